@@ -1,0 +1,217 @@
+//! Host observation for linerate.
+//!
+//! [`CpuSnapshot`] reads every CPU's time counters from `/proc/stat`; two snapshots around
+//! a measurement window give system-wide and per-core use, including the interrupt and
+//! softirq time that `getrusage` does not see (MEASUREMENT.md rule 4). [`thread_cpu_time`]
+//! gives the calling thread's own CPU time, so that a test can count its own threads even
+//! when it shares a process with other tests. [`host_facts`] describes the machine.
+
+use linerate_report::{CpuUsage, HostFacts};
+use std::io;
+use std::time::Duration;
+
+/// Jiffies per CPU in `/proc/stat` field order: user, nice, system, idle, iowait, irq,
+/// softirq, steal. (guest and guest_nice are already included in user and nice.)
+const FIELDS: usize = 8;
+const USER: usize = 0;
+const NICE: usize = 1;
+const SYSTEM: usize = 2;
+const IDLE: usize = 3;
+const IOWAIT: usize = 4;
+const IRQ: usize = 5;
+const SOFTIRQ: usize = 6;
+const STEAL: usize = 7;
+
+/// One reading of the per-CPU time counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuSnapshot {
+    /// Indexed by CPU number as the kernel lists them (`cpu0`, `cpu1`, ...).
+    pub per_core: Vec<[u64; FIELDS]>,
+}
+
+impl CpuSnapshot {
+    /// Reads `/proc/stat`.
+    pub fn read() -> io::Result<CpuSnapshot> {
+        let text = std::fs::read_to_string("/proc/stat")?;
+        CpuSnapshot::parse(&text).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "no per-CPU lines in /proc/stat")
+        })
+    }
+
+    /// Parses the text of `/proc/stat`; `None` if it has no `cpuN` lines.
+    pub fn parse(text: &str) -> Option<CpuSnapshot> {
+        let per_core: Vec<[u64; FIELDS]> = text
+            .lines()
+            .filter(|line| {
+                line.strip_prefix("cpu")
+                    .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .map(|line| {
+                let mut fields = [0u64; FIELDS];
+                for (slot, value) in fields.iter_mut().zip(line.split_whitespace().skip(1)) {
+                    *slot = value.parse().unwrap_or(0);
+                }
+                fields
+            })
+            .collect();
+        (!per_core.is_empty()).then_some(CpuSnapshot { per_core })
+    }
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+/// CPU use between two snapshots. `process_cpu` is the CPU time of the test's own threads
+/// over the same window, and `window` the window's length on the wall clock.
+pub fn usage(
+    before: &CpuSnapshot,
+    after: &CpuSnapshot,
+    process_cpu: Duration,
+    window: Duration,
+) -> CpuUsage {
+    let mut sums = [0u64; FIELDS];
+    let mut per_core_busy_pct = Vec::with_capacity(after.per_core.len());
+    for (old, new) in before.per_core.iter().zip(&after.per_core) {
+        let delta: Vec<u64> = old
+            .iter()
+            .zip(new)
+            .map(|(a, b)| b.saturating_sub(*a))
+            .collect();
+        for (sum, d) in sums.iter_mut().zip(&delta) {
+            *sum += d;
+        }
+        let total: u64 = delta.iter().sum();
+        let idle = delta[IDLE] + delta[IOWAIT];
+        per_core_busy_pct.push(pct(total - idle, total));
+    }
+    let total: u64 = sums.iter().sum();
+    let (busiest_core, busiest_core_pct) =
+        per_core_busy_pct
+            .iter()
+            .copied()
+            .enumerate()
+            .fold(
+                (0, 0.0),
+                |best, (i, v)| if v > best.1 { (i, v) } else { best },
+            );
+    let window_s = window.as_secs_f64();
+    CpuUsage {
+        cores: per_core_busy_pct.len() as u32,
+        window_s,
+        user_pct: pct(sums[USER], total),
+        nice_pct: pct(sums[NICE], total),
+        system_pct: pct(sums[SYSTEM], total),
+        irq_pct: pct(sums[IRQ], total),
+        softirq_pct: pct(sums[SOFTIRQ], total),
+        steal_pct: pct(sums[STEAL], total),
+        iowait_pct: pct(sums[IOWAIT], total),
+        busy_pct: pct(total - sums[IDLE] - sums[IOWAIT], total),
+        busiest_core: busiest_core as u32,
+        busiest_core_pct,
+        per_core_busy_pct,
+        process_pct: if window_s > 0.0 {
+            process_cpu.as_secs_f64() * 100.0 / window_s
+        } else {
+            0.0
+        },
+        process_cpu_s: process_cpu.as_secs_f64(),
+    }
+}
+
+/// CPU time (user + system) the calling thread has used so far.
+pub fn thread_cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_THREAD is Linux's.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut usage) != 0 {
+            return Duration::ZERO;
+        }
+        usage
+    };
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
+fn cpuinfo_field<'a>(cpuinfo: &'a str, key: &str) -> Option<&'a str> {
+    cpuinfo.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        (k.trim() == key).then(|| v.trim())
+    })
+}
+
+/// Describes this host: name, kernel, CPU model and frequency, core count.
+pub fn host_facts() -> HostFacts {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let read_trimmed = |path: &str| std::fs::read_to_string(path).map(|s| s.trim().to_string());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    HostFacts {
+        hostname: read_trimmed("/proc/sys/kernel/hostname").unwrap_or_default(),
+        kernel: read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default(),
+        cpu_model: cpuinfo_field(&cpuinfo, "model name")
+            .or_else(|| cpuinfo_field(&cpuinfo, "Model"))
+            .unwrap_or("unknown")
+            .to_string(),
+        cores,
+        cpu_mhz: cpuinfo_field(&cpuinfo, "cpu MHz").and_then(|v| v.parse().ok()),
+        software: format!("linerate {}", env!("CARGO_PKG_VERSION")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BEFORE: &str = "cpu  300 0 300 1400 0 0 0 0 0 0\n\
+                          cpu0 100 0 200 700 0 0 0 0 0 0\n\
+                          cpu1 200 0 100 700 0 0 0 0 0 0\nintr 5\n";
+    const AFTER: &str = "cpu  0 0 0 0 0 0 0 0 0 0\n\
+                         cpu0 110 0 270 710 0 0 10 0 0 0\n\
+                         cpu1 210 0 110 780 0 0 0 0 0 0\n";
+
+    #[test]
+    fn usage_splits_system_wide_and_per_core() {
+        let before = CpuSnapshot::parse(BEFORE).unwrap();
+        let after = CpuSnapshot::parse(AFTER).unwrap();
+        assert_eq!(before.per_core.len(), 2);
+        let cpu = usage(
+            &before,
+            &after,
+            Duration::from_millis(500),
+            Duration::from_secs(1),
+        );
+        // cpu0: 10 user + 70 system + 10 softirq busy of 100; cpu1: 20 busy of 100.
+        assert_eq!(cpu.cores, 2);
+        assert!((cpu.busy_pct - 55.0).abs() < 1e-9);
+        assert!((cpu.system_pct - 40.0).abs() < 1e-9);
+        assert!((cpu.softirq_pct - 5.0).abs() < 1e-9);
+        assert_eq!(cpu.busiest_core, 0);
+        assert!((cpu.busiest_core_pct - 90.0).abs() < 1e-9);
+        assert!((cpu.process_pct - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn reads_this_host() {
+        let snapshot = CpuSnapshot::read().expect("/proc/stat");
+        assert!(!snapshot.per_core.is_empty());
+        let facts = host_facts();
+        assert!(!facts.kernel.is_empty());
+        assert!(facts.cores >= 1);
+    }
+
+    #[test]
+    fn thread_cpu_time_grows_with_work() {
+        let before = thread_cpu_time();
+        let mut x = 0u64;
+        let until = std::time::Instant::now() + Duration::from_millis(50);
+        while std::time::Instant::now() < until {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(x > 0);
+        assert!(thread_cpu_time() > before);
+    }
+}

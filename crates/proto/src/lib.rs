@@ -1,0 +1,15 @@
+//! linerate's control protocol, sans-IO.
+//!
+//! This crate does no I/O and never reads the clock: its state machines are fed bytes and
+//! time and return bytes to send, deadlines and events (the shape of quinn-proto). Sockets,
+//! threads and clocks belong to the drivers in `linerate-engine`. The exchange is described
+//! in [`session`] and in docs/protocol.md.
+
+pub mod frame;
+pub mod message;
+pub mod preface;
+pub mod session;
+
+pub use message::{ClientMessage, Limits, RefuseCode, ServerMessage};
+pub use preface::{Preface, Token, PROTOCOL_VERSION};
+pub use session::{ClientEvent, ClientSession, ServerEvent, ServerSession, SessionError, Timeouts};

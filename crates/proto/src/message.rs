@@ -1,0 +1,81 @@
+//! Control messages (docs/protocol.md 3). Each travels as one JSON object in one frame,
+//! tagged by its `type` field.
+
+use linerate_report::{HostFacts, SideResult, TestConfig};
+use serde::{Deserialize, Serialize};
+
+/// What a server is willing to run; announced in `welcome`, enforced on `spec`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub max_tests: u32,
+    pub max_flows: u32,
+    pub max_duration_s: f64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_tests: 64,
+            max_flows: 4096,
+            max_duration_s: 86_400.0,
+        }
+    }
+}
+
+/// Why a server refuses a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefuseCode {
+    /// The client speaks another protocol version.
+    VersionMismatch,
+    /// The server runs as many tests as it allows.
+    Busy,
+    /// The test asks for more than the server's limits.
+    OverLimit,
+    /// The specification is malformed or inconsistent.
+    Invalid,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientMessage {
+    Hello { software: String, host: HostFacts },
+    Spec { config: TestConfig },
+    Start,
+    Done,
+    Abort { reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    Welcome {
+        version: u32,
+        software: String,
+        host: HostFacts,
+        limits: Limits,
+    },
+    Refuse {
+        code: RefuseCode,
+        reason: String,
+    },
+    Accepted {
+        test_id: u64,
+        /// 32 hex digits; data connections present it in their preface.
+        token: String,
+    },
+    FlowsReady,
+    Results {
+        result: Box<SideResult>,
+    },
+    Error {
+        reason: String,
+    },
+}
+
+/// Encodes a message as one frame.
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    // Serializing these plain data types to JSON cannot fail (no maps with non-string keys).
+    let body = serde_json::to_vec(message).expect("control messages serialize");
+    crate::frame::encode(&body)
+}

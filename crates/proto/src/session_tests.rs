@@ -1,0 +1,294 @@
+//! In-memory client/server pairs on a virtual clock: no sockets, no sleeping.
+
+use super::*;
+use linerate_report::{Direction, SideResult};
+
+fn config(parallel: u32) -> TestConfig {
+    TestConfig {
+        protocol: "tcp".into(),
+        target: "test".into(),
+        port: 5201,
+        direction: Direction::Forward,
+        parallel,
+        threads: 1,
+        time_s: 10.0,
+        omit_s: 1.0,
+        interval_s: 1.0,
+        length: 131072,
+        window: None,
+        mss: None,
+        nodelay: false,
+        congestion: None,
+        rate_bps: None,
+        per_flow: false,
+        connect_timeout_s: 5.0,
+    }
+}
+
+/// A client and a server joined by a perfect in-memory wire, on a clock the test moves.
+struct Pair {
+    now: Instant,
+    client: ClientSession,
+    server: ServerSession,
+    client_events: Vec<ClientEvent>,
+    server_events: Vec<ServerEvent>,
+}
+
+impl Pair {
+    fn new(version: u32, config: TestConfig) -> Pair {
+        #[allow(clippy::disallowed_methods)] // the virtual clock's origin; only offsets matter
+        let now = Instant::now();
+        Pair {
+            now,
+            client: ClientSession::new(
+                now,
+                version,
+                HostFacts::default(),
+                config,
+                Timeouts::default(),
+            ),
+            server: ServerSession::new(
+                now,
+                Limits::default(),
+                "s".into(),
+                HostFacts::default(),
+                Timeouts::default(),
+            ),
+            client_events: Vec::new(),
+            server_events: Vec::new(),
+        }
+    }
+
+    /// Moves every queued byte both ways until nothing moves.
+    fn exchange(&mut self) {
+        loop {
+            let mut moved = false;
+            while let Some(bytes) = self.client.poll_transmit() {
+                self.server.handle_input(self.now, &bytes);
+                moved = true;
+            }
+            while let Some(bytes) = self.server.poll_transmit() {
+                self.client.handle_input(self.now, &bytes);
+                moved = true;
+            }
+            while let Some(event) = self.client.poll_event() {
+                self.client_events.push(event);
+            }
+            while let Some(event) = self.server.poll_event() {
+                self.server_events.push(event);
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now += by;
+        self.client.handle_timeout(self.now);
+        self.server.handle_timeout(self.now);
+        self.exchange();
+    }
+}
+
+#[test]
+fn whole_exchange_completes_on_a_virtual_clock() {
+    let mut pair = Pair::new(PROTOCOL_VERSION, config(4));
+    pair.exchange();
+    assert!(matches!(
+        pair.client_events[0],
+        ClientEvent::Welcomed { .. }
+    ));
+    assert!(matches!(&pair.server_events[0], ServerEvent::TestRequested(c) if c.parallel == 4));
+
+    let token = Token([7; 16]);
+    pair.server.accept(pair.now, 42, token);
+    pair.exchange();
+    assert_eq!(
+        pair.client_events[1],
+        ClientEvent::Accepted { test_id: 42, token }
+    );
+
+    pair.advance(Duration::from_millis(5));
+    pair.server.flows_ready(pair.now);
+    pair.exchange();
+    assert_eq!(pair.client_events[2], ClientEvent::FlowsReady);
+
+    pair.client.start(pair.now);
+    pair.exchange();
+    assert_eq!(pair.server_events[1], ServerEvent::Start);
+
+    // The test runs for omit + time = 11 s; no deadline fires inside it.
+    pair.advance(Duration::from_secs(11));
+    assert!(!pair.client.is_closed() && !pair.server.is_closed());
+
+    let result = SideResult {
+        warnings: vec!["marker".into()],
+        ..Default::default()
+    };
+    pair.server.finish(pair.now, result.clone());
+    pair.exchange();
+    assert_eq!(
+        pair.client_events[3],
+        ClientEvent::Results(Box::new(result))
+    );
+
+    pair.client.done();
+    pair.exchange();
+    assert_eq!(pair.server_events[2], ServerEvent::Closed(Ok(())));
+    assert!(pair.client.is_closed() && pair.server.is_closed());
+}
+
+#[test]
+fn version_mismatch_is_refused_with_a_reason() {
+    let mut pair = Pair::new(PROTOCOL_VERSION + 1, config(1));
+    pair.exchange();
+    match &pair.client_events[..] {
+        [ClientEvent::Failed(SessionError::Protocol(reason))] => {
+            assert!(reason.contains("version mismatch"), "{reason}")
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(pair.server.is_closed());
+}
+
+#[test]
+fn over_limit_test_is_refused() {
+    let mut pair = Pair::new(PROTOCOL_VERSION, config(5000));
+    pair.exchange();
+    assert!(matches!(
+        pair.client_events.last(),
+        Some(ClientEvent::Failed(SessionError::Refused {
+            code: RefuseCode::OverLimit,
+            ..
+        }))
+    ));
+    assert!(matches!(
+        pair.server_events.last(),
+        Some(ServerEvent::Closed(Err(_)))
+    ));
+}
+
+#[test]
+fn silent_client_times_out_on_the_server() {
+    #[allow(clippy::disallowed_methods)]
+    let start = Instant::now();
+    let mut server = ServerSession::new(
+        start,
+        Limits::default(),
+        "s".into(),
+        HostFacts::default(),
+        Timeouts::default(),
+    );
+    server.handle_timeout(start + Duration::from_secs(9));
+    assert!(server.poll_event().is_none());
+    assert_eq!(server.poll_timeout(), Some(start + Duration::from_secs(10)));
+    server.handle_timeout(start + Duration::from_secs(10));
+    assert!(matches!(
+        server.poll_event(),
+        Some(ServerEvent::Closed(Err(SessionError::Timeout { .. })))
+    ));
+}
+
+fn server_after_preface() -> (Instant, ServerSession) {
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut server = ServerSession::new(
+        now,
+        Limits::default(),
+        "s".into(),
+        HostFacts::default(),
+        Timeouts::default(),
+    );
+    server.handle_input(now, &preface::control_preface(PROTOCOL_VERSION));
+    assert!(server.poll_event().is_none());
+    (now, server)
+}
+
+#[test]
+fn oversized_frame_is_refused_without_buffering() {
+    let (now, mut server) = server_after_preface();
+    server.handle_input(now, &(2u32 << 20).to_be_bytes());
+    assert!(matches!(
+        server.poll_event(),
+        Some(ServerEvent::Closed(Err(SessionError::Frame(
+            FrameError::TooLarge { .. }
+        ))))
+    ));
+    let reply = server
+        .poll_transmit()
+        .expect("an error frame for the client");
+    assert!(String::from_utf8_lossy(&reply).contains("over the limit"));
+}
+
+#[test]
+fn garbage_json_and_wrong_order_are_protocol_errors() {
+    let (now, mut server) = server_after_preface();
+    server.handle_input(now, &crate::frame::encode(b"\x00\x01not json"));
+    assert!(matches!(
+        server.poll_event(),
+        Some(ServerEvent::Closed(Err(SessionError::Protocol(_))))
+    ));
+
+    let (now, mut server) = server_after_preface();
+    server.handle_input(now, &encode(&ClientMessage::Start));
+    match server.poll_event() {
+        Some(ServerEvent::Closed(Err(SessionError::Protocol(reason)))) => {
+            assert!(reason.contains("unexpected start"), "{reason}")
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn truncated_frame_then_eof_closes_the_session() {
+    let (now, mut server) = server_after_preface();
+    let frame = encode(&ClientMessage::Done);
+    server.handle_input(now, &frame[..frame.len() - 1]);
+    assert!(server.poll_event().is_none());
+    server.handle_eof(now);
+    assert!(matches!(
+        server.poll_event(),
+        Some(ServerEvent::Closed(Err(SessionError::PeerClosed(_))))
+    ));
+}
+
+#[test]
+fn client_gives_up_when_results_never_come() {
+    let mut pair = Pair::new(PROTOCOL_VERSION, config(1));
+    pair.exchange();
+    pair.server.accept(pair.now, 1, Token([1; 16]));
+    pair.exchange();
+    pair.server.flows_ready(pair.now);
+    pair.exchange();
+    pair.client.start(pair.now);
+    pair.exchange();
+    // omit 1 + time 10 + grace 20 = 31 s
+    pair.advance(Duration::from_secs(30));
+    assert!(!pair.client.is_closed());
+    pair.now += Duration::from_secs(1);
+    pair.client.handle_timeout(pair.now);
+    assert!(matches!(
+        pair.client.poll_event(),
+        Some(ClientEvent::Failed(SessionError::Timeout { .. }))
+    ));
+}
+
+#[test]
+fn client_vanishing_mid_test_closes_the_server_session() {
+    let mut pair = Pair::new(PROTOCOL_VERSION, config(1));
+    pair.exchange();
+    pair.server.accept(pair.now, 1, Token([1; 16]));
+    pair.exchange();
+    pair.server.flows_ready(pair.now);
+    pair.exchange();
+    pair.client.start(pair.now);
+    pair.exchange();
+    pair.server.handle_eof(pair.now);
+    assert!(matches!(
+        pair.server.poll_event(),
+        Some(ServerEvent::Closed(Err(SessionError::PeerClosed(
+            "running the test"
+        ))))
+    ));
+}

@@ -1,0 +1,337 @@
+//! Merging the two sides of a test into one [`Report`].
+//!
+//! Each figure comes from the side that can know it: receiver figures from the receiving
+//! end's counters and clock, sender figures and retransmits from the sending end. Nothing
+//! is inferred from the other side's numbers (MEASUREMENT.md rule 1).
+
+use crate::model::*;
+
+impl Report {
+    /// Builds the report of a test from the client's (`local`) and the server's (`remote`)
+    /// measurements.
+    pub fn assemble(
+        test: &str,
+        tool: &str,
+        started_at: f64,
+        config: TestConfig,
+        local: SideResult,
+        remote: SideResult,
+    ) -> Report {
+        let intervals = merge_intervals(&local.intervals, &remote.intervals);
+        let flows = merge_flows(&config, &local.flows, &remote.flows);
+        let summary = summarize(&config, &flows, &local, &remote);
+        let mut warnings = local.warnings.clone();
+        warnings.extend(remote.warnings.iter().map(|w| format!("server: {w}")));
+        Report {
+            tool: tool.to_string(),
+            test: test.to_string(),
+            started_at,
+            config,
+            host: PerSide {
+                local: local.host,
+                remote: remote.host,
+            },
+            intervals,
+            flows,
+            summary,
+            warnings,
+        }
+    }
+}
+
+fn merge_intervals(local: &[SideInterval], remote: &[SideInterval]) -> Vec<IntervalReport> {
+    // Both sides run the same nominal schedule; a side that stopped early (a failed test)
+    // has fewer intervals, and only intervals both sides reached are merged.
+    local
+        .iter()
+        .zip(remote)
+        .map(|(l, r)| {
+            let flows = match (&l.flows, &r.flows) {
+                (Some(lf), Some(rf)) => Some(merge_flow_intervals(lf, rf)),
+                _ => None,
+            };
+            IntervalReport {
+                start: l.start,
+                end: l.end,
+                omitted: l.omitted,
+                receiver_bytes: l.received_bytes + r.received_bytes,
+                receiver_bps: l.received_bps + r.received_bps,
+                sender_bytes: l.sent_bytes + r.sent_bytes,
+                sender_bps: l.sent_bps + r.sent_bps,
+                retransmits: l.retransmits + r.retransmits,
+                flows,
+            }
+        })
+        .collect()
+}
+
+fn merge_flow_intervals(
+    local: &[FlowInterval],
+    remote: &[FlowInterval],
+) -> Vec<FlowIntervalReport> {
+    // A flow has one sending and one receiving end; each side's entry carries only its own
+    // role's figures, so adding the two entries of a flow gives both.
+    local
+        .iter()
+        .map(|l| {
+            let r = remote
+                .iter()
+                .find(|r| r.id == l.id)
+                .cloned()
+                .unwrap_or_default();
+            FlowIntervalReport {
+                id: l.id,
+                receiver_bytes: l.received_bytes + r.received_bytes,
+                receiver_bps: l.received_bps + r.received_bps,
+                sender_bytes: l.sent_bytes + r.sent_bytes,
+                sender_bps: l.sent_bps + r.sent_bps,
+                retransmits: l.retransmits + r.retransmits,
+            }
+        })
+        .collect()
+}
+
+fn socket_facts(side: Option<&FlowSide>) -> SocketFacts {
+    side.map(|f| SocketFacts {
+        local_addr: f.local_addr.clone(),
+        remote_addr: f.remote_addr.clone(),
+        sndbuf: f.sndbuf,
+        rcvbuf: f.rcvbuf,
+        congestion: f.congestion.clone(),
+    })
+    .unwrap_or_default()
+}
+
+fn merge_flows(config: &TestConfig, local: &[FlowSide], remote: &[FlowSide]) -> Vec<FlowReport> {
+    (0..config.connections())
+        .map(|id| {
+            let client = local.iter().find(|f| f.id == id);
+            let server = remote.iter().find(|f| f.id == id);
+            let (sender, receiver) = match config.flow_direction(id) {
+                Direction::Reverse => (server, client),
+                _ => (client, server),
+            };
+            let error = client
+                .and_then(|f| f.error.clone().map(|e| format!("client: {e}")))
+                .or_else(|| server.and_then(|f| f.error.clone().map(|e| format!("server: {e}"))));
+            FlowReport {
+                id,
+                direction: Some(config.flow_direction(id)),
+                receiver_bytes: receiver.map_or(0, |f| f.window_bytes),
+                receiver_bps: receiver.map_or(0.0, FlowSide::window_bps),
+                sender_bytes: sender.map_or(0, |f| f.window_bytes),
+                sender_bps: sender.map_or(0.0, FlowSide::window_bps),
+                retransmits: sender.map_or(0, |f| f.retransmits),
+                receiver_bytes_total: receiver.map_or(0, |f| f.bytes_total),
+                sender_bytes_total: sender.map_or(0, |f| f.bytes_total),
+                mss: sender.map_or(0, |f| f.mss),
+                rtt_us: sender.map_or(0, |f| f.rtt_us),
+                client: socket_facts(client),
+                server: socket_facts(server),
+                error,
+            }
+        })
+        .collect()
+}
+
+fn direction_summary(direction: Option<Direction>, flows: &[&FlowReport]) -> DirectionSummary {
+    DirectionSummary {
+        direction,
+        flows: flows.len() as u32,
+        receiver_bytes: flows.iter().map(|f| f.receiver_bytes).sum(),
+        receiver_bps: flows.iter().map(|f| f.receiver_bps).sum(),
+        sender_bytes: flows.iter().map(|f| f.sender_bytes).sum(),
+        sender_bps: flows.iter().map(|f| f.sender_bps).sum(),
+        retransmits: flows.iter().map(|f| f.retransmits).sum(),
+    }
+}
+
+fn summarize(
+    config: &TestConfig,
+    flows: &[FlowReport],
+    local: &SideResult,
+    remote: &SideResult,
+) -> Summary {
+    let all: Vec<&FlowReport> = flows.iter().collect();
+    let total = direction_summary(None, &all);
+    let receiving: Vec<&FlowSide> = local
+        .flows
+        .iter()
+        .chain(&remote.flows)
+        .filter(|f| f.role == Role::Receive)
+        .collect();
+    let duration_s = if receiving.is_empty() {
+        0.0
+    } else {
+        receiving.iter().map(|f| f.window_s).sum::<f64>() / receiving.len() as f64
+    };
+    let kib = total.receiver_bytes as f64 / 1024.0;
+    let demand = |cpu: &CpuUsage| if kib > 0.0 { cpu.busy_us() / kib } else { 0.0 };
+    let directions = (config.direction == Direction::Bidir).then(|| {
+        [Direction::Forward, Direction::Reverse]
+            .into_iter()
+            .map(|d| {
+                let part: Vec<&FlowReport> =
+                    flows.iter().filter(|f| f.direction == Some(d)).collect();
+                direction_summary(Some(d), &part)
+            })
+            .collect()
+    });
+    Summary {
+        duration_s,
+        receiver_bytes: total.receiver_bytes,
+        receiver_bps: total.receiver_bps,
+        sender_bytes: total.sender_bytes,
+        sender_bps: total.sender_bps,
+        retransmits: total.retransmits,
+        receiver_bytes_total: flows.iter().map(|f| f.receiver_bytes_total).sum(),
+        sender_bytes_total: flows.iter().map(|f| f.sender_bytes_total).sum(),
+        flows: flows.len() as u32,
+        flows_failed: flows.iter().filter(|f| f.error.is_some()).count() as u32,
+        service_demand_us_per_kb: PerSide {
+            local: demand(&local.cpu),
+            remote: demand(&remote.cpu),
+        },
+        cpu: PerSide {
+            local: local.cpu.clone(),
+            remote: remote.cpu.clone(),
+        },
+        directions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(direction: Direction, parallel: u32) -> TestConfig {
+        TestConfig {
+            protocol: "tcp".into(),
+            target: "loopback".into(),
+            port: 5201,
+            direction,
+            parallel,
+            threads: 1,
+            time_s: 10.0,
+            omit_s: 0.0,
+            interval_s: 1.0,
+            length: 131072,
+            window: None,
+            mss: None,
+            nodelay: false,
+            congestion: None,
+            rate_bps: None,
+            per_flow: false,
+            connect_timeout_s: 5.0,
+        }
+    }
+
+    fn flow(id: u32, role: Role, bytes: u64, seconds: f64, retransmits: u64) -> FlowSide {
+        FlowSide {
+            id,
+            direction: Direction::Forward,
+            role,
+            local_addr: String::new(),
+            remote_addr: String::new(),
+            window_bytes: bytes,
+            window_s: seconds,
+            bytes_total: bytes + 100,
+            retransmits,
+            sndbuf: 0,
+            rcvbuf: 0,
+            mss: 1448,
+            rtt_us: 50,
+            congestion: "cubic".into(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn receiver_figures_come_from_the_receiving_side() {
+        let config = config(Direction::Forward, 2);
+        let local = SideResult {
+            flows: vec![
+                flow(0, Role::Send, 2_000, 1.0, 3),
+                flow(1, Role::Send, 2_000, 1.0, 1),
+            ],
+            ..Default::default()
+        };
+        let remote = SideResult {
+            flows: vec![
+                flow(0, Role::Receive, 1_000, 1.0, 0),
+                flow(1, Role::Receive, 500, 0.5, 0),
+            ],
+            cpu: CpuUsage {
+                cores: 2,
+                window_s: 1.0,
+                busy_pct: 50.0,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let report = Report::assemble("tcp_stream", "t", 0.0, config, local, remote);
+        let s = &report.summary;
+        assert_eq!(s.receiver_bytes, 1_500);
+        // Each flow's bytes over its own window, summed: 8000 + 8000 bit/s.
+        assert!((s.receiver_bps - 16_000.0).abs() < 1e-9);
+        assert_eq!(s.sender_bytes, 4_000);
+        assert_eq!(s.retransmits, 4);
+        assert!((s.duration_s - 0.75).abs() < 1e-9);
+        // 1 s of one core (50 % of 2 cores) per 1500/1024 KiB.
+        let expected = 1e6 / (1500.0 / 1024.0);
+        assert!((s.service_demand_us_per_kb.remote - expected).abs() < 1e-6);
+        assert_eq!(s.service_demand_us_per_kb.local, 0.0);
+        assert!(s.directions.is_none());
+    }
+
+    #[test]
+    fn reverse_and_bidir_flows_take_sender_and_receiver_from_the_right_end() {
+        let config = config(Direction::Bidir, 1);
+        let local = SideResult {
+            flows: vec![
+                flow(0, Role::Send, 10, 1.0, 2),
+                flow(1, Role::Receive, 7, 1.0, 0),
+            ],
+            ..Default::default()
+        };
+        let remote = SideResult {
+            flows: vec![
+                flow(0, Role::Receive, 9, 1.0, 0),
+                flow(1, Role::Send, 8, 1.0, 5),
+            ],
+            ..Default::default()
+        };
+        let report = Report::assemble("tcp_stream", "t", 0.0, config, local, remote);
+        assert_eq!(report.flows[0].receiver_bytes, 9);
+        assert_eq!(report.flows[0].retransmits, 2);
+        assert_eq!(report.flows[1].receiver_bytes, 7);
+        assert_eq!(report.flows[1].sender_bytes, 8);
+        assert_eq!(report.flows[1].retransmits, 5);
+        let directions = report.summary.directions.expect("bidir has directions");
+        assert_eq!(directions[0].receiver_bytes, 9);
+        assert_eq!(directions[1].receiver_bytes, 7);
+        assert_eq!(report.summary.receiver_bytes, 16);
+    }
+
+    #[test]
+    fn intervals_add_both_sides() {
+        let a = SideInterval {
+            start: 0.0,
+            end: 1.0,
+            sent_bytes: 10,
+            sent_bps: 80.0,
+            ..Default::default()
+        };
+        let b = SideInterval {
+            start: 0.0,
+            end: 1.0,
+            received_bytes: 9,
+            received_bps: 72.0,
+            ..Default::default()
+        };
+        let merged = merge_intervals(&[a.clone(), a], &[b]);
+        assert_eq!(merged.len(), 1, "only intervals both sides reached");
+        assert_eq!(merged[0].receiver_bytes, 9);
+        assert_eq!(merged[0].sender_bytes, 10);
+    }
+}

@@ -1,0 +1,13 @@
+//! linerate's result model and its renderers.
+//!
+//! One [`model::Report`] value holds everything a test produced: the resolved configuration,
+//! host facts, per-interval samples, per-flow figures and the summary. Renderers (text here,
+//! JSON through serde) consume that value and nothing else. [`units`] parses and prints
+//! sizes and rates the way iperf3 users write them.
+
+pub mod assemble;
+pub mod model;
+pub mod text;
+pub mod units;
+
+pub use model::*;

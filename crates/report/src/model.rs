@@ -1,0 +1,326 @@
+//! The result model: one value that every renderer and the store consume.
+//!
+//! Two kinds of value live here. [`SideResult`] is what one end of a test measured on its
+//! own clock (the client's side, or the server's sent back over the control connection).
+//! [`Report`] is the merged, user-facing result of a whole test, assembled from both sides
+//! by [`Report::assemble`]. The JSON form of `Report` is a documented contract
+//! (docs/results.md): fields are added, never renamed.
+
+use serde::{Deserialize, Serialize};
+
+/// Which way the bytes go, seen from the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// The client sends, the server receives (iperf3's default).
+    Forward,
+    /// The server sends, the client receives (iperf3 `-R`).
+    Reverse,
+    /// Both at once, on separate connections (iperf3 `--bidir`).
+    Bidir,
+}
+
+/// What one end does on one flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Send,
+    Receive,
+}
+
+/// The fully resolved configuration of a stream test: every parameter that shaped the
+/// figures, defaults filled in. Sent to the server as the test specification and kept in
+/// the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestConfig {
+    /// "tcp" for now.
+    pub protocol: String,
+    /// The server as the user named it, or "loopback" for the in-process server.
+    pub target: String,
+    pub port: u16,
+    pub direction: Direction,
+    /// Flows per direction (bidir opens twice this many connections).
+    pub parallel: u32,
+    /// Client worker threads.
+    pub threads: u32,
+    /// Measured seconds, after the omitted warm-up.
+    pub time_s: f64,
+    /// Warm-up seconds excluded from the summary.
+    pub omit_s: f64,
+    /// Interval report period in seconds; 0 turns interval reports off.
+    pub interval_s: f64,
+    /// Bytes per write call.
+    pub length: u64,
+    /// Requested socket buffer size (SO_SNDBUF and SO_RCVBUF) on both ends; `None` leaves
+    /// the kernel's autotuning on.
+    pub window: Option<u64>,
+    /// Requested TCP maximum segment size (TCP_MAXSEG) on the client's sockets.
+    pub mss: Option<u32>,
+    pub nodelay: bool,
+    /// Congestion control algorithm asked for on both ends.
+    pub congestion: Option<String>,
+    /// Per-flow pacing target in bits per second; `None` sends as fast as possible.
+    pub rate_bps: Option<u64>,
+    /// Keep per-flow interval figures.
+    pub per_flow: bool,
+    pub connect_timeout_s: f64,
+}
+
+impl TestConfig {
+    /// Connections the test opens: `parallel`, or twice that for bidir.
+    pub fn connections(&self) -> u32 {
+        match self.direction {
+            Direction::Bidir => self.parallel * 2,
+            _ => self.parallel,
+        }
+    }
+
+    /// The direction of connection `index` (0-based, in opening order).
+    pub fn flow_direction(&self, index: u32) -> Direction {
+        match self.direction {
+            Direction::Bidir if index >= self.parallel => Direction::Reverse,
+            Direction::Bidir => Direction::Forward,
+            other => other,
+        }
+    }
+}
+
+/// Facts about one host that travel with every figure (MEASUREMENT.md rule 13).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostFacts {
+    pub hostname: String,
+    pub kernel: String,
+    pub cpu_model: String,
+    pub cores: u32,
+    /// Nominal CPU frequency in MHz where the kernel tells it.
+    pub cpu_mhz: Option<f64>,
+    /// The linerate build on that host.
+    pub software: String,
+}
+
+/// CPU use on one host over the measurement window (MEASUREMENT.md rule 4).
+///
+/// The `*_pct` system-wide figures are percentages of all cores together (as `mpstat`'s
+/// "all" row); `busiest_core_pct` is of one core; `process_pct` is the test's own threads
+/// on that host as a percentage of one core (as `top` shows a process).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuUsage {
+    pub cores: u32,
+    pub window_s: f64,
+    pub user_pct: f64,
+    pub nice_pct: f64,
+    pub system_pct: f64,
+    pub irq_pct: f64,
+    pub softirq_pct: f64,
+    pub steal_pct: f64,
+    pub iowait_pct: f64,
+    /// Everything but idle and iowait.
+    pub busy_pct: f64,
+    pub busiest_core: u32,
+    pub busiest_core_pct: f64,
+    pub per_core_busy_pct: Vec<f64>,
+    pub process_pct: f64,
+    /// CPU seconds of the test's own threads (user + system).
+    pub process_cpu_s: f64,
+}
+
+impl CpuUsage {
+    /// Busy CPU time on the whole host over the window, in microseconds.
+    pub fn busy_us(&self) -> f64 {
+        self.busy_pct / 100.0 * f64::from(self.cores) * self.window_s * 1e6
+    }
+}
+
+/// Figures of one nominal interval as one side counted them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SideInterval {
+    pub start: f64,
+    pub end: f64,
+    /// Inside the `--omit` warm-up.
+    pub omitted: bool,
+    pub sent_bytes: u64,
+    pub sent_bps: f64,
+    pub received_bytes: u64,
+    pub received_bps: f64,
+    pub retransmits: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<Vec<FlowInterval>>,
+}
+
+/// One flow's figures in one interval, from one side.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowInterval {
+    pub id: u32,
+    pub sent_bytes: u64,
+    pub sent_bps: f64,
+    pub received_bytes: u64,
+    pub received_bps: f64,
+    pub retransmits: u64,
+}
+
+/// What one side saw of one flow (one TCP connection).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowSide {
+    pub id: u32,
+    pub direction: Direction,
+    pub role: Role,
+    pub local_addr: String,
+    pub remote_addr: String,
+    /// Bytes moved inside the measurement window.
+    pub window_bytes: u64,
+    /// The window as this side's clock measured it, in seconds.
+    pub window_s: f64,
+    /// Bytes over the connection's whole life: warm-up, window and the drain after it.
+    pub bytes_total: u64,
+    /// Segments retransmitted inside the window (TCP_INFO, sender only).
+    pub retransmits: u64,
+    /// Socket buffer sizes the kernel granted (it doubles requests and caps them).
+    pub sndbuf: u64,
+    pub rcvbuf: u64,
+    /// TCP_INFO's send MSS at the end of the window.
+    pub mss: u32,
+    /// Smoothed RTT in microseconds (TCP_INFO) at the end of the window.
+    pub rtt_us: u32,
+    pub congestion: String,
+    /// Why the flow failed, if it did.
+    pub error: Option<String>,
+}
+
+impl FlowSide {
+    pub fn window_bps(&self) -> f64 {
+        if self.window_s > 0.0 {
+            self.window_bytes as f64 * 8.0 / self.window_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Everything one side measured, on its own clock.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SideResult {
+    pub host: HostFacts,
+    pub cpu: CpuUsage,
+    pub intervals: Vec<SideInterval>,
+    pub flows: Vec<FlowSide>,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// A pair of figures, one per end of the test.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PerSide<T> {
+    /// The client (where linerate was run).
+    pub local: T,
+    /// The server.
+    pub remote: T,
+}
+
+/// Socket facts of one end of a flow.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SocketFacts {
+    pub local_addr: String,
+    pub remote_addr: String,
+    pub sndbuf: u64,
+    pub rcvbuf: u64,
+    pub congestion: String,
+}
+
+/// One flow in the merged report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowReport {
+    pub id: u32,
+    pub direction: Option<Direction>,
+    pub receiver_bytes: u64,
+    pub receiver_bps: f64,
+    pub sender_bytes: u64,
+    pub sender_bps: f64,
+    pub retransmits: u64,
+    pub receiver_bytes_total: u64,
+    pub sender_bytes_total: u64,
+    pub mss: u32,
+    pub rtt_us: u32,
+    pub client: SocketFacts,
+    pub server: SocketFacts,
+    pub error: Option<String>,
+}
+
+/// One interval of the merged report: receiver figures from the receiving side's clock,
+/// sender figures from the sending side's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IntervalReport {
+    pub start: f64,
+    pub end: f64,
+    pub omitted: bool,
+    pub receiver_bytes: u64,
+    pub receiver_bps: f64,
+    pub sender_bytes: u64,
+    pub sender_bps: f64,
+    pub retransmits: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<Vec<FlowIntervalReport>>,
+}
+
+/// One flow in one interval of the merged report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowIntervalReport {
+    pub id: u32,
+    pub receiver_bytes: u64,
+    pub receiver_bps: f64,
+    pub sender_bytes: u64,
+    pub sender_bps: f64,
+    pub retransmits: u64,
+}
+
+/// Summary figures of one direction (bidir tests carry one per direction).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DirectionSummary {
+    pub direction: Option<Direction>,
+    pub flows: u32,
+    pub receiver_bytes: u64,
+    pub receiver_bps: f64,
+    pub sender_bytes: u64,
+    pub sender_bps: f64,
+    pub retransmits: u64,
+}
+
+/// The headline figures over the measurement window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The measurement window in seconds, as the receivers' clocks measured it.
+    pub duration_s: f64,
+    /// Payload bytes that arrived at the receivers inside the window (the headline).
+    pub receiver_bytes: u64,
+    /// Receiver goodput: the sum over flows of each flow's window bytes over its window.
+    pub receiver_bps: f64,
+    pub sender_bytes: u64,
+    pub sender_bps: f64,
+    pub retransmits: u64,
+    pub receiver_bytes_total: u64,
+    pub sender_bytes_total: u64,
+    pub flows: u32,
+    pub flows_failed: u32,
+    pub cpu: PerSide<CpuUsage>,
+    /// CPU microseconds (whole host, all cores) per KiB received, per side.
+    pub service_demand_us_per_kb: PerSide<f64>,
+    /// Per-direction figures; present for bidir tests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directions: Option<Vec<DirectionSummary>>,
+}
+
+/// The merged result of one test: configuration, hosts, intervals, flows and summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The linerate build that produced the report.
+    pub tool: String,
+    /// The kind of test: "tcp_stream".
+    pub test: String,
+    /// Seconds since the Unix epoch when the test started.
+    pub started_at: f64,
+    pub config: TestConfig,
+    pub host: PerSide<HostFacts>,
+    pub intervals: Vec<IntervalReport>,
+    pub flows: Vec<FlowReport>,
+    pub summary: Summary,
+    pub warnings: Vec<String>,
+}

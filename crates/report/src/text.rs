@@ -1,0 +1,204 @@
+//! The plain-text renderer: iperf3-style interval lines and a summary.
+
+use crate::model::*;
+use crate::units::{format_bytes, format_rate, Scale};
+use std::fmt::Write;
+
+/// The column header printed above interval lines.
+pub const INTERVAL_HEADER: &str = "[ ID] Interval           Transfer     Bitrate         Retr";
+
+/// One iperf3-style line: `[SUM]   0.00-1.00   sec  3.51 GBytes  30.1 Gbits/sec    0  sender`.
+pub fn interval_line(
+    label: &str,
+    start: f64,
+    end: f64,
+    bytes: u64,
+    bps: f64,
+    retransmits: Option<u64>,
+    note: &str,
+    scale: Scale,
+) -> String {
+    let span = format!("{start:.2}-{end:.2}");
+    let retr = retransmits.map_or(String::new(), |r| r.to_string());
+    format!(
+        "[{label:>3}] {span:>12} sec  {:>12}  {:>15}  {retr:>4}  {note}",
+        format_bytes(bytes as f64, scale),
+        format_rate(bps, scale),
+    )
+    .trim_end()
+    .to_string()
+}
+
+fn direction_words(direction: Option<Direction>) -> &'static str {
+    match direction {
+        Some(Direction::Forward) => "client -> server",
+        Some(Direction::Reverse) => "server -> client",
+        _ => "",
+    }
+}
+
+fn cpu_line(name: &str, cpu: &CpuUsage, demand: f64) -> String {
+    format!(
+        "CPU {name}: {:.1}% of {} cores (user {:.1}, system {:.1}, softirq {:.1}), busiest core #{} {:.1}%, \
+         linerate {:.1}% of a core; service demand {:.3} us/KB",
+        cpu.busy_pct,
+        cpu.cores,
+        cpu.user_pct,
+        cpu.system_pct,
+        cpu.softirq_pct,
+        cpu.busiest_core,
+        cpu.busiest_core_pct,
+        cpu.process_pct,
+        demand,
+    )
+}
+
+/// Renders the end-of-test section: per-flow lines on request, the sums, the headline and
+/// CPU on both ends.
+pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
+    let mut out = String::new();
+    let s = &report.summary;
+    let window_start = report.config.omit_s;
+    let window_end = window_start + s.duration_s;
+    let _ = writeln!(out, "- - - - - - - - - - - - - - - - - - - - - - - - -");
+    let _ = writeln!(out, "{INTERVAL_HEADER}");
+    let line = |label: &str, bytes, bps, retr, note: &str| {
+        interval_line(
+            label,
+            window_start,
+            window_end,
+            bytes,
+            bps,
+            retr,
+            note,
+            scale,
+        )
+    };
+    if per_flow {
+        for flow in &report.flows {
+            let label = flow.id.to_string();
+            let _ = writeln!(
+                out,
+                "{}",
+                line(
+                    &label,
+                    flow.sender_bytes,
+                    flow.sender_bps,
+                    Some(flow.retransmits),
+                    "sender"
+                )
+            );
+            let _ = writeln!(
+                out,
+                "{}",
+                line(
+                    &label,
+                    flow.receiver_bytes,
+                    flow.receiver_bps,
+                    None,
+                    "receiver"
+                )
+            );
+            if let Some(error) = &flow.error {
+                let _ = writeln!(out, "[{label:>3}] failed: {error}");
+            }
+        }
+    }
+    let groups: Vec<DirectionSummary> = match &s.directions {
+        Some(directions) => directions.clone(),
+        None => vec![DirectionSummary {
+            direction: report.flows.first().and_then(|f| f.direction),
+            flows: s.flows,
+            receiver_bytes: s.receiver_bytes,
+            receiver_bps: s.receiver_bps,
+            sender_bytes: s.sender_bytes,
+            sender_bps: s.sender_bps,
+            retransmits: s.retransmits,
+        }],
+    };
+    for group in &groups {
+        let words = direction_words(group.direction);
+        let sender_note = format!("sender  {words}");
+        let receiver_note = format!("receiver  {words}");
+        let _ = writeln!(
+            out,
+            "{}",
+            line(
+                "SUM",
+                group.sender_bytes,
+                group.sender_bps,
+                Some(group.retransmits),
+                &sender_note
+            )
+        );
+        let _ = writeln!(
+            out,
+            "{}",
+            line(
+                "SUM",
+                group.receiver_bytes,
+                group.receiver_bps,
+                None,
+                &receiver_note
+            )
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Receiver goodput: {} over {:.2} s ({} received, {} flow{}{})",
+        format_rate(s.receiver_bps, scale),
+        s.duration_s,
+        format_bytes(s.receiver_bytes as f64, scale),
+        s.flows,
+        if s.flows == 1 { "" } else { "s" },
+        if s.flows_failed > 0 {
+            format!(", {} failed", s.flows_failed)
+        } else {
+            String::new()
+        },
+    );
+    let _ = writeln!(
+        out,
+        "Sender rate:      {}   retransmits: {}",
+        format_rate(s.sender_bps, scale),
+        s.retransmits
+    );
+    let _ = writeln!(
+        out,
+        "{}",
+        cpu_line("client", &s.cpu.local, s.service_demand_us_per_kb.local)
+    );
+    let _ = writeln!(
+        out,
+        "{}",
+        cpu_line("server", &s.cpu.remote, s.service_demand_us_per_kb.remote)
+    );
+    for warning in &report.warnings {
+        let _ = writeln!(out, "warning: {warning}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_line_has_iperf3_columns() {
+        let line = interval_line(
+            "SUM",
+            0.0,
+            1.0,
+            1 << 30,
+            8.6e9,
+            Some(3),
+            "sender",
+            Scale::Adaptive,
+        );
+        assert_eq!(
+            line,
+            "[SUM]    0.00-1.00 sec   1.00 GBytes   8.60 Gbits/sec     3  sender"
+        );
+    }
+}

@@ -1,0 +1,213 @@
+//! Sizes and rates with iperf3's suffixes.
+//!
+//! Sizes are bytes with binary multiples (`128K` = 131072), rates are bits per second with
+//! decimal multiples (`10M` = 10,000,000 bit/s), as iperf3 parses and prints them. Suffixes
+//! are case-insensitive on input; output uses iperf3's words (`KBytes`, `Mbits/sec`).
+
+use thiserror::Error;
+
+/// A value that does not parse as a size or a rate.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("invalid {what} '{value}': {why}")]
+pub struct UnitError {
+    pub what: &'static str,
+    pub value: String,
+    pub why: &'static str,
+}
+
+fn split_suffix(text: &str) -> (&str, Option<char>) {
+    let trimmed = text.trim();
+    match trimmed.chars().last() {
+        Some(c) if c.is_ascii_alphabetic() => (&trimmed[..trimmed.len() - 1], Some(c)),
+        _ => (trimmed, None),
+    }
+}
+
+fn parse_scaled(text: &str, what: &'static str, base: f64) -> Result<f64, UnitError> {
+    let error = |why| UnitError {
+        what,
+        value: text.to_string(),
+        why,
+    };
+    let (number, suffix) = split_suffix(text);
+    let multiplier = match suffix.map(|c| c.to_ascii_lowercase()) {
+        None => 1.0,
+        Some('k') => base,
+        Some('m') => base * base,
+        Some('g') => base * base * base,
+        Some('t') => base * base * base * base,
+        Some(_) => return Err(error("unknown suffix (use k, m, g or t)")),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| error("not a number with an optional k/m/g/t suffix"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(error("must be a non-negative number"));
+    }
+    Ok(value * multiplier)
+}
+
+/// Parses a byte count: `131072`, `128k`, `1.5M` (binary multiples).
+pub fn parse_size(text: &str) -> Result<u64, UnitError> {
+    let value = parse_scaled(text, "size", 1024.0)?;
+    if value > u64::MAX as f64 {
+        return Err(UnitError {
+            what: "size",
+            value: text.to_string(),
+            why: "too large",
+        });
+    }
+    Ok(value.round() as u64)
+}
+
+/// Parses a rate in bits per second: `100M`, `2.5g`, `0` (decimal multiples).
+pub fn parse_rate(text: &str) -> Result<u64, UnitError> {
+    let value = parse_scaled(text, "rate", 1000.0)?;
+    if value > u64::MAX as f64 {
+        return Err(UnitError {
+            what: "rate",
+            value: text.to_string(),
+            why: "too large",
+        });
+    }
+    Ok(value.round() as u64)
+}
+
+/// Which unit a printed figure uses: adaptive (iperf3's default), or fixed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scale {
+    #[default]
+    Adaptive,
+    Kilo,
+    Mega,
+    Giga,
+}
+
+impl Scale {
+    /// iperf3's `-f` letters: k, m, g (and upper case, which iperf3 uses for bytes; here the
+    /// same scale applies to both bytes and bits).
+    pub fn parse(letter: &str) -> Option<Scale> {
+        match letter.to_ascii_lowercase().as_str() {
+            "a" => Some(Scale::Adaptive),
+            "k" => Some(Scale::Kilo),
+            "m" => Some(Scale::Mega),
+            "g" => Some(Scale::Giga),
+            _ => None,
+        }
+    }
+}
+
+fn three_digits(value: f64) -> String {
+    // iperf3 prints three significant figures at most: 123, 12.3, 1.23.
+    if value >= 99.95 {
+        format!("{value:.0}")
+    } else if value >= 9.995 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// Formats a byte count: `3.51 GBytes`, `640 KBytes`.
+pub fn format_bytes(bytes: f64, scale: Scale) -> String {
+    const K: f64 = 1024.0;
+    let level = match scale {
+        Scale::Kilo => 1,
+        Scale::Mega => 2,
+        Scale::Giga => 3,
+        Scale::Adaptive => {
+            if bytes >= K * K * K {
+                3
+            } else if bytes >= K * K {
+                2
+            } else if bytes >= K {
+                1
+            } else {
+                0
+            }
+        }
+    };
+    let unit = ["Bytes", "KBytes", "MBytes", "GBytes"][level];
+    format!("{} {unit}", three_digits(bytes / K.powi(level as i32)))
+}
+
+/// Formats a rate in bits per second: `30.1 Gbits/sec`.
+pub fn format_rate(bits_per_second: f64, scale: Scale) -> String {
+    const K: f64 = 1000.0;
+    let level = match scale {
+        Scale::Kilo => 1,
+        Scale::Mega => 2,
+        Scale::Giga => 3,
+        Scale::Adaptive => {
+            if bits_per_second >= K * K * K {
+                3
+            } else if bits_per_second >= K * K {
+                2
+            } else if bits_per_second >= K {
+                1
+            } else {
+                0
+            }
+        }
+    };
+    let unit = ["bits/sec", "Kbits/sec", "Mbits/sec", "Gbits/sec"][level];
+    format!(
+        "{} {unit}",
+        three_digits(bits_per_second / K.powi(level as i32))
+    )
+}
+
+/// Formats a byte count compactly for configuration lines: `128K`, `1M`, `1500`.
+pub fn format_size_compact(bytes: u64) -> String {
+    for (shift, letter) in [(30, 'G'), (20, 'M'), (10, 'K')] {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("{}{letter}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_use_binary_multiples() {
+        assert_eq!(parse_size("128k"), Ok(131072));
+        assert_eq!(parse_size("128K"), Ok(131072));
+        assert_eq!(parse_size("1.5M"), Ok(1572864));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("1500"), Ok(1500));
+    }
+
+    #[test]
+    fn rates_use_decimal_multiples() {
+        assert_eq!(parse_rate("100M"), Ok(100_000_000));
+        assert_eq!(parse_rate("2.5g"), Ok(2_500_000_000));
+        assert_eq!(parse_rate("0"), Ok(0));
+    }
+
+    #[test]
+    fn bad_values_name_themselves() {
+        let error = parse_size("12q").unwrap_err();
+        assert_eq!(error.value, "12q");
+        assert!(error.to_string().contains("'12q'"));
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("-5M").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn formatting_matches_iperf3_words() {
+        assert_eq!(format_rate(30.1e9, Scale::Adaptive), "30.1 Gbits/sec");
+        assert_eq!(format_rate(956.4e6, Scale::Adaptive), "956 Mbits/sec");
+        assert_eq!(format_rate(1.5e9, Scale::Mega), "1500 Mbits/sec");
+        assert_eq!(
+            format_bytes(3.51 * 1024.0 * 1024.0 * 1024.0, Scale::Adaptive),
+            "3.51 GBytes"
+        );
+        assert_eq!(format_bytes(640.0 * 1024.0, Scale::Adaptive), "640 KBytes");
+        assert_eq!(format_size_compact(131072), "128K");
+        assert_eq!(format_size_compact(1500), "1500");
+    }
+}
