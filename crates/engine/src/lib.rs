@@ -1,1 +1,16 @@
-//! placeholder
+//! linerate's data plane and the drivers that run tests over real sockets.
+//!
+//! - [`worker`] and [`plane`]: T worker threads, each with its own mio poll set and share of
+//!   the flows; counters are per worker and read out at interval boundaries.
+//! - [`pacer`]: the per-flow token bucket behind `--rate`.
+//! - [`sys`]: Linux socket options and TCP_INFO.
+//! - [`server`] and [`client`]: the control-connection drivers around the sans-IO sessions
+//!   of `linerate-proto`.
+
+pub mod client;
+pub mod control;
+pub mod pacer;
+pub mod plane;
+pub mod server;
+pub mod sys;
+pub mod worker;

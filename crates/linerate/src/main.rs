@@ -1,1 +1,251 @@
-fn main() {}
+//! The `linerate` binary: flags, glue and exit codes; the work is in the library crates.
+//!
+//! Exit codes: 0 success, 1 a test that could not run or finished with failed flows,
+//! 2 a usage error (bad flag or value).
+
+mod cli;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::error::ErrorKind;
+use clap::Parser;
+use cli::{Cli, Command, ServeArgs, StreamArgs};
+use linerate_engine::client::{self, ClientOptions, Progress};
+use linerate_engine::server::{Server, ServerConfig};
+use linerate_proto::Limits;
+use linerate_report::text::{self, INTERVAL_HEADER};
+use linerate_report::{Direction, Report, TestConfig};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
+    let (json, outcome) = match cli.command {
+        Command::Serve(args) => (false, serve(&args)),
+        Command::Stream(args) => (args.json, stream(&args)),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(error) => {
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let message = format!("{error:#}");
+            if json {
+                println!("{}", serde_json::json!({ "error": message }));
+            }
+            eprintln!("linerate: error: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Help and version go to stdout with exit 0; a mistake is one line on stderr, exit 2.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = error.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = error.print();
+            ExitCode::from(2)
+        }
+        _ => {
+            let rendered = error.render().to_string();
+            let first = rendered
+                .lines()
+                .next()
+                .unwrap_or("error: invalid arguments");
+            eprintln!("linerate: {first} (see 'linerate --help')");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn serve(args: &ServeArgs) -> Result<ExitCode> {
+    let ip = args.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+    let mut config = ServerConfig::new(SocketAddr::new(ip, args.port));
+    config.limits = Limits {
+        max_tests: args.max_tests,
+        max_flows: args.max_flows,
+        max_duration_s: args.max_duration,
+    };
+    if let Some(threads) = args.threads {
+        config.threads = threads as usize;
+    }
+    config.log = !args.quiet;
+    let server = match Server::bind(config.clone()) {
+        Ok(server) => server,
+        // No IPv6 on this host: the default falls back to every IPv4 address.
+        Err(_) if args.listen.is_none() => {
+            config.listen = SocketAddr::from(([0, 0, 0, 0], args.port));
+            Server::bind(config.clone())
+                .with_context(|| format!("cannot listen on {}", config.listen))?
+        }
+        Err(e) => return Err(anyhow!(e).context(format!("cannot listen on {}", config.listen))),
+    };
+    let shutdown = server.shutdown_flag();
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, shutdown.clone())
+            .context("cannot install signal handlers")?;
+    }
+    server.run().context("server failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn test_config(args: &StreamArgs) -> TestConfig {
+    let direction = if args.bidir {
+        Direction::Bidir
+    } else if args.reverse {
+        Direction::Reverse
+    } else {
+        Direction::Forward
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    TestConfig {
+        protocol: "tcp".into(),
+        target: args.host.clone().unwrap_or_else(|| "loopback".into()),
+        port: args.port,
+        direction,
+        parallel: args.parallel,
+        threads: args.threads.unwrap_or(cpus),
+        time_s: args.time,
+        omit_s: args.omit,
+        interval_s: args.interval,
+        length: args.length,
+        window: args.window,
+        mss: args.mss,
+        nodelay: args.nodelay,
+        congestion: args.congestion.clone(),
+        rate_bps: args.rate.filter(|r| *r > 0),
+        per_flow: args.per_flow,
+        connect_timeout_s: args.connect_timeout,
+    }
+}
+
+fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+    let mut addrs = (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve host '{host}'"))?;
+    addrs
+        .next()
+        .ok_or_else(|| anyhow!("host '{host}' has no address"))
+}
+
+fn stream(args: &StreamArgs) -> Result<ExitCode> {
+    let config = test_config(args);
+    let cancel = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, cancel.clone())
+            .context("cannot install signal handlers")?;
+    }
+    let options = ClientOptions::new(config.clone());
+    let flow_ids: Vec<u32> = (0..config.connections()).collect();
+    let sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
+    let quiet = args.json;
+    let mut progress = |event: Progress| {
+        if quiet {
+            return;
+        }
+        match event {
+            Progress::Connected { server } => {
+                println!(
+                    "Server: {} on {} (kernel {}, {} x {})",
+                    server.software, server.hostname, server.kernel, server.cores, server.cpu_model
+                );
+            }
+            Progress::Started => {
+                if config.interval_s > 0.0 {
+                    println!("{INTERVAL_HEADER}");
+                }
+            }
+            Progress::Interval(interval) => {
+                for line in text::side_interval_lines(
+                    &interval,
+                    &sends,
+                    &flow_ids,
+                    args.format,
+                    args.per_flow,
+                ) {
+                    println!("{line}");
+                }
+            }
+        }
+    };
+    let report = match &args.host {
+        Some(host) => {
+            let addr = resolve(host, args.port)?;
+            if !quiet {
+                println!("Connecting to {host} ({addr}), {}", describe(&config));
+            }
+            client::run(addr, &options, &cancel, &mut progress)?
+        }
+        None => {
+            if !quiet {
+                println!(
+                    "Measuring this machine over loopback (in-process server), {}",
+                    describe(&config)
+                );
+            }
+            client::run_local(&options, &cancel, &mut progress)?
+        }
+    };
+    print_report(&report, args)?;
+    if report.summary.flows_failed > 0 {
+        bail!(
+            "{} of {} flows failed; the figures cover only what arrived",
+            report.summary.flows_failed,
+            report.summary.flows
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe(config: &TestConfig) -> String {
+    let direction = match config.direction {
+        Direction::Forward => "client sends",
+        Direction::Reverse => "server sends",
+        Direction::Bidir => "both send",
+    };
+    format!(
+        "TCP, {} flow{}, {direction}, {} s{}, {} writes",
+        config.parallel,
+        if config.parallel == 1 { "" } else { "s" },
+        config.time_s,
+        if config.omit_s > 0.0 {
+            format!(" after {} s warm-up", config.omit_s)
+        } else {
+            String::new()
+        },
+        linerate_report::units::format_size_compact(config.length),
+    )
+}
+
+fn print_report(report: &Report, args: &StreamArgs) -> Result<()> {
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).context("cannot encode the result")?
+        );
+    } else {
+        print!(
+            "{}",
+            text::render_summary(report, args.format, args.per_flow)
+        );
+        if args.window.is_some() {
+            let flow = report.flows.first();
+            println!(
+                "Socket buffers granted (send/receive): client {}/{}, server {}/{} bytes; kernel autotuning is off",
+                flow.map_or(0, |f| f.client.sndbuf),
+                flow.map_or(0, |f| f.client.rcvbuf),
+                flow.map_or(0, |f| f.server.sndbuf),
+                flow.map_or(0, |f| f.server.rcvbuf),
+            );
+        }
+    }
+    Ok(())
+}

@@ -29,6 +29,78 @@ pub fn interval_line(
     .to_string()
 }
 
+/// Lines for one interval of one side's own figures, as shown live while a test runs.
+/// `sends(id)` tells whether this side sends on flow `id` (else it receives on it).
+pub fn side_interval_lines(
+    interval: &SideInterval,
+    sends: &dyn Fn(u32) -> bool,
+    flows: &[u32],
+    scale: Scale,
+    per_flow: bool,
+) -> Vec<String> {
+    let note = |role: &str| {
+        if interval.omitted {
+            format!("{role} (omitted)")
+        } else {
+            role.to_string()
+        }
+    };
+    let line = |label: &str, bytes, bps, retransmits, role: &str| {
+        interval_line(
+            label,
+            interval.start,
+            interval.end,
+            bytes,
+            bps,
+            retransmits,
+            &note(role),
+            scale,
+        )
+    };
+    let mut lines = Vec::new();
+    if per_flow {
+        for flow in interval.flows.iter().flatten() {
+            let label = flow.id.to_string();
+            lines.push(if sends(flow.id) {
+                line(
+                    &label,
+                    flow.sent_bytes,
+                    flow.sent_bps,
+                    Some(flow.retransmits),
+                    "sender",
+                )
+            } else {
+                line(
+                    &label,
+                    flow.received_bytes,
+                    flow.received_bps,
+                    None,
+                    "receiver",
+                )
+            });
+        }
+    }
+    if flows.iter().any(|&id| sends(id)) {
+        lines.push(line(
+            "SUM",
+            interval.sent_bytes,
+            interval.sent_bps,
+            Some(interval.retransmits),
+            "sender",
+        ));
+    }
+    if flows.iter().any(|&id| !sends(id)) {
+        lines.push(line(
+            "SUM",
+            interval.received_bytes,
+            interval.received_bps,
+            None,
+            "receiver",
+        ));
+    }
+    lines
+}
+
 fn direction_words(direction: Option<Direction>) -> &'static str {
     match direction {
         Some(Direction::Forward) => "client -> server",

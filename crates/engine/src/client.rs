@@ -1,0 +1,289 @@
+//! Running a stream test against a server: the client's control driver.
+//!
+//! The client opens the control connection, lets its `ClientSession` negotiate the test,
+//! opens the data connections with the server's token, starts the server and its own data
+//! plane together, shows intervals as its workers report them, and merges its own side with
+//! the server's results into one [`Report`].
+
+use crate::control::Control;
+use crate::plane::DataPlane;
+use crate::server::{Server, ServerConfig};
+use crate::sys;
+use crate::worker::FlowSpec;
+use linerate_hostinfo::host_facts;
+use linerate_proto::preface::data_preface;
+use linerate_proto::{ClientEvent, ClientSession, SessionError, Timeouts, Token, PROTOCOL_VERSION};
+use linerate_report::{Direction, HostFacts, Report, Role, SideInterval, SideResult, TestConfig};
+use socket2::{Domain, Socket, Type};
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+use thiserror::Error;
+
+/// Why a test could not run or finish.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect { addr: SocketAddr, reason: String },
+    #[error("cannot open data connection {flow} to {addr}: {source}")]
+    DataConnect {
+        flow: u32,
+        addr: SocketAddr,
+        source: io::Error,
+    },
+    #[error("{0}")]
+    Session(#[from] SessionError),
+    #[error("the test was interrupted")]
+    Interrupted,
+    #[error("{context}: {source}")]
+    Io {
+        context: &'static str,
+        source: io::Error,
+    },
+    #[error("cannot start the in-process server: {0}")]
+    LocalServer(io::Error),
+}
+
+/// What the client tells its caller while a test runs.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// Connected; the server's facts.
+    Connected { server: Box<HostFacts> },
+    /// The data connections are open and the test has started.
+    Started,
+    /// An interval of this side's own figures.
+    Interval(SideInterval),
+}
+
+/// A test to run.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub config: TestConfig,
+    pub timeouts: Timeouts,
+    pub drain: Duration,
+}
+
+impl ClientOptions {
+    pub fn new(config: TestConfig) -> ClientOptions {
+        ClientOptions {
+            config,
+            timeouts: Timeouts::default(),
+            drain: Duration::from_secs(3),
+        }
+    }
+}
+
+fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    config: &TestConfig,
+    data: bool,
+) -> io::Result<TcpStream> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    if data {
+        sys::apply_options(&socket, config, true)?;
+    }
+    socket.connect_timeout(&addr.into(), timeout)?;
+    Ok(socket.into())
+}
+
+fn connect_error(addr: SocketAddr, error: &io::Error, timeout: Duration) -> ClientError {
+    let reason = match error.kind() {
+        io::ErrorKind::ConnectionRefused => {
+            "connection refused (is `linerate serve` running there?)".to_string()
+        }
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            format!("no answer within {:.0} s", timeout.as_secs_f64())
+        }
+        _ => error.to_string(),
+    };
+    ClientError::Connect { addr, reason }
+}
+
+/// Runs one test against the server at `addr`. `cancel` (Ctrl-C) aborts it cleanly: the
+/// server is told and frees the test.
+pub fn run(
+    addr: SocketAddr,
+    options: &ClientOptions,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Report, ClientError> {
+    let config = &options.config;
+    let connect_timeout = Duration::from_secs_f64(config.connect_timeout_s);
+    let host = host_facts();
+    let started_at = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let stream = connect(addr, connect_timeout, config, false)
+        .map_err(|e| connect_error(addr, &e, connect_timeout))?;
+    let mut control = Control::new(stream).map_err(|source| ClientError::Io {
+        context: "control connection setup",
+        source,
+    })?;
+    let mut session = ClientSession::new(
+        Instant::now(),
+        PROTOCOL_VERSION,
+        host.clone(),
+        config.clone(),
+        options.timeouts,
+    );
+    let mut plane: Option<DataPlane> = None;
+    let mut local: Option<SideResult> = None;
+    let mut remote: Option<SideResult> = None;
+    let mut flows: Vec<TcpStream> = Vec::new();
+    loop {
+        while let Some(event) = session.poll_event() {
+            match event {
+                ClientEvent::Welcomed { host, .. } => {
+                    progress(Progress::Connected { server: host })
+                }
+                ClientEvent::Accepted { token, .. } => {
+                    match open_flows(addr, config, token, connect_timeout) {
+                        Ok(opened) => flows = opened,
+                        Err(error) => {
+                            session.abort(&error.to_string());
+                            control.flush(&mut session);
+                            return Err(error);
+                        }
+                    }
+                }
+                ClientEvent::FlowsReady => {
+                    let start = Instant::now();
+                    session.start(start);
+                    control.flush(&mut session);
+                    let specs = flow_specs(config, std::mem::take(&mut flows));
+                    let threads = config.threads as usize;
+                    match DataPlane::start(start, config, threads, specs, options.drain) {
+                        Ok(p) => plane = Some(p),
+                        Err(source) => {
+                            session.abort("the client could not start its data plane");
+                            control.flush(&mut session);
+                            return Err(ClientError::Io {
+                                context: "starting the data plane",
+                                source,
+                            });
+                        }
+                    }
+                    progress(Progress::Started);
+                }
+                ClientEvent::Results(result) => remote = Some(*result),
+                ClientEvent::Failed(error) => {
+                    if let Some(plane) = plane.take() {
+                        plane.stop();
+                    }
+                    return Err(error.into());
+                }
+            }
+        }
+        if cancel.load(Ordering::Relaxed) {
+            session.abort("interrupted by the user");
+            control.flush(&mut session);
+            return Err(ClientError::Interrupted);
+        }
+        if let Some(running) = plane.as_mut() {
+            for interval in running.poll_intervals(Duration::from_millis(20)) {
+                progress(Progress::Interval(interval));
+            }
+            if running.is_finished() {
+                // The workers are gone, so every sample is in the channel: show the rest.
+                for interval in running.poll_intervals(Duration::ZERO) {
+                    progress(Progress::Interval(interval));
+                }
+                let finished = plane.take().expect("checked").finish(host.clone());
+                match finished {
+                    Ok(result) => local = Some(result),
+                    Err(source) => {
+                        session.abort("the client's data plane failed");
+                        control.flush(&mut session);
+                        return Err(ClientError::Io {
+                            context: "data plane",
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+        if local.is_some() && remote.is_some() {
+            session.done();
+            control.flush(&mut session);
+            break;
+        }
+        let wait = if plane.is_some() {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(100)
+        };
+        control.step(&mut session, wait);
+    }
+    let (Some(local), Some(remote)) = (local, remote) else {
+        unreachable!("the loop ends only with both results")
+    };
+    Ok(Report::assemble(
+        "tcp_stream",
+        &host.software,
+        started_at,
+        config.clone(),
+        local,
+        remote,
+    ))
+}
+
+fn open_flows(
+    addr: SocketAddr,
+    config: &TestConfig,
+    token: Token,
+    timeout: Duration,
+) -> Result<Vec<TcpStream>, ClientError> {
+    (0..config.connections())
+        .map(|flow| {
+            let fail = |source| ClientError::DataConnect { flow, addr, source };
+            let mut stream = connect(addr, timeout, config, true).map_err(fail)?;
+            stream.write_all(&data_preface(token, flow)).map_err(fail)?;
+            Ok(stream)
+        })
+        .collect()
+}
+
+fn flow_specs(config: &TestConfig, streams: Vec<TcpStream>) -> Vec<FlowSpec> {
+    streams
+        .into_iter()
+        .enumerate()
+        .map(|(id, stream)| {
+            let direction = config.flow_direction(id as u32);
+            FlowSpec {
+                id: id as u32,
+                direction,
+                role: if direction == Direction::Reverse {
+                    Role::Receive
+                } else {
+                    Role::Send
+                },
+                stream,
+            }
+        })
+        .collect()
+}
+
+/// Runs a test against an in-process server on loopback: "measure this machine" with no
+/// server to start by hand.
+pub fn run_local(
+    options: &ClientOptions,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Report, ClientError> {
+    let mut server_config = ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+    server_config.log = false;
+    server_config.drain = options.drain;
+    let server = Server::bind(server_config).map_err(ClientError::LocalServer)?;
+    let addr = server.local_addr().map_err(ClientError::LocalServer)?;
+    let shutdown = server.shutdown_flag();
+    let handle = std::thread::Builder::new()
+        .name("linerate-local-server".into())
+        .spawn(move || server.run())
+        .map_err(ClientError::LocalServer)?;
+    let result = run(addr, options, cancel, progress);
+    shutdown.store(true, Ordering::Relaxed);
+    let _ = handle.join();
+    result
+}

@@ -1,0 +1,121 @@
+//! Blocking I/O for one control connection, around a sans-IO session.
+//!
+//! Control traffic is a handful of small frames per test, so a blocking socket with read
+//! timeouts is enough; the timeouts come from the session's own deadlines.
+
+use linerate_proto::{ClientSession, ServerSession};
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// The calls a driver makes on either session.
+pub trait Machine {
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]);
+    fn handle_eof(&mut self, now: Instant);
+    fn handle_timeout(&mut self, now: Instant);
+    fn poll_transmit(&mut self) -> Option<Vec<u8>>;
+    fn poll_timeout(&self) -> Option<Instant>;
+}
+
+macro_rules! machine {
+    ($t:ty) => {
+        impl Machine for $t {
+            fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
+                <$t>::handle_input(self, now, bytes)
+            }
+            fn handle_eof(&mut self, now: Instant) {
+                <$t>::handle_eof(self, now)
+            }
+            fn handle_timeout(&mut self, now: Instant) {
+                <$t>::handle_timeout(self, now)
+            }
+            fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+                <$t>::poll_transmit(self)
+            }
+            fn poll_timeout(&self) -> Option<Instant> {
+                <$t>::poll_timeout(self)
+            }
+        }
+    };
+}
+machine!(ClientSession);
+machine!(ServerSession);
+
+/// A control connection.
+pub struct Control {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+    closed: bool,
+}
+
+impl Control {
+    pub fn new(stream: TcpStream) -> io::Result<Control> {
+        stream.set_nodelay(true)?;
+        stream.set_nonblocking(false)?;
+        // A peer that stops reading cannot block a writer for long.
+        stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Control {
+            stream,
+            buffer: vec![0; 64 * 1024],
+            closed: false,
+        })
+    }
+
+    /// The peer has closed (or the connection broke).
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Sends everything the session has queued. A broken connection is reported to the
+    /// session as the peer's end of stream.
+    pub fn flush<M: Machine>(&mut self, machine: &mut M) {
+        while let Some(bytes) = machine.poll_transmit() {
+            if self.closed {
+                continue;
+            }
+            if self.stream.write_all(&bytes).is_err() {
+                self.closed = true;
+                machine.handle_eof(Instant::now());
+            }
+        }
+    }
+
+    /// Flushes, then waits up to `max_wait` (less if the session has an earlier deadline)
+    /// for input, and feeds what happened to the session.
+    pub fn step<M: Machine>(&mut self, machine: &mut M, max_wait: Duration) {
+        self.flush(machine);
+        let now = Instant::now();
+        let mut wait = max_wait;
+        if let Some(deadline) = machine.poll_timeout() {
+            wait = wait.min(deadline.saturating_duration_since(now));
+        }
+        if self.closed {
+            std::thread::sleep(wait);
+        } else {
+            // A zero read timeout means "block forever" to the kernel; use a floor.
+            let _ = self
+                .stream
+                .set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+            match self.stream.read(&mut self.buffer) {
+                Ok(0) => {
+                    self.closed = true;
+                    machine.handle_eof(Instant::now());
+                }
+                Ok(n) => machine.handle_input(Instant::now(), &self.buffer[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(_) => {
+                    self.closed = true;
+                    machine.handle_eof(Instant::now());
+                }
+            }
+        }
+        machine.handle_timeout(Instant::now());
+        self.flush(machine);
+    }
+}

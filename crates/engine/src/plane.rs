@@ -1,0 +1,379 @@
+//! The data plane of one side of a test: workers started together on one schedule, their
+//! samples gathered into interval figures as they arrive and into a [`SideResult`] at the
+//! end.
+//!
+//! The measurement window (MEASUREMENT.md rule 2) is `[omit, omit + time]` on this side's
+//! clock, which starts when this side starts its workers. Each flow's window figures use
+//! its worker's actual sample times at the two edges, so a late wake-up shifts the window
+//! a little but never inflates a rate.
+
+use crate::worker::{self, FlowOutcome, FlowSpec, Sample, WorkerPlan};
+use linerate_hostinfo::usage;
+use linerate_report::{
+    FlowInterval, FlowSide, HostFacts, Role, SideInterval, SideResult, TestConfig,
+};
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The nominal timeline of a test, relative to its start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    pub omit: Duration,
+    pub time: Duration,
+    /// Zero: no interval reports, only the window.
+    pub interval: Duration,
+}
+
+impl Schedule {
+    pub fn from_config(config: &TestConfig) -> Schedule {
+        Schedule {
+            omit: Duration::from_secs_f64(config.omit_s),
+            time: Duration::from_secs_f64(config.time_s),
+            interval: Duration::from_secs_f64(config.interval_s),
+        }
+    }
+
+    /// Every boundary: 0, each interval, the end of the warm-up and the end of the test,
+    /// in order and without repeats. The last one ends the test.
+    pub fn boundaries(&self) -> Vec<Duration> {
+        let end = self.omit + self.time;
+        let mut points = vec![Duration::ZERO, self.omit, end];
+        if !self.interval.is_zero() {
+            let mut t = self.interval;
+            while t < end {
+                points.push(t);
+                t += self.interval;
+            }
+        }
+        points.sort();
+        // Boundaries closer than a microsecond are one boundary (float seconds from flags).
+        points.dedup_by(|a, b| a.abs_diff(*b) < Duration::from_micros(1));
+        points
+    }
+}
+
+/// Index of the boundary closest to `at`.
+fn index_of(boundaries: &[Duration], at: Duration) -> usize {
+    boundaries
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, b)| b.abs_diff(at))
+        .map_or(0, |(i, _)| i)
+}
+
+/// A running data plane.
+pub struct DataPlane {
+    boundaries: Vec<Duration>,
+    omit_index: usize,
+    end_index: usize,
+    roles: HashMap<u32, Role>,
+    per_flow: bool,
+    workers: Vec<JoinHandle<io::Result<Vec<FlowOutcome>>>>,
+    receiver: Receiver<Sample>,
+    stop: Arc<AtomicBool>,
+    /// `samples[boundary][worker]`
+    samples: Vec<Vec<Option<Sample>>>,
+    intervals_done: usize,
+}
+
+impl DataPlane {
+    /// Spreads `flows` round-robin over up to `threads` workers and starts them; the test's
+    /// clock starts at `start`.
+    pub fn start(
+        start: Instant,
+        config: &TestConfig,
+        threads: usize,
+        flows: Vec<FlowSpec>,
+        drain: Duration,
+    ) -> io::Result<DataPlane> {
+        let schedule = Schedule::from_config(config);
+        let boundaries = schedule.boundaries();
+        let omit_index = index_of(&boundaries, schedule.omit);
+        let end_index = boundaries.len() - 1;
+        let roles = flows.iter().map(|f| (f.id, f.role)).collect();
+        let count = threads.clamp(1, flows.len().max(1));
+        let mut shares: Vec<Vec<FlowSpec>> = (0..count).map(|_| Vec::new()).collect();
+        for (i, flow) in flows.into_iter().enumerate() {
+            shares[i % count].push(flow);
+        }
+        let (sender, receiver) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut workers = Vec::with_capacity(count);
+        for (index, share) in shares.into_iter().enumerate() {
+            let plan = WorkerPlan {
+                index,
+                start,
+                boundaries: boundaries.clone(),
+                cpu_boundaries: vec![omit_index, end_index],
+                length: config.length as usize,
+                rate_bps: config.rate_bps.filter(|r| *r > 0),
+                drain,
+            };
+            let sender = sender.clone();
+            let stop = stop.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("linerate-worker-{index}"))
+                .spawn(move || worker::run(plan, share, sender, stop))?;
+            workers.push(handle);
+        }
+        Ok(DataPlane {
+            samples: vec![(0..count).map(|_| None).collect(); boundaries.len()],
+            boundaries,
+            omit_index,
+            end_index,
+            roles,
+            per_flow: config.per_flow,
+            workers,
+            receiver,
+            stop,
+            intervals_done: 0,
+        })
+    }
+
+    /// Asks every worker to stop now (an aborted test).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// All workers have ended.
+    pub fn is_finished(&self) -> bool {
+        self.workers.iter().all(JoinHandle::is_finished)
+    }
+
+    fn take_sample(&mut self, sample: Sample) {
+        if let Some(slot) = self
+            .samples
+            .get_mut(sample.index)
+            .and_then(|row| row.get_mut(sample.worker))
+        {
+            *slot = Some(sample);
+        }
+    }
+
+    fn complete(&self, boundary: usize) -> bool {
+        self.samples[boundary].iter().all(Option::is_some)
+    }
+
+    /// Waits up to `wait` for samples and returns the intervals that became complete, for
+    /// live display. Returns early as soon as one interval completes.
+    pub fn poll_intervals(&mut self, wait: Duration) -> Vec<SideInterval> {
+        let deadline = Instant::now() + wait;
+        loop {
+            while let Ok(sample) = self.receiver.try_recv() {
+                self.take_sample(sample);
+            }
+            let mut done = Vec::new();
+            while self.intervals_done < self.end_index && self.complete(self.intervals_done + 1) {
+                let k = self.intervals_done;
+                done.push(self.interval(k));
+                self.intervals_done += 1;
+            }
+            let now = Instant::now();
+            if !done.is_empty() || now >= deadline {
+                return done;
+            }
+            match self.receiver.recv_timeout(deadline - now) {
+                Ok(sample) => self.take_sample(sample),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return done,
+            }
+        }
+    }
+
+    /// The figures between boundary `k` and `k + 1`.
+    fn interval(&self, k: usize) -> SideInterval {
+        let mut out = SideInterval {
+            start: self.boundaries[k].as_secs_f64(),
+            end: self.boundaries[k + 1].as_secs_f64(),
+            omitted: k < self.omit_index,
+            ..Default::default()
+        };
+        let mut flows = Vec::new();
+        for (a, b) in self.samples[k].iter().zip(&self.samples[k + 1]) {
+            let (Some(a), Some(b)) = (a, b) else { continue };
+            let seconds = (b.at.saturating_sub(a.at)).as_secs_f64();
+            for (fa, fb) in a.flows.iter().zip(&b.flows) {
+                let bytes = fb.bytes - fa.bytes;
+                let bps = if seconds > 0.0 {
+                    bytes as f64 * 8.0 / seconds
+                } else {
+                    0.0
+                };
+                let retransmits = fb.retransmits.saturating_sub(fa.retransmits);
+                let mut flow = FlowInterval {
+                    id: fa.id,
+                    retransmits,
+                    ..Default::default()
+                };
+                match self.roles.get(&fa.id) {
+                    Some(Role::Send) => {
+                        out.sent_bytes += bytes;
+                        out.sent_bps += bps;
+                        flow.sent_bytes = bytes;
+                        flow.sent_bps = bps;
+                    }
+                    _ => {
+                        out.received_bytes += bytes;
+                        out.received_bps += bps;
+                        flow.received_bytes = bytes;
+                        flow.received_bps = bps;
+                    }
+                }
+                out.retransmits += retransmits;
+                flows.push(flow);
+            }
+        }
+        if self.per_flow {
+            flows.sort_by_key(|f| f.id);
+            out.flows = Some(flows);
+        }
+        out
+    }
+
+    /// Joins the workers and assembles this side's result.
+    pub fn finish(mut self, host: HostFacts) -> io::Result<SideResult> {
+        let mut outcomes = Vec::new();
+        let mut failure = None;
+        for handle in std::mem::take(&mut self.workers) {
+            match handle.join() {
+                Ok(Ok(flows)) => outcomes.extend(flows),
+                Ok(Err(error)) => failure = Some(error),
+                Err(_) => failure = Some(io::Error::other("a data-plane worker panicked")),
+            }
+        }
+        while let Ok(sample) = self.receiver.try_recv() {
+            self.take_sample(sample);
+        }
+        if let Some(error) = failure {
+            return Err(error);
+        }
+        let mut warnings = Vec::new();
+        let mut intervals = Vec::new();
+        // Intervals not yet shown, up to the last boundary every worker reached.
+        let reached = (0..=self.end_index)
+            .take_while(|&b| self.complete(b))
+            .last();
+        if let Some(last) = reached {
+            for k in 0..last {
+                intervals.push(self.interval(k));
+            }
+        }
+        let window_end = match reached {
+            Some(last) if last < self.end_index => {
+                warnings.push(format!(
+                    "the test ended early, at {:.2} s of {:.2} s",
+                    self.boundaries[last].as_secs_f64(),
+                    self.boundaries[self.end_index].as_secs_f64()
+                ));
+                last
+            }
+            Some(last) => last,
+            None => 0,
+        };
+        let window_start = self.omit_index.min(window_end);
+        let mut flows: Vec<FlowSide> = outcomes
+            .iter()
+            .map(|o| self.flow_side(o, window_start, window_end))
+            .collect();
+        flows.sort_by_key(|f| f.id);
+        let cpu = self.cpu(window_start, window_end);
+        Ok(SideResult {
+            host,
+            cpu,
+            intervals,
+            flows,
+            warnings,
+        })
+    }
+
+    fn flow_side(&self, outcome: &FlowOutcome, start: usize, end: usize) -> FlowSide {
+        let find = |boundary: usize| {
+            self.samples[boundary].iter().flatten().find_map(|s| {
+                s.flows
+                    .iter()
+                    .find(|f| f.id == outcome.id)
+                    .map(|f| (s.at, *f))
+            })
+        };
+        let (window_bytes, window_s, retransmits) = match (find(start), find(end)) {
+            (Some((ta, a)), Some((tb, b))) => (
+                b.bytes - a.bytes,
+                tb.saturating_sub(ta).as_secs_f64(),
+                b.retransmits.saturating_sub(a.retransmits),
+            ),
+            _ => (0, 0.0, 0),
+        };
+        FlowSide {
+            id: outcome.id,
+            direction: outcome.direction,
+            role: outcome.role,
+            local_addr: outcome.local_addr.clone(),
+            remote_addr: outcome.remote_addr.clone(),
+            window_bytes,
+            window_s,
+            bytes_total: outcome.bytes_total,
+            retransmits,
+            sndbuf: outcome.sndbuf,
+            rcvbuf: outcome.rcvbuf,
+            mss: outcome.info.snd_mss,
+            rtt_us: outcome.info.rtt_us,
+            congestion: outcome.congestion.clone(),
+            error: outcome.error.clone(),
+        }
+    }
+
+    fn cpu(&self, start: usize, end: usize) -> linerate_report::CpuUsage {
+        let edge = |boundary: usize| self.samples[boundary].first().cloned().flatten();
+        let (Some(a), Some(b)) = (edge(start), edge(end)) else {
+            return Default::default();
+        };
+        let process: Duration = self.samples[start]
+            .iter()
+            .zip(&self.samples[end])
+            .filter_map(|(a, b)| Some(b.as_ref()?.cpu.saturating_sub(a.as_ref()?.cpu)))
+            .sum();
+        match (&a.proc_stat, &b.proc_stat) {
+            (Some(before), Some(after)) => usage(before, after, process, b.at.saturating_sub(a.at)),
+            _ => Default::default(),
+        }
+    }
+}
+
+impl Drop for DataPlane {
+    fn drop(&mut self) {
+        // A plane dropped without `finish` (an error path) must not leave workers running.
+        self.stop();
+        for handle in self.workers.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boundaries_cover_intervals_omit_and_end() {
+        let s = Schedule {
+            omit: Duration::from_millis(1500),
+            time: Duration::from_secs(2),
+            interval: Duration::from_secs(1),
+        };
+        let secs: Vec<f64> = s.boundaries().iter().map(Duration::as_secs_f64).collect();
+        assert_eq!(secs, vec![0.0, 1.0, 1.5, 2.0, 3.0, 3.5]);
+        let none = Schedule {
+            omit: Duration::ZERO,
+            time: Duration::from_secs(5),
+            interval: Duration::ZERO,
+        };
+        assert_eq!(
+            none.boundaries(),
+            vec![Duration::ZERO, Duration::from_secs(5)]
+        );
+    }
+}

@@ -1,0 +1,551 @@
+//! `linerate serve`: many tests at once on one port, each isolated.
+//!
+//! One acceptor thread owns the listening socket and every connection that has not yet
+//! said what it is. It reads exactly the preface (linerate-proto's `preface`) and then:
+//! a control connection gets a thread of its own for its test; a data connection is handed
+//! to the test whose token it presents; anything else is logged and closed. A connection
+//! that says nothing is closed after the handshake timeout, so it cannot pin resources.
+//!
+//! Each test thread drives a sans-IO `ServerSession` and, once started, a `DataPlane`.
+//! Whatever ends the test (completion, the client vanishing, a protocol error, shutdown),
+//! the thread drops the plane and every socket of the test before it exits.
+
+use crate::control::Control;
+use crate::plane::DataPlane;
+use crate::sys;
+use crate::worker::FlowSpec;
+use linerate_hostinfo::host_facts;
+use linerate_proto::preface::{self, Preface};
+use linerate_proto::{Limits, RefuseCode, ServerEvent, ServerSession, Timeouts, Token};
+use linerate_report::{Direction, HostFacts, Role, TestConfig};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll};
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How a server is set up.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub limits: Limits,
+    /// Worker threads per test (capped by its flow count).
+    pub threads: usize,
+    pub timeouts: Timeouts,
+    /// How long receivers wait for a sender's last bytes after the end.
+    pub drain: Duration,
+    /// Log test starts and ends to stderr.
+    pub log: bool,
+}
+
+impl ServerConfig {
+    pub fn new(listen: SocketAddr) -> ServerConfig {
+        ServerConfig {
+            listen,
+            limits: Limits::default(),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            timeouts: Timeouts::default(),
+            drain: Duration::from_secs(3),
+            log: true,
+        }
+    }
+}
+
+/// Connections that have not finished their preface, at most.
+const MAX_PENDING: usize = 8192;
+
+type FlowSender = Sender<(u32, std::net::TcpStream)>;
+
+struct Shared {
+    config: ServerConfig,
+    host: HostFacts,
+    shutdown: Arc<AtomicBool>,
+    running: AtomicUsize,
+    next_id: AtomicU64,
+    /// Live tests waiting for data connections, by token.
+    registry: Mutex<HashMap<Token, FlowSender>>,
+}
+
+impl Shared {
+    fn log(&self, message: &str) {
+        if self.config.log {
+            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+            eprintln!("{now} {message}");
+        }
+    }
+}
+
+/// A bound server, ready to [`run`](Server::run).
+pub struct Server {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+}
+
+struct Pending {
+    stream: TcpStream,
+    peer: SocketAddr,
+    bytes: Vec<u8>,
+    deadline: Instant,
+}
+
+impl Server {
+    pub fn bind(config: ServerConfig) -> io::Result<Server> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(config.listen),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        socket.set_reuse_address(true)?;
+        if config.listen.is_ipv6() {
+            // Serve IPv4 too on "::", as iperf3 does.
+            let _ = socket.set_only_v6(false);
+        }
+        socket.bind(&config.listen.into())?;
+        // Thousands of data connections arrive at once for a large -P.
+        socket.listen(4096)?;
+        socket.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(socket.into());
+        Ok(Server {
+            listener,
+            shared: Arc::new(Shared {
+                host: host_facts(),
+                config,
+                shutdown: Arc::new(AtomicBool::new(false)),
+                running: AtomicUsize::new(0),
+                next_id: AtomicU64::new(1),
+                registry: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Setting this flag stops the server: no new connections, running tests are ended.
+    pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
+        self.shared.shutdown.clone()
+    }
+
+    /// Serves until the shutdown flag is set.
+    pub fn run(mut self) -> io::Result<()> {
+        const LISTENER: mio::Token = mio::Token(usize::MAX);
+        let mut poll = Poll::new()?;
+        poll.registry()
+            .register(&mut self.listener, LISTENER, Interest::READABLE)?;
+        let mut events = Events::with_capacity(1024);
+        let mut pending: HashMap<usize, Pending> = HashMap::new();
+        let mut next_token = 0usize;
+        let mut tests: Vec<JoinHandle<()>> = Vec::new();
+        let shared = self.shared.clone();
+        let handshake = shared.config.timeouts.handshake;
+        shared.log(&format!("listening on {}", self.listener.local_addr()?));
+
+        while !shared.shutdown.load(Ordering::Relaxed) {
+            match poll.poll(&mut events, Some(Duration::from_millis(100))) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            for event in events.iter() {
+                if event.token() == LISTENER {
+                    loop {
+                        match self.listener.accept() {
+                            Ok((mut stream, peer)) => {
+                                if pending.len() >= MAX_PENDING {
+                                    shared.log(&format!("refused connection from {peer}: too many pending connections"));
+                                    continue;
+                                }
+                                next_token = (next_token + 1) % (usize::MAX - 1);
+                                let token = mio::Token(next_token);
+                                if poll
+                                    .registry()
+                                    .register(&mut stream, token, Interest::READABLE)
+                                    .is_ok()
+                                {
+                                    pending.insert(
+                                        next_token,
+                                        Pending {
+                                            stream,
+                                            peer,
+                                            bytes: Vec::with_capacity(preface::IPERF3_COOKIE_LEN),
+                                            deadline: Instant::now() + handshake,
+                                        },
+                                    );
+                                }
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            // Out of descriptors or similar: log, keep serving what we have.
+                            Err(e) => {
+                                shared.log(&format!("accept failed: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                    continue;
+                }
+                let key = event.token().0;
+                let Some(conn) = pending.get_mut(&key) else {
+                    continue;
+                };
+                match read_preface(conn) {
+                    Progress::More => {}
+                    Progress::Closed(why) => {
+                        let conn = pending.remove(&key).expect("present");
+                        shared.log(&format!("connection from {} {why}; closed", conn.peer));
+                    }
+                    Progress::Done(kind) => {
+                        let mut conn = pending.remove(&key).expect("present");
+                        let _ = poll.registry().deregister(&mut conn.stream);
+                        if let Some(handle) = self.dispatch(kind, conn) {
+                            tests.push(handle);
+                        }
+                    }
+                }
+            }
+            let now = Instant::now();
+            pending.retain(|_, conn| {
+                let keep = conn.deadline > now;
+                if !keep {
+                    shared.log(&format!(
+                        "connection from {} sent no preface within {:.0} s; closed",
+                        conn.peer,
+                        handshake.as_secs_f64()
+                    ));
+                }
+                keep
+            });
+            tests.retain(|t| !t.is_finished());
+        }
+        shared.log("shutting down");
+        drop(pending);
+        for test in tests {
+            let _ = test.join();
+        }
+        Ok(())
+    }
+
+    fn dispatch(&self, kind: Preface, conn: Pending) -> Option<JoinHandle<()>> {
+        let shared = &self.shared;
+        let peer = conn.peer;
+        let stream = into_std(conn.stream);
+        match kind {
+            Preface::Control { .. } => {
+                let shared = self.shared.clone();
+                let bytes = conn.bytes;
+                let spawned = std::thread::Builder::new()
+                    .name("linerate-test".into())
+                    .spawn(move || serve_test(&shared, stream, bytes, peer));
+                match spawned {
+                    Ok(handle) => Some(handle),
+                    Err(e) => {
+                        shared_log(
+                            &self.shared,
+                            &format!("cannot start a thread for {peer}: {e}"),
+                        );
+                        None
+                    }
+                }
+            }
+            Preface::Data { token, flow } => {
+                let sender = shared
+                    .registry
+                    .lock()
+                    .expect("registry lock")
+                    .get(&token)
+                    .cloned();
+                match sender {
+                    Some(sender) if sender.send((flow, stream)).is_ok() => {}
+                    _ => shared.log(&format!(
+                        "refused data connection from {peer}: unknown test token"
+                    )),
+                }
+                None
+            }
+            Preface::Iperf3 { .. } => {
+                shared.log(&format!("connection from {peer} is an iperf3 client, which this server does not serve yet; closed"));
+                None
+            }
+            Preface::Unknown | Preface::NeedBytes(_) => {
+                shared.log(&format!(
+                    "refused connection from {peer}: not a linerate client"
+                ));
+                None
+            }
+        }
+    }
+}
+
+fn shared_log(shared: &Shared, message: &str) {
+    shared.log(message);
+}
+
+fn into_std(stream: TcpStream) -> std::net::TcpStream {
+    // SAFETY: the descriptor comes out of a live mio stream, whose ownership ends here.
+    unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) }
+}
+
+enum Progress {
+    More,
+    Done(Preface),
+    Closed(&'static str),
+}
+
+/// Reads no more than the preface needs, and classifies it when complete.
+fn read_preface(conn: &mut Pending) -> Progress {
+    loop {
+        let want = match preface::classify(&conn.bytes) {
+            Preface::NeedBytes(n) => n,
+            Preface::Unknown => return Progress::Done(Preface::Unknown),
+            done => return Progress::Done(done),
+        };
+        let have = conn.bytes.len();
+        conn.bytes.resize(want, 0);
+        match conn.stream.read(&mut conn.bytes[have..]) {
+            Ok(0) => return Progress::Closed("closed before finishing its preface"),
+            Ok(n) => conn.bytes.truncate(have + n),
+            Err(e) => {
+                conn.bytes.truncate(have);
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Progress::More,
+                    io::ErrorKind::Interrupted => {}
+                    _ => return Progress::Closed("failed during its preface"),
+                }
+            }
+        }
+    }
+}
+
+/// What a test thread holds; dropping it frees every resource of the test.
+struct TestState {
+    token: Option<Token>,
+    flows_in: Option<Receiver<(u32, std::net::TcpStream)>>,
+    flows: Vec<Option<std::net::TcpStream>>,
+    plane: Option<DataPlane>,
+    counted: bool,
+}
+
+fn random_token() -> io::Result<Token> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(Token(bytes))
+}
+
+fn describe(config: &TestConfig) -> String {
+    let direction = match config.direction {
+        Direction::Forward => "client sends",
+        Direction::Reverse => "server sends",
+        Direction::Bidir => "both send",
+    };
+    format!(
+        "tcp stream, {} flow{}, {}, {} s",
+        config.parallel,
+        if config.parallel == 1 { "" } else { "s" },
+        direction,
+        config.omit_s + config.time_s
+    )
+}
+
+fn serve_test(
+    shared: &Arc<Shared>,
+    stream: std::net::TcpStream,
+    preface_bytes: Vec<u8>,
+    peer: SocketAddr,
+) {
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let mut session = ServerSession::new(
+        Instant::now(),
+        shared.config.limits.clone(),
+        shared.host.software.clone(),
+        shared.host.clone(),
+        shared.config.timeouts,
+    );
+    session.handle_input(Instant::now(), &preface_bytes);
+    let mut control = match Control::new(stream) {
+        Ok(control) => control,
+        Err(e) => {
+            shared.log(&format!(
+                "test {id} from {peer}: control socket setup failed: {e}"
+            ));
+            return;
+        }
+    };
+    let mut state = TestState {
+        token: None,
+        flows_in: None,
+        flows: Vec::new(),
+        plane: None,
+        counted: false,
+    };
+    let outcome = loop {
+        let mut closed = None;
+        while let Some(event) = session.poll_event() {
+            match event {
+                ServerEvent::TestRequested(config) => {
+                    accept_test(shared, id, peer, &mut session, &mut state, &config)
+                }
+                ServerEvent::Start => {
+                    if let Err(e) = start_plane(shared, &session, &mut state) {
+                        session.abort(format!("cannot start the data plane: {e}"));
+                    } else {
+                        shared.log(&format!("test {id} from {peer}: started"));
+                    }
+                }
+                ServerEvent::Closed(result) => closed = Some(result),
+            }
+        }
+        if let Some(result) = closed {
+            break result;
+        }
+        if let Some(receiver) = &state.flows_in {
+            while let Ok((flow, stream)) = receiver.try_recv() {
+                match state.flows.get_mut(flow as usize) {
+                    Some(slot @ None) => *slot = Some(stream),
+                    _ => shared.log(&format!("test {id}: refused data connection for flow {flow}: out of range or duplicate")),
+                }
+            }
+            if !state.flows.is_empty() && state.flows.iter().all(Option::is_some) {
+                unregister(shared, &mut state);
+                session.flows_ready(Instant::now());
+            }
+        }
+        if state.plane.as_ref().is_some_and(DataPlane::is_finished) {
+            let plane = state.plane.take().expect("checked");
+            match plane.finish(shared.host.clone()) {
+                Ok(result) => {
+                    let received: f64 = result
+                        .flows
+                        .iter()
+                        .filter(|f| f.role == Role::Receive)
+                        .map(|f| f.window_bps())
+                        .sum();
+                    let sent: f64 = result
+                        .flows
+                        .iter()
+                        .filter(|f| f.role == Role::Send)
+                        .map(|f| f.window_bps())
+                        .sum();
+                    shared.log(&format!(
+                        "test {id} from {peer}: finished, received {:.3} Gbit/s, sent {:.3} Gbit/s",
+                        received / 1e9,
+                        sent / 1e9
+                    ));
+                    session.finish(Instant::now(), result);
+                }
+                Err(e) => session.abort(format!("data plane failed: {e}")),
+            }
+        }
+        if let Some(plane) = state.plane.as_mut() {
+            // Keep the sample channel short; the intervals travel in the final result.
+            let _ = plane.poll_intervals(Duration::ZERO);
+        }
+        if shared.shutdown.load(Ordering::Relaxed) {
+            session.abort("the server is shutting down".into());
+        }
+        let wait = if state.plane.is_some() || state.flows_in.is_some() {
+            Duration::from_millis(20)
+        } else {
+            Duration::from_millis(200)
+        };
+        control.step(&mut session, wait);
+    };
+    control.flush(&mut session);
+    if let Some(plane) = state.plane.take() {
+        plane.stop();
+    }
+    unregister(shared, &mut state);
+    if state.counted {
+        shared.running.fetch_sub(1, Ordering::Relaxed);
+    }
+    drop(state);
+    match outcome {
+        Ok(()) => shared.log(&format!("test {id} from {peer}: ended")),
+        Err(e) => shared.log(&format!("test {id} from {peer}: ended: {e}")),
+    }
+}
+
+fn unregister(shared: &Shared, state: &mut TestState) {
+    if let Some(token) = state.token.take() {
+        shared
+            .registry
+            .lock()
+            .expect("registry lock")
+            .remove(&token);
+    }
+    state.flows_in = None;
+}
+
+fn accept_test(
+    shared: &Arc<Shared>,
+    id: u64,
+    peer: SocketAddr,
+    session: &mut ServerSession,
+    state: &mut TestState,
+    config: &TestConfig,
+) {
+    let running = shared.running.fetch_add(1, Ordering::Relaxed);
+    state.counted = true;
+    if running >= shared.config.limits.max_tests as usize {
+        session.refuse(
+            RefuseCode::Busy,
+            format!("the server is running {running} tests, its limit"),
+        );
+        return;
+    }
+    let token = match random_token() {
+        Ok(token) => token,
+        Err(e) => return session.abort(format!("no randomness for a token: {e}")),
+    };
+    let (sender, receiver) = channel();
+    shared
+        .registry
+        .lock()
+        .expect("registry lock")
+        .insert(token, sender);
+    state.token = Some(token);
+    state.flows_in = Some(receiver);
+    state.flows = (0..config.connections()).map(|_| None).collect();
+    shared.log(&format!(
+        "test {id} from {peer}: accepted: {}",
+        describe(config)
+    ));
+    session.accept(Instant::now(), id, token);
+}
+
+fn start_plane(shared: &Shared, session: &ServerSession, state: &mut TestState) -> io::Result<()> {
+    let config = session
+        .config()
+        .expect("a started session has a config")
+        .clone();
+    let mut specs = Vec::with_capacity(state.flows.len());
+    for (id, stream) in state.flows.drain(..).enumerate() {
+        let stream = stream.expect("all flows arrived before start");
+        sys::apply_options(&stream, &config, false)?;
+        let direction = config.flow_direction(id as u32);
+        let role = match direction {
+            Direction::Reverse => Role::Send,
+            _ => Role::Receive,
+        };
+        specs.push(FlowSpec {
+            id: id as u32,
+            direction,
+            role,
+            stream,
+        });
+    }
+    state.plane = Some(DataPlane::start(
+        Instant::now(),
+        &config,
+        shared.config.threads,
+        specs,
+        shared.config.drain,
+    )?);
+    Ok(())
+}

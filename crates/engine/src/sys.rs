@@ -1,0 +1,102 @@
+//! Linux socket options and TCP_INFO.
+//!
+//! Everything here acts on a raw socket and reports what the kernel actually did: the
+//! kernel doubles SO_SNDBUF/SO_RCVBUF requests and caps them, and may refuse a congestion
+//! control module, so callers read back and report the granted values.
+
+use linerate_report::TestConfig;
+use socket2::SockRef;
+use std::io;
+use std::os::fd::AsFd;
+
+/// Applies the test's socket options. `before_connect` is true on a client socket not yet
+/// connected, where the receive buffer still shapes the window scale and TCP_MAXSEG the
+/// advertised MSS.
+pub fn apply_options<S: AsFd>(
+    socket: &S,
+    config: &TestConfig,
+    before_connect: bool,
+) -> io::Result<()> {
+    let sock = SockRef::from(socket);
+    if let Some(window) = config.window {
+        let window = usize::try_from(window).unwrap_or(usize::MAX);
+        sock.set_send_buffer_size(window)
+            .map_err(|e| context(e, &format!("SO_SNDBUF {window}")))?;
+        sock.set_recv_buffer_size(window)
+            .map_err(|e| context(e, &format!("SO_RCVBUF {window}")))?;
+    }
+    if config.nodelay {
+        sock.set_nodelay(true)
+            .map_err(|e| context(e, "TCP_NODELAY"))?;
+    }
+    if let Some(mss) = config.mss {
+        if before_connect {
+            sock.set_mss(mss)
+                .map_err(|e| context(e, &format!("TCP_MAXSEG {mss}")))?;
+        }
+    }
+    if let Some(algorithm) = &config.congestion {
+        sock.set_tcp_congestion(algorithm.as_bytes())
+            .map_err(|e| context(e, &format!("congestion control '{algorithm}'")))?;
+    }
+    Ok(())
+}
+
+fn context(error: io::Error, what: &str) -> io::Error {
+    io::Error::new(error.kind(), format!("cannot set {what}: {error}"))
+}
+
+/// Socket buffer sizes as granted: (send, receive).
+pub fn granted_buffers<S: AsFd>(socket: &S) -> (u64, u64) {
+    let sock = SockRef::from(socket);
+    (
+        sock.send_buffer_size().map_or(0, |v| v as u64),
+        sock.recv_buffer_size().map_or(0, |v| v as u64),
+    )
+}
+
+/// The congestion control module in use.
+pub fn congestion<S: AsFd>(socket: &S) -> String {
+    SockRef::from(socket)
+        .tcp_congestion()
+        .map(|name| {
+            String::from_utf8_lossy(&name)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+/// The few TCP_INFO fields linerate reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpInfo {
+    pub total_retrans: u32,
+    pub snd_mss: u32,
+    pub rtt_us: u32,
+}
+
+/// Reads TCP_INFO; zeros if the kernel refuses (the socket is gone).
+pub fn tcp_info<S: AsFd>(socket: &S) -> TcpInfo {
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_fd().as_raw_fd();
+    // SAFETY: getsockopt writes at most `len` bytes into the zeroed struct we own.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        if rc != 0 {
+            return TcpInfo::default();
+        }
+        TcpInfo {
+            total_retrans: info.tcpi_total_retrans,
+            snd_mss: info.tcpi_snd_mss,
+            rtt_us: info.tcpi_rtt,
+        }
+    }
+}
