@@ -56,6 +56,9 @@ pub struct ServeArgs {
     /// Worker threads per test (default: one per CPU)
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
+    /// Seconds a client may take over each handshake step before it is dropped
+    #[arg(long, default_value_t = 10.0, value_parser = positive_seconds)]
+    pub handshake_timeout: f64,
     /// Do not log test starts and ends
     #[arg(short, long)]
     pub quiet: bool,

@@ -78,6 +78,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
         config.threads = threads as usize;
     }
     config.log = !args.quiet;
+    config.timeouts.handshake = std::time::Duration::from_secs_f64(args.handshake_timeout);
     let server = match Server::bind(config.clone()) {
         Ok(server) => server,
         // No IPv6 on this host: the default falls back to every IPv4 address.

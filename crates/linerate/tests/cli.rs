@@ -1,0 +1,76 @@
+//! The binary's flags, errors and exit codes.
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+#[test]
+fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
+    for (args, needle) in [
+        (vec!["stream", "-P", "0"], "'0'"),
+        (vec!["stream", "-P", "5000"], "'5000'"),
+        (vec!["stream", "--length", "12q"], "'12q'"),
+        (vec!["stream", "--window", "big"], "'big'"),
+        (vec!["stream", "--rate=-5M"], "'-5M'"),
+        (vec!["stream", "--time", "0"], "'0'"),
+        (vec!["stream", "--bogus"], "'--bogus'"),
+        (vec!["stream", "-R", "--bidir"], "--bidir"),
+        (vec!["serve", "--listen", "nowhere"], "'nowhere'"),
+        (vec!["frobnicate"], "'frobnicate'"),
+    ] {
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn help_has_examples() {
+    let out = linerate(&["stream", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Examples:") && text.contains("--parallel"));
+}
+
+#[test]
+fn refused_connection_is_a_clear_error() {
+    // Bind and drop a listener to find a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    let out = linerate(&["stream", "127.0.0.1", "-p", &port.to_string(), "-t", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("connection refused"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn unresolvable_host_is_a_clear_error() {
+    let out = linerate(&["stream", "no-such-host.invalid", "-t", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no-such-host.invalid"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn json_errors_are_json_too() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = linerate(&["stream", "127.0.0.1", "-p", &port.to_string(), "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(json(&out)["error"].as_str().unwrap().contains("refused"));
+}

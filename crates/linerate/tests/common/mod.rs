@@ -1,0 +1,237 @@
+//! Helpers for end-to-end tests of the real binary: servers on ephemeral ports, descriptor
+//! counts, and network namespaces with unique names.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_linerate")
+}
+
+pub fn linerate(args: &[&str]) -> Output {
+    Command::new(binary())
+        .args(args)
+        .output()
+        .expect("run linerate")
+}
+
+/// A `linerate serve` child process on an ephemeral loopback port; killed on drop.
+pub struct ServeProcess {
+    pub child: Child,
+    pub port: u16,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl ServeProcess {
+    pub fn start(extra: &[&str]) -> ServeProcess {
+        Self::start_with(None, "127.0.0.1", extra)
+    }
+
+    /// Starts a server, inside network namespace `netns` if given, listening on `addr`.
+    pub fn start_with(netns: Option<&str>, addr: &str, extra: &[&str]) -> ServeProcess {
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, binary()]);
+                c
+            }
+            None => Command::new(binary()),
+        };
+        command
+            .args(["serve", "--listen", addr, "--port", "0"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start linerate serve");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (port_tx, port_rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("listening on ").nth(1) {
+                    let port = addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+                    let _ = port_tx.send(port.unwrap_or(0));
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let port = port_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("server announced its port");
+        ServeProcess { child, port, log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Waits until the log contains `needle`.
+    pub fn wait_log(&self, needle: &str, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        while Instant::now() < until {
+            if self.log().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    pub fn thread_count(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// Waits until the descriptor count is back to `baseline`; returns the last count.
+    pub fn wait_fds(&self, baseline: usize, within: Duration) -> usize {
+        let until = Instant::now() + within;
+        loop {
+            let now = self.open_fds();
+            if now == baseline || Instant::now() >= until {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().expect("run command");
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Two network namespaces joined by a veth pair, with unique names; removed on drop.
+pub struct VethPair {
+    pub ns_a: String,
+    pub ns_b: String,
+    pub dev_a: String,
+    pub dev_b: String,
+    pub addr_a: String,
+    pub addr_b: String,
+}
+
+impl VethPair {
+    pub fn new(tag: &str) -> VethPair {
+        let pid = std::process::id();
+        let n = (pid % 250) as u8 + 1;
+        let salt = tag
+            .bytes()
+            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
+            % 200;
+        let pair = VethPair {
+            ns_a: format!("lr-{tag}-{pid}-a"),
+            ns_b: format!("lr-{tag}-{pid}-b"),
+            dev_a: format!("lra{}{}", pid % 100_000, salt % 10),
+            dev_b: format!("lrb{}{}", pid % 100_000, salt % 10),
+            addr_a: format!("10.{}.{}.1", 200 + salt % 50, n),
+            addr_b: format!("10.{}.{}.2", 200 + salt % 50, n),
+        };
+        run("ip", &["netns", "add", &pair.ns_a]);
+        run("ip", &["netns", "add", &pair.ns_b]);
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &pair.dev_a,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &pair.dev_b,
+            ],
+        );
+        run("ip", &["link", "set", &pair.dev_a, "netns", &pair.ns_a]);
+        run("ip", &["link", "set", &pair.dev_b, "netns", &pair.ns_b]);
+        for (ns, dev, addr) in [
+            (&pair.ns_a, &pair.dev_a, &pair.addr_a),
+            (&pair.ns_b, &pair.dev_b, &pair.addr_b),
+        ] {
+            run(
+                "ip",
+                &["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev],
+            );
+            run("ip", &["-n", ns, "link", "set", "lo", "up"]);
+            run("ip", &["-n", ns, "link", "set", dev, "up"]);
+        }
+        pair
+    }
+
+    /// A counter of `dev` in `ns` from sysfs.
+    pub fn counter(&self, ns: &str, dev: &str, name: &str) -> u64 {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                ns,
+                "cat",
+                &format!("/sys/class/net/{dev}/statistics/{name}"),
+            ],
+        )
+        .trim()
+        .parse()
+        .expect("a counter")
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes the veth inside it (and its peer).
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns_a])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns_b])
+            .status();
+    }
+}
+
+pub fn json(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}); stderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
