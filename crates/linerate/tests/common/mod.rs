@@ -85,6 +85,24 @@ impl ServeProcess {
         false
     }
 
+    /// Waits until a log line has every one of `parts`.
+    pub fn wait_line(&self, parts: &[&str], within: Duration) -> bool {
+        let until = Instant::now() + within;
+        while Instant::now() < until {
+            if self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| parts.iter().all(|p| l.contains(p)))
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     pub fn open_fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
             .map(|d| d.count())
