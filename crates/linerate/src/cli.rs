@@ -152,7 +152,7 @@ fn length(text: &str) -> Result<u64, String> {
 
 fn window(text: &str) -> Result<u64, String> {
     let value = units::parse_size(text).map_err(|e| e.to_string())?;
-    if value < 1024 || value > 1 << 30 {
+    if !(1024..=1 << 30).contains(&value) {
         return Err(format!("'{text}' must be between 1K and 1G"));
     }
     Ok(value)

@@ -10,8 +10,7 @@ pub const INTERVAL_HEADER: &str = "[ ID] Interval           Transfer     Bitrate
 /// One iperf3-style line: `[SUM]   0.00-1.00   sec  3.51 GBytes  30.1 Gbits/sec    0  sender`.
 pub fn interval_line(
     label: &str,
-    start: f64,
-    end: f64,
+    (start, end): (f64, f64),
     bytes: u64,
     bps: f64,
     retransmits: Option<u64>,
@@ -48,8 +47,7 @@ pub fn side_interval_lines(
     let line = |label: &str, bytes, bps, retransmits, role: &str| {
         interval_line(
             label,
-            interval.start,
-            interval.end,
+            (interval.start, interval.end),
             bytes,
             bps,
             retransmits,
@@ -137,8 +135,7 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
     let line = |label: &str, bytes, bps, retr, note: &str| {
         interval_line(
             label,
-            window_start,
-            window_end,
+            (window_start, window_end),
             bytes,
             bps,
             retr,

@@ -160,7 +160,7 @@ pub fn format_rate(bits_per_second: f64, scale: Scale) -> String {
 /// Formats a byte count compactly for configuration lines: `128K`, `1M`, `1500`.
 pub fn format_size_compact(bytes: u64) -> String {
     for (shift, letter) in [(30, 'G'), (20, 'M'), (10, 'K')] {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
             return format!("{}{letter}", bytes >> shift);
         }
     }
