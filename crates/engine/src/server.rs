@@ -449,8 +449,10 @@ fn serve_test(
         if shared.shutdown.load(Ordering::Relaxed) {
             session.abort("the server is shutting down".into());
         }
-        let wait = if state.plane.is_some() || state.flows_in.is_some() {
-            Duration::from_millis(20)
+        let wait = if state.flows_in.is_some() {
+            Duration::from_millis(10)
+        } else if state.plane.is_some() {
+            Duration::from_millis(50)
         } else {
             Duration::from_millis(200)
         };

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Loopback TCP throughput: linerate against peer tools from Debian, in the same run.
+
+For each tool: a server process and a client process on 127.0.0.1, the same flow count,
+write size and duration; every tool runs --runs times, interleaved so that machine drift
+hits all of them alike. Prints the median goodput, the CPU seconds both processes used per
+Gbit moved, and the ratio of linerate to each peer.
+
+    python3 bench/peers.py                 # 1 flow, 3 x 5 s
+    python3 bench/peers.py --flows 8
+    python3 bench/peers.py --flows 8 --runs 5 --time 10
+
+Needs iperf3, iperf (2), qperf and nuttcp (apt-get install iperf3 iperf qperf nuttcp);
+missing peers are installed when run as root, else skipped. Builds linerate in release mode.
+"""
+import argparse, json, os, re, resource, shutil, socket, statistics, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINERATE = os.path.join(ROOT, "target", "release", "linerate")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_cpu(pid):
+    """user + system seconds of a live process (and its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_pair(server_cmd, client_cmd, parse, settle=0.3):
+    server = subprocess.Popen(server_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(settle)
+        s0, c0 = proc_cpu(server.pid), children_cpu()
+        out = subprocess.run(client_cmd, capture_output=True, text=True, timeout=120)
+        s1, c1 = proc_cpu(server.pid), children_cpu()
+        if out.returncode != 0:
+            raise RuntimeError(f"{client_cmd[0]} failed: {out.stderr.strip()[:200]}")
+        bps = parse(out.stdout)
+        return bps, (s1 - s0) + (c1 - c0)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def linerate(flows, seconds, length):
+    port = free_port()
+    server = [LINERATE, "serve", "--listen", "127.0.0.1", "-p", str(port), "-q"]
+    client = [LINERATE, "stream", "127.0.0.1", "-p", str(port), "-P", str(flows), "-t", str(seconds),
+              "-l", length, "--json"]
+    return run_pair(server, client, lambda out: json.loads(out)["summary"]["receiver_bps"])
+
+
+def iperf3(flows, seconds, length):
+    port = free_port()
+    server = ["iperf3", "-s", "-1", "-p", str(port)]
+    client = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-P", str(flows), "-t", str(seconds), "-l", length, "-J"]
+    return run_pair(server, client, lambda out: json.loads(out)["end"]["sum_received"]["bits_per_second"])
+
+
+def iperf2(flows, seconds, length):
+    port = free_port()
+    server = ["iperf", "-s", "-p", str(port)]
+    client = ["iperf", "-c", "127.0.0.1", "-p", str(port), "-P", str(flows), "-t", str(seconds), "-l", length, "-y", "C"]
+
+    def parse(out):
+        # CSV rows, one per stream for the whole test (iperf 2.1 prints no sum row in CSV);
+        # iperf2's client counts what it wrote.
+        rows = [line.split(",") for line in out.strip().splitlines() if line.count(",") >= 8]
+        sums = [r for r in rows if r[5] == "-1"]
+        if sums:
+            return float(sums[-1][8])
+        return sum(float(r[8]) for r in rows if r[6].startswith("0.0-"))
+
+    return run_pair(server, client, parse)
+
+
+def qperf(flows, seconds, length):
+    if flows != 1:
+        return None
+    port = free_port()
+    server = ["qperf", "-lp", str(port)]
+    client = ["qperf", "127.0.0.1", "-lp", str(port), "-t", str(seconds), "-m", length, "tcp_bw"]
+
+    def parse(out):
+        m = re.search(r"bw\s*=\s*([\d.]+)\s*([KMG]?)B/sec", out)
+        scale = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
+        return float(m.group(1)) * scale * 8
+
+    return run_pair(server, client, parse)
+
+
+def nuttcp(flows, seconds, length):
+    ctl, data = free_port(), free_port()
+    server = ["nuttcp", "-1", f"-P{ctl}", f"-p{data}"]
+    client = ["nuttcp", f"-T{seconds}", f"-l{length.lower()}", f"-N{flows}", f"-P{ctl}", f"-p{data}", "127.0.0.1"]
+
+    def parse(out):
+        m = re.search(r"([\d.]+) Mbps", out)
+        return float(m.group(1)) * 1e6
+
+    return run_pair(server, client, parse)
+
+
+PEERS = {"iperf3": iperf3, "iperf2": iperf2, "qperf": qperf, "nuttcp": nuttcp}
+BINARIES = {"iperf3": "iperf3", "iperf2": "iperf", "qperf": "qperf", "nuttcp": "nuttcp"}
+PACKAGES = {"iperf3": "iperf3", "iperf2": "iperf", "qperf": "qperf", "nuttcp": "nuttcp"}
+
+
+def ensure_peers(names):
+    missing = [PACKAGES[n] for n in names if not shutil.which(BINARIES[n])]
+    if missing and os.geteuid() == 0:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=False, env=env)
+    return [n for n in names if shutil.which(BINARIES[n])]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--flows", type=int, default=1)
+    parser.add_argument("--time", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--length", default="128K")
+    parser.add_argument("--peers", default=",".join(PEERS))
+    args = parser.parse_args()
+    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "linerate"], cwd=ROOT, check=True)
+    peers = ensure_peers([p for p in args.peers.split(",") if p])
+    tools = {"linerate": linerate, **{p: PEERS[p] for p in peers}}
+    results = {name: [] for name in tools}
+    for run in range(args.runs):
+        for name, fn in tools.items():
+            try:
+                got = fn(args.flows, args.time, args.length)
+            except Exception as error:  # a peer that fails is reported, not fatal
+                print(f"  {name}: run {run + 1} failed: {error}", file=sys.stderr)
+                continue
+            if got is not None:
+                results[name].append(got)
+                print(f"  run {run + 1} {name:8s} {got[0] / 1e9:7.2f} Gbit/s  {got[1]:6.2f} CPU s", file=sys.stderr)
+    print(f"TCP loopback, {args.flows} flow(s), {args.length} writes, median of {args.runs} x {args.time} s")
+    print(f"{'tool':10s} {'Gbit/s':>8s} {'CPU s/Gbit':>11s} {'linerate/tool':>14s} {'CPU ratio':>10s}")
+    mine = results["linerate"]
+    mine_rate = statistics.median(r[0] for r in mine)
+    mine_cpu = statistics.median(r[1] / (r[0] * args.time / 1e9) for r in mine)
+    for name, rows in results.items():
+        if not rows:
+            continue
+        rate = statistics.median(r[0] for r in rows)
+        cpu = statistics.median(r[1] / (r[0] * args.time / 1e9) for r in rows)
+        print(f"{name:10s} {rate / 1e9:8.2f} {cpu:11.4f} {mine_rate / rate:14.2f} {mine_cpu / cpu:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
