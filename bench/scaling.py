@@ -9,7 +9,7 @@ goodput relative to 8 flows.
     python3 bench/scaling.py
     python3 bench/scaling.py --flows 1,8,1000 --runs 1 --time 10
 """
-import argparse, json, os, resource, socket, statistics, subprocess, sys, time
+import argparse, json, os, socket, statistics, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINERATE = os.path.join(ROOT, "target", "release", "linerate")
@@ -40,9 +40,12 @@ def one(flows, seconds, length):
             [LINERATE, "stream", "127.0.0.1", "-p", str(port), "-P", str(flows), "-t", str(seconds),
              "-l", length, "-i", "0", "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = client.communicate(timeout=seconds + 120)
-        # ru_maxrss of the waited-for child: RUSAGE_CHILDREN keeps the largest.
-        client_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        out = client.stdout.read()
+        err = client.stderr.read()
+        # wait4 gives this one child's peak RSS (RUSAGE_CHILDREN would include the build).
+        _, status, usage = os.wait4(client.pid, 0)
+        client.returncode = os.waitstatus_to_exitcode(status)
+        client_rss = usage.ru_maxrss
         server_rss = peak_rss_kib(server.pid)
         if client.returncode != 0:
             raise RuntimeError(err.strip()[:300])
