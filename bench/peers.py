@@ -13,16 +13,9 @@ Gbit moved, and the ratio of linerate to each peer.
 Needs iperf3, iperf (2), qperf and nuttcp (apt-get install iperf3 iperf qperf nuttcp);
 missing peers are installed when run as root, else skipped. Builds linerate in release mode.
 """
-import argparse, json, os, re, resource, shutil, socket, statistics, subprocess, sys, time
+import argparse, json, os, re, resource, shutil, statistics, subprocess, sys, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LINERATE = os.path.join(ROOT, "target", "release", "linerate")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from common import LINERATE, build, free_port
 
 
 def proc_cpu(pid):
@@ -139,7 +132,7 @@ def main():
     parser.add_argument("--length", default="128K")
     parser.add_argument("--peers", default=",".join(PEERS))
     args = parser.parse_args()
-    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "linerate"], cwd=ROOT, check=True)
+    build()
     peers = ensure_peers([p for p in args.peers.split(",") if p])
     tools = {"linerate": linerate, **{p: PEERS[p] for p in peers}}
     results = {name: [] for name in tools}

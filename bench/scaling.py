@@ -9,16 +9,9 @@ goodput relative to 8 flows.
     python3 bench/scaling.py
     python3 bench/scaling.py --flows 1,8,1000 --runs 1 --time 10
 """
-import argparse, json, os, socket, statistics, subprocess, sys, time
+import argparse, json, os, statistics, subprocess, sys, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LINERATE = os.path.join(ROOT, "target", "release", "linerate")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from common import LINERATE, build, free_port
 
 
 def peak_rss_kib(pid):
@@ -72,7 +65,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--length", default="128K")
     args = parser.parse_args()
-    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "linerate"], cwd=ROOT, check=True)
+    build()
     counts = [int(x) for x in args.flows.split(",")]
     rows = {}
     for n in counts:

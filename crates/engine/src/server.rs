@@ -338,21 +338,6 @@ fn random_token() -> io::Result<Token> {
     Ok(Token(bytes))
 }
 
-fn describe(config: &TestConfig) -> String {
-    let direction = match config.direction {
-        Direction::Forward => "client sends",
-        Direction::Reverse => "server sends",
-        Direction::Bidir => "both send",
-    };
-    format!(
-        "tcp stream, {} flow{}, {}, {} s",
-        config.parallel,
-        if config.parallel == 1 { "" } else { "s" },
-        direction,
-        config.omit_s + config.time_s
-    )
-}
-
 fn serve_test(
     shared: &Arc<Shared>,
     stream: std::net::TcpStream,
@@ -516,7 +501,7 @@ fn accept_test(
     state.flows = (0..config.connections()).map(|_| None).collect();
     shared.log(&format!(
         "test {id} from {peer}: accepted: {}",
-        describe(config)
+        config.describe()
     ));
     session.accept(Instant::now(), id, token);
 }

@@ -192,7 +192,8 @@ pub fn run(
     let mut timers: BinaryHeap<Reverse<(Instant, usize)>> = BinaryHeap::new();
     // The send buffer holds a recognisable pattern; the receive buffer is scratch.
     let send_buffer: Vec<u8> = (0..plan.length).map(|i| (i % 251) as u8).collect();
-    let mut receive_buffer = vec![0u8; plan.length.max(128 * 1024)];
+    // Reads of at least 128 KiB, and at most 4 MiB however large the writes are.
+    let mut receive_buffer = vec![0u8; plan.length.clamp(128 * 1024, 4 << 20)];
     let end_index = plan.boundaries.len() - 1;
     let test_end = plan.boundaries[end_index];
     let early_close_tolerance = (test_end / 20).min(Duration::from_secs(1));
@@ -333,6 +334,12 @@ pub fn run(
                                 if let Some(pacer) = flow.pacer.as_mut() {
                                     pacer.charge(n);
                                 }
+                                // A partial write means the send buffer is full and the
+                                // kernel has flagged it (SOCK_NOSPACE), so an edge-triggered
+                                // writable event will follow: skip the EAGAIN call.
+                                if n < send_buffer.len() {
+                                    flow.ready = false;
+                                }
                             }
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => flow.ready = false,
                             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -351,7 +358,14 @@ pub fn run(
                             }
                             flow.finish(&poll);
                         }
-                        Ok(n) => flow.bytes += n as u64,
+                        Ok(n) => {
+                            flow.bytes += n as u64;
+                            // A short read drained the queue; data arriving later raises a
+                            // new edge, so the EAGAIN call can be skipped.
+                            if n < receive_buffer.len() {
+                                flow.ready = false;
+                            }
+                        }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => flow.ready = false,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => flow.fail(&poll, since, "receive", &e),

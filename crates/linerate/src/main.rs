@@ -20,6 +20,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 fn main() -> ExitCode {
+    // Output piped into `head` should end the process quietly, as for any command-line
+    // tool. Sockets are unaffected: the standard library sends with MSG_NOSIGNAL.
+    // SAFETY: setting a signal's disposition before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),
@@ -181,7 +185,7 @@ fn stream(args: &StreamArgs) -> Result<ExitCode> {
         Some(host) => {
             let addr = resolve(host, args.port)?;
             if !quiet {
-                println!("Connecting to {host} ({addr}), {}", describe(&config));
+                println!("Connecting to {host} ({addr}), {}", config.describe());
             }
             client::run(addr, &options, &cancel, &mut progress)?
         }
@@ -189,7 +193,7 @@ fn stream(args: &StreamArgs) -> Result<ExitCode> {
             if !quiet {
                 println!(
                     "Measuring this machine over loopback (in-process server), {}",
-                    describe(&config)
+                    config.describe()
                 );
             }
             client::run_local(&options, &cancel, &mut progress)?
@@ -204,26 +208,6 @@ fn stream(args: &StreamArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn describe(config: &TestConfig) -> String {
-    let direction = match config.direction {
-        Direction::Forward => "client sends",
-        Direction::Reverse => "server sends",
-        Direction::Bidir => "both send",
-    };
-    format!(
-        "TCP, {} flow{}, {direction}, {} s{}, {} writes",
-        config.parallel,
-        if config.parallel == 1 { "" } else { "s" },
-        config.time_s,
-        if config.omit_s > 0.0 {
-            format!(" after {} s warm-up", config.omit_s)
-        } else {
-            String::new()
-        },
-        linerate_report::units::format_size_compact(config.length),
-    )
 }
 
 fn print_report(report: &Report, args: &StreamArgs) -> Result<()> {

@@ -75,6 +75,28 @@ impl TestConfig {
         }
     }
 
+    /// One line for logs and banners: "TCP, 4 flows, client sends, 10 s, 128K writes".
+    pub fn describe(&self) -> String {
+        let direction = match self.direction {
+            Direction::Forward => "client sends",
+            Direction::Reverse => "server sends",
+            Direction::Bidir => "both send",
+        };
+        let warm_up = if self.omit_s > 0.0 {
+            format!(" after {} s warm-up", self.omit_s)
+        } else {
+            String::new()
+        };
+        format!(
+            "{}, {} flow{}, {direction}, {} s{warm_up}, {} writes",
+            self.protocol.to_uppercase(),
+            self.parallel,
+            if self.parallel == 1 { "" } else { "s" },
+            self.time_s,
+            crate::units::format_size_compact(self.length),
+        )
+    }
+
     /// The direction of connection `index` (0-based, in opening order).
     pub fn flow_direction(&self, index: u32) -> Direction {
         match self.direction {
