@@ -257,8 +257,7 @@ mod tests {
     fn interval_line_has_iperf3_columns() {
         let line = interval_line(
             "SUM",
-            0.0,
-            1.0,
+            (0.0, 1.0),
             1 << 30,
             8.6e9,
             Some(3),
