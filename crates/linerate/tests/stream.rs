@@ -175,3 +175,47 @@ fn many_flows_on_few_threads_all_move_data() {
         "a starved flow"
     );
 }
+
+#[test]
+fn omit_leaves_the_warm_up_out_of_the_window() {
+    let out = linerate(&["stream", "-t", "1", "--omit", "0.5", "-i", "0.5", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    let intervals = doc["intervals"].as_array().unwrap();
+    assert_eq!(intervals.len(), 3);
+    assert_eq!(intervals[0]["omitted"], true);
+    assert_eq!(intervals[1]["omitted"], false);
+    let duration = num(&doc, "/summary/duration_s");
+    assert!((duration - 1.0).abs() < 0.05, "{duration}");
+    // The window holds only the two measured intervals' bytes.
+    let measured: f64 = intervals[1..]
+        .iter()
+        .map(|i| i["receiver_bytes"].as_f64().unwrap())
+        .sum();
+    let window = num(&doc, "/summary/receiver_bytes");
+    assert!(
+        (measured / window - 1.0).abs() < 0.01,
+        "{measured} vs {window}"
+    );
+    assert!(num(&doc, "/summary/receiver_bytes_total") > window);
+}
+
+#[test]
+fn mss_and_congestion_reach_the_sockets() {
+    let out = linerate(&["stream", "-t", "0.5", "-M", "1000", "-C", "reno", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    let mss = doc["flows"][0]["mss"].as_u64().unwrap();
+    assert!(mss > 0 && mss <= 1000, "mss {mss}");
+    assert_eq!(doc["flows"][0]["client"]["congestion"], "reno");
+    assert_eq!(doc["flows"][0]["server"]["congestion"], "reno");
+}
+
+#[test]
+fn an_unknown_congestion_algorithm_is_named_in_the_error() {
+    let out = linerate(&["stream", "-t", "0.5", "-C", "no-such-cc"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("no-such-cc"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
