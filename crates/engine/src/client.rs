@@ -157,12 +157,12 @@ pub fn run(
                     match DataPlane::start(start, config, threads, specs, options.drain) {
                         Ok(p) => plane = Some(p),
                         Err(source) => {
-                            session.abort("the client could not start its data plane");
-                            control.flush(&mut session);
-                            return Err(ClientError::Io {
+                            let error = ClientError::Io {
                                 context: "starting the data plane",
                                 source,
-                            });
+                            };
+                            let reason = "the client could not start its data plane";
+                            return Err(give_up(&mut session, &mut control, reason, error));
                         }
                     }
                     progress(Progress::Started);
@@ -177,9 +177,13 @@ pub fn run(
             }
         }
         if cancel.load(Ordering::Relaxed) {
-            session.abort("interrupted by the user");
-            control.flush(&mut session);
-            return Err(ClientError::Interrupted);
+            let error = ClientError::Interrupted;
+            return Err(give_up(
+                &mut session,
+                &mut control,
+                "interrupted by the user",
+                error,
+            ));
         }
         if let Some(running) = plane.as_mut() {
             for interval in running.poll_intervals(Duration::ZERO) {
@@ -194,12 +198,12 @@ pub fn run(
                 match finished {
                     Ok(result) => local = Some(result),
                     Err(source) => {
-                        session.abort("the client's data plane failed");
-                        control.flush(&mut session);
-                        return Err(ClientError::Io {
+                        let error = ClientError::Io {
                             context: "data plane",
                             source,
-                        });
+                        };
+                        let reason = "the client's data plane failed";
+                        return Err(give_up(&mut session, &mut control, reason, error));
                     }
                 }
             }
@@ -229,6 +233,19 @@ pub fn run(
         local,
         remote,
     ))
+}
+
+/// Tells the server why the client gives up (so it frees the test at once), then hands
+/// back the error.
+fn give_up(
+    session: &mut ClientSession,
+    control: &mut Control,
+    reason: &str,
+    error: ClientError,
+) -> ClientError {
+    session.abort(reason);
+    control.flush(session);
+    error
 }
 
 fn open_flows(
