@@ -246,10 +246,8 @@ impl Server {
                 match spawned {
                     Ok(handle) => Some(handle),
                     Err(e) => {
-                        shared_log(
-                            &self.shared,
-                            &format!("cannot start a thread for {peer}: {e}"),
-                        );
+                        self.shared
+                            .log(&format!("cannot start a thread for {peer}: {e}"));
                         None
                     }
                 }
@@ -281,10 +279,6 @@ impl Server {
             }
         }
     }
-}
-
-fn shared_log(shared: &Shared, message: &str) {
-    shared.log(message);
 }
 
 fn into_std(stream: TcpStream) -> std::net::TcpStream {

@@ -44,18 +44,11 @@ fn goodput_on_a_shaped_link_matches_the_ceiling_and_the_interface_counters() {
     );
     let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
     let bytes_before = pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes");
-    let out = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &pair.ns_a,
-            binary(),
-            "stream",
-            &pair.addr_b,
-        ])
-        .args(["-p", &server.port.to_string(), "-t", "5", "--json"])
-        .output()
-        .unwrap();
+    let port = server.port.to_string();
+    let out = linerate_in(
+        &pair.ns_a,
+        &["stream", &pair.addr_b, "-p", &port, "-t", "5", "--json"],
+    );
     let bytes_after = pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc = json(&out);
@@ -103,21 +96,10 @@ fn an_unreachable_host_fails_within_the_connect_timeout() {
         .map(|(net, _)| format!("{net}.3"))
         .unwrap();
     let started = Instant::now();
-    let out = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &pair.ns_a,
-            binary(),
-            "stream",
-            &nobody,
-            "--connect-timeout",
-            "2",
-            "-t",
-            "1",
-        ])
-        .output()
-        .unwrap();
+    let out = linerate_in(
+        &pair.ns_a,
+        &["stream", &nobody, "--connect-timeout", "2", "-t", "1"],
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(

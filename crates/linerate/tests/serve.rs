@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 fn preface(version: u32) -> Vec<u8> {
@@ -138,21 +138,7 @@ fn a_client_killed_mid_test_frees_everything() {
     let server = ServeProcess::start(&[]);
     healthy_test(&server);
     let baseline = server.wait_fds(server.open_fds(), Duration::from_millis(200));
-    let mut client = Command::new(binary())
-        .args([
-            "stream",
-            "127.0.0.1",
-            "-p",
-            &server.port.to_string(),
-            "-t",
-            "30",
-            "-P",
-            "8",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut client = spawn_stream(server.port, &["-t", "30", "-P", "8"], Stdio::null());
     assert!(
         server.wait_line(&["test 2 ", ": started"], Duration::from_secs(10)),
         "{}",
@@ -183,19 +169,7 @@ fn a_client_killed_mid_test_frees_everything() {
 fn a_server_vanishing_mid_test_ends_the_client_promptly() {
     let mut server = ServeProcess::start(&[]);
     let started = Instant::now();
-    let client = Command::new(binary())
-        .args([
-            "stream",
-            "127.0.0.1",
-            "-p",
-            &server.port.to_string(),
-            "-t",
-            "30",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = spawn_stream(server.port, &["-t", "30"], Stdio::piped());
     assert!(server.wait_log(": started", Duration::from_secs(10)));
     std::thread::sleep(Duration::from_millis(500));
     server.child.kill().unwrap();

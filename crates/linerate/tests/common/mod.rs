@@ -139,6 +139,26 @@ impl Drop for ServeProcess {
     }
 }
 
+/// Runs linerate with `args` inside network namespace `ns`.
+pub fn linerate_in(ns: &str, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns, binary()])
+        .args(args)
+        .output()
+        .expect("run linerate in a namespace")
+}
+
+/// Starts `linerate stream 127.0.0.1 -p PORT` with `extra` flags in the background.
+pub fn spawn_stream(port: u16, extra: &[&str], stderr: Stdio) -> Child {
+    Command::new(binary())
+        .args(["stream", "127.0.0.1", "-p", &port.to_string()])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start linerate stream")
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
