@@ -17,6 +17,7 @@ use crate::worker::FlowSpec;
 use linerate_hostinfo::host_facts;
 use linerate_proto::preface::{self, Preface};
 use linerate_proto::{Limits, RefuseCode, ServerEvent, ServerSession, Timeouts, Token};
+use linerate_report::units::{format_rate, Scale};
 use linerate_report::{Direction, HostFacts, Role, TestConfig};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll};
@@ -399,22 +400,24 @@ fn serve_test(
             let plane = state.plane.take().expect("checked");
             match plane.finish(shared.host.clone()) {
                 Ok(result) => {
-                    let received: f64 = result
-                        .flows
-                        .iter()
-                        .filter(|f| f.role == Role::Receive)
-                        .map(|f| f.window_bps())
-                        .sum();
-                    let sent: f64 = result
-                        .flows
-                        .iter()
-                        .filter(|f| f.role == Role::Send)
-                        .map(|f| f.window_bps())
-                        .sum();
+                    // Only the directions this side took part in; an empty sum would
+                    // print as a meaningless zero.
+                    let mut figures = Vec::new();
+                    for (role, verb) in [(Role::Receive, "received"), (Role::Send, "sent")] {
+                        let rates: Vec<f64> = result
+                            .flows
+                            .iter()
+                            .filter(|f| f.role == role)
+                            .map(|f| f.window_bps())
+                            .collect();
+                        if !rates.is_empty() {
+                            let total = rates.iter().sum::<f64>();
+                            figures.push(format!("{verb} {}", format_rate(total, Scale::Adaptive)));
+                        }
+                    }
                     shared.log(&format!(
-                        "test {id} from {peer}: finished, received {:.3} Gbit/s, sent {:.3} Gbit/s",
-                        received / 1e9,
-                        sent / 1e9
+                        "test {id} from {peer}: finished, {}",
+                        figures.join(", ")
                     ));
                     session.finish(Instant::now(), result);
                 }

@@ -100,6 +100,9 @@ struct Flow {
     stream: TcpStream,
     bytes: u64,
     ready: bool,
+    /// The peer's FIN (or an error) has been signalled: no further edge will come, so
+    /// reads go on until they return 0 or fail.
+    read_closed: bool,
     queued: bool,
     parked: bool,
     done: bool,
@@ -181,6 +184,7 @@ pub fn run(
             bytes: 0,
             // A fresh socket is writable (and may already be readable); try it at once.
             ready: true,
+            read_closed: false,
             queued: true,
             parked: false,
             done: false,
@@ -299,6 +303,9 @@ pub fn run(
             let i = event.token().0;
             let flow = &mut flows[i];
             flow.ready = true;
+            if event.is_read_closed() || event.is_error() {
+                flow.read_closed = true;
+            }
             if !flow.queued && !flow.parked && !flow.done {
                 flow.queued = true;
                 ready.push_back(i);
@@ -361,8 +368,9 @@ pub fn run(
                         Ok(n) => {
                             flow.bytes += n as u64;
                             // A short read drained the queue; data arriving later raises a
-                            // new edge, so the EAGAIN call can be skipped.
-                            if n < receive_buffer.len() {
+                            // new edge, so the EAGAIN call can be skipped. Not after the FIN's
+                            // edge: the next read returns 0 and nothing else will wake us.
+                            if n < receive_buffer.len() && !flow.read_closed {
                                 flow.ready = false;
                             }
                         }
@@ -386,4 +394,55 @@ pub fn run(
             flow.outcome
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream as StdStream};
+    use std::sync::mpsc::channel;
+
+    /// The peer's last bytes and its FIN arrive in one segment after the test's end, so
+    /// one edge reports both: the short read of those bytes must not stop the worker from
+    /// reading on to the FIN, or it idles until the drain deadline.
+    #[test]
+    fn a_fin_riding_on_the_last_bytes_ends_the_drain_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = StdStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        let start = Instant::now();
+        let drain = Duration::from_secs(20);
+        let plan = WorkerPlan {
+            index: 1,
+            start,
+            boundaries: vec![Duration::ZERO, Duration::from_millis(50)],
+            cpu_boundaries: vec![],
+            length: 128 * 1024,
+            rate_bps: None,
+            drain,
+        };
+        let spec = FlowSpec {
+            id: 0,
+            direction: Direction::Forward,
+            role: Role::Receive,
+            stream: ours,
+        };
+        let (samples, _keep) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = std::thread::spawn(move || run(plan, vec![spec], samples, stop));
+
+        std::thread::sleep(Duration::from_millis(300));
+        // Corked, the bytes wait in the queue and the FIN joins their segment.
+        socket2::SockRef::from(&peer).set_cork(true).unwrap();
+        peer.write_all(&[7u8; 1000]).unwrap();
+        peer.shutdown(Shutdown::Write).unwrap();
+
+        let outcomes = worker.join().unwrap().unwrap();
+        assert!(
+            start.elapsed() < drain / 2,
+            "the worker waited {:?} for a FIN it had already been told of",
+            start.elapsed()
+        );
+        assert_eq!(outcomes[0].bytes_total, 1000);
+    }
 }
