@@ -11,7 +11,7 @@
 //! the thread drops the plane and every socket of the test before it exits.
 
 use crate::control::Control;
-use crate::plane::DataPlane;
+use crate::plane::{default_threads, DataPlane};
 use crate::sys;
 use crate::worker::FlowSpec;
 use linerate_hostinfo::host_facts;
@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub limits: Limits,
-    /// Worker threads per test (capped by its flow count).
-    pub threads: usize,
+    /// Worker threads per test (capped by its flow count); `None`: [`default_threads`].
+    pub threads: Option<usize>,
     pub timeouts: Timeouts,
     /// How long receivers wait for a sender's last bytes after the end.
     pub drain: Duration,
@@ -50,7 +50,7 @@ impl ServerConfig {
         ServerConfig {
             listen,
             limits: Limits::default(),
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: None,
             timeouts: Timeouts::default(),
             drain: Duration::from_secs(3),
             log: true,
@@ -527,7 +527,10 @@ fn start_plane(shared: &Shared, session: &ServerSession, state: &mut TestState) 
     state.plane = Some(DataPlane::start(
         Instant::now(),
         &config,
-        shared.config.threads,
+        shared
+            .config
+            .threads
+            .unwrap_or_else(|| default_threads(config.connections() as usize)),
         specs,
         shared.config.drain,
     )?);

@@ -111,37 +111,7 @@ struct Flow {
 }
 
 impl Flow {
-    fn fail(&mut self, poll: &Poll, at: Duration, what: &str, error: &io::Error) {
-        if self.outcome.error.is_none() {
-            self.outcome.error = Some(format!(
-                "{what} failed at {:.3} s: {error}",
-                at.as_secs_f64()
-            ));
-        }
-        self.finish(poll);
-    }
-
-    fn finish(&mut self, poll: &Poll) {
-        if !self.done {
-            self.done = true;
-            let _ = poll.registry().deregister(&mut self.stream);
-        }
-    }
-}
-
-/// Runs one worker to the end of the schedule (or until `stop`), sending a sample at each
-/// boundary, and returns its flows' outcomes.
-pub fn run(
-    plan: WorkerPlan,
-    specs: Vec<FlowSpec>,
-    samples: Sender<Sample>,
-    stop: Arc<AtomicBool>,
-) -> io::Result<Vec<FlowOutcome>> {
-    let mut poll = Poll::new()?;
-    let mut events = Events::with_capacity(1024);
-    let mut flows: Vec<Flow> = Vec::with_capacity(specs.len());
-    for (i, spec) in specs.into_iter().enumerate() {
-        spec.stream.set_nonblocking(true)?;
+    fn new(spec: FlowSpec, plan: &WorkerPlan) -> Flow {
         let (sndbuf, rcvbuf) = sys::granted_buffers(&spec.stream);
         let outcome = FlowOutcome {
             id: spec.id,
@@ -162,12 +132,6 @@ pub fn run(
             info: sys::TcpInfo::default(),
             error: None,
         };
-        let mut stream = TcpStream::from_std(spec.stream);
-        let interest = match spec.role {
-            Role::Send => Interest::WRITABLE,
-            Role::Receive => Interest::READABLE,
-        };
-        poll.registry().register(&mut stream, Token(i), interest)?;
         let pacer = match (spec.role, plan.rate_bps) {
             // Credit for a few milliseconds or one write, whichever is larger.
             (Role::Send, Some(rate)) => Some(Pacer::new(
@@ -177,10 +141,10 @@ pub fn run(
             )),
             _ => None,
         };
-        flows.push(Flow {
+        Flow {
             id: spec.id,
             role: spec.role,
-            stream,
+            stream: TcpStream::from_std(spec.stream),
             bytes: 0,
             // A fresh socket is writable (and may already be readable); try it at once.
             ready: true,
@@ -190,32 +154,89 @@ pub fn run(
             done: false,
             pacer,
             outcome,
-        });
-    }
-    let mut ready: VecDeque<usize> = (0..flows.len()).collect();
-    let mut timers: BinaryHeap<Reverse<(Instant, usize)>> = BinaryHeap::new();
-    // The send buffer holds a recognisable pattern; the receive buffer is scratch.
-    let send_buffer: Vec<u8> = (0..plan.length).map(|i| (i % 251) as u8).collect();
-    // Reads of at least 128 KiB, and at most 4 MiB however large the writes are.
-    let mut receive_buffer = vec![0u8; plan.length.clamp(128 * 1024, 4 << 20)];
-    let end_index = plan.boundaries.len() - 1;
-    let test_end = plan.boundaries[end_index];
-    let early_close_tolerance = (test_end / 20).min(Duration::from_secs(1));
-    let mut next_boundary = 0usize;
-    let mut drain_deadline: Option<Instant> = None;
-
-    loop {
-        let now = Instant::now();
-        if stop.load(Ordering::Relaxed) {
-            break;
         }
-        let since = now.saturating_duration_since(plan.start);
-        while next_boundary <= end_index && since >= plan.boundaries[next_boundary] {
-            let is_end = next_boundary == end_index;
-            let proc_stat = (plan.index == 0 && plan.cpu_boundaries.contains(&next_boundary))
+    }
+
+    fn fail(&mut self, at: Duration, what: &str, error: &io::Error) {
+        if self.outcome.error.is_none() {
+            self.outcome.error = Some(format!(
+                "{what} failed at {:.3} s: {error}",
+                at.as_secs_f64()
+            ));
+        }
+        self.done = true;
+    }
+}
+
+/// What one socket call did.
+enum Step {
+    /// Bytes moved; `short` when fewer than asked (the queue or buffer ran out).
+    Moved { short: bool },
+    /// Nothing to do now (EAGAIN, EINTR, a blocking call's timeout).
+    Idle,
+    /// The flow ended (EOF or an error, recorded in its outcome).
+    Ended,
+}
+
+/// The state a worker keeps whichever loop drives its flows.
+struct Worker {
+    plan: WorkerPlan,
+    flows: Vec<Flow>,
+    samples: Sender<Sample>,
+    send_buffer: Vec<u8>,
+    receive_buffer: Vec<u8>,
+    next_boundary: usize,
+    end_index: usize,
+    early_close_tolerance: Duration,
+    /// Set when the end boundary passes.
+    drain_deadline: Option<Instant>,
+}
+
+impl Worker {
+    fn new(plan: WorkerPlan, specs: Vec<FlowSpec>, samples: Sender<Sample>) -> Worker {
+        let flows = specs.into_iter().map(|s| Flow::new(s, &plan)).collect();
+        let end_index = plan.boundaries.len() - 1;
+        let test_end = plan.boundaries[end_index];
+        Worker {
+            // The send buffer holds a recognisable pattern; the receive buffer is scratch,
+            // at least 128 KiB and at most 4 MiB however large the writes are.
+            send_buffer: (0..plan.length).map(|i| (i % 251) as u8).collect(),
+            receive_buffer: vec![0u8; plan.length.clamp(128 * 1024, 4 << 20)],
+            next_boundary: 0,
+            end_index,
+            early_close_tolerance: (test_end / 20).min(Duration::from_secs(1)),
+            drain_deadline: None,
+            plan,
+            flows,
+            samples,
+        }
+    }
+
+    fn since(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.plan.start)
+    }
+
+    /// When the next boundary is due, if one is left.
+    fn next_boundary_at(&self) -> Option<Instant> {
+        (self.next_boundary <= self.end_index)
+            .then(|| self.plan.start + self.plan.boundaries[self.next_boundary])
+    }
+
+    /// Takes a sample at every boundary that has passed. At the end boundary senders
+    /// close their half (the receiver's EOF) and the drain begins; returns the indices of
+    /// receiving flows still open, which must be read on for the sender's tail.
+    fn sample_due(&mut self, now: Instant) -> Vec<usize> {
+        let since = self.since(now);
+        let mut draining = Vec::new();
+        while self.next_boundary <= self.end_index
+            && since >= self.plan.boundaries[self.next_boundary]
+        {
+            let index = self.next_boundary;
+            let proc_stat = (self.plan.index == 0 && self.plan.cpu_boundaries.contains(&index))
                 .then(|| CpuSnapshot::read().ok())
                 .flatten();
-            let counts = flows
+            let flows = self
+                .flows
                 .iter_mut()
                 .map(|flow| {
                     let retransmits = if flow.role == Role::Send {
@@ -233,47 +254,210 @@ pub fn run(
                     }
                 })
                 .collect();
-            let sample = Sample {
-                worker: plan.index,
-                index: next_boundary,
+            // The coordinator may have gone (an aborted test); the flows still end cleanly.
+            let _ = self.samples.send(Sample {
+                worker: self.plan.index,
+                index,
                 at: since,
                 cpu: thread_cpu_time(),
-                flows: counts,
+                flows,
                 proc_stat,
-            };
-            // The coordinator may have gone (an aborted test); the flows still end cleanly.
-            let _ = samples.send(sample);
-            next_boundary += 1;
-            if is_end {
-                for (i, flow) in flows.iter_mut().enumerate() {
+            });
+            self.next_boundary += 1;
+            if index == self.end_index {
+                for (i, flow) in self.flows.iter_mut().enumerate() {
                     match flow.role {
                         Role::Send => {
                             let _ = flow.stream.shutdown(Shutdown::Write);
-                            flow.finish(&poll);
+                            flow.done = true;
                         }
                         // Bytes still arriving are the sender's tail: counted in the total only.
-                        Role::Receive if !flow.done && !flow.queued => {
-                            flow.ready = true;
-                            flow.queued = true;
-                            ready.push_back(i);
-                        }
+                        Role::Receive if !flow.done => draining.push(i),
                         Role::Receive => {}
                     }
                 }
-                drain_deadline = Some(now + plan.drain);
+                self.drain_deadline = Some(now + self.plan.drain);
             }
         }
-        if let Some(deadline) = drain_deadline {
-            if now >= deadline || flows.iter().all(|f| f.done) {
-                break;
+        draining
+    }
+
+    /// The drain is over: its deadline passed or every flow has ended.
+    fn drained(&self, now: Instant) -> bool {
+        self.drain_deadline
+            .is_some_and(|deadline| now >= deadline || self.flows.iter().all(|f| f.done))
+    }
+
+    /// One write or read on flow `i`.
+    fn step(&mut self, i: usize, since: Duration) -> Step {
+        let flow = &mut self.flows[i];
+        match flow.role {
+            Role::Send => match flow.stream.write(&self.send_buffer) {
+                Ok(n) => {
+                    flow.bytes += n as u64;
+                    if let Some(pacer) = flow.pacer.as_mut() {
+                        pacer.charge(n);
+                    }
+                    Step::Moved {
+                        short: n < self.send_buffer.len(),
+                    }
+                }
+                Err(e) if is_idle(&e) => Step::Idle,
+                Err(e) => {
+                    flow.fail(since, "send", &e);
+                    Step::Ended
+                }
+            },
+            Role::Receive => match flow.stream.read(&mut self.receive_buffer) {
+                Ok(0) => {
+                    // The sender's clock started one control-path delay before ours, so
+                    // its normal end arrives a little before our end boundary.
+                    let test_end = self.plan.boundaries[self.end_index];
+                    if self.drain_deadline.is_none()
+                        && since + self.early_close_tolerance < test_end
+                    {
+                        flow.outcome.error = Some(format!(
+                            "peer closed the connection early, at {:.3} s",
+                            since.as_secs_f64()
+                        ));
+                    }
+                    flow.done = true;
+                    Step::Ended
+                }
+                Ok(n) => {
+                    flow.bytes += n as u64;
+                    Step::Moved {
+                        short: n < self.receive_buffer.len(),
+                    }
+                }
+                Err(e) if is_idle(&e) => Step::Idle,
+                Err(e) => {
+                    flow.fail(since, "receive", &e);
+                    Step::Ended
+                }
+            },
+        }
+    }
+
+    fn outcomes(self) -> Vec<FlowOutcome> {
+        self.flows
+            .into_iter()
+            .map(|mut flow| {
+                flow.outcome.bytes_total = flow.bytes;
+                flow.outcome
+            })
+            .collect()
+    }
+}
+
+fn is_idle(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted | io::ErrorKind::TimedOut
+    )
+}
+
+/// Runs one worker to the end of the schedule (or until `stop`), sending a sample at each
+/// boundary, and returns its flows' outcomes.
+///
+/// A worker that owns one flow runs it with blocking calls, as a thread-per-flow tool
+/// does: the thread sleeps in the socket itself, and the kernel wakes it only when it
+/// waits. An event loop's poll set stays on the socket's wait queue and is called back for
+/// every segment; on loopback at 8 flows that cost about a quarter of the goodput
+/// (docs/performance.md). Many flows share a worker through the event loop.
+pub fn run(
+    plan: WorkerPlan,
+    specs: Vec<FlowSpec>,
+    samples: Sender<Sample>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<Vec<FlowOutcome>> {
+    let mut worker = Worker::new(plan, specs, samples);
+    if worker.flows.len() == 1 {
+        run_blocking(&mut worker, &stop)?;
+    } else {
+        run_event_loop(&mut worker, &stop)?;
+    }
+    Ok(worker.outcomes())
+}
+
+/// How long a blocking call may wait before the loop looks at the clock again: the
+/// latest a boundary sample can be taken on an idle flow (its time is recorded as taken).
+const BLOCKING_TIMEOUT: Duration = Duration::from_millis(5);
+
+fn run_blocking(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
+    {
+        let socket = socket2::SockRef::from(&worker.flows[0].stream);
+        socket.set_nonblocking(false)?;
+        socket.set_read_timeout(Some(BLOCKING_TIMEOUT))?;
+        socket.set_write_timeout(Some(BLOCKING_TIMEOUT))?;
+    }
+    loop {
+        let now = Instant::now();
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        worker.sample_due(now);
+        if worker.drained(now) {
+            return Ok(());
+        }
+        if worker.flows[0].done {
+            // Ended before the schedule did (the peer's clock runs a little ahead, or the
+            // flow failed): the remaining boundaries still get their samples.
+            match worker.next_boundary_at() {
+                Some(at) => std::thread::sleep(at.saturating_duration_since(now)),
+                None => return Ok(()),
             }
+            continue;
+        }
+        if let Some(pacer) = worker.flows[0].pacer.as_mut() {
+            if let Some(wait) = pacer.delay(now) {
+                let boundary = worker.next_boundary_at().unwrap_or(now);
+                std::thread::sleep(wait.min(boundary.saturating_duration_since(now)));
+                continue;
+            }
+        }
+        let since = worker.since(now);
+        worker.step(0, since);
+    }
+}
+
+fn run_event_loop(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
+    let mut poll = Poll::new()?;
+    let mut events = Events::with_capacity(1024);
+    for (i, flow) in worker.flows.iter_mut().enumerate() {
+        socket2::SockRef::from(&flow.stream).set_nonblocking(true)?;
+        let interest = match flow.role {
+            Role::Send => Interest::WRITABLE,
+            Role::Receive => Interest::READABLE,
+        };
+        poll.registry()
+            .register(&mut flow.stream, Token(i), interest)?;
+    }
+    let mut ready: VecDeque<usize> = (0..worker.flows.len()).collect();
+    let mut timers: BinaryHeap<Reverse<(Instant, usize)>> = BinaryHeap::new();
+
+    loop {
+        let now = Instant::now();
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        for i in worker.sample_due(now) {
+            let flow = &mut worker.flows[i];
+            flow.ready = true;
+            if !flow.queued {
+                flow.queued = true;
+                ready.push_back(i);
+            }
+        }
+        if worker.drained(now) {
+            break;
         }
         while let Some(&Reverse((when, i))) = timers.peek() {
             if when > now {
                 break;
             }
             timers.pop();
-            let flow = &mut flows[i];
+            let flow = &mut worker.flows[i];
             flow.parked = false;
             if flow.ready && !flow.queued && !flow.done {
                 flow.queued = true;
@@ -282,26 +466,22 @@ pub fn run(
         }
 
         let timeout = if !ready.is_empty() {
-            Some(Duration::ZERO)
+            Duration::ZERO
         } else {
-            let mut wake = drain_deadline
-                .unwrap_or(plan.start + plan.boundaries[next_boundary.min(end_index)]);
-            if next_boundary <= end_index {
-                wake = wake.min(plan.start + plan.boundaries[next_boundary]);
-            }
+            let mut wake = worker.drain_deadline.or(worker.next_boundary_at());
             if let Some(&Reverse((when, _))) = timers.peek() {
-                wake = wake.min(when);
+                wake = Some(wake.map_or(when, |w| w.min(when)));
             }
-            Some(wake.saturating_duration_since(now))
+            wake.map_or(Duration::ZERO, |w| w.saturating_duration_since(now))
         };
-        match poll.poll(&mut events, timeout) {
+        match poll.poll(&mut events, Some(timeout)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
         for event in events.iter() {
             let i = event.token().0;
-            let flow = &mut flows[i];
+            let flow = &mut worker.flows[i];
             flow.ready = true;
             if event.is_read_closed() || event.is_error() {
                 flow.read_closed = true;
@@ -312,88 +492,48 @@ pub fn run(
             }
         }
 
+        let since = worker.since(now);
         let mut ops = 0;
         let mut visits = ready.len();
         while ops < OPS_PER_TURN && visits > 0 {
             visits -= 1;
             let Some(i) = ready.pop_front() else { break };
-            let flow = &mut flows[i];
-            flow.queued = false;
-            if flow.done {
-                continue;
-            }
-            let draining = drain_deadline.is_some();
+            worker.flows[i].queued = false;
             let mut calls = 0;
-            while calls < OPS_PER_FLOW && flow.ready && !flow.done {
-                calls += 1;
-                match flow.role {
-                    Role::Send => {
-                        if let Some(pacer) = flow.pacer.as_mut() {
-                            if let Some(wait) = pacer.delay(now) {
-                                flow.parked = true;
-                                timers.push(Reverse((now + wait, i)));
-                                break;
-                            }
-                        }
-                        match flow.stream.write(&send_buffer) {
-                            Ok(n) => {
-                                flow.bytes += n as u64;
-                                if let Some(pacer) = flow.pacer.as_mut() {
-                                    pacer.charge(n);
-                                }
-                                // A partial write means the send buffer is full and the
-                                // kernel has flagged it (SOCK_NOSPACE), so an edge-triggered
-                                // writable event will follow: skip the EAGAIN call.
-                                if n < send_buffer.len() {
-                                    flow.ready = false;
-                                }
-                            }
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => flow.ready = false,
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                            Err(e) => flow.fail(&poll, since, "send", &e),
-                        }
+            while calls < OPS_PER_FLOW && worker.flows[i].ready && !worker.flows[i].done {
+                if let Some(pacer) = worker.flows[i].pacer.as_mut() {
+                    if let Some(wait) = pacer.delay(now) {
+                        worker.flows[i].parked = true;
+                        timers.push(Reverse((now + wait, i)));
+                        break;
                     }
-                    Role::Receive => match flow.stream.read(&mut receive_buffer) {
-                        Ok(0) => {
-                            // The sender's clock started one control-path delay before ours,
-                            // so its normal end arrives a little before our end boundary.
-                            if !draining && since + early_close_tolerance < test_end {
-                                flow.outcome.error = Some(format!(
-                                    "peer closed the connection early, at {:.3} s",
-                                    since.as_secs_f64()
-                                ));
-                            }
-                            flow.finish(&poll);
-                        }
-                        Ok(n) => {
-                            flow.bytes += n as u64;
-                            // A short read drained the queue; data arriving later raises a
-                            // new edge, so the EAGAIN call can be skipped. Not after the FIN's
-                            // edge: the next read returns 0 and nothing else will wake us.
-                            if n < receive_buffer.len() && !flow.read_closed {
-                                flow.ready = false;
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => flow.ready = false,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => flow.fail(&poll, since, "receive", &e),
-                    },
+                }
+                calls += 1;
+                match worker.step(i, since) {
+                    // A partial write means the send buffer is full and the kernel has
+                    // flagged it (SOCK_NOSPACE), so an edge-triggered writable event will
+                    // follow; a short read drained the queue and data arriving later raises
+                    // a new edge. Either way the EAGAIN call can be skipped, except after
+                    // the FIN's edge: the next read returns 0 and nothing else will wake us.
+                    Step::Moved { short: true } if !worker.flows[i].read_closed => {
+                        worker.flows[i].ready = false;
+                    }
+                    Step::Moved { .. } => {}
+                    Step::Idle => worker.flows[i].ready = false,
+                    Step::Ended => {}
                 }
             }
             ops += calls;
-            if flow.ready && !flow.parked && !flow.done {
+            let flow = &mut worker.flows[i];
+            if flow.done {
+                let _ = poll.registry().deregister(&mut flow.stream);
+            } else if flow.ready && !flow.parked {
                 flow.queued = true;
                 ready.push_back(i);
             }
         }
     }
-    Ok(flows
-        .into_iter()
-        .map(|mut flow| {
-            flow.outcome.bytes_total = flow.bytes;
-            flow.outcome
-        })
-        .collect())
+    Ok(())
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ pub struct ServeArgs {
     /// Longest test (warm-up included), in seconds
     #[arg(long, default_value_t = 86_400.0, value_parser = positive_seconds)]
     pub max_duration: f64,
-    /// Worker threads per test (default: one per CPU)
+    /// Worker threads per test (default: one per flow up to 16 flows, else one per CPU)
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
     /// Seconds a client may take over each handshake step before it is dropped
@@ -74,7 +74,7 @@ pub struct StreamArgs {
     /// Parallel flows (TCP connections) per direction
     #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub parallel: u32,
-    /// Worker threads on this side (default: one per CPU)
+    /// Worker threads on this side (default: one per flow up to 16 flows, else one per CPU)
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
     /// Seconds to measure (after --omit)

@@ -10,6 +10,7 @@ use clap::error::ErrorKind;
 use clap::Parser;
 use cli::{Cli, Command, ServeArgs, StreamArgs};
 use linerate_engine::client::{self, ClientOptions, Progress};
+use linerate_engine::plane::default_threads;
 use linerate_engine::server::{Server, ServerConfig};
 use linerate_proto::Limits;
 use linerate_report::text::{self, INTERVAL_HEADER};
@@ -79,7 +80,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
         max_duration_s: args.max_duration,
     };
     if let Some(threads) = args.threads {
-        config.threads = threads as usize;
+        config.threads = Some(threads as usize);
     }
     config.log = !args.quiet;
     config.timeouts.handshake = std::time::Duration::from_secs_f64(args.handshake_timeout);
@@ -110,14 +111,13 @@ fn test_config(args: &StreamArgs) -> TestConfig {
     } else {
         Direction::Forward
     };
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    TestConfig {
+    let mut config = TestConfig {
         protocol: "tcp".into(),
         target: args.host.clone().unwrap_or_else(|| "loopback".into()),
         port: args.port,
         direction,
         parallel: args.parallel,
-        threads: args.threads.unwrap_or(cpus),
+        threads: 0,
         time_s: args.time,
         omit_s: args.omit,
         interval_s: args.interval,
@@ -129,7 +129,12 @@ fn test_config(args: &StreamArgs) -> TestConfig {
         rate_bps: args.rate.filter(|r| *r > 0),
         per_flow: args.per_flow,
         connect_timeout_s: args.connect_timeout,
-    }
+    };
+    config.threads = args.threads.unwrap_or_else(|| {
+        let workers = default_threads(config.connections() as usize);
+        u32::try_from(workers).unwrap_or(u32::MAX)
+    });
+    config
 }
 
 fn resolve(host: &str, port: u16) -> Result<SocketAddr> {

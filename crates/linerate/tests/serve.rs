@@ -41,7 +41,11 @@ fn healthy_test(server: &ServeProcess) {
         "--json",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(json(&out)["summary"]["receiver_bytes"].as_u64().unwrap() > 0);
+    let doc = json(&out);
+    assert!(
+        doc["summary"]["receiver_bytes"].as_u64().unwrap() > 0,
+        "{doc}"
+    );
 }
 
 #[test]
