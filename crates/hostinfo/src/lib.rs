@@ -6,7 +6,7 @@
 //! gives the calling thread's own CPU time, so that a test can count its own threads even
 //! when it shares a process with other tests. [`host_facts`] describes the machine.
 
-use linerate_report::{CpuUsage, HostFacts};
+use linerate_report::{CpuUsage, HostFacts, UdpCounters};
 use std::io;
 use std::time::Duration;
 
@@ -162,6 +162,35 @@ pub fn host_facts() -> HostFacts {
     }
 }
 
+/// The kernel's UDP counters now (see [`UdpCounters`]).
+pub fn read_udp_counters() -> io::Result<UdpCounters> {
+    parse_udp_counters(&std::fs::read_to_string("/proc/net/snmp")?)
+        .ok_or_else(|| io::Error::other("no Udp rows in /proc/net/snmp"))
+}
+
+/// Parses the text of `/proc/net/snmp`: a row of names and a row of values per
+/// protocol, matched by name so that added columns do not shift anything.
+pub fn parse_udp_counters(text: &str) -> Option<UdpCounters> {
+    let mut rows = text.lines().filter(|l| l.starts_with("Udp:"));
+    let names: Vec<&str> = rows.next()?.split_whitespace().skip(1).collect();
+    let values: Vec<&str> = rows.next()?.split_whitespace().skip(1).collect();
+    let get = |name: &str| {
+        names
+            .iter()
+            .position(|n| *n == name)
+            .and_then(|i| values.get(i)?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Some(UdpCounters {
+        in_datagrams: get("InDatagrams"),
+        no_ports: get("NoPorts"),
+        in_errors: get("InErrors"),
+        out_datagrams: get("OutDatagrams"),
+        rcvbuf_errors: get("RcvbufErrors"),
+        sndbuf_errors: get("SndbufErrors"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +242,23 @@ mod tests {
         }
         assert!(x > 0);
         assert!(thread_cpu_time() > before);
+    }
+
+    #[test]
+    fn udp_counters_are_matched_by_name() {
+        let text = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\n\
+Udp: 100 2 7 90 5 1 0 0 0\n\
+UdpLite: InDatagrams NoPorts\nUdpLite: 0 0\n";
+        let c = parse_udp_counters(text).unwrap();
+        assert_eq!(c.in_datagrams, 100);
+        assert_eq!(c.no_ports, 2);
+        assert_eq!(c.in_errors, 7);
+        assert_eq!(c.out_datagrams, 90);
+        assert_eq!(c.rcvbuf_errors, 5);
+        assert_eq!(c.sndbuf_errors, 1);
+        let later = UdpCounters { in_errors: 9, ..c };
+        assert_eq!(c.delta(&later).in_errors, 2);
+        assert!(read_udp_counters().is_ok());
     }
 }

@@ -153,6 +153,35 @@ impl CpuUsage {
     }
 }
 
+/// The kernel's UDP counters (`/proc/net/snmp`, the `Udp:` rows), host-wide.
+///
+/// Read at the window's edges beside the tool's own counts (MEASUREMENT.md rule 7), so a
+/// user can tell a receiver that overflowed its socket buffer (`RcvbufErrors`) from a
+/// lossy path, and a sender whose datagrams the kernel refused (`SndbufErrors`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpCounters {
+    pub in_datagrams: u64,
+    pub no_ports: u64,
+    pub in_errors: u64,
+    pub out_datagrams: u64,
+    pub rcvbuf_errors: u64,
+    pub sndbuf_errors: u64,
+}
+
+impl UdpCounters {
+    /// The counts between `self` (earlier) and `later`.
+    pub fn delta(&self, later: &UdpCounters) -> UdpCounters {
+        UdpCounters {
+            in_datagrams: later.in_datagrams.saturating_sub(self.in_datagrams),
+            no_ports: later.no_ports.saturating_sub(self.no_ports),
+            in_errors: later.in_errors.saturating_sub(self.in_errors),
+            out_datagrams: later.out_datagrams.saturating_sub(self.out_datagrams),
+            rcvbuf_errors: later.rcvbuf_errors.saturating_sub(self.rcvbuf_errors),
+            sndbuf_errors: later.sndbuf_errors.saturating_sub(self.sndbuf_errors),
+        }
+    }
+}
+
 /// Figures of one nominal interval as one side counted them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SideInterval {

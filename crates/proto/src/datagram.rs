@@ -1,0 +1,356 @@
+//! UDP test datagrams and the receiver's accounting of them (docs/protocol.md 5).
+//!
+//! Every test datagram starts with a header in network byte order:
+//!
+//! | bytes  | field                                                        |
+//! |--------|--------------------------------------------------------------|
+//! | 0..8   | sequence number, u64, from 0 per flow                        |
+//! | 8..16  | send time, u64 nanoseconds on the sender's test clock        |
+//! | 16..20 | flow id, u32 (present when the datagram is at least 20 bytes) |
+//! | 20..24 | test tag, u32: the first four bytes of the test token (at 24) |
+//!
+//! The rest is a fixed pattern. Datagrams may be as short as 16 bytes, so the flow id and
+//! tag are carried only when there is room; each flow has its own connected socket pair,
+//! which identifies it anyway.
+//!
+//! [`SequenceTracker`] turns arriving headers into the figures MEASUREMENT.md rules 6 and 7
+//! ask for: loss, reordering and duplicates as three separate counts, and RFC 3550 jitter
+//! over in-order datagrams.
+
+/// The smallest datagram that carries a sequence number and a send time.
+pub const MIN_DATAGRAM: usize = 16;
+/// The largest UDP payload over IPv4.
+pub const MAX_DATAGRAM: usize = 65_507;
+/// Header bytes when the datagram has room for all fields.
+pub const FULL_HEADER: usize = 24;
+
+/// The fields of a test datagram's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub sequence: u64,
+    pub sent_ns: u64,
+    pub flow: Option<u32>,
+    pub tag: Option<u32>,
+}
+
+/// Writes the header for `sequence` into `datagram` (at least [`MIN_DATAGRAM`] bytes).
+pub fn write_header(datagram: &mut [u8], sequence: u64, sent_ns: u64, flow: u32, tag: u32) {
+    datagram[0..8].copy_from_slice(&sequence.to_be_bytes());
+    datagram[8..16].copy_from_slice(&sent_ns.to_be_bytes());
+    if datagram.len() >= 20 {
+        datagram[16..20].copy_from_slice(&flow.to_be_bytes());
+    }
+    if datagram.len() >= FULL_HEADER {
+        datagram[20..24].copy_from_slice(&tag.to_be_bytes());
+    }
+}
+
+/// Reads a header; `None` for a datagram too short to be a test datagram.
+pub fn read_header(datagram: &[u8]) -> Option<Header> {
+    let u64_at = |at: usize| u64::from_be_bytes(datagram[at..at + 8].try_into().expect("8"));
+    let u32_at = |at: usize| u32::from_be_bytes(datagram[at..at + 4].try_into().expect("4"));
+    (datagram.len() >= MIN_DATAGRAM).then(|| Header {
+        sequence: u64_at(0),
+        sent_ns: u64_at(8),
+        flow: (datagram.len() >= 20).then(|| u32_at(16)),
+        tag: (datagram.len() >= FULL_HEADER).then(|| u32_at(20)),
+    })
+}
+
+/// The tag a test's datagrams carry: the first four bytes of its token.
+pub fn tag_of(token: &[u8; 16]) -> u32 {
+    u32::from_be_bytes([token[0], token[1], token[2], token[3]])
+}
+
+/// A flow's first datagram on a new UDP path, client to server: "LRUDPHEL", the test
+/// token and the flow id. The server answers with the same bytes under "LRUDPACK" from
+/// the socket the flow will use, which tells the client its path works.
+pub const HELLO_MAGIC: &[u8; 8] = b"LRUDPHEL";
+pub const HELLO_ACK_MAGIC: &[u8; 8] = b"LRUDPACK";
+pub const HELLO_LEN: usize = 28;
+
+pub fn hello(magic: &[u8; 8], token: &[u8; 16], flow: u32) -> [u8; HELLO_LEN] {
+    let mut out = [0u8; HELLO_LEN];
+    out[..8].copy_from_slice(magic);
+    out[8..24].copy_from_slice(token);
+    out[24..].copy_from_slice(&flow.to_be_bytes());
+    out
+}
+
+/// The token and flow of a hello (or its answer) with magic `magic`.
+pub fn parse_hello(magic: &[u8; 8], datagram: &[u8]) -> Option<([u8; 16], u32)> {
+    if datagram.len() != HELLO_LEN || &datagram[..8] != magic {
+        return None;
+    }
+    let token: [u8; 16] = datagram[8..24].try_into().ok()?;
+    let flow = u32::from_be_bytes(datagram[24..28].try_into().ok()?);
+    Some((token, flow))
+}
+
+/// Counts of one flow's arrivals, cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ArrivalCounts {
+    /// Distinct test datagrams received (duplicates excluded).
+    pub datagrams: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
+    /// Sequence numbers skipped and not (yet) seen: a gap that a late datagram fills is
+    /// taken back out.
+    pub lost: u64,
+    /// Datagrams that arrived after a higher sequence number.
+    pub out_of_order: u64,
+    /// Datagrams seen before.
+    pub duplicates: u64,
+    /// Datagrams that were not this flow's: too short, another flow's id or test's tag.
+    pub foreign: u64,
+    /// RFC 3550 interarrival jitter in nanoseconds.
+    pub jitter_ns: f64,
+}
+
+/// How far back the tracker remembers which sequence numbers it has seen.
+const HISTORY: u64 = 1 << 14;
+
+/// One flow's receive-side accounting.
+#[derive(Debug, Clone)]
+pub struct SequenceTracker {
+    flow: u32,
+    tag: u32,
+    /// The next sequence number expected in order (one past the highest seen).
+    next: u64,
+    /// Bit `s % HISTORY` is set when sequence `s` (within HISTORY of `next`) has arrived.
+    seen: Vec<u64>,
+    /// Transit time of the previous in-order datagram, for jitter.
+    last_transit: Option<i128>,
+    counts: ArrivalCounts,
+}
+
+impl SequenceTracker {
+    pub fn new(flow: u32, tag: u32) -> SequenceTracker {
+        SequenceTracker {
+            flow,
+            tag,
+            next: 0,
+            seen: vec![0; (HISTORY / 64) as usize],
+            last_transit: None,
+            counts: ArrivalCounts::default(),
+        }
+    }
+
+    pub fn counts(&self) -> ArrivalCounts {
+        self.counts
+    }
+
+    /// The highest sequence number seen plus one: datagrams the sender must have sent.
+    pub fn expected(&self) -> u64 {
+        self.next
+    }
+
+    fn bit(&self, sequence: u64) -> bool {
+        let slot = sequence % HISTORY;
+        self.seen[(slot / 64) as usize] & (1 << (slot % 64)) != 0
+    }
+
+    fn set_bit(&mut self, sequence: u64, on: bool) {
+        let slot = sequence % HISTORY;
+        let word = &mut self.seen[(slot / 64) as usize];
+        if on {
+            *word |= 1 << (slot % 64);
+        } else {
+            *word &= !(1 << (slot % 64));
+        }
+    }
+
+    /// Accounts one datagram of `len` bytes that arrived at `arrival_ns` (receiver clock).
+    pub fn record(&mut self, datagram: &[u8], arrival_ns: u64) {
+        let Some(header) = read_header(datagram) else {
+            self.counts.foreign += 1;
+            return;
+        };
+        if header.flow.is_some_and(|f| f != self.flow) || header.tag.is_some_and(|t| t != self.tag)
+        {
+            self.counts.foreign += 1;
+            return;
+        }
+        let sequence = header.sequence;
+        if sequence >= self.next {
+            // In order, possibly after a gap. Forget the history the window slides past.
+            let gap = sequence - self.next;
+            if gap >= HISTORY {
+                self.seen.iter_mut().for_each(|w| *w = 0);
+            } else {
+                for s in self.next..sequence {
+                    self.set_bit(s, false);
+                }
+            }
+            self.counts.lost += gap;
+            self.set_bit(sequence, true);
+            self.next = sequence + 1;
+            self.counts.datagrams += 1;
+            self.counts.bytes += datagram.len() as u64;
+            // RFC 3550 6.4.1: J += (|D| - J) / 16, D the change in transit time between
+            // consecutive in-order datagrams; the first datagram only sets the reference.
+            let transit = i128::from(arrival_ns) - i128::from(header.sent_ns);
+            if let Some(last) = self.last_transit {
+                let d = (transit - last).unsigned_abs() as f64;
+                self.counts.jitter_ns += (d - self.counts.jitter_ns) / 16.0;
+            }
+            self.last_transit = Some(transit);
+        } else if self.next - sequence > HISTORY {
+            // Older than the history: it was counted lost, and cannot be told from a
+            // duplicate. Count it late, and take it out of the losses.
+            self.counts.out_of_order += 1;
+            self.counts.lost = self.counts.lost.saturating_sub(1);
+            self.counts.datagrams += 1;
+            self.counts.bytes += datagram.len() as u64;
+        } else if self.bit(sequence) {
+            self.counts.duplicates += 1;
+        } else {
+            // Late: it fills a gap counted as loss.
+            self.set_bit(sequence, true);
+            self.counts.out_of_order += 1;
+            self.counts.lost -= 1;
+            self.counts.datagrams += 1;
+            self.counts.bytes += datagram.len() as u64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FLOW: u32 = 3;
+    const TAG: u32 = 0xfeed_beef;
+
+    fn datagram(sequence: u64, sent_ns: u64, len: usize) -> Vec<u8> {
+        let mut d = vec![0u8; len];
+        write_header(&mut d, sequence, sent_ns, FLOW, TAG);
+        d
+    }
+
+    fn feed(tracker: &mut SequenceTracker, sequences: &[u64]) {
+        for &s in sequences {
+            tracker.record(&datagram(s, 0, 64), 0);
+        }
+    }
+
+    #[test]
+    fn header_round_trips_at_every_size() {
+        for len in [16, 19, 20, 23, 24, 64, 1400] {
+            let d = datagram(0x0102_0304_0506_0708, 42, len);
+            let h = read_header(&d).unwrap();
+            assert_eq!(h.sequence, 0x0102_0304_0506_0708);
+            assert_eq!(h.sent_ns, 42);
+            assert_eq!(h.flow, (len >= 20).then_some(FLOW));
+            assert_eq!(h.tag, (len >= 24).then_some(TAG));
+        }
+        assert!(read_header(&[0u8; 15]).is_none());
+    }
+
+    #[test]
+    fn in_order_stream_has_no_loss() {
+        let mut t = SequenceTracker::new(FLOW, TAG);
+        feed(&mut t, &[0, 1, 2, 3, 4]);
+        let c = t.counts();
+        assert_eq!(
+            (c.datagrams, c.lost, c.out_of_order, c.duplicates),
+            (5, 0, 0, 0)
+        );
+        assert_eq!(c.bytes, 5 * 64);
+        assert_eq!(t.expected(), 5);
+    }
+
+    #[test]
+    fn gaps_are_lost_until_a_late_datagram_fills_them() {
+        let mut t = SequenceTracker::new(FLOW, TAG);
+        feed(&mut t, &[0, 1, 4, 5]);
+        assert_eq!(t.counts().lost, 2);
+        feed(&mut t, &[2]);
+        let c = t.counts();
+        assert_eq!((c.datagrams, c.lost, c.out_of_order), (5, 1, 1));
+    }
+
+    #[test]
+    fn duplicates_are_counted_apart_and_not_received_twice() {
+        let mut t = SequenceTracker::new(FLOW, TAG);
+        feed(&mut t, &[0, 1, 1, 2, 0, 3]);
+        let c = t.counts();
+        assert_eq!(
+            (c.datagrams, c.duplicates, c.lost, c.out_of_order),
+            (4, 2, 0, 0)
+        );
+    }
+
+    #[test]
+    fn a_late_duplicate_of_a_late_datagram_is_a_duplicate() {
+        let mut t = SequenceTracker::new(FLOW, TAG);
+        feed(&mut t, &[0, 2, 1, 1]);
+        let c = t.counts();
+        assert_eq!(
+            (c.datagrams, c.lost, c.out_of_order, c.duplicates),
+            (3, 0, 1, 1)
+        );
+    }
+
+    #[test]
+    fn a_huge_gap_resets_the_history_without_false_duplicates() {
+        let mut t = SequenceTracker::new(FLOW, TAG);
+        feed(&mut t, &[0, 1, HISTORY * 3 + 1, HISTORY * 3 + 2]);
+        let c = t.counts();
+        assert_eq!(c.lost, HISTORY * 3 - 1);
+        assert_eq!((c.duplicates, c.datagrams), (0, 4));
+    }
+
+    #[test]
+    fn foreign_datagrams_are_counted_and_ignored() {
+        let mut t = SequenceTracker::new(FLOW, TAG);
+        t.record(&[1, 2, 3], 0);
+        let mut other_flow = datagram(0, 0, 64);
+        other_flow[16..20].copy_from_slice(&9u32.to_be_bytes());
+        t.record(&other_flow, 0);
+        let mut other_test = datagram(0, 0, 64);
+        other_test[20..24].copy_from_slice(&1u32.to_be_bytes());
+        t.record(&other_test, 0);
+        let c = t.counts();
+        assert_eq!(c.foreign, 3);
+        assert_eq!((c.datagrams, c.lost, t.expected()), (0, 0, 0));
+    }
+
+    /// RFC 3550 jitter over a hand-computed vector: datagrams sent every 10 ms; transit
+    /// times 5, 7, 6, 9 ms give |D| = 2, 1, 3 ms and
+    /// J1 = 2/16 = 0.125, J2 = 0.125 + (1 - 0.125)/16 = 0.1796875,
+    /// J3 = 0.1796875 + (3 - 0.1796875)/16 = 0.35595703125 ms.
+    #[test]
+    fn jitter_follows_rfc_3550() {
+        let ms = 1_000_000u64;
+        let mut t = SequenceTracker::new(FLOW, TAG);
+        for (i, transit) in [5u64, 7, 6, 9].iter().enumerate() {
+            let sent = i as u64 * 10 * ms;
+            t.record(&datagram(i as u64, sent, 64), sent + transit * ms);
+        }
+        let jitter_ms = t.counts().jitter_ns / ms as f64;
+        assert!((jitter_ms - 0.355_957_031_25).abs() < 1e-9, "{jitter_ms}");
+    }
+
+    #[test]
+    fn late_datagrams_leave_jitter_alone() {
+        let ms = 1_000_000u64;
+        let mut t = SequenceTracker::new(FLOW, TAG);
+        t.record(&datagram(0, 0, 64), 5 * ms);
+        t.record(&datagram(2, 20 * ms, 64), 25 * ms);
+        // Sequence 1 arrives 100 ms late: out of order, not a jitter sample.
+        t.record(&datagram(1, 10 * ms, 64), 115 * ms);
+        assert_eq!(t.counts().jitter_ns, 0.0);
+        assert_eq!(t.counts().out_of_order, 1);
+    }
+
+    #[test]
+    fn hello_round_trips_and_rejects_the_wrong_magic() {
+        let token = [7u8; 16];
+        let h = hello(HELLO_MAGIC, &token, 12);
+        assert_eq!(parse_hello(HELLO_MAGIC, &h), Some((token, 12)));
+        assert_eq!(parse_hello(HELLO_ACK_MAGIC, &h), None);
+        assert_eq!(parse_hello(HELLO_MAGIC, &h[..27]), None);
+        assert_eq!(tag_of(&token), 0x0707_0707);
+    }
+}
