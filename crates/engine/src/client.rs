@@ -9,14 +9,15 @@ use crate::control::Control;
 use crate::plane::DataPlane;
 use crate::server::{Server, ServerConfig};
 use crate::sys;
-use crate::worker::FlowSpec;
+use crate::worker::{FlowSocket, FlowSpec};
 use linerate_hostinfo::host_facts;
+use linerate_proto::datagram::{hello, tag_of, HELLO_LEN};
 use linerate_proto::preface::data_preface;
 use linerate_proto::{ClientEvent, ClientSession, SessionError, Timeouts, Token, PROTOCOL_VERSION};
 use linerate_report::{Direction, HostFacts, Report, Role, SideInterval, SideResult, TestConfig};
 use socket2::{Domain, Socket, Type};
 use std::io::{self, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use thiserror::Error;
@@ -132,12 +133,30 @@ pub fn run(
     let mut local: Option<SideResult> = None;
     let mut remote: Option<SideResult> = None;
     let mut flows: Vec<TcpStream> = Vec::new();
+    // UDP tests: one connected socket per flow, and the hello each repeats until the
+    // server reports the flows ready (a hello may be lost like any datagram).
+    let mut udp_flows: Vec<(UdpSocket, [u8; HELLO_LEN])> = Vec::new();
+    let mut udp_tag = None;
     loop {
         while let Some(event) = session.poll_event() {
             match event {
                 ClientEvent::Welcomed { host, .. } => {
                     progress(Progress::Connected { server: host })
                 }
+                ClientEvent::Accepted {
+                    token, udp_ports, ..
+                } if !udp_ports.is_empty() => match open_udp_flows(addr, config, token, &udp_ports)
+                {
+                    Ok(opened) => {
+                        udp_flows = opened;
+                        udp_tag = Some(tag_of(&token.0));
+                    }
+                    Err(error) => {
+                        session.abort(&error.to_string());
+                        control.flush(&mut session);
+                        return Err(error);
+                    }
+                },
                 ClientEvent::Accepted { token, .. } => {
                     match open_flows(addr, config, token, connect_timeout) {
                         Ok(opened) => flows = opened,
@@ -152,9 +171,19 @@ pub fn run(
                     let start = Instant::now();
                     session.start(start);
                     control.flush(&mut session);
-                    let specs = flow_specs(config, std::mem::take(&mut flows));
+                    let sockets: Vec<FlowSocket> = if udp_flows.is_empty() {
+                        flows.drain(..).map(FlowSocket::Tcp).collect()
+                    } else {
+                        udp_flows
+                            .drain(..)
+                            .map(|(s, _)| FlowSocket::Udp(s))
+                            .collect()
+                    };
+                    let specs = flow_specs(config, sockets);
                     let threads = config.threads as usize;
-                    match DataPlane::start(start, config, threads, specs, options.drain) {
+                    let plane_start =
+                        DataPlane::start(start, config, threads, specs, options.drain, udp_tag);
+                    match plane_start {
                         Ok(p) => plane = Some(p),
                         Err(source) => {
                             let error = ClientError::Io {
@@ -175,6 +204,9 @@ pub fn run(
                     return Err(error.into());
                 }
             }
+        }
+        for (socket, hello) in &udp_flows {
+            let _ = socket.send(hello);
         }
         if cancel.load(Ordering::Relaxed) {
             let error = ClientError::Interrupted;
@@ -225,8 +257,13 @@ pub fn run(
     let (Some(local), Some(remote)) = (local, remote) else {
         unreachable!("the loop ends only with both results")
     };
+    let test = if config.protocol == "udp" {
+        "udp_stream"
+    } else {
+        "tcp_stream"
+    };
     Ok(Report::assemble(
-        "tcp_stream",
+        test,
         &host.software,
         started_at,
         config.clone(),
@@ -264,11 +301,45 @@ fn open_flows(
         .collect()
 }
 
-fn flow_specs(config: &TestConfig, streams: Vec<TcpStream>) -> Vec<FlowSpec> {
-    streams
+/// Opens one UDP socket per flow, connected to the server's port for that flow, and
+/// sends each flow's first hello.
+fn open_udp_flows(
+    addr: SocketAddr,
+    config: &TestConfig,
+    token: Token,
+    ports: &[u16],
+) -> Result<Vec<(UdpSocket, [u8; HELLO_LEN])>, ClientError> {
+    let unspecified: std::net::IpAddr = if addr.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    ports
+        .iter()
+        .enumerate()
+        .map(|(flow, &port)| {
+            let flow = flow as u32;
+            let target = SocketAddr::new(addr.ip(), port);
+            let fail = |source| ClientError::DataConnect {
+                flow,
+                addr: target,
+                source,
+            };
+            let socket = UdpSocket::bind(SocketAddr::new(unspecified, 0)).map_err(fail)?;
+            sys::apply_udp_options(&socket, config).map_err(fail)?;
+            socket.connect(target).map_err(fail)?;
+            let greeting = hello(&token.0, flow);
+            socket.send(&greeting).map_err(fail)?;
+            Ok((socket, greeting))
+        })
+        .collect()
+}
+
+fn flow_specs(config: &TestConfig, sockets: Vec<FlowSocket>) -> Vec<FlowSpec> {
+    sockets
         .into_iter()
         .enumerate()
-        .map(|(id, stream)| {
+        .map(|(id, socket)| {
             let direction = config.flow_direction(id as u32);
             FlowSpec {
                 id: id as u32,
@@ -278,7 +349,7 @@ fn flow_specs(config: &TestConfig, streams: Vec<TcpStream>) -> Vec<FlowSpec> {
                 } else {
                     Role::Send
                 },
-                stream,
+                socket,
             }
         })
         .collect()

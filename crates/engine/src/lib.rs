@@ -13,4 +13,5 @@ pub mod pacer;
 pub mod plane;
 pub mod server;
 pub mod sys;
+pub mod udp;
 pub mod worker;

@@ -43,6 +43,17 @@ impl Pacer {
         }
     }
 
+    /// How many writes of `size` bytes may go now (at least one when any may go): the
+    /// credit divided by the size, rounded up, since the bucket may go into debt by one.
+    pub fn allowance(&mut self, now: Instant, size: usize) -> usize {
+        self.refill(now);
+        if self.balance > 0.0 {
+            (self.balance / size.max(1) as f64).ceil() as usize
+        } else {
+            0
+        }
+    }
+
     /// Charges bytes that were written.
     pub fn charge(&mut self, bytes: usize) {
         self.balance -= bytes as f64;

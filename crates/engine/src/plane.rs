@@ -10,7 +10,7 @@
 use crate::worker::{self, FlowOutcome, FlowSpec, Sample, WorkerPlan};
 use linerate_hostinfo::usage;
 use linerate_report::{
-    FlowInterval, FlowSide, HostFacts, Role, SideInterval, SideResult, TestConfig,
+    FlowInterval, FlowSide, HostFacts, Role, SideInterval, SideResult, TestConfig, UdpCounts,
 };
 use std::collections::HashMap;
 use std::io;
@@ -71,6 +71,22 @@ impl Schedule {
     }
 }
 
+/// The counts between two samples of one flow; jitter is the later one's (a running
+/// estimate, not a sum).
+fn udp_delta(a: &UdpCounts, b: &UdpCounts) -> UdpCounts {
+    UdpCounts {
+        sent: b.sent - a.sent,
+        send_errors: b.send_errors - a.send_errors,
+        received: b.received - a.received,
+        // A late datagram takes a loss back: a span's loss can be negative; clamp to zero.
+        lost: b.lost.saturating_sub(a.lost),
+        out_of_order: b.out_of_order - a.out_of_order,
+        duplicates: b.duplicates - a.duplicates,
+        foreign: b.foreign - a.foreign,
+        jitter_ms: b.jitter_ms,
+    }
+}
+
 /// Index of the boundary closest to `at`.
 fn index_of(boundaries: &[Duration], at: Duration) -> usize {
     boundaries
@@ -104,6 +120,7 @@ impl DataPlane {
         threads: usize,
         flows: Vec<FlowSpec>,
         drain: Duration,
+        udp_tag: Option<u32>,
     ) -> io::Result<DataPlane> {
         let schedule = Schedule::from_config(config);
         let boundaries = schedule.boundaries();
@@ -127,6 +144,7 @@ impl DataPlane {
                 length: config.length as usize,
                 rate_bps: config.rate_bps.filter(|r| *r > 0),
                 drain,
+                udp_tag,
             };
             let sender = sender.clone();
             let stop = stop.clone();
@@ -207,8 +225,12 @@ impl DataPlane {
             ..Default::default()
         };
         let mut flows = Vec::new();
+        let mut udp = UdpCounts::default();
+        let mut jitters = Vec::new();
+        let mut is_udp = false;
         for (a, b) in self.samples[k].iter().zip(&self.samples[k + 1]) {
             let (Some(a), Some(b)) = (a, b) else { continue };
+            is_udp |= b.flows.iter().any(|f| f.udp.is_some());
             let seconds = (b.at.saturating_sub(a.at)).as_secs_f64();
             for (fa, fb) in a.flows.iter().zip(&b.flows) {
                 let bytes = fb.bytes - fa.bytes;
@@ -218,6 +240,13 @@ impl DataPlane {
                     0.0
                 };
                 let retransmits = fb.retransmits.saturating_sub(fa.retransmits);
+                if let (Some(ua), Some(ub)) = (fa.udp, fb.udp) {
+                    let delta = udp_delta(&ua, &ub);
+                    udp.add(&delta);
+                    if delta.received > 0 {
+                        jitters.push(delta.jitter_ms);
+                    }
+                }
                 let mut flow = FlowInterval {
                     id: fa.id,
                     retransmits,
@@ -244,6 +273,12 @@ impl DataPlane {
         if self.per_flow {
             flows.sort_by_key(|f| f.id);
             out.flows = Some(flows);
+        }
+        if is_udp {
+            if !jitters.is_empty() {
+                udp.jitter_ms = jitters.iter().sum::<f64>() / jitters.len() as f64;
+            }
+            out.udp = Some(udp);
         }
         out
     }
@@ -295,12 +330,17 @@ impl DataPlane {
             .collect();
         flows.sort_by_key(|f| f.id);
         let cpu = self.cpu(window_start, window_end);
+        let edge = |b: usize| self.samples[b].first().and_then(|s| s.as_ref()?.udp_kernel);
+        let udp_kernel = edge(window_start)
+            .zip(edge(window_end))
+            .map(|(a, b)| a.delta(&b));
         Ok(SideResult {
             host,
             cpu,
             intervals,
             flows,
             warnings,
+            udp_kernel,
         })
     }
 
@@ -313,13 +353,14 @@ impl DataPlane {
                     .map(|f| (s.at, *f))
             })
         };
-        let (window_bytes, window_s, retransmits) = match (find(start), find(end)) {
+        let (window_bytes, window_s, retransmits, udp) = match (find(start), find(end)) {
             (Some((ta, a)), Some((tb, b))) => (
                 b.bytes - a.bytes,
                 tb.saturating_sub(ta).as_secs_f64(),
                 b.retransmits.saturating_sub(a.retransmits),
+                a.udp.zip(b.udp).map(|(ua, ub)| udp_delta(&ua, &ub)),
             ),
-            _ => (0, 0.0, 0),
+            _ => (0, 0.0, 0, None),
         };
         FlowSide {
             id: outcome.id,
@@ -337,6 +378,8 @@ impl DataPlane {
             rtt_us: outcome.info.rtt_us,
             congestion: outcome.congestion.clone(),
             error: outcome.error.clone(),
+            udp,
+            datagrams_total: outcome.datagrams_total,
         }
     }
 

@@ -13,8 +13,9 @@
 use crate::control::Control;
 use crate::plane::{default_threads, DataPlane};
 use crate::sys;
-use crate::worker::FlowSpec;
+use crate::worker::{FlowSocket, FlowSpec};
 use linerate_hostinfo::host_facts;
+use linerate_proto::datagram::{parse_hello, tag_of};
 use linerate_proto::preface::{self, Preface};
 use linerate_proto::{Limits, RefuseCode, ServerEvent, ServerSession, Timeouts, Token};
 use linerate_report::units::{format_rate, Scale};
@@ -24,6 +25,7 @@ use mio::{Events, Interest, Poll};
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::SocketAddr;
+use std::net::UdpSocket;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -323,6 +325,13 @@ struct TestState {
     token: Option<Token>,
     flows_in: Option<Receiver<(u32, std::net::TcpStream)>>,
     flows: Vec<Option<std::net::TcpStream>>,
+    /// UDP tests: one socket per flow, and whether its hello has connected it.
+    udp: Vec<(UdpSocket, bool)>,
+    udp_token: [u8; 16],
+    /// Hellos refused so far (logged once per test).
+    udp_refused: u64,
+    /// The address the test's control connection arrived on.
+    local_ip: std::net::IpAddr,
     plane: Option<DataPlane>,
     counted: bool,
 }
@@ -348,6 +357,9 @@ fn serve_test(
         shared.config.timeouts,
     );
     session.handle_input(Instant::now(), &preface_bytes);
+    let local_ip = stream
+        .local_addr()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
     let mut control = match Control::new(stream) {
         Ok(control) => control,
         Err(e) => {
@@ -361,6 +373,10 @@ fn serve_test(
         token: None,
         flows_in: None,
         flows: Vec::new(),
+        udp: Vec::new(),
+        udp_token: [0; 16],
+        udp_refused: 0,
+        local_ip,
         plane: None,
         counted: false,
     };
@@ -395,6 +411,12 @@ fn serve_test(
                 unregister(shared, &mut state);
                 session.flows_ready(Instant::now());
             }
+        }
+        if !state.udp.is_empty()
+            && state.plane.is_none()
+            && take_udp_hellos(shared, id, peer, &mut state)
+        {
+            session.flows_ready(Instant::now());
         }
         if state.plane.as_ref().is_some_and(DataPlane::is_finished) {
             let plane = state.plane.take().expect("checked");
@@ -431,7 +453,7 @@ fn serve_test(
         if shared.shutdown.load(Ordering::Relaxed) {
             session.abort("the server is shutting down".into());
         }
-        let wait = if state.flows_in.is_some() {
+        let wait = if state.flows_in.is_some() || (!state.udp.is_empty() && state.plane.is_none()) {
             Duration::from_millis(10)
         } else if state.plane.is_some() {
             Duration::from_millis(50)
@@ -487,6 +509,29 @@ fn accept_test(
         Ok(token) => token,
         Err(e) => return session.abort(format!("no randomness for a token: {e}")),
     };
+    if config.protocol == "udp" {
+        let mut ports = Vec::new();
+        for _ in 0..config.connections() {
+            let bound = UdpSocket::bind(SocketAddr::new(state.local_ip, 0)).and_then(|socket| {
+                socket.set_nonblocking(true)?;
+                sys::apply_udp_options(&socket, config)?;
+                Ok((socket.local_addr()?.port(), socket))
+            });
+            match bound {
+                Ok((port, socket)) => {
+                    ports.push(port);
+                    state.udp.push((socket, false));
+                }
+                Err(e) => return session.abort(format!("cannot open a UDP socket: {e}")),
+            }
+        }
+        state.udp_token = token.0;
+        shared.log(&format!(
+            "test {id} from {peer}: accepted: {}",
+            config.describe()
+        ));
+        return session.accept_udp(Instant::now(), id, token, ports);
+    }
     let (sender, receiver) = channel();
     shared
         .registry
@@ -508,20 +553,27 @@ fn start_plane(shared: &Shared, session: &ServerSession, state: &mut TestState) 
         .config()
         .expect("a started session has a config")
         .clone();
-    let mut specs = Vec::with_capacity(state.flows.len());
+    let mut specs = Vec::with_capacity(state.flows.len().max(state.udp.len()));
+    let role_of = |id: usize| match config.flow_direction(id as u32) {
+        Direction::Reverse => Role::Send,
+        _ => Role::Receive,
+    };
+    for (id, (socket, _)) in state.udp.drain(..).enumerate() {
+        specs.push(FlowSpec {
+            id: id as u32,
+            direction: config.flow_direction(id as u32),
+            role: role_of(id),
+            socket: FlowSocket::Udp(socket),
+        });
+    }
     for (id, stream) in state.flows.drain(..).enumerate() {
         let stream = stream.expect("all flows arrived before start");
         sys::apply_options(&stream, &config, false)?;
-        let direction = config.flow_direction(id as u32);
-        let role = match direction {
-            Direction::Reverse => Role::Send,
-            _ => Role::Receive,
-        };
         specs.push(FlowSpec {
             id: id as u32,
-            direction,
-            role,
-            stream,
+            direction: config.flow_direction(id as u32),
+            role: role_of(id),
+            socket: FlowSocket::Tcp(stream),
         });
     }
     state.plane = Some(DataPlane::start(
@@ -533,6 +585,36 @@ fn start_plane(shared: &Shared, session: &ServerSession, state: &mut TestState) 
             .unwrap_or_else(|| default_threads(config.connections() as usize)),
         specs,
         shared.config.drain,
+        (config.protocol == "udp").then(|| tag_of(&state.udp_token)),
     )?);
     Ok(())
+}
+
+/// Reads the hellos waiting on a UDP test's sockets and connects each flow's socket to
+/// the address its hello came from; true when every flow has one. A hello is taken only
+/// from the host that holds the control connection, with the test's token and the
+/// socket's own flow id, so a forged source cannot aim the test's traffic elsewhere.
+fn take_udp_hellos(shared: &Shared, id: u64, peer: SocketAddr, state: &mut TestState) -> bool {
+    let mut buffer = [0u8; 64];
+    for (flow, (socket, connected)) in state.udp.iter_mut().enumerate() {
+        while !*connected {
+            let Ok((len, from)) = socket.recv_from(&mut buffer) else {
+                break;
+            };
+            let hello = parse_hello(&buffer[..len]);
+            let genuine = hello == Some((state.udp_token, flow as u32)) && from.ip() == peer.ip();
+            if genuine && socket.connect(from).is_ok() {
+                *connected = true;
+            } else {
+                state.udp_refused += 1;
+                if state.udp_refused == 1 {
+                    shared.log(&format!(
+                        "test {id}: refused a datagram from {from} on flow {flow}'s port: not a hello of this test from {}",
+                        peer.ip()
+                    ));
+                }
+            }
+        }
+    }
+    state.udp.iter().all(|(_, connected)| *connected)
 }

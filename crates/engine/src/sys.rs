@@ -42,6 +42,19 @@ pub fn apply_options<S: AsFd>(
     Ok(())
 }
 
+/// Applies the options that mean something to a UDP socket: the buffer sizes.
+pub fn apply_udp_options<S: AsFd>(socket: &S, config: &TestConfig) -> io::Result<()> {
+    if let Some(window) = config.window {
+        let sock = SockRef::from(socket);
+        let window = usize::try_from(window).unwrap_or(usize::MAX);
+        sock.set_send_buffer_size(window)
+            .map_err(|e| context(e, &format!("SO_SNDBUF {window}")))?;
+        sock.set_recv_buffer_size(window)
+            .map_err(|e| context(e, &format!("SO_RCVBUF {window}")))?;
+    }
+    Ok(())
+}
+
 fn context(error: io::Error, what: &str) -> io::Error {
     io::Error::new(error.kind(), format!("cannot set {what}: {error}"))
 }

@@ -12,8 +12,8 @@
 
 use crate::pacer::Pacer;
 use crate::sys;
-use linerate_hostinfo::{thread_cpu_time, CpuSnapshot};
-use linerate_report::{Direction, Role};
+use linerate_hostinfo::{read_udp_counters, thread_cpu_time, CpuSnapshot};
+use linerate_report::{Direction, Role, UdpCounters, UdpCounts};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use std::cmp::Reverse;
@@ -36,16 +36,25 @@ pub struct FlowSpec {
     pub id: u32,
     pub direction: Direction,
     pub role: Role,
-    pub stream: std::net::TcpStream,
+    pub socket: FlowSocket,
+}
+
+/// A flow's connected socket.
+#[derive(Debug)]
+pub enum FlowSocket {
+    Tcp(std::net::TcpStream),
+    Udp(std::net::UdpSocket),
 }
 
 /// One flow's counters at one boundary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FlowCount {
     pub id: u32,
     pub bytes: u64,
     /// TCP_INFO total retransmits so far (senders; 0 for receivers).
     pub retransmits: u64,
+    /// UDP flows: datagram counts so far (jitter as of now).
+    pub udp: Option<UdpCounts>,
 }
 
 /// One worker's reading at one boundary of the schedule.
@@ -61,6 +70,8 @@ pub struct Sample {
     pub flows: Vec<FlowCount>,
     /// `/proc/stat` at the window's edges (worker 0 only).
     pub proc_stat: Option<CpuSnapshot>,
+    /// UDP tests: the kernel's UDP counters at the window's edges (worker 0 only).
+    pub udp_kernel: Option<UdpCounters>,
 }
 
 /// What a worker knows of a flow when it ends.
@@ -77,6 +88,8 @@ pub struct FlowOutcome {
     pub congestion: String,
     pub info: sys::TcpInfo,
     pub error: Option<String>,
+    /// UDP flows: datagrams over the flow's life (sent, or distinct received).
+    pub datagrams_total: u64,
 }
 
 /// Everything a worker needs, read-only.
@@ -92,6 +105,60 @@ pub struct WorkerPlan {
     pub rate_bps: Option<u64>,
     /// How long receivers keep draining after the end for the sender's last bytes.
     pub drain: Duration,
+    /// UDP tests: the tag every datagram of the test carries.
+    pub udp_tag: Option<u32>,
+}
+
+/// Sends the sample of boundary `index`, taken `since` the test's start. Worker 0 adds
+/// the host's counters at the window's edges.
+pub(crate) fn send_sample(
+    plan: &WorkerPlan,
+    samples: &Sender<Sample>,
+    index: usize,
+    since: Duration,
+    flows: Vec<FlowCount>,
+) {
+    let at_edge = plan.index == 0 && plan.cpu_boundaries.contains(&index);
+    let proc_stat = at_edge.then(|| CpuSnapshot::read().ok()).flatten();
+    let udp_kernel = (at_edge && plan.udp_tag.is_some())
+        .then(|| read_udp_counters().ok())
+        .flatten();
+    // The coordinator may have gone (an aborted test); the flows still end cleanly.
+    let _ = samples.send(Sample {
+        worker: plan.index,
+        index,
+        at: since,
+        cpu: thread_cpu_time(),
+        flows,
+        proc_stat,
+        udp_kernel,
+    });
+}
+
+/// The facts of a socket known when its flow starts.
+pub(crate) fn outcome_of<S: std::os::fd::AsFd>(
+    socket: &S,
+    id: u32,
+    direction: Direction,
+    role: Role,
+    addrs: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
+) -> FlowOutcome {
+    let (sndbuf, rcvbuf) = sys::granted_buffers(socket);
+    let text = |a: Option<std::net::SocketAddr>| a.map_or(String::new(), |a| a.to_string());
+    FlowOutcome {
+        id,
+        direction,
+        role,
+        local_addr: text(addrs.0),
+        remote_addr: text(addrs.1),
+        bytes_total: 0,
+        sndbuf,
+        rcvbuf,
+        congestion: String::new(),
+        info: sys::TcpInfo::default(),
+        error: None,
+        datagrams_total: 0,
+    }
 }
 
 struct Flow {
@@ -112,26 +179,17 @@ struct Flow {
 
 impl Flow {
     fn new(spec: FlowSpec, plan: &WorkerPlan) -> Flow {
-        let (sndbuf, rcvbuf) = sys::granted_buffers(&spec.stream);
-        let outcome = FlowOutcome {
-            id: spec.id,
-            direction: spec.direction,
-            role: spec.role,
-            local_addr: spec
-                .stream
-                .local_addr()
-                .map_or(String::new(), |a| a.to_string()),
-            remote_addr: spec
-                .stream
-                .peer_addr()
-                .map_or(String::new(), |a| a.to_string()),
-            bytes_total: 0,
-            sndbuf,
-            rcvbuf,
-            congestion: sys::congestion(&spec.stream),
-            info: sys::TcpInfo::default(),
-            error: None,
+        let FlowSocket::Tcp(stream) = spec.socket else {
+            unreachable!("UDP flows run in the UDP loop")
         };
+        let mut outcome = outcome_of(
+            &stream,
+            spec.id,
+            spec.direction,
+            spec.role,
+            (stream.local_addr().ok(), stream.peer_addr().ok()),
+        );
+        outcome.congestion = sys::congestion(&stream);
         let pacer = match (spec.role, plan.rate_bps) {
             // Credit for a few milliseconds or one write, whichever is larger.
             (Role::Send, Some(rate)) => Some(Pacer::new(
@@ -144,7 +202,7 @@ impl Flow {
         Flow {
             id: spec.id,
             role: spec.role,
-            stream: TcpStream::from_std(spec.stream),
+            stream: TcpStream::from_std(stream),
             bytes: 0,
             // A fresh socket is writable (and may already be readable); try it at once.
             ready: true,
@@ -232,9 +290,6 @@ impl Worker {
             && since >= self.plan.boundaries[self.next_boundary]
         {
             let index = self.next_boundary;
-            let proc_stat = (self.plan.index == 0 && self.plan.cpu_boundaries.contains(&index))
-                .then(|| CpuSnapshot::read().ok())
-                .flatten();
             let flows = self
                 .flows
                 .iter_mut()
@@ -251,18 +306,11 @@ impl Worker {
                         id: flow.id,
                         bytes: flow.bytes,
                         retransmits,
+                        udp: None,
                     }
                 })
                 .collect();
-            // The coordinator may have gone (an aborted test); the flows still end cleanly.
-            let _ = self.samples.send(Sample {
-                worker: self.plan.index,
-                index,
-                at: since,
-                cpu: thread_cpu_time(),
-                flows,
-                proc_stat,
-            });
+            send_sample(&self.plan, &self.samples, index, since, flows);
             self.next_boundary += 1;
             if index == self.end_index {
                 for (i, flow) in self.flows.iter_mut().enumerate() {
@@ -371,6 +419,12 @@ pub fn run(
     samples: Sender<Sample>,
     stop: Arc<AtomicBool>,
 ) -> io::Result<Vec<FlowOutcome>> {
+    if specs
+        .iter()
+        .any(|spec| matches!(spec.socket, FlowSocket::Udp(_)))
+    {
+        return crate::udp::run(plan, specs, samples, stop);
+    }
     let mut worker = Worker::new(plan, specs, samples);
     if worker.flows.len() == 1 {
         run_blocking(&mut worker, &stop)?;
@@ -560,12 +614,13 @@ mod tests {
             length: 128 * 1024,
             rate_bps: None,
             drain,
+            udp_tag: None,
         };
         let spec = FlowSpec {
             id: 0,
             direction: Direction::Forward,
             role: Role::Receive,
-            stream: ours,
+            socket: FlowSocket::Tcp(ours),
         };
         let (samples, _keep) = channel();
         let stop = Arc::new(AtomicBool::new(false));

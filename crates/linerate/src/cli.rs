@@ -71,7 +71,10 @@ pub struct StreamArgs {
     /// Server port
     #[arg(short, long, default_value_t = 5201)]
     pub port: u16,
-    /// Parallel flows (TCP connections) per direction
+    /// UDP instead of TCP: datagrams paced to --rate (default 1M per flow) or --pps
+    #[arg(short, long)]
+    pub udp: bool,
+    /// Parallel flows (TCP connections or UDP socket pairs) per direction
     #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub parallel: u32,
     /// Worker threads on this side (default: one per flow up to 16 flows, else one per CPU)
@@ -86,20 +89,21 @@ pub struct StreamArgs {
     /// Seconds between interval reports; 0 for none
     #[arg(short, long, default_value_t = 1.0, value_parser = seconds)]
     pub interval: f64,
-    /// Bytes per write [k|m|g suffixes, binary]
-    #[arg(short, long, default_value = "128K", value_parser = length)]
-    pub length: u64,
+    /// Bytes per write (default 128K), or UDP payload per datagram, 16 to 65507 (default:
+    /// the largest that fits the path MTU) [k|m|g suffixes, binary]
+    #[arg(short, long, value_parser = length)]
+    pub length: Option<u64>,
     /// Socket buffer size on both ends (turns kernel autotuning off) [k|m|g]
     #[arg(short, long, value_parser = window)]
     pub window: Option<u64>,
     /// TCP maximum segment size
-    #[arg(short = 'M', long, value_parser = clap::value_parser!(u32).range(88..=65535))]
+    #[arg(short = 'M', long, value_parser = clap::value_parser!(u32).range(88..=65535), conflicts_with = "udp")]
     pub mss: Option<u32>,
     /// Disable Nagle's algorithm (TCP_NODELAY)
-    #[arg(short = 'N', long)]
+    #[arg(short = 'N', long, conflicts_with = "udp")]
     pub nodelay: bool,
     /// Congestion control algorithm on both ends (e.g. cubic, reno, bbr)
-    #[arg(short = 'C', long, value_name = "ALGO")]
+    #[arg(short = 'C', long, value_name = "ALGO", conflicts_with = "udp")]
     pub congestion: Option<String>,
     /// The server sends and the client receives
     #[arg(short = 'R', long, conflicts_with = "bidir")]
@@ -107,9 +111,13 @@ pub struct StreamArgs {
     /// Both ends send at once, on separate connections
     #[arg(long)]
     pub bidir: bool,
-    /// Pace each flow to this many bits/s; 0 for no pacing [k|m|g suffixes, decimal]
+    /// Pace each flow to this many bits/s of payload; 0 for as fast as possible (TCP's
+    /// default; UDP's is 1M) [k|m|g suffixes, decimal]
     #[arg(short = 'b', long, value_parser = rate)]
     pub rate: Option<u64>,
+    /// UDP: pace each flow to this many datagrams per second instead of --rate
+    #[arg(long, requires = "udp", conflicts_with = "rate", value_parser = clap::value_parser!(u64).range(1..))]
+    pub pps: Option<u64>,
     /// Print one JSON document (docs/results.md) instead of text
     #[arg(short = 'J', long)]
     pub json: bool,

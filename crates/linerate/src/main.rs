@@ -112,7 +112,7 @@ fn test_config(args: &StreamArgs) -> TestConfig {
         Direction::Forward
     };
     let mut config = TestConfig {
-        protocol: "tcp".into(),
+        protocol: if args.udp { "udp" } else { "tcp" }.into(),
         target: args.host.clone().unwrap_or_else(|| "loopback".into()),
         port: args.port,
         direction,
@@ -121,12 +121,13 @@ fn test_config(args: &StreamArgs) -> TestConfig {
         time_s: args.time,
         omit_s: args.omit,
         interval_s: args.interval,
-        length: args.length,
+        length: args.length.unwrap_or(128 * 1024),
         window: args.window,
         mss: args.mss,
         nodelay: args.nodelay,
         congestion: args.congestion.clone(),
         rate_bps: args.rate.filter(|r| *r > 0),
+        pps: args.pps,
         per_flow: args.per_flow,
         connect_timeout_s: args.connect_timeout,
     };
@@ -146,8 +147,71 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
         .ok_or_else(|| anyhow!("host '{host}' has no address"))
 }
 
+/// iperf3's default UDP rate per flow, so that a UDP test never floods a path by default.
+const UDP_DEFAULT_RATE: u64 = 1_000_000;
+
+/// The largest UDP payload that fits the path MTU towards `target`, as the kernel knows
+/// it (IP_MTU on a connected socket); 1472 (Ethernet) when it cannot tell.
+fn udp_length_for(target: SocketAddr) -> u64 {
+    let probe = || -> std::io::Result<u64> {
+        let any: IpAddr = if target.is_ipv4() {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            Ipv6Addr::UNSPECIFIED.into()
+        };
+        let socket = std::net::UdpSocket::bind(SocketAddr::new(any, 0))?;
+        socket.connect(target)?;
+        let (level, option, headers) = if target.is_ipv4() {
+            (libc::IPPROTO_IP, libc::IP_MTU, 28)
+        } else {
+            (libc::IPPROTO_IPV6, libc::IPV6_MTU, 48)
+        };
+        let mut mtu: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `mtu` and `len` are valid for the kernel to write an int.
+        let rc = unsafe {
+            libc::getsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&socket),
+                level,
+                option,
+                (&mut mtu as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((mtu as u64).saturating_sub(headers))
+    };
+    probe().map_or(1472, |len| len.clamp(16, 65_507))
+}
+
 fn stream(args: &StreamArgs) -> Result<ExitCode> {
-    let config = test_config(args);
+    let target = match &args.host {
+        Some(host) => Some(resolve(host, args.port)?),
+        None => None,
+    };
+    let mut config = test_config(args);
+    if args.udp {
+        let length = match args.length {
+            Some(length) if !(16..=65_507).contains(&length) => {
+                eprintln!(
+                    "linerate: error: invalid value '{length}' for '--length': a UDP datagram carries 16 to 65507 bytes (see 'linerate --help')"
+                );
+                return Ok(ExitCode::from(2));
+            }
+            Some(length) => length,
+            None => udp_length_for(target.unwrap_or(SocketAddr::from(([127, 0, 0, 1], args.port)))),
+        };
+        config.length = length;
+        config.rate_bps = match (args.pps, args.rate) {
+            (Some(pps), _) => Some(pps.saturating_mul(length * 8)),
+            (None, Some(0)) => None,
+            (None, Some(rate)) => Some(rate),
+            (None, None) => Some(UDP_DEFAULT_RATE),
+        };
+    }
+    let config = config;
     let cancel = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, cancel.clone())
@@ -186,15 +250,14 @@ fn stream(args: &StreamArgs) -> Result<ExitCode> {
             }
         }
     };
-    let report = match &args.host {
-        Some(host) => {
-            let addr = resolve(host, args.port)?;
+    let report = match (&args.host, target) {
+        (Some(host), Some(addr)) => {
             if !quiet {
                 println!("Connecting to {host} ({addr}), {}", config.describe());
             }
             client::run(addr, &options, &cancel, &mut progress)?
         }
-        None => {
+        _ => {
             if !quiet {
                 println!(
                     "Measuring this machine over loopback (in-process server), {}",

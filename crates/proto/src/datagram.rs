@@ -62,24 +62,23 @@ pub fn tag_of(token: &[u8; 16]) -> u32 {
     u32::from_be_bytes([token[0], token[1], token[2], token[3]])
 }
 
-/// A flow's first datagram on a new UDP path, client to server: "LRUDPHEL", the test
-/// token and the flow id. The server answers with the same bytes under "LRUDPACK" from
-/// the socket the flow will use, which tells the client its path works.
+/// A UDP flow's hello, client to server, until the server reports the flows ready:
+/// "LRUDPHEL", the test token and the flow id. The server takes the flow's address from
+/// it, and only from the address that holds the test's control connection.
 pub const HELLO_MAGIC: &[u8; 8] = b"LRUDPHEL";
-pub const HELLO_ACK_MAGIC: &[u8; 8] = b"LRUDPACK";
 pub const HELLO_LEN: usize = 28;
 
-pub fn hello(magic: &[u8; 8], token: &[u8; 16], flow: u32) -> [u8; HELLO_LEN] {
+pub fn hello(token: &[u8; 16], flow: u32) -> [u8; HELLO_LEN] {
     let mut out = [0u8; HELLO_LEN];
-    out[..8].copy_from_slice(magic);
+    out[..8].copy_from_slice(HELLO_MAGIC);
     out[8..24].copy_from_slice(token);
     out[24..].copy_from_slice(&flow.to_be_bytes());
     out
 }
 
-/// The token and flow of a hello (or its answer) with magic `magic`.
-pub fn parse_hello(magic: &[u8; 8], datagram: &[u8]) -> Option<([u8; 16], u32)> {
-    if datagram.len() != HELLO_LEN || &datagram[..8] != magic {
+/// The token and flow of a hello.
+pub fn parse_hello(datagram: &[u8]) -> Option<([u8; 16], u32)> {
+    if datagram.len() != HELLO_LEN || &datagram[..8] != HELLO_MAGIC {
         return None;
     }
     let token: [u8; 16] = datagram[8..24].try_into().ok()?;
@@ -345,12 +344,14 @@ mod tests {
     }
 
     #[test]
-    fn hello_round_trips_and_rejects_the_wrong_magic() {
+    fn hello_round_trips_and_rejects_anything_else() {
         let token = [7u8; 16];
-        let h = hello(HELLO_MAGIC, &token, 12);
-        assert_eq!(parse_hello(HELLO_MAGIC, &h), Some((token, 12)));
-        assert_eq!(parse_hello(HELLO_ACK_MAGIC, &h), None);
-        assert_eq!(parse_hello(HELLO_MAGIC, &h[..27]), None);
+        let h = hello(&token, 12);
+        assert_eq!(parse_hello(&h), Some((token, 12)));
+        assert_eq!(parse_hello(&h[..27]), None);
+        let mut other = h;
+        other[0] = b'X';
+        assert_eq!(parse_hello(&other), None);
         assert_eq!(tag_of(&token), 0x0707_0707);
     }
 }

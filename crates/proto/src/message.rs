@@ -63,6 +63,10 @@ pub enum ServerMessage {
         test_id: u64,
         /// 32 hex digits; data connections present it in their preface.
         token: String,
+        /// UDP tests: the server's port for each flow, in flow order. Each flow's first
+        /// datagram there is a hello carrying the token (docs/protocol.md 5).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        udp_ports: Vec<u16>,
     },
     FlowsReady,
     Results {

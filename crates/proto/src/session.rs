@@ -341,12 +341,18 @@ impl ServerSession {
 
     /// Accepts the requested test; data connections must present `token`.
     pub fn accept(&mut self, now: Instant, test_id: u64, token: Token) {
+        self.accept_udp(now, test_id, token, Vec::new());
+    }
+
+    /// Accepts a UDP test whose flows go to `udp_ports`, one per flow.
+    pub fn accept_udp(&mut self, now: Instant, test_id: u64, token: Token, udp_ports: Vec<u16>) {
         if self.state != ServerState::Deciding {
             return;
         }
         self.transmit.push_back(encode(&ServerMessage::Accepted {
             test_id,
             token: token.to_hex(),
+            udp_ports,
         }));
         self.state = ServerState::AwaitFlows;
         self.deadline = Some(now + self.timeouts.flows);
@@ -400,8 +406,17 @@ fn message_name(message: &ClientMessage) -> &'static str {
 /// Checks a test specification against the server's limits and for consistency.
 pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode, String)> {
     let invalid = |reason: String| Err((RefuseCode::Invalid, reason));
-    if config.protocol != "tcp" {
+    if config.protocol != "tcp" && config.protocol != "udp" {
         return invalid(format!("unsupported protocol '{}'", config.protocol));
+    }
+    let datagram = crate::datagram::MIN_DATAGRAM as u64..=crate::datagram::MAX_DATAGRAM as u64;
+    if config.protocol == "udp" && !datagram.contains(&config.length) {
+        return invalid(format!(
+            "datagram length {} is outside {} to {} bytes",
+            config.length,
+            datagram.start(),
+            datagram.end()
+        ));
     }
     if config.parallel == 0 {
         return invalid("parallel must be at least 1".into());
@@ -453,7 +468,11 @@ pub enum ClientEvent {
     },
     /// The test is accepted: open the data connections with this token, then wait for
     /// `FlowsReady`.
-    Accepted { test_id: u64, token: Token },
+    Accepted {
+        test_id: u64,
+        token: Token,
+        udp_ports: Vec<u16>,
+    },
     /// Every data connection arrived at the server; call [`ClientSession::start`].
     FlowsReady,
     /// The server's side of the results; call [`ClientSession::done`].
@@ -611,12 +630,30 @@ impl ClientSession {
                 self.state = ClientState::AwaitAccepted;
                 self.deadline = Some(now + self.timeouts.handshake);
             }
-            (ClientState::AwaitAccepted, ServerMessage::Accepted { test_id, token }) => {
+            (
+                ClientState::AwaitAccepted,
+                ServerMessage::Accepted {
+                    test_id,
+                    token,
+                    udp_ports,
+                },
+            ) => {
                 let Some(token) = Token::from_hex(&token) else {
                     return self.fail(SessionError::Protocol(format!("bad token '{token}'")));
                 };
-                self.events
-                    .push_back(ClientEvent::Accepted { test_id, token });
+                let udp = self.config.protocol == "udp";
+                if udp && udp_ports.len() != self.config.connections() as usize {
+                    return self.fail(SessionError::Protocol(format!(
+                        "the server offered {} UDP ports for {} flows",
+                        udp_ports.len(),
+                        self.config.connections()
+                    )));
+                }
+                self.events.push_back(ClientEvent::Accepted {
+                    test_id,
+                    token,
+                    udp_ports,
+                });
                 self.state = ClientState::AwaitFlowsReady;
                 self.deadline = Some(now + self.timeouts.flows);
             }

@@ -20,6 +20,7 @@ fn config(parallel: u32) -> TestConfig {
         nodelay: false,
         congestion: None,
         rate_bps: None,
+        pps: None,
         per_flow: false,
         connect_timeout_s: 5.0,
     }
@@ -106,7 +107,11 @@ fn whole_exchange_completes_on_a_virtual_clock() {
     pair.exchange();
     assert_eq!(
         pair.client_events[1],
-        ClientEvent::Accepted { test_id: 42, token }
+        ClientEvent::Accepted {
+            test_id: 42,
+            token,
+            udp_ports: vec![]
+        }
     );
 
     pair.advance(Duration::from_millis(5));

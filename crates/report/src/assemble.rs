@@ -39,6 +39,31 @@ impl Report {
     }
 }
 
+/// Sums counts of several flows or sides; jitter is the mean over those that received.
+fn merge_udp(parts: &[UdpCounts]) -> UdpCounts {
+    let mut total = UdpCounts::default();
+    for part in parts {
+        total.add(part);
+    }
+    let receiving: Vec<f64> = parts
+        .iter()
+        .filter(|p| p.received > 0)
+        .map(|p| p.jitter_ms)
+        .collect();
+    if !receiving.is_empty() {
+        total.jitter_ms = receiving.iter().sum::<f64>() / receiving.len() as f64;
+    }
+    total
+}
+
+fn per_second(count: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        count as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
 fn merge_intervals(local: &[SideInterval], remote: &[SideInterval]) -> Vec<IntervalReport> {
     // Both sides run the same nominal schedule; a side that stopped early (a failed test)
     // has fewer intervals, and only intervals both sides reached are merged.
@@ -50,7 +75,18 @@ fn merge_intervals(local: &[SideInterval], remote: &[SideInterval]) -> Vec<Inter
                 (Some(lf), Some(rf)) => Some(merge_flow_intervals(lf, rf)),
                 _ => None,
             };
+            let udp = (l.udp.is_some() || r.udp.is_some()).then(|| {
+                let seconds = l.end - l.start;
+                let counts = merge_udp(&[l.udp.unwrap_or_default(), r.udp.unwrap_or_default()]);
+                UdpIntervalReport {
+                    loss_pct: counts.loss_pct(),
+                    receiver_pps: per_second(counts.received, seconds),
+                    sender_pps: per_second(counts.sent, seconds),
+                    counts,
+                }
+            });
             IntervalReport {
+                udp,
                 start: l.start,
                 end: l.end,
                 omitted: l.omitted,
@@ -114,7 +150,27 @@ fn merge_flows(config: &TestConfig, local: &[FlowSide], remote: &[FlowSide]) -> 
             let error = client
                 .and_then(|f| f.error.clone().map(|e| format!("client: {e}")))
                 .or_else(|| server.and_then(|f| f.error.clone().map(|e| format!("server: {e}"))));
+            let udp = (client.is_some_and(|f| f.udp.is_some())
+                || server.is_some_and(|f| f.udp.is_some()))
+            .then(|| {
+                let sent = sender.and_then(|f| f.udp).unwrap_or_default();
+                let received = receiver.and_then(|f| f.udp).unwrap_or_default();
+                let counts = UdpCounts {
+                    sent: sent.sent,
+                    send_errors: sent.send_errors,
+                    ..received
+                };
+                UdpFlowReport {
+                    loss_pct: counts.loss_pct(),
+                    receiver_pps: per_second(counts.received, receiver.map_or(0.0, |f| f.window_s)),
+                    sender_pps: per_second(counts.sent, sender.map_or(0.0, |f| f.window_s)),
+                    sent_total: sender.map_or(0, |f| f.datagrams_total),
+                    received_total: receiver.map_or(0, |f| f.datagrams_total),
+                    counts,
+                }
+            });
             FlowReport {
+                udp,
                 id,
                 direction: Some(config.flow_direction(id)),
                 receiver_bytes: receiver.map_or(0, |f| f.window_bytes),
@@ -177,7 +233,34 @@ fn summarize(
             })
             .collect()
     });
+    let udp_flows: Vec<&UdpFlowReport> = flows.iter().filter_map(|f| f.udp.as_ref()).collect();
+    let udp = (!udp_flows.is_empty()).then(|| {
+        let counts: Vec<UdpCounts> = udp_flows.iter().map(|f| f.counts).collect();
+        let total = merge_udp(&counts);
+        UdpSummary {
+            receiver_pps: udp_flows.iter().map(|f| f.receiver_pps).sum(),
+            sender_pps: udp_flows.iter().map(|f| f.sender_pps).sum(),
+            received: total.received,
+            sent: total.sent,
+            lost: total.lost,
+            out_of_order: total.out_of_order,
+            duplicates: total.duplicates,
+            foreign: total.foreign,
+            send_errors: total.send_errors,
+            loss_pct: total.loss_pct(),
+            jitter_ms: total.jitter_ms,
+            lost_total: udp_flows
+                .iter()
+                .map(|f| f.sent_total.saturating_sub(f.received_total))
+                .sum(),
+            kernel: PerSide {
+                local: local.udp_kernel.unwrap_or_default(),
+                remote: remote.udp_kernel.unwrap_or_default(),
+            },
+        }
+    });
     Summary {
+        udp,
         duration_s,
         receiver_bytes: total.receiver_bytes,
         receiver_bps: total.receiver_bps,
@@ -221,6 +304,7 @@ mod tests {
             nodelay: false,
             congestion: None,
             rate_bps: None,
+            pps: None,
             per_flow: false,
             connect_timeout_s: 5.0,
         }
@@ -243,7 +327,70 @@ mod tests {
             rtt_us: 50,
             congestion: "cubic".into(),
             error: None,
+            udp: None,
+            datagrams_total: 0,
         }
+    }
+
+    #[test]
+    fn udp_counts_come_from_the_side_that_knows_them() {
+        let mut config = config(Direction::Forward, 1);
+        config.protocol = "udp".into();
+        let mut sent = flow(0, Role::Send, 1000, 1.0, 0);
+        sent.udp = Some(UdpCounts {
+            sent: 100,
+            send_errors: 2,
+            // A sender's receive-side fields are meaningless and must not leak through.
+            received: 999,
+            ..Default::default()
+        });
+        sent.datagrams_total = 110;
+        let mut received = flow(0, Role::Receive, 900, 2.0, 0);
+        received.udp = Some(UdpCounts {
+            received: 90,
+            lost: 10,
+            out_of_order: 3,
+            duplicates: 1,
+            jitter_ms: 0.25,
+            ..Default::default()
+        });
+        received.datagrams_total = 95;
+        let local = SideResult {
+            flows: vec![sent],
+            udp_kernel: Some(UdpCounters {
+                sndbuf_errors: 4,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let remote = SideResult {
+            flows: vec![received],
+            ..Default::default()
+        };
+        let report = Report::assemble("udp_stream", "t", 0.0, config, local, remote);
+        let udp = report.summary.udp.clone().expect("udp summary");
+        assert_eq!((udp.sent, udp.send_errors, udp.received), (100, 2, 90));
+        assert_eq!((udp.lost, udp.out_of_order, udp.duplicates), (10, 3, 1));
+        assert!((udp.loss_pct - 10.0).abs() < 1e-9);
+        assert!((udp.receiver_pps - 45.0).abs() < 1e-9);
+        assert!((udp.sender_pps - 100.0).abs() < 1e-9);
+        assert_eq!(udp.lost_total, 15);
+        assert_eq!(udp.jitter_ms, 0.25);
+        assert_eq!(udp.kernel.local.sndbuf_errors, 4);
+        let doc = serde_json::to_value(&report).unwrap();
+        for key in [
+            "receiver_pps",
+            "sender_pps",
+            "lost",
+            "out_of_order",
+            "duplicates",
+            "jitter_ms",
+            "loss_pct",
+        ] {
+            assert!(doc["summary"][key].is_number(), "summary.{key}");
+        }
+        assert!(doc["summary"]["kernel"]["local"]["rcvbuf_errors"].is_number());
+        assert!(doc["summary"]["kernel"]["remote"]["in_errors"].is_number());
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub enum Role {
 /// the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TestConfig {
-    /// "tcp" for now.
+    /// "tcp" or "udp".
     pub protocol: String,
     /// The server as the user named it, or "loopback" for the in-process server.
     pub target: String,
@@ -61,6 +61,10 @@ pub struct TestConfig {
     pub congestion: Option<String>,
     /// Per-flow pacing target in bits per second; `None` sends as fast as possible.
     pub rate_bps: Option<u64>,
+    /// UDP: per-flow pacing target in datagrams per second (sets `rate_bps` from the
+    /// datagram size when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pps: Option<u64>,
     /// Keep per-flow interval figures.
     pub per_flow: bool,
     pub connect_timeout_s: f64,
@@ -87,13 +91,24 @@ impl TestConfig {
         } else {
             String::new()
         };
+        let size = if self.protocol == "udp" {
+            let pace = match self.rate_bps {
+                Some(rate) => format!(
+                    " at {} per flow",
+                    crate::units::format_rate(rate as f64, crate::units::Scale::Adaptive)
+                ),
+                None => " unpaced".to_string(),
+            };
+            format!("{}-byte datagrams{pace}", self.length)
+        } else {
+            format!("{} writes", crate::units::format_size_compact(self.length))
+        };
         format!(
-            "{}, {} flow{}, {direction}, {} s{warm_up}, {} writes",
+            "{}, {} flow{}, {direction}, {} s{warm_up}, {size}",
             self.protocol.to_uppercase(),
             self.parallel,
             if self.parallel == 1 { "" } else { "s" },
             self.time_s,
-            crate::units::format_size_compact(self.length),
         )
     }
 
@@ -196,6 +211,53 @@ pub struct SideInterval {
     pub retransmits: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flows: Option<Vec<FlowInterval>>,
+    /// UDP tests: datagram counts in the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpCounts>,
+}
+
+/// Datagram counts of one side over a span of time (an interval or the window), summed
+/// over its flows; each count comes from the side that can know it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpCounts {
+    /// Datagrams handed to the kernel by senders.
+    pub sent: u64,
+    /// Send calls the kernel refused (EAGAIN, ENOBUFS), counted per call.
+    pub send_errors: u64,
+    /// Distinct test datagrams received.
+    pub received: u64,
+    /// Sequence gaps not filled by a late datagram.
+    pub lost: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    /// Datagrams that were not the flow's own (too short, another flow or test).
+    pub foreign: u64,
+    /// RFC 3550 jitter in milliseconds: the mean over receiving flows of each flow's
+    /// jitter at the end of the span.
+    pub jitter_ms: f64,
+}
+
+impl UdpCounts {
+    /// Adds another flow's (or side's) counts; jitter is averaged by the caller.
+    pub fn add(&mut self, other: &UdpCounts) {
+        self.sent += other.sent;
+        self.send_errors += other.send_errors;
+        self.received += other.received;
+        self.lost += other.lost;
+        self.out_of_order += other.out_of_order;
+        self.duplicates += other.duplicates;
+        self.foreign += other.foreign;
+    }
+
+    /// Lost as a percentage of the datagrams that should have arrived.
+    pub fn loss_pct(&self) -> f64 {
+        let expected = self.received + self.lost;
+        if expected > 0 {
+            self.lost as f64 * 100.0 / expected as f64
+        } else {
+            0.0
+        }
+    }
 }
 
 /// One flow's figures in one interval, from one side.
@@ -235,6 +297,12 @@ pub struct FlowSide {
     pub congestion: String,
     /// Why the flow failed, if it did.
     pub error: Option<String>,
+    /// UDP flows: datagram counts over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpCounts>,
+    /// UDP flows: datagrams over the flow's whole life (sent, or distinct received).
+    #[serde(default)]
+    pub datagrams_total: u64,
 }
 
 impl FlowSide {
@@ -256,6 +324,9 @@ pub struct SideResult {
     pub flows: Vec<FlowSide>,
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// UDP tests: the host's kernel UDP counters over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_kernel: Option<UdpCounters>,
 }
 
 /// A pair of figures, one per end of the test.
@@ -294,6 +365,22 @@ pub struct FlowReport {
     pub client: SocketFacts,
     pub server: SocketFacts,
     pub error: Option<String>,
+    /// UDP flows: sender counts from the sender, receiver counts from the receiver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpFlowReport>,
+}
+
+/// One UDP flow's datagram figures in the merged report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpFlowReport {
+    #[serde(flatten)]
+    pub counts: UdpCounts,
+    pub loss_pct: f64,
+    pub receiver_pps: f64,
+    pub sender_pps: f64,
+    /// Over the whole test: datagrams sent, and distinct datagrams received.
+    pub sent_total: u64,
+    pub received_total: u64,
 }
 
 /// One interval of the merged report: receiver figures from the receiving side's clock,
@@ -310,6 +397,19 @@ pub struct IntervalReport {
     pub retransmits: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flows: Option<Vec<FlowIntervalReport>>,
+    /// UDP tests: sender counts from the sending side, receiver counts from the receiving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpIntervalReport>,
+}
+
+/// One interval's datagram figures in the merged report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpIntervalReport {
+    #[serde(flatten)]
+    pub counts: UdpCounts,
+    pub loss_pct: f64,
+    pub receiver_pps: f64,
+    pub sender_pps: f64,
 }
 
 /// One flow in one interval of the merged report.
@@ -357,6 +457,32 @@ pub struct Summary {
     /// Per-direction figures; present for bidir tests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directions: Option<Vec<DirectionSummary>>,
+    /// UDP tests: datagram figures, at the top level of `summary`.
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpSummary>,
+}
+
+/// The datagram figures of a UDP test over the window (docs/results.md).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpSummary {
+    /// Distinct datagrams received per second of the window (the headline for packet
+    /// rates), and what the senders handed to the kernel per second.
+    pub receiver_pps: f64,
+    pub sender_pps: f64,
+    pub received: u64,
+    pub sent: u64,
+    pub lost: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    pub foreign: u64,
+    pub send_errors: u64,
+    pub loss_pct: f64,
+    pub jitter_ms: f64,
+    /// Over the whole test, warm-up and drain included: sent minus distinct received.
+    /// Catches datagrams lost after the last one that arrived, which no gap shows.
+    pub lost_total: u64,
+    /// The kernel's own UDP counters over the window on each host.
+    pub kernel: PerSide<UdpCounters>,
 }
 
 /// The merged result of one test: configuration, hosts, intervals, flows and summary.

@@ -38,12 +38,16 @@ pub fn side_interval_lines(
     per_flow: bool,
 ) -> Vec<String> {
     let note = |role: &str| {
-        if interval.omitted {
-            format!("{role} (omitted)")
-        } else {
-            role.to_string()
+        let mut note = role.to_string();
+        if let Some(udp) = &interval.udp {
+            note.push_str(&udp_note(role == "sender", udp));
         }
+        if interval.omitted {
+            note.push_str(" (omitted)");
+        }
+        note
     };
+    let tcp = interval.udp.is_none();
     let line = |label: &str, bytes, bps, retransmits, role: &str| {
         interval_line(
             label,
@@ -64,7 +68,7 @@ pub fn side_interval_lines(
                     &label,
                     flow.sent_bytes,
                     flow.sent_bps,
-                    Some(flow.retransmits),
+                    tcp.then_some(flow.retransmits),
                     "sender",
                 )
             } else {
@@ -83,7 +87,7 @@ pub fn side_interval_lines(
             "SUM",
             interval.sent_bytes,
             interval.sent_bps,
-            Some(interval.retransmits),
+            tcp.then_some(interval.retransmits),
             "sender",
         ));
     }
@@ -97,6 +101,33 @@ pub fn side_interval_lines(
         ));
     }
     lines
+}
+
+/// The datagram part of a UDP line: what the sender handed over, or what arrived.
+fn udp_note(sender: bool, udp: &UdpCounts) -> String {
+    if sender {
+        let errors = if udp.send_errors > 0 {
+            format!(", {} send errors", udp.send_errors)
+        } else {
+            String::new()
+        };
+        format!("  {} datagrams{errors}", udp.sent)
+    } else {
+        format!(
+            "  lost {}/{} ({:.2}%)  jitter {:.3} ms",
+            udp.lost,
+            udp.received + udp.lost,
+            udp.loss_pct(),
+            udp.jitter_ms
+        )
+    }
+}
+
+fn kernel_words(k: &UdpCounters) -> String {
+    format!(
+        "RcvbufErrors {}, InErrors {}, SndbufErrors {}, NoPorts {}",
+        k.rcvbuf_errors, k.in_errors, k.sndbuf_errors, k.no_ports
+    )
 }
 
 fn direction_words(direction: Option<Direction>) -> &'static str {
@@ -196,7 +227,7 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
                 "SUM",
                 group.sender_bytes,
                 group.sender_bps,
-                Some(group.retransmits),
+                s.udp.is_none().then_some(group.retransmits),
                 &sender_note
             )
         );
@@ -227,12 +258,46 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
             String::new()
         },
     );
-    let _ = writeln!(
-        out,
-        "Sender rate:      {}   retransmits: {}",
-        format_rate(s.sender_bps, scale),
-        s.retransmits
-    );
+    match &s.udp {
+        None => {
+            let _ = writeln!(
+                out,
+                "Sender rate:      {}   retransmits: {}",
+                format_rate(s.sender_bps, scale),
+                s.retransmits
+            );
+        }
+        Some(u) => {
+            let _ = writeln!(
+                out,
+                "Sender rate:      {}",
+                format_rate(s.sender_bps, scale)
+            );
+            let _ = writeln!(
+                out,
+                "Datagrams:        {} received of {} sent ({:.0} pps received, {:.0} pps sent); \
+                 lost {} ({:.3}%), out of order {}, duplicates {}, foreign {}; jitter {:.3} ms; \
+                 send errors {}",
+                u.received,
+                u.sent,
+                u.receiver_pps,
+                u.sender_pps,
+                u.lost,
+                u.loss_pct,
+                u.out_of_order,
+                u.duplicates,
+                u.foreign,
+                u.jitter_ms,
+                u.send_errors
+            );
+            let _ = writeln!(
+                out,
+                "Kernel UDP:       client {}; server {}",
+                kernel_words(&u.kernel.local),
+                kernel_words(&u.kernel.remote)
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "{}",
