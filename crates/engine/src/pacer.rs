@@ -54,6 +54,11 @@ impl Pacer {
         }
     }
 
+    /// How long the bucket takes to earn `bytes` of credit.
+    pub fn time_for(&self, bytes: usize) -> Duration {
+        Duration::from_nanos((bytes as f64 / self.bytes_per_ns).ceil() as u64)
+    }
+
     /// Charges bytes that were written.
     pub fn charge(&mut self, bytes: usize) {
         self.balance -= bytes as f64;

@@ -207,6 +207,11 @@ pub fn run(
         });
     }
     let mut send_batch = Batch::new(size, BATCH);
+    // A paced sender's batch: a millisecond's worth of datagrams, at most BATCH. Larger
+    // batches cost fewer calls but arrive as bursts a shallow queue downstream would drop.
+    let paced_batch = plan.rate_bps.map_or(1, |rate| {
+        ((rate / 8 / 1000) as usize / size).clamp(1, BATCH)
+    });
     // Receive buffers take any datagram of the test; a longer one is cut and counted
     // foreign.
     let mut receive_batch = Batch::new(size.max(64), BATCH);
@@ -252,14 +257,20 @@ pub fn run(
                     for _ in 0..CALLS_PER_TURN {
                         let allowed = match flow.pacer.as_mut() {
                             None => BATCH,
-                            Some(pacer) => pacer.allowance(now, size).min(BATCH),
+                            Some(pacer) => {
+                                // Wait for a full batch's credit (or the bucket's, if it
+                                // holds less): a sender that went out with every datagram
+                                // of credit would spend its time in one-datagram calls.
+                                let allowed = pacer.allowance(now, size);
+                                if allowed < paced_batch {
+                                    let missing = (paced_batch - allowed) * size;
+                                    let at = now + pacer.time_for(missing);
+                                    next_send = Some(next_send.map_or(at, |n| n.min(at)));
+                                    break;
+                                }
+                                allowed.min(BATCH)
+                            }
                         };
-                        if allowed == 0 {
-                            let wait = flow.pacer.as_mut().and_then(|p| p.delay(now));
-                            let at = now + wait.unwrap_or_default();
-                            next_send = Some(next_send.map_or(at, |n| n.min(at)));
-                            break;
-                        }
                         for i in 0..allowed {
                             let sequence = flow.sequence + i as u64;
                             write_header(send_batch.datagram(i), sequence, since_ns, flow.id, tag);
@@ -376,9 +387,20 @@ pub fn run(
         if fds.is_empty() {
             std::thread::sleep(timeout);
         } else {
-            let ms = timeout.as_micros().div_ceil(1000) as libc::c_int;
+            // ppoll, not poll: pacing slots are finer than poll's milliseconds.
+            let timespec = libc::timespec {
+                tv_sec: timeout.as_secs() as libc::time_t,
+                tv_nsec: timeout.subsec_nanos() as libc::c_long,
+            };
             // SAFETY: `fds` is a live, correctly sized array of pollfd.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            unsafe {
+                libc::ppoll(
+                    fds.as_mut_ptr(),
+                    fds.len() as libc::nfds_t,
+                    &timespec,
+                    std::ptr::null(),
+                )
+            };
         }
         // Poll says nothing precise for blocked senders; try them all again.
         for flow in flows.iter_mut() {

@@ -61,10 +61,17 @@ fn usage_error(error: &clap::Error) -> ExitCode {
         }
         _ => {
             let rendered = error.render().to_string();
-            let first = rendered
-                .lines()
+            let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+            let mut first = lines
                 .next()
-                .unwrap_or("error: invalid arguments");
+                .unwrap_or("error: invalid arguments")
+                .to_string();
+            // "the following required arguments were not provided:" names them below.
+            if first.ends_with(':') {
+                if let Some(next) = lines.next() {
+                    first = format!("{first} {next}");
+                }
+            }
             eprintln!("linerate: {first} (see 'linerate --help')");
             ExitCode::from(2)
         }

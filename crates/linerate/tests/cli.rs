@@ -16,6 +16,12 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
         (vec!["stream", "--bogus"], "'--bogus'"),
         (vec!["stream", "-R", "--bidir"], "--bidir"),
         (vec!["serve", "--listen", "nowhere"], "'nowhere'"),
+        (vec!["stream", "--udp", "-l", "8"], "'8'"),
+        (vec!["stream", "--udp", "-l", "70000"], "'70000'"),
+        (vec!["stream", "--udp", "--mss", "1400"], "--mss"),
+        (vec!["stream", "--udp", "-C", "bbr"], "--congestion"),
+        (vec!["stream", "--pps", "1000"], "--udp"),
+        (vec!["stream", "--udp", "--pps", "0"], "'0'"),
         (vec!["frobnicate"], "'frobnicate'"),
     ] {
         let out = linerate(&args);

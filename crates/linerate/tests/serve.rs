@@ -8,18 +8,6 @@ use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn preface(version: u32) -> Vec<u8> {
-    let mut bytes = b"LINERATE".to_vec();
-    bytes.extend_from_slice(&version.to_be_bytes());
-    bytes
-}
-
-fn frame(body: &[u8]) -> Vec<u8> {
-    let mut bytes = (body.len() as u32).to_be_bytes().to_vec();
-    bytes.extend_from_slice(body);
-    bytes
-}
-
 /// Reads until the server closes, with a bound.
 fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
     stream

@@ -231,6 +231,73 @@ impl VethPair {
         pair
     }
 
+    /// Shapes `dev_a`'s egress with `tbf rate RATE burst 64kb QUEUE`, QUEUE being
+    /// `["latency", "50ms"]` or `["limit", BYTES]`.
+    pub fn shape_a(&self, rate: &str, queue: [&str; 2]) {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.ns_a,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                &self.dev_a,
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                "64kb",
+                queue[0],
+                queue[1],
+            ],
+        );
+    }
+
+    /// Packets the tbf on `dev_a` has dropped (`tc -s qdisc`).
+    pub fn tbf_dropped(&self) -> u64 {
+        let text = run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.ns_a,
+                "tc",
+                "-s",
+                "qdisc",
+                "show",
+                "dev",
+                &self.dev_a,
+            ],
+        );
+        let after = text.split("dropped ").nth(1).expect("tc -s shows drops");
+        after
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("a drop count")
+    }
+
+    /// The UDP counter `name` (e.g. InDatagrams) of namespace `ns`, from /proc/net/snmp.
+    pub fn udp_counter(&self, ns: &str, name: &str) -> u64 {
+        let text = run("ip", &["netns", "exec", ns, "cat", "/proc/net/snmp"]);
+        let mut rows = text.lines().filter(|l| l.starts_with("Udp:"));
+        let names: Vec<&str> = rows.next().expect("Udp names").split_whitespace().collect();
+        let values: Vec<&str> = rows
+            .next()
+            .expect("Udp values")
+            .split_whitespace()
+            .collect();
+        let i = names
+            .iter()
+            .position(|n| *n == name)
+            .expect("a UDP counter");
+        values[i].parse().expect("a number")
+    }
+
     /// A counter of `dev` in `ns` from sysfs.
     pub fn counter(&self, ns: &str, dev: &str, name: &str) -> u64 {
         run(
@@ -272,4 +339,31 @@ pub fn json(output: &Output) -> serde_json::Value {
 
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A native control connection's opening bytes for protocol `version`.
+pub fn preface(version: u32) -> Vec<u8> {
+    let mut bytes = b"LINERATE".to_vec();
+    bytes.extend_from_slice(&version.to_be_bytes());
+    bytes
+}
+
+/// One control frame: a 4-byte big-endian length and the body.
+pub fn frame(body: &[u8]) -> Vec<u8> {
+    let mut bytes = (body.len() as u32).to_be_bytes().to_vec();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// Reads one control frame's JSON, with a bound.
+pub fn read_frame(stream: &mut std::net::TcpStream) -> serde_json::Value {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).expect("a frame length");
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut body).expect("a frame body");
+    serde_json::from_slice(&body).expect("a JSON frame")
 }

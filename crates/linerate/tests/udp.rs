@@ -1,0 +1,192 @@
+//! `linerate stream --udp` end to end on loopback: the result contract, directions,
+//! pacing and the server's refusal of forged hellos.
+
+mod common;
+use common::*;
+use std::io::Write;
+use std::net::{TcpStream, UdpSocket};
+use std::time::Duration;
+
+const UDP_KEYS: &[&str] = &[
+    "receiver_pps",
+    "receiver_bps",
+    "sender_pps",
+    "sender_bps",
+    "lost",
+    "out_of_order",
+    "duplicates",
+    "jitter_ms",
+    "loss_pct",
+];
+
+fn num(doc: &serde_json::Value, pointer: &str) -> f64 {
+    doc.pointer(pointer)
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or_else(|| panic!("{pointer} missing or not a number in {doc}"))
+}
+
+#[test]
+fn udp_json_keeps_the_contract_and_adds_up() {
+    let out = linerate(&[
+        "stream", "--udp", "-t", "1", "-l", "1200", "-b", "50M", "-P", "2", "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["test"], "udp_stream");
+    assert_eq!(doc["config"]["protocol"], "udp");
+    assert_eq!(doc["config"]["length"], 1200);
+    for key in UDP_KEYS {
+        num(&doc, &format!("/summary/{key}"));
+    }
+    for side in ["local", "remote"] {
+        for key in ["rcvbuf_errors", "in_errors", "sndbuf_errors"] {
+            num(&doc, &format!("/summary/kernel/{side}/{key}"));
+        }
+    }
+    // Receiver figures are datagrams that arrived: bytes are whole datagrams, and a paced
+    // loopback run of this size loses nothing.
+    let received = num(&doc, "/summary/received");
+    assert!(received > 0.0);
+    assert_eq!(num(&doc, "/summary/receiver_bytes"), received * 1200.0);
+    assert_eq!(num(&doc, "/summary/lost_total"), 0.0, "{}", doc["summary"]);
+    let pps = num(&doc, "/summary/receiver_pps");
+    let bps = num(&doc, "/summary/receiver_bps");
+    assert!(
+        (pps * 1200.0 * 8.0 / bps - 1.0).abs() < 0.01,
+        "{pps} pps vs {bps} bit/s"
+    );
+    // Every flow's socket buffers are reported as granted.
+    for flow in doc["flows"].as_array().unwrap() {
+        assert!(flow["client"]["rcvbuf"].as_u64().unwrap() > 0);
+        assert!(flow["server"]["sndbuf"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn udp_reverse_and_bidir_count_at_the_right_end() {
+    let out = linerate(&["stream", "--udp", "-t", "1", "-R", "-b", "20M", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["flows"][0]["direction"], "reverse");
+    assert!(num(&doc, "/flows/0/udp/received") > 0.0);
+    assert!(num(&doc, "/flows/0/udp/sent") > 0.0);
+
+    let out = linerate(&[
+        "stream", "--udp", "-t", "1", "--bidir", "--pps", "2000", "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    let flows = doc["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 2);
+    for flow in flows {
+        let received = flow["udp"]["received"].as_f64().unwrap();
+        // 2000 datagrams/s for a second, give or take the window's edges.
+        assert!((received / 2000.0 - 1.0).abs() < 0.05, "{flow}");
+    }
+}
+
+/// Issue 3's pacing bounds: within 1 % of the target over the test and within 5 % in
+/// every 100 ms interval, at 500 Mbit/s.
+#[test]
+fn udp_pacing_meets_its_bounds_at_500_mbit() {
+    let out = linerate(&[
+        "stream", "--udp", "-t", "2", "-l", "1400", "-b", "500M", "-i", "0.1", "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    let sender = num(&doc, "/summary/sender_bps");
+    assert!((sender / 500e6 - 1.0).abs() < 0.01, "sender at {sender}");
+    for interval in doc["intervals"].as_array().unwrap() {
+        let bps = interval["sender_bps"].as_f64().unwrap();
+        assert!(
+            (bps / 500e6 - 1.0).abs() < 0.05,
+            "interval {}-{} at {bps}",
+            interval["start"],
+            interval["end"]
+        );
+    }
+}
+
+/// The server takes a flow's address only from a hello with the test's token: a forged
+/// hello (here: the wrong token, from the same host) is refused and logged, and the
+/// test's datagrams go to the genuine flow only.
+#[test]
+fn a_forged_hello_is_refused_and_gets_no_datagrams() {
+    let server = ServeProcess::start(&[]);
+    let mut control = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    control.write_all(&preface(1)).unwrap();
+    let hello = serde_json::json!({
+        "type": "hello",
+        "software": "test",
+        "host": {"hostname": "t", "kernel": "t", "cpu_model": "t", "cores": 1,
+                 "cpu_mhz": null, "software": "test"},
+    });
+    control
+        .write_all(&frame(hello.to_string().as_bytes()))
+        .unwrap();
+    assert_eq!(read_frame(&mut control)["type"], "welcome");
+    let spec = serde_json::json!({
+        "type": "spec",
+        "config": {
+            "protocol": "udp", "target": "127.0.0.1", "port": server.port,
+            "direction": "reverse", "parallel": 1, "threads": 1, "time_s": 1.0,
+            "omit_s": 0.0, "interval_s": 0.0, "length": 100, "window": null, "mss": null,
+            "nodelay": false, "congestion": null, "rate_bps": 1000000, "per_flow": false,
+            "connect_timeout_s": 5.0
+        },
+    });
+    control
+        .write_all(&frame(spec.to_string().as_bytes()))
+        .unwrap();
+    let accepted = read_frame(&mut control);
+    assert_eq!(accepted["type"], "accepted", "{accepted}");
+    let port = accepted["udp_ports"][0].as_u64().unwrap() as u16;
+    let token: Vec<u8> = (0..16)
+        .map(|i| {
+            u8::from_str_radix(&accepted["token"].as_str().unwrap()[i * 2..i * 2 + 2], 16).unwrap()
+        })
+        .collect();
+    let hello_with = |token: &[u8]| {
+        let mut bytes = b"LRUDPHEL".to_vec();
+        bytes.extend_from_slice(token);
+        bytes.extend_from_slice(&0u32.to_be_bytes());
+        bytes
+    };
+
+    let forger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut wrong = token.clone();
+    wrong[0] ^= 0xff;
+    forger
+        .send_to(&hello_with(&wrong), ("127.0.0.1", port))
+        .unwrap();
+    assert!(
+        server.wait_log("refused a datagram", Duration::from_secs(3)),
+        "{}",
+        server.log()
+    );
+
+    let genuine = UdpSocket::bind("127.0.0.1:0").unwrap();
+    genuine
+        .send_to(&hello_with(&token), ("127.0.0.1", port))
+        .unwrap();
+    assert_eq!(read_frame(&mut control)["type"], "flows_ready");
+    control.write_all(&frame(br#"{"type":"start"}"#)).unwrap();
+    genuine
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut buffer = [0u8; 2048];
+    let (len, _) = genuine
+        .recv_from(&mut buffer)
+        .expect("the genuine flow gets datagrams");
+    assert_eq!(len, 100);
+    forger
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(
+        forger.recv_from(&mut buffer).is_err(),
+        "the forger got datagrams"
+    );
+    control
+        .write_all(&frame(br#"{"type":"abort","reason":"test over"}"#))
+        .unwrap();
+}
