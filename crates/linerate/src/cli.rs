@@ -10,7 +10,9 @@ Examples:
   linerate serve                       serve tests on port 5201
   linerate stream server1 -P 8 -t 30   8 TCP flows to server1 for 30 s
   linerate stream server1 -R           the server sends (reverse)
-  linerate stream server1 --bidir -w 4M --json > result.json";
+  linerate stream server1 --bidir -w 4M --json > result.json
+  linerate stream server1 -u -b 500M -l 1400   UDP at 500 Mbit/s: loss, jitter, kernel drops
+  linerate stream server1 -u --pps 100k -l 64  100,000 64-byte datagrams per second";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -115,8 +117,8 @@ pub struct StreamArgs {
     /// default; UDP's is 1M) [k|m|g suffixes, decimal]
     #[arg(short = 'b', long, value_parser = rate)]
     pub rate: Option<u64>,
-    /// UDP: pace each flow to this many datagrams per second instead of --rate
-    #[arg(long, requires = "udp", conflicts_with = "rate", value_parser = clap::value_parser!(u64).range(1..))]
+    /// UDP: pace each flow to this many datagrams per second instead of --rate [k|m|g, decimal]
+    #[arg(long, requires = "udp", conflicts_with = "rate", value_parser = per_second)]
     pub pps: Option<u64>,
     /// Print one JSON document (docs/results.md) instead of text
     #[arg(short = 'J', long)]
@@ -168,6 +170,13 @@ fn window(text: &str) -> Result<u64, String> {
 
 fn rate(text: &str) -> Result<u64, String> {
     units::parse_rate(text).map_err(|e| e.to_string())
+}
+
+fn per_second(text: &str) -> Result<u64, String> {
+    match units::parse_rate(text).map_err(|e| e.to_string())? {
+        0 => Err(format!("'{text}' must be at least 1 per second")),
+        value => Ok(value),
+    }
 }
 
 fn scale(text: &str) -> Result<Scale, String> {
