@@ -17,14 +17,8 @@ pub fn apply_options<S: AsFd>(
     config: &TestConfig,
     before_connect: bool,
 ) -> io::Result<()> {
+    apply_udp_options(socket, config)?;
     let sock = SockRef::from(socket);
-    if let Some(window) = config.window {
-        let window = usize::try_from(window).unwrap_or(usize::MAX);
-        sock.set_send_buffer_size(window)
-            .map_err(|e| context(e, &format!("SO_SNDBUF {window}")))?;
-        sock.set_recv_buffer_size(window)
-            .map_err(|e| context(e, &format!("SO_RCVBUF {window}")))?;
-    }
     if config.nodelay {
         sock.set_nodelay(true)
             .map_err(|e| context(e, "TCP_NODELAY"))?;
@@ -42,7 +36,7 @@ pub fn apply_options<S: AsFd>(
     Ok(())
 }
 
-/// Applies the options that mean something to a UDP socket: the buffer sizes.
+/// Applies the socket buffer sizes (`--window`), the options a UDP socket takes too.
 pub fn apply_udp_options<S: AsFd>(socket: &S, config: &TestConfig) -> io::Result<()> {
     if let Some(window) = config.window {
         let sock = SockRef::from(socket);
