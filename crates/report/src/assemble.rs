@@ -22,6 +22,7 @@ impl Report {
         let summary = summarize(&config, &flows, &local, &remote);
         let mut warnings = local.warnings.clone();
         warnings.extend(remote.warnings.iter().map(|w| format!("server: {w}")));
+        warnings.extend(pacing_shortfall(&config, &flows, &summary));
         Report {
             tool: tool.to_string(),
             test: test.to_string(),
@@ -37,6 +38,37 @@ impl Report {
             warnings,
         }
     }
+}
+
+/// A pacing target the senders fell short of by more than 1 %, said with what the sender
+/// saw (send errors, its busiest core), never silently.
+fn pacing_shortfall(
+    config: &TestConfig,
+    flows: &[FlowReport],
+    summary: &Summary,
+) -> Option<String> {
+    let asked = config.rate_bps? as f64;
+    let senders: Vec<&FlowReport> = flows.iter().filter(|f| f.error.is_none()).collect();
+    if senders.is_empty() {
+        return None;
+    }
+    let achieved = senders.iter().map(|f| f.sender_bps).sum::<f64>() / senders.len() as f64;
+    if achieved >= asked * 0.99 {
+        return None;
+    }
+    let send_errors = summary.udp.as_ref().map_or(0, |u| u.send_errors);
+    let busiest = summary
+        .cpu
+        .local
+        .busiest_core_pct
+        .max(summary.cpu.remote.busiest_core_pct);
+    Some(format!(
+        "asked {:.1} Mbit/s per flow, the senders achieved {:.1} Mbit/s on average ({:.1} %); \
+         send errors {send_errors}, busiest core {busiest:.0} %",
+        asked / 1e6,
+        achieved / 1e6,
+        achieved / asked * 100.0
+    ))
 }
 
 /// Sums counts of several flows or sides; jitter is the mean over those that received.
@@ -330,6 +362,31 @@ mod tests {
             udp: None,
             datagrams_total: 0,
         }
+    }
+
+    #[test]
+    fn a_pacing_target_not_reached_is_said_with_the_reason() {
+        let mut config = config(Direction::Forward, 1);
+        config.rate_bps = Some(8000);
+        let local = SideResult {
+            flows: vec![flow(0, Role::Send, 500, 1.0, 0)],
+            ..Default::default()
+        };
+        let remote = SideResult {
+            flows: vec![flow(0, Role::Receive, 500, 1.0, 0)],
+            ..Default::default()
+        };
+        let report = Report::assemble("t", "t", 0.0, config.clone(), local.clone(), remote.clone());
+        let warning = report.warnings.iter().find(|w| w.starts_with("asked"));
+        assert!(
+            warning.is_some_and(|w| w.contains("50.0 %")),
+            "{:?}",
+            report.warnings
+        );
+        // Met within 1 %: nothing to say.
+        config.rate_bps = Some(4000);
+        let report = Report::assemble("t", "t", 0.0, config, local, remote);
+        assert!(report.warnings.iter().all(|w| !w.starts_with("asked")));
     }
 
     #[test]
