@@ -509,8 +509,8 @@ fn accept_test(
         Ok(token) => token,
         Err(e) => return session.abort(format!("no randomness for a token: {e}")),
     };
+    let mut udp_ports = Vec::new();
     if config.protocol == "udp" {
-        let mut ports = Vec::new();
         for _ in 0..config.connections() {
             let bound = UdpSocket::bind(SocketAddr::new(state.local_ip, 0)).and_then(|socket| {
                 socket.set_nonblocking(true)?;
@@ -519,33 +519,29 @@ fn accept_test(
             });
             match bound {
                 Ok((port, socket)) => {
-                    ports.push(port);
+                    udp_ports.push(port);
                     state.udp.push((socket, false));
                 }
                 Err(e) => return session.abort(format!("cannot open a UDP socket: {e}")),
             }
         }
         state.udp_token = token.0;
-        shared.log(&format!(
-            "test {id} from {peer}: accepted: {}",
-            config.describe()
-        ));
-        return session.accept_udp(Instant::now(), id, token, ports);
+    } else {
+        let (sender, receiver) = channel();
+        shared
+            .registry
+            .lock()
+            .expect("registry lock")
+            .insert(token, sender);
+        state.token = Some(token);
+        state.flows_in = Some(receiver);
+        state.flows = (0..config.connections()).map(|_| None).collect();
     }
-    let (sender, receiver) = channel();
-    shared
-        .registry
-        .lock()
-        .expect("registry lock")
-        .insert(token, sender);
-    state.token = Some(token);
-    state.flows_in = Some(receiver);
-    state.flows = (0..config.connections()).map(|_| None).collect();
     shared.log(&format!(
         "test {id} from {peer}: accepted: {}",
         config.describe()
     ));
-    session.accept(Instant::now(), id, token);
+    session.accept_udp(Instant::now(), id, token, udp_ports);
 }
 
 fn start_plane(shared: &Shared, session: &ServerSession, state: &mut TestState) -> io::Result<()> {

@@ -124,7 +124,8 @@ struct UdpFlow {
     id: u32,
     role: Role,
     socket: UdpSocket,
-    bytes: u64,
+    /// Sender: payload bytes sent (a receiver's tracker counts its own).
+    sent_bytes: u64,
     /// Sender: the next sequence number, which is also the datagrams sent.
     sequence: u64,
     send_errors: u64,
@@ -137,6 +138,13 @@ struct UdpFlow {
 }
 
 impl UdpFlow {
+    /// Payload bytes sent, or distinct datagrams' bytes received.
+    fn bytes(&self) -> u64 {
+        self.tracker
+            .as_ref()
+            .map_or(self.sent_bytes, |t| t.counts().bytes)
+    }
+
     fn counts(&self) -> UdpCounts {
         match &self.tracker {
             Some(tracker) => {
@@ -196,7 +204,7 @@ pub fn run(
             id: spec.id,
             role: spec.role,
             socket,
-            bytes: 0,
+            sent_bytes: 0,
             sequence: 0,
             send_errors: 0,
             blocked: false,
@@ -230,7 +238,7 @@ pub fn run(
                 .iter()
                 .map(|f| FlowCount {
                     id: f.id,
-                    bytes: f.bytes,
+                    bytes: f.bytes(),
                     retransmits: 0,
                     udp: Some(f.counts()),
                 })
@@ -278,7 +286,7 @@ pub fn run(
                         match send_batch.send(&flow.socket, allowed) {
                             Ok(sent) => {
                                 flow.sequence += sent as u64;
-                                flow.bytes += (sent * size) as u64;
+                                flow.sent_bytes += (sent * size) as u64;
                                 if let Some(pacer) = flow.pacer.as_mut() {
                                     pacer.charge(sent * size);
                                 }
@@ -324,13 +332,7 @@ pub fn run(
                                     match receive_batch.received(i) {
                                         // A hello repeated while the flows were set up.
                                         Some(d) if parse_hello(d).is_some() => {}
-                                        Some(d) => {
-                                            let before = tracker.counts().datagrams;
-                                            tracker.record(d, arrival_ns);
-                                            if tracker.counts().datagrams > before {
-                                                flow.bytes += d.len() as u64;
-                                            }
-                                        }
+                                        Some(d) => tracker.record(d, arrival_ns),
                                         None => tracker.record(&[], arrival_ns),
                                     }
                                 }
@@ -410,13 +412,16 @@ pub fn run(
     Ok(flows
         .into_iter()
         .map(|flow| {
-            let mut outcome = flow.outcome;
-            outcome.bytes_total = flow.bytes;
-            outcome.datagrams_total = match &flow.tracker {
+            let bytes_total = flow.bytes();
+            let datagrams_total = match &flow.tracker {
                 Some(t) => t.counts().datagrams,
                 None => flow.sequence,
             };
-            outcome
+            FlowOutcome {
+                bytes_total,
+                datagrams_total,
+                ..flow.outcome
+            }
         })
         .collect())
 }

@@ -16,6 +16,18 @@ fn shaped_link_turn() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Receiver goodput within 1 % of a shaped link's payload `ceiling` (bit/s); returns it.
+fn assert_at_ceiling(doc: &serde_json::Value, ceiling: f64) -> f64 {
+    let goodput = num(doc, "/summary/receiver_bps");
+    assert!(
+        (goodput / ceiling - 1.0).abs() < 0.01,
+        "goodput {:.1} Mbit/s vs ceiling {:.1} Mbit/s",
+        goodput / 1e6,
+        ceiling / 1e6
+    );
+    goodput
+}
+
 fn skip_unless_root(test: &str) -> bool {
     if !is_root() {
         eprintln!("SKIPPED {test}: needs root for network namespaces");
@@ -44,14 +56,7 @@ fn goodput_on_a_shaped_link_matches_the_ceiling_and_the_interface_counters() {
     let bytes_after = pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc = json(&out);
-    let goodput = doc["summary"]["receiver_bps"].as_f64().unwrap();
-    let ceiling = 1e9 * 1448.0 / 1514.0;
-    assert!(
-        (goodput / ceiling - 1.0).abs() < 0.01,
-        "goodput {:.1} Mbit/s vs ceiling {:.1} Mbit/s",
-        goodput / 1e6,
-        ceiling / 1e6
-    );
+    let goodput = assert_at_ceiling(&doc, 1e9 * 1448.0 / 1514.0);
     assert_eq!(
         doc["flows"][0]["mss"], 1448,
         "the ceiling assumes a 1448-byte MSS"
@@ -176,14 +181,7 @@ fn udp_goodput_on_a_shaped_link_sits_at_the_ceiling() {
     pair.shape_a("200mbit", ["limit", "100kb"]);
     let (doc, dropped, tx, arrived) = udp_with_kernel_counts(&pair, &["-b", "240M", "-l", "1400"]);
     assert_loss_matches_the_kernels(&doc, dropped, tx, arrived);
-    let goodput = doc["summary"]["receiver_bps"].as_f64().unwrap();
-    let ceiling = 200e6 * 1400.0 / 1442.0;
-    assert!(
-        (goodput / ceiling - 1.0).abs() < 0.01,
-        "goodput {:.1} Mbit/s vs ceiling {:.1} Mbit/s",
-        goodput / 1e6,
-        ceiling / 1e6
-    );
+    assert_at_ceiling(&doc, 200e6 * 1400.0 / 1442.0);
 }
 
 /// An unpaced sender against a receiver with a small socket buffer: the receiver's kernel

@@ -36,12 +36,6 @@ const CPU_KEYS: &[&str] = &[
     "process_pct",
 ];
 
-fn num(doc: &serde_json::Value, pointer: &str) -> f64 {
-    doc.pointer(pointer)
-        .and_then(serde_json::Value::as_f64)
-        .unwrap_or_else(|| panic!("{pointer} missing or not a number"))
-}
-
 #[test]
 fn local_stream_json_keeps_the_contract_and_adds_up() {
     let out = linerate(&["stream", "-t", "2", "-i", "0.5", "-P", "3", "--json"]);

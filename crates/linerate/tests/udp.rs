@@ -19,12 +19,6 @@ const UDP_KEYS: &[&str] = &[
     "loss_pct",
 ];
 
-fn num(doc: &serde_json::Value, pointer: &str) -> f64 {
-    doc.pointer(pointer)
-        .and_then(serde_json::Value::as_f64)
-        .unwrap_or_else(|| panic!("{pointer} missing or not a number in {doc}"))
-}
-
 #[test]
 fn udp_json_keeps_the_contract_and_adds_up() {
     let out = linerate(&[

@@ -367,3 +367,10 @@ pub fn read_frame(stream: &mut std::net::TcpStream) -> serde_json::Value {
     stream.read_exact(&mut body).expect("a frame body");
     serde_json::from_slice(&body).expect("a JSON frame")
 }
+
+/// The number at JSON `pointer` in `doc`; a missing or non-numeric key fails the test.
+pub fn num(doc: &serde_json::Value, pointer: &str) -> f64 {
+    doc.pointer(pointer)
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or_else(|| panic!("{pointer} missing or not a number in {doc}"))
+}
