@@ -143,13 +143,15 @@ fn udp_with_kernel_counts(pair: &VethPair, extra: &[&str]) -> (serde_json::Value
 
 /// linerate's loss over the whole test against the kernels': datagrams the qdisc dropped,
 /// plus those that left the interface and never reached the receiver's UDP layer (a full
-/// socket buffer, counted there as RcvbufErrors). Within 0.5 % of the datagrams sent.
+/// socket buffer, counted there as RcvbufErrors). Within 0.1 % of the kernels' count plus
+/// 100 datagrams: the interface also carries the hellos and the kernel's own IPv6
+/// neighbour traffic (about 16 packets a test here).
 fn assert_loss_matches_the_kernels(doc: &serde_json::Value, dropped: u64, tx: u64, arrived: u64) {
     let sent = doc["flows"][0]["udp"]["sent_total"].as_f64().unwrap();
     let lost = doc["summary"]["lost_total"].as_f64().unwrap();
     let kernel_lost = dropped as f64 + tx.saturating_sub(arrived) as f64;
     assert!(
-        (lost - kernel_lost).abs() <= sent * 0.005,
+        (lost - kernel_lost).abs() <= kernel_lost * 0.001 + 100.0,
         "linerate lost {lost}, the kernels {kernel_lost} (tbf {dropped}, tx {tx}, arrived {arrived}) of {sent}"
     );
 }
@@ -184,16 +186,21 @@ fn udp_goodput_on_a_shaped_link_sits_at_the_ceiling() {
     assert_at_ceiling(&doc, 200e6 * 1400.0 / 1442.0);
 }
 
-/// An unpaced sender against a receiver with a small socket buffer: the receiver's kernel
-/// drops datagrams (RcvbufErrors), and linerate's loss must match, with the kernel's own
-/// count reported beside it.
+/// An unpaced sender against a receiver with the smallest socket buffer: the receiver's
+/// kernel drops datagrams (RcvbufErrors), and linerate's loss must match, with the
+/// kernel's own count reported beside it. A 4 KiB buffer holds a couple of datagrams, so
+/// any sendmmsg batch that lands while the receiver is off its CPU overflows it; a larger
+/// one let a fast receiver keep up with all but 0.5 % on some machines.
 fn udp_loss_at_a_slow_receiver_matches_the_kernel_counters() {
     let pair = VethPair::new("udpl");
     let (doc, dropped, tx, arrived) =
-        udp_with_kernel_counts(&pair, &["-b", "0", "-l", "1400", "-w", "32K"]);
+        udp_with_kernel_counts(&pair, &["-b", "0", "-l", "1400", "-w", "4K"]);
     let sent = doc["flows"][0]["udp"]["sent_total"].as_f64().unwrap();
     let lost = doc["summary"]["lost_total"].as_f64().unwrap();
-    assert!(lost > sent * 0.01, "no loss to compare: {lost} of {sent}");
+    assert!(
+        lost >= 1000.0,
+        "too little loss to compare: {lost} of {sent}"
+    );
     assert_loss_matches_the_kernels(&doc, dropped, tx, arrived);
     let remote = &doc["summary"]["kernel"]["remote"];
     assert!(
