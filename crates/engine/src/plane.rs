@@ -145,6 +145,8 @@ impl DataPlane {
                 rate_bps: config.rate_bps.filter(|r| *r > 0),
                 drain,
                 udp_tag,
+                gso: config.gso,
+                gro: config.gro,
             };
             let sender = sender.clone();
             let stop = stop.clone();
@@ -323,6 +325,11 @@ impl DataPlane {
             Some(last) => last,
             None => 0,
         };
+        for note in outcomes.iter().flat_map(|o| &o.notes) {
+            if !warnings.contains(note) {
+                warnings.push(note.clone());
+            }
+        }
         let window_start = self.omit_index.min(window_end);
         let mut flows: Vec<FlowSide> = outcomes
             .iter()

@@ -31,39 +31,95 @@ const MAX_WAIT: Duration = Duration::from_millis(5);
 /// the totals, not in the window. UDP has no end-of-stream to wait for.
 const RECEIVE_GRACE: Duration = Duration::from_millis(250);
 
-/// `count` buffers of `size` bytes with the message headers that point at them, for one
-/// batched call. The buffers never move after construction, so the pointers stay valid.
+/// Messages per batched call when each message carries a run of datagrams (GSO, GRO).
+const OFFLOAD_MESSAGES: usize = 8;
+/// The kernel's limit on datagrams per UDP GSO buffer (UDP_MAX_SEGMENTS).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// The largest UDP payload over IPv4; it bounds a GSO buffer.
+const MAX_UDP_PAYLOAD: usize = 65507;
+/// A receive buffer that holds any coalesced run (at most one IP packet's worth).
+const GRO_BUFFER: usize = 65536;
+
+/// Datagrams of `size` bytes one GSO buffer can carry; `None` when not even two fit.
+fn gso_segments(size: usize) -> Option<usize> {
+    let segments = (MAX_UDP_PAYLOAD / size).min(GSO_MAX_SEGMENTS);
+    (segments >= 2).then_some(segments)
+}
+
+/// Sets an integer UDP-level socket option (UDP_SEGMENT, UDP_GRO).
+fn set_udp_option(socket: &UdpSocket, option: libc::c_int, value: usize) -> io::Result<()> {
+    let value = value as libc::c_int;
+    // SAFETY: the option value is a live c_int of the size passed.
+    let result = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            option,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Buffers for one batched call: `messages` message headers, each pointing at
+/// `segments` datagrams of `size` bytes laid end to end. A message carries one datagram,
+/// or with UDP GSO a run the kernel cuts into `size`-byte datagrams. The buffers never
+/// move after construction, so the pointers stay valid.
 struct Batch {
     size: usize,
+    segments: usize,
     buffer: Vec<u8>,
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
+    /// Receivers with UDP GRO: room per message for the control message that gives the
+    /// coalesced run's datagram size; empty otherwise.
+    control: Vec<[u64; 4]>,
 }
 
 impl Batch {
-    fn new(size: usize, count: usize) -> Batch {
+    fn new(size: usize, segments: usize, messages: usize, gro: bool) -> Batch {
+        let stride = size * segments;
         // The payload after the header is a constant byte.
-        let mut buffer = vec![0x5a_u8; size * count];
-        let iovecs: Vec<libc::iovec> = (0..count)
-            .map(|i| libc::iovec {
-                iov_base: buffer[i * size..].as_mut_ptr().cast(),
-                iov_len: size,
+        let mut buffer = vec![0x5a_u8; stride * messages];
+        let iovecs: Vec<libc::iovec> = (0..messages)
+            .map(|m| libc::iovec {
+                iov_base: buffer[m * stride..].as_mut_ptr().cast(),
+                iov_len: stride,
             })
             .collect();
         let mut batch = Batch {
             size,
+            segments,
             buffer,
             iovecs,
-            headers: Vec::with_capacity(count),
+            headers: Vec::with_capacity(messages),
+            control: if gro {
+                vec![[0; 4]; messages]
+            } else {
+                Vec::new()
+            },
         };
-        for i in 0..count {
+        for m in 0..messages {
             // SAFETY: an all-zero msghdr is valid (no name, no control data).
             let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            header.msg_hdr.msg_iov = &mut batch.iovecs[i];
+            header.msg_hdr.msg_iov = &mut batch.iovecs[m];
             header.msg_hdr.msg_iovlen = 1;
+            if let Some(control) = batch.control.get_mut(m) {
+                header.msg_hdr.msg_control = control.as_mut_ptr().cast();
+            }
             batch.headers.push(header);
         }
         batch
+    }
+
+    /// Datagrams one call can carry.
+    fn capacity(&self) -> usize {
+        self.segments * self.headers.len()
     }
 
     fn datagram(&mut self, i: usize) -> &mut [u8] {
@@ -72,28 +128,40 @@ impl Batch {
 
     /// Sends the first `count` datagrams; the number the kernel took.
     fn send(&mut self, socket: &UdpSocket, count: usize) -> io::Result<usize> {
-        // SAFETY: `headers[..count]` point at live iovecs and buffers owned by `self`.
+        let messages = count.div_ceil(self.segments);
+        for (m, iovec) in self.iovecs[..messages].iter_mut().enumerate() {
+            iovec.iov_len = (count - m * self.segments).min(self.segments) * self.size;
+        }
+        // SAFETY: `headers[..messages]` point at live iovecs and buffers owned by `self`.
         let sent = unsafe {
             libc::sendmmsg(
                 socket.as_raw_fd(),
                 self.headers.as_mut_ptr(),
-                count as libc::c_uint,
+                messages as libc::c_uint,
                 0,
             )
         };
         if sent < 0 {
             Err(io::Error::last_os_error())
         } else {
-            Ok(sent as usize)
+            // Only the last message can be short, so whole messages are whole runs.
+            Ok((sent as usize * self.segments).min(count))
         }
     }
 
-    /// Receives up to the batch's size without waiting; the number of datagrams.
+    /// Receives up to the batch's messages without waiting; the number of messages.
     fn receive(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+        let control_len = if self.control.is_empty() {
+            0
+        } else {
+            std::mem::size_of::<[u64; 4]>()
+        };
         for header in &mut self.headers {
             header.msg_hdr.msg_flags = 0;
+            header.msg_hdr.msg_controllen = control_len as _;
         }
-        // SAFETY: as in `send`; the kernel writes at most `iov_len` bytes per buffer.
+        // SAFETY: as in `send`; the kernel writes at most `iov_len` bytes per buffer and
+        // `msg_controllen` bytes of control data.
         let received = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
@@ -110,13 +178,44 @@ impl Batch {
         }
     }
 
-    /// Datagram `i` of the last receive, or `None` if it was cut short (too long for the
-    /// buffer, so not a datagram of this test).
-    fn received(&self, i: usize) -> Option<&[u8]> {
-        let header = &self.headers[i];
-        let len = header.msg_len as usize;
-        (header.msg_hdr.msg_flags & libc::MSG_TRUNC == 0)
-            .then(|| &self.buffer[i * self.size..i * self.size + len])
+    /// Hands each datagram of received message `m` to `each`: the message itself, or the
+    /// datagrams of a coalesced run. A message cut short (too long for the buffer, so not
+    /// a datagram of this test) comes as one empty datagram.
+    fn received(&self, m: usize, mut each: impl FnMut(&[u8])) {
+        let header = &self.headers[m];
+        if header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+            return each(&[]);
+        }
+        let start = m * self.size * self.segments;
+        let data = &self.buffer[start..start + header.msg_len as usize];
+        match self.gro_segment(m) {
+            Some(segment) if segment > 0 && segment < data.len() => {
+                data.chunks(segment).for_each(each);
+            }
+            _ => each(data),
+        }
+    }
+
+    /// The datagram size of a run the kernel coalesced into message `m` (UDP_GRO).
+    fn gro_segment(&self, m: usize) -> Option<usize> {
+        if self.control.is_empty() {
+            return None;
+        }
+        let header = &self.headers[m].msg_hdr;
+        // SAFETY: the control buffer is live and the kernel set `msg_controllen`; the
+        // CMSG macros stay within it.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(header);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
+                    let size =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                    return usize::try_from(size).ok();
+                }
+                cmsg = libc::CMSG_NXTHDR(header, cmsg);
+            }
+        }
+        None
     }
 }
 
@@ -214,15 +313,36 @@ pub fn run(
             outcome,
         });
     }
-    let mut send_batch = Batch::new(size, BATCH);
-    // A paced sender's batch: a millisecond's worth of datagrams, at most BATCH. Larger
-    // batches cost fewer calls but arrive as bursts a shallow queue downstream would drop.
-    let paced_batch = plan.rate_bps.map_or(1, |rate| {
-        ((rate / 8 / 1000) as usize / size).clamp(1, BATCH)
-    });
-    // Receive buffers take any datagram of the test; a longer one is cut and counted
-    // foreign.
-    let mut receive_batch = Batch::new(size.max(64), BATCH);
+    let mut notes = Vec::new();
+    let sends = flows.iter().any(|f| f.role == Role::Send);
+    let receives = flows.iter().any(|f| f.role == Role::Receive);
+    let mut send_batch = match (plan.gso && sends).then(|| enable_gso(&flows, size)) {
+        Some(Ok(segments)) => Batch::new(size, segments, OFFLOAD_MESSAGES, false),
+        Some(Err(note)) => {
+            notes.push(note);
+            Batch::new(size, 1, BATCH, false)
+        }
+        None => Batch::new(size, 1, BATCH, false),
+    };
+    // A paced sender's batch: a millisecond's worth of datagrams, at most BATCH (one GSO
+    // buffer's worth with GSO). Larger batches cost fewer calls but arrive as bursts a
+    // shallow queue or a default receive buffer downstream would drop.
+    let paced_batch = |batch: &Batch| {
+        plan.rate_bps.map_or(1, |rate| {
+            ((rate / 8 / 1000) as usize / size).clamp(1, batch.capacity().min(BATCH))
+        })
+    };
+    let mut paced = paced_batch(&send_batch);
+    // Receive buffers take any datagram of the test (a longer one is cut and counted
+    // foreign), or with GRO any coalesced run.
+    let mut receive_batch = match (plan.gro && receives).then(|| enable_gro(&flows)) {
+        Some(Ok(())) => Batch::new(GRO_BUFFER, 1, OFFLOAD_MESSAGES * 2, true),
+        Some(Err(note)) => {
+            notes.push(note);
+            Batch::new(size.max(64), 1, BATCH, false)
+        }
+        None => Batch::new(size.max(64), 1, BATCH, false),
+    };
     let end_index = plan.boundaries.len() - 1;
     let mut next_boundary = 0usize;
     let mut grace_until: Option<Instant> = None;
@@ -259,24 +379,25 @@ pub fn run(
         let since_ns = since.as_nanos() as u64;
         let mut next_send: Option<Instant> = None;
         let mut busy = false;
+        let mut gso_refused = None;
         for flow in flows.iter_mut().filter(|f| !f.done) {
             match flow.role {
                 Role::Send if !flow.blocked => {
                     for _ in 0..CALLS_PER_TURN {
                         let allowed = match flow.pacer.as_mut() {
-                            None => BATCH,
+                            None => send_batch.capacity(),
                             Some(pacer) => {
                                 // Wait for a full batch's credit (or the bucket's, if it
                                 // holds less): a sender that went out with every datagram
                                 // of credit would spend its time in one-datagram calls.
                                 let allowed = pacer.allowance(now, size);
-                                if allowed < paced_batch {
-                                    let missing = (paced_batch - allowed) * size;
+                                if allowed < paced {
+                                    let missing = (paced - allowed) * size;
                                     let at = now + pacer.time_for(missing);
                                     next_send = Some(next_send.map_or(at, |n| n.min(at)));
                                     break;
                                 }
-                                allowed.min(BATCH)
+                                allowed.min(send_batch.capacity())
                             }
                         };
                         for i in 0..allowed {
@@ -306,6 +427,12 @@ pub fn run(
                                     break;
                                 }
                                 Some(libc::EINTR) => {}
+                                // The route's device cannot checksum a GSO buffer: go on
+                                // without GSO, and say so.
+                                Some(libc::EIO) if send_batch.segments > 1 => {
+                                    gso_refused = Some(e);
+                                    break;
+                                }
                                 // ECONNREFUSED: the peer's port is closed (ICMP).
                                 _ => {
                                     flow.outcome.error = Some(format!(
@@ -328,16 +455,16 @@ pub fn run(
                                     Instant::now().saturating_duration_since(plan.start);
                                 let arrival_ns = arrival_ns.as_nanos() as u64;
                                 let tracker = flow.tracker.as_mut().expect("receivers track");
-                                for i in 0..count {
-                                    match receive_batch.received(i) {
-                                        // A hello repeated while the flows were set up.
-                                        Some(d) if parse_hello(d).is_some() => {}
-                                        Some(d) => tracker.record(d, arrival_ns),
-                                        None => tracker.record(&[], arrival_ns),
-                                    }
+                                for m in 0..count {
+                                    receive_batch.received(m, |d| {
+                                        // Not a hello repeated while the flows were set up.
+                                        if parse_hello(d).is_none() {
+                                            tracker.record(d, arrival_ns);
+                                        }
+                                    });
                                 }
                                 busy = true;
-                                if count < BATCH {
+                                if count < receive_batch.headers.len() {
                                     break;
                                 }
                             }
@@ -357,6 +484,17 @@ pub fn run(
                     }
                 }
             }
+        }
+        if let Some(e) = gso_refused {
+            notes.push(format!(
+                "--gso: the device refused segmentation offload ({e}); sending without"
+            ));
+            for flow in flows.iter().filter(|f| f.role == Role::Send) {
+                let _ = set_udp_option(&flow.socket, libc::UDP_SEGMENT, 0);
+            }
+            send_batch = Batch::new(size, 1, BATCH, false);
+            paced = paced_batch(&send_batch);
+            continue;
         }
         if busy {
             continue;
@@ -409,7 +547,7 @@ pub fn run(
             flow.blocked = false;
         }
     }
-    Ok(flows
+    let mut outcomes: Vec<FlowOutcome> = flows
         .into_iter()
         .map(|flow| {
             let bytes_total = flow.bytes();
@@ -423,5 +561,46 @@ pub fn run(
                 ..flow.outcome
             }
         })
-        .collect())
+        .collect();
+    if let Some(first) = outcomes.first_mut() {
+        first.notes = notes;
+    }
+    Ok(outcomes)
+}
+
+/// Turns on UDP GSO for every sending flow; the datagrams per buffer, or the note that
+/// says why the flows send without it.
+fn enable_gso(flows: &[UdpFlow], size: usize) -> Result<usize, String> {
+    let Some(segments) = gso_segments(size) else {
+        return Err(format!(
+            "--gso: two {size}-byte datagrams do not fit one 64 KiB buffer; sending without"
+        ));
+    };
+    for flow in flows.iter().filter(|f| f.role == Role::Send) {
+        if let Err(e) = set_udp_option(&flow.socket, libc::UDP_SEGMENT, size) {
+            for flow in flows.iter().filter(|f| f.role == Role::Send) {
+                let _ = set_udp_option(&flow.socket, libc::UDP_SEGMENT, 0);
+            }
+            return Err(format!(
+                "--gso: this kernel does not offer UDP segmentation offload ({e}); sending without"
+            ));
+        }
+    }
+    Ok(segments)
+}
+
+/// Turns on UDP GRO for every receiving flow, or gives the note that says why they
+/// receive without it.
+fn enable_gro(flows: &[UdpFlow]) -> Result<(), String> {
+    for flow in flows.iter().filter(|f| f.role == Role::Receive) {
+        if let Err(e) = set_udp_option(&flow.socket, libc::UDP_GRO, 1) {
+            for flow in flows.iter().filter(|f| f.role == Role::Receive) {
+                let _ = set_udp_option(&flow.socket, libc::UDP_GRO, 0);
+            }
+            return Err(format!(
+                "--gro: this kernel does not offer UDP receive coalescing ({e}); receiving without"
+            ));
+        }
+    }
+    Ok(())
 }

@@ -90,6 +90,8 @@ pub struct FlowOutcome {
     pub error: Option<String>,
     /// UDP flows: datagrams over the flow's life (sent, or distinct received).
     pub datagrams_total: u64,
+    /// What the user should know about how the flow ran (an offload the kernel refused).
+    pub notes: Vec<String>,
 }
 
 /// Everything a worker needs, read-only.
@@ -107,6 +109,10 @@ pub struct WorkerPlan {
     pub drain: Duration,
     /// UDP tests: the tag every datagram of the test carries.
     pub udp_tag: Option<u32>,
+    /// UDP: senders use segmentation offload, receivers coalescing, where the kernel
+    /// offers them.
+    pub gso: bool,
+    pub gro: bool,
 }
 
 /// Sends the sample of boundary `index`, taken `since` the test's start. Worker 0 adds
@@ -158,6 +164,7 @@ pub(crate) fn outcome_of<S: std::os::fd::AsFd>(
         info: sys::TcpInfo::default(),
         error: None,
         datagrams_total: 0,
+        notes: Vec::new(),
     }
 }
 
@@ -615,6 +622,8 @@ mod tests {
             rate_bps: None,
             drain,
             udp_tag: None,
+            gso: false,
+            gro: false,
         };
         let spec = FlowSpec {
             id: 0,

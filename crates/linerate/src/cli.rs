@@ -12,7 +12,8 @@ Examples:
   linerate stream server1 -R           the server sends (reverse)
   linerate stream server1 --bidir -w 4M --json > result.json
   linerate stream server1 -u -b 500M -l 1400   UDP at 500 Mbit/s: loss, jitter, kernel drops
-  linerate stream server1 -u --pps 100k -l 64  100,000 64-byte datagrams per second";
+  linerate stream server1 -u --pps 100k -l 64  100,000 64-byte datagrams per second
+  linerate stream server1 -u -b 0 -l 64 --gso --gro   as many 64-byte datagrams as offload allows";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -120,6 +121,12 @@ pub struct StreamArgs {
     /// UDP: pace each flow to this many datagrams per second instead of --rate [k|m|g, decimal]
     #[arg(long, requires = "udp", conflicts_with = "rate", value_parser = per_second)]
     pub pps: Option<u64>,
+    /// UDP: send with segmentation offload (UDP_SEGMENT): up to 64 datagrams per buffer
+    #[arg(long, requires = "udp")]
+    pub gso: bool,
+    /// UDP: receive with coalescing (UDP_GRO): runs of datagrams per buffer
+    #[arg(long, requires = "udp")]
+    pub gro: bool,
     /// Print one JSON document (docs/results.md) instead of text
     #[arg(short = 'J', long)]
     pub json: bool,

@@ -135,6 +135,8 @@ fn test_config(args: &StreamArgs) -> TestConfig {
         congestion: args.congestion.clone(),
         rate_bps: args.rate.filter(|r| *r > 0),
         pps: args.pps,
+        gso: args.gso,
+        gro: args.gro,
         per_flow: args.per_flow,
         connect_timeout_s: args.connect_timeout,
     };

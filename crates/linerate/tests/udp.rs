@@ -101,6 +101,53 @@ fn udp_pacing_meets_its_bounds_at_500_mbit() {
     }
 }
 
+/// With --gso and --gro the kernel moves runs of datagrams, but every datagram is still
+/// stamped and counted one by one: a paced loopback run in each direction loses,
+/// reorders and duplicates nothing, and the bytes are whole datagrams.
+#[test]
+fn udp_offload_still_counts_every_datagram() {
+    for direction in ["-R", "--bidir"] {
+        let out = linerate(&[
+            "stream", "--udp", "--gso", "--gro", direction, "-t", "1", "-l", "1000", "-b", "100M",
+            "--json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let doc = json(&out);
+        assert_eq!(doc["config"]["gso"], true);
+        assert_eq!(doc["config"]["gro"], true);
+        assert_eq!(doc["warnings"], serde_json::json!([]), "{direction}");
+        for flow in doc["flows"].as_array().unwrap() {
+            let udp = &flow["udp"];
+            assert!(udp["received_total"].as_f64().unwrap() > 10_000.0, "{flow}");
+            assert_eq!(
+                udp["received_total"], udp["sent_total"],
+                "{direction}: {flow}"
+            );
+            assert_eq!(udp["out_of_order"], 0, "{flow}");
+            assert_eq!(udp["duplicates"], 0, "{flow}");
+            assert_eq!(udp["foreign"], 0, "{flow}");
+        }
+        let received = num(&doc, "/summary/received");
+        assert_eq!(num(&doc, "/summary/receiver_bytes"), received * 1000.0);
+    }
+}
+
+/// An offload that cannot apply is a warning naming the flag, and the test runs without.
+#[test]
+fn udp_offload_that_cannot_apply_is_a_warning() {
+    let out = linerate(&[
+        "stream", "--udp", "--gso", "-t", "0.5", "-l", "40000", "-b", "50M", "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    let warnings = doc["warnings"].to_string();
+    assert!(
+        warnings.contains("--gso") && warnings.contains("40000-byte"),
+        "{warnings}"
+    );
+    assert!(num(&doc, "/summary/received") > 0.0);
+}
+
 /// The server takes a flow's address only from a hello with the test's token: a forged
 /// hello (here: the wrong token, from the same host) is refused and logged, and the
 /// test's datagrams go to the genuine flow only.

@@ -21,6 +21,8 @@ fn config(parallel: u32) -> TestConfig {
         congestion: None,
         rate_bps: None,
         pps: None,
+        gso: false,
+        gro: false,
         per_flow: false,
         connect_timeout_s: 5.0,
     }

@@ -337,6 +337,8 @@ mod tests {
             congestion: None,
             rate_bps: None,
             pps: None,
+            gso: false,
+            gro: false,
             per_flow: false,
             connect_timeout_s: 5.0,
         }

@@ -65,6 +65,12 @@ pub struct TestConfig {
     /// datagram size when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pps: Option<u64>,
+    /// UDP: senders hand the kernel runs of datagrams in one buffer to segment (UDP GSO).
+    #[serde(default)]
+    pub gso: bool,
+    /// UDP: receivers take runs of datagrams the kernel coalesced, in one buffer (UDP GRO).
+    #[serde(default)]
+    pub gro: bool,
     /// Keep per-flow interval figures.
     pub per_flow: bool,
     pub connect_timeout_s: f64,
@@ -99,7 +105,13 @@ impl TestConfig {
                 ),
                 None => " unpaced".to_string(),
             };
-            format!("{}-byte datagrams{pace}", self.length)
+            let offload = match (self.gso, self.gro) {
+                (true, true) => ", GSO and GRO",
+                (true, false) => ", GSO",
+                (false, true) => ", GRO",
+                (false, false) => "",
+            };
+            format!("{}-byte datagrams{pace}{offload}", self.length)
         } else {
             format!("{} writes", crate::units::format_size_compact(self.length))
         };
