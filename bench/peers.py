@@ -13,17 +13,29 @@ Gbit moved, and the ratio of linerate to each peer.
 Needs iperf3, iperf (2), qperf and nuttcp (apt-get install iperf3 iperf qperf nuttcp);
 missing peers are installed when run as root, else skipped. Builds linerate in release mode.
 """
-import argparse, json, os, re, resource, shutil, statistics, subprocess, sys, time
+import argparse, json, os, re, resource, shutil, signal, statistics, subprocess, sys, time
 
 from common import LINERATE, build, free_port
 
 
 def proc_cpu(pid):
-    """user + system seconds of a live process (and its threads)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    """user + system seconds of a live process (all its threads), its reaped children and
+    its live descendants: qperf, for one, serves each test in a forked child."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
     tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick
+    total = sum(int(x) for x in fields[11:15]) / tick
+    children = set()
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children.update(int(c) for c in f.read().split())
+    except FileNotFoundError:
+        pass
+    return total + sum(proc_cpu(child) for child in children)
 
 
 def children_cpu():
@@ -31,8 +43,10 @@ def children_cpu():
     return r.ru_utime + r.ru_stime
 
 
-def run_pair(server_cmd, client_cmd, parse, settle=0.3):
-    server = subprocess.Popen(server_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def run_sides(server_cmd, client_cmd, settle=0.3, stop=signal.SIGTERM):
+    """Runs a server process, then a client to completion, then stops the server with
+    `stop`. Returns (client stdout, server stdout, server CPU s, client CPU s)."""
+    server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         time.sleep(settle)
         s0, c0 = proc_cpu(server.pid), children_cpu()
@@ -40,15 +54,24 @@ def run_pair(server_cmd, client_cmd, parse, settle=0.3):
         s1, c1 = proc_cpu(server.pid), children_cpu()
         if out.returncode != 0:
             raise RuntimeError(f"{client_cmd[0]} failed: {out.stderr.strip()[:200]}")
-        bps = parse(out.stdout)
-        return bps, (s1 - s0) + (c1 - c0)
-    finally:
-        server.terminate()
+        time.sleep(0.2)  # a server's last report
+        server.send_signal(stop)
         try:
-            server.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+            server_out = server.communicate(timeout=2)[0]
+        except subprocess.TimeoutExpired:  # iperf2 waits for its threads: its report is out
             server.kill()
-            server.wait()
+            server_out = server.communicate()[0]
+        return out.stdout, server_out, s1 - s0, c1 - c0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+
+def run_pair(server_cmd, client_cmd, parse, settle=0.3):
+    """The client's figure (parsed from its stdout) and the CPU seconds of both processes."""
+    client_out, _, server_cpu, client_cpu = run_sides(server_cmd, client_cmd, settle)
+    return parse(client_out), server_cpu + client_cpu
 
 
 def linerate(flows, seconds, length):
@@ -111,8 +134,8 @@ def nuttcp(flows, seconds, length):
 
 
 PEERS = {"iperf3": iperf3, "iperf2": iperf2, "qperf": qperf, "nuttcp": nuttcp}
-BINARIES = {"iperf3": "iperf3", "iperf2": "iperf", "qperf": "qperf", "nuttcp": "nuttcp"}
-PACKAGES = {"iperf3": "iperf3", "iperf2": "iperf", "qperf": "qperf", "nuttcp": "nuttcp"}
+BINARIES = {"iperf3": "iperf3", "iperf2": "iperf", "qperf": "qperf", "nuttcp": "nuttcp", "sockperf": "sockperf"}
+PACKAGES = {"iperf3": "iperf3", "iperf2": "iperf", "qperf": "qperf", "nuttcp": "nuttcp", "sockperf": "sockperf"}
 
 
 def ensure_peers(names):

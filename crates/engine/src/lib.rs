@@ -3,6 +3,8 @@
 //! - [`worker`] and [`plane`]: T worker threads, each with its own mio poll set and share of
 //!   the flows; counters are per worker and read out at interval boundaries.
 //! - [`pacer`]: the per-flow token bucket behind `--rate`.
+//! - [`udp`]: the UDP loop of a worker (batched, optionally offloaded datagrams).
+//! - [`search`]: the sans-IO rate search behind `--find-max`.
 //! - [`sys`]: Linux socket options and TCP_INFO.
 //! - [`server`] and [`client`]: the control-connection drivers around the sans-IO sessions
 //!   of `linerate-proto`.
@@ -11,6 +13,7 @@ pub mod client;
 pub mod control;
 pub mod pacer;
 pub mod plane;
+pub mod search;
 pub mod server;
 pub mod sys;
 pub mod udp;

@@ -13,7 +13,8 @@ Examples:
   linerate stream server1 --bidir -w 4M --json > result.json
   linerate stream server1 -u -b 500M -l 1400   UDP at 500 Mbit/s: loss, jitter, kernel drops
   linerate stream server1 -u --pps 100k -l 64  100,000 64-byte datagrams per second
-  linerate stream server1 -u -b 0 -l 64 --gso --gro   as many 64-byte datagrams as offload allows";
+  linerate stream server1 -u -b 0 -l 64 --gso --gro   as many 64-byte datagrams as offload allows
+  linerate stream server1 -u -l 1400 --find-max        the highest rate with loss <= 0.1%";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -83,9 +84,9 @@ pub struct StreamArgs {
     /// Worker threads on this side (default: one per flow up to 16 flows, else one per CPU)
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
-    /// Seconds to measure (after --omit)
-    #[arg(short, long, default_value_t = 10.0, value_parser = positive_seconds)]
-    pub time: f64,
+    /// Seconds to measure, after --omit [default: 10; with --find-max, 2 per trial]
+    #[arg(short, long, value_parser = positive_seconds)]
+    pub time: Option<f64>,
     /// Warm-up seconds to leave out of the summary
     #[arg(short = 'O', long, default_value_t = 0.0, value_parser = seconds)]
     pub omit: f64,
@@ -121,6 +122,13 @@ pub struct StreamArgs {
     /// UDP: pace each flow to this many datagrams per second instead of --rate [k|m|g, decimal]
     #[arg(long, requires = "udp", conflicts_with = "rate", value_parser = per_second)]
     pub pps: Option<u64>,
+    /// UDP: search for the highest rate whose receiver-side loss stays within --max-loss,
+    /// over short trials (-t each, default 2 s), and print every trial
+    #[arg(long, requires = "udp", conflicts_with_all = ["rate", "pps", "bidir"])]
+    pub find_max: bool,
+    /// The loss bound for --find-max, in percent of datagrams
+    #[arg(long, default_value_t = 0.1, requires = "find_max", value_parser = percent)]
+    pub max_loss: f64,
     /// UDP: send with segmentation offload (UDP_SEGMENT): up to 64 datagrams per buffer
     #[arg(long, requires = "udp")]
     pub gso: bool,
@@ -173,6 +181,13 @@ fn window(text: &str) -> Result<u64, String> {
         return Err(format!("'{text}' must be between 1K and 1G"));
     }
     Ok(value)
+}
+
+fn percent(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('%').parse::<f64>() {
+        Ok(value) if (0.0..100.0).contains(&value) => Ok(value),
+        _ => Err(format!("'{text}' is not a percentage from 0 to below 100")),
+    }
 }
 
 fn rate(text: &str) -> Result<u64, String> {

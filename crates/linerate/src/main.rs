@@ -11,10 +11,14 @@ use clap::Parser;
 use cli::{Cli, Command, ServeArgs, StreamArgs};
 use linerate_engine::client::{self, ClientOptions, Progress};
 use linerate_engine::plane::default_threads;
+use linerate_engine::search::{Probe, RateSearch, TrialOutcome, Verdict};
 use linerate_engine::server::{Server, ServerConfig};
 use linerate_proto::Limits;
-use linerate_report::text::{self, INTERVAL_HEADER};
-use linerate_report::{Direction, Report, TestConfig};
+use linerate_report::text::{self, INTERVAL_HEADER, TRIAL_HEADER};
+use linerate_report::units::format_rate;
+use linerate_report::{
+    Direction, FindMaxReport, PerSide, RateFound, RateTrial, Report, TestConfig, TrialVerdict,
+};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -125,7 +129,7 @@ fn test_config(args: &StreamArgs) -> TestConfig {
         direction,
         parallel: args.parallel,
         threads: 0,
-        time_s: args.time,
+        time_s: args.time.unwrap_or(if args.find_max { 2.0 } else { 10.0 }),
         omit_s: args.omit,
         interval_s: args.interval,
         length: args.length.unwrap_or(128 * 1024),
@@ -226,7 +230,9 @@ fn stream(args: &StreamArgs) -> Result<ExitCode> {
         signal_hook::flag::register(signal, cancel.clone())
             .context("cannot install signal handlers")?;
     }
-    let options = ClientOptions::new(config.clone());
+    if args.find_max {
+        return find_max(args, config, target, &cancel);
+    }
     let flow_ids: Vec<u32> = (0..config.connections()).collect();
     let sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
     let quiet = args.json;
@@ -259,24 +265,41 @@ fn stream(args: &StreamArgs) -> Result<ExitCode> {
             }
         }
     };
-    let report = match (&args.host, target) {
-        (Some(host), Some(addr)) => {
-            if !quiet {
-                println!("Connecting to {host} ({addr}), {}", config.describe());
-            }
-            client::run(addr, &options, &cancel, &mut progress)?
-        }
-        _ => {
-            if !quiet {
-                println!(
-                    "Measuring this machine over loopback (in-process server), {}",
-                    config.describe()
-                );
-            }
-            client::run_local(&options, &cancel, &mut progress)?
-        }
-    };
+    if !quiet {
+        println!("{}", banner(args, target, &config));
+    }
+    let report = run_once(target, &config, &cancel, &mut progress)?;
     print_report(&report, args)?;
+    check_flows(&report)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// "Connecting to HOST (ADDR), ..." or the loopback equivalent.
+fn banner(args: &StreamArgs, target: Option<SocketAddr>, config: &TestConfig) -> String {
+    match (&args.host, target) {
+        (Some(host), Some(addr)) => format!("Connecting to {host} ({addr}), {}", config.describe()),
+        _ => format!(
+            "Measuring this machine over loopback (in-process server), {}",
+            config.describe()
+        ),
+    }
+}
+
+/// One test against `target`, or against an in-process server when there is none.
+fn run_once(
+    target: Option<SocketAddr>,
+    config: &TestConfig,
+    cancel: &Arc<AtomicBool>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Report> {
+    let options = ClientOptions::new(config.clone());
+    Ok(match target {
+        Some(addr) => client::run(addr, &options, cancel, progress)?,
+        None => client::run_local(&options, cancel, progress)?,
+    })
+}
+
+fn check_flows(report: &Report) -> Result<()> {
     if report.summary.flows_failed > 0 {
         bail!(
             "{} of {} flows failed; the figures cover only what arrived",
@@ -284,8 +307,165 @@ fn stream(args: &StreamArgs) -> Result<ExitCode> {
             report.summary.flows
         );
     }
+    Ok(())
+}
+
+/// `--find-max`: trials at the rates a [`RateSearch`] asks for, one line each, then the
+/// highest rate whose receiver-side loss stayed within `--max-loss` and what stopped it.
+fn find_max(
+    args: &StreamArgs,
+    mut config: TestConfig,
+    target: Option<SocketAddr>,
+    cancel: &Arc<AtomicBool>,
+) -> Result<ExitCode> {
+    // Trials print one line each, not interval lines.
+    config.interval_s = 0.0;
+    config.rate_bps = None;
+    let flows = f64::from(config.parallel);
+    let mut search = RateSearch::new(args.max_loss, FIND_MAX_RESOLUTION, FIND_MAX_TRIALS);
+    if !args.json {
+        println!("{}", banner(args, target, &config));
+        println!(
+            "Searching for the highest rate with loss <= {}%, {} s trials",
+            args.max_loss, config.time_s
+        );
+        println!("{TRIAL_HEADER}");
+    }
+    let mut trials: Vec<RateTrial> = Vec::new();
+    let mut first: Option<Report> = None;
+    let mut warnings = Vec::new();
+    while let Some(probe) = search.next() {
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            warnings.push("interrupted: the search ended early".to_string());
+            break;
+        }
+        let mut trial_config = config.clone();
+        trial_config.rate_bps = match probe {
+            Probe::Unpaced => None,
+            Probe::Rate(rate) => Some(rate),
+        };
+        let report = run_once(target, &trial_config, cancel, &mut |_| {})?;
+        check_flows(&report)?;
+        let udp = report.summary.udp.clone().unwrap_or_default();
+        let verdict = search.record(
+            probe,
+            TrialOutcome {
+                sender_bps: report.summary.sender_bps / flows,
+                receiver_bps: report.summary.receiver_bps / flows,
+                loss_pct: udp.loss_pct,
+            },
+        );
+        let trial = RateTrial {
+            offered_bps: trial_config.rate_bps.map(|rate| rate as f64 * flows),
+            verdict: match verdict {
+                Verdict::Passed => TrialVerdict::Passed,
+                Verdict::Lossy => TrialVerdict::Lossy,
+                Verdict::SenderShort => TrialVerdict::SenderShort,
+            },
+            summary: report.summary.clone(),
+            warnings: report.warnings.clone(),
+        };
+        if !args.json {
+            println!(
+                "{}",
+                text::trial_line(trials.len() + 1, &trial, args.format)
+            );
+        }
+        trials.push(trial);
+        first.get_or_insert(report);
+    }
+    let Some(first) = first else {
+        bail!("interrupted before the first trial ended");
+    };
+    let best_offered = search.best_rate().map(|rate| rate as f64 * flows);
+    let found = if search.sender_is_the_limit() {
+        trials.first()
+    } else {
+        trials
+            .iter()
+            .find(|t| t.verdict == TrialVerdict::Passed && t.offered_bps == best_offered)
+    };
+    let result = found.map(|trial| {
+        let udp = trial.summary.udp.clone().unwrap_or_default();
+        RateFound {
+            offered_bps: trial.offered_bps,
+            receiver_bps: trial.summary.receiver_bps,
+            receiver_pps: udp.receiver_pps,
+            loss_pct: udp.loss_pct,
+            limited_by: if trial.offered_bps.is_none() {
+                "sender"
+            } else {
+                "receiver or path"
+            }
+            .to_string(),
+        }
+    });
+    // The lowest failing rate above the answer says why the search stopped there.
+    let failing = trials
+        .iter()
+        .filter(|t| t.verdict != TrialVerdict::Passed)
+        .min_by(|a, b| {
+            let rate = |t: &RateTrial| t.offered_bps.unwrap_or(f64::INFINITY);
+            rate(a).total_cmp(&rate(b))
+        });
+    let limit = match (search.sender_is_the_limit(), failing) {
+        (true, _) => trials.first().map(|t| {
+            let cpu = sending_side(&config, &t.summary.cpu);
+            format!(
+                "unpaced, the senders reached {} and the receivers took it all within the bound:                  the sender is the bottleneck (busiest sending core {:.0}%)",
+                format_rate(t.summary.sender_bps, args.format),
+                cpu.busiest_core_pct
+            )
+        }),
+        (false, Some(t)) => {
+            let kernel = t.summary.udp.as_ref().map(|u| &u.kernel);
+            let receiver_kernel = kernel.map(|k| match config.direction {
+                Direction::Reverse => &k.local,
+                _ => &k.remote,
+            });
+            Some(text::limit_words(
+                t,
+                receiver_kernel,
+                sending_side(&config, &t.summary.cpu),
+            ))
+        }
+        (false, None) => None,
+    };
+    let report = FindMaxReport {
+        tool: first.tool.clone(),
+        test: "udp_find_max".to_string(),
+        started_at: first.started_at,
+        config,
+        host: first.host.clone(),
+        max_loss_pct: args.max_loss,
+        trials,
+        result,
+        limit,
+        warnings,
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("cannot encode the result")?
+        );
+    } else {
+        print!("{}", text::render_find_max(&report, args.format));
+    }
     Ok(ExitCode::SUCCESS)
 }
+
+/// The CPU figures of the host whose flows send.
+fn sending_side<'a, T>(config: &TestConfig, sides: &'a PerSide<T>) -> &'a T {
+    match config.direction {
+        Direction::Reverse => &sides.remote,
+        _ => &sides.local,
+    }
+}
+
+/// `--find-max` stops when the passing and failing rates are this close (a fraction of
+/// the failing one), or after this many trials.
+const FIND_MAX_RESOLUTION: f64 = 0.02;
+const FIND_MAX_TRIALS: usize = 12;
 
 fn print_report(report: &Report, args: &StreamArgs) -> Result<()> {
     if args.json {

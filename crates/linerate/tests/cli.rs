@@ -22,6 +22,15 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
         (vec!["stream", "--udp", "-C", "bbr"], "--congestion"),
         (vec!["stream", "--pps", "1000"], "--udp"),
         (vec!["stream", "--udp", "--pps", "0"], "'0'"),
+        (vec!["stream", "--gso"], "--udp"),
+        (vec!["stream", "--find-max"], "--udp"),
+        (vec!["stream", "-u", "--find-max", "-b", "1G"], "--rate"),
+        (vec!["stream", "-u", "--find-max", "--bidir"], "--bidir"),
+        (
+            vec!["stream", "-u", "--find-max", "--max-loss", "150"],
+            "'150'",
+        ),
+        (vec!["stream", "-u", "--max-loss", "1"], "--find-max"),
         (vec!["frobnicate"], "'frobnicate'"),
     ] {
         let out = linerate(&args);

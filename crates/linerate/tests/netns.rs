@@ -204,6 +204,52 @@ fn udp_offload_moves_runs_of_datagrams_through_the_kernel() {
     );
 }
 
+/// `--find-max` against an independent ceiling: a link shaped to 200 Mbit/s carries at
+/// most 200e6 x 1400/1442 bit/s of 1400-byte payloads, and its queue drops the excess. The
+/// rate found must sit just under that ceiling (within the search's 2 % resolution plus
+/// the trials' noise), and the limit must be loss on the path, not at the receiver.
+#[test]
+fn find_max_finds_the_shaped_ceiling() {
+    if skip_unless_root("find-max test") {
+        return;
+    }
+    let _turn = shaped_link_turn();
+    let pair = VethPair::new("fmax");
+    pair.shape_a("200mbit", ["limit", "100kb"]);
+    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
+    let port = server.port.to_string();
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "stream",
+            &pair.addr_b,
+            "-p",
+            &port,
+            "--udp",
+            "-l",
+            "1400",
+            "--find-max",
+            "-t",
+            "1",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    let ceiling = 200e6 * 1400.0 / 1442.0;
+    let found = num(&doc, "/result/receiver_bps");
+    assert!(
+        found <= ceiling * 1.01 && found >= ceiling * 0.94,
+        "found {:.1} Mbit/s, ceiling {:.1} Mbit/s; trials: {}",
+        found / 1e6,
+        ceiling / 1e6,
+        doc["trials"]
+    );
+    assert_eq!(doc["result"]["limited_by"], "receiver or path");
+    let limit = doc["limit"].as_str().unwrap();
+    assert!(limit.contains("lost between the hosts"), "{limit}");
+}
+
 /// MEASUREMENT.md, "How we prove it", for UDP: 1.2 times the shaped rate offered in
 /// 1400-byte datagrams. Goodput must sit at the payload ceiling rate x 1400/1442 (14
 /// Ethernet + 20 IP + 8 UDP per datagram), and the loss linerate reports must match the

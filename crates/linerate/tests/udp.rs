@@ -148,6 +148,68 @@ fn udp_offload_that_cannot_apply_is_a_warning() {
     assert!(num(&doc, "/summary/received") > 0.0);
 }
 
+/// `--find-max` keeps its contract: every trial's verdict agrees with its own loss and
+/// the bound, the answer is a passing trial's figures, and the search ends by itself. A
+/// 16 KiB receive buffer makes the receiver lose datagrams well below the sender's
+/// limit, so the search has to bisect.
+#[test]
+fn find_max_trials_agree_with_the_bound_and_the_answer() {
+    let out = linerate(&[
+        "stream",
+        "--udp",
+        "--find-max",
+        "--max-loss",
+        "0.5",
+        "-t",
+        "0.5",
+        "-l",
+        "1200",
+        "-w",
+        "16K",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["test"], "udp_find_max");
+    assert_eq!(doc["max_loss_pct"], 0.5);
+    let trials = doc["trials"].as_array().unwrap();
+    assert!(
+        !trials.is_empty() && trials.len() <= 12,
+        "{} trials",
+        trials.len()
+    );
+    assert!(
+        trials[0]["offered_bps"].is_null(),
+        "the first trial is unpaced"
+    );
+    for trial in trials {
+        let loss = trial["summary"]["loss_pct"].as_f64().unwrap();
+        let sent = trial["summary"]["sender_bps"].as_f64().unwrap();
+        match trial["verdict"].as_str().unwrap() {
+            "passed" => assert!(loss <= 0.5, "{trial}"),
+            "lossy" => assert!(loss > 0.5, "{trial}"),
+            "sender_short" => {
+                let offered = trial["offered_bps"].as_f64().unwrap();
+                assert!(sent < offered * 0.98, "{trial}");
+            }
+            other => panic!("verdict {other}"),
+        }
+    }
+    let result = &doc["result"];
+    let answer = trials
+        .iter()
+        .find(|t| t["verdict"] == "passed" && t["offered_bps"] == result["offered_bps"])
+        .expect("the answer is a passing trial");
+    assert_eq!(result["receiver_bps"], answer["summary"]["receiver_bps"]);
+    assert_eq!(result["receiver_pps"], answer["summary"]["receiver_pps"]);
+    // No passing trial offered more than the answer.
+    let best = result["offered_bps"].as_f64().unwrap_or(f64::INFINITY);
+    for trial in trials.iter().filter(|t| t["verdict"] == "passed") {
+        assert!(trial["offered_bps"].as_f64().unwrap_or(f64::INFINITY) <= best);
+    }
+    assert!(doc["limit"].is_string());
+}
+
 /// The server takes a flow's address only from a hello with the test's token: a forged
 /// hello (here: the wrong token, from the same host) is refused and logged, and the
 /// test's datagrams go to the genuine flow only.

@@ -513,3 +513,60 @@ pub struct Report {
     pub summary: Summary,
     pub warnings: Vec<String>,
 }
+
+/// How one `--find-max` trial went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrialVerdict {
+    /// Receiver-side loss within the bound, at the rate asked.
+    Passed,
+    /// Receiver-side loss above the bound.
+    Lossy,
+    /// The senders fell more than 2 % short of the rate asked.
+    SenderShort,
+}
+
+/// One trial of a `--find-max` search: a whole UDP test at one offered rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RateTrial {
+    /// Offered rate over all flows in bit/s; `None` for the unpaced first trial.
+    pub offered_bps: Option<f64>,
+    pub verdict: TrialVerdict,
+    /// The trial's full summary (receiver and sender rates, loss, kernel counters, CPU).
+    pub summary: Summary,
+    pub warnings: Vec<String>,
+}
+
+/// The answer of a `--find-max` search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RateFound {
+    /// The highest offered rate (all flows, bit/s) whose loss stayed within the bound;
+    /// `None` when the unpaced trial already did (the sender is the limit).
+    pub offered_bps: Option<f64>,
+    pub receiver_bps: f64,
+    pub receiver_pps: f64,
+    pub loss_pct: f64,
+    /// "sender": unpaced, the sender could not overload the path; "receiver or path":
+    /// loss above this rate.
+    pub limited_by: String,
+}
+
+/// The result of `linerate stream --udp --find-max` (docs/results.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FindMaxReport {
+    pub tool: String,
+    /// "udp_find_max".
+    pub test: String,
+    pub started_at: f64,
+    /// The configuration of every trial; `time_s` is one trial's length and `rate_bps`
+    /// is left out (each trial sets its own).
+    pub config: TestConfig,
+    pub host: PerSide<HostFacts>,
+    pub max_loss_pct: f64,
+    pub trials: Vec<RateTrial>,
+    /// `None` when no trial kept loss within the bound.
+    pub result: Option<RateFound>,
+    /// Why the rate could not go higher, in words, from the first failing trial above it.
+    pub limit: Option<String>,
+    pub warnings: Vec<String>,
+}

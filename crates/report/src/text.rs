@@ -335,3 +335,93 @@ mod tests {
         );
     }
 }
+
+/// The column header printed above `--find-max` trial lines.
+pub const TRIAL_HEADER: &str =
+    "Trial  Offered          Sent             Received         Received pps  Loss      Verdict";
+
+/// One `--find-max` trial as a line under [`TRIAL_HEADER`].
+pub fn trial_line(number: usize, trial: &RateTrial, scale: Scale) -> String {
+    let s = &trial.summary;
+    let udp = s.udp.clone().unwrap_or_default();
+    let offered = trial
+        .offered_bps
+        .map_or("unpaced".to_string(), |bps| format_rate(bps, scale));
+    let verdict = match trial.verdict {
+        TrialVerdict::Passed => "passed",
+        TrialVerdict::Lossy => "too much loss",
+        TrialVerdict::SenderShort => "sender fell short",
+    };
+    format!(
+        "{number:>5}  {offered:<15}  {:<15}  {:<15}  {:>12.0}  {:>7.3}%  {verdict}",
+        format_rate(s.sender_bps, scale),
+        format_rate(s.receiver_bps, scale),
+        udp.receiver_pps,
+        udp.loss_pct,
+    )
+}
+
+/// The closing lines of a `--find-max` search: the answer and what stopped it going higher.
+pub fn render_find_max(report: &FindMaxReport, scale: Scale) -> String {
+    let mut out = String::new();
+    let bound = report.max_loss_pct;
+    match &report.result {
+        Some(found) => {
+            let offered = match found.offered_bps {
+                Some(bps) => format!("offered {}", format_rate(bps, scale)),
+                None => "unpaced (the sender's limit)".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "Highest rate with loss <= {bound}%: {} received, {:.0} datagrams/s ({offered}, loss {:.3}%)",
+                format_rate(found.receiver_bps, scale),
+                found.receiver_pps,
+                found.loss_pct,
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "No rate tried kept receiver-side loss within {bound}% ({} trials)",
+                report.trials.len()
+            );
+        }
+    }
+    if let Some(limit) = &report.limit {
+        let _ = writeln!(out, "Limit: {limit}");
+    }
+    for warning in &report.warnings {
+        let _ = writeln!(out, "warning: {warning}");
+    }
+    out
+}
+
+/// Why a failing trial failed, in words, from the counters of the receiving host's kernel
+/// (`receiver_kernel`) and the senders' CPU (`sender_cpu`).
+pub fn limit_words(
+    trial: &RateTrial,
+    receiver_kernel: Option<&UdpCounters>,
+    sender_cpu: &CpuUsage,
+) -> String {
+    let udp = trial.summary.udp.clone().unwrap_or_default();
+    let above = trial.offered_bps.map_or("unpaced".to_string(), |bps| {
+        format_rate(bps, Scale::Adaptive)
+    });
+    match (trial.verdict, receiver_kernel) {
+        (TrialVerdict::SenderShort, _) => format!(
+            "at {above} the senders reached only {} ({} send errors; busiest sending core {:.0}%)",
+            format_rate(trial.summary.sender_bps, Scale::Adaptive),
+            udp.send_errors,
+            sender_cpu.busiest_core_pct
+        ),
+        (_, Some(k)) if k.rcvbuf_errors > 0 => format!(
+            "at {above} the receiver's kernel dropped datagrams for a full socket buffer \
+             (RcvbufErrors {}): the receiving process could not keep up",
+            k.rcvbuf_errors
+        ),
+        _ => format!(
+            "at {above} {} datagrams ({:.3}%) were lost between the hosts, none for a full receive buffer",
+            udp.lost, udp.loss_pct
+        ),
+    }
+}

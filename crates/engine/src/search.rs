@@ -1,0 +1,231 @@
+//! `--find-max`: the search for the highest UDP rate a path carries with receiver-side
+//! loss under a bound. Sans-IO: the caller runs each trial the search asks for and feeds
+//! back what the receiver counted, so the search is tested on synthetic outcomes.
+//!
+//! The first trial is unpaced. If its loss is within bound, the sender is the limit and
+//! the search ends. Otherwise the sender's unpaced rate bounds the search from above, and
+//! the next trial is paced just under what the overloaded receiver still took (usually
+//! close to the answer); from there it bisects between the highest passing and the lowest
+//! failing rate until they are within `resolution` of each other.
+
+/// A trial's pacing: as fast as possible, or a per-flow rate in bits per second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    Unpaced,
+    Rate(u64),
+}
+
+/// What one trial's receivers and senders saw, per flow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrialOutcome {
+    pub sender_bps: f64,
+    pub receiver_bps: f64,
+    pub loss_pct: f64,
+}
+
+/// Why a trial passed or failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Passed,
+    /// Receiver-side loss above the bound.
+    Lossy,
+    /// The sender fell more than 2 % short of the rate asked: that rate is out of reach.
+    SenderShort,
+}
+
+/// A sender within this fraction of the asked rate reached it.
+const SENDER_REACH: f64 = 0.98;
+/// Trial rates below this (bit/s per flow) are not worth trying.
+const FLOOR_BPS: u64 = 1_000;
+
+#[derive(Debug, Clone)]
+pub struct RateSearch {
+    max_loss_pct: f64,
+    resolution: f64,
+    max_trials: usize,
+    trials: usize,
+    /// The highest rate that passed, and the lowest that failed.
+    low: Option<u64>,
+    high: Option<u64>,
+    /// The next rate to try before bisecting (after the unpaced trial).
+    hint: Option<u64>,
+    /// The unpaced trial passed: the sender is the limit.
+    unpaced_passed: bool,
+}
+
+impl RateSearch {
+    /// A search for loss at most `max_loss_pct` percent, ending when the bounds are within
+    /// `resolution` (a fraction of the upper one) or after `max_trials` trials.
+    pub fn new(max_loss_pct: f64, resolution: f64, max_trials: usize) -> RateSearch {
+        RateSearch {
+            max_loss_pct,
+            resolution,
+            max_trials: max_trials.max(1),
+            trials: 0,
+            low: None,
+            high: None,
+            hint: None,
+            unpaced_passed: false,
+        }
+    }
+
+    /// The trial to run next, or `None` when the search is over.
+    pub fn next(&self) -> Option<Probe> {
+        if self.trials == 0 {
+            return Some(Probe::Unpaced);
+        }
+        if self.unpaced_passed || self.trials >= self.max_trials {
+            return None;
+        }
+        let high = self.high?;
+        if let Some(hint) = self.hint {
+            return Some(Probe::Rate(hint));
+        }
+        let low = self.low.unwrap_or(0);
+        if high.saturating_sub(low) as f64 <= self.resolution * high as f64 || high < FLOOR_BPS {
+            return None;
+        }
+        Some(Probe::Rate(low + (high - low) / 2))
+    }
+
+    /// Takes the outcome of the trial `next` asked for; says whether it passed.
+    pub fn record(&mut self, probe: Probe, outcome: TrialOutcome) -> Verdict {
+        self.trials += 1;
+        let lossy = outcome.loss_pct > self.max_loss_pct;
+        match probe {
+            Probe::Unpaced => {
+                if !lossy {
+                    self.unpaced_passed = true;
+                    return Verdict::Passed;
+                }
+                self.high = Some(outcome.sender_bps as u64);
+                let hint = (outcome.receiver_bps * 0.99) as u64;
+                self.hint = (hint >= FLOOR_BPS).then_some(hint);
+                Verdict::Lossy
+            }
+            Probe::Rate(rate) => {
+                self.hint = None;
+                let verdict = if lossy {
+                    Verdict::Lossy
+                } else if outcome.sender_bps < rate as f64 * SENDER_REACH {
+                    Verdict::SenderShort
+                } else {
+                    Verdict::Passed
+                };
+                if verdict == Verdict::Passed {
+                    self.low = Some(self.low.map_or(rate, |l| l.max(rate)));
+                } else {
+                    self.high = Some(self.high.map_or(rate, |h| h.min(rate)));
+                }
+                verdict
+            }
+        }
+    }
+
+    /// The unpaced trial passed: nothing paced can do better.
+    pub fn sender_is_the_limit(&self) -> bool {
+        self.unpaced_passed
+    }
+
+    /// The highest per-flow rate that passed, if any.
+    pub fn best_rate(&self) -> Option<u64> {
+        self.low
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A path that loses nothing up to `capacity` bit/s and the excess above it, behind a
+    /// sender that reaches at most `sender_max`.
+    fn path(capacity: f64, sender_max: f64) -> impl Fn(Probe) -> TrialOutcome {
+        move |probe| {
+            let offered = match probe {
+                Probe::Unpaced => sender_max,
+                Probe::Rate(rate) => (rate as f64).min(sender_max),
+            };
+            let received = offered.min(capacity);
+            TrialOutcome {
+                sender_bps: offered,
+                receiver_bps: received,
+                loss_pct: (offered - received) / offered * 100.0,
+            }
+        }
+    }
+
+    fn run(search: &mut RateSearch, path: impl Fn(Probe) -> TrialOutcome) -> Vec<Probe> {
+        let mut probes = Vec::new();
+        while let Some(probe) = search.next() {
+            search.record(probe, path(probe));
+            probes.push(probe);
+            assert!(probes.len() <= 20, "the search does not end: {probes:?}");
+        }
+        probes
+    }
+
+    #[test]
+    fn a_receiver_limit_is_found_within_the_resolution() {
+        let mut search = RateSearch::new(0.1, 0.02, 12);
+        let probes = run(&mut search, path(300e6, 1e9));
+        let best = search.best_rate().unwrap() as f64;
+        assert!(best <= 300e6 && best >= 300e6 * 0.98, "{best}");
+        assert_eq!(probes[0], Probe::Unpaced);
+        // The receiver's rate under overload is the first paced guess, just under it.
+        assert_eq!(probes[1], Probe::Rate(297_000_000));
+        assert!(!search.sender_is_the_limit());
+    }
+
+    #[test]
+    fn a_clean_unpaced_trial_ends_the_search_at_once() {
+        let mut search = RateSearch::new(0.1, 0.02, 12);
+        let probes = run(&mut search, path(2e9, 1e9));
+        assert_eq!(probes, vec![Probe::Unpaced]);
+        assert!(search.sender_is_the_limit());
+        assert_eq!(search.best_rate(), None);
+    }
+
+    #[test]
+    fn a_sender_short_of_the_rate_fails_the_trial() {
+        let mut search = RateSearch::new(0.1, 0.02, 12);
+        let unpaced = TrialOutcome {
+            sender_bps: 1e9,
+            receiver_bps: 5e8,
+            loss_pct: 50.0,
+        };
+        assert_eq!(search.record(Probe::Unpaced, unpaced), Verdict::Lossy);
+        let short = TrialOutcome {
+            sender_bps: 4.5e8,
+            receiver_bps: 4.5e8,
+            loss_pct: 0.0,
+        };
+        let Some(Probe::Rate(rate)) = search.next() else {
+            panic!("a paced trial comes next")
+        };
+        assert_eq!(
+            search.record(Probe::Rate(rate), short),
+            Verdict::SenderShort
+        );
+        assert_eq!(search.best_rate(), None);
+        assert!(matches!(search.next(), Some(Probe::Rate(r)) if r < rate));
+    }
+
+    #[test]
+    fn a_path_that_always_loses_ends_within_the_trial_budget_with_no_answer() {
+        let mut search = RateSearch::new(0.1, 0.02, 8);
+        let lossy = |probe: Probe| {
+            let offered = match probe {
+                Probe::Unpaced => 1e9,
+                Probe::Rate(r) => r as f64,
+            };
+            TrialOutcome {
+                sender_bps: offered,
+                receiver_bps: offered * 0.99,
+                loss_pct: 1.0,
+            }
+        };
+        let probes = run(&mut search, lossy);
+        assert_eq!(probes.len(), 8);
+        assert_eq!(search.best_rate(), None);
+    }
+}
