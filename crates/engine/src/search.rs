@@ -5,8 +5,10 @@
 //! The first trial is unpaced. If its loss is within bound, the sender is the limit and
 //! the search ends. Otherwise the sender's unpaced rate bounds the search from above, and
 //! the next trial is paced just under what the overloaded receiver still took (usually
-//! close to the answer); from there it bisects between the highest passing and the lowest
-//! failing rate until they are within `resolution` of each other.
+//! close to the answer). While the only upper bound is the unpaced sender's rate, which
+//! says little, passing rates gallop upwards (4 %, 8 %, 16 %, ... above the last pass);
+//! once a paced trial fails, the search bisects between the highest passing and the
+//! lowest failing rate until they are within `resolution` of each other.
 
 /// A trial's pacing: as fast as possible, or a per-flow rate in bits per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +37,9 @@ pub enum Verdict {
 
 /// A sender within this fraction of the asked rate reached it.
 const SENDER_REACH: f64 = 0.98;
+/// The first gallop step above a passing rate, as a fraction of it; it doubles with each
+/// further pass.
+const GALLOP_STEP: f64 = 0.04;
 /// Trial rates below this (bit/s per flow) are not worth trying.
 const FLOOR_BPS: u64 = 1_000;
 
@@ -51,6 +56,10 @@ pub struct RateSearch {
     hint: Option<u64>,
     /// The unpaced trial passed: the sender is the limit.
     unpaced_passed: bool,
+    /// A paced trial failed, so `high` is a real bound (not the unpaced sender's rate).
+    high_is_paced: bool,
+    /// Passing trials since the last failure, which set the gallop's step.
+    passes_in_a_row: u32,
 }
 
 impl RateSearch {
@@ -66,6 +75,8 @@ impl RateSearch {
             high: None,
             hint: None,
             unpaced_passed: false,
+            high_is_paced: false,
+            passes_in_a_row: 0,
         }
     }
 
@@ -85,7 +96,12 @@ impl RateSearch {
         if high.saturating_sub(low) as f64 <= self.resolution * high as f64 || high < FLOOR_BPS {
             return None;
         }
-        Some(Probe::Rate(low + (high - low) / 2))
+        let middle = low + (high - low) / 2;
+        if self.high_is_paced || self.passes_in_a_row == 0 {
+            return Some(Probe::Rate(middle));
+        }
+        let step = GALLOP_STEP * f64::from(1u32 << (self.passes_in_a_row - 1).min(16));
+        Some(Probe::Rate(middle.min((low as f64 * (1.0 + step)) as u64)))
     }
 
     /// Takes the outcome of the trial `next` asked for; says whether it passed.
@@ -114,8 +130,11 @@ impl RateSearch {
                 };
                 if verdict == Verdict::Passed {
                     self.low = Some(self.low.map_or(rate, |l| l.max(rate)));
+                    self.passes_in_a_row += 1;
                 } else {
                     self.high = Some(self.high.map_or(rate, |h| h.min(rate)));
+                    self.high_is_paced = true;
+                    self.passes_in_a_row = 0;
                 }
                 verdict
             }
@@ -174,6 +193,42 @@ mod tests {
         // The receiver's rate under overload is the first paced guess, just under it.
         assert_eq!(probes[1], Probe::Rate(297_000_000));
         assert!(!search.sender_is_the_limit());
+    }
+
+    /// A good first guess is confirmed in a few trials: gallop just above it, fail, and
+    /// bisect the narrow gap, rather than bisecting down from the sender's rate.
+    #[test]
+    fn a_passing_guess_gallops_up_instead_of_bisecting_from_the_sender() {
+        let mut search = RateSearch::new(0.1, 0.02, 12);
+        let probes = run(&mut search, path(194e6, 2e9));
+        assert!(probes.len() <= 5, "{probes:?}");
+        let best = search.best_rate().unwrap() as f64;
+        assert!(best <= 194e6 && best >= 194e6 * 0.98, "{best}");
+    }
+
+    /// A receiver far faster than its overloaded rate suggests is reached by galloping.
+    #[test]
+    fn galloping_reaches_a_capacity_far_above_the_first_guess() {
+        let mut search = RateSearch::new(0.1, 0.02, 12);
+        // Overloaded, the receiver takes only 100 Mbit/s; paced, it takes 400.
+        let path = |probe: Probe| match probe {
+            Probe::Unpaced => TrialOutcome {
+                sender_bps: 1e9,
+                receiver_bps: 1e8,
+                loss_pct: 90.0,
+            },
+            Probe::Rate(rate) => {
+                let rate = rate as f64;
+                TrialOutcome {
+                    sender_bps: rate,
+                    receiver_bps: rate.min(4e8),
+                    loss_pct: (rate - rate.min(4e8)) / rate * 100.0,
+                }
+            }
+        };
+        let probes = run(&mut search, path);
+        let best = search.best_rate().unwrap() as f64;
+        assert!(best <= 4e8 && best >= 4e8 * 0.97, "{best} after {probes:?}");
     }
 
     #[test]

@@ -604,3 +604,79 @@ fn enable_gro(flows: &[UdpFlow]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linerate_report::Direction;
+    use std::sync::mpsc::channel;
+
+    const TAG: u32 = 0x5eed_f00d;
+
+    fn datagram(sequence: u64, flow: u32, tag: u32) -> Vec<u8> {
+        let mut d = vec![0x5a; 100];
+        write_header(&mut d, sequence, 0, flow, tag);
+        d
+    }
+
+    /// Datagrams from another test (another tag), for another flow, or too short to be
+    /// ours are foreign in the window and never count as received; those that arrive
+    /// after the end count in the flow's total only.
+    #[test]
+    fn foreign_and_late_datagrams_never_count_as_the_flows_own() {
+        let ours = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        ours.connect(peer.local_addr().unwrap()).unwrap();
+        peer.connect(ours.local_addr().unwrap()).unwrap();
+        let start = Instant::now();
+        let end = Duration::from_millis(300);
+        let plan = WorkerPlan {
+            index: 1,
+            start,
+            boundaries: vec![Duration::ZERO, end],
+            cpu_boundaries: vec![],
+            length: 100,
+            rate_bps: None,
+            drain: Duration::from_secs(1),
+            udp_tag: Some(TAG),
+            gso: false,
+            gro: false,
+        };
+        let spec = FlowSpec {
+            id: 0,
+            direction: Direction::Forward,
+            role: Role::Receive,
+            socket: FlowSocket::Udp(ours),
+        };
+        let (samples, readings) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = std::thread::spawn(move || run(plan, vec![spec], samples, stop));
+        std::thread::sleep(Duration::from_millis(50));
+        for sequence in 0..100 {
+            peer.send(&datagram(sequence, 0, TAG)).unwrap();
+        }
+        for sequence in 0..10 {
+            peer.send(&datagram(sequence, 0, TAG ^ 1)).unwrap(); // an earlier test's
+            peer.send(&datagram(sequence + 100, 7, TAG)).unwrap(); // another flow's
+        }
+        peer.send(&[1, 2, 3, 4, 5, 6, 7, 8]).unwrap(); // shorter than any header
+        std::thread::sleep(end + Duration::from_millis(50) - start.elapsed());
+        // After the end, within the receivers' grace: late datagrams of the flow and more
+        // strays.
+        for sequence in 100..120 {
+            peer.send(&datagram(sequence, 0, TAG)).unwrap();
+            peer.send(&datagram(sequence, 0, TAG ^ 1)).unwrap();
+        }
+        let outcomes = worker.join().unwrap().unwrap();
+        let last = readings.iter().last().expect("the end boundary's sample");
+        let counts = last.flows[0].udp.expect("UDP counts");
+        assert_eq!(counts.received, 100, "{counts:?}");
+        assert_eq!(counts.foreign, 21, "{counts:?}");
+        assert_eq!(
+            (counts.lost, counts.out_of_order, counts.duplicates),
+            (0, 0, 0)
+        );
+        assert_eq!(outcomes[0].datagrams_total, 120);
+        assert_eq!(outcomes[0].bytes_total, 120 * 100);
+    }
+}
