@@ -478,14 +478,21 @@ fn print_report(report: &Report, args: &StreamArgs) -> Result<()> {
             "{}",
             text::render_summary(report, args.format, args.per_flow)
         );
-        if args.window.is_some() {
+        // UDP has no autotuning: the granted buffers decide how much burst a receiver
+        // absorbs, so UDP results always show them.
+        if args.window.is_some() || args.udp {
             let flow = report.flows.first();
             println!(
-                "Socket buffers granted (send/receive): client {}/{}, server {}/{} bytes; kernel autotuning is off",
+                "Socket buffers granted (send/receive): client {}/{}, server {}/{} bytes{}",
                 flow.map_or(0, |f| f.client.sndbuf),
                 flow.map_or(0, |f| f.client.rcvbuf),
                 flow.map_or(0, |f| f.server.sndbuf),
                 flow.map_or(0, |f| f.server.rcvbuf),
+                if args.window.is_some() && !args.udp {
+                    "; kernel autotuning is off"
+                } else {
+                    ""
+                }
             );
         }
     }

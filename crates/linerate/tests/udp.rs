@@ -99,6 +99,17 @@ fn udp_pacing_meets_its_bounds_at_500_mbit() {
             interval["end"]
         );
     }
+    // The result says so itself.
+    let achieved = num(&doc, "/summary/pacing/achieved_pct");
+    assert!(
+        (achieved - 100.0).abs() < 1.0,
+        "{}",
+        doc["summary"]["pacing"]
+    );
+    assert_eq!(num(&doc, "/summary/pacing/target_bps"), 500e6);
+    let low = num(&doc, "/summary/pacing/interval_min_pct");
+    let high = num(&doc, "/summary/pacing/interval_max_pct");
+    assert!(low > 95.0 && high < 105.0 && low <= high, "{low}..{high}");
 }
 
 /// With --gso and --gro the kernel moves runs of datagrams, but every datagram is still

@@ -19,7 +19,8 @@ impl Report {
     ) -> Report {
         let intervals = merge_intervals(&local.intervals, &remote.intervals);
         let flows = merge_flows(&config, &local.flows, &remote.flows);
-        let summary = summarize(&config, &flows, &local, &remote);
+        let mut summary = summarize(&config, &flows, &local, &remote);
+        summary.pacing = pacing(&config, &flows, &intervals);
         let mut warnings = local.warnings.clone();
         warnings.extend(remote.warnings.iter().map(|w| format!("server: {w}")));
         warnings.extend(pacing_shortfall(&config, &flows, &summary));
@@ -69,6 +70,49 @@ fn pacing_shortfall(
         achieved / 1e6,
         achieved / asked * 100.0
     ))
+}
+
+/// How close paced senders kept to their target, over the window and per interval.
+fn pacing(
+    config: &TestConfig,
+    flows: &[FlowReport],
+    intervals: &[IntervalReport],
+) -> Option<Pacing> {
+    let target = config.rate_bps? as f64;
+    let senders = flows.iter().filter(|f| f.error.is_none()).count();
+    if senders == 0 {
+        return None;
+    }
+    let achieved = flows
+        .iter()
+        .filter(|f| f.error.is_none())
+        .map(|f| f.sender_bps)
+        .sum::<f64>()
+        / senders as f64;
+    let shares: Vec<f64> = intervals
+        .iter()
+        .filter(|i| !i.omitted)
+        .map(|i| i.sender_bps / senders as f64 / target * 100.0)
+        .collect();
+    let (min, max, stddev) = if shares.is_empty() {
+        (0.0, 0.0, 0.0)
+    } else {
+        let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+        let variance = shares.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / shares.len() as f64;
+        (
+            shares.iter().cloned().fold(f64::INFINITY, f64::min),
+            shares.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+            variance.sqrt(),
+        )
+    };
+    Some(Pacing {
+        target_bps: target,
+        achieved_bps: achieved,
+        achieved_pct: achieved / target * 100.0,
+        interval_min_pct: min,
+        interval_max_pct: max,
+        interval_stddev_pct: stddev,
+    })
 }
 
 /// Sums counts of several flows or sides; jitter is the mean over those that received.
@@ -312,6 +356,7 @@ fn summarize(
             remote: remote.cpu.clone(),
         },
         directions,
+        pacing: None,
     }
 }
 

@@ -472,6 +472,23 @@ pub struct Summary {
     /// UDP tests: datagram figures, at the top level of `summary`.
     #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpSummary>,
+    /// Paced tests: how close the senders kept to the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pacing: Option<Pacing>,
+}
+
+/// The senders' achieved rate against a pacing target, per flow, over the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pacing {
+    pub target_bps: f64,
+    /// The sending flows' mean rate over the window, and as a percentage of the target.
+    pub achieved_bps: f64,
+    pub achieved_pct: f64,
+    /// The per-flow sender rate in each interval of the window, as a percentage of the
+    /// target: lowest, highest and standard deviation.
+    pub interval_min_pct: f64,
+    pub interval_max_pct: f64,
+    pub interval_stddev_pct: f64,
 }
 
 /// The datagram figures of a UDP test over the window (docs/results.md).

@@ -298,6 +298,18 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
             );
         }
     }
+    if let Some(p) = &s.pacing {
+        let _ = writeln!(
+            out,
+            "Pacing:           asked {} per flow, achieved {} ({:.2}%); per interval {:.1}-{:.1}% (sd {:.2}%)",
+            format_rate(p.target_bps, scale),
+            format_rate(p.achieved_bps, scale),
+            p.achieved_pct,
+            p.interval_min_pct,
+            p.interval_max_pct,
+            p.interval_stddev_pct
+        );
+    }
     let _ = writeln!(
         out,
         "{}",
