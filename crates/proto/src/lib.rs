@@ -10,6 +10,7 @@ pub mod frame;
 pub mod message;
 pub mod preface;
 pub mod session;
+pub mod transaction;
 
 pub use message::{ClientMessage, Limits, RefuseCode, ServerMessage};
 pub use preface::{Preface, Token, PROTOCOL_VERSION};
