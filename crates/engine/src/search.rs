@@ -17,22 +17,14 @@ pub enum Probe {
     Rate(u64),
 }
 
+pub use linerate_report::TrialVerdict as Verdict;
+
 /// What one trial's receivers and senders saw, per flow.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TrialOutcome {
     pub sender_bps: f64,
     pub receiver_bps: f64,
     pub loss_pct: f64,
-}
-
-/// Why a trial passed or failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Passed,
-    /// Receiver-side loss above the bound.
-    Lossy,
-    /// The sender fell more than 2 % short of the rate asked: that rate is out of reach.
-    SenderShort,
 }
 
 /// A sender within this fraction of the asked rate reached it.

@@ -489,9 +489,7 @@ pub fn run(
             notes.push(format!(
                 "--gso: the device refused segmentation offload ({e}); sending without"
             ));
-            for flow in flows.iter().filter(|f| f.role == Role::Send) {
-                let _ = set_udp_option(&flow.socket, libc::UDP_SEGMENT, 0);
-            }
+            let _ = set_on_all(&flows, Role::Send, libc::UDP_SEGMENT, 0);
             send_batch = Batch::new(size, 1, BATCH, false);
             paced = paced_batch(&send_batch);
             continue;
@@ -576,35 +574,32 @@ fn enable_gso(flows: &[UdpFlow], size: usize) -> Result<usize, String> {
             "--gso: two {size}-byte datagrams do not fit one 64 KiB buffer; sending without"
         ));
     };
-    for flow in flows.iter().filter(|f| f.role == Role::Send) {
-        if let Err(e) = set_udp_option(&flow.socket, libc::UDP_SEGMENT, size) {
-            for flow in flows.iter().filter(|f| f.role == Role::Send) {
-                let _ = set_udp_option(&flow.socket, libc::UDP_SEGMENT, 0);
-            }
-            return Err(format!(
-                "--gso: this kernel does not offer UDP segmentation offload ({e}); sending without"
-            ));
-        }
-    }
+    set_on_all(flows, Role::Send, libc::UDP_SEGMENT, size).map_err(|e| {
+        format!("--gso: this kernel does not offer UDP segmentation offload ({e}); sending without")
+    })?;
     Ok(segments)
 }
 
 /// Turns on UDP GRO for every receiving flow, or gives the note that says why they
 /// receive without it.
 fn enable_gro(flows: &[UdpFlow]) -> Result<(), String> {
-    for flow in flows.iter().filter(|f| f.role == Role::Receive) {
-        if let Err(e) = set_udp_option(&flow.socket, libc::UDP_GRO, 1) {
-            for flow in flows.iter().filter(|f| f.role == Role::Receive) {
-                let _ = set_udp_option(&flow.socket, libc::UDP_GRO, 0);
-            }
-            return Err(format!(
-                "--gro: this kernel does not offer UDP receive coalescing ({e}); receiving without"
-            ));
+    set_on_all(flows, Role::Receive, libc::UDP_GRO, 1).map_err(|e| {
+        format!("--gro: this kernel does not offer UDP receive coalescing ({e}); receiving without")
+    })
+}
+
+/// Sets a UDP option on every flow of `role`; if any refuses, turns it back off on all,
+/// so the flows of a worker run alike.
+fn set_on_all(flows: &[UdpFlow], role: Role, option: libc::c_int, value: usize) -> io::Result<()> {
+    let mut of_role = flows.iter().filter(|f| f.role == role);
+    if let Some(e) = of_role.find_map(|f| set_udp_option(&f.socket, option, value).err()) {
+        for flow in flows.iter().filter(|f| f.role == role) {
+            let _ = set_udp_option(&flow.socket, option, 0);
         }
+        return Err(e);
     }
     Ok(())
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -631,16 +626,8 @@ mod tests {
         let start = Instant::now();
         let end = Duration::from_millis(300);
         let plan = WorkerPlan {
-            index: 1,
-            start,
-            boundaries: vec![Duration::ZERO, end],
-            cpu_boundaries: vec![],
-            length: 100,
-            rate_bps: None,
-            drain: Duration::from_secs(1),
             udp_tag: Some(TAG),
-            gso: false,
-            gro: false,
+            ..WorkerPlan::alone(start, end, 100, Duration::from_secs(1))
         };
         let spec = FlowSpec {
             id: 0,

@@ -115,6 +115,31 @@ pub struct WorkerPlan {
     pub gro: bool,
 }
 
+impl WorkerPlan {
+    /// A plan for one worker that is not worker 0 (no `/proc` reads), running from
+    /// `start` to `end` with no intervals; for tests of a worker alone.
+    #[cfg(test)]
+    pub(crate) fn alone(
+        start: Instant,
+        end: Duration,
+        length: usize,
+        drain: Duration,
+    ) -> WorkerPlan {
+        WorkerPlan {
+            index: 1,
+            start,
+            boundaries: vec![Duration::ZERO, end],
+            cpu_boundaries: vec![],
+            length,
+            rate_bps: None,
+            drain,
+            udp_tag: None,
+            gso: false,
+            gro: false,
+        }
+    }
+}
+
 /// Sends the sample of boundary `index`, taken `since` the test's start. Worker 0 adds
 /// the host's counters at the window's edges.
 pub(crate) fn send_sample(
@@ -613,18 +638,7 @@ mod tests {
         let (ours, _) = listener.accept().unwrap();
         let start = Instant::now();
         let drain = Duration::from_secs(20);
-        let plan = WorkerPlan {
-            index: 1,
-            start,
-            boundaries: vec![Duration::ZERO, Duration::from_millis(50)],
-            cpu_boundaries: vec![],
-            length: 128 * 1024,
-            rate_bps: None,
-            drain,
-            udp_tag: None,
-            gso: false,
-            gro: false,
-        };
+        let plan = WorkerPlan::alone(start, Duration::from_millis(50), 128 * 1024, drain);
         let spec = FlowSpec {
             id: 0,
             direction: Direction::Forward,

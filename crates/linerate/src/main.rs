@@ -11,7 +11,7 @@ use clap::Parser;
 use cli::{Cli, Command, ServeArgs, StreamArgs};
 use linerate_engine::client::{self, ClientOptions, Progress};
 use linerate_engine::plane::default_threads;
-use linerate_engine::search::{Probe, RateSearch, TrialOutcome, Verdict};
+use linerate_engine::search::{Probe, RateSearch, TrialOutcome};
 use linerate_engine::server::{Server, ServerConfig};
 use linerate_proto::Limits;
 use linerate_report::text::{self, INTERVAL_HEADER, TRIAL_HEADER};
@@ -357,11 +357,7 @@ fn find_max(
         );
         let trial = RateTrial {
             offered_bps: trial_config.rate_bps.map(|rate| rate as f64 * flows),
-            verdict: match verdict {
-                Verdict::Passed => TrialVerdict::Passed,
-                Verdict::Lossy => TrialVerdict::Lossy,
-                Verdict::SenderShort => TrialVerdict::SenderShort,
-            },
+            verdict,
             summary: report.summary.clone(),
             warnings: report.warnings.clone(),
         };

@@ -46,16 +46,9 @@ fn goodput_on_a_shaped_link_matches_the_ceiling_and_the_interface_counters() {
     let _turn = shaped_link_turn();
     let pair = VethPair::new("tbf");
     pair.shape_a("1gbit", ["latency", "50ms"]);
-    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
     let bytes_before = pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes");
-    let port = server.port.to_string();
-    let out = linerate_in(
-        &pair.ns_a,
-        &["stream", &pair.addr_b, "-p", &port, "-t", "5", "--json"],
-    );
+    let doc = stream_across(&pair, &["-t", "5"]);
     let bytes_after = pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes");
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let doc = json(&out);
     let goodput = assert_at_ceiling(&doc, 1e9 * 1448.0 / 1514.0);
     assert_eq!(
         doc["flows"][0]["mss"], 1448,
@@ -111,32 +104,31 @@ fn an_unreachable_host_fails_within_the_connect_timeout() {
     );
 }
 
+/// Runs `linerate stream ADDR_B -p PORT ARGS --json` from namespace a against a fresh
+/// server in namespace b; the result, after checking the run succeeded.
+fn stream_across(pair: &VethPair, args: &[&str]) -> serde_json::Value {
+    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
+    let port = server.port.to_string();
+    let mut all = vec!["stream", &pair.addr_b, "-p", &port, "--json"];
+    all.extend_from_slice(args);
+    let out = linerate_in(&pair.ns_a, &all);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    json(&out)
+}
+
 /// Runs a UDP test from namespace a to a server in namespace b and returns the result
 /// with what the kernels counted meanwhile: (doc, datagrams the tbf dropped, packets that
 /// left dev_a, datagrams b's UDP layer took in).
 fn udp_with_kernel_counts(pair: &VethPair, extra: &[&str]) -> (serde_json::Value, u64, u64, u64) {
-    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
-    let port = server.port.to_string();
     let dropped_before = pair.tbf_dropped();
     let tx_before = pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets");
     let in_before = pair.udp_counter(&pair.ns_b, "InDatagrams");
-    let mut args = vec![
-        "stream",
-        &pair.addr_b,
-        "-p",
-        &port,
-        "--udp",
-        "-t",
-        "3",
-        "--json",
-    ];
+    let mut args = vec!["--udp", "-t", "3"];
     args.extend_from_slice(extra);
-    let out = linerate_in(&pair.ns_a, &args);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = stream_across(pair, &args);
     let dropped = pair.tbf_dropped() - dropped_before;
     let tx = pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets") - tx_before;
     let arrived = pair.udp_counter(&pair.ns_b, "InDatagrams") - in_before;
-    let doc = json(&out);
     assert_eq!(doc["test"], "udp_stream");
     (doc, dropped, tx, arrived)
 }
@@ -167,27 +159,10 @@ fn udp_offload_moves_runs_of_datagrams_through_the_kernel() {
     }
     let _turn = shaped_link_turn();
     let pair = VethPair::new("gso");
-    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
-    let port = server.port.to_string();
-    let offload = ["--gso", "--gro"];
-    let mut args = vec![
-        "stream",
-        &pair.addr_b,
-        "-p",
-        &port,
-        "--udp",
-        "-l",
-        "64",
-        "-b",
-        "0",
-        "-t",
-        "1",
-        "--json",
-    ];
-    args.extend(offload);
-    let out = linerate_in(&pair.ns_a, &args);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let doc = json(&out);
+    let doc = stream_across(
+        &pair,
+        &["--udp", "-l", "64", "-b", "0", "-t", "1", "--gso", "--gro"],
+    );
     assert_eq!(doc["warnings"], serde_json::json!([]));
     let sent = num(&doc, "/summary/sent");
     let received = num(&doc, "/summary/received");
@@ -216,26 +191,7 @@ fn find_max_finds_the_shaped_ceiling() {
     let _turn = shaped_link_turn();
     let pair = VethPair::new("fmax");
     pair.shape_a("200mbit", ["limit", "100kb"]);
-    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
-    let port = server.port.to_string();
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "stream",
-            &pair.addr_b,
-            "-p",
-            &port,
-            "--udp",
-            "-l",
-            "1400",
-            "--find-max",
-            "-t",
-            "1",
-            "--json",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let doc = json(&out);
+    let doc = stream_across(&pair, &["--udp", "-l", "1400", "--find-max", "-t", "1"]);
     let ceiling = 200e6 * 1400.0 / 1442.0;
     let found = num(&doc, "/result/receiver_bps");
     assert!(

@@ -23,7 +23,7 @@ impl Report {
         summary.pacing = pacing(&config, &flows, &intervals);
         let mut warnings = local.warnings.clone();
         warnings.extend(remote.warnings.iter().map(|w| format!("server: {w}")));
-        warnings.extend(pacing_shortfall(&config, &flows, &summary));
+        warnings.extend(pacing_shortfall(&summary));
         Report {
             tool: tool.to_string(),
             test: test.to_string(),
@@ -43,17 +43,9 @@ impl Report {
 
 /// A pacing target the senders fell short of by more than 1 %, said with what the sender
 /// saw (send errors, its busiest core), never silently.
-fn pacing_shortfall(
-    config: &TestConfig,
-    flows: &[FlowReport],
-    summary: &Summary,
-) -> Option<String> {
-    let asked = config.rate_bps? as f64;
-    let senders: Vec<&FlowReport> = flows.iter().filter(|f| f.error.is_none()).collect();
-    if senders.is_empty() {
-        return None;
-    }
-    let achieved = senders.iter().map(|f| f.sender_bps).sum::<f64>() / senders.len() as f64;
+fn pacing_shortfall(summary: &Summary) -> Option<String> {
+    let pacing = summary.pacing.as_ref()?;
+    let (asked, achieved) = (pacing.target_bps, pacing.achieved_bps);
     if achieved >= asked * 0.99 {
         return None;
     }
@@ -79,16 +71,16 @@ fn pacing(
     intervals: &[IntervalReport],
 ) -> Option<Pacing> {
     let target = config.rate_bps? as f64;
-    let senders = flows.iter().filter(|f| f.error.is_none()).count();
-    if senders == 0 {
-        return None;
-    }
-    let achieved = flows
+    let rates: Vec<f64> = flows
         .iter()
         .filter(|f| f.error.is_none())
         .map(|f| f.sender_bps)
-        .sum::<f64>()
-        / senders as f64;
+        .collect();
+    if rates.is_empty() {
+        return None;
+    }
+    let senders = rates.len();
+    let achieved = rates.iter().sum::<f64>() / senders as f64;
     let shares: Vec<f64> = intervals
         .iter()
         .filter(|i| !i.omitted)
