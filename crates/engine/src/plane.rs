@@ -348,6 +348,7 @@ impl DataPlane {
             flows,
             warnings,
             udp_kernel,
+            rr: None,
         })
     }
 
@@ -387,6 +388,8 @@ impl DataPlane {
             error: outcome.error.clone(),
             udp,
             datagrams_total: outcome.datagrams_total,
+            transactions: 0,
+            transactions_total: 0,
         }
     }
 

@@ -446,7 +446,8 @@ pub fn run(
                         }
                     }
                 }
-                Role::Send => {}
+                // Request/response flows run in `crate::rr`, never here.
+                Role::Send | Role::Request | Role::Respond => {}
                 Role::Receive => {
                     for _ in 0..CALLS_PER_TURN {
                         match receive_batch.receive(&flow.socket) {

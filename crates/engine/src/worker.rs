@@ -352,8 +352,8 @@ impl Worker {
                             flow.done = true;
                         }
                         // Bytes still arriving are the sender's tail: counted in the total only.
-                        Role::Receive if !flow.done => draining.push(i),
-                        Role::Receive => {}
+                        _ if !flow.done => draining.push(i),
+                        _ => {}
                     }
                 }
                 self.drain_deadline = Some(now + self.plan.drain);
@@ -388,7 +388,7 @@ impl Worker {
                     Step::Ended
                 }
             },
-            Role::Receive => match flow.stream.read(&mut self.receive_buffer) {
+            _ => match flow.stream.read(&mut self.receive_buffer) {
                 Ok(0) => {
                     // The sender's clock started one control-path delay before ours, so
                     // its normal end arrives a little before our end boundary.
@@ -514,7 +514,7 @@ fn run_event_loop(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
         socket2::SockRef::from(&flow.stream).set_nonblocking(true)?;
         let interest = match flow.role {
             Role::Send => Interest::WRITABLE,
-            Role::Receive => Interest::READABLE,
+            _ => Interest::READABLE,
         };
         poll.registry()
             .register(&mut flow.stream, Token(i), interest)?;

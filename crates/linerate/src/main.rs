@@ -18,6 +18,7 @@ use linerate_report::text::{self, INTERVAL_HEADER, TRIAL_HEADER};
 use linerate_report::units::format_rate;
 use linerate_report::{
     Direction, FindMaxReport, PerSide, RateFound, RateTrial, Report, TestConfig, TrialVerdict,
+    Workload,
 };
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -143,6 +144,8 @@ fn test_config(args: &StreamArgs) -> TestConfig {
         gro: args.gro,
         per_flow: args.per_flow,
         connect_timeout_s: args.connect_timeout,
+        workload: Workload::Stream,
+        rr: None,
     };
     config.threads = args.threads.unwrap_or_else(|| {
         let workers = default_threads(config.connections() as usize);

@@ -25,6 +25,8 @@ fn config(parallel: u32) -> TestConfig {
         gro: false,
         per_flow: false,
         connect_timeout_s: 5.0,
+        workload: Default::default(),
+        rr: None,
     }
 }
 

@@ -170,6 +170,30 @@ impl Requester {
         self.in_flight.len()
     }
 
+    /// When the oldest transaction in flight started (was sent, or fell due).
+    pub fn oldest_ns(&self) -> Option<u64> {
+        self.in_flight.front().copied()
+    }
+
+    /// Gives up the transactions that started more than `timeout_ns` before `now_ns`
+    /// (a datagram protocol's lost request or answer); returns how many. They make room
+    /// for new requests and never complete.
+    pub fn expire(&mut self, now_ns: u64, timeout_ns: u64) -> usize {
+        let mut expired = 0;
+        while self
+            .in_flight
+            .front()
+            .is_some_and(|&start| now_ns.saturating_sub(start) > timeout_ns)
+        {
+            self.in_flight.pop_front();
+            expired += 1;
+        }
+        if expired > 0 {
+            self.partial = 0;
+        }
+        expired
+    }
+
     /// Requests sent and transactions completed so far.
     pub fn sent(&self) -> u64 {
         self.sent
@@ -218,6 +242,24 @@ mod tests {
 
     const US: u64 = 1_000;
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn expired_transactions_make_room_and_never_complete() {
+        let mut r = Requester::closed(10, 2);
+        assert_eq!(r.due(0), 2);
+        assert_eq!(r.oldest_ns(), Some(0));
+        assert_eq!(r.expire(50 * MS, 100 * MS), 0, "not yet overdue");
+        assert_eq!(r.expire(101 * MS, 100 * MS), 2);
+        assert_eq!((r.in_flight(), r.completed()), (0, 0));
+        assert_eq!(r.due(101 * MS), 2, "room for two new requests");
+        let mut rtts = Vec::new();
+        r.received(10, 102 * MS, |ns| rtts.push(ns)).unwrap();
+        assert_eq!(
+            rtts,
+            vec![MS],
+            "timed from the new request, not the lost one"
+        );
+    }
 
     #[test]
     fn closed_loop_keeps_its_transactions_in_flight_and_times_each() {

@@ -17,6 +17,9 @@ impl Report {
         local: SideResult,
         remote: SideResult,
     ) -> Report {
+        if config.workload != Workload::Stream {
+            return crate::rr::assemble(tool, started_at, config, local, remote);
+        }
         let intervals = merge_intervals(&local.intervals, &remote.intervals);
         let flows = merge_flows(&config, &local.flows, &remote.flows);
         let mut summary = summarize(&config, &flows, &local, &remote);
@@ -124,7 +127,7 @@ fn merge_udp(parts: &[UdpCounts]) -> UdpCounts {
     total
 }
 
-fn per_second(count: u64, seconds: f64) -> f64 {
+pub(crate) fn per_second(count: u64, seconds: f64) -> f64 {
     if seconds > 0.0 {
         count as f64 / seconds
     } else {
@@ -164,6 +167,7 @@ fn merge_intervals(local: &[SideInterval], remote: &[SideInterval]) -> Vec<Inter
                 sender_bps: l.sent_bps + r.sent_bps,
                 retransmits: l.retransmits + r.retransmits,
                 flows,
+                rr: None,
             }
         })
         .collect()
@@ -195,7 +199,7 @@ fn merge_flow_intervals(
         .collect()
 }
 
-fn socket_facts(side: Option<&FlowSide>) -> SocketFacts {
+pub(crate) fn socket_facts(side: Option<&FlowSide>) -> SocketFacts {
     side.map(|f| SocketFacts {
         local_addr: f.local_addr.clone(),
         remote_addr: f.remote_addr.clone(),
@@ -253,6 +257,8 @@ fn merge_flows(config: &TestConfig, local: &[FlowSide], remote: &[FlowSide]) -> 
                 client: socket_facts(client),
                 server: socket_facts(server),
                 error,
+                transactions: None,
+                transactions_per_s: None,
             }
         })
         .collect()
@@ -349,6 +355,7 @@ fn summarize(
         },
         directions,
         pacing: None,
+        rr: None,
     }
 }
 
@@ -378,6 +385,8 @@ mod tests {
             gro: false,
             per_flow: false,
             connect_timeout_s: 5.0,
+            workload: Default::default(),
+            rr: None,
         }
     }
 

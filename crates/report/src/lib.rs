@@ -8,6 +8,7 @@
 pub mod assemble;
 pub mod latency;
 pub mod model;
+pub mod rr;
 pub mod text;
 pub mod units;
 

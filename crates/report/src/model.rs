@@ -26,6 +26,44 @@ pub enum Direction {
 pub enum Role {
     Send,
     Receive,
+    /// Request/response: sends requests and times the answers (the client).
+    Request,
+    /// Request/response: answers requests (the server).
+    Respond,
+}
+
+/// What a test does on its flows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workload {
+    /// Bulk transfer: bytes as fast as the flow takes them (or paced).
+    #[default]
+    Stream,
+    /// Request/response on long-lived flows (`linerate rr`).
+    Rr,
+    /// Connect, request, response, close, per transaction (`linerate crr`).
+    Crr,
+}
+
+/// The parameters of a request/response test (`rr`, `crr`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RrConfig {
+    /// Bytes per request and per response.
+    pub request: u64,
+    pub response: u64,
+    /// Closed loop: transactions kept in flight per flow.
+    pub outstanding: u32,
+    /// Open loop: transactions due per second per flow, each timed from when it was due;
+    /// `outstanding` then caps the transactions in flight.
+    pub rate_tps: Option<f64>,
+    /// SO_BUSY_POLL in microseconds on every socket of the test, both ends.
+    pub busy_poll_us: Option<u32>,
+    /// CPUs the client's workers are pinned to, worker i on `cpus[i % len]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<usize>,
+    /// Bulk TCP flows run beside the transactions, client to server (`--load`).
+    #[serde(default)]
+    pub load: u32,
 }
 
 /// The fully resolved configuration of a stream test: every parameter that shaped the
@@ -74,6 +112,12 @@ pub struct TestConfig {
     /// Keep per-flow interval figures.
     pub per_flow: bool,
     pub connect_timeout_s: f64,
+    /// Stream (bulk), rr or crr.
+    #[serde(default)]
+    pub workload: Workload,
+    /// Request/response parameters (rr and crr tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<RrConfig>,
 }
 
 impl TestConfig {
@@ -85,8 +129,25 @@ impl TestConfig {
         }
     }
 
+    /// The test's name in results: "tcp_stream", "udp_stream", "tcp_rr", "udp_rr", "tcp_crr".
+    pub fn test_name(&self) -> String {
+        let kind = match self.workload {
+            Workload::Stream => "stream",
+            Workload::Rr => "rr",
+            Workload::Crr => "crr",
+        };
+        format!("{}_{kind}", self.protocol)
+    }
+
     /// One line for logs and banners: "TCP, 4 flows, client sends, 10 s, 128K writes".
     pub fn describe(&self) -> String {
+        if let Some(rr) = self
+            .rr
+            .as_ref()
+            .filter(|_| self.workload != Workload::Stream)
+        {
+            return self.describe_rr(rr);
+        }
         let direction = match self.direction {
             Direction::Forward => "client sends",
             Direction::Reverse => "server sends",
@@ -118,6 +179,45 @@ impl TestConfig {
         format!(
             "{}, {} flow{}, {direction}, {} s{warm_up}, {size}",
             self.protocol.to_uppercase(),
+            self.parallel,
+            if self.parallel == 1 { "" } else { "s" },
+            self.time_s,
+        )
+    }
+
+    fn describe_rr(&self, rr: &RrConfig) -> String {
+        let pacing = match rr.rate_tps {
+            Some(rate) => format!(
+                "open loop at {} transactions/s per flow (at most {} in flight)",
+                crate::units::format_count(rate),
+                rr.outstanding
+            ),
+            None => format!("closed loop, {} in flight per flow", rr.outstanding),
+        };
+        let kind = if self.workload == Workload::Crr {
+            "connect/request/response/close"
+        } else {
+            "request/response"
+        };
+        let warm_up = if self.omit_s > 0.0 {
+            format!(" after {} s warm-up", self.omit_s)
+        } else {
+            String::new()
+        };
+        let load = if rr.load > 0 {
+            format!(
+                ", beside {} bulk TCP flow{}",
+                rr.load,
+                if rr.load == 1 { "" } else { "s" }
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "{} {kind}, {}-byte requests, {}-byte responses, {} flow{}, {pacing}, {} s{warm_up}{load}",
+            self.protocol.to_uppercase(),
+            rr.request,
+            rr.response,
             self.parallel,
             if self.parallel == 1 { "" } else { "s" },
             self.time_s,
@@ -226,6 +326,23 @@ pub struct SideInterval {
     /// UDP tests: datagram counts in the interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpCounts>,
+    /// Request/response tests, on the requesting side: the interval's transactions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<RrInterval>,
+}
+
+/// The transactions of one interval, as the requesting side timed them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RrInterval {
+    pub transactions: u64,
+    pub transactions_per_s: f64,
+    /// Round-trip percentiles of the interval's transactions, in microseconds.
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// crr: the 99th percentile of the connects alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_p99_us: Option<f64>,
 }
 
 /// Datagram counts of one side over a span of time (an interval or the window), summed
@@ -315,6 +432,12 @@ pub struct FlowSide {
     /// UDP flows: datagrams over the flow's whole life (sent, or distinct received).
     #[serde(default)]
     pub datagrams_total: u64,
+    /// Request/response flows: transactions completed (requester) or answered
+    /// (responder) inside the window, and over the flow's life.
+    #[serde(default)]
+    pub transactions: u64,
+    #[serde(default)]
+    pub transactions_total: u64,
 }
 
 impl FlowSide {
@@ -339,6 +462,29 @@ pub struct SideResult {
     /// UDP tests: the host's kernel UDP counters over the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_kernel: Option<UdpCounters>,
+    /// Request/response tests, on the requesting side: what the requesters timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<RrSide>,
+}
+
+/// The requesting side's timing of a request/response test over the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RrSide {
+    /// Round trips of the window's transactions, merged over workers.
+    pub latency: crate::latency::LatencySummary,
+    /// crr: the connects alone.
+    pub connect: Option<crate::latency::LatencySummary>,
+    /// Open loop: requests that fell due but were never sent (held back by the cap on
+    /// transactions in flight), over the test.
+    pub owed: u64,
+    /// UDP: transactions given up after no answer within the loss timeout, in the window;
+    /// answers that came after that.
+    pub lost: u64,
+    pub late: u64,
+    /// crr: connects refused with EADDRNOTAVAIL (no free local port), and the sockets
+    /// in TIME_WAIT on this host at the end of the window.
+    pub port_exhausted: u64,
+    pub time_wait: Option<u64>,
 }
 
 /// A pair of figures, one per end of the test.
@@ -380,6 +526,12 @@ pub struct FlowReport {
     /// UDP flows: sender counts from the sender, receiver counts from the receiver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpFlowReport>,
+    /// Request/response flows: transactions the client completed in the window, and per
+    /// second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions_per_s: Option<f64>,
 }
 
 /// One UDP flow's datagram figures in the merged report.
@@ -412,6 +564,9 @@ pub struct IntervalReport {
     /// UDP tests: sender counts from the sending side, receiver counts from the receiving.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpIntervalReport>,
+    /// Request/response tests: the interval's transactions as the requesters timed them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<RrInterval>,
 }
 
 /// One interval's datagram figures in the merged report.
@@ -475,6 +630,60 @@ pub struct Summary {
     /// Paced tests: how close the senders kept to the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pacing: Option<Pacing>,
+    /// Request/response tests: transactions and round trips, at the top level of
+    /// `summary`.
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<RrSummary>,
+}
+
+/// The figures of a request/response test over the window (docs/results.md).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RrSummary {
+    /// Transactions completed in the window, and per second over all flows.
+    pub transactions: u64,
+    pub transactions_per_s: f64,
+    /// What the latency figures are: "round_trip" (request sent, or due, to the whole
+    /// response received), never half of one.
+    pub latency_kind: String,
+    /// Round-trip times in microseconds, with the full histogram.
+    pub latency_us: crate::latency::LatencySummary,
+    /// crr: connect times alone, in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_latency_us: Option<crate::latency::LatencySummary>,
+    /// Transactions in flight per flow: asked, and achieved by Little's law (the rate
+    /// per flow times the mean round trip).
+    pub outstanding_asked: u32,
+    pub outstanding_achieved: f64,
+    /// Open loop: the rate asked per flow, the rate achieved per flow, and requests that
+    /// fell due but were never sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_asked_tps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_achieved_tps: Option<f64>,
+    pub owed: u64,
+    /// UDP: transactions given up after the loss timeout, and answers that came later.
+    pub lost: u64,
+    pub late: u64,
+    /// crr: connects that found no free local port, and TIME_WAIT sockets on the
+    /// client at the end.
+    pub port_exhausted: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_wait: Option<u64>,
+    /// CPU microseconds (whole host, all cores) per transaction, per side (netperf's
+    /// service demand for request/response tests).
+    pub service_demand_us_per_transaction: PerSide<f64>,
+    /// `--load`: the bulk flows beside the transactions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadSummary>,
+}
+
+/// The bulk flows of `rr --load`, measured as a stream test of their own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadSummary {
+    pub flows: u32,
+    pub receiver_bps: f64,
+    pub sender_bps: f64,
+    pub retransmits: u64,
 }
 
 /// The senders' achieved rate against a pacing target, per flow, over the window.

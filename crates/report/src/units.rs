@@ -157,6 +157,19 @@ pub fn format_rate(bits_per_second: f64, scale: Scale) -> String {
     )
 }
 
+/// Formats a count or a per-second figure with decimal multiples: `950`, `12.3k`, `1.50M`.
+pub fn format_count(value: f64) -> String {
+    if value >= 1e6 {
+        format!("{}M", three_digits(value / 1e6))
+    } else if value >= 1e3 {
+        format!("{}k", three_digits(value / 1e3))
+    } else if value == value.trunc() {
+        format!("{value:.0}")
+    } else {
+        three_digits(value)
+    }
+}
+
 /// Formats a byte count compactly for configuration lines: `128K`, `1M`, `1500`.
 pub fn format_size_compact(bytes: u64) -> String {
     for (shift, letter) in [(30, 'G'), (20, 'M'), (10, 'K')] {
@@ -209,5 +222,8 @@ mod tests {
         assert_eq!(format_bytes(640.0 * 1024.0, Scale::Adaptive), "640 KBytes");
         assert_eq!(format_size_compact(131072), "128K");
         assert_eq!(format_size_compact(1500), "1500");
+        assert_eq!(format_count(950.0), "950");
+        assert_eq!(format_count(12_345.0), "12.3k");
+        assert_eq!(format_count(1_500_000.0), "1.50M");
     }
 }
