@@ -14,7 +14,9 @@ use linerate_hostinfo::host_facts;
 use linerate_proto::datagram::{hello, tag_of, HELLO_LEN};
 use linerate_proto::preface::data_preface;
 use linerate_proto::{ClientEvent, ClientSession, SessionError, Timeouts, Token, PROTOCOL_VERSION};
-use linerate_report::{Direction, HostFacts, Report, Role, SideInterval, SideResult, TestConfig};
+use linerate_report::{
+    Direction, HostFacts, Report, Role, SideInterval, SideResult, TestConfig, Workload,
+};
 use socket2::{Domain, Socket, Type};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -54,7 +56,7 @@ pub enum Progress {
     /// The data connections are open and the test has started.
     Started,
     /// An interval of this side's own figures.
-    Interval(SideInterval),
+    Interval(Box<SideInterval>),
 }
 
 /// A test to run.
@@ -137,12 +139,18 @@ pub fn run(
     // server reports the flows ready (a hello may be lost like any datagram).
     let mut udp_flows: Vec<(UdpSocket, [u8; HELLO_LEN])> = Vec::new();
     let mut udp_tag = None;
+    // crr tests: where each transaction's connection goes.
+    let mut crr_target: Option<SocketAddr> = None;
     loop {
         while let Some(event) = session.poll_event() {
             match event {
                 ClientEvent::Welcomed { host, .. } => {
                     progress(Progress::Connected { server: host })
                 }
+                ClientEvent::Accepted {
+                    crr_port: Some(port),
+                    ..
+                } => crr_target = Some(SocketAddr::new(addr.ip(), port)),
                 ClientEvent::Accepted {
                     token, udp_ports, ..
                 } if !udp_ports.is_empty() => match open_udp_flows(addr, config, token, &udp_ports)
@@ -171,7 +179,11 @@ pub fn run(
                     let start = Instant::now();
                     session.start(start);
                     control.flush(&mut session);
-                    let sockets: Vec<FlowSocket> = if udp_flows.is_empty() {
+                    let sockets: Vec<FlowSocket> = if let Some(target) = crr_target {
+                        (0..config.parallel)
+                            .map(|_| FlowSocket::Connect(target))
+                            .collect()
+                    } else if udp_flows.is_empty() {
                         flows.drain(..).map(FlowSocket::Tcp).collect()
                     } else {
                         udp_flows
@@ -181,8 +193,16 @@ pub fn run(
                     };
                     let specs = flow_specs(config, sockets);
                     let threads = config.threads as usize;
-                    let plane_start =
-                        DataPlane::start(start, config, threads, specs, options.drain, udp_tag);
+                    let pin: &[usize] = config.rr.as_ref().map_or(&[], |rr| &rr.cpus);
+                    let plane_start = DataPlane::start(
+                        start,
+                        config,
+                        threads,
+                        specs,
+                        options.drain,
+                        udp_tag,
+                        pin,
+                    );
                     match plane_start {
                         Ok(p) => plane = Some(p),
                         Err(source) => {
@@ -219,12 +239,12 @@ pub fn run(
         }
         if let Some(running) = plane.as_mut() {
             for interval in running.poll_intervals(Duration::ZERO) {
-                progress(Progress::Interval(interval));
+                progress(Progress::Interval(Box::new(interval)));
             }
             if running.is_finished() {
                 // The workers are gone, so every sample is in the channel: show the rest.
                 for interval in running.poll_intervals(Duration::ZERO) {
-                    progress(Progress::Interval(interval));
+                    progress(Progress::Interval(Box::new(interval)));
                 }
                 let finished = plane.take().expect("checked").finish(host.clone());
                 match finished {
@@ -257,13 +277,8 @@ pub fn run(
     let (Some(local), Some(remote)) = (local, remote) else {
         unreachable!("the loop ends only with both results")
     };
-    let test = if config.protocol == "udp" {
-        "udp_stream"
-    } else {
-        "tcp_stream"
-    };
     Ok(Report::assemble(
-        test,
+        &config.test_name(),
         &host.software,
         started_at,
         config.clone(),
@@ -344,10 +359,10 @@ fn flow_specs(config: &TestConfig, sockets: Vec<FlowSocket>) -> Vec<FlowSpec> {
             FlowSpec {
                 id: id as u32,
                 direction,
-                role: if direction == Direction::Reverse {
-                    Role::Receive
-                } else {
-                    Role::Send
+                role: match (config.workload, direction) {
+                    (Workload::Rr | Workload::Crr, _) => Role::Request,
+                    (_, Direction::Reverse) => Role::Receive,
+                    _ => Role::Send,
                 },
                 socket,
             }

@@ -3,6 +3,7 @@
 //! - [`worker`] and [`plane`]: T worker threads, each with its own mio poll set and share of
 //!   the flows; counters are per worker and read out at interval boundaries.
 //! - [`pacer`]: the per-flow token bucket behind `--rate`.
+//! - [`rr`]: the request/response loop of a worker (`rr`, `crr`).
 //! - [`udp`]: the UDP loop of a worker (batched, optionally offloaded datagrams).
 //! - [`search`]: the sans-IO rate search behind `--find-max`.
 //! - [`sys`]: Linux socket options and TCP_INFO.
@@ -13,6 +14,7 @@ pub mod client;
 pub mod control;
 pub mod pacer;
 pub mod plane;
+pub mod rr;
 pub mod search;
 pub mod server;
 pub mod sys;

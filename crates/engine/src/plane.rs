@@ -9,8 +9,10 @@
 
 use crate::worker::{self, FlowOutcome, FlowSpec, Sample, WorkerPlan};
 use linerate_hostinfo::usage;
+use linerate_report::latency::LatencyHistogram;
 use linerate_report::{
-    FlowInterval, FlowSide, HostFacts, Role, SideInterval, SideResult, TestConfig, UdpCounts,
+    FlowInterval, FlowSide, HostFacts, Role, RrInterval, RrSide, SideInterval, SideResult,
+    TestConfig, UdpCounts, Workload,
 };
 use std::collections::HashMap;
 use std::io;
@@ -108,7 +110,29 @@ pub struct DataPlane {
     stop: Arc<AtomicBool>,
     /// `samples[boundary][worker]`
     samples: Vec<Vec<Option<Sample>>>,
+    /// Request/response tests: the round trips (and crr connects) completed in the span
+    /// ending at each boundary, merged over workers as their samples arrive (so a sample
+    /// keeps its counts but not its histograms).
+    spans: Vec<Option<Span>>,
+    workload: Workload,
     intervals_done: usize,
+}
+
+#[derive(Default)]
+struct Span {
+    latency: LatencyHistogram,
+    connect: Option<LatencyHistogram>,
+}
+
+impl Span {
+    fn merge(&mut self, latency: &LatencyHistogram, connect: Option<&LatencyHistogram>) {
+        self.latency.merge(latency);
+        if let Some(connect) = connect {
+            self.connect
+                .get_or_insert_with(LatencyHistogram::new)
+                .merge(connect);
+        }
+    }
 }
 
 impl DataPlane {
@@ -121,7 +145,9 @@ impl DataPlane {
         flows: Vec<FlowSpec>,
         drain: Duration,
         udp_tag: Option<u32>,
+        pin_cpus: &[usize],
     ) -> io::Result<DataPlane> {
+        let rr = crate::rr::RrPlan::from_config(config);
         let schedule = Schedule::from_config(config);
         let boundaries = schedule.boundaries();
         let omit_index = index_of(&boundaries, schedule.omit);
@@ -147,6 +173,8 @@ impl DataPlane {
                 udp_tag,
                 gso: config.gso,
                 gro: config.gro,
+                rr: rr.clone(),
+                cpu: (!pin_cpus.is_empty()).then(|| pin_cpus[index % pin_cpus.len()]),
             };
             let sender = sender.clone();
             let stop = stop.clone();
@@ -157,6 +185,8 @@ impl DataPlane {
         }
         Ok(DataPlane {
             samples: vec![(0..count).map(|_| None).collect(); boundaries.len()],
+            spans: (0..boundaries.len()).map(|_| None).collect(),
+            workload: config.workload,
             boundaries,
             omit_index,
             end_index,
@@ -179,7 +209,15 @@ impl DataPlane {
         self.workers.iter().all(JoinHandle::is_finished)
     }
 
-    fn take_sample(&mut self, sample: Sample) {
+    fn take_sample(&mut self, mut sample: Sample) {
+        if let Some(rr) = sample.rr.as_mut() {
+            if let Some(span) = self.spans.get_mut(sample.index) {
+                let latency = std::mem::take(&mut rr.latency);
+                let connect = rr.connect.take();
+                span.get_or_insert_with(Span::default)
+                    .merge(&latency, connect.as_ref());
+            }
+        }
         if let Some(slot) = self
             .samples
             .get_mut(sample.index)
@@ -230,6 +268,8 @@ impl DataPlane {
         let mut udp = UdpCounts::default();
         let mut jitters = Vec::new();
         let mut is_udp = false;
+        let mut transactions = 0;
+        let mut transactions_per_s = 0.0;
         for (a, b) in self.samples[k].iter().zip(&self.samples[k + 1]) {
             let (Some(a), Some(b)) = (a, b) else { continue };
             is_udp |= b.flows.iter().any(|f| f.udp.is_some());
@@ -242,6 +282,11 @@ impl DataPlane {
                     0.0
                 };
                 let retransmits = fb.retransmits.saturating_sub(fa.retransmits);
+                let done = fb.transactions.saturating_sub(fa.transactions);
+                transactions += done;
+                if seconds > 0.0 {
+                    transactions_per_s += done as f64 / seconds;
+                }
                 if let (Some(ua), Some(ub)) = (fa.udp, fb.udp) {
                     let delta = udp_delta(&ua, &ub);
                     udp.add(&delta);
@@ -275,6 +320,17 @@ impl DataPlane {
         if self.per_flow {
             flows.sort_by_key(|f| f.id);
             out.flows = Some(flows);
+        }
+        if let Some(span) = &self.spans[k + 1] {
+            let latency = &span.latency;
+            out.rr = Some(RrInterval {
+                transactions,
+                transactions_per_s,
+                p50_us: latency.quantile_us(0.5),
+                p99_us: latency.quantile_us(0.99),
+                max_us: latency.quantile_us(1.0),
+                connect_p99_us: span.connect.as_ref().map(|c| c.quantile_us(0.99)),
+            });
         }
         if is_udp {
             if !jitters.is_empty() {
@@ -341,6 +397,7 @@ impl DataPlane {
         let udp_kernel = edge(window_start)
             .zip(edge(window_end))
             .map(|(a, b)| a.delta(&b));
+        let rr = self.rr_side(window_start, window_end);
         Ok(SideResult {
             host,
             cpu,
@@ -348,7 +405,41 @@ impl DataPlane {
             flows,
             warnings,
             udp_kernel,
-            rr: None,
+            rr,
+        })
+    }
+
+    /// The requesting side's timing over the window: the spans inside it merged, and
+    /// the counts between its edges.
+    fn rr_side(&self, start: usize, end: usize) -> Option<RrSide> {
+        let requesting = self.samples[end].iter().flatten().any(|s| s.rr.is_some());
+        if !requesting {
+            return None;
+        }
+        let mut window = Span::default();
+        for span in self.spans[start + 1..=end].iter().flatten() {
+            window.merge(&span.latency, span.connect.as_ref());
+        }
+        let count = |get: fn(&worker::RrSample) -> u64, boundary: usize| -> u64 {
+            self.samples[boundary]
+                .iter()
+                .flatten()
+                .filter_map(|s| s.rr.as_deref())
+                .map(get)
+                .sum()
+        };
+        let between =
+            |get: fn(&worker::RrSample) -> u64| count(get, end).saturating_sub(count(get, start));
+        Some(RrSide {
+            latency: window.latency.summary(true),
+            connect: window.connect.map(|c| c.summary(true)),
+            owed: count(|s| s.owed, end),
+            lost: between(|s| s.lost),
+            late: between(|s| s.late),
+            port_exhausted: between(|s| s.port_exhausted),
+            time_wait: (self.workload == Workload::Crr)
+                .then(linerate_hostinfo::time_wait_sockets)
+                .flatten(),
         })
     }
 
@@ -361,15 +452,17 @@ impl DataPlane {
                     .map(|f| (s.at, *f))
             })
         };
-        let (window_bytes, window_s, retransmits, udp) = match (find(start), find(end)) {
-            (Some((ta, a)), Some((tb, b))) => (
-                b.bytes - a.bytes,
-                tb.saturating_sub(ta).as_secs_f64(),
-                b.retransmits.saturating_sub(a.retransmits),
-                a.udp.zip(b.udp).map(|(ua, ub)| udp_delta(&ua, &ub)),
-            ),
-            _ => (0, 0.0, 0, None),
-        };
+        let (window_bytes, window_s, retransmits, udp, transactions) =
+            match (find(start), find(end)) {
+                (Some((ta, a)), Some((tb, b))) => (
+                    b.bytes - a.bytes,
+                    tb.saturating_sub(ta).as_secs_f64(),
+                    b.retransmits.saturating_sub(a.retransmits),
+                    a.udp.zip(b.udp).map(|(ua, ub)| udp_delta(&ua, &ub)),
+                    b.transactions.saturating_sub(a.transactions),
+                ),
+                _ => (0, 0.0, 0, None, 0),
+            };
         FlowSide {
             id: outcome.id,
             direction: outcome.direction,
@@ -388,8 +481,8 @@ impl DataPlane {
             error: outcome.error.clone(),
             udp,
             datagrams_total: outcome.datagrams_total,
-            transactions: 0,
-            transactions_total: 0,
+            transactions,
+            transactions_total: outcome.transactions_total,
         }
     }
 

@@ -19,7 +19,7 @@ use linerate_proto::datagram::{parse_hello, tag_of};
 use linerate_proto::preface::{self, Preface};
 use linerate_proto::{Limits, RefuseCode, ServerEvent, ServerSession, Timeouts, Token};
 use linerate_report::units::{format_rate, Scale};
-use linerate_report::{Direction, HostFacts, Role, TestConfig};
+use linerate_report::{Direction, HostFacts, Role, TestConfig, Workload};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll};
 use std::collections::HashMap;
@@ -332,6 +332,8 @@ struct TestState {
     udp_refused: u64,
     /// The address the test's control connection arrived on.
     local_ip: std::net::IpAddr,
+    /// crr tests: the listener for the test's connections.
+    crr_listener: Option<std::net::TcpListener>,
     plane: Option<DataPlane>,
     counted: bool,
 }
@@ -377,6 +379,7 @@ fn serve_test(
         udp_token: [0; 16],
         udp_refused: 0,
         local_ip,
+        crr_listener: None,
         plane: None,
         counted: false,
     };
@@ -388,7 +391,7 @@ fn serve_test(
                     accept_test(shared, id, peer, &mut session, &mut state, &config)
                 }
                 ServerEvent::Start => {
-                    if let Err(e) = start_plane(shared, &session, &mut state) {
+                    if let Err(e) = start_plane(shared, &session, &mut state, peer) {
                         session.abort(format!("cannot start the data plane: {e}"));
                     } else {
                         shared.log(&format!("test {id} from {peer}: started"));
@@ -418,6 +421,10 @@ fn serve_test(
         {
             session.flows_ready(Instant::now());
         }
+        if state.crr_listener.is_some() {
+            // crr connections come one per transaction once the test runs; nothing to wait for.
+            session.flows_ready(Instant::now());
+        }
         if state.plane.as_ref().is_some_and(DataPlane::is_finished) {
             let plane = state.plane.take().expect("checked");
             match plane.finish(shared.host.clone()) {
@@ -436,6 +443,15 @@ fn serve_test(
                             let total = rates.iter().sum::<f64>();
                             figures.push(format!("{verb} {}", format_rate(total, Scale::Adaptive)));
                         }
+                    }
+                    let answered: u64 = result
+                        .flows
+                        .iter()
+                        .filter(|f| f.role == Role::Respond)
+                        .map(|f| f.transactions)
+                        .sum();
+                    if result.flows.iter().any(|f| f.role == Role::Respond) {
+                        figures.push(format!("answered {answered} requests in the window"));
                     }
                     shared.log(&format!(
                         "test {id} from {peer}: finished, {}",
@@ -510,6 +526,21 @@ fn accept_test(
         Err(e) => return session.abort(format!("no randomness for a token: {e}")),
     };
     let mut udp_ports = Vec::new();
+    if config.workload == Workload::Crr {
+        let bound = std::net::TcpListener::bind(SocketAddr::new(state.local_ip, 0))
+            .and_then(|listener| Ok((listener.local_addr()?.port(), listener)));
+        match bound {
+            Ok((port, listener)) => {
+                state.crr_listener = Some(listener);
+                shared.log(&format!(
+                    "test {id} from {peer}: accepted: {}",
+                    config.describe()
+                ));
+                return session.accept_crr(Instant::now(), id, token, port);
+            }
+            Err(e) => return session.abort(format!("cannot open a TCP listener: {e}")),
+        }
+    }
     if config.protocol == "udp" {
         for _ in 0..config.connections() {
             let bound = UdpSocket::bind(SocketAddr::new(state.local_ip, 0)).and_then(|socket| {
@@ -544,16 +575,34 @@ fn accept_test(
     session.accept_udp(Instant::now(), id, token, udp_ports);
 }
 
-fn start_plane(shared: &Shared, session: &ServerSession, state: &mut TestState) -> io::Result<()> {
+fn start_plane(
+    shared: &Shared,
+    session: &ServerSession,
+    state: &mut TestState,
+    peer: SocketAddr,
+) -> io::Result<()> {
     let config = session
         .config()
         .expect("a started session has a config")
         .clone();
     let mut specs = Vec::with_capacity(state.flows.len().max(state.udp.len()));
-    let role_of = |id: usize| match config.flow_direction(id as u32) {
-        Direction::Reverse => Role::Send,
+    let role_of = |id: usize| match (config.workload, config.flow_direction(id as u32)) {
+        (Workload::Rr | Workload::Crr, _) => Role::Respond,
+        (_, Direction::Reverse) => Role::Send,
         _ => Role::Receive,
     };
+    if let Some(listener) = state.crr_listener.take() {
+        listener.set_nonblocking(true)?;
+        specs.push(FlowSpec {
+            id: 0,
+            direction: Direction::Forward,
+            role: Role::Respond,
+            socket: FlowSocket::Listen {
+                listener,
+                peer: peer.ip(),
+            },
+        });
+    }
     for (id, (socket, _)) in state.udp.drain(..).enumerate() {
         specs.push(FlowSpec {
             id: id as u32,
@@ -582,6 +631,7 @@ fn start_plane(shared: &Shared, session: &ServerSession, state: &mut TestState) 
         specs,
         shared.config.drain,
         (config.protocol == "udp").then(|| tag_of(&state.udp_token)),
+        &[],
     )?);
     Ok(())
 }

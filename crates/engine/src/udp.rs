@@ -361,9 +361,10 @@ pub fn run(
                     bytes: f.bytes(),
                     retransmits: 0,
                     udp: Some(f.counts()),
+                    transactions: 0,
                 })
                 .collect();
-            send_sample(&plan, &samples, next_boundary, since, counts);
+            send_sample(&plan, &samples, next_boundary, since, counts, None);
             if next_boundary == end_index {
                 for flow in flows.iter_mut().filter(|f| f.role == Role::Send) {
                     flow.done = true;

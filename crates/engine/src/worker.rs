@@ -13,6 +13,7 @@
 use crate::pacer::Pacer;
 use crate::sys;
 use linerate_hostinfo::{read_udp_counters, thread_cpu_time, CpuSnapshot};
+use linerate_report::latency::LatencyHistogram;
 use linerate_report::{Direction, Role, UdpCounters, UdpCounts};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
@@ -44,6 +45,13 @@ pub struct FlowSpec {
 pub enum FlowSocket {
     Tcp(std::net::TcpStream),
     Udp(std::net::UdpSocket),
+    /// crr requester: opens a new connection to this address per transaction.
+    Connect(std::net::SocketAddr),
+    /// crr responder: the test's listener, which takes connections from `peer` only.
+    Listen {
+        listener: std::net::TcpListener,
+        peer: std::net::IpAddr,
+    },
 }
 
 /// One flow's counters at one boundary.
@@ -55,6 +63,25 @@ pub struct FlowCount {
     pub retransmits: u64,
     /// UDP flows: datagram counts so far (jitter as of now).
     pub udp: Option<UdpCounts>,
+    /// Request/response flows: transactions completed (requester) or answered
+    /// (responder) so far.
+    pub transactions: u64,
+}
+
+/// A requesting worker's timing since its previous sample.
+#[derive(Debug, Clone, Default)]
+pub struct RrSample {
+    /// Round trips of the transactions completed since the previous boundary.
+    pub latency: LatencyHistogram,
+    /// crr: connect times since the previous boundary.
+    pub connect: Option<LatencyHistogram>,
+    /// Counts so far (not since the previous boundary): transactions given up for lost,
+    /// answers after that, connects refused for want of a local port, and open-loop
+    /// requests due but not yet sent.
+    pub lost: u64,
+    pub late: u64,
+    pub port_exhausted: u64,
+    pub owed: u64,
 }
 
 /// One worker's reading at one boundary of the schedule.
@@ -72,6 +99,8 @@ pub struct Sample {
     pub proc_stat: Option<CpuSnapshot>,
     /// UDP tests: the kernel's UDP counters at the window's edges (worker 0 only).
     pub udp_kernel: Option<UdpCounters>,
+    /// Request/response tests, requesting workers: their timing.
+    pub rr: Option<Box<RrSample>>,
 }
 
 /// What a worker knows of a flow when it ends.
@@ -92,6 +121,8 @@ pub struct FlowOutcome {
     pub datagrams_total: u64,
     /// What the user should know about how the flow ran (an offload the kernel refused).
     pub notes: Vec<String>,
+    /// Request/response flows: transactions over the flow's life.
+    pub transactions_total: u64,
 }
 
 /// Everything a worker needs, read-only.
@@ -113,6 +144,10 @@ pub struct WorkerPlan {
     /// offers them.
     pub gso: bool,
     pub gro: bool,
+    /// Request/response tests: what the flows do.
+    pub rr: Option<crate::rr::RrPlan>,
+    /// The CPU this worker is pinned to.
+    pub cpu: Option<usize>,
 }
 
 impl WorkerPlan {
@@ -136,6 +171,8 @@ impl WorkerPlan {
             udp_tag: None,
             gso: false,
             gro: false,
+            rr: None,
+            cpu: None,
         }
     }
 }
@@ -148,6 +185,7 @@ pub(crate) fn send_sample(
     index: usize,
     since: Duration,
     flows: Vec<FlowCount>,
+    rr: Option<Box<RrSample>>,
 ) {
     let at_edge = plan.index == 0 && plan.cpu_boundaries.contains(&index);
     let proc_stat = at_edge.then(|| CpuSnapshot::read().ok()).flatten();
@@ -163,6 +201,7 @@ pub(crate) fn send_sample(
         flows,
         proc_stat,
         udp_kernel,
+        rr,
     });
 }
 
@@ -190,6 +229,7 @@ pub(crate) fn outcome_of<S: std::os::fd::AsFd>(
         error: None,
         datagrams_total: 0,
         notes: Vec::new(),
+        transactions_total: 0,
     }
 }
 
@@ -339,10 +379,11 @@ impl Worker {
                         bytes: flow.bytes,
                         retransmits,
                         udp: None,
+                        transactions: 0,
                     }
                 })
                 .collect();
-            send_sample(&self.plan, &self.samples, index, since, flows);
+            send_sample(&self.plan, &self.samples, index, since, flows, None);
             self.next_boundary += 1;
             if index == self.end_index {
                 for (i, flow) in self.flows.iter_mut().enumerate() {
@@ -451,6 +492,12 @@ pub fn run(
     samples: Sender<Sample>,
     stop: Arc<AtomicBool>,
 ) -> io::Result<Vec<FlowOutcome>> {
+    if let Some(cpu) = plan.cpu {
+        pin_to(cpu)?;
+    }
+    if plan.rr.is_some() {
+        return crate::rr::run(plan, specs, samples, stop);
+    }
     if specs
         .iter()
         .any(|spec| matches!(spec.socket, FlowSocket::Udp(_)))
@@ -464,6 +511,27 @@ pub fn run(
         run_event_loop(&mut worker, &stop)?;
     }
     Ok(worker.outcomes())
+}
+
+/// Pins the calling thread to one CPU.
+fn pin_to(cpu: usize) -> io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays in bounds for
+    // cpu < CPU_SETSIZE, checked first.
+    unsafe {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::other(format!("CPU {cpu} is out of range")));
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            let error = io::Error::last_os_error();
+            return Err(io::Error::new(
+                error.kind(),
+                format!("cannot pin a worker to CPU {cpu}: {error}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How long a blocking call may wait before the loop looks at the clock again: the

@@ -191,9 +191,28 @@ pub fn parse_udp_counters(text: &str) -> Option<UdpCounters> {
     })
 }
 
+/// Sockets in TIME_WAIT in this network namespace (`/proc/net/sockstat`, "TCP: ... tw N").
+pub fn time_wait_sockets() -> Option<u64> {
+    parse_time_wait(&std::fs::read_to_string("/proc/net/sockstat").ok()?)
+}
+
+fn parse_time_wait(text: &str) -> Option<u64> {
+    let row = text.lines().find(|l| l.starts_with("TCP:"))?;
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    let at = fields.iter().position(|f| *f == "tw")?;
+    fields.get(at + 1)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_wait_is_read_from_sockstat() {
+        let text = "sockets: used 180\nTCP: inuse 9 orphan 0 tw 28231 alloc 12 mem 3\nUDP: inuse 2 mem 0\n";
+        assert_eq!(parse_time_wait(text), Some(28231));
+        assert_eq!(parse_time_wait("UDP: inuse 2\n"), None);
+    }
 
     const BEFORE: &str = "cpu  300 0 300 1400 0 0 0 0 0 0\n\
                           cpu0 100 0 200 700 0 0 0 0 0 0\n\

@@ -14,7 +14,30 @@ Examples:
   linerate stream server1 -u -b 500M -l 1400   UDP at 500 Mbit/s: loss, jitter, kernel drops
   linerate stream server1 -u --pps 100k -l 64  100,000 64-byte datagrams per second
   linerate stream server1 -u -b 0 -l 64 --gso --gro   as many 64-byte datagrams as offload allows
-  linerate stream server1 -u -l 1400 --find-max        the highest rate with loss <= 0.1%";
+  linerate stream server1 -u -l 1400 --find-max        the highest rate with loss <= 0.1%
+  linerate rr                          request/response round trips over loopback
+  linerate rr server1 -P 4 --outstanding 8    4 flows, 8 transactions in flight each
+  linerate rr server1 --rate 10k       open loop: 10,000 transactions/s, no coordinated omission
+  linerate rr server1 --udp --request 64 --response 1k
+  linerate rr server1 --load 4         latency beside 4 bulk TCP flows
+  linerate crr server1 -P 4            connect/request/response/close rate and connect latency";
+
+const RR_EXAMPLES: &str = "\
+Examples:
+  linerate rr                          1-byte request/response over loopback (in-process server)
+  linerate rr server1 -t 30            30 s against server1, one transaction in flight
+  linerate rr server1 -P 8 --outstanding 4 --json > rr.json
+  linerate rr server1 --rate 20k -t 10 open loop, latency timed from each request's due time
+  linerate rr server1 --udp --request 100 --response 1400
+  linerate rr server1 --load 2 --cpu 1 2 bulk flows beside, requester pinned to CPU 1
+Latency figures are round-trip times (request handed over, or due, to the whole answer).";
+
+const CRR_EXAMPLES: &str = "\
+Examples:
+  linerate crr                         connections/s over loopback (in-process server)
+  linerate crr server1 -P 4 -t 20      4 flows, each connect/request/response/close in turn
+  linerate crr server1 --request 100 --response 10k --json
+Each transaction opens a new TCP connection; the client closes it and holds its TIME_WAIT.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -38,6 +61,95 @@ pub enum Command {
     /// Measure TCP throughput to a server, or of this machine over loopback
     #[command(after_help = EXAMPLES)]
     Stream(StreamArgs),
+    /// Measure request/response round trips and transaction rates (TCP or UDP)
+    #[command(after_help = RR_EXAMPLES)]
+    Rr(RrArgs),
+    /// Measure connection rates: connect, request, response, close, per transaction
+    #[command(after_help = CRR_EXAMPLES)]
+    Crr(CrrArgs),
+}
+
+/// Flags shared by `rr` and `crr`.
+#[derive(Debug, Args)]
+pub struct TransactionArgs {
+    /// Server to test against; without it, an in-process server on loopback measures this machine
+    pub host: Option<String>,
+    /// Server port
+    #[arg(short, long, default_value_t = 5201)]
+    pub port: u16,
+    /// Bytes per request [k|m suffixes, binary]
+    #[arg(long, default_value = "1", value_parser = message)]
+    pub request: u64,
+    /// Bytes per response [k|m suffixes, binary]
+    #[arg(long, default_value = "1", value_parser = message)]
+    pub response: u64,
+    /// Parallel flows, each with its own transactions
+    #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub parallel: u32,
+    /// Worker threads on this side (default: one per flow up to 16 flows, else one per CPU)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub threads: Option<u32>,
+    /// Seconds to measure, after --omit
+    #[arg(short, long, default_value_t = 10.0, value_parser = positive_seconds)]
+    pub time: f64,
+    /// Warm-up seconds to leave out of the summary
+    #[arg(short = 'O', long, default_value_t = 0.0, value_parser = seconds)]
+    pub omit: f64,
+    /// Seconds between interval reports; 0 for none
+    #[arg(short, long, default_value_t = 1.0, value_parser = seconds)]
+    pub interval: f64,
+    /// Socket buffer size on both ends (turns kernel autotuning off) [k|m|g]
+    #[arg(short, long, value_parser = window)]
+    pub window: Option<u64>,
+    /// Leave Nagle's algorithm on (rr and crr set TCP_NODELAY by default)
+    #[arg(long)]
+    pub no_nodelay: bool,
+    /// Congestion control algorithm on both ends (e.g. cubic, reno, bbr)
+    #[arg(short = 'C', long, value_name = "ALGO")]
+    pub congestion: Option<String>,
+    /// Busy-poll the device queue for up to USEC microseconds on a blocking receive
+    /// (SO_BUSY_POLL), on both ends
+    #[arg(long, value_name = "USEC", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub busy_poll: Option<u32>,
+    /// Pin this side's workers to these CPUs, worker i on the i-th (comma-separated)
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = clap::value_parser!(u16))]
+    pub cpu: Vec<u16>,
+    /// Print one JSON document (docs/results.md) instead of text
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Show figures per flow
+    #[arg(long)]
+    pub per_flow: bool,
+    /// Seconds to wait for each connection to be accepted
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
+    pub connect_timeout: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct RrArgs {
+    #[command(flatten)]
+    pub common: TransactionArgs,
+    /// UDP instead of TCP: one datagram per request and per response
+    #[arg(short, long)]
+    pub udp: bool,
+    /// Transactions in flight per flow (closed loop); with --rate, the most in flight
+    /// [default: 1; with --rate, 128]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub outstanding: Option<u32>,
+    /// Open loop: start this many transactions per second per flow, each timed from when
+    /// it fell due, so a stall shows in the tail [k|m suffixes, decimal]
+    #[arg(short = 'b', long, value_parser = per_second)]
+    pub rate: Option<u64>,
+    /// Run N bulk TCP flows (client to server) beside the transactions and report their
+    /// goodput too
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    pub load: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct CrrArgs {
+    #[command(flatten)]
+    pub common: TransactionArgs,
 }
 
 #[derive(Debug, Args)]
@@ -171,6 +283,14 @@ fn length(text: &str) -> Result<u64, String> {
     let value = units::parse_size(text).map_err(|e| e.to_string())?;
     if value == 0 || value > 1 << 30 {
         return Err(format!("'{text}' must be between 1 byte and 1G"));
+    }
+    Ok(value)
+}
+
+fn message(text: &str) -> Result<u64, String> {
+    let value = units::parse_size(text).map_err(|e| e.to_string())?;
+    if value == 0 || value > 64 << 20 {
+        return Err(format!("'{text}' must be between 1 byte and 64M"));
     }
     Ok(value)
 }

@@ -8,7 +8,7 @@ mod cli;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::error::ErrorKind;
 use clap::Parser;
-use cli::{Cli, Command, ServeArgs, StreamArgs};
+use cli::{Cli, Command, RrArgs, ServeArgs, StreamArgs, TransactionArgs};
 use linerate_engine::client::{self, ClientOptions, Progress};
 use linerate_engine::plane::default_threads;
 use linerate_engine::search::{Probe, RateSearch, TrialOutcome};
@@ -17,8 +17,8 @@ use linerate_proto::Limits;
 use linerate_report::text::{self, INTERVAL_HEADER, TRIAL_HEADER};
 use linerate_report::units::format_rate;
 use linerate_report::{
-    Direction, FindMaxReport, PerSide, RateFound, RateTrial, Report, TestConfig, TrialVerdict,
-    Workload,
+    Direction, FindMaxReport, LoadSummary, PerSide, RateFound, RateTrial, Report, RrConfig,
+    TestConfig, TrialVerdict, Workload,
 };
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -37,6 +37,8 @@ fn main() -> ExitCode {
     let (json, outcome) = match cli.command {
         Command::Serve(args) => (false, serve(&args)),
         Command::Stream(args) => (args.json, stream(&args)),
+        Command::Rr(args) => (args.common.json, transactions(&args.common, Some(&args))),
+        Command::Crr(args) => (args.common.json, transactions(&args.common, None)),
     };
     match outcome {
         Ok(code) => code,
@@ -152,6 +154,213 @@ fn test_config(args: &StreamArgs) -> TestConfig {
         u32::try_from(workers).unwrap_or(u32::MAX)
     });
     config
+}
+
+/// The most transactions in flight per flow in open loop when `--outstanding` is not
+/// given: enough that a slow answer rarely holds a due request back.
+const OPEN_LOOP_CAP: u32 = 128;
+
+fn rr_config(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestConfig {
+    let udp = rr.is_some_and(|a| a.udp);
+    let rate = rr.and_then(|a| a.rate);
+    let outstanding =
+        rr.and_then(|a| a.outstanding)
+            .unwrap_or(if rate.is_some() { OPEN_LOOP_CAP } else { 1 });
+    let mut config = TestConfig {
+        protocol: if udp { "udp" } else { "tcp" }.into(),
+        target: common.host.clone().unwrap_or_else(|| "loopback".into()),
+        port: common.port,
+        direction: Direction::Forward,
+        parallel: common.parallel,
+        threads: 0,
+        time_s: common.time,
+        omit_s: common.omit,
+        interval_s: common.interval,
+        length: common.request,
+        window: common.window,
+        mss: None,
+        nodelay: !common.no_nodelay && !udp,
+        congestion: common.congestion.clone(),
+        rate_bps: None,
+        pps: None,
+        gso: false,
+        gro: false,
+        per_flow: common.per_flow,
+        connect_timeout_s: common.connect_timeout,
+        workload: if rr.is_some() {
+            Workload::Rr
+        } else {
+            Workload::Crr
+        },
+        rr: Some(RrConfig {
+            request: common.request,
+            response: common.response,
+            outstanding,
+            rate_tps: rate.map(|r| r as f64),
+            busy_poll_us: common.busy_poll,
+            cpus: common.cpu.iter().map(|&c| usize::from(c)).collect(),
+            load: rr.map_or(0, |a| a.load),
+        }),
+    };
+    config.threads = common.threads.unwrap_or_else(|| {
+        u32::try_from(default_threads(config.parallel as usize)).unwrap_or(u32::MAX)
+    });
+    config
+}
+
+/// `linerate rr` (with its own flags) and `linerate crr` (`rr` is `None`).
+fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>) -> Result<ExitCode> {
+    let udp = rr.is_some_and(|a| a.udp);
+    for (name, size) in [
+        ("--request", common.request),
+        ("--response", common.response),
+    ] {
+        if udp && size > 65_507 {
+            eprintln!(
+                "linerate: error: invalid value '{size}' for '{name}': a UDP datagram carries 1 to 65507 bytes (see 'linerate --help')"
+            );
+            return Ok(ExitCode::from(2));
+        }
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(&cpu) = common.cpu.iter().find(|&&c| usize::from(c) >= cores) {
+        eprintln!(
+            "linerate: error: invalid value '{cpu}' for '--cpu': this machine has CPUs 0 to {} (see 'linerate --help')",
+            cores - 1
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let target = match &common.host {
+        Some(host) => Some(resolve(host, common.port)?),
+        None => None,
+    };
+    let config = rr_config(common, rr);
+    let cancel = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, cancel.clone())
+            .context("cannot install signal handlers")?;
+    }
+    let quiet = common.json;
+    if !quiet {
+        let banner = match (&common.host, target) {
+            (Some(host), Some(addr)) => {
+                format!("Connecting to {host} ({addr}), {}", config.describe())
+            }
+            _ => format!(
+                "Measuring this machine over loopback (in-process server), {}",
+                config.describe()
+            ),
+        };
+        println!("{banner}");
+    }
+    let load = config.rr.as_ref().map_or(0, |r| r.load);
+    let bulk = (load > 0)
+        .then(|| start_load(target, &config, load, &cancel))
+        .transpose()?;
+    let mut progress = |event: Progress| {
+        if quiet {
+            return;
+        }
+        match event {
+            Progress::Connected { server } => println!(
+                "Server: {} on {} (kernel {}, {} x {})",
+                server.software, server.hostname, server.kernel, server.cores, server.cpu_model
+            ),
+            Progress::Started => {
+                if config.interval_s > 0.0 {
+                    println!("{}", linerate_report::rr::RR_INTERVAL_HEADER);
+                }
+            }
+            Progress::Interval(interval) => {
+                if let Some(line) = linerate_report::rr::rr_interval_line("SUM", &interval) {
+                    println!("{line}");
+                }
+            }
+        }
+    };
+    let outcome = run_once(target, &config, &cancel, &mut progress);
+    let load_report = match bulk {
+        Some(handle) => Some(
+            handle
+                .join()
+                .map_err(|_| anyhow!("the load test's thread panicked"))?
+                .context("the bulk load beside the transactions failed")?,
+        ),
+        None => None,
+    };
+    let mut report = outcome?;
+    if let (Some(load), Some(rr)) = (&load_report, report.summary.rr.as_mut()) {
+        rr.load = Some(LoadSummary {
+            flows: load.summary.flows,
+            receiver_bps: load.summary.receiver_bps,
+            sender_bps: load.summary.sender_bps,
+            retransmits: load.summary.retransmits,
+        });
+        report
+            .warnings
+            .extend(load.warnings.iter().map(|w| format!("load: {w}")));
+    }
+    if common.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("cannot encode the result")?
+        );
+    } else {
+        print!(
+            "{}",
+            linerate_report::rr::render_rr_summary(&report, common.per_flow)
+        );
+    }
+    check_flows(&report)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Seconds the bulk load starts ahead of the transactions (connections open, windows
+/// grow) and runs on after them, so that it covers their whole window.
+const LOAD_LEAD_S: f64 = 1.0;
+
+/// Starts `flows` bulk TCP flows, client to server, as a stream test of their own beside
+/// a request/response test; returns once they run.
+fn start_load(
+    target: Option<SocketAddr>,
+    rr_config: &TestConfig,
+    flows: u32,
+    cancel: &Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<Result<Report>>> {
+    let mut config = rr_config.clone();
+    config.workload = Workload::Stream;
+    config.rr = None;
+    config.protocol = "tcp".into();
+    config.parallel = flows;
+    config.threads = u32::try_from(default_threads(flows as usize)).unwrap_or(u32::MAX);
+    config.length = 128 * 1024;
+    config.nodelay = false;
+    config.omit_s = LOAD_LEAD_S;
+    config.time_s = rr_config.omit_s + rr_config.time_s + 2.0 * LOAD_LEAD_S;
+    config.interval_s = 0.0;
+    config.per_flow = false;
+    let (started, running) = std::sync::mpsc::channel();
+    let cancel = cancel.clone();
+    let handle = std::thread::Builder::new()
+        .name("linerate-load".into())
+        .spawn(move || {
+            let mut progress = |event: Progress| {
+                if matches!(event, Progress::Started) {
+                    let _ = started.send(());
+                }
+            };
+            run_once(target, &config, &cancel, &mut progress)
+        })
+        .context("cannot start the load test")?;
+    if running.recv().is_err() {
+        // The load test ended before it started: its error says why.
+        return match handle.join() {
+            Ok(Err(error)) => Err(error.context("the bulk load could not start")),
+            _ => bail!("the bulk load could not start"),
+        };
+    }
+    std::thread::sleep(std::time::Duration::from_secs_f64(LOAD_LEAD_S));
+    Ok(handle)
 }
 
 fn resolve(host: &str, port: u16) -> Result<SocketAddr> {

@@ -67,6 +67,10 @@ pub enum ServerMessage {
         /// datagram there is a hello carrying the token (docs/protocol.md 5).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         udp_ports: Vec<u16>,
+        /// crr tests: the port where the test's listener takes one new connection per
+        /// transaction, from the control connection's host only (docs/protocol.md 6).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        crr_port: Option<u16>,
     },
     FlowsReady,
     Results {

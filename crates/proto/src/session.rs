@@ -27,7 +27,7 @@
 use crate::frame::{FrameDecoder, FrameError, MAX_CLIENT_FRAME, MAX_SERVER_FRAME};
 use crate::message::{encode, ClientMessage, Limits, RefuseCode, ServerMessage};
 use crate::preface::{self, Preface, Token, PROTOCOL_VERSION};
-use linerate_report::{HostFacts, SideResult, TestConfig};
+use linerate_report::{HostFacts, SideResult, TestConfig, Workload};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -346,6 +346,22 @@ impl ServerSession {
 
     /// Accepts a UDP test whose flows go to `udp_ports`, one per flow.
     pub fn accept_udp(&mut self, now: Instant, test_id: u64, token: Token, udp_ports: Vec<u16>) {
+        self.accept_with(now, test_id, token, udp_ports, None);
+    }
+
+    /// Accepts a crr test whose connections go to `crr_port`.
+    pub fn accept_crr(&mut self, now: Instant, test_id: u64, token: Token, crr_port: u16) {
+        self.accept_with(now, test_id, token, Vec::new(), Some(crr_port));
+    }
+
+    fn accept_with(
+        &mut self,
+        now: Instant,
+        test_id: u64,
+        token: Token,
+        udp_ports: Vec<u16>,
+        crr_port: Option<u16>,
+    ) {
         if self.state != ServerState::Deciding {
             return;
         }
@@ -353,6 +369,7 @@ impl ServerSession {
             test_id,
             token: token.to_hex(),
             udp_ports,
+            crr_port,
         }));
         self.state = ServerState::AwaitFlows;
         self.deadline = Some(now + self.timeouts.flows);
@@ -410,7 +427,10 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
         return invalid(format!("unsupported protocol '{}'", config.protocol));
     }
     let datagram = crate::datagram::MIN_DATAGRAM as u64..=crate::datagram::MAX_DATAGRAM as u64;
-    if config.protocol == "udp" && !datagram.contains(&config.length) {
+    if config.protocol == "udp"
+        && config.workload == Workload::Stream
+        && !datagram.contains(&config.length)
+    {
         return invalid(format!(
             "datagram length {} is outside {} to {} bytes",
             config.length,
@@ -454,6 +474,40 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
     if config.window.is_some_and(|w| w == 0 || w > 1 << 30) {
         return invalid("window must be between 1 byte and 1 GiB".into());
     }
+    validate_rr(config)
+}
+
+/// The largest request or response over TCP.
+pub const MAX_MESSAGE: u64 = 64 << 20;
+
+fn validate_rr(config: &TestConfig) -> Result<(), (RefuseCode, String)> {
+    let invalid = |reason: String| Err((RefuseCode::Invalid, reason));
+    let rr = match (config.workload, &config.rr) {
+        (Workload::Stream, _) => return Ok(()),
+        (_, None) => return invalid("a request/response test needs its parameters".into()),
+        (_, Some(rr)) => rr,
+    };
+    if config.workload == Workload::Crr && config.protocol != "tcp" {
+        return invalid("crr runs over TCP only".into());
+    }
+    let largest = if config.protocol == "udp" {
+        crate::datagram::MAX_DATAGRAM as u64
+    } else {
+        MAX_MESSAGE
+    };
+    for (name, size) in [("request", rr.request), ("response", rr.response)] {
+        if size == 0 || size > largest {
+            return invalid(format!(
+                "{name} size {size} is outside 1 to {largest} bytes"
+            ));
+        }
+    }
+    if rr.outstanding == 0 {
+        return invalid("outstanding must be at least 1".into());
+    }
+    if rr.rate_tps.is_some_and(|r| !r.is_finite() || r <= 0.0) {
+        return invalid("the transaction rate must be above zero".into());
+    }
     Ok(())
 }
 
@@ -472,6 +526,8 @@ pub enum ClientEvent {
         test_id: u64,
         token: Token,
         udp_ports: Vec<u16>,
+        /// crr tests: where each transaction's connection goes.
+        crr_port: Option<u16>,
     },
     /// Every data connection arrived at the server; call [`ClientSession::start`].
     FlowsReady,
@@ -636,6 +692,7 @@ impl ClientSession {
                     test_id,
                     token,
                     udp_ports,
+                    crr_port,
                 },
             ) => {
                 let Some(token) = Token::from_hex(&token) else {
@@ -649,10 +706,16 @@ impl ClientSession {
                         self.config.connections()
                     )));
                 }
+                if self.config.workload == Workload::Crr && crr_port.is_none() {
+                    return self.fail(SessionError::Protocol(
+                        "the server accepted a crr test without a port for its connections".into(),
+                    ));
+                }
                 self.events.push_back(ClientEvent::Accepted {
                     test_id,
                     token,
                     udp_ports,
+                    crr_port,
                 });
                 self.state = ClientState::AwaitFlowsReady;
                 self.deadline = Some(now + self.timeouts.flows);
