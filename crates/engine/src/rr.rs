@@ -57,8 +57,8 @@ pub struct RrPlan {
     pub outstanding: usize,
     pub rate_tps: Option<f64>,
     pub busy_poll_us: Option<u32>,
-    /// Responders: the test-only stall hook.
-    pub stall: Option<StallHook>,
+    /// Responders: the test-only fault hook.
+    pub fault: Option<FaultHook>,
     /// crr: the options each new connection gets.
     pub config: TestConfig,
 }
@@ -77,40 +77,55 @@ impl RrPlan {
             outstanding: rr.outstanding.max(1) as usize,
             rate_tps: rr.rate_tps,
             busy_poll_us: rr.busy_poll_us,
-            stall: StallHook::from_env(),
+            fault: FaultHook::from_env(),
             config: config.clone(),
         })
     }
 }
 
-/// A test-only fault: a responder pauses before answering every `every`-th request of a
-/// flow. Set on the server's process as `LINERATE_STALL_HOOK=EVERY:MILLISECONDS`; it is
-/// how the tests prove that open-loop figures show a stall and closed-loop rates drop.
+/// A test-only fault in a responder, set on the server's process as
+/// `LINERATE_FAULT_HOOK`. It is how the tests prove what the report says of a stalled,
+/// closed, wrong or silent peer:
+/// - `stall:EVERY:MS`: every flow pauses MS milliseconds before answering its EVERY-th
+///   request, and every EVERY-th after;
+/// - `close:N`, `wrong-size:N`, `silent:N`: flow 0, after answering N requests, closes
+///   its connection, answers with one byte too many, or stops answering.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StallHook {
-    pub every: u64,
-    pub pause: Duration,
+pub enum FaultHook {
+    Stall { every: u64, pause: Duration },
+    Close { after: u64 },
+    WrongSize { after: u64 },
+    Silent { after: u64 },
 }
 
-impl StallHook {
-    pub const ENV: &'static str = "LINERATE_STALL_HOOK";
+impl FaultHook {
+    pub const ENV: &'static str = "LINERATE_FAULT_HOOK";
 
-    pub fn from_env() -> Option<StallHook> {
-        StallHook::parse(&std::env::var(StallHook::ENV).ok()?)
+    pub fn from_env() -> Option<FaultHook> {
+        FaultHook::parse(&std::env::var(FaultHook::ENV).ok()?)
     }
 
-    pub fn parse(text: &str) -> Option<StallHook> {
-        let (every, ms) = text.split_once(':')?;
-        let every: u64 = every.trim().parse().ok().filter(|&n| n > 0)?;
-        let ms: f64 = ms
-            .trim()
-            .parse()
-            .ok()
-            .filter(|&m: &f64| m.is_finite() && m > 0.0)?;
-        Some(StallHook {
-            every,
-            pause: Duration::from_secs_f64(ms / 1e3),
-        })
+    pub fn parse(text: &str) -> Option<FaultHook> {
+        let mut parts = text.trim().split(':');
+        let kind = parts.next()?;
+        let count: u64 = parts.next()?.trim().parse().ok()?;
+        let hook = match kind {
+            "stall" => {
+                let ms: f64 = parts.next()?.trim().parse().ok()?;
+                if count == 0 || !ms.is_finite() || ms <= 0.0 {
+                    return None;
+                }
+                FaultHook::Stall {
+                    every: count,
+                    pause: Duration::from_secs_f64(ms / 1e3),
+                }
+            }
+            "close" => FaultHook::Close { after: count },
+            "wrong-size" => FaultHook::WrongSize { after: count },
+            "silent" => FaultHook::Silent { after: count },
+            _ => return None,
+        };
+        parts.next().is_none().then_some(hook)
     }
 }
 
@@ -170,6 +185,9 @@ struct RrWorker {
     receive_buffer: Vec<u8>,
     timing: RrSample,
     requesting: bool,
+    /// The size of a UDP answer: the response size, unless a test's fault hook says
+    /// otherwise.
+    answer_size: usize,
     next_boundary: usize,
     end_index: usize,
     early_close_tolerance: Duration,
@@ -328,7 +346,7 @@ pub(crate) fn run(
     let end_index = plan.boundaries.len() - 1;
     let test_end = plan.boundaries[end_index];
     let mut worker = RrWorker {
-        send_buffer: (0..rr.request.max(rr.response).min(1 << 20))
+        send_buffer: (0..(rr.request.max(rr.response) + 1).min(1 << 20))
             .map(|i| (i % 251) as u8)
             .collect(),
         receive_buffer: vec![0u8; rr.request.max(rr.response).clamp(64 * 1024, 1 << 20)],
@@ -337,6 +355,7 @@ pub(crate) fn run(
             ..Default::default()
         },
         requesting,
+        answer_size: rr.response,
         conns: Vec::new(),
         next_boundary: 0,
         end_index,
@@ -541,7 +560,7 @@ impl RrWorker {
         let at_end = self.peer_may_be_gone();
         let flow = &mut self.flows[i];
         let size = match flow.role {
-            Role::Respond => self.rr.response,
+            Role::Respond => self.answer_size,
             _ => self.rr.request,
         };
         while flow.unwritten > 0 && !flow.done {
@@ -696,6 +715,9 @@ impl RrWorker {
         let request = self.rr.request;
         let flow = &mut self.flows[i];
         let udp = matches!(flow.io, Io::Udp(_));
+        if flow.done {
+            return;
+        }
         // A hello repeated until the client heard the flows were ready is no request.
         if udp && parse_hello(&self.receive_buffer[..n]).is_some() {
             return;
@@ -708,14 +730,32 @@ impl RrWorker {
         let responder = flow.responder.as_mut().expect("a responding flow");
         let before = responder.answered();
         let owed = responder.received(n);
-        if let Some(hook) = self.rr.stall {
-            let after = responder.answered();
-            if after / hook.every > before / hook.every {
-                std::thread::sleep(hook.pause);
+        let after = responder.answered();
+        flow.transactions = after;
+        let mut extra = 0;
+        match self.rr.fault {
+            Some(FaultHook::Stall { every, pause }) if after / every > before / every => {
+                std::thread::sleep(pause);
             }
+            Some(FaultHook::Close { after: limit }) if flow.id == 0 && after > limit => {
+                if let Io::Tcp(stream) = &flow.io {
+                    let _ = stream.shutdown(Shutdown::Both);
+                }
+                flow.done = true;
+                return;
+            }
+            Some(FaultHook::Silent { after: limit }) if flow.id == 0 && after > limit => return,
+            Some(FaultHook::WrongSize { after: limit }) if flow.id == 0 && after > limit => {
+                extra = 1;
+            }
+            _ => {}
         }
-        flow.transactions = responder.answered();
-        flow.unwritten += if udp { owed } else { owed * self.rr.response };
+        if udp {
+            flow.unwritten += owed;
+            self.answer_size = self.rr.response + extra;
+        } else {
+            flow.unwritten += owed * self.rr.response + extra;
+        }
         self.flush(i, since);
     }
 
@@ -871,7 +911,18 @@ impl RrWorker {
         let since = self.since(now);
         for i in 0..self.flows.len() {
             let flow = &mut self.flows[i];
-            if flow.done || flow.in_flight() == 0 {
+            // A crr flow waiting for a free local port is not waiting for its peer.
+            let waiting_for_port = matches!(
+                flow.io,
+                Io::Crr {
+                    retry_at: Some(_),
+                    ..
+                }
+            );
+            if flow.done || flow.in_flight() == 0 || waiting_for_port {
+                if waiting_for_port {
+                    flow.progress_at = now;
+                }
                 continue;
             }
             if now.saturating_duration_since(flow.progress_at) > ANSWER_TIMEOUT {

@@ -311,8 +311,7 @@ fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>) -> Result<ExitCod
             linerate_report::rr::render_rr_summary(&report, common.per_flow)
         );
     }
-    check_flows(&report)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(flows_exit(&report))
 }
 
 /// Seconds the bulk load starts ahead of the transactions (connections open, windows
@@ -482,8 +481,7 @@ fn stream(args: &StreamArgs) -> Result<ExitCode> {
     }
     let report = run_once(target, &config, &cancel, &mut progress)?;
     print_report(&report, args)?;
-    check_flows(&report)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(flows_exit(&report))
 }
 
 /// "Connecting to HOST (ADDR), ..." or the loopback equivalent.
@@ -509,6 +507,18 @@ fn run_once(
         Some(addr) => client::run(addr, &options, cancel, progress)?,
         None => client::run_local(&options, cancel, progress)?,
     })
+}
+
+/// Exit 1 when flows failed: the report, already printed, says which and why; a line on
+/// stderr says so again (and a JSON document on stdout stays the only one).
+fn flows_exit(report: &Report) -> ExitCode {
+    match check_flows(report) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("linerate: error: {error:#}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn check_flows(report: &Report) -> Result<()> {

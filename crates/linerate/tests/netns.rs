@@ -107,13 +107,87 @@ fn an_unreachable_host_fails_within_the_connect_timeout() {
 /// Runs `linerate stream ADDR_B -p PORT ARGS --json` from namespace a against a fresh
 /// server in namespace b; the result, after checking the run succeeded.
 fn stream_across(pair: &VethPair, args: &[&str]) -> serde_json::Value {
+    run_across(pair, "stream", args)
+}
+
+/// Runs `linerate COMMAND ADDR_B -p PORT ARGS --json` from namespace a against a fresh
+/// server in namespace b; the result, after checking the run succeeded.
+fn run_across(pair: &VethPair, command: &str, args: &[&str]) -> serde_json::Value {
     let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
     let port = server.port.to_string();
-    let mut all = vec!["stream", &pair.addr_b, "-p", &port, "--json"];
+    let mut all = vec![command, &pair.addr_b, "-p", &port, "--json"];
     all.extend_from_slice(args);
     let out = linerate_in(&pair.ns_a, &all);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     json(&out)
+}
+
+/// netperf defines request/response latency as the inverse of the transaction rate; with
+/// one transaction in flight linerate's mean round trip must agree with it within 10 %,
+/// and the interface must have carried a segment for every request counted.
+#[test]
+fn rr_mean_latency_is_the_inverse_of_the_rate_between_namespaces() {
+    if skip_unless_root("rr between namespaces") {
+        return;
+    }
+    let pair = VethPair::new("rr");
+    let packets_before = pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets");
+    let doc = run_across(&pair, "rr", &["-t", "3", "-i", "0"]);
+    let packets = pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets") - packets_before;
+    assert_eq!(doc["test"], "tcp_rr");
+    let rate = doc["summary"]["transactions_per_s"].as_f64().unwrap();
+    let mean_us = doc["summary"]["latency_us"]["mean"].as_f64().unwrap();
+    let inverse_us = 1e6 / rate;
+    assert!(
+        (mean_us / inverse_us - 1.0).abs() < 0.10,
+        "mean {mean_us} us against 1/rate {inverse_us} us"
+    );
+    // Every transaction of the whole test (window plus set-up) sent at least one
+    // request segment; delayed ACKs ride on requests, so not many more than two each.
+    let transactions = doc["summary"]["transactions"].as_f64().unwrap();
+    assert!(
+        packets as f64 >= transactions && (packets as f64) < 2.2 * transactions + 200.0,
+        "{packets} packets left the client for {transactions} transactions"
+    );
+}
+
+/// A client with 50 local ports runs out of them within milliseconds of crr, every
+/// closed connection holding its port in TIME_WAIT: the report says so, with the count,
+/// instead of crashing or slowing down silently.
+#[test]
+fn crr_reports_ephemeral_port_exhaustion() {
+    if skip_unless_root("crr port exhaustion") {
+        return;
+    }
+    let pair = VethPair::new("crr");
+    common::run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &pair.ns_a,
+            "sysctl",
+            "-qw",
+            "net.ipv4.ip_local_port_range=40000 40049",
+        ],
+    );
+    let doc = run_across(&pair, "crr", &["-t", "2", "-i", "0"]);
+    let exhausted = doc["summary"]["port_exhausted"].as_f64().unwrap();
+    let transactions = doc["summary"]["transactions"].as_f64().unwrap();
+    assert!(exhausted > 0.0, "no exhaustion counted: {}", doc["summary"]);
+    assert!(
+        transactions <= 50.0,
+        "{transactions} connections from 50 ports"
+    );
+    assert!(doc["summary"]["time_wait"].as_f64().unwrap() >= 40.0);
+    let warning = doc["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .find(|w| w.contains("ephemeral ports exhausted"))
+        .unwrap_or_else(|| panic!("no exhaustion warning: {}", doc["warnings"]));
+    assert!(warning.contains("TIME_WAIT"), "{warning}");
 }
 
 /// Runs a UDP test from namespace a to a server in namespace b and returns the result

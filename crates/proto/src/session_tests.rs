@@ -114,7 +114,8 @@ fn whole_exchange_completes_on_a_virtual_clock() {
         ClientEvent::Accepted {
             test_id: 42,
             token,
-            udp_ports: vec![]
+            udp_ports: vec![],
+            crr_port: None,
         }
     );
 

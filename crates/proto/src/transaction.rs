@@ -127,9 +127,13 @@ impl Requester {
 
     /// Open loop: requests that were due by `now_ns` but not yet sent (held back by the
     /// cap): the rate asked for and not honoured.
+    /// Requests merely not yet taken with [`due`](Self::due) while there is room do not
+    /// count: nothing holds them back.
     pub fn owed(&self, now_ns: u64) -> u64 {
         match self.pacing {
-            Pacing::Open { interval_ns, .. } if now_ns >= self.start_ns => {
+            Pacing::Open { interval_ns, cap }
+                if now_ns >= self.start_ns && self.in_flight.len() >= cap =>
+            {
                 let due = ((now_ns - self.start_ns) as f64 / interval_ns) as u64 + 1;
                 due.saturating_sub(self.scheduled)
             }
@@ -356,6 +360,7 @@ mod tests {
         assert_eq!(r.owed(5 * MS), 4, "due at 2, 3, 4 and 5 ms and not sent");
         let mut rtts = Vec::new();
         r.received(1, 6 * MS, |ns| rtts.push(ns)).unwrap();
+        assert_eq!(r.owed(6 * MS), 0, "room again: nothing holds them back");
         assert_eq!(rtts, vec![6 * MS], "the first request was due at 0");
         // Room for one more: the request due at 2 ms goes out now, counted from 2 ms.
         assert_eq!(r.due(6 * MS), 1);

@@ -360,10 +360,10 @@ fn summarize(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn config(direction: Direction, parallel: u32) -> TestConfig {
+    pub(crate) fn config(direction: Direction, parallel: u32) -> TestConfig {
         TestConfig {
             protocol: "tcp".into(),
             target: "loopback".into(),
@@ -390,7 +390,13 @@ mod tests {
         }
     }
 
-    fn flow(id: u32, role: Role, bytes: u64, seconds: f64, retransmits: u64) -> FlowSide {
+    pub(crate) fn flow(
+        id: u32,
+        role: Role,
+        bytes: u64,
+        seconds: f64,
+        retransmits: u64,
+    ) -> FlowSide {
         FlowSide {
             id,
             direction: Direction::Forward,
@@ -409,6 +415,8 @@ mod tests {
             error: None,
             udp: None,
             datagrams_total: 0,
+            transactions: 0,
+            transactions_total: 0,
         }
     }
 

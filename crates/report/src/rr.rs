@@ -381,3 +381,95 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::assemble::tests::{config, flow};
+    use crate::latency::LatencyHistogram;
+
+    fn rr_config(outstanding: u32, rate_tps: Option<f64>) -> TestConfig {
+        let mut config = config(Direction::Forward, 2);
+        config.workload = Workload::Rr;
+        config.rr = Some(RrConfig {
+            request: 100,
+            response: 1000,
+            outstanding,
+            rate_tps,
+            busy_poll_us: None,
+            cpus: Vec::new(),
+            load: 0,
+        });
+        config
+    }
+
+    fn requester(id: u32, transactions: u64, seconds: f64) -> FlowSide {
+        FlowSide {
+            transactions,
+            ..flow(id, Role::Request, transactions * 1000, seconds, 0)
+        }
+    }
+
+    fn responder(id: u32, transactions: u64, seconds: f64) -> FlowSide {
+        FlowSide {
+            transactions,
+            ..flow(id, Role::Respond, transactions * 100, seconds, 0)
+        }
+    }
+
+    /// Two flows of 10,000 and 30,000 transactions in 2 s, every round trip 100 us.
+    fn sides(mean_ns: u64) -> (SideResult, SideResult) {
+        let mut latency = LatencyHistogram::new();
+        for _ in 0..40_000 {
+            latency.record(mean_ns);
+        }
+        let local = SideResult {
+            flows: vec![requester(0, 10_000, 2.0), requester(1, 30_000, 2.0)],
+            rr: Some(RrSide {
+                latency: latency.summary(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let remote = SideResult {
+            flows: vec![responder(0, 10_000, 2.0), responder(1, 30_000, 2.0)],
+            ..Default::default()
+        };
+        (local, remote)
+    }
+
+    #[test]
+    fn transactions_come_from_the_requester_and_bytes_from_both_ends() {
+        let (local, remote) = sides(100_000);
+        let report = Report::assemble("t", "t", 0.0, rr_config(2, None), local, remote);
+        assert_eq!(report.test, "tcp_rr");
+        let rr = report.summary.rr.as_ref().unwrap();
+        assert_eq!(rr.transactions, 40_000);
+        assert_eq!(rr.transactions_per_s, 20_000.0);
+        // 10,000 transactions/s per flow x 100 us = 1 in flight of the 2 asked.
+        assert!((rr.outstanding_achieved - 1.0).abs() < 0.01);
+        assert!(report
+            .warnings
+            .iter()
+            .any(|w| w.contains("asked 2 transactions in flight")));
+        // Responses (1000 B) at the client, requests (100 B) at the server.
+        assert_eq!(report.summary.receiver_bytes, 40_000 * 1100);
+        assert_eq!(report.flows[1].transactions, Some(30_000));
+        assert_eq!(report.flows[1].transactions_per_s, Some(15_000.0));
+    }
+
+    #[test]
+    fn an_open_loop_rate_not_reached_is_a_warning_with_both_figures() {
+        let (local, remote) = sides(100_000);
+        let report = Report::assemble("t", "t", 0.0, rr_config(1, Some(20_000.0)), local, remote);
+        let rr = report.summary.rr.as_ref().unwrap();
+        assert_eq!(rr.rate_asked_tps, Some(20_000.0));
+        assert_eq!(rr.rate_achieved_tps, Some(10_000.0));
+        let warning = report
+            .warnings
+            .iter()
+            .find(|w| w.starts_with("asked 20.0k transactions/s"))
+            .expect("a shortfall warning");
+        assert!(warning.contains("achieved 10.0k (50.0 %)"), "{warning}");
+    }
+}

@@ -326,28 +326,6 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn interval_line_has_iperf3_columns() {
-        let line = interval_line(
-            "SUM",
-            (0.0, 1.0),
-            1 << 30,
-            8.6e9,
-            Some(3),
-            "sender",
-            Scale::Adaptive,
-        );
-        assert_eq!(
-            line,
-            "[SUM]    0.00-1.00 sec   1.00 GBytes   8.60 Gbits/sec     3  sender"
-        );
-    }
-}
-
 /// The column header printed above `--find-max` trial lines.
 pub const TRIAL_HEADER: &str =
     "Trial  Offered          Sent             Received         Received pps  Loss      Verdict";
@@ -435,5 +413,27 @@ pub fn limit_words(
             "at {above} {} datagrams ({:.3}%) were lost between the hosts, none for a full receive buffer",
             udp.lost, udp.loss_pct
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_line_has_iperf3_columns() {
+        let line = interval_line(
+            "SUM",
+            (0.0, 1.0),
+            1 << 30,
+            8.6e9,
+            Some(3),
+            "sender",
+            Scale::Adaptive,
+        );
+        assert_eq!(
+            line,
+            "[SUM]    0.00-1.00 sec   1.00 GBytes   8.60 Gbits/sec     3  sender"
+        );
     }
 }
