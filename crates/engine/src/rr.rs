@@ -252,15 +252,9 @@ impl Flow {
                 (Io::Udp(UdpSocket::from_std(socket)), outcome)
             }
             FlowSocket::Connect(target) => {
-                let mut outcome = outcome_of(
-                    &std::net::UdpSocket::bind("127.0.0.1:0").expect("a loopback socket"),
-                    spec.id,
-                    spec.direction,
-                    spec.role,
-                    (None, Some(target)),
-                );
-                outcome.sndbuf = 0;
-                outcome.rcvbuf = 0;
+                // Each transaction's connection is new: no socket to describe yet.
+                let outcome =
+                    FlowOutcome::new(spec.id, spec.direction, spec.role, (None, Some(target)));
                 let io = Io::Crr {
                     target,
                     stream: None,
@@ -761,7 +755,6 @@ impl RrWorker {
 
     /// A crr listener is readable: takes every waiting connection.
     fn accept_all(&mut self, i: usize, poll: Option<&Poll>) {
-        let since = self.since(Instant::now());
         loop {
             let Io::Listen {
                 listener,
@@ -820,7 +813,6 @@ impl RrWorker {
                     if !self.flows[i].outcome.notes.contains(&note) {
                         self.flows[i].outcome.notes.push(note);
                     }
-                    let _ = since;
                     return;
                 }
             }

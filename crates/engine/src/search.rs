@@ -220,7 +220,10 @@ mod tests {
         };
         let probes = run(&mut search, path);
         let best = search.best_rate().unwrap() as f64;
-        assert!((4e8 * 0.97..=4e8).contains(&best), "{best} after {probes:?}");
+        assert!(
+            (4e8 * 0.97..=4e8).contains(&best),
+            "{best} after {probes:?}"
+        );
     }
 
     #[test]

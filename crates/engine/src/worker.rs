@@ -205,6 +205,34 @@ pub(crate) fn send_sample(
     });
 }
 
+impl FlowOutcome {
+    /// A flow's outcome before it has moved anything.
+    pub(crate) fn new(
+        id: u32,
+        direction: Direction,
+        role: Role,
+        addrs: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
+    ) -> FlowOutcome {
+        let text = |a: Option<std::net::SocketAddr>| a.map_or(String::new(), |a| a.to_string());
+        FlowOutcome {
+            id,
+            direction,
+            role,
+            local_addr: text(addrs.0),
+            remote_addr: text(addrs.1),
+            bytes_total: 0,
+            sndbuf: 0,
+            rcvbuf: 0,
+            congestion: String::new(),
+            info: sys::TcpInfo::default(),
+            error: None,
+            datagrams_total: 0,
+            notes: Vec::new(),
+            transactions_total: 0,
+        }
+    }
+}
+
 /// The facts of a socket known when its flow starts.
 pub(crate) fn outcome_of<S: std::os::fd::AsFd>(
     socket: &S,
@@ -214,22 +242,10 @@ pub(crate) fn outcome_of<S: std::os::fd::AsFd>(
     addrs: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
 ) -> FlowOutcome {
     let (sndbuf, rcvbuf) = sys::granted_buffers(socket);
-    let text = |a: Option<std::net::SocketAddr>| a.map_or(String::new(), |a| a.to_string());
     FlowOutcome {
-        id,
-        direction,
-        role,
-        local_addr: text(addrs.0),
-        remote_addr: text(addrs.1),
-        bytes_total: 0,
         sndbuf,
         rcvbuf,
-        congestion: String::new(),
-        info: sys::TcpInfo::default(),
-        error: None,
-        datagrams_total: 0,
-        notes: Vec::new(),
-        transactions_total: 0,
+        ..FlowOutcome::new(id, direction, role, addrs)
     }
 }
 
