@@ -231,24 +231,12 @@ impl Flow {
         let responder = (spec.role == Role::Respond).then(|| Responder::new(rr.request));
         let (io, outcome) = match spec.socket {
             FlowSocket::Tcp(stream) => {
-                let mut outcome = outcome_of(
-                    &stream,
-                    spec.id,
-                    spec.direction,
-                    spec.role,
-                    (stream.local_addr().ok(), stream.peer_addr().ok()),
-                );
+                let mut outcome = outcome_of(&stream, spec.id, spec.direction, spec.role);
                 outcome.congestion = sys::congestion(&stream);
                 (Io::Tcp(TcpStream::from_std(stream)), outcome)
             }
             FlowSocket::Udp(socket) => {
-                let outcome = outcome_of(
-                    &socket,
-                    spec.id,
-                    spec.direction,
-                    spec.role,
-                    (socket.local_addr().ok(), socket.peer_addr().ok()),
-                );
+                let outcome = outcome_of(&socket, spec.id, spec.direction, spec.role);
                 (Io::Udp(UdpSocket::from_std(socket)), outcome)
             }
             FlowSocket::Connect(target) => {
@@ -265,13 +253,9 @@ impl Flow {
                 (io, outcome)
             }
             FlowSocket::Listen { listener, peer } => {
-                let outcome = outcome_of(
-                    &listener,
-                    spec.id,
-                    spec.direction,
-                    spec.role,
-                    (listener.local_addr().ok(), Some(SocketAddr::new(peer, 0))),
-                );
+                let mut outcome = outcome_of(&listener, spec.id, spec.direction, spec.role);
+                // A listener has no peer: name the only host it takes connections from.
+                outcome.remote_addr = SocketAddr::new(peer, 0).to_string();
                 let io = Io::Listen {
                     listener: TcpListener::from_std(listener),
                     peer,
@@ -1015,6 +999,8 @@ impl RrWorker {
             poll.registry()
                 .register(&mut mio::unix::SourceFd(&raw), TIMER, Interest::READABLE)?;
         }
+        let scan_every_turn = self.rr.rate_tps.is_some() || self.rr.workload == Workload::Crr;
+        let mut first_turn = true;
         let mut next_check = Instant::now();
         loop {
             let now = Instant::now();
@@ -1029,14 +1015,19 @@ impl RrWorker {
                 self.check_timeouts(now, Some(&poll));
                 next_check = now + TIMEOUT_CHECK;
             }
-            for i in 0..self.flows.len() {
-                self.issue(i, now, Some(&poll));
+            // Closed-loop requests go out as answers arrive (and once at the start); only
+            // open-loop due times and crr connects waiting for a port need every turn.
+            if scan_every_turn || first_turn {
+                for i in 0..self.flows.len() {
+                    self.issue(i, now, Some(&poll));
+                }
+                first_turn = false;
             }
             let mut wake = self
                 .drain_deadline
                 .or(self.next_boundary_at())
                 .map_or(next_check, |w| w.min(next_check));
-            for flow in self.flows.iter().filter(|f| !f.done) {
+            for flow in self.flows.iter().filter(|f| scan_every_turn && !f.done) {
                 match (&flow.io, flow.requester.as_ref()) {
                     (
                         Io::Crr {

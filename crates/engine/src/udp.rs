@@ -282,13 +282,7 @@ pub fn run(
             return Err(io::Error::other("a TCP flow was given to the UDP loop"));
         };
         socket.set_nonblocking(true)?;
-        let outcome = outcome_of(
-            &socket,
-            spec.id,
-            spec.direction,
-            spec.role,
-            (socket.local_addr().ok(), socket.peer_addr().ok()),
-        );
+        let outcome = outcome_of(&socket, spec.id, spec.direction, spec.role);
         let pacer = match (spec.role, plan.rate_bps) {
             // Credit for 5 ms of rate or one datagram, whichever is larger: bursts stay
             // far below a 100 ms interval.

@@ -233,14 +233,19 @@ impl FlowOutcome {
     }
 }
 
-/// The facts of a socket known when its flow starts.
+/// The facts of a socket known when its flow starts: its addresses (where it has them)
+/// and the buffers the kernel granted.
 pub(crate) fn outcome_of<S: std::os::fd::AsFd>(
     socket: &S,
     id: u32,
     direction: Direction,
     role: Role,
-    addrs: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
 ) -> FlowOutcome {
+    let sock = socket2::SockRef::from(socket);
+    let addrs = (
+        sock.local_addr().ok().and_then(|a| a.as_socket()),
+        sock.peer_addr().ok().and_then(|a| a.as_socket()),
+    );
     let (sndbuf, rcvbuf) = sys::granted_buffers(socket);
     FlowOutcome {
         sndbuf,
@@ -270,13 +275,7 @@ impl Flow {
         let FlowSocket::Tcp(stream) = spec.socket else {
             unreachable!("UDP flows run in the UDP loop")
         };
-        let mut outcome = outcome_of(
-            &stream,
-            spec.id,
-            spec.direction,
-            spec.role,
-            (stream.local_addr().ok(), stream.peer_addr().ok()),
-        );
+        let mut outcome = outcome_of(&stream, spec.id, spec.direction, spec.role);
         outcome.congestion = sys::congestion(&stream);
         let pacer = match (spec.role, plan.rate_bps) {
             // Credit for a few milliseconds or one write, whichever is larger.

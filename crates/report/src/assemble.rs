@@ -24,8 +24,7 @@ impl Report {
         let flows = merge_flows(&config, &local.flows, &remote.flows);
         let mut summary = summarize(&config, &flows, &local, &remote);
         summary.pacing = pacing(&config, &flows, &intervals);
-        let mut warnings = local.warnings.clone();
-        warnings.extend(remote.warnings.iter().map(|w| format!("server: {w}")));
+        let mut warnings = side_warnings(&local, &remote);
         warnings.extend(pacing_shortfall(&summary));
         Report {
             tool: tool.to_string(),
@@ -42,6 +41,13 @@ impl Report {
             warnings,
         }
     }
+}
+
+/// Both sides' warnings, the server's marked as such.
+pub(crate) fn side_warnings(local: &SideResult, remote: &SideResult) -> Vec<String> {
+    let mut warnings = local.warnings.clone();
+    warnings.extend(remote.warnings.iter().map(|w| format!("server: {w}")));
+    warnings
 }
 
 /// A pacing target the senders fell short of by more than 1 %, said with what the sender

@@ -6,7 +6,7 @@
 //! received and its CPU. Bytes are counted where they arrive, in both directions:
 //! responses at the client, requests at the server.
 
-use crate::assemble::{per_second, socket_facts};
+use crate::assemble::{per_second, side_warnings, socket_facts};
 use crate::latency::LatencySummary;
 use crate::model::*;
 use crate::units::format_count;
@@ -70,8 +70,7 @@ pub(crate) fn assemble(
         })
         .collect();
     let mut summary = summarize(&config, &flows, &local, &remote);
-    let mut warnings = local.warnings.clone();
-    warnings.extend(remote.warnings.iter().map(|w| format!("server: {w}")));
+    let mut warnings = side_warnings(&local, &remote);
     if let Some(rr) = &summary.rr {
         warnings.extend(shortfalls(&config, rr));
     }
@@ -354,19 +353,8 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
             rr.service_demand_us_per_transaction.remote,
         ),
     ] {
-        let _ = writeln!(
-            out,
-            "CPU {name}: {:.1}% of {} cores (user {:.1}, system {:.1}, softirq {:.1}), busiest core #{} {:.1}%, linerate {:.1}% of a core; service demand {:.2} us/transaction",
-            cpu.busy_pct,
-            cpu.cores,
-            cpu.user_pct,
-            cpu.system_pct,
-            cpu.softirq_pct,
-            cpu.busiest_core,
-            cpu.busiest_core_pct,
-            cpu.process_pct,
-            demand
-        );
+        let line = crate::text::cpu_line(name, cpu, &format!("{demand:.2} us/transaction"));
+        let _ = writeln!(out, "{line}");
     }
     for flow in report.flows.iter().filter(|f| f.error.is_some()) {
         let _ = writeln!(

@@ -138,10 +138,12 @@ fn direction_words(direction: Option<Direction>) -> &'static str {
     }
 }
 
-fn cpu_line(name: &str, cpu: &CpuUsage, demand: f64) -> String {
+/// One host's CPU over the window, ending with its service demand (`demand`, with its
+/// unit: "0.515 us/KB", "38.32 us/transaction").
+pub(crate) fn cpu_line(name: &str, cpu: &CpuUsage, demand: &str) -> String {
     format!(
         "CPU {name}: {:.1}% of {} cores (user {:.1}, system {:.1}, softirq {:.1}), busiest core #{} {:.1}%, \
-         linerate {:.1}% of a core; service demand {:.3} us/KB",
+         linerate {:.1}% of a core; service demand {demand}",
         cpu.busy_pct,
         cpu.cores,
         cpu.user_pct,
@@ -150,7 +152,6 @@ fn cpu_line(name: &str, cpu: &CpuUsage, demand: f64) -> String {
         cpu.busiest_core,
         cpu.busiest_core_pct,
         cpu.process_pct,
-        demand,
     )
 }
 
@@ -313,12 +314,20 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
     let _ = writeln!(
         out,
         "{}",
-        cpu_line("client", &s.cpu.local, s.service_demand_us_per_kb.local)
+        cpu_line(
+            "client",
+            &s.cpu.local,
+            &format!("{:.3} us/KB", s.service_demand_us_per_kb.local),
+        )
     );
     let _ = writeln!(
         out,
         "{}",
-        cpu_line("server", &s.cpu.remote, s.service_demand_us_per_kb.remote)
+        cpu_line(
+            "server",
+            &s.cpu.remote,
+            &format!("{:.3} us/KB", s.service_demand_us_per_kb.remote),
+        )
     );
     for warning in &report.warnings {
         let _ = writeln!(out, "warning: {warning}");
