@@ -41,6 +41,12 @@ impl FrameDecoder {
         self.buffer.len()
     }
 
+    /// Takes the bytes received past the last whole frame (what follows the frames on the
+    /// connection).
+    pub fn take_rest(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buffer)
+    }
+
     /// The next whole frame's body, `None` if more bytes are needed. The length is checked
     /// against the limit as soon as its four bytes arrive, before the body is buffered.
     pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {

@@ -7,6 +7,7 @@
 
 pub mod datagram;
 pub mod frame;
+pub mod iperf3;
 pub mod message;
 pub mod preface;
 pub mod session;
