@@ -11,7 +11,7 @@ use crate::server::{Server, ServerConfig};
 use crate::sys;
 use crate::worker::{FlowSocket, FlowSpec};
 use linerate_hostinfo::host_facts;
-use linerate_proto::datagram::{hello, tag_of, HELLO_LEN};
+use linerate_proto::datagram::{hello, tag_of, Framing, HELLO_LEN};
 use linerate_proto::preface::data_preface;
 use linerate_proto::{ClientEvent, ClientSession, SessionError, Timeouts, Token, PROTOCOL_VERSION};
 use linerate_report::{
@@ -157,7 +157,7 @@ pub fn run(
                 {
                     Ok(opened) => {
                         udp_flows = opened;
-                        udp_tag = Some(tag_of(&token.0));
+                        udp_tag = Some(Framing::Native { tag: tag_of(&token.0) });
                     }
                     Err(error) => {
                         session.abort(&error.to_string());

@@ -144,7 +144,7 @@ impl DataPlane {
         threads: usize,
         flows: Vec<FlowSpec>,
         drain: Duration,
-        udp_tag: Option<u32>,
+        udp_framing: Option<linerate_proto::datagram::Framing>,
         pin_cpus: &[usize],
     ) -> io::Result<DataPlane> {
         let rr = crate::rr::RrPlan::from_config(config);
@@ -170,7 +170,7 @@ impl DataPlane {
                 length: config.length as usize,
                 rate_bps: config.rate_bps.filter(|r| *r > 0),
                 drain,
-                udp_tag,
+                udp_framing,
                 gso: config.gso,
                 gro: config.gro,
                 rr: rr.clone(),

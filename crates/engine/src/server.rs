@@ -15,7 +15,7 @@ use crate::plane::{default_threads, DataPlane};
 use crate::sys;
 use crate::worker::{FlowSocket, FlowSpec};
 use linerate_hostinfo::host_facts;
-use linerate_proto::datagram::{parse_hello, tag_of};
+use linerate_proto::datagram::{parse_hello, tag_of, Framing};
 use linerate_proto::preface::{self, Preface};
 use linerate_proto::{Limits, RefuseCode, ServerEvent, ServerSession, Timeouts, Token};
 use linerate_report::units::{format_rate, Scale};
@@ -630,7 +630,9 @@ fn start_plane(
             .unwrap_or_else(|| default_threads(config.connections() as usize)),
         specs,
         shared.config.drain,
-        (config.protocol == "udp").then(|| tag_of(&state.udp_token)),
+        (config.protocol == "udp").then(|| Framing::Native {
+            tag: tag_of(&state.udp_token),
+        }),
         &[],
     )?);
     Ok(())

@@ -11,7 +11,7 @@
 use crate::pacer::Pacer;
 use crate::worker::{outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec};
 use crate::worker::{Sample, WorkerPlan};
-use linerate_proto::datagram::{parse_hello, write_header, SequenceTracker, MIN_DATAGRAM};
+use linerate_proto::datagram::{parse_hello, Framing, SequenceTracker};
 use linerate_report::{Role, UdpCounts};
 use std::io;
 use std::net::UdpSocket;
@@ -274,8 +274,8 @@ pub fn run(
     samples: Sender<Sample>,
     stop: Arc<AtomicBool>,
 ) -> io::Result<Vec<FlowOutcome>> {
-    let tag = plan.udp_tag.unwrap_or(0);
-    let size = plan.length.max(MIN_DATAGRAM);
+    let framing = plan.udp_framing.unwrap_or(Framing::Native { tag: 0 });
+    let size = plan.length.max(framing.min_len());
     let mut flows = Vec::with_capacity(specs.len());
     for spec in specs {
         let FlowSocket::Udp(socket) = spec.socket else {
@@ -302,7 +302,7 @@ pub fn run(
             send_errors: 0,
             blocked: false,
             pacer,
-            tracker: (spec.role == Role::Receive).then(|| SequenceTracker::new(spec.id, tag)),
+            tracker: (spec.role == Role::Receive).then(|| SequenceTracker::new(spec.id, framing)),
             done: false,
             outcome,
         });
@@ -397,7 +397,7 @@ pub fn run(
                         };
                         for i in 0..allowed {
                             let sequence = flow.sequence + i as u64;
-                            write_header(send_batch.datagram(i), sequence, since_ns, flow.id, tag);
+                            framing.write(send_batch.datagram(i), sequence, since_ns, flow.id);
                         }
                         match send_batch.send(&flow.socket, allowed) {
                             Ok(sent) => {
@@ -606,7 +606,7 @@ mod tests {
 
     fn datagram(sequence: u64, flow: u32, tag: u32) -> Vec<u8> {
         let mut d = vec![0x5a; 100];
-        write_header(&mut d, sequence, 0, flow, tag);
+        linerate_proto::datagram::write_header(&mut d, sequence, 0, flow, tag);
         d
     }
 
@@ -622,7 +622,7 @@ mod tests {
         let start = Instant::now();
         let end = Duration::from_millis(300);
         let plan = WorkerPlan {
-            udp_tag: Some(TAG),
+            udp_framing: Some(Framing::Native { tag: TAG }),
             ..WorkerPlan::alone(start, end, 100, Duration::from_secs(1))
         };
         let spec = FlowSpec {

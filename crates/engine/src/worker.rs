@@ -139,7 +139,7 @@ pub struct WorkerPlan {
     /// How long receivers keep draining after the end for the sender's last bytes.
     pub drain: Duration,
     /// UDP tests: the tag every datagram of the test carries.
-    pub udp_tag: Option<u32>,
+    pub udp_framing: Option<linerate_proto::datagram::Framing>,
     /// UDP: senders use segmentation offload, receivers coalescing, where the kernel
     /// offers them.
     pub gso: bool,
@@ -168,7 +168,7 @@ impl WorkerPlan {
             length,
             rate_bps: None,
             drain,
-            udp_tag: None,
+            udp_framing: None,
             gso: false,
             gro: false,
             rr: None,
@@ -189,7 +189,7 @@ pub(crate) fn send_sample(
 ) {
     let at_edge = plan.index == 0 && plan.cpu_boundaries.contains(&index);
     let proc_stat = at_edge.then(|| CpuSnapshot::read().ok()).flatten();
-    let udp_kernel = (at_edge && plan.udp_tag.is_some())
+    let udp_kernel = (at_edge && plan.udp_framing.is_some())
         .then(|| read_udp_counters().ok())
         .flatten();
     // The coordinator may have gone (an aborted test); the flows still end cleanly.

@@ -45,6 +45,75 @@ pub fn write_header(datagram: &mut [u8], sequence: u64, sent_ns: u64, flow: u32,
     }
 }
 
+/// How a test's datagrams carry their header: linerate's own, or iperf3's when the peer is
+/// an iperf3 client or server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// The header above, with the test's tag.
+    Native { tag: u32 },
+    /// iperf3's: send time as seconds and microseconds (u32 BE each), then the packet
+    /// number from 1, as u32 BE or, with `wide` (iperf3's 64-bit counters), u64 BE. Only
+    /// differences of send times matter (jitter), so any steady clock will do.
+    Iperf3 { wide: bool },
+}
+
+impl Framing {
+    /// The shortest datagram that carries the header.
+    pub fn min_len(&self) -> usize {
+        match self {
+            Framing::Native { .. } => MIN_DATAGRAM,
+            Framing::Iperf3 { wide: true } => 16,
+            Framing::Iperf3 { wide: false } => 12,
+        }
+    }
+
+    /// Writes the header of datagram `sequence` (from 0) of `flow`.
+    pub fn write(&self, datagram: &mut [u8], sequence: u64, sent_ns: u64, flow: u32) {
+        match *self {
+            Framing::Native { tag } => write_header(datagram, sequence, sent_ns, flow, tag),
+            Framing::Iperf3 { wide } => {
+                let seconds = (sent_ns / 1_000_000_000) as u32;
+                let micros = ((sent_ns % 1_000_000_000) / 1000) as u32;
+                datagram[0..4].copy_from_slice(&seconds.to_be_bytes());
+                datagram[4..8].copy_from_slice(&micros.to_be_bytes());
+                let number = sequence + 1;
+                if wide {
+                    datagram[8..16].copy_from_slice(&number.to_be_bytes());
+                } else {
+                    datagram[8..12].copy_from_slice(&(number as u32).to_be_bytes());
+                }
+            }
+        }
+    }
+
+    /// Reads a header, sequence numbered from 0; `None` for a datagram that is not one.
+    pub fn read(&self, datagram: &[u8]) -> Option<Header> {
+        match *self {
+            Framing::Native { .. } => read_header(datagram),
+            Framing::Iperf3 { wide } => {
+                if datagram.len() < self.min_len() {
+                    return None;
+                }
+                let u32_at =
+                    |at: usize| u32::from_be_bytes(datagram[at..at + 4].try_into().expect("4"));
+                let number = if wide {
+                    u64::from_be_bytes(datagram[8..16].try_into().expect("8"))
+                } else {
+                    u64::from(u32_at(8))
+                };
+                let sent_ns = u64::from(u32_at(0)) * 1_000_000_000 + u64::from(u32_at(4)) * 1000;
+                Some(Header {
+                    // Packet numbers start at 1: a 0 is no iperf3 datagram.
+                    sequence: number.checked_sub(1)?,
+                    sent_ns,
+                    flow: None,
+                    tag: None,
+                })
+            }
+        }
+    }
+}
+
 /// Reads a header; `None` for a datagram too short to be a test datagram.
 pub fn read_header(datagram: &[u8]) -> Option<Header> {
     let u64_at = |at: usize| u64::from_be_bytes(datagram[at..at + 8].try_into().expect("8"));
@@ -113,7 +182,7 @@ const HISTORY: u64 = 1 << 14;
 #[derive(Debug, Clone)]
 pub struct SequenceTracker {
     flow: u32,
-    tag: u32,
+    framing: Framing,
     /// The next sequence number expected in order (one past the highest seen).
     next: u64,
     /// Bit `s % HISTORY` is set when sequence `s` (within HISTORY of `next`) has arrived.
@@ -124,10 +193,10 @@ pub struct SequenceTracker {
 }
 
 impl SequenceTracker {
-    pub fn new(flow: u32, tag: u32) -> SequenceTracker {
+    pub fn new(flow: u32, framing: Framing) -> SequenceTracker {
         SequenceTracker {
             flow,
-            tag,
+            framing,
             next: 0,
             seen: vec![0; (HISTORY / 64) as usize],
             last_transit: None,
@@ -161,11 +230,16 @@ impl SequenceTracker {
 
     /// Accounts one datagram of `len` bytes that arrived at `arrival_ns` (receiver clock).
     pub fn record(&mut self, datagram: &[u8], arrival_ns: u64) {
-        let Some(header) = read_header(datagram) else {
+        let Some(header) = self.framing.read(datagram) else {
             self.counts.foreign += 1;
             return;
         };
-        if header.flow.is_some_and(|f| f != self.flow) || header.tag.is_some_and(|t| t != self.tag)
+        let tag = match self.framing {
+            Framing::Native { tag } => Some(tag),
+            Framing::Iperf3 { .. } => None,
+        };
+        if header.flow.is_some_and(|f| f != self.flow)
+            || header.tag.zip(tag).is_some_and(|(theirs, ours)| theirs != ours)
         {
             self.counts.foreign += 1;
             return;
@@ -248,7 +322,7 @@ mod tests {
 
     #[test]
     fn in_order_stream_has_no_loss() {
-        let mut t = SequenceTracker::new(FLOW, TAG);
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
         feed(&mut t, &[0, 1, 2, 3, 4]);
         let c = t.counts();
         assert_eq!(
@@ -261,7 +335,7 @@ mod tests {
 
     #[test]
     fn gaps_are_lost_until_a_late_datagram_fills_them() {
-        let mut t = SequenceTracker::new(FLOW, TAG);
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
         feed(&mut t, &[0, 1, 4, 5]);
         assert_eq!(t.counts().lost, 2);
         feed(&mut t, &[2]);
@@ -271,7 +345,7 @@ mod tests {
 
     #[test]
     fn duplicates_are_counted_apart_and_not_received_twice() {
-        let mut t = SequenceTracker::new(FLOW, TAG);
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
         feed(&mut t, &[0, 1, 1, 2, 0, 3]);
         let c = t.counts();
         assert_eq!(
@@ -282,7 +356,7 @@ mod tests {
 
     #[test]
     fn a_late_duplicate_of_a_late_datagram_is_a_duplicate() {
-        let mut t = SequenceTracker::new(FLOW, TAG);
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
         feed(&mut t, &[0, 2, 1, 1]);
         let c = t.counts();
         assert_eq!(
@@ -293,7 +367,7 @@ mod tests {
 
     #[test]
     fn a_huge_gap_resets_the_history_without_false_duplicates() {
-        let mut t = SequenceTracker::new(FLOW, TAG);
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
         feed(&mut t, &[0, 1, HISTORY * 3 + 1, HISTORY * 3 + 2]);
         let c = t.counts();
         assert_eq!(c.lost, HISTORY * 3 - 1);
@@ -302,7 +376,7 @@ mod tests {
 
     #[test]
     fn foreign_datagrams_are_counted_and_ignored() {
-        let mut t = SequenceTracker::new(FLOW, TAG);
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
         t.record(&[1, 2, 3], 0);
         let mut other_flow = datagram(0, 0, 64);
         other_flow[16..20].copy_from_slice(&9u32.to_be_bytes());
@@ -322,7 +396,7 @@ mod tests {
     #[test]
     fn jitter_follows_rfc_3550() {
         let ms = 1_000_000u64;
-        let mut t = SequenceTracker::new(FLOW, TAG);
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
         for (i, transit) in [5u64, 7, 6, 9].iter().enumerate() {
             let sent = i as u64 * 10 * ms;
             t.record(&datagram(i as u64, sent, 64), sent + transit * ms);
@@ -334,13 +408,36 @@ mod tests {
     #[test]
     fn late_datagrams_leave_jitter_alone() {
         let ms = 1_000_000u64;
-        let mut t = SequenceTracker::new(FLOW, TAG);
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
         t.record(&datagram(0, 0, 64), 5 * ms);
         t.record(&datagram(2, 20 * ms, 64), 25 * ms);
         // Sequence 1 arrives 100 ms late: out of order, not a jitter sample.
         t.record(&datagram(1, 10 * ms, 64), 115 * ms);
         assert_eq!(t.counts().jitter_ns, 0.0);
         assert_eq!(t.counts().out_of_order, 1);
+    }
+
+    #[test]
+    fn iperf3_headers_round_trip_and_count_from_one() {
+        for wide in [false, true] {
+            let framing = Framing::Iperf3 { wide };
+            let mut d = vec![0u8; 64];
+            framing.write(&mut d, 41, 3_000_123_456, 0);
+            assert_eq!(&d[0..4], &3u32.to_be_bytes());
+            assert_eq!(&d[4..8], &123u32.to_be_bytes());
+            let number_at = if wide { 15 } else { 11 };
+            assert_eq!(d[number_at], 42, "the 42nd packet of iperf3's count");
+            let h = framing.read(&d).unwrap();
+            assert_eq!((h.sequence, h.sent_ns), (41, 3_000_123_000));
+            assert!(framing.read(&[0u8; 64]).is_none(), "packet number 0");
+        }
+        let mut t = SequenceTracker::new(0, Framing::Iperf3 { wide: false });
+        for number in [1u32, 2, 4] {
+            let mut d = vec![0u8; 100];
+            d[8..12].copy_from_slice(&number.to_be_bytes());
+            t.record(&d, 0);
+        }
+        assert_eq!((t.counts().datagrams, t.counts().lost, t.expected()), (3, 1, 4));
     }
 
     #[test]
