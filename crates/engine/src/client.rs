@@ -6,7 +6,7 @@
 //! the server's results into one [`Report`].
 
 use crate::control::Control;
-use crate::plane::DataPlane;
+use crate::plane::{DataPlane, PlaneSetup};
 use crate::server::{Server, ServerConfig};
 use crate::sys;
 use crate::worker::{FlowSocket, FlowSpec};
@@ -194,15 +194,14 @@ pub fn run(
                     let specs = flow_specs(config, sockets);
                     let threads = config.threads as usize;
                     let pin: &[usize] = config.rr.as_ref().map_or(&[], |rr| &rr.cpus);
-                    let plane_start = DataPlane::start(
-                        start,
-                        config,
+                    let setup = PlaneSetup {
                         threads,
-                        specs,
-                        options.drain,
-                        udp_tag,
-                        pin,
-                    );
+                        drain: options.drain,
+                        udp_framing: udp_tag,
+                        pin_cpus: pin.to_vec(),
+                        budget: None,
+                    };
+                    let plane_start = DataPlane::start(start, config, specs, setup);
                     match plane_start {
                         Ok(p) => plane = Some(p),
                         Err(source) => {

@@ -16,7 +16,7 @@ use linerate_report::{
 };
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -34,6 +34,57 @@ pub fn default_threads(flows: usize) -> usize {
     } else {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     }
+}
+
+/// Ends a test before its schedule does: an iperf3 client decides when its test ends, and
+/// a byte-count test ends when its flows have moved their bytes. Workers check it every
+/// loop turn; the first request wins.
+#[derive(Debug)]
+pub struct EndSignal {
+    /// The boundary index that now ends the test; `usize::MAX` until one is asked for.
+    at: AtomicUsize,
+    /// Flows with a byte budget that have not yet moved it.
+    budgeted: AtomicUsize,
+}
+
+impl EndSignal {
+    pub fn new(budgeted: usize) -> Arc<EndSignal> {
+        Arc::new(EndSignal {
+            at: AtomicUsize::new(usize::MAX),
+            budgeted: AtomicUsize::new(budgeted),
+        })
+    }
+
+    /// Ends the test at boundary `index`: each worker takes that boundary's sample at
+    /// once (or has already taken it) and ends there.
+    pub fn request(&self, index: usize) {
+        self.at.fetch_min(index, Ordering::SeqCst);
+    }
+
+    pub fn requested(&self) -> Option<usize> {
+        let at = self.at.load(Ordering::SeqCst);
+        (at != usize::MAX).then_some(at)
+    }
+
+    /// A flow has moved its budget; true for the last one, whose worker ends the test.
+    pub fn budget_spent(&self) -> bool {
+        self.budgeted.fetch_sub(1, Ordering::SeqCst) == 1
+    }
+}
+
+/// How a side's data plane runs, beyond the test's config.
+#[derive(Debug, Clone, Default)]
+pub struct PlaneSetup {
+    pub threads: usize,
+    /// How long receivers wait for a sender's last bytes after the end.
+    pub drain: Duration,
+    /// UDP tests: how datagrams carry their header.
+    pub udp_framing: Option<linerate_proto::datagram::Framing>,
+    /// CPUs the workers are pinned to, in turn; empty: not pinned.
+    pub pin_cpus: Vec<usize>,
+    /// Flows of this role stop after moving this many bytes each, and the test ends when
+    /// all of them have (iperf3's `-n` and `-k`).
+    pub budget: Option<(Role, u64)>,
 }
 
 /// The nominal timeline of a test, relative to its start.
@@ -116,6 +167,8 @@ pub struct DataPlane {
     spans: Vec<Option<Span>>,
     workload: Workload,
     intervals_done: usize,
+    end: Arc<EndSignal>,
+    start: Instant,
 }
 
 #[derive(Default)]
@@ -141,12 +194,18 @@ impl DataPlane {
     pub fn start(
         start: Instant,
         config: &TestConfig,
-        threads: usize,
         flows: Vec<FlowSpec>,
-        drain: Duration,
-        udp_framing: Option<linerate_proto::datagram::Framing>,
-        pin_cpus: &[usize],
+        setup: PlaneSetup,
     ) -> io::Result<DataPlane> {
+        let PlaneSetup {
+            threads,
+            drain,
+            udp_framing,
+            pin_cpus,
+            budget,
+        } = setup;
+        let budgeted = budget.map_or(0, |(role, _)| flows.iter().filter(|f| f.role == role).count());
+        let end = EndSignal::new(budgeted);
         let rr = crate::rr::RrPlan::from_config(config);
         let schedule = Schedule::from_config(config);
         let boundaries = schedule.boundaries();
@@ -175,6 +234,8 @@ impl DataPlane {
                 gro: config.gro,
                 rr: rr.clone(),
                 cpu: (!pin_cpus.is_empty()).then(|| pin_cpus[index % pin_cpus.len()]),
+                end: end.clone(),
+                budget,
             };
             let sender = sender.clone();
             let stop = stop.clone();
@@ -196,7 +257,28 @@ impl DataPlane {
             receiver,
             stop,
             intervals_done: 0,
+            end,
+            start,
         })
+    }
+
+    /// Ends the test now, ahead of its schedule: at the first boundary not yet due, whose
+    /// sample each worker then takes at once.
+    pub fn end_now(&self) {
+        let since = self.start.elapsed();
+        let index = self
+            .boundaries
+            .iter()
+            .position(|b| *b > since)
+            .unwrap_or(self.end_index);
+        self.end.request(index);
+    }
+
+    /// The boundary that ends the test: the schedule's last, or an earlier one asked for.
+    fn last_boundary(&self) -> usize {
+        self.end
+            .requested()
+            .map_or(self.end_index, |at| at.min(self.end_index))
     }
 
     /// Asks every worker to stop now (an aborted test).
@@ -240,7 +322,8 @@ impl DataPlane {
                 self.take_sample(sample);
             }
             let mut done = Vec::new();
-            while self.intervals_done < self.end_index && self.complete(self.intervals_done + 1) {
+            while self.intervals_done < self.last_boundary() && self.complete(self.intervals_done + 1)
+            {
                 let k = self.intervals_done;
                 done.push(self.interval(k));
                 self.intervals_done += 1;
@@ -357,6 +440,15 @@ impl DataPlane {
         }
         if let Some(error) = failure {
             return Err(error);
+        }
+        if self.end_index != self.last_boundary() {
+            // Ended ahead of the schedule: the last span closes when its samples were
+            // taken, not at its nominal boundary.
+            self.end_index = self.last_boundary();
+            let taken = self.samples[self.end_index].iter().flatten().map(|s| s.at).max();
+            if let Some(at) = taken {
+                self.boundaries[self.end_index] = at;
+            }
         }
         let mut warnings = Vec::new();
         let mut intervals = Vec::new();

@@ -11,7 +11,7 @@
 //! the thread drops the plane and every socket of the test before it exits.
 
 use crate::control::Control;
-use crate::plane::{default_threads, DataPlane};
+use crate::plane::{default_threads, DataPlane, PlaneSetup};
 use crate::sys;
 use crate::worker::{FlowSocket, FlowSpec};
 use linerate_hostinfo::host_facts;
@@ -621,20 +621,19 @@ fn start_plane(
             socket: FlowSocket::Tcp(stream),
         });
     }
-    state.plane = Some(DataPlane::start(
-        Instant::now(),
-        &config,
-        shared
+    let setup = PlaneSetup {
+        threads: shared
             .config
             .threads
             .unwrap_or_else(|| default_threads(config.connections() as usize)),
-        specs,
-        shared.config.drain,
-        (config.protocol == "udp").then(|| Framing::Native {
+        drain: shared.config.drain,
+        udp_framing: (config.protocol == "udp").then(|| Framing::Native {
             tag: tag_of(&state.udp_token),
         }),
-        &[],
-    )?);
+        pin_cpus: Vec::new(),
+        budget: None,
+    };
+    state.plane = Some(DataPlane::start(Instant::now(), &config, specs, setup)?);
     Ok(())
 }
 

@@ -233,6 +233,9 @@ struct UdpFlow {
     pacer: Option<Pacer>,
     tracker: Option<SequenceTracker>,
     done: bool,
+    /// Bytes this flow moves before it stops (iperf3's `-n`), and whether it has.
+    budget: Option<u64>,
+    spent: bool,
     outcome: FlowOutcome,
 }
 
@@ -304,6 +307,8 @@ pub fn run(
             pacer,
             tracker: (spec.role == Role::Receive).then(|| SequenceTracker::new(spec.id, framing)),
             done: false,
+            budget: plan.budget_for(spec.role),
+            spent: false,
             outcome,
         });
     }
@@ -337,7 +342,6 @@ pub fn run(
         }
         None => Batch::new(size.max(64), 1, BATCH, false),
     };
-    let end_index = plan.boundaries.len() - 1;
     let mut next_boundary = 0usize;
     let mut grace_until: Option<Instant> = None;
 
@@ -347,7 +351,15 @@ pub fn run(
             break;
         }
         let since = now.saturating_duration_since(plan.start);
-        while next_boundary <= end_index && since >= plan.boundaries[next_boundary] {
+        let end_index = plan.end_index();
+        if next_boundary > end_index && grace_until.is_none() {
+            // Asked to end at a boundary this worker has already sampled.
+            for flow in flows.iter_mut().filter(|f| f.role == Role::Send) {
+                flow.done = true;
+            }
+            grace_until = Some(now + RECEIVE_GRACE.min(plan.drain));
+        }
+        while next_boundary <= end_index && plan.is_due(next_boundary, since) {
             let counts = flows
                 .iter()
                 .map(|f| FlowCount {
@@ -379,8 +391,11 @@ pub fn run(
             match flow.role {
                 Role::Send if !flow.blocked => {
                     for _ in 0..CALLS_PER_TURN {
+                        let left = flow.budget.map_or(usize::MAX, |b| {
+                            (b.saturating_sub(flow.sent_bytes) as usize).div_ceil(size)
+                        });
                         let allowed = match flow.pacer.as_mut() {
-                            None => send_batch.capacity(),
+                            None => send_batch.capacity().min(left),
                             Some(pacer) => {
                                 // Wait for a full batch's credit (or the bucket's, if it
                                 // holds less): a sender that went out with every datagram
@@ -392,9 +407,12 @@ pub fn run(
                                     next_send = Some(next_send.map_or(at, |n| n.min(at)));
                                     break;
                                 }
-                                allowed.min(send_batch.capacity())
+                                allowed.min(send_batch.capacity()).min(left)
                             }
                         };
+                        if allowed == 0 {
+                            break;
+                        }
                         for i in 0..allowed {
                             let sequence = flow.sequence + i as u64;
                             framing.write(send_batch.datagram(i), sequence, since_ns, flow.id);
@@ -481,6 +499,17 @@ pub fn run(
                 }
             }
         }
+        for flow in flows.iter_mut() {
+            if !flow.spent && flow.budget.is_some_and(|b| flow.bytes() >= b) {
+                flow.spent = true;
+                if flow.role == Role::Send {
+                    flow.done = true;
+                }
+                if plan.end.budget_spent() {
+                    plan.end.request(next_boundary);
+                }
+            }
+        }
         if let Some(e) = gso_refused {
             notes.push(format!(
                 "--gso: the device refused segmentation offload ({e}); sending without"
@@ -498,7 +527,7 @@ pub fn run(
         if let Some(at) = next_send {
             wake = wake.min(at);
         }
-        if next_boundary <= end_index {
+        if next_boundary <= plan.end_index() {
             wake = wake.min(plan.start + plan.boundaries[next_boundary]);
         }
         if let Some(g) = grace_until {

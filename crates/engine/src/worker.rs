@@ -148,6 +148,10 @@ pub struct WorkerPlan {
     pub rr: Option<crate::rr::RrPlan>,
     /// The CPU this worker is pinned to.
     pub cpu: Option<usize>,
+    /// Asks for an end ahead of the schedule; shared by the plane's workers.
+    pub end: Arc<crate::plane::EndSignal>,
+    /// Flows of this role stop after moving this many bytes each.
+    pub budget: Option<(Role, u64)>,
 }
 
 impl WorkerPlan {
@@ -173,7 +177,26 @@ impl WorkerPlan {
             gro: false,
             rr: None,
             cpu: None,
+            end: crate::plane::EndSignal::new(0),
+            budget: None,
         }
+    }
+
+    /// The boundary that ends the test: the schedule's last, or an earlier one asked for.
+    pub(crate) fn end_index(&self) -> usize {
+        let last = self.boundaries.len() - 1;
+        self.end.requested().map_or(last, |at| at.min(last))
+    }
+
+    /// Whether boundary `index` is due `since` the start: its time has come, or the test
+    /// was asked to end there.
+    pub(crate) fn is_due(&self, index: usize, since: Duration) -> bool {
+        since >= self.boundaries[index] || self.end.requested() == Some(index)
+    }
+
+    /// The bytes a flow of `role` may still move, if it has a budget.
+    pub(crate) fn budget_for(&self, role: Role) -> Option<u64> {
+        self.budget.filter(|(r, _)| *r == role).map(|(_, bytes)| bytes)
     }
 }
 
@@ -266,6 +289,9 @@ struct Flow {
     queued: bool,
     parked: bool,
     done: bool,
+    /// Bytes this flow moves before it stops (iperf3's `-n`), and whether it has.
+    budget: Option<u64>,
+    spent: bool,
     pacer: Option<Pacer>,
     outcome: FlowOutcome,
 }
@@ -297,6 +323,8 @@ impl Flow {
             queued: true,
             parked: false,
             done: false,
+            budget: plan.budget_for(spec.role),
+            spent: false,
             pacer,
             outcome,
         }
@@ -331,7 +359,6 @@ struct Worker {
     send_buffer: Vec<u8>,
     receive_buffer: Vec<u8>,
     next_boundary: usize,
-    end_index: usize,
     early_close_tolerance: Duration,
     /// Set when the end boundary passes.
     drain_deadline: Option<Instant>,
@@ -348,7 +375,6 @@ impl Worker {
             send_buffer: (0..plan.length).map(|i| (i % 251) as u8).collect(),
             receive_buffer: vec![0u8; plan.length.clamp(128 * 1024, 4 << 20)],
             next_boundary: 0,
-            end_index,
             early_close_tolerance: (test_end / 20).min(Duration::from_secs(1)),
             drain_deadline: None,
             plan,
@@ -361,10 +387,17 @@ impl Worker {
         now.saturating_duration_since(self.plan.start)
     }
 
-    /// When the next boundary is due, if one is left.
+    /// When the next boundary is due, if one is left: now, if the test was asked to end
+    /// there.
     fn next_boundary_at(&self) -> Option<Instant> {
-        (self.next_boundary <= self.end_index)
-            .then(|| self.plan.start + self.plan.boundaries[self.next_boundary])
+        let next = self.next_boundary;
+        if next > self.plan.end_index() {
+            return None;
+        }
+        if self.plan.end.requested() == Some(next) {
+            return Some(Instant::now());
+        }
+        Some(self.plan.start + self.plan.boundaries[next])
     }
 
     /// Takes a sample at every boundary that has passed. At the end boundary senders
@@ -373,9 +406,18 @@ impl Worker {
     fn sample_due(&mut self, now: Instant) -> Vec<usize> {
         let since = self.since(now);
         let mut draining = Vec::new();
-        while self.next_boundary <= self.end_index
-            && since >= self.plan.boundaries[self.next_boundary]
-        {
+        loop {
+            let end_index = self.plan.end_index();
+            if self.next_boundary > end_index {
+                // Asked to end at a boundary this worker has already sampled.
+                if self.drain_deadline.is_none() {
+                    self.begin_drain(now, &mut draining);
+                }
+                break;
+            }
+            if !self.plan.is_due(self.next_boundary, since) {
+                break;
+            }
             let index = self.next_boundary;
             let flows = self
                 .flows
@@ -400,22 +442,29 @@ impl Worker {
                 .collect();
             send_sample(&self.plan, &self.samples, index, since, flows, None);
             self.next_boundary += 1;
-            if index == self.end_index {
-                for (i, flow) in self.flows.iter_mut().enumerate() {
-                    match flow.role {
-                        Role::Send => {
-                            let _ = flow.stream.shutdown(Shutdown::Write);
-                            flow.done = true;
-                        }
-                        // Bytes still arriving are the sender's tail: counted in the total only.
-                        _ if !flow.done => draining.push(i),
-                        _ => {}
-                    }
-                }
-                self.drain_deadline = Some(now + self.plan.drain);
+            if index == end_index {
+                self.begin_drain(now, &mut draining);
+                break;
             }
         }
         draining
+    }
+
+    /// The test's end: senders close their half, receivers still open read on for the
+    /// sender's tail until the drain deadline.
+    fn begin_drain(&mut self, now: Instant, draining: &mut Vec<usize>) {
+        for (i, flow) in self.flows.iter_mut().enumerate() {
+            match flow.role {
+                Role::Send => {
+                    let _ = flow.stream.shutdown(Shutdown::Write);
+                    flow.done = true;
+                }
+                // Bytes still arriving are the sender's tail: counted in the total only.
+                _ if !flow.done => draining.push(i),
+                _ => {}
+            }
+        }
+        self.drain_deadline = Some(now + self.plan.drain);
     }
 
     /// The drain is over: its deadline passed or every flow has ended.
@@ -427,15 +476,22 @@ impl Worker {
     /// One write or read on flow `i`.
     fn step(&mut self, i: usize, since: Duration) -> Step {
         let flow = &mut self.flows[i];
-        match flow.role {
-            Role::Send => match flow.stream.write(&self.send_buffer) {
+        let step = match flow.role {
+            Role::Send => {
+                let left = flow.budget.map_or(u64::MAX, |b| b.saturating_sub(flow.bytes));
+                let length = self.send_buffer.len().min(left as usize);
+                match flow.stream.write(&self.send_buffer[..length]) {
                 Ok(n) => {
                     flow.bytes += n as u64;
                     if let Some(pacer) = flow.pacer.as_mut() {
                         pacer.charge(n);
                     }
+                    if n as u64 == left {
+                        // The budget is sent; the peer's end of the test closes the flow.
+                        flow.done = true;
+                    }
                     Step::Moved {
-                        short: n < self.send_buffer.len(),
+                        short: n < length,
                     }
                 }
                 Err(e) if is_idle(&e) => Step::Idle,
@@ -443,12 +499,13 @@ impl Worker {
                     flow.fail(since, "send", &e);
                     Step::Ended
                 }
-            },
+            }
+            }
             _ => match flow.stream.read(&mut self.receive_buffer) {
                 Ok(0) => {
                     // The sender's clock started one control-path delay before ours, so
                     // its normal end arrives a little before our end boundary.
-                    let test_end = self.plan.boundaries[self.end_index];
+                    let test_end = self.plan.boundaries[self.plan.end_index()];
                     if self.drain_deadline.is_none()
                         && since + self.early_close_tolerance < test_end
                     {
@@ -472,7 +529,15 @@ impl Worker {
                     Step::Ended
                 }
             },
+        };
+        if !flow.spent && flow.budget.is_some_and(|b| flow.bytes >= b) {
+            flow.spent = true;
+            if self.plan.end.budget_spent() {
+                // The last budget is moved: the test ends at the boundary ahead.
+                self.plan.end.request(self.next_boundary);
+            }
         }
+        step
     }
 
     fn outcomes(self) -> Vec<FlowOutcome> {
@@ -548,6 +613,9 @@ fn pin_to(cpu: usize) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// How long an idle event loop sleeps at most before it looks for an early end.
+const END_CHECK: Duration = Duration::from_millis(20);
 
 /// How long a blocking call may wait before the loop looks at the clock again: the
 /// latest a boundary sample can be taken on an idle flow (its time is recorded as taken).
@@ -641,7 +709,10 @@ fn run_event_loop(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
             if let Some(&Reverse((when, _))) = timers.peek() {
                 wake = Some(wake.map_or(when, |w| w.min(when)));
             }
+            // An end asked for by the plane or another worker must not wait for a
+            // boundary far ahead.
             wake.map_or(Duration::ZERO, |w| w.saturating_duration_since(now))
+                .min(END_CHECK)
         };
         match poll.poll(&mut events, Some(timeout)) {
             Ok(()) => {}
