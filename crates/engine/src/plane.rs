@@ -583,13 +583,24 @@ impl DataPlane {
         let (Some(a), Some(b)) = (edge(start), edge(end)) else {
             return Default::default();
         };
-        let process: Duration = self.samples[start]
-            .iter()
-            .zip(&self.samples[end])
-            .filter_map(|(a, b)| Some(b.as_ref()?.cpu.saturating_sub(a.as_ref()?.cpu)))
-            .sum();
+        let spent = |get: fn(&Sample) -> Duration| -> Duration {
+            self.samples[start]
+                .iter()
+                .zip(&self.samples[end])
+                .filter_map(|(a, b)| Some(get(b.as_ref()?).saturating_sub(get(a.as_ref()?))))
+                .sum()
+        };
+        let process = spent(|s| s.cpu);
+        let window = b.at.saturating_sub(a.at);
         match (&a.proc_stat, &b.proc_stat) {
-            (Some(before), Some(after)) => usage(before, after, process, b.at.saturating_sub(a.at)),
+            (Some(before), Some(after)) => linerate_report::CpuUsage {
+                process_user_pct: if window.is_zero() {
+                    0.0
+                } else {
+                    spent(|s| s.cpu_user).as_secs_f64() / window.as_secs_f64() * 100.0
+                },
+                ..usage(before, after, process, window)
+            },
             _ => Default::default(),
         }
     }

@@ -12,7 +12,7 @@
 
 use crate::pacer::Pacer;
 use crate::sys;
-use linerate_hostinfo::{read_udp_counters, thread_cpu_time, CpuSnapshot};
+use linerate_hostinfo::{read_udp_counters, thread_cpu_times, CpuSnapshot};
 use linerate_report::latency::LatencyHistogram;
 use linerate_report::{Direction, Role, UdpCounters, UdpCounts};
 use mio::net::TcpStream;
@@ -92,8 +92,9 @@ pub struct Sample {
     pub index: usize,
     /// When the reading was taken, since the test's start.
     pub at: Duration,
-    /// The worker thread's CPU time so far.
+    /// The worker thread's CPU time so far, and the user-mode part of it.
     pub cpu: Duration,
+    pub cpu_user: Duration,
     pub flows: Vec<FlowCount>,
     /// `/proc/stat` at the window's edges (worker 0 only).
     pub proc_stat: Option<CpuSnapshot>,
@@ -215,12 +216,14 @@ pub(crate) fn send_sample(
     let udp_kernel = (at_edge && plan.udp_framing.is_some())
         .then(|| read_udp_counters().ok())
         .flatten();
+    let (user, system) = thread_cpu_times();
     // The coordinator may have gone (an aborted test); the flows still end cleanly.
     let _ = samples.send(Sample {
         worker: plan.index,
         index,
         at: since,
-        cpu: thread_cpu_time(),
+        cpu: user + system,
+        cpu_user: user,
         flows,
         proc_stat,
         udp_kernel,

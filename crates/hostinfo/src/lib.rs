@@ -120,21 +120,28 @@ pub fn usage(
             0.0
         },
         process_cpu_s: process_cpu.as_secs_f64(),
+        process_user_pct: 0.0,
     }
 }
 
 /// CPU time (user + system) the calling thread has used so far.
 pub fn thread_cpu_time() -> Duration {
+    let (user, system) = thread_cpu_times();
+    user + system
+}
+
+/// The calling thread's CPU time so far, as user and system time.
+pub fn thread_cpu_times() -> (Duration, Duration) {
     // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_THREAD is Linux's.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
         if libc::getrusage(libc::RUSAGE_THREAD, &mut usage) != 0 {
-            return Duration::ZERO;
+            return (Duration::ZERO, Duration::ZERO);
         }
         usage
     };
-    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+    let time = |t: libc::timeval| Duration::from_micros(t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64);
+    (time(usage.ru_utime), time(usage.ru_stime))
 }
 
 fn cpuinfo_field<'a>(cpuinfo: &'a str, key: &str) -> Option<&'a str> {

@@ -271,6 +271,9 @@ pub struct CpuUsage {
     pub process_pct: f64,
     /// CPU seconds of the test's own threads (user + system).
     pub process_cpu_s: f64,
+    /// The user-mode part of `process_pct` (the rest is system time).
+    #[serde(default)]
+    pub process_user_pct: f64,
 }
 
 impl CpuUsage {
