@@ -157,7 +157,9 @@ pub fn run(
                 {
                     Ok(opened) => {
                         udp_flows = opened;
-                        udp_tag = Some(Framing::Native { tag: tag_of(&token.0) });
+                        udp_tag = Some(Framing::Native {
+                            tag: tag_of(&token.0),
+                        });
                     }
                     Err(error) => {
                         session.abort(&error.to_string());

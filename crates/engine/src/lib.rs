@@ -12,6 +12,7 @@
 
 pub mod client;
 pub mod control;
+pub mod iperf3;
 pub mod pacer;
 pub mod plane;
 pub mod rr;

@@ -204,7 +204,9 @@ impl DataPlane {
             pin_cpus,
             budget,
         } = setup;
-        let budgeted = budget.map_or(0, |(role, _)| flows.iter().filter(|f| f.role == role).count());
+        let budgeted = budget.map_or(0, |(role, _)| {
+            flows.iter().filter(|f| f.role == role).count()
+        });
         let end = EndSignal::new(budgeted);
         let rr = crate::rr::RrPlan::from_config(config);
         let schedule = Schedule::from_config(config);
@@ -322,7 +324,8 @@ impl DataPlane {
                 self.take_sample(sample);
             }
             let mut done = Vec::new();
-            while self.intervals_done < self.last_boundary() && self.complete(self.intervals_done + 1)
+            while self.intervals_done < self.last_boundary()
+                && self.complete(self.intervals_done + 1)
             {
                 let k = self.intervals_done;
                 done.push(self.interval(k));
@@ -445,7 +448,11 @@ impl DataPlane {
             // Ended ahead of the schedule: the last span closes when its samples were
             // taken, not at its nominal boundary.
             self.end_index = self.last_boundary();
-            let taken = self.samples[self.end_index].iter().flatten().map(|s| s.at).max();
+            let taken = self.samples[self.end_index]
+                .iter()
+                .flatten()
+                .map(|s| s.at)
+                .max();
             if let Some(at) = taken {
                 self.boundaries[self.end_index] = at;
             }

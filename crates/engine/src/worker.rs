@@ -197,7 +197,9 @@ impl WorkerPlan {
 
     /// The bytes a flow of `role` may still move, if it has a budget.
     pub(crate) fn budget_for(&self, role: Role) -> Option<u64> {
-        self.budget.filter(|(r, _)| *r == role).map(|(_, bytes)| bytes)
+        self.budget
+            .filter(|(r, _)| *r == role)
+            .map(|(_, bytes)| bytes)
     }
 }
 
@@ -481,28 +483,28 @@ impl Worker {
         let flow = &mut self.flows[i];
         let step = match flow.role {
             Role::Send => {
-                let left = flow.budget.map_or(u64::MAX, |b| b.saturating_sub(flow.bytes));
+                let left = flow
+                    .budget
+                    .map_or(u64::MAX, |b| b.saturating_sub(flow.bytes));
                 let length = self.send_buffer.len().min(left as usize);
                 match flow.stream.write(&self.send_buffer[..length]) {
-                Ok(n) => {
-                    flow.bytes += n as u64;
-                    if let Some(pacer) = flow.pacer.as_mut() {
-                        pacer.charge(n);
+                    Ok(n) => {
+                        flow.bytes += n as u64;
+                        if let Some(pacer) = flow.pacer.as_mut() {
+                            pacer.charge(n);
+                        }
+                        if n as u64 == left {
+                            // The budget is sent; the peer's end of the test closes the flow.
+                            flow.done = true;
+                        }
+                        Step::Moved { short: n < length }
                     }
-                    if n as u64 == left {
-                        // The budget is sent; the peer's end of the test closes the flow.
-                        flow.done = true;
-                    }
-                    Step::Moved {
-                        short: n < length,
+                    Err(e) if is_idle(&e) => Step::Idle,
+                    Err(e) => {
+                        flow.fail(since, "send", &e);
+                        Step::Ended
                     }
                 }
-                Err(e) if is_idle(&e) => Step::Idle,
-                Err(e) => {
-                    flow.fail(since, "send", &e);
-                    Step::Ended
-                }
-            }
             }
             _ => match flow.stream.read(&mut self.receive_buffer) {
                 Ok(0) => {

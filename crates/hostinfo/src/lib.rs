@@ -140,7 +140,8 @@ pub fn thread_cpu_times() -> (Duration, Duration) {
         }
         usage
     };
-    let time = |t: libc::timeval| Duration::from_micros(t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64);
+    let time =
+        |t: libc::timeval| Duration::from_micros(t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64);
     (time(usage.ru_utime), time(usage.ru_stime))
 }
 

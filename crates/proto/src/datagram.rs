@@ -239,7 +239,10 @@ impl SequenceTracker {
             Framing::Iperf3 { .. } => None,
         };
         if header.flow.is_some_and(|f| f != self.flow)
-            || header.tag.zip(tag).is_some_and(|(theirs, ours)| theirs != ours)
+            || header
+                .tag
+                .zip(tag)
+                .is_some_and(|(theirs, ours)| theirs != ours)
         {
             self.counts.foreign += 1;
             return;
@@ -437,7 +440,10 @@ mod tests {
             d[8..12].copy_from_slice(&number.to_be_bytes());
             t.record(&d, 0);
         }
-        assert_eq!((t.counts().datagrams, t.counts().lost, t.expected()), (3, 1, 4));
+        assert_eq!(
+            (t.counts().datagrams, t.counts().lost, t.expected()),
+            (3, 1, 4)
+        );
     }
 
     #[test]
