@@ -3,6 +3,7 @@
 //! Control traffic is a handful of small frames per test, so a blocking socket with read
 //! timeouts is enough; the timeouts come from the session's own deadlines.
 
+use linerate_proto::iperf3::{client::Iperf3Client, server::Iperf3Server};
 use linerate_proto::{ClientSession, ServerSession};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -40,6 +41,8 @@ macro_rules! machine {
 }
 machine!(ClientSession);
 machine!(ServerSession);
+machine!(Iperf3Server);
+machine!(Iperf3Client);
 
 /// A control connection.
 pub struct Control {

@@ -65,18 +65,23 @@ const MAX_PENDING: usize = 8192;
 
 type FlowSender = Sender<(u32, std::net::TcpStream)>;
 
-struct Shared {
-    config: ServerConfig,
-    host: HostFacts,
-    shutdown: Arc<AtomicBool>,
-    running: AtomicUsize,
-    next_id: AtomicU64,
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    pub(crate) host: HostFacts,
+    pub(crate) shutdown: Arc<AtomicBool>,
+    pub(crate) running: AtomicUsize,
+    pub(crate) next_id: AtomicU64,
     /// Live tests waiting for data connections, by token.
     registry: Mutex<HashMap<Token, FlowSender>>,
+    /// iperf3 tests waiting for their TCP streams, by cookie.
+    pub(crate) iperf3_streams: Mutex<HashMap<String, Sender<std::net::TcpStream>>>,
+    /// The UDP socket on the server's port where iperf3 clients open UDP streams; one
+    /// test at a time holds it while its streams arrive.
+    pub(crate) iperf3_udp: Mutex<Option<UdpSocket>>,
 }
 
 impl Shared {
-    fn log(&self, message: &str) {
+    pub(crate) fn log(&self, message: &str) {
         if self.config.log {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
             eprintln!("{now} {message}");
@@ -114,6 +119,19 @@ impl Server {
         socket.listen(4096)?;
         socket.set_nonblocking(true)?;
         let listener = TcpListener::from_std(socket.into());
+        // iperf3 clients open UDP streams at the server's own port.
+        let iperf3_udp = match crate::iperf3_server::bind_udp(listener.local_addr()?) {
+            Ok(socket) => Some(socket),
+            Err(e) => {
+                if config.log {
+                    eprintln!(
+                        "UDP port {} unavailable for iperf3 clients: {e}",
+                        config.listen.port()
+                    );
+                }
+                None
+            }
+        };
         Ok(Server {
             listener,
             shared: Arc::new(Shared {
@@ -123,6 +141,8 @@ impl Server {
                 running: AtomicUsize::new(0),
                 next_id: AtomicU64::new(1),
                 registry: Mutex::new(HashMap::new()),
+                iperf3_streams: Mutex::new(HashMap::new()),
+                iperf3_udp: Mutex::new(iperf3_udp),
             }),
         })
     }
@@ -270,9 +290,34 @@ impl Server {
                 }
                 None
             }
-            Preface::Iperf3 { .. } => {
-                shared.log(&format!("connection from {peer} is an iperf3 client, which this server does not serve yet; closed"));
-                None
+            Preface::Iperf3 { cookie } => {
+                let waiting = shared
+                    .iperf3_streams
+                    .lock()
+                    .expect("iperf3 registry lock")
+                    .get(&cookie)
+                    .cloned();
+                if let Some(sender) = waiting {
+                    // A TCP stream of an iperf3 test that is creating its streams.
+                    if sender.send(stream).is_err() {
+                        shared.log(&format!(
+                            "refused an iperf3 stream from {peer}: its test has ended"
+                        ));
+                    }
+                    return None;
+                }
+                let shared = self.shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("linerate-iperf3".into())
+                    .spawn(move || crate::iperf3_server::serve(&shared, stream, cookie, peer));
+                match spawned {
+                    Ok(handle) => Some(handle),
+                    Err(e) => {
+                        self.shared
+                            .log(&format!("cannot start a thread for {peer}: {e}"));
+                        None
+                    }
+                }
             }
             Preface::Unknown | Preface::NeedBytes(_) => {
                 shared.log(&format!(

@@ -416,19 +416,40 @@ impl Params {
     }
 }
 
+/// A signed count as any iperf3 writes it: some versions print -1 as the unsigned 64-bit
+/// 18446744073709551615, others as a double; both read as -1.
+fn lenient_i64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    let number = serde_json::Number::deserialize(d)?;
+    if let Some(v) = number.as_i64() {
+        Ok(v)
+    } else if let Some(v) = number.as_u64() {
+        Ok(v as i64)
+    } else {
+        Ok(number.as_f64().unwrap_or(0.0) as i64)
+    }
+}
+
+fn lenient_option_i64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    lenient_i64(d).map(Some)
+}
+
 /// One stream's figures in the results exchange.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StreamResults {
+    #[serde(deserialize_with = "lenient_i64")]
     pub id: i64,
     /// Sent after the warm-up, or received.
     pub bytes: u64,
     /// -1 unless the sender knows (TCP_INFO).
+    #[serde(deserialize_with = "lenient_i64")]
     pub retransmits: i64,
     /// Seconds.
     pub jitter: f64,
     /// Datagrams lost.
+    #[serde(deserialize_with = "lenient_i64")]
     pub errors: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "lenient_option_i64")]
     pub omitted_errors: Option<i64>,
     /// Datagrams sent, or the highest sequence number seen; 0 for TCP.
     pub packets: u64,
@@ -447,6 +468,7 @@ pub struct Results {
     pub cpu_util_user: f64,
     pub cpu_util_system: f64,
     /// -1: this side only received; 1: it sent TCP and knows retransmits; 0 otherwise.
+    #[serde(deserialize_with = "lenient_i64")]
     pub sender_has_retransmits: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion_used: Option<String>,
@@ -581,6 +603,12 @@ mod tests {
         assert_eq!(r.sender_has_retransmits, -1);
         assert_eq!(Results::from_json(&r.to_json()).unwrap(), r);
         assert!(Results::from_json(br#"{"cpu_util_total":1}"#).is_err());
+        // iperf3 3.12 writes an unknown retransmit count as 2^64 - 1.
+        let unsigned = br#"{"cpu_util_total":1,"cpu_util_user":0,"cpu_util_system":1,"sender_has_retransmits":0,"streams":[{"id":1,"bytes":5,"retransmits":18446744073709551615,"jitter":0,"errors":0,"packets":0}]}"#;
+        assert_eq!(
+            Results::from_json(unsigned).unwrap().streams[0].retransmits,
+            -1
+        );
     }
 
     #[test]

@@ -1,0 +1,433 @@
+//! Serving iperf3 clients on a linerate server's port.
+//!
+//! The acceptor hands over a connection whose first bytes were an iperf3 cookie (and
+//! that no test is waiting for as a stream). Its thread drives an `Iperf3Server`
+//! session and, once the streams are in, the same data plane as a native test, so an
+//! iperf3 client is measured the way a linerate client is: at the receiver, over the
+//! window after the warm-up, with CPU from both `/proc/stat` and the test's own threads.
+//!
+//! Unlike iperf3's own server, tests run side by side: each has its own streams (TCP
+//! streams are matched by cookie; UDP streams are taken one test at a time from the
+//! port's UDP socket, since iperf3's UDP connect datagram names no test) and its own
+//! workers.
+
+use crate::control::Control;
+use crate::iperf3::{budget_of, config_of, output_text, results_of};
+use crate::plane::{DataPlane, PlaneSetup};
+use crate::server::Shared;
+use crate::sys;
+use crate::worker::{FlowSocket, FlowSpec};
+use linerate_proto::datagram::Framing;
+use linerate_proto::iperf3::server::{Event, Iperf3Server, MAX_COUNTED_RUN};
+use linerate_proto::iperf3::{code, Params, Transport, UDP_REPLY};
+use linerate_report::units::{format_rate, Scale};
+use linerate_report::{Direction, Role, TestConfig};
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a test waits for its turn at the UDP socket, and then for its UDP streams.
+const UDP_SETUP: Duration = Duration::from_secs(10);
+/// How long receivers read on after the client's TEST_END: its senders have stopped, so
+/// only bytes already in flight remain.
+const DRAIN: Duration = Duration::from_millis(200);
+
+/// The UDP socket iperf3 clients send their connect datagrams to: the server's port,
+/// shared (SO_REUSEADDR) with each stream's socket, which is bound to the same port and
+/// connected to its client.
+pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let socket = udp_socket(addr)?;
+    if addr.is_ipv6() {
+        let _ = socket.set_only_v6(false);
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+fn udp_socket(addr: SocketAddr) -> io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    Ok(socket)
+}
+
+/// What a test holds; dropping it frees every resource of the test.
+struct Test {
+    id: u64,
+    peer: SocketAddr,
+    cookie: String,
+    config: Option<TestConfig>,
+    streams_in: Option<Receiver<TcpStream>>,
+    streams: Vec<TcpStream>,
+    plane: Option<DataPlane>,
+    ending: bool,
+    counted: bool,
+}
+
+pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, peer: SocketAddr) {
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let local = stream
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let mut control = match Control::new(stream) {
+        Ok(control) => control,
+        Err(e) => {
+            shared.log(&format!(
+                "iperf3 test {id} from {peer}: control socket setup failed: {e}"
+            ));
+            return;
+        }
+    };
+    let mut session = Iperf3Server::new(Instant::now());
+    let mut test = Test {
+        id,
+        peer,
+        cookie,
+        config: None,
+        streams_in: None,
+        streams: Vec::new(),
+        plane: None,
+        ending: false,
+        counted: false,
+    };
+    let outcome = loop {
+        let mut closed = None;
+        while let Some(event) = session.poll_event() {
+            match event {
+                Event::Params(params) => accept(
+                    shared,
+                    &mut test,
+                    &mut session,
+                    &mut control,
+                    &params,
+                    local,
+                ),
+                Event::EndRequested => {
+                    test.ending = true;
+                    match &test.plane {
+                        Some(plane) => plane.end_now(),
+                        None => {
+                            session.terminate("the client ended the test before it started".into())
+                        }
+                    }
+                }
+                Event::ClientResults(theirs) => {
+                    let sent: u64 = theirs.streams.iter().map(|s| s.bytes).sum();
+                    shared.log(&format!(
+                        "iperf3 test {id} from {peer}: the client reports {sent} bytes over its streams"
+                    ));
+                }
+                Event::Closed(result) => closed = Some(result),
+            }
+        }
+        if let Some(result) = closed {
+            break result;
+        }
+        take_streams(shared, &mut test, &mut session);
+        if test.ending && test.plane.as_ref().is_some_and(DataPlane::is_finished) {
+            let plane = test.plane.take().expect("checked");
+            let params = session.params().cloned().unwrap_or_default();
+            match plane.finish(shared.host.clone()) {
+                Ok(side) => {
+                    log_figures(shared, &test, &side);
+                    let output = params.get_server_output.then(|| {
+                        output_text(
+                            &side,
+                            &format!("linerate server, iperf3 test {id} from {peer}"),
+                        )
+                    });
+                    session.finish(Instant::now(), results_of(&side, params.transport, output));
+                }
+                Err(e) => session.terminate(format!("data plane failed: {e}")),
+            }
+        }
+        if let Some(plane) = test.plane.as_mut() {
+            // Keep the sample channel short; the intervals come back from `finish`.
+            let _ = plane.poll_intervals(Duration::ZERO);
+        }
+        if shared.shutdown.load(Ordering::Relaxed) {
+            session.terminate("the server is shutting down".into());
+        }
+        let wait = if test.streams_in.is_some() || test.ending {
+            Duration::from_millis(10)
+        } else {
+            Duration::from_millis(100)
+        };
+        control.step(&mut session, wait);
+    };
+    control.flush(&mut session);
+    if let Some(plane) = test.plane.take() {
+        plane.stop();
+    }
+    unregister(shared, &mut test);
+    if test.counted {
+        shared.running.fetch_sub(1, Ordering::Relaxed);
+    }
+    match outcome {
+        Ok(()) => shared.log(&format!("iperf3 test {id} from {peer}: ended")),
+        Err(e) => shared.log(&format!("iperf3 test {id} from {peer}: ended: {e}")),
+    }
+}
+
+fn unregister(shared: &Shared, test: &mut Test) {
+    if test.streams_in.take().is_some() {
+        shared
+            .iperf3_streams
+            .lock()
+            .expect("iperf3 registry lock")
+            .remove(&test.cookie);
+    }
+}
+
+fn accept(
+    shared: &Arc<Shared>,
+    test: &mut Test,
+    session: &mut Iperf3Server,
+    control: &mut Control,
+    params: &Params,
+    local: SocketAddr,
+) {
+    let (id, peer) = (test.id, test.peer);
+    let running = shared.running.fetch_add(1, Ordering::Relaxed);
+    test.counted = true;
+    if running >= shared.config.limits.max_tests as usize {
+        shared.log(&format!(
+            "iperf3 test {id} from {peer}: refused as busy: {running} tests running, the limit"
+        ));
+        return session.busy(format!("the server is running {running} tests, its limit"));
+    }
+    let config = config_of(
+        params,
+        &peer.ip().to_string(),
+        local.port(),
+        MAX_COUNTED_RUN,
+    );
+    shared.log(&format!(
+        "iperf3 test {id} from {peer}: accepted: {}",
+        params.describe()
+    ));
+    test.config = Some(config.clone());
+    match params.transport {
+        Transport::Tcp => {
+            let (sender, receiver) = channel();
+            shared
+                .iperf3_streams
+                .lock()
+                .expect("iperf3 registry lock")
+                .insert(test.cookie.clone(), sender);
+            test.streams_in = Some(receiver);
+            session.accept(Instant::now());
+        }
+        Transport::Udp => match take_udp_streams(shared, test, session, control, &config) {
+            Ok(sockets) => {
+                let specs = sockets
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, socket)| spec(&config, i, FlowSocket::Udp(socket)))
+                    .collect();
+                let framing = Framing::Iperf3 {
+                    wide: params.udp_counters_64bit,
+                };
+                start(shared, test, session, specs, Some(framing), params);
+            }
+            Err(why) => {
+                shared.log(&format!("iperf3 test {id} from {peer}: {why}"));
+                session.refuse(code::CREATE_STREAM, why);
+            }
+        },
+    }
+}
+
+fn spec(config: &TestConfig, index: usize, socket: FlowSocket) -> FlowSpec {
+    let direction = config.flow_direction(index as u32);
+    FlowSpec {
+        id: index as u32,
+        direction,
+        role: match direction {
+            Direction::Reverse => Role::Send,
+            _ => Role::Receive,
+        },
+        socket,
+    }
+}
+
+/// Takes the test's TCP streams as they arrive, and starts the test when all are in.
+fn take_streams(shared: &Arc<Shared>, test: &mut Test, session: &mut Iperf3Server) {
+    let Some(receiver) = &test.streams_in else {
+        return;
+    };
+    let Some(config) = test.config.clone() else {
+        return;
+    };
+    let wanted = config.connections() as usize;
+    while let Ok(stream) = receiver.try_recv() {
+        if test.streams.len() < wanted {
+            test.streams.push(stream);
+        } else {
+            shared.log(&format!(
+                "iperf3 test {}: refused a stream beyond the {wanted} asked for",
+                test.id
+            ));
+        }
+    }
+    if test.streams.len() < wanted {
+        return;
+    }
+    unregister(shared, test);
+    let mut specs = Vec::with_capacity(wanted);
+    for (i, stream) in test.streams.drain(..).enumerate() {
+        if let Err(e) = sys::apply_options(&stream, &config, false) {
+            return session.refuse(code::CREATE_STREAM, format!("stream options: {e}"));
+        }
+        specs.push(spec(&config, i, FlowSocket::Tcp(stream)));
+    }
+    let params = session.params().cloned().unwrap_or_default();
+    start(shared, test, session, specs, None, &params);
+}
+
+fn start(
+    shared: &Arc<Shared>,
+    test: &mut Test,
+    session: &mut Iperf3Server,
+    specs: Vec<FlowSpec>,
+    udp_framing: Option<Framing>,
+    params: &Params,
+) {
+    let config = test.config.as_ref().expect("accepted");
+    let setup = PlaneSetup {
+        threads: shared.config.threads.unwrap_or(config.threads as usize),
+        drain: DRAIN,
+        udp_framing,
+        pin_cpus: Vec::new(),
+        // The client ends the test; a server sending in reverse stops at the count too.
+        budget: budget_of(params).filter(|(role, _)| *role == Role::Send && params.reverse),
+    };
+    match DataPlane::start(Instant::now(), config, specs, setup) {
+        Ok(plane) => {
+            test.plane = Some(plane);
+            session.streams_ready(Instant::now());
+            shared.log(&format!(
+                "iperf3 test {} from {}: started",
+                test.id, test.peer
+            ));
+        }
+        Err(e) => session.refuse(
+            code::CREATE_STREAM,
+            format!("cannot start the data plane: {e}"),
+        ),
+    }
+}
+
+/// Takes the test's UDP streams at the port's UDP socket: each connect datagram from the
+/// client's host gets a socket of its own, bound to the port and connected to the
+/// datagram's source, which answers it. The test holds the port's socket from before its
+/// CREATE_STREAMS until its last stream, so another test's client cannot be sending
+/// connect datagrams meanwhile.
+fn take_udp_streams(
+    shared: &Shared,
+    test: &Test,
+    session: &mut Iperf3Server,
+    control: &mut Control,
+    config: &TestConfig,
+) -> Result<Vec<UdpSocket>, String> {
+    let deadline = Instant::now() + UDP_SETUP;
+    let guard = loop {
+        match shared.iperf3_udp.try_lock() {
+            Ok(guard) => break guard,
+            Err(_) if Instant::now() < deadline && !shared.shutdown.load(Ordering::Relaxed) => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(_) => return Err("timed out waiting for another test's UDP streams".into()),
+        }
+    };
+    let listener = guard
+        .as_ref()
+        .ok_or("this server has no UDP socket on its port for iperf3 streams")?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    // Connect datagrams left from a test that gave up must not become this test's streams.
+    let mut scratch = [0u8; 64];
+    let _ = listener.set_nonblocking(true);
+    while listener.recv_from(&mut scratch).is_ok() {}
+    let _ = listener.set_nonblocking(false);
+    session.accept(Instant::now());
+    control.flush(session);
+    let wanted = config.connections() as usize;
+    let mut sockets = Vec::with_capacity(wanted);
+    let peer_ip: IpAddr = canonical(test.peer.ip());
+    while sockets.len() < wanted {
+        let now = Instant::now();
+        if now >= deadline || shared.shutdown.load(Ordering::Relaxed) {
+            return Err(format!(
+                "timed out waiting for UDP streams: {} of {wanted} arrived",
+                sockets.len()
+            ));
+        }
+        let _ = listener.set_read_timeout(Some((deadline - now).min(Duration::from_millis(100))));
+        let Ok((_, from)) = listener.recv_from(&mut scratch) else {
+            continue;
+        };
+        if canonical(from.ip()) != peer_ip {
+            shared.log(&format!(
+                "iperf3 test {}: ignored a UDP datagram from {from}: not the client's host",
+                test.id
+            ));
+            continue;
+        }
+        let socket = udp_socket(local)
+            .and_then(|s| {
+                if local.is_ipv6() {
+                    let _ = s.set_only_v6(false);
+                }
+                s.bind(&local.into())?;
+                s.connect(&from.into())?;
+                Ok(UdpSocket::from(s))
+            })
+            .and_then(|s| {
+                sys::apply_udp_options(&s, config)?;
+                s.send(&UDP_REPLY)?;
+                s.set_nonblocking(true)?;
+                Ok(s)
+            })
+            .map_err(|e| format!("cannot open a UDP stream to {from}: {e}"))?;
+        sockets.push(socket);
+    }
+    Ok(sockets)
+}
+
+/// An IPv4 address as itself whether or not it arrived as IPv4-mapped IPv6.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn log_figures(shared: &Shared, test: &Test, side: &linerate_report::SideResult) {
+    let mut figures = Vec::new();
+    for (role, verb) in [(Role::Receive, "received"), (Role::Send, "sent")] {
+        let rates: Vec<f64> = side
+            .flows
+            .iter()
+            .filter(|f| f.role == role)
+            .map(|f| f.window_bps())
+            .collect();
+        if !rates.is_empty() {
+            figures.push(format!(
+                "{verb} {}",
+                format_rate(rates.iter().sum(), Scale::Adaptive)
+            ));
+        }
+    }
+    shared.log(&format!(
+        "iperf3 test {} from {}: finished, {}",
+        test.id,
+        test.peer,
+        figures.join(", ")
+    ));
+}
