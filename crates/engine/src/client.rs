@@ -77,7 +77,7 @@ impl ClientOptions {
     }
 }
 
-fn connect(
+pub(crate) fn connect(
     addr: SocketAddr,
     timeout: Duration,
     config: &TestConfig,
@@ -91,7 +91,7 @@ fn connect(
     Ok(socket.into())
 }
 
-fn connect_error(addr: SocketAddr, error: &io::Error, timeout: Duration) -> ClientError {
+pub(crate) fn connect_error(addr: SocketAddr, error: &io::Error, timeout: Duration) -> ClientError {
     let reason = match error.kind() {
         io::ErrorKind::ConnectionRefused => {
             "connection refused (is `linerate serve` running there?)".to_string()

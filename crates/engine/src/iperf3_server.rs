@@ -65,6 +65,9 @@ struct Test {
     config: Option<TestConfig>,
     streams_in: Option<Receiver<TcpStream>>,
     streams: Vec<TcpStream>,
+    /// Copies of the TCP streams, closed when the test ends: the workers drop theirs at
+    /// the end of the drain, before the client has heard the results.
+    held: Vec<TcpStream>,
     plane: Option<DataPlane>,
     ending: bool,
     counted: bool,
@@ -92,6 +95,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
         config: None,
         streams_in: None,
         streams: Vec::new(),
+        held: Vec::new(),
         plane: None,
         ending: false,
         counted: false,
@@ -284,6 +288,9 @@ fn take_streams(shared: &Arc<Shared>, test: &mut Test, session: &mut Iperf3Serve
     for (i, stream) in test.streams.drain(..).enumerate() {
         if let Err(e) = sys::apply_options(&stream, &config, false) {
             return session.refuse(code::CREATE_STREAM, format!("stream options: {e}"));
+        }
+        if let Ok(copy) = stream.try_clone() {
+            test.held.push(copy);
         }
         specs.push(spec(&config, i, FlowSocket::Tcp(stream)));
     }

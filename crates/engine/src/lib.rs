@@ -13,6 +13,7 @@
 pub mod client;
 pub mod control;
 pub mod iperf3;
+pub mod iperf3_client;
 pub mod iperf3_server;
 pub mod pacer;
 pub mod plane;

@@ -67,6 +67,109 @@ pub enum Command {
     /// Measure connection rates: connect, request, response, close, per transaction
     #[command(after_help = CRR_EXAMPLES)]
     Crr(CrrArgs),
+    /// Speak iperf3: test against a real iperf3 server (-c), or serve iperf3 clients (-s)
+    #[command(after_help = IPERF3_EXAMPLES)]
+    Iperf3(Iperf3Args),
+}
+
+const IPERF3_EXAMPLES: &str = "\
+Examples:
+  linerate iperf3 -c server.example -P 4 -t 30   TCP, 4 streams, against an iperf3 server
+  linerate iperf3 -c server.example -R            the server sends
+  linerate iperf3 -c server.example -u -b 1G      UDP at 1 Gbit/s per stream
+  linerate iperf3 -c server.example -n 1G -J      1 GiB, output shaped as iperf3 -J
+  linerate iperf3 -c server.example --json        linerate's own result document
+  linerate iperf3 -s -p 5201                      serve iperf3 (and linerate) clients
+
+Figures are linerate's: receiver figures come from the receiving end (the server's own
+counts in the results exchange when it receives), over the window after --omit.";
+
+/// iperf3's own flags, for a test against an iperf3 server or for serving iperf3 clients.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("role").required(true).args(["client", "server"])))]
+pub struct Iperf3Args {
+    /// Run as a client against the iperf3 server at HOST
+    #[arg(short = 'c', long, value_name = "HOST")]
+    pub client: Option<String>,
+    /// Run as a server (the same as `linerate serve`, which serves iperf3 clients too)
+    #[arg(short = 's', long)]
+    pub server: bool,
+    /// Server port
+    #[arg(short, long, default_value_t = 5201)]
+    pub port: u16,
+    /// Server: the address to listen on
+    #[arg(short = 'B', long, value_name = "ADDR", requires = "server")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Seconds to transmit (ignored with -n or -k)
+    #[arg(short, long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub time: u64,
+    /// Bytes to transmit instead of a time [k|m|g suffixes, binary]
+    #[arg(short = 'n', long, value_parser = count_bytes, conflicts_with = "blockcount")]
+    pub bytes: Option<u64>,
+    /// Blocks (writes or datagrams) to transmit instead of a time
+    #[arg(short = 'k', long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub blockcount: Option<u64>,
+    /// Parallel streams (iperf3 servers take at most 128)
+    #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=128))]
+    pub parallel: u32,
+    /// The server sends
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both send at once
+    #[arg(long)]
+    pub bidir: bool,
+    /// UDP instead of TCP
+    #[arg(short, long)]
+    pub udp: bool,
+    /// Rate per stream in bit/s [k|m|g suffixes] (UDP default 1M; TCP default unlimited)
+    #[arg(short = 'b', long, value_parser = rate)]
+    pub bitrate: Option<u64>,
+    /// Block size: bytes per write, or per UDP datagram [k|m suffixes] (TCP default 128K;
+    /// UDP default the path's largest unfragmented datagram)
+    #[arg(short, long, value_parser = length)]
+    pub length: Option<u64>,
+    /// Socket buffer size on both ends [k|m suffixes]
+    #[arg(short, long, value_parser = window)]
+    pub window: Option<u64>,
+    /// TCP maximum segment size
+    #[arg(short = 'M', long = "set-mss", value_parser = clap::value_parser!(u32).range(88..=9000))]
+    pub mss: Option<u32>,
+    /// Set TCP_NODELAY
+    #[arg(short = 'N', long = "no-delay")]
+    pub nodelay: bool,
+    /// TCP congestion control algorithm
+    #[arg(short = 'C', long)]
+    pub congestion: Option<String>,
+    /// Seconds of warm-up left out of the figures
+    #[arg(short = 'O', long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub omit: u64,
+    /// Seconds between interval reports (0 turns them off)
+    #[arg(short, long, default_value_t = 1.0, value_parser = seconds)]
+    pub interval: f64,
+    /// Print a document with iperf3 -J's keys
+    #[arg(short = 'J')]
+    pub iperf3_json: bool,
+    /// Print linerate's result document
+    #[arg(long, conflicts_with = "iperf3_json")]
+    pub json: bool,
+    /// Ask the server for its own output, and print it
+    #[arg(long)]
+    pub get_server_output: bool,
+    /// 64-bit UDP packet counters
+    #[arg(long)]
+    pub udp_counters_64bit: bool,
+    /// Accepted for iperf3 compatibility; linerate always writes from memory
+    #[arg(short = 'Z', long)]
+    pub zerocopy: bool,
+    /// Prefix for every output line
+    #[arg(short = 'T', long)]
+    pub title: Option<String>,
+    /// Milliseconds to wait for the control connection
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub connect_timeout: u64,
+    /// Units of printed figures: a (adaptive), k, m, g
+    #[arg(short, long, default_value = "a", value_parser = scale)]
+    pub format: Scale,
 }
 
 /// Flags shared by `rr` and `crr`.
@@ -285,6 +388,13 @@ fn length(text: &str) -> Result<u64, String> {
         return Err(format!("'{text}' must be between 1 byte and 1G"));
     }
     Ok(value)
+}
+
+fn count_bytes(text: &str) -> Result<u64, String> {
+    match units::parse_size(text).map_err(|e| e.to_string())? {
+        0 => Err(format!("'{text}' must be at least 1 byte")),
+        value => Ok(value),
+    }
 }
 
 fn message(text: &str) -> Result<u64, String> {

@@ -4,6 +4,7 @@
 //! 2 a usage error (bad flag or value).
 
 mod cli;
+mod iperf3_cmd;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::error::ErrorKind;
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
         Command::Stream(args) => (args.json, stream(&args)),
         Command::Rr(args) => (args.common.json, transactions(&args.common, Some(&args))),
         Command::Crr(args) => (args.common.json, transactions(&args.common, None)),
+        Command::Iperf3(args) => (args.json || args.iperf3_json, iperf3_cmd::run(&args)),
     };
     match outcome {
         Ok(code) => code,

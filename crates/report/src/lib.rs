@@ -6,6 +6,7 @@
 //! sizes and rates the way iperf3 users write them.
 
 pub mod assemble;
+pub mod iperf3_json;
 pub mod latency;
 pub mod model;
 pub mod rr;

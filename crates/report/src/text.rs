@@ -141,6 +141,15 @@ fn direction_words(direction: Option<Direction>) -> &'static str {
 /// One host's CPU over the window, ending with its service demand (`demand`, with its
 /// unit: "0.515 us/KB", "38.32 us/transaction").
 pub(crate) fn cpu_line(name: &str, cpu: &CpuUsage, demand: &str) -> String {
+    if cpu.cores == 0 {
+        // A peer that reports only its own process (an iperf3 server or client).
+        return format!(
+            "CPU {name}: peer process {:.1}% of a core (user {:.1}, system {:.1}); no system-wide figures from this peer",
+            cpu.process_pct,
+            cpu.process_user_pct,
+            cpu.process_pct - cpu.process_user_pct
+        );
+    }
     format!(
         "CPU {name}: {:.1}% of {} cores (user {:.1}, system {:.1}, softirq {:.1}), busiest core #{} {:.1}%, \
          linerate {:.1}% of a core; service demand {demand}",

@@ -1,0 +1,299 @@
+//! `linerate iperf3 -c`: a test against a real iperf3 server.
+//!
+//! The `Iperf3Client` session speaks iperf3's control protocol; the streams are opened as
+//! iperf3 opens them (TCP connections that present the cookie, or UDP sockets that
+//! exchange iperf3's connect datagrams) and then run by the same data plane as a native
+//! test. This side measures its own figures; the server's come back in iperf3's results
+//! exchange and become the report's remote side, so the receiver's figures are the
+//! receiver's own whichever end receives.
+
+use crate::client::{connect, connect_error, Progress};
+use crate::control::Control;
+use crate::iperf3::{budget_of, config_of, results_of, side_from_results};
+use crate::plane::{DataPlane, PlaneSetup};
+use crate::sys;
+use crate::worker::{FlowSocket, FlowSpec};
+use linerate_hostinfo::host_facts;
+use linerate_proto::datagram::Framing;
+use linerate_proto::iperf3::client::{Event, Iperf3Client, Iperf3Error};
+use linerate_proto::iperf3::{
+    cookie_from, Params, Results, Transport, COOKIE_LEN, UDP_CONNECT, UDP_REPLY, UDP_REPLY_LEGACY,
+};
+use linerate_report::{Direction, Report, Role, SideResult, TestConfig};
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// How long a UDP stream waits for the server's answer to its connect datagram.
+const UDP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long receivers read on after the end: the server stops sending only on TEST_END.
+const DRAIN: Duration = Duration::from_millis(200);
+/// The longest a byte- or block-count test runs before this side ends it.
+const MAX_COUNTED_RUN: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, Error)]
+pub enum Iperf3ClientError {
+    #[error("{0}")]
+    Connect(String),
+    #[error("cannot open stream {stream} to {addr}: {reason}")]
+    Stream {
+        stream: usize,
+        addr: SocketAddr,
+        reason: String,
+    },
+    #[error("iperf3 server at {addr}: {source}")]
+    Session {
+        addr: SocketAddr,
+        source: Iperf3Error,
+    },
+    #[error("the test was interrupted")]
+    Interrupted,
+    #[error("{context}: {source}")]
+    Io {
+        context: &'static str,
+        source: io::Error,
+    },
+}
+
+/// A finished test against an iperf3 server.
+#[derive(Debug, Clone)]
+pub struct Iperf3Outcome {
+    /// Both sides in linerate's result model.
+    pub report: Report,
+    /// What the server sent in the results exchange (its output text, if asked for).
+    pub server: Results,
+    pub params: Params,
+}
+
+/// Runs one test against the iperf3 server at `addr`, named `target` in the results.
+pub fn run(
+    addr: SocketAddr,
+    target: &str,
+    params: &Params,
+    connect_timeout: Duration,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Iperf3Outcome, Iperf3ClientError> {
+    let mut config = config_of(params, target, addr.port(), MAX_COUNTED_RUN);
+    config.connect_timeout_s = connect_timeout.as_secs_f64();
+    let stream = connect(addr, connect_timeout, &config, false).map_err(|e| {
+        Iperf3ClientError::Connect(
+            connect_error(addr, &e, connect_timeout)
+                .to_string()
+                .replace("`linerate serve`", "an iperf3 server"),
+        )
+    })?;
+    let mut random = [0u8; 36];
+    getrandom::getrandom(&mut random).map_err(|e| Iperf3ClientError::Io {
+        context: "drawing a cookie",
+        source: io::Error::other(e.to_string()),
+    })?;
+    let cookie = cookie_from(&random);
+    let mut control = Control::new(stream).map_err(|source| Iperf3ClientError::Io {
+        context: "setting up the control connection",
+        source,
+    })?;
+    let mut session = Iperf3Client::new(Instant::now(), cookie, params.clone());
+    let started_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let mut streams: Vec<FlowSocket> = Vec::new();
+    // Copies of the TCP streams, closed only when the test is over: the workers drop
+    // theirs at the end of the drain, while the server may still be sending until it
+    // reads TEST_END, and a close with unread bytes would reset its stream.
+    let mut held: Vec<TcpStream> = Vec::new();
+    let mut plane: Option<DataPlane> = None;
+    let mut local: Option<SideResult> = None;
+    let mut theirs: Option<Results> = None;
+    let session_error = |source| Iperf3ClientError::Session { addr, source };
+    loop {
+        while let Some(event) = session.poll_event() {
+            match event {
+                Event::CreateStreams => match open_streams(addr, &config, params, &cookie) {
+                    Ok(opened) => {
+                        held = opened
+                            .iter()
+                            .filter_map(|s| match s {
+                                FlowSocket::Tcp(stream) => stream.try_clone().ok(),
+                                _ => None,
+                            })
+                            .collect();
+                        streams = opened;
+                    }
+                    Err(e) => {
+                        session.terminate(e.to_string());
+                        control.flush(&mut session);
+                        return Err(e);
+                    }
+                },
+                Event::TestStart => {}
+                Event::TestRunning => {
+                    let specs = streams
+                        .drain(..)
+                        .enumerate()
+                        .map(|(i, socket)| spec(&config, i, socket))
+                        .collect();
+                    let setup = PlaneSetup {
+                        threads: config.threads as usize,
+                        drain: DRAIN,
+                        udp_framing: (params.transport == Transport::Udp).then_some(
+                            Framing::Iperf3 {
+                                wide: params.udp_counters_64bit,
+                            },
+                        ),
+                        pin_cpus: Vec::new(),
+                        budget: budget_of(params),
+                    };
+                    match DataPlane::start(Instant::now(), &config, specs, setup) {
+                        Ok(started) => plane = Some(started),
+                        Err(source) => {
+                            session.terminate(format!("cannot start the data plane: {source}"));
+                            control.flush(&mut session);
+                            return Err(Iperf3ClientError::Io {
+                                context: "starting the data plane",
+                                source,
+                            });
+                        }
+                    }
+                    progress(Progress::Started);
+                }
+                Event::ServerResults(results) => theirs = Some(results),
+                Event::Closed(Ok(())) => {
+                    drop(std::mem::take(&mut held));
+                    let (Some(local), Some(theirs)) = (local.take(), theirs.take()) else {
+                        return Err(session_error(Iperf3Error::Protocol(
+                            "the test ended without results".into(),
+                        )));
+                    };
+                    let remote = side_from_results(&theirs, &local, params.transport, "iperf3");
+                    let report = Report::assemble(
+                        &config.test_name(),
+                        &format!("linerate {}", env!("CARGO_PKG_VERSION")),
+                        started_at,
+                        config.clone(),
+                        local,
+                        remote,
+                    );
+                    return Ok(Iperf3Outcome {
+                        report,
+                        server: theirs,
+                        params: params.clone(),
+                    });
+                }
+                Event::Closed(Err(e)) => return Err(session_error(e)),
+            }
+        }
+        if cancel.load(Ordering::Relaxed) {
+            session.terminate("interrupted".into());
+            control.flush(&mut session);
+            return Err(Iperf3ClientError::Interrupted);
+        }
+        if let Some(running) = plane.as_mut() {
+            for interval in running.poll_intervals(Duration::ZERO) {
+                progress(Progress::Interval(Box::new(interval)));
+            }
+            if running.is_finished() {
+                let finished = plane.take().expect("checked");
+                let side =
+                    finished
+                        .finish(host_facts())
+                        .map_err(|source| Iperf3ClientError::Io {
+                            context: "the data plane",
+                            source,
+                        })?;
+                session.end_test(Instant::now(), results_of(&side, params.transport, None));
+                local = Some(side);
+            }
+        }
+        let wait = if plane.is_some() {
+            Duration::from_millis(20)
+        } else {
+            Duration::from_millis(200)
+        };
+        control.step(&mut session, wait);
+    }
+}
+
+fn spec(config: &TestConfig, index: usize, socket: FlowSocket) -> FlowSpec {
+    let direction = config.flow_direction(index as u32);
+    FlowSpec {
+        id: index as u32,
+        direction,
+        role: match direction {
+            Direction::Reverse => Role::Receive,
+            _ => Role::Send,
+        },
+        socket,
+    }
+}
+
+/// Opens the test's streams in iperf3's order: in bidir, the sending ones first.
+fn open_streams(
+    addr: SocketAddr,
+    config: &TestConfig,
+    params: &Params,
+    cookie: &[u8; COOKIE_LEN],
+) -> Result<Vec<FlowSocket>, Iperf3ClientError> {
+    let timeout = Duration::from_secs_f64(config.connect_timeout_s);
+    (0..config.connections() as usize)
+        .map(|stream| {
+            let failed = |reason: String| Iperf3ClientError::Stream {
+                stream,
+                addr,
+                reason,
+            };
+            match params.transport {
+                Transport::Tcp => {
+                    let mut socket: TcpStream =
+                        connect(addr, timeout, config, true).map_err(|e| failed(e.to_string()))?;
+                    socket
+                        .write_all(cookie)
+                        .map_err(|e| failed(e.to_string()))?;
+                    Ok(FlowSocket::Tcp(socket))
+                }
+                Transport::Udp => udp_stream(addr, config, params)
+                    .map(FlowSocket::Udp)
+                    .map_err(|e| failed(e.to_string())),
+            }
+        })
+        .collect()
+}
+
+/// A UDP stream: a connected socket whose connect datagram the server has answered.
+/// Datagrams of streams already running may arrive first (in reverse mode); up to two
+/// blocks' worth are passed over, as iperf3 does.
+fn udp_stream(addr: SocketAddr, config: &TestConfig, params: &Params) -> io::Result<UdpSocket> {
+    let any: SocketAddr = if addr.is_ipv6() {
+        "[::]:0".parse().expect("literal")
+    } else {
+        "0.0.0.0:0".parse().expect("literal")
+    };
+    let socket = UdpSocket::bind(any)?;
+    sys::apply_udp_options(&socket, config)?;
+    socket.connect(addr)?;
+    socket.send(&UDP_CONNECT)?;
+    socket.set_read_timeout(Some(UDP_CONNECT_TIMEOUT))?;
+    let mut buffer = vec![0u8; params.len as usize + 64];
+    let mut passed_over = 0usize;
+    loop {
+        let n = socket.recv(&mut buffer).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("no answer to the UDP connect datagram: {e}"),
+            )
+        })?;
+        if n == 4 && (buffer[..4] == UDP_REPLY || buffer[..4] == UDP_REPLY_LEGACY) {
+            socket.set_read_timeout(None)?;
+            socket.set_nonblocking(true)?;
+            return Ok(socket);
+        }
+        passed_over += n;
+        if passed_over > 2 * params.len as usize {
+            return Err(io::Error::other(
+                "the server did not answer the UDP connect datagram",
+            ));
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! `linerate iperf3`: iperf3's flags, for a test against a real iperf3 server (`-c`) or
+//! for serving iperf3 clients (`-s`, the same server as `linerate serve`).
+
+use crate::cli::{Iperf3Args, ServeArgs};
+use anyhow::{Context, Result};
+use linerate_engine::client::Progress;
+use linerate_engine::iperf3_client;
+use linerate_proto::iperf3::{Params, Transport, DEFAULT_TCP_BLOCK, DEFAULT_UDP_RATE};
+use linerate_report::text::{self, INTERVAL_HEADER};
+use linerate_report::{iperf3_json, Direction};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub fn run(args: &Iperf3Args) -> Result<ExitCode> {
+    let Some(host) = &args.client else {
+        return crate::serve(&ServeArgs {
+            listen: args.bind,
+            port: args.port,
+            max_tests: 64,
+            max_flows: 4096,
+            max_duration: 86_400.0,
+            threads: None,
+            handshake_timeout: 10.0,
+            quiet: false,
+        });
+    };
+    let addr = crate::resolve(host, args.port)?;
+    let params = params_of(args, addr);
+    let cancel = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, cancel.clone())
+            .context("cannot install signal handlers")?;
+    }
+    let quiet = args.json || args.iperf3_json;
+    let prefix = args
+        .title
+        .as_deref()
+        .map_or(String::new(), |t| format!("{t}:  "));
+    let say = |line: &str| {
+        if !quiet {
+            println!("{prefix}{line}");
+        }
+    };
+    say(&format!(
+        "Connecting to iperf3 server {host} ({addr}): {}",
+        params
+            .describe()
+            .split_once(": ")
+            .map_or("", |(_, what)| what)
+    ));
+    if args.zerocopy {
+        say("-Z: linerate writes from memory; the figures are of ordinary writes");
+    }
+    let flow_ids: Vec<u32> =
+        (0..params.parallel * if params.bidirectional { 2 } else { 1 }).collect();
+    let config = linerate_engine::iperf3::config_of(&params, host, args.port, Duration::ZERO);
+    let sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
+    let mut progress = |event: Progress| match event {
+        Progress::Started if args.interval > 0.0 => say(INTERVAL_HEADER),
+        Progress::Interval(interval) => {
+            for line in text::side_interval_lines(
+                &interval,
+                &sends,
+                &flow_ids,
+                args.format,
+                params.parallel > 1,
+            ) {
+                say(&line);
+            }
+        }
+        _ => {}
+    };
+    let timeout = Duration::from_millis(args.connect_timeout);
+    let outcome = iperf3_client::run(addr, host, &params, timeout, &cancel, &mut progress)?;
+    let server_output = outcome.server.server_output_text.as_deref();
+    if args.iperf3_json {
+        let doc = iperf3_json::render(&outcome.report, server_output);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).context("cannot encode the result")?
+        );
+    } else if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome.report).context("cannot encode the result")?
+        );
+    } else {
+        for line in text::render_summary(&outcome.report, args.format, params.parallel > 1).lines()
+        {
+            say(line);
+        }
+        if let Some(output) = server_output {
+            say("");
+            say("Server output:");
+            for line in output.lines() {
+                say(line);
+            }
+        }
+    }
+    Ok(crate::flows_exit(&outcome.report))
+}
+
+/// The parameters an iperf3 client with these flags sends.
+fn params_of(args: &Iperf3Args, addr: std::net::SocketAddr) -> Params {
+    let transport = if args.udp {
+        Transport::Udp
+    } else {
+        Transport::Tcp
+    };
+    let counted = args.bytes.is_some() || args.blockcount.is_some();
+    let len = args.length.unwrap_or(match transport {
+        Transport::Tcp => u64::from(DEFAULT_TCP_BLOCK),
+        Transport::Udp => crate::udp_length_for(addr),
+    });
+    Params {
+        transport,
+        omit: args.omit,
+        time: if counted { 0 } else { args.time },
+        num: args.bytes.unwrap_or(0),
+        blockcount: args.blockcount.unwrap_or(0),
+        parallel: args.parallel,
+        len: u32::try_from(len).unwrap_or(u32::MAX),
+        bandwidth: args.bitrate.unwrap_or(match transport {
+            Transport::Tcp => 0,
+            Transport::Udp => DEFAULT_UDP_RATE,
+        }),
+        pacing_timer: 1000,
+        reverse: args.reverse,
+        bidirectional: args.bidir,
+        nodelay: args.nodelay,
+        mss: args.mss,
+        window: args.window,
+        congestion: args.congestion.clone(),
+        get_server_output: args.get_server_output,
+        udp_counters_64bit: args.udp_counters_64bit,
+        zerocopy: false,
+        title: args.title.clone(),
+        client_version: Some(format!("linerate {}", env!("CARGO_PKG_VERSION"))),
+        authtoken: false,
+    }
+}
