@@ -22,14 +22,16 @@ use linerate_proto::iperf3::{
 use linerate_report::{Direction, Report, Role, SideResult, TestConfig};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// How long a UDP stream waits for the server's answer to its connect datagram.
 const UDP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long receivers read on after the end: the server stops sending only on TEST_END.
-const DRAIN: Duration = Duration::from_millis(200);
+/// How long receivers read on after the end: none, since the server sends until it reads
+/// TEST_END and iperf3 times its side up to then; any wait here would stretch its span.
+const DRAIN: Duration = Duration::ZERO;
 /// The longest a byte- or block-count test runs before this side ends it.
 const MAX_COUNTED_RUN: Duration = Duration::from_secs(3600);
 
@@ -100,10 +102,11 @@ pub fn run(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     let mut streams: Vec<FlowSocket> = Vec::new();
-    // Copies of the TCP streams, closed only when the test is over: the workers drop
-    // theirs at the end of the drain, while the server may still be sending until it
-    // reads TEST_END, and a close with unread bytes would reset its stream.
-    let mut held: Vec<TcpStream> = Vec::new();
+    // Copies of the streams' sockets, closed only when the test is over: the workers drop
+    // theirs at the end, while the server may still be sending until it reads TEST_END,
+    // and a closed TCP socket with unread bytes resets its stream (a closed UDP socket
+    // answers with port-unreachable), which iperf3 takes for a failed test.
+    let mut held: Vec<std::os::fd::OwnedFd> = Vec::new();
     let mut plane: Option<DataPlane> = None;
     let mut local: Option<SideResult> = None;
     let mut theirs: Option<Results> = None;
@@ -116,7 +119,8 @@ pub fn run(
                         held = opened
                             .iter()
                             .filter_map(|s| match s {
-                                FlowSocket::Tcp(stream) => stream.try_clone().ok(),
+                                FlowSocket::Tcp(stream) => stream.as_fd().try_clone_to_owned().ok(),
+                                FlowSocket::Udp(socket) => socket.as_fd().try_clone_to_owned().ok(),
                                 _ => None,
                             })
                             .collect();

@@ -76,7 +76,12 @@ pub fn run(args: &Iperf3Args) -> Result<ExitCode> {
     let outcome = iperf3_client::run(addr, host, &params, timeout, &cancel, &mut progress)?;
     let server_output = outcome.server.server_output_text.as_deref();
     if args.iperf3_json {
-        let doc = iperf3_json::render(&outcome.report, server_output);
+        let output = match (&outcome.server.server_output_json, server_output) {
+            (Some(json), _) => Some(("server_output_json", json.clone())),
+            (None, Some(text)) => Some(("server_output_text", text.into())),
+            (None, None) => None,
+        };
+        let doc = iperf3_json::render(&outcome.report, output);
         println!(
             "{}",
             serde_json::to_string_pretty(&doc).context("cannot encode the result")?
@@ -91,7 +96,12 @@ pub fn run(args: &Iperf3Args) -> Result<ExitCode> {
         {
             say(line);
         }
-        if let Some(output) = server_output {
+        let json_text = outcome
+            .server
+            .server_output_json
+            .as_ref()
+            .and_then(|j| serde_json::to_string_pretty(j).ok());
+        if let Some(output) = server_output.or(json_text.as_deref()) {
             say("");
             say("Server output:");
             for line in output.lines() {

@@ -32,8 +32,9 @@ fn span(start: f64, end: f64, bytes: u64, bps: f64) -> Map<String, Value> {
     m
 }
 
-/// Renders `report` (of a test this host ran as the client) in `iperf3 -J`'s shape.
-pub fn render(report: &Report, server_output: Option<&str>) -> Value {
+/// Renders `report` (of a test this host ran as the client) in `iperf3 -J`'s shape, with
+/// the server's output (`server_output_text` or `server_output_json`) when it sent one.
+pub fn render(report: &Report, server_output: Option<(&str, Value)>) -> Value {
     let config = &report.config;
     let tcp = config.protocol == "tcp";
     let client_sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
@@ -130,15 +131,65 @@ pub fn render(report: &Report, server_output: Option<&str>) -> Value {
         })
         .collect();
     let s = &report.summary;
-    let mut sum_sent = span(0.0, duration, s.sender_bytes, s.sender_bps);
-    if tcp {
-        sum_sent.insert("retransmits".into(), s.retransmits.into());
-    }
-    sum_sent.insert("sender".into(), true.into());
-    let mut sum_received = span(0.0, duration, s.receiver_bytes, s.receiver_bps);
-    sum_received.insert("sender".into(), true.into());
+    let sums = |sent: (u64, f64, u64), received: (u64, f64), client_sends: bool| {
+        let mut sum_sent = span(0.0, duration, sent.0, sent.1);
+        if tcp {
+            sum_sent.insert("retransmits".into(), sent.2.into());
+        }
+        sum_sent.insert("sender".into(), client_sends.into());
+        let mut sum_received = span(0.0, duration, received.0, received.1);
+        sum_received.insert("sender".into(), client_sends.into());
+        (Value::Object(sum_sent), Value::Object(sum_received))
+    };
     let cpu = &s.cpu;
     let mut end = Map::new();
+    // Bidir: iperf3 keeps the client's sending direction in sum_sent and sum_received and
+    // the other in the *_bidir_reverse pair.
+    let by_direction = |wanted: Direction| {
+        s.directions
+            .iter()
+            .flatten()
+            .find(|d| d.direction == Some(wanted))
+    };
+    match (
+        config.direction,
+        by_direction(Direction::Forward),
+        by_direction(Direction::Reverse),
+    ) {
+        (Direction::Bidir, Some(forward), Some(reverse)) => {
+            let (sent, received) = sums(
+                (
+                    forward.sender_bytes,
+                    forward.sender_bps,
+                    forward.retransmits,
+                ),
+                (forward.receiver_bytes, forward.receiver_bps),
+                true,
+            );
+            end.insert("sum_sent".into(), sent);
+            end.insert("sum_received".into(), received);
+            let (sent, received) = sums(
+                (
+                    reverse.sender_bytes,
+                    reverse.sender_bps,
+                    reverse.retransmits,
+                ),
+                (reverse.receiver_bytes, reverse.receiver_bps),
+                false,
+            );
+            end.insert("sum_sent_bidir_reverse".into(), sent);
+            end.insert("sum_received_bidir_reverse".into(), received);
+        }
+        _ => {
+            let (sent, received) = sums(
+                (s.sender_bytes, s.sender_bps, s.retransmits),
+                (s.receiver_bytes, s.receiver_bps),
+                config.direction != Direction::Reverse,
+            );
+            end.insert("sum_sent".into(), sent);
+            end.insert("sum_received".into(), received);
+        }
+    }
     end.insert("streams".into(), end_streams.into());
     if let Some(udp) = &s.udp {
         let mut sum = span(0.0, duration, s.receiver_bytes, s.receiver_bps);
@@ -149,8 +200,6 @@ pub fn render(report: &Report, server_output: Option<&str>) -> Value {
         sum.insert("sender".into(), true.into());
         end.insert("sum".into(), Value::Object(sum));
     }
-    end.insert("sum_sent".into(), Value::Object(sum_sent));
-    end.insert("sum_received".into(), Value::Object(sum_received));
     end.insert(
         "cpu_utilization_percent".into(),
         json!({
@@ -201,8 +250,8 @@ pub fn render(report: &Report, server_output: Option<&str>) -> Value {
         "intervals": intervals,
         "end": end,
     });
-    if let Some(text) = server_output {
-        doc["server_output_text"] = text.into();
+    if let Some((key, output)) = server_output {
+        doc[key] = output;
     }
     doc
 }

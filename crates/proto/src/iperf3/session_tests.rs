@@ -6,6 +6,12 @@ use super::server::{self, Iperf3Server};
 use super::*;
 use std::time::{Duration, Instant};
 
+/// The virtual clock's origin; only offsets from it matter.
+#[allow(clippy::disallowed_methods)]
+fn origin() -> Instant {
+    Instant::now()
+}
+
 fn results(bytes: u64) -> Results {
     Results {
         cpu_util_total: 1.0,
@@ -54,7 +60,7 @@ fn drain<T>(mut next: impl FnMut() -> Option<T>) -> Vec<T> {
 
 #[test]
 fn a_whole_test_runs_from_cookie_to_done() {
-    let t0 = Instant::now();
+    let t0 = origin();
     let params = Params {
         time: 5,
         parallel: 2,
@@ -105,7 +111,7 @@ fn a_whole_test_runs_from_cookie_to_done() {
 
 #[test]
 fn refused_parameters_reach_the_client_as_an_iperf3_error() {
-    let t0 = Instant::now();
+    let t0 = origin();
     let params = Params {
         parallel: 200,
         ..Params::default()
@@ -128,7 +134,7 @@ fn refused_parameters_reach_the_client_as_an_iperf3_error() {
 
 #[test]
 fn a_busy_server_is_reported_as_busy() {
-    let t0 = Instant::now();
+    let t0 = origin();
     let mut c = Iperf3Client::new(t0, cookie_from(&[1; 36]), Params::default());
     c.poll_transmit();
     let mut s = Iperf3Server::new(t0);
@@ -143,7 +149,7 @@ fn a_busy_server_is_reported_as_busy() {
 
 #[test]
 fn oversized_or_broken_parameters_are_refused_before_they_are_buffered() {
-    let t0 = Instant::now();
+    let t0 = origin();
     let mut s = Iperf3Server::new(t0);
     s.poll_transmit();
     s.handle_input(t0, &((MAX_PARAMS_JSON as u32) + 1).to_be_bytes());
@@ -162,7 +168,7 @@ fn oversized_or_broken_parameters_are_refused_before_they_are_buffered() {
 
 #[test]
 fn a_silent_or_vanishing_client_ends_the_session_on_time() {
-    let t0 = Instant::now();
+    let t0 = origin();
     let mut s = Iperf3Server::new(t0);
     s.handle_timeout(t0 + server::READ_TIMEOUT - Duration::from_millis(1));
     assert!(!s.is_closed());
@@ -194,7 +200,7 @@ fn a_silent_or_vanishing_client_ends_the_session_on_time() {
 
 #[test]
 fn an_auth_failure_may_close_after_one_code() {
-    let t0 = Instant::now();
+    let t0 = origin();
     let mut c = Iperf3Client::new(t0, cookie_from(&[1; 36]), Params::default());
     c.handle_input(t0, &[state::SERVER_ERROR]);
     c.handle_input(t0, &code::AUTH.to_be_bytes());
@@ -211,7 +217,7 @@ fn an_auth_failure_may_close_after_one_code() {
 
 #[test]
 fn a_client_terminating_mid_test_closes_the_server_session() {
-    let t0 = Instant::now();
+    let t0 = origin();
     let mut c = Iperf3Client::new(t0, cookie_from(&[1; 36]), Params::default());
     let mut s = Iperf3Server::new(t0);
     c.poll_transmit();

@@ -1,0 +1,422 @@
+//! linerate and Debian's iperf3, both ways: real iperf3 clients against `linerate serve`,
+//! and `linerate iperf3 -c` against a real `iperf3 -s`. Each test compares a figure one
+//! tool counted with the other tool's own count of the same bytes.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn has_iperf3() -> bool {
+    let found = Command::new("iperf3").arg("--version").output().is_ok();
+    if !found {
+        eprintln!("iperf3 is not installed (.ci/run installs it); skipped");
+    }
+    found
+}
+
+fn iperf3(args: &[&str]) -> Output {
+    Command::new("iperf3")
+        .args(args)
+        .output()
+        .expect("run iperf3")
+}
+
+fn doc(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn f(doc: &Value, pointer: &str) -> f64 {
+    doc.pointer(pointer)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{pointer} missing in {doc}"))
+}
+
+fn assert_close(what: &str, a: f64, b: f64, tolerance: f64) {
+    assert!(a > 0.0 && b > 0.0, "{what}: {a} and {b}");
+    let ratio = a / b;
+    assert!(
+        (1.0 - tolerance..=1.0 + tolerance).contains(&ratio),
+        "{what}: {a} against {b} (ratio {ratio:.3})"
+    );
+}
+
+/// A real iperf3 client against linerate's server: the sender's count (one tool) and the
+/// receiver's (the other) agree within 5 %, for every mode iperf3 users reach for.
+#[test]
+fn real_iperf3_clients_are_served_and_both_counts_agree() {
+    if !has_iperf3() {
+        return;
+    }
+    let server = ServeProcess::start(&[]);
+    let port = server.port.to_string();
+    for extra in [
+        &["-t", "2"][..],
+        &["-t", "2", "-R"],
+        &["-t", "2", "--bidir"],
+        &["-t", "2", "-P", "4"],
+        &["-t", "3", "-O", "1", "-l", "64K", "-w", "1M"],
+        &["-n", "300M"],
+        &["-k", "2000", "-R"],
+    ] {
+        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-J", "--get-server-output"];
+        args.extend_from_slice(extra);
+        let out = iperf3(&args);
+        let d = doc(&out);
+        assert!(out.status.success(), "iperf3 {extra:?} failed: {d}");
+        // The side that did not receive reports what it sent; bytes, not rates, since
+        // each side times its own span.
+        assert_close(
+            &format!("{extra:?} bytes sent against received"),
+            f(&d, "/end/sum_sent/bytes"),
+            f(&d, "/end/sum_received/bytes"),
+            0.05,
+        );
+        let text = d["server_output_text"].as_str().unwrap_or_default();
+        assert!(text.contains("linerate server"), "{extra:?}: {text}");
+    }
+    let counted = doc(&iperf3(&[
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-J",
+        "-n",
+        "100M",
+    ]));
+    assert_eq!(f(&counted, "/end/sum_sent/bytes"), 100.0 * 1024.0 * 1024.0);
+    assert!(server.wait_line(
+        &["iperf3 test", "finished, received"],
+        Duration::from_secs(5)
+    ));
+}
+
+/// UDP at a set rate: the receiver (linerate, or iperf3 in reverse) sees the rate asked
+/// for and the datagrams the other end sent.
+#[test]
+fn real_iperf3_udp_tests_run_at_the_rate_asked() {
+    if !has_iperf3() {
+        return;
+    }
+    let server = ServeProcess::start(&[]);
+    let port = server.port.to_string();
+    for extra in [
+        &["-R", "-P", "2"][..],
+        &["--udp-counters-64bit"],
+        &["--bidir"],
+        &[],
+    ] {
+        let mut args = vec![
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-J",
+            "-u",
+            "-b",
+            "40M",
+            "-t",
+            "2",
+            "-l",
+            "1400",
+        ];
+        args.extend_from_slice(extra);
+        let out = iperf3(&args);
+        let d = doc(&out);
+        assert!(out.status.success(), "iperf3 -u {extra:?} failed: {d}");
+        let streams = if extra.contains(&"-P") { 2.0 } else { 1.0 };
+        assert_close(
+            &format!("-u {extra:?} received rate"),
+            f(&d, "/end/sum/bits_per_second"),
+            40e6 * streams,
+            0.05,
+        );
+        assert!(f(&d, "/end/sum/packets") > 0.0, "{d}");
+        assert!(f(&d, "/end/sum/lost_percent") < 2.0, "{d}");
+    }
+}
+
+/// Two iperf3 clients at once: both are served (an iperf3 server would refuse one as
+/// busy), each with its own figures.
+#[test]
+fn two_iperf3_clients_run_at_once() {
+    if !has_iperf3() {
+        return;
+    }
+    let server = ServeProcess::start(&[]);
+    let port = server.port.to_string();
+    let spawn = |extra: &[&str]| -> Child {
+        Command::new("iperf3")
+            .args(["-c", "127.0.0.1", "-p", &port, "-J", "-t", "3"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start iperf3")
+    };
+    let a = spawn(&[]);
+    let b = spawn(&["-R"]);
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        let d = doc(&out);
+        assert!(out.status.success(), "{d}");
+        assert!(f(&d, "/end/sum_received/bytes") > 0.0);
+    }
+    let started = server
+        .log()
+        .lines()
+        .filter(|l| l.contains("iperf3 test") && l.ends_with(": started"))
+        .count();
+    assert_eq!(started, 2, "{}", server.log());
+}
+
+/// Refusals as iperf3 defines them, each without harm to the server: a cookie that is
+/// not one, a parameters document over the limit, and more streams than iperf3 allows.
+#[test]
+fn hostile_iperf3_shaped_input_is_refused_and_the_server_serves_on() {
+    let server = ServeProcess::start(&[]);
+    std::thread::sleep(Duration::from_millis(200));
+    let baseline = server.open_fds();
+    let connect = || {
+        let s = TcpStream::connect(server.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    };
+    let cookie = b"abcdefghijklmnopqrstuvwxyz234567abcd\0";
+
+    // A cookie with a character outside iperf3's alphabet is nothing this server speaks.
+    let mut bad = connect();
+    let mut forged = *cookie;
+    forged[3] = b'!';
+    bad.write_all(&forged).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        bad.read(&mut byte).unwrap_or(0),
+        0,
+        "closed without an answer"
+    );
+
+    // Parameters over 8 KiB: SERVER_ERROR with "cannot read the parameters" (114).
+    let mut big = connect();
+    big.write_all(cookie).unwrap();
+    big.read_exact(&mut byte).unwrap();
+    assert_eq!(byte[0], 9, "PARAM_EXCHANGE");
+    big.write_all(&(9000u32).to_be_bytes()).unwrap();
+    let mut error = [0u8; 9];
+    big.read_exact(&mut error).unwrap();
+    assert_eq!(error[0], 0xFE);
+    assert_eq!(i32::from_be_bytes(error[1..5].try_into().unwrap()), 114);
+
+    // 129 streams: iperf3's "too many streams" (6).
+    let mut many = connect();
+    let mut other = *cookie;
+    other[0] = b'z';
+    many.write_all(&other).unwrap();
+    many.read_exact(&mut byte).unwrap();
+    many.write_all(&frame(
+        br#"{"tcp":true,"time":2,"parallel":129,"len":131072}"#,
+    ))
+    .unwrap();
+    many.read_exact(&mut error).unwrap();
+    assert_eq!(error[0], 0xFE);
+    assert_eq!(i32::from_be_bytes(error[1..5].try_into().unwrap()), 6);
+    drop((bad, big, many));
+
+    assert!(
+        server.wait_log("parallel", Duration::from_secs(5)),
+        "{}",
+        server.log()
+    );
+    // A native test still runs, and every refused connection's descriptors are freed.
+    let out = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &server.port.to_string(),
+        "-t",
+        "1",
+        "-i",
+        "0",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.wait_fds(baseline, Duration::from_secs(5)), baseline);
+}
+
+/// A free TCP port for an iperf3 server (iperf3 cannot announce an ephemeral one).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `iperf3 -s -J` on a free port; killed on drop.
+struct Iperf3Server {
+    child: Child,
+    port: String,
+}
+
+impl Iperf3Server {
+    fn start() -> Iperf3Server {
+        let port = free_port().to_string();
+        let child = Command::new("iperf3")
+            .args(["-s", "-J", "-p", &port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start iperf3 -s");
+        // Ready when it accepts connections.
+        for _ in 0..100 {
+            if TcpStream::connect(format!("127.0.0.1:{port}")).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // That probe was a test to iperf3; let it give up on it.
+        std::thread::sleep(Duration::from_millis(300));
+        Iperf3Server { child, port }
+    }
+}
+
+impl Drop for Iperf3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `linerate iperf3 -c` against a real iperf3 server: the iperf3 server's own output
+/// (its JSON, asked for with --get-server-output) and linerate's figures agree within 5 %.
+#[test]
+fn linerate_drives_a_real_iperf3_server_and_agrees_with_its_output() {
+    if !has_iperf3() {
+        return;
+    }
+    for extra in [
+        &["-t", "2"][..],
+        &["-t", "2", "-R"],
+        &["-t", "2", "--bidir"],
+        &["-t", "2", "-P", "4"],
+        &["-n", "300M"],
+        &["-t", "2", "-u", "-b", "40M", "-l", "1400"],
+        &[
+            "-t",
+            "2",
+            "-u",
+            "-b",
+            "40M",
+            "-l",
+            "1400",
+            "-R",
+            "--udp-counters-64bit",
+        ],
+    ] {
+        let iperf3_server = Iperf3Server::start();
+        let mut args = vec![
+            "iperf3",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &iperf3_server.port,
+            "-J",
+            "--get-server-output",
+        ];
+        args.extend_from_slice(extra);
+        let out = linerate(&args);
+        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
+        let d = doc(&out);
+        let theirs = &d["server_output_json"];
+        assert!(theirs.is_object(), "{extra:?}: no server output in {d}");
+        let udp = extra.contains(&"-u");
+        if udp {
+            // iperf3's receiver (forward) or its sender (reverse) against linerate's count.
+            // iperf3's count of the datagrams (received, or in reverse sent) against
+            // linerate's.
+            let key = "/end/sum/packets";
+            assert_close(
+                &format!("{extra:?} packets"),
+                f(theirs, key),
+                f(&d, "/end/sum/packets"),
+                0.05,
+            );
+            assert_close(
+                &format!("{extra:?} received rate"),
+                f(&d, "/end/sum/bits_per_second"),
+                40e6,
+                0.05,
+            );
+        } else {
+            // Each direction as iperf3 measured it at its end against linerate at the
+            // other: bytes going forward (linerate's senders stop at the end and every
+            // byte reaches iperf3), rates in reverse (an iperf3 sender goes on until it
+            // reads TEST_END, past linerate's window).
+            let pairs: &[(&str, &str)] = if extra.contains(&"--bidir") {
+                &[
+                    ("/end/sum_received/bytes", "/end/sum_sent/bytes"),
+                    (
+                        "/end/sum_sent_bidir_reverse/bits_per_second",
+                        "/end/sum_received_bidir_reverse/bits_per_second",
+                    ),
+                ]
+            } else if extra.contains(&"-R") {
+                &[(
+                    "/end/sum_sent/bits_per_second",
+                    "/end/sum_received/bits_per_second",
+                )]
+            } else {
+                &[("/end/sum_received/bytes", "/end/sum_sent/bytes")]
+            };
+            for (iperf3_key, linerate_key) in pairs {
+                assert_close(
+                    &format!("{extra:?}: iperf3 {iperf3_key} against linerate {linerate_key}"),
+                    f(theirs, iperf3_key),
+                    f(&d, linerate_key),
+                    0.05,
+                );
+            }
+        }
+    }
+}
+
+/// iperf3's errors as its users know them: a refused connection, and a server that says
+/// it is busy (iperf3 serves one test at a time).
+#[test]
+fn iperf3_errors_read_as_iperf3_users_know_them() {
+    if !has_iperf3() {
+        return;
+    }
+    let closed = free_port().to_string();
+    let out = linerate(&["iperf3", "-c", "127.0.0.1", "-p", &closed, "-t", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("connection refused"),
+        "{}",
+        stderr(&out)
+    );
+
+    let server = Iperf3Server::start();
+    let busy_with = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &server.port, "-t", "3"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let out = linerate(&["iperf3", "-c", "127.0.0.1", "-p", &server.port, "-t", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("busy"), "{}", stderr(&out));
+    let _ = busy_with.wait_with_output();
+
+    let out = linerate(&["iperf3", "-c", "127.0.0.1", "-s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
