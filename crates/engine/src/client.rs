@@ -9,14 +9,12 @@ use crate::control::Control;
 use crate::plane::{DataPlane, PlaneSetup};
 use crate::server::{Server, ServerConfig};
 use crate::sys;
-use crate::worker::{FlowSocket, FlowSpec};
+use crate::worker::{FlowSocket, FlowSpec, Side};
 use linerate_hostinfo::host_facts;
 use linerate_proto::datagram::{hello, tag_of, Framing, HELLO_LEN};
 use linerate_proto::preface::data_preface;
 use linerate_proto::{ClientEvent, ClientSession, SessionError, Timeouts, Token, PROTOCOL_VERSION};
-use linerate_report::{
-    Direction, HostFacts, Report, Role, SideInterval, SideResult, TestConfig, Workload,
-};
+use linerate_report::{HostFacts, Report, SideInterval, SideResult, TestConfig};
 use socket2::{Domain, Socket, Type};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -91,10 +89,16 @@ pub(crate) fn connect(
     Ok(socket.into())
 }
 
-pub(crate) fn connect_error(addr: SocketAddr, error: &io::Error, timeout: Duration) -> ClientError {
+/// Why a connect to `addr` failed; `server` names what should be listening there.
+pub(crate) fn connect_error(
+    addr: SocketAddr,
+    error: &io::Error,
+    timeout: Duration,
+    server: &str,
+) -> ClientError {
     let reason = match error.kind() {
         io::ErrorKind::ConnectionRefused => {
-            "connection refused (is `linerate serve` running there?)".to_string()
+            format!("connection refused (is {server} running there?)")
         }
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
             format!("no answer within {:.0} s", timeout.as_secs_f64())
@@ -119,7 +123,7 @@ pub fn run(
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     let stream = connect(addr, connect_timeout, config, false)
-        .map_err(|e| connect_error(addr, &e, connect_timeout))?;
+        .map_err(|e| connect_error(addr, &e, connect_timeout, "`linerate serve`"))?;
     let mut control = Control::new(stream).map_err(|source| ClientError::Io {
         context: "control connection setup",
         source,
@@ -355,19 +359,7 @@ fn flow_specs(config: &TestConfig, sockets: Vec<FlowSocket>) -> Vec<FlowSpec> {
     sockets
         .into_iter()
         .enumerate()
-        .map(|(id, socket)| {
-            let direction = config.flow_direction(id as u32);
-            FlowSpec {
-                id: id as u32,
-                direction,
-                role: match (config.workload, direction) {
-                    (Workload::Rr | Workload::Crr, _) => Role::Request,
-                    (_, Direction::Reverse) => Role::Receive,
-                    _ => Role::Send,
-                },
-                socket,
-            }
-        })
+        .map(|(id, socket)| FlowSpec::new(config, id as u32, Side::Client, socket))
         .collect()
 }
 

@@ -12,14 +12,14 @@ use crate::control::Control;
 use crate::iperf3::{budget_of, config_of, results_of, side_from_results};
 use crate::plane::{DataPlane, PlaneSetup};
 use crate::sys;
-use crate::worker::{FlowSocket, FlowSpec};
+use crate::worker::{FlowSocket, FlowSpec, Side};
 use linerate_hostinfo::host_facts;
 use linerate_proto::datagram::Framing;
 use linerate_proto::iperf3::client::{Event, Iperf3Client, Iperf3Error};
 use linerate_proto::iperf3::{
     cookie_from, Params, Results, Transport, COOKIE_LEN, UDP_CONNECT, UDP_REPLY, UDP_REPLY_LEGACY,
 };
-use linerate_report::{Direction, Report, Role, SideResult, TestConfig};
+use linerate_report::{Report, SideResult, TestConfig};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
@@ -82,9 +82,7 @@ pub fn run(
     config.connect_timeout_s = connect_timeout.as_secs_f64();
     let stream = connect(addr, connect_timeout, &config, false).map_err(|e| {
         Iperf3ClientError::Connect(
-            connect_error(addr, &e, connect_timeout)
-                .to_string()
-                .replace("`linerate serve`", "an iperf3 server"),
+            connect_error(addr, &e, connect_timeout, "an iperf3 server").to_string(),
         )
     })?;
     let mut random = [0u8; 36];
@@ -137,7 +135,7 @@ pub fn run(
                     let specs = streams
                         .drain(..)
                         .enumerate()
-                        .map(|(i, socket)| spec(&config, i, socket))
+                        .map(|(i, socket)| FlowSpec::new(&config, i as u32, Side::Client, socket))
                         .collect();
                     let setup = PlaneSetup {
                         threads: config.threads as usize,
@@ -217,19 +215,6 @@ pub fn run(
             Duration::from_millis(200)
         };
         control.step(&mut session, wait);
-    }
-}
-
-fn spec(config: &TestConfig, index: usize, socket: FlowSocket) -> FlowSpec {
-    let direction = config.flow_direction(index as u32);
-    FlowSpec {
-        id: index as u32,
-        direction,
-        role: match direction {
-            Direction::Reverse => Role::Receive,
-            _ => Role::Send,
-        },
-        socket,
     }
 }
 

@@ -14,14 +14,13 @@
 use crate::control::Control;
 use crate::iperf3::{budget_of, config_of, output_text, results_of};
 use crate::plane::{DataPlane, PlaneSetup};
-use crate::server::Shared;
+use crate::server::{side_figures, Shared};
 use crate::sys;
-use crate::worker::{FlowSocket, FlowSpec};
+use crate::worker::{FlowSocket, FlowSpec, Side};
 use linerate_proto::datagram::Framing;
 use linerate_proto::iperf3::server::{Event, Iperf3Server, MAX_COUNTED_RUN};
 use linerate_proto::iperf3::{code, Params, Transport, UDP_REPLY};
-use linerate_report::units::{format_rate, Scale};
-use linerate_report::{Direction, Role, TestConfig};
+use linerate_report::{Role, TestConfig};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
@@ -139,7 +138,10 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
             let params = session.params().cloned().unwrap_or_default();
             match plane.finish(shared.host.clone()) {
                 Ok(side) => {
-                    log_figures(shared, &test, &side);
+                    shared.log(&format!(
+                        "iperf3 test {id} from {peer}: finished, {}",
+                        side_figures(&side)
+                    ));
                     let output = params.get_server_output.then(|| {
                         output_text(
                             &side,
@@ -233,7 +235,9 @@ fn accept(
                 let specs = sockets
                     .into_iter()
                     .enumerate()
-                    .map(|(i, socket)| spec(&config, i, FlowSocket::Udp(socket)))
+                    .map(|(i, socket)| {
+                        FlowSpec::new(&config, i as u32, Side::Server, FlowSocket::Udp(socket))
+                    })
                     .collect();
                 let framing = Framing::Iperf3 {
                     wide: params.udp_counters_64bit,
@@ -245,19 +249,6 @@ fn accept(
                 session.refuse(code::CREATE_STREAM, why);
             }
         },
-    }
-}
-
-fn spec(config: &TestConfig, index: usize, socket: FlowSocket) -> FlowSpec {
-    let direction = config.flow_direction(index as u32);
-    FlowSpec {
-        id: index as u32,
-        direction,
-        role: match direction {
-            Direction::Reverse => Role::Send,
-            _ => Role::Receive,
-        },
-        socket,
     }
 }
 
@@ -292,7 +283,12 @@ fn take_streams(shared: &Arc<Shared>, test: &mut Test, session: &mut Iperf3Serve
         if let Ok(copy) = stream.try_clone() {
             test.held.push(copy);
         }
-        specs.push(spec(&config, i, FlowSocket::Tcp(stream)));
+        specs.push(FlowSpec::new(
+            &config,
+            i as u32,
+            Side::Server,
+            FlowSocket::Tcp(stream),
+        ));
     }
     let params = session.params().cloned().unwrap_or_default();
     start(shared, test, session, specs, None, &params);
@@ -413,28 +409,4 @@ fn canonical(ip: IpAddr) -> IpAddr {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
     }
-}
-
-fn log_figures(shared: &Shared, test: &Test, side: &linerate_report::SideResult) {
-    let mut figures = Vec::new();
-    for (role, verb) in [(Role::Receive, "received"), (Role::Send, "sent")] {
-        let rates: Vec<f64> = side
-            .flows
-            .iter()
-            .filter(|f| f.role == role)
-            .map(|f| f.window_bps())
-            .collect();
-        if !rates.is_empty() {
-            figures.push(format!(
-                "{verb} {}",
-                format_rate(rates.iter().sum(), Scale::Adaptive)
-            ));
-        }
-    }
-    shared.log(&format!(
-        "iperf3 test {} from {}: finished, {}",
-        test.id,
-        test.peer,
-        figures.join(", ")
-    ));
 }

@@ -13,13 +13,13 @@
 use crate::control::Control;
 use crate::plane::{default_threads, DataPlane, PlaneSetup};
 use crate::sys;
-use crate::worker::{FlowSocket, FlowSpec};
+use crate::worker::{FlowSocket, FlowSpec, Side};
 use linerate_hostinfo::host_facts;
 use linerate_proto::datagram::{parse_hello, tag_of, Framing};
 use linerate_proto::preface::{self, Preface};
 use linerate_proto::{Limits, RefuseCode, ServerEvent, ServerSession, Timeouts, Token};
 use linerate_report::units::{format_rate, Scale};
-use linerate_report::{Direction, HostFacts, Role, TestConfig, Workload};
+use linerate_report::{Direction, HostFacts, Role, SideResult, TestConfig, Workload};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll};
 use std::collections::HashMap;
@@ -474,33 +474,9 @@ fn serve_test(
             let plane = state.plane.take().expect("checked");
             match plane.finish(shared.host.clone()) {
                 Ok(result) => {
-                    // Only the directions this side took part in; an empty sum would
-                    // print as a meaningless zero.
-                    let mut figures = Vec::new();
-                    for (role, verb) in [(Role::Receive, "received"), (Role::Send, "sent")] {
-                        let rates: Vec<f64> = result
-                            .flows
-                            .iter()
-                            .filter(|f| f.role == role)
-                            .map(|f| f.window_bps())
-                            .collect();
-                        if !rates.is_empty() {
-                            let total = rates.iter().sum::<f64>();
-                            figures.push(format!("{verb} {}", format_rate(total, Scale::Adaptive)));
-                        }
-                    }
-                    let answered: u64 = result
-                        .flows
-                        .iter()
-                        .filter(|f| f.role == Role::Respond)
-                        .map(|f| f.transactions)
-                        .sum();
-                    if result.flows.iter().any(|f| f.role == Role::Respond) {
-                        figures.push(format!("answered {answered} requests in the window"));
-                    }
                     shared.log(&format!(
                         "test {id} from {peer}: finished, {}",
-                        figures.join(", ")
+                        side_figures(&result)
                     ));
                     session.finish(Instant::now(), result);
                 }
@@ -536,6 +512,34 @@ fn serve_test(
         Ok(()) => shared.log(&format!("test {id} from {peer}: ended")),
         Err(e) => shared.log(&format!("test {id} from {peer}: ended: {e}")),
     }
+}
+
+/// What a finished test moved, for the log: the directions this side took part in (an
+/// empty sum would print as a meaningless zero) and the requests it answered.
+pub(crate) fn side_figures(result: &SideResult) -> String {
+    let mut figures = Vec::new();
+    for (role, verb) in [(Role::Receive, "received"), (Role::Send, "sent")] {
+        let rates: Vec<f64> = result
+            .flows
+            .iter()
+            .filter(|f| f.role == role)
+            .map(|f| f.window_bps())
+            .collect();
+        if !rates.is_empty() {
+            let total = rates.iter().sum::<f64>();
+            figures.push(format!("{verb} {}", format_rate(total, Scale::Adaptive)));
+        }
+    }
+    if result.flows.iter().any(|f| f.role == Role::Respond) {
+        let answered: u64 = result
+            .flows
+            .iter()
+            .filter(|f| f.role == Role::Respond)
+            .map(|f| f.transactions)
+            .sum();
+        figures.push(format!("answered {answered} requests in the window"));
+    }
+    figures.join(", ")
 }
 
 fn unregister(shared: &Shared, state: &mut TestState) {
@@ -631,11 +635,6 @@ fn start_plane(
         .expect("a started session has a config")
         .clone();
     let mut specs = Vec::with_capacity(state.flows.len().max(state.udp.len()));
-    let role_of = |id: usize| match (config.workload, config.flow_direction(id as u32)) {
-        (Workload::Rr | Workload::Crr, _) => Role::Respond,
-        (_, Direction::Reverse) => Role::Send,
-        _ => Role::Receive,
-    };
     if let Some(listener) = state.crr_listener.take() {
         listener.set_nonblocking(true)?;
         specs.push(FlowSpec {
@@ -649,22 +648,22 @@ fn start_plane(
         });
     }
     for (id, (socket, _)) in state.udp.drain(..).enumerate() {
-        specs.push(FlowSpec {
-            id: id as u32,
-            direction: config.flow_direction(id as u32),
-            role: role_of(id),
-            socket: FlowSocket::Udp(socket),
-        });
+        specs.push(FlowSpec::new(
+            &config,
+            id as u32,
+            Side::Server,
+            FlowSocket::Udp(socket),
+        ));
     }
     for (id, stream) in state.flows.drain(..).enumerate() {
         let stream = stream.expect("all flows arrived before start");
         sys::apply_options(&stream, &config, false)?;
-        specs.push(FlowSpec {
-            id: id as u32,
-            direction: config.flow_direction(id as u32),
-            role: role_of(id),
-            socket: FlowSocket::Tcp(stream),
-        });
+        specs.push(FlowSpec::new(
+            &config,
+            id as u32,
+            Side::Server,
+            FlowSocket::Tcp(stream),
+        ));
     }
     let setup = PlaneSetup {
         threads: shared

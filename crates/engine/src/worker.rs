@@ -14,7 +14,7 @@ use crate::pacer::Pacer;
 use crate::sys;
 use linerate_hostinfo::{read_udp_counters, thread_cpu_times, CpuSnapshot};
 use linerate_report::latency::LatencyHistogram;
-use linerate_report::{Direction, Role, UdpCounters, UdpCounts};
+use linerate_report::{Direction, Role, TestConfig, UdpCounters, UdpCounts, Workload};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use std::cmp::Reverse;
@@ -38,6 +38,34 @@ pub struct FlowSpec {
     pub direction: Direction,
     pub role: Role,
     pub socket: FlowSocket,
+}
+
+/// Which end of a test holds a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Server,
+}
+
+impl FlowSpec {
+    /// Flow `id` of `config` as `side` runs it: the role follows from the workload and
+    /// the flow's direction (the client sends forward flows and requests).
+    pub fn new(config: &TestConfig, id: u32, side: Side, socket: FlowSocket) -> FlowSpec {
+        let direction = config.flow_direction(id);
+        let role = match (config.workload, direction, side) {
+            (Workload::Rr | Workload::Crr, _, Side::Client) => Role::Request,
+            (Workload::Rr | Workload::Crr, _, Side::Server) => Role::Respond,
+            (_, Direction::Reverse, Side::Client)
+            | (_, Direction::Forward | Direction::Bidir, Side::Server) => Role::Receive,
+            _ => Role::Send,
+        };
+        FlowSpec {
+            id,
+            direction,
+            role,
+            socket,
+        }
+    }
 }
 
 /// A flow's connected socket.
