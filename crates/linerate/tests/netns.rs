@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 /// Tests on a shaped link take turns: a throttled tbf releases packets from a timer, and
 /// on a 2-CPU machine another test's load delays that timer enough to move the figures.
+/// The rr and crr tests take a turn too: their back-to-back transactions load both CPUs.
 static SHAPED_LINK: Mutex<()> = Mutex::new(());
 
 fn shaped_link_turn() -> MutexGuard<'static, ()> {
@@ -130,6 +131,7 @@ fn rr_mean_latency_is_the_inverse_of_the_rate_between_namespaces() {
     if skip_unless_root("rr between namespaces") {
         return;
     }
+    let _turn = shaped_link_turn();
     let pair = VethPair::new("rr");
     let packets_before = pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets");
     let doc = run_across(&pair, "rr", &["-t", "3", "-i", "0"]);
@@ -159,6 +161,7 @@ fn crr_reports_ephemeral_port_exhaustion() {
     if skip_unless_root("crr port exhaustion") {
         return;
     }
+    let _turn = shaped_link_turn();
     let pair = VethPair::new("crr");
     common::run(
         "ip",
