@@ -39,6 +39,7 @@ impl Report {
             flows,
             summary,
             warnings,
+            repetition: None,
         }
     }
 }

@@ -6,10 +6,13 @@
 //! sizes and rates the way iperf3 users write them.
 
 pub mod assemble;
+pub mod document;
 pub mod iperf3_json;
 pub mod latency;
 pub mod model;
 pub mod rr;
+pub mod stats;
+pub mod sweep;
 pub mod text;
 pub mod units;
 

@@ -741,6 +741,98 @@ pub struct Report {
     pub flows: Vec<FlowReport>,
     pub summary: Summary,
     pub warnings: Vec<String>,
+    /// Repeated runs (`--iterations`, `--confidence`): every iteration's figures and the
+    /// confidence interval of the headline. The rest of this report is then the
+    /// representative iteration's (the median of the headline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repetition: Option<Repetition>,
+}
+
+/// The figure that answers a test's question, in one unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Headline {
+    /// Receiver goodput in bit/s (stream tests).
+    ReceiverBps,
+    /// Transactions per second over all flows (rr and crr tests).
+    TransactionsPerS,
+}
+
+impl Headline {
+    pub fn of(config: &TestConfig) -> Headline {
+        match config.workload {
+            Workload::Stream => Headline::ReceiverBps,
+            Workload::Rr | Workload::Crr => Headline::TransactionsPerS,
+        }
+    }
+
+    /// The key of the figure in `summary`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Headline::ReceiverBps => "receiver_bps",
+            Headline::TransactionsPerS => "transactions_per_s",
+        }
+    }
+
+    /// In words, for tables: "receiver goodput", "transactions/s".
+    pub fn label(self) -> &'static str {
+        match self {
+            Headline::ReceiverBps => "receiver goodput",
+            Headline::TransactionsPerS => "transactions/s",
+        }
+    }
+
+    /// The figure in `summary`.
+    pub fn value(self, summary: &Summary) -> f64 {
+        match self {
+            Headline::ReceiverBps => summary.receiver_bps,
+            Headline::TransactionsPerS => summary.rr.as_ref().map_or(0.0, |r| r.transactions_per_s),
+        }
+    }
+
+    /// `value` with its unit: "9.41 Gbits/sec", "52.3k transactions/s".
+    pub fn format(self, value: f64, scale: crate::units::Scale) -> String {
+        match self {
+            Headline::ReceiverBps => crate::units::format_rate(value, scale),
+            Headline::TransactionsPerS => {
+                format!("{} transactions/s", crate::units::format_count(value))
+            }
+        }
+    }
+}
+
+impl Report {
+    /// The test's headline figure: the mean over iterations when it was repeated.
+    pub fn headline(&self) -> (Headline, f64) {
+        let headline = Headline::of(&self.config);
+        let value = match &self.repetition {
+            Some(repetition) => repetition.estimate.mean,
+            None => headline.value(&self.summary),
+        };
+        (headline, value)
+    }
+}
+
+/// A test run several times (`--iterations`, `--confidence`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Repetition {
+    /// The figure judged.
+    pub metric: Headline,
+    /// The figure of each iteration, in the order they ran.
+    pub values: Vec<f64>,
+    /// Their mean and its confidence interval.
+    pub estimate: crate::stats::Estimate,
+    /// The confidence asked for with `--confidence`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<crate::stats::Confidence>,
+    /// Whether the interval came within the width asked before the cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub met: Option<bool>,
+    pub max_iterations: u32,
+    /// The iteration (0-based) whose figures fill the rest of the report.
+    pub representative: usize,
+    /// Every iteration's full report.
+    pub iterations: Vec<Report>,
 }
 
 /// How one `--find-max` trial went.

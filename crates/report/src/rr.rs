@@ -94,6 +94,7 @@ pub(crate) fn assemble(
         flows,
         summary,
         warnings,
+        repetition: None,
     }
 }
 

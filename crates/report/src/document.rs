@@ -1,0 +1,229 @@
+//! A result document of any kind, as printed with `--json` and kept in the results
+//! database: one test (possibly repeated), a sweep, or a `--find-max` search.
+//!
+//! The kind is told by the document's `test` key, so a stored run reads back as what it
+//! was, and every consumer (`show`, `history`, `compare`, `export`, `report`) starts here.
+
+use crate::model::{FindMaxReport, Headline, Report, Workload};
+use crate::sweep::{SweepReport, SweepTable};
+use crate::text::{self, TRIAL_HEADER};
+use crate::units::Scale;
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Document {
+    Test(Box<Report>),
+    Sweep(Box<SweepReport>),
+    FindMax(Box<FindMaxReport>),
+}
+
+/// The `test` value of a sweep document, and of a `--find-max` search.
+pub const SWEEP: &str = "sweep";
+pub const FIND_MAX: &str = "udp_find_max";
+
+impl Document {
+    /// Reads a document from its JSON text.
+    pub fn from_json(text: &str) -> Result<Document, serde_json::Error> {
+        let value: serde_json::Value = serde_json::from_str(text)?;
+        Document::from_value(value)
+    }
+
+    pub fn from_value(value: serde_json::Value) -> Result<Document, serde_json::Error> {
+        Ok(match value.get("test").and_then(|t| t.as_str()) {
+            Some(SWEEP) => Document::Sweep(Box::new(serde_json::from_value(value)?)),
+            Some(FIND_MAX) => Document::FindMax(Box::new(serde_json::from_value(value)?)),
+            _ => Document::Test(Box::new(serde_json::from_value(value)?)),
+        })
+    }
+
+    /// The document as `--json` prints it.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        match self {
+            Document::Test(report) => serde_json::to_string_pretty(report),
+            Document::Sweep(sweep) => serde_json::to_string_pretty(sweep),
+            Document::FindMax(search) => serde_json::to_string_pretty(search),
+        }
+    }
+
+    /// "tcp_stream", "sweep", "udp_find_max".
+    pub fn test(&self) -> &str {
+        match self {
+            Document::Test(report) => &report.test,
+            Document::Sweep(sweep) => &sweep.test,
+            Document::FindMax(search) => &search.test,
+        }
+    }
+
+    /// What was measured, for listings: "tcp_stream", "sweep of tcp_rr".
+    pub fn kind(&self) -> String {
+        match self {
+            Document::Sweep(sweep) => format!("sweep of {}", sweep.sweep_of),
+            other => other.test().to_string(),
+        }
+    }
+
+    /// The server as the user named it, or "loopback".
+    pub fn target(&self) -> &str {
+        match self {
+            Document::Test(report) => &report.config.target,
+            Document::Sweep(sweep) => &sweep.config.target,
+            Document::FindMax(search) => &search.config.target,
+        }
+    }
+
+    pub fn started_at(&self) -> f64 {
+        match self {
+            Document::Test(report) => report.started_at,
+            Document::Sweep(sweep) => sweep.started_at,
+            Document::FindMax(search) => search.started_at,
+        }
+    }
+
+    /// The figure a listing shows: a test's headline (the mean when repeated), a sweep's
+    /// best point, a search's highest clean rate.
+    pub fn headline(&self) -> Option<(Headline, f64)> {
+        match self {
+            Document::Test(report) => Some(report.headline()),
+            Document::Sweep(sweep) => sweep
+                .points
+                .iter()
+                .filter_map(|p| p.report.as_ref().map(|r| r.headline()))
+                .max_by(|a, b| a.1.total_cmp(&b.1)),
+            Document::FindMax(search) => search
+                .result
+                .as_ref()
+                .map(|found| (Headline::ReceiverBps, found.receiver_bps)),
+        }
+    }
+
+    /// The headline in words: "9.41 Gbits/sec", "best 31.9 Gbits/sec of 6 points".
+    pub fn headline_text(&self, scale: Scale) -> String {
+        let figure = self.headline().map(|(h, v)| h.format(v, scale));
+        match self {
+            Document::Test(report) => {
+                let figure = figure.unwrap_or_default();
+                match &report.repetition {
+                    Some(r) => format!(
+                        "{figure} ±{:.1}% ({} iterations)",
+                        r.estimate.half_width_pct,
+                        r.values.len()
+                    ),
+                    None => figure,
+                }
+            }
+            Document::Sweep(sweep) => match figure {
+                Some(figure) => format!("best {figure} of {} points", sweep.points.len()),
+                None => format!("{} points, none measured", sweep.points.len()),
+            },
+            Document::FindMax(_) => figure.map_or("no clean rate".into(), |f| format!("{f} clean")),
+        }
+    }
+
+    /// The end-of-run text: what the run printed after its live lines, and what `show`
+    /// prints.
+    pub fn render_text(&self, scale: Scale) -> String {
+        match self {
+            Document::Test(report) => render_test(report, scale),
+            Document::Sweep(sweep) => {
+                SweepTable::new(&sweep.config, &sweep.axes).render(sweep)
+                    + &warnings(&sweep.warnings)
+            }
+            Document::FindMax(search) => {
+                let mut out = format!("{TRIAL_HEADER}\n");
+                for (index, trial) in search.trials.iter().enumerate() {
+                    let _ = writeln!(out, "{}", text::trial_line(index + 1, trial, scale));
+                }
+                out + &text::render_find_max(search, scale)
+            }
+        }
+    }
+}
+
+fn warnings(list: &[String]) -> String {
+    list.iter().map(|w| format!("warning: {w}\n")).collect()
+}
+
+/// One test's summary, with the iterations when it was repeated.
+fn render_test(report: &Report, scale: Scale) -> String {
+    let mut out = match report.config.workload {
+        Workload::Stream => stream_summary(report, scale),
+        Workload::Rr | Workload::Crr => {
+            crate::rr::render_rr_summary(report, report.config.per_flow)
+        }
+    };
+    if let Some(repetition) = &report.repetition {
+        out.push_str(&render_repetition(repetition, scale));
+    }
+    out
+}
+
+fn stream_summary(report: &Report, scale: Scale) -> String {
+    let mut out = text::render_summary(report, scale, report.config.per_flow);
+    let udp = report.config.protocol == "udp";
+    // UDP has no autotuning: the granted buffers decide how much burst a receiver
+    // absorbs, so UDP results always show them.
+    if report.config.window.is_some() || udp {
+        let flow = report.flows.first();
+        let _ = writeln!(
+            out,
+            "Socket buffers granted (send/receive): client {}/{}, server {}/{} bytes{}",
+            flow.map_or(0, |f| f.client.sndbuf),
+            flow.map_or(0, |f| f.client.rcvbuf),
+            flow.map_or(0, |f| f.server.sndbuf),
+            flow.map_or(0, |f| f.server.rcvbuf),
+            if report.config.window.is_some() && !udp {
+                "; kernel autotuning is off"
+            } else {
+                ""
+            }
+        );
+    }
+    out
+}
+
+/// The iterations' figures and the confidence interval of their mean.
+pub fn render_repetition(repetition: &crate::model::Repetition, scale: Scale) -> String {
+    let metric = repetition.metric;
+    let e = &repetition.estimate;
+    let mut out = String::new();
+    let _ = writeln!(out, "- - - - - - - - - - - - - - - - - - - - - - - - -");
+    let _ = writeln!(
+        out,
+        "{} iterations, {}: mean {} ± {} ({:.1}%) at {}% confidence",
+        repetition.values.len(),
+        metric.label(),
+        metric.format(e.mean, scale),
+        metric.format(e.half_width, scale),
+        e.half_width_pct,
+        e.level_pct,
+    );
+    let each: Vec<String> = repetition
+        .values
+        .iter()
+        .map(|v| metric.format(*v, scale))
+        .collect();
+    let _ = writeln!(out, "Each: {}", each.join(", "));
+    match (repetition.confidence, repetition.met) {
+        (Some(asked), Some(true)) => {
+            let _ = writeln!(
+                out,
+                "The interval is within the ±{}% asked.",
+                asked.half_width_pct
+            );
+        }
+        (Some(asked), _) => {
+            let _ = writeln!(
+                out,
+                "warning: after {} iterations (the cap) the interval is still wider than the ±{}% asked",
+                repetition.max_iterations, asked.half_width_pct
+            );
+        }
+        (None, _) => {}
+    }
+    let _ = writeln!(
+        out,
+        "The figures above are iteration {}'s, the median.",
+        repetition.representative + 1
+    );
+    out
+}

@@ -1,0 +1,369 @@
+//! The results database: every run's full result document in one SQLite file, with a few
+//! columns beside it for listings.
+//!
+//! The file is marked as linerate's (`PRAGMA application_id`) and carries its schema
+//! version (`PRAGMA user_version`); opening it applies any newer migrations in one
+//! transaction, and refuses a file that is someone else's, damaged, or from a newer
+//! linerate. Writers from several processes at once are safe: the journal is WAL, every
+//! write is one `BEGIN IMMEDIATE` transaction, and a busy database is waited for.
+
+use linerate_report::document::Document;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// "LRAT": marks a SQLite file as a linerate results database.
+pub const APPLICATION_ID: i32 = 0x4c52_4154;
+
+/// The schema, one step per version: `MIGRATIONS[i]` takes version `i` to `i + 1`.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: runs with their documents.
+    "CREATE TABLE runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        started_at REAL NOT NULL,
+        stored_at REAL NOT NULL,
+        test TEXT NOT NULL,
+        target TEXT NOT NULL,
+        headline REAL,
+        headline_text TEXT NOT NULL,
+        document TEXT NOT NULL
+    );",
+    // 2: what kind of run (a sweep names the test it swept), the command that made it,
+    // and an index for time-ordered listings. Older rows get their kind from their
+    // documents.
+    "ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT '';
+     ALTER TABLE runs ADD COLUMN command TEXT NOT NULL DEFAULT '';
+     UPDATE runs SET kind = CASE
+         WHEN test = 'sweep' THEN 'sweep of ' || json_extract(document, '$.sweep_of')
+         ELSE test END;
+     CREATE INDEX runs_started_at ON runs (started_at);",
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// How long a writer waits for another to finish before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: not a linerate results database ({why})")]
+    Foreign { path: String, why: String },
+    #[error("{path}: the results database is damaged or not a database ({source})")]
+    Corrupt {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("{path}: written by a newer linerate (schema version {found}; this one reads up to {known})")]
+    TooNew {
+        path: String,
+        found: i64,
+        known: i64,
+    },
+    #[error("no run {id} in {path} (see 'linerate history')")]
+    NotFound { path: String, id: i64 },
+    #[error("{path}: run {id} has a document this linerate cannot read ({source})")]
+    Unreadable {
+        path: String,
+        id: i64,
+        source: serde_json::Error,
+    },
+    #[error("cannot create the directory {dir}: {source}")]
+    Directory { dir: String, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
+}
+
+/// One run as listings show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub id: i64,
+    pub started_at: f64,
+    pub stored_at: f64,
+    pub kind: String,
+    pub test: String,
+    pub target: String,
+    pub headline: Option<f64>,
+    pub headline_text: String,
+    pub command: String,
+}
+
+/// One run with its document.
+#[derive(Debug, Clone)]
+pub struct StoredRun {
+    pub row: RunRow,
+    /// The document exactly as it was stored (the run's `--json` output).
+    pub json: String,
+    pub document: Document,
+}
+
+/// Which runs a listing shows, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Runs of this test ("tcp_stream") or kind ("sweep of tcp_rr"); a sweep matches the
+    /// test it swept too.
+    pub test: Option<String>,
+    /// Runs against this target, as named.
+    pub target: Option<String>,
+    /// Runs that started at or after this time (seconds since the Unix epoch).
+    pub since: Option<f64>,
+    pub limit: Option<usize>,
+}
+
+pub struct Store {
+    conn: Connection,
+    path: String,
+}
+
+/// `$XDG_DATA_HOME/linerate/results.db`, or `~/.local/share/linerate/results.db`.
+pub fn default_path() -> Option<PathBuf> {
+    let data = match std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".local/share")
+        }
+    };
+    Some(data.join("linerate").join("results.db"))
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl Store {
+    /// Opens (creating when missing) the database at `path` and brings its schema up to
+    /// date.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let shown = path.display().to_string();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory {
+                dir: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let sqlite = |source| StoreError::Sqlite {
+            path: shown.clone(),
+            source,
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sqlite)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sqlite)?;
+        let mut store = Store { conn, path: shown };
+        store.prepare()?;
+        // WAL lets readers go on beside a writer; it is a property of the file and
+        // cannot change inside a transaction. On a file system without shared memory it
+        // stays in the default journal, which is slower but as safe.
+        let _ = store
+            .conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0));
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn sqlite(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Under the write lock, so that another process setting the file up is waited for
+    /// and its work seen: refuses a damaged file, someone else's database and a newer
+    /// schema, then applies every migration past the file's version in one transaction,
+    /// so a failure leaves the file as it was.
+    fn prepare(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let failed = |source: rusqlite::Error| match source.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
+                StoreError::Corrupt {
+                    path: path.clone(),
+                    source,
+                }
+            }
+            _ => StoreError::Sqlite {
+                path: path.clone(),
+                source,
+            },
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(failed)?;
+        let pragma = |name: &str| -> Result<i64, StoreError> {
+            tx.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+                .map_err(failed)
+        };
+        let id = pragma("application_id")?;
+        let version = pragma("user_version")?;
+        let tables: i64 = tx
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(failed)?;
+        let fresh = id == 0 && tables == 0;
+        if !fresh && id != i64::from(APPLICATION_ID) {
+            return Err(StoreError::Foreign {
+                path: self.path.clone(),
+                why: if id == 0 {
+                    format!("a SQLite database with {tables} tables of another program")
+                } else {
+                    format!("application id {id:#x}")
+                },
+            });
+        }
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: version,
+                known: SCHEMA_VERSION,
+            });
+        }
+        if version == SCHEMA_VERSION {
+            return Ok(());
+        }
+        if fresh {
+            tx.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}"))
+                .map_err(failed)?;
+        }
+        for (step, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql).map_err(failed)?;
+            tx.execute_batch(&format!("PRAGMA user_version = {}", step + 1))
+                .map_err(failed)?;
+        }
+        tx.commit().map_err(failed)
+    }
+
+    /// The schema version of the open file.
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        self.conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| self.sqlite(e))
+    }
+
+    /// Stores a run; returns its id. `json` is the document's text as printed, kept as is.
+    pub fn insert(
+        &mut self,
+        document: &Document,
+        json: &str,
+        command: &str,
+    ) -> Result<i64, StoreError> {
+        let headline = document
+            .headline()
+            .map(|(_, v)| v)
+            .filter(|v| v.is_finite());
+        let headline_text = document.headline_text(linerate_report::units::Scale::Adaptive);
+        let path = self.path.clone();
+        let sqlite = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite)?;
+        tx.execute(
+            "INSERT INTO runs (started_at, stored_at, test, kind, target, headline,
+                               headline_text, command, document)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                document.started_at(),
+                now(),
+                document.test(),
+                document.kind(),
+                document.target(),
+                headline,
+                headline_text,
+                command,
+                json,
+            ],
+        )
+        .map_err(sqlite)?;
+        let id = tx.last_insert_rowid();
+        tx.commit().map_err(sqlite)?;
+        Ok(id)
+    }
+
+    const COLUMNS: &'static str =
+        "id, started_at, stored_at, kind, test, target, headline, headline_text, command";
+
+    fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+        Ok(RunRow {
+            id: r.get(0)?,
+            started_at: r.get(1)?,
+            stored_at: r.get(2)?,
+            kind: r.get(3)?,
+            test: r.get(4)?,
+            target: r.get(5)?,
+            headline: r.get(6)?,
+            headline_text: r.get(7)?,
+            command: r.get(8)?,
+        })
+    }
+
+    /// Runs matching `filter`, newest first.
+    pub fn list(&self, filter: &Filter) -> Result<Vec<RunRow>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM runs
+             WHERE (?1 IS NULL OR test = ?1 OR kind = ?1 OR kind = 'sweep of ' || ?1)
+               AND (?2 IS NULL OR target = ?2)
+               AND (?3 IS NULL OR started_at >= ?3)
+             ORDER BY started_at DESC, id DESC
+             LIMIT ?4",
+            Self::COLUMNS
+        );
+        let limit = filter.limit.map_or(-1, |l| l as i64);
+        let mut statement = self.conn.prepare(&sql).map_err(|e| self.sqlite(e))?;
+        let rows = statement
+            .query_map(
+                params![filter.test, filter.target, filter.since, limit],
+                Self::row,
+            )
+            .map_err(|e| self.sqlite(e))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.sqlite(e))
+    }
+
+    /// One run with its document.
+    pub fn get(&self, id: i64) -> Result<StoredRun, StoreError> {
+        let sql = format!("SELECT {}, document FROM runs WHERE id = ?1", Self::COLUMNS);
+        let found = self
+            .conn
+            .query_row(&sql, [id], |r| Ok((Self::row(r)?, r.get::<_, String>(9)?)))
+            .optional()
+            .map_err(|e| self.sqlite(e))?;
+        let Some((row, json)) = found else {
+            return Err(StoreError::NotFound {
+                path: self.path.clone(),
+                id,
+            });
+        };
+        let document = Document::from_json(&json).map_err(|source| StoreError::Unreadable {
+            path: self.path.clone(),
+            id,
+            source,
+        })?;
+        Ok(StoredRun {
+            row,
+            json,
+            document,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,223 @@
+use super::*;
+
+const STREAM: &str = include_str!("testdata/tcp_stream.json");
+const RR: &str = include_str!("testdata/tcp_rr.json");
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a temporary directory")
+}
+
+fn store_in(dir: &tempfile::TempDir) -> (Store, PathBuf) {
+    let path = dir.path().join("sub/dir/results.db");
+    (Store::open(&path).expect("a new store opens"), path)
+}
+
+fn insert(store: &mut Store, json: &str) -> i64 {
+    let document = Document::from_json(json).expect("a valid document");
+    store
+        .insert(&document, json, "linerate stream")
+        .expect("stored")
+}
+
+#[test]
+fn a_run_comes_back_exactly_as_stored() {
+    let dir = temp();
+    let (mut store, path) = store_in(&dir);
+    assert!(path.exists(), "the directories and file are created");
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let id = insert(&mut store, STREAM);
+    let run = store.get(id).unwrap();
+    assert_eq!(run.json, STREAM, "the text is kept byte for byte");
+    assert_eq!(run.document, Document::from_json(STREAM).unwrap());
+    assert_eq!(run.row.test, "tcp_stream");
+    assert_eq!(run.row.kind, "tcp_stream");
+    assert_eq!(run.row.target, "loopback");
+    assert_eq!(run.row.command, "linerate stream");
+    let expected = run.document.headline().unwrap().1;
+    assert_eq!(run.row.headline, Some(expected));
+    assert!(run.row.headline_text.contains("bits/sec"), "{:?}", run.row);
+}
+
+#[test]
+fn listings_filter_and_put_the_newest_first() {
+    let dir = temp();
+    let (mut store, _) = store_in(&dir);
+    let stream = insert(&mut store, STREAM);
+    let rr = insert(&mut store, RR);
+    let all = store.list(&Filter::default()).unwrap();
+    // Both documents are real runs; the rr one started later.
+    assert_eq!(all.iter().map(|r| r.id).collect::<Vec<_>>(), [rr, stream]);
+    let only_rr = store
+        .list(&Filter {
+            test: Some("tcp_rr".into()),
+            ..Filter::default()
+        })
+        .unwrap();
+    assert_eq!(only_rr.len(), 1);
+    assert_eq!(only_rr[0].id, rr);
+    let limited = store
+        .list(&Filter {
+            limit: Some(1),
+            ..Filter::default()
+        })
+        .unwrap();
+    assert_eq!(limited.len(), 1);
+    let later = store
+        .list(&Filter {
+            since: Some(all[0].started_at),
+            ..Filter::default()
+        })
+        .unwrap();
+    assert_eq!(later.len(), 1);
+    let elsewhere = store
+        .list(&Filter {
+            target: Some("server1".into()),
+            ..Filter::default()
+        })
+        .unwrap();
+    assert!(elsewhere.is_empty());
+}
+
+#[test]
+fn an_unknown_run_is_named() {
+    let dir = temp();
+    let (store, path) = store_in(&dir);
+    let error = store.get(42).unwrap_err().to_string();
+    assert!(error.contains("no run 42"), "{error}");
+    assert!(error.contains(&path.display().to_string()), "{error}");
+}
+
+/// A database written by the first schema gains the second's columns, with older rows'
+/// kinds filled in from their documents.
+#[test]
+fn a_version_one_database_is_migrated() {
+    let dir = temp();
+    let path = dir.path().join("v1.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; {} PRAGMA user_version = 1;",
+            MIGRATIONS[0]
+        ))
+        .unwrap();
+        conn.execute(
+            "INSERT INTO runs (started_at, stored_at, test, target, headline, headline_text, document)
+             VALUES (1.0, 2.0, 'tcp_rr', 'loopback', 5.0, '5 transactions/s', ?1)",
+            [RR],
+        )
+        .unwrap();
+    }
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 2);
+    let run = store.get(1).unwrap();
+    assert_eq!(run.row.kind, "tcp_rr");
+    assert_eq!(run.row.command, "");
+    assert_eq!(run.json, RR);
+    // New runs go in beside it.
+    let id = insert(&mut store, STREAM);
+    assert_eq!(store.list(&Filter::default()).unwrap().len(), 2);
+    assert!(id > 1);
+}
+
+/// A migration that fails leaves the file at its old version, with nothing half done.
+#[test]
+fn a_failed_migration_changes_nothing() {
+    let dir = temp();
+    let path = dir.path().join("odd.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        // Version 1, but with a column the second step adds: that step cannot apply.
+        conn.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; {} ALTER TABLE runs ADD COLUMN command TEXT;
+             PRAGMA user_version = 1;",
+            MIGRATIONS[0]
+        ))
+        .unwrap();
+    }
+    let error = Store::open(&path)
+        .err()
+        .expect("the migration fails")
+        .to_string();
+    assert!(error.contains("command"), "{error}");
+    let conn = Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 1);
+    let kind_columns: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'kind'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        kind_columns, 0,
+        "the step's first statement was rolled back"
+    );
+}
+
+#[test]
+fn foreign_damaged_and_newer_files_are_refused() {
+    let dir = temp();
+    let foreign = dir.path().join("foreign.db");
+    Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE users (name TEXT); INSERT INTO users VALUES ('a');")
+        .unwrap();
+    let error = Store::open(&foreign).err().unwrap().to_string();
+    assert!(error.contains("not a linerate results database"), "{error}");
+    assert!(error.contains("foreign.db"), "{error}");
+    // The other program's data is untouched.
+    let rows: i64 = Connection::open(&foreign)
+        .unwrap()
+        .query_row("SELECT count(*) FROM users", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 1);
+
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![0x5a; 8192]).unwrap();
+    let error = Store::open(&garbage).err().unwrap().to_string();
+    assert!(error.contains("damaged or not a database"), "{error}");
+    assert_eq!(std::fs::read(&garbage).unwrap(), vec![0x5a; 8192]);
+
+    let newer = dir.path().join("newer.db");
+    Connection::open(&newer)
+        .unwrap()
+        .execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 99;"
+        ))
+        .unwrap();
+    let error = Store::open(&newer).err().unwrap().to_string();
+    assert!(
+        error.contains("newer linerate (schema version 99"),
+        "{error}"
+    );
+}
+
+/// Several writers at once (as parallel test runs would be): every run lands, once.
+#[test]
+fn concurrent_writers_lose_nothing() {
+    let dir = temp();
+    let path = dir.path().join("shared.db");
+    let writers: Vec<_> = (0..6)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut store = Store::open(&path).expect("opens beside the others");
+                (0..15)
+                    .map(|_| insert(&mut store, STREAM))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut ids: Vec<i64> = writers
+        .into_iter()
+        .flat_map(|w| w.join().expect("a writer finished"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 90);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.list(&Filter::default()).unwrap().len(), 90);
+}
