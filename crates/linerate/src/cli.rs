@@ -49,6 +49,12 @@ Each transaction opens a new TCP connection; the client closes it and holds its 
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// The results database [default: $XDG_DATA_HOME/linerate/results.db]
+    #[arg(long, global = true, env = "LINERATE_DB", value_name = "PATH")]
+    pub db: Option<std::path::PathBuf>,
+    /// Do not keep this run in the results database
+    #[arg(long, global = true)]
+    pub no_store: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -70,6 +76,208 @@ pub enum Command {
     /// Speak iperf3: test against a real iperf3 server (-c), or serve iperf3 clients (-s)
     #[command(after_help = IPERF3_EXAMPLES)]
     Iperf3(Iperf3Args),
+    /// Run a test at every combination of list-valued parameters, one row per point
+    #[command(after_help = SWEEP_EXAMPLES)]
+    Sweep(SweepArgs),
+    /// List stored runs, newest first
+    #[command(after_help = HISTORY_EXAMPLES)]
+    History(HistoryArgs),
+    /// Print a stored run as it was printed when it ran
+    Show(ShowArgs),
+    /// Compare stored runs side by side, with deltas and significance
+    #[command(after_help = COMPARE_EXAMPLES)]
+    Compare(CompareArgs),
+    /// Write a stored run as JSON (the full document) or CSV
+    Export(ExportArgs),
+    /// Draw stored runs into one self-contained HTML file with SVG charts
+    Report(ReportArgs),
+}
+
+const SWEEP_EXAMPLES: &str = "\
+Examples:
+  linerate sweep --parallel 1,8,100,1000 -t 5          TCP goodput over flow counts, loopback
+  linerate sweep server1 --parallel 8,32 --window 256k,32k,auto --length 8k,64k
+  linerate sweep server1 --udp --rate 100M,500M,1G --length 1400
+  linerate sweep server1 --test rr --request 1,1k,64k --response 1,1k --parallel 1,8
+  linerate sweep server1 --test crr --parallel 1,4,16 --iterations 3 --json > crr.json
+Points run in a fixed order, --parallel varying slowest. A point that fails is reported
+and the sweep goes on.";
+
+const HISTORY_EXAMPLES: &str = "\
+Examples:
+  linerate history                      the last 20 runs
+  linerate history --test tcp_rr --since 7d
+  linerate history --target server1 --limit 0 --json";
+
+const COMPARE_EXAMPLES: &str = "\
+Examples:
+  linerate compare 12 15                two runs side by side, deltas against the first
+  linerate compare 12 15 19 --json
+Runs made with --iterations or --confidence are judged with Welch's t test: a difference
+is called significant only when the iterations' spread cannot explain it.";
+
+/// `--iterations` and `--confidence`, for every kind of test.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct RepeatArgs {
+    /// Run the test N times and report the mean with its confidence interval (with
+    /// --confidence: at most N times) [default with --confidence: 10]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub iterations: Option<u32>,
+    /// Repeat until the LEVEL % confidence interval of the mean is within ±WIDTH % of it
+    /// (at least 3 runs, at most --iterations) [e.g. 99,5]
+    #[arg(long, value_name = "LEVEL,WIDTH", value_parser = confidence)]
+    pub confidence: Option<linerate_report::stats::Confidence>,
+}
+
+/// Which kind of test a sweep runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SweepTest {
+    Stream,
+    Rr,
+    Crr,
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Server to test against; without it, an in-process server on loopback
+    pub host: Option<String>,
+    /// The test at every point
+    #[arg(long, value_enum, default_value = "stream")]
+    pub test: SweepTest,
+    /// Server port
+    #[arg(short, long, default_value_t = 5201)]
+    pub port: u16,
+    /// Flow counts to sweep (comma-separated) [default: 1]
+    #[arg(short = 'P', long, value_name = "LIST", value_delimiter = ',', value_parser = flows)]
+    pub parallel: Vec<u32>,
+    /// Socket buffer sizes; 'auto' keeps kernel autotuning [k|m|g]
+    #[arg(short, long, value_name = "LIST", value_delimiter = ',', value_parser = window_or_auto)]
+    pub window: Vec<Option<u64>>,
+    /// Stream: bytes per write or UDP datagram [k|m suffixes]
+    #[arg(short, long, value_name = "LIST", value_delimiter = ',', value_parser = length)]
+    pub length: Vec<u64>,
+    /// rr and crr: bytes per request [k|m suffixes] [default: 1]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = message)]
+    pub request: Vec<u64>,
+    /// rr and crr: bytes per response [k|m suffixes] [default: 1]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = message)]
+    pub response: Vec<u64>,
+    /// rr: transactions in flight per flow
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub outstanding: Vec<u32>,
+    /// Per-flow pacing: bit/s for stream, transactions/s for rr; 0 is unpaced [k|m|g]
+    #[arg(short = 'b', long, value_name = "LIST", value_delimiter = ',', value_parser = rate)]
+    pub rate: Vec<u64>,
+    /// Congestion control algorithms
+    #[arg(short = 'C', long, value_name = "LIST", value_delimiter = ',')]
+    pub congestion: Vec<String>,
+    /// UDP instead of TCP (stream and rr)
+    #[arg(short, long)]
+    pub udp: bool,
+    /// Stream: the server sends
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Stream: both ends send
+    #[arg(long)]
+    pub bidir: bool,
+    /// Stream: disable Nagle's algorithm (rr and crr always do, as they do alone)
+    #[arg(short = 'N', long)]
+    pub nodelay: bool,
+    /// Worker threads on this side (default: chosen for each point's flow count)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub threads: Option<u32>,
+    /// Seconds to measure at each point, after --omit
+    #[arg(short, long, default_value_t = 5.0, value_parser = positive_seconds)]
+    pub time: f64,
+    /// Warm-up seconds left out at each point
+    #[arg(short = 'O', long, default_value_t = 0.0, value_parser = seconds)]
+    pub omit: f64,
+    #[command(flatten)]
+    pub repeat: RepeatArgs,
+    /// Print one JSON document with every point's full result
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Units of printed figures: a (adaptive), k, m, g
+    #[arg(short, long, default_value = "a", value_parser = scale)]
+    pub format: Scale,
+    /// Seconds to wait for each connection to be accepted
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
+    pub connect_timeout: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Only runs of this test (tcp_stream, udp_stream, tcp_rr, udp_rr, tcp_crr, sweep,
+    /// udp_find_max); a sweep of the test matches too
+    #[arg(long)]
+    pub test: Option<String>,
+    /// Only runs against this server, as it was named ("loopback" for local runs)
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Only runs since a time (2026-11-01, 2026-11-01T08:00:00Z) or a while ago (2h, 7d)
+    #[arg(long, value_name = "WHEN", value_parser = since)]
+    pub since: Option<f64>,
+    /// The most runs to list; 0 for all
+    #[arg(short = 'n', long, default_value_t = 20)]
+    pub limit: usize,
+    /// Print a JSON array instead of a table
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The run's id (see 'linerate history')
+    pub id: i64,
+    /// Print the stored document exactly as the run's --json printed it
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Units of printed figures: a (adaptive), k, m, g
+    #[arg(short, long, default_value = "a", value_parser = scale)]
+    pub format: Scale,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Two or more run ids; deltas are against the first
+    #[arg(required = true, num_args = 2..)]
+    pub ids: Vec<i64>,
+    /// The confidence level of the significance test, in percent
+    #[arg(long, default_value_t = 95.0, value_parser = level)]
+    pub level: f64,
+    /// Print a JSON document instead of a table
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+/// What `export` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    Json,
+    Csv,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The run's id
+    pub id: i64,
+    /// json: the full document; csv: one row per interval (a test), per iteration (a
+    /// repeated test), per point (a sweep) or per trial (a --find-max search)
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: ExportFormat,
+    /// Write to FILE instead of standard output
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Run ids to draw; two or more are also compared
+    #[arg(required = true, num_args = 1..)]
+    pub ids: Vec<i64>,
+    /// The HTML file to write
+    #[arg(long, value_name = "FILE")]
+    pub html: std::path::PathBuf,
 }
 
 const IPERF3_EXAMPLES: &str = "\
@@ -173,7 +381,7 @@ pub struct Iperf3Args {
 }
 
 /// Flags shared by `rr` and `crr`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TransactionArgs {
     /// Server to test against; without it, an in-process server on loopback measures this machine
     pub host: Option<String>,
@@ -223,6 +431,8 @@ pub struct TransactionArgs {
     /// Show figures per flow
     #[arg(long)]
     pub per_flow: bool,
+    #[command(flatten)]
+    pub repeat: RepeatArgs,
     /// Seconds to wait for each connection to be accepted
     #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     pub connect_timeout: f64,
@@ -339,7 +549,7 @@ pub struct StreamArgs {
     pub pps: Option<u64>,
     /// UDP: search for the highest rate whose receiver-side loss stays within --max-loss,
     /// over short trials (-t each, default 2 s), and print every trial
-    #[arg(long, requires = "udp", conflicts_with_all = ["rate", "pps", "bidir"])]
+    #[arg(long, requires = "udp", conflicts_with_all = ["rate", "pps", "bidir", "iterations", "confidence"])]
     pub find_max: bool,
     /// The loss bound for --find-max, in percent of datagrams
     #[arg(long, default_value_t = 0.1, requires = "find_max", value_parser = percent)]
@@ -356,6 +566,8 @@ pub struct StreamArgs {
     /// Show figures per flow, and keep them per interval in the result
     #[arg(long)]
     pub per_flow: bool,
+    #[command(flatten)]
+    pub repeat: RepeatArgs,
     /// Units of printed figures: a (adaptive), k, m, g
     #[arg(short, long, default_value = "a", value_parser = scale)]
     pub format: Scale,
@@ -429,6 +641,50 @@ fn per_second(text: &str) -> Result<u64, String> {
         0 => Err(format!("'{text}' must be at least 1 per second")),
         value => Ok(value),
     }
+}
+
+fn confidence(text: &str) -> Result<linerate_report::stats::Confidence, String> {
+    linerate_report::stats::Confidence::parse(text)
+}
+
+fn level(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('%').parse::<f64>() {
+        Ok(value) if (50.0..100.0).contains(&value) => Ok(value),
+        _ => Err(format!("'{text}' is not a percentage from 50 to below 100")),
+    }
+}
+
+fn flows(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(n) if (1..=4096).contains(&n) => Ok(n),
+        _ => Err(format!("'{text}' is not a flow count from 1 to 4096")),
+    }
+}
+
+fn window_or_auto(text: &str) -> Result<Option<u64>, String> {
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    window(text).map(Some)
+}
+
+/// An RFC 3339 time or date, or a while ago ("2h", "7d"), as seconds since the epoch.
+fn since(text: &str) -> Result<f64, String> {
+    let epoch = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    };
+    if let Ok(ago) = humantime::parse_duration(text) {
+        return Ok(epoch(std::time::SystemTime::now()) - ago.as_secs_f64());
+    }
+    let full = if text.len() == 10 {
+        format!("{text}T00:00:00Z")
+    } else {
+        text.to_string()
+    };
+    humantime::parse_rfc3339_weak(&full)
+        .map(epoch)
+        .map_err(|_| format!("'{text}' is neither a time (2026-11-01, 2026-11-01T08:00:00Z) nor a while ago (2h, 7d)"))
 }
 
 fn scale(text: &str) -> Result<Scale, String> {

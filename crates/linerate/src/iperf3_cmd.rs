@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use linerate_engine::client::Progress;
 use linerate_engine::iperf3_client;
 use linerate_proto::iperf3::{Params, Transport, DEFAULT_TCP_BLOCK, DEFAULT_UDP_RATE};
+use linerate_report::document::Document;
 use linerate_report::text::{self, INTERVAL_HEADER};
 use linerate_report::{iperf3_json, Direction};
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub fn run(args: &Iperf3Args) -> Result<ExitCode> {
+pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Result<ExitCode> {
     let Some(host) = &args.client else {
         return crate::serve(&ServeArgs {
             listen: args.bind,
@@ -28,6 +29,7 @@ pub fn run(args: &Iperf3Args) -> Result<ExitCode> {
     };
     let addr = crate::resolve(host, args.port)?;
     let params = params_of(args, addr);
+    let mut store = storage.open_for_run()?;
     let cancel = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, cancel.clone())
@@ -107,6 +109,21 @@ pub fn run(args: &Iperf3Args) -> Result<ExitCode> {
             for line in output.lines() {
                 say(line);
             }
+        }
+    }
+    if let Some(store) = store.as_mut() {
+        // Kept as linerate's own document, whichever shape was printed.
+        let document = Document::Test(Box::new(outcome.report.clone()));
+        let json = document.to_json().context("cannot encode the result")?;
+        let id = store
+            .insert(&document, &json, &crate::keep::command_line())
+            .map_err(|e| anyhow::anyhow!(e))
+            .context("the result above was not stored")?;
+        let note = format!("Stored as run {id} in {}", store.path());
+        if quiet {
+            eprintln!("{note}");
+        } else {
+            say(&note);
         }
     }
     Ok(crate::flows_exit(&outcome.report))

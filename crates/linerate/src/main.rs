@@ -5,6 +5,9 @@
 
 mod cli;
 mod iperf3_cmd;
+mod keep;
+mod store_cmd;
+mod sweep_cmd;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::error::ErrorKind;
@@ -15,11 +18,14 @@ use linerate_engine::plane::default_threads;
 use linerate_engine::search::{Probe, RateSearch, TrialOutcome};
 use linerate_engine::server::{Server, ServerConfig};
 use linerate_proto::Limits;
+use linerate_report::document::Document;
+use linerate_report::stats::RepeatPlan;
 use linerate_report::text::{self, INTERVAL_HEADER, TRIAL_HEADER};
 use linerate_report::units::format_rate;
+use linerate_report::units::Scale;
 use linerate_report::{
-    Direction, FindMaxReport, LoadSummary, PerSide, RateFound, RateTrial, Report, RrConfig,
-    TestConfig, TrialVerdict, Workload,
+    Direction, FindMaxReport, Headline, LoadSummary, PerSide, RateFound, RateTrial, Report,
+    RrConfig, TestConfig, TrialVerdict, Workload,
 };
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -35,12 +41,28 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),
     };
+    let storage = keep::Storage {
+        path: cli.db,
+        disabled: cli.no_store,
+    };
     let (json, outcome) = match cli.command {
         Command::Serve(args) => (false, serve(&args)),
-        Command::Stream(args) => (args.json, stream(&args)),
-        Command::Rr(args) => (args.common.json, transactions(&args.common, Some(&args))),
-        Command::Crr(args) => (args.common.json, transactions(&args.common, None)),
-        Command::Iperf3(args) => (args.json || args.iperf3_json, iperf3_cmd::run(&args)),
+        Command::Stream(args) => (args.json, stream(&args, &storage)),
+        Command::Rr(args) => (
+            args.common.json,
+            transactions(&args.common, Some(&args), &storage),
+        ),
+        Command::Crr(args) => (args.common.json, transactions(&args.common, None, &storage)),
+        Command::Iperf3(args) => (
+            args.json || args.iperf3_json,
+            iperf3_cmd::run(&args, &storage),
+        ),
+        Command::Sweep(args) => (args.json, sweep_cmd::run(&args, &storage)),
+        Command::History(args) => (args.json, store_cmd::history(&args, &storage)),
+        Command::Show(args) => (args.json, store_cmd::show(&args, &storage)),
+        Command::Compare(args) => (args.json, store_cmd::compare(&args, &storage)),
+        Command::Export(args) => (false, store_cmd::export(&args, &storage)),
+        Command::Report(args) => (false, store_cmd::report(&args, &storage)),
     };
     match outcome {
         Ok(code) => code,
@@ -211,7 +233,11 @@ fn rr_config(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestConfig {
 }
 
 /// `linerate rr` (with its own flags) and `linerate crr` (`rr` is `None`).
-fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>) -> Result<ExitCode> {
+fn transactions(
+    common: &TransactionArgs,
+    rr: Option<&RrArgs>,
+    storage: &keep::Storage,
+) -> Result<ExitCode> {
     let udp = rr.is_some_and(|a| a.udp);
     for (name, size) in [
         ("--request", common.request),
@@ -237,6 +263,7 @@ fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>) -> Result<ExitCod
         None => None,
     };
     let config = rr_config(common, rr);
+    let mut store = storage.open_for_run()?;
     let cancel = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, cancel.clone())
@@ -255,9 +282,39 @@ fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>) -> Result<ExitCod
         };
         println!("{banner}");
     }
+    let plan = RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence);
+    let live_intervals = plan.is_none();
+    let one = |_iteration: u32| transaction_test(target, &config, quiet, live_intervals, &cancel);
+    let each = |index: u32, _: &Report, value: f64| {
+        if !quiet {
+            println!(
+                "Iteration {}: {}",
+                index + 1,
+                Headline::TransactionsPerS.format(value, Scale::Adaptive)
+            );
+        }
+    };
+    let report = keep::repeat(plan, &cancel, one, each)?;
+    let document = Document::Test(Box::new(report));
+    let text = document.render_text(Scale::Adaptive);
+    keep::finish(&document, common.json, &text, store.as_mut())?;
+    let Document::Test(report) = document else {
+        unreachable!("built as a test above")
+    };
+    Ok(flows_exit(&report))
+}
+
+/// One request/response test, with its bulk load beside it when asked for.
+fn transaction_test(
+    target: Option<SocketAddr>,
+    config: &TestConfig,
+    quiet: bool,
+    live_intervals: bool,
+    cancel: &Arc<AtomicBool>,
+) -> Result<Report> {
     let load = config.rr.as_ref().map_or(0, |r| r.load);
     let bulk = (load > 0)
-        .then(|| start_load(target, &config, load, &cancel))
+        .then(|| start_load(target, config, load, cancel))
         .transpose()?;
     let mut progress = |event: Progress| {
         if quiet {
@@ -269,18 +326,21 @@ fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>) -> Result<ExitCod
                 server.software, server.hostname, server.kernel, server.cores, server.cpu_model
             ),
             Progress::Started => {
-                if config.interval_s > 0.0 {
+                if config.interval_s > 0.0 && live_intervals {
                     println!("{}", linerate_report::rr::RR_INTERVAL_HEADER);
                 }
             }
             Progress::Interval(interval) => {
+                if !live_intervals {
+                    return;
+                }
                 if let Some(line) = linerate_report::rr::rr_interval_line("SUM", &interval) {
                     println!("{line}");
                 }
             }
         }
     };
-    let outcome = run_once(target, &config, &cancel, &mut progress);
+    let outcome = run_once(target, config, cancel, &mut progress);
     let load_report = match bulk {
         Some(handle) => Some(
             handle
@@ -302,18 +362,7 @@ fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>) -> Result<ExitCod
             .warnings
             .extend(load.warnings.iter().map(|w| format!("load: {w}")));
     }
-    if common.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("cannot encode the result")?
-        );
-    } else {
-        print!(
-            "{}",
-            linerate_report::rr::render_rr_summary(&report, common.per_flow)
-        );
-    }
-    Ok(flows_exit(&report))
+    Ok(report)
 }
 
 /// Seconds the bulk load starts ahead of the transactions (connections open, windows
@@ -412,43 +461,67 @@ fn udp_length_for(target: SocketAddr) -> u64 {
     probe().map_or(1472, |len| len.clamp(16, 65_507))
 }
 
-fn stream(args: &StreamArgs) -> Result<ExitCode> {
+/// Sets a UDP test's datagram size (checked, or the path's largest unfragmented one) and
+/// its pacing (`--pps`, `--rate`, or iperf3's default 1M per flow); `Err` is a usage
+/// error's message.
+fn udp_settings(
+    config: &mut TestConfig,
+    length: Option<u64>,
+    rate: Option<u64>,
+    pps: Option<u64>,
+    target: Option<SocketAddr>,
+) -> std::result::Result<(), String> {
+    let length = match length {
+        Some(length) if !(16..=65_507).contains(&length) => {
+            return Err(format!(
+                "invalid value '{length}' for '--length': a UDP datagram carries 16 to 65507 bytes"
+            ));
+        }
+        Some(length) => length,
+        None => udp_length_for(target.unwrap_or(SocketAddr::from(([127, 0, 0, 1], config.port)))),
+    };
+    config.length = length;
+    config.rate_bps = match (pps, rate) {
+        (Some(pps), _) => Some(pps.saturating_mul(length * 8)),
+        (None, Some(0)) => None,
+        (None, Some(rate)) => Some(rate),
+        (None, None) => Some(UDP_DEFAULT_RATE),
+    };
+    Ok(())
+}
+
+/// A usage error found after parsing: one line, exit 2.
+fn usage(message: &str) -> ExitCode {
+    eprintln!("linerate: error: {message} (see 'linerate --help')");
+    ExitCode::from(2)
+}
+
+fn stream(args: &StreamArgs, storage: &keep::Storage) -> Result<ExitCode> {
     let target = match &args.host {
         Some(host) => Some(resolve(host, args.port)?),
         None => None,
     };
     let mut config = test_config(args);
     if args.udp {
-        let length = match args.length {
-            Some(length) if !(16..=65_507).contains(&length) => {
-                eprintln!(
-                    "linerate: error: invalid value '{length}' for '--length': a UDP datagram carries 16 to 65507 bytes (see 'linerate --help')"
-                );
-                return Ok(ExitCode::from(2));
-            }
-            Some(length) => length,
-            None => udp_length_for(target.unwrap_or(SocketAddr::from(([127, 0, 0, 1], args.port)))),
-        };
-        config.length = length;
-        config.rate_bps = match (args.pps, args.rate) {
-            (Some(pps), _) => Some(pps.saturating_mul(length * 8)),
-            (None, Some(0)) => None,
-            (None, Some(rate)) => Some(rate),
-            (None, None) => Some(UDP_DEFAULT_RATE),
-        };
+        if let Err(message) = udp_settings(&mut config, args.length, args.rate, args.pps, target) {
+            return Ok(usage(&message));
+        }
     }
     let config = config;
+    let mut store = storage.open_for_run()?;
     let cancel = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, cancel.clone())
             .context("cannot install signal handlers")?;
     }
     if args.find_max {
-        return find_max(args, config, target, &cancel);
+        return find_max(args, config, target, &cancel, store.as_mut());
     }
     let flow_ids: Vec<u32> = (0..config.connections()).collect();
     let sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
     let quiet = args.json;
+    let plan = RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence);
+    let live_intervals = plan.is_none();
     let mut progress = |event: Progress| {
         if quiet {
             return;
@@ -461,11 +534,11 @@ fn stream(args: &StreamArgs) -> Result<ExitCode> {
                 );
             }
             Progress::Started => {
-                if config.interval_s > 0.0 {
+                if config.interval_s > 0.0 && live_intervals {
                     println!("{INTERVAL_HEADER}");
                 }
             }
-            Progress::Interval(interval) => {
+            Progress::Interval(interval) if live_intervals => {
                 for line in text::side_interval_lines(
                     &interval,
                     &sends,
@@ -476,13 +549,34 @@ fn stream(args: &StreamArgs) -> Result<ExitCode> {
                     println!("{line}");
                 }
             }
+            Progress::Interval(_) => {}
         }
     };
     if !quiet {
         println!("{}", banner(args, target, &config));
     }
-    let report = run_once(target, &config, &cancel, &mut progress)?;
-    print_report(&report, args)?;
+    let cancel_flag = cancel.clone();
+    let each = |index: u32, _: &Report, value: f64| {
+        if !quiet {
+            println!(
+                "Iteration {}: {}",
+                index + 1,
+                Headline::ReceiverBps.format(value, args.format)
+            );
+        }
+    };
+    let report = keep::repeat(
+        plan,
+        &cancel_flag,
+        |_| run_once(target, &config, &cancel, &mut progress),
+        each,
+    )?;
+    let document = Document::Test(Box::new(report));
+    let text = document.render_text(args.format);
+    keep::finish(&document, args.json, &text, store.as_mut())?;
+    let Document::Test(report) = document else {
+        unreachable!("built as a test above")
+    };
     Ok(flows_exit(&report))
 }
 
@@ -541,6 +635,7 @@ fn find_max(
     mut config: TestConfig,
     target: Option<SocketAddr>,
     cancel: &Arc<AtomicBool>,
+    store: Option<&mut linerate_store::Store>,
 ) -> Result<ExitCode> {
     // Trials print one line each, not interval lines.
     config.interval_s = 0.0;
@@ -663,14 +758,14 @@ fn find_max(
         limit,
         warnings,
     };
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("cannot encode the result")?
-        );
-    } else {
-        print!("{}", text::render_find_max(&report, args.format));
-    }
+    // The trials were printed as they ended; the answer is what is left.
+    let text = text::render_find_max(&report, args.format);
+    keep::finish(
+        &Document::FindMax(Box::new(report)),
+        args.json,
+        &text,
+        store,
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -686,35 +781,3 @@ fn sending_side<'a, T>(config: &TestConfig, sides: &'a PerSide<T>) -> &'a T {
 /// the failing one), or after this many trials.
 const FIND_MAX_RESOLUTION: f64 = 0.02;
 const FIND_MAX_TRIALS: usize = 12;
-
-fn print_report(report: &Report, args: &StreamArgs) -> Result<()> {
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(report).context("cannot encode the result")?
-        );
-    } else {
-        print!(
-            "{}",
-            text::render_summary(report, args.format, args.per_flow)
-        );
-        // UDP has no autotuning: the granted buffers decide how much burst a receiver
-        // absorbs, so UDP results always show them.
-        if args.window.is_some() || args.udp {
-            let flow = report.flows.first();
-            println!(
-                "Socket buffers granted (send/receive): client {}/{}, server {}/{} bytes{}",
-                flow.map_or(0, |f| f.client.sndbuf),
-                flow.map_or(0, |f| f.client.rcvbuf),
-                flow.map_or(0, |f| f.server.sndbuf),
-                flow.map_or(0, |f| f.server.rcvbuf),
-                if args.window.is_some() && !args.udp {
-                    "; kernel autotuning is off"
-                } else {
-                    ""
-                }
-            );
-        }
-    }
-    Ok(())
-}

@@ -6,7 +6,10 @@
 //! sizes and rates the way iperf3 users write them.
 
 pub mod assemble;
+pub mod compare;
 pub mod document;
+pub mod export;
+pub mod html;
 pub mod iperf3_json;
 pub mod latency;
 pub mod model;

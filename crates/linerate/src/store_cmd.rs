@@ -1,0 +1,164 @@
+//! The commands that read the results database: `history`, `show`, `compare`, `export`
+//! and `report`.
+
+use crate::cli::{CompareArgs, ExportArgs, ExportFormat, HistoryArgs, ReportArgs, ShowArgs};
+use crate::keep::Storage;
+use anyhow::{anyhow, bail, Context, Result};
+use linerate_report::document::Document;
+use linerate_store::{Filter, RunRow, StoredRun};
+use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// A time as UTC, to the second: "2026-11-21T22:16:03Z".
+fn when(epoch_s: f64) -> String {
+    let time = UNIX_EPOCH + Duration::from_secs_f64(epoch_s.max(0.0));
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+pub fn history(args: &HistoryArgs, storage: &Storage) -> Result<ExitCode> {
+    let store = storage.open_to_read()?;
+    let rows = store
+        .list(&Filter {
+            test: args.test.clone(),
+            target: args.target.clone(),
+            since: args.since,
+            limit: (args.limit > 0).then_some(args.limit),
+        })
+        .map_err(|e| anyhow!(e))?;
+    if args.json {
+        let list: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        println!("No runs stored in {} match.", store.path());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    table.set_header(["id", "started (UTC)", "test", "target", "headline"]);
+    for row in &rows {
+        table.add_row([
+            row.id.to_string(),
+            when(row.started_at),
+            row.kind.clone(),
+            row.target.clone(),
+            row.headline_text.clone(),
+        ]);
+    }
+    println!("{table}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn row_json(row: &RunRow) -> serde_json::Value {
+    serde_json::json!({
+        "id": row.id,
+        "started_at": row.started_at,
+        "stored_at": row.stored_at,
+        "test": row.test,
+        "kind": row.kind,
+        "target": row.target,
+        "headline": row.headline,
+        "headline_text": row.headline_text,
+        "command": row.command,
+    })
+}
+
+pub fn show(args: &ShowArgs, storage: &Storage) -> Result<ExitCode> {
+    let store = storage.open_to_read()?;
+    let run = store.get(args.id).map_err(|e| anyhow!(e))?;
+    if args.json {
+        println!("{}", run.json);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "Run {}: {} against {}, started {}",
+        run.row.id,
+        run.row.kind,
+        run.row.target,
+        when(run.row.started_at)
+    );
+    if !run.row.command.is_empty() {
+        println!("Command: {}", run.row.command);
+    }
+    print!("{}", run.document.render_text(args.format));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fetch(storage: &Storage, ids: &[i64]) -> Result<Vec<StoredRun>> {
+    let store = storage.open_to_read()?;
+    ids.iter()
+        .map(|&id| store.get(id).map_err(|e| anyhow!(e)))
+        .collect()
+}
+
+pub fn compare(args: &CompareArgs, storage: &Storage) -> Result<ExitCode> {
+    let runs = fetch(storage, &args.ids)?;
+    let mut tests = Vec::new();
+    for run in &runs {
+        match &run.document {
+            Document::Test(report) => tests.push((run.row.id, report.as_ref())),
+            other => bail!(
+                "run {} is a {}: compare takes test runs ('linerate report {} ... --html FILE' draws sweeps side by side)",
+                run.row.id,
+                other.kind(),
+                run.row.id
+            ),
+        }
+    }
+    let comparison =
+        linerate_report::compare::compare(&tests, args.level).map_err(|e| anyhow!(e))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&comparison)?);
+    } else {
+        print!("{}", comparison.render_text());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn export(args: &ExportArgs, storage: &Storage) -> Result<ExitCode> {
+    let run = fetch(storage, &[args.id])?.remove(0);
+    let text = match args.format {
+        ExportFormat::Json => format!("{}\n", run.json),
+        ExportFormat::Csv => {
+            linerate_report::export::csv(&run.document).context("cannot write the CSV")?
+        }
+    };
+    write_out(args.output.as_deref(), &text)
+}
+
+pub fn report(args: &ReportArgs, storage: &Storage) -> Result<ExitCode> {
+    let runs = fetch(storage, &args.ids)?;
+    let documents: Vec<(i64, &Document)> = runs.iter().map(|r| (r.row.id, &r.document)).collect();
+    let tool = format!("linerate {}", env!("CARGO_PKG_VERSION"));
+    let html = linerate_report::html::render(&documents, &tool);
+    write_out(Some(&args.html), &html)?;
+    eprintln!(
+        "Wrote {} ({} run{}, {} KB)",
+        args.html.display(),
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
+        html.len().div_ceil(1024)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes to a file (through a temporary beside it, so a failed write leaves no half
+/// file) or to stdout.
+fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<ExitCode> {
+    let Some(path) = path else {
+        print!("{text}");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow!("'{}' is not a file name", path.display()))?;
+    let temporary = path.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+    std::fs::write(&temporary, text)
+        .and_then(|()| std::fs::rename(&temporary, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&temporary);
+            anyhow!("cannot write {}: {e}", path.display())
+        })?;
+    Ok(ExitCode::SUCCESS)
+}

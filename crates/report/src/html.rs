@@ -1,0 +1,758 @@
+//! One self-contained HTML file for stored runs: every chart is inline SVG drawn with
+//! plotters, the style sheet is inline, and nothing is fetched when it opens.
+//!
+//! Charts: goodput (or transactions) over time per flow and in sum, latency percentile
+//! curves, sweep curves (the headline and CPU against the swept parameter), the
+//! iterations of a repeated run, and comparison bars across runs.
+
+use crate::compare::compare;
+use crate::document::Document;
+use crate::model::{Headline, Report};
+use crate::sweep::SweepReport;
+use plotters::prelude::*;
+use std::fmt::Write as _;
+
+const WIDTH: u32 = 760;
+const HEIGHT: u32 = 340;
+
+/// A named line of (x, y) points.
+struct Series {
+    name: String,
+    points: Vec<(f64, f64)>,
+}
+
+/// How an x axis labels its ticks.
+enum XAxis {
+    Linear,
+    /// Categories at 0, 1, 2, ... named by these labels.
+    Categories(Vec<String>),
+    /// "Nines": x = -log10(1 - q), labelled as the percentile.
+    Nines,
+}
+
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A divisor and unit that keep the figures readable.
+fn rate_unit(max_bps: f64) -> (f64, &'static str) {
+    if max_bps >= 1e9 {
+        (1e9, "Gbit/s")
+    } else if max_bps >= 1e6 {
+        (1e6, "Mbit/s")
+    } else {
+        (1e3, "kbit/s")
+    }
+}
+
+fn headline_unit(headline: Headline, max: f64) -> (f64, &'static str) {
+    match headline {
+        Headline::ReceiverBps => rate_unit(max),
+        Headline::TransactionsPerS => (1.0, "transactions/s"),
+    }
+}
+
+fn x_label(axis: &XAxis, x: f64) -> String {
+    match axis {
+        XAxis::Linear => {
+            if x == x.trunc() {
+                format!("{x:.0}")
+            } else {
+                format!("{x:.1}")
+            }
+        }
+        XAxis::Categories(labels) => {
+            let index = x.round();
+            if (x - index).abs() > 1e-6 || index < 0.0 {
+                return String::new();
+            }
+            labels.get(index as usize).cloned().unwrap_or_default()
+        }
+        XAxis::Nines => {
+            let pct = 100.0 * (1.0 - 10f64.powf(-x));
+            let text = format!("{pct:.4}");
+            format!("{}%", text.trim_end_matches('0').trim_end_matches('.'))
+        }
+    }
+}
+
+/// A line chart as an SVG element; an empty string when there is nothing to draw.
+fn line_chart(title: &str, x_desc: &str, y_desc: &str, axis: XAxis, series: &[Series]) -> String {
+    let all: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .collect();
+    if all.is_empty() {
+        return String::new();
+    }
+    let (mut x_min, mut x_max) = all.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+        (lo.min(p.0), hi.max(p.0))
+    });
+    match &axis {
+        XAxis::Categories(labels) => {
+            x_min = -0.3;
+            x_max = labels.len() as f64 - 0.7;
+        }
+        // Time and percentiles start at zero.
+        XAxis::Linear | XAxis::Nines => x_min = x_min.min(0.0),
+    }
+    if x_max <= x_min {
+        x_max = x_min + 1.0;
+    }
+    let y_max = all.iter().map(|p| p.1).fold(0.0, f64::max);
+    let y_max = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
+    let mut svg = String::new();
+    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x_min..x_max, 0.0..y_max)?;
+        let ticks = match &axis {
+            XAxis::Categories(labels) => labels.len().max(2),
+            _ => 10,
+        };
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .x_labels(ticks)
+            .x_label_formatter(&|x| x_label(&axis, *x))
+            .y_label_formatter(&|y| {
+                format!("{y:.3}")
+                    .trim_end_matches('0')
+                    .trim_end_matches('.')
+                    .to_string()
+            })
+            .draw()?;
+        for (i, line) in series.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(
+                    line.points.iter().copied(),
+                    color.stroke_width(2),
+                ))?
+                .label(line.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            if line.points.len() <= 40 {
+                chart.draw_series(
+                    line.points
+                        .iter()
+                        .map(|&p| Circle::new(p, 3, color.filled())),
+                )?;
+            }
+        }
+        if series.len() > 1 {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.3))
+                .position(SeriesLabelPosition::LowerRight)
+                .draw()?;
+        }
+        root.present()?;
+        Ok(())
+    })();
+    match drawn {
+        Ok(()) => svg,
+        Err(_) => String::new(),
+    }
+}
+
+/// A bar chart, with error bars where a half-width is given.
+fn bar_chart(title: &str, y_desc: &str, bars: &[(String, f64, Option<f64>)]) -> String {
+    if bars.is_empty() {
+        return String::new();
+    }
+    let y_max = bars
+        .iter()
+        .map(|(_, v, hw)| v + hw.unwrap_or(0.0))
+        .fold(0.0, f64::max);
+    let y_max = if y_max > 0.0 { y_max * 1.15 } else { 1.0 };
+    let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    let axis = XAxis::Categories(labels);
+    let mut svg = String::new();
+    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(-0.6..(bars.len() as f64 - 0.4), 0.0..y_max)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .y_desc(y_desc)
+            .x_labels(bars.len().max(2))
+            .x_label_formatter(&|x| x_label(&axis, *x))
+            .draw()?;
+        for (i, (_, value, half_width)) in bars.iter().enumerate() {
+            let x = i as f64;
+            let color = Palette99::pick(i).to_rgba();
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(x - 0.3, 0.0), (x + 0.3, *value)],
+                color.filled(),
+            )))?;
+            if let Some(hw) = half_width.filter(|hw| hw.is_finite()) {
+                chart.draw_series(std::iter::once(ErrorBar::new_vertical(
+                    x,
+                    value - hw,
+                    *value,
+                    value + hw,
+                    BLACK.stroke_width(2),
+                    12,
+                )))?;
+            }
+        }
+        root.present()?;
+        Ok(())
+    })();
+    match drawn {
+        Ok(()) => svg,
+        Err(_) => String::new(),
+    }
+}
+
+const STYLE: &str = "
+body { font-family: sans-serif; margin: 2em auto; max-width: 820px; color: #222; background: #fff; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+table { border-collapse: collapse; margin: .8em 0; font-size: .9em; }
+td, th { border: 1px solid #ccc; padding: .25em .6em; text-align: left; }
+th { background: #f0f0f0; }
+figure { margin: 1em 0; }
+pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: .85em; }
+.note { color: #555; font-size: .9em; }
+";
+
+/// The report for `runs` (id and document), in the order given.
+pub fn render(runs: &[(i64, &Document)], tool: &str) -> String {
+    let ids: Vec<String> = runs.iter().map(|(id, _)| id.to_string()).collect();
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "<h1>linerate report: run{} {}</h1>",
+        if runs.len() == 1 { "" } else { "s" },
+        ids.join(", ")
+    );
+    let _ = writeln!(body, "<p class=\"note\">Drawn by {} from the results database. Figures are receiver-side over each run's measurement window.</p>", escape(tool));
+    let tests: Vec<(i64, &Report)> = runs
+        .iter()
+        .filter_map(|(id, d)| match d {
+            Document::Test(r) => Some((*id, r.as_ref())),
+            _ => None,
+        })
+        .collect();
+    if tests.len() >= 2 {
+        body.push_str(&comparison_section(&tests));
+    }
+    let sweeps: Vec<(i64, &SweepReport)> = runs
+        .iter()
+        .filter_map(|(id, d)| match d {
+            Document::Sweep(s) => Some((*id, s.as_ref())),
+            _ => None,
+        })
+        .collect();
+    // Sweeps of one test over the same first parameter share a chart.
+    let mut groups: Vec<Vec<(i64, &SweepReport)>> = Vec::new();
+    for (id, sweep) in sweeps {
+        let key = |s: &SweepReport| {
+            (
+                s.sweep_of.clone(),
+                s.ordered_axes().first().map(|a| a.param),
+            )
+        };
+        match groups.iter_mut().find(|g| key(g[0].1) == key(sweep)) {
+            Some(group) => group.push((id, sweep)),
+            None => groups.push(vec![(id, sweep)]),
+        }
+    }
+    for group in groups.iter().filter(|g| g.len() >= 2) {
+        body.push_str(&sweep_overlay(group));
+    }
+    for (id, document) in runs {
+        body.push_str(&run_section(*id, document));
+    }
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>linerate report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n",
+        ids.join(", ")
+    )
+}
+
+fn figure(svg: String) -> String {
+    if svg.is_empty() {
+        String::new()
+    } else {
+        format!("<figure>\n{svg}\n</figure>\n")
+    }
+}
+
+fn comparison_section(tests: &[(i64, &Report)]) -> String {
+    let mut out = String::from("<section id=\"comparison\">\n<h2>Comparison</h2>\n");
+    let first = tests[0].1;
+    let same_test: Vec<(i64, &Report)> = tests
+        .iter()
+        .filter(|(_, r)| r.test == first.test)
+        .copied()
+        .collect();
+    let (headline, _) = first.headline();
+    let max = same_test
+        .iter()
+        .map(|(_, r)| r.headline().1)
+        .fold(0.0, f64::max);
+    let (divisor, unit) = headline_unit(headline, max);
+    let bars: Vec<(String, f64, Option<f64>)> = same_test
+        .iter()
+        .map(|(id, r)| {
+            let (_, value) = r.headline();
+            let half_width = r
+                .repetition
+                .as_ref()
+                .map(|x| x.estimate.half_width / divisor);
+            (format!("run {id}"), value / divisor, half_width)
+        })
+        .collect();
+    out.push_str(&figure(bar_chart(
+        &format!("{} ({})", headline.label(), first.test),
+        unit,
+        &bars,
+    )));
+    if let Ok(comparison) = compare(&same_test, 95.0) {
+        out.push_str("<table>\n<tr><th></th>");
+        for run in &comparison.runs {
+            let _ = write!(out, "<th>run {}</th>", run.id);
+        }
+        out.push_str("</tr>\n");
+        for metric in &comparison.metrics {
+            let _ = write!(out, "<tr><td>{}</td>", escape(&metric.label));
+            for (i, value) in metric.values.iter().enumerate() {
+                let delta = metric.delta_pct[i].map_or(String::new(), |d| format!(" ({d:+.1}%)"));
+                let _ = write!(
+                    out,
+                    "<td>{}{}</td>",
+                    escape(&value.map_or("-".into(), |v| metric.unit.format(v))),
+                    delta
+                );
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</table>\n");
+        for index in 1..comparison.runs.len() {
+            let _ = writeln!(out, "<p>{}</p>", escape(&comparison.verdict(index)));
+        }
+    }
+    out.push_str("</section>\n");
+    out
+}
+
+/// Several sweeps' curves on one chart, matched by the first swept parameter's values.
+fn sweep_overlay(sweeps: &[(i64, &SweepReport)]) -> String {
+    let mut series = Vec::new();
+    let mut labels: Vec<String> = Vec::new();
+    let mut headline = Headline::ReceiverBps;
+    for (id, sweep) in sweeps {
+        for line in sweep_series(sweep, |r| r.headline().1) {
+            headline = line.1;
+            for label in &line.2 {
+                if !labels.contains(label) {
+                    labels.push(label.clone());
+                }
+            }
+            series.push((format!("run {id} {}", line.0.name), line.0.points, line.2));
+        }
+    }
+    // Put every series on the shared category positions.
+    let series: Vec<Series> = series
+        .into_iter()
+        .map(|(name, points, own)| Series {
+            name,
+            points: points
+                .into_iter()
+                .filter_map(|(x, y)| {
+                    let label = own.get(x as usize)?;
+                    let at = labels.iter().position(|l| l == label)?;
+                    Some((at as f64, y))
+                })
+                .collect(),
+        })
+        .collect();
+    let max = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max);
+    let (divisor, unit) = headline_unit(headline, max);
+    let scaled: Vec<Series> = series
+        .into_iter()
+        .map(|s| Series {
+            name: s.name,
+            points: s
+                .points
+                .into_iter()
+                .map(|(x, y)| (x, y / divisor))
+                .collect(),
+        })
+        .collect();
+    let param = sweeps[0]
+        .1
+        .ordered_axes()
+        .first()
+        .map_or("point", |a| a.param.heading());
+    format!(
+        "<section class=\"sweep-comparison\">\n<h2>Sweeps of {} compared</h2>\n{}</section>\n",
+        escape(&sweeps[0].1.sweep_of),
+        figure(line_chart(
+            &format!("{} by {param}", headline.label()),
+            param,
+            unit,
+            XAxis::Categories(labels),
+            &scaled
+        ))
+    )
+}
+
+/// A sweep's curves against its first (slowest) parameter, one per combination of the
+/// others: the series, the headline kind, and the category labels.
+fn sweep_series(
+    sweep: &SweepReport,
+    figure: impl Fn(&Report) -> f64,
+) -> Vec<(Series, Headline, Vec<String>)> {
+    let axes = sweep.ordered_axes();
+    let Some(x_axis) = axes.first() else {
+        return Vec::new();
+    };
+    let labels: Vec<String> = x_axis.values.iter().map(|v| x_axis.param.show(v)).collect();
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut headline = Headline::ReceiverBps;
+    for point in &sweep.points {
+        let Some(report) = &point.report else {
+            continue;
+        };
+        headline = Headline::of(&report.config);
+        let Some(x) = point
+            .settings
+            .get(&x_axis.param)
+            .and_then(|v| x_axis.values.iter().position(|a| a == v))
+        else {
+            continue;
+        };
+        let name: Vec<String> = point
+            .settings
+            .iter()
+            .filter(|(p, _)| **p != x_axis.param)
+            .map(|(p, v)| format!("{} {}", p.heading(), p.show(v)))
+            .collect();
+        let name = if name.is_empty() {
+            "all".to_string()
+        } else {
+            name.join(", ")
+        };
+        match lines.iter_mut().find(|l| l.0 == name) {
+            Some(line) => line.1.push((x as f64, figure(report))),
+            None => lines.push((name, vec![(x as f64, figure(report))])),
+        }
+    }
+    lines
+        .into_iter()
+        .map(|(name, points)| (Series { name, points }, headline, labels.clone()))
+        .collect()
+}
+
+fn facts_table(report: &Report) -> String {
+    let mut out = String::from("<table>\n<tr><th></th><th>client</th><th>server</th></tr>\n");
+    let h = &report.host;
+    for (label, local, remote) in [
+        ("host", h.local.hostname.clone(), h.remote.hostname.clone()),
+        ("kernel", h.local.kernel.clone(), h.remote.kernel.clone()),
+        (
+            "CPU",
+            format!("{} x {}", h.local.cores, h.local.cpu_model),
+            format!("{} x {}", h.remote.cores, h.remote.cpu_model),
+        ),
+        (
+            "software",
+            h.local.software.clone(),
+            h.remote.software.clone(),
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "<tr><td>{label}</td><td>{}</td><td>{}</td></tr>",
+            escape(&local),
+            escape(&remote)
+        );
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+fn run_section(id: i64, document: &Document) -> String {
+    let mut out = format!(
+        "<section class=\"run\" id=\"run-{id}\">\n<h2>Run {id}: {} against {}</h2>\n",
+        escape(&document.kind()),
+        escape(document.target())
+    );
+    let _ = writeln!(
+        out,
+        "<p>{}</p>",
+        escape(&document.headline_text(crate::units::Scale::Adaptive))
+    );
+    match document {
+        Document::Test(report) => out.push_str(&test_charts(report)),
+        Document::Sweep(sweep) => out.push_str(&sweep_charts(sweep)),
+        Document::FindMax(search) => {
+            let bars: Vec<(String, f64, Option<f64>)> = search
+                .trials
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("{}", i + 1), t.summary.receiver_bps / 1e6, None))
+                .collect();
+            out.push_str(&figure(bar_chart(
+                "Received rate per trial",
+                "Mbit/s",
+                &bars,
+            )));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "<pre>{}</pre>",
+        escape(&document.render_text(crate::units::Scale::Adaptive))
+    );
+    out.push_str("</section>\n");
+    out
+}
+
+fn test_charts(report: &Report) -> String {
+    let mut out = format!("<p>{}</p>\n", escape(&report.config.describe()));
+    out.push_str(&facts_table(report));
+    let intervals = &report.intervals;
+    match report.summary.rr.as_ref() {
+        None => {
+            let max = intervals.iter().map(|i| i.receiver_bps).fold(0.0, f64::max);
+            let (divisor, unit) = rate_unit(max);
+            let mut series = vec![Series {
+                name: "sum".into(),
+                points: intervals
+                    .iter()
+                    .map(|i| (i.end, i.receiver_bps / divisor))
+                    .collect(),
+            }];
+            let flow_ids: Vec<u32> = intervals
+                .first()
+                .and_then(|i| i.flows.as_ref())
+                .map(|f| f.iter().map(|f| f.id).collect())
+                .unwrap_or_default();
+            for id in flow_ids.iter().take(16) {
+                series.push(Series {
+                    name: format!("flow {id}"),
+                    points: intervals
+                        .iter()
+                        .filter_map(|i| {
+                            let flow = i.flows.as_ref()?.iter().find(|f| f.id == *id)?;
+                            Some((i.end, flow.receiver_bps / divisor))
+                        })
+                        .collect(),
+                });
+            }
+            let title = if flow_ids.is_empty() {
+                "Receiver goodput over time (per-flow lines need --per-flow)"
+            } else {
+                "Receiver goodput over time, per flow and in sum"
+            };
+            out.push_str(&figure(line_chart(
+                title,
+                "seconds",
+                unit,
+                XAxis::Linear,
+                &series,
+            )));
+        }
+        Some(rr) => {
+            let series = [Series {
+                name: "transactions/s".into(),
+                points: intervals
+                    .iter()
+                    .filter_map(|i| Some((i.end, i.rr?.transactions_per_s)))
+                    .collect(),
+            }];
+            out.push_str(&figure(line_chart(
+                "Transactions over time",
+                "seconds",
+                "transactions/s",
+                XAxis::Linear,
+                &series,
+            )));
+            let mut curves = vec![percentile_curve("round trip", &rr.latency_us)];
+            if let Some(connect) = &rr.connect_latency_us {
+                curves.push(percentile_curve("connect", connect));
+            }
+            out.push_str(&figure(line_chart(
+                "Latency by percentile",
+                "percentile",
+                "µs",
+                XAxis::Nines,
+                &curves,
+            )));
+        }
+    }
+    if let Some(repetition) = &report.repetition {
+        let max = repetition.values.iter().copied().fold(0.0, f64::max);
+        let (divisor, unit) = headline_unit(repetition.metric, max);
+        let bars: Vec<(String, f64, Option<f64>)> = repetition
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("{}", i + 1), v / divisor, None))
+            .chain(std::iter::once((
+                "mean".to_string(),
+                repetition.estimate.mean / divisor,
+                Some(repetition.estimate.half_width / divisor),
+            )))
+            .collect();
+        out.push_str(&figure(bar_chart(
+            &format!(
+                "{} per iteration, mean with its {}% interval",
+                repetition.metric.label(),
+                repetition.estimate.level_pct
+            ),
+            unit,
+            &bars,
+        )));
+    }
+    out
+}
+
+/// The latency at each percentile, from the full histogram when it was kept.
+fn percentile_curve(name: &str, latency: &crate::latency::LatencySummary) -> Series {
+    // Beyond five nines a histogram of a few seconds' transactions has no data.
+    const MAX_NINES: f64 = 5.0;
+    let total: u64 = latency.histogram.iter().map(|b| b.count).sum();
+    let points = if total > 0 {
+        let mut seen = 0u64;
+        let mut points = Vec::new();
+        for bucket in &latency.histogram {
+            seen += bucket.count;
+            let below = 1.0 - seen as f64 / total as f64;
+            let nines = if below <= 0.0 {
+                MAX_NINES
+            } else {
+                (-below.log10()).min(MAX_NINES)
+            };
+            points.push((nines, bucket.le_us));
+            if below <= 0.0 {
+                break;
+            }
+        }
+        points
+    } else {
+        [
+            (0.0, latency.min),
+            (0.301, latency.p50),
+            (1.0, latency.p90),
+            (2.0, latency.p99),
+            (3.0, latency.p999),
+            (4.0, latency.p9999),
+        ]
+        .to_vec()
+    };
+    Series {
+        name: name.to_string(),
+        points,
+    }
+}
+
+fn sweep_charts(sweep: &SweepReport) -> String {
+    let mut out = format!(
+        "<p>Sweep of {} over {} points</p>\n",
+        escape(&sweep.sweep_of),
+        sweep.points.len()
+    );
+    let headline_lines = sweep_series(sweep, |r| r.headline().1);
+    let Some((_, headline, labels)) = headline_lines.first().map(|l| (0, l.1, l.2.clone())) else {
+        return out;
+    };
+    let param = sweep
+        .ordered_axes()
+        .first()
+        .map_or("point", |a| a.param.heading());
+    let max = headline_lines
+        .iter()
+        .flat_map(|l| l.0.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max);
+    let (divisor, unit) = headline_unit(headline, max);
+    let scaled: Vec<Series> = headline_lines
+        .into_iter()
+        .map(|(s, _, _)| Series {
+            name: s.name,
+            points: s
+                .points
+                .into_iter()
+                .map(|(x, y)| (x, y / divisor))
+                .collect(),
+        })
+        .collect();
+    out.push_str(&figure(line_chart(
+        &format!("{} by {param}", headline.label()),
+        param,
+        unit,
+        XAxis::Categories(labels.clone()),
+        &scaled,
+    )));
+    let cpu: Vec<Series> = sweep_series(sweep, |r| r.summary.cpu.local.busy_pct)
+        .into_iter()
+        .map(|(s, _, _)| s)
+        .collect();
+    out.push_str(&figure(line_chart(
+        &format!("CPU busy on the client host by {param}"),
+        param,
+        "% of all cores",
+        XAxis::Categories(labels),
+        &cpu,
+    )));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nines_read_as_percentiles() {
+        assert_eq!(x_label(&XAxis::Nines, 0.0), "0%");
+        assert_eq!(x_label(&XAxis::Nines, 1.0), "90%");
+        assert_eq!(x_label(&XAxis::Nines, 2.0), "99%");
+        assert_eq!(x_label(&XAxis::Nines, 3.0), "99.9%");
+        let categories = XAxis::Categories(vec!["8".into(), "32".into()]);
+        assert_eq!(x_label(&categories, 1.0), "32");
+        assert_eq!(x_label(&categories, 0.5), "");
+    }
+
+    #[test]
+    fn charts_are_svg_with_their_labels() {
+        let svg = line_chart(
+            "Goodput",
+            "seconds",
+            "Gbit/s",
+            XAxis::Linear,
+            &[Series {
+                name: "sum".into(),
+                points: vec![(1.0, 9.0), (2.0, 9.5)],
+            }],
+        );
+        assert!(svg.starts_with("<svg"), "{svg}");
+        assert!(svg.contains("Goodput") && svg.contains("Gbit/s"));
+        assert_eq!(line_chart("t", "x", "y", XAxis::Linear, &[]), "");
+        let bars = bar_chart("Runs", "Gbit/s", &[("run 1".into(), 9.0, Some(0.2))]);
+        assert!(bars.contains("run 1") && bars.contains("<rect"), "{bars}");
+        assert_eq!(escape("<a&\"b\">"), "&lt;a&amp;&quot;b&quot;&gt;");
+    }
+}
