@@ -6,13 +6,13 @@ mod common;
 
 use common::{json, linerate, num, stderr};
 use serde_json::Value;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 /// Runs linerate with the server-side fault hook set (the in-process server shares the
 /// environment).
 fn linerate_with_fault(hook: &str, args: &[&str]) -> Output {
-    Command::new(common::binary())
+    common::command()
         .args(args)
         .env("LINERATE_FAULT_HOOK", hook)
         .output()

@@ -627,16 +627,46 @@ pub struct Summary {
     /// Per-direction figures; present for bidir tests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directions: Option<Vec<DirectionSummary>>,
-    /// UDP tests: datagram figures, at the top level of `summary`.
-    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    /// UDP tests: datagram figures, at the top level of `summary`. Read back by
+    /// [`summary_from_json`].
+    #[serde(
+        default,
+        flatten,
+        skip_deserializing,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub udp: Option<UdpSummary>,
     /// Paced tests: how close the senders kept to the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pacing: Option<Pacing>,
     /// Request/response tests: transactions and round trips, at the top level of
-    /// `summary`.
-    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    /// `summary`. Read back by [`summary_from_json`].
+    #[serde(
+        default,
+        flatten,
+        skip_deserializing,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub rr: Option<RrSummary>,
+}
+
+/// Reads a `summary` object. The UDP and request/response figures sit at its top level
+/// and share key names (`lost`); serde's flattening would hand each shared key to only
+/// the first of them, so each is read from the whole object here instead, when its
+/// headline key is present.
+pub fn summary_from_json<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Summary, D::Error> {
+    use serde::de::Error;
+    let value = serde_json::Value::deserialize(deserializer)?;
+    let mut summary: Summary = serde_json::from_value(value.clone()).map_err(D::Error::custom)?;
+    if value.get("receiver_pps").is_some() {
+        summary.udp = Some(serde_json::from_value(value.clone()).map_err(D::Error::custom)?);
+    }
+    if value.get("transactions_per_s").is_some() {
+        summary.rr = Some(serde_json::from_value(value).map_err(D::Error::custom)?);
+    }
+    Ok(summary)
 }
 
 /// The figures of a request/response test over the window (docs/results.md).
@@ -739,6 +769,7 @@ pub struct Report {
     pub host: PerSide<HostFacts>,
     pub intervals: Vec<IntervalReport>,
     pub flows: Vec<FlowReport>,
+    #[serde(deserialize_with = "summary_from_json")]
     pub summary: Summary,
     pub warnings: Vec<String>,
     /// Repeated runs (`--iterations`, `--confidence`): every iteration's figures and the
@@ -854,6 +885,7 @@ pub struct RateTrial {
     pub offered_bps: Option<f64>,
     pub verdict: TrialVerdict,
     /// The trial's full summary (receiver and sender rates, loss, kernel counters, CPU).
+    #[serde(deserialize_with = "summary_from_json")]
     pub summary: Summary,
     pub warnings: Vec<String>,
 }

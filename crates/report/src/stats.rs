@@ -157,7 +157,7 @@ impl RepeatPlan {
             return false;
         }
         match self.confidence {
-            Some(c) => !(estimate(values, c.level_pct).half_width_pct <= c.half_width_pct),
+            Some(_) => self.met(values) != Some(true),
             None => false,
         }
     }

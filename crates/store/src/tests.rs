@@ -2,6 +2,7 @@ use super::*;
 
 const STREAM: &str = include_str!("testdata/tcp_stream.json");
 const RR: &str = include_str!("testdata/tcp_rr.json");
+const UDP: &str = include_str!("testdata/udp_stream.json");
 
 fn temp() -> tempfile::TempDir {
     tempfile::tempdir().expect("a temporary directory")
@@ -36,6 +37,26 @@ fn a_run_comes_back_exactly_as_stored() {
     let expected = run.document.headline().unwrap().1;
     assert_eq!(run.row.headline, Some(expected));
     assert!(run.row.headline_text.contains("bits/sec"), "{:?}", run.row);
+}
+
+/// Every document reads back whole: written again, it is the same text.
+#[test]
+fn documents_read_back_whole() {
+    for text in [STREAM, RR, UDP] {
+        let document = Document::from_json(text).unwrap();
+        assert_eq!(document.to_json().unwrap(), text.trim_end());
+    }
+    let Document::Test(rr) = Document::from_json(RR).unwrap() else {
+        panic!("a test document")
+    };
+    assert!(
+        rr.summary.rr.is_some(),
+        "the request/response figures are read"
+    );
+    let Document::Test(udp) = Document::from_json(UDP).unwrap() else {
+        panic!("a test document")
+    };
+    assert!(udp.summary.udp.is_some(), "the datagram figures are read");
 }
 
 #[test]

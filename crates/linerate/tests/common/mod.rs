@@ -11,11 +11,21 @@ pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_linerate")
 }
 
+/// Where the runs of tests are kept: one scratch database shared by every test (writers
+/// at once are safe), never the user's own.
+pub fn scratch_db() -> std::path::PathBuf {
+    std::env::temp_dir().join("linerate-tests.db")
+}
+
+/// The binary, with the scratch database.
+pub fn command() -> Command {
+    let mut command = Command::new(binary());
+    command.env("LINERATE_DB", scratch_db());
+    command
+}
+
 pub fn linerate(args: &[&str]) -> Output {
-    Command::new(binary())
-        .args(args)
-        .output()
-        .expect("run linerate")
+    command().args(args).output().expect("run linerate")
 }
 
 /// A `linerate serve` child process on an ephemeral loopback port; killed on drop.
@@ -36,9 +46,10 @@ impl ServeProcess {
             Some(ns) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", ns, binary()]);
+                c.env("LINERATE_DB", scratch_db());
                 c
             }
-            None => Command::new(binary()),
+            None => command(),
         };
         command
             .args(["serve", "--listen", addr, "--port", "0"])
@@ -143,6 +154,7 @@ impl Drop for ServeProcess {
 pub fn linerate_in(ns: &str, args: &[&str]) -> Output {
     Command::new("ip")
         .args(["netns", "exec", ns, binary()])
+        .env("LINERATE_DB", scratch_db())
         .args(args)
         .output()
         .expect("run linerate in a namespace")
@@ -150,7 +162,7 @@ pub fn linerate_in(ns: &str, args: &[&str]) -> Output {
 
 /// Starts `linerate stream 127.0.0.1 -p PORT` with `extra` flags in the background.
 pub fn spawn_stream(port: u16, extra: &[&str], stderr: Stdio) -> Child {
-    Command::new(binary())
+    command()
         .args(["stream", "127.0.0.1", "-p", &port.to_string()])
         .args(extra)
         .stdout(Stdio::null())
