@@ -12,15 +12,15 @@
 //! workers.
 
 use crate::control::Control;
-use crate::iperf3::{budget_of, config_of, output_text, results_of};
+use crate::iperf3::{budget_of, config_of, output_text, results_of, side_from_results};
 use crate::plane::{DataPlane, PlaneSetup};
 use crate::server::{side_figures, Shared};
 use crate::sys;
 use crate::worker::{FlowSocket, FlowSpec, Side};
 use linerate_proto::datagram::Framing;
 use linerate_proto::iperf3::server::{Event, Iperf3Server, MAX_COUNTED_RUN};
-use linerate_proto::iperf3::{code, Params, Transport, UDP_REPLY};
-use linerate_report::{Role, TestConfig};
+use linerate_proto::iperf3::{code, Params, Results, Transport, UDP_REPLY};
+use linerate_report::{Report, Role, SideResult, TestConfig};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
@@ -72,6 +72,12 @@ struct Test {
     counted: bool,
 }
 
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, peer: SocketAddr) {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let local = stream
@@ -99,18 +105,25 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
         ending: false,
         counted: false,
     };
+    // What the report of the test is assembled from once it ends.
+    let mut started_at = 0.0;
+    let mut served: Option<SideResult> = None;
+    let mut client_results: Option<Results> = None;
     let outcome = loop {
         let mut closed = None;
         while let Some(event) = session.poll_event() {
             match event {
-                Event::Params(params) => accept(
-                    shared,
-                    &mut test,
-                    &mut session,
-                    &mut control,
-                    &params,
-                    local,
-                ),
+                Event::Params(params) => {
+                    started_at = epoch_now();
+                    accept(
+                        shared,
+                        &mut test,
+                        &mut session,
+                        &mut control,
+                        &params,
+                        local,
+                    )
+                }
                 Event::EndRequested => {
                     test.ending = true;
                     match &test.plane {
@@ -125,6 +138,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
                     shared.log(&format!(
                         "iperf3 test {id} from {peer}: the client reports {sent} bytes over its streams"
                     ));
+                    client_results = Some(theirs);
                 }
                 Event::Closed(result) => closed = Some(result),
             }
@@ -142,6 +156,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
                         "iperf3 test {id} from {peer}: finished, {}",
                         side_figures(&side)
                     ));
+                    served = Some(side.clone());
                     let output = params.get_server_output.then(|| {
                         output_text(
                             &side,
@@ -174,6 +189,35 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
     unregister(shared, &mut test);
     if test.counted {
         shared.running.fetch_sub(1, Ordering::Relaxed);
+    }
+    if let (Ok(()), Some(sink), Some(ours), Some(theirs), Some(config)) = (
+        &outcome,
+        &shared.config.iperf3_reports,
+        served,
+        client_results,
+        test.config.clone(),
+    ) {
+        let params = session.params().cloned().unwrap_or_default();
+        let transport = params.transport;
+        let mut config = config;
+        if params.time == 0 {
+            // A counted run (-n, -k) lasted as long as its bytes took.
+            config.time_s = ours.flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
+        }
+        // The iperf3 client is the test's client: its side is `local`, ours `remote`.
+        let client = side_from_results(&theirs, &ours, transport, "iperf3");
+        let mut report = Report::assemble(
+            &config.test_name(),
+            &format!("linerate {}", env!("CARGO_PKG_VERSION")),
+            started_at,
+            config,
+            client,
+            ours,
+        );
+        report.warnings.push(format!(
+            "served to an iperf3 client at {peer}: the client side's figures are what it reported"
+        ));
+        (sink.0)(id, &report);
     }
     match outcome {
         Ok(()) => shared.log(&format!("iperf3 test {id} from {peer}: ended")),

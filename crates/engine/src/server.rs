@@ -45,6 +45,19 @@ pub struct ServerConfig {
     pub drain: Duration,
     /// Log test starts and ends to stderr.
     pub log: bool,
+    /// Hears the report of every iperf3 test served to its end, to keep it.
+    pub iperf3_reports: Option<ReportSink>,
+}
+
+/// Takes a finished test's report (with the server's test id). An iperf3 client keeps no
+/// linerate result of its own, so the server hands its tests over to be kept.
+#[derive(Clone)]
+pub struct ReportSink(pub Arc<dyn Fn(u64, &linerate_report::Report) + Send + Sync>);
+
+impl std::fmt::Debug for ReportSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReportSink")
+    }
 }
 
 impl ServerConfig {
@@ -56,6 +69,7 @@ impl ServerConfig {
             timeouts: Timeouts::default(),
             drain: Duration::from_secs(3),
             log: true,
+            iperf3_reports: None,
         }
     }
 }

@@ -20,7 +20,12 @@ Examples:
   linerate rr server1 --rate 10k       open loop: 10,000 transactions/s, no coordinated omission
   linerate rr server1 --udp --request 64 --response 1k
   linerate rr server1 --load 4         latency beside 4 bulk TCP flows
-  linerate crr server1 -P 4            connect/request/response/close rate and connect latency";
+  linerate crr server1 -P 4            connect/request/response/close rate and connect latency
+  linerate stream server1 --confidence 99,5   repeat until the 99% interval is within ±5%
+  linerate sweep server1 --parallel 8,32,1000 --window 256k,32k   one row per point
+  linerate history                     runs kept in the results database
+  linerate compare 12 15               two kept runs side by side, deltas, significance
+  linerate report 12 15 --html r.html  one self-contained HTML file with SVG charts";
 
 const RR_EXAMPLES: &str = "\
 Examples:

@@ -16,16 +16,19 @@ use std::time::Duration;
 
 pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Result<ExitCode> {
     let Some(host) = &args.client else {
-        return crate::serve(&ServeArgs {
-            listen: args.bind,
-            port: args.port,
-            max_tests: 64,
-            max_flows: 4096,
-            max_duration: 86_400.0,
-            threads: None,
-            handshake_timeout: 10.0,
-            quiet: false,
-        });
+        return crate::serve(
+            &ServeArgs {
+                listen: args.bind,
+                port: args.port,
+                max_tests: 64,
+                max_flows: 4096,
+                max_duration: 86_400.0,
+                threads: None,
+                handshake_timeout: 10.0,
+                quiet: false,
+            },
+            storage,
+        );
     };
     let addr = crate::resolve(host, args.port)?;
     let params = params_of(args, addr);

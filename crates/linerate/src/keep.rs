@@ -54,6 +54,34 @@ impl Storage {
     }
 }
 
+/// Keeps the reports of iperf3 tests a server ran; a failure to keep one is logged and
+/// the server goes on serving.
+pub fn iperf3_sink(store: Store, log: bool) -> linerate_engine::server::ReportSink {
+    let store = std::sync::Mutex::new(store);
+    linerate_engine::server::ReportSink(std::sync::Arc::new(move |test: u64, report: &Report| {
+        let document = Document::Test(Box::new(report.clone()));
+        let outcome = document
+            .to_json()
+            .map_err(|e| e.to_string())
+            .and_then(|json| {
+                let command = format!("iperf3 client at {}", report.config.target);
+                let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
+                store
+                    .insert(&document, &json, &command)
+                    .map(|id| (id, store.path().to_string()))
+                    .map_err(|e| e.to_string())
+            });
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        match outcome {
+            Ok((id, path)) if log => {
+                eprintln!("{now} iperf3 test {test}: stored as run {id} in {path}")
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("{now} iperf3 test {test}: not stored: {e}"),
+        }
+    }))
+}
+
 /// The command line as typed, for the record.
 pub fn command_line() -> String {
     std::env::args()

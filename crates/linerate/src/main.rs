@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         disabled: cli.no_store,
     };
     let (json, outcome) = match cli.command {
-        Command::Serve(args) => (false, serve(&args)),
+        Command::Serve(args) => (false, serve(&args, &storage)),
         Command::Stream(args) => (args.json, stream(&args, &storage)),
         Command::Rr(args) => (
             args.common.json,
@@ -109,7 +109,7 @@ fn usage_error(error: &clap::Error) -> ExitCode {
     }
 }
 
-fn serve(args: &ServeArgs) -> Result<ExitCode> {
+fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
     let ip = args.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
     let mut config = ServerConfig::new(SocketAddr::new(ip, args.port));
     config.limits = Limits {
@@ -122,6 +122,11 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
     }
     config.log = !args.quiet;
     config.timeouts.handshake = std::time::Duration::from_secs_f64(args.handshake_timeout);
+    // linerate clients keep their own results; iperf3 clients cannot, so their tests are
+    // kept here.
+    if let Some(store) = storage.open_for_run()? {
+        config.iperf3_reports = Some(keep::iperf3_sink(store, !args.quiet));
+    }
     let server = match Server::bind(config.clone()) {
         Ok(server) => server,
         // No IPv6 on this host: the default falls back to every IPv4 address.

@@ -101,6 +101,64 @@ fn real_iperf3_clients_are_served_and_both_counts_agree() {
     ));
 }
 
+/// Tests served to iperf3 clients are kept in the server's results database, with the
+/// same counts the iperf3 client printed.
+#[test]
+fn served_iperf3_tests_are_kept() {
+    if !has_iperf3() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("linerate-served-{}", std::process::id()));
+    let db = dir.join("served.db");
+    let db_arg = db.to_str().unwrap().to_string();
+    let server = ServeProcess::start(&["--db", &db_arg]);
+    let port = server.port.to_string();
+    let runs = [&["-t", "2"][..], &["-n", "200M", "-R"]];
+    let mut printed = Vec::new();
+    for extra in runs {
+        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-J"];
+        args.extend_from_slice(extra);
+        let out = iperf3(&args);
+        assert!(out.status.success(), "iperf3 {extra:?}: {}", doc(&out));
+        printed.push(doc(&out));
+    }
+    assert!(
+        server.wait_log("stored as run 2", Duration::from_secs(5)),
+        "{}",
+        server.log()
+    );
+    let history = linerate(&["history", "--json", "--db", &db_arg]);
+    let rows = doc(&history);
+    assert_eq!(rows.as_array().map(Vec::len), Some(2), "{rows}");
+    for (id, iperf) in [(1, &printed[0]), (2, &printed[1])] {
+        let kept = doc(&linerate(&[
+            "show",
+            &id.to_string(),
+            "--json",
+            "--db",
+            &db_arg,
+        ]));
+        assert_eq!(kept["test"], "tcp_stream");
+        assert_eq!(kept["config"]["target"], "127.0.0.1");
+        assert_eq!(kept["host"]["local"]["software"], "iperf3");
+        assert_close(
+            &format!("run {id} bytes received"),
+            f(&kept, "/summary/receiver_bytes"),
+            f(iperf, "/end/sum_received/bytes"),
+            0.05,
+        );
+    }
+    let counted = doc(&linerate(&["show", "2", "--json", "--db", &db_arg]));
+    assert_eq!(counted["config"]["direction"], "reverse");
+    assert!(
+        f(&counted, "/config/time_s") < 60.0,
+        "{}",
+        counted["config"]
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// UDP at a set rate: the receiver (linerate, or iperf3 in reverse) sees the rate asked
 /// for and the datagrams the other end sent.
 #[test]
