@@ -52,7 +52,10 @@ pub struct ServerConfig {
 /// Takes a finished test's report (with the server's test id). An iperf3 client keeps no
 /// linerate result of its own, so the server hands its tests over to be kept.
 #[derive(Clone)]
-pub struct ReportSink(pub Arc<dyn Fn(u64, &linerate_report::Report) + Send + Sync>);
+pub struct ReportSink(pub Arc<KeepReport>);
+
+/// What a [`ReportSink`] calls: the server's test id and the report.
+pub type KeepReport = dyn Fn(u64, &linerate_report::Report) + Send + Sync;
 
 impl std::fmt::Debug for ReportSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
