@@ -249,19 +249,17 @@ fn transactions(
         ("--response", common.response),
     ] {
         if udp && size > 65_507 {
-            eprintln!(
-                "linerate: error: invalid value '{size}' for '{name}': a UDP datagram carries 1 to 65507 bytes (see 'linerate --help')"
-            );
-            return Ok(ExitCode::from(2));
+            return Ok(usage(&format!(
+                "invalid value '{size}' for '{name}': a UDP datagram carries 1 to 65507 bytes"
+            )));
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if let Some(&cpu) = common.cpu.iter().find(|&&c| usize::from(c) >= cores) {
-        eprintln!(
-            "linerate: error: invalid value '{cpu}' for '--cpu': this machine has CPUs 0 to {} (see 'linerate --help')",
+        return Ok(usage(&format!(
+            "invalid value '{cpu}' for '--cpu': this machine has CPUs 0 to {}",
             cores - 1
-        );
-        return Ok(ExitCode::from(2));
+        )));
     }
     let target = match &common.host {
         Some(host) => Some(resolve(host, common.port)?),
