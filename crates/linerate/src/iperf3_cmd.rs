@@ -118,11 +118,7 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Result<ExitCode
         // Kept as linerate's own document, whichever shape was printed.
         let document = Document::Test(Box::new(outcome.report.clone()));
         let json = document.to_json().context("cannot encode the result")?;
-        let id = store
-            .insert(&document, &json, &crate::keep::command_line())
-            .map_err(|e| anyhow::anyhow!(e))
-            .context("the result above was not stored")?;
-        let note = format!("Stored as run {id} in {}", store.path());
+        let note = crate::keep::record(store, &document, &json)?;
         if quiet {
             eprintln!("{note}");
         } else {

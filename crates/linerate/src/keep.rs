@@ -112,14 +112,7 @@ pub fn finish(
         print!("{text}");
     }
     if let Some(store) = store {
-        let id = store
-            .insert(document, &json, &command_line())
-            .map_err(|e| anyhow!(e))
-            .context("the result above was not stored")?;
-        let note = format!(
-            "Stored as run {id} in {} ('linerate show {id}')",
-            store.path()
-        );
+        let note = record(store, document, &json)?;
         if json_mode {
             eprintln!("{note}");
         } else {
@@ -127,6 +120,18 @@ pub fn finish(
         }
     }
     Ok(())
+}
+
+/// Keeps a run whose document printed as `json`; returns the note that names it.
+pub fn record(store: &mut Store, document: &Document, json: &str) -> Result<String> {
+    let id = store
+        .insert(document, json, &command_line())
+        .map_err(|e| anyhow!(e))
+        .context("the result above was not stored")?;
+    Ok(format!(
+        "Stored as run {id} in {} ('linerate show {id}')",
+        store.path()
+    ))
 }
 
 /// Runs a test once, or as `plan` says: `one(i)` runs iteration `i`, `each` hears of

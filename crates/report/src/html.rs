@@ -9,6 +9,7 @@ use crate::compare::compare;
 use crate::document::Document;
 use crate::model::{Headline, Report};
 use crate::sweep::SweepReport;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::fmt::Write as _;
 
@@ -79,6 +80,47 @@ fn x_label(axis: &XAxis, x: f64) -> String {
     }
 }
 
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+type DrawResult<'b> =
+    Result<(), DrawingAreaErrorKind<<SVGBackend<'b> as DrawingBackend>::ErrorType>>;
+
+/// One chart as an SVG element: a white canvas with its caption and axes over `x` and
+/// 0 to `y_max`, drawn into by `draw`, with a legend of the labelled series when there
+/// is more than one; an empty string if drawing fails.
+fn svg_chart(
+    title: &str,
+    x: std::ops::Range<f64>,
+    y_max: f64,
+    series: usize,
+    draw: impl for<'a, 'b> FnOnce(&mut Chart<'a, 'b>) -> DrawResult<'b>,
+) -> String {
+    let mut svg = String::new();
+    let drawn = (|| -> DrawResult<'_> {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x, 0.0..y_max)?;
+        draw(&mut chart)?;
+        if series > 1 {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.3))
+                .position(SeriesLabelPosition::LowerRight)
+                .draw()?;
+        }
+        root.present()
+    })();
+    match drawn {
+        Ok(()) => svg,
+        Err(_) => String::new(),
+    }
+}
+
 /// A line chart as an SVG element; an empty string when there is nothing to draw.
 fn line_chart(title: &str, x_desc: &str, y_desc: &str, axis: XAxis, series: &[Series]) -> String {
     let all: Vec<(f64, f64)> = series
@@ -104,16 +146,7 @@ fn line_chart(title: &str, x_desc: &str, y_desc: &str, axis: XAxis, series: &[Se
     }
     let y_max = all.iter().map(|p| p.1).fold(0.0, f64::max);
     let y_max = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
-    let mut svg = String::new();
-    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(x_min..x_max, 0.0..y_max)?;
+    svg_chart(title, x_min..x_max, y_max, series.len(), |chart| {
         let ticks = match &axis {
             XAxis::Categories(labels) => labels.len().max(2),
             _ => 10,
@@ -150,21 +183,8 @@ fn line_chart(title: &str, x_desc: &str, y_desc: &str, axis: XAxis, series: &[Se
                 )?;
             }
         }
-        if series.len() > 1 {
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.3))
-                .position(SeriesLabelPosition::LowerRight)
-                .draw()?;
-        }
-        root.present()?;
         Ok(())
-    })();
-    match drawn {
-        Ok(()) => svg,
-        Err(_) => String::new(),
-    }
+    })
 }
 
 /// A bar chart, with error bars where a half-width is given.
@@ -179,16 +199,7 @@ fn bar_chart(title: &str, y_desc: &str, bars: &[(String, f64, Option<f64>)]) -> 
     let y_max = if y_max > 0.0 { y_max * 1.15 } else { 1.0 };
     let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
     let axis = XAxis::Categories(labels);
-    let mut svg = String::new();
-    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(-0.6..(bars.len() as f64 - 0.4), 0.0..y_max)?;
+    svg_chart(title, -0.6..(bars.len() as f64 - 0.4), y_max, 0, |chart| {
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -214,13 +225,8 @@ fn bar_chart(title: &str, y_desc: &str, bars: &[(String, f64, Option<f64>)]) -> 
                 )))?;
             }
         }
-        root.present()?;
         Ok(())
-    })();
-    match drawn {
-        Ok(()) => svg,
-        Err(_) => String::new(),
-    }
+    })
 }
 
 const STYLE: &str = "
@@ -677,7 +683,7 @@ fn sweep_charts(sweep: &SweepReport) -> String {
         sweep.points.len()
     );
     let headline_lines = sweep_series(sweep, |r| r.headline().1);
-    let Some((_, headline, labels)) = headline_lines.first().map(|l| (0, l.1, l.2.clone())) else {
+    let Some((headline, labels)) = headline_lines.first().map(|l| (l.1, l.2.clone())) else {
         return out;
     };
     let param = sweep
