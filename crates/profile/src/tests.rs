@@ -1,0 +1,382 @@
+use crate::*;
+use std::collections::BTreeMap;
+
+fn vars(pairs: &[(&str, &str)]) -> Vars {
+    Vars {
+        set: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        environment: false,
+    }
+}
+
+fn uperf_vars() -> Vars {
+    vars(&[
+        ("h", "10.0.0.1"),
+        ("h1", "10.0.0.1"),
+        ("h2", "10.0.0.2"),
+        ("h3", "10.0.0.3"),
+        ("h4", "10.0.0.4"),
+        ("nthr", "4"),
+        ("iter", "100"),
+        ("proto", "tcp"),
+        ("conn", "8"),
+    ])
+}
+
+fn shared_uperf(name: &str) -> String {
+    let path = format!(
+        "{}/../../../shared/profiles/uperf/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn toml_err(text: &str) -> ProfileError {
+    toml_format::parse("p.toml", text, &vars(&[])).expect_err("the profile must be refused")
+}
+
+#[test]
+fn every_shared_uperf_profile_runs_or_is_refused_by_name() {
+    let refused = [
+        ("ssl.xml", "protocol 'ssl'"),
+        ("sctp.xml", "protocol 'sctp'"),
+        ("sctp-over-udp.xml", "protocol 'sctp'"),
+        ("sctp_flowop_test.xml", "protocol 'sctp'"),
+        ("vsock.xml", "protocol 'vsock'"),
+        ("rdstest.xml", "protocol 'rds'"),
+        ("oraclerac.xml", "protocol 'udapl'"),
+        ("tcp-freebsd-change-stack.xml", "uperf option 'stack'"),
+    ];
+    let dir = format!("{}/../../../shared/profiles/uperf", env!("CARGO_MANIFEST_DIR"));
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("shared uperf profiles") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !name.ends_with(".xml") {
+            continue;
+        }
+        seen += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let outcome = uperf::parse(&name, &text, &uperf_vars());
+        match refused.iter().find(|(file, _)| *file == name) {
+            Some((_, element)) => {
+                let err = outcome.expect_err(&name);
+                assert!(
+                    err.message.contains(element) && err.message.contains("not supported"),
+                    "{name}: {err}"
+                );
+                assert!(err.pos.line > 1, "{name}: the position points into the file: {err}");
+            }
+            None => {
+                let profile = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert!(!profile.groups.is_empty(), "{name}");
+            }
+        }
+    }
+    assert_eq!(seen, 24, "every shared profile was read");
+}
+
+#[test]
+fn uperf_semantics_of_iperf_xml() {
+    let (profile, format) = parse("iperf.xml", &shared_uperf("iperf.xml"), &uperf_vars()).unwrap();
+    assert_eq!(format, Format::UperfXml);
+    assert_eq!(profile.name, "iPERF");
+    let group = &profile.groups[0];
+    assert_eq!(group.threads, 4);
+    assert_eq!(group.host, None);
+    assert_eq!(group.transactions.len(), 3);
+    assert_eq!(group.transactions[0].repeat, Repeat::Iterations(1));
+    let Action::Connect(endpoint) = &group.transactions[0].ops[0].action else {
+        panic!("connect first");
+    };
+    assert_eq!(endpoint.protocol, Protocol::Tcp);
+    assert_eq!(endpoint.remote.as_deref(), Some("10.0.0.1"));
+    assert_eq!(endpoint.window, Some(50 * 1024));
+    assert!(endpoint.nodelay);
+    assert_eq!(group.transactions[1].repeat, Repeat::Duration(30.0));
+    let Action::Write(write) = &group.transactions[1].ops[0].action else {
+        panic!("write");
+    };
+    assert_eq!((write.size, write.count), (Size::Fixed(8192), 10));
+    assert_eq!(group.transactions[2].ops[0].action, Action::Disconnect);
+}
+
+#[test]
+fn uperf_named_connections_think_and_defaults() {
+    let two = parse("two-hosts.xml", &shared_uperf("two-hosts.xml"), &uperf_vars())
+        .unwrap()
+        .0;
+    let connects = &two.groups[0].transactions[0].ops;
+    assert_eq!(connects[0].conn, None);
+    assert_eq!(connects[1].conn.as_deref(), Some("1"));
+    let Action::Connect(udp) = &connects[1].action else {
+        panic!()
+    };
+    assert_eq!(
+        (udp.protocol, udp.remote.as_deref()),
+        (Protocol::Udp, Some("10.0.0.2"))
+    );
+    // A transaction without iterations or duration runs once.
+    assert_eq!(two.groups[0].transactions[0].repeat, Repeat::Iterations(1));
+    let ldap = parse("ldap.xml", &shared_uperf("ldap.xml"), &uperf_vars()).unwrap().0;
+    let ops = &ldap.groups[0].transactions[1].ops;
+    assert_eq!(
+        ops[1].action,
+        Action::Think(Think {
+            seconds: 0.01,
+            busy: false
+        })
+    );
+    assert_eq!(
+        ops[3].action,
+        Action::Think(Think {
+            seconds: 0.01,
+            busy: true
+        })
+    );
+    // The peer's mirror: a write meets a read of the same size, a think meets nothing.
+    assert_eq!(
+        ops[0].action.mirror(),
+        Action::Read(Transfer {
+            size: Size::Fixed(70),
+            rsize: None,
+            count: 1,
+            rate: None,
+            canfail: false
+        })
+    );
+    assert_eq!(ops[1].action.mirror(), Action::Nop);
+}
+
+#[test]
+fn uperf_variables_and_errors_point_at_the_value() {
+    let text = "<?xml version=\"1.0\"?>\n<profile name=\"p\">\n  <group nthreads=\"$nthr\">\n    <transaction iterations=\"1\">\n      <flowop type=\"connect\" options=\"remotehost=$h protocol=tcp\"/>\n    </transaction>\n  </group>\n</profile>\n";
+    let err = uperf::parse("p.xml", text, &vars(&[("h", "x")])).unwrap_err();
+    assert_eq!(err.to_string(), "p.xml:3:20: ${nthr} is not set (give --set nthr=VALUE or set nthr in the environment)");
+    let err = uperf::parse("p.xml", text, &vars(&[("nthr", "many"), ("h", "x")])).unwrap_err();
+    assert_eq!(err.to_string(), "p.xml:3:20: threads 'many' is not a whole number");
+    let bad_option = text.replace("protocol=tcp", "protocol=tcp wndsz=lots");
+    let err = uperf::parse("p.xml", &bad_option, &vars(&[("nthr", "2"), ("h", "x")])).unwrap_err();
+    assert_eq!(err.to_string(), "p.xml:5:72: window 'lots' is not a size like 64k");
+    let unknown = text.replace("protocol=tcp", "protocol=tcp frobnicate=1");
+    let err = uperf::parse("p.xml", &unknown, &vars(&[("nthr", "2"), ("h", "x")])).unwrap_err();
+    assert_eq!(err.to_string(), "p.xml:5:66: unknown uperf option 'frobnicate' of flowop connect");
+    let err = uperf::parse("p.xml", "<profile><group>", &vars(&[])).unwrap_err();
+    assert!(err.message.starts_with("not well-formed XML"), "{err}");
+}
+
+const GOOD: &str = r#"
+name = "mixed"
+[vars]
+server = "10.1.0.1"
+conns = 4
+
+[[group]]
+name = "oltp"
+threads = "${conns}"
+remote = "${server}"
+
+[[group.transaction]]
+iterations = 1
+ops = [{ op = "connect", protocol = "tcp", nodelay = true, window = "256k" }]
+
+[[group.transaction]]
+duration = "2s"
+rate = 500
+ops = [
+  { op = "write", size = 170 },
+  { op = "read", size = "rand(35,415)" },
+  { op = "think", duration = "1ms", busy = true },
+]
+
+[[group.transaction]]
+ops = [{ op = "disconnect" }]
+"#;
+
+#[test]
+fn toml_profile_with_defaults_and_overrides() {
+    let profile = toml_format::parse("p.toml", GOOD, &vars(&[])).unwrap();
+    let group = &profile.groups[0];
+    assert_eq!((group.name.as_str(), group.threads), ("oltp", 4));
+    let Action::Connect(endpoint) = &group.transactions[0].ops[0].action else {
+        panic!()
+    };
+    assert_eq!(endpoint.remote.as_deref(), Some("10.1.0.1"));
+    assert_eq!(endpoint.window, Some(262_144));
+    assert_eq!(group.transactions[1].rate, Some(500.0));
+    assert_eq!(group.transactions[1].repeat, Repeat::Duration(2.0));
+    let Action::Read(read) = &group.transactions[1].ops[1].action else {
+        panic!()
+    };
+    assert_eq!(read.size, Size::Random { min: 35, max: 415 });
+    // --set wins over the profile's default.
+    let set = toml_format::parse("p.toml", GOOD, &vars(&[("conns", "32"), ("server", "local")])).unwrap();
+    assert_eq!(set.groups[0].threads, 32);
+    let Action::Connect(local) = &set.groups[0].transactions[0].ops[0].action else {
+        panic!()
+    };
+    assert_eq!(local.remote, None, "'local' is the in-process server");
+}
+
+#[test]
+fn toml_errors_name_the_line_column_and_value() {
+    let cases: Vec<(String, &str)> = vec![
+        (GOOD.replace("threads = \"${conns}\"", "threads = 0"), "p.toml:9:11: threads '0' must be between 1 and 16384"),
+        (GOOD.replace("size = 170", "size = \"huge\""), "p.toml:20:26: size 'huge' is not a size like 64k"),
+        (GOOD.replace("op = \"write\"", "op = \"scribble\""), "p.toml:20:10: unknown operation 'scribble' (connect, accept, disconnect, write, read, sendto, recv, think, nop)"),
+        (GOOD.replace("protocol = \"tcp\"", "protocol = \"sctp\""), "p.toml:14:37: protocol 'sctp' is not supported: linerate runs tcp and udp profiles"),
+        (GOOD.replace("duration = \"2s\"", "duration = \"soon\""), "p.toml:17:12: duration 'soon' is not a duration like 30s or 100ms"),
+        (GOOD.replace("rate = 500", "rate = -1"), "p.toml:18:8: rate '-1' is not a positive number"),
+        (GOOD.replace("busy = true", "colour = true"), "p.toml:22:37: 'colour' is not an option of think"),
+        (GOOD.replace("\"${conns}\"", "\"${missing}\""), "p.toml:9:11: ${missing} is not set (give --set missing=VALUE or set missing in the environment)"),
+        (GOOD.replace("iterations = 1\n", "iterations = 1\nduration = \"1s\"\n"), "p.toml:15:12: a transaction has iterations or a duration, not both"),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(toml_err(&text).to_string(), expected);
+    }
+    let unknown_key = toml_err(&GOOD.replace("name = \"oltp\"", "nmae = \"oltp\""));
+    assert_eq!(unknown_key.pos.line, 8, "{unknown_key}");
+    assert!(unknown_key.message.contains("nmae"), "{unknown_key}");
+    let syntax = toml_err("name = \"x\"\n[[group]\n");
+    assert_eq!(syntax.pos.line, 2, "{syntax}");
+    let no_connection = toml_err("[[group]]\n[[group.transaction]]\nops = [{ op = \"write\", size = 1 }]\n");
+    assert!(no_connection.message.contains("before any connect"), "{no_connection}");
+    let big_datagram = toml_err("[[group]]\n[[group.transaction]]\nops = [{ op = \"connect\", protocol = \"udp\" }, { op = \"write\", size = \"64k\" }]\n");
+    assert!(big_datagram.message.contains("does not fit one UDP datagram"), "{big_datagram}");
+}
+
+#[test]
+fn a_converted_uperf_profile_reads_back_the_same() {
+    for name in ["oltpnet.xml", "specweb.xml", "two-hosts.xml", "VoIPTx.xml", "netperf.xml", "ldap.xml", "telnet.xml"] {
+        let profile = uperf::parse(name, &shared_uperf(name), &uperf_vars()).unwrap();
+        let toml = toml_format::to_toml(&profile);
+        let back = toml_format::parse("converted.toml", &toml, &vars(&[])).unwrap_or_else(|e| panic!("{name}: {e}\n{toml}"));
+        assert_eq!(back, profile, "{name}");
+    }
+}
+
+mod round_trip {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn size() -> impl Strategy<Value = Size> {
+        prop_oneof![
+            (1u64..65_507).prop_map(Size::Fixed),
+            (1u64..63).prop_map(|k| Size::Fixed(k << 10)),
+            (1u64..3000, 0u64..3000).prop_map(|(a, b)| Size::Random { min: a, max: a + b }),
+        ]
+    }
+
+    fn seconds() -> impl Strategy<Value = f64> {
+        prop_oneof![(0u32..3600).prop_map(f64::from), (1u32..999).prop_map(|ms| f64::from(ms) / 1e3)]
+    }
+
+    fn rate() -> impl Strategy<Value = Option<f64>> {
+        prop_oneof![Just(None), (1u32..100_000).prop_map(|r| Some(f64::from(r))), (1u32..1000).prop_map(|r| Some(f64::from(r) / 8.0))]
+    }
+
+    fn endpoint() -> impl Strategy<Value = Endpoint> {
+        (
+            prop_oneof![Just(Protocol::Tcp), Just(Protocol::Udp)],
+            prop_oneof![Just(None), Just(Some("10.0.0.7".to_string())), Just(Some("agent-3:5300".to_string()))],
+            prop_oneof![Just(None), (1u64..4096).prop_map(|k| Some(k * 1024))],
+            any::<bool>(),
+            prop_oneof![Just(None), Just(Some("cubic".to_string()))],
+        )
+            .prop_map(|(protocol, remote, window, nodelay, congestion)| Endpoint {
+                protocol,
+                remote,
+                window,
+                nodelay,
+                congestion,
+            })
+    }
+
+    fn transfer() -> impl Strategy<Value = Transfer> {
+        (size(), prop_oneof![Just(None), size().prop_map(Some)], 1u64..100, rate(), any::<bool>())
+            .prop_map(|(size, rsize, count, rate, canfail)| Transfer { size, rsize, count, rate, canfail })
+    }
+
+    fn action() -> impl Strategy<Value = Action> {
+        prop_oneof![
+            endpoint().prop_map(Action::Connect),
+            endpoint().prop_map(Action::Accept),
+            Just(Action::Disconnect),
+            transfer().prop_map(Action::Write),
+            transfer().prop_map(Action::Read),
+            transfer().prop_map(Action::Sendto),
+            transfer().prop_map(Action::Recv),
+            (seconds(), any::<bool>()).prop_map(|(seconds, busy)| Action::Think(Think { seconds, busy })),
+            Just(Action::Nop),
+        ]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        (prop_oneof![Just(None), Just(Some("1".to_string())), Just(Some("db \"main\"".to_string()))], action())
+            .prop_map(|(conn, action)| {
+                let conn = match action {
+                    Action::Think(_) | Action::Nop => None,
+                    _ => conn,
+                };
+                Op { conn, action }
+            })
+    }
+
+    fn transaction() -> impl Strategy<Value = Transaction> {
+        (
+            prop_oneof![(0u64..100_000).prop_map(Repeat::Iterations), seconds().prop_map(Repeat::Duration)],
+            rate(),
+            proptest::collection::vec(op(), 1..6),
+        )
+            .prop_map(|(repeat, rate, ops)| Transaction { repeat, rate, ops })
+    }
+
+    /// A profile whose every data operation has a TCP connection opened first, as the
+    /// validator demands (the generated body follows it).
+    fn profile() -> impl Strategy<Value = Profile> {
+        proptest::collection::vec(
+            ("[a-z][a-z0-9 ]{0,12}", 1u32..5000, prop_oneof![Just(None), Just(Some("10.9.0.2".to_string()))], proptest::collection::vec(transaction(), 1..4)),
+            1..4,
+        )
+        .prop_map(|groups| Profile {
+            name: "generated \u{e9}\"quoted\"".into(),
+            groups: groups
+                .into_iter()
+                .map(|(name, threads, host, mut transactions)| {
+                    let opener = |conn: Option<&str>| Op {
+                        conn: conn.map(str::to_string),
+                        action: Action::Connect(Endpoint {
+                            protocol: Protocol::Tcp,
+                            remote: None,
+                            window: None,
+                            nodelay: false,
+                            congestion: None,
+                        }),
+                    };
+                    let openers = [None, Some("1"), Some("db \"main\"")].map(opener).to_vec();
+                    transactions.insert(0, Transaction { repeat: Repeat::Iterations(1), rate: None, ops: openers });
+                    Group { name, threads, host, transactions }
+                })
+                .collect(),
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn to_toml_and_back_keeps_the_meaning(profile in profile()) {
+            let text = toml_format::to_toml(&profile);
+            let back = toml_format::parse("generated.toml", &text, &vars(&[]));
+            prop_assert_eq!(back.as_ref().ok(), Some(&profile), "{:?}\n{}", back.as_ref().err(), text);
+        }
+    }
+}
+
+#[test]
+fn format_detection() {
+    assert_eq!(Format::detect("a.xml", ""), Format::UperfXml);
+    assert_eq!(Format::detect("a.profile", "  <?xml"), Format::UperfXml);
+    assert_eq!(Format::detect("a.toml", "name = 1"), Format::Toml);
+    let _ = BTreeMap::<u8, u8>::new();
+}
