@@ -231,7 +231,7 @@ fn toml_errors_name_the_line_column_and_value() {
         (GOOD.replace("rate = 500", "rate = -1"), "p.toml:18:8: rate '-1' is not a positive number"),
         (GOOD.replace("busy = true", "colour = true"), "p.toml:22:37: 'colour' is not an option of think"),
         (GOOD.replace("\"${conns}\"", "\"${missing}\""), "p.toml:9:11: ${missing} is not set (give --set missing=VALUE or set missing in the environment)"),
-        (GOOD.replace("iterations = 1\n", "iterations = 1\nduration = \"1s\"\n"), "p.toml:15:12: a transaction has iterations or a duration, not both"),
+        (GOOD.replace("iterations = 1\n", "iterations = 1\nduration = \"1s\"\n"), "p.toml:14:12: a transaction has iterations or a duration, not both"),
     ];
     for (text, expected) in cases {
         assert_eq!(toml_err(&text).to_string(), expected);
