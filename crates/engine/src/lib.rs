@@ -17,6 +17,7 @@ pub mod iperf3_client;
 pub mod iperf3_server;
 pub mod pacer;
 pub mod plane;
+pub mod profile;
 pub mod rr;
 pub mod search;
 pub mod server;

@@ -98,6 +98,20 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Data connections presenting `token` arrive on the returned channel.
+    pub(crate) fn register_flows(&self, token: Token) -> Receiver<(u32, std::net::TcpStream)> {
+        let (sender, receiver) = channel();
+        self.registry
+            .lock()
+            .expect("registry lock")
+            .insert(token, sender);
+        receiver
+    }
+
+    pub(crate) fn unregister_flows(&self, token: &Token) {
+        self.registry.lock().expect("registry lock").remove(token);
+    }
+
     pub(crate) fn log(&self, message: &str) {
         if self.config.log {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
@@ -283,6 +297,20 @@ impl Server {
                 let spawned = std::thread::Builder::new()
                     .name("linerate-test".into())
                     .spawn(move || serve_test(&shared, stream, bytes, peer));
+                match spawned {
+                    Ok(handle) => Some(handle),
+                    Err(e) => {
+                        self.shared
+                            .log(&format!("cannot start a thread for {peer}: {e}"));
+                        None
+                    }
+                }
+            }
+            Preface::Agent { version } => {
+                let shared = self.shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("linerate-agent".into())
+                    .spawn(move || crate::profile::agent::serve(&shared, stream, version, peer));
                 match spawned {
                     Ok(handle) => Some(handle),
                     Err(e) => {

@@ -96,6 +96,79 @@ pub enum Command {
     Export(ExportArgs),
     /// Draw stored runs into one self-contained HTML file with SVG charts
     Report(ReportArgs),
+    /// Run a workload profile (linerate TOML or uperf XML) here or across agents
+    #[command(after_help = RUN_EXAMPLES)]
+    Run(RunArgs),
+    /// Work with profile files: check them, convert uperf XML to TOML
+    #[command(subcommand)]
+    Profile(ProfileCommand),
+}
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  linerate run profiles/tcp-transmit-scaling.toml --set conns=100
+  linerate run profiles/rr-1byte.toml --set server=10.0.0.2 --json > rr.json
+  linerate run netperf.xml --set h=10.0.0.2 --set proto=tcp     a uperf profile, as uperf runs it
+  linerate run profiles/four-clients.toml --set server=10.0.0.1 --set c1=10.0.0.11 ...
+Groups run where their 'host' says (an agent: 'linerate serve' there), or here; each
+connection's peer is the agent its 'remote' names ('local': the host running the group).
+${name} values come from --set, then the environment, then the profile's [vars].";
+
+/// The `--set` flag of profile commands.
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// Fill ${NAME} (uperf: $NAME) in the profile; repeat for more
+    #[arg(long = "set", value_name = "NAME=VALUE", value_parser = set_pair)]
+    pub set: Vec<(String, String)>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The profile: linerate TOML, or uperf XML (.xml)
+    pub profile: std::path::PathBuf,
+    #[command(flatten)]
+    pub set: SetArgs,
+    /// Print the result as one JSON document
+    #[arg(long)]
+    pub json: bool,
+    /// The longest the run may take, in seconds [default: its timed transactions + 120]
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    pub limit: Option<f64>,
+    /// An agent silent this long (seconds) is lost and the run ends incomplete
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS", value_parser = positive_seconds)]
+    pub control_timeout: f64,
+    /// How far ahead the synchronized start is announced, in seconds
+    #[arg(long, default_value_t = 0.5, value_name = "SECONDS", value_parser = positive_seconds)]
+    pub lead: f64,
+    /// Format to report in: a adaptive, k/m/g bits, K/M/G bytes
+    #[arg(short, long, default_value = "a", value_parser = scale)]
+    pub format: Scale,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProfileCommand {
+    /// Print a profile (uperf XML or TOML) as linerate TOML, references filled
+    #[command(after_help = "Examples:\n  linerate profile convert netperf.xml --set h=server1 --set proto=tcp > netperf.toml")]
+    Convert(ProfileFileArgs),
+    /// Check a profile and print what it runs
+    Check(ProfileFileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProfileFileArgs {
+    pub profile: std::path::PathBuf,
+    #[command(flatten)]
+    pub set: SetArgs,
+}
+
+fn set_pair(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("'{text}' is not NAME=VALUE"))?;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("'{name}' is not a variable name (letters, digits, _)"));
+    }
+    Ok((name.to_string(), value.to_string()))
 }
 
 const SWEEP_EXAMPLES: &str = "\

@@ -6,6 +6,7 @@
 mod cli;
 mod iperf3_cmd;
 mod keep;
+mod run_cmd;
 mod store_cmd;
 mod sweep_cmd;
 
@@ -63,6 +64,8 @@ fn main() -> ExitCode {
         Command::Compare(args) => (args.json, store_cmd::compare(&args, &storage)),
         Command::Export(args) => (false, store_cmd::export(&args, &storage)),
         Command::Report(args) => (false, store_cmd::report(&args, &storage)),
+        Command::Run(args) => (args.json, run_cmd::run(&args, &storage)),
+        Command::Profile(command) => (false, run_cmd::profile(&command)),
     };
     match outcome {
         Ok(code) => code,

@@ -5,6 +5,7 @@
 //! threads and clocks belong to the drivers in `linerate-engine`. The exchange is described
 //! in [`session`] and in docs/protocol.md.
 
+pub mod agent;
 pub mod datagram;
 pub mod frame;
 pub mod iperf3;

@@ -6,6 +6,7 @@
 //! | first bytes | length | meaning |
 //! |---|---|---|
 //! | `LINERATE` + u32 BE version | 12 | native control connection |
+//! | `LINEAGNT` + u32 BE version | 12 | agent connection (profile runs) |
 //! | `LINEDATA` + 16-byte token + u32 BE flow index | 28 | native data connection |
 //! | 36 of `[a-z2-7]` + NUL | 37 | an iperf3 client's cookie |
 //!
@@ -56,6 +57,8 @@ pub enum Preface {
     NeedBytes(usize),
     /// A native control connection speaking `version`.
     Control { version: u32 },
+    /// An agent connection (a profile run's controller or group host) speaking `version`.
+    Agent { version: u32 },
     /// A native data connection for flow `flow` of the test with `token`.
     Data { token: Token, flow: u32 },
     /// An iperf3 client; the cookie is the 36 characters before the NUL.
@@ -93,19 +96,24 @@ pub fn classify(bytes: &[u8]) -> Preface {
     }
     let seen = bytes.len().min(CONTROL_MAGIC.len());
     let control = bytes[..seen] == CONTROL_MAGIC[..seen];
+    let agent = bytes[..seen] == crate::agent::AGENT_MAGIC[..seen];
     let data = bytes[..seen] == DATA_MAGIC[..seen];
-    if !control && !data {
+    if !control && !data && !agent {
         return Preface::Unknown;
     }
     if bytes.len() < CONTROL_MAGIC.len() {
         return Preface::NeedBytes(CONTROL_MAGIC.len());
     }
-    if control {
+    if control || agent {
         if bytes.len() < CONTROL_PREFACE_LEN {
             return Preface::NeedBytes(CONTROL_PREFACE_LEN);
         }
         let version = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        return Preface::Control { version };
+        return if control {
+            Preface::Control { version }
+        } else {
+            Preface::Agent { version }
+        };
     }
     if bytes.len() < DATA_PREFACE_LEN {
         return Preface::NeedBytes(DATA_PREFACE_LEN);
@@ -169,6 +177,14 @@ mod tests {
             Preface::NeedBytes(IPERF3_COOKIE_LEN)
         );
         assert!(matches!(classify(&cookie), Preface::Iperf3 { cookie } if cookie.len() == 36));
+    }
+
+    #[test]
+    fn agent_preface_is_told_from_control() {
+        let preface = crate::agent::agent_preface(3);
+        assert_eq!(classify(&preface[..4]), Preface::NeedBytes(8));
+        assert_eq!(classify(&preface[..8]), Preface::NeedBytes(12));
+        assert_eq!(classify(&preface), Preface::Agent { version: 3 });
     }
 
     #[test]

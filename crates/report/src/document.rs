@@ -15,6 +15,7 @@ pub enum Document {
     Test(Box<Report>),
     Sweep(Box<SweepReport>),
     FindMax(Box<FindMaxReport>),
+    Profile(Box<crate::profile::ProfileReport>),
 }
 
 /// The `test` value of a sweep document, and of a `--find-max` search.
@@ -32,6 +33,9 @@ impl Document {
         Ok(match value.get("test").and_then(|t| t.as_str()) {
             Some(SWEEP) => Document::Sweep(Box::new(serde_json::from_value(value)?)),
             Some(FIND_MAX) => Document::FindMax(Box::new(serde_json::from_value(value)?)),
+            Some(crate::profile::PROFILE) => {
+                Document::Profile(Box::new(serde_json::from_value(value)?))
+            }
             _ => Document::Test(Box::new(serde_json::from_value(value)?)),
         })
     }
@@ -42,6 +46,7 @@ impl Document {
             Document::Test(report) => serde_json::to_string_pretty(report),
             Document::Sweep(sweep) => serde_json::to_string_pretty(sweep),
             Document::FindMax(search) => serde_json::to_string_pretty(search),
+            Document::Profile(run) => serde_json::to_string_pretty(run),
         }
     }
 
@@ -51,6 +56,7 @@ impl Document {
             Document::Test(report) => &report.test,
             Document::Sweep(sweep) => &sweep.test,
             Document::FindMax(search) => &search.test,
+            Document::Profile(run) => &run.test,
         }
     }
 
@@ -58,6 +64,7 @@ impl Document {
     pub fn kind(&self) -> String {
         match self {
             Document::Sweep(sweep) => format!("sweep of {}", sweep.sweep_of),
+            Document::Profile(run) => format!("profile {}", run.config.name),
             other => other.test().to_string(),
         }
     }
@@ -68,6 +75,7 @@ impl Document {
             Document::Test(report) => &report.config.target,
             Document::Sweep(sweep) => &sweep.config.target,
             Document::FindMax(search) => &search.config.target,
+            Document::Profile(run) => &run.config.target,
         }
     }
 
@@ -76,6 +84,7 @@ impl Document {
             Document::Test(report) => report.started_at,
             Document::Sweep(sweep) => sweep.started_at,
             Document::FindMax(search) => search.started_at,
+            Document::Profile(run) => run.started_at,
         }
     }
 
@@ -93,6 +102,11 @@ impl Document {
                 .result
                 .as_ref()
                 .map(|found| (Headline::ReceiverBps, found.receiver_bps)),
+            Document::Profile(run) => Some(if run.summary.received_bytes > 0 {
+                (Headline::ReceiverBps, run.summary.received_bps)
+            } else {
+                (Headline::TransactionsPerS, run.summary.iterations_per_s)
+            }),
         }
     }
 
@@ -116,6 +130,14 @@ impl Document {
                 None => format!("{} points, none measured", sweep.points.len()),
             },
             Document::FindMax(_) => figure.map_or("no clean rate".into(), |f| format!("{f} clean")),
+            Document::Profile(run) => {
+                let figure = figure.unwrap_or_default();
+                if run.summary.complete {
+                    figure
+                } else {
+                    format!("{figure} (incomplete)")
+                }
+            }
         }
     }
 
@@ -135,6 +157,7 @@ impl Document {
                 }
                 out + &text::render_find_max(search, scale)
             }
+            Document::Profile(run) => run.render_text(scale),
         }
     }
 }

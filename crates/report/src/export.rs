@@ -15,6 +15,7 @@ fn number(value: f64) -> String {
 /// The document as CSV text with a header row.
 pub fn csv(document: &Document) -> Result<String, csv::Error> {
     let (header, rows) = match document {
+        Document::Profile(run) => profile_rows(run),
         Document::Test(report) => match &report.repetition {
             Some(_) => iterations(report),
             None => intervals(report),
@@ -208,5 +209,52 @@ fn intervals(report: &Report) -> Rows {
             row
         })
         .collect();
+    (header, rows)
+}
+
+/// One row per operation of every transaction of every group, then one per transaction
+/// (its `op` empty).
+fn profile_rows(run: &crate::profile::ProfileReport) -> (Vec<String>, Vec<Vec<String>>) {
+    let header = [
+        "group", "host", "transaction", "op", "conn", "count", "bytes", "peer_bytes", "errors",
+        "p50_us", "p99_us", "max_us",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut rows = Vec::new();
+    for group in &run.groups {
+        for (index, txn) in group.transactions.iter().enumerate() {
+            rows.push(vec![
+                group.name.clone(),
+                group.host.clone(),
+                (index + 1).to_string(),
+                String::new(),
+                String::new(),
+                txn.iterations.to_string(),
+                txn.received_bytes.to_string(),
+                String::new(),
+                txn.errors.to_string(),
+                number(txn.latency_us.p50),
+                number(txn.latency_us.p99),
+                number(txn.latency_us.max),
+            ]);
+            for op in &txn.ops {
+                rows.push(vec![
+                    group.name.clone(),
+                    group.host.clone(),
+                    (index + 1).to_string(),
+                    op.op.clone(),
+                    op.conn.clone().unwrap_or_default(),
+                    op.count.to_string(),
+                    op.bytes.to_string(),
+                    op.peer_bytes.to_string(),
+                    op.errors.to_string(),
+                    number(op.latency_us.p50),
+                    number(op.latency_us.p99),
+                    number(op.latency_us.max),
+                ]);
+            }
+        }
+    }
     (header, rows)
 }

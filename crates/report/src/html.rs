@@ -514,6 +514,28 @@ fn run_section(id: i64, document: &Document) -> String {
     match document {
         Document::Test(report) => out.push_str(&test_charts(report)),
         Document::Sweep(sweep) => out.push_str(&sweep_charts(sweep)),
+        Document::Profile(run) => {
+            let hosts: Vec<(String, f64, Option<f64>)> = run
+                .hosts
+                .iter()
+                .map(|h| (h.host.clone(), h.received_bps / 1e6, None))
+                .collect();
+            out.push_str(&figure(bar_chart("Goodput received per host", "Mbit/s", &hosts)));
+            let transactions: Vec<(String, f64, Option<f64>)> = run
+                .groups
+                .iter()
+                .flat_map(|g| {
+                    g.transactions.iter().enumerate().map(move |(i, t)| {
+                        (format!("{} txn {}", g.name, i + 1), t.latency_us.p99, None)
+                    })
+                })
+                .collect();
+            out.push_str(&figure(bar_chart(
+                "Transaction time, 99th percentile",
+                "µs",
+                &transactions,
+            )));
+        }
         Document::FindMax(search) => {
             let bars: Vec<(String, f64, Option<f64>)> = search
                 .trials

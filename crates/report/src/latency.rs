@@ -38,6 +38,11 @@ impl LatencyHistogram {
         self.inner.saturating_record(ns.max(1));
     }
 
+    /// Records `count` round trips of `ns` nanoseconds.
+    pub fn record_n(&mut self, ns: u64, count: u64) {
+        self.inner.saturating_record_n(ns.max(1), count);
+    }
+
     /// Adds every value of `other`: the histogram of both.
     pub fn merge(&mut self, other: &LatencyHistogram) {
         // Both share the same bounds, so addition cannot fail.

@@ -13,6 +13,7 @@ pub mod html;
 pub mod iperf3_json;
 pub mod latency;
 pub mod model;
+pub mod profile;
 pub mod rr;
 pub mod stats;
 pub mod sweep;

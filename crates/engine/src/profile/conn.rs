@@ -1,0 +1,286 @@
+//! A profile connection: a TCP stream or a connected UDP socket, with reads and writes
+//! that wait in slices and give up when their caller says so.
+
+use super::SLICE;
+use linerate_profile::Endpoint;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+pub(crate) enum Conn {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
+/// Why an operation did not complete.
+#[derive(Debug)]
+pub(crate) enum OpError {
+    /// The caller's condition said to stop (a deadline, the peer's count, the stop flag).
+    GaveUp,
+    /// The peer closed the connection.
+    Closed,
+    Io(io::Error),
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpError::GaveUp => f.write_str("stopped"),
+            OpError::Closed => f.write_str("the peer closed the connection"),
+            OpError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+fn waiting(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+/// Sets up a TCP socket as the endpoint asks, before it connects or after it was accepted.
+pub(crate) fn tcp_options(socket: &socket2::Socket, endpoint: &Endpoint) -> io::Result<()> {
+    if let Some(window) = endpoint.window {
+        let bytes = usize::try_from(window).unwrap_or(usize::MAX);
+        socket.set_send_buffer_size(bytes)?;
+        socket.set_recv_buffer_size(bytes)?;
+    }
+    socket.set_nodelay(endpoint.nodelay)?;
+    if let Some(cc) = &endpoint.congestion {
+        socket.set_tcp_congestion(cc.as_bytes()).map_err(|e| {
+            io::Error::new(e.kind(), format!("congestion control '{cc}': {e}"))
+        })?;
+    }
+    Ok(())
+}
+
+pub(crate) fn udp_options(socket: &socket2::Socket, endpoint: &Endpoint) -> io::Result<()> {
+    if let Some(window) = endpoint.window {
+        let bytes = usize::try_from(window).unwrap_or(usize::MAX);
+        socket.set_send_buffer_size(bytes)?;
+        socket.set_recv_buffer_size(bytes)?;
+    }
+    Ok(())
+}
+
+/// Dials a TCP connection with the endpoint's options set before the handshake (so a
+/// window applies to the window scale), then sends `preface`.
+pub(crate) fn dial_tcp(addr: SocketAddr, endpoint: &Endpoint, preface: &[u8]) -> io::Result<Conn> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    tcp_options(&socket, endpoint)?;
+    socket.connect_timeout(&addr.into(), Duration::from_secs(5))?;
+    let mut stream: TcpStream = socket.into();
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(preface)?;
+    Conn::tcp(stream)
+}
+
+/// Opens a UDP "connection": the hello (`preface`) goes to the peer's rendezvous port and
+/// the peer answers from the socket that serves this connection, which this socket then
+/// connects to. Hellos are repeated while no answer comes.
+pub(crate) fn dial_udp(
+    addr: SocketAddr,
+    endpoint: &Endpoint,
+    preface: &[u8],
+    give_up: &mut dyn FnMut() -> bool,
+) -> io::Result<Conn> {
+    let local: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0".parse().expect("address")
+    } else {
+        "[::]:0".parse().expect("address")
+    };
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        None,
+    )?;
+    udp_options(&socket, endpoint)?;
+    socket.bind(&local.into())?;
+    let socket: UdpSocket = socket.into();
+    socket.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let mut answer = [0u8; 64];
+    for _ in 0..25 {
+        socket.send_to(preface, addr)?;
+        match socket.recv_from(&mut answer) {
+            Ok((n, from)) if answer[..n] == *preface && from.ip() == addr.ip() => {
+                socket.connect(from)?;
+                return Conn::udp(socket);
+            }
+            Ok(_) => {}
+            Err(e) if waiting(&e) => {}
+            Err(e) => return Err(e),
+        }
+        if give_up() {
+            break;
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no answer to the UDP hello at {addr}"),
+    ))
+}
+
+impl Conn {
+    pub fn tcp(stream: TcpStream) -> io::Result<Conn> {
+        stream.set_read_timeout(Some(SLICE))?;
+        stream.set_write_timeout(Some(SLICE))?;
+        Ok(Conn::Tcp(stream))
+    }
+
+    pub fn udp(socket: UdpSocket) -> io::Result<Conn> {
+        socket.set_read_timeout(Some(SLICE))?;
+        socket.set_write_timeout(Some(SLICE))?;
+        Ok(Conn::Udp(socket))
+    }
+
+    /// Sends one message of `buf.len()` bytes: all of it on TCP, one datagram on UDP.
+    /// `moved` grows by every byte the kernel took, a message given up half way included.
+    pub fn send(
+        &mut self,
+        buf: &[u8],
+        moved: &mut u64,
+        give_up: &mut dyn FnMut() -> bool,
+    ) -> Result<(), OpError> {
+        match self {
+            Conn::Tcp(stream) => {
+                let mut sent = 0;
+                while sent < buf.len() {
+                    match stream.write(&buf[sent..]) {
+                        Ok(0) => return Err(OpError::Closed),
+                        Ok(n) => {
+                            sent += n;
+                            *moved += n as u64;
+                        }
+                        Err(e) if waiting(&e) => {
+                            if give_up() {
+                                return Err(OpError::GaveUp);
+                            }
+                        }
+                        Err(e) if closed(&e) => return Err(OpError::Closed),
+                        Err(e) => return Err(OpError::Io(e)),
+                    }
+                }
+                Ok(())
+            }
+            Conn::Udp(socket) => loop {
+                match socket.send(buf) {
+                    Ok(n) => {
+                        *moved += n as u64;
+                        return Ok(());
+                    }
+                    // A full socket buffer or an ICMP error from a closed peer port.
+                    Err(e) if waiting(&e) || e.raw_os_error() == Some(libc::ENOBUFS) => {
+                        if give_up() {
+                            return Err(OpError::GaveUp);
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                        return Err(OpError::Closed)
+                    }
+                    Err(e) => return Err(OpError::Io(e)),
+                }
+            },
+        }
+    }
+
+    /// Receives one message: exactly `want` bytes on TCP (or what one read returns, for a
+    /// random size whose sender chose fewer), one datagram of at most `want` on UDP.
+    /// `moved` grows by every byte received, a message given up half way included.
+    pub fn recv(
+        &mut self,
+        buf: &mut [u8],
+        want: usize,
+        exact: bool,
+        moved: &mut u64,
+        give_up: &mut dyn FnMut() -> bool,
+    ) -> Result<(), OpError> {
+        match self {
+            Conn::Tcp(stream) => {
+                let mut got = 0;
+                while got < want {
+                    let end = want.min(got + buf.len());
+                    let chunk = end - got;
+                    match stream.read(&mut buf[..chunk]) {
+                        Ok(0) => return Err(OpError::Closed),
+                        Ok(n) => {
+                            got += n;
+                            *moved += n as u64;
+                            if !exact {
+                                return Ok(());
+                            }
+                        }
+                        Err(e) if waiting(&e) => {
+                            if give_up() {
+                                return Err(OpError::GaveUp);
+                            }
+                        }
+                        Err(e) if closed(&e) => return Err(OpError::Closed),
+                        Err(e) => return Err(OpError::Io(e)),
+                    }
+                }
+                Ok(())
+            }
+            Conn::Udp(socket) => loop {
+                // A datagram longer than asked is cut short by the kernel, as uperf's
+                // recv of `size` bytes would.
+                let room = want.min(buf.len()).max(1);
+                match socket.recv(&mut buf[..room]) {
+                    Ok(n) => {
+                        *moved += n as u64;
+                        return Ok(());
+                    }
+                    Err(e) if waiting(&e) => {
+                        if give_up() {
+                            return Err(OpError::GaveUp);
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                        return Err(OpError::Closed)
+                    }
+                    Err(e) => return Err(OpError::Io(e)),
+                }
+            },
+        }
+    }
+
+    /// Closes the connection in order: a TCP FIN after everything written.
+    pub fn is_udp(&self) -> bool {
+        matches!(self, Conn::Udp(_))
+    }
+
+    pub fn close(self) {
+        if let Conn::Tcp(stream) = &self {
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+        }
+    }
+}
+
+fn closed(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted
+    )
+}
+
+/// Waits for `at` in slices, giving up when told; busy spins instead when `busy`.
+pub(crate) fn pause_until(at: Instant, busy: bool, give_up: &mut dyn FnMut() -> bool) -> bool {
+    loop {
+        let now = Instant::now();
+        if now >= at {
+            return true;
+        }
+        if give_up() {
+            return false;
+        }
+        if busy {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep((at - now).min(SLICE));
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! The controller of a profile run (`linerate run`): it hands each agent its groups,
+//! estimates each agent's clock offset, announces one start time, collects the results
+//! and merges them. Groups without a host run on the controller's own in-process agent.
+
+use super::link::{unix_ns, Link};
+use crate::server::{Server, ServerConfig};
+use linerate_profile::{Profile, Repeat};
+use linerate_proto::agent::{estimate_offset, AgentReply, AgentRequest, ClockOffset, ClockSample, GroupPart};
+use linerate_report::profile::{GroupResult, HostResult, ProfileReport};
+use linerate_report::HostFacts;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The name of the controller's own host in results.
+pub const LOCAL: &str = "local";
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// How far ahead of the announcement the start lies (beyond twice the slowest round
+    /// trip), so every agent has its threads waiting.
+    pub lead: Duration,
+    /// An agent silent this long is lost.
+    pub control_timeout: Duration,
+    /// The longest the run may take; `None`: the profile's timed transactions plus two
+    /// minutes.
+    pub limit: Option<Duration>,
+    /// Clock samples per agent.
+    pub clock_samples: usize,
+    /// Progress lines on stderr.
+    pub log: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> RunOptions {
+        RunOptions {
+            lead: Duration::from_millis(500),
+            control_timeout: Duration::from_secs(5),
+            limit: None,
+            clock_samples: 8,
+            log: false,
+        }
+    }
+}
+
+/// Why a run could not start (once started, problems end it with an incomplete result).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("agent {host}: {why}")]
+    Agent { host: String, why: String },
+    #[error("cannot start the local agent: {0}")]
+    Local(std::io::Error),
+}
+
+struct Agent {
+    host: String,
+    link: Option<Link>,
+    facts: Option<HostFacts>,
+    clock: ClockOffset,
+    parts: Vec<GroupPart>,
+    last_heard: Instant,
+    released_ns: Option<u64>,
+    groups: Option<Vec<GroupResult>>,
+    failure: Option<String>,
+}
+
+/// The longest run a profile asks for, plus margin.
+fn default_limit(profile: &Profile) -> Duration {
+    let longest = profile
+        .groups
+        .iter()
+        .map(|g| {
+            g.transactions
+                .iter()
+                .map(|t| match t.repeat {
+                    Repeat::Duration(s) => s,
+                    Repeat::Iterations(_) => 0.0,
+                })
+                .sum::<f64>()
+        })
+        .fold(0.0, f64::max);
+    Duration::from_secs_f64(longest + 120.0)
+}
+
+fn agent_error(host: &str, why: impl ToString) -> RunError {
+    RunError::Agent {
+        host: host.to_string(),
+        why: why.to_string(),
+    }
+}
+
+/// Runs a profile to its end, or to the loss of an agent (an incomplete result).
+pub fn run(profile: &Profile, options: &RunOptions, stop: &AtomicBool) -> Result<ProfileReport, RunError> {
+    let limit = options.limit.unwrap_or_else(|| default_limit(profile));
+    let mut hosts: Vec<String> = Vec::new();
+    for group in &profile.groups {
+        let host = group.host.clone().unwrap_or_else(|| LOCAL.into());
+        if !hosts.contains(&host) {
+            hosts.push(host);
+        }
+    }
+    // The controller's own agent: runs groups without a host, and mirrors connections of
+    // local groups without a remote.
+    let local = if hosts.iter().any(|h| h == LOCAL) {
+        let mut config = ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+        config.log = false;
+        let server = Server::bind(config).map_err(RunError::Local)?;
+        let addr = server.local_addr().map_err(RunError::Local)?;
+        let flag = server.shutdown_flag();
+        std::thread::Builder::new()
+            .name("linerate-local-agent".into())
+            .spawn(move || server.run())
+            .map_err(RunError::Local)?;
+        Some((addr, flag))
+    } else {
+        None
+    };
+    let result = run_with(profile, options, stop, &hosts, local.as_ref().map(|l| l.0), limit);
+    if let Some((_, flag)) = local {
+        flag.store(true, Ordering::Relaxed);
+    }
+    result
+}
+
+fn run_with(
+    profile: &Profile,
+    options: &RunOptions,
+    stop: &AtomicBool,
+    hosts: &[String],
+    local: Option<SocketAddr>,
+    limit: Duration,
+) -> Result<ProfileReport, RunError> {
+    let log = |line: String| {
+        if options.log {
+            eprintln!("{line}");
+        }
+    };
+    let mut agents = Vec::new();
+    for host in hosts {
+        let addr = match (host.as_str(), local) {
+            (LOCAL, Some(addr)) => addr,
+            _ => super::resolve(host).map_err(|e| agent_error(host, e))?,
+        };
+        let mut link = Link::dial(addr, options.control_timeout).map_err(|e| agent_error(host, format!("cannot connect to {addr}: {e}")))?;
+        let facts = match link.recv::<AgentReply>(options.control_timeout) {
+            Ok(Some(AgentReply::Welcome { host: facts, .. })) => facts,
+            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(host, reason)),
+            Ok(_) => return Err(agent_error(host, format!("{addr} did not answer as a linerate agent"))),
+            Err(e) => return Err(agent_error(host, format!("{addr}: {e}"))),
+        };
+        let mut samples = Vec::new();
+        for seq in 0..options.clock_samples as u64 {
+            let sent = unix_ns();
+            link.send(&AgentRequest::Ping { seq }).map_err(|e| agent_error(host, e))?;
+            match link.recv::<AgentReply>(options.control_timeout) {
+                Ok(Some(AgentReply::Pong { seq: s, unix_ns: agent })) if s == seq => samples.push(ClockSample {
+                    sent_ns: sent,
+                    agent_ns: agent,
+                    received_ns: unix_ns(),
+                }),
+                Ok(_) => return Err(agent_error(host, "no answer to a clock ping")),
+                Err(e) => return Err(agent_error(host, e)),
+            }
+        }
+        let clock = estimate_offset(&samples).ok_or_else(|| agent_error(host, "no clock samples"))?;
+        log(format!(
+            "agent {host} ({addr}): {}, clock offset {:+.3} ms (rtt {:.3} ms)",
+            facts.hostname,
+            clock.offset_ns as f64 / 1e6,
+            clock.rtt_ns as f64 / 1e6
+        ));
+        let parts = profile
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.host.as_deref().unwrap_or(LOCAL) == host)
+            .map(|(index, group)| GroupPart {
+                index,
+                host_label: host.clone(),
+                group: group.clone(),
+            })
+            .collect();
+        agents.push(Agent {
+            host: host.clone(),
+            link: Some(link),
+            facts: Some(facts),
+            clock,
+            parts,
+            last_heard: Instant::now(),
+            released_ns: None,
+            groups: None,
+            failure: None,
+        });
+    }
+    let limit_s = limit.as_secs_f64();
+    for agent in &mut agents {
+        let link = agent.link.as_mut().expect("connected");
+        link.send(&AgentRequest::Prepare { parts: agent.parts.clone(), limit_s }).map_err(|e| agent_error(&agent.host, e))?;
+        // Preparing dials every peer of the agent's groups: allow for their answers.
+        match link.recv::<AgentReply>(options.control_timeout * 4) {
+            Ok(Some(AgentReply::Prepared)) => {}
+            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(&agent.host, reason)),
+            Ok(_) => return Err(agent_error(&agent.host, "did not get ready in time")),
+            Err(e) => return Err(agent_error(&agent.host, e)),
+        }
+    }
+    let slowest = agents.iter().map(|a| a.clock.rtt_ns).max().unwrap_or(0);
+    let start_ns = unix_ns() + options.lead.as_nanos() as u64 + 2 * slowest;
+    let started_at = start_ns as f64 / 1e9;
+    for agent in &mut agents {
+        let at = agent.clock.to_agent(start_ns);
+        let link = agent.link.as_mut().expect("connected");
+        if let Err(e) = link.send(&AgentRequest::Start { at_unix_ns: at }) {
+            agent.failure = Some(format!("lost before the start: {e}"));
+        }
+        agent.last_heard = Instant::now();
+    }
+    log(format!("started {} group(s) on {} host(s)", profile.groups.len(), agents.len()));
+    let hard_end = Instant::now() + options.lead + limit + Duration::from_secs(30);
+    let mut aborted = false;
+    loop {
+        let pending = agents.iter().filter(|a| a.groups.is_none() && a.failure.is_none()).count();
+        if pending == 0 {
+            break;
+        }
+        let must_abort = stop.load(Ordering::Relaxed) || Instant::now() >= hard_end || agents.iter().any(|a| a.failure.is_some());
+        if must_abort && !aborted {
+            aborted = true;
+            let reason = if stop.load(Ordering::Relaxed) {
+                "interrupted".to_string()
+            } else if let Some(lost) = agents.iter().find(|a| a.failure.is_some()) {
+                format!("agent {} was lost", lost.host)
+            } else {
+                "the run outlasted its limit".to_string()
+            };
+            log(format!("aborting the run: {reason}"));
+            for agent in agents.iter_mut().filter(|a| a.groups.is_none() && a.failure.is_none()) {
+                if let Some(link) = agent.link.as_mut() {
+                    let _ = link.send(&AgentRequest::Abort { reason: reason.clone() });
+                }
+            }
+        }
+        if aborted && Instant::now() >= hard_end + Duration::from_secs(30) {
+            for agent in agents.iter_mut().filter(|a| a.groups.is_none() && a.failure.is_none()) {
+                agent.failure = Some("did not report after the abort".into());
+            }
+            break;
+        }
+        for agent in agents.iter_mut().filter(|a| a.groups.is_none() && a.failure.is_none()) {
+            let link = agent.link.as_mut().expect("connected");
+            match link.recv::<AgentReply>(Duration::from_millis(20)) {
+                Ok(Some(reply)) => {
+                    agent.last_heard = Instant::now();
+                    match reply {
+                        AgentReply::Started { at_unix_ns } => agent.released_ns = Some(agent.clock.to_controller(at_unix_ns)),
+                        AgentReply::PartResult { groups } => {
+                            log(format!("agent {}: finished", agent.host));
+                            agent.groups = Some(groups);
+                        }
+                        AgentReply::Error { reason } => agent.failure = Some(reason),
+                        _ => {}
+                    }
+                }
+                Ok(None) => {
+                    let silent = agent.last_heard.elapsed();
+                    if silent >= options.control_timeout {
+                        agent.failure = Some(format!("silent for {:.1} s", silent.as_secs_f64()));
+                    }
+                }
+                Err(e) => agent.failure = Some(format!("connection lost: {e}")),
+            }
+            if let Some(failure) = &agent.failure {
+                log(format!("agent {}: {failure}", agent.host));
+            }
+        }
+    }
+    Ok(assemble(profile, agents, start_ns, started_at))
+}
+
+fn assemble(profile: &Profile, agents: Vec<Agent>, start_ns: u64, started_at: f64) -> ProfileReport {
+    let mut report = ProfileReport {
+        test: linerate_report::profile::PROFILE.into(),
+        started_at,
+        ..ProfileReport::default()
+    };
+    let mut groups: Vec<(usize, GroupResult)> = Vec::new();
+    let mut lost = Vec::new();
+    let released: Vec<u64> = agents.iter().filter_map(|a| a.released_ns).collect();
+    for agent in &agents {
+        let reported = agent.groups.clone().unwrap_or_default();
+        for part in &agent.parts {
+            match reported.iter().find(|g| g.name == part.group.name) {
+                Some(result) => groups.push((part.index, result.clone())),
+                None => groups.push((
+                    part.index,
+                    GroupResult {
+                        name: part.group.name.clone(),
+                        host: agent.host.clone(),
+                        threads: part.group.threads,
+                        failures: vec![format!(
+                            "no result: host {} {}",
+                            agent.host,
+                            agent.failure.as_deref().unwrap_or("did not report")
+                        )],
+                        ..GroupResult::default()
+                    },
+                )),
+            }
+        }
+        if let Some(failure) = &agent.failure {
+            lost.push(format!("{}: {failure}", agent.host));
+        }
+        report.hosts.push(HostResult {
+            host: agent.host.clone(),
+            clock_offset_ms: agent.clock.offset_ns as f64 / 1e6,
+            clock_rtt_ms: agent.clock.rtt_ns as f64 / 1e6,
+            start_delay_ms: agent.released_ns.map_or(0.0, |r| (r as f64 - start_ns as f64) / 1e6),
+            failure: agent.failure.clone(),
+            facts: agent.facts.clone(),
+            ..HostResult::default()
+        });
+    }
+    groups.sort_by_key(|(index, _)| *index);
+    report.groups = groups.into_iter().map(|(_, g)| g).collect();
+    let stopped: usize = report.groups.iter().map(|g| g.per_thread.iter().filter(|t| t.failure.is_some()).count()).sum();
+    report.incomplete = if !lost.is_empty() {
+        Some(format!("lost {}; the figures cover what the other hosts reported", lost.join("; ")))
+    } else if stopped > 0 {
+        Some(format!("{stopped} thread(s) stopped before the end of their transactions"))
+    } else {
+        report.groups.iter().find_map(|g| g.failures.first().cloned())
+    };
+    let skew = match (released.iter().min(), released.iter().max()) {
+        (Some(a), Some(b)) => (b - a) as f64 / 1e6,
+        _ => 0.0,
+    };
+    report.summarize(skew);
+    report.config.name = profile.name.clone();
+    report.config.target = if agents.len() == 1 && agents[0].host == LOCAL {
+        "loopback".into()
+    } else {
+        agents.iter().map(|a| a.host.as_str()).collect::<Vec<_>>().join(",")
+    };
+    report.config.profile = serde_json::to_value(profile).unwrap_or_default();
+    report
+}

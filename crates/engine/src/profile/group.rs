@@ -1,0 +1,377 @@
+//! A group on its host (its threads and its links to the peers that mirror it), and the
+//! mirror of a group on a peer.
+
+use super::exec::{GroupLatency, RemoteLink, Side, Thread, ThreadOutcome};
+use super::link::Link;
+use super::rendezvous::Rendezvous;
+use linerate_profile::{Action, Group, Op};
+use linerate_proto::agent::{AgentReply, AgentRequest, DialBack, GroupPart, MirrorFigures, MirrorSpec};
+use linerate_proto::Token;
+use linerate_report::profile::{GroupResult, OpFigures, ThreadFigures, TransactionFigures};
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A profile thread's stack: its frames are shallow and thousands may run.
+const STACK: usize = 256 * 1024;
+/// How long a peer may take to answer a mirror request or report its figures.
+const PEER_WAIT: Duration = Duration::from_secs(15);
+
+/// The remotes a group's connect and accept operations name, in order of first use.
+pub(crate) fn remotes_of(group: &Group) -> Vec<Option<String>> {
+    let mut out: Vec<Option<String>> = Vec::new();
+    for op in group.transactions.iter().flat_map(|t| &t.ops) {
+        if let Action::Connect(e) | Action::Accept(e) = &op.action {
+            if !out.contains(&e.remote) {
+                out.push(e.remote.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The group as the peer `remote` runs it: every operation on a connection to that peer
+/// mirrored, every other one a `nop` (so positions stay the same).
+pub(crate) fn mirror_of(group: &Group, remote: &Option<String>) -> Group {
+    let mut owner: HashMap<Option<String>, Option<String>> = HashMap::new();
+    let mut mirrored = group.clone();
+    for txn in &mut mirrored.transactions {
+        for op in &mut txn.ops {
+            let ours = match &op.action {
+                Action::Connect(e) | Action::Accept(e) => {
+                    owner.insert(op.conn.clone(), e.remote.clone());
+                    e.remote == *remote
+                }
+                Action::Think(_) | Action::Nop => false,
+                _ => owner.get(&op.conn) == Some(remote),
+            };
+            *op = if ours {
+                Op {
+                    conn: op.conn.clone(),
+                    action: op.action.mirror(),
+                }
+            } else {
+                Op {
+                    conn: None,
+                    action: Action::Nop,
+                }
+            };
+        }
+    }
+    mirrored
+}
+
+fn has_accepts_to(group: &Group, remote: &Option<String>) -> bool {
+    group.transactions.iter().flat_map(|t| &t.ops).any(|op| matches!(&op.action, Action::Accept(e) if e.remote == *remote))
+}
+
+/// A group ready to start: every peer runs its mirror.
+pub(crate) struct PreparedGroup {
+    pub part: GroupPart,
+    side: Arc<Side>,
+    links: Vec<(String, Link)>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Asks each peer of the group to run its mirror. `own` is this host's own server, the
+/// peer of connections without a remote.
+pub(crate) fn prepare(part: GroupPart, own: SocketAddr, limit_s: f64, stop: Arc<AtomicBool>) -> io::Result<PreparedGroup> {
+    let mut remotes = HashMap::new();
+    let mut links = Vec::new();
+    for remote in remotes_of(&part.group) {
+        let label = remote.clone().unwrap_or_else(|| "local".into());
+        let addr = match &remote {
+            Some(host) => super::resolve(host)?,
+            None => own,
+        };
+        let mut link = Link::dial(addr, Duration::from_secs(5)).map_err(|e| io::Error::new(e.kind(), format!("peer {label} ({addr}): {e}")))?;
+        let back = if has_accepts_to(&part.group, &remote) {
+            let ip = link.stream.local_addr()?.ip();
+            let listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
+            let port = listener.local_addr()?.port();
+            let rendezvous = Rendezvous::open(ip, super::rendezvous::new_token()?, stop.clone())?;
+            rendezvous.listen(listener)?;
+            Some((port, rendezvous))
+        } else {
+            None
+        };
+        let spec = MirrorSpec {
+            group: mirror_of(&part.group, &remote),
+            dial_back: back.as_ref().map(|(port, r)| DialBack {
+                port: *port,
+                udp_port: r.udp_port,
+                token: r.token.to_hex(),
+            }),
+            limit_s,
+        };
+        link.send(&AgentRequest::Mirror { spec: Box::new(spec) })?;
+        let (token, udp_port) = match link.recv::<AgentReply>(PEER_WAIT)? {
+            Some(AgentReply::MirrorReady { token, udp_port }) => (token, udp_port),
+            Some(AgentReply::Error { reason }) => {
+                return Err(io::Error::other(format!("peer {label} refused the mirror: {reason}")))
+            }
+            Some(other) => return Err(io::Error::other(format!("peer {label}: unexpected {other:?}"))),
+            None => return Err(io::Error::new(io::ErrorKind::TimedOut, format!("peer {label} did not answer"))),
+        };
+        let token = Token::from_hex(&token).ok_or_else(|| io::Error::other(format!("peer {label}: bad token")))?;
+        remotes.insert(
+            remote.clone(),
+            Arc::new(RemoteLink {
+                addr,
+                udp: SocketAddr::new(addr.ip(), udp_port),
+                token,
+                back: back.map(|(_, r)| r),
+                control: Mutex::new(link.stream.try_clone()?),
+            }),
+        );
+        links.push((label, link));
+    }
+    Ok(PreparedGroup {
+        part,
+        side: Arc::new(Side::Runner { remotes }),
+        links,
+        stop,
+    })
+}
+
+/// Runs the group's threads from `start` (an instant), collects the peers' figures and
+/// returns the group's result and when its threads were released (the median).
+pub(crate) fn run(prepared: PreparedGroup, start: Instant, limit: Instant) -> (GroupResult, Option<Instant>) {
+    let PreparedGroup { part, side, mut links, stop } = prepared;
+    let group = Arc::new(part.group.clone());
+    let latency = Arc::new(GroupLatency::new(&group));
+    let mut handles = Vec::new();
+    let mut failures = Vec::new();
+    for index in 0..group.threads {
+        let (group, side, thread_stop, latency) = (group.clone(), side.clone(), stop.clone(), latency.clone());
+        let spawned = std::thread::Builder::new()
+            .name("linerate-profile".into())
+            .stack_size(STACK)
+            .spawn(move || {
+                let now = Instant::now();
+                if start > now {
+                    std::thread::sleep(start - now);
+                }
+                let thread = Thread {
+                    index,
+                    group: &group,
+                    side: &side,
+                    stop: &thread_stop,
+                    limit,
+                    latency: Some(&latency),
+                };
+                thread.run()
+            });
+        match spawned {
+            Ok(handle) => handles.push(handle),
+            Err(e) => {
+                failures.push(format!("thread {index} could not start: {e}"));
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+    let outcomes: Vec<ThreadOutcome> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|_| ThreadOutcome { failure: Some("the thread panicked".into()), ..ThreadOutcome::default() }))
+        .collect();
+    let mut mirrors = Vec::new();
+    for (label, link) in &mut links {
+        let figures = link.send(&AgentRequest::Finish).and_then(|()| loop {
+            match link.recv::<AgentReply>(PEER_WAIT)? {
+                Some(AgentReply::MirrorResult { figures }) => break Ok(figures),
+                Some(AgentReply::Heartbeat) => continue,
+                Some(other) => break Err(io::Error::other(format!("unexpected {other:?}"))),
+                None => break Err(io::Error::new(io::ErrorKind::TimedOut, "no figures in time")),
+            }
+        });
+        match figures {
+            Ok(figures) => mirrors.push(figures),
+            Err(e) => failures.push(format!("peer {label}: {e}")),
+        }
+    }
+    let mut wakes: Vec<Instant> = outcomes.iter().filter_map(|o| o.started).collect();
+    wakes.sort();
+    let released = wakes.get(wakes.len() / 2).copied();
+    let result = merge(&part, &group, start, &outcomes, &latency, &mirrors, failures);
+    (result, released)
+}
+
+fn merge(
+    part: &GroupPart,
+    group: &Group,
+    start: Instant,
+    outcomes: &[ThreadOutcome],
+    latency: &GroupLatency,
+    mirrors: &[MirrorFigures],
+    failures: Vec<String>,
+) -> GroupResult {
+    let peer_bytes = |ti: usize, oi: usize| -> u64 {
+        mirrors.iter().map(|m| m.bytes.get(ti).and_then(|t| t.get(oi)).copied().unwrap_or(0)).sum()
+    };
+    let secs = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
+    let mut transactions = Vec::new();
+    let mut sent = 0u64;
+    for (ti, txn) in group.transactions.iter().enumerate() {
+        let first = outcomes.iter().filter_map(|o| o.transactions.get(ti)?.first_start).min();
+        let last = outcomes.iter().filter_map(|o| o.transactions.get(ti)?.last_end).max();
+        let elapsed = match (first, last) {
+            (Some(a), Some(b)) => secs(a, b),
+            _ => 0.0,
+        };
+        let mut received = 0u64;
+        let mut ops = Vec::new();
+        let mut errors = 0;
+        for (oi, op) in txn.ops.iter().enumerate() {
+            let mut figures = OpFigures {
+                op: op.action.name().to_string(),
+                conn: op.conn.clone(),
+                peer_bytes: peer_bytes(ti, oi),
+                latency_us: latency.ops[ti][oi].lock().expect("latency lock").summary(false),
+                ..OpFigures::default()
+            };
+            for outcome in outcomes {
+                if let Some(counts) = outcome.transactions.get(ti).and_then(|t| t.ops.get(oi)) {
+                    figures.count += counts.count;
+                    figures.bytes += counts.bytes;
+                    figures.errors += counts.errors;
+                }
+            }
+            match op.action.transfer() {
+                Some((_, true)) => {
+                    received += figures.peer_bytes;
+                    sent += figures.bytes;
+                }
+                Some((_, false)) => {
+                    received += figures.bytes;
+                    sent += figures.peer_bytes;
+                }
+                None => {}
+            }
+            errors += figures.errors;
+            ops.push(figures);
+        }
+        let iterations: u64 = outcomes.iter().filter_map(|o| o.transactions.get(ti)).map(|t| t.iterations).sum();
+        let per_s = |n: f64| if elapsed > 0.0 { n / elapsed } else { 0.0 };
+        transactions.push(TransactionFigures {
+            iterations,
+            received_bytes: received,
+            errors,
+            elapsed_s: elapsed,
+            iterations_per_s: per_s(iterations as f64),
+            received_bps: per_s(received as f64 * 8.0),
+            latency_us: latency.transactions[ti].lock().expect("latency lock").summary(true),
+            ops,
+        });
+    }
+    let per_thread: Vec<ThreadFigures> = outcomes
+        .iter()
+        .enumerate()
+        .map(|(t, o)| {
+            let peer: u64 = mirrors.iter().map(|m| m.received_per_thread.get(t).copied().unwrap_or(0)).sum();
+            ThreadFigures {
+                thread: t as u32,
+                iterations: o.transactions.iter().map(|x| x.iterations).sum(),
+                received_bytes: o.received + peer,
+                errors: o.errors,
+                elapsed_s: match (o.started, o.ended) {
+                    (Some(a), Some(b)) => secs(a, b),
+                    _ => 0.0,
+                },
+                failure: o.failure.clone(),
+            }
+        })
+        .collect();
+    let ended = outcomes.iter().filter_map(|o| o.ended).max().unwrap_or(start);
+    GroupResult {
+        name: group.name.clone(),
+        host: part.host_label.clone(),
+        threads: group.threads,
+        received_bytes: transactions.iter().map(|t| t.received_bytes).sum(),
+        sent_bytes: sent,
+        iterations: transactions.iter().map(|t| t.iterations).sum(),
+        errors: transactions.iter().map(|t| t.errors).sum(),
+        elapsed_s: secs(start, ended),
+        transactions,
+        per_thread,
+        failures: failures.into_iter().chain(mirrors.iter().flat_map(|m| m.failures.clone())).collect(),
+    }
+}
+
+/// A group's mirror on this host: its threads, and the counts the group host reports.
+pub(crate) struct Mirror {
+    pub counts: Arc<Vec<AtomicU64>>,
+    transactions: usize,
+    handles: Vec<std::thread::JoinHandle<ThreadOutcome>>,
+}
+
+impl Mirror {
+    /// Starts the mirror threads; they wait for their peers' connections.
+    pub fn start(spec: &MirrorSpec, rendezvous: Arc<Rendezvous>, peer_ip: std::net::IpAddr, stop: Arc<AtomicBool>) -> io::Result<Mirror> {
+        let group = Arc::new(spec.group.clone());
+        let transactions = group.transactions.len();
+        let counts: Arc<Vec<AtomicU64>> = Arc::new((0..group.threads as usize * transactions).map(|_| AtomicU64::new(u64::MAX)).collect());
+        let dial_back = match &spec.dial_back {
+            Some(back) => Some((
+                SocketAddr::new(peer_ip, back.port),
+                SocketAddr::new(peer_ip, back.udp_port),
+                Token::from_hex(&back.token).ok_or_else(|| io::Error::other("bad dial-back token"))?,
+            )),
+            None => None,
+        };
+        let side = Arc::new(Side::Mirror { rendezvous, dial_back, counts: counts.clone() });
+        let limit = Instant::now() + Duration::from_secs_f64(spec.limit_s.clamp(1.0, 86_400.0 * 7.0));
+        let mut handles = Vec::new();
+        for index in 0..group.threads {
+            let (group, side, thread_stop) = (group.clone(), side.clone(), stop.clone());
+            let handle = std::thread::Builder::new()
+                .name("linerate-mirror".into())
+                .stack_size(STACK)
+                .spawn(move || {
+                    Thread { index, group: &group, side: &side, stop: &thread_stop, limit, latency: None }.run()
+                });
+            match handle {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Mirror { counts, transactions, handles })
+    }
+
+    pub fn set_count(&self, thread: u32, transaction: u32, iterations: u64) {
+        let slot = thread as usize * self.transactions + transaction as usize;
+        if let Some(count) = self.counts.get(slot) {
+            count.store(iterations, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.handles.iter().all(std::thread::JoinHandle::is_finished)
+    }
+
+    /// Waits for the threads (the caller sets the stop flag to hurry them) and sums them.
+    pub fn finish(self, group: &Group) -> MirrorFigures {
+        let outcomes: Vec<ThreadOutcome> = self.handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+        MirrorFigures {
+            bytes: group
+                .transactions
+                .iter()
+                .enumerate()
+                .map(|(ti, t)| (0..t.ops.len()).map(|oi| outcomes.iter().filter_map(|o| Some(o.transactions.get(ti)?.ops.get(oi)?.bytes)).sum()).collect())
+                .collect(),
+            received_per_thread: outcomes.iter().map(|o| o.received).collect(),
+            failures: outcomes.iter().enumerate().filter_map(|(t, o)| o.failure.as_ref().map(|f| format!("mirror thread {t}: {f}"))).take(8).collect(),
+        }
+    }
+}
+
+/// Sends a reply on an agent link, ignoring a peer that has gone (the caller notices on
+/// its next read).
+pub(crate) fn reply(link: &mut Link, message: &AgentReply) {
+    let _ = link.send(message);
+}

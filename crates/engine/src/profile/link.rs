@@ -1,0 +1,96 @@
+//! Blocking framed JSON over an agent connection, with bounded waits.
+
+use linerate_proto::frame::{self, FrameDecoder};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// The largest agent frame: results of thousands of threads.
+const MAX_FRAME: usize = 64 << 20;
+
+pub(crate) struct Link {
+    pub stream: TcpStream,
+    decoder: FrameDecoder,
+}
+
+impl Link {
+    pub fn new(stream: TcpStream) -> io::Result<Link> {
+        stream.set_nodelay(true)?;
+        Ok(Link {
+            stream,
+            decoder: FrameDecoder::new(MAX_FRAME),
+        })
+    }
+
+    /// Dials an agent and sends the agent preface.
+    pub fn dial(addr: SocketAddr, timeout: Duration) -> io::Result<Link> {
+        let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.write_all(&linerate_proto::agent::agent_preface(
+            linerate_proto::agent::AGENT_VERSION,
+        ))?;
+        Link::new(stream)
+    }
+
+    pub fn send<T: Serialize>(&mut self, message: &T) -> io::Result<()> {
+        send_on(&mut self.stream, message)
+    }
+
+    /// The next message, waiting at most `wait`; `Ok(None)` when none came in time.
+    pub fn recv<T: DeserializeOwned>(&mut self, wait: Duration) -> io::Result<Option<T>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(body) = self
+                .decoder
+                .next_frame()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
+            {
+                return serde_json::from_slice(&body).map(Some).map_err(|e| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("bad message: {e}"))
+                });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            self.stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+            let mut buf = [0u8; 16 * 1024];
+            match self.stream.read(&mut buf) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the connection closed",
+                    ))
+                }
+                Ok(n) => self.decoder.push(&buf[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(None)
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Sends one message as one frame on any stream (a clone of a link's stream included).
+pub(crate) fn send_on<T: Serialize>(stream: &mut TcpStream, message: &T) -> io::Result<()> {
+    let body = serde_json::to_vec(message)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    stream.write_all(&frame::encode(&body))
+}
+
+/// Unix time in nanoseconds.
+pub(crate) fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}

@@ -1,0 +1,44 @@
+//! Profile runs (`linerate run`): threads that execute a group's transactions
+//! ([`exec`]), the peer side that runs their mirror image, the agent handler inside
+//! `linerate serve` ([`agent`]) and the controller that drives the agents ([`controller`]).
+//!
+//! Profile threads are OS threads with blocking sockets, as uperf's are: each executes its
+//! operations in order, so a thread is the unit the profile describes. Every blocking call
+//! waits at most [`SLICE`] before it checks whether to give up, so no thread outlives the
+//! run's bounds. Threads share nothing while they run but a stop flag; their figures are
+//! merged when they end.
+
+pub mod agent;
+mod conn;
+pub mod controller;
+mod exec;
+mod group;
+mod link;
+mod rendezvous;
+
+use std::time::Duration;
+
+/// The longest a profile thread blocks before checking its stop conditions.
+pub(crate) const SLICE: Duration = Duration::from_millis(100);
+
+/// The agent port when a host is named without one.
+pub const DEFAULT_PORT: u16 = 5201;
+
+/// `host`, `host:port`, `[v6]:port` or `v6` to a socket address.
+pub fn resolve(host: &str) -> std::io::Result<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let with_port = if host.parse::<std::net::IpAddr>().is_ok() {
+        // A bare address, IPv6 included.
+        std::net::SocketAddr::new(host.parse().expect("checked"), DEFAULT_PORT).to_string()
+    } else if host.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        host.to_string()
+    } else {
+        format!("{host}:{DEFAULT_PORT}")
+    };
+    with_port.to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("'{host}' resolves to no address"),
+        )
+    })
+}

@@ -1,0 +1,97 @@
+//! `linerate run` and `linerate profile`: profiles read, checked and run.
+
+use crate::cli::{ProfileCommand, RunArgs, SetArgs};
+use crate::keep;
+use anyhow::{Context, Result};
+use linerate_engine::profile::controller::{self, RunOptions};
+use linerate_profile::{toml_format, Format, Profile, Vars};
+use linerate_report::document::Document;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A profile that does not read is a usage error: one line naming file, line and value.
+fn load(path: &std::path::Path, set: &SetArgs) -> Result<(Profile, Format), ExitCode> {
+    let name = path.display().to_string();
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("linerate: error: cannot read profile {name}: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    let vars = Vars::new(set.set.iter().cloned().collect());
+    linerate_profile::parse(&name, &text, &vars).map_err(|e| {
+        eprintln!("linerate: error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+pub fn run(args: &RunArgs, storage: &keep::Storage) -> Result<ExitCode> {
+    let (profile, format) = match load(&args.profile, &args.set) {
+        Ok(loaded) => loaded,
+        Err(code) => return Ok(code),
+    };
+    let mut store = storage.open_for_run()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("cannot install signal handlers")?;
+    }
+    let options = RunOptions {
+        lead: Duration::from_secs_f64(args.lead),
+        control_timeout: Duration::from_secs_f64(args.control_timeout),
+        limit: args.limit.map(Duration::from_secs_f64),
+        log: true,
+        ..RunOptions::default()
+    };
+    let mut report = controller::run(&profile, &options, &stop)?;
+    report.config.source = args.profile.display().to_string();
+    report.config.format = format.name().into();
+    report.config.set = args.set.set.iter().cloned().collect();
+    let complete = report.summary.complete;
+    let document = Document::Profile(Box::new(report));
+    let text = document.render_text(args.format);
+    keep::finish(&document, args.json, &text, store.as_mut())?;
+    if !complete {
+        eprintln!("linerate: the run is incomplete (see above)");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn profile(command: &ProfileCommand) -> Result<ExitCode> {
+    match command {
+        ProfileCommand::Convert(args) => {
+            let (profile, _) = match load(&args.profile, &args.set) {
+                Ok(loaded) => loaded,
+                Err(code) => return Ok(code),
+            };
+            print!("{}", toml_format::to_toml(&profile));
+        }
+        ProfileCommand::Check(args) => {
+            let (profile, format) = match load(&args.profile, &args.set) {
+                Ok(loaded) => loaded,
+                Err(code) => return Ok(code),
+            };
+            println!(
+                "{}: profile '{}' ({}), {} group(s), {} thread(s)",
+                args.profile.display(),
+                profile.name,
+                format.name(),
+                profile.groups.len(),
+                profile.total_threads()
+            );
+            for group in &profile.groups {
+                println!(
+                    "  group '{}': {} thread(s) on {}, {} transaction(s)",
+                    group.name,
+                    group.threads,
+                    group.host.as_deref().unwrap_or("this host"),
+                    group.transactions.len()
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

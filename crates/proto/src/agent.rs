@@ -1,0 +1,239 @@
+//! The agent protocol (docs/protocol.md 7): how a controller (`linerate run`) drives the
+//! agents (`linerate serve`) of a profile run, and how the host running a group asks the
+//! peer at the other end of its connections to run the group's mirror image.
+//!
+//! A connection opens with the agent preface (`LINEAGNT` + version), then carries the
+//! same length-prefixed JSON frames as the control protocol. Messages are requests and
+//! replies tagged by `type`; this module holds them and the clock arithmetic, with no
+//! sockets and no clock of its own.
+//!
+//! Controller to agent: `ping` (answered by `pong` with the agent's clock, to estimate
+//! its offset), `prepare` (the groups it runs; answered by `prepared` once every peer of
+//! those groups runs their mirror), `start` (the moment to start, on the agent's clock;
+//! answered by `started`, then `heartbeat`s, then `part_result`), `abort`.
+//!
+//! Group host to peer: `mirror` (answered by `mirror_ready` with the token its
+//! connections present), `transaction_done` (a thread ended a timed transaction after
+//! this many iterations: the mirror thread stops at the same count), `finish` (answered
+//! by `mirror_result`).
+
+use linerate_profile::Group;
+use linerate_report::profile::GroupResult;
+use linerate_report::HostFacts;
+use serde::{Deserialize, Serialize};
+
+/// Opens an agent connection.
+pub const AGENT_MAGIC: [u8; 8] = *b"LINEAGNT";
+/// The agent protocol version this build speaks.
+pub const AGENT_VERSION: u32 = 1;
+
+/// The agent preface a controller or group host sends first.
+pub fn agent_preface(version: u32) -> [u8; 12] {
+    let mut out = [0u8; 12];
+    out[..8].copy_from_slice(&AGENT_MAGIC);
+    out[8..].copy_from_slice(&version.to_be_bytes());
+    out
+}
+
+/// One group an agent runs, as the controller hands it over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupPart {
+    /// The group's place in the profile.
+    pub index: usize,
+    /// How the group's host is named in results.
+    pub host_label: String,
+    pub group: Group,
+}
+
+/// A group's mirror image, as the group's host hands it to the peer: the same
+/// transactions, each operation mirrored, and operations on connections to other peers
+/// replaced by `nop` so that positions match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MirrorSpec {
+    pub group: Group,
+    /// Where the mirror dials the group's host for the group's `accept` operations (the
+    /// group host's listener), with the token to present; `None` when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dial_back: Option<DialBack>,
+    /// The longest the mirror may run, in seconds (a bound, not a schedule).
+    pub limit_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DialBack {
+    pub port: u16,
+    pub udp_port: u16,
+    pub token: String,
+}
+
+/// What the mirror side counted, per transaction and operation of the group (same
+/// positions as the group's own).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MirrorFigures {
+    /// `[transaction][operation]`: payload bytes the mirror moved for that operation.
+    pub bytes: Vec<Vec<u64>>,
+    /// Per thread: bytes the mirror read (what the group's writes delivered).
+    pub received_per_thread: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentRequest {
+    Ping {
+        seq: u64,
+    },
+    Prepare {
+        parts: Vec<GroupPart>,
+        /// The longest the run may take, in seconds.
+        limit_s: f64,
+    },
+    Start {
+        /// Unix time in nanoseconds on the agent's clock.
+        at_unix_ns: u64,
+    },
+    Abort {
+        reason: String,
+    },
+    Mirror {
+        spec: Box<MirrorSpec>,
+    },
+    TransactionDone {
+        thread: u32,
+        transaction: u32,
+        iterations: u64,
+    },
+    Finish,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentReply {
+    Welcome {
+        version: u32,
+        host: HostFacts,
+    },
+    Pong {
+        seq: u64,
+        unix_ns: u64,
+    },
+    Prepared,
+    Started {
+        /// When the threads were released, on the agent's clock.
+        at_unix_ns: u64,
+    },
+    Heartbeat,
+    PartResult {
+        groups: Vec<GroupResult>,
+    },
+    MirrorReady {
+        token: String,
+        udp_port: u16,
+    },
+    MirrorResult {
+        figures: MirrorFigures,
+    },
+    Error {
+        reason: String,
+    },
+}
+
+/// One clock exchange: the controller's clock when it sent a ping and when the pong came
+/// back, and the agent's clock in the pong (all Unix nanoseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSample {
+    pub sent_ns: u64,
+    pub agent_ns: u64,
+    pub received_ns: u64,
+}
+
+/// An agent's clock against the controller's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockOffset {
+    /// Agent clock minus controller clock.
+    pub offset_ns: i64,
+    /// The round trip of the sample used; the offset is within half of it.
+    pub rtt_ns: u64,
+}
+
+impl ClockOffset {
+    /// A controller instant on the agent's clock.
+    pub fn to_agent(self, controller_ns: u64) -> u64 {
+        controller_ns.saturating_add_signed(self.offset_ns)
+    }
+
+    /// An agent instant on the controller's clock.
+    pub fn to_controller(self, agent_ns: u64) -> u64 {
+        agent_ns.saturating_add_signed(-self.offset_ns)
+    }
+}
+
+/// The offset from the sample with the shortest round trip (NTP's rule: the agent read
+/// its clock somewhere within that round trip, best assumed at its middle).
+pub fn estimate_offset(samples: &[ClockSample]) -> Option<ClockOffset> {
+    samples
+        .iter()
+        .filter(|s| s.received_ns >= s.sent_ns)
+        .min_by_key(|s| s.received_ns - s.sent_ns)
+        .map(|s| {
+            let rtt = s.received_ns - s.sent_ns;
+            let midpoint = s.sent_ns + rtt / 2;
+            ClockOffset {
+                offset_ns: s.agent_ns as i64 - midpoint as i64,
+                rtt_ns: rtt,
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A virtual agent whose clock runs `offset` ahead, with asymmetric one-way delays:
+    /// the estimate is off by at most half the best round trip, and picks that one.
+    #[test]
+    fn offset_from_the_shortest_round_trip() {
+        let offset: i64 = 1_234_567_890;
+        let exchanges = [(5_000_000u64, 3_000_000u64), (200_000, 100_000), (900_000, 50_000)];
+        let mut now = 1_700_000_000_000_000_000u64;
+        let samples: Vec<ClockSample> = exchanges
+            .iter()
+            .map(|&(out, back)| {
+                let sent = now;
+                let agent = (sent + out).saturating_add_signed(offset);
+                let received = sent + out + back;
+                now += 10_000_000;
+                ClockSample {
+                    sent_ns: sent,
+                    agent_ns: agent,
+                    received_ns: received,
+                }
+            })
+            .collect();
+        let estimate = estimate_offset(&samples).expect("samples");
+        assert_eq!(estimate.rtt_ns, 300_000);
+        // One way out 200 µs, back 100 µs: the midpoint rule errs by (200-100)/2 = 50 µs.
+        assert_eq!(estimate.offset_ns, offset + 50_000);
+        assert!((estimate.offset_ns - offset).unsigned_abs() <= estimate.rtt_ns / 2);
+        let t = 1_800_000_000_000_000_000u64;
+        assert_eq!(estimate.to_controller(estimate.to_agent(t)), t);
+        assert_eq!(estimate_offset(&[]), None);
+    }
+
+    #[test]
+    fn messages_are_tagged_json() {
+        let text = serde_json::to_string(&AgentRequest::TransactionDone {
+            thread: 3,
+            transaction: 1,
+            iterations: 99,
+        })
+        .unwrap();
+        assert_eq!(
+            text,
+            r#"{"type":"transaction_done","thread":3,"transaction":1,"iterations":99}"#
+        );
+        let back: AgentRequest = serde_json::from_str(&text).unwrap();
+        assert!(matches!(back, AgentRequest::TransactionDone { iterations: 99, .. }));
+    }
+}

@@ -1,0 +1,343 @@
+//! The result of a profile run (`linerate run`): figures per operation and per transaction,
+//! per thread, per group, per host and in total (docs/results.md, "Profile runs").
+//!
+//! Bytes are counted where they arrive: a group's writes are counted by the peer that
+//! read them, its reads by the group itself. Latencies are per execution: one operation
+//! (all `count` messages of it) or one iteration of a transaction.
+
+use crate::latency::{LatencyBucket, LatencyHistogram, LatencySummary};
+use crate::units::{format_bytes, format_count, format_rate, Scale};
+use crate::HostFacts;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// The `test` value of a profile run's document.
+pub const PROFILE: &str = "profile";
+
+/// One operation of one transaction, over all threads of a group.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpFigures {
+    pub op: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conn: Option<String>,
+    /// Executions (each moves `count` messages).
+    pub count: u64,
+    /// Payload bytes this side moved: written by a write, read by a read.
+    pub bytes: u64,
+    /// Payload bytes the peer counted for this operation: what it read of a write, wrote
+    /// for a read.
+    pub peer_bytes: u64,
+    pub errors: u64,
+    pub latency_us: LatencySummary,
+}
+
+/// One transaction of a group, over all its threads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TransactionFigures {
+    /// Iterations completed by all threads together.
+    pub iterations: u64,
+    /// Payload bytes received in this transaction, counted where they arrived.
+    pub received_bytes: u64,
+    pub errors: u64,
+    /// From the first thread's start of it to the last thread's end of it.
+    pub elapsed_s: f64,
+    pub iterations_per_s: f64,
+    pub received_bps: f64,
+    /// Time per iteration.
+    pub latency_us: LatencySummary,
+    pub ops: Vec<OpFigures>,
+}
+
+/// One thread's totals.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadFigures {
+    pub thread: u32,
+    /// Iterations of all transactions.
+    pub iterations: u64,
+    /// Payload bytes this thread's connections received, counted where they arrived.
+    pub received_bytes: u64,
+    pub errors: u64,
+    pub elapsed_s: f64,
+    /// Why the thread stopped early, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupResult {
+    pub name: String,
+    /// The host that ran it: an agent's address, or "local".
+    pub host: String,
+    pub threads: u32,
+    pub received_bytes: u64,
+    pub sent_bytes: u64,
+    pub iterations: u64,
+    pub errors: u64,
+    /// From the synchronized start to the group's last thread ending.
+    pub elapsed_s: f64,
+    pub transactions: Vec<TransactionFigures>,
+    pub per_thread: Vec<ThreadFigures>,
+    /// What went wrong outside any one thread: a peer that did not report, a thread that
+    /// could not start, a host lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
+}
+
+/// One host's share of the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostResult {
+    /// The agent's address, or "local" for the controller.
+    pub host: String,
+    pub groups: Vec<String>,
+    pub received_bytes: u64,
+    /// `received_bytes` over the run's duration: the per-host figures sum to the total.
+    pub received_bps: f64,
+    pub iterations: u64,
+    /// The agent's clock minus the controller's, as estimated before the start.
+    pub clock_offset_ms: f64,
+    /// The round trip of the best clock sample (the offset's uncertainty is half of it).
+    pub clock_rtt_ms: f64,
+    /// When the host released its threads, on the controller's clock, after the announced
+    /// start.
+    pub start_delay_ms: f64,
+    /// Why the host's part did not finish, if it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<HostFacts>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileSummary {
+    /// From the synchronized start to the last group's end.
+    pub duration_s: f64,
+    pub received_bytes: u64,
+    pub sent_bytes: u64,
+    /// Received bytes over the duration: the sum of the hosts' `received_bps`.
+    pub received_bps: f64,
+    pub iterations: u64,
+    pub iterations_per_s: f64,
+    pub errors: u64,
+    /// The spread of the hosts' achieved start times (latest minus earliest).
+    pub start_skew_ms: f64,
+    /// False when a host was lost or a group did not finish: the figures are partial.
+    pub complete: bool,
+}
+
+/// What was run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileConfig {
+    /// The hosts that took part, or "loopback".
+    pub target: String,
+    pub name: String,
+    /// The profile file as given.
+    pub source: String,
+    /// "toml" or "uperf-xml".
+    pub format: String,
+    /// The `--set` values.
+    pub set: BTreeMap<String, String>,
+    /// The resolved profile (every reference filled).
+    pub profile: serde_json::Value,
+}
+
+/// The document of a profile run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileReport {
+    /// Always "profile".
+    pub test: String,
+    pub started_at: f64,
+    pub config: ProfileConfig,
+    pub summary: ProfileSummary,
+    pub hosts: Vec<HostResult>,
+    pub groups: Vec<GroupResult>,
+    /// Why the run is partial, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl LatencyHistogram {
+    /// A histogram holding a summary's buckets again (each value at its bucket's top,
+    /// within HdrHistogram's resolution of where it was recorded), for merging figures
+    /// that travelled as summaries.
+    pub fn from_buckets(buckets: &[LatencyBucket]) -> LatencyHistogram {
+        let mut histogram = LatencyHistogram::new();
+        for bucket in buckets {
+            histogram.record_n((bucket.le_us * 1e3).round() as u64, bucket.count);
+        }
+        histogram
+    }
+}
+
+impl ProfileReport {
+    /// Totals from the groups and hosts; `duration_s` is the run's length.
+    pub fn summarize(&mut self, skew_ms: f64) {
+        let duration = self
+            .groups
+            .iter()
+            .map(|g| g.elapsed_s)
+            .fold(0.0, f64::max);
+        let per_second = |n: f64| if duration > 0.0 { n / duration } else { 0.0 };
+        for host in &mut self.hosts {
+            let groups: Vec<&GroupResult> = self
+                .groups
+                .iter()
+                .filter(|g| g.host == host.host)
+                .collect();
+            host.groups = groups.iter().map(|g| g.name.clone()).collect();
+            host.received_bytes = groups.iter().map(|g| g.received_bytes).sum();
+            host.iterations = groups.iter().map(|g| g.iterations).sum();
+            host.received_bps = per_second(host.received_bytes as f64 * 8.0);
+        }
+        let received: u64 = self.groups.iter().map(|g| g.received_bytes).sum();
+        let iterations: u64 = self.groups.iter().map(|g| g.iterations).sum();
+        self.summary = ProfileSummary {
+            duration_s: duration,
+            received_bytes: received,
+            sent_bytes: self.groups.iter().map(|g| g.sent_bytes).sum(),
+            received_bps: self.hosts.iter().map(|h| h.received_bps).sum(),
+            iterations,
+            iterations_per_s: per_second(iterations as f64),
+            errors: self.groups.iter().map(|g| g.errors).sum(),
+            start_skew_ms: skew_ms,
+            complete: self.incomplete.is_none(),
+        };
+    }
+
+    /// The end-of-run text.
+    pub fn render_text(&self, scale: Scale) -> String {
+        let mut out = String::new();
+        let s = &self.summary;
+        let _ = writeln!(
+            out,
+            "Profile '{}' ({}), {} group(s) on {} host(s), {:.2} s",
+            self.config.name,
+            self.config.format,
+            self.groups.len(),
+            self.hosts.len(),
+            s.duration_s
+        );
+        for group in &self.groups {
+            let _ = writeln!(
+                out,
+                "\nGroup '{}' on {}: {} thread(s), {} received, {} iterations, {} errors, {:.2} s",
+                group.name,
+                group.host,
+                group.threads,
+                format_bytes(group.received_bytes as f64, scale),
+                group.iterations,
+                group.errors,
+                group.elapsed_s
+            );
+            let _ = writeln!(
+                out,
+                "  {:<16} {:>10} {:>14} {:>16} {:>10} {:>10} {:>10}",
+                "txn/op", "count", "bytes", "rate", "p50 us", "p99 us", "max us"
+            );
+            for (index, txn) in group.transactions.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "  {:<16} {:>10} {:>14} {:>16} {:>10.1} {:>10.1} {:>10.1}",
+                    format!("txn {}", index + 1),
+                    txn.iterations,
+                    format_bytes(txn.received_bytes as f64, scale),
+                    format!("{}/s", format_count(txn.iterations_per_s)),
+                    txn.latency_us.p50,
+                    txn.latency_us.p99,
+                    txn.latency_us.max
+                );
+                for op in &txn.ops {
+                    let name = match &op.conn {
+                        Some(conn) => format!("  {} [{conn}]", op.op),
+                        None => format!("  {}", op.op),
+                    };
+                    let moved = op.bytes.max(op.peer_bytes);
+                    let rate = if txn.elapsed_s > 0.0 && moved > 0 {
+                        format_rate(moved as f64 * 8.0 / txn.elapsed_s, scale)
+                    } else {
+                        String::new()
+                    };
+                    let _ = writeln!(
+                        out,
+                        "  {:<16} {:>10} {:>14} {:>16} {:>10.1} {:>10.1} {:>10.1}{}",
+                        name,
+                        op.count,
+                        if moved > 0 {
+                            format_bytes(moved as f64, scale)
+                        } else {
+                            String::new()
+                        },
+                        rate,
+                        op.latency_us.p50,
+                        op.latency_us.p99,
+                        op.latency_us.max,
+                        if op.errors > 0 {
+                            format!("  {} errors", op.errors)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
+            }
+            for failure in &group.failures {
+                let _ = writeln!(out, "  failure: {failure}");
+            }
+            let failed: Vec<&ThreadFigures> =
+                group.per_thread.iter().filter(|t| t.failure.is_some()).collect();
+            if let Some(first) = failed.first() {
+                let _ = writeln!(
+                    out,
+                    "  {} thread(s) stopped early; thread {}: {}",
+                    failed.len(),
+                    first.thread,
+                    first.failure.as_deref().unwrap_or_default()
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "\n{:<22} {:>14} {:>16} {:>12} {:>10} {:>10} {:>10}",
+            "host", "received", "goodput", "iterations", "offset ms", "rtt ms", "start ms"
+        );
+        for host in &self.hosts {
+            let _ = writeln!(
+                out,
+                "{:<22} {:>14} {:>16} {:>12} {:>10.3} {:>10.3} {:>10.3}{}",
+                host.host,
+                format_bytes(host.received_bytes as f64, scale),
+                format_rate(host.received_bps, scale),
+                host.iterations,
+                host.clock_offset_ms,
+                host.clock_rtt_ms,
+                host.start_delay_ms,
+                host.failure
+                    .as_ref()
+                    .map_or(String::new(), |f| format!("  LOST: {f}"))
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{:<22} {:>14} {:>16} {:>12}",
+            "total",
+            format_bytes(s.received_bytes as f64, scale),
+            format_rate(s.received_bps, scale),
+            s.iterations
+        );
+        let _ = writeln!(
+            out,
+            "\n{} iterations/s, {} errors, start skew {:.3} ms",
+            format_count(s.iterations_per_s),
+            s.errors,
+            s.start_skew_ms
+        );
+        if let Some(why) = &self.incomplete {
+            let _ = writeln!(out, "INCOMPLETE: {why}");
+        }
+        for warning in &self.warnings {
+            let _ = writeln!(out, "warning: {warning}");
+        }
+        out
+    }
+}
