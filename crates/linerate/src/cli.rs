@@ -148,7 +148,9 @@ pub struct RunArgs {
 #[derive(Debug, Subcommand)]
 pub enum ProfileCommand {
     /// Print a profile (uperf XML or TOML) as linerate TOML, references filled
-    #[command(after_help = "Examples:\n  linerate profile convert netperf.xml --set h=server1 --set proto=tcp > netperf.toml")]
+    #[command(
+        after_help = "Examples:\n  linerate profile convert netperf.xml --set h=server1 --set proto=tcp > netperf.toml"
+    )]
     Convert(ProfileFileArgs),
     /// Check a profile and print what it runs
     Check(ProfileFileArgs),
@@ -166,7 +168,9 @@ fn set_pair(text: &str) -> Result<(String, String), String> {
         .split_once('=')
         .ok_or_else(|| format!("'{text}' is not NAME=VALUE"))?;
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(format!("'{name}' is not a variable name (letters, digits, _)"));
+        return Err(format!(
+            "'{name}' is not a variable name (letters, digits, _)"
+        ));
     }
     Ok((name.to_string(), value.to_string()))
 }

@@ -36,7 +36,8 @@ pub fn run(args: &RunArgs, storage: &keep::Storage) -> Result<ExitCode> {
     let mut store = storage.open_for_run()?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, stop.clone()).context("cannot install signal handlers")?;
+        signal_hook::flag::register(signal, stop.clone())
+            .context("cannot install signal handlers")?;
     }
     let options = RunOptions {
         lead: Duration::from_secs_f64(args.lead),

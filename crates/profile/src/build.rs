@@ -191,7 +191,10 @@ fn build_op(filler: &Filler, raw: RawOp, group_remote: Option<&str>) -> Result<O
                 format!("'{}' is not an option of {kind}", key.value),
             ));
         }
-        if get.insert(key.value.clone(), (key.clone(), value.clone())).is_some() {
+        if get
+            .insert(key.value.clone(), (key.clone(), value.clone()))
+            .is_some()
+        {
             return Err(filler.error(key.pos, format!("option '{}' is given twice", key.value)));
         }
     }
@@ -319,7 +322,9 @@ fn check_connections(filler: &Filler, transactions: &[Transaction], at: Pos) -> 
                             format!(
                                 "{} uses {} before any connect or accept opens it",
                                 action.name(),
-                                name.map_or("the anonymous connection".into(), |n| format!("connection '{n}'"))
+                                name.map_or("the anonymous connection".into(), |n| format!(
+                                    "connection '{n}'"
+                                ))
                             ),
                         ));
                     };
@@ -352,10 +357,7 @@ fn parse_protocol(filler: &Filler, text: &Text) -> Result<Protocol> {
             text.pos,
             format!("protocol '{other}' is not supported: linerate runs tcp and udp profiles"),
         )),
-        other => Err(filler.error(
-            text.pos,
-            format!("unknown protocol '{other}' (tcp or udp)"),
-        )),
+        other => Err(filler.error(text.pos, format!("unknown protocol '{other}' (tcp or udp)"))),
     }
 }
 
@@ -379,8 +381,12 @@ fn parse_positive(filler: &Filler, text: &Text, what: &str) -> Result<f64> {
 }
 
 fn parse_bytes(filler: &Filler, text: &Text, what: &str) -> Result<u64> {
-    parse_size(&text.value)
-        .map_err(|_| filler.error(text.pos, format!("{what} '{}' is not a size like 64k", text.value)))
+    parse_size(&text.value).map_err(|_| {
+        filler.error(
+            text.pos,
+            format!("{what} '{}' is not a size like 64k", text.value),
+        )
+    })
 }
 
 /// `8k`, or `rand(4k,8k)`.
@@ -415,7 +421,9 @@ pub(crate) fn parse_seconds(filler: &Filler, text: &Text, what: &str) -> Result<
     let seconds = if let Ok(plain) = value.parse::<f64>() {
         Some(plain)
     } else {
-        humantime::parse_duration(value).ok().map(|d| d.as_secs_f64())
+        humantime::parse_duration(value)
+            .ok()
+            .map(|d| d.as_secs_f64())
     };
     match seconds {
         Some(s) if s.is_finite() && s >= 0.0 => Ok(s),

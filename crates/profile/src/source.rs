@@ -149,9 +149,6 @@ impl Filler<'_> {
         if self.bare_dollar {
             out = out.trim().to_string();
         }
-        Ok(Text {
-            value: out,
-            pos,
-        })
+        Ok(Text { value: out, pos })
     }
 }

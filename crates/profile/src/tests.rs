@@ -49,7 +49,10 @@ fn every_shared_uperf_profile_runs_or_is_refused_by_name() {
         ("oraclerac.xml", "protocol 'udapl'"),
         ("tcp-freebsd-change-stack.xml", "uperf option 'stack'"),
     ];
-    let dir = format!("{}/../../../shared/profiles/uperf", env!("CARGO_MANIFEST_DIR"));
+    let dir = format!(
+        "{}/../../../shared/profiles/uperf",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).expect("shared uperf profiles") {
         let path = entry.expect("entry").path();
@@ -67,7 +70,10 @@ fn every_shared_uperf_profile_runs_or_is_refused_by_name() {
                     err.message.contains(element) && err.message.contains("not supported"),
                     "{name}: {err}"
                 );
-                assert!(err.pos.line > 1, "{name}: the position points into the file: {err}");
+                assert!(
+                    err.pos.line > 1,
+                    "{name}: the position points into the file: {err}"
+                );
             }
             None => {
                 let profile = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -105,9 +111,13 @@ fn uperf_semantics_of_iperf_xml() {
 
 #[test]
 fn uperf_named_connections_think_and_defaults() {
-    let two = parse("two-hosts.xml", &shared_uperf("two-hosts.xml"), &uperf_vars())
-        .unwrap()
-        .0;
+    let two = parse(
+        "two-hosts.xml",
+        &shared_uperf("two-hosts.xml"),
+        &uperf_vars(),
+    )
+    .unwrap()
+    .0;
     let connects = &two.groups[0].transactions[0].ops;
     assert_eq!(connects[0].conn, None);
     assert_eq!(connects[1].conn.as_deref(), Some("1"));
@@ -120,7 +130,9 @@ fn uperf_named_connections_think_and_defaults() {
     );
     // A transaction without iterations or duration runs once.
     assert_eq!(two.groups[0].transactions[0].repeat, Repeat::Iterations(1));
-    let ldap = parse("ldap.xml", &shared_uperf("ldap.xml"), &uperf_vars()).unwrap().0;
+    let ldap = parse("ldap.xml", &shared_uperf("ldap.xml"), &uperf_vars())
+        .unwrap()
+        .0;
     let ops = &ldap.groups[0].transactions[1].ops;
     assert_eq!(
         ops[1].action,
@@ -154,15 +166,27 @@ fn uperf_named_connections_think_and_defaults() {
 fn uperf_variables_and_errors_point_at_the_value() {
     let text = "<?xml version=\"1.0\"?>\n<profile name=\"p\">\n  <group nthreads=\"$nthr\">\n    <transaction iterations=\"1\">\n      <flowop type=\"connect\" options=\"remotehost=$h protocol=tcp\"/>\n    </transaction>\n  </group>\n</profile>\n";
     let err = uperf::parse("p.xml", text, &vars(&[("h", "x")])).unwrap_err();
-    assert_eq!(err.to_string(), "p.xml:3:20: ${nthr} is not set (give --set nthr=VALUE or set nthr in the environment)");
+    assert_eq!(
+        err.to_string(),
+        "p.xml:3:20: ${nthr} is not set (give --set nthr=VALUE or set nthr in the environment)"
+    );
     let err = uperf::parse("p.xml", text, &vars(&[("nthr", "many"), ("h", "x")])).unwrap_err();
-    assert_eq!(err.to_string(), "p.xml:3:20: threads 'many' is not a whole number");
+    assert_eq!(
+        err.to_string(),
+        "p.xml:3:20: threads 'many' is not a whole number"
+    );
     let bad_option = text.replace("protocol=tcp", "protocol=tcp wndsz=lots");
     let err = uperf::parse("p.xml", &bad_option, &vars(&[("nthr", "2"), ("h", "x")])).unwrap_err();
-    assert_eq!(err.to_string(), "p.xml:5:72: window 'lots' is not a size like 64k");
+    assert_eq!(
+        err.to_string(),
+        "p.xml:5:72: window 'lots' is not a size like 64k"
+    );
     let unknown = text.replace("protocol=tcp", "protocol=tcp frobnicate=1");
     let err = uperf::parse("p.xml", &unknown, &vars(&[("nthr", "2"), ("h", "x")])).unwrap_err();
-    assert_eq!(err.to_string(), "p.xml:5:66: unknown uperf option 'frobnicate' of flowop connect");
+    assert_eq!(
+        err.to_string(),
+        "p.xml:5:66: unknown uperf option 'frobnicate' of flowop connect"
+    );
     let err = uperf::parse("p.xml", "<profile><group>", &vars(&[])).unwrap_err();
     assert!(err.message.starts_with("not well-formed XML"), "{err}");
 }
@@ -212,7 +236,12 @@ fn toml_profile_with_defaults_and_overrides() {
     };
     assert_eq!(read.size, Size::Random { min: 35, max: 415 });
     // --set wins over the profile's default.
-    let set = toml_format::parse("p.toml", GOOD, &vars(&[("conns", "32"), ("server", "local")])).unwrap();
+    let set = toml_format::parse(
+        "p.toml",
+        GOOD,
+        &vars(&[("conns", "32"), ("server", "local")]),
+    )
+    .unwrap();
     assert_eq!(set.groups[0].threads, 32);
     let Action::Connect(local) = &set.groups[0].transactions[0].ops[0].action else {
         panic!()
@@ -241,18 +270,36 @@ fn toml_errors_name_the_line_column_and_value() {
     assert!(unknown_key.message.contains("nmae"), "{unknown_key}");
     let syntax = toml_err("name = \"x\"\n[[group]\n");
     assert_eq!(syntax.pos.line, 2, "{syntax}");
-    let no_connection = toml_err("[[group]]\n[[group.transaction]]\nops = [{ op = \"write\", size = 1 }]\n");
-    assert!(no_connection.message.contains("before any connect"), "{no_connection}");
+    let no_connection =
+        toml_err("[[group]]\n[[group.transaction]]\nops = [{ op = \"write\", size = 1 }]\n");
+    assert!(
+        no_connection.message.contains("before any connect"),
+        "{no_connection}"
+    );
     let big_datagram = toml_err("[[group]]\n[[group.transaction]]\nops = [{ op = \"connect\", protocol = \"udp\" }, { op = \"write\", size = \"64k\" }]\n");
-    assert!(big_datagram.message.contains("does not fit one UDP datagram"), "{big_datagram}");
+    assert!(
+        big_datagram
+            .message
+            .contains("does not fit one UDP datagram"),
+        "{big_datagram}"
+    );
 }
 
 #[test]
 fn a_converted_uperf_profile_reads_back_the_same() {
-    for name in ["oltpnet.xml", "specweb.xml", "two-hosts.xml", "VoIPTx.xml", "netperf.xml", "ldap.xml", "telnet.xml"] {
+    for name in [
+        "oltpnet.xml",
+        "specweb.xml",
+        "two-hosts.xml",
+        "VoIPTx.xml",
+        "netperf.xml",
+        "ldap.xml",
+        "telnet.xml",
+    ] {
         let profile = uperf::parse(name, &shared_uperf(name), &uperf_vars()).unwrap();
         let toml = toml_format::to_toml(&profile);
-        let back = toml_format::parse("converted.toml", &toml, &vars(&[])).unwrap_or_else(|e| panic!("{name}: {e}\n{toml}"));
+        let back = toml_format::parse("converted.toml", &toml, &vars(&[]))
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{toml}"));
         assert_eq!(back, profile, "{name}");
     }
 }
@@ -270,17 +317,28 @@ mod round_trip {
     }
 
     fn seconds() -> impl Strategy<Value = f64> {
-        prop_oneof![(0u32..3600).prop_map(f64::from), (1u32..999).prop_map(|ms| f64::from(ms) / 1e3)]
+        prop_oneof![
+            (0u32..3600).prop_map(f64::from),
+            (1u32..999).prop_map(|ms| f64::from(ms) / 1e3)
+        ]
     }
 
     fn rate() -> impl Strategy<Value = Option<f64>> {
-        prop_oneof![Just(None), (1u32..100_000).prop_map(|r| Some(f64::from(r))), (1u32..1000).prop_map(|r| Some(f64::from(r) / 8.0))]
+        prop_oneof![
+            Just(None),
+            (1u32..100_000).prop_map(|r| Some(f64::from(r))),
+            (1u32..1000).prop_map(|r| Some(f64::from(r) / 8.0))
+        ]
     }
 
     fn endpoint() -> impl Strategy<Value = Endpoint> {
         (
             prop_oneof![Just(Protocol::Tcp), Just(Protocol::Udp)],
-            prop_oneof![Just(None), Just(Some("10.0.0.7".to_string())), Just(Some("agent-3:5300".to_string()))],
+            prop_oneof![
+                Just(None),
+                Just(Some("10.0.0.7".to_string())),
+                Just(Some("agent-3:5300".to_string()))
+            ],
             prop_oneof![Just(None), (1u64..4096).prop_map(|k| Some(k * 1024))],
             any::<bool>(),
             prop_oneof![Just(None), Just(Some("cubic".to_string()))],
@@ -295,8 +353,20 @@ mod round_trip {
     }
 
     fn transfer() -> impl Strategy<Value = Transfer> {
-        (size(), prop_oneof![Just(None), size().prop_map(Some)], 1u64..100, rate(), any::<bool>())
-            .prop_map(|(size, rsize, count, rate, canfail)| Transfer { size, rsize, count, rate, canfail })
+        (
+            size(),
+            prop_oneof![Just(None), size().prop_map(Some)],
+            1u64..100,
+            rate(),
+            any::<bool>(),
+        )
+            .prop_map(|(size, rsize, count, rate, canfail)| Transfer {
+                size,
+                rsize,
+                count,
+                rate,
+                canfail,
+            })
     }
 
     fn action() -> impl Strategy<Value = Action> {
@@ -308,13 +378,21 @@ mod round_trip {
             transfer().prop_map(Action::Read),
             transfer().prop_map(Action::Sendto),
             transfer().prop_map(Action::Recv),
-            (seconds(), any::<bool>()).prop_map(|(seconds, busy)| Action::Think(Think { seconds, busy })),
+            (seconds(), any::<bool>())
+                .prop_map(|(seconds, busy)| Action::Think(Think { seconds, busy })),
             Just(Action::Nop),
         ]
     }
 
     fn op() -> impl Strategy<Value = Op> {
-        (prop_oneof![Just(None), Just(Some("1".to_string())), Just(Some("db \"main\"".to_string()))], action())
+        (
+            prop_oneof![
+                Just(None),
+                Just(Some("1".to_string())),
+                Just(Some("db \"main\"".to_string()))
+            ],
+            action(),
+        )
             .prop_map(|(conn, action)| {
                 let conn = match action {
                     Action::Think(_) | Action::Nop => None,
@@ -326,7 +404,10 @@ mod round_trip {
 
     fn transaction() -> impl Strategy<Value = Transaction> {
         (
-            prop_oneof![(0u64..100_000).prop_map(Repeat::Iterations), seconds().prop_map(Repeat::Duration)],
+            prop_oneof![
+                (0u64..100_000).prop_map(Repeat::Iterations),
+                seconds().prop_map(Repeat::Duration)
+            ],
             rate(),
             proptest::collection::vec(op(), 1..6),
         )
@@ -337,7 +418,12 @@ mod round_trip {
     /// validator demands (the generated body follows it).
     fn profile() -> impl Strategy<Value = Profile> {
         proptest::collection::vec(
-            ("[a-z][a-z0-9 ]{0,12}", 1u32..5000, prop_oneof![Just(None), Just(Some("10.9.0.2".to_string()))], proptest::collection::vec(transaction(), 1..4)),
+            (
+                "[a-z][a-z0-9 ]{0,12}",
+                1u32..5000,
+                prop_oneof![Just(None), Just(Some("10.9.0.2".to_string()))],
+                proptest::collection::vec(transaction(), 1..4),
+            ),
             1..4,
         )
         .prop_map(|groups| Profile {
@@ -356,8 +442,20 @@ mod round_trip {
                         }),
                     };
                     let openers = [None, Some("1"), Some("db \"main\"")].map(opener).to_vec();
-                    transactions.insert(0, Transaction { repeat: Repeat::Iterations(1), rate: None, ops: openers });
-                    Group { name, threads, host, transactions }
+                    transactions.insert(
+                        0,
+                        Transaction {
+                            repeat: Repeat::Iterations(1),
+                            rate: None,
+                            ops: openers,
+                        },
+                    );
+                    Group {
+                        name,
+                        threads,
+                        host,
+                        transactions,
+                    }
                 })
                 .collect(),
         })

@@ -173,7 +173,11 @@ fn size_text(size: Size) -> String {
     match size {
         Size::Fixed(n) => format_size_compact(n),
         Size::Random { min, max } => {
-            format!("rand({},{})", format_size_compact(min), format_size_compact(max))
+            format!(
+                "rand({},{})",
+                format_size_compact(min),
+                format_size_compact(max)
+            )
         }
     }
 }

@@ -125,7 +125,10 @@ pub fn parse(file: &str, text: &str, vars: &Vars) -> Result<Profile, ProfileErro
     if root.tag_name().name() != "profile" {
         return Err(filler.error(
             at(root.range().start),
-            format!("the root element is <{}>, not <profile>", root.tag_name().name()),
+            format!(
+                "the root element is <{}>, not <profile>",
+                root.tag_name().name()
+            ),
         ));
     }
     refuse_unsupported(&filler, text, root)?;
@@ -176,7 +179,10 @@ pub fn parse(file: &str, text: &str, vars: &Vars) -> Result<Profile, ProfileErro
                         let Some(name) = option_name(option.key, &kind.value) else {
                             return Err(filler.error(
                                 pos,
-                                format!("unknown uperf option '{}' of flowop {}", option.key, kind.value),
+                                format!(
+                                    "unknown uperf option '{}' of flowop {}",
+                                    option.key, kind.value
+                                ),
                             ));
                         };
                         let value = option
@@ -212,12 +218,10 @@ pub fn parse(file: &str, text: &str, vars: &Vars) -> Result<Profile, ProfileErro
         });
     }
     let raw = RawProfile {
-        name: root
-            .attribute("name")
-            .map(|n| Text {
-                value: n.to_string(),
-                pos: Pos::default(),
-            }),
+        name: root.attribute("name").map(|n| Text {
+            value: n.to_string(),
+            pos: Pos::default(),
+        }),
         groups,
     };
     build::build(&filler, raw)

@@ -195,7 +195,11 @@ mod tests {
     #[test]
     fn offset_from_the_shortest_round_trip() {
         let offset: i64 = 1_234_567_890;
-        let exchanges = [(5_000_000u64, 3_000_000u64), (200_000, 100_000), (900_000, 50_000)];
+        let exchanges = [
+            (5_000_000u64, 3_000_000u64),
+            (200_000, 100_000),
+            (900_000, 50_000),
+        ];
         let mut now = 1_700_000_000_000_000_000u64;
         let samples: Vec<ClockSample> = exchanges
             .iter()
@@ -234,6 +238,9 @@ mod tests {
             r#"{"type":"transaction_done","thread":3,"transaction":1,"iterations":99}"#
         );
         let back: AgentRequest = serde_json::from_str(&text).unwrap();
-        assert!(matches!(back, AgentRequest::TransactionDone { iterations: 99, .. }));
+        assert!(matches!(
+            back,
+            AgentRequest::TransactionDone { iterations: 99, .. }
+        ));
     }
 }

@@ -216,8 +216,18 @@ fn intervals(report: &Report) -> Rows {
 /// (its `op` empty).
 fn profile_rows(run: &crate::profile::ProfileReport) -> (Vec<String>, Vec<Vec<String>>) {
     let header = [
-        "group", "host", "transaction", "op", "conn", "count", "bytes", "peer_bytes", "errors",
-        "p50_us", "p99_us", "max_us",
+        "group",
+        "host",
+        "transaction",
+        "op",
+        "conn",
+        "count",
+        "bytes",
+        "peer_bytes",
+        "errors",
+        "p50_us",
+        "p99_us",
+        "max_us",
     ]
     .map(String::from)
     .to_vec();

@@ -520,7 +520,11 @@ fn run_section(id: i64, document: &Document) -> String {
                 .iter()
                 .map(|h| (h.host.clone(), h.received_bps / 1e6, None))
                 .collect();
-            out.push_str(&figure(bar_chart("Goodput received per host", "Mbit/s", &hosts)));
+            out.push_str(&figure(bar_chart(
+                "Goodput received per host",
+                "Mbit/s",
+                &hosts,
+            )));
             let transactions: Vec<(String, f64, Option<f64>)> = run
                 .groups
                 .iter()

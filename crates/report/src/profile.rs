@@ -174,18 +174,11 @@ impl LatencyHistogram {
 impl ProfileReport {
     /// Totals from the groups and hosts; `duration_s` is the run's length.
     pub fn summarize(&mut self, skew_ms: f64) {
-        let duration = self
-            .groups
-            .iter()
-            .map(|g| g.elapsed_s)
-            .fold(0.0, f64::max);
+        let duration = self.groups.iter().map(|g| g.elapsed_s).fold(0.0, f64::max);
         let per_second = |n: f64| if duration > 0.0 { n / duration } else { 0.0 };
         for host in &mut self.hosts {
-            let groups: Vec<&GroupResult> = self
-                .groups
-                .iter()
-                .filter(|g| g.host == host.host)
-                .collect();
+            let groups: Vec<&GroupResult> =
+                self.groups.iter().filter(|g| g.host == host.host).collect();
             host.groups = groups.iter().map(|g| g.name.clone()).collect();
             host.received_bytes = groups.iter().map(|g| g.received_bytes).sum();
             host.iterations = groups.iter().map(|g| g.iterations).sum();
@@ -253,7 +246,12 @@ impl ProfileReport {
                         Some(conn) => format!("  {} [{conn}]", op.op),
                         None => format!("  {}", op.op),
                     };
-                    let moved = op.bytes.max(op.peer_bytes);
+                    // Counted where the bytes arrived: the peer for a write, here for a read.
+                    let moved = if matches!(op.op.as_str(), "write" | "sendto") {
+                        op.peer_bytes
+                    } else {
+                        op.bytes
+                    };
                     let rate = if txn.elapsed_s > 0.0 && moved > 0 {
                         format_rate(moved as f64 * 8.0 / txn.elapsed_s, scale)
                     } else {
@@ -284,8 +282,11 @@ impl ProfileReport {
             for failure in &group.failures {
                 let _ = writeln!(out, "  failure: {failure}");
             }
-            let failed: Vec<&ThreadFigures> =
-                group.per_thread.iter().filter(|t| t.failure.is_some()).collect();
+            let failed: Vec<&ThreadFigures> = group
+                .per_thread
+                .iter()
+                .filter(|t| t.failure.is_some())
+                .collect();
             if let Some(first) = failed.first() {
                 let _ = writeln!(
                     out,

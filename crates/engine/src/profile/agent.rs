@@ -42,10 +42,18 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
     };
     if version != AGENT_VERSION {
         group::reply(&mut link, &AgentReply::Error { reason: format!("agent protocol version {version} is not spoken here (this agent speaks {AGENT_VERSION})") });
-        shared.log(&format!("agent connection from {peer}: refused: protocol version {version}"));
+        shared.log(&format!(
+            "agent connection from {peer}: refused: protocol version {version}"
+        ));
         return;
     }
-    group::reply(&mut link, &AgentReply::Welcome { version: AGENT_VERSION, host: shared.host.clone() });
+    group::reply(
+        &mut link,
+        &AgentReply::Welcome {
+            version: AGENT_VERSION,
+            host: shared.host.clone(),
+        },
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let mut prepared: Vec<PreparedGroup> = Vec::new();
     let mut limit_s = 3600.0;
@@ -59,11 +67,15 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
         }
         if let Some(events) = &run {
             match events.try_recv() {
-                Ok(RunEvent::Released(at)) => group::reply(&mut link, &AgentReply::Started { at_unix_ns: at }),
+                Ok(RunEvent::Released(at)) => {
+                    group::reply(&mut link, &AgentReply::Started { at_unix_ns: at })
+                }
                 Ok(RunEvent::Done(groups)) => {
                     let count = groups.len();
                     group::reply(&mut link, &AgentReply::PartResult { groups });
-                    shared.log(&format!("profile run from {peer}: {count} group(s) finished"));
+                    shared.log(&format!(
+                        "profile run from {peer}: {count} group(s) finished"
+                    ));
                     run = None;
                 }
                 Err(TryRecvError::Empty) => {
@@ -81,8 +93,17 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
             Err(e) => break format!("connection ended: {e}"),
         };
         match message {
-            AgentRequest::Ping { seq } => group::reply(&mut link, &AgentReply::Pong { seq, unix_ns: unix_ns() }),
-            AgentRequest::Prepare { parts, limit_s: limit } => {
+            AgentRequest::Ping { seq } => group::reply(
+                &mut link,
+                &AgentReply::Pong {
+                    seq,
+                    unix_ns: unix_ns(),
+                },
+            ),
+            AgentRequest::Prepare {
+                parts,
+                limit_s: limit,
+            } => {
                 limit_s = limit;
                 let names: Vec<String> = parts.iter().map(|p| p.group.name.clone()).collect();
                 let mut failed = None;
@@ -97,11 +118,16 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                 }
                 match failed {
                     None => {
-                        shared.log(&format!("profile run from {peer}: prepared group(s) {}", names.join(", ")));
+                        shared.log(&format!(
+                            "profile run from {peer}: prepared group(s) {}",
+                            names.join(", ")
+                        ));
                         group::reply(&mut link, &AgentReply::Prepared);
                     }
                     Some(reason) => {
-                        shared.log(&format!("profile run from {peer}: cannot prepare: {reason}"));
+                        shared.log(&format!(
+                            "profile run from {peer}: cannot prepare: {reason}"
+                        ));
                         group::reply(&mut link, &AgentReply::Error { reason });
                     }
                 }
@@ -113,28 +139,40 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                 let now = unix_ns();
                 let start = Instant::now() + Duration::from_nanos(at_unix_ns.saturating_sub(now));
                 let limit = start + Duration::from_secs_f64(limit_s.clamp(1.0, 86_400.0 * 7.0));
-                shared.log(&format!("profile run from {peer}: starting {} group(s)", groups.len()));
-                let spawned = std::thread::Builder::new().name("linerate-part".into()).spawn(move || {
-                    let runners: Vec<_> = groups
-                        .into_iter()
-                        .map(|g| std::thread::spawn(move || group::run(g, start, limit)))
-                        .collect();
-                    let mut results = Vec::new();
-                    let mut released = Vec::new();
-                    for runner in runners {
-                        if let Ok((result, at)) = runner.join() {
-                            results.push(result);
-                            released.extend(at);
+                shared.log(&format!(
+                    "profile run from {peer}: starting {} group(s)",
+                    groups.len()
+                ));
+                let spawned = std::thread::Builder::new()
+                    .name("linerate-part".into())
+                    .spawn(move || {
+                        let runners: Vec<_> = groups
+                            .into_iter()
+                            .map(|g| std::thread::spawn(move || group::run(g, start, limit)))
+                            .collect();
+                        let mut results = Vec::new();
+                        let mut released = Vec::new();
+                        for runner in runners {
+                            if let Ok((result, at)) = runner.join() {
+                                results.push(result);
+                                released.extend(at);
+                            }
                         }
-                    }
-                    if let Some(first) = released.iter().min() {
-                        let ago = first.elapsed();
-                        let _ = sender.send(RunEvent::Released(unix_ns().saturating_sub(ago.as_nanos() as u64)));
-                    }
-                    let _ = sender.send(RunEvent::Done(results));
-                });
+                        if let Some(first) = released.iter().min() {
+                            let ago = first.elapsed();
+                            let _ = sender.send(RunEvent::Released(
+                                unix_ns().saturating_sub(ago.as_nanos() as u64),
+                            ));
+                        }
+                        let _ = sender.send(RunEvent::Done(results));
+                    });
                 if let Err(e) = spawned {
-                    group::reply(&mut link, &AgentReply::Error { reason: format!("cannot start: {e}") });
+                    group::reply(
+                        &mut link,
+                        &AgentReply::Error {
+                            reason: format!("cannot start: {e}"),
+                        },
+                    );
                 }
             }
             AgentRequest::Abort { reason } => {
@@ -147,7 +185,13 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                         "mirror of group '{}' for {peer}: {} thread(s)",
                         spec.group.name, spec.group.threads
                     ));
-                    group::reply(&mut link, &AgentReply::MirrorReady { token: state.token.to_hex(), udp_port: state.udp_port });
+                    group::reply(
+                        &mut link,
+                        &AgentReply::MirrorReady {
+                            token: state.token.to_hex(),
+                            udp_port: state.udp_port,
+                        },
+                    );
                     mirror = Some(state.state);
                 }
                 Err(reason) => {
@@ -155,7 +199,11 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                     group::reply(&mut link, &AgentReply::Error { reason });
                 }
             },
-            AgentRequest::TransactionDone { thread, transaction, iterations } => {
+            AgentRequest::TransactionDone {
+                thread,
+                transaction,
+                iterations,
+            } => {
                 if let Some(state) = &mirror {
                     state.mirror.set_count(thread, transaction, iterations);
                 }
@@ -170,7 +218,10 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                     shared.unregister_flows(&state.token);
                     let figures = state.mirror.finish(&state.spec.group);
                     group::reply(&mut link, &AgentReply::MirrorResult { figures });
-                    shared.log(&format!("mirror of group '{}' for {peer}: ended", state.spec.group.name));
+                    shared.log(&format!(
+                        "mirror of group '{}' for {peer}: ended",
+                        state.spec.group.name
+                    ));
                 }
             }
         }
@@ -179,7 +230,10 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
     if let Some(state) = mirror.take() {
         shared.unregister_flows(&state.token);
         let _ = state.mirror.finish(&state.spec.group);
-        shared.log(&format!("mirror of group '{}' for {peer}: ended early: {why}", state.spec.group.name));
+        shared.log(&format!(
+            "mirror of group '{}' for {peer}: ended early: {why}",
+            state.spec.group.name
+        ));
     }
     if run.is_some() {
         shared.log(&format!("profile run from {peer}: stopped: {why}"));
@@ -192,9 +246,18 @@ struct Started {
     udp_port: u16,
 }
 
-fn start_mirror(shared: &Arc<Shared>, spec: &MirrorSpec, peer: SocketAddr, own: SocketAddr, stop: &Arc<AtomicBool>) -> Result<Started, String> {
+fn start_mirror(
+    shared: &Arc<Shared>,
+    spec: &MirrorSpec,
+    peer: SocketAddr,
+    own: SocketAddr,
+    stop: &Arc<AtomicBool>,
+) -> Result<Started, String> {
     let threads = spec.group.threads;
-    if threads == 0 || threads > linerate_profile::MAX_THREADS || threads > shared.config.limits.max_flows.max(1) * 4 {
+    if threads == 0
+        || threads > linerate_profile::MAX_THREADS
+        || threads > shared.config.limits.max_flows.max(1) * 4
+    {
         return Err(format!("{threads} threads is over this agent's limit"));
     }
     if !spec.limit_s.is_finite() || spec.limit_s > f64::from(u32::MAX) {
@@ -202,7 +265,8 @@ fn start_mirror(shared: &Arc<Shared>, spec: &MirrorSpec, peer: SocketAddr, own: 
     }
     let token = new_token().map_err(|e| e.to_string())?;
     let incoming = shared.register_flows(token);
-    let rendezvous = Rendezvous::open(own.ip(), token, stop.clone()).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
+    let rendezvous = Rendezvous::open(own.ip(), token, stop.clone())
+        .map_err(|e| format!("cannot open a UDP socket: {e}"))?;
     rendezvous.feed(incoming);
     let udp_port = rendezvous.udp_port;
     let mirror = Mirror::start(spec, rendezvous, peer.ip(), stop.clone()).map_err(|e| {
@@ -210,7 +274,11 @@ fn start_mirror(shared: &Arc<Shared>, spec: &MirrorSpec, peer: SocketAddr, own: 
         format!("cannot start the mirror threads: {e}")
     })?;
     Ok(Started {
-        state: MirrorState { mirror, spec: spec.clone(), token },
+        state: MirrorState {
+            mirror,
+            spec: spec.clone(),
+            token,
+        },
         token,
         udp_port,
     })

@@ -48,9 +48,9 @@ pub(crate) fn tcp_options(socket: &socket2::Socket, endpoint: &Endpoint) -> io::
     }
     socket.set_nodelay(endpoint.nodelay)?;
     if let Some(cc) = &endpoint.congestion {
-        socket.set_tcp_congestion(cc.as_bytes()).map_err(|e| {
-            io::Error::new(e.kind(), format!("congestion control '{cc}': {e}"))
-        })?;
+        socket
+            .set_tcp_congestion(cc.as_bytes())
+            .map_err(|e| io::Error::new(e.kind(), format!("congestion control '{cc}': {e}")))?;
     }
     Ok(())
 }
@@ -263,7 +263,9 @@ impl Conn {
 fn closed(e: &io::Error) -> bool {
     matches!(
         e.kind(),
-        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionAborted
     )
 }
 

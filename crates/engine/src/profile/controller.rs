@@ -5,7 +5,9 @@
 use super::link::{unix_ns, Link};
 use crate::server::{Server, ServerConfig};
 use linerate_profile::{Profile, Repeat};
-use linerate_proto::agent::{estimate_offset, AgentReply, AgentRequest, ClockOffset, ClockSample, GroupPart};
+use linerate_proto::agent::{
+    estimate_offset, AgentReply, AgentRequest, ClockOffset, ClockSample, GroupPart,
+};
 use linerate_report::profile::{GroupResult, HostResult, ProfileReport};
 use linerate_report::HostFacts;
 use std::net::SocketAddr;
@@ -90,7 +92,11 @@ fn agent_error(host: &str, why: impl ToString) -> RunError {
 }
 
 /// Runs a profile to its end, or to the loss of an agent (an incomplete result).
-pub fn run(profile: &Profile, options: &RunOptions, stop: &AtomicBool) -> Result<ProfileReport, RunError> {
+pub fn run(
+    profile: &Profile,
+    options: &RunOptions,
+    stop: &AtomicBool,
+) -> Result<ProfileReport, RunError> {
     let limit = options.limit.unwrap_or_else(|| default_limit(profile));
     let mut hosts: Vec<String> = Vec::new();
     for group in &profile.groups {
@@ -115,7 +121,14 @@ pub fn run(profile: &Profile, options: &RunOptions, stop: &AtomicBool) -> Result
     } else {
         None
     };
-    let result = run_with(profile, options, stop, &hosts, local.as_ref().map(|l| l.0), limit);
+    let result = run_with(
+        profile,
+        options,
+        stop,
+        &hosts,
+        local.as_ref().map(|l| l.0),
+        limit,
+    );
     if let Some((_, flag)) = local {
         flag.store(true, Ordering::Relaxed);
     }
@@ -141,19 +154,29 @@ fn run_with(
             (LOCAL, Some(addr)) => addr,
             _ => super::resolve(host).map_err(|e| agent_error(host, e))?,
         };
-        let mut link = Link::dial(addr, options.control_timeout).map_err(|e| agent_error(host, format!("cannot connect to {addr}: {e}")))?;
+        let mut link = Link::dial(addr, options.control_timeout)
+            .map_err(|e| agent_error(host, format!("cannot connect to {addr}: {e}")))?;
         let facts = match link.recv::<AgentReply>(options.control_timeout) {
             Ok(Some(AgentReply::Welcome { host: facts, .. })) => facts,
             Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(host, reason)),
-            Ok(_) => return Err(agent_error(host, format!("{addr} did not answer as a linerate agent"))),
+            Ok(_) => {
+                return Err(agent_error(
+                    host,
+                    format!("{addr} did not answer as a linerate agent"),
+                ))
+            }
             Err(e) => return Err(agent_error(host, format!("{addr}: {e}"))),
         };
         let mut samples = Vec::new();
         for seq in 0..options.clock_samples as u64 {
             let sent = unix_ns();
-            link.send(&AgentRequest::Ping { seq }).map_err(|e| agent_error(host, e))?;
+            link.send(&AgentRequest::Ping { seq })
+                .map_err(|e| agent_error(host, e))?;
             match link.recv::<AgentReply>(options.control_timeout) {
-                Ok(Some(AgentReply::Pong { seq: s, unix_ns: agent })) if s == seq => samples.push(ClockSample {
+                Ok(Some(AgentReply::Pong {
+                    seq: s,
+                    unix_ns: agent,
+                })) if s == seq => samples.push(ClockSample {
                     sent_ns: sent,
                     agent_ns: agent,
                     received_ns: unix_ns(),
@@ -162,7 +185,8 @@ fn run_with(
                 Err(e) => return Err(agent_error(host, e)),
             }
         }
-        let clock = estimate_offset(&samples).ok_or_else(|| agent_error(host, "no clock samples"))?;
+        let clock =
+            estimate_offset(&samples).ok_or_else(|| agent_error(host, "no clock samples"))?;
         log(format!(
             "agent {host} ({addr}): {}, clock offset {:+.3} ms (rtt {:.3} ms)",
             facts.hostname,
@@ -195,7 +219,11 @@ fn run_with(
     let limit_s = limit.as_secs_f64();
     for agent in &mut agents {
         let link = agent.link.as_mut().expect("connected");
-        link.send(&AgentRequest::Prepare { parts: agent.parts.clone(), limit_s }).map_err(|e| agent_error(&agent.host, e))?;
+        link.send(&AgentRequest::Prepare {
+            parts: agent.parts.clone(),
+            limit_s,
+        })
+        .map_err(|e| agent_error(&agent.host, e))?;
         // Preparing dials every peer of the agent's groups: allow for their answers.
         match link.recv::<AgentReply>(options.control_timeout * 4) {
             Ok(Some(AgentReply::Prepared)) => {}
@@ -215,15 +243,24 @@ fn run_with(
         }
         agent.last_heard = Instant::now();
     }
-    log(format!("started {} group(s) on {} host(s)", profile.groups.len(), agents.len()));
+    log(format!(
+        "started {} group(s) on {} host(s)",
+        profile.groups.len(),
+        agents.len()
+    ));
     let hard_end = Instant::now() + options.lead + limit + Duration::from_secs(30);
     let mut aborted = false;
     loop {
-        let pending = agents.iter().filter(|a| a.groups.is_none() && a.failure.is_none()).count();
+        let pending = agents
+            .iter()
+            .filter(|a| a.groups.is_none() && a.failure.is_none())
+            .count();
         if pending == 0 {
             break;
         }
-        let must_abort = stop.load(Ordering::Relaxed) || Instant::now() >= hard_end || agents.iter().any(|a| a.failure.is_some());
+        let must_abort = stop.load(Ordering::Relaxed)
+            || Instant::now() >= hard_end
+            || agents.iter().any(|a| a.failure.is_some());
         if must_abort && !aborted {
             aborted = true;
             let reason = if stop.load(Ordering::Relaxed) {
@@ -234,25 +271,38 @@ fn run_with(
                 "the run outlasted its limit".to_string()
             };
             log(format!("aborting the run: {reason}"));
-            for agent in agents.iter_mut().filter(|a| a.groups.is_none() && a.failure.is_none()) {
+            for agent in agents
+                .iter_mut()
+                .filter(|a| a.groups.is_none() && a.failure.is_none())
+            {
                 if let Some(link) = agent.link.as_mut() {
-                    let _ = link.send(&AgentRequest::Abort { reason: reason.clone() });
+                    let _ = link.send(&AgentRequest::Abort {
+                        reason: reason.clone(),
+                    });
                 }
             }
         }
         if aborted && Instant::now() >= hard_end + Duration::from_secs(30) {
-            for agent in agents.iter_mut().filter(|a| a.groups.is_none() && a.failure.is_none()) {
+            for agent in agents
+                .iter_mut()
+                .filter(|a| a.groups.is_none() && a.failure.is_none())
+            {
                 agent.failure = Some("did not report after the abort".into());
             }
             break;
         }
-        for agent in agents.iter_mut().filter(|a| a.groups.is_none() && a.failure.is_none()) {
+        for agent in agents
+            .iter_mut()
+            .filter(|a| a.groups.is_none() && a.failure.is_none())
+        {
             let link = agent.link.as_mut().expect("connected");
             match link.recv::<AgentReply>(Duration::from_millis(20)) {
                 Ok(Some(reply)) => {
                     agent.last_heard = Instant::now();
                     match reply {
-                        AgentReply::Started { at_unix_ns } => agent.released_ns = Some(agent.clock.to_controller(at_unix_ns)),
+                        AgentReply::Started { at_unix_ns } => {
+                            agent.released_ns = Some(agent.clock.to_controller(at_unix_ns))
+                        }
                         AgentReply::PartResult { groups } => {
                             log(format!("agent {}: finished", agent.host));
                             agent.groups = Some(groups);
@@ -277,7 +327,12 @@ fn run_with(
     Ok(assemble(profile, agents, start_ns, started_at))
 }
 
-fn assemble(profile: &Profile, agents: Vec<Agent>, start_ns: u64, started_at: f64) -> ProfileReport {
+fn assemble(
+    profile: &Profile,
+    agents: Vec<Agent>,
+    start_ns: u64,
+    started_at: f64,
+) -> ProfileReport {
     let mut report = ProfileReport {
         test: linerate_report::profile::PROFILE.into(),
         started_at,
@@ -314,7 +369,9 @@ fn assemble(profile: &Profile, agents: Vec<Agent>, start_ns: u64, started_at: f6
             host: agent.host.clone(),
             clock_offset_ms: agent.clock.offset_ns as f64 / 1e6,
             clock_rtt_ms: agent.clock.rtt_ns as f64 / 1e6,
-            start_delay_ms: agent.released_ns.map_or(0.0, |r| (r as f64 - start_ns as f64) / 1e6),
+            start_delay_ms: agent
+                .released_ns
+                .map_or(0.0, |r| (r as f64 - start_ns as f64) / 1e6),
             failure: agent.failure.clone(),
             facts: agent.facts.clone(),
             ..HostResult::default()
@@ -322,13 +379,25 @@ fn assemble(profile: &Profile, agents: Vec<Agent>, start_ns: u64, started_at: f6
     }
     groups.sort_by_key(|(index, _)| *index);
     report.groups = groups.into_iter().map(|(_, g)| g).collect();
-    let stopped: usize = report.groups.iter().map(|g| g.per_thread.iter().filter(|t| t.failure.is_some()).count()).sum();
+    let stopped: usize = report
+        .groups
+        .iter()
+        .map(|g| g.per_thread.iter().filter(|t| t.failure.is_some()).count())
+        .sum();
     report.incomplete = if !lost.is_empty() {
-        Some(format!("lost {}; the figures cover what the other hosts reported", lost.join("; ")))
+        Some(format!(
+            "lost {}; the figures cover what the other hosts reported",
+            lost.join("; ")
+        ))
     } else if stopped > 0 {
-        Some(format!("{stopped} thread(s) stopped before the end of their transactions"))
+        Some(format!(
+            "{stopped} thread(s) stopped before the end of their transactions"
+        ))
     } else {
-        report.groups.iter().find_map(|g| g.failures.first().cloned())
+        report
+            .groups
+            .iter()
+            .find_map(|g| g.failures.first().cloned())
     };
     let skew = match (released.iter().min(), released.iter().max()) {
         (Some(a), Some(b)) => (b - a) as f64 / 1e6,
@@ -339,7 +408,11 @@ fn assemble(profile: &Profile, agents: Vec<Agent>, start_ns: u64, started_at: f6
     report.config.target = if agents.len() == 1 && agents[0].host == LOCAL {
         "loopback".into()
     } else {
-        agents.iter().map(|a| a.host.as_str()).collect::<Vec<_>>().join(",")
+        agents
+            .iter()
+            .map(|a| a.host.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
     };
     report.config.profile = serde_json::to_value(profile).unwrap_or_default();
     report

@@ -65,7 +65,11 @@ pub(crate) struct GroupLatency {
 impl GroupLatency {
     pub fn new(group: &Group) -> GroupLatency {
         GroupLatency {
-            transactions: group.transactions.iter().map(|_| Mutex::default()).collect(),
+            transactions: group
+                .transactions
+                .iter()
+                .map(|_| Mutex::default())
+                .collect(),
             ops: group
                 .transactions
                 .iter()
@@ -198,7 +202,8 @@ impl Thread<'_> {
             conns: HashMap::new(),
             ordinals: HashMap::new(),
             buffers: buffers(self.group),
-            random: 0x9e37_79b9_7f4a_7c15 ^ (u64::from(self.index) + 1).wrapping_mul(0x2545_f491_4f6c_dd1d),
+            random: 0x9e37_79b9_7f4a_7c15
+                ^ (u64::from(self.index) + 1).wrapping_mul(0x2545_f491_4f6c_dd1d),
             batches: Batches {
                 pending: HashMap::new(),
             },
@@ -264,7 +269,10 @@ impl Thread<'_> {
             }
             if let (Some(rate), false) = (txn.rate, mirror) {
                 let at = start + Duration::from_secs_f64(done as f64 / rate);
-                let mut give_up = || self.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);
+                let mut give_up = || {
+                    self.stop.load(Ordering::Relaxed)
+                        || deadline.is_some_and(|d| Instant::now() >= d)
+                };
                 if !conn::pause_until(at, false, &mut give_up) {
                     continue;
                 }
@@ -273,15 +281,26 @@ impl Thread<'_> {
             match self.iteration(ti, done, deadline, state, outcome) {
                 Ok(()) => {
                     done += 1;
-                    state.batches.record(self.latency, (ti, None), began.elapsed().as_nanos() as u64);
+                    state.batches.record(
+                        self.latency,
+                        (ti, None),
+                        began.elapsed().as_nanos() as u64,
+                    );
                 }
                 // The runner's deadline, or the mirror reached the runner's count.
-                Err(OpError::GaveUp) if deadline.is_some() || (mirror && self.mirror_count(ti).is_some()) => break Ok(()),
+                Err(OpError::GaveUp)
+                    if deadline.is_some() || (mirror && self.mirror_count(ti).is_some()) =>
+                {
+                    break Ok(())
+                }
                 Err(e) if mirror => {
                     // The runner may have ended the transaction and closed the connection
                     // before its count reached us: wait for the count a little.
                     let waited = Instant::now();
-                    while self.mirror_count(ti).is_none() && waited.elapsed() < COUNT_GRACE && !self.stop.load(Ordering::Relaxed) {
+                    while self.mirror_count(ti).is_none()
+                        && waited.elapsed() < COUNT_GRACE
+                        && !self.stop.load(Ordering::Relaxed)
+                    {
                         std::thread::sleep(Duration::from_millis(5));
                     }
                     match fixed.or_else(|| self.mirror_count(ti)) {
@@ -337,7 +356,11 @@ impl Thread<'_> {
             match result {
                 Ok(()) => {
                     counts.count += 1;
-                    state.batches.record(self.latency, (ti, Some(oi)), began.elapsed().as_nanos() as u64);
+                    state.batches.record(
+                        self.latency,
+                        (ti, Some(oi)),
+                        began.elapsed().as_nanos() as u64,
+                    );
                 }
                 Err(OpError::GaveUp) => return Err(OpError::GaveUp),
                 Err(e) => {
@@ -386,7 +409,9 @@ impl Thread<'_> {
         match action {
             Action::Connect(endpoint) | Action::Accept(endpoint) => {
                 let dial = matches!(action, Action::Connect(_));
-                let conn = self.open(dial, endpoint, state, &mut give_up).map_err(OpError::Io)?;
+                let conn = self
+                    .open(dial, endpoint, state, &mut give_up)
+                    .map_err(OpError::Io)?;
                 if let Some(old) = state.conns.insert(name.clone(), conn) {
                     old.close();
                 }
@@ -412,7 +437,11 @@ impl Thread<'_> {
                 let Some(conn) = state.conns.get_mut(name) else {
                     return Err(OpError::Io(std::io::Error::new(
                         std::io::ErrorKind::NotConnected,
-                        format!("{} on {} with no open connection", action.name(), name.as_deref().unwrap_or("the anonymous connection")),
+                        format!(
+                            "{} on {} with no open connection",
+                            action.name(),
+                            name.as_deref().unwrap_or("the anonymous connection")
+                        ),
                     )));
                 };
                 let start = Instant::now();
@@ -435,7 +464,14 @@ impl Thread<'_> {
                             Size::Fixed(n) => (n, true),
                             Size::Random { max, .. } => (max, false),
                         };
-                        recv_message(conn, &mut state.buffers.input, size, exact, moved, &mut give_up)?;
+                        recv_message(
+                            conn,
+                            &mut state.buffers.input,
+                            size,
+                            exact,
+                            moved,
+                            &mut give_up,
+                        )?;
                     }
                     if *moved > before {
                         idle_since.set(Instant::now());
@@ -468,9 +504,18 @@ impl Thread<'_> {
                 })?;
                 (link.addr, link.udp, link.token, link.back.clone())
             }
-            Side::Mirror { rendezvous, dial_back, .. } => match dial_back {
+            Side::Mirror {
+                rendezvous,
+                dial_back,
+                ..
+            } => match dial_back {
                 Some((addr, udp, token)) => (*addr, *udp, *token, Some(rendezvous.clone())),
-                None => (rendezvous_addr(), rendezvous_addr(), rendezvous.token, Some(rendezvous.clone())),
+                None => (
+                    rendezvous_addr(),
+                    rendezvous_addr(),
+                    rendezvous.token,
+                    Some(rendezvous.clone()),
+                ),
             },
         };
         let conn = if dial {
@@ -498,7 +543,13 @@ fn rendezvous_addr() -> SocketAddr {
 }
 
 /// One message of `size` bytes, in chunks of the buffer.
-fn send_message(conn: &mut Conn, buf: &[u8], size: u64, moved: &mut u64, give_up: &mut dyn FnMut() -> bool) -> Result<(), OpError> {
+fn send_message(
+    conn: &mut Conn,
+    buf: &[u8],
+    size: u64,
+    moved: &mut u64,
+    give_up: &mut dyn FnMut() -> bool,
+) -> Result<(), OpError> {
     let mut left = size;
     while left > 0 {
         let chunk = left.min(buf.len() as u64) as usize;
@@ -511,8 +562,21 @@ fn send_message(conn: &mut Conn, buf: &[u8], size: u64, moved: &mut u64, give_up
     Ok(())
 }
 
-fn recv_message(conn: &mut Conn, buf: &mut [u8], size: u64, exact: bool, moved: &mut u64, give_up: &mut dyn FnMut() -> bool) -> Result<(), OpError> {
-    conn.recv(buf, usize::try_from(size).unwrap_or(usize::MAX), exact, moved, give_up)
+fn recv_message(
+    conn: &mut Conn,
+    buf: &mut [u8],
+    size: u64,
+    exact: bool,
+    moved: &mut u64,
+    give_up: &mut dyn FnMut() -> bool,
+) -> Result<(), OpError> {
+    conn.recv(
+        buf,
+        usize::try_from(size).unwrap_or(usize::MAX),
+        exact,
+        moved,
+        give_up,
+    )
 }
 
 struct State {

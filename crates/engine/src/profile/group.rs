@@ -5,7 +5,9 @@ use super::exec::{GroupLatency, RemoteLink, Side, Thread, ThreadOutcome};
 use super::link::Link;
 use super::rendezvous::Rendezvous;
 use linerate_profile::{Action, Group, Op};
-use linerate_proto::agent::{AgentReply, AgentRequest, DialBack, GroupPart, MirrorFigures, MirrorSpec};
+use linerate_proto::agent::{
+    AgentReply, AgentRequest, DialBack, GroupPart, MirrorFigures, MirrorSpec,
+};
 use linerate_proto::Token;
 use linerate_report::profile::{GroupResult, OpFigures, ThreadFigures, TransactionFigures};
 use std::collections::HashMap;
@@ -65,7 +67,11 @@ pub(crate) fn mirror_of(group: &Group, remote: &Option<String>) -> Group {
 }
 
 fn has_accepts_to(group: &Group, remote: &Option<String>) -> bool {
-    group.transactions.iter().flat_map(|t| &t.ops).any(|op| matches!(&op.action, Action::Accept(e) if e.remote == *remote))
+    group
+        .transactions
+        .iter()
+        .flat_map(|t| &t.ops)
+        .any(|op| matches!(&op.action, Action::Accept(e) if e.remote == *remote))
 }
 
 /// A group ready to start: every peer runs its mirror.
@@ -78,7 +84,12 @@ pub(crate) struct PreparedGroup {
 
 /// Asks each peer of the group to run its mirror. `own` is this host's own server, the
 /// peer of connections without a remote.
-pub(crate) fn prepare(part: GroupPart, own: SocketAddr, limit_s: f64, stop: Arc<AtomicBool>) -> io::Result<PreparedGroup> {
+pub(crate) fn prepare(
+    part: GroupPart,
+    own: SocketAddr,
+    limit_s: f64,
+    stop: Arc<AtomicBool>,
+) -> io::Result<PreparedGroup> {
     let mut remotes = HashMap::new();
     let mut links = Vec::new();
     for remote in remotes_of(&part.group) {
@@ -87,7 +98,19 @@ pub(crate) fn prepare(part: GroupPart, own: SocketAddr, limit_s: f64, stop: Arc<
             Some(host) => super::resolve(host)?,
             None => own,
         };
-        let mut link = Link::dial(addr, Duration::from_secs(5)).map_err(|e| io::Error::new(e.kind(), format!("peer {label} ({addr}): {e}")))?;
+        let mut link = Link::dial(addr, Duration::from_secs(5))
+            .map_err(|e| io::Error::new(e.kind(), format!("peer {label} ({addr}): {e}")))?;
+        match link.recv::<AgentReply>(PEER_WAIT)? {
+            Some(AgentReply::Welcome { .. }) => {}
+            Some(AgentReply::Error { reason }) => {
+                return Err(io::Error::other(format!("peer {label} ({addr}): {reason}")))
+            }
+            _ => {
+                return Err(io::Error::other(format!(
+                    "peer {label} ({addr}) did not answer as a linerate agent"
+                )))
+            }
+        }
         let back = if has_accepts_to(&part.group, &remote) {
             let ip = link.stream.local_addr()?.ip();
             let listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
@@ -107,16 +130,30 @@ pub(crate) fn prepare(part: GroupPart, own: SocketAddr, limit_s: f64, stop: Arc<
             }),
             limit_s,
         };
-        link.send(&AgentRequest::Mirror { spec: Box::new(spec) })?;
+        link.send(&AgentRequest::Mirror {
+            spec: Box::new(spec),
+        })?;
         let (token, udp_port) = match link.recv::<AgentReply>(PEER_WAIT)? {
             Some(AgentReply::MirrorReady { token, udp_port }) => (token, udp_port),
             Some(AgentReply::Error { reason }) => {
-                return Err(io::Error::other(format!("peer {label} refused the mirror: {reason}")))
+                return Err(io::Error::other(format!(
+                    "peer {label} refused the mirror: {reason}"
+                )))
             }
-            Some(other) => return Err(io::Error::other(format!("peer {label}: unexpected {other:?}"))),
-            None => return Err(io::Error::new(io::ErrorKind::TimedOut, format!("peer {label} did not answer"))),
+            Some(other) => {
+                return Err(io::Error::other(format!(
+                    "peer {label}: unexpected {other:?}"
+                )))
+            }
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("peer {label} did not answer"),
+                ))
+            }
         };
-        let token = Token::from_hex(&token).ok_or_else(|| io::Error::other(format!("peer {label}: bad token")))?;
+        let token = Token::from_hex(&token)
+            .ok_or_else(|| io::Error::other(format!("peer {label}: bad token")))?;
         remotes.insert(
             remote.clone(),
             Arc::new(RemoteLink {
@@ -139,14 +176,24 @@ pub(crate) fn prepare(part: GroupPart, own: SocketAddr, limit_s: f64, stop: Arc<
 
 /// Runs the group's threads from `start` (an instant), collects the peers' figures and
 /// returns the group's result and when its threads were released (the median).
-pub(crate) fn run(prepared: PreparedGroup, start: Instant, limit: Instant) -> (GroupResult, Option<Instant>) {
-    let PreparedGroup { part, side, mut links, stop } = prepared;
+pub(crate) fn run(
+    prepared: PreparedGroup,
+    start: Instant,
+    limit: Instant,
+) -> (GroupResult, Option<Instant>) {
+    let PreparedGroup {
+        part,
+        side,
+        mut links,
+        stop,
+    } = prepared;
     let group = Arc::new(part.group.clone());
     let latency = Arc::new(GroupLatency::new(&group));
     let mut handles = Vec::new();
     let mut failures = Vec::new();
     for index in 0..group.threads {
-        let (group, side, thread_stop, latency) = (group.clone(), side.clone(), stop.clone(), latency.clone());
+        let (group, side, thread_stop, latency) =
+            (group.clone(), side.clone(), stop.clone(), latency.clone());
         let spawned = std::thread::Builder::new()
             .name("linerate-profile".into())
             .stack_size(STACK)
@@ -175,7 +222,12 @@ pub(crate) fn run(prepared: PreparedGroup, start: Instant, limit: Instant) -> (G
     }
     let outcomes: Vec<ThreadOutcome> = handles
         .into_iter()
-        .map(|h| h.join().unwrap_or_else(|_| ThreadOutcome { failure: Some("the thread panicked".into()), ..ThreadOutcome::default() }))
+        .map(|h| {
+            h.join().unwrap_or_else(|_| ThreadOutcome {
+                failure: Some("the thread panicked".into()),
+                ..ThreadOutcome::default()
+            })
+        })
         .collect();
     let mut mirrors = Vec::new();
     for (label, link) in &mut links {
@@ -184,7 +236,12 @@ pub(crate) fn run(prepared: PreparedGroup, start: Instant, limit: Instant) -> (G
                 Some(AgentReply::MirrorResult { figures }) => break Ok(figures),
                 Some(AgentReply::Heartbeat) => continue,
                 Some(other) => break Err(io::Error::other(format!("unexpected {other:?}"))),
-                None => break Err(io::Error::new(io::ErrorKind::TimedOut, "no figures in time")),
+                None => {
+                    break Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no figures in time",
+                    ))
+                }
             }
         });
         match figures {
@@ -195,7 +252,9 @@ pub(crate) fn run(prepared: PreparedGroup, start: Instant, limit: Instant) -> (G
     let mut wakes: Vec<Instant> = outcomes.iter().filter_map(|o| o.started).collect();
     wakes.sort();
     let released = wakes.get(wakes.len() / 2).copied();
-    let result = merge(&part, &group, start, &outcomes, &latency, &mirrors, failures);
+    let result = merge(
+        &part, &group, start, &outcomes, &latency, &mirrors, failures,
+    );
     (result, released)
 }
 
@@ -209,14 +268,29 @@ fn merge(
     failures: Vec<String>,
 ) -> GroupResult {
     let peer_bytes = |ti: usize, oi: usize| -> u64 {
-        mirrors.iter().map(|m| m.bytes.get(ti).and_then(|t| t.get(oi)).copied().unwrap_or(0)).sum()
+        mirrors
+            .iter()
+            .map(|m| {
+                m.bytes
+                    .get(ti)
+                    .and_then(|t| t.get(oi))
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum()
     };
     let secs = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
     let mut transactions = Vec::new();
     let mut sent = 0u64;
     for (ti, txn) in group.transactions.iter().enumerate() {
-        let first = outcomes.iter().filter_map(|o| o.transactions.get(ti)?.first_start).min();
-        let last = outcomes.iter().filter_map(|o| o.transactions.get(ti)?.last_end).max();
+        let first = outcomes
+            .iter()
+            .filter_map(|o| o.transactions.get(ti)?.first_start)
+            .min();
+        let last = outcomes
+            .iter()
+            .filter_map(|o| o.transactions.get(ti)?.last_end)
+            .max();
         let elapsed = match (first, last) {
             (Some(a), Some(b)) => secs(a, b),
             _ => 0.0,
@@ -229,7 +303,10 @@ fn merge(
                 op: op.action.name().to_string(),
                 conn: op.conn.clone(),
                 peer_bytes: peer_bytes(ti, oi),
-                latency_us: latency.ops[ti][oi].lock().expect("latency lock").summary(false),
+                latency_us: latency.ops[ti][oi]
+                    .lock()
+                    .expect("latency lock")
+                    .summary(false),
                 ..OpFigures::default()
             };
             for outcome in outcomes {
@@ -253,7 +330,11 @@ fn merge(
             errors += figures.errors;
             ops.push(figures);
         }
-        let iterations: u64 = outcomes.iter().filter_map(|o| o.transactions.get(ti)).map(|t| t.iterations).sum();
+        let iterations: u64 = outcomes
+            .iter()
+            .filter_map(|o| o.transactions.get(ti))
+            .map(|t| t.iterations)
+            .sum();
         let per_s = |n: f64| if elapsed > 0.0 { n / elapsed } else { 0.0 };
         transactions.push(TransactionFigures {
             iterations,
@@ -262,7 +343,10 @@ fn merge(
             elapsed_s: elapsed,
             iterations_per_s: per_s(iterations as f64),
             received_bps: per_s(received as f64 * 8.0),
-            latency_us: latency.transactions[ti].lock().expect("latency lock").summary(true),
+            latency_us: latency.transactions[ti]
+                .lock()
+                .expect("latency lock")
+                .summary(true),
             ops,
         });
     }
@@ -270,7 +354,10 @@ fn merge(
         .iter()
         .enumerate()
         .map(|(t, o)| {
-            let peer: u64 = mirrors.iter().map(|m| m.received_per_thread.get(t).copied().unwrap_or(0)).sum();
+            let peer: u64 = mirrors
+                .iter()
+                .map(|m| m.received_per_thread.get(t).copied().unwrap_or(0))
+                .sum();
             ThreadFigures {
                 thread: t as u32,
                 iterations: o.transactions.iter().map(|x| x.iterations).sum(),
@@ -284,7 +371,11 @@ fn merge(
             }
         })
         .collect();
-    let ended = outcomes.iter().filter_map(|o| o.ended).max().unwrap_or(start);
+    let ended = outcomes
+        .iter()
+        .filter_map(|o| o.ended)
+        .max()
+        .unwrap_or(start);
     GroupResult {
         name: group.name.clone(),
         host: part.host_label.clone(),
@@ -296,7 +387,10 @@ fn merge(
         elapsed_s: secs(start, ended),
         transactions,
         per_thread,
-        failures: failures.into_iter().chain(mirrors.iter().flat_map(|m| m.failures.clone())).collect(),
+        failures: failures
+            .into_iter()
+            .chain(mirrors.iter().flat_map(|m| m.failures.clone()))
+            .collect(),
     }
 }
 
@@ -309,20 +403,35 @@ pub(crate) struct Mirror {
 
 impl Mirror {
     /// Starts the mirror threads; they wait for their peers' connections.
-    pub fn start(spec: &MirrorSpec, rendezvous: Arc<Rendezvous>, peer_ip: std::net::IpAddr, stop: Arc<AtomicBool>) -> io::Result<Mirror> {
+    pub fn start(
+        spec: &MirrorSpec,
+        rendezvous: Arc<Rendezvous>,
+        peer_ip: std::net::IpAddr,
+        stop: Arc<AtomicBool>,
+    ) -> io::Result<Mirror> {
         let group = Arc::new(spec.group.clone());
         let transactions = group.transactions.len();
-        let counts: Arc<Vec<AtomicU64>> = Arc::new((0..group.threads as usize * transactions).map(|_| AtomicU64::new(u64::MAX)).collect());
+        let counts: Arc<Vec<AtomicU64>> = Arc::new(
+            (0..group.threads as usize * transactions)
+                .map(|_| AtomicU64::new(u64::MAX))
+                .collect(),
+        );
         let dial_back = match &spec.dial_back {
             Some(back) => Some((
                 SocketAddr::new(peer_ip, back.port),
                 SocketAddr::new(peer_ip, back.udp_port),
-                Token::from_hex(&back.token).ok_or_else(|| io::Error::other("bad dial-back token"))?,
+                Token::from_hex(&back.token)
+                    .ok_or_else(|| io::Error::other("bad dial-back token"))?,
             )),
             None => None,
         };
-        let side = Arc::new(Side::Mirror { rendezvous, dial_back, counts: counts.clone() });
-        let limit = Instant::now() + Duration::from_secs_f64(spec.limit_s.clamp(1.0, 86_400.0 * 7.0));
+        let side = Arc::new(Side::Mirror {
+            rendezvous,
+            dial_back,
+            counts: counts.clone(),
+        });
+        let limit =
+            Instant::now() + Duration::from_secs_f64(spec.limit_s.clamp(1.0, 86_400.0 * 7.0));
         let mut handles = Vec::new();
         for index in 0..group.threads {
             let (group, side, thread_stop) = (group.clone(), side.clone(), stop.clone());
@@ -330,7 +439,15 @@ impl Mirror {
                 .name("linerate-mirror".into())
                 .stack_size(STACK)
                 .spawn(move || {
-                    Thread { index, group: &group, side: &side, stop: &thread_stop, limit, latency: None }.run()
+                    Thread {
+                        index,
+                        group: &group,
+                        side: &side,
+                        stop: &thread_stop,
+                        limit,
+                        latency: None,
+                    }
+                    .run()
                 });
             match handle {
                 Ok(h) => handles.push(h),
@@ -340,7 +457,11 @@ impl Mirror {
                 }
             }
         }
-        Ok(Mirror { counts, transactions, handles })
+        Ok(Mirror {
+            counts,
+            transactions,
+            handles,
+        })
     }
 
     pub fn set_count(&self, thread: u32, transaction: u32, iterations: u64) {
@@ -351,21 +472,45 @@ impl Mirror {
     }
 
     pub fn is_finished(&self) -> bool {
-        self.handles.iter().all(std::thread::JoinHandle::is_finished)
+        self.handles
+            .iter()
+            .all(std::thread::JoinHandle::is_finished)
     }
 
     /// Waits for the threads (the caller sets the stop flag to hurry them) and sums them.
     pub fn finish(self, group: &Group) -> MirrorFigures {
-        let outcomes: Vec<ThreadOutcome> = self.handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+        let outcomes: Vec<ThreadOutcome> = self
+            .handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect();
         MirrorFigures {
             bytes: group
                 .transactions
                 .iter()
                 .enumerate()
-                .map(|(ti, t)| (0..t.ops.len()).map(|oi| outcomes.iter().filter_map(|o| Some(o.transactions.get(ti)?.ops.get(oi)?.bytes)).sum()).collect())
+                .map(|(ti, t)| {
+                    (0..t.ops.len())
+                        .map(|oi| {
+                            outcomes
+                                .iter()
+                                .filter_map(|o| Some(o.transactions.get(ti)?.ops.get(oi)?.bytes))
+                                .sum()
+                        })
+                        .collect()
+                })
                 .collect(),
             received_per_thread: outcomes.iter().map(|o| o.received).collect(),
-            failures: outcomes.iter().enumerate().filter_map(|(t, o)| o.failure.as_ref().map(|f| format!("mirror thread {t}: {f}"))).take(8).collect(),
+            failures: outcomes
+                .iter()
+                .enumerate()
+                .filter_map(|(t, o)| {
+                    o.failure
+                        .as_ref()
+                        .map(|f| format!("mirror thread {t}: {f}"))
+                })
+                .take(8)
+                .collect(),
         }
     }
 }

@@ -30,7 +30,10 @@ pub fn resolve(host: &str) -> std::io::Result<std::net::SocketAddr> {
     let with_port = if host.parse::<std::net::IpAddr>().is_ok() {
         // A bare address, IPv6 included.
         std::net::SocketAddr::new(host.parse().expect("checked"), DEFAULT_PORT).to_string()
-    } else if host.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+    } else if host
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
         host.to_string()
     } else {
         format!("{host}:{DEFAULT_PORT}")

@@ -37,7 +37,11 @@ pub(crate) struct Rendezvous {
 
 impl Rendezvous {
     /// A rendezvous with its UDP socket bound on `ip`; `stop` ends its helper threads.
-    pub fn open(ip: std::net::IpAddr, token: Token, stop: Arc<AtomicBool>) -> io::Result<Arc<Rendezvous>> {
+    pub fn open(
+        ip: std::net::IpAddr,
+        token: Token,
+        stop: Arc<AtomicBool>,
+    ) -> io::Result<Arc<Rendezvous>> {
         let udp = UdpSocket::bind(SocketAddr::new(ip, 0))?;
         udp.set_read_timeout(Some(SLICE))?;
         let rendezvous = Arc::new(Rendezvous {
@@ -89,7 +93,10 @@ impl Rendezvous {
 
     /// Feeds TCP connections from the server's registry until the sender side is dropped
     /// or the run stops.
-    pub fn feed(self: &Arc<Rendezvous>, incoming: std::sync::mpsc::Receiver<(u32, std::net::TcpStream)>) {
+    pub fn feed(
+        self: &Arc<Rendezvous>,
+        incoming: std::sync::mpsc::Receiver<(u32, std::net::TcpStream)>,
+    ) {
         let rendezvous = self.clone();
         let _ = std::thread::Builder::new()
             .name("linerate-rendezvous".into())
@@ -154,12 +161,15 @@ impl Rendezvous {
                 let _ = served.send(&buf[..n]);
                 continue;
             }
-            let opened = UdpSocket::bind(SocketAddr::new(socket.local_addr().map_or(from.ip(), |a| a.ip()), 0))
-                .and_then(|s| {
-                    s.connect(from)?;
-                    s.send(&buf[..n])?;
-                    Ok(s)
-                });
+            let opened = UdpSocket::bind(SocketAddr::new(
+                socket.local_addr().map_or(from.ip(), |a| a.ip()),
+                0,
+            ))
+            .and_then(|s| {
+                s.connect(from)?;
+                s.send(&buf[..n])?;
+                Ok(s)
+            });
             if let Ok(served) = opened {
                 if let Ok(copy) = served.try_clone() {
                     answered.insert((from, flow), copy);
@@ -176,4 +186,3 @@ pub(crate) fn new_token() -> io::Result<Token> {
     getrandom::getrandom(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
     Ok(Token(bytes))
 }
-

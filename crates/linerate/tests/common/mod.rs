@@ -386,3 +386,92 @@ pub fn num(doc: &serde_json::Value, pointer: &str) -> f64 {
         .and_then(serde_json::Value::as_f64)
         .unwrap_or_else(|| panic!("{pointer} missing or not a number in {doc}"))
 }
+
+/// Network namespaces on one bridge (in a namespace of its own), each with one address
+/// in a /24 of their own; removed on drop.
+pub struct Star {
+    pub hub: String,
+    pub hosts: Vec<String>,
+    pub addrs: Vec<String>,
+    devs: Vec<String>,
+}
+
+impl Star {
+    pub fn new(tag: &str, count: usize) -> Star {
+        let pid = std::process::id();
+        let subnet = format!("10.{}.{}", 150 + pid % 40, (pid / 40) % 250 + 1);
+        let hub = format!("lr-{tag}-{pid}-hub");
+        run("ip", &["netns", "add", &hub]);
+        run("ip", &["-n", &hub, "link", "add", "br0", "type", "bridge"]);
+        run("ip", &["-n", &hub, "link", "set", "br0", "up"]);
+        let mut star = Star {
+            hub,
+            hosts: Vec::new(),
+            addrs: Vec::new(),
+            devs: Vec::new(),
+        };
+        for i in 0..count {
+            let ns = format!("lr-{tag}-{pid}-h{i}");
+            let outer = format!("lrs{}o{i}", pid % 100_000);
+            let inner = format!("lrs{}i{i}", pid % 100_000);
+            let addr = format!("{subnet}.{}", i + 1);
+            run("ip", &["netns", "add", &ns]);
+            run(
+                "ip",
+                &[
+                    "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+                ],
+            );
+            run("ip", &["link", "set", &outer, "netns", &star.hub]);
+            run("ip", &["link", "set", &inner, "netns", &ns]);
+            run(
+                "ip",
+                &["-n", &star.hub, "link", "set", &outer, "master", "br0"],
+            );
+            run("ip", &["-n", &star.hub, "link", "set", &outer, "up"]);
+            run(
+                "ip",
+                &[
+                    "-n",
+                    &ns,
+                    "addr",
+                    "add",
+                    &format!("{addr}/24"),
+                    "dev",
+                    &inner,
+                ],
+            );
+            run("ip", &["-n", &ns, "link", "set", "lo", "up"]);
+            run("ip", &["-n", &ns, "link", "set", &inner, "up"]);
+            star.hosts.push(ns);
+            star.addrs.push(addr);
+            star.devs.push(inner);
+        }
+        star
+    }
+
+    /// A statistics counter of host `i`'s interface (`rx_bytes`, `tx_bytes`, ...).
+    pub fn counter(&self, i: usize, name: &str) -> u64 {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.hosts[i],
+                "cat",
+                &format!("/sys/class/net/{}/statistics/{name}", self.devs[i]),
+            ],
+        )
+        .trim()
+        .parse()
+        .expect("a counter")
+    }
+}
+
+impl Drop for Star {
+    fn drop(&mut self) {
+        for ns in self.hosts.iter().chain([&self.hub]) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! Profile runs end to end: `linerate run` on loopback, across agents in network
+//! namespaces (one server, four clients), an agent lost mid-run, and bad profiles.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+fn repo(path: &str) -> String {
+    format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn write_profile(name: &str, text: &str) -> String {
+    let path = std::env::temp_dir().join(format!("linerate-{}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_loopback_profile_runs_counts_at_the_receiver_and_is_kept() {
+    let out = linerate(&[
+        "run",
+        &repo("profiles/rr-1byte.toml"),
+        "--set",
+        "duration=1s",
+        "--set",
+        "threads=2",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["test"], "profile");
+    assert_eq!(doc["config"]["format"], "toml");
+    assert_eq!(doc["summary"]["complete"], true);
+    let group = &doc["groups"][0];
+    assert_eq!(group["threads"], 2);
+    let rr = &group["transactions"][1];
+    let (write, read) = (&rr["ops"][0], &rr["ops"][1]);
+    let iterations = rr["iterations"].as_u64().unwrap();
+    assert!(iterations > 100, "{rr}");
+    // Every iteration wrote one byte and read one: the mirror read exactly the bytes
+    // written (its count), and wrote exactly the bytes read.
+    assert_eq!(write["count"].as_u64(), Some(iterations));
+    assert_eq!(write["peer_bytes"].as_u64(), Some(iterations));
+    assert_eq!(read["bytes"].as_u64(), Some(iterations));
+    assert_eq!(rr["received_bytes"].as_u64(), Some(2 * iterations));
+    assert!(rr["latency_us"]["p50"].as_f64().unwrap() > 0.0);
+    assert!(
+        read["latency_us"]["p99"].as_f64().unwrap() >= read["latency_us"]["p50"].as_f64().unwrap()
+    );
+    // Kept like every other run.
+    let note = stderr(&out);
+    let id = note
+        .split("Stored as run ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("stored");
+    let shown = linerate(&["show", id]);
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("Profile '1-byte request/response'"));
+    let csv = linerate(&["export", id, "--format", "csv"]);
+    assert!(String::from_utf8_lossy(&csv.stdout).starts_with("group,host,transaction,op"));
+}
+
+#[test]
+fn uperf_profiles_run_directly_with_their_variables() {
+    // netperf.xml: the master accepts (the peer dials back) and uses $proto; UDP here.
+    let text = std::fs::read_to_string(repo("../shared/profiles/uperf/netperf.xml"))
+        .unwrap()
+        .replace("duration=\"30s\"", "duration=\"1s\"");
+    let path = write_profile("netperf.xml", &text);
+    let out = linerate(&[
+        "run",
+        &path,
+        "--set",
+        "h=local",
+        "--set",
+        "proto=udp",
+        "--json",
+        "--no-store",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["config"]["format"], "uperf-xml");
+    let txn = &doc["groups"][0]["transactions"][1];
+    let iterations = txn["iterations"].as_u64().unwrap();
+    assert!(iterations > 100, "{txn}");
+    // 90-byte datagrams each way, one per iteration, none lost on loopback.
+    assert_eq!(txn["ops"][0]["peer_bytes"].as_u64(), Some(90 * iterations));
+    assert_eq!(txn["ops"][1]["bytes"].as_u64(), Some(90 * iterations));
+    // Unsupported files are refused naming the element, with exit 2.
+    let out = linerate(&[
+        "run",
+        &repo("../shared/profiles/uperf/ssl.xml"),
+        "--no-store",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("ssl.xml:5:") && err.contains("protocol 'ssl' is not supported"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn convert_prints_toml_that_runs_the_same_profile() {
+    let out = linerate(&[
+        "profile",
+        "convert",
+        &repo("../shared/profiles/uperf/two-hosts.xml"),
+        "--set",
+        "h1=10.0.0.1",
+        "--set",
+        "h2=10.0.0.2:6000",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let toml = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(toml.contains("remote = \"10.0.0.2:6000\""), "{toml}");
+    assert!(toml.contains("conn = \"1\""), "{toml}");
+    let path = write_profile("two-hosts.toml", &toml);
+    let again = linerate(&["profile", "convert", &path]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), toml);
+}
+
+#[test]
+fn bad_profiles_and_values_are_one_line_errors() {
+    let bad = write_profile(
+        "bad.toml",
+        "[[group]]\nthreads = \"${n}\"\n[[group.transaction]]\nops = [{ op = \"connect\" }]\n",
+    );
+    let vsock = repo("../shared/profiles/uperf/vsock.xml");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["run", &bad], "bad.toml:2:11: ${n} is not set"),
+        (
+            vec!["run", &bad, "--set", "n=zero"],
+            "threads 'zero' is not a whole number",
+        ),
+        (
+            vec!["run", "/nonexistent/p.toml"],
+            "cannot read profile /nonexistent/p.toml",
+        ),
+        (vec!["run", &bad, "--set", "n"], "'n' is not NAME=VALUE"),
+        (
+            vec!["profile", "check", &vsock, "--set", "h=x"],
+            "protocol 'vsock' is not supported",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut args = args.clone();
+        args.push("--no-store");
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+    // An agent that is not there: a clear error, exit 1, no hang.
+    let nowhere = write_profile(
+        "nowhere.toml",
+        "[[group]]\nhost = \"127.0.0.1:9\"\n[[group.transaction]]\nops = [{ op = \"connect\" }]\n",
+    );
+    let started = Instant::now();
+    let out = linerate(&["run", &nowhere, "--no-store", "--control-timeout", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("agent 127.0.0.1:9: cannot connect"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn an_agent_lost_mid_run_ends_it_incomplete_within_the_control_timeout() {
+    let runner = ServeProcess::start(&[]);
+    let peer = ServeProcess::start(&[]);
+    let profile = write_profile(
+        "lost.toml",
+        &format!(
+            "[[group]]\nname = \"far\"\nhost = \"{}\"\nremote = \"{}\"\nthreads = 2\n\
+             [[group.transaction]]\nops = [{{ op = \"connect\" }}]\n\
+             [[group.transaction]]\nduration = \"30s\"\nops = [{{ op = \"write\", size = \"16k\" }}]\n\
+             [[group]]\nname = \"near\"\nthreads = 1\n\
+             [[group.transaction]]\nops = [{{ op = \"connect\" }}]\n\
+             [[group.transaction]]\nduration = \"30s\"\nops = [{{ op = \"write\", size = \"16k\" }}]\n",
+            runner.addr(),
+            peer.addr()
+        ),
+    );
+    let child = command()
+        .args([
+            "run",
+            &profile,
+            "--json",
+            "--no-store",
+            "--control-timeout",
+            "2",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        runner.wait_log("starting 1 group(s)", Duration::from_secs(10)),
+        "{}",
+        runner.log()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut runner = runner;
+    let killed = Instant::now();
+    runner.child.kill().unwrap();
+    let _ = runner.child.wait();
+    let out = child.wait_with_output().unwrap();
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "the run ended {took:?} after the agent was killed"
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["summary"]["complete"], false);
+    let why = doc["incomplete"].as_str().unwrap();
+    assert!(why.contains(&format!("lost {}", runner.addr())), "{why}");
+    let far = doc["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["host"] == runner.addr())
+        .unwrap();
+    assert!(
+        far["failure"].as_str().unwrap().contains("connection lost"),
+        "{far}"
+    );
+    // The other host's group reported what it did before the abort.
+    let near = doc["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "near")
+        .unwrap();
+    assert!(near["received_bytes"].as_u64().unwrap() > 0, "{near}");
+    assert!(stderr(&out).contains("incomplete"), "{}", stderr(&out));
+    // The surviving agent keeps serving.
+    assert!(
+        peer.wait_log("ended", Duration::from_secs(10)),
+        "{}",
+        peer.log()
+    );
+    let again = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &peer.port.to_string(),
+        "-t",
+        "0.3",
+        "--no-store",
+    ]);
+    assert!(again.status.success(), "{}", stderr(&again));
+}
+
+#[test]
+fn four_client_hosts_receive_from_one_server_with_a_synchronized_start() {
+    if !is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    let star = Star::new("four", 6);
+    let agents: Vec<ServeProcess> = (0..5)
+        .map(|i| ServeProcess::start_with(Some(&star.hosts[i]), &star.addrs[i], &["--no-store"]))
+        .collect();
+    let host = |i: usize| format!("{}:{}", star.addrs[i], agents[i].port);
+    let before: Vec<u64> = (1..5).map(|i| star.counter(i, "rx_bytes")).collect();
+    let mut args = vec![
+        "run".to_string(),
+        repo("profiles/four-clients.toml"),
+        "--set".into(),
+        format!("server={}", host(0)),
+        "--set".into(),
+        "duration=2s".into(),
+        "--set".into(),
+        "threads=2".into(),
+        "--json".into(),
+        "--no-store".into(),
+    ];
+    for c in 1..5 {
+        args.push("--set".into());
+        args.push(format!("c{c}={}", host(c)));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = linerate_in(&star.hosts[5], &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let after: Vec<u64> = (1..5).map(|i| star.counter(i, "rx_bytes")).collect();
+    let doc = json(&out);
+    assert_eq!(doc["summary"]["complete"], true, "{}", doc["incomplete"]);
+    let hosts = doc["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 4);
+    let total = doc["summary"]["received_bps"].as_f64().unwrap();
+    let sum: f64 = hosts
+        .iter()
+        .map(|h| h["received_bps"].as_f64().unwrap())
+        .sum();
+    assert!(
+        (total - sum).abs() <= total * 1e-9,
+        "total {total} sum {sum}"
+    );
+    for (c, h) in hosts.iter().enumerate() {
+        assert_eq!(h["host"], host(c + 1));
+        let received = h["received_bytes"].as_u64().unwrap();
+        assert!(h["received_bps"].as_f64().unwrap() > 0.0, "{h}");
+        // The interface saw the payload plus headers and the agents' control traffic.
+        let wire = after[c] - before[c];
+        assert!(
+            wire >= received,
+            "host {c}: {wire} bytes on the wire < {received} payload"
+        );
+        assert!(
+            (wire as f64) < received as f64 * 1.10,
+            "host {c}: {wire} on the wire for {received}"
+        );
+    }
+    let skew = doc["summary"]["start_skew_ms"].as_f64().unwrap();
+    assert!(skew < 10.0, "start skew {skew} ms");
+    assert!(
+        agents[0].log().contains("mirror of group 'client1'"),
+        "{}",
+        agents[0].log()
+    );
+}
