@@ -94,12 +94,23 @@ fn fetch(storage: &Storage, ids: &[i64]) -> Result<Vec<StoredRun>> {
 
 pub fn compare(args: &CompareArgs, storage: &Storage) -> Result<ExitCode> {
     let runs = fetch(storage, &args.ids)?;
+    let profiles: Vec<(i64, &linerate_report::profile::ProfileReport)> = runs
+        .iter()
+        .filter_map(|run| match &run.document {
+            Document::Profile(report) => Some((run.row.id, report.as_ref())),
+            _ => None,
+        })
+        .collect();
+    if !profiles.is_empty() && profiles.len() == runs.len() && !args.json {
+        print!("{}", linerate_report::profile::compare_text(&profiles));
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut tests = Vec::new();
     for run in &runs {
         match &run.document {
             Document::Test(report) => tests.push((run.row.id, report.as_ref())),
             other => bail!(
-                "run {} is a {}: compare takes test runs ('linerate report {} ... --html FILE' draws sweeps side by side)",
+                "run {} is a {}: compare takes test runs, or profile runs without --json ('linerate report {} ... --html FILE' draws sweeps side by side)",
                 run.row.id,
                 other.kind(),
                 run.row.id

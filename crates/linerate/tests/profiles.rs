@@ -59,6 +59,28 @@ fn a_loopback_profile_runs_counts_at_the_receiver_and_is_kept() {
     assert!(String::from_utf8_lossy(&shown.stdout).contains("Profile '1-byte request/response'"));
     let csv = linerate(&["export", id, "--format", "csv"]);
     assert!(String::from_utf8_lossy(&csv.stdout).starts_with("group,host,transaction,op"));
+    // Two profile runs compare side by side.
+    let second = linerate(&[
+        "run",
+        &repo("profiles/rr-1byte.toml"),
+        "--set",
+        "duration=0.5s",
+    ]);
+    assert!(second.status.success(), "{}", stderr(&second));
+    let note = stderr(&second);
+    let id2 = note
+        .split("Stored as run ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("stored");
+    let compared = linerate(&["compare", id, id2]);
+    let text = String::from_utf8_lossy(&compared.stdout);
+    assert!(
+        compared.status.success()
+            && text.contains(&format!("Δ run {id2}"))
+            && text.contains("rr txn 2 p99 us"),
+        "{text}"
+    );
 }
 
 #[test]

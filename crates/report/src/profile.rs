@@ -342,3 +342,73 @@ impl ProfileReport {
         out
     }
 }
+
+/// Profile runs side by side: the totals, then each transaction's rate and latency, with
+/// the change against the first run. Profile runs are not repeated, so no significance is
+/// claimed.
+pub fn compare_text(runs: &[(i64, &ProfileReport)]) -> String {
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    let mut header = vec!["figure".to_string()];
+    header.extend(runs.iter().map(|(id, _)| format!("run {id}")));
+    header.extend(runs.iter().skip(1).map(|(id, _)| format!("Δ run {id}")));
+    table.set_header(header);
+    let mut figures: Vec<(String, Vec<Option<f64>>)> = vec![
+        (
+            "received Mbit/s".into(),
+            runs.iter()
+                .map(|(_, r)| Some(r.summary.received_bps / 1e6))
+                .collect(),
+        ),
+        (
+            "iterations/s".into(),
+            runs.iter()
+                .map(|(_, r)| Some(r.summary.iterations_per_s))
+                .collect(),
+        ),
+        (
+            "errors".into(),
+            runs.iter()
+                .map(|(_, r)| Some(r.summary.errors as f64))
+                .collect(),
+        ),
+    ];
+    let first = runs.first().map(|(_, r)| *r);
+    for group in first.map(|r| r.groups.as_slice()).unwrap_or_default() {
+        for (ti, _) in group.transactions.iter().enumerate() {
+            let pick = |f: fn(&TransactionFigures) -> f64| -> Vec<Option<f64>> {
+                runs.iter()
+                    .map(|(_, r)| {
+                        r.groups
+                            .iter()
+                            .find(|g| g.name == group.name)
+                            .and_then(|g| g.transactions.get(ti))
+                            .map(f)
+                    })
+                    .collect()
+            };
+            let label = format!("{} txn {}", group.name, ti + 1);
+            figures.push((
+                format!("{label} iterations/s"),
+                pick(|t| t.iterations_per_s),
+            ));
+            figures.push((format!("{label} p50 us"), pick(|t| t.latency_us.p50)));
+            figures.push((format!("{label} p99 us"), pick(|t| t.latency_us.p99)));
+        }
+    }
+    for (name, values) in figures {
+        let mut row = vec![name];
+        row.extend(
+            values
+                .iter()
+                .map(|v| v.map_or("-".into(), |v| format!("{v:.2}"))),
+        );
+        let base = values.first().copied().flatten();
+        row.extend(values.iter().skip(1).map(|v| match (base, v) {
+            (Some(b), Some(v)) if b != 0.0 => format!("{:+.1}%", (v - b) / b * 100.0),
+            _ => "-".into(),
+        }));
+        table.add_row(row);
+    }
+    format!("{table}\nProfile runs ran once each: differences are not judged for significance.\n")
+}
