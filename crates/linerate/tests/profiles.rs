@@ -67,7 +67,7 @@ fn a_loopback_profile_runs_counts_at_the_receiver_and_is_kept() {
         "duration=0.5s",
     ]);
     assert!(second.status.success(), "{}", stderr(&second));
-    let note = stderr(&second);
+    let note = String::from_utf8_lossy(&second.stdout).to_string();
     let id2 = note
         .split("Stored as run ")
         .nth(1)
