@@ -98,8 +98,8 @@ pub struct HostResult {
     pub clock_offset_ms: f64,
     /// The round trip of the best clock sample (the offset's uncertainty is half of it).
     pub clock_rtt_ms: f64,
-    /// When the host released its threads, on the controller's clock, after the announced
-    /// start.
+    /// When the host released its first thread, on the controller's clock, after the
+    /// announced start.
     pub start_delay_ms: f64,
     /// Why the host's part did not finish, if it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -119,7 +119,8 @@ pub struct ProfileSummary {
     pub iterations: u64,
     pub iterations_per_s: f64,
     pub errors: u64,
-    /// The spread of the hosts' achieved start times (latest minus earliest).
+    /// The spread of the hosts' achieved start times (latest minus earliest); a host
+    /// starts when its first thread is released.
     pub start_skew_ms: f64,
     /// False when a host was lost or a group did not finish: the figures are partial.
     pub complete: bool,

@@ -159,10 +159,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                             }
                         }
                         if let Some(first) = released.iter().min() {
-                            let ago = first.elapsed();
-                            let _ = sender.send(RunEvent::Released(
-                                unix_ns().saturating_sub(ago.as_nanos() as u64),
-                            ));
+                            let _ = sender.send(RunEvent::Released(*first));
                         }
                         let _ = sender.send(RunEvent::Done(results));
                     });

@@ -102,6 +102,9 @@ pub(crate) struct ThreadOutcome {
     pub received: u64,
     pub errors: u64,
     pub started: Option<Instant>,
+    /// `started` as Unix time, read at that moment (the wall clock and the monotonic one
+    /// may run at different rates, so one is never derived from the other later).
+    pub started_unix_ns: u64,
     pub ended: Option<Instant>,
     pub failure: Option<String>,
 }
@@ -196,6 +199,7 @@ impl Thread<'_> {
                 })
                 .collect(),
             started: Some(Instant::now()),
+            started_unix_ns: super::link::unix_ns(),
             ..ThreadOutcome::default()
         };
         let mut state = State {

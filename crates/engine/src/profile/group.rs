@@ -74,6 +74,19 @@ fn has_accepts_to(group: &Group, remote: &Option<String>) -> bool {
         .any(|op| matches!(&op.action, Action::Accept(e) if e.remote == *remote))
 }
 
+/// Sleeps until shortly before `start`, then yields until it: a sleeping thread can wake
+/// late by a scheduler tick, and the hosts' threads should start together.
+fn wait_for(start: Instant) {
+    const SPIN: Duration = Duration::from_millis(20);
+    let now = Instant::now();
+    if start > now + SPIN {
+        std::thread::sleep(start - now - SPIN);
+    }
+    while Instant::now() < start {
+        std::thread::yield_now();
+    }
+}
+
 /// A group ready to start: every peer runs its mirror.
 pub(crate) struct PreparedGroup {
     pub part: GroupPart,
@@ -175,12 +188,12 @@ pub(crate) fn prepare(
 }
 
 /// Runs the group's threads from `start` (an instant), collects the peers' figures and
-/// returns the group's result and when its threads were released (the median).
+/// returns the group's result and when its first thread was released (Unix ns).
 pub(crate) fn run(
     prepared: PreparedGroup,
     start: Instant,
     limit: Instant,
-) -> (GroupResult, Option<Instant>) {
+) -> (GroupResult, Option<u64>) {
     let PreparedGroup {
         part,
         side,
@@ -198,10 +211,7 @@ pub(crate) fn run(
             .name("linerate-profile".into())
             .stack_size(STACK)
             .spawn(move || {
-                let now = Instant::now();
-                if start > now {
-                    std::thread::sleep(start - now);
-                }
+                wait_for(start);
                 let thread = Thread {
                     index,
                     group: &group,
@@ -249,9 +259,13 @@ pub(crate) fn run(
             Err(e) => failures.push(format!("peer {label}: {e}")),
         }
     }
-    let mut wakes: Vec<Instant> = outcomes.iter().filter_map(|o| o.started).collect();
+    let mut wakes: Vec<u64> = outcomes
+        .iter()
+        .filter(|o| o.started.is_some())
+        .map(|o| o.started_unix_ns)
+        .collect();
     wakes.sort();
-    let released = wakes.get(wakes.len() / 2).copied();
+    let released = wakes.first().copied();
     let result = merge(
         &part, &group, start, &outcomes, &latency, &mirrors, failures,
     );

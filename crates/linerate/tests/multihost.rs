@@ -1,0 +1,94 @@
+//! A profile across five agents in network namespaces: one server, four client hosts.
+//! In a test binary of its own, so that no other test's load runs beside it: the start
+//! skew it checks is a scheduling figure.
+
+mod common;
+
+use common::*;
+
+fn repo(path: &str) -> String {
+    format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn four_client_hosts_receive_from_one_server_with_a_synchronized_start() {
+    if !is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    let star = Star::new("four", 6);
+    let agents: Vec<ServeProcess> = (0..5)
+        .map(|i| ServeProcess::start_with(Some(&star.hosts[i]), &star.addrs[i], &["--no-store"]))
+        .collect();
+    let host = |i: usize| format!("{}:{}", star.addrs[i], agents[i].port);
+    let before: Vec<u64> = (1..5).map(|i| star.counter(i, "rx_bytes")).collect();
+    let mut args = vec![
+        "run".to_string(),
+        repo("profiles/four-clients.toml"),
+        "--set".into(),
+        format!("server={}", host(0)),
+        "--set".into(),
+        "duration=2s".into(),
+        "--set".into(),
+        "threads=1".into(),
+        "--json".into(),
+        "--no-store".into(),
+    ];
+    for c in 1..5 {
+        args.push("--set".into());
+        args.push(format!("c{c}={}", host(c)));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = linerate_in(&star.hosts[5], &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let after: Vec<u64> = (1..5).map(|i| star.counter(i, "rx_bytes")).collect();
+    let doc = json(&out);
+    assert_eq!(doc["summary"]["complete"], true, "{}", doc["incomplete"]);
+    let hosts = doc["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 4);
+    let total = doc["summary"]["received_bps"].as_f64().unwrap();
+    let sum: f64 = hosts
+        .iter()
+        .map(|h| h["received_bps"].as_f64().unwrap())
+        .sum();
+    assert!(
+        (total - sum).abs() <= total * 1e-9,
+        "total {total} sum {sum}"
+    );
+    for (c, h) in hosts.iter().enumerate() {
+        assert_eq!(h["host"], host(c + 1));
+        let received = h["received_bytes"].as_u64().unwrap();
+        assert!(h["received_bps"].as_f64().unwrap() > 0.0, "{h}");
+        // The interface saw the payload plus headers and the agents' control traffic.
+        let wire = after[c] - before[c];
+        assert!(
+            wire >= received,
+            "host {c}: {wire} bytes on the wire < {received} payload"
+        );
+        assert!(
+            (wire as f64) < received as f64 * 1.10,
+            "host {c}: {wire} on the wire for {received}"
+        );
+    }
+    let skew = doc["summary"]["start_skew_ms"].as_f64().unwrap();
+    let delays: Vec<f64> = hosts
+        .iter()
+        .map(|h| h["start_delay_ms"].as_f64().unwrap())
+        .collect();
+    assert!(
+        skew < 10.0,
+        "start skew {skew} ms; delays {delays:?}; hosts {}",
+        serde_json::to_string(
+            &hosts
+                .iter()
+                .map(|h| (h["clock_offset_ms"].clone(), h["clock_rtt_ms"].clone()))
+                .collect::<Vec<_>>()
+        )
+        .unwrap()
+    );
+    assert!(
+        agents[0].log().contains("mirror of group 'client1'"),
+        "{}",
+        agents[0].log()
+    );
+}
