@@ -21,10 +21,25 @@ fn four_client_hosts_receive_from_one_server_with_a_synchronized_start() {
         .map(|i| ServeProcess::start_with(Some(&star.hosts[i]), &star.addrs[i], &["--no-store"]))
         .collect();
     let host = |i: usize| format!("{}:{}", star.addrs[i], agents[i].port);
+    // The shipped profile, each client paced to 500 reads of 64 KiB per second (about
+    // 260 Mbit/s): five "hosts" share this machine's CPUs, and an unpaced first host
+    // would saturate them and delay the others' wake-ups, which is not what the skew
+    // figure is about.
+    let shipped = std::fs::read_to_string(repo("profiles/four-clients.toml")).unwrap();
+    let text = shipped.replace(
+        "duration = \"${duration}\"\n",
+        "duration = \"${duration}\"\nrate = 500\n",
+    );
+    assert_eq!(text.matches("rate = 500").count(), 4);
+    let paced = std::env::temp_dir()
+        .join(format!("linerate-{}-four-clients.toml", std::process::id()))
+        .display()
+        .to_string();
+    std::fs::write(&paced, text).unwrap();
     let before: Vec<u64> = (1..5).map(|i| star.counter(i, "rx_bytes")).collect();
     let mut args = vec![
         "run".to_string(),
-        repo("profiles/four-clients.toml"),
+        paced.clone(),
         "--set".into(),
         format!("server={}", host(0)),
         "--set".into(),
@@ -59,14 +74,16 @@ fn four_client_hosts_receive_from_one_server_with_a_synchronized_start() {
         assert_eq!(h["host"], host(c + 1));
         let received = h["received_bytes"].as_u64().unwrap();
         assert!(h["received_bps"].as_f64().unwrap() > 0.0, "{h}");
-        // The interface saw the payload plus headers and the agents' control traffic.
+        // The interface saw the payload plus headers and the agents' control traffic; at
+        // 66 bytes of headers per segment, 20 % allows segments down to a third of the MSS
+        // (paced reads leave some short).
         let wire = after[c] - before[c];
         assert!(
             wire >= received,
             "host {c}: {wire} bytes on the wire < {received} payload"
         );
         assert!(
-            (wire as f64) < received as f64 * 1.10,
+            (wire as f64) < received as f64 * 1.20,
             "host {c}: {wire} on the wire for {received}"
         );
     }

@@ -74,8 +74,9 @@ fn has_accepts_to(group: &Group, remote: &Option<String>) -> bool {
         .any(|op| matches!(&op.action, Action::Accept(e) if e.remote == *remote))
 }
 
-/// Sleeps until shortly before `start`, then yields until it: a sleeping thread can wake
-/// late by a scheduler tick, and the hosts' threads should start together.
+/// Sleeps until shortly before `start`, then yields until it. A thread that sleeps to
+/// the instant can wake milliseconds late when its CPU was idle (a virtual CPU parked by
+/// its host most of all); yielding through the last stretch keeps the CPUs awake.
 fn wait_for(start: Instant) {
     const SPIN: Duration = Duration::from_millis(20);
     let now = Instant::now();
