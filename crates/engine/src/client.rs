@@ -7,7 +7,7 @@
 
 use crate::control::Control;
 use crate::plane::{DataPlane, PlaneSetup};
-use crate::server::{Server, ServerConfig};
+use crate::server::LocalServer;
 use crate::sys;
 use crate::worker::{FlowSocket, FlowSpec, Side};
 use linerate_hostinfo::host_facts;
@@ -370,18 +370,10 @@ pub fn run_local(
     cancel: &AtomicBool,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Report, ClientError> {
-    let mut server_config = ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
-    server_config.log = false;
-    server_config.drain = options.drain;
-    let server = Server::bind(server_config).map_err(ClientError::LocalServer)?;
-    let addr = server.local_addr().map_err(ClientError::LocalServer)?;
-    let shutdown = server.shutdown_flag();
-    let handle = std::thread::Builder::new()
-        .name("linerate-local-server".into())
-        .spawn(move || server.run())
+    let local = LocalServer::start(|config| config.drain = options.drain)
         .map_err(ClientError::LocalServer)?;
-    let result = run(addr, options, cancel, progress);
-    shutdown.store(true, Ordering::Relaxed);
-    let _ = handle.join();
+    let result = run(local.addr, options, cancel, progress);
+    local.shutdown.store(true, Ordering::Relaxed);
+    let _ = local.handle.join();
     result
 }

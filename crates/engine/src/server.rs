@@ -120,6 +120,35 @@ impl Shared {
     }
 }
 
+/// A server on an ephemeral loopback port, serving on a thread of its own: the in-process
+/// peer of runs that measure this machine.
+pub struct LocalServer {
+    pub addr: SocketAddr,
+    /// Setting it ends the server.
+    pub shutdown: Arc<AtomicBool>,
+    pub handle: JoinHandle<io::Result<()>>,
+}
+
+impl LocalServer {
+    /// Starts one, quiet, with `configure` applied to its configuration.
+    pub fn start(configure: impl FnOnce(&mut ServerConfig)) -> io::Result<LocalServer> {
+        let mut config = ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+        config.log = false;
+        configure(&mut config);
+        let server = Server::bind(config)?;
+        let addr = server.local_addr()?;
+        let shutdown = server.shutdown_flag();
+        let handle = std::thread::Builder::new()
+            .name("linerate-local-server".into())
+            .spawn(move || server.run())?;
+        Ok(LocalServer {
+            addr,
+            shutdown,
+            handle,
+        })
+    }
+}
+
 /// A bound server, ready to [`run`](Server::run).
 pub struct Server {
     listener: TcpListener,
@@ -286,39 +315,43 @@ impl Server {
         Ok(())
     }
 
+    /// Serves one connection on a thread of its own; a thread that cannot start is logged
+    /// and the connection dropped.
+    fn spawn_session(
+        &self,
+        name: &str,
+        peer: SocketAddr,
+        serve: impl FnOnce(&Arc<Shared>) + Send + 'static,
+    ) -> Option<JoinHandle<()>> {
+        let shared = self.shared.clone();
+        match std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || serve(&shared))
+        {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                self.shared
+                    .log(&format!("cannot start a thread for {peer}: {e}"));
+                None
+            }
+        }
+    }
+
     fn dispatch(&self, kind: Preface, conn: Pending) -> Option<JoinHandle<()>> {
         let shared = &self.shared;
         let peer = conn.peer;
         let stream = into_std(conn.stream);
         match kind {
             Preface::Control { .. } => {
-                let shared = self.shared.clone();
                 let bytes = conn.bytes;
-                let spawned = std::thread::Builder::new()
-                    .name("linerate-test".into())
-                    .spawn(move || serve_test(&shared, stream, bytes, peer));
-                match spawned {
-                    Ok(handle) => Some(handle),
-                    Err(e) => {
-                        self.shared
-                            .log(&format!("cannot start a thread for {peer}: {e}"));
-                        None
-                    }
-                }
+                self.spawn_session("linerate-test", peer, move |shared| {
+                    serve_test(shared, stream, bytes, peer)
+                })
             }
             Preface::Agent { version } => {
-                let shared = self.shared.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("linerate-agent".into())
-                    .spawn(move || crate::profile::agent::serve(&shared, stream, version, peer));
-                match spawned {
-                    Ok(handle) => Some(handle),
-                    Err(e) => {
-                        self.shared
-                            .log(&format!("cannot start a thread for {peer}: {e}"));
-                        None
-                    }
-                }
+                self.spawn_session("linerate-agent", peer, move |shared| {
+                    crate::profile::agent::serve(shared, stream, version, peer)
+                })
             }
             Preface::Data { token, flow } => {
                 let sender = shared
@@ -351,18 +384,9 @@ impl Server {
                     }
                     return None;
                 }
-                let shared = self.shared.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("linerate-iperf3".into())
-                    .spawn(move || crate::iperf3_server::serve(&shared, stream, cookie, peer));
-                match spawned {
-                    Ok(handle) => Some(handle),
-                    Err(e) => {
-                        self.shared
-                            .log(&format!("cannot start a thread for {peer}: {e}"));
-                        None
-                    }
-                }
+                self.spawn_session("linerate-iperf3", peer, move |shared| {
+                    crate::iperf3_server::serve(shared, stream, cookie, peer)
+                })
             }
             Preface::Unknown | Preface::NeedBytes(_) => {
                 shared.log(&format!(
@@ -428,7 +452,7 @@ struct TestState {
     counted: bool,
 }
 
-fn random_token() -> io::Result<Token> {
+pub(crate) fn random_token() -> io::Result<Token> {
     let mut bytes = [0u8; 16];
     getrandom::getrandom(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
     Ok(Token(bytes))

@@ -4,7 +4,7 @@
 
 use super::group::{self, Mirror, PreparedGroup};
 use super::link::{unix_ns, Link};
-use super::rendezvous::{new_token, Rendezvous};
+use super::rendezvous::Rendezvous;
 use crate::server::Shared;
 use linerate_proto::agent::{AgentReply, AgentRequest, MirrorSpec, AGENT_VERSION};
 use linerate_report::profile::GroupResult;
@@ -260,7 +260,7 @@ fn start_mirror(
     if !spec.limit_s.is_finite() || spec.limit_s > f64::from(u32::MAX) {
         return Err(format!("run limit {} s is not acceptable", spec.limit_s));
     }
-    let token = new_token().map_err(|e| e.to_string())?;
+    let token = crate::server::random_token().map_err(|e| e.to_string())?;
     let incoming = shared.register_flows(token);
     let rendezvous = Rendezvous::open(own.ip(), token, stop.clone())
         .map_err(|e| format!("cannot open a UDP socket: {e}"))?;

@@ -156,13 +156,7 @@ impl Conn {
                             sent += n;
                             *moved += n as u64;
                         }
-                        Err(e) if waiting(&e) => {
-                            if give_up() {
-                                return Err(OpError::GaveUp);
-                            }
-                        }
-                        Err(e) if closed(&e) => return Err(OpError::Closed),
-                        Err(e) => return Err(OpError::Io(e)),
+                        Err(e) => keep_waiting(e, give_up)?,
                     }
                 }
                 Ok(())
@@ -173,16 +167,7 @@ impl Conn {
                         *moved += n as u64;
                         return Ok(());
                     }
-                    // A full socket buffer or an ICMP error from a closed peer port.
-                    Err(e) if waiting(&e) || e.raw_os_error() == Some(libc::ENOBUFS) => {
-                        if give_up() {
-                            return Err(OpError::GaveUp);
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                        return Err(OpError::Closed)
-                    }
-                    Err(e) => return Err(OpError::Io(e)),
+                    Err(e) => keep_waiting(e, give_up)?,
                 }
             },
         }
@@ -214,13 +199,7 @@ impl Conn {
                                 return Ok(());
                             }
                         }
-                        Err(e) if waiting(&e) => {
-                            if give_up() {
-                                return Err(OpError::GaveUp);
-                            }
-                        }
-                        Err(e) if closed(&e) => return Err(OpError::Closed),
-                        Err(e) => return Err(OpError::Io(e)),
+                        Err(e) => keep_waiting(e, give_up)?,
                     }
                 }
                 Ok(())
@@ -234,15 +213,7 @@ impl Conn {
                         *moved += n as u64;
                         return Ok(());
                     }
-                    Err(e) if waiting(&e) => {
-                        if give_up() {
-                            return Err(OpError::GaveUp);
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                        return Err(OpError::Closed)
-                    }
-                    Err(e) => return Err(OpError::Io(e)),
+                    Err(e) => keep_waiting(e, give_up)?,
                 }
             },
         }
@@ -260,13 +231,27 @@ impl Conn {
     }
 }
 
-fn closed(e: &io::Error) -> bool {
-    matches!(
+/// What a failed read or write means: `Ok` to try again (the socket's wait ran out, or a
+/// datagram found the socket buffer full, and the caller does not give up), or how the
+/// operation ended (a peer that closed, reset or refused: `Closed`).
+fn keep_waiting(e: io::Error, give_up: &mut dyn FnMut() -> bool) -> Result<(), OpError> {
+    if waiting(&e) || e.raw_os_error() == Some(libc::ENOBUFS) {
+        return if give_up() {
+            Err(OpError::GaveUp)
+        } else {
+            Ok(())
+        };
+    }
+    if matches!(
         e.kind(),
         io::ErrorKind::ConnectionReset
             | io::ErrorKind::BrokenPipe
             | io::ErrorKind::ConnectionAborted
-    )
+            | io::ErrorKind::ConnectionRefused
+    ) {
+        return Err(OpError::Closed);
+    }
+    Err(OpError::Io(e))
 }
 
 /// Waits for `at` in slices, giving up when told; busy spins instead when `busy`.

@@ -3,7 +3,7 @@
 //! and merges them. Groups without a host run on the controller's own in-process agent.
 
 use super::link::{unix_ns, Link};
-use crate::server::{Server, ServerConfig};
+use crate::server::LocalServer;
 use linerate_profile::{Profile, Repeat};
 use linerate_proto::agent::{
     estimate_offset, AgentReply, AgentRequest, ClockOffset, ClockSample, GroupPart,
@@ -108,16 +108,7 @@ pub fn run(
     // The controller's own agent: runs groups without a host, and mirrors connections of
     // local groups without a remote.
     let local = if hosts.iter().any(|h| h == LOCAL) {
-        let mut config = ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
-        config.log = false;
-        let server = Server::bind(config).map_err(RunError::Local)?;
-        let addr = server.local_addr().map_err(RunError::Local)?;
-        let flag = server.shutdown_flag();
-        std::thread::Builder::new()
-            .name("linerate-local-agent".into())
-            .spawn(move || server.run())
-            .map_err(RunError::Local)?;
-        Some((addr, flag))
+        Some(LocalServer::start(|_| {}).map_err(RunError::Local)?)
     } else {
         None
     };
@@ -126,11 +117,11 @@ pub fn run(
         options,
         stop,
         &hosts,
-        local.as_ref().map(|l| l.0),
+        local.as_ref().map(|l| l.addr),
         limit,
     );
-    if let Some((_, flag)) = local {
-        flag.store(true, Ordering::Relaxed);
+    if let Some(local) = local {
+        local.shutdown.store(true, Ordering::Relaxed);
     }
     result
 }

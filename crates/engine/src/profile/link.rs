@@ -1,6 +1,6 @@
 //! Blocking framed JSON over an agent connection, with bounded waits.
 
-use linerate_proto::frame::{self, FrameDecoder};
+use linerate_proto::frame::FrameDecoder;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::{self, Read, Write};
@@ -83,9 +83,7 @@ impl Link {
 
 /// Sends one message as one frame on any stream (a clone of a link's stream included).
 pub(crate) fn send_on<T: Serialize>(stream: &mut TcpStream, message: &T) -> io::Result<()> {
-    let body = serde_json::to_vec(message)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-    stream.write_all(&frame::encode(&body))
+    stream.write_all(&linerate_proto::message::encode(message))
 }
 
 /// Unix time in nanoseconds.

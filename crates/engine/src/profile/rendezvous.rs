@@ -179,10 +179,3 @@ impl Rendezvous {
         }
     }
 }
-
-/// A fresh random token.
-pub(crate) fn new_token() -> io::Result<Token> {
-    let mut bytes = [0u8; 16];
-    getrandom::getrandom(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
-    Ok(Token(bytes))
-}
