@@ -303,14 +303,46 @@ fn udp_loss_and_goodput_match_the_kernels_and_the_ceiling() {
     udp_loss_at_a_slow_receiver_matches_the_kernel_counters();
 }
 
+///
+/// Goodput above the ceiling fails at once: no link carries more than its rate. Goodput
+/// below it is what the link really carried when the shaper's timer or the sender lost
+/// CPU time to other load on a shared machine (the loss still matches the kernels'), so
+/// that part is tried up to three times before it fails.
 fn udp_goodput_on_a_shaped_link_sits_at_the_ceiling() {
-    let pair = VethPair::new("udp");
-    // A queue shorter than the sender's socket buffer: the qdisc drops the excess instead
-    // of pushing back on the socket.
-    pair.shape_a("200mbit", ["limit", "100kb"]);
-    let (doc, dropped, tx, arrived) = udp_with_kernel_counts(&pair, &["-b", "240M", "-l", "1400"]);
-    assert_loss_matches_the_kernels(&doc, dropped, tx, arrived);
-    assert_at_ceiling(&doc, 200e6 * 1400.0 / 1442.0);
+    let ceiling = 200e6 * 1400.0 / 1442.0;
+    let mut shortfalls = Vec::new();
+    for _attempt in 0..3 {
+        let pair = VethPair::new("udp");
+        // A queue shorter than the sender's socket buffer: the qdisc drops the excess
+        // instead of pushing back on the socket.
+        pair.shape_a("200mbit", ["limit", "100kb"]);
+        let (doc, dropped, tx, arrived) =
+            udp_with_kernel_counts(&pair, &["-b", "240M", "-l", "1400"]);
+        assert_loss_matches_the_kernels(&doc, dropped, tx, arrived);
+        let goodput = num(&doc, "/summary/receiver_bps");
+        assert!(
+            goodput < ceiling * 1.01,
+            "goodput {:.1} Mbit/s above the ceiling {:.1} Mbit/s",
+            goodput / 1e6,
+            ceiling / 1e6
+        );
+        if goodput > ceiling * 0.99 {
+            return;
+        }
+        let sender = num(&doc, "/summary/sender_bps");
+        eprintln!(
+            "goodput {:.1} Mbit/s (sender {:.1}) below the ceiling {:.1} Mbit/s; again",
+            goodput / 1e6,
+            sender / 1e6,
+            ceiling / 1e6
+        );
+        shortfalls.push(format!("{:.1}", goodput / 1e6));
+    }
+    panic!(
+        "goodput {} Mbit/s in three tries, below the ceiling {:.1} Mbit/s",
+        shortfalls.join(", "),
+        ceiling / 1e6
+    );
 }
 
 /// An unpaced sender against a receiver with the smallest socket buffer: the receiver's
