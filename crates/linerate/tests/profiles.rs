@@ -279,3 +279,51 @@ fn an_agent_lost_mid_run_ends_it_incomplete_within_the_control_timeout() {
     ]);
     assert!(again.status.success(), "{}", stderr(&again));
 }
+
+/// CPU seconds a process has used (user and system), from /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// Agents wait for the controller, their peers and their connections in blocking calls
+/// with timeouts, not in loops: a profile whose threads think for 2 s costs the agent
+/// that runs the group and the one that mirrors it almost no CPU. (Connections handed
+/// over by the server's event loop once stayed non-blocking, and each wait spun a CPU.)
+#[test]
+fn agents_wait_for_an_idle_profile_without_spinning() {
+    let runner = ServeProcess::start(&[]);
+    let peer = ServeProcess::start(&[]);
+    let profile = write_profile(
+        "idle.toml",
+        &format!(
+            "[[group]]\nname = \"idle\"\nhost = \"{}\"\nremote = \"{}\"\nthreads = 2\n\
+             [[group.transaction]]\nops = [{{ op = \"connect\" }}]\n\
+             [[group.transaction]]\nops = [{{ op = \"think\", duration = \"2s\" }}]\n\
+             [[group.transaction]]\nops = [{{ op = \"disconnect\" }}]\n",
+            runner.addr(),
+            peer.addr()
+        ),
+    );
+    let before = [cpu_seconds(runner.pid()), cpu_seconds(peer.pid())];
+    let out = linerate(&["run", &profile, "--json", "--no-store"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&out)["summary"]["complete"], true);
+    let used = [
+        cpu_seconds(runner.pid()) - before[0],
+        cpu_seconds(peer.pid()) - before[1],
+    ];
+    // A spinning wait uses a CPU for the whole 2 s (and more for each thread).
+    assert!(
+        used.iter().all(|&s| s < 0.5),
+        "CPU seconds used by the runner and its peer over a 2 s idle run: {used:?}"
+    );
+}

@@ -2,7 +2,7 @@
 //! connection, which either runs groups for a controller or runs a group's mirror for the
 //! group's host (docs/protocol.md 7).
 
-use super::group::{self, Mirror, PreparedGroup};
+use super::group::{self, Mirror, PreparedGroup, WakeLatencyHold};
 use super::link::{unix_ns, Link};
 use super::rendezvous::Rendezvous;
 use crate::server::Shared;
@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 /// How often a running agent tells its controller it is alive.
 const HEARTBEAT: Duration = Duration::from_millis(500);
+/// How long after the start the CPUs stay held awake: every thread is released by then.
+const START_HOLD: Duration = Duration::from_millis(100);
 /// How long a mirror's threads get to end on their own after the group host finished.
 const MIRROR_DRAIN: Duration = Duration::from_secs(5);
 
@@ -139,8 +141,15 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                 let now = unix_ns();
                 let start = Instant::now() + Duration::from_nanos(at_unix_ns.saturating_sub(now));
                 let limit = start + Duration::from_secs_f64(limit_s.clamp(1.0, 86_400.0 * 7.0));
+                let hold = (!groups.is_empty()).then(WakeLatencyHold::acquire);
+                let awake = match &hold {
+                    Some(hold) if !hold.held() => {
+                        " (CPUs not held awake for the start: /dev/cpu_dma_latency needs root)"
+                    }
+                    _ => "",
+                };
                 shared.log(&format!(
-                    "profile run from {peer}: starting {} group(s)",
+                    "profile run from {peer}: starting {} group(s){awake}",
                     groups.len()
                 ));
                 let spawned = std::thread::Builder::new()
@@ -150,6 +159,12 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                             .into_iter()
                             .map(|g| std::thread::spawn(move || group::run(g, start, limit)))
                             .collect();
+                        if let Some(hold) = hold {
+                            std::thread::sleep(
+                                (start + START_HOLD).saturating_duration_since(Instant::now()),
+                            );
+                            drop(hold);
+                        }
                         let mut results = Vec::new();
                         let mut released = Vec::new();
                         for runner in runners {

@@ -74,17 +74,35 @@ fn has_accepts_to(group: &Group, remote: &Option<String>) -> bool {
         .any(|op| matches!(&op.action, Action::Accept(e) if e.remote == *remote))
 }
 
-/// Sleeps until shortly before `start`, then yields until it. A thread that sleeps to
-/// the instant can wake milliseconds late when its CPU was idle (a virtual CPU parked by
-/// its host most of all); yielding through the last stretch keeps the CPUs awake.
+/// Sleeps until `start`. Threads sleep rather than spin: on a machine with fewer CPUs
+/// than waiting threads, spinners crowd out the threads whose time has come, which then
+/// wait for the next scheduler tick. Prompt wake-ups come from [`WakeLatencyHold`].
 fn wait_for(start: Instant) {
-    const SPIN: Duration = Duration::from_millis(20);
     let now = Instant::now();
-    if start > now + SPIN {
-        std::thread::sleep(start - now - SPIN);
+    if start > now {
+        std::thread::sleep(start - now);
     }
-    while Instant::now() < start {
-        std::thread::yield_now();
+}
+
+/// Keeps this machine's CPUs out of their idle states while it lives, through a PM QoS
+/// request of 0 µs on `/dev/cpu_dma_latency` (dropped when the file closes). An idle CPU,
+/// a halted virtual CPU above all, can take milliseconds to wake for a timer, and that
+/// wait would be start skew. Held only around the start, so the figures of the run are
+/// taken with the CPUs as configured. Needs root; without it nothing is held.
+pub(crate) struct WakeLatencyHold(#[allow(dead_code)] Option<std::fs::File>);
+
+impl WakeLatencyHold {
+    pub(crate) fn acquire() -> WakeLatencyHold {
+        use std::io::Write;
+        let request = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/cpu_dma_latency")
+            .and_then(|mut file| file.write_all(&0i32.to_ne_bytes()).map(|()| file));
+        WakeLatencyHold(request.ok())
+    }
+
+    pub(crate) fn held(&self) -> bool {
+        self.0.is_some()
     }
 }
 
