@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Flow scaling on loopback: linerate at 1, 8, 100, 1000 and 4000 TCP flows.
 
-A separate `linerate serve` process and a client process; for each flow count, --runs
-tests of --time seconds. Prints the median receiver goodput, the CPU of each side's own
-threads, the system-wide busy share, the peak resident memory of each process, and
-goodput relative to 8 flows.
+A separate `linerate serve` process and a client process; --runs rounds, each running
+every flow count for --time seconds in turn (in reverse order every other round). Prints
+the median receiver goodput, the CPU of each side's own threads, the system-wide busy
+share, the peak resident memory of each process, and goodput relative to 8 flows.
 
     python3 bench/scaling.py
     python3 bench/scaling.py --flows 1,8,1000 --runs 1 --time 10
+
+Needs GNU time (/usr/bin/time, installed when run as root).
 """
-import argparse, json, os, statistics, subprocess, sys, time
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
 from common import LINERATE, build, free_port
 
@@ -29,16 +31,17 @@ def one(flows, seconds, length):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
-        client = subprocess.Popen(
-            [LINERATE, "stream", "127.0.0.1", "-p", str(port), "-P", str(flows), "-t", str(seconds),
-             "-l", length, "-i", "0", "--json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out = client.stdout.read()
-        err = client.stderr.read()
-        # wait4 gives this one child's peak RSS (RUSAGE_CHILDREN would include the build).
-        _, status, usage = os.wait4(client.pid, 0)
-        client.returncode = os.waitstatus_to_exitcode(status)
-        client_rss = usage.ru_maxrss
+        # GNU time reports the client's own peak RSS. A wait4 from here would not: a
+        # child's peak carries over its exec from the process that forked it, and this
+        # script outgrows a small client.
+        with tempfile.NamedTemporaryFile("r") as peak:
+            client = subprocess.run(
+                ["/usr/bin/time", "-f", "%M", "-o", peak.name,
+                 LINERATE, "stream", "127.0.0.1", "-p", str(port), "-P", str(flows),
+                 "-t", str(seconds), "-l", length, "-i", "0", "--json", "--no-store"],
+                capture_output=True, text=True)
+            out, err = client.stdout, client.stderr
+            client_rss = int(peak.read().split()[-1]) if client.returncode == 0 else 0
         server_rss = peak_rss_kib(server.pid)
         if client.returncode != 0:
             raise RuntimeError(err.strip()[:300])
@@ -65,28 +68,46 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--length", default="128K")
     args = parser.parse_args()
+    if not os.path.exists("/usr/bin/time") and os.geteuid() == 0:
+        subprocess.run(["apt-get", "install", "-y", "-qq", "time"], check=False,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    if not os.path.exists("/usr/bin/time"):
+        sys.exit("bench/scaling.py needs GNU time for the client's peak RSS: apt-get install time")
     build()
     counts = [int(x) for x in args.flows.split(",")]
-    rows = {}
-    for n in counts:
-        runs = []
-        for r in range(args.runs):
+    # Rounds of every flow count in turn, so that the machine's drift (10-30 % over
+    # minutes) falls on every count alike; each count is compared with 8 flows of the
+    # same round, and the table gives the median of those ratios. Every other round runs
+    # the counts in reverse, so a steady drift favours none of them.
+    results = {n: [] for n in counts}
+    ratios = {n: [] for n in counts}
+    for r in range(args.runs):
+        round_bps = {}
+        for n in counts if r % 2 == 0 else counts[::-1]:
             try:
-                runs.append(one(n, args.time, args.length))
-                print(f"  {n} flows run {r + 1}: {runs[-1]['bps'] / 1e9:.2f} Gbit/s", file=sys.stderr)
+                result = one(n, args.time, args.length)
+                results[n].append(result)
+                round_bps[n] = result["bps"]
+                print(f"  round {r + 1}, {n} flows: {result['bps'] / 1e9:.2f} Gbit/s", file=sys.stderr)
             except Exception as error:
-                print(f"  {n} flows run {r + 1} failed: {error}", file=sys.stderr)
+                print(f"  round {r + 1}, {n} flows failed: {error}", file=sys.stderr)
+        if round_bps.get(8):
+            for n, bps in round_bps.items():
+                ratios[n].append(bps / round_bps[8])
+    rows = {}
+    for n, runs in results.items():
         if runs:
             rows[n] = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
             # Peak memory: the worst run, not the median.
             rows[n]["client_rss"] = max(x["client_rss"] for x in runs)
             rows[n]["server_rss"] = max(x["server_rss"] for x in runs)
-    base = rows.get(8, {}).get("bps")
-    print(f"TCP loopback scaling, {args.length} writes, median of {args.runs} x {args.time} s")
+            rows[n]["ratio"] = statistics.median(ratios[n]) if ratios[n] else None
+    print(f"TCP loopback scaling, {args.length} writes, median of {args.runs} rounds x {args.time} s"
+          " ('vs 8': median of each round's ratio to its 8-flow run)")
     print(f"{'flows':>6s} {'Gbit/s':>8s} {'vs 8':>6s} {'failed':>7s} {'client%':>8s} {'server%':>8s} "
           f"{'busy%':>6s} {'client MiB':>11s} {'server MiB':>11s}")
     for n, row in rows.items():
-        ratio = f"{row['bps'] / base:6.2f}" if base else "     -"
+        ratio = f"{row['ratio']:6.2f}" if row["ratio"] is not None else "     -"
         print(f"{n:6d} {row['bps'] / 1e9:8.2f} {ratio} {row['failed']:7.0f} {row['client_cpu']:8.1f} "
               f"{row['server_cpu']:8.1f} {row['busy']:6.1f} {row['client_rss'] / 1024:11.1f} "
               f"{row['server_rss'] / 1024:11.1f}")
