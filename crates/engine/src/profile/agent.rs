@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 const HEARTBEAT: Duration = Duration::from_millis(500);
 /// How long after the start the CPUs stay held awake: every thread is released by then.
 const START_HOLD: Duration = Duration::from_millis(100);
-/// How long a mirror's threads get to end on their own after the group host finished.
+/// How long a mirror's threads get to end on their own after the group host finished,
+/// counted from the last thread that ended: thousands of threads draining what their
+/// sockets still hold can take longer than that in all, but each takes milliseconds.
 const MIRROR_DRAIN: Duration = Duration::from_secs(5);
 
 enum RunEvent {
@@ -222,9 +224,18 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
             }
             AgentRequest::Finish => {
                 if let Some(state) = mirror.take() {
-                    let waited = Instant::now();
-                    while !state.mirror.is_finished() && waited.elapsed() < MIRROR_DRAIN {
+                    let mut ended = (state.mirror.finished_threads(), Instant::now());
+                    while !state.mirror.is_finished() && ended.1.elapsed() < MIRROR_DRAIN {
                         std::thread::sleep(Duration::from_millis(10));
+                        let now_ended = state.mirror.finished_threads();
+                        if now_ended > ended.0 {
+                            ended = (now_ended, Instant::now());
+                        }
+                        // The group host waits for the figures a bounded time per message.
+                        if last_beat.elapsed() >= HEARTBEAT {
+                            group::reply(&mut link, &AgentReply::Heartbeat);
+                            last_beat = Instant::now();
+                        }
                     }
                     stop.store(true, Ordering::Relaxed);
                     shared.unregister_flows(&state.token);

@@ -504,6 +504,10 @@ impl Mirror {
         }
     }
 
+    pub fn finished_threads(&self) -> usize {
+        self.handles.iter().filter(|h| h.is_finished()).count()
+    }
+
     pub fn is_finished(&self) -> bool {
         self.handles
             .iter()

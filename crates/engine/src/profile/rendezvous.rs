@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A thread's `ordinal`-th connection operation towards one peer, as one number.
@@ -22,16 +23,31 @@ pub(crate) fn flow(thread: u32, ordinal: u32) -> u32 {
     (thread << 12) | (ordinal & 0xfff)
 }
 
+fn into_conn(arrival: Arrival) -> io::Result<Conn> {
+    match arrival {
+        Arrival::Tcp(stream) => Conn::tcp(stream),
+        Arrival::Udp(socket) => Conn::udp(socket),
+    }
+}
+
 pub(crate) enum Arrival {
     Tcp(TcpStream),
     Udp(UdpSocket),
 }
 
+/// A flow's place at the rendezvous: its connection, or the thread waiting for it.
+enum Slot {
+    Arrived(Arrival),
+    Waiting(SyncSender<Arrival>),
+}
+
 pub(crate) struct Rendezvous {
     pub token: Token,
     pub udp_port: u16,
-    waiting: Mutex<HashMap<u32, Arrival>>,
-    arrived: Condvar,
+    /// Each waiting thread has a channel of its own, so an arrival wakes only the thread
+    /// it is for: with one shared condition, thousands of threads would all wake for
+    /// every one of thousands of connections.
+    slots: Mutex<HashMap<u32, Slot>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -47,8 +63,7 @@ impl Rendezvous {
         let rendezvous = Arc::new(Rendezvous {
             token,
             udp_port: udp.local_addr()?.port(),
-            waiting: Mutex::new(HashMap::new()),
-            arrived: Condvar::new(),
+            slots: Mutex::new(HashMap::new()),
             stop,
         });
         let serving = rendezvous.clone();
@@ -59,35 +74,44 @@ impl Rendezvous {
     }
 
     pub fn deliver(&self, flow: u32, arrival: Arrival) {
-        self.waiting
-            .lock()
-            .expect("rendezvous lock")
-            .insert(flow, arrival);
-        self.arrived.notify_all();
+        let mut slots = self.slots.lock().expect("rendezvous lock");
+        let arrival = match slots.remove(&flow) {
+            Some(Slot::Waiting(waiter)) => match waiter.try_send(arrival) {
+                Ok(()) => return,
+                // The waiter gave up in the meantime: keep the connection for a later take.
+                Err(TrySendError::Disconnected(arrival) | TrySendError::Full(arrival)) => arrival,
+            },
+            _ => arrival,
+        };
+        slots.insert(flow, Slot::Arrived(arrival));
     }
 
     /// Takes the connection for `flow`, waiting until `give_up` says to stop.
     pub fn take(&self, flow: u32, give_up: &mut dyn FnMut() -> bool) -> io::Result<Conn> {
-        let mut waiting = self.waiting.lock().expect("rendezvous lock");
+        let arrivals = {
+            let mut slots = self.slots.lock().expect("rendezvous lock");
+            if let Some(Slot::Arrived(arrival)) = slots.remove(&flow) {
+                return into_conn(arrival);
+            }
+            let (waiter, arrivals) = sync_channel(1);
+            slots.insert(flow, Slot::Waiting(waiter));
+            arrivals
+        };
         loop {
-            if let Some(arrival) = waiting.remove(&flow) {
-                drop(waiting);
-                return match arrival {
-                    Arrival::Tcp(stream) => Conn::tcp(stream),
-                    Arrival::Udp(socket) => Conn::udp(socket),
-                };
+            match arrivals.recv_timeout(SLICE) {
+                Ok(arrival) => return into_conn(arrival),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
             }
             if give_up() || self.stop.load(Ordering::Relaxed) {
+                let mut slots = self.slots.lock().expect("rendezvous lock");
+                if matches!(slots.get(&flow), Some(Slot::Waiting(_))) {
+                    slots.remove(&flow);
+                }
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "the peer's connection did not arrive",
                 ));
             }
-            waiting = self
-                .arrived
-                .wait_timeout(waiting, SLICE)
-                .expect("rendezvous lock")
-                .0;
         }
     }
 
@@ -177,5 +201,82 @@ impl Rendezvous {
                 self.deliver(flow, Arrival::Udp(served));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rendezvous() -> Arc<Rendezvous> {
+        let token = Token::from_hex(&"ab".repeat(16)).expect("token");
+        Rendezvous::open(
+            "127.0.0.1".parse().unwrap(),
+            token,
+            Arc::new(AtomicBool::new(false)),
+        )
+        .unwrap()
+    }
+
+    /// A UDP socket stands for any connection; its port tells which one a thread got.
+    fn arrival() -> (Arrival, u16) {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = socket.local_addr().unwrap().port();
+        (Arrival::Udp(socket), port)
+    }
+
+    fn port_of(conn: Conn) -> u16 {
+        match conn {
+            Conn::Udp(socket) => socket.local_addr().unwrap().port(),
+            Conn::Tcp(stream) => stream.local_addr().unwrap().port(),
+        }
+    }
+
+    #[test]
+    fn every_waiting_thread_gets_the_connection_for_its_own_flow() {
+        let rendezvous = rendezvous();
+        // Half the connections arrive before their threads ask, half after.
+        let early: Vec<(u32, u16)> = (0..50)
+            .map(|flow| {
+                let (conn, port) = arrival();
+                rendezvous.deliver(flow, conn);
+                (flow, port)
+            })
+            .collect();
+        let waiters: Vec<_> = (0..100u32)
+            .map(|flow| {
+                let rendezvous = rendezvous.clone();
+                std::thread::spawn(move || {
+                    let conn = rendezvous.take(flow, &mut || false).unwrap();
+                    (flow, port_of(conn))
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let mut expected: HashMap<u32, u16> = early.into_iter().collect();
+        for flow in (50..100).rev() {
+            let (conn, port) = arrival();
+            rendezvous.deliver(flow, conn);
+            expected.insert(flow, port);
+        }
+        for waiter in waiters {
+            let (flow, port) = waiter.join().unwrap();
+            assert_eq!(port, expected[&flow], "flow {flow}");
+        }
+        assert!(rendezvous.slots.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_connection_that_comes_after_its_thread_gave_up_is_kept() {
+        let rendezvous = rendezvous();
+        let error = match rendezvous.take(7, &mut || true) {
+            Err(e) => e,
+            Ok(_) => panic!("nothing was delivered"),
+        };
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert!(rendezvous.slots.lock().unwrap().is_empty());
+        let (conn, port) = arrival();
+        rendezvous.deliver(7, conn);
+        assert_eq!(port_of(rendezvous.take(7, &mut || true).unwrap()), port);
     }
 }
