@@ -42,6 +42,12 @@ fn f(doc: &Value, pointer: &str) -> f64 {
         .unwrap_or_else(|| panic!("{pointer} missing in {doc}"))
 }
 
+/// The largest buffer the kernel gives a TCP socket (the last of `net.ipv4.NAME`).
+fn tcp_buffer_max(name: &str) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).unwrap();
+    text.split_whitespace().last().unwrap().parse().unwrap()
+}
+
 fn assert_close(what: &str, a: f64, b: f64, tolerance: f64) {
     assert!(a > 0.0 && b > 0.0, "{what}: {a} and {b}");
     let ratio = a / b;
@@ -76,12 +82,27 @@ fn real_iperf3_clients_are_served_and_both_counts_agree() {
         assert!(out.status.success(), "iperf3 {extra:?} failed: {d}");
         // The side that did not receive reports what it sent; bytes, not rates, since
         // each side times its own span.
-        assert_close(
-            &format!("{extra:?} bytes sent against received"),
+        let (sent, received) = (
             f(&d, "/end/sum_sent/bytes"),
             f(&d, "/end/sum_received/bytes"),
-            0.05,
         );
+        if extra.contains(&"-k") && extra.contains(&"-R") {
+            // The receiving client ends a block-count test after that many reads; what
+            // the server sent by then and the two sockets still hold is never read (a
+            // real iperf3 server leaves 1-6 MB here too). At most what they can hold.
+            let in_flight = tcp_buffer_max("tcp_wmem") + tcp_buffer_max("tcp_rmem");
+            assert!(
+                sent >= received && sent - received <= in_flight,
+                "{extra:?}: sent {sent}, received {received}, sockets hold at most {in_flight}"
+            );
+        } else {
+            assert_close(
+                &format!("{extra:?} bytes sent against received"),
+                sent,
+                received,
+                0.05,
+            );
+        }
         let text = d["server_output_text"].as_str().unwrap_or_default();
         assert!(text.contains("linerate server"), "{extra:?}: {text}");
     }
