@@ -268,7 +268,13 @@ fn find_max_finds_the_shaped_ceiling() {
     let _turn = shaped_link_turn();
     let pair = VethPair::new("fmax");
     pair.shape_a("200mbit", ["limit", "100kb"]);
-    let doc = stream_across(&pair, &["--udp", "-l", "1400", "--find-max", "-t", "1"]);
+    // A 2 MiB receive buffer (80 ms at the ceiling): a receiver kept off its CPU for a
+    // few milliseconds by other load would otherwise overflow the default 208 KiB, and
+    // the search would rightly stop at the receiver instead of the path.
+    let doc = stream_across(
+        &pair,
+        &["--udp", "-l", "1400", "--find-max", "-t", "1", "-w", "2M"],
+    );
     let ceiling = 200e6 * 1400.0 / 1442.0;
     let found = num(&doc, "/result/receiver_bps");
     assert!(
