@@ -54,7 +54,6 @@ pub struct Control {
 impl Control {
     pub fn new(stream: TcpStream) -> io::Result<Control> {
         stream.set_nodelay(true)?;
-        stream.set_nonblocking(false)?;
         // A peer that stops reading cannot block a writer for long.
         stream.set_write_timeout(Some(Duration::from_secs(10)))?;
         Ok(Control {

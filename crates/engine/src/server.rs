@@ -340,7 +340,13 @@ impl Server {
     fn dispatch(&self, kind: Preface, conn: Pending) -> Option<JoinHandle<()>> {
         let shared = &self.shared;
         let peer = conn.peer;
-        let stream = into_std(conn.stream);
+        let stream = match into_std(conn.stream) {
+            Ok(stream) => stream,
+            Err(e) => {
+                shared.log(&format!("connection from {peer}: cannot hand it over: {e}"));
+                return None;
+            }
+        };
         match kind {
             Preface::Control { .. } => {
                 let bytes = conn.bytes;
@@ -398,9 +404,14 @@ impl Server {
     }
 }
 
-fn into_std(stream: TcpStream) -> std::net::TcpStream {
+/// A connection leaves the event loop blocking, as std streams are made: its consumers
+/// wait in blocking calls with timeouts, which a non-blocking socket ignores (every wait
+/// would spin), or set the mode they need themselves.
+fn into_std(stream: TcpStream) -> io::Result<std::net::TcpStream> {
     // SAFETY: the descriptor comes out of a live mio stream, whose ownership ends here.
-    unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) }
+    let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
+    stream.set_nonblocking(false)?;
+    Ok(stream)
 }
 
 enum Progress {

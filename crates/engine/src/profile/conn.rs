@@ -127,9 +127,6 @@ pub(crate) fn dial_udp(
 
 impl Conn {
     pub fn tcp(stream: TcpStream) -> io::Result<Conn> {
-        // Streams handed over by the server's event loop are still non-blocking, and on
-        // a non-blocking socket the timeouts do nothing: every wait would be a busy loop.
-        stream.set_nonblocking(false)?;
         stream.set_read_timeout(Some(SLICE))?;
         stream.set_write_timeout(Some(SLICE))?;
         Ok(Conn::Tcp(stream))

@@ -89,7 +89,7 @@ fn wait_for(start: Instant) {
 /// a halted virtual CPU above all, can take milliseconds to wake for a timer, and that
 /// wait would be start skew. Held only around the start, so the figures of the run are
 /// taken with the CPUs as configured. Needs root; without it nothing is held.
-pub(crate) struct WakeLatencyHold(#[allow(dead_code)] Option<std::fs::File>);
+pub(crate) struct WakeLatencyHold(Option<std::fs::File>);
 
 impl WakeLatencyHold {
     pub(crate) fn acquire() -> WakeLatencyHold {

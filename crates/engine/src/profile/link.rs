@@ -17,9 +17,6 @@ pub(crate) struct Link {
 
 impl Link {
     pub fn new(stream: TcpStream) -> io::Result<Link> {
-        // An agent connection comes from the server's event loop non-blocking; `recv`
-        // waits with a read timeout, which only a blocking socket honours.
-        stream.set_nonblocking(false)?;
         stream.set_nodelay(true)?;
         Ok(Link {
             stream,
