@@ -33,7 +33,7 @@ pub enum ClientError {
         addr: SocketAddr,
         source: io::Error,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Session(#[from] SessionError),
     #[error("the test was interrupted")]
     Interrupted,
@@ -63,6 +63,9 @@ pub struct ClientOptions {
     pub config: TestConfig,
     pub timeouts: Timeouts,
     pub drain: Duration,
+    /// The server's key, proven to it (and required of it); also held by the in-process
+    /// server of [`run_local`].
+    pub key: Option<linerate_proto::auth::Key>,
 }
 
 impl ClientOptions {
@@ -71,6 +74,7 @@ impl ClientOptions {
             config,
             timeouts: Timeouts::default(),
             drain: Duration::from_secs(3),
+            key: None,
         }
     }
 }
@@ -135,6 +139,13 @@ pub fn run(
         config.clone(),
         options.timeouts,
     );
+    if let Some(key) = &options.key {
+        let nonce = crate::profile::link::random_nonce().map_err(|source| ClientError::Io {
+            context: "drawing a nonce",
+            source,
+        })?;
+        session = session.with_key(key.clone(), nonce);
+    }
     let mut plane: Option<DataPlane> = None;
     let mut local: Option<SideResult> = None;
     let mut remote: Option<SideResult> = None;
@@ -370,7 +381,10 @@ pub fn run_local(
     cancel: &AtomicBool,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Report, ClientError> {
-    let local = LocalServer::start(|config| config.drain = options.drain)
+    let local = LocalServer::start(|config| {
+        config.drain = options.drain;
+        config.key = options.key.clone();
+    })
         .map_err(ClientError::LocalServer)?;
     let result = run(local.addr, options, cancel, progress);
     local.shutdown.store(true, Ordering::Relaxed);

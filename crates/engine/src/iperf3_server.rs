@@ -244,6 +244,18 @@ fn accept(
     local: SocketAddr,
 ) {
     let (id, peer) = (test.id, test.peer);
+    if let Some(auth) = &shared.config.iperf3_auth {
+        let token = params.authtoken.as_deref();
+        match auth.check(token, params.use_pkcs1_padding, crate::iperf3_auth::unix_now()) {
+            Ok(user) => shared.log(&format!(
+                "iperf3 test {id} from {peer}: authenticated as '{user}'"
+            )),
+            Err(e) => {
+                shared.refused(peer, &format!("iperf3 test {id}: {e}"));
+                return session.refuse_auth(e.to_string());
+            }
+        }
+    }
     let running = shared.running.fetch_add(1, Ordering::Relaxed);
     test.counted = true;
     if running >= shared.config.limits.max_tests as usize {
@@ -252,12 +264,27 @@ fn accept(
         ));
         return session.busy(format!("the server is running {running} tests, its limit"));
     }
-    let config = config_of(
-        params,
-        &peer.ip().to_string(),
-        local.port(),
-        MAX_COUNTED_RUN,
-    );
+    // --max-duration binds iperf3 clients as it does native ones: a timed test over it is
+    // refused with iperf3's own duration error; a byte- or block-count test is cut there.
+    let most = shared.config.limits.max_duration_s;
+    let asked = (params.time + params.omit) as f64;
+    if params.time > 0 && asked > most {
+        shared.log(&format!(
+            "iperf3 test {id} from {peer}: refused: {asked} s asked, the server allows {most} s"
+        ));
+        return session.refuse(
+            code::DURATION,
+            format!("{asked} s asked, the server allows {most} s"),
+        );
+    }
+    let counted_cap = MAX_COUNTED_RUN.min(Duration::from_secs_f64(most));
+    let config = config_of(params, &peer.ip().to_string(), local.port(), counted_cap);
+    if params.time == 0 {
+        shared.log(&format!(
+            "iperf3 test {id} from {peer}: a counted test, cut at {} s if its count is not reached by then",
+            counted_cap.as_secs_f64()
+        ));
+    }
     shared.log(&format!(
         "iperf3 test {id} from {peer}: accepted: {}",
         params.describe()

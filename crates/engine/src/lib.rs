@@ -15,6 +15,8 @@ pub mod control;
 pub mod iperf3;
 pub mod iperf3_client;
 pub mod iperf3_server;
+pub mod access;
+pub mod iperf3_auth;
 pub mod pacer;
 pub mod plane;
 pub mod profile;

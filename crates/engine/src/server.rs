@@ -17,15 +17,19 @@ use crate::worker::{FlowSocket, FlowSpec, Side};
 use linerate_hostinfo::host_facts;
 use linerate_proto::datagram::{parse_hello, tag_of, Framing};
 use linerate_proto::preface::{self, Preface};
-use linerate_proto::{Limits, RefuseCode, ServerEvent, ServerSession, Timeouts, Token};
+use crate::access::{self, AccessPolicy, Admission, Gate, Held, LogFormat, OperatorLog};
+use crate::iperf3_auth::Iperf3Auth;
+use linerate_proto::auth::Key;
+use linerate_proto::{
+    Limits, RefuseCode, ServerEvent, ServerSession, SessionError, Timeouts, Token,
+};
 use linerate_report::units::{format_rate, Scale};
 use linerate_report::{Direction, HostFacts, Role, SideResult, TestConfig, Workload};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll};
 use std::collections::HashMap;
 use std::io::{self, Read};
-use std::net::SocketAddr;
-use std::net::UdpSocket;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -47,6 +51,14 @@ pub struct ServerConfig {
     pub log: bool,
     /// Hears the report of every iperf3 test served to its end, to keep it.
     pub iperf3_reports: Option<ReportSink>,
+    /// When set, every native client, agent and mirror must prove it holds this key.
+    pub key: Option<Key>,
+    /// iperf3 clients' RSA authentication (`--rsa-private-key-path`,
+    /// `--authorized-users-path`); when set, every iperf3 client must authenticate.
+    pub iperf3_auth: Option<Arc<Iperf3Auth>>,
+    /// Who may connect, and how many connections each may hold.
+    pub access: AccessPolicy,
+    pub log_format: LogFormat,
 }
 
 /// Takes a finished test's report (with the server's test id). An iperf3 client keeps no
@@ -73,17 +85,20 @@ impl ServerConfig {
             drain: Duration::from_secs(3),
             log: true,
             iperf3_reports: None,
+            key: None,
+            iperf3_auth: None,
+            access: AccessPolicy::default(),
+            log_format: LogFormat::Text,
         }
     }
 }
-
-/// Connections that have not finished their preface, at most.
-const MAX_PENDING: usize = 8192;
 
 type FlowSender = Sender<(u32, std::net::TcpStream)>;
 
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
+    pub(crate) gate: Gate,
+    pub(crate) operator_log: OperatorLog,
     pub(crate) host: HostFacts,
     pub(crate) shutdown: Arc<AtomicBool>,
     pub(crate) running: AtomicUsize,
@@ -113,10 +128,12 @@ impl Shared {
     }
 
     pub(crate) fn log(&self, message: &str) {
-        if self.config.log {
-            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
-            eprintln!("{now} {message}");
-        }
+        self.operator_log.line(message);
+    }
+
+    /// One line for a refused or limited client, with the reason (a few a second at most).
+    pub(crate) fn refused(&self, peer: SocketAddr, reason: &str) {
+        self.operator_log.refused(peer, reason);
     }
 }
 
@@ -160,6 +177,8 @@ struct Pending {
     peer: SocketAddr,
     bytes: Vec<u8>,
     deadline: Instant,
+    /// Its place among the connections the server holds.
+    held: Held,
 }
 
 impl Server {
@@ -178,6 +197,7 @@ impl Server {
         // Thousands of data connections arrive at once for a large -P.
         socket.listen(4096)?;
         socket.set_nonblocking(true)?;
+        raise_descriptor_limit();
         let listener = TcpListener::from_std(socket.into());
         // iperf3 clients open UDP streams at the server's own port.
         let iperf3_udp = match crate::iperf3_server::bind_udp(listener.local_addr()?) {
@@ -196,6 +216,8 @@ impl Server {
             listener,
             shared: Arc::new(Shared {
                 host: host_facts(),
+                gate: Gate::new(config.access.clone()),
+                operator_log: OperatorLog::new(config.log, config.log_format),
                 config,
                 shutdown: Arc::new(AtomicBool::new(false)),
                 running: AtomicUsize::new(0),
@@ -226,6 +248,10 @@ impl Server {
         let mut pending: HashMap<usize, Pending> = HashMap::new();
         let mut next_token = 0usize;
         let mut tests: Vec<JoinHandle<()>> = Vec::new();
+        // A descriptor kept in reserve: out of descriptors, it is given up to accept and
+        // close one waiting connection at a time, so clients hear a close at once instead
+        // of hanging in the backlog, and the loop does not spin on a full backlog.
+        let mut spare = std::fs::File::open("/dev/null").ok();
         let shared = self.shared.clone();
         let handshake = shared.config.timeouts.handshake;
         shared.log(&format!("listening on {}", self.listener.local_addr()?));
@@ -238,40 +264,7 @@ impl Server {
             }
             for event in events.iter() {
                 if event.token() == LISTENER {
-                    loop {
-                        match self.listener.accept() {
-                            Ok((mut stream, peer)) => {
-                                if pending.len() >= MAX_PENDING {
-                                    shared.log(&format!("refused connection from {peer}: too many pending connections"));
-                                    continue;
-                                }
-                                next_token = (next_token + 1) % (usize::MAX - 1);
-                                let token = mio::Token(next_token);
-                                if poll
-                                    .registry()
-                                    .register(&mut stream, token, Interest::READABLE)
-                                    .is_ok()
-                                {
-                                    pending.insert(
-                                        next_token,
-                                        Pending {
-                                            stream,
-                                            peer,
-                                            bytes: Vec::with_capacity(preface::IPERF3_COOKIE_LEN),
-                                            deadline: Instant::now() + handshake,
-                                        },
-                                    );
-                                }
-                            }
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                            // Out of descriptors or similar: log, keep serving what we have.
-                            Err(e) => {
-                                shared.log(&format!("accept failed: {e}"));
-                                break;
-                            }
-                        }
-                    }
+                    self.accept_all(&mut poll, &mut pending, &mut next_token, &mut spare);
                     continue;
                 }
                 let key = event.token().0;
@@ -282,7 +275,7 @@ impl Server {
                     Progress::More => {}
                     Progress::Closed(why) => {
                         let conn = pending.remove(&key).expect("present");
-                        shared.log(&format!("connection from {} {why}; closed", conn.peer));
+                        shared.refused(conn.peer, &format!("{why}; closed"));
                     }
                     Progress::Done(kind) => {
                         let mut conn = pending.remove(&key).expect("present");
@@ -297,11 +290,13 @@ impl Server {
             pending.retain(|_, conn| {
                 let keep = conn.deadline > now;
                 if !keep {
-                    shared.log(&format!(
-                        "connection from {} sent no preface within {:.0} s; closed",
+                    shared.refused(
                         conn.peer,
-                        handshake.as_secs_f64()
-                    ));
+                        &format!(
+                            "sent no preface within {:.0} s; closed",
+                            handshake.as_secs_f64()
+                        ),
+                    );
                 }
                 keep
             });
@@ -313,6 +308,89 @@ impl Server {
             let _ = test.join();
         }
         Ok(())
+    }
+
+    /// Accepts every waiting connection: each is let in by the gate (or refused at once),
+    /// and waits in `pending` for its preface.
+    fn accept_all(
+        &mut self,
+        poll: &mut Poll,
+        pending: &mut HashMap<usize, Pending>,
+        next_token: &mut usize,
+        spare: &mut Option<std::fs::File>,
+    ) {
+        let shared = self.shared.clone();
+        let handshake = shared.config.timeouts.handshake;
+        loop {
+            let (mut stream, peer) = match self.listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    // Out of descriptors: give up the spare to close one waiting client.
+                    *spare = None;
+                    if let Ok((_, peer)) = self.listener.accept() {
+                        shared.refused(peer, "the server is out of descriptors");
+                    }
+                    *spare = std::fs::File::open("/dev/null").ok();
+                    if spare.is_none() {
+                        return;
+                    }
+                    continue;
+                }
+                // Something else: log, keep serving what we have.
+                Err(e) => {
+                    shared.log(&format!("accept failed: {e}"));
+                    return;
+                }
+            };
+            let ip = access::canonical(peer.ip());
+            let at_cap = shared.gate.held() >= shared.gate.policy.max_connections;
+            let waiting: Vec<(usize, IpAddr)> = if at_cap {
+                let mut waiting: Vec<(usize, IpAddr)> = pending
+                    .iter()
+                    .map(|(key, conn)| (*key, access::canonical(conn.peer.ip())))
+                    .collect();
+                waiting.sort_unstable_by_key(|(key, _)| *key);
+                waiting
+            } else {
+                Vec::new()
+            };
+            match shared.gate.admit(ip, &waiting) {
+                Admission::Admit => {}
+                Admission::AdmitEvicting(key) => {
+                    if let Some(mut evicted) = pending.remove(&key) {
+                        let _ = poll.registry().deregister(&mut evicted.stream);
+                        shared.refused(
+                            evicted.peer,
+                            "closed in its preface to make room (--max-connections)",
+                        );
+                    }
+                }
+                Admission::Refuse(why) => {
+                    shared.refused(peer, why);
+                    continue;
+                }
+            }
+            *next_token = (*next_token + 1) % (usize::MAX - 1);
+            let token = mio::Token(*next_token);
+            if poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE)
+                .is_ok()
+            {
+                pending.insert(
+                    *next_token,
+                    Pending {
+                        stream,
+                        peer,
+                        bytes: Vec::with_capacity(preface::IPERF3_COOKIE_LEN),
+                        deadline: Instant::now() + handshake,
+                        held: shared.gate.hold(ip),
+                    },
+                );
+            }
+        }
     }
 
     /// Serves one connection on a thread of its own; a thread that cannot start is logged
@@ -339,8 +417,14 @@ impl Server {
 
     fn dispatch(&self, kind: Preface, conn: Pending) -> Option<JoinHandle<()>> {
         let shared = &self.shared;
-        let peer = conn.peer;
-        let stream = match into_std(conn.stream) {
+        let Pending {
+            stream,
+            peer,
+            bytes,
+            held,
+            ..
+        } = conn;
+        let stream = match into_std(stream) {
             Ok(stream) => stream,
             Err(e) => {
                 shared.log(&format!("connection from {peer}: cannot hand it over: {e}"));
@@ -348,14 +432,14 @@ impl Server {
             }
         };
         match kind {
-            Preface::Control { .. } => {
-                let bytes = conn.bytes;
-                self.spawn_session("linerate-test", peer, move |shared| {
-                    serve_test(shared, stream, bytes, peer)
-                })
-            }
+            // A session's connection holds its place until the session ends.
+            Preface::Control { .. } => self.spawn_session("linerate-test", peer, move |shared| {
+                let _held = held;
+                serve_test(shared, stream, bytes, peer)
+            }),
             Preface::Agent { version } => {
                 self.spawn_session("linerate-agent", peer, move |shared| {
+                    let _held = held;
                     crate::profile::agent::serve(shared, stream, version, peer)
                 })
             }
@@ -368,9 +452,7 @@ impl Server {
                     .cloned();
                 match sender {
                     Some(sender) if sender.send((flow, stream)).is_ok() => {}
-                    _ => shared.log(&format!(
-                        "refused data connection from {peer}: unknown test token"
-                    )),
+                    _ => shared.refused(peer, "a data connection with an unknown test token"),
                 }
                 None
             }
@@ -391,13 +473,12 @@ impl Server {
                     return None;
                 }
                 self.spawn_session("linerate-iperf3", peer, move |shared| {
+                    let _held = held;
                     crate::iperf3_server::serve(shared, stream, cookie, peer)
                 })
             }
             Preface::Unknown | Preface::NeedBytes(_) => {
-                shared.log(&format!(
-                    "refused connection from {peer}: not a linerate client"
-                ));
+                shared.refused(peer, "not a linerate client");
                 None
             }
         }
@@ -483,6 +564,15 @@ fn serve_test(
         shared.host.clone(),
         shared.config.timeouts,
     );
+    if let Some(key) = &shared.config.key {
+        match crate::profile::link::random_nonce() {
+            Ok(nonce) => session = session.with_key(key.clone(), nonce),
+            Err(e) => {
+                shared.log(&format!("test {id} from {peer}: no randomness for a nonce: {e}"));
+                return;
+            }
+        }
+    }
     session.handle_input(Instant::now(), &preface_bytes);
     let local_ip = stream
         .local_addr()
@@ -590,6 +680,13 @@ fn serve_test(
     drop(state);
     match outcome {
         Ok(()) => shared.log(&format!("test {id} from {peer}: ended")),
+        Err(e @ SessionError::Refused { .. }) => shared.refused(peer, &format!("test {id}: {e}")),
+        // A client whose key differs finds the server's proof wrong and hangs up.
+        Err(SessionError::PeerClosed(during)) if during.contains("proof of the key") => shared
+            .refused(
+                peer,
+                &format!("test {id}: closed without proving the key (it holds another key, or none)"),
+            ),
         Err(e) => shared.log(&format!("test {id} from {peer}: ended: {e}")),
     }
 }
@@ -788,4 +885,22 @@ fn take_udp_hellos(shared: &Shared, id: u64, peer: SocketAddr, state: &mut TestS
         }
     }
     state.udp.iter().all(|(_, connected)| *connected)
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit: a server holds
+/// one per connection, and the soft default (often 1024) is far below what
+/// `--max-connections` and thousands of flows need.
+fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct passed, nothing else.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
 }

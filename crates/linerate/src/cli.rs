@@ -60,13 +60,18 @@ pub struct Cli {
     /// Do not keep this run in the results database
     #[arg(long, global = true)]
     pub no_store: bool,
+    /// Key file shared with the server and agents: clients prove they hold it and check
+    /// that the server does; `serve` requires it of every native client, agent and mirror
+    /// (docs/security.md)
+    #[arg(long, global = true, env = "LINERATE_KEY", value_name = "FILE")]
+    pub key: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve tests from linerate clients (many at once, each isolated)
     #[command(
-        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8"
+        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv"
     )]
     Serve(ServeArgs),
     /// Measure TCP throughput to a server, or of this machine over loopback
@@ -390,6 +395,15 @@ pub struct Iperf3Args {
     /// Server: the address to listen on
     #[arg(short = 'B', long, value_name = "ADDR", requires = "server")]
     pub bind: Option<std::net::IpAddr>,
+    /// Server: the RSA private key (PEM) clients' credentials are encrypted to
+    #[arg(long, value_name = "PATH", requires_all = ["server", "authorized_users_path"])]
+    pub rsa_private_key_path: Option<std::path::PathBuf>,
+    /// Server: the users file ("user,sha256hex" lines, the hash of "{user}password")
+    #[arg(long, value_name = "PATH", requires_all = ["server", "rsa_private_key_path"])]
+    pub authorized_users_path: Option<std::path::PathBuf>,
+    /// Server: seconds a client's credentials' time may differ from ours
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(i64).range(0..=86_400))]
+    pub time_skew_threshold: i64,
     /// Seconds to transmit (ignored with -n or -k)
     #[arg(short, long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub time: u64,
@@ -434,7 +448,7 @@ pub struct Iperf3Args {
     #[arg(short = 'O', long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600))]
     pub omit: u64,
     /// Seconds between interval reports (0 turns them off)
-    #[arg(short, long, default_value_t = 1.0, value_parser = seconds)]
+    #[arg(short, long, default_value_t = 1.0, value_parser = interval)]
     pub interval: f64,
     /// Print a document with iperf3 -J's keys
     #[arg(short = 'J')]
@@ -489,7 +503,7 @@ pub struct TransactionArgs {
     #[arg(short = 'O', long, default_value_t = 0.0, value_parser = seconds)]
     pub omit: f64,
     /// Seconds between interval reports; 0 for none
-    #[arg(short, long, default_value_t = 1.0, value_parser = seconds)]
+    #[arg(short, long, default_value_t = 1.0, value_parser = interval)]
     pub interval: f64,
     /// Socket buffer size on both ends (turns kernel autotuning off) [k|m|g]
     #[arg(short, long, value_parser = window)]
@@ -570,6 +584,36 @@ pub struct ServeArgs {
     /// Seconds a client may take over each handshake step before it is dropped
     #[arg(long, default_value_t = 10.0, value_parser = positive_seconds)]
     pub handshake_timeout: f64,
+    /// Seconds an agent connection with nothing running may stay silent
+    #[arg(long, default_value_t = 120.0, value_parser = positive_seconds)]
+    pub idle_timeout: f64,
+    /// Connections held at once (in their handshake or session); beyond it new ones are
+    /// closed at once, or take the place of a waiting one from the largest holder
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// Connections one client address may hold at once [default: no limit of its own]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_clients_per_ip: Option<u32>,
+    /// Only these address ranges may connect (CIDR, comma-separated or repeated)
+    #[arg(long, value_name = "CIDR", value_delimiter = ',', value_parser = cidr)]
+    pub allow: Vec<ipnet::IpNet>,
+    /// These address ranges may not connect (CIDR, comma-separated or repeated)
+    #[arg(long, value_name = "CIDR", value_delimiter = ',', value_parser = cidr)]
+    pub deny: Vec<ipnet::IpNet>,
+    /// Log lines as text or as one JSON object per line
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+    /// iperf3 clients: the RSA private key (PEM) their credentials are encrypted to; with
+    /// --authorized-users-path, every iperf3 client must authenticate
+    #[arg(long, value_name = "PATH", requires = "authorized_users_path")]
+    pub rsa_private_key_path: Option<std::path::PathBuf>,
+    /// iperf3 clients: the users file, lines of "user,sha256hex" where the hash is of
+    /// "{user}password"
+    #[arg(long, value_name = "PATH", requires = "rsa_private_key_path")]
+    pub authorized_users_path: Option<std::path::PathBuf>,
+    /// iperf3 clients: seconds the time in a client's credentials may differ from ours
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(i64).range(0..=86_400))]
+    pub time_skew_threshold: i64,
     /// Do not log test starts and ends
     #[arg(short, long)]
     pub quiet: bool,
@@ -598,7 +642,7 @@ pub struct StreamArgs {
     #[arg(short = 'O', long, default_value_t = 0.0, value_parser = seconds)]
     pub omit: f64,
     /// Seconds between interval reports; 0 for none
-    #[arg(short, long, default_value_t = 1.0, value_parser = seconds)]
+    #[arg(short, long, default_value_t = 1.0, value_parser = interval)]
     pub interval: f64,
     /// Bytes per write (default 128K), or UDP payload per datagram, 16 to 65507 (default:
     /// the largest that fits the path MTU) [k|m|g suffixes, binary]
@@ -668,6 +712,26 @@ fn seconds(text: &str) -> Result<f64, String> {
     Ok(value)
 }
 
+/// An address range: "192.0.2.0/24", "2001:db8::/32", or one address.
+fn cidr(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map(|net| net.trunc())
+        .map_err(|_| format!("'{text}' is not an address range such as 192.0.2.0/24"))
+}
+
+/// An interval between reports: 0 (none) or within the bounds every server enforces.
+fn interval(text: &str) -> Result<f64, String> {
+    use linerate_proto::session::{MAX_INTERVAL_S, MIN_INTERVAL_S};
+    let value = seconds(text)?;
+    if value != 0.0 && !(MIN_INTERVAL_S..=MAX_INTERVAL_S).contains(&value) {
+        return Err(format!(
+            "'{text}' must be 0 (no interval reports) or {MIN_INTERVAL_S} to {MAX_INTERVAL_S} seconds"
+        ));
+    }
+    Ok(value)
+}
+
 fn positive_seconds(text: &str) -> Result<f64, String> {
     let value = seconds(text)?;
     if value <= 0.0 {
@@ -678,8 +742,9 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
 
 fn length(text: &str) -> Result<u64, String> {
     let value = units::parse_size(text).map_err(|e| e.to_string())?;
-    if value == 0 || value > 1 << 30 {
-        return Err(format!("'{text}' must be between 1 byte and 1G"));
+    let most = linerate_proto::session::MAX_LENGTH;
+    if value == 0 || value > most {
+        return Err(format!("'{text}' must be between 1 byte and {}M", most >> 20));
     }
     Ok(value)
 }

@@ -3,6 +3,7 @@
 
 use crate::cli::{Iperf3Args, ServeArgs};
 use anyhow::{Context, Result};
+use clap::Parser;
 use linerate_engine::client::Progress;
 use linerate_engine::iperf3_client;
 use linerate_proto::iperf3::{Params, Transport, DEFAULT_TCP_BLOCK, DEFAULT_UDP_RATE};
@@ -14,21 +15,36 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `serve`'s flags alone, to run `linerate iperf3 -s` as `linerate serve` with its defaults.
+#[derive(clap::Parser)]
+struct ServeOnly {
+    #[command(flatten)]
+    args: ServeArgs,
+}
+
 pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Result<ExitCode> {
     let Some(host) = &args.client else {
-        return crate::serve(
-            &ServeArgs {
-                listen: args.bind,
-                port: args.port,
-                max_tests: 64,
-                max_flows: 4096,
-                max_duration: 86_400.0,
-                threads: None,
-                handshake_timeout: 10.0,
-                quiet: false,
-            },
-            storage,
-        );
+        // `serve`'s own defaults, from its flag definitions, with iperf3's server flags.
+        let mut flags = vec!["serve".to_string(), "--port".into(), args.port.to_string()];
+        if let Some(bind) = args.bind {
+            flags.extend(["--listen".into(), bind.to_string()]);
+        }
+        if let (Some(key), Some(users)) = (&args.rsa_private_key_path, &args.authorized_users_path)
+        {
+            flags.extend([
+                "--rsa-private-key-path".into(),
+                key.display().to_string(),
+                "--authorized-users-path".into(),
+                users.display().to_string(),
+                "--time-skew-threshold".into(),
+                args.time_skew_threshold.to_string(),
+            ]);
+        }
+        let serve_args = match ServeOnly::try_parse_from(flags) {
+            Ok(parsed) => parsed.args,
+            Err(error) => return Ok(crate::usage_error(&error)),
+        };
+        return crate::serve(&serve_args, storage);
     };
     let addr = crate::resolve(host, args.port)?;
     let params = params_of(args, addr);
@@ -164,6 +180,7 @@ fn params_of(args: &Iperf3Args, addr: std::net::SocketAddr) -> Params {
         zerocopy: false,
         title: args.title.clone(),
         client_version: Some(format!("linerate {}", env!("CARGO_PKG_VERSION"))),
-        authtoken: false,
+        authtoken: None,
+        use_pkcs1_padding: false,
     }
 }

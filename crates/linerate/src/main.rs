@@ -17,7 +17,9 @@ use cli::{Cli, Command, RrArgs, ServeArgs, StreamArgs, TransactionArgs};
 use linerate_engine::client::{self, ClientOptions, Progress};
 use linerate_engine::plane::default_threads;
 use linerate_engine::search::{Probe, RateSearch, TrialOutcome};
+use linerate_engine::access::{AccessPolicy, LogFormat};
 use linerate_engine::server::{Server, ServerConfig};
+use linerate_proto::auth::Key;
 use linerate_proto::Limits;
 use linerate_report::document::Document;
 use linerate_report::stats::RepeatPlan;
@@ -46,6 +48,14 @@ fn main() -> ExitCode {
         path: cli.db,
         disabled: cli.no_store,
     };
+    if let Some(path) = &cli.key {
+        match read_key(path) {
+            Ok(key) => {
+                let _ = KEY.set(key);
+            }
+            Err(message) => return usage(&message),
+        }
+    }
     let (json, outcome) = match cli.command {
         Command::Serve(args) => (false, serve(&args, &storage)),
         Command::Stream(args) => (args.json, stream(&args, &storage)),
@@ -125,6 +135,36 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
     }
     config.log = !args.quiet;
     config.timeouts.handshake = std::time::Duration::from_secs_f64(args.handshake_timeout);
+    config.timeouts.idle = std::time::Duration::from_secs_f64(args.idle_timeout);
+    config.key = user_key();
+    config.access = AccessPolicy {
+        allow: args.allow.clone(),
+        deny: args.deny.clone(),
+        max_connections: args.max_connections as usize,
+        max_per_ip: args.max_clients_per_ip.map_or(0, |n| n as usize),
+    };
+    config.log_format = if args.log_format == "json" {
+        LogFormat::Json
+    } else {
+        LogFormat::Text
+    };
+    if let (Some(private_key), Some(users)) =
+        (&args.rsa_private_key_path, &args.authorized_users_path)
+    {
+        match linerate_engine::iperf3_auth::load(private_key, users, args.time_skew_threshold) {
+            Ok(auth) => config.iperf3_auth = Some(Arc::new(auth)),
+            Err(message) => {
+                return Ok(usage(&format!(
+                    "invalid value for '--rsa-private-key-path'/'--authorized-users-path': {message}"
+                )))
+            }
+        }
+    }
+    if config.key.is_none() {
+        eprintln!(
+            "linerate: warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)"
+        );
+    }
     // linerate clients keep their own results; iperf3 clients cannot, so their tests are
     // kept here.
     if let Some(store) = storage.open_for_run()? {
@@ -496,6 +536,30 @@ fn udp_settings(
     Ok(())
 }
 
+/// The key the user named (`--key` or `LINERATE_KEY`), read once before any command runs.
+static KEY: std::sync::OnceLock<Key> = std::sync::OnceLock::new();
+
+/// The key the user named, if any.
+pub(crate) fn user_key() -> Option<Key> {
+    KEY.get().cloned()
+}
+
+/// Reads a key file; a file that cannot be a key is the user's mistake, named in one line.
+fn read_key(path: &std::path::Path) -> Result<Key, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("invalid value '{shown}' for '--key': {e}"))?;
+    if meta.len() > linerate_proto::auth::MAX_KEY_FILE as u64 {
+        return Err(format!(
+            "invalid value '{shown}' for '--key': over {} bytes",
+            linerate_proto::auth::MAX_KEY_FILE
+        ));
+    }
+    let bytes =
+        std::fs::read(path).map_err(|e| format!("invalid value '{shown}' for '--key': {e}"))?;
+    Key::from_file_contents(&bytes).map_err(|e| format!("invalid value '{shown}' for '--key': {e}"))
+}
+
 /// A usage error found after parsing: one line, exit 2.
 fn usage(message: &str) -> ExitCode {
     eprintln!("linerate: error: {message} (see 'linerate --help')");
@@ -604,7 +668,8 @@ fn run_once(
     cancel: &Arc<AtomicBool>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Report> {
-    let options = ClientOptions::new(config.clone());
+    let mut options = ClientOptions::new(config.clone());
+    options.key = user_key();
     Ok(match target {
         Some(addr) => client::run(addr, &options, cancel, progress)?,
         None => client::run_local(&options, cancel, progress)?,

@@ -44,6 +44,7 @@ pub fn run(args: &RunArgs, storage: &keep::Storage) -> Result<ExitCode> {
         control_timeout: Duration::from_secs_f64(args.control_timeout),
         limit: args.limit.map(Duration::from_secs_f64),
         log: true,
+        key: crate::user_key(),
         ..RunOptions::default()
     };
     let mut report = controller::run(&profile, &options, &stop)?;

@@ -7,6 +7,11 @@
 //! replies tagged by `type`; this module holds them and the clock arithmetic, with no
 //! sockets and no clock of its own.
 //!
+//! Every connection first: `hello` (with the dialer's nonce when it holds a key), answered
+//! by `welcome` (with the agent's challenge when it holds one), then `auth` with the
+//! dialer's proof (crate::auth); an agent with a key takes nothing else before a good
+//! proof.
+//!
 //! Controller to agent: `ping` (answered by `pong` with the agent's clock, to estimate
 //! its offset), `prepare` (the groups it runs; answered by `prepared` once every peer of
 //! those groups runs their mirror), `start` (the moment to start, on the agent's clock;
@@ -24,8 +29,9 @@ use serde::{Deserialize, Serialize};
 
 /// Opens an agent connection.
 pub const AGENT_MAGIC: [u8; 8] = *b"LINEAGNT";
-/// The agent protocol version this build speaks.
-pub const AGENT_VERSION: u32 = 1;
+/// The agent protocol version this build speaks (2: the dialer says hello first, and
+/// proves the key when the agent holds one).
+pub const AGENT_VERSION: u32 = 2;
 
 /// The agent preface a controller or group host sends first.
 pub fn agent_preface(version: u32) -> [u8; 12] {
@@ -81,6 +87,16 @@ pub struct MirrorFigures {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentRequest {
+    /// The first message on every agent connection; `nonce` (hex) from dialers that hold
+    /// a key (crate::auth).
+    Hello {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nonce: Option<String>,
+    },
+    /// The dialer's proof of the key, after a welcome that carried a challenge.
+    Auth {
+        proof: String,
+    },
     Ping {
         seq: u64,
     },
@@ -113,6 +129,9 @@ pub enum AgentReply {
     Welcome {
         version: u32,
         host: HostFacts,
+        /// Present when the agent holds a key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        auth: Option<crate::auth::Challenge>,
     },
     Pong {
         seq: u64,

@@ -34,12 +34,23 @@ pub enum RefuseCode {
     OverLimit,
     /// The specification is malformed or inconsistent.
     Invalid,
+    /// The client did not prove it holds the server's key.
+    Unauthorized,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientMessage {
-    Hello { software: String, host: HostFacts },
+    Hello {
+        software: String,
+        host: HostFacts,
+        /// The client's authentication nonce (hex); sent by clients that hold a key
+        /// (docs/protocol.md 4, docs/security.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nonce: Option<String>,
+    },
+    /// The client's proof that it holds the server's key.
+    Auth { proof: String },
     Spec { config: TestConfig },
     Start,
     Done,
@@ -54,6 +65,9 @@ pub enum ServerMessage {
         software: String,
         host: HostFacts,
         limits: Limits,
+        /// Present when the server holds a key: its nonce and its proof over both nonces.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        auth: Option<crate::auth::Challenge>,
     },
     Refuse {
         code: RefuseCode,

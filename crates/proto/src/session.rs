@@ -24,6 +24,7 @@
 //! drain `poll_transmit()` to the socket and `poll_event()` to the driver. Time is only ever
 //! an argument.
 
+use crate::auth::{AuthError, Challenge, Key, Nonce, ServerAuth};
 use crate::frame::{FrameDecoder, FrameError, MAX_CLIENT_FRAME, MAX_SERVER_FRAME};
 use crate::message::{encode, ClientMessage, Limits, RefuseCode, ServerMessage};
 use crate::preface::{self, Preface, Token, PROTOCOL_VERSION};
@@ -41,6 +42,8 @@ pub struct Timeouts {
     pub flows: Duration,
     /// Beyond `omit + time`, for the results (the receiver's drain and the server's work).
     pub results_grace: Duration,
+    /// How long an agent connection with nothing running may stay silent.
+    pub idle: Duration,
 }
 
 impl Default for Timeouts {
@@ -49,6 +52,7 @@ impl Default for Timeouts {
             handshake: Duration::from_secs(10),
             flows: Duration::from_secs(30),
             results_grace: Duration::from_secs(20),
+            idle: Duration::from_secs(120),
         }
     }
 }
@@ -72,6 +76,8 @@ pub enum SessionError {
     Protocol(String),
     #[error("protocol error: {0}")]
     Frame(#[from] FrameError),
+    #[error("authentication failed: {0}")]
+    Auth(AuthError),
 }
 
 /// Things a server session asks its driver to do, or tells it.
@@ -90,6 +96,7 @@ pub enum ServerEvent {
 enum ServerState {
     AwaitPreface,
     AwaitHello,
+    AwaitAuth,
     AwaitSpec,
     Deciding,
     AwaitFlows,
@@ -104,6 +111,7 @@ impl ServerState {
         match self {
             ServerState::AwaitPreface => "waiting for the client's preface",
             ServerState::AwaitHello => "waiting for the client's hello",
+            ServerState::AwaitAuth => "waiting for the client's proof of the key",
             ServerState::AwaitSpec => "waiting for the test specification",
             ServerState::Deciding => "deciding on the test",
             ServerState::AwaitFlows => "waiting for data connections",
@@ -127,6 +135,8 @@ pub struct ServerSession {
     software: String,
     host: HostFacts,
     config: Option<TestConfig>,
+    /// Present when the server holds a key: every client must prove it holds it too.
+    auth: Option<ServerAuth>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<ServerEvent>,
 }
@@ -149,9 +159,17 @@ impl ServerSession {
             software,
             host,
             config: None,
+            auth: None,
             transmit: VecDeque::new(),
             events: VecDeque::new(),
         }
+    }
+
+    /// Requires every client to prove it holds `key`; `nonce` is this connection's own,
+    /// fresh random bytes from the driver.
+    pub fn with_key(mut self, key: Key, nonce: Nonce) -> ServerSession {
+        self.auth = Some(ServerAuth::new(key, nonce));
+        self
     }
 
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
@@ -272,15 +290,40 @@ impl ServerSession {
             (_, ClientMessage::Abort { reason }) => {
                 self.close(Err(SessionError::ClientAborted(reason)))
             }
-            (ServerState::AwaitHello, ClientMessage::Hello { .. }) => {
+            (ServerState::AwaitHello, ClientMessage::Hello { nonce, .. }) => {
+                let challenge = match self.auth.as_mut().map(|a| a.handle_hello(nonce.as_deref())) {
+                    None => None,
+                    Some(Ok(challenge)) => Some(challenge),
+                    Some(Err(e)) => {
+                        return self.refuse_and_close(RefuseCode::Unauthorized, e.to_string())
+                    }
+                };
+                self.state = if challenge.is_some() {
+                    ServerState::AwaitAuth
+                } else {
+                    ServerState::AwaitSpec
+                };
                 self.transmit.push_back(encode(&ServerMessage::Welcome {
                     version: PROTOCOL_VERSION,
                     software: self.software.clone(),
                     host: self.host.clone(),
                     limits: self.limits.clone(),
+                    auth: challenge,
                 }));
-                self.state = ServerState::AwaitSpec;
                 self.deadline = Some(now + self.timeouts.handshake);
+            }
+            (ServerState::AwaitAuth, ClientMessage::Auth { proof }) => {
+                let verdict = self
+                    .auth
+                    .as_ref()
+                    .map_or(Err(AuthError::Malformed), |a| a.handle_proof(&proof));
+                match verdict {
+                    Ok(()) => {
+                        self.state = ServerState::AwaitSpec;
+                        self.deadline = Some(now + self.timeouts.handshake);
+                    }
+                    Err(e) => self.refuse_and_close(RefuseCode::Unauthorized, e.to_string()),
+                }
             }
             (ServerState::AwaitSpec, ClientMessage::Spec { config }) => {
                 match validate(&config, &self.limits) {
@@ -413,6 +456,7 @@ impl ServerSession {
 fn message_name(message: &ClientMessage) -> &'static str {
     match message {
         ClientMessage::Hello { .. } => "hello",
+        ClientMessage::Auth { .. } => "auth",
         ClientMessage::Spec { .. } => "spec",
         ClientMessage::Start => "start",
         ClientMessage::Done => "done",
@@ -455,6 +499,14 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
     if seconds.iter().any(|s| !s.is_finite() || *s < 0.0) || config.time_s <= 0.0 {
         return invalid("time, omit and interval must be finite, time above zero".into());
     }
+    if config.interval_s != 0.0
+        && !(MIN_INTERVAL_S..=MAX_INTERVAL_S).contains(&config.interval_s)
+    {
+        return invalid(format!(
+            "interval {} s is outside {MIN_INTERVAL_S} to {MAX_INTERVAL_S} s (0 turns intervals off)",
+            config.interval_s
+        ));
+    }
     if config.time_s + config.omit_s > limits.max_duration_s {
         return Err((
             RefuseCode::OverLimit,
@@ -465,16 +517,74 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
             ),
         ));
     }
-    if config.length == 0 || config.length > 1 << 30 {
+    let cells = interval_cells(config);
+    if cells > MAX_INTERVAL_CELLS {
+        return Err((
+            RefuseCode::OverLimit,
+            format!(
+                "{:.0} s in {} s intervals over {} connections is {cells} interval readings, over the bound of {MAX_INTERVAL_CELLS}: use a longer interval",
+                config.time_s + config.omit_s,
+                config.interval_s,
+                config.connections()
+            ),
+        ));
+    }
+    if config.length == 0 || config.length > MAX_LENGTH {
         return invalid(format!(
-            "write length {} is outside 1 byte to 1 GiB",
-            config.length
+            "write length {} is outside 1 byte to {} MiB",
+            config.length,
+            MAX_LENGTH >> 20
         ));
     }
     if config.window.is_some_and(|w| w == 0 || w > 1 << 30) {
         return invalid("window must be between 1 byte and 1 GiB".into());
     }
+    if config.target.len() > MAX_NAME {
+        return invalid(format!("target name over {MAX_NAME} bytes"));
+    }
+    if config.congestion.as_ref().is_some_and(|c| {
+        c.is_empty() || c.len() > MAX_CONGESTION_NAME || !c.bytes().all(|b| b.is_ascii_graphic())
+    }) {
+        return invalid(format!(
+            "congestion control name must be 1 to {MAX_CONGESTION_NAME} printable characters"
+        ));
+    }
+    if !config.connect_timeout_s.is_finite() || config.connect_timeout_s < 0.0 {
+        return invalid("connect timeout must be finite and not negative".into());
+    }
     validate_rr(config)
+}
+
+/// The shortest interval between reports (docs/security.md): shorter ones cost a reading
+/// per worker and connection each time, and the readings are kept to the end.
+pub const MIN_INTERVAL_S: f64 = 0.01;
+/// The longest interval between reports.
+pub const MAX_INTERVAL_S: f64 = 86_400.0;
+/// The most interval readings (intervals times connections) one test may keep: each is
+/// some 100 bytes on the server until the test ends, so this bounds a test's readings to
+/// about 200 MB whatever its duration, interval and flow count.
+pub const MAX_INTERVAL_CELLS: u64 = 2_000_000;
+/// The longest write (and read) per call: each worker holds one buffer of this size.
+pub const MAX_LENGTH: u64 = 16 << 20;
+/// The longest host name or target label a client may send.
+pub const MAX_NAME: usize = 255;
+/// Linux's TCP_CA_NAME_MAX less its terminating NUL.
+pub const MAX_CONGESTION_NAME: usize = 15;
+/// The most transactions a request/response flow keeps in flight.
+pub const MAX_OUTSTANDING: u32 = 1_000_000;
+/// The most CPUs a client may name for its workers.
+pub const MAX_CPUS: usize = 4096;
+
+/// Interval readings a test keeps: one per interval boundary (the warm-up's end and the
+/// test's end included) per connection.
+pub fn interval_cells(config: &TestConfig) -> u64 {
+    let run = config.time_s + config.omit_s;
+    let boundaries = if config.interval_s > 0.0 {
+        (run / config.interval_s).ceil().min(1e15) as u64 + 3
+    } else {
+        3
+    };
+    boundaries.saturating_mul(u64::from(config.connections().max(1)))
 }
 
 /// The largest request or response over TCP.
@@ -502,11 +612,17 @@ fn validate_rr(config: &TestConfig) -> Result<(), (RefuseCode, String)> {
             ));
         }
     }
-    if rr.outstanding == 0 {
-        return invalid("outstanding must be at least 1".into());
+    if rr.outstanding == 0 || rr.outstanding > MAX_OUTSTANDING {
+        return invalid(format!("outstanding must be 1 to {MAX_OUTSTANDING}"));
     }
-    if rr.rate_tps.is_some_and(|r| !r.is_finite() || r <= 0.0) {
-        return invalid("the transaction rate must be above zero".into());
+    if rr.rate_tps.is_some_and(|r| !r.is_finite() || r <= 0.0 || r > 1e9) {
+        return invalid("the transaction rate must be above zero and at most 1e9/s".into());
+    }
+    if rr.busy_poll_us.is_some_and(|us| us > 1_000_000) || rr.cpus.len() > MAX_CPUS {
+        return invalid("busy poll is at most 1 s, and at most 4096 CPUs are named".into());
+    }
+    if rr.load > 4096 {
+        return invalid("at most 4096 load flows".into());
     }
     Ok(())
 }
@@ -570,8 +686,23 @@ pub struct ClientSession {
     deadline: Option<Instant>,
     timeouts: Timeouts,
     config: TestConfig,
+    version: u32,
+    host: HostFacts,
+    /// The key this client proves, with its nonce for this connection.
+    key: Option<(Key, Nonce)>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<ClientEvent>,
+}
+
+/// The preface and hello a client opens with.
+fn opening(version: u32, host: &HostFacts, nonce: Option<&Nonce>) -> Vec<u8> {
+    let mut opening = preface::control_preface(version).to_vec();
+    opening.extend(encode(&ClientMessage::Hello {
+        software: host.software.clone(),
+        host: host.clone(),
+        nonce: nonce.map(Nonce::to_hex),
+    }));
+    opening
 }
 
 impl ClientSession {
@@ -583,20 +714,28 @@ impl ClientSession {
         config: TestConfig,
         timeouts: Timeouts,
     ) -> ClientSession {
-        let mut opening = preface::control_preface(version).to_vec();
-        opening.extend(encode(&ClientMessage::Hello {
-            software: host.software.clone(),
-            host,
-        }));
+        let opening = opening(version, &host, None);
         ClientSession {
             state: ClientState::AwaitWelcome,
             decoder: FrameDecoder::new(MAX_SERVER_FRAME),
             deadline: Some(now + timeouts.handshake),
             timeouts,
             config,
+            version,
+            host,
+            key: None,
             transmit: VecDeque::from([opening]),
             events: VecDeque::new(),
         }
+    }
+
+    /// Proves to the server that this client holds `key`, and requires the server to
+    /// prove it too; `nonce` is fresh random bytes from the driver. Call before the first
+    /// `poll_transmit`.
+    pub fn with_key(mut self, key: Key, nonce: Nonce) -> ClientSession {
+        self.transmit = VecDeque::from([opening(self.version, &self.host, Some(&nonce))]);
+        self.key = Some((key, nonce));
+        self
     }
 
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
@@ -667,6 +806,7 @@ impl ClientSession {
                     software,
                     host,
                     limits,
+                    auth,
                 },
             ) => {
                 if version != PROTOCOL_VERSION {
@@ -674,6 +814,21 @@ impl ClientSession {
                         ours: PROTOCOL_VERSION,
                         theirs: version,
                     });
+                }
+                match (&self.key, auth) {
+                    (None, None) => {}
+                    (None, Some(_)) => return self.fail(SessionError::Auth(AuthError::KeyRequired)),
+                    (Some(_), None) => {
+                        return self.fail(SessionError::Auth(AuthError::ServerKeyless))
+                    }
+                    (Some((key, nonce)), Some(challenge)) => {
+                        match Challenge::answer(&challenge, key, nonce) {
+                            Ok(proof) => self
+                                .transmit
+                                .push_back(encode(&ClientMessage::Auth { proof })),
+                            Err(e) => return self.fail(SessionError::Auth(e)),
+                        }
+                    }
                 }
                 self.events.push_back(ClientEvent::Welcomed {
                     software,

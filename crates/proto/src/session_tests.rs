@@ -302,3 +302,166 @@ fn client_vanishing_mid_test_closes_the_server_session() {
         ))))
     ));
 }
+
+fn keyed(text: &str) -> crate::auth::Key {
+    crate::auth::Key::from_file_contents(text.as_bytes()).unwrap()
+}
+
+/// A pair whose ends hold these keys (or none), with fixed nonces.
+fn keyed_pair(client: Option<&str>, server: Option<&str>, server_nonce: u8) -> Pair {
+    let mut pair = Pair::new(PROTOCOL_VERSION, config(1));
+    if let Some(k) = client {
+        pair.client = ClientSession::new(
+            pair.now,
+            PROTOCOL_VERSION,
+            HostFacts::default(),
+            config(1),
+            Timeouts::default(),
+        )
+        .with_key(keyed(k), Nonce([1; 32]));
+    }
+    if let Some(k) = server {
+        pair.server = ServerSession::new(
+            pair.now,
+            Limits::default(),
+            "s".into(),
+            HostFacts::default(),
+            Timeouts::default(),
+        )
+        .with_key(keyed(k), Nonce([server_nonce; 32]));
+    }
+    pair.exchange();
+    pair
+}
+
+fn refused_for_the_key(pair: &Pair) -> bool {
+    matches!(
+        pair.server_events.last(),
+        Some(ServerEvent::Closed(Err(SessionError::Refused {
+            code: RefuseCode::Unauthorized,
+            ..
+        })))
+    )
+}
+
+#[test]
+fn a_keyed_server_takes_only_clients_with_its_key() {
+    const KEY: &str = "the key of this server, 32 bytes";
+    // The same key: the test is requested as without one.
+    let pair = keyed_pair(Some(KEY), Some(KEY), 2);
+    assert!(
+        matches!(&pair.server_events[..], [ServerEvent::TestRequested(_)]),
+        "{:?}",
+        pair.server_events
+    );
+    // No key: refused, and the client hears why.
+    let pair = keyed_pair(None, Some(KEY), 2);
+    assert!(refused_for_the_key(&pair), "{:?}", pair.server_events);
+    assert!(matches!(
+        pair.client_events.last(),
+        Some(ClientEvent::Failed(SessionError::Refused {
+            code: RefuseCode::Unauthorized,
+            ..
+        }))
+    ));
+    // A wrong key: the client finds the server's proof wrong and goes no further; the
+    // server never sees a test requested.
+    let pair = keyed_pair(Some("another key of 32 bytes, not it"), Some(KEY), 2);
+    assert!(pair.server_events.is_empty(), "{:?}", pair.server_events);
+    assert!(matches!(
+        pair.client_events.last(),
+        Some(ClientEvent::Failed(SessionError::Auth(
+            crate::auth::AuthError::ServerUnproven
+        )))
+    ));
+    // A client with a key does not trust a server without it.
+    let pair = keyed_pair(Some(KEY), None, 2);
+    assert!(matches!(
+        pair.client_events.last(),
+        Some(ClientEvent::Failed(SessionError::Auth(
+            crate::auth::AuthError::ServerKeyless
+        )))
+    ));
+}
+
+#[test]
+fn a_recorded_handshake_replayed_is_refused() {
+    const KEY: &str = "the key of this server, 32 bytes";
+    let mut recorded = Vec::new();
+    let mut pair = keyed_pair(None, Some(KEY), 2);
+    pair.client = ClientSession::new(
+        pair.now,
+        PROTOCOL_VERSION,
+        HostFacts::default(),
+        config(1),
+        Timeouts::default(),
+    )
+    .with_key(keyed(KEY), Nonce([1; 32]));
+    pair.server = ServerSession::new(
+        pair.now,
+        Limits::default(),
+        "s".into(),
+        HostFacts::default(),
+        Timeouts::default(),
+    )
+    .with_key(keyed(KEY), Nonce([2; 32]));
+    // Record every byte the genuine client sends.
+    loop {
+        let mut moved = false;
+        while let Some(bytes) = pair.client.poll_transmit() {
+            recorded.extend_from_slice(&bytes);
+            pair.server.handle_input(pair.now, &bytes);
+            moved = true;
+        }
+        while let Some(bytes) = pair.server.poll_transmit() {
+            pair.client.handle_input(pair.now, &bytes);
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    assert!(matches!(
+        pair.server.poll_event(),
+        Some(ServerEvent::TestRequested(_))
+    ));
+    // The same bytes to a server with a fresh nonce.
+    let mut server = ServerSession::new(
+        pair.now,
+        Limits::default(),
+        "s".into(),
+        HostFacts::default(),
+        Timeouts::default(),
+    )
+    .with_key(keyed(KEY), Nonce([3; 32]));
+    server.handle_input(pair.now, &recorded);
+    assert!(matches!(
+        server.poll_event(),
+        Some(ServerEvent::Closed(Err(SessionError::Refused {
+            code: RefuseCode::Unauthorized,
+            ..
+        })))
+    ));
+}
+
+#[test]
+fn intervals_and_their_readings_are_bounded() {
+    let limits = Limits::default();
+    let mut c = config(1);
+    c.interval_s = 1e-9;
+    assert_eq!(validate(&c, &limits).unwrap_err().0, RefuseCode::Invalid);
+    c.interval_s = 0.01;
+    assert!(validate(&c, &limits).is_ok());
+    // 4096 connections for a day at 1 s: too many readings to keep.
+    let mut big = config(4096);
+    big.time_s = 86_000.0;
+    assert_eq!(validate(&big, &limits).unwrap_err().0, RefuseCode::OverLimit);
+    big.interval_s = 0.0;
+    assert!(validate(&big, &limits).is_ok());
+    let mut long = config(1);
+    long.length = MAX_LENGTH + 1;
+    assert!(validate(&long, &limits).is_err());
+    long.length = MAX_LENGTH;
+    long.congestion = Some("x".repeat(200));
+    assert!(validate(&long, &limits).is_err());
+}

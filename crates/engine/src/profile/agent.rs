@@ -2,8 +2,9 @@
 //! connection, which either runs groups for a controller or runs a group's mirror for the
 //! group's host (docs/protocol.md 7).
 
-use super::group::{self, Mirror, PreparedGroup, WakeLatencyHold};
-use super::link::{unix_ns, Link};
+use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
+use super::link::{random_nonce, unix_ns, Link};
+use linerate_proto::auth::ServerAuth;
 use super::rendezvous::Rendezvous;
 use crate::server::Shared;
 use linerate_proto::agent::{AgentReply, AgentRequest, MirrorSpec, AGENT_VERSION};
@@ -34,6 +35,80 @@ struct MirrorState {
     token: linerate_proto::Token,
 }
 
+/// The first exchange on an agent connection: the dialer's hello within the handshake
+/// deadline, the welcome, and, when this server holds a key, the dialer's proof.
+fn handshake(shared: &Shared, link: &mut Link) -> Result<(), String> {
+    let wait = shared.config.timeouts.handshake;
+    let nonce = match link.recv::<AgentRequest>(wait) {
+        Ok(Some(AgentRequest::Hello { nonce })) => nonce,
+        Ok(Some(_)) => return Err("did not open with a hello".into()),
+        Ok(None) => {
+            return Err(format!(
+                "sent no hello within {:.0} s (the handshake deadline)",
+                wait.as_secs_f64()
+            ))
+        }
+        Err(e) => return Err(format!("failed during its hello: {e}")),
+    };
+    let mut auth = match &shared.config.key {
+        Some(key) => Some(ServerAuth::new(
+            key.clone(),
+            random_nonce().map_err(|e| e.to_string())?,
+        )),
+        None => None,
+    };
+    let challenge = match auth.as_mut().map(|a| a.handle_hello(nonce.as_deref())) {
+        Some(Err(e)) => return Err(format!("authentication failed: {e}")),
+        Some(Ok(challenge)) => Some(challenge),
+        None => None,
+    };
+    group::reply(
+        link,
+        &AgentReply::Welcome {
+            version: AGENT_VERSION,
+            host: shared.host.clone(),
+            auth: challenge,
+        },
+    );
+    let Some(auth) = auth else {
+        return Ok(());
+    };
+    match link.recv::<AgentRequest>(wait) {
+        Ok(Some(AgentRequest::Auth { proof })) => auth
+            .handle_proof(&proof)
+            .map_err(|e| format!("authentication failed: {e}")),
+        Ok(Some(_)) => Err("authentication failed: no proof of the key".into()),
+        Ok(None) => Err(format!(
+            "sent no proof of the key within {:.0} s",
+            wait.as_secs_f64()
+        )),
+        Err(e) => Err(format!("failed during authentication: {e}")),
+    }
+}
+
+/// One place among the server's running tests, given back on drop.
+pub(crate) struct TestSlot(Arc<Shared>);
+
+impl TestSlot {
+    /// Takes a place, or says why the server is full.
+    pub(crate) fn take(shared: &Arc<Shared>) -> Result<TestSlot, String> {
+        let running = shared.running.fetch_add(1, Ordering::Relaxed);
+        let slot = TestSlot(shared.clone());
+        if running >= shared.config.limits.max_tests as usize {
+            return Err(format!(
+                "the server is running {running} tests, its limit (--max-tests)"
+            ));
+        }
+        Ok(slot)
+    }
+}
+
+impl Drop for TestSlot {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Serves one agent connection until it closes or the server shuts down.
 pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer: SocketAddr) {
     let own = match stream.local_addr() {
@@ -46,28 +121,45 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
     };
     if version != AGENT_VERSION {
         group::reply(&mut link, &AgentReply::Error { reason: format!("agent protocol version {version} is not spoken here (this agent speaks {AGENT_VERSION})") });
-        shared.log(&format!(
-            "agent connection from {peer}: refused: protocol version {version}"
-        ));
+        shared.refused(peer, &format!("agent protocol version {version}"));
         return;
     }
-    group::reply(
-        &mut link,
-        &AgentReply::Welcome {
-            version: AGENT_VERSION,
-            host: shared.host.clone(),
-        },
-    );
+    if let Err(why) = handshake(shared, &mut link) {
+        group::reply(
+            &mut link,
+            &AgentReply::Error {
+                reason: why.clone(),
+            },
+        );
+        shared.refused(peer, &format!("agent connection: {why}"));
+        return;
+    }
+    let limits = &shared.config.limits;
+    let idle = shared.config.timeouts.idle;
     let stop = Arc::new(AtomicBool::new(false));
     let mut prepared: Vec<PreparedGroup> = Vec::new();
-    let mut limit_s = 3600.0;
+    let mut limit_s = limits.max_duration_s;
     let mut run: Option<Receiver<RunEvent>> = None;
     let mut mirror: Option<MirrorState> = None;
+    // Held while groups are prepared or run, or a mirror runs: agent work counts toward
+    // --max-tests as a test does.
+    let mut slot: Option<TestSlot> = None;
     let mut last_beat = Instant::now();
+    let mut last_heard = Instant::now();
     let why = loop {
         if shared.shutdown.load(Ordering::Relaxed) {
             stop.store(true, Ordering::Relaxed);
             break "the server is shutting down".to_string();
+        }
+        let busy = run.is_some() || mirror.is_some();
+        if !busy && last_heard.elapsed() >= idle {
+            break format!(
+                "idle for {:.0} s (the idle deadline); closed",
+                idle.as_secs_f64()
+            );
+        }
+        if !busy && prepared.is_empty() {
+            slot = None;
         }
         if let Some(events) = &run {
             match events.try_recv() {
@@ -96,7 +188,11 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
             Ok(None) => continue,
             Err(e) => break format!("connection ended: {e}"),
         };
+        last_heard = Instant::now();
         match message {
+            AgentRequest::Hello { .. } | AgentRequest::Auth { .. } => {
+                break "a second hello or proof; closed".to_string()
+            }
             AgentRequest::Ping { seq } => group::reply(
                 &mut link,
                 &AgentReply::Pong {
@@ -108,14 +204,51 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                 parts,
                 limit_s: limit,
             } => {
+                let threads: u64 = parts.iter().map(|p| u64::from(p.group.threads)).sum();
+                let over = if !limit.is_finite() || limit <= 0.0 || limit > limits.max_duration_s
+                {
+                    Some(format!(
+                        "a run limit of {limit} s is outside this server's 0 to {} s (--max-duration)",
+                        limits.max_duration_s
+                    ))
+                } else if threads > u64::from(limits.max_flows) {
+                    Some(format!(
+                        "{threads} threads asked, this server allows {} (--max-flows)",
+                        limits.max_flows
+                    ))
+                } else if run.is_some() || !prepared.is_empty() {
+                    Some("groups are already prepared or running on this connection".into())
+                } else {
+                    None
+                };
+                if let Some(reason) = over {
+                    shared.refused(peer, &format!("profile run: {reason}"));
+                    group::reply(&mut link, &AgentReply::Error { reason });
+                    continue;
+                }
+                if slot.is_none() && !parts.is_empty() {
+                    match TestSlot::take(shared) {
+                        Ok(taken) => slot = Some(taken),
+                        Err(reason) => {
+                            shared.refused(peer, &format!("profile run: {reason}"));
+                            group::reply(&mut link, &AgentReply::Error { reason });
+                            continue;
+                        }
+                    }
+                }
                 limit_s = limit;
                 let names: Vec<String> = parts.iter().map(|p| p.group.name.clone()).collect();
+                let policy = DialPolicy {
+                    own,
+                    requester: peer.ip(),
+                    key: shared.config.key.as_ref(),
+                };
                 let mut failed = None;
                 for part in parts {
-                    match group::prepare(part, own, limit, stop.clone()) {
+                    match group::prepare(part, &policy, limit, stop.clone()) {
                         Ok(group) => prepared.push(group),
                         Err(e) => {
-                            failed = Some(e.to_string());
+                            failed = Some(e);
                             break;
                         }
                     }
@@ -128,11 +261,13 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                         ));
                         group::reply(&mut link, &AgentReply::Prepared);
                     }
-                    Some(reason) => {
-                        shared.log(&format!(
-                            "profile run from {peer}: cannot prepare: {reason}"
-                        ));
-                        group::reply(&mut link, &AgentReply::Error { reason });
+                    Some(e) => {
+                        shared.refused(
+                            peer,
+                            &format!("profile run: cannot prepare: {}", e.detail()),
+                        );
+                        prepared.clear();
+                        group::reply(&mut link, &AgentReply::Error { reason: e.public() });
                     }
                 }
             }
@@ -142,7 +277,8 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                 run = Some(receiver);
                 let now = unix_ns();
                 let start = Instant::now() + Duration::from_nanos(at_unix_ns.saturating_sub(now));
-                let limit = start + Duration::from_secs_f64(limit_s.clamp(1.0, 86_400.0 * 7.0));
+                let limit = start
+                    + Duration::from_secs_f64(limit_s.clamp(1.0, limits.max_duration_s.max(1.0)));
                 let hold = (!groups.is_empty()).then(WakeLatencyHold::acquire);
                 let awake = match &hold {
                     Some(hold) if !hold.held() => {
@@ -193,8 +329,18 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                 shared.log(&format!("profile run from {peer}: aborted: {reason}"));
                 stop.store(true, Ordering::Relaxed);
             }
-            AgentRequest::Mirror { spec } => match start_mirror(shared, &spec, peer, own, &stop) {
-                Ok(state) => {
+            AgentRequest::Mirror { spec } => match (if mirror.is_some()
+                || run.is_some()
+                || !prepared.is_empty()
+            {
+                Err("this connection already has work".to_string())
+            } else {
+                TestSlot::take(shared)
+            })
+            .and_then(|taken| Ok((start_mirror(shared, &spec, peer, own, &stop)?, taken)))
+            {
+                Ok((state, taken)) => {
+                    slot = Some(taken);
                     shared.log(&format!(
                         "mirror of group '{}' for {peer}: {} thread(s)",
                         spec.group.name, spec.group.threads
@@ -209,7 +355,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                     mirror = Some(state.state);
                 }
                 Err(reason) => {
-                    shared.log(&format!("mirror for {peer}: refused: {reason}"));
+                    shared.refused(peer, &format!("mirror: {reason}"));
                     group::reply(&mut link, &AgentReply::Error { reason });
                 }
             },
@@ -277,14 +423,18 @@ fn start_mirror(
     stop: &Arc<AtomicBool>,
 ) -> Result<Started, String> {
     let threads = spec.group.threads;
-    if threads == 0
-        || threads > linerate_profile::MAX_THREADS
-        || threads > shared.config.limits.max_flows.max(1) * 4
-    {
-        return Err(format!("{threads} threads is over this agent's limit"));
+    let limits = &shared.config.limits;
+    if threads == 0 || threads > linerate_profile::MAX_THREADS || threads > limits.max_flows {
+        return Err(format!(
+            "{threads} threads asked, this server allows {} (--max-flows)",
+            limits.max_flows.min(linerate_profile::MAX_THREADS)
+        ));
     }
-    if !spec.limit_s.is_finite() || spec.limit_s > f64::from(u32::MAX) {
-        return Err(format!("run limit {} s is not acceptable", spec.limit_s));
+    if !spec.limit_s.is_finite() || spec.limit_s <= 0.0 || spec.limit_s > limits.max_duration_s {
+        return Err(format!(
+            "a run limit of {} s is outside this server's 0 to {} s (--max-duration)",
+            spec.limit_s, limits.max_duration_s
+        ));
     }
     let token = crate::server::random_token().map_err(|e| e.to_string())?;
     let incoming = shared.register_flows(token);

@@ -31,6 +31,8 @@ pub struct RunOptions {
     pub clock_samples: usize,
     /// Progress lines on stderr.
     pub log: bool,
+    /// The agents' key: proven to each agent, and held by the controller's own agent.
+    pub key: Option<linerate_proto::auth::Key>,
 }
 
 impl Default for RunOptions {
@@ -41,6 +43,7 @@ impl Default for RunOptions {
             limit: None,
             clock_samples: 8,
             log: false,
+            key: None,
         }
     }
 }
@@ -108,7 +111,10 @@ pub fn run(
     // The controller's own agent: runs groups without a host, and mirrors connections of
     // local groups without a remote.
     let local = if hosts.iter().any(|h| h == LOCAL) {
-        Some(LocalServer::start(|_| {}).map_err(RunError::Local)?)
+        Some(
+            LocalServer::start(|config| config.key = options.key.clone())
+                .map_err(RunError::Local)?,
+        )
     } else {
         None
     };
@@ -145,19 +151,8 @@ fn run_with(
             (LOCAL, Some(addr)) => addr,
             _ => super::resolve(host).map_err(|e| agent_error(host, e))?,
         };
-        let mut link = Link::dial(addr, options.control_timeout)
-            .map_err(|e| agent_error(host, format!("cannot connect to {addr}: {e}")))?;
-        let facts = match link.recv::<AgentReply>(options.control_timeout) {
-            Ok(Some(AgentReply::Welcome { host: facts, .. })) => facts,
-            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(host, reason)),
-            Ok(_) => {
-                return Err(agent_error(
-                    host,
-                    format!("{addr} did not answer as a linerate agent"),
-                ))
-            }
-            Err(e) => return Err(agent_error(host, format!("{addr}: {e}"))),
-        };
+        let (mut link, facts) = Link::dial(addr, options.control_timeout, options.key.as_ref())
+            .map_err(|e| agent_error(host, format!("{addr}: {e}")))?;
         let mut samples = Vec::new();
         for seq in 0..options.clock_samples as u64 {
             let sent = unix_ns();
@@ -172,6 +167,7 @@ fn run_with(
                     agent_ns: agent,
                     received_ns: unix_ns(),
                 }),
+                Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(host, reason)),
                 Ok(_) => return Err(agent_error(host, "no answer to a clock ping")),
                 Err(e) => return Err(agent_error(host, e)),
             }

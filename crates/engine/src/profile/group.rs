@@ -12,7 +12,8 @@ use linerate_proto::Token;
 use linerate_report::profile::{GroupResult, OpFigures, ThreadFigures, TransactionFigures};
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use linerate_proto::auth::Key;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -114,35 +115,82 @@ pub(crate) struct PreparedGroup {
     stop: Arc<AtomicBool>,
 }
 
-/// Asks each peer of the group to run its mirror. `own` is this host's own server, the
-/// peer of connections without a remote.
+/// Why a group could not be prepared.
+#[derive(Debug)]
+pub(crate) enum PrepareError {
+    /// A peer could not be dialed, was not one this agent may dial, or did not run the
+    /// mirror. What went wrong stays in `detail`, for this server's log: the requester
+    /// hears [`PrepareError::public`], the same whatever the cause, so that an agent
+    /// cannot be used to tell open ports from closed ones (docs/security.md).
+    Peer { label: String, detail: String },
+    /// A failure on this host.
+    Local(io::Error),
+}
+
+impl PrepareError {
+    /// What the requester is told.
+    pub(crate) fn public(&self) -> String {
+        match self {
+            PrepareError::Peer { label, .. } => format!(
+                "peer {label} is not a linerate agent this agent may dial (one that holds this agent's key; without --key, only the requesting host)"
+            ),
+            PrepareError::Local(e) => e.to_string(),
+        }
+    }
+
+    /// What this server logs.
+    pub(crate) fn detail(&self) -> String {
+        match self {
+            PrepareError::Peer { label, detail } => format!("peer {label}: {detail}"),
+            PrepareError::Local(e) => e.to_string(),
+        }
+    }
+}
+
+impl From<io::Error> for PrepareError {
+    fn from(e: io::Error) -> PrepareError {
+        PrepareError::Local(e)
+    }
+}
+
+/// Whom an agent may dial for the groups of one request.
+pub(crate) struct DialPolicy<'a> {
+    /// This host's own server, the peer of connections without a remote.
+    pub own: SocketAddr,
+    /// The host that asked for the groups.
+    pub requester: IpAddr,
+    /// This agent's key: with it, any host that proves the same key; without it, only
+    /// the requester's own address.
+    pub key: Option<&'a Key>,
+}
+
+/// Asks each peer of the group to run its mirror, dialing only what `policy` allows.
 pub(crate) fn prepare(
     part: GroupPart,
-    own: SocketAddr,
+    policy: &DialPolicy,
     limit_s: f64,
     stop: Arc<AtomicBool>,
-) -> io::Result<PreparedGroup> {
+) -> Result<PreparedGroup, PrepareError> {
     let mut remotes = HashMap::new();
     let mut links = Vec::new();
     for remote in remotes_of(&part.group) {
         let label = remote.clone().unwrap_or_else(|| "local".into());
-        let addr = match &remote {
-            Some(host) => super::resolve(host)?,
-            None => own,
+        let peer_error = |detail: String| PrepareError::Peer {
+            label: label.clone(),
+            detail,
         };
-        let mut link = Link::dial(addr, Duration::from_secs(5))
-            .map_err(|e| io::Error::new(e.kind(), format!("peer {label} ({addr}): {e}")))?;
-        match link.recv::<AgentReply>(PEER_WAIT)? {
-            Some(AgentReply::Welcome { .. }) => {}
-            Some(AgentReply::Error { reason }) => {
-                return Err(io::Error::other(format!("peer {label} ({addr}): {reason}")))
-            }
-            _ => {
-                return Err(io::Error::other(format!(
-                    "peer {label} ({addr}) did not answer as a linerate agent"
-                )))
-            }
+        let addr = match &remote {
+            Some(host) => super::resolve(host).map_err(|e| peer_error(e.to_string()))?,
+            None => policy.own,
+        };
+        if remote.is_some() && policy.key.is_none() && addr.ip() != policy.requester {
+            return Err(peer_error(format!(
+                "{addr} is not the requesting host {} and this agent holds no key; not dialed",
+                policy.requester
+            )));
         }
+        let (mut link, _) = Link::dial(addr, Duration::from_secs(5), policy.key)
+            .map_err(|e| peer_error(format!("{addr}: {e}")))?;
         let back = if has_accepts_to(&part.group, &remote) {
             let ip = link.stream.local_addr()?.ip();
             let listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
@@ -162,30 +210,23 @@ pub(crate) fn prepare(
             }),
             limit_s,
         };
+        // The peer proved itself a linerate agent (with this key, or it is the requester
+        // itself), so what it answers from here on may be told as it is.
+        let answered = |detail: String| io::Error::other(format!("peer {label}: {detail}"));
         link.send(&AgentRequest::Mirror {
             spec: Box::new(spec),
-        })?;
-        let (token, udp_port) = match link.recv::<AgentReply>(PEER_WAIT)? {
-            Some(AgentReply::MirrorReady { token, udp_port }) => (token, udp_port),
-            Some(AgentReply::Error { reason }) => {
-                return Err(io::Error::other(format!(
-                    "peer {label} refused the mirror: {reason}"
-                )))
+        })
+        .map_err(|e| answered(e.to_string()))?;
+        let (token, udp_port) = match link.recv::<AgentReply>(PEER_WAIT) {
+            Ok(Some(AgentReply::MirrorReady { token, udp_port })) => (token, udp_port),
+            Ok(Some(AgentReply::Error { reason })) => {
+                return Err(answered(format!("refused the mirror: {reason}")).into())
             }
-            Some(other) => {
-                return Err(io::Error::other(format!(
-                    "peer {label}: unexpected {other:?}"
-                )))
-            }
-            None => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("peer {label} did not answer"),
-                ))
-            }
+            Ok(Some(other)) => return Err(answered(format!("unexpected {other:?}")).into()),
+            Ok(None) => return Err(answered("did not answer".into()).into()),
+            Err(e) => return Err(answered(e.to_string()).into()),
         };
-        let token = Token::from_hex(&token)
-            .ok_or_else(|| io::Error::other(format!("peer {label}: bad token")))?;
+        let token = Token::from_hex(&token).ok_or_else(|| answered("bad token".into()))?;
         remotes.insert(
             remote.clone(),
             Arc::new(RemoteLink {

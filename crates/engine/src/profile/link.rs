@@ -1,6 +1,9 @@
 //! Blocking framed JSON over an agent connection, with bounded waits.
 
+use linerate_proto::agent::{agent_preface, AgentReply, AgentRequest, AGENT_VERSION};
+use linerate_proto::auth::{AuthError, Key, Nonce};
 use linerate_proto::frame::FrameDecoder;
+use linerate_report::HostFacts;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::{self, Read, Write};
@@ -24,14 +27,42 @@ impl Link {
         })
     }
 
-    /// Dials an agent and sends the agent preface.
-    pub fn dial(addr: SocketAddr, timeout: Duration) -> io::Result<Link> {
+    /// Dials an agent, says hello and, holding `key`, proves it and checks the agent's
+    /// proof (linerate-proto's `auth`). Returns the link and the agent's host facts.
+    pub fn dial(
+        addr: SocketAddr,
+        timeout: Duration,
+        key: Option<&Key>,
+    ) -> io::Result<(Link, HostFacts)> {
         let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
         stream.set_write_timeout(Some(timeout))?;
-        stream.write_all(&linerate_proto::agent::agent_preface(
-            linerate_proto::agent::AGENT_VERSION,
-        ))?;
-        Link::new(stream)
+        stream.write_all(&agent_preface(AGENT_VERSION))?;
+        let mut link = Link::new(stream)?;
+        let nonce = key.map(|_| random_nonce()).transpose()?;
+        link.send(&AgentRequest::Hello {
+            nonce: nonce.as_ref().map(Nonce::to_hex),
+        })?;
+        let (host, challenge) = match link.recv::<AgentReply>(timeout)? {
+            Some(AgentReply::Welcome { host, auth, .. }) => (host, auth),
+            Some(AgentReply::Error { reason }) => return Err(io::Error::other(reason)),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "did not answer as a linerate agent",
+                ))
+            }
+        };
+        let failed = |e: AuthError| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string());
+        match (key.zip(nonce), challenge) {
+            (None, None) => {}
+            (None, Some(_)) => return Err(failed(AuthError::KeyRequired)),
+            (Some(_), None) => return Err(failed(AuthError::ServerKeyless)),
+            (Some((key, nonce)), Some(challenge)) => {
+                let proof = challenge.answer(key, &nonce).map_err(failed)?;
+                link.send(&AgentRequest::Auth { proof })?;
+            }
+        }
+        Ok((link, host))
     }
 
     pub fn send<T: Serialize>(&mut self, message: &T) -> io::Result<()> {
@@ -91,4 +122,11 @@ pub(crate) fn unix_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A fresh nonce for one handshake.
+pub(crate) fn random_nonce() -> io::Result<Nonce> {
+    let mut bytes = [0u8; linerate_proto::auth::NONCE_LEN];
+    getrandom::getrandom(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(Nonce(bytes))
 }

@@ -13,7 +13,7 @@ mod conn;
 pub mod controller;
 mod exec;
 mod group;
-mod link;
+pub(crate) mod link;
 mod rendezvous;
 
 use std::time::Duration;

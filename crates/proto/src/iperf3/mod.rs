@@ -12,6 +12,7 @@
 //! `[a-z2-7]` and a NUL), sent first on the control connection and on every TCP data
 //! connection.
 
+pub mod auth;
 pub mod client;
 pub mod server;
 
@@ -142,9 +143,11 @@ pub struct Params {
     pub zerocopy: bool,
     pub title: Option<String>,
     pub client_version: Option<String>,
-    /// The client sent an authentication token (this server has no user list to check it
-    /// against, and serves the test as an iperf3 server without `--rsa-private-key-path`).
-    pub authtoken: bool,
+    /// The client's authentication token: its credentials RSA-encrypted to the server's
+    /// public key, base64 ([`auth`]).
+    pub authtoken: Option<String>,
+    /// The token is padded with PKCS #1 v1.5 (3.17's `--use-pkcs1-padding`), not OAEP.
+    pub use_pkcs1_padding: bool,
 }
 
 impl Default for Params {
@@ -170,7 +173,8 @@ impl Default for Params {
             zerocopy: false,
             title: None,
             client_version: None,
-            authtoken: false,
+            authtoken: None,
+            use_pkcs1_padding: false,
         }
     }
 }
@@ -325,7 +329,8 @@ impl Params {
             zerocopy: flag("zerocopy"),
             title: text("title"),
             client_version: text("client_version"),
-            authtoken: keys.contains_key("authtoken"),
+            authtoken: text("authtoken"),
+            use_pkcs1_padding: flag("use_pkcs1_padding"),
         })
     }
 

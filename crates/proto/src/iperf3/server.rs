@@ -272,6 +272,17 @@ impl Iperf3Server {
         }
     }
 
+    /// Refuses a client whose authentication failed, as iperf3 does: SERVER_ERROR and
+    /// its auth error code alone (no errno), then close.
+    pub fn refuse_auth(&mut self, why: String) {
+        if self.phase != Phase::Closed {
+            let mut bytes = vec![state::SERVER_ERROR];
+            bytes.extend_from_slice(&super::code::AUTH.to_be_bytes());
+            self.out.push_back(bytes);
+            self.close(Err(why));
+        }
+    }
+
     /// Refuses the test as a busy iperf3 server does.
     pub fn busy(&mut self, why: String) {
         if self.phase != Phase::Closed {

@@ -1,0 +1,380 @@
+//! Who may connect to a server, how many connections each may hold, and the operator's
+//! log of refusals (docs/security.md).
+//!
+//! The acceptor asks [`Gate::admit`] for every new connection. A connection counts from
+//! its accept until its session ends (control, agent and iperf3 connections) or until it
+//! is handed to its test (data connections, which `--max-flows` bounds per test). At the
+//! cap, a connection from an address that holds fewer connections than the largest holder
+//! takes the place of that holder's oldest connection still in its preface, so one host
+//! that floods the server does not lock others out.
+
+use ipnet::IpNet;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Limits on who connects and how much each holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccessPolicy {
+    /// When not empty, only these ranges may connect.
+    pub allow: Vec<IpNet>,
+    /// These ranges may not connect (checked after `allow`).
+    pub deny: Vec<IpNet>,
+    /// Connections held at once (in their preface, or in a session).
+    pub max_connections: usize,
+    /// Connections one address may hold at once; 0: no limit of its own.
+    pub max_per_ip: usize,
+}
+
+impl Default for AccessPolicy {
+    fn default() -> AccessPolicy {
+        AccessPolicy {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            max_connections: 10_000,
+            max_per_ip: 0,
+        }
+    }
+}
+
+impl AccessPolicy {
+    /// Whether `ip` may connect at all; `Err` names the rule that refuses it.
+    pub fn permits(&self, ip: IpAddr) -> Result<(), &'static str> {
+        let ip = canonical(ip);
+        if !self.allow.is_empty() && !self.allow.iter().any(|net| net.contains(&ip)) {
+            return Err("not in an --allow range");
+        }
+        if self.deny.iter().any(|net| net.contains(&ip)) {
+            return Err("in a --deny range");
+        }
+        Ok(())
+    }
+}
+
+/// An IPv4 client seen on a dual-stack socket is its IPv4 address.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// What the gate decides for a new connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Take it.
+    Admit,
+    /// Take it, and close the pending connection with this key to make room.
+    AdmitEvicting(usize),
+    /// Close it at once, for this reason.
+    Refuse(&'static str),
+}
+
+/// Connections held per address, shared by the acceptor and the sessions.
+#[derive(Debug, Default)]
+pub struct Holdings {
+    per_ip: HashMap<IpAddr, usize>,
+    total: usize,
+}
+
+impl Holdings {
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    pub fn of(&self, ip: IpAddr) -> usize {
+        self.per_ip.get(&ip).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, ip: IpAddr) {
+        *self.per_ip.entry(ip).or_default() += 1;
+        self.total += 1;
+    }
+
+    fn remove(&mut self, ip: IpAddr) {
+        if let Some(count) = self.per_ip.get_mut(&ip) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_ip.remove(&ip);
+            }
+            self.total -= 1;
+        }
+    }
+}
+
+/// One held connection; dropping it gives its place back.
+#[derive(Debug)]
+pub struct Held {
+    holdings: Arc<Mutex<Holdings>>,
+    ip: IpAddr,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.holdings.lock().expect("holdings lock").remove(self.ip);
+    }
+}
+
+/// The acceptor's gate: the policy and the shared holdings.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    pub policy: AccessPolicy,
+    holdings: Arc<Mutex<Holdings>>,
+}
+
+impl Gate {
+    pub fn new(policy: AccessPolicy) -> Gate {
+        Gate {
+            policy,
+            holdings: Arc::new(Mutex::new(Holdings::default())),
+        }
+    }
+
+    /// Decides for a connection from `ip`. `pending` lists the connections still in their
+    /// preface, oldest first, as (key, address), for the choice of one to evict.
+    pub fn admit(&self, ip: IpAddr, pending: &[(usize, IpAddr)]) -> Admission {
+        let ip = canonical(ip);
+        if let Err(rule) = self.policy.permits(ip) {
+            return Admission::Refuse(rule);
+        }
+        let holdings = self.holdings.lock().expect("holdings lock");
+        let mine = holdings.of(ip);
+        if self.policy.max_per_ip > 0 && mine >= self.policy.max_per_ip {
+            return Admission::Refuse("over --max-clients-per-ip");
+        }
+        if holdings.total() < self.policy.max_connections {
+            return Admission::Admit;
+        }
+        // At the cap: the largest holder with a connection in its preface gives one up,
+        // if it holds more than the newcomer would.
+        let largest = pending
+            .iter()
+            .map(|&(_, owner)| owner)
+            .max_by_key(|owner| holdings.of(*owner));
+        match largest {
+            Some(owner) if owner != ip && holdings.of(owner) > mine + 1 => {
+                let key = pending
+                    .iter()
+                    .find(|(_, o)| *o == owner)
+                    .map(|(k, _)| *k)
+                    .expect("owner came from pending");
+                Admission::AdmitEvicting(key)
+            }
+            _ => Admission::Refuse("over --max-connections"),
+        }
+    }
+
+    /// Counts a connection from `ip` until the returned value is dropped.
+    pub fn hold(&self, ip: IpAddr) -> Held {
+        let ip = canonical(ip);
+        self.holdings.lock().expect("holdings lock").add(ip);
+        Held {
+            holdings: self.holdings.clone(),
+            ip,
+        }
+    }
+
+    pub fn held(&self) -> usize {
+        self.holdings.lock().expect("holdings lock").total()
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// "2026-11-23T08:00:00Z message"
+    #[default]
+    Text,
+    /// One JSON object per line: time, event, peer (where one is named), message.
+    Json,
+}
+
+/// The operator's log: every line through one writer, refusals limited to a few lines a
+/// second (a flood of them is summed up in one line, not written line by line).
+#[derive(Debug)]
+pub struct OperatorLog {
+    pub enabled: bool,
+    pub format: LogFormat,
+    refusals: Mutex<RefusalWindow>,
+}
+
+#[derive(Debug)]
+struct RefusalWindow {
+    started: Option<Instant>,
+    written: u32,
+    suppressed: u64,
+}
+
+/// Refusal lines written per second before the rest are only counted.
+const REFUSAL_LINES_PER_SECOND: u32 = 5;
+
+impl OperatorLog {
+    pub fn new(enabled: bool, format: LogFormat) -> OperatorLog {
+        OperatorLog {
+            enabled,
+            format,
+            refusals: Mutex::new(RefusalWindow {
+                started: None,
+                written: 0,
+                suppressed: 0,
+            }),
+        }
+    }
+
+    /// A line about the server or one test.
+    pub fn line(&self, message: &str) {
+        self.write("log", None, message);
+    }
+
+    /// A refused or limited client, with the reason.
+    pub fn refused(&self, peer: SocketAddr, reason: &str) {
+        self.refused_at(Instant::now(), peer, reason);
+    }
+
+    fn refused_at(&self, now: Instant, peer: SocketAddr, reason: &str) {
+        if !self.enabled {
+            return;
+        }
+        let summary = {
+            let mut window = self.refusals.lock().expect("log lock");
+            let fresh = !matches!(window.started,
+                Some(t) if now.duration_since(t) < Duration::from_secs(1));
+            let summary = if fresh {
+                let summary = (window.suppressed > 0).then_some(window.suppressed);
+                *window = RefusalWindow {
+                    started: Some(now),
+                    written: 0,
+                    suppressed: 0,
+                };
+                summary
+            } else {
+                None
+            };
+            if window.written >= REFUSAL_LINES_PER_SECOND {
+                window.suppressed += 1;
+                return;
+            }
+            window.written += 1;
+            summary
+        };
+        if let Some(count) = summary {
+            self.write(
+                "refused",
+                None,
+                &format!("{count} more refusals in the last second were not written"),
+            );
+        }
+        self.write("refused", Some(peer), reason);
+    }
+
+    fn write(&self, event: &str, peer: Option<SocketAddr>, message: &str) {
+        if !self.enabled {
+            return;
+        }
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        match self.format {
+            LogFormat::Text => match peer {
+                Some(peer) => eprintln!("{now} refused {peer}: {message}"),
+                None => eprintln!("{now} {message}"),
+            },
+            LogFormat::Json => {
+                let mut line = serde_json::json!({
+                    "time": now.to_string(),
+                    "event": event,
+                    "message": message,
+                });
+                if let Some(peer) = peer {
+                    line["peer"] = peer.to_string().into();
+                }
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn allow_and_deny_ranges() {
+        let policy = AccessPolicy {
+            allow: vec!["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
+            deny: vec!["10.9.0.0/16".parse().unwrap()],
+            ..AccessPolicy::default()
+        };
+        assert_eq!(policy.permits(ip("10.1.2.3")), Ok(()));
+        assert_eq!(policy.permits(ip("::ffff:10.1.2.3")), Ok(()));
+        assert_eq!(policy.permits(ip("10.9.1.1")), Err("in a --deny range"));
+        assert_eq!(policy.permits(ip("192.0.2.1")), Err("not in an --allow range"));
+        assert_eq!(policy.permits(ip("::1")), Ok(()));
+    }
+
+    #[test]
+    fn the_cap_evicts_the_largest_holder_not_the_newcomer() {
+        let gate = Gate::new(AccessPolicy {
+            max_connections: 3,
+            max_per_ip: 0,
+            ..AccessPolicy::default()
+        });
+        let flooder = ip("127.0.0.1");
+        let held: Vec<Held> = (0..3).map(|_| gate.hold(flooder)).collect();
+        let pending = [(7, flooder), (8, flooder), (9, flooder)];
+        // The flooder itself is refused at the cap ...
+        assert_eq!(
+            gate.admit(flooder, &pending),
+            Admission::Refuse("over --max-connections")
+        );
+        // ... another host takes the place of the flooder's oldest pending connection.
+        assert_eq!(
+            gate.admit(ip("127.0.0.2"), &pending),
+            Admission::AdmitEvicting(7)
+        );
+        // With nothing pending to give up, the newcomer is refused.
+        assert_eq!(
+            gate.admit(ip("127.0.0.2"), &[]),
+            Admission::Refuse("over --max-connections")
+        );
+        drop(held);
+        assert_eq!(gate.held(), 0);
+        assert_eq!(gate.admit(flooder, &[]), Admission::Admit);
+    }
+
+    #[test]
+    fn per_address_limit() {
+        let gate = Gate::new(AccessPolicy {
+            max_per_ip: 2,
+            ..AccessPolicy::default()
+        });
+        let a = ip("192.0.2.1");
+        let _held = [gate.hold(a), gate.hold(a)];
+        assert_eq!(
+            gate.admit(a, &[]),
+            Admission::Refuse("over --max-clients-per-ip")
+        );
+        assert_eq!(gate.admit(ip("192.0.2.2"), &[]), Admission::Admit);
+    }
+
+    #[test]
+    fn refusals_are_limited_per_second() {
+        let log = OperatorLog::new(true, LogFormat::Text);
+        let t0 = Instant::now();
+        let peer: SocketAddr = "192.0.2.1:5".parse().unwrap();
+        for _ in 0..1000 {
+            log.refused_at(t0, peer, "test");
+        }
+        {
+            let window = log.refusals.lock().unwrap();
+            assert_eq!(window.written, REFUSAL_LINES_PER_SECOND);
+            assert_eq!(window.suppressed, 1000 - u64::from(REFUSAL_LINES_PER_SECOND));
+        }
+        log.refused_at(t0 + Duration::from_secs(1), peer, "test");
+        let window = log.refusals.lock().unwrap();
+        assert_eq!((window.written, window.suppressed), (1, 0));
+    }
+}
