@@ -311,7 +311,10 @@ mod tests {
         assert_eq!(policy.permits(ip("10.1.2.3")), Ok(()));
         assert_eq!(policy.permits(ip("::ffff:10.1.2.3")), Ok(()));
         assert_eq!(policy.permits(ip("10.9.1.1")), Err("in a --deny range"));
-        assert_eq!(policy.permits(ip("192.0.2.1")), Err("not in an --allow range"));
+        assert_eq!(
+            policy.permits(ip("192.0.2.1")),
+            Err("not in an --allow range")
+        );
         assert_eq!(policy.permits(ip("::1")), Ok(()));
     }
 
@@ -371,7 +374,10 @@ mod tests {
         {
             let window = log.refusals.lock().unwrap();
             assert_eq!(window.written, REFUSAL_LINES_PER_SECOND);
-            assert_eq!(window.suppressed, 1000 - u64::from(REFUSAL_LINES_PER_SECOND));
+            assert_eq!(
+                window.suppressed,
+                1000 - u64::from(REFUSAL_LINES_PER_SECOND)
+            );
         }
         log.refused_at(t0 + Duration::from_secs(1), peer, "test");
         let window = log.refusals.lock().unwrap();

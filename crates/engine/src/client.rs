@@ -385,7 +385,7 @@ pub fn run_local(
         config.drain = options.drain;
         config.key = options.key.clone();
     })
-        .map_err(ClientError::LocalServer)?;
+    .map_err(ClientError::LocalServer)?;
     let result = run(local.addr, options, cancel, progress);
     local.shutdown.store(true, Ordering::Relaxed);
     let _ = local.handle.join();

@@ -15,11 +15,9 @@ pub fn load(private_key: &Path, users: &Path, skew_s: i64) -> Result<Iperf3Auth,
         std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
     };
     let pem = read(private_key, 64 * 1024)?;
-    let users_text = read(
-        users,
-        linerate_proto::iperf3::auth::MAX_USERS_FILE as u64,
-    )?;
-    Iperf3Auth::new(&pem, &users_text, skew_s).map_err(|e| format!("{}: {e}", private_key.display()))
+    let users_text = read(users, linerate_proto::iperf3::auth::MAX_USERS_FILE as u64)?;
+    Iperf3Auth::new(&pem, &users_text, skew_s)
+        .map_err(|e| format!("{}: {e}", private_key.display()))
 }
 
 /// Seconds since the Unix epoch on this host's clock, as iperf3 stamps its tokens.

@@ -246,7 +246,11 @@ fn accept(
     let (id, peer) = (test.id, test.peer);
     if let Some(auth) = &shared.config.iperf3_auth {
         let token = params.authtoken.as_deref();
-        match auth.check(token, params.use_pkcs1_padding, crate::iperf3_auth::unix_now()) {
+        match auth.check(
+            token,
+            params.use_pkcs1_padding,
+            crate::iperf3_auth::unix_now(),
+        ) {
             Ok(user) => shared.log(&format!(
                 "iperf3 test {id} from {peer}: authenticated as '{user}'"
             )),
@@ -269,9 +273,10 @@ fn accept(
     let most = shared.config.limits.max_duration_s;
     let asked = (params.time + params.omit) as f64;
     if params.time > 0 && asked > most {
-        shared.log(&format!(
-            "iperf3 test {id} from {peer}: refused: {asked} s asked, the server allows {most} s"
-        ));
+        shared.refused(
+            peer,
+            &format!("iperf3 test {id}: {asked} s asked, the server allows {most} s"),
+        );
         return session.refuse(
             code::DURATION,
             format!("{asked} s asked, the server allows {most} s"),

@@ -10,13 +10,13 @@
 //! - [`server`] and [`client`]: the control-connection drivers around the sans-IO sessions
 //!   of `linerate-proto`.
 
+pub mod access;
 pub mod client;
 pub mod control;
 pub mod iperf3;
+pub mod iperf3_auth;
 pub mod iperf3_client;
 pub mod iperf3_server;
-pub mod access;
-pub mod iperf3_auth;
 pub mod pacer;
 pub mod plane;
 pub mod profile;

@@ -10,16 +10,16 @@
 //! Whatever ends the test (completion, the client vanishing, a protocol error, shutdown),
 //! the thread drops the plane and every socket of the test before it exits.
 
+use crate::access::{self, AccessPolicy, Admission, Gate, Held, LogFormat, OperatorLog};
 use crate::control::Control;
+use crate::iperf3_auth::Iperf3Auth;
 use crate::plane::{default_threads, DataPlane, PlaneSetup};
 use crate::sys;
 use crate::worker::{FlowSocket, FlowSpec, Side};
 use linerate_hostinfo::host_facts;
+use linerate_proto::auth::Key;
 use linerate_proto::datagram::{parse_hello, tag_of, Framing};
 use linerate_proto::preface::{self, Preface};
-use crate::access::{self, AccessPolicy, Admission, Gate, Held, LogFormat, OperatorLog};
-use crate::iperf3_auth::Iperf3Auth;
-use linerate_proto::auth::Key;
 use linerate_proto::{
     Limits, RefuseCode, ServerEvent, ServerSession, SessionError, Timeouts, Token,
 };
@@ -568,7 +568,9 @@ fn serve_test(
         match crate::profile::link::random_nonce() {
             Ok(nonce) => session = session.with_key(key.clone(), nonce),
             Err(e) => {
-                shared.log(&format!("test {id} from {peer}: no randomness for a nonce: {e}"));
+                shared.log(&format!(
+                    "test {id} from {peer}: no randomness for a nonce: {e}"
+                ));
                 return;
             }
         }
@@ -685,7 +687,9 @@ fn serve_test(
         Err(SessionError::PeerClosed(during)) if during.contains("proof of the key") => shared
             .refused(
                 peer,
-                &format!("test {id}: closed without proving the key (it holds another key, or none)"),
+                &format!(
+                    "test {id}: closed without proving the key (it holds another key, or none)"
+                ),
             ),
         Err(e) => shared.log(&format!("test {id} from {peer}: ended: {e}")),
     }

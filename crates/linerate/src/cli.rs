@@ -744,7 +744,10 @@ fn length(text: &str) -> Result<u64, String> {
     let value = units::parse_size(text).map_err(|e| e.to_string())?;
     let most = linerate_proto::session::MAX_LENGTH;
     if value == 0 || value > most {
-        return Err(format!("'{text}' must be between 1 byte and {}M", most >> 20));
+        return Err(format!(
+            "'{text}' must be between 1 byte and {}M",
+            most >> 20
+        ));
     }
     Ok(value)
 }

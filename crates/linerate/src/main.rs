@@ -14,10 +14,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::error::ErrorKind;
 use clap::Parser;
 use cli::{Cli, Command, RrArgs, ServeArgs, StreamArgs, TransactionArgs};
+use linerate_engine::access::{AccessPolicy, LogFormat};
 use linerate_engine::client::{self, ClientOptions, Progress};
 use linerate_engine::plane::default_threads;
 use linerate_engine::search::{Probe, RateSearch, TrialOutcome};
-use linerate_engine::access::{AccessPolicy, LogFormat};
 use linerate_engine::server::{Server, ServerConfig};
 use linerate_proto::auth::Key;
 use linerate_proto::Limits;
@@ -153,11 +153,9 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
     {
         match linerate_engine::iperf3_auth::load(private_key, users, args.time_skew_threshold) {
             Ok(auth) => config.iperf3_auth = Some(Arc::new(auth)),
-            Err(message) => {
-                return Ok(usage(&format!(
-                    "invalid value for '--rsa-private-key-path'/'--authorized-users-path': {message}"
-                )))
-            }
+            Err(message) => return Ok(usage(&format!(
+                "invalid value for '--rsa-private-key-path'/'--authorized-users-path': {message}"
+            ))),
         }
     }
     if config.key.is_none() {
@@ -547,8 +545,8 @@ pub(crate) fn user_key() -> Option<Key> {
 /// Reads a key file; a file that cannot be a key is the user's mistake, named in one line.
 fn read_key(path: &std::path::Path) -> Result<Key, String> {
     let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("invalid value '{shown}' for '--key': {e}"))?;
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("invalid value '{shown}' for '--key': {e}"))?;
     if meta.len() > linerate_proto::auth::MAX_KEY_FILE as u64 {
         return Err(format!(
             "invalid value '{shown}' for '--key': over {} bytes",

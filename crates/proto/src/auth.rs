@@ -257,7 +257,10 @@ mod tests {
 
     #[test]
     fn keys_and_nonces_are_bounded() {
-        assert_eq!(Key::from_file_contents(b"short\n"), Err(KeyError::TooShort(5)));
+        assert_eq!(
+            Key::from_file_contents(b"short\n"),
+            Err(KeyError::TooShort(5))
+        );
         assert_eq!(
             Key::from_file_contents(&vec![b'a'; MAX_KEY_FILE + 1]),
             Err(KeyError::TooLong)

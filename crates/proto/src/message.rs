@@ -50,11 +50,17 @@ pub enum ClientMessage {
         nonce: Option<String>,
     },
     /// The client's proof that it holds the server's key.
-    Auth { proof: String },
-    Spec { config: TestConfig },
+    Auth {
+        proof: String,
+    },
+    Spec {
+        config: TestConfig,
+    },
     Start,
     Done,
-    Abort { reason: String },
+    Abort {
+        reason: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

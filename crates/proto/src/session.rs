@@ -499,9 +499,7 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
     if seconds.iter().any(|s| !s.is_finite() || *s < 0.0) || config.time_s <= 0.0 {
         return invalid("time, omit and interval must be finite, time above zero".into());
     }
-    if config.interval_s != 0.0
-        && !(MIN_INTERVAL_S..=MAX_INTERVAL_S).contains(&config.interval_s)
-    {
+    if config.interval_s != 0.0 && !(MIN_INTERVAL_S..=MAX_INTERVAL_S).contains(&config.interval_s) {
         return invalid(format!(
             "interval {} s is outside {MIN_INTERVAL_S} to {MAX_INTERVAL_S} s (0 turns intervals off)",
             config.interval_s
@@ -615,7 +613,10 @@ fn validate_rr(config: &TestConfig) -> Result<(), (RefuseCode, String)> {
     if rr.outstanding == 0 || rr.outstanding > MAX_OUTSTANDING {
         return invalid(format!("outstanding must be 1 to {MAX_OUTSTANDING}"));
     }
-    if rr.rate_tps.is_some_and(|r| !r.is_finite() || r <= 0.0 || r > 1e9) {
+    if rr
+        .rate_tps
+        .is_some_and(|r| !r.is_finite() || r <= 0.0 || r > 1e9)
+    {
         return invalid("the transaction rate must be above zero and at most 1e9/s".into());
     }
     if rr.busy_poll_us.is_some_and(|us| us > 1_000_000) || rr.cpus.len() > MAX_CPUS {
@@ -817,7 +818,9 @@ impl ClientSession {
                 }
                 match (&self.key, auth) {
                     (None, None) => {}
-                    (None, Some(_)) => return self.fail(SessionError::Auth(AuthError::KeyRequired)),
+                    (None, Some(_)) => {
+                        return self.fail(SessionError::Auth(AuthError::KeyRequired))
+                    }
                     (Some(_), None) => {
                         return self.fail(SessionError::Auth(AuthError::ServerKeyless))
                     }

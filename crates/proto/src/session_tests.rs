@@ -455,7 +455,10 @@ fn intervals_and_their_readings_are_bounded() {
     // 4096 connections for a day at 1 s: too many readings to keep.
     let mut big = config(4096);
     big.time_s = 86_000.0;
-    assert_eq!(validate(&big, &limits).unwrap_err().0, RefuseCode::OverLimit);
+    assert_eq!(
+        validate(&big, &limits).unwrap_err().0,
+        RefuseCode::OverLimit
+    );
     big.interval_s = 0.0;
     assert!(validate(&big, &limits).is_ok());
     let mut long = config(1);

@@ -4,10 +4,10 @@
 
 use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
 use super::link::{random_nonce, unix_ns, Link};
-use linerate_proto::auth::ServerAuth;
 use super::rendezvous::Rendezvous;
 use crate::server::Shared;
 use linerate_proto::agent::{AgentReply, AgentRequest, MirrorSpec, AGENT_VERSION};
+use linerate_proto::auth::ServerAuth;
 use linerate_report::profile::GroupResult;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -205,8 +205,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                 limit_s: limit,
             } => {
                 let threads: u64 = parts.iter().map(|p| u64::from(p.group.threads)).sum();
-                let over = if !limit.is_finite() || limit <= 0.0 || limit > limits.max_duration_s
-                {
+                let over = if !limit.is_finite() || limit <= 0.0 || limit > limits.max_duration_s {
                     Some(format!(
                         "a run limit of {limit} s is outside this server's 0 to {} s (--max-duration)",
                         limits.max_duration_s
@@ -329,36 +328,35 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                 shared.log(&format!("profile run from {peer}: aborted: {reason}"));
                 stop.store(true, Ordering::Relaxed);
             }
-            AgentRequest::Mirror { spec } => match (if mirror.is_some()
-                || run.is_some()
-                || !prepared.is_empty()
-            {
-                Err("this connection already has work".to_string())
-            } else {
-                TestSlot::take(shared)
-            })
-            .and_then(|taken| Ok((start_mirror(shared, &spec, peer, own, &stop)?, taken)))
-            {
-                Ok((state, taken)) => {
-                    slot = Some(taken);
-                    shared.log(&format!(
-                        "mirror of group '{}' for {peer}: {} thread(s)",
-                        spec.group.name, spec.group.threads
-                    ));
-                    group::reply(
-                        &mut link,
-                        &AgentReply::MirrorReady {
-                            token: state.token.to_hex(),
-                            udp_port: state.udp_port,
-                        },
-                    );
-                    mirror = Some(state.state);
+            AgentRequest::Mirror { spec } => {
+                match (if mirror.is_some() || run.is_some() || !prepared.is_empty() {
+                    Err("this connection already has work".to_string())
+                } else {
+                    TestSlot::take(shared)
+                })
+                .and_then(|taken| Ok((start_mirror(shared, &spec, peer, own, &stop)?, taken)))
+                {
+                    Ok((state, taken)) => {
+                        slot = Some(taken);
+                        shared.log(&format!(
+                            "mirror of group '{}' for {peer}: {} thread(s)",
+                            spec.group.name, spec.group.threads
+                        ));
+                        group::reply(
+                            &mut link,
+                            &AgentReply::MirrorReady {
+                                token: state.token.to_hex(),
+                                udp_port: state.udp_port,
+                            },
+                        );
+                        mirror = Some(state.state);
+                    }
+                    Err(reason) => {
+                        shared.refused(peer, &format!("mirror: {reason}"));
+                        group::reply(&mut link, &AgentReply::Error { reason });
+                    }
                 }
-                Err(reason) => {
-                    shared.refused(peer, &format!("mirror: {reason}"));
-                    group::reply(&mut link, &AgentReply::Error { reason });
-                }
-            },
+            }
             AgentRequest::TransactionDone {
                 thread,
                 transaction,

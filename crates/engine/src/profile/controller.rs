@@ -152,7 +152,7 @@ fn run_with(
             _ => super::resolve(host).map_err(|e| agent_error(host, e))?,
         };
         let (mut link, facts) = Link::dial(addr, options.control_timeout, options.key.as_ref())
-            .map_err(|e| agent_error(host, format!("{addr}: {e}")))?;
+            .map_err(|e| agent_error(host, format!("cannot connect to {addr}: {e}")))?;
         let mut samples = Vec::new();
         for seq in 0..options.clock_samples as u64 {
             let sent = unix_ns();

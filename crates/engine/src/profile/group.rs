@@ -8,11 +8,11 @@ use linerate_profile::{Action, Group, Op};
 use linerate_proto::agent::{
     AgentReply, AgentRequest, DialBack, GroupPart, MirrorFigures, MirrorSpec,
 };
+use linerate_proto::auth::Key;
 use linerate_proto::Token;
 use linerate_report::profile::{GroupResult, OpFigures, ThreadFigures, TransactionFigures};
 use std::collections::HashMap;
 use std::io;
-use linerate_proto::auth::Key;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,448 @@
+//! `linerate serve` on the open internet (docs/security.md): bounded requests, keys,
+//! agents that dial no third party, limits that bind every kind of connection, and a log
+//! that stays short under a flood.
+
+mod common;
+use common::*;
+use linerate_proto::auth::{Challenge, Key, Nonce};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out);
+    out
+}
+
+fn healthy_test(server: &ServeProcess, extra: &[&str]) {
+    let port = server.port.to_string();
+    let mut args = vec!["stream", "127.0.0.1", "-p", &port, "-t", "0.5", "--json"];
+    args.extend_from_slice(extra);
+    let out = linerate(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(json(&out)["summary"]["receiver_bytes"].as_u64().unwrap() > 0);
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
+
+/// A key file with `text` in the test's scratch directory.
+fn key_file(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("linerate-security-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn spec_with(interval: f64, parallel: u32, time: f64) -> serde_json::Value {
+    serde_json::json!({"type": "spec", "config": {
+        "protocol": "tcp", "target": "t", "port": 5201, "direction": "forward",
+        "parallel": parallel, "threads": 1, "time_s": time, "omit_s": 0.0,
+        "interval_s": interval, "length": 131072, "window": null, "mss": null,
+        "nodelay": false, "congestion": null, "rate_bps": null, "per_flow": false,
+        "connect_timeout_s": 5.0
+    }})
+}
+
+fn hello(nonce: Option<&Nonce>) -> Vec<u8> {
+    let mut message = serde_json::json!({"type": "hello", "software": "test", "host": linerate_report::HostFacts::default()});
+    if let Some(nonce) = nonce {
+        message["nonce"] = nonce.to_hex().into();
+    }
+    frame(message.to_string().as_bytes())
+}
+
+#[test]
+fn a_too_short_interval_is_a_usage_error_and_a_refused_spec() {
+    let out = linerate(&["stream", "-i", "1e-9", "-t", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("'1e-9'"), "{}", stderr(&out));
+    assert_eq!(stderr(&out).trim().lines().count(), 1);
+
+    let server = ServeProcess::start(&["--max-tests", "8", "--max-duration", "30"]);
+    for (spec, expect) in [
+        (spec_with(1e-9, 1, 10.0), "interval"),
+        (spec_with(0.01, 4096, 29.0), "interval readings"),
+    ] {
+        let mut s = TcpStream::connect(server.addr()).unwrap();
+        s.write_all(&preface(1)).unwrap();
+        s.write_all(&hello(None)).unwrap();
+        s.write_all(&frame(spec.to_string().as_bytes())).unwrap();
+        let welcome = read_frame(&mut s);
+        assert_eq!(welcome["type"], "welcome");
+        let reply = read_frame(&mut s);
+        assert_eq!(reply["type"], "refuse", "{reply}");
+        assert!(
+            reply["reason"].as_str().unwrap().contains(expect),
+            "{reply}"
+        );
+    }
+    let rss = rss_kib(server.pid());
+    assert!(rss < 64 * 1024, "server RSS {rss} KiB after the attack");
+    healthy_test(&server, &[]);
+}
+
+#[test]
+fn silent_agent_connections_are_closed_at_the_handshake_deadline() {
+    let server = ServeProcess::start(&["--handshake-timeout", "1"]);
+    healthy_test(&server, &[]);
+    let threads = server.thread_count();
+    let mut preface = b"LINEAGNT".to_vec();
+    preface.extend_from_slice(&2u32.to_be_bytes());
+    let mut silent: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = TcpStream::connect(server.addr()).unwrap();
+            s.write_all(&preface).unwrap();
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    for s in &mut silent {
+        let bytes = read_to_close(s);
+        // At most an error frame, then the close.
+        assert!(bytes.len() < 4096);
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "closed after {took:?} with a 1 s deadline"
+    );
+    let until = Instant::now() + Duration::from_secs(5);
+    while server.thread_count() > threads && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        server.thread_count() <= threads,
+        "{} threads, {threads} before",
+        server.thread_count()
+    );
+    assert!(server.wait_log("sent no hello", Duration::from_secs(2)));
+}
+
+/// A profile whose one group runs on `agent` and dials `remote`.
+fn dialing_profile(name: &str, agent: &str, remote: &str) -> String {
+    let path = key_file(
+        name,
+        &format!(
+            "[[group]]\nhost = \"{agent}\"\nremote = \"{remote}\"\n[[group.transaction]]\nops = [{{ op = \"connect\" }}]\n[[group.transaction]]\nduration = \"1s\"\nops = [{{ op = \"write\", size = \"1k\" }}]\n"
+        ),
+    );
+    path
+}
+
+#[test]
+fn agents_dial_no_third_party() {
+    let agent = ServeProcess::start(&[]);
+    // An open port on another address, and a closed one.
+    let open = TcpListener::bind("127.0.0.2:0").unwrap();
+    open.set_nonblocking(true).unwrap();
+    let open_addr = open.local_addr().unwrap().to_string();
+    let closed_addr = {
+        let l = TcpListener::bind("127.0.0.2:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut refusals = Vec::new();
+    for (name, remote) in [("open.toml", &open_addr), ("closed.toml", &closed_addr)] {
+        let profile = dialing_profile(name, &agent.addr(), remote);
+        let out = linerate(&["run", &profile, "--no-store", "--control-timeout", "5"]);
+        assert_ne!(out.status.code(), Some(0));
+        let text = stderr(&out).replace(remote.as_str(), "REMOTE");
+        let error = text
+            .lines()
+            .find(|l| l.contains("error"))
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            error.contains("is not a linerate agent this agent may dial"),
+            "{text}"
+        );
+        refusals.push(error);
+    }
+    assert_eq!(
+        refusals[0], refusals[1],
+        "the refusal tells an open port from a closed one"
+    );
+    match open.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the third party was dialed: {other:?}"),
+    }
+    assert!(agent.wait_log("not dialed", Duration::from_secs(2)));
+
+    // An agent with a key dials named hosts, but one that is not a linerate agent with
+    // the key (an open port that says nothing, a closed port) gets the same refusal.
+    let key = key_file("agents.key", "the agents' shared key, 32 bytes");
+    let keyed = ServeProcess::start(&["--key", &key]);
+    let mut keyed_refusals = Vec::new();
+    for (name, remote) in [("kopen.toml", &open_addr), ("kclosed.toml", &closed_addr)] {
+        let profile = dialing_profile(name, &keyed.addr(), remote);
+        let out = linerate(&["run", &profile, "--no-store", "--key", &key]);
+        assert_ne!(out.status.code(), Some(0));
+        let text = stderr(&out).replace(remote.as_str(), "REMOTE");
+        keyed_refusals.push(
+            text.lines()
+                .find(|l| l.contains("error"))
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    assert_eq!(keyed_refusals[0], keyed_refusals[1]);
+    assert_eq!(
+        keyed_refusals[0],
+        refusals[0].replace(&agent.addr(), &keyed.addr())
+    );
+}
+
+#[test]
+fn a_keyed_server_serves_only_holders_of_its_key() {
+    let good = key_file("good.key", "a shared key for the lab, 32 bytes\n");
+    let bad = key_file("bad.key", "another key, not the server's one\n");
+    let server = ServeProcess::start(&["--key", &good]);
+    healthy_test(&server, &["--key", &good]);
+    // The key from the environment works as well.
+    let port = server.port.to_string();
+    let out = command()
+        .env("LINERATE_KEY", &good)
+        .args(["stream", "127.0.0.1", "-p", &port, "-t", "0.3", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let out = linerate(&["stream", "127.0.0.1", "-p", &port, "-t", "0.3"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("requires a key"), "{}", stderr(&out));
+    let out = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "0.3",
+        "--key",
+        &bad,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("does not hold this key"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A genuine handshake recorded, then replayed on a new connection: refused.
+    let key = Key::from_file_contents(std::fs::read(&good).unwrap().as_slice()).unwrap();
+    let nonce = Nonce([42; 32]);
+    let mut recorded = preface(1);
+    recorded.extend(hello(Some(&nonce)));
+    let mut genuine = TcpStream::connect(server.addr()).unwrap();
+    genuine.write_all(&recorded).unwrap();
+    let welcome = read_frame(&mut genuine);
+    let challenge: Challenge = serde_json::from_value(welcome["auth"].clone()).unwrap();
+    let proof = challenge
+        .answer(&key, &nonce)
+        .expect("the server proves the key");
+    let mut rest = frame(
+        serde_json::json!({"type": "auth", "proof": proof})
+            .to_string()
+            .as_bytes(),
+    );
+    rest.extend(frame(spec_with(1.0, 1, 1.0).to_string().as_bytes()));
+    genuine.write_all(&rest).unwrap();
+    let accepted = read_frame(&mut genuine);
+    assert_eq!(accepted["type"], "accepted", "{accepted}");
+    recorded.extend(rest);
+    let mut replay = TcpStream::connect(server.addr()).unwrap();
+    replay.write_all(&recorded).unwrap();
+    let _welcome = read_frame(&mut replay);
+    let reply = read_frame(&mut replay);
+    assert_eq!(reply["type"], "refuse", "{reply}");
+    assert_eq!(reply["code"], "unauthorized", "{reply}");
+    assert!(server.wait_line(
+        &["refused 127.0.0.1:", "does not match"],
+        Duration::from_secs(3)
+    ));
+    drop(genuine);
+
+    // Agents too: a profile run with the key, and without it.
+    let profile = key_file(
+        "keyed.toml",
+        &format!(
+            "[[group]]\nhost = \"{}\"\n[[group.transaction]]\nops = [{{ op = \"connect\" }}]\n[[group.transaction]]\nduration = \"1s\"\nops = [{{ op = \"write\", size = \"1k\" }}]\n",
+            server.addr()
+        ),
+    );
+    let out = linerate(&["run", &profile, "--no-store", "--key", &good]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = linerate(&["run", &profile, "--no-store"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("requires a key"), "{}", stderr(&out));
+    healthy_test(&server, &["--key", &good]);
+}
+
+/// Raises this process's descriptor limit for a test that holds thousands of sockets.
+fn raise_descriptor_limit(want: u64) -> bool {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_max < want {
+            return false;
+        }
+        limit.rlim_cur = limit.rlim_cur.max(want);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+    }
+}
+
+#[test]
+fn a_connection_flood_is_capped_and_others_are_still_served() {
+    assert!(
+        raise_descriptor_limit(12_000),
+        "this test needs 12000 descriptors (ulimit -Hn)"
+    );
+    let server = ServeProcess::start(&["--max-connections", "1000", "--handshake-timeout", "30"]);
+    let target: SocketAddr = server.addr().parse().unwrap();
+    let source: SocketAddr = "127.0.0.2:0".parse().unwrap();
+    let started = Instant::now();
+    let mut flood = Vec::with_capacity(5000);
+    for _ in 0..5000 {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.bind(&source.into()).unwrap();
+        socket
+            .connect_timeout(&target.into(), Duration::from_secs(5))
+            .unwrap();
+        let stream: TcpStream = socket.into();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(1)))
+            .unwrap();
+        flood.push(stream);
+    }
+    // Those beyond the cap are closed at once.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut closed = 0;
+    for s in &mut flood {
+        let mut byte = [0u8; 1];
+        if matches!(s.read(&mut byte), Ok(0)) {
+            closed += 1;
+        }
+    }
+    assert!(
+        (3900..=4100).contains(&closed),
+        "{closed} of 5000 closed at once, with a cap of 1000"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    // A client from another address still runs a test.
+    healthy_test(&server, &[]);
+    let lines = server
+        .log()
+        .lines()
+        .filter(|l| l.contains("refused"))
+        .count();
+    assert!(
+        lines < 40,
+        "{lines} refusal lines for a flood:\n{}",
+        server.log()
+    );
+    drop(flood);
+}
+
+fn iperf3_installed() -> bool {
+    let found = Command::new("iperf3").arg("--version").output().is_ok();
+    if !found {
+        eprintln!("iperf3 is not installed (.ci/run installs it); skipped");
+    }
+    found
+}
+
+#[test]
+fn iperf3_clients_are_bound_by_max_duration_and_authenticate() {
+    if !iperf3_installed() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("linerate-rsa-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let private = dir.join("private.pem");
+    let public = dir.join("public.pem");
+    let made = Command::new("openssl")
+        .args(["genrsa", "-out"])
+        .arg(&private)
+        .arg("2048")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+        && Command::new("openssl")
+            .args(["rsa", "-pubout", "-in"])
+            .arg(&private)
+            .arg("-out")
+            .arg(&public)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+    assert!(made, "openssl makes the test's RSA keys");
+    let users = dir.join("users.csv");
+    std::fs::write(
+        &users,
+        format!(
+            "# iperf3 users\nmario,{}\n",
+            linerate_proto::iperf3::auth::password_hash("mario", "rossi")
+        ),
+    )
+    .unwrap();
+    let server = ServeProcess::start(&[
+        "--max-duration",
+        "30",
+        "--rsa-private-key-path",
+        private.to_str().unwrap(),
+        "--authorized-users-path",
+        users.to_str().unwrap(),
+    ]);
+    let port = server.port.to_string();
+    let client = |password: &str, extra: &[&str]| {
+        Command::new("iperf3")
+            .env("IPERF3_PASSWORD", password)
+            .args(["-c", "127.0.0.1", "-p", &port, "--username", "mario"])
+            .arg("--rsa-public-key-path")
+            .arg(&public)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = client("rossi", &["-t", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = client("wrong", &["-t", "1"]);
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("authorization failed"), "{text}");
+    // Over --max-duration: refused with iperf3's duration error, at once.
+    let started = Instant::now();
+    let out = client("rossi", &["-t", "40"]);
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("test duration too long"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(server.wait_line(&["refused", "40 s asked"], Duration::from_secs(2)));
+    // A client without credentials is refused as well.
+    let out = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port, "-t", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
