@@ -153,9 +153,11 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
     {
         match linerate_engine::iperf3_auth::load(private_key, users, args.time_skew_threshold) {
             Ok(auth) => config.iperf3_auth = Some(Arc::new(auth)),
-            Err(message) => return Ok(usage(&format!(
+            Err(message) => {
+                return Ok(usage(&format!(
                 "invalid value for '--rsa-private-key-path'/'--authorized-users-path': {message}"
-            ))),
+            )))
+            }
         }
     }
     if config.key.is_none() {

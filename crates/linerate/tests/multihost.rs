@@ -17,8 +17,20 @@ fn four_client_hosts_receive_from_one_server_with_a_synchronized_start() {
         return;
     }
     let star = Star::new("four", 6);
+    // Agents dial hosts other than the controller only when they share a key with them.
+    let key = std::env::temp_dir()
+        .join(format!("linerate-{}-agents.key", std::process::id()))
+        .display()
+        .to_string();
+    std::fs::write(&key, "the five agents' shared key, for this test\n").unwrap();
     let agents: Vec<ServeProcess> = (0..5)
-        .map(|i| ServeProcess::start_with(Some(&star.hosts[i]), &star.addrs[i], &["--no-store"]))
+        .map(|i| {
+            ServeProcess::start_with(
+                Some(&star.hosts[i]),
+                &star.addrs[i],
+                &["--no-store", "--key", &key],
+            )
+        })
         .collect();
     let host = |i: usize| format!("{}:{}", star.addrs[i], agents[i].port);
     // The shipped profile, each client paced to 500 reads of 64 KiB per second (about
@@ -48,6 +60,8 @@ fn four_client_hosts_receive_from_one_server_with_a_synchronized_start() {
         "threads=1".into(),
         "--json".into(),
         "--no-store".into(),
+        "--key".into(),
+        key.clone(),
     ];
     for c in 1..5 {
         args.push("--set".into());
