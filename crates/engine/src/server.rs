@@ -252,6 +252,7 @@ impl Server {
         // close one waiting connection at a time, so clients hear a close at once instead
         // of hanging in the backlog, and the loop does not spin on a full backlog.
         let mut spare = std::fs::File::open("/dev/null").ok();
+        let mut busy_since_trim = false;
         let shared = self.shared.clone();
         let handshake = shared.config.timeouts.handshake;
         shared.log(&format!("listening on {}", self.listener.local_addr()?));
@@ -301,6 +302,14 @@ impl Server {
                 keep
             });
             tests.retain(|t| !t.is_finished());
+            let idle = tests.is_empty() && pending.is_empty();
+            // Idle again after a burst: give the freed heap back to the system, so a
+            // burst of connections or a large test does not leave the server's resident
+            // size at its peak (glibc keeps freed memory in its arenas otherwise).
+            if idle && busy_since_trim {
+                release_free_memory();
+            }
+            busy_since_trim = !idle;
         }
         shared.log("shutting down");
         drop(pending);
@@ -906,5 +915,14 @@ fn raise_descriptor_limit() {
             limit.rlim_cur = limit.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
+    }
+}
+
+/// Returns free heap memory to the system where the allocator keeps it (glibc).
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
