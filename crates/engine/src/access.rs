@@ -384,3 +384,89 @@ mod tests {
         assert_eq!((window.written, window.suppressed), (1, 0));
     }
 }
+
+/// The rates the running tests of each client address asked for, against
+/// `--max-rate-per-ip`.
+#[derive(Debug, Default)]
+pub struct RateBook {
+    per_ip: Mutex<HashMap<IpAddr, f64>>,
+}
+
+/// One test's share of its address's rate; dropping it gives the share back.
+#[derive(Debug)]
+pub struct RateShare {
+    book: Arc<RateBook>,
+    ip: IpAddr,
+    rate: f64,
+}
+
+impl RateBook {
+    /// Reserves `rate` bits/s for a test from `ip`, if its address stays within `most`.
+    pub fn reserve(
+        book: &Arc<RateBook>,
+        ip: IpAddr,
+        rate: f64,
+        most: u64,
+    ) -> Result<RateShare, String> {
+        let ip = canonical(ip);
+        let mut per_ip = book.per_ip.lock().expect("rate book lock");
+        let running = per_ip.get(&ip).copied().unwrap_or(0.0);
+        if running + rate > most as f64 {
+            return Err(format!(
+                "this address's tests would ask for {:.0} bit/s together, over --max-rate-per-ip {most}",
+                running + rate
+            ));
+        }
+        *per_ip.entry(ip).or_default() += rate;
+        Ok(RateShare {
+            book: book.clone(),
+            ip,
+            rate,
+        })
+    }
+}
+
+impl Drop for RateShare {
+    fn drop(&mut self) {
+        let mut per_ip = self.book.per_ip.lock().expect("rate book lock");
+        if let Some(running) = per_ip.get_mut(&self.ip) {
+            *running -= self.rate;
+            if *running <= 0.5 {
+                per_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Whether an interval's figures break a test's rate limit: what moved, both ways, over
+/// the limit by more than the pacer's burst allowance.
+pub fn over_rate(sent_bps: f64, received_bps: f64, most: u64) -> bool {
+    /// Token-bucket pacing lets a flow run ahead briefly; a quarter over is not that.
+    const ALLOWANCE: f64 = 1.25;
+    sent_bps + received_bps > most as f64 * ALLOWANCE
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    #[test]
+    fn an_address_shares_its_rate_among_its_tests() {
+        let book = Arc::new(RateBook::default());
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let first = RateBook::reserve(&book, a, 200e6, 300_000_000).unwrap();
+        assert!(RateBook::reserve(&book, a, 200e6, 300_000_000).is_err());
+        // Another address has its own share.
+        let _other =
+            RateBook::reserve(&book, "192.0.2.2".parse().unwrap(), 200e6, 300_000_000).unwrap();
+        drop(first);
+        assert!(RateBook::reserve(&book, a, 200e6, 300_000_000).is_ok());
+    }
+
+    #[test]
+    fn an_interval_over_the_limit_by_more_than_the_allowance() {
+        assert!(!over_rate(110e6, 0.0, 100_000_000));
+        assert!(!over_rate(60e6, 60e6, 100_000_000));
+        assert!(over_rate(130e6, 0.0, 100_000_000));
+    }
+}

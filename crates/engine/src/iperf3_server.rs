@@ -11,15 +11,17 @@
 //! port's UDP socket, since iperf3's UDP connect datagram names no test) and its own
 //! workers.
 
+use crate::access::{RateBook, RateShare};
 use crate::control::Control;
 use crate::iperf3::{budget_of, config_of, output_text, results_of, side_from_results};
 use crate::plane::{DataPlane, PlaneSetup};
-use crate::server::{side_figures, Shared};
+use crate::server::{rate_exceeded, side_figures, Shared};
 use crate::sys;
 use crate::worker::{FlowSocket, FlowSpec, Side};
 use linerate_proto::datagram::Framing;
 use linerate_proto::iperf3::server::{Event, Iperf3Server, MAX_COUNTED_RUN};
 use linerate_proto::iperf3::{code, Params, Results, Transport, UDP_REPLY};
+use linerate_report::units::{format_rate, Scale};
 use linerate_report::{Report, Role, SideResult, TestConfig};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -70,6 +72,8 @@ struct Test {
     plane: Option<DataPlane>,
     ending: bool,
     counted: bool,
+    /// The test's share of its address's rate (`--max-rate-per-ip`).
+    rate_share: Option<RateShare>,
 }
 
 fn epoch_now() -> f64 {
@@ -104,6 +108,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
         plane: None,
         ending: false,
         counted: false,
+        rate_share: None,
     };
     // What the report of the test is assembled from once it ends.
     let mut started_at = 0.0;
@@ -170,7 +175,11 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
         }
         if let Some(plane) = test.plane.as_mut() {
             // Keep the sample channel short; the intervals come back from `finish`.
-            let _ = plane.poll_intervals(Duration::ZERO);
+            let intervals = plane.poll_intervals(Duration::ZERO);
+            if let Some(why) = rate_exceeded(shared, &intervals) {
+                shared.refused(peer, &format!("iperf3 test {id}: {why}"));
+                session.terminate(why);
+            }
         }
         if shared.shutdown.load(Ordering::Relaxed) {
             session.terminate("the server is shutting down".into());
@@ -281,6 +290,42 @@ fn accept(
             code::DURATION,
             format!("{asked} s asked, the server allows {most} s"),
         );
+    }
+    // --max-rate and --max-rate-per-ip bind iperf3 clients by the bitrate they ask (-b,
+    // per stream), as iperf3's --server-bitrate-limit does.
+    let streams = u64::from(params.parallel) * if params.bidirectional { 2 } else { 1 };
+    let asked = params.bandwidth.saturating_mul(streams) as f64;
+    if let Some(limit) = shared.config.limits.max_rate_bps {
+        if params.bandwidth == 0 || asked > limit as f64 {
+            let why = format!(
+                "{} asked, this server allows at most {} per test (ask with -b per stream)",
+                if params.bandwidth == 0 {
+                    "an unlimited rate".to_string()
+                } else {
+                    format!("{asked:.0} bit/s")
+                },
+                format_rate(limit as f64, Scale::Adaptive)
+            );
+            shared.refused(peer, &format!("iperf3 test {id}: {why}"));
+            return session.refuse(code::UNIMPLEMENTED, why);
+        }
+    }
+    if let Some(limit) = shared.config.max_rate_per_ip {
+        let reserved = if params.bandwidth == 0 {
+            Err(
+                "an unlimited rate asked; this server limits each address's rate (ask with -b)"
+                    .to_string(),
+            )
+        } else {
+            RateBook::reserve(&shared.rates, peer.ip(), asked, limit)
+        };
+        match reserved {
+            Ok(share) => test.rate_share = Some(share),
+            Err(why) => {
+                shared.refused(peer, &format!("iperf3 test {id}: {why}"));
+                return session.refuse(code::UNIMPLEMENTED, why);
+            }
+        }
     }
     let counted_cap = MAX_COUNTED_RUN.min(Duration::from_secs_f64(most));
     let config = config_of(params, &peer.ip().to_string(), local.port(), counted_cap);

@@ -10,7 +10,9 @@
 //! Whatever ends the test (completion, the client vanishing, a protocol error, shutdown),
 //! the thread drops the plane and every socket of the test before it exits.
 
-use crate::access::{self, AccessPolicy, Admission, Gate, Held, LogFormat, OperatorLog};
+use crate::access::{
+    self, AccessPolicy, Admission, Gate, Held, LogFormat, OperatorLog, RateBook, RateShare,
+};
 use crate::control::Control;
 use crate::iperf3_auth::Iperf3Auth;
 use crate::plane::{default_threads, DataPlane, PlaneSetup};
@@ -58,6 +60,9 @@ pub struct ServerConfig {
     pub iperf3_auth: Option<Arc<Iperf3Auth>>,
     /// Who may connect, and how many connections each may hold.
     pub access: AccessPolicy,
+    /// The most bits per second the running tests of one client address may ask for
+    /// together (`--max-rate-per-ip`).
+    pub max_rate_per_ip: Option<u64>,
     pub log_format: LogFormat,
 }
 
@@ -88,6 +93,7 @@ impl ServerConfig {
             key: None,
             iperf3_auth: None,
             access: AccessPolicy::default(),
+            max_rate_per_ip: None,
             log_format: LogFormat::Text,
         }
     }
@@ -99,6 +105,7 @@ pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
     pub(crate) gate: Gate,
     pub(crate) operator_log: OperatorLog,
+    pub(crate) rates: Arc<RateBook>,
     pub(crate) host: HostFacts,
     pub(crate) shutdown: Arc<AtomicBool>,
     pub(crate) running: AtomicUsize,
@@ -218,6 +225,7 @@ impl Server {
                 host: host_facts(),
                 gate: Gate::new(config.access.clone()),
                 operator_log: OperatorLog::new(config.log, config.log_format),
+                rates: Arc::new(RateBook::default()),
                 config,
                 shutdown: Arc::new(AtomicBool::new(false)),
                 running: AtomicUsize::new(0),
@@ -551,6 +559,8 @@ struct TestState {
     crr_listener: Option<std::net::TcpListener>,
     plane: Option<DataPlane>,
     counted: bool,
+    /// The test's share of its address's rate (`--max-rate-per-ip`).
+    rate_share: Option<RateShare>,
 }
 
 pub(crate) fn random_token() -> io::Result<Token> {
@@ -608,6 +618,7 @@ fn serve_test(
         crr_listener: None,
         plane: None,
         counted: false,
+        rate_share: None,
     };
     let outcome = loop {
         let mut closed = None;
@@ -666,7 +677,11 @@ fn serve_test(
         }
         if let Some(plane) = state.plane.as_mut() {
             // Keep the sample channel short; the intervals travel in the final result.
-            let _ = plane.poll_intervals(Duration::ZERO);
+            let intervals = plane.poll_intervals(Duration::ZERO);
+            if let Some(why) = rate_exceeded(shared, &intervals) {
+                shared.refused(peer, &format!("test {id}: {why}"));
+                session.abort(why);
+            }
         }
         if shared.shutdown.load(Ordering::Relaxed) {
             session.abort("the server is shutting down".into());
@@ -702,6 +717,24 @@ fn serve_test(
             ),
         Err(e) => shared.log(&format!("test {id} from {peer}: ended: {e}")),
     }
+}
+
+/// Why a running test breaks the server's `--max-rate`, from its latest intervals.
+pub(crate) fn rate_exceeded(
+    shared: &Shared,
+    intervals: &[linerate_report::SideInterval],
+) -> Option<String> {
+    let most = shared.config.limits.max_rate_bps?;
+    intervals
+        .iter()
+        .find(|i| access::over_rate(i.sent_bps, i.received_bps, most))
+        .map(|i| {
+            format!(
+                "{} moved in an interval, over this server's --max-rate of {}; test ended",
+                format_rate(i.sent_bps + i.received_bps, Scale::Adaptive),
+                format_rate(most as f64, Scale::Adaptive)
+            )
+        })
 }
 
 /// What a finished test moved, for the log: the directions this side took part in (an
@@ -759,6 +792,23 @@ fn accept_test(
             format!("the server is running {running} tests, its limit"),
         );
         return;
+    }
+    if let Some(most) = shared.config.max_rate_per_ip {
+        let asked = match linerate_proto::session::asked_rate_bps(config) {
+            Some(rate) => rate,
+            None if config.workload == Workload::Stream => {
+                return session.refuse(
+                    RefuseCode::OverLimit,
+                    "an unpaced test asked; this server limits each address's rate (--max-rate-per-ip): ask for a rate per flow (-b)".into(),
+                )
+            }
+            // Closed-loop transactions: bounded by their bytes in flight, not a rate.
+            None => 0.0,
+        };
+        match RateBook::reserve(&shared.rates, peer.ip(), asked, most) {
+            Ok(share) => state.rate_share = Some(share),
+            Err(why) => return session.refuse(RefuseCode::OverLimit, why),
+        }
     }
     let token = match random_token() {
         Ok(token) => token,

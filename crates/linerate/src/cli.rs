@@ -594,6 +594,13 @@ pub struct ServeArgs {
     /// Connections one client address may hold at once [default: no limit of its own]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_clients_per_ip: Option<u32>,
+    /// The most bits/s one test may ask for, all flows together; unpaced tests are refused,
+    /// and a test that moves more in an interval is ended [k|m|g suffixes, decimal]
+    #[arg(long, value_name = "RATE", value_parser = rate)]
+    pub max_rate: Option<u64>,
+    /// The most bits/s the running tests of one client address may ask for together
+    #[arg(long, value_name = "RATE", value_parser = rate)]
+    pub max_rate_per_ip: Option<u64>,
     /// Only these address ranges may connect (CIDR, comma-separated or repeated)
     #[arg(long, value_name = "CIDR", value_delimiter = ',', value_parser = cidr)]
     pub allow: Vec<ipnet::IpNet>,

@@ -129,6 +129,7 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
         max_tests: args.max_tests,
         max_flows: args.max_flows,
         max_duration_s: args.max_duration,
+        max_rate_bps: args.max_rate.filter(|r| *r > 0),
     };
     if let Some(threads) = args.threads {
         config.threads = Some(threads as usize);
@@ -137,6 +138,7 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
     config.timeouts.handshake = std::time::Duration::from_secs_f64(args.handshake_timeout);
     config.timeouts.idle = std::time::Duration::from_secs_f64(args.idle_timeout);
     config.key = user_key();
+    config.max_rate_per_ip = args.max_rate_per_ip.filter(|r| *r > 0);
     config.access = AccessPolicy {
         allow: args.allow.clone(),
         deny: args.deny.clone(),

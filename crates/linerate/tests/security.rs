@@ -446,3 +446,43 @@ fn iperf3_clients_are_bound_by_max_duration_and_authenticate() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+#[test]
+fn max_rate_binds_native_and_iperf3_clients() {
+    let server = ServeProcess::start(&["--max-rate", "200M", "--max-rate-per-ip", "300M"]);
+    let port = server.port.to_string();
+    let out = linerate(&["stream", "127.0.0.1", "-p", &port, "-t", "0.5"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("unpaced"), "{}", stderr(&out));
+    let out = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "0.5",
+        "-b",
+        "150M",
+        "-P",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("300 Mbits/sec asked"),
+        "{}",
+        stderr(&out)
+    );
+    healthy_test(&server, &["-b", "50M", "-P", "2"]);
+    assert!(server.wait_line(&["refused 127.0.0.1:", "unpaced"], Duration::from_secs(2)));
+    if iperf3_installed() {
+        let run = |extra: &[&str]| {
+            Command::new("iperf3")
+                .args(["-c", "127.0.0.1", "-p", &port, "-t", "1"])
+                .args(extra)
+                .output()
+                .unwrap()
+        };
+        assert!(!run(&[]).status.success());
+        assert!(run(&["-b", "100M"]).status.success());
+    }
+}

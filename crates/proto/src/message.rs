@@ -10,6 +10,10 @@ pub struct Limits {
     pub max_tests: u32,
     pub max_flows: u32,
     pub max_duration_s: f64,
+    /// The most bits per second one test may ask for, all its flows together; `None`:
+    /// no limit (docs/security.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rate_bps: Option<u64>,
 }
 
 impl Default for Limits {
@@ -18,6 +22,7 @@ impl Default for Limits {
             max_tests: 64,
             max_flows: 4096,
             max_duration_s: 86_400.0,
+            max_rate_bps: None,
         }
     }
 }

@@ -550,7 +550,63 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
     if !config.connect_timeout_s.is_finite() || config.connect_timeout_s < 0.0 {
         return invalid("connect timeout must be finite and not negative".into());
     }
-    validate_rr(config)
+    validate_rr(config)?;
+    if let Some(most) = limits.max_rate_bps {
+        check_rate(config, most)?;
+    }
+    Ok(())
+}
+
+/// The longest interval a rate-limited server accepts: it checks the rate a client
+/// sends at every interval, and ends a test that goes over.
+pub const MAX_WATCHED_INTERVAL_S: f64 = 10.0;
+/// Bytes a closed-loop request/response flow may keep in flight on a rate-limited
+/// server (its rate is then bounded by the round trip, which the server cannot know).
+pub const MAX_RATE_LIMITED_IN_FLIGHT: u64 = 1 << 20;
+
+/// The rate a test asks for, all flows together, in bits per second: `None` when it is
+/// not bounded by what the test asks (an unpaced stream, a closed-loop transaction test).
+pub fn asked_rate_bps(config: &TestConfig) -> Option<f64> {
+    let flows = f64::from(config.connections());
+    match (config.workload, &config.rr) {
+        (Workload::Stream, _) => config.rate_bps.map(|r| r as f64 * flows),
+        (_, Some(rr)) => rr
+            .rate_tps
+            .map(|tps| tps * (rr.request + rr.response) as f64 * 8.0 * flows),
+        (_, None) => None,
+    }
+}
+
+fn check_rate(config: &TestConfig, most: u64) -> Result<(), (RefuseCode, String)> {
+    let over = |reason: String| Err((RefuseCode::OverLimit, reason));
+    let limit =
+        linerate_report::units::format_rate(most as f64, linerate_report::units::Scale::Adaptive);
+    if config.interval_s <= 0.0 || config.interval_s > MAX_WATCHED_INTERVAL_S {
+        return over(format!(
+            "this server allows at most {limit} per test and watches it every interval: use an interval of up to {MAX_WATCHED_INTERVAL_S} s"
+        ));
+    }
+    match asked_rate_bps(config) {
+        Some(rate) if rate <= most as f64 => Ok(()),
+        Some(rate) => over(format!(
+            "{} asked, this server allows at most {limit} per test (all flows together)",
+            linerate_report::units::format_rate(rate, linerate_report::units::Scale::Adaptive)
+        )),
+        None if config.workload == Workload::Stream => over(format!(
+            "an unpaced test asked; this server allows at most {limit} per test: ask for a rate per flow (-b)"
+        )),
+        None => {
+            let rr = config.rr.as_ref().expect("validated: rr tests have parameters");
+            let in_flight = (rr.request + rr.response) * u64::from(rr.outstanding);
+            if in_flight <= MAX_RATE_LIMITED_IN_FLIGHT {
+                Ok(())
+            } else {
+                over(format!(
+                    "{in_flight} bytes in flight per flow; a server limited to {limit} takes at most {MAX_RATE_LIMITED_IN_FLIGHT} without a transaction rate (-b)"
+                ))
+            }
+        }
+    }
 }
 
 /// The shortest interval between reports (docs/security.md): shorter ones cost a reading
