@@ -311,6 +311,9 @@ fn transactions(
         None => None,
     };
     let config = rr_config(common, rr);
+    if let Err(message) = within_bounds(&config) {
+        return Ok(usage(&message));
+    }
     let mut store = storage.open_for_run()?;
     let cancel = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -562,6 +565,19 @@ fn read_key(path: &std::path::Path) -> Result<Key, String> {
     Key::from_file_contents(&bytes).map_err(|e| format!("invalid value '{shown}' for '--key': {e}"))
 }
 
+/// The bounds every server puts on a test (linerate-proto's `validate`), checked before
+/// connecting, so that a test no server would take is the user's mistake, told at once.
+/// Only the server's own limits (tests, flows, duration, rate) are left to the server.
+fn within_bounds(config: &TestConfig) -> Result<(), String> {
+    let unlimited = Limits {
+        max_tests: u32::MAX,
+        max_flows: u32::MAX,
+        max_duration_s: f64::MAX,
+        max_rate_bps: None,
+    };
+    linerate_proto::session::validate(config, &unlimited).map_err(|(_, reason)| reason)
+}
+
 /// A usage error found after parsing: one line, exit 2.
 fn usage(message: &str) -> ExitCode {
     eprintln!("linerate: error: {message} (see 'linerate --help')");
@@ -578,6 +594,9 @@ fn stream(args: &StreamArgs, storage: &keep::Storage) -> Result<ExitCode> {
         if let Err(message) = udp_settings(&mut config, args.length, args.rate, args.pps, target) {
             return Ok(usage(&message));
         }
+    }
+    if let Err(message) = within_bounds(&config) {
+        return Ok(usage(&message));
     }
     let config = config;
     let mut store = storage.open_for_run()?;

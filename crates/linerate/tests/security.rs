@@ -70,6 +70,14 @@ fn a_too_short_interval_is_a_usage_error_and_a_refused_spec() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("'1e-9'"), "{}", stderr(&out));
     assert_eq!(stderr(&out).trim().lines().count(), 1);
+    // A test no server would keep the readings of: told before connecting.
+    let out = linerate(&["stream", "-P", "4096", "-t", "86000", "-i", "0.01"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("interval readings"),
+        "{}",
+        stderr(&out)
+    );
 
     let server = ServeProcess::start(&["--max-tests", "8", "--max-duration", "30"]);
     for (spec, expect) in [
