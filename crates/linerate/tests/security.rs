@@ -10,15 +10,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut out = Vec::new();
-    let _ = stream.read_to_end(&mut out);
-    out
-}
-
 fn healthy_test(server: &ServeProcess, extra: &[&str]) {
     let port = server.port.to_string();
     let mut args = vec!["stream", "127.0.0.1", "-p", &port, "-t", "0.5", "--json"];
@@ -227,24 +218,11 @@ fn a_keyed_server_serves_only_holders_of_its_key() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
-    let out = linerate(&["stream", "127.0.0.1", "-p", &port, "-t", "0.3"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("requires a key"), "{}", stderr(&out));
-    let out = linerate(&[
-        "stream",
-        "127.0.0.1",
-        "-p",
+    stream_refused(&port, &["-t", "0.3"], "requires a key");
+    stream_refused(
         &port,
-        "-t",
-        "0.3",
-        "--key",
-        &bad,
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("does not hold this key"),
-        "{}",
-        stderr(&out)
+        &["-t", "0.3", "--key", &bad],
+        "does not hold this key",
     );
 
     // A genuine handshake recorded, then replayed on a new connection: refused.
@@ -459,26 +437,11 @@ fn iperf3_clients_are_bound_by_max_duration_and_authenticate() {
 fn max_rate_binds_native_and_iperf3_clients() {
     let server = ServeProcess::start(&["--max-rate", "200M", "--max-rate-per-ip", "300M"]);
     let port = server.port.to_string();
-    let out = linerate(&["stream", "127.0.0.1", "-p", &port, "-t", "0.5"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("unpaced"), "{}", stderr(&out));
-    let out = linerate(&[
-        "stream",
-        "127.0.0.1",
-        "-p",
+    stream_refused(&port, &["-t", "0.5"], "unpaced");
+    stream_refused(
         &port,
-        "-t",
-        "0.5",
-        "-b",
-        "150M",
-        "-P",
-        "2",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("300 Mbits/sec asked"),
-        "{}",
-        stderr(&out)
+        &["-t", "0.5", "-b", "150M", "-P", "2"],
+        "300 Mbits/sec asked",
     );
     healthy_test(&server, &["-b", "50M", "-P", "2"]);
     assert!(server.wait_line(&["refused 127.0.0.1:", "unpaced"], Duration::from_secs(2)));

@@ -8,16 +8,6 @@ use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-/// Reads until the server closes, with a bound.
-fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut out = Vec::new();
-    let _ = stream.read_to_end(&mut out);
-    out
-}
-
 fn healthy_test(server: &ServeProcess) {
     let out = linerate(&[
         "stream",

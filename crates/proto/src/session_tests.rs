@@ -307,28 +307,36 @@ fn keyed(text: &str) -> crate::auth::Key {
     crate::auth::Key::from_file_contents(text.as_bytes()).unwrap()
 }
 
+fn keyed_client(key: &str, nonce: u8, now: Instant) -> ClientSession {
+    ClientSession::new(
+        now,
+        PROTOCOL_VERSION,
+        HostFacts::default(),
+        config(1),
+        Timeouts::default(),
+    )
+    .with_key(keyed(key), Nonce([nonce; 32]))
+}
+
+fn keyed_server(key: &str, nonce: u8, now: Instant) -> ServerSession {
+    ServerSession::new(
+        now,
+        Limits::default(),
+        "s".into(),
+        HostFacts::default(),
+        Timeouts::default(),
+    )
+    .with_key(keyed(key), Nonce([nonce; 32]))
+}
+
 /// A pair whose ends hold these keys (or none), with fixed nonces.
 fn keyed_pair(client: Option<&str>, server: Option<&str>, server_nonce: u8) -> Pair {
     let mut pair = Pair::new(PROTOCOL_VERSION, config(1));
     if let Some(k) = client {
-        pair.client = ClientSession::new(
-            pair.now,
-            PROTOCOL_VERSION,
-            HostFacts::default(),
-            config(1),
-            Timeouts::default(),
-        )
-        .with_key(keyed(k), Nonce([1; 32]));
+        pair.client = keyed_client(k, 1, pair.now);
     }
     if let Some(k) = server {
-        pair.server = ServerSession::new(
-            pair.now,
-            Limits::default(),
-            "s".into(),
-            HostFacts::default(),
-            Timeouts::default(),
-        )
-        .with_key(keyed(k), Nonce([server_nonce; 32]));
+        pair.server = keyed_server(k, server_nonce, pair.now);
     }
     pair.exchange();
     pair
@@ -389,22 +397,8 @@ fn a_recorded_handshake_replayed_is_refused() {
     const KEY: &str = "the key of this server, 32 bytes";
     let mut recorded = Vec::new();
     let mut pair = keyed_pair(None, Some(KEY), 2);
-    pair.client = ClientSession::new(
-        pair.now,
-        PROTOCOL_VERSION,
-        HostFacts::default(),
-        config(1),
-        Timeouts::default(),
-    )
-    .with_key(keyed(KEY), Nonce([1; 32]));
-    pair.server = ServerSession::new(
-        pair.now,
-        Limits::default(),
-        "s".into(),
-        HostFacts::default(),
-        Timeouts::default(),
-    )
-    .with_key(keyed(KEY), Nonce([2; 32]));
+    pair.client = keyed_client(KEY, 1, pair.now);
+    pair.server = keyed_server(KEY, 2, pair.now);
     // Record every byte the genuine client sends.
     loop {
         let mut moved = false;
@@ -426,14 +420,7 @@ fn a_recorded_handshake_replayed_is_refused() {
         Some(ServerEvent::TestRequested(_))
     ));
     // The same bytes to a server with a fresh nonce.
-    let mut server = ServerSession::new(
-        pair.now,
-        Limits::default(),
-        "s".into(),
-        HostFacts::default(),
-        Timeouts::default(),
-    )
-    .with_key(keyed(KEY), Nonce([3; 32]));
+    let mut server = keyed_server(KEY, 3, pair.now);
     server.handle_input(pair.now, &recorded);
     assert!(matches!(
         server.poll_event(),

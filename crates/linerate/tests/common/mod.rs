@@ -475,3 +475,24 @@ impl Drop for Star {
         }
     }
 }
+
+/// Runs a stream test to 127.0.0.1:`port` with `extra` flags that the server must refuse:
+/// exit 1, and `needle` in what the client says.
+pub fn stream_refused(port: &str, extra: &[&str], needle: &str) {
+    let mut args = vec!["stream", "127.0.0.1", "-p", port];
+    args.extend_from_slice(extra);
+    let out = linerate(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains(needle), "{}", stderr(&out));
+}
+
+/// Reads until the server closes, with a bound.
+pub fn read_to_close(stream: &mut std::net::TcpStream) -> Vec<u8> {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out);
+    out
+}
