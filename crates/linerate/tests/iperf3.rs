@@ -11,14 +11,6 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-fn has_iperf3() -> bool {
-    let found = Command::new("iperf3").arg("--version").output().is_ok();
-    if !found {
-        eprintln!("iperf3 is not installed (.ci/run installs it); skipped");
-    }
-    found
-}
-
 fn iperf3(args: &[&str]) -> Output {
     Command::new("iperf3")
         .args(args)
@@ -61,7 +53,10 @@ fn assert_close(what: &str, a: f64, b: f64, tolerance: f64) {
 /// receiver's (the other) agree within 5 %, for every mode iperf3 users reach for.
 #[test]
 fn real_iperf3_clients_are_served_and_both_counts_agree() {
-    if !has_iperf3() {
+    if !have(
+        "iperf3",
+        "real_iperf3_clients_are_served_and_both_counts_agree",
+    ) {
         return;
     }
     let server = ServeProcess::start(&[]);
@@ -126,7 +121,7 @@ fn real_iperf3_clients_are_served_and_both_counts_agree() {
 /// same counts the iperf3 client printed.
 #[test]
 fn served_iperf3_tests_are_kept() {
-    if !has_iperf3() {
+    if !have("iperf3", "served_iperf3_tests_are_kept") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("linerate-served-{}", std::process::id()));
@@ -184,7 +179,7 @@ fn served_iperf3_tests_are_kept() {
 /// for and the datagrams the other end sent.
 #[test]
 fn real_iperf3_udp_tests_run_at_the_rate_asked() {
-    if !has_iperf3() {
+    if !have("iperf3", "real_iperf3_udp_tests_run_at_the_rate_asked") {
         return;
     }
     let server = ServeProcess::start(&[]);
@@ -229,7 +224,7 @@ fn real_iperf3_udp_tests_run_at_the_rate_asked() {
 /// busy), each with its own figures.
 #[test]
 fn two_iperf3_clients_run_at_once() {
-    if !has_iperf3() {
+    if !have("iperf3", "two_iperf3_clients_run_at_once") {
         return;
     }
     let server = ServeProcess::start(&[]);
@@ -379,7 +374,10 @@ impl Drop for Iperf3Server {
 /// (its JSON, asked for with --get-server-output) and linerate's figures agree within 5 %.
 #[test]
 fn linerate_drives_a_real_iperf3_server_and_agrees_with_its_output() {
-    if !has_iperf3() {
+    if !have(
+        "iperf3",
+        "linerate_drives_a_real_iperf3_server_and_agrees_with_its_output",
+    ) {
         return;
     }
     for extra in [
@@ -472,7 +470,7 @@ fn linerate_drives_a_real_iperf3_server_and_agrees_with_its_output() {
 /// it is busy (iperf3 serves one test at a time).
 #[test]
 fn iperf3_errors_read_as_iperf3_users_know_them() {
-    if !has_iperf3() {
+    if !have("iperf3", "iperf3_errors_read_as_iperf3_users_know_them") {
         return;
     }
     let closed = free_port().to_string();

@@ -13,7 +13,10 @@ fn repo(path: &str) -> String {
 #[test]
 fn four_client_hosts_receive_from_one_server_with_a_synchronized_start() {
     if !is_root() {
-        eprintln!("skipped: needs root for network namespaces");
+        skip(
+            "four_client_hosts_receive_from_one_server_with_a_synchronized_start",
+            "needs root for network namespaces",
+        );
         return;
     }
     let star = Star::new("four", 6);

@@ -1,5 +1,5 @@
 //! Tests across two network namespaces joined by a veth pair. They need root; without it
-//! they say so and pass as skipped (CI runs as root and runs them).
+//! they are counted as skipped (CI runs as root and runs them).
 
 mod common;
 use common::*;
@@ -31,7 +31,7 @@ fn assert_at_ceiling(doc: &serde_json::Value, ceiling: f64) -> f64 {
 
 fn skip_unless_root(test: &str) -> bool {
     if !is_root() {
-        eprintln!("SKIPPED {test}: needs root for network namespaces");
+        skip(test, "needs root for network namespaces");
         return true;
     }
     false

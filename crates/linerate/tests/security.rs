@@ -344,17 +344,12 @@ fn a_connection_flood_is_capped_and_others_are_still_served() {
     drop(flood);
 }
 
-fn iperf3_installed() -> bool {
-    let found = Command::new("iperf3").arg("--version").output().is_ok();
-    if !found {
-        eprintln!("iperf3 is not installed (.ci/run installs it); skipped");
-    }
-    found
-}
-
 #[test]
 fn iperf3_clients_are_bound_by_max_duration_and_authenticate() {
-    if !iperf3_installed() {
+    if !have(
+        "iperf3",
+        "iperf3_clients_are_bound_by_max_duration_and_authenticate",
+    ) {
         return;
     }
     let dir = std::env::temp_dir().join(format!("linerate-rsa-{}", std::process::id()));
@@ -445,15 +440,25 @@ fn max_rate_binds_native_and_iperf3_clients() {
     );
     healthy_test(&server, &["-b", "50M", "-P", "2"]);
     assert!(server.wait_line(&["refused 127.0.0.1:", "unpaced"], Duration::from_secs(2)));
-    if iperf3_installed() {
-        let run = |extra: &[&str]| {
-            Command::new("iperf3")
-                .args(["-c", "127.0.0.1", "-p", &port, "-t", "1"])
-                .args(extra)
-                .output()
-                .unwrap()
-        };
-        assert!(!run(&[]).status.success());
-        assert!(run(&["-b", "100M"]).status.success());
+}
+
+#[test]
+fn iperf3_clients_are_bound_by_max_rate() {
+    if !have("iperf3", "iperf3_clients_are_bound_by_max_rate") {
+        return;
     }
+    let server = ServeProcess::start(&["--max-rate", "200M"]);
+    let port = server.port.to_string();
+    let run = |extra: &[&str]| {
+        Command::new("iperf3")
+            .args(["-c", "127.0.0.1", "-p", &port, "-t", "1"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let unlimited = run(&[]);
+    assert!(!unlimited.status.success());
+    assert!(server.wait_line(&["refused", "unlimited rate"], Duration::from_secs(2)));
+    assert!(run(&["-b", "100M"]).status.success());
+    assert!(!run(&["-b", "150M", "-P", "2"]).status.success());
 }

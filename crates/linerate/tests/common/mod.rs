@@ -496,3 +496,36 @@ pub fn read_to_close(stream: &mut std::net::TcpStream) -> Vec<u8> {
     let _ = stream.read_to_end(&mut out);
     out
 }
+
+/// Records that the calling test cannot run here, and why; the test then returns. A skip
+/// is never a pass: `scripts/test` counts the lines written to `$LINERATE_SKIP_LOG` and
+/// reports them as skipped, and under `CI=true` (where everything a test needs is
+/// installed) a skip fails the test instead.
+pub fn skip(test: &str, reason: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test} cannot run: {reason} (CI=true: a test that cannot run fails)");
+    }
+    eprintln!("SKIPPED {test}: {reason}");
+    if let Ok(path) = std::env::var("LINERATE_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(file, "{test}: {reason}");
+        }
+    }
+}
+
+/// Whether a program answers `--version`; when it does not, the calling test is skipped.
+pub fn have(program: &str, test: &str) -> bool {
+    let found = Command::new(program).arg("--version").output().is_ok();
+    if !found {
+        skip(
+            test,
+            &format!("{program} is not installed (scripts/test installs it as root)"),
+        );
+    }
+    found
+}
