@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{json, stderr};
+use common::{json, skip, stderr};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
