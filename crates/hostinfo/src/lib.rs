@@ -6,7 +6,7 @@
 //! gives the calling thread's own CPU time, so that a test can count its own threads even
 //! when it shares a process with other tests. [`host_facts`] describes the machine.
 
-use linerate_report::{CpuUsage, HostFacts, UdpCounters};
+use linerate_model::{CpuUsage, HostFacts, UdpCounters};
 use std::io;
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 
 use crate::model::*;
 use crate::source::{Filler, Pos, ProfileError, Text};
-use linerate_report::units::parse_size;
+use linerate_model::units::parse_size;
 
 /// The most threads one group may ask for.
 pub const MAX_THREADS: u32 = 16_384;

@@ -24,7 +24,7 @@
 use crate::build::{self, RawGroup, RawOp, RawProfile, RawTransaction};
 use crate::model::*;
 use crate::source::{Filler, Pos, ProfileError, Text, Vars};
-use linerate_report::units::format_size_compact;
+use linerate_model::units::format_size_compact;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -22,9 +22,9 @@
 //! this many iterations: the mirror thread stops at the same count), `finish` (answered
 //! by `mirror_result`).
 
+use linerate_model::profile::GroupResult;
+use linerate_model::HostFacts;
 use linerate_profile::Group;
-use linerate_report::profile::GroupResult;
-use linerate_report::HostFacts;
 use serde::{Deserialize, Serialize};
 
 /// Opens an agent connection.

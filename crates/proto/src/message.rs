@@ -1,7 +1,7 @@
 //! Control messages (docs/protocol.md 3). Each travels as one JSON object in one frame,
 //! tagged by its `type` field.
 
-use linerate_report::{HostFacts, SideResult, TestConfig};
+use linerate_model::{HostFacts, SideResult, TestConfig};
 use serde::{Deserialize, Serialize};
 
 /// What a server is willing to run; announced in `welcome`, enforced on `spec`.

@@ -28,7 +28,7 @@ use crate::auth::{AuthError, Challenge, Key, Nonce, ServerAuth};
 use crate::frame::{FrameDecoder, FrameError, MAX_CLIENT_FRAME, MAX_SERVER_FRAME};
 use crate::message::{encode, ClientMessage, Limits, RefuseCode, ServerMessage};
 use crate::preface::{self, Preface, Token, PROTOCOL_VERSION};
-use linerate_report::{HostFacts, SideResult, TestConfig, Workload};
+use linerate_model::{HostFacts, SideResult, TestConfig, Workload};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -580,7 +580,7 @@ pub fn asked_rate_bps(config: &TestConfig) -> Option<f64> {
 fn check_rate(config: &TestConfig, most: u64) -> Result<(), (RefuseCode, String)> {
     let over = |reason: String| Err((RefuseCode::OverLimit, reason));
     let limit =
-        linerate_report::units::format_rate(most as f64, linerate_report::units::Scale::Adaptive);
+        linerate_model::units::format_rate(most as f64, linerate_model::units::Scale::Adaptive);
     if config.interval_s <= 0.0 || config.interval_s > MAX_WATCHED_INTERVAL_S {
         return over(format!(
             "this server allows at most {limit} per test and watches it every interval: use an interval of up to {MAX_WATCHED_INTERVAL_S} s"
@@ -590,7 +590,7 @@ fn check_rate(config: &TestConfig, most: u64) -> Result<(), (RefuseCode, String)
         Some(rate) if rate <= most as f64 => Ok(()),
         Some(rate) => over(format!(
             "{} asked, this server allows at most {limit} per test (all flows together)",
-            linerate_report::units::format_rate(rate, linerate_report::units::Scale::Adaptive)
+            linerate_model::units::format_rate(rate, linerate_model::units::Scale::Adaptive)
         )),
         None if config.workload == Workload::Stream => over(format!(
             "an unpaced test asked; this server allows at most {limit} per test: ask for a rate per flow (-b)"

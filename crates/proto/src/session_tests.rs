@@ -1,7 +1,7 @@
 //! In-memory client/server pairs on a virtual clock: no sockets, no sleeping.
 
 use super::*;
-use linerate_report::{Direction, SideResult};
+use linerate_model::{Direction, SideResult};
 
 fn config(parallel: u32) -> TestConfig {
     TestConfig {

@@ -5,6 +5,7 @@
 //! on a panic, on a session left open with nothing to wait for, or on memory grown past a
 //! bound while it ran (counted by the allocator below, per thread).
 
+use linerate_model::HostFacts;
 use linerate_proto::agent::{AgentReply, AgentRequest};
 use linerate_proto::auth::{Key, Nonce, ServerAuth};
 use linerate_proto::datagram::{self, Framing, SequenceTracker};
@@ -16,7 +17,6 @@ use linerate_proto::{
     preface, ClientMessage, ClientSession, Limits, ServerMessage, ServerSession, Timeouts,
     PROTOCOL_VERSION,
 };
-use linerate_report::HostFacts;
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -118,7 +118,7 @@ fn origin() -> Instant {
     Instant::now()
 }
 
-fn sample_config() -> linerate_report::TestConfig {
+fn sample_config() -> linerate_model::TestConfig {
     serde_json::from_value(serde_json::json!({
         "protocol": "tcp", "target": "t", "port": 5201, "direction": "forward",
         "parallel": 2, "threads": 1, "time_s": 1.0, "omit_s": 0.0, "interval_s": 1.0,

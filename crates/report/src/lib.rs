@@ -11,13 +11,12 @@ pub mod document;
 pub mod export;
 pub mod html;
 pub mod iperf3_json;
-pub mod latency;
 pub mod model;
 pub mod profile;
 pub mod rr;
 pub mod stats;
 pub mod sweep;
 pub mod text;
-pub mod units;
 
+pub use linerate_model::{latency, units};
 pub use model::*;

@@ -5,7 +5,6 @@
 //! read them, its reads by the group itself. Latencies are per execution: one operation
 //! (all `count` messages of it) or one iteration of a transaction.
 
-use crate::latency::{LatencyBucket, LatencyHistogram, LatencySummary};
 use crate::units::{format_bytes, format_count, format_rate, Scale};
 use crate::HostFacts;
 use serde::{Deserialize, Serialize};
@@ -15,74 +14,7 @@ use std::fmt::Write;
 /// The `test` value of a profile run's document.
 pub const PROFILE: &str = "profile";
 
-/// One operation of one transaction, over all threads of a group.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct OpFigures {
-    pub op: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub conn: Option<String>,
-    /// Executions (each moves `count` messages).
-    pub count: u64,
-    /// Payload bytes this side moved: written by a write, read by a read.
-    pub bytes: u64,
-    /// Payload bytes the peer counted for this operation: what it read of a write, wrote
-    /// for a read.
-    pub peer_bytes: u64,
-    pub errors: u64,
-    pub latency_us: LatencySummary,
-}
-
-/// One transaction of a group, over all its threads.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct TransactionFigures {
-    /// Iterations completed by all threads together.
-    pub iterations: u64,
-    /// Payload bytes received in this transaction, counted where they arrived.
-    pub received_bytes: u64,
-    pub errors: u64,
-    /// From the first thread's start of it to the last thread's end of it.
-    pub elapsed_s: f64,
-    pub iterations_per_s: f64,
-    pub received_bps: f64,
-    /// Time per iteration.
-    pub latency_us: LatencySummary,
-    pub ops: Vec<OpFigures>,
-}
-
-/// One thread's totals.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ThreadFigures {
-    pub thread: u32,
-    /// Iterations of all transactions.
-    pub iterations: u64,
-    /// Payload bytes this thread's connections received, counted where they arrived.
-    pub received_bytes: u64,
-    pub errors: u64,
-    pub elapsed_s: f64,
-    /// Why the thread stopped early, if it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GroupResult {
-    pub name: String,
-    /// The host that ran it: an agent's address, or "local".
-    pub host: String,
-    pub threads: u32,
-    pub received_bytes: u64,
-    pub sent_bytes: u64,
-    pub iterations: u64,
-    pub errors: u64,
-    /// From the synchronized start to the group's last thread ending.
-    pub elapsed_s: f64,
-    pub transactions: Vec<TransactionFigures>,
-    pub per_thread: Vec<ThreadFigures>,
-    /// What went wrong outside any one thread: a peer that did not report, a thread that
-    /// could not start, a host lost.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failures: Vec<String>,
-}
+pub use linerate_model::profile::{GroupResult, OpFigures, ThreadFigures, TransactionFigures};
 
 /// One host's share of the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -157,19 +89,6 @@ pub struct ProfileReport {
     pub incomplete: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
-}
-
-impl LatencyHistogram {
-    /// A histogram holding a summary's buckets again (each value at its bucket's top,
-    /// within HdrHistogram's resolution of where it was recorded), for merging figures
-    /// that travelled as summaries.
-    pub fn from_buckets(buckets: &[LatencyBucket]) -> LatencyHistogram {
-        let mut histogram = LatencyHistogram::new();
-        for bucket in buckets {
-            histogram.record_n((bucket.le_us * 1e3).round() as u64, bucket.count);
-        }
-        histogram
-    }
 }
 
 impl ProfileReport {

@@ -121,6 +121,19 @@ pub struct LatencySummary {
     pub histogram: Vec<LatencyBucket>,
 }
 
+impl LatencyHistogram {
+    /// A histogram holding a summary's buckets again (each value at its bucket's top,
+    /// within HdrHistogram's resolution of where it was recorded), for merging figures
+    /// that travelled as summaries.
+    pub fn from_buckets(buckets: &[LatencyBucket]) -> LatencyHistogram {
+        let mut histogram = LatencyHistogram::new();
+        for bucket in buckets {
+            histogram.record_n((bucket.le_us * 1e3).round() as u64, bucket.count);
+        }
+        histogram
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,230 @@
+//! The resolved configuration of a test: every parameter that shapes its figures, with
+//! defaults filled in. Sent to the server as the test specification and kept in results.
+
+use serde::{Deserialize, Serialize};
+
+/// Which way the bytes go, seen from the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// The client sends, the server receives (iperf3's default).
+    Forward,
+    /// The server sends, the client receives (iperf3 `-R`).
+    Reverse,
+    /// Both at once, on separate connections (iperf3 `--bidir`).
+    Bidir,
+}
+
+/// What one end does on one flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Send,
+    Receive,
+    /// Request/response: sends requests and times the answers (the client).
+    Request,
+    /// Request/response: answers requests (the server).
+    Respond,
+}
+
+/// What a test does on its flows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workload {
+    /// Bulk transfer: bytes as fast as the flow takes them (or paced).
+    #[default]
+    Stream,
+    /// Request/response on long-lived flows (`linerate rr`).
+    Rr,
+    /// Connect, request, response, close, per transaction (`linerate crr`).
+    Crr,
+}
+
+/// The parameters of a request/response test (`rr`, `crr`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RrConfig {
+    /// Bytes per request and per response.
+    pub request: u64,
+    pub response: u64,
+    /// Closed loop: transactions kept in flight per flow.
+    pub outstanding: u32,
+    /// Open loop: transactions due per second per flow, each timed from when it was due;
+    /// `outstanding` then caps the transactions in flight.
+    pub rate_tps: Option<f64>,
+    /// SO_BUSY_POLL in microseconds on every socket of the test, both ends.
+    pub busy_poll_us: Option<u32>,
+    /// CPUs the client's workers are pinned to, worker i on `cpus[i % len]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<usize>,
+    /// Bulk TCP flows run beside the transactions, client to server (`--load`).
+    #[serde(default)]
+    pub load: u32,
+}
+
+/// The fully resolved configuration of a stream test: every parameter that shaped the
+/// figures, defaults filled in. Sent to the server as the test specification and kept in
+/// the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestConfig {
+    /// "tcp" or "udp".
+    pub protocol: String,
+    /// The server as the user named it, or "loopback" for the in-process server.
+    pub target: String,
+    pub port: u16,
+    pub direction: Direction,
+    /// Flows per direction (bidir opens twice this many connections).
+    pub parallel: u32,
+    /// Client worker threads.
+    pub threads: u32,
+    /// Measured seconds, after the omitted warm-up.
+    pub time_s: f64,
+    /// Warm-up seconds excluded from the summary.
+    pub omit_s: f64,
+    /// Interval report period in seconds; 0 turns interval reports off.
+    pub interval_s: f64,
+    /// Bytes per write call.
+    pub length: u64,
+    /// Requested socket buffer size (SO_SNDBUF and SO_RCVBUF) on both ends; `None` leaves
+    /// the kernel's autotuning on.
+    pub window: Option<u64>,
+    /// Requested TCP maximum segment size (TCP_MAXSEG) on the client's sockets.
+    pub mss: Option<u32>,
+    pub nodelay: bool,
+    /// Congestion control algorithm asked for on both ends.
+    pub congestion: Option<String>,
+    /// Per-flow pacing target in bits per second; `None` sends as fast as possible.
+    pub rate_bps: Option<u64>,
+    /// UDP: per-flow pacing target in datagrams per second (sets `rate_bps` from the
+    /// datagram size when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pps: Option<u64>,
+    /// UDP: senders hand the kernel runs of datagrams in one buffer to segment (UDP GSO).
+    #[serde(default)]
+    pub gso: bool,
+    /// UDP: receivers take runs of datagrams the kernel coalesced, in one buffer (UDP GRO).
+    #[serde(default)]
+    pub gro: bool,
+    /// Keep per-flow interval figures.
+    pub per_flow: bool,
+    pub connect_timeout_s: f64,
+    /// Stream (bulk), rr or crr.
+    #[serde(default)]
+    pub workload: Workload,
+    /// Request/response parameters (rr and crr tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<RrConfig>,
+}
+
+impl TestConfig {
+    /// Connections the test opens: `parallel`, or twice that for bidir.
+    pub fn connections(&self) -> u32 {
+        match self.direction {
+            Direction::Bidir => self.parallel * 2,
+            _ => self.parallel,
+        }
+    }
+
+    /// The test's name in results: "tcp_stream", "udp_stream", "tcp_rr", "udp_rr", "tcp_crr".
+    pub fn test_name(&self) -> String {
+        let kind = match self.workload {
+            Workload::Stream => "stream",
+            Workload::Rr => "rr",
+            Workload::Crr => "crr",
+        };
+        format!("{}_{kind}", self.protocol)
+    }
+
+    /// One line for logs and banners: "TCP, 4 flows, client sends, 10 s, 128K writes".
+    pub fn describe(&self) -> String {
+        if let Some(rr) = self
+            .rr
+            .as_ref()
+            .filter(|_| self.workload != Workload::Stream)
+        {
+            return self.describe_rr(rr);
+        }
+        let direction = match self.direction {
+            Direction::Forward => "client sends",
+            Direction::Reverse => "server sends",
+            Direction::Bidir => "both send",
+        };
+        let warm_up = if self.omit_s > 0.0 {
+            format!(" after {} s warm-up", self.omit_s)
+        } else {
+            String::new()
+        };
+        let size = if self.protocol == "udp" {
+            let pace = match self.rate_bps {
+                Some(rate) => format!(
+                    " at {} per flow",
+                    crate::units::format_rate(rate as f64, crate::units::Scale::Adaptive)
+                ),
+                None => " unpaced".to_string(),
+            };
+            let offload = match (self.gso, self.gro) {
+                (true, true) => ", GSO and GRO",
+                (true, false) => ", GSO",
+                (false, true) => ", GRO",
+                (false, false) => "",
+            };
+            format!("{}-byte datagrams{pace}{offload}", self.length)
+        } else {
+            format!("{} writes", crate::units::format_size_compact(self.length))
+        };
+        format!(
+            "{}, {} flow{}, {direction}, {} s{warm_up}, {size}",
+            self.protocol.to_uppercase(),
+            self.parallel,
+            if self.parallel == 1 { "" } else { "s" },
+            self.time_s,
+        )
+    }
+
+    fn describe_rr(&self, rr: &RrConfig) -> String {
+        let pacing = match rr.rate_tps {
+            Some(rate) => format!(
+                "open loop at {} transactions/s per flow (at most {} in flight)",
+                crate::units::format_count(rate),
+                rr.outstanding
+            ),
+            None => format!("closed loop, {} in flight per flow", rr.outstanding),
+        };
+        let kind = if self.workload == Workload::Crr {
+            "connect/request/response/close"
+        } else {
+            "request/response"
+        };
+        let warm_up = if self.omit_s > 0.0 {
+            format!(" after {} s warm-up", self.omit_s)
+        } else {
+            String::new()
+        };
+        let load = if rr.load > 0 {
+            format!(
+                ", beside {} bulk TCP flow{}",
+                rr.load,
+                if rr.load == 1 { "" } else { "s" }
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "{} {kind}, {}-byte requests, {}-byte responses, {} flow{}, {pacing}, {} s{warm_up}{load}",
+            self.protocol.to_uppercase(),
+            rr.request,
+            rr.response,
+            self.parallel,
+            if self.parallel == 1 { "" } else { "s" },
+            self.time_s,
+        )
+    }
+
+    /// The direction of connection `index` (0-based, in opening order).
+    pub fn flow_direction(&self, index: u32) -> Direction {
+        match self.direction {
+            Direction::Bidir if index >= self.parallel => Direction::Reverse,
+            Direction::Bidir => Direction::Forward,
+            other => other,
+        }
+    }
+}

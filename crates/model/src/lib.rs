@@ -1,0 +1,17 @@
+//! linerate's ground crate: the values every other crate shares, knowing nobody.
+//!
+//! The resolved test configuration ([`TestConfig`]), what one end of a test measured
+//! ([`SideResult`]) with its host facts, latency histograms and their summaries, a profile
+//! group's figures, and the units sizes and rates are written in. The control protocol
+//! (linerate-proto) carries these values; the data plane fills them; the report crate
+//! merges and renders them. No I/O, no clock, no renderer lives here, so the protocol
+//! crate builds without the report's plotting, CSV and statistics dependencies.
+
+mod config;
+pub mod latency;
+pub mod profile;
+mod side;
+pub mod units;
+
+pub use config::*;
+pub use side::*;

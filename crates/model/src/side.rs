@@ -1,0 +1,261 @@
+//! What one end of a test measured on its own clock (the client's side, or the server's
+//! sent back over the control connection), and the host facts that travel with it.
+
+use crate::{Direction, Role};
+use serde::{Deserialize, Serialize};
+
+/// Facts about one host that travel with every figure (MEASUREMENT.md rule 13).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostFacts {
+    pub hostname: String,
+    pub kernel: String,
+    pub cpu_model: String,
+    pub cores: u32,
+    /// Nominal CPU frequency in MHz where the kernel tells it.
+    pub cpu_mhz: Option<f64>,
+    /// The linerate build on that host.
+    pub software: String,
+}
+
+/// CPU use on one host over the measurement window (MEASUREMENT.md rule 4).
+///
+/// The `*_pct` system-wide figures are percentages of all cores together (as `mpstat`'s
+/// "all" row); `busiest_core_pct` is of one core; `process_pct` is the test's own threads
+/// on that host as a percentage of one core (as `top` shows a process).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuUsage {
+    pub cores: u32,
+    pub window_s: f64,
+    pub user_pct: f64,
+    pub nice_pct: f64,
+    pub system_pct: f64,
+    pub irq_pct: f64,
+    pub softirq_pct: f64,
+    pub steal_pct: f64,
+    pub iowait_pct: f64,
+    /// Everything but idle and iowait.
+    pub busy_pct: f64,
+    pub busiest_core: u32,
+    pub busiest_core_pct: f64,
+    pub per_core_busy_pct: Vec<f64>,
+    pub process_pct: f64,
+    /// CPU seconds of the test's own threads (user + system).
+    pub process_cpu_s: f64,
+    /// The user-mode part of `process_pct` (the rest is system time).
+    #[serde(default)]
+    pub process_user_pct: f64,
+}
+
+impl CpuUsage {
+    /// Busy CPU time on the whole host over the window, in microseconds.
+    pub fn busy_us(&self) -> f64 {
+        self.busy_pct / 100.0 * f64::from(self.cores) * self.window_s * 1e6
+    }
+}
+
+/// The kernel's UDP counters (`/proc/net/snmp`, the `Udp:` rows), host-wide.
+///
+/// Read at the window's edges beside the tool's own counts (MEASUREMENT.md rule 7), so a
+/// user can tell a receiver that overflowed its socket buffer (`RcvbufErrors`) from a
+/// lossy path, and a sender whose datagrams the kernel refused (`SndbufErrors`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpCounters {
+    pub in_datagrams: u64,
+    pub no_ports: u64,
+    pub in_errors: u64,
+    pub out_datagrams: u64,
+    pub rcvbuf_errors: u64,
+    pub sndbuf_errors: u64,
+}
+
+impl UdpCounters {
+    /// The counts between `self` (earlier) and `later`.
+    pub fn delta(&self, later: &UdpCounters) -> UdpCounters {
+        UdpCounters {
+            in_datagrams: later.in_datagrams.saturating_sub(self.in_datagrams),
+            no_ports: later.no_ports.saturating_sub(self.no_ports),
+            in_errors: later.in_errors.saturating_sub(self.in_errors),
+            out_datagrams: later.out_datagrams.saturating_sub(self.out_datagrams),
+            rcvbuf_errors: later.rcvbuf_errors.saturating_sub(self.rcvbuf_errors),
+            sndbuf_errors: later.sndbuf_errors.saturating_sub(self.sndbuf_errors),
+        }
+    }
+}
+
+/// Figures of one nominal interval as one side counted them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SideInterval {
+    pub start: f64,
+    pub end: f64,
+    /// Inside the `--omit` warm-up.
+    pub omitted: bool,
+    pub sent_bytes: u64,
+    pub sent_bps: f64,
+    pub received_bytes: u64,
+    pub received_bps: f64,
+    pub retransmits: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<Vec<FlowInterval>>,
+    /// UDP tests: datagram counts in the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpCounts>,
+    /// Request/response tests, on the requesting side: the interval's transactions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<RrInterval>,
+}
+
+/// The transactions of one interval, as the requesting side timed them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RrInterval {
+    pub transactions: u64,
+    pub transactions_per_s: f64,
+    /// Round-trip percentiles of the interval's transactions, in microseconds.
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// crr: the 99th percentile of the connects alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_p99_us: Option<f64>,
+}
+
+/// Datagram counts of one side over a span of time (an interval or the window), summed
+/// over its flows; each count comes from the side that can know it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpCounts {
+    /// Datagrams handed to the kernel by senders.
+    pub sent: u64,
+    /// Send calls the kernel refused (EAGAIN, ENOBUFS), counted per call.
+    pub send_errors: u64,
+    /// Distinct test datagrams received.
+    pub received: u64,
+    /// Sequence gaps not filled by a late datagram.
+    pub lost: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    /// Datagrams that were not the flow's own (too short, another flow or test).
+    pub foreign: u64,
+    /// RFC 3550 jitter in milliseconds: the mean over receiving flows of each flow's
+    /// jitter at the end of the span.
+    pub jitter_ms: f64,
+}
+
+impl UdpCounts {
+    /// Adds another flow's (or side's) counts; jitter is averaged by the caller.
+    pub fn add(&mut self, other: &UdpCounts) {
+        self.sent += other.sent;
+        self.send_errors += other.send_errors;
+        self.received += other.received;
+        self.lost += other.lost;
+        self.out_of_order += other.out_of_order;
+        self.duplicates += other.duplicates;
+        self.foreign += other.foreign;
+    }
+
+    /// Lost as a percentage of the datagrams that should have arrived.
+    pub fn loss_pct(&self) -> f64 {
+        let expected = self.received + self.lost;
+        if expected > 0 {
+            self.lost as f64 * 100.0 / expected as f64
+        } else {
+            0.0
+        }
+    }
+}
+
+/// One flow's figures in one interval, from one side.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowInterval {
+    pub id: u32,
+    pub sent_bytes: u64,
+    pub sent_bps: f64,
+    pub received_bytes: u64,
+    pub received_bps: f64,
+    pub retransmits: u64,
+}
+
+/// What one side saw of one flow (one TCP connection).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowSide {
+    pub id: u32,
+    pub direction: Direction,
+    pub role: Role,
+    pub local_addr: String,
+    pub remote_addr: String,
+    /// Bytes moved inside the measurement window.
+    pub window_bytes: u64,
+    /// The window as this side's clock measured it, in seconds.
+    pub window_s: f64,
+    /// Bytes over the connection's whole life: warm-up, window and the drain after it.
+    pub bytes_total: u64,
+    /// Segments retransmitted inside the window (TCP_INFO, sender only).
+    pub retransmits: u64,
+    /// Socket buffer sizes the kernel granted (it doubles requests and caps them).
+    pub sndbuf: u64,
+    pub rcvbuf: u64,
+    /// TCP_INFO's send MSS at the end of the window.
+    pub mss: u32,
+    /// Smoothed RTT in microseconds (TCP_INFO) at the end of the window.
+    pub rtt_us: u32,
+    pub congestion: String,
+    /// Why the flow failed, if it did.
+    pub error: Option<String>,
+    /// UDP flows: datagram counts over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpCounts>,
+    /// UDP flows: datagrams over the flow's whole life (sent, or distinct received).
+    #[serde(default)]
+    pub datagrams_total: u64,
+    /// Request/response flows: transactions completed (requester) or answered
+    /// (responder) inside the window, and over the flow's life.
+    #[serde(default)]
+    pub transactions: u64,
+    #[serde(default)]
+    pub transactions_total: u64,
+}
+
+impl FlowSide {
+    pub fn window_bps(&self) -> f64 {
+        if self.window_s > 0.0 {
+            self.window_bytes as f64 * 8.0 / self.window_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Everything one side measured, on its own clock.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SideResult {
+    pub host: HostFacts,
+    pub cpu: CpuUsage,
+    pub intervals: Vec<SideInterval>,
+    pub flows: Vec<FlowSide>,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// UDP tests: the host's kernel UDP counters over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_kernel: Option<UdpCounters>,
+    /// Request/response tests, on the requesting side: what the requesters timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<RrSide>,
+}
+
+/// The requesting side's timing of a request/response test over the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RrSide {
+    /// Round trips of the window's transactions, merged over workers.
+    pub latency: crate::latency::LatencySummary,
+    /// crr: the connects alone.
+    pub connect: Option<crate::latency::LatencySummary>,
+    /// Open loop: requests that fell due but were never sent (held back by the cap on
+    /// transactions in flight), over the test.
+    pub owed: u64,
+    /// UDP: transactions given up after no answer within the loss timeout, in the window;
+    /// answers that came after that.
+    pub lost: u64,
+    pub late: u64,
+    /// crr: connects refused with EADDRNOTAVAIL (no free local port), and the sockets
+    /// in TIME_WAIT on this host at the end of the window.
+    pub port_exhausted: u64,
+    pub time_wait: Option<u64>,
+}
