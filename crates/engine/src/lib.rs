@@ -13,6 +13,7 @@
 pub mod access;
 pub mod client;
 pub mod control;
+pub mod flow;
 pub mod iperf3;
 pub mod iperf3_auth;
 pub mod iperf3_client;

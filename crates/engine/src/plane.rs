@@ -7,7 +7,7 @@
 //! its worker's actual sample times at the two edges, so a late wake-up shifts the window
 //! a little but never inflates a rate.
 
-use crate::worker::{self, FlowOutcome, FlowSpec, Sample, WorkerPlan};
+use crate::flow::{EndSignal, FlowOutcome, FlowSocket, FlowSpec, RrPlan, Sample, WorkerPlan};
 use linerate_hostinfo::usage;
 use linerate_report::latency::LatencyHistogram;
 use linerate_report::{
@@ -16,8 +16,8 @@ use linerate_report::{
 };
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -33,42 +33,6 @@ pub fn default_threads(flows: usize) -> usize {
         flows.max(1)
     } else {
         std::thread::available_parallelism().map_or(1, |n| n.get())
-    }
-}
-
-/// Ends a test before its schedule does: an iperf3 client decides when its test ends, and
-/// a byte-count test ends when its flows have moved their bytes. Workers check it every
-/// loop turn; the first request wins.
-#[derive(Debug)]
-pub struct EndSignal {
-    /// The boundary index that now ends the test; `usize::MAX` until one is asked for.
-    at: AtomicUsize,
-    /// Flows with a byte budget that have not yet moved it.
-    budgeted: AtomicUsize,
-}
-
-impl EndSignal {
-    pub fn new(budgeted: usize) -> Arc<EndSignal> {
-        Arc::new(EndSignal {
-            at: AtomicUsize::new(usize::MAX),
-            budgeted: AtomicUsize::new(budgeted),
-        })
-    }
-
-    /// Ends the test at boundary `index`: each worker takes that boundary's sample at
-    /// once (or has already taken it) and ends there.
-    pub fn request(&self, index: usize) {
-        self.at.fetch_min(index, Ordering::SeqCst);
-    }
-
-    pub fn requested(&self) -> Option<usize> {
-        let at = self.at.load(Ordering::SeqCst);
-        (at != usize::MAX).then_some(at)
-    }
-
-    /// A flow has moved its budget; true for the last one, whose worker ends the test.
-    pub fn budget_spent(&self) -> bool {
-        self.budgeted.fetch_sub(1, Ordering::SeqCst) == 1
     }
 }
 
@@ -208,7 +172,7 @@ impl DataPlane {
             flows.iter().filter(|f| f.role == role).count()
         });
         let end = EndSignal::new(budgeted);
-        let rr = crate::rr::RrPlan::from_config(config);
+        let rr = RrPlan::from_config(config);
         let schedule = Schedule::from_config(config);
         let boundaries = schedule.boundaries();
         let omit_index = index_of(&boundaries, schedule.omit);
@@ -243,7 +207,7 @@ impl DataPlane {
             let stop = stop.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("linerate-worker-{index}"))
-                .spawn(move || worker::run(plan, share, sender, stop))?;
+                .spawn(move || run_worker(plan, share, sender, stop))?;
             workers.push(handle);
         }
         Ok(DataPlane {
@@ -519,7 +483,7 @@ impl DataPlane {
         for span in self.spans[start + 1..=end].iter().flatten() {
             window.merge(&span.latency, span.connect.as_ref());
         }
-        let count = |get: fn(&worker::RrSample) -> u64, boundary: usize| -> u64 {
+        let count = |get: fn(&crate::flow::RrSample) -> u64, boundary: usize| -> u64 {
             self.samples[boundary]
                 .iter()
                 .flatten()
@@ -527,8 +491,9 @@ impl DataPlane {
                 .map(get)
                 .sum()
         };
-        let between =
-            |get: fn(&worker::RrSample) -> u64| count(get, end).saturating_sub(count(get, start));
+        let between = |get: fn(&crate::flow::RrSample) -> u64| {
+            count(get, end).saturating_sub(count(get, start))
+        };
         Some(RrSide {
             latency: window.latency.summary(true),
             connect: window.connect.map(|c| c.summary(true)),
@@ -646,4 +611,27 @@ mod tests {
             vec![Duration::ZERO, Duration::from_secs(5)]
         );
     }
+}
+
+/// One worker thread: pinned where asked, then the loop its flows need (request/response,
+/// UDP, or TCP streams), each a sibling module that knows nothing of the others.
+fn run_worker(
+    plan: WorkerPlan,
+    specs: Vec<FlowSpec>,
+    samples: Sender<Sample>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<Vec<FlowOutcome>> {
+    if let Some(cpu) = plan.cpu {
+        crate::sys::pin_to(cpu)?;
+    }
+    if plan.rr.is_some() {
+        return crate::rr::run(plan, specs, samples, stop);
+    }
+    if specs
+        .iter()
+        .any(|spec| matches!(spec.socket, FlowSocket::Udp(_)))
+    {
+        return crate::udp::run(plan, specs, samples, stop);
+    }
+    crate::worker::run(plan, specs, samples, stop)
 }

@@ -12,11 +12,11 @@
 //! thread sleeps in `read` and the kernel wakes it with the answer, one system call fewer
 //! per transaction than a poll set. Everything else runs in one mio event loop.
 
-use crate::sys;
-use crate::worker::{
-    outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, RrSample, Sample,
-    WorkerPlan,
+use crate::flow::{
+    outcome_of, send_sample, FaultHook, FlowCount, FlowOutcome, FlowSocket, FlowSpec, RrPlan,
+    RrSample, Sample, WorkerPlan,
 };
+use crate::sys;
 use linerate_proto::datagram::parse_hello;
 use linerate_proto::transaction::{Requester, Responder};
 use linerate_report::latency::LatencyHistogram;
@@ -47,87 +47,6 @@ const TIMER: Token = Token(usize::MAX);
 const PORT_RETRY: Duration = Duration::from_millis(1);
 /// Accepted crr connections get tokens from here up.
 const CONN_BASE: usize = 1 << 30;
-
-/// What a request/response worker needs beyond the common plan.
-#[derive(Debug, Clone)]
-pub struct RrPlan {
-    pub workload: Workload,
-    pub request: usize,
-    pub response: usize,
-    pub outstanding: usize,
-    pub rate_tps: Option<f64>,
-    pub busy_poll_us: Option<u32>,
-    /// Responders: the test-only fault hook.
-    pub fault: Option<FaultHook>,
-    /// crr: the options each new connection gets.
-    pub config: TestConfig,
-}
-
-impl RrPlan {
-    /// The plan for a test's configuration; `None` for stream tests.
-    pub fn from_config(config: &TestConfig) -> Option<RrPlan> {
-        let rr = config.rr.as_ref()?;
-        if config.workload == Workload::Stream {
-            return None;
-        }
-        Some(RrPlan {
-            workload: config.workload,
-            request: rr.request.max(1) as usize,
-            response: rr.response.max(1) as usize,
-            outstanding: rr.outstanding.max(1) as usize,
-            rate_tps: rr.rate_tps,
-            busy_poll_us: rr.busy_poll_us,
-            fault: FaultHook::from_env(),
-            config: config.clone(),
-        })
-    }
-}
-
-/// A test-only fault in a responder, set on the server's process as
-/// `LINERATE_FAULT_HOOK`. It is how the tests prove what the report says of a stalled,
-/// closed, wrong or silent peer:
-/// - `stall:EVERY:MS`: every flow pauses MS milliseconds before answering its EVERY-th
-///   request, and every EVERY-th after;
-/// - `close:N`, `wrong-size:N`, `silent:N`: flow 0, after answering N requests, closes
-///   its connection, answers with one byte too many, or stops answering.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum FaultHook {
-    Stall { every: u64, pause: Duration },
-    Close { after: u64 },
-    WrongSize { after: u64 },
-    Silent { after: u64 },
-}
-
-impl FaultHook {
-    pub const ENV: &'static str = "LINERATE_FAULT_HOOK";
-
-    pub fn from_env() -> Option<FaultHook> {
-        FaultHook::parse(&std::env::var(FaultHook::ENV).ok()?)
-    }
-
-    pub fn parse(text: &str) -> Option<FaultHook> {
-        let mut parts = text.trim().split(':');
-        let kind = parts.next()?;
-        let count: u64 = parts.next()?.trim().parse().ok()?;
-        let hook = match kind {
-            "stall" => {
-                let ms: f64 = parts.next()?.trim().parse().ok()?;
-                if count == 0 || !ms.is_finite() || ms <= 0.0 {
-                    return None;
-                }
-                FaultHook::Stall {
-                    every: count,
-                    pause: Duration::from_secs_f64(ms / 1e3),
-                }
-            }
-            "close" => FaultHook::Close { after: count },
-            "wrong-size" => FaultHook::WrongSize { after: count },
-            "silent" => FaultHook::Silent { after: count },
-            _ => return None,
-        };
-        parts.next().is_none().then_some(hook)
-    }
-}
 
 enum Io {
     Tcp(TcpStream),

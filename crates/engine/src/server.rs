@@ -14,10 +14,10 @@ use crate::access::{
     self, AccessPolicy, Admission, Gate, Held, LogFormat, OperatorLog, RateBook, RateShare,
 };
 use crate::control::Control;
+use crate::flow::{FlowSocket, FlowSpec, Side};
 use crate::iperf3_auth::Iperf3Auth;
 use crate::plane::{default_threads, DataPlane, PlaneSetup};
 use crate::sys;
-use crate::worker::{FlowSocket, FlowSpec, Side};
 use linerate_hostinfo::host_facts;
 use linerate_proto::auth::Key;
 use linerate_proto::datagram::{parse_hello, tag_of, Framing};

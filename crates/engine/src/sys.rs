@@ -107,3 +107,24 @@ pub fn tcp_info<S: AsFd>(socket: &S) -> TcpInfo {
         }
     }
 }
+
+/// Pins the calling thread to one CPU.
+pub fn pin_to(cpu: usize) -> io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays in bounds for
+    // cpu < CPU_SETSIZE, checked first.
+    unsafe {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::other(format!("CPU {cpu} is out of range")));
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            let error = io::Error::last_os_error();
+            return Err(io::Error::new(
+                error.kind(),
+                format!("cannot pin a worker to CPU {cpu}: {error}"),
+            ));
+        }
+    }
+    Ok(())
+}

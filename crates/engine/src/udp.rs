@@ -8,9 +8,9 @@
 //! retried silently. The loop waits in `poll(2)` on the sockets that have nothing to do,
 //! bounded by the next pacing slot and the next boundary.
 
+use crate::flow::{outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec};
+use crate::flow::{Sample, WorkerPlan};
 use crate::pacer::Pacer;
-use crate::worker::{outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec};
-use crate::worker::{Sample, WorkerPlan};
 use linerate_proto::datagram::{parse_hello, Framing, SequenceTracker};
 use linerate_report::{Role, UdpCounts};
 use std::io;

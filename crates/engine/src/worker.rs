@@ -10,11 +10,13 @@
 //! call returns `WouldBlock`. Ready flows wait in a FIFO and each gets [`OPS_PER_FLOW`]
 //! calls per visit, so thousands of flows on one worker are served fairly.
 
+use crate::flow::{
+    outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, Sample, WorkerPlan,
+    OPS_PER_FLOW, OPS_PER_TURN,
+};
 use crate::pacer::Pacer;
 use crate::sys;
-use linerate_hostinfo::{read_udp_counters, thread_cpu_times, CpuSnapshot};
-use linerate_report::latency::LatencyHistogram;
-use linerate_report::{Direction, Role, TestConfig, UdpCounters, UdpCounts, Workload};
+use linerate_report::Role;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use std::cmp::Reverse;
@@ -25,290 +27,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Socket calls per loop turn, across all flows of the worker.
-pub const OPS_PER_TURN: usize = 64;
-/// Socket calls per flow per visit.
-pub const OPS_PER_FLOW: usize = 8;
-
-/// A flow handed to the data plane: a connected socket and what to do with it.
-#[derive(Debug)]
-pub struct FlowSpec {
-    pub id: u32,
-    pub direction: Direction,
-    pub role: Role,
-    pub socket: FlowSocket,
-}
-
-/// Which end of a test holds a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    Client,
-    Server,
-}
-
-impl FlowSpec {
-    /// Flow `id` of `config` as `side` runs it: the role follows from the workload and
-    /// the flow's direction (the client sends forward flows and requests).
-    pub fn new(config: &TestConfig, id: u32, side: Side, socket: FlowSocket) -> FlowSpec {
-        let direction = config.flow_direction(id);
-        let role = match (config.workload, direction, side) {
-            (Workload::Rr | Workload::Crr, _, Side::Client) => Role::Request,
-            (Workload::Rr | Workload::Crr, _, Side::Server) => Role::Respond,
-            (_, Direction::Reverse, Side::Client)
-            | (_, Direction::Forward | Direction::Bidir, Side::Server) => Role::Receive,
-            _ => Role::Send,
-        };
-        FlowSpec {
-            id,
-            direction,
-            role,
-            socket,
-        }
-    }
-}
-
-/// A flow's connected socket.
-#[derive(Debug)]
-pub enum FlowSocket {
-    Tcp(std::net::TcpStream),
-    Udp(std::net::UdpSocket),
-    /// crr requester: opens a new connection to this address per transaction.
-    Connect(std::net::SocketAddr),
-    /// crr responder: the test's listener, which takes connections from `peer` only.
-    Listen {
-        listener: std::net::TcpListener,
-        peer: std::net::IpAddr,
-    },
-}
-
-/// One flow's counters at one boundary.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FlowCount {
-    pub id: u32,
-    pub bytes: u64,
-    /// TCP_INFO total retransmits so far (senders; 0 for receivers).
-    pub retransmits: u64,
-    /// UDP flows: datagram counts so far (jitter as of now).
-    pub udp: Option<UdpCounts>,
-    /// Request/response flows: transactions completed (requester) or answered
-    /// (responder) so far.
-    pub transactions: u64,
-}
-
-/// A requesting worker's timing since its previous sample.
-#[derive(Debug, Clone, Default)]
-pub struct RrSample {
-    /// Round trips of the transactions completed since the previous boundary.
-    pub latency: LatencyHistogram,
-    /// crr: connect times since the previous boundary.
-    pub connect: Option<LatencyHistogram>,
-    /// Counts so far (not since the previous boundary): transactions given up for lost,
-    /// answers after that, connects refused for want of a local port, and open-loop
-    /// requests due but not yet sent.
-    pub lost: u64,
-    pub late: u64,
-    pub port_exhausted: u64,
-    pub owed: u64,
-}
-
-/// One worker's reading at one boundary of the schedule.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub worker: usize,
-    /// Boundary index in [`Schedule::boundaries`](crate::plane::Schedule::boundaries).
-    pub index: usize,
-    /// When the reading was taken, since the test's start.
-    pub at: Duration,
-    /// The worker thread's CPU time so far, and the user-mode part of it.
-    pub cpu: Duration,
-    pub cpu_user: Duration,
-    pub flows: Vec<FlowCount>,
-    /// `/proc/stat` at the window's edges (worker 0 only).
-    pub proc_stat: Option<CpuSnapshot>,
-    /// UDP tests: the kernel's UDP counters at the window's edges (worker 0 only).
-    pub udp_kernel: Option<UdpCounters>,
-    /// Request/response tests, requesting workers: their timing.
-    pub rr: Option<Box<RrSample>>,
-}
-
-/// What a worker knows of a flow when it ends.
-#[derive(Debug, Clone)]
-pub struct FlowOutcome {
-    pub id: u32,
-    pub direction: Direction,
-    pub role: Role,
-    pub local_addr: String,
-    pub remote_addr: String,
-    pub bytes_total: u64,
-    pub sndbuf: u64,
-    pub rcvbuf: u64,
-    pub congestion: String,
-    pub info: sys::TcpInfo,
-    pub error: Option<String>,
-    /// UDP flows: datagrams over the flow's life (sent, or distinct received).
-    pub datagrams_total: u64,
-    /// What the user should know about how the flow ran (an offload the kernel refused).
-    pub notes: Vec<String>,
-    /// Request/response flows: transactions over the flow's life.
-    pub transactions_total: u64,
-}
-
-/// Everything a worker needs, read-only.
-#[derive(Debug, Clone)]
-pub struct WorkerPlan {
-    pub index: usize,
-    pub start: Instant,
-    /// Nominal boundaries since start; the last one ends the test.
-    pub boundaries: Vec<Duration>,
-    /// Boundaries at which worker 0 reads `/proc/stat`.
-    pub cpu_boundaries: Vec<usize>,
-    pub length: usize,
-    pub rate_bps: Option<u64>,
-    /// How long receivers keep draining after the end for the sender's last bytes.
-    pub drain: Duration,
-    /// UDP tests: the tag every datagram of the test carries.
-    pub udp_framing: Option<linerate_proto::datagram::Framing>,
-    /// UDP: senders use segmentation offload, receivers coalescing, where the kernel
-    /// offers them.
-    pub gso: bool,
-    pub gro: bool,
-    /// Request/response tests: what the flows do.
-    pub rr: Option<crate::rr::RrPlan>,
-    /// The CPU this worker is pinned to.
-    pub cpu: Option<usize>,
-    /// Asks for an end ahead of the schedule; shared by the plane's workers.
-    pub end: Arc<crate::plane::EndSignal>,
-    /// Flows of this role stop after moving this many bytes each.
-    pub budget: Option<(Role, u64)>,
-}
-
-impl WorkerPlan {
-    /// A plan for one worker that is not worker 0 (no `/proc` reads), running from
-    /// `start` to `end` with no intervals; for tests of a worker alone.
-    #[cfg(test)]
-    pub(crate) fn alone(
-        start: Instant,
-        end: Duration,
-        length: usize,
-        drain: Duration,
-    ) -> WorkerPlan {
-        WorkerPlan {
-            index: 1,
-            start,
-            boundaries: vec![Duration::ZERO, end],
-            cpu_boundaries: vec![],
-            length,
-            rate_bps: None,
-            drain,
-            udp_framing: None,
-            gso: false,
-            gro: false,
-            rr: None,
-            cpu: None,
-            end: crate::plane::EndSignal::new(0),
-            budget: None,
-        }
-    }
-
-    /// The boundary that ends the test: the schedule's last, or an earlier one asked for.
-    pub(crate) fn end_index(&self) -> usize {
-        let last = self.boundaries.len() - 1;
-        self.end.requested().map_or(last, |at| at.min(last))
-    }
-
-    /// Whether boundary `index` is due `since` the start: its time has come, or the test
-    /// was asked to end there.
-    pub(crate) fn is_due(&self, index: usize, since: Duration) -> bool {
-        since >= self.boundaries[index] || self.end.requested() == Some(index)
-    }
-
-    /// The bytes a flow of `role` may still move, if it has a budget.
-    pub(crate) fn budget_for(&self, role: Role) -> Option<u64> {
-        self.budget
-            .filter(|(r, _)| *r == role)
-            .map(|(_, bytes)| bytes)
-    }
-}
-
-/// Sends the sample of boundary `index`, taken `since` the test's start. Worker 0 adds
-/// the host's counters at the window's edges.
-pub(crate) fn send_sample(
-    plan: &WorkerPlan,
-    samples: &Sender<Sample>,
-    index: usize,
-    since: Duration,
-    flows: Vec<FlowCount>,
-    rr: Option<Box<RrSample>>,
-) {
-    let at_edge = plan.index == 0 && plan.cpu_boundaries.contains(&index);
-    let proc_stat = at_edge.then(|| CpuSnapshot::read().ok()).flatten();
-    let udp_kernel = (at_edge && plan.udp_framing.is_some())
-        .then(|| read_udp_counters().ok())
-        .flatten();
-    let (user, system) = thread_cpu_times();
-    // The coordinator may have gone (an aborted test); the flows still end cleanly.
-    let _ = samples.send(Sample {
-        worker: plan.index,
-        index,
-        at: since,
-        cpu: user + system,
-        cpu_user: user,
-        flows,
-        proc_stat,
-        udp_kernel,
-        rr,
-    });
-}
-
-impl FlowOutcome {
-    /// A flow's outcome before it has moved anything.
-    pub(crate) fn new(
-        id: u32,
-        direction: Direction,
-        role: Role,
-        addrs: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
-    ) -> FlowOutcome {
-        let text = |a: Option<std::net::SocketAddr>| a.map_or(String::new(), |a| a.to_string());
-        FlowOutcome {
-            id,
-            direction,
-            role,
-            local_addr: text(addrs.0),
-            remote_addr: text(addrs.1),
-            bytes_total: 0,
-            sndbuf: 0,
-            rcvbuf: 0,
-            congestion: String::new(),
-            info: sys::TcpInfo::default(),
-            error: None,
-            datagrams_total: 0,
-            notes: Vec::new(),
-            transactions_total: 0,
-        }
-    }
-}
-
-/// The facts of a socket known when its flow starts: its addresses (where it has them)
-/// and the buffers the kernel granted.
-pub(crate) fn outcome_of<S: std::os::fd::AsFd>(
-    socket: &S,
-    id: u32,
-    direction: Direction,
-    role: Role,
-) -> FlowOutcome {
-    let sock = socket2::SockRef::from(socket);
-    let addrs = (
-        sock.local_addr().ok().and_then(|a| a.as_socket()),
-        sock.peer_addr().ok().and_then(|a| a.as_socket()),
-    );
-    let (sndbuf, rcvbuf) = sys::granted_buffers(socket);
-    FlowOutcome {
-        sndbuf,
-        rcvbuf,
-        ..FlowOutcome::new(id, direction, role, addrs)
-    }
-}
 
 struct Flow {
     id: u32,
@@ -605,18 +323,6 @@ pub fn run(
     samples: Sender<Sample>,
     stop: Arc<AtomicBool>,
 ) -> io::Result<Vec<FlowOutcome>> {
-    if let Some(cpu) = plan.cpu {
-        pin_to(cpu)?;
-    }
-    if plan.rr.is_some() {
-        return crate::rr::run(plan, specs, samples, stop);
-    }
-    if specs
-        .iter()
-        .any(|spec| matches!(spec.socket, FlowSocket::Udp(_)))
-    {
-        return crate::udp::run(plan, specs, samples, stop);
-    }
     let mut worker = Worker::new(plan, specs, samples);
     if worker.flows.len() == 1 {
         run_blocking(&mut worker, &stop)?;
@@ -624,27 +330,6 @@ pub fn run(
         run_event_loop(&mut worker, &stop)?;
     }
     Ok(worker.outcomes())
-}
-
-/// Pins the calling thread to one CPU.
-fn pin_to(cpu: usize) -> io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays in bounds for
-    // cpu < CPU_SETSIZE, checked first.
-    unsafe {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(io::Error::other(format!("CPU {cpu} is out of range")));
-        }
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            let error = io::Error::last_os_error();
-            return Err(io::Error::new(
-                error.kind(),
-                format!("cannot pin a worker to CPU {cpu}: {error}"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// How long an idle event loop sleeps at most before it looks for an early end.
@@ -812,6 +497,7 @@ fn run_event_loop(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use linerate_report::Direction;
     use std::net::{TcpListener, TcpStream as StdStream};
     use std::sync::mpsc::channel;
 
