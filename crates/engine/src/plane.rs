@@ -588,6 +588,29 @@ impl Drop for DataPlane {
     }
 }
 
+/// One worker thread: pinned where asked, then the loop its flows need (request/response,
+/// UDP, or TCP streams), each a sibling module that knows nothing of the others.
+fn run_worker(
+    plan: WorkerPlan,
+    specs: Vec<FlowSpec>,
+    samples: Sender<Sample>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<Vec<FlowOutcome>> {
+    if let Some(cpu) = plan.cpu {
+        crate::sys::pin_to(cpu)?;
+    }
+    if plan.rr.is_some() {
+        return crate::rr::run(plan, specs, samples, stop);
+    }
+    if specs
+        .iter()
+        .any(|spec| matches!(spec.socket, FlowSocket::Udp(_)))
+    {
+        return crate::udp::run(plan, specs, samples, stop);
+    }
+    crate::worker::run(plan, specs, samples, stop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,27 +634,4 @@ mod tests {
             vec![Duration::ZERO, Duration::from_secs(5)]
         );
     }
-}
-
-/// One worker thread: pinned where asked, then the loop its flows need (request/response,
-/// UDP, or TCP streams), each a sibling module that knows nothing of the others.
-fn run_worker(
-    plan: WorkerPlan,
-    specs: Vec<FlowSpec>,
-    samples: Sender<Sample>,
-    stop: Arc<AtomicBool>,
-) -> io::Result<Vec<FlowOutcome>> {
-    if let Some(cpu) = plan.cpu {
-        crate::sys::pin_to(cpu)?;
-    }
-    if plan.rr.is_some() {
-        return crate::rr::run(plan, specs, samples, stop);
-    }
-    if specs
-        .iter()
-        .any(|spec| matches!(spec.socket, FlowSocket::Udp(_)))
-    {
-        return crate::udp::run(plan, specs, samples, stop);
-    }
-    crate::worker::run(plan, specs, samples, stop)
 }
