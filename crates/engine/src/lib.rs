@@ -1,29 +1,21 @@
-//! linerate's data plane and the drivers that run tests over real sockets.
+//! linerate's data plane: it moves and counts the bytes of tests it is handed, and nothing
+//! else. It never accepts a connection, drives a session or waits on storage; the drivers
+//! (linerate-drivers) hand it connected sockets and a resolved configuration.
 //!
-//! - [`worker`] and [`plane`]: T worker threads, each with its own mio poll set and share of
-//!   the flows; counters are per worker and read out at interval boundaries.
+//! - [`flow`]: the types the parts share: a flow's spec, a worker's plan, the samples and
+//!   outcomes it sends back, the signal that ends a test early.
+//! - [`plane`]: a side's workers, their schedule of interval boundaries, and the merge of
+//!   their samples into intervals and a side's result.
+//! - [`worker`]: the TCP stream loop (blocking for one flow, a mio event loop for many).
+//! - [`udp`]: the UDP loop (batched, optionally offloaded datagrams).
+//! - [`rr`]: the request/response loop (`rr`, `crr`).
 //! - [`pacer`]: the per-flow token bucket behind `--rate`.
-//! - [`rr`]: the request/response loop of a worker (`rr`, `crr`).
-//! - [`udp`]: the UDP loop of a worker (batched, optionally offloaded datagrams).
-//! - [`search`]: the sans-IO rate search behind `--find-max`.
-//! - [`sys`]: Linux socket options and TCP_INFO.
-//! - [`server`] and [`client`]: the control-connection drivers around the sans-IO sessions
-//!   of `linerate-proto`.
+//! - [`sys`]: Linux socket options, TCP_INFO, CPU pinning.
 
-pub mod access;
-pub mod client;
-pub mod control;
 pub mod flow;
-pub mod iperf3;
-pub mod iperf3_auth;
-pub mod iperf3_client;
-pub mod iperf3_server;
 pub mod pacer;
 pub mod plane;
-pub mod profile;
 pub mod rr;
-pub mod search;
-pub mod server;
 pub mod sys;
 pub mod udp;
 pub mod worker;

@@ -4,8 +4,8 @@
 use crate::cli::{Iperf3Args, ServeArgs};
 use anyhow::{Context, Result};
 use clap::Parser;
-use linerate_engine::client::Progress;
-use linerate_engine::iperf3_client;
+use linerate_drivers::client::Progress;
+use linerate_drivers::iperf3_client;
 use linerate_proto::iperf3::{Params, Transport, DEFAULT_TCP_BLOCK, DEFAULT_UDP_RATE};
 use linerate_report::document::Document;
 use linerate_report::text::{self, INTERVAL_HEADER};
@@ -76,7 +76,7 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Result<ExitCode
     }
     let flow_ids: Vec<u32> =
         (0..params.parallel * if params.bidirectional { 2 } else { 1 }).collect();
-    let config = linerate_engine::iperf3::config_of(&params, host, args.port, Duration::ZERO);
+    let config = linerate_drivers::iperf3::config_of(&params, host, args.port, Duration::ZERO);
     let sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
     let mut progress = |event: Progress| match event {
         Progress::Started if args.interval > 0.0 => say(INTERVAL_HEADER),

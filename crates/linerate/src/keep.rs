@@ -56,9 +56,9 @@ impl Storage {
 
 /// Keeps the reports of iperf3 tests a server ran; a failure to keep one is logged and
 /// the server goes on serving.
-pub fn iperf3_sink(store: Store, log: bool) -> linerate_engine::server::ReportSink {
+pub fn iperf3_sink(store: Store, log: bool) -> linerate_drivers::server::ReportSink {
     let store = std::sync::Mutex::new(store);
-    linerate_engine::server::ReportSink(std::sync::Arc::new(move |test: u64, report: &Report| {
+    linerate_drivers::server::ReportSink(std::sync::Arc::new(move |test: u64, report: &Report| {
         let document = Document::Test(Box::new(report.clone()));
         let outcome = document
             .to_json()

@@ -14,11 +14,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::error::ErrorKind;
 use clap::Parser;
 use cli::{Cli, Command, RrArgs, ServeArgs, StreamArgs, TransactionArgs};
-use linerate_engine::access::{AccessPolicy, LogFormat};
-use linerate_engine::client::{self, ClientOptions, Progress};
+use linerate_drivers::access::{AccessPolicy, LogFormat};
+use linerate_drivers::client::{self, ClientOptions, Progress};
+use linerate_drivers::search::{Probe, RateSearch, TrialOutcome};
+use linerate_drivers::server::{Server, ServerConfig};
 use linerate_engine::plane::default_threads;
-use linerate_engine::search::{Probe, RateSearch, TrialOutcome};
-use linerate_engine::server::{Server, ServerConfig};
 use linerate_proto::auth::Key;
 use linerate_proto::Limits;
 use linerate_report::document::Document;
@@ -153,7 +153,7 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
     if let (Some(private_key), Some(users)) =
         (&args.rsa_private_key_path, &args.authorized_users_path)
     {
-        match linerate_engine::iperf3_auth::load(private_key, users, args.time_skew_threshold) {
+        match linerate_drivers::iperf3_auth::load(private_key, users, args.time_skew_threshold) {
             Ok(auth) => config.iperf3_auth = Some(Arc::new(auth)),
             Err(message) => {
                 return Ok(usage(&format!(

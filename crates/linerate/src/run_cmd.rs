@@ -3,7 +3,7 @@
 use crate::cli::{ProfileCommand, RunArgs, SetArgs};
 use crate::keep;
 use anyhow::{Context, Result};
-use linerate_engine::profile::controller::{self, RunOptions};
+use linerate_drivers::profile::controller::{self, RunOptions};
 use linerate_profile::{toml_format, Format, Profile, Vars};
 use linerate_report::document::Document;
 use std::process::ExitCode;

@@ -6,10 +6,10 @@
 //! the server's results into one [`Report`].
 
 use crate::control::Control;
-use crate::flow::{FlowSocket, FlowSpec, Side};
-use crate::plane::{DataPlane, PlaneSetup};
 use crate::server::LocalServer;
-use crate::sys;
+use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
+use linerate_engine::plane::{DataPlane, PlaneSetup};
+use linerate_engine::sys;
 use linerate_hostinfo::host_facts;
 use linerate_proto::datagram::{hello, tag_of, Framing, HELLO_LEN};
 use linerate_proto::preface::data_preface;

@@ -33,7 +33,7 @@ pub fn config_of(params: &Params, target: &str, port: u16, counted_run: Duration
             Direction::Forward
         },
         parallel: params.parallel,
-        threads: crate::plane::default_threads(params.parallel as usize) as u32,
+        threads: linerate_engine::plane::default_threads(params.parallel as usize) as u32,
         time_s,
         omit_s: params.omit as f64,
         interval_s: 1.0,

@@ -9,10 +9,10 @@
 
 use crate::client::{connect, connect_error, Progress};
 use crate::control::Control;
-use crate::flow::{FlowSocket, FlowSpec, Side};
 use crate::iperf3::{budget_of, config_of, results_of, side_from_results};
-use crate::plane::{DataPlane, PlaneSetup};
-use crate::sys;
+use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
+use linerate_engine::plane::{DataPlane, PlaneSetup};
+use linerate_engine::sys;
 use linerate_hostinfo::host_facts;
 use linerate_proto::datagram::Framing;
 use linerate_proto::iperf3::client::{Event, Iperf3Client, Iperf3Error};

@@ -5,7 +5,7 @@
 use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
 use super::link::{random_nonce, unix_ns, Link};
 use super::rendezvous::Rendezvous;
-use crate::server::Shared;
+use crate::shared::Shared;
 use linerate_proto::agent::{AgentReply, AgentRequest, MirrorSpec, AGENT_VERSION};
 use linerate_proto::auth::ServerAuth;
 use linerate_report::profile::GroupResult;
@@ -434,7 +434,7 @@ fn start_mirror(
             spec.limit_s, limits.max_duration_s
         ));
     }
-    let token = crate::server::random_token().map_err(|e| e.to_string())?;
+    let token = crate::shared::random_token().map_err(|e| e.to_string())?;
     let incoming = shared.register_flows(token);
     let rendezvous = Rendezvous::open(own.ip(), token, stop.clone())
         .map_err(|e| format!("cannot open a UDP socket: {e}"))?;

@@ -195,7 +195,7 @@ pub(crate) fn prepare(
             let ip = link.stream.local_addr()?.ip();
             let listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
             let port = listener.local_addr()?.port();
-            let rendezvous = Rendezvous::open(ip, crate::server::random_token()?, stop.clone())?;
+            let rendezvous = Rendezvous::open(ip, crate::shared::random_token()?, stop.clone())?;
             rendezvous.listen(listener)?;
             Some((port, rendezvous))
         } else {

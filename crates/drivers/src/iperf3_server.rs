@@ -13,11 +13,11 @@
 
 use crate::access::{RateBook, RateShare};
 use crate::control::Control;
-use crate::flow::{FlowSocket, FlowSpec, Side};
 use crate::iperf3::{budget_of, config_of, output_text, results_of, side_from_results};
-use crate::plane::{DataPlane, PlaneSetup};
-use crate::server::{rate_exceeded, side_figures, Shared};
-use crate::sys;
+use crate::shared::{rate_exceeded, side_figures, Shared};
+use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
+use linerate_engine::plane::{DataPlane, PlaneSetup};
+use linerate_engine::sys;
 use linerate_proto::datagram::Framing;
 use linerate_proto::iperf3::server::{Event, Iperf3Server, MAX_COUNTED_RUN};
 use linerate_proto::iperf3::{code, Params, Results, Transport, UDP_REPLY};

@@ -1,0 +1,376 @@
+//! A linerate client's test on the server: the thread that drives a sans-IO
+//! `ServerSession` for one control connection and, once the test starts, a `DataPlane`.
+//! Whatever ends the test (completion, the client vanishing, a protocol error, shutdown),
+//! the thread drops the plane and every socket of the test before it exits.
+
+use crate::access::{RateBook, RateShare};
+use crate::control::Control;
+use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
+use linerate_engine::plane::{default_threads, DataPlane, PlaneSetup};
+use linerate_engine::sys;
+use linerate_proto::datagram::{parse_hello, tag_of, Framing};
+use linerate_proto::{RefuseCode, ServerEvent, ServerSession, SessionError, Token};
+use linerate_report::{Direction, Role, TestConfig, Workload};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::shared::{random_token, rate_exceeded, side_figures, Shared};
+
+/// What a test thread holds; dropping it frees every resource of the test.
+struct TestState {
+    token: Option<Token>,
+    flows_in: Option<Receiver<(u32, std::net::TcpStream)>>,
+    flows: Vec<Option<std::net::TcpStream>>,
+    /// UDP tests: one socket per flow, and whether its hello has connected it.
+    udp: Vec<(UdpSocket, bool)>,
+    udp_token: [u8; 16],
+    /// Hellos refused so far (logged once per test).
+    udp_refused: u64,
+    /// The address the test's control connection arrived on.
+    local_ip: std::net::IpAddr,
+    /// crr tests: the listener for the test's connections.
+    crr_listener: Option<std::net::TcpListener>,
+    plane: Option<DataPlane>,
+    counted: bool,
+    /// The test's share of its address's rate (`--max-rate-per-ip`).
+    rate_share: Option<RateShare>,
+}
+
+pub(crate) fn serve_test(
+    shared: &Arc<Shared>,
+    stream: std::net::TcpStream,
+    preface_bytes: Vec<u8>,
+    peer: SocketAddr,
+) {
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let mut session = ServerSession::new(
+        Instant::now(),
+        shared.config.limits.clone(),
+        shared.host.software.clone(),
+        shared.host.clone(),
+        shared.config.timeouts,
+    );
+    if let Some(key) = &shared.config.key {
+        match crate::profile::link::random_nonce() {
+            Ok(nonce) => session = session.with_key(key.clone(), nonce),
+            Err(e) => {
+                shared.log(&format!(
+                    "test {id} from {peer}: no randomness for a nonce: {e}"
+                ));
+                return;
+            }
+        }
+    }
+    session.handle_input(Instant::now(), &preface_bytes);
+    let local_ip = stream
+        .local_addr()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+    let mut control = match Control::new(stream) {
+        Ok(control) => control,
+        Err(e) => {
+            shared.log(&format!(
+                "test {id} from {peer}: control socket setup failed: {e}"
+            ));
+            return;
+        }
+    };
+    let mut state = TestState {
+        token: None,
+        flows_in: None,
+        flows: Vec::new(),
+        udp: Vec::new(),
+        udp_token: [0; 16],
+        udp_refused: 0,
+        local_ip,
+        crr_listener: None,
+        plane: None,
+        counted: false,
+        rate_share: None,
+    };
+    let outcome = loop {
+        let mut closed = None;
+        while let Some(event) = session.poll_event() {
+            match event {
+                ServerEvent::TestRequested(config) => {
+                    accept_test(shared, id, peer, &mut session, &mut state, &config)
+                }
+                ServerEvent::Start => {
+                    if let Err(e) = start_plane(shared, &session, &mut state, peer) {
+                        session.abort(format!("cannot start the data plane: {e}"));
+                    } else {
+                        shared.log(&format!("test {id} from {peer}: started"));
+                    }
+                }
+                ServerEvent::Closed(result) => closed = Some(result),
+            }
+        }
+        if let Some(result) = closed {
+            break result;
+        }
+        if let Some(receiver) = &state.flows_in {
+            while let Ok((flow, stream)) = receiver.try_recv() {
+                match state.flows.get_mut(flow as usize) {
+                    Some(slot @ None) => *slot = Some(stream),
+                    _ => shared.log(&format!("test {id}: refused data connection for flow {flow}: out of range or duplicate")),
+                }
+            }
+            if !state.flows.is_empty() && state.flows.iter().all(Option::is_some) {
+                unregister(shared, &mut state);
+                session.flows_ready(Instant::now());
+            }
+        }
+        if !state.udp.is_empty()
+            && state.plane.is_none()
+            && take_udp_hellos(shared, id, peer, &mut state)
+        {
+            session.flows_ready(Instant::now());
+        }
+        if state.crr_listener.is_some() {
+            // crr connections come one per transaction once the test runs; nothing to wait for.
+            session.flows_ready(Instant::now());
+        }
+        if state.plane.as_ref().is_some_and(DataPlane::is_finished) {
+            let plane = state.plane.take().expect("checked");
+            match plane.finish(shared.host.clone()) {
+                Ok(result) => {
+                    shared.log(&format!(
+                        "test {id} from {peer}: finished, {}",
+                        side_figures(&result)
+                    ));
+                    session.finish(Instant::now(), result);
+                }
+                Err(e) => session.abort(format!("data plane failed: {e}")),
+            }
+        }
+        if let Some(plane) = state.plane.as_mut() {
+            // Keep the sample channel short; the intervals travel in the final result.
+            let intervals = plane.poll_intervals(Duration::ZERO);
+            if let Some(why) = rate_exceeded(shared, &intervals) {
+                shared.refused(peer, &format!("test {id}: {why}"));
+                session.abort(why);
+            }
+        }
+        if shared.shutdown.load(Ordering::Relaxed) {
+            session.abort("the server is shutting down".into());
+        }
+        let wait = if state.flows_in.is_some() || (!state.udp.is_empty() && state.plane.is_none()) {
+            Duration::from_millis(10)
+        } else if state.plane.is_some() {
+            Duration::from_millis(50)
+        } else {
+            Duration::from_millis(200)
+        };
+        control.step(&mut session, wait);
+    };
+    control.flush(&mut session);
+    if let Some(plane) = state.plane.take() {
+        plane.stop();
+    }
+    unregister(shared, &mut state);
+    if state.counted {
+        shared.running.fetch_sub(1, Ordering::Relaxed);
+    }
+    drop(state);
+    match outcome {
+        Ok(()) => shared.log(&format!("test {id} from {peer}: ended")),
+        Err(e @ SessionError::Refused { .. }) => shared.refused(peer, &format!("test {id}: {e}")),
+        // A client whose key differs finds the server's proof wrong and hangs up.
+        Err(SessionError::PeerClosed(during)) if during.contains("proof of the key") => shared
+            .refused(
+                peer,
+                &format!(
+                    "test {id}: closed without proving the key (it holds another key, or none)"
+                ),
+            ),
+        Err(e) => shared.log(&format!("test {id} from {peer}: ended: {e}")),
+    }
+}
+
+fn unregister(shared: &Shared, state: &mut TestState) {
+    if let Some(token) = state.token.take() {
+        shared
+            .registry
+            .lock()
+            .expect("registry lock")
+            .remove(&token);
+    }
+    state.flows_in = None;
+}
+
+fn accept_test(
+    shared: &Arc<Shared>,
+    id: u64,
+    peer: SocketAddr,
+    session: &mut ServerSession,
+    state: &mut TestState,
+    config: &TestConfig,
+) {
+    let running = shared.running.fetch_add(1, Ordering::Relaxed);
+    state.counted = true;
+    if running >= shared.config.limits.max_tests as usize {
+        session.refuse(
+            RefuseCode::Busy,
+            format!("the server is running {running} tests, its limit"),
+        );
+        return;
+    }
+    if let Some(most) = shared.config.max_rate_per_ip {
+        let asked = match linerate_proto::session::asked_rate_bps(config) {
+            Some(rate) => rate,
+            None if config.workload == Workload::Stream => {
+                return session.refuse(
+                    RefuseCode::OverLimit,
+                    "an unpaced test asked; this server limits each address's rate (--max-rate-per-ip): ask for a rate per flow (-b)".into(),
+                )
+            }
+            // Closed-loop transactions: bounded by their bytes in flight, not a rate.
+            None => 0.0,
+        };
+        match RateBook::reserve(&shared.rates, peer.ip(), asked, most) {
+            Ok(share) => state.rate_share = Some(share),
+            Err(why) => return session.refuse(RefuseCode::OverLimit, why),
+        }
+    }
+    let token = match random_token() {
+        Ok(token) => token,
+        Err(e) => return session.abort(format!("no randomness for a token: {e}")),
+    };
+    let mut udp_ports = Vec::new();
+    if config.workload == Workload::Crr {
+        let bound = std::net::TcpListener::bind(SocketAddr::new(state.local_ip, 0))
+            .and_then(|listener| Ok((listener.local_addr()?.port(), listener)));
+        match bound {
+            Ok((port, listener)) => {
+                state.crr_listener = Some(listener);
+                shared.log(&format!(
+                    "test {id} from {peer}: accepted: {}",
+                    config.describe()
+                ));
+                return session.accept_crr(Instant::now(), id, token, port);
+            }
+            Err(e) => return session.abort(format!("cannot open a TCP listener: {e}")),
+        }
+    }
+    if config.protocol == "udp" {
+        for _ in 0..config.connections() {
+            let bound = UdpSocket::bind(SocketAddr::new(state.local_ip, 0)).and_then(|socket| {
+                socket.set_nonblocking(true)?;
+                sys::apply_udp_options(&socket, config)?;
+                Ok((socket.local_addr()?.port(), socket))
+            });
+            match bound {
+                Ok((port, socket)) => {
+                    udp_ports.push(port);
+                    state.udp.push((socket, false));
+                }
+                Err(e) => return session.abort(format!("cannot open a UDP socket: {e}")),
+            }
+        }
+        state.udp_token = token.0;
+    } else {
+        let (sender, receiver) = channel();
+        shared
+            .registry
+            .lock()
+            .expect("registry lock")
+            .insert(token, sender);
+        state.token = Some(token);
+        state.flows_in = Some(receiver);
+        state.flows = (0..config.connections()).map(|_| None).collect();
+    }
+    shared.log(&format!(
+        "test {id} from {peer}: accepted: {}",
+        config.describe()
+    ));
+    session.accept_udp(Instant::now(), id, token, udp_ports);
+}
+
+fn start_plane(
+    shared: &Shared,
+    session: &ServerSession,
+    state: &mut TestState,
+    peer: SocketAddr,
+) -> io::Result<()> {
+    let config = session
+        .config()
+        .expect("a started session has a config")
+        .clone();
+    let mut specs = Vec::with_capacity(state.flows.len().max(state.udp.len()));
+    if let Some(listener) = state.crr_listener.take() {
+        listener.set_nonblocking(true)?;
+        specs.push(FlowSpec {
+            id: 0,
+            direction: Direction::Forward,
+            role: Role::Respond,
+            socket: FlowSocket::Listen {
+                listener,
+                peer: peer.ip(),
+            },
+        });
+    }
+    for (id, (socket, _)) in state.udp.drain(..).enumerate() {
+        specs.push(FlowSpec::new(
+            &config,
+            id as u32,
+            Side::Server,
+            FlowSocket::Udp(socket),
+        ));
+    }
+    for (id, stream) in state.flows.drain(..).enumerate() {
+        let stream = stream.expect("all flows arrived before start");
+        sys::apply_options(&stream, &config, false)?;
+        specs.push(FlowSpec::new(
+            &config,
+            id as u32,
+            Side::Server,
+            FlowSocket::Tcp(stream),
+        ));
+    }
+    let setup = PlaneSetup {
+        threads: shared
+            .config
+            .threads
+            .unwrap_or_else(|| default_threads(config.connections() as usize)),
+        drain: shared.config.drain,
+        udp_framing: (config.protocol == "udp").then(|| Framing::Native {
+            tag: tag_of(&state.udp_token),
+        }),
+        pin_cpus: Vec::new(),
+        budget: None,
+    };
+    state.plane = Some(DataPlane::start(Instant::now(), &config, specs, setup)?);
+    Ok(())
+}
+
+/// Reads the hellos waiting on a UDP test's sockets and connects each flow's socket to
+/// the address its hello came from; true when every flow has one. A hello is taken only
+/// from the host that holds the control connection, with the test's token and the
+/// socket's own flow id, so a forged source cannot aim the test's traffic elsewhere.
+fn take_udp_hellos(shared: &Shared, id: u64, peer: SocketAddr, state: &mut TestState) -> bool {
+    let mut buffer = [0u8; 64];
+    for (flow, (socket, connected)) in state.udp.iter_mut().enumerate() {
+        while !*connected {
+            let Ok((len, from)) = socket.recv_from(&mut buffer) else {
+                break;
+            };
+            let hello = parse_hello(&buffer[..len]);
+            let genuine = hello == Some((state.udp_token, flow as u32)) && from.ip() == peer.ip();
+            if genuine && socket.connect(from).is_ok() {
+                *connected = true;
+            } else {
+                state.udp_refused += 1;
+                if state.udp_refused == 1 {
+                    shared.log(&format!(
+                        "test {id}: refused a datagram from {from} on flow {flow}'s port: not a hello of this test from {}",
+                        peer.ip()
+                    ));
+                }
+            }
+        }
+    }
+    state.udp.iter().all(|(_, connected)| *connected)
+}

@@ -1,0 +1,453 @@
+//! `linerate serve`: many tests at once on one port, each isolated.
+//!
+//! One acceptor thread owns the listening socket and every connection that has not yet
+//! said what it is. It reads exactly the preface (linerate-proto's `preface`) and then:
+//! a control connection gets a thread of its own for its test; a data connection is handed
+//! to the test whose token it presents; anything else is logged and closed. A connection
+//! that says nothing is closed after the handshake timeout, so it cannot pin resources.
+//!
+//! The acceptor knows every handler ([`crate::native_server`], [`crate::iperf3_server`],
+//! the agent); they share [`crate::shared`] and never import this module.
+
+use crate::access::{self, Admission, Gate, Held, OperatorLog, RateBook};
+use crate::native_server::serve_test;
+use crate::shared::Shared;
+pub use crate::shared::{KeepReport, ReportSink, ServerConfig};
+use linerate_hostinfo::host_facts;
+use linerate_proto::preface::{self, Preface};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll};
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A server on an ephemeral loopback port, serving on a thread of its own: the in-process
+/// peer of runs that measure this machine.
+pub struct LocalServer {
+    pub addr: SocketAddr,
+    /// Setting it ends the server.
+    pub shutdown: Arc<AtomicBool>,
+    pub handle: JoinHandle<io::Result<()>>,
+}
+
+impl LocalServer {
+    /// Starts one, quiet, with `configure` applied to its configuration.
+    pub fn start(configure: impl FnOnce(&mut ServerConfig)) -> io::Result<LocalServer> {
+        let mut config = ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+        config.log = false;
+        configure(&mut config);
+        let server = Server::bind(config)?;
+        let addr = server.local_addr()?;
+        let shutdown = server.shutdown_flag();
+        let handle = std::thread::Builder::new()
+            .name("linerate-local-server".into())
+            .spawn(move || server.run())?;
+        Ok(LocalServer {
+            addr,
+            shutdown,
+            handle,
+        })
+    }
+}
+
+/// A bound server, ready to [`run`](Server::run).
+pub struct Server {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+}
+
+struct Pending {
+    stream: TcpStream,
+    peer: SocketAddr,
+    bytes: Vec<u8>,
+    deadline: Instant,
+    /// Its place among the connections the server holds.
+    held: Held,
+}
+
+impl Server {
+    pub fn bind(config: ServerConfig) -> io::Result<Server> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(config.listen),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        socket.set_reuse_address(true)?;
+        if config.listen.is_ipv6() {
+            // Serve IPv4 too on "::", as iperf3 does.
+            let _ = socket.set_only_v6(false);
+        }
+        socket.bind(&config.listen.into())?;
+        // Thousands of data connections arrive at once for a large -P.
+        socket.listen(4096)?;
+        socket.set_nonblocking(true)?;
+        raise_descriptor_limit();
+        let listener = TcpListener::from_std(socket.into());
+        // iperf3 clients open UDP streams at the server's own port.
+        let iperf3_udp = match crate::iperf3_server::bind_udp(listener.local_addr()?) {
+            Ok(socket) => Some(socket),
+            Err(e) => {
+                if config.log {
+                    eprintln!(
+                        "UDP port {} unavailable for iperf3 clients: {e}",
+                        config.listen.port()
+                    );
+                }
+                None
+            }
+        };
+        Ok(Server {
+            listener,
+            shared: Arc::new(Shared {
+                host: host_facts(),
+                gate: Gate::new(config.access.clone()),
+                operator_log: OperatorLog::new(config.log, config.log_format),
+                rates: Arc::new(RateBook::default()),
+                config,
+                shutdown: Arc::new(AtomicBool::new(false)),
+                running: AtomicUsize::new(0),
+                next_id: AtomicU64::new(1),
+                registry: Mutex::new(HashMap::new()),
+                iperf3_streams: Mutex::new(HashMap::new()),
+                iperf3_udp: Mutex::new(iperf3_udp),
+            }),
+        })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Setting this flag stops the server: no new connections, running tests are ended.
+    pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
+        self.shared.shutdown.clone()
+    }
+
+    /// Serves until the shutdown flag is set.
+    pub fn run(mut self) -> io::Result<()> {
+        const LISTENER: mio::Token = mio::Token(usize::MAX);
+        let mut poll = Poll::new()?;
+        poll.registry()
+            .register(&mut self.listener, LISTENER, Interest::READABLE)?;
+        let mut events = Events::with_capacity(1024);
+        let mut pending: HashMap<usize, Pending> = HashMap::new();
+        let mut next_token = 0usize;
+        let mut tests: Vec<JoinHandle<()>> = Vec::new();
+        // A descriptor kept in reserve: out of descriptors, it is given up to accept and
+        // close one waiting connection at a time, so clients hear a close at once instead
+        // of hanging in the backlog, and the loop does not spin on a full backlog.
+        let mut spare = std::fs::File::open("/dev/null").ok();
+        let mut busy_since_trim = false;
+        let shared = self.shared.clone();
+        let handshake = shared.config.timeouts.handshake;
+        shared.log(&format!("listening on {}", self.listener.local_addr()?));
+
+        while !shared.shutdown.load(Ordering::Relaxed) {
+            match poll.poll(&mut events, Some(Duration::from_millis(100))) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            for event in events.iter() {
+                if event.token() == LISTENER {
+                    self.accept_all(&mut poll, &mut pending, &mut next_token, &mut spare);
+                    continue;
+                }
+                let key = event.token().0;
+                let Some(conn) = pending.get_mut(&key) else {
+                    continue;
+                };
+                match read_preface(conn) {
+                    Progress::More => {}
+                    Progress::Closed(why) => {
+                        let conn = pending.remove(&key).expect("present");
+                        shared.refused(conn.peer, &format!("{why}; closed"));
+                    }
+                    Progress::Done(kind) => {
+                        let mut conn = pending.remove(&key).expect("present");
+                        let _ = poll.registry().deregister(&mut conn.stream);
+                        if let Some(handle) = self.dispatch(kind, conn) {
+                            tests.push(handle);
+                        }
+                    }
+                }
+            }
+            let now = Instant::now();
+            pending.retain(|_, conn| {
+                let keep = conn.deadline > now;
+                if !keep {
+                    shared.refused(
+                        conn.peer,
+                        &format!(
+                            "sent no preface within {:.0} s; closed",
+                            handshake.as_secs_f64()
+                        ),
+                    );
+                }
+                keep
+            });
+            tests.retain(|t| !t.is_finished());
+            let idle = tests.is_empty() && pending.is_empty();
+            // Idle again after a burst: give the freed heap back to the system, so a
+            // burst of connections or a large test does not leave the server's resident
+            // size at its peak (glibc keeps freed memory in its arenas otherwise).
+            if idle && busy_since_trim {
+                release_free_memory();
+            }
+            busy_since_trim = !idle;
+        }
+        shared.log("shutting down");
+        drop(pending);
+        for test in tests {
+            let _ = test.join();
+        }
+        Ok(())
+    }
+
+    /// Accepts every waiting connection: each is let in by the gate (or refused at once),
+    /// and waits in `pending` for its preface.
+    fn accept_all(
+        &mut self,
+        poll: &mut Poll,
+        pending: &mut HashMap<usize, Pending>,
+        next_token: &mut usize,
+        spare: &mut Option<std::fs::File>,
+    ) {
+        let shared = self.shared.clone();
+        let handshake = shared.config.timeouts.handshake;
+        loop {
+            let (mut stream, peer) = match self.listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    // Out of descriptors: give up the spare to close one waiting client.
+                    *spare = None;
+                    if let Ok((_, peer)) = self.listener.accept() {
+                        shared.refused(peer, "the server is out of descriptors");
+                    }
+                    *spare = std::fs::File::open("/dev/null").ok();
+                    if spare.is_none() {
+                        return;
+                    }
+                    continue;
+                }
+                // Something else: log, keep serving what we have.
+                Err(e) => {
+                    shared.log(&format!("accept failed: {e}"));
+                    return;
+                }
+            };
+            let ip = access::canonical(peer.ip());
+            let at_cap = shared.gate.held() >= shared.gate.policy.max_connections;
+            let waiting: Vec<(usize, IpAddr)> = if at_cap {
+                let mut waiting: Vec<(usize, IpAddr)> = pending
+                    .iter()
+                    .map(|(key, conn)| (*key, access::canonical(conn.peer.ip())))
+                    .collect();
+                waiting.sort_unstable_by_key(|(key, _)| *key);
+                waiting
+            } else {
+                Vec::new()
+            };
+            match shared.gate.admit(ip, &waiting) {
+                Admission::Admit => {}
+                Admission::AdmitEvicting(key) => {
+                    if let Some(mut evicted) = pending.remove(&key) {
+                        let _ = poll.registry().deregister(&mut evicted.stream);
+                        shared.refused(
+                            evicted.peer,
+                            "closed in its preface to make room (--max-connections)",
+                        );
+                    }
+                }
+                Admission::Refuse(why) => {
+                    shared.refused(peer, why);
+                    continue;
+                }
+            }
+            *next_token = (*next_token + 1) % (usize::MAX - 1);
+            let token = mio::Token(*next_token);
+            if poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE)
+                .is_ok()
+            {
+                pending.insert(
+                    *next_token,
+                    Pending {
+                        stream,
+                        peer,
+                        bytes: Vec::with_capacity(preface::IPERF3_COOKIE_LEN),
+                        deadline: Instant::now() + handshake,
+                        held: shared.gate.hold(ip),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Serves one connection on a thread of its own; a thread that cannot start is logged
+    /// and the connection dropped.
+    fn spawn_session(
+        &self,
+        name: &str,
+        peer: SocketAddr,
+        serve: impl FnOnce(&Arc<Shared>) + Send + 'static,
+    ) -> Option<JoinHandle<()>> {
+        let shared = self.shared.clone();
+        match std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || serve(&shared))
+        {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                self.shared
+                    .log(&format!("cannot start a thread for {peer}: {e}"));
+                None
+            }
+        }
+    }
+
+    fn dispatch(&self, kind: Preface, conn: Pending) -> Option<JoinHandle<()>> {
+        let shared = &self.shared;
+        let Pending {
+            stream,
+            peer,
+            bytes,
+            held,
+            ..
+        } = conn;
+        let stream = match into_std(stream) {
+            Ok(stream) => stream,
+            Err(e) => {
+                shared.log(&format!("connection from {peer}: cannot hand it over: {e}"));
+                return None;
+            }
+        };
+        match kind {
+            // A session's connection holds its place until the session ends.
+            Preface::Control { .. } => self.spawn_session("linerate-test", peer, move |shared| {
+                let _held = held;
+                serve_test(shared, stream, bytes, peer)
+            }),
+            Preface::Agent { version } => {
+                self.spawn_session("linerate-agent", peer, move |shared| {
+                    let _held = held;
+                    crate::profile::agent::serve(shared, stream, version, peer)
+                })
+            }
+            Preface::Data { token, flow } => {
+                let sender = shared
+                    .registry
+                    .lock()
+                    .expect("registry lock")
+                    .get(&token)
+                    .cloned();
+                match sender {
+                    Some(sender) if sender.send((flow, stream)).is_ok() => {}
+                    _ => shared.refused(peer, "a data connection with an unknown test token"),
+                }
+                None
+            }
+            Preface::Iperf3 { cookie } => {
+                let waiting = shared
+                    .iperf3_streams
+                    .lock()
+                    .expect("iperf3 registry lock")
+                    .get(&cookie)
+                    .cloned();
+                if let Some(sender) = waiting {
+                    // A TCP stream of an iperf3 test that is creating its streams.
+                    if sender.send(stream).is_err() {
+                        shared.log(&format!(
+                            "refused an iperf3 stream from {peer}: its test has ended"
+                        ));
+                    }
+                    return None;
+                }
+                self.spawn_session("linerate-iperf3", peer, move |shared| {
+                    let _held = held;
+                    crate::iperf3_server::serve(shared, stream, cookie, peer)
+                })
+            }
+            Preface::Unknown | Preface::NeedBytes(_) => {
+                shared.refused(peer, "not a linerate client");
+                None
+            }
+        }
+    }
+}
+
+/// A connection leaves the event loop blocking, as std streams are made: its consumers
+/// wait in blocking calls with timeouts, which a non-blocking socket ignores (every wait
+/// would spin), or set the mode they need themselves.
+fn into_std(stream: TcpStream) -> io::Result<std::net::TcpStream> {
+    // SAFETY: the descriptor comes out of a live mio stream, whose ownership ends here.
+    let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+enum Progress {
+    More,
+    Done(Preface),
+    Closed(&'static str),
+}
+
+/// Reads no more than the preface needs, and classifies it when complete.
+fn read_preface(conn: &mut Pending) -> Progress {
+    loop {
+        let want = match preface::classify(&conn.bytes) {
+            Preface::NeedBytes(n) => n,
+            Preface::Unknown => return Progress::Done(Preface::Unknown),
+            done => return Progress::Done(done),
+        };
+        let have = conn.bytes.len();
+        conn.bytes.resize(want, 0);
+        match conn.stream.read(&mut conn.bytes[have..]) {
+            Ok(0) => return Progress::Closed("closed before finishing its preface"),
+            Ok(n) => conn.bytes.truncate(have + n),
+            Err(e) => {
+                conn.bytes.truncate(have);
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Progress::More,
+                    io::ErrorKind::Interrupted => {}
+                    _ => return Progress::Closed("failed during its preface"),
+                }
+            }
+        }
+    }
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit: a server holds
+/// one per connection, and the soft default (often 1024) is far below what
+/// `--max-connections` and thousands of flows need.
+fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct passed, nothing else.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// Returns free heap memory to the system where the allocator keeps it (glibc).
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

@@ -1,0 +1,175 @@
+//! What the acceptor and the protocol handlers share: the server's configuration, the
+//! state every connection may consult (limits, the test registry, the operator's log,
+//! the rate book), and small helpers for tokens and log lines. Handlers import this,
+//! never the acceptor.
+
+use crate::access::{self, AccessPolicy, Gate, LogFormat, OperatorLog, RateBook};
+use crate::iperf3_auth::Iperf3Auth;
+use linerate_proto::auth::Key;
+use linerate_proto::{Limits, Timeouts, Token};
+use linerate_report::units::{format_rate, Scale};
+use linerate_report::{HostFacts, Role, SideResult};
+use std::collections::HashMap;
+use std::io::{self};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How a server is set up.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub limits: Limits,
+    /// Worker threads per test (capped by its flow count); `None`: [`default_threads`].
+    pub threads: Option<usize>,
+    pub timeouts: Timeouts,
+    /// How long receivers wait for a sender's last bytes after the end.
+    pub drain: Duration,
+    /// Log test starts and ends to stderr.
+    pub log: bool,
+    /// Hears the report of every iperf3 test served to its end, to keep it.
+    pub iperf3_reports: Option<ReportSink>,
+    /// When set, every native client, agent and mirror must prove it holds this key.
+    pub key: Option<Key>,
+    /// iperf3 clients' RSA authentication (`--rsa-private-key-path`,
+    /// `--authorized-users-path`); when set, every iperf3 client must authenticate.
+    pub iperf3_auth: Option<Arc<Iperf3Auth>>,
+    /// Who may connect, and how many connections each may hold.
+    pub access: AccessPolicy,
+    /// The most bits per second the running tests of one client address may ask for
+    /// together (`--max-rate-per-ip`).
+    pub max_rate_per_ip: Option<u64>,
+    pub log_format: LogFormat,
+}
+
+/// Takes a finished test's report (with the server's test id). An iperf3 client keeps no
+/// linerate result of its own, so the server hands its tests over to be kept.
+#[derive(Clone)]
+pub struct ReportSink(pub Arc<KeepReport>);
+
+/// What a [`ReportSink`] calls: the server's test id and the report.
+pub type KeepReport = dyn Fn(u64, &linerate_report::Report) + Send + Sync;
+
+impl std::fmt::Debug for ReportSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReportSink")
+    }
+}
+
+impl ServerConfig {
+    pub fn new(listen: SocketAddr) -> ServerConfig {
+        ServerConfig {
+            listen,
+            limits: Limits::default(),
+            threads: None,
+            timeouts: Timeouts::default(),
+            drain: Duration::from_secs(3),
+            log: true,
+            iperf3_reports: None,
+            key: None,
+            iperf3_auth: None,
+            access: AccessPolicy::default(),
+            max_rate_per_ip: None,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+type FlowSender = Sender<(u32, std::net::TcpStream)>;
+
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    pub(crate) gate: Gate,
+    pub(crate) operator_log: OperatorLog,
+    pub(crate) rates: Arc<RateBook>,
+    pub(crate) host: HostFacts,
+    pub(crate) shutdown: Arc<AtomicBool>,
+    pub(crate) running: AtomicUsize,
+    pub(crate) next_id: AtomicU64,
+    /// Live tests waiting for data connections, by token.
+    pub(crate) registry: Mutex<HashMap<Token, FlowSender>>,
+    /// iperf3 tests waiting for their TCP streams, by cookie.
+    pub(crate) iperf3_streams: Mutex<HashMap<String, Sender<std::net::TcpStream>>>,
+    /// The UDP socket on the server's port where iperf3 clients open UDP streams; one
+    /// test at a time holds it while its streams arrive.
+    pub(crate) iperf3_udp: Mutex<Option<UdpSocket>>,
+}
+
+impl Shared {
+    /// Data connections presenting `token` arrive on the returned channel.
+    pub(crate) fn register_flows(&self, token: Token) -> Receiver<(u32, std::net::TcpStream)> {
+        let (sender, receiver) = channel();
+        self.registry
+            .lock()
+            .expect("registry lock")
+            .insert(token, sender);
+        receiver
+    }
+
+    pub(crate) fn unregister_flows(&self, token: &Token) {
+        self.registry.lock().expect("registry lock").remove(token);
+    }
+
+    pub(crate) fn log(&self, message: &str) {
+        self.operator_log.line(message);
+    }
+
+    /// One line for a refused or limited client, with the reason (a few a second at most).
+    pub(crate) fn refused(&self, peer: SocketAddr, reason: &str) {
+        self.operator_log.refused(peer, reason);
+    }
+}
+
+pub(crate) fn random_token() -> io::Result<Token> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(Token(bytes))
+}
+
+/// Why a running test breaks the server's `--max-rate`, from its latest intervals.
+pub(crate) fn rate_exceeded(
+    shared: &Shared,
+    intervals: &[linerate_report::SideInterval],
+) -> Option<String> {
+    let most = shared.config.limits.max_rate_bps?;
+    intervals
+        .iter()
+        .find(|i| access::over_rate(i.sent_bps, i.received_bps, most))
+        .map(|i| {
+            format!(
+                "{} moved in an interval, over this server's --max-rate of {}; test ended",
+                format_rate(i.sent_bps + i.received_bps, Scale::Adaptive),
+                format_rate(most as f64, Scale::Adaptive)
+            )
+        })
+}
+
+/// What a finished test moved, for the log: the directions this side took part in (an
+/// empty sum would print as a meaningless zero) and the requests it answered.
+pub(crate) fn side_figures(result: &SideResult) -> String {
+    let mut figures = Vec::new();
+    for (role, verb) in [(Role::Receive, "received"), (Role::Send, "sent")] {
+        let rates: Vec<f64> = result
+            .flows
+            .iter()
+            .filter(|f| f.role == role)
+            .map(|f| f.window_bps())
+            .collect();
+        if !rates.is_empty() {
+            let total = rates.iter().sum::<f64>();
+            figures.push(format!("{verb} {}", format_rate(total, Scale::Adaptive)));
+        }
+    }
+    if result.flows.iter().any(|f| f.role == Role::Respond) {
+        let answered: u64 = result
+            .flows
+            .iter()
+            .filter(|f| f.role == Role::Respond)
+            .map(|f| f.transactions)
+            .sum();
+        figures.push(format!("answered {answered} requests in the window"));
+    }
+    figures.join(", ")
+}
