@@ -6,8 +6,8 @@
 
 use crate::sys;
 use linerate_hostinfo::{read_udp_counters, thread_cpu_times, CpuSnapshot};
-use linerate_report::latency::LatencyHistogram;
-use linerate_report::{Direction, Role, TestConfig, UdpCounters, UdpCounts, Workload};
+use linerate_model::latency::LatencyHistogram;
+use linerate_model::{Direction, Role, TestConfig, UdpCounters, UdpCounts, Workload};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;

@@ -9,8 +9,8 @@
 
 use crate::flow::{EndSignal, FlowOutcome, FlowSocket, FlowSpec, RrPlan, Sample, WorkerPlan};
 use linerate_hostinfo::usage;
-use linerate_report::latency::LatencyHistogram;
-use linerate_report::{
+use linerate_model::latency::LatencyHistogram;
+use linerate_model::{
     FlowInterval, FlowSide, HostFacts, Role, RrInterval, RrSide, SideInterval, SideResult,
     TestConfig, UdpCounts, Workload,
 };
@@ -550,7 +550,7 @@ impl DataPlane {
         }
     }
 
-    fn cpu(&self, start: usize, end: usize) -> linerate_report::CpuUsage {
+    fn cpu(&self, start: usize, end: usize) -> linerate_model::CpuUsage {
         let edge = |boundary: usize| self.samples[boundary].first().cloned().flatten();
         let (Some(a), Some(b)) = (edge(start), edge(end)) else {
             return Default::default();
@@ -565,7 +565,7 @@ impl DataPlane {
         let process = spent(|s| s.cpu);
         let window = b.at.saturating_sub(a.at);
         match (&a.proc_stat, &b.proc_stat) {
-            (Some(before), Some(after)) => linerate_report::CpuUsage {
+            (Some(before), Some(after)) => linerate_model::CpuUsage {
                 process_user_pct: if window.is_zero() {
                     0.0
                 } else {

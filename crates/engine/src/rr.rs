@@ -17,10 +17,10 @@ use crate::flow::{
     RrSample, Sample, WorkerPlan,
 };
 use crate::sys;
+use linerate_model::latency::LatencyHistogram;
+use linerate_model::{Role, TestConfig, Workload};
 use linerate_proto::datagram::parse_hello;
 use linerate_proto::transaction::{Requester, Responder};
-use linerate_report::latency::LatencyHistogram;
-use linerate_report::{Role, TestConfig, Workload};
 use mio::net::{TcpListener, TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token};
 use socket2::SockRef;

@@ -4,7 +4,7 @@
 //! kernel doubles SO_SNDBUF/SO_RCVBUF requests and caps them, and may refuse a congestion
 //! control module, so callers read back and report the granted values.
 
-use linerate_report::TestConfig;
+use linerate_model::TestConfig;
 use socket2::SockRef;
 use std::io;
 use std::os::fd::AsFd;

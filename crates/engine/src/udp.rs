@@ -11,8 +11,8 @@
 use crate::flow::{outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec};
 use crate::flow::{Sample, WorkerPlan};
 use crate::pacer::Pacer;
+use linerate_model::{Role, UdpCounts};
 use linerate_proto::datagram::{parse_hello, Framing, SequenceTracker};
-use linerate_report::{Role, UdpCounts};
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
@@ -628,7 +628,7 @@ fn set_on_all(flows: &[UdpFlow], role: Role, option: libc::c_int, value: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use linerate_report::Direction;
+    use linerate_model::Direction;
     use std::sync::mpsc::channel;
 
     const TAG: u32 = 0x5eed_f00d;

@@ -16,7 +16,7 @@ use crate::flow::{
 };
 use crate::pacer::Pacer;
 use crate::sys;
-use linerate_report::Role;
+use linerate_model::Role;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use std::cmp::Reverse;
@@ -497,7 +497,7 @@ fn run_event_loop(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use linerate_report::Direction;
+    use linerate_model::Direction;
     use std::net::{TcpListener, TcpStream as StdStream};
     use std::sync::mpsc::channel;
 

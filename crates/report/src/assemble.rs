@@ -5,6 +5,7 @@
 //! is inferred from the other side's numbers (MEASUREMENT.md rule 1).
 
 use crate::model::*;
+use crate::sides::{per_second, side_warnings, socket_facts};
 
 impl Report {
     /// Builds the report of a test from the client's (`local`) and the server's (`remote`)
@@ -42,13 +43,6 @@ impl Report {
             repetition: None,
         }
     }
-}
-
-/// Both sides' warnings, the server's marked as such.
-pub(crate) fn side_warnings(local: &SideResult, remote: &SideResult) -> Vec<String> {
-    let mut warnings = local.warnings.clone();
-    warnings.extend(remote.warnings.iter().map(|w| format!("server: {w}")));
-    warnings
 }
 
 /// A pacing target the senders fell short of by more than 1 %, said with what the sender
@@ -134,14 +128,6 @@ fn merge_udp(parts: &[UdpCounts]) -> UdpCounts {
     total
 }
 
-pub(crate) fn per_second(count: u64, seconds: f64) -> f64 {
-    if seconds > 0.0 {
-        count as f64 / seconds
-    } else {
-        0.0
-    }
-}
-
 fn merge_intervals(local: &[SideInterval], remote: &[SideInterval]) -> Vec<IntervalReport> {
     // Both sides run the same nominal schedule; a side that stopped early (a failed test)
     // has fewer intervals, and only intervals both sides reached are merged.
@@ -204,17 +190,6 @@ fn merge_flow_intervals(
             }
         })
         .collect()
-}
-
-pub(crate) fn socket_facts(side: Option<&FlowSide>) -> SocketFacts {
-    side.map(|f| SocketFacts {
-        local_addr: f.local_addr.clone(),
-        remote_addr: f.remote_addr.clone(),
-        sndbuf: f.sndbuf,
-        rcvbuf: f.rcvbuf,
-        congestion: f.congestion.clone(),
-    })
-    .unwrap_or_default()
 }
 
 fn merge_flows(config: &TestConfig, local: &[FlowSide], remote: &[FlowSide]) -> Vec<FlowReport> {

@@ -14,6 +14,7 @@ pub mod iperf3_json;
 pub mod model;
 pub mod profile;
 pub mod rr;
+mod sides;
 pub mod stats;
 pub mod sweep;
 pub mod text;

@@ -6,9 +6,9 @@
 //! received and its CPU. Bytes are counted where they arrive, in both directions:
 //! responses at the client, requests at the server.
 
-use crate::assemble::{per_second, side_warnings, socket_facts};
 use crate::latency::LatencySummary;
 use crate::model::*;
+use crate::sides::{per_second, side_warnings, socket_facts};
 use crate::units::format_count;
 use std::fmt::Write;
 
