@@ -2,7 +2,7 @@
 //!
 //! This crate does no I/O and never reads the clock: its state machines are fed bytes and
 //! time and return bytes to send, deadlines and events (the shape of quinn-proto). Sockets,
-//! threads and clocks belong to the drivers in `linerate-engine`. The exchange is described
+//! threads and clocks belong to the drivers in `linerate-drivers`. The exchange is described
 //! in [`session`] and in docs/protocol.md.
 
 pub mod agent;
