@@ -386,8 +386,17 @@ pub enum FaultHook {
 impl FaultHook {
     pub const ENV: &'static str = "LINERATE_FAULT_HOOK";
 
+    /// The hook set in the environment: only in builds with the `fault-injection`
+    /// feature, which the test builds turn on and release builds never carry.
+    #[cfg(feature = "fault-injection")]
     pub fn from_env() -> Option<FaultHook> {
         FaultHook::parse(&std::env::var(FaultHook::ENV).ok()?)
+    }
+
+    /// Without the `fault-injection` feature no hook is ever set.
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn from_env() -> Option<FaultHook> {
+        None
     }
 
     pub fn parse(text: &str) -> Option<FaultHook> {
