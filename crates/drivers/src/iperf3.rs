@@ -1,56 +1,74 @@
 //! What both iperf3 drivers share: a test's config from iperf3 parameters, one side's
 //! figures as iperf3 results and back, and the server output text iperf3 clients ask for.
 
+use linerate_model::{Environment, StreamRequest, StreamTransport, TestKind, TestRequest};
 use linerate_proto::iperf3::{stream_id, Params, Results, StreamResults, Transport};
 use linerate_report::units::{format_bytes, format_rate, Scale};
 use linerate_report::{
-    CpuUsage, Direction, FlowSide, HostFacts, Role, SideResult, TestConfig, UdpCounts, Workload,
+    CpuUsage, Direction, FlowSide, HostFacts, Role, SideResult, TestConfig, UdpCounts,
 };
 use std::fmt::Write as _;
 use std::time::Duration;
 
-/// The test an iperf3 parameters document describes, as linerate runs it. A test that
-/// ends on a byte or block count runs up to `counted_run` on the clock; its client ends
-/// it sooner.
-pub fn config_of(params: &Params, target: &str, port: u16, counted_run: Duration) -> TestConfig {
+/// The test an iperf3 parameters document describes, as linerate runs it, resolved as
+/// every test is (linerate-model's `TestConfig::resolve`). A test that ends on a byte or
+/// block count runs up to `counted_run` on the clock; its client ends it sooner. `Err`
+/// names a value linerate cannot run (parameters a server took are always runnable).
+pub fn config_of(
+    params: &Params,
+    target: &str,
+    port: u16,
+    counted_run: Duration,
+) -> Result<TestConfig, String> {
     let time_s = if params.time > 0 {
         params.time as f64
     } else {
         counted_run.as_secs_f64()
     };
-    TestConfig {
-        protocol: match params.transport {
-            Transport::Tcp => "tcp".into(),
-            Transport::Udp => "udp".into(),
+    let length = Some(u64::from(params.len));
+    let transport = match params.transport {
+        Transport::Tcp => StreamTransport::Tcp {
+            length,
+            mss: params.mss,
+            nodelay: params.nodelay,
         },
-        target: target.to_string(),
+        Transport::Udp => StreamTransport::Udp {
+            length,
+            pps: None,
+            gso: false,
+            gro: false,
+        },
+    };
+    let request = TestRequest {
+        target: Some(target.to_string()),
         port,
-        direction: if params.bidirectional {
-            Direction::Bidir
-        } else if params.reverse {
-            Direction::Reverse
-        } else {
-            Direction::Forward
-        },
         parallel: params.parallel,
-        threads: linerate_engine::plane::default_threads(params.parallel as usize) as u32,
+        threads: None,
         time_s,
         omit_s: params.omit as f64,
         interval_s: 1.0,
-        length: u64::from(params.len),
         window: params.window,
-        mss: params.mss,
-        nodelay: params.nodelay,
         congestion: params.congestion.clone(),
-        rate_bps: (params.bandwidth > 0).then_some(params.bandwidth),
-        pps: None,
-        gso: false,
-        gro: false,
         per_flow: true,
         connect_timeout_s: 10.0,
-        workload: Workload::Stream,
-        rr: None,
-    }
+        kind: TestKind::Stream(StreamRequest {
+            direction: if params.bidirectional {
+                Direction::Bidir
+            } else if params.reverse {
+                Direction::Reverse
+            } else {
+                Direction::Forward
+            },
+            // iperf3's 0 is unlimited, for TCP and UDP alike.
+            rate_bps: Some(params.bandwidth),
+            transport,
+        }),
+    };
+    let environment = Environment {
+        cpus: linerate_engine::sys::cpus(),
+        udp_length: None,
+    };
+    TestConfig::resolve(&request, &environment)
 }
 
 /// The bytes each flow of a byte- or block-count test moves, and which flows count

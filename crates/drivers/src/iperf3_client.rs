@@ -52,6 +52,9 @@ pub enum Iperf3ClientError {
     },
     #[error("the test was interrupted")]
     Interrupted,
+    /// Parameters linerate cannot run (a value out of range).
+    #[error("{0}")]
+    Usage(String),
     #[error("{context}: {source}")]
     Io {
         context: &'static str,
@@ -78,7 +81,8 @@ pub fn run(
     cancel: &AtomicBool,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Iperf3Outcome, Iperf3ClientError> {
-    let mut config = config_of(params, target, addr.port(), MAX_COUNTED_RUN);
+    let mut config = config_of(params, target, addr.port(), MAX_COUNTED_RUN)
+        .map_err(Iperf3ClientError::Usage)?;
     config.connect_timeout_s = connect_timeout.as_secs_f64();
     let stream = connect(addr, connect_timeout, &config, false).map_err(|e| {
         Iperf3ClientError::Connect(

@@ -328,7 +328,13 @@ fn accept(
         }
     }
     let counted_cap = MAX_COUNTED_RUN.min(Duration::from_secs_f64(most));
-    let config = config_of(params, &peer.ip().to_string(), local.port(), counted_cap);
+    let config = match config_of(params, &peer.ip().to_string(), local.port(), counted_cap) {
+        Ok(config) => config,
+        Err(why) => {
+            shared.refused(peer, &format!("iperf3 test {id}: {why}"));
+            return session.refuse(code::BLOCK_SIZE, why);
+        }
+    };
     if params.time == 0 {
         shared.log(&format!(
             "iperf3 test {id} from {peer}: a counted test, cut at {} s if its count is not reached by then",

@@ -22,18 +22,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Up to this many flows, each gets a worker of its own by default.
-pub const THREAD_PER_FLOW_UP_TO: usize = 16;
-
-/// Workers for `flows` connections when the user did not say: one per flow while there
-/// are few (each then runs its flow with blocking calls, the cheapest way to move bytes;
-/// see [`worker::run`]), else one per CPU, each an event loop over its share.
+/// Workers for `flows` connections on this machine when the user did not say (the rule is
+/// linerate-model's [`linerate_model::default_threads`]).
 pub fn default_threads(flows: usize) -> usize {
-    if flows <= THREAD_PER_FLOW_UP_TO {
-        flows.max(1)
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    }
+    linerate_model::default_threads(flows, crate::sys::cpus())
 }
 
 /// How a side's data plane runs, beyond the test's config.

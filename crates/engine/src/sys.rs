@@ -128,3 +128,51 @@ pub fn pin_to(cpu: usize) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// CPUs this process may run on.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// What resolving a test needs to know of this machine, and, for a UDP test to `target`
+/// (or loopback), the largest payload the path carries unfragmented.
+pub fn environment(udp_target: Option<std::net::SocketAddr>) -> linerate_model::Environment {
+    linerate_model::Environment {
+        cpus: cpus(),
+        udp_length: udp_target.and_then(|target| udp_payload_for(target).ok()),
+    }
+}
+
+/// The largest UDP payload to `target` that fits the route's MTU (IP_MTU of a connected
+/// socket), less the IP and UDP headers.
+pub fn udp_payload_for(target: std::net::SocketAddr) -> io::Result<u64> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let any: IpAddr = if target.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    let socket = std::net::UdpSocket::bind(SocketAddr::new(any, 0))?;
+    socket.connect(target)?;
+    let (level, option, headers) = if target.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_MTU, 28)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU, 48)
+    };
+    let mut mtu: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `mtu` and `len` are valid for the kernel to write an int.
+    let rc = unsafe {
+        libc::getsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            level,
+            option,
+            (&mut mtu as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((mtu as u64).saturating_sub(headers))
+}

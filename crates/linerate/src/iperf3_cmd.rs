@@ -76,7 +76,11 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Result<ExitCode
     }
     let flow_ids: Vec<u32> =
         (0..params.parallel * if params.bidirectional { 2 } else { 1 }).collect();
-    let config = linerate_drivers::iperf3::config_of(&params, host, args.port, Duration::ZERO);
+    let config = match linerate_drivers::iperf3::config_of(&params, host, args.port, Duration::ZERO)
+    {
+        Ok(config) => config,
+        Err(message) => return Ok(crate::usage(&message)),
+    };
     let sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
     let mut progress = |event: Progress| match event {
         Progress::Started if args.interval > 0.0 => say(INTERVAL_HEADER),
@@ -154,7 +158,15 @@ fn params_of(args: &Iperf3Args, addr: std::net::SocketAddr) -> Params {
     let counted = args.bytes.is_some() || args.blockcount.is_some();
     let len = args.length.unwrap_or(match transport {
         Transport::Tcp => u64::from(DEFAULT_TCP_BLOCK),
-        Transport::Udp => crate::udp_length_for(addr),
+        Transport::Udp => linerate_engine::sys::udp_payload_for(addr).map_or(
+            linerate_model::FALLBACK_UDP_LENGTH,
+            |len| {
+                len.clamp(
+                    *linerate_model::UDP_LENGTH.start(),
+                    *linerate_model::UDP_LENGTH.end(),
+                )
+            },
+        ),
     });
     Params {
         transport,

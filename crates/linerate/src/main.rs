@@ -18,7 +18,10 @@ use linerate_drivers::access::{AccessPolicy, LogFormat};
 use linerate_drivers::client::{self, ClientOptions, Progress};
 use linerate_drivers::search::{Probe, RateSearch, TrialOutcome};
 use linerate_drivers::server::{Server, ServerConfig};
-use linerate_engine::plane::default_threads;
+use linerate_model::{
+    StreamRequest, StreamTransport, TestKind, TestRequest, TransactionRequest, DEFAULT_TIME_S,
+    FIND_MAX_TRIAL_S,
+};
 use linerate_proto::auth::Key;
 use linerate_proto::Limits;
 use linerate_report::document::Document;
@@ -28,7 +31,7 @@ use linerate_report::units::format_rate;
 use linerate_report::units::Scale;
 use linerate_report::{
     Direction, FindMaxReport, Headline, LoadSummary, PerSide, RateFound, RateTrial, Report,
-    RrConfig, TestConfig, TrialVerdict, Workload,
+    TestConfig, TrialVerdict,
 };
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -191,7 +194,8 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn test_config(args: &StreamArgs) -> TestConfig {
+/// The test `linerate stream`'s flags ask for.
+fn stream_request(args: &StreamArgs) -> TestRequest {
     let direction = if args.bidir {
         Direction::Bidir
     } else if args.reverse {
@@ -199,87 +203,91 @@ fn test_config(args: &StreamArgs) -> TestConfig {
     } else {
         Direction::Forward
     };
-    let mut config = TestConfig {
-        protocol: if args.udp { "udp" } else { "tcp" }.into(),
-        target: args.host.clone().unwrap_or_else(|| "loopback".into()),
+    let transport = if args.udp {
+        StreamTransport::Udp {
+            length: args.length,
+            pps: args.pps,
+            gso: args.gso,
+            gro: args.gro,
+        }
+    } else {
+        StreamTransport::Tcp {
+            length: args.length,
+            mss: args.mss,
+            nodelay: args.nodelay,
+        }
+    };
+    TestRequest {
+        target: args.host.clone(),
         port: args.port,
-        direction,
         parallel: args.parallel,
-        threads: 0,
-        time_s: args.time.unwrap_or(if args.find_max { 2.0 } else { 10.0 }),
+        threads: args.threads,
+        time_s: args.time.unwrap_or(if args.find_max {
+            FIND_MAX_TRIAL_S
+        } else {
+            DEFAULT_TIME_S
+        }),
         omit_s: args.omit,
         interval_s: args.interval,
-        length: args.length.unwrap_or(128 * 1024),
         window: args.window,
-        mss: args.mss,
-        nodelay: args.nodelay,
         congestion: args.congestion.clone(),
-        rate_bps: args.rate.filter(|r| *r > 0),
-        pps: args.pps,
-        gso: args.gso,
-        gro: args.gro,
         per_flow: args.per_flow,
         connect_timeout_s: args.connect_timeout,
-        workload: Workload::Stream,
-        rr: None,
-    };
-    config.threads = args.threads.unwrap_or_else(|| {
-        let workers = default_threads(config.connections() as usize);
-        u32::try_from(workers).unwrap_or(u32::MAX)
-    });
-    config
+        kind: TestKind::Stream(StreamRequest {
+            direction,
+            rate_bps: args.rate,
+            transport,
+        }),
+    }
 }
 
-/// The most transactions in flight per flow in open loop when `--outstanding` is not
-/// given: enough that a slow answer rarely holds a due request back.
-const OPEN_LOOP_CAP: u32 = 128;
-
-fn rr_config(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestConfig {
-    let udp = rr.is_some_and(|a| a.udp);
-    let rate = rr.and_then(|a| a.rate);
-    let outstanding =
-        rr.and_then(|a| a.outstanding)
-            .unwrap_or(if rate.is_some() { OPEN_LOOP_CAP } else { 1 });
-    let mut config = TestConfig {
-        protocol: if udp { "udp" } else { "tcp" }.into(),
-        target: common.host.clone().unwrap_or_else(|| "loopback".into()),
+/// The test `linerate rr` (with its own flags) or `linerate crr` (`rr` is `None`) asks for.
+fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestRequest {
+    TestRequest {
+        target: common.host.clone(),
         port: common.port,
-        direction: Direction::Forward,
         parallel: common.parallel,
-        threads: 0,
+        threads: common.threads,
         time_s: common.time,
         omit_s: common.omit,
         interval_s: common.interval,
-        length: common.request,
         window: common.window,
-        mss: None,
-        nodelay: !common.no_nodelay && !udp,
         congestion: common.congestion.clone(),
-        rate_bps: None,
-        pps: None,
-        gso: false,
-        gro: false,
         per_flow: common.per_flow,
         connect_timeout_s: common.connect_timeout,
-        workload: if rr.is_some() {
-            Workload::Rr
-        } else {
-            Workload::Crr
-        },
-        rr: Some(RrConfig {
+        kind: TestKind::Transactions(TransactionRequest {
+            connect_each: rr.is_none(),
+            udp: rr.is_some_and(|a| a.udp),
             request: common.request,
             response: common.response,
-            outstanding,
-            rate_tps: rate.map(|r| r as f64),
+            outstanding: rr.and_then(|a| a.outstanding),
+            rate_tps: rr.and_then(|a| a.rate),
             busy_poll_us: common.busy_poll,
             cpus: common.cpu.iter().map(|&c| usize::from(c)).collect(),
             load: rr.map_or(0, |a| a.load),
+            keep_nagle: common.no_nodelay,
         }),
-    };
-    config.threads = common.threads.unwrap_or_else(|| {
-        u32::try_from(default_threads(config.parallel as usize)).unwrap_or(u32::MAX)
-    });
-    config
+    }
+}
+
+/// Resolves a request on this machine (linerate-model's one resolver), with the path's
+/// datagram size towards `target` (or loopback) for UDP streams; `Err` is a usage error.
+pub(crate) fn resolve_request(
+    request: &TestRequest,
+    target: Option<SocketAddr>,
+) -> std::result::Result<TestConfig, String> {
+    let udp_stream = matches!(
+        &request.kind,
+        TestKind::Stream(StreamRequest {
+            transport: StreamTransport::Udp { length: None, .. },
+            ..
+        })
+    );
+    let probe =
+        udp_stream.then(|| target.unwrap_or(SocketAddr::from(([127, 0, 0, 1], request.port))));
+    let config = TestConfig::resolve(request, &linerate_engine::sys::environment(probe))?;
+    within_bounds(&config)?;
+    Ok(config)
 }
 
 /// `linerate rr` (with its own flags) and `linerate crr` (`rr` is `None`).
@@ -310,10 +318,10 @@ fn transactions(
         Some(host) => Some(resolve(host, common.port)?),
         None => None,
     };
-    let config = rr_config(common, rr);
-    if let Err(message) = within_bounds(&config) {
-        return Ok(usage(&message));
-    }
+    let config = match resolve_request(&transaction_request(common, rr), target) {
+        Ok(config) => config,
+        Err(message) => return Ok(usage(&message)),
+    };
     let mut store = storage.open_for_run()?;
     let cancel = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -428,18 +436,30 @@ fn start_load(
     flows: u32,
     cancel: &Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<Result<Report>>> {
-    let mut config = rr_config.clone();
-    config.workload = Workload::Stream;
-    config.rr = None;
-    config.protocol = "tcp".into();
-    config.parallel = flows;
-    config.threads = u32::try_from(default_threads(flows as usize)).unwrap_or(u32::MAX);
-    config.length = 128 * 1024;
-    config.nodelay = false;
-    config.omit_s = LOAD_LEAD_S;
-    config.time_s = rr_config.omit_s + rr_config.time_s + 2.0 * LOAD_LEAD_S;
-    config.interval_s = 0.0;
-    config.per_flow = false;
+    let request = TestRequest {
+        target: Some(rr_config.target.clone()),
+        port: rr_config.port,
+        parallel: flows,
+        threads: None,
+        // It starts before the transactions (its omit) and ends after them.
+        time_s: rr_config.omit_s + rr_config.time_s + 2.0 * LOAD_LEAD_S,
+        omit_s: LOAD_LEAD_S,
+        interval_s: 0.0,
+        window: rr_config.window,
+        congestion: rr_config.congestion.clone(),
+        per_flow: false,
+        connect_timeout_s: rr_config.connect_timeout_s,
+        kind: TestKind::Stream(StreamRequest {
+            direction: Direction::Forward,
+            rate_bps: None,
+            transport: StreamTransport::Tcp {
+                length: None,
+                mss: None,
+                nodelay: false,
+            },
+        }),
+    };
+    let config = resolve_request(&request, target).map_err(|e| anyhow!(e))?;
     let (started, running) = std::sync::mpsc::channel();
     let cancel = cancel.clone();
     let handle = std::thread::Builder::new()
@@ -471,74 +491,6 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
     addrs
         .next()
         .ok_or_else(|| anyhow!("host '{host}' has no address"))
-}
-
-/// iperf3's default UDP rate per flow, so that a UDP test never floods a path by default.
-const UDP_DEFAULT_RATE: u64 = 1_000_000;
-
-/// The largest UDP payload that fits the path MTU towards `target`, as the kernel knows
-/// it (IP_MTU on a connected socket); 1472 (Ethernet) when it cannot tell.
-fn udp_length_for(target: SocketAddr) -> u64 {
-    let probe = || -> std::io::Result<u64> {
-        let any: IpAddr = if target.is_ipv4() {
-            std::net::Ipv4Addr::UNSPECIFIED.into()
-        } else {
-            Ipv6Addr::UNSPECIFIED.into()
-        };
-        let socket = std::net::UdpSocket::bind(SocketAddr::new(any, 0))?;
-        socket.connect(target)?;
-        let (level, option, headers) = if target.is_ipv4() {
-            (libc::IPPROTO_IP, libc::IP_MTU, 28)
-        } else {
-            (libc::IPPROTO_IPV6, libc::IPV6_MTU, 48)
-        };
-        let mut mtu: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `mtu` and `len` are valid for the kernel to write an int.
-        let rc = unsafe {
-            libc::getsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&socket),
-                level,
-                option,
-                (&mut mtu as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok((mtu as u64).saturating_sub(headers))
-    };
-    probe().map_or(1472, |len| len.clamp(16, 65_507))
-}
-
-/// Sets a UDP test's datagram size (checked, or the path's largest unfragmented one) and
-/// its pacing (`--pps`, `--rate`, or iperf3's default 1M per flow); `Err` is a usage
-/// error's message.
-fn udp_settings(
-    config: &mut TestConfig,
-    length: Option<u64>,
-    rate: Option<u64>,
-    pps: Option<u64>,
-    target: Option<SocketAddr>,
-) -> std::result::Result<(), String> {
-    let length = match length {
-        Some(length) if !(16..=65_507).contains(&length) => {
-            return Err(format!(
-                "invalid value '{length}' for '--length': a UDP datagram carries 16 to 65507 bytes"
-            ));
-        }
-        Some(length) => length,
-        None => udp_length_for(target.unwrap_or(SocketAddr::from(([127, 0, 0, 1], config.port)))),
-    };
-    config.length = length;
-    config.rate_bps = match (pps, rate) {
-        (Some(pps), _) => Some(pps.saturating_mul(length * 8)),
-        (None, Some(0)) => None,
-        (None, Some(rate)) => Some(rate),
-        (None, None) => Some(UDP_DEFAULT_RATE),
-    };
-    Ok(())
 }
 
 /// The key the user named (`--key` or `LINERATE_KEY`), read once before any command runs.
@@ -589,16 +541,10 @@ fn stream(args: &StreamArgs, storage: &keep::Storage) -> Result<ExitCode> {
         Some(host) => Some(resolve(host, args.port)?),
         None => None,
     };
-    let mut config = test_config(args);
-    if args.udp {
-        if let Err(message) = udp_settings(&mut config, args.length, args.rate, args.pps, target) {
-            return Ok(usage(&message));
-        }
-    }
-    if let Err(message) = within_bounds(&config) {
-        return Ok(usage(&message));
-    }
-    let config = config;
+    let config = match resolve_request(&stream_request(args), target) {
+        Ok(config) => config,
+        Err(message) => return Ok(usage(&message)),
+    };
     let mut store = storage.open_for_run()?;
     let cancel = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

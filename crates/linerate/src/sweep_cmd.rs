@@ -1,15 +1,17 @@
 //! `linerate sweep`: one test at every combination of list-valued parameters, a row per
 //! point as it completes, and one document holding every point's full result.
 
-use crate::cli::{RrArgs, StreamArgs, SweepArgs, SweepTest, TransactionArgs};
+use crate::cli::{SweepArgs, SweepTest};
 use crate::keep::{self, Storage};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use linerate_engine::plane::default_threads;
+use linerate_model::{
+    Direction, StreamRequest, StreamTransport, TestKind, TestRequest, TransactionRequest,
+};
 use linerate_report::document::Document;
 use linerate_report::stats::RepeatPlan;
 use linerate_report::sweep::{product, SweepAxis, SweepParam, SweepPoint, SweepReport, SweepTable};
-use linerate_report::{TestConfig, Workload};
+use linerate_report::TestConfig;
 use serde_json::Value;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,13 +31,11 @@ pub fn run(args: &SweepArgs, storage: &Storage) -> Result<ExitCode> {
         Some(host) => Some(crate::resolve(host, args.port)?),
         None => None,
     };
-    let mut base = match base_config(args, target) {
+    let base_request = base_request(args);
+    let base = match crate::resolve_request(&base_request, target) {
         Ok(config) => config,
         Err(message) => return Ok(crate::usage(&message)),
     };
-    // Interval lines are not printed in a sweep; a point's intervals still fill its
-    // result, once a second.
-    base.interval_s = 1.0;
     let mut store = storage.open_for_run()?;
     let cancel = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -77,31 +77,20 @@ pub fn run(args: &SweepArgs, storage: &Storage) -> Result<ExitCode> {
             "about {} left",
             short_duration(remaining * per_point)
         ));
-        let mut config = base.clone();
+        let mut request = base_request.clone();
         for (param, value) in point_settings {
-            param.apply(&mut config, value);
+            param.apply(&mut request, value);
         }
-        if let Some(rr) = config.rr.as_mut().filter(|_| args.outstanding.is_empty()) {
-            // As `linerate rr` does: open loop keeps up to its cap in flight.
-            rr.outstanding = if rr.rate_tps.is_some() {
-                crate::OPEN_LOOP_CAP
-            } else {
-                1
-            };
-        }
-        if args.threads.is_none() {
-            let flows = match config.workload {
-                Workload::Stream => config.connections(),
-                _ => config.parallel,
-            };
-            config.threads = u32::try_from(default_threads(flows as usize)).unwrap_or(u32::MAX);
-        }
-        let outcome = keep::repeat(
-            plan,
-            &cancel,
-            |_| run_point(target, &config, &cancel),
-            |_, _, _| {},
-        );
+        let outcome = crate::resolve_request(&request, target)
+            .map_err(|message| anyhow::anyhow!(message))
+            .and_then(|config| {
+                keep::repeat(
+                    plan,
+                    &cancel,
+                    |_| run_point(target, &config, &cancel),
+                    |_, _, _| {},
+                )
+            });
         let point = match outcome {
             Ok(report) => SweepPoint {
                 settings: point_settings.clone(),
@@ -352,82 +341,65 @@ fn axes(args: &SweepArgs) -> std::result::Result<Vec<SweepAxis>, String> {
     Ok(axes)
 }
 
-/// The configuration every point starts from: the test's own defaults, as `linerate
-/// stream`, `rr` or `crr` would resolve them, with the sweep's fixed flags.
-fn base_config(
-    args: &SweepArgs,
-    target: Option<std::net::SocketAddr>,
-) -> std::result::Result<TestConfig, String> {
+/// The request every point starts from: the test's own defaults, as `linerate stream`,
+/// `rr` or `crr` would ask, with the sweep's fixed flags and each axis's first value.
+fn base_request(args: &SweepArgs) -> TestRequest {
     let first = |values: &[u64]| values.first().copied();
-    match args.test {
+    let kind = match args.test {
         SweepTest::Stream => {
-            let stream = StreamArgs {
-                host: args.host.clone(),
-                port: args.port,
-                udp: args.udp,
-                parallel: args.parallel.first().copied().unwrap_or(1),
-                threads: args.threads,
-                time: Some(args.time),
-                omit: args.omit,
-                interval: 1.0,
-                length: first(&args.length),
-                window: args.window.first().copied().flatten(),
-                mss: None,
-                nodelay: args.nodelay,
-                congestion: args.congestion.first().cloned(),
-                reverse: args.reverse,
-                bidir: args.bidir,
-                rate: first(&args.rate),
-                pps: None,
-                find_max: false,
-                max_loss: 0.1,
-                gso: false,
-                gro: false,
-                json: args.json,
-                per_flow: false,
-                format: args.format,
-                connect_timeout: args.connect_timeout,
-                repeat: args.repeat,
-            };
-            let mut config = crate::test_config(&stream);
-            if args.udp {
-                crate::udp_settings(&mut config, stream.length, stream.rate, None, target)?;
-            }
-            Ok(config)
+            let length = first(&args.length);
+            TestKind::Stream(StreamRequest {
+                direction: if args.bidir {
+                    Direction::Bidir
+                } else if args.reverse {
+                    Direction::Reverse
+                } else {
+                    Direction::Forward
+                },
+                rate_bps: first(&args.rate),
+                transport: if args.udp {
+                    StreamTransport::Udp {
+                        length,
+                        pps: None,
+                        gso: false,
+                        gro: false,
+                    }
+                } else {
+                    StreamTransport::Tcp {
+                        length,
+                        mss: None,
+                        nodelay: args.nodelay,
+                    }
+                },
+            })
         }
-        SweepTest::Rr | SweepTest::Crr => {
-            let common = TransactionArgs {
-                host: args.host.clone(),
-                port: args.port,
-                request: first(&args.request).unwrap_or(1),
-                response: first(&args.response).unwrap_or(1),
-                parallel: args.parallel.first().copied().unwrap_or(1),
-                threads: args.threads,
-                time: args.time,
-                omit: args.omit,
-                interval: 1.0,
-                window: args.window.first().copied().flatten(),
-                no_nodelay: false,
-                congestion: args.congestion.first().cloned(),
-                busy_poll: None,
-                cpu: Vec::new(),
-                json: args.json,
-                per_flow: false,
-                connect_timeout: args.connect_timeout,
-                repeat: args.repeat,
-            };
-            let rr = RrArgs {
-                common: common.clone(),
-                udp: args.udp,
-                outstanding: args.outstanding.first().copied(),
-                rate: first(&args.rate).filter(|r| *r > 0),
-                load: 0,
-            };
-            let config = match args.test {
-                SweepTest::Rr => crate::rr_config(&common, Some(&rr)),
-                _ => crate::rr_config(&common, None),
-            };
-            Ok(config)
-        }
+        SweepTest::Rr | SweepTest::Crr => TestKind::Transactions(TransactionRequest {
+            connect_each: args.test == SweepTest::Crr,
+            udp: args.udp,
+            request: first(&args.request).unwrap_or(1),
+            response: first(&args.response).unwrap_or(1),
+            outstanding: args.outstanding.first().copied(),
+            rate_tps: first(&args.rate).filter(|r| *r > 0),
+            busy_poll_us: None,
+            cpus: Vec::new(),
+            load: 0,
+            keep_nagle: false,
+        }),
+    };
+    TestRequest {
+        target: args.host.clone(),
+        port: args.port,
+        parallel: args.parallel.first().copied().unwrap_or(1),
+        threads: args.threads,
+        time_s: args.time,
+        omit_s: args.omit,
+        // Interval lines are not printed in a sweep; a point's intervals still fill its
+        // result, once a second.
+        interval_s: 1.0,
+        window: args.window.first().copied().flatten(),
+        congestion: args.congestion.first().cloned(),
+        per_flow: false,
+        connect_timeout_s: args.connect_timeout,
+        kind,
     }
 }

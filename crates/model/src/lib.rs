@@ -10,8 +10,10 @@
 mod config;
 pub mod latency;
 pub mod profile;
+mod request;
 mod side;
 pub mod units;
 
 pub use config::*;
+pub use request::*;
 pub use side::*;

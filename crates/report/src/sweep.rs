@@ -7,6 +7,7 @@
 
 use crate::model::{HostFacts, PerSide, Report, TestConfig, Workload};
 use crate::units::{format_count, format_size_compact};
+use linerate_model::{StreamTransport, TestKind, TestRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -63,34 +64,32 @@ impl SweepParam {
         }
     }
 
-    /// Puts `value` into `config`.
-    pub fn apply(self, config: &mut TestConfig, value: &Value) {
+    /// Puts `value` into a point's request (resolved afterwards, as any test is).
+    pub fn apply(self, request: &mut TestRequest, value: &Value) {
         let number = value.as_u64();
-        match self {
-            SweepParam::Parallel => config.parallel = number.unwrap_or(1) as u32,
-            SweepParam::Window => config.window = number,
-            SweepParam::Length => config.length = number.unwrap_or(config.length),
-            SweepParam::Request | SweepParam::Response => {
-                if let (Some(rr), Some(bytes)) = (config.rr.as_mut(), number) {
-                    match self {
-                        SweepParam::Request => {
-                            rr.request = bytes;
-                            config.length = bytes;
-                        }
-                        _ => rr.response = bytes,
-                    }
+        match (self, &mut request.kind) {
+            (SweepParam::Parallel, _) => request.parallel = number.unwrap_or(1) as u32,
+            (SweepParam::Window, _) => request.window = number,
+            (SweepParam::Congestion, _) => request.congestion = value.as_str().map(str::to_string),
+            (SweepParam::Length, TestKind::Stream(stream)) => match &mut stream.transport {
+                StreamTransport::Tcp { length, .. } | StreamTransport::Udp { length, .. } => {
+                    *length = number.or(*length)
                 }
-            }
-            SweepParam::Outstanding => {
-                if let (Some(rr), Some(n)) = (config.rr.as_mut(), number) {
-                    rr.outstanding = n as u32;
-                }
-            }
-            SweepParam::Rate => match (config.rr.as_mut(), number) {
-                (Some(rr), n) => rr.rate_tps = n.filter(|n| *n > 0).map(|n| n as f64),
-                (None, n) => config.rate_bps = n.filter(|n| *n > 0),
             },
-            SweepParam::Congestion => config.congestion = value.as_str().map(str::to_string),
+            (SweepParam::Rate, TestKind::Stream(stream)) => stream.rate_bps = number,
+            (SweepParam::Rate, TestKind::Transactions(t)) => t.rate_tps = number.filter(|n| *n > 0),
+            (SweepParam::Request, TestKind::Transactions(t)) => {
+                t.request = number.unwrap_or(t.request)
+            }
+            (SweepParam::Response, TestKind::Transactions(t)) => {
+                t.response = number.unwrap_or(t.response)
+            }
+            (SweepParam::Outstanding, TestKind::Transactions(t)) => {
+                t.outstanding = number.map(|n| n as u32).or(t.outstanding)
+            }
+            // Parameters of the other kind of test: the sweep's flags refuse them.
+            (SweepParam::Length, _)
+            | (SweepParam::Request | SweepParam::Response | SweepParam::Outstanding, _) => {}
         }
     }
 
@@ -398,16 +397,32 @@ mod tests {
 
     #[test]
     fn settings_land_in_the_configuration() {
-        let mut config = crate::assemble::tests::config(Direction::Forward, 1);
-        SweepParam::Parallel.apply(&mut config, &Value::from(100));
-        SweepParam::Window.apply(&mut config, &Value::from(32768));
-        SweepParam::Congestion.apply(&mut config, &Value::from("reno"));
-        SweepParam::Rate.apply(&mut config, &Value::from(0));
+        let mut request = TestRequest::new(TestKind::Stream(linerate_model::StreamRequest {
+            direction: Direction::Forward,
+            rate_bps: Some(1_000_000),
+            transport: StreamTransport::Tcp {
+                length: None,
+                mss: None,
+                nodelay: false,
+            },
+        }));
+        SweepParam::Parallel.apply(&mut request, &Value::from(100));
+        SweepParam::Window.apply(&mut request, &Value::from(32768));
+        SweepParam::Congestion.apply(&mut request, &Value::from("reno"));
+        SweepParam::Rate.apply(&mut request, &Value::from(0));
+        SweepParam::Length.apply(&mut request, &Value::from(8192));
+        let here = linerate_model::Environment {
+            cpus: 2,
+            udp_length: None,
+        };
+        let config = TestConfig::resolve(&request, &here).unwrap();
         assert_eq!(config.parallel, 100);
         assert_eq!(config.window, Some(32768));
         assert_eq!(config.congestion.as_deref(), Some("reno"));
         assert_eq!(config.rate_bps, None);
-        SweepParam::Window.apply(&mut config, &Value::Null);
-        assert_eq!(config.window, None);
+        assert_eq!(config.length, 8192);
+        assert_eq!(config.threads, 2, "threads follow the swept flows");
+        SweepParam::Window.apply(&mut request, &Value::Null);
+        assert_eq!(request.window, None);
     }
 }

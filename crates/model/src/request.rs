@@ -1,0 +1,378 @@
+//! What a test asks for, before defaults, and the one way from there to a resolved
+//! [`TestConfig`]: [`TestConfig::resolve`]. The command line, sweeps, `--load`,
+//! `--find-max` and the iperf3 bridge all build a [`TestRequest`] and resolve it here, so a
+//! default (threads, datagram size, pacing, transactions in flight, write size) is decided
+//! in one place.
+//!
+//! The request's types say which settings go together: a stream over UDP has a datagram
+//! size, a rate in datagrams per second and segmentation offloads; a stream over TCP has a
+//! write size, an MSS and Nagle's switch; a transaction test has messages and a loop.
+
+use crate::{Direction, RrConfig, TestConfig, Workload};
+
+/// Seconds a test measures when the user does not say.
+pub const DEFAULT_TIME_S: f64 = 10.0;
+/// Seconds each `--find-max` trial measures when the user does not say.
+pub const FIND_MAX_TRIAL_S: f64 = 2.0;
+/// Bytes per TCP write when the user does not say (iperf3's default).
+pub const DEFAULT_TCP_LENGTH: u64 = 128 * 1024;
+/// A UDP flow's pace when the user does not say (1 Mbit/s, as iperf3), so that a UDP
+/// test never floods a path by default.
+pub const DEFAULT_UDP_RATE: u64 = 1_000_000;
+/// The UDP payload when the path's MTU cannot be read: 1500 less IPv4 and UDP headers.
+pub const FALLBACK_UDP_LENGTH: u64 = 1472;
+/// The most transactions in flight per flow in open loop when the user does not say:
+/// enough that a slow answer rarely holds a due request back.
+pub const OPEN_LOOP_CAP: u32 = 128;
+/// Up to this many flows, each gets a worker of its own by default.
+pub const THREAD_PER_FLOW_UP_TO: usize = 16;
+/// The smallest and largest UDP payloads.
+pub const UDP_LENGTH: std::ops::RangeInclusive<u64> = 16..=65_507;
+
+/// Workers for `flows` connections on a machine with `cpus` CPUs when the user did not
+/// say: one per flow while there are few (each then runs its flow with blocking calls, the
+/// cheapest way to move bytes), else one per CPU, each an event loop over its share.
+pub fn default_threads(flows: usize, cpus: usize) -> usize {
+    if flows <= THREAD_PER_FLOW_UP_TO {
+        flows.max(1)
+    } else {
+        cpus.max(1)
+    }
+}
+
+/// A test as asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestRequest {
+    /// The server as the user named it; `None`: the in-process server on loopback.
+    pub target: Option<String>,
+    pub port: u16,
+    /// Flows per direction.
+    pub parallel: u32,
+    /// Worker threads on this side; `None`: [`default_threads`].
+    pub threads: Option<u32>,
+    pub time_s: f64,
+    pub omit_s: f64,
+    /// 0 turns interval reports off.
+    pub interval_s: f64,
+    pub window: Option<u64>,
+    pub congestion: Option<String>,
+    pub per_flow: bool,
+    pub connect_timeout_s: f64,
+    pub kind: TestKind,
+}
+
+/// Which test, with the settings that belong to it alone.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TestKind {
+    Stream(StreamRequest),
+    Transactions(TransactionRequest),
+}
+
+/// A bulk stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamRequest {
+    pub direction: Direction,
+    /// Per-flow pace in bits per second; `Some(0)`: unpaced. `None`: TCP unpaced, UDP at
+    /// [`DEFAULT_UDP_RATE`].
+    pub rate_bps: Option<u64>,
+    pub transport: StreamTransport,
+}
+
+/// A stream's transport and the settings only it has.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamTransport {
+    Tcp {
+        /// Bytes per write; `None`: [`DEFAULT_TCP_LENGTH`].
+        length: Option<u64>,
+        mss: Option<u32>,
+        nodelay: bool,
+    },
+    Udp {
+        /// Payload per datagram; `None`: the largest that fits the path's MTU.
+        length: Option<u64>,
+        /// Per-flow pace in datagrams per second (sets the rate from the payload).
+        pps: Option<u64>,
+        gso: bool,
+        gro: bool,
+    },
+}
+
+/// Request/response (`rr`) or connect/request/response/close (`crr`) transactions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransactionRequest {
+    /// `crr` (over TCP) rather than `rr`.
+    pub connect_each: bool,
+    /// `rr` over UDP.
+    pub udp: bool,
+    pub request: u64,
+    pub response: u64,
+    /// In flight per flow; `None`: 1, or [`OPEN_LOOP_CAP`] with a rate.
+    pub outstanding: Option<u32>,
+    /// Open loop: transactions due per second per flow.
+    pub rate_tps: Option<u64>,
+    pub busy_poll_us: Option<u32>,
+    pub cpus: Vec<usize>,
+    /// Bulk TCP flows beside the transactions (`--load`).
+    pub load: u32,
+    /// Leave Nagle's algorithm on (transactions set TCP_NODELAY by default).
+    pub keep_nagle: bool,
+}
+
+/// What the resolver needs to know of this machine and the path: facts, not choices.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Environment {
+    pub cpus: usize,
+    /// The largest UDP payload that crosses the path unfragmented, where it was read.
+    pub udp_length: Option<u64>,
+}
+
+impl TestConfig {
+    /// The resolved configuration of `request` on this machine: every default filled in.
+    /// `Err` is a user's mistake, in one line naming the value.
+    pub fn resolve(request: &TestRequest, environment: &Environment) -> Result<TestConfig, String> {
+        let mut config = TestConfig {
+            protocol: "tcp".into(),
+            target: request.target.clone().unwrap_or_else(|| "loopback".into()),
+            port: request.port,
+            direction: Direction::Forward,
+            parallel: request.parallel,
+            threads: 0,
+            time_s: request.time_s,
+            omit_s: request.omit_s,
+            interval_s: request.interval_s,
+            length: DEFAULT_TCP_LENGTH,
+            window: request.window,
+            mss: None,
+            nodelay: false,
+            congestion: request.congestion.clone(),
+            rate_bps: None,
+            pps: None,
+            gso: false,
+            gro: false,
+            per_flow: request.per_flow,
+            connect_timeout_s: request.connect_timeout_s,
+            workload: Workload::Stream,
+            rr: None,
+        };
+        match &request.kind {
+            TestKind::Stream(stream) => resolve_stream(&mut config, stream, environment)?,
+            TestKind::Transactions(transactions) => resolve_transactions(&mut config, transactions),
+        }
+        let flows = match config.workload {
+            Workload::Stream => config.connections(),
+            _ => config.parallel,
+        };
+        config.threads = request.threads.unwrap_or_else(|| {
+            u32::try_from(default_threads(flows as usize, environment.cpus)).unwrap_or(u32::MAX)
+        });
+        Ok(config)
+    }
+}
+
+fn resolve_stream(
+    config: &mut TestConfig,
+    stream: &StreamRequest,
+    environment: &Environment,
+) -> Result<(), String> {
+    config.direction = stream.direction;
+    match stream.transport {
+        StreamTransport::Tcp {
+            length,
+            mss,
+            nodelay,
+        } => {
+            config.length = length.unwrap_or(DEFAULT_TCP_LENGTH);
+            config.mss = mss;
+            config.nodelay = nodelay;
+            config.rate_bps = stream.rate_bps.filter(|r| *r > 0);
+        }
+        StreamTransport::Udp {
+            length,
+            pps,
+            gso,
+            gro,
+        } => {
+            let length = match length {
+                Some(length) if !UDP_LENGTH.contains(&length) => {
+                    return Err(format!(
+                        "invalid value '{length}' for '--length': a UDP datagram carries {} to {} bytes",
+                        UDP_LENGTH.start(),
+                        UDP_LENGTH.end()
+                    ));
+                }
+                Some(length) => length,
+                None => environment
+                    .udp_length
+                    .unwrap_or(FALLBACK_UDP_LENGTH)
+                    .clamp(*UDP_LENGTH.start(), *UDP_LENGTH.end()),
+            };
+            config.protocol = "udp".into();
+            config.length = length;
+            config.pps = pps;
+            config.gso = gso;
+            config.gro = gro;
+            config.rate_bps = match (pps, stream.rate_bps) {
+                (Some(pps), _) => Some(pps.saturating_mul(length * 8)),
+                (None, Some(0)) => None,
+                (None, Some(rate)) => Some(rate),
+                (None, None) => Some(DEFAULT_UDP_RATE),
+            };
+        }
+    }
+    Ok(())
+}
+
+fn resolve_transactions(config: &mut TestConfig, transactions: &TransactionRequest) {
+    let udp = transactions.udp && !transactions.connect_each;
+    config.protocol = if udp { "udp" } else { "tcp" }.into();
+    config.workload = if transactions.connect_each {
+        Workload::Crr
+    } else {
+        Workload::Rr
+    };
+    config.length = transactions.request;
+    config.nodelay = !transactions.keep_nagle && !udp;
+    config.rr = Some(RrConfig {
+        request: transactions.request,
+        response: transactions.response,
+        outstanding: transactions
+            .outstanding
+            .unwrap_or(if transactions.rate_tps.is_some() {
+                OPEN_LOOP_CAP
+            } else {
+                1
+            }),
+        rate_tps: transactions.rate_tps.map(|r| r as f64),
+        busy_poll_us: transactions.busy_poll_us,
+        cpus: transactions.cpus.clone(),
+        load: transactions.load,
+    });
+}
+
+impl TestRequest {
+    /// A request with every common setting at its default, for `kind`.
+    pub fn new(kind: TestKind) -> TestRequest {
+        TestRequest {
+            target: None,
+            port: 5201,
+            parallel: 1,
+            threads: None,
+            time_s: DEFAULT_TIME_S,
+            omit_s: 0.0,
+            interval_s: 1.0,
+            window: None,
+            congestion: None,
+            per_flow: false,
+            connect_timeout_s: 10.0,
+            kind,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HERE: Environment = Environment {
+        cpus: 2,
+        udp_length: Some(1472),
+    };
+
+    fn stream(transport: StreamTransport, rate_bps: Option<u64>) -> TestRequest {
+        TestRequest::new(TestKind::Stream(StreamRequest {
+            direction: Direction::Forward,
+            rate_bps,
+            transport,
+        }))
+    }
+
+    fn udp(length: Option<u64>, pps: Option<u64>) -> StreamTransport {
+        StreamTransport::Udp {
+            length,
+            pps,
+            gso: false,
+            gro: false,
+        }
+    }
+
+    #[test]
+    fn stream_defaults() {
+        let tcp = StreamTransport::Tcp {
+            length: None,
+            mss: None,
+            nodelay: false,
+        };
+        let c = TestConfig::resolve(&stream(tcp, None), &HERE).unwrap();
+        assert_eq!(
+            (c.protocol.as_str(), c.length, c.rate_bps, c.threads),
+            ("tcp", 131072, None, 1)
+        );
+        assert_eq!(c.target, "loopback");
+        // UDP: the path's datagram, iperf3's default pace; pps sets the rate; 0 unpaced.
+        let c = TestConfig::resolve(&stream(udp(None, None), None), &HERE).unwrap();
+        assert_eq!((c.length, c.rate_bps), (1472, Some(DEFAULT_UDP_RATE)));
+        let c = TestConfig::resolve(&stream(udp(Some(64), Some(1000)), None), &HERE).unwrap();
+        assert_eq!(c.rate_bps, Some(64 * 8 * 1000));
+        let c = TestConfig::resolve(&stream(udp(None, None), Some(0)), &HERE).unwrap();
+        assert_eq!(c.rate_bps, None);
+        let err = TestConfig::resolve(&stream(udp(Some(70_000), None), None), &HERE).unwrap_err();
+        assert!(err.contains("'70000'"), "{err}");
+        let no_mtu = Environment {
+            cpus: 2,
+            udp_length: None,
+        };
+        let c = TestConfig::resolve(&stream(udp(None, None), None), &no_mtu).unwrap();
+        assert_eq!(c.length, FALLBACK_UDP_LENGTH);
+    }
+
+    #[test]
+    fn threads_follow_the_flows_then_the_cpus() {
+        let mut request = stream(
+            StreamTransport::Tcp {
+                length: None,
+                mss: None,
+                nodelay: false,
+            },
+            None,
+        );
+        request.parallel = 8;
+        assert_eq!(TestConfig::resolve(&request, &HERE).unwrap().threads, 8);
+        if let TestKind::Stream(s) = &mut request.kind {
+            s.direction = Direction::Bidir;
+        }
+        request.parallel = 10;
+        assert_eq!(TestConfig::resolve(&request, &HERE).unwrap().threads, 2);
+        request.threads = Some(3);
+        assert_eq!(TestConfig::resolve(&request, &HERE).unwrap().threads, 3);
+    }
+
+    #[test]
+    fn transaction_defaults() {
+        let mut t = TransactionRequest {
+            connect_each: false,
+            udp: false,
+            request: 1,
+            response: 1,
+            outstanding: None,
+            rate_tps: None,
+            busy_poll_us: None,
+            cpus: Vec::new(),
+            load: 0,
+            keep_nagle: false,
+        };
+        let c = TestConfig::resolve(&TestRequest::new(TestKind::Transactions(t.clone())), &HERE)
+            .unwrap();
+        assert_eq!(c.workload, Workload::Rr);
+        assert!(c.nodelay);
+        assert_eq!(c.rr.as_ref().unwrap().outstanding, 1);
+        t.rate_tps = Some(1000);
+        t.udp = true;
+        let c = TestConfig::resolve(&TestRequest::new(TestKind::Transactions(t.clone())), &HERE)
+            .unwrap();
+        assert_eq!((c.protocol.as_str(), c.nodelay), ("udp", false));
+        assert_eq!(c.rr.as_ref().unwrap().outstanding, OPEN_LOOP_CAP);
+        t.connect_each = true;
+        let c = TestConfig::resolve(&TestRequest::new(TestKind::Transactions(t)), &HERE).unwrap();
+        assert_eq!((c.workload, c.protocol.as_str()), (Workload::Crr, "tcp"));
+    }
+}
