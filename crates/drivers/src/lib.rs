@@ -14,11 +14,13 @@
 //! - [`control`]: a control connection's socket loop around a session.
 //! - [`access`]: who may connect, how many connections each may hold, the operator's log.
 //! - [`iperf3_auth`]: loading iperf3's authentication files.
-//! - [`search`]: the sans-IO rate search behind `--find-max`.
+//! - [`find_max`]: `--find-max`'s trials and answer, over [`search`], the sans-IO rate
+//!   search.
 
 pub mod access;
 pub mod client;
 pub mod control;
+pub mod find_max;
 pub mod iperf3;
 pub mod iperf3_auth;
 pub mod iperf3_client;

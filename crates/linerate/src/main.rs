@@ -16,7 +16,7 @@ use clap::Parser;
 use cli::{Cli, Command, RrArgs, ServeArgs, StreamArgs, TransactionArgs};
 use linerate_drivers::access::{AccessPolicy, LogFormat};
 use linerate_drivers::client::{self, ClientOptions, Progress};
-use linerate_drivers::search::{Probe, RateSearch, TrialOutcome};
+use linerate_drivers::find_max::{self, FindMaxError};
 use linerate_drivers::server::{Server, ServerConfig};
 use linerate_model::{
     StreamRequest, StreamTransport, TestKind, TestRequest, TransactionRequest, DEFAULT_TIME_S,
@@ -27,12 +27,8 @@ use linerate_proto::Limits;
 use linerate_report::document::Document;
 use linerate_report::stats::RepeatPlan;
 use linerate_report::text::{self, INTERVAL_HEADER, TRIAL_HEADER};
-use linerate_report::units::format_rate;
 use linerate_report::units::Scale;
-use linerate_report::{
-    Direction, FindMaxReport, Headline, LoadSummary, PerSide, RateFound, RateTrial, Report,
-    TestConfig, TrialVerdict,
-};
+use linerate_report::{Direction, Headline, LoadSummary, RateTrial, Report, TestConfig};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -666,20 +662,16 @@ fn check_flows(report: &Report) -> Result<()> {
     Ok(())
 }
 
-/// `--find-max`: trials at the rates a [`RateSearch`] asks for, one line each, then the
-/// highest rate whose receiver-side loss stayed within `--max-loss` and what stopped it.
+/// `--find-max` (linerate-drivers' `find_max`): its trials printed one line each as they
+/// end, then the highest rate whose receiver-side loss stayed within `--max-loss` and what
+/// stopped it.
 fn find_max(
     args: &StreamArgs,
-    mut config: TestConfig,
+    config: TestConfig,
     target: Option<SocketAddr>,
     cancel: &Arc<AtomicBool>,
     store: Option<&mut linerate_store::Store>,
 ) -> Result<ExitCode> {
-    // Trials print one line each, not interval lines.
-    config.interval_s = 0.0;
-    config.rate_bps = None;
-    let flows = f64::from(config.parallel);
-    let mut search = RateSearch::new(args.max_loss, FIND_MAX_RESOLUTION, FIND_MAX_TRIALS);
     if !args.json {
         println!("{}", banner(args, target, &config));
         println!(
@@ -688,113 +680,27 @@ fn find_max(
         );
         println!("{TRIAL_HEADER}");
     }
-    let mut trials: Vec<RateTrial> = Vec::new();
-    let mut first: Option<Report> = None;
-    let mut warnings = Vec::new();
-    while let Some(probe) = search.next() {
-        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
-            warnings.push("interrupted: the search ended early".to_string());
-            break;
-        }
-        let mut trial_config = config.clone();
-        trial_config.rate_bps = match probe {
-            Probe::Unpaced => None,
-            Probe::Rate(rate) => Some(rate),
-        };
-        let report = run_once(target, &trial_config, cancel, &mut |_| {})?;
+    let run_trial = |trial: &TestConfig| -> Result<Report> {
+        let report = run_once(target, trial, cancel, &mut |_| {})?;
         check_flows(&report)?;
-        let udp = report.summary.udp.clone().unwrap_or_default();
-        let verdict = search.record(
-            probe,
-            TrialOutcome {
-                sender_bps: report.summary.sender_bps / flows,
-                receiver_bps: report.summary.receiver_bps / flows,
-                loss_pct: udp.loss_pct,
-            },
-        );
-        let trial = RateTrial {
-            offered_bps: trial_config.rate_bps.map(|rate| rate as f64 * flows),
-            verdict,
-            summary: report.summary.clone(),
-            warnings: report.warnings.clone(),
-        };
+        Ok(report)
+    };
+    let on_trial = |number: usize, trial: &RateTrial| {
         if !args.json {
-            println!(
-                "{}",
-                text::trial_line(trials.len() + 1, &trial, args.format)
-            );
+            println!("{}", text::trial_line(number, trial, args.format));
         }
-        trials.push(trial);
-        first.get_or_insert(report);
-    }
-    let Some(first) = first else {
-        bail!("interrupted before the first trial ended");
     };
-    let best_offered = search.best_rate().map(|rate| rate as f64 * flows);
-    let found = if search.sender_is_the_limit() {
-        trials.first()
-    } else {
-        trials
-            .iter()
-            .find(|t| t.verdict == TrialVerdict::Passed && t.offered_bps == best_offered)
-    };
-    let result = found.map(|trial| {
-        let udp = trial.summary.udp.clone().unwrap_or_default();
-        RateFound {
-            offered_bps: trial.offered_bps,
-            receiver_bps: trial.summary.receiver_bps,
-            receiver_pps: udp.receiver_pps,
-            loss_pct: udp.loss_pct,
-            limited_by: if trial.offered_bps.is_none() {
-                "sender"
-            } else {
-                "receiver or path"
-            }
-            .to_string(),
-        }
-    });
-    // The lowest failing rate above the answer says why the search stopped there.
-    let failing = trials
-        .iter()
-        .filter(|t| t.verdict != TrialVerdict::Passed)
-        .min_by(|a, b| {
-            let rate = |t: &RateTrial| t.offered_bps.unwrap_or(f64::INFINITY);
-            rate(a).total_cmp(&rate(b))
-        });
-    let limit = match (search.sender_is_the_limit(), failing) {
-        (true, _) => trials.first().map(|t| {
-            let cpu = sending_side(&config, &t.summary.cpu);
-            format!(
-                "unpaced, the senders reached {} and the receivers took it all within the bound:                  the sender is the bottleneck (busiest sending core {:.0}%)",
-                format_rate(t.summary.sender_bps, args.format),
-                cpu.busiest_core_pct
-            )
-        }),
-        (false, Some(t)) => {
-            let kernel = t.summary.udp.as_ref().map(|u| &u.kernel);
-            let receiver_kernel = kernel.map(|k| match config.direction {
-                Direction::Reverse => &k.local,
-                _ => &k.remote,
-            });
-            Some(text::limit_words(
-                t,
-                receiver_kernel,
-                sending_side(&config, &t.summary.cpu),
-            ))
-        }
-        (false, None) => None,
-    };
-    let report = FindMaxReport {
-        tool: first.tool.clone(),
-        test: "udp_find_max".to_string(),
-        started_at: first.started_at,
+    let report = match find_max::find_max(
         config,
-        host: first.host.clone(),
-        max_loss_pct: args.max_loss,
-        trials,
-        result,
-        limit,
-        warnings,
+        args.max_loss,
+        args.format,
+        cancel,
+        run_trial,
+        on_trial,
+    ) {
+        Ok(report) => report,
+        Err(FindMaxError::Trial(error)) => return Err(error),
+        Err(FindMaxError::Interrupted) => bail!("interrupted before the first trial ended"),
     };
     // The trials were printed as they ended; the answer is what is left.
     let text = text::render_find_max(&report, args.format);
@@ -806,16 +712,3 @@ fn find_max(
     )?;
     Ok(ExitCode::SUCCESS)
 }
-
-/// The CPU figures of the host whose flows send.
-fn sending_side<'a, T>(config: &TestConfig, sides: &'a PerSide<T>) -> &'a T {
-    match config.direction {
-        Direction::Reverse => &sides.remote,
-        _ => &sides.local,
-    }
-}
-
-/// `--find-max` stops when the passing and failing rates are this close (a fraction of
-/// the failing one), or after this many trials.
-const FIND_MAX_RESOLUTION: f64 = 0.02;
-const FIND_MAX_TRIALS: usize = 12;
