@@ -44,6 +44,12 @@ pub enum ClientError {
     },
     #[error("cannot start the in-process server: {0}")]
     LocalServer(io::Error),
+    /// The bulk load beside a request/response test (`--load`).
+    #[error("the bulk load beside the transactions failed: {0}")]
+    Load(Box<ClientError>),
+    /// A configuration no server would run (linerate-model's resolver or proto's bounds).
+    #[error("{0}")]
+    Config(String),
 }
 
 /// What the client tells its caller while a test runs.
@@ -372,6 +378,19 @@ fn flow_specs(config: &TestConfig, sockets: Vec<FlowSocket>) -> Vec<FlowSpec> {
         .enumerate()
         .map(|(id, socket)| FlowSpec::new(config, id as u32, Side::Client, socket))
         .collect()
+}
+
+/// Runs a test against `target`, or against an in-process server when there is none.
+pub fn run_test(
+    target: Option<SocketAddr>,
+    options: &ClientOptions,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Report, ClientError> {
+    match target {
+        Some(addr) => run(addr, options, cancel, progress),
+        None => run_local(options, cancel, progress),
+    }
 }
 
 /// Runs a test against an in-process server on loopback: "measure this machine" with no

@@ -11,6 +11,7 @@
 //! - [`iperf3_client`]: a test against a real iperf3 server; [`iperf3`] converts between
 //!   iperf3's parameters and results and linerate's configuration and results.
 //! - [`profile`]: profile runs: the controller, the agent, and the profile threads.
+//! - [`load`]: `--load`'s bulk flows beside a request/response test.
 //! - [`control`]: a control connection's socket loop around a session.
 //! - [`access`]: who may connect, how many connections each may hold, the operator's log.
 //! - [`iperf3_auth`]: loading iperf3's authentication files.
@@ -25,6 +26,7 @@ pub mod iperf3;
 pub mod iperf3_auth;
 pub mod iperf3_client;
 pub mod iperf3_server;
+pub mod load;
 pub mod native_server;
 pub mod profile;
 pub mod search;

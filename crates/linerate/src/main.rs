@@ -17,6 +17,7 @@ use cli::{Cli, Command, RrArgs, ServeArgs, StreamArgs, TransactionArgs};
 use linerate_drivers::access::{AccessPolicy, LogFormat};
 use linerate_drivers::client::{self, ClientOptions, Progress};
 use linerate_drivers::find_max::{self, FindMaxError};
+use linerate_drivers::load;
 use linerate_drivers::server::{Server, ServerConfig};
 use linerate_model::{
     StreamRequest, StreamTransport, TestKind, TestRequest, TransactionRequest, DEFAULT_TIME_S,
@@ -28,7 +29,7 @@ use linerate_report::document::Document;
 use linerate_report::stats::RepeatPlan;
 use linerate_report::text::{self, INTERVAL_HEADER, TRIAL_HEADER};
 use linerate_report::units::Scale;
-use linerate_report::{Direction, Headline, LoadSummary, RateTrial, Report, TestConfig};
+use linerate_report::{Direction, Headline, RateTrial, Report, TestConfig};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -367,10 +368,6 @@ fn transaction_test(
     live_intervals: bool,
     cancel: &Arc<AtomicBool>,
 ) -> Result<Report> {
-    let load = config.rr.as_ref().map_or(0, |r| r.load);
-    let bulk = (load > 0)
-        .then(|| start_load(target, config, load, cancel))
-        .transpose()?;
     let mut progress = |event: Progress| {
         if quiet {
             return;
@@ -395,89 +392,14 @@ fn transaction_test(
             }
         }
     };
-    let outcome = run_once(target, config, cancel, &mut progress);
-    let load_report = match bulk {
-        Some(handle) => Some(
-            handle
-                .join()
-                .map_err(|_| anyhow!("the load test's thread panicked"))?
-                .context("the bulk load beside the transactions failed")?,
-        ),
-        None => None,
-    };
-    let mut report = outcome?;
-    if let (Some(load), Some(rr)) = (&load_report, report.summary.rr.as_mut()) {
-        rr.load = Some(LoadSummary {
-            flows: load.summary.flows,
-            receiver_bps: load.summary.receiver_bps,
-            sender_bps: load.summary.sender_bps,
-            retransmits: load.summary.retransmits,
-        });
-        report
-            .warnings
-            .extend(load.warnings.iter().map(|w| format!("load: {w}")));
-    }
-    Ok(report)
-}
-
-/// Seconds the bulk load starts ahead of the transactions (connections open, windows
-/// grow) and runs on after them, so that it covers their whole window.
-const LOAD_LEAD_S: f64 = 1.0;
-
-/// Starts `flows` bulk TCP flows, client to server, as a stream test of their own beside
-/// a request/response test; returns once they run.
-fn start_load(
-    target: Option<SocketAddr>,
-    rr_config: &TestConfig,
-    flows: u32,
-    cancel: &Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<Result<Report>>> {
-    let request = TestRequest {
-        target: Some(rr_config.target.clone()),
-        port: rr_config.port,
-        parallel: flows,
-        threads: None,
-        // It starts before the transactions (its omit) and ends after them.
-        time_s: rr_config.omit_s + rr_config.time_s + 2.0 * LOAD_LEAD_S,
-        omit_s: LOAD_LEAD_S,
-        interval_s: 0.0,
-        window: rr_config.window,
-        congestion: rr_config.congestion.clone(),
-        per_flow: false,
-        connect_timeout_s: rr_config.connect_timeout_s,
-        kind: TestKind::Stream(StreamRequest {
-            direction: Direction::Forward,
-            rate_bps: None,
-            transport: StreamTransport::Tcp {
-                length: None,
-                mss: None,
-                nodelay: false,
-            },
-        }),
-    };
-    let config = resolve_request(&request, target).map_err(|e| anyhow!(e))?;
-    let (started, running) = std::sync::mpsc::channel();
-    let cancel = cancel.clone();
-    let handle = std::thread::Builder::new()
-        .name("linerate-load".into())
-        .spawn(move || {
-            let mut progress = |event: Progress| {
-                if matches!(event, Progress::Started) {
-                    let _ = started.send(());
-                }
-            };
-            run_once(target, &config, &cancel, &mut progress)
-        })
-        .context("cannot start the load test")?;
-    if running.recv().is_err() {
-        // The load test ended before it started: its error says why.
-        return match handle.join() {
-            Ok(Err(error)) => Err(error.context("the bulk load could not start")),
-            _ => bail!("the bulk load could not start"),
-        };
-    }
-    std::thread::sleep(std::time::Duration::from_secs_f64(LOAD_LEAD_S));
-    Ok(handle)
+    let mut options = ClientOptions::new(config.clone());
+    options.key = user_key();
+    Ok(load::run_with_load(
+        target,
+        &options,
+        cancel,
+        &mut progress,
+    )?)
 }
 
 fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
@@ -633,10 +555,7 @@ fn run_once(
 ) -> Result<Report> {
     let mut options = ClientOptions::new(config.clone());
     options.key = user_key();
-    Ok(match target {
-        Some(addr) => client::run(addr, &options, cancel, progress)?,
-        None => client::run_local(&options, cancel, progress)?,
-    })
+    Ok(client::run_test(target, &options, cancel, progress)?)
 }
 
 /// Exit 1 when flows failed: the report, already printed, says which and why; a line on
