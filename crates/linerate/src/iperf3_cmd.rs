@@ -2,7 +2,8 @@
 //! for serving iperf3 clients (`-s`, the same server as `linerate serve`).
 
 use crate::cli::{Iperf3Args, ServeArgs};
-use anyhow::{Context, Result};
+use crate::failure::{Failure, Outcome};
+use anyhow::Context;
 use clap::Parser;
 use linerate_drivers::client::Progress;
 use linerate_drivers::iperf3_client;
@@ -10,7 +11,6 @@ use linerate_proto::iperf3::{Params, Transport, DEFAULT_TCP_BLOCK, DEFAULT_UDP_R
 use linerate_report::document::Document;
 use linerate_report::text::{self, INTERVAL_HEADER};
 use linerate_report::{iperf3_json, Direction};
-use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +22,7 @@ struct ServeOnly {
     args: ServeArgs,
 }
 
-pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Result<ExitCode> {
+pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Outcome {
     let Some(host) = &args.client else {
         // `serve`'s own defaults, from its flag definitions, with iperf3's server flags.
         let mut flags = vec!["serve".to_string(), "--port".into(), args.port.to_string()];
@@ -42,7 +42,7 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Result<ExitCode
         }
         let serve_args = match ServeOnly::try_parse_from(flags) {
             Ok(parsed) => parsed.args,
-            Err(error) => return Ok(crate::usage_error(&error)),
+            Err(error) => return Err(Failure::Flags(error).into()),
         };
         return crate::serve(&serve_args, storage);
     };
@@ -79,7 +79,7 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Result<ExitCode
     let config = match linerate_drivers::iperf3::config_of(&params, host, args.port, Duration::ZERO)
     {
         Ok(config) => config,
-        Err(message) => return Ok(crate::usage(&message)),
+        Err(message) => return Err(Failure::Usage(message).into()),
     };
     let sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
     let mut progress = |event: Progress| match event {
@@ -145,7 +145,7 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Result<ExitCode
             say(&note);
         }
     }
-    Ok(crate::flows_exit(&outcome.report))
+    crate::check_flows(&outcome.report).map_err(|e| Failure::Partial(format!("{e:#}")).into())
 }
 
 /// The parameters an iperf3 client with these flags sends.

@@ -4,6 +4,7 @@
 //! 2 a usage error (bad flag or value).
 
 mod cli;
+mod failure;
 mod iperf3_cmd;
 mod keep;
 mod run_cmd;
@@ -11,9 +12,9 @@ mod store_cmd;
 mod sweep_cmd;
 
 use anyhow::{anyhow, bail, Context, Result};
-use clap::error::ErrorKind;
 use clap::Parser;
 use cli::{Cli, Command, RrArgs, ServeArgs, StreamArgs, TransactionArgs};
+use failure::{Failure, Outcome};
 use linerate_drivers::access::{AccessPolicy, LogFormat};
 use linerate_drivers::client::{self, ClientOptions, Progress};
 use linerate_drivers::find_max::{self, FindMaxError};
@@ -42,7 +43,7 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(error) => return usage_error(&error),
+        Err(error) => return failure::exit_code(Err(Failure::Flags(error).into()), false),
     };
     let storage = keep::Storage {
         path: cli.db,
@@ -53,7 +54,7 @@ fn main() -> ExitCode {
             Ok(key) => {
                 let _ = KEY.set(key);
             }
-            Err(message) => return usage(&message),
+            Err(message) => return failure::exit_code(Err(Failure::Usage(message).into()), false),
         }
     }
     let (json, outcome) = match cli.command {
@@ -77,52 +78,10 @@ fn main() -> ExitCode {
         Command::Run(args) => (args.json, run_cmd::run(&args, &storage)),
         Command::Profile(command) => (false, run_cmd::profile(&command)),
     };
-    match outcome {
-        Ok(code) => code,
-        Err(error) => {
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
-            let message = format!("{error:#}");
-            if json {
-                println!("{}", serde_json::json!({ "error": message }));
-            }
-            eprintln!("linerate: error: {message}");
-            ExitCode::from(1)
-        }
-    }
+    failure::exit_code(outcome, json)
 }
 
-/// Help and version go to stdout with exit 0; a mistake is one line on stderr, exit 2.
-fn usage_error(error: &clap::Error) -> ExitCode {
-    match error.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-            let _ = error.print();
-            ExitCode::SUCCESS
-        }
-        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            let _ = error.print();
-            ExitCode::from(2)
-        }
-        _ => {
-            let rendered = error.render().to_string();
-            let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
-            let mut first = lines
-                .next()
-                .unwrap_or("error: invalid arguments")
-                .to_string();
-            // "the following required arguments were not provided:" names them below.
-            if first.ends_with(':') {
-                if let Some(next) = lines.next() {
-                    first = format!("{first} {next}");
-                }
-            }
-            eprintln!("linerate: {first} (see 'linerate --help')");
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
+fn serve(args: &ServeArgs, storage: &keep::Storage) -> Outcome {
     let ip = args.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
     let mut config = ServerConfig::new(SocketAddr::new(ip, args.port));
     config.limits = Limits {
@@ -156,9 +115,10 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
         match linerate_drivers::iperf3_auth::load(private_key, users, args.time_skew_threshold) {
             Ok(auth) => config.iperf3_auth = Some(Arc::new(auth)),
             Err(message) => {
-                return Ok(usage(&format!(
+                return Err(Failure::Usage(format!(
                 "invalid value for '--rsa-private-key-path'/'--authorized-users-path': {message}"
-            )))
+            ))
+                .into())
             }
         }
     }
@@ -188,7 +148,7 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Result<ExitCode> {
             .context("cannot install signal handlers")?;
     }
     server.run().context("server failed")?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The test `linerate stream`'s flags ask for.
@@ -288,28 +248,26 @@ pub(crate) fn resolve_request(
 }
 
 /// `linerate rr` (with its own flags) and `linerate crr` (`rr` is `None`).
-fn transactions(
-    common: &TransactionArgs,
-    rr: Option<&RrArgs>,
-    storage: &keep::Storage,
-) -> Result<ExitCode> {
+fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>, storage: &keep::Storage) -> Outcome {
     let udp = rr.is_some_and(|a| a.udp);
     for (name, size) in [
         ("--request", common.request),
         ("--response", common.response),
     ] {
         if udp && size > 65_507 {
-            return Ok(usage(&format!(
+            return Err(Failure::Usage(format!(
                 "invalid value '{size}' for '{name}': a UDP datagram carries 1 to 65507 bytes"
-            )));
+            ))
+            .into());
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if let Some(&cpu) = common.cpu.iter().find(|&&c| usize::from(c) >= cores) {
-        return Ok(usage(&format!(
+        return Err(Failure::Usage(format!(
             "invalid value '{cpu}' for '--cpu': this machine has CPUs 0 to {}",
             cores - 1
-        )));
+        ))
+        .into());
     }
     let target = match &common.host {
         Some(host) => Some(resolve(host, common.port)?),
@@ -317,7 +275,7 @@ fn transactions(
     };
     let config = match resolve_request(&transaction_request(common, rr), target) {
         Ok(config) => config,
-        Err(message) => return Ok(usage(&message)),
+        Err(message) => return Err(Failure::Usage(message).into()),
     };
     let mut store = storage.open_for_run()?;
     let cancel = Arc::new(AtomicBool::new(false));
@@ -357,7 +315,7 @@ fn transactions(
     let Document::Test(report) = document else {
         unreachable!("built as a test above")
     };
-    Ok(flows_exit(&report))
+    crate::check_flows(&report).map_err(|e| Failure::Partial(format!("{e:#}")).into())
 }
 
 /// One request/response test, with its bulk load beside it when asked for.
@@ -448,20 +406,14 @@ fn within_bounds(config: &TestConfig) -> Result<(), String> {
     linerate_proto::session::validate(config, &unlimited).map_err(|(_, reason)| reason)
 }
 
-/// A usage error found after parsing: one line, exit 2.
-fn usage(message: &str) -> ExitCode {
-    eprintln!("linerate: error: {message} (see 'linerate --help')");
-    ExitCode::from(2)
-}
-
-fn stream(args: &StreamArgs, storage: &keep::Storage) -> Result<ExitCode> {
+fn stream(args: &StreamArgs, storage: &keep::Storage) -> Outcome {
     let target = match &args.host {
         Some(host) => Some(resolve(host, args.port)?),
         None => None,
     };
     let config = match resolve_request(&stream_request(args), target) {
         Ok(config) => config,
-        Err(message) => return Ok(usage(&message)),
+        Err(message) => return Err(Failure::Usage(message).into()),
     };
     let mut store = storage.open_for_run()?;
     let cancel = Arc::new(AtomicBool::new(false));
@@ -532,7 +484,7 @@ fn stream(args: &StreamArgs, storage: &keep::Storage) -> Result<ExitCode> {
     let Document::Test(report) = document else {
         unreachable!("built as a test above")
     };
-    Ok(flows_exit(&report))
+    crate::check_flows(&report).map_err(|e| Failure::Partial(format!("{e:#}")).into())
 }
 
 /// "Connecting to HOST (ADDR), ..." or the loopback equivalent.
@@ -558,19 +510,9 @@ fn run_once(
     Ok(client::run_test(target, &options, cancel, progress)?)
 }
 
-/// Exit 1 when flows failed: the report, already printed, says which and why; a line on
-/// stderr says so again (and a JSON document on stdout stays the only one).
-fn flows_exit(report: &Report) -> ExitCode {
-    match check_flows(report) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("linerate: error: {error:#}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-fn check_flows(report: &Report) -> Result<()> {
+/// Flows that failed: the report, already printed, says which and why; the error says so
+/// again on stderr (and a JSON document on stdout stays the only one).
+pub(crate) fn check_flows(report: &Report) -> Result<()> {
     if report.summary.flows_failed > 0 {
         bail!(
             "{} of {} flows failed; the figures cover only what arrived",
@@ -590,7 +532,7 @@ fn find_max(
     target: Option<SocketAddr>,
     cancel: &Arc<AtomicBool>,
     store: Option<&mut linerate_store::Store>,
-) -> Result<ExitCode> {
+) -> Outcome {
     if !args.json {
         println!("{}", banner(args, target, &config));
         println!(
@@ -629,5 +571,5 @@ fn find_max(
         &text,
         store,
     )?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

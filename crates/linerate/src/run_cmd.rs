@@ -1,38 +1,27 @@
 //! `linerate run` and `linerate profile`: profiles read, checked and run.
 
 use crate::cli::{ProfileCommand, RunArgs, SetArgs};
+use crate::failure::{Failure, Outcome};
 use crate::keep;
 use anyhow::{Context, Result};
 use linerate_drivers::profile::controller::{self, RunOptions};
 use linerate_profile::{toml_format, Format, Profile, Vars};
 use linerate_report::document::Document;
-use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// A profile that does not read is a usage error: one line naming file, line and value.
-fn load(path: &std::path::Path, set: &SetArgs) -> Result<(Profile, Format), ExitCode> {
+fn load(path: &std::path::Path, set: &SetArgs) -> Result<(Profile, Format)> {
     let name = path.display().to_string();
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) => {
-            eprintln!("linerate: error: cannot read profile {name}: {e}");
-            return Err(ExitCode::from(2));
-        }
-    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::Usage(format!("cannot read profile {name}: {e}")))?;
     let vars = Vars::new(set.set.iter().cloned().collect());
-    linerate_profile::parse(&name, &text, &vars).map_err(|e| {
-        eprintln!("linerate: error: {e}");
-        ExitCode::from(2)
-    })
+    Ok(linerate_profile::parse(&name, &text, &vars).map_err(|e| Failure::Usage(e.to_string()))?)
 }
 
-pub fn run(args: &RunArgs, storage: &keep::Storage) -> Result<ExitCode> {
-    let (profile, format) = match load(&args.profile, &args.set) {
-        Ok(loaded) => loaded,
-        Err(code) => return Ok(code),
-    };
+pub fn run(args: &RunArgs, storage: &keep::Storage) -> Outcome {
+    let (profile, format) = load(&args.profile, &args.set)?;
     let mut store = storage.open_for_run()?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -56,26 +45,19 @@ pub fn run(args: &RunArgs, storage: &keep::Storage) -> Result<ExitCode> {
     let text = document.render_text(args.format);
     keep::finish(&document, args.json, &text, store.as_mut())?;
     if !complete {
-        eprintln!("linerate: the run is incomplete (see above)");
-        return Ok(ExitCode::from(1));
+        return Err(Failure::Partial("the run is incomplete (see above)".into()).into());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-pub fn profile(command: &ProfileCommand) -> Result<ExitCode> {
+pub fn profile(command: &ProfileCommand) -> Outcome {
     match command {
         ProfileCommand::Convert(args) => {
-            let (profile, _) = match load(&args.profile, &args.set) {
-                Ok(loaded) => loaded,
-                Err(code) => return Ok(code),
-            };
+            let (profile, _) = load(&args.profile, &args.set)?;
             print!("{}", toml_format::to_toml(&profile));
         }
         ProfileCommand::Check(args) => {
-            let (profile, format) = match load(&args.profile, &args.set) {
-                Ok(loaded) => loaded,
-                Err(code) => return Ok(code),
-            };
+            let (profile, format) = load(&args.profile, &args.set)?;
             println!(
                 "{}: profile '{}' ({}), {} group(s), {} thread(s)",
                 args.profile.display(),
@@ -95,5 +77,5 @@ pub fn profile(command: &ProfileCommand) -> Result<ExitCode> {
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -2,11 +2,11 @@
 //! and `report`.
 
 use crate::cli::{CompareArgs, ExportArgs, ExportFormat, HistoryArgs, ReportArgs, ShowArgs};
+use crate::failure::Outcome;
 use crate::keep::Storage;
 use anyhow::{anyhow, bail, Context, Result};
 use linerate_report::document::Document;
 use linerate_store::{Filter, RunRow, StoredRun};
-use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// A time as UTC, to the second: "2026-11-21T22:16:03Z".
@@ -15,7 +15,7 @@ fn when(epoch_s: f64) -> String {
     humantime::format_rfc3339_seconds(time).to_string()
 }
 
-pub fn history(args: &HistoryArgs, storage: &Storage) -> Result<ExitCode> {
+pub fn history(args: &HistoryArgs, storage: &Storage) -> Outcome {
     let store = storage.open_to_read()?;
     let rows = store
         .list(&Filter {
@@ -28,11 +28,11 @@ pub fn history(args: &HistoryArgs, storage: &Storage) -> Result<ExitCode> {
     if args.json {
         let list: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
         println!("{}", serde_json::to_string_pretty(&list)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     }
     if rows.is_empty() {
         println!("No runs stored in {} match.", store.path());
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     }
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
@@ -47,7 +47,7 @@ pub fn history(args: &HistoryArgs, storage: &Storage) -> Result<ExitCode> {
         ]);
     }
     println!("{table}");
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn row_json(row: &RunRow) -> serde_json::Value {
@@ -64,12 +64,12 @@ fn row_json(row: &RunRow) -> serde_json::Value {
     })
 }
 
-pub fn show(args: &ShowArgs, storage: &Storage) -> Result<ExitCode> {
+pub fn show(args: &ShowArgs, storage: &Storage) -> Outcome {
     let store = storage.open_to_read()?;
     let run = store.get(args.id).map_err(|e| anyhow!(e))?;
     if args.json {
         println!("{}", run.json);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     }
     println!(
         "Run {}: {} against {}, started {}",
@@ -82,7 +82,7 @@ pub fn show(args: &ShowArgs, storage: &Storage) -> Result<ExitCode> {
         println!("Command: {}", run.row.command);
     }
     print!("{}", run.document.render_text(args.format));
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn fetch(storage: &Storage, ids: &[i64]) -> Result<Vec<StoredRun>> {
@@ -92,7 +92,7 @@ fn fetch(storage: &Storage, ids: &[i64]) -> Result<Vec<StoredRun>> {
         .collect()
 }
 
-pub fn compare(args: &CompareArgs, storage: &Storage) -> Result<ExitCode> {
+pub fn compare(args: &CompareArgs, storage: &Storage) -> Outcome {
     let runs = fetch(storage, &args.ids)?;
     let profiles: Vec<(i64, &linerate_report::profile::ProfileReport)> = runs
         .iter()
@@ -103,7 +103,7 @@ pub fn compare(args: &CompareArgs, storage: &Storage) -> Result<ExitCode> {
         .collect();
     if !profiles.is_empty() && profiles.len() == runs.len() && !args.json {
         print!("{}", linerate_report::profile::compare_text(&profiles));
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     }
     let mut tests = Vec::new();
     for run in &runs {
@@ -124,10 +124,10 @@ pub fn compare(args: &CompareArgs, storage: &Storage) -> Result<ExitCode> {
     } else {
         print!("{}", comparison.render_text());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-pub fn export(args: &ExportArgs, storage: &Storage) -> Result<ExitCode> {
+pub fn export(args: &ExportArgs, storage: &Storage) -> Outcome {
     let run = fetch(storage, &[args.id])?.remove(0);
     let text = match args.format {
         ExportFormat::Json => format!("{}\n", run.json),
@@ -138,7 +138,7 @@ pub fn export(args: &ExportArgs, storage: &Storage) -> Result<ExitCode> {
     write_out(args.output.as_deref(), &text)
 }
 
-pub fn report(args: &ReportArgs, storage: &Storage) -> Result<ExitCode> {
+pub fn report(args: &ReportArgs, storage: &Storage) -> Outcome {
     let runs = fetch(storage, &args.ids)?;
     let documents: Vec<(i64, &Document)> = runs.iter().map(|r| (r.row.id, &r.document)).collect();
     let tool = format!("linerate {}", env!("CARGO_PKG_VERSION"));
@@ -151,15 +151,15 @@ pub fn report(args: &ReportArgs, storage: &Storage) -> Result<ExitCode> {
         if runs.len() == 1 { "" } else { "s" },
         html.len().div_ceil(1024)
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Writes to a file (through a temporary beside it, so a failed write leaves no half
 /// file) or to stdout.
-fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<ExitCode> {
+fn write_out(path: Option<&std::path::Path>, text: &str) -> Outcome {
     let Some(path) = path else {
         print!("{text}");
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     };
     let name = path
         .file_name()
@@ -171,5 +171,5 @@ fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<ExitCode> {
             let _ = std::fs::remove_file(&temporary);
             anyhow!("cannot write {}: {e}", path.display())
         })?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -2,6 +2,7 @@
 //! point as it completes, and one document holding every point's full result.
 
 use crate::cli::{SweepArgs, SweepTest};
+use crate::failure::{Failure, Outcome};
 use crate::keep::{self, Storage};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -13,7 +14,6 @@ use linerate_report::stats::RepeatPlan;
 use linerate_report::sweep::{product, SweepAxis, SweepParam, SweepPoint, SweepReport, SweepTable};
 use linerate_report::TestConfig;
 use serde_json::Value;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,10 +22,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// exchange), for the first time estimate before any point has ended.
 const SETUP_ESTIMATE_S: f64 = 1.0;
 
-pub fn run(args: &SweepArgs, storage: &Storage) -> Result<ExitCode> {
+pub fn run(args: &SweepArgs, storage: &Storage) -> Outcome {
     let axes = match axes(args) {
         Ok(axes) => axes,
-        Err(message) => return Ok(crate::usage(&message)),
+        Err(message) => return Err(Failure::Usage(message).into()),
     };
     let target = match &args.host {
         Some(host) => Some(crate::resolve(host, args.port)?),
@@ -34,7 +34,7 @@ pub fn run(args: &SweepArgs, storage: &Storage) -> Result<ExitCode> {
     let base_request = base_request(args);
     let base = match crate::resolve_request(&base_request, target) {
         Ok(config) => config,
-        Err(message) => return Ok(crate::usage(&message)),
+        Err(message) => return Err(Failure::Usage(message).into()),
     };
     let mut store = storage.open_for_run()?;
     let cancel = Arc::new(AtomicBool::new(false));
@@ -141,12 +141,12 @@ pub fn run(args: &SweepArgs, storage: &Storage) -> Result<ExitCode> {
         &text,
         store.as_mut(),
     )?;
-    Ok(if failed > 0 {
-        eprintln!("linerate: error: {failed} sweep points failed; their rows say why");
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    if failed > 0 {
+        return Err(
+            Failure::Partial(format!("{failed} sweep points failed; their rows say why")).into(),
+        );
+    }
+    Ok(())
 }
 
 /// One point's test; failed flows fail the point.
