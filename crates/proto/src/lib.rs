@@ -6,6 +6,7 @@
 //! in [`session`] and in docs/protocol.md.
 
 pub mod agent;
+pub mod agent_session;
 pub mod auth;
 pub mod datagram;
 pub mod frame;

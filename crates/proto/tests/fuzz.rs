@@ -219,6 +219,39 @@ proptest! {
     }
 
     #[test]
+    fn agent_session(input in mutated(vec![
+        framed(&AgentRequest::Hello { nonce: Some("cd".repeat(32)) }),
+        [framed(&AgentRequest::Hello { nonce: None }), framed(&AgentRequest::Ping { seq: 1 })].concat(),
+        framed(&AgentRequest::Auth { proof: "11".repeat(32) }),
+    ]), keyed in any::<bool>()) {
+        let peak = peak_of(|| {
+            let now = origin();
+            let timeouts = linerate_proto::agent_session::AgentTimeouts {
+                handshake: Duration::from_secs(10),
+                idle: Duration::from_secs(120),
+            };
+            let mut agent = linerate_proto::agent_session::AgentSession::new(
+                now,
+                linerate_proto::agent::AGENT_VERSION,
+                HostFacts::default(),
+                timeouts,
+            );
+            if keyed {
+                let key = Key::from_file_contents(b"a key of sixteen bytes or more").unwrap();
+                agent = agent.with_key(key, Nonce([6; 32]));
+            }
+            for chunk in input.chunks(509) {
+                agent.handle_input(now, chunk);
+            }
+            while agent.poll_transmit().is_some() {}
+            while agent.poll_event().is_some() {}
+            agent.handle_timeout(now + Duration::from_secs(3600));
+            assert!(agent.is_closed(), "every deadline ends a silent connection");
+        });
+        prop_assert!(peak < MEMORY_BOUND, "held {peak} bytes");
+    }
+
+    #[test]
     fn iperf3_parameters_and_results(input in mutated(vec![
         br#"{"tcp":true,"omit":0,"time":10,"num":0,"blockcount":0,"parallel":1,"len":131072,"pacing_timer":1000,"client_version":"3.12"}"#.to_vec(),
         br#"{"udp":true,"time":5,"len":1448,"bandwidth":1048576,"authtoken":"AAAA","use_pkcs1_padding":true}"#.to_vec(),

@@ -3,12 +3,13 @@
 //! group's host (docs/protocol.md 7).
 
 use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
-use super::link::{random_nonce, unix_ns, Link};
+use super::link::{random_nonce, unix_ns};
 use super::rendezvous::Rendezvous;
 use crate::shared::Shared;
-use linerate_proto::agent::{AgentReply, AgentRequest, MirrorSpec, AGENT_VERSION};
-use linerate_proto::auth::ServerAuth;
+use linerate_proto::agent::{AgentReply, AgentRequest, MirrorSpec};
+use linerate_proto::agent_session::{AgentEvent, AgentSession, AgentTimeouts};
 use linerate_report::profile::GroupResult;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
@@ -35,54 +36,72 @@ struct MirrorState {
     token: linerate_proto::Token,
 }
 
-/// The first exchange on an agent connection: the dialer's hello within the handshake
-/// deadline, the welcome, and, when this server holds a key, the dialer's proof.
-fn handshake(shared: &Shared, link: &mut Link) -> Result<(), String> {
-    let wait = shared.config.timeouts.handshake;
-    let nonce = match link.recv::<AgentRequest>(wait) {
-        Ok(Some(AgentRequest::Hello { nonce })) => nonce,
-        Ok(Some(_)) => return Err("did not open with a hello".into()),
-        Ok(None) => {
-            return Err(format!(
-                "sent no hello within {:.0} s (the handshake deadline)",
-                wait.as_secs_f64()
-            ))
+/// An agent connection: its socket and the sans-IO session (linerate-proto's
+/// `agent_session`) that holds its handshake, key check and deadlines. Every byte in or out
+/// goes through the session.
+struct AgentConnection {
+    stream: TcpStream,
+    session: AgentSession,
+}
+
+impl AgentConnection {
+    /// Sends what the session has queued; a write failure shows as the next read's.
+    fn flush(&mut self) {
+        while let Some(bytes) = self.session.poll_transmit() {
+            if self.stream.write_all(&bytes).is_err() {
+                break;
+            }
         }
-        Err(e) => return Err(format!("failed during its hello: {e}")),
-    };
-    let mut auth = match &shared.config.key {
-        Some(key) => Some(ServerAuth::new(
-            key.clone(),
-            random_nonce().map_err(|e| e.to_string())?,
-        )),
-        None => None,
-    };
-    let challenge = match auth.as_mut().map(|a| a.handle_hello(nonce.as_deref())) {
-        Some(Err(e)) => return Err(format!("authentication failed: {e}")),
-        Some(Ok(challenge)) => Some(challenge),
-        None => None,
-    };
-    group::reply(
-        link,
-        &AgentReply::Welcome {
-            version: AGENT_VERSION,
-            host: shared.host.clone(),
-            auth: challenge,
-        },
-    );
-    let Some(auth) = auth else {
-        return Ok(());
-    };
-    match link.recv::<AgentRequest>(wait) {
-        Ok(Some(AgentRequest::Auth { proof })) => auth
-            .handle_proof(&proof)
-            .map_err(|e| format!("authentication failed: {e}")),
-        Ok(Some(_)) => Err("authentication failed: no proof of the key".into()),
-        Ok(None) => Err(format!(
-            "sent no proof of the key within {:.0} s",
-            wait.as_secs_f64()
-        )),
-        Err(e) => Err(format!("failed during authentication: {e}")),
+    }
+
+    fn reply(&mut self, reply: &AgentReply) {
+        self.session.reply(reply);
+        self.flush();
+    }
+
+    /// The next request, waiting at most `wait`: `Ok(None)` when none came in time,
+    /// `Err` with the reason when the connection is over.
+    fn recv(&mut self, wait: Duration) -> Result<Option<AgentRequest>, String> {
+        let deadline = Instant::now() + wait;
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match self.session.poll_event() {
+                Some(AgentEvent::Request(request)) => return Ok(Some(request)),
+                Some(AgentEvent::Closed(outcome)) => {
+                    self.flush();
+                    return Err(outcome
+                        .err()
+                        .unwrap_or_else(|| "the connection closed".into()));
+                }
+                None => {}
+            }
+            let now = Instant::now();
+            self.session.handle_timeout(now);
+            self.flush();
+            if self.session.is_closed() {
+                continue;
+            }
+            let left = deadline.saturating_duration_since(now);
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let _ = self
+                .stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))));
+            match self.stream.read(&mut buf) {
+                Ok(0) => self.session.handle_eof(Instant::now()),
+                Ok(n) => self.session.handle_input(Instant::now(), &buf[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(format!("connection ended: {e}")),
+            }
+            self.flush();
+        }
     }
 }
 
@@ -115,27 +134,27 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
         Ok(addr) => addr,
         Err(_) => return,
     };
-    let mut link = match Link::new(stream) {
-        Ok(link) => link,
-        Err(_) => return,
+    if stream.set_nodelay(true).is_err() {
+        return;
+    }
+    let timeouts = AgentTimeouts {
+        handshake: shared.config.timeouts.handshake,
+        idle: shared.config.timeouts.idle,
     };
-    if version != AGENT_VERSION {
-        group::reply(&mut link, &AgentReply::Error { reason: format!("agent protocol version {version} is not spoken here (this agent speaks {AGENT_VERSION})") });
-        shared.refused(peer, &format!("agent protocol version {version}"));
-        return;
+    let mut session = AgentSession::new(Instant::now(), version, shared.host.clone(), timeouts);
+    if let Some(key) = &shared.config.key {
+        match random_nonce() {
+            Ok(nonce) => session = session.with_key(key.clone(), nonce),
+            Err(e) => {
+                shared.log(&format!(
+                    "agent connection from {peer}: no randomness for a nonce: {e}"
+                ));
+                return;
+            }
+        }
     }
-    if let Err(why) = handshake(shared, &mut link) {
-        group::reply(
-            &mut link,
-            &AgentReply::Error {
-                reason: why.clone(),
-            },
-        );
-        shared.refused(peer, &format!("agent connection: {why}"));
-        return;
-    }
+    let mut link = AgentConnection { stream, session };
     let limits = &shared.config.limits;
-    let idle = shared.config.timeouts.idle;
     let stop = Arc::new(AtomicBool::new(false));
     let mut prepared: Vec<PreparedGroup> = Vec::new();
     let mut limit_s = limits.max_duration_s;
@@ -145,30 +164,22 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
     // --max-tests as a test does.
     let mut slot: Option<TestSlot> = None;
     let mut last_beat = Instant::now();
-    let mut last_heard = Instant::now();
     let why = loop {
         if shared.shutdown.load(Ordering::Relaxed) {
             stop.store(true, Ordering::Relaxed);
             break "the server is shutting down".to_string();
         }
         let busy = run.is_some() || mirror.is_some();
-        if !busy && last_heard.elapsed() >= idle {
-            break format!(
-                "idle for {:.0} s (the idle deadline); closed",
-                idle.as_secs_f64()
-            );
-        }
+        link.session.set_busy(Instant::now(), busy);
         if !busy && prepared.is_empty() {
             slot = None;
         }
         if let Some(events) = &run {
             match events.try_recv() {
-                Ok(RunEvent::Released(at)) => {
-                    group::reply(&mut link, &AgentReply::Started { at_unix_ns: at })
-                }
+                Ok(RunEvent::Released(at)) => link.reply(&AgentReply::Started { at_unix_ns: at }),
                 Ok(RunEvent::Done(groups)) => {
                     let count = groups.len();
-                    group::reply(&mut link, &AgentReply::PartResult { groups });
+                    link.reply(&AgentReply::PartResult { groups });
                     shared.log(&format!(
                         "profile run from {peer}: {count} group(s) finished"
                     ));
@@ -176,30 +187,25 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                 }
                 Err(TryRecvError::Empty) => {
                     if last_beat.elapsed() >= HEARTBEAT {
-                        group::reply(&mut link, &AgentReply::Heartbeat);
+                        link.reply(&AgentReply::Heartbeat);
                         last_beat = Instant::now();
                     }
                 }
                 Err(TryRecvError::Disconnected) => run = None,
             }
         }
-        let message = match link.recv::<AgentRequest>(Duration::from_millis(50)) {
+        let message = match link.recv(Duration::from_millis(50)) {
             Ok(Some(message)) => message,
             Ok(None) => continue,
-            Err(e) => break format!("connection ended: {e}"),
+            Err(why) => break why,
         };
-        last_heard = Instant::now();
         match message {
-            AgentRequest::Hello { .. } | AgentRequest::Auth { .. } => {
-                break "a second hello or proof; closed".to_string()
-            }
-            AgentRequest::Ping { seq } => group::reply(
-                &mut link,
-                &AgentReply::Pong {
-                    seq,
-                    unix_ns: unix_ns(),
-                },
-            ),
+            // The session takes these itself; they never reach here.
+            AgentRequest::Hello { .. } | AgentRequest::Auth { .. } => {}
+            AgentRequest::Ping { seq } => link.reply(&AgentReply::Pong {
+                seq,
+                unix_ns: unix_ns(),
+            }),
             AgentRequest::Prepare {
                 parts,
                 limit_s: limit,
@@ -222,7 +228,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                 };
                 if let Some(reason) = over {
                     shared.refused(peer, &format!("profile run: {reason}"));
-                    group::reply(&mut link, &AgentReply::Error { reason });
+                    link.reply(&AgentReply::Error { reason });
                     continue;
                 }
                 if slot.is_none() && !parts.is_empty() {
@@ -230,7 +236,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                         Ok(taken) => slot = Some(taken),
                         Err(reason) => {
                             shared.refused(peer, &format!("profile run: {reason}"));
-                            group::reply(&mut link, &AgentReply::Error { reason });
+                            link.reply(&AgentReply::Error { reason });
                             continue;
                         }
                     }
@@ -258,7 +264,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                             "profile run from {peer}: prepared group(s) {}",
                             names.join(", ")
                         ));
-                        group::reply(&mut link, &AgentReply::Prepared);
+                        link.reply(&AgentReply::Prepared);
                     }
                     Some(e) => {
                         shared.refused(
@@ -266,7 +272,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                             &format!("profile run: cannot prepare: {}", e.detail()),
                         );
                         prepared.clear();
-                        group::reply(&mut link, &AgentReply::Error { reason: e.public() });
+                        link.reply(&AgentReply::Error { reason: e.public() });
                     }
                 }
             }
@@ -316,12 +322,9 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                         let _ = sender.send(RunEvent::Done(results));
                     });
                 if let Err(e) = spawned {
-                    group::reply(
-                        &mut link,
-                        &AgentReply::Error {
-                            reason: format!("cannot start: {e}"),
-                        },
-                    );
+                    link.reply(&AgentReply::Error {
+                        reason: format!("cannot start: {e}"),
+                    });
                 }
             }
             AgentRequest::Abort { reason } => {
@@ -342,18 +345,15 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                             "mirror of group '{}' for {peer}: {} thread(s)",
                             spec.group.name, spec.group.threads
                         ));
-                        group::reply(
-                            &mut link,
-                            &AgentReply::MirrorReady {
-                                token: state.token.to_hex(),
-                                udp_port: state.udp_port,
-                            },
-                        );
+                        link.reply(&AgentReply::MirrorReady {
+                            token: state.token.to_hex(),
+                            udp_port: state.udp_port,
+                        });
                         mirror = Some(state.state);
                     }
                     Err(reason) => {
                         shared.refused(peer, &format!("mirror: {reason}"));
-                        group::reply(&mut link, &AgentReply::Error { reason });
+                        link.reply(&AgentReply::Error { reason });
                     }
                 }
             }
@@ -377,14 +377,14 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
                         }
                         // The group host waits for the figures a bounded time per message.
                         if last_beat.elapsed() >= HEARTBEAT {
-                            group::reply(&mut link, &AgentReply::Heartbeat);
+                            link.reply(&AgentReply::Heartbeat);
                             last_beat = Instant::now();
                         }
                     }
                     stop.store(true, Ordering::Relaxed);
                     shared.unregister_flows(&state.token);
                     let figures = state.mirror.finish(&state.spec.group);
-                    group::reply(&mut link, &AgentReply::MirrorResult { figures });
+                    link.reply(&AgentReply::MirrorResult { figures });
                     shared.log(&format!(
                         "mirror of group '{}' for {peer}: ended",
                         state.spec.group.name
@@ -393,6 +393,11 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
             }
         }
     };
+    if !link.session.handshake_done() {
+        shared.refused(peer, &format!("agent connection: {why}"));
+    } else if run.is_none() && mirror.is_none() && why.contains("idle") {
+        shared.log(&format!("agent connection from {peer}: {why}"));
+    }
     stop.store(true, Ordering::Relaxed);
     if let Some(state) = mirror.take() {
         shared.unregister_flows(&state.token);

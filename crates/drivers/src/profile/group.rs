@@ -592,9 +592,3 @@ impl Mirror {
         }
     }
 }
-
-/// Sends a reply on an agent link, ignoring a peer that has gone (the caller notices on
-/// its next read).
-pub(crate) fn reply(link: &mut Link, message: &AgentReply) {
-    let _ = link.send(message);
-}
