@@ -270,97 +270,132 @@ impl UdpFlow {
     }
 }
 
-/// Runs a worker's UDP flows to the end of the schedule (or until `stop`).
+/// Runs one worker's UDP flows until the end boundary (plus a short grace for receivers)
+/// or until `stop` is set. Each turn: take the samples due, give every flow a few calls,
+/// settle byte budgets, and wait when nothing moved.
 pub fn run(
     plan: WorkerPlan,
     specs: Vec<FlowSpec>,
     samples: Sender<Sample>,
     stop: Arc<AtomicBool>,
 ) -> io::Result<Vec<FlowOutcome>> {
-    let framing = plan.udp_framing.unwrap_or(Framing::Native { tag: 0 });
-    let size = plan.length.max(framing.min_len());
-    let mut flows = Vec::with_capacity(specs.len());
-    for spec in specs {
-        let FlowSocket::Udp(socket) = spec.socket else {
-            return Err(io::Error::other("a TCP flow was given to the UDP loop"));
-        };
-        socket.set_nonblocking(true)?;
-        let outcome = outcome_of(&socket, spec.id, spec.direction, spec.role);
-        let pacer = match (spec.role, plan.rate_bps) {
-            // Credit for 5 ms of rate or one datagram, whichever is larger: bursts stay
-            // far below a 100 ms interval.
-            (Role::Send, Some(rate)) => Some(Pacer::new(
-                plan.start,
-                rate,
-                (rate / 8 / 200).max(size as u64),
-            )),
-            _ => None,
-        };
-        flows.push(UdpFlow {
-            id: spec.id,
-            role: spec.role,
-            socket,
-            sent_bytes: 0,
-            sequence: 0,
-            send_errors: 0,
-            blocked: false,
-            pacer,
-            tracker: (spec.role == Role::Receive).then(|| SequenceTracker::new(spec.id, framing)),
-            done: false,
-            budget: plan.budget_for(spec.role),
-            spent: false,
-            outcome,
-        });
-    }
-    let mut notes = Vec::new();
-    let sends = flows.iter().any(|f| f.role == Role::Send);
-    let receives = flows.iter().any(|f| f.role == Role::Receive);
-    let mut send_batch = match (plan.gso && sends).then(|| enable_gso(&flows, size)) {
-        Some(Ok(segments)) => Batch::new(size, segments, OFFLOAD_MESSAGES, false),
-        Some(Err(note)) => {
-            notes.push(note);
-            Batch::new(size, 1, BATCH, false)
-        }
-        None => Batch::new(size, 1, BATCH, false),
-    };
-    // A paced sender's batch: a millisecond's worth of datagrams, at most BATCH (one GSO
-    // buffer's worth with GSO). Larger batches cost fewer calls but arrive as bursts a
-    // shallow queue or a default receive buffer downstream would drop.
-    let paced_batch = |batch: &Batch| {
-        plan.rate_bps.map_or(1, |rate| {
-            ((rate / 8 / 1000) as usize / size).clamp(1, batch.capacity().min(BATCH))
-        })
-    };
-    let mut paced = paced_batch(&send_batch);
-    // Receive buffers take any datagram of the test (a longer one is cut and counted
-    // foreign), or with GRO any coalesced run.
-    let mut receive_batch = match (plan.gro && receives).then(|| enable_gro(&flows)) {
-        Some(Ok(())) => Batch::new(GRO_BUFFER, 1, OFFLOAD_MESSAGES * 2, true),
-        Some(Err(note)) => {
-            notes.push(note);
-            Batch::new(size.max(64), 1, BATCH, false)
-        }
-        None => Batch::new(size.max(64), 1, BATCH, false),
-    };
-    let mut next_boundary = 0usize;
-    let mut grace_until: Option<Instant> = None;
-
+    let mut udp = UdpLoop::new(plan, specs, samples)?;
     loop {
         let now = Instant::now();
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let since = now.saturating_duration_since(plan.start);
-        let end_index = plan.end_index();
-        if next_boundary > end_index && grace_until.is_none() {
-            // Asked to end at a boundary this worker has already sampled.
-            for flow in flows.iter_mut().filter(|f| f.role == Role::Send) {
-                flow.done = true;
-            }
-            grace_until = Some(now + RECEIVE_GRACE.min(plan.drain));
+        let since = now.saturating_duration_since(udp.plan.start);
+        udp.take_samples(now, since);
+        if udp.grace_until.is_some_and(|g| now >= g) || udp.flows.iter().all(|f| f.done) {
+            break;
         }
-        while next_boundary <= end_index && plan.is_due(next_boundary, since) {
-            let counts = flows
+        let turn = udp.move_datagrams(now, since);
+        udp.settle_budgets();
+        if let Some(e) = turn.gso_refused {
+            udp.send_without_gso(&e);
+            continue;
+        }
+        if turn.busy {
+            continue;
+        }
+        udp.wait(now, turn.next_send);
+    }
+    Ok(udp.finish())
+}
+
+/// What one turn over the flows did.
+struct Turn {
+    /// Some flow moved datagrams: go round again at once.
+    busy: bool,
+    /// The earliest a paced sender may send again.
+    next_send: Option<Instant>,
+    /// The device refused a GSO buffer.
+    gso_refused: Option<io::Error>,
+}
+
+/// One worker's UDP loop: its flows, batches and schedule.
+struct UdpLoop {
+    plan: WorkerPlan,
+    samples: Sender<Sample>,
+    framing: Framing,
+    /// Bytes per datagram.
+    size: usize,
+    flows: Vec<UdpFlow>,
+    /// What the loop had to do otherwise than asked (offloads refused), for the result.
+    notes: Vec<String>,
+    send_batch: Batch,
+    /// A paced sender's batch (see [`UdpLoop::paced_batch`]).
+    paced: usize,
+    receive_batch: Batch,
+    next_boundary: usize,
+    /// After the end, receivers read on until then.
+    grace_until: Option<Instant>,
+}
+
+impl UdpLoop {
+    fn new(plan: WorkerPlan, specs: Vec<FlowSpec>, samples: Sender<Sample>) -> io::Result<Self> {
+        let framing = plan.udp_framing.unwrap_or(Framing::Native { tag: 0 });
+        let size = plan.length.max(framing.min_len());
+        let mut flows = Vec::with_capacity(specs.len());
+        for spec in specs {
+            flows.push(UdpFlow::new(spec, &plan, framing, size)?);
+        }
+        let mut notes = Vec::new();
+        let sends = flows.iter().any(|f| f.role == Role::Send);
+        let receives = flows.iter().any(|f| f.role == Role::Receive);
+        let send_batch = match (plan.gso && sends).then(|| enable_gso(&flows, size)) {
+            Some(Ok(segments)) => Batch::new(size, segments, OFFLOAD_MESSAGES, false),
+            Some(Err(note)) => {
+                notes.push(note);
+                Batch::new(size, 1, BATCH, false)
+            }
+            None => Batch::new(size, 1, BATCH, false),
+        };
+        // Receive buffers take any datagram of the test (a longer one is cut and counted
+        // foreign), or with GRO any coalesced run.
+        let receive_batch = match (plan.gro && receives).then(|| enable_gro(&flows)) {
+            Some(Ok(())) => Batch::new(GRO_BUFFER, 1, OFFLOAD_MESSAGES * 2, true),
+            Some(Err(note)) => {
+                notes.push(note);
+                Batch::new(size.max(64), 1, BATCH, false)
+            }
+            None => Batch::new(size.max(64), 1, BATCH, false),
+        };
+        let paced = paced_batch(&plan, &send_batch, size);
+        Ok(UdpLoop {
+            plan,
+            samples,
+            framing,
+            size,
+            flows,
+            notes,
+            send_batch,
+            paced,
+            receive_batch,
+            next_boundary: 0,
+            grace_until: None,
+        })
+    }
+
+    /// Senders stop at the end; receivers read on for the grace period.
+    fn end_sending(&mut self, now: Instant) {
+        for flow in self.flows.iter_mut().filter(|f| f.role == Role::Send) {
+            flow.done = true;
+        }
+        self.grace_until = Some(now + RECEIVE_GRACE.min(self.plan.drain));
+    }
+
+    /// Sends the samples of every boundary that is due; the last one ends the sending.
+    fn take_samples(&mut self, now: Instant, since: Duration) {
+        let end_index = self.plan.end_index();
+        if self.next_boundary > end_index && self.grace_until.is_none() {
+            // Asked to end at a boundary this worker has already sampled.
+            self.end_sending(now);
+        }
+        while self.next_boundary <= end_index && self.plan.is_due(self.next_boundary, since) {
+            let counts = self
+                .flows
                 .iter()
                 .map(|f| FlowCount {
                     id: f.id,
@@ -370,170 +405,202 @@ pub fn run(
                     transactions: 0,
                 })
                 .collect();
-            send_sample(&plan, &samples, next_boundary, since, counts, None);
-            if next_boundary == end_index {
-                for flow in flows.iter_mut().filter(|f| f.role == Role::Send) {
-                    flow.done = true;
-                }
-                grace_until = Some(now + RECEIVE_GRACE.min(plan.drain));
+            send_sample(
+                &self.plan,
+                &self.samples,
+                self.next_boundary,
+                since,
+                counts,
+                None,
+            );
+            if self.next_boundary == end_index {
+                self.end_sending(now);
             }
-            next_boundary += 1;
+            self.next_boundary += 1;
         }
-        if grace_until.is_some_and(|g| now >= g) || flows.iter().all(|f| f.done) {
-            break;
-        }
+    }
 
+    /// Gives every flow that is not done a few calls.
+    fn move_datagrams(&mut self, now: Instant, since: Duration) -> Turn {
+        let mut turn = Turn {
+            busy: false,
+            next_send: None,
+            gso_refused: None,
+        };
         let since_ns = since.as_nanos() as u64;
-        let mut next_send: Option<Instant> = None;
-        let mut busy = false;
-        let mut gso_refused = None;
-        for flow in flows.iter_mut().filter(|f| !f.done) {
-            match flow.role {
-                Role::Send if !flow.blocked => {
-                    for _ in 0..CALLS_PER_TURN {
-                        let left = flow.budget.map_or(usize::MAX, |b| {
-                            (b.saturating_sub(flow.sent_bytes) as usize).div_ceil(size)
-                        });
-                        let allowed = match flow.pacer.as_mut() {
-                            None => send_batch.capacity().min(left),
-                            Some(pacer) => {
-                                // Wait for a full batch's credit (or the bucket's, if it
-                                // holds less): a sender that went out with every datagram
-                                // of credit would spend its time in one-datagram calls.
-                                let allowed = pacer.allowance(now, size);
-                                if allowed < paced {
-                                    let missing = (paced - allowed) * size;
-                                    let at = now + pacer.time_for(missing);
-                                    next_send = Some(next_send.map_or(at, |n| n.min(at)));
-                                    break;
-                                }
-                                allowed.min(send_batch.capacity()).min(left)
-                            }
-                        };
-                        if allowed == 0 {
-                            break;
-                        }
-                        for i in 0..allowed {
-                            let sequence = flow.sequence + i as u64;
-                            framing.write(send_batch.datagram(i), sequence, since_ns, flow.id);
-                        }
-                        match send_batch.send(&flow.socket, allowed) {
-                            Ok(sent) => {
-                                flow.sequence += sent as u64;
-                                flow.sent_bytes += (sent * size) as u64;
-                                if let Some(pacer) = flow.pacer.as_mut() {
-                                    pacer.charge(sent * size);
-                                }
-                                busy = true;
-                            }
-                            Err(e) => match e.raw_os_error() {
-                                Some(libc::EAGAIN) => {
-                                    flow.send_errors += 1;
-                                    flow.blocked = true;
-                                    break;
-                                }
-                                // The device queue is full: count it and try again shortly.
-                                Some(libc::ENOBUFS) => {
-                                    flow.send_errors += 1;
-                                    let at = now + Duration::from_micros(100);
-                                    next_send = Some(next_send.map_or(at, |n| n.min(at)));
-                                    break;
-                                }
-                                Some(libc::EINTR) => {}
-                                // The route's device cannot checksum a GSO buffer: go on
-                                // without GSO, and say so.
-                                Some(libc::EIO) if send_batch.segments > 1 => {
-                                    gso_refused = Some(e);
-                                    break;
-                                }
-                                // ECONNREFUSED: the peer's port is closed (ICMP).
-                                _ => {
-                                    flow.outcome.error = Some(format!(
-                                        "send failed at {:.3} s: {e}",
-                                        since.as_secs_f64()
-                                    ));
-                                    flow.done = true;
-                                    break;
-                                }
-                            },
-                        }
-                    }
+        for index in 0..self.flows.len() {
+            if self.flows[index].done {
+                continue;
+            }
+            match self.flows[index].role {
+                Role::Send if !self.flows[index].blocked => {
+                    self.send_turn(index, now, since, since_ns, &mut turn)
                 }
                 // Request/response flows run in `crate::rr`, never here.
                 Role::Send | Role::Request | Role::Respond => {}
-                Role::Receive => {
-                    for _ in 0..CALLS_PER_TURN {
-                        match receive_batch.receive(&flow.socket) {
-                            Ok(count) => {
-                                let arrival_ns =
-                                    Instant::now().saturating_duration_since(plan.start);
-                                let arrival_ns = arrival_ns.as_nanos() as u64;
-                                let tracker = flow.tracker.as_mut().expect("receivers track");
-                                for m in 0..count {
-                                    receive_batch.received(m, |d| {
-                                        // Not a hello repeated while the flows were set up.
-                                        if parse_hello(d).is_none() {
-                                            tracker.record(d, arrival_ns);
-                                        }
-                                    });
-                                }
-                                busy = true;
-                                if count < receive_batch.headers.len() {
-                                    break;
-                                }
-                            }
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                            // A refused earlier send of ours (ICMP) surfaces here; ignore.
-                            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => break,
-                            Err(e) => {
-                                flow.outcome.error = Some(format!(
-                                    "receive failed at {:.3} s: {e}",
-                                    since.as_secs_f64()
-                                ));
-                                flow.done = true;
-                                break;
-                            }
-                        }
+                Role::Receive => self.receive_turn(index, since, &mut turn),
+            }
+        }
+        turn
+    }
+
+    /// Up to [`CALLS_PER_TURN`] batches from sender `index`, within its pace and budget.
+    fn send_turn(
+        &mut self,
+        index: usize,
+        now: Instant,
+        since: Duration,
+        since_ns: u64,
+        turn: &mut Turn,
+    ) {
+        let size = self.size;
+        let flow = &mut self.flows[index];
+        for _ in 0..CALLS_PER_TURN {
+            let left = flow.budget.map_or(usize::MAX, |b| {
+                (b.saturating_sub(flow.sent_bytes) as usize).div_ceil(size)
+            });
+            let allowed = match flow.pacer.as_mut() {
+                None => self.send_batch.capacity().min(left),
+                Some(pacer) => {
+                    // Wait for a full batch's credit (or the bucket's, if it holds less):
+                    // a sender that went out with every datagram of credit would spend
+                    // its time in one-datagram calls.
+                    let allowed = pacer.allowance(now, size);
+                    if allowed < self.paced {
+                        let missing = (self.paced - allowed) * size;
+                        let at = now + pacer.time_for(missing);
+                        turn.next_send = Some(turn.next_send.map_or(at, |n| n.min(at)));
+                        break;
                     }
+                    allowed.min(self.send_batch.capacity()).min(left)
+                }
+            };
+            if allowed == 0 {
+                break;
+            }
+            for i in 0..allowed {
+                let sequence = flow.sequence + i as u64;
+                self.framing
+                    .write(self.send_batch.datagram(i), sequence, since_ns, flow.id);
+            }
+            match self.send_batch.send(&flow.socket, allowed) {
+                Ok(sent) => {
+                    flow.sequence += sent as u64;
+                    flow.sent_bytes += (sent * size) as u64;
+                    if let Some(pacer) = flow.pacer.as_mut() {
+                        pacer.charge(sent * size);
+                    }
+                    turn.busy = true;
+                }
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EAGAIN) => {
+                        flow.send_errors += 1;
+                        flow.blocked = true;
+                        break;
+                    }
+                    // The device queue is full: count it and try again shortly.
+                    Some(libc::ENOBUFS) => {
+                        flow.send_errors += 1;
+                        let at = now + Duration::from_micros(100);
+                        turn.next_send = Some(turn.next_send.map_or(at, |n| n.min(at)));
+                        break;
+                    }
+                    Some(libc::EINTR) => {}
+                    // The route's device cannot checksum a GSO buffer: go on without GSO,
+                    // and say so.
+                    Some(libc::EIO) if self.send_batch.segments > 1 => {
+                        turn.gso_refused = Some(e);
+                        break;
+                    }
+                    // ECONNREFUSED: the peer's port is closed (ICMP).
+                    _ => {
+                        flow.outcome.error =
+                            Some(format!("send failed at {:.3} s: {e}", since.as_secs_f64()));
+                        flow.done = true;
+                        break;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Up to [`CALLS_PER_TURN`] batches into receiver `index`'s tracker.
+    fn receive_turn(&mut self, index: usize, since: Duration, turn: &mut Turn) {
+        let flow = &mut self.flows[index];
+        for _ in 0..CALLS_PER_TURN {
+            match self.receive_batch.receive(&flow.socket) {
+                Ok(count) => {
+                    let arrival = Instant::now().saturating_duration_since(self.plan.start);
+                    let arrival_ns = arrival.as_nanos() as u64;
+                    let tracker = flow.tracker.as_mut().expect("receivers track");
+                    for m in 0..count {
+                        self.receive_batch.received(m, |d| {
+                            // Not a hello repeated while the flows were set up.
+                            if parse_hello(d).is_none() {
+                                tracker.record(d, arrival_ns);
+                            }
+                        });
+                    }
+                    turn.busy = true;
+                    if count < self.receive_batch.headers.len() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A refused earlier send of ours (ICMP) surfaces here; ignore.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => break,
+                Err(e) => {
+                    flow.outcome.error = Some(format!(
+                        "receive failed at {:.3} s: {e}",
+                        since.as_secs_f64()
+                    ));
+                    flow.done = true;
+                    break;
                 }
             }
         }
-        for flow in flows.iter_mut() {
+    }
+
+    /// Flows that moved their byte budget stop (senders), and the last one ends the test.
+    fn settle_budgets(&mut self) {
+        for flow in self.flows.iter_mut() {
             if !flow.spent && flow.budget.is_some_and(|b| flow.bytes() >= b) {
                 flow.spent = true;
                 if flow.role == Role::Send {
                     flow.done = true;
                 }
-                if plan.end.budget_spent() {
-                    plan.end.request(next_boundary);
+                if self.plan.end.budget_spent() {
+                    self.plan.end.request(self.next_boundary);
                 }
             }
         }
-        if let Some(e) = gso_refused {
-            notes.push(format!(
-                "--gso: the device refused segmentation offload ({e}); sending without"
-            ));
-            let _ = set_on_all(&flows, Role::Send, libc::UDP_SEGMENT, 0);
-            send_batch = Batch::new(size, 1, BATCH, false);
-            paced = paced_batch(&send_batch);
-            continue;
-        }
-        if busy {
-            continue;
-        }
-        // Nothing moved: wait for a socket, the next pacing slot or the next boundary.
+    }
+
+    /// The device refused a GSO buffer: send single datagrams from now on, and say so.
+    fn send_without_gso(&mut self, error: &io::Error) {
+        self.notes.push(format!(
+            "--gso: the device refused segmentation offload ({error}); sending without"
+        ));
+        let _ = set_on_all(&self.flows, Role::Send, libc::UDP_SEGMENT, 0);
+        self.send_batch = Batch::new(self.size, 1, BATCH, false);
+        self.paced = paced_batch(&self.plan, &self.send_batch, self.size);
+    }
+
+    /// Nothing moved: waits for a socket, the next pacing slot or the next boundary.
+    fn wait(&mut self, now: Instant, next_send: Option<Instant>) {
         let mut wake = now + MAX_WAIT;
         if let Some(at) = next_send {
             wake = wake.min(at);
         }
-        if next_boundary <= plan.end_index() {
-            wake = wake.min(plan.start + plan.boundaries[next_boundary]);
+        if self.next_boundary <= self.plan.end_index() {
+            wake = wake.min(self.plan.start + self.plan.boundaries[self.next_boundary]);
         }
-        if let Some(g) = grace_until {
+        if let Some(g) = self.grace_until {
             wake = wake.min(g);
         }
-        let mut fds: Vec<libc::pollfd> = flows
+        let mut fds: Vec<libc::pollfd> = self
+            .flows
             .iter()
             .filter(|f| !f.done && (f.role == Role::Receive || f.blocked))
             .map(|f| libc::pollfd {
@@ -566,29 +633,78 @@ pub fn run(
             };
         }
         // Poll says nothing precise for blocked senders; try them all again.
-        for flow in flows.iter_mut() {
+        for flow in self.flows.iter_mut() {
             flow.blocked = false;
         }
     }
-    let mut outcomes: Vec<FlowOutcome> = flows
-        .into_iter()
-        .map(|flow| {
-            let bytes_total = flow.bytes();
-            let datagrams_total = match &flow.tracker {
-                Some(t) => t.counts().datagrams,
-                None => flow.sequence,
-            };
-            FlowOutcome {
-                bytes_total,
-                datagrams_total,
-                ..flow.outcome
-            }
-        })
-        .collect();
-    if let Some(first) = outcomes.first_mut() {
-        first.notes = notes;
+
+    /// Each flow's outcome; the first carries the loop's notes.
+    fn finish(self) -> Vec<FlowOutcome> {
+        let mut outcomes: Vec<FlowOutcome> = self
+            .flows
+            .into_iter()
+            .map(|flow| {
+                let bytes_total = flow.bytes();
+                let datagrams_total = match &flow.tracker {
+                    Some(t) => t.counts().datagrams,
+                    None => flow.sequence,
+                };
+                FlowOutcome {
+                    bytes_total,
+                    datagrams_total,
+                    ..flow.outcome
+                }
+            })
+            .collect();
+        if let Some(first) = outcomes.first_mut() {
+            first.notes = self.notes;
+        }
+        outcomes
     }
-    Ok(outcomes)
+}
+
+/// A paced sender's batch: a millisecond's worth of datagrams, at most BATCH (one GSO
+/// buffer's worth with GSO). Larger batches cost fewer calls but arrive as bursts a
+/// shallow queue or a default receive buffer downstream would drop.
+fn paced_batch(plan: &WorkerPlan, batch: &Batch, size: usize) -> usize {
+    plan.rate_bps.map_or(1, |rate| {
+        ((rate / 8 / 1000) as usize / size).clamp(1, batch.capacity().min(BATCH))
+    })
+}
+
+impl UdpFlow {
+    fn new(spec: FlowSpec, plan: &WorkerPlan, framing: Framing, size: usize) -> io::Result<Self> {
+        let FlowSocket::Udp(socket) = spec.socket else {
+            return Err(io::Error::other("a TCP flow was given to the UDP loop"));
+        };
+        socket.set_nonblocking(true)?;
+        let outcome = outcome_of(&socket, spec.id, spec.direction, spec.role);
+        let pacer = match (spec.role, plan.rate_bps) {
+            // Credit for 5 ms of rate or one datagram, whichever is larger: bursts stay
+            // far below a 100 ms interval.
+            (Role::Send, Some(rate)) => Some(Pacer::new(
+                plan.start,
+                rate,
+                (rate / 8 / 200).max(size as u64),
+            )),
+            _ => None,
+        };
+        Ok(UdpFlow {
+            id: spec.id,
+            role: spec.role,
+            socket,
+            sent_bytes: 0,
+            sequence: 0,
+            send_errors: 0,
+            blocked: false,
+            pacer,
+            tracker: (spec.role == Role::Receive).then(|| SequenceTracker::new(spec.id, framing)),
+            done: false,
+            budget: plan.budget_for(spec.role),
+            spent: false,
+            outcome,
+        })
+    }
 }
 
 /// Turns on UDP GSO for every sending flow; the datagrams per buffer, or the note that
