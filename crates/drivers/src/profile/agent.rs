@@ -6,7 +6,7 @@ use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
 use super::link::{random_nonce, unix_ns};
 use super::rendezvous::Rendezvous;
 use crate::shared::Shared;
-use linerate_proto::agent::{AgentReply, AgentRequest, MirrorSpec};
+use linerate_proto::agent::{AgentReply, AgentRequest, GroupPart, MirrorSpec};
 use linerate_proto::agent_session::{AgentEvent, AgentSession, AgentTimeouts};
 use linerate_report::profile::GroupResult;
 use std::io::{self, Read, Write};
@@ -130,9 +130,8 @@ impl Drop for TestSlot {
 
 /// Serves one agent connection until it closes or the server shuts down.
 pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer: SocketAddr) {
-    let own = match stream.local_addr() {
-        Ok(addr) => addr,
-        Err(_) => return,
+    let Ok(own) = stream.local_addr() else {
+        return;
     };
     if stream.set_nodelay(true).is_err() {
         return;
@@ -153,263 +152,331 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
             }
         }
     }
-    let mut link = AgentConnection { stream, session };
-    let limits = &shared.config.limits;
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut prepared: Vec<PreparedGroup> = Vec::new();
-    let mut limit_s = limits.max_duration_s;
-    let mut run: Option<Receiver<RunEvent>> = None;
-    let mut mirror: Option<MirrorState> = None;
-    // Held while groups are prepared or run, or a mirror runs: agent work counts toward
-    // --max-tests as a test does.
-    let mut slot: Option<TestSlot> = None;
-    let mut last_beat = Instant::now();
-    let why = loop {
-        if shared.shutdown.load(Ordering::Relaxed) {
-            stop.store(true, Ordering::Relaxed);
-            break "the server is shutting down".to_string();
-        }
-        let busy = run.is_some() || mirror.is_some();
-        link.session.set_busy(Instant::now(), busy);
-        if !busy && prepared.is_empty() {
-            slot = None;
-        }
-        if let Some(events) = &run {
-            match events.try_recv() {
-                Ok(RunEvent::Released(at)) => link.reply(&AgentReply::Started { at_unix_ns: at }),
-                Ok(RunEvent::Done(groups)) => {
-                    let count = groups.len();
-                    link.reply(&AgentReply::PartResult { groups });
-                    shared.log(&format!(
-                        "profile run from {peer}: {count} group(s) finished"
-                    ));
-                    run = None;
-                }
-                Err(TryRecvError::Empty) => {
-                    if last_beat.elapsed() >= HEARTBEAT {
-                        link.reply(&AgentReply::Heartbeat);
-                        last_beat = Instant::now();
-                    }
-                }
-                Err(TryRecvError::Disconnected) => run = None,
+    let agent = Agent {
+        shared,
+        peer,
+        own,
+        link: AgentConnection { stream, session },
+        stop: Arc::new(AtomicBool::new(false)),
+        prepared: Vec::new(),
+        limit_s: shared.config.limits.max_duration_s,
+        run: None,
+        mirror: None,
+        slot: None,
+        last_beat: Instant::now(),
+    };
+    agent.serve();
+}
+
+/// What one agent connection holds: the groups it prepared or runs for a controller, or
+/// the mirror it runs for a group host. Dropping it stops them.
+struct Agent<'a> {
+    shared: &'a Arc<Shared>,
+    peer: SocketAddr,
+    /// This server's own address on the connection, the peer of local connections.
+    own: SocketAddr,
+    link: AgentConnection,
+    stop: Arc<AtomicBool>,
+    prepared: Vec<PreparedGroup>,
+    /// The run's limit from its `prepare`, in seconds.
+    limit_s: f64,
+    run: Option<Receiver<RunEvent>>,
+    mirror: Option<MirrorState>,
+    /// Held while groups are prepared or run, or a mirror runs: agent work counts toward
+    /// --max-tests as a test does.
+    slot: Option<TestSlot>,
+    last_beat: Instant,
+}
+
+impl Agent<'_> {
+    fn serve(mut self) {
+        let why = loop {
+            if self.shared.shutdown.load(Ordering::Relaxed) {
+                self.stop.store(true, Ordering::Relaxed);
+                break "the server is shutting down".to_string();
             }
-        }
-        let message = match link.recv(Duration::from_millis(50)) {
-            Ok(Some(message)) => message,
-            Ok(None) => continue,
-            Err(why) => break why,
+            let busy = self.run.is_some() || self.mirror.is_some();
+            self.link.session.set_busy(Instant::now(), busy);
+            if !busy && self.prepared.is_empty() {
+                self.slot = None;
+            }
+            self.poll_run();
+            match self.link.recv(Duration::from_millis(50)) {
+                Ok(Some(request)) => self.handle(request),
+                Ok(None) => {}
+                Err(why) => break why,
+            }
         };
-        match message {
+        self.end(&why);
+    }
+
+    /// Tells the controller what the running groups did, and that the agent is alive.
+    fn poll_run(&mut self) {
+        let Some(events) = &self.run else {
+            return;
+        };
+        match events.try_recv() {
+            Ok(RunEvent::Released(at)) => self.link.reply(&AgentReply::Started { at_unix_ns: at }),
+            Ok(RunEvent::Done(groups)) => {
+                let count = groups.len();
+                self.link.reply(&AgentReply::PartResult { groups });
+                self.shared.log(&format!(
+                    "profile run from {}: {count} group(s) finished",
+                    self.peer
+                ));
+                self.run = None;
+            }
+            Err(TryRecvError::Empty) => self.heartbeat(),
+            Err(TryRecvError::Disconnected) => self.run = None,
+        }
+    }
+
+    fn heartbeat(&mut self) {
+        if self.last_beat.elapsed() >= HEARTBEAT {
+            self.link.reply(&AgentReply::Heartbeat);
+            self.last_beat = Instant::now();
+        }
+    }
+
+    fn handle(&mut self, request: AgentRequest) {
+        match request {
             // The session takes these itself; they never reach here.
             AgentRequest::Hello { .. } | AgentRequest::Auth { .. } => {}
-            AgentRequest::Ping { seq } => link.reply(&AgentReply::Pong {
+            AgentRequest::Ping { seq } => self.link.reply(&AgentReply::Pong {
                 seq,
                 unix_ns: unix_ns(),
             }),
-            AgentRequest::Prepare {
-                parts,
-                limit_s: limit,
-            } => {
-                let threads: u64 = parts.iter().map(|p| u64::from(p.group.threads)).sum();
-                let over = if !limit.is_finite() || limit <= 0.0 || limit > limits.max_duration_s {
-                    Some(format!(
-                        "a run limit of {limit} s is outside this server's 0 to {} s (--max-duration)",
-                        limits.max_duration_s
-                    ))
-                } else if threads > u64::from(limits.max_flows) {
-                    Some(format!(
-                        "{threads} threads asked, this server allows {} (--max-flows)",
-                        limits.max_flows
-                    ))
-                } else if run.is_some() || !prepared.is_empty() {
-                    Some("groups are already prepared or running on this connection".into())
-                } else {
-                    None
-                };
-                if let Some(reason) = over {
-                    shared.refused(peer, &format!("profile run: {reason}"));
-                    link.reply(&AgentReply::Error { reason });
-                    continue;
-                }
-                if slot.is_none() && !parts.is_empty() {
-                    match TestSlot::take(shared) {
-                        Ok(taken) => slot = Some(taken),
-                        Err(reason) => {
-                            shared.refused(peer, &format!("profile run: {reason}"));
-                            link.reply(&AgentReply::Error { reason });
-                            continue;
-                        }
-                    }
-                }
-                limit_s = limit;
-                let names: Vec<String> = parts.iter().map(|p| p.group.name.clone()).collect();
-                let policy = DialPolicy {
-                    own,
-                    requester: peer.ip(),
-                    key: shared.config.key.as_ref(),
-                };
-                let mut failed = None;
-                for part in parts {
-                    match group::prepare(part, &policy, limit, stop.clone()) {
-                        Ok(group) => prepared.push(group),
-                        Err(e) => {
-                            failed = Some(e);
-                            break;
-                        }
-                    }
-                }
-                match failed {
-                    None => {
-                        shared.log(&format!(
-                            "profile run from {peer}: prepared group(s) {}",
-                            names.join(", ")
-                        ));
-                        link.reply(&AgentReply::Prepared);
-                    }
-                    Some(e) => {
-                        shared.refused(
-                            peer,
-                            &format!("profile run: cannot prepare: {}", e.detail()),
-                        );
-                        prepared.clear();
-                        link.reply(&AgentReply::Error { reason: e.public() });
-                    }
-                }
-            }
-            AgentRequest::Start { at_unix_ns } => {
-                let groups = std::mem::take(&mut prepared);
-                let (sender, receiver) = channel();
-                run = Some(receiver);
-                let now = unix_ns();
-                let start = Instant::now() + Duration::from_nanos(at_unix_ns.saturating_sub(now));
-                let limit = start
-                    + Duration::from_secs_f64(limit_s.clamp(1.0, limits.max_duration_s.max(1.0)));
-                let hold = (!groups.is_empty()).then(WakeLatencyHold::acquire);
-                let awake = match &hold {
-                    Some(hold) if !hold.held() => {
-                        " (CPUs not held awake for the start: /dev/cpu_dma_latency needs root)"
-                    }
-                    _ => "",
-                };
-                shared.log(&format!(
-                    "profile run from {peer}: starting {} group(s){awake}",
-                    groups.len()
-                ));
-                let spawned = std::thread::Builder::new()
-                    .name("linerate-part".into())
-                    .spawn(move || {
-                        let runners: Vec<_> = groups
-                            .into_iter()
-                            .map(|g| std::thread::spawn(move || group::run(g, start, limit)))
-                            .collect();
-                        if let Some(hold) = hold {
-                            std::thread::sleep(
-                                (start + START_HOLD).saturating_duration_since(Instant::now()),
-                            );
-                            drop(hold);
-                        }
-                        let mut results = Vec::new();
-                        let mut released = Vec::new();
-                        for runner in runners {
-                            if let Ok((result, at)) = runner.join() {
-                                results.push(result);
-                                released.extend(at);
-                            }
-                        }
-                        if let Some(first) = released.iter().min() {
-                            let _ = sender.send(RunEvent::Released(*first));
-                        }
-                        let _ = sender.send(RunEvent::Done(results));
-                    });
-                if let Err(e) = spawned {
-                    link.reply(&AgentReply::Error {
-                        reason: format!("cannot start: {e}"),
-                    });
-                }
-            }
+            AgentRequest::Prepare { parts, limit_s } => self.prepare(parts, limit_s),
+            AgentRequest::Start { at_unix_ns } => self.start(at_unix_ns),
             AgentRequest::Abort { reason } => {
-                shared.log(&format!("profile run from {peer}: aborted: {reason}"));
-                stop.store(true, Ordering::Relaxed);
+                self.shared.log(&format!(
+                    "profile run from {}: aborted: {reason}",
+                    self.peer
+                ));
+                self.stop.store(true, Ordering::Relaxed);
             }
-            AgentRequest::Mirror { spec } => {
-                match (if mirror.is_some() || run.is_some() || !prepared.is_empty() {
-                    Err("this connection already has work".to_string())
-                } else {
-                    TestSlot::take(shared)
-                })
-                .and_then(|taken| Ok((start_mirror(shared, &spec, peer, own, &stop)?, taken)))
-                {
-                    Ok((state, taken)) => {
-                        slot = Some(taken);
-                        shared.log(&format!(
-                            "mirror of group '{}' for {peer}: {} thread(s)",
-                            spec.group.name, spec.group.threads
-                        ));
-                        link.reply(&AgentReply::MirrorReady {
-                            token: state.token.to_hex(),
-                            udp_port: state.udp_port,
-                        });
-                        mirror = Some(state.state);
-                    }
-                    Err(reason) => {
-                        shared.refused(peer, &format!("mirror: {reason}"));
-                        link.reply(&AgentReply::Error { reason });
-                    }
-                }
-            }
+            AgentRequest::Mirror { spec } => self.mirror(&spec),
             AgentRequest::TransactionDone {
                 thread,
                 transaction,
                 iterations,
             } => {
-                if let Some(state) = &mirror {
+                if let Some(state) = &self.mirror {
                     state.mirror.set_count(thread, transaction, iterations);
                 }
             }
-            AgentRequest::Finish => {
-                if let Some(state) = mirror.take() {
-                    let mut ended = (state.mirror.finished_threads(), Instant::now());
-                    while !state.mirror.is_finished() && ended.1.elapsed() < MIRROR_DRAIN {
-                        std::thread::sleep(Duration::from_millis(10));
-                        let now_ended = state.mirror.finished_threads();
-                        if now_ended > ended.0 {
-                            ended = (now_ended, Instant::now());
-                        }
-                        // The group host waits for the figures a bounded time per message.
-                        if last_beat.elapsed() >= HEARTBEAT {
-                            link.reply(&AgentReply::Heartbeat);
-                            last_beat = Instant::now();
-                        }
-                    }
-                    stop.store(true, Ordering::Relaxed);
-                    shared.unregister_flows(&state.token);
-                    let figures = state.mirror.finish(&state.spec.group);
-                    link.reply(&AgentReply::MirrorResult { figures });
-                    shared.log(&format!(
-                        "mirror of group '{}' for {peer}: ended",
-                        state.spec.group.name
-                    ));
+            AgentRequest::Finish => self.finish_mirror(),
+        }
+    }
+
+    /// Refuses a request, with one log line for the operator.
+    fn refuse(&mut self, what: &str, reason: String) {
+        self.shared.refused(self.peer, &format!("{what}: {reason}"));
+        self.link.reply(&AgentReply::Error { reason });
+    }
+
+    /// Why a `prepare` cannot be taken, if it cannot: the server's limits, or work already
+    /// on this connection.
+    fn over_limits(&self, parts: &[GroupPart], limit: f64) -> Option<String> {
+        let limits = &self.shared.config.limits;
+        let threads: u64 = parts.iter().map(|p| u64::from(p.group.threads)).sum();
+        if !limit.is_finite() || limit <= 0.0 || limit > limits.max_duration_s {
+            Some(format!(
+                "a run limit of {limit} s is outside this server's 0 to {} s (--max-duration)",
+                limits.max_duration_s
+            ))
+        } else if threads > u64::from(limits.max_flows) {
+            Some(format!(
+                "{threads} threads asked, this server allows {} (--max-flows)",
+                limits.max_flows
+            ))
+        } else if self.run.is_some() || !self.prepared.is_empty() {
+            Some("groups are already prepared or running on this connection".into())
+        } else {
+            None
+        }
+    }
+
+    /// Prepares the controller's groups: each peer of each group runs its mirror.
+    fn prepare(&mut self, parts: Vec<GroupPart>, limit: f64) {
+        if let Some(reason) = self.over_limits(&parts, limit) {
+            return self.refuse("profile run", reason);
+        }
+        if self.slot.is_none() && !parts.is_empty() {
+            match TestSlot::take(self.shared) {
+                Ok(taken) => self.slot = Some(taken),
+                Err(reason) => return self.refuse("profile run", reason),
+            }
+        }
+        self.limit_s = limit;
+        let names: Vec<String> = parts.iter().map(|p| p.group.name.clone()).collect();
+        let policy = DialPolicy {
+            own: self.own,
+            requester: self.peer.ip(),
+            key: self.shared.config.key.as_ref(),
+        };
+        for part in parts {
+            match group::prepare(part, &policy, limit, self.stop.clone()) {
+                Ok(group) => self.prepared.push(group),
+                Err(e) => {
+                    self.shared.refused(
+                        self.peer,
+                        &format!("profile run: cannot prepare: {}", e.detail()),
+                    );
+                    self.prepared.clear();
+                    return self.link.reply(&AgentReply::Error { reason: e.public() });
                 }
             }
         }
-    };
-    if !link.session.handshake_done() {
-        shared.refused(peer, &format!("agent connection: {why}"));
-    } else if run.is_none() && mirror.is_none() && why.contains("idle") {
-        shared.log(&format!("agent connection from {peer}: {why}"));
+        self.shared.log(&format!(
+            "profile run from {}: prepared group(s) {}",
+            self.peer,
+            names.join(", ")
+        ));
+        self.link.reply(&AgentReply::Prepared);
     }
-    stop.store(true, Ordering::Relaxed);
-    if let Some(state) = mirror.take() {
-        shared.unregister_flows(&state.token);
-        let _ = state.mirror.finish(&state.spec.group);
-        shared.log(&format!(
-            "mirror of group '{}' for {peer}: ended early: {why}",
-            state.spec.group.name
+
+    /// Starts the prepared groups at `at_unix_ns` on this host's clock, on a thread that
+    /// reports their release and their results.
+    fn start(&mut self, at_unix_ns: u64) {
+        let groups = std::mem::take(&mut self.prepared);
+        let (sender, receiver) = channel();
+        self.run = Some(receiver);
+        let now = unix_ns();
+        let start = Instant::now() + Duration::from_nanos(at_unix_ns.saturating_sub(now));
+        let most = self.shared.config.limits.max_duration_s.max(1.0);
+        let limit = start + Duration::from_secs_f64(self.limit_s.clamp(1.0, most));
+        let hold = (!groups.is_empty()).then(WakeLatencyHold::acquire);
+        let awake = match &hold {
+            Some(hold) if !hold.held() => {
+                " (CPUs not held awake for the start: /dev/cpu_dma_latency needs root)"
+            }
+            _ => "",
+        };
+        self.shared.log(&format!(
+            "profile run from {}: starting {} group(s){awake}",
+            self.peer,
+            groups.len()
+        ));
+        let spawned = std::thread::Builder::new()
+            .name("linerate-part".into())
+            .spawn(move || run_groups(groups, start, limit, hold, &sender));
+        if let Err(e) = spawned {
+            self.link.reply(&AgentReply::Error {
+                reason: format!("cannot start: {e}"),
+            });
+        }
+    }
+
+    /// Starts the mirror a group host asks for.
+    fn mirror(&mut self, spec: &MirrorSpec) {
+        let started = if self.mirror.is_some() || self.run.is_some() || !self.prepared.is_empty() {
+            Err("this connection already has work".to_string())
+        } else {
+            TestSlot::take(self.shared).and_then(|taken| {
+                Ok((
+                    start_mirror(self.shared, spec, self.peer, self.own, &self.stop)?,
+                    taken,
+                ))
+            })
+        };
+        match started {
+            Ok((state, taken)) => {
+                self.slot = Some(taken);
+                self.shared.log(&format!(
+                    "mirror of group '{}' for {}: {} thread(s)",
+                    spec.group.name, self.peer, spec.group.threads
+                ));
+                self.link.reply(&AgentReply::MirrorReady {
+                    token: state.token.to_hex(),
+                    udp_port: state.udp_port,
+                });
+                self.mirror = Some(state.state);
+            }
+            Err(reason) => self.refuse("mirror", reason),
+        }
+    }
+
+    /// The group host finished: lets the mirror's threads drain, then sends its figures.
+    fn finish_mirror(&mut self) {
+        let Some(state) = self.mirror.take() else {
+            return;
+        };
+        let mut ended = (state.mirror.finished_threads(), Instant::now());
+        while !state.mirror.is_finished() && ended.1.elapsed() < MIRROR_DRAIN {
+            std::thread::sleep(Duration::from_millis(10));
+            let now_ended = state.mirror.finished_threads();
+            if now_ended > ended.0 {
+                ended = (now_ended, Instant::now());
+            }
+            // The group host waits for the figures a bounded time per message.
+            self.heartbeat();
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        self.shared.unregister_flows(&state.token);
+        let figures = state.mirror.finish(&state.spec.group);
+        self.link.reply(&AgentReply::MirrorResult { figures });
+        self.shared.log(&format!(
+            "mirror of group '{}' for {}: ended",
+            state.spec.group.name, self.peer
         ));
     }
-    if run.is_some() {
-        shared.log(&format!("profile run from {peer}: stopped: {why}"));
+
+    /// The connection is over: stops what it started, and says why.
+    fn end(mut self, why: &str) {
+        let peer = self.peer;
+        if !self.link.session.handshake_done() {
+            self.shared
+                .refused(peer, &format!("agent connection: {why}"));
+        } else if self.run.is_none() && self.mirror.is_none() && why.contains("idle") {
+            self.shared
+                .log(&format!("agent connection from {peer}: {why}"));
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(state) = self.mirror.take() {
+            self.shared.unregister_flows(&state.token);
+            let _ = state.mirror.finish(&state.spec.group);
+            self.shared.log(&format!(
+                "mirror of group '{}' for {peer}: ended early: {why}",
+                state.spec.group.name
+            ));
+        }
+        if self.run.is_some() {
+            self.shared
+                .log(&format!("profile run from {peer}: stopped: {why}"));
+        }
     }
+}
+
+/// Runs the groups from `start` until `limit`, holding the CPUs awake around the start,
+/// and reports the first release and every group's result.
+fn run_groups(
+    groups: Vec<PreparedGroup>,
+    start: Instant,
+    limit: Instant,
+    hold: Option<WakeLatencyHold>,
+    sender: &std::sync::mpsc::Sender<RunEvent>,
+) {
+    let runners: Vec<_> = groups
+        .into_iter()
+        .map(|g| std::thread::spawn(move || group::run(g, start, limit)))
+        .collect();
+    if let Some(hold) = hold {
+        std::thread::sleep((start + START_HOLD).saturating_duration_since(Instant::now()));
+        drop(hold);
+    }
+    let mut results = Vec::new();
+    let mut released = Vec::new();
+    for runner in runners {
+        if let Ok((result, at)) = runner.join() {
+            results.push(result);
+            released.extend(at);
+        }
+    }
+    if let Some(first) = released.iter().min() {
+        let _ = sender.send(RunEvent::Released(*first));
+    }
+    let _ = sender.send(RunEvent::Done(results));
 }
 
 struct Started {
