@@ -37,9 +37,35 @@ fn span(start: f64, end: f64, bytes: u64, bps: f64) -> Map<String, Value> {
 pub fn render(report: &Report, server_output: Option<(&str, Value)>) -> Value {
     let config = &report.config;
     let tcp = config.protocol == "tcp";
-    let client_sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
-    let duration = report.summary.duration_s;
-    let connected: Vec<Value> = report
+    let mut doc = json!({
+        "start": {
+            "connected": connected(report),
+            "version": report.tool,
+            "system_info": format!("{} {}", report.host.local.hostname, report.host.local.kernel),
+            "timestamp": { "timesecs": report.started_at as i64 },
+            "connecting_to": { "host": config.target, "port": config.port },
+            "test_start": {
+                "protocol": if tcp { "TCP" } else { "UDP" },
+                "num_streams": config.parallel,
+                "blksize": config.length,
+                "omit": config.omit_s,
+                "duration": config.time_s,
+                "reverse": u8::from(config.direction == Direction::Reverse),
+                "bidir": u8::from(config.direction == Direction::Bidir),
+            },
+        },
+        "intervals": intervals(report),
+        "end": end(report),
+    });
+    if let Some((key, output)) = server_output {
+        doc[key] = output;
+    }
+    doc
+}
+
+/// `start.connected`: each stream's addresses.
+fn connected(report: &Report) -> Vec<Value> {
+    report
         .flows
         .iter()
         .map(|f| {
@@ -53,8 +79,15 @@ pub fn render(report: &Report, server_output: Option<(&str, Value)>) -> Value {
                 "remote_port": remote_port,
             })
         })
-        .collect();
-    let intervals: Vec<Value> = report
+        .collect()
+}
+
+/// `intervals`: per interval, each stream's figures and their sum.
+fn intervals(report: &Report) -> Vec<Value> {
+    let config = &report.config;
+    let tcp = config.protocol == "tcp";
+    let client_sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
+    report
         .intervals
         .iter()
         .map(|i| {
@@ -95,8 +128,16 @@ pub fn render(report: &Report, server_output: Option<(&str, Value)>) -> Value {
             );
             json!({ "streams": streams, "sum": sum })
         })
-        .collect();
-    let end_streams: Vec<Value> = report
+        .collect()
+}
+
+/// `end.streams`: each stream's sender and receiver figures (and UDP counts).
+fn end_streams(report: &Report) -> Vec<Value> {
+    let config = &report.config;
+    let tcp = config.protocol == "tcp";
+    let client_sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
+    let duration = report.summary.duration_s;
+    report
         .flows
         .iter()
         .map(|f| {
@@ -129,7 +170,14 @@ pub fn render(report: &Report, server_output: Option<(&str, Value)>) -> Value {
             }
             Value::Object(stream)
         })
-        .collect();
+        .collect()
+}
+
+/// `end`: the sums, the streams, CPU, and the congestion control on each end.
+fn end(report: &Report) -> Map<String, Value> {
+    let config = &report.config;
+    let tcp = config.protocol == "tcp";
+    let duration = report.summary.duration_s;
     let s = &report.summary;
     let sums = |sent: (u64, f64, u64), received: (u64, f64), client_sends: bool| {
         let mut sum_sent = span(0.0, duration, sent.0, sent.1);
@@ -190,7 +238,7 @@ pub fn render(report: &Report, server_output: Option<(&str, Value)>) -> Value {
             end.insert("sum_received".into(), received);
         }
     }
-    end.insert("streams".into(), end_streams.into());
+    end.insert("streams".into(), end_streams(report).into());
     if let Some(udp) = &s.udp {
         let mut sum = span(0.0, duration, s.receiver_bytes, s.receiver_bps);
         sum.insert("jitter_ms".into(), udp.jitter_ms.into());
@@ -230,28 +278,5 @@ pub fn render(report: &Report, server_output: Option<(&str, Value)>) -> Value {
         end.insert("sender_tcp_congestion".into(), sender.into());
         end.insert("receiver_tcp_congestion".into(), receiver.into());
     }
-    let mut doc = json!({
-        "start": {
-            "connected": connected,
-            "version": report.tool,
-            "system_info": format!("{} {}", report.host.local.hostname, report.host.local.kernel),
-            "timestamp": { "timesecs": report.started_at as i64 },
-            "connecting_to": { "host": config.target, "port": config.port },
-            "test_start": {
-                "protocol": if tcp { "TCP" } else { "UDP" },
-                "num_streams": config.parallel,
-                "blksize": config.length,
-                "omit": config.omit_s,
-                "duration": config.time_s,
-                "reverse": u8::from(config.direction == Direction::Reverse),
-                "bidir": u8::from(config.direction == Direction::Bidir),
-            },
-        },
-        "intervals": intervals,
-        "end": end,
-    });
-    if let Some((key, output)) = server_output {
-        doc[key] = output;
-    }
-    doc
+    end
 }
