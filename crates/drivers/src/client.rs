@@ -126,187 +126,248 @@ pub fn run(
     cancel: &AtomicBool,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Report, ClientError> {
-    let config = &options.config;
-    let connect_timeout = Duration::from_secs_f64(config.connect_timeout_s);
-    let host = host_facts();
     let started_at = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let stream = connect(addr, connect_timeout, config, false)
-        .map_err(|e| connect_error(addr, &e, connect_timeout, "`linerate serve`"))?;
-    let mut control = Control::new(stream).map_err(|source| ClientError::Io {
-        context: "control connection setup",
-        source,
-    })?;
-    let mut session = ClientSession::new(
-        Instant::now(),
-        PROTOCOL_VERSION,
-        host.clone(),
-        config.clone(),
-        options.timeouts,
-    );
-    if let Some(key) = &options.key {
-        let nonce = crate::profile::link::random_nonce().map_err(|source| ClientError::Io {
-            context: "drawing a nonce",
-            source,
-        })?;
-        session = session.with_key(key.clone(), nonce);
-    }
-    let mut plane: Option<DataPlane> = None;
-    let mut local: Option<SideResult> = None;
-    let mut remote: Option<SideResult> = None;
-    let mut flows: Vec<TcpStream> = Vec::new();
-    // UDP tests: one connected socket per flow, and the hello each repeats until the
-    // server reports the flows ready (a hello may be lost like any datagram).
-    let mut udp_flows: Vec<(UdpSocket, [u8; HELLO_LEN])> = Vec::new();
-    let mut udp_tag = None;
-    // crr tests: where each transaction's connection goes.
-    let mut crr_target: Option<SocketAddr> = None;
+    let mut test = ClientTest::open(addr, options)?;
     loop {
-        while let Some(event) = session.poll_event() {
-            match event {
-                ClientEvent::Welcomed { host, .. } => {
-                    progress(Progress::Connected { server: host })
-                }
-                ClientEvent::Accepted {
-                    crr_port: Some(port),
-                    ..
-                } => crr_target = Some(SocketAddr::new(addr.ip(), port)),
-                ClientEvent::Accepted {
-                    token, udp_ports, ..
-                } if !udp_ports.is_empty() => match open_udp_flows(addr, config, token, &udp_ports)
-                {
-                    Ok(opened) => {
-                        udp_flows = opened;
-                        udp_tag = Some(Framing::Native {
-                            tag: tag_of(&token.0),
-                        });
-                    }
-                    Err(error) => {
-                        session.abort(&error.to_string());
-                        control.flush(&mut session);
-                        return Err(error);
-                    }
-                },
-                ClientEvent::Accepted { token, .. } => {
-                    match open_flows(addr, config, token, connect_timeout) {
-                        Ok(opened) => flows = opened,
-                        Err(error) => {
-                            session.abort(&error.to_string());
-                            control.flush(&mut session);
-                            return Err(error);
-                        }
-                    }
-                }
-                ClientEvent::FlowsReady => {
-                    let start = Instant::now();
-                    session.start(start);
-                    control.flush(&mut session);
-                    let sockets: Vec<FlowSocket> = if let Some(target) = crr_target {
-                        (0..config.parallel)
-                            .map(|_| FlowSocket::Connect(target))
-                            .collect()
-                    } else if udp_flows.is_empty() {
-                        flows.drain(..).map(FlowSocket::Tcp).collect()
-                    } else {
-                        udp_flows
-                            .drain(..)
-                            .map(|(s, _)| FlowSocket::Udp(s))
-                            .collect()
-                    };
-                    let specs = flow_specs(config, sockets);
-                    let threads = config.threads as usize;
-                    let pin: &[usize] = config.rr.as_ref().map_or(&[], |rr| &rr.cpus);
-                    let setup = PlaneSetup {
-                        threads,
-                        drain: options.drain,
-                        udp_framing: udp_tag,
-                        pin_cpus: pin.to_vec(),
-                        budget: None,
-                    };
-                    let plane_start = DataPlane::start(start, config, specs, setup);
-                    match plane_start {
-                        Ok(p) => plane = Some(p),
-                        Err(source) => {
-                            let error = ClientError::Io {
-                                context: "starting the data plane",
-                                source,
-                            };
-                            let reason = "the client could not start its data plane";
-                            return Err(give_up(&mut session, &mut control, reason, error));
-                        }
-                    }
-                    progress(Progress::Started);
-                }
-                ClientEvent::Results(result) => remote = Some(*result),
-                ClientEvent::Failed(error) => {
-                    if let Some(plane) = plane.take() {
-                        plane.stop();
-                    }
-                    return Err(error.into());
-                }
-            }
+        while let Some(event) = test.session.poll_event() {
+            test.handle_event(event, progress)?;
         }
-        for (socket, hello) in &udp_flows {
+        for (socket, hello) in &test.udp_flows {
             let _ = socket.send(hello);
         }
         if cancel.load(Ordering::Relaxed) {
-            let error = ClientError::Interrupted;
-            return Err(give_up(
-                &mut session,
-                &mut control,
-                "interrupted by the user",
-                error,
-            ));
+            return Err(test.give_up("interrupted by the user", ClientError::Interrupted));
         }
-        if let Some(running) = plane.as_mut() {
-            for interval in running.poll_intervals(Duration::ZERO) {
-                progress(Progress::Interval(Box::new(interval)));
-            }
-            if running.is_finished() {
-                // The workers are gone, so every sample is in the channel: show the rest.
-                for interval in running.poll_intervals(Duration::ZERO) {
-                    progress(Progress::Interval(Box::new(interval)));
-                }
-                let finished = plane.take().expect("checked").finish(host.clone());
-                match finished {
-                    Ok(result) => local = Some(result),
-                    Err(source) => {
-                        let error = ClientError::Io {
-                            context: "data plane",
-                            source,
-                        };
-                        let reason = "the client's data plane failed";
-                        return Err(give_up(&mut session, &mut control, reason, error));
-                    }
-                }
-            }
-        }
-        if local.is_some() && remote.is_some() {
-            session.done();
-            control.flush(&mut session);
+        test.poll_plane(progress)?;
+        if test.local.is_some() && test.remote.is_some() {
+            test.session.done();
+            test.control.flush(&mut test.session);
             break;
         }
         // While the test runs, the control connection is quiet; waking every 50 ms is enough
         // to show intervals on time and costs the data plane nothing measurable.
-        let wait = if plane.is_some() {
+        let wait = if test.plane.is_some() {
             Duration::from_millis(50)
         } else {
             Duration::from_millis(100)
         };
-        control.step(&mut session, wait);
+        test.control.step(&mut test.session, wait);
     }
-    let (Some(local), Some(remote)) = (local, remote) else {
+    let (Some(local), Some(remote)) = (test.local, test.remote) else {
         unreachable!("the loop ends only with both results")
     };
+    let config = &options.config;
     Ok(Report::assemble(
         &config.test_name(),
-        &host.software,
+        &test.host.software,
         started_at,
         config.clone(),
         local,
         remote,
     ))
+}
+
+/// One test in progress on the client: the control session and its socket, the data
+/// connections as they open, the data plane once started, and both sides' results.
+struct ClientTest<'a> {
+    addr: SocketAddr,
+    options: &'a ClientOptions,
+    host: HostFacts,
+    session: ClientSession,
+    control: Control,
+    plane: Option<DataPlane>,
+    local: Option<SideResult>,
+    remote: Option<SideResult>,
+    flows: Vec<TcpStream>,
+    /// UDP tests: one connected socket per flow, and the hello each repeats until the
+    /// server reports the flows ready (a hello may be lost like any datagram).
+    udp_flows: Vec<(UdpSocket, [u8; HELLO_LEN])>,
+    udp_tag: Option<Framing>,
+    /// crr tests: where each transaction's connection goes.
+    crr_target: Option<SocketAddr>,
+}
+
+impl<'a> ClientTest<'a> {
+    /// Connects the control connection and opens the session (with the key, if any).
+    fn open(addr: SocketAddr, options: &'a ClientOptions) -> Result<Self, ClientError> {
+        let config = &options.config;
+        let connect_timeout = Duration::from_secs_f64(config.connect_timeout_s);
+        let host = host_facts();
+        let stream = connect(addr, connect_timeout, config, false)
+            .map_err(|e| connect_error(addr, &e, connect_timeout, "`linerate serve`"))?;
+        let control = Control::new(stream).map_err(|source| ClientError::Io {
+            context: "control connection setup",
+            source,
+        })?;
+        let mut session = ClientSession::new(
+            Instant::now(),
+            PROTOCOL_VERSION,
+            host.clone(),
+            config.clone(),
+            options.timeouts,
+        );
+        if let Some(key) = &options.key {
+            let nonce = crate::profile::link::random_nonce().map_err(|source| ClientError::Io {
+                context: "drawing a nonce",
+                source,
+            })?;
+            session = session.with_key(key.clone(), nonce);
+        }
+        Ok(ClientTest {
+            addr,
+            options,
+            host,
+            session,
+            control,
+            plane: None,
+            local: None,
+            remote: None,
+            flows: Vec::new(),
+            udp_flows: Vec::new(),
+            udp_tag: None,
+            crr_target: None,
+        })
+    }
+
+    /// Tells the server why the client gives up (so it frees the test at once), then
+    /// hands back the error.
+    fn give_up(&mut self, reason: &str, error: ClientError) -> ClientError {
+        give_up(&mut self.session, &mut self.control, reason, error)
+    }
+
+    fn handle_event(
+        &mut self,
+        event: ClientEvent,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(), ClientError> {
+        let config = &self.options.config;
+        match event {
+            ClientEvent::Welcomed { host, .. } => progress(Progress::Connected { server: host }),
+            ClientEvent::Accepted {
+                crr_port: Some(port),
+                ..
+            } => self.crr_target = Some(SocketAddr::new(self.addr.ip(), port)),
+            ClientEvent::Accepted {
+                token, udp_ports, ..
+            } if !udp_ports.is_empty() => {
+                match open_udp_flows(self.addr, config, token, &udp_ports) {
+                    Ok(opened) => {
+                        self.udp_flows = opened;
+                        self.udp_tag = Some(Framing::Native {
+                            tag: tag_of(&token.0),
+                        });
+                    }
+                    Err(error) => return Err(self.abort(error)),
+                }
+            }
+            ClientEvent::Accepted { token, .. } => {
+                let connect_timeout = Duration::from_secs_f64(config.connect_timeout_s);
+                match open_flows(self.addr, config, token, connect_timeout) {
+                    Ok(opened) => self.flows = opened,
+                    Err(error) => return Err(self.abort(error)),
+                }
+            }
+            ClientEvent::FlowsReady => {
+                self.start_plane()?;
+                progress(Progress::Started);
+            }
+            ClientEvent::Results(result) => self.remote = Some(*result),
+            ClientEvent::Failed(error) => {
+                if let Some(plane) = self.plane.take() {
+                    plane.stop();
+                }
+                return Err(error.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells the server the test is off, then hands back the error.
+    fn abort(&mut self, error: ClientError) -> ClientError {
+        self.session.abort(&error.to_string());
+        self.control.flush(&mut self.session);
+        error
+    }
+
+    /// Every data connection is in: start the test and this side's data plane.
+    fn start_plane(&mut self) -> Result<(), ClientError> {
+        let config = &self.options.config;
+        let start = Instant::now();
+        self.session.start(start);
+        self.control.flush(&mut self.session);
+        let sockets: Vec<FlowSocket> = if let Some(target) = self.crr_target {
+            (0..config.parallel)
+                .map(|_| FlowSocket::Connect(target))
+                .collect()
+        } else if self.udp_flows.is_empty() {
+            self.flows.drain(..).map(FlowSocket::Tcp).collect()
+        } else {
+            self.udp_flows
+                .drain(..)
+                .map(|(s, _)| FlowSocket::Udp(s))
+                .collect()
+        };
+        let specs = flow_specs(config, sockets);
+        let pin: &[usize] = config.rr.as_ref().map_or(&[], |rr| &rr.cpus);
+        let setup = PlaneSetup {
+            threads: config.threads as usize,
+            drain: self.options.drain,
+            udp_framing: self.udp_tag,
+            pin_cpus: pin.to_vec(),
+            budget: None,
+        };
+        match DataPlane::start(start, config, specs, setup) {
+            Ok(plane) => {
+                self.plane = Some(plane);
+                Ok(())
+            }
+            Err(source) => {
+                let error = ClientError::Io {
+                    context: "starting the data plane",
+                    source,
+                };
+                Err(self.give_up("the client could not start its data plane", error))
+            }
+        }
+    }
+
+    /// Shows the intervals that completed, and takes this side's result once the plane
+    /// is done.
+    fn poll_plane(&mut self, progress: &mut dyn FnMut(Progress)) -> Result<(), ClientError> {
+        let Some(running) = self.plane.as_mut() else {
+            return Ok(());
+        };
+        for interval in running.poll_intervals(Duration::ZERO) {
+            progress(Progress::Interval(Box::new(interval)));
+        }
+        if !running.is_finished() {
+            return Ok(());
+        }
+        // The workers are gone, so every sample is in the channel: show the rest.
+        for interval in running.poll_intervals(Duration::ZERO) {
+            progress(Progress::Interval(Box::new(interval)));
+        }
+        let finished = self
+            .plane
+            .take()
+            .expect("checked")
+            .finish(self.host.clone());
+        match finished {
+            Ok(result) => {
+                self.local = Some(result);
+                Ok(())
+            }
+            Err(source) => {
+                let error = ClientError::Io {
+                    context: "data plane",
+                    source,
+                };
+                Err(self.give_up("the client's data plane failed", error))
+            }
+        }
+    }
 }
 
 /// Tells the server why the client gives up (so it frees the test at once), then hands
