@@ -147,78 +147,9 @@ fn run_with(
     };
     let mut agents = Vec::new();
     for host in hosts {
-        let addr = match (host.as_str(), local) {
-            (LOCAL, Some(addr)) => addr,
-            _ => super::resolve(host).map_err(|e| agent_error(host, e))?,
-        };
-        let (mut link, facts) = Link::dial(addr, options.control_timeout, options.key.as_ref())
-            .map_err(|e| agent_error(host, format!("cannot connect to {addr}: {e}")))?;
-        let mut samples = Vec::new();
-        for seq in 0..options.clock_samples as u64 {
-            let sent = unix_ns();
-            link.send(&AgentRequest::Ping { seq })
-                .map_err(|e| agent_error(host, e))?;
-            match link.recv::<AgentReply>(options.control_timeout) {
-                Ok(Some(AgentReply::Pong {
-                    seq: s,
-                    unix_ns: agent,
-                })) if s == seq => samples.push(ClockSample {
-                    sent_ns: sent,
-                    agent_ns: agent,
-                    received_ns: unix_ns(),
-                }),
-                Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(host, reason)),
-                Ok(_) => return Err(agent_error(host, "no answer to a clock ping")),
-                Err(e) => return Err(agent_error(host, e)),
-            }
-        }
-        let clock =
-            estimate_offset(&samples).ok_or_else(|| agent_error(host, "no clock samples"))?;
-        log(format!(
-            "agent {host} ({addr}): {}, clock offset {:+.3} ms (rtt {:.3} ms)",
-            facts.hostname,
-            clock.offset_ns as f64 / 1e6,
-            clock.rtt_ns as f64 / 1e6
-        ));
-        let parts = profile
-            .groups
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| g.host.as_deref().unwrap_or(LOCAL) == host)
-            .map(|(index, group)| GroupPart {
-                index,
-                host_label: host.clone(),
-                group: group.clone(),
-            })
-            .collect();
-        agents.push(Agent {
-            host: host.clone(),
-            link: Some(link),
-            facts: Some(facts),
-            clock,
-            parts,
-            last_heard: Instant::now(),
-            released_ns: None,
-            groups: None,
-            failure: None,
-        });
+        agents.push(connect_agent(profile, options, host, local, &log)?);
     }
-    let limit_s = limit.as_secs_f64();
-    for agent in &mut agents {
-        let link = agent.link.as_mut().expect("connected");
-        link.send(&AgentRequest::Prepare {
-            parts: agent.parts.clone(),
-            limit_s,
-        })
-        .map_err(|e| agent_error(&agent.host, e))?;
-        // Preparing dials every peer of the agent's groups: allow for their answers.
-        match link.recv::<AgentReply>(options.control_timeout * 4) {
-            Ok(Some(AgentReply::Prepared)) => {}
-            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(&agent.host, reason)),
-            Ok(_) => return Err(agent_error(&agent.host, "did not get ready in time")),
-            Err(e) => return Err(agent_error(&agent.host, e)),
-        }
-    }
+    prepare_all(&mut agents, options, limit)?;
     let slowest = agents.iter().map(|a| a.clock.rtt_ns).max().unwrap_or(0);
     let start_ns = unix_ns() + options.lead.as_nanos() as u64 + 2 * slowest;
     let started_at = start_ns as f64 / 1e9;
@@ -236,15 +167,118 @@ fn run_with(
         agents.len()
     ));
     let hard_end = Instant::now() + options.lead + limit + Duration::from_secs(30);
-    let mut aborted = false;
-    loop {
-        let pending = agents
-            .iter()
-            .filter(|a| a.groups.is_none() && a.failure.is_none())
-            .count();
-        if pending == 0 {
-            break;
+    collect(&mut agents, options, stop, hard_end, &log);
+    Ok(assemble(profile, agents, start_ns, started_at))
+}
+
+/// Dials the agent `host` (the controller's own for [`LOCAL`]), estimates its clock's
+/// offset, and picks the profile's groups it runs.
+fn connect_agent(
+    profile: &Profile,
+    options: &RunOptions,
+    host: &str,
+    local: Option<SocketAddr>,
+    log: &dyn Fn(String),
+) -> Result<Agent, RunError> {
+    let addr = match (host, local) {
+        (LOCAL, Some(addr)) => addr,
+        _ => super::resolve(host).map_err(|e| agent_error(host, e))?,
+    };
+    let (mut link, facts) = Link::dial(addr, options.control_timeout, options.key.as_ref())
+        .map_err(|e| agent_error(host, format!("cannot connect to {addr}: {e}")))?;
+    let mut samples = Vec::new();
+    for seq in 0..options.clock_samples as u64 {
+        let sent = unix_ns();
+        link.send(&AgentRequest::Ping { seq })
+            .map_err(|e| agent_error(host, e))?;
+        match link.recv::<AgentReply>(options.control_timeout) {
+            Ok(Some(AgentReply::Pong {
+                seq: s,
+                unix_ns: agent,
+            })) if s == seq => samples.push(ClockSample {
+                sent_ns: sent,
+                agent_ns: agent,
+                received_ns: unix_ns(),
+            }),
+            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(host, reason)),
+            Ok(_) => return Err(agent_error(host, "no answer to a clock ping")),
+            Err(e) => return Err(agent_error(host, e)),
         }
+    }
+    let clock = estimate_offset(&samples).ok_or_else(|| agent_error(host, "no clock samples"))?;
+    log(format!(
+        "agent {host} ({addr}): {}, clock offset {:+.3} ms (rtt {:.3} ms)",
+        facts.hostname,
+        clock.offset_ns as f64 / 1e6,
+        clock.rtt_ns as f64 / 1e6
+    ));
+    let parts = profile
+        .groups
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.host.as_deref().unwrap_or(LOCAL) == host)
+        .map(|(index, group)| GroupPart {
+            index,
+            host_label: host.to_string(),
+            group: group.clone(),
+        })
+        .collect();
+    Ok(Agent {
+        host: host.to_string(),
+        link: Some(link),
+        facts: Some(facts),
+        clock,
+        parts,
+        last_heard: Instant::now(),
+        released_ns: None,
+        groups: None,
+        failure: None,
+    })
+}
+
+/// Hands every agent its groups and waits until each has its peers' mirrors running.
+fn prepare_all(
+    agents: &mut [Agent],
+    options: &RunOptions,
+    limit: Duration,
+) -> Result<(), RunError> {
+    let limit_s = limit.as_secs_f64();
+    for agent in agents {
+        let link = agent.link.as_mut().expect("connected");
+        link.send(&AgentRequest::Prepare {
+            parts: agent.parts.clone(),
+            limit_s,
+        })
+        .map_err(|e| agent_error(&agent.host, e))?;
+        // Preparing dials every peer of the agent's groups: allow for their answers.
+        match link.recv::<AgentReply>(options.control_timeout * 4) {
+            Ok(Some(AgentReply::Prepared)) => {}
+            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(&agent.host, reason)),
+            Ok(_) => return Err(agent_error(&agent.host, "did not get ready in time")),
+            Err(e) => return Err(agent_error(&agent.host, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Agents that have neither reported nor failed.
+fn pending(agents: &mut [Agent]) -> impl Iterator<Item = &mut Agent> {
+    agents
+        .iter_mut()
+        .filter(|a| a.groups.is_none() && a.failure.is_none())
+}
+
+/// Collects every agent's results, aborting the run when the user interrupts, an agent is
+/// lost or the run outlasts its limit; agents that do not report after the abort fail.
+fn collect(
+    agents: &mut [Agent],
+    options: &RunOptions,
+    stop: &AtomicBool,
+    hard_end: Instant,
+    log: &dyn Fn(String),
+) {
+    let mut aborted = false;
+    while pending(agents).next().is_some() {
         let must_abort = stop.load(Ordering::Relaxed)
             || Instant::now() >= hard_end
             || agents.iter().any(|a| a.failure.is_some());
@@ -258,10 +292,7 @@ fn run_with(
                 "the run outlasted its limit".to_string()
             };
             log(format!("aborting the run: {reason}"));
-            for agent in agents
-                .iter_mut()
-                .filter(|a| a.groups.is_none() && a.failure.is_none())
-            {
+            for agent in pending(agents) {
                 if let Some(link) = agent.link.as_mut() {
                     let _ = link.send(&AgentRequest::Abort {
                         reason: reason.clone(),
@@ -270,48 +301,47 @@ fn run_with(
             }
         }
         if aborted && Instant::now() >= hard_end + Duration::from_secs(30) {
-            for agent in agents
-                .iter_mut()
-                .filter(|a| a.groups.is_none() && a.failure.is_none())
-            {
+            for agent in pending(agents) {
                 agent.failure = Some("did not report after the abort".into());
             }
             break;
         }
-        for agent in agents
-            .iter_mut()
-            .filter(|a| a.groups.is_none() && a.failure.is_none())
-        {
-            let link = agent.link.as_mut().expect("connected");
-            match link.recv::<AgentReply>(Duration::from_millis(20)) {
-                Ok(Some(reply)) => {
-                    agent.last_heard = Instant::now();
-                    match reply {
-                        AgentReply::Started { at_unix_ns } => {
-                            agent.released_ns = Some(agent.clock.to_controller(at_unix_ns))
-                        }
-                        AgentReply::PartResult { groups } => {
-                            log(format!("agent {}: finished", agent.host));
-                            agent.groups = Some(groups);
-                        }
-                        AgentReply::Error { reason } => agent.failure = Some(reason),
-                        _ => {}
-                    }
-                }
-                Ok(None) => {
-                    let silent = agent.last_heard.elapsed();
-                    if silent >= options.control_timeout {
-                        agent.failure = Some(format!("silent for {:.1} s", silent.as_secs_f64()));
-                    }
-                }
-                Err(e) => agent.failure = Some(format!("connection lost: {e}")),
-            }
-            if let Some(failure) = &agent.failure {
-                log(format!("agent {}: {failure}", agent.host));
-            }
+        for agent in pending(agents) {
+            poll_agent(agent, options, log);
         }
     }
-    Ok(assemble(profile, agents, start_ns, started_at))
+}
+
+/// Takes what one agent says within a short wait: its release time, its results, or its
+/// failure (an error, silence past the control timeout, a lost connection).
+fn poll_agent(agent: &mut Agent, options: &RunOptions, log: &dyn Fn(String)) {
+    let link = agent.link.as_mut().expect("connected");
+    match link.recv::<AgentReply>(Duration::from_millis(20)) {
+        Ok(Some(reply)) => {
+            agent.last_heard = Instant::now();
+            match reply {
+                AgentReply::Started { at_unix_ns } => {
+                    agent.released_ns = Some(agent.clock.to_controller(at_unix_ns))
+                }
+                AgentReply::PartResult { groups } => {
+                    log(format!("agent {}: finished", agent.host));
+                    agent.groups = Some(groups);
+                }
+                AgentReply::Error { reason } => agent.failure = Some(reason),
+                _ => {}
+            }
+        }
+        Ok(None) => {
+            let silent = agent.last_heard.elapsed();
+            if silent >= options.control_timeout {
+                agent.failure = Some(format!("silent for {:.1} s", silent.as_secs_f64()));
+            }
+        }
+        Err(e) => agent.failure = Some(format!("connection lost: {e}")),
+    }
+    if let Some(failure) = &agent.failure {
+        log(format!("agent {}: {failure}", agent.host));
+    }
 }
 
 fn assemble(
