@@ -3,6 +3,7 @@
 //! Control traffic is a handful of small frames per test, so a blocking socket with read
 //! timeouts is enough; the timeouts come from the session's own deadlines.
 
+use linerate_proto::agent_session::AgentSession;
 use linerate_proto::iperf3::{client::Iperf3Client, server::Iperf3Server};
 use linerate_proto::{ClientSession, ServerSession};
 use std::io::{self, Read, Write};
@@ -43,6 +44,7 @@ machine!(ClientSession);
 machine!(ServerSession);
 machine!(Iperf3Server);
 machine!(Iperf3Client);
+machine!(AgentSession);
 
 /// A control connection.
 pub struct Control {

@@ -5,11 +5,11 @@
 use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
 use super::link::{random_nonce, unix_ns};
 use super::rendezvous::Rendezvous;
+use crate::control::Control;
 use crate::shared::Shared;
 use linerate_proto::agent::{AgentReply, AgentRequest, GroupPart, MirrorSpec};
 use linerate_proto::agent_session::{AgentEvent, AgentSession, AgentTimeouts};
 use linerate_report::profile::GroupResult;
-use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
@@ -36,71 +36,40 @@ struct MirrorState {
     token: linerate_proto::Token,
 }
 
-/// An agent connection: its socket and the sans-IO session (linerate-proto's
-/// `agent_session`) that holds its handshake, key check and deadlines. Every byte in or out
-/// goes through the session.
+/// An agent connection: its socket (driven by [`Control`], as control connections are)
+/// and the sans-IO session (linerate-proto's `agent_session`) that holds its handshake,
+/// key check and deadlines. Every byte in or out goes through the session.
 struct AgentConnection {
-    stream: TcpStream,
+    control: Control,
     session: AgentSession,
 }
 
 impl AgentConnection {
-    /// Sends what the session has queued; a write failure shows as the next read's.
-    fn flush(&mut self) {
-        while let Some(bytes) = self.session.poll_transmit() {
-            if self.stream.write_all(&bytes).is_err() {
-                break;
-            }
-        }
-    }
-
     fn reply(&mut self, reply: &AgentReply) {
         self.session.reply(reply);
-        self.flush();
+        self.control.flush(&mut self.session);
     }
 
     /// The next request, waiting at most `wait`: `Ok(None)` when none came in time,
     /// `Err` with the reason when the connection is over.
     fn recv(&mut self, wait: Duration) -> Result<Option<AgentRequest>, String> {
         let deadline = Instant::now() + wait;
-        let mut buf = [0u8; 16 * 1024];
         loop {
             match self.session.poll_event() {
                 Some(AgentEvent::Request(request)) => return Ok(Some(request)),
                 Some(AgentEvent::Closed(outcome)) => {
-                    self.flush();
+                    self.control.flush(&mut self.session);
                     return Err(outcome
                         .err()
                         .unwrap_or_else(|| "the connection closed".into()));
                 }
                 None => {}
             }
-            let now = Instant::now();
-            self.session.handle_timeout(now);
-            self.flush();
-            if self.session.is_closed() {
-                continue;
-            }
-            let left = deadline.saturating_duration_since(now);
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(None);
             }
-            let _ = self
-                .stream
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))));
-            match self.stream.read(&mut buf) {
-                Ok(0) => self.session.handle_eof(Instant::now()),
-                Ok(n) => self.session.handle_input(Instant::now(), &buf[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
-                Err(e) => return Err(format!("connection ended: {e}")),
-            }
-            self.flush();
+            self.control.step(&mut self.session, left);
         }
     }
 }
@@ -133,9 +102,9 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
     let Ok(own) = stream.local_addr() else {
         return;
     };
-    if stream.set_nodelay(true).is_err() {
+    let Ok(control) = Control::new(stream) else {
         return;
-    }
+    };
     let timeouts = AgentTimeouts {
         handshake: shared.config.timeouts.handshake,
         idle: shared.config.timeouts.idle,
@@ -156,7 +125,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
         shared,
         peer,
         own,
-        link: AgentConnection { stream, session },
+        link: AgentConnection { control, session },
         stop: Arc::new(AtomicBool::new(false)),
         prepared: Vec::new(),
         limit_s: shared.config.limits.max_duration_s,
