@@ -61,6 +61,13 @@ pub enum Progress {
     Started,
     /// An interval of this side's own figures.
     Interval(Box<SideInterval>),
+    /// An iperf3 test's streams are open (iperf3 clients only, before `Started`): what
+    /// `--json-stream`'s start line says of them.
+    Iperf3Streams {
+        cookie: String,
+        control_mss: u32,
+        streams: Box<linerate_report::iperf3_json::StreamFacts>,
+    },
 }
 
 /// A test to run.

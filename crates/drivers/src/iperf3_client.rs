@@ -19,6 +19,7 @@ use linerate_proto::iperf3::client::{Event, Iperf3Client, Iperf3Error};
 use linerate_proto::iperf3::{
     cookie_from, Params, Results, Transport, COOKIE_LEN, UDP_CONNECT, UDP_REPLY, UDP_REPLY_LEGACY,
 };
+use linerate_report::iperf3_json::StreamFacts;
 use linerate_report::{Report, SideResult, TestConfig};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -70,6 +71,29 @@ pub struct Iperf3Outcome {
     /// What the server sent in the results exchange (its output text, if asked for).
     pub server: Results,
     pub params: Params,
+    /// The test's cookie, as iperf3 -J's `start.cookie` shows it.
+    pub cookie: String,
+    /// The control connection's MSS (iperf3's `tcp_mss_default`); 0 if unknown.
+    pub control_mss: u32,
+}
+
+/// Each stream's addresses and the first one's socket buffers, as iperf3's `start` shows.
+fn stream_facts(streams: &[FlowSocket]) -> StreamFacts {
+    let text = |addr: std::io::Result<SocketAddr>| addr.map_or(String::new(), |a| a.to_string());
+    let mut facts = StreamFacts::default();
+    for (index, stream) in streams.iter().enumerate() {
+        let (local, remote, sock) = match stream {
+            FlowSocket::Tcp(s) => (s.local_addr(), s.peer_addr(), socket2::SockRef::from(s)),
+            FlowSocket::Udp(s) => (s.local_addr(), s.peer_addr(), socket2::SockRef::from(s)),
+            _ => continue,
+        };
+        if index == 0 {
+            facts.sndbuf = sock.send_buffer_size().unwrap_or(0) as u64;
+            facts.rcvbuf = sock.recv_buffer_size().unwrap_or(0) as u64;
+        }
+        facts.connected.push((text(local), text(remote)));
+    }
+    facts
 }
 
 /// Runs one test against the iperf3 server at `addr`, named `target` in the results.
@@ -95,6 +119,7 @@ pub fn run(
         source: io::Error::other(e.to_string()),
     })?;
     let cookie = cookie_from(&random);
+    let control_mss = socket2::SockRef::from(&stream).mss().unwrap_or(0);
     let mut control = Control::new(stream).map_err(|source| Iperf3ClientError::Io {
         context: "setting up the control connection",
         source,
@@ -136,6 +161,11 @@ pub fn run(
                 },
                 Event::TestStart => {}
                 Event::TestRunning => {
+                    progress(Progress::Iperf3Streams {
+                        cookie: String::from_utf8_lossy(&cookie[..COOKIE_LEN - 1]).into_owned(),
+                        control_mss,
+                        streams: Box::new(stream_facts(&streams)),
+                    });
                     let specs = streams
                         .drain(..)
                         .enumerate()
@@ -186,6 +216,8 @@ pub fn run(
                         report,
                         server: theirs,
                         params: params.clone(),
+                        cookie: String::from_utf8_lossy(&cookie[..COOKIE_LEN - 1]).into_owned(),
+                        control_mss,
                     });
                 }
                 Event::Closed(Err(e)) => return Err(session_error(e)),

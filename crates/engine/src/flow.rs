@@ -78,6 +78,8 @@ pub struct FlowCount {
     pub retransmits: u64,
     /// UDP flows: datagram counts so far (jitter as of now).
     pub udp: Option<UdpCounts>,
+    /// Sending TCP flows: TCP_INFO's view at the sample.
+    pub tcp: Option<linerate_model::TcpSnapshot>,
     /// Request/response flows: transactions completed (requester) or answered
     /// (responder) so far.
     pub transactions: u64,

@@ -329,18 +329,23 @@ impl DataPlane {
                 if seconds > 0.0 {
                     transactions_per_s += done as f64 / seconds;
                 }
+                let mut flow = FlowInterval {
+                    id: fa.id,
+                    retransmits,
+                    tcp: fb.tcp,
+                    ..Default::default()
+                };
                 if let (Some(ua), Some(ub)) = (fa.udp, fb.udp) {
                     let delta = udp_delta(&ua, &ub);
                     udp.add(&delta);
                     if delta.received > 0 {
                         jitters.push(delta.jitter_ms);
                     }
+                    flow.sent_datagrams = delta.sent;
+                    flow.received_datagrams = delta.received;
+                    flow.lost_datagrams = delta.lost;
+                    flow.jitter_ms = delta.jitter_ms;
                 }
-                let mut flow = FlowInterval {
-                    id: fa.id,
-                    retransmits,
-                    ..Default::default()
-                };
                 match self.roles.get(&fa.id) {
                     Some(Role::Send) => {
                         out.sent_bytes += bytes;

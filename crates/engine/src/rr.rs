@@ -309,6 +309,7 @@ impl RrWorker {
                     bytes: f.bytes,
                     retransmits: 0,
                     udp: None,
+                    tcp: None,
                     transactions: f.transactions,
                 })
                 .collect();

@@ -402,6 +402,7 @@ impl UdpLoop {
                     bytes: f.bytes(),
                     retransmits: 0,
                     udp: Some(f.counts()),
+                    tcp: None,
                     transactions: 0,
                 })
                 .collect();

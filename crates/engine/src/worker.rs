@@ -174,19 +174,27 @@ impl Worker {
                 .flows
                 .iter_mut()
                 .map(|flow| {
-                    let retransmits = if flow.role == Role::Send {
-                        if !flow.done {
-                            flow.outcome.info = sys::tcp_info(&flow.stream);
-                        }
-                        u64::from(flow.outcome.info.total_retrans)
+                    let sends = flow.role == Role::Send;
+                    // Every flow's TCP_INFO, as iperf3 keeps it per interval: a receiver's
+                    // socket has its own RTT estimate too.
+                    let info = if flow.done {
+                        flow.outcome.info
                     } else {
-                        0
+                        sys::tcp_info(&flow.stream)
                     };
+                    if sends {
+                        flow.outcome.info = info;
+                    }
                     FlowCount {
                         id: flow.id,
                         bytes: flow.bytes,
-                        retransmits,
+                        retransmits: if sends {
+                            u64::from(info.total_retrans)
+                        } else {
+                            0
+                        },
                         udp: None,
+                        tcp: Some(info.snapshot()),
                         transactions: 0,
                     }
                 })

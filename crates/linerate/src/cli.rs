@@ -456,6 +456,10 @@ pub struct Iperf3Args {
     /// Print linerate's result document
     #[arg(long, conflicts_with = "iperf3_json")]
     pub json: bool,
+    /// Print iperf3 3.17's --json-stream lines: one JSON object per line (start, each
+    /// interval as it ends, end)
+    #[arg(long, conflicts_with_all = ["iperf3_json", "json"])]
+    pub json_stream: bool,
     /// Ask the server for its own output, and print it
     #[arg(long)]
     pub get_server_output: bool,

@@ -11,6 +11,7 @@ use linerate_proto::iperf3::{Params, Transport, DEFAULT_TCP_BLOCK, DEFAULT_UDP_R
 use linerate_report::document::Document;
 use linerate_report::text::{self, INTERVAL_HEADER};
 use linerate_report::{iperf3_json, Direction};
+use serde_json::Value;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +55,7 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Outcome {
         signal_hook::flag::register(signal, cancel.clone())
             .context("cannot install signal handlers")?;
     }
-    let quiet = args.json || args.iperf3_json;
+    let quiet = args.json || args.iperf3_json || args.json_stream;
     let prefix = args
         .title
         .as_deref()
@@ -82,7 +83,32 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Outcome {
         Err(message) => return Err(Failure::Usage(message).into()),
     };
     let sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
+    let tool = format!("linerate {}", env!("CARGO_PKG_VERSION"));
+    let host_facts = linerate_hostinfo::host_facts();
+    let asked = |cookie: String, control_mss: u32| iperf3_json::Iperf3Start {
+        cookie,
+        tcp_mss_default: u64::from(control_mss),
+        bytes: params.num,
+        blocks: params.blockcount,
+        target_bitrate: params.bandwidth,
+    };
+    let started_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let mut progress = |event: Progress| match event {
+        Progress::Iperf3Streams {
+            cookie,
+            control_mss,
+            streams,
+        } if args.json_stream => {
+            let start = asked(cookie, control_mss);
+            let line =
+                iperf3_json::start_line(&config, &tool, &host_facts, started_at, &streams, &start);
+            println!("{line}");
+        }
+        Progress::Interval(interval) if args.json_stream => {
+            println!("{}", iperf3_json::interval_line(&config, &interval));
+        }
         Progress::Started if args.interval > 0.0 => say(INTERVAL_HEADER),
         Progress::Interval(interval) => {
             for line in text::side_interval_lines(
@@ -101,16 +127,18 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Outcome {
     let outcome = iperf3_client::run(addr, host, &params, timeout, &cancel, &mut progress)?;
     let server_output = outcome.server.server_output_text.as_deref();
     if args.iperf3_json {
-        let output = match (&outcome.server.server_output_json, server_output) {
-            (Some(json), _) => Some(("server_output_json", json.clone())),
-            (None, Some(text)) => Some(("server_output_text", text.into())),
-            (None, None) => None,
-        };
-        let doc = iperf3_json::render(&outcome.report, output);
+        let output = server_output_of(&outcome.server);
+        let start = asked(outcome.cookie.clone(), outcome.control_mss);
+        let doc = iperf3_json::render(&outcome.report, &start, output);
         println!(
             "{}",
             serde_json::to_string_pretty(&doc).context("cannot encode the result")?
         );
+    } else if args.json_stream {
+        let output = server_output_of(&outcome.server);
+        for line in iperf3_json::end_lines(&outcome.report, output) {
+            println!("{line}");
+        }
     } else if args.json {
         println!(
             "{}",
@@ -194,5 +222,14 @@ fn params_of(args: &Iperf3Args, addr: std::net::SocketAddr) -> Params {
         client_version: Some(format!("linerate {}", env!("CARGO_PKG_VERSION"))),
         authtoken: None,
         use_pkcs1_padding: false,
+    }
+}
+
+/// The server's output as iperf3 -J and --json-stream carry it: its JSON, or its text.
+fn server_output_of(server: &linerate_proto::iperf3::Results) -> Option<(&'static str, Value)> {
+    match (&server.server_output_json, &server.server_output_text) {
+        (Some(json), _) => Some(("server_output_json", json.clone())),
+        (None, Some(text)) => Some(("server_output_text", text.as_str().into())),
+        (None, None) => None,
     }
 }

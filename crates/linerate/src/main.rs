@@ -66,7 +66,7 @@ fn main() -> ExitCode {
         ),
         Command::Crr(args) => (args.common.json, transactions(&args.common, None, &storage)),
         Command::Iperf3(args) => (
-            args.json || args.iperf3_json,
+            args.json || args.iperf3_json || args.json_stream,
             iperf3_cmd::run(&args, &storage),
         ),
         Command::Sweep(args) => (args.json, sweep_cmd::run(&args, &storage)),
@@ -348,6 +348,8 @@ fn transaction_test(
                     println!("{line}");
                 }
             }
+            // Only iperf3 clients say this.
+            Progress::Iperf3Streams { .. } => {}
         }
     };
     let mut options = ClientOptions::new(config.clone());
@@ -456,7 +458,7 @@ fn stream(args: &StreamArgs, storage: &keep::Storage) -> Outcome {
                     println!("{line}");
                 }
             }
-            Progress::Interval(_) => {}
+            Progress::Interval(_) | Progress::Iperf3Streams { .. } => {}
         }
     };
     if !quiet {

@@ -497,3 +497,142 @@ fn iperf3_errors_read_as_iperf3_users_know_them() {
     let out = linerate(&["iperf3", "-c", "127.0.0.1", "-s"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// Every leaf key path of a JSON document (array elements share their path).
+fn leaf_paths(value: &Value, path: &str, out: &mut std::collections::BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                leaf_paths(v, &format!("{path}.{key}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                leaf_paths(v, &format!("{path}[]"), out);
+            }
+        }
+        _ => {
+            out.insert(path.to_string());
+        }
+    }
+}
+
+/// `linerate iperf3 -c -J` against the same real iperf3 server as Debian's iperf3 client,
+/// with the same options, for the modes scripts use: every key iperf3 writes is in
+/// linerate's document, and the figures that must agree do within 5 % (both clients are
+/// paced, so their byte counts are comparable).
+#[test]
+fn iperf3_json_has_every_key_iperf3_writes() {
+    if !have("iperf3", "iperf3_json_has_every_key_iperf3_writes") {
+        return;
+    }
+    let modes: [(&str, &[&str]); 6] = [
+        ("TCP", &["-b", "200M"]),
+        ("TCP -R", &["-R", "-b", "200M"]),
+        ("TCP --bidir", &["--bidir", "-b", "100M"]),
+        ("TCP -P 3", &["-P", "3", "-b", "100M"]),
+        ("UDP", &["-u", "-b", "20M", "-l", "1400"]),
+        ("UDP -R", &["-u", "-R", "-b", "20M", "-l", "1400"]),
+    ];
+    for (mode, extra) in modes {
+        let server = Iperf3Server::start();
+        let mut args = vec!["-c", "127.0.0.1", "-p", &server.port, "-t", "3", "-J"];
+        args.extend_from_slice(extra);
+        let theirs = doc(&iperf3(&args));
+        let mut ours_args = vec!["iperf3", "--no-store"];
+        ours_args.extend_from_slice(&args);
+        let ours = doc(&linerate(&ours_args));
+        let (mut want, mut have_keys) = Default::default();
+        leaf_paths(&theirs, "", &mut want);
+        leaf_paths(&ours, "", &mut have_keys);
+        let missing: Vec<&String> = want.difference(&have_keys).collect();
+        assert!(missing.is_empty(), "{mode}: keys missing: {missing:?}");
+        let count = |d: &Value, key: &str| d[key].as_array().map_or(0, Vec::len);
+        assert_eq!(
+            count(&ours, "intervals"),
+            count(&theirs, "intervals"),
+            "{mode}"
+        );
+        assert_eq!(
+            ours["start"]["connected"].as_array().map(Vec::len),
+            theirs["start"]["connected"].as_array().map(Vec::len),
+            "{mode}"
+        );
+        assert_close(
+            &format!("{mode}: end.sum_received.bytes"),
+            f(&ours, "/end/sum_received/bytes"),
+            f(&theirs, "/end/sum_received/bytes"),
+            0.05,
+        );
+        if mode.starts_with("UDP") {
+            assert_close(
+                &format!("{mode}: end.sum.packets"),
+                f(&ours, "/end/sum/packets"),
+                f(&theirs, "/end/sum/packets"),
+                0.05,
+            );
+        }
+        // The intervals add up to the total, within one interval's worth.
+        let intervals = ours["intervals"].as_array().unwrap();
+        let summed: f64 = intervals.iter().map(|i| f(i, "/sum/bytes")).sum();
+        let total = if mode.contains("-R") {
+            f(&ours, "/end/sum_received/bytes")
+        } else {
+            f(&ours, "/end/sum_sent/bytes")
+        };
+        let one = total / intervals.len() as f64;
+        assert!(
+            (summed - total).abs() <= one,
+            "{mode}: intervals sum to {summed}, the total is {total}"
+        );
+    }
+}
+
+/// `--json-stream`: one JSON object per line, `start` first, an `interval` line per
+/// interval with the same keys as -J's intervals, `end` last (against linerate's own
+/// server, which serves iperf3 clients, so Debian's iperf3 is not needed).
+#[test]
+fn json_stream_lines_follow_the_test() {
+    let server = ServeProcess::start(&[]);
+    let port = server.port.to_string();
+    let run = |shape: &str| {
+        linerate(&[
+            "iperf3",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "2",
+            shape,
+            "--no-store",
+        ])
+    };
+    let out = run("--json-stream");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line one JSON object"))
+        .collect();
+    let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert_eq!(
+        events,
+        ["start", "interval", "interval", "end"],
+        "{lines:?}"
+    );
+    assert!(lines[0]["data"]["connected"].as_array().unwrap().len() == 1);
+    assert!(lines[3]["data"]["sum_received"]["bytes"].as_u64().unwrap() > 0);
+    let whole = doc(&run("-J"));
+    let (mut stream_keys, mut document_keys) = Default::default();
+    leaf_paths(&lines[1]["data"], "", &mut stream_keys);
+    leaf_paths(&whole["intervals"][0], "", &mut document_keys);
+    assert_eq!(stream_keys, document_keys);
+    // linerate's own document of the same kind of run keeps its intervals too (and so the
+    // results database, show, export and the HTML report do).
+    let native = doc(&run("--json"));
+    assert_eq!(
+        native["intervals"].as_array().map(Vec::len),
+        Some(2),
+        "{native}"
+    );
+}

@@ -171,6 +171,42 @@ pub struct FlowInterval {
     pub received_bytes: u64,
     pub received_bps: f64,
     pub retransmits: u64,
+    /// UDP: datagrams this side sent or received in the interval.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sent_datagrams: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub received_datagrams: u64,
+    /// UDP receivers: datagrams lost in the interval, and the jitter at its end.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lost_datagrams: u64,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub jitter_ms: f64,
+    /// A TCP flow's state at the interval's end (TCP_INFO).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpSnapshot>,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_zero_f64(value: &f64) -> bool {
+    *value == 0.0
+}
+
+/// A TCP flow's state as TCP_INFO tells it at one moment: what iperf3 reports per
+/// interval (docs/results.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpSnapshot {
+    /// The congestion window in bytes (segments times the sender's MSS).
+    pub snd_cwnd_bytes: u64,
+    /// The peer's advertised receive window in bytes (0 where the kernel does not say).
+    pub snd_wnd_bytes: u64,
+    /// Smoothed round-trip time and its variation, in microseconds.
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    /// The path MTU the connection uses.
+    pub pmtu: u32,
 }
 
 /// What one side saw of one flow (one TCP connection).

@@ -128,9 +128,43 @@ fn merge_udp(parts: &[UdpCounts]) -> UdpCounts {
     total
 }
 
+/// One side's interval alone, as a merged interval (the other side adds nothing): what a
+/// client shows live before the server's side arrives.
+pub fn one_side(side: &SideInterval) -> IntervalReport {
+    merge_intervals(std::slice::from_ref(side), &[])
+        .pop()
+        .expect("one interval in, one out")
+}
+
 fn merge_intervals(local: &[SideInterval], remote: &[SideInterval]) -> Vec<IntervalReport> {
     // Both sides run the same nominal schedule; a side that stopped early (a failed test)
-    // has fewer intervals, and only intervals both sides reached are merged.
+    // has fewer intervals, and only intervals both sides reached are merged. A side that
+    // reports no intervals at all (an iperf3 server's results carry none) adds nothing
+    // to the other side's.
+    let silent = |other: &[SideInterval]| -> Vec<SideInterval> {
+        other
+            .iter()
+            .map(|o| SideInterval {
+                start: o.start,
+                end: o.end,
+                omitted: o.omitted,
+                flows: o.flows.as_ref().map(|_| Vec::new()),
+                ..Default::default()
+            })
+            .collect()
+    };
+    let (padded_local, padded_remote);
+    let (local, remote) = match (local.is_empty(), remote.is_empty()) {
+        (false, true) => {
+            padded_remote = silent(local);
+            (local, padded_remote.as_slice())
+        }
+        (true, false) => {
+            padded_local = silent(remote);
+            (padded_local.as_slice(), remote)
+        }
+        _ => (local, remote),
+    };
     local
         .iter()
         .zip(remote)
@@ -187,6 +221,16 @@ fn merge_flow_intervals(
                 sender_bytes: l.sent_bytes + r.sent_bytes,
                 sender_bps: l.sent_bps + r.sent_bps,
                 retransmits: l.retransmits + r.retransmits,
+                sender_datagrams: l.sent_datagrams + r.sent_datagrams,
+                receiver_datagrams: l.received_datagrams + r.received_datagrams,
+                lost_datagrams: l.lost_datagrams + r.lost_datagrams,
+                jitter_ms: l.jitter_ms.max(r.jitter_ms),
+                // The sender's view; one side alone (an iperf3 peer) gives its own.
+                tcp: if r.sent_bytes > l.sent_bytes {
+                    r.tcp.or(l.tcp)
+                } else {
+                    l.tcp.or(r.tcp)
+                },
             }
         })
         .collect()

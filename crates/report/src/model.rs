@@ -114,6 +114,28 @@ pub struct FlowIntervalReport {
     pub sender_bytes: u64,
     pub sender_bps: f64,
     pub retransmits: u64,
+    /// UDP: datagrams the sender sent and the receiver took in the interval.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sender_datagrams: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub receiver_datagrams: u64,
+    /// UDP: datagrams the receiver counted lost in the interval, and its jitter.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lost_datagrams: u64,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub jitter_ms: f64,
+    /// TCP: the sender's congestion window, peer window, RTT and path MTU at the end
+    /// (the client's own socket's view when the server sends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<linerate_model::TcpSnapshot>,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_zero_f64(value: &f64) -> bool {
+    *value == 0.0
 }
 
 /// Summary figures of one direction (bidir tests carry one per direction).
