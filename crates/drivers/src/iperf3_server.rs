@@ -291,9 +291,16 @@ fn accept(
             format!("{asked} s asked, the server allows {most} s"),
         );
     }
+    // --max-flows binds iperf3 clients too: streams (both ways for --bidir) per test.
+    let streams = u64::from(params.parallel) * if params.bidirectional { 2 } else { 1 };
+    let most_flows = u64::from(shared.config.limits.max_flows);
+    if streams > most_flows {
+        let why = format!("{streams} streams asked, the server allows {most_flows}");
+        shared.refused(peer, &format!("iperf3 test {id}: {why}"));
+        return session.refuse(code::NUM_STREAMS, why);
+    }
     // --max-rate and --max-rate-per-ip bind iperf3 clients by the bitrate they ask (-b,
     // per stream), as iperf3's --server-bitrate-limit does.
-    let streams = u64::from(params.parallel) * if params.bidirectional { 2 } else { 1 };
     let asked = params.bandwidth.saturating_mul(streams) as f64;
     if let Some(limit) = shared.config.limits.max_rate_bps {
         if params.bandwidth == 0 || asked > limit as f64 {

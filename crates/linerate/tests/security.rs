@@ -384,6 +384,8 @@ fn iperf3_clients_are_bound_by_max_duration_and_authenticate() {
     let server = ServeProcess::start(&[
         "--max-duration",
         "30",
+        "--max-flows",
+        "8",
         "--rsa-private-key-path",
         private.to_str().unwrap(),
         "--authorized-users-path",
@@ -411,6 +413,12 @@ fn iperf3_clients_are_bound_by_max_duration_and_authenticate() {
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("authorization failed"), "{text}");
+    // Over --max-flows: refused with iperf3's stream-count error.
+    let out = client("rossi", &["-t", "1", "-P", "9"]);
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("parallel streams too large"), "{text}");
     // Over --max-duration: refused with iperf3's duration error, at once.
     let started = Instant::now();
     let out = client("rossi", &["-t", "40"]);
