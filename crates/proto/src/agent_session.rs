@@ -276,6 +276,46 @@ impl AgentSession {
     }
 }
 
+/// The dialer's half of the handshake (a controller or a group host): its hello, and its
+/// answer to the agent's welcome. A dialer that holds a key requires the agent to prove
+/// it; one without a key cannot answer an agent that holds one.
+#[derive(Debug, Clone)]
+pub struct DialerHandshake {
+    key: Option<(Key, Nonce)>,
+}
+
+impl DialerHandshake {
+    /// `key` with this connection's fresh nonce, from the driver.
+    pub fn new(key: Option<(Key, Nonce)>) -> DialerHandshake {
+        DialerHandshake { key }
+    }
+
+    /// The first message on the connection.
+    pub fn hello(&self) -> AgentRequest {
+        AgentRequest::Hello {
+            nonce: self.key.as_ref().map(|(_, nonce)| nonce.to_hex()),
+        }
+    }
+
+    /// The agent's welcome carried `challenge`: the proof to send next (`None` when no
+    /// key is in play), or why the agent is not to be trusted.
+    pub fn handle_welcome(
+        &self,
+        challenge: Option<&crate::auth::Challenge>,
+    ) -> Result<Option<AgentRequest>, crate::auth::AuthError> {
+        use crate::auth::AuthError;
+        match (&self.key, challenge) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(AuthError::KeyRequired),
+            (Some(_), None) => Err(AuthError::ServerKeyless),
+            (Some((key, nonce)), Some(challenge)) => {
+                let proof = challenge.answer(key, nonce)?;
+                Ok(Some(AgentRequest::Auth { proof }))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,6 +464,42 @@ mod tests {
             .unwrap()
             .unwrap_err()
             .contains("no proof of the key within"));
+    }
+
+    #[test]
+    fn a_dialer_and_an_agent_agree_only_on_the_same_key() {
+        let key = Key::from_file_contents(b"the agents' key, at least 16 bytes").unwrap();
+        let other = Key::from_file_contents(b"another key, also 16 bytes long").unwrap();
+        let t0 = origin();
+        for (dialer_key, agent_key, serves) in [
+            (Some(&key), Some(&key), true),
+            (Some(&other), Some(&key), false),
+            (None, Some(&key), false),
+            (Some(&key), None, false),
+            (None, None, true),
+        ] {
+            let dialer = DialerHandshake::new(dialer_key.map(|k| (k.clone(), Nonce([3; 32]))));
+            let mut agent = AgentSession::new(t0, AGENT_VERSION, HostFacts::default(), TIMEOUTS);
+            if let Some(k) = agent_key {
+                agent = agent.with_key(k.clone(), Nonce([9; 32]));
+            }
+            agent.handle_input(t0, &frame(&dialer.hello()));
+            let answer = match replies(&mut agent).first() {
+                Some(AgentReply::Welcome { auth, .. }) => dialer.handle_welcome(auth.as_ref()),
+                _ => Err(crate::auth::AuthError::KeyRequired),
+            };
+            if let Ok(Some(proof)) = &answer {
+                agent.handle_input(t0, &frame(proof));
+            }
+            agent.handle_input(t0, &frame(&AgentRequest::Ping { seq: 1 }));
+            let served =
+                agent.poll_event() == Some(AgentEvent::Request(AgentRequest::Ping { seq: 1 }));
+            assert_eq!(
+                served && answer.is_ok(),
+                serves,
+                "{dialer_key:?} {agent_key:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Blocking framed JSON over an agent connection, with bounded waits.
 
-use linerate_proto::agent::{agent_preface, AgentReply, AgentRequest, AGENT_VERSION};
-use linerate_proto::auth::{AuthError, Key, Nonce};
+use linerate_proto::agent::{agent_preface, AgentReply, AGENT_VERSION};
+use linerate_proto::agent_session::DialerHandshake;
+use linerate_proto::auth::{Key, Nonce};
 use linerate_proto::frame::FrameDecoder;
 use linerate_report::HostFacts;
 use serde::de::DeserializeOwned;
@@ -38,10 +39,12 @@ impl Link {
         stream.set_write_timeout(Some(timeout))?;
         stream.write_all(&agent_preface(AGENT_VERSION))?;
         let mut link = Link::new(stream)?;
-        let nonce = key.map(|_| random_nonce()).transpose()?;
-        link.send(&AgentRequest::Hello {
-            nonce: nonce.as_ref().map(Nonce::to_hex),
-        })?;
+        let keyed = match key {
+            Some(key) => Some((key.clone(), random_nonce()?)),
+            None => None,
+        };
+        let handshake = DialerHandshake::new(keyed);
+        link.send(&handshake.hello())?;
         let (host, challenge) = match link.recv::<AgentReply>(timeout)? {
             Some(AgentReply::Welcome { host, auth, .. }) => (host, auth),
             Some(AgentReply::Error { reason }) => return Err(io::Error::other(reason)),
@@ -52,15 +55,11 @@ impl Link {
                 ))
             }
         };
-        let failed = |e: AuthError| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string());
-        match (key.zip(nonce), challenge) {
-            (None, None) => {}
-            (None, Some(_)) => return Err(failed(AuthError::KeyRequired)),
-            (Some(_), None) => return Err(failed(AuthError::ServerKeyless)),
-            (Some((key, nonce)), Some(challenge)) => {
-                let proof = challenge.answer(key, &nonce).map_err(failed)?;
-                link.send(&AgentRequest::Auth { proof })?;
-            }
+        let proof = handshake
+            .handle_welcome(challenge.as_ref())
+            .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
+        if let Some(proof) = proof {
+            link.send(&proof)?;
         }
         Ok((link, host))
     }
