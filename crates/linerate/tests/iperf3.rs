@@ -343,23 +343,30 @@ struct Iperf3Server {
 
 impl Iperf3Server {
     fn start() -> Iperf3Server {
-        let port = free_port().to_string();
-        let child = Command::new("iperf3")
-            .args(["-s", "-J", "-p", &port])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start iperf3 -s");
-        // Ready when it accepts connections.
-        for _ in 0..100 {
-            if TcpStream::connect(format!("127.0.0.1:{port}")).is_ok() {
-                break;
+        // A port picked free can be taken by another test's server before this one binds
+        // it: then iperf3 exits at once, and another port is tried.
+        for _ in 0..5 {
+            let port = free_port().to_string();
+            let mut child = Command::new("iperf3")
+                .args(["-s", "-J", "-p", &port])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start iperf3 -s");
+            // Ready when it accepts connections.
+            for _ in 0..100 {
+                if TcpStream::connect(format!("127.0.0.1:{port}")).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // That probe was a test to iperf3; let it give up on it.
+            std::thread::sleep(Duration::from_millis(300));
+            if child.try_wait().ok().flatten().is_none() {
+                return Iperf3Server { child, port };
+            }
         }
-        // That probe was a test to iperf3; let it give up on it.
-        std::thread::sleep(Duration::from_millis(300));
-        Iperf3Server { child, port }
+        panic!("iperf3 -s did not stay up on any of five ports");
     }
 }
 
@@ -534,8 +541,8 @@ fn iperf3_json_has_every_key_iperf3_writes() {
         ("UDP", &["-u", "-b", "20M", "-l", "1400"]),
         ("UDP -R", &["-u", "-R", "-b", "20M", "-l", "1400"]),
     ];
+    let server = Iperf3Server::start();
     for (mode, extra) in modes {
-        let server = Iperf3Server::start();
         let mut args = vec!["-c", "127.0.0.1", "-p", &server.port, "-t", "3", "-J"];
         args.extend_from_slice(extra);
         let theirs = doc(&iperf3(&args));
