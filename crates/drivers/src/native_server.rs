@@ -55,7 +55,7 @@ pub(crate) fn serve_test(
         shared.config.timeouts,
     );
     if let Some(key) = &shared.config.key {
-        match crate::profile::link::random_nonce() {
+        match crate::shared::random_nonce() {
             Ok(nonce) => session = session.with_key(key.clone(), nonce),
             Err(e) => {
                 shared.log(&format!(

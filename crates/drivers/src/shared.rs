@@ -122,10 +122,21 @@ impl Shared {
     }
 }
 
-pub(crate) fn random_token() -> io::Result<Token> {
-    let mut bytes = [0u8; 16];
+/// `N` bytes from the system's random source.
+fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+    let mut bytes = [0u8; N];
     getrandom::getrandom(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
-    Ok(Token(bytes))
+    Ok(bytes)
+}
+
+/// A fresh token for a test's data connections.
+pub(crate) fn random_token() -> io::Result<Token> {
+    random_bytes().map(Token)
+}
+
+/// A fresh nonce for one authentication handshake.
+pub(crate) fn random_nonce() -> io::Result<linerate_proto::auth::Nonce> {
+    random_bytes().map(linerate_proto::auth::Nonce)
 }
 
 /// Why a running test breaks the server's `--max-rate`, from its latest intervals.

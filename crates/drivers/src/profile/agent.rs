@@ -3,9 +3,10 @@
 //! group's host (docs/protocol.md 7).
 
 use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
-use super::link::{random_nonce, unix_ns};
+use super::link::unix_ns;
 use super::rendezvous::Rendezvous;
 use crate::control::Control;
+use crate::shared::random_nonce;
 use crate::shared::Shared;
 use linerate_proto::agent::{AgentReply, AgentRequest, GroupPart, MirrorSpec};
 use linerate_proto::agent_session::{AgentEvent, AgentSession, AgentTimeouts};

@@ -1,8 +1,9 @@
 //! Blocking framed JSON over an agent connection, with bounded waits.
 
+use crate::shared::random_nonce;
 use linerate_proto::agent::{agent_preface, AgentReply, AGENT_VERSION};
 use linerate_proto::agent_session::DialerHandshake;
-use linerate_proto::auth::{Key, Nonce};
+use linerate_proto::auth::Key;
 use linerate_proto::frame::FrameDecoder;
 use linerate_report::HostFacts;
 use serde::de::DeserializeOwned;
@@ -121,11 +122,4 @@ pub(crate) fn unix_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// A fresh nonce for one handshake.
-pub(crate) fn random_nonce() -> io::Result<Nonce> {
-    let mut bytes = [0u8; linerate_proto::auth::NONCE_LEN];
-    getrandom::getrandom(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
-    Ok(Nonce(bytes))
 }
