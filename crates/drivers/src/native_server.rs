@@ -177,15 +177,9 @@ pub(crate) fn serve_test(
     drop(state);
     match outcome {
         Ok(()) => shared.log(&format!("test {id} from {peer}: ended")),
-        Err(e @ SessionError::Refused { .. }) => shared.refused(peer, &format!("test {id}: {e}")),
-        // A client whose key differs finds the server's proof wrong and hangs up.
-        Err(SessionError::PeerClosed(during)) if during.contains("proof of the key") => shared
-            .refused(
-                peer,
-                &format!(
-                    "test {id}: closed without proving the key (it holds another key, or none)"
-                ),
-            ),
+        Err(e @ (SessionError::Refused { .. } | SessionError::Auth(_))) => {
+            shared.refused(peer, &format!("test {id}: {e}"))
+        }
         Err(e) => shared.log(&format!("test {id} from {peer}: ended: {e}")),
     }
 }

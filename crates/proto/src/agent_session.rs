@@ -243,9 +243,7 @@ impl AgentSession {
         match self.state {
             State::Serving => self.close(Ok(())),
             State::AwaitHello => self.close(Err("closed before its hello".into())),
-            State::AwaitProof => self.close(Err(
-                "closed without proving the key (it holds another key, or none)".into(),
-            )),
+            State::AwaitProof => self.close(Err(crate::auth::AuthError::Abandoned.to_string())),
             State::Closed => {}
         }
     }

@@ -166,6 +166,10 @@ pub enum AuthError {
     ServerKeyless,
     #[error("malformed authentication message")]
     Malformed,
+    /// The peer hung up instead of proving the key: a client holding another key finds
+    /// the server's proof wrong and goes no further.
+    #[error("closed without proving the key (it holds another key, or none)")]
+    Abandoned,
 }
 
 /// The server's half, for drivers that run the exchange outside a session (agent

@@ -362,6 +362,8 @@ impl ServerSession {
         if self.state == ServerState::AwaitDone {
             // The results were sent; a client that closes instead of saying done is fine.
             self.close(Ok(()));
+        } else if self.state == ServerState::AwaitAuth {
+            self.close(Err(SessionError::Auth(AuthError::Abandoned)));
         } else {
             self.close(Err(SessionError::PeerClosed(during)));
         }

@@ -37,6 +37,14 @@ struct MirrorState {
     token: linerate_proto::Token,
 }
 
+/// Why an agent connection is over.
+struct Ended {
+    why: String,
+    /// The agent's session closed it (a refusal, a deadline, a bad message), as opposed
+    /// to the dialer hanging up or the server shutting down.
+    by_agent: bool,
+}
+
 /// An agent connection: its socket (driven by [`Control`], as control connections are)
 /// and the sans-IO session (linerate-proto's `agent_session`) that holds its handshake,
 /// key check and deadlines. Every byte in or out goes through the session.
@@ -52,17 +60,24 @@ impl AgentConnection {
     }
 
     /// The next request, waiting at most `wait`: `Ok(None)` when none came in time,
-    /// `Err` with the reason when the connection is over.
-    fn recv(&mut self, wait: Duration) -> Result<Option<AgentRequest>, String> {
+    /// `Err` when the connection is over.
+    fn recv(&mut self, wait: Duration) -> Result<Option<AgentRequest>, Ended> {
         let deadline = Instant::now() + wait;
         loop {
             match self.session.poll_event() {
                 Some(AgentEvent::Request(request)) => return Ok(Some(request)),
                 Some(AgentEvent::Closed(outcome)) => {
                     self.control.flush(&mut self.session);
-                    return Err(outcome
-                        .err()
-                        .unwrap_or_else(|| "the connection closed".into()));
+                    return Err(match outcome {
+                        Ok(()) => Ended {
+                            why: "the connection closed".into(),
+                            by_agent: false,
+                        },
+                        Err(why) => Ended {
+                            why,
+                            by_agent: true,
+                        },
+                    });
                 }
                 None => {}
             }
@@ -163,7 +178,10 @@ impl Agent<'_> {
         let why = loop {
             if self.shared.shutdown.load(Ordering::Relaxed) {
                 self.stop.store(true, Ordering::Relaxed);
-                break "the server is shutting down".to_string();
+                break Ended {
+                    why: "the server is shutting down".into(),
+                    by_agent: false,
+                };
             }
             let busy = self.run.is_some() || self.mirror.is_some();
             self.link.session.set_busy(Instant::now(), busy);
@@ -393,12 +411,12 @@ impl Agent<'_> {
     }
 
     /// The connection is over: stops what it started, and says why.
-    fn end(mut self, why: &str) {
-        let peer = self.peer;
+    fn end(mut self, ended: &Ended) {
+        let (peer, why) = (self.peer, &ended.why);
         if !self.link.session.handshake_done() {
             self.shared
                 .refused(peer, &format!("agent connection: {why}"));
-        } else if self.run.is_none() && self.mirror.is_none() && why.contains("idle") {
+        } else if ended.by_agent && self.run.is_none() && self.mirror.is_none() {
             self.shared
                 .log(&format!("agent connection from {peer}: {why}"));
         }
