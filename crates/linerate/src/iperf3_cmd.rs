@@ -102,8 +102,14 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Outcome {
             streams,
         } if args.json_stream => {
             let start = asked(cookie, control_mss);
-            let line =
-                iperf3_json::start_line(&config, &tool, &host_facts, started_at, &streams, &start);
+            let run = iperf3_json::StartOf {
+                config: &config,
+                tool: &tool,
+                host: &host_facts,
+                started_at,
+                streams: &streams,
+            };
+            let line = iperf3_json::start_line(&run, &start);
             println!("{line}");
         }
         Progress::Interval(interval) if args.json_stream => {

@@ -131,19 +131,19 @@ pub fn end_lines(report: &Report, server_output: Option<(&str, Value)>) -> Vec<V
     lines
 }
 
+/// What `start` is written from: a finished report, or a run whose streams just opened.
+pub struct StartOf<'a> {
+    pub config: &'a TestConfig,
+    /// This build, as `version` shows it.
+    pub tool: &'a str,
+    pub host: &'a HostFacts,
+    pub started_at: f64,
+    pub streams: &'a StreamFacts,
+}
+
 /// The `--json-stream` start line, written when the streams are open.
-pub fn start_line(
-    config: &TestConfig,
-    tool: &str,
-    host: &HostFacts,
-    started_at: f64,
-    streams: &StreamFacts,
-    start: &Iperf3Start,
-) -> Value {
-    json!({
-        "event": "start",
-        "data": start_value(config, tool, host, started_at, streams, start),
-    })
+pub fn start_line(run: &StartOf, start: &Iperf3Start) -> Value {
+    json!({"event": "start", "data": start_value(run, start)})
 }
 
 /// A `--json-stream` interval line, from this side's figures as the interval ends.
@@ -154,24 +154,25 @@ pub fn interval_line(config: &TestConfig, side: &SideInterval) -> Value {
 
 /// `start`: the connection, the test as asked, the sockets.
 pub fn start_of(report: &Report, start: &Iperf3Start) -> Value {
-    start_value(
-        &report.config,
-        &report.tool,
-        &report.host.local,
-        report.started_at,
-        &StreamFacts::of(report),
-        start,
-    )
+    let streams = StreamFacts::of(report);
+    let run = StartOf {
+        config: &report.config,
+        tool: &report.tool,
+        host: &report.host.local,
+        started_at: report.started_at,
+        streams: &streams,
+    };
+    start_value(&run, start)
 }
 
-fn start_value(
-    config: &TestConfig,
-    tool: &str,
-    host: &HostFacts,
-    started_at: f64,
-    streams: &StreamFacts,
-    start: &Iperf3Start,
-) -> Value {
+fn start_value(run: &StartOf, start: &Iperf3Start) -> Value {
+    let StartOf {
+        config,
+        tool,
+        host,
+        started_at,
+        streams,
+    } = *run;
     let tcp = config.protocol == "tcp";
     let connected: Vec<Value> = streams
         .connected
