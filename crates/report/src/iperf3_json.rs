@@ -4,7 +4,7 @@
 //! `sum_sent`, `sum_received` (and `sum` for UDP) and `cpu_utilization_percent`. Stream
 //! numbers are iperf3's ids (1, 3, 4, ...); the figures are linerate's (receiver figures
 //! from the receiver, over the window). docs/iperf3.md lists every key and where it comes
-//! from. [`stream_lines`] gives the same document as `--json-stream` lines.
+//! from. [`start_line`], [`interval_line`] and [`end_lines`] give it as `--json-stream` lines.
 
 use crate::model::{
     Direction, FlowIntervalReport, FlowReport, HostFacts, IntervalReport, Report, SideInterval,
