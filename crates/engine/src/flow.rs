@@ -201,6 +201,14 @@ impl WorkerPlan {
     }
 
     /// The boundary that ends the test: the schedule's last, or an earlier one asked for.
+    /// How much earlier than this side's end a peer's close still counts as its normal
+    /// end: the two ends start their schedules one control-path delay apart, and on a
+    /// loaded machine a side's start can lag by tens of milliseconds. A twentieth of the
+    /// test, at least 50 ms and at most 1 s.
+    pub(crate) fn early_close_tolerance(&self, test_end: Duration) -> Duration {
+        (test_end / 20).clamp(Duration::from_millis(50), Duration::from_secs(1))
+    }
+
     pub(crate) fn end_index(&self) -> usize {
         let last = self.boundaries.len() - 1;
         self.end.requested().map_or(last, |at| at.min(last))

@@ -256,7 +256,7 @@ pub(crate) fn run(
         conns: Vec::new(),
         next_boundary: 0,
         end_index,
-        early_close_tolerance: (test_end / 20).min(Duration::from_secs(1)),
+        early_close_tolerance: plan.early_close_tolerance(test_end),
         drain_deadline: None,
         plan,
         rr,

@@ -126,7 +126,7 @@ impl Worker {
             send_buffer: (0..plan.length).map(|i| (i % 251) as u8).collect(),
             receive_buffer: vec![0u8; plan.length.clamp(128 * 1024, 4 << 20)],
             next_boundary: 0,
-            early_close_tolerance: (test_end / 20).min(Duration::from_secs(1)),
+            early_close_tolerance: plan.early_close_tolerance(test_end),
             drain_deadline: None,
             plan,
             flows,
