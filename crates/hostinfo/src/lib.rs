@@ -167,6 +167,9 @@ pub fn host_facts() -> HostFacts {
         cores,
         cpu_mhz: cpuinfo_field(&cpuinfo, "cpu MHz").and_then(|v| v.parse().ok()),
         software: format!("linerate {}", env!("CARGO_PKG_VERSION")),
+        path: std::env::var(linerate_model::PATH_ENV)
+            .ok()
+            .and_then(|text| linerate_model::PathFacts::from_json(&text)),
     }
 }
 

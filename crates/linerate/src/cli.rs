@@ -107,6 +107,12 @@ pub enum Command {
     /// Work with profile files: check them, convert uperf XML to TOML
     #[command(subcommand)]
     Profile(ProfileCommand),
+    /// Emulate a long, lossy path: a transparent bridge between two interfaces
+    #[command(after_help = IMPAIR_EXAMPLES)]
+    Impair(ImpairArgs),
+    /// A client and a server host on this machine, joined through an emulated path
+    #[command(subcommand)]
+    Lab(LabCommand),
 }
 
 const RUN_EXAMPLES: &str = "\
@@ -850,4 +856,166 @@ fn since(text: &str) -> Result<f64, String> {
 
 fn scale(text: &str) -> Result<Scale, String> {
     Scale::parse(text).ok_or_else(|| format!("'{text}' is not one of a, k, m, g"))
+}
+
+const IMPAIR_EXAMPLES: &str = "\
+Examples:
+  linerate impair --between eth1 eth2 --delay 50ms --loss 1%
+  linerate impair --between eth1 eth2 --delay 25ms --rate 1G --queue 20ms --seed 7
+  linerate impair --between eth1 eth2 --loss 1%,0 --loss-burst 3   bursts, first direction only
+  linerate impair --between eth1 eth2 --reorder 0.5% --duplicate 0.1% --corrupt 0.01%
+A value applies to both directions; 'A,B' gives eth1->eth2 A and eth2->eth1 B.
+Runs until Ctrl-C (or -t), printing each direction's counters every second.";
+
+const LAB_EXAMPLES: &str = "\
+Examples:
+  linerate lab up --rtt 100ms --loss 1% --rate 1G
+  linerate lab exec client -- linerate stream server -t 30
+  linerate lab status
+  linerate lab down
+  linerate lab run --rtt 100ms --loss 1% --rate 1G -- linerate stream server -C bbr -t 30
+  linerate lab run --rtt 50ms --serve-args \"--max-tests 4\" -- linerate rr server
+Hosts: client 10.77.0.1, server 10.77.0.2 (names 'client' and 'server' resolve inside the
+lab; LINERATE_LAB_SERVER holds the server's address). The router between them runs
+'linerate impair'; --rtt is the added round trip, half each way.";
+
+/// What the emulator does to each direction. A value applies to both directions;
+/// "A,B" gives the first direction (client to server in a lab) A and the other B.
+#[derive(Debug, Clone, Args)]
+pub struct ImpairmentArgs {
+    /// Added one-way delay per direction (100ms, 0.5s, 250us)
+    #[arg(long, value_name = "D[,D]")]
+    pub delay: Option<String>,
+    /// Delay varies uniformly by up to this much either way (never reorders)
+    #[arg(long, value_name = "D[,D]")]
+    pub jitter: Option<String>,
+    /// Share of frames dropped at random (1%, 0.1%)
+    #[arg(long, value_name = "P[,P]")]
+    pub loss: Option<String>,
+    /// Losses come in bursts of this mean length in frames (Gilbert-Elliott); needs --loss
+    #[arg(long, value_name = "N[,N]")]
+    pub loss_burst: Option<String>,
+    /// Share of frames held back until the next frame has passed them
+    #[arg(long, value_name = "P[,P]")]
+    pub reorder: Option<String>,
+    /// Share of frames sent twice
+    #[arg(long, value_name = "P[,P]")]
+    pub duplicate: Option<String>,
+    /// Share of frames with one payload bit flipped
+    #[arg(long, value_name = "P[,P]")]
+    pub corrupt: Option<String>,
+    /// Bottleneck rate in bit/s of Ethernet frames (100M, 1G)
+    #[arg(long, value_name = "R[,R]")]
+    pub rate: Option<String>,
+    /// Drop-tail queue before the bottleneck, bytes (256k) or time at the rate (20ms);
+    /// default 50 ms at the rate
+    #[arg(long, value_name = "Q[,Q]")]
+    pub queue: Option<String>,
+    /// Seed of every random choice: the same seed repeats a run's drop pattern
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Most bytes a direction's delay line may hold
+    #[arg(long, value_name = "SIZE", default_value = "1G")]
+    pub memory: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ImpairArgs {
+    /// The two interfaces to bridge: frames entering one leave the other
+    #[arg(long, num_args = 2, value_names = ["IF_A", "IF_B"], required = true)]
+    pub between: Vec<String>,
+    #[command(flatten)]
+    pub impairment: ImpairmentArgs,
+    /// Stop after this many seconds (default: until Ctrl-C)
+    #[arg(short = 't', long)]
+    pub time: Option<f64>,
+    /// No per-second lines
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Write the counters as JSON to this file every second and at the end
+    #[arg(long, value_name = "FILE")]
+    pub status_file: Option<std::path::PathBuf>,
+    /// The whole path as JSON (how `linerate lab` starts the emulator)
+    #[arg(long, hide = true, conflicts_with_all = ["delay", "jitter", "loss", "loss_burst", "reorder", "duplicate", "corrupt", "rate", "queue", "seed"])]
+    pub path_json: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LabCommand {
+    /// Build the lab: client, router (running the emulator) and server namespaces
+    #[command(after_help = LAB_EXAMPLES)]
+    Up(LabUpArgs),
+    /// Run a command on a lab host (client, server or router)
+    #[command(after_help = LAB_EXAMPLES)]
+    Exec(LabExecArgs),
+    /// Build the lab, start 'linerate serve' on the server, run a command on the client,
+    /// tear down; exits with the command's status
+    #[command(after_help = LAB_EXAMPLES)]
+    Run(LabRunArgs),
+    /// Print the emulator's counters
+    Status(LabNameArgs),
+    /// Remove the lab (and leftovers of one whose controller was killed)
+    Down(LabDownArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LabNameArgs {
+    /// The lab's name (several labs can exist at once)
+    #[arg(long, default_value = "lab")]
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LabPathArgs {
+    /// Added round-trip time, half each way (100ms)
+    #[arg(long, conflicts_with = "delay")]
+    pub rtt: Option<String>,
+    #[command(flatten)]
+    pub impairment: ImpairmentArgs,
+    /// MTU of the lab's links
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..=9000))]
+    pub mtu: u16,
+}
+
+#[derive(Debug, Args)]
+pub struct LabUpArgs {
+    #[command(flatten)]
+    pub lab: LabNameArgs,
+    #[command(flatten)]
+    pub path: LabPathArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LabExecArgs {
+    #[command(flatten)]
+    pub lab: LabNameArgs,
+    /// client, server or router
+    pub host: String,
+    /// The command and its arguments
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LabRunArgs {
+    /// The lab's name (default: one of its own, so runs can overlap)
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub path: LabPathArgs,
+    /// Extra flags for 'linerate serve' on the server ("--key lab.key --max-tests 4")
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub serve_args: Option<String>,
+    /// The command to run on the client, and its arguments
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LabDownArgs {
+    #[command(flatten)]
+    pub lab: LabNameArgs,
+    /// Remove every lab on this machine
+    #[arg(long)]
+    pub all: bool,
 }

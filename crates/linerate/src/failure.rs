@@ -15,6 +15,9 @@ pub enum Failure {
     Flags(clap::Error),
     /// The command ran and printed its result, which says part of it failed (exit 1).
     Partial(String),
+    /// A command run for the user (`lab exec`, `lab run`) ended with this status, which
+    /// becomes ours; it said why itself.
+    Status(u8),
 }
 
 impl std::fmt::Display for Failure {
@@ -22,6 +25,7 @@ impl std::fmt::Display for Failure {
         match self {
             Failure::Usage(message) | Failure::Partial(message) => f.write_str(message),
             Failure::Flags(error) => write!(f, "{error}"),
+            Failure::Status(code) => write!(f, "exit status {code}"),
         }
     }
 }
@@ -44,6 +48,7 @@ pub fn exit_code(outcome: Outcome, json: bool) -> ExitCode {
             ExitCode::from(2)
         }
         Some(Failure::Flags(error)) => flags(error),
+        Some(Failure::Status(code)) => ExitCode::from(*code),
         Some(Failure::Partial(message)) => {
             eprintln!("linerate: error: {message}");
             ExitCode::from(1)

@@ -7,6 +7,7 @@ mod cli;
 mod failure;
 mod iperf3_cmd;
 mod keep;
+mod lab_cmd;
 mod run_cmd;
 mod store_cmd;
 mod sweep_cmd;
@@ -77,6 +78,8 @@ fn main() -> ExitCode {
         Command::Report(args) => (false, store_cmd::report(&args, &storage)),
         Command::Run(args) => (args.json, run_cmd::run(&args, &storage)),
         Command::Profile(command) => (false, run_cmd::profile(&command)),
+        Command::Impair(args) => (false, lab_cmd::impair(&args)),
+        Command::Lab(command) => (false, lab_cmd::run(&command)),
     };
     failure::exit_code(outcome, json)
 }

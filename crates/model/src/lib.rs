@@ -9,11 +9,13 @@
 
 mod config;
 pub mod latency;
+mod path;
 pub mod profile;
 mod request;
 mod side;
 pub mod units;
 
 pub use config::*;
+pub use path::*;
 pub use request::*;
 pub use side::*;

@@ -15,6 +15,10 @@ pub struct HostFacts {
     pub cpu_mhz: Option<f64>,
     /// The linerate build on that host.
     pub software: String,
+    /// The emulated path the host's traffic crossed, when a `linerate lab` (or a user
+    /// beside `linerate impair`) said so through `LINERATE_PATH`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<crate::PathFacts>,
 }
 
 /// CPU use on one host over the measurement window (MEASUREMENT.md rule 4).

@@ -334,6 +334,18 @@ pub enum Headline {
     TransactionsPerS,
 }
 
+impl Report {
+    /// The emulated path the test crossed, as the client's host (or else the server's)
+    /// recorded it.
+    pub fn path(&self) -> Option<&linerate_model::PathFacts> {
+        self.host
+            .local
+            .path
+            .as_ref()
+            .or(self.host.remote.path.as_ref())
+    }
+}
+
 impl Headline {
     pub fn of(config: &TestConfig) -> Headline {
         match config.workload {

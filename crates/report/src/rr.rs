@@ -365,6 +365,9 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
             flow.error.as_deref().unwrap_or_default()
         );
     }
+    if let Some(path) = report.path() {
+        let _ = writeln!(out, "Path: {}", path.summary());
+    }
     for warning in &report.warnings {
         let _ = writeln!(out, "Warning: {warning}");
     }

@@ -338,6 +338,9 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
             &format!("{:.3} us/KB", s.service_demand_us_per_kb.remote),
         )
     );
+    if let Some(path) = report.path() {
+        let _ = writeln!(out, "Path:             {}", path.summary());
+    }
     for warning in &report.warnings {
         let _ = writeln!(out, "warning: {warning}");
     }

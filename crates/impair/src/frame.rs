@@ -1,0 +1,129 @@
+//! Just enough of an Ethernet frame's layout to corrupt its payload and not its headers:
+//! `--corrupt` flips one bit after the TCP or UDP header (after the IP header for other
+//! protocols), so that the frame still reaches the receiver's transport layer, whose
+//! checksum is what must catch it. Frames come from the wire: every offset is checked
+//! against the frame's length before it is read.
+
+use std::ops::Range;
+
+const ETHERNET_HEADER: usize = 14;
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_IPV6: u16 = 0x86dd;
+const ETHERTYPE_VLAN: u16 = 0x8100;
+const PROTOCOL_TCP: u8 = 6;
+const PROTOCOL_UDP: u8 = 17;
+
+fn u16_at(frame: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]))
+}
+
+/// The bytes of `frame` that are payload: after the transport header for TCP and UDP over
+/// IPv4 or IPv6 (without extension headers), after the IP header for other IP protocols,
+/// after the Ethernet header otherwise. Empty when the frame has no such bytes.
+pub fn payload_range(frame: &[u8]) -> Range<usize> {
+    let end = frame.len();
+    let empty = end..end;
+    let mut at = ETHERNET_HEADER;
+    let Some(mut ethertype) = u16_at(frame, 12) else {
+        return empty;
+    };
+    if ethertype == ETHERTYPE_VLAN {
+        match u16_at(frame, 16) {
+            Some(inner) => ethertype = inner,
+            None => return empty,
+        }
+        at += 4;
+    }
+    let (protocol, transport) = match ethertype {
+        ETHERTYPE_IPV4 => {
+            let Some(&first) = frame.get(at) else {
+                return empty;
+            };
+            let header = usize::from(first & 0x0f) * 4;
+            let Some(&protocol) = frame.get(at + 9) else {
+                return empty;
+            };
+            (protocol, at + header.max(20))
+        }
+        ETHERTYPE_IPV6 => {
+            let Some(&protocol) = frame.get(at + 6) else {
+                return empty;
+            };
+            (protocol, at + 40)
+        }
+        _ => return at.min(end)..end,
+    };
+    let payload = match protocol {
+        PROTOCOL_UDP => transport + 8,
+        PROTOCOL_TCP => match frame.get(transport + 12) {
+            Some(&offset) => transport + usize::from(offset >> 4) * 4,
+            None => return empty,
+        },
+        _ => transport,
+    };
+    payload.min(end)..end
+}
+
+/// Flips the bit `pick` chooses (modulo the payload's bits); false for a frame without
+/// payload.
+pub fn flip_payload_bit(frame: &mut [u8], pick: u64) -> bool {
+    let range = payload_range(frame);
+    let bits = (range.len() as u64) * 8;
+    if bits == 0 {
+        return false;
+    }
+    let bit = pick % bits;
+    frame[range.start + (bit / 8) as usize] ^= 1 << (bit % 8);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn udp_frame(payload: usize) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8 + payload];
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        f[14] = 0x45;
+        f[14 + 9] = PROTOCOL_UDP;
+        f
+    }
+
+    #[test]
+    fn udp_payload_starts_after_the_udp_header() {
+        assert_eq!(payload_range(&udp_frame(100)), 42..142);
+        let mut f = udp_frame(100);
+        assert!(flip_payload_bit(&mut f, 9));
+        assert_eq!(f[43], 2, "bit 9 of the payload is bit 1 of its second byte");
+        assert!(f[..42]
+            .iter()
+            .skip(15)
+            .all(|&b| b == 0 || b == PROTOCOL_UDP));
+    }
+
+    #[test]
+    fn tcp_payload_starts_after_the_data_offset() {
+        let mut f = vec![0u8; 14 + 20 + 32 + 10];
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        f[14] = 0x45;
+        f[14 + 9] = PROTOCOL_TCP;
+        f[14 + 20 + 12] = 8 << 4;
+        assert_eq!(payload_range(&f), 66..76);
+        // A bare ACK has nothing to corrupt.
+        f.truncate(66);
+        assert!(!flip_payload_bit(&mut f, 3));
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_give_a_range_inside_the_frame(frame in proptest::collection::vec(any::<u8>(), 0..200), pick: u64) {
+            let range = payload_range(&frame);
+            prop_assert!(range.start <= range.end && range.end == frame.len());
+            let mut copy = frame.clone();
+            let flipped = flip_payload_bit(&mut copy, pick);
+            let differing = frame.iter().zip(&copy).filter(|(a, b)| a != b).count();
+            prop_assert_eq!(differing, usize::from(flipped));
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! `linerate lab`: a client and a server host on this machine, joined through a router
+//! host that runs the emulator (docs/impair.md 4).
+//!
+//! ```text
+//!  lrlab-NAME-client          lrlab-NAME-router               lrlab-NAME-server
+//!  eth0 10.77.0.1/24  <-veth->  to-client  [impair]  to-server  <-veth->  eth0 10.77.0.2/24
+//!       fd77::1/64                                                        fd77::2/64
+//! ```
+//!
+//! Namespaces and veths are made with iproute2's `ip` (the one program the lab needs);
+//! offloads are switched off by ioctl so that a frame is one MTU and a loss of 1 % means
+//! 1 % of packets. The emulator runs as `linerate impair` inside the router namespace, in
+//! its own session so a terminal's Ctrl-C reaches only the lab's controller. State (the
+//! path, the emulator's status and log) lives in /run/linerate/lab/NAME; each namespace
+//! has a hosts file naming `client` and `server`. `down` finds a lab by its namespaces'
+//! names, so a lab whose controller was killed is removed all the same.
+
+// A driver: the clock and sleeping are its job (the core modules stay sans-IO).
+#![allow(clippy::disallowed_methods)]
+
+use linerate_model::{PathFacts, PATH_ENV};
+use std::io;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// The client's and server's addresses in every lab.
+pub const CLIENT_V4: &str = "10.77.0.1";
+pub const SERVER_V4: &str = "10.77.0.2";
+pub const CLIENT_V6: &str = "fd77::1";
+pub const SERVER_V6: &str = "fd77::2";
+/// The environment variable that names the server's address inside a lab.
+pub const SERVER_ENV: &str = "LINERATE_LAB_SERVER";
+/// The router's interfaces towards each host.
+pub const ROUTER_CLIENT_SIDE: &str = "to-client";
+pub const ROUTER_SERVER_SIDE: &str = "to-server";
+const STATE_ROOT: &str = "/run/linerate/lab";
+const PREFIX: &str = "lrlab-";
+const HOSTS: [&str; 3] = ["client", "router", "server"];
+
+#[derive(Debug, Error)]
+pub enum LabError {
+    #[error("invalid lab name '{0}': use 1 to 24 of a-z, 0-9 and -")]
+    Name(String),
+    #[error("a lab named '{0}' exists already (linerate lab down --name {0})")]
+    Exists(String),
+    #[error("no lab named '{0}' (linerate lab up --name {0})")]
+    Missing(String),
+    #[error("unknown lab host '{0}': use client, router or server")]
+    Host(String),
+    #[error("the lab needs root (CAP_SYS_ADMIN for namespaces, CAP_NET_ADMIN for links)")]
+    Privilege,
+    #[error("the lab needs iproute2's `ip` on PATH: apt-get install iproute2")]
+    NoIp,
+    #[error("`{command}` failed: {stderr}")]
+    Command { command: String, stderr: String },
+    #[error("the emulator did not start: {0}")]
+    Emulator(String),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// A lab's name and the names derived from it.
+#[derive(Debug, Clone)]
+pub struct Lab {
+    name: String,
+}
+
+impl Lab {
+    pub fn new(name: &str) -> Result<Lab, LabError> {
+        let valid = !name.is_empty()
+            && name.len() <= 24
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !valid {
+            return Err(LabError::Name(name.into()));
+        }
+        Ok(Lab { name: name.into() })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The namespace of `host` (client, router or server).
+    pub fn namespace(&self, host: &str) -> Result<String, LabError> {
+        if !HOSTS.contains(&host) {
+            return Err(LabError::Host(host.into()));
+        }
+        Ok(format!("{PREFIX}{}-{host}", self.name))
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        PathBuf::from(STATE_ROOT).join(&self.name)
+    }
+
+    /// The emulator's status file (JSON, rewritten every second and at its end).
+    pub fn status_file(&self) -> PathBuf {
+        self.state_dir().join("status.json")
+    }
+
+    pub fn log_file(&self) -> PathBuf {
+        self.state_dir().join("impair.log")
+    }
+
+    fn path_file(&self) -> PathBuf {
+        self.state_dir().join("path.json")
+    }
+
+    /// The path the lab was built with.
+    pub fn path(&self) -> Result<PathFacts, LabError> {
+        let text = std::fs::read_to_string(self.path_file())
+            .map_err(|_| LabError::Missing(self.name.clone()))?;
+        PathFacts::from_json(&text)
+            .ok_or_else(|| LabError::Emulator(format!("{} is damaged", self.path_file().display())))
+    }
+
+    /// Whether any of the lab's namespaces exists.
+    pub fn exists(&self) -> bool {
+        HOSTS.iter().any(|h| {
+            self.namespace(h)
+                .map(|ns| PathBuf::from("/run/netns").join(ns).exists())
+                .unwrap_or(false)
+        })
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), LabError> {
+    let output = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => LabError::NoIp,
+            _ => LabError::Io(e),
+        })?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    if stderr.contains("Operation not permitted") || stderr.contains("Permission denied") {
+        return Err(LabError::Privilege);
+    }
+    Err(LabError::Command {
+        command: format!("ip {}", args.join(" ")),
+        stderr,
+    })
+}
+
+/// How to start the emulator: this program's path (it runs `EXE impair ...`).
+pub struct UpOptions {
+    pub path: PathFacts,
+    pub mtu: usize,
+    pub exe: PathBuf,
+}
+
+/// Builds the lab and starts its emulator. On any failure, what was built is removed.
+pub fn up(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(LabError::Privilege);
+    }
+    if lab.exists() {
+        return Err(LabError::Exists(lab.name.clone()));
+    }
+    let result = build(lab, options);
+    if result.is_err() {
+        let _ = down(lab);
+    }
+    result
+}
+
+fn build(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
+    let client = lab.namespace("client")?;
+    let router = lab.namespace("router")?;
+    let server = lab.namespace("server")?;
+    std::fs::create_dir_all(lab.state_dir())?;
+    let path_json = serde_json::to_string(&options.path).map_err(io::Error::other)?;
+    std::fs::write(lab.path_file(), &path_json)?;
+    for ns in [&client, &router, &server] {
+        ip(&["netns", "add", ns])?;
+        ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        let etc = PathBuf::from("/etc/netns").join(ns);
+        std::fs::create_dir_all(&etc)?;
+        std::fs::write(
+            etc.join("hosts"),
+            format!(
+                "127.0.0.1 localhost\n::1 localhost\n{CLIENT_V4} client\n{SERVER_V4} server\n\
+                 {CLIENT_V6} client\n{SERVER_V6} server\n"
+            ),
+        )?;
+    }
+    let mtu = options.mtu.to_string();
+    for (host_ns, router_side) in [(&client, ROUTER_CLIENT_SIDE), (&server, ROUTER_SERVER_SIDE)] {
+        ip(&[
+            "link",
+            "add",
+            "eth0",
+            "netns",
+            host_ns,
+            "mtu",
+            &mtu,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            router_side,
+            "netns",
+            &router,
+            "mtu",
+            &mtu,
+        ])?;
+    }
+    for (ns, v4, v6) in [
+        (&client, CLIENT_V4, CLIENT_V6),
+        (&server, SERVER_V4, SERVER_V6),
+    ] {
+        ip(&["-n", ns, "addr", "add", &format!("{v4}/24"), "dev", "eth0"])?;
+        ip(&[
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{v6}/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ])?;
+        ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+        let name = ns.to_string();
+        crate::sys::in_namespace(&name, || crate::sys::offloads_off("eth0"))?;
+    }
+    for side in [ROUTER_CLIENT_SIDE, ROUTER_SERVER_SIDE] {
+        ip(&["-n", &router, "link", "set", side, "up"])?;
+        let router = router.clone();
+        crate::sys::in_namespace(&router, move || crate::sys::offloads_off(side))?;
+    }
+    start_emulator(lab, options, &router, &path_json)
+}
+
+fn start_emulator(
+    lab: &Lab,
+    options: &UpOptions,
+    router: &str,
+    path_json: &str,
+) -> Result<(), LabError> {
+    let log = std::fs::File::create(lab.log_file())?;
+    let status = lab.status_file();
+    let _ = std::fs::remove_file(&status);
+    let mut command = Command::new("ip");
+    command
+        .args(["netns", "exec", router])
+        .arg(&options.exe)
+        .args([
+            "impair",
+            "--between",
+            ROUTER_CLIENT_SIDE,
+            ROUTER_SERVER_SIDE,
+            "--path-json",
+            path_json,
+            "--quiet",
+            "--status-file",
+        ])
+        .arg(&status)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    detach(&mut command);
+    let mut child = command.spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if status.exists() {
+            return Ok(());
+        }
+        if let Some(exit) = child.try_wait()? {
+            let log = std::fs::read_to_string(lab.log_file()).unwrap_or_default();
+            return Err(LabError::Emulator(format!("{exit}: {}", log.trim())));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    Err(LabError::Emulator("no status within 10 s".into()))
+}
+
+/// Puts a child in its own session: a terminal's Ctrl-C goes to the controller, which
+/// tears the lab down in order.
+pub fn detach(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe and touches nothing of the parent's.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+}
+
+/// A command to run on one of the lab's hosts, with the lab's environment: the server's
+/// address and the path (for results).
+pub fn command_in(lab: &Lab, host: &str, argv: &[String]) -> Result<Command, LabError> {
+    let ns = lab.namespace(host)?;
+    if !lab.exists() {
+        return Err(LabError::Missing(lab.name.clone()));
+    }
+    let path = lab.path()?;
+    let mut command = Command::new("ip");
+    command
+        .args(["netns", "exec", &ns])
+        .args(argv)
+        .env(SERVER_ENV, SERVER_V4)
+        .env(
+            PATH_ENV,
+            serde_json::to_string(&path).map_err(io::Error::other)?,
+        );
+    Ok(command)
+}
+
+/// What `down` removed.
+#[derive(Debug, Default)]
+pub struct Removed {
+    pub namespaces: usize,
+    pub processes: usize,
+}
+
+fn pids_in(ns: &str) -> Vec<i32> {
+    Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes the lab: ends every process inside its namespaces (TERM, then KILL after two
+/// seconds), deletes the namespaces (and with them the veths), the hosts files and the
+/// state directory. Removing a lab that is not there is not an error.
+pub fn down(lab: &Lab) -> Result<Removed, LabError> {
+    let mut removed = Removed::default();
+    let namespaces: Vec<String> = HOSTS.iter().filter_map(|h| lab.namespace(h).ok()).collect();
+    let mut pids: Vec<i32> = namespaces.iter().flat_map(|ns| pids_in(ns)).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    removed.processes = pids.len();
+    for &pid in &pids {
+        // SAFETY: signalling processes that live in this lab's namespaces.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && pids.iter().any(|&p| alive(p)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &pid in pids.iter().filter(|&&p| alive(p)) {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    for ns in &namespaces {
+        if PathBuf::from("/run/netns").join(ns).exists() {
+            ip(&["netns", "del", ns])?;
+            removed.namespaces += 1;
+        }
+        let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(ns));
+    }
+    // The status and log stay readable until the next lab of this name; the path goes so
+    // that the lab is known to be down.
+    let _ = std::fs::remove_file(lab.path_file());
+    Ok(removed)
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie child of ours counts as gone: it has stopped and holds no namespace.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Every lab on this machine, by its namespaces.
+pub fn list() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter_map(|n| {
+                    let rest = n.strip_prefix(PREFIX)?;
+                    HOSTS
+                        .iter()
+                        .find_map(|h| rest.strip_suffix(&format!("-{h}")))
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Waits until something listens on TCP `port` inside the lab's server namespace (read
+/// from that namespace's /proc/net/tcp and tcp6, so nothing connects and nothing is
+/// logged by the server).
+pub fn wait_listening(lab: &Lab, port: u16, within: Duration) -> Result<bool, LabError> {
+    let ns = lab.namespace("server")?;
+    let deadline = Instant::now() + within;
+    loop {
+        let listening = crate::sys::in_namespace(&ns, move || {
+            let needle = format!(":{port:04X} ");
+            let mut found = false;
+            for table in ["tcp", "tcp6"] {
+                let text = std::fs::read_to_string(format!("/proc/thread-self/net/{table}"))
+                    .unwrap_or_default();
+                found |= text.lines().skip(1).any(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    fields.len() > 3
+                        && format!("{} ", fields[1]).ends_with(&needle)
+                        && fields[3] == "0A"
+                });
+            }
+            Ok(found)
+        })?;
+        if listening {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

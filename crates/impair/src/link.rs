@@ -1,0 +1,596 @@
+//! One direction of an emulated path: a sans-IO delay line with loss, duplication,
+//! corruption, reordering, a rate limit and a drop-tail queue (docs/impair.md 3).
+//!
+//! Calling order, for each direction:
+//! 1. [`Link::handle_arrival`]`(now, frame)` for every frame that entered the emulator;
+//! 2. [`Link::poll_departure`]`(now)` until it returns `None`: frames due to leave, in order;
+//! 3. [`Link::poll_timeout`]: when the next frame is due; wait until then or until more
+//!    frames arrive, then start again.
+//!
+//! Time is nanoseconds on one monotonic clock the caller reads; randomness comes from a
+//! ChaCha8 generator seeded by the caller, so a seed repeats a run's drop pattern for the
+//! same arrivals. Every step is O(1) per frame: the delay line is a FIFO of timestamped
+//! frames (the exit time of a frame is never earlier than that of the frame before it),
+//! the rate limit is the time the bottleneck becomes free, and the queue's occupancy is
+//! derived from that time rather than kept in a second structure.
+
+use crate::spec::LinkSpec;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::VecDeque;
+
+/// A frame the link carries: its length decides its time on the bottleneck; corruption
+/// flips one bit of its payload.
+pub trait Frame: Clone {
+    /// Bytes on the wire (Ethernet header included, no preamble or FCS).
+    fn wire_len(&self) -> usize;
+    /// Flips one bit of the payload chosen by `pick`; false when the frame has no byte to
+    /// flip.
+    fn flip_bit(&mut self, pick: u64) -> bool;
+}
+
+impl Frame for Vec<u8> {
+    fn wire_len(&self) -> usize {
+        self.len()
+    }
+
+    fn flip_bit(&mut self, pick: u64) -> bool {
+        crate::frame::flip_payload_bit(self, pick)
+    }
+}
+
+/// What one direction has done since it started. Every frame that arrived is either passed,
+/// dropped for one cause, or still in the link.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LinkCounters {
+    /// Frames that entered.
+    pub arrived: u64,
+    /// Frames (duplicates included) that left, and their bytes.
+    pub passed: u64,
+    pub passed_bytes: u64,
+    /// Frames dropped by the loss model.
+    pub lost: u64,
+    /// Frames dropped because the queue before the bottleneck was full.
+    pub queue_drops: u64,
+    /// Frames dropped because the delay line held its memory limit.
+    pub limit_drops: u64,
+    /// Extra copies made.
+    pub duplicated: u64,
+    /// Frames with a bit flipped.
+    pub corrupted: u64,
+    /// Frames that left after a later frame.
+    pub reordered: u64,
+    /// Sum and maximum of the time frames spent in the link, nanoseconds.
+    pub delay_sum_ns: u64,
+    pub delay_max_ns: u64,
+}
+
+impl LinkCounters {
+    /// The mean time passed frames spent in the link, milliseconds.
+    pub fn mean_delay_ms(&self) -> f64 {
+        if self.passed == 0 {
+            0.0
+        } else {
+            self.delay_sum_ns as f64 / self.passed as f64 / 1e6
+        }
+    }
+}
+
+struct Queued<F> {
+    exit_ns: u64,
+    arrived_ns: u64,
+    frame: F,
+}
+
+/// How long a frame chosen for reordering waits for a later frame to overtake it. If none
+/// comes, it leaves on its own and is not counted as reordered.
+pub const REORDER_HOLD_NS: u64 = 10_000_000;
+
+/// One direction of the path. See the module comment for the calling order.
+pub struct Link<F> {
+    spec: LinkSpec,
+    rng: ChaCha8Rng,
+    /// Gilbert-Elliott: in the bad state every frame is lost.
+    bad_state: bool,
+    line: VecDeque<Queued<F>>,
+    line_bytes: u64,
+    /// When the bottleneck finishes sending what it holds, and the remainder (in
+    /// bit-nanoseconds, below one rate unit) carried so that rounding never accumulates.
+    free_at_ns: u64,
+    free_remainder: u64,
+    last_exit_ns: u64,
+    held: Option<Queued<F>>,
+    /// A frame that was held and is now due right after the one just returned.
+    release: Option<Queued<F>>,
+    counters: LinkCounters,
+}
+
+impl<F: Frame> Link<F> {
+    pub fn new(spec: LinkSpec, seed: u64) -> Link<F> {
+        Link {
+            spec,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            bad_state: false,
+            line: VecDeque::new(),
+            line_bytes: 0,
+            free_at_ns: 0,
+            free_remainder: 0,
+            last_exit_ns: 0,
+            held: None,
+            release: None,
+            counters: LinkCounters::default(),
+        }
+    }
+
+    pub fn counters(&self) -> LinkCounters {
+        self.counters
+    }
+
+    /// Frames in the link now, and their bytes.
+    pub fn occupancy(&self) -> (usize, u64) {
+        let held = usize::from(self.held.is_some()) + usize::from(self.release.is_some());
+        (self.line.len() + held, self.line_bytes)
+    }
+
+    /// Draws whether the loss model drops the next frame.
+    fn lose(&mut self) -> bool {
+        let p = self.spec.loss;
+        if p <= 0.0 {
+            return false;
+        }
+        match self.spec.loss_burst {
+            None => self.rng.gen::<f64>() < p,
+            Some(burst) => {
+                if p >= 1.0 {
+                    return true;
+                }
+                // Gilbert-Elliott with certain loss in the bad state: leaving it has
+                // probability 1/burst (mean run of losses = burst); entering it is set so
+                // that the stationary share of the bad state is p.
+                let leave = 1.0 / burst;
+                let enter = p * leave / (1.0 - p);
+                let u = self.rng.gen::<f64>();
+                self.bad_state = if self.bad_state {
+                    u >= leave
+                } else {
+                    u < enter
+                };
+                self.bad_state
+            }
+        }
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.gen::<f64>() < p
+    }
+
+    /// One frame entered the link at `now_ns`.
+    pub fn handle_arrival(&mut self, now_ns: u64, mut frame: F) {
+        self.counters.arrived += 1;
+        if self.lose() {
+            self.counters.lost += 1;
+            return;
+        }
+        if self.chance(self.spec.corrupt) {
+            let pick = self.rng.gen::<u64>();
+            if frame.flip_bit(pick) {
+                self.counters.corrupted += 1;
+            }
+        }
+        if self.chance(self.spec.duplicate) {
+            let copy = frame.clone();
+            if self.enqueue(now_ns, copy) {
+                self.counters.duplicated += 1;
+            }
+        }
+        self.enqueue(now_ns, frame);
+    }
+
+    /// Puts a frame through the queue and the bottleneck into the delay line; false when
+    /// it was dropped.
+    fn enqueue(&mut self, now_ns: u64, frame: F) -> bool {
+        let len = frame.wire_len() as u64;
+        let mut leaves_bottleneck = now_ns;
+        if let Some(rate) = self.spec.rate_bps {
+            if self.free_at_ns < now_ns {
+                self.free_at_ns = now_ns;
+                self.free_remainder = 0;
+            }
+            // Bytes still waiting for the bottleneck: the time it is busy, at its rate.
+            let backlog =
+                ((self.free_at_ns - now_ns) as u128 * rate as u128 / 8_000_000_000) as u64;
+            if backlog + len > self.spec.queue_bytes {
+                self.counters.queue_drops += 1;
+                return false;
+            }
+            let bit_ns = len as u128 * 8 * 1_000_000_000 + self.free_remainder as u128;
+            self.free_at_ns += (bit_ns / rate as u128) as u64;
+            self.free_remainder = (bit_ns % rate as u128) as u64;
+            leaves_bottleneck = self.free_at_ns;
+        }
+        if self.line_bytes + len > self.spec.limit_bytes {
+            self.counters.limit_drops += 1;
+            return false;
+        }
+        let mut delay = self.spec.delay_ns;
+        if self.spec.jitter_ns > 0 {
+            let spread = self.rng.gen_range(0..=2 * self.spec.jitter_ns);
+            delay = (delay + spread).saturating_sub(self.spec.jitter_ns);
+        }
+        // FIFO: jitter never lets a frame overtake the one before it.
+        let exit_ns = (leaves_bottleneck + delay).max(self.last_exit_ns);
+        self.last_exit_ns = exit_ns;
+        self.line_bytes += len;
+        self.line.push_back(Queued {
+            exit_ns,
+            arrived_ns: now_ns,
+            frame,
+        });
+        true
+    }
+
+    fn leave(&mut self, now_ns: u64, queued: Queued<F>) -> F {
+        let delay = now_ns.saturating_sub(queued.arrived_ns);
+        let len = queued.frame.wire_len() as u64;
+        // A held frame keeps its bytes in the line until it leaves.
+        self.line_bytes -= len;
+        self.counters.passed += 1;
+        self.counters.passed_bytes += len;
+        self.counters.delay_sum_ns += delay;
+        self.counters.delay_max_ns = self.counters.delay_max_ns.max(delay);
+        queued.frame
+    }
+
+    /// The next frame due to leave at `now_ns`, if any.
+    pub fn poll_departure(&mut self, now_ns: u64) -> Option<F> {
+        if let Some(released) = self.release.take() {
+            self.counters.reordered += 1;
+            return Some(self.leave(now_ns, released));
+        }
+        loop {
+            let due = self.line.front().is_some_and(|q| q.exit_ns <= now_ns);
+            if !due {
+                // A held frame that nothing overtook in time leaves in its place.
+                if self
+                    .held
+                    .as_ref()
+                    .is_some_and(|h| h.exit_ns + REORDER_HOLD_NS <= now_ns)
+                {
+                    let held = self.held.take()?;
+                    return Some(self.leave(now_ns, held));
+                }
+                return None;
+            }
+            let queued = self.line.pop_front()?;
+            if let Some(held) = self.held.take() {
+                // This frame overtakes the held one, which follows it at once.
+                self.release = Some(held);
+                return Some(self.leave(now_ns, queued));
+            }
+            if self.chance(self.spec.reorder) {
+                self.held = Some(queued);
+                continue;
+            }
+            return Some(self.leave(now_ns, queued));
+        }
+    }
+
+    /// When the next frame is due (nanoseconds on the caller's clock); `None` when the link
+    /// is empty.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if self.release.is_some() {
+            return Some(0);
+        }
+        let head = self.line.front().map(|q| q.exit_ns);
+        let held = self.held.as_ref().map(|h| h.exit_ns + REORDER_HOLD_NS);
+        match (head, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl<F> Link<F> {
+    /// The link's settings.
+    pub fn spec(&self) -> &LinkSpec {
+        &self.spec
+    }
+}
+
+#[cfg(test)]
+impl<F> Link<F> {
+    fn line_bytes(&self) -> u64 {
+        self.line_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::LinkSpec;
+
+    /// A frame that carries its number, so the order out can be checked.
+    #[derive(Clone, Debug, PartialEq)]
+    struct Numbered {
+        number: u64,
+        len: usize,
+        flipped: bool,
+    }
+
+    impl Frame for Numbered {
+        fn wire_len(&self) -> usize {
+            self.len
+        }
+        fn flip_bit(&mut self, _pick: u64) -> bool {
+            self.flipped = true;
+            true
+        }
+    }
+
+    fn frame(number: u64) -> Numbered {
+        Numbered {
+            number,
+            len: 1500,
+            flipped: false,
+        }
+    }
+
+    fn spec() -> LinkSpec {
+        LinkSpec::unimpaired()
+    }
+
+    /// Feeds `count` frames `gap_ns` apart and drains the link until it is empty; returns
+    /// what left and when.
+    fn run(link: &mut Link<Numbered>, count: u64, gap_ns: u64) -> Vec<(u64, Numbered)> {
+        let mut out = Vec::new();
+        let mut now = 0;
+        let mut next_arrival = 0;
+        let mut sent = 0;
+        loop {
+            while let Some(f) = link.poll_departure(now) {
+                out.push((now, f));
+            }
+            let timeout = link.poll_timeout();
+            if sent == count && timeout.is_none() {
+                return out;
+            }
+            let mut next = timeout.unwrap_or(u64::MAX).max(now);
+            if sent < count {
+                next = next.min(next_arrival);
+            }
+            now = next;
+            if sent < count && now == next_arrival {
+                link.handle_arrival(now, frame(sent));
+                sent += 1;
+                next_arrival += gap_ns;
+            }
+        }
+    }
+
+    #[test]
+    fn delay_is_added_exactly_and_order_kept() {
+        let mut link = Link::new(
+            LinkSpec {
+                delay_ns: 5_000_000,
+                ..spec()
+            },
+            1,
+        );
+        let out = run(&mut link, 100, 1000);
+        assert_eq!(out.len(), 100);
+        for (i, (at, f)) in out.iter().enumerate() {
+            assert_eq!(f.number, i as u64);
+            assert_eq!(*at, i as u64 * 1000 + 5_000_000);
+        }
+        assert_eq!(link.counters().mean_delay_ms(), 5.0);
+        assert_eq!(link.line_bytes(), 0);
+    }
+
+    #[test]
+    fn rate_spaces_frames_by_their_serialization_time() {
+        // 1500 bytes at 12 Mbit/s: 1 ms each; all arrive at once.
+        let mut link = Link::new(
+            LinkSpec {
+                rate_bps: Some(12_000_000),
+                queue_bytes: 1_000_000,
+                ..spec()
+            },
+            1,
+        );
+        let out = run(&mut link, 10, 0);
+        let times: Vec<u64> = out.iter().map(|(t, _)| *t).collect();
+        assert_eq!(
+            times,
+            (1..=10).map(|k| k * 1_000_000).collect::<Vec<_>>(),
+            "each frame leaves when the bottleneck has sent it"
+        );
+    }
+
+    #[test]
+    fn drop_tail_queue_holds_its_bytes_and_no_more() {
+        let mut link = Link::new(
+            LinkSpec {
+                rate_bps: Some(12_000_000),
+                queue_bytes: 4500,
+                ..spec()
+            },
+            1,
+        );
+        let out = run(&mut link, 10, 0);
+        // Three frames fit the queue (4500 bytes), the rest of the burst is dropped.
+        assert_eq!(out.len(), 3);
+        assert_eq!(link.counters().queue_drops, 7);
+    }
+
+    #[test]
+    fn rate_over_a_long_run_has_no_rounding_drift() {
+        // 1514-byte frames at 1 Gbit/s: 12.112 us each; 100,000 back to back.
+        let mut link = Link::new(
+            LinkSpec {
+                rate_bps: Some(1_000_000_000),
+                queue_bytes: u64::MAX / 2,
+                limit_bytes: u64::MAX / 2,
+                ..spec()
+            },
+            1,
+        );
+        for n in 0..100_000 {
+            link.handle_arrival(
+                0,
+                Numbered {
+                    number: n,
+                    len: 1514,
+                    flipped: false,
+                },
+            );
+        }
+        let mut last = 0;
+        while let Some(t) = link.poll_timeout() {
+            last = t;
+            while link.poll_departure(t).is_some() {}
+        }
+        assert_eq!(last, 100_000 * 1514 * 8);
+    }
+
+    #[test]
+    fn loss_matches_its_probability_and_the_seed_repeats_it() {
+        let lossy = LinkSpec {
+            loss: 0.01,
+            ..spec()
+        };
+        let mut a = Link::new(lossy, 42);
+        let out_a = run(&mut a, 200_000, 100);
+        let lost = a.counters().lost as f64;
+        // 99.9 % binomial interval around 2000.
+        assert!((1850.0..2150.0).contains(&lost), "lost {lost}");
+        let mut b = Link::new(lossy, 42);
+        let out_b = run(&mut b, 200_000, 100);
+        assert_eq!(out_a, out_b, "same seed, same arrivals: same frames pass");
+        let mut c = Link::new(lossy, 43);
+        assert_ne!(run(&mut c, 200_000, 100), out_a);
+    }
+
+    #[test]
+    fn gilbert_elliott_bursts_have_the_asked_mean_length() {
+        let mut link = Link::new(
+            LinkSpec {
+                loss: 0.02,
+                loss_burst: Some(4.0),
+                ..spec()
+            },
+            9,
+        );
+        let out = run(&mut link, 400_000, 100);
+        let numbers: Vec<u64> = out.iter().map(|(_, f)| f.number).collect();
+        let mut bursts = 0u64;
+        let mut lost = 0u64;
+        for pair in numbers.windows(2) {
+            let gap = pair[1] - pair[0] - 1;
+            if gap > 0 {
+                bursts += 1;
+                lost += gap;
+            }
+        }
+        let mean = lost as f64 / bursts as f64;
+        assert!((3.6..4.4).contains(&mean), "mean burst {mean}");
+        let share = lost as f64 / 400_000.0;
+        assert!((0.017..0.023).contains(&share), "loss {share}");
+    }
+
+    #[test]
+    fn reordered_frames_follow_the_next_frame_and_are_counted() {
+        let mut link = Link::new(
+            LinkSpec {
+                reorder: 0.05,
+                ..spec()
+            },
+            3,
+        );
+        let out = run(&mut link, 20_000, 1000);
+        assert_eq!(out.len(), 20_000);
+        let mut late = 0;
+        let mut highest = 0;
+        for (i, (_, f)) in out.iter().enumerate() {
+            if i > 0 && f.number < highest {
+                late += 1;
+            }
+            highest = highest.max(f.number);
+        }
+        assert_eq!(late, link.counters().reordered);
+        assert!((800..1200).contains(&late), "reordered {late}");
+        assert_eq!(link.line_bytes(), 0);
+    }
+
+    #[test]
+    fn a_held_frame_leaves_alone_when_nothing_overtakes_it() {
+        let mut link = Link::new(
+            LinkSpec {
+                reorder: 1.0,
+                ..spec()
+            },
+            3,
+        );
+        link.handle_arrival(0, frame(0));
+        assert!(link.poll_departure(0).is_none());
+        assert_eq!(link.poll_timeout(), Some(REORDER_HOLD_NS));
+        assert_eq!(link.poll_departure(REORDER_HOLD_NS).unwrap().number, 0);
+        assert_eq!(link.counters().reordered, 0);
+    }
+
+    #[test]
+    fn duplicates_and_corruption_are_counted_as_done() {
+        let mut link = Link::new(
+            LinkSpec {
+                duplicate: 0.1,
+                corrupt: 0.05,
+                ..spec()
+            },
+            5,
+        );
+        let out = run(&mut link, 10_000, 1000);
+        let c = link.counters();
+        assert_eq!(out.len() as u64, 10_000 + c.duplicated);
+        // A corrupted frame that is also duplicated leaves flipped twice.
+        let flipped = out.iter().filter(|(_, f)| f.flipped).count() as u64;
+        assert!((c.corrupted..=c.corrupted + c.duplicated).contains(&flipped));
+        assert!((800..1200).contains(&c.duplicated));
+        assert!((400..600).contains(&c.corrupted));
+    }
+
+    #[test]
+    fn memory_limit_drops_instead_of_growing() {
+        let mut link = Link::new(
+            LinkSpec {
+                delay_ns: 1_000_000_000,
+                limit_bytes: 15_000,
+                ..spec()
+            },
+            5,
+        );
+        for n in 0..20 {
+            link.handle_arrival(n, frame(n));
+        }
+        assert_eq!(link.counters().limit_drops, 10);
+        assert_eq!(link.occupancy(), (10, 15_000));
+    }
+
+    #[test]
+    fn jitter_varies_delay_within_its_bounds_without_reordering() {
+        let mut link = Link::new(
+            LinkSpec {
+                delay_ns: 10_000_000,
+                jitter_ns: 2_000_000,
+                ..spec()
+            },
+            11,
+        );
+        let out = run(&mut link, 5000, 100_000);
+        let mut previous = 0;
+        for (at, f) in &out {
+            assert!(f.number >= previous);
+            previous = f.number;
+            let delay = at - f.number * 100_000;
+            assert!((8_000_000..=12_000_000).contains(&delay), "delay {delay}");
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! Linux system calls the emulator's drivers need and no maintained crate wraps: AF_PACKET
+//! sockets bound to one interface (promiscuous, own transmissions ignored, qdisc
+//! bypassed), batched receive and send, interface facts by ioctl, segmentation offloads
+//! switched off by the ethtool ioctl (the lab must not depend on the ethtool program), and
+//! running a closure inside a named network namespace.
+
+// A driver: the clock and sleeping are its job (the core modules stay sans-IO).
+#![allow(clippy::disallowed_methods)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+const ETH_P_ALL: u16 = 0x0003;
+const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
+const PACKET_MR_PROMISC: u16 = 1;
+const PACKET_QDISC_BYPASS: libc::c_int = 20;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// `sll_pkttype` of a frame this host sent.
+pub const PACKET_OUTGOING: u8 = 4;
+
+#[repr(C)]
+struct PacketMreq {
+    mr_ifindex: libc::c_int,
+    mr_type: u16,
+    mr_alen: u16,
+    mr_address: [u8; 8],
+}
+
+/// `struct ifreq` with its union read as an int (SIOCGIFMTU, SIOCGIFFLAGS).
+#[repr(C)]
+struct IfReqInt {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    value: libc::c_int,
+    _pad: [u8; 20],
+}
+
+/// `struct ifreq` with its union read as a pointer (SIOCETHTOOL).
+#[repr(C)]
+struct IfReqPtr {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    data: *mut libc::c_void,
+    _pad: [u8; 16],
+}
+
+fn check(result: libc::c_int) -> io::Result<libc::c_int> {
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(result)
+    }
+}
+
+fn ifname(name: &str) -> io::Result<[libc::c_char; libc::IFNAMSIZ]> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface names are 1 to 15 bytes",
+        ));
+    }
+    let mut out = [0 as libc::c_char; libc::IFNAMSIZ];
+    for (o, b) in out.iter_mut().zip(name.bytes()) {
+        *o = b as libc::c_char;
+    }
+    Ok(out)
+}
+
+/// The index of interface `name` in this thread's network namespace; `None` when there
+/// is no such interface.
+pub fn interface_index(name: &str) -> Option<u32> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: a valid NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (index != 0).then_some(index)
+}
+
+fn control_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket call; the descriptor is owned at once.
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fd is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn ioctl_int(name: &str, request: libc::c_ulong) -> io::Result<libc::c_int> {
+    let socket = control_socket()?;
+    let mut req = IfReqInt {
+        name: ifname(name)?,
+        value: 0,
+        _pad: [0; 20],
+    };
+    // SAFETY: req is a properly sized ifreq for these requests.
+    check(unsafe { libc::ioctl(socket.as_raw_fd(), request as _, &mut req) })?;
+    Ok(req.value)
+}
+
+/// The interface's MTU.
+pub fn interface_mtu(name: &str) -> io::Result<usize> {
+    ioctl_int(name, libc::SIOCGIFMTU).map(|m| m.max(0) as usize)
+}
+
+/// Whether the interface is administratively up.
+pub fn interface_up(name: &str) -> io::Result<bool> {
+    ioctl_int(name, libc::SIOCGIFFLAGS).map(|f| f & libc::IFF_UP != 0)
+}
+
+#[repr(C)]
+struct EthtoolValue {
+    cmd: u32,
+    data: u32,
+}
+
+/// ethtool's legacy "set" commands for the offloads that merge or split frames and that
+/// leave checksums to hardware.
+const ETHTOOL_SRXCSUM: u32 = 0x15;
+const ETHTOOL_STXCSUM: u32 = 0x17;
+const ETHTOOL_SSG: u32 = 0x19;
+const ETHTOOL_STSO: u32 = 0x1f;
+const ETHTOOL_SGSO: u32 = 0x24;
+const ETHTOOL_SGRO: u32 = 0x2c;
+
+/// Turns off segmentation and receive offloads and checksum offload on `name`, so that a
+/// frame is at most one MTU and carries a complete checksum (a frame that crosses the
+/// emulator is re-injected and checked again by the receiver). Features the driver does
+/// not have are skipped.
+pub fn offloads_off(name: &str) -> io::Result<()> {
+    let socket = control_socket()?;
+    for cmd in [
+        ETHTOOL_SGRO,
+        ETHTOOL_SGSO,
+        ETHTOOL_STSO,
+        ETHTOOL_SSG,
+        ETHTOOL_STXCSUM,
+        ETHTOOL_SRXCSUM,
+    ] {
+        let mut value = EthtoolValue { cmd, data: 0 };
+        let mut req = IfReqPtr {
+            name: ifname(name)?,
+            data: (&mut value as *mut EthtoolValue).cast(),
+            _pad: [0; 16],
+        };
+        // SAFETY: req points at a live ethtool_value for the call's duration.
+        let result = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) };
+        if result < 0 {
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(error);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `work` on a new thread that has joined network namespace `namespace` (a name under
+/// /run/netns): setns changes only the calling thread, so the caller's namespace is left
+/// alone.
+pub fn in_namespace<T: Send + 'static>(
+    namespace: &str,
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    let path = format!("/run/netns/{namespace}");
+    let file =
+        std::fs::File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+    std::thread::spawn(move || {
+        // SAFETY: a valid namespace descriptor; CLONE_NEWNET checks its kind.
+        check(unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) })?;
+        work()
+    })
+    .join()
+    .map_err(|_| io::Error::other("namespace thread panicked"))?
+}
+
+/// Lets this thread's timed waits end within about a microsecond of their deadline
+/// (the default timer slack is 50 us, as large as the delay the emulator may add).
+pub fn tight_timer_slack() {
+    // SAFETY: prctl with plain integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+}
+
+/// An AF_PACKET socket bound to one interface.
+pub struct PacketSocket {
+    fd: OwnedFd,
+}
+
+impl PacketSocket {
+    /// A receiving socket: every frame that arrives on `index` (promiscuous), none that
+    /// this host sends there. Non-blocking.
+    pub fn receiver(index: u32) -> io::Result<PacketSocket> {
+        let socket = PacketSocket::open(index, ETH_P_ALL, true)?;
+        let mreq = PacketMreq {
+            mr_ifindex: index as libc::c_int,
+            mr_type: PACKET_MR_PROMISC,
+            mr_alen: 0,
+            mr_address: [0; 8],
+        };
+        socket.set_option(libc::SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq)?;
+        // Older kernels lack it; the receive loop skips outgoing frames by type anyway.
+        let _ = socket.set_option(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &1 as &libc::c_int);
+        let _ = socket.set_option(
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            &(64 << 20) as &libc::c_int,
+        );
+        // Frames of other interfaces may have queued between socket() and bind().
+        let mut scratch = [0u8; 64];
+        // SAFETY: recv into a local buffer until the queue is empty.
+        while unsafe {
+            libc::recv(
+                socket.fd.as_raw_fd(),
+                scratch.as_mut_ptr().cast(),
+                scratch.len(),
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        } >= 0
+        {}
+        Ok(socket)
+    }
+
+    /// A sending socket on `index` that receives nothing and bypasses the qdisc (the
+    /// emulator is the queue). Blocking: a full transmit ring makes the sender wait.
+    pub fn sender(index: u32) -> io::Result<PacketSocket> {
+        let socket = PacketSocket::open(index, 0, false)?;
+        let _ = socket.set_option(libc::SOL_PACKET, PACKET_QDISC_BYPASS, &1 as &libc::c_int);
+        let _ = socket.set_option(
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            &(16 << 20) as &libc::c_int,
+        );
+        Ok(socket)
+    }
+
+    fn open(index: u32, protocol: u16, nonblocking: bool) -> io::Result<PacketSocket> {
+        let flags =
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | if nonblocking { libc::SOCK_NONBLOCK } else { 0 };
+        // SAFETY: plain socket call; the descriptor is owned at once.
+        let fd =
+            check(unsafe { libc::socket(libc::AF_PACKET, flags, i32::from(protocol.to_be())) })?;
+        // SAFETY: fd is fresh and owned by nobody else.
+        let socket = PacketSocket {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        };
+        // SAFETY: sockaddr_ll is plain data; zero is a valid start.
+        let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        address.sll_family = libc::AF_PACKET as u16;
+        address.sll_protocol = protocol.to_be();
+        address.sll_ifindex = index as libc::c_int;
+        // SAFETY: a properly sized sockaddr_ll.
+        check(unsafe {
+            libc::bind(
+                fd,
+                (&address as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(socket)
+    }
+
+    fn set_option<T>(&self, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+        // SAFETY: value is a live T of the size passed.
+        check(unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                name,
+                (value as *const T).cast(),
+                std::mem::size_of::<T>() as libc::socklen_t,
+            )
+        })
+        .map(|_| ())
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Waits until the socket is readable or `timeout_ns` passes; false on timeout.
+    pub fn wait_readable(&self, timeout_ns: u64) -> io::Result<bool> {
+        let mut poll = libc::pollfd {
+            fd: self.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let timeout = libc::timespec {
+            tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: one pollfd, a valid timespec, no signal mask change.
+        let n = unsafe { libc::ppoll(&mut poll, 1, &timeout, std::ptr::null()) };
+        match n {
+            n if n > 0 => Ok(true),
+            0 => Ok(false),
+            _ => {
+                let error = io::Error::last_os_error();
+                if error.kind() == io::ErrorKind::Interrupted {
+                    Ok(false)
+                } else {
+                    Err(error)
+                }
+            }
+        }
+    }
+}
+
+/// What one received frame was.
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// Bytes on the wire (may exceed the buffer when truncated).
+    pub len: usize,
+    pub truncated: bool,
+    pub outgoing: bool,
+}
+
+/// Receives up to `buffers.len()` frames in one call (recvmmsg), each into its buffer
+/// (whose length is its capacity for this call). Returns how many arrived.
+pub fn receive_batch(
+    socket: &PacketSocket,
+    buffers: &mut [Vec<u8>],
+    out: &mut Vec<Received>,
+) -> io::Result<usize> {
+    out.clear();
+    let count = buffers.len();
+    let mut iovecs: Vec<libc::iovec> = buffers
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        })
+        .collect();
+    // SAFETY: plain data zero-initialised.
+    let mut names: Vec<libc::sockaddr_ll> = vec![unsafe { std::mem::zeroed() }; count];
+    // SAFETY: plain data zero-initialised; pointers set below.
+    let mut headers: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; count];
+    for i in 0..count {
+        headers[i].msg_hdr.msg_iov = &mut iovecs[i];
+        headers[i].msg_hdr.msg_iovlen = 1;
+        headers[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_ll).cast();
+        headers[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+    }
+    // SAFETY: every header points at live iovecs, buffers and names of the right sizes.
+    let n = unsafe {
+        libc::recvmmsg(
+            socket.raw(),
+            headers.as_mut_ptr(),
+            count as libc::c_uint,
+            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            std::ptr::null_mut(),
+        )
+    };
+    if n < 0 {
+        let error = io::Error::last_os_error();
+        return match error.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(error),
+        };
+    }
+    for i in 0..n as usize {
+        let len = headers[i].msg_len as usize;
+        out.push(Received {
+            len,
+            truncated: len > buffers[i].len(),
+            outgoing: names[i].sll_pkttype == PACKET_OUTGOING,
+        });
+    }
+    Ok(n as usize)
+}
+
+/// Sends every frame in one call where the kernel takes them all (sendmmsg), retrying the
+/// rest. Returns the frames the interface refused (too large for its MTU, or an error).
+pub fn send_batch(socket: &PacketSocket, frames: &[Vec<u8>]) -> io::Result<u64> {
+    let mut iovecs: Vec<libc::iovec> = frames
+        .iter()
+        .map(|f| libc::iovec {
+            iov_base: f.as_ptr() as *mut libc::c_void,
+            iov_len: f.len(),
+        })
+        .collect();
+    // SAFETY: plain data zero-initialised; pointers set below.
+    let mut headers: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; frames.len()];
+    for (h, iov) in headers.iter_mut().zip(iovecs.iter_mut()) {
+        h.msg_hdr.msg_iov = iov;
+        h.msg_hdr.msg_iovlen = 1;
+    }
+    let mut refused = 0;
+    let mut at = 0;
+    while at < headers.len() {
+        // SAFETY: headers from `at` point at live iovecs over live frames.
+        let n = unsafe {
+            libc::sendmmsg(
+                socket.raw(),
+                headers[at..].as_mut_ptr(),
+                (headers.len() - at) as libc::c_uint,
+                0,
+            )
+        };
+        if n < 0 {
+            let error = io::Error::last_os_error();
+            match error.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::ENOBUFS) | Some(libc::EAGAIN) => continue,
+                // The frame at `at` cannot go out (too big, interface down): skip it.
+                Some(libc::EMSGSIZE) | Some(libc::ENETDOWN) | Some(libc::ENXIO) => {
+                    refused += 1;
+                    at += 1;
+                }
+                _ => return Err(error),
+            }
+        } else {
+            at += n as usize;
+        }
+    }
+    Ok(refused)
+}

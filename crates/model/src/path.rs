@@ -1,0 +1,145 @@
+//! The network path a test ran over when linerate's emulator made it (`linerate lab`,
+//! `linerate impair`): what each direction added, so that a stored figure says which path
+//! produced it (docs/impair.md).
+
+use serde::{Deserialize, Serialize};
+
+/// The environment variable through which `linerate lab` (or a user beside `linerate
+/// impair`) tells a test which path it runs over: a [`PathFacts`] as JSON.
+pub const PATH_ENV: &str = "LINERATE_PATH";
+
+/// What the emulator does to one direction's frames. Percentages are of frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Impairment {
+    /// Added one-way delay, milliseconds.
+    pub delay_ms: f64,
+    /// Uniform variation of the delay, plus or minus, milliseconds (never reorders).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub jitter_ms: f64,
+    /// Long-run share of frames dropped at random.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub loss_pct: f64,
+    /// Gilbert-Elliott: the mean number of frames in a run of losses (absent: independent
+    /// losses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_burst: Option<f64>,
+    /// Share of frames held back until the next frame has passed them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reorder_pct: f64,
+    /// Share of frames sent twice.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duplicate_pct: f64,
+    /// Share of frames with one bit of their payload flipped.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub corrupt_pct: f64,
+    /// Bottleneck rate in bit/s of Ethernet frames (header included); absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bps: Option<u64>,
+    /// Drop-tail queue before the bottleneck, bytes (with a rate only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_bytes: Option<u64>,
+}
+
+fn is_zero(value: &f64) -> bool {
+    *value == 0.0
+}
+
+/// The path of a test: both directions' impairments and the seed of their randomness.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathFacts {
+    /// Who built the path: "lab" (a `linerate lab`) or "impair" (a bridge between two
+    /// interfaces).
+    pub emulator: String,
+    /// The lab's name, when a lab built it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lab: Option<String>,
+    /// Client to server (lab), or the first interface to the second (impair).
+    pub forward: Impairment,
+    /// The other way.
+    pub reverse: Impairment,
+    /// The seed of every random choice; the same seed repeats a run's drop pattern.
+    pub seed: u64,
+}
+
+impl PathFacts {
+    /// The round trip the emulator adds: both directions' delays.
+    pub fn added_rtt_ms(&self) -> f64 {
+        self.forward.delay_ms + self.reverse.delay_ms
+    }
+
+    /// One line for reports: "emulated path: rtt +100 ms, loss 1%, rate 1 Gbit/s, ...".
+    /// A figure that differs between the directions is written `forward/reverse`.
+    pub fn summary(&self) -> String {
+        let (f, r) = (&self.forward, &self.reverse);
+        let mut parts = vec![format!("rtt +{} ms", number(self.added_rtt_ms()))];
+        let mut pair = |name: &str, a: f64, b: f64, unit: &str| {
+            if a != 0.0 || b != 0.0 {
+                if a == b {
+                    parts.push(format!("{name} {}{unit}", number(a)));
+                } else {
+                    parts.push(format!("{name} {}{unit}/{}{unit}", number(a), number(b)));
+                }
+            }
+        };
+        pair("jitter", f.jitter_ms, r.jitter_ms, " ms");
+        pair("loss", f.loss_pct, r.loss_pct, "%");
+        pair(
+            "loss burst",
+            f.loss_burst.unwrap_or(0.0),
+            r.loss_burst.unwrap_or(0.0),
+            "",
+        );
+        pair("reorder", f.reorder_pct, r.reorder_pct, "%");
+        pair("duplicate", f.duplicate_pct, r.duplicate_pct, "%");
+        pair("corrupt", f.corrupt_pct, r.corrupt_pct, "%");
+        let rate = |i: &Impairment| i.rate_bps.map_or(0.0, |b| b as f64 / 1e6);
+        pair("rate", rate(f), rate(r), " Mbit/s");
+        let queue = |i: &Impairment| i.queue_bytes.map_or(0.0, |b| b as f64 / 1e3);
+        pair("queue", queue(f), queue(r), " kB");
+        parts.push(format!("seed {}", self.seed));
+        format!("emulated path ({}): {}", self.emulator, parts.join(", "))
+    }
+
+    /// The path named by [`PATH_ENV`] in this process's environment, if any and valid.
+    pub fn from_json(text: &str) -> Option<PathFacts> {
+        serde_json::from_str(text).ok()
+    }
+}
+
+/// A figure without trailing zeros: 100, 0.5, 1.25.
+fn number(value: f64) -> String {
+    let text = format!("{value:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_names_what_differs_between_directions() {
+        let forward = Impairment {
+            delay_ms: 50.0,
+            loss_pct: 1.0,
+            rate_bps: Some(1_000_000_000),
+            ..Default::default()
+        };
+        let reverse = Impairment {
+            loss_pct: 0.0,
+            ..forward
+        };
+        let path = PathFacts {
+            emulator: "lab".into(),
+            lab: None,
+            forward,
+            reverse,
+            seed: 7,
+        };
+        assert_eq!(
+            path.summary(),
+            "emulated path (lab): rtt +100 ms, loss 1%/0%, rate 1000 Mbit/s, seed 7"
+        );
+        let json = serde_json::to_string(&path).unwrap();
+        assert_eq!(PathFacts::from_json(&json), Some(path));
+    }
+}
