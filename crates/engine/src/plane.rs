@@ -93,6 +93,9 @@ fn udp_delta(a: &UdpCounts, b: &UdpCounts) -> UdpCounts {
         duplicates: b.duplicates - a.duplicates,
         foreign: b.foreign - a.foreign,
         jitter_ms: b.jitter_ms,
+        transit_sum_ms: b.transit_sum_ms - a.transit_sum_ms,
+        transit_samples: b.transit_samples - a.transit_samples,
+        loss_events: b.loss_events - a.loss_events,
     }
 }
 

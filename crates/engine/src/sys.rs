@@ -101,36 +101,6 @@ impl TcpInfo {
     }
 }
 
-/// Linux's `struct tcp_info` through `tcpi_snd_wnd`: libc's struct ends at
-/// `tcpi_total_retrans`, and the fields after it follow in this order
-/// (include/uapi/linux/tcp.h).
-#[repr(C)]
-struct TcpInfoExtended {
-    basic: libc::tcp_info,
-    pacing_rate: u64,
-    max_pacing_rate: u64,
-    bytes_acked: u64,
-    bytes_received: u64,
-    segs_out: u32,
-    segs_in: u32,
-    notsent_bytes: u32,
-    min_rtt: u32,
-    data_segs_in: u32,
-    data_segs_out: u32,
-    delivery_rate: u64,
-    busy_time: u64,
-    rwnd_limited: u64,
-    sndbuf_limited: u64,
-    delivered: u32,
-    delivered_ce: u32,
-    bytes_sent: u64,
-    bytes_retrans: u64,
-    dsack_dups: u32,
-    reord_seen: u32,
-    rcv_ooopack: u32,
-    snd_wnd: u32,
-}
-
 /// Reads TCP_INFO; zeros if the kernel refuses (the socket is gone).
 pub fn tcp_info<S: AsFd>(socket: &S) -> TcpInfo {
     use std::os::fd::AsRawFd;
@@ -138,27 +108,28 @@ pub fn tcp_info<S: AsFd>(socket: &S) -> TcpInfo {
     // SAFETY: getsockopt writes at most `len` bytes into the zeroed struct we own, and
     // says in `len` how many it wrote.
     unsafe {
-        let mut info: TcpInfoExtended = std::mem::zeroed();
-        let mut len = std::mem::size_of::<TcpInfoExtended>() as libc::socklen_t;
+        // libc's glibc `tcp_info` is the kernel's whole struct (through tcpi_snd_wnd and
+        // beyond); a kernel that fills less leaves the rest zero.
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
         let rc = libc::getsockopt(
             fd,
             libc::IPPROTO_TCP,
             libc::TCP_INFO,
-            (&mut info as *mut TcpInfoExtended).cast(),
+            (&mut info as *mut libc::tcp_info).cast(),
             &mut len,
         );
         if rc != 0 {
             return TcpInfo::default();
         }
-        // An older kernel fills less; the fields it did not write stay zero.
-        let basic = &info.basic;
+        let basic = &info;
         TcpInfo {
             total_retrans: basic.tcpi_total_retrans,
             snd_mss: basic.tcpi_snd_mss,
             rtt_us: basic.tcpi_rtt,
             rttvar_us: basic.tcpi_rttvar,
             snd_cwnd: basic.tcpi_snd_cwnd,
-            snd_wnd: info.snd_wnd,
+            snd_wnd: info.tcpi_snd_wnd,
             pmtu: basic.tcpi_pmtu,
         }
     }

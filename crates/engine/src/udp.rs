@@ -258,6 +258,9 @@ impl UdpFlow {
                     duplicates: c.duplicates,
                     foreign: c.foreign,
                     jitter_ms: c.jitter_ns / 1e6,
+                    transit_sum_ms: c.transit_sum_ns / 1e6,
+                    transit_samples: c.transit_samples,
+                    loss_events: c.loss_events,
                     ..Default::default()
                 }
             }
@@ -331,6 +334,10 @@ struct UdpLoop {
     next_boundary: usize,
     /// After the end, receivers read on until then.
     grace_until: Option<Instant>,
+    /// The wall clock (ns since the Unix epoch) at `plan.start`: datagrams carry wall
+    /// clock send times, so that on one host (or synchronised hosts) arrival minus send
+    /// time is the one-way delay. Read once; the monotonic clock measures from it.
+    wall_base_ns: u64,
 }
 
 impl UdpLoop {
@@ -363,7 +370,12 @@ impl UdpLoop {
             None => Batch::new(size.max(64), 1, BATCH, false),
         };
         let paced = paced_batch(&plan, &send_batch, size);
+        let since_start = Instant::now().saturating_duration_since(plan.start);
+        let wall_base_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.saturating_sub(since_start).as_nanos() as u64);
         Ok(UdpLoop {
+            wall_base_ns,
             plan,
             samples,
             framing,
@@ -428,7 +440,7 @@ impl UdpLoop {
             next_send: None,
             gso_refused: None,
         };
-        let since_ns = since.as_nanos() as u64;
+        let since_ns = self.wall_base_ns + since.as_nanos() as u64;
         for index in 0..self.flows.len() {
             if self.flows[index].done {
                 continue;
@@ -532,7 +544,7 @@ impl UdpLoop {
             match self.receive_batch.receive(&flow.socket) {
                 Ok(count) => {
                     let arrival = Instant::now().saturating_duration_since(self.plan.start);
-                    let arrival_ns = arrival.as_nanos() as u64;
+                    let arrival_ns = self.wall_base_ns + arrival.as_nanos() as u64;
                     let tracker = flow.tracker.as_mut().expect("receivers track");
                     for m in 0..count {
                         self.receive_batch.received(m, |d| {

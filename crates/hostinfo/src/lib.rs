@@ -169,14 +169,48 @@ pub fn host_facts() -> HostFacts {
         software: format!("linerate {}", env!("CARGO_PKG_VERSION")),
         path: std::env::var(linerate_model::PATH_ENV)
             .ok()
-            .and_then(|text| linerate_model::PathFacts::from_json(&text)),
+            .and_then(|text| linerate_model::PathFacts::from_json(&text))
+            .map(Box::new),
     }
 }
 
 /// The kernel's UDP counters now (see [`UdpCounters`]).
+///
+/// IPv4 and IPv6 together: a datagram on a dual-stack (IPv6) socket is counted in
+/// /proc/net/snmp6's Udp6 rows even when it came over IPv4 (a server listening on [::]).
 pub fn read_udp_counters() -> io::Result<UdpCounters> {
-    parse_udp_counters(&std::fs::read_to_string("/proc/net/snmp")?)
-        .ok_or_else(|| io::Error::other("no Udp rows in /proc/net/snmp"))
+    let v4 = parse_udp_counters(&std::fs::read_to_string("/proc/net/snmp")?)
+        .ok_or_else(|| io::Error::other("no Udp rows in /proc/net/snmp"))?;
+    let v6 = std::fs::read_to_string("/proc/net/snmp6")
+        .map(|text| parse_udp6_counters(&text))
+        .unwrap_or_default();
+    Ok(UdpCounters {
+        in_datagrams: v4.in_datagrams + v6.in_datagrams,
+        no_ports: v4.no_ports + v6.no_ports,
+        in_errors: v4.in_errors + v6.in_errors,
+        out_datagrams: v4.out_datagrams + v6.out_datagrams,
+        rcvbuf_errors: v4.rcvbuf_errors + v6.rcvbuf_errors,
+        sndbuf_errors: v4.sndbuf_errors + v6.sndbuf_errors,
+    })
+}
+
+/// Parses the text of `/proc/net/snmp6` (one `Name value` per line) for its Udp6 rows.
+pub fn parse_udp6_counters(text: &str) -> UdpCounters {
+    let get = |name: &str| {
+        text.lines()
+            .filter_map(|l| l.split_once(char::is_whitespace))
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    UdpCounters {
+        in_datagrams: get("Udp6InDatagrams"),
+        no_ports: get("Udp6NoPorts"),
+        in_errors: get("Udp6InErrors"),
+        out_datagrams: get("Udp6OutDatagrams"),
+        rcvbuf_errors: get("Udp6RcvbufErrors"),
+        sndbuf_errors: get("Udp6SndbufErrors"),
+    }
 }
 
 /// Parses the text of `/proc/net/snmp`: a row of names and a row of values per
@@ -205,6 +239,23 @@ pub fn parse_udp_counters(text: &str) -> Option<UdpCounters> {
 /// Sockets in TIME_WAIT in this network namespace (`/proc/net/sockstat`, "TCP: ... tw N").
 pub fn time_wait_sockets() -> Option<u64> {
     parse_time_wait(&std::fs::read_to_string("/proc/net/sockstat").ok()?)
+}
+
+#[cfg(test)]
+mod udp6_tests {
+    #[test]
+    fn udp6_rows_are_read_by_name() {
+        let text = "Udp6InDatagrams                 \t39219\nUdp6NoPorts 2\nUdp6InErrors 772\nUdp6InCsumErrors 772\nUdp6RcvbufErrors 5\n";
+        let c = super::parse_udp6_counters(text);
+        assert_eq!(
+            (c.in_datagrams, c.no_ports, c.in_errors, c.rcvbuf_errors),
+            (39219, 2, 772, 5)
+        );
+        assert_eq!(
+            super::parse_udp6_counters("garbage\n\n"),
+            Default::default()
+        );
+    }
 }
 
 fn parse_time_wait(text: &str) -> Option<u64> {

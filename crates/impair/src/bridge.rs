@@ -267,6 +267,7 @@ impl Direction {
 
     fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
         sys::tight_timer_slack();
+        sys::realtime_priority();
         let capacity = self.frame_capacity;
         let mut slots: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; capacity]).collect();
         let mut spare: Vec<Vec<u8>> = Vec::new();
@@ -294,6 +295,9 @@ impl Direction {
                 self.publish(extra);
                 next_publish = now + PUBLISH_NS;
             }
+            // Read the clock again: sending ran the receivers' network stack inline (veth
+            // delivers in the sender's softirq), which can take tens of microseconds.
+            let now = self.now_ns();
             let wait = self
                 .link
                 .poll_timeout()

@@ -153,6 +153,8 @@ fn ip(args: &[&str]) -> Result<(), LabError> {
 pub struct UpOptions {
     pub path: PathFacts,
     pub mtu: usize,
+    /// The hosts' largest TCP buffers; `None`: this host's own settings.
+    pub buffers: Option<u64>,
     pub exe: PathBuf,
 }
 
@@ -231,6 +233,7 @@ fn build(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
         ip(&["-n", ns, "link", "set", "eth0", "up"])?;
         let name = ns.to_string();
         crate::sys::in_namespace(&name, || crate::sys::offloads_off("eth0"))?;
+        set_tcp_buffers(ns, options.buffers)?;
     }
     for side in [ROUTER_CLIENT_SIDE, ROUTER_SERVER_SIDE] {
         ip(&["-n", &router, "link", "set", side, "up"])?;
@@ -238,6 +241,31 @@ fn build(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
         crate::sys::in_namespace(&router, move || crate::sys::offloads_off(side))?;
     }
     start_emulator(lab, options, &router, &path_json)
+}
+
+/// A new namespace starts from the kernel's TCP buffer defaults, not this host's: the
+/// lab's hosts get this host's tcp_rmem and tcp_wmem (so a test in the lab behaves as
+/// this host would), or a larger maximum when asked.
+fn set_tcp_buffers(ns: &str, maximum: Option<u64>) -> Result<(), LabError> {
+    let mut settings = Vec::new();
+    for key in ["tcp_rmem", "tcp_wmem"] {
+        let path = format!("/proc/sys/net/ipv4/{key}");
+        let mut value = std::fs::read_to_string(&path)?.trim().to_string();
+        if let Some(max) = maximum {
+            let fields: Vec<&str> = value.split_whitespace().collect();
+            if fields.len() == 3 {
+                value = format!("{} {} {max}", fields[0], fields[1]);
+            }
+        }
+        settings.push((path, value));
+    }
+    crate::sys::in_namespace(ns, move || {
+        for (path, value) in settings {
+            std::fs::write(&path, value)?;
+        }
+        Ok(())
+    })?;
+    Ok(())
 }
 
 fn start_emulator(

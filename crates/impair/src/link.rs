@@ -79,6 +79,10 @@ impl LinkCounters {
 struct Queued<F> {
     exit_ns: u64,
     arrived_ns: u64,
+    /// The original of a duplicated frame (its copy is just ahead of it): overtaking
+    /// the copy, or being overtaken after the copy left, is nothing a receiver sees as
+    /// reordering, so it is not counted as such.
+    twin: bool,
     frame: F,
 }
 
@@ -100,8 +104,9 @@ pub struct Link<F> {
     free_remainder: u64,
     last_exit_ns: u64,
     held: Option<Queued<F>>,
-    /// A frame that was held and is now due right after the one just returned.
-    release: Option<Queued<F>>,
+    /// A frame that was held and is now due right after the one just returned, and
+    /// whether that counts as reordering.
+    release: Option<(Queued<F>, bool)>,
     counters: LinkCounters,
 }
 
@@ -177,18 +182,20 @@ impl<F: Frame> Link<F> {
                 self.counters.corrupted += 1;
             }
         }
+        let mut twin = false;
         if self.chance(self.spec.duplicate) {
             let copy = frame.clone();
-            if self.enqueue(now_ns, copy) {
+            if self.enqueue(now_ns, copy, false) {
                 self.counters.duplicated += 1;
+                twin = true;
             }
         }
-        self.enqueue(now_ns, frame);
+        self.enqueue(now_ns, frame, twin);
     }
 
     /// Puts a frame through the queue and the bottleneck into the delay line; false when
     /// it was dropped.
-    fn enqueue(&mut self, now_ns: u64, frame: F) -> bool {
+    fn enqueue(&mut self, now_ns: u64, frame: F, twin: bool) -> bool {
         let len = frame.wire_len() as u64;
         let mut leaves_bottleneck = now_ns;
         if let Some(rate) = self.spec.rate_bps {
@@ -224,6 +231,7 @@ impl<F: Frame> Link<F> {
         self.line.push_back(Queued {
             exit_ns,
             arrived_ns: now_ns,
+            twin,
             frame,
         });
         true
@@ -243,8 +251,8 @@ impl<F: Frame> Link<F> {
 
     /// The next frame due to leave at `now_ns`, if any.
     pub fn poll_departure(&mut self, now_ns: u64) -> Option<F> {
-        if let Some(released) = self.release.take() {
-            self.counters.reordered += 1;
+        if let Some((released, reordered)) = self.release.take() {
+            self.counters.reordered += u64::from(reordered);
             return Some(self.leave(now_ns, released));
         }
         loop {
@@ -264,7 +272,10 @@ impl<F: Frame> Link<F> {
             let queued = self.line.pop_front()?;
             if let Some(held) = self.held.take() {
                 // This frame overtakes the held one, which follows it at once.
-                self.release = Some(held);
+                // Not reordering as a receiver sees it: `queued` overtaking its own copy,
+                // or `held` arriving after its copy went ahead.
+                let reordered = !(queued.twin || held.twin);
+                self.release = Some((held, reordered));
                 return Some(self.leave(now_ns, queued));
             }
             if self.chance(self.spec.reorder) {

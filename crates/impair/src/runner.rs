@@ -123,6 +123,12 @@ pub fn run(
     }
     if !options.quiet {
         let _ = writeln!(out, "{}", options.path.summary());
+        let _ = writeln!(
+            out,
+            "Tests across this path record it when run with {}='{}'",
+            linerate_model::PATH_ENV,
+            serde_json::to_string(&options.path).unwrap_or_default()
+        );
         let _ = writeln!(out, "{HEADER}");
     }
     let mut before = bridge.status();

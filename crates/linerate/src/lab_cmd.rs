@@ -6,7 +6,7 @@ use anyhow::Context;
 use linerate_impair::lab::{self, Lab, LabError, UpOptions};
 use linerate_impair::runner::{self, RunOptions};
 use linerate_impair::spec::{self, LinkSpec, SpecError};
-use linerate_model::{Impairment, PathFacts, PATH_ENV};
+use linerate_model::{Impairment, PathFacts};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,13 +91,19 @@ fn impairments(
             d.queue_bytes = Some(limit.bytes_at(rate));
         }
     }
-    for d in &directions {
-        if d.loss_burst.is_some() && d.loss_pct == 0.0 {
+    if directions.iter().all(|d| d.loss_pct == 0.0) {
+        if let Some(burst) = &args.loss_burst {
             return Err(SpecError::Value {
                 flag: "--loss-burst",
-                value: args.loss_burst.clone().unwrap_or_default(),
+                value: burst.clone(),
                 why: "needs --loss (the long-run share of frames lost)".into(),
             });
+        }
+    }
+    // A direction without loss has no bursts of it.
+    for d in &mut directions {
+        if d.loss_pct == 0.0 {
+            d.loss_burst = None;
         }
     }
     let [forward, reverse] = directions;
@@ -181,12 +187,6 @@ pub fn impair(args: &ImpairArgs) -> Outcome {
         quiet: args.quiet,
         status_file: args.status_file.clone(),
     };
-    if !args.quiet && args.path_json.is_none() {
-        eprintln!(
-            "linerate: to record this path in results of tests across it: export {PATH_ENV}='{}'",
-            serde_json::to_string(&options.path)?
-        );
-    }
     let stop = stop_on_signals()?;
     let mut out = std::io::stdout();
     match runner::run(&options, stop, &mut out) {
@@ -211,9 +211,23 @@ fn up(lab: &Lab, path_args: &LabPathArgs) -> anyhow::Result<PathFacts> {
         &path_args.impairment,
         path_args.rtt.as_deref(),
     )?;
+    let buffers = match &path_args.buffers {
+        None => None,
+        Some(text) => {
+            let bytes = linerate_model::units::parse_size(text)
+                .map_err(|e| usage(format!("invalid --buffers '{text}': {}", e.why)))?;
+            if !(64 * 1024..=1 << 30).contains(&bytes) {
+                return Err(usage(format!(
+                    "invalid --buffers '{text}': must be between 64K and 1G"
+                )));
+            }
+            Some(bytes)
+        }
+    };
     let options = UpOptions {
         path: path.clone(),
         mtu: usize::from(path_args.mtu),
+        buffers,
         exe: std::env::current_exe().context("finding this program's path")?,
     };
     lab::up(lab, &options).map_err(lab_error)?;

@@ -18,7 +18,7 @@ pub struct HostFacts {
     /// The emulated path the host's traffic crossed, when a `linerate lab` (or a user
     /// beside `linerate impair`) said so through `LINERATE_PATH`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<crate::PathFacts>,
+    pub path: Option<Box<crate::PathFacts>>,
 }
 
 /// CPU use on one host over the measurement window (MEASUREMENT.md rule 4).
@@ -141,6 +141,16 @@ pub struct UdpCounts {
     /// RFC 3550 jitter in milliseconds: the mean over receiving flows of each flow's
     /// jitter at the end of the span.
     pub jitter_ms: f64,
+    /// Sum of in-order datagrams' transit times (receiver's wall clock at arrival minus
+    /// the sender's at sending), milliseconds, and how many were summed: their mean is the
+    /// one-way delay where the two clocks agree (one host, or synchronised hosts).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub transit_sum_ms: f64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub transit_samples: u64,
+    /// Sequence gaps when they opened: a run of consecutive losses counts once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub loss_events: u64,
 }
 
 impl UdpCounts {
@@ -153,6 +163,15 @@ impl UdpCounts {
         self.out_of_order += other.out_of_order;
         self.duplicates += other.duplicates;
         self.foreign += other.foreign;
+        self.transit_sum_ms += other.transit_sum_ms;
+        self.transit_samples += other.transit_samples;
+        self.loss_events += other.loss_events;
+    }
+
+    /// The mean one-way delay of the span's in-order datagrams, milliseconds (meaningful
+    /// only where both ends' clocks agree).
+    pub fn one_way_delay_ms(&self) -> Option<f64> {
+        (self.transit_samples > 0).then(|| self.transit_sum_ms / self.transit_samples as f64)
     }
 
     /// Lost as a percentage of the datagrams that should have arrived.

@@ -173,6 +173,13 @@ pub struct ArrivalCounts {
     pub foreign: u64,
     /// RFC 3550 interarrival jitter in nanoseconds.
     pub jitter_ns: f64,
+    /// Sum of transit times (arrival minus send time) of in-order datagrams, nanoseconds,
+    /// and how many were summed: the one-way delay when both ends' clocks agree.
+    pub transit_sum_ns: f64,
+    pub transit_samples: u64,
+    /// Gaps in the sequence when they opened (a run of consecutive losses is one event):
+    /// `lost / loss_events` is the mean burst length, where nothing arrived late.
+    pub loss_events: u64,
 }
 
 /// How far back the tracker remembers which sequence numbers it has seen.
@@ -259,6 +266,7 @@ impl SequenceTracker {
                 }
             }
             self.counts.lost += gap;
+            self.counts.loss_events += u64::from(gap > 0);
             self.set_bit(sequence, true);
             self.next = sequence + 1;
             self.counts.datagrams += 1;
@@ -266,6 +274,8 @@ impl SequenceTracker {
             // RFC 3550 6.4.1: J += (|D| - J) / 16, D the change in transit time between
             // consecutive in-order datagrams; the first datagram only sets the reference.
             let transit = i128::from(arrival_ns) - i128::from(header.sent_ns);
+            self.counts.transit_sum_ns += transit as f64;
+            self.counts.transit_samples += 1;
             if let Some(last) = self.last_transit {
                 let d = (transit - last).unsigned_abs() as f64;
                 self.counts.jitter_ns += (d - self.counts.jitter_ns) / 16.0;

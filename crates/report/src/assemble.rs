@@ -349,6 +349,8 @@ fn summarize(
             send_errors: total.send_errors,
             loss_pct: total.loss_pct(),
             jitter_ms: total.jitter_ms,
+            one_way_delay_ms: total.one_way_delay_ms(),
+            loss_events: total.loss_events,
             lost_total: udp_flows
                 .iter()
                 .map(|f| f.sent_total.saturating_sub(f.received_total))

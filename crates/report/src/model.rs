@@ -294,6 +294,14 @@ pub struct UdpSummary {
     pub send_errors: u64,
     pub loss_pct: f64,
     pub jitter_ms: f64,
+    /// Mean one-way delay of in-order datagrams (receiver's wall clock at arrival minus
+    /// the sender's at sending): true only where both clocks agree, as on one host or in
+    /// a `linerate lab`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_way_delay_ms: Option<f64>,
+    /// Runs of consecutive losses (a gap in the sequence counts once when it opens).
+    #[serde(default)]
+    pub loss_events: u64,
     /// Over the whole test, warm-up and drain included: sent minus distinct received.
     /// Catches datagrams lost after the last one that arrived, which no gap shows.
     pub lost_total: u64,
@@ -341,8 +349,8 @@ impl Report {
         self.host
             .local
             .path
-            .as_ref()
-            .or(self.host.remote.path.as_ref())
+            .as_deref()
+            .or(self.host.remote.path.as_deref())
     }
 }
 

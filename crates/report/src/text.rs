@@ -286,7 +286,7 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
             let _ = writeln!(
                 out,
                 "Datagrams:        {} received of {} sent ({:.0} pps received, {:.0} pps sent); \
-                 lost {} ({:.3}%), out of order {}, duplicates {}, foreign {}; jitter {:.3} ms; \
+                 lost {} ({:.3}%) in {} runs, out of order {}, duplicates {}, foreign {}; jitter {:.3} ms; \
                  send errors {}",
                 u.received,
                 u.sent,
@@ -294,12 +294,19 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
                 u.sender_pps,
                 u.lost,
                 u.loss_pct,
+                u.loss_events,
                 u.out_of_order,
                 u.duplicates,
                 u.foreign,
                 u.jitter_ms,
                 u.send_errors
             );
+            if let Some(delay) = u.one_way_delay_ms {
+                let _ = writeln!(
+                    out,
+                    "One-way delay:    {delay:.3} ms mean (sender's clock to receiver's; true where they agree)"
+                );
+            }
             let _ = writeln!(
                 out,
                 "Kernel UDP:       client {}; server {}",

@@ -1,0 +1,693 @@
+//! The path emulator and the lab, against references taken in the same run: linerate's
+//! UDP receiver (its own datagram counts and timestamps) against what the emulator says
+//! it did, a lab without impairment for the base delay, the kernels' checksum counters,
+//! the Mathis bound and the window/RTT law for TCP, and the namespace list for teardown.
+//! They need root; without it they are counted as skipped.
+
+mod common;
+use common::*;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The lab tests take turns: each one's figures (delays of tens of microseconds, rates
+/// within 1 %) need the machine's two CPUs to themselves.
+static TURN: Mutex<()> = Mutex::new(());
+
+fn turn() -> MutexGuard<'static, ()> {
+    TURN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn skip_unless_root(test: &str) -> bool {
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return true;
+    }
+    false
+}
+
+/// A lab name unique to this test process.
+fn lab_name(tag: &str) -> String {
+    format!("t{}-{tag}", std::process::id() % 100_000)
+}
+
+fn lab(args: &[&str]) -> Output {
+    Command::new(binary())
+        .env("LINERATE_DB", scratch_db())
+        .arg("lab")
+        .args(args)
+        .output()
+        .expect("run linerate lab")
+}
+
+/// `linerate lab run --name NAME PATH -- linerate ARGS --json`: the client's result.
+fn lab_run_json(name: &str, path: &[&str], client: &[&str]) -> serde_json::Value {
+    let mut args = vec!["run", "--name", name];
+    args.extend_from_slice(path);
+    args.extend(["--", binary(), "--no-store"]);
+    args.extend_from_slice(client);
+    args.push("--json");
+    let output = lab(&args);
+    assert!(
+        output.status.success(),
+        "lab run {path:?} {client:?}: {}",
+        stderr(&output)
+    );
+    json(&output)
+}
+
+/// What the lab's emulator said it did, first direction (client to server) then back.
+fn emulator_status(name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(format!("/run/linerate/lab/{name}/status.json"))
+        .expect("the emulator's status file");
+    serde_json::from_str(&text).expect("status JSON")
+}
+
+fn forward(status: &serde_json::Value, counter: &str) -> f64 {
+    num(status, &format!("/directions/0/counters/{counter}"))
+}
+
+/// Removes a lab when the test ends, passed or not.
+struct LabGuard(String);
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        let _ = lab(&["down", "--name", &self.0]);
+    }
+}
+
+fn namespaces_of(name: &str) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("lrlab-{name}-")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// 100,000 paced 200-byte datagrams (25,000/s for 4 s) from client to server.
+const UDP_CALIBRATION: [&str; 9] = [
+    "stream", "server", "-u", "--pps", "25k", "-l", "200", "-t", "4",
+];
+
+#[test]
+fn delay_and_loss_are_what_was_asked() {
+    let test = "delay_and_loss_are_what_was_asked";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let base = lab_run_json(&lab_name("base"), &[], &UDP_CALIBRATION);
+    let base_ms = num(&base, "/summary/one_way_delay_ms");
+    let name = lab_name("delay");
+    let doc = lab_run_json(
+        &name,
+        &["--delay", "5ms", "--loss", "1%", "--seed", "11"],
+        &UDP_CALIBRATION,
+    );
+    let status = emulator_status(&name);
+    // Delay: the lab's own path (veths, stacks) measured the same way without impairment
+    // is the base; what the emulator added is within 0.2 ms of 5 ms.
+    let delay_ms = num(&doc, "/summary/one_way_delay_ms");
+    assert!(
+        (delay_ms - base_ms - 5.0).abs() < 0.2,
+        "one-way delay {delay_ms:.3} ms, base {base_ms:.3} ms: added {:.3} ms, asked 5",
+        delay_ms - base_ms
+    );
+    // Loss: within the 99 % binomial interval of 1 % of the datagrams sent.
+    let lost = num(&doc, "/summary/lost");
+    let received = num(&doc, "/summary/received");
+    let n = lost + received;
+    assert!(n >= 99_000.0, "{n} datagrams");
+    let half_width = 2.576 * (0.01 * 0.99 / n).sqrt();
+    let share = lost / n;
+    assert!(
+        (share - 0.01).abs() < half_width,
+        "loss {:.4}% of {n}, asked 1% (99% interval ±{:.4}%)",
+        share * 100.0,
+        half_width * 100.0
+    );
+    // The receiver's count of losses is the emulator's (a few neighbour-discovery frames
+    // share the direction and its loss).
+    let emulator_lost = forward(&status, "lost");
+    assert!(
+        emulator_lost >= lost && emulator_lost <= lost + 3.0,
+        "receiver lost {lost}, emulator dropped {emulator_lost}"
+    );
+    assert_eq!(num(&doc, "/summary/out_of_order"), 0.0);
+}
+
+#[test]
+fn loss_bursts_have_the_asked_mean_length() {
+    let test = "loss_bursts_have_the_asked_mean_length";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let doc = lab_run_json(
+        &lab_name("burst"),
+        &["--loss", "2%,0", "--loss-burst", "4", "--seed", "5"],
+        &UDP_CALIBRATION,
+    );
+    let lost = num(&doc, "/summary/lost");
+    let events = num(&doc, "/summary/loss_events");
+    let mean = lost / events;
+    assert!(
+        (mean / 4.0 - 1.0).abs() < 0.10,
+        "mean burst {mean:.2} frames ({lost} lost in {events} runs), asked 4"
+    );
+    let share = lost / (lost + num(&doc, "/summary/received"));
+    assert!((0.015..0.025).contains(&share), "loss {share}");
+}
+
+#[test]
+fn reorders_and_duplicates_are_counted_as_the_emulator_made_them() {
+    let test = "reorders_and_duplicates_are_counted_as_the_emulator_made_them";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("reorder");
+    let doc = lab_run_json(
+        &name,
+        &["--reorder", "1%", "--duplicate", "0.5%", "--seed", "9"],
+        &UDP_CALIBRATION,
+    );
+    let status = emulator_status(&name);
+    let reordered = forward(&status, "reordered");
+    let duplicated = forward(&status, "duplicated");
+    let out_of_order = num(&doc, "/summary/out_of_order");
+    let duplicates = num(&doc, "/summary/duplicates");
+    assert!(reordered > 500.0 && duplicated > 250.0, "{status}");
+    // Equal but for the few neighbour-discovery frames in the same direction.
+    assert!(
+        (out_of_order - reordered).abs() <= 2.0,
+        "receiver: {out_of_order} out of order; emulator: {reordered} reordered"
+    );
+    assert!(
+        (duplicates - duplicated).abs() <= 2.0,
+        "receiver: {duplicates} duplicates; emulator: {duplicated} duplicated"
+    );
+    assert_eq!(num(&doc, "/summary/lost"), 0.0);
+}
+
+#[test]
+fn rate_limit_holds_within_one_percent() {
+    let test = "rate_limit_holds_within_one_percent";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let doc = lab_run_json(
+        &lab_name("rate"),
+        &["--rate", "20M", "--queue", "64k"],
+        &[
+            "stream",
+            "10.77.0.2",
+            "-u",
+            "-b",
+            "30M",
+            "-l",
+            "1400",
+            "-t",
+            "4",
+        ],
+    );
+    // The rate counts Ethernet frames: 1400 bytes of payload ride in 1442-byte frames
+    // over IPv4 (14 Ethernet, 20 IP, 8 UDP).
+    let ceiling = 20e6 * 1400.0 / 1442.0;
+    let goodput = num(&doc, "/summary/receiver_bps");
+    assert!(
+        (goodput / ceiling - 1.0).abs() < 0.01,
+        "goodput {:.3} Mbit/s, ceiling {:.3} Mbit/s",
+        goodput / 1e6,
+        ceiling / 1e6
+    );
+}
+
+#[test]
+fn corrupted_frames_are_caught_by_checksums_and_tcp_delivers_intact() {
+    let test = "corrupted_frames_are_caught_by_checksums_and_tcp_delivers_intact";
+    if skip_unless_root(test) || !have("python3", test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("corrupt");
+    let up = lab(&["up", "--name", &name, "--corrupt", "1%", "--seed", "3"]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let _guard = LabGuard(name.clone());
+    let exec = |host: &str, argv: &[&str]| {
+        let mut args = vec!["exec", "--name", &name, host, "--"];
+        args.extend_from_slice(argv);
+        lab(&args)
+    };
+    // TCP: 20 MB of a known sequence; the receiver hashes what it read.
+    let receiver = r#"
+import hashlib, socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7000)); s.listen(1); c, _ = s.accept(); h = hashlib.sha256(); n = 0
+while True:
+    b = c.recv(65536)
+    if not b: break
+    h.update(b); n += len(b)
+print(n, h.hexdigest())
+"#;
+    let sender = r#"
+import hashlib, socket, time
+block = bytes(range(256)) * 4096; h = hashlib.sha256()
+for _ in range(50):
+    try:
+        s = socket.create_connection(("server", 7000)); break
+    except OSError: time.sleep(0.1)
+for i in range(20):
+    b = block[i:] + block[:i]; s.sendall(b); h.update(b)
+s.close(); print(20 * len(block), h.hexdigest())
+"#;
+    let mut args = vec![
+        "lab", "exec", "--name", &name, "server", "--", "python3", "-c",
+    ];
+    args.push(receiver);
+    let server = Command::new(binary())
+        .args(&args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("receiver");
+    let sent = exec("client", &["python3", "-c", sender]);
+    let received = server.wait_with_output().expect("receiver output");
+    let sent_line = String::from_utf8_lossy(&sent.stdout).trim().to_string();
+    let received_line = String::from_utf8_lossy(&received.stdout).trim().to_string();
+    assert!(!sent_line.is_empty(), "sender: {}", stderr(&sent));
+    assert_eq!(received_line, sent_line, "TCP delivered what was sent");
+    // The status file is rewritten every second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let tcp_status = emulator_status(&name);
+    assert!(
+        forward(&tcp_status, "corrupted") > 50.0,
+        "the emulator corrupted frames: {tcp_status}"
+    );
+    // Checksum errors the host's kernel counted: TCP (one MIB for IPv4 and IPv6), or UDP
+    // over both (a dual-stack socket counts IPv4 datagrams in snmp6's Udp6 rows).
+    let csum_errors = |host: &str, proto: &str| -> f64 {
+        let snmp = exec(host, &["cat", "/proc/net/snmp", "/proc/net/snmp6"]);
+        let text = String::from_utf8_lossy(&snmp.stdout).to_string();
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{proto}:")))
+            .collect();
+        let names: Vec<&str> = rows[0].split_whitespace().collect();
+        let values: Vec<&str> = rows[1].split_whitespace().collect();
+        let at = names.iter().position(|n| *n == "InCsumErrors").unwrap();
+        let v4: f64 = values[at].parse().unwrap();
+        let v6: f64 = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{proto}6InCsumErrors")))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0.0);
+        v4 + v6
+    };
+    let tcp_errors = csum_errors("server", "Tcp");
+    assert!(
+        tcp_errors > 50.0,
+        "server's TCP saw {tcp_errors} checksum errors"
+    );
+    // UDP: every corrupted datagram is one the server's kernel counted as a checksum
+    // error and linerate's receiver as lost.
+    let before_udp = csum_errors("server", "Udp");
+    let before_corrupted = forward(&emulator_status(&name), "corrupted");
+    let serve = Command::new(binary())
+        .args([
+            "lab",
+            "exec",
+            "--name",
+            &name,
+            "server",
+            "--",
+            binary(),
+            "--no-store",
+            "serve",
+            "-q",
+        ])
+        .spawn()
+        .expect("serve");
+    std::thread::sleep(Duration::from_millis(500));
+    let doc = {
+        let output = exec(
+            "client",
+            &[
+                binary(),
+                "--no-store",
+                "stream",
+                "server",
+                "-u",
+                "--pps",
+                "20k",
+                "-l",
+                "200",
+                "-t",
+                "3",
+                "--json",
+            ],
+        );
+        assert!(output.status.success(), "{}", stderr(&output));
+        json(&output)
+    };
+    // The status file is rewritten every second: wait for the one after the test.
+    std::thread::sleep(Duration::from_millis(1500));
+    let corrupted = forward(&emulator_status(&name), "corrupted") - before_corrupted;
+    let udp_errors = csum_errors("server", "Udp") - before_udp;
+    let down = lab(&["down", "--name", &name]);
+    assert!(down.status.success());
+    drop(serve);
+    assert!(corrupted > 300.0, "corrupted {corrupted}");
+    // Control traffic (a handful of TCP segments) shares the direction and the odds.
+    assert!(
+        udp_errors <= corrupted && udp_errors >= corrupted - 5.0,
+        "server UDP checksum errors {udp_errors}, emulator corrupted {corrupted}"
+    );
+    let lost = num(&doc, "/summary/lost");
+    assert!(
+        lost >= udp_errors - 2.0,
+        "receiver lost {lost}, corrupted {udp_errors}"
+    );
+    let kernel_errors = num(&doc, "/summary/kernel/remote/in_errors");
+    assert!(
+        (kernel_errors - udp_errors).abs() <= 5.0,
+        "linerate's server-side kernel counters: {kernel_errors} errors"
+    );
+}
+
+#[test]
+fn tcp_over_a_long_lossy_path_has_the_known_shape() {
+    let test = "tcp_over_a_long_lossy_path_has_the_known_shape";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("mathis");
+    // Buffers for the path's bandwidth-delay product (12.5 MB) with room to spare.
+    let up = lab(&[
+        "up",
+        "--name",
+        &name,
+        "--rtt",
+        "100ms",
+        "--loss",
+        "1%",
+        "--rate",
+        "1G",
+        "--seed",
+        "1",
+        "--buffers",
+        "64M",
+    ]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let _guard = LabGuard(name.clone());
+    let serve = Command::new(binary())
+        .args([
+            "lab",
+            "exec",
+            "--name",
+            &name,
+            "server",
+            "--",
+            binary(),
+            "--no-store",
+            "serve",
+            "-q",
+        ])
+        .spawn()
+        .expect("serve");
+    std::thread::sleep(Duration::from_millis(500));
+    let stream = |cc: &str| {
+        let output = lab(&[
+            "exec",
+            "--name",
+            &name,
+            "client",
+            "--",
+            binary(),
+            "--no-store",
+            "stream",
+            "server",
+            "-C",
+            cc,
+            "-t",
+            "12",
+            "-O",
+            "2",
+            "--json",
+        ]);
+        assert!(output.status.success(), "{cc}: {}", stderr(&output));
+        num(&json(&output), "/summary/receiver_bps")
+    };
+    let cubic = stream("cubic");
+    let bbr = stream("bbr");
+    let down = lab(&["down", "--name", &name]);
+    assert!(down.status.success());
+    drop(serve);
+    // Mathis et al.: MSS / RTT x 1.22 / sqrt(p), with 1448-byte segments, 100 ms, 1 %.
+    let mathis = 1448.0 * 8.0 / 0.1 * 1.22 / 0.01f64.sqrt();
+    assert!(
+        cubic > mathis / 2.0 && cubic < mathis * 2.0,
+        "CUBIC {:.2} Mbit/s, Mathis bound {:.2} Mbit/s",
+        cubic / 1e6,
+        mathis / 1e6
+    );
+    assert!(
+        bbr > 0.5e9,
+        "BBR {:.1} Mbit/s over a 1 Gbit/s path with 1% random loss",
+        bbr / 1e6
+    );
+}
+
+#[test]
+fn a_window_capped_stream_moves_one_window_per_round_trip() {
+    let test = "a_window_capped_stream_moves_one_window_per_round_trip";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let doc = lab_run_json(
+        &lab_name("window"),
+        &["--rtt", "100ms", "--rate", "1G"],
+        &[
+            "stream",
+            "server",
+            "-w",
+            "1M",
+            "-t",
+            "8",
+            "-O",
+            "3",
+            "-i",
+            "1",
+            "--per-flow",
+        ],
+    );
+    let goodput = num(&doc, "/summary/receiver_bps");
+    // The kernel's own view, from the sender's TCP_INFO at the last interval: the window
+    // the receiver advertised and the smoothed round trip.
+    let intervals = doc["intervals"].as_array().expect("intervals");
+    let tcp = intervals
+        .iter()
+        .rev()
+        .find_map(|i| i["flows"][0].get("tcp").filter(|t| t.is_object()).cloned())
+        .expect("an interval with the sender's TCP_INFO");
+    let window = num(&tcp, "/snd_wnd_bytes");
+    let rtt_s = num(&tcp, "/rtt_us") / 1e6;
+    let law = window * 8.0 / rtt_s;
+    assert!(
+        (goodput / law - 1.0).abs() < 0.05,
+        "goodput {:.1} Mbit/s; window {window} bytes / rtt {:.1} ms = {:.1} Mbit/s",
+        goodput / 1e6,
+        rtt_s * 1e3,
+        law / 1e6
+    );
+    assert!(rtt_s > 0.1 && rtt_s < 0.11, "rtt {rtt_s}");
+}
+
+#[test]
+fn lab_run_tears_down_after_success_failure_and_interrupt() {
+    let test = "lab_run_tears_down_after_success_failure_and_interrupt";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    // A command that succeeds, and one that fails: their statuses come back.
+    let name = lab_name("ok");
+    let ok = lab(&[
+        "run",
+        "--name",
+        &name,
+        "--rtt",
+        "10ms",
+        "--",
+        binary(),
+        "--no-store",
+        "rr",
+        "server",
+        "-t",
+        "1",
+    ]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).contains("rtt +10 ms"),
+        "the result names the path"
+    );
+    assert!(namespaces_of(&name).is_empty());
+    let name = lab_name("fail");
+    let failed = lab(&["run", "--name", &name, "--", "sh", "-c", "exit 7"]);
+    assert_eq!(failed.status.code(), Some(7));
+    assert!(namespaces_of(&name).is_empty());
+    // Ctrl-C while the command runs.
+    let name = lab_name("int");
+    let mut child = Command::new(binary())
+        .args(["lab", "run", "--name", &name, "--", "sleep", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("lab run");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while namespaces_of(&name).len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().expect("lab run ends");
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        namespaces_of(&name).is_empty(),
+        "{:?}",
+        namespaces_of(&name)
+    );
+    // A controller killed outright leaves the lab; `lab down` finds and removes it, and
+    // every process in it.
+    let name = lab_name("kill");
+    let mut child = Command::new(binary())
+        .args(["lab", "run", "--name", &name, "--", "sleep", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("lab run");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while namespaces_of(&name).len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    let _ = child.kill();
+    let _ = child.wait();
+    let router_pids = run("ip", &["netns", "pids", &format!("lrlab-{name}-router")]);
+    let emulator: Vec<i32> = router_pids
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert!(
+        !emulator.is_empty(),
+        "the emulator runs on after its controller died"
+    );
+    let down = lab(&["down", "--name", &name]);
+    assert!(down.status.success(), "{}", stderr(&down));
+    assert!(namespaces_of(&name).is_empty());
+    for pid in emulator {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .unwrap_or_default()
+                    .contains(") Z"),
+            "process {pid} of the lab is still running"
+        );
+    }
+}
+
+#[test]
+fn bad_paths_and_interfaces_are_one_line_errors() {
+    let test = "bad_paths_and_interfaces_are_one_line_errors";
+    let refused = |args: &[&str], needle: &str| {
+        let output = Command::new(binary()).args(args).output().expect("run");
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        let text = stderr(&output);
+        assert_eq!(text.trim().lines().count(), 1, "{args:?}: {text}");
+        assert!(text.contains(needle), "{args:?}: {text}");
+    };
+    refused(&["lab", "up", "--name", "x", "--loss", "120%"], "'120%'");
+    refused(&["lab", "up", "--name", "x", "--rate", "0"], "--rate '0'");
+    refused(&["lab", "up", "--name", "x", "--rtt", "20s"], "--rtt '20s'");
+    refused(
+        &["lab", "up", "--name", "x", "--loss-burst", "3"],
+        "needs --loss",
+    );
+    refused(
+        &["lab", "up", "--name", "x", "--queue", "20ms"],
+        "needs --rate",
+    );
+    refused(
+        &[
+            "lab", "up", "--name", "x", "--delay", "10s", "--rate", "100G", "--memory", "1G",
+        ],
+        "more than the delay line's limit",
+    );
+    refused(&["lab", "up", "--name", "Bad_Name"], "invalid lab name");
+    refused(
+        &["impair", "--between", "nosuch0", "nosuch1"],
+        "unknown interface 'nosuch0'",
+    );
+    refused(
+        &["impair", "--between", "lo", "lo"],
+        "two different interfaces",
+    );
+    if skip_unless_root(test) {
+        return;
+    }
+    // Nothing of a refused lab is left behind.
+    assert!(namespaces_of("x").is_empty());
+    // An interface another emulator holds, and one enslaved to a bridge.
+    let _turn = turn();
+    let name = lab_name("busy");
+    let up = lab(&["up", "--name", &name]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let _guard = LabGuard(name.clone());
+    let again = Command::new("ip")
+        .args(["netns", "exec", &format!("lrlab-{name}-router"), binary()])
+        .args(["impair", "--between", "to-client", "to-server", "-t", "1"])
+        .output()
+        .expect("second emulator");
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("already bridged"),
+        "{}",
+        stderr(&again)
+    );
+    let router = format!("lrlab-{name}-router");
+    run(
+        "ip",
+        &["-n", &router, "link", "add", "br0", "type", "bridge"],
+    );
+    run(
+        "ip",
+        &[
+            "-n", &router, "link", "add", "va", "type", "veth", "peer", "name", "vb",
+        ],
+    );
+    run("ip", &["-n", &router, "link", "set", "va", "master", "br0"]);
+    let enslaved = Command::new("ip")
+        .args(["netns", "exec", &router, binary()])
+        .args(["impair", "--between", "va", "vb", "-t", "1"])
+        .output()
+        .expect("enslaved");
+    let down = lab(&["down", "--name", &name]);
+    assert!(down.status.success());
+    assert_eq!(enslaved.status.code(), Some(2), "{}", stderr(&enslaved));
+    assert!(
+        stderr(&enslaved).contains("port of bridge 'br0'"),
+        "{}",
+        stderr(&enslaved)
+    );
+}
