@@ -87,9 +87,10 @@ fn namespaces_of(name: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// 100,000 paced 200-byte datagrams (25,000/s for 4 s) from client to server.
+/// 125,000 paced 200-byte datagrams (25,000/s for 5 s) from client to server; a debug
+/// build's sender falls a few percent behind, still above 100,000.
 const UDP_CALIBRATION: [&str; 9] = [
-    "stream", "server", "-u", "--pps", "25k", "-l", "200", "-t", "4",
+    "stream", "server", "-u", "--pps", "25k", "-l", "200", "-t", "5",
 ];
 
 #[test]
@@ -120,7 +121,7 @@ fn delay_and_loss_are_what_was_asked() {
     let lost = num(&doc, "/summary/lost");
     let received = num(&doc, "/summary/received");
     let n = lost + received;
-    assert!(n >= 99_000.0, "{n} datagrams");
+    assert!(n >= 100_000.0, "{n} datagrams");
     let half_width = 2.576 * (0.01 * 0.99 / n).sqrt();
     let share = lost / n;
     assert!(

@@ -199,6 +199,9 @@ pub struct ComparedRun {
     pub started_at: f64,
     pub iterations: usize,
     pub describe: String,
+    /// The emulated path the run crossed (docs/impair.md 4), in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// One figure across the runs.
@@ -286,6 +289,7 @@ pub fn compare(runs: &[(i64, &Report)], level_pct: f64) -> Result<Comparison, St
                 started_at: r.started_at,
                 iterations: r.repetition.as_ref().map_or(1, |x| x.values.len()),
                 describe: r.config.describe(),
+                path: r.path().map(|p| p.summary()),
             })
             .collect(),
         metrics,
@@ -358,6 +362,9 @@ impl Comparison {
         let mut out = format!("Comparing {} runs of {}\n", self.runs.len(), self.test);
         for run in &self.runs {
             let _ = writeln!(out, "  run {}: {}", run.id, run.describe);
+            if let Some(path) = &run.path {
+                let _ = writeln!(out, "    {path}");
+            }
         }
         let _ = writeln!(out, "{table}");
         if self.metrics.iter().any(|m| {

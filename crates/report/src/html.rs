@@ -496,6 +496,13 @@ fn facts_table(report: &Report) -> String {
             escape(&remote)
         );
     }
+    if let Some(path) = report.path() {
+        let _ = writeln!(
+            out,
+            "<tr><td>path</td><td colspan=\"2\">{}</td></tr>",
+            escape(&path.summary())
+        );
+    }
     out.push_str("</table>\n");
     out
 }

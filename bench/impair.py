@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""The path emulator's own cost: the delay it adds, the rate it forwards without loss of
+its own, and its CPU per Gbit (docs/impair.md, docs/performance.md).
+
+Needs root. Truth comes from outside the emulator:
+- added delay: round trips (linerate rr) through a lab with no impairment against the same
+  namespaces cabled directly (a veth pair);
+- its own loss: frames the router's interface received (kernel counter) against frames the
+  emulator passed, for UDP floods of 1500-byte and 64-byte frames;
+- CPU: the emulator process's utime+stime (/proc/PID/stat) over the flood.
+
+    sudo python3 bench/impair.py [--time 4]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release", "linerate")
+
+
+def sh(*args, check=True, **kw):
+    return subprocess.run(args, check=check, capture_output=True, text=True, **kw)
+
+
+def lab(*args):
+    return sh(BIN, "--no-store", "lab", *args)
+
+
+def counter(ns, dev, name):
+    out = sh("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{dev}/statistics/{name}")
+    return int(out.stdout.strip())
+
+
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rr(ns_client, target, seconds):
+    out = sh("ip", "netns", "exec", ns_client, BIN, "--no-store", "rr", target,
+             "-t", str(seconds), "--json")
+    doc = json.loads(out.stdout)
+    lat = doc["summary"]["latency_us"]
+    return lat["p50"], lat["p99"]
+
+
+def direct_rtt(seconds):
+    """rr over a plain veth pair between two namespaces."""
+    a, b = "lrbench-a", "lrbench-b"
+    for ns in (a, b):
+        sh("ip", "netns", "del", ns, check=False)
+        sh("ip", "netns", "add", ns)
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+    sh("ip", "link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b)
+    sh("ip", "-n", a, "addr", "add", "10.78.0.1/24", "dev", "eth0")
+    sh("ip", "-n", b, "addr", "add", "10.78.0.2/24", "dev", "eth0")
+    for ns in (a, b):
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+    server = subprocess.Popen(["ip", "netns", "exec", b, BIN, "--no-store", "serve", "-q"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        return rr(a, "10.78.0.2", seconds)
+    finally:
+        server.terminate()
+        server.wait()
+        for ns in (a, b):
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def emulator_pid(name):
+    pids = sh("ip", "netns", "pids", f"lrlab-{name}-router").stdout.split()
+    return int(pids[0])
+
+
+def flood(name, length, seconds):
+    """UDP as fast as the client sends; returns (frames in at the router, passed, Mbit/s
+    passed, emulator CPU s per Gbit, receiver pps)."""
+    router = f"lrlab-{name}-router"
+    pid = emulator_pid(name)
+    rx0 = counter(router, "to-client", "rx_packets")
+    status0 = json.load(open(f"/run/linerate/lab/{name}/status.json"))
+    cpu0 = cpu_seconds(pid)
+    out = lab("exec", "--name", name, "client", "--", BIN, "--no-store", "stream", "10.77.0.2",
+              "-u", "-b", "0", "-l", str(length), "-t", str(seconds), "--json")
+    cpu1 = cpu_seconds(pid)
+    time.sleep(1.5)  # the status file is rewritten every second
+    rx1 = counter(router, "to-client", "rx_packets")
+    status1 = json.load(open(f"/run/linerate/lab/{name}/status.json"))
+    doc = json.loads(out.stdout)
+    c0, c1 = status0["directions"][0]["counters"], status1["directions"][0]["counters"]
+    passed = c1["passed"] - c0["passed"]
+    arrived = c1["arrived"] - c0["arrived"]
+    gbits = (c1["passed_bytes"] - c0["passed_bytes"]) * 8 / 1e9
+    return {
+        "frames_in_kernel": rx1 - rx0,
+        "frames_seen": arrived,
+        "frames_passed": passed,
+        "own_loss": (rx1 - rx0) - arrived,
+        "gbit_s": gbits / seconds,
+        "pps": passed / seconds,
+        "cpu_s_per_gbit": (cpu1 - cpu0) / gbits if gbits else float("nan"),
+        "receiver_pps": doc["summary"]["receiver_pps"],
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--time", type=int, default=4)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/impair.py needs root (network namespaces)")
+    if not os.path.exists(BIN):
+        sh("cargo", "build", "--release", cwd=ROOT)
+    name = "bench"
+    lab("down", "--name", name)
+    lab("up", "--name", name)
+    server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name, "server", "--",
+                               BIN, "--no-store", "serve", "-q"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        direct = direct_rtt(args.time)
+        through = rr(f"lrlab-{name}-client", "10.77.0.2", args.time)
+        print(f"round trip, direct veth:      p50 {direct[0]:8.1f} us  p99 {direct[1]:8.1f} us")
+        print(f"round trip, through emulator: p50 {through[0]:8.1f} us  p99 {through[1]:8.1f} us")
+        print(f"added by the emulator (two passes): p50 {through[0] - direct[0]:.1f} us, "
+              f"p99 {through[1] - direct[1]:.1f} us")
+        for length, label in ((1472, "1514-byte frames"), (18, "60-byte frames")):
+            r = flood(name, length, args.time)
+            print(f"{label}: passed {r['gbit_s']:.2f} Gbit/s, {r['pps'] / 1e3:.0f} kpps; "
+                  f"kernel gave it {r['frames_in_kernel']} frames, it saw {r['frames_seen']} "
+                  f"(own loss {r['own_loss']}), passed {r['frames_passed']}; "
+                  f"CPU {r['cpu_s_per_gbit']:.3f} s/Gbit; receiver {r['receiver_pps'] / 1e3:.0f} kpps")
+    finally:
+        server.terminate()
+        server.wait()
+        lab("down", "--name", name)
+
+
+if __name__ == "__main__":
+    main()
