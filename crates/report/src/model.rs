@@ -300,7 +300,7 @@ pub struct UdpSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub one_way_delay_ms: Option<f64>,
     /// Runs of consecutive losses (a gap in the sequence counts once when it opens).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub loss_events: u64,
     /// Over the whole test, warm-up and drain included: sent minus distinct received.
     /// Catches datagrams lost after the last one that arrived, which no gap shows.
