@@ -118,7 +118,10 @@ fn delay_and_loss_are_what_was_asked() {
         delay_ms - base_ms
     );
     // Loss: within the 99 % binomial interval of 1 % of the datagrams sent.
-    let lost = num(&doc, "/summary/lost");
+    // Datagrams the server's kernel dropped for want of buffer (a debug build's receiver
+    // can fall behind) are not the emulator's: its own count decides which are.
+    let overflow = num(&doc, "/summary/kernel/remote/rcvbuf_errors");
+    let lost = num(&doc, "/summary/lost") - overflow;
     let received = num(&doc, "/summary/received");
     let n = lost + received;
     assert!(n >= 100_000.0, "{n} datagrams");
