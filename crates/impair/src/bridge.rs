@@ -272,6 +272,8 @@ impl Direction {
         let mut slots: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; capacity]).collect();
         let mut spare: Vec<Vec<u8>> = Vec::new();
         let mut received: Vec<Received> = Vec::with_capacity(BATCH);
+        let mut receive_scratch = sys::BatchScratch::default();
+        let mut send_scratch = sys::BatchScratch::default();
         let mut due: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
         let mut extra = DirectionStatus::default();
         let mut next_publish = 0;
@@ -288,7 +290,7 @@ impl Direction {
                 if due.is_empty() {
                     break;
                 }
-                extra.refused += sys::send_batch(&self.tx, &due)?;
+                extra.refused += sys::send_batch(&self.tx, &due, &mut send_scratch)?;
                 spare.append(&mut due);
             }
             if now >= next_publish {
@@ -306,7 +308,8 @@ impl Direction {
             if wait > 0 && !self.rx.wait_readable(wait)? {
                 continue;
             }
-            let count = sys::receive_batch(&self.rx, &mut slots, &mut received)?;
+            let count =
+                sys::receive_batch(&self.rx, &mut slots, &mut receive_scratch, &mut received)?;
             if count == 0 {
                 continue;
             }

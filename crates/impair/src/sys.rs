@@ -321,29 +321,48 @@ pub struct Received {
     pub outgoing: bool,
 }
 
+/// The arrays a batched call hands the kernel, kept by the calling thread between calls so
+/// that a batch allocates nothing; refilled (pointers included) on every call.
+#[derive(Default)]
+pub struct BatchScratch {
+    iovecs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_ll>,
+    headers: Vec<libc::mmsghdr>,
+}
+
+impl BatchScratch {
+    /// Sizes the arrays for `count` messages, zeroed, and points each iovec at its frame.
+    fn prepare<'a>(&mut self, frames: impl Iterator<Item = (*mut u8, usize)> + 'a, count: usize) {
+        self.iovecs.clear();
+        self.iovecs.extend(frames.map(|(base, len)| libc::iovec {
+            iov_base: base.cast(),
+            iov_len: len,
+        }));
+        // SAFETY (both): plain data, for which all-zero is a valid value.
+        self.names.clear();
+        self.names.resize(count, unsafe { std::mem::zeroed() });
+        self.headers.clear();
+        self.headers.resize(count, unsafe { std::mem::zeroed() });
+        for (h, iov) in self.headers.iter_mut().zip(self.iovecs.iter_mut()) {
+            h.msg_hdr.msg_iov = iov;
+            h.msg_hdr.msg_iovlen = 1;
+        }
+    }
+}
+
 /// Receives up to `buffers.len()` frames in one call (recvmmsg), each into its buffer
 /// (whose length is its capacity for this call). Returns how many arrived.
 pub fn receive_batch(
     socket: &PacketSocket,
     buffers: &mut [Vec<u8>],
+    scratch: &mut BatchScratch,
     out: &mut Vec<Received>,
 ) -> io::Result<usize> {
     out.clear();
     let count = buffers.len();
-    let mut iovecs: Vec<libc::iovec> = buffers
-        .iter_mut()
-        .map(|b| libc::iovec {
-            iov_base: b.as_mut_ptr().cast(),
-            iov_len: b.len(),
-        })
-        .collect();
-    // SAFETY: plain data zero-initialised.
-    let mut names: Vec<libc::sockaddr_ll> = vec![unsafe { std::mem::zeroed() }; count];
-    // SAFETY: plain data zero-initialised; pointers set below.
-    let mut headers: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; count];
+    scratch.prepare(buffers.iter_mut().map(|b| (b.as_mut_ptr(), b.len())), count);
+    let BatchScratch { names, headers, .. } = scratch;
     for i in 0..count {
-        headers[i].msg_hdr.msg_iov = &mut iovecs[i];
-        headers[i].msg_hdr.msg_iovlen = 1;
         headers[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_ll).cast();
         headers[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
     }
@@ -377,20 +396,17 @@ pub fn receive_batch(
 
 /// Sends every frame in one call where the kernel takes them all (sendmmsg), retrying the
 /// rest. Returns the frames the interface refused (too large for its MTU, or an error).
-pub fn send_batch(socket: &PacketSocket, frames: &[Vec<u8>]) -> io::Result<u64> {
-    let mut iovecs: Vec<libc::iovec> = frames
-        .iter()
-        .map(|f| libc::iovec {
-            iov_base: f.as_ptr() as *mut libc::c_void,
-            iov_len: f.len(),
-        })
-        .collect();
-    // SAFETY: plain data zero-initialised; pointers set below.
-    let mut headers: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; frames.len()];
-    for (h, iov) in headers.iter_mut().zip(iovecs.iter_mut()) {
-        h.msg_hdr.msg_iov = iov;
-        h.msg_hdr.msg_iovlen = 1;
-    }
+pub fn send_batch(
+    socket: &PacketSocket,
+    frames: &[Vec<u8>],
+    scratch: &mut BatchScratch,
+) -> io::Result<u64> {
+    // The kernel only reads the frames; iovec's pointer is mutable by its C type alone.
+    scratch.prepare(
+        frames.iter().map(|f| (f.as_ptr() as *mut u8, f.len())),
+        frames.len(),
+    );
+    let headers = &mut scratch.headers;
     let mut refused = 0;
     let mut at = 0;
     while at < headers.len() {

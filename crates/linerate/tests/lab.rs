@@ -76,6 +76,36 @@ impl Drop for LabGuard {
     }
 }
 
+/// `linerate serve` on the lab's server, given half a second to listen.
+fn serve_in(name: &str) -> std::process::Child {
+    let serve = Command::new(binary())
+        .args([
+            "lab",
+            "exec",
+            "--name",
+            name,
+            "server",
+            "--",
+            binary(),
+            "--no-store",
+            "serve",
+            "-q",
+        ])
+        .spawn()
+        .expect("serve");
+    std::thread::sleep(Duration::from_millis(500));
+    serve
+}
+
+/// Waits until a `lab run` has built its three namespaces and started its command.
+fn wait_until_built(name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while namespaces_of(name).len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+}
+
 fn namespaces_of(name: &str) -> Vec<String> {
     std::fs::read_dir("/run/netns")
         .map(|d| {
@@ -324,22 +354,7 @@ s.close(); print(20 * len(block), h.hexdigest())
     // error and linerate's receiver as lost.
     let before_udp = csum_errors("server", "Udp");
     let before_corrupted = forward(&emulator_status(&name), "corrupted");
-    let serve = Command::new(binary())
-        .args([
-            "lab",
-            "exec",
-            "--name",
-            &name,
-            "server",
-            "--",
-            binary(),
-            "--no-store",
-            "serve",
-            "-q",
-        ])
-        .spawn()
-        .expect("serve");
-    std::thread::sleep(Duration::from_millis(500));
+    let serve = serve_in(&name);
     let doc = {
         let output = exec(
             "client",
@@ -412,22 +427,7 @@ fn tcp_over_a_long_lossy_path_has_the_known_shape() {
     ]);
     assert!(up.status.success(), "{}", stderr(&up));
     let _guard = LabGuard(name.clone());
-    let serve = Command::new(binary())
-        .args([
-            "lab",
-            "exec",
-            "--name",
-            &name,
-            "server",
-            "--",
-            binary(),
-            "--no-store",
-            "serve",
-            "-q",
-        ])
-        .spawn()
-        .expect("serve");
-    std::thread::sleep(Duration::from_millis(500));
+    let serve = serve_in(&name);
     let stream = |cc: &str| {
         let output = lab(&[
             "exec",
@@ -557,11 +557,7 @@ fn lab_run_tears_down_after_success_failure_and_interrupt() {
         .stderr(Stdio::null())
         .spawn()
         .expect("lab run");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while namespaces_of(&name).len() < 3 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(800));
+    wait_until_built(&name);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().expect("lab run ends");
@@ -580,11 +576,7 @@ fn lab_run_tears_down_after_success_failure_and_interrupt() {
         .stderr(Stdio::null())
         .spawn()
         .expect("lab run");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while namespaces_of(&name).len() < 3 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(800));
+    wait_until_built(&name);
     let _ = child.kill();
     let _ = child.wait();
     let router_pids = run("ip", &["netns", "pids", &format!("lrlab-{name}-router")]);
