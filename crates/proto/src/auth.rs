@@ -70,6 +70,16 @@ impl Key {
         hasher.finalize()
     }
 
+    /// A key for one connection's further use (`context` names the use), bound to both
+    /// nonces: both ends derive the same one, and no other connection can.
+    pub fn derive(&self, context: &str, client: &Nonce, server: &Nonce) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new_derive_key(context);
+        hasher.update(&self.0);
+        hasher.update(&client.0);
+        hasher.update(&server.0);
+        *hasher.finalize().as_bytes()
+    }
+
     /// The proof `role` sends for this pair of nonces, as hex.
     pub fn proof(&self, role: Role, client: &Nonce, server: &Nonce) -> String {
         self.mac(role, client, server).to_hex().to_string()

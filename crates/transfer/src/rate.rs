@@ -1,0 +1,421 @@
+//! How fast the sender paces (docs/transfer-protocol.md 5).
+//!
+//! Two modes. `Fixed` paces at the rate the user named (a dedicated circuit). `Adaptive`
+//! models the path the way BBR does: the bottleneck rate is the largest delivery rate seen
+//! over the last ten round trips, the propagation delay the smallest RTT; the sender paces
+//! at a gain times that rate (2.89 while starting up, then a cycle of 1.25, 0.75 and six
+//! rounds of 1) and keeps at most twice the bandwidth-delay product in flight.
+//!
+//! Loss is not taken as congestion by itself. In a round where some RTT sample came back
+//! near the propagation delay, the bottleneck queue was empty at some moment, so that
+//! round's losses were not ours to cause: they feed an estimate of the path's random loss,
+//! and the pacing rate is raised by 1 / (1 - loss) so the bytes that arrive still fill the
+//! bottleneck. A round whose every sample saw a standing queue and that lost packets is
+//! congestion: the rate estimate is cut to what the round delivered, less a tenth, and the
+//! loss estimate decays, so a full queue never passes for random loss.
+
+/// The user's choice of rate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RateConfig {
+    /// Pace at this many bits per second, whatever happens.
+    Fixed { bps: u64 },
+    /// Find the rate; never above `max_bps` when given.
+    Adaptive { max_bps: Option<u64> },
+}
+
+/// Startup's gain, 2 / ln 2: the rate doubles every round trip.
+const STARTUP_GAIN: f64 = 2.885;
+/// The probing cycle's gains, one phase per propagation delay.
+const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Round trips the bottleneck-rate filter remembers.
+const BW_WINDOW_ROUNDS: u64 = 10;
+/// A round with more than this share lost ends startup: the queue overflowed.
+const STARTUP_LOSS_EXIT: f64 = 0.2;
+/// The random loss compensated for at most: past it, loss is too high to be noise.
+const MAX_LOSS_COMPENSATION: f64 = 0.25;
+/// Packets the window holds beyond twice the bandwidth-delay product (ACK aggregation,
+/// the receiver's ACK delay).
+const CWND_SLACK_PACKETS: u64 = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Fixed,
+    Startup,
+    Drain,
+    ProbeBw,
+}
+
+/// One ACK's news for the rate control.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AckEvent {
+    pub now_ns: u64,
+    /// Bytes newly acknowledged.
+    pub acked: u64,
+    /// A delivery rate, bits per second, from the newest packet acknowledged.
+    pub delivery_bps: Option<u64>,
+    /// Whether that sample was taken while the sender had nothing to send (it may be
+    /// lower than the path allows).
+    pub app_limited: bool,
+    /// An RTT sample, nanoseconds.
+    pub rtt_ns: Option<u64>,
+    /// This ACK ended a round trip.
+    pub round_end: bool,
+    /// Bytes in flight after the ACK.
+    pub in_flight: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct RateControl {
+    config: RateConfig,
+    mode: Mode,
+    packet: u64,
+    /// (round, bits per second): the max filter's samples.
+    bw_samples: Vec<(u64, u64)>,
+    btl_bw: u64,
+    min_rtt_ns: u64,
+    initial_bps: u64,
+    round: u64,
+    full_bw: u64,
+    full_bw_rounds: u32,
+    phase: usize,
+    phase_start_ns: u64,
+    // This round's tallies.
+    round_acked: u64,
+    round_lost: u64,
+    round_min_rtt_ns: u64,
+    round_start_ns: u64,
+    /// The path's random loss, smoothed over rounds.
+    random_loss: f64,
+    /// Rounds judged congested (for the diagnosis).
+    pub congested_rounds: u64,
+}
+
+impl RateControl {
+    /// `packet` is the datagram payload size; `initial_rtt_ns` the control connection's
+    /// handshake time, the first guess of the path's delay.
+    pub fn new(config: RateConfig, packet: u64, initial_rtt_ns: u64) -> RateControl {
+        let initial_rtt_ns = initial_rtt_ns.clamp(100_000, 1_000_000_000);
+        // 64 packets a round trip to begin with, never below 10 Mbit/s.
+        let initial_bps = (128 * packet * 8 * 1_000_000_000 / initial_rtt_ns).max(10_000_000);
+        let mode = match config {
+            RateConfig::Fixed { .. } => Mode::Fixed,
+            RateConfig::Adaptive { .. } => Mode::Startup,
+        };
+        RateControl {
+            config,
+            mode,
+            packet,
+            bw_samples: Vec::new(),
+            btl_bw: 0,
+            min_rtt_ns: u64::MAX,
+            initial_bps,
+            round: 0,
+            full_bw: 0,
+            full_bw_rounds: 0,
+            phase: 0,
+            phase_start_ns: 0,
+            round_acked: 0,
+            round_lost: 0,
+            round_min_rtt_ns: u64::MAX,
+            round_start_ns: 0,
+            random_loss: 0.0,
+            congested_rounds: 0,
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The bottleneck rate the model believes in, bits per second (0 before a sample).
+    pub fn bottleneck_bps(&self) -> u64 {
+        self.btl_bw
+    }
+
+    /// The random loss the model compensates for.
+    pub fn random_loss(&self) -> f64 {
+        self.random_loss
+    }
+
+    fn gain(&self) -> f64 {
+        match self.mode {
+            Mode::Fixed => 1.0,
+            Mode::Startup => STARTUP_GAIN,
+            Mode::Drain => 1.0 / STARTUP_GAIN,
+            Mode::ProbeBw => CYCLE[self.phase],
+        }
+    }
+
+    fn cap(&self, bps: f64) -> u64 {
+        let bps = bps.max(1_000_000.0) as u64;
+        match self.config {
+            RateConfig::Fixed { bps } => bps,
+            RateConfig::Adaptive { max_bps: Some(max) } => bps.min(max),
+            RateConfig::Adaptive { max_bps: None } => bps,
+        }
+    }
+
+    /// The pacing rate now, bits per second.
+    pub fn pacing_bps(&self) -> u64 {
+        if let RateConfig::Fixed { bps } = self.config {
+            return bps;
+        }
+        let base = if self.btl_bw == 0 {
+            self.initial_bps
+        } else {
+            self.btl_bw
+        };
+        let compensation = 1.0 / (1.0 - self.random_loss.min(MAX_LOSS_COMPENSATION));
+        self.cap(base as f64 * self.gain() * compensation)
+    }
+
+    /// The most bytes in flight allowed now: twice the bandwidth-delay product at the
+    /// modelled bottleneck (raised for the random loss the pacing makes up for).
+    pub fn cwnd(&self) -> u64 {
+        if self.mode == Mode::Fixed || self.min_rtt_ns == u64::MAX {
+            // A fixed rate is held by pacing alone, and before the first RTT sample there
+            // is no delay to multiply by: flow control bounds what is in flight.
+            return u64::MAX;
+        }
+        let base = if self.btl_bw == 0 {
+            self.initial_bps
+        } else {
+            self.btl_bw
+        };
+        let compensation = 1.0 / (1.0 - self.random_loss.min(MAX_LOSS_COMPENSATION));
+        let rtt = self.min_rtt_ns.max(1_000_000);
+        let bdp = (base as u128 * rtt as u128 / 8_000_000_000) as f64 * compensation;
+        (2.0 * bdp) as u64 + CWND_SLACK_PACKETS * self.packet
+    }
+
+    /// Bytes declared lost.
+    pub fn on_loss(&mut self, bytes: u64) {
+        self.round_lost += bytes;
+    }
+
+    pub fn on_ack(&mut self, event: &AckEvent) {
+        if self.mode == Mode::Fixed {
+            return;
+        }
+        self.round_acked += event.acked;
+        if let Some(rtt) = event.rtt_ns {
+            self.min_rtt_ns = self.min_rtt_ns.min(rtt);
+            self.round_min_rtt_ns = self.round_min_rtt_ns.min(rtt);
+        }
+        if let Some(bps) = event.delivery_bps {
+            if !event.app_limited || bps > self.btl_bw {
+                self.bw_samples.push((self.round, bps));
+                self.btl_bw = self.btl_bw.max(bps);
+            }
+        }
+        if event.round_end {
+            self.end_round(event.now_ns);
+        }
+        // Startup ends as soon as one sample shows a queue of a quarter of the path's
+        // delay (and at least 2 ms): waiting for the round to end would overflow a
+        // shallow bottleneck queue by up to a bandwidth-delay product.
+        if self.mode == Mode::Startup && self.btl_bw > 0 {
+            if let Some(rtt) = event.rtt_ns {
+                if rtt
+                    > self
+                        .min_rtt_ns
+                        .saturating_add((self.min_rtt_ns / 8).max(2_000_000))
+                {
+                    self.mode = Mode::Drain;
+                }
+            }
+        }
+        match self.mode {
+            Mode::Drain => {
+                let bdp = (self.btl_bw as u128 * self.min_rtt_ns.min(10_000_000_000) as u128
+                    / 8_000_000_000) as u64;
+                if event.in_flight <= bdp {
+                    self.mode = Mode::ProbeBw;
+                    // Start the cycle on a cruising phase: draining just emptied the queue.
+                    self.phase = 2;
+                    self.phase_start_ns = event.now_ns;
+                }
+            }
+            Mode::ProbeBw => {
+                let phase_len = self.min_rtt_ns.clamp(1_000_000, 1_000_000_000);
+                if event.now_ns.saturating_sub(self.phase_start_ns) >= phase_len {
+                    self.phase = (self.phase + 1) % CYCLE.len();
+                    self.phase_start_ns = event.now_ns;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn end_round(&mut self, now_ns: u64) {
+        self.round += 1;
+        let sent = self.round_acked + self.round_lost;
+        let loss = if sent == 0 {
+            0.0
+        } else {
+            self.round_lost as f64 / sent as f64
+        };
+        // An RTT within an eighth (and a millisecond) of the propagation delay: the queue
+        // drained at some point in this round.
+        let queue_seen_empty = self.round_min_rtt_ns
+            <= self
+                .min_rtt_ns
+                .saturating_add(self.min_rtt_ns / 8 + 1_000_000);
+        let congested = self.round_lost > 0 && !queue_seen_empty;
+        if sent > 0 {
+            if congested {
+                self.congested_rounds += 1;
+                self.random_loss *= 0.5;
+                let round_bps = self.round_delivery_cut(now_ns);
+                self.bw_samples.clear();
+                self.bw_samples.push((self.round, round_bps));
+                self.btl_bw = round_bps;
+            } else if sent >= 16 * self.packet {
+                self.random_loss += (loss - self.random_loss) / 8.0;
+            }
+        }
+        // Forget samples older than the window.
+        let oldest = self.round.saturating_sub(BW_WINDOW_ROUNDS);
+        self.bw_samples.retain(|&(round, _)| round >= oldest);
+        if !self.bw_samples.is_empty() {
+            self.btl_bw = self
+                .bw_samples
+                .iter()
+                .map(|&(_, bps)| bps)
+                .max()
+                .unwrap_or(0);
+        }
+        if self.mode == Mode::Startup {
+            if self.btl_bw as f64 >= self.full_bw as f64 * 1.25 {
+                self.full_bw = self.btl_bw;
+                self.full_bw_rounds = 0;
+            } else {
+                self.full_bw_rounds += 1;
+            }
+            // A queue that stayed all round (every RTT sample above the propagation delay
+            // by a quarter) means the pipe is full: leave before it overflows.
+            let standing_queue = self.round_min_rtt_ns != u64::MAX
+                && self.round_min_rtt_ns
+                    > self
+                        .min_rtt_ns
+                        .saturating_add(self.min_rtt_ns / 4 + 2_000_000);
+            if self.full_bw_rounds >= 3
+                || (loss > STARTUP_LOSS_EXIT && self.btl_bw > 0)
+                || (standing_queue && self.btl_bw > 0)
+            {
+                self.mode = Mode::Drain;
+            }
+        }
+        self.round_acked = 0;
+        self.round_lost = 0;
+        self.round_start_ns = now_ns;
+        self.round_min_rtt_ns = u64::MAX;
+    }
+
+    /// A congested round's rate: what it delivered (never above the filter), less a tenth.
+    fn round_delivery_cut(&self, now_ns: u64) -> u64 {
+        let elapsed = now_ns.saturating_sub(self.round_start_ns).max(1);
+        let delivered = (self.round_acked as u128 * 8_000_000_000 / elapsed as u128) as u64;
+        (delivered.min(self.btl_bw) as f64 * 0.9) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PACKET: u64 = 1400;
+
+    fn ack(now_ns: u64, bps: u64, rtt_ns: u64, round_end: bool) -> AckEvent {
+        AckEvent {
+            now_ns,
+            acked: 100 * PACKET,
+            delivery_bps: Some(bps),
+            app_limited: false,
+            rtt_ns: Some(rtt_ns),
+            round_end,
+            in_flight: 0,
+        }
+    }
+
+    #[test]
+    fn fixed_rate_ignores_everything() {
+        let mut rate = RateControl::new(RateConfig::Fixed { bps: 500_000_000 }, PACKET, 1);
+        rate.on_loss(1 << 20);
+        rate.on_ack(&ack(1, 1, 1, true));
+        assert_eq!(rate.pacing_bps(), 500_000_000);
+        assert_eq!(rate.cwnd(), u64::MAX);
+    }
+
+    #[test]
+    fn startup_ends_when_the_rate_stops_growing_and_cruises_at_the_bottleneck() {
+        let mut rate =
+            RateControl::new(RateConfig::Adaptive { max_bps: None }, PACKET, 100_000_000);
+        let mut now = 0;
+        let mut bps = 10_000_000u64;
+        for _ in 0..20 {
+            now += 100_000_000;
+            bps = (bps * 2).min(1_000_000_000);
+            rate.on_ack(&ack(now, bps, 100_000_000, true));
+        }
+        assert_eq!(rate.mode(), Mode::ProbeBw);
+        assert_eq!(rate.bottleneck_bps(), 1_000_000_000);
+        // A cruising phase paces at the bottleneck rate; the cycle averages to it.
+        let mut paced = 0.0;
+        for _ in 0..8 {
+            now += 100_000_000;
+            rate.on_ack(&ack(now, 1_000_000_000, 100_000_000, true));
+            paced += rate.pacing_bps() as f64;
+        }
+        let mean = paced / 8.0;
+        assert!((mean - 1e9).abs() < 0.05e9, "mean pacing {mean}");
+    }
+
+    #[test]
+    fn random_loss_raises_the_pacing_rate_and_congestion_cuts_it() {
+        let mut rate =
+            RateControl::new(RateConfig::Adaptive { max_bps: None }, PACKET, 100_000_000);
+        let mut now = 0;
+        for _ in 0..30 {
+            now += 100_000_000;
+            rate.on_loss(PACKET);
+            // One packet lost in a hundred, RTT at the propagation delay: random loss.
+            rate.on_ack(&AckEvent {
+                acked: 99 * PACKET,
+                ..ack(now, 990_000_000, 100_000_000, true)
+            });
+        }
+        assert!(
+            (rate.random_loss() - 0.01).abs() < 0.003,
+            "{}",
+            rate.random_loss()
+        );
+        assert_eq!(rate.congested_rounds, 0);
+        let before = rate.bottleneck_bps();
+        // Now losses with every RTT 40 ms above the propagation delay: a standing queue.
+        for _ in 0..3 {
+            now += 140_000_000;
+            rate.on_loss(10 * PACKET);
+            rate.on_ack(&AckEvent {
+                acked: 90 * PACKET,
+                ..ack(now, 900_000_000, 140_000_000, true)
+            });
+        }
+        assert_eq!(rate.congested_rounds, 3);
+        assert!(rate.bottleneck_bps() < before * 3 / 4);
+        assert!(rate.random_loss() < 0.002);
+    }
+
+    #[test]
+    fn the_ceiling_holds() {
+        let mut rate = RateControl::new(
+            RateConfig::Adaptive {
+                max_bps: Some(200_000_000),
+            },
+            PACKET,
+            1_000_000,
+        );
+        rate.on_ack(&ack(1_000_000, 900_000_000, 1_000_000, true));
+        assert_eq!(rate.pacing_bps(), 200_000_000);
+    }
+}

@@ -1,0 +1,811 @@
+//! The sending end's core (docs/transfer-protocol.md 4-5): which block goes next under
+//! which packet number, when, and what the ACKs say was lost. Loss detection follows RFC
+//! 9002: a packet is lost when one sent three later has been acknowledged, or when it is
+//! 9/8 of an RTT older than the newest acknowledged; a probe timeout covers the tail. A
+//! lost block goes again under a new packet number. The driver holds the bytes.
+
+use std::collections::VecDeque;
+
+use crate::layout::{Block, Layout};
+use crate::rate::{AckEvent, RateConfig, RateControl};
+use crate::wire::{Ack, DATA_HEADER};
+
+/// Later packets acknowledged before an earlier one counts as lost.
+const PACKET_THRESHOLD: u64 = 3;
+/// Bytes each datagram costs on the wire besides its payload: our header, UDP and IPv4.
+pub const WIRE_OVERHEAD: u64 = DATA_HEADER as u64 + 28;
+/// The receiver's ACK delay the probe timeout allows for.
+const MAX_ACK_DELAY_NS: u64 = crate::receiver::MAX_ACK_DELAY_NS;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Outstanding,
+    Acked,
+    Lost,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    block: Block,
+    time_ns: u64,
+    delivered: u64,
+    delivered_time_ns: u64,
+    app_limited: bool,
+    state: State,
+}
+
+/// A datagram to send now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub pn: u64,
+    pub offset: u64,
+    pub len: u32,
+    pub retransmission: bool,
+}
+
+/// Why nothing goes out now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocked {
+    /// The pacer: the next datagram is due later.
+    Pacing,
+    /// The congestion window is full.
+    Window,
+    /// The receiver's flow-control window (its disk or its CPU is behind).
+    Receiver,
+    /// The next chunk has not been read from the disk yet.
+    Reader,
+    /// Everything sent; waiting for ACKs.
+    Tail,
+    /// Everything acknowledged.
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poll {
+    Send(Transmit),
+    /// Nothing to send before `until` (or before an ACK, when `None`).
+    Wait {
+        until: Option<u64>,
+        why: Blocked,
+    },
+}
+
+/// Why an ACK was not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AckRefusal {
+    #[error("an ACK older than one already taken (replayed or reordered)")]
+    Stale,
+    #[error("an ACK for packet {0}, which was never sent")]
+    Unsent(u64),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderCounters {
+    pub packets: u64,
+    pub bytes: u64,
+    pub retransmitted_packets: u64,
+    pub retransmitted_bytes: u64,
+    pub lost_packets: u64,
+    pub probe_timeouts: u64,
+    pub acks: u64,
+    pub refused_acks: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Rtt {
+    min_ns: u64,
+    smoothed_ns: u64,
+    var_ns: u64,
+    latest_ns: u64,
+    sampled: bool,
+}
+
+impl Rtt {
+    fn update(&mut self, sample_ns: u64, ack_delay_ns: u64) {
+        self.min_ns = self.min_ns.min(sample_ns);
+        // Take the receiver's delay out unless that would go below the minimum.
+        let adjusted = if sample_ns >= self.min_ns + ack_delay_ns {
+            sample_ns - ack_delay_ns
+        } else {
+            sample_ns
+        };
+        self.latest_ns = sample_ns;
+        if !self.sampled {
+            self.sampled = true;
+            self.smoothed_ns = adjusted;
+            self.var_ns = adjusted / 2;
+        } else {
+            self.var_ns = (3 * self.var_ns + self.smoothed_ns.abs_diff(adjusted)) / 4;
+            self.smoothed_ns = (7 * self.smoothed_ns + adjusted) / 8;
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Sender {
+    layout: Layout,
+    /// Chunks the receiver already holds: never sent.
+    present: Vec<bool>,
+    next_new: Option<Block>,
+    retransmit: VecDeque<Block>,
+    acked_blocks: Vec<u64>,
+    acked_count: u64,
+    to_send: u64,
+    sent: VecDeque<Sent>,
+    first_pn: u64,
+    next_pn: u64,
+    largest_acked: Option<u64>,
+    last_ack_seq: u64,
+    in_flight: u64,
+    delivered: u64,
+    delivered_time_ns: u64,
+    next_round_delivered: u64,
+    window: u64,
+    verified: u64,
+    readable_chunks: u64,
+    next_send_ns: u64,
+    app_limited: bool,
+    loss_time_ns: Option<u64>,
+    last_activity_ns: u64,
+    pto_count: u32,
+    probe_credit: u32,
+    rtt: Rtt,
+    rate: RateControl,
+    pub counters: SenderCounters,
+}
+
+impl Sender {
+    pub fn new(layout: Layout, rate: RateConfig, initial_rtt_ns: u64) -> Sender {
+        let initial_rtt_ns = initial_rtt_ns.max(100_000);
+        Sender {
+            layout,
+            present: vec![false; layout.chunks() as usize],
+            next_new: layout.first_block(0),
+            retransmit: VecDeque::new(),
+            acked_blocks: vec![0; layout.blocks().div_ceil(64) as usize],
+            acked_count: 0,
+            to_send: layout.blocks(),
+            sent: VecDeque::new(),
+            first_pn: 0,
+            next_pn: 0,
+            largest_acked: None,
+            last_ack_seq: 0,
+            in_flight: 0,
+            delivered: 0,
+            delivered_time_ns: 0,
+            next_round_delivered: 0,
+            window: 0,
+            verified: 0,
+            readable_chunks: 0,
+            next_send_ns: 0,
+            app_limited: true,
+            loss_time_ns: None,
+            last_activity_ns: 0,
+            pto_count: 0,
+            probe_credit: 0,
+            rtt: Rtt {
+                min_ns: u64::MAX,
+                smoothed_ns: initial_rtt_ns,
+                var_ns: initial_rtt_ns / 2,
+                latest_ns: initial_rtt_ns,
+                sampled: false,
+            },
+            rate: RateControl::new(rate, u64::from(layout.block), initial_rtt_ns),
+            counters: SenderCounters::default(),
+        }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    pub fn rate(&self) -> &RateControl {
+        &self.rate
+    }
+
+    pub fn srtt_ns(&self) -> u64 {
+        self.rtt.smoothed_ns
+    }
+
+    pub fn min_rtt_ns(&self) -> Option<u64> {
+        (self.rtt.min_ns != u64::MAX).then_some(self.rtt.min_ns)
+    }
+
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight
+    }
+
+    /// Bytes below which the receiver has verified everything: the driver may drop them.
+    pub fn verified(&self) -> u64 {
+        self.verified
+    }
+
+    /// The receiver already holds this chunk (resume): it is never sent.
+    pub fn mark_present(&mut self, chunk: u64) {
+        let Some(slot) = self.present.get_mut(chunk as usize) else {
+            return;
+        };
+        if *slot {
+            return;
+        }
+        *slot = true;
+        self.to_send -= self.layout.blocks_in(chunk);
+        self.skip_present();
+    }
+
+    fn skip_present(&mut self) {
+        while let Some(block) = self.next_new {
+            if !self.present[block.chunk as usize] {
+                break;
+            }
+            self.next_new = self.layout.first_block(block.chunk + 1);
+        }
+    }
+
+    /// The receiver's window as the control connection reported it before any ACK.
+    pub fn set_window(&mut self, window: u64) {
+        self.window = self.window.max(window.min(self.layout.size));
+    }
+
+    /// The driver has read chunks `0..chunks` into memory.
+    pub fn set_readable(&mut self, chunks: u64) {
+        self.readable_chunks = self.readable_chunks.max(chunks);
+    }
+
+    /// Every block is acknowledged.
+    pub fn all_acked(&self) -> bool {
+        self.acked_count >= self.to_send
+    }
+
+    fn is_acked(&self, block: &Block) -> bool {
+        self.acked_blocks[(block.index / 64) as usize] & (1 << (block.index % 64)) != 0
+    }
+
+    /// The receiver found chunk `chunk`'s hash wrong: all of it goes again.
+    pub fn refetch(&mut self, chunk: u64) {
+        let mut block = self.layout.first_block(chunk);
+        while let Some(b) = block.filter(|b| b.chunk == chunk) {
+            let word = &mut self.acked_blocks[(b.index / 64) as usize];
+            if *word & (1 << (b.index % 64)) != 0 {
+                *word &= !(1 << (b.index % 64));
+                self.acked_count -= 1;
+            }
+            self.retransmit.push_back(b);
+            block = self.layout.next_block(&b);
+        }
+    }
+
+    fn burst_ns(&self) -> u64 {
+        // About sixteen datagrams' worth at the current rate, at most a millisecond.
+        let bps = self.rate.pacing_bps().max(1);
+        let sixteen = 16 * (u64::from(self.layout.block) + WIRE_OVERHEAD) * 8;
+        ((sixteen as u128 * 1_000_000_000 / bps as u128) as u64).min(1_000_000)
+    }
+
+    fn wait(&mut self, until: Option<u64>, why: Blocked) -> Poll {
+        self.app_limited = matches!(why, Blocked::Receiver | Blocked::Reader | Blocked::Tail);
+        Poll::Wait { until, why }
+    }
+
+    /// The next datagram to send now, or why none.
+    pub fn poll_transmit(&mut self, now_ns: u64) -> Poll {
+        if self.all_acked() {
+            return self.wait(None, Blocked::Done);
+        }
+        let burst = self.burst_ns();
+        if now_ns + burst < self.next_send_ns {
+            return self.wait(Some(self.next_send_ns - burst), Blocked::Pacing);
+        }
+        if self.probe_credit == 0
+            && self.in_flight + u64::from(self.layout.block) > self.rate.cwnd()
+        {
+            return self.wait(None, Blocked::Window);
+        }
+        let (block, retransmission) = loop {
+            if let Some(block) = self.retransmit.pop_front() {
+                if self.is_acked(&block) || block.offset < self.verified {
+                    continue;
+                }
+                break (block, true);
+            }
+            match self.next_new {
+                Some(block) if block.offset >= self.window => {
+                    return self.wait(None, Blocked::Receiver)
+                }
+                Some(block) if block.chunk >= self.readable_chunks => {
+                    return self.wait(None, Blocked::Reader)
+                }
+                Some(block) => {
+                    self.next_new = self.layout.next_block(&block);
+                    self.skip_present();
+                    break (block, false);
+                }
+                None => return self.wait(None, Blocked::Tail),
+            }
+        };
+        self.probe_credit = self.probe_credit.saturating_sub(1);
+        let pn = self.next_pn;
+        self.next_pn += 1;
+        if self.sent.is_empty() {
+            self.first_pn = pn;
+        }
+        if self.in_flight == 0 {
+            // Nothing in flight: the delivery clock restarts now, not at the last ACK.
+            self.delivered_time_ns = now_ns;
+        }
+        self.sent.push_back(Sent {
+            block,
+            time_ns: now_ns,
+            delivered: self.delivered,
+            delivered_time_ns: self.delivered_time_ns,
+            app_limited: self.app_limited,
+            state: State::Outstanding,
+        });
+        self.in_flight += u64::from(block.len);
+        self.last_activity_ns = now_ns;
+        let wire = (u64::from(block.len) + WIRE_OVERHEAD) * 8;
+        let tx_ns = (wire as u128 * 1_000_000_000 / self.rate.pacing_bps().max(1) as u128) as u64;
+        self.next_send_ns = self.next_send_ns.max(now_ns.saturating_sub(burst)) + tx_ns;
+        self.counters.packets += 1;
+        self.counters.bytes += u64::from(block.len);
+        if retransmission {
+            self.counters.retransmitted_packets += 1;
+            self.counters.retransmitted_bytes += u64::from(block.len);
+        }
+        Poll::Send(Transmit {
+            pn,
+            offset: block.offset,
+            len: block.len,
+            retransmission,
+        })
+    }
+
+    fn loss_delay_ns(&self) -> u64 {
+        (self.rtt.smoothed_ns.max(self.rtt.latest_ns) * 9 / 8).max(1_000_000)
+    }
+
+    fn pto_ns(&self) -> u64 {
+        let base = self.rtt.smoothed_ns + (4 * self.rtt.var_ns).max(1_000_000) + MAX_ACK_DELAY_NS;
+        base << self.pto_count.min(6)
+    }
+
+    /// When the driver must call [`on_timeout`](Self::on_timeout) next.
+    pub fn next_timeout(&self) -> Option<u64> {
+        let pto = (self.in_flight > 0).then(|| self.last_activity_ns + self.pto_ns());
+        match (self.loss_time_ns, pto) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn on_timeout(&mut self, now_ns: u64) {
+        if self.loss_time_ns.is_some_and(|t| t <= now_ns) {
+            self.detect_losses(now_ns);
+        }
+        if self.in_flight > 0 && now_ns >= self.last_activity_ns + self.pto_ns() {
+            // No ACK for too long: the oldest packets go again, past the window if need be.
+            self.counters.probe_timeouts += 1;
+            self.pto_count += 1;
+            self.last_activity_ns = now_ns;
+            let mut probes = 0;
+            for i in 0..self.sent.len() {
+                if probes == 2 {
+                    break;
+                }
+                if self.sent[i].state == State::Outstanding {
+                    self.declare_lost(i);
+                    probes += 1;
+                }
+            }
+            self.probe_credit = probes;
+            self.prune();
+        }
+    }
+
+    fn declare_lost(&mut self, index: usize) {
+        let sent = &mut self.sent[index];
+        sent.state = State::Lost;
+        let block = sent.block;
+        self.in_flight -= u64::from(block.len);
+        self.counters.lost_packets += 1;
+        self.rate.on_loss(u64::from(block.len));
+        if !self.is_acked(&block) {
+            self.retransmit.push_back(block);
+        }
+    }
+
+    fn detect_losses(&mut self, now_ns: u64) {
+        self.loss_time_ns = None;
+        let Some(largest) = self.largest_acked else {
+            return;
+        };
+        let delay = self.loss_delay_ns();
+        for i in 0..self.sent.len() {
+            let pn = self.first_pn + i as u64;
+            if pn >= largest {
+                break;
+            }
+            let sent = self.sent[i];
+            if sent.state != State::Outstanding {
+                continue;
+            }
+            if largest >= pn + PACKET_THRESHOLD || sent.time_ns + delay <= now_ns {
+                self.declare_lost(i);
+            } else {
+                self.loss_time_ns = Some(sent.time_ns + delay);
+                break;
+            }
+        }
+        self.prune();
+    }
+
+    fn prune(&mut self) {
+        while self
+            .sent
+            .front()
+            .is_some_and(|s| s.state != State::Outstanding)
+        {
+            self.sent.pop_front();
+            self.first_pn += 1;
+        }
+    }
+
+    /// An ACK arrived (its tag already checked).
+    pub fn on_ack(&mut self, now_ns: u64, ack: &Ack) -> Result<(), AckRefusal> {
+        if ack.seq <= self.last_ack_seq {
+            self.counters.refused_acks += 1;
+            return Err(AckRefusal::Stale);
+        }
+        if ack.largest >= self.next_pn && !(ack.largest == 0 && ack.ranges.is_empty()) {
+            self.counters.refused_acks += 1;
+            return Err(AckRefusal::Unsent(ack.largest));
+        }
+        self.last_ack_seq = ack.seq;
+        self.counters.acks += 1;
+        self.window = self.window.max(ack.window.min(self.layout.size));
+        self.verified = self.verified.max(ack.verified.min(self.layout.size));
+        let mut newest: Option<Sent> = None;
+        let mut newly_acked = 0u64;
+        let end = self.first_pn + self.sent.len() as u64;
+        for range in &ack.ranges {
+            let low = range.low.max(self.first_pn);
+            let high = range.high.min(end.saturating_sub(1));
+            if low > high || end == self.first_pn {
+                continue;
+            }
+            for pn in low..=high {
+                let i = (pn - self.first_pn) as usize;
+                let sent = &mut self.sent[i];
+                if sent.state != State::Outstanding {
+                    continue;
+                }
+                sent.state = State::Acked;
+                let sent = *sent;
+                self.in_flight -= u64::from(sent.block.len);
+                self.delivered += u64::from(sent.block.len);
+                newly_acked += u64::from(sent.block.len);
+                let word = &mut self.acked_blocks[(sent.block.index / 64) as usize];
+                if *word & (1 << (sent.block.index % 64)) == 0 {
+                    *word |= 1 << (sent.block.index % 64);
+                    self.acked_count += 1;
+                }
+                if newest.is_none_or(|n| n.time_ns < sent.time_ns) {
+                    newest = Some(sent);
+                }
+            }
+        }
+        let mut event = AckEvent {
+            now_ns,
+            acked: newly_acked,
+            ..AckEvent::default()
+        };
+        if let Some(newest) = newest {
+            self.delivered_time_ns = now_ns;
+            self.largest_acked = Some(
+                self.largest_acked
+                    .map_or(ack.largest, |l| l.max(ack.largest)),
+            );
+            let sample = now_ns.saturating_sub(newest.time_ns);
+            self.rtt
+                .update(sample.max(1), u64::from(ack.delay_us) * 1000);
+            event.rtt_ns = Some(sample.max(1));
+            let interval = now_ns.saturating_sub(newest.delivered_time_ns).max(1);
+            let bytes = self.delivered - newest.delivered;
+            event.delivery_bps = Some((bytes as u128 * 8_000_000_000 / interval as u128) as u64);
+            event.app_limited = newest.app_limited;
+            if newest.delivered >= self.next_round_delivered {
+                event.round_end = true;
+                self.next_round_delivered = self.delivered;
+            }
+            self.pto_count = 0;
+            self.last_activity_ns = now_ns;
+        }
+        self.detect_losses(now_ns);
+        event.in_flight = self.in_flight;
+        self.rate.on_ack(&event);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::MIN_CHUNK;
+    use crate::receiver::{DataOutcome, Receiver};
+
+    const MS: u64 = 1_000_000;
+
+    fn layout() -> Layout {
+        Layout::new(4 * MIN_CHUNK, MIN_CHUNK, 1000).unwrap()
+    }
+
+    fn fixed(bps: u64) -> RateConfig {
+        RateConfig::Fixed { bps }
+    }
+
+    /// Runs a sender against a receiver over a path that drops the datagrams `lose`
+    /// picks, with a one-way delay; returns both ends when the receiver is whole.
+    fn run(
+        mut sender: Sender,
+        mut receiver: Receiver,
+        one_way_ns: u64,
+        mut lose: impl FnMut(u64) -> bool,
+    ) -> (Sender, Receiver, u64) {
+        sender.set_readable(u64::MAX);
+        sender.set_window(receiver.window());
+        let mut now = 0u64;
+        let mut to_receiver: VecDeque<(u64, Transmit)> = VecDeque::new();
+        let mut to_sender: VecDeque<(u64, Ack)> = VecDeque::new();
+        let mut sent_index = 0u64;
+        while !receiver.is_complete() {
+            assert!(now < 600_000 * MS, "no progress");
+            while let Poll::Send(t) = sender.poll_transmit(now) {
+                if !lose(sent_index) {
+                    to_receiver.push_back((now + one_way_ns, t));
+                }
+                sent_index += 1;
+            }
+            while to_receiver.front().is_some_and(|(at, _)| *at <= now) {
+                let (_, t) = to_receiver.pop_front().unwrap();
+                if let DataOutcome::Store {
+                    chunk,
+                    filled: true,
+                    ..
+                } = receiver.on_data(now, t.pn, t.offset, t.len as u16)
+                {
+                    receiver.chunk_checked(chunk, true);
+                }
+            }
+            if let Some(ack) = receiver.poll_ack(now, 0, 1) {
+                to_sender.push_back((now + one_way_ns, ack));
+            }
+            while to_sender.front().is_some_and(|(at, _)| *at <= now) {
+                let (_, ack) = to_sender.pop_front().unwrap();
+                sender.on_ack(now, &ack).unwrap();
+            }
+            if sender.next_timeout().is_some_and(|t| t <= now) {
+                sender.on_timeout(now);
+            }
+            now += 100_000;
+        }
+        (sender, receiver, now)
+    }
+
+    #[test]
+    fn a_lossless_path_sends_each_block_once() {
+        let sender = Sender::new(layout(), fixed(100_000_000), 10 * MS);
+        let receiver = Receiver::new(layout(), 8);
+        let (sender, receiver, _) = run(sender, receiver, 5 * MS, |_| false);
+        assert_eq!(sender.counters.retransmitted_packets, 0);
+        assert_eq!(receiver.counters.duplicate_packets, 0);
+        assert_eq!(sender.counters.packets, layout().blocks());
+    }
+
+    #[test]
+    fn lost_blocks_are_sent_again_and_only_they() {
+        let sender = Sender::new(layout(), fixed(100_000_000), 10 * MS);
+        let receiver = Receiver::new(layout(), 8);
+        // Every 50th datagram lost, retransmissions included.
+        let (sender, receiver, _) = run(sender, receiver, 5 * MS, |i| i % 50 == 7);
+        let lost = sender.counters.lost_packets;
+        assert!(lost >= layout().blocks() / 50, "lost {lost}");
+        assert_eq!(sender.counters.retransmitted_packets, lost);
+        assert_eq!(receiver.counters.duplicate_packets, 0, "no spurious loss");
+    }
+
+    #[test]
+    fn the_tail_is_recovered_by_the_probe_timeout() {
+        let sender = Sender::new(layout(), fixed(100_000_000), 10 * MS);
+        let receiver = Receiver::new(layout(), 8);
+        let blocks = layout().blocks();
+        // The last three datagrams of the first pass are lost: no later packet reveals it.
+        let (sender, _, _) = run(sender, receiver, 5 * MS, |i| i >= blocks - 3 && i < blocks);
+        assert!(sender.counters.probe_timeouts >= 1);
+    }
+
+    #[test]
+    fn replayed_and_forged_acks_are_refused() {
+        let mut sender = Sender::new(layout(), fixed(100_000_000), 10 * MS);
+        sender.set_readable(4);
+        let mut receiver = Receiver::new(layout(), 8);
+        sender.set_window(receiver.window());
+        for _ in 0..40 {
+            if let Poll::Send(t) = sender.poll_transmit(0) {
+                receiver.on_data(0, t.pn, t.offset, t.len as u16);
+            }
+        }
+        let ack = receiver.poll_ack(10 * MS, 0, 1).unwrap();
+        sender.on_ack(MS, &ack).unwrap();
+        assert_eq!(sender.on_ack(MS, &ack), Err(AckRefusal::Stale));
+        let mut forged = ack.clone();
+        forged.seq += 1;
+        forged.largest = 1_000;
+        forged.ranges[0].high = 1_000;
+        assert_eq!(sender.on_ack(MS, &forged), Err(AckRefusal::Unsent(1_000)));
+    }
+
+    #[test]
+    fn flow_control_stops_the_sender_at_the_receivers_window() {
+        let mut sender = Sender::new(layout(), fixed(10_000_000_000), 10 * MS);
+        sender.set_readable(4);
+        let mut receiver = Receiver::new(layout(), 2);
+        sender.set_window(receiver.window());
+        let mut sent = 0u64;
+        let mut now = 0;
+        let why = loop {
+            match sender.poll_transmit(now) {
+                Poll::Send(t) => {
+                    assert!(t.offset < 2 * MIN_CHUNK);
+                    sent += u64::from(t.len);
+                    receiver.on_data(0, t.pn, t.offset, t.len as u16);
+                }
+                Poll::Wait {
+                    why: Blocked::Pacing,
+                    until,
+                } => now = until.unwrap(),
+                Poll::Wait { why, .. } => break why,
+            }
+            if let Some(ack) = receiver.poll_ack(now, 0, 1) {
+                sender.on_ack(now, &ack).unwrap();
+            }
+        };
+        assert_eq!(why, Blocked::Receiver);
+        assert_eq!(sent, 2 * MIN_CHUNK);
+    }
+
+    #[test]
+    fn resumed_chunks_are_never_sent() {
+        let mut sender = Sender::new(layout(), fixed(100_000_000), 10 * MS);
+        let mut receiver = Receiver::new(layout(), 8);
+        sender.mark_present(1);
+        sender.mark_present(2);
+        receiver.mark_present(1);
+        receiver.mark_present(2);
+        let (sender, _, _) = run(sender, receiver, MS, |_| false);
+        assert_eq!(sender.counters.bytes, 2 * MIN_CHUNK);
+    }
+
+    struct Simulated {
+        goodput_bps: f64,
+        retransmitted: f64,
+        /// When the receiver's rate over 100 ms first reached 90 % of the link.
+        ramp_ns: Option<u64>,
+    }
+
+    /// A transfer over a simulated path: a bottleneck of `link_bps` with a drop-tail
+    /// queue of `queue_ns`, `loss` random loss before it, `one_way_ns` each way.
+    fn simulate(size: u64, link_bps: u64, one_way_ns: u64, loss: f64, queue_ns: u64) -> Simulated {
+        let layout = Layout::new(size, 1 << 20, 1400).unwrap();
+        let mut sender = Sender::new(
+            layout,
+            RateConfig::Adaptive { max_bps: None },
+            2 * one_way_ns,
+        );
+        let mut receiver = Receiver::new(layout, 256);
+        sender.set_readable(u64::MAX);
+        sender.set_window(receiver.window());
+        let mut link_free = 0u64;
+        let mut now = 0u64;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut to_receiver: VecDeque<(u64, Transmit)> = VecDeque::new();
+        let mut to_sender: VecDeque<(u64, Ack)> = VecDeque::new();
+        let mut window_bytes = 0u64;
+        let mut window_start = 0u64;
+        let mut ramp_ns = None;
+        while !receiver.is_complete() {
+            assert!(now < 120_000 * MS);
+            while let Poll::Send(t) = sender.poll_transmit(now) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                if (seed % 1_000_000) as f64 / 1e6 < loss {
+                    continue;
+                }
+                let wire_ns = (u64::from(t.len) + WIRE_OVERHEAD) * 8 * 1_000_000_000 / link_bps;
+                let start = link_free.max(now);
+                if start > now + queue_ns {
+                    continue;
+                }
+                link_free = start + wire_ns;
+                to_receiver.push_back((link_free + one_way_ns, t));
+            }
+            while to_receiver.front().is_some_and(|(at, _)| *at <= now) {
+                let (_, t) = to_receiver.pop_front().unwrap();
+                window_bytes += u64::from(t.len) + WIRE_OVERHEAD;
+                if let DataOutcome::Store {
+                    chunk,
+                    filled: true,
+                    ..
+                } = receiver.on_data(now, t.pn, t.offset, t.len as u16)
+                {
+                    receiver.chunk_checked(chunk, true);
+                }
+            }
+            if now >= window_start + 100 * MS {
+                let bps = window_bytes as f64 * 8.0 / 0.1;
+                if std::env::var_os("TRACE_SIM").is_some() {
+                    eprintln!(
+                        "{:>6} ms recv {:>5.0} M pacing {:>5} M btl {:>5} M cwnd {:>9} inflight {:>9} {:?} loss {:.3} srtt {}",
+                        now / MS,
+                        bps / 1e6,
+                        sender.rate().pacing_bps() / 1_000_000,
+                        sender.rate().bottleneck_bps() / 1_000_000,
+                        sender.rate().cwnd(),
+                        sender.in_flight(),
+                        sender.rate().mode(),
+                        sender.rate().random_loss(),
+                        sender.srtt_ns() / MS,
+                    );
+                }
+                if ramp_ns.is_none() && bps >= 0.9 * link_bps as f64 {
+                    ramp_ns = Some(now);
+                }
+                window_bytes = 0;
+                window_start = now;
+            }
+            if let Some(ack) = receiver.poll_ack(now, 0, 1) {
+                to_sender.push_back((now + one_way_ns, ack));
+            }
+            while to_sender.front().is_some_and(|(at, _)| *at <= now) {
+                let (_, ack) = to_sender.pop_front().unwrap();
+                sender.on_ack(now, &ack).unwrap();
+            }
+            if sender.next_timeout().is_some_and(|t| t <= now) {
+                sender.on_timeout(now);
+            }
+            now += 20_000;
+        }
+        let simulated = Simulated {
+            goodput_bps: size as f64 * 8.0 / (now as f64 / 1e9),
+            retransmitted: sender.counters.retransmitted_bytes as f64 / size as f64,
+            ramp_ns,
+        };
+        eprintln!(
+            "goodput {:.0} retransmitted {:.4} ramp {:?} ms, lost {} probes {} congested rounds {}",
+            simulated.goodput_bps,
+            simulated.retransmitted,
+            simulated.ramp_ns.map(|n| n / MS),
+            sender.counters.lost_packets,
+            sender.counters.probe_timeouts,
+            sender.rate().congested_rounds
+        );
+        simulated
+    }
+
+    #[test]
+    fn adaptive_rate_holds_a_lossy_long_path_full() {
+        // The lab's case in small: 1 Gbit/s, 100 ms RTT, 1 % random loss, 50 ms queue.
+        let run = simulate(256 << 20, 1_000_000_000, 50 * MS, 0.01, 50 * MS);
+        // 256 MiB is 2.2 s at the link's rate: the ramp and the tail weigh on it.
+        assert!(run.goodput_bps > 0.65e9, "{:.0}", run.goodput_bps);
+        assert!(run.retransmitted < 0.04, "{:.4}", run.retransmitted);
+        assert!(run.ramp_ns.is_some_and(|ns| ns < 1_500 * MS));
+    }
+
+    #[test]
+    fn adaptive_rate_holds_through_five_percent_loss() {
+        let run = simulate(128 << 20, 1_000_000_000, 50 * MS, 0.05, 50 * MS);
+        assert!(run.goodput_bps > 0.45e9, "{:.0}", run.goodput_bps);
+        assert!(run.retransmitted < 0.10, "{:.4}", run.retransmitted);
+    }
+}
