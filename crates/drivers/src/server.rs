@@ -342,6 +342,33 @@ impl Server {
                     crate::profile::agent::serve(shared, stream, version, peer)
                 })
             }
+            Preface::Copy { version } => {
+                if version != linerate_transfer::control::COPY_VERSION {
+                    shared.refused(peer, &format!("a copy session of version {version}"));
+                    linerate_transfer::service::refuse_unserved(
+                        stream,
+                        &format!(
+                            "this server speaks copy version {}",
+                            linerate_transfer::control::COPY_VERSION
+                        ),
+                    );
+                    return None;
+                }
+                match shared.config.files.clone() {
+                    Some(service) => self.spawn_session("linerate-copy", peer, move |shared| {
+                        let _held = held;
+                        service.serve(stream, &bytes[12..], &|line| shared.log(line));
+                    }),
+                    None => {
+                        shared.refused(peer, "a copy session, but no --files");
+                        linerate_transfer::service::refuse_unserved(
+                            stream,
+                            "this server serves no files (start it with --files DIR --key FILE)",
+                        );
+                        None
+                    }
+                }
+            }
             Preface::Data { token, flow } => {
                 let sender = shared
                     .registry

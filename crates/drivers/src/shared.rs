@@ -42,6 +42,8 @@ pub struct ServerConfig {
     /// together (`--max-rate-per-ip`).
     pub max_rate_per_ip: Option<u64>,
     pub log_format: LogFormat,
+    /// The file service (`--files DIR`): copy sessions are refused without it.
+    pub files: Option<Arc<linerate_transfer::service::FileService>>,
 }
 
 /// Takes a finished test's report (with the server's test id). An iperf3 client keeps no
@@ -73,6 +75,7 @@ impl ServerConfig {
             access: AccessPolicy::default(),
             max_rate_per_ip: None,
             log_format: LogFormat::Text,
+            files: None,
         }
     }
 }

@@ -113,7 +113,33 @@ pub enum Command {
     /// A client and a server host on this machine, joined through an emulated path
     #[command(subcommand)]
     Lab(LabCommand),
+    /// Copy files to or from a server started with --files, fast and intact over long,
+    /// lossy paths: one of SRC and DST is HOST:PATH
+    #[command(after_help = COPY_EXAMPLES)]
+    Copy(CopyArgs),
+    /// Measure the sequential write and read rates a copy would see on a file system
+    #[command(after_help = DISK_EXAMPLES)]
+    Disk(DiskArgs),
 }
+
+const COPY_EXAMPLES: &str = "\
+Examples:
+  linerate serve --files /srv/data --key lab.key          on the server
+  linerate copy big.dat server:incoming/ --key lab.key    push into a directory
+  linerate copy server:big.dat . --key lab.key            pull
+  linerate copy -r results/ server:runs/ --key lab.key    a directory tree
+  linerate copy big.dat server: --rate 800M --key lab.key a fixed rate (a dedicated circuit)
+  linerate copy big.dat server: --null --key lab.key      memory to memory: nothing written
+  linerate lab run --rtt 100ms --loss 1% --rate 1G --serve-args \"--files /tmp/in --key K\" -- \\
+      linerate copy big.dat server:big.dat --key K
+Run again after an interruption and the copy resumes: only chunks not yet verified and
+synced at the destination move again. The summary names what limited the copy (the
+sender's disk, the network, the receiver's disk or CPU); --diagnose shows the split.";
+
+const DISK_EXAMPLES: &str = "\
+Examples:
+  linerate disk /srv/data                 1 GiB written (synced) then read back uncached
+  linerate disk /tmp --size 256M --json";
 
 const RUN_EXAMPLES: &str = "\
 Examples:
@@ -571,6 +597,70 @@ pub struct CrrArgs {
     pub common: TransactionArgs,
 }
 
+/// `linerate copy`.
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// What to copy: a local path, or HOST:PATH on a server started with --files
+    pub source: String,
+    /// Where to: HOST:PATH (a trailing / or an empty PATH copies into that directory), or a
+    /// local path
+    pub destination: String,
+    /// Copy directories and everything under them
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// The server's port
+    #[arg(short, long, default_value_t = 5201)]
+    pub port: u16,
+    /// Send at this fixed rate instead of finding the path's [k|m|g suffixes, bit/s]
+    #[arg(long, value_name = "RATE", value_parser = per_second)]
+    pub rate: Option<u64>,
+    /// Never send faster than this while finding the path's rate [bit/s]
+    #[arg(long, value_name = "RATE", value_parser = per_second, conflicts_with = "rate")]
+    pub max_rate: Option<u64>,
+    /// Chunk size: the unit hashed, written and resumed (a power of two, 64K to 64M)
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = chunk_size)]
+    pub chunk: u64,
+    /// Chunks the receiver holds in memory for the sender (its flow-control window)
+    #[arg(long, value_name = "CHUNKS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(4..=65_536))]
+    pub window: u64,
+    /// Write nothing at the destination: hashes are still checked (memory to memory)
+    #[arg(long)]
+    pub null: bool,
+    /// The largest datagram payload, below what the path MTU allows [bytes]
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(64..=65_000))]
+    pub block: Option<u32>,
+    /// Print where the time went on both ends and what limited the copy
+    #[arg(long)]
+    pub diagnose: bool,
+    /// No progress bar
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print the result document as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `linerate disk`.
+#[derive(Debug, Args)]
+pub struct DiskArgs {
+    /// A directory on the file system to measure (a scratch file is made and removed)
+    pub path: std::path::PathBuf,
+    /// Bytes to write and read back
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = count_bytes)]
+    pub size: u64,
+    /// Print the figures as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn chunk_size(text: &str) -> Result<u64, String> {
+    let value = units::parse_size(text).map_err(|e| e.to_string())?;
+    if !value.is_power_of_two() || !(64 << 10..=64 << 20).contains(&value) {
+        return Err(format!("'{text}' must be a power of two from 64K to 64M"));
+    }
+    Ok(value)
+}
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Address to listen on (default: every IPv6 and IPv4 address)
@@ -620,6 +710,10 @@ pub struct ServeArgs {
     /// Log lines as text or as one JSON object per line
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Serve files under DIR to 'linerate copy' clients holding --key (names are confined
+    /// to DIR: no '..', no symbolic links, regular files only)
+    #[arg(long, value_name = "DIR")]
+    pub files: Option<std::path::PathBuf>,
     /// iperf3 clients: the RSA private key (PEM) their credentials are encrypted to; with
     /// --authorized-users-path, every iperf3 client must authenticate
     #[arg(long, value_name = "PATH", requires = "authorized_users_path")]

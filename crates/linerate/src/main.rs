@@ -4,6 +4,8 @@
 //! 2 a usage error (bad flag or value).
 
 mod cli;
+mod copy_cmd;
+mod copy_report;
 mod failure;
 mod iperf3_cmd;
 mod keep;
@@ -80,6 +82,8 @@ fn main() -> ExitCode {
         Command::Profile(command) => (false, run_cmd::profile(&command)),
         Command::Impair(args) => (false, lab_cmd::impair(&args)),
         Command::Lab(command) => (false, lab_cmd::run(&command)),
+        Command::Copy(args) => (args.json, copy_cmd::copy(&args, &storage)),
+        Command::Disk(args) => (args.json, copy_cmd::disk(&args)),
     };
     failure::exit_code(outcome, json)
 }
@@ -121,6 +125,25 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Outcome {
                 return Err(Failure::Usage(format!(
                 "invalid value for '--rsa-private-key-path'/'--authorized-users-path': {message}"
             ))
+                .into())
+            }
+        }
+    }
+    if let Some(dir) = &args.files {
+        let Some(key) = config.key.clone() else {
+            return Err(Failure::Usage(
+                "'--files' needs '--key FILE': files are served only to clients that hold the key"
+                    .into(),
+            )
+            .into());
+        };
+        match linerate_transfer::service::FileService::new(dir, key) {
+            Ok(service) => config.files = Some(Arc::new(service)),
+            Err(e) => {
+                return Err(Failure::Usage(format!(
+                    "invalid value '{}' for '--files': {e}",
+                    dir.display()
+                ))
                 .into())
             }
         }

@@ -8,6 +8,7 @@
 //! | `LINERATE` + u32 BE version | 12 | native control connection |
 //! | `LINEAGNT` + u32 BE version | 12 | agent connection (profile runs) |
 //! | `LINEDATA` + 16-byte token + u32 BE flow index | 28 | native data connection |
+//! | `LINECOPY` + u32 BE version | 12 | a copy session (`--files`) |
 //! | 36 of `[a-z2-7]` + NUL | 37 | an iperf3 client's cookie |
 //!
 //! The magics are upper case, which the iperf3 cookie alphabet cannot contain, so eight
@@ -18,6 +19,8 @@
 pub const CONTROL_MAGIC: [u8; 8] = *b"LINERATE";
 /// Opens a native data connection.
 pub const DATA_MAGIC: [u8; 8] = *b"LINEDATA";
+/// Opens a copy session (the file service).
+pub const COPY_MAGIC: [u8; 8] = *b"LINECOPY";
 /// The control protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Length of a control preface: magic and version.
@@ -59,6 +62,8 @@ pub enum Preface {
     Control { version: u32 },
     /// An agent connection (a profile run's controller or group host) speaking `version`.
     Agent { version: u32 },
+    /// A copy session speaking `version`.
+    Copy { version: u32 },
     /// A native data connection for flow `flow` of the test with `token`.
     Data { token: Token, flow: u32 },
     /// An iperf3 client; the cookie is the 36 characters before the NUL.
@@ -98,21 +103,24 @@ pub fn classify(bytes: &[u8]) -> Preface {
     let control = bytes[..seen] == CONTROL_MAGIC[..seen];
     let agent = bytes[..seen] == crate::agent::AGENT_MAGIC[..seen];
     let data = bytes[..seen] == DATA_MAGIC[..seen];
-    if !control && !data && !agent {
+    let copy = bytes[..seen] == COPY_MAGIC[..seen];
+    if !control && !data && !agent && !copy {
         return Preface::Unknown;
     }
     if bytes.len() < CONTROL_MAGIC.len() {
         return Preface::NeedBytes(CONTROL_MAGIC.len());
     }
-    if control || agent {
+    if control || agent || copy {
         if bytes.len() < CONTROL_PREFACE_LEN {
             return Preface::NeedBytes(CONTROL_PREFACE_LEN);
         }
         let version = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
         return if control {
             Preface::Control { version }
-        } else {
+        } else if agent {
             Preface::Agent { version }
+        } else {
+            Preface::Copy { version }
         };
     }
     if bytes.len() < DATA_PREFACE_LEN {
@@ -185,6 +193,14 @@ mod tests {
         assert_eq!(classify(&preface[..4]), Preface::NeedBytes(8));
         assert_eq!(classify(&preface[..8]), Preface::NeedBytes(12));
         assert_eq!(classify(&preface), Preface::Agent { version: 3 });
+    }
+
+    #[test]
+    fn copy_preface_is_told_from_data() {
+        let mut preface = COPY_MAGIC.to_vec();
+        preface.extend_from_slice(&1u32.to_be_bytes());
+        assert_eq!(classify(&preface[..8]), Preface::NeedBytes(12));
+        assert_eq!(classify(&preface), Preface::Copy { version: 1 });
     }
 
     #[test]

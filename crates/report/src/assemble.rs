@@ -41,6 +41,7 @@ impl Report {
             summary,
             warnings,
             repetition: None,
+            copy: None,
         }
     }
 }

@@ -405,6 +405,7 @@ mod tests {
                 summary: Summary::default(),
                 warnings: Vec::new(),
                 repetition: None,
+                copy: None,
             };
             report.summary.receiver_bps = bps;
             report

@@ -330,6 +330,52 @@ pub struct Report {
     /// representative iteration's (the median of the headline).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repetition: Option<Repetition>,
+    /// A copy's figures (`test: "copy"`); the rest of the report carries its goodput as
+    /// the headline and its rate over time as the intervals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<CopyReport>,
+}
+
+/// What a copy moved, how intact, and what limited it (docs/transfer-protocol.md 8).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CopyReport {
+    /// "push" or "pull".
+    pub direction: String,
+    pub source: String,
+    pub destination: String,
+    pub files: u64,
+    /// File bytes at the destination.
+    pub bytes: u64,
+    /// Bytes already there from an interrupted run (not moved again).
+    pub resumed_bytes: u64,
+    /// Datagram payload bytes the sender sent, and how many of them again.
+    pub payload_bytes: u64,
+    pub resent_bytes: u64,
+    /// Chunks whose BLAKE3 failed at the receiver and were fetched again.
+    pub refetched_chunks: u64,
+    /// The file's BLAKE3 root both ends agreed on (one file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    pub block: u32,
+    pub chunk: u64,
+    /// Wall time of the whole copy, set-up, sync and verification included.
+    pub wall_s: f64,
+    /// (bytes - resumed_bytes) over the wall time, bit/s.
+    pub goodput_bps: f64,
+    /// "network", "fixed_rate", "sender_disk", "sender_cpu", "receiver_disk",
+    /// "receiver_cpu" or "latency".
+    pub limit: String,
+    pub diagnosis: String,
+    /// Where the sender's time went, seconds: network, receiver, sender_disk, tail, busy.
+    pub time_split_s: std::collections::BTreeMap<String, f64>,
+    pub cpu_s: PerSide<f64>,
+    pub disk_busy_s: PerSide<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_rtt_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck_bps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random_loss: Option<f64>,
 }
 
 /// The figure that answers a test's question, in one unit.

@@ -95,6 +95,7 @@ pub(crate) fn assemble(
         summary,
         warnings,
         repetition: None,
+        copy: None,
     }
 }
 

@@ -167,6 +167,9 @@ pub(crate) fn cpu_line(name: &str, cpu: &CpuUsage, demand: &str) -> String {
 /// Renders the end-of-test section: per-flow lines on request, the sums, the headline and
 /// CPU on both ends.
 pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
+    if let Some(copy) = &report.copy {
+        return render_copy(copy, scale);
+    }
     let mut out = String::new();
     let s = &report.summary;
     let window_start = report.config.omit_s;
@@ -464,4 +467,42 @@ mod tests {
             "[SUM]    0.00-1.00 sec   1.00 GBytes   8.60 Gbits/sec     3  sender"
         );
     }
+}
+
+/// A copy's summary, as `linerate copy` printed it.
+pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{} -> {}", copy.source, copy.destination);
+    let _ = writeln!(
+        out,
+        "Copied {} file{}, {} bytes in {:.2} s: {} goodput{}",
+        copy.files,
+        if copy.files == 1 { "" } else { "s" },
+        copy.bytes,
+        copy.wall_s,
+        linerate_model::units::format_rate(copy.goodput_bps, scale),
+        if copy.resumed_bytes > 0 {
+            format!(" ({} bytes were already there)", copy.resumed_bytes)
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        out,
+        "Datagrams: {} payload bytes, {} again ({:.3} %); {} chunk{} failed its hash and came again",
+        copy.payload_bytes,
+        copy.resent_bytes,
+        if copy.payload_bytes > 0 {
+            copy.resent_bytes as f64 * 100.0 / copy.payload_bytes as f64
+        } else {
+            0.0
+        },
+        copy.refetched_chunks,
+        if copy.refetched_chunks == 1 { "" } else { "s" }
+    );
+    if let Some(root) = &copy.root {
+        let _ = writeln!(out, "BLAKE3 root {root} (verified by both ends)");
+    }
+    let _ = writeln!(out, "Diagnosis: {}", copy.diagnosis);
+    out
 }

@@ -211,6 +211,11 @@ impl Sender {
         (self.rtt.min_ns != u64::MAX).then_some(self.rtt.min_ns)
     }
 
+    /// Payload bytes acknowledged so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
     pub fn in_flight(&self) -> u64 {
         self.in_flight
     }

@@ -1,0 +1,134 @@
+//! The control connection as both ends drive it: framed, checked messages over a TCP
+//! stream, a writer that several threads share, reads that give up after a deadline or
+//! when the transfer is called off.
+
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use linerate_proto::frame::FrameDecoder;
+
+use crate::control::{self, Control, MAX_FRAME};
+
+/// Why the control connection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error("the control connection closed")]
+    Closed,
+    #[error("no message from the other end within {0:.0} s")]
+    Timeout(f64),
+    #[error("the transfer was called off")]
+    Cancelled,
+    #[error("the other end broke the protocol: {0}")]
+    Protocol(String),
+    #[error("the control connection failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// A writer several threads may send on.
+#[derive(Clone)]
+pub struct Sink {
+    stream: Arc<Mutex<TcpStream>>,
+}
+
+impl Sink {
+    pub fn send(&self, message: &Control) -> io::Result<()> {
+        let frame = control::encode(message);
+        self.stream
+            .lock()
+            .expect("control writer")
+            .write_all(&frame)
+    }
+}
+
+/// One end of a control connection.
+pub struct Channel {
+    stream: TcpStream,
+    decoder: FrameDecoder,
+    sink: Sink,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
+/// How often a blocked read looks at the cancel flag.
+const READ_SLICE: Duration = Duration::from_millis(100);
+
+impl Channel {
+    /// `already` holds bytes read past the preface.
+    pub fn new(stream: TcpStream, already: &[u8]) -> io::Result<Channel> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(READ_SLICE))?;
+        let peer = stream.peer_addr()?;
+        let local = stream.local_addr()?;
+        let mut decoder = FrameDecoder::new(MAX_FRAME);
+        decoder.push(already);
+        let writer = stream.try_clone()?;
+        Ok(Channel {
+            stream,
+            decoder,
+            sink: Sink {
+                stream: Arc::new(Mutex::new(writer)),
+            },
+            peer,
+            local,
+        })
+    }
+
+    pub fn sink(&self) -> Sink {
+        self.sink.clone()
+    }
+
+    pub fn send(&self, message: &Control) -> io::Result<()> {
+        self.sink.send(message)
+    }
+
+    /// Writes raw bytes (the preface).
+    pub fn send_raw(&self, bytes: &[u8]) -> io::Result<()> {
+        self.sink
+            .stream
+            .lock()
+            .expect("control writer")
+            .write_all(bytes)
+    }
+
+    /// The next message, waiting at most `timeout`, and giving up when `cancel` is set.
+    pub fn receive(
+        &mut self,
+        timeout: Duration,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Control, ChannelError> {
+        let deadline = Instant::now() + timeout;
+        let mut buffer = [0u8; 16 * 1024];
+        loop {
+            match self.decoder.next_frame() {
+                Ok(Some(body)) => {
+                    return control::decode(&body).map_err(|e| ChannelError::Protocol(e.0));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(ChannelError::Protocol(e.to_string())),
+            }
+            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                return Err(ChannelError::Cancelled);
+            }
+            if Instant::now() >= deadline {
+                return Err(ChannelError::Timeout(timeout.as_secs_f64()));
+            }
+            match self.stream.read(&mut buffer) {
+                Ok(0) => return Err(ChannelError::Closed),
+                Ok(n) => self.decoder.push(&buffer[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(ChannelError::Io(e)),
+            }
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! The control connection's messages (docs/transfer-protocol.md 2): JSON in linerate's
+//! length-prefixed frames, after the `LINECOPY` preface. The key exchange is
+//! linerate-proto's `auth`; everything a peer sends is checked by [`Control::validate`]
+//! before a driver acts on it.
+
+use serde::{Deserialize, Serialize};
+
+/// The copy protocol's version.
+pub const COPY_VERSION: u32 = 1;
+/// The largest frame either end accepts.
+pub const MAX_FRAME: usize = 1 << 20;
+/// The most files one directory listing names.
+pub const MAX_ENTRIES: usize = 20_000;
+/// The most chunk ranges an `accept` lists.
+pub const MAX_HAVE_RANGES: usize = 50_000;
+
+/// One file of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Relative to the directory listed, `/`-separated.
+    pub path: String,
+    pub size: u64,
+}
+
+/// What one end measured of its part, for the other's summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct EndStats {
+    /// Seconds the disk thread spent reading (sender) or writing and syncing (receiver).
+    pub disk_busy_s: f64,
+    /// CPU seconds of all the transfer's threads on this end.
+    pub cpu_s: f64,
+    /// Seconds of the transfer's wall time.
+    pub wall_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Control {
+    /// Client: its nonce.
+    Hello { nonce: String },
+    /// Server: its nonce and proof.
+    Challenge { nonce: String, proof: String },
+    /// Client: its proof.
+    Proof { proof: String },
+    /// Server: authenticated; send hellos to this UDP port.
+    Welcome { udp_port: u16, session: u64 },
+    /// Server: the client's UDP address is proven.
+    UdpReady,
+    /// Either end: what was asked cannot be done; the connection stays for the next ask
+    /// unless the refusal is of the key.
+    Refused { message: String },
+    /// Client: send me this file (the server then offers it).
+    Pull { path: String },
+    /// Client: list the files under this path (a directory pull).
+    List { path: String },
+    /// Server: the files under the path listed.
+    Entries { entries: Vec<Entry> },
+    /// The sending end: a file to come. `path` is where the receiver puts it (a push);
+    /// empty for a pull, whose receiver knows where.
+    Offer {
+        path: String,
+        size: u64,
+        chunk: u64,
+        block: u32,
+        identity: String,
+        mode: u32,
+        /// Memory to memory: the receiver checks the hashes and writes nothing.
+        #[serde(default)]
+        discard: bool,
+    },
+    /// The receiving end: go ahead; these chunk ranges (both ends included) are already
+    /// durable; this far into the file you may send.
+    Accept { have: Vec<(u64, u64)>, window: u64 },
+    /// The sending end: a chunk's BLAKE3, hex.
+    Hash { chunk: u64, hash: String },
+    /// The receiving end: chunk's hash failed; send it all again.
+    Refetch { chunk: u64 },
+    /// The receiving end: the file is whole, synced and in place; its root hash, and
+    /// what the receiver measured.
+    Done { root: String, stats: EndStats },
+    /// The sending end, after `done`: what the sender measured.
+    Closed { stats: EndStats },
+    /// Either end: the transfer failed; why.
+    Failed { message: String },
+    /// Client: no more files.
+    Bye,
+}
+
+/// A message that breaks the protocol's bounds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+impl Control {
+    /// Checks the values a peer sent against the protocol's bounds.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let too_long = |what: &str, text: &str, limit: usize| {
+            if text.len() > limit {
+                Err(Invalid(format!("{what} over {limit} bytes")))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            Control::Hello { nonce } => too_long("nonce", nonce, 64),
+            Control::Challenge { nonce, proof } => {
+                too_long("nonce", nonce, 64)?;
+                too_long("proof", proof, 64)
+            }
+            Control::Proof { proof } => too_long("proof", proof, 64),
+            Control::Refused { message } | Control::Failed { message } => {
+                too_long("message", message, 4096)
+            }
+            Control::Pull { path } | Control::List { path } => {
+                too_long("path", path, crate::confine::MAX_NAME)
+            }
+            Control::Entries { entries } => {
+                if entries.len() > MAX_ENTRIES {
+                    return Err(Invalid(format!("over {MAX_ENTRIES} entries")));
+                }
+                for entry in entries {
+                    too_long("path", &entry.path, crate::confine::MAX_NAME)?;
+                }
+                Ok(())
+            }
+            Control::Offer {
+                path,
+                size,
+                chunk,
+                block,
+                identity,
+                ..
+            } => {
+                too_long("path", path, crate::confine::MAX_NAME)?;
+                too_long("identity", identity, 64)?;
+                crate::layout::Layout::new(*size, *chunk, *block)
+                    .map(|_| ())
+                    .map_err(|e| Invalid(e.to_string()))
+            }
+            Control::Accept { have, .. } => {
+                if have.len() > MAX_HAVE_RANGES {
+                    return Err(Invalid(format!("over {MAX_HAVE_RANGES} chunk ranges")));
+                }
+                if have.iter().any(|(low, high)| low > high) {
+                    return Err(Invalid("a chunk range that ends before it starts".into()));
+                }
+                Ok(())
+            }
+            Control::Hash { hash, .. } => crate::journal::parse_hash(hash)
+                .map(|_| ())
+                .ok_or_else(|| Invalid("a chunk hash that is not 64 hex digits".into())),
+            Control::Done { root, stats } => {
+                crate::journal::parse_hash(root)
+                    .ok_or_else(|| Invalid("a root hash that is not 64 hex digits".into()))?;
+                stats.validate()
+            }
+            Control::Closed { stats } => stats.validate(),
+            Control::Welcome { .. }
+            | Control::UdpReady
+            | Control::Refetch { .. }
+            | Control::Bye => Ok(()),
+        }
+    }
+}
+
+impl EndStats {
+    fn validate(&self) -> Result<(), Invalid> {
+        let fine = |v: f64| v.is_finite() && (0.0..1e9).contains(&v);
+        if fine(self.disk_busy_s) && fine(self.cpu_s) && fine(self.wall_s) {
+            Ok(())
+        } else {
+            Err(Invalid("figures out of range".into()))
+        }
+    }
+}
+
+/// Encodes a message as one frame.
+pub fn encode(message: &Control) -> Vec<u8> {
+    let body = serde_json::to_vec(message).expect("control messages serialize");
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Decodes and checks one frame's body.
+pub fn decode(body: &[u8]) -> Result<Control, Invalid> {
+    let message: Control =
+        serde_json::from_slice(body).map_err(|e| Invalid(format!("malformed message: {e}")))?;
+    message.validate()?;
+    Ok(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let offer = Control::Offer {
+            path: "a/b".into(),
+            size: 10,
+            chunk: 1 << 20,
+            block: 1400,
+            identity: "00".repeat(32),
+            mode: 0o644,
+            discard: false,
+        };
+        let frame = encode(&offer);
+        assert_eq!(decode(&frame[4..]), Ok(offer));
+    }
+
+    #[test]
+    fn out_of_bounds_values_are_refused() {
+        let bad_layout = br#"{"type":"offer","path":"x","size":1,"chunk":3,"block":1400,"identity":"","mode":0}"#;
+        assert!(decode(bad_layout).is_err());
+        let bad_hash = br#"{"type":"hash","chunk":1,"hash":"zz"}"#;
+        assert!(decode(bad_hash).is_err());
+        let backwards = br#"{"type":"accept","have":[[5,1]],"window":0}"#;
+        assert!(decode(backwards).is_err());
+        let unknown = br#"{"type":"offer","path":"x","size":1,"chunk":1048576,"block":1400,"identity":"","mode":0,"extra":1}"#;
+        assert!(decode(unknown).is_err());
+        let nan = br#"{"type":"closed","stats":{"disk_busy_s":-1,"cpu_s":0,"wall_s":0}}"#;
+        assert!(decode(nan).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_decode_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = decode(&bytes);
+        }
+    }
+}

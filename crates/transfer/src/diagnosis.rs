@@ -1,0 +1,256 @@
+//! What limited a copy (docs/transfer-protocol.md 8). The sender's loop knows, at every
+//! moment it did not send, why: the pacer (the rate the network allows, or `--rate`), the
+//! congestion window, the receiver's flow-control window (its disk or CPU behind), or the
+//! reader (its own disk). What is left of the wall time it spent working. The largest
+//! share names the limit; the ends' disk and CPU figures say which resource it was.
+
+use serde::{Deserialize, Serialize};
+
+use crate::transport::FileOutcome;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The path (or the fixed rate) set the pace.
+    Network,
+    /// The fixed `--rate`.
+    FixedRate,
+    SenderDisk,
+    SenderCpu,
+    ReceiverDisk,
+    ReceiverCpu,
+    /// Too short to say: set-up and the last round trips dominate.
+    Latency,
+}
+
+/// The time split of one copy, in shares of its wall time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub limit: Limit,
+    /// One line for the summary: "limited by the receiver's disk: 412 MB/s write, ...".
+    pub sentence: String,
+    pub wall_s: f64,
+    /// Seconds the sender was held by the pacer or the congestion window.
+    pub network_s: f64,
+    /// Seconds it waited for the receiver's window.
+    pub receiver_s: f64,
+    /// Seconds it waited for its disk.
+    pub sender_disk_s: f64,
+    /// Seconds it waited for the last ACKs and the receiver's verdict.
+    pub tail_s: f64,
+    /// Seconds it was busy (CPU).
+    pub busy_s: f64,
+    pub sender_disk_busy_s: f64,
+    pub receiver_disk_busy_s: f64,
+    pub sender_cpu_s: f64,
+    pub receiver_cpu_s: f64,
+    /// Goodput of the bytes moved, bit/s.
+    pub goodput_bps: f64,
+}
+
+fn mbytes(bytes: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes / seconds / 1e6
+    } else {
+        0.0
+    }
+}
+
+fn rate_text(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.2} Gbit/s", bps / 1e9)
+    } else {
+        format!("{:.1} Mbit/s", bps / 1e6)
+    }
+}
+
+/// Names the limit of one file's transfer. `sent_here` says whether this end sent (its
+/// `local` figures are the sender's); `fixed_rate` whether `--rate` was given.
+pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Diagnosis {
+    let (sender, receiver) = if sent_here {
+        (outcome.local, outcome.remote)
+    } else {
+        (outcome.remote, outcome.local)
+    };
+    let waits = outcome.waits;
+    let wall = outcome.wall_s.max(1e-9);
+    let moved = (outcome.bytes - outcome.resumed_bytes) as f64;
+    let goodput_bps = moved * 8.0 / wall;
+    let network_s = waits.pacing_s + waits.window_s;
+    let busy_s = (wall - network_s - waits.receiver_s - waits.reader_s - waits.tail_s).max(0.0);
+    let shares = [
+        (network_s, 0),
+        (waits.receiver_s, 1),
+        (waits.reader_s, 2),
+        (busy_s, 3),
+        (waits.tail_s, 4),
+    ];
+    let largest = shares
+        .iter()
+        .copied()
+        .fold((f64::MIN, 0), |best, s| if s.0 > best.0 { s } else { best })
+        .1;
+    let carried = format!("the path carried {}", rate_text(goodput_bps));
+    let (limit, sentence) = match largest {
+        0 if fixed_rate => (Limit::FixedRate, format!("limited by the fixed --rate: {carried}")),
+        0 => {
+            let model = outcome
+                .bottleneck_bps
+                .map(|b| {
+                    format!(
+                        " (bottleneck estimate {}, random loss {:.2} %)",
+                        rate_text(b),
+                        outcome.random_loss.unwrap_or(0.0) * 100.0
+                    )
+                })
+                .unwrap_or_default();
+            (Limit::Network, format!("limited by the network: {carried}{model}"))
+        }
+        1 => {
+            // The receiver held the window: its disk if that was busy most of the time,
+            // else its CPU (hashing, copying datagrams).
+            if receiver.disk_busy_s > 0.5 * receiver.wall_s.max(1e-9) {
+                (
+                    Limit::ReceiverDisk,
+                    format!(
+                        "limited by the receiver's disk: {:.0} MB/s write, {carried}",
+                        mbytes(moved, receiver.disk_busy_s)
+                    ),
+                )
+            } else {
+                (
+                    Limit::ReceiverCpu,
+                    format!(
+                        "limited by the receiver's CPU: {:.0} % of a core, {carried}",
+                        receiver.cpu_s / receiver.wall_s.max(1e-9) * 100.0
+                    ),
+                )
+            }
+        }
+        2 => (
+            Limit::SenderDisk,
+            format!(
+                "limited by the sender's disk: {:.0} MB/s read, {carried}",
+                mbytes(outcome.bytes as f64, sender.disk_busy_s)
+            ),
+        ),
+        3 => (
+            Limit::SenderCpu,
+            format!(
+                "limited by the sender's CPU: {:.0} % of a core, {carried}",
+                sender.cpu_s / sender.wall_s.max(1e-9) * 100.0
+            ),
+        ),
+        _ => (
+            Limit::Latency,
+            format!("limited by round trips (set-up and the last ACKs took most of the time): {carried}"),
+        ),
+    };
+    Diagnosis {
+        limit,
+        sentence,
+        wall_s: outcome.wall_s,
+        network_s,
+        receiver_s: waits.receiver_s,
+        sender_disk_s: waits.reader_s,
+        tail_s: waits.tail_s,
+        busy_s,
+        sender_disk_busy_s: sender.disk_busy_s,
+        receiver_disk_busy_s: receiver.disk_busy_s,
+        sender_cpu_s: sender.cpu_s,
+        receiver_cpu_s: receiver.cpu_s,
+        goodput_bps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::EndStats;
+    use crate::transport::Waits;
+
+    fn outcome(waits: Waits, receiver_disk: f64) -> FileOutcome {
+        FileOutcome {
+            bytes: 1_000_000_000,
+            wall_s: 10.0,
+            local: EndStats {
+                disk_busy_s: 1.0,
+                cpu_s: 3.0,
+                wall_s: 10.0,
+            },
+            remote: EndStats {
+                disk_busy_s: receiver_disk,
+                cpu_s: 2.0,
+                wall_s: 10.0,
+            },
+            waits,
+            ..FileOutcome::default()
+        }
+    }
+
+    #[test]
+    fn a_closed_receiver_window_with_a_busy_disk_is_the_receivers_disk() {
+        let d = diagnose(
+            &outcome(
+                Waits {
+                    receiver_s: 7.0,
+                    pacing_s: 1.0,
+                    ..Waits::default()
+                },
+                8.0,
+            ),
+            true,
+            false,
+        );
+        assert_eq!(d.limit, Limit::ReceiverDisk);
+        assert!(d.sentence.contains("125 MB/s write"), "{}", d.sentence);
+        assert!(d.sentence.contains("800.0 Mbit/s"), "{}", d.sentence);
+    }
+
+    #[test]
+    fn pacing_is_the_network_and_waiting_for_reads_the_senders_disk() {
+        let network = diagnose(
+            &outcome(
+                Waits {
+                    pacing_s: 8.0,
+                    ..Waits::default()
+                },
+                1.0,
+            ),
+            true,
+            false,
+        );
+        assert_eq!(network.limit, Limit::Network);
+        let fixed = diagnose(
+            &outcome(
+                Waits {
+                    pacing_s: 8.0,
+                    ..Waits::default()
+                },
+                1.0,
+            ),
+            true,
+            true,
+        );
+        assert_eq!(fixed.limit, Limit::FixedRate);
+        let disk = diagnose(
+            &outcome(
+                Waits {
+                    reader_s: 6.0,
+                    ..Waits::default()
+                },
+                1.0,
+            ),
+            false,
+            false,
+        );
+        assert_eq!(disk.limit, Limit::SenderDisk);
+    }
+
+    #[test]
+    fn no_waiting_at_all_is_the_senders_cpu() {
+        let d = diagnose(&outcome(Waits::default(), 1.0), true, false);
+        assert_eq!(d.limit, Limit::SenderCpu);
+        assert!(d.sentence.contains("30 % of a core"), "{}", d.sentence);
+    }
+}

@@ -1,0 +1,631 @@
+//! The receiving end's driver: the `.part` file and its journal, the datagram loop around
+//! the receiver core, and the writer thread that checks each chunk's hash and writes it.
+//!
+//! Order on the disk (what makes resume safe): a chunk's bytes are written with `pwrite`;
+//! every journal interval the file is `fdatasync`ed and only then are the chunks written
+//! since the last sync appended to the journal (and it synced). At the end the file is
+//! `fsync`ed, renamed into place, the journal removed and the directory synced.
+
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::channel::{Channel, ChannelError, Sink};
+use crate::control::{Control, EndStats};
+use crate::journal::{self, JournalHeader};
+use crate::layout::{root_hash, Layout};
+use crate::receiver::{DataOutcome, Receiver};
+use crate::sys::{self, RecvBatch};
+use crate::transport::{Clock, FileOutcome, Progress, Session, TransferError};
+use crate::wire::{self, Datagram};
+
+/// Chunks synced and journaled at least this often...
+pub const JOURNAL_BYTES: u64 = 64 << 20;
+/// ...and at least this often in time.
+pub const JOURNAL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Where a received file goes: a directory (already opened, confined when on a server)
+/// and a name in it.
+pub struct Target {
+    pub dir: OwnedFd,
+    pub name: OsString,
+    /// How messages name it.
+    pub shown: String,
+    /// How the file system holding it is named in a "no space" message.
+    pub shown_dir: String,
+    /// Memory only: nothing is written (`--null`).
+    pub null: bool,
+}
+
+impl Target {
+    fn with_suffix(&self, suffix: &str) -> OsString {
+        let mut name = self.name.clone();
+        name.push(suffix);
+        name
+    }
+
+    pub fn part_name(&self) -> OsString {
+        self.with_suffix(".part")
+    }
+
+    pub fn journal_name(&self) -> OsString {
+        self.with_suffix(".part.journal")
+    }
+}
+
+/// A target opened for one offer: what is already there, where the rest goes.
+pub struct Prepared {
+    target: Target,
+    part: Option<File>,
+    journal: Option<File>,
+    header: JournalHeader,
+    /// Durable chunks from an earlier run, with their hashes.
+    pub have: Vec<(u64, [u8; 32])>,
+    /// Things the user should know (a journal that was cut short or belongs elsewhere).
+    pub notes: Vec<String>,
+}
+
+fn disk_error(target: &Target, what: &str, error: io::Error) -> TransferError {
+    if error.raw_os_error() == Some(libc::ENOSPC) {
+        TransferError::Local(format!(
+            "no space left on {}: {} kept to resume",
+            target.shown_dir,
+            target.part_name().to_string_lossy()
+        ))
+    } else {
+        TransferError::Local(format!("{what} {}: {error}", target.shown))
+    }
+}
+
+/// Opens (or resumes) the `.part` file for an offered file.
+pub fn prepare(
+    target: Target,
+    layout: &Layout,
+    identity: &str,
+    mode: u32,
+) -> Result<Prepared, TransferError> {
+    let header = JournalHeader {
+        size: layout.size,
+        chunk: layout.chunk,
+        identity: identity.to_string(),
+    };
+    let mut prepared = Prepared {
+        target,
+        part: None,
+        journal: None,
+        header,
+        have: Vec::new(),
+        notes: Vec::new(),
+    };
+    if prepared.target.null {
+        return Ok(prepared);
+    }
+    let target = &prepared.target;
+    let existing =
+        sys::open_at(&target.dir, &target.journal_name(), libc::O_RDONLY, 0).and_then(|file| {
+            let mut bytes = Vec::new();
+            Read::take(file, 64 << 20)
+                .read_to_end(&mut bytes)
+                .map(|_| bytes)
+        });
+    let part_exists = sys::open_at(&target.dir, &target.part_name(), libc::O_RDONLY, 0).is_ok();
+    match existing {
+        Ok(bytes) if part_exists => match journal::parse(&bytes, &prepared.header) {
+            Ok(recovered) => {
+                if let Some(line) = recovered.truncated_at {
+                    prepared.notes.push(format!(
+                        "the journal of {} is cut short at line {line}: the chunks it did not record are fetched again",
+                        target.shown
+                    ));
+                }
+                prepared.have = recovered.chunks;
+            }
+            Err(e) => prepared
+                .notes
+                .push(format!("{} ({e}): starting over", target.shown)),
+        },
+        _ => {}
+    }
+    let resuming = !prepared.have.is_empty();
+    let flags = if resuming {
+        libc::O_RDWR
+    } else {
+        libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC
+    };
+    let part = sys::open_at(
+        &target.dir,
+        &target.part_name(),
+        flags,
+        mode & 0o777 | 0o600,
+    )
+    .map_err(|e| disk_error(target, "cannot open the part file of", e))?;
+    sys::preallocate(part.as_raw_fd(), layout.size)
+        .map_err(|e| disk_error(target, "cannot reserve space for", e))?;
+    let mut journal = sys::open_at(
+        &target.dir,
+        &target.journal_name(),
+        libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | if resuming { 0 } else { libc::O_TRUNC },
+        0o600,
+    )
+    .map_err(|e| disk_error(target, "cannot open the journal of", e))?;
+    if !resuming {
+        journal
+            .write_all(prepared.header.encode().as_bytes())
+            .and_then(|_| journal.sync_data())
+            .map_err(|e| disk_error(target, "cannot write the journal of", e))?;
+    }
+    prepared.part = Some(part);
+    prepared.journal = Some(journal);
+    Ok(prepared)
+}
+
+/// Chunk ranges (both ends included) from a sorted list of chunks.
+pub fn ranges(chunks: impl Iterator<Item = u64>) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for chunk in chunks {
+        match out.last_mut() {
+            Some((_, high)) if *high + 1 == chunk => *high = chunk,
+            _ => out.push((chunk, chunk)),
+        }
+    }
+    out
+}
+
+enum ToWriter {
+    Hash(u64, [u8; 32]),
+    Filled(u64, Vec<u8>),
+}
+
+enum FromWriter {
+    Checked(u64, bool),
+    Finished {
+        root: [u8; 32],
+        busy_s: f64,
+        cpu_s: f64,
+    },
+    Failed(String),
+}
+
+struct Writer {
+    layout: Layout,
+    target: Target,
+    part: Option<File>,
+    journal: Option<File>,
+    expected: HashMap<u64, [u8; 32]>,
+    waiting: HashMap<u64, Vec<u8>>,
+    present: HashMap<u64, [u8; 32]>,
+    roots: Vec<Option<[u8; 32]>>,
+    rooted: u64,
+    unsynced: Vec<(u64, [u8; 32])>,
+    unsynced_bytes: u64,
+    last_sync: Instant,
+    busy: Duration,
+}
+
+impl Writer {
+    fn run(mut self, input: mpsc::Receiver<ToWriter>, output: mpsc::Sender<FromWriter>) {
+        let cpu_start = sys::thread_cpu_ns();
+        let result = (|| -> Result<[u8; 32], TransferError> {
+            while self.rooted < self.layout.chunks() {
+                let Ok(message) = input.recv() else {
+                    return Err(TransferError::Interrupted);
+                };
+                match message {
+                    ToWriter::Hash(chunk, hash) => {
+                        if let Some(had) = self.present.remove(&chunk) {
+                            if had != hash {
+                                let _ =
+                                    sys::unlink_at(&self.target.dir, &self.target.journal_name());
+                                return Err(TransferError::Local(format!(
+                                    "{} changed since the .part was begun (chunk {chunk} differs): run the copy again to start over",
+                                    self.target.shown
+                                )));
+                            }
+                            self.root(chunk, hash);
+                        } else if let Some(bytes) = self.waiting.remove(&chunk) {
+                            self.check(chunk, bytes, hash, &output)?;
+                        } else {
+                            self.expected.insert(chunk, hash);
+                        }
+                    }
+                    ToWriter::Filled(chunk, bytes) => match self.expected.remove(&chunk) {
+                        Some(hash) => self.check(chunk, bytes, hash, &output)?,
+                        None => {
+                            self.waiting.insert(chunk, bytes);
+                        }
+                    },
+                }
+                if self.unsynced_bytes >= JOURNAL_BYTES
+                    || (!self.unsynced.is_empty() && self.last_sync.elapsed() >= JOURNAL_INTERVAL)
+                {
+                    self.sync()?;
+                }
+            }
+            self.finish()
+        })();
+        let cpu_s = (sys::thread_cpu_ns() - cpu_start) as f64 / 1e9;
+        let _ = output.send(match result {
+            Ok(root) => FromWriter::Finished {
+                root,
+                busy_s: self.busy.as_secs_f64(),
+                cpu_s,
+            },
+            Err(e) => FromWriter::Failed(e.to_string()),
+        });
+    }
+
+    fn root(&mut self, chunk: u64, hash: [u8; 32]) {
+        if let Some(slot) = self.roots.get_mut(chunk as usize) {
+            if slot.is_none() {
+                *slot = Some(hash);
+                self.rooted += 1;
+            }
+        }
+    }
+
+    fn check(
+        &mut self,
+        chunk: u64,
+        bytes: Vec<u8>,
+        hash: [u8; 32],
+        output: &mpsc::Sender<FromWriter>,
+    ) -> Result<(), TransferError> {
+        if *blake3::hash(&bytes).as_bytes() != hash {
+            let _ = output.send(FromWriter::Checked(chunk, false));
+            // The hash stays expected: the chunk comes again and is checked against it.
+            self.expected.insert(chunk, hash);
+            return Ok(());
+        }
+        if let Some(part) = &self.part {
+            let started = Instant::now();
+            part.write_all_at(&bytes, chunk * self.layout.chunk)
+                .map_err(|e| disk_error(&self.target, "cannot write", e))?;
+            self.busy += started.elapsed();
+        }
+        self.unsynced.push((chunk, hash));
+        self.unsynced_bytes += bytes.len() as u64;
+        self.root(chunk, hash);
+        let _ = output.send(FromWriter::Checked(chunk, true));
+        Ok(())
+    }
+
+    /// Makes the chunks written so far durable, then records them.
+    fn sync(&mut self) -> Result<(), TransferError> {
+        self.last_sync = Instant::now();
+        let (Some(part), Some(journal)) = (&self.part, &mut self.journal) else {
+            self.unsynced.clear();
+            self.unsynced_bytes = 0;
+            return Ok(());
+        };
+        let started = Instant::now();
+        part.sync_data()
+            .map_err(|e| disk_error(&self.target, "cannot sync", e))?;
+        let mut lines = String::new();
+        for (chunk, hash) in self.unsynced.drain(..) {
+            lines += &journal::entry(chunk, &hash);
+            sys::drop_cached(
+                part.as_raw_fd(),
+                chunk * self.layout.chunk,
+                self.layout.chunk,
+            );
+        }
+        journal
+            .write_all(lines.as_bytes())
+            .and_then(|_| journal.sync_data())
+            .map_err(|e| disk_error(&self.target, "cannot write the journal of", e))?;
+        self.unsynced_bytes = 0;
+        self.busy += started.elapsed();
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<[u8; 32], TransferError> {
+        self.sync()?;
+        let roots: Vec<[u8; 32]> = self
+            .roots
+            .iter()
+            .map(|r| r.expect("every chunk rooted"))
+            .collect();
+        if let Some(part) = self.part.take() {
+            let started = Instant::now();
+            part.sync_all()
+                .map_err(|e| disk_error(&self.target, "cannot sync", e))?;
+            drop(part);
+            let dir = &self.target.dir;
+            sys::rename_at(dir, &self.target.part_name(), &self.target.name)
+                .map_err(|e| disk_error(&self.target, "cannot rename into place", e))?;
+            self.journal = None;
+            sys::unlink_at(dir, &self.target.journal_name())
+                .map_err(|e| disk_error(&self.target, "cannot remove the journal of", e))?;
+            // The rename is durable once the directory is.
+            // SAFETY: fsync on a live descriptor.
+            unsafe { libc::fsync(dir.as_raw_fd()) };
+            self.busy += started.elapsed();
+        }
+        Ok(root_hash(&self.layout, &roots))
+    }
+}
+
+/// Receives one offered file into a prepared target; the `accept` has been sent.
+pub fn receive_file(
+    channel: &mut Channel,
+    session: &Session,
+    file_index: u32,
+    layout: Layout,
+    prepared: Prepared,
+    window_chunks: u64,
+    cancel: &AtomicBool,
+    progress: &dyn Fn(Progress),
+) -> Result<FileOutcome, TransferError> {
+    let clock = Clock::start();
+    let cpu_start = sys::thread_cpu_ns();
+    let mut receiver = Receiver::new(layout, window_chunks);
+    let present: HashMap<u64, [u8; 32]> = prepared.have.iter().copied().collect();
+    for chunk in present.keys() {
+        receiver.mark_present(*chunk);
+    }
+    let resumed_bytes: u64 = present.keys().map(|&c| layout.chunk_len(c)).sum();
+    let (to_writer, writer_input) = mpsc::channel::<ToWriter>();
+    let (writer_output, from_writer) = mpsc::channel::<FromWriter>();
+    let writer = Writer {
+        layout,
+        roots: vec![None; layout.chunks() as usize],
+        rooted: 0,
+        present,
+        part: prepared.part,
+        journal: prepared.journal,
+        target: prepared.target,
+        expected: HashMap::new(),
+        waiting: HashMap::new(),
+        unsynced: Vec::new(),
+        unsynced_bytes: 0,
+        last_sync: Instant::now(),
+        busy: Duration::ZERO,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let sink = channel.sink();
+    let outcome = std::thread::scope(|scope| {
+        let writer_thread = std::thread::Builder::new()
+            .name("copy-writer".into())
+            .spawn_scoped(scope, move || writer.run(writer_input, writer_output))
+            .map_err(|e| TransferError::Local(format!("cannot start the writer: {e}")))?;
+        // The control reader: the sender's hashes go straight to the writer.
+        let hashes_to_writer = to_writer.clone();
+        let (control_events, control_input) = mpsc::channel::<Result<Control, ChannelError>>();
+        let stop_reading = stop.clone();
+        let chunks = layout.chunks();
+        let reader = &mut *channel;
+        let control_thread = scope.spawn(move || {
+            let mut hashes = 0;
+            while hashes < chunks {
+                match reader.receive(Duration::from_secs(3600), Some(&stop_reading)) {
+                    Ok(Control::Hash { chunk, hash }) if chunk < chunks => {
+                        let hash = journal::parse_hash(&hash).expect("validated");
+                        let _ = hashes_to_writer.send(ToWriter::Hash(chunk, hash));
+                        hashes += 1;
+                    }
+                    Ok(other) => {
+                        let end = matches!(other, Control::Failed { .. });
+                        let _ = control_events.send(Ok(other));
+                        if end {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = control_events.send(Err(e));
+                        return;
+                    }
+                }
+            }
+        });
+        let result = receive_loop(
+            session,
+            file_index,
+            &mut receiver,
+            &to_writer,
+            &from_writer,
+            &control_input,
+            &sink,
+            &clock,
+            cancel,
+            progress,
+        );
+        drop(to_writer);
+        let outcome = match result {
+            Ok(()) => {
+                // The writer syncs, renames and reports the root.
+                loop {
+                    match from_writer.recv() {
+                        Ok(FromWriter::Finished {
+                            root,
+                            busy_s,
+                            cpu_s,
+                        }) => break Ok((root, busy_s, cpu_s)),
+                        Ok(FromWriter::Failed(message)) => {
+                            break Err(TransferError::Local(message))
+                        }
+                        Ok(FromWriter::Checked(..)) => continue,
+                        Err(_) => break Err(TransferError::Local("the writer stopped".into())),
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
+        stop.store(true, Ordering::Relaxed);
+        let _ = control_thread.join();
+        let _ = writer_thread.join();
+        outcome
+    });
+    let (root, busy_s, writer_cpu_s) = match outcome {
+        Ok(done) => done,
+        Err(e) => {
+            let _ = sink.send(&Control::Failed {
+                message: e.to_string(),
+            });
+            return Err(e);
+        }
+    };
+    let stats = EndStats {
+        disk_busy_s: busy_s,
+        cpu_s: (sys::thread_cpu_ns() - cpu_start) as f64 / 1e9 + writer_cpu_s,
+        wall_s: clock.now_ns() as f64 / 1e9,
+    };
+    let root_hex = journal::hash_hex(&root);
+    sink.send(&Control::Done {
+        root: root_hex.clone(),
+        stats,
+    })
+    .map_err(|e| TransferError::Peer(format!("the control connection failed: {e}")))?;
+    let remote = match channel.receive(Duration::from_secs(60), Some(cancel)) {
+        Ok(Control::Closed { stats }) => stats,
+        Ok(Control::Failed { message }) => return Err(TransferError::Remote(message)),
+        Ok(other) => {
+            return Err(TransferError::Peer(format!(
+                "expected the sender's close, got {other:?}"
+            )))
+        }
+        Err(e) => return Err(TransferError::Peer(e.to_string())),
+    };
+    let counters = receiver.counters;
+    Ok(FileOutcome {
+        bytes: layout.size,
+        resumed_bytes,
+        wall_s: stats.wall_s,
+        payload_bytes: counters.bytes,
+        resent_bytes: counters.duplicate_bytes,
+        refetched_chunks: counters.refetched,
+        root: root_hex,
+        local: stats,
+        remote,
+        ..FileOutcome::default()
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn receive_loop(
+    session: &Session,
+    file_index: u32,
+    receiver: &mut Receiver,
+    to_writer: &mpsc::Sender<ToWriter>,
+    from_writer: &mpsc::Receiver<FromWriter>,
+    control: &mpsc::Receiver<Result<Control, ChannelError>>,
+    sink: &Sink,
+    clock: &Clock,
+    cancel: &AtomicBool,
+    progress: &dyn Fn(Progress),
+) -> Result<(), TransferError> {
+    sys::tight_timer_slack();
+    let layout = *receiver.layout();
+    let mut batch = RecvBatch::new(64, layout.block as usize + wire::DATA_HEADER + 64);
+    let mut buffers: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut ack_bytes = Vec::with_capacity(1200);
+    let mut last_progress = 0u64;
+    let mut last_datagram_ns = 0u64;
+    while !receiver.is_complete() {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(TransferError::Interrupted);
+        }
+        let now = clock.now_ns();
+        let received = batch
+            .receive(session.fd())
+            .map_err(|e| TransferError::Local(format!("cannot receive: {e}")))?;
+        for i in 0..received {
+            let Ok(Datagram::Data { header, payload }) = wire::parse(batch.get(i), &session.key)
+            else {
+                continue;
+            };
+            if header.session != session.id || header.file != file_index {
+                continue;
+            }
+            last_datagram_ns = now;
+            if let DataOutcome::Store {
+                chunk,
+                at,
+                fresh,
+                filled,
+            } = receiver.on_data(now, header.pn, header.offset, header.len)
+            {
+                if fresh {
+                    buffers.insert(chunk, vec![0u8; layout.chunk_len(chunk) as usize]);
+                }
+                if let Some(buffer) = buffers.get_mut(&chunk) {
+                    buffer[at..at + payload.len()].copy_from_slice(payload);
+                }
+                if filled {
+                    if let Some(buffer) = buffers.remove(&chunk) {
+                        let _ = to_writer.send(ToWriter::Filled(chunk, buffer));
+                    }
+                }
+            }
+        }
+        while let Ok(event) = from_writer.try_recv() {
+            match event {
+                FromWriter::Checked(chunk, ok) => {
+                    receiver.chunk_checked(chunk, ok);
+                    if !ok {
+                        sink.send(&Control::Refetch { chunk }).map_err(|e| {
+                            TransferError::Peer(format!("the control connection failed: {e}"))
+                        })?;
+                    }
+                }
+                FromWriter::Failed(message) => return Err(TransferError::Local(message)),
+                FromWriter::Finished { .. } => {}
+            }
+        }
+        while let Ok(event) = control.try_recv() {
+            match event {
+                Ok(Control::Failed { message }) => return Err(TransferError::Remote(message)),
+                Ok(other) => {
+                    return Err(TransferError::Peer(format!(
+                        "unexpected message during the transfer: {other:?}"
+                    )))
+                }
+                Err(e) => return Err(TransferError::Peer(e.to_string())),
+            }
+        }
+        if now > last_datagram_ns + 60_000_000_000 {
+            return Err(TransferError::Peer("no data for 60 s".into()));
+        }
+        while let Some(ack) = receiver.poll_ack(now, file_index, session.id) {
+            wire::encode_ack(&ack, &session.key, &mut ack_bytes);
+            // A lost ACK is covered by the next: a failed send is not an error.
+            let _ = session.udp.send(&ack_bytes);
+        }
+        if now >= last_progress + 100_000_000 {
+            last_progress = now;
+            progress(Progress {
+                done: (receiver.chunks_done() * layout.chunk).min(layout.size),
+                total: layout.size,
+                sent: receiver.counters.bytes,
+                resent: receiver.counters.duplicate_bytes,
+            });
+        }
+        if received == 0 {
+            let wait = receiver
+                .next_timeout()
+                .saturating_sub(now)
+                .clamp(1, 2_000_000);
+            let _ = sys::wait(session.fd(), libc::POLLIN, Some(wait));
+        }
+    }
+    Ok(())
+}
+
+/// The chunk numbers of a have-list, for the sender's core.
+pub fn have_chunks(have: &[(u64, u64)], chunks: u64) -> impl Iterator<Item = u64> + '_ {
+    have.iter()
+        .flat_map(move |&(low, high)| low..=high.min(chunks.saturating_sub(1)))
+}
+
+/// Names the file a path's last component gives, for a target.
+pub fn file_name(path: &std::path::Path) -> Option<&OsStr> {
+    path.file_name()
+}

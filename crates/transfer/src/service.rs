@@ -1,0 +1,467 @@
+//! The server's file service (`linerate serve --files DIR --key FILE`): one control
+//! connection at a time per thread, any number of files per connection. Every name a
+//! client sends is confined to DIR (`confine`, then `openat2` beneath DIR with no symbolic
+//! links); only regular files are read or written; a refusal is told to the client and
+//! logged, and the session goes on.
+
+#![allow(clippy::disallowed_methods)]
+
+use std::ffi::OsString;
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use linerate_proto::auth::Key;
+
+use crate::channel::{Channel, ChannelError};
+use crate::confine::confine;
+use crate::control::{Control, Entry, MAX_ENTRIES};
+use crate::layout::{Layout, DEFAULT_CHUNK};
+use crate::rate::RateConfig;
+use crate::recv::{self, Target};
+use crate::sys;
+use crate::transport::{FileOutcome, Session};
+
+/// A session waits this long for its next request.
+const IDLE: Duration = Duration::from_secs(600);
+/// Chunks a receiver lets the sender have outstanding (its memory: chunks × chunk size).
+pub const DEFAULT_WINDOW_CHUNKS: u64 = 256;
+
+/// The directory a server serves and the key a client must hold.
+pub struct FileService {
+    root: PathBuf,
+    root_dir: OwnedFd,
+    key: Key,
+}
+
+impl std::fmt::Debug for FileService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key stays out of debug output.
+        f.debug_struct("FileService")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl FileService {
+    pub fn new(root: &Path, key: Key) -> io::Result<FileService> {
+        let root = root.canonicalize()?;
+        let root_dir = sys::open_dir(&root)?;
+        Ok(FileService {
+            root,
+            root_dir,
+            key,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Serves one control connection (its preface already read; `already` holds any
+    /// bytes read past it).
+    pub fn serve(&self, stream: TcpStream, already: &[u8], log: &dyn Fn(&str)) {
+        let peer = stream
+            .peer_addr()
+            .map_or_else(|_| "a client".to_string(), |p| p.to_string());
+        let channel = match Channel::new(stream, already) {
+            Ok(channel) => channel,
+            Err(e) => return log(&format!("copy session from {peer}: {e}")),
+        };
+        let (mut channel, session) = match crate::session::accept(channel, &self.key, log) {
+            Ok(Some(ready)) => ready,
+            Ok(None) => return,
+            Err(e) => return log(&format!("copy session from {peer}: {e}")),
+        };
+        let mut file_index = 0u32;
+        loop {
+            let request = match channel.receive(IDLE, None) {
+                Ok(request) => request,
+                Err(ChannelError::Closed) => return,
+                Err(e) => return log(&format!("copy session from {peer}: {e}")),
+            };
+            let result = match request {
+                Control::Offer {
+                    path,
+                    size,
+                    chunk,
+                    block,
+                    identity,
+                    mode,
+                    discard,
+                } => {
+                    file_index += 1;
+                    let offer = Offer {
+                        path,
+                        size,
+                        chunk,
+                        block,
+                        identity,
+                        mode,
+                        discard,
+                    };
+                    self.receive(&mut channel, &session, file_index, offer, &peer, log)
+                }
+                Control::Pull { path } => {
+                    file_index += 1;
+                    self.send(&mut channel, &session, file_index, &path, &peer, log)
+                }
+                Control::List { path } => self.list(&channel, &path, &peer, log),
+                Control::Bye => return,
+                other => {
+                    log(&format!(
+                        "copy session from {peer}: refused an out-of-turn message ({})",
+                        message_name(&other)
+                    ));
+                    return;
+                }
+            };
+            if let Err(ended) = result {
+                return log(&format!("copy session from {peer}: {ended}"));
+            }
+        }
+    }
+
+    fn refuse(
+        &self,
+        channel: &Channel,
+        peer: &str,
+        log: &dyn Fn(&str),
+        message: String,
+    ) -> Result<(), String> {
+        log(&format!("copy session from {peer}: refused: {message}"));
+        channel
+            .send(&Control::Refused { message })
+            .map_err(|e| e.to_string())
+    }
+
+    /// The directory (created beneath the root when missing) and name for `relative`.
+    fn parent_of(&self, relative: &Path, create: bool) -> io::Result<(OwnedFd, OsString)> {
+        let name = relative
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?
+            .to_os_string();
+        let parent = relative.parent().filter(|p| !p.as_os_str().is_empty());
+        let dir = match parent {
+            None => self.root_dir.try_clone()?,
+            Some(parent) => {
+                if create {
+                    let mut prefix = PathBuf::new();
+                    for component in parent.components() {
+                        prefix.push(component);
+                        sys::mkdir_beneath(&self.root_dir, &prefix)?;
+                    }
+                }
+                sys::open_beneath(
+                    &self.root_dir,
+                    parent,
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                    0,
+                )?
+            }
+        };
+        Ok((dir, name))
+    }
+
+    fn receive(
+        &self,
+        channel: &mut Channel,
+        session: &Session,
+        file_index: u32,
+        offer: Offer,
+        peer: &str,
+        log: &dyn Fn(&str),
+    ) -> Result<(), String> {
+        let relative = match confine(&self.root, &offer.path) {
+            Ok(relative) => relative,
+            Err(e) => {
+                return self.refuse(channel, peer, log, format!("path '{}': {e}", offer.path))
+            }
+        };
+        let layout = Layout::new(offer.size, offer.chunk, offer.block).expect("validated");
+        let (dir, name) = match self.parent_of(&relative, !offer.discard) {
+            Ok(found) => found,
+            Err(e) => return self.refuse(channel, peer, log, describe(&offer.path, &e)),
+        };
+        // An existing name must be a regular file (not a directory, link or device).
+        if let Ok(existing) = sys::open_at(&dir, &name, libc::O_PATH, 0) {
+            let regular = existing
+                .metadata()
+                .map(|m| m.file_type().is_file())
+                .unwrap_or(false);
+            if !regular {
+                return self.refuse(
+                    channel,
+                    peer,
+                    log,
+                    format!("'{}' exists and is not a regular file", offer.path),
+                );
+            }
+        }
+        let target = Target {
+            dir,
+            name,
+            shown: relative.display().to_string(),
+            shown_dir: self.root.display().to_string(),
+            null: offer.discard,
+        };
+        let prepared = match recv::prepare(target, &layout, &offer.identity, offer.mode) {
+            Ok(prepared) => prepared,
+            Err(e) => return self.refuse(channel, peer, log, e.to_string()),
+        };
+        for note in &prepared.notes {
+            log(&format!("copy session from {peer}: {note}"));
+        }
+        let have: Vec<u64> = prepared.have.iter().map(|(c, _)| *c).collect();
+        let window = initial_window(&layout, &have, DEFAULT_WINDOW_CHUNKS);
+        channel
+            .send(&Control::Accept {
+                have: recv::ranges(have.iter().copied()),
+                window,
+            })
+            .map_err(|e| e.to_string())?;
+        let cancel = AtomicBool::new(false);
+        let outcome = recv::receive_file(
+            channel,
+            session,
+            file_index,
+            layout,
+            prepared,
+            DEFAULT_WINDOW_CHUNKS,
+            &cancel,
+            &|_| {},
+        )
+        .map_err(|e| format!("receiving '{}' failed: {e}", offer.path))?;
+        log(&format!(
+            "copy session from {peer}: received {}{}",
+            offer.path,
+            summary(&outcome)
+        ));
+        Ok(())
+    }
+
+    fn send(
+        &self,
+        channel: &mut Channel,
+        session: &Session,
+        file_index: u32,
+        path: &str,
+        peer: &str,
+        log: &dyn Fn(&str),
+    ) -> Result<(), String> {
+        let relative = match confine(&self.root, path) {
+            Ok(relative) => relative,
+            Err(e) => return self.refuse(channel, peer, log, format!("path '{path}': {e}")),
+        };
+        let file = match sys::open_beneath(&self.root_dir, &relative, libc::O_RDONLY, 0) {
+            Ok(fd) => std::fs::File::from(fd),
+            Err(e) => return self.refuse(channel, peer, log, describe(path, &e)),
+        };
+        let metadata = file.metadata().map_err(|e| e.to_string())?;
+        if !metadata.file_type().is_file() {
+            let what = if metadata.is_dir() {
+                "a directory (copy it with -r)"
+            } else {
+                "not a regular file"
+            };
+            return self.refuse(channel, peer, log, format!("'{path}' is {what}"));
+        }
+        let layout = match Layout::new(metadata.len(), DEFAULT_CHUNK, session.block) {
+            Ok(layout) => layout,
+            Err(e) => return self.refuse(channel, peer, log, format!("'{path}': {e}")),
+        };
+        channel
+            .send(&Control::Offer {
+                path: String::new(),
+                size: layout.size,
+                chunk: layout.chunk,
+                block: layout.block,
+                identity: identity(&metadata),
+                mode: metadata.permissions().mode() & 0o777,
+                discard: false,
+            })
+            .map_err(|e| e.to_string())?;
+        let (have, window) = match channel.receive(Duration::from_secs(60), None) {
+            Ok(Control::Accept { have, window }) => (have, window),
+            Ok(Control::Refused { message }) => {
+                log(&format!(
+                    "copy session from {peer}: the client declined '{path}': {message}"
+                ));
+                return Ok(());
+            }
+            Ok(other) => return Err(format!("expected an accept, got {}", message_name(&other))),
+            Err(e) => return Err(e.to_string()),
+        };
+        let cancel = AtomicBool::new(false);
+        let outcome = crate::send::send_file(
+            channel,
+            session,
+            file_index,
+            &file,
+            layout,
+            &have,
+            window,
+            RateConfig::Adaptive { max_bps: None },
+            10_000_000,
+            &cancel,
+            &|_| {},
+        )
+        .map_err(|e| format!("sending '{path}' failed: {e}"))?;
+        log(&format!(
+            "copy session from {peer}: sent {path}{}",
+            summary(&outcome)
+        ));
+        Ok(())
+    }
+
+    fn list(
+        &self,
+        channel: &Channel,
+        path: &str,
+        peer: &str,
+        log: &dyn Fn(&str),
+    ) -> Result<(), String> {
+        let relative = match confine(&self.root, path) {
+            Ok(relative) => relative,
+            Err(e) => return self.refuse(channel, peer, log, format!("path '{path}': {e}")),
+        };
+        let dir = match sys::open_beneath(
+            &self.root_dir,
+            &relative,
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        ) {
+            Ok(dir) => dir,
+            Err(e) => return self.refuse(channel, peer, log, describe(path, &e)),
+        };
+        let mut entries = Vec::new();
+        if let Err(e) = walk(&dir, "", &mut entries) {
+            return self.refuse(channel, peer, log, format!("'{path}': {e}"));
+        }
+        channel
+            .send(&Control::Entries { entries })
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A push's offer, as received.
+struct Offer {
+    path: String,
+    size: u64,
+    chunk: u64,
+    block: u32,
+    identity: String,
+    mode: u32,
+    discard: bool,
+}
+
+/// The regular files under a directory, depth first, names sorted; links, devices and
+/// the like are left out (as rsync does without -L).
+pub fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<Entry>) -> io::Result<()> {
+    let listing = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))?;
+    let mut names: Vec<(OsString, std::fs::FileType)> = Vec::new();
+    for entry in listing {
+        let entry = entry?;
+        names.push((entry.file_name(), entry.file_type()?));
+    }
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, kind) in names {
+        let Some(text) = name.to_str() else { continue };
+        if text.ends_with(".part") || text.ends_with(".part.journal") {
+            continue;
+        }
+        let path = if prefix.is_empty() {
+            text.to_string()
+        } else {
+            format!("{prefix}/{text}")
+        };
+        if kind.is_dir() {
+            let child = sys::open_at(dir, &name, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+            walk(&OwnedFd::from(child), &path, out)?;
+        } else if kind.is_file() {
+            let file = sys::open_at(dir, &name, libc::O_PATH, 0)?;
+            out.push(Entry {
+                path,
+                size: file.metadata()?.len(),
+            });
+        }
+        if out.len() > MAX_ENTRIES {
+            return Err(io::Error::other(format!(
+                "over {MAX_ENTRIES} files: copy its subdirectories one at a time"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A file's identity for resuming: its size and modification time, hashed.
+pub fn identity(metadata: &std::fs::Metadata) -> String {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&metadata.len().to_le_bytes());
+    hasher.update(&metadata.mtime().to_le_bytes());
+    hasher.update(&metadata.mtime_nsec().to_le_bytes());
+    hasher.finalize().to_hex().to_string()
+}
+
+/// The window a receiver opens before its first ACK.
+pub fn initial_window(layout: &Layout, have: &[u64], window_chunks: u64) -> u64 {
+    let mut lowest = 0;
+    for &chunk in have {
+        if chunk == lowest {
+            lowest += 1;
+        } else if chunk > lowest {
+            break;
+        }
+    }
+    ((lowest + window_chunks) * layout.chunk).min(layout.size)
+}
+
+fn describe(path: &str, error: &io::Error) -> String {
+    match error.raw_os_error() {
+        Some(libc::ELOOP) => format!("'{path}' goes through a symbolic link: refused"),
+        Some(libc::EXDEV) => format!("'{path}' leads out of the served directory: refused"),
+        Some(libc::ENOENT) => format!("'{path}': no such file or directory"),
+        Some(libc::ENOTDIR) => format!("'{path}': a part of it is not a directory"),
+        _ => format!("'{path}': {error}"),
+    }
+}
+
+fn summary(outcome: &FileOutcome) -> String {
+    let rate = if outcome.wall_s > 0.0 {
+        (outcome.bytes - outcome.resumed_bytes) as f64 * 8.0 / outcome.wall_s / 1e6
+    } else {
+        0.0
+    };
+    format!(
+        " ({} bytes in {:.2} s, {rate:.1} Mbit/s, {} bytes resent{})",
+        outcome.bytes,
+        outcome.wall_s,
+        outcome.resent_bytes,
+        if outcome.resumed_bytes > 0 {
+            format!(", {} resumed", outcome.resumed_bytes)
+        } else {
+            String::new()
+        }
+    )
+}
+
+fn message_name(message: &Control) -> String {
+    serde_json::to_value(message)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Answers a copy session on a server that serves no files: one refusal the client can
+/// print, then the connection closes.
+pub fn refuse_unserved(stream: TcpStream, message: &str) {
+    if let Ok(channel) = Channel::new(stream, &[]) {
+        let _ = channel.send(&Control::Refused {
+            message: message.to_string(),
+        });
+    }
+}

@@ -1,0 +1,260 @@
+//! Opening a copy session (docs/transfer-protocol.md 2): the preface, the key exchange
+//! (linerate-proto's `auth`), and the UDP address proof. The client sends tagged hellos
+//! from its UDP socket until the server says it has one; the server takes the hello's
+//! source address only when its IP is the control connection's, and connects its socket
+//! there. A server never sends a datagram to an address a client merely named.
+
+#![allow(clippy::disallowed_methods)]
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use linerate_proto::auth::{Challenge, Key, Nonce, ServerAuth};
+
+use crate::channel::Channel;
+use crate::control::{Control, COPY_VERSION};
+use crate::sys;
+use crate::transport::{Session, TransferError};
+use crate::wire::{self, Datagram, DATA_HEADER, MAX_PAYLOAD};
+
+pub use linerate_proto::preface::COPY_MAGIC;
+/// How the datagram key is derived from the shared key.
+const DATAGRAM_KEY_CONTEXT: &str = "linerate copy 2026-11 datagram key";
+/// How long each step of the set-up may take.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn random<const N: usize>() -> io::Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    getrandom::getrandom(&mut bytes).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(bytes)
+}
+
+/// The largest payload a datagram may carry on a connected socket's path.
+fn block_for(udp: &socket2::Socket, ipv4: bool, cap: Option<u32>) -> io::Result<u32> {
+    let mtu = sys::path_mtu(udp, ipv4)?;
+    let headers = if ipv4 { 20 + 8 } else { 40 + 8 };
+    let block = (mtu as usize)
+        .saturating_sub(headers + DATA_HEADER)
+        .min(MAX_PAYLOAD) as u32;
+    Ok(cap.map_or(block, |cap| block.min(cap)).max(64))
+}
+
+fn setup_error(what: &str, e: impl std::fmt::Display) -> TransferError {
+    TransferError::Peer(format!("{what}: {e}"))
+}
+
+/// A client's session: connected, authenticated, its UDP address proven.
+pub struct ClientSession {
+    pub channel: Channel,
+    pub session: Session,
+    /// The TCP handshake's duration: the first guess of the path's RTT.
+    pub initial_rtt_ns: u64,
+}
+
+/// Connects to a server's copy service.
+pub fn connect(
+    server: SocketAddr,
+    key: &Key,
+    block_cap: Option<u32>,
+) -> Result<ClientSession, TransferError> {
+    let started = Instant::now();
+    let stream = TcpStream::connect_timeout(&server, SETUP_TIMEOUT)
+        .map_err(|e| TransferError::Peer(format!("cannot connect to {server}: {e}")))?;
+    let initial_rtt_ns = started.elapsed().as_nanos() as u64;
+    let mut channel =
+        Channel::new(stream, &[]).map_err(|e| setup_error("control connection", e))?;
+    let mut preface = COPY_MAGIC.to_vec();
+    preface.extend_from_slice(&COPY_VERSION.to_be_bytes());
+    channel
+        .send_raw(&preface)
+        .map_err(|e| setup_error("control connection", e))?;
+    let client_nonce = Nonce(random().map_err(|e| TransferError::Local(e.to_string()))?);
+    channel
+        .send(&Control::Hello {
+            nonce: client_nonce.to_hex(),
+        })
+        .map_err(|e| setup_error("control connection", e))?;
+    let (server_nonce, proof) = match channel.receive(SETUP_TIMEOUT, None) {
+        Ok(Control::Challenge { nonce, proof }) => (nonce, proof),
+        Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
+        Ok(other) => return Err(setup_error("unexpected answer", format!("{other:?}"))),
+        Err(e) => return Err(setup_error("no answer from the server's copy service", e)),
+    };
+    let challenge = Challenge {
+        nonce: server_nonce.clone(),
+        proof,
+    };
+    let answer = challenge
+        .answer(key, &client_nonce)
+        .map_err(|e| TransferError::Peer(e.to_string()))?;
+    channel
+        .send(&Control::Proof { proof: answer })
+        .map_err(|e| setup_error("control connection", e))?;
+    let (udp_port, id) = match channel.receive(SETUP_TIMEOUT, None) {
+        Ok(Control::Welcome { udp_port, session }) => (udp_port, session),
+        Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
+        Ok(other) => return Err(setup_error("unexpected answer", format!("{other:?}"))),
+        Err(e) => return Err(setup_error("the server did not welcome us", e)),
+    };
+    let server_nonce = Nonce::from_hex(&server_nonce).expect("checked by the answer");
+    let datagram_key = key.derive(DATAGRAM_KEY_CONTEXT, &client_nonce, &server_nonce);
+    let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
+        .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
+    let server_udp = SocketAddr::new(channel.peer.ip(), udp_port);
+    udp.connect(&server_udp.into())
+        .map_err(|e| TransferError::Local(format!("cannot connect the UDP socket: {e}")))?;
+    let hello = wire::encode_hello(id, &datagram_key);
+    let deadline = Instant::now() + SETUP_TIMEOUT;
+    loop {
+        let _ = udp.send(&hello);
+        match channel.receive(Duration::from_millis(50), None) {
+            Ok(Control::UdpReady) => break,
+            Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
+            Ok(other) => return Err(setup_error("unexpected answer", format!("{other:?}"))),
+            Err(crate::channel::ChannelError::Timeout(_)) if Instant::now() < deadline => {}
+            Err(e) => {
+                return Err(setup_error(
+                    &format!("no UDP path to {server_udp} (a firewall?)"),
+                    e,
+                ))
+            }
+        }
+    }
+    let block = block_for(&udp, server.is_ipv4() || is_mapped(server.ip()), block_cap)
+        .map_err(|e| TransferError::Local(format!("cannot read the path MTU: {e}")))?;
+    Ok(ClientSession {
+        channel,
+        session: Session {
+            udp,
+            key: datagram_key,
+            id,
+            block,
+        },
+        initial_rtt_ns,
+    })
+}
+
+fn is_mapped(ip: IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some())
+}
+
+/// The server's half: authenticates the client and proves its UDP address. `Ok(None)`
+/// when the client was refused (already told why and logged by the caller's `log`).
+pub fn accept(
+    mut channel: Channel,
+    key: &Key,
+    log: &dyn Fn(&str),
+) -> Result<Option<(Channel, Session)>, TransferError> {
+    let peer = channel.peer;
+    let client_nonce = match channel.receive(SETUP_TIMEOUT, None) {
+        Ok(Control::Hello { nonce }) => nonce,
+        Ok(other) => {
+            return Err(setup_error("expected a hello", format!("{other:?}")));
+        }
+        Err(e) => return Err(setup_error("no hello", e)),
+    };
+    let server_nonce = Nonce(random().map_err(|e| TransferError::Local(e.to_string()))?);
+    let mut auth = ServerAuth::new(key.clone(), server_nonce);
+    let challenge = match auth.handle_hello(Some(&client_nonce)) {
+        Ok(challenge) => challenge,
+        Err(e) => {
+            let _ = channel.send(&Control::Refused {
+                message: e.to_string(),
+            });
+            log(&format!("refused a copy session from {peer}: {e}"));
+            return Ok(None);
+        }
+    };
+    channel
+        .send(&Control::Challenge {
+            nonce: challenge.nonce,
+            proof: challenge.proof,
+        })
+        .map_err(|e| setup_error("control connection", e))?;
+    let proof = match channel.receive(SETUP_TIMEOUT, None) {
+        Ok(Control::Proof { proof }) => proof,
+        Ok(other) => return Err(setup_error("expected a proof", format!("{other:?}"))),
+        Err(crate::channel::ChannelError::Closed) => {
+            log(&format!(
+                "refused a copy session from {peer}: closed without proving the key (it holds another key)"
+            ));
+            return Ok(None);
+        }
+        Err(e) => return Err(setup_error("no proof", e)),
+    };
+    if let Err(e) = auth.handle_proof(&proof) {
+        let _ = channel.send(&Control::Refused {
+            message: e.to_string(),
+        });
+        log(&format!("refused a copy session from {peer}: {e}"));
+        return Ok(None);
+    }
+    let client_nonce = Nonce::from_hex(&client_nonce).expect("accepted by handle_hello");
+    let datagram_key = key.derive(DATAGRAM_KEY_CONTEXT, &client_nonce, &server_nonce);
+    let id = u64::from_be_bytes(random().map_err(|e| TransferError::Local(e.to_string()))?);
+    let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
+        .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
+    let udp_port = udp
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map(|a| a.port())
+        .ok_or_else(|| TransferError::Local("the UDP socket has no port".into()))?;
+    channel
+        .send(&Control::Welcome {
+            udp_port,
+            session: id,
+        })
+        .map_err(|e| setup_error("control connection", e))?;
+    // The client's hello: tagged with the session's key, from the control peer's IP.
+    let deadline = Instant::now() + SETUP_TIMEOUT;
+    let mut buffer = [0u8; 256];
+    let client_udp = loop {
+        if Instant::now() >= deadline {
+            log(&format!(
+                "copy session from {peer}: no UDP hello within 10 s"
+            ));
+            return Err(TransferError::Peer("no UDP hello within 10 s".into()));
+        }
+        let _ = sys::wait(udp.as_raw_fd(), libc::POLLIN, Some(50_000_000));
+        // SAFETY: MaybeUninit over initialized bytes; recv_from writes at most its length.
+        let uninit =
+            unsafe { &mut *(&mut buffer[..] as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+        let Ok((n, from)) = udp.recv_from(uninit) else {
+            continue;
+        };
+        let Some(from) = from.as_socket() else {
+            continue;
+        };
+        match wire::parse(&buffer[..n], &datagram_key) {
+            Ok(Datagram::Hello { session }) if session == id && from.ip() == peer.ip() => {
+                break from;
+            }
+            _ => log(&format!(
+                "copy session from {peer}: ignored a datagram from {from} that is not its hello"
+            )),
+        }
+    };
+    udp.connect(&client_udp.into())
+        .map_err(|e| TransferError::Local(format!("cannot connect the UDP socket: {e}")))?;
+    channel
+        .send(&Control::UdpReady)
+        .map_err(|e| setup_error("control connection", e))?;
+    let block = block_for(
+        &udp,
+        client_udp.is_ipv4() || is_mapped(client_udp.ip()),
+        None,
+    )
+    .map_err(|e| TransferError::Local(format!("cannot read the path MTU: {e}")))?;
+    Ok(Some((
+        channel,
+        Session {
+            udp,
+            key: datagram_key,
+            id,
+            block,
+        },
+    )))
+}

@@ -1,0 +1,470 @@
+//! System calls the transfer's drivers need and no maintained crate wraps: batched UDP
+//! sends and receives over iovecs (the payload goes to the kernel straight from the chunk
+//! buffer), the path MTU of a connected socket, `ppoll` with a nanosecond timeout,
+//! `openat2` confined beneath a directory, preallocation and per-thread CPU time.
+
+// A driver: the clock and waiting are its job (the core modules stay sans-IO).
+#![allow(clippy::disallowed_methods)]
+
+use std::ffi::CString;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+fn check(result: libc::c_int) -> io::Result<libc::c_int> {
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(result)
+    }
+}
+
+/// Socket buffers asked for: a 10 Gbit/s path's 20 ms, so a scheduling hiccup does not
+/// overflow them.
+const SOCKET_BUFFER: usize = 32 << 20;
+
+/// A non-blocking UDP socket bound to `local`, with large buffers (forced past the
+/// sysctl limits when privileged) and the don't-fragment bit set: a datagram too big for
+/// the path fails with EMSGSIZE instead of travelling in fragments.
+pub fn udp_socket(local: SocketAddr) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
+    for (force, plain) in [
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+    ] {
+        let size = SOCKET_BUFFER as libc::c_int;
+        // SAFETY: setsockopt with an int option on a live socket.
+        let forced = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                force,
+                (&size as *const libc::c_int).cast(),
+                4,
+            )
+        };
+        if forced != 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::setsockopt(
+                    socket.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    plain,
+                    (&size as *const libc::c_int).cast(),
+                    4,
+                )
+            };
+        }
+    }
+    let (level, option, value) = if local.is_ipv4() {
+        (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    } else {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    };
+    // SAFETY: setsockopt with an int option on a live socket.
+    check(unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            option,
+            (&value as *const libc::c_int).cast(),
+            4,
+        )
+    })?;
+    socket.bind(&local.into())?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+/// The path MTU the kernel knows for a connected socket.
+pub fn path_mtu(socket: &Socket, ipv4: bool) -> io::Result<u32> {
+    let (level, option) = if ipv4 {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    };
+    let mut value: libc::c_int = 0;
+    let mut len = 4 as libc::socklen_t;
+    // SAFETY: getsockopt into an int of the stated length.
+    check(unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            level,
+            option,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(value as u32)
+}
+
+/// Reusable arrays for `sendmmsg`: two iovecs (header, payload) a datagram.
+pub struct SendBatch {
+    iovecs: Vec<libc::iovec>,
+    headers: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers only ever point into buffers of the call that filled them.
+unsafe impl Send for SendBatch {}
+
+impl Default for SendBatch {
+    fn default() -> Self {
+        SendBatch {
+            iovecs: Vec::new(),
+            headers: Vec::new(),
+        }
+    }
+}
+
+impl SendBatch {
+    /// Sends every datagram (header then payload) on a connected socket, waiting for
+    /// room when the socket's buffer is full. Returns how many went out; a datagram the
+    /// kernel refuses outright (EMSGSIZE: the path's MTU shrank) ends the batch early
+    /// with the error.
+    pub fn send(&mut self, fd: RawFd, datagrams: &[(&[u8], &[u8])]) -> io::Result<usize> {
+        self.iovecs.clear();
+        for (header, payload) in datagrams {
+            self.iovecs.push(libc::iovec {
+                iov_base: header.as_ptr() as *mut libc::c_void,
+                iov_len: header.len(),
+            });
+            self.iovecs.push(libc::iovec {
+                iov_base: payload.as_ptr() as *mut libc::c_void,
+                iov_len: payload.len(),
+            });
+        }
+        self.headers.clear();
+        for i in 0..datagrams.len() {
+            // SAFETY: mmsghdr is plain data; zero is a valid empty value.
+            let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            header.msg_hdr.msg_iov = self.iovecs[2 * i..].as_mut_ptr();
+            header.msg_hdr.msg_iovlen = 2;
+            self.headers.push(header);
+        }
+        let mut at = 0;
+        while at < self.headers.len() {
+            // SAFETY: the headers from `at` point at live iovecs over live buffers.
+            let n = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    self.headers[at..].as_mut_ptr(),
+                    (self.headers.len() - at) as libc::c_uint,
+                    0,
+                )
+            };
+            if n < 0 {
+                let error = io::Error::last_os_error();
+                match error.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
+                        wait(fd, libc::POLLOUT, Some(1_000_000))?;
+                        continue;
+                    }
+                    // The peer's port is closed (an ICMP error came back): report it.
+                    _ => return Err(error),
+                }
+            }
+            at += n as usize;
+        }
+        Ok(at)
+    }
+}
+
+/// Reusable buffers and arrays for `recvmmsg`.
+pub struct RecvBatch {
+    buffers: Vec<Vec<u8>>,
+    iovecs: Vec<libc::iovec>,
+    headers: Vec<libc::mmsghdr>,
+    lens: Vec<usize>,
+}
+
+// SAFETY: the raw pointers point into this struct's own buffers.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    pub fn new(count: usize, size: usize) -> RecvBatch {
+        RecvBatch {
+            buffers: vec![vec![0u8; size]; count],
+            iovecs: Vec::with_capacity(count),
+            headers: Vec::with_capacity(count),
+            lens: Vec::with_capacity(count),
+        }
+    }
+
+    /// Receives what is waiting, without blocking; the datagrams are then
+    /// [`get`](Self::get)`(0..n)`.
+    pub fn receive(&mut self, fd: RawFd) -> io::Result<usize> {
+        self.iovecs.clear();
+        self.headers.clear();
+        for buffer in &mut self.buffers {
+            self.iovecs.push(libc::iovec {
+                iov_base: buffer.as_mut_ptr().cast(),
+                iov_len: buffer.len(),
+            });
+        }
+        for i in 0..self.buffers.len() {
+            // SAFETY: plain data; zero is a valid empty value.
+            let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            header.msg_hdr.msg_iov = &mut self.iovecs[i];
+            header.msg_hdr.msg_iovlen = 1;
+            self.headers.push(header);
+        }
+        // SAFETY: every header points at a live iovec over a live buffer.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.headers.as_mut_ptr(),
+                self.headers.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let error = io::Error::last_os_error();
+            return match error.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                // An ICMP error for an earlier send: nothing to read this time.
+                io::ErrorKind::ConnectionRefused => Ok(0),
+                _ => Err(error),
+            };
+        }
+        self.lens.clear();
+        for header in &self.headers[..n as usize] {
+            self.lens.push(header.msg_len as usize);
+        }
+        Ok(n as usize)
+    }
+
+    pub fn get(&self, i: usize) -> &[u8] {
+        &self.buffers[i][..self.lens[i]]
+    }
+}
+
+/// Waits until `fd` has `events` or `timeout_ns` passes (`None`: no limit). A signal
+/// ends the wait early, which callers treat as a timeout.
+pub fn wait(fd: RawFd, events: libc::c_short, timeout_ns: Option<u64>) -> io::Result<bool> {
+    let mut poll = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    let spec = timeout_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let spec_ptr = spec
+        .as_ref()
+        .map_or(std::ptr::null(), |s| s as *const libc::timespec);
+    // SAFETY: one live pollfd, an optional live timespec, no signal mask.
+    let n = unsafe { libc::ppoll(&mut poll, 1, spec_ptr, std::ptr::null()) };
+    if n < 0 {
+        let error = io::Error::last_os_error();
+        if error.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(error);
+    }
+    Ok(n > 0)
+}
+
+/// Asks for 1 ns of timer slack on this thread: the pacer's sleeps end when asked, not up
+/// to 50 µs later.
+pub fn tight_timer_slack() {
+    // SAFETY: prctl with plain integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+}
+
+/// CPU time this thread has used, nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let mut spec = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a live timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut spec) };
+    spec.tv_sec as u64 * 1_000_000_000 + spec.tv_nsec as u64
+}
+
+/// Opens `relative` beneath the directory `dir`, refusing any symbolic link on the way
+/// and any escape (`openat2` with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+/// RESOLVE_NO_MAGICLINKS).
+pub fn open_beneath(
+    dir: &OwnedFd,
+    relative: &Path,
+    flags: libc::c_int,
+    mode: u32,
+) -> io::Result<OwnedFd> {
+    let name = CString::new(relative.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the path"))?;
+    // SAFETY: open_how is plain data.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
+    how.mode = if flags & libc::O_CREAT != 0 {
+        u64::from(mode)
+    } else {
+        0
+    };
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: a live directory descriptor, a NUL-terminated name, a live open_how of the
+    // stated size.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just opened for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Creates directory `relative` beneath `dir` (its parent must exist there); an existing
+/// directory is fine.
+pub fn mkdir_beneath(dir: &OwnedFd, relative: &Path) -> io::Result<()> {
+    let parent = relative.parent().filter(|p| !p.as_os_str().is_empty());
+    let parent_fd = match parent {
+        Some(parent) => open_beneath(dir, parent, libc::O_PATH | libc::O_DIRECTORY, 0)?,
+        None => dir.try_clone()?,
+    };
+    let name = relative
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no name"))?;
+    let name = CString::new(name.as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the path"))?;
+    // SAFETY: a live directory descriptor and a NUL-terminated name.
+    let result = unsafe { libc::mkdirat(parent_fd.as_raw_fd(), name.as_ptr(), 0o755) };
+    if result != 0 {
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::AlreadyExists {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+/// Reserves `len` bytes for a file up front, so a full disk shows before any data moves
+/// and the file is not fragmented. File systems without `fallocate` are left as they are.
+pub fn preallocate(fd: RawFd, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: fallocate on a live descriptor with plain integer arguments.
+    let result = unsafe { libc::fallocate(fd, 0, 0, len as libc::off_t) };
+    if result != 0 {
+        let error = io::Error::last_os_error();
+        if matches!(
+            error.raw_os_error(),
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+        ) {
+            return Ok(());
+        }
+        return Err(error);
+    }
+    Ok(())
+}
+
+/// Tells the kernel the bytes just written will not be read again soon: the page cache
+/// stays free for the rest of the machine.
+pub fn drop_cached(fd: RawFd, offset: u64, len: u64) {
+    // SAFETY: plain integer arguments on a live descriptor; failure only costs cache.
+    unsafe {
+        libc::posix_fadvise(
+            fd,
+            offset as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+}
+
+/// Bytes free to an unprivileged user on the file system holding `path`.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let name = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain data, filled by the call.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live statvfs.
+    if unsafe { libc::statvfs(name.as_ptr(), &mut stat) } != 0 {
+        return None;
+    }
+    Some(stat.f_bavail as u64 * stat.f_frsize as u64)
+}
+
+fn c_name(name: &std::ffi::OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the name"))
+}
+
+/// Opens `name` (one component) in the directory `dir`, never following a symbolic link
+/// there.
+pub fn open_at(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    flags: libc::c_int,
+    mode: u32,
+) -> io::Result<std::fs::File> {
+    let name = c_name(name)?;
+    // SAFETY: a live directory descriptor and a NUL-terminated name.
+    let fd = check(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NOCTTY,
+            mode as libc::c_uint,
+        )
+    })?;
+    // SAFETY: a descriptor the kernel just opened for us.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// Renames `from` to `to`, both in the directory `dir`.
+pub fn rename_at(dir: &OwnedFd, from: &std::ffi::OsStr, to: &std::ffi::OsStr) -> io::Result<()> {
+    let (from, to) = (c_name(from)?, c_name(to)?);
+    // SAFETY: a live directory descriptor and NUL-terminated names.
+    check(unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) })
+        .map(|_| ())
+}
+
+/// Removes the file `name` in the directory `dir`; a missing one is fine.
+pub fn unlink_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<()> {
+    let name = c_name(name)?;
+    // SAFETY: a live directory descriptor and a NUL-terminated name.
+    let result = unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) };
+    if result != 0 {
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::NotFound {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+/// Opens a directory by an ordinary path (the client's own side).
+pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    let name = c_name(path.as_os_str())?;
+    // SAFETY: a NUL-terminated path.
+    let fd = check(unsafe {
+        libc::open(
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: a descriptor the kernel just opened for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
