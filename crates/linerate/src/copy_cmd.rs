@@ -260,6 +260,11 @@ fn print_summary(summary: &CopySummary, diagnosis: &Diagnosis, detail: bool) {
             share(diagnosis.network_s)
         );
         println!(
+            "    of which the window was full       {:>8.2} s {:>5.1} %",
+            diagnosis.window_s,
+            share(diagnosis.window_s)
+        );
+        println!(
             "  waiting for the receiver's window    {:>8.2} s {:>5.1} %",
             diagnosis.receiver_s,
             share(diagnosis.receiver_s)

@@ -32,6 +32,8 @@ pub struct Diagnosis {
     pub wall_s: f64,
     /// Seconds the sender was held by the pacer or the congestion window.
     pub network_s: f64,
+    /// Of those, by the congestion window (in flight as much as the model allows).
+    pub window_s: f64,
     /// Seconds it waited for the receiver's window.
     pub receiver_s: f64,
     /// Seconds it waited for its disk.
@@ -151,6 +153,7 @@ pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Dia
         sentence,
         wall_s: outcome.wall_s,
         network_s,
+        window_s: waits.window_s,
         receiver_s: waits.receiver_s,
         sender_disk_s: waits.reader_s,
         tail_s: waits.tail_s,

@@ -185,6 +185,9 @@ enum ToWriter {
     Filled(u64, Vec<u8>),
 }
 
+/// The writer's end: the root, its disk-busy and CPU seconds.
+type WriterDone = ([u8; 32], f64, f64);
+
 enum FromWriter {
     Checked(u64, bool),
     Finished {
@@ -440,7 +443,8 @@ pub fn receive_file(
         );
         drop(to_writer);
         let outcome = match result {
-            Ok(()) => {
+            Ok(Some(done)) => Ok(done),
+            Ok(None) => {
                 // The writer syncs, renames and reports the root.
                 loop {
                     match from_writer.recv() {
@@ -521,7 +525,7 @@ fn receive_loop(
     clock: &Clock,
     cancel: &AtomicBool,
     progress: &dyn Fn(Progress),
-) -> Result<(), TransferError> {
+) -> Result<Option<WriterDone>, TransferError> {
     sys::tight_timer_slack();
     let layout = *receiver.layout();
     let mut batch = RecvBatch::new(64, layout.block as usize + wire::DATA_HEADER + 64);
@@ -529,6 +533,7 @@ fn receive_loop(
     let mut ack_bytes = Vec::with_capacity(1200);
     let mut last_progress = 0u64;
     let mut last_datagram_ns = 0u64;
+    let mut finished = None;
     while !receiver.is_complete() {
         if cancel.load(Ordering::Relaxed) {
             return Err(TransferError::Interrupted);
@@ -577,7 +582,14 @@ fn receive_loop(
                     }
                 }
                 FromWriter::Failed(message) => return Err(TransferError::Local(message)),
-                FromWriter::Finished { .. } => {}
+                // The writer may finish before this loop sees the last chunk's check.
+                FromWriter::Finished {
+                    root,
+                    busy_s,
+                    cpu_s,
+                } => {
+                    finished = Some((root, busy_s, cpu_s));
+                }
             }
         }
         while let Ok(event) = control.try_recv() {
@@ -616,7 +628,7 @@ fn receive_loop(
             let _ = sys::wait(session.fd(), libc::POLLIN, Some(wait));
         }
     }
-    Ok(())
+    Ok(finished)
 }
 
 /// The chunk numbers of a have-list, for the sender's core.

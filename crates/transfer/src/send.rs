@@ -243,6 +243,9 @@ fn send_loop(
     let mut last_ack_ns = 0u64;
     let mut finished: Option<([u8; 32], EndStats)> = None;
     let held_limit = layout.chunks();
+    // A line of the rate model's state every 100 ms on stderr, for studying a path.
+    let trace = std::env::var_os("LINERATE_COPY_TRACE").is_some();
+    let mut trace_sent = 0u64;
     loop {
         if cancel.load(Ordering::Relaxed) {
             return Err(TransferError::Interrupted);
@@ -414,6 +417,28 @@ fn send_loop(
             }
         }
         let progress_due = now >= slice_start + 100_000_000;
+        if progress_due && trace {
+            let rate = sender.rate();
+            let span = (now - slice_start).max(1) as f64 / 1e9;
+            let sent_mbps = (sender.counters.bytes - trace_sent) as f64 * 8.0 / span / 1e6;
+            let acked_mbps = (sender.delivered() - last_acked) as f64 * 8.0 / span / 1e6;
+            trace_sent = sender.counters.bytes;
+            eprint!("trace sent {sent_mbps:>6.0} M acked {acked_mbps:>6.0} M ");
+            eprintln!(
+                "trace {:>7.3} s pacing {:>6} M bottleneck {:>6} M cwnd {:>10} in flight {:>10} {:?} random loss {:.4} srtt {:.1} ms min {:.1} ms lost {} congested rounds {}",
+                now as f64 / 1e9,
+                rate.pacing_bps() / 1_000_000,
+                rate.bottleneck_bps() / 1_000_000,
+                rate.cwnd().min(u64::from(u32::MAX) * 100),
+                sender.in_flight(),
+                rate.mode(),
+                rate.random_loss(),
+                sender.srtt_ns() as f64 / 1e6,
+                sender.min_rtt_ns().unwrap_or(0) as f64 / 1e6,
+                sender.counters.lost_packets,
+                rate.congested_rounds,
+            );
+        }
         if progress_due {
             let acked = sender.delivered();
             let resent = sender.counters.retransmitted_bytes;

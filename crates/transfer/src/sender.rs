@@ -30,6 +30,7 @@ struct Sent {
     time_ns: u64,
     delivered: u64,
     delivered_time_ns: u64,
+    first_sent_time_ns: u64,
     app_limited: bool,
     state: State,
 }
@@ -139,6 +140,9 @@ pub struct Sender {
     in_flight: u64,
     delivered: u64,
     delivered_time_ns: u64,
+    /// When the newest packet acknowledged so far was sent: the start of the send
+    /// interval of a delivery-rate sample.
+    first_sent_time_ns: u64,
     next_round_delivered: u64,
     window: u64,
     verified: u64,
@@ -173,6 +177,7 @@ impl Sender {
             in_flight: 0,
             delivered: 0,
             delivered_time_ns: 0,
+            first_sent_time_ns: 0,
             next_round_delivered: 0,
             window: 0,
             verified: 0,
@@ -281,10 +286,13 @@ impl Sender {
     }
 
     fn burst_ns(&self) -> u64 {
-        // About sixteen datagrams' worth at the current rate, at most a millisecond.
+        // A millisecond at the current rate, but never more than 64 datagrams: each wake-up
+        // of the sending thread costs a timer and a context switch (dearer still in a
+        // virtual machine), so fewer, larger bursts leave the CPU to the data; a bottleneck
+        // queue absorbs a millisecond's burst.
         let bps = self.rate.pacing_bps().max(1);
-        let sixteen = 16 * (u64::from(self.layout.block) + WIRE_OVERHEAD) * 8;
-        ((sixteen as u128 * 1_000_000_000 / bps as u128) as u64).min(1_000_000)
+        let most = 64 * (u64::from(self.layout.block) + WIRE_OVERHEAD) * 8;
+        ((most as u128 * 1_000_000_000 / bps as u128) as u64).min(1_000_000)
     }
 
     fn wait(&mut self, until: Option<u64>, why: Blocked) -> Poll {
@@ -337,12 +345,14 @@ impl Sender {
         if self.in_flight == 0 {
             // Nothing in flight: the delivery clock restarts now, not at the last ACK.
             self.delivered_time_ns = now_ns;
+            self.first_sent_time_ns = now_ns;
         }
         self.sent.push_back(Sent {
             block,
             time_ns: now_ns,
             delivered: self.delivered,
             delivered_time_ns: self.delivered_time_ns,
+            first_sent_time_ns: self.first_sent_time_ns,
             app_limited: self.app_limited,
             state: State::Outstanding,
         });
@@ -514,9 +524,18 @@ impl Sender {
             self.rtt
                 .update(sample.max(1), u64::from(ack.delay_us) * 1000);
             event.rtt_ns = Some(sample.max(1));
-            let interval = now_ns.saturating_sub(newest.delivered_time_ns).max(1);
+            // As BBR samples it: bytes delivered over the longer of the time they took
+            // to send and to be acknowledged, so ACKs that bunch up cannot inflate the
+            // rate; an interval shorter than the path's delay is no sample at all.
+            let send_elapsed = newest.time_ns.saturating_sub(newest.first_sent_time_ns);
+            let ack_elapsed = now_ns.saturating_sub(newest.delivered_time_ns);
+            let interval = send_elapsed.max(ack_elapsed).max(1);
+            self.first_sent_time_ns = newest.time_ns;
             let bytes = self.delivered - newest.delivered;
-            event.delivery_bps = Some((bytes as u128 * 8_000_000_000 / interval as u128) as u64);
+            if interval >= self.rtt.min_ns.min(u64::MAX / 2) {
+                event.delivery_bps =
+                    Some((bytes as u128 * 8_000_000_000 / interval as u128) as u64);
+            }
             event.app_limited = newest.app_limited;
             if newest.delivered >= self.next_round_delivered {
                 event.round_end = true;
