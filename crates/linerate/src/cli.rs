@@ -327,7 +327,7 @@ pub struct SweepArgs {
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
     /// Only runs of this test (tcp_stream, udp_stream, tcp_rr, udp_rr, tcp_crr, sweep,
-    /// udp_find_max); a sweep of the test matches too
+    /// udp_find_max, copy); a sweep of the test matches too
     #[arg(long)]
     pub test: Option<String>,
     /// Only runs against this server, as it was named ("loopback" for local runs)

@@ -78,6 +78,29 @@ impl Channel {
         })
     }
 
+    /// The kernel's smoothed RTT of the control connection (a first guess of the path's
+    /// delay for a sender that did not open the connection), 10 ms when unknown.
+    pub fn handshake_rtt_ns(&self) -> u64 {
+        use std::os::fd::AsRawFd;
+        // SAFETY: tcp_info is plain data, filled by the call up to `len`.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        // SAFETY: getsockopt into a live tcp_info of the stated length.
+        let result = unsafe {
+            libc::getsockopt(
+                self.stream.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len,
+            )
+        };
+        if result != 0 || info.tcpi_rtt == 0 {
+            return 10_000_000;
+        }
+        u64::from(info.tcpi_rtt) * 1000
+    }
+
     pub fn sink(&self) -> Sink {
         self.sink.clone()
     }

@@ -386,6 +386,14 @@ fn pull_file(
         .channel
         .send(&Control::Pull {
             path: remote.to_string(),
+            rate_bps: match options.rate {
+                RateConfig::Fixed { bps } => Some(bps),
+                RateConfig::Adaptive { .. } => None,
+            },
+            max_rate_bps: match options.rate {
+                RateConfig::Adaptive { max_bps } => max_bps,
+                RateConfig::Fixed { .. } => None,
+            },
         })
         .map_err(peer_error)?;
     let (layout, identity, mode) = match session

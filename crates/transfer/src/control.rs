@@ -49,8 +49,15 @@ pub enum Control {
     /// Either end: what was asked cannot be done; the connection stays for the next ask
     /// unless the refusal is of the key.
     Refused { message: String },
-    /// Client: send me this file (the server then offers it).
-    Pull { path: String },
+    /// Client: send me this file (the server then offers it), at a fixed rate or under a
+    /// ceiling when given (bit/s).
+    Pull {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_bps: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_rate_bps: Option<u64>,
+    },
     /// Client: list the files under this path (a directory pull).
     List { path: String },
     /// Server: the files under the path listed.
@@ -111,9 +118,17 @@ impl Control {
             Control::Refused { message } | Control::Failed { message } => {
                 too_long("message", message, 4096)
             }
-            Control::Pull { path } | Control::List { path } => {
+            Control::Pull {
+                path,
+                rate_bps,
+                max_rate_bps,
+            } => {
+                if [rate_bps, max_rate_bps].into_iter().flatten().any(|&r| r == 0) {
+                    return Err(Invalid("a rate of 0".into()));
+                }
                 too_long("path", path, crate::confine::MAX_NAME)
             }
+            Control::List { path } => too_long("path", path, crate::confine::MAX_NAME),
             Control::Entries { entries } => {
                 if entries.len() > MAX_ENTRIES {
                     return Err(Invalid(format!("over {MAX_ENTRIES} entries")));

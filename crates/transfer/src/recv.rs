@@ -110,6 +110,22 @@ pub fn prepare(
         return Ok(prepared);
     }
     let target = &prepared.target;
+    // The part file first, locked: a second session for the same name (a client that
+    // retried while its first session still runs) is refused instead of writing beside it.
+    let part = sys::open_at(
+        &target.dir,
+        &target.part_name(),
+        libc::O_RDWR | libc::O_CREAT,
+        mode & 0o777 | 0o600,
+    )
+    .map_err(|e| disk_error(target, "cannot open the part file of", e))?;
+    // SAFETY: flock on a live descriptor.
+    if unsafe { libc::flock(part.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(TransferError::Local(format!(
+            "{} is being received by another copy right now",
+            target.shown
+        )));
+    }
     let existing =
         sys::open_at(&target.dir, &target.journal_name(), libc::O_RDONLY, 0).and_then(|file| {
             let mut bytes = Vec::new();
@@ -117,9 +133,8 @@ pub fn prepare(
                 .read_to_end(&mut bytes)
                 .map(|_| bytes)
         });
-    let part_exists = sys::open_at(&target.dir, &target.part_name(), libc::O_RDONLY, 0).is_ok();
-    match existing {
-        Ok(bytes) if part_exists => match journal::parse(&bytes, &prepared.header) {
+    if let Ok(bytes) = existing {
+        match journal::parse(&bytes, &prepared.header) {
             Ok(recovered) => {
                 if let Some(line) = recovered.truncated_at {
                     prepared.notes.push(format!(
@@ -132,22 +147,13 @@ pub fn prepare(
             Err(e) => prepared
                 .notes
                 .push(format!("{} ({e}): starting over", target.shown)),
-        },
-        _ => {}
+        }
     }
     let resuming = !prepared.have.is_empty();
-    let flags = if resuming {
-        libc::O_RDWR
-    } else {
-        libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC
-    };
-    let part = sys::open_at(
-        &target.dir,
-        &target.part_name(),
-        flags,
-        mode & 0o777 | 0o600,
-    )
-    .map_err(|e| disk_error(target, "cannot open the part file of", e))?;
+    if !resuming {
+        part.set_len(0)
+            .map_err(|e| disk_error(target, "cannot truncate the part file of", e))?;
+    }
     sys::preallocate(part.as_raw_fd(), layout.size)
         .map_err(|e| disk_error(target, "cannot reserve space for", e))?;
     let mut journal = sys::open_at(
@@ -406,26 +412,25 @@ pub fn receive_file(
         let stop_reading = stop.clone();
         let chunks = layout.chunks();
         let reader = &mut *channel;
-        let control_thread = scope.spawn(move || {
-            let mut hashes = 0;
-            while hashes < chunks {
-                match reader.receive(Duration::from_secs(3600), Some(&stop_reading)) {
-                    Ok(Control::Hash { chunk, hash }) if chunk < chunks => {
-                        let hash = journal::parse_hash(&hash).expect("validated");
-                        let _ = hashes_to_writer.send(ToWriter::Hash(chunk, hash));
-                        hashes += 1;
-                    }
-                    Ok(other) => {
-                        let end = matches!(other, Control::Failed { .. });
-                        let _ = control_events.send(Ok(other));
-                        if end {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        let _ = control_events.send(Err(e));
+        // It reads until the transfer ends: after the last hash, a closed connection or a
+        // `failed` still has to reach the loop.
+        let control_thread = scope.spawn(move || loop {
+            match reader.receive(Duration::from_secs(3600), Some(&stop_reading)) {
+                Ok(Control::Hash { chunk, hash }) if chunk < chunks => {
+                    let hash = journal::parse_hash(&hash).expect("validated");
+                    let _ = hashes_to_writer.send(ToWriter::Hash(chunk, hash));
+                }
+                Ok(other) => {
+                    let end = matches!(other, Control::Failed { .. });
+                    let _ = control_events.send(Ok(other));
+                    if end {
                         return;
                     }
+                }
+                Err(ChannelError::Cancelled) => return,
+                Err(e) => {
+                    let _ = control_events.send(Err(e));
+                    return;
                 }
             }
         });

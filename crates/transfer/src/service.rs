@@ -106,9 +106,19 @@ impl FileService {
                     };
                     self.receive(&mut channel, &session, file_index, offer, &peer, log)
                 }
-                Control::Pull { path } => {
+                Control::Pull {
+                    path,
+                    rate_bps,
+                    max_rate_bps,
+                } => {
                     file_index += 1;
-                    self.send(&mut channel, &session, file_index, &path, &peer, log)
+                    let rate = match rate_bps {
+                        Some(bps) => RateConfig::Fixed { bps },
+                        None => RateConfig::Adaptive {
+                            max_bps: max_rate_bps,
+                        },
+                    };
+                    self.send(&mut channel, &session, file_index, &path, rate, &peer, log)
                 }
                 Control::List { path } => self.list(&channel, &path, &peer, log),
                 Control::Bye => return,
@@ -244,12 +254,14 @@ impl FileService {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn send(
         &self,
         channel: &mut Channel,
         session: &Session,
         file_index: u32,
         path: &str,
+        rate: RateConfig,
         peer: &str,
         log: &dyn Fn(&str),
     ) -> Result<(), String> {
@@ -305,8 +317,8 @@ impl FileService {
             layout,
             &have,
             window,
-            RateConfig::Adaptive { max_bps: None },
-            10_000_000,
+            rate,
+            channel.handshake_rtt_ns(),
             &cancel,
             &|_| {},
         )

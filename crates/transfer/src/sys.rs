@@ -310,7 +310,13 @@ pub fn open_beneath(
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the path"))?;
     // SAFETY: open_how is plain data.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
+    // openat2 refuses O_PATH with any flag but these few (open(2) ignores them).
+    let extra = if flags & libc::O_PATH != 0 {
+        libc::O_CLOEXEC
+    } else {
+        libc::O_CLOEXEC | libc::O_NOCTTY
+    };
+    how.flags = (flags | extra) as u64;
     how.mode = if flags & libc::O_CREAT != 0 {
         u64::from(mode)
     } else {

@@ -1,0 +1,412 @@
+//! `linerate copy` against a real `linerate serve --files` over loopback: every file that
+//! arrives is compared byte for byte with its source (not only by the tool's own hash);
+//! resume after kill -9 of either end; hostile names, keys and datagrams; a full disk.
+//! The long, lossy path cases are in lab.rs (they need the lab and take turns).
+
+mod common;
+use common::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A scratch directory for one test: a key, a source tree and the served directory.
+struct Scratch {
+    root: PathBuf,
+}
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let root = std::env::temp_dir().join(format!("linerate-copy-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::create_dir_all(root.join("served")).unwrap();
+        std::fs::write(root.join("key"), "a copy test's shared key, 32 bytes\n").unwrap();
+        Scratch { root }
+    }
+
+    fn path(&self, rest: &str) -> PathBuf {
+        self.root.join(rest)
+    }
+
+    fn key(&self) -> String {
+        self.path("key").display().to_string()
+    }
+
+    fn served(&self) -> String {
+        self.path("served").display().to_string()
+    }
+
+    /// A file of `len` pseudo-random bytes (seeded: every run the same).
+    fn file(&self, rest: &str, len: usize, seed: u64) -> PathBuf {
+        let path = self.path(rest);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut state = seed | 1;
+        let mut bytes = vec![0u8; len];
+        for chunk in bytes.chunks_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        path
+    }
+
+    fn serve(&self) -> ServeProcess {
+        ServeProcess::start(&["--files", &self.served(), "--key", &self.key()])
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn same_bytes(a: &Path, b: &Path) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert_eq!(x.len(), y.len(), "{} and {} differ in length", a.display(), b.display());
+    assert!(x == y, "{} and {} differ", a.display(), b.display());
+}
+
+fn copy(server: &ServeProcess, key: &str, args: &[&str]) -> std::process::Output {
+    let port = server.port.to_string();
+    let mut all = vec!["copy", "-p", &port, "--key", key];
+    all.extend_from_slice(args);
+    linerate(&all)
+}
+
+fn remote(rest: &str) -> String {
+    format!("127.0.0.1:{rest}")
+}
+
+#[test]
+fn a_file_pushed_and_pulled_arrives_byte_for_byte_and_is_kept_as_a_run() {
+    let s = Scratch::new("file");
+    let server = s.serve();
+    // Not a multiple of the chunk or the block: the short last block and chunk count.
+    let source = s.file("src/data.bin", 5 * 1024 * 1024 + 12_345, 7);
+    let out = copy(&server, &s.key(), &[source.to_str().unwrap(), &remote("in/"), "--json", "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    same_bytes(&source, &s.path("served/in/data.bin"));
+    let doc = json(&out);
+    assert_eq!(doc["test"], "copy");
+    assert_eq!(doc["copy"]["direction"], "push");
+    assert_eq!(num(&doc, "/copy/bytes") as u64, 5 * 1024 * 1024 + 12_345);
+    assert!(num(&doc, "/summary/receiver_bps") > 0.0);
+    assert_eq!(doc["copy"]["root"].as_str().map(str::len), Some(64));
+    // No .part or journal is left behind.
+    let left: Vec<_> = std::fs::read_dir(s.path("served/in")).unwrap().collect();
+    assert_eq!(left.len(), 1);
+
+    // Pull it back under another name, into a directory that does not exist yet.
+    let back = s.path("back/copy.bin");
+    let out = copy(&server, &s.key(), &[&remote("in/data.bin"), back.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    same_bytes(&source, &back);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Diagnosis: limited by"), "{text}");
+
+    // The runs are in the results database and history lists them as copies.
+    let out = linerate(&["history", "--test", "copy", "--json", "--limit", "0"]);
+    let runs = json(&out);
+    let runs = runs.as_array().expect("a JSON array");
+    assert!(!runs.is_empty(), "{runs:?}");
+    assert!(runs.iter().all(|r| r["test"] == "copy"), "{runs:?}");
+}
+
+#[test]
+fn a_tree_is_copied_with_r_and_refused_without_it() {
+    let s = Scratch::new("tree");
+    let server = s.serve();
+    let a = s.file("src/tree/a.bin", 300_000, 1);
+    let b = s.file("src/tree/sub/b.bin", 2_000_000, 2);
+    let empty = s.file("src/tree/sub/deeper/empty", 0, 3);
+    let tree = s.path("src/tree");
+    let out = copy(&server, &s.key(), &[tree.to_str().unwrap(), &remote(""), "-q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("-r"), "{}", stderr(&out));
+    let out = copy(&server, &s.key(), &["-r", tree.to_str().unwrap(), &remote(""), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    same_bytes(&a, &s.path("served/tree/a.bin"));
+    same_bytes(&b, &s.path("served/tree/sub/b.bin"));
+    same_bytes(&empty, &s.path("served/tree/sub/deeper/empty"));
+    // And the whole tree back.
+    let back = s.path("back");
+    std::fs::create_dir_all(&back).unwrap();
+    let out = copy(&server, &s.key(), &["-r", &remote("tree"), back.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    same_bytes(&b, &s.path("back/tree/sub/b.bin"));
+    same_bytes(&empty, &s.path("back/tree/sub/deeper/empty"));
+}
+
+/// Starts a push at a fixed rate in the background.
+fn slow_push(server: &ServeProcess, s: &Scratch, source: &Path, dest: &str) -> std::process::Child {
+    command()
+        .args(["copy", "-p", &server.port.to_string(), "--key", &s.key(), "-q", "--rate", "100M"])
+        .arg(source)
+        .arg(remote(dest))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Lines in a journal (its header included), 0 when there is none.
+fn journal_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
+
+fn wait_for_journal(path: &Path, lines: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while journal_lines(path) < lines {
+        assert!(Instant::now() < deadline, "the journal never reached {lines} lines");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kill_9_of_the_client_then_of_the_server_and_the_copy_resumes() {
+    let s = Scratch::new("resume");
+    let mut server = s.serve();
+    let source = s.file("src/big.bin", 48 * 1024 * 1024, 11);
+    let journal = s.path("served/big.bin.part.journal");
+    // The client dies once 8 chunks are durable.
+    let mut client = slow_push(&server, &s, &source, "big.bin");
+    wait_for_journal(&journal, 9);
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let durable = journal_lines(&journal) - 1;
+    // The server sees the control connection close and lets the file go at once.
+    assert!(server.wait_log("failed", Duration::from_secs(10)), "{}", server.log());
+    // Run again, slowly, and kill the server this time.
+    let mut client = slow_push(&server, &s, &source, "big.bin");
+    wait_for_journal(&journal, durable + 1 + 8);
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let _ = client.wait();
+    let durable = journal_lines(&journal) - 1;
+    assert!(durable >= 16);
+    // A new server; the third run finishes, sending only what was not durable.
+    let server = s.serve();
+    let out = copy(&server, &s.key(), &[source.to_str().unwrap(), &remote("big.bin"), "--json", "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    same_bytes(&source, &s.path("served/big.bin"));
+    let doc = json(&out);
+    let resumed = num(&doc, "/copy/resumed_bytes") as u64;
+    assert_eq!(resumed, durable as u64 * 1024 * 1024, "every durable chunk resumed");
+    // Exactly the rest went for the first time (a probe timeout may resend some of it).
+    let first_time = num(&doc, "/copy/payload_bytes") as u64 - num(&doc, "/copy/resent_bytes") as u64;
+    assert_eq!(first_time, 48 * 1024 * 1024 - resumed);
+    assert!(!s.path("served/big.bin.part").exists());
+    assert!(!journal.exists());
+}
+
+#[test]
+fn a_pull_killed_midway_resumes_from_the_local_journal() {
+    let s = Scratch::new("pullresume");
+    let server = s.serve();
+    let source = s.file("served/big.bin", 40 * 1024 * 1024, 5);
+    let local = s.path("got/big.bin");
+    std::fs::create_dir_all(local.parent().unwrap()).unwrap();
+    let journal = s.path("got/big.bin.part.journal");
+    let mut client = command()
+        .args(["copy", "-p", &server.port.to_string(), "--key", &s.key(), "-q", "--rate", "100M"])
+        .arg(remote("big.bin"))
+        .arg(&local)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_journal(&journal, 6);
+    client.kill().unwrap();
+    client.wait().unwrap();
+    // Cut the journal's last line short, as a crash while appending would.
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let cut = text.len() - 20;
+    std::fs::write(&journal, &text[..cut]).unwrap();
+    let whole_lines = text[..cut].matches('\n').count() - 1;
+    let out = copy(&server, &s.key(), &[&remote("big.bin"), local.to_str().unwrap(), "--json", "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cut short"), "{}", stderr(&out));
+    same_bytes(&source, &local);
+    assert_eq!(
+        num(&json(&out), "/copy/resumed_bytes") as u64,
+        whole_lines as u64 * 1024 * 1024
+    );
+}
+
+#[test]
+fn hostile_names_are_refused_nothing_is_written_outside_and_the_server_serves_on() {
+    let s = Scratch::new("hostile");
+    let server = s.serve();
+    let source = s.file("src/x.bin", 100_000, 3);
+    let outside = s.path("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let secret = s.file("outside/secret", 1000, 4);
+    std::os::unix::fs::symlink(&outside, s.path("served/link")).unwrap();
+    std::os::unix::fs::symlink(&secret, s.path("served/secret-link")).unwrap();
+    let absolute_outside = outside.join("x.bin").display().to_string();
+    for (dest, says) in [
+        ("../x.bin", "'..'"),
+        ("a/../../x.bin", "'..'"),
+        (absolute_outside.as_str(), "outside"),
+        ("link/x.bin", "symbolic link"),
+        ("secret-link", "not a regular file"),
+    ] {
+        let out = copy(&server, &s.key(), &[source.to_str().unwrap(), &remote(dest), "-q"]);
+        assert_eq!(out.status.code(), Some(1), "{dest}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{dest}: {}", stderr(&out));
+        assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+    }
+    for (from, says) in [("link/secret", "symbolic link"), ("secret-link", "symbolic link"), ("../outside/secret", "'..'")] {
+        let out = copy(&server, &s.key(), &[&remote(from), s.path("stolen").to_str().unwrap(), "-q"]);
+        assert_eq!(out.status.code(), Some(1), "{from}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{from}: {}", stderr(&out));
+        assert!(!s.path("stolen").exists());
+    }
+    // Nothing reached the outside directory, and the secret is untouched.
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
+    assert_eq!(std::fs::read(&secret).unwrap().len(), 1000);
+    assert!(server.log().contains("refused"), "{}", server.log());
+    // A wrong key: refused, told as a key problem.
+    std::fs::write(s.path("other.key"), "not the server's key at all, 32b\n").unwrap();
+    let other = s.path("other.key").display().to_string();
+    let out = copy(&server, &other, &[source.to_str().unwrap(), &remote("y.bin"), "-q"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("key"), "{}", stderr(&out));
+    assert!(!s.path("served/y.bin").exists());
+    // The server still serves.
+    let out = copy(&server, &s.key(), &[source.to_str().unwrap(), &remote("ok.bin"), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    same_bytes(&source, &s.path("served/ok.bin"));
+}
+
+#[test]
+fn user_mistakes_are_one_line_and_exit_2() {
+    let s = Scratch::new("usage");
+    let source = s.file("src/x.bin", 10, 1);
+    for (args, names) in [
+        (vec!["copy", "a", "b", "--key", &s.key()], "one of SOURCE and DESTINATION must be HOST:PATH"),
+        (vec!["copy", "h:a", "h:b", "--key", &s.key()], "must be a local path"),
+        (vec!["copy", "/nonexistent/x", "h:b", "--key", &s.key()], "'/nonexistent/x'"),
+        (vec!["copy", source.to_str().unwrap(), "h:b"], "--key"),
+        (vec!["copy", source.to_str().unwrap(), "h:b", "--key", &s.key(), "--chunk", "3M"], "'3M'"),
+        (vec!["serve", "--files", &s.served()], "--key"),
+        (vec!["disk", "/nonexistent"], "'/nonexistent'"),
+    ] {
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(names), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out).trim().lines().count(), 1, "{args:?}: {}", stderr(&out));
+    }
+    // A server without --files answers a copy with why.
+    let plain = ServeProcess::start(&["--key", &s.key()]);
+    let out = copy(&plain, &s.key(), &[source.to_str().unwrap(), &remote("x"), "-q"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("serves no files"), "{}", stderr(&out));
+}
+
+/// The server's UDP ports (its copy sessions' sockets), from the kernel's table.
+fn udp_ports_of(pid: u32) -> Vec<u16> {
+    let mut inodes = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+        if let Ok(target) = std::fs::read_link(fd.path()) {
+            if let Some(inode) = target.to_str().and_then(|t| t.strip_prefix("socket:[")) {
+                inodes.push(inode.trim_end_matches(']').to_string());
+            }
+        }
+    }
+    let mut ports = Vec::new();
+    for table in ["/proc/net/udp", "/proc/net/udp6"] {
+        for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() > 9 && inodes.iter().any(|i| i == fields[9]) {
+                let port = fields[1].rsplit(':').next().unwrap();
+                ports.push(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
+    }
+    ports
+}
+
+#[test]
+fn datagrams_from_another_address_or_forged_change_nothing() {
+    let s = Scratch::new("forged");
+    let server = s.serve();
+    let source = s.file("src/f.bin", 24 * 1024 * 1024, 9);
+    let mut client = slow_push(&server, &s, &source, "f.bin");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ports = loop {
+        let ports = udp_ports_of(server.pid());
+        if !ports.is_empty() {
+            break ports;
+        }
+        assert!(Instant::now() < deadline, "no copy session socket");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // From another socket (another source port): well-formed data headers claiming
+    // offsets in the file, ACK-typed datagrams, hellos and garbage.
+    let attacker = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut sent = 0;
+    for i in 0u64..3000 {
+        let mut datagram = vec![0u8; 1472];
+        datagram[0] = (i % 4) as u8;
+        datagram[2..4].copy_from_slice(&1440u16.to_be_bytes());
+        datagram[16..24].copy_from_slice(&i.to_be_bytes());
+        datagram[24..32].copy_from_slice(&((i % 24) * 1_048_576).to_be_bytes());
+        for port in &ports {
+            if attacker.send_to(&datagram, ("127.0.0.1", *port)).is_ok() {
+                sent += 1;
+            }
+        }
+    }
+    assert!(sent > 0);
+    let status = client.wait().unwrap();
+    assert!(status.success());
+    same_bytes(&source, &s.path("served/f.bin"));
+}
+
+#[test]
+fn a_full_disk_stops_the_copy_with_a_clear_message_and_the_server_serves_on() {
+    if !is_root() {
+        skip("a_full_disk_stops_the_copy", "needs root to mount a small tmpfs");
+        return;
+    }
+    let s = Scratch::new("full");
+    let small = s.path("served");
+    run("mount", &["-t", "tmpfs", "-o", "size=8m", "tmpfs", small.to_str().unwrap()]);
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(small.clone());
+    let server = s.serve();
+    let big = s.file("src/big.bin", 20 * 1024 * 1024, 1);
+    let out = copy(&server, &s.key(), &[big.to_str().unwrap(), &remote("big.bin"), "-q"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no space left on"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("kept to resume"), "{}", stderr(&out));
+    // The server serves the next copy, which fits.
+    let fits = s.file("src/fits.bin", 1024 * 1024, 2);
+    std::fs::remove_file(small.join("big.bin.part")).ok();
+    let out = copy(&server, &s.key(), &[fits.to_str().unwrap(), &remote("fits.bin"), "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    same_bytes(&fits, &small.join("fits.bin"));
+    let _ = std::io::stderr().flush();
+}
+
+#[test]
+fn disk_measures_a_directory() {
+    let s = Scratch::new("disk");
+    let out = linerate(&["disk", s.root.to_str().unwrap(), "--size", "32M", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(num(&doc, "/bytes") as u64, 32 * 1024 * 1024);
+    assert!(num(&doc, "/write_bps") > 0.0 && num(&doc, "/read_bps") > 0.0);
+    // Its scratch file is gone.
+    assert_eq!(std::fs::read_dir(&s.root).unwrap().count(), 3);
+}
