@@ -629,6 +629,10 @@ pub struct CopyArgs {
     /// The largest datagram payload, below what the path MTU allows [bytes]
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(64..=65_000))]
     pub block: Option<u32>,
+    /// Send datagrams without a UDP checksum (IPv4, pushes): the chunk hashes alone catch
+    /// corruption, and a host without checksum offload saves the software sum
+    #[arg(long)]
+    pub no_udp_checksum: bool,
     /// Print where the time went on both ends and what limited the copy
     #[arg(long)]
     pub diagnose: bool,

@@ -7,6 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use linerate_report::document::Document;
+use linerate_report::text;
+use linerate_report::units::Scale;
 use linerate_transfer::client::{self, CopyEvents, CopyOptions, CopySummary, Direction, Endpoint};
 use linerate_transfer::diagnosis::{diagnose, Diagnosis};
 use linerate_transfer::rate::RateConfig;
@@ -37,6 +40,7 @@ fn options(args: &CopyArgs) -> Result<CopyOptions, anyhow::Error> {
         null: args.null,
         recursive: args.recursive,
         block_cap: args.block,
+        no_checksum: args.no_udp_checksum,
     })
 }
 
@@ -148,7 +152,7 @@ pub fn copy(args: &CopyArgs, storage: &keep::Storage) -> Outcome {
     if args.json {
         println!("{}", document.to_json().map_err(|e| anyhow!(e))?);
     } else {
-        print_summary(&summary, &diagnosis, args.diagnose);
+        print_summary(&summary, &document, &diagnosis, args.diagnose);
     }
     if let Some(mut store) = store {
         let json = document.to_json().map_err(|e| anyhow!(e))?;
@@ -190,20 +194,10 @@ pub fn overall(summary: &CopySummary, fixed_rate: bool) -> Diagnosis {
     diagnose(&total, summary.direction == Direction::Push, fixed_rate)
 }
 
-fn print_summary(summary: &CopySummary, diagnosis: &Diagnosis, detail: bool) {
+fn print_summary(summary: &CopySummary, document: &Document, diagnosis: &Diagnosis, detail: bool) {
     let bytes: u64 = summary.files.iter().map(|f| f.outcome.bytes).sum();
     let resumed: u64 = summary.files.iter().map(|f| f.outcome.resumed_bytes).sum();
-    let payload: u64 = summary.files.iter().map(|f| f.outcome.payload_bytes).sum();
-    let resent: u64 = summary.files.iter().map(|f| f.outcome.resent_bytes).sum();
-    let refetched: u64 = summary
-        .files
-        .iter()
-        .map(|f| f.outcome.refetched_chunks)
-        .sum();
-    if summary.files.len() == 1 {
-        let file = &summary.files[0];
-        println!("{} -> {}", file.source, file.destination);
-    } else {
+    if summary.files.len() > 1 {
         for file in &summary.files {
             println!(
                 "{} -> {}  {} bytes in {:.2} s",
@@ -211,45 +205,11 @@ fn print_summary(summary: &CopySummary, diagnosis: &Diagnosis, detail: bool) {
             );
         }
     }
-    let goodput = (bytes - resumed) as f64 * 8.0 / summary.wall_s.max(1e-9);
-    println!(
-        "Copied {} file{}, {} bytes in {:.2} s: {} goodput{}",
-        summary.files.len(),
-        if summary.files.len() == 1 { "" } else { "s" },
-        bytes,
-        summary.wall_s,
-        rate_text(goodput),
-        if resumed > 0 {
-            format!(" ({resumed} bytes were already there)")
-        } else {
-            String::new()
-        }
-    );
-    let side = if summary.direction == Direction::Push {
-        "sent"
-    } else {
-        "received"
-    };
-    println!(
-        "Datagrams: {} payload bytes {side}, {} again ({:.3} %); {} chunk{} failed its hash and came again",
-        payload,
-        resent,
-        if payload > 0 {
-            resent as f64 * 100.0 / payload as f64
-        } else {
-            0.0
-        },
-        refetched,
-        if refetched == 1 { "" } else { "s" }
-    );
-    if let Some(root) = summary.files.first().map(|f| &f.outcome.root) {
-        if summary.files.len() == 1 {
-            println!("BLAKE3 root {root} (verified by both ends)");
-        } else {
-            println!("Every file's BLAKE3 root verified by both ends");
+    if let Document::Test(report) = document {
+        if let Some(copy) = &report.copy {
+            print!("{}", text::render_copy(copy, Scale::Adaptive));
         }
     }
-    println!("Diagnosis: {}", diagnosis.sentence);
     if detail {
         let wall = diagnosis.wall_s.max(1e-9);
         let share = |s: f64| s * 100.0 / wall;

@@ -102,6 +102,11 @@ pub fn document(
             .iter()
             .map(|f| f.outcome.refetched_chunks)
             .sum(),
+        corrupted_datagrams: summary
+            .files
+            .iter()
+            .map(|f| f.outcome.local.corrupted_datagrams + f.outcome.remote.corrupted_datagrams)
+            .sum(),
         root: match summary.files.as_slice() {
             [one] => Some(one.outcome.root.clone()),
             _ => None,

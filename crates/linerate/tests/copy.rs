@@ -66,7 +66,13 @@ impl Drop for Scratch {
 
 fn same_bytes(a: &Path, b: &Path) {
     let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
-    assert_eq!(x.len(), y.len(), "{} and {} differ in length", a.display(), b.display());
+    assert_eq!(
+        x.len(),
+        y.len(),
+        "{} and {} differ in length",
+        a.display(),
+        b.display()
+    );
     assert!(x == y, "{} and {} differ", a.display(), b.display());
 }
 
@@ -87,7 +93,11 @@ fn a_file_pushed_and_pulled_arrives_byte_for_byte_and_is_kept_as_a_run() {
     let server = s.serve();
     // Not a multiple of the chunk or the block: the short last block and chunk count.
     let source = s.file("src/data.bin", 5 * 1024 * 1024 + 12_345, 7);
-    let out = copy(&server, &s.key(), &[source.to_str().unwrap(), &remote("in/"), "--json", "-q"]);
+    let out = copy(
+        &server,
+        &s.key(),
+        &[source.to_str().unwrap(), &remote("in/"), "--json", "-q"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     same_bytes(&source, &s.path("served/in/data.bin"));
     let doc = json(&out);
@@ -102,7 +112,11 @@ fn a_file_pushed_and_pulled_arrives_byte_for_byte_and_is_kept_as_a_run() {
 
     // Pull it back under another name, into a directory that does not exist yet.
     let back = s.path("back/copy.bin");
-    let out = copy(&server, &s.key(), &[&remote("in/data.bin"), back.to_str().unwrap(), "-q"]);
+    let out = copy(
+        &server,
+        &s.key(),
+        &[&remote("in/data.bin"), back.to_str().unwrap(), "-q"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     same_bytes(&source, &back);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -124,10 +138,18 @@ fn a_tree_is_copied_with_r_and_refused_without_it() {
     let b = s.file("src/tree/sub/b.bin", 2_000_000, 2);
     let empty = s.file("src/tree/sub/deeper/empty", 0, 3);
     let tree = s.path("src/tree");
-    let out = copy(&server, &s.key(), &[tree.to_str().unwrap(), &remote(""), "-q"]);
+    let out = copy(
+        &server,
+        &s.key(),
+        &[tree.to_str().unwrap(), &remote(""), "-q"],
+    );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("-r"), "{}", stderr(&out));
-    let out = copy(&server, &s.key(), &["-r", tree.to_str().unwrap(), &remote(""), "-q"]);
+    let out = copy(
+        &server,
+        &s.key(),
+        &["-r", tree.to_str().unwrap(), &remote(""), "-q"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     same_bytes(&a, &s.path("served/tree/a.bin"));
     same_bytes(&b, &s.path("served/tree/sub/b.bin"));
@@ -135,7 +157,11 @@ fn a_tree_is_copied_with_r_and_refused_without_it() {
     // And the whole tree back.
     let back = s.path("back");
     std::fs::create_dir_all(&back).unwrap();
-    let out = copy(&server, &s.key(), &["-r", &remote("tree"), back.to_str().unwrap(), "-q"]);
+    let out = copy(
+        &server,
+        &s.key(),
+        &["-r", &remote("tree"), back.to_str().unwrap(), "-q"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     same_bytes(&b, &s.path("back/tree/sub/b.bin"));
     same_bytes(&empty, &s.path("back/tree/sub/deeper/empty"));
@@ -144,7 +170,16 @@ fn a_tree_is_copied_with_r_and_refused_without_it() {
 /// Starts a push at a fixed rate in the background.
 fn slow_push(server: &ServeProcess, s: &Scratch, source: &Path, dest: &str) -> std::process::Child {
     command()
-        .args(["copy", "-p", &server.port.to_string(), "--key", &s.key(), "-q", "--rate", "100M"])
+        .args([
+            "copy",
+            "-p",
+            &server.port.to_string(),
+            "--key",
+            &s.key(),
+            "-q",
+            "--rate",
+            "100M",
+        ])
         .arg(source)
         .arg(remote(dest))
         .stdout(Stdio::null())
@@ -161,7 +196,10 @@ fn journal_lines(path: &Path) -> usize {
 fn wait_for_journal(path: &Path, lines: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while journal_lines(path) < lines {
-        assert!(Instant::now() < deadline, "the journal never reached {lines} lines");
+        assert!(
+            Instant::now() < deadline,
+            "the journal never reached {lines} lines"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -179,7 +217,11 @@ fn kill_9_of_the_client_then_of_the_server_and_the_copy_resumes() {
     client.wait().unwrap();
     let durable = journal_lines(&journal) - 1;
     // The server sees the control connection close and lets the file go at once.
-    assert!(server.wait_log("failed", Duration::from_secs(10)), "{}", server.log());
+    assert!(
+        server.wait_log("failed", Duration::from_secs(10)),
+        "{}",
+        server.log()
+    );
     // Run again, slowly, and kill the server this time.
     let mut client = slow_push(&server, &s, &source, "big.bin");
     wait_for_journal(&journal, durable + 1 + 8);
@@ -190,14 +232,23 @@ fn kill_9_of_the_client_then_of_the_server_and_the_copy_resumes() {
     assert!(durable >= 16);
     // A new server; the third run finishes, sending only what was not durable.
     let server = s.serve();
-    let out = copy(&server, &s.key(), &[source.to_str().unwrap(), &remote("big.bin"), "--json", "-q"]);
+    let out = copy(
+        &server,
+        &s.key(),
+        &[source.to_str().unwrap(), &remote("big.bin"), "--json", "-q"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     same_bytes(&source, &s.path("served/big.bin"));
     let doc = json(&out);
     let resumed = num(&doc, "/copy/resumed_bytes") as u64;
-    assert_eq!(resumed, durable as u64 * 1024 * 1024, "every durable chunk resumed");
+    assert_eq!(
+        resumed,
+        durable as u64 * 1024 * 1024,
+        "every durable chunk resumed"
+    );
     // Exactly the rest went for the first time (a probe timeout may resend some of it).
-    let first_time = num(&doc, "/copy/payload_bytes") as u64 - num(&doc, "/copy/resent_bytes") as u64;
+    let first_time =
+        num(&doc, "/copy/payload_bytes") as u64 - num(&doc, "/copy/resent_bytes") as u64;
     assert_eq!(first_time, 48 * 1024 * 1024 - resumed);
     assert!(!s.path("served/big.bin.part").exists());
     assert!(!journal.exists());
@@ -212,7 +263,16 @@ fn a_pull_killed_midway_resumes_from_the_local_journal() {
     std::fs::create_dir_all(local.parent().unwrap()).unwrap();
     let journal = s.path("got/big.bin.part.journal");
     let mut client = command()
-        .args(["copy", "-p", &server.port.to_string(), "--key", &s.key(), "-q", "--rate", "100M"])
+        .args([
+            "copy",
+            "-p",
+            &server.port.to_string(),
+            "--key",
+            &s.key(),
+            "-q",
+            "--rate",
+            "100M",
+        ])
         .arg(remote("big.bin"))
         .arg(&local)
         .stdout(Stdio::null())
@@ -227,7 +287,11 @@ fn a_pull_killed_midway_resumes_from_the_local_journal() {
     let cut = text.len() - 20;
     std::fs::write(&journal, &text[..cut]).unwrap();
     let whole_lines = text[..cut].matches('\n').count() - 1;
-    let out = copy(&server, &s.key(), &[&remote("big.bin"), local.to_str().unwrap(), "--json", "-q"]);
+    let out = copy(
+        &server,
+        &s.key(),
+        &[&remote("big.bin"), local.to_str().unwrap(), "--json", "-q"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("cut short"), "{}", stderr(&out));
     same_bytes(&source, &local);
@@ -255,13 +319,25 @@ fn hostile_names_are_refused_nothing_is_written_outside_and_the_server_serves_on
         ("link/x.bin", "symbolic link"),
         ("secret-link", "not a regular file"),
     ] {
-        let out = copy(&server, &s.key(), &[source.to_str().unwrap(), &remote(dest), "-q"]);
+        let out = copy(
+            &server,
+            &s.key(),
+            &[source.to_str().unwrap(), &remote(dest), "-q"],
+        );
         assert_eq!(out.status.code(), Some(1), "{dest}: {}", stderr(&out));
         assert!(stderr(&out).contains(says), "{dest}: {}", stderr(&out));
         assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
     }
-    for (from, says) in [("link/secret", "symbolic link"), ("secret-link", "symbolic link"), ("../outside/secret", "'..'")] {
-        let out = copy(&server, &s.key(), &[&remote(from), s.path("stolen").to_str().unwrap(), "-q"]);
+    for (from, says) in [
+        ("link/secret", "symbolic link"),
+        ("secret-link", "symbolic link"),
+        ("../outside/secret", "'..'"),
+    ] {
+        let out = copy(
+            &server,
+            &s.key(),
+            &[&remote(from), s.path("stolen").to_str().unwrap(), "-q"],
+        );
         assert_eq!(out.status.code(), Some(1), "{from}: {}", stderr(&out));
         assert!(stderr(&out).contains(says), "{from}: {}", stderr(&out));
         assert!(!s.path("stolen").exists());
@@ -273,12 +349,20 @@ fn hostile_names_are_refused_nothing_is_written_outside_and_the_server_serves_on
     // A wrong key: refused, told as a key problem.
     std::fs::write(s.path("other.key"), "not the server's key at all, 32b\n").unwrap();
     let other = s.path("other.key").display().to_string();
-    let out = copy(&server, &other, &[source.to_str().unwrap(), &remote("y.bin"), "-q"]);
+    let out = copy(
+        &server,
+        &other,
+        &[source.to_str().unwrap(), &remote("y.bin"), "-q"],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("key"), "{}", stderr(&out));
     assert!(!s.path("served/y.bin").exists());
     // The server still serves.
-    let out = copy(&server, &s.key(), &[source.to_str().unwrap(), &remote("ok.bin"), "-q"]);
+    let out = copy(
+        &server,
+        &s.key(),
+        &[source.to_str().unwrap(), &remote("ok.bin"), "-q"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     same_bytes(&source, &s.path("served/ok.bin"));
 }
@@ -288,22 +372,51 @@ fn user_mistakes_are_one_line_and_exit_2() {
     let s = Scratch::new("usage");
     let source = s.file("src/x.bin", 10, 1);
     for (args, names) in [
-        (vec!["copy", "a", "b", "--key", &s.key()], "one of SOURCE and DESTINATION must be HOST:PATH"),
-        (vec!["copy", "h:a", "h:b", "--key", &s.key()], "must be a local path"),
-        (vec!["copy", "/nonexistent/x", "h:b", "--key", &s.key()], "'/nonexistent/x'"),
+        (
+            vec!["copy", "a", "b", "--key", &s.key()],
+            "one of SOURCE and DESTINATION must be HOST:PATH",
+        ),
+        (
+            vec!["copy", "h:a", "h:b", "--key", &s.key()],
+            "must be a local path",
+        ),
+        (
+            vec!["copy", "/nonexistent/x", "h:b", "--key", &s.key()],
+            "'/nonexistent/x'",
+        ),
         (vec!["copy", source.to_str().unwrap(), "h:b"], "--key"),
-        (vec!["copy", source.to_str().unwrap(), "h:b", "--key", &s.key(), "--chunk", "3M"], "'3M'"),
+        (
+            vec![
+                "copy",
+                source.to_str().unwrap(),
+                "h:b",
+                "--key",
+                &s.key(),
+                "--chunk",
+                "3M",
+            ],
+            "'3M'",
+        ),
         (vec!["serve", "--files", &s.served()], "--key"),
         (vec!["disk", "/nonexistent"], "'/nonexistent'"),
     ] {
         let out = linerate(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(names), "{args:?}: {}", stderr(&out));
-        assert_eq!(stderr(&out).trim().lines().count(), 1, "{args:?}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out).trim().lines().count(),
+            1,
+            "{args:?}: {}",
+            stderr(&out)
+        );
     }
     // A server without --files answers a copy with why.
     let plain = ServeProcess::start(&["--key", &s.key()]);
-    let out = copy(&plain, &s.key(), &[source.to_str().unwrap(), &remote("x"), "-q"]);
+    let out = copy(
+        &plain,
+        &s.key(),
+        &[source.to_str().unwrap(), &remote("x"), "-q"],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("serves no files"), "{}", stderr(&out));
 }
@@ -311,7 +424,10 @@ fn user_mistakes_are_one_line_and_exit_2() {
 /// The server's UDP ports (its copy sessions' sockets), from the kernel's table.
 fn udp_ports_of(pid: u32) -> Vec<u16> {
     let mut inodes = Vec::new();
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
         if let Ok(target) = std::fs::read_link(fd.path()) {
             if let Some(inode) = target.to_str().and_then(|t| t.strip_prefix("socket:[")) {
                 inodes.push(inode.trim_end_matches(']').to_string());
@@ -320,7 +436,11 @@ fn udp_ports_of(pid: u32) -> Vec<u16> {
     }
     let mut ports = Vec::new();
     for table in ["/proc/net/udp", "/proc/net/udp6"] {
-        for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
+        for line in std::fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+        {
             let fields: Vec<&str> = line.split_whitespace().collect();
             if fields.len() > 9 && inodes.iter().any(|i| i == fields[9]) {
                 let port = fields[1].rsplit(':').next().unwrap();
@@ -371,12 +491,25 @@ fn datagrams_from_another_address_or_forged_change_nothing() {
 #[test]
 fn a_full_disk_stops_the_copy_with_a_clear_message_and_the_server_serves_on() {
     if !is_root() {
-        skip("a_full_disk_stops_the_copy", "needs root to mount a small tmpfs");
+        skip(
+            "a_full_disk_stops_the_copy",
+            "needs root to mount a small tmpfs",
+        );
         return;
     }
     let s = Scratch::new("full");
     let small = s.path("served");
-    run("mount", &["-t", "tmpfs", "-o", "size=8m", "tmpfs", small.to_str().unwrap()]);
+    run(
+        "mount",
+        &[
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=8m",
+            "tmpfs",
+            small.to_str().unwrap(),
+        ],
+    );
     struct Unmount(PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
@@ -386,14 +519,26 @@ fn a_full_disk_stops_the_copy_with_a_clear_message_and_the_server_serves_on() {
     let _unmount = Unmount(small.clone());
     let server = s.serve();
     let big = s.file("src/big.bin", 20 * 1024 * 1024, 1);
-    let out = copy(&server, &s.key(), &[big.to_str().unwrap(), &remote("big.bin"), "-q"]);
+    let out = copy(
+        &server,
+        &s.key(),
+        &[big.to_str().unwrap(), &remote("big.bin"), "-q"],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("no space left on"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no space left on"),
+        "{}",
+        stderr(&out)
+    );
     assert!(stderr(&out).contains("kept to resume"), "{}", stderr(&out));
     // The server serves the next copy, which fits.
     let fits = s.file("src/fits.bin", 1024 * 1024, 2);
     std::fs::remove_file(small.join("big.bin.part")).ok();
-    let out = copy(&server, &s.key(), &[fits.to_str().unwrap(), &remote("fits.bin"), "-q"]);
+    let out = copy(
+        &server,
+        &s.key(),
+        &[fits.to_str().unwrap(), &remote("fits.bin"), "-q"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     same_bytes(&fits, &small.join("fits.bin"));
     let _ = std::io::stderr().flush();

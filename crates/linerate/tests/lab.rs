@@ -691,3 +691,139 @@ fn bad_paths_and_interfaces_are_one_line_errors() {
         stderr(&enslaved)
     );
 }
+
+/// A scratch directory for a lab copy: a key, a seeded source file, the served directory.
+fn copy_scratch(tag: &str, len: usize) -> (std::path::PathBuf, std::path::PathBuf) {
+    let root = std::env::temp_dir().join(format!("linerate-labcopy-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("served")).unwrap();
+    std::fs::write(root.join("key"), "the lab copy test's key, 32 bytes\n").unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut bytes = vec![0u8; len];
+    for chunk in bytes.chunks_mut(8) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
+    }
+    let source = root.join("source.bin");
+    std::fs::write(&source, &bytes).unwrap();
+    (root, source)
+}
+
+fn assert_same_file(a: &std::path::Path, b: &std::path::Path) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert!(x == y, "{} and {} differ", a.display(), b.display());
+}
+
+#[test]
+fn a_copy_over_a_long_lossy_path_arrives_intact_resending_only_the_losses() {
+    let test = "a_copy_over_a_long_lossy_path_arrives_intact_resending_only_the_losses";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("copy");
+    let _guard = LabGuard(name.clone());
+    let (root, source) = copy_scratch("loss", 48 << 20);
+    let key = root.join("key").display().to_string();
+    let serve_args = format!("--files {} --key {key}", root.join("served").display());
+    let doc = lab_run_json(
+        &name,
+        &[
+            "--rtt",
+            "100ms",
+            "--loss",
+            "1%",
+            "--rate",
+            "200M",
+            "--serve-args",
+            &serve_args,
+        ],
+        &[
+            "copy",
+            source.to_str().unwrap(),
+            "server:got.bin",
+            "--key",
+            &key,
+            "-q",
+        ],
+    );
+    assert_same_file(&source, &root.join("served/got.bin"));
+    // The reference: what the emulator dropped of the datagrams the sender sent.
+    let status = emulator_status(&name);
+    let dropped = forward(&status, "lost") / forward(&status, "arrived");
+    let resent = num(&doc, "/copy/resent_bytes") / num(&doc, "/copy/payload_bytes");
+    assert!(
+        resent <= dropped + 0.005,
+        "resent {:.4} of the bytes for a path that dropped {:.4}",
+        resent,
+        dropped
+    );
+    assert!(
+        resent >= dropped * 0.7,
+        "resent {resent:.4}, dropped {dropped:.4}"
+    );
+    assert_eq!(num(&doc, "/copy/refetched_chunks"), 0.0);
+    // Far ahead of what TCP CUBIC's loss law allows here (1.22 MSS / (RTT sqrt(p)),
+    // 1.4 Mbit/s), and within the shaper's rate.
+    let goodput = num(&doc, "/copy/goodput_bps");
+    assert!(
+        goodput > 20.0 * 1.4e6 && goodput < 200e6,
+        "goodput {goodput:.0}"
+    );
+    assert!(doc["copy"]["diagnosis"]
+        .as_str()
+        .unwrap()
+        .contains("limited by"));
+    let _ = std::fs::remove_dir_all(root);
+}
+
+#[test]
+fn a_copy_through_corruption_arrives_intact_and_counts_every_corrupted_datagram() {
+    let test = "a_copy_through_corruption_arrives_intact_and_counts_every_corrupted_datagram";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("ccor");
+    let _guard = LabGuard(name.clone());
+    let (root, source) = copy_scratch("corrupt", 24 << 20);
+    let key = root.join("key").display().to_string();
+    let serve_args = format!("--files {} --key {key}", root.join("served").display());
+    // Without the UDP checksum every flipped bit reaches linerate's own checks.
+    let doc = lab_run_json(
+        &name,
+        &[
+            "--rtt",
+            "10ms",
+            "--corrupt",
+            "1%",
+            "--rate",
+            "200M",
+            "--serve-args",
+            &serve_args,
+        ],
+        &[
+            "copy",
+            source.to_str().unwrap(),
+            "10.77.0.2:got.bin",
+            "--no-udp-checksum",
+            "--key",
+            &key,
+            "-q",
+        ],
+    );
+    assert_same_file(&source, &root.join("served/got.bin"));
+    let status = emulator_status(&name);
+    let corrupted = forward(&status, "corrupted");
+    let caught = num(&doc, "/copy/corrupted_datagrams");
+    assert!(corrupted > 50.0, "the emulator corrupted {corrupted}");
+    // Every corrupted frame was a datagram of the copy (the client sends nothing else but
+    // its hello), and every one was caught.
+    assert!(
+        (caught - corrupted).abs() <= 2.0,
+        "caught {caught} of {corrupted} corrupted datagrams"
+    );
+    let _ = std::fs::remove_dir_all(root);
+}

@@ -353,6 +353,9 @@ pub struct CopyReport {
     pub resent_bytes: u64,
     /// Chunks whose BLAKE3 failed at the receiver and were fetched again.
     pub refetched_chunks: u64,
+    /// Datagrams the receiver dropped for a payload CRC that did not match.
+    #[serde(default)]
+    pub corrupted_datagrams: u64,
     /// The file's BLAKE3 root both ends agreed on (one file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,

@@ -489,7 +489,7 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
     );
     let _ = writeln!(
         out,
-        "Datagrams: {} payload bytes, {} again ({:.3} %); {} chunk{} failed its hash and came again",
+        "Datagrams: {} payload bytes, {} again ({:.3} %), {} corrupted on the way; {} chunk{} failed its hash and came again",
         copy.payload_bytes,
         copy.resent_bytes,
         if copy.payload_bytes > 0 {
@@ -497,6 +497,7 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
         } else {
             0.0
         },
+        copy.corrupted_datagrams,
         copy.refetched_chunks,
         if copy.refetched_chunks == 1 { "" } else { "s" }
     );

@@ -31,6 +31,10 @@ pub struct EndStats {
     pub cpu_s: f64,
     /// Seconds of the transfer's wall time.
     pub wall_s: f64,
+    /// Datagrams the receiver dropped for a payload CRC that did not match (corrupted on
+    /// the way); 0 from a sender.
+    #[serde(default)]
+    pub corrupted_datagrams: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,7 +127,11 @@ impl Control {
                 rate_bps,
                 max_rate_bps,
             } => {
-                if [rate_bps, max_rate_bps].into_iter().flatten().any(|&r| r == 0) {
+                if [rate_bps, max_rate_bps]
+                    .into_iter()
+                    .flatten()
+                    .any(|&r| r == 0)
+                {
                     return Err(Invalid("a rate of 0".into()));
                 }
                 too_long("path", path, crate::confine::MAX_NAME)

@@ -180,11 +180,13 @@ mod tests {
                 disk_busy_s: 1.0,
                 cpu_s: 3.0,
                 wall_s: 10.0,
+                ..EndStats::default()
             },
             remote: EndStats {
                 disk_busy_s: receiver_disk,
                 cpu_s: 2.0,
                 wall_s: 10.0,
+                ..EndStats::default()
             },
             waits,
             ..FileOutcome::default()

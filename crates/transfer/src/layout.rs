@@ -78,7 +78,7 @@ impl Layout {
         }
         let chunk = offset / self.chunk;
         let within = offset % self.chunk;
-        if within % u64::from(self.block) != 0 {
+        if !within.is_multiple_of(u64::from(self.block)) {
             return None;
         }
         let index_in_chunk = within / u64::from(self.block);

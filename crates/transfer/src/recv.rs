@@ -364,6 +364,7 @@ impl Writer {
 }
 
 /// Receives one offered file into a prepared target; the `accept` has been sent.
+#[allow(clippy::too_many_arguments)]
 pub fn receive_file(
     channel: &mut Channel,
     session: &Session,
@@ -401,6 +402,7 @@ pub fn receive_file(
     };
     let stop = Arc::new(AtomicBool::new(false));
     let sink = channel.sink();
+    let mut corrupted = 0u64;
     let outcome = std::thread::scope(|scope| {
         let writer_thread = std::thread::Builder::new()
             .name("copy-writer".into())
@@ -445,6 +447,7 @@ pub fn receive_file(
             &clock,
             cancel,
             progress,
+            &mut corrupted,
         );
         drop(to_writer);
         let outcome = match result {
@@ -486,6 +489,7 @@ pub fn receive_file(
         disk_busy_s: busy_s,
         cpu_s: (sys::thread_cpu_ns() - cpu_start) as f64 / 1e9 + writer_cpu_s,
         wall_s: clock.now_ns() as f64 / 1e9,
+        corrupted_datagrams: corrupted,
     };
     let root_hex = journal::hash_hex(&root);
     sink.send(&Control::Done {
@@ -530,6 +534,7 @@ fn receive_loop(
     clock: &Clock,
     cancel: &AtomicBool,
     progress: &dyn Fn(Progress),
+    corrupted: &mut u64,
 ) -> Result<Option<WriterDone>, TransferError> {
     sys::tight_timer_slack();
     let layout = *receiver.layout();
@@ -548,9 +553,15 @@ fn receive_loop(
             .receive(session.fd())
             .map_err(|e| TransferError::Local(format!("cannot receive: {e}")))?;
         for i in 0..received {
-            let Ok(Datagram::Data { header, payload }) = wire::parse(batch.get(i), &session.key)
-            else {
-                continue;
+            let (header, payload) = match wire::parse(batch.get(i), &session.key) {
+                Ok(Datagram::Data { header, payload }) => (header, payload),
+                // The socket is connected to the sender: a data datagram whose header tag
+                // or payload CRC fails was damaged on the way.
+                Err(wire::WireError::Corrupt | wire::WireError::Tag) => {
+                    *corrupted += 1;
+                    continue;
+                }
+                _ => continue,
             };
             if header.session != session.id || header.file != file_index {
                 continue;
@@ -597,7 +608,7 @@ fn receive_loop(
                 }
             }
         }
-        while let Ok(event) = control.try_recv() {
+        if let Ok(event) = control.try_recv() {
             match event {
                 Ok(Control::Failed { message }) => return Err(TransferError::Remote(message)),
                 Ok(other) => {

@@ -180,6 +180,7 @@ pub fn send_file(
         disk_busy_s: looped.reader_busy_s,
         cpu_s: (sys::thread_cpu_ns() - cpu_start) as f64 / 1e9 + looped.reader_cpu_s,
         wall_s: clock.now_ns() as f64 / 1e9,
+        corrupted_datagrams: 0,
     };
     sink.send(&Control::Closed { stats })
         .map_err(|e| TransferError::Peer(format!("the control connection failed: {e}")))?;
@@ -242,6 +243,7 @@ fn send_loop(
     let mut last_resent = 0u64;
     let mut last_ack_ns = 0u64;
     let mut finished: Option<([u8; 32], EndStats)> = None;
+    let mut refetched = 0u64;
     let held_limit = layout.chunks();
     // A line of the rate model's state every 100 ms on stderr, for studying a path.
     let trace = std::env::var_os("LINERATE_COPY_TRACE").is_some();
@@ -293,7 +295,10 @@ fn send_loop(
         }
         while let Ok(message) = control.try_recv() {
             match message {
-                Ok(Control::Refetch { chunk }) if chunk < layout.chunks() => sender.refetch(chunk),
+                Ok(Control::Refetch { chunk }) if chunk < layout.chunks() => {
+                    refetched += 1;
+                    sender.refetch(chunk);
+                }
                 Ok(Control::Done { root, stats }) => {
                     let root = journal::parse_hash(&root).expect("validated");
                     finished = Some((root, stats));
@@ -336,6 +341,7 @@ fn send_loop(
                     remote,
                     waits,
                     timeline,
+                    refetched_chunks: refetched,
                     ..FileOutcome::default()
                 },
                 sender_root,
@@ -349,10 +355,11 @@ fn send_loop(
             .map_err(|e| TransferError::Local(format!("cannot receive: {e}")))?;
         for i in 0..received {
             if let Ok(Datagram::Ack(ack)) = wire::parse(acks.get(i), &session.key) {
-                if ack.session == session.id && ack.file == file_index {
-                    if sender.on_ack(now, &ack).is_ok() {
-                        last_ack_ns = now;
-                    }
+                if ack.session == session.id
+                    && ack.file == file_index
+                    && sender.on_ack(now, &ack).is_ok()
+                {
+                    last_ack_ns = now;
                 }
             }
         }
@@ -374,7 +381,7 @@ fn send_loop(
                         // Not in memory (verified meanwhile): nothing to resend.
                         continue;
                     };
-                    let _ = data;
+                    let start = (t.offset - chunk * layout.chunk) as usize;
                     let i = pending.len();
                     DataHeader {
                         file: file_index,
@@ -382,9 +389,9 @@ fn send_loop(
                         pn: t.pn,
                         offset: t.offset,
                         len: t.len as u16,
+                        crc: crc32fast::hash(&data[start..start + t.len as usize]),
                     }
-                    .encode(&mut headers[i]);
-                    let start = (t.offset - chunk * layout.chunk) as usize;
+                    .encode(&mut headers[i], &session.key);
                     pending.push((chunk, start, t.len as usize));
                 }
                 Poll::Wait { until, why } => {

@@ -111,6 +111,7 @@ pub fn path_mtu(socket: &Socket, ipv4: bool) -> io::Result<u32> {
 }
 
 /// Reusable arrays for `sendmmsg`: two iovecs (header, payload) a datagram.
+#[derive(Default)]
 pub struct SendBatch {
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
@@ -118,15 +119,6 @@ pub struct SendBatch {
 
 // SAFETY: the raw pointers only ever point into buffers of the call that filled them.
 unsafe impl Send for SendBatch {}
-
-impl Default for SendBatch {
-    fn default() -> Self {
-        SendBatch {
-            iovecs: Vec::new(),
-            headers: Vec::new(),
-        }
-    }
-}
 
 impl SendBatch {
     /// Sends every datagram (header then payload) on a connected socket, waiting for
@@ -473,4 +465,22 @@ pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     })?;
     // SAFETY: a descriptor the kernel just opened for us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sends this socket's IPv4 datagrams without a UDP checksum (SO_NO_CHECK): a host without
+/// checksum offload saves the software sum, and corruption on the way is left to the
+/// chunk hashes. IPv6 requires the checksum; the option is refused there.
+pub fn no_udp_checksum(socket: &Socket) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt with an int option on a live socket.
+    check(unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            (&on as *const libc::c_int).cast(),
+            4,
+        )
+    })
+    .map(|_| ())
 }

@@ -3,7 +3,8 @@
 //! where it is parsed, so the cores never see a length, count or range they did not allow.
 //!
 //! ```text
-//! data   type=1 | flags | len u16 | file u32 | session u64 | pn u64 | offset u64 | payload
+//! data   type=1 | flags | len u16 | file u32 | session u64 | pn u64 | offset u64
+//!        | crc32 u32 | tag 8 | payload
 //! ack    type=2 | 0 | ranges u16 | file u32 | session u64 | seq u64 | largest u64
 //!        | delay_us u32 | backlog u32 | window u64 | verified u64
 //!        | (gap u32, len u32) x ranges | mac 16
@@ -13,11 +14,17 @@
 //! Packet numbers (`pn`) grow by one per datagram sent, retransmissions included; the file
 //! offset travels beside them, so an ACK never has to say which copy of a block arrived.
 //! ACKs and hellos carry a 16-byte keyed BLAKE3 tag under the session's key: a forged one
-//! is dropped before it is read. Data carries no tag: the chunk hashes (sent over the
-//! authenticated control connection) decide whether bytes are kept.
+//! is dropped before it is read. A data datagram's header carries an 8-byte tag: a header
+//! forged or corrupted on the way is dropped, so no false packet number or offset reaches
+//! the receiver. Its payload carries a CRC-32: a datagram corrupted on the way (the UDP
+//! checksum off, or missing it) is dropped and counted, and comes again like a lost one.
+//! The CRC is no defence against a forger; the chunk hashes (sent over the authenticated
+//! control connection) decide which bytes are kept.
 
-/// Bytes before a data datagram's payload.
-pub const DATA_HEADER: usize = 32;
+/// Bytes before a data datagram's payload: 36 of fields, 8 of tag.
+pub const DATA_HEADER: usize = 44;
+/// Bytes of a data header's tag.
+const DATA_TAG: usize = 8;
 /// Bytes of an ACK before its ranges.
 pub const ACK_HEADER: usize = 56;
 /// Bytes of a tag.
@@ -43,10 +50,13 @@ pub struct DataHeader {
     pub pn: u64,
     pub offset: u64,
     pub len: u16,
+    /// CRC-32 (IEEE) of the payload.
+    pub crc: u32,
 }
 
 impl DataHeader {
-    pub fn encode(&self, out: &mut [u8; DATA_HEADER]) {
+    /// Encodes the header and its tag under the session's key.
+    pub fn encode(&self, out: &mut [u8; DATA_HEADER], key: &[u8; 32]) {
         out[0] = TYPE_DATA;
         out[1] = 0;
         out[2..4].copy_from_slice(&self.len.to_be_bytes());
@@ -54,6 +64,9 @@ impl DataHeader {
         out[8..16].copy_from_slice(&self.session.to_be_bytes());
         out[16..24].copy_from_slice(&self.pn.to_be_bytes());
         out[24..32].copy_from_slice(&self.offset.to_be_bytes());
+        out[32..36].copy_from_slice(&self.crc.to_be_bytes());
+        let tag = blake3::keyed_hash(key, &out[..DATA_HEADER - DATA_TAG]);
+        out[DATA_HEADER - DATA_TAG..].copy_from_slice(&tag.as_bytes()[..DATA_TAG]);
     }
 }
 
@@ -101,6 +114,8 @@ pub enum WireError {
     TooManyRanges,
     #[error("authentication tag does not match")]
     Tag,
+    #[error("payload CRC does not match (corrupted on the way)")]
+    Corrupt,
 }
 
 /// A parsed datagram.
@@ -136,12 +151,17 @@ fn tag(key: &[u8; 32], bytes: &[u8]) -> [u8; TAG_LEN] {
 }
 
 fn tag_matches(key: &[u8; 32], bytes: &[u8], theirs: &[u8]) -> bool {
-    // Compare every byte whatever the first difference: the time taken says nothing.
-    tag(key, bytes)
-        .iter()
-        .zip(theirs)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-        == 0
+    tag_eq(&tag(key, bytes), theirs)
+}
+
+/// Compares every byte whatever the first difference: the time taken says nothing.
+fn tag_eq(ours: &[u8], theirs: &[u8]) -> bool {
+    ours.len() == theirs.len()
+        && ours
+            .iter()
+            .zip(theirs)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
 }
 
 /// Encodes an ACK with its tag.
@@ -196,6 +216,15 @@ pub fn parse<'a>(bytes: &'a [u8], key: &[u8; 32]) -> Result<Datagram<'a>, WireEr
             if payload.len() != usize::from(len) || payload.is_empty() {
                 return Err(WireError::Length);
             }
+            let fields = DATA_HEADER - DATA_TAG;
+            let tag = blake3::keyed_hash(key, &bytes[..fields]);
+            if !tag_eq(&tag.as_bytes()[..DATA_TAG], &bytes[fields..DATA_HEADER]) {
+                return Err(WireError::Tag);
+            }
+            let crc = u32_at(bytes, 32);
+            if crc32fast::hash(payload) != crc {
+                return Err(WireError::Corrupt);
+            }
             Ok(Datagram::Data {
                 header: DataHeader {
                     file: u32_at(bytes, 4),
@@ -203,6 +232,7 @@ pub fn parse<'a>(bytes: &'a [u8], key: &[u8; 32]) -> Result<Datagram<'a>, WireEr
                     pn: u64_at(bytes, 16),
                     offset: u64_at(bytes, 24),
                     len,
+                    crc,
                 },
                 payload,
             })
@@ -318,9 +348,10 @@ mod tests {
             pn: 7,
             offset: 1 << 40,
             len: 3,
+            crc: crc32fast::hash(b"abc"),
         };
         let mut bytes = [0u8; DATA_HEADER + 3];
-        header.encode((&mut bytes[..DATA_HEADER]).try_into().unwrap());
+        header.encode((&mut bytes[..DATA_HEADER]).try_into().unwrap(), &KEY);
         bytes[DATA_HEADER..].copy_from_slice(b"abc");
         assert_eq!(
             parse(&bytes, &KEY),
@@ -333,6 +364,13 @@ mod tests {
             parse(&bytes[..DATA_HEADER + 2], &KEY),
             Err(WireError::Length)
         );
+        // A flipped bit in the payload is caught by the CRC, one in the header (here the
+        // packet number) by the tag.
+        bytes[DATA_HEADER + 1] ^= 0x10;
+        assert_eq!(parse(&bytes, &KEY), Err(WireError::Corrupt));
+        bytes[DATA_HEADER + 1] ^= 0x10;
+        bytes[20] ^= 0x10;
+        assert_eq!(parse(&bytes, &KEY), Err(WireError::Tag));
     }
 
     #[test]
