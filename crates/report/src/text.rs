@@ -447,28 +447,6 @@ pub fn limit_words(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn interval_line_has_iperf3_columns() {
-        let line = interval_line(
-            "SUM",
-            (0.0, 1.0),
-            1 << 30,
-            8.6e9,
-            Some(3),
-            "sender",
-            Scale::Adaptive,
-        );
-        assert_eq!(
-            line,
-            "[SUM]    0.00-1.00 sec   1.00 GBytes   8.60 Gbits/sec     3  sender"
-        );
-    }
-}
-
 /// A copy's summary, as `linerate copy` printed it.
 pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
     let mut out = String::new();
@@ -506,4 +484,26 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
     }
     let _ = writeln!(out, "Diagnosis: {}", copy.diagnosis);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_line_has_iperf3_columns() {
+        let line = interval_line(
+            "SUM",
+            (0.0, 1.0),
+            1 << 30,
+            8.6e9,
+            Some(3),
+            "sender",
+            Scale::Adaptive,
+        );
+        assert_eq!(
+            line,
+            "[SUM]    0.00-1.00 sec   1.00 GBytes   8.60 Gbits/sec     3  sender"
+        );
+    }
 }
