@@ -122,14 +122,22 @@ class Servers:
         else:
             self.notes["uftp"] = "uftp not installed"
         if which("globus-gridftp-server"):
-            self.start("gridftp", in_ns(SERVER, which("globus-gridftp-server"), "-aa", "-p", "2811",
-                                        "-anonymous-user", "root", "-data-interface", SERVER_IP))
+            # Anonymous access runs as nobody: its directory is open to it.
+            os.makedirs(f"{SCRATCH}/dest/gridftp", exist_ok=True)
+            for path, mode in ((SCRATCH, 0o755), (f"{SCRATCH}/dest", 0o755),
+                               (f"{SCRATCH}/dest/gridftp", 0o777)):
+                os.chmod(path, mode)
+            self.start("gridftp", in_ns(SERVER, which("globus-gridftp-server"), "-s", "-aa", "-p",
+                                        "2811", "-anonymous-user", "nobody", "-data-interface",
+                                        SERVER_IP))
         else:
             self.notes["gridftp"] = "globus-gridftp-server not installed"
         time.sleep(1.0)
 
     def start(self, name, argv):
-        self.procs[name] = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+        # Globus resolves its own host name, which the lab's namespaces do not know.
+        env = {**os.environ, "GLOBUS_HOSTNAME": SERVER_IP}
+        self.procs[name] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=env,
                                             stderr=subprocess.DEVNULL, start_new_session=True)
 
     def start_sshd(self):
@@ -183,6 +191,7 @@ def commands(tool, source, key, args):
         return in_ns(CLIENT, which("uftp"), "-Y", "none", "-R", kbps, "-H", SERVER_IP,
                      "-M", SERVER_IP, "-p", "1044", source), f"{SCRATCH}/dest/uftp/{os.path.basename(source)}"
     if tool == "gridftp":
+        dest = f"{SCRATCH}/dest/gridftp/{tool}.bin"
         return in_ns(CLIENT, which("globus-url-copy"), "-p", "8", "-tcp-bs", "16M",
                      f"file://{source}", f"ftp://{SERVER_IP}:2811{dest}"), dest
     if tool in ("tcp-cubic", "tcp-bbr"):
@@ -201,7 +210,8 @@ def run_tool(tool, source, size, key, args, servers):
     before = rx_bytes()
     start = time.monotonic()
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=args.limit)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=args.limit,
+                             env={**os.environ, "GLOBUS_HOSTNAME": "10.77.0.1"})
         wall = time.monotonic() - start
         timed_out = False
     except subprocess.TimeoutExpired:
