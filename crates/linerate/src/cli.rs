@@ -633,6 +633,10 @@ pub struct CopyArgs {
     /// corruption, and a host without checksum offload saves the software sum
     #[arg(long)]
     pub no_udp_checksum: bool,
+    /// Encrypt the data: every datagram's payload sealed with ChaCha20-Poly1305 under a
+    /// key only this session holds (the control messages are authenticated, not encrypted)
+    #[arg(long)]
+    pub encrypt: bool,
     /// Print where the time went on both ends and what limited the copy
     #[arg(long)]
     pub diagnose: bool,

@@ -41,6 +41,7 @@ fn options(args: &CopyArgs) -> Result<CopyOptions, anyhow::Error> {
         recursive: args.recursive,
         block_cap: args.block,
         no_checksum: args.no_udp_checksum,
+        encrypt: args.encrypt,
     })
 }
 

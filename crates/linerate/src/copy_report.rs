@@ -113,6 +113,7 @@ pub fn document(
         },
         block: summary.block,
         chunk: summary.chunk,
+        encrypted: summary.encrypted,
         wall_s: summary.wall_s,
         goodput_bps,
         limit: serde_json::to_value(diagnosis.limit)

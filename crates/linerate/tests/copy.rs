@@ -131,6 +131,56 @@ fn a_file_pushed_and_pulled_arrives_byte_for_byte_and_is_kept_as_a_run() {
 }
 
 #[test]
+fn encrypted_copies_arrive_byte_for_byte_both_ways() {
+    let s = Scratch::new("sealed");
+    let server = s.serve();
+    let source = s.file("src/secret.bin", 3 * 1024 * 1024 + 77, 21);
+    let out = copy(
+        &server,
+        &s.key(),
+        &[
+            source.to_str().unwrap(),
+            &remote("secret.bin"),
+            "--encrypt",
+            "--json",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    same_bytes(&source, &s.path("served/secret.bin"));
+    let doc = json(&out);
+    assert_eq!(doc["copy"]["encrypted"], true);
+    // Each payload carries a 16-byte tag: the plaintext block is 16 bytes smaller.
+    let plain = copy(
+        &server,
+        &s.key(),
+        &[
+            source.to_str().unwrap(),
+            &remote("plain.bin"),
+            "--json",
+            "-q",
+        ],
+    );
+    assert_eq!(
+        num(&json(&plain), "/copy/block") - num(&doc, "/copy/block"),
+        16.0
+    );
+    let back = s.path("back.bin");
+    let out = copy(
+        &server,
+        &s.key(),
+        &[
+            &remote("secret.bin"),
+            back.to_str().unwrap(),
+            "--encrypt",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    same_bytes(&source, &back);
+}
+
+#[test]
 fn a_tree_is_copied_with_r_and_refused_without_it() {
     let s = Scratch::new("tree");
     let server = s.serve();

@@ -361,6 +361,9 @@ pub struct CopyReport {
     pub root: Option<String>,
     pub block: u32,
     pub chunk: u64,
+    /// The payloads travelled sealed with ChaCha20-Poly1305 (`--encrypt`).
+    #[serde(default)]
+    pub encrypted: bool,
     /// Wall time of the whole copy, set-up, sync and verification included.
     pub wall_s: f64,
     /// (bytes - resumed_bytes) over the wall time, bit/s.

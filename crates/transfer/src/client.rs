@@ -14,6 +14,7 @@ use crate::control::{Control, Entry};
 use crate::layout::Layout;
 use crate::rate::RateConfig;
 use crate::recv::{self, Target};
+use crate::seal::{Sealer, SEAL_TAG};
 use crate::service::{identity, initial_window, walk};
 use crate::session::{connect, ClientSession};
 use crate::sys;
@@ -62,6 +63,8 @@ pub struct CopyOptions {
     /// Send datagrams without a UDP checksum (IPv4): the chunk hashes alone catch
     /// corruption.
     pub no_checksum: bool,
+    /// Seal every payload with ChaCha20-Poly1305.
+    pub encrypt: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -89,6 +92,8 @@ pub struct CopySummary {
     pub chunk: u64,
     /// The whole copy's wall time, set-up and verification included.
     pub wall_s: f64,
+    /// The payloads travelled sealed (`--encrypt`).
+    pub encrypted: bool,
     pub files: Vec<CopiedFile>,
 }
 
@@ -163,9 +168,10 @@ pub fn copy(
             Ok(CopySummary {
                 direction: Direction::Push,
                 server: server.to_string(),
-                block: session.session.block,
+                block: session.session.block - if options.encrypt { SEAL_TAG as u32 } else { 0 },
                 chunk: options.chunk,
                 wall_s: started.elapsed().as_secs_f64(),
+                encrypted: options.encrypt,
                 files: copied,
             })
         }
@@ -194,9 +200,10 @@ pub fn copy(
             Ok(CopySummary {
                 direction: Direction::Pull,
                 server: server.to_string(),
-                block: session.session.block,
+                block: session.session.block - if options.encrypt { SEAL_TAG as u32 } else { 0 },
                 chunk: crate::layout::DEFAULT_CHUNK,
                 wall_s: started.elapsed().as_secs_f64(),
+                encrypted: options.encrypt,
                 files: copied,
             })
         }
@@ -276,7 +283,8 @@ fn push_file(
     let metadata = file
         .metadata()
         .map_err(|e| TransferError::Local(format!("{}: {e}", local.display())))?;
-    let layout = Layout::new(metadata.len(), options.chunk, session.session.block)
+    let block = session.session.block - if options.encrypt { SEAL_TAG as u32 } else { 0 };
+    let layout = Layout::new(metadata.len(), options.chunk, block)
         .map_err(|e| TransferError::Local(format!("{}: {e}", local.display())))?;
     session
         .channel
@@ -288,6 +296,7 @@ fn push_file(
             identity: identity(&metadata),
             mode: std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o777,
             discard: options.null,
+            encrypted: options.encrypt,
         })
         .map_err(peer_error)?;
     let (have, window) = match session
@@ -313,6 +322,7 @@ fn push_file(
         ));
     }
     (events.file_started)(remote, layout.size);
+    let sealer = options.encrypt.then(|| Sealer::new(&session.session.key));
     crate::send::send_file(
         &mut session.channel,
         &session.session,
@@ -323,6 +333,7 @@ fn push_file(
         window,
         options.rate,
         session.initial_rtt_ns,
+        sealer.as_ref(),
         cancel,
         events.progress,
     )
@@ -401,9 +412,10 @@ fn pull_file(
                 RateConfig::Adaptive { max_bps } => max_bps,
                 RateConfig::Fixed { .. } => None,
             },
+            encrypt: options.encrypt,
         })
         .map_err(peer_error)?;
-    let (layout, identity, mode) = match session
+    let (layout, identity, mode, encrypted) = match session
         .channel
         .receive(Duration::from_secs(60), Some(cancel))
     {
@@ -413,11 +425,13 @@ fn pull_file(
             block,
             identity,
             mode,
+            encrypted,
             ..
         }) => (
             Layout::new(size, chunk, block).expect("validated"),
             identity,
             mode,
+            encrypted,
         ),
         Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
         Ok(other) => {
@@ -477,6 +491,7 @@ fn pull_file(
         })
         .map_err(peer_error)?;
     (events.file_started)(&local.display().to_string(), layout.size);
+    let sealer = encrypted.then(|| Sealer::new(&session.session.key));
     recv::receive_file(
         &mut session.channel,
         &session.session,
@@ -484,6 +499,7 @@ fn pull_file(
         layout,
         prepared,
         options.window_chunks,
+        sealer.as_ref(),
         cancel,
         events.progress,
     )

@@ -61,6 +61,9 @@ pub enum Control {
         rate_bps: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_rate_bps: Option<u64>,
+        /// Seal the payloads (`--encrypt`).
+        #[serde(default)]
+        encrypt: bool,
     },
     /// Client: list the files under this path (a directory pull).
     List { path: String },
@@ -78,6 +81,9 @@ pub enum Control {
         /// Memory to memory: the receiver checks the hashes and writes nothing.
         #[serde(default)]
         discard: bool,
+        /// Payloads sealed with ChaCha20-Poly1305 (`--encrypt`); `block` is the plaintext's.
+        #[serde(default)]
+        encrypted: bool,
     },
     /// The receiving end: go ahead; these chunk ranges (both ends included) are already
     /// durable; this far into the file you may send.
@@ -126,6 +132,7 @@ impl Control {
                 path,
                 rate_bps,
                 max_rate_bps,
+                ..
             } => {
                 if [rate_bps, max_rate_bps]
                     .into_iter()
@@ -229,6 +236,7 @@ mod tests {
             identity: "00".repeat(32),
             mode: 0o644,
             discard: false,
+            encrypted: true,
         };
         let frame = encode(&offer);
         assert_eq!(decode(&frame[4..]), Ok(offer));

@@ -95,6 +95,20 @@ pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Dia
     let carried = format!("the path carried {}", rate_text(goodput_bps));
     let (limit, sentence) = match largest {
         0 if fixed_rate => (Limit::FixedRate, format!("limited by the fixed --rate: {carried}")),
+        // Held by the pacer, yet far below what the model allowed: the sending loop (its
+        // CPU, its timer wake-ups) is what could not go faster.
+        0 if outcome
+            .bottleneck_bps
+            .is_some_and(|b| goodput_bps < 0.5 * b) =>
+        {
+            (
+                Limit::SenderCpu,
+                format!(
+                    "limited by the sender's pacing loop (CPU and timer wake-ups): {carried} of the {} its rate model allowed",
+                    rate_text(outcome.bottleneck_bps.unwrap_or(0.0))
+                ),
+            )
+        }
         0 => {
             let model = outcome
                 .bottleneck_bps
@@ -250,6 +264,23 @@ mod tests {
             false,
         );
         assert_eq!(disk.limit, Limit::SenderDisk);
+    }
+
+    #[test]
+    fn pacing_far_below_the_models_rate_is_the_senders_loop() {
+        let mut o = outcome(
+            Waits {
+                pacing_s: 8.0,
+                ..Waits::default()
+            },
+            1.0,
+        );
+        o.bottleneck_bps = Some(20e9);
+        let d = diagnose(&o, true, false);
+        assert_eq!(d.limit, Limit::SenderCpu);
+        assert!(d.sentence.contains("pacing loop"), "{}", d.sentence);
+        o.bottleneck_bps = Some(1e9);
+        assert_eq!(diagnose(&o, true, false).limit, Limit::Network);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod journal;
 pub mod layout;
 pub mod rate;
 pub mod receiver;
+pub mod seal;
 pub mod sender;
 pub mod wire;
 

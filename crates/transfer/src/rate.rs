@@ -10,9 +10,10 @@
 //! near the propagation delay, the bottleneck queue was empty at some moment, so that
 //! round's losses were not ours to cause: they feed an estimate of the path's random loss,
 //! and the pacing rate is raised by 1 / (1 - loss) so the bytes that arrive still fill the
-//! bottleneck. A round whose every sample saw a standing queue and that lost packets is
-//! congestion: the rate estimate is cut to what the round delivered, less a tenth, and the
-//! loss estimate decays, so a full queue never passes for random loss.
+//! bottleneck. A round whose every sample saw a standing queue and that lost clearly more
+//! than the path's own loss (over twice it, and half a percent more) is congestion: the
+//! rate estimate is cut to what the round delivered, less a tenth, and the loss estimate
+//! halves, so a full queue never passes for random loss.
 
 /// The user's choice of rate.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,6 +30,8 @@ const STARTUP_GAIN: f64 = 2.885;
 const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
 /// Round trips the bottleneck-rate filter remembers.
 const BW_WINDOW_ROUNDS: u64 = 10;
+/// RTT samples in a row that must show a queue to end startup.
+const STARTUP_QUEUED_SAMPLES: u32 = 16;
 /// A round with more than this share lost ends startup: the queue overflowed.
 const STARTUP_LOSS_EXIT: f64 = 0.2;
 /// The random loss compensated for at most: past it, loss is too high to be noise.
@@ -86,6 +89,8 @@ pub struct RateControl {
     round_start_ns: u64,
     /// The path's random loss, smoothed over rounds.
     random_loss: f64,
+    /// RTT samples in a row that saw a queue (startup).
+    queued_samples: u32,
     /// Rounds judged congested (for the diagnosis).
     pub congested_rounds: u64,
 }
@@ -119,6 +124,7 @@ impl RateControl {
             round_min_rtt_ns: u64::MAX,
             round_start_ns: 0,
             random_loss: 0.0,
+            queued_samples: 0,
             congested_rounds: 0,
         }
     }
@@ -140,6 +146,8 @@ impl RateControl {
     fn gain(&self) -> f64 {
         match self.mode {
             Mode::Fixed => 1.0,
+            // A queue seen but not yet confirmed: hold the rate instead of doubling it.
+            Mode::Startup if self.queued_samples > 0 => 1.0,
             Mode::Startup => STARTUP_GAIN,
             Mode::Drain => 1.0 / STARTUP_GAIN,
             Mode::ProbeBw => CYCLE[self.phase],
@@ -211,16 +219,18 @@ impl RateControl {
         if event.round_end {
             self.end_round(event.now_ns);
         }
-        // Startup ends as soon as one sample shows a queue of a quarter of the path's
-        // delay (and at least 2 ms): waiting for the round to end would overflow a
-        // shallow bottleneck queue by up to a bandwidth-delay product.
+        // Startup ends as soon as the samples show a queue of an eighth of the path's delay
+        // (and at least 2 ms) sixteen ACKs in a row: waiting for the round to end would
+        // overflow a shallow bottleneck queue by up to a bandwidth-delay product, and one
+        // late sample (a descheduled receiver) must not end it early.
         if self.mode == Mode::Startup && self.btl_bw > 0 {
             if let Some(rtt) = event.rtt_ns {
-                if rtt
+                let queued = rtt
                     > self
                         .min_rtt_ns
-                        .saturating_add((self.min_rtt_ns / 8).max(2_000_000))
-                {
+                        .saturating_add((self.min_rtt_ns / 8).max(2_000_000));
+                self.queued_samples = if queued { self.queued_samples + 1 } else { 0 };
+                if self.queued_samples >= STARTUP_QUEUED_SAMPLES {
                     self.mode = Mode::Drain;
                 }
             }
@@ -261,7 +271,11 @@ impl RateControl {
             <= self
                 .min_rtt_ns
                 .saturating_add(self.min_rtt_ns / 8 + 1_000_000);
-        let congested = self.round_lost > 0 && !queue_seen_empty;
+        // Congestion: a standing queue all round, and a loss clearly above the path's own
+        // (twice it and half a percent more). A queue without such loss is left to the
+        // probing cycle's drain phase; loss without a queue is the path's.
+        let congested =
+            self.round_lost > 0 && !queue_seen_empty && loss > 2.0 * self.random_loss + 0.005;
         if sent > 0 {
             if congested {
                 self.congested_rounds += 1;

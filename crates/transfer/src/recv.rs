@@ -24,6 +24,7 @@ use crate::control::{Control, EndStats};
 use crate::journal::{self, JournalHeader};
 use crate::layout::{root_hash, Layout};
 use crate::receiver::{DataOutcome, Receiver};
+use crate::seal::{Sealer, SEAL_TAG};
 use crate::sys::{self, RecvBatch};
 use crate::transport::{Clock, FileOutcome, Progress, Session, TransferError};
 use crate::wire::{self, Datagram};
@@ -372,6 +373,7 @@ pub fn receive_file(
     layout: Layout,
     prepared: Prepared,
     window_chunks: u64,
+    sealer: Option<&Sealer>,
     cancel: &AtomicBool,
     progress: &dyn Fn(Progress),
 ) -> Result<FileOutcome, TransferError> {
@@ -445,6 +447,7 @@ pub fn receive_file(
             &control_input,
             &sink,
             &clock,
+            sealer,
             cancel,
             progress,
             &mut corrupted,
@@ -532,13 +535,17 @@ fn receive_loop(
     control: &mpsc::Receiver<Result<Control, ChannelError>>,
     sink: &Sink,
     clock: &Clock,
+    sealer: Option<&Sealer>,
     cancel: &AtomicBool,
     progress: &dyn Fn(Progress),
     corrupted: &mut u64,
 ) -> Result<Option<WriterDone>, TransferError> {
     sys::tight_timer_slack();
     let layout = *receiver.layout();
-    let mut batch = RecvBatch::new(64, layout.block as usize + wire::DATA_HEADER + 64);
+    let mut batch = RecvBatch::new(
+        64,
+        layout.block as usize + SEAL_TAG + wire::DATA_HEADER + 64,
+    );
     let mut buffers: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut ack_bytes = Vec::with_capacity(1200);
     let mut last_progress = 0u64;
@@ -567,18 +574,46 @@ fn receive_loop(
                 continue;
             }
             last_datagram_ns = now;
+            let plain_len = match sealer {
+                Some(_) if payload.len() <= SEAL_TAG => {
+                    *corrupted += 1;
+                    continue;
+                }
+                Some(_) => payload.len() - SEAL_TAG,
+                None => payload.len(),
+            };
             if let DataOutcome::Store {
                 chunk,
                 at,
                 fresh,
                 filled,
-            } = receiver.on_data(now, header.pn, header.offset, header.len)
+            } = receiver.on_data(now, header.pn, header.offset, plain_len as u16)
             {
                 if fresh {
                     buffers.insert(chunk, vec![0u8; layout.chunk_len(chunk) as usize]);
                 }
                 if let Some(buffer) = buffers.get_mut(&chunk) {
-                    buffer[at..at + payload.len()].copy_from_slice(payload);
+                    let slot = &mut buffer[at..at + plain_len];
+                    match sealer {
+                        // The header's tag and the CRC passed: a seal that does not open
+                        // is a forgery by a key holder; the hole fails the chunk's hash.
+                        Some(sealer) => {
+                            if sealer
+                                .open_into(
+                                    file_index,
+                                    session.id,
+                                    header.pn,
+                                    header.offset,
+                                    payload,
+                                    slot,
+                                )
+                                .is_err()
+                            {
+                                *corrupted += 1;
+                            }
+                        }
+                        None => slot.copy_from_slice(payload),
+                    }
                 }
                 if filled {
                     if let Some(buffer) = buffers.remove(&chunk) {

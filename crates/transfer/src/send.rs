@@ -18,6 +18,7 @@ use crate::control::{Control, EndStats};
 use crate::journal;
 use crate::layout::{root_hash, Layout};
 use crate::rate::RateConfig;
+use crate::seal::Sealer;
 use crate::sender::{Blocked, Poll, Sender};
 use crate::sys::{self, RecvBatch, SendBatch};
 use crate::transport::{
@@ -100,6 +101,7 @@ pub fn send_file(
     window: u64,
     rate: RateConfig,
     initial_rtt_ns: u64,
+    sealer: Option<&Sealer>,
     cancel: &AtomicBool,
     progress: &dyn Fn(Progress),
 ) -> Result<FileOutcome, TransferError> {
@@ -147,6 +149,7 @@ pub fn send_file(
             &loaded_rx,
             &control_rx,
             &clock,
+            sealer,
             cancel,
             progress,
         );
@@ -217,6 +220,7 @@ fn send_loop(
     loaded: &mpsc::Receiver<Loaded>,
     control: &mpsc::Receiver<Result<Control, ChannelError>>,
     clock: &Clock,
+    sealer: Option<&Sealer>,
     cancel: &AtomicBool,
     progress: &dyn Fn(Progress),
 ) -> Result<Looped, TransferError> {
@@ -231,6 +235,8 @@ fn send_loop(
     let mut reader_cpu_s = 0.0;
     let mut headers: Vec<[u8; DATA_HEADER]> = vec![[0u8; DATA_HEADER]; BATCH];
     let mut pending: Vec<(u64, usize, usize)> = Vec::with_capacity(BATCH);
+    // With --encrypt, each datagram's sealed payload (the chunk's bytes stay plain).
+    let mut sealed: Vec<Vec<u8>> = vec![Vec::new(); BATCH];
     let mut send_batch = SendBatch::default();
     let mut acks = RecvBatch::new(16, 2048);
     let mut waits = Waits::default();
@@ -383,13 +389,28 @@ fn send_loop(
                     };
                     let start = (t.offset - chunk * layout.chunk) as usize;
                     let i = pending.len();
+                    let plain = &data[start..start + t.len as usize];
+                    let payload = match sealer {
+                        Some(sealer) => {
+                            sealer.seal(
+                                file_index,
+                                session.id,
+                                t.pn,
+                                t.offset,
+                                plain,
+                                &mut sealed[i],
+                            );
+                            &sealed[i][..]
+                        }
+                        None => plain,
+                    };
                     DataHeader {
                         file: file_index,
                         session: session.id,
                         pn: t.pn,
                         offset: t.offset,
-                        len: t.len as u16,
-                        crc: crc32fast::hash(&data[start..start + t.len as usize]),
+                        len: payload.len() as u16,
+                        crc: crc32fast::hash(payload),
                     }
                     .encode(&mut headers[i], &session.key);
                     pending.push((chunk, start, t.len as usize));
@@ -408,7 +429,10 @@ fn send_loop(
                     let data = chunks[(chunk - base) as usize]
                         .as_ref()
                         .expect("checked above");
-                    (&headers[i][..], &data[start..start + len])
+                    match sealer {
+                        Some(_) => (&headers[i][..], &sealed[i][..]),
+                        None => (&headers[i][..], &data[start..start + len]),
+                    }
                 })
                 .collect();
             match send_batch.send(session.fd(), &datagrams) {

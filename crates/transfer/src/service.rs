@@ -23,6 +23,7 @@ use crate::control::{Control, Entry, MAX_ENTRIES};
 use crate::layout::{Layout, DEFAULT_CHUNK};
 use crate::rate::RateConfig;
 use crate::recv::{self, Target};
+use crate::seal::{Sealer, SEAL_TAG};
 use crate::sys;
 use crate::transport::{FileOutcome, Session};
 
@@ -93,6 +94,7 @@ impl FileService {
                     identity,
                     mode,
                     discard,
+                    encrypted,
                 } => {
                     file_index += 1;
                     let offer = Offer {
@@ -103,6 +105,7 @@ impl FileService {
                         identity,
                         mode,
                         discard,
+                        encrypted,
                     };
                     self.receive(&mut channel, &session, file_index, offer, &peer, log)
                 }
@@ -110,6 +113,7 @@ impl FileService {
                     path,
                     rate_bps,
                     max_rate_bps,
+                    encrypt,
                 } => {
                     file_index += 1;
                     let rate = match rate_bps {
@@ -118,7 +122,17 @@ impl FileService {
                             max_bps: max_rate_bps,
                         },
                     };
-                    self.send(&mut channel, &session, file_index, &path, rate, &peer, log)
+                    let sealer = encrypt.then(|| Sealer::new(&session.key));
+                    self.send(
+                        &mut channel,
+                        &session,
+                        file_index,
+                        &path,
+                        rate,
+                        sealer.as_ref(),
+                        &peer,
+                        log,
+                    )
                 }
                 Control::List { path } => self.list(&channel, &path, &peer, log),
                 Control::Bye => return,
@@ -235,6 +249,7 @@ impl FileService {
             })
             .map_err(|e| e.to_string())?;
         let cancel = AtomicBool::new(false);
+        let sealer = offer.encrypted.then(|| Sealer::new(&session.key));
         let outcome = recv::receive_file(
             channel,
             session,
@@ -242,6 +257,7 @@ impl FileService {
             layout,
             prepared,
             DEFAULT_WINDOW_CHUNKS,
+            sealer.as_ref(),
             &cancel,
             &|_| {},
         )
@@ -262,6 +278,7 @@ impl FileService {
         file_index: u32,
         path: &str,
         rate: RateConfig,
+        sealer: Option<&Sealer>,
         peer: &str,
         log: &dyn Fn(&str),
     ) -> Result<(), String> {
@@ -282,7 +299,8 @@ impl FileService {
             };
             return self.refuse(channel, peer, log, format!("'{path}' is {what}"));
         }
-        let layout = match Layout::new(metadata.len(), DEFAULT_CHUNK, session.block) {
+        let block = session.block - if sealer.is_some() { SEAL_TAG as u32 } else { 0 };
+        let layout = match Layout::new(metadata.len(), DEFAULT_CHUNK, block) {
             Ok(layout) => layout,
             Err(e) => return self.refuse(channel, peer, log, format!("'{path}': {e}")),
         };
@@ -295,6 +313,7 @@ impl FileService {
                 identity: identity(&metadata),
                 mode: metadata.permissions().mode() & 0o777,
                 discard: false,
+                encrypted: sealer.is_some(),
             })
             .map_err(|e| e.to_string())?;
         let (have, window) = match channel.receive(Duration::from_secs(60), None) {
@@ -319,6 +338,7 @@ impl FileService {
             window,
             rate,
             channel.handshake_rtt_ns(),
+            sealer,
             &cancel,
             &|_| {},
         )
@@ -369,6 +389,7 @@ struct Offer {
     identity: String,
     mode: u32,
     discard: bool,
+    encrypted: bool,
 }
 
 /// The regular files under a directory, depth first, names sorted; links, devices and
