@@ -263,13 +263,15 @@ def ceiling(args, key):
     time.sleep(0.5)
     try:
         rows = []
-        for mode in (["--null"], []):
+        for mode in (["--null"], ["--null", "--encrypt"], []):
             for _ in range(args.runs):
                 out = sh(LINERATE, "--no-store", "copy", args.source, "127.0.0.1:loop.bin", "-p",
                          "5299", "--key", key, "-q", "--json", *mode)
                 copy = json.loads(out.stdout)["copy"]
                 gbit = copy["bytes"] * 8 / 1e9
-                rows.append((mode and "memory to memory (--null)" or "disk to disk",
+                name = {0: "disk to disk", 1: "memory to memory (--null)",
+                        2: "--null --encrypt"}[len(mode)]
+                rows.append((name,
                              copy["goodput_bps"], copy["cpu_s"]["local"] / gbit,
                              copy["cpu_s"]["remote"] / gbit, copy["diagnosis"]))
         for name, bps, cpu_send, cpu_recv, why in rows:

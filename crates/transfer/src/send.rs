@@ -513,7 +513,14 @@ fn send_loop(
                 .min()
                 .unwrap_or(now + 2_000_000);
             let wait = deadline.saturating_sub(now).clamp(1, 2_000_000);
-            let _ = sys::wait(session.fd(), libc::POLLIN, Some(wait));
+            if matches!(why_not, Some((_, Blocked::Pacing))) {
+                // The pacer decides: sleep until it is due, not at every ACK (each
+                // wake-up costs more than the ACKs it would take a millisecond sooner;
+                // they wait in the socket and are taken at once on waking).
+                sys::sleep_ns(wait);
+            } else {
+                let _ = sys::wait(session.fd(), libc::POLLIN, Some(wait));
+            }
         }
     }
 }

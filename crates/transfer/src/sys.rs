@@ -271,6 +271,16 @@ pub fn wait(fd: RawFd, events: libc::c_short, timeout_ns: Option<u64>) -> io::Re
     Ok(n > 0)
 }
 
+/// Sleeps `ns` nanoseconds (a signal may end it early).
+pub fn sleep_ns(ns: u64) {
+    let spec = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: a live timespec; no remainder wanted.
+    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &spec, std::ptr::null_mut()) };
+}
+
 /// Asks for 1 ns of timer slack on this thread: the pacer's sleeps end when asked, not up
 /// to 50 µs later.
 pub fn tight_timer_slack() {
