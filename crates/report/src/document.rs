@@ -185,7 +185,8 @@ fn stream_summary(report: &Report, scale: Scale) -> String {
     let udp = report.config.protocol == "udp";
     // UDP has no autotuning: the granted buffers decide how much burst a receiver
     // absorbs, so UDP results always show them.
-    if report.config.window.is_some() || udp {
+    // A copy has no flows of its own sockets to show (its summary says what it used).
+    if (report.config.window.is_some() || udp) && report.copy.is_none() {
         let flow = report.flows.first();
         let _ = writeln!(
             out,

@@ -95,8 +95,8 @@ pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Dia
     let carried = format!("the path carried {}", rate_text(goodput_bps));
     let (limit, sentence) = match largest {
         0 if fixed_rate => (Limit::FixedRate, format!("limited by the fixed --rate: {carried}")),
-        // Held by the pacer, yet far below what the model allowed: the sending loop (its
-        // CPU, its timer wake-ups) is what could not go faster.
+        // Held by the pacer, yet far below what the model ended at: the sender itself
+        // (its rate search, or its CPU) is what did not go faster.
         0 if outcome
             .bottleneck_bps
             .is_some_and(|b| goodput_bps < 0.5 * b) =>
@@ -104,7 +104,7 @@ pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Dia
             (
                 Limit::SenderCpu,
                 format!(
-                    "limited by the sender's pacing loop (CPU and timer wake-ups): {carried} of the {} its rate model allowed",
+                    "limited by the sender's pacing: {carried}, its rate model ended at {} (a slow start, or a CPU that could not keep the pace)",
                     rate_text(outcome.bottleneck_bps.unwrap_or(0.0))
                 ),
             )
@@ -278,7 +278,7 @@ mod tests {
         o.bottleneck_bps = Some(20e9);
         let d = diagnose(&o, true, false);
         assert_eq!(d.limit, Limit::SenderCpu);
-        assert!(d.sentence.contains("pacing loop"), "{}", d.sentence);
+        assert!(d.sentence.contains("sender's pacing"), "{}", d.sentence);
         o.bottleneck_bps = Some(1e9);
         assert_eq!(diagnose(&o, true, false).limit, Limit::Network);
     }

@@ -91,6 +91,8 @@ pub struct RateControl {
     random_loss: f64,
     /// RTT samples in a row that saw a queue (startup).
     queued_samples: u32,
+    /// This round had samples taken while the sender had nothing to send.
+    round_app_limited: bool,
     /// Rounds judged congested (for the diagnosis).
     pub congested_rounds: u64,
 }
@@ -125,6 +127,7 @@ impl RateControl {
             round_start_ns: 0,
             random_loss: 0.0,
             queued_samples: 0,
+            round_app_limited: false,
             congested_rounds: 0,
         }
     }
@@ -209,6 +212,9 @@ impl RateControl {
         if let Some(rtt) = event.rtt_ns {
             self.min_rtt_ns = self.min_rtt_ns.min(rtt);
             self.round_min_rtt_ns = self.round_min_rtt_ns.min(rtt);
+        }
+        if event.app_limited {
+            self.round_app_limited = true;
         }
         if let Some(bps) = event.delivery_bps {
             if !event.app_limited || bps > self.btl_bw {
@@ -299,7 +305,9 @@ impl RateControl {
                 .max()
                 .unwrap_or(0);
         }
-        if self.mode == Mode::Startup {
+        // A round in which the sender ran out of data (its disk, the receiver's window)
+        // says nothing of the path: it neither ends startup nor counts towards it.
+        if self.mode == Mode::Startup && !self.round_app_limited {
             if self.btl_bw as f64 >= self.full_bw as f64 * 1.25 {
                 self.full_bw = self.btl_bw;
                 self.full_bw_rounds = 0;
@@ -322,6 +330,7 @@ impl RateControl {
         }
         self.round_acked = 0;
         self.round_lost = 0;
+        self.round_app_limited = false;
         self.round_start_ns = now_ns;
         self.round_min_rtt_ns = u64::MAX;
     }
@@ -418,6 +427,28 @@ mod tests {
         assert_eq!(rate.congested_rounds, 3);
         assert!(rate.bottleneck_bps() < before * 3 / 4);
         assert!(rate.random_loss() < 0.002);
+    }
+
+    #[test]
+    fn rounds_short_of_data_do_not_end_startup() {
+        let mut rate =
+            RateControl::new(RateConfig::Adaptive { max_bps: None }, PACKET, 100_000_000);
+        let mut now = 0;
+        // Five rounds at a flat 50 Mbit/s while the sender waits for its disk.
+        for _ in 0..5 {
+            now += 100_000_000;
+            rate.on_ack(&AckEvent {
+                app_limited: true,
+                ..ack(now, 50_000_000, 100_000_000, true)
+            });
+        }
+        assert_eq!(rate.mode(), Mode::Startup);
+        // Three flat rounds with data to send: the pipe is full.
+        for _ in 0..4 {
+            now += 100_000_000;
+            rate.on_ack(&ack(now, 50_000_000, 100_000_000, true));
+        }
+        assert_ne!(rate.mode(), Mode::Startup);
     }
 
     #[test]
