@@ -93,6 +93,10 @@ pub struct RateControl {
     queued_samples: u32,
     /// This round had samples taken while the sender had nothing to send.
     round_app_limited: bool,
+    /// The bottleneck estimate at the end of the last round.
+    previous_btl_bw: u64,
+    /// Times the search started again after leaving startup too early.
+    pub restarts: u64,
     /// Rounds judged congested (for the diagnosis).
     pub congested_rounds: u64,
 }
@@ -128,6 +132,8 @@ impl RateControl {
             random_loss: 0.0,
             queued_samples: 0,
             round_app_limited: false,
+            previous_btl_bw: 0,
+            restarts: 0,
             congested_rounds: 0,
         }
     }
@@ -305,6 +311,21 @@ impl RateControl {
                 .max()
                 .unwrap_or(0);
         }
+        // A probe delivered in full (the estimate grew by a fifth in one round) means the
+        // pipe was far from full: startup ended too early (a stalled receiver's late ACKs
+        // look like a queue), so the search starts again.
+        if self.mode == Mode::ProbeBw
+            && !self.round_app_limited
+            && self.previous_btl_bw > 0
+            && self.btl_bw as f64 >= self.previous_btl_bw as f64 * 1.2
+        {
+            self.mode = Mode::Startup;
+            self.full_bw = self.btl_bw;
+            self.full_bw_rounds = 0;
+            self.queued_samples = 0;
+            self.restarts += 1;
+        }
+        self.previous_btl_bw = self.btl_bw;
         // A round in which the sender ran out of data (its disk, the receiver's window)
         // says nothing of the path: it neither ends startup nor counts towards it.
         if self.mode == Mode::Startup && !self.round_app_limited {

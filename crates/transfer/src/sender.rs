@@ -719,6 +719,19 @@ mod tests {
     /// A transfer over a simulated path: a bottleneck of `link_bps` with a drop-tail
     /// queue of `queue_ns`, `loss` random loss before it, `one_way_ns` each way.
     fn simulate(size: u64, link_bps: u64, one_way_ns: u64, loss: f64, queue_ns: u64) -> Simulated {
+        simulate_with_stall(size, link_bps, one_way_ns, loss, queue_ns, None)
+    }
+
+    /// As `simulate`, with the receiver's ACKs held back for `(at, for)` nanoseconds (a
+    /// receiving thread descheduled).
+    fn simulate_with_stall(
+        size: u64,
+        link_bps: u64,
+        one_way_ns: u64,
+        loss: f64,
+        queue_ns: u64,
+        stall: Option<(u64, u64)>,
+    ) -> Simulated {
         let layout = Layout::new(size, 1 << 20, 1400).unwrap();
         let mut sender = Sender::new(
             layout,
@@ -788,7 +801,12 @@ mod tests {
                 window_start = now;
             }
             if let Some(ack) = receiver.poll_ack(now, 0, 1) {
-                to_sender.push_back((now + one_way_ns, ack));
+                // During a stall the ACKs are made but leave only when it ends.
+                let leaves = match stall {
+                    Some((at, span)) if now >= at && now < at + span => at + span,
+                    _ => now,
+                };
+                to_sender.push_back((leaves + one_way_ns, ack));
             }
             while to_sender.front().is_some_and(|(at, _)| *at <= now) {
                 let (_, ack) = to_sender.pop_front().unwrap();
@@ -824,6 +842,26 @@ mod tests {
         assert!(run.goodput_bps > 0.65e9, "{:.0}", run.goodput_bps);
         assert!(run.retransmitted < 0.04, "{:.4}", run.retransmitted);
         assert!(run.ramp_ns.is_some_and(|ns| ns < 1_500 * MS));
+    }
+
+    #[test]
+    fn a_stalled_receiver_during_startup_does_not_leave_the_rate_low() {
+        // The ACKs stop for 150 ms at 0.5 s (a descheduled receiving thread): the late
+        // ACKs that follow look like a queue. The search must still find the bottleneck.
+        let run = simulate_with_stall(
+            256 << 20,
+            1_000_000_000,
+            50 * MS,
+            0.01,
+            50 * MS,
+            Some((500 * MS, 150 * MS)),
+        );
+        assert!(
+            run.ramp_ns.is_some_and(|ns| ns < 3_000 * MS),
+            "{:?}",
+            run.ramp_ns
+        );
+        assert!(run.goodput_bps > 0.6e9, "{:.0}", run.goodput_bps);
     }
 
     #[test]
