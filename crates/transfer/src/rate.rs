@@ -26,6 +26,8 @@ pub enum RateConfig {
 
 /// Startup's gain, 2 / ln 2: the rate doubles every round trip.
 const STARTUP_GAIN: f64 = 2.885;
+/// The gain of a startup begun again after a probe was delivered in full.
+const RESTART_GAIN: f64 = 1.5;
 /// The probing cycle's gains, one phase per propagation delay.
 const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
 /// Round trips the bottleneck-rate filter remembers.
@@ -157,6 +159,9 @@ impl RateControl {
             Mode::Fixed => 1.0,
             // A queue seen but not yet confirmed: hold the rate instead of doubling it.
             Mode::Startup if self.queued_samples > 0 => 1.0,
+            // A search started again is near the bottleneck already: grow by half a round
+            // trip's worth, not double, so that it overshoots less into the queue.
+            Mode::Startup if self.restarts > 0 => RESTART_GAIN,
             Mode::Startup => STARTUP_GAIN,
             Mode::Drain => 1.0 / STARTUP_GAIN,
             Mode::ProbeBw => CYCLE[self.phase],
