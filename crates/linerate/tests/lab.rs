@@ -26,9 +26,28 @@ fn skip_unless_root(test: &str) -> bool {
     false
 }
 
-/// A lab name unique to this test process.
+/// A lab name unique to this test process. The emulator's status directory that `lab
+/// down` keeps for a post-mortem is removed when the test process exits, so that runs do
+/// not pile them up in /run.
 fn lab_name(tag: &str) -> String {
-    format!("t{}-{tag}", std::process::id() % 100_000)
+    let name = format!("t{}-{tag}", std::process::id() % 100_000);
+    let mut names = STATUS_DIRS.lock().unwrap_or_else(|p| p.into_inner());
+    if names.is_empty() {
+        // SAFETY: registers a plain function with no preconditions, once.
+        unsafe { libc::atexit(forget_status_dirs) };
+    }
+    names.push(name.clone());
+    name
+}
+
+static STATUS_DIRS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+extern "C" fn forget_status_dirs() {
+    if let Ok(names) = STATUS_DIRS.lock() {
+        for name in names.iter() {
+            let _ = std::fs::remove_dir_all(format!("/run/linerate/lab/{name}"));
+        }
+    }
 }
 
 fn lab(args: &[&str]) -> Output {
