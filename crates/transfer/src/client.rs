@@ -164,16 +164,15 @@ pub fn copy(
                     outcome,
                 });
             }
-            let _ = session.channel.send(&Control::Bye);
-            Ok(CopySummary {
-                direction: Direction::Push,
-                server: server.to_string(),
-                block: session.session.block - if options.encrypt { SEAL_TAG as u32 } else { 0 },
-                chunk: options.chunk,
-                wall_s: started.elapsed().as_secs_f64(),
-                encrypted: options.encrypt,
-                files: copied,
-            })
+            Ok(finish(
+                session,
+                Direction::Push,
+                server,
+                options.chunk,
+                options,
+                started,
+                copied,
+            ))
         }
         (Endpoint::Remote { host, path }, Endpoint::Local(local)) => {
             let server = resolve(host, options.port)?;
@@ -196,16 +195,16 @@ pub fn copy(
                     outcome,
                 });
             }
-            let _ = session.channel.send(&Control::Bye);
-            Ok(CopySummary {
-                direction: Direction::Pull,
-                server: server.to_string(),
-                block: session.session.block - if options.encrypt { SEAL_TAG as u32 } else { 0 },
-                chunk: crate::layout::DEFAULT_CHUNK,
-                wall_s: started.elapsed().as_secs_f64(),
-                encrypted: options.encrypt,
-                files: copied,
-            })
+            let chunk = crate::layout::DEFAULT_CHUNK;
+            Ok(finish(
+                session,
+                Direction::Pull,
+                server,
+                chunk,
+                options,
+                started,
+                copied,
+            ))
         }
         (Endpoint::Local(_), Endpoint::Local(_)) => Err(TransferError::Local(
             "both sides are local: one of SRC and DST must be HOST:PATH".into(),
@@ -213,6 +212,28 @@ pub fn copy(
         (Endpoint::Remote { .. }, Endpoint::Remote { .. }) => Err(TransferError::Local(
             "both sides are remote: one of SRC and DST must be a local path".into(),
         )),
+    }
+}
+
+/// Ends the session and sums up what it copied.
+fn finish(
+    session: ClientSession,
+    direction: Direction,
+    server: SocketAddr,
+    chunk: u64,
+    options: &CopyOptions,
+    started: Instant,
+    files: Vec<CopiedFile>,
+) -> CopySummary {
+    let _ = session.channel.send(&Control::Bye);
+    CopySummary {
+        direction,
+        server: server.to_string(),
+        block: session.session.block - if options.encrypt { SEAL_TAG as u32 } else { 0 },
+        chunk,
+        wall_s: started.elapsed().as_secs_f64(),
+        encrypted: options.encrypt,
+        files,
     }
 }
 

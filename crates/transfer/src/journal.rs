@@ -11,8 +11,6 @@
 //! speaks of durable bytes. A line cut short by a crash (no newline, or not two fields) and
 //! everything after it is ignored, and said so.
 
-use std::fmt::Write;
-
 /// The first word of a journal.
 const MAGIC: &str = "linerate-journal";
 const VERSION: u32 = 1;
@@ -37,12 +35,7 @@ impl JournalHeader {
 
 /// One durable chunk's line.
 pub fn entry(chunk: u64, hash: &[u8; 32]) -> String {
-    let mut line = format!("{chunk} ");
-    for byte in hash {
-        let _ = write!(line, "{byte:02x}");
-    }
-    line.push('\n');
-    line
+    format!("{chunk} {}\n", hash_hex(hash))
 }
 
 /// What a journal says.
@@ -64,25 +57,16 @@ pub enum JournalError {
     OtherFile,
 }
 
-/// Parses a hash of 64 hex digits.
+/// Parses a hash of 64 hex digits (BLAKE3's own hex form).
 pub fn parse_hash(text: &str) -> Option<[u8; 32]> {
-    if text.len() != 64 || !text.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
+    blake3::Hash::from_hex(text)
+        .ok()
+        .map(|hash| *hash.as_bytes())
 }
 
 /// Hex of a hash.
 pub fn hash_hex(hash: &[u8; 32]) -> String {
-    let mut out = String::with_capacity(64);
-    for byte in hash {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
+    blake3::Hash::from_bytes(*hash).to_hex().to_string()
 }
 
 fn parse_header(line: &str) -> Result<JournalHeader, JournalError> {

@@ -74,7 +74,7 @@ pub struct RateControl {
     config: RateConfig,
     mode: Mode,
     packet: u64,
-    /// (round, bits per second): the max filter's samples.
+    /// (round, bits per second): each round's largest sample, for the max filter.
     bw_samples: Vec<(u64, u64)>,
     btl_bw: u64,
     min_rtt_ns: u64,
@@ -229,7 +229,12 @@ impl RateControl {
         }
         if let Some(bps) = event.delivery_bps {
             if !event.app_limited || bps > self.btl_bw {
-                self.bw_samples.push((self.round, bps));
+                // One entry per round, its largest sample: the filter holds ten entries,
+                // not every ACK's.
+                match self.bw_samples.last_mut() {
+                    Some((round, best)) if *round == self.round => *best = (*best).max(bps),
+                    _ => self.bw_samples.push((self.round, bps)),
+                }
                 self.btl_bw = self.btl_bw.max(bps);
             }
         }

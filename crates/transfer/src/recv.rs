@@ -9,7 +9,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::collections::HashMap;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -695,9 +695,4 @@ fn receive_loop(
 pub fn have_chunks(have: &[(u64, u64)], chunks: u64) -> impl Iterator<Item = u64> + '_ {
     have.iter()
         .flat_map(move |&(low, high)| low..=high.min(chunks.saturating_sub(1)))
-}
-
-/// Names the file a path's last component gives, for a target.
-pub fn file_name(path: &std::path::Path) -> Option<&OsStr> {
-    path.file_name()
 }

@@ -120,9 +120,3 @@ pub struct TimelinePoint {
     /// Bytes sent again in this slice, as bits per second.
     pub resent_bps: f64,
 }
-
-/// CPU seconds of this process's threads so far (the transfer's threads are all of it on
-/// the client; the server's share is the transfer's threads, measured per thread).
-pub fn thread_cpu_s() -> f64 {
-    crate::sys::thread_cpu_ns() as f64 / 1e9
-}
