@@ -26,7 +26,8 @@ from common import LINERATE, build, free_port
 
 def proc_cpu(pid):
     """user + system seconds of a live process (all its threads), its reaped children and
-    its live descendants: qperf, for one, serves each test in a forked child."""
+    its live descendants. Misses a child that exited and was reaped by nobody (nuttcp's
+    and qperf's per-test servers): the fallback without root; see CpuGroup."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -42,6 +43,55 @@ def proc_cpu(pid):
     except FileNotFoundError:
         pass
     return total + sum(proc_cpu(child) for child in children)
+
+
+class CpuGroup:
+    """A control group holding one side's processes and everything they fork, whose CPU
+    time the kernel keeps even for children that have exited: the exact CPU cost of a tool
+    that serves each test in a forked child. As root with cgroup v1's cpuacct or cgroup v2;
+    otherwise `None` from `make` and the /proc walk above is used."""
+
+    ROOTS = [("/sys/fs/cgroup/cpuacct", "cpuacct.usage", 1e-9),
+             ("/sys/fs/cgroup/unified", "cpu.stat", 1e-6),
+             ("/sys/fs/cgroup", "cpu.stat", 1e-6)]
+
+    @classmethod
+    def make(cls, role):
+        if os.geteuid() != 0:
+            return None
+        for root, stat, scale in cls.ROOTS:
+            if os.path.exists(os.path.join(root, stat)) and os.path.exists(os.path.join(root, "cgroup.procs")):
+                path = os.path.join(root, f"lrbench-{role}-{os.getpid()}-{time.monotonic_ns()}")
+                try:
+                    os.mkdir(path)
+                except OSError:
+                    continue
+                return cls(path, stat, scale)
+        return None
+
+    def __init__(self, path, stat, scale):
+        self.path, self.stat, self.scale = path, stat, scale
+
+    def join(self):
+        """For Popen's preexec_fn: moves the child, before it execs, into the group."""
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+    def seconds(self):
+        with open(os.path.join(self.path, self.stat)) as f:
+            text = f.read()
+        if self.stat == "cpu.stat":
+            text = next(line.split()[1] for line in text.splitlines() if line.startswith("usage_usec"))
+        return int(text) * self.scale
+
+    def remove(self):
+        """Removes the group once its processes are gone (they are, after communicate)."""
+        for _ in range(50):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.02)
 
 
 def children_cpu():
@@ -91,17 +141,22 @@ def run_sides(server_cmd, client_cmd, settle=0.3, stop=signal.SIGTERM):
 
 
 def run_in(ns, server_cmd, client_cmd, settle, stop):
-    server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server_group, client_group = CpuGroup.make("server"), CpuGroup.make("client")
+    server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=server_group.join if server_group else None)
     try:
         time.sleep(settle)
-        s0, c0 = proc_cpu(server.pid), children_cpu()
+        s0 = server_group.seconds() if server_group else proc_cpu(server.pid)
+        c0 = children_cpu()
         lo0, t0 = ns.lo_bytes(), time.monotonic()
-        out = subprocess.run(client_cmd, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(client_cmd, capture_output=True, text=True, timeout=120,
+                             preexec_fn=client_group.join if client_group else None)
         wall, lo1 = time.monotonic() - t0, ns.lo_bytes()
         LAST_TRUTH.clear()
         if lo0 is not None:
             LAST_TRUTH.update(bytes=lo1 - lo0, wall=wall)
-        s1, c1 = proc_cpu(server.pid), children_cpu()
+        s1 = server_group.seconds() if server_group else proc_cpu(server.pid)
+        client_cpu = client_group.seconds() if client_group else children_cpu() - c0
         if out.returncode != 0:
             raise RuntimeError(f"{client_cmd[0]} failed: {out.stderr.strip()[:200]}")
         time.sleep(0.2)  # a server's last report
@@ -111,11 +166,14 @@ def run_in(ns, server_cmd, client_cmd, settle, stop):
         except subprocess.TimeoutExpired:  # iperf2 waits for its threads: its report is out
             server.kill()
             server_out = server.communicate()[0]
-        return out.stdout, server_out, s1 - s0, c1 - c0
+        return out.stdout, server_out, s1 - s0, client_cpu
     finally:
         if server.poll() is None:
             server.kill()
             server.communicate()
+        for group in (server_group, client_group):
+            if group:
+                group.remove()
 
 
 def run_pair(server_cmd, client_cmd, parse, settle=0.3):

@@ -135,6 +135,26 @@ pub fn tcp_info<S: AsFd>(socket: &S) -> TcpInfo {
     }
 }
 
+/// SO_RCVLOWAT: the least a read waits for before it returns (or its timeout passes).
+pub fn set_receive_low_water<S: AsFd>(socket: &S, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `value` is a valid int for the kernel to read, of the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&socket.as_fd()),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        let error = io::Error::last_os_error();
+        return Err(context(error, &format!("SO_RCVLOWAT {bytes}")));
+    }
+    Ok(())
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_to(cpu: usize) -> io::Result<()> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays in bounds for

@@ -121,10 +121,10 @@ impl Worker {
         let end_index = plan.boundaries.len() - 1;
         let test_end = plan.boundaries[end_index];
         Worker {
-            // The send buffer holds a recognisable pattern; the receive buffer is scratch,
-            // at least 128 KiB and at most 4 MiB however large the writes are.
+            // The send buffer holds a recognisable pattern; the receive buffer is scratch
+            // of one size whatever the sender's writes are (see RECEIVE_BUFFER).
             send_buffer: (0..plan.length).map(|i| (i % 251) as u8).collect(),
-            receive_buffer: vec![0u8; plan.length.clamp(128 * 1024, 4 << 20)],
+            receive_buffer: vec![0u8; RECEIVE_BUFFER],
             next_boundary: 0,
             early_close_tolerance: plan.early_close_tolerance(test_end),
             drain_deadline: None,
@@ -340,6 +340,24 @@ pub fn run(
     Ok(worker.outcomes())
 }
 
+/// Bytes a receiving worker asks for per read, whatever the sender's write size (`-l`
+/// is the sender's setting). One large read holds the socket while it copies, and
+/// segments arriving meanwhile go to the socket's backlog, which this thread then
+/// processes: TCP's receive work moves from the sender's CPU (where loopback and a busy
+/// NIC queue run it in softirq) to the receiver's. 1 MiB reads took one loopback flow
+/// from 15 to 16 Gbit/s alone and to 21-24 with [`RECEIVE_LOW_WATER`]
+/// (docs/performance.md). One buffer per worker, not per flow.
+pub const RECEIVE_BUFFER: usize = 1 << 20;
+
+/// SO_RCVLOWAT of a flow read with blocking calls: the kernel wakes the reader only once
+/// this much has queued (or the peer closed, or the read's timeout passed), so a fast
+/// flow wakes its reader about every 256 KiB instead of every segment. Each wake-up is
+/// paid by the sender's CPU (it runs the receive path on loopback), where it cost about
+/// a tenth of the time. The kernel caps the mark at half the receive buffer, so a small
+/// `--window` keeps working; a slow flow is still read every [`BLOCKING_TIMEOUT`]. Not
+/// set on event-loop flows: readiness there has no timeout to bound a slow flow's wait.
+const RECEIVE_LOW_WATER: usize = 256 * 1024;
+
 /// How long an idle event loop sleeps at most before it looks for an early end.
 const END_CHECK: Duration = Duration::from_millis(20);
 
@@ -353,6 +371,9 @@ fn run_blocking(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
         socket.set_nonblocking(false)?;
         socket.set_read_timeout(Some(BLOCKING_TIMEOUT))?;
         socket.set_write_timeout(Some(BLOCKING_TIMEOUT))?;
+        if worker.flows[0].role != Role::Send {
+            sys::set_receive_low_water(&*socket, RECEIVE_LOW_WATER)?;
+        }
     }
     loop {
         let now = Instant::now();
