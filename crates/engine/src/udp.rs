@@ -149,8 +149,10 @@ impl Batch {
         }
     }
 
-    /// Receives up to the batch's messages without waiting; the number of messages.
-    fn receive(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+    /// Receives up to the batch's messages; the number of messages. Without `wait` the
+    /// call never sleeps; with it, it sleeps until the first datagram (or the socket's
+    /// receive timeout) and then takes what has queued (MSG_WAITFORONE).
+    fn receive(&mut self, socket: &UdpSocket, wait: bool) -> io::Result<usize> {
         let control_len = if self.control.is_empty() {
             0
         } else {
@@ -167,7 +169,11 @@ impl Batch {
                 socket.as_raw_fd(),
                 self.headers.as_mut_ptr(),
                 self.headers.len() as libc::c_uint,
-                libc::MSG_DONTWAIT,
+                if wait {
+                    libc::MSG_WAITFORONE
+                } else {
+                    libc::MSG_DONTWAIT
+                },
                 std::ptr::null_mut(),
             )
         };
@@ -334,6 +340,11 @@ struct UdpLoop {
     next_boundary: usize,
     /// After the end, receivers read on until then.
     grace_until: Option<Instant>,
+    /// The loop's one flow receives: it sleeps in `recvmmsg` itself (a blocking socket
+    /// with a [`MAX_WAIT`] timeout) instead of in `ppoll` and then `recvmmsg`. The poll
+    /// call, its wait-queue entry and the second system call per wake-up were a quarter
+    /// of a 64-byte receiver's CPU (docs/performance.md).
+    lone_receiver: bool,
     /// The wall clock (ns since the Unix epoch) at `plan.start`: datagrams carry wall
     /// clock send times, so that on one host (or synchronised hosts) arrival minus send
     /// time is the one-way delay. Read once; the monotonic clock measures from it.
@@ -370,6 +381,11 @@ impl UdpLoop {
             None => Batch::new(size.max(64), 1, BATCH, false),
         };
         let paced = paced_batch(&plan, &send_batch, size);
+        let lone_receiver = flows.len() == 1 && flows[0].role == Role::Receive;
+        if lone_receiver {
+            flows[0].socket.set_nonblocking(false)?;
+            flows[0].socket.set_read_timeout(Some(MAX_WAIT))?;
+        }
         let since_start = Instant::now().saturating_duration_since(plan.start);
         let wall_base_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -387,6 +403,7 @@ impl UdpLoop {
             receive_batch,
             next_boundary: 0,
             grace_until: None,
+            lone_receiver,
         })
     }
 
@@ -540,8 +557,9 @@ impl UdpLoop {
     /// Up to [`CALLS_PER_TURN`] batches into receiver `index`'s tracker.
     fn receive_turn(&mut self, index: usize, since: Duration, turn: &mut Turn) {
         let flow = &mut self.flows[index];
-        for _ in 0..CALLS_PER_TURN {
-            match self.receive_batch.receive(&flow.socket) {
+        for call in 0..CALLS_PER_TURN {
+            let wait = self.lone_receiver && call == 0;
+            match self.receive_batch.receive(&flow.socket, wait) {
                 Ok(count) => {
                     let arrival = Instant::now().saturating_duration_since(self.plan.start);
                     let arrival_ns = self.wall_base_ns + arrival.as_nanos() as u64;
@@ -602,6 +620,10 @@ impl UdpLoop {
 
     /// Nothing moved: waits for a socket, the next pacing slot or the next boundary.
     fn wait(&mut self, now: Instant, next_send: Option<Instant>) {
+        if self.lone_receiver {
+            // Its receive call has just waited (up to MAX_WAIT) in the kernel.
+            return;
+        }
         let mut wake = now + MAX_WAIT;
         if let Some(at) = next_send {
             wake = wake.min(at);
