@@ -13,6 +13,12 @@ and the ratio of linerate to each peer:
 - NPtcp (NetPIPE): 1-byte messages, fixed repeat count; mean only (half round trip:
   doubled).
 
+Rows ending "-1cpu" run the peer with both ends pinned to one CPU by taskset. linerate
+places its ends itself (a requester on one CPU, the responder on the CPU its requests arrive
+on); the peers leave placement to the scheduler, which on a VM puts the two ends on
+different CPUs and pays a cross-CPU wake-up per message. Both rows are shown so the gap
+from placement and the gap from the rest can be told apart.
+
 Connection rate (--crr): linerate crr beside iperf2 --connect-only, which opens and closes
 connections without a request or response (a lighter transaction: reported beside, not as
 a ratio target).
@@ -42,6 +48,27 @@ def ensure(binaries):
 
 # Each returns (transactions per second, p50 round trip in us or None, mean round trip us).
 
+# Set while a peer runs with both ends pinned to one CPU by taskset (the "-1cpu" rows).
+PIN = []
+
+
+def sides(server, client, **kwargs):
+    """run_sides, with both commands under taskset while PIN is set."""
+    return run_sides(PIN + server, PIN + client, **kwargs)
+
+
+def on_one_cpu(fn):
+    """A peer run with both ends pinned to the CPU this script started on: what a user who
+    knows to place them gets. linerate places its own ends (a requester on one CPU, the
+    responder where its requests arrive); the peers leave it to the scheduler."""
+    def run(seconds):
+        PIN[:] = ["taskset", "-c", str(os.sched_getaffinity(0).__iter__().__next__())]
+        try:
+            return fn(seconds)
+        finally:
+            PIN.clear()
+    return run
+
 def linerate(seconds):
     port = free_port()
     server = [LINERATE, "serve", "--listen", "127.0.0.1", "-p", str(port), "-q"]
@@ -56,7 +83,7 @@ def sockperf(seconds):
     server = ["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", str(port)]
     client = ["sockperf", "ping-pong", "--tcp", "-i", "127.0.0.1", "-p", str(port), "-m", "14",
               "-t", str(seconds), "--full-rtt"]
-    out, _, _, _ = run_sides(server, client, stop=signal.SIGINT)
+    out, _, _, _ = sides(server, client, stop=signal.SIGINT)
     valid = re.search(r"\[Valid Duration\] RunTime=([\d.]+) sec; SentMessages=\d+; ReceivedMessages=(\d+)", out)
     p50 = float(re.search(r"percentile 50\.000 =\s*([\d.]+)", out).group(1))
     mean = float(re.search(r"avg-rtt=([\d.]+)", out).group(1))
@@ -67,7 +94,7 @@ def qperf(seconds):
     port = free_port()
     server = ["qperf", "-lp", str(port)]
     client = ["qperf", "127.0.0.1", "-lp", str(port), "-t", str(seconds), "-m", "1", "tcp_lat"]
-    out, _, _, _ = run_sides(server, client)
+    out, _, _, _ = sides(server, client)
     m = re.search(r"latency\s*=\s*([\d.]+)\s*(us|ms|ns)", out)
     half = float(m.group(1)) * {"ns": 1e-3, "us": 1.0, "ms": 1e3}[m.group(2)]
     return 1e6 / (2 * half), None, 2 * half
@@ -81,7 +108,7 @@ def nptcp(seconds, rate_hint=[20000.0]):
         server = ["NPtcp", "-P", str(port)]
         client = ["NPtcp", "-h", "127.0.0.1", "-P", str(port), "-l", "1", "-u", "1", "-p", "0",
                   "-n", str(repeats), "-o", output]
-        run_sides(server, client)
+        sides(server, client)
         with open(output) as f:
             half = float(f.read().split()[2]) * 1e6
     rate = 1e6 / (2 * half)
@@ -119,7 +146,8 @@ def iperf2_connect(seconds, rate_hint=[5000.0]):
 
 
 RR = {"linerate": (linerate, None), "sockperf": (sockperf, "sockperf"), "qperf": (qperf, "qperf"),
-      "NPtcp": (nptcp, "NPtcp")}
+      "NPtcp": (nptcp, "NPtcp"), "sockperf-1cpu": (on_one_cpu(sockperf), "sockperf"),
+      "qperf-1cpu": (on_one_cpu(qperf), "qperf"), "NPtcp-1cpu": (on_one_cpu(nptcp), "NPtcp")}
 CRR = {"linerate-crr": (linerate_crr, None), "iperf2-connect": (iperf2_connect, "iperf")}
 
 

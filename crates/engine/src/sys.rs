@@ -176,6 +176,48 @@ pub fn pin_to(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// The CPUs this thread may run on, in order.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is valid; the kernel fills it; CPU_ISSET stays within
+    // CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    }
+}
+
+/// The CPU the calling thread runs on now.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu takes no arguments.
+    usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+}
+
+/// SO_INCOMING_CPU: the CPU whose receive processing last delivered to this socket (the
+/// one that took the NIC queue's interrupt, or on loopback the sender's).
+pub fn incoming_cpu<S: AsFd>(socket: &S) -> Option<usize> {
+    let mut cpu: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `cpu` and `len` are valid for the kernel to write an int.
+    let rc = unsafe {
+        libc::getsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&socket.as_fd()),
+            libc::SOL_SOCKET,
+            libc::SO_INCOMING_CPU,
+            (&mut cpu as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    usize::try_from(cpu).ok()
+}
+
 /// CPUs this process may run on.
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

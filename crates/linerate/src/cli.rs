@@ -554,7 +554,9 @@ pub struct TransactionArgs {
     /// (SO_BUSY_POLL), on both ends
     #[arg(long, value_name = "USEC", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub busy_poll: Option<u32>,
-    /// Pin this side's workers to these CPUs, worker i on the i-th (comma-separated)
+    /// Pin this side's workers to these CPUs, worker i on the i-th (comma-separated).
+    /// Without it each requester stays on a CPU of its own and each responder moves to
+    /// the CPU its requests arrive on, so one round trip wakes no other CPU
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = clap::value_parser!(u16))]
     pub cpu: Vec<u16>,
     /// Print one JSON document (docs/results.md) instead of text
