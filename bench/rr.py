@@ -100,9 +100,11 @@ def qperf(seconds):
     return 1e6 / (2 * half), None, 2 * half
 
 
-def nptcp(seconds, rate_hint=[20000.0]):
+def nptcp(seconds, rate_hints={}):
     port = free_port()
-    repeats = max(1000, int(rate_hint[0] * seconds))
+    # The last rate seen in the same placement (pinned or not: they differ tenfold).
+    key = bool(PIN)
+    repeats = max(1000, int(rate_hints.get(key, 20000.0) * seconds))
     with tempfile.TemporaryDirectory() as tmp:
         output = os.path.join(tmp, "np.out")
         server = ["NPtcp", "-P", str(port)]
@@ -112,7 +114,7 @@ def nptcp(seconds, rate_hint=[20000.0]):
         with open(output) as f:
             half = float(f.read().split()[2]) * 1e6
     rate = 1e6 / (2 * half)
-    rate_hint[0] = rate  # the next run lasts about --time seconds
+    rate_hints[key] = rate  # the next run lasts about --time seconds
     return rate, None, 2 * half
 
 
