@@ -51,6 +51,8 @@ pub fn config_of(
         congestion: params.congestion.clone(),
         per_flow: true,
         connect_timeout_s: 10.0,
+        // An iperf3 peer's results have no place for the host's counters.
+        observe: false,
         kind: TestKind::Stream(StreamRequest {
             direction: if params.bidirectional {
                 Direction::Bidir
@@ -226,6 +228,7 @@ pub fn side_from_results(
         flows,
         warnings: Vec::new(),
         udp_kernel: None,
+        observe: None,
         rr: None,
     }
 }
@@ -317,6 +320,7 @@ mod tests {
             flows,
             warnings: Vec::new(),
             udp_kernel: None,
+            observe: None,
             rr: None,
         }
     }

@@ -70,6 +70,8 @@ fn load_config(rr_config: &TestConfig, flows: u32) -> Result<TestConfig, ClientE
         congestion: rr_config.congestion.clone(),
         per_flow: false,
         connect_timeout_s: rr_config.connect_timeout_s,
+        // The load beside a test: the test itself observes the host.
+        observe: false,
         kind: TestKind::Stream(StreamRequest {
             direction: Direction::Forward,
             rate_bps: None,

@@ -5,6 +5,8 @@
 //! each other; the plane (`plane`) starts whichever a worker's flows need.
 
 use crate::sys;
+use linerate_hostinfo::observe::HostReading;
+use linerate_hostinfo::source::Root;
 use linerate_hostinfo::{read_udp_counters, thread_cpu_times, CpuSnapshot};
 use linerate_model::latency::LatencyHistogram;
 use linerate_model::{Direction, Role, TestConfig, UdpCounters, UdpCounts, Workload};
@@ -119,6 +121,8 @@ pub struct Sample {
     pub udp_kernel: Option<UdpCounters>,
     /// Request/response tests, requesting workers: their timing.
     pub rr: Option<Box<RrSample>>,
+    /// `--observe`: the host's counters at the window's edges (worker 0 only).
+    pub host: Option<Box<HostReading>>,
 }
 
 /// What a worker knows of a flow when it ends.
@@ -166,6 +170,8 @@ pub struct WorkerPlan {
     pub rr: Option<RrPlan>,
     /// The CPU this worker is pinned to.
     pub cpu: Option<usize>,
+    /// Worker 0 reads the host's counters at the window's edges (`--observe`).
+    pub observe: bool,
     /// Asks for an end ahead of the schedule; shared by the plane's workers.
     pub end: Arc<EndSignal>,
     /// Flows of this role stop after moving this many bytes each.
@@ -197,6 +203,7 @@ impl WorkerPlan {
             cpu: None,
             end: EndSignal::new(0),
             budget: None,
+            observe: false,
         }
     }
 
@@ -243,6 +250,7 @@ pub(crate) fn send_sample(
     let udp_kernel = (at_edge && plan.udp_framing.is_some())
         .then(|| read_udp_counters().ok())
         .flatten();
+    let host = (at_edge && plan.observe).then(|| Box::new(HostReading::read(&Root::live())));
     let (user, system) = thread_cpu_times();
     // The coordinator may have gone (an aborted test); the flows still end cleanly.
     let _ = samples.send(Sample {
@@ -255,6 +263,7 @@ pub(crate) fn send_sample(
         proc_stat,
         udp_kernel,
         rr,
+        host,
     });
 }
 

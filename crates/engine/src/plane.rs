@@ -8,8 +8,10 @@
 //! a little but never inflates a rate.
 
 use crate::flow::{EndSignal, FlowOutcome, FlowSocket, FlowSpec, RrPlan, Sample, WorkerPlan};
-use linerate_hostinfo::usage;
+use linerate_hostinfo::source::Root;
+use linerate_hostinfo::{observe, usage};
 use linerate_model::latency::LatencyHistogram;
+use linerate_model::observe::Observation;
 use linerate_model::{
     FlowInterval, FlowSide, HostFacts, Role, RrInterval, RrSide, SideInterval, SideResult,
     TestConfig, UdpCounts, Workload,
@@ -197,6 +199,7 @@ impl DataPlane {
                 cpu: (!pin_cpus.is_empty()).then(|| pin_cpus[index % pin_cpus.len()]),
                 end: end.clone(),
                 budget,
+                observe: config.observe,
             };
             let sender = sender.clone();
             let stop = stop.clone();
@@ -461,6 +464,7 @@ impl DataPlane {
             .zip(edge(window_end))
             .map(|(a, b)| a.delta(&b));
         let rr = self.rr_side(window_start, window_end);
+        let observe = self.observation(window_start, window_end);
         Ok(SideResult {
             host,
             cpu,
@@ -469,7 +473,22 @@ impl DataPlane {
             warnings,
             udp_kernel,
             rr,
+            observe,
         })
+    }
+
+    /// `--observe`: what moved in the host's counters between the window's edges, as
+    /// worker 0 read them, with the settings as they are at the end.
+    fn observation(&self, start: usize, end: usize) -> Option<Observation> {
+        let edge = |b: usize| self.samples[b].first()?.as_ref();
+        let (a, b) = (edge(start)?, edge(end)?);
+        let window = b.at.saturating_sub(a.at).as_secs_f64();
+        Some(observe::observe(
+            a.host.as_deref()?,
+            b.host.as_deref()?,
+            window,
+            observe::read_settings(&Root::live()),
+        ))
     }
 
     /// The requesting side's timing over the window: the spans inside it merged, and

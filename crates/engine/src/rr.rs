@@ -1226,6 +1226,7 @@ mod tests {
                 connect_timeout_s: 5.0,
                 workload: Workload::Rr,
                 rr: None,
+                observe: true,
             },
         }
     }

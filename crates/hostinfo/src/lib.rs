@@ -6,6 +6,10 @@
 //! gives the calling thread's own CPU time, so that a test can count its own threads even
 //! when it shares a process with other tests. [`host_facts`] describes the machine.
 
+mod ethtool;
+pub mod observe;
+pub mod source;
+
 use linerate_model::{CpuUsage, HostFacts, UdpCounters};
 use std::io;
 use std::time::Duration;
@@ -55,6 +59,20 @@ impl CpuSnapshot {
             })
             .collect();
         (!per_core.is_empty()).then_some(CpuSnapshot { per_core })
+    }
+
+    /// Each CPU's share of the time up to `later` in hard interrupts and in softirqs,
+    /// percent: (irq, softirq).
+    pub fn irq_shares(&self, later: &CpuSnapshot) -> Vec<(f64, f64)> {
+        self.per_core
+            .iter()
+            .zip(&later.per_core)
+            .map(|(a, b)| {
+                let d: Vec<u64> = a.iter().zip(b).map(|(x, y)| y.saturating_sub(*x)).collect();
+                let whole: u64 = d.iter().sum();
+                (pct(d[IRQ], whole), pct(d[SOFTIRQ], whole))
+            })
+            .collect()
     }
 }
 

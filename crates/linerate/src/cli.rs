@@ -570,6 +570,10 @@ pub struct TransactionArgs {
     /// Seconds to wait for each connection to be accepted
     #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     pub connect_timeout: f64,
+    /// Do not read the host's own counters around the window (interrupts, softirqs,
+    /// softnet drops, NIC queues, protocol counters); both ends read them by default
+    #[arg(long)]
+    pub no_observe: bool,
 }
 
 #[derive(Debug, Args)]
@@ -821,6 +825,10 @@ pub struct StreamArgs {
     /// Seconds to wait for each connection to be accepted
     #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     pub connect_timeout: f64,
+    /// Do not read the host's own counters around the window (interrupts, softirqs,
+    /// softnet drops, NIC queues, protocol counters); both ends read them by default
+    #[arg(long)]
+    pub no_observe: bool,
 }
 
 fn seconds(text: &str) -> Result<f64, String> {

@@ -160,6 +160,7 @@ pub fn document(
         connect_timeout_s: 10.0,
         workload: Default::default(),
         rr: None,
+        observe: true,
     };
     let summary_figures = Summary {
         duration_s: summary.wall_s,
@@ -190,6 +191,7 @@ pub fn document(
         warnings: Vec::new(),
         repetition: None,
         copy: Some(copy),
+        observe: None,
     };
     Document::Test(Box::new(report))
 }

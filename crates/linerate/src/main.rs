@@ -216,6 +216,7 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
         congestion: args.congestion.clone(),
         per_flow: args.per_flow,
         connect_timeout_s: args.connect_timeout,
+        observe: !args.no_observe,
         kind: TestKind::Stream(StreamRequest {
             direction,
             rate_bps: args.rate,
@@ -238,6 +239,7 @@ fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestReq
         congestion: common.congestion.clone(),
         per_flow: common.per_flow,
         connect_timeout_s: common.connect_timeout,
+        observe: !common.no_observe,
         kind: TestKind::Transactions(TransactionRequest {
             connect_each: rr.is_none(),
             udp: rr.is_some_and(|a| a.udp),

@@ -400,6 +400,7 @@ fn base_request(args: &SweepArgs) -> TestRequest {
         congestion: args.congestion.first().cloned(),
         per_flow: false,
         connect_timeout_s: args.connect_timeout,
+        observe: true,
         kind,
     }
 }

@@ -113,6 +113,14 @@ pub struct TestConfig {
     /// Request/response parameters (rr and crr tests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rr: Option<RrConfig>,
+    /// Both ends read the host's own counters around the window (`--observe`, on unless
+    /// `--no-observe`); an older peer that sends no value observes.
+    #[serde(default = "observing")]
+    pub observe: bool,
+}
+
+fn observing() -> bool {
+    true
 }
 
 impl TestConfig {

@@ -9,6 +9,7 @@
 
 mod config;
 pub mod latency;
+pub mod observe;
 mod path;
 pub mod profile;
 mod request;

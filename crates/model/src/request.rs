@@ -58,6 +58,8 @@ pub struct TestRequest {
     pub congestion: Option<String>,
     pub per_flow: bool,
     pub connect_timeout_s: f64,
+    /// Read the host's own counters around the window (`--observe`).
+    pub observe: bool,
     pub kind: TestKind,
 }
 
@@ -153,6 +155,7 @@ impl TestConfig {
             connect_timeout_s: request.connect_timeout_s,
             workload: Workload::Stream,
             rr: None,
+            observe: request.observe,
         };
         match &request.kind {
             TestKind::Stream(stream) => resolve_stream(&mut config, stream, environment)?,
@@ -264,6 +267,7 @@ impl TestRequest {
             congestion: None,
             per_flow: false,
             connect_timeout_s: 10.0,
+            observe: true,
             kind,
         }
     }

@@ -297,6 +297,9 @@ pub struct SideResult {
     /// Request/response tests, on the requesting side: what the requesters timed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rr: Option<RrSide>,
+    /// `--observe`: this end's host over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observe: Option<crate::observe::Observation>,
 }
 
 /// The requesting side's timing of a request/response test over the window.

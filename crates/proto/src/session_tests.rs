@@ -27,6 +27,7 @@ fn config(parallel: u32) -> TestConfig {
         connect_timeout_s: 5.0,
         workload: Default::default(),
         rr: None,
+        observe: true,
     }
 }
 

@@ -27,6 +27,7 @@ impl Report {
         summary.pacing = pacing(&config, &flows, &intervals);
         let mut warnings = side_warnings(&local, &remote);
         warnings.extend(pacing_shortfall(&summary));
+        let observe = observed(&local, &remote);
         Report {
             tool: tool.to_string(),
             test: test.to_string(),
@@ -42,8 +43,20 @@ impl Report {
             warnings,
             repetition: None,
             copy: None,
+            observe,
         }
     }
+}
+
+/// Both ends' observations, if either end observed.
+pub(crate) fn observed(
+    local: &SideResult,
+    remote: &SideResult,
+) -> Option<PerSide<Option<linerate_model::observe::Observation>>> {
+    (local.observe.is_some() || remote.observe.is_some()).then(|| PerSide {
+        local: local.observe.clone(),
+        remote: remote.observe.clone(),
+    })
 }
 
 /// A pacing target the senders fell short of by more than 1 %, said with what the sender
@@ -416,6 +429,7 @@ pub(crate) mod tests {
             connect_timeout_s: 5.0,
             workload: Default::default(),
             rr: None,
+            observe: true,
         }
     }
 

@@ -406,6 +406,7 @@ mod tests {
                 warnings: Vec::new(),
                 repetition: None,
                 copy: None,
+                observe: None,
             };
             report.summary.receiver_bps = bps;
             report

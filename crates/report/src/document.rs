@@ -174,8 +174,23 @@ fn render_test(report: &Report, scale: Scale) -> String {
             crate::rr::render_rr_summary(report, report.config.per_flow)
         }
     };
+    out.push_str(&host_block(report));
     if let Some(repetition) = &report.repetition {
         out.push_str(&render_repetition(repetition, scale));
+    }
+    out
+}
+
+/// `--observe`: the "Host" block, only what is unusual on either end (the JSON has all).
+fn host_block(report: &Report) -> String {
+    let Some(observe) = &report.observe else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for (side, observation) in [("client", &observe.local), ("server", &observe.remote)] {
+        for line in observation.iter().flat_map(|o| &o.unusual) {
+            let _ = writeln!(out, "Host ({side}): {line}");
+        }
     }
     out
 }

@@ -6,6 +6,7 @@
 //! by [`Report::assemble`]. The JSON form of `Report` is a documented contract
 //! (docs/results.md): fields are added, never renamed.
 
+use linerate_model::observe::Observation;
 use serde::{Deserialize, Serialize};
 
 pub use linerate_model::{
@@ -334,6 +335,9 @@ pub struct Report {
     /// the headline and its rate over time as the intervals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy: Option<CopyReport>,
+    /// `--observe`: each end's host over the window (`observe.local`, `observe.remote`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observe: Option<PerSide<Option<Observation>>>,
 }
 
 /// What a copy moved, how intact, and what limited it (docs/transfer-protocol.md 8).

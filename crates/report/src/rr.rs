@@ -81,6 +81,7 @@ pub(crate) fn assemble(
         }
     }
     summary.flows_failed = flows.iter().filter(|f| f.error.is_some()).count() as u32;
+    let observe = crate::assemble::observed(&local, &remote);
     Report {
         tool: tool.to_string(),
         test: config.test_name(),
@@ -96,6 +97,7 @@ pub(crate) fn assemble(
         warnings,
         repetition: None,
         copy: None,
+        observe,
     }
 }
 
