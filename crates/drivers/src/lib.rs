@@ -21,6 +21,7 @@
 pub mod access;
 pub mod client;
 pub mod control;
+pub mod doctor;
 pub mod find_max;
 pub mod iperf3;
 pub mod iperf3_auth;

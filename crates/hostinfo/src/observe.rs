@@ -332,11 +332,15 @@ pub struct HostReading {
     pub softnet: Vec<Softnet>,
     pub counters: BTreeMap<String, i64>,
     pub interfaces: Vec<InterfaceReading>,
+    /// How long the reading took: the cost of observing, paid twice per test.
+    pub took: std::time::Duration,
 }
 
 impl HostReading {
     /// Reads the host under `root`. A file that cannot be read leaves its part empty.
     pub fn read(root: &Root) -> HostReading {
+        // The reading's own cost, reported beside the observation.
+        let started = std::time::Instant::now();
         let (net_rx, net_tx) = root
             .read("/proc/softirqs")
             .map(|t| parse_net_softirqs(&t))
@@ -366,6 +370,7 @@ impl HostReading {
                 .take(MAX_INTERFACES)
                 .map(|name| read_interface(root, name))
                 .collect(),
+            took: started.elapsed(),
         }
     }
 }
@@ -611,6 +616,7 @@ pub fn observe(
 
     let mut observation = Observation {
         window_s,
+        read_ms: (before.took + after.took).as_secs_f64() * 1e3,
         cpus,
         interrupts,
         interfaces,

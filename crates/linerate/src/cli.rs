@@ -120,7 +120,20 @@ pub enum Command {
     /// Measure the sequential write and read rates a copy would see on a file system
     #[command(after_help = DISK_EXAMPLES)]
     Disk(DiskArgs),
+    /// Check this host (and the path to a `linerate serve` at HOST) for what holds results
+    /// down, ranked, each with its evidence and the command that changes it
+    #[command(after_help = DOCTOR_EXAMPLES)]
+    Doctor(DoctorArgs),
 }
+
+const DOCTOR_EXAMPLES: &str = "\
+Examples:
+  linerate doctor                      this host: queues, interrupts, offloads, rings, drops
+  linerate doctor server1              and the path: round trip, windows against it, MTU
+  linerate doctor --rtt 100 --target 1G   windows for a 100 ms path at 1 Gbit/s
+  linerate doctor server1 --apply      also set the sysctls found (old values printed)
+  linerate doctor server1 --json
+Nothing is changed without --apply, and --apply changes sysctls only.";
 
 const COPY_EXAMPLES: &str = "\
 Examples:
@@ -652,6 +665,37 @@ pub struct CopyArgs {
     /// Print the result document as JSON
     #[arg(long)]
     pub json: bool,
+}
+
+/// `linerate doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// A host running `linerate serve`, to measure the round trip and the path MTU to
+    pub host: Option<String>,
+    /// The server's port
+    #[arg(short, long, default_value_t = 5201)]
+    pub port: u16,
+    /// Judge windows for this round trip in milliseconds (instead of measuring one)
+    #[arg(long, value_name = "MS", value_parser = positive_millis)]
+    pub rtt: Option<f64>,
+    /// The rate windows must carry (default: the route's link speed, else 10G)
+    #[arg(long, value_name = "RATE", value_parser = per_second)]
+    pub target: Option<u64>,
+    /// Set the sysctls the findings name, printing the old values for undo
+    #[arg(long)]
+    pub apply: bool,
+    /// Print the findings as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn positive_millis(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 && value <= 1e6 => Ok(value),
+        _ => Err(format!(
+            "'{text}' is not a round trip in milliseconds (above 0)"
+        )),
+    }
 }
 
 /// `linerate disk`.

@@ -6,6 +6,7 @@
 mod cli;
 mod copy_cmd;
 mod copy_report;
+mod doctor_cmd;
 mod failure;
 mod iperf3_cmd;
 mod keep;
@@ -84,6 +85,7 @@ fn main() -> ExitCode {
         Command::Lab(command) => (false, lab_cmd::run(&command)),
         Command::Copy(args) => (args.json, copy_cmd::copy(&args, &storage)),
         Command::Disk(args) => (args.json, copy_cmd::disk(&args)),
+        Command::Doctor(args) => (args.json, doctor_cmd::run(&args)),
     };
     failure::exit_code(outcome, json)
 }

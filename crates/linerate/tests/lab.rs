@@ -850,3 +850,93 @@ fn a_copy_through_corruption_arrives_intact_and_counts_every_corrupted_datagram(
     );
     let _ = std::fs::remove_dir_all(root);
 }
+
+/// The seeds' scp story on a lab path: a small tcp_rmem on the receiving host caps a
+/// stream far below a 100 ms, 200 Mbit/s path. `linerate doctor server` must name the
+/// window first, with its sysctl; `--apply` sets it; the next run must be faster.
+#[test]
+fn doctor_finds_a_small_receive_window_and_its_fix_makes_the_next_run_faster() {
+    let test = "doctor_finds_a_small_receive_window_and_its_fix_makes_the_next_run_faster";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("doctor");
+    let up = lab(&["up", "--name", &name, "--rtt", "100ms", "--rate", "200M"]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let _guard = LabGuard(name.clone());
+    let serve = serve_in(&name);
+    let in_client = |args: &[&str]| {
+        let mut all = vec!["exec", "--name", &name, "client", "--"];
+        all.extend_from_slice(args);
+        lab(&all)
+    };
+    let small = in_client(&[
+        "sh",
+        "-c",
+        "echo '4096 16384 98304' > /proc/sys/net/ipv4/tcp_rmem",
+    ]);
+    assert!(small.status.success(), "{}", stderr(&small));
+    let receive = || {
+        let output = in_client(&[
+            binary(),
+            "--no-store",
+            "stream",
+            "server",
+            "-R",
+            "-t",
+            "5",
+            "-O",
+            "1",
+            "--json",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        num(&json(&output), "/summary/receiver_bps")
+    };
+    let before = receive();
+
+    let found = in_client(&[binary(), "doctor", "server", "--target", "200M", "--json"]);
+    assert!(found.status.success(), "{}", stderr(&found));
+    let diagnosis = json(&found);
+    let rtt = num(&diagnosis, "/path/rtt_ms");
+    assert!((95.0..150.0).contains(&rtt), "round trip {rtt} ms");
+    let first = &diagnosis["findings"][0];
+    assert_eq!(first["topic"], "receive window", "{diagnosis}");
+    assert!(
+        first["finding"]
+            .as_str()
+            .unwrap()
+            .contains("48 KiB of window"),
+        "{first}"
+    );
+    assert_eq!(first["sysctls"][0][0], "net.ipv4.tcp_rmem");
+    let value = first["sysctls"][0][1].as_str().unwrap().to_string();
+
+    let applied = in_client(&[binary(), "doctor", "server", "--target", "200M", "--apply"]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    assert!(
+        stderr(&applied).contains("net.ipv4.tcp_rmem: '4096 16384 98304' -> "),
+        "{}",
+        stderr(&applied)
+    );
+    let now = in_client(&["cat", "/proc/sys/net/ipv4/tcp_rmem"]);
+    let now = String::from_utf8_lossy(&now.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert_eq!(now, value);
+
+    let after = receive();
+    eprintln!(
+        "doctor: {:.1} Mbit/s before the fix, {:.1} after",
+        before / 1e6,
+        after / 1e6
+    );
+    assert!(
+        after > 3.0 * before,
+        "before the fix {:.1} Mbit/s, after {:.1} Mbit/s",
+        before / 1e6,
+        after / 1e6
+    );
+    drop(serve);
+}

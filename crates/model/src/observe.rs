@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 pub struct Observation {
     /// Seconds between the two readings (the measurement window).
     pub window_s: f64,
+    /// Milliseconds the two readings took on the measuring thread: the cost of observing.
+    #[serde(default)]
+    pub read_ms: f64,
     /// Per CPU: network softirqs, interrupt and softirq time, softnet drops.
     pub cpus: Vec<CpuNetwork>,
     /// Interrupt sources that fired in the window, grouped by device and queue.
@@ -143,4 +146,48 @@ pub struct HostSettings {
     pub governors: Vec<String>,
     /// Whether an irqbalance process runs.
     pub irqbalance: bool,
+}
+
+/// One thing `linerate doctor` found, ranked by its likely effect on a result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// 1 is the finding most likely to move a result.
+    pub rank: u32,
+    /// A short name: "receive window", "offloads", ...
+    pub topic: String,
+    /// What was found, in one sentence.
+    pub finding: String,
+    /// The readings it rests on.
+    pub evidence: Vec<String>,
+    /// The one command that changes it.
+    pub command: String,
+    /// The figure that would move, and how far.
+    pub effect: String,
+    /// Sysctls `--apply` would set: (name as sysctl spells it, new value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sysctls: Vec<(String, String)>,
+}
+
+/// What `linerate doctor` knows of the path to a server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathFacts {
+    /// The server as named, and its address.
+    pub target: String,
+    /// The least of several TCP handshake times: one round trip, milliseconds.
+    pub rtt_ms: f64,
+    /// The interface the route to it leaves by, and that interface's MTU.
+    pub interface: Option<String>,
+    pub interface_mtu: Option<u64>,
+    /// The path MTU the kernel holds for the route after a probe (IP_MTU).
+    pub path_mtu: Option<u64>,
+}
+
+/// `linerate doctor`'s answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathFacts>,
+    /// The rate the window findings are held against, bits per second.
+    pub target_bps: f64,
+    pub findings: Vec<Finding>,
 }

@@ -1,0 +1,526 @@
+//! `linerate doctor`: what on this host (and on the path to a server) is likely to hold a
+//! result down, ranked by likely effect, each with its evidence, the one command that
+//! changes it and the figure that would move. A pure function of readings, so each rule
+//! is tested on fixtures whose answer is known.
+
+use crate::observe::{HostReading, InterfaceReading};
+use linerate_model::observe::{Finding, HostSettings, PathFacts};
+
+/// Everything the rules look at.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub settings: HostSettings,
+    /// One reading of the host: its counters since boot stand for its habits (which CPUs
+    /// take a NIC's interrupts, whether the backlog ever overflowed).
+    pub reading: HostReading,
+    pub cpus: usize,
+    pub path: Option<PathFacts>,
+    /// A round trip to assume when no server was probed (`--rtt`), milliseconds.
+    pub assumed_rtt_ms: Option<f64>,
+    /// The rate to hold windows against (`--target`), else the route's link speed, else
+    /// 10 Gbit/s.
+    pub target_bps: Option<f64>,
+}
+
+/// The share of the receive buffer the kernel offers as window. Linux advertises part of
+/// the buffer (tcp_adv_win_scale, and since 6.x a measured payload-to-memory ratio); on
+/// 1500-byte frames that is about half. A conservative, documented assumption.
+const WINDOW_SHARE: f64 = 0.5;
+const DEFAULT_TARGET_BPS: f64 = 10e9;
+
+impl Facts {
+    fn rtt_s(&self) -> Option<f64> {
+        self.path
+            .as_ref()
+            .map(|p| p.rtt_ms)
+            .or(self.assumed_rtt_ms)
+            .filter(|r| *r > 0.0)
+            .map(|ms| ms / 1e3)
+    }
+
+    fn route_interface(&self) -> Option<&InterfaceReading> {
+        let name = self.path.as_ref()?.interface.as_deref()?;
+        self.reading.interfaces.iter().find(|i| i.name == name)
+    }
+
+    /// The rate windows are held against.
+    pub fn target_bps(&self) -> f64 {
+        self.target_bps
+            .or_else(|| {
+                self.route_interface()?
+                    .speed_mbps
+                    .map(|mbps| mbps as f64 * 1e6)
+            })
+            .unwrap_or(DEFAULT_TARGET_BPS)
+    }
+}
+
+/// A finding before ranking, with the factor by which it may hold a result down.
+struct Scored {
+    factor: f64,
+    finding: Finding,
+}
+
+fn rate(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.1} Gbit/s", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.1} Mbit/s", bps / 1e6)
+    } else {
+        format!("{:.0} kbit/s", bps / 1e3)
+    }
+}
+
+fn bytes(n: u64) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1 << 20 {
+        format!("{:.1} MiB", n as f64 / f64::from(1 << 20))
+    } else if n >= 1024 && n.is_multiple_of(1024) {
+        format!("{} KiB", n >> 10)
+    } else if n >= 1024 {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// A buffer that holds `window` bytes of window: twice the window (WINDOW_SHARE), up to
+/// the next power of two, at least 4 MiB.
+fn buffer_for(window: f64) -> u64 {
+    ((window / WINDOW_SHARE).ceil() as u64)
+        .max(4 << 20)
+        .next_power_of_two()
+}
+
+/// The receive and send buffer limits against the path's bandwidth-delay product.
+fn windows(facts: &Facts, out: &mut Vec<Scored>) {
+    let Some(rtt) = facts.rtt_s() else { return };
+    let target = facts.target_bps();
+    let needed_window = target * rtt / 8.0;
+    let measured = if facts.path.is_some() {
+        "measured"
+    } else {
+        "given by --rtt"
+    };
+    for (name, triple, side, held) in [
+        ("tcp_rmem", facts.settings.tcp_rmem, "receive", "of window"),
+        ("tcp_wmem", facts.settings.tcp_wmem, "send", "in flight"),
+    ] {
+        let Some([min, default, max]) = triple else {
+            continue;
+        };
+        let window = max as f64 * WINDOW_SHARE;
+        let ceiling = window * 8.0 / rtt;
+        if ceiling >= target {
+            continue;
+        }
+        let new_max = buffer_for(needed_window);
+        let value = format!("{min} {default} {new_max}");
+        let new_ceiling = (new_max as f64 * WINDOW_SHARE * 8.0 / rtt).min(target);
+        out.push(Scored {
+            factor: target / ceiling,
+            finding: Finding {
+                topic: format!("{side} window"),
+                finding: format!(
+                    "{name} lets a TCP {side} buffer grow to {}, about {} {held}: at a {:.1} ms round trip one stream is capped at {}",
+                    bytes(max),
+                    bytes((window as u64).max(1)),
+                    rtt * 1e3,
+                    rate(ceiling)
+                ),
+                evidence: vec![
+                    format!("net.ipv4.{name} = {min} {default} {max}"),
+                    format!("round trip {:.2} ms ({measured})", rtt * 1e3),
+                    format!(
+                        "{} at that round trip needs {} in flight (the bandwidth-delay product)",
+                        rate(target),
+                        bytes(needed_window.ceil() as u64)
+                    ),
+                ],
+                command: format!("sysctl -w net.ipv4.{name}='{value}'"),
+                effect: format!(
+                    "one stream's ceiling at this round trip: {} -> {}",
+                    rate(ceiling),
+                    rate(new_ceiling)
+                ),
+                sysctls: vec![(format!("net.ipv4.{name}"), value)],
+                ..Default::default()
+            },
+        });
+    }
+    // Applications that size their own buffers (iperf3 -w, linerate -w) stop at the
+    // core maxima, whatever tcp_rmem allows.
+    for (name, value) in [
+        ("rmem_max", facts.settings.rmem_max),
+        ("wmem_max", facts.settings.wmem_max),
+    ] {
+        let Some(max) = value else { continue };
+        let ceiling = max as f64 * 8.0 / rtt;
+        if ceiling >= target {
+            continue;
+        }
+        let new_max = buffer_for(needed_window * WINDOW_SHARE);
+        out.push(Scored {
+            // Only tools that set their buffers are held by it: ranked below the
+            // autotuning limits.
+            factor: (target / ceiling).sqrt(),
+            finding: Finding {
+                topic: "socket buffer maximum".into(),
+                finding: format!(
+                    "net.core.{name} is {}: a tool that sets its own buffer (-w) gets at most that, {} per stream at {:.1} ms",
+                    bytes(max),
+                    rate(ceiling),
+                    rtt * 1e3
+                ),
+                evidence: vec![format!("net.core.{name} = {max}")],
+                command: format!("sysctl -w net.core.{name}={new_max}"),
+                effect: format!(
+                    "a -w stream's ceiling: {} -> {}",
+                    rate(ceiling),
+                    rate((new_max as f64 * 8.0 / rtt).min(target))
+                ),
+                sysctls: vec![(format!("net.core.{name}"), new_max.to_string())],
+                ..Default::default()
+            },
+        });
+    }
+}
+
+/// Whether an interface is a physical device's (it has a device link), not virtual.
+fn physical(interface: &InterfaceReading) -> bool {
+    interface.keys.len() > 1 && interface.name != "lo"
+}
+
+/// A NIC whose receive work all lands on one CPU: one queue without RPS, or every
+/// queue's interrupts on one CPU.
+fn queue_spread(facts: &Facts, out: &mut Vec<Scored>) {
+    if facts.cpus < 2 {
+        return;
+    }
+    for interface in facts.reading.interfaces.iter().filter(|i| physical(i)) {
+        let sources: Vec<_> = facts
+            .reading
+            .interrupts
+            .iter()
+            .filter(|l| {
+                interface
+                    .keys
+                    .iter()
+                    .any(|k| l.description.contains(k.as_str()))
+                    && crate::observe::device_and_queue(&l.description).1.is_some()
+            })
+            .collect();
+        busy_queue(interface, out);
+        let mut per_cpu = vec![0u64; facts.cpus];
+        for line in &sources {
+            for (cpu, count) in line.per_cpu.iter().enumerate().take(facts.cpus) {
+                per_cpu[cpu] += count;
+            }
+        }
+        let total: u64 = per_cpu.iter().sum();
+        let rps_off = interface
+            .steering
+            .iter()
+            .filter(|((rx, _), _)| *rx)
+            .all(|(_, mask)| mask.trim_start_matches(['0', ',']).is_empty());
+        if interface.rx_queues.len() == 1 && rps_off {
+            let mask = format!("{:x}", (1u128 << facts.cpus.min(127)) - 1);
+            out.push(Scored {
+                factor: 1.5,
+                finding: Finding {
+                    topic: "receive queues".into(),
+                    finding: format!(
+                        "{} has one receive queue and RPS is off: one CPU of {} does all its receive work",
+                        interface.name, facts.cpus
+                    ),
+                    evidence: vec![
+                        format!("/sys/class/net/{}/queues: rx-0 only", interface.name),
+                        format!("rps_cpus of rx-0: {}", interface.steering.get(&(true, 0)).map_or("absent", |m| m.as_str())),
+                    ],
+                    command: format!(
+                        "echo {mask} > /sys/class/net/{}/queues/rx-0/rps_cpus",
+                        interface.name
+                    ),
+                    effect: "receive throughput of many flows, once one CPU saturates in softirq".into(),
+                    ..Default::default()
+                },
+            });
+        } else if sources.len() >= 2 && total >= 10_000 {
+            let (cpu, busiest) = per_cpu
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, c)| **c)
+                .map(|(c, n)| (c, *n))
+                .unwrap_or((0, 0));
+            let share = busiest as f64 / total as f64;
+            if share >= 0.9 {
+                let command = if facts.settings.irqbalance {
+                    format!(
+                        "spread them: echo N > /proc/irq/IRQ/smp_affinity_list for each of {}'s {} queue interrupts",
+                        interface.name,
+                        sources.len()
+                    )
+                } else {
+                    "systemctl start irqbalance".into()
+                };
+                out.push(Scored {
+                    factor: 1.5 + share,
+                    finding: Finding {
+                        topic: "interrupts".into(),
+                        finding: format!(
+                            "{:.0} % of {}'s queue interrupts went to CPU {cpu}: its {} queues are served by one CPU",
+                            share * 100.0,
+                            interface.name,
+                            sources.len()
+                        ),
+                        evidence: vec![
+                            format!("/proc/interrupts since boot: {busiest} of {total} on CPU {cpu}"),
+                            format!("irqbalance {}", if facts.settings.irqbalance { "runs" } else { "does not run" }),
+                        ],
+                        command,
+                        effect: "receive throughput once that CPU saturates; at 1000 flows the seeds' figure fell until interrupts were spread".into(),
+                        ..Default::default()
+                    },
+                });
+            }
+        }
+    }
+}
+
+/// One receive queue that has carried most of a multi-queue NIC's packets since boot:
+/// RSS is not spreading the flows (one flow, or a hash or indirection table that sends
+/// them all one way).
+fn busy_queue(interface: &InterfaceReading, out: &mut Vec<Scored>) {
+    let received: Vec<(u32, u64)> = interface
+        .queue_packets
+        .iter()
+        .filter(|((rx, _), _)| *rx)
+        .map(|(&(_, q), &p)| (q, p))
+        .collect();
+    let total: u64 = received.iter().map(|(_, p)| p).sum();
+    let Some(&(queue, top)) = received.iter().max_by_key(|(_, p)| *p) else {
+        return;
+    };
+    let share = top as f64 / total.max(1) as f64;
+    if received.len() < 2 || total < 10_000 || share <= 0.6 {
+        return;
+    }
+    out.push(Scored {
+        factor: 1.5 + share,
+        finding: Finding {
+            topic: "receive queues".into(),
+            finding: format!(
+                "rx queue {queue} has carried {:.0} % of {}'s received packets since boot: its {} queues are not sharing the work",
+                share * 100.0,
+                interface.name,
+                received.len()
+            ),
+            evidence: vec![format!(
+                "ethtool statistics: {top} of {total} received packets on queue {queue}"
+            )],
+            command: format!(
+                "ethtool -X {} equal {}   (and check: ethtool -n {} rx-flow-hash tcp4)",
+                interface.name,
+                received.len(),
+                interface.name
+            ),
+            effect: "receive throughput of many flows: one queue is one CPU's softirq".into(),
+            ..Default::default()
+        },
+    });
+}
+
+/// Offloads that are off, rings below their maximum, stacked devices, the path's MTU.
+fn interfaces(facts: &Facts, out: &mut Vec<Scored>) {
+    for interface in facts.reading.interfaces.iter().filter(|i| physical(i)) {
+        let off: Vec<&str> = [
+            ("tcp-segmentation-offload", "tso"),
+            ("generic-segmentation-offload", "gso"),
+            ("generic-receive-offload", "gro"),
+            ("rx-checksumming", "rx"),
+            ("tx-checksumming", "tx"),
+        ]
+        .iter()
+        .filter(|(name, _)| interface.offloads.get(*name) == Some(&false))
+        .map(|(_, short)| *short)
+        .collect();
+        if !off.is_empty() {
+            out.push(Scored {
+                factor: 2.0,
+                finding: Finding {
+                    topic: "offloads".into(),
+                    finding: format!(
+                        "{}: {} off: the CPU segments, checksums or coalesces every packet itself",
+                        interface.name,
+                        off.join(", ")
+                    ),
+                    evidence: vec![format!("ethtool features of {}", interface.name)],
+                    command: format!(
+                        "ethtool -K {} {}",
+                        interface.name,
+                        off.iter()
+                            .map(|o| format!("{o} on"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ),
+                    effect:
+                        "CPU per Gbit; with checksums in software the seeds' UDP test was CPU-bound"
+                            .into(),
+                    ..Default::default()
+                },
+            });
+        }
+        if let Some([rx, rx_max, tx, tx_max]) = interface.rings {
+            if rx < rx_max {
+                out.push(Scored {
+                    factor: 1.2,
+                    finding: Finding {
+                        topic: "rings".into(),
+                        finding: format!(
+                            "{}: receive ring {rx} of a possible {rx_max}: bursts overflow it sooner",
+                            interface.name
+                        ),
+                        evidence: vec![format!("ethtool rings: rx {rx}/{rx_max}, tx {tx}/{tx_max}")],
+                        command: format!("ethtool -G {} rx {rx_max} tx {tx_max}", interface.name),
+                        effect: "receive drops under bursts (rx_dropped, rx_missed)".into(),
+                        ..Default::default()
+                    },
+                });
+            }
+        }
+    }
+    let Some(path) = &facts.path else { return };
+    if let Some(route) = facts.route_interface() {
+        if !route.lower.is_empty() {
+            out.push(Scored {
+                factor: 1.4,
+                finding: Finding {
+                    topic: "stacked device".into(),
+                    finding: format!(
+                        "the route to {} leaves by {}, a software device stacked on {}: every packet crosses it",
+                        path.target,
+                        route.name,
+                        route.lower.join(", ")
+                    ),
+                    evidence: vec![format!("/sys/class/net/{}: lower {}", route.name, route.lower.join(", "))],
+                    command: format!("test over {} itself, or give the guest the NIC (SR-IOV, passthrough)", route.lower[0]),
+                    effect: "receive spread: the seeds' vnic forced one software ring where the NIC had sixteen, 4.2 -> 9.4 Gbit/s when removed".into(),
+                    ..Default::default()
+                },
+            });
+        }
+    }
+    if let (Some(mtu), Some(pmtu), Some(name)) =
+        (path.interface_mtu, path.path_mtu, path.interface.as_deref())
+    {
+        // No IPv4 packet exceeds 65535 bytes, whatever lo's MTU says.
+        if pmtu < mtu.min(65535) {
+            out.push(Scored {
+                factor: 1.5,
+                finding: Finding {
+                    topic: "MTU".into(),
+                    finding: format!(
+                        "{name} sends {mtu}-byte packets but the path to {} carries {pmtu}: larger packets are dropped until path MTU discovery catches up, and blackholed where ICMP is filtered",
+                        path.target
+                    ),
+                    evidence: vec![format!("{name} mtu {mtu}; the kernel's path MTU to {} after a probe: {pmtu}", path.target)],
+                    command: format!("ip link set dev {name} mtu {pmtu}"),
+                    effect: "stalls and retransmissions of full-sized segments".into(),
+                    ..Default::default()
+                },
+            });
+        }
+    }
+}
+
+/// Backlog drops, the CPU governor, the congestion control.
+fn host(facts: &Facts, out: &mut Vec<Scored>) {
+    let dropped: u64 = facts.reading.softnet.iter().map(|s| s.dropped).sum();
+    if dropped > 0 {
+        let backlog = facts.settings.netdev_max_backlog.unwrap_or(1000);
+        let value = (backlog * 4).max(4096).to_string();
+        out.push(Scored {
+            factor: 1.3,
+            finding: Finding {
+                topic: "backlog".into(),
+                finding: format!(
+                    "{dropped} packets were dropped since boot because a CPU's input backlog ({backlog}) was full"
+                ),
+                evidence: vec!["/proc/net/softnet_stat, second column".into()],
+                command: format!("sysctl -w net.core.netdev_max_backlog={value}"),
+                effect: "drops (and retransmissions) under bursts".into(),
+                sysctls: vec![("net.core.netdev_max_backlog".into(), value)],
+                ..Default::default()
+            },
+        });
+    }
+    let slow: Vec<&String> = facts
+        .settings
+        .governors
+        .iter()
+        .filter(|g| *g == "powersave")
+        .collect();
+    if !slow.is_empty() {
+        out.push(Scored {
+            factor: 1.2,
+            finding: Finding {
+                topic: "CPU frequency".into(),
+                finding: format!(
+                    "{} of {} CPUs run the powersave governor: they clock down between bursts",
+                    slow.len(),
+                    facts.settings.governors.len()
+                ),
+                evidence: vec!["/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor".into()],
+                command: "cpupower frequency-set -g performance".into(),
+                effect: "latency (round trips) and CPU per Gbit".into(),
+                ..Default::default()
+            },
+        });
+    }
+    let long_path = facts.rtt_s().is_some_and(|r| r >= 0.02);
+    match facts.settings.congestion_control.as_deref() {
+        Some("reno") => out.push(congestion(
+            1.3,
+            "reno halves its window on every loss and regrows it by one segment per round trip",
+        )),
+        Some("cubic") if long_path => out.push(congestion(
+            1.1,
+            "cubic reads random loss on a long path as congestion and backs off",
+        )),
+        _ => {}
+    }
+}
+
+fn congestion(factor: f64, why: &str) -> Scored {
+    Scored {
+        factor,
+        finding: Finding {
+            topic: "congestion control".into(),
+            finding: format!("{why}; bbr paces to the path's measured rate instead"),
+            evidence: vec!["net.ipv4.tcp_congestion_control".into()],
+            command: "sysctl -w net.ipv4.tcp_congestion_control=bbr".into(),
+            effect: "one stream's goodput on a long or lossy path (linerate stream -C bbr shows it first)".into(),
+            sysctls: vec![("net.ipv4.tcp_congestion_control".into(), "bbr".into())],
+            ..Default::default()
+        },
+    }
+}
+
+/// Every finding, the likeliest to move a result first.
+pub fn diagnose(facts: &Facts) -> Vec<Finding> {
+    let mut scored = Vec::new();
+    windows(facts, &mut scored);
+    queue_spread(facts, &mut scored);
+    interfaces(facts, &mut scored);
+    host(facts, &mut scored);
+    scored.sort_by(|a, b| b.factor.total_cmp(&a.factor));
+    scored
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| Finding {
+            rank: i as u32 + 1,
+            ..s.finding
+        })
+        .collect()
+}

@@ -1,0 +1,119 @@
+//! `linerate doctor`'s rules on hosts whose answer is known.
+
+mod common;
+use common::expand;
+use linerate_hostinfo::doctor::{diagnose, Facts};
+use linerate_hostinfo::observe::{read_settings, HostReading};
+use linerate_hostinfo::source::Root;
+use linerate_model::observe::{HostSettings, PathFacts};
+
+/// The seeds' scp story: a 48 KB window at 100 ms caps a stream at 3.9 Mbit/s.
+#[test]
+fn a_48_kb_window_at_100_ms_is_the_first_finding_with_its_fix() {
+    let facts = Facts {
+        settings: HostSettings {
+            tcp_rmem: Some([4096, 65536, 98_304]),
+            tcp_wmem: Some([4096, 16384, 4_194_304]),
+            rmem_max: Some(33_554_432),
+            wmem_max: Some(33_554_432),
+            congestion_control: Some("bbr".into()),
+            ..Default::default()
+        },
+        cpus: 2,
+        path: Some(PathFacts {
+            target: "server".into(),
+            rtt_ms: 100.0,
+            ..Default::default()
+        }),
+        target_bps: Some(1e9),
+        ..Default::default()
+    };
+    let findings = diagnose(&facts);
+    let first = &findings[0];
+    assert_eq!(first.rank, 1);
+    assert_eq!(first.topic, "receive window");
+    assert!(first.finding.contains("48 KiB of window"), "{first:?}");
+    assert!(first.finding.contains("capped at 3.9 Mbit/s"), "{first:?}");
+    // 1 Gbit/s x 100 ms is 12.5 MB in flight; twice that for the window's share, up to
+    // a power of two.
+    assert_eq!(
+        first.command,
+        "sysctl -w net.ipv4.tcp_rmem='4096 65536 33554432'"
+    );
+    assert_eq!(
+        first.effect,
+        "one stream's ceiling at this round trip: 3.9 Mbit/s -> 1.0 Gbit/s"
+    );
+    assert_eq!(
+        first.sysctls,
+        vec![(
+            "net.ipv4.tcp_rmem".to_string(),
+            "4096 65536 33554432".to_string()
+        )]
+    );
+    // The 4 MiB send buffer caps a stream at 168 Mbit/s: found, ranked below.
+    let send = findings.iter().find(|f| f.topic == "send window").unwrap();
+    assert!(
+        send.rank > 1 && send.finding.contains("167.8 Mbit/s"),
+        "{send:?}"
+    );
+    // A round trip short enough finds nothing about windows.
+    let near = Facts {
+        path: Some(PathFacts {
+            target: "server".into(),
+            rtt_ms: 0.05,
+            ..Default::default()
+        }),
+        ..facts
+    };
+    assert!(diagnose(&near).iter().all(|f| !f.topic.contains("window")));
+}
+
+/// The facts of a fixture's second reading, on a host of `cpus` CPUs, with no path.
+fn fixture_facts(bundle: &str, cpus: usize) -> Facts {
+    let dir = expand(bundle, &format!("doctor-{cpus}"));
+    let root = Root::fixture(dir.join("after"));
+    let facts = Facts {
+        settings: read_settings(&root),
+        reading: HostReading::read(&root),
+        cpus,
+        ..Default::default()
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    facts
+}
+
+#[test]
+fn one_busy_queue_and_one_interrupt_cpu_are_found_with_drops_and_short_rings() {
+    let findings = diagnose(&fixture_facts("mlx5-one-busy-queue.txt", 4));
+    let topics: Vec<&str> = findings.iter().map(|f| f.topic.as_str()).collect();
+    assert_eq!(
+        topics,
+        vec!["interrupts", "receive queues", "backlog", "rings"],
+        "{findings:#?}"
+    );
+    let interrupts = &findings[0];
+    assert!(
+        interrupts
+            .finding
+            .starts_with("100 % of ens1f0's queue interrupts went to CPU 0"),
+        "{interrupts:?}"
+    );
+    assert_eq!(interrupts.command, "systemctl start irqbalance");
+    assert!(
+        findings[1]
+            .finding
+            .starts_with("rx queue 0 has carried 98 % of ens1f0's received packets"),
+        "{:?}",
+        findings[1]
+    );
+    assert_eq!(findings[2].sysctls[0].0, "net.core.netdev_max_backlog");
+    assert_eq!(findings[3].command, "ethtool -G ens1f0 rx 8192 tx 8192");
+    // No path was probed and no --rtt given: nothing is said about windows.
+    assert!(findings.iter().all(|f| !f.topic.contains("window")));
+}
+
+#[test]
+fn a_host_with_spread_queues_and_no_drops_is_healthy() {
+    assert_eq!(diagnose(&fixture_facts("virtio-spread.txt", 2)), vec![]);
+}
