@@ -27,6 +27,10 @@ pub struct Facts {
 /// 1500-byte frames that is about half. A conservative, documented assumption.
 const WINDOW_SHARE: f64 = 0.5;
 const DEFAULT_TARGET_BPS: f64 = 10e9;
+/// Receive coalescing from which a NIC's hold time shows in round trips.
+const COALESCE_US: u32 = 50;
+/// Idle-state exit latency from which a sleeping CPU shows in round trips.
+const DEEP_IDLE_US: u64 = 50;
 
 impl Facts {
     fn rtt_s(&self) -> Option<f64> {
@@ -371,6 +375,24 @@ fn interfaces(facts: &Facts, out: &mut Vec<Scored>) {
                 },
             });
         }
+        if let Some([rx_usecs, _, adaptive]) = interface.coalesce {
+            if rx_usecs >= COALESCE_US && adaptive == 0 {
+                out.push(Scored {
+                    factor: 1.15,
+                    finding: Finding {
+                        topic: "interrupt coalescing".into(),
+                        finding: format!(
+                            "{} holds received packets up to {rx_usecs} us before it interrupts: a round trip can pay that at each end",
+                            interface.name
+                        ),
+                        evidence: vec![format!("ethtool coalescing of {}: rx-usecs {rx_usecs}, adaptive rx off", interface.name)],
+                        command: format!("ethtool -C {} adaptive-rx on", interface.name),
+                        effect: "request/response round trips (linerate rr), not bulk goodput".into(),
+                        ..Default::default()
+                    },
+                });
+            }
+        }
         if let Some([rx, rx_max, tx, tx_max]) = interface.rings {
             if rx < rx_max {
                 out.push(Scored {
@@ -474,6 +496,28 @@ fn host(facts: &Facts, out: &mut Vec<Scored>) {
                 evidence: vec!["/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor".into()],
                 command: "cpupower frequency-set -g performance".into(),
                 effect: "latency (round trips) and CPU per Gbit".into(),
+                ..Default::default()
+            },
+        });
+    }
+    if let Some(deep) = facts
+        .settings
+        .idle_states
+        .iter()
+        .filter(|s| !s.disabled && s.latency_us >= DEEP_IDLE_US)
+        .max_by_key(|s| s.latency_us)
+    {
+        out.push(Scored {
+            factor: 1.15,
+            finding: Finding {
+                topic: "CPU idle states".into(),
+                finding: format!(
+                    "CPUs may sleep in {}, which takes {} us to leave: a round trip that finds a CPU asleep pays it",
+                    deep.name, deep.latency_us
+                ),
+                evidence: vec!["/sys/devices/system/cpu/cpu0/cpuidle/state*/{name,latency,disable}".into()],
+                command: format!("cpupower idle-set -D {}", DEEP_IDLE_US - 1),
+                effect: "request/response latency, the tail (p99) most".into(),
                 ..Default::default()
             },
         });

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GDRVINFO: u32 = 0x03;
+const ETHTOOL_GCOALESCE: u32 = 0x0e;
 const ETHTOOL_GRINGPARAM: u32 = 0x10;
 const ETHTOOL_GRXCSUM: u32 = 0x14;
 const ETHTOOL_GTXCSUM: u32 = 0x16;
@@ -174,6 +175,13 @@ pub fn query(interface: &str) -> Ethtool {
     };
     if device.call(&mut rings) && rings.rx_max > 0 {
         out.rings = Some([rings.rx, rings.rx_max, rings.tx, rings.tx_max]);
+    }
+    // struct ethtool_coalesce: cmd, then 22 u32 fields; rx_coalesce_usecs is the first,
+    // tx_coalesce_usecs the fifth, use_adaptive_rx_coalesce the tenth.
+    let mut coalesce = [0u32; 23];
+    coalesce[0] = ETHTOOL_GCOALESCE;
+    if device.call(&mut coalesce) {
+        out.coalesce = Some([coalesce[1], coalesce[5], coalesce[10]]);
     }
     out
 }

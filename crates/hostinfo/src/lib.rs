@@ -8,6 +8,7 @@
 
 pub mod doctor;
 mod ethtool;
+mod netlink;
 pub mod observe;
 pub mod source;
 

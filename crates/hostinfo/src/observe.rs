@@ -6,7 +6,8 @@
 use crate::source::{exists, Root};
 use crate::CpuSnapshot;
 use linerate_model::observe::{
-    CpuNetwork, HostSettings, InterfaceView, InterruptSource, Observation, QueueView, Rings,
+    Coalescing, CpuNetwork, HostSettings, IdleState, InterfaceView, InterruptSource, Observation,
+    QueueView, Rings,
 };
 use std::collections::BTreeMap;
 
@@ -232,6 +233,8 @@ pub struct InterfaceReading {
     pub offloads: BTreeMap<String, bool>,
     pub rings: Option<[u32; 4]>,
     pub lower: Vec<String>,
+    pub qdisc: Option<String>,
+    pub coalesce: Option<[u32; 3]>,
 }
 
 const STAT_FILES: [&str; 8] = [
@@ -319,6 +322,8 @@ fn read_interface(root: &Root, name: &str) -> InterfaceReading {
         offloads: ethtool.features,
         rings: ethtool.rings,
         lower,
+        qdisc: None,
+        coalesce: ethtool.coalesce,
     }
 }
 
@@ -364,12 +369,21 @@ impl HostReading {
                 .map(|t| parse_softnet(&t))
                 .unwrap_or_default(),
             counters,
-            interfaces: root
-                .list("/sys/class/net")
-                .iter()
-                .take(MAX_INTERFACES)
-                .map(|name| read_interface(root, name))
-                .collect(),
+            interfaces: {
+                let names: Vec<String> = root
+                    .list("/sys/class/net")
+                    .into_iter()
+                    .take(MAX_INTERFACES)
+                    .collect();
+                let mut qdiscs = root.qdiscs(&names);
+                names
+                    .iter()
+                    .map(|name| InterfaceReading {
+                        qdisc: qdiscs.remove(name),
+                        ..read_interface(root, name)
+                    })
+                    .collect()
+            },
             took: started.elapsed(),
         }
     }
@@ -404,6 +418,21 @@ pub fn read_settings(root: &Root) -> HostSettings {
         netdev_max_backlog: root.number("/proc/sys/net/core/netdev_max_backlog"),
         governors,
         irqbalance: root.runs("irqbalance"),
+        rps_sock_flow_entries: root.number("/proc/sys/net/core/rps_sock_flow_entries"),
+        idle_states: root
+            .list("/sys/devices/system/cpu/cpu0/cpuidle")
+            .iter()
+            .filter(|s| s.starts_with("state"))
+            .take(32)
+            .filter_map(|state| {
+                let dir = format!("/sys/devices/system/cpu/cpu0/cpuidle/{state}");
+                Some(IdleState {
+                    name: root.value(&format!("{dir}/name"))?,
+                    latency_us: root.number(&format!("{dir}/latency")).unwrap_or(0),
+                    disabled: root.number(&format!("{dir}/disable")) == Some(1),
+                })
+            })
+            .collect(),
     }
 }
 
@@ -610,6 +639,14 @@ pub fn observe(
                     tx_max,
                 }),
                 lower: now.lower.clone(),
+                qdisc: now.qdisc.clone(),
+                coalesce: now
+                    .coalesce
+                    .map(|[rx_usecs, tx_usecs, adaptive]| Coalescing {
+                        rx_usecs,
+                        tx_usecs,
+                        adaptive_rx: adaptive != 0,
+                    }),
             })
         })
         .collect();

@@ -24,6 +24,8 @@ pub struct Ethtool {
     pub features: BTreeMap<String, bool>,
     /// rx, rx_max, tx, tx_max (`ethtool -g`).
     pub rings: Option<[u32; 4]>,
+    /// rx-usecs, tx-usecs, adaptive rx (0 or 1) (`ethtool -c`).
+    pub coalesce: Option<[u32; 3]>,
 }
 
 impl Root {
@@ -119,7 +121,33 @@ impl Root {
             rings: self
                 .read(&format!("{dir}/rings"))
                 .and_then(|text| parse_rings(&text)),
+            coalesce: self
+                .read(&format!("{dir}/coalesce"))
+                .and_then(|text| parse_coalesce(&text)),
         }
+    }
+
+    /// Root qdisc by interface name: rtnetlink on this host, `tc/IF` files (`tc qdisc
+    /// show dev IF`) in a fixture.
+    pub fn qdiscs(&self, interfaces: &[String]) -> BTreeMap<String, String> {
+        if self.live {
+            let by_index = crate::netlink::root_qdiscs();
+            return interfaces
+                .iter()
+                .filter_map(|name| {
+                    let index = self.number(&format!("/sys/class/net/{name}/ifindex"))?;
+                    let kind = by_index.get(&u32::try_from(index).ok()?)?;
+                    Some((name.clone(), kind.clone()))
+                })
+                .collect();
+        }
+        interfaces
+            .iter()
+            .filter_map(|name| {
+                let text = self.read(&format!("/tc/{name}"))?;
+                Some((name.clone(), crate::netlink::parse_tc_show(&text)?))
+            })
+            .collect()
     }
 }
 
@@ -188,6 +216,26 @@ pub fn parse_rings(text: &str) -> Option<[u32; 4]> {
     Some([current.0?, maximums.0?, current.1?, maximums.1?])
 }
 
+/// `ethtool -c IF`: `Adaptive RX: on  TX: off`, `rx-usecs: 8`, `tx-usecs: 16`.
+pub fn parse_coalesce(text: &str) -> Option<[u32; 3]> {
+    let mut rx = None;
+    let mut tx = None;
+    let mut adaptive = 0;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("Adaptive RX:") {
+            adaptive = u32::from(rest.split_whitespace().next() == Some("on"));
+        } else if let Some((name, value)) = line.split_once(':') {
+            match name.trim() {
+                "rx-usecs" => rx = value.trim().parse().ok(),
+                "tx-usecs" => tx = value.trim().parse().ok(),
+                _ => {}
+            }
+        }
+    }
+    Some([rx?, tx.unwrap_or(0), adaptive])
+}
+
 /// Whether a path exists under the root (a directory such as `brif` or `bridge`).
 pub fn exists(root: &Root, path: &str) -> bool {
     Path::new(&root.path(path)).exists()
@@ -214,5 +262,9 @@ mod tests {
             "Ring parameters for eth0:\nPre-set maximums:\nRX:\t\t4096\nRX Mini:\tn/a\nTX:\t\t4096\nCurrent hardware settings:\nRX:\t\t256\nRX Mini:\tn/a\nTX:\t\t512\n",
         );
         assert_eq!(rings, Some([256, 4096, 512, 4096]));
+        let coalesce = parse_coalesce(
+            "Coalesce parameters for eth0:\nAdaptive RX: on  TX: off\nrx-usecs: 8\nrx-frames: 128\ntx-usecs: 16\n",
+        );
+        assert_eq!(coalesce, Some([8, 16, 1]));
     }
 }

@@ -89,7 +89,14 @@ fn one_busy_queue_and_one_interrupt_cpu_are_found_with_drops_and_short_rings() {
     let topics: Vec<&str> = findings.iter().map(|f| f.topic.as_str()).collect();
     assert_eq!(
         topics,
-        vec!["interrupts", "receive queues", "backlog", "rings"],
+        vec![
+            "interrupts",
+            "receive queues",
+            "backlog",
+            "rings",
+            "interrupt coalescing",
+            "CPU idle states"
+        ],
         "{findings:#?}"
     );
     let interrupts = &findings[0];
@@ -109,6 +116,12 @@ fn one_busy_queue_and_one_interrupt_cpu_are_found_with_drops_and_short_rings() {
     );
     assert_eq!(findings[2].sysctls[0].0, "net.core.netdev_max_backlog");
     assert_eq!(findings[3].command, "ethtool -G ens1f0 rx 8192 tx 8192");
+    assert_eq!(findings[4].command, "ethtool -C ens1f0 adaptive-rx on");
+    assert!(
+        findings[5].finding.contains("C6, which takes 133 us"),
+        "{:?}",
+        findings[5]
+    );
     // No path was probed and no --rtt given: nothing is said about windows.
     assert!(findings.iter().all(|f| !f.topic.contains("window")));
 }

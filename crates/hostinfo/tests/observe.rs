@@ -41,6 +41,9 @@ fn one_busy_receive_queue_and_one_interrupt_cpu_are_called_out() {
         nic.rx_queues.iter().all(|q| q.irq_cpu == Some(0)),
         "{nic:?}"
     );
+    assert_eq!(nic.qdisc.as_deref(), Some("mq"));
+    let coalesce = nic.coalesce.unwrap();
+    assert_eq!((coalesce.rx_usecs, coalesce.adaptive_rx), (64, false));
     let rings = nic.rings.unwrap();
     assert_eq!((rings.rx, rings.rx_max), (1024, 8192));
     assert_eq!(nic.offloads.get("large-receive-offload"), Some(&false));

@@ -99,6 +99,29 @@ pub struct InterfaceView {
     /// Interfaces this one sits on (a bridge port, a vlan's or macvlan's parent).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lower: Vec<String>,
+    /// The root qdisc (`tc qdisc show`'s first word after "qdisc").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qdisc: Option<String>,
+    /// Interrupt coalescing (ethtool's `-c`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce: Option<Coalescing>,
+}
+
+/// How long a NIC holds packets before it interrupts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coalescing {
+    pub rx_usecs: u32,
+    pub tx_usecs: u32,
+    pub adaptive_rx: bool,
+}
+
+/// One CPU idle state (cpuidle): a deeper state saves power and takes longer to leave.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleState {
+    pub name: String,
+    /// Exit latency, microseconds.
+    pub latency_us: u64,
+    pub disabled: bool,
 }
 
 /// One queue of an interface over the window.
@@ -146,6 +169,12 @@ pub struct HostSettings {
     pub governors: Vec<String>,
     /// Whether an irqbalance process runs.
     pub irqbalance: bool,
+    /// net.core.rps_sock_flow_entries: RFS's table (0: RFS off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rps_sock_flow_entries: Option<u64>,
+    /// CPU 0's idle states.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub idle_states: Vec<IdleState>,
 }
 
 /// One thing `linerate doctor` found, ranked by its likely effect on a result.
