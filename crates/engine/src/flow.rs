@@ -172,6 +172,8 @@ pub struct WorkerPlan {
     pub cpu: Option<usize>,
     /// Worker 0 reads the host's counters at the window's edges (`--observe`).
     pub observe: bool,
+    /// The socket buffer size the user set (`-w`), if any.
+    pub window: Option<u64>,
     /// Asks for an end ahead of the schedule; shared by the plane's workers.
     pub end: Arc<EndSignal>,
     /// Flows of this role stop after moving this many bytes each.
@@ -204,6 +206,7 @@ impl WorkerPlan {
             end: EndSignal::new(0),
             budget: None,
             observe: false,
+            window: None,
         }
     }
 

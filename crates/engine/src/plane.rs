@@ -200,6 +200,7 @@ impl DataPlane {
                 end: end.clone(),
                 budget,
                 observe: config.observe,
+                window: config.window,
             };
             let sender = sender.clone();
             let stop = stop.clone();
