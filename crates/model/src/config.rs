@@ -114,13 +114,18 @@ pub struct TestConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rr: Option<RrConfig>,
     /// Both ends read the host's own counters around the window (`--observe`, on unless
-    /// `--no-observe`); an older peer that sends no value observes.
-    #[serde(default = "observing")]
+    /// `--no-observe`). Written only when off, so documents stored before it existed
+    /// read back and write out unchanged; a peer that sends no value observes.
+    #[serde(default = "observing", skip_serializing_if = "is_observing")]
     pub observe: bool,
 }
 
 fn observing() -> bool {
     true
+}
+
+fn is_observing(observe: &bool) -> bool {
+    *observe
 }
 
 impl TestConfig {
