@@ -130,3 +130,51 @@ fn one_busy_queue_and_one_interrupt_cpu_are_found_with_drops_and_short_rings() {
 fn a_host_with_spread_queues_and_no_drops_is_healthy() {
     assert_eq!(diagnose(&fixture_facts("virtio-spread.txt", 2)), vec![]);
 }
+
+/// The rules a quiet NIC host can still break: offloads turned off, a macvlan on the
+/// route, a path narrower than the interface, powersave, reno.
+#[test]
+fn offloads_a_stacked_route_a_narrow_path_powersave_and_reno_are_found() {
+    let mut facts = fixture_facts("i40e-macvlan.txt", 2);
+    facts.path = Some(PathFacts {
+        target: "server (192.0.2.7)".into(),
+        rtt_ms: 2.0,
+        interface: Some("mv0".into()),
+        interface_mtu: Some(9000),
+        path_mtu: Some(1500),
+    });
+    let findings = diagnose(&facts);
+    let topics: Vec<&str> = findings.iter().map(|f| f.topic.as_str()).collect();
+    assert_eq!(
+        topics,
+        vec![
+            "offloads",
+            "MTU",
+            "stacked device",
+            "congestion control",
+            "CPU frequency"
+        ],
+        "{findings:#?}"
+    );
+    assert_eq!(findings[0].command, "ethtool -K ens2f0 gro on tx on");
+    assert_eq!(findings[1].command, "ip link set dev mv0 mtu 1500");
+    assert!(
+        findings[2]
+            .finding
+            .contains("leaves by mv0, a software device stacked on ens2f0"),
+        "{:?}",
+        findings[2]
+    );
+    assert_eq!(
+        findings[3].sysctls,
+        vec![(
+            "net.ipv4.tcp_congestion_control".to_string(),
+            "bbr".to_string()
+        )]
+    );
+    assert!(findings[4]
+        .finding
+        .starts_with("2 of 2 CPUs run the powersave governor"));
+    // 128 MiB buffers at 2 ms carry far more than 10 Gbit/s: no window finding.
+    assert!(findings.iter().all(|f| !f.topic.contains("window")));
+}
