@@ -44,6 +44,19 @@ fn a_loopback_profile_runs_counts_at_the_receiver_and_is_kept() {
     assert_eq!(write["peer_bytes"].as_u64(), Some(iterations));
     assert_eq!(read["bytes"].as_u64(), Some(iterations));
     assert_eq!(rr["received_bytes"].as_u64(), Some(2 * iterations));
+    // The host's own view of the part (--observe): lo carried at least one packet per
+    // message the threads exchanged (a 1-byte request and a 1-byte answer each).
+    let observed = &doc["hosts"][0]["observe"];
+    let lo = observed["interfaces"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no observation: {}", doc["hosts"]))
+        .iter()
+        .find(|i| i["name"] == "lo")
+        .expect("lo moved packets");
+    assert!(
+        lo["rx_packets"].as_u64().unwrap() >= 2 * iterations,
+        "lo {lo}, {iterations} iterations"
+    );
     assert!(rr["latency_us"]["p50"].as_f64().unwrap() > 0.0);
     assert!(
         read["latency_us"]["p99"].as_f64().unwrap() >= read["latency_us"]["p50"].as_f64().unwrap()

@@ -145,6 +145,10 @@ pub enum AgentReply {
     Heartbeat,
     PartResult {
         groups: Vec<GroupResult>,
+        /// The agent's host over its part of the run (`--observe`); absent from agents
+        /// that predate it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        observe: Option<Box<linerate_model::observe::Observation>>,
     },
     MirrorReady {
         token: String,

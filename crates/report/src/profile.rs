@@ -38,6 +38,9 @@ pub struct HostResult {
     pub failure: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts: Option<HostFacts>,
+    /// The host's own counters over its part of the run (docs/observe.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observe: Option<linerate_model::observe::Observation>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -255,6 +258,11 @@ impl ProfileReport {
         );
         if let Some(why) = &self.incomplete {
             let _ = writeln!(out, "INCOMPLETE: {why}");
+        }
+        for host in &self.hosts {
+            for line in host.observe.iter().flat_map(|o| &o.unusual) {
+                let _ = writeln!(out, "Host ({}): {line}", host.host);
+            }
         }
         for warning in &self.warnings {
             let _ = writeln!(out, "warning: {warning}");

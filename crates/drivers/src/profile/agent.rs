@@ -8,6 +8,9 @@ use super::rendezvous::Rendezvous;
 use crate::control::Control;
 use crate::shared::random_nonce;
 use crate::shared::Shared;
+use linerate_hostinfo::observe::{observe, read_settings, HostReading};
+use linerate_hostinfo::source::Root;
+use linerate_model::observe::Observation;
 use linerate_proto::agent::{AgentReply, AgentRequest, GroupPart, MirrorSpec};
 use linerate_proto::agent_session::{AgentEvent, AgentSession, AgentTimeouts};
 use linerate_report::profile::GroupResult;
@@ -28,7 +31,7 @@ const MIRROR_DRAIN: Duration = Duration::from_secs(5);
 
 enum RunEvent {
     Released(u64),
-    Done(Vec<GroupResult>),
+    Done(Vec<GroupResult>, Option<Box<Observation>>),
 }
 
 struct MirrorState {
@@ -205,9 +208,9 @@ impl Agent<'_> {
         };
         match events.try_recv() {
             Ok(RunEvent::Released(at)) => self.link.reply(&AgentReply::Started { at_unix_ns: at }),
-            Ok(RunEvent::Done(groups)) => {
+            Ok(RunEvent::Done(groups, observe)) => {
                 let count = groups.len();
-                self.link.reply(&AgentReply::PartResult { groups });
+                self.link.reply(&AgentReply::PartResult { groups, observe });
                 self.shared.log(&format!(
                     "profile run from {}: {count} group(s) finished",
                     self.peer
@@ -445,6 +448,9 @@ fn run_groups(
     hold: Option<WakeLatencyHold>,
     sender: &std::sync::mpsc::Sender<RunEvent>,
 ) {
+    // The host's counters around the part, as a test's window has them (docs/observe.md).
+    let before = HostReading::read(&Root::live());
+    let observed_from = Instant::now();
     let runners: Vec<_> = groups
         .into_iter()
         .map(|g| std::thread::spawn(move || group::run(g, start, limit)))
@@ -464,7 +470,15 @@ fn run_groups(
     if let Some(first) = released.iter().min() {
         let _ = sender.send(RunEvent::Released(*first));
     }
-    let _ = sender.send(RunEvent::Done(results));
+    let root = Root::live();
+    let after = HostReading::read(&root);
+    let observation = observe(
+        &before,
+        &after,
+        observed_from.elapsed().as_secs_f64(),
+        read_settings(&root),
+    );
+    let _ = sender.send(RunEvent::Done(results, Some(Box::new(observation))));
 }
 
 struct Started {

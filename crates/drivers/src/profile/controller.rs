@@ -66,6 +66,7 @@ struct Agent {
     last_heard: Instant,
     released_ns: Option<u64>,
     groups: Option<Vec<GroupResult>>,
+    observe: Option<Box<linerate_model::observe::Observation>>,
     failure: Option<String>,
 }
 
@@ -232,6 +233,7 @@ fn connect_agent(
         last_heard: Instant::now(),
         released_ns: None,
         groups: None,
+        observe: None,
         failure: None,
     })
 }
@@ -323,9 +325,10 @@ fn poll_agent(agent: &mut Agent, options: &RunOptions, log: &dyn Fn(String)) {
                 AgentReply::Started { at_unix_ns } => {
                     agent.released_ns = Some(agent.clock.to_controller(at_unix_ns))
                 }
-                AgentReply::PartResult { groups } => {
+                AgentReply::PartResult { groups, observe } => {
                     log(format!("agent {}: finished", agent.host));
                     agent.groups = Some(groups);
+                    agent.observe = observe;
                 }
                 AgentReply::Error { reason } => agent.failure = Some(reason),
                 _ => {}
@@ -391,6 +394,7 @@ fn assemble(
                 .map_or(0.0, |r| (r as f64 - start_ns as f64) / 1e6),
             failure: agent.failure.clone(),
             facts: agent.facts.clone(),
+            observe: agent.observe.as_deref().cloned(),
             ..HostResult::default()
         });
     }
