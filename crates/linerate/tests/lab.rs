@@ -525,6 +525,11 @@ fn a_window_capped_stream_moves_one_window_per_round_trip() {
     let window = num(&tcp, "/snd_wnd_bytes");
     let rtt_s = num(&tcp, "/rtt_us") / 1e6;
     let law = window * 8.0 / rtt_s;
+    eprintln!(
+        "window-capped: goodput {:.1} Mbit/s, window/rtt {:.1} Mbit/s",
+        goodput / 1e6,
+        law / 1e6
+    );
     assert!(
         (goodput / law - 1.0).abs() < 0.05,
         "goodput {:.1} Mbit/s; window {window} bytes / rtt {:.1} ms = {:.1} Mbit/s",
