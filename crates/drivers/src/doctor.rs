@@ -6,9 +6,9 @@
 //! full size were sent with "don't fragment" (a router on a narrower link answers with
 //! "fragmentation needed" and the kernel lowers it).
 
+use linerate_engine::sys;
 use linerate_model::observe::PathFacts;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 const HANDSHAKES: usize = 5;
@@ -116,30 +116,13 @@ fn probe_mtu(
     interface_mtu: Option<u64>,
     rtt: Duration,
 ) -> Option<u64> {
-    let (level, discover, mtu_option, headers) = if address.is_ipv4() {
-        (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_MTU, 28u64)
+    let ipv4 = address.is_ipv4();
+    let (level, discover, headers) = if ipv4 {
+        (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, 28u64)
     } else {
-        (
-            libc::IPPROTO_IPV6,
-            libc::IPV6_MTU_DISCOVER,
-            libc::IPV6_MTU,
-            48u64,
-        )
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, 48u64)
     };
-    let fd = socket.as_raw_fd();
-    let set = |option: libc::c_int, value: libc::c_int| {
-        // SAFETY: setsockopt reads one int from a live local.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                level,
-                option,
-                (&value as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        }
-    };
-    set(discover, libc::IP_PMTUDISC_DO);
+    let _ = sys::set_int_option(socket, level, discover, libc::IP_PMTUDISC_DO);
     if let Some(mtu) = interface_mtu {
         let payload = vec![0u8; mtu.saturating_sub(headers) as usize];
         for _ in 0..3 {
@@ -148,19 +131,7 @@ fn probe_mtu(
             std::thread::sleep((rtt * 2).max(Duration::from_millis(20)));
         }
     }
-    let mut mtu: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `mtu` and `len` are valid for the kernel to write an int.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            mtu_option,
-            (&mut mtu as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then(|| u64::try_from(mtu).ok()).flatten()
+    sys::route_mtu(socket, ipv4).ok()
 }
 
 #[cfg(test)]

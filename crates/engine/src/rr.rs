@@ -121,23 +121,8 @@ fn is_idle(error: &io::Error) -> bool {
 }
 
 fn set_busy_poll<S: std::os::fd::AsFd>(socket: &S, usec: u32) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     let value = libc::c_int::try_from(usec).unwrap_or(libc::c_int::MAX);
-    // SAFETY: setsockopt reads one int from a live local.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_fd().as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_BUSY_POLL,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    sys::set_int_option(socket, libc::SOL_SOCKET, libc::SO_BUSY_POLL, value)
 }
 
 impl Flow {
@@ -1190,45 +1175,28 @@ fn connect_nonblocking(target: SocketAddr, config: &TestConfig) -> io::Result<Tc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use linerate_model::Direction;
+    use linerate_model::{Direction, Environment, TestKind, TestRequest, TransactionRequest};
     use std::net::{TcpListener as StdListener, TcpStream as StdStream};
     use std::sync::mpsc::channel;
 
     fn rr_plan() -> RrPlan {
-        RrPlan {
-            workload: Workload::Rr,
+        let request = TestRequest::new(TestKind::Transactions(TransactionRequest {
+            connect_each: false,
+            udp: false,
             request: 1,
             response: 1,
-            outstanding: 1,
+            outstanding: None,
             rate_tps: None,
             busy_poll_us: None,
-            fault: None,
-            config: TestConfig {
-                protocol: "tcp".into(),
-                target: "127.0.0.1".into(),
-                port: 0,
-                direction: Direction::Forward,
-                parallel: 1,
-                threads: 1,
-                time_s: 2.0,
-                omit_s: 0.0,
-                interval_s: 0.0,
-                length: 1,
-                window: None,
-                mss: None,
-                nodelay: true,
-                congestion: None,
-                rate_bps: None,
-                pps: None,
-                gso: false,
-                gro: false,
-                per_flow: false,
-                connect_timeout_s: 5.0,
-                workload: Workload::Rr,
-                rr: None,
-                observe: true,
-            },
-        }
+            cpus: Vec::new(),
+            load: 0,
+            keep_nagle: false,
+        }));
+        let here = Environment {
+            cpus: 2,
+            udp_length: None,
+        };
+        RrPlan::from_config(&TestConfig::resolve(&request, &here).unwrap()).unwrap()
     }
 
     /// The CPU a thread of this process, found by name, last ran on (field 39 of its

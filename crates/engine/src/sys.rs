@@ -135,24 +135,60 @@ pub fn tcp_info<S: AsFd>(socket: &S) -> TcpInfo {
     }
 }
 
-/// SO_RCVLOWAT: the least a read waits for before it returns (or its timeout passes).
-pub fn set_receive_low_water<S: AsFd>(socket: &S, bytes: usize) -> io::Result<()> {
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `value` is a valid int for the kernel to read, of the length given.
+/// Sets an int-valued socket option (`setsockopt(level, option, value)`).
+pub fn set_int_option<S: AsFd>(
+    socket: &S,
+    level: libc::c_int,
+    option: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `value` is a live int of the length given, for the kernel to read.
     let rc = unsafe {
         libc::setsockopt(
             std::os::fd::AsRawFd::as_raw_fd(&socket.as_fd()),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
+            level,
+            option,
             (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    if rc != 0 {
-        let error = io::Error::last_os_error();
-        return Err(context(error, &format!("SO_RCVLOWAT {bytes}")));
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
-    Ok(())
+}
+
+/// Reads an int-valued socket option (`getsockopt(level, option)`).
+pub fn int_option<S: AsFd>(
+    socket: &S,
+    level: libc::c_int,
+    option: libc::c_int,
+) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are valid for the kernel to write an int.
+    let rc = unsafe {
+        libc::getsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&socket.as_fd()),
+            level,
+            option,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// SO_RCVLOWAT: the least a read waits for before it returns (or its timeout passes).
+pub fn set_receive_low_water<S: AsFd>(socket: &S, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int_option(socket, libc::SOL_SOCKET, libc::SO_RCVLOWAT, value)
+        .map_err(|e| context(e, &format!("SO_RCVLOWAT {bytes}")))
 }
 
 /// Pins the calling thread to one CPU.
@@ -200,21 +236,7 @@ pub fn current_cpu() -> Option<usize> {
 /// SO_INCOMING_CPU: the CPU whose receive processing last delivered to this socket (the
 /// one that took the NIC queue's interrupt, or on loopback the sender's).
 pub fn incoming_cpu<S: AsFd>(socket: &S) -> Option<usize> {
-    let mut cpu: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `cpu` and `len` are valid for the kernel to write an int.
-    let rc = unsafe {
-        libc::getsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&socket.as_fd()),
-            libc::SOL_SOCKET,
-            libc::SO_INCOMING_CPU,
-            (&mut cpu as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
+    let cpu = int_option(socket, libc::SOL_SOCKET, libc::SO_INCOMING_CPU).ok()?;
     usize::try_from(cpu).ok()
 }
 
@@ -243,25 +265,17 @@ pub fn udp_payload_for(target: std::net::SocketAddr) -> io::Result<u64> {
     };
     let socket = std::net::UdpSocket::bind(SocketAddr::new(any, 0))?;
     socket.connect(target)?;
-    let (level, option, headers) = if target.is_ipv4() {
-        (libc::IPPROTO_IP, libc::IP_MTU, 28)
+    let headers = if target.is_ipv4() { 28 } else { 48 };
+    Ok(route_mtu(&socket, target.is_ipv4())?.saturating_sub(headers))
+}
+
+/// The MTU the kernel holds for a connected socket's route (IP_MTU / IPV6_MTU): the
+/// interface's, or less once path MTU discovery has lowered it.
+pub fn route_mtu<S: AsFd>(socket: &S, ipv4: bool) -> io::Result<u64> {
+    let (level, option) = if ipv4 {
+        (libc::IPPROTO_IP, libc::IP_MTU)
     } else {
-        (libc::IPPROTO_IPV6, libc::IPV6_MTU, 48)
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
     };
-    let mut mtu: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `mtu` and `len` are valid for the kernel to write an int.
-    let rc = unsafe {
-        libc::getsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&socket),
-            level,
-            option,
-            (&mut mtu as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((mtu as u64).saturating_sub(headers))
+    Ok(u64::try_from(int_option(socket, level, option)?).unwrap_or(0))
 }

@@ -48,22 +48,7 @@ fn gso_segments(size: usize) -> Option<usize> {
 
 /// Sets an integer UDP-level socket option (UDP_SEGMENT, UDP_GRO).
 fn set_udp_option(socket: &UdpSocket, option: libc::c_int, value: usize) -> io::Result<()> {
-    let value = value as libc::c_int;
-    // SAFETY: the option value is a live c_int of the size passed.
-    let result = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_UDP,
-            option,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if result < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    crate::sys::set_int_option(socket, libc::SOL_UDP, option, value as libc::c_int)
 }
 
 /// Buffers for one batched call: `messages` message headers, each pointing at

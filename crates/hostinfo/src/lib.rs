@@ -66,15 +66,26 @@ impl CpuSnapshot {
     /// Each CPU's share of the time up to `later` in hard interrupts and in softirqs,
     /// percent: (irq, softirq).
     pub fn irq_shares(&self, later: &CpuSnapshot) -> Vec<(f64, f64)> {
-        self.per_core
-            .iter()
-            .zip(&later.per_core)
-            .map(|(a, b)| {
-                let d: Vec<u64> = a.iter().zip(b).map(|(x, y)| y.saturating_sub(*x)).collect();
+        self.core_deltas(later)
+            .map(|d| {
                 let whole: u64 = d.iter().sum();
                 (pct(d[IRQ], whole), pct(d[SOFTIRQ], whole))
             })
             .collect()
+    }
+
+    /// Each CPU's time counters advanced between this snapshot and `later`.
+    fn core_deltas<'a>(
+        &'a self,
+        later: &'a CpuSnapshot,
+    ) -> impl Iterator<Item = [u64; FIELDS]> + 'a {
+        self.per_core.iter().zip(&later.per_core).map(|(old, new)| {
+            let mut delta = [0u64; FIELDS];
+            for ((slot, a), b) in delta.iter_mut().zip(old).zip(new) {
+                *slot = b.saturating_sub(*a);
+            }
+            delta
+        })
     }
 }
 
@@ -96,12 +107,7 @@ pub fn usage(
 ) -> CpuUsage {
     let mut sums = [0u64; FIELDS];
     let mut per_core_busy_pct = Vec::with_capacity(after.per_core.len());
-    for (old, new) in before.per_core.iter().zip(&after.per_core) {
-        let delta: Vec<u64> = old
-            .iter()
-            .zip(new)
-            .map(|(a, b)| b.saturating_sub(*a))
-            .collect();
+    for delta in before.core_deltas(after) {
         for (sum, d) in sums.iter_mut().zip(&delta) {
             *sum += d;
         }

@@ -740,6 +740,29 @@ fn assert_same_file(a: &std::path::Path, b: &std::path::Path) {
     assert!(x == y, "{} and {} differ", a.display(), b.display());
 }
 
+/// A copy of a `size`-byte scratch file across a lab path (`path`, a server with
+/// `--files`), pushed to `destination` with `extra` flags: the scratch root, the source
+/// and the client's result.
+fn lab_copy(
+    name: &str,
+    tag: &str,
+    size: usize,
+    path: &[&str],
+    destination: &str,
+    extra: &[&str],
+) -> (std::path::PathBuf, std::path::PathBuf, serde_json::Value) {
+    let (root, source) = copy_scratch(tag, size);
+    let key = root.join("key").display().to_string();
+    let serve_args = format!("--files {} --key {key}", root.join("served").display());
+    let mut path_args = path.to_vec();
+    path_args.extend(["--serve-args", &serve_args]);
+    let mut client = vec!["copy", source.to_str().unwrap(), destination];
+    client.extend_from_slice(extra);
+    client.extend(["--key", &key, "-q"]);
+    let doc = lab_run_json(name, &path_args, &client);
+    (root, source, doc)
+}
+
 #[test]
 fn a_copy_over_a_long_lossy_path_arrives_intact_resending_only_the_losses() {
     let test = "a_copy_over_a_long_lossy_path_arrives_intact_resending_only_the_losses";
@@ -749,29 +772,13 @@ fn a_copy_over_a_long_lossy_path_arrives_intact_resending_only_the_losses() {
     let _turn = turn();
     let name = lab_name("copy");
     let _guard = LabGuard(name.clone());
-    let (root, source) = copy_scratch("loss", 48 << 20);
-    let key = root.join("key").display().to_string();
-    let serve_args = format!("--files {} --key {key}", root.join("served").display());
-    let doc = lab_run_json(
+    let (root, source, doc) = lab_copy(
         &name,
-        &[
-            "--rtt",
-            "100ms",
-            "--loss",
-            "1%",
-            "--rate",
-            "200M",
-            "--serve-args",
-            &serve_args,
-        ],
-        &[
-            "copy",
-            source.to_str().unwrap(),
-            "server:got.bin",
-            "--key",
-            &key,
-            "-q",
-        ],
+        "loss",
+        48 << 20,
+        &["--rtt", "100ms", "--loss", "1%", "--rate", "200M"],
+        "server:got.bin",
+        &[],
     );
     assert_same_file(&source, &root.join("served/got.bin"));
     // The reference: what the emulator dropped of the datagrams the sender sent, at random
@@ -816,31 +823,14 @@ fn a_copy_through_corruption_arrives_intact_and_counts_every_corrupted_datagram(
     let _turn = turn();
     let name = lab_name("ccor");
     let _guard = LabGuard(name.clone());
-    let (root, source) = copy_scratch("corrupt", 24 << 20);
-    let key = root.join("key").display().to_string();
-    let serve_args = format!("--files {} --key {key}", root.join("served").display());
     // Without the UDP checksum every flipped bit reaches linerate's own checks.
-    let doc = lab_run_json(
+    let (root, source, doc) = lab_copy(
         &name,
-        &[
-            "--rtt",
-            "10ms",
-            "--corrupt",
-            "1%",
-            "--rate",
-            "200M",
-            "--serve-args",
-            &serve_args,
-        ],
-        &[
-            "copy",
-            source.to_str().unwrap(),
-            "10.77.0.2:got.bin",
-            "--no-udp-checksum",
-            "--key",
-            &key,
-            "-q",
-        ],
+        "corrupt",
+        24 << 20,
+        &["--rtt", "10ms", "--corrupt", "1%", "--rate", "200M"],
+        "10.77.0.2:got.bin",
+        &["--no-udp-checksum"],
     );
     assert_same_file(&source, &root.join("served/got.bin"));
     let status = emulator_status(&name);
