@@ -19,6 +19,7 @@ use socket2::{Domain, Socket, Type};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use thiserror::Error;
 
@@ -33,6 +34,8 @@ pub enum ClientError {
         addr: SocketAddr,
         source: io::Error,
     },
+    #[error("data connection {flow}: {reason}")]
+    Tls { flow: u32, reason: String },
     #[error(transparent)]
     Session(#[from] SessionError),
     #[error("the test was interrupted")]
@@ -79,6 +82,11 @@ pub struct ClientOptions {
     /// The server's key, proven to it (and required of it); also held by the in-process
     /// server of [`run_local`].
     pub key: Option<linerate_proto::auth::Key>,
+    /// Encrypted tests: trust certificates that chain to these roots and name the server
+    /// (`--ca`), instead of the one the server announces.
+    pub ca: Option<std::path::PathBuf>,
+    /// The in-process server's certificate and key (`--cert`, `--cert-key`).
+    pub local_identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl ClientOptions {
@@ -88,6 +96,8 @@ impl ClientOptions {
             timeouts: Timeouts::default(),
             drain: Duration::from_secs(3),
             key: None,
+            ca: None,
+            local_identity: None,
         }
     }
 }
@@ -187,7 +197,7 @@ struct ClientTest<'a> {
     plane: Option<DataPlane>,
     local: Option<SideResult>,
     remote: Option<SideResult>,
-    flows: Vec<TcpStream>,
+    flows: Vec<FlowSocket>,
     /// UDP tests: one connected socket per flow, and the hello each repeats until the
     /// server reports the flows ready (a hello may be lost like any datagram).
     udp_flows: Vec<(UdpSocket, [u8; HELLO_LEN])>,
@@ -269,9 +279,22 @@ impl<'a> ClientTest<'a> {
                     Err(error) => return Err(self.abort(error)),
                 }
             }
-            ClientEvent::Accepted { token, .. } => {
+            ClientEvent::Accepted {
+                token,
+                tls_fingerprint,
+                ..
+            } => {
                 let connect_timeout = Duration::from_secs_f64(config.connect_timeout_s);
-                match open_flows(self.addr, config, token, connect_timeout) {
+                let tls = match crate::secure::ClientTls::new(
+                    config,
+                    tls_fingerprint.as_deref(),
+                    self.options.ca.as_deref(),
+                    &crate::secure::server_name(config),
+                ) {
+                    Ok(tls) => tls,
+                    Err(e) => return Err(self.abort(ClientError::Config(e.to_string()))),
+                };
+                match open_flows(self.addr, config, token, connect_timeout, tls.as_ref()) {
                     Ok(opened) => self.flows = opened,
                     Err(error) => return Err(self.abort(error)),
                 }
@@ -309,7 +332,7 @@ impl<'a> ClientTest<'a> {
                 .map(|_| FlowSocket::Connect(target))
                 .collect()
         } else if self.udp_flows.is_empty() {
-            self.flows.drain(..).map(FlowSocket::Tcp).collect()
+            self.flows.drain(..).collect()
         } else {
             self.udp_flows
                 .drain(..)
@@ -390,18 +413,26 @@ fn give_up(
     error
 }
 
+/// Opens the test's TCP data connections, each with its preface and, for an encrypted
+/// test, its TLS handshake.
 fn open_flows(
     addr: SocketAddr,
     config: &TestConfig,
     token: Token,
     timeout: Duration,
-) -> Result<Vec<TcpStream>, ClientError> {
+    tls: Option<&crate::secure::ClientTls>,
+) -> Result<Vec<FlowSocket>, ClientError> {
     (0..config.connections())
         .map(|flow| {
             let fail = |source| ClientError::DataConnect { flow, addr, source };
             let mut stream = connect(addr, timeout, config, true).map_err(fail)?;
             stream.write_all(&data_preface(token, flow)).map_err(fail)?;
-            Ok(stream)
+            match tls {
+                None => Ok(FlowSocket::Tcp(stream)),
+                Some(tls) => tls
+                    .connect(stream)
+                    .map_err(|reason| ClientError::Tls { flow, reason }),
+            }
         })
         .collect()
 }
@@ -471,6 +502,9 @@ pub fn run_local(
     let local = LocalServer::start(|config| {
         config.drain = options.drain;
         config.key = options.key.clone();
+        config.tls_identity = Arc::new(crate::secure::ServerIdentity::new(
+            options.local_identity.clone(),
+        ));
     })
     .map_err(ClientError::LocalServer)?;
     let result = run(local.addr, options, cancel, progress);

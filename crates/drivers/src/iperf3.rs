@@ -40,6 +40,7 @@ pub fn config_of(
         },
     };
     let request = TestRequest {
+        tls: None,
         target: Some(target.to_string()),
         port,
         parallel: params.parallel,
@@ -215,6 +216,7 @@ pub fn side_from_results(
         })
         .collect();
     SideResult {
+        crypto: None,
         host: HostFacts {
             software: software.to_string(),
             ..Default::default()
@@ -310,6 +312,7 @@ mod tests {
 
     fn side(flows: Vec<FlowSide>) -> SideResult {
         SideResult {
+            crypto: None,
             host: HostFacts::default(),
             cpu: CpuUsage {
                 process_pct: 40.0,

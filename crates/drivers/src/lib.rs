@@ -31,5 +31,6 @@ pub mod load;
 pub mod native_server;
 pub mod profile;
 pub mod search;
+pub mod secure;
 pub mod server;
 pub mod shared;

@@ -59,6 +59,7 @@ pub fn run_with_load(
 /// after them.
 fn load_config(rr_config: &TestConfig, flows: u32) -> Result<TestConfig, ClientError> {
     let request = TestRequest {
+        tls: None,
         target: Some(rr_config.target.clone()),
         port: rr_config.port,
         parallel: flows,

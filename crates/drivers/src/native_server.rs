@@ -9,7 +9,7 @@ use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{default_threads, DataPlane, PlaneSetup};
 use linerate_engine::sys;
 use linerate_proto::datagram::{parse_hello, tag_of, Framing};
-use linerate_proto::{RefuseCode, ServerEvent, ServerSession, SessionError, Token};
+use linerate_proto::{Offer, RefuseCode, ServerEvent, ServerSession, SessionError, Token};
 use linerate_report::{Direction, Role, TestConfig, Workload};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -23,8 +23,8 @@ use crate::shared::{random_token, rate_exceeded, side_figures, Shared};
 /// What a test thread holds; dropping it frees every resource of the test.
 struct TestState {
     token: Option<Token>,
-    flows_in: Option<Receiver<(u32, std::net::TcpStream)>>,
-    flows: Vec<Option<std::net::TcpStream>>,
+    flows_in: Option<FlowsIn>,
+    flows: Vec<Option<FlowSocket>>,
     /// UDP tests: one socket per flow, and whether its hello has connected it.
     udp: Vec<(UdpSocket, bool)>,
     udp_token: [u8; 16],
@@ -112,9 +112,16 @@ pub(crate) fn serve_test(
             break result;
         }
         if let Some(receiver) = &state.flows_in {
-            while let Ok((flow, stream)) = receiver.try_recv() {
+            while let Some((flow, arrived)) = receiver.try_recv() {
+                let socket = match arrived {
+                    Ok(socket) => socket,
+                    Err(why) => {
+                        session.abort(format!("data connection {flow}: {why}"));
+                        break;
+                    }
+                };
                 match state.flows.get_mut(flow as usize) {
-                    Some(slot @ None) => *slot = Some(stream),
+                    Some(slot @ None) => *slot = Some(socket),
                     _ => shared.log(&format!("test {id}: refused data connection for flow {flow}: out of range or duplicate")),
                 }
             }
@@ -191,8 +198,64 @@ fn unregister(shared: &Shared, state: &mut TestState) {
             .lock()
             .expect("registry lock")
             .remove(&token);
+        shared
+            .tls_registry
+            .lock()
+            .expect("TLS registry lock")
+            .remove(&token);
     }
     state.flows_in = None;
+}
+
+/// Where a test's data connections arrive: plain from the acceptor, or encrypted from
+/// their handshake threads (with the reason when a handshake failed).
+enum FlowsIn {
+    Plain(Receiver<(u32, std::net::TcpStream)>),
+    Tls(Receiver<(u32, Result<FlowSocket, String>)>),
+}
+
+impl FlowsIn {
+    fn try_recv(&self) -> Option<(u32, Result<FlowSocket, String>)> {
+        match self {
+            FlowsIn::Plain(r) => r.try_recv().ok().map(|(f, s)| (f, Ok(FlowSocket::Tcp(s)))),
+            FlowsIn::Tls(r) => r.try_recv().ok(),
+        }
+    }
+}
+
+/// Whether this server runs the test's encryption, and with which certificate: `Err` is
+/// the reason to refuse it.
+fn tls_for(
+    shared: &Shared,
+    config: &TestConfig,
+) -> Result<Option<Arc<crate::secure::ServerTls>>, (RefuseCode, String)> {
+    use crate::secure::TlsMode;
+    match (&config.tls, shared.config.tls_mode) {
+        (Some(_), TlsMode::Off) => Err((
+            RefuseCode::Invalid,
+            "this server runs no encrypted tests (it was started with --no-tls)".into(),
+        )),
+        (None, TlsMode::Required) => Err((
+            RefuseCode::Invalid,
+            "this server runs only encrypted tests (--require-tls): add --tls".into(),
+        )),
+        (None, _) => Ok(None),
+        (Some(_), _) if config.protocol == "udp" || config.workload == Workload::Crr => Err((
+            RefuseCode::Invalid,
+            "TLS runs over TCP streams and rr connections, not UDP or crr".into(),
+        )),
+        (Some(settings), _) => {
+            if let Err(why) = settings.cipher.parse::<linerate_tls::Cipher>() {
+                return Err((RefuseCode::Invalid, why));
+            }
+            shared.config.tls_identity.load().map(Some).map_err(|why| {
+                (
+                    RefuseCode::Invalid,
+                    format!("the server has no usable certificate: {why}"),
+                )
+            })
+        }
+    }
 }
 
 fn accept_test(
@@ -229,6 +292,10 @@ fn accept_test(
             Err(why) => return session.refuse(RefuseCode::OverLimit, why),
         }
     }
+    let tls = match tls_for(shared, config) {
+        Ok(tls) => tls,
+        Err((code, why)) => return session.refuse(code, why),
+    };
     let token = match random_token() {
         Ok(token) => token,
         Err(e) => return session.abort(format!("no randomness for a token: {e}")),
@@ -265,6 +332,21 @@ fn accept_test(
             }
         }
         state.udp_token = token.0;
+    } else if let Some(tls) = &tls {
+        let (sender, receiver) = channel();
+        let waiting = crate::secure::TlsWaiting {
+            sender,
+            tls: tls.clone(),
+            ktls: config.tls.as_ref().is_some_and(|t| t.ktls),
+        };
+        shared
+            .tls_registry
+            .lock()
+            .expect("TLS registry lock")
+            .insert(token, waiting);
+        state.token = Some(token);
+        state.flows_in = Some(FlowsIn::Tls(receiver));
+        state.flows = (0..config.connections()).map(|_| None).collect();
     } else {
         let (sender, receiver) = channel();
         shared
@@ -273,14 +355,19 @@ fn accept_test(
             .expect("registry lock")
             .insert(token, sender);
         state.token = Some(token);
-        state.flows_in = Some(receiver);
+        state.flows_in = Some(FlowsIn::Plain(receiver));
         state.flows = (0..config.connections()).map(|_| None).collect();
     }
     shared.log(&format!(
         "test {id} from {peer}: accepted: {}",
         config.describe()
     ));
-    session.accept_udp(Instant::now(), id, token, udp_ports);
+    let offer = Offer {
+        udp_ports,
+        tls_fingerprint: tls.map(|t| t.fingerprint.clone()),
+        ..Offer::default()
+    };
+    session.accept_offer(Instant::now(), id, token, offer);
 }
 
 fn start_plane(
@@ -314,15 +401,12 @@ fn start_plane(
             FlowSocket::Udp(socket),
         ));
     }
-    for (id, stream) in state.flows.drain(..).enumerate() {
-        let stream = stream.expect("all flows arrived before start");
-        sys::apply_options(&stream, &config, false)?;
-        specs.push(FlowSpec::new(
-            &config,
-            id as u32,
-            Side::Server,
-            FlowSocket::Tcp(stream),
-        ));
+    for (id, socket) in state.flows.drain(..).enumerate() {
+        let socket = socket.expect("all flows arrived before start");
+        if let Some(stream) = socket.tcp() {
+            sys::apply_options(stream, &config, false)?;
+        }
+        specs.push(FlowSpec::new(&config, id as u32, Side::Server, socket));
     }
     let setup = PlaneSetup {
         threads: shared

@@ -113,6 +113,7 @@ impl Server {
                 running: AtomicUsize::new(0),
                 next_id: AtomicU64::new(1),
                 registry: Mutex::new(HashMap::new()),
+                tls_registry: Mutex::new(HashMap::new()),
                 iperf3_streams: Mutex::new(HashMap::new()),
                 iperf3_udp: Mutex::new(iperf3_udp),
             }),
@@ -370,6 +371,22 @@ impl Server {
                 }
             }
             Preface::Data { token, flow } => {
+                let waiting = shared
+                    .tls_registry
+                    .lock()
+                    .expect("TLS registry lock")
+                    .get(&token)
+                    .cloned();
+                if let Some(waiting) = waiting {
+                    // The handshake waits on the client: never on the acceptor's thread.
+                    return self.spawn_session("linerate-tls", peer, move |shared| {
+                        let result = crate::secure::accept_data(stream, &waiting);
+                        if let Err(why) = &result {
+                            shared.refused(peer, &format!("data connection {flow}: {why}"));
+                        }
+                        let _ = waiting.sender.send((flow, result));
+                    });
+                }
                 let sender = shared
                     .registry
                     .lock()

@@ -44,6 +44,10 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     /// The file service (`--files DIR`): copy sessions are refused without it.
     pub files: Option<Arc<linerate_transfer::service::FileService>>,
+    /// Whether encrypted tests run here (`--no-tls`, `--require-tls`).
+    pub tls_mode: crate::secure::TlsMode,
+    /// The certificate encrypted tests present (`--cert`, `--cert-key`, or self-signed).
+    pub tls_identity: Arc<crate::secure::ServerIdentity>,
 }
 
 /// Takes a finished test's report (with the server's test id). An iperf3 client keeps no
@@ -76,6 +80,8 @@ impl ServerConfig {
             max_rate_per_ip: None,
             log_format: LogFormat::Text,
             files: None,
+            tls_mode: crate::secure::TlsMode::default(),
+            tls_identity: Arc::new(crate::secure::ServerIdentity::default()),
         }
     }
 }
@@ -93,6 +99,9 @@ pub(crate) struct Shared {
     pub(crate) next_id: AtomicU64,
     /// Live tests waiting for data connections, by token.
     pub(crate) registry: Mutex<HashMap<Token, FlowSender>>,
+    /// Live encrypted tests waiting for data connections, by token: the acceptor hands
+    /// each to a handshake thread.
+    pub(crate) tls_registry: Mutex<HashMap<Token, crate::secure::TlsWaiting>>,
     /// iperf3 tests waiting for their TCP streams, by cookie.
     pub(crate) iperf3_streams: Mutex<HashMap<String, Sender<std::net::TcpStream>>>,
     /// The UDP socket on the server's port where iperf3 clients open UDP streams; one

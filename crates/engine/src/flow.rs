@@ -69,6 +69,21 @@ pub enum FlowSocket {
         listener: std::net::TcpListener,
         peer: std::net::IpAddr,
     },
+    /// A TCP connection through TLS, after its handshake (`--tls`).
+    Tls(Box<linerate_tls::TlsStream<std::net::TcpStream>>),
+    /// A TCP connection whose TLS records the kernel seals and opens (`--ktls`).
+    Ktls(std::net::TcpStream, linerate_tls::TlsFacts),
+}
+
+impl FlowSocket {
+    /// The TCP socket beneath a TCP connection, plain or encrypted.
+    pub fn tcp(&self) -> Option<&std::net::TcpStream> {
+        match self {
+            FlowSocket::Tcp(stream) | FlowSocket::Ktls(stream, _) => Some(stream),
+            FlowSocket::Tls(tls) => Some(tls.socket()),
+            _ => None,
+        }
+    }
 }
 
 /// One flow's counters at one boundary.
@@ -85,6 +100,8 @@ pub struct FlowCount {
     /// Request/response flows: transactions completed (requester) or answered
     /// (responder) so far.
     pub transactions: u64,
+    /// TLS flows: time spent sealing and opening records so far.
+    pub crypto: Duration,
 }
 
 /// A requesting worker's timing since its previous sample.
@@ -145,6 +162,8 @@ pub struct FlowOutcome {
     pub notes: Vec<String>,
     /// Request/response flows: transactions over the flow's life.
     pub transactions_total: u64,
+    /// TLS flows: the suite, the handshake's time, whether the kernel held the records.
+    pub tls: Option<linerate_tls::TlsFacts>,
 }
 
 /// Everything a worker needs, read-only.
@@ -294,6 +313,7 @@ impl FlowOutcome {
             datagrams_total: 0,
             notes: Vec::new(),
             transactions_total: 0,
+            tls: None,
         }
     }
 }

@@ -12,6 +12,7 @@
 //! - [`pacer`]: the per-flow token bucket behind `--rate`.
 //! - [`sys`]: Linux socket options, TCP_INFO, CPU pinning.
 
+mod conn;
 pub mod flow;
 pub mod pacer;
 pub mod plane;

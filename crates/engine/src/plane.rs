@@ -13,8 +13,8 @@ use linerate_hostinfo::{observe, usage};
 use linerate_model::latency::LatencyHistogram;
 use linerate_model::observe::Observation;
 use linerate_model::{
-    FlowInterval, FlowSide, HostFacts, Role, RrInterval, RrSide, SideInterval, SideResult,
-    TestConfig, UdpCounts, Workload,
+    CryptoSide, FlowInterval, FlowSide, HostFacts, Role, RrInterval, RrSide, SideInterval,
+    SideResult, TestConfig, UdpCounts, Workload,
 };
 use std::collections::HashMap;
 use std::io;
@@ -466,6 +466,7 @@ impl DataPlane {
             .map(|(a, b)| a.delta(&b));
         let rr = self.rr_side(window_start, window_end);
         let observe = self.observation(window_start, window_end);
+        let crypto = self.crypto(&outcomes, window_start, window_end);
         Ok(SideResult {
             host,
             cpu,
@@ -475,6 +476,37 @@ impl DataPlane {
             udp_kernel,
             rr,
             observe,
+            crypto,
+        })
+    }
+
+    /// Encrypted flows: their suite and handshakes, and the time spent sealing and opening
+    /// records between the window's edges, summed over flows.
+    fn crypto(&self, outcomes: &[FlowOutcome], start: usize, end: usize) -> Option<CryptoSide> {
+        let tls: Vec<_> = outcomes.iter().filter_map(|o| o.tls).collect();
+        let first = tls.first()?;
+        let handshakes: Vec<f64> = tls
+            .iter()
+            .map(|t| t.handshake.as_secs_f64() * 1e3)
+            .collect();
+        let ktls = tls.iter().filter(|t| t.ktls).count() as u32;
+        let crypto_at = |boundary: usize| -> Duration {
+            self.samples[boundary]
+                .iter()
+                .flatten()
+                .flat_map(|s| &s.flows)
+                .map(|f| f.crypto)
+                .sum()
+        };
+        let spent = crypto_at(end).saturating_sub(crypto_at(start));
+        Some(CryptoSide {
+            protocol: "tls".into(),
+            suite: first.cipher.suite_name().into(),
+            ktls_connections: ktls,
+            connections: tls.len() as u32,
+            handshake_ms: handshakes.iter().sum::<f64>() / handshakes.len() as f64,
+            handshake_max_ms: handshakes.iter().copied().fold(0.0, f64::max),
+            crypto_cpu_s: (ktls < tls.len() as u32).then(|| spent.as_secs_f64()),
         })
     }
 

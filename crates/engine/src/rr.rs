@@ -12,6 +12,7 @@
 //! thread sleeps in `read` and the kernel wakes it with the answer, one system call fewer
 //! per transaction than a poll set. Everything else runs in one mio event loop.
 
+use crate::conn::Stream;
 use crate::flow::{
     outcome_of, send_sample, FaultHook, FlowCount, FlowOutcome, FlowSocket, FlowSpec, RrPlan,
     RrSample, Sample, WorkerPlan,
@@ -49,7 +50,7 @@ const PORT_RETRY: Duration = Duration::from_millis(1);
 const CONN_BASE: usize = 1 << 30;
 
 enum Io {
-    Tcp(TcpStream),
+    Tcp(Stream),
     Udp(UdpSocket),
     /// crr requester: a new connection per transaction.
     Crr {
@@ -134,10 +135,13 @@ impl Flow {
         });
         let responder = (spec.role == Role::Respond).then(|| Responder::new(rr.request));
         let (io, outcome) = match spec.socket {
-            FlowSocket::Tcp(stream) => {
+            socket @ (FlowSocket::Tcp(_) | FlowSocket::Tls(_) | FlowSocket::Ktls(..)) => {
+                let (stream, tls, note) = Stream::of(socket, linerate_tls::stream::DEFAULT_INBOX);
                 let mut outcome = outcome_of(&stream, spec.id, spec.direction, spec.role);
                 outcome.congestion = sys::congestion(&stream);
-                (Io::Tcp(TcpStream::from_std(stream)), outcome)
+                outcome.tls = tls;
+                outcome.notes.extend(note);
+                (Io::Tcp(stream), outcome)
             }
             FlowSocket::Udp(socket) => {
                 let outcome = outcome_of(&socket, spec.id, spec.direction, spec.role);
@@ -369,6 +373,10 @@ impl RrWorker {
                     udp: None,
                     tcp: None,
                     transactions: f.transactions,
+                    crypto: match &f.io {
+                        Io::Tcp(s) => s.crypto_time(),
+                        _ => Duration::ZERO,
+                    },
                 })
                 .collect();
             let rr = self.requesting.then(|| {

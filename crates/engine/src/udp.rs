@@ -418,6 +418,7 @@ impl UdpLoop {
                     udp: Some(f.counts()),
                     tcp: None,
                     transactions: 0,
+                    crypto: Duration::ZERO,
                 })
                 .collect();
             send_sample(

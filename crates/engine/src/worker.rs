@@ -10,19 +10,18 @@
 //! call returns `WouldBlock`. Ready flows wait in a FIFO and each gets [`OPS_PER_FLOW`]
 //! calls per visit, so thousands of flows on one worker are served fairly.
 
+use crate::conn::Stream;
 use crate::flow::{
-    outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, Sample, WorkerPlan,
-    OPS_PER_FLOW, OPS_PER_TURN,
+    outcome_of, send_sample, FlowCount, FlowOutcome, FlowSpec, Sample, WorkerPlan, OPS_PER_FLOW,
+    OPS_PER_TURN,
 };
 use crate::pacer::Pacer;
 use crate::sys;
 use linerate_model::Role;
-use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -31,8 +30,11 @@ use std::time::{Duration, Instant};
 struct Flow {
     id: u32,
     role: Role,
-    stream: TcpStream,
+    stream: Stream,
     bytes: u64,
+    /// Encrypted flows: the sender writes the pattern continuously from the stream's first
+    /// byte, and the receiver compares a sample of what it decrypted against it.
+    checked: bool,
     ready: bool,
     /// The peer's FIN (or an error) has been signalled: no further edge will come, so
     /// reads go on until they return 0 or fail.
@@ -48,12 +50,15 @@ struct Flow {
 }
 
 impl Flow {
-    fn new(spec: FlowSpec, plan: &WorkerPlan) -> Flow {
-        let FlowSocket::Tcp(stream) = spec.socket else {
-            unreachable!("UDP flows run in the UDP loop")
-        };
+    fn new(spec: FlowSpec, plan: &WorkerPlan, inbox: usize) -> Flow {
+        let (mut stream, tls, note) = Stream::of(spec.socket, inbox);
+        if spec.role == Role::Send {
+            stream.set_write_limit(plan.length);
+        }
         let mut outcome = outcome_of(&stream, spec.id, spec.direction, spec.role);
         outcome.congestion = sys::congestion(&stream);
+        outcome.tls = tls;
+        outcome.notes.extend(note);
         let pacer = match (spec.role, plan.rate_bps) {
             // Credit for a few milliseconds or one write, whichever is larger.
             (Role::Send, Some(rate)) => Some(Pacer::new(
@@ -66,8 +71,9 @@ impl Flow {
         Flow {
             id: spec.id,
             role: spec.role,
-            stream: TcpStream::from_std(stream),
+            stream,
             bytes: 0,
+            checked: tls.is_some(),
             // A fresh socket is writable (and may already be readable); try it at once.
             ready: true,
             read_closed: false,
@@ -117,13 +123,26 @@ struct Worker {
 
 impl Worker {
     fn new(plan: WorkerPlan, specs: Vec<FlowSpec>, samples: Sender<Sample>) -> Worker {
-        let flows = specs.into_iter().map(|s| Flow::new(s, &plan)).collect();
+        // A lone flow's TLS reads as much ciphertext per call as a plain flow reads
+        // plaintext; many flows keep their per-flow buffers small.
+        let inbox = if specs.len() == 1 {
+            RECEIVE_BUFFER
+        } else {
+            linerate_tls::stream::DEFAULT_INBOX
+        };
+        let flows = specs
+            .into_iter()
+            .map(|s| Flow::new(s, &plan, inbox))
+            .collect();
         let end_index = plan.boundaries.len() - 1;
         let test_end = plan.boundaries[end_index];
         Worker {
             // The send buffer holds a recognisable pattern; the receive buffer is scratch
             // of one size whatever the sender's writes are (see RECEIVE_BUFFER).
-            send_buffer: (0..plan.length).map(|i| (i % 251) as u8).collect(),
+            // It is one period longer than a write, so a write can start at any phase.
+            send_buffer: (0..plan.length + PATTERN_PERIOD)
+                .map(|i| (i % PATTERN_PERIOD) as u8)
+                .collect(),
             receive_buffer: vec![0u8; RECEIVE_BUFFER],
             next_boundary: 0,
             early_close_tolerance: plan.early_close_tolerance(test_end),
@@ -196,6 +215,7 @@ impl Worker {
                         udp: None,
                         tcp: Some(info.snapshot()),
                         transactions: 0,
+                        crypto: flow.stream.crypto_time(),
                     }
                 })
                 .collect();
@@ -215,7 +235,7 @@ impl Worker {
         for (i, flow) in self.flows.iter_mut().enumerate() {
             match flow.role {
                 Role::Send => {
-                    let _ = flow.stream.shutdown(Shutdown::Write);
+                    let _ = flow.stream.shutdown_write();
                     flow.done = true;
                 }
                 // Bytes still arriving are the sender's tail: counted in the total only.
@@ -240,8 +260,13 @@ impl Worker {
                 let left = flow
                     .budget
                     .map_or(u64::MAX, |b| b.saturating_sub(flow.bytes));
-                let length = self.send_buffer.len().min(left as usize);
-                match flow.stream.write(&self.send_buffer[..length]) {
+                let length = self.plan.length.min(left as usize);
+                let phase = if flow.checked {
+                    (flow.bytes % PATTERN_PERIOD as u64) as usize
+                } else {
+                    0
+                };
+                match flow.stream.write(&self.send_buffer[phase..phase + length]) {
                     Ok(n) => {
                         flow.bytes += n as u64;
                         if let Some(pacer) = flow.pacer.as_mut() {
@@ -251,7 +276,9 @@ impl Worker {
                             // The budget is sent; the peer's end of the test closes the flow.
                             flow.done = true;
                         }
-                        Step::Moved { short: n < length }
+                        Step::Moved {
+                            short: n < length && flow.stream.short_means_drained(),
+                        }
                     }
                     Err(e) if is_idle(&e) => Step::Idle,
                     Err(e) => {
@@ -277,9 +304,20 @@ impl Worker {
                     Step::Ended
                 }
                 Ok(n) => {
+                    if flow.checked {
+                        if let Some(at) =
+                            mismatch(&self.receive_buffer[..n], flow.bytes, &self.send_buffer)
+                        {
+                            flow.outcome.error = Some(format!(
+                                "content check failed at byte {at}: what was decrypted is not what was sent"
+                            ));
+                            flow.done = true;
+                            return Step::Ended;
+                        }
+                    }
                     flow.bytes += n as u64;
                     Step::Moved {
-                        short: n < self.receive_buffer.len(),
+                        short: n < self.receive_buffer.len() && flow.stream.short_means_drained(),
                     }
                 }
                 Err(e) if is_idle(&e) => Step::Idle,
@@ -308,6 +346,31 @@ impl Worker {
             })
             .collect()
     }
+}
+
+/// The send pattern's period: byte `i` of a checked flow's stream is `i % 251`. A prime,
+/// so no write size lines it up with itself.
+const PATTERN_PERIOD: usize = 251;
+
+/// Bytes of each read a checked receiver compares with the pattern: the first KiB of
+/// every read, which through TLS is one record's start.
+const CHECK_BYTES: usize = 1024;
+
+/// Where the sample of `read` (which starts at the stream's byte `offset`) departs from
+/// the pattern in `pattern` (at least one period longer than [`CHECK_BYTES`]), if it does.
+fn mismatch(read: &[u8], offset: u64, pattern: &[u8]) -> Option<u64> {
+    let phase = (offset % PATTERN_PERIOD as u64) as usize;
+    let length = read.len().min(CHECK_BYTES).min(pattern.len() - phase);
+    let expected = &pattern[phase..phase + length];
+    if read[..length] == *expected {
+        return None;
+    }
+    let first = read
+        .iter()
+        .zip(expected)
+        .position(|(a, b)| a != b)
+        .unwrap_or(0);
+    Some(offset + first as u64)
 }
 
 fn is_idle(error: &io::Error) -> bool {
@@ -535,7 +598,9 @@ fn run_event_loop(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::FlowSocket;
     use linerate_model::Direction;
+    use std::net::Shutdown;
     use std::net::{TcpListener, TcpStream as StdStream};
     use std::sync::mpsc::channel;
 
@@ -573,5 +638,88 @@ mod tests {
             start.elapsed()
         );
         assert_eq!(outcomes[0].bytes_total, 1000);
+    }
+
+    /// A TLS pair on loopback: the worker's end (server) and the test's end (client).
+    fn tls_pair() -> (
+        linerate_tls::TlsStream<StdStream>,
+        linerate_tls::TlsStream<StdStream>,
+    ) {
+        use linerate_tls::{client_config, server_config, stream, verify::Trust, Cipher};
+        let identity = linerate_tls::Identity::self_signed(&["localhost".into()]).unwrap();
+        let trust = Trust::Pinned(identity.fingerprint.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let socket = StdStream::connect(listener.local_addr().unwrap()).unwrap();
+        let config = server_config(&identity).unwrap();
+        let server = std::thread::spawn(move || {
+            stream::accept(listener.accept().unwrap().0, config, Duration::from_secs(5))
+        });
+        let client = stream::connect(
+            socket,
+            client_config(Cipher::Aes128Gcm, &trust).unwrap(),
+            "localhost",
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        (server.join().unwrap().unwrap(), client)
+    }
+
+    /// Receives what `bytes` holds through TLS in a worker and returns its outcome.
+    fn receive_through_tls(bytes: &[u8]) -> FlowOutcome {
+        let (ours, mut peer) = tls_pair();
+        let start = Instant::now();
+        let plan = WorkerPlan::alone(
+            start,
+            Duration::from_millis(300),
+            1000,
+            Duration::from_secs(5),
+        );
+        let spec = FlowSpec {
+            id: 0,
+            direction: Direction::Forward,
+            role: Role::Receive,
+            socket: FlowSocket::Tls(Box::new(ours)),
+        };
+        let (samples, _keep) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = std::thread::spawn(move || run(plan, vec![spec], samples, stop));
+        let mut sent = 0;
+        while sent < bytes.len() {
+            sent += peer.write(&bytes[sent..]).unwrap();
+        }
+        peer.send_records().unwrap();
+        // Past the test's end, so the close is the normal one.
+        std::thread::sleep(Duration::from_millis(400));
+        peer.socket().shutdown(Shutdown::Write).unwrap();
+        worker.join().unwrap().unwrap().remove(0)
+    }
+
+    #[test]
+    fn a_tls_receiver_checks_what_it_decrypted_against_the_pattern() {
+        let pattern: Vec<u8> = (0..200_000).map(|i| (i % PATTERN_PERIOD) as u8).collect();
+        let good = receive_through_tls(&pattern);
+        assert_eq!(good.error, None);
+        assert_eq!(good.bytes_total, pattern.len() as u64);
+        assert!(good.tls.is_some());
+
+        let mut bad = pattern.clone();
+        bad[500] ^= 0x5a;
+        let outcome = receive_through_tls(&bad);
+        let error = outcome.error.expect("a changed byte must fail the check");
+        assert!(
+            error.contains("content check failed at byte 500"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_mismatch_is_placed_at_its_stream_offset() {
+        let pattern: Vec<u8> = (0..4096).map(|i| (i % PATTERN_PERIOD) as u8).collect();
+        let at = 10_000u64;
+        let phase = (at % PATTERN_PERIOD as u64) as usize;
+        let mut read = pattern[phase..phase + 100].to_vec();
+        assert_eq!(mismatch(&read, at, &pattern), None);
+        read[42] = read[42].wrapping_add(1);
+        assert_eq!(mismatch(&read, at, &pattern), Some(at + 42));
     }
 }

@@ -3,6 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use linerate_report::units::{self, Scale};
+use std::str::FromStr;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -325,6 +326,8 @@ pub struct SweepArgs {
     #[arg(short = 'O', long, default_value_t = 0.0, value_parser = seconds)]
     pub omit: f64,
     #[command(flatten)]
+    pub secure: TlsArgs,
+    #[command(flatten)]
     pub repeat: RepeatArgs,
     /// Print one JSON document with every point's full result
     #[arg(short = 'J', long)]
@@ -589,10 +592,56 @@ pub struct TransactionArgs {
     pub no_observe: bool,
 }
 
+/// Encryption of the data connections (`stream` and `rr`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct TlsArgs {
+    /// Encrypt every data connection with TLS 1.3 (rustls) after its preface; the report
+    /// adds the handshake time and what sealing and opening records cost each end
+    #[arg(long)]
+    pub tls: bool,
+    /// TLS 1.3 cipher: aes128-gcm, aes256-gcm or chacha20-poly1305 [default: aes256-gcm]
+    #[arg(long, value_name = "CIPHER", value_parser = cipher)]
+    pub cipher: Option<String>,
+    /// Hand the TLS record layer to the kernel (kTLS) on both ends where it can take it;
+    /// the report says when an end could not
+    #[arg(long, requires = "tls")]
+    pub ktls: bool,
+    /// Trust certificates that chain to the CA certificates in FILE (PEM) and name the
+    /// server, instead of the certificate the server announces on the control connection
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
+    /// The in-process server's certificate chain (PEM), used without HOST [default: a
+    /// self-signed one made at start]
+    #[arg(long, value_name = "FILE", requires = "cert_key")]
+    pub cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --cert
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub cert_key: Option<std::path::PathBuf>,
+}
+
+impl TlsArgs {
+    /// What the test's config carries: `None` for a plain test.
+    pub fn settings(&self, quic: bool) -> Option<linerate_model::TlsSettings> {
+        (self.tls || quic).then(|| linerate_model::TlsSettings {
+            cipher: self
+                .cipher
+                .clone()
+                .unwrap_or_else(|| linerate_model::DEFAULT_CIPHER.into()),
+            ktls: self.ktls,
+        })
+    }
+}
+
+fn cipher(text: &str) -> Result<String, String> {
+    linerate_tls::Cipher::from_str(text).map(|c| c.name().to_string())
+}
+
 #[derive(Debug, Args)]
 pub struct RrArgs {
     #[command(flatten)]
     pub common: TransactionArgs,
+    #[command(flatten)]
+    pub secure: TlsArgs,
     /// UDP instead of TCP: one datagram per request and per response
     #[arg(short, long)]
     pub udp: bool,
@@ -786,6 +835,20 @@ pub struct ServeArgs {
     /// Do not log test starts and ends
     #[arg(short, long)]
     pub quiet: bool,
+    /// The certificate chain (PEM) encrypted tests' data connections present [default: a
+    /// self-signed one made at the first encrypted test; clients trust it by the
+    /// fingerprint the server announces]
+    #[arg(long, value_name = "FILE", requires = "cert_key")]
+    pub cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --cert
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub cert_key: Option<std::path::PathBuf>,
+    /// Refuse encrypted tests (--tls, --quic)
+    #[arg(long, conflicts_with = "require_tls")]
+    pub no_tls: bool,
+    /// Refuse plain tests: every test must ask for --tls or --quic
+    #[arg(long)]
+    pub require_tls: bool,
 }
 
 #[derive(Debug, Args)]
@@ -873,6 +936,19 @@ pub struct StreamArgs {
     /// softnet drops, NIC queues, protocol counters); both ends read them by default
     #[arg(long)]
     pub no_observe: bool,
+    #[command(flatten)]
+    pub secure: TlsArgs,
+    /// QUIC streams (quinn) instead of TCP: one connection carrying -P streams, or -P
+    /// connections with --connections; TLS 1.3 inside, --cipher as for --tls
+    #[arg(long, conflicts_with_all = ["udp", "tls", "mss", "nodelay", "find_max"])]
+    pub quic: bool,
+    /// QUIC: one connection per flow instead of one stream per flow on one connection
+    #[arg(long, requires = "quic")]
+    pub connections: bool,
+    /// Encrypted tests: run the same test plain over TCP first, and compare goodput and
+    /// CPU per Gbit ("encryption costs N % more CPU per Gbit")
+    #[arg(long)]
+    pub baseline: bool,
 }
 
 fn seconds(text: &str) -> Result<f64, String> {

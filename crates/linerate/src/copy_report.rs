@@ -129,6 +129,8 @@ pub fn document(
         random_loss: last.and_then(|o| o.random_loss),
     };
     let config = TestConfig {
+        quic: None,
+        tls: None,
         protocol: "udp".into(),
         target: summary.server.clone(),
         port: summary

@@ -17,7 +17,7 @@ mod sweep_cmd;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use cli::{Cli, Command, RrArgs, ServeArgs, StreamArgs, TransactionArgs};
+use cli::{Cli, Command, RrArgs, ServeArgs, StreamArgs, TlsArgs, TransactionArgs};
 use failure::{Failure, Outcome};
 use linerate_drivers::access::{AccessPolicy, LogFormat};
 use linerate_drivers::client::{self, ClientOptions, Progress};
@@ -103,6 +103,24 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Outcome {
         config.threads = Some(threads as usize);
     }
     config.log = !args.quiet;
+    config.tls_mode = if args.no_tls {
+        linerate_drivers::secure::TlsMode::Off
+    } else if args.require_tls {
+        linerate_drivers::secure::TlsMode::Required
+    } else {
+        linerate_drivers::secure::TlsMode::Offered
+    };
+    config.tls_identity = Arc::new(linerate_drivers::secure::ServerIdentity::new(
+        args.cert.clone().zip(args.cert_key.clone()),
+    ));
+    if args.cert.is_some() {
+        // A certificate that cannot be used is the operator's mistake, told at start.
+        if let Err(why) = config.tls_identity.load() {
+            return Err(
+                Failure::Usage(format!("invalid value for '--cert'/'--cert-key': {why}")).into(),
+            );
+        }
+    }
     config.timeouts.handshake = std::time::Duration::from_secs_f64(args.handshake_timeout);
     config.timeouts.idle = std::time::Duration::from_secs_f64(args.idle_timeout);
     config.key = user_key();
@@ -188,7 +206,12 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
     } else {
         Direction::Forward
     };
-    let transport = if args.udp {
+    let transport = if args.quic {
+        StreamTransport::Quic {
+            length: args.length,
+            connection_per_flow: args.connections,
+        }
+    } else if args.udp {
         StreamTransport::Udp {
             length: args.length,
             pps: args.pps,
@@ -203,6 +226,7 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
         }
     };
     TestRequest {
+        tls: args.secure.settings(args.quic),
         target: args.host.clone(),
         port: args.port,
         parallel: args.parallel,
@@ -230,6 +254,7 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
 /// The test `linerate rr` (with its own flags) or `linerate crr` (`rr` is `None`) asks for.
 fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestRequest {
     TestRequest {
+        tls: rr.and_then(|a| a.secure.settings(false)),
         target: common.host.clone(),
         port: common.port,
         parallel: common.parallel,
@@ -279,6 +304,9 @@ pub(crate) fn resolve_request(
 
 /// `linerate rr` (with its own flags) and `linerate crr` (`rr` is `None`).
 fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>, storage: &keep::Storage) -> Outcome {
+    if let Some(rr) = rr {
+        check_secure_flags(&rr.secure, false, false)?;
+    }
     let udp = rr.is_some_and(|a| a.udp);
     for (name, size) in [
         ("--request", common.request),
@@ -328,7 +356,10 @@ fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>, storage: &keep::S
     }
     let plan = RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence);
     let live_intervals = plan.is_none();
-    let one = |_iteration: u32| transaction_test(target, &config, quiet, live_intervals, &cancel);
+    let secure = rr.map(|a| a.secure.clone()).unwrap_or_default();
+    let one = |_iteration: u32| {
+        transaction_test(target, &config, &secure, quiet, live_intervals, &cancel)
+    };
     let each = |index: u32, _: &Report, value: f64| {
         if !quiet {
             println!(
@@ -352,6 +383,7 @@ fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>, storage: &keep::S
 fn transaction_test(
     target: Option<SocketAddr>,
     config: &TestConfig,
+    secure: &TlsArgs,
     quiet: bool,
     live_intervals: bool,
     cancel: &Arc<AtomicBool>,
@@ -382,8 +414,7 @@ fn transaction_test(
             Progress::Iperf3Streams { .. } => {}
         }
     };
-    let mut options = ClientOptions::new(config.clone());
-    options.key = user_key();
+    let options = client_options(config, secure);
     Ok(load::run_with_load(
         target,
         &options,
@@ -438,7 +469,27 @@ fn within_bounds(config: &TestConfig) -> Result<(), String> {
     linerate_proto::session::validate(config, &unlimited).map_err(|(_, reason)| reason)
 }
 
+/// Flags that mean something only for an encrypted test, given without one.
+fn check_secure_flags(secure: &TlsArgs, quic: bool, baseline: bool) -> Result<(), Failure> {
+    if secure.tls || quic {
+        return Ok(());
+    }
+    let stray = [
+        ("--cipher", secure.cipher.is_some()),
+        ("--ca", secure.ca.is_some()),
+        ("--cert", secure.cert.is_some()),
+        ("--baseline", baseline),
+    ];
+    match stray.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => Err(Failure::Usage(format!(
+            "'{flag}' applies to encrypted tests: add '--tls' (or '--quic')"
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn stream(args: &StreamArgs, storage: &keep::Storage) -> Outcome {
+    check_secure_flags(&args.secure, args.quic, args.baseline)?;
     let target = match &args.host {
         Some(host) => Some(resolve(host, args.port)?),
         None => None,
@@ -491,6 +542,11 @@ fn stream(args: &StreamArgs, storage: &keep::Storage) -> Outcome {
             Progress::Interval(_) | Progress::Iperf3Streams { .. } => {}
         }
     };
+    let baseline = if args.baseline {
+        Some(run_baseline(args, target, &config, &cancel)?)
+    } else {
+        None
+    };
     if !quiet {
         println!("{}", banner(args, target, &config));
     }
@@ -507,7 +563,15 @@ fn stream(args: &StreamArgs, storage: &keep::Storage) -> Outcome {
     let report = keep::repeat(
         plan,
         &cancel_flag,
-        |_| run_once(target, &config, &cancel, &mut progress),
+        |_| {
+            let mut report = run_once(target, &config, &args.secure, &cancel, &mut progress)?;
+            if let Some(plain) = &baseline {
+                if let Some(crypto) = report.summary.crypto.as_mut() {
+                    crypto.compare_with(report.summary.receiver_bps, &plain.summary);
+                }
+            }
+            Ok(report)
+        },
         each,
     )?;
     let document = Document::Test(Box::new(report));
@@ -534,12 +598,60 @@ fn banner(args: &StreamArgs, target: Option<SocketAddr>, config: &TestConfig) ->
 fn run_once(
     target: Option<SocketAddr>,
     config: &TestConfig,
+    secure: &TlsArgs,
     cancel: &Arc<AtomicBool>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Report> {
+    Ok(client::run_test(
+        target,
+        &client_options(config, secure),
+        cancel,
+        progress,
+    )?)
+}
+
+/// The client's options for `config`: the user's key, and the TLS trust and in-process
+/// certificate the flags name.
+fn client_options(config: &TestConfig, secure: &TlsArgs) -> ClientOptions {
     let mut options = ClientOptions::new(config.clone());
     options.key = user_key();
-    Ok(client::run_test(target, &options, cancel, progress)?)
+    options.ca = secure.ca.clone();
+    options.local_identity = secure.cert.clone().zip(secure.cert_key.clone());
+    options
+}
+
+/// `--baseline`: the same test plain over TCP, run first; its result is shown in one
+/// line and set beside the encrypted run's.
+fn run_baseline(
+    args: &StreamArgs,
+    target: Option<SocketAddr>,
+    config: &TestConfig,
+    cancel: &Arc<AtomicBool>,
+) -> Result<Report> {
+    let mut plain = config.clone();
+    plain.tls = None;
+    plain.quic = None;
+    plain.protocol = "tcp".into();
+    if !args.json {
+        println!("Baseline first: the same test plain, {}", plain.describe());
+    }
+    let report = client::run_test(
+        target,
+        &client_options(&plain, &args.secure),
+        cancel,
+        &mut |_| {},
+    )?;
+    crate::check_flows(&report)?;
+    if !args.json {
+        let (cpu, total) = linerate_report::crypto::cpu_per_gbit(&report.summary);
+        println!(
+            "Baseline: plain TCP {}, {total:.4} CPU s/Gbit (client {:.4}, server {:.4})",
+            linerate_report::units::format_rate(report.summary.receiver_bps, args.format),
+            cpu.local,
+            cpu.remote
+        );
+    }
+    Ok(report)
 }
 
 /// Flows that failed: the report, already printed, says which and why; the error says so
@@ -574,7 +686,7 @@ fn find_max(
         println!("{TRIAL_HEADER}");
     }
     let run_trial = |trial: &TestConfig| -> Result<Report> {
-        let report = run_once(target, trial, cancel, &mut |_| {})?;
+        let report = run_once(target, trial, &args.secure, cancel, &mut |_| {})?;
         check_flows(&report)?;
         Ok(report)
     };

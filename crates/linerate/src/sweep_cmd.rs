@@ -87,7 +87,7 @@ pub fn run(args: &SweepArgs, storage: &Storage) -> Outcome {
                 keep::repeat(
                     plan,
                     &cancel,
-                    |_| run_point(target, &config, &cancel),
+                    |_| run_point(target, &config, &args.secure, &cancel),
                     |_, _, _| {},
                 )
             });
@@ -153,9 +153,10 @@ pub fn run(args: &SweepArgs, storage: &Storage) -> Outcome {
 fn run_point(
     target: Option<std::net::SocketAddr>,
     config: &TestConfig,
+    secure: &crate::cli::TlsArgs,
     cancel: &Arc<AtomicBool>,
 ) -> Result<linerate_report::Report> {
-    let report = crate::run_once(target, config, cancel, &mut |_| {})?;
+    let report = crate::run_once(target, config, secure, cancel, &mut |_| {})?;
     crate::check_flows(&report)?;
     Ok(report)
 }
@@ -387,6 +388,7 @@ fn base_request(args: &SweepArgs) -> TestRequest {
         }),
     };
     TestRequest {
+        tls: args.secure.settings(false),
         target: args.host.clone(),
         port: args.port,
         parallel: args.parallel.first().copied().unwrap_or(1),

@@ -118,6 +118,30 @@ pub struct TestConfig {
     /// read back and write out unchanged; a peer that sends no value observes.
     #[serde(default = "observing", skip_serializing_if = "is_observing")]
     pub observe: bool,
+    /// Encryption of the data connections (`--tls`; QUIC's own TLS for `--quic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSettings>,
+    /// QUIC streams (`protocol: "quic"`): how they map onto connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicSettings>,
+}
+
+/// What a test's TLS is to be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsSettings {
+    /// "aes128-gcm", "aes256-gcm" or "chacha20-poly1305" (TLS 1.3 suites).
+    pub cipher: String,
+    /// Hand the record layer to the kernel where it can take it (`--ktls`).
+    #[serde(default)]
+    pub ktls: bool,
+}
+
+/// How a QUIC test's flows map onto QUIC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuicSettings {
+    /// One connection per flow (`--connections`) rather than one stream per flow on a
+    /// single connection.
+    pub connection_per_flow: bool,
 }
 
 fn observing() -> bool {

@@ -26,6 +26,10 @@ pub const FALLBACK_UDP_LENGTH: u64 = 1472;
 pub const OPEN_LOOP_CAP: u32 = 128;
 /// Up to this many flows, each gets a worker of its own by default.
 pub const THREAD_PER_FLOW_UP_TO: usize = 16;
+/// The TLS 1.3 cipher when the user does not say (rustls' and OpenSSL's first choice).
+pub const DEFAULT_CIPHER: &str = "aes256-gcm";
+/// The TLS 1.3 ciphers a test can ask for, by the names `--cipher` takes.
+pub const CIPHERS: [&str; 3] = ["aes128-gcm", "aes256-gcm", "chacha20-poly1305"];
 /// The smallest and largest UDP payloads.
 pub const UDP_LENGTH: std::ops::RangeInclusive<u64> = 16..=65_507;
 
@@ -60,6 +64,8 @@ pub struct TestRequest {
     pub connect_timeout_s: f64,
     /// Read the host's own counters around the window (`--observe`).
     pub observe: bool,
+    /// Encrypt the data connections (`--tls`).
+    pub tls: Option<crate::TlsSettings>,
     pub kind: TestKind,
 }
 
@@ -88,6 +94,13 @@ pub enum StreamTransport {
         length: Option<u64>,
         mss: Option<u32>,
         nodelay: bool,
+    },
+    /// QUIC streams (`--quic`): TLS 1.3 inside, over UDP.
+    Quic {
+        /// Bytes per stream write; `None`: [`DEFAULT_TCP_LENGTH`].
+        length: Option<u64>,
+        /// One connection per flow rather than one stream per flow on one connection.
+        connection_per_flow: bool,
     },
     Udp {
         /// Payload per datagram; `None`: the largest that fits the path's MTU.
@@ -156,10 +169,20 @@ impl TestConfig {
             workload: Workload::Stream,
             rr: None,
             observe: request.observe,
+            tls: request.tls.clone(),
+            quic: None,
         };
         match &request.kind {
             TestKind::Stream(stream) => resolve_stream(&mut config, stream, environment)?,
-            TestKind::Transactions(transactions) => resolve_transactions(&mut config, transactions),
+            TestKind::Transactions(transactions) => {
+                if request.tls.is_some() && (transactions.udp || transactions.connect_each) {
+                    return Err(
+                        "'--tls' runs request/response over TCP connections; it does not go with --udp or --crr"
+                            .into(),
+                    );
+                }
+                resolve_transactions(&mut config, transactions)
+            }
         }
         let flows = match config.workload {
             Workload::Stream => config.connections(),
@@ -189,6 +212,21 @@ fn resolve_stream(
             config.nodelay = nodelay;
             config.rate_bps = stream.rate_bps.filter(|r| *r > 0);
         }
+        StreamTransport::Quic {
+            length,
+            connection_per_flow,
+        } => {
+            config.protocol = "quic".into();
+            config.length = length.unwrap_or(DEFAULT_TCP_LENGTH);
+            config.rate_bps = stream.rate_bps.filter(|r| *r > 0);
+            config.tls.get_or_insert_with(|| crate::TlsSettings {
+                cipher: DEFAULT_CIPHER.into(),
+                ktls: false,
+            });
+            config.quic = Some(crate::QuicSettings {
+                connection_per_flow,
+            });
+        }
         StreamTransport::Udp {
             length,
             pps,
@@ -209,6 +247,11 @@ fn resolve_stream(
                     .unwrap_or(FALLBACK_UDP_LENGTH)
                     .clamp(*UDP_LENGTH.start(), *UDP_LENGTH.end()),
             };
+            if config.tls.is_some() {
+                return Err(
+                    "'--tls' encrypts TCP connections; for encrypted datagrams use '--quic'".into(),
+                );
+            }
             config.protocol = "udp".into();
             config.length = length;
             config.pps = pps;
@@ -268,6 +311,7 @@ impl TestRequest {
             per_flow: false,
             connect_timeout_s: 10.0,
             observe: true,
+            tls: None,
             kind,
         }
     }

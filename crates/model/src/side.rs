@@ -300,6 +300,28 @@ pub struct SideResult {
     /// `--observe`: this end's host over the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observe: Option<crate::observe::Observation>,
+    /// Encrypted tests (`--tls`, `--quic`): what this end's encryption was and cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crypto: Option<CryptoSide>,
+}
+
+/// One end's encryption over a test.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CryptoSide {
+    /// "tls" (TCP) or "quic".
+    pub protocol: String,
+    /// The negotiated TLS 1.3 suite, by its IANA name.
+    pub suite: String,
+    /// Connections whose records the kernel sealed and opened (kTLS), of `connections`.
+    pub ktls_connections: u32,
+    pub connections: u32,
+    /// Handshake time over the connections: mean and longest, in milliseconds.
+    pub handshake_ms: f64,
+    pub handshake_max_ms: f64,
+    /// Seconds this end spent sealing and opening records over the window (user-space
+    /// TLS, timed around the calls). `None` where the kernel did it (kTLS: inside system
+    /// time) or the stack does not separate it (QUIC).
+    pub crypto_cpu_s: Option<f64>,
 }
 
 /// The requesting side's timing of a request/response test over the window.

@@ -18,4 +18,6 @@ pub mod transaction;
 
 pub use message::{ClientMessage, Limits, RefuseCode, ServerMessage};
 pub use preface::{Preface, Token, PROTOCOL_VERSION};
-pub use session::{ClientEvent, ClientSession, ServerEvent, ServerSession, SessionError, Timeouts};
+pub use session::{
+    ClientEvent, ClientSession, Offer, ServerEvent, ServerSession, SessionError, Timeouts,
+};

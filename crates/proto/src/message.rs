@@ -96,6 +96,13 @@ pub enum ServerMessage {
         /// transaction, from the control connection's host only (docs/protocol.md 6).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         crr_port: Option<u16>,
+        /// TLS and QUIC tests: the SHA-256 fingerprint (hex) of the certificate the data
+        /// connections will present; the client trusts that one (docs/protocol.md 7).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tls_fingerprint: Option<String>,
+        /// QUIC tests: the server's UDP port for the test's QUIC connections.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        quic_port: Option<u16>,
     },
     FlowsReady,
     Results {

@@ -124,6 +124,20 @@ impl ServerState {
 }
 
 /// The server's half of one control connection.
+/// What the server tells a client of its accepted test's data connections, beyond the
+/// token.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Offer {
+    /// UDP tests: the server's port for each flow.
+    pub udp_ports: Vec<u16>,
+    /// crr tests: the port of the test's listener.
+    pub crr_port: Option<u16>,
+    /// TLS and QUIC tests: the certificate's SHA-256 fingerprint (hex).
+    pub tls_fingerprint: Option<String>,
+    /// QUIC tests: the server's UDP port.
+    pub quic_port: Option<u16>,
+}
+
 #[derive(Debug)]
 pub struct ServerSession {
     state: ServerState,
@@ -385,36 +399,47 @@ impl ServerSession {
     }
 
     /// Accepts the requested test; data connections must present `token`.
+    /// (A plain TCP stream or rr test: nothing more to offer.)
     pub fn accept(&mut self, now: Instant, test_id: u64, token: Token) {
         self.accept_udp(now, test_id, token, Vec::new());
     }
 
     /// Accepts a UDP test whose flows go to `udp_ports`, one per flow.
     pub fn accept_udp(&mut self, now: Instant, test_id: u64, token: Token, udp_ports: Vec<u16>) {
-        self.accept_with(now, test_id, token, udp_ports, None);
+        let offer = Offer {
+            udp_ports,
+            ..Offer::default()
+        };
+        self.accept_offer(now, test_id, token, offer);
     }
 
     /// Accepts a crr test whose connections go to `crr_port`.
     pub fn accept_crr(&mut self, now: Instant, test_id: u64, token: Token, crr_port: u16) {
-        self.accept_with(now, test_id, token, Vec::new(), Some(crr_port));
+        let offer = Offer {
+            crr_port: Some(crr_port),
+            ..Offer::default()
+        };
+        self.accept_offer(now, test_id, token, offer);
     }
 
-    fn accept_with(
-        &mut self,
-        now: Instant,
-        test_id: u64,
-        token: Token,
-        udp_ports: Vec<u16>,
-        crr_port: Option<u16>,
-    ) {
+    /// Accepts the test with what its data connections need to know.
+    pub fn accept_offer(&mut self, now: Instant, test_id: u64, token: Token, offer: Offer) {
         if self.state != ServerState::Deciding {
             return;
         }
+        let Offer {
+            udp_ports,
+            crr_port,
+            tls_fingerprint,
+            quic_port,
+        } = offer;
         self.transmit.push_back(encode(&ServerMessage::Accepted {
             test_id,
             token: token.to_hex(),
             udp_ports,
             crr_port,
+            tls_fingerprint,
+            quic_port,
         }));
         self.state = ServerState::AwaitFlows;
         self.deadline = Some(now + self.timeouts.flows);
@@ -486,6 +511,15 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
     }
     if config.parallel == 0 {
         return invalid("parallel must be at least 1".into());
+    }
+    if let Some(tls) = &config.tls {
+        if !linerate_model::CIPHERS.contains(&tls.cipher.as_str()) {
+            return invalid(format!(
+                "unknown cipher '{}' (one of: {})",
+                tls.cipher.chars().take(40).collect::<String>(),
+                linerate_model::CIPHERS.join(", ")
+            ));
+        }
     }
     if config.connections() > limits.max_flows {
         return Err((
@@ -703,6 +737,10 @@ pub enum ClientEvent {
         udp_ports: Vec<u16>,
         /// crr tests: where each transaction's connection goes.
         crr_port: Option<u16>,
+        /// TLS and QUIC tests: the certificate to trust (SHA-256, hex).
+        tls_fingerprint: Option<String>,
+        /// QUIC tests: the server's UDP port.
+        quic_port: Option<u16>,
     },
     /// Every data connection arrived at the server; call [`ClientSession::start`].
     FlowsReady,
@@ -909,6 +947,8 @@ impl ClientSession {
                     token,
                     udp_ports,
                     crr_port,
+                    tls_fingerprint,
+                    quic_port,
                 },
             ) => {
                 let Some(token) = Token::from_hex(&token) else {
@@ -927,11 +967,34 @@ impl ClientSession {
                         "the server accepted a crr test without a port for its connections".into(),
                     ));
                 }
+                if self.config.tls.is_some() {
+                    match &tls_fingerprint {
+                        Some(f) if f.len() == 64 && f.bytes().all(|b| b.is_ascii_hexdigit()) => {}
+                        Some(f) => {
+                            return self.fail(SessionError::Protocol(format!(
+                                "bad certificate fingerprint '{}'",
+                                f.chars().take(80).collect::<String>()
+                            )))
+                        }
+                        None => {
+                            return self.fail(SessionError::Protocol(
+                                "the server did not agree to encrypt the test (an older linerate, or one started with --no-tls)".into(),
+                            ))
+                        }
+                    }
+                }
+                if self.config.protocol == "quic" && quic_port.is_none() {
+                    return self.fail(SessionError::Protocol(
+                        "the server accepted a QUIC test without a port for it".into(),
+                    ));
+                }
                 self.events.push_back(ClientEvent::Accepted {
                     test_id,
                     token,
                     udp_ports,
                     crr_port,
+                    tls_fingerprint,
+                    quic_port,
                 });
                 self.state = ClientState::AwaitFlowsReady;
                 self.deadline = Some(now + self.timeouts.flows);

@@ -5,6 +5,8 @@ use linerate_model::{Direction, SideResult};
 
 fn config(parallel: u32) -> TestConfig {
     TestConfig {
+        quic: None,
+        tls: None,
         protocol: "tcp".into(),
         target: "test".into(),
         port: 5201,
@@ -113,6 +115,8 @@ fn whole_exchange_completes_on_a_virtual_clock() {
     assert_eq!(
         pair.client_events[1],
         ClientEvent::Accepted {
+            quic_port: None,
+            tls_fingerprint: None,
             test_id: 42,
             token,
             udp_ports: vec![],

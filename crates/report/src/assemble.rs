@@ -25,6 +25,7 @@ impl Report {
         let flows = merge_flows(&config, &local.flows, &remote.flows);
         let mut summary = summarize(&config, &flows, &local, &remote);
         summary.pacing = pacing(&config, &flows, &intervals);
+        summary.crypto = crate::crypto::summarize(&local, &remote, &summary);
         let mut warnings = side_warnings(&local, &remote);
         warnings.extend(pacing_shortfall(&summary));
         let observe = observed(&local, &remote);
@@ -376,6 +377,7 @@ fn summarize(
         }
     });
     Summary {
+        crypto: None,
         udp,
         duration_s,
         receiver_bytes: total.receiver_bytes,
@@ -407,6 +409,8 @@ pub(crate) mod tests {
 
     pub(crate) fn config(direction: Direction, parallel: u32) -> TestConfig {
         TestConfig {
+            quic: None,
+            tls: None,
             protocol: "tcp".into(),
             target: "loopback".into(),
             port: 5201,

@@ -194,6 +194,9 @@ pub struct Summary {
         skip_serializing_if = "Option::is_none"
     )]
     pub rr: Option<RrSummary>,
+    /// Encrypted tests (`--tls`, `--quic`): what the encryption cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crypto: Option<crate::crypto::CryptoSummary>,
 }
 
 /// Reads a `summary` object. The UDP and request/response figures sit at its top level

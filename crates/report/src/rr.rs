@@ -70,6 +70,7 @@ pub(crate) fn assemble(
         })
         .collect();
     let mut summary = summarize(&config, &flows, &local, &remote);
+    summary.crypto = crate::crypto::summarize(&local, &remote, &summary);
     let mut warnings = side_warnings(&local, &remote);
     if let Some(rr) = &summary.rr {
         warnings.extend(shortfalls(&config, rr));
@@ -359,6 +360,16 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
     ] {
         let line = crate::text::cpu_line(name, cpu, &format!("{demand:.2} us/transaction"));
         let _ = writeln!(out, "{line}");
+    }
+    if let Some(crypto) = &report.summary.crypto {
+        // Per transaction, not per Gbit: a transaction's records are small.
+        let _ = writeln!(
+            out,
+            "Crypto: {}, handshake {:.2} ms (longest {:.2})",
+            crypto.name(),
+            crypto.handshake_ms,
+            crypto.handshake_max_ms
+        );
     }
     for flow in report.flows.iter().filter(|f| f.error.is_some()) {
         let _ = writeln!(

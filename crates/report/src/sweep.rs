@@ -72,9 +72,9 @@ impl SweepParam {
             (SweepParam::Window, _) => request.window = number,
             (SweepParam::Congestion, _) => request.congestion = value.as_str().map(str::to_string),
             (SweepParam::Length, TestKind::Stream(stream)) => match &mut stream.transport {
-                StreamTransport::Tcp { length, .. } | StreamTransport::Udp { length, .. } => {
-                    *length = number.or(*length)
-                }
+                StreamTransport::Tcp { length, .. }
+                | StreamTransport::Udp { length, .. }
+                | StreamTransport::Quic { length, .. } => *length = number.or(*length),
             },
             (SweepParam::Rate, TestKind::Stream(stream)) => stream.rate_bps = number,
             (SweepParam::Rate, TestKind::Transactions(t)) => t.rate_tps = number.filter(|n| *n > 0),
@@ -183,6 +183,8 @@ pub struct SweepTable {
     workload: Workload,
     udp: bool,
     remote_cpu: bool,
+    /// Encrypted streams: a column of CPU seconds per Gbit, both ends together.
+    per_gbit: bool,
     columns: Vec<(SweepParam, usize)>,
 }
 
@@ -223,6 +225,7 @@ impl SweepTable {
             workload: config.workload,
             udp: config.protocol == "udp",
             remote_cpu: config.target != "loopback",
+            per_gbit: config.tls.is_some() && config.workload == Workload::Stream,
             columns,
         }
     }
@@ -238,6 +241,9 @@ impl SweepTable {
                 let _ = write!(line, "{:>20}", "Mbps");
                 if self.udp {
                     let _ = write!(line, " {:>7}", "loss%");
+                }
+                if self.per_gbit {
+                    let _ = write!(line, " {:>10}", "cpu_s/Gbit");
                 }
             }
             Workload::Rr | Workload::Crr => {
@@ -292,6 +298,10 @@ impl SweepTable {
                 if self.udp {
                     let loss = s.udp.as_ref().map_or(0.0, |u| u.loss_pct);
                     let _ = write!(line, " {loss:>7.3}");
+                }
+                if self.per_gbit {
+                    let (_, total) = crate::crypto::cpu_per_gbit(s);
+                    let _ = write!(line, " {total:>10.4}");
                 }
             }
             Workload::Rr | Workload::Crr => {

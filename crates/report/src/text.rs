@@ -348,6 +348,11 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
             &format!("{:.3} us/KB", s.service_demand_us_per_kb.remote),
         )
     );
+    if let Some(crypto) = &s.crypto {
+        for line in crypto.lines(s.receiver_bps, scale) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     if let Some(path) = report.path() {
         let _ = writeln!(out, "Path:             {}", path.summary());
     }

@@ -36,6 +36,8 @@ pub struct TlsStream<S> {
     end: usize,
     crypto: Duration,
     facts: TlsFacts,
+    /// What the user should know of how this connection runs (kTLS refused).
+    note: Option<String>,
 }
 
 impl<S> std::fmt::Debug for TlsStream<S> {
@@ -63,6 +65,14 @@ impl<S: Read + Write> TlsStream<S> {
         self.crypto
     }
 
+    pub fn set_note(&mut self, note: String) {
+        self.note = Some(note);
+    }
+
+    pub fn take_note(&mut self) -> Option<String> {
+        self.note.take()
+    }
+
     pub fn socket(&self) -> &S {
         &self.socket
     }
@@ -85,6 +95,7 @@ impl<S: Read + Write> TlsStream<S> {
             end: pending,
             crypto: self.crypto,
             facts: self.facts,
+            note: self.note,
         }
     }
 
@@ -238,6 +249,7 @@ fn established(
         start: 0,
         end: 0,
         crypto: Duration::ZERO,
+        note: None,
         facts: TlsFacts {
             cipher,
             handshake,

@@ -1,0 +1,188 @@
+//! Encrypted tests on both ends: the server's TLS identity and the handshakes of data
+//! connections, the client's trust and its handshakes, and kTLS where asked for.
+//!
+//! The server makes a self-signed certificate at its first encrypted test (or reads the
+//! one given), and announces its SHA-256 fingerprint when it accepts a test; the client
+//! trusts exactly that certificate unless it was given `--ca`, in which case the
+//! certificate must chain to one of those roots and name the server. A data connection's
+//! handshake runs after its plaintext preface; on the server it runs on a thread of its own
+//! so the acceptor never waits on a client.
+
+use linerate_engine::flow::FlowSocket;
+use linerate_report::TestConfig;
+use linerate_tls::verify::Trust;
+use linerate_tls::{Cipher, Identity, TlsError};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Whether a server runs encrypted tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsMode {
+    /// Plain and encrypted tests, as each client asks.
+    #[default]
+    Offered,
+    /// Plain tests only (`--no-tls`).
+    Off,
+    /// Encrypted tests only (`--require-tls`).
+    Required,
+}
+
+/// How long a data connection's handshake may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The server's TLS: its configuration, made once, and the fingerprint it announces.
+#[derive(Debug)]
+pub struct ServerTls {
+    pub config: Arc<rustls::ServerConfig>,
+    pub fingerprint: String,
+}
+
+/// The server's identity, made or read on first use.
+#[derive(Debug, Default)]
+pub struct ServerIdentity {
+    /// `--cert` and `--cert-key`; `None`: self-signed.
+    files: Option<(PathBuf, PathBuf)>,
+    made: OnceLock<Result<Arc<ServerTls>, String>>,
+}
+
+impl ServerIdentity {
+    pub fn new(files: Option<(PathBuf, PathBuf)>) -> ServerIdentity {
+        ServerIdentity {
+            files,
+            made: OnceLock::new(),
+        }
+    }
+
+    /// Reads the files now, so a bad `--cert` stops the server at start, not at the
+    /// first encrypted test.
+    pub fn load(&self) -> Result<Arc<ServerTls>, String> {
+        self.made
+            .get_or_init(|| {
+                let identity = match &self.files {
+                    Some((cert, key)) => Identity::from_files(cert, key),
+                    None => Identity::self_signed(&self_names()),
+                }
+                .map_err(|e| e.to_string())?;
+                let config = linerate_tls::server_config(&identity).map_err(|e| e.to_string())?;
+                Ok(Arc::new(ServerTls {
+                    config,
+                    fingerprint: identity.fingerprint,
+                }))
+            })
+            .clone()
+    }
+}
+
+/// The names a self-signed certificate carries: localhost, this host's name and the
+/// loopback addresses (a client that checks names against `--ca` has made its own).
+fn self_names() -> Vec<String> {
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+    let host = linerate_hostinfo::host_facts().hostname;
+    if !host.is_empty() {
+        names.push(host);
+    }
+    names
+}
+
+/// An encrypted test waiting for its data connections: where each goes once its
+/// handshake is done (or why it failed), and how to take it.
+#[derive(Debug, Clone)]
+pub struct TlsWaiting {
+    pub sender: Sender<(u32, Result<FlowSocket, String>)>,
+    pub tls: Arc<ServerTls>,
+    pub ktls: bool,
+}
+
+/// The server's end of one data connection's handshake, and kTLS if asked for.
+pub fn accept_data(stream: TcpStream, waiting: &TlsWaiting) -> Result<FlowSocket, String> {
+    let tls = linerate_tls::stream::accept(stream, waiting.tls.config.clone(), HANDSHAKE_TIMEOUT)
+        .map_err(|e| e.to_string())?;
+    finish(tls, waiting.ktls)
+}
+
+/// Hands the session to the kernel when asked and it can; a refusal is noted on the
+/// flow and the records stay in user space.
+fn finish(mut tls: linerate_tls::TlsStream<TcpStream>, ktls: bool) -> Result<FlowSocket, String> {
+    if !ktls {
+        return Ok(FlowSocket::Tls(Box::new(tls)));
+    }
+    match linerate_tls::ktls::offload(tls) {
+        Ok(Ok((stream, facts))) => Ok(FlowSocket::Ktls(stream, facts)),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err((kept, why)) => {
+            tls = kept;
+            tls.set_note(format!(
+                "--ktls: {why}; TLS records are sealed in user space"
+            ));
+            Ok(FlowSocket::Tls(Box::new(tls)))
+        }
+    }
+}
+
+/// The client's TLS for one test.
+#[derive(Debug, Clone)]
+pub struct ClientTls {
+    config: Arc<rustls::ClientConfig>,
+    name: String,
+    ktls: bool,
+}
+
+impl ClientTls {
+    /// The configuration `config.tls` asks for, trusting the certificate with
+    /// `fingerprint` or, with `ca`, certificates that chain to it and name `name`.
+    pub fn new(
+        config: &TestConfig,
+        fingerprint: Option<&str>,
+        ca: Option<&std::path::Path>,
+        name: &str,
+    ) -> Result<Option<ClientTls>, TlsError> {
+        let Some(settings) = &config.tls else {
+            return Ok(None);
+        };
+        let cipher: Cipher = settings.cipher.parse().map_err(TlsError::Identity)?;
+        let trust = match (ca, fingerprint) {
+            (Some(ca), _) => Trust::from_ca_file(ca)?,
+            (None, Some(fingerprint)) => Trust::Pinned(fingerprint.to_string()),
+            (None, None) => {
+                return Err(TlsError::Handshake(
+                    "the server announced no certificate to trust".into(),
+                ))
+            }
+        };
+        Ok(Some(ClientTls {
+            config: linerate_tls::client_config(cipher, &trust)?,
+            name: name.to_string(),
+            ktls: settings.ktls,
+        }))
+    }
+
+    /// The client's end of a data connection's handshake (after its preface), and kTLS
+    /// if asked for.
+    pub fn connect(&self, stream: TcpStream) -> Result<FlowSocket, String> {
+        let tls = linerate_tls::stream::connect(
+            stream,
+            self.config.clone(),
+            &self.name,
+            HANDSHAKE_TIMEOUT,
+        )
+        .map_err(|e| e.to_string())?;
+        finish(tls, self.ktls)
+    }
+}
+
+/// The name a client checks the certificate against: the host as the user named it
+/// ("localhost" for the in-process server).
+pub fn server_name(config: &TestConfig) -> String {
+    match config.target.as_str() {
+        "loopback" => "localhost".into(),
+        target => target
+            .trim_start_matches('[')
+            .split(']')
+            .next()
+            .unwrap_or(target)
+            .to_string(),
+    }
+}
