@@ -105,19 +105,19 @@ pub fn accept_data(stream: TcpStream, waiting: &TlsWaiting) -> Result<FlowSocket
 
 /// Hands the session to the kernel when asked and it can; a refusal is noted on the
 /// flow and the records stay in user space.
-fn finish(mut tls: linerate_tls::TlsStream<TcpStream>, ktls: bool) -> Result<FlowSocket, String> {
+fn finish(tls: linerate_tls::TlsStream<TcpStream>, ktls: bool) -> Result<FlowSocket, String> {
     if !ktls {
         return Ok(FlowSocket::Tls(Box::new(tls)));
     }
+    use linerate_tls::ktls::Offload;
     match linerate_tls::ktls::offload(tls) {
-        Ok(Ok((stream, facts))) => Ok(FlowSocket::Ktls(stream, facts)),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err((kept, why)) => {
-            tls = kept;
-            tls.set_note(format!(
+        Offload::Taken(stream, facts) => Ok(FlowSocket::Ktls(stream, facts)),
+        Offload::Failed(e) => Err(e.to_string()),
+        Offload::Refused(mut kept, why) => {
+            kept.set_note(format!(
                 "--ktls: {why}; TLS records are sealed in user space"
             ));
-            Ok(FlowSocket::Tls(Box::new(tls)))
+            Ok(FlowSocket::Tls(kept))
         }
     }
 }

@@ -506,7 +506,7 @@ impl DataPlane {
             connections: tls.len() as u32,
             handshake_ms: handshakes.iter().sum::<f64>() / handshakes.len() as f64,
             handshake_max_ms: handshakes.iter().copied().fold(0.0, f64::max),
-            crypto_cpu_s: (ktls < tls.len() as u32).then(|| spent.as_secs_f64()),
+            crypto_cpu_s: (ktls < tls.len() as u32).then_some(spent.as_secs_f64()),
         })
     }
 

@@ -154,37 +154,43 @@ fn install(
     }
 }
 
-/// Hands `stream`'s record layer to the kernel. `Err` with the stream unchanged (still
-/// in user space) when the kernel cannot take it; `Ok` with the plain socket otherwise.
-/// A failure after the secrets left rustls cannot go back, and is an error of its own.
-pub fn offload(
-    stream: TlsStream<TcpStream>,
-) -> Result<Result<(TcpStream, TlsFacts), crate::TlsError>, (TlsStream<TcpStream>, String)> {
+/// What became of a session offered to the kernel.
+pub enum Offload {
+    /// The kernel holds the records: the socket carries plaintext.
+    Taken(TcpStream, TlsFacts),
+    /// The kernel cannot take it (why); the session is unchanged, in user space.
+    Refused(Box<TlsStream<TcpStream>>, String),
+    /// It failed after the secrets left rustls, which cannot be undone.
+    Failed(crate::TlsError),
+}
+
+/// Hands `stream`'s record layer to the kernel.
+pub fn offload(stream: TlsStream<TcpStream>) -> Offload {
     if let Err(why) = available() {
-        return Err((stream, why));
+        return Offload::Refused(Box::new(stream), why);
     }
     let fd = stream.socket().as_raw_fd();
     let ulp = *b"tls\0";
     if let Err(e) = set_option(fd, libc::IPPROTO_TCP, TCP_ULP, &ulp) {
-        return Err((
-            stream,
+        return Offload::Refused(
+            Box::new(stream),
             format!("the kernel refused the tls upper-layer protocol: {e}"),
-        ));
+        );
     }
     let mut facts = stream.facts();
     let (conn, socket, pending) = stream.into_parts();
     if !pending.is_empty() {
-        return Ok(Err(crate::TlsError::Ktls(format!(
+        return Offload::Failed(crate::TlsError::Ktls(format!(
             "{} bytes arrived before the kernel took the session",
             pending.len()
-        ))));
+        )));
     }
     let ExtractedSecrets { tx, rx } = match conn.dangerous_extract_secrets() {
         Ok(secrets) => secrets,
         Err(e) => {
-            return Ok(Err(crate::TlsError::Ktls(format!(
+            return Offload::Failed(crate::TlsError::Ktls(format!(
                 "cannot take the secrets: {e}"
-            ))))
+            )))
         }
     };
     for (direction, (seq, secrets)) in [(TLS_TX, tx), (TLS_RX, rx)] {
@@ -194,11 +200,11 @@ pub fn offload(
             } else {
                 "receive"
             };
-            return Ok(Err(crate::TlsError::Ktls(format!(
+            return Offload::Failed(crate::TlsError::Ktls(format!(
                 "the kernel refused the {which} keys: {e}"
-            ))));
+            )));
         }
     }
     facts.ktls = true;
-    Ok(Ok((socket, facts)))
+    Offload::Taken(socket, facts)
 }

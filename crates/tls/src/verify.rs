@@ -133,7 +133,11 @@ pub fn describe(error: &Error) -> String {
                 presented,
             } => format!(
                 "the server's certificate is for {} and not for {}",
-                presented.join(", "),
+                presented
+                    .iter()
+                    .map(|name| bare_name(name))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 expected.to_str()
             ),
             CertificateError::UnknownIssuer => {
@@ -156,5 +160,13 @@ pub fn describe(error: &Error) -> String {
         }
         Error::General(text) => text.clone(),
         other => other.to_string(),
+    }
+}
+
+/// A presented name as rustls spells it (`DnsName("a.example")`), without the wrapping.
+fn bare_name(name: &str) -> &str {
+    match (name.find("(\""), name.rfind("\")")) {
+        (Some(open), Some(close)) if open + 2 <= close => &name[open + 2..close],
+        _ => name,
     }
 }

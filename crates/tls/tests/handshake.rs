@@ -240,14 +240,14 @@ fn ktls_takes_the_session_or_says_why_not() {
     .unwrap();
     let mut server = server.join().unwrap().unwrap();
     match ktls::offload(client) {
-        Err((_, why)) => {
+        ktls::Offload::Refused(_, why) => {
             // This kernel has no kTLS: the reason names what is missing.
             assert!(ktls::available().is_err());
             assert!(why.contains("upper-layer protocol"), "{why}");
             eprintln!("kTLS not available here: {why}");
         }
-        Ok(taken) => {
-            let (mut plain, facts) = taken.unwrap();
+        ktls::Offload::Failed(e) => panic!("the kernel offers kTLS but refused the keys: {e}"),
+        ktls::Offload::Taken(mut plain, facts) => {
             assert!(facts.ktls);
             plain.write_all(b"sealed by the kernel").unwrap();
             let mut buffer = [0u8; 64];

@@ -1,0 +1,295 @@
+//! Encrypted tests end to end: what is counted (application bytes, all of them), what the
+//! report says the crypto cost, and what each refusal and certificate failure says.
+
+mod common;
+use common::*;
+use std::path::PathBuf;
+
+/// Every flow's plaintext arrived, byte for byte as counted: what the senders handed to
+/// TLS is what the receivers decrypted (the receivers' content check fails a flow whose
+/// bytes differ from the pattern sent).
+fn assert_all_decrypted(doc: &serde_json::Value) {
+    let flows = doc["flows"].as_array().expect("flows");
+    for flow in flows {
+        assert!(flow["error"].is_null(), "flow failed: {}", flow["error"]);
+        assert_eq!(
+            flow["receiver_bytes_total"], flow["sender_bytes_total"],
+            "flow {}: the receiver decrypted a different count than was sent",
+            flow["id"]
+        );
+        assert!(num(flow, "/receiver_bytes_total") > 0.0);
+    }
+}
+
+#[test]
+fn a_tls_stream_counts_every_plaintext_byte_and_states_the_crypto_cost() {
+    let out = linerate(&[
+        "stream",
+        "--tls",
+        "--cipher",
+        "aes128-gcm",
+        "-P",
+        "2",
+        "-t",
+        "2",
+        "-i",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_all_decrypted(&doc);
+    assert_eq!(doc["config"]["tls"]["cipher"], "aes128-gcm");
+    let crypto = &doc["summary"]["crypto"];
+    assert_eq!(crypto["protocol"], "tls");
+    assert_eq!(crypto["suite"], "TLS_AES_128_GCM_SHA256");
+    assert_eq!(crypto["connections"], 2);
+    let handshake = num(crypto, "/handshake_ms");
+    assert!(handshake > 0.0 && handshake <= num(crypto, "/handshake_max_ms"));
+    for side in ["local", "remote"] {
+        let sealing = num(crypto, &format!("/crypto_s_per_gbit/{side}"));
+        let all = num(crypto, &format!("/cpu_s_per_gbit/{side}"));
+        assert!(
+            sealing > 0.0 && sealing < all,
+            "{side}: sealing/opening {sealing} s/Gbit is not a part of the {all} s/Gbit spent"
+        );
+    }
+}
+
+#[test]
+fn reverse_and_bidir_tls_streams_decrypt_everything_in_both_directions() {
+    for direction in ["-R", "--bidir"] {
+        let out = linerate(&["stream", "--tls", direction, "-t", "1", "-i", "0", "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{direction}: {}", stderr(&out));
+        let doc = json(&out);
+        assert_all_decrypted(&doc);
+        assert!(doc["summary"]["crypto"].is_object());
+    }
+}
+
+#[test]
+fn baseline_runs_the_plain_test_and_compares() {
+    let out = linerate(&["stream", "--tls", "--baseline", "-t", "1", "-i", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Baseline:") && l.contains("vs plain TCP"))
+        .unwrap_or_else(|| panic!("no comparison line in:\n{text}"));
+    assert!(
+        line.contains("CPU per Gbit") && line.contains("TLS AES-256-GCM"),
+        "{line}"
+    );
+}
+
+#[test]
+fn rr_over_tls_times_transactions_through_records() {
+    let out = linerate(&["rr", "--tls", "-t", "1", "-i", "0", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert!(num(&doc, "/summary/transactions") > 100.0);
+    assert_eq!(doc["summary"]["crypto"]["suite"], "TLS_AES_256_GCM_SHA384");
+    assert!(doc["flows"][0]["error"].is_null());
+}
+
+#[test]
+fn sweep_over_tls_prints_cpu_per_gbit_beside_each_row() {
+    let out = linerate(&["sweep", "--tls", "--parallel", "1,2", "-t", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cpu_s/Gbit"), "{text}");
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("1 ") || l.starts_with("2 "))
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+}
+
+#[test]
+fn ktls_is_taken_or_its_refusal_is_told() {
+    let out = linerate(&["stream", "--tls", "--ktls", "-t", "1", "-i", "0", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_all_decrypted(&doc);
+    let crypto = &doc["summary"]["crypto"];
+    let taken = num(crypto, "/ktls_connections/local") > 0.0;
+    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .is_ok_and(|l| l.split_whitespace().any(|u| u == "tls"));
+    assert_eq!(taken, available);
+    if !taken {
+        let warnings = doc["warnings"].to_string();
+        assert!(
+            warnings.contains("--ktls: this kernel offers no TLS"),
+            "{warnings}"
+        );
+    }
+}
+
+#[test]
+fn a_server_refuses_what_its_tls_mode_excludes_and_says_why() {
+    let plain_only = ServeProcess::start(&["--no-tls"]);
+    let out = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &plain_only.port.to_string(),
+        "--tls",
+        "-t",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("runs no encrypted tests"),
+        "{}",
+        stderr(&out)
+    );
+
+    let tls_only = ServeProcess::start(&["--require-tls"]);
+    let port = tls_only.port.to_string();
+    let out = linerate(&["stream", "127.0.0.1", "-p", &port, "-t", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("add --tls"), "{}", stderr(&out));
+    let out = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--tls",
+        "-t",
+        "1",
+        "-i",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// A certificate and key for `names`, valid over the given years, in a scratch directory.
+fn certificate(tag: &str, names: &[&str], from: i32, to: i32) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("linerate-tls-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let (cert, key) =
+        linerate_tls::identity::self_signed_pem(&names, (from, 1, 1), (to, 1, 1)).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert).unwrap();
+    std::fs::write(dir.join("key.pem"), key).unwrap();
+    (dir.join("cert.pem"), dir.join("key.pem"))
+}
+
+fn stream_with_ca(cert: &std::path::Path, key: &std::path::Path) -> std::process::Output {
+    let server = ServeProcess::start(&[
+        "--cert",
+        cert.to_str().unwrap(),
+        "--cert-key",
+        key.to_str().unwrap(),
+    ]);
+    linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &server.port.to_string(),
+        "--tls",
+        "--ca",
+        cert.to_str().unwrap(),
+        "-t",
+        "1",
+        "-i",
+        "0",
+    ])
+}
+
+#[test]
+fn certificate_failures_name_what_is_wrong() {
+    let (cert, key) = certificate("expired", &["127.0.0.1"], 2020, 2021);
+    let out = stream_with_ca(&cert, &key);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("certificate has expired"),
+        "{}",
+        stderr(&out)
+    );
+
+    let (cert, key) = certificate("name", &["other.example"], 2020, 2099);
+    let out = stream_with_ca(&cert, &key);
+    assert_eq!(out.status.code(), Some(1));
+    let error = stderr(&out);
+    assert!(
+        error.contains("is for other.example and not for 127.0.0.1"),
+        "{error}"
+    );
+
+    // The same checks pass a certificate that is valid and names the server.
+    let (cert, key) = certificate("good", &["127.0.0.1"], 2020, 2099);
+    let out = stream_with_ca(&cert, &key);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::fs::remove_dir_all(cert.parent().unwrap()).unwrap();
+
+    // A server's certificate that cannot be read stops it at start.
+    let out = linerate(&[
+        "serve",
+        "--port",
+        "0",
+        "--cert",
+        "/nonexistent.pem",
+        "--cert-key",
+        "/x",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("/nonexistent.pem"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Truth against the kernel: between two namespaces the client's interface carried the
+/// TLS records, so its TCP payload is the plaintext counted plus TLS 1.3's 22 bytes per
+/// 16 KiB record (0.13 %). Counting ciphertext would put the ratio at 1.000; counting
+/// bytes that never arrived would put it below.
+#[test]
+fn the_wire_carries_the_counted_plaintext_plus_the_record_overhead() {
+    if !is_root() {
+        skip("TLS wire truth test", "needs root for network namespaces");
+        return;
+    }
+    let pair = VethPair::new("tls");
+    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
+    let before = (
+        pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes"),
+        pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets"),
+    );
+    let port = server.port.to_string();
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "stream",
+            &pair.addr_b,
+            "-p",
+            &port,
+            "--tls",
+            "-t",
+            "2",
+            "-i",
+            "0",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let after = (
+        pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes"),
+        pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets"),
+    );
+    let doc = json(&out);
+    assert_all_decrypted(&doc);
+    // Each packet (a GSO packet counts once) carries 14 Ethernet + 20 IP + 32 TCP bytes
+    // of headers; retransmitted segments carry their payload twice.
+    let headers = (after.1 - before.1) as f64 * 66.0;
+    let retransmitted = num(&doc, "/summary/retransmits") * 1448.0;
+    let payload = (after.0 - before.0) as f64 - headers - retransmitted;
+    let plaintext = num(&doc, "/summary/receiver_bytes_total");
+    let ratio = payload / plaintext;
+    eprintln!("TCP payload {payload:.0} B for {plaintext:.0} B of plaintext: {ratio:.5}");
+    assert!(
+        (1.0008..1.005).contains(&ratio),
+        "TCP payload / plaintext = {ratio:.5}, expected TLS 1.3's record overhead (about 1.0013)"
+    );
+}
