@@ -204,6 +204,8 @@ struct ClientTest<'a> {
     udp_tag: Option<Framing>,
     /// crr tests: where each transaction's connection goes.
     crr_target: Option<SocketAddr>,
+    /// QUIC tests: this side's QUIC thread, its streams open.
+    quic: Option<std::sync::Arc<linerate_engine::quic::QuicSide>>,
 }
 
 impl<'a> ClientTest<'a> {
@@ -245,6 +247,7 @@ impl<'a> ClientTest<'a> {
             udp_flows: Vec::new(),
             udp_tag: None,
             crr_target: None,
+            quic: None,
         })
     }
 
@@ -279,6 +282,21 @@ impl<'a> ClientTest<'a> {
                     Err(error) => return Err(self.abort(error)),
                 }
             }
+            ClientEvent::Accepted {
+                token,
+                tls_fingerprint,
+                quic_port: Some(port),
+                ..
+            } => match crate::secure::open_quic(
+                config,
+                SocketAddr::new(self.addr.ip(), port),
+                token,
+                tls_fingerprint.as_deref(),
+                self.options.ca.as_deref(),
+            ) {
+                Ok(side) => self.quic = Some(std::sync::Arc::new(side)),
+                Err(error) => return Err(self.abort(error)),
+            },
             ClientEvent::Accepted {
                 token,
                 tls_fingerprint,
@@ -327,7 +345,11 @@ impl<'a> ClientTest<'a> {
         let start = Instant::now();
         self.session.start(start);
         self.control.flush(&mut self.session);
-        let sockets: Vec<FlowSocket> = if let Some(target) = self.crr_target {
+        let sockets: Vec<FlowSocket> = if let Some(side) = &self.quic {
+            (0..config.connections())
+                .map(|_| FlowSocket::Quic(side.clone()))
+                .collect()
+        } else if let Some(target) = self.crr_target {
             (0..config.parallel)
                 .map(|_| FlowSocket::Connect(target))
                 .collect()

@@ -34,6 +34,8 @@ struct TestState {
     local_ip: std::net::IpAddr,
     /// crr tests: the listener for the test's connections.
     crr_listener: Option<std::net::TcpListener>,
+    /// QUIC tests: this side's QUIC thread, and whether its streams were reported ready.
+    quic: Option<(Arc<linerate_engine::quic::QuicSide>, bool)>,
     plane: Option<DataPlane>,
     counted: bool,
     /// The test's share of its address's rate (`--max-rate-per-ip`).
@@ -87,6 +89,7 @@ pub(crate) fn serve_test(
         udp_refused: 0,
         local_ip,
         crr_listener: None,
+        quic: None,
         plane: None,
         counted: false,
         rate_share: None,
@@ -135,6 +138,22 @@ pub(crate) fn serve_test(
             && take_udp_hellos(shared, id, peer, &mut state)
         {
             session.flows_ready(Instant::now());
+        }
+        if let Some((side, reported)) = state.quic.as_mut() {
+            if !*reported {
+                match side.poll_ready() {
+                    Some(Ok(())) => {
+                        *reported = true;
+                        session.flows_ready(Instant::now());
+                    }
+                    Some(Err(why)) => {
+                        *reported = true;
+                        shared.refused(peer, &format!("test {id}: {why}"));
+                        session.abort(why);
+                    }
+                    None => {}
+                }
+            }
         }
         if state.crr_listener.is_some() {
             // crr connections come one per transaction once the test runs; nothing to wait for.
@@ -316,7 +335,16 @@ fn accept_test(
             Err(e) => return session.abort(format!("cannot open a TCP listener: {e}")),
         }
     }
-    if config.protocol == "udp" {
+    let mut quic_port = None;
+    if config.protocol == "quic" {
+        let Some(tls) = &tls else {
+            return session.abort("a QUIC test without TLS".into());
+        };
+        match open_quic(shared, config, state, peer, token, tls) {
+            Ok(port) => quic_port = Some(port),
+            Err(e) => return session.abort(format!("cannot open the QUIC endpoint: {e}")),
+        }
+    } else if config.protocol == "udp" {
         for _ in 0..config.connections() {
             let bound = UdpSocket::bind(SocketAddr::new(state.local_ip, 0)).and_then(|socket| {
                 socket.set_nonblocking(true)?;
@@ -365,9 +393,41 @@ fn accept_test(
     let offer = Offer {
         udp_ports,
         tls_fingerprint: tls.map(|t| t.fingerprint.clone()),
+        quic_port,
         ..Offer::default()
     };
     session.accept_offer(Instant::now(), id, token, offer);
+}
+
+/// A QUIC test: a UDP socket on the control connection's address and the thread that
+/// takes the client's connections there (from its host only); the port to announce.
+fn open_quic(
+    shared: &Shared,
+    config: &TestConfig,
+    state: &mut TestState,
+    peer: SocketAddr,
+    token: Token,
+    tls: &crate::secure::ServerTls,
+) -> io::Result<u16> {
+    let socket = UdpSocket::bind(SocketAddr::new(state.local_ip, 0))?;
+    let port = socket.local_addr()?.port();
+    let cipher = config
+        .tls
+        .as_ref()
+        .and_then(|t| t.cipher.parse().ok())
+        .unwrap_or_default();
+    let plan = linerate_engine::quic::QuicPlan {
+        token,
+        flows: config.connections(),
+        connection_per_flow: config.quic.as_ref().is_some_and(|q| q.connection_per_flow),
+        congestion: config.congestion.clone().unwrap_or_else(|| "cubic".into()),
+        window: config.window,
+        cipher,
+        timeout: shared.config.timeouts.flows,
+    };
+    let side = linerate_engine::quic::QuicSide::serve(socket, tls.config.clone(), peer.ip(), plan)?;
+    state.quic = Some((Arc::new(side), false));
+    Ok(port)
 }
 
 fn start_plane(
@@ -392,6 +452,16 @@ fn start_plane(
                 peer: peer.ip(),
             },
         });
+    }
+    if let Some((side, _)) = state.quic.take() {
+        for id in 0..config.connections() {
+            specs.push(FlowSpec::new(
+                &config,
+                id,
+                Side::Server,
+                FlowSocket::Quic(side.clone()),
+            ));
+        }
     }
     for (id, (socket, _)) in state.udp.drain(..).enumerate() {
         specs.push(FlowSpec::new(

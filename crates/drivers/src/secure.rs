@@ -186,3 +186,42 @@ pub fn server_name(config: &TestConfig) -> String {
             .to_string(),
     }
 }
+
+/// The client's side of a QUIC test: connects to the server's QUIC port and opens a
+/// stream per flow, trusting as for TLS.
+pub fn open_quic(
+    config: &TestConfig,
+    server: std::net::SocketAddr,
+    token: linerate_proto::Token,
+    fingerprint: Option<&str>,
+    ca: Option<&std::path::Path>,
+) -> Result<linerate_engine::quic::QuicSide, crate::client::ClientError> {
+    use crate::client::ClientError;
+    let settings = config
+        .tls
+        .as_ref()
+        .ok_or_else(|| ClientError::Config("a QUIC test without TLS settings".into()))?;
+    let cipher: Cipher = settings.cipher.parse().map_err(ClientError::Config)?;
+    let trust = match (ca, fingerprint) {
+        (Some(ca), _) => Trust::from_ca_file(ca).map_err(|e| ClientError::Config(e.to_string()))?,
+        (None, Some(fingerprint)) => Trust::Pinned(fingerprint.to_string()),
+        (None, None) => {
+            return Err(ClientError::Config(
+                "the server announced no certificate to trust".into(),
+            ))
+        }
+    };
+    let tls = linerate_tls::quic_client_config(cipher, &trust)
+        .map_err(|e| ClientError::Config(e.to_string()))?;
+    let plan = linerate_engine::quic::QuicPlan {
+        token,
+        flows: config.connections(),
+        connection_per_flow: config.quic.as_ref().is_some_and(|q| q.connection_per_flow),
+        congestion: config.congestion.clone().unwrap_or_else(|| "cubic".into()),
+        window: config.window,
+        cipher,
+        timeout: Duration::from_secs_f64(config.connect_timeout_s).max(HANDSHAKE_TIMEOUT),
+    };
+    linerate_engine::quic::QuicSide::connect(server, tls, server_name(config), plan)
+        .map_err(|reason| ClientError::Tls { flow: 0, reason })
+}

@@ -73,6 +73,9 @@ pub enum FlowSocket {
     Tls(Box<linerate_tls::TlsStream<std::net::TcpStream>>),
     /// A TCP connection whose TLS records the kernel seals and opens (`--ktls`).
     Ktls(std::net::TcpStream, linerate_tls::TlsFacts),
+    /// A QUIC stream: every flow of the side names the side's QUIC thread, which holds
+    /// the connections and streams (`--quic`).
+    Quic(std::sync::Arc<crate::quic::QuicSide>),
 }
 
 impl FlowSocket {

@@ -16,6 +16,7 @@ mod conn;
 pub mod flow;
 pub mod pacer;
 pub mod plane;
+pub mod quic;
 pub mod rr;
 pub mod sys;
 pub mod udp;

@@ -127,6 +127,8 @@ pub struct DataPlane {
     /// keeps its counts but not its histograms).
     spans: Vec<Option<Span>>,
     workload: Workload,
+    /// QUIC flows (the crypto is QUIC's).
+    quic: bool,
     intervals_done: usize,
     end: Arc<EndSignal>,
     start: Instant,
@@ -175,7 +177,15 @@ impl DataPlane {
         let omit_index = index_of(&boundaries, schedule.omit);
         let end_index = boundaries.len() - 1;
         let roles = flows.iter().map(|f| (f.id, f.role)).collect();
-        let count = threads.clamp(1, flows.len().max(1));
+        // A side's QUIC flows all live on its one QUIC thread: one worker hands it the plan.
+        let quic = flows
+            .iter()
+            .any(|f| matches!(f.socket, FlowSocket::Quic(_)));
+        let count = if quic {
+            1
+        } else {
+            threads.clamp(1, flows.len().max(1))
+        };
         let mut shares: Vec<Vec<FlowSpec>> = (0..count).map(|_| Vec::new()).collect();
         for (i, flow) in flows.into_iter().enumerate() {
             shares[i % count].push(flow);
@@ -213,6 +223,7 @@ impl DataPlane {
             samples: vec![(0..count).map(|_| None).collect(); boundaries.len()],
             spans: (0..boundaries.len()).map(|_| None).collect(),
             workload: config.workload,
+            quic,
             boundaries,
             omit_index,
             end_index,
@@ -500,7 +511,7 @@ impl DataPlane {
         };
         let spent = crypto_at(end).saturating_sub(crypto_at(start));
         Some(CryptoSide {
-            protocol: "tls".into(),
+            protocol: if self.quic { "quic" } else { "tls" }.into(),
             suite: first.cipher.suite_name().into(),
             ktls_connections: ktls,
             connections: tls.len() as u32,
@@ -653,6 +664,12 @@ fn run_worker(
     }
     if plan.rr.is_some() {
         return crate::rr::run(plan, specs, samples, stop);
+    }
+    if specs
+        .iter()
+        .any(|spec| matches!(spec.socket, FlowSocket::Quic(_)))
+    {
+        return crate::quic::run(plan, specs, samples, stop);
     }
     if specs
         .iter()

@@ -160,6 +160,7 @@ impl Flow {
                 };
                 (io, outcome)
             }
+            FlowSocket::Quic(_) => unreachable!("QUIC flows run on their side's QUIC thread"),
             FlowSocket::Listen { listener, peer } => {
                 let mut outcome = outcome_of(&listener, spec.id, spec.direction, spec.role);
                 // A listener has no peer: name the only host it takes connections from.

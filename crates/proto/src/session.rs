@@ -491,11 +491,29 @@ fn message_name(message: &ClientMessage) -> &'static str {
     }
 }
 
+/// The congestion controllers a QUIC test may ask for (quinn's).
+pub const QUIC_CONGESTION: [&str; 4] = ["cubic", "bbr", "newreno", "reno"];
+
 /// Checks a test specification against the server's limits and for consistency.
 pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode, String)> {
     let invalid = |reason: String| Err((RefuseCode::Invalid, reason));
-    if config.protocol != "tcp" && config.protocol != "udp" {
-        return invalid(format!("unsupported protocol '{}'", config.protocol));
+    if !["tcp", "udp", "quic"].contains(&config.protocol.as_str()) {
+        return invalid(format!(
+            "unsupported protocol '{}'",
+            config.protocol.chars().take(40).collect::<String>()
+        ));
+    }
+    if config.protocol == "quic" {
+        if config.tls.is_none() || config.quic.is_none() || config.workload != Workload::Stream {
+            return invalid("a QUIC test is a stream with TLS and QUIC settings".into());
+        }
+        let congestion = config.congestion.as_deref().unwrap_or("cubic");
+        if !QUIC_CONGESTION.contains(&congestion) {
+            return invalid(format!(
+                "QUIC has no congestion control '{}' (one of: cubic, bbr, newreno)",
+                congestion.chars().take(40).collect::<String>()
+            ));
+        }
     }
     let datagram = crate::datagram::MIN_DATAGRAM as u64..=crate::datagram::MAX_DATAGRAM as u64;
     if config.protocol == "udp"

@@ -140,8 +140,13 @@ impl CryptoSummary {
             (None, None) => String::new(),
             (l, r) => {
                 let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
+                let unit = if self.protocol == "quic" {
+                    "packets"
+                } else {
+                    "records"
+                };
                 format!(
-                    "; sealing and opening records client {}, server {} s/Gbit",
+                    "; sealing and opening {unit} client {}, server {} s/Gbit",
                     show(l),
                     show(r)
                 )

@@ -70,7 +70,27 @@ pub fn client_config(
     cipher: Cipher,
     trust: &verify::Trust,
 ) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-    let provider = Arc::new(provider(&[cipher]));
+    configure_client(&[cipher], trust)
+}
+
+/// The client's configuration for QUIC: the cipher asked for first (the server follows
+/// the client's order), and AES-128-GCM after it, which QUIC's Initial packets use.
+pub fn quic_client_config(
+    cipher: Cipher,
+    trust: &verify::Trust,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let mut ciphers = vec![cipher];
+    if cipher != Cipher::Aes128Gcm {
+        ciphers.push(Cipher::Aes128Gcm);
+    }
+    configure_client(&ciphers, trust)
+}
+
+fn configure_client(
+    ciphers: &[Cipher],
+    trust: &verify::Trust,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let provider = Arc::new(provider(ciphers));
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Identity(format!("TLS configuration: {e}")))?;

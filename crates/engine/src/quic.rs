@@ -1,0 +1,859 @@
+//! QUIC streams (`--quic`): quinn over one UDP socket per side, one connection carrying a
+//! stream per flow or one connection per flow (`--connections`).
+//!
+//! quinn is asynchronous, so each side of a QUIC test has one thread of its own that
+//! drives a single-threaded tokio runtime from the handshake to the end: it sets the
+//! connections and streams up (and says when they are ready), keeps them alive while the
+//! control connection starts the test, then runs the measurement when the data plane's
+//! worker hands it the plan. Everything QUIC does on this side (packet protection,
+//! acknowledgements, congestion control, the UDP system calls) happens on that thread,
+//! so its CPU time is the side's; samples are taken there, on the same schedule as every
+//! other worker's.
+//!
+//! The crypto's share: quinn's packet keys are wrapped so sealing and opening each
+//! 1-RTT packet is timed, as the TLS stream times its records.
+
+use crate::flow::{send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, Sample, WorkerPlan};
+use bytes::Bytes;
+use linerate_model::{Direction, Role};
+use linerate_proto::preface::{classify, data_preface, Preface, DATA_PREFACE_LEN};
+use linerate_proto::Token;
+use linerate_tls::{Cipher, TlsFacts};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The congestion controllers quinn offers, by the names `-C` takes.
+pub const CONGESTION: [&str; 3] = ["cubic", "bbr", "newreno"];
+
+/// What shapes a side's QUIC transport.
+#[derive(Debug, Clone)]
+pub struct QuicPlan {
+    pub token: Token,
+    /// Flows (streams) of the test.
+    pub flows: u32,
+    pub connection_per_flow: bool,
+    /// "cubic" (quinn's default), "bbr" or "newreno".
+    pub congestion: String,
+    /// The socket buffer size asked for (`-w`); otherwise [`SOCKET_BUFFER`].
+    pub window: Option<u64>,
+    pub cipher: Cipher,
+    /// How long the connections and streams may take to be set up.
+    pub timeout: Duration,
+}
+
+/// UDP socket buffers when `-w` is not given: a burst of datagrams at 10 Gbit/s for a few
+/// milliseconds (the kernel caps it at rmem_max/wmem_max).
+const SOCKET_BUFFER: usize = 8 << 20;
+/// Flow-control windows: enough for a long fat path without holding the sender back.
+const STREAM_WINDOW: u32 = 32 << 20;
+const CONNECTION_WINDOW: u32 = 128 << 20;
+
+/// One side of a QUIC test: its driving thread, and the way to start its measurement.
+pub struct QuicSide {
+    go: tokio::sync::mpsc::UnboundedSender<Go>,
+    ready: Mutex<Receiver<Result<(), String>>>,
+    outcomes: Mutex<Receiver<io::Result<Vec<FlowOutcome>>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for QuicSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QuicSide")
+    }
+}
+
+impl Drop for QuicSide {
+    fn drop(&mut self) {
+        // The driver ends when its channel closes (a test that never started).
+        let (closed, _) = tokio::sync::mpsc::unbounded_channel();
+        self.go = closed;
+        if let Some(thread) = self.thread.lock().map(|mut t| t.take()).ok().flatten() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The measurement's start, from the data plane's worker.
+struct Go {
+    plan: WorkerPlan,
+    flows: Vec<(u32, Direction, Role)>,
+    samples: Sender<Sample>,
+    stop: Arc<AtomicBool>,
+}
+
+/// One flow's stream.
+struct FlowStream {
+    id: u32,
+    connection: usize,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+}
+
+/// What setting up gave: the endpoint, its connections with their handshake times, and
+/// every flow's stream.
+struct Setup {
+    endpoint: quinn::Endpoint,
+    connections: Vec<(quinn::Connection, Duration)>,
+    streams: Vec<FlowStream>,
+    crypto: Arc<AtomicU64>,
+    cipher: Cipher,
+    congestion: String,
+}
+
+fn transport(plan: &QuicPlan) -> Result<Arc<quinn::TransportConfig>, String> {
+    use quinn::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
+    let mut transport = quinn::TransportConfig::default();
+    let streams = if plan.connection_per_flow {
+        1
+    } else {
+        plan.flows
+    };
+    transport
+        .max_concurrent_bidi_streams(quinn::VarInt::from_u32(streams.max(1)))
+        .max_concurrent_uni_streams(quinn::VarInt::from_u32(0))
+        .stream_receive_window(quinn::VarInt::from_u32(STREAM_WINDOW))
+        .receive_window(quinn::VarInt::from_u32(CONNECTION_WINDOW))
+        .send_window(u64::from(CONNECTION_WINDOW))
+        .keep_alive_interval(Some(Duration::from_secs(5)))
+        .max_idle_timeout(Some(
+            quinn::IdleTimeout::try_from(Duration::from_secs(60)).expect("60 s is a valid timeout"),
+        ));
+    match plan.congestion.as_str() {
+        "cubic" => transport.congestion_controller_factory(Arc::new(CubicConfig::default())),
+        "bbr" => transport.congestion_controller_factory(Arc::new(BbrConfig::default())),
+        "newreno" | "reno" => {
+            transport.congestion_controller_factory(Arc::new(NewRenoConfig::default()))
+        }
+        other => {
+            return Err(format!(
+                "QUIC has no congestion control '{other}' (one of: {})",
+                CONGESTION.join(", ")
+            ))
+        }
+    };
+    Ok(Arc::new(transport))
+}
+
+fn socket_buffers(socket: &UdpSocket, plan: &QuicPlan) {
+    let size = plan.window.map_or(SOCKET_BUFFER, |w| w as usize);
+    let socket = socket2::SockRef::from(socket);
+    // Best effort: the kernel caps both at its maxima.
+    let _ = socket.set_recv_buffer_size(size);
+    let _ = socket.set_send_buffer_size(size);
+}
+
+fn runtime() -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+impl QuicSide {
+    /// The server's side: takes the test's connections on `socket` from `peer` only, with
+    /// `tls`; each stream must open with the test's data preface. Ready when every flow's
+    /// stream has arrived (see [`QuicSide::poll_ready`]).
+    pub fn serve(
+        socket: UdpSocket,
+        tls: Arc<rustls::ServerConfig>,
+        peer: IpAddr,
+        plan: QuicPlan,
+    ) -> io::Result<QuicSide> {
+        socket_buffers(&socket, &plan);
+        let transport = transport(&plan).map_err(io::Error::other)?;
+        let crypto = Arc::new(AtomicU64::new(0));
+        let quic_tls = QuicServerConfig::try_from(tls).map_err(io::Error::other)?;
+        let timed: Arc<dyn quinn::crypto::ServerConfig> = Arc::new(timing::Server {
+            inner: Arc::new(quic_tls),
+            spent: crypto.clone(),
+        });
+        let mut server = quinn::ServerConfig::with_crypto(timed);
+        server.transport_config(transport);
+        let setup = move || async move {
+            let endpoint = quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                Some(server),
+                socket,
+                Arc::new(quinn::TokioRuntime),
+            )
+            .map_err(|e| format!("cannot open the QUIC endpoint: {e}"))?;
+            let accepted = tokio::time::timeout(plan.timeout, accept_all(&endpoint, peer, &plan))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                    "the client's QUIC connections and streams did not all arrive within {:.0} s",
+                    plan.timeout.as_secs_f64()
+                ))
+                });
+            let (connections, streams) = accepted?;
+            Ok(Setup {
+                endpoint,
+                connections,
+                streams,
+                crypto,
+                cipher: plan.cipher,
+                congestion: plan.congestion.clone(),
+            })
+        };
+        QuicSide::start(setup)
+    }
+
+    /// The client's side: connects to `server` with `tls` and opens a stream per flow,
+    /// each starting with the test's data preface. Returns once they are all open.
+    pub fn connect(
+        server: SocketAddr,
+        tls: Arc<rustls::ClientConfig>,
+        name: String,
+        plan: QuicPlan,
+    ) -> Result<QuicSide, String> {
+        let within = plan.timeout + Duration::from_secs(5);
+        let unspecified: IpAddr = if server.is_ipv4() {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        };
+        let socket = UdpSocket::bind(SocketAddr::new(unspecified, 0)).map_err(|e| e.to_string())?;
+        socket_buffers(&socket, &plan);
+        let transport = transport(&plan)?;
+        let crypto = Arc::new(AtomicU64::new(0));
+        let quic_tls = QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
+        let timed: Arc<dyn quinn::crypto::ClientConfig> = Arc::new(timing::Client {
+            inner: Arc::new(quic_tls),
+            spent: crypto.clone(),
+        });
+        let mut client = quinn::ClientConfig::new(timed);
+        client.transport_config(transport);
+        let setup = move || async move {
+            let mut endpoint = quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                None,
+                socket,
+                Arc::new(quinn::TokioRuntime),
+            )
+            .map_err(|e| format!("cannot open the QUIC endpoint: {e}"))?;
+            endpoint.set_default_client_config(client);
+            let opened =
+                tokio::time::timeout(plan.timeout, connect_all(&endpoint, server, &name, &plan))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(format!(
+                            "no QUIC answer from {server} within {:.0} s",
+                            plan.timeout.as_secs_f64()
+                        ))
+                    });
+            let (connections, streams) = opened?;
+            Ok(Setup {
+                endpoint,
+                connections,
+                streams,
+                crypto,
+                cipher: plan.cipher,
+                congestion: plan.congestion.clone(),
+            })
+        };
+        let side = QuicSide::start(setup).map_err(|e| e.to_string())?;
+        match side.wait_ready(within) {
+            Ok(()) => Ok(side),
+            Err(why) => Err(why),
+        }
+    }
+
+    fn start<F, Fut>(setup: F) -> io::Result<QuicSide>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<Setup, String>>,
+    {
+        let (go_tx, mut go_rx) = tokio::sync::mpsc::unbounded_channel::<Go>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (outcomes_tx, outcomes_rx) = std::sync::mpsc::channel();
+        let runtime = runtime()?;
+        let thread = std::thread::Builder::new()
+            .name("linerate-quic".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let setup = match setup().await {
+                        Ok(setup) => {
+                            let _ = ready_tx.send(Ok(()));
+                            setup
+                        }
+                        Err(why) => {
+                            let _ = ready_tx.send(Err(why));
+                            return;
+                        }
+                    };
+                    // Keeps the connections alive until the test starts or is dropped.
+                    let Some(go) = go_rx.recv().await else {
+                        setup.endpoint.close(0u32.into(), b"test ended");
+                        return;
+                    };
+                    let endpoint = setup.endpoint.clone();
+                    let result = measure(go, setup).await;
+                    let _ = outcomes_tx.send(result);
+                    endpoint.close(0u32.into(), b"done");
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+                });
+            })?;
+        Ok(QuicSide {
+            go: go_tx,
+            ready: Mutex::new(ready_rx),
+            outcomes: Mutex::new(outcomes_rx),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// `Some(Ok)` once every flow's stream is open, `Some(Err)` with why it could not be,
+    /// `None` while it is being set up.
+    pub fn poll_ready(&self) -> Option<Result<(), String>> {
+        let ready = self.ready.lock().ok()?;
+        match ready.try_recv() {
+            Ok(result) => Some(result),
+            Err(std::sync::mpsc::TryRecvError::Empty) => None,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                Some(Err("the QUIC thread ended".into()))
+            }
+        }
+    }
+
+    fn wait_ready(&self, within: Duration) -> Result<(), String> {
+        let ready = self
+            .ready
+            .lock()
+            .map_err(|_| "QUIC state poisoned".to_string())?;
+        ready
+            .recv_timeout(within)
+            .map_err(|_| "the QUIC set-up did not finish".to_string())?
+    }
+}
+
+/// The client's connections (one, or one per flow) and a stream per flow.
+async fn connect_all(
+    endpoint: &quinn::Endpoint,
+    server: SocketAddr,
+    name: &str,
+    plan: &QuicPlan,
+) -> Result<(Vec<(quinn::Connection, Duration)>, Vec<FlowStream>), String> {
+    let count = if plan.connection_per_flow {
+        plan.flows
+    } else {
+        1
+    };
+    let mut connections = Vec::new();
+    for _ in 0..count {
+        let began = Instant::now();
+        let connecting = endpoint
+            .connect(server, name)
+            .map_err(|e| format!("cannot connect over QUIC: {e}"))?;
+        let connection = connecting.await.map_err(|e| describe_connection(&e))?;
+        connections.push((connection, began.elapsed()));
+    }
+    let mut streams = Vec::new();
+    for id in 0..plan.flows {
+        let connection = if plan.connection_per_flow {
+            id as usize
+        } else {
+            0
+        };
+        let (mut send, recv) = connections[connection]
+            .0
+            .open_bi()
+            .await
+            .map_err(|e| describe_connection(&e))?;
+        send.write_all(&data_preface(plan.token, id))
+            .await
+            .map_err(|e| format!("QUIC stream {id}: {e}"))?;
+        streams.push(FlowStream {
+            id,
+            connection,
+            send,
+            recv,
+        });
+    }
+    Ok((connections, streams))
+}
+
+/// The server's connections, from the control connection's host only, and their streams,
+/// each proven by the test's data preface.
+async fn accept_all(
+    endpoint: &quinn::Endpoint,
+    peer: IpAddr,
+    plan: &QuicPlan,
+) -> Result<(Vec<(quinn::Connection, Duration)>, Vec<FlowStream>), String> {
+    let count = if plan.connection_per_flow {
+        plan.flows
+    } else {
+        1
+    };
+    let mut connections = Vec::new();
+    while connections.len() < count as usize {
+        let Some(incoming) = endpoint.accept().await else {
+            return Err("the QUIC endpoint closed".into());
+        };
+        if incoming.remote_address().ip().to_canonical() != peer.to_canonical() {
+            // Another host: it learnt the port, not the test. It gets nothing, not even a
+            // refusal: a server sends only to the host that holds the control connection.
+            incoming.ignore();
+            continue;
+        }
+        let began = Instant::now();
+        let connection = incoming.await.map_err(|e| describe_connection(&e))?;
+        connections.push((connection, began.elapsed()));
+    }
+    let mut slots: Vec<Option<FlowStream>> = (0..plan.flows).map(|_| None).collect();
+    for (index, (connection, _)) in connections.iter().enumerate() {
+        let streams = if plan.connection_per_flow {
+            1
+        } else {
+            plan.flows
+        };
+        for _ in 0..streams {
+            let (send, mut recv) = connection
+                .accept_bi()
+                .await
+                .map_err(|e| describe_connection(&e))?;
+            let mut preface = [0u8; DATA_PREFACE_LEN];
+            recv.read_exact(&mut preface)
+                .await
+                .map_err(|e| format!("a QUIC stream closed in its preface: {e}"))?;
+            let id = match classify(&preface) {
+                Preface::Data { token, flow } if token == plan.token && flow < plan.flows => flow,
+                _ => return Err("a QUIC stream did not present this test's token".into()),
+            };
+            let slot = &mut slots[id as usize];
+            if slot.is_some() {
+                return Err(format!("two QUIC streams claimed flow {id}"));
+            }
+            *slot = Some(FlowStream {
+                id,
+                connection: index,
+                send,
+                recv,
+            });
+        }
+    }
+    Ok((connections, slots.into_iter().flatten().collect()))
+}
+
+fn describe_connection(error: &quinn::ConnectionError) -> String {
+    match error {
+        quinn::ConnectionError::TransportError(e) if e.code.to_string().contains("crypto") => {
+            format!("the QUIC handshake failed: {e}")
+        }
+        quinn::ConnectionError::TimedOut => {
+            "no QUIC answer (is the port reachable over UDP?)".into()
+        }
+        other => format!("QUIC connection failed: {other}"),
+    }
+}
+
+/// The send pattern's period, as the TCP worker's: byte `i` of a stream is `i % 251`.
+const PATTERN_PERIOD: usize = 251;
+/// Bytes of each chunk a receiver compares with the pattern.
+const CHECK_BYTES: usize = 1024;
+
+/// Runs the measurement on this side's flows: senders write the pattern, receivers read
+/// and check it, and a sample is taken at every boundary of the plan.
+async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
+    let Go {
+        plan,
+        flows,
+        samples,
+        stop,
+    } = go;
+    let Setup {
+        connections,
+        streams,
+        crypto,
+        cipher,
+        congestion,
+        ..
+    } = setup;
+    let pattern = Bytes::from(
+        (0..plan.length + PATTERN_PERIOD)
+            .map(|i| (i % PATTERN_PERIOD) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    let ended = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    let mut counters = Vec::new();
+    for stream in streams {
+        let Some(&(_, direction, role)) = flows.iter().find(|(id, _, _)| *id == stream.id) else {
+            continue;
+        };
+        let bytes = Arc::new(AtomicU64::new(0));
+        counters.push((stream.id, stream.connection, role, bytes.clone()));
+        let task = match role {
+            Role::Send => tokio::spawn(send_flow(
+                stream.send,
+                pattern.clone(),
+                plan.length,
+                bytes,
+                ended.clone(),
+            )),
+            _ => tokio::spawn(receive_flow(stream.recv, pattern.clone(), bytes)),
+        };
+        tasks.push((stream.id, direction, role, stream.connection, task));
+    }
+    // The boundaries, sampled on time.
+    let end_index = plan.boundaries.len() - 1;
+    let start = tokio::time::Instant::from_std(plan.start);
+    let mut first_sender = std::collections::HashMap::new();
+    for (id, connection, role, _) in &counters {
+        if *role == Role::Send {
+            first_sender.entry(*connection).or_insert(*id);
+        }
+    }
+    let first_id = counters.iter().map(|c| c.0).min();
+    for index in 0..=end_index {
+        let due = start + plan.boundaries[index];
+        while tokio::time::Instant::now() < due {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(Vec::new());
+            }
+            let wake = due.min(tokio::time::Instant::now() + Duration::from_millis(50));
+            tokio::time::sleep_until(wake).await;
+        }
+        let since = plan.start.elapsed();
+        let flows: Vec<FlowCount> = counters
+            .iter()
+            .map(|(id, connection, _, bytes)| FlowCount {
+                id: *id,
+                bytes: bytes.load(Ordering::Relaxed),
+                // Lost packets are the connection's: counted once, on its first sender.
+                retransmits: if first_sender.get(connection) == Some(id) {
+                    connections[*connection].0.stats().path.lost_packets
+                } else {
+                    0
+                },
+                udp: None,
+                tcp: None,
+                transactions: 0,
+                crypto: if Some(*id) == first_id {
+                    Duration::from_nanos(crypto.load(Ordering::Relaxed))
+                } else {
+                    Duration::ZERO
+                },
+            })
+            .collect();
+        send_sample(&plan, &samples, index, since, flows, None);
+        if index == end_index {
+            ended.store(true, Ordering::Relaxed);
+        }
+    }
+    // Senders finish their streams; receivers read on to each stream's end.
+    let drain_until = tokio::time::Instant::now() + plan.drain;
+    let mut outcomes = Vec::new();
+    for (id, direction, role, connection, task) in tasks {
+        let (local, remote) = (
+            connections[connection]
+                .0
+                .local_ip()
+                .map(|ip| SocketAddr::new(ip, 0)),
+            Some(connections[connection].0.remote_address()),
+        );
+        let mut outcome = FlowOutcome::new(id, direction, role, (local, remote));
+        let bytes = counters
+            .iter()
+            .find(|c| c.0 == id)
+            .map_or(0, |c| c.3.load(Ordering::Relaxed));
+        match tokio::time::timeout_at(drain_until, task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(why))) => outcome.error = Some(why),
+            Ok(Err(_)) => outcome.error = Some("the flow's task failed".into()),
+            Err(_) if role == Role::Send => {}
+            Err(_) => {
+                outcome.notes.push(format!(
+                    "flow {id}: the sender's last bytes did not all arrive within the {:.0} s drain",
+                    plan.drain.as_secs_f64()
+                ));
+            }
+        }
+        outcome.bytes_total = bytes;
+        outcome.congestion = congestion.clone();
+        let rtt = connections[connection].0.rtt();
+        outcome.info.rtt_us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
+        outcome.info.pmtu = u32::from(connections[connection].0.stats().path.current_mtu);
+        outcome.tls = Some(TlsFacts {
+            cipher,
+            handshake: connections[connection].1,
+            ktls: false,
+        });
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+async fn send_flow(
+    mut send: quinn::SendStream,
+    pattern: Bytes,
+    length: usize,
+    bytes: Arc<AtomicU64>,
+    ended: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let mut sent: u64 = 0;
+    while !ended.load(Ordering::Relaxed) {
+        let phase = (sent % PATTERN_PERIOD as u64) as usize;
+        send.write_chunk(pattern.slice(phase..phase + length))
+            .await
+            .map_err(|e| format!("send failed: {e}"))?;
+        sent += length as u64;
+        bytes.store(sent, Ordering::Relaxed);
+    }
+    send.finish()
+        .map_err(|e| format!("cannot finish the stream: {e}"))?;
+    // The stream's data must be acknowledged before the connection closes.
+    let _ = send.stopped().await;
+    Ok(())
+}
+
+async fn receive_flow(
+    mut recv: quinn::RecvStream,
+    pattern: Bytes,
+    bytes: Arc<AtomicU64>,
+) -> Result<(), String> {
+    let mut received: u64 = 0;
+    loop {
+        match recv.read_chunk(usize::MAX, true).await {
+            Ok(Some(chunk)) => {
+                let data = chunk.bytes;
+                let phase = (received % PATTERN_PERIOD as u64) as usize;
+                let checked = data.len().min(CHECK_BYTES);
+                if data[..checked] != pattern[phase..phase + checked] {
+                    let at = data[..checked]
+                        .iter()
+                        .zip(&pattern[phase..])
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(0);
+                    return Err(format!(
+                        "content check failed at byte {}: what was decrypted is not what was sent",
+                        received + at as u64
+                    ));
+                }
+                received += data.len() as u64;
+                bytes.store(received, Ordering::Relaxed);
+            }
+            Ok(None) => return Ok(()),
+            Err(quinn::ReadError::ConnectionLost(quinn::ConnectionError::LocallyClosed)) => {
+                return Ok(())
+            }
+            Err(e) => return Err(format!("receive failed: {e}")),
+        }
+    }
+}
+
+/// Runs a data-plane worker's QUIC flows: hands the plan to the side's QUIC thread and
+/// waits for its outcomes.
+pub(crate) fn run(
+    plan: WorkerPlan,
+    specs: Vec<FlowSpec>,
+    samples: Sender<Sample>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<Vec<FlowOutcome>> {
+    let Some(FlowSocket::Quic(side)) = specs.first().map(|s| &s.socket) else {
+        return Err(io::Error::other("a QUIC worker without QUIC flows"));
+    };
+    let side = side.clone();
+    let flows = specs.iter().map(|s| (s.id, s.direction, s.role)).collect();
+    side.go
+        .send(Go {
+            plan,
+            flows,
+            samples,
+            stop,
+        })
+        .map_err(|_| io::Error::other("the QUIC thread ended before the test started"))?;
+    let outcomes = side
+        .outcomes
+        .lock()
+        .map_err(|_| io::Error::other("QUIC state poisoned"))?;
+    outcomes
+        .recv()
+        .map_err(|_| io::Error::other("the QUIC thread ended during the test"))?
+}
+
+/// quinn's crypto with each 1-RTT packet's sealing and opening timed.
+mod timing {
+    use quinn::crypto::{
+        self, CryptoError, ExportKeyingMaterialError, HeaderKey, KeyPair, Keys, PacketKey,
+        UnsupportedVersion,
+    };
+    use quinn::{ConnectionId, Side};
+    use quinn_proto::transport_parameters::TransportParameters;
+    use quinn_proto::TransportError;
+    use std::any::Any;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    pub(super) struct Server {
+        pub(super) inner: Arc<dyn crypto::ServerConfig>,
+        pub(super) spent: Arc<AtomicU64>,
+    }
+
+    pub(super) struct Client {
+        pub(super) inner: Arc<dyn crypto::ClientConfig>,
+        pub(super) spent: Arc<AtomicU64>,
+    }
+
+    impl crypto::ServerConfig for Server {
+        fn initial_keys(
+            &self,
+            version: u32,
+            dst_cid: &ConnectionId,
+        ) -> Result<Keys, UnsupportedVersion> {
+            self.inner.initial_keys(version, dst_cid)
+        }
+
+        fn retry_tag(&self, version: u32, orig_dst_cid: &ConnectionId, packet: &[u8]) -> [u8; 16] {
+            self.inner.retry_tag(version, orig_dst_cid, packet)
+        }
+
+        fn start_session(
+            self: Arc<Self>,
+            version: u32,
+            params: &TransportParameters,
+        ) -> Box<dyn crypto::Session> {
+            Box::new(Session {
+                inner: self.inner.clone().start_session(version, params),
+                spent: self.spent.clone(),
+            })
+        }
+    }
+
+    impl crypto::ClientConfig for Client {
+        fn start_session(
+            self: Arc<Self>,
+            version: u32,
+            server_name: &str,
+            params: &TransportParameters,
+        ) -> Result<Box<dyn crypto::Session>, quinn::ConnectError> {
+            Ok(Box::new(Session {
+                inner: self
+                    .inner
+                    .clone()
+                    .start_session(version, server_name, params)?,
+                spent: self.spent.clone(),
+            }))
+        }
+    }
+
+    struct Session {
+        inner: Box<dyn crypto::Session>,
+        spent: Arc<AtomicU64>,
+    }
+
+    impl crypto::Session for Session {
+        fn initial_keys(&self, dst_cid: &ConnectionId, side: Side) -> Keys {
+            self.inner.initial_keys(dst_cid, side)
+        }
+        fn handshake_data(&self) -> Option<Box<dyn Any>> {
+            self.inner.handshake_data()
+        }
+        fn peer_identity(&self) -> Option<Box<dyn Any>> {
+            self.inner.peer_identity()
+        }
+        fn early_crypto(&self) -> Option<(Box<dyn HeaderKey>, Box<dyn PacketKey>)> {
+            self.inner.early_crypto()
+        }
+        fn early_data_accepted(&self) -> Option<bool> {
+            self.inner.early_data_accepted()
+        }
+        fn is_handshaking(&self) -> bool {
+            self.inner.is_handshaking()
+        }
+        fn read_handshake(&mut self, buf: &[u8]) -> Result<bool, TransportError> {
+            self.inner.read_handshake(buf)
+        }
+        fn transport_parameters(&self) -> Result<Option<TransportParameters>, TransportError> {
+            self.inner.transport_parameters()
+        }
+        fn write_handshake(&mut self, buf: &mut Vec<u8>) -> Option<Keys> {
+            let keys = self.inner.write_handshake(buf)?;
+            // 1-RTT keys come with the handshake's last flight on a client.
+            Some(Keys {
+                header: keys.header,
+                packet: self.timed(keys.packet),
+            })
+        }
+        fn next_1rtt_keys(&mut self) -> Option<KeyPair<Box<dyn PacketKey>>> {
+            let keys = self.inner.next_1rtt_keys()?;
+            Some(self.timed(keys))
+        }
+        fn is_valid_retry(
+            &self,
+            orig_dst_cid: &ConnectionId,
+            header: &[u8],
+            payload: &[u8],
+        ) -> bool {
+            self.inner.is_valid_retry(orig_dst_cid, header, payload)
+        }
+        fn export_keying_material(
+            &self,
+            output: &mut [u8],
+            label: &[u8],
+            context: &[u8],
+        ) -> Result<(), ExportKeyingMaterialError> {
+            self.inner.export_keying_material(output, label, context)
+        }
+    }
+
+    impl Session {
+        fn timed(&self, keys: KeyPair<Box<dyn PacketKey>>) -> KeyPair<Box<dyn PacketKey>> {
+            let wrap = |key: Box<dyn PacketKey>| -> Box<dyn PacketKey> {
+                Box::new(Timed {
+                    inner: key,
+                    spent: self.spent.clone(),
+                })
+            };
+            KeyPair {
+                local: wrap(keys.local),
+                remote: wrap(keys.remote),
+            }
+        }
+    }
+
+    struct Timed {
+        inner: Box<dyn PacketKey>,
+        spent: Arc<AtomicU64>,
+    }
+
+    impl Timed {
+        fn charge(&self, began: Instant) {
+            let spent = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.spent.fetch_add(spent, Ordering::Relaxed);
+        }
+    }
+
+    impl PacketKey for Timed {
+        fn encrypt(&self, packet: u64, buf: &mut [u8], header_len: usize) {
+            let began = Instant::now();
+            self.inner.encrypt(packet, buf, header_len);
+            self.charge(began);
+        }
+        fn decrypt(
+            &self,
+            packet: u64,
+            header: &[u8],
+            payload: &mut bytes::BytesMut,
+        ) -> Result<(), CryptoError> {
+            let began = Instant::now();
+            let result = self.inner.decrypt(packet, header, payload);
+            self.charge(began);
+            result
+        }
+        fn tag_len(&self) -> usize {
+            self.inner.tag_len()
+        }
+        fn confidentiality_limit(&self) -> u64 {
+            self.inner.confidentiality_limit()
+        }
+        fn integrity_limit(&self) -> u64 {
+            self.inner.integrity_limit()
+        }
+    }
+}
