@@ -557,10 +557,6 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
             Some(connections[connection].0.remote_address()),
         );
         let mut outcome = FlowOutcome::new(id, direction, role, (local, remote));
-        let bytes = counters
-            .iter()
-            .find(|c| c.0 == id)
-            .map_or(0, |c| c.3.load(Ordering::Relaxed));
         match tokio::time::timeout_at(drain_until, task).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(why))) => outcome.error = Some(why),
@@ -573,7 +569,11 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
                 ));
             }
         }
-        outcome.bytes_total = bytes;
+        // Read once the flow has ended: a receiver's drain counts in its total.
+        outcome.bytes_total = counters
+            .iter()
+            .find(|c| c.0 == id)
+            .map_or(0, |c| c.3.load(Ordering::Relaxed));
         outcome.congestion = congestion.clone();
         let rtt = connections[connection].0.rtt();
         outcome.info.rtt_us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);

@@ -1,0 +1,144 @@
+//! QUIC streams end to end: every byte a sender handed to a stream arrives and is counted,
+//! the wire carries it with QUIC's packet overhead, and the report says what it cost.
+
+mod common;
+use common::*;
+
+fn assert_all_arrived(doc: &serde_json::Value) {
+    for flow in doc["flows"].as_array().expect("flows") {
+        assert!(flow["error"].is_null(), "flow failed: {}", flow["error"]);
+        assert_eq!(
+            flow["receiver_bytes_total"], flow["sender_bytes_total"],
+            "flow {}: received a different count than was sent",
+            flow["id"]
+        );
+        assert!(num(flow, "/receiver_bytes_total") > 0.0);
+    }
+}
+
+#[test]
+fn quic_streams_on_one_connection_and_on_many_deliver_every_byte() {
+    for shape in [
+        &["-P", "3"][..],
+        &["-P", "2", "--connections"],
+        &["-R"],
+        &["--bidir"],
+    ] {
+        let mut args = vec!["stream", "--quic", "-t", "1", "-i", "0", "--json"];
+        args.extend_from_slice(shape);
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(0), "{shape:?}: {}", stderr(&out));
+        let doc = json(&out);
+        assert_eq!(doc["test"], "quic_stream");
+        assert_all_arrived(&doc);
+        let crypto = &doc["summary"]["crypto"];
+        assert_eq!(crypto["protocol"], "quic", "{shape:?}");
+        assert_eq!(crypto["suite"], "TLS_AES_256_GCM_SHA384");
+        for side in ["local", "remote"] {
+            let sealing = num(crypto, &format!("/crypto_s_per_gbit/{side}"));
+            let all = num(crypto, &format!("/cpu_s_per_gbit/{side}"));
+            assert!(
+                sealing > 0.0 && sealing < all,
+                "{shape:?} {side}: {sealing} of {all}"
+            );
+        }
+    }
+}
+
+#[test]
+fn quic_takes_the_cipher_and_congestion_control_asked_for() {
+    let out = linerate(&[
+        "stream",
+        "--quic",
+        "--cipher",
+        "chacha20-poly1305",
+        "-C",
+        "bbr",
+        "-t",
+        "1",
+        "-i",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(
+        doc["summary"]["crypto"]["suite"],
+        "TLS_CHACHA20_POLY1305_SHA256"
+    );
+    assert_eq!(doc["flows"][0]["client"]["congestion"], "bbr");
+    let out = linerate(&["stream", "--quic", "-C", "vegas", "-t", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("'vegas'"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_server_without_tls_refuses_quic() {
+    let server = ServeProcess::start(&["--no-tls"]);
+    let out = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &server.port.to_string(),
+        "--quic",
+        "-t",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("runs no encrypted tests"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Truth against the kernel: between two namespaces the client's interface carried the
+/// QUIC packets, so its UDP payload is the plaintext counted plus QUIC's per-packet
+/// headers, frame headers and tags: a few percent, never less than the plaintext.
+#[test]
+fn the_wire_carries_the_counted_bytes_plus_quic_overhead() {
+    if !is_root() {
+        skip("QUIC wire truth test", "needs root for network namespaces");
+        return;
+    }
+    let pair = VethPair::new("quic");
+    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
+    let read = || {
+        (
+            pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes"),
+            pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets"),
+        )
+    };
+    let before = read();
+    let port = server.port.to_string();
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "stream",
+            &pair.addr_b,
+            "-p",
+            &port,
+            "--quic",
+            "-t",
+            "2",
+            "-i",
+            "0",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let after = read();
+    let doc = json(&out);
+    assert_all_arrived(&doc);
+    // Each packet the interface counts (a GSO packet counts once) carries 14 Ethernet,
+    // 20 IP and 8 UDP bytes of headers. The control connection's few kilobytes ride too.
+    let headers = (after.1 - before.1) as f64 * 42.0;
+    let payload = (after.0 - before.0) as f64 - headers;
+    let plaintext = num(&doc, "/summary/receiver_bytes_total");
+    let ratio = payload / plaintext;
+    eprintln!("UDP payload {payload:.0} B for {plaintext:.0} B of stream data: {ratio:.4}");
+    assert!(
+        (1.005..1.08).contains(&ratio),
+        "UDP payload / stream bytes = {ratio:.4}: QUIC's overhead is a few percent"
+    );
+}
