@@ -225,3 +225,38 @@ pub fn open_quic(
     linerate_engine::quic::QuicSide::connect(server, tls, server_name(config), plan)
         .map_err(|reason| ClientError::Tls { flow: 0, reason })
 }
+
+/// The certificate this process presents on the `ssl` connections of profile runs it
+/// accepts: self-signed, made on first use, announced to the dialer over the agent
+/// connection (`mirror_ready`, `dial_back`).
+pub fn profile_identity() -> Result<Arc<ServerTls>, String> {
+    static IDENTITY: OnceLock<ServerIdentity> = OnceLock::new();
+    IDENTITY.get_or_init(ServerIdentity::default).load()
+}
+
+/// The dialing end of a profile `ssl` connection, after its preface: trusts the
+/// certificate the peer announced.
+pub fn profile_connect(
+    stream: TcpStream,
+    endpoint: &linerate_profile::Endpoint,
+    fingerprint: Option<String>,
+) -> Result<linerate_tls::TlsStream<TcpStream>, String> {
+    let fingerprint =
+        fingerprint.ok_or("the peer announced no certificate for its ssl connections")?;
+    let cipher: Cipher = endpoint
+        .cipher
+        .as_deref()
+        .unwrap_or(linerate_model::DEFAULT_CIPHER)
+        .parse()?;
+    let config = linerate_tls::client_config(cipher, &Trust::Pinned(fingerprint))
+        .map_err(|e| e.to_string())?;
+    linerate_tls::stream::connect(stream, config, "localhost", HANDSHAKE_TIMEOUT)
+        .map_err(|e| e.to_string())
+}
+
+/// The accepting end of a profile `ssl` connection.
+pub fn profile_accept(stream: TcpStream) -> Result<linerate_tls::TlsStream<TcpStream>, String> {
+    let tls = profile_identity()?;
+    linerate_tls::stream::accept(stream, tls.config.clone(), HANDSHAKE_TIMEOUT)
+        .map_err(|e| e.to_string())
+}

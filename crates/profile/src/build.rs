@@ -146,7 +146,15 @@ fn build_transaction(
 /// The options each operation takes (besides `conn`, which every connection op takes).
 fn allowed(kind: &str) -> &'static [&'static str] {
     match kind {
-        "connect" | "accept" => &["protocol", "remote", "window", "nodelay", "congestion"],
+        "connect" | "accept" => &[
+            "protocol",
+            "remote",
+            "window",
+            "nodelay",
+            "congestion",
+            "cipher",
+            "engine",
+        ],
         // uperf files name the connection's host and protocol on disconnect too; the
         // connection is already known, so they change nothing.
         "disconnect" => &["protocol", "remote"],
@@ -232,12 +240,37 @@ fn build_op(filler: &Filler, raw: RawOp, group_remote: Option<&str>) -> Result<O
                 .map(|t| parse_bytes(filler, t, "window"))
                 .transpose()?;
             let congestion = value("congestion")?.map(|t| t.value.clone());
+            let tls = |name: &str| -> Result<Option<String>> {
+                match value(name)? {
+                    Some(text) if protocol != Protocol::Ssl => Err(filler.error(
+                        text.pos,
+                        format!("'{name}' applies to protocol=ssl connections"),
+                    )),
+                    Some(text) => Ok(Some(text.value.clone())),
+                    None => Ok(None),
+                }
+            };
+            let (cipher, engine) = (tls("cipher")?, tls("engine")?);
+            if let Some(cipher) = &cipher {
+                if !linerate_model::CIPHERS.contains(&cipher.as_str()) {
+                    let pos = value("cipher")?.map_or(raw.kind.pos, |t| t.pos);
+                    return Err(filler.error(
+                        pos,
+                        format!(
+                            "unknown cipher '{cipher}' (one of: {})",
+                            linerate_model::CIPHERS.join(", ")
+                        ),
+                    ));
+                }
+            }
             let endpoint = Endpoint {
                 protocol,
                 remote: remote.filter(|r| !is_local(r)),
                 window,
                 nodelay: flag("nodelay")?,
                 congestion,
+                cipher,
+                engine,
             };
             if kind == "connect" {
                 Action::Connect(endpoint)
@@ -353,11 +386,15 @@ fn parse_protocol(filler: &Filler, text: &Text) -> Result<Protocol> {
     match text.value.to_ascii_lowercase().as_str() {
         "tcp" => Ok(Protocol::Tcp),
         "udp" => Ok(Protocol::Udp),
-        other @ ("ssl" | "sctp" | "vsock" | "rds" | "udapl") => Err(filler.error(
+        "ssl" => Ok(Protocol::Ssl),
+        other @ ("sctp" | "vsock" | "rds" | "udapl") => Err(filler.error(
             text.pos,
-            format!("protocol '{other}' is not supported: linerate runs tcp and udp profiles"),
+            format!("protocol '{other}' is not supported: linerate runs tcp, udp and ssl profiles"),
         )),
-        other => Err(filler.error(text.pos, format!("unknown protocol '{other}' (tcp or udp)"))),
+        other => Err(filler.error(
+            text.pos,
+            format!("unknown protocol '{other}' (tcp, udp or ssl)"),
+        )),
     }
 }
 

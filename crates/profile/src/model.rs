@@ -117,6 +117,8 @@ impl Action {
 pub enum Protocol {
     Tcp,
     Udp,
+    /// TCP through TLS 1.3 (uperf's `ssl`).
+    Ssl,
 }
 
 impl Protocol {
@@ -124,6 +126,7 @@ impl Protocol {
         match self {
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
+            Protocol::Ssl => "ssl",
         }
     }
 }
@@ -143,6 +146,14 @@ pub struct Endpoint {
     pub nodelay: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
+    /// `ssl`: the TLS 1.3 cipher (aes128-gcm, aes256-gcm, chacha20-poly1305); `None`:
+    /// aes256-gcm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cipher: Option<String>,
+    /// `ssl`: the OpenSSL engine a uperf file names (`engine=`), kept as written. linerate's
+    /// TLS is rustls on the CPU whatever it says (docs/profiles.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 /// One data operation: `count` messages of `size` bytes.

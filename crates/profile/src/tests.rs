@@ -40,7 +40,7 @@ fn toml_err(text: &str) -> ProfileError {
 #[test]
 fn every_shared_uperf_profile_runs_or_is_refused_by_name() {
     let refused = [
-        ("ssl.xml", "protocol 'ssl'"),
+        ("ssl.xml", "uperf option 'duration'"),
         ("sctp.xml", "protocol 'sctp'"),
         ("sctp-over-udp.xml", "protocol 'sctp'"),
         ("sctp_flowop_test.xml", "protocol 'sctp'"),
@@ -255,7 +255,7 @@ fn toml_errors_name_the_line_column_and_value() {
         (GOOD.replace("threads = \"${conns}\"", "threads = 0"), "p.toml:9:11: threads '0' must be between 1 and 16384"),
         (GOOD.replace("size = 170", "size = \"huge\""), "p.toml:20:26: size 'huge' is not a size like 64k"),
         (GOOD.replace("op = \"write\"", "op = \"scribble\""), "p.toml:20:10: unknown operation 'scribble' (connect, accept, disconnect, write, read, sendto, recv, think, nop)"),
-        (GOOD.replace("protocol = \"tcp\"", "protocol = \"sctp\""), "p.toml:14:37: protocol 'sctp' is not supported: linerate runs tcp and udp profiles"),
+        (GOOD.replace("protocol = \"tcp\"", "protocol = \"sctp\""), "p.toml:14:37: protocol 'sctp' is not supported: linerate runs tcp, udp and ssl profiles"),
         (GOOD.replace("duration = \"2s\"", "duration = \"soon\""), "p.toml:17:12: duration 'soon' is not a duration like 30s or 100ms"),
         (GOOD.replace("rate = 500", "rate = -1"), "p.toml:18:8: rate '-1' is not a positive number"),
         (GOOD.replace("busy = true", "colour = true"), "p.toml:22:37: 'colour' is not an option of think"),
@@ -333,7 +333,11 @@ mod round_trip {
 
     fn endpoint() -> impl Strategy<Value = Endpoint> {
         (
-            prop_oneof![Just(Protocol::Tcp), Just(Protocol::Udp)],
+            prop_oneof![
+                Just(Protocol::Tcp),
+                Just(Protocol::Udp),
+                Just(Protocol::Ssl)
+            ],
             prop_oneof![
                 Just(None),
                 Just(Some("10.0.0.7".to_string())),
@@ -344,6 +348,8 @@ mod round_trip {
             prop_oneof![Just(None), Just(Some("cubic".to_string()))],
         )
             .prop_map(|(protocol, remote, window, nodelay, congestion)| Endpoint {
+                cipher: None,
+                engine: None,
                 protocol,
                 remote,
                 window,
@@ -434,6 +440,8 @@ mod round_trip {
                     let opener = |conn: Option<&str>| Op {
                         conn: conn.map(str::to_string),
                         action: Action::Connect(Endpoint {
+                            cipher: None,
+                            engine: None,
                             protocol: Protocol::Tcp,
                             remote: None,
                             window: None,

@@ -4,7 +4,7 @@
 //! space-separated `key=value` pairs or bare flags; `$name` values come from the
 //! environment (and from `--set`).
 //!
-//! Whatever linerate cannot run the way uperf would (SSL, SCTP, VSOCK, RDS, uDAPL,
+//! Whatever linerate cannot run the way uperf would (SCTP, VSOCK, RDS, uDAPL,
 //! sendfile, a FreeBSD TCP stack) is refused with the element named, before any value is
 //! filled in: an unsupported file is reported as such even when its variables are unset.
 
@@ -28,6 +28,8 @@ fn option_name(uperf: &str, flowop: &str) -> Option<&'static str> {
         "conn" => "conn",
         "duration" if flowop == "think" => "duration",
         "idle" => "idle",
+        "engine" => "engine",
+        "cipher" => "cipher",
         "busy" => "busy",
         _ => return None,
     })
@@ -36,7 +38,6 @@ fn option_name(uperf: &str, flowop: &str) -> Option<&'static str> {
 /// Why an element or option cannot run, when linerate knows it as a uperf feature.
 fn unsupported_option(key: &str, flowop: &str) -> Option<String> {
     let why = match key {
-        "engine" => "SSL engines belong to protocol=ssl, which linerate does not run",
         "encaps" => "SCTP encapsulation belongs to protocol=sctp, which linerate does not run",
         "stack" => "choosing a FreeBSD TCP stack has no Linux counterpart",
         "async" | "subtype" | "waittype" | "waitfor" => {
@@ -251,10 +252,10 @@ fn refuse_unsupported(
             let pos = Pos::at(text, option.offset);
             if option.key == "protocol" {
                 let value = option.value.unwrap_or_default().to_ascii_lowercase();
-                if matches!(value.as_str(), "ssl" | "sctp" | "vsock" | "rds" | "udapl") {
+                if matches!(value.as_str(), "sctp" | "vsock" | "rds" | "udapl") {
                     return Err(filler.error(
                         pos,
-                        format!("protocol '{value}' is not supported: linerate runs tcp and udp profiles"),
+                        format!("protocol '{value}' is not supported: linerate runs tcp, udp and ssl profiles"),
                     ));
                 }
             }

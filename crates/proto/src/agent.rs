@@ -70,6 +70,9 @@ pub struct DialBack {
     pub port: u16,
     pub udp_port: u16,
     pub token: String,
+    /// The certificate the group host's `ssl` accepts present (SHA-256, hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_fingerprint: Option<String>,
 }
 
 /// What the mirror side counted, per transaction and operation of the group (same
@@ -153,6 +156,9 @@ pub enum AgentReply {
     MirrorReady {
         token: String,
         udp_port: u16,
+        /// The certificate the mirror's `ssl` accepts present (SHA-256, hex).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tls_fingerprint: Option<String>,
     },
     MirrorResult {
         figures: MirrorFigures,

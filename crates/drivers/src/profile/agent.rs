@@ -381,6 +381,7 @@ impl Agent<'_> {
                 self.link.reply(&AgentReply::MirrorReady {
                     token: state.token.to_hex(),
                     udp_port: state.udp_port,
+                    tls_fingerprint: super::group::ssl_fingerprint(&spec.group),
                 });
                 self.mirror = Some(state.state);
             }

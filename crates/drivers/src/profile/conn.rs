@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 pub(crate) enum Conn {
     Tcp(TcpStream),
     Udp(UdpSocket),
+    /// `protocol=ssl`: TCP through TLS 1.3.
+    Tls(Box<linerate_tls::TlsStream<TcpStream>>),
 }
 
 /// Why an operation did not complete.
@@ -132,6 +134,13 @@ impl Conn {
         Ok(Conn::Tcp(stream))
     }
 
+    /// A TLS session after its handshake, waiting in slices like a plain stream.
+    pub fn tls(stream: linerate_tls::TlsStream<TcpStream>) -> io::Result<Conn> {
+        stream.socket().set_read_timeout(Some(SLICE))?;
+        stream.socket().set_write_timeout(Some(SLICE))?;
+        Ok(Conn::Tls(Box::new(stream)))
+    }
+
     pub fn udp(socket: UdpSocket) -> io::Result<Conn> {
         socket.set_read_timeout(Some(SLICE))?;
         socket.set_write_timeout(Some(SLICE))?;
@@ -160,6 +169,26 @@ impl Conn {
                     }
                 }
                 Ok(())
+            }
+            Conn::Tls(stream) => {
+                let mut sent = 0;
+                while sent < buf.len() {
+                    match stream.write(&buf[sent..]) {
+                        Ok(0) => return Err(OpError::Closed),
+                        Ok(n) => {
+                            sent += n;
+                            *moved += n as u64;
+                        }
+                        Err(e) => keep_waiting(e, give_up)?,
+                    }
+                }
+                // The message's last record goes out now: the peer may be waiting for it.
+                loop {
+                    match stream.send_records() {
+                        Ok(()) => return Ok(()),
+                        Err(e) => keep_waiting(e, give_up)?,
+                    }
+                }
             }
             Conn::Udp(socket) => loop {
                 match socket.send(buf) {
@@ -204,6 +233,25 @@ impl Conn {
                 }
                 Ok(())
             }
+            Conn::Tls(stream) => {
+                let mut got = 0;
+                while got < want {
+                    let end = want.min(got + buf.len());
+                    let chunk = end - got;
+                    match stream.read(&mut buf[..chunk]) {
+                        Ok(0) => return Err(OpError::Closed),
+                        Ok(n) => {
+                            got += n;
+                            *moved += n as u64;
+                            if !exact {
+                                return Ok(());
+                            }
+                        }
+                        Err(e) => keep_waiting(e, give_up)?,
+                    }
+                }
+                Ok(())
+            }
             Conn::Udp(socket) => loop {
                 // A datagram longer than asked is cut short by the kernel, as uperf's
                 // recv of `size` bytes would.
@@ -225,8 +273,15 @@ impl Conn {
     }
 
     pub fn close(self) {
-        if let Conn::Tcp(stream) = &self {
-            let _ = stream.shutdown(std::net::Shutdown::Write);
+        match self {
+            Conn::Tcp(stream) => {
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+            }
+            Conn::Tls(mut stream) => {
+                let _ = stream.send_records();
+                let _ = stream.socket().shutdown(std::net::Shutdown::Write);
+            }
+            Conn::Udp(_) => {}
         }
     }
 }

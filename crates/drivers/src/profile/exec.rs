@@ -33,6 +33,8 @@ pub(crate) struct RemoteLink {
     pub addr: SocketAddr,
     pub udp: SocketAddr,
     pub token: Token,
+    /// The certificate the peer's `ssl` connections present (SHA-256, hex).
+    pub fingerprint: Option<String>,
     /// Where the group host hears connections this peer dials back (its accepts).
     pub back: Option<Arc<Rendezvous>>,
     /// The agent connection to the peer, for transaction counts.
@@ -47,8 +49,9 @@ pub(crate) enum Side {
     },
     Mirror {
         rendezvous: Arc<Rendezvous>,
-        /// The group host's listener and UDP rendezvous, for the mirror's connects.
-        dial_back: Option<(SocketAddr, SocketAddr, Token)>,
+        /// The group host's listener and UDP rendezvous, for the mirror's connects, and
+        /// the certificate its `ssl` accepts present.
+        dial_back: Option<(SocketAddr, SocketAddr, Token, Option<String>)>,
         /// Iterations each runner thread completed per transaction (`u64::MAX`: not yet
         /// known), `[thread * transactions + transaction]`.
         counts: Arc<Vec<AtomicU64>>,
@@ -501,23 +504,36 @@ impl Thread<'_> {
         let ordinal = state.ordinals.entry(remote_key.clone()).or_insert(0);
         let this = flow(self.index, *ordinal);
         *ordinal = ordinal.wrapping_add(1);
-        let (addr, udp, token, incoming) = match self.side {
+        let (addr, udp, token, fingerprint, incoming) = match self.side {
             Side::Runner { remotes } => {
                 let link = remotes.get(&remote_key).ok_or_else(|| {
                     std::io::Error::new(std::io::ErrorKind::NotFound, "no link to the peer")
                 })?;
-                (link.addr, link.udp, link.token, link.back.clone())
+                (
+                    link.addr,
+                    link.udp,
+                    link.token,
+                    link.fingerprint.clone(),
+                    link.back.clone(),
+                )
             }
             Side::Mirror {
                 rendezvous,
                 dial_back,
                 ..
             } => match dial_back {
-                Some((addr, udp, token)) => (*addr, *udp, *token, Some(rendezvous.clone())),
+                Some((addr, udp, token, fingerprint)) => (
+                    *addr,
+                    *udp,
+                    *token,
+                    fingerprint.clone(),
+                    Some(rendezvous.clone()),
+                ),
                 None => (
                     rendezvous_addr(),
                     rendezvous_addr(),
                     rendezvous.token,
+                    None,
                     Some(rendezvous.clone()),
                 ),
             },
@@ -527,16 +543,33 @@ impl Thread<'_> {
             match endpoint.protocol {
                 Protocol::Tcp => conn::dial_tcp(addr, endpoint, &preface)?,
                 Protocol::Udp => conn::dial_udp(udp, endpoint, &preface, give_up)?,
+                Protocol::Ssl => {
+                    let Conn::Tcp(stream) = conn::dial_tcp(addr, endpoint, &preface)? else {
+                        unreachable!("dial_tcp gives a TCP connection")
+                    };
+                    let tls = crate::secure::profile_connect(stream, endpoint, fingerprint)
+                        .map_err(std::io::Error::other)?;
+                    Conn::tls(tls)?
+                }
             }
         } else {
             let rendezvous = incoming.ok_or_else(|| {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no listener for accepts")
             })?;
             let conn = rendezvous.take(this, give_up)?;
-            if let Conn::Tcp(stream) = &conn {
-                conn::tcp_options(&socket2::SockRef::from(stream), endpoint)?;
+            match conn {
+                Conn::Tcp(stream) => {
+                    conn::tcp_options(&socket2::SockRef::from(&stream), endpoint)?;
+                    if endpoint.protocol == Protocol::Ssl {
+                        let tls =
+                            crate::secure::profile_accept(stream).map_err(std::io::Error::other)?;
+                        Conn::tls(tls)?
+                    } else {
+                        Conn::Tcp(stream)
+                    }
+                }
+                other => other,
             }
-            conn
         };
         Ok(conn)
     }

@@ -207,6 +207,7 @@ pub(crate) fn prepare(
                 port: *port,
                 udp_port: r.udp_port,
                 token: r.token.to_hex(),
+                tls_fingerprint: ssl_fingerprint(&part.group),
             }),
             limit_s,
         };
@@ -217,8 +218,12 @@ pub(crate) fn prepare(
             spec: Box::new(spec),
         })
         .map_err(|e| answered(e.to_string()))?;
-        let (token, udp_port) = match link.recv::<AgentReply>(PEER_WAIT) {
-            Ok(Some(AgentReply::MirrorReady { token, udp_port })) => (token, udp_port),
+        let (token, udp_port, fingerprint) = match link.recv::<AgentReply>(PEER_WAIT) {
+            Ok(Some(AgentReply::MirrorReady {
+                token,
+                udp_port,
+                tls_fingerprint,
+            })) => (token, udp_port, tls_fingerprint),
             Ok(Some(AgentReply::Error { reason })) => {
                 return Err(answered(format!("refused the mirror: {reason}")).into())
             }
@@ -233,6 +238,7 @@ pub(crate) fn prepare(
                 addr,
                 udp: SocketAddr::new(addr.ip(), udp_port),
                 token,
+                fingerprint,
                 back: back.map(|(_, r)| r),
                 control: Mutex::new(link.stream.try_clone()?),
             }),
@@ -496,6 +502,7 @@ impl Mirror {
                 SocketAddr::new(peer_ip, back.udp_port),
                 Token::from_hex(&back.token)
                     .ok_or_else(|| io::Error::other("bad dial-back token"))?,
+                back.tls_fingerprint.clone(),
             )),
             None => None,
         };
@@ -591,4 +598,22 @@ impl Mirror {
                 .collect(),
         }
     }
+}
+
+/// The fingerprint of this process's certificate for `ssl` connections, when `group` has
+/// any (made on first use).
+pub(crate) fn ssl_fingerprint(group: &linerate_profile::Group) -> Option<String> {
+    let ssl = group.transactions.iter().flat_map(|t| &t.ops).any(|op| {
+        matches!(
+            &op.action,
+            linerate_profile::Action::Connect(e) | linerate_profile::Action::Accept(e)
+                if e.protocol == linerate_profile::Protocol::Ssl
+        )
+    });
+    ssl.then(|| {
+        crate::secure::profile_identity()
+            .ok()
+            .map(|t| t.fingerprint.clone())
+    })
+    .flatten()
 }

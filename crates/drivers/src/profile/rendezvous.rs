@@ -229,6 +229,7 @@ mod tests {
         match conn {
             Conn::Udp(socket) => socket.local_addr().unwrap().port(),
             Conn::Tcp(stream) => stream.local_addr().unwrap().port(),
+            Conn::Tls(stream) => stream.socket().local_addr().unwrap().port(),
         }
     }
 
