@@ -20,6 +20,43 @@ pub const OPS_PER_TURN: usize = 64;
 /// Socket calls per flow per visit.
 pub const OPS_PER_FLOW: usize = 8;
 
+/// The send pattern's period: byte `i` of an encrypted flow's stream is `i % 251`. A
+/// prime, so no write size lines it up with itself.
+pub(crate) const PATTERN_PERIOD: usize = 251;
+
+/// Bytes of each read an encrypted flow's receiver compares with the pattern: the first
+/// KiB of every read, which through TLS is one record's start.
+const CHECK_BYTES: usize = 1024;
+
+/// The send pattern, one period longer than `length` so a write can start at any phase.
+pub(crate) fn pattern(length: usize) -> Vec<u8> {
+    (0..length + PATTERN_PERIOD)
+        .map(|i| (i % PATTERN_PERIOD) as u8)
+        .collect()
+}
+
+/// Where the sample of `read` (which starts at the stream's byte `offset`) departs from
+/// `pattern` (from [`pattern`]), if it does.
+pub(crate) fn mismatch(read: &[u8], offset: u64, pattern: &[u8]) -> Option<u64> {
+    let phase = (offset % PATTERN_PERIOD as u64) as usize;
+    let length = read.len().min(CHECK_BYTES).min(pattern.len() - phase);
+    let expected = &pattern[phase..phase + length];
+    if read[..length] == *expected {
+        return None;
+    }
+    let first = read
+        .iter()
+        .zip(expected)
+        .position(|(a, b)| a != b)
+        .unwrap_or(0);
+    Some(offset + first as u64)
+}
+
+/// What a receiver says when the check fails.
+pub(crate) fn mismatch_error(at: u64) -> String {
+    format!("content check failed at byte {at}: what was decrypted is not what was sent")
+}
+
 /// A flow handed to the data plane: a connected socket and what to do with it.
 #[derive(Debug)]
 pub struct FlowSpec {

@@ -13,7 +13,9 @@
 //! The crypto's share: quinn's packet keys are wrapped so sealing and opening each
 //! 1-RTT packet is timed, as the TLS stream times its records.
 
-use crate::flow::{send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, Sample, WorkerPlan};
+use crate::flow::{
+    send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, Sample, WorkerPlan, PATTERN_PERIOD,
+};
 use bytes::Bytes;
 use linerate_model::{Direction, Role};
 use linerate_proto::preface::{classify, data_preface, Preface, DATA_PREFACE_LEN};
@@ -276,7 +278,12 @@ impl QuicSide {
             .name("linerate-quic".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    let setup = match setup().await {
+                    // A side dropped during its set-up (a test aborted) ends it at once.
+                    let outcome = tokio::select! {
+                        outcome = setup() => outcome,
+                        _ = go_rx.recv() => return,
+                    };
+                    let setup = match outcome {
                         Ok(setup) => {
                             let _ = ready_tx.send(Ok(()));
                             setup
@@ -451,11 +458,6 @@ fn describe_connection(error: &quinn::ConnectionError) -> String {
     }
 }
 
-/// The send pattern's period, as the TCP worker's: byte `i` of a stream is `i % 251`.
-const PATTERN_PERIOD: usize = 251;
-/// Bytes of each chunk a receiver compares with the pattern.
-const CHECK_BYTES: usize = 1024;
-
 /// Runs the measurement on this side's flows: senders write the pattern, receivers read
 /// and check it, and a sample is taken at every boundary of the plan.
 async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
@@ -473,11 +475,7 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
         congestion,
         ..
     } = setup;
-    let pattern = Bytes::from(
-        (0..plan.length + PATTERN_PERIOD)
-            .map(|i| (i % PATTERN_PERIOD) as u8)
-            .collect::<Vec<u8>>(),
-    );
+    let pattern = Bytes::from(crate::flow::pattern(plan.length));
     let ended = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     let mut counters = Vec::new();
@@ -621,18 +619,8 @@ async fn receive_flow(
         match recv.read_chunk(usize::MAX, true).await {
             Ok(Some(chunk)) => {
                 let data = chunk.bytes;
-                let phase = (received % PATTERN_PERIOD as u64) as usize;
-                let checked = data.len().min(CHECK_BYTES);
-                if data[..checked] != pattern[phase..phase + checked] {
-                    let at = data[..checked]
-                        .iter()
-                        .zip(&pattern[phase..])
-                        .position(|(a, b)| a != b)
-                        .unwrap_or(0);
-                    return Err(format!(
-                        "content check failed at byte {}: what was decrypted is not what was sent",
-                        received + at as u64
-                    ));
+                if let Some(at) = crate::flow::mismatch(&data, received, &pattern) {
+                    return Err(crate::flow::mismatch_error(at));
                 }
                 received += data.len() as u64;
                 bytes.store(received, Ordering::Relaxed);
@@ -855,5 +843,86 @@ mod timing {
         fn integrity_limit(&self) -> u64 {
             self.inner.integrity_limit()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linerate_tls::verify::Trust;
+
+    fn plan(token: [u8; 16], timeout: Duration) -> QuicPlan {
+        QuicPlan {
+            token: Token(token),
+            flows: 2,
+            connection_per_flow: false,
+            congestion: "cubic".into(),
+            window: None,
+            cipher: Cipher::Aes128Gcm,
+            timeout,
+        }
+    }
+
+    /// A server whose control connection came from `peer`, on a loopback port.
+    fn serve(peer: &str, token: [u8; 16]) -> (QuicSide, SocketAddr, String) {
+        let identity = linerate_tls::Identity::self_signed(&["localhost".into()]).unwrap();
+        let tls = linerate_tls::server_config(&identity).unwrap();
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap();
+        let side = QuicSide::serve(
+            socket,
+            tls,
+            peer.parse().unwrap(),
+            plan(token, Duration::from_secs(5)),
+        )
+        .unwrap();
+        (side, addr, identity.fingerprint)
+    }
+
+    fn connect(addr: SocketAddr, fingerprint: &str, token: [u8; 16]) -> Result<QuicSide, String> {
+        let trust = Trust::Pinned(fingerprint.to_string());
+        let tls = linerate_tls::quic_client_config(Cipher::Aes128Gcm, &trust).unwrap();
+        QuicSide::connect(
+            addr,
+            tls,
+            "localhost".into(),
+            plan(token, Duration::from_millis(800)),
+        )
+    }
+
+    fn ready(side: &QuicSide) -> Result<(), String> {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if let Some(result) = side.poll_ready() {
+                return result;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err("not ready within 5 s".into())
+    }
+
+    #[test]
+    fn a_server_answers_only_the_control_connections_host() {
+        // The test's control connection came from 127.0.0.2: a client on 127.0.0.1 that
+        // learnt the port gets no answer at all, not even a refusal.
+        let (_side, addr, fingerprint) = serve("127.0.0.2", [7; 16]);
+        let error = connect(addr, &fingerprint, [7; 16]).err().unwrap();
+        assert!(error.contains("no QUIC answer"), "{error}");
+
+        // From the control connection's host, both streams open and the server is ready.
+        let (side, addr, fingerprint) = serve("127.0.0.1", [7; 16]);
+        let _client = connect(addr, &fingerprint, [7; 16]).unwrap();
+        assert_eq!(ready(&side), Ok(()));
+    }
+
+    #[test]
+    fn a_stream_without_the_tests_token_ends_the_set_up() {
+        let (side, addr, fingerprint) = serve("127.0.0.1", [7; 16]);
+        let _client = connect(addr, &fingerprint, [8; 16]).unwrap();
+        let error = ready(&side).unwrap_err();
+        assert!(
+            error.contains("did not present this test's token"),
+            "{error}"
+        );
     }
 }

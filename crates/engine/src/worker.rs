@@ -12,8 +12,8 @@
 
 use crate::conn::Stream;
 use crate::flow::{
-    outcome_of, send_sample, FlowCount, FlowOutcome, FlowSpec, Sample, WorkerPlan, OPS_PER_FLOW,
-    OPS_PER_TURN,
+    mismatch, outcome_of, send_sample, FlowCount, FlowOutcome, FlowSpec, Sample, WorkerPlan,
+    OPS_PER_FLOW, OPS_PER_TURN, PATTERN_PERIOD,
 };
 use crate::pacer::Pacer;
 use crate::sys;
@@ -50,10 +50,22 @@ struct Flow {
 }
 
 impl Flow {
-    fn new(spec: FlowSpec, plan: &WorkerPlan, inbox: usize) -> Flow {
+    /// `alone`: the worker's only flow (buffers sized for speed, not for thousands).
+    fn new(spec: FlowSpec, plan: &WorkerPlan, alone: bool) -> Flow {
+        let inbox = if alone {
+            RECEIVE_BUFFER
+        } else {
+            linerate_tls::stream::DEFAULT_INBOX
+        };
         let (mut stream, tls, note) = Stream::of(spec.socket, inbox);
         if spec.role == Role::Send {
-            stream.set_write_limit(plan.length);
+            // Sealed records wait in user space until the socket takes them: at most one
+            // write's worth for a lone flow, two records' worth each among many.
+            stream.set_write_limit(if alone {
+                plan.length
+            } else {
+                plan.length.min(MANY_FLOWS_WRITE_LIMIT)
+            });
         }
         let mut outcome = outcome_of(&stream, spec.id, spec.direction, spec.role);
         outcome.congestion = sys::congestion(&stream);
@@ -123,16 +135,10 @@ struct Worker {
 
 impl Worker {
     fn new(plan: WorkerPlan, specs: Vec<FlowSpec>, samples: Sender<Sample>) -> Worker {
-        // A lone flow's TLS reads as much ciphertext per call as a plain flow reads
-        // plaintext; many flows keep their per-flow buffers small.
-        let inbox = if specs.len() == 1 {
-            RECEIVE_BUFFER
-        } else {
-            linerate_tls::stream::DEFAULT_INBOX
-        };
+        let alone = specs.len() == 1;
         let flows = specs
             .into_iter()
-            .map(|s| Flow::new(s, &plan, inbox))
+            .map(|s| Flow::new(s, &plan, alone))
             .collect();
         let end_index = plan.boundaries.len() - 1;
         let test_end = plan.boundaries[end_index];
@@ -140,9 +146,7 @@ impl Worker {
             // The send buffer holds a recognisable pattern; the receive buffer is scratch
             // of one size whatever the sender's writes are (see RECEIVE_BUFFER).
             // It is one period longer than a write, so a write can start at any phase.
-            send_buffer: (0..plan.length + PATTERN_PERIOD)
-                .map(|i| (i % PATTERN_PERIOD) as u8)
-                .collect(),
+            send_buffer: crate::flow::pattern(plan.length),
             receive_buffer: vec![0u8; RECEIVE_BUFFER],
             next_boundary: 0,
             early_close_tolerance: plan.early_close_tolerance(test_end),
@@ -308,9 +312,7 @@ impl Worker {
                         if let Some(at) =
                             mismatch(&self.receive_buffer[..n], flow.bytes, &self.send_buffer)
                         {
-                            flow.outcome.error = Some(format!(
-                                "content check failed at byte {at}: what was decrypted is not what was sent"
-                            ));
+                            flow.outcome.error = Some(crate::flow::mismatch_error(at));
                             flow.done = true;
                             return Step::Ended;
                         }
@@ -346,31 +348,6 @@ impl Worker {
             })
             .collect()
     }
-}
-
-/// The send pattern's period: byte `i` of a checked flow's stream is `i % 251`. A prime,
-/// so no write size lines it up with itself.
-const PATTERN_PERIOD: usize = 251;
-
-/// Bytes of each read a checked receiver compares with the pattern: the first KiB of
-/// every read, which through TLS is one record's start.
-const CHECK_BYTES: usize = 1024;
-
-/// Where the sample of `read` (which starts at the stream's byte `offset`) departs from
-/// the pattern in `pattern` (at least one period longer than [`CHECK_BYTES`]), if it does.
-fn mismatch(read: &[u8], offset: u64, pattern: &[u8]) -> Option<u64> {
-    let phase = (offset % PATTERN_PERIOD as u64) as usize;
-    let length = read.len().min(CHECK_BYTES).min(pattern.len() - phase);
-    let expected = &pattern[phase..phase + length];
-    if read[..length] == *expected {
-        return None;
-    }
-    let first = read
-        .iter()
-        .zip(expected)
-        .position(|(a, b)| a != b)
-        .unwrap_or(0);
-    Some(offset + first as u64)
 }
 
 fn is_idle(error: &io::Error) -> bool {
@@ -424,6 +401,10 @@ const RECEIVE_LOW_WATER: usize = 256 * 1024;
 
 /// The longest handshake round trip at which a receiver sets [`RECEIVE_LOW_WATER`].
 const LOW_WATER_MAX_RTT_US: u32 = 1000;
+
+/// The most application bytes a TLS flow among many seals per write: two records, so
+/// thousands of flows with full sockets hold tens, not hundreds, of megabytes.
+const MANY_FLOWS_WRITE_LIMIT: usize = 32 * 1024;
 
 /// How long an idle event loop sleeps at most before it looks for an early end.
 const END_CHECK: Duration = Duration::from_millis(20);

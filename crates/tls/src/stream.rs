@@ -23,9 +23,10 @@ pub struct TlsFacts {
     pub ktls: bool,
 }
 
-/// Ciphertext read from the socket per call, when the caller does not say: large reads
-/// wake the reader less often; rustls takes 4 KiB at a time from this buffer.
-pub const DEFAULT_INBOX: usize = 64 * 1024;
+/// Ciphertext read from the socket per call, when the caller does not say: one full
+/// record (16 KiB, its header and tag), so a connection among thousands holds little;
+/// rustls takes 4 KiB at a time from this buffer. A lone fast flow is given more.
+pub const DEFAULT_INBOX: usize = 16 * 1024 + 256 + 5;
 
 /// A TLS session over `S` after its handshake.
 pub struct TlsStream<S> {
