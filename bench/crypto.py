@@ -50,6 +50,19 @@ def linerate(seconds, cipher, mode):
     return doc["summary"]["receiver_bps"], server_cpu, client_cpu
 
 
+def rr(seconds, tls):
+    """One linerate rr run, 1-byte messages: transactions per second and median round
+    trip in microseconds."""
+    port = free_port()
+    server = [LINERATE, "serve", "--listen", "127.0.0.1", "-p", str(port), "-q", "--no-store"]
+    client = [LINERATE, "rr", "127.0.0.1", "-p", str(port), "-t", str(seconds), "--json", "--no-store"]
+    if tls:
+        client.append("--tls")
+    out, _, _, _ = run_sides(server, client)
+    summary = json.loads(out)["summary"]
+    return summary["transactions_per_s"], summary["latency_us"]["p50"]
+
+
 class Nginx:
     """A scratch nginx configuration serving one file from /dev/shm over TLS 1.3."""
 
@@ -177,6 +190,21 @@ def main():
     ratio("linerate tls", "linerate plain", "what TLS costs")
     ratio("linerate ktls", "linerate tls", "target: CPU per Gbit <= 1x")
     ratio("linerate quic", "linerate tls", "target: goodput >= 0.5x")
+
+    # Request/response through TLS records: the round trip's price.
+    trips = {False: [], True: []}
+    for run in range(args.runs):
+        for tls in (False, True):
+            try:
+                trips[tls].append(rr(args.time, tls))
+            except Exception as error:
+                print(f"  rr{' --tls' if tls else ''}: run {run + 1} failed: {error}", file=sys.stderr)
+    if trips[False] and trips[True]:
+        print("TCP_RR, 1-byte messages, 1 flow (median of the runs):")
+        for tls in (False, True):
+            tps = statistics.median(t[0] for t in trips[tls])
+            p50 = statistics.median(t[1] for t in trips[tls])
+            print(f"  {'linerate rr --tls' if tls else 'linerate rr':18s} {tps:10.0f} transactions/s, p50 {p50:6.1f} us")
 
 
 if __name__ == "__main__":

@@ -90,6 +90,19 @@ fn rr_over_tls_times_transactions_through_records() {
     assert!(num(&doc, "/summary/transactions") > 100.0);
     assert_eq!(doc["summary"]["crypto"]["suite"], "TLS_AES_256_GCM_SHA384");
     assert!(doc["flows"][0]["error"].is_null());
+    // Each transaction seals and opens a record on each end: some time, well under the
+    // round trip it is part of.
+    let round_trip = num(&doc, "/summary/latency_us/mean");
+    for side in ["local", "remote"] {
+        let sealing = num(
+            &doc,
+            &format!("/summary/crypto/crypto_us_per_transaction/{side}"),
+        );
+        assert!(
+            sealing > 0.0 && sealing < round_trip,
+            "{side}: {sealing} us of {round_trip}"
+        );
+    }
 }
 
 #[test]

@@ -28,6 +28,10 @@ pub struct CryptoSummary {
     /// `--baseline`: the same test plain over TCP, run just before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<Baseline>,
+    /// Request/response tests: microseconds spent sealing and opening records per
+    /// transaction, on each end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crypto_us_per_transaction: Option<PerSide<Option<f64>>>,
 }
 
 /// The plain run `--baseline` compares with.
@@ -92,7 +96,27 @@ pub fn summarize(
             remote: crypto(remote),
         },
         baseline: None,
+        crypto_us_per_transaction: None,
     })
+}
+
+/// Microseconds each end spent sealing and opening records per transaction.
+pub fn per_transaction(
+    local: &SideResult,
+    remote: &SideResult,
+    transactions: u64,
+) -> PerSide<Option<f64>> {
+    let per = |side: &SideResult| {
+        side.crypto
+            .as_ref()
+            .and_then(|c| c.crypto_cpu_s)
+            .filter(|_| transactions > 0)
+            .map(|s| s / transactions as f64 * 1e6)
+    };
+    PerSide {
+        local: per(local),
+        remote: per(remote),
+    }
 }
 
 impl CryptoSummary {

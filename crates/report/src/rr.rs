@@ -71,6 +71,13 @@ pub(crate) fn assemble(
         .collect();
     let mut summary = summarize(&config, &flows, &local, &remote);
     summary.crypto = crate::crypto::summarize(&local, &remote, &summary);
+    if let (Some(crypto), Some(rr)) = (summary.crypto.as_mut(), summary.rr.as_ref()) {
+        crypto.crypto_us_per_transaction = Some(crate::crypto::per_transaction(
+            &local,
+            &remote,
+            rr.transactions,
+        ));
+    }
     let mut warnings = side_warnings(&local, &remote);
     if let Some(rr) = &summary.rr {
         warnings.extend(shortfalls(&config, rr));
@@ -363,9 +370,21 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
     }
     if let Some(crypto) = &report.summary.crypto {
         // Per transaction, not per Gbit: a transaction's records are small.
+        let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+        let sealing = crypto
+            .crypto_us_per_transaction
+            .as_ref()
+            .map(|p| {
+                format!(
+                    "; sealing and opening records client {} us, server {} us per transaction",
+                    show(p.local),
+                    show(p.remote)
+                )
+            })
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "Crypto: {}, handshake {:.2} ms (longest {:.2})",
+            "Crypto: {}, handshake {:.2} ms (longest {:.2}){sealing}",
             crypto.name(),
             crypto.handshake_ms,
             crypto.handshake_max_ms
