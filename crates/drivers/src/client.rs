@@ -36,6 +36,8 @@ pub enum ClientError {
     },
     #[error("data connection {flow}: {reason}")]
     Tls { flow: u32, reason: String },
+    #[error("QUIC: {0}")]
+    Quic(String),
     #[error(transparent)]
     Session(#[from] SessionError),
     #[error("the test was interrupted")]

@@ -223,7 +223,7 @@ pub fn open_quic(
         timeout: Duration::from_secs_f64(config.connect_timeout_s).max(HANDSHAKE_TIMEOUT),
     };
     linerate_engine::quic::QuicSide::connect(server, tls, server_name(config), plan)
-        .map_err(|reason| ClientError::Tls { flow: 0, reason })
+        .map_err(ClientError::Quic)
 }
 
 /// The certificate this process presents on the `ssl` connections of profile runs it

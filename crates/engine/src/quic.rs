@@ -490,6 +490,15 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
                 stream.send,
                 pattern.clone(),
                 plan.length,
+                // `-b`: the same token bucket as a TCP flow's, credit for a few
+                // milliseconds or one write.
+                plan.rate_bps.map(|rate| {
+                    crate::pacer::Pacer::new(
+                        plan.start,
+                        rate,
+                        (rate / 8 / 200).max(plan.length as u64),
+                    )
+                }),
                 bytes,
                 ended.clone(),
             )),
@@ -575,7 +584,10 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
         outcome.congestion = congestion.clone();
         let rtt = connections[connection].0.rtt();
         outcome.info.rtt_us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
-        outcome.info.pmtu = u32::from(connections[connection].0.stats().path.current_mtu);
+        // The UDP payload QUIC's packets use on the path (what `mss` is for TCP).
+        let mtu = u32::from(connections[connection].0.stats().path.current_mtu);
+        outcome.info.pmtu = mtu;
+        outcome.info.snd_mss = mtu;
         outcome.tls = Some(TlsFacts {
             cipher,
             handshake: connections[connection].1,
@@ -590,11 +602,20 @@ async fn send_flow(
     mut send: quinn::SendStream,
     pattern: Bytes,
     length: usize,
+    mut pacer: Option<crate::pacer::Pacer>,
     bytes: Arc<AtomicU64>,
     ended: Arc<AtomicBool>,
 ) -> Result<(), String> {
     let mut sent: u64 = 0;
     while !ended.load(Ordering::Relaxed) {
+        if let Some(wait) = pacer.as_mut().and_then(|p| p.delay(Instant::now())) {
+            // Short waits, so the end is noticed within a few milliseconds.
+            tokio::time::sleep(wait.min(Duration::from_millis(5))).await;
+            continue;
+        }
+        if let Some(pacer) = pacer.as_mut() {
+            pacer.charge(length);
+        }
         let phase = (sent % PATTERN_PERIOD as u64) as usize;
         send.write_chunk(pattern.slice(phase..phase + length))
             .await

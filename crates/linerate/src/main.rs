@@ -470,7 +470,11 @@ fn within_bounds(config: &TestConfig) -> Result<(), String> {
 }
 
 /// Flags that mean something only for an encrypted test, given without one.
-fn check_secure_flags(secure: &TlsArgs, quic: bool, baseline: bool) -> Result<(), Failure> {
+pub(crate) fn check_secure_flags(
+    secure: &TlsArgs,
+    quic: bool,
+    baseline: bool,
+) -> Result<(), Failure> {
     if secure.tls || quic {
         return Ok(());
     }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const SETUP_ESTIMATE_S: f64 = 1.0;
 
 pub fn run(args: &SweepArgs, storage: &Storage) -> Outcome {
+    crate::check_secure_flags(&args.secure, false, false)?;
     let axes = match axes(args) {
         Ok(axes) => axes,
         Err(message) => return Err(Failure::Usage(message).into()),

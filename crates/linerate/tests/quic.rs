@@ -142,3 +142,21 @@ fn the_wire_carries_the_counted_bytes_plus_quic_overhead() {
         "UDP payload / stream bytes = {ratio:.4}: QUIC's overhead is a few percent"
     );
 }
+
+#[test]
+fn a_paced_quic_stream_keeps_to_its_rate() {
+    let out = linerate(&["stream", "--quic", "-b", "100M", "-t", "2", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    let achieved = num(&doc, "/summary/pacing/achieved_pct");
+    assert!(
+        (97.0..103.0).contains(&achieved),
+        "achieved {achieved} % of 100 Mbit/s"
+    );
+    // The receiver got what the pacer let out.
+    let received = num(&doc, "/summary/receiver_bps");
+    assert!(
+        (received / 1e8 - 1.0).abs() < 0.05,
+        "received {received} bit/s"
+    );
+}
