@@ -16,11 +16,14 @@ Examples:
   linerate stream server1 -u --pps 100k -l 64  100,000 64-byte datagrams per second
   linerate stream server1 -u -b 0 -l 64 --gso --gro   as many 64-byte datagrams as offload allows
   linerate stream server1 -u -l 1400 --find-max        the highest rate with loss <= 0.1%
+  linerate stream server1 --tls --baseline    TLS 1.3 beside plain TCP: what encryption costs per Gbit
+  linerate stream server1 --quic -P 4 -C bbr  four QUIC streams on one connection
   linerate rr                          request/response round trips over loopback
   linerate rr server1 -P 4 --outstanding 8    4 flows, 8 transactions in flight each
   linerate rr server1 --rate 10k       open loop: 10,000 transactions/s, no coordinated omission
   linerate rr server1 --udp --request 64 --response 1k
   linerate rr server1 --load 4         latency beside 4 bulk TCP flows
+  linerate rr server1 --tls            round trips through TLS records
   linerate crr server1 -P 4            connect/request/response/close rate and connect latency
   linerate stream server1 --confidence 99,5   repeat until the 99% interval is within ±5%
   linerate sweep server1 --parallel 8,32,1000 --window 256k,32k   one row per point
@@ -35,6 +38,7 @@ Examples:
   linerate rr server1 -P 8 --outstanding 4 --json > rr.json
   linerate rr server1 --rate 20k -t 10 open loop, latency timed from each request's due time
   linerate rr server1 --udp --request 100 --response 1400
+  linerate rr server1 --tls --cipher chacha20-poly1305   latency through TLS records
   linerate rr server1 --load 2 --cpu 1 2 bulk flows beside, requester pinned to CPU 1
 Latency figures are round-trip times (request handed over, or due, to the whole answer).";
 
@@ -72,7 +76,7 @@ pub struct Cli {
 pub enum Command {
     /// Serve tests from linerate clients (many at once, each isolated)
     #[command(
-        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv"
+        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv\n  linerate serve --cert cert.pem --cert-key key.pem --require-tls"
     )]
     Serve(ServeArgs),
     /// Measure TCP throughput to a server, or of this machine over loopback

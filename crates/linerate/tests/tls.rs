@@ -39,6 +39,7 @@ fn a_tls_stream_counts_every_plaintext_byte_and_states_the_crypto_cost() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc = json(&out);
     assert_all_decrypted(&doc);
+    assert_eq!(doc["test"], "tls_stream");
     assert_eq!(doc["config"]["tls"]["cipher"], "aes128-gcm");
     let crypto = &doc["summary"]["crypto"];
     assert_eq!(crypto["protocol"], "tls");

@@ -161,14 +161,20 @@ impl TestConfig {
         }
     }
 
-    /// The test's name in results: "tcp_stream", "udp_stream", "tcp_rr", "udp_rr", "tcp_crr".
+    /// The test's name in results: "tcp_stream", "udp_stream", "tcp_rr", "udp_rr", "tcp_crr",
+    /// "tls_stream", "tls_rr", "quic_stream".
     pub fn test_name(&self) -> String {
         let kind = match self.workload {
             Workload::Stream => "stream",
             Workload::Rr => "rr",
             Workload::Crr => "crr",
         };
-        format!("{}_{kind}", self.protocol)
+        // TCP through TLS is told apart in results and history: "tls_stream", "tls_rr".
+        let protocol = match (&self.tls, self.protocol.as_str()) {
+            (Some(_), "tcp") => "tls",
+            (_, protocol) => protocol,
+        };
+        format!("{protocol}_{kind}")
     }
 
     /// One line for logs and banners: "TCP, 4 flows, client sends, 10 s, 128K writes".

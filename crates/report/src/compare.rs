@@ -30,6 +30,7 @@ pub enum Unit {
     Milliseconds,
     Count,
     MicrosecondsPerKb,
+    SecondsPerGbit,
 }
 
 impl Unit {
@@ -42,6 +43,7 @@ impl Unit {
             Unit::Milliseconds => format!("{value:.3} ms"),
             Unit::Count => format!("{value:.0}"),
             Unit::MicrosecondsPerKb => format!("{value:.3} µs/KB"),
+            Unit::SecondsPerGbit => format!("{value:.4} CPU s/Gbit"),
         }
     }
 }
@@ -168,6 +170,14 @@ pub fn metrics(config: &crate::model::TestConfig) -> Vec<Metric> {
                 unit: Unit::MicrosecondsPerKb,
                 higher_is_better: false,
                 get: |s| Some(s.service_demand_us_per_kb.remote),
+            },
+            // Both ends' test threads per Gbit: what a TLS run and a plain one differ by.
+            Metric {
+                key: "cpu_s_per_gbit",
+                label: "CPU per Gbit, both ends",
+                unit: Unit::SecondsPerGbit,
+                higher_is_better: false,
+                get: |s| Some(crate::crypto::cpu_per_gbit(s).1),
             },
         ]);
     }
