@@ -10,8 +10,8 @@
 //! so its CPU time is the side's; samples are taken there, on the same schedule as every
 //! other worker's.
 //!
-//! The crypto's share: quinn's packet keys are wrapped so sealing and opening each
-//! 1-RTT packet is timed, as the TLS stream times its records.
+//! The crypto's share: quinn's packet keys are wrapped so sealing and opening packets is
+//! timed in the thread's CPU time, sampled as the TLS stream samples its records.
 
 use crate::flow::{
     send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, Sample, WorkerPlan, PATTERN_PERIOD,
@@ -697,7 +697,6 @@ mod timing {
     use std::any::Any;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
-    use std::time::Instant;
 
     pub(super) struct Server {
         pub(super) inner: Arc<dyn crypto::ServerConfig>,
@@ -817,6 +816,7 @@ mod timing {
                 Box::new(Timed {
                     inner: key,
                     spent: self.spent.clone(),
+                    calls: AtomicU64::new(0),
                 })
             };
             KeyPair {
@@ -826,23 +826,31 @@ mod timing {
         }
     }
 
+    /// One packet in this many that are sealed or opened is timed (linerate-tls's `cost`):
+    /// packets are ten times as many as TLS records for the same bytes.
+    const SAMPLE_EVERY: u64 = 32;
+
     struct Timed {
         inner: Box<dyn PacketKey>,
         spent: Arc<AtomicU64>,
+        calls: AtomicU64,
     }
 
     impl Timed {
-        fn charge(&self, began: Instant) {
-            let spent = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            self.spent.fetch_add(spent, Ordering::Relaxed);
+        fn timed<R>(&self, work: impl FnOnce() -> R) -> R {
+            let call = self.calls.fetch_add(1, Ordering::Relaxed);
+            let (result, spent) = linerate_tls::cost::sampled(call, SAMPLE_EVERY, work);
+            if let Some(spent) = spent {
+                let nanos = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+                self.spent.fetch_add(nanos, Ordering::Relaxed);
+            }
+            result
         }
     }
 
     impl PacketKey for Timed {
         fn encrypt(&self, packet: u64, buf: &mut [u8], header_len: usize) {
-            let began = Instant::now();
-            self.inner.encrypt(packet, buf, header_len);
-            self.charge(began);
+            self.timed(|| self.inner.encrypt(packet, buf, header_len));
         }
         fn decrypt(
             &self,
@@ -850,10 +858,7 @@ mod timing {
             header: &[u8],
             payload: &mut bytes::BytesMut,
         ) -> Result<(), CryptoError> {
-            let began = Instant::now();
-            let result = self.inner.decrypt(packet, header, payload);
-            self.charge(began);
-            result
+            self.timed(|| self.inner.decrypt(packet, header, payload))
         }
         fn tag_len(&self) -> usize {
             self.inner.tag_len()

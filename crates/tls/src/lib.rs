@@ -11,6 +11,7 @@
 //! rustls with its `ring` provider: no C toolchain beyond what `ring` builds, TLS 1.3
 //! only, and secret extraction for kTLS.
 
+pub mod cost;
 pub mod identity;
 pub mod ktls;
 pub mod stream;

@@ -1,11 +1,9 @@
 //! A TLS connection over any byte stream, for the data plane: application bytes in and
 //! out, records through the socket, and the time spent encrypting and decrypting.
 //!
-//! The crypto's time is taken with the monotonic clock around the two calls that do it
-//! (rustls' `writer().write`, which seals records, and `process_new_packets`, which opens
-//! them). Neither blocks or makes a system call, so the time is the thread's CPU time in
-//! the cipher and record layer, short of preemption; a thread CPU clock would cost a system
-//! call per record, several percent of a core at 10 Gbit/s.
+//! The crypto's time is the thread's CPU time in the two calls that do it (rustls'
+//! `writer().write`, which seals records, and `process_new_packets`, which opens them),
+//! sampled one call in [`SAMPLE_EVERY`] (`crate::cost`).
 
 use crate::{verify, Cipher, TlsError};
 use rustls::pki_types::ServerName;
@@ -26,6 +24,9 @@ pub struct TlsFacts {
 /// Ciphertext read from the socket per call, when the caller does not say: one full
 /// record (16 KiB, its header and tag), so a connection among thousands holds little;
 /// rustls takes 4 KiB at a time from this buffer. A lone fast flow is given more.
+/// One call in this many that seal or open records is timed (`crate::cost`).
+pub const SAMPLE_EVERY: u64 = 8;
+
 pub const DEFAULT_INBOX: usize = 16 * 1024 + 256 + 5;
 
 /// A TLS session over `S` after its handshake.
@@ -36,6 +37,8 @@ pub struct TlsStream<S> {
     start: usize,
     end: usize,
     crypto: Duration,
+    /// Calls that sealed or opened records so far (which of them to time).
+    crypto_calls: u64,
     facts: TlsFacts,
     /// What the user should know of how this connection runs (kTLS refused).
     note: Option<String>,
@@ -95,6 +98,7 @@ impl<S: Read + Write> TlsStream<S> {
             start: 0,
             end: pending,
             crypto: self.crypto,
+            crypto_calls: self.crypto_calls,
             facts: self.facts,
             note: self.note,
         }
@@ -131,9 +135,12 @@ impl<S: Read + Write> TlsStream<S> {
     }
 
     fn open_records(&mut self) -> io::Result<()> {
-        let began = Instant::now();
-        let result = self.conn.process_new_packets();
-        self.crypto += began.elapsed();
+        let conn = &mut self.conn;
+        let (result, spent) = crate::cost::sampled(self.crypto_calls, SAMPLE_EVERY, || {
+            conn.process_new_packets()
+        });
+        self.crypto_calls += 1;
+        self.crypto += spent.unwrap_or_default();
         result.map(|_| ()).map_err(|e| {
             // The alert that says why goes out if it can.
             let _ = self.conn.write_tls(&mut self.socket);
@@ -146,9 +153,12 @@ impl<S: Read + Write> TlsStream<S> {
     /// `WouldBlock`/`TimedOut` means none of `data` was taken.
     pub fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         self.send_records()?;
-        let began = Instant::now();
-        let taken = self.conn.writer().write(data);
-        self.crypto += began.elapsed();
+        let conn = &mut self.conn;
+        let (taken, spent) = crate::cost::sampled(self.crypto_calls, SAMPLE_EVERY, || {
+            conn.writer().write(data)
+        });
+        self.crypto_calls += 1;
+        self.crypto += spent.unwrap_or_default();
         let taken = taken?;
         match self.send_records() {
             Err(e) if !is_idle(&e) => Err(e),
@@ -250,6 +260,7 @@ fn established(
         start: 0,
         end: 0,
         crypto: Duration::ZERO,
+        crypto_calls: 0,
         note: None,
         facts: TlsFacts {
             cipher,
