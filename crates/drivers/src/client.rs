@@ -366,6 +366,7 @@ impl<'a> ClientTest<'a> {
         let specs = flow_specs(config, sockets);
         let pin: &[usize] = config.rr.as_ref().map_or(&[], |rr| &rr.cpus);
         let setup = PlaneSetup {
+            peer_lead: Duration::ZERO,
             threads: config.threads as usize,
             drain: self.options.drain,
             udp_framing: self.udp_tag,

@@ -172,6 +172,7 @@ pub fn run(
                         .map(|(i, socket)| FlowSpec::new(&config, i as u32, Side::Client, socket))
                         .collect();
                     let setup = PlaneSetup {
+                        peer_lead: Duration::ZERO,
                         threads: config.threads as usize,
                         drain: DRAIN,
                         udp_framing: (params.transport == Transport::Udp).then_some(

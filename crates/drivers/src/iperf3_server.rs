@@ -438,6 +438,7 @@ fn start(
 ) {
     let config = test.config.as_ref().expect("accepted");
     let setup = PlaneSetup {
+        peer_lead: Duration::ZERO,
         threads: shared.config.threads.unwrap_or(config.threads as usize),
         drain: DRAIN,
         udp_framing,

@@ -37,6 +37,9 @@ struct TestState {
     /// QUIC tests: this side's QUIC thread, and whether its streams were reported ready.
     quic: Option<(Arc<linerate_engine::quic::QuicSide>, bool)>,
     plane: Option<DataPlane>,
+    /// When the server said the flows were ready: the client starts its clock after
+    /// hearing it, so the client's lead over this side is at most the time since.
+    ready_at: Option<Instant>,
     counted: bool,
     /// The test's share of its address's rate (`--max-rate-per-ip`).
     rate_share: Option<RateShare>,
@@ -91,6 +94,7 @@ pub(crate) fn serve_test(
         crr_listener: None,
         quic: None,
         plane: None,
+        ready_at: None,
         counted: false,
         rate_share: None,
     };
@@ -131,6 +135,7 @@ pub(crate) fn serve_test(
             if !state.flows.is_empty() && state.flows.iter().all(Option::is_some) {
                 unregister(shared, &mut state);
                 session.flows_ready(Instant::now());
+                state.ready_at.get_or_insert_with(Instant::now);
             }
         }
         if !state.udp.is_empty()
@@ -138,26 +143,31 @@ pub(crate) fn serve_test(
             && take_udp_hellos(shared, id, peer, &mut state)
         {
             session.flows_ready(Instant::now());
+            state.ready_at.get_or_insert_with(Instant::now);
         }
-        if let Some((side, reported)) = state.quic.as_mut() {
-            if !*reported {
-                match side.poll_ready() {
-                    Some(Ok(())) => {
-                        *reported = true;
-                        session.flows_ready(Instant::now());
-                    }
-                    Some(Err(why)) => {
-                        *reported = true;
-                        shared.refused(peer, &format!("test {id}: {why}"));
-                        session.abort(why);
-                    }
-                    None => {}
-                }
+        let quic_ready = match state.quic.as_mut() {
+            Some((side, reported)) if !*reported => {
+                let ready = side.poll_ready();
+                *reported = ready.is_some();
+                ready
             }
+            _ => None,
+        };
+        match quic_ready {
+            Some(Ok(())) => {
+                session.flows_ready(Instant::now());
+                state.ready_at.get_or_insert_with(Instant::now);
+            }
+            Some(Err(why)) => {
+                shared.refused(peer, &format!("test {id}: {why}"));
+                session.abort(why);
+            }
+            None => {}
         }
         if state.crr_listener.is_some() {
             // crr connections come one per transaction once the test runs; nothing to wait for.
             session.flows_ready(Instant::now());
+            state.ready_at.get_or_insert_with(Instant::now);
         }
         if state.plane.as_ref().is_some_and(DataPlane::is_finished) {
             let plane = state.plane.take().expect("checked");
@@ -489,6 +499,7 @@ fn start_plane(
         }),
         pin_cpus: Vec::new(),
         budget: None,
+        peer_lead: state.ready_at.map_or(Duration::ZERO, |at| at.elapsed()),
     };
     state.plane = Some(DataPlane::start(Instant::now(), &config, specs, setup)?);
     Ok(())

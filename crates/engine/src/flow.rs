@@ -237,6 +237,8 @@ pub struct WorkerPlan {
     pub end: Arc<EndSignal>,
     /// Flows of this role stop after moving this many bytes each.
     pub budget: Option<(Role, u64)>,
+    /// The most the peer's schedule may lead this side's (`PlaneSetup::peer_lead`).
+    pub peer_lead: Duration,
 }
 
 impl WorkerPlan {
@@ -264,6 +266,7 @@ impl WorkerPlan {
             cpu: None,
             end: EndSignal::new(0),
             budget: None,
+            peer_lead: Duration::ZERO,
             observe: false,
             window: None,
         }
@@ -273,9 +276,10 @@ impl WorkerPlan {
     /// How much earlier than this side's end a peer's close still counts as its normal
     /// end: the two ends start their schedules one control-path delay apart, and on a
     /// loaded machine a side's start can lag by tens of milliseconds. A twentieth of the
-    /// test, at least 50 ms and at most 1 s.
+    /// test, at least 50 ms and at most 1 s, plus the most the peer's start may lead this
+    /// side's where this side knows it (a server: since it said the flows were ready).
     pub(crate) fn early_close_tolerance(&self, test_end: Duration) -> Duration {
-        (test_end / 20).clamp(Duration::from_millis(50), Duration::from_secs(1))
+        (test_end / 20).clamp(Duration::from_millis(50), Duration::from_secs(1)) + self.peer_lead
     }
 
     pub(crate) fn end_index(&self) -> usize {

@@ -43,6 +43,10 @@ pub struct PlaneSetup {
     /// Flows of this role stop after moving this many bytes each, and the test ends when
     /// all of them have (iperf3's `-n` and `-k`).
     pub budget: Option<(Role, u64)>,
+    /// The most the peer's clock may lead this side's (a server: the time from telling
+    /// the client its flows were ready to starting here); added to the tolerance for a
+    /// peer's close that comes before this side's end.
+    pub peer_lead: Duration,
 }
 
 /// The nominal timeline of a test, relative to its start.
@@ -166,6 +170,7 @@ impl DataPlane {
             udp_framing,
             pin_cpus,
             budget,
+            peer_lead,
         } = setup;
         let budgeted = budget.map_or(0, |(role, _)| {
             flows.iter().filter(|f| f.role == role).count()
@@ -209,6 +214,7 @@ impl DataPlane {
                 cpu: (!pin_cpus.is_empty()).then(|| pin_cpus[index % pin_cpus.len()]),
                 end: end.clone(),
                 budget,
+                peer_lead,
                 observe: config.observe,
                 window: config.window,
             };
