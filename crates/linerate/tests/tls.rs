@@ -307,3 +307,37 @@ fn the_wire_carries_the_counted_plaintext_plus_the_record_overhead() {
         "TCP payload / plaintext = {ratio:.5}, expected TLS 1.3's record overhead (about 1.0013)"
     );
 }
+
+/// A server that vanishes mid-test leaves a TLS sender with a reset connection: the client
+/// reports the failure (exit 1) and is not ended by a signal. (That records written to a
+/// closed peer raise no SIGPIPE is linerate-tls's `sigpipe` test, which dies without it.)
+#[test]
+fn a_server_gone_mid_test_is_a_failed_flow_not_a_signal() {
+    let mut server = ServeProcess::start(&[]);
+    let client = command()
+        .args([
+            "stream",
+            "127.0.0.1",
+            "-p",
+            &server.port.to_string(),
+            "--tls",
+            "-t",
+            "5",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start linerate stream");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let out = client.wait_with_output().expect("linerate stream ends");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        None,
+        "killed by a signal: {:?}",
+        out.status
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+}

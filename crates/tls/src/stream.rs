@@ -7,8 +7,9 @@
 
 use crate::{verify, Cipher, TlsError};
 use rustls::pki_types::ServerName;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,7 +60,33 @@ fn is_idle(error: &io::Error) -> bool {
     )
 }
 
-impl<S: Read + Write> TlsStream<S> {
+/// The socket as rustls reads and writes it: sends carry MSG_NOSIGNAL, so a peer that has
+/// gone gives EPIPE rather than a SIGPIPE that ends the process (rustls writes records
+/// with `write_vectored`, which for a std or mio stream is `writev`, which has no flag;
+/// the binary keeps SIGPIPE's default so that `| head` ends it quietly).
+struct NoSignal<'a, S>(&'a mut S);
+
+impl<S: Read> Read for NoSignal<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<S: AsFd> Write for NoSignal<'_, S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        socket2::SockRef::from(&*self.0).send_with_flags(buf, libc::MSG_NOSIGNAL)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        socket2::SockRef::from(&*self.0).send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<S: Read + Write + AsFd> TlsStream<S> {
     pub fn facts(&self) -> TlsFacts {
         self.facts
     }
@@ -143,7 +170,7 @@ impl<S: Read + Write> TlsStream<S> {
         self.crypto += spent.unwrap_or_default();
         result.map(|_| ()).map_err(|e| {
             // The alert that says why goes out if it can.
-            let _ = self.conn.write_tls(&mut self.socket);
+            let _ = self.conn.write_tls(&mut NoSignal(&mut self.socket));
             io::Error::new(io::ErrorKind::InvalidData, verify::describe(&e))
         })
     }
@@ -169,7 +196,7 @@ impl<S: Read + Write> TlsStream<S> {
     /// Sends sealed records until none is left or the socket is full.
     pub fn send_records(&mut self) -> io::Result<()> {
         while self.conn.wants_write() {
-            if self.conn.write_tls(&mut self.socket)? == 0 {
+            if self.conn.write_tls(&mut NoSignal(&mut self.socket))? == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
         }
@@ -214,7 +241,7 @@ fn handshake(
             .set_read_timeout(Some(left))
             .and_then(|()| socket.set_write_timeout(Some(left)))
             .map_err(|e| fail(e.to_string()))?;
-        if let Err(e) = conn.complete_io(socket) {
+        if let Err(e) = conn.complete_io(&mut NoSignal(socket)) {
             if let Some(tls) = e
                 .get_ref()
                 .and_then(|inner| inner.downcast_ref::<rustls::Error>())
