@@ -85,8 +85,9 @@ class CpuGroup:
         return int(text) * self.scale
 
     def remove(self):
-        """Removes the group once its processes are gone (they are, after communicate)."""
-        for _ in range(50):
+        """Removes the group once its processes are gone: they are after communicate, but a
+        server's workers may take a moment longer to exit (nginx's after its master)."""
+        for _ in range(500):
             try:
                 os.rmdir(self.path)
                 return
