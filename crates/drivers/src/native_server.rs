@@ -421,20 +421,7 @@ fn open_quic(
 ) -> io::Result<u16> {
     let socket = UdpSocket::bind(SocketAddr::new(state.local_ip, 0))?;
     let port = socket.local_addr()?.port();
-    let cipher = config
-        .tls
-        .as_ref()
-        .and_then(|t| t.cipher.parse().ok())
-        .unwrap_or_default();
-    let plan = linerate_engine::quic::QuicPlan {
-        token,
-        flows: config.connections(),
-        connection_per_flow: config.quic.as_ref().is_some_and(|q| q.connection_per_flow),
-        congestion: config.congestion.clone().unwrap_or_else(|| "cubic".into()),
-        window: config.window,
-        cipher,
-        timeout: shared.config.timeouts.flows,
-    };
+    let plan = linerate_engine::quic::QuicPlan::of(config, token, shared.config.timeouts.flows);
     let side = linerate_engine::quic::QuicSide::serve(socket, tls.config.clone(), peer.ip(), plan)?;
     state.quic = Some((Arc::new(side), false));
     Ok(port)

@@ -143,15 +143,7 @@ impl ClientTls {
             return Ok(None);
         };
         let cipher: Cipher = settings.cipher.parse().map_err(TlsError::Identity)?;
-        let trust = match (ca, fingerprint) {
-            (Some(ca), _) => Trust::from_ca_file(ca)?,
-            (None, Some(fingerprint)) => Trust::Pinned(fingerprint.to_string()),
-            (None, None) => {
-                return Err(TlsError::Handshake(
-                    "the server announced no certificate to trust".into(),
-                ))
-            }
-        };
+        let trust = trust(fingerprint, ca)?;
         Ok(Some(ClientTls {
             config: linerate_tls::client_config(cipher, &trust)?,
             name: name.to_string(),
@@ -170,6 +162,18 @@ impl ClientTls {
         )
         .map_err(|e| e.to_string())?;
         finish(tls, self.ktls)
+    }
+}
+
+/// What a client trusts: certificates that chain to `ca` and name the server, or else the
+/// one whose fingerprint the server announced.
+fn trust(fingerprint: Option<&str>, ca: Option<&std::path::Path>) -> Result<Trust, TlsError> {
+    match (ca, fingerprint) {
+        (Some(ca), _) => Trust::from_ca_file(ca),
+        (None, Some(fingerprint)) => Ok(Trust::Pinned(fingerprint.to_string())),
+        (None, None) => Err(TlsError::Handshake(
+            "the server announced no certificate to trust".into(),
+        )),
     }
 }
 
@@ -202,26 +206,11 @@ pub fn open_quic(
         .as_ref()
         .ok_or_else(|| ClientError::Config("a QUIC test without TLS settings".into()))?;
     let cipher: Cipher = settings.cipher.parse().map_err(ClientError::Config)?;
-    let trust = match (ca, fingerprint) {
-        (Some(ca), _) => Trust::from_ca_file(ca).map_err(|e| ClientError::Config(e.to_string()))?,
-        (None, Some(fingerprint)) => Trust::Pinned(fingerprint.to_string()),
-        (None, None) => {
-            return Err(ClientError::Config(
-                "the server announced no certificate to trust".into(),
-            ))
-        }
-    };
+    let trust = trust(fingerprint, ca).map_err(|e| ClientError::Config(e.to_string()))?;
     let tls = linerate_tls::quic_client_config(cipher, &trust)
         .map_err(|e| ClientError::Config(e.to_string()))?;
-    let plan = linerate_engine::quic::QuicPlan {
-        token,
-        flows: config.connections(),
-        connection_per_flow: config.quic.as_ref().is_some_and(|q| q.connection_per_flow),
-        congestion: config.congestion.clone().unwrap_or_else(|| "cubic".into()),
-        window: config.window,
-        cipher,
-        timeout: Duration::from_secs_f64(config.connect_timeout_s).max(HANDSHAKE_TIMEOUT),
-    };
+    let timeout = Duration::from_secs_f64(config.connect_timeout_s).max(HANDSHAKE_TIMEOUT);
+    let plan = linerate_engine::quic::QuicPlan::of(config, token, timeout);
     linerate_engine::quic::QuicSide::connect(server, tls, server_name(config), plan)
         .map_err(ClientError::Quic)
 }

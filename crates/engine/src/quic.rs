@@ -49,6 +49,25 @@ pub struct QuicPlan {
     pub timeout: Duration,
 }
 
+impl QuicPlan {
+    /// The plan `config` asks for, for the test with `token`, set up within `timeout`.
+    pub fn of(config: &linerate_model::TestConfig, token: Token, timeout: Duration) -> QuicPlan {
+        QuicPlan {
+            token,
+            flows: config.connections(),
+            connection_per_flow: config.quic.as_ref().is_some_and(|q| q.connection_per_flow),
+            congestion: config.congestion.clone().unwrap_or_else(|| "cubic".into()),
+            window: config.window,
+            cipher: config
+                .tls
+                .as_ref()
+                .and_then(|t| t.cipher.parse().ok())
+                .unwrap_or_default(),
+            timeout,
+        }
+    }
+}
+
 /// UDP socket buffers when `-w` is not given: a burst of datagrams at 10 Gbit/s for a few
 /// milliseconds (the kernel caps it at rmem_max/wmem_max).
 const SOCKET_BUFFER: usize = 8 << 20;
@@ -58,7 +77,8 @@ const CONNECTION_WINDOW: u32 = 128 << 20;
 
 /// One side of a QUIC test: its driving thread, and the way to start its measurement.
 pub struct QuicSide {
-    go: tokio::sync::mpsc::UnboundedSender<Go>,
+    /// Taken on drop: the driver sees its channel close and ends.
+    go: Option<tokio::sync::mpsc::UnboundedSender<Go>>,
     ready: Mutex<Receiver<Result<(), String>>>,
     outcomes: Mutex<Receiver<io::Result<Vec<FlowOutcome>>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -73,8 +93,7 @@ impl std::fmt::Debug for QuicSide {
 impl Drop for QuicSide {
     fn drop(&mut self) {
         // The driver ends when its channel closes (a test that never started).
-        let (closed, _) = tokio::sync::mpsc::unbounded_channel();
-        self.go = closed;
+        self.go = None;
         if let Some(thread) = self.thread.lock().map(|mut t| t.take()).ok().flatten() {
             let _ = thread.join();
         }
@@ -176,31 +195,23 @@ impl QuicSide {
         });
         let mut server = quinn::ServerConfig::with_crypto(timed);
         server.transport_config(transport);
-        let setup = move || async move {
-            let endpoint = quinn::Endpoint::new(
-                quinn::EndpointConfig::default(),
-                Some(server),
+        let late = format!(
+            "the client's QUIC connections and streams did not all arrive within {:.0} s",
+            plan.timeout.as_secs_f64()
+        );
+        let setup = move || {
+            let endpoint = Endpoints {
                 socket,
-                Arc::new(quinn::TokioRuntime),
-            )
-            .map_err(|e| format!("cannot open the QUIC endpoint: {e}"))?;
-            let accepted = tokio::time::timeout(plan.timeout, accept_all(&endpoint, peer, &plan))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(format!(
-                    "the client's QUIC connections and streams did not all arrive within {:.0} s",
-                    plan.timeout.as_secs_f64()
-                ))
-                });
-            let (connections, streams) = accepted?;
-            Ok(Setup {
+                server: Some(server),
+                client: None,
+            };
+            set_up(
                 endpoint,
-                connections,
-                streams,
+                plan,
                 crypto,
-                cipher: plan.cipher,
-                congestion: plan.congestion.clone(),
-            })
+                late,
+                move |endpoint, plan| async move { accept_all(&endpoint, peer, &plan).await },
+            )
         };
         QuicSide::start(setup)
     }
@@ -230,39 +241,27 @@ impl QuicSide {
         });
         let mut client = quinn::ClientConfig::new(timed);
         client.transport_config(transport);
-        let setup = move || async move {
-            let mut endpoint = quinn::Endpoint::new(
-                quinn::EndpointConfig::default(),
-                None,
+        let late = format!(
+            "no QUIC answer from {server} within {:.0} s",
+            plan.timeout.as_secs_f64()
+        );
+        let setup = move || {
+            let endpoint = Endpoints {
                 socket,
-                Arc::new(quinn::TokioRuntime),
-            )
-            .map_err(|e| format!("cannot open the QUIC endpoint: {e}"))?;
-            endpoint.set_default_client_config(client);
-            let opened =
-                tokio::time::timeout(plan.timeout, connect_all(&endpoint, server, &name, &plan))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(format!(
-                            "no QUIC answer from {server} within {:.0} s",
-                            plan.timeout.as_secs_f64()
-                        ))
-                    });
-            let (connections, streams) = opened?;
-            Ok(Setup {
+                server: None,
+                client: Some(client),
+            };
+            set_up(
                 endpoint,
-                connections,
-                streams,
+                plan,
                 crypto,
-                cipher: plan.cipher,
-                congestion: plan.congestion.clone(),
-            })
+                late,
+                move |endpoint, plan| async move { connect_all(&endpoint, server, &name, &plan).await },
+            )
         };
         let side = QuicSide::start(setup).map_err(|e| e.to_string())?;
-        match side.wait_ready(within) {
-            Ok(()) => Ok(side),
-            Err(why) => Err(why),
-        }
+        side.wait_ready(within)?;
+        Ok(side)
     }
 
     fn start<F, Fut>(setup: F) -> io::Result<QuicSide>
@@ -307,7 +306,7 @@ impl QuicSide {
                 });
             })?;
         Ok(QuicSide {
-            go: go_tx,
+            go: Some(go_tx),
             ready: Mutex::new(ready_rx),
             outcomes: Mutex::new(outcomes_rx),
             thread: Mutex::new(Some(thread)),
@@ -338,13 +337,59 @@ impl QuicSide {
     }
 }
 
+/// A side's connections, with their handshake times, and every flow's stream.
+type Opened = (Vec<(quinn::Connection, Duration)>, Vec<FlowStream>);
+
+/// What a side's endpoint is made of: its socket and the configuration of its role.
+struct Endpoints {
+    socket: UdpSocket,
+    server: Option<quinn::ServerConfig>,
+    client: Option<quinn::ClientConfig>,
+}
+
+/// Opens the side's endpoint and its connections and streams (`open`: the server's
+/// accepts or the client's connects), giving up with `late` after the plan's timeout.
+async fn set_up<Fut>(
+    parts: Endpoints,
+    plan: QuicPlan,
+    crypto: Arc<AtomicU64>,
+    late: String,
+    open: impl FnOnce(quinn::Endpoint, QuicPlan) -> Fut,
+) -> Result<Setup, String>
+where
+    Fut: std::future::Future<Output = Result<Opened, String>>,
+{
+    let mut endpoint = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        parts.server,
+        parts.socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(|e| format!("cannot open the QUIC endpoint: {e}"))?;
+    if let Some(client) = parts.client {
+        endpoint.set_default_client_config(client);
+    }
+    let (connections, streams) =
+        tokio::time::timeout(plan.timeout, open(endpoint.clone(), plan.clone()))
+            .await
+            .unwrap_or(Err(late))?;
+    Ok(Setup {
+        endpoint,
+        connections,
+        streams,
+        crypto,
+        cipher: plan.cipher,
+        congestion: plan.congestion,
+    })
+}
+
 /// The client's connections (one, or one per flow) and a stream per flow.
 async fn connect_all(
     endpoint: &quinn::Endpoint,
     server: SocketAddr,
     name: &str,
     plan: &QuicPlan,
-) -> Result<(Vec<(quinn::Connection, Duration)>, Vec<FlowStream>), String> {
+) -> Result<Opened, String> {
     let count = if plan.connection_per_flow {
         plan.flows
     } else {
@@ -390,7 +435,7 @@ async fn accept_all(
     endpoint: &quinn::Endpoint,
     peer: IpAddr,
     plan: &QuicPlan,
-) -> Result<(Vec<(quinn::Connection, Duration)>, Vec<FlowStream>), String> {
+) -> Result<Opened, String> {
     let count = if plan.connection_per_flow {
         plan.flows
     } else {
@@ -669,6 +714,8 @@ pub(crate) fn run(
     let side = side.clone();
     let flows = specs.iter().map(|s| (s.id, s.direction, s.role)).collect();
     side.go
+        .as_ref()
+        .ok_or_else(|| io::Error::other("the QUIC side was closed"))?
         .send(Go {
             plan,
             flows,

@@ -102,38 +102,12 @@ fn the_wire_carries_the_counted_bytes_plus_quic_overhead() {
         return;
     }
     let pair = VethPair::new("quic");
-    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
-    let read = || {
-        (
-            pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes"),
-            pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets"),
-        )
-    };
-    let before = read();
-    let port = server.port.to_string();
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "stream",
-            &pair.addr_b,
-            "-p",
-            &port,
-            "--quic",
-            "-t",
-            "2",
-            "-i",
-            "0",
-            "--json",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let after = read();
-    let doc = json(&out);
+    let (doc, bytes, packets) = pair.stream_counting_tx(&["--quic", "-t", "2", "-i", "0"]);
     assert_all_arrived(&doc);
     // Each packet the interface counts (a GSO packet counts once) carries 14 Ethernet,
     // 20 IP and 8 UDP bytes of headers. The control connection's few kilobytes ride too.
-    let headers = (after.1 - before.1) as f64 * 42.0;
-    let payload = (after.0 - before.0) as f64 - headers;
+    let headers = packets as f64 * 42.0;
+    let payload = bytes as f64 - headers;
     let plaintext = num(&doc, "/summary/receiver_bytes_total");
     let ratio = payload / plaintext;
     eprintln!("UDP payload {payload:.0} B for {plaintext:.0} B of stream data: {ratio:.4}");

@@ -266,39 +266,13 @@ fn the_wire_carries_the_counted_plaintext_plus_the_record_overhead() {
         return;
     }
     let pair = VethPair::new("tls");
-    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
-    let before = (
-        pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes"),
-        pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets"),
-    );
-    let port = server.port.to_string();
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "stream",
-            &pair.addr_b,
-            "-p",
-            &port,
-            "--tls",
-            "-t",
-            "2",
-            "-i",
-            "0",
-            "--json",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let after = (
-        pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes"),
-        pair.counter(&pair.ns_a, &pair.dev_a, "tx_packets"),
-    );
-    let doc = json(&out);
+    let (doc, bytes, packets) = pair.stream_counting_tx(&["--tls", "-t", "2", "-i", "0"]);
     assert_all_decrypted(&doc);
     // Each packet (a GSO packet counts once) carries 14 Ethernet + 20 IP + 32 TCP bytes
     // of headers; retransmitted segments carry their payload twice.
-    let headers = (after.1 - before.1) as f64 * 66.0;
+    let headers = packets as f64 * 66.0;
     let retransmitted = num(&doc, "/summary/retransmits") * 1448.0;
-    let payload = (after.0 - before.0) as f64 - headers - retransmitted;
+    let payload = bytes as f64 - headers - retransmitted;
     let plaintext = num(&doc, "/summary/receiver_bytes_total");
     let ratio = payload / plaintext;
     eprintln!("TCP payload {payload:.0} B for {plaintext:.0} B of plaintext: {ratio:.5}");

@@ -21,35 +21,6 @@ const TLS_CIPHER_AES_GCM_128: u16 = 51;
 const TLS_CIPHER_AES_GCM_256: u16 = 52;
 const TLS_CIPHER_CHACHA20_POLY1305: u16 = 54;
 
-#[repr(C)]
-struct AesGcm128 {
-    version: u16,
-    cipher: u16,
-    iv: [u8; 8],
-    key: [u8; 16],
-    salt: [u8; 4],
-    rec_seq: [u8; 8],
-}
-
-#[repr(C)]
-struct AesGcm256 {
-    version: u16,
-    cipher: u16,
-    iv: [u8; 8],
-    key: [u8; 32],
-    salt: [u8; 4],
-    rec_seq: [u8; 8],
-}
-
-#[repr(C)]
-struct Chacha20Poly1305 {
-    version: u16,
-    cipher: u16,
-    iv: [u8; 12],
-    key: [u8; 32],
-    rec_seq: [u8; 8],
-}
-
 /// What `/proc` says of the kernel's upper-layer protocols: `Ok` when `tls` is there,
 /// or the reason it is not.
 pub fn available() -> Result<(), String> {
@@ -65,20 +36,20 @@ pub fn available() -> Result<(), String> {
     }
 }
 
-fn set_option<T>(
+fn set_option(
     fd: libc::c_int,
     level: libc::c_int,
     name: libc::c_int,
-    value: &T,
+    value: &[u8],
 ) -> std::io::Result<()> {
-    // SAFETY: `value` is a live, initialised value of the size passed.
+    // SAFETY: `value` is a live buffer of the length passed.
     let rc = unsafe {
         libc::setsockopt(
             fd,
             level,
             name,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
+            value.as_ptr().cast(),
+            value.len() as libc::socklen_t,
         )
     };
     if rc == 0 {
@@ -88,70 +59,51 @@ fn set_option<T>(
     }
 }
 
+/// The kernel's `tls12_crypto_info_*` for one direction, byte for byte: the version and
+/// cipher (native-endian u16s), then for AES-GCM the explicit IV (the last 8 bytes of
+/// TLS 1.3's 12-byte IV), key, salt (its first 4) and record sequence, and for
+/// ChaCha20-Poly1305 the whole IV, key and record sequence. Every field is bytes after two
+/// u16s, so the C structs have no padding; the kernel checks the length per cipher.
+fn crypto_info(seq: u64, secrets: &ConnectionTrafficSecrets) -> Option<Vec<u8>> {
+    let rec_seq = seq.to_be_bytes();
+    let (cipher, fields): (u16, [&[u8]; 4]) = match secrets {
+        ConnectionTrafficSecrets::Aes128Gcm { key, iv } => {
+            let (salt, explicit) = iv.as_ref().split_at(4);
+            (
+                TLS_CIPHER_AES_GCM_128,
+                [explicit, key.as_ref(), salt, &rec_seq],
+            )
+        }
+        ConnectionTrafficSecrets::Aes256Gcm { key, iv } => {
+            let (salt, explicit) = iv.as_ref().split_at(4);
+            (
+                TLS_CIPHER_AES_GCM_256,
+                [explicit, key.as_ref(), salt, &rec_seq],
+            )
+        }
+        ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (
+            TLS_CIPHER_CHACHA20_POLY1305,
+            [iv.as_ref(), key.as_ref(), &[], &rec_seq],
+        ),
+        _ => return None,
+    };
+    let mut info = Vec::with_capacity(64);
+    info.extend_from_slice(&TLS_1_3_VERSION.to_ne_bytes());
+    info.extend_from_slice(&cipher.to_ne_bytes());
+    for field in fields {
+        info.extend_from_slice(field);
+    }
+    Some(info)
+}
+
 fn install(
     fd: libc::c_int,
     direction: libc::c_int,
     seq: u64,
     secrets: &ConnectionTrafficSecrets,
 ) -> std::io::Result<()> {
-    let rec_seq = seq.to_be_bytes();
-    match secrets {
-        ConnectionTrafficSecrets::Aes128Gcm { key, iv } => {
-            let (salt, explicit) = iv.as_ref().split_at(4);
-            let info = AesGcm128 {
-                version: TLS_1_3_VERSION,
-                cipher: TLS_CIPHER_AES_GCM_128,
-                iv: explicit
-                    .try_into()
-                    .map_err(|_| std::io::ErrorKind::InvalidInput)?,
-                key: key
-                    .as_ref()
-                    .try_into()
-                    .map_err(|_| std::io::ErrorKind::InvalidInput)?,
-                salt: salt
-                    .try_into()
-                    .map_err(|_| std::io::ErrorKind::InvalidInput)?,
-                rec_seq,
-            };
-            set_option(fd, SOL_TLS, direction, &info)
-        }
-        ConnectionTrafficSecrets::Aes256Gcm { key, iv } => {
-            let (salt, explicit) = iv.as_ref().split_at(4);
-            let info = AesGcm256 {
-                version: TLS_1_3_VERSION,
-                cipher: TLS_CIPHER_AES_GCM_256,
-                iv: explicit
-                    .try_into()
-                    .map_err(|_| std::io::ErrorKind::InvalidInput)?,
-                key: key
-                    .as_ref()
-                    .try_into()
-                    .map_err(|_| std::io::ErrorKind::InvalidInput)?,
-                salt: salt
-                    .try_into()
-                    .map_err(|_| std::io::ErrorKind::InvalidInput)?,
-                rec_seq,
-            };
-            set_option(fd, SOL_TLS, direction, &info)
-        }
-        ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => {
-            let info = Chacha20Poly1305 {
-                version: TLS_1_3_VERSION,
-                cipher: TLS_CIPHER_CHACHA20_POLY1305,
-                iv: iv
-                    .as_ref()
-                    .try_into()
-                    .map_err(|_| std::io::ErrorKind::InvalidInput)?,
-                key: key
-                    .as_ref()
-                    .try_into()
-                    .map_err(|_| std::io::ErrorKind::InvalidInput)?,
-                rec_seq,
-            };
-            set_option(fd, SOL_TLS, direction, &info)
-        }
-        _ => Err(std::io::ErrorKind::Unsupported.into()),
-    }
+    let info = crypto_info(seq, secrets).ok_or(std::io::ErrorKind::Unsupported)?;
+    set_option(fd, SOL_TLS, direction, &info)
 }
 
 /// What became of a session offered to the kernel.
@@ -207,4 +159,40 @@ pub fn offload(stream: TlsStream<TcpStream>) -> Offload {
     }
     facts.ktls = true;
     Offload::Taken(socket, facts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::crypto::cipher::{AeadKey, Iv};
+
+    /// The layouts of the kernel's `tls12_crypto_info_aes_gcm_256` and
+    /// `tls12_crypto_info_chacha20_poly1305` (include/uapi/linux/tls.h): 56 bytes each.
+    #[test]
+    fn crypto_info_is_laid_out_as_the_kernel_reads_it() {
+        let iv: [u8; 12] = std::array::from_fn(|i| 0xa0 + i as u8);
+        let aes = ConnectionTrafficSecrets::Aes256Gcm {
+            key: AeadKey::from([7u8; 32]),
+            iv: Iv::from(iv),
+        };
+        let info = crypto_info(0x0102, &aes).unwrap();
+        assert_eq!(info.len(), 56);
+        assert_eq!(&info[..2], &0x0304u16.to_ne_bytes());
+        assert_eq!(&info[2..4], &52u16.to_ne_bytes());
+        assert_eq!(&info[4..12], &iv[4..], "explicit IV: the last 8 bytes");
+        assert_eq!(&info[12..44], &[7u8; 32]);
+        assert_eq!(&info[44..48], &iv[..4], "salt: the first 4 bytes");
+        assert_eq!(&info[48..], &0x0102u64.to_be_bytes());
+
+        let chacha = ConnectionTrafficSecrets::Chacha20Poly1305 {
+            key: AeadKey::from([9u8; 32]),
+            iv: Iv::from(iv),
+        };
+        let info = crypto_info(5, &chacha).unwrap();
+        assert_eq!(info.len(), 56);
+        assert_eq!(&info[2..4], &54u16.to_ne_bytes());
+        assert_eq!(&info[4..16], &iv);
+        assert_eq!(&info[16..48], &[9u8; 32]);
+        assert_eq!(&info[48..], &5u64.to_be_bytes());
+    }
 }

@@ -220,6 +220,23 @@ impl<S: Read + Write + AsFd> TlsStream<S> {
     }
 }
 
+/// The session as a byte stream: `flush` sends the sealed records still waiting.
+impl<S: Read + Write + AsFd> Read for TlsStream<S> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        TlsStream::read(self, out)
+    }
+}
+
+impl<S: Read + Write + AsFd> Write for TlsStream<S> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        TlsStream::write(self, data)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send_records()
+    }
+}
+
 /// Runs the handshake to its end on a blocking socket, within `timeout`.
 fn handshake(
     conn: &mut rustls::Connection,

@@ -121,20 +121,22 @@ fn a_certificate_other_than_the_announced_one_is_refused() {
     );
 }
 
+/// A client that trusts `ca` connects as `name` to a server presenting `identity`; `Ok`
+/// when both ends finished the handshake, else the client's error.
+fn connect_with_ca(identity: Identity, ca: &std::path::Path, name: &str) -> Result<(), String> {
+    let trust = Trust::from_ca_file(ca).unwrap();
+    let (socket, listener) = pair();
+    let server = serve(listener, identity);
+    let config = client_config(Cipher::Aes256Gcm, &trust).unwrap();
+    connect(socket, config, name, TIMEOUT).map_err(|e| e.to_string())?;
+    server.join().unwrap().unwrap();
+    Ok(())
+}
+
 #[test]
 fn an_expired_certificate_is_named_as_expired() {
     let (identity, ca) = identity_on_disk("expired", &["localhost"], (2020, 1, 1), (2021, 1, 1));
-    let trust = Trust::from_ca_file(&ca).unwrap();
-    let (socket, listener) = pair();
-    let _server = serve(listener, identity);
-    let error = connect(
-        socket,
-        client_config(Cipher::Aes256Gcm, &trust).unwrap(),
-        "localhost",
-        TIMEOUT,
-    )
-    .unwrap_err()
-    .to_string();
+    let error = connect_with_ca(identity, &ca, "localhost").unwrap_err();
     assert!(error.contains("certificate has expired"), "{error}");
     std::fs::remove_dir_all(ca.parent().unwrap()).unwrap();
 }
@@ -142,35 +144,14 @@ fn an_expired_certificate_is_named_as_expired() {
 #[test]
 fn a_certificate_for_another_name_says_both_names() {
     let (identity, ca) = identity_on_disk("name", &["other.example"], (2020, 1, 1), (2099, 1, 1));
-    let trust = Trust::from_ca_file(&ca).unwrap();
-    let (socket, listener) = pair();
-    let _server = serve(listener, identity);
-    let error = connect(
-        socket,
-        client_config(Cipher::Aes256Gcm, &trust).unwrap(),
-        "localhost",
-        TIMEOUT,
-    )
-    .unwrap_err()
-    .to_string();
+    let error = connect_with_ca(identity, &ca, "localhost").unwrap_err();
     assert!(
         error.contains("other.example") && error.contains("localhost"),
         "{error}"
     );
     // The same certificate under its own name passes.
-    let (socket, listener) = pair();
-    let server = serve(
-        listener,
-        Identity::from_files(&ca, &ca.with_file_name("key.pem")).unwrap(),
-    );
-    connect(
-        socket,
-        client_config(Cipher::Aes256Gcm, &trust).unwrap(),
-        "other.example",
-        TIMEOUT,
-    )
-    .unwrap();
-    server.join().unwrap().unwrap();
+    let identity = Identity::from_files(&ca, &ca.with_file_name("key.pem")).unwrap();
+    connect_with_ca(identity, &ca, "other.example").unwrap();
     std::fs::remove_dir_all(ca.parent().unwrap()).unwrap();
 }
 

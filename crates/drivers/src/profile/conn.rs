@@ -156,40 +156,8 @@ impl Conn {
         give_up: &mut dyn FnMut() -> bool,
     ) -> Result<(), OpError> {
         match self {
-            Conn::Tcp(stream) => {
-                let mut sent = 0;
-                while sent < buf.len() {
-                    match stream.write(&buf[sent..]) {
-                        Ok(0) => return Err(OpError::Closed),
-                        Ok(n) => {
-                            sent += n;
-                            *moved += n as u64;
-                        }
-                        Err(e) => keep_waiting(e, give_up)?,
-                    }
-                }
-                Ok(())
-            }
-            Conn::Tls(stream) => {
-                let mut sent = 0;
-                while sent < buf.len() {
-                    match stream.write(&buf[sent..]) {
-                        Ok(0) => return Err(OpError::Closed),
-                        Ok(n) => {
-                            sent += n;
-                            *moved += n as u64;
-                        }
-                        Err(e) => keep_waiting(e, give_up)?,
-                    }
-                }
-                // The message's last record goes out now: the peer may be waiting for it.
-                loop {
-                    match stream.send_records() {
-                        Ok(()) => return Ok(()),
-                        Err(e) => keep_waiting(e, give_up)?,
-                    }
-                }
-            }
+            Conn::Tcp(stream) => send_bytes(stream, buf, moved, give_up),
+            Conn::Tls(stream) => send_bytes(&mut **stream, buf, moved, give_up),
             Conn::Udp(socket) => loop {
                 match socket.send(buf) {
                     Ok(n) => {
@@ -214,44 +182,8 @@ impl Conn {
         give_up: &mut dyn FnMut() -> bool,
     ) -> Result<(), OpError> {
         match self {
-            Conn::Tcp(stream) => {
-                let mut got = 0;
-                while got < want {
-                    let end = want.min(got + buf.len());
-                    let chunk = end - got;
-                    match stream.read(&mut buf[..chunk]) {
-                        Ok(0) => return Err(OpError::Closed),
-                        Ok(n) => {
-                            got += n;
-                            *moved += n as u64;
-                            if !exact {
-                                return Ok(());
-                            }
-                        }
-                        Err(e) => keep_waiting(e, give_up)?,
-                    }
-                }
-                Ok(())
-            }
-            Conn::Tls(stream) => {
-                let mut got = 0;
-                while got < want {
-                    let end = want.min(got + buf.len());
-                    let chunk = end - got;
-                    match stream.read(&mut buf[..chunk]) {
-                        Ok(0) => return Err(OpError::Closed),
-                        Ok(n) => {
-                            got += n;
-                            *moved += n as u64;
-                            if !exact {
-                                return Ok(());
-                            }
-                        }
-                        Err(e) => keep_waiting(e, give_up)?,
-                    }
-                }
-                Ok(())
-            }
+            Conn::Tcp(stream) => recv_bytes(stream, buf, want, exact, moved, give_up),
+            Conn::Tls(stream) => recv_bytes(&mut **stream, buf, want, exact, moved, give_up),
             Conn::Udp(socket) => loop {
                 // A datagram longer than asked is cut short by the kernel, as uperf's
                 // recv of `size` bytes would.
@@ -284,6 +216,61 @@ impl Conn {
             Conn::Udp(_) => {}
         }
     }
+}
+
+/// Sends all of `buf` on a byte stream, then what the stream still holds (a TLS session's
+/// last record: the peer may be waiting for it).
+fn send_bytes(
+    stream: &mut impl Write,
+    buf: &[u8],
+    moved: &mut u64,
+    give_up: &mut dyn FnMut() -> bool,
+) -> Result<(), OpError> {
+    let mut sent = 0;
+    while sent < buf.len() {
+        match stream.write(&buf[sent..]) {
+            Ok(0) => return Err(OpError::Closed),
+            Ok(n) => {
+                sent += n;
+                *moved += n as u64;
+            }
+            Err(e) => keep_waiting(e, give_up)?,
+        }
+    }
+    loop {
+        match stream.flush() {
+            Ok(()) => return Ok(()),
+            Err(e) => keep_waiting(e, give_up)?,
+        }
+    }
+}
+
+/// Receives `want` bytes from a byte stream (or what one read returns, unless `exact`).
+fn recv_bytes(
+    stream: &mut impl Read,
+    buf: &mut [u8],
+    want: usize,
+    exact: bool,
+    moved: &mut u64,
+    give_up: &mut dyn FnMut() -> bool,
+) -> Result<(), OpError> {
+    let mut got = 0;
+    while got < want {
+        let end = want.min(got + buf.len());
+        let chunk = end - got;
+        match stream.read(&mut buf[..chunk]) {
+            Ok(0) => return Err(OpError::Closed),
+            Ok(n) => {
+                got += n;
+                *moved += n as u64;
+                if !exact {
+                    return Ok(());
+                }
+            }
+            Err(e) => keep_waiting(e, give_up)?,
+        }
+    }
+    Ok(())
 }
 
 /// What a failed read or write means: `Ok` to try again (the socket's wait ran out, or a

@@ -310,6 +310,27 @@ impl VethPair {
         values[i].parse().expect("a number")
     }
 
+    /// Runs `linerate stream ADDR_B -p PORT ARGS --json` from namespace a against a fresh
+    /// server in namespace b. Returns the result (after checking the run succeeded) and
+    /// what `dev_a` sent meanwhile: bytes and packets (a GSO packet counts once).
+    pub fn stream_counting_tx(&self, args: &[&str]) -> (serde_json::Value, u64, u64) {
+        let server = ServeProcess::start_with(Some(&self.ns_b), &self.addr_b, &[]);
+        let tx = || {
+            (
+                self.counter(&self.ns_a, &self.dev_a, "tx_bytes"),
+                self.counter(&self.ns_a, &self.dev_a, "tx_packets"),
+            )
+        };
+        let before = tx();
+        let port = server.port.to_string();
+        let mut all = vec!["stream", &self.addr_b, "-p", &port, "--json"];
+        all.extend_from_slice(args);
+        let out = linerate_in(&self.ns_a, &all);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let after = tx();
+        (json(&out), after.0 - before.0, after.1 - before.1)
+    }
+
     /// A counter of `dev` in `ns` from sysfs.
     pub fn counter(&self, ns: &str, dev: &str, name: &str) -> u64 {
         run(
