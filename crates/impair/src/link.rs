@@ -56,7 +56,7 @@ pub struct LinkCounters {
     pub limit_drops: u64,
     /// Extra copies made.
     pub duplicated: u64,
-    /// Frames with a bit flipped.
+    /// Frames with a bit flipped that went on (not dropped by the queue after).
     pub corrupted: u64,
     /// Frames that left after a later frame.
     pub reordered: u64,
@@ -176,12 +176,10 @@ impl<F: Frame> Link<F> {
             self.counters.lost += 1;
             return;
         }
-        if self.chance(self.spec.corrupt) {
+        let corrupted = self.chance(self.spec.corrupt) && {
             let pick = self.rng.gen::<u64>();
-            if frame.flip_bit(pick) {
-                self.counters.corrupted += 1;
-            }
-        }
+            frame.flip_bit(pick)
+        };
         let mut twin = false;
         if self.chance(self.spec.duplicate) {
             let copy = frame.clone();
@@ -190,7 +188,11 @@ impl<F: Frame> Link<F> {
                 twin = true;
             }
         }
-        self.enqueue(now_ns, frame, twin);
+        // Counted once it is on its way: a corrupted frame the queue then dropped never
+        // reaches the receiver's checks, and counting it made the two disagree.
+        if self.enqueue(now_ns, frame, twin) && corrupted {
+            self.counters.corrupted += 1;
+        }
     }
 
     /// Puts a frame through the queue and the bottleneck into the delay line; false when
