@@ -89,3 +89,40 @@ fn json_errors_are_json_too() {
     assert_eq!(out.status.code(), Some(1));
     assert!(json(&out)["error"].as_str().unwrap().contains("refused"));
 }
+
+/// scripts/test runs every test binary whatever fails first, and its closing line counts
+/// every binary's tests: a failing binary, the binaries after it, and one that died
+/// without printing its result.
+#[test]
+fn the_suite_counts_every_binary_after_a_failure() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let script = std::fs::read_to_string(format!("{root}/scripts/test")).unwrap();
+    assert!(
+        script.contains("cargo test --workspace --locked --no-fail-fast"),
+        "scripts/test must not stop at the first failing binary"
+    );
+    let log = "     Running tests/lab.rs (target/debug/deps/lab-1)\n\
+               test result: FAILED. 9 passed; 3 failed; 0 ignored; 0 measured; 0 filtered out\n\
+               error: test failed, to rerun pass `-p linerate --test lab`\n\
+               \x20    Running tests/netns.rs (target/debug/deps/netns-2)\n\
+               test result: ok. 20 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\
+               \x20    Running tests/rr.rs (target/debug/deps/rr-3)\n\
+               error: test failed, to rerun pass `-p linerate --test rr`\n\
+               \x20  Doc-tests linerate_model\n\
+               test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n";
+    let dir = std::env::temp_dir().join(format!("linerate-count-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("log");
+    std::fs::write(&path, log).unwrap();
+    let out = std::process::Command::new("awk")
+        .args(["-v", "skipped=2", "-f"])
+        .arg(format!("{root}/scripts/count-tests.awk"))
+        .arg(&path)
+        .output()
+        .expect("awk");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "tests: 28 passed, 3 failed, 2 skipped, 1 test binaries ended without a result\n"
+    );
+}

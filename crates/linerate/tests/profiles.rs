@@ -98,11 +98,11 @@ fn a_loopback_profile_runs_counts_at_the_receiver_and_is_kept() {
 
 #[test]
 fn uperf_profiles_run_directly_with_their_variables() {
-    // netperf.xml: the master accepts (the peer dials back) and uses $proto; UDP here.
-    let text = std::fs::read_to_string(repo("../shared/profiles/uperf/netperf.xml"))
+    // echo-accept.xml: the master accepts (the peer dials back) and uses $proto; UDP here.
+    let text = std::fs::read_to_string(repo("crates/profile/tests/fixtures/uperf/echo-accept.xml"))
         .unwrap()
         .replace("duration=\"30s\"", "duration=\"1s\"");
-    let path = write_profile("netperf.xml", &text);
+    let path = write_profile("echo-accept.xml", &text);
     let out = linerate(&[
         "run",
         &path,
@@ -122,17 +122,17 @@ fn uperf_profiles_run_directly_with_their_variables() {
     // 90-byte datagrams each way, one per iteration, none lost on loopback.
     assert_eq!(txn["ops"][0]["peer_bytes"].as_u64(), Some(90 * iterations));
     assert_eq!(txn["ops"][1]["bytes"].as_u64(), Some(90 * iterations));
-    // Unsupported files are refused naming the element, with exit 2: ssl.xml puts a
+    // Unsupported files are refused naming the element, with exit 2: tls-read.xml puts a
     // duration on a flowop, which uperf deprecates.
     let out = linerate(&[
         "run",
-        &repo("../shared/profiles/uperf/ssl.xml"),
+        &repo("crates/profile/tests/fixtures/uperf/tls-read.xml"),
         "--no-store",
     ]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(
-        err.contains("ssl.xml:8:") && err.contains("uperf option 'duration'"),
+        err.contains("tls-read.xml:8:") && err.contains("uperf option 'duration'"),
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -143,7 +143,7 @@ fn uperf_profiles_run_directly_with_their_variables() {
 /// CPU). The reads the file asks for arrive whole, decrypted.
 #[test]
 fn uperf_ssl_profiles_run_over_tls() {
-    let text = std::fs::read_to_string(repo("../shared/profiles/uperf/ssl.xml"))
+    let text = std::fs::read_to_string(repo("crates/profile/tests/fixtures/uperf/tls-read.xml"))
         .unwrap()
         .replace(
             "<transaction iterations=\"2\">",
@@ -168,7 +168,7 @@ fn convert_prints_toml_that_runs_the_same_profile() {
     let out = linerate(&[
         "profile",
         "convert",
-        &repo("../shared/profiles/uperf/two-hosts.xml"),
+        &repo("crates/profile/tests/fixtures/uperf/dual-path.xml"),
         "--set",
         "h1=10.0.0.1",
         "--set",
@@ -189,7 +189,7 @@ fn bad_profiles_and_values_are_one_line_errors() {
         "bad.toml",
         "[[group]]\nthreads = \"${n}\"\n[[group.transaction]]\nops = [{ op = \"connect\" }]\n",
     );
-    let vsock = repo("../shared/profiles/uperf/vsock.xml");
+    let vsock = repo("crates/profile/tests/fixtures/uperf/vsock-write.xml");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["run", &bad], "bad.toml:2:11: ${n} is not set"),
         (
