@@ -570,8 +570,6 @@ impl RrWorker {
             if self.flows[i].done {
                 return;
             }
-            let now = Instant::now();
-            let since = self.since(now);
             let at_end = self.peer_may_be_gone();
             let flow = &mut self.flows[i];
             let result = match &mut flow.io {
@@ -585,6 +583,11 @@ impl RrWorker {
                 Io::Crr { .. } => return,
                 Io::Listen { .. } => return self.accept_all(i, poll),
             };
+            // The clock is read after the call returns: a blocking read waits for the
+            // answer, and a time read before it would stamp this round trip's end (and
+            // the next request's start) with the moment the wait began.
+            let now = Instant::now();
+            let since = now.saturating_duration_since(self.plan.start);
             let n = match result {
                 Ok(n) => n,
                 Err(e) if is_idle(&e) => return,
