@@ -93,7 +93,9 @@ pub fn find_max<E>(
             receiver_bps: trial.summary.receiver_bps,
             receiver_pps: udp.receiver_pps,
             loss_pct: udp.loss_pct,
-            limited_by: if trial.offered_bps.is_none() {
+            limited_by: if udp.qdisc_drops > 0 {
+                "sender's queue"
+            } else if trial.offered_bps.is_none() {
                 "sender"
             } else {
                 "receiver or path"
@@ -134,6 +136,15 @@ fn limit(
     match (sender_is_the_limit, failing) {
         (true, _) => trials.first().map(|t| {
             let cpu = sending_side(config, &t.summary.cpu);
+            let qdisc_drops = t.summary.udp.as_ref().map_or(0, |u| u.qdisc_drops);
+            if qdisc_drops > 0 {
+                return format!(
+                    "unpaced, the senders reached {} and the receivers took it all within the bound, \
+                     while the sending host's own queue (qdisc) dropped {qdisc_drops} datagrams on the \
+                     way out: the link out of the sending host is the bottleneck",
+                    format_rate(t.summary.sender_bps, scale),
+                );
+            }
             format!(
                 "unpaced, the senders reached {} and the receivers took it all within the bound: the sender is the bottleneck (busiest sending core {:.0}%)",
                 format_rate(t.summary.sender_bps, scale),

@@ -92,6 +92,7 @@ fn udp_delta(a: &UdpCounts, b: &UdpCounts) -> UdpCounts {
     UdpCounts {
         sent: b.sent - a.sent,
         send_errors: b.send_errors - a.send_errors,
+        qdisc_drops: b.qdisc_drops - a.qdisc_drops,
         received: b.received - a.received,
         // A late datagram takes a loss back: a span's loss can be negative; clamp to zero.
         lost: b.lost.saturating_sub(a.lost),

@@ -31,6 +31,12 @@ const MAX_WAIT: Duration = Duration::from_millis(5);
 /// the totals, not in the window. UDP has no end-of-stream to wait for.
 const RECEIVE_GRACE: Duration = Duration::from_millis(250);
 
+/// After this host's queue dropped a datagram (ENOBUFS), how long before sending again.
+const QDISC_RETRY: Duration = Duration::from_micros(100);
+/// What the kernel charges a send buffer per datagram beyond its payload (sk_buff and
+/// headers), roughly: the margin for telling a full send buffer from a full qdisc.
+const SKB_OVERHEAD: usize = 1024;
+
 /// Messages per batched call when each message carries a run of datagrams (GSO, GRO).
 const OFFLOAD_MESSAGES: usize = 8;
 /// The kernel's limit on datagrams per UDP GSO buffer (UDP_MAX_SEGMENTS).
@@ -218,7 +224,16 @@ struct UdpFlow {
     sent_bytes: u64,
     /// Sender: the next sequence number, which is also the datagrams sent.
     sequence: u64,
+    /// Sender: datagrams the kernel refused because the socket's send buffer was full
+    /// (EAGAIN); each is sent again, under the same sequence number.
     send_errors: u64,
+    /// Sender: datagrams this host's own queue (the qdisc, the device) dropped on the way
+    /// out (ENOBUFS, reported because the socket has IP_RECVERR); each is sent again under
+    /// the same sequence number, so they are never counted as loss between the hosts.
+    qdisc_drops: u64,
+    /// Sender: the send buffer the kernel granted (SO_SNDBUF), to tell which of the two
+    /// refused the datagram that ended a short batch.
+    send_buffer: usize,
     /// Sender: the socket buffer is full; wait until poll says it is writable.
     blocked: bool,
     pacer: Option<Pacer>,
@@ -258,6 +273,7 @@ impl UdpFlow {
             None => UdpCounts {
                 sent: self.sequence,
                 send_errors: self.send_errors,
+                qdisc_drops: self.qdisc_drops,
                 ..Default::default()
             },
         }
@@ -499,6 +515,8 @@ impl UdpLoop {
                 self.framing
                     .write(self.send_batch.datagram(i), sequence, since_ns, flow.id);
             }
+            // The datagrams of one message: what one refusal refuses.
+            let refused = self.send_batch.segments.min(allowed);
             match self.send_batch.send(&flow.socket, allowed) {
                 Ok(sent) => {
                     flow.sequence += sent as u64;
@@ -507,17 +525,31 @@ impl UdpLoop {
                         pacer.charge(sent * size);
                     }
                     turn.busy = true;
+                    if sent < allowed {
+                        // The kernel refused the next message and sendmmsg dropped the
+                        // error: the socket's own queue says which refusal it was.
+                        let refused = self.send_batch.segments.min(allowed - sent);
+                        if flow.send_buffer_full(size) {
+                            flow.send_errors += refused as u64;
+                            flow.blocked = true;
+                        } else {
+                            flow.qdisc_drops += refused as u64;
+                            let at = now + QDISC_RETRY;
+                            turn.next_send = Some(turn.next_send.map_or(at, |n| n.min(at)));
+                        }
+                        break;
+                    }
                 }
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EAGAIN) => {
-                        flow.send_errors += 1;
+                        flow.send_errors += refused as u64;
                         flow.blocked = true;
                         break;
                     }
-                    // The device queue is full: count it and try again shortly.
+                    // This host's queue dropped it: count it and try again shortly.
                     Some(libc::ENOBUFS) => {
-                        flow.send_errors += 1;
-                        let at = now + Duration::from_micros(100);
+                        flow.qdisc_drops += refused as u64;
+                        let at = now + QDISC_RETRY;
                         turn.next_send = Some(turn.next_send.map_or(at, |n| n.min(at)));
                         break;
                     }
@@ -694,6 +726,16 @@ fn paced_batch(plan: &WorkerPlan, batch: &Batch, size: usize) -> usize {
 }
 
 impl UdpFlow {
+    /// Whether the socket's send queue is too full to take one more `size`-byte datagram
+    /// (SIOCOUTQ, which is TIOCOUTQ: the bytes, overhead included, the socket holds in the kernel). Asked
+    /// right after a refusal; a datagram or two may have left since, hence the margin.
+    fn send_buffer_full(&self, size: usize) -> bool {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ writes one int to the pointer given.
+        let rc = unsafe { libc::ioctl(self.socket.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+        rc == 0 && queued.max(0) as usize + 2 * (size + SKB_OVERHEAD) >= self.send_buffer
+    }
+
     fn new(spec: FlowSpec, plan: &WorkerPlan, framing: Framing, size: usize) -> io::Result<Self> {
         let FlowSocket::Udp(socket) = spec.socket else {
             return Err(io::Error::other("a TCP flow was given to the UDP loop"));
@@ -710,6 +752,21 @@ impl UdpFlow {
             )),
             _ => None,
         };
+        let mut send_buffer = 0;
+        if spec.role == Role::Send {
+            // Without IP_RECVERR the kernel swallows a drop by this host's own queue (it
+            // counts SndbufErrors and returns success), and the gap it leaves would be
+            // reported as loss between the hosts.
+            if socket.local_addr()?.is_ipv6() {
+                crate::sys::set_int_option(&socket, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, 1)?;
+                // IPv4-mapped destinations go out through the IPv4 code, which asks this.
+                let _ = crate::sys::set_int_option(&socket, libc::IPPROTO_IP, libc::IP_RECVERR, 1);
+            } else {
+                crate::sys::set_int_option(&socket, libc::IPPROTO_IP, libc::IP_RECVERR, 1)?;
+            }
+            send_buffer =
+                crate::sys::int_option(&socket, libc::SOL_SOCKET, libc::SO_SNDBUF)?.max(0) as usize;
+        }
         Ok(UdpFlow {
             id: spec.id,
             role: spec.role,
@@ -717,6 +774,8 @@ impl UdpFlow {
             sent_bytes: 0,
             sequence: 0,
             send_errors: 0,
+            qdisc_drops: 0,
+            send_buffer,
             blocked: false,
             pacer,
             tracker: (spec.role == Role::Receive).then(|| SequenceTracker::new(spec.id, framing)),

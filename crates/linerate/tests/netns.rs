@@ -210,18 +210,24 @@ fn udp_with_kernel_counts(pair: &VethPair, extra: &[&str]) -> (serde_json::Value
     (doc, dropped, tx, arrived)
 }
 
-/// linerate's loss over the whole test against the kernels': datagrams the qdisc dropped,
-/// plus those that left the interface and never reached the receiver's UDP layer (a full
-/// socket buffer, counted there as RcvbufErrors). Within 0.1 % of the kernels' count plus
-/// 100 datagrams: the interface also carries the hellos and the kernel's own IPv6
-/// neighbour traffic (about 16 packets a test here).
+/// linerate's loss over the whole test against the kernels': datagrams that left the
+/// interface and never reached the receiver's UDP layer (a full socket buffer, counted
+/// there as RcvbufErrors). Within 0.1 % of the kernels' count plus 100 datagrams: the
+/// interface also carries the hellos and the kernel's own IPv6 neighbour traffic (about
+/// 16 packets a test here). What the tbf on the sender's own egress dropped never left
+/// the sender: it is the sender's `qdisc_drops` (sent again), not loss.
 fn assert_loss_matches_the_kernels(doc: &serde_json::Value, dropped: u64, tx: u64, arrived: u64) {
     let sent = doc["flows"][0]["udp"]["sent_total"].as_f64().unwrap();
     let lost = doc["summary"]["lost_total"].as_f64().unwrap();
-    let kernel_lost = dropped as f64 + tx.saturating_sub(arrived) as f64;
+    let kernel_lost = tx.saturating_sub(arrived) as f64;
     assert!(
         (lost - kernel_lost).abs() <= kernel_lost * 0.001 + 100.0,
-        "linerate lost {lost}, the kernels {kernel_lost} (tbf {dropped}, tx {tx}, arrived {arrived}) of {sent}"
+        "linerate lost {lost}, the kernels {kernel_lost} (tx {tx}, arrived {arrived}) of {sent}"
+    );
+    let qdisc_drops = doc["summary"]["qdisc_drops"].as_f64().unwrap_or(0.0);
+    assert!(
+        (qdisc_drops - dropped as f64).abs() <= dropped as f64 * 0.001 + 2.0,
+        "linerate counted {qdisc_drops} drops by the sender's qdisc, tc {dropped}"
     );
 }
 
@@ -284,9 +290,64 @@ fn find_max_finds_the_shaped_ceiling() {
         ceiling / 1e6,
         doc["trials"]
     );
-    assert_eq!(doc["result"]["limited_by"], "receiver or path");
+    // The tbf sits on the sender's own egress: the excess is dropped on this host, which
+    // the sender hears (IP_RECVERR) and sends again, so the limit is named as its queue.
+    assert_eq!(doc["result"]["limited_by"], "sender's queue");
     let limit = doc["limit"].as_str().unwrap();
-    assert!(limit.contains("lost between the hosts"), "{limit}");
+    assert!(
+        limit.contains("own queue (qdisc)") && !limit.contains("lost between the hosts"),
+        "{limit}"
+    );
+}
+
+/// 300 Mbit/s offered into a 200 Mbit/s tbf on the sender's own egress, with the default
+/// send buffer (which fills first: EAGAIN) and with 4 MiB (the qdisc fills first: its
+/// drops, ENOBUFS). Every datagram the kernel refused is counted, partial batches
+/// included, and the two kinds together are the kernel's SndbufErrors; the qdisc's drops
+/// are tc's; none of them is reported as loss between the hosts.
+#[test]
+fn udp_send_refusals_and_the_senders_qdisc_drops_are_the_kernels_counts() {
+    if skip_unless_root("udp send refusal test") {
+        return;
+    }
+    let _turn = shaped_link_turn();
+    let pair = VethPair::new("sndq");
+    pair.shape_a("200mbit", ["latency", "50ms"]);
+    for window in [None, Some("4M")] {
+        let before = pair.udp_counter(&pair.ns_a, "SndbufErrors");
+        let tc_before = pair.tbf_dropped();
+        let mut args = vec!["-u", "-b", "300M", "-t", "2"];
+        if let Some(w) = window {
+            args.extend(["-w", w]);
+        }
+        let doc = stream_across(&pair, &args);
+        let kernel = (pair.udp_counter(&pair.ns_a, "SndbufErrors") - before) as f64;
+        let tc = (pair.tbf_dropped() - tc_before) as f64;
+        let send_errors = num(&doc, "/summary/send_errors");
+        let qdisc_drops = doc["summary"]["qdisc_drops"].as_f64().unwrap_or(0.0);
+        assert!(
+            kernel > 100.0,
+            "{window:?}: the sender was not held back: {kernel}"
+        );
+        assert!(
+            ((send_errors + qdisc_drops) - kernel).abs() <= kernel * 0.01,
+            "{window:?}: send errors {send_errors} + qdisc drops {qdisc_drops}, kernel SndbufErrors {kernel}"
+        );
+        assert!(
+            (qdisc_drops - tc).abs() <= tc * 0.01 + 1.0,
+            "{window:?}: qdisc drops {qdisc_drops}, tc dropped {tc}"
+        );
+        // Only the receiving host's own buffer may lose any.
+        let overflow = num(&doc, "/summary/kernel/remote/rcvbuf_errors");
+        assert!(
+            num(&doc, "/summary/lost_total") <= overflow,
+            "{window:?}: lost between the hosts: {}",
+            doc["summary"]
+        );
+        if window.is_some() {
+            assert!(qdisc_drops > 100.0, "{window:?}: {qdisc_drops}");
+        }
+    }
 }
 
 /// MEASUREMENT.md, "How we prove it", for UDP: 1.2 times the shaped rate offered in

@@ -128,8 +128,14 @@ pub struct RrInterval {
 pub struct UdpCounts {
     /// Datagrams handed to the kernel by senders.
     pub sent: u64,
-    /// Send calls the kernel refused (EAGAIN, ENOBUFS), counted per call.
+    /// Datagrams the kernel refused because the sender's socket buffer was full
+    /// (EAGAIN); each was sent again under the same sequence number.
     pub send_errors: u64,
+    /// Datagrams the sending host's own queue (qdisc or device) dropped on the way out
+    /// (ENOBUFS); each was sent again under the same sequence number, so none of them is
+    /// loss between the hosts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub qdisc_drops: u64,
     /// Distinct test datagrams received.
     pub received: u64,
     /// Sequence gaps not filled by a late datagram.
@@ -158,6 +164,7 @@ impl UdpCounts {
     pub fn add(&mut self, other: &UdpCounts) {
         self.sent += other.sent;
         self.send_errors += other.send_errors;
+        self.qdisc_drops += other.qdisc_drops;
         self.received += other.received;
         self.lost += other.lost;
         self.out_of_order += other.out_of_order;

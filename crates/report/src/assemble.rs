@@ -69,6 +69,12 @@ fn pacing_shortfall(summary: &Summary) -> Option<String> {
         return None;
     }
     let send_errors = summary.udp.as_ref().map_or(0, |u| u.send_errors);
+    let qdisc_drops = summary.udp.as_ref().map_or(0, |u| u.qdisc_drops);
+    let queue = if qdisc_drops > 0 {
+        format!(", {qdisc_drops} datagrams dropped by the sending host's own qdisc (the link out of it is full)")
+    } else {
+        String::new()
+    };
     let busiest = summary
         .cpu
         .local
@@ -76,7 +82,7 @@ fn pacing_shortfall(summary: &Summary) -> Option<String> {
         .max(summary.cpu.remote.busiest_core_pct);
     Some(format!(
         "asked {:.1} Mbit/s per flow, the senders achieved {:.1} Mbit/s on average ({:.1} %); \
-         send errors {send_errors}, busiest core {busiest:.0} %",
+         send errors {send_errors}{queue}, busiest core {busiest:.0} %",
         asked / 1e6,
         achieved / 1e6,
         achieved / asked * 100.0
@@ -271,6 +277,7 @@ fn merge_flows(config: &TestConfig, local: &[FlowSide], remote: &[FlowSide]) -> 
                 let counts = UdpCounts {
                     sent: sent.sent,
                     send_errors: sent.send_errors,
+                    qdisc_drops: sent.qdisc_drops,
                     ..received
                 };
                 UdpFlowReport {
@@ -362,6 +369,7 @@ fn summarize(
             duplicates: total.duplicates,
             foreign: total.foreign,
             send_errors: total.send_errors,
+            qdisc_drops: total.qdisc_drops,
             loss_pct: total.loss_pct(),
             jitter_ms: total.jitter_ms,
             one_way_delay_ms: total.one_way_delay_ms(),

@@ -295,7 +295,12 @@ pub struct UdpSummary {
     pub out_of_order: u64,
     pub duplicates: u64,
     pub foreign: u64,
+    /// Datagrams the sender's socket buffer refused (EAGAIN), each sent again.
     pub send_errors: u64,
+    /// Datagrams the sending host's own queue dropped (ENOBUFS), each sent again: never
+    /// loss between the hosts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub qdisc_drops: u64,
     pub loss_pct: f64,
     pub jitter_ms: f64,
     /// Mean one-way delay of in-order datagrams (receiver's wall clock at arrival minus

@@ -106,11 +106,13 @@ pub fn side_interval_lines(
 /// The datagram part of a UDP line: what the sender handed over, or what arrived.
 fn udp_note(sender: bool, udp: &UdpCounts) -> String {
     if sender {
-        let errors = if udp.send_errors > 0 {
-            format!(", {} send errors", udp.send_errors)
-        } else {
-            String::new()
-        };
+        let mut errors = String::new();
+        if udp.send_errors > 0 {
+            errors += &format!(", {} send errors", udp.send_errors);
+        }
+        if udp.qdisc_drops > 0 {
+            errors += &format!(", {} dropped by this host's qdisc", udp.qdisc_drops);
+        }
         format!("  {} datagrams{errors}", udp.sent)
     } else {
         format!(
@@ -304,6 +306,14 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
                 u.jitter_ms,
                 u.send_errors
             );
+            if u.qdisc_drops > 0 {
+                let _ = writeln!(
+                    out,
+                    "Sender's queue:   {} datagrams dropped by the sending host's own qdisc and sent again \
+                     (not loss between the hosts): the link out of the sender is full",
+                    u.qdisc_drops
+                );
+            }
             if let Some(delay) = u.one_way_delay_ms {
                 let _ = writeln!(
                     out,
@@ -434,6 +444,12 @@ pub fn limit_words(
         format_rate(bps, Scale::Adaptive)
     });
     match (trial.verdict, receiver_kernel) {
+        (TrialVerdict::SenderShort, _) if udp.qdisc_drops > 0 => format!(
+            "at {above} the senders reached only {}: their own host's queue (qdisc) dropped \
+             {} datagrams on the way out, so the link out of the sending host is the limit",
+            format_rate(trial.summary.sender_bps, Scale::Adaptive),
+            udp.qdisc_drops
+        ),
         (TrialVerdict::SenderShort, _) => format!(
             "at {above} the senders reached only {} ({} send errors; busiest sending core {:.0}%)",
             format_rate(trial.summary.sender_bps, Scale::Adaptive),
