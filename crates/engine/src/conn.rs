@@ -82,6 +82,15 @@ impl Stream {
         self.tcp().shutdown(Shutdown::Write)
     }
 
+    /// Sends the sealed records still queued (through TLS; nothing for plain and kTLS).
+    /// `Ok` once none is left; `WouldBlock`/`TimedOut` while the socket is full.
+    pub(crate) fn send_sealed(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(_) => Ok(()),
+            Stream::Tls(t) => t.send_records(),
+        }
+    }
+
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.tcp().shutdown(how)
     }

@@ -42,6 +42,10 @@ struct Flow {
     queued: bool,
     parked: bool,
     done: bool,
+    /// A TLS sender past its last write (the end, or its byte budget) whose sealed records
+    /// the socket has not taken yet: it sends them before it is done (and, after the end,
+    /// before its FIN), so that every byte it counted reaches the receiver.
+    closing: bool,
     /// Bytes this flow moves before it stops (iperf3's `-n`), and whether it has.
     budget: Option<u64>,
     spent: bool,
@@ -92,6 +96,7 @@ impl Flow {
             queued: true,
             parked: false,
             done: false,
+            closing: false,
             budget: plan.budget_for(spec.role),
             spent: false,
             pacer,
@@ -238,6 +243,12 @@ impl Worker {
     fn begin_drain(&mut self, now: Instant, draining: &mut Vec<usize>) {
         for (i, flow) in self.flows.iter_mut().enumerate() {
             match flow.role {
+                // Sealed records the socket could not take yet go out during the drain,
+                // then the FIN; the receivers read on until it comes.
+                Role::Send if !flow.done && flow.stream.send_sealed().is_err() => {
+                    flow.closing = true;
+                    draining.push(i);
+                }
                 Role::Send => {
                     let _ = flow.stream.shutdown_write();
                     flow.done = true;
@@ -260,6 +271,22 @@ impl Worker {
     fn step(&mut self, i: usize, since: Duration) -> Step {
         let flow = &mut self.flows[i];
         let step = match flow.role {
+            Role::Send if flow.closing => match flow.stream.send_sealed() {
+                Ok(()) => {
+                    flow.closing = false;
+                    flow.done = true;
+                    if self.drain_deadline.is_some() {
+                        let _ = flow.stream.shutdown_write();
+                    }
+                    Step::Ended
+                }
+                Err(e) if is_idle(&e) => Step::Idle,
+                Err(e) => {
+                    flow.closing = false;
+                    flow.fail(since, "send", &e);
+                    Step::Ended
+                }
+            },
             Role::Send => {
                 let left = flow
                     .budget
@@ -277,8 +304,13 @@ impl Worker {
                             pacer.charge(n);
                         }
                         if n as u64 == left {
-                            // The budget is sent; the peer's end of the test closes the flow.
-                            flow.done = true;
+                            // The budget is sent (once its sealed records are); the peer's
+                            // end of the test closes the flow.
+                            if flow.stream.send_sealed().is_ok() {
+                                flow.done = true;
+                            } else {
+                                flow.closing = true;
+                            }
                         }
                         Step::Moved {
                             short: n < length && flow.stream.short_means_drained(),
@@ -344,6 +376,13 @@ impl Worker {
             .into_iter()
             .map(|mut flow| {
                 flow.outcome.bytes_total = flow.bytes;
+                if flow.closing && flow.outcome.error.is_none() {
+                    flow.outcome.error = Some(
+                        "the receiver took no more data during the drain: the last sealed \
+                         TLS records were never sent, so the receiver got less than was counted"
+                            .to_string(),
+                    );
+                }
                 flow.outcome
             })
             .collect()
@@ -691,6 +730,75 @@ mod tests {
             error.contains("content check failed at byte 500"),
             "{error}"
         );
+    }
+
+    /// A TLS sender whose receiver is not reading when the test ends holds sealed records
+    /// the socket cannot take: they go out during the drain, before the FIN, so what the
+    /// receiver decrypts is exactly what the sender counted (CI once saw one 128 KiB write
+    /// counted and never delivered). Both one flow (blocking calls) and two (event loop).
+    #[test]
+    fn a_tls_sender_delivers_every_byte_it_counted_when_the_receiver_lags_at_the_end() {
+        for flows in [1, 2] {
+            let mut specs = Vec::new();
+            let mut peers = Vec::new();
+            for id in 0..flows {
+                let (ours, peer) = tls_pair();
+                // Small buffers, so the socket is full when the test ends.
+                socket2::SockRef::from(ours.socket())
+                    .set_send_buffer_size(16 * 1024)
+                    .unwrap();
+                socket2::SockRef::from(peer.socket())
+                    .set_recv_buffer_size(16 * 1024)
+                    .unwrap();
+                specs.push(FlowSpec {
+                    id,
+                    direction: Direction::Forward,
+                    role: Role::Send,
+                    socket: FlowSocket::Tls(Box::new(ours)),
+                });
+                peers.push(peer);
+            }
+            let start = Instant::now();
+            let plan = WorkerPlan::alone(
+                start,
+                Duration::from_millis(200),
+                128 * 1024,
+                Duration::from_secs(5),
+            );
+            let (samples, _keep) = channel();
+            let stop = Arc::new(AtomicBool::new(false));
+            let worker = std::thread::spawn(move || run(plan, specs, samples, stop));
+            // Read nothing until well past the end, then everything to the FIN.
+            std::thread::sleep(Duration::from_millis(500));
+            let readers: Vec<_> = peers
+                .into_iter()
+                .map(|mut peer| {
+                    std::thread::spawn(move || {
+                        let mut buffer = vec![0u8; 64 * 1024];
+                        let mut total = 0u64;
+                        loop {
+                            match peer.read(&mut buffer) {
+                                Ok(0) => return total,
+                                Ok(n) => total += n as u64,
+                                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                                Err(e) => panic!("the receiver failed: {e}"),
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let outcomes = worker.join().unwrap().unwrap();
+            for (outcome, reader) in outcomes.iter().zip(readers) {
+                let received = reader.join().unwrap();
+                assert_eq!(outcome.error, None, "{flows} flows");
+                assert!(outcome.bytes_total > 0);
+                assert_eq!(
+                    received, outcome.bytes_total,
+                    "{flows} flows: the receiver decrypted {received}, the sender counted {}",
+                    outcome.bytes_total
+                );
+            }
+        }
     }
 
     #[test]
