@@ -1009,3 +1009,133 @@ fn rr_round_trips_match_ping_over_the_same_path() {
     }
     let _ = std::fs::remove_dir_all(scratch);
 }
+
+/// The bytes a serve log's copy line says were resent ("..., 343552 bytes resent)").
+fn logged_resent(log: &str, verb: &str) -> Option<f64> {
+    let line = log.lines().find(|l| l.contains(&format!(": {verb} ")))?;
+    let before = line.split(" bytes resent").next()?;
+    before.rsplit(' ').next()?.parse().ok()
+}
+
+/// A push and a pull over a path that drops 2 % of frames each way: both ends report the
+/// sender's own count of resent bytes (the receiver once reported its duplicates as
+/// resends, 0 for a pull, and blamed the CPU), and that count is the emulator's drops in
+/// the data's direction times the datagram payload, within 20 %.
+#[test]
+fn both_ends_of_a_copy_report_the_senders_resends_over_a_lossy_path() {
+    let test = "both_ends_of_a_copy_report_the_senders_resends_over_a_lossy_path";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("cpre");
+    let _guard = LabGuard(name.clone());
+    let (root, source) = copy_scratch("resend", 16 << 20);
+    let up = lab(&[
+        "up", "--name", &name, "--rtt", "20ms", "--loss", "2%", "--rate", "200M", "--seed", "3",
+    ]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let key = root.join("key").display().to_string();
+    let log_path = root.join("serve.log");
+    let mut serve = Command::new(binary())
+        .args([
+            "lab",
+            "exec",
+            "--name",
+            &name,
+            "server",
+            "--",
+            binary(),
+            "--no-store",
+            "serve",
+        ])
+        .args([
+            "--files",
+            root.join("served").to_str().unwrap(),
+            "--key",
+            &key,
+        ])
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("serve");
+    std::thread::sleep(Duration::from_millis(800));
+    let pulled = root.join("pulled.bin");
+    let runs = [
+        (
+            "pushed",
+            0,
+            source.to_str().unwrap().to_string(),
+            "server:got.bin".to_string(),
+        ),
+        (
+            "pulled",
+            1,
+            "server:got.bin".to_string(),
+            pulled.display().to_string(),
+        ),
+    ];
+    for (what, direction, from, to) in &runs {
+        let dropped = |status: &serde_json::Value| {
+            num(status, &format!("/directions/{direction}/counters/lost"))
+                + num(
+                    status,
+                    &format!("/directions/{direction}/counters/queue_drops"),
+                )
+        };
+        // The emulator writes its status every second.
+        let before = dropped(&emulator_status(&name));
+        let out = lab(&[
+            "exec",
+            "--name",
+            &name,
+            "client",
+            "--",
+            binary(),
+            "--no-store",
+            "copy",
+            from,
+            to,
+            "--key",
+            &key,
+            "-q",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(1300));
+        let frames = dropped(&emulator_status(&name)) - before;
+        let doc = json(&out);
+        let resent = num(&doc, "/copy/resent_bytes");
+        let block = num(&doc, "/copy/block");
+        assert!(
+            frames > 50.0,
+            "{what}: the path dropped only {frames} frames"
+        );
+        let expected = frames * block;
+        assert!(
+            (resent - expected).abs() <= 0.2 * expected,
+            "{what}: resent {resent} bytes; the emulator dropped {frames} frames of {block} bytes"
+        );
+        let diagnosis = doc["copy"]["diagnosis"].as_str().unwrap();
+        assert!(
+            !diagnosis.contains("CPU") && diagnosis.contains("loss"),
+            "{what}: {diagnosis}"
+        );
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        let verb = if *what == "pushed" {
+            "received"
+        } else {
+            "sent"
+        };
+        let server_resent = logged_resent(&log, verb)
+            .unwrap_or_else(|| panic!("{what}: no copy line in the server's log:\n{log}"));
+        assert_eq!(
+            server_resent, resent,
+            "{what}: the server and the client disagree"
+        );
+    }
+    assert_same_file(&source, &pulled);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let _ = std::fs::remove_dir_all(root);
+}

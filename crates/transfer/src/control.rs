@@ -35,6 +35,43 @@ pub struct EndStats {
     /// the way); 0 from a sender.
     #[serde(default)]
     pub corrupted_datagrams: u64,
+    /// The sender's own view, so that a receiving end reports what the sender did (a
+    /// receiver sees duplicates, not resends, and none of the sender's waits); zero from
+    /// a receiver.
+    #[serde(default)]
+    pub sent: SenderFigures,
+}
+
+/// Where the sender's time went, seconds: what held the next datagram back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Waits {
+    /// Sending as fast as the rate allows: the network (or `--rate`) sets the pace.
+    pub pacing_s: f64,
+    /// The congestion window was full.
+    pub window_s: f64,
+    /// The receiver's flow-control window was closed (its disk or CPU behind).
+    pub receiver_s: f64,
+    /// The next chunk had not been read from the disk.
+    pub reader_s: f64,
+    /// Everything sent, waiting for the last ACKs and the receiver's verdict.
+    pub tail_s: f64,
+}
+
+/// What only the sending end of a copy knows, sent with its close.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SenderFigures {
+    /// Datagram payload bytes sent, of them sent again, and the datagrams declared lost.
+    pub payload_bytes: u64,
+    pub resent_bytes: u64,
+    pub lost_packets: u64,
+    pub waits: Waits,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_rtt_ms: Option<f64>,
+    /// The rate model's bottleneck estimate at the end (bit/s) and its random loss share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck_bps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random_loss: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -196,7 +233,19 @@ impl Control {
 impl EndStats {
     fn validate(&self) -> Result<(), Invalid> {
         let fine = |v: f64| v.is_finite() && (0.0..1e9).contains(&v);
-        if fine(self.disk_busy_s) && fine(self.cpu_s) && fine(self.wall_s) {
+        let sent = &self.sent;
+        let w = &sent.waits;
+        let waits = [w.pacing_s, w.window_s, w.receiver_s, w.reader_s, w.tail_s];
+        let optional = [sent.min_rtt_ms, sent.bottleneck_bps.map(|b| b / 1e6)];
+        if fine(self.disk_busy_s)
+            && fine(self.cpu_s)
+            && fine(self.wall_s)
+            && waits.into_iter().all(fine)
+            && optional.into_iter().flatten().all(fine)
+            && sent
+                .random_loss
+                .is_none_or(|l| l.is_finite() && (0.0..=1.0).contains(&l))
+        {
             Ok(())
         } else {
             Err(Invalid("figures out of range".into()))

@@ -50,6 +50,9 @@ pub struct Diagnosis {
     pub goodput_bps: f64,
 }
 
+/// A random loss share at or above this is a lossy path (0.1 %).
+const LOSSY_PATH: f64 = 0.001;
+
 fn mbytes(bytes: f64, seconds: f64) -> f64 {
     if seconds > 0.0 {
         bytes / seconds / 1e6
@@ -95,6 +98,24 @@ pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Dia
     let carried = format!("the path carried {}", rate_text(goodput_bps));
     let (limit, sentence) = match largest {
         0 if fixed_rate => (Limit::FixedRate, format!("limited by the fixed --rate: {carried}")),
+        // Held by the pacer below what the model ended at, on a path that dropped
+        // datagrams: the rate search climbing through the losses, not the sender's CPU.
+        0 if outcome
+            .bottleneck_bps
+            .is_some_and(|b| goodput_bps < 0.5 * b)
+            && outcome.random_loss.unwrap_or(0.0) >= LOSSY_PATH =>
+        {
+            (
+                Limit::Network,
+                format!(
+                    "limited by the network's loss: {carried} while the path dropped {:.2} % of the datagrams at random ({} lost, {} bytes sent again); the rate model climbed to {} only as the copy went on",
+                    outcome.random_loss.unwrap_or(0.0) * 100.0,
+                    outcome.lost_packets,
+                    outcome.resent_bytes,
+                    rate_text(outcome.bottleneck_bps.unwrap_or(0.0))
+                ),
+            )
+        }
         // Held by the pacer, yet far below what the model ended at: the sender itself
         // (its rate search, or its CPU) is what did not go faster.
         0 if outcome
@@ -281,6 +302,19 @@ mod tests {
         assert!(d.sentence.contains("sender's pacing"), "{}", d.sentence);
         o.bottleneck_bps = Some(1e9);
         assert_eq!(diagnose(&o, true, false).limit, Limit::Network);
+        // The same on a path that drops 2 %: its loss held the rate search back.
+        o.bottleneck_bps = Some(20e9);
+        o.random_loss = Some(0.02);
+        o.lost_packets = 300;
+        let d = diagnose(&o, true, false);
+        assert_eq!(d.limit, Limit::Network);
+        assert!(
+            d.sentence.contains("loss")
+                && d.sentence.contains("2.00 %")
+                && !d.sentence.contains("CPU"),
+            "{}",
+            d.sentence
+        );
     }
 
     #[test]

@@ -498,6 +498,7 @@ pub fn receive_file(
         cpu_s: (sys::thread_cpu_ns() - cpu_start) as f64 / 1e9 + writer_cpu_s,
         wall_s: clock.now_ns() as f64 / 1e9,
         corrupted_datagrams: corrupted,
+        ..EndStats::default()
     };
     let root_hex = journal::hash_hex(&root);
     sink.send(&Control::Done {
@@ -516,18 +517,20 @@ pub fn receive_file(
         Err(e) => return Err(TransferError::Peer(e.to_string())),
     };
     let counters = receiver.counters;
-    Ok(FileOutcome {
+    let mut outcome = FileOutcome {
         bytes: layout.size,
         resumed_bytes,
         wall_s: stats.wall_s,
-        payload_bytes: counters.bytes,
-        resent_bytes: counters.duplicate_bytes,
+        duplicate_bytes: counters.duplicate_bytes,
         refetched_chunks: counters.refetched,
         root: root_hex,
         local: stats,
         remote,
         ..FileOutcome::default()
-    })
+    };
+    // Resends, losses and the sender's waits are the sender's own counts.
+    outcome.take_sender_figures(&remote.sent);
+    Ok(outcome)
 }
 
 #[allow(clippy::too_many_arguments)]

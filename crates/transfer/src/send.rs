@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::channel::{Channel, ChannelError, Sink};
-use crate::control::{Control, EndStats};
+use crate::control::{Control, EndStats, SenderFigures};
 use crate::journal;
 use crate::layout::{root_hash, Layout};
 use crate::rate::RateConfig;
@@ -179,28 +179,31 @@ pub fn send_file(
         });
         return Err(TransferError::Local(message));
     }
+    let counters = sender.counters;
+    let model = !matches!(rate, RateConfig::Fixed { .. });
     let stats = EndStats {
         disk_busy_s: looped.reader_busy_s,
         cpu_s: (sys::thread_cpu_ns() - cpu_start) as f64 / 1e9 + looped.reader_cpu_s,
         wall_s: clock.now_ns() as f64 / 1e9,
         corrupted_datagrams: 0,
+        sent: SenderFigures {
+            payload_bytes: counters.bytes,
+            resent_bytes: counters.retransmitted_bytes,
+            lost_packets: counters.lost_packets,
+            waits: looped.outcome.waits,
+            min_rtt_ms: sender.min_rtt_ns().map(|ns| ns as f64 / 1e6),
+            bottleneck_bps: model.then(|| sender.rate().bottleneck_bps() as f64),
+            random_loss: model.then(|| sender.rate().random_loss()),
+        },
     };
     sink.send(&Control::Closed { stats })
         .map_err(|e| TransferError::Peer(format!("the control connection failed: {e}")))?;
-    let counters = sender.counters;
     looped.outcome.bytes = layout.size;
     looped.outcome.resumed_bytes = resumed_bytes;
     looped.outcome.wall_s = stats.wall_s;
-    looped.outcome.payload_bytes = counters.bytes;
-    looped.outcome.resent_bytes = counters.retransmitted_bytes;
-    looped.outcome.lost_packets = counters.lost_packets;
     looped.outcome.root = journal::hash_hex(&looped.sender_root);
     looped.outcome.local = stats;
-    looped.outcome.min_rtt_ms = sender.min_rtt_ns().map(|ns| ns as f64 / 1e6);
-    if !matches!(rate, RateConfig::Fixed { .. }) {
-        looped.outcome.bottleneck_bps = Some(sender.rate().bottleneck_bps() as f64);
-        looped.outcome.random_loss = Some(sender.rate().random_loss());
-    }
+    looped.outcome.take_sender_figures(&stats.sent);
     Ok(looped.outcome)
 }
 

@@ -69,20 +69,7 @@ pub struct Progress {
     pub resent: u64,
 }
 
-/// Where the sender's time went, seconds: what held the next datagram back.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Waits {
-    /// Sending as fast as the rate allows: the network (or `--rate`) sets the pace.
-    pub pacing_s: f64,
-    /// The congestion window was full.
-    pub window_s: f64,
-    /// The receiver's flow-control window was closed (its disk or CPU behind).
-    pub receiver_s: f64,
-    /// The next chunk had not been read from the disk.
-    pub reader_s: f64,
-    /// Everything sent, waiting for the last ACKs and the receiver's verdict.
-    pub tail_s: f64,
-}
+pub use crate::control::Waits;
 
 /// What one file's transfer measured on this end.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -91,11 +78,16 @@ pub struct FileOutcome {
     /// Bytes this run did not have to move (already in the `.part`).
     pub resumed_bytes: u64,
     pub wall_s: f64,
-    /// Datagram payload bytes sent (sender) or received (receiver).
+    /// Datagram payload bytes the sender sent (its own count, on both ends).
     pub payload_bytes: u64,
-    /// Payload bytes sent again (sender) or that arrived twice (receiver).
+    /// Payload bytes the sender sent again, and the datagrams it declared lost: the
+    /// sender's own counts on both ends (a receiver has them from the sender's close).
     pub resent_bytes: u64,
     pub lost_packets: u64,
+    /// Receiver: payload bytes that arrived twice (a resend of a datagram that was only
+    /// late, not lost); 0 on the sender.
+    #[serde(default)]
+    pub duplicate_bytes: u64,
     /// Chunks whose hash failed and that were sent again.
     pub refetched_chunks: u64,
     /// The root hash both ends agreed on, hex.
@@ -110,6 +102,20 @@ pub struct FileOutcome {
     pub random_loss: Option<f64>,
     /// Per 100 ms: receiver-side goodput and retransmitted bytes (the sender's view).
     pub timeline: Vec<TimelinePoint>,
+}
+
+impl FileOutcome {
+    /// Takes what only the sender knows (its resends, losses, waits and rate model) from
+    /// its figures: its own on the sending end, its close message's on the receiving end.
+    pub fn take_sender_figures(&mut self, sent: &crate::control::SenderFigures) {
+        self.payload_bytes = sent.payload_bytes;
+        self.resent_bytes = sent.resent_bytes;
+        self.lost_packets = sent.lost_packets;
+        self.waits = sent.waits;
+        self.min_rtt_ms = sent.min_rtt_ms;
+        self.bottleneck_bps = sent.bottleneck_bps;
+        self.random_loss = sent.random_loss;
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
