@@ -197,6 +197,7 @@ pub fn host_facts() -> HostFacts {
             .ok()
             .and_then(|text| linerate_model::PathFacts::from_json(&text))
             .map(Box::new),
+        boot_id: read_trimmed("/proc/sys/kernel/random/boot_id").unwrap_or_default(),
     }
 }
 

@@ -120,7 +120,11 @@ fn text_output_has_intervals_and_headline() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("0.00-0.50 sec"), "{text}");
     assert!(text.contains("Receiver goodput:"), "{text}");
-    assert!(text.contains("CPU server:"), "{text}");
+    // Loopback: both ends on one host, one CPU line with each end's share.
+    assert!(
+        text.contains("CPU (one host, client and server)") && text.contains("server "),
+        "{text}"
+    );
 }
 
 #[test]

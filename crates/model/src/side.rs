@@ -19,6 +19,18 @@ pub struct HostFacts {
     /// beside `linerate impair`) said so through `LINERATE_PATH`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<Box<crate::PathFacts>>,
+    /// The running kernel's boot id (/proc/sys/kernel/random/boot_id): two ends with the
+    /// same one share a kernel and its CPUs (one host, network namespaces included), so
+    /// their system-wide CPU figures are one and the same.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub boot_id: String,
+}
+
+impl HostFacts {
+    /// Whether `other` runs on this host's kernel (and so on its CPUs).
+    pub fn same_kernel(&self, other: &HostFacts) -> bool {
+        !self.boot_id.is_empty() && self.boot_id == other.boot_id
+    }
 }
 
 /// CPU use on one host over the measurement window (MEASUREMENT.md rule 4).

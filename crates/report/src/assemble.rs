@@ -28,6 +28,7 @@ impl Report {
         summary.crypto = crate::crypto::summarize(&local, &remote, &summary);
         let mut warnings = side_warnings(&local, &remote);
         warnings.extend(pacing_shortfall(&summary));
+        warnings.extend(summary.cpu_basis.as_ref().and_then(CpuBasis::warning));
         let observe = observed(&local, &remote);
         Report {
             tool: tool.to_string(),
@@ -344,7 +345,9 @@ fn summarize(
         receiving.iter().map(|f| f.window_s).sum::<f64>() / receiving.len() as f64
     };
     let kib = total.receiver_bytes as f64 / 1024.0;
-    let demand = |cpu: &CpuUsage| if kib > 0.0 { cpu.busy_us() / kib } else { 0.0 };
+    let basis = CpuBasis::of(local, remote);
+    let charged = basis.charged_us(&local.cpu, &remote.cpu);
+    let demand = |us: f64| if kib > 0.0 { us / kib } else { 0.0 };
     let directions = (config.direction == Direction::Bidir).then(|| {
         [Direction::Forward, Direction::Reverse]
             .into_iter()
@@ -398,9 +401,10 @@ fn summarize(
         flows: flows.len() as u32,
         flows_failed: flows.iter().filter(|f| f.error.is_some()).count() as u32,
         service_demand_us_per_kb: PerSide {
-            local: demand(&local.cpu),
-            remote: demand(&remote.cpu),
+            local: demand(charged.local),
+            remote: demand(charged.remote),
         },
+        cpu_basis: Some(basis),
         cpu: PerSide {
             local: local.cpu.clone(),
             remote: remote.cpu.clone(),
@@ -580,6 +584,8 @@ pub(crate) mod tests {
                 cores: 2,
                 window_s: 1.0,
                 busy_pct: 50.0,
+                // The test's threads: all but a tenth of a core of the busy time.
+                process_cpu_s: 0.9,
                 ..Default::default()
             },
             ..Default::default()

@@ -7,6 +7,7 @@
 
 pub mod assemble;
 pub mod compare;
+pub mod cpu_basis;
 pub mod crypto;
 pub mod document;
 pub mod export;

@@ -23,6 +23,32 @@ pub struct PerSide<T> {
     pub remote: T,
 }
 
+/// What the CPU time charged to each end for its service demand is (`crate::cpu_basis`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DemandBasis {
+    /// The host's busy time (each end on its own host, nothing else busy).
+    System,
+    /// One host for both ends: its busy time split in proportion to each end's threads.
+    Split,
+    /// The end's own threads only: other work was running.
+    Processes,
+}
+
+/// How a test's CPU figures are read (`crate::cpu_basis`): one host or two, the CPU other
+/// work took, and what the service demand charges.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuBasis {
+    /// Both ends ran on one kernel: `cpu.local` and `cpu.remote` hold the same
+    /// system-wide figures.
+    pub shared_host: bool,
+    /// CPU that the test's own threads do not account for, on each end's host, percent of
+    /// one core over the window: other processes, and kernel threads (softirq work in
+    /// ksoftirqd included). On one host both sides hold the same figure.
+    pub others_pct: PerSide<f64>,
+    pub service_demand: DemandBasis,
+}
+
 /// Socket facts of one end of a flow.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SocketFacts {
@@ -168,8 +194,12 @@ pub struct Summary {
     pub flows: u32,
     pub flows_failed: u32,
     pub cpu: PerSide<CpuUsage>,
-    /// CPU microseconds (whole host, all cores) per KiB received, per side.
+    /// CPU microseconds per KiB received, per side: the host's busy time (all cores), or
+    /// as `cpu_basis` says when the ends share a host or other work was running.
     pub service_demand_us_per_kb: PerSide<f64>,
+    /// How the CPU figures are read; absent in results stored before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_basis: Option<CpuBasis>,
     /// Per-direction figures; present for bidir tests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directions: Option<Vec<DirectionSummary>>,

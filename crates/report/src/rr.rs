@@ -79,6 +79,7 @@ pub(crate) fn assemble(
         ));
     }
     let mut warnings = side_warnings(&local, &remote);
+    warnings.extend(summary.cpu_basis.as_ref().and_then(CpuBasis::warning));
     if let Some(rr) = &summary.rr {
         warnings.extend(shortfalls(&config, rr));
     }
@@ -148,10 +149,12 @@ fn summarize(
         .map(FlowSide::window_bps)
         .sum();
     let kib = receiver_bytes as f64 / 1024.0;
-    let per_kib = |cpu: &CpuUsage| if kib > 0.0 { cpu.busy_us() / kib } else { 0.0 };
-    let per_transaction = |cpu: &CpuUsage| {
+    let basis = crate::model::CpuBasis::of(local, remote);
+    let charged = basis.charged_us(&local.cpu, &remote.cpu);
+    let per_kib = |us: f64| if kib > 0.0 { us / kib } else { 0.0 };
+    let per_transaction = |us: f64| {
         if transactions > 0 {
-            cpu.busy_us() / transactions as f64
+            us / transactions as f64
         } else {
             0.0
         }
@@ -172,8 +175,8 @@ fn summarize(
         connect_latency_us: side.connect,
         latency_us: side.latency,
         service_demand_us_per_transaction: PerSide {
-            local: per_transaction(&local.cpu),
-            remote: per_transaction(&remote.cpu),
+            local: per_transaction(charged.local),
+            remote: per_transaction(charged.remote),
         },
         load: None,
     };
@@ -188,9 +191,10 @@ fn summarize(
             remote: remote.cpu.clone(),
         },
         service_demand_us_per_kb: PerSide {
-            local: per_kib(&local.cpu),
-            remote: per_kib(&remote.cpu),
+            local: per_kib(charged.local),
+            remote: per_kib(charged.remote),
         },
+        cpu_basis: Some(basis),
         rr: Some(rr),
         ..Default::default()
     }
@@ -353,19 +357,18 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
             load.retransmits
         );
     }
-    for (name, cpu, demand) in [
-        (
-            "client",
-            &report.summary.cpu.local,
-            rr.service_demand_us_per_transaction.local,
+    let demand = PerSide {
+        local: format!(
+            "{:.2} us/transaction",
+            rr.service_demand_us_per_transaction.local
         ),
-        (
-            "server",
-            &report.summary.cpu.remote,
-            rr.service_demand_us_per_transaction.remote,
+        remote: format!(
+            "{:.2} us/transaction",
+            rr.service_demand_us_per_transaction.remote
         ),
-    ] {
-        let line = crate::text::cpu_line(name, cpu, &format!("{demand:.2} us/transaction"));
+    };
+    let summary = &report.summary;
+    for line in crate::text::cpu_lines(&summary.cpu, summary.cpu_basis.as_ref(), &demand) {
         let _ = writeln!(out, "{line}");
     }
     if let Some(crypto) = &report.summary.crypto {

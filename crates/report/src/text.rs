@@ -166,6 +166,40 @@ pub(crate) fn cpu_line(name: &str, cpu: &CpuUsage, demand: &str) -> String {
     )
 }
 
+/// The CPU lines of a summary: one per end, or one for the host when both ends ran on it
+/// (its system-wide figures are one reading) with each end's own threads and demand.
+pub(crate) fn cpu_lines(
+    cpu: &PerSide<CpuUsage>,
+    basis: Option<&CpuBasis>,
+    demand: &PerSide<String>,
+) -> Vec<String> {
+    if basis.is_some_and(|b| b.shared_host) {
+        let host = &cpu.local;
+        let others = basis.map_or(0.0, |b| b.others_pct.local);
+        return vec![format!(
+            "CPU (one host, client and server): {:.1}% of {} cores (user {:.1}, system {:.1}, softirq {:.1}), \
+             busiest core #{} {:.1}%; linerate client {:.1}%, server {:.1}%, the rest {:.1}% of a core; \
+             service demand client {}, server {}",
+            host.busy_pct,
+            host.cores,
+            host.user_pct,
+            host.system_pct,
+            host.softirq_pct,
+            host.busiest_core,
+            host.busiest_core_pct,
+            cpu.local.process_pct,
+            cpu.remote.process_pct,
+            others,
+            demand.local,
+            demand.remote,
+        )];
+    }
+    vec![
+        cpu_line("client", &cpu.local, &demand.local),
+        cpu_line("server", &cpu.remote, &demand.remote),
+    ]
+}
+
 /// Renders the end-of-test section: per-flow lines on request, the sums, the headline and
 /// CPU on both ends.
 pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
@@ -340,24 +374,13 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
             p.interval_stddev_pct
         );
     }
-    let _ = writeln!(
-        out,
-        "{}",
-        cpu_line(
-            "client",
-            &s.cpu.local,
-            &format!("{:.3} us/KB", s.service_demand_us_per_kb.local),
-        )
-    );
-    let _ = writeln!(
-        out,
-        "{}",
-        cpu_line(
-            "server",
-            &s.cpu.remote,
-            &format!("{:.3} us/KB", s.service_demand_us_per_kb.remote),
-        )
-    );
+    let demand = PerSide {
+        local: format!("{:.3} us/KB", s.service_demand_us_per_kb.local),
+        remote: format!("{:.3} us/KB", s.service_demand_us_per_kb.remote),
+    };
+    for line in cpu_lines(&s.cpu, s.cpu_basis.as_ref(), &demand) {
+        let _ = writeln!(out, "{line}");
+    }
     if let Some(crypto) = &s.crypto {
         for line in crypto.lines(s.receiver_bps, scale) {
             let _ = writeln!(out, "{line}");
