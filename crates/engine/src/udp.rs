@@ -67,13 +67,13 @@ struct Batch {
     buffer: Vec<u8>,
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
-    /// Receivers with UDP GRO: room per message for the control message that gives the
-    /// coalesced run's datagram size; empty otherwise.
-    control: Vec<[u64; 4]>,
+    /// Receivers: room per message for its control messages (the kernel's receive
+    /// timestamp, and with UDP GRO the coalesced run's datagram size); empty for senders.
+    control: Vec<[u64; 8]>,
 }
 
 impl Batch {
-    fn new(size: usize, segments: usize, messages: usize, gro: bool) -> Batch {
+    fn new(size: usize, segments: usize, messages: usize, receives: bool) -> Batch {
         let stride = size * segments;
         // The payload after the header is a constant byte.
         let mut buffer = vec![0x5a_u8; stride * messages];
@@ -89,8 +89,8 @@ impl Batch {
             buffer,
             iovecs,
             headers: Vec::with_capacity(messages),
-            control: if gro {
-                vec![[0; 4]; messages]
+            control: if receives {
+                vec![[0; 8]; messages]
             } else {
                 Vec::new()
             },
@@ -147,7 +147,7 @@ impl Batch {
         let control_len = if self.control.is_empty() {
             0
         } else {
-            std::mem::size_of::<[u64; 4]>()
+            std::mem::size_of::<[u64; 8]>()
         };
         for header in &mut self.headers {
             header.msg_hdr.msg_flags = 0;
@@ -191,6 +191,32 @@ impl Batch {
             }
             _ => each(data),
         }
+    }
+
+    /// When the kernel received message `m` (SO_TIMESTAMPNS), nanoseconds on the wall
+    /// clock; `None` where the socket gave no timestamp.
+    fn kernel_arrival_ns(&self, m: usize) -> Option<u64> {
+        if self.control.is_empty() {
+            return None;
+        }
+        let header = &self.headers[m].msg_hdr;
+        // SAFETY: as in `gro_segment`.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(header);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                    && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+                {
+                    let at =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
+                    let ns = u64::try_from(at.tv_sec).ok()? * 1_000_000_000
+                        + u64::try_from(at.tv_nsec).ok()?;
+                    return (ns > 0).then_some(ns);
+                }
+                cmsg = libc::CMSG_NXTHDR(header, cmsg);
+            }
+        }
+        None
     }
 
     /// The datagram size of a run the kernel coalesced into message `m` (UDP_GRO).
@@ -377,9 +403,9 @@ impl UdpLoop {
             Some(Ok(())) => Batch::new(GRO_BUFFER, 1, OFFLOAD_MESSAGES * 2, true),
             Some(Err(note)) => {
                 notes.push(note);
-                Batch::new(size.max(64), 1, BATCH, false)
+                Batch::new(size.max(64), 1, BATCH, true)
             }
-            None => Batch::new(size.max(64), 1, BATCH, false),
+            None => Batch::new(size.max(64), 1, BATCH, true),
         };
         let paced = paced_batch(&plan, &send_batch, size);
         let lone_receiver = flows.len() == 1 && flows[0].role == Role::Receive;
@@ -387,10 +413,16 @@ impl UdpLoop {
             flows[0].socket.set_nonblocking(false)?;
             flows[0].socket.set_read_timeout(Some(MAX_WAIT))?;
         }
-        let since_start = Instant::now().saturating_duration_since(plan.start);
-        let wall_base_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.saturating_sub(since_start).as_nanos() as u64);
+        // The start is usually still ahead (the ends start together at a set time): the
+        // wall clock then is now plus the wait, not now. Taking now for both cases once
+        // put each end's base off by its own wait, a clock offset of up to milliseconds
+        // between sender and receiver in every one-way delay.
+        let (mono_now, wall_now) = (Instant::now(), crate::sys::wall_clock_ns());
+        let wall_base_ns = if plan.start >= mono_now {
+            wall_now + (plan.start - mono_now).as_nanos() as u64
+        } else {
+            wall_now.saturating_sub((mono_now - plan.start).as_nanos() as u64)
+        };
         Ok(UdpLoop {
             wall_base_ns,
             plan,
@@ -580,9 +612,20 @@ impl UdpLoop {
             match self.receive_batch.receive(&flow.socket, wait) {
                 Ok(count) => {
                     let arrival = Instant::now().saturating_duration_since(self.plan.start);
-                    let arrival_ns = self.wall_base_ns + arrival.as_nanos() as u64;
+                    let read_ns = self.wall_base_ns + arrival.as_nanos() as u64;
+                    // Each datagram arrived when the kernel took it, not when this thread
+                    // got round to reading it (on a busy host, milliseconds later): its
+                    // time on the test's clock is the read time less its wait in the
+                    // socket, the wall clock against the kernel's stamp.
+                    let wall_now = crate::sys::wall_clock_ns();
                     let tracker = flow.tracker.as_mut().expect("receivers track");
                     for m in 0..count {
+                        let arrival_ns = self
+                            .receive_batch
+                            .kernel_arrival_ns(m)
+                            .map_or(read_ns, |kernel| {
+                                read_ns.saturating_sub(wall_now.saturating_sub(kernel))
+                            });
                         self.receive_batch.received(m, |d| {
                             // Not a hello repeated while the flows were set up.
                             if parse_hello(d).is_none() {
@@ -753,6 +796,11 @@ impl UdpFlow {
             _ => None,
         };
         let mut send_buffer = 0;
+        if spec.role == Role::Receive {
+            // The kernel's receive time of every datagram (see `receive_turn`); without
+            // it, arrivals are stamped when read.
+            let _ = crate::sys::set_int_option(&socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
+        }
         if spec.role == Role::Send {
             // Without IP_RECVERR the kernel swallows a drop by this host's own queue (it
             // counts SndbufErrors and returns success), and the gap it leaves would be

@@ -58,6 +58,14 @@ pub struct DirectionStatus {
     /// the way in) and frames the outgoing interface refused; both dropped.
     pub oversize: u64,
     pub refused: u64,
+    /// How long frames waited in the receiving socket before this emulator read them,
+    /// summed and at most, nanoseconds. Their time in the path counts from the kernel's
+    /// receive stamp, so this wait is not added to the path's delay; it says how busy the
+    /// emulator's thread was.
+    #[serde(default)]
+    pub pickup_sum_ns: u64,
+    #[serde(default)]
+    pub pickup_max_ns: u64,
 }
 
 /// The two interfaces, checked and opened.
@@ -200,6 +208,7 @@ impl Bridge {
                     frame_capacity,
                     started,
                     status: slot,
+                    last_arrival: 0,
                 };
                 direction.run(&stop)
             }));
@@ -258,6 +267,8 @@ struct Direction {
     frame_capacity: usize,
     started: Instant,
     status: Arc<Mutex<DirectionStatus>>,
+    /// The arrival time given to the last frame (the link's clock never goes back).
+    last_arrival: u64,
 }
 
 impl Direction {
@@ -313,7 +324,7 @@ impl Direction {
             if count == 0 {
                 continue;
             }
-            let arrived = self.now_ns();
+            let (read, wall) = (self.now_ns(), sys::wall_clock_ns());
             for (i, r) in received.iter().enumerate() {
                 if r.outgoing {
                     continue;
@@ -322,6 +333,15 @@ impl Direction {
                     extra.oversize += 1;
                     continue;
                 }
+                // A frame's time in the path starts when the kernel received it: while
+                // this thread was sending (veth runs the receiver's stack inside the send
+                // call), frames wait in the socket. Never before the last frame's, so the
+                // link's clock only moves forward.
+                let waited = r.kernel_ns.map_or(0, |k| wall.saturating_sub(k));
+                let arrived = read.saturating_sub(waited).max(self.last_arrival);
+                self.last_arrival = arrived;
+                extra.pickup_sum_ns += read - arrived;
+                extra.pickup_max_ns = extra.pickup_max_ns.max(read - arrived);
                 let mut buffer = spare.pop().unwrap_or_default();
                 buffer.resize(capacity, 0);
                 std::mem::swap(&mut buffer, &mut slots[i]);

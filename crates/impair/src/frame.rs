@@ -64,6 +64,40 @@ pub fn payload_range(frame: &[u8]) -> Range<usize> {
     payload.min(end)..end
 }
 
+/// A key of the transport flow of `frame`: FNV-1a over its IP addresses, protocol and (TCP,
+/// UDP) ports. `None` for frames that are not IP (ARP) and for ICMP (neighbour discovery),
+/// which belong to no flow a receiver counts. Every offset is checked before it is read.
+pub fn flow_key(frame: &[u8]) -> Option<u64> {
+    let mut at = ETHERNET_HEADER;
+    let mut ethertype = u16_at(frame, 12)?;
+    if ethertype == ETHERTYPE_VLAN {
+        ethertype = u16_at(frame, 16)?;
+        at += 4;
+    }
+    let (addresses, protocol, transport) = match ethertype {
+        ETHERTYPE_IPV4 => {
+            let header = usize::from(frame.get(at)? & 0x0f) * 4;
+            (at + 12..at + 20, *frame.get(at + 9)?, at + header.max(20))
+        }
+        ETHERTYPE_IPV6 => (at + 8..at + 40, *frame.get(at + 6)?, at + 40),
+        _ => return None,
+    };
+    let ports = match protocol {
+        PROTOCOL_TCP | PROTOCOL_UDP => frame.get(transport..transport + 4)?,
+        _ => return None,
+    };
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for &byte in frame
+        .get(addresses)?
+        .iter()
+        .chain([protocol].iter())
+        .chain(ports)
+    {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    Some(hash)
+}
+
 /// Flips the bit `pick` chooses (modulo the payload's bits); false for a frame without
 /// payload.
 pub fn flip_payload_bit(frame: &mut [u8], pick: u64) -> bool {
@@ -115,7 +149,33 @@ mod tests {
         assert!(!flip_payload_bit(&mut f, 3));
     }
 
+    #[test]
+    fn frames_of_one_flow_share_a_key_and_others_do_not() {
+        let mut a = udp_frame(10);
+        a[14 + 20..14 + 24].copy_from_slice(&[0x13, 0x88, 0x13, 0x89]);
+        let mut b = a.clone();
+        b[50] = 7; // another payload, the same flow
+        assert_eq!(flow_key(&a), flow_key(&b));
+        assert!(flow_key(&a).is_some());
+        b[14 + 21] ^= 1; // another source port
+        assert_ne!(flow_key(&a), flow_key(&b));
+        // ICMP and ARP are no flow.
+        let mut icmp = a.clone();
+        icmp[14 + 9] = 1;
+        assert_eq!(flow_key(&icmp), None);
+        let mut arp = a.clone();
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        assert_eq!(flow_key(&arp), None);
+        // Too short to hold the ports.
+        assert_eq!(flow_key(&a[..14 + 20 + 2]), None);
+    }
+
     proptest! {
+        #[test]
+        fn any_bytes_have_a_flow_key_or_none(frame in proptest::collection::vec(any::<u8>(), 0..120)) {
+            let _ = flow_key(&frame);
+        }
+
         #[test]
         fn any_bytes_give_a_range_inside_the_frame(frame in proptest::collection::vec(any::<u8>(), 0..200), pick: u64) {
             let range = payload_range(&frame);

@@ -27,6 +27,10 @@ pub trait Frame: Clone {
     /// Flips one bit of the payload chosen by `pick`; false when the frame has no byte to
     /// flip.
     fn flip_bit(&mut self, pick: u64) -> bool;
+    /// A key of the transport flow (addresses, protocol, ports) the frame belongs to;
+    /// `None` for frames of no flow (neighbour discovery, ARP). Reordering is counted only
+    /// between frames of one flow, as the flow's receiver sees it.
+    fn flow(&self) -> Option<u64>;
 }
 
 impl Frame for Vec<u8> {
@@ -36,6 +40,10 @@ impl Frame for Vec<u8> {
 
     fn flip_bit(&mut self, pick: u64) -> bool {
         crate::frame::flip_payload_bit(self, pick)
+    }
+
+    fn flow(&self) -> Option<u64> {
+        crate::frame::flow_key(self)
     }
 }
 
@@ -63,9 +71,32 @@ pub struct LinkCounters {
     /// Sum and maximum of the time frames spent in the link, nanoseconds.
     pub delay_sum_ns: u64,
     pub delay_max_ns: u64,
+    /// The emulator's own lateness: how much later than due frames left (the caller's
+    /// clock at the poll that released them, against the time the path set), summed and
+    /// at most, nanoseconds, and the frames that left more than [`LATE_NS`] late. A frame
+    /// released late has that much more delay (and the bottleneck that much less rate)
+    /// than asked; what a receiver measures is compared with the path plus this.
+    #[serde(default)]
+    pub late_sum_ns: u64,
+    #[serde(default)]
+    pub late_max_ns: u64,
+    #[serde(default)]
+    pub late_frames: u64,
 }
 
+/// A frame that leaves more than this after it was due counts as late (100 us).
+pub const LATE_NS: u64 = 100_000;
+
 impl LinkCounters {
+    /// The mean lateness of passed frames, milliseconds.
+    pub fn mean_lateness_ms(&self) -> f64 {
+        if self.passed == 0 {
+            0.0
+        } else {
+            self.late_sum_ns as f64 / self.passed as f64 / 1e6
+        }
+    }
+
     /// The mean time passed frames spent in the link, milliseconds.
     pub fn mean_delay_ms(&self) -> f64 {
         if self.passed == 0 {
@@ -83,6 +114,8 @@ struct Queued<F> {
     /// the copy, or being overtaken after the copy left, is nothing a receiver sees as
     /// reordering, so it is not counted as such.
     twin: bool,
+    /// The transport flow the frame belongs to ([`Frame::flow`]).
+    flow: Option<u64>,
     frame: F,
 }
 
@@ -234,12 +267,18 @@ impl<F: Frame> Link<F> {
             exit_ns,
             arrived_ns: now_ns,
             twin,
+            flow: frame.flow(),
             frame,
         });
         true
     }
 
-    fn leave(&mut self, now_ns: u64, queued: Queued<F>) -> F {
+    /// `queued` leaves at `now_ns`; it was due at `due_ns`.
+    fn leave(&mut self, now_ns: u64, due_ns: u64, queued: Queued<F>) -> F {
+        let late = now_ns.saturating_sub(due_ns);
+        self.counters.late_sum_ns += late;
+        self.counters.late_max_ns = self.counters.late_max_ns.max(late);
+        self.counters.late_frames += u64::from(late > LATE_NS);
         let delay = now_ns.saturating_sub(queued.arrived_ns);
         let len = queued.frame.wire_len() as u64;
         // A held frame keeps its bytes in the line until it leaves.
@@ -255,7 +294,8 @@ impl<F: Frame> Link<F> {
     pub fn poll_departure(&mut self, now_ns: u64) -> Option<F> {
         if let Some((released, reordered)) = self.release.take() {
             self.counters.reordered += u64::from(reordered);
-            return Some(self.leave(now_ns, released));
+            // Due right after the frame that overtook it, which has just left.
+            return Some(self.leave(now_ns, now_ns, released));
         }
         loop {
             let due = self.line.front().is_some_and(|q| q.exit_ns <= now_ns);
@@ -267,7 +307,8 @@ impl<F: Frame> Link<F> {
                     .is_some_and(|h| h.exit_ns + REORDER_HOLD_NS <= now_ns)
                 {
                     let held = self.held.take()?;
-                    return Some(self.leave(now_ns, held));
+                    let due = held.exit_ns + REORDER_HOLD_NS;
+                    return Some(self.leave(now_ns, due, held));
                 }
                 return None;
             }
@@ -275,16 +316,20 @@ impl<F: Frame> Link<F> {
             if let Some(held) = self.held.take() {
                 // This frame overtakes the held one, which follows it at once.
                 // Not reordering as a receiver sees it: `queued` overtaking its own copy,
-                // or `held` arriving after its copy went ahead.
-                let reordered = !(queued.twin || held.twin);
+                // `held` arriving after its copy went ahead, or two frames of different
+                // flows (no receiver sees both).
+                let reordered =
+                    !(queued.twin || held.twin) && held.flow.is_some() && held.flow == queued.flow;
                 self.release = Some((held, reordered));
-                return Some(self.leave(now_ns, queued));
+                let due = queued.exit_ns;
+                return Some(self.leave(now_ns, due, queued));
             }
             if self.chance(self.spec.reorder) {
                 self.held = Some(queued);
                 continue;
             }
-            return Some(self.leave(now_ns, queued));
+            let due = queued.exit_ns;
+            return Some(self.leave(now_ns, due, queued));
         }
     }
 
@@ -337,6 +382,10 @@ mod tests {
         fn flip_bit(&mut self, _pick: u64) -> bool {
             self.flipped = true;
             true
+        }
+        /// Odd lengths stand for frames of no flow (neighbour discovery).
+        fn flow(&self) -> Option<u64> {
+            self.len.is_multiple_of(2).then_some(0)
         }
     }
 
@@ -532,6 +581,50 @@ mod tests {
         assert_eq!(late, link.counters().reordered);
         assert!((800..1200).contains(&late), "reordered {late}");
         assert_eq!(link.line_bytes(), 0);
+    }
+
+    /// A receiver sees a reorder only between two frames of its flow: a held frame that a
+    /// frame of no flow (or of another) overtakes is not counted.
+    #[test]
+    fn only_frames_of_one_flow_count_as_reordered() {
+        let mut link = Link::new(
+            LinkSpec {
+                reorder: 1.0,
+                ..spec()
+            },
+            3,
+        );
+        link.handle_arrival(0, frame(0));
+        // Neighbour discovery (odd length: no flow) overtakes it.
+        link.handle_arrival(
+            1,
+            Numbered {
+                number: 1,
+                len: 91,
+                flipped: false,
+            },
+        );
+        let first = link.poll_departure(10_000_000).unwrap();
+        let second = link.poll_departure(10_000_000).unwrap();
+        assert_eq!((first.number, second.number), (1, 0));
+        assert_eq!(link.counters().reordered, 0);
+    }
+
+    /// Frames released after they were due are counted as the emulator's own lateness.
+    #[test]
+    fn lateness_is_what_the_poll_came_after_the_due_time() {
+        let mut link = Link::new(spec(), 3);
+        let delay = spec().delay_ns;
+        link.handle_arrival(0, frame(0));
+        link.handle_arrival(0, frame(1));
+        assert_eq!(link.poll_departure(delay + 50_000).unwrap().number, 0);
+        assert_eq!(link.poll_departure(delay + 250_000).unwrap().number, 1);
+        let c = link.counters();
+        assert_eq!(
+            (c.late_sum_ns, c.late_max_ns, c.late_frames),
+            (300_000, 250_000, 1)
+        );
+        assert!((c.mean_lateness_ms() - 0.15).abs() < 1e-9);
     }
 
     #[test]

@@ -198,7 +198,9 @@ pub fn summary(status: &Status) -> String {
         text.push_str(&format!(
             "  {name}: {} frames in, {} passed ({:.1} Mbit/s), lost {}, queue drops {}, \
              memory drops {}, oversize {}, refused {}, duplicated {}, corrupted {}, reordered {}, \
-             mean delay {:.3} ms, max {:.3} ms, {} frames left in the line\n",
+             mean delay {:.3} ms, max {:.3} ms, {} frames left in the line; \
+             released late by {:.3} ms on average, at most {:.3} ms, {} frames over {} us; \
+             read {:.3} ms after the kernel took them on average, at most {:.3} ms\n",
             c.arrived,
             c.passed,
             c.passed_bytes as f64 * 8.0 / status.elapsed_s.max(1e-9) / 1e6,
@@ -213,6 +215,12 @@ pub fn summary(status: &Status) -> String {
             c.mean_delay_ms(),
             c.delay_max_ns as f64 / 1e6,
             d.queued_frames,
+            c.mean_lateness_ms(),
+            c.late_max_ns as f64 / 1e6,
+            c.late_frames,
+            crate::link::LATE_NS / 1000,
+            d.pickup_sum_ns as f64 / c.arrived.max(1) as f64 / 1e6,
+            d.pickup_max_ns as f64 / 1e6,
         ));
     }
     text.pop();

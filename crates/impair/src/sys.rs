@@ -185,7 +185,14 @@ pub fn tight_timer_slack() {
 pub fn realtime_priority() -> bool {
     let param = libc::sched_param { sched_priority: 10 };
     // SAFETY: a valid sched_param for this thread (pid 0).
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
+        return true;
+    }
+    // Where real-time scheduling is refused (a container without CAP_SYS_NICE for it, an
+    // exhausted real-time budget), the highest ordinary priority is the next best thing.
+    // SAFETY: plain integer arguments; `who` 0 is this thread.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
+    false
 }
 
 /// An AF_PACKET socket bound to one interface.
@@ -205,6 +212,9 @@ impl PacketSocket {
             mr_address: [0; 8],
         };
         socket.set_option(libc::SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq)?;
+        // The kernel's receive time of every frame: a frame's time in the path starts
+        // when it arrived, not when this thread got round to reading it.
+        let _ = socket.set_option(libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &1 as &libc::c_int);
         // Older kernels lack it; the receive loop skips outgoing frames by type anyway.
         let _ = socket.set_option(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &1 as &libc::c_int);
         let _ = socket.set_option(
@@ -319,6 +329,8 @@ pub struct Received {
     pub len: usize,
     pub truncated: bool,
     pub outgoing: bool,
+    /// When the kernel received it (SO_TIMESTAMPNS), nanoseconds on the wall clock.
+    pub kernel_ns: Option<u64>,
 }
 
 /// The arrays a batched call hands the kernel, kept by the calling thread between calls so
@@ -328,6 +340,8 @@ pub struct BatchScratch {
     iovecs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_ll>,
     headers: Vec<libc::mmsghdr>,
+    /// Room for each received message's control data (its timestamp).
+    control: Vec<[u64; 8]>,
 }
 
 impl BatchScratch {
@@ -361,10 +375,18 @@ pub fn receive_batch(
     out.clear();
     let count = buffers.len();
     scratch.prepare(buffers.iter_mut().map(|b| (b.as_mut_ptr(), b.len())), count);
-    let BatchScratch { names, headers, .. } = scratch;
+    let BatchScratch {
+        names,
+        headers,
+        control,
+        ..
+    } = scratch;
+    control.resize(count, [0; 8]);
     for i in 0..count {
         headers[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_ll).cast();
         headers[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+        headers[i].msg_hdr.msg_control = control[i].as_mut_ptr().cast();
+        headers[i].msg_hdr.msg_controllen = std::mem::size_of::<[u64; 8]>() as _;
     }
     // SAFETY: every header points at live iovecs, buffers and names of the right sizes.
     let n = unsafe {
@@ -389,9 +411,38 @@ pub fn receive_batch(
             len,
             truncated: len > buffers[i].len(),
             outgoing: names[i].sll_pkttype == PACKET_OUTGOING,
+            kernel_ns: kernel_timestamp(&headers[i].msg_hdr),
         });
     }
     Ok(n as usize)
+}
+
+/// The SCM_TIMESTAMPNS of a received message, nanoseconds on the wall clock.
+fn kernel_timestamp(header: &libc::msghdr) -> Option<u64> {
+    // SAFETY: the kernel set `msg_controllen` within the live control buffer the header
+    // points at; the CMSG macros stay within it.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(header);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let at = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
+                let ns = u64::try_from(at.tv_sec).ok()? * 1_000_000_000
+                    + u64::try_from(at.tv_nsec).ok()?;
+                return (ns > 0).then_some(ns);
+            }
+            cmsg = libc::CMSG_NXTHDR(header, cmsg);
+        }
+    }
+    None
+}
+
+/// The wall clock now (CLOCK_REALTIME, the clock of kernel receive timestamps),
+/// nanoseconds since the Unix epoch.
+pub fn wall_clock_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Sends every frame in one call where the kernel takes them all (sendmmsg), retrying the

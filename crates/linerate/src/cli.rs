@@ -1189,7 +1189,7 @@ pub enum LabCommand {
     #[command(after_help = LAB_EXAMPLES)]
     Run(LabRunArgs),
     /// Print the emulator's counters
-    Status(LabNameArgs),
+    Status(LabStatusArgs),
     /// Remove the lab (and leftovers of one whose controller was killed)
     Down(LabDownArgs),
 }
@@ -1199,6 +1199,15 @@ pub struct LabNameArgs {
     /// The lab's name (several labs can exist at once)
     #[arg(long, default_value = "lab")]
     pub name: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LabStatusArgs {
+    #[command(flatten)]
+    pub lab: LabNameArgs,
+    /// Print the emulator's status as JSON (its counters per direction, lateness included)
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

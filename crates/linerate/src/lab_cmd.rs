@@ -274,14 +274,18 @@ pub fn run(command: &LabCommand) -> Outcome {
             exit_status(status)
         }
         LabCommand::Status(args) => {
-            let lab = Lab::new(&args.name).map_err(lab_error)?;
+            let lab = Lab::new(&args.lab.name).map_err(lab_error)?;
             let path = lab.path().map_err(lab_error)?;
-            println!("lab '{}': {}", lab.name(), path.summary());
             let text = std::fs::read_to_string(lab.status_file())
                 .with_context(|| format!("reading {}", lab.status_file().display()))?;
             let status: runner::Status = serde_json::from_str(&text)
                 .with_context(|| format!("reading {}", lab.status_file().display()))?;
-            println!("{}", runner::summary(&status));
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                println!("lab '{}': {}", lab.name(), path.summary());
+                println!("{}", runner::summary(&status));
+            }
             Ok(())
         }
         LabCommand::Down(args) => {

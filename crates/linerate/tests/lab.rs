@@ -149,8 +149,9 @@ fn delay_and_loss_are_what_was_asked() {
         return;
     }
     let _turn = turn();
-    let base = lab_run_json(&lab_name("base"), &[], &UDP_CALIBRATION);
-    let base_ms = num(&base, "/summary/one_way_delay_ms");
+    let base_name = lab_name("base");
+    let base = lab_run_json(&base_name, &[], &UDP_CALIBRATION);
+    let base_status = emulator_status(&base_name);
     let name = lab_name("delay");
     let doc = lab_run_json(
         &name,
@@ -158,13 +159,30 @@ fn delay_and_loss_are_what_was_asked() {
         &UDP_CALIBRATION,
     );
     let status = emulator_status(&name);
-    // Delay: the lab's own path (veths, stacks) measured the same way without impairment
-    // is the base; what the emulator added is within 0.2 ms of 5 ms.
-    let delay_ms = num(&doc, "/summary/one_way_delay_ms");
+    // The emulator keeps its promise: each frame's time in it, from the kernel's receive
+    // stamp to its release, is the 5 ms asked plus the lateness it reports itself.
+    let emulated_ms = forward(&status, "delay_sum_ns") / forward(&status, "passed") / 1e6;
+    let late_ms = forward(&status, "late_sum_ns") / forward(&status, "passed") / 1e6;
     assert!(
-        (delay_ms - base_ms - 5.0).abs() < 0.2,
-        "one-way delay {delay_ms:.3} ms, base {base_ms:.3} ms: added {:.3} ms, asked 5",
-        delay_ms - base_ms
+        (emulated_ms - late_ms - 5.0).abs() < 0.01,
+        "the emulator held frames {emulated_ms:.3} ms, {late_ms:.3} ms of it late, asked 5"
+    );
+    // The receiver sees what the emulator did: the rest of its one-way delay is the lab's
+    // own path (veths, stacks), the same with the delay as without it (where the whole
+    // of the emulator's time is its lateness, on a busy machine a good part of a ms).
+    let stack_ms = |doc: &serde_json::Value, status: &serde_json::Value| {
+        num(doc, "/summary/one_way_delay_ms")
+            - forward(status, "delay_sum_ns") / forward(status, "passed") / 1e6
+    };
+    let (with_delay, without) = (stack_ms(&doc, &status), stack_ms(&base, &base_status));
+    assert!(
+        (with_delay - without).abs() < 0.2,
+        "one-way delay {:.3} ms over the emulator's {emulated_ms:.3} ms, against {:.3} ms over \
+         its {:.3} ms without impairment: the receiver's {with_delay:.3} ms and {without:.3} ms \
+         beside the emulator differ",
+        num(&doc, "/summary/one_way_delay_ms"),
+        num(&base, "/summary/one_way_delay_ms"),
+        forward(&base_status, "delay_sum_ns") / forward(&base_status, "passed") / 1e6,
     );
     // Loss: within the 99 % binomial interval of 1 % of the datagrams sent.
     // Datagrams the server's kernel dropped for want of buffer (a debug build's receiver
@@ -234,20 +252,31 @@ fn reorders_and_duplicates_are_counted_as_the_emulator_made_them() {
     let out_of_order = num(&doc, "/summary/out_of_order");
     let duplicates = num(&doc, "/summary/duplicates");
     assert!(reordered > 500.0 && duplicated > 250.0, "{status}");
-    // Equal but for the few neighbour-discovery frames in the same direction.
+    // One definition on both ends: a datagram of a flow that left after a later one of
+    // the same flow. Equal, but for reorders whose overtaking datagram the receiving
+    // host's kernel then dropped for want of buffer (a busy receiver), which the
+    // receiver cannot see.
+    let overflow = num(&doc, "/summary/kernel/remote/rcvbuf_errors");
     assert!(
-        (out_of_order - reordered).abs() <= 2.0,
-        "receiver: {out_of_order} out of order; emulator: {reordered} reordered"
+        out_of_order <= reordered && reordered - out_of_order <= overflow,
+        "receiver: {out_of_order} out of order; emulator: {reordered} reordered; the \
+         receiver's kernel dropped {overflow}"
     );
+    // Neighbour discovery shares the direction and its odds (two frames at most); a copy
+    // the receiving kernel dropped is no duplicate to the receiver.
     assert!(
-        (duplicates - duplicated).abs() <= 2.0,
-        "receiver: {duplicates} duplicates; emulator: {duplicated} duplicated"
+        duplicates <= duplicated + 2.0 && duplicated - duplicates <= overflow + 2.0,
+        "receiver: {duplicates} duplicates; emulator: {duplicated} duplicated; the \
+         receiver's kernel dropped {overflow}"
     );
-    // Nothing lost but what the server's kernel dropped for want of buffer.
-    assert_eq!(
-        num(&doc, "/summary/lost"),
-        num(&doc, "/summary/kernel/remote/rcvbuf_errors")
+    // Nothing lost but what the server's kernel dropped for want of buffer (of which a
+    // dropped copy, or a datagram whose copy got through, is no loss).
+    let lost = num(&doc, "/summary/lost");
+    assert!(
+        lost <= overflow,
+        "lost {lost}, the receiver's kernel dropped {overflow}"
     );
+    assert_eq!(forward(&status, "lost"), 0.0);
 }
 
 #[test]
@@ -275,10 +304,17 @@ fn rate_limit_holds_within_one_percent() {
     // The rate counts Ethernet frames: 1400 bytes of payload ride in 1442-byte frames
     // over IPv4 (14 Ethernet, 20 IP, 8 UDP).
     let ceiling = 20e6 * 1400.0 / 1442.0;
+    // What the bottleneck carried reached the receiving host; datagrams its kernel then
+    // dropped for want of buffer (a receiver kept off its CPU by other work) count as
+    // carried.
+    let window = num(&doc, "/summary/duration_s");
+    let overflow = num(&doc, "/summary/kernel/remote/rcvbuf_errors");
     let goodput = num(&doc, "/summary/receiver_bps");
+    let carried = goodput + overflow * 1400.0 * 8.0 / window;
     assert!(
-        (goodput / ceiling - 1.0).abs() < 0.01,
-        "goodput {:.3} Mbit/s, ceiling {:.3} Mbit/s",
+        (carried / ceiling - 1.0).abs() < 0.01 && goodput < ceiling * 1.01,
+        "goodput {:.3} Mbit/s ({overflow} datagrams dropped by the receiving kernel), \
+         ceiling {:.3} Mbit/s",
         goodput / 1e6,
         ceiling / 1e6
     );
@@ -413,10 +449,13 @@ s.close(); print(20 * len(block), h.hexdigest())
         lost >= udp_errors - 2.0,
         "receiver lost {lost}, corrupted {udp_errors}"
     );
-    let kernel_errors = num(&doc, "/summary/kernel/remote/in_errors");
+    // InErrors counts checksum errors and, on a busy receiver, buffer overflows too.
+    let kernel_errors = num(&doc, "/summary/kernel/remote/in_errors")
+        - num(&doc, "/summary/kernel/remote/rcvbuf_errors");
     assert!(
         (kernel_errors - udp_errors).abs() <= 5.0,
-        "linerate's server-side kernel counters: {kernel_errors} errors"
+        "linerate's server-side kernel counters: {kernel_errors} errors besides overflows, \
+         {udp_errors} checksum errors"
     );
 }
 
