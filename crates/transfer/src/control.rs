@@ -35,6 +35,9 @@ pub struct EndStats {
     /// the way); 0 from a sender.
     #[serde(default)]
     pub corrupted_datagrams: u64,
+    /// Seconds the end's main thread waited, runnable, for a CPU (other work held them).
+    #[serde(default)]
+    pub runqueue_wait_s: f64,
     /// The sender's own view, so that a receiving end reports what the sender did (a
     /// receiver sees duplicates, not resends, and none of the sender's waits); zero from
     /// a receiver.
@@ -239,6 +242,7 @@ impl EndStats {
         let optional = [sent.min_rtt_ms, sent.bottleneck_bps.map(|b| b / 1e6)];
         if fine(self.disk_busy_s)
             && fine(self.cpu_s)
+            && fine(self.runqueue_wait_s)
             && fine(self.wall_s)
             && waits.into_iter().all(fine)
             && optional.into_iter().flatten().all(fine)

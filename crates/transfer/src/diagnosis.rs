@@ -171,6 +171,18 @@ pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Dia
                 mbytes(outcome.bytes as f64, sender.disk_busy_s)
             ),
         ),
+        // Much of the sender's working time it spent runnable, waiting for a CPU that
+        // other work held (the kernel's run-queue wait of its thread).
+        3 if sender.runqueue_wait_s > 0.3 * busy_s => (
+            Limit::SenderCpu,
+            format!(
+                "limited by CPU time for the sender: it waited {:.2} s for a CPU and ran {:.2} s \
+                 ({:.0} % of a core); other work on its host held the CPUs, {carried}",
+                sender.runqueue_wait_s,
+                sender.cpu_s,
+                sender.cpu_s / sender.wall_s.max(1e-9) * 100.0
+            ),
+        ),
         3 => (
             Limit::SenderCpu,
             format!(
@@ -322,5 +334,22 @@ mod tests {
         let d = diagnose(&outcome(Waits::default(), 1.0), true, false);
         assert_eq!(d.limit, Limit::SenderCpu);
         assert!(d.sentence.contains("30 % of a core"), "{}", d.sentence);
+        assert!(!d.sentence.contains("other work"), "{}", d.sentence);
+    }
+
+    /// Busy by its own account, and runnable but off a CPU for most of it (the kernel's
+    /// run-queue wait): the sender waited for CPUs other work held.
+    #[test]
+    fn a_sender_that_ran_far_less_than_it_worked_was_starved() {
+        let mut o = outcome(Waits::default(), 1.0);
+        o.local.cpu_s = 2.0;
+        o.local.runqueue_wait_s = 6.0;
+        let d = diagnose(&o, true, false);
+        assert_eq!(d.limit, Limit::SenderCpu);
+        assert!(
+            d.sentence.contains("other work on its host"),
+            "{}",
+            d.sentence
+        );
     }
 }

@@ -107,6 +107,7 @@ pub fn send_file(
 ) -> Result<FileOutcome, TransferError> {
     let clock = Clock::start();
     let cpu_start = sys::thread_cpu_ns();
+    let wait_start = sys::thread_runqueue_wait_ns();
     let mut sender = Sender::new(layout, rate, initial_rtt_ns);
     let mut present = vec![false; layout.chunks() as usize];
     for chunk in crate::recv::have_chunks(have, layout.chunks()) {
@@ -186,6 +187,7 @@ pub fn send_file(
         cpu_s: (sys::thread_cpu_ns() - cpu_start) as f64 / 1e9 + looped.reader_cpu_s,
         wall_s: clock.now_ns() as f64 / 1e9,
         corrupted_datagrams: 0,
+        runqueue_wait_s: sys::thread_runqueue_wait_ns().saturating_sub(wait_start) as f64 / 1e9,
         sent: SenderFigures {
             payload_bytes: counters.bytes,
             resent_bytes: counters.retransmitted_bytes,

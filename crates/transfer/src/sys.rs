@@ -289,6 +289,16 @@ pub fn tight_timer_slack() {
 }
 
 /// CPU time this thread has used, nanoseconds.
+/// How long the calling thread has waited, runnable, for a CPU (nanoseconds, the second
+/// field of /proc/thread-self/schedstat); 0 where the kernel does not keep it. Time a
+/// thread was ready to run while other work held the CPUs.
+pub fn thread_runqueue_wait_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|text| text.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
 pub fn thread_cpu_ns() -> u64 {
     let mut spec = libc::timespec {
         tv_sec: 0,
