@@ -193,25 +193,20 @@ impl Batch {
         }
     }
 
-    /// When the kernel received message `m` (SO_TIMESTAMPNS), nanoseconds on the wall
-    /// clock; `None` where the socket gave no timestamp.
-    fn kernel_arrival_ns(&self, m: usize) -> Option<u64> {
+    /// The data of received message `m`'s control message of `level` and `kind`, read as a
+    /// `T` (the kernel writes it unaligned); `None` when the message has none.
+    fn control_data<T: Copy>(&self, m: usize, level: libc::c_int, kind: libc::c_int) -> Option<T> {
         if self.control.is_empty() {
             return None;
         }
         let header = &self.headers[m].msg_hdr;
-        // SAFETY: as in `gro_segment`.
+        // SAFETY: the control buffer is live and the kernel set `msg_controllen`; the
+        // CMSG macros stay within it, and a message of this level and kind carries a `T`.
         unsafe {
             let mut cmsg = libc::CMSG_FIRSTHDR(header);
             while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET
-                    && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
-                {
-                    let at =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
-                    let ns = u64::try_from(at.tv_sec).ok()? * 1_000_000_000
-                        + u64::try_from(at.tv_nsec).ok()?;
-                    return (ns > 0).then_some(ns);
+                if (*cmsg).cmsg_level == level && (*cmsg).cmsg_type == kind {
+                    return Some(std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<T>()));
                 }
                 cmsg = libc::CMSG_NXTHDR(header, cmsg);
             }
@@ -219,26 +214,18 @@ impl Batch {
         None
     }
 
+    /// When the kernel received message `m` (SO_TIMESTAMPNS), nanoseconds on the wall
+    /// clock; `None` where the socket gave no timestamp.
+    fn kernel_arrival_ns(&self, m: usize) -> Option<u64> {
+        let at: libc::timespec = self.control_data(m, libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS)?;
+        let ns = u64::try_from(at.tv_sec).ok()? * 1_000_000_000 + u64::try_from(at.tv_nsec).ok()?;
+        (ns > 0).then_some(ns)
+    }
+
     /// The datagram size of a run the kernel coalesced into message `m` (UDP_GRO).
     fn gro_segment(&self, m: usize) -> Option<usize> {
-        if self.control.is_empty() {
-            return None;
-        }
-        let header = &self.headers[m].msg_hdr;
-        // SAFETY: the control buffer is live and the kernel set `msg_controllen`; the
-        // CMSG macros stay within it.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(header);
-            while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
-                    let size =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-                    return usize::try_from(size).ok();
-                }
-                cmsg = libc::CMSG_NXTHDR(header, cmsg);
-            }
-        }
-        None
+        let size: libc::c_int = self.control_data(m, libc::SOL_UDP, libc::UDP_GRO)?;
+        usize::try_from(size).ok()
     }
 }
 

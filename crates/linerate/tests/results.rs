@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{json, skip, stderr};
+use common::{host_was_busy, json, skip, stderr};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -251,8 +251,14 @@ fn udp_sweep_points_carry_their_rates() {
     for (point, rate) in doc["points"].as_array().unwrap().iter().zip([20e6, 60e6]) {
         let summary = &point["report"]["summary"];
         let received = summary["receiver_bps"].as_f64().unwrap();
+        // Short of the rate only where other work held the CPUs (and the report said so).
+        let low = if host_was_busy(&point["report"]) {
+            1.0
+        } else {
+            0.05
+        };
         assert!(
-            (received - rate).abs() < rate * 0.05,
+            received < rate * 1.05 && received > rate * (1.0 - low),
             "{received} vs {rate}"
         );
         // The kernel delivered as many datagrams as linerate counted (and no fewer).

@@ -72,10 +72,20 @@ fn udp_reverse_and_bidir_count_at_the_right_end() {
     let doc = json(&out);
     let flows = doc["flows"].as_array().unwrap();
     assert_eq!(flows.len(), 2);
+    let busy = host_was_busy(&doc);
     for flow in flows {
         let received = flow["udp"]["received"].as_f64().unwrap();
-        // 2000 datagrams/s for a second, give or take the window's edges.
-        assert!((received / 2000.0 - 1.0).abs() < 0.05, "{flow}");
+        // 2000 datagrams/s for a second, give or take the window's edges; fewer only where
+        // other work held the CPUs, and then every one sent is received or counted lost.
+        if busy {
+            let (sent, lost) = (num(flow, "/udp/sent"), num(flow, "/udp/lost"));
+            assert!(
+                received <= 2100.0 && received + lost >= sent * 0.95,
+                "{flow}"
+            );
+        } else {
+            assert!((received / 2000.0 - 1.0).abs() < 0.05, "{flow}");
+        }
     }
 }
 
@@ -89,6 +99,19 @@ fn udp_pacing_meets_its_bounds_at_500_mbit() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc = json(&out);
     let sender = num(&doc, "/summary/sender_bps");
+    if host_was_busy(&doc) {
+        // Other work held the CPUs: the pacer cannot keep a rate it gets no time for, and
+        // the report must say so rather than pass the shortfall off.
+        let warned = warnings_besides_other_work(&doc)
+            .iter()
+            .any(|w| w.starts_with("asked 500.0 Mbit/s per flow"));
+        assert!(sender < 500e6 * 1.01, "sender at {sender}");
+        assert!(
+            sender > 500e6 * 0.99 || warned,
+            "sender at {sender}, no warning"
+        );
+        return;
+    }
     assert!((sender / 500e6 - 1.0).abs() < 0.01, "sender at {sender}");
     for interval in doc["intervals"].as_array().unwrap() {
         let bps = interval["sender_bps"].as_f64().unwrap();
@@ -126,7 +149,7 @@ fn udp_offload_still_counts_every_datagram() {
         let doc = json(&out);
         assert_eq!(doc["config"]["gso"], true);
         assert_eq!(doc["config"]["gro"], true);
-        assert_eq!(doc["warnings"], serde_json::json!([]), "{direction}");
+        assert_eq!(offload_warnings(&doc), Vec::<String>::new(), "{direction}");
         for flow in doc["flows"].as_array().unwrap() {
             let udp = &flow["udp"];
             assert!(udp["received_total"].as_f64().unwrap() > 10_000.0, "{flow}");

@@ -370,6 +370,44 @@ pub fn json(output: &Output) -> serde_json::Value {
     })
 }
 
+/// A result's warnings but the one that says other processes were busy on the host (a
+/// fact of the machine the test runs on, not of the feature under test).
+pub fn warnings_besides_other_work(doc: &serde_json::Value) -> Vec<String> {
+    doc["warnings"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter_map(|w| w.as_str())
+                .filter(|w| !w.starts_with("other processes took"))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the result says other work kept the host's CPUs busy during the test (its
+/// `cpu_basis`: more than a quarter of a core besides the test's own threads). A rate the
+/// test was asked for is then a promise the machine, not the tool, may break; tests that
+/// hold a rate to its target check instead that the tool said so. Printed when true.
+pub fn host_was_busy(doc: &serde_json::Value) -> bool {
+    let busy = doc["summary"]["cpu_basis"]["service_demand"] == "processes";
+    if busy {
+        eprintln!(
+            "the host was busy with other work: {}",
+            doc["summary"]["cpu_basis"]["others_pct"]
+        );
+    }
+    busy
+}
+
+/// A result's warnings about UDP offloads (`--gso`, `--gro` refused or turned off).
+pub fn offload_warnings(doc: &serde_json::Value) -> Vec<String> {
+    warnings_besides_other_work(doc)
+        .into_iter()
+        .filter(|w| w.contains("--gso") || w.contains("--gro") || w.contains("offload"))
+        .collect()
+}
+
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
