@@ -149,9 +149,11 @@ fn namespaces_of(name: &str) -> Vec<String> {
 }
 
 /// 125,000 paced 200-byte datagrams (25,000/s for 5 s) from client to server; a debug
-/// build's sender falls a few percent behind, still above 100,000.
-const UDP_CALIBRATION: [&str; 9] = [
-    "stream", "server", "-u", "--pps", "25k", "-l", "200", "-t", "5",
+/// build's sender falls a few percent behind, still above 100,000. 4 MiB socket buffers
+/// (most of a second of datagrams): a receiver kept off its CPU by other work does not
+/// overflow, so what the receiver counts is the path's doing.
+const UDP_CALIBRATION: [&str; 11] = [
+    "stream", "server", "-u", "--pps", "25k", "-l", "200", "-t", "5", "-w", "4M",
 ];
 
 #[test]
@@ -468,10 +470,14 @@ s.close(); print(20 * len(block), h.hexdigest())
     assert!(down.status.success());
     drop(serve);
     assert!(corrupted > 300.0, "corrupted {corrupted}");
-    // Control traffic (a handful of TCP segments) shares the direction and the odds.
+    // Control traffic (a handful of TCP segments) shares the direction and the odds; a
+    // corrupted datagram the receiving kernel dropped for want of buffer was never
+    // checksummed (UDP checks at the read).
+    let overflow = num(&doc, "/summary/kernel/remote/rcvbuf_errors");
     assert!(
-        udp_errors <= corrupted && udp_errors >= corrupted - 5.0,
-        "server UDP checksum errors {udp_errors}, emulator corrupted {corrupted}"
+        udp_errors <= corrupted && udp_errors >= corrupted - 5.0 - overflow,
+        "server UDP checksum errors {udp_errors}, emulator corrupted {corrupted}, \
+         receiver overflow {overflow}"
     );
     let lost = num(&doc, "/summary/lost");
     assert!(
@@ -598,8 +604,11 @@ fn a_window_capped_stream_moves_one_window_per_round_trip() {
         goodput / 1e6,
         law / 1e6
     );
+    // Never above the law; below it by more than 5 % only where the result says other
+    // work held the CPUs.
+    let low = if host_was_busy(&doc) { 0.5 } else { 0.05 };
     assert!(
-        (goodput / law - 1.0).abs() < 0.05,
+        goodput < law * 1.05 && goodput > law * (1.0 - low),
         "goodput {:.1} Mbit/s; window {window} bytes / rtt {:.1} ms = {:.1} Mbit/s",
         goodput / 1e6,
         rtt_s * 1e3,

@@ -336,9 +336,12 @@ fn a_connection_flood_is_capped_and_others_are_still_served() {
         .lines()
         .filter(|l| l.contains("refused"))
         .count();
+    // At most 5 refusal lines and one count of the rest per second of the flood (a busy
+    // machine stretches the flood over more seconds, not the lines per second).
+    let seconds = started.elapsed().as_secs_f64().ceil() + 1.0;
     assert!(
-        lines < 40,
-        "{lines} refusal lines for a flood:\n{}",
+        (lines as f64) <= 6.0 * seconds,
+        "{lines} refusal lines for a flood of {seconds} s:\n{}",
         server.log()
     );
     drop(flood);
