@@ -574,16 +574,37 @@ fn a_full_disk_stops_the_copy_with_a_clear_message_and_the_server_serves_on() {
         &s.key(),
         &[big.to_str().unwrap(), &remote("big.bin"), "-q"],
     );
+    // Refused before anything is written: the space is checked against the offer, and no
+    // empty part file is left "to resume".
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
     assert!(
-        stderr(&out).contains("no space left on"),
-        "{}",
-        stderr(&out)
+        err.contains("no room for big.bin: it is 20971520 bytes") && err.contains("bytes free"),
+        "{err}"
     );
-    assert!(stderr(&out).contains("kept to resume"), "{}", stderr(&out));
+    let left: Vec<_> = std::fs::read_dir(&small).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    // An offer of a terabyte (a sparse file: nothing is read before the answer) is refused
+    // the same way, at once, and the server lives on; its bookkeeping for a file that size
+    // once took more memory than the machine has.
+    let huge = s.path("src/huge.bin");
+    let sparse = std::fs::File::create(&huge).and_then(|f| f.set_len(1 << 40));
+    if sparse.is_ok() {
+        let out = copy(
+            &server,
+            &s.key(),
+            &[huge.to_str().unwrap(), &remote("huge.bin"), "-q"],
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("no room for huge.bin"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(std::fs::read_dir(&small).unwrap().count(), 0);
+    }
     // The server serves the next copy, which fits.
     let fits = s.file("src/fits.bin", 1024 * 1024, 2);
-    std::fs::remove_file(small.join("big.bin.part")).ok();
     let out = copy(
         &server,
         &s.key(),

@@ -305,7 +305,7 @@ fn push_file(
         .metadata()
         .map_err(|e| TransferError::Local(format!("{}: {e}", local.display())))?;
     let block = session.session.block - if options.encrypt { SEAL_TAG as u32 } else { 0 };
-    let layout = Layout::new(metadata.len(), options.chunk, block)
+    let layout = Layout::fitting(metadata.len(), options.chunk, block)
         .map_err(|e| TransferError::Local(format!("{}: {e}", local.display())))?;
     session
         .channel

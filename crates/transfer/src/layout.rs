@@ -10,6 +10,10 @@ pub const MAX_CHUNK: u64 = 64 * 1024 * 1024;
 pub const DEFAULT_CHUNK: u64 = 1024 * 1024;
 /// The largest file: 2^50 bytes (1 PiB); offsets and counts stay far from overflow.
 pub const MAX_FILE: u64 = 1 << 50;
+/// The most chunks one file may have: the receiver keeps about 70 bytes of state per chunk
+/// (its fill state and hash), so a file's bookkeeping stays under 80 MiB whatever size a
+/// peer offers. A sender picks a chunk large enough (`Layout::fitting`).
+pub const MAX_CHUNKS: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -27,6 +31,8 @@ pub enum LayoutError {
     Block(u32),
     #[error("file size {0} is over 1 PiB")]
     Size(u64),
+    #[error("a file of {0} bytes in chunks of {1} bytes is more than 1048576 chunks")]
+    Chunks(u64, u64),
 }
 
 impl Layout {
@@ -41,7 +47,17 @@ impl Layout {
         if size > MAX_FILE {
             return Err(LayoutError::Size(size));
         }
+        if size.div_ceil(chunk) > MAX_CHUNKS {
+            return Err(LayoutError::Chunks(size, chunk));
+        }
         Ok(Layout { size, chunk, block })
+    }
+
+    /// The layout a sender offers for a file of `size` bytes: chunks of `chunk` bytes, or
+    /// the smallest larger power of two that keeps the file within [`MAX_CHUNKS`].
+    pub fn fitting(size: u64, chunk: u64, block: u32) -> Result<Layout, LayoutError> {
+        let needed = size.div_ceil(MAX_CHUNKS).max(1).next_power_of_two();
+        Layout::new(size, chunk.max(needed).min(MAX_CHUNK.max(chunk)), block)
     }
 
     pub fn chunks(&self) -> u64 {
@@ -127,6 +143,32 @@ pub fn root_hash(layout: &Layout, chunk_hashes: &[[u8; 32]]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer's offer cannot make the receiver keep state for more than MAX_CHUNKS chunks
+    /// (a 1 PiB offer in 64 KiB chunks once asked for 512 GiB and aborted the server); a
+    /// sender's own layout grows its chunk to fit.
+    #[test]
+    fn chunks_per_file_are_bounded_and_a_sender_fits_its_chunk() {
+        assert_eq!(
+            Layout::new(MAX_FILE, MIN_CHUNK, 1400),
+            Err(LayoutError::Chunks(MAX_FILE, MIN_CHUNK))
+        );
+        assert!(Layout::new(MAX_CHUNKS * DEFAULT_CHUNK, DEFAULT_CHUNK, 1400).is_ok());
+        assert_eq!(
+            Layout::fitting(1 << 40, DEFAULT_CHUNK, 1400).unwrap().chunk,
+            1 << 20
+        );
+        assert_eq!(
+            Layout::fitting(1 << 44, DEFAULT_CHUNK, 1400).unwrap().chunk,
+            16 << 20
+        );
+        assert_eq!(
+            Layout::fitting(10, DEFAULT_CHUNK, 1400).unwrap().chunk,
+            DEFAULT_CHUNK
+        );
+        // Past what the largest chunk can cover, a sender is told so.
+        assert!(Layout::fitting(MAX_FILE, DEFAULT_CHUNK, 1400).is_err());
+    }
     use proptest::prelude::*;
 
     #[test]

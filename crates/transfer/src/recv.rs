@@ -116,6 +116,20 @@ pub fn prepare(
         return Ok(prepared);
     }
     let target = &prepared.target;
+    // Room for the whole file before anything is made: a part file from an earlier run
+    // already holds its blocks; the rest must fit in what the file system has free.
+    let held = sys::allocated_at(&target.dir, &target.part_name()).unwrap_or(0);
+    let free = sys::free_bytes_at(&target.dir)
+        .map_err(|e| disk_error(target, "cannot read the free space for", e))?;
+    let needed = layout.size.saturating_sub(held);
+    if needed > free {
+        return Err(TransferError::Local(format!(
+            "no room for {}: it is {} bytes and {} has {} bytes free",
+            target.shown, layout.size, target.shown_dir, free
+        )));
+    }
+    let created =
+        held == 0 && sys::open_at(&target.dir, &target.part_name(), libc::O_RDONLY, 0).is_err();
     // The part file first, locked: a second session for the same name (a client that
     // retried while its first session still runs) is refused instead of writing beside it.
     let part = sys::open_at(
@@ -160,8 +174,17 @@ pub fn prepare(
         part.set_len(0)
             .map_err(|e| disk_error(target, "cannot truncate the part file of", e))?;
     }
-    sys::preallocate(part.as_raw_fd(), layout.size)
-        .map_err(|e| disk_error(target, "cannot reserve space for", e))?;
+    if let Err(e) = sys::preallocate(part.as_raw_fd(), layout.size) {
+        // A part file this offer made, with nothing in it, is not kept "to resume".
+        if created && !resuming {
+            let _ = sys::unlink_at(&target.dir, &target.part_name());
+            return Err(TransferError::Local(format!(
+                "cannot reserve {} bytes for {} on {}: {e}",
+                layout.size, target.shown, target.shown_dir
+            )));
+        }
+        return Err(disk_error(target, "cannot reserve space for", e));
+    }
     let mut journal = sys::open_at(
         &target.dir,
         &target.journal_name(),

@@ -300,7 +300,7 @@ impl FileService {
             return self.refuse(channel, peer, log, format!("'{path}' is {what}"));
         }
         let block = session.block - if sealer.is_some() { SEAL_TAG as u32 } else { 0 };
-        let layout = match Layout::new(metadata.len(), DEFAULT_CHUNK, block) {
+        let layout = match Layout::fitting(metadata.len(), DEFAULT_CHUNK, block) {
             Ok(layout) => layout,
             Err(e) => return self.refuse(channel, peer, log, format!("'{path}': {e}")),
         };

@@ -504,3 +504,31 @@ pub fn no_udp_checksum(socket: &Socket) -> io::Result<()> {
     })
     .map(|_| ())
 }
+
+/// Bytes the file `name` in `dir` holds on disk (its allocated blocks), without following
+/// a symbolic link; an error when there is no such file.
+pub fn allocated_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<u64> {
+    let name = c_name(name)?;
+    // SAFETY: an all-zero stat is a valid out-buffer.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a live directory descriptor, a NUL-terminated name and a live stat buffer.
+    check(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut stat,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(u64::try_from(stat.st_blocks).unwrap_or(0) * 512)
+}
+
+/// Bytes an unprivileged writer may still put on the file system holding the open
+/// directory `dir` (fstatvfs: available blocks times the fragment size).
+pub fn free_bytes_at(dir: &OwnedFd) -> io::Result<u64> {
+    // SAFETY: an all-zero statvfs is a valid out-buffer.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a live descriptor and a live statvfs buffer.
+    check(unsafe { libc::fstatvfs(dir.as_raw_fd(), &mut stat) })?;
+    Ok((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+}
