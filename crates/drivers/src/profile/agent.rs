@@ -24,6 +24,23 @@ use std::time::{Duration, Instant};
 const HEARTBEAT: Duration = Duration::from_millis(500);
 /// How long after the start the CPUs stay held awake: every thread is released by then.
 const START_HOLD: Duration = Duration::from_millis(100);
+/// The furthest ahead a start may be set (the controller's lead is half a second plus two
+/// round trips): a later one would hold the prepared threads for as long as it says.
+const MOST_START_AHEAD: Duration = Duration::from_secs(30);
+
+/// How long from now (`now_unix_ns`) a start at `at_unix_ns` is; refused beyond
+/// [`MOST_START_AHEAD`]. A start in the past is now.
+fn start_delay(at_unix_ns: u64, now_unix_ns: u64) -> Result<Duration, String> {
+    let ahead = Duration::from_nanos(at_unix_ns.saturating_sub(now_unix_ns));
+    if ahead > MOST_START_AHEAD {
+        return Err(format!(
+            "a start {:.0} s ahead is refused (at most {} s)",
+            ahead.as_secs_f64(),
+            MOST_START_AHEAD.as_secs()
+        ));
+    }
+    Ok(ahead)
+}
 /// How long a mirror's threads get to end on their own after the group host finished,
 /// counted from the last thread that ended: thousands of threads draining what their
 /// sockets still hold can take longer than that in all, but each takes milliseconds.
@@ -330,11 +347,14 @@ impl Agent<'_> {
     /// Starts the prepared groups at `at_unix_ns` on this host's clock, on a thread that
     /// reports their release and their results.
     fn start(&mut self, at_unix_ns: u64) {
+        let delay = match start_delay(at_unix_ns, unix_ns()) {
+            Ok(delay) => delay,
+            Err(reason) => return self.refuse("start", reason),
+        };
         let groups = std::mem::take(&mut self.prepared);
         let (sender, receiver) = channel();
         self.run = Some(receiver);
-        let now = unix_ns();
-        let start = Instant::now() + Duration::from_nanos(at_unix_ns.saturating_sub(now));
+        let start = Instant::now() + delay;
         let most = self.shared.config.limits.max_duration_s.max(1.0);
         let limit = start + Duration::from_secs_f64(self.limit_s.clamp(1.0, most));
         let hold = (!groups.is_empty()).then(WakeLatencyHold::acquire);
@@ -528,4 +548,23 @@ fn start_mirror(
         token,
         udp_port,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A start at the end of time once held a thousand prepared threads asleep after their
+    /// connection had gone.
+    #[test]
+    fn a_start_far_ahead_is_refused_and_one_in_the_past_is_now() {
+        let now = 1_800_000_000_000_000_000;
+        assert!(start_delay(u64::MAX, now).unwrap_err().contains("refused"));
+        assert!(start_delay(now + 31_000_000_000, now).is_err());
+        assert_eq!(
+            start_delay(now + 500_000_000, now),
+            Ok(Duration::from_millis(500))
+        );
+        assert_eq!(start_delay(now - 5, now), Ok(Duration::ZERO));
+    }
 }
