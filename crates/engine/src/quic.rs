@@ -623,8 +623,12 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
         let ended_in_time = loop {
             match tokio::time::timeout_at(deadline, &mut task).await {
                 Ok(result) => break Some(result),
-                Err(_) if deadline < last_call && moved() > last_moved => {
-                    last_moved = moved();
+                Err(_) if deadline < last_call => {
+                    let now_moved = moved();
+                    if now_moved == last_moved {
+                        break None;
+                    }
+                    last_moved = now_moved;
                     deadline =
                         (tokio::time::Instant::now() + Duration::from_secs(1)).min(last_call);
                 }

@@ -548,28 +548,19 @@ impl UdpLoop {
                         // The kernel refused the next message and sendmmsg dropped the
                         // error: the socket's own queue says which refusal it was.
                         let refused = self.send_batch.segments.min(allowed - sent);
-                        if flow.send_buffer_full(size) {
-                            flow.send_errors += refused as u64;
-                            flow.blocked = true;
-                        } else {
-                            flow.qdisc_drops += refused as u64;
-                            let at = now + QDISC_RETRY;
-                            turn.next_send = Some(turn.next_send.map_or(at, |n| n.min(at)));
-                        }
+                        let full = flow.send_buffer_full(size);
+                        flow.refused(full, refused, now, turn);
                         break;
                     }
                 }
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EAGAIN) => {
-                        flow.send_errors += refused as u64;
-                        flow.blocked = true;
+                        flow.refused(true, refused, now, turn);
                         break;
                     }
                     // This host's queue dropped it: count it and try again shortly.
                     Some(libc::ENOBUFS) => {
-                        flow.qdisc_drops += refused as u64;
-                        let at = now + QDISC_RETRY;
-                        turn.next_send = Some(turn.next_send.map_or(at, |n| n.min(at)));
+                        flow.refused(false, refused, now, turn);
                         break;
                     }
                     Some(libc::EINTR) => {}
@@ -756,9 +747,24 @@ fn paced_batch(plan: &WorkerPlan, batch: &Batch, size: usize) -> usize {
 }
 
 impl UdpFlow {
+    /// The kernel refused `datagrams` of this sender's: its send buffer was full (wait
+    /// until the socket is writable), or this host's queue dropped them (try again
+    /// shortly). Either way they go again under the same sequence numbers.
+    fn refused(&mut self, buffer_full: bool, datagrams: usize, now: Instant, turn: &mut Turn) {
+        if buffer_full {
+            self.send_errors += datagrams as u64;
+            self.blocked = true;
+        } else {
+            self.qdisc_drops += datagrams as u64;
+            let at = now + QDISC_RETRY;
+            turn.next_send = Some(turn.next_send.map_or(at, |n| n.min(at)));
+        }
+    }
+
     /// Whether the socket's send queue is too full to take one more `size`-byte datagram
-    /// (SIOCOUTQ, which is TIOCOUTQ: the bytes, overhead included, the socket holds in the kernel). Asked
-    /// right after a refusal; a datagram or two may have left since, hence the margin.
+    /// (SIOCOUTQ, which is TIOCOUTQ: the bytes, overhead included, the socket holds in the
+    /// kernel). Asked right after a refusal; a datagram or two may have left since, hence
+    /// the margin.
     fn send_buffer_full(&self, size: usize) -> bool {
         let mut queued: libc::c_int = 0;
         // SAFETY: SIOCOUTQ writes one int to the pointer given.

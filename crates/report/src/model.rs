@@ -23,7 +23,7 @@ pub struct PerSide<T> {
     pub remote: T,
 }
 
-/// What the CPU time charged to each end for its service demand is (`crate::cpu_basis`).
+/// What the CPU time charged to each end for its service demand is (worked out in cpu_basis.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DemandBasis {
@@ -35,7 +35,7 @@ pub enum DemandBasis {
     Processes,
 }
 
-/// How a test's CPU figures are read (`crate::cpu_basis`): one host or two, the CPU other
+/// How a test's CPU figures are read (worked out in cpu_basis.rs): one host or two, the CPU other
 /// work took, and what the service demand charges.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuBasis {

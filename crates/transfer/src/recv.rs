@@ -118,7 +118,8 @@ pub fn prepare(
     let target = &prepared.target;
     // Room for the whole file before anything is made: a part file from an earlier run
     // already holds its blocks; the rest must fit in what the file system has free.
-    let held = sys::allocated_at(&target.dir, &target.part_name()).unwrap_or(0);
+    let earlier = sys::allocated_at(&target.dir, &target.part_name());
+    let held = *earlier.as_ref().unwrap_or(&0);
     let free = sys::free_bytes_at(&target.dir)
         .map_err(|e| disk_error(target, "cannot read the free space for", e))?;
     let needed = layout.size.saturating_sub(held);
@@ -128,8 +129,7 @@ pub fn prepare(
             target.shown, layout.size, target.shown_dir, free
         )));
     }
-    let created =
-        held == 0 && sys::open_at(&target.dir, &target.part_name(), libc::O_RDONLY, 0).is_err();
+    let created = earlier.is_err();
     // The part file first, locked: a second session for the same name (a client that
     // retried while its first session still runs) is refused instead of writing beside it.
     let part = sys::open_at(
