@@ -83,10 +83,13 @@ mod tests {
 
     #[test]
     fn the_clocks_own_cost_is_not_charged() {
-        let spent: Duration = (0..1000)
+        // The median call: an interrupt or a migration inside one of a thousand clock reads
+        // (other tests run beside this one) is not the clock's usual cost.
+        let mut charged: Vec<Duration> = (0..1000)
             .filter_map(|call| sampled(call, 1, || std::hint::black_box(0u64)).1)
-            .sum();
-        let per_call = spent / 1000;
+            .collect();
+        charged.sort();
+        let per_call = charged[charged.len() / 2];
         assert!(
             per_call < Duration::from_nanos(100),
             "an empty call was charged {per_call:?}"

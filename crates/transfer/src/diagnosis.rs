@@ -82,7 +82,16 @@ pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Dia
     let moved = (outcome.bytes - outcome.resumed_bytes) as f64;
     let goodput_bps = moved * 8.0 / wall;
     let network_s = waits.pacing_s + waits.window_s;
-    let busy_s = (wall - network_s - waits.receiver_s - waits.reader_s - waits.tail_s).max(0.0);
+    // The sender's waits cover its own loop: what is left of that loop's wall time is its
+    // work. The whole copy's wall (set-up, the offer's round trips, on a pull the
+    // receiver's clock) would count time the loop never ran as the sender's CPU.
+    let sender_wall = if sender.wall_s > 0.0 {
+        sender.wall_s
+    } else {
+        wall
+    };
+    let busy_s =
+        (sender_wall - network_s - waits.receiver_s - waits.reader_s - waits.tail_s).max(0.0);
     let shares = [
         (network_s, 0),
         (waits.receiver_s, 1),
