@@ -473,3 +473,114 @@ fn iperf3_clients_are_bound_by_max_rate() {
     assert!(run(&["-b", "100M"]).status.success());
     assert!(!run(&["-b", "150M", "-P", "2"]).status.success());
 }
+
+/// An agent connection with a mirror running: the group host's side of the protocol by
+/// hand, so the test can send what a hostile group host would. The mirror accepts one UDP
+/// flow per thread and writes to it for `seconds`.
+fn hostile_mirror(server: &ServeProcess, threads: u32, seconds: u32) -> (TcpStream, String, u16) {
+    let text = format!(
+        "[[group]]\nthreads = {threads}\n[[group.transaction]]\nops = [{{ op = \"connect\", protocol = \"udp\" }}]\n[[group.transaction]]\nduration = \"{seconds}s\"\nops = [{{ op = \"read\", size = \"1400\" }}]\n"
+    );
+    let (profile, _) =
+        linerate_profile::parse("hostile.toml", &text, &Default::default()).expect("profile");
+    let mut group = profile.groups[0].clone();
+    for op in group.transactions.iter_mut().flat_map(|t| &mut t.ops) {
+        op.action = op.action.mirror();
+    }
+    let spec = linerate_proto::agent::MirrorSpec {
+        group,
+        dial_back: None,
+        limit_s: f64::from(seconds) + 5.0,
+    };
+    let mut link = TcpStream::connect(server.addr()).unwrap();
+    let mut opening = linerate_proto::agent::agent_preface(2).to_vec();
+    opening.extend(frame(br#"{"type":"hello"}"#));
+    let request = linerate_proto::agent::AgentRequest::Mirror {
+        spec: Box::new(spec),
+    };
+    opening.extend(frame(serde_json::to_string(&request).unwrap().as_bytes()));
+    link.write_all(&opening).unwrap();
+    let welcome = read_frame(&mut link);
+    assert_eq!(welcome["type"], "welcome", "{welcome}");
+    let ready = read_frame(&mut link);
+    assert_eq!(ready["type"], "mirror_ready", "{ready}");
+    let token = ready["token"].as_str().unwrap().to_string();
+    let port = ready["udp_port"].as_u64().unwrap() as u16;
+    (link, token, port)
+}
+
+/// Counts the datagrams and bytes that reach `socket` until nothing came for `quiet`.
+fn received(socket: &std::net::UdpSocket, quiet: Duration) -> (u64, u64) {
+    socket.set_read_timeout(Some(quiet)).unwrap();
+    let (mut count, mut bytes) = (0, 0);
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = socket.recv(&mut buf) {
+        count += 1;
+        bytes += n as u64;
+    }
+    (count, bytes)
+}
+
+/// A mirror's UDP hello once turned one forged 28-byte datagram into 169 MB sent to the
+/// forged source. The victim here sends the hello from its own socket: on the wire that
+/// is the same datagram as one forged with its address, and the victim never answers.
+#[test]
+fn a_mirror_sends_nothing_to_an_address_that_did_not_prove_it_receives_there() {
+    let server = ServeProcess::start(&[]);
+    let (link, token, port) = hostile_mirror(&server, 2, 4);
+    let token = linerate_proto::Token::from_hex(&token).unwrap();
+    let rendezvous: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let hello = linerate_proto::preface::data_preface(token, 0);
+
+    // The control connection's own host, a port that never answers the cookie: it gets
+    // the cookie only, no larger than the hello.
+    let victim = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..5 {
+        victim.send_to(&hello, rendezvous).unwrap();
+    }
+    let (count, bytes) = received(&victim, Duration::from_secs(2));
+    assert!(
+        count <= 5 && bytes <= 5 * hello.len() as u64,
+        "{count} datagrams, {bytes} bytes to an address that never proved itself"
+    );
+    // Another host: nothing at all.
+    let elsewhere = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    elsewhere.send_to(&hello, rendezvous).unwrap();
+    assert_eq!(received(&elsewhere, Duration::from_secs(1)), (0, 0));
+
+    // A spray of 30,000 hellos leaves the server's descriptors where they were, and a
+    // test from another client runs meanwhile.
+    let baseline = server.open_fds();
+    let sprayer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let spray = std::thread::spawn(move || {
+        for flow in 0..30_000u32 {
+            let hello = linerate_proto::preface::data_preface(token, flow);
+            let _ = sprayer.send_to(&hello, rendezvous);
+        }
+    });
+    healthy_test(&server, &[]);
+    spray.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let now = server.open_fds();
+    assert!(
+        now <= baseline + 100,
+        "{now} descriptors after the spray, {baseline} before"
+    );
+
+    // A genuine flow still opens: the hello, its cookie back, then the mirror's data.
+    let genuine = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    genuine
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let flow1 = linerate_proto::preface::data_preface(token, 1 << 12);
+    genuine.send_to(&flow1, rendezvous).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = genuine.recv(&mut buf).expect("a cookie");
+    let cookie =
+        linerate_proto::address_check::parse_challenge(&buf[..n], 1 << 12).expect("a challenge");
+    let proven = linerate_proto::address_check::validated_hello(&flow1, &cookie);
+    genuine.send_to(&proven, rendezvous).unwrap();
+    let (count, _) = received(&genuine, Duration::from_secs(1));
+    assert!(count > 10, "the proven flow got {count} datagrams");
+    drop(link);
+}

@@ -5,6 +5,7 @@
 //! threads and clocks belong to the drivers in `linerate-drivers`. The exchange is described
 //! in [`session`] and in docs/protocol.md.
 
+pub mod address_check;
 pub mod agent;
 pub mod agent_session;
 pub mod auth;

@@ -531,7 +531,7 @@ fn start_mirror(
     }
     let token = crate::shared::random_token().map_err(|e| e.to_string())?;
     let incoming = shared.register_flows(token);
-    let rendezvous = Rendezvous::open(own.ip(), token, stop.clone())
+    let rendezvous = Rendezvous::open(own.ip(), token, peer.ip(), stop.clone())
         .map_err(|e| format!("cannot open a UDP socket: {e}"))?;
     rendezvous.feed(incoming);
     let udp_port = rendezvous.udp_port;

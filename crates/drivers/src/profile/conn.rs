@@ -3,6 +3,8 @@
 
 use super::SLICE;
 use linerate_profile::Endpoint;
+use linerate_proto::address_check;
+use linerate_proto::preface;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -82,13 +84,15 @@ pub(crate) fn dial_tcp(addr: SocketAddr, endpoint: &Endpoint, preface: &[u8]) ->
     Conn::tcp(stream)
 }
 
-/// Opens a UDP "connection": the hello (`preface`) goes to the peer's rendezvous port and
-/// the peer answers from the socket that serves this connection, which this socket then
-/// connects to. Hellos are repeated while no answer comes.
+/// Opens a UDP "connection": the hello (`preface`) goes to the peer's rendezvous port,
+/// which answers with a cookie; the hello again with that cookie proves this socket's
+/// address, and the peer answers it from the socket that serves this connection, which
+/// this socket then connects to. Hellos are repeated while no answer comes.
 pub(crate) fn dial_udp(
     addr: SocketAddr,
     endpoint: &Endpoint,
-    preface: &[u8],
+    preface: &[u8; preface::DATA_PREFACE_LEN],
+    flow: u32,
     give_up: &mut dyn FnMut() -> bool,
 ) -> io::Result<Conn> {
     let local: SocketAddr = if addr.is_ipv4() {
@@ -106,16 +110,28 @@ pub(crate) fn dial_udp(
     let socket: UdpSocket = socket.into();
     socket.set_read_timeout(Some(Duration::from_millis(200)))?;
     let mut answer = [0u8; 64];
+    let mut hello: Vec<u8> = preface.to_vec();
     for _ in 0..25 {
-        socket.send_to(preface, addr)?;
-        match socket.recv_from(&mut answer) {
-            Ok((n, from)) if answer[..n] == *preface && from.ip() == addr.ip() => {
-                socket.connect(from)?;
-                return Conn::udp(socket);
+        socket.send_to(&hello, addr)?;
+        // Every answer waiting is read before the hello is repeated.
+        loop {
+            match socket.recv_from(&mut answer) {
+                Ok((_, from)) if from.ip() != addr.ip() => {}
+                Ok((n, from)) if answer[..n] == *preface => {
+                    socket.connect(from)?;
+                    return Conn::udp(socket);
+                }
+                Ok((n, from)) => {
+                    if let Some(cookie) = address_check::parse_challenge(&answer[..n], flow) {
+                        if from == addr {
+                            hello = address_check::validated_hello(preface, &cookie).to_vec();
+                            socket.send_to(&hello, addr)?;
+                        }
+                    }
+                }
+                Err(e) if waiting(&e) => break,
+                Err(e) => return Err(e),
             }
-            Ok(_) => {}
-            Err(e) if waiting(&e) => {}
-            Err(e) => return Err(e),
         }
         if give_up() {
             break;

@@ -542,7 +542,7 @@ impl Thread<'_> {
             let preface = data_preface(token, this);
             match endpoint.protocol {
                 Protocol::Tcp => conn::dial_tcp(addr, endpoint, &preface)?,
-                Protocol::Udp => conn::dial_udp(udp, endpoint, &preface, give_up)?,
+                Protocol::Udp => conn::dial_udp(udp, endpoint, &preface, this, give_up)?,
                 Protocol::Ssl => {
                     let Conn::Tcp(stream) = conn::dial_tcp(addr, endpoint, &preface)? else {
                         unreachable!("dial_tcp gives a TCP connection")

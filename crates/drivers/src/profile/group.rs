@@ -195,7 +195,9 @@ pub(crate) fn prepare(
             let ip = link.stream.local_addr()?.ip();
             let listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
             let port = listener.local_addr()?.port();
-            let rendezvous = Rendezvous::open(ip, crate::shared::random_token()?, stop.clone())?;
+            // Only the agent dialed here connects back.
+            let rendezvous =
+                Rendezvous::open(ip, crate::shared::random_token()?, addr.ip(), stop.clone())?;
             rendezvous.listen(listener)?;
             Some((port, rendezvous))
         } else {

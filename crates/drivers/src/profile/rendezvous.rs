@@ -4,19 +4,30 @@
 //!
 //! TCP connections come from the server's data-connection registry (on an agent) or from
 //! a listener of the group's host; UDP "connections" start with a hello datagram on the
-//! rendezvous UDP socket, answered from a new socket connected to the sender.
+//! rendezvous UDP socket. Only the rendezvous's one peer host may open either, and a UDP
+//! hello must first prove its source address: it is answered with a cookie alone
+//! ([`linerate_proto::address_check`]), and only the hello that carries the cookie back
+//! is answered from a new socket connected to the sender.
 
 use super::conn::Conn;
 use super::SLICE;
+use linerate_proto::address_check::{AddressCookies, RendezvousHello};
 use linerate_proto::preface::{self, Preface};
 use linerate_proto::Token;
 use std::collections::HashMap;
 use std::io::{self, Read};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Connections that arrived and that no thread took yet, at most: more are closed. A
+/// thread has at most 4,096 flows towards one peer, and takes each as it comes to it.
+const MOST_WAITING: usize = 4096;
+/// How long an answered UDP hello is remembered, to answer its repeats from the same
+/// socket: the dialer repeats for at most five seconds.
+const HELLO_MEMORY: Duration = Duration::from_secs(6);
 
 /// A thread's `ordinal`-th connection operation towards one peer, as one number.
 pub(crate) fn flow(thread: u32, ordinal: u32) -> u32 {
@@ -44,6 +55,12 @@ enum Slot {
 pub(crate) struct Rendezvous {
     pub token: Token,
     pub udp_port: u16,
+    /// The one host whose connections are taken: the group host a mirror serves, or the
+    /// agent a group host asked for a mirror.
+    peer: IpAddr,
+    /// Datagrams and connections refused: from another host, with another token, or a
+    /// hello that did not prove its address.
+    pub refused: AtomicU64,
     /// Each waiting thread has a channel of its own, so an arrival wakes only the thread
     /// it is for: with one shared condition, thousands of threads would all wake for
     /// every one of thousands of connections.
@@ -52,29 +69,53 @@ pub(crate) struct Rendezvous {
 }
 
 impl Rendezvous {
-    /// A rendezvous with its UDP socket bound on `ip`; `stop` ends its helper threads.
+    /// A rendezvous with its UDP socket bound on `ip`, taking connections from `peer`
+    /// only; `stop` ends its helper threads.
     pub fn open(
-        ip: std::net::IpAddr,
+        ip: IpAddr,
         token: Token,
+        peer: IpAddr,
         stop: Arc<AtomicBool>,
     ) -> io::Result<Arc<Rendezvous>> {
         let udp = UdpSocket::bind(SocketAddr::new(ip, 0))?;
         udp.set_read_timeout(Some(SLICE))?;
+        let mut key = [0u8; 32];
+        key[..16].copy_from_slice(&crate::shared::random_token()?.0);
+        key[16..].copy_from_slice(&crate::shared::random_token()?.0);
         let rendezvous = Arc::new(Rendezvous {
             token,
             udp_port: udp.local_addr()?.port(),
+            peer: canonical(peer),
+            refused: AtomicU64::new(0),
             slots: Mutex::new(HashMap::new()),
             stop,
         });
         let serving = rendezvous.clone();
+        let cookies = AddressCookies::new(key);
         std::thread::Builder::new()
             .name("linerate-udp-hello".into())
-            .spawn(move || serving.serve_udp(udp))?;
+            .spawn(move || serving.serve_udp(udp, &cookies))?;
         Ok(rendezvous)
+    }
+
+    fn from_peer(&self, from: &SocketAddr) -> bool {
+        let ok = canonical(from.ip()) == self.peer;
+        if !ok {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
     }
 
     pub fn deliver(&self, flow: u32, arrival: Arrival) {
         let mut slots = self.slots.lock().expect("rendezvous lock");
+        let waiting = slots
+            .values()
+            .filter(|slot| matches!(slot, Slot::Arrived(_)))
+            .count();
+        if waiting >= MOST_WAITING && !matches!(slots.get(&flow), Some(Slot::Waiting(_))) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let arrival = match slots.remove(&flow) {
             Some(Slot::Waiting(waiter)) => match waiter.try_send(arrival) {
                 Ok(()) => return,
@@ -147,6 +188,7 @@ impl Rendezvous {
             .spawn(move || {
                 while !rendezvous.stop.load(Ordering::Relaxed) {
                     match listener.accept() {
+                        Ok((_, from)) if !rendezvous.from_peer(&from) => {}
                         Ok((mut stream, _)) => {
                             let _ = stream.set_nonblocking(false);
                             let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
@@ -166,23 +208,40 @@ impl Rendezvous {
         Ok(())
     }
 
-    fn serve_udp(&self, socket: UdpSocket) {
-        // Answered hellos, so that a repeated hello (the answer was lost) gets the same
-        // socket's answer again instead of a second connection.
-        let mut answered: HashMap<(SocketAddr, u32), UdpSocket> = HashMap::new();
+    /// Answers UDP hellos from the peer: a cookie to a hello without one, and the flow's
+    /// own socket, connected to the sender, to one that carries its cookie back.
+    fn serve_udp(&self, socket: UdpSocket, cookies: &AddressCookies) {
+        // Answered flows, so that a repeated hello (the answer was lost) gets the same
+        // socket's answer again instead of a second connection; forgotten after a while.
+        let mut answered: HashMap<u32, (SocketAddr, UdpSocket, Instant)> = HashMap::new();
         let mut buf = [0u8; 64];
         while !self.stop.load(Ordering::Relaxed) {
             let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                answered.retain(|_, (_, _, at)| at.elapsed() < HELLO_MEMORY);
                 continue;
             };
-            let Preface::Data { token, flow } = preface::classify(&buf[..n]) else {
-                continue;
-            };
-            if token != self.token || n != preface::DATA_PREFACE_LEN {
+            if !self.from_peer(&from) {
                 continue;
             }
-            if let Some(served) = answered.get(&(from, flow)) {
-                let _ = served.send(&buf[..n]);
+            let flow = match cookies.classify(&self.token, from, &buf[..n]) {
+                RendezvousHello::Unproven { flow } => {
+                    let _ = socket.send_to(&cookies.challenge(from, flow), from);
+                    continue;
+                }
+                RendezvousHello::Proven { flow } => flow,
+                RendezvousHello::Foreign => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            };
+            let hello = &buf[..preface::DATA_PREFACE_LEN];
+            if let Some((to, served, _)) = answered.get(&flow) {
+                // One socket per flow: a second address for it is refused.
+                if *to == from {
+                    let _ = served.send(hello);
+                } else {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                }
                 continue;
             }
             let opened = UdpSocket::bind(SocketAddr::new(
@@ -191,16 +250,24 @@ impl Rendezvous {
             ))
             .and_then(|s| {
                 s.connect(from)?;
-                s.send(&buf[..n])?;
+                s.send(hello)?;
                 Ok(s)
             });
             if let Ok(served) = opened {
                 if let Ok(copy) = served.try_clone() {
-                    answered.insert((from, flow), copy);
+                    answered.insert(flow, (from, copy, Instant::now()));
                 }
                 self.deliver(flow, Arrival::Udp(served));
             }
         }
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it stands for.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
     }
 }
 
@@ -213,6 +280,7 @@ mod tests {
         Rendezvous::open(
             "127.0.0.1".parse().unwrap(),
             token,
+            "127.0.0.1".parse().unwrap(),
             Arc::new(AtomicBool::new(false)),
         )
         .unwrap()
