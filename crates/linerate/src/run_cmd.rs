@@ -17,7 +17,20 @@ fn load(path: &std::path::Path, set: &SetArgs) -> Result<(Profile, Format)> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::Usage(format!("cannot read profile {name}: {e}")))?;
     let vars = Vars::new(set.set.iter().cloned().collect());
-    Ok(linerate_profile::parse(&name, &text, &vars).map_err(|e| Failure::Usage(e.to_string()))?)
+    let (profile, format) =
+        linerate_profile::parse(&name, &text, &vars).map_err(|e| Failure::Usage(e.to_string()))?;
+    // Each host gets its groups in one request, which its agent bounds: said here first.
+    let mut hosts: Vec<&Option<String>> = profile.groups.iter().map(|g| &g.host).collect();
+    hosts.sort();
+    hosts.dedup();
+    for host in hosts {
+        let groups: Vec<_> = profile.groups.iter().filter(|g| g.host == *host).collect();
+        linerate_profile::budget::check(&groups).map_err(|e| {
+            let on = host.as_deref().unwrap_or("this host");
+            Failure::Usage(format!("{name}: the groups for {on}: {e}"))
+        })?;
+    }
+    Ok((profile, format))
 }
 
 pub fn run(args: &RunArgs, storage: &keep::Storage) -> Outcome {

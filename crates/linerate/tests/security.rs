@@ -584,3 +584,196 @@ fn a_mirror_sends_nothing_to_an_address_that_did_not_prove_it_receives_there() {
     assert!(count > 10, "the proven flow got {count} datagrams");
     drop(link);
 }
+
+/// An agent connection past its hello, from 127.0.0.1.
+fn agent_link(server: &ServeProcess) -> TcpStream {
+    let mut link = TcpStream::connect(server.addr()).unwrap();
+    let mut opening = linerate_proto::agent::agent_preface(2).to_vec();
+    opening.extend(frame(br#"{"type":"hello"}"#));
+    link.write_all(&opening).unwrap();
+    let welcome = read_frame(&mut link);
+    assert_eq!(welcome["type"], "welcome", "{welcome}");
+    link
+}
+
+fn send_request(link: &mut TcpStream, request: &linerate_proto::agent::AgentRequest) {
+    link.write_all(&frame(serde_json::to_string(request).unwrap().as_bytes()))
+        .unwrap();
+}
+
+/// The next reply that is not a heartbeat.
+fn agent_reply(link: &mut TcpStream) -> serde_json::Value {
+    loop {
+        let reply = read_frame(link);
+        if reply["type"] != "heartbeat" {
+            return reply;
+        }
+    }
+}
+
+fn group_of(
+    threads: u32,
+    transactions: Vec<linerate_profile::Transaction>,
+) -> linerate_profile::Group {
+    linerate_profile::Group {
+        name: "g".into(),
+        threads,
+        host: None,
+        transactions,
+    }
+}
+
+fn transaction(ops: Vec<linerate_profile::Action>) -> linerate_profile::Transaction {
+    linerate_profile::Transaction {
+        repeat: linerate_profile::Repeat::Iterations(1),
+        rate: None,
+        ops: ops
+            .into_iter()
+            .map(|action| linerate_profile::Op { conn: None, action })
+            .collect(),
+    }
+}
+
+/// Requests that once grew an agent to gigabytes, aborted it or spawned threads until
+/// EAGAIN: each refused naming its bound, the server small, a test right after.
+#[test]
+fn oversized_agent_requests_are_refused_and_the_server_stays_small() {
+    use linerate_profile::{Action, Think};
+    let server = ServeProcess::start(&[]);
+    let nothing = || transaction(vec![]);
+    let think = |seconds: f64| {
+        transaction(vec![Action::Think(Think {
+            seconds,
+            busy: false,
+        })])
+    };
+    let cases: Vec<(&str, Vec<linerate_profile::Group>)> = vec![
+        (
+            "transactions and operations",
+            vec![group_of(16, vec![nothing(); 20_000])],
+        ),
+        (
+            "transactions and operations",
+            vec![group_of(1, vec![transaction(vec![Action::Nop; 20_000])])],
+        ),
+        ("groups", vec![group_of(1, vec![nothing()]); 5_000]),
+        ("think", vec![group_of(1, vec![think(1e300)])]),
+        ("think", vec![group_of(1, vec![think(-1.0)])]),
+    ];
+    for (needle, groups) in cases {
+        let mut link = agent_link(&server);
+        let parts = groups
+            .into_iter()
+            .enumerate()
+            .map(|(index, group)| linerate_proto::agent::GroupPart {
+                index,
+                host_label: "h".into(),
+                group,
+            })
+            .collect();
+        send_request(
+            &mut link,
+            &linerate_proto::agent::AgentRequest::Prepare {
+                parts,
+                limit_s: 10.0,
+            },
+        );
+        let reply = agent_reply(&mut link);
+        assert_eq!(reply["type"], "error", "{reply}");
+        assert!(
+            reply["reason"].as_str().unwrap().contains(needle),
+            "{reply}"
+        );
+    }
+    // A mirror of 4,096 threads with 256 KiB messages: 2 GiB of buffers.
+    let mut link = agent_link(&server);
+    let write = Action::Write(linerate_profile::Transfer {
+        size: linerate_profile::Size::Fixed(256 * 1024),
+        rsize: None,
+        count: 1,
+        rate: None,
+        canfail: false,
+    });
+    let spec = linerate_proto::agent::MirrorSpec {
+        group: group_of(4096, vec![transaction(vec![write])]),
+        dial_back: None,
+        limit_s: 10.0,
+    };
+    send_request(
+        &mut link,
+        &linerate_proto::agent::AgentRequest::Mirror {
+            spec: Box::new(spec),
+        },
+    );
+    let reply = agent_reply(&mut link);
+    assert!(
+        reply["reason"].as_str().unwrap_or("").contains("MiB"),
+        "{reply}"
+    );
+    let rss = rss_kib(server.pid());
+    assert!(rss < 256 * 1024, "server RSS {rss} KiB");
+    healthy_test(&server, &[]);
+}
+
+/// A thousand threads prepared to start in 20 s, then the connection closed: they once
+/// slept on whatever start they were given.
+#[test]
+fn prepared_threads_end_when_their_connection_closes_before_the_start() {
+    use linerate_profile::{Action, Think};
+    let server = ServeProcess::start(&[]);
+    healthy_test(&server, &[]);
+    let threads = server.thread_count();
+    let mut link = agent_link(&server);
+    let group = group_of(
+        1000,
+        vec![transaction(vec![Action::Think(Think {
+            seconds: 0.001,
+            busy: false,
+        })])],
+    );
+    let parts = vec![linerate_proto::agent::GroupPart {
+        index: 0,
+        host_label: "h".into(),
+        group,
+    }];
+    send_request(
+        &mut link,
+        &linerate_proto::agent::AgentRequest::Prepare {
+            parts,
+            limit_s: 30.0,
+        },
+    );
+    let reply = agent_reply(&mut link);
+    assert_eq!(reply["type"], "prepared", "{reply}");
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    send_request(
+        &mut link,
+        &linerate_proto::agent::AgentRequest::Start {
+            at_unix_ns: now_ns + 20_000_000_000,
+        },
+    );
+    // The threads exist and wait for the start.
+    let until = Instant::now() + Duration::from_secs(5);
+    while server.thread_count() < threads + 1000 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        server.thread_count() >= threads + 1000,
+        "{} threads",
+        server.thread_count()
+    );
+    drop(link);
+    let closed = Instant::now();
+    while server.thread_count() > threads && closed.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        server.thread_count() <= threads,
+        "{} threads 5 s after the connection closed, {threads} before",
+        server.thread_count()
+    );
+    healthy_test(&server, &[]);
+}

@@ -2,6 +2,7 @@
 //! uperf's XML ([`uperf`]). Both formats go through one validator, so every value that
 //! fails is reported with its file, line and column.
 
+pub mod budget;
 mod build;
 pub mod model;
 pub mod source;

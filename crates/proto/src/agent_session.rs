@@ -28,8 +28,9 @@ use std::time::{Duration, Instant};
 /// proof is well under a kilobyte, so an unauthenticated peer cannot make the agent buffer
 /// more than this.
 pub const MAX_HANDSHAKE_FRAME: usize = 64 * 1024;
-/// The largest request after the handshake (a profile's groups, a mirror's spec).
-pub const MAX_REQUEST_FRAME: usize = 16 << 20;
+/// The largest request after the handshake (a profile's groups, a mirror's spec): the
+/// most a request may ask (`linerate_profile::budget`) is well under 100 KB of JSON.
+pub const MAX_REQUEST_FRAME: usize = 1 << 20;
 
 /// How long an agent connection may take and stay silent.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -288,7 +288,10 @@ impl Agent<'_> {
     fn over_limits(&self, parts: &[GroupPart], limit: f64) -> Option<String> {
         let limits = &self.shared.config.limits;
         let threads: u64 = parts.iter().map(|p| u64::from(p.group.threads)).sum();
-        if !limit.is_finite() || limit <= 0.0 || limit > limits.max_duration_s {
+        let groups: Vec<&linerate_profile::Group> = parts.iter().map(|p| &p.group).collect();
+        if let Err(reason) = linerate_profile::budget::check(&groups) {
+            Some(reason)
+        } else if !limit.is_finite() || limit <= 0.0 || limit > limits.max_duration_s {
             Some(format!(
                 "a run limit of {limit} s is outside this server's 0 to {} s (--max-duration)",
                 limits.max_duration_s
@@ -371,7 +374,10 @@ impl Agent<'_> {
         ));
         let spawned = std::thread::Builder::new()
             .name("linerate-part".into())
-            .spawn(move || run_groups(groups, start, limit, hold, &sender));
+            .spawn({
+                let stop = self.stop.clone();
+                move || run_groups(groups, start, limit, hold, &stop, &sender)
+            });
         if let Err(e) = spawned {
             self.link.reply(&AgentReply::Error {
                 reason: format!("cannot start: {e}"),
@@ -467,6 +473,7 @@ fn run_groups(
     start: Instant,
     limit: Instant,
     hold: Option<WakeLatencyHold>,
+    stop: &AtomicBool,
     sender: &std::sync::mpsc::Sender<RunEvent>,
 ) {
     // The host's counters around the part, as a test's window has them (docs/observe.md).
@@ -477,7 +484,15 @@ fn run_groups(
         .map(|g| std::thread::spawn(move || group::run(g, start, limit)))
         .collect();
     if let Some(hold) = hold {
-        std::thread::sleep((start + START_HOLD).saturating_duration_since(Instant::now()));
+        // In slices: a run stopped before its start lets the CPUs go at once.
+        let until = start + START_HOLD;
+        while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+            std::thread::sleep(
+                until
+                    .saturating_duration_since(Instant::now())
+                    .min(super::SLICE),
+            );
+        }
         drop(hold);
     }
     let mut results = Vec::new();
@@ -517,6 +532,7 @@ fn start_mirror(
 ) -> Result<Started, String> {
     let threads = spec.group.threads;
     let limits = &shared.config.limits;
+    linerate_profile::budget::check(&[&spec.group])?;
     if threads == 0 || threads > linerate_profile::MAX_THREADS || threads > limits.max_flows {
         return Err(format!(
             "{threads} threads asked, this server allows {} (--max-flows)",

@@ -75,13 +75,30 @@ fn has_accepts_to(group: &Group, remote: &Option<String>) -> bool {
         .any(|op| matches!(&op.action, Action::Accept(e) if e.remote == *remote))
 }
 
+/// A histogram's summary; one that never got a sample has none.
+fn summary(
+    slot: &std::sync::Mutex<Option<linerate_report::latency::LatencyHistogram>>,
+    with_buckets: bool,
+) -> linerate_report::latency::LatencySummary {
+    slot.lock()
+        .expect("latency lock")
+        .as_ref()
+        .map(|h| h.summary(with_buckets))
+        .unwrap_or_default()
+}
+
 /// Sleeps until `start`. Threads sleep rather than spin: on a machine with fewer CPUs
 /// than waiting threads, spinners crowd out the threads whose time has come, which then
 /// wait for the next scheduler tick. Prompt wake-ups come from [`WakeLatencyHold`].
-fn wait_for(start: Instant) {
-    let now = Instant::now();
-    if start > now {
-        std::thread::sleep(start - now);
+/// The sleep is cut into slices that check `stop`, so a run stopped before its start
+/// (its connection closed) leaves no thread asleep.
+fn wait_for(start: Instant, stop: &AtomicBool) {
+    loop {
+        let left = start.saturating_duration_since(Instant::now());
+        if left.is_zero() || stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        std::thread::sleep(left.min(super::SLICE));
     }
 }
 
@@ -279,7 +296,7 @@ pub(crate) fn run(
             .name("linerate-profile".into())
             .stack_size(STACK)
             .spawn(move || {
-                wait_for(start);
+                wait_for(start, &thread_stop);
                 let thread = Thread {
                     index,
                     group: &group,
@@ -385,10 +402,7 @@ fn merge(
                 op: op.action.name().to_string(),
                 conn: op.conn.clone(),
                 peer_bytes: peer_bytes(ti, oi),
-                latency_us: latency.ops[ti][oi]
-                    .lock()
-                    .expect("latency lock")
-                    .summary(false),
+                latency_us: summary(&latency.ops[ti][oi], false),
                 ..OpFigures::default()
             };
             for outcome in outcomes {
@@ -425,10 +439,7 @@ fn merge(
             elapsed_s: elapsed,
             iterations_per_s: per_s(iterations as f64),
             received_bps: per_s(received as f64 * 8.0),
-            latency_us: latency.transactions[ti]
-                .lock()
-                .expect("latency lock")
-                .summary(true),
+            latency_us: summary(&latency.transactions[ti], true),
             ops,
         });
     }
@@ -548,6 +559,9 @@ impl Mirror {
     }
 
     pub fn set_count(&self, thread: u32, transaction: u32, iterations: u64) {
+        if transaction as usize >= self.transactions {
+            return;
+        }
         let slot = thread as usize * self.transactions + transaction as usize;
         if let Some(count) = self.counts.get(slot) {
             count.store(iterations, std::sync::atomic::Ordering::Release);

@@ -98,7 +98,7 @@ impl Rendezvous {
         Ok(rendezvous)
     }
 
-    fn from_peer(&self, from: &SocketAddr) -> bool {
+    fn is_peer(&self, from: &SocketAddr) -> bool {
         let ok = canonical(from.ip()) == self.peer;
         if !ok {
             self.refused.fetch_add(1, Ordering::Relaxed);
@@ -188,7 +188,7 @@ impl Rendezvous {
             .spawn(move || {
                 while !rendezvous.stop.load(Ordering::Relaxed) {
                     match listener.accept() {
-                        Ok((_, from)) if !rendezvous.from_peer(&from) => {}
+                        Ok((_, from)) if !rendezvous.is_peer(&from) => {}
                         Ok((mut stream, _)) => {
                             let _ = stream.set_nonblocking(false);
                             let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
@@ -220,7 +220,7 @@ impl Rendezvous {
                 answered.retain(|_, (_, _, at)| at.elapsed() < HELLO_MEMORY);
                 continue;
             };
-            if !self.from_peer(&from) {
+            if !self.is_peer(&from) {
                 continue;
             }
             let flow = match cookies.classify(&self.token, from, &buf[..n]) {
