@@ -426,6 +426,13 @@ impl RateBook {
     }
 }
 
+impl RateShare {
+    /// The bits per second granted.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+}
+
 impl Drop for RateShare {
     fn drop(&mut self) {
         let mut per_ip = self.book.per_ip.lock().expect("rate book lock");

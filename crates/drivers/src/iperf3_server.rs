@@ -176,7 +176,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
         if let Some(plane) = test.plane.as_mut() {
             // Keep the sample channel short; the intervals come back from `finish`.
             let intervals = plane.poll_intervals(Duration::ZERO);
-            if let Some(why) = rate_exceeded(shared, &intervals) {
+            if let Some(why) = rate_exceeded(shared, test.rate_share.as_ref(), &intervals) {
                 shared.refused(peer, &format!("iperf3 test {id}: {why}"));
                 session.terminate(why);
             }

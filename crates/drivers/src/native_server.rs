@@ -185,7 +185,7 @@ pub(crate) fn serve_test(
         if let Some(plane) = state.plane.as_mut() {
             // Keep the sample channel short; the intervals travel in the final result.
             let intervals = plane.poll_intervals(Duration::ZERO);
-            if let Some(why) = rate_exceeded(shared, &intervals) {
+            if let Some(why) = rate_exceeded(shared, state.rate_share.as_ref(), &intervals) {
                 shared.refused(peer, &format!("test {id}: {why}"));
                 session.abort(why);
             }

@@ -151,18 +151,36 @@ pub(crate) fn random_nonce() -> io::Result<linerate_proto::auth::Nonce> {
     random_bytes().map(linerate_proto::auth::Nonce)
 }
 
-/// Why a running test breaks the server's `--max-rate`, from its latest intervals.
+/// Why a running test breaks its rate bound, from its latest intervals: `--max-rate`,
+/// and under `--max-rate-per-ip` the share of its address's rate it was granted. The bytes
+/// measured are what count: a rate the test declared (and a relay may rewrite) only
+/// decides whether it starts.
 pub(crate) fn rate_exceeded(
     shared: &Shared,
+    share: Option<&access::RateShare>,
     intervals: &[linerate_report::SideInterval],
 ) -> Option<String> {
-    let most = shared.config.limits.max_rate_bps?;
+    let per_test = shared.config.limits.max_rate_bps;
+    // A closed-loop test asks no rate; its address's whole limit bounds it.
+    let granted = share.map(|s| {
+        if s.rate() >= 1.0 {
+            s.rate() as u64
+        } else {
+            shared.config.max_rate_per_ip.unwrap_or(u64::MAX)
+        }
+    });
+    let (most, flag) = match (per_test, granted) {
+        (Some(a), Some(b)) if b < a => (b, "its share of --max-rate-per-ip"),
+        (Some(a), _) => (a, "this server's --max-rate"),
+        (None, Some(b)) => (b, "its share of --max-rate-per-ip"),
+        (None, None) => return None,
+    };
     intervals
         .iter()
         .find(|i| access::over_rate(i.sent_bps, i.received_bps, most))
         .map(|i| {
             format!(
-                "{} moved in an interval, over this server's --max-rate of {}; test ended",
+                "{} moved in an interval, over {flag} of {}; test ended",
                 format_rate(i.sent_bps + i.received_bps, Scale::Adaptive),
                 format_rate(most as f64, Scale::Adaptive)
             )

@@ -777,3 +777,163 @@ fn prepared_threads_end_when_their_connection_closes_before_the_start() {
     );
     healthy_test(&server, &[]);
 }
+
+/// A relay in front of `server`: data connections pass as they are; on control
+/// connections, `rewrite` may change each frame the client sends.
+fn relay(
+    server: SocketAddr,
+    rewrite: fn(serde_json::Value) -> serde_json::Value,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let stop = done.clone();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+            let Ok((mut client, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            client.set_nonblocking(false).unwrap();
+            let mut upstream = TcpStream::connect(server).unwrap();
+            let mut back = upstream.try_clone().unwrap();
+            let mut client_out = client.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut back, &mut client_out);
+            });
+            std::thread::spawn(move || {
+                let mut magic = [0u8; 8];
+                if client.read_exact(&mut magic).is_err() {
+                    return;
+                }
+                upstream.write_all(&magic).unwrap();
+                if &magic != b"LINERATE" {
+                    let _ = std::io::copy(&mut client, &mut upstream);
+                    return;
+                }
+                let mut version = [0u8; 4];
+                if client.read_exact(&mut version).is_err() {
+                    return;
+                }
+                upstream.write_all(&version).unwrap();
+                loop {
+                    let mut len = [0u8; 4];
+                    if client.read_exact(&mut len).is_err() {
+                        return;
+                    }
+                    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                    if client.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let out = match serde_json::from_slice(&body) {
+                        Ok(message) => serde_json::to_vec(&rewrite(message)).unwrap(),
+                        Err(_) => body,
+                    };
+                    if upstream.write_all(&frame(&out)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, done)
+}
+
+/// A relay that rewrote the rate a test declares once let 299 Mbit/s through
+/// `--max-rate-per-ip 10M`: the bytes measured bind, not the declaration.
+#[test]
+fn a_rate_rewritten_on_the_way_is_cut_to_the_limit() {
+    let server = ServeProcess::start(&["--max-rate-per-ip", "10M"]);
+    let (port, done) = relay(server.addr().parse().unwrap(), |mut message| {
+        if message["type"] == "spec" {
+            message["config"]["rate_bps"] = serde_json::json!(5_000_000u64);
+        }
+        message
+    });
+    let port = port.to_string();
+    let out = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-b",
+        "200M",
+        "-t",
+        "4",
+        "--json",
+    ]);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let text = stderr(&out);
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "the test ran to its end: {text}"
+    );
+    assert!(text.contains("max-rate-per-ip"), "{text}");
+    assert!(server.wait_line(
+        &["refused 127.0.0.1:", "its share of --max-rate-per-ip"],
+        Duration::from_secs(3)
+    ));
+    healthy_test(&server, &["-b", "5M"]);
+}
+
+/// Agents once ignored `--require-tls` and `--max-rate`: a profile run is a session like
+/// any other.
+#[test]
+fn agent_work_is_bound_by_require_tls_and_max_rate() {
+    let profile = |name: &str, server: &ServeProcess, connect: &str, write: &str| {
+        key_file(
+            name,
+            &format!(
+                "[[group]]\nhost = \"{}\"\n[[group.transaction]]\nops = [{{ op = \"connect\", {connect} }}]\n[[group.transaction]]\nduration = \"1s\"\nops = [{{ op = \"write\", {write} }}]\n",
+                server.addr()
+            ),
+        )
+    };
+    let tls_only = ServeProcess::start(&["--require-tls"]);
+    let plain = profile(
+        "plain.toml",
+        &tls_only,
+        "protocol = \"tcp\"",
+        "size = \"1k\"",
+    );
+    let out = linerate(&["run", &plain, "--no-store"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("--require-tls"), "{}", stderr(&out));
+    let ssl = profile("ssl.toml", &tls_only, "protocol = \"ssl\"", "size = \"1k\"");
+    let out = linerate(&["run", &ssl, "--no-store"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let limited = ServeProcess::start(&["--max-rate", "10M"]);
+    let unpaced = profile(
+        "unpaced.toml",
+        &limited,
+        "protocol = \"tcp\"",
+        "size = \"1k\"",
+    );
+    let out = linerate(&["run", &unpaced, "--no-store"]);
+    assert!(stderr(&out).contains("unpaced"), "{}", stderr(&out));
+    let fast = profile(
+        "fast.toml",
+        &limited,
+        "protocol = \"tcp\"",
+        "size = \"64k\", rate = 1000",
+    );
+    let out = linerate(&["run", &fast, "--no-store"]);
+    assert!(
+        stderr(&out).contains("over this server's"),
+        "{}",
+        stderr(&out)
+    );
+    let slow = profile(
+        "slow.toml",
+        &limited,
+        "protocol = \"tcp\"",
+        "size = \"1k\", rate = 100",
+    );
+    let out = linerate(&["run", &slow, "--no-store"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

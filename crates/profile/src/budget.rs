@@ -111,6 +111,52 @@ pub fn check(groups: &[&Group]) -> Result<(), String> {
     Ok(())
 }
 
+/// The most bits per second a group's threads may move, both ways together, from the
+/// rates its transactions and operations declare: `None` when a transaction moves data
+/// unpaced. Transactions run one after another, so the fastest bounds the group.
+pub fn declared_rate_bps(group: &Group) -> Option<f64> {
+    let mut fastest = 0.0f64;
+    for txn in &group.transactions {
+        let transfers: Vec<_> = txn
+            .ops
+            .iter()
+            .filter_map(|op| op.action.transfer())
+            .map(|(t, _)| t)
+            .collect();
+        let per_s = match txn.rate {
+            Some(rate) => {
+                let bytes: f64 = transfers
+                    .iter()
+                    .map(|t| t.count as f64 * t.size.max().max(t.rsize.map_or(0, Size::max)) as f64)
+                    .sum();
+                rate * bytes
+            }
+            None => {
+                let mut sum = 0.0;
+                for t in &transfers {
+                    let size = t.size.max().max(t.rsize.map_or(0, Size::max)) as f64;
+                    sum += t.rate? * size;
+                }
+                sum
+            }
+        };
+        fastest = fastest.max(per_s * 8.0);
+    }
+    Some(fastest * f64::from(group.threads))
+}
+
+/// Whether every connection of the group runs through TLS (`ssl`).
+pub fn all_encrypted(group: &Group) -> bool {
+    group
+        .transactions
+        .iter()
+        .flat_map(|t| &t.ops)
+        .all(|op| match &op.action {
+            Action::Connect(e) | Action::Accept(e) => e.protocol == crate::model::Protocol::Ssl,
+            _ => true,
+        })
+}
+
 fn seconds_within(seconds: f64, at: &str, what: &str) -> Result<(), String> {
     if seconds.is_finite() && (0.0..=MAX_SECONDS).contains(&seconds) {
         Ok(())
@@ -191,6 +237,28 @@ mod tests {
         // What a profile usually asks: fine.
         let usual = group(64, vec![txn(vec![write(64 * 1024), Action::Nop]); 4]);
         assert_eq!(check(&[&usual, &usual]), Ok(()));
+    }
+
+    #[test]
+    fn a_group_declares_its_rate_or_is_unpaced() {
+        let mut paced = write(1000);
+        if let Action::Write(t) = &mut paced {
+            t.rate = Some(100.0);
+        }
+        // 4 threads × 100 messages/s × 1,000 bytes × 8 bits.
+        let group4 = group(4, vec![txn(vec![paced.clone()])]);
+        assert_eq!(declared_rate_bps(&group4), Some(3_200_000.0));
+        let mut per_txn = txn(vec![write(1000), write(500)]);
+        per_txn.rate = Some(10.0);
+        assert_eq!(declared_rate_bps(&group(1, vec![per_txn])), Some(120_000.0));
+        assert_eq!(
+            declared_rate_bps(&group(1, vec![txn(vec![paced, write(1)])])),
+            None
+        );
+        assert_eq!(
+            declared_rate_bps(&group(9, vec![txn(vec![Action::Nop])])),
+            Some(0.0)
+        );
     }
 
     #[test]

@@ -55,6 +55,8 @@ struct MirrorState {
     mirror: Mirror,
     spec: MirrorSpec,
     token: linerate_proto::Token,
+    /// The mirror's share of its requester's `--max-rate-per-ip`, given back on drop.
+    _rate_share: Option<crate::access::RateShare>,
 }
 
 /// Why an agent connection is over.
@@ -168,6 +170,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
         run: None,
         mirror: None,
         slot: None,
+        rate_share: None,
         last_beat: Instant::now(),
     };
     agent.serve();
@@ -190,6 +193,8 @@ struct Agent<'a> {
     /// Held while groups are prepared or run, or a mirror runs: agent work counts toward
     /// --max-tests as a test does.
     slot: Option<TestSlot>,
+    /// The run's share of its requester's `--max-rate-per-ip`, held with `slot`.
+    rate_share: Option<crate::access::RateShare>,
     last_beat: Instant,
 }
 
@@ -207,6 +212,7 @@ impl Agent<'_> {
             self.link.session.set_busy(Instant::now(), busy);
             if !busy && self.prepared.is_empty() {
                 self.slot = None;
+                self.rate_share = None;
             }
             self.poll_run();
             match self.link.recv(Duration::from_millis(50)) {
@@ -312,6 +318,11 @@ impl Agent<'_> {
     fn prepare(&mut self, parts: Vec<GroupPart>, limit: f64) {
         if let Some(reason) = self.over_limits(&parts, limit) {
             return self.refuse("profile run", reason);
+        }
+        let groups: Vec<&linerate_profile::Group> = parts.iter().map(|p| &p.group).collect();
+        match session_bounds(self.shared, self.peer, &groups) {
+            Ok(share) => self.rate_share = share,
+            Err(reason) => return self.refuse("profile run", reason),
         }
         if self.slot.is_none() && !parts.is_empty() {
             match TestSlot::take(self.shared) {
@@ -466,6 +477,62 @@ impl Agent<'_> {
     }
 }
 
+/// The limits a test session has, bound on agent work as well: `--require-tls` takes
+/// only groups whose every connection is `ssl`, and under `--max-rate` every group must
+/// declare rates that keep the request within it (the threads pace themselves to them).
+/// Under `--max-rate-per-ip` the declared rate is reserved for the requester's address as
+/// a test's is; the share is held until the work ends.
+fn session_bounds(
+    shared: &Arc<Shared>,
+    peer: SocketAddr,
+    groups: &[&linerate_profile::Group],
+) -> Result<Option<crate::access::RateShare>, String> {
+    use crate::secure::TlsMode;
+    use linerate_profile::budget::{all_encrypted, declared_rate_bps};
+    if shared.config.tls_mode == TlsMode::Required && !groups.iter().all(|g| all_encrypted(g)) {
+        return Err(
+            "this server runs only encrypted tests (--require-tls): every connection must be ssl"
+                .into(),
+        );
+    }
+    let most = match (
+        shared.config.limits.max_rate_bps,
+        shared.config.max_rate_per_ip,
+    ) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) | (None, Some(a)) => a,
+        (None, None) => return Ok(None),
+    };
+    let mut total = 0.0;
+    for group in groups {
+        match declared_rate_bps(group) {
+            Some(rate) => total += rate,
+            None => {
+                return Err(format!(
+                    "group '{}' moves data unpaced; this server limits rates (--max-rate, --max-rate-per-ip): give its transfers a rate",
+                    group.name
+                ))
+            }
+        }
+    }
+    if total > most as f64 {
+        return Err(format!(
+            "the groups declare {} together, over this server's {}",
+            linerate_report::units::format_rate(total, linerate_report::units::Scale::Adaptive),
+            linerate_report::units::format_rate(
+                most as f64,
+                linerate_report::units::Scale::Adaptive
+            )
+        ));
+    }
+    match shared.config.max_rate_per_ip {
+        Some(per_ip) => {
+            crate::access::RateBook::reserve(&shared.rates, peer.ip(), total, per_ip).map(Some)
+        }
+        None => Ok(None),
+    }
+}
+
 /// Runs the groups from `start` until `limit`, holding the CPUs awake around the start,
 /// and reports the first release and every group's result.
 fn run_groups(
@@ -533,6 +600,7 @@ fn start_mirror(
     let threads = spec.group.threads;
     let limits = &shared.config.limits;
     linerate_profile::budget::check(&[&spec.group])?;
+    let rate_share = session_bounds(shared, peer, &[&spec.group])?;
     if threads == 0 || threads > linerate_profile::MAX_THREADS || threads > limits.max_flows {
         return Err(format!(
             "{threads} threads asked, this server allows {} (--max-flows)",
@@ -560,6 +628,7 @@ fn start_mirror(
             mirror,
             spec: spec.clone(),
             token,
+            _rate_share: rate_share,
         },
         token,
         udp_port,
