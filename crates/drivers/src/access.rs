@@ -11,6 +11,7 @@
 use ipnet::IpNet;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,9 @@ pub struct AccessPolicy {
     pub max_connections: usize,
     /// Connections one address may hold at once; 0: no limit of its own.
     pub max_per_ip: usize,
+    /// IPv6 clients are counted by this prefix (`--ipv6-client-prefix`, 64): one host
+    /// is given a /64 to draw addresses from, so counting single addresses binds nothing.
+    pub v6_prefix: u8,
 }
 
 impl Default for AccessPolicy {
@@ -34,6 +38,7 @@ impl Default for AccessPolicy {
             deny: Vec::new(),
             max_connections: 10_000,
             max_per_ip: 0,
+            v6_prefix: 64,
         }
     }
 }
@@ -52,6 +57,25 @@ impl AccessPolicy {
     }
 }
 
+impl AccessPolicy {
+    /// The client `ip` counts as: its IPv4 address, or its IPv6 prefix.
+    pub fn client(&self, ip: IpAddr) -> IpAddr {
+        match canonical(ip) {
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                let keep = u32::from(self.v6_prefix.min(128));
+                let mask = if keep == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - keep)
+                };
+                IpAddr::V6((bits & mask).into())
+            }
+            v4 => v4,
+        }
+    }
+}
+
 /// An IPv4 client seen on a dual-stack socket is its IPv4 address.
 pub fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
@@ -67,6 +91,9 @@ pub enum Admission {
     Admit,
     /// Take it, and close the pending connection with this key to make room.
     AdmitEvicting(usize),
+    /// Take it: a session of this client, unauthenticated or idle, was closed to make
+    /// room.
+    AdmitClosedSession(IpAddr),
     /// Close it at once, for this reason.
     Refuse(&'static str),
 }
@@ -121,6 +148,49 @@ impl Drop for Held {
 pub struct Gate {
     pub policy: AccessPolicy,
     holdings: Arc<Mutex<Holdings>>,
+    sessions: Arc<Mutex<HashMap<u64, HeldSession>>>,
+    next_session: Arc<AtomicU64>,
+}
+
+/// How far a session is: the order in which sessions are closed to make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// Still proving itself: closed first.
+    Unauthenticated = 0,
+    /// Proved, holding no work (an agent connection between runs).
+    Idle = 1,
+    /// Running a test or a profile: never closed to make room.
+    Busy = 2,
+}
+
+#[derive(Debug)]
+struct HeldSession {
+    client: IpAddr,
+    stage: Arc<AtomicU8>,
+    stream: std::net::TcpStream,
+}
+
+/// A session's entry among the ones the gate may close; dropping it removes the entry.
+#[derive(Debug)]
+pub struct SessionMark {
+    sessions: Arc<Mutex<HashMap<u64, HeldSession>>>,
+    id: u64,
+    stage: Arc<AtomicU8>,
+}
+
+impl SessionMark {
+    pub fn set(&self, stage: Stage) {
+        self.stage.store(stage as u8, Ordering::Relaxed);
+    }
+}
+
+impl Drop for SessionMark {
+    fn drop(&mut self) {
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .remove(&self.id);
+    }
 }
 
 impl Gate {
@@ -128,13 +198,57 @@ impl Gate {
         Gate {
             policy,
             holdings: Arc::new(Mutex::new(Holdings::default())),
+            sessions: Arc::new(Mutex::new(HashMap::new())),
+            next_session: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Lists a session the gate may close to make room, through a clone of its socket;
+    /// `None` when the socket cannot be cloned (the session then is never closed).
+    pub fn mark_session(&self, peer: IpAddr, stream: &std::net::TcpStream) -> Option<SessionMark> {
+        let stream = stream.try_clone().ok()?;
+        let id = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let stage = Arc::new(AtomicU8::new(Stage::Unauthenticated as u8));
+        self.sessions.lock().expect("sessions lock").insert(
+            id,
+            HeldSession {
+                client: self.policy.client(peer),
+                stage: stage.clone(),
+                stream,
+            },
+        );
+        Some(SessionMark {
+            sessions: self.sessions.clone(),
+            id,
+            stage,
+        })
+    }
+
+    /// Closes the session that is least along (unauthenticated, then idle) of the
+    /// largest holder, if that holder holds more than `newcomer` would; its client.
+    fn close_a_session(&self, newcomer: IpAddr, holdings: &Holdings) -> Option<IpAddr> {
+        let mine = holdings.of(newcomer);
+        let sessions = self.sessions.lock().expect("sessions lock");
+        let chosen = sessions
+            .values()
+            .filter(|s| s.stage.load(Ordering::Relaxed) < Stage::Busy as u8)
+            .filter(|s| s.client != newcomer && holdings.of(s.client) > mine + 1)
+            .min_by_key(|s| {
+                (
+                    s.stage.load(Ordering::Relaxed),
+                    std::cmp::Reverse(holdings.of(s.client)),
+                )
+            })?;
+        let _ = chosen.stream.shutdown(std::net::Shutdown::Both);
+        // Marked busy so that the next newcomer picks another while this one ends.
+        chosen.stage.store(Stage::Busy as u8, Ordering::Relaxed);
+        Some(chosen.client)
     }
 
     /// Decides for a connection from `ip`. `pending` lists the connections still in their
     /// preface, oldest first, as (key, address), for the choice of one to evict.
     pub fn admit(&self, ip: IpAddr, pending: &[(usize, IpAddr)]) -> Admission {
-        let ip = canonical(ip);
+        let ip = self.policy.client(ip);
         if let Err(rule) = self.policy.permits(ip) {
             return Admission::Refuse(rule);
         }
@@ -161,13 +275,16 @@ impl Gate {
                     .expect("owner came from pending");
                 Admission::AdmitEvicting(key)
             }
-            _ => Admission::Refuse("over --max-connections"),
+            _ => match self.close_a_session(ip, &holdings) {
+                Some(client) => Admission::AdmitClosedSession(client),
+                None => Admission::Refuse("over --max-connections"),
+            },
         }
     }
 
     /// Counts a connection from `ip` until the returned value is dropped.
     pub fn hold(&self, ip: IpAddr) -> Held {
-        let ip = canonical(ip);
+        let ip = self.policy.client(ip);
         self.holdings.lock().expect("holdings lock").add(ip);
         Held {
             holdings: self.holdings.clone(),
@@ -346,6 +463,65 @@ mod tests {
         drop(held);
         assert_eq!(gate.held(), 0);
         assert_eq!(gate.admit(flooder, &[]), Admission::Admit);
+    }
+
+    #[test]
+    fn ipv6_clients_count_by_their_prefix() {
+        let gate = Gate::new(AccessPolicy {
+            max_per_ip: 2,
+            ..AccessPolicy::default()
+        });
+        let _held = [
+            gate.hold(ip("2001:db8:1:2::1")),
+            gate.hold(ip("2001:db8:1:2::2")),
+        ];
+        // A third address of the same /64 is the same client; another /64 is not.
+        assert_eq!(
+            gate.admit(ip("2001:db8:1:2:ffff::9"), &[]),
+            Admission::Refuse("over --max-clients-per-ip")
+        );
+        assert_eq!(gate.admit(ip("2001:db8:1:3::1"), &[]), Admission::Admit);
+        let exact = AccessPolicy {
+            v6_prefix: 128,
+            ..AccessPolicy::default()
+        };
+        assert_eq!(exact.client(ip("2001:db8::5")), ip("2001:db8::5"));
+        assert_eq!(exact.client(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+    }
+
+    #[test]
+    fn at_the_cap_an_idle_or_unproven_session_makes_room_never_a_busy_one() {
+        let gate = Gate::new(AccessPolicy {
+            max_connections: 3,
+            ..AccessPolicy::default()
+        });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let flooder = ip("127.0.0.9");
+        let mut clients = Vec::new();
+        let mut marks = Vec::new();
+        let _held: Vec<Held> = (0..3).map(|_| gate.hold(flooder)).collect();
+        for stage in [Stage::Busy, Stage::Idle, Stage::Unauthenticated] {
+            clients.push(std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap());
+            let (served, _) = listener.accept().unwrap();
+            let mark = gate.mark_session(flooder, &served).unwrap();
+            mark.set(stage);
+            marks.push((mark, served));
+        }
+        let newcomer = ip("127.0.0.2");
+        // The unauthenticated one goes first, then the idle one, never the busy one.
+        for expected_closed in [2, 1] {
+            assert_eq!(
+                gate.admit(newcomer, &[]),
+                Admission::AdmitClosedSession(flooder)
+            );
+            let mut byte = [0u8; 1];
+            use std::io::Read;
+            assert_eq!(marks[expected_closed].1.read(&mut byte).unwrap(), 0);
+        }
+        assert_eq!(
+            gate.admit(newcomer, &[]),
+            Admission::Refuse("over --max-connections")
+        );
     }
 
     #[test]

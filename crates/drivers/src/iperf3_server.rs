@@ -324,7 +324,12 @@ fn accept(
                     .to_string(),
             )
         } else {
-            RateBook::reserve(&shared.rates, peer.ip(), asked, limit)
+            RateBook::reserve(
+                &shared.rates,
+                shared.gate.policy.client(peer.ip()),
+                asked,
+                limit,
+            )
         };
         match reserved {
             Ok(share) => test.rate_share = Some(share),

@@ -316,7 +316,12 @@ fn accept_test(
             // Closed-loop transactions: bounded by their bytes in flight, not a rate.
             None => 0.0,
         };
-        match RateBook::reserve(&shared.rates, peer.ip(), asked, most) {
+        match RateBook::reserve(
+            &shared.rates,
+            shared.gate.policy.client(peer.ip()),
+            asked,
+            most,
+        ) {
             Ok(share) => state.rate_share = Some(share),
             Err(why) => return session.refuse(RefuseCode::OverLimit, why),
         }

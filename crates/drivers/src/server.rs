@@ -249,7 +249,7 @@ impl Server {
             let waiting: Vec<(usize, IpAddr)> = if at_cap {
                 let mut waiting: Vec<(usize, IpAddr)> = pending
                     .iter()
-                    .map(|(key, conn)| (*key, access::canonical(conn.peer.ip())))
+                    .map(|(key, conn)| (*key, shared.gate.policy.client(conn.peer.ip())))
                     .collect();
                 waiting.sort_unstable_by_key(|(key, _)| *key);
                 waiting
@@ -266,6 +266,11 @@ impl Server {
                             "closed in its preface to make room (--max-connections)",
                         );
                     }
+                }
+                Admission::AdmitClosedSession(client) => {
+                    shared.log(&format!(
+                        "closed an unauthenticated or idle session of {client} to make room for {peer} (--max-connections)"
+                    ));
                 }
                 Admission::Refuse(why) => {
                     shared.refused(peer, why);
@@ -380,6 +385,8 @@ impl Server {
                 if let Some(waiting) = waiting {
                     // The handshake waits on the client: never on the acceptor's thread.
                     return self.spawn_session("linerate-tls", peer, move |shared| {
+                        // The handshake holds the connection's place until it is done.
+                        let _held = held;
                         let result = crate::secure::accept_data(stream, &waiting);
                         if let Err(why) = &result {
                             shared.refused(peer, &format!("data connection {flow}: {why}"));

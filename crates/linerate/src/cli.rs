@@ -802,9 +802,14 @@ pub struct ServeArgs {
     /// closed at once, or take the place of a waiting one from the largest holder
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
-    /// Connections one client address may hold at once [default: no limit of its own]
+    /// Connections one client may hold at once [default: no limit of its own]; a client
+    /// is an IPv4 address or an IPv6 prefix (--ipv6-client-prefix)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_clients_per_ip: Option<u32>,
+    /// IPv6 clients are counted by this prefix length for every per-client limit: one
+    /// host usually holds a whole /64
+    #[arg(long, value_name = "BITS", default_value_t = 64, value_parser = clap::value_parser!(u8).range(1..=128))]
+    pub ipv6_client_prefix: u8,
     /// The most bits/s one test may ask for, all flows together; unpaced tests are refused,
     /// and a test that moves more in an interval is ended [k|m|g suffixes, decimal]
     #[arg(long, value_name = "RATE", value_parser = rate)]

@@ -130,6 +130,7 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Outcome {
         deny: args.deny.clone(),
         max_connections: args.max_connections as usize,
         max_per_ip: args.max_clients_per_ip.map_or(0, |n| n as usize),
+        v6_prefix: args.ipv6_client_prefix,
     };
     config.log_format = if args.log_format == "json" {
         LogFormat::Json

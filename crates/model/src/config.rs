@@ -154,9 +154,10 @@ fn is_observing(observe: &bool) -> bool {
 
 impl TestConfig {
     /// Connections the test opens: `parallel`, or twice that for bidir.
+    /// Saturating: a `parallel` from the wire near 2^31 must not wrap to a few flows.
     pub fn connections(&self) -> u32 {
         match self.direction {
-            Direction::Bidir => self.parallel * 2,
+            Direction::Bidir => self.parallel.saturating_mul(2),
             _ => self.parallel,
         }
     }

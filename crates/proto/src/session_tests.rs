@@ -460,3 +460,16 @@ fn intervals_and_their_readings_are_bounded() {
     long.congestion = Some("x".repeat(200));
     assert!(validate(&long, &limits).is_err());
 }
+
+/// A bidirectional test of 2^31 flows once wrapped to 0 connections and passed
+/// `--max-flows`.
+#[test]
+fn a_flow_count_that_would_wrap_is_refused() {
+    let mut c = config(1 << 31);
+    c.direction = linerate_model::Direction::Bidir;
+    assert_eq!(c.connections(), u32::MAX);
+    assert_eq!(
+        validate(&c, &Limits::default()).unwrap_err().0,
+        RefuseCode::OverLimit
+    );
+}

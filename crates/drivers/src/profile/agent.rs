@@ -5,6 +5,7 @@
 use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
 use super::link::unix_ns;
 use super::rendezvous::Rendezvous;
+use crate::access::Stage;
 use crate::control::Control;
 use crate::shared::random_nonce;
 use crate::shared::Shared;
@@ -140,6 +141,9 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
     let Ok(own) = stream.local_addr() else {
         return;
     };
+    // At --max-connections, an agent connection that has not proved itself, or holds no
+    // work, may be closed to make room (docs/security.md).
+    let mark = shared.gate.mark_session(peer.ip(), &stream);
     let Ok(control) = Control::new(stream) else {
         return;
     };
@@ -172,6 +176,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
         slot: None,
         rate_share: None,
         last_beat: Instant::now(),
+        mark,
     };
     agent.serve();
 }
@@ -196,6 +201,8 @@ struct Agent<'a> {
     /// The run's share of its requester's `--max-rate-per-ip`, held with `slot`.
     rate_share: Option<crate::access::RateShare>,
     last_beat: Instant,
+    /// This connection among those the gate may close to make room.
+    mark: Option<crate::access::SessionMark>,
 }
 
 impl Agent<'_> {
@@ -213,6 +220,15 @@ impl Agent<'_> {
             if !busy && self.prepared.is_empty() {
                 self.slot = None;
                 self.rate_share = None;
+            }
+            if let Some(mark) = &self.mark {
+                mark.set(if !self.link.session.handshake_done() {
+                    Stage::Unauthenticated
+                } else if self.slot.is_some() {
+                    Stage::Busy
+                } else {
+                    Stage::Idle
+                });
             }
             self.poll_run();
             match self.link.recv(Duration::from_millis(50)) {
@@ -526,9 +542,13 @@ fn session_bounds(
         ));
     }
     match shared.config.max_rate_per_ip {
-        Some(per_ip) => {
-            crate::access::RateBook::reserve(&shared.rates, peer.ip(), total, per_ip).map(Some)
-        }
+        Some(per_ip) => crate::access::RateBook::reserve(
+            &shared.rates,
+            shared.gate.policy.client(peer.ip()),
+            total,
+            per_ip,
+        )
+        .map(Some),
         None => Ok(None),
     }
 }
