@@ -20,7 +20,7 @@
 //! per read; a running test gets its duration, its warm-up and 40 s more, as iperf3's
 //! server does), so a broken client never holds a test open.
 
-use super::{code, state, Params, Results, MAX_PARAMS_JSON, MAX_RESULTS_JSON};
+use super::{code, state, Params, Results, MAX_CLIENT_RESULTS_JSON, MAX_PARAMS_JSON};
 use crate::frame::{encode, FrameDecoder};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -333,7 +333,7 @@ impl Iperf3Server {
         }
         self.ours = Some(ours);
         self.phase = Phase::AwaitClientResults;
-        self.decoder = FrameDecoder::new(MAX_RESULTS_JSON);
+        self.decoder = FrameDecoder::new(MAX_CLIENT_RESULTS_JSON);
         // Bytes after TEST_END belong to the results document.
         let early: Vec<u8> = self.raw.drain(..).collect();
         self.decoder.push(&early);

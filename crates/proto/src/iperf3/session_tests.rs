@@ -232,3 +232,35 @@ fn a_client_terminating_mid_test_closes_the_server_session() {
         matches!(s.poll_event(), Some(server::Event::Closed(Err(why))) if why.contains("terminated"))
     );
 }
+
+/// A 15.9 MiB results document once took a server from 8 MiB to 805 MiB for one
+/// session: a client's results are refused past 1 MiB, from the length alone.
+#[test]
+fn a_client_results_document_over_a_mebibyte_is_refused_from_its_length() {
+    let t0 = origin();
+    let params = Params {
+        time: 1,
+        ..Params::default()
+    };
+    let mut c = Iperf3Client::new(t0, cookie_from(&[7; 36]), params);
+    c.poll_transmit();
+    let mut s = Iperf3Server::new(t0);
+    pump(t0, &mut c, &mut s);
+    drain(|| s.poll_event());
+    s.accept(t0);
+    pump(t0, &mut c, &mut s);
+    s.streams_ready(t0);
+    pump(t0, &mut c, &mut s);
+    s.handle_input(t0, &[state::TEST_END as u8]);
+    assert_eq!(drain(|| s.poll_event()), vec![server::Event::EndRequested]);
+    s.finish(t0, results(1));
+    s.handle_input(
+        t0,
+        &((super::MAX_CLIENT_RESULTS_JSON as u32) + 1).to_be_bytes(),
+    );
+    let events = drain(|| s.poll_event());
+    assert!(
+        matches!(&events[..], [server::Event::Closed(Err(why))] if why.contains("results refused")),
+        "{events:?}"
+    );
+}
