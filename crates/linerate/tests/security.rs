@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use linerate_proto::auth::{Challenge, Key, Nonce};
+use linerate_proto::auth::{Challenge, ClientAuth, Key, Nonce, Role};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
@@ -47,12 +47,29 @@ fn spec_with(interval: f64, parallel: u32, time: f64) -> serde_json::Value {
     }})
 }
 
-fn hello(nonce: Option<&Nonce>) -> Vec<u8> {
+fn hello(auth: Option<&ClientAuth>) -> Vec<u8> {
     let mut message = serde_json::json!({"type": "hello", "software": "test", "host": linerate_report::HostFacts::default()});
-    if let Some(nonce) = nonce {
-        message["nonce"] = nonce.to_hex().into();
+    if let Some(auth) = auth {
+        message["nonce"] = auth.nonce_hex().into();
+        message["pake"] = auth.pake_hex().into();
     }
     frame(message.to_string().as_bytes())
+}
+
+/// The next frame, opened with `seal`.
+fn read_sealed(
+    stream: &mut TcpStream,
+    seal: &mut Option<linerate_proto::auth::ControlSeal>,
+) -> serde_json::Value {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).expect("a frame length");
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut body).expect("a frame body");
+    let body = linerate_proto::auth::open_with(seal, body).expect("a frame that opens");
+    serde_json::from_slice(&body).expect("a JSON frame")
 }
 
 #[test]
@@ -227,24 +244,28 @@ fn a_keyed_server_serves_only_holders_of_its_key() {
 
     // A genuine handshake recorded, then replayed on a new connection: refused.
     let key = Key::from_file_contents(std::fs::read(&good).unwrap().as_slice()).unwrap();
-    let nonce = Nonce([42; 32]);
+    let mut auth = ClientAuth::new(&key, &Nonce([42; 32]));
     let mut recorded = preface(1);
-    recorded.extend(hello(Some(&nonce)));
+    recorded.extend(hello(Some(&auth)));
     let mut genuine = TcpStream::connect(server.addr()).unwrap();
     genuine.write_all(&recorded).unwrap();
     let welcome = read_frame(&mut genuine);
     let challenge: Challenge = serde_json::from_value(welcome["auth"].clone()).unwrap();
-    let proof = challenge
-        .answer(&key, &nonce)
+    let (proof, keys) = auth
+        .answer(&challenge, b"linerate control v1")
         .expect("the server proves the key");
+    let mut seal = Some(keys.seal_for(Role::Client));
     let mut rest = frame(
         serde_json::json!({"type": "auth", "proof": proof})
             .to_string()
             .as_bytes(),
     );
-    rest.extend(frame(spec_with(1.0, 1, 1.0).to_string().as_bytes()));
+    rest.extend(linerate_proto::auth::encode_with(
+        &mut seal,
+        &spec_with(1.0, 1, 1.0),
+    ));
     genuine.write_all(&rest).unwrap();
-    let accepted = read_frame(&mut genuine);
+    let accepted = read_sealed(&mut genuine, &mut seal);
     assert_eq!(accepted["type"], "accepted", "{accepted}");
     recorded.extend(rest);
     let mut replay = TcpStream::connect(server.addr()).unwrap();

@@ -95,6 +95,9 @@ pub enum AgentRequest {
     Hello {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nonce: Option<String>,
+        /// The dialer's SPAKE2 message (hex), with `nonce` (crate::auth).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pake: Option<String>,
     },
     /// The dialer's proof of the key, after a welcome that carried a challenge.
     Auth {

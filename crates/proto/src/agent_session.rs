@@ -17,9 +17,8 @@
 //! Time is only ever an argument.
 
 use crate::agent::{AgentReply, AgentRequest, AGENT_VERSION};
-use crate::auth::{Key, Nonce, ServerAuth};
+use crate::auth::{encode_with, open_with, ClientAuth, ControlSeal, Key, Nonce, Role, ServerAuth};
 use crate::frame::FrameDecoder;
-use crate::message::encode;
 use linerate_model::HostFacts;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -71,6 +70,8 @@ pub struct AgentSession {
     handshake_done: bool,
     host: HostFacts,
     auth: Option<ServerAuth>,
+    /// Every frame after a keyed handshake is sealed (crate::auth).
+    seal: Option<ControlSeal>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<AgentEvent>,
 }
@@ -88,6 +89,7 @@ impl AgentSession {
             handshake_done: false,
             host,
             auth: None,
+            seal: None,
             transmit: VecDeque::new(),
             events: VecDeque::new(),
         };
@@ -132,7 +134,7 @@ impl AgentSession {
     /// Queues a reply to the dialer.
     pub fn reply(&mut self, reply: &AgentReply) {
         if self.state != State::Closed {
-            self.transmit.push_back(encode(reply));
+            self.transmit.push_back(encode_with(&mut self.seal, reply));
         }
     }
 
@@ -155,9 +157,12 @@ impl AgentSession {
 
     /// Tells the dialer why, then closes.
     fn refuse(&mut self, reason: String) {
-        self.transmit.push_back(encode(&AgentReply::Error {
-            reason: reason.clone(),
-        }));
+        self.transmit.push_back(encode_with(
+            &mut self.seal,
+            &AgentReply::Error {
+                reason: reason.clone(),
+            },
+        ));
         self.close(Err(reason));
     }
 
@@ -172,6 +177,10 @@ impl AgentSession {
                 Ok(None) => return,
                 Err(e) => return self.refuse(format!("bad frame: {e}")),
             };
+            let frame = match open_with(&mut self.seal, frame) {
+                Ok(frame) => frame,
+                Err(e) => return self.refuse(e.to_string()),
+            };
             let request: AgentRequest = match serde_json::from_slice(&frame) {
                 Ok(request) => request,
                 Err(e) => return self.refuse(format!("bad message: {e}")),
@@ -185,18 +194,25 @@ impl AgentSession {
 
     fn handle_request(&mut self, now: Instant, request: AgentRequest) {
         match (self.state, request) {
-            (State::AwaitHello, AgentRequest::Hello { nonce }) => {
-                let challenge = match self.auth.as_mut().map(|a| a.handle_hello(nonce.as_deref())) {
+            (State::AwaitHello, AgentRequest::Hello { nonce, pake }) => {
+                let challenge = match self
+                    .auth
+                    .as_mut()
+                    .map(|a| a.handle_hello(nonce.as_deref(), pake.as_deref(), &bound()))
+                {
                     Some(Err(e)) => return self.refuse(format!("authentication failed: {e}")),
                     Some(Ok(challenge)) => Some(challenge),
                     None => None,
                 };
                 let keyed = challenge.is_some();
-                self.transmit.push_back(encode(&AgentReply::Welcome {
-                    version: AGENT_VERSION,
-                    host: self.host.clone(),
-                    auth: challenge,
-                }));
+                self.transmit.push_back(encode_with(
+                    &mut self.seal,
+                    &AgentReply::Welcome {
+                        version: AGENT_VERSION,
+                        host: self.host.clone(),
+                        auth: challenge,
+                    },
+                ));
                 if keyed {
                     self.state = State::AwaitProof;
                     self.deadline = Some(now + self.timeouts.handshake);
@@ -208,7 +224,10 @@ impl AgentSession {
             (State::AwaitProof, AgentRequest::Auth { proof }) => {
                 let verdict = self.auth.as_ref().map(|a| a.handle_proof(&proof));
                 match verdict {
-                    Some(Ok(())) => self.serve(now),
+                    Some(Ok(keys)) => {
+                        self.seal = Some(keys.seal_for(Role::Server));
+                        self.serve(now);
+                    }
                     Some(Err(e)) => self.refuse(format!("authentication failed: {e}")),
                     None => self.refuse("authentication failed: no key".into()),
                 }
@@ -275,41 +294,53 @@ impl AgentSession {
     }
 }
 
+/// What an agent connection's proofs bind: the protocol and its version.
+fn bound() -> Vec<u8> {
+    format!("linerate agent v{AGENT_VERSION}").into_bytes()
+}
+
 /// The dialer's half of the handshake (a controller or a group host): its hello, and its
 /// answer to the agent's welcome. A dialer that holds a key requires the agent to prove
 /// it; one without a key cannot answer an agent that holds one.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct DialerHandshake {
-    key: Option<(Key, Nonce)>,
+    auth: Option<ClientAuth>,
 }
 
 impl DialerHandshake {
-    /// `key` with this connection's fresh nonce, from the driver.
+    /// `key` with this connection's fresh random bytes, from the driver.
     pub fn new(key: Option<(Key, Nonce)>) -> DialerHandshake {
-        DialerHandshake { key }
+        DialerHandshake {
+            auth: key.map(|(key, random)| ClientAuth::new(&key, &random)),
+        }
     }
 
     /// The first message on the connection.
     pub fn hello(&self) -> AgentRequest {
         AgentRequest::Hello {
-            nonce: self.key.as_ref().map(|(_, nonce)| nonce.to_hex()),
+            nonce: self.auth.as_ref().map(ClientAuth::nonce_hex),
+            pake: self.auth.as_ref().map(ClientAuth::pake_hex),
         }
     }
 
-    /// The agent's welcome carried `challenge`: the proof to send next (`None` when no
-    /// key is in play), or why the agent is not to be trusted.
+    /// The agent's welcome carried `challenge`: the proof to send next and the seal for
+    /// every frame after it (`None` when no key is in play), or why the agent is not to be
+    /// trusted.
     pub fn handle_welcome(
-        &self,
+        &mut self,
         challenge: Option<&crate::auth::Challenge>,
-    ) -> Result<Option<AgentRequest>, crate::auth::AuthError> {
+    ) -> Result<Option<(AgentRequest, ControlSeal)>, crate::auth::AuthError> {
         use crate::auth::AuthError;
-        match (&self.key, challenge) {
+        match (self.auth.as_mut(), challenge) {
             (None, None) => Ok(None),
             (None, Some(_)) => Err(AuthError::KeyRequired),
             (Some(_), None) => Err(AuthError::ServerKeyless),
-            (Some((key, nonce)), Some(challenge)) => {
-                let proof = challenge.answer(key, nonce)?;
-                Ok(Some(AgentRequest::Auth { proof }))
+            (Some(auth), Some(challenge)) => {
+                let (proof, keys) = auth.answer(challenge, &bound())?;
+                Ok(Some((
+                    AgentRequest::Auth { proof },
+                    keys.seal_for(Role::Client),
+                )))
             }
         }
     }
@@ -319,6 +350,7 @@ impl DialerHandshake {
 mod tests {
     use super::*;
     use crate::auth::Challenge;
+    use crate::message::encode;
 
     const TIMEOUTS: AgentTimeouts = AgentTimeouts {
         handshake: Duration::from_secs(10),
@@ -373,7 +405,13 @@ mod tests {
     fn the_idle_deadline_waits_while_work_runs() {
         let t0 = origin();
         let mut s = AgentSession::new(t0, AGENT_VERSION, HostFacts::default(), TIMEOUTS);
-        s.handle_input(t0, &frame(&AgentRequest::Hello { nonce: None }));
+        s.handle_input(
+            t0,
+            &frame(&AgentRequest::Hello {
+                nonce: None,
+                pake: None,
+            }),
+        );
         assert!(matches!(
             replies(&mut s)[..],
             [AgentReply::Welcome { auth: None, .. }]
@@ -410,14 +448,10 @@ mod tests {
             AgentSession::new(t0, AGENT_VERSION, HostFacts::default(), TIMEOUTS)
                 .with_key(key.clone(), Nonce([8; 32]))
         };
-        // The right proof: serving.
+        // The right proof: serving, every frame after it sealed.
         let mut s = keyed();
-        s.handle_input(
-            t0,
-            &frame(&AgentRequest::Hello {
-                nonce: Some(nonce.to_hex()),
-            }),
-        );
+        let mut dialer = DialerHandshake::new(Some((key.clone(), nonce)));
+        s.handle_input(t0, &frame(&dialer.hello()));
         let [AgentReply::Welcome {
             auth: Some(challenge),
             ..
@@ -426,16 +460,41 @@ mod tests {
             panic!("a welcome with a challenge");
         };
         let challenge: Challenge = challenge.clone();
-        let proof = challenge.answer(&key, &nonce).unwrap();
-        s.handle_input(t0, &frame(&AgentRequest::Auth { proof }));
-        s.handle_input(t0, &frame(&AgentRequest::Ping { seq: 7 }));
+        let (proof, seal) = dialer.handle_welcome(Some(&challenge)).unwrap().unwrap();
+        let mut seal = Some(seal);
+        s.handle_input(t0, &frame(&proof));
+        s.handle_input(
+            t0,
+            &crate::auth::encode_with(&mut seal, &AgentRequest::Ping { seq: 7 }),
+        );
         assert_eq!(
             s.poll_event(),
             Some(AgentEvent::Request(AgentRequest::Ping { seq: 7 }))
         );
+        // Replies are sealed too: only the dialer's seal opens them.
+        s.reply(&AgentReply::Heartbeat);
+        let sent = s.poll_transmit().unwrap();
+        assert!(serde_json::from_slice::<AgentReply>(&sent[4..]).is_err());
+        let opened = crate::auth::open_with(&mut seal, sent[4..].to_vec()).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<AgentReply>(&opened).unwrap(),
+            AgentReply::Heartbeat
+        );
+        // A request injected in the clear after the handshake: refused, never served.
+        s.handle_input(t0, &frame(&AgentRequest::Ping { seq: 8 }));
+        assert!(closed(&mut s)
+            .unwrap()
+            .unwrap_err()
+            .contains("did not open"));
         // No nonce (a keyless dialer): refused at its hello.
         let mut s = keyed();
-        s.handle_input(t0, &frame(&AgentRequest::Hello { nonce: None }));
+        s.handle_input(
+            t0,
+            &frame(&AgentRequest::Hello {
+                nonce: None,
+                pake: None,
+            }),
+        );
         assert!(closed(&mut s)
             .unwrap()
             .unwrap_err()
@@ -444,9 +503,7 @@ mod tests {
         let mut s = keyed();
         s.handle_input(
             t0,
-            &frame(&AgentRequest::Hello {
-                nonce: Some(nonce.to_hex()),
-            }),
+            &frame(&DialerHandshake::new(Some((key.clone(), nonce))).hello()),
         );
         s.handle_input(t0, &frame(&AgentRequest::Ping { seq: 1 }));
         assert!(closed(&mut s).unwrap().unwrap_err().contains("no proof"));
@@ -454,9 +511,7 @@ mod tests {
         let mut s = keyed();
         s.handle_input(
             t0,
-            &frame(&AgentRequest::Hello {
-                nonce: Some(nonce.to_hex()),
-            }),
+            &frame(&DialerHandshake::new(Some((key.clone(), nonce))).hello()),
         );
         s.handle_timeout(t0 + TIMEOUTS.handshake);
         assert!(closed(&mut s)
@@ -477,7 +532,7 @@ mod tests {
             (Some(&key), None, false),
             (None, None, true),
         ] {
-            let dialer = DialerHandshake::new(dialer_key.map(|k| (k.clone(), Nonce([3; 32]))));
+            let mut dialer = DialerHandshake::new(dialer_key.map(|k| (k.clone(), Nonce([3; 32]))));
             let mut agent = AgentSession::new(t0, AGENT_VERSION, HostFacts::default(), TIMEOUTS);
             if let Some(k) = agent_key {
                 agent = agent.with_key(k.clone(), Nonce([9; 32]));
@@ -487,17 +542,19 @@ mod tests {
                 Some(AgentReply::Welcome { auth, .. }) => dialer.handle_welcome(auth.as_ref()),
                 _ => Err(crate::auth::AuthError::KeyRequired),
             };
-            if let Ok(Some(proof)) = &answer {
-                agent.handle_input(t0, &frame(proof));
+            let answered = answer.is_ok();
+            let mut seal = None;
+            if let Ok(Some((proof, sealed))) = answer {
+                agent.handle_input(t0, &frame(&proof));
+                seal = Some(sealed);
             }
-            agent.handle_input(t0, &frame(&AgentRequest::Ping { seq: 1 }));
+            agent.handle_input(
+                t0,
+                &crate::auth::encode_with(&mut seal, &AgentRequest::Ping { seq: 1 }),
+            );
             let served =
                 agent.poll_event() == Some(AgentEvent::Request(AgentRequest::Ping { seq: 1 }));
-            assert_eq!(
-                served && answer.is_ok(),
-                serves,
-                "{dialer_key:?} {agent_key:?}"
-            );
+            assert_eq!(served && answered, serves, "{dialer_key:?} {agent_key:?}");
         }
     }
 

@@ -53,6 +53,9 @@ pub enum ClientMessage {
         /// (docs/protocol.md 4, docs/security.md).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nonce: Option<String>,
+        /// The client's SPAKE2 message (hex), with `nonce` (crate::auth).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pake: Option<String>,
     },
     /// The client's proof that it holds the server's key.
     Auth {

@@ -24,7 +24,9 @@
 //! drain `poll_transmit()` to the socket and `poll_event()` to the driver. Time is only ever
 //! an argument.
 
-use crate::auth::{AuthError, Challenge, Key, Nonce, ServerAuth};
+use crate::auth::{
+    encode_with, open_with, AuthError, ClientAuth, ControlSeal, Key, Nonce, Role, ServerAuth,
+};
 use crate::frame::{FrameDecoder, FrameError, MAX_CLIENT_FRAME, MAX_SERVER_FRAME};
 use crate::message::{encode, ClientMessage, Limits, RefuseCode, ServerMessage};
 use crate::preface::{self, Preface, Token, PROTOCOL_VERSION};
@@ -151,6 +153,8 @@ pub struct ServerSession {
     config: Option<TestConfig>,
     /// Present when the server holds a key: every client must prove it holds it too.
     auth: Option<ServerAuth>,
+    /// Every frame after a keyed handshake is sealed (crate::auth).
+    seal: Option<ControlSeal>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<ServerEvent>,
 }
@@ -174,6 +178,7 @@ impl ServerSession {
             host,
             config: None,
             auth: None,
+            seal: None,
             transmit: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -218,17 +223,23 @@ impl ServerSession {
 
     fn fail(&mut self, error: SessionError) {
         // Tell the client why, best effort, then close.
-        self.transmit.push_back(encode(&ServerMessage::Error {
-            reason: error.to_string(),
-        }));
+        self.transmit.push_back(encode_with(
+            &mut self.seal,
+            &ServerMessage::Error {
+                reason: error.to_string(),
+            },
+        ));
         self.close(Err(error));
     }
 
     fn refuse_and_close(&mut self, code: RefuseCode, reason: String) {
-        self.transmit.push_back(encode(&ServerMessage::Refuse {
-            code,
-            reason: reason.clone(),
-        }));
+        self.transmit.push_back(encode_with(
+            &mut self.seal,
+            &ServerMessage::Refuse {
+                code,
+                reason: reason.clone(),
+            },
+        ));
         let error = match code {
             RefuseCode::VersionMismatch => SessionError::Protocol(reason),
             _ => SessionError::Refused { code, reason },
@@ -283,6 +294,10 @@ impl ServerSession {
                     return;
                 }
             };
+            let frame = match open_with(&mut self.seal, frame) {
+                Ok(frame) => frame,
+                Err(error) => return self.fail(SessionError::Protocol(error.to_string())),
+            };
             let message: ClientMessage = match serde_json::from_slice(&frame) {
                 Ok(message) => message,
                 Err(error) => {
@@ -304,8 +319,10 @@ impl ServerSession {
             (_, ClientMessage::Abort { reason }) => {
                 self.close(Err(SessionError::ClientAborted(reason)))
             }
-            (ServerState::AwaitHello, ClientMessage::Hello { nonce, .. }) => {
-                let challenge = match self.auth.as_mut().map(|a| a.handle_hello(nonce.as_deref())) {
+            (ServerState::AwaitHello, ClientMessage::Hello { nonce, pake, .. }) => {
+                let challenge = match self.auth.as_mut().map(|a| {
+                    a.handle_hello(nonce.as_deref(), pake.as_deref(), &bound(PROTOCOL_VERSION))
+                }) {
                     None => None,
                     Some(Ok(challenge)) => Some(challenge),
                     Some(Err(e)) => {
@@ -317,13 +334,16 @@ impl ServerSession {
                 } else {
                     ServerState::AwaitSpec
                 };
-                self.transmit.push_back(encode(&ServerMessage::Welcome {
-                    version: PROTOCOL_VERSION,
-                    software: self.software.clone(),
-                    host: self.host.clone(),
-                    limits: self.limits.clone(),
-                    auth: challenge,
-                }));
+                self.transmit.push_back(encode_with(
+                    &mut self.seal,
+                    &ServerMessage::Welcome {
+                        version: PROTOCOL_VERSION,
+                        software: self.software.clone(),
+                        host: self.host.clone(),
+                        limits: self.limits.clone(),
+                        auth: challenge,
+                    },
+                ));
                 self.deadline = Some(now + self.timeouts.handshake);
             }
             (ServerState::AwaitAuth, ClientMessage::Auth { proof }) => {
@@ -332,7 +352,8 @@ impl ServerSession {
                     .as_ref()
                     .map_or(Err(AuthError::Malformed), |a| a.handle_proof(&proof));
                 match verdict {
-                    Ok(()) => {
+                    Ok(keys) => {
+                        self.seal = Some(keys.seal_for(Role::Server));
                         self.state = ServerState::AwaitSpec;
                         self.deadline = Some(now + self.timeouts.handshake);
                     }
@@ -433,14 +454,17 @@ impl ServerSession {
             tls_fingerprint,
             quic_port,
         } = offer;
-        self.transmit.push_back(encode(&ServerMessage::Accepted {
-            test_id,
-            token: token.to_hex(),
-            udp_ports,
-            crr_port,
-            tls_fingerprint,
-            quic_port,
-        }));
+        self.transmit.push_back(encode_with(
+            &mut self.seal,
+            &ServerMessage::Accepted {
+                test_id,
+                token: token.to_hex(),
+                udp_ports,
+                crr_port,
+                tls_fingerprint,
+                quic_port,
+            },
+        ));
         self.state = ServerState::AwaitFlows;
         self.deadline = Some(now + self.timeouts.flows);
     }
@@ -455,7 +479,8 @@ impl ServerSession {
         if self.state != ServerState::AwaitFlows {
             return;
         }
-        self.transmit.push_back(encode(&ServerMessage::FlowsReady));
+        self.transmit
+            .push_back(encode_with(&mut self.seal, &ServerMessage::FlowsReady));
         self.state = ServerState::AwaitStart;
         self.deadline = Some(now + self.timeouts.handshake);
     }
@@ -472,9 +497,12 @@ impl ServerSession {
         if self.state != ServerState::Running {
             return;
         }
-        self.transmit.push_back(encode(&ServerMessage::Results {
-            result: Box::new(result),
-        }));
+        self.transmit.push_back(encode_with(
+            &mut self.seal,
+            &ServerMessage::Results {
+                result: Box::new(result),
+            },
+        ));
         self.state = ServerState::AwaitDone;
         self.deadline = Some(now + self.timeouts.handshake);
     }
@@ -803,19 +831,27 @@ pub struct ClientSession {
     config: TestConfig,
     version: u32,
     host: HostFacts,
-    /// The key this client proves, with its nonce for this connection.
-    key: Option<(Key, Nonce)>,
+    /// The key this client proves, in its exchange for this connection.
+    key: Option<ClientAuth>,
+    /// Every frame after a keyed handshake is sealed (crate::auth).
+    seal: Option<ControlSeal>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<ClientEvent>,
 }
 
+/// What a native control connection's proofs bind: the protocol and its version.
+fn bound(version: u32) -> Vec<u8> {
+    format!("linerate control v{version}").into_bytes()
+}
+
 /// The preface and hello a client opens with.
-fn opening(version: u32, host: &HostFacts, nonce: Option<&Nonce>) -> Vec<u8> {
+fn opening(version: u32, host: &HostFacts, auth: Option<&ClientAuth>) -> Vec<u8> {
     let mut opening = preface::control_preface(version).to_vec();
     opening.extend(encode(&ClientMessage::Hello {
         software: host.software.clone(),
         host: host.clone(),
-        nonce: nonce.map(Nonce::to_hex),
+        nonce: auth.map(ClientAuth::nonce_hex),
+        pake: auth.map(ClientAuth::pake_hex),
     }));
     opening
 }
@@ -839,6 +875,7 @@ impl ClientSession {
             version,
             host,
             key: None,
+            seal: None,
             transmit: VecDeque::from([opening]),
             events: VecDeque::new(),
         }
@@ -848,8 +885,9 @@ impl ClientSession {
     /// prove it too; `nonce` is fresh random bytes from the driver. Call before the first
     /// `poll_transmit`.
     pub fn with_key(mut self, key: Key, nonce: Nonce) -> ClientSession {
-        self.transmit = VecDeque::from([opening(self.version, &self.host, Some(&nonce))]);
-        self.key = Some((key, nonce));
+        let auth = ClientAuth::new(&key, &nonce);
+        self.transmit = VecDeque::from([opening(self.version, &self.host, Some(&auth))]);
+        self.key = Some(auth);
         self
     }
 
@@ -887,6 +925,10 @@ impl ClientSession {
                 Ok(Some(frame)) => frame,
                 Ok(None) => return,
                 Err(error) => return self.fail(error.into()),
+            };
+            let frame = match open_with(&mut self.seal, frame) {
+                Ok(frame) => frame,
+                Err(error) => return self.fail(SessionError::Protocol(error.to_string())),
             };
             let message: ServerMessage = match serde_json::from_slice(&frame) {
                 Ok(message) => message,
@@ -930,7 +972,7 @@ impl ClientSession {
                         theirs: version,
                     });
                 }
-                match (&self.key, auth) {
+                match (self.key.as_mut(), auth) {
                     (None, None) => {}
                     (None, Some(_)) => {
                         return self.fail(SessionError::Auth(AuthError::KeyRequired))
@@ -938,11 +980,13 @@ impl ClientSession {
                     (Some(_), None) => {
                         return self.fail(SessionError::Auth(AuthError::ServerKeyless))
                     }
-                    (Some((key, nonce)), Some(challenge)) => {
-                        match Challenge::answer(&challenge, key, nonce) {
-                            Ok(proof) => self
-                                .transmit
-                                .push_back(encode(&ClientMessage::Auth { proof })),
+                    (Some(auth), Some(challenge)) => {
+                        match auth.answer(&challenge, &bound(self.version)) {
+                            Ok((proof, keys)) => {
+                                self.transmit
+                                    .push_back(encode(&ClientMessage::Auth { proof }));
+                                self.seal = Some(keys.seal_for(Role::Client));
+                            }
                             Err(e) => return self.fail(SessionError::Auth(e)),
                         }
                     }
@@ -952,9 +996,12 @@ impl ClientSession {
                     host: Box::new(host),
                     limits,
                 });
-                self.transmit.push_back(encode(&ClientMessage::Spec {
-                    config: self.config.clone(),
-                }));
+                self.transmit.push_back(encode_with(
+                    &mut self.seal,
+                    &ClientMessage::Spec {
+                        config: self.config.clone(),
+                    },
+                ));
                 self.state = ClientState::AwaitAccepted;
                 self.deadline = Some(now + self.timeouts.handshake);
             }
@@ -1063,7 +1110,8 @@ impl ClientSession {
         if self.state != ClientState::ReadyToStart {
             return;
         }
-        self.transmit.push_back(encode(&ClientMessage::Start));
+        self.transmit
+            .push_back(encode_with(&mut self.seal, &ClientMessage::Start));
         self.state = ClientState::Running;
         let run = Duration::from_secs_f64(self.config.omit_s + self.config.time_s);
         self.deadline = Some(now + run + self.timeouts.results_grace);
@@ -1072,7 +1120,8 @@ impl ClientSession {
     /// Acknowledges the results; the session is over.
     pub fn done(&mut self) {
         if self.state == ClientState::HaveResults {
-            self.transmit.push_back(encode(&ClientMessage::Done));
+            self.transmit
+                .push_back(encode_with(&mut self.seal, &ClientMessage::Done));
             self.state = ClientState::Closed;
         }
     }
@@ -1080,9 +1129,12 @@ impl ClientSession {
     /// Gives up (for example on Ctrl-C); the server frees the test.
     pub fn abort(&mut self, reason: &str) {
         if self.state != ClientState::Closed {
-            self.transmit.push_back(encode(&ClientMessage::Abort {
-                reason: reason.to_string(),
-            }));
+            self.transmit.push_back(encode_with(
+                &mut self.seal,
+                &ClientMessage::Abort {
+                    reason: reason.to_string(),
+                },
+            ));
             self.fail(SessionError::ClientAborted(reason.to_string()));
         }
     }

@@ -164,8 +164,8 @@ proptest! {
 
     #[test]
     fn native_server_session(input in mutated(vec![
-        framed(&ClientMessage::Hello { software: "x".into(), host: HostFacts::default(), nonce: Some("ab".repeat(32)) }),
-        [framed(&ClientMessage::Hello { software: "x".into(), host: HostFacts::default(), nonce: None }),
+        framed(&ClientMessage::Hello { software: "x".into(), host: HostFacts::default(), nonce: Some("ab".repeat(32)), pake: Some(format!("41{}", "ab".repeat(32))) }),
+        [framed(&ClientMessage::Hello { software: "x".into(), host: HostFacts::default(), nonce: None, pake: None }),
          framed(&ClientMessage::Spec { config: sample_config() })].concat(),
         framed(&ClientMessage::Auth { proof: "00".repeat(32) }),
     ]), keyed in any::<bool>()) {
@@ -200,7 +200,7 @@ proptest! {
 
     #[test]
     fn agent_messages_and_authentication(input in mutated(vec![
-        json(&AgentRequest::Hello { nonce: Some("cd".repeat(32)) }),
+        json(&AgentRequest::Hello { nonce: Some("cd".repeat(32)), pake: Some(format!("41{}", "cd".repeat(32))) }),
         json(&AgentRequest::Auth { proof: "11".repeat(32) }),
         json(&AgentRequest::Prepare { parts: vec![], limit_s: 5.0 }),
         json(&AgentRequest::Start { at_unix_ns: 5 }),
@@ -212,7 +212,10 @@ proptest! {
             let text = String::from_utf8_lossy(&input);
             let key = Key::from_file_contents(b"a key of sixteen bytes or more").unwrap();
             let mut auth = ServerAuth::new(key, Nonce([1; 32]));
-            let _ = auth.handle_hello(Some(&text));
+            // Any text as the nonce and as the SPAKE2 message: refused or answered, and a
+            // proof made of the same text never passes.
+            let _ = auth.handle_hello(Some(&text), Some(&text), b"fuzz");
+            let _ = auth.handle_hello(Some(&"cd".repeat(32)), Some(&text), b"fuzz");
             assert!(auth.handle_proof(&text).is_err());
             let _ = Key::from_file_contents(&input);
         });
@@ -221,8 +224,8 @@ proptest! {
 
     #[test]
     fn agent_session(input in mutated(vec![
-        framed(&AgentRequest::Hello { nonce: Some("cd".repeat(32)) }),
-        [framed(&AgentRequest::Hello { nonce: None }), framed(&AgentRequest::Ping { seq: 1 })].concat(),
+        framed(&AgentRequest::Hello { nonce: Some("cd".repeat(32)), pake: Some(format!("41{}", "cd".repeat(32))) }),
+        [framed(&AgentRequest::Hello { nonce: None, pake: None }), framed(&AgentRequest::Ping { seq: 1 })].concat(),
         framed(&AgentRequest::Auth { proof: "11".repeat(32) }),
     ]), keyed in any::<bool>()) {
         let peak = peak_of(|| {

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use linerate_proto::auth::{encode_with, open_with, ControlSeal};
 use linerate_proto::frame::FrameDecoder;
 
 use crate::control::{self, Control, MAX_FRAME};
@@ -33,11 +34,15 @@ pub enum ChannelError {
 #[derive(Clone)]
 pub struct Sink {
     stream: Arc<Mutex<TcpStream>>,
+    /// Every frame after the key exchange is sealed (linerate-proto's `auth`): sealed and
+    /// written under this one lock, so frames go in the order of their numbers.
+    seal: Arc<Mutex<Option<ControlSeal>>>,
 }
 
 impl Sink {
     pub fn send(&self, message: &Control) -> io::Result<()> {
-        let frame = control::encode(message);
+        let mut seal = self.seal.lock().expect("control seal");
+        let frame = encode_with(&mut seal, message);
         self.stream
             .lock()
             .expect("control writer")
@@ -72,6 +77,7 @@ impl Channel {
             decoder,
             sink: Sink {
                 stream: Arc::new(Mutex::new(writer)),
+                seal: Arc::new(Mutex::new(None)),
             },
             peer,
             local,
@@ -99,6 +105,11 @@ impl Channel {
             return 10_000_000;
         }
         u64::from(info.tcpi_rtt) * 1000
+    }
+
+    /// Seals every frame from here on, both ways.
+    pub fn seal(&self, seal: ControlSeal) {
+        *self.sink.seal.lock().expect("control seal") = Some(seal);
     }
 
     pub fn sink(&self) -> Sink {
@@ -129,6 +140,8 @@ impl Channel {
         loop {
             match self.decoder.next_frame() {
                 Ok(Some(body)) => {
+                    let body = open_with(&mut self.sink.seal.lock().expect("control seal"), body)
+                        .map_err(|e| ChannelError::Protocol(e.to_string()))?;
                     return control::decode(&body).map_err(|e| ChannelError::Protocol(e.0));
                 }
                 Ok(None) => {}

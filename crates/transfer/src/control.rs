@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The copy protocol's version.
-pub const COPY_VERSION: u32 = 1;
+pub const COPY_VERSION: u32 = 2;
 /// The largest frame either end accepts.
 pub const MAX_FRAME: usize = 1 << 20;
 /// The most files one directory listing names.
@@ -80,10 +80,14 @@ pub struct SenderFigures {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Control {
-    /// Client: its nonce.
-    Hello { nonce: String },
-    /// Server: its nonce and proof.
-    Challenge { nonce: String, proof: String },
+    /// Client: its nonce and SPAKE2 message (linerate-proto's `auth`).
+    Hello { nonce: String, pake: String },
+    /// Server: its nonce, SPAKE2 message and proof.
+    Challenge {
+        nonce: String,
+        pake: String,
+        proof: String,
+    },
     /// Client: its proof.
     Proof { proof: String },
     /// Server: authenticated; send hellos to this UDP port.
@@ -159,9 +163,13 @@ impl Control {
             }
         };
         match self {
-            Control::Hello { nonce } => too_long("nonce", nonce, 64),
-            Control::Challenge { nonce, proof } => {
+            Control::Hello { nonce, pake } => {
                 too_long("nonce", nonce, 64)?;
+                too_long("pake", pake, 66)
+            }
+            Control::Challenge { nonce, pake, proof } => {
+                too_long("nonce", nonce, 64)?;
+                too_long("pake", pake, 66)?;
                 too_long("proof", proof, 64)
             }
             Control::Proof { proof } => too_long("proof", proof, 64),

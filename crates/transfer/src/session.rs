@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use linerate_proto::auth::{Challenge, Key, Nonce, ServerAuth};
+use linerate_proto::auth::{Challenge, ClientAuth, Key, Nonce, Role, ServerAuth};
 
 use crate::channel::Channel;
 use crate::control::{Control, COPY_VERSION};
@@ -20,8 +20,13 @@ use crate::transport::{Session, TransferError};
 use crate::wire::{self, Datagram, DATA_HEADER, MAX_PAYLOAD};
 
 pub use linerate_proto::preface::COPY_MAGIC;
-/// How the datagram key is derived from the shared key.
-const DATAGRAM_KEY_CONTEXT: &str = "linerate copy 2026-11 datagram key";
+/// How the datagram key is derived from the session's keys.
+const DATAGRAM_KEY_CONTEXT: &str = "linerate copy 2026-12 datagram key";
+
+/// What a copy session's proofs bind: the protocol and its version.
+fn bound() -> Vec<u8> {
+    format!("linerate copy v{COPY_VERSION}").into_bytes()
+}
 /// How long each step of the set-up may take.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -70,36 +75,36 @@ pub fn connect(
     channel
         .send_raw(&preface)
         .map_err(|e| setup_error("control connection", e))?;
-    let client_nonce = Nonce(random().map_err(|e| TransferError::Local(e.to_string()))?);
+    let client_random = Nonce(random().map_err(|e| TransferError::Local(e.to_string()))?);
+    let mut auth = ClientAuth::new(key, &client_random);
     channel
         .send(&Control::Hello {
-            nonce: client_nonce.to_hex(),
+            nonce: auth.nonce_hex(),
+            pake: auth.pake_hex(),
         })
         .map_err(|e| setup_error("control connection", e))?;
-    let (server_nonce, proof) = match channel.receive(SETUP_TIMEOUT, None) {
-        Ok(Control::Challenge { nonce, proof }) => (nonce, proof),
+    let challenge = match channel.receive(SETUP_TIMEOUT, None) {
+        Ok(Control::Challenge { nonce, pake, proof }) => Challenge { nonce, pake, proof },
         Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
         Ok(other) => return Err(setup_error("unexpected answer", format!("{other:?}"))),
         Err(e) => return Err(setup_error("no answer from the server's copy service", e)),
     };
-    let challenge = Challenge {
-        nonce: server_nonce.clone(),
-        proof,
-    };
-    let answer = challenge
-        .answer(key, &client_nonce)
+    let (answer, keys) = auth
+        .answer(&challenge, &bound())
         .map_err(|e| TransferError::Peer(e.to_string()))?;
     channel
         .send(&Control::Proof { proof: answer })
         .map_err(|e| setup_error("control connection", e))?;
+    // Everything after the proofs is sealed: a relay can neither read nor change what
+    // either end asks (`--encrypt` among it).
+    channel.seal(keys.seal_for(Role::Client));
     let (udp_port, id) = match channel.receive(SETUP_TIMEOUT, None) {
         Ok(Control::Welcome { udp_port, session }) => (udp_port, session),
         Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
         Ok(other) => return Err(setup_error("unexpected answer", format!("{other:?}"))),
         Err(e) => return Err(setup_error("the server did not welcome us", e)),
     };
-    let server_nonce = Nonce::from_hex(&server_nonce).expect("checked by the answer");
-    let datagram_key = key.derive(DATAGRAM_KEY_CONTEXT, &client_nonce, &server_nonce);
+    let datagram_key = keys.derive(DATAGRAM_KEY_CONTEXT);
     let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
         .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
     let server_udp = SocketAddr::new(channel.peer.ip(), udp_port);
@@ -148,8 +153,8 @@ pub fn accept(
     log: &dyn Fn(&str),
 ) -> Result<Option<(Channel, Session)>, TransferError> {
     let peer = channel.peer;
-    let client_nonce = match channel.receive(SETUP_TIMEOUT, None) {
-        Ok(Control::Hello { nonce }) => nonce,
+    let (client_nonce, client_pake) = match channel.receive(SETUP_TIMEOUT, None) {
+        Ok(Control::Hello { nonce, pake }) => (nonce, pake),
         Ok(other) => {
             return Err(setup_error("expected a hello", format!("{other:?}")));
         }
@@ -157,7 +162,7 @@ pub fn accept(
     };
     let server_nonce = Nonce(random().map_err(|e| TransferError::Local(e.to_string()))?);
     let mut auth = ServerAuth::new(key.clone(), server_nonce);
-    let challenge = match auth.handle_hello(Some(&client_nonce)) {
+    let challenge = match auth.handle_hello(Some(&client_nonce), Some(&client_pake), &bound()) {
         Ok(challenge) => challenge,
         Err(e) => {
             let _ = channel.send(&Control::Refused {
@@ -170,6 +175,7 @@ pub fn accept(
     channel
         .send(&Control::Challenge {
             nonce: challenge.nonce,
+            pake: challenge.pake,
             proof: challenge.proof,
         })
         .map_err(|e| setup_error("control connection", e))?;
@@ -184,15 +190,18 @@ pub fn accept(
         }
         Err(e) => return Err(setup_error("no proof", e)),
     };
-    if let Err(e) = auth.handle_proof(&proof) {
-        let _ = channel.send(&Control::Refused {
-            message: e.to_string(),
-        });
-        log(&format!("refused a copy session from {peer}: {e}"));
-        return Ok(None);
-    }
-    let client_nonce = Nonce::from_hex(&client_nonce).expect("accepted by handle_hello");
-    let datagram_key = key.derive(DATAGRAM_KEY_CONTEXT, &client_nonce, &server_nonce);
+    let keys = match auth.handle_proof(&proof) {
+        Ok(keys) => keys,
+        Err(e) => {
+            let _ = channel.send(&Control::Refused {
+                message: e.to_string(),
+            });
+            log(&format!("refused a copy session from {peer}: {e}"));
+            return Ok(None);
+        }
+    };
+    channel.seal(keys.seal_for(Role::Server));
+    let datagram_key = keys.derive(DATAGRAM_KEY_CONTEXT);
     let id = u64::from_be_bytes(random().map_err(|e| TransferError::Local(e.to_string()))?);
     let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
         .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;

@@ -14,7 +14,7 @@ use linerate_proto::preface::data_preface;
 use linerate_proto::Token;
 use linerate_report::latency::LatencyHistogram;
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,7 +38,7 @@ pub(crate) struct RemoteLink {
     /// Where the group host hears connections this peer dials back (its accepts).
     pub back: Option<Arc<Rendezvous>>,
     /// The agent connection to the peer, for transaction counts.
-    pub control: Mutex<TcpStream>,
+    pub control: super::link::LinkWriter,
 }
 
 /// How a thread reaches its peers.
@@ -339,8 +339,7 @@ impl Thread<'_> {
                 iterations,
             };
             for link in remotes.values() {
-                let mut control = link.control.lock().expect("control lock");
-                let _ = super::link::send_on(&mut control, &message);
+                let _ = link.control.send(&message);
             }
         }
     }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A profile thread's stack: its frames are shallow and thousands may run.
@@ -259,7 +259,7 @@ pub(crate) fn prepare(
                 token,
                 fingerprint,
                 back: back.map(|(_, r)| r),
-                control: Mutex::new(link.stream.try_clone()?),
+                control: link.writer()?,
             }),
         );
         links.push((label, link));

@@ -3,13 +3,14 @@
 use crate::shared::random_nonce;
 use linerate_proto::agent::{agent_preface, AgentReply, AGENT_VERSION};
 use linerate_proto::agent_session::DialerHandshake;
-use linerate_proto::auth::Key;
+use linerate_proto::auth::{encode_with, open_with, ControlSeal, Key};
 use linerate_proto::frame::FrameDecoder;
 use linerate_report::HostFacts;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The largest agent frame: results of thousands of threads.
@@ -18,6 +19,22 @@ const MAX_FRAME: usize = 64 << 20;
 pub(crate) struct Link {
     pub stream: TcpStream,
     decoder: FrameDecoder,
+    /// Every frame after a keyed handshake is sealed; shared with the link's writers,
+    /// which must seal and write in one step for the frames to go in their order.
+    seal: Arc<Mutex<Option<ControlSeal>>>,
+}
+
+/// Sends on a link from another thread: a clone of its stream and its seal.
+pub(crate) struct LinkWriter {
+    stream: TcpStream,
+    seal: Arc<Mutex<Option<ControlSeal>>>,
+}
+
+impl LinkWriter {
+    pub fn send<T: Serialize>(&self, message: &T) -> io::Result<()> {
+        let mut seal = self.seal.lock().expect("seal lock");
+        (&self.stream).write_all(&encode_with(&mut seal, message))
+    }
 }
 
 impl Link {
@@ -26,6 +43,14 @@ impl Link {
         Ok(Link {
             stream,
             decoder: FrameDecoder::new(MAX_FRAME),
+            seal: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    pub fn writer(&self) -> io::Result<LinkWriter> {
+        Ok(LinkWriter {
+            stream: self.stream.try_clone()?,
+            seal: self.seal.clone(),
         })
     }
 
@@ -44,7 +69,7 @@ impl Link {
             Some(key) => Some((key.clone(), random_nonce()?)),
             None => None,
         };
-        let handshake = DialerHandshake::new(keyed);
+        let mut handshake = DialerHandshake::new(keyed);
         link.send(&handshake.hello())?;
         let (host, challenge) = match link.recv::<AgentReply>(timeout)? {
             Some(AgentReply::Welcome { host, auth, .. }) => (host, auth),
@@ -59,14 +84,16 @@ impl Link {
         let proof = handshake
             .handle_welcome(challenge.as_ref())
             .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
-        if let Some(proof) = proof {
+        if let Some((proof, seal)) = proof {
             link.send(&proof)?;
+            *link.seal.lock().expect("seal lock") = Some(seal);
         }
         Ok((link, host))
     }
 
     pub fn send<T: Serialize>(&mut self, message: &T) -> io::Result<()> {
-        send_on(&mut self.stream, message)
+        let mut seal = self.seal.lock().expect("seal lock");
+        self.stream.write_all(&encode_with(&mut seal, message))
     }
 
     /// The next message, waiting at most `wait`; `Ok(None)` when none came in time.
@@ -78,6 +105,8 @@ impl Link {
                 .next_frame()
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
             {
+                let body = open_with(&mut self.seal.lock().expect("seal lock"), body)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
                 return serde_json::from_slice(&body).map(Some).map_err(|e| {
                     io::Error::new(io::ErrorKind::InvalidData, format!("bad message: {e}"))
                 });
@@ -110,11 +139,6 @@ impl Link {
             }
         }
     }
-}
-
-/// Sends one message as one frame on any stream (a clone of a link's stream included).
-pub(crate) fn send_on<T: Serialize>(stream: &mut TcpStream, message: &T) -> io::Result<()> {
-    stream.write_all(&linerate_proto::message::encode(message))
 }
 
 /// Unix time in nanoseconds.
