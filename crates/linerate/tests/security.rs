@@ -799,11 +799,39 @@ fn prepared_threads_end_when_their_connection_closes_before_the_start() {
     healthy_test(&server, &[]);
 }
 
-/// A relay in front of `server`: data connections pass as they are; on control
-/// connections, `rewrite` may change each frame the client sends.
+/// Which way a relayed frame goes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Way {
+    ToServer,
+    ToClient,
+}
+
+type Rewrite = std::sync::Arc<dyn Fn(Way, Vec<u8>) -> Vec<u8> + Send + Sync>;
+
+/// Copies frames from `from` to `to`, each through `rewrite`.
+fn relay_frames(mut from: TcpStream, mut to: TcpStream, way: Way, rewrite: Rewrite) {
+    loop {
+        let mut len = [0u8; 4];
+        if from.read_exact(&mut len).is_err() {
+            let _ = to.shutdown(std::net::Shutdown::Write);
+            return;
+        }
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        if from.read_exact(&mut body).is_err() {
+            return;
+        }
+        if to.write_all(&frame(&rewrite(way, body))).is_err() {
+            return;
+        }
+    }
+}
+
+/// A relay in front of `server`, as an attacker on the path runs one: data connections
+/// pass as they are; on native control and copy connections every frame, each way, goes
+/// through `rewrite`.
 fn relay(
     server: SocketAddr,
-    rewrite: fn(serde_json::Value) -> serde_json::Value,
+    rewrite: Rewrite,
 ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -812,7 +840,7 @@ fn relay(
     let stop = done.clone();
     listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
-        let until = Instant::now() + Duration::from_secs(30);
+        let until = Instant::now() + Duration::from_secs(60);
         while !stop.load(Ordering::Relaxed) && Instant::now() < until {
             let Ok((mut client, _)) = listener.accept() else {
                 std::thread::sleep(Duration::from_millis(5));
@@ -820,42 +848,35 @@ fn relay(
             };
             client.set_nonblocking(false).unwrap();
             let mut upstream = TcpStream::connect(server).unwrap();
-            let mut back = upstream.try_clone().unwrap();
-            let mut client_out = client.try_clone().unwrap();
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut back, &mut client_out);
-            });
+            let rewrite = rewrite.clone();
             std::thread::spawn(move || {
                 let mut magic = [0u8; 8];
                 if client.read_exact(&mut magic).is_err() {
                     return;
                 }
                 upstream.write_all(&magic).unwrap();
-                if &magic != b"LINERATE" {
+                let framed = &magic == b"LINERATE" || &magic == b"LINECOPY";
+                if framed {
+                    let mut version = [0u8; 4];
+                    if client.read_exact(&mut version).is_err() {
+                        return;
+                    }
+                    upstream.write_all(&version).unwrap();
+                }
+                let (back_from, back_to) =
+                    (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+                if framed {
+                    let back = rewrite.clone();
+                    std::thread::spawn(move || {
+                        relay_frames(back_from, back_to, Way::ToClient, back)
+                    });
+                    relay_frames(client, upstream, Way::ToServer, rewrite);
+                } else {
+                    let (mut back_from, mut back_to) = (back_from, back_to);
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut back_from, &mut back_to);
+                    });
                     let _ = std::io::copy(&mut client, &mut upstream);
-                    return;
-                }
-                let mut version = [0u8; 4];
-                if client.read_exact(&mut version).is_err() {
-                    return;
-                }
-                upstream.write_all(&version).unwrap();
-                loop {
-                    let mut len = [0u8; 4];
-                    if client.read_exact(&mut len).is_err() {
-                        return;
-                    }
-                    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-                    if client.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    let out = match serde_json::from_slice(&body) {
-                        Ok(message) => serde_json::to_vec(&rewrite(message)).unwrap(),
-                        Err(_) => body,
-                    };
-                    if upstream.write_all(&frame(&out)).is_err() {
-                        return;
-                    }
                 }
             });
         }
@@ -863,17 +884,24 @@ fn relay(
     (port, done)
 }
 
+/// A frame's JSON, when it is JSON (a sealed frame is not).
+fn json_of(body: &[u8]) -> Option<serde_json::Value> {
+    serde_json::from_slice(body).ok()
+}
+
 /// A relay that rewrote the rate a test declares once let 299 Mbit/s through
 /// `--max-rate-per-ip 10M`: the bytes measured bind, not the declaration.
 #[test]
 fn a_rate_rewritten_on_the_way_is_cut_to_the_limit() {
     let server = ServeProcess::start(&["--max-rate-per-ip", "10M"]);
-    let (port, done) = relay(server.addr().parse().unwrap(), |mut message| {
-        if message["type"] == "spec" {
+    let rewrite: Rewrite = std::sync::Arc::new(|way, body| match json_of(&body) {
+        Some(mut message) if way == Way::ToServer && message["type"] == "spec" => {
             message["config"]["rate_bps"] = serde_json::json!(5_000_000u64);
+            serde_json::to_vec(&message).unwrap()
         }
-        message
+        _ => body,
     });
+    let (port, done) = relay(server.addr().parse().unwrap(), rewrite);
     let port = port.to_string();
     let out = linerate(&[
         "stream",
@@ -957,4 +985,166 @@ fn agent_work_is_bound_by_require_tls_and_max_rate() {
     );
     let out = linerate(&["run", &slow, "--no-store"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// The passphrase the keyed tests below use: the kind people choose.
+const CHOSEN: &str = "summer2026!lab-key";
+
+/// Whether `guess` is confirmed by `challenge` (recorded or provoked) in any way an
+/// attacker holding the guess could check offline: finishing SPAKE2 against the server's
+/// message, or the proof of the scheme before it (a MAC of the nonces under the key).
+fn confirms(guess: &str, challenge: &Challenge, client_nonce: &str) -> bool {
+    let key = Key::from_file_contents(guess.as_bytes()).unwrap();
+    let mut attacker = ClientAuth::new(&key, &Nonce([77; 32]));
+    let finishes = attacker.answer(challenge, b"linerate control v1").is_ok();
+    let old = blake3::Hasher::new_keyed(&blake3::derive_key(
+        "linerate 2026-11 shared key for control and agent connections",
+        guess.as_bytes(),
+    ))
+    .update(b"linerate server proof\0")
+    .update(&Nonce::from_hex(client_nonce).unwrap().0)
+    .update(&Nonce::from_hex(&challenge.nonce).unwrap().0)
+    .finalize();
+    finishes || old.to_hex().as_str() == challenge.proof
+}
+
+/// An offline dictionary that holds the key cannot confirm it from a recorded or a
+/// provoked handshake; what follows the handshake is sealed, and a relay that changes a
+/// byte of it ends the session instead of steering it.
+#[test]
+fn a_handshake_gives_nothing_to_guess_against_and_the_channel_after_it_is_sealed() {
+    let key_path = key_file("chosen.key", CHOSEN);
+    let files =
+        std::env::temp_dir().join(format!("linerate-security-files-{}", std::process::id()));
+    std::fs::create_dir_all(&files).unwrap();
+    let server = ServeProcess::start(&["--key", &key_path, "--files", files.to_str().unwrap()]);
+    let recorded = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(Way, Vec<u8>)>::new()));
+    let log = recorded.clone();
+    let recording: Rewrite = std::sync::Arc::new(move |way, body| {
+        log.lock().unwrap().push((way, body.clone()));
+        body
+    });
+    let (port, done) = relay(server.addr().parse().unwrap(), recording);
+    let port = port.to_string();
+    let out = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--key",
+        &key_path,
+        "-t",
+        "0.5",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let frames = recorded.lock().unwrap().clone();
+    let recorded_hello =
+        json_of(&frames.iter().find(|(w, _)| *w == Way::ToServer).unwrap().1).unwrap();
+    let welcome = json_of(&frames.iter().find(|(w, _)| *w == Way::ToClient).unwrap().1).unwrap();
+    let genuine: Challenge = serde_json::from_value(welcome["auth"].clone()).unwrap();
+    // After the hello, the welcome and the proof, nothing on the wire reads.
+    let readable: Vec<String> = frames
+        .iter()
+        .filter_map(|(_, body)| json_of(body))
+        .map(|m| m["type"].as_str().unwrap_or("?").to_string())
+        .collect();
+    assert_eq!(readable, ["hello", "welcome", "auth"], "{readable:?}");
+
+    // A provoked handshake: the attacker's own hello (its scalar bound to one guess).
+    let mut provoker = ClientAuth::new(
+        &Key::from_file_contents(b"the attacker's single online guess").unwrap(),
+        &Nonce([5; 32]),
+    );
+    let mut direct = TcpStream::connect(server.addr()).unwrap();
+    let mut opening = preface(1);
+    opening.extend(hello(Some(&provoker)));
+    direct.write_all(&opening).unwrap();
+    let provoked: Challenge =
+        serde_json::from_value(read_frame(&mut direct)["auth"].clone()).unwrap();
+    assert!(provoker.answer(&provoked, b"linerate control v1").is_err());
+    drop(direct);
+
+    let dictionary = [
+        "password-password",
+        "letmein-letmein!",
+        CHOSEN,
+        "summer2025!lab-key",
+    ];
+    let client_nonce = recorded_hello["nonce"].as_str().unwrap();
+    let confirmed: Vec<&str> = dictionary
+        .into_iter()
+        .filter(|guess| {
+            confirms(guess, &genuine, client_nonce)
+                || confirms(guess, &provoked, &provoker.nonce_hex())
+        })
+        .collect();
+    assert!(confirmed.is_empty(), "confirmed offline: {confirmed:?}");
+
+    // A copy with --encrypt through the relay: the option never crosses in the clear.
+    let source = files.join("source.bin");
+    std::fs::write(&source, vec![7u8; 300_000]).unwrap();
+    recorded.lock().unwrap().clear();
+    let copied = linerate(&[
+        "copy",
+        "-p",
+        &port,
+        "--key",
+        &key_path,
+        "--encrypt",
+        "--json",
+        "-q",
+        source.to_str().unwrap(),
+        "127.0.0.1:copied.bin",
+    ]);
+    assert_eq!(copied.status.code(), Some(0), "{}", stderr(&copied));
+    assert_eq!(json(&copied)["copy"]["encrypted"], true);
+    let seen = recorded.lock().unwrap().clone();
+    assert!(
+        !seen
+            .iter()
+            .any(|(_, body)| body.windows(7).any(|w| w == b"encrypt")),
+        "the copy's options crossed in the clear"
+    );
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+
+    // A relay that changes one bit of the first sealed frame each way ends the session.
+    let tampering: Rewrite = std::sync::Arc::new(|_, mut body| {
+        if json_of(&body).is_none() && !body.is_empty() {
+            body[0] ^= 0x20;
+        }
+        body
+    });
+    let (tamper_port, done) = relay(server.addr().parse().unwrap(), tampering);
+    let tamper_port = tamper_port.to_string();
+    let out = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &tamper_port,
+        "--key",
+        &key_path,
+        "-t",
+        "0.5",
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    let copied = linerate(&[
+        "copy",
+        "-p",
+        &tamper_port,
+        "--key",
+        &key_path,
+        "--encrypt",
+        "-q",
+        source.to_str().unwrap(),
+        "127.0.0.1:tampered.bin",
+    ]);
+    assert_ne!(copied.status.code(), Some(0));
+    assert!(!files.join("tampered.bin").exists());
+    assert!(
+        server.wait_log("did not open", Duration::from_secs(3)),
+        "{}",
+        server.log()
+    );
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = std::fs::remove_dir_all(&files);
 }
