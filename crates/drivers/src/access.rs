@@ -297,6 +297,40 @@ impl Gate {
     }
 }
 
+/// Failed proofs (a key, iperf3 credentials) per client: past [`MAX_FAILURES`] within
+/// [`FAILURE_WINDOW`], the client is refused at once until its window passes, so guesses
+/// online come at a few a minute, and an RSA oracle gets too few queries to time.
+#[derive(Debug, Default)]
+pub struct Failures {
+    per_client: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+}
+
+/// Failures a client may have within [`FAILURE_WINDOW`].
+pub const MAX_FAILURES: u32 = 10;
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+
+impl Failures {
+    pub fn record(&self, client: IpAddr, now: Instant) {
+        let mut map = self.per_client.lock().expect("failures lock");
+        if map.len() >= 100_000 {
+            map.retain(|_, (since, _)| now.duration_since(*since) < FAILURE_WINDOW);
+        }
+        let entry = map.entry(client).or_insert((now, 0));
+        if now.duration_since(entry.0) >= FAILURE_WINDOW {
+            *entry = (now, 0);
+        }
+        entry.1 = entry.1.saturating_add(1);
+    }
+
+    /// Whether `client` is refused for its failures, and for how long yet.
+    pub fn blocked(&self, client: IpAddr, now: Instant) -> Option<Duration> {
+        let map = self.per_client.lock().expect("failures lock");
+        let (since, count) = map.get(&client)?;
+        let left = FAILURE_WINDOW.saturating_sub(now.duration_since(*since));
+        (*count >= MAX_FAILURES && !left.is_zero()).then_some(left)
+    }
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
@@ -522,6 +556,25 @@ mod tests {
             gate.admit(newcomer, &[]),
             Admission::Refuse("over --max-connections")
         );
+    }
+
+    #[test]
+    fn failures_past_the_limit_block_a_client_for_the_rest_of_its_window() {
+        let failures = Failures::default();
+        let (client, t0) = (ip("192.0.2.5"), Instant::now());
+        for _ in 0..MAX_FAILURES - 1 {
+            failures.record(client, t0);
+        }
+        assert_eq!(failures.blocked(client, t0), None);
+        failures.record(client, t0);
+        assert_eq!(
+            failures.blocked(client, t0 + Duration::from_secs(20)),
+            Some(Duration::from_secs(40))
+        );
+        assert_eq!(failures.blocked(ip("192.0.2.6"), t0), None);
+        assert_eq!(failures.blocked(client, t0 + FAILURE_WINDOW), None);
+        failures.record(client, t0 + FAILURE_WINDOW);
+        assert_eq!(failures.blocked(client, t0 + FAILURE_WINDOW), None);
     }
 
     #[test]

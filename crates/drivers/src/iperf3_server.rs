@@ -254,6 +254,10 @@ fn accept(
 ) {
     let (id, peer) = (test.id, test.peer);
     if let Some(auth) = &shared.config.iperf3_auth {
+        if shared.blocked_for_failures(peer) {
+            return session
+                .refuse_auth("too many failed attempts from this address; try later".into());
+        }
         let token = params.authtoken.as_deref();
         match auth.check(
             token,
@@ -264,6 +268,7 @@ fn accept(
                 "iperf3 test {id} from {peer}: authenticated as '{user}'"
             )),
             Err(e) => {
+                shared.failed_proof(peer);
                 shared.refused(peer, &format!("iperf3 test {id}: {e}"));
                 return session.refuse_auth(e.to_string());
             }

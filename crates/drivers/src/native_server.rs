@@ -60,6 +60,9 @@ pub(crate) fn serve_test(
         shared.config.timeouts,
     );
     if let Some(key) = &shared.config.key {
+        if shared.blocked_for_failures(peer) {
+            return;
+        }
         match crate::shared::random_nonce() {
             Ok(nonce) => session = session.with_key(key.clone(), nonce),
             Err(e) => {
@@ -214,6 +217,16 @@ pub(crate) fn serve_test(
     match outcome {
         Ok(()) => shared.log(&format!("test {id} from {peer}: ended")),
         Err(e @ (SessionError::Refused { .. } | SessionError::Auth(_))) => {
+            if matches!(
+                e,
+                SessionError::Auth(_)
+                    | SessionError::Refused {
+                        code: RefuseCode::Unauthorized,
+                        ..
+                    }
+            ) {
+                shared.failed_proof(peer);
+            }
             shared.refused(peer, &format!("test {id}: {e}"))
         }
         Err(e) => shared.log(&format!("test {id} from {peer}: ended: {e}")),

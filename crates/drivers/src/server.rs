@@ -108,6 +108,7 @@ impl Server {
                 gate: Gate::new(config.access.clone()),
                 operator_log: OperatorLog::new(config.log, config.log_format),
                 rates: Arc::new(RateBook::default()),
+                failures: access::Failures::default(),
                 config,
                 shutdown: Arc::new(AtomicBool::new(false)),
                 running: AtomicUsize::new(0),

@@ -15,7 +15,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How a server is set up.
 #[derive(Debug, Clone)]
@@ -93,6 +93,8 @@ pub(crate) struct Shared {
     pub(crate) gate: Gate,
     pub(crate) operator_log: OperatorLog,
     pub(crate) rates: Arc<RateBook>,
+    /// Failed proofs of the key or of iperf3 credentials, per client.
+    pub(crate) failures: access::Failures,
     pub(crate) host: HostFacts,
     pub(crate) shutdown: Arc<AtomicBool>,
     pub(crate) running: AtomicUsize,
@@ -110,6 +112,31 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Whether `peer` is refused for its failed proofs: says so in the log.
+    pub(crate) fn blocked_for_failures(&self, peer: SocketAddr) -> bool {
+        let client = self.gate.policy.client(peer.ip());
+        match self.failures.blocked(client, Instant::now()) {
+            Some(left) => {
+                self.refused(
+                    peer,
+                    &format!(
+                        "{} failed proofs within {} s; refused for {:.0} s more",
+                        access::MAX_FAILURES,
+                        access::FAILURE_WINDOW.as_secs(),
+                        left.as_secs_f64()
+                    ),
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn failed_proof(&self, peer: SocketAddr) {
+        self.failures
+            .record(self.gate.policy.client(peer.ip()), Instant::now());
+    }
+
     /// Data connections presenting `token` arrive on the returned channel.
     pub(crate) fn register_flows(&self, token: Token) -> Receiver<(u32, std::net::TcpStream)> {
         let (sender, receiver) = channel();

@@ -456,6 +456,10 @@ pub struct Iperf3Args {
     /// Server: seconds a client's credentials' time may differ from ours
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(i64).range(0..=86_400))]
     pub time_skew_threshold: i64,
+    /// Server: take credentials padded with PKCS #1 v1.5 too (iperf3 before 3.17, or
+    /// clients with --use-pkcs1-padding); OAEP only without it
+    #[arg(long, requires = "rsa_private_key_path")]
+    pub use_pkcs1_padding: bool,
     /// Seconds to transmit (ignored with -n or -k)
     #[arg(short, long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub time: u64,
@@ -841,6 +845,10 @@ pub struct ServeArgs {
     /// iperf3 clients: seconds the time in a client's credentials may differ from ours
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(i64).range(0..=86_400))]
     pub time_skew_threshold: i64,
+    /// iperf3 clients: take credentials padded with PKCS #1 v1.5 too (iperf3 before 3.17
+    /// pads so; 3.17+ with --use-pkcs1-padding); without it only OAEP, as 3.17+ pads
+    #[arg(long, requires = "rsa_private_key_path")]
+    pub rsa_pkcs1_padding: bool,
     /// Do not log test starts and ends
     #[arg(short, long)]
     pub quiet: bool,

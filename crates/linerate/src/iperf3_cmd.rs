@@ -40,6 +40,9 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Outcome {
                 "--time-skew-threshold".into(),
                 args.time_skew_threshold.to_string(),
             ]);
+            if args.use_pkcs1_padding {
+                flags.push("--rsa-pkcs1-padding".into());
+            }
         }
         let serve_args = match ServeOnly::try_parse_from(flags) {
             Ok(parsed) => parsed.args,

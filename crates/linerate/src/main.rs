@@ -140,7 +140,12 @@ fn serve(args: &ServeArgs, storage: &keep::Storage) -> Outcome {
     if let (Some(private_key), Some(users)) =
         (&args.rsa_private_key_path, &args.authorized_users_path)
     {
-        match linerate_drivers::iperf3_auth::load(private_key, users, args.time_skew_threshold) {
+        match linerate_drivers::iperf3_auth::load(
+            private_key,
+            users,
+            args.time_skew_threshold,
+            args.rsa_pkcs1_padding,
+        ) {
             Ok(auth) => config.iperf3_auth = Some(Arc::new(auth)),
             Err(message) => {
                 return Err(Failure::Usage(format!(

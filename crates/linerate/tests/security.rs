@@ -405,6 +405,33 @@ fn iperf3_clients_are_bound_by_max_duration_and_authenticate() {
         ),
     )
     .unwrap();
+    // Debian's iperf3 (before 3.17) pads with PKCS #1 v1.5: a server that takes only
+    // OAEP, as 3.17+ pads, refuses it and says why in its log.
+    let strict = ServeProcess::start(&[
+        "--rsa-private-key-path",
+        private.to_str().unwrap(),
+        "--authorized-users-path",
+        users.to_str().unwrap(),
+    ]);
+    let strict_port = strict.port.to_string();
+    let out = Command::new("iperf3")
+        .env("IPERF3_PASSWORD", "rossi")
+        .args([
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &strict_port,
+            "--username",
+            "mario",
+            "-t",
+            "1",
+        ])
+        .arg("--rsa-public-key-path")
+        .arg(&public)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(strict.wait_line(&["refused", "cannot be decrypted"], Duration::from_secs(3)));
     let server = ServeProcess::start(&[
         "--max-duration",
         "30",
@@ -414,6 +441,7 @@ fn iperf3_clients_are_bound_by_max_duration_and_authenticate() {
         private.to_str().unwrap(),
         "--authorized-users-path",
         users.to_str().unwrap(),
+        "--rsa-pkcs1-padding",
     ]);
     let port = server.port.to_string();
     let client = |password: &str, extra: &[&str]| {
@@ -1147,4 +1175,50 @@ fn a_handshake_gives_nothing_to_guess_against_and_the_channel_after_it_is_sealed
     );
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = std::fs::remove_dir_all(&files);
+}
+
+/// Online guessing is all a PAKE leaves: ten failed proofs from one client within a
+/// minute, and it is refused at once, the right key included (other clients are not:
+/// the book is per client, access.rs's unit test).
+#[test]
+fn failed_proofs_block_a_client_for_a_while() {
+    let good = key_file("guessed.key", "the key being guessed online, 32 b");
+    let server = ServeProcess::start(&["--key", &good]);
+    let port = server.port.to_string();
+    for i in 0..10 {
+        let guess = key_file(
+            &format!("guess{i}.key"),
+            &format!("guess number {i} of many"),
+        );
+        let out = linerate(&[
+            "stream",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "0.2",
+            "--key",
+            &guess,
+        ]);
+        assert_ne!(out.status.code(), Some(0));
+    }
+    let out = linerate(&[
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "0.2",
+        "--key",
+        &good,
+    ]);
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "the eleventh attempt was let in"
+    );
+    assert!(server.wait_line(
+        &["refused 127.0.0.1:", "failed proofs"],
+        Duration::from_secs(3)
+    ));
 }

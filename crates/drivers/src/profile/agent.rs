@@ -153,6 +153,9 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
     };
     let mut session = AgentSession::new(Instant::now(), version, shared.host.clone(), timeouts);
     if let Some(key) = &shared.config.key {
+        if shared.blocked_for_failures(peer) {
+            return;
+        }
         match random_nonce() {
             Ok(nonce) => session = session.with_key(key.clone(), nonce),
             Err(e) => {
@@ -471,6 +474,9 @@ impl Agent<'_> {
     fn end(mut self, ended: &Ended) {
         let (peer, why) = (self.peer, &ended.why);
         if !self.link.session.handshake_done() {
+            if why.contains("authentication failed") || why.contains("without proving the key") {
+                self.shared.failed_proof(peer);
+            }
             self.shared
                 .refused(peer, &format!("agent connection: {why}"));
         } else if ended.by_agent && self.run.is_none() && self.mirror.is_none() {
