@@ -424,6 +424,8 @@ impl OperatorLog {
             return;
         }
         let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        let message = printable(message);
+        let message = message.as_str();
         match self.format {
             LogFormat::Text => match peer {
                 Some(peer) => eprintln!("{now} refused {peer}: {message}"),
@@ -444,9 +446,40 @@ impl OperatorLog {
     }
 }
 
+/// The most characters of one log message.
+const MOST_LOG_CHARS: usize = 2000;
+
+/// A log message as one line: control characters a peer may have put in it (a newline
+/// that forges a second line, a terminal escape) written as escapes, and at most
+/// [`MOST_LOG_CHARS`] characters.
+fn printable(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(MOST_LOG_CHARS));
+    for (i, c) in message.chars().enumerate() {
+        if i == MOST_LOG_CHARS {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_cannot_forge_log_lines_or_flood_one() {
+        assert_eq!(
+            printable("user 'x'\n2026-01-01T00:00:00Z refused 10.0.0.1: forged\u{1b}[2J"),
+            "user 'x'\\n2026-01-01T00:00:00Z refused 10.0.0.1: forged\\u{1b}[2J"
+        );
+        assert_eq!(printable(&"é".repeat(5000)).chars().count(), MOST_LOG_CHARS + 3);
+    }
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
