@@ -478,7 +478,10 @@ mod tests {
             printable("user 'x'\n2026-01-01T00:00:00Z refused 10.0.0.1: forged\u{1b}[2J"),
             "user 'x'\\n2026-01-01T00:00:00Z refused 10.0.0.1: forged\\u{1b}[2J"
         );
-        assert_eq!(printable(&"é".repeat(5000)).chars().count(), MOST_LOG_CHARS + 3);
+        assert_eq!(
+            printable(&"é".repeat(5000)).chars().count(),
+            MOST_LOG_CHARS + 3
+        );
     }
 
     fn ip(text: &str) -> IpAddr {

@@ -1070,6 +1070,10 @@ fn a_handshake_gives_nothing_to_guess_against_and_the_channel_after_it_is_sealed
         json_of(&frames.iter().find(|(w, _)| *w == Way::ToServer).unwrap().1).unwrap();
     let welcome = json_of(&frames.iter().find(|(w, _)| *w == Way::ToClient).unwrap().1).unwrap();
     let genuine: Challenge = serde_json::from_value(welcome["auth"].clone()).unwrap();
+    // The welcome, sent before the client proved anything, tells nothing of the host.
+    for field in ["hostname", "kernel", "cpu_model"] {
+        assert_eq!(welcome["host"][field], "", "{welcome}");
+    }
     // After the hello, the welcome and the proof, nothing on the wire reads.
     let readable: Vec<String> = frames
         .iter()

@@ -205,11 +205,21 @@ impl AgentSession {
                     None => None,
                 };
                 let keyed = challenge.is_some();
+                // A keyed agent tells nothing of its host before the dialer proves the
+                // key: a second welcome, sealed, carries the facts.
+                let host = if keyed {
+                    HostFacts {
+                        software: self.host.software.clone(),
+                        ..HostFacts::default()
+                    }
+                } else {
+                    self.host.clone()
+                };
                 self.transmit.push_back(encode_with(
                     &mut self.seal,
                     &AgentReply::Welcome {
                         version: AGENT_VERSION,
-                        host: self.host.clone(),
+                        host,
                         auth: challenge,
                     },
                 ));
@@ -226,6 +236,14 @@ impl AgentSession {
                 match verdict {
                     Some(Ok(keys)) => {
                         self.seal = Some(keys.seal_for(Role::Server));
+                        self.transmit.push_back(encode_with(
+                            &mut self.seal,
+                            &AgentReply::Welcome {
+                                version: AGENT_VERSION,
+                                host: self.host.clone(),
+                                auth: None,
+                            },
+                        ));
                         self.serve(now);
                     }
                     Some(Err(e)) => self.refuse(format!("authentication failed: {e}")),
@@ -471,7 +489,14 @@ mod tests {
             s.poll_event(),
             Some(AgentEvent::Request(AgentRequest::Ping { seq: 7 }))
         );
-        // Replies are sealed too: only the dialer's seal opens them.
+        // Replies are sealed too: only the dialer's seal opens them. The first is the
+        // agent's host facts, which its open welcome did not tell.
+        let facts = s.poll_transmit().unwrap();
+        let opened = crate::auth::open_with(&mut seal, facts[4..].to_vec()).unwrap();
+        assert!(matches!(
+            serde_json::from_slice::<AgentReply>(&opened).unwrap(),
+            AgentReply::Welcome { auth: None, .. }
+        ));
         s.reply(&AgentReply::Heartbeat);
         let sent = s.poll_transmit().unwrap();
         assert!(serde_json::from_slice::<AgentReply>(&sent[4..]).is_err());

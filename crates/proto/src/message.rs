@@ -88,6 +88,10 @@ pub enum ServerMessage {
         reason: String,
     },
     Accepted {
+        /// A keyed server's facts: its welcome, before the client proved the key, names
+        /// only its software.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<Box<HostFacts>>,
         test_id: u64,
         /// 32 hex digits; data connections present it in their preface.
         token: String,

@@ -334,12 +334,22 @@ impl ServerSession {
                 } else {
                     ServerState::AwaitSpec
                 };
+                // A keyed server tells nothing of its host before the client proves the
+                // key: the facts follow, sealed, in `accepted`.
+                let host = if challenge.is_some() {
+                    HostFacts {
+                        software: self.host.software.clone(),
+                        ..HostFacts::default()
+                    }
+                } else {
+                    self.host.clone()
+                };
                 self.transmit.push_back(encode_with(
                     &mut self.seal,
                     &ServerMessage::Welcome {
                         version: PROTOCOL_VERSION,
                         software: self.software.clone(),
-                        host: self.host.clone(),
+                        host,
                         limits: self.limits.clone(),
                         auth: challenge,
                     },
@@ -457,6 +467,7 @@ impl ServerSession {
         self.transmit.push_back(encode_with(
             &mut self.seal,
             &ServerMessage::Accepted {
+                host: self.auth.is_some().then(|| Box::new(self.host.clone())),
                 test_id,
                 token: token.to_hex(),
                 udp_ports,
@@ -835,6 +846,8 @@ pub struct ClientSession {
     key: Option<ClientAuth>,
     /// Every frame after a keyed handshake is sealed (crate::auth).
     seal: Option<ControlSeal>,
+    /// A keyed server's welcome, told once its acceptance brings its host's facts.
+    welcomed: Option<ClientEvent>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<ClientEvent>,
 }
@@ -876,6 +889,7 @@ impl ClientSession {
             host,
             key: None,
             seal: None,
+            welcomed: None,
             transmit: VecDeque::from([opening]),
             events: VecDeque::new(),
         }
@@ -991,11 +1005,17 @@ impl ClientSession {
                         }
                     }
                 }
-                self.events.push_back(ClientEvent::Welcomed {
+                let welcomed = ClientEvent::Welcomed {
                     software,
                     host: Box::new(host),
                     limits,
-                });
+                };
+                // A keyed server's facts come with its acceptance.
+                if self.seal.is_some() {
+                    self.welcomed = Some(welcomed);
+                } else {
+                    self.events.push_back(welcomed);
+                }
                 self.transmit.push_back(encode_with(
                     &mut self.seal,
                     &ClientMessage::Spec {
@@ -1008,6 +1028,7 @@ impl ClientSession {
             (
                 ClientState::AwaitAccepted,
                 ServerMessage::Accepted {
+                    host: accepted_host,
                     test_id,
                     token,
                     udp_ports,
@@ -1016,6 +1037,18 @@ impl ClientSession {
                     quic_port,
                 },
             ) => {
+                if let Some(ClientEvent::Welcomed {
+                    software,
+                    host,
+                    limits,
+                }) = self.welcomed.take()
+                {
+                    self.events.push_back(ClientEvent::Welcomed {
+                        software,
+                        host: accepted_host.unwrap_or(host),
+                        limits,
+                    });
+                }
                 let Some(token) = Token::from_hex(&token) else {
                     return self.fail(SessionError::Protocol(format!("bad token '{token}'")));
                 };

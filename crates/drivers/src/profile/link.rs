@@ -84,9 +84,21 @@ impl Link {
         let proof = handshake
             .handle_welcome(challenge.as_ref())
             .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
+        let mut host = host;
         if let Some((proof, seal)) = proof {
             link.send(&proof)?;
             *link.seal.lock().expect("seal lock") = Some(seal);
+            // A keyed agent's facts come sealed, after the proofs.
+            host = match link.recv::<AgentReply>(timeout)? {
+                Some(AgentReply::Welcome { host, .. }) => host,
+                Some(AgentReply::Error { reason }) => return Err(io::Error::other(reason)),
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the agent did not confirm the key",
+                    ))
+                }
+            };
         }
         Ok((link, host))
     }
