@@ -11,7 +11,7 @@ use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{DataPlane, PlaneSetup};
 use linerate_engine::sys;
 use linerate_hostinfo::host_facts;
-use linerate_proto::datagram::{hello, tag_of, Framing, HELLO_LEN};
+use linerate_proto::datagram::{hello, tag_of, validated_hello, Framing, HELLO_LEN};
 use linerate_proto::preface::data_preface;
 use linerate_proto::{ClientEvent, ClientSession, SessionError, Timeouts, Token, PROTOCOL_VERSION};
 use linerate_report::{HostFacts, Report, SideInterval, SideResult, TestConfig};
@@ -153,7 +153,8 @@ pub fn run(
         while let Some(event) = test.session.poll_event() {
             test.handle_event(event, progress)?;
         }
-        for (socket, hello) in &test.udp_flows {
+        for (flow, (socket, hello)) in test.udp_flows.iter_mut().enumerate() {
+            take_cookie(socket, flow as u32, hello);
             let _ = socket.send(hello);
         }
         if cancel.load(Ordering::Relaxed) {
@@ -202,7 +203,7 @@ struct ClientTest<'a> {
     flows: Vec<FlowSocket>,
     /// UDP tests: one connected socket per flow, and the hello each repeats until the
     /// server reports the flows ready (a hello may be lost like any datagram).
-    udp_flows: Vec<(UdpSocket, [u8; HELLO_LEN])>,
+    udp_flows: Vec<(UdpSocket, Vec<u8>)>,
     udp_tag: Option<Framing>,
     /// crr tests: where each transaction's connection goes.
     crr_target: Option<SocketAddr>,
@@ -462,6 +463,19 @@ fn open_flows(
         .collect()
 }
 
+/// Reads the server's answers to a flow's hellos: a cookie turns the hello repeated into
+/// one that carries it back, which proves this socket's address to the server.
+fn take_cookie(socket: &UdpSocket, flow: u32, hello: &mut Vec<u8>) {
+    let mut buffer = [0u8; 64];
+    while let Ok(n) = socket.recv(&mut buffer) {
+        if let Some(cookie) = linerate_proto::address_check::parse_challenge(&buffer[..n], flow) {
+            if let Ok(plain) = <[u8; HELLO_LEN]>::try_from(&hello[..HELLO_LEN]) {
+                *hello = validated_hello(&plain, &cookie).to_vec();
+            }
+        }
+    }
+}
+
 /// Opens one UDP socket per flow, connected to the server's port for that flow, and
 /// sends each flow's first hello.
 fn open_udp_flows(
@@ -469,7 +483,7 @@ fn open_udp_flows(
     config: &TestConfig,
     token: Token,
     ports: &[u16],
-) -> Result<Vec<(UdpSocket, [u8; HELLO_LEN])>, ClientError> {
+) -> Result<Vec<(UdpSocket, Vec<u8>)>, ClientError> {
     let unspecified: std::net::IpAddr = if addr.is_ipv4() {
         std::net::Ipv4Addr::UNSPECIFIED.into()
     } else {
@@ -489,9 +503,11 @@ fn open_udp_flows(
             let socket = UdpSocket::bind(SocketAddr::new(unspecified, 0)).map_err(fail)?;
             sys::apply_udp_options(&socket, config).map_err(fail)?;
             socket.connect(target).map_err(fail)?;
+            // Non-blocking while the hellos go: the cookie is read between them.
+            socket.set_nonblocking(true).map_err(fail)?;
             let greeting = hello(&token.0, flow);
             socket.send(&greeting).map_err(fail)?;
-            Ok((socket, greeting))
+            Ok((socket, greeting.to_vec()))
         })
         .collect()
 }

@@ -3,12 +3,13 @@
 //! Whatever ends the test (completion, the client vanishing, a protocol error, shutdown),
 //! the thread drops the plane and every socket of the test before it exits.
 
+use crate::access::canonical;
 use crate::access::{RateBook, RateShare};
 use crate::control::Control;
 use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{default_threads, DataPlane, PlaneSetup};
 use linerate_engine::sys;
-use linerate_proto::datagram::{parse_hello, tag_of, Framing};
+use linerate_proto::datagram::{parse_hello, parse_validated_hello, tag_of, Framing};
 use linerate_proto::{Offer, RefuseCode, ServerEvent, ServerSession, SessionError, Token};
 use linerate_report::{Direction, Role, TestConfig, Workload};
 use std::io;
@@ -27,6 +28,8 @@ struct TestState {
     flows: Vec<Option<FlowSocket>>,
     /// UDP tests: one socket per flow, and whether its hello has connected it.
     udp: Vec<(UdpSocket, bool)>,
+    /// The cookies a UDP test's hellos must carry back (crate address_check).
+    udp_cookies: Option<linerate_proto::address_check::AddressCookies>,
     udp_token: [u8; 16],
     /// Hellos refused so far (logged once per test).
     udp_refused: u64,
@@ -91,6 +94,7 @@ pub(crate) fn serve_test(
         flows_in: None,
         flows: Vec::new(),
         udp: Vec::new(),
+        udp_cookies: None,
         udp_token: [0; 16],
         udp_refused: 0,
         local_ip,
@@ -388,6 +392,18 @@ fn accept_test(
             }
         }
         state.udp_token = token.0;
+        let cookie_key = match (random_token(), random_token()) {
+            (Ok(a), Ok(b)) => {
+                let mut key = [0u8; 32];
+                key[..16].copy_from_slice(&a.0);
+                key[16..].copy_from_slice(&b.0);
+                key
+            }
+            _ => return session.abort("no randomness for the UDP cookies".into()),
+        };
+        state.udp_cookies = Some(linerate_proto::address_check::AddressCookies::new(
+            cookie_key,
+        ));
     } else if let Some(tls) = &tls {
         let (sender, receiver) = channel();
         let waiting = crate::secure::TlsWaiting {
@@ -513,23 +529,41 @@ fn start_plane(
 /// Reads the hellos waiting on a UDP test's sockets and connects each flow's socket to
 /// the address its hello came from; true when every flow has one. A hello is taken only
 /// from the host that holds the control connection, with the test's token and the
-/// socket's own flow id, so a forged source cannot aim the test's traffic elsewhere.
+/// socket's own flow id, and only once its address has proven it receives there: a plain
+/// hello is answered with a cookie alone, no larger than itself, and the hello that
+/// carries the cookie back connects the flow (crate address_check). A forged source gets
+/// the cookie at most, never the test's traffic.
 fn take_udp_hellos(shared: &Shared, id: u64, peer: SocketAddr, state: &mut TestState) -> bool {
     let mut buffer = [0u8; 64];
+    let Some(cookies) = &state.udp_cookies else {
+        return false;
+    };
     for (flow, (socket, connected)) in state.udp.iter_mut().enumerate() {
+        let flow = flow as u32;
         while !*connected {
             let Ok((len, from)) = socket.recv_from(&mut buffer) else {
                 break;
             };
-            let hello = parse_hello(&buffer[..len]);
-            let genuine = hello == Some((state.udp_token, flow as u32)) && from.ip() == peer.ip();
-            if genuine && socket.connect(from).is_ok() {
+            let datagram = &buffer[..len];
+            let ours = |token: [u8; 16], said: u32| {
+                token == state.udp_token
+                    && said == flow
+                    && canonical(from.ip()) == canonical(peer.ip())
+            };
+            if parse_hello(datagram).is_some_and(|(token, said)| ours(token, said)) {
+                let _ = socket.send_to(&cookies.challenge(from, flow), from);
+                continue;
+            }
+            let proven = parse_validated_hello(datagram).is_some_and(|(token, said, cookie)| {
+                ours(token, said) && cookies.verify(from, flow, &cookie)
+            });
+            if proven && socket.connect(from).is_ok() {
                 *connected = true;
             } else {
                 state.udp_refused += 1;
                 if state.udp_refused == 1 {
                     shared.log(&format!(
-                        "test {id}: refused a datagram from {from} on flow {flow}'s port: not a hello of this test from {}",
+                        "test {id}: refused a datagram from {from} on flow {flow}'s port: not a hello of this test from {} with its cookie",
                         peer.ip()
                     ));
                 }

@@ -20,7 +20,7 @@ use crate::flow::{
 use crate::sys;
 use linerate_model::latency::LatencyHistogram;
 use linerate_model::{Role, TestConfig, Workload};
-use linerate_proto::datagram::parse_hello;
+use linerate_proto::datagram::is_hello;
 use linerate_proto::transaction::{Requester, Responder};
 use mio::net::{TcpListener, TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token};
@@ -690,7 +690,7 @@ impl RrWorker {
             return;
         }
         // A hello repeated until the client heard the flows were ready is no request.
-        if udp && parse_hello(&self.receive_buffer[..n]).is_some() {
+        if udp && is_hello(&self.receive_buffer[..n]) {
             return;
         }
         if udp && n != request {

@@ -12,7 +12,7 @@ use crate::flow::{outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, F
 use crate::flow::{Sample, WorkerPlan};
 use crate::pacer::Pacer;
 use linerate_model::{Role, UdpCounts};
-use linerate_proto::datagram::{parse_hello, Framing, SequenceTracker};
+use linerate_proto::datagram::{is_hello, Framing, SequenceTracker};
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
@@ -606,7 +606,7 @@ impl UdpLoop {
                             });
                         self.receive_batch.received(m, |d| {
                             // Not a hello repeated while the flows were set up.
-                            if parse_hello(d).is_none() {
+                            if !is_hello(d) {
                                 tracker.record(d, arrival_ns);
                             }
                         });

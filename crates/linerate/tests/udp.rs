@@ -302,16 +302,42 @@ fn a_forged_hello_is_refused_and_gets_no_datagrams() {
         server.log()
     );
 
-    let genuine = UdpSocket::bind("127.0.0.1:0").unwrap();
-    genuine
+    // A genuine hello from an address that never answers its cookie (what a hello forged
+    // with a victim's address is, on the wire): the cookie alone, no larger, no flow.
+    let mut buffer = [0u8; 2048];
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    silent
         .send_to(&hello_with(&token), ("127.0.0.1", port))
         .unwrap();
-    assert_eq!(read_frame(&mut control)["type"], "flows_ready");
-    control.write_all(&frame(br#"{"type":"start"}"#)).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let (len, _) = silent.recv_from(&mut buffer).expect("a cookie");
+    assert!(len <= 28, "{len} bytes answered a 28-byte hello");
+    control
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        control.peek(&mut byte).is_err(),
+        "flows ready without a proven address"
+    );
+
+    // The genuine flow carries its cookie back.
+    let genuine = UdpSocket::bind("127.0.0.1:0").unwrap();
     genuine
         .set_read_timeout(Some(Duration::from_secs(3)))
         .unwrap();
-    let mut buffer = [0u8; 2048];
+    let plain = hello_with(&token);
+    genuine.send_to(&plain, ("127.0.0.1", port)).unwrap();
+    let (len, _) = genuine.recv_from(&mut buffer).expect("a cookie");
+    let cookie = linerate_proto::address_check::parse_challenge(&buffer[..len], 0)
+        .expect("a cookie for flow 0");
+    let mut proven = plain.clone();
+    proven.extend_from_slice(&cookie);
+    genuine.send_to(&proven, ("127.0.0.1", port)).unwrap();
+    assert_eq!(read_frame(&mut control)["type"], "flows_ready");
+    control.write_all(&frame(br#"{"type":"start"}"#)).unwrap();
     let (len, _) = genuine
         .recv_from(&mut buffer)
         .expect("the genuine flow gets datagrams");
@@ -322,6 +348,13 @@ fn a_forged_hello_is_refused_and_gets_no_datagrams() {
     assert!(
         forger.recv_from(&mut buffer).is_err(),
         "the forger got datagrams"
+    );
+    silent
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(
+        silent.recv_from(&mut buffer).is_err(),
+        "the address that never answered its cookie got datagrams"
     );
     control
         .write_all(&frame(br#"{"type":"abort","reason":"test over"}"#))

@@ -46,7 +46,8 @@ impl AddressCookies {
         AddressCookies { key }
     }
 
-    fn cookie(&self, from: SocketAddr, flow: u32) -> [u8; COOKIE_LEN] {
+    /// The cookie for `flow` from `from`.
+    pub fn cookie(&self, from: SocketAddr, flow: u32) -> [u8; COOKIE_LEN] {
         let mut hasher = blake3::Hasher::new_keyed(&self.key);
         match from {
             SocketAddr::V4(v4) => hasher.update(&v4.ip().octets()),
@@ -83,17 +84,23 @@ impl AddressCookies {
         if datagram.len() == DATA_PREFACE_LEN {
             return RendezvousHello::Unproven { flow };
         }
-        let expected = self.cookie(from, flow);
-        // Compared in constant time: the cookie is a MAC.
-        let differs = expected
-            .iter()
-            .zip(&datagram[DATA_PREFACE_LEN..])
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        if differs == 0 {
+        if self.verify(from, flow, &datagram[DATA_PREFACE_LEN..]) {
             RendezvousHello::Proven { flow }
         } else {
             RendezvousHello::Foreign
         }
+    }
+
+    /// Whether `cookie` is the one sent to `from` for `flow`; compared in constant time,
+    /// since the cookie is a MAC.
+    pub fn verify(&self, from: SocketAddr, flow: u32, cookie: &[u8]) -> bool {
+        let expected = self.cookie(from, flow);
+        cookie.len() == COOKIE_LEN
+            && expected
+                .iter()
+                .zip(cookie)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
     }
 }
 

@@ -155,6 +155,37 @@ pub fn parse_hello(datagram: &[u8]) -> Option<([u8; 16], u32)> {
     Some((token, flow))
 }
 
+/// A hello that carries back the cookie the server answered the plain hello with
+/// (crate::address_check): only then does the server send to the hello's address.
+pub const VALIDATED_HELLO_LEN: usize = HELLO_LEN + crate::address_check::COOKIE_LEN;
+
+pub fn validated_hello(
+    hello: &[u8; HELLO_LEN],
+    cookie: &[u8; crate::address_check::COOKIE_LEN],
+) -> [u8; VALIDATED_HELLO_LEN] {
+    let mut out = [0u8; VALIDATED_HELLO_LEN];
+    out[..HELLO_LEN].copy_from_slice(hello);
+    out[HELLO_LEN..].copy_from_slice(cookie);
+    out
+}
+
+/// The token, flow and cookie of a validated hello.
+pub fn parse_validated_hello(
+    datagram: &[u8],
+) -> Option<([u8; 16], u32, [u8; crate::address_check::COOKIE_LEN])> {
+    if datagram.len() != VALIDATED_HELLO_LEN {
+        return None;
+    }
+    let (token, flow) = parse_hello(&datagram[..HELLO_LEN])?;
+    Some((token, flow, datagram[HELLO_LEN..].try_into().ok()?))
+}
+
+/// Whether a datagram is a hello, plain or validated (a receiver skips the ones repeated
+/// while the flows were set up).
+pub fn is_hello(datagram: &[u8]) -> bool {
+    parse_hello(datagram).is_some() || parse_validated_hello(datagram).is_some()
+}
+
 /// Counts of one flow's arrivals, cumulative.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ArrivalCounts {
