@@ -61,14 +61,8 @@ fn read_sealed(
     stream: &mut TcpStream,
     seal: &mut Option<linerate_proto::auth::ControlSeal>,
 ) -> serde_json::Value {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len).expect("a frame length");
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    stream.read_exact(&mut body).expect("a frame body");
-    let body = linerate_proto::auth::open_with(seal, body).expect("a frame that opens");
+    let body =
+        linerate_proto::auth::open_with(seal, read_frame_body(stream)).expect("a frame that opens");
     serde_json::from_slice(&body).expect("a JSON frame")
 }
 
@@ -135,15 +129,8 @@ fn silent_agent_connections_are_closed_at_the_handshake_deadline() {
         took < Duration::from_secs(4),
         "closed after {took:?} with a 1 s deadline"
     );
-    let until = Instant::now() + Duration::from_secs(5);
-    while server.thread_count() > threads && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(
-        server.thread_count() <= threads,
-        "{} threads, {threads} before",
-        server.thread_count()
-    );
+    let now = server.wait_threads(threads, Duration::from_secs(5));
+    assert!(now <= threads, "{now} threads, {threads} before");
     assert!(server.wait_log("sent no hello", Duration::from_secs(2)));
 }
 
@@ -815,14 +802,10 @@ fn prepared_threads_end_when_their_connection_closes_before_the_start() {
         server.thread_count()
     );
     drop(link);
-    let closed = Instant::now();
-    while server.thread_count() > threads && closed.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let now = server.wait_threads(threads, Duration::from_secs(5));
     assert!(
-        server.thread_count() <= threads,
-        "{} threads 5 s after the connection closed, {threads} before",
-        server.thread_count()
+        now <= threads,
+        "{now} threads 5 s after the connection closed, {threads} before"
     );
     healthy_test(&server, &[]);
 }

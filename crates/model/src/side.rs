@@ -27,6 +27,14 @@ pub struct HostFacts {
 }
 
 impl HostFacts {
+    /// What a keyed server tells before its peer proved the key: its software alone.
+    pub fn software_only(&self) -> HostFacts {
+        HostFacts {
+            software: self.software.clone(),
+            ..HostFacts::default()
+        }
+    }
+
     /// Whether `other` runs on this host's kernel (and so on its CPUs).
     pub fn same_kernel(&self, other: &HostFacts) -> bool {
         !self.boot_id.is_empty() && self.boot_id == other.boot_id

@@ -208,10 +208,7 @@ impl AgentSession {
                 // A keyed agent tells nothing of its host before the dialer proves the
                 // key: a second welcome, sealed, carries the facts.
                 let host = if keyed {
-                    HostFacts {
-                        software: self.host.software.clone(),
-                        ..HostFacts::default()
-                    }
+                    self.host.software_only()
                 } else {
                     self.host.clone()
                 };

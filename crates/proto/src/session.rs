@@ -337,10 +337,7 @@ impl ServerSession {
                 // A keyed server tells nothing of its host before the client proves the
                 // key: the facts follow, sealed, in `accepted`.
                 let host = if challenge.is_some() {
-                    HostFacts {
-                        software: self.host.software.clone(),
-                        ..HostFacts::default()
-                    }
+                    self.host.software_only()
                 } else {
                     self.host.clone()
                 };

@@ -126,6 +126,18 @@ impl ServeProcess {
             .unwrap_or(0)
     }
 
+    /// Waits until the thread count is back to `baseline` at most; returns the last count.
+    pub fn wait_threads(&self, baseline: usize, within: Duration) -> usize {
+        let until = Instant::now() + within;
+        loop {
+            let now = self.thread_count();
+            if now <= baseline || Instant::now() >= until {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Waits until the descriptor count is back to `baseline`; returns the last count.
     pub fn wait_fds(&self, baseline: usize, within: Duration) -> usize {
         let until = Instant::now() + within;
@@ -426,8 +438,8 @@ pub fn frame(body: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// Reads one control frame's JSON, with a bound.
-pub fn read_frame(stream: &mut std::net::TcpStream) -> serde_json::Value {
+/// Reads one control frame's body, waiting at most 5 s.
+pub fn read_frame_body(stream: &mut std::net::TcpStream) -> Vec<u8> {
     use std::io::Read;
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -436,7 +448,12 @@ pub fn read_frame(stream: &mut std::net::TcpStream) -> serde_json::Value {
     stream.read_exact(&mut len).expect("a frame length");
     let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
     stream.read_exact(&mut body).expect("a frame body");
-    serde_json::from_slice(&body).expect("a JSON frame")
+    body
+}
+
+/// Reads one control frame's JSON, with a bound.
+pub fn read_frame(stream: &mut std::net::TcpStream) -> serde_json::Value {
+    serde_json::from_slice(&read_frame_body(stream)).expect("a JSON frame")
 }
 
 /// The number at JSON `pointer` in `doc`; a missing or non-numeric key fails the test.
