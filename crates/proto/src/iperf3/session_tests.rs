@@ -251,7 +251,7 @@ fn a_client_results_document_over_a_mebibyte_is_refused_from_its_length() {
     pump(t0, &mut c, &mut s);
     s.streams_ready(t0);
     pump(t0, &mut c, &mut s);
-    s.handle_input(t0, &[state::TEST_END as u8]);
+    s.handle_input(t0, &[state::TEST_END]);
     assert_eq!(drain(|| s.poll_event()), vec![server::Event::EndRequested]);
     s.finish(t0, results(1));
     s.handle_input(
