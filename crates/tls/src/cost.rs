@@ -7,7 +7,8 @@
 //! thousands of calls its error is a small fraction of the total. CPU time, not the wall
 //! clock: a thread preempted inside a call is not charged for the wait. Reading the clock
 //! twice costs about 240 ns of the thread's own time here, as much as sealing one QUIC
-//! packet; that cost, measured once per process, is taken off every timed call.
+//! packet; that cost, measured per thread and again every 1,024 timed calls (it drifts with
+//! the load), is taken off every timed call.
 
 use std::time::Duration;
 
@@ -28,19 +29,34 @@ pub fn thread_cpu() -> Duration {
     )
 }
 
+/// Timed calls between two measurements of the clock's cost.
+const RECALIBRATE_EVERY: u32 = 1024;
+
 /// The thread CPU time two back-to-back clock reads show: the clock's own cost inside
-/// every timed call. The median of 64 pairs, measured once.
+/// every timed call. Measured per thread (the median of 16 pairs) at its first timed call
+/// and again every [`RECALIBRATE_EVERY`] timed calls: the cost drifts with the machine's
+/// load (on a virtual machine a vCPU's stolen time is charged to the running thread; a
+/// pair measured at 70 ns when a process started cost 930 ns beside two busy loops).
 fn clock_cost() -> Duration {
-    static COST: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *COST.get_or_init(|| {
-        let mut pairs: Vec<Duration> = (0..64)
+    thread_local! {
+        static COST: std::cell::Cell<(Duration, u32)> = const { std::cell::Cell::new((Duration::ZERO, 0)) };
+    }
+    COST.with(|cell| {
+        let (cost, left) = cell.get();
+        if left > 0 {
+            cell.set((cost, left - 1));
+            return cost;
+        }
+        let mut pairs: Vec<Duration> = (0..16)
             .map(|_| {
                 let began = thread_cpu();
                 thread_cpu().saturating_sub(began)
             })
             .collect();
         pairs.sort();
-        pairs[pairs.len() / 2]
+        let fresh = pairs[pairs.len() / 2];
+        cell.set((fresh, RECALIBRATE_EVERY - 1));
+        fresh
     })
 }
 
@@ -83,16 +99,32 @@ mod tests {
 
     #[test]
     fn the_clocks_own_cost_is_not_charged() {
-        // The median call: an interrupt or a migration inside one of a thousand clock reads
-        // (other tests run beside this one) is not the clock's usual cost.
-        let mut charged: Vec<Duration> = (0..1000)
-            .filter_map(|call| sampled(call, 1, || std::hint::black_box(0u64)).1)
-            .collect();
-        charged.sort();
-        let per_call = charged[charged.len() / 2];
+        // Against the clock's cost measured here, in this run: an empty call's median
+        // charge is well under a bare pair of clock reads, which is what it would be
+        // charged if the cost were not taken off. Medians: an interrupt or a migration
+        // inside one of a thousand reads (other tests run beside this one) is not the
+        // clock's usual cost. No fixed nanoseconds: the clock's cost drifts with the
+        // machine (220 ns of drift between a process's calibration and its calls was seen).
+        let median = |mut v: Vec<Duration>| {
+            v.sort();
+            v[v.len() / 2]
+        };
+        let charged = median(
+            (0..1000)
+                .filter_map(|call| sampled(call, 1, || std::hint::black_box(0u64)).1)
+                .collect(),
+        );
+        let bare = median(
+            (0..1000)
+                .map(|_| {
+                    let began = thread_cpu();
+                    thread_cpu().saturating_sub(began)
+                })
+                .collect(),
+        );
         assert!(
-            per_call < Duration::from_nanos(100),
-            "an empty call was charged {per_call:?}"
+            charged < bare.mul_f64(0.75) || bare.is_zero(),
+            "an empty call was charged {charged:?}; a bare pair of clock reads costs {bare:?}"
         );
     }
 
