@@ -204,7 +204,13 @@ pub(crate) fn rate_exceeded(
     };
     intervals
         .iter()
-        .find(|i| access::over_rate(i.sent_bps, i.received_bps, most))
+        .find(|i| {
+            access::over_rate(
+                i.sent_bytes.saturating_add(i.received_bytes),
+                i.end - i.start,
+                most,
+            )
+        })
         .map(|i| {
             format!(
                 "{} moved in an interval, over {flag} of {}; test ended",
