@@ -57,6 +57,15 @@ pub enum ClientError {
     Config(String),
 }
 
+impl From<crate::secure::QuicOpenError> for ClientError {
+    fn from(error: crate::secure::QuicOpenError) -> ClientError {
+        match error {
+            crate::secure::QuicOpenError::Config(why) => ClientError::Config(why),
+            crate::secure::QuicOpenError::Quic(why) => ClientError::Quic(why),
+        }
+    }
+}
+
 /// What the client tells its caller while a test runs.
 #[derive(Debug, Clone)]
 pub enum Progress {
@@ -298,7 +307,7 @@ impl<'a> ClientTest<'a> {
                 self.options.ca.as_deref(),
             ) {
                 Ok(side) => self.quic = Some(std::sync::Arc::new(side)),
-                Err(error) => return Err(self.abort(error)),
+                Err(error) => return Err(self.abort(error.into())),
             },
             ClientEvent::Accepted {
                 token,

@@ -191,6 +191,16 @@ pub fn server_name(config: &TestConfig) -> String {
     }
 }
 
+/// Why a QUIC test's client side could not open. Its own type, so that this module,
+/// which the server's handlers use too, does not import the client's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuicOpenError {
+    /// The test's TLS settings or trust cannot be used.
+    Config(String),
+    /// The connection or its streams did not open.
+    Quic(String),
+}
+
 /// The client's side of a QUIC test: connects to the server's QUIC port and opens a
 /// stream per flow, trusting as for TLS.
 pub fn open_quic(
@@ -199,20 +209,19 @@ pub fn open_quic(
     token: linerate_proto::Token,
     fingerprint: Option<&str>,
     ca: Option<&std::path::Path>,
-) -> Result<linerate_engine::quic::QuicSide, crate::client::ClientError> {
-    use crate::client::ClientError;
+) -> Result<linerate_engine::quic::QuicSide, QuicOpenError> {
     let settings = config
         .tls
         .as_ref()
-        .ok_or_else(|| ClientError::Config("a QUIC test without TLS settings".into()))?;
-    let cipher: Cipher = settings.cipher.parse().map_err(ClientError::Config)?;
-    let trust = trust(fingerprint, ca).map_err(|e| ClientError::Config(e.to_string()))?;
+        .ok_or_else(|| QuicOpenError::Config("a QUIC test without TLS settings".into()))?;
+    let cipher: Cipher = settings.cipher.parse().map_err(QuicOpenError::Config)?;
+    let trust = trust(fingerprint, ca).map_err(|e| QuicOpenError::Config(e.to_string()))?;
     let tls = linerate_tls::quic_client_config(cipher, &trust)
-        .map_err(|e| ClientError::Config(e.to_string()))?;
+        .map_err(|e| QuicOpenError::Config(e.to_string()))?;
     let timeout = Duration::from_secs_f64(config.connect_timeout_s).max(HANDSHAKE_TIMEOUT);
     let plan = linerate_engine::quic::QuicPlan::of(config, token, timeout);
     linerate_engine::quic::QuicSide::connect(server, tls, server_name(config), plan)
-        .map_err(ClientError::Quic)
+        .map_err(QuicOpenError::Quic)
 }
 
 /// The certificate this process presents on the `ssl` connections of profile runs it

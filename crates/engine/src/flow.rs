@@ -112,7 +112,21 @@ pub enum FlowSocket {
     Ktls(std::net::TcpStream, linerate_tls::TlsFacts),
     /// A QUIC stream: every flow of the side names the side's QUIC thread, which holds
     /// the connections and streams (`--quic`).
-    Quic(std::sync::Arc<crate::quic::QuicSide>),
+    Quic(std::sync::Arc<dyn QuicFlows>),
+}
+
+/// A side's QUIC thread as a data-plane worker sees it (engine's `quic::QuicSide`): it
+/// takes the worker's plan and flows and gives back their outcomes. A trait here, not the
+/// type, so that this module, which every worker loop imports, imports none of them.
+pub trait QuicFlows: Send + Sync + std::fmt::Debug {
+    /// Runs `flows` (id, direction, role) on the plan; returns when they end.
+    fn run_flows(
+        &self,
+        plan: WorkerPlan,
+        flows: Vec<(u32, Direction, Role)>,
+        samples: Sender<Sample>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::io::Result<Vec<FlowOutcome>>;
 }
 
 impl FlowSocket {

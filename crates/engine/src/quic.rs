@@ -739,25 +739,36 @@ pub(crate) fn run(
     let Some(FlowSocket::Quic(side)) = specs.first().map(|s| &s.socket) else {
         return Err(io::Error::other("a QUIC worker without QUIC flows"));
     };
-    let side = side.clone();
     let flows = specs.iter().map(|s| (s.id, s.direction, s.role)).collect();
-    side.go
-        .as_ref()
-        .ok_or_else(|| io::Error::other("the QUIC side was closed"))?
-        .send(Go {
-            plan,
-            flows,
-            samples,
-            stop,
-        })
-        .map_err(|_| io::Error::other("the QUIC thread ended before the test started"))?;
-    let outcomes = side
-        .outcomes
-        .lock()
-        .map_err(|_| io::Error::other("QUIC state poisoned"))?;
-    outcomes
-        .recv()
-        .map_err(|_| io::Error::other("the QUIC thread ended during the test"))?
+    side.run_flows(plan, flows, samples, stop)
+}
+
+impl crate::flow::QuicFlows for QuicSide {
+    fn run_flows(
+        &self,
+        plan: WorkerPlan,
+        flows: Vec<(u32, Direction, Role)>,
+        samples: Sender<Sample>,
+        stop: Arc<AtomicBool>,
+    ) -> io::Result<Vec<FlowOutcome>> {
+        self.go
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the QUIC side was closed"))?
+            .send(Go {
+                plan,
+                flows,
+                samples,
+                stop,
+            })
+            .map_err(|_| io::Error::other("the QUIC thread ended before the test started"))?;
+        let outcomes = self
+            .outcomes
+            .lock()
+            .map_err(|_| io::Error::other("QUIC state poisoned"))?;
+        outcomes
+            .recv()
+            .map_err(|_| io::Error::other("the QUIC thread ended during the test"))?
+    }
 }
 
 /// quinn's crypto with each 1-RTT packet's sealing and opening timed.

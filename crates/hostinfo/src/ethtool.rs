@@ -3,8 +3,21 @@
 //! and its output is not a stable interface. Every answer is bounded before use (a driver
 //! reporting millions of statistics is refused), and any refusal leaves that part empty.
 
-use crate::source::Ethtool;
 use std::collections::BTreeMap;
+
+/// What ethtool knows of one interface.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Ethtool {
+    pub driver: Option<String>,
+    /// Statistics by the driver's names (`ethtool -S`).
+    pub stats: BTreeMap<String, u64>,
+    /// Offloads by ethtool's feature names (`ethtool -k`).
+    pub features: BTreeMap<String, bool>,
+    /// rx, rx_max, tx, tx_max (`ethtool -g`).
+    pub rings: Option<[u32; 4]>,
+    /// rx-usecs, tx-usecs, adaptive rx (0 or 1) (`ethtool -c`).
+    pub coalesce: Option<[u32; 3]>,
+}
 
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GDRVINFO: u32 = 0x03;

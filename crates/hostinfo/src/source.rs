@@ -3,6 +3,7 @@
 //! rings come from the kernel's ethtool ioctl on this host, and from text files in
 //! `ethtool`'s own output formats under `ethtool/IF/` in a fixture.
 
+pub use crate::ethtool::Ethtool;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -12,20 +13,6 @@ pub struct Root {
     dir: PathBuf,
     /// This host: ask the kernel for ethtool data instead of reading fixture files.
     live: bool,
-}
-
-/// What ethtool knows of one interface.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Ethtool {
-    pub driver: Option<String>,
-    /// Statistics by the driver's names (`ethtool -S`).
-    pub stats: BTreeMap<String, u64>,
-    /// Offloads by ethtool's feature names (`ethtool -k`).
-    pub features: BTreeMap<String, bool>,
-    /// rx, rx_max, tx, tx_max (`ethtool -g`).
-    pub rings: Option<[u32; 4]>,
-    /// rx-usecs, tx-usecs, adaptive rx (0 or 1) (`ethtool -c`).
-    pub coalesce: Option<[u32; 3]>,
 }
 
 impl Root {

@@ -5,7 +5,7 @@
 //! is inferred from the other side's numbers (MEASUREMENT.md rule 1).
 
 use crate::model::*;
-use crate::sides::{per_second, side_warnings, socket_facts};
+use crate::sides::{observed, per_second, side_warnings, socket_facts};
 
 impl Report {
     /// Builds the report of a test from the client's (`local`) and the server's (`remote`)
@@ -48,17 +48,6 @@ impl Report {
             observe,
         }
     }
-}
-
-/// Both ends' observations, if either end observed.
-pub(crate) fn observed(
-    local: &SideResult,
-    remote: &SideResult,
-) -> Option<PerSide<Option<linerate_model::observe::Observation>>> {
-    (local.observe.is_some() || remote.observe.is_some()).then(|| PerSide {
-        local: local.observe.clone(),
-        remote: remote.observe.clone(),
-    })
 }
 
 /// A pacing target the senders fell short of by more than 1 %, said with what the sender
@@ -416,68 +405,9 @@ fn summarize(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    pub(crate) fn config(direction: Direction, parallel: u32) -> TestConfig {
-        TestConfig {
-            quic: None,
-            tls: None,
-            protocol: "tcp".into(),
-            target: "loopback".into(),
-            port: 5201,
-            direction,
-            parallel,
-            threads: 1,
-            time_s: 10.0,
-            omit_s: 0.0,
-            interval_s: 1.0,
-            length: 131072,
-            window: None,
-            mss: None,
-            nodelay: false,
-            congestion: None,
-            rate_bps: None,
-            pps: None,
-            gso: false,
-            gro: false,
-            per_flow: false,
-            connect_timeout_s: 5.0,
-            workload: Default::default(),
-            rr: None,
-            observe: true,
-        }
-    }
-
-    pub(crate) fn flow(
-        id: u32,
-        role: Role,
-        bytes: u64,
-        seconds: f64,
-        retransmits: u64,
-    ) -> FlowSide {
-        FlowSide {
-            id,
-            direction: Direction::Forward,
-            role,
-            local_addr: String::new(),
-            remote_addr: String::new(),
-            window_bytes: bytes,
-            window_s: seconds,
-            bytes_total: bytes + 100,
-            retransmits,
-            sndbuf: 0,
-            rcvbuf: 0,
-            mss: 1448,
-            rtt_us: 50,
-            congestion: "cubic".into(),
-            error: None,
-            udp: None,
-            datagrams_total: 0,
-            transactions: 0,
-            transactions_total: 0,
-        }
-    }
+    use crate::fixtures::{config, flow};
 
     #[test]
     fn a_pacing_target_not_reached_is_said_with_the_reason() {

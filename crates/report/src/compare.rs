@@ -402,7 +402,7 @@ mod tests {
     use crate::stats::estimate;
 
     fn run(goodputs: &[f64]) -> Report {
-        let config = crate::assemble::tests::config(Direction::Forward, 1);
+        let config = crate::fixtures::config(Direction::Forward, 1);
         let one = |bps: f64| {
             let mut report = Report {
                 tool: "linerate test".into(),

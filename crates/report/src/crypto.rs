@@ -2,49 +2,10 @@
 //! part of it spent sealing and opening records, and, with `--baseline`, the same test's
 //! plain TCP figures beside them.
 
+pub use crate::model::{Baseline, CryptoSummary};
 use crate::model::{PerSide, Summary};
 use linerate_model::units::{format_rate, Scale};
 use linerate_model::{CryptoSide, SideResult};
-use serde::{Deserialize, Serialize};
-
-/// An encrypted test's cost, in `summary.crypto`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CryptoSummary {
-    /// "tls" or "quic".
-    pub protocol: String,
-    /// The negotiated TLS 1.3 suite.
-    pub suite: String,
-    /// Connections whose records the kernel held (kTLS), on each end, of `connections`.
-    pub ktls_connections: PerSide<u32>,
-    pub connections: u32,
-    /// The client's handshakes: mean and longest, milliseconds.
-    pub handshake_ms: f64,
-    pub handshake_max_ms: f64,
-    /// The test's own threads' CPU seconds per Gbit received, on each end and together.
-    pub cpu_s_per_gbit: PerSide<f64>,
-    pub cpu_s_per_gbit_total: f64,
-    /// Of that, seconds spent sealing and opening records per Gbit (user-space TLS only).
-    pub crypto_s_per_gbit: PerSide<Option<f64>>,
-    /// `--baseline`: the same test plain over TCP, run just before.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline: Option<Baseline>,
-    /// Request/response tests: microseconds spent sealing and opening records per
-    /// transaction, on each end.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub crypto_us_per_transaction: Option<PerSide<Option<f64>>>,
-}
-
-/// The plain run `--baseline` compares with.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Baseline {
-    pub receiver_bps: f64,
-    pub cpu_s_per_gbit: PerSide<f64>,
-    pub cpu_s_per_gbit_total: f64,
-    /// Encrypted CPU per Gbit over plain, less one, in percent (both ends together).
-    pub extra_cpu_pct: f64,
-    /// Encrypted goodput over plain.
-    pub goodput_ratio: f64,
-}
 
 fn per_gbit(seconds: f64, gbit: f64) -> f64 {
     if gbit > 0.0 {

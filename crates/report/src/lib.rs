@@ -11,6 +11,8 @@ pub mod cpu_basis;
 pub mod crypto;
 pub mod document;
 pub mod export;
+#[cfg(test)]
+mod fixtures;
 pub mod html;
 pub mod iperf3_json;
 pub mod model;

@@ -226,7 +226,7 @@ pub struct Summary {
     pub rr: Option<RrSummary>,
     /// Encrypted tests (`--tls`, `--quic`): what the encryption cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub crypto: Option<crate::crypto::CryptoSummary>,
+    pub crypto: Option<CryptoSummary>,
 }
 
 /// Reads a `summary` object. The UDP and request/response figures sit at its top level
@@ -581,4 +581,43 @@ pub struct FindMaxReport {
     /// Why the rate could not go higher, in words, from the first failing trial above it.
     pub limit: Option<String>,
     pub warnings: Vec<String>,
+}
+
+/// An encrypted test's cost, in `summary.crypto` (its figures are made in `crypto`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CryptoSummary {
+    /// "tls" or "quic".
+    pub protocol: String,
+    /// The negotiated TLS 1.3 suite.
+    pub suite: String,
+    /// Connections whose records the kernel held (kTLS), on each end, of `connections`.
+    pub ktls_connections: PerSide<u32>,
+    pub connections: u32,
+    /// The client's handshakes: mean and longest, milliseconds.
+    pub handshake_ms: f64,
+    pub handshake_max_ms: f64,
+    /// The test's own threads' CPU seconds per Gbit received, on each end and together.
+    pub cpu_s_per_gbit: PerSide<f64>,
+    pub cpu_s_per_gbit_total: f64,
+    /// Of that, seconds spent sealing and opening records per Gbit (user-space TLS only).
+    pub crypto_s_per_gbit: PerSide<Option<f64>>,
+    /// `--baseline`: the same test plain over TCP, run just before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
+    /// Request/response tests: microseconds spent sealing and opening records per
+    /// transaction, on each end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crypto_us_per_transaction: Option<PerSide<Option<f64>>>,
+}
+
+/// The plain run `--baseline` compares with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    pub receiver_bps: f64,
+    pub cpu_s_per_gbit: PerSide<f64>,
+    pub cpu_s_per_gbit_total: f64,
+    /// Encrypted CPU per Gbit over plain, less one, in percent (both ends together).
+    pub extra_cpu_pct: f64,
+    /// Encrypted goodput over plain.
+    pub goodput_ratio: f64,
 }

@@ -8,7 +8,7 @@
 
 use crate::latency::LatencySummary;
 use crate::model::*;
-use crate::sides::{per_second, side_warnings, socket_facts};
+use crate::sides::{observed, per_second, side_warnings, socket_facts};
 use crate::units::format_count;
 use std::fmt::Write;
 
@@ -90,7 +90,7 @@ pub(crate) fn assemble(
         }
     }
     summary.flows_failed = flows.iter().filter(|f| f.error.is_some()).count() as u32;
-    let observe = crate::assemble::observed(&local, &remote);
+    let observe = observed(&local, &remote);
     Report {
         tool: tool.to_string(),
         test: config.test_name(),
@@ -413,7 +413,7 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::assemble::tests::{config, flow};
+    use crate::fixtures::{config, flow};
     use crate::latency::LatencyHistogram;
 
     fn rr_config(outstanding: u32, rate_tps: Option<f64>) -> TestConfig {

@@ -1,6 +1,7 @@
 //! What both assemblies of a report (bulk in `assemble`, request/response in `rr`) take
 //! from the sides alike: their warnings, rates from counts, and a flow's socket facts.
 
+use crate::model::PerSide;
 use crate::{FlowSide, SideResult, SocketFacts};
 
 /// Both sides' warnings, the server's marked as such.
@@ -27,4 +28,15 @@ pub(crate) fn socket_facts(side: Option<&FlowSide>) -> SocketFacts {
         congestion: f.congestion.clone(),
     })
     .unwrap_or_default()
+}
+
+/// Both ends' observations, if either end observed.
+pub(crate) fn observed(
+    local: &SideResult,
+    remote: &SideResult,
+) -> Option<PerSide<Option<linerate_model::observe::Observation>>> {
+    (local.observe.is_some() || remote.observe.is_some()).then(|| PerSide {
+        local: local.observe.clone(),
+        remote: remote.observe.clone(),
+    })
 }

@@ -1,0 +1,215 @@
+//! The code's shape, checked: no module of a crate imports, through others, a module that
+//! imports it (an import ring). A ring makes the modules in it one unit that cannot be
+//! understood, tested or moved apart; five of them once grew one back edge at a time.
+//!
+//! Modules are the files under each crate's `src` (`a/mod.rs` is module `a`); an edge is a
+//! `crate::` or `super::` path in the code (comments aside) that names another module.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every `.rs` file under `dir`, with its module name relative to `src`.
+fn modules(src: &Path, dir: &Path, out: &mut BTreeMap<String, PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            modules(src, &path, out);
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let relative = path.strip_prefix(src).unwrap().with_extension("");
+        let mut name = relative.to_string_lossy().replace('\\', "/");
+        if let Some(parent) = name.strip_suffix("/mod") {
+            name = parent.to_string();
+        }
+        if name != "lib" && name != "main" {
+            out.insert(name, path);
+        }
+    }
+}
+
+/// The module a path's segments (after `crate::`, from `base`) name: the longest prefix
+/// that is a module.
+fn target(known: &BTreeMap<String, PathBuf>, base: &str, segments: &[&str]) -> Option<String> {
+    (1..=segments.len()).rev().find_map(|n| {
+        let mut name = base.to_string();
+        for segment in &segments[..n] {
+            if !name.is_empty() {
+                name.push('/');
+            }
+            name.push_str(segment);
+        }
+        known.contains_key(&name).then_some(name)
+    })
+}
+
+/// The edges of one crate: module to the modules it names.
+fn edges(known: &BTreeMap<String, PathBuf>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, path) in known {
+        let text = std::fs::read_to_string(path).unwrap();
+        let parent = module.rsplit_once('/').map_or("", |(p, _)| p);
+        let is_mod_rs = path.ends_with("mod.rs");
+        let here = if is_mod_rs { module.as_str() } else { parent };
+        let targets = out.entry(module.clone()).or_default();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or("");
+            for (prefix, base) in [("crate::", ""), ("super::", here)] {
+                let base = if prefix == "super::" && is_mod_rs {
+                    module.rsplit_once('/').map_or("", |(p, _)| p)
+                } else {
+                    base
+                };
+                for (at, _) in code.match_indices(prefix) {
+                    let rest = &code[at + prefix.len()..];
+                    let segments: Vec<&str> = rest
+                        .split("::")
+                        .map(|s| {
+                            s.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                                .next()
+                                .unwrap_or("")
+                        })
+                        .take_while(|s| !s.is_empty())
+                        .collect();
+                    if let Some(to) = target(known, base, &segments) {
+                        if to != *module {
+                            targets.insert(to);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The strongly connected components of more than one module (Tarjan's algorithm).
+fn rings(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Walk<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    fn visit<'a>(walk: &mut Walk<'a>, node: &'a str) {
+        let n = walk.index.len();
+        walk.index.insert(node, n);
+        walk.low.insert(node, n);
+        walk.stack.push(node);
+        walk.on_stack.insert(node);
+        let graph = walk.graph;
+        for next in graph.get(node).into_iter().flatten() {
+            if !walk.index.contains_key(next.as_str()) {
+                visit(walk, next);
+                let low = walk.low[node].min(walk.low[next.as_str()]);
+                walk.low.insert(node, low);
+            } else if walk.on_stack.contains(next.as_str()) {
+                let low = walk.low[node].min(walk.index[next.as_str()]);
+                walk.low.insert(node, low);
+            }
+        }
+        if walk.low[node] == walk.index[node] {
+            let mut component = Vec::new();
+            while let Some(top) = walk.stack.pop() {
+                walk.on_stack.remove(top);
+                component.push(top.to_string());
+                if top == node {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                walk.found.push(component);
+            }
+        }
+    }
+    let mut walk = Walk {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for node in graph.keys() {
+        if !walk.index.contains_key(node.as_str()) {
+            visit(&mut walk, node);
+        }
+    }
+    walk.found
+}
+
+#[test]
+fn no_crate_has_an_import_ring() {
+    let crates = workspace().join("crates");
+    let mut found = Vec::new();
+    let mut counted = 0;
+    for entry in std::fs::read_dir(&crates).unwrap() {
+        let src = entry.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let mut known = BTreeMap::new();
+        modules(&src, &src, &mut known);
+        counted += known.len();
+        for ring in rings(&edges(&known)) {
+            found.push(format!("{}: {}", src.display(), ring.join(", ")));
+        }
+    }
+    assert!(
+        counted > 50,
+        "only {counted} modules found under {}",
+        crates.display()
+    );
+    assert!(found.is_empty(), "import rings:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_ring_finder_finds_a_ring_and_no_false_one() {
+    let graph = |pairs: &[(&str, &str)]| {
+        let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in pairs {
+            g.entry(a.to_string()).or_default().insert(b.to_string());
+            g.entry(b.to_string()).or_default();
+        }
+        g
+    };
+    assert_eq!(
+        rings(&graph(&[("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")])),
+        vec![vec!["a".to_string(), "b".into(), "c".into()]]
+    );
+    assert!(rings(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])).is_empty());
+    // Paths resolve to the longest module prefix, `super::` from a file's parent.
+    let mut known = BTreeMap::new();
+    let dir = std::env::temp_dir().join(format!("linerate-rings-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("p")).unwrap();
+    for (name, text) in [
+        (
+            "x",
+            "use crate::p::y::Thing;\n// crate::z in a comment is no edge\n",
+        ),
+        ("p/y", "use super::z::f;\n"),
+        ("p/z", "fn g() { crate::x::h() }\n"),
+        ("z", ""),
+    ] {
+        let path = dir.join(format!("{name}.rs"));
+        std::fs::write(&path, text).unwrap();
+        known.insert(name.to_string(), path);
+    }
+    let found = edges(&known);
+    assert_eq!(found["x"], BTreeSet::from(["p/y".to_string()]));
+    assert_eq!(found["p/y"], BTreeSet::from(["p/z".to_string()]));
+    assert_eq!(
+        rings(&found),
+        vec![vec!["p/y".to_string(), "p/z".into(), "x".into()]]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
