@@ -1,7 +1,7 @@
 //! A per-flow token bucket for `--rate`, with nanosecond accounting.
 //!
 //! Kernel pacing (SO_MAX_PACING_RATE) needs the fq qdisc, which is not always there and
-//! silently does nothing without it (MEASUREMENT.md rule 8), so pacing is done here. The
+//! silently does nothing without it (docs/measurement.md 8), so pacing is done here. The
 //! bucket may go into debt by one write: a write is allowed while the balance is positive
 //! and its full size is charged, so the long-run rate is exact whatever the write size.
 

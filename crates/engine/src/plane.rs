@@ -2,7 +2,7 @@
 //! samples gathered into interval figures as they arrive and into a [`SideResult`] at the
 //! end.
 //!
-//! The measurement window (MEASUREMENT.md rule 2) is `[omit, omit + time]` on this side's
+//! The measurement window (docs/measurement.md 2) is `[omit, omit + time]` on this side's
 //! clock, which starts when this side starts its workers. Each flow's window figures use
 //! its worker's actual sample times at the two edges, so a late wake-up shifts the window
 //! a little but never inflates a rate.

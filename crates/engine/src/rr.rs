@@ -6,7 +6,7 @@
 //! requests over (closed loop) and once when a read returns, and records each completed
 //! round trip in the worker's own HDR histogram; a sample at each boundary carries the
 //! histogram of the span since the previous one, so percentiles are exact per interval
-//! and over the window after merging (MEASUREMENT.md rule 5).
+//! and over the window after merging (docs/measurement.md 10).
 //!
 //! A worker with one flow in closed loop runs it with blocking calls, as netperf does: the
 //! thread sleeps in `read` and the kernel wakes it with the answer, one system call fewer

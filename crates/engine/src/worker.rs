@@ -2,7 +2,7 @@
 //!
 //! Workers share nothing on the hot path: counters are plain fields of the worker's own
 //! flows, read out at interval boundaries into a [`Sample`] sent over a channel
-//! (MEASUREMENT.md rule 11). The clock is read once per loop turn, never per write; a turn
+//! (docs/measurement.md 7). The clock is read once per loop turn, never per write; a turn
 //! does at most [`OPS_PER_TURN`] socket calls, so a boundary is noticed within one turn and
 //! the sample records the time it was actually taken.
 //!

@@ -2,7 +2,7 @@
 //!
 //! [`CpuSnapshot`] reads every CPU's time counters from `/proc/stat`; two snapshots around
 //! a measurement window give system-wide and per-core use, including the interrupt and
-//! softirq time that `getrusage` does not see (MEASUREMENT.md rule 4). [`thread_cpu_time`]
+//! softirq time that `getrusage` does not see (docs/measurement.md 4). [`thread_cpu_time`]
 //! gives the calling thread's own CPU time, so that a test can count its own threads even
 //! when it shares a process with other tests. [`host_facts`] describes the machine.
 

@@ -40,7 +40,7 @@ fn skip_unless_root(test: &str) -> bool {
     false
 }
 
-/// MEASUREMENT.md, "How we prove it": a tbf-shaped 1 Gbit/s link carries at most
+/// ../shared/docs/MEASUREMENT.md, "How we prove it": a tbf-shaped 1 Gbit/s link carries at most
 /// 1e9 x 1448/1514 bit/s of TCP payload (MTU 1500, TCP timestamps on).
 #[test]
 fn goodput_on_a_shaped_link_matches_the_ceiling_and_the_interface_counters() {
@@ -355,7 +355,7 @@ fn udp_send_refusals_and_the_senders_qdisc_drops_are_the_kernels_counts() {
     }
 }
 
-/// MEASUREMENT.md, "How we prove it", for UDP: 1.2 times the shaped rate offered in
+/// ../shared/docs/MEASUREMENT.md, "How we prove it", for UDP: 1.2 times the shaped rate offered in
 /// 1400-byte datagrams. Goodput must sit at the payload ceiling rate x 1400/1442 (14
 /// Ethernet + 20 IP + 8 UDP per datagram), and the loss linerate reports must match the
 /// kernels' count.

@@ -4,7 +4,7 @@
 use crate::{Direction, Role};
 use serde::{Deserialize, Serialize};
 
-/// Facts about one host that travel with every figure (MEASUREMENT.md rule 13).
+/// Facts about one host that travel with every figure (docs/measurement.md 5).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostFacts {
     pub hostname: String,
@@ -41,7 +41,7 @@ impl HostFacts {
     }
 }
 
-/// CPU use on one host over the measurement window (MEASUREMENT.md rule 4).
+/// CPU use on one host over the measurement window (docs/measurement.md 4).
 ///
 /// The `*_pct` system-wide figures are percentages of all cores together (as `mpstat`'s
 /// "all" row); `busiest_core_pct` is of one core; `process_pct` is the test's own threads
@@ -79,7 +79,7 @@ impl CpuUsage {
 
 /// The kernel's UDP counters (`/proc/net/snmp`, the `Udp:` rows), host-wide.
 ///
-/// Read at the window's edges beside the tool's own counts (MEASUREMENT.md rule 7), so a
+/// Read at the window's edges beside the tool's own counts (docs/measurement.md 9), so a
 /// user can tell a receiver that overflowed its socket buffer (`RcvbufErrors`) from a
 /// lossy path, and a sender whose datagrams the kernel refused (`SndbufErrors`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

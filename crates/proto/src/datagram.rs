@@ -13,7 +13,7 @@
 //! tag are carried only when there is room; each flow has its own connected socket pair,
 //! which identifies it anyway.
 //!
-//! [`SequenceTracker`] turns arriving headers into the figures MEASUREMENT.md rules 6 and 7
+//! [`SequenceTracker`] turns arriving headers into the figures docs/measurement.md 9
 //! ask for: loss, reordering and duplicates as three separate counts, and RFC 3550 jitter
 //! over in-order datagrams.
 

@@ -2,7 +2,7 @@
 //!
 //! Each figure comes from the side that can know it: receiver figures from the receiving
 //! end's counters and clock, sender figures and retransmits from the sending end. Nothing
-//! is inferred from the other side's numbers (MEASUREMENT.md rule 1).
+//! is inferred from the other side's numbers (docs/measurement.md 1).
 
 use crate::model::*;
 use crate::sides::{observed, per_second, side_warnings, socket_facts};
