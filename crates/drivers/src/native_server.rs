@@ -286,10 +286,15 @@ fn tls_for(
             "this server runs only encrypted tests (--require-tls): add --tls".into(),
         )),
         (None, _) => Ok(None),
-        (Some(_), _) if config.protocol == "udp" || config.workload == Workload::Crr => Err((
-            RefuseCode::Invalid,
-            "TLS runs over TCP streams and rr connections, not UDP or crr".into(),
-        )),
+        (Some(_), _)
+            if config.protocol == linerate_model::Protocol::Udp
+                || config.workload == Workload::Crr =>
+        {
+            Err((
+                RefuseCode::Invalid,
+                "TLS runs over TCP streams and rr connections, not UDP or crr".into(),
+            ))
+        }
         (Some(settings), _) => {
             if let Err(why) = settings.cipher.parse::<linerate_tls::Cipher>() {
                 return Err((RefuseCode::Invalid, why));
@@ -368,7 +373,7 @@ fn accept_test(
         }
     }
     let mut quic_port = None;
-    if config.protocol == "quic" {
+    if config.protocol == linerate_model::Protocol::Quic {
         let Some(tls) = &tls else {
             return session.abort("a QUIC test without TLS".into());
         };
@@ -376,7 +381,7 @@ fn accept_test(
             Ok(port) => quic_port = Some(port),
             Err(e) => return session.abort(format!("cannot open the QUIC endpoint: {e}")),
         }
-    } else if config.protocol == "udp" {
+    } else if config.protocol == linerate_model::Protocol::Udp {
         for _ in 0..config.connections() {
             let bound = UdpSocket::bind(SocketAddr::new(state.local_ip, 0)).and_then(|socket| {
                 socket.set_nonblocking(true)?;
@@ -515,7 +520,7 @@ fn start_plane(
             .threads
             .unwrap_or_else(|| default_threads(config.connections() as usize)),
         drain: shared.config.drain,
-        udp_framing: (config.protocol == "udp").then(|| Framing::Native {
+        udp_framing: (config.protocol == linerate_model::Protocol::Udp).then(|| Framing::Native {
             tag: tag_of(&state.udp_token),
         }),
         pin_cpus: Vec::new(),

@@ -131,7 +131,7 @@ pub fn document(
     let config = TestConfig {
         quic: None,
         tls: None,
-        protocol: "udp".into(),
+        protocol: linerate_model::Protocol::Udp,
         target: summary.server.clone(),
         port: summary
             .server

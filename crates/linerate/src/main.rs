@@ -641,7 +641,7 @@ fn run_baseline(
     let mut plain = config.clone();
     plain.tls = None;
     plain.quic = None;
-    plain.protocol = "tcp".into();
+    plain.protocol = linerate_model::Protocol::Tcp;
     if !args.json {
         println!("Baseline first: the same test plain, {}", plain.describe());
     }

@@ -27,6 +27,52 @@ pub enum Role {
     Respond,
 }
 
+/// The transport a test's flows use. Serialised as its lowercase name ("tcp", "udp",
+/// "quic"), as stored results and the wire have always carried it; TLS over TCP is `Tcp`
+/// with `TestConfig::tls` set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    #[default]
+    Tcp,
+    Udp,
+    Quic,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 3] = [Protocol::Tcp, Protocol::Udp, Protocol::Quic];
+
+    /// The name results and the wire use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Quic => "quic",
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Protocol, String> {
+        Protocol::ALL
+            .into_iter()
+            .find(|p| p.as_str() == text)
+            .ok_or_else(|| {
+                format!(
+                    "unknown protocol '{}' (tcp, udp or quic)",
+                    text.chars().take(40).collect::<String>()
+                )
+            })
+    }
+}
+
 /// What a test does on its flows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -66,8 +112,7 @@ pub struct RrConfig {
 /// the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TestConfig {
-    /// "tcp" or "udp".
-    pub protocol: String,
+    pub protocol: Protocol,
     /// The server as the user named it, or "loopback" for the in-process server.
     pub target: String,
     pub port: u16,
@@ -171,9 +216,9 @@ impl TestConfig {
             Workload::Crr => "crr",
         };
         // TCP through TLS is told apart in results and history: "tls_stream", "tls_rr".
-        let protocol = match (&self.tls, self.protocol.as_str()) {
-            (Some(_), "tcp") => "tls",
-            (_, protocol) => protocol,
+        let protocol = match (&self.tls, self.protocol) {
+            (Some(_), Protocol::Tcp) => "tls",
+            (_, protocol) => protocol.as_str(),
         };
         format!("{protocol}_{kind}")
     }
@@ -197,7 +242,7 @@ impl TestConfig {
         } else {
             String::new()
         };
-        let size = if self.protocol == "udp" {
+        let size = if self.protocol == crate::Protocol::Udp {
             let pace = match self.rate_bps {
                 Some(rate) => format!(
                     " at {} per flow",
@@ -217,7 +262,7 @@ impl TestConfig {
         };
         format!(
             "{}, {} flow{}, {direction}, {} s{warm_up}, {size}",
-            self.protocol.to_uppercase(),
+            self.protocol.as_str().to_uppercase(),
             self.parallel,
             if self.parallel == 1 { "" } else { "s" },
             self.time_s,
@@ -254,7 +299,7 @@ impl TestConfig {
         };
         format!(
             "{} {kind}, {}-byte requests, {}-byte responses, {} flow{}, {pacing}, {} s{warm_up}{load}",
-            self.protocol.to_uppercase(),
+            self.protocol.as_str().to_uppercase(),
             rr.request,
             rr.response,
             self.parallel,
@@ -270,5 +315,27 @@ impl TestConfig {
             Direction::Bidir => Direction::Forward,
             other => other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stored results and the wire carry the protocol as its name; the type changed, the
+    /// bytes did not.
+    #[test]
+    fn a_protocol_travels_as_its_name_and_nothing_else_reads_as_one() {
+        for protocol in Protocol::ALL {
+            let text = serde_json::to_string(&protocol).unwrap();
+            assert_eq!(text, format!("\"{}\"", protocol.as_str()));
+            assert_eq!(serde_json::from_str::<Protocol>(&text).unwrap(), protocol);
+            assert_eq!(protocol.as_str().parse::<Protocol>(), Ok(protocol));
+        }
+        assert!(serde_json::from_str::<Protocol>("\"sctp\"").is_err());
+        assert!("TCP"
+            .parse::<Protocol>()
+            .unwrap_err()
+            .contains("unknown protocol 'TCP'"));
     }
 }

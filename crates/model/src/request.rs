@@ -146,7 +146,7 @@ impl TestConfig {
     /// `Err` is a user's mistake, in one line naming the value.
     pub fn resolve(request: &TestRequest, environment: &Environment) -> Result<TestConfig, String> {
         let mut config = TestConfig {
-            protocol: "tcp".into(),
+            protocol: crate::Protocol::Tcp,
             target: request.target.clone().unwrap_or_else(|| "loopback".into()),
             port: request.port,
             direction: Direction::Forward,
@@ -216,7 +216,7 @@ fn resolve_stream(
             length,
             connection_per_flow,
         } => {
-            config.protocol = "quic".into();
+            config.protocol = crate::Protocol::Quic;
             config.length = length.unwrap_or(DEFAULT_TCP_LENGTH);
             config.rate_bps = stream.rate_bps.filter(|r| *r > 0);
             config.tls.get_or_insert_with(|| crate::TlsSettings {
@@ -252,7 +252,7 @@ fn resolve_stream(
                     "'--tls' encrypts TCP connections; for encrypted datagrams use '--quic'".into(),
                 );
             }
-            config.protocol = "udp".into();
+            config.protocol = crate::Protocol::Udp;
             config.length = length;
             config.pps = pps;
             config.gso = gso;
@@ -270,7 +270,11 @@ fn resolve_stream(
 
 fn resolve_transactions(config: &mut TestConfig, transactions: &TransactionRequest) {
     let udp = transactions.udp && !transactions.connect_each;
-    config.protocol = if udp { "udp" } else { "tcp" }.into();
+    config.protocol = if udp {
+        crate::Protocol::Udp
+    } else {
+        crate::Protocol::Tcp
+    };
     config.workload = if transactions.connect_each {
         Workload::Crr
     } else {

@@ -533,13 +533,7 @@ pub const QUIC_CONGESTION: [&str; 4] = ["cubic", "bbr", "newreno", "reno"];
 /// Checks a test specification against the server's limits and for consistency.
 pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode, String)> {
     let invalid = |reason: String| Err((RefuseCode::Invalid, reason));
-    if !["tcp", "udp", "quic"].contains(&config.protocol.as_str()) {
-        return invalid(format!(
-            "unsupported protocol '{}'",
-            config.protocol.chars().take(40).collect::<String>()
-        ));
-    }
-    if config.protocol == "quic" {
+    if config.protocol == linerate_model::Protocol::Quic {
         if config.tls.is_none() || config.quic.is_none() || config.workload != Workload::Stream {
             return invalid("a QUIC test is a stream with TLS and QUIC settings".into());
         }
@@ -552,7 +546,7 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
         }
     }
     let datagram = crate::datagram::MIN_DATAGRAM as u64..=crate::datagram::MAX_DATAGRAM as u64;
-    if config.protocol == "udp"
+    if config.protocol == linerate_model::Protocol::Udp
         && config.workload == Workload::Stream
         && !datagram.contains(&config.length)
     {
@@ -741,10 +735,10 @@ fn validate_rr(config: &TestConfig) -> Result<(), (RefuseCode, String)> {
         (_, None) => return invalid("a request/response test needs its parameters".into()),
         (_, Some(rr)) => rr,
     };
-    if config.workload == Workload::Crr && config.protocol != "tcp" {
+    if config.workload == Workload::Crr && config.protocol != linerate_model::Protocol::Tcp {
         return invalid("crr runs over TCP only".into());
     }
-    let largest = if config.protocol == "udp" {
+    let largest = if config.protocol == linerate_model::Protocol::Udp {
         crate::datagram::MAX_DATAGRAM as u64
     } else {
         MAX_MESSAGE
@@ -1049,7 +1043,7 @@ impl ClientSession {
                 let Some(token) = Token::from_hex(&token) else {
                     return self.fail(SessionError::Protocol(format!("bad token '{token}'")));
                 };
-                let udp = self.config.protocol == "udp";
+                let udp = self.config.protocol == linerate_model::Protocol::Udp;
                 if udp && udp_ports.len() != self.config.connections() as usize {
                     return self.fail(SessionError::Protocol(format!(
                         "the server offered {} UDP ports for {} flows",
@@ -1078,7 +1072,7 @@ impl ClientSession {
                         }
                     }
                 }
-                if self.config.protocol == "quic" && quic_port.is_none() {
+                if self.config.protocol == linerate_model::Protocol::Quic && quic_port.is_none() {
                     return self.fail(SessionError::Protocol(
                         "the server accepted a QUIC test without a port for it".into(),
                     ));

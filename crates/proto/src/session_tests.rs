@@ -7,7 +7,7 @@ fn config(parallel: u32) -> TestConfig {
     TestConfig {
         quic: None,
         tls: None,
-        protocol: "tcp".into(),
+        protocol: linerate_model::Protocol::Tcp,
         target: "test".into(),
         port: 5201,
         direction: Direction::Forward,

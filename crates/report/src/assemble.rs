@@ -437,7 +437,7 @@ mod tests {
     #[test]
     fn udp_counts_come_from_the_side_that_knows_them() {
         let mut config = config(Direction::Forward, 1);
-        config.protocol = "udp".into();
+        config.protocol = linerate_model::Protocol::Udp;
         let mut sent = flow(0, Role::Send, 1000, 1.0, 0);
         sent.udp = Some(UdpCounts {
             sent: 100,

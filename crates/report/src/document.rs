@@ -197,7 +197,7 @@ fn host_block(report: &Report) -> String {
 
 fn stream_summary(report: &Report, scale: Scale) -> String {
     let mut out = text::render_summary(report, scale, report.config.per_flow);
-    let udp = report.config.protocol == "udp";
+    let udp = report.config.protocol == linerate_model::Protocol::Udp;
     // UDP has no autotuning: the granted buffers decide how much burst a receiver
     // absorbs, so UDP results always show them.
     // A copy has no flows of its own sockets to show (its summary says what it used).

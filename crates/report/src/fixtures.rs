@@ -7,7 +7,7 @@ pub(crate) fn config(direction: Direction, parallel: u32) -> TestConfig {
     TestConfig {
         quic: None,
         tls: None,
-        protocol: "tcp".into(),
+        protocol: linerate_model::Protocol::Tcp,
         target: "loopback".into(),
         port: 5201,
         direction,
