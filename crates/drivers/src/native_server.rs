@@ -397,18 +397,10 @@ fn accept_test(
             }
         }
         state.udp_token = token.0;
-        let cookie_key = match (random_token(), random_token()) {
-            (Ok(a), Ok(b)) => {
-                let mut key = [0u8; 32];
-                key[..16].copy_from_slice(&a.0);
-                key[16..].copy_from_slice(&b.0);
-                key
-            }
-            _ => return session.abort("no randomness for the UDP cookies".into()),
-        };
-        state.udp_cookies = Some(linerate_proto::address_check::AddressCookies::new(
-            cookie_key,
-        ));
+        match crate::shared::random_cookies() {
+            Ok(cookies) => state.udp_cookies = Some(cookies),
+            Err(e) => return session.abort(format!("no randomness for the UDP cookies: {e}")),
+        }
     } else if let Some(tls) = &tls {
         let (sender, receiver) = channel();
         let waiting = crate::secure::TlsWaiting {

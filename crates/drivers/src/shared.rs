@@ -168,6 +168,11 @@ fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
     Ok(bytes)
 }
 
+/// Fresh cookies for the UDP hellos of one test or rendezvous (proto's address_check).
+pub(crate) fn random_cookies() -> io::Result<linerate_proto::address_check::AddressCookies> {
+    random_bytes().map(linerate_proto::address_check::AddressCookies::new)
+}
+
 /// A fresh token for a test's data connections.
 pub(crate) fn random_token() -> io::Result<Token> {
     random_bytes().map(Token)

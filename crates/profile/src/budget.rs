@@ -7,7 +7,7 @@
 //! and operation, a counter per thread and transaction, and two message buffers per thread;
 //! the bounds below keep one request's share of those under about 256 MiB.
 
-use crate::model::{Action, Group, Repeat, Size};
+use crate::model::{Action, Group, Repeat, Size, Transfer};
 
 /// Groups in one request.
 pub const MAX_GROUPS: usize = 64;
@@ -80,8 +80,8 @@ pub fn check(groups: &[&Group]) -> Result<(), String> {
                                 ));
                             }
                         }
-                        largest = largest.max(size.max());
                     }
+                    largest = largest.max(largest_message(transfer));
                     if transfer.count == 0 || transfer.count > MAX_COUNT {
                         return Err(format!(
                             "{at}: count {} outside 1 to {MAX_COUNT}",
@@ -127,15 +127,14 @@ pub fn declared_rate_bps(group: &Group) -> Option<f64> {
             Some(rate) => {
                 let bytes: f64 = transfers
                     .iter()
-                    .map(|t| t.count as f64 * t.size.max().max(t.rsize.map_or(0, Size::max)) as f64)
+                    .map(|t| t.count as f64 * largest_message(t) as f64)
                     .sum();
                 rate * bytes
             }
             None => {
                 let mut sum = 0.0;
                 for t in &transfers {
-                    let size = t.size.max().max(t.rsize.map_or(0, Size::max)) as f64;
-                    sum += t.rate? * size;
+                    sum += t.rate? * largest_message(t) as f64;
                 }
                 sum
             }
@@ -143,6 +142,11 @@ pub fn declared_rate_bps(group: &Group) -> Option<f64> {
         fastest = fastest.max(per_s * 8.0);
     }
     Some(fastest * f64::from(group.threads))
+}
+
+/// The largest message a transfer moves either way (its size, or its peer's `rsize`).
+fn largest_message(transfer: &Transfer) -> u64 {
+    transfer.size.max().max(transfer.rsize.map_or(0, Size::max))
 }
 
 /// Whether every connection of the group runs through TLS (`ssl`).

@@ -70,6 +70,8 @@ pub struct AgentSession {
     handshake_done: bool,
     host: HostFacts,
     auth: Option<ServerAuth>,
+    /// The dialer failed to prove the key.
+    proof_failed: bool,
     /// Every frame after a keyed handshake is sealed (crate::auth).
     seal: Option<ControlSeal>,
     transmit: VecDeque<Vec<u8>>,
@@ -89,6 +91,7 @@ impl AgentSession {
             handshake_done: false,
             host,
             auth: None,
+            proof_failed: false,
             seal: None,
             transmit: VecDeque::new(),
             events: VecDeque::new(),
@@ -155,6 +158,18 @@ impl AgentSession {
         }
     }
 
+    /// Refuses a failed proof of the key (or none where one is required): counted apart,
+    /// so the driver can bound guesses per client.
+    fn refuse_auth(&mut self, reason: String) {
+        self.proof_failed = true;
+        self.refuse(format!("authentication failed: {reason}"));
+    }
+
+    /// Whether the dialer failed to prove the key (refused, or hung up instead).
+    pub fn proof_failed(&self) -> bool {
+        self.proof_failed
+    }
+
     /// Tells the dialer why, then closes.
     fn refuse(&mut self, reason: String) {
         self.transmit.push_back(encode_with(
@@ -200,7 +215,7 @@ impl AgentSession {
                     .as_mut()
                     .map(|a| a.handle_hello(nonce.as_deref(), pake.as_deref(), &bound()))
                 {
-                    Some(Err(e)) => return self.refuse(format!("authentication failed: {e}")),
+                    Some(Err(e)) => return self.refuse_auth(e.to_string()),
                     Some(Ok(challenge)) => Some(challenge),
                     None => None,
                 };
@@ -243,13 +258,11 @@ impl AgentSession {
                         ));
                         self.serve(now);
                     }
-                    Some(Err(e)) => self.refuse(format!("authentication failed: {e}")),
-                    None => self.refuse("authentication failed: no key".into()),
+                    Some(Err(e)) => self.refuse_auth(e.to_string()),
+                    None => self.refuse_auth("no key".into()),
                 }
             }
-            (State::AwaitProof, _) => {
-                self.refuse("authentication failed: no proof of the key".into())
-            }
+            (State::AwaitProof, _) => self.refuse_auth("no proof of the key".into()),
             (State::Serving, AgentRequest::Hello { .. } | AgentRequest::Auth { .. }) => {
                 self.refuse("a second hello or proof".into())
             }
@@ -278,7 +291,10 @@ impl AgentSession {
         match self.state {
             State::Serving => self.close(Ok(())),
             State::AwaitHello => self.close(Err("closed before its hello".into())),
-            State::AwaitProof => self.close(Err(crate::auth::AuthError::Abandoned.to_string())),
+            State::AwaitProof => {
+                self.proof_failed = true;
+                self.close(Err(crate::auth::AuthError::Abandoned.to_string()));
+            }
             State::Closed => {}
         }
     }

@@ -474,7 +474,7 @@ impl Agent<'_> {
     fn end(mut self, ended: &Ended) {
         let (peer, why) = (self.peer, &ended.why);
         if !self.link.session.handshake_done() {
-            if why.contains("authentication failed") || why.contains("without proving the key") {
+            if self.link.session.proof_failed() {
                 self.shared.failed_proof(peer);
             }
             self.shared

@@ -11,13 +11,14 @@
 
 use super::conn::Conn;
 use super::SLICE;
+use crate::access::canonical;
 use linerate_proto::address_check::{AddressCookies, RendezvousHello};
 use linerate_proto::preface::{self, Preface};
 use linerate_proto::Token;
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -58,9 +59,6 @@ pub(crate) struct Rendezvous {
     /// The one host whose connections are taken: the group host a mirror serves, or the
     /// agent a group host asked for a mirror.
     peer: IpAddr,
-    /// Datagrams and connections refused: from another host, with another token, or a
-    /// hello that did not prove its address.
-    pub refused: AtomicU64,
     /// Each waiting thread has a channel of its own, so an arrival wakes only the thread
     /// it is for: with one shared condition, thousands of threads would all wake for
     /// every one of thousands of connections.
@@ -79,19 +77,15 @@ impl Rendezvous {
     ) -> io::Result<Arc<Rendezvous>> {
         let udp = UdpSocket::bind(SocketAddr::new(ip, 0))?;
         udp.set_read_timeout(Some(SLICE))?;
-        let mut key = [0u8; 32];
-        key[..16].copy_from_slice(&crate::shared::random_token()?.0);
-        key[16..].copy_from_slice(&crate::shared::random_token()?.0);
+        let cookies = crate::shared::random_cookies()?;
         let rendezvous = Arc::new(Rendezvous {
             token,
             udp_port: udp.local_addr()?.port(),
             peer: canonical(peer),
-            refused: AtomicU64::new(0),
             slots: Mutex::new(HashMap::new()),
             stop,
         });
         let serving = rendezvous.clone();
-        let cookies = AddressCookies::new(key);
         std::thread::Builder::new()
             .name("linerate-udp-hello".into())
             .spawn(move || serving.serve_udp(udp, &cookies))?;
@@ -99,11 +93,7 @@ impl Rendezvous {
     }
 
     fn is_peer(&self, from: &SocketAddr) -> bool {
-        let ok = canonical(from.ip()) == self.peer;
-        if !ok {
-            self.refused.fetch_add(1, Ordering::Relaxed);
-        }
-        ok
+        canonical(from.ip()) == self.peer
     }
 
     pub fn deliver(&self, flow: u32, arrival: Arrival) {
@@ -113,7 +103,6 @@ impl Rendezvous {
             .filter(|slot| matches!(slot, Slot::Arrived(_)))
             .count();
         if waiting >= MOST_WAITING && !matches!(slots.get(&flow), Some(Slot::Waiting(_))) {
-            self.refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let arrival = match slots.remove(&flow) {
@@ -229,18 +218,13 @@ impl Rendezvous {
                     continue;
                 }
                 RendezvousHello::Proven { flow } => flow,
-                RendezvousHello::Foreign => {
-                    self.refused.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
+                RendezvousHello::Foreign => continue,
             };
             let hello = &buf[..preface::DATA_PREFACE_LEN];
             if let Some((to, served, _)) = answered.get(&flow) {
                 // One socket per flow: a second address for it is refused.
                 if *to == from {
                     let _ = served.send(hello);
-                } else {
-                    self.refused.fetch_add(1, Ordering::Relaxed);
                 }
                 continue;
             }
@@ -260,14 +244,6 @@ impl Rendezvous {
                 self.deliver(flow, Arrival::Udp(served));
             }
         }
-    }
-}
-
-/// An IPv4-mapped IPv6 address as the IPv4 address it stands for.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 
