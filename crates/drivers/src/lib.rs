@@ -15,14 +15,11 @@
 //! - [`control`]: a control connection's socket loop around a session.
 //! - [`access`]: who may connect, how many connections each may hold, the operator's log.
 //! - [`iperf3_auth`]: loading iperf3's authentication files.
-//! - [`find_max`]: `--find-max`'s trials and answer, over [`search`], the sans-IO rate
-//!   search.
 
 pub mod access;
 pub mod client;
 pub mod control;
 pub mod doctor;
-pub mod find_max;
 pub mod iperf3;
 pub mod iperf3_auth;
 pub mod iperf3_client;
@@ -30,7 +27,6 @@ pub mod iperf3_server;
 pub mod load;
 pub mod native_server;
 pub mod profile;
-pub mod search;
 pub mod secure;
 pub mod server;
 pub mod shared;

@@ -9,6 +9,7 @@ use crate::control::Control;
 use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{default_threads, DataPlane, PlaneSetup};
 use linerate_engine::sys;
+use linerate_model::Protocol;
 use linerate_proto::datagram::{parse_hello, parse_validated_hello, tag_of, Framing};
 use linerate_proto::{Offer, RefuseCode, ServerEvent, ServerSession, SessionError, Token};
 use linerate_report::{Direction, Role, TestConfig, Workload};
@@ -373,59 +374,22 @@ fn accept_test(
         }
     }
     let mut quic_port = None;
-    if config.protocol == linerate_model::Protocol::Quic {
-        let Some(tls) = &tls else {
-            return session.abort("a QUIC test without TLS".into());
-        };
-        match open_quic(shared, config, state, peer, token, tls) {
-            Ok(port) => quic_port = Some(port),
-            Err(e) => return session.abort(format!("cannot open the QUIC endpoint: {e}")),
-        }
-    } else if config.protocol == linerate_model::Protocol::Udp {
-        for _ in 0..config.connections() {
-            let bound = UdpSocket::bind(SocketAddr::new(state.local_ip, 0)).and_then(|socket| {
-                socket.set_nonblocking(true)?;
-                sys::apply_udp_options(&socket, config)?;
-                Ok((socket.local_addr()?.port(), socket))
-            });
-            match bound {
-                Ok((port, socket)) => {
-                    udp_ports.push(port);
-                    state.udp.push((socket, false));
-                }
-                Err(e) => return session.abort(format!("cannot open a UDP socket: {e}")),
+    // Each protocol's flows arrive their own way: the match names every protocol.
+    match config.protocol {
+        Protocol::Quic => {
+            let Some(tls) = &tls else {
+                return session.abort("a QUIC test without TLS".into());
+            };
+            match open_quic(shared, config, state, peer, token, tls) {
+                Ok(port) => quic_port = Some(port),
+                Err(e) => return session.abort(format!("cannot open the QUIC endpoint: {e}")),
             }
         }
-        state.udp_token = token.0;
-        match crate::shared::random_cookies() {
-            Ok(cookies) => state.udp_cookies = Some(cookies),
-            Err(e) => return session.abort(format!("no randomness for the UDP cookies: {e}")),
-        }
-    } else if let Some(tls) = &tls {
-        let (sender, receiver) = channel();
-        let waiting = crate::secure::TlsWaiting {
-            sender,
-            tls: tls.clone(),
-            ktls: config.tls.as_ref().is_some_and(|t| t.ktls),
-        };
-        shared
-            .tls_registry
-            .lock()
-            .expect("TLS registry lock")
-            .insert(token, waiting);
-        state.token = Some(token);
-        state.flows_in = Some(FlowsIn::Tls(receiver));
-        state.flows = (0..config.connections()).map(|_| None).collect();
-    } else {
-        let (sender, receiver) = channel();
-        shared
-            .registry
-            .lock()
-            .expect("registry lock")
-            .insert(token, sender);
-        state.token = Some(token);
-        state.flows_in = Some(FlowsIn::Plain(receiver));
-        state.flows = (0..config.connections()).map(|_| None).collect();
+        Protocol::Udp => match open_udp(config, state, token) {
+            Ok(ports) => udp_ports = ports,
+            Err(why) => return session.abort(why),
+        },
+        Protocol::Tcp => wait_for_tcp(shared, config, state, token, tls.as_ref()),
     }
     shared.log(&format!(
         "test {id} from {peer}: accepted: {}",
@@ -438,6 +402,69 @@ fn accept_test(
         ..Offer::default()
     };
     session.accept_offer(Instant::now(), id, token, offer);
+}
+
+/// A UDP test: a socket per flow on the control connection's address, and the cookies
+/// that prove each client hello's address; the ports to announce.
+fn open_udp(config: &TestConfig, state: &mut TestState, token: Token) -> Result<Vec<u16>, String> {
+    let mut ports = Vec::new();
+    for _ in 0..config.connections() {
+        let bound = UdpSocket::bind(SocketAddr::new(state.local_ip, 0)).and_then(|socket| {
+            socket.set_nonblocking(true)?;
+            sys::apply_udp_options(&socket, config)?;
+            Ok((socket.local_addr()?.port(), socket))
+        });
+        match bound {
+            Ok((port, socket)) => {
+                ports.push(port);
+                state.udp.push((socket, false));
+            }
+            Err(e) => return Err(format!("cannot open a UDP socket: {e}")),
+        }
+    }
+    state.udp_token = token.0;
+    let cookies = crate::shared::random_cookies()
+        .map_err(|e| format!("no randomness for the UDP cookies: {e}"))?;
+    state.udp_cookies = Some(cookies);
+    Ok(ports)
+}
+
+/// A TCP test: its data connections, plain or TLS, will arrive at the acceptor with the
+/// token, which hands them to this test.
+fn wait_for_tcp(
+    shared: &Shared,
+    config: &TestConfig,
+    state: &mut TestState,
+    token: Token,
+    tls: Option<&Arc<crate::secure::ServerTls>>,
+) {
+    match tls {
+        Some(tls) => {
+            let (sender, receiver) = channel();
+            let waiting = crate::secure::TlsWaiting {
+                sender,
+                tls: tls.clone(),
+                ktls: config.tls.as_ref().is_some_and(|t| t.ktls),
+            };
+            shared
+                .tls_registry
+                .lock()
+                .expect("TLS registry lock")
+                .insert(token, waiting);
+            state.flows_in = Some(FlowsIn::Tls(receiver));
+        }
+        None => {
+            let (sender, receiver) = channel();
+            shared
+                .registry
+                .lock()
+                .expect("registry lock")
+                .insert(token, sender);
+            state.flows_in = Some(FlowsIn::Plain(receiver));
+        }
+    }
+    state.token = Some(token);
+    state.flows = (0..config.connections()).map(|_| None).collect();
 }
 
 /// A QUIC test: a UDP socket on the control connection's address and the thread that

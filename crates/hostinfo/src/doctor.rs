@@ -4,7 +4,7 @@
 //! is tested on fixtures whose answer is known.
 
 use crate::observe::{HostReading, InterfaceReading};
-use linerate_model::observe::{Finding, HostSettings, PathFacts};
+use linerate_model::observe::{Diagnosis, Finding, HostSettings, PathFacts};
 
 /// Everything the rules look at.
 #[derive(Debug, Clone, Default)]
@@ -567,4 +567,118 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
             ..s.finding
         })
         .collect()
+}
+
+/// `linerate doctor`'s findings in text, ranked, each with its evidence, the change and
+/// what it moves; `applying` when `--apply` is about to set the sysctls.
+pub fn render_text(diagnosis: &Diagnosis, facts: &Facts, applying: bool) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = write!(out, "linerate doctor: this host, {} CPUs", facts.cpus);
+    match &diagnosis.path {
+        Some(path) => {
+            let _ = writeln!(
+                out,
+                "; the path to {}: round trip {:.2} ms{}{}",
+                path.target,
+                path.rtt_ms,
+                path.interface
+                    .as_ref()
+                    .map_or(String::new(), |i| format!(", out by {i}")),
+                match (path.interface_mtu, path.path_mtu) {
+                    (Some(mtu), Some(pmtu)) => format!(" (MTU {mtu}, path MTU {pmtu})"),
+                    _ => String::new(),
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(out);
+        }
+    }
+    if diagnosis.path.is_none() && facts.assumed_rtt_ms.is_none() {
+        let _ = writeln!(
+            out,
+            "Windows are not judged: name a HOST running 'linerate serve', or give --rtt MS."
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Windows are held against {:.1} Gbit/s{}.",
+            diagnosis.target_bps / 1e9,
+            if facts.target_bps.is_some() {
+                " (--target)"
+            } else {
+                ""
+            }
+        );
+    }
+    if diagnosis.findings.is_empty() {
+        let _ = writeln!(out, "Nothing found that is likely to hold a result down.");
+        return out;
+    }
+    for finding in &diagnosis.findings {
+        let _ = writeln!(
+            out,
+            "\n{}. {}: {}",
+            finding.rank, finding.topic, finding.finding
+        );
+        for evidence in &finding.evidence {
+            let _ = writeln!(out, "   evidence: {evidence}");
+        }
+        let _ = writeln!(out, "   change:   {}", finding.command);
+        let _ = writeln!(out, "   moves:    {}", finding.effect);
+    }
+    if !applying {
+        let sysctls = diagnosis
+            .findings
+            .iter()
+            .filter(|f| !f.sysctls.is_empty())
+            .count();
+        let _ = writeln!(
+            out,
+            "\nNothing was changed.{}",
+            if sysctls > 0 {
+                " --apply sets the sysctls above and prints the old values for undo."
+            } else {
+                ""
+            }
+        );
+    }
+    out
+}
+
+/// One sysctl `apply_sysctls` set: its name, the value it had and the value it has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysctlChange {
+    pub name: String,
+    pub old: String,
+    pub new: String,
+}
+
+/// Sets every sysctl the findings name (root only), in order; returns each change for
+/// the caller to show with its undo. Stops at the first that cannot be read or set.
+pub fn apply_sysctls(diagnosis: &Diagnosis) -> Result<Vec<SysctlChange>, String> {
+    let mut changes = Vec::new();
+    for (name, value) in diagnosis.findings.iter().flat_map(|f| &f.sysctls) {
+        // Names come from the rules, never from input: dotted sysctl names only.
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
+        {
+            return Err(format!("refusing an unexpected sysctl name '{name}'"));
+        }
+        let file = format!("/proc/sys/{}", name.replace('.', "/"));
+        let old = std::fs::read_to_string(&file)
+            .map_err(|e| format!("reading {name}: {e}"))?
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        std::fs::write(&file, value).map_err(|e| format!("setting {name} (needs root): {e}"))?;
+        changes.push(SysctlChange {
+            name: name.clone(),
+            old,
+            new: value.clone(),
+        });
+    }
+    Ok(changes)
 }

@@ -57,6 +57,8 @@ pub enum LabError {
     Command { command: String, stderr: String },
     #[error("the emulator did not start: {0}")]
     Emulator(String),
+    #[error("linerate serve did not listen on port {port} in the lab: {log}")]
+    NotListening { port: u16, log: String },
     #[error("{0}")]
     Io(#[from] io::Error),
 }

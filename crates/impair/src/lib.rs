@@ -7,7 +7,7 @@
 //! - [`spec`] turns flag values into each direction's settings and refuses what cannot work.
 //! - `bridge` (Linux) drives two links between two interfaces over AF_PACKET sockets.
 //! - `lab` builds a client, a router running the bridge, and a server in network
-//!   namespaces on this machine.
+//!   namespaces on this machine; `lab_run` runs a command there beside `linerate serve`.
 
 pub mod frame;
 mod link;
@@ -18,5 +18,6 @@ pub use spec::{LinkSpec, SpecError};
 
 pub mod bridge;
 pub mod lab;
+pub mod lab_run;
 pub mod runner;
 mod sys;

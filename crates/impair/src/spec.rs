@@ -257,6 +257,117 @@ impl LinkSpec {
     }
 }
 
+/// The flag values that set what the emulator does, as typed: a value applies to both
+/// directions, "A,B" gives the first direction A and the other B.
+#[derive(Debug, Clone, Default)]
+pub struct DirectionTexts {
+    pub delay: Option<String>,
+    pub jitter: Option<String>,
+    pub loss: Option<String>,
+    pub loss_burst: Option<String>,
+    pub reorder: Option<String>,
+    pub duplicate: Option<String>,
+    pub corrupt: Option<String>,
+    pub rate: Option<String>,
+    pub queue: Option<String>,
+}
+
+/// Both directions' impairments from the flags' values; `rtt` (lab) sets half of it
+/// each way.
+pub fn directions(
+    args: &DirectionTexts,
+    rtt: Option<&str>,
+) -> Result<(Impairment, Impairment), SpecError> {
+    let mut directions = [Impairment::default(), Impairment::default()];
+    if let Some(text) = rtt {
+        let (a, b) = split_pair("--rtt", text)?;
+        if a != b {
+            return Err(SpecError::Value {
+                flag: "--rtt",
+                value: text.into(),
+                why: "is one round trip; give --delay A,B for different directions".into(),
+            });
+        }
+        let ms = parse_duration_ms("--rtt", a)?;
+        for d in &mut directions {
+            d.delay_ms = ms / 2.0;
+        }
+    }
+    type Setter = fn(&mut Impairment, &'static str, &str) -> Result<(), SpecError>;
+    let fields: [(&'static str, &Option<String>, Setter); 8] = [
+        ("--delay", &args.delay, |d, f, v| {
+            d.delay_ms = parse_duration_ms(f, v)?;
+            Ok(())
+        }),
+        ("--jitter", &args.jitter, |d, f, v| {
+            d.jitter_ms = parse_duration_ms(f, v)?;
+            Ok(())
+        }),
+        ("--loss", &args.loss, |d, f, v| {
+            d.loss_pct = parse_percent(f, v)?;
+            Ok(())
+        }),
+        ("--loss-burst", &args.loss_burst, |d, f, v| {
+            d.loss_burst = Some(parse_burst(f, v)?);
+            Ok(())
+        }),
+        ("--reorder", &args.reorder, |d, f, v| {
+            d.reorder_pct = parse_percent(f, v)?;
+            Ok(())
+        }),
+        ("--duplicate", &args.duplicate, |d, f, v| {
+            d.duplicate_pct = parse_percent(f, v)?;
+            Ok(())
+        }),
+        ("--corrupt", &args.corrupt, |d, f, v| {
+            d.corrupt_pct = parse_percent(f, v)?;
+            Ok(())
+        }),
+        ("--rate", &args.rate, |d, f, v| {
+            d.rate_bps = Some(parse_link_rate(f, v)?);
+            Ok(())
+        }),
+    ];
+    for (flag, value, set) in fields {
+        if let Some(text) = value {
+            let (a, b) = split_pair(flag, text)?;
+            set(&mut directions[0], flag, a)?;
+            set(&mut directions[1], flag, b)?;
+        }
+    }
+    if let Some(text) = &args.queue {
+        let (a, b) = split_pair("--queue", text)?;
+        for (d, v) in directions.iter_mut().zip([a, b]) {
+            let limit = parse_queue("--queue", v)?;
+            let Some(rate) = d.rate_bps else {
+                return Err(SpecError::Value {
+                    flag: "--queue",
+                    value: text.clone(),
+                    why: "needs --rate (the queue is the one before the bottleneck)".into(),
+                });
+            };
+            d.queue_bytes = Some(limit.bytes_at(rate));
+        }
+    }
+    if directions.iter().all(|d| d.loss_pct == 0.0) {
+        if let Some(burst) = &args.loss_burst {
+            return Err(SpecError::Value {
+                flag: "--loss-burst",
+                value: burst.clone(),
+                why: "needs --loss (the long-run share of frames lost)".into(),
+            });
+        }
+    }
+    // A direction without loss has no bursts of it.
+    for d in &mut directions {
+        if d.loss_pct == 0.0 {
+            d.loss_burst = None;
+        }
+    }
+    let [forward, reverse] = directions;
+    Ok((forward, reverse))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

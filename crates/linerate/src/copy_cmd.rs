@@ -2,29 +2,29 @@
 //! with its diagnosis, and the result document.
 
 use std::cell::RefCell;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use linerate_campaign::sink::{self, Finished, Sink};
+use linerate_campaign::{cancel, copy};
 use linerate_report::document::Document;
 use linerate_report::text;
 use linerate_report::units::Scale;
-use linerate_transfer::client::{self, CopyEvents, CopyOptions, CopySummary, Direction, Endpoint};
-use linerate_transfer::diagnosis::{diagnose, Diagnosis};
+use linerate_transfer::client::{self, CopyEvents, CopyOptions, CopySummary, Endpoint};
+use linerate_transfer::diagnosis::Diagnosis;
 use linerate_transfer::rate::RateConfig;
 use linerate_transfer::transport::{Progress, TransferError};
 
 use crate::cli::{CopyArgs, DiskArgs};
 use crate::failure::{Failure, Outcome};
-use crate::keep;
+use crate::Globals;
 
 fn usage(message: String) -> anyhow::Error {
     Failure::Usage(message).into()
 }
 
-fn options(args: &CopyArgs) -> Result<CopyOptions, anyhow::Error> {
-    let key = crate::user_key().ok_or_else(|| {
+fn options(args: &CopyArgs, globals: &Globals) -> Result<CopyOptions, anyhow::Error> {
+    let key = globals.key.clone().ok_or_else(|| {
         usage("'linerate copy' needs '--key FILE' (or LINERATE_KEY): the key the server was started with".into())
     })?;
     let rate = match (args.rate, args.max_rate) {
@@ -88,8 +88,8 @@ impl Bar {
     }
 }
 
-pub fn copy(args: &CopyArgs, storage: &keep::Storage) -> Outcome {
-    let options = options(args)?;
+pub fn copy(args: &CopyArgs, globals: &Globals) -> Outcome {
+    let options = options(args, globals)?;
     let source = client::parse_endpoint(&args.source);
     let destination = client::parse_endpoint(&args.destination);
     match (&source, &destination) {
@@ -119,12 +119,8 @@ pub fn copy(args: &CopyArgs, storage: &keep::Storage) -> Outcome {
         }
         _ => {}
     }
-    let store = storage.open_for_run()?;
-    let cancel = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, cancel.clone())
-            .context("installing a signal handler")?;
-    }
+    let store = globals.storage.open_for_run()?;
+    let cancel = cancel::on_signals()?;
     let bar = Bar::new(args.quiet || args.json);
     let notes = RefCell::new(Vec::<String>::new());
     let note = |line: &str| {
@@ -147,52 +143,30 @@ pub fn copy(args: &CopyArgs, storage: &keep::Storage) -> Outcome {
         Err(e) => return Err(anyhow!("copy failed: {e}")),
     };
     let fixed = matches!(options.rate, RateConfig::Fixed { .. });
-    let diagnosis = overall(&summary, fixed);
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let document = crate::copy_report::document(&summary, &diagnosis, started_at, &command);
-    if args.json {
-        println!("{}", document.to_json().map_err(|e| anyhow!(e))?);
-    } else {
-        print_summary(&summary, &document, &diagnosis, args.diagnose);
-    }
-    if let Some(mut store) = store {
-        let json = document.to_json().map_err(|e| anyhow!(e))?;
-        let id = store
-            .insert(&document, &json, &command)
-            .map_err(|e| anyhow!(e))?;
-        if !args.json {
-            eprintln!("linerate: stored as run {id} in {}", store.path());
-        }
-    }
-    Ok(())
+    let diagnosis = copy::overall(&summary, fixed);
+    let document = copy::document(&summary, &diagnosis, started_at);
+    let text = CopyText {
+        summary: &summary,
+        diagnosis: &diagnosis,
+        detail: args.diagnose,
+    };
+    let mut sinks = sink::standard(args.json, text, store);
+    sinks.finish_document(&document)
 }
 
-/// The whole copy's diagnosis: its files' figures summed, as one transfer.
-pub fn overall(summary: &CopySummary, fixed_rate: bool) -> Diagnosis {
-    let mut total = linerate_transfer::transport::FileOutcome::default();
-    for file in &summary.files {
-        let o = &file.outcome;
-        total.bytes += o.bytes;
-        total.resumed_bytes += o.resumed_bytes;
-        total.wall_s += o.wall_s;
-        total.payload_bytes += o.payload_bytes;
-        total.resent_bytes += o.resent_bytes;
-        for (sum, part) in [(&mut total.local, &o.local), (&mut total.remote, &o.remote)] {
-            sum.disk_busy_s += part.disk_busy_s;
-            sum.cpu_s += part.cpu_s;
-            sum.wall_s += part.wall_s;
-        }
-        total.waits.pacing_s += o.waits.pacing_s;
-        total.waits.window_s += o.waits.window_s;
-        total.waits.receiver_s += o.waits.receiver_s;
-        total.waits.reader_s += o.waits.reader_s;
-        total.waits.tail_s += o.waits.tail_s;
-        total.bottleneck_bps = o.bottleneck_bps.or(total.bottleneck_bps);
-        total.random_loss = o.random_loss.or(total.random_loss);
+/// A copy's summary in text: each file when there are several, the copy's figures, and
+/// where the sender's time went with `--diagnose`.
+struct CopyText<'a> {
+    summary: &'a CopySummary,
+    diagnosis: &'a Diagnosis,
+    detail: bool,
+}
+
+impl Sink for CopyText<'_> {
+    fn finish(&mut self, run: &Finished<'_>) -> anyhow::Result<()> {
+        print_summary(self.summary, run.document, self.diagnosis, self.detail);
+        Ok(())
     }
-    // The whole copy's wall time, set-up included.
-    total.wall_s = summary.wall_s.max(total.wall_s);
-    diagnose(&total, summary.direction == Direction::Push, fixed_rate)
 }
 
 fn print_summary(summary: &CopySummary, document: &Document, diagnosis: &Diagnosis, detail: bool) {
@@ -212,50 +186,7 @@ fn print_summary(summary: &CopySummary, document: &Document, diagnosis: &Diagnos
         }
     }
     if detail {
-        let wall = diagnosis.wall_s.max(1e-9);
-        let share = |s: f64| s * 100.0 / wall;
-        println!("Where the sender's time went ({:.2} s):", diagnosis.wall_s);
-        println!(
-            "  held by the network (pacing, window) {:>8.2} s {:>5.1} %",
-            diagnosis.network_s,
-            share(diagnosis.network_s)
-        );
-        println!(
-            "    of which the window was full       {:>8.2} s {:>5.1} %",
-            diagnosis.window_s,
-            share(diagnosis.window_s)
-        );
-        println!(
-            "  waiting for the receiver's window    {:>8.2} s {:>5.1} %",
-            diagnosis.receiver_s,
-            share(diagnosis.receiver_s)
-        );
-        println!(
-            "  waiting for its own disk reads       {:>8.2} s {:>5.1} %",
-            diagnosis.sender_disk_s,
-            share(diagnosis.sender_disk_s)
-        );
-        println!(
-            "  waiting for the last ACKs            {:>8.2} s {:>5.1} %",
-            diagnosis.tail_s,
-            share(diagnosis.tail_s)
-        );
-        println!(
-            "  working (set-up, CPU)                {:>8.2} s {:>5.1} %",
-            diagnosis.busy_s,
-            share(diagnosis.busy_s)
-        );
-        println!(
-            "  disk busy: sender {:.2} s read, receiver {:.2} s write and sync",
-            diagnosis.sender_disk_busy_s, diagnosis.receiver_disk_busy_s
-        );
-        println!(
-            "  CPU: sender {:.2} s, receiver {:.2} s ({:.2} and {:.2} s per GB moved)",
-            diagnosis.sender_cpu_s,
-            diagnosis.receiver_cpu_s,
-            diagnosis.sender_cpu_s * 1e9 / (bytes - resumed).max(1) as f64,
-            diagnosis.receiver_cpu_s * 1e9 / (bytes - resumed).max(1) as f64
-        );
+        print!("{}", diagnosis.render_detail(bytes - resumed));
     }
 }
 

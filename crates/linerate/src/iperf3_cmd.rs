@@ -3,8 +3,11 @@
 
 use crate::cli::{Iperf3Args, ServeArgs};
 use crate::failure::{Failure, Outcome};
+use crate::Globals;
 use anyhow::Context;
 use clap::Parser;
+use linerate_campaign::sink::{Sinks, StoreSink};
+use linerate_campaign::{cancel, repeat, storage, test};
 use linerate_drivers::client::Progress;
 use linerate_drivers::iperf3_client;
 use linerate_proto::iperf3::{Params, Transport, DEFAULT_TCP_BLOCK, DEFAULT_UDP_RATE};
@@ -12,8 +15,6 @@ use linerate_report::document::Document;
 use linerate_report::text::{self, INTERVAL_HEADER};
 use linerate_report::{iperf3_json, Direction};
 use serde_json::Value;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// `serve`'s flags alone, to run `linerate iperf3 -s` as `linerate serve` with its defaults.
@@ -23,41 +24,28 @@ struct ServeOnly {
     args: ServeArgs,
 }
 
-pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Outcome {
-    let Some(host) = &args.client else {
-        // `serve`'s own defaults, from its flag definitions, with iperf3's server flags.
-        let mut flags = vec!["serve".to_string(), "--port".into(), args.port.to_string()];
-        if let Some(bind) = args.bind {
-            flags.extend(["--listen".into(), bind.to_string()]);
-        }
-        if let (Some(key), Some(users)) = (&args.rsa_private_key_path, &args.authorized_users_path)
-        {
-            flags.extend([
-                "--rsa-private-key-path".into(),
-                key.display().to_string(),
-                "--authorized-users-path".into(),
-                users.display().to_string(),
-                "--time-skew-threshold".into(),
-                args.time_skew_threshold.to_string(),
-            ]);
-            if args.use_pkcs1_padding {
-                flags.push("--rsa-pkcs1-padding".into());
-            }
-        }
-        let serve_args = match ServeOnly::try_parse_from(flags) {
-            Ok(parsed) => parsed.args,
-            Err(error) => return Err(Failure::Flags(error).into()),
-        };
-        return crate::serve(&serve_args, storage);
-    };
-    let addr = crate::resolve(host, args.port)?;
-    let params = params_of(args, addr);
-    let mut store = storage.open_for_run()?;
-    let cancel = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, cancel.clone())
-            .context("cannot install signal handlers")?;
+/// `serve`'s own defaults, from its flag definitions, with iperf3's server flags.
+fn serve_args(args: &Iperf3Args) -> ServeArgs {
+    let mut serve = ServeOnly::parse_from(["serve"]).args;
+    serve.port = args.port;
+    serve.listen = args.bind;
+    if let (Some(key), Some(users)) = (&args.rsa_private_key_path, &args.authorized_users_path) {
+        serve.rsa_private_key_path = Some(key.clone());
+        serve.authorized_users_path = Some(users.clone());
+        serve.time_skew_threshold = args.time_skew_threshold;
+        serve.rsa_pkcs1_padding = args.use_pkcs1_padding;
     }
+    serve
+}
+
+pub fn run(args: &Iperf3Args, globals: &Globals) -> Outcome {
+    let Some(host) = &args.client else {
+        return crate::serve_cmd::serve(&serve_args(args), globals);
+    };
+    let addr = test::resolve_host(host, args.port)?;
+    let params = params_of(args, addr);
+    let store = globals.storage.open_for_run()?;
+    let cancel = cancel::on_signals()?;
     let quiet = args.json || args.iperf3_json || args.json_stream;
     let prefix = args
         .title
@@ -171,18 +159,18 @@ pub fn run(args: &Iperf3Args, storage: &crate::keep::Storage) -> Outcome {
             }
         }
     }
-    if let Some(store) = store.as_mut() {
-        // Kept as linerate's own document, whichever shape was printed.
-        let document = Document::Test(Box::new(outcome.report.clone()));
-        let json = document.to_json().context("cannot encode the result")?;
-        let note = crate::keep::record(store, &document, &json)?;
-        if quiet {
-            eprintln!("{note}");
+    if let Some(store) = store {
+        // Kept as linerate's own document, whichever shape was printed; the note goes
+        // where a note after this output goes.
+        let command = storage::command_line();
+        let mut keeper: Sinks = if quiet {
+            Sinks::new().with(StoreSink::new(store, command, std::io::stderr()))
         } else {
-            say(&note);
-        }
+            Sinks::new().with(StoreSink::new(store, command, Titled(prefix.clone())))
+        };
+        keeper.finish_document(&Document::Test(Box::new(outcome.report.clone())))?;
     }
-    crate::check_flows(&outcome.report).map_err(|e| Failure::Partial(format!("{e:#}")).into())
+    repeat::check_flows(&outcome.report).map_err(|e| Failure::Partial(format!("{e:#}")).into())
 }
 
 /// The parameters an iperf3 client with these flags sends.
@@ -240,5 +228,23 @@ fn server_output_of(server: &linerate_proto::iperf3::Results) -> Option<(&'stati
         (Some(json), _) => Some(("server_output_json", json.clone())),
         (None, Some(text)) => Some(("server_output_text", text.as_str().into())),
         (None, None) => None,
+    }
+}
+
+/// Lines on stdout after `--title`'s prefix, as iperf3 prints every line of a titled run.
+struct Titled(String);
+
+impl std::io::Write for Titled {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(bytes);
+        let mut out = std::io::stdout().lock();
+        for line in text.split_inclusive('\n') {
+            write!(out, "{}{line}", self.0)?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stdout().flush()
     }
 }

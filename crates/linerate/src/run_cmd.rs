@@ -2,13 +2,13 @@
 
 use crate::cli::{ProfileCommand, RunArgs, SetArgs};
 use crate::failure::{Failure, Outcome};
-use crate::keep;
-use anyhow::{Context, Result};
+use crate::Globals;
+use anyhow::Result;
+use linerate_campaign::cancel;
+use linerate_campaign::sink::{self, TextSink};
 use linerate_drivers::profile::controller::{self, RunOptions};
 use linerate_profile::{toml_format, Format, Profile, Vars};
 use linerate_report::document::Document;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// A profile that does not read is a usage error: one line naming file, line and value.
@@ -33,20 +33,16 @@ fn load(path: &std::path::Path, set: &SetArgs) -> Result<(Profile, Format)> {
     Ok((profile, format))
 }
 
-pub fn run(args: &RunArgs, storage: &keep::Storage) -> Outcome {
+pub fn run(args: &RunArgs, globals: &Globals) -> Outcome {
     let (profile, format) = load(&args.profile, &args.set)?;
-    let mut store = storage.open_for_run()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, stop.clone())
-            .context("cannot install signal handlers")?;
-    }
+    let store = globals.storage.open_for_run()?;
+    let stop = cancel::on_signals()?;
     let options = RunOptions {
         lead: Duration::from_secs_f64(args.lead),
         control_timeout: Duration::from_secs_f64(args.control_timeout),
         limit: args.limit.map(Duration::from_secs_f64),
         log: true,
-        key: crate::user_key(),
+        key: globals.key.clone(),
         ..RunOptions::default()
     };
     let mut report = controller::run(&profile, &options, &stop)?;
@@ -55,8 +51,8 @@ pub fn run(args: &RunArgs, storage: &keep::Storage) -> Outcome {
     report.config.set = args.set.set.iter().cloned().collect();
     let complete = report.summary.complete;
     let document = Document::Profile(Box::new(report));
-    let text = document.render_text(args.format);
-    keep::finish(&document, args.json, &text, store.as_mut())?;
+    let text = TextSink::new(std::io::stdout(), args.format);
+    sink::standard(args.json, text, store).finish_document(&document)?;
     if !complete {
         return Err(Failure::Partial("the run is incomplete (see above)".into()).into());
     }

@@ -3,8 +3,8 @@
 
 use crate::cli::{CompareArgs, ExportArgs, ExportFormat, HistoryArgs, ReportArgs, ShowArgs};
 use crate::failure::Outcome;
-use crate::keep::Storage;
 use anyhow::{anyhow, bail, Context, Result};
+use linerate_campaign::storage::Storage;
 use linerate_report::document::Document;
 use linerate_store::{Filter, RunRow, StoredRun};
 use std::time::{Duration, UNIX_EPOCH};

@@ -213,3 +213,70 @@ fn the_ring_finder_finds_a_ring_and_no_false_one() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each crate's `linerate-*` dependencies, from its manifest's `[dependencies]`.
+fn manifest_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph = BTreeMap::new();
+    for entry in std::fs::read_dir(workspace().join("crates")).unwrap() {
+        let dir = entry.unwrap().path();
+        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let mut section = "";
+        let mut deps = BTreeSet::new();
+        for line in manifest.lines().map(str::trim) {
+            if line.starts_with('[') {
+                section = line;
+            } else if section == "[dependencies]" {
+                if let Some(rest) = line.strip_prefix("linerate-") {
+                    let dep: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    deps.insert(dep);
+                }
+            }
+        }
+        graph.insert(name, deps);
+    }
+    graph
+}
+
+/// The crate graph docs/architecture.md draws: the `text` block after its marker, one
+/// `crate: dependency, dependency` line per crate (`-` for none).
+fn documented_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let doc = std::fs::read_to_string(workspace().join("docs/architecture.md")).unwrap();
+    let (_, after) = doc
+        .split_once("<!-- crate graph -->")
+        .expect("docs/architecture.md marks its crate graph");
+    let block = after
+        .split("```")
+        .nth(1)
+        .expect("a fenced block after the marker");
+    block
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, deps)| {
+            let deps = deps
+                .split(',')
+                .map(str::trim)
+                .filter(|d| !d.is_empty() && *d != "-")
+                .map(str::to_string)
+                .collect();
+            (name.trim().to_string(), deps)
+        })
+        .collect()
+}
+
+#[test]
+fn the_documented_crate_graph_is_the_manifests() {
+    let real = manifest_graph();
+    assert!(real.len() >= 13, "{real:?}");
+    assert_eq!(
+        documented_graph(),
+        real,
+        "docs/architecture.md's crate graph (left) differs from the manifests (right)"
+    );
+}

@@ -39,8 +39,54 @@ pub enum Protocol {
     Quic,
 }
 
+/// What a protocol is and can do: the one table that checks and renderers read, instead
+/// of comparing protocols by name. A new protocol is a new variant and its row here; the
+/// code that does something different per protocol matches on [`Protocol`] exhaustively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProtocolTraits {
+    /// Messages are datagrams that stand alone and may be lost: receivers count loss,
+    /// reordering and jitter, and a message is at most one datagram.
+    pub datagrams: bool,
+    /// Carried by the kernel's TCP: TCP_INFO, retransmits, MSS, Nagle, `--congestion`
+    /// from the kernel's list.
+    pub kernel_tcp: bool,
+    /// Encrypted whatever the flags say.
+    pub always_encrypted: bool,
+    /// The workloads a test of it may run.
+    pub workloads: &'static [Workload],
+}
+
 impl Protocol {
     pub const ALL: [Protocol; 3] = [Protocol::Tcp, Protocol::Udp, Protocol::Quic];
+
+    /// This protocol's row of the table.
+    pub const fn traits(self) -> ProtocolTraits {
+        match self {
+            Protocol::Tcp => ProtocolTraits {
+                datagrams: false,
+                kernel_tcp: true,
+                always_encrypted: false,
+                workloads: &[Workload::Stream, Workload::Rr, Workload::Crr],
+            },
+            Protocol::Udp => ProtocolTraits {
+                datagrams: true,
+                kernel_tcp: false,
+                always_encrypted: false,
+                workloads: &[Workload::Stream, Workload::Rr],
+            },
+            Protocol::Quic => ProtocolTraits {
+                datagrams: false,
+                kernel_tcp: false,
+                always_encrypted: true,
+                workloads: &[Workload::Stream],
+            },
+        }
+    }
+
+    /// Whether a test of this protocol may run `workload`.
+    pub fn runs(self, workload: Workload) -> bool {
+        self.traits().workloads.contains(&workload)
+    }
 
     /// The name results and the wire use.
     pub fn as_str(self) -> &'static str {
@@ -84,6 +130,17 @@ pub enum Workload {
     Rr,
     /// Connect, request, response, close, per transaction (`linerate crr`).
     Crr,
+}
+
+impl Workload {
+    /// The name results and commands use: "stream", "rr", "crr".
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Stream => "stream",
+            Workload::Rr => "rr",
+            Workload::Crr => "crr",
+        }
+    }
 }
 
 /// The parameters of a request/response test (`rr`, `crr`).
@@ -210,11 +267,7 @@ impl TestConfig {
     /// The test's name in results: "tcp_stream", "udp_stream", "tcp_rr", "udp_rr", "tcp_crr",
     /// "tls_stream", "tls_rr", "quic_stream".
     pub fn test_name(&self) -> String {
-        let kind = match self.workload {
-            Workload::Stream => "stream",
-            Workload::Rr => "rr",
-            Workload::Crr => "crr",
-        };
+        let kind = self.workload.name();
         // TCP through TLS is told apart in results and history: "tls_stream", "tls_rr".
         let protocol = match (&self.tls, self.protocol) {
             (Some(_), Protocol::Tcp) => "tls",

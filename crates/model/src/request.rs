@@ -181,7 +181,7 @@ impl TestConfig {
                             .into(),
                     );
                 }
-                resolve_transactions(&mut config, transactions)
+                resolve_transactions(&mut config, transactions, environment)?
             }
         }
         let flows = match config.workload {
@@ -268,8 +268,29 @@ fn resolve_stream(
     Ok(())
 }
 
-fn resolve_transactions(config: &mut TestConfig, transactions: &TransactionRequest) {
+fn resolve_transactions(
+    config: &mut TestConfig,
+    transactions: &TransactionRequest,
+    environment: &Environment,
+) -> Result<(), String> {
     let udp = transactions.udp && !transactions.connect_each;
+    for (name, size) in [
+        ("--request", transactions.request),
+        ("--response", transactions.response),
+    ] {
+        if udp && size > *UDP_LENGTH.end() {
+            return Err(format!(
+                "invalid value '{size}' for '{name}': a UDP datagram carries 1 to {} bytes",
+                UDP_LENGTH.end()
+            ));
+        }
+    }
+    if let Some(&cpu) = transactions.cpus.iter().find(|&&c| c >= environment.cpus) {
+        return Err(format!(
+            "invalid value '{cpu}' for '--cpu': this machine has CPUs 0 to {}",
+            environment.cpus.saturating_sub(1)
+        ));
+    }
     config.protocol = if udp {
         crate::Protocol::Udp
     } else {
@@ -297,6 +318,7 @@ fn resolve_transactions(config: &mut TestConfig, transactions: &TransactionReque
         cpus: transactions.cpus.clone(),
         load: transactions.load,
     });
+    Ok(())
 }
 
 impl TestRequest {
@@ -426,5 +448,60 @@ mod tests {
         t.connect_each = true;
         let c = TestConfig::resolve(&TestRequest::new(TestKind::Transactions(t)), &HERE).unwrap();
         assert_eq!((c.workload, c.protocol.as_str()), (Workload::Crr, "tcp"));
+    }
+
+    #[test]
+    fn a_udp_message_over_one_datagram_and_a_cpu_not_here_are_named() {
+        let t = TransactionRequest {
+            connect_each: false,
+            udp: true,
+            request: 65_508,
+            response: 1,
+            outstanding: None,
+            rate_tps: None,
+            busy_poll_us: None,
+            cpus: Vec::new(),
+            load: 0,
+            keep_nagle: false,
+        };
+        let resolve = |t: &TransactionRequest| {
+            TestConfig::resolve(&TestRequest::new(TestKind::Transactions(t.clone())), &HERE)
+        };
+        assert_eq!(
+            resolve(&t).unwrap_err(),
+            "invalid value '65508' for '--request': a UDP datagram carries 1 to 65507 bytes"
+        );
+        // Over TCP a message may be larger than a datagram.
+        let tcp = TransactionRequest {
+            udp: false,
+            ..t.clone()
+        };
+        assert!(resolve(&tcp).is_ok());
+        let cpus = TransactionRequest {
+            udp: false,
+            cpus: vec![0, 2],
+            ..t
+        };
+        assert_eq!(
+            resolve(&cpus).unwrap_err(),
+            "invalid value '2' for '--cpu': this machine has CPUs 0 to 1"
+        );
+    }
+
+    #[test]
+    fn every_protocol_has_a_row_that_runs_a_stream() {
+        for protocol in crate::Protocol::ALL {
+            let traits = protocol.traits();
+            assert!(protocol.runs(Workload::Stream), "{protocol}");
+            // A datagram protocol is not the kernel's TCP, and only TCP connects per
+            // transaction.
+            assert!(!(traits.datagrams && traits.kernel_tcp), "{protocol}");
+            assert_eq!(
+                protocol.runs(Workload::Crr),
+                traits.kernel_tcp,
+                "{protocol}"
+            );
+        }
+        assert!(crate::Protocol::Quic.traits().always_encrypted);
     }
 }

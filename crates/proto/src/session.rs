@@ -533,8 +533,22 @@ pub const QUIC_CONGESTION: [&str; 4] = ["cubic", "bbr", "newreno", "reno"];
 /// Checks a test specification against the server's limits and for consistency.
 pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode, String)> {
     let invalid = |reason: String| Err((RefuseCode::Invalid, reason));
+    if !config.protocol.runs(config.workload) {
+        return invalid(format!(
+            "a {} test does not run {}",
+            config.protocol,
+            config.workload.name()
+        ));
+    }
+    let traits = config.protocol.traits();
+    if traits.always_encrypted && config.tls.is_none() {
+        return invalid(format!(
+            "a {} test is encrypted: it needs TLS settings",
+            config.protocol
+        ));
+    }
     if config.protocol == linerate_model::Protocol::Quic {
-        if config.tls.is_none() || config.quic.is_none() || config.workload != Workload::Stream {
+        if config.quic.is_none() {
             return invalid("a QUIC test is a stream with TLS and QUIC settings".into());
         }
         let congestion = config.congestion.as_deref().unwrap_or("cubic");
@@ -546,9 +560,7 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
         }
     }
     let datagram = crate::datagram::MIN_DATAGRAM as u64..=crate::datagram::MAX_DATAGRAM as u64;
-    if config.protocol == linerate_model::Protocol::Udp
-        && config.workload == Workload::Stream
-        && !datagram.contains(&config.length)
+    if traits.datagrams && config.workload == Workload::Stream && !datagram.contains(&config.length)
     {
         return invalid(format!(
             "datagram length {} is outside {} to {} bytes",
@@ -735,10 +747,7 @@ fn validate_rr(config: &TestConfig) -> Result<(), (RefuseCode, String)> {
         (_, None) => return invalid("a request/response test needs its parameters".into()),
         (_, Some(rr)) => rr,
     };
-    if config.workload == Workload::Crr && config.protocol != linerate_model::Protocol::Tcp {
-        return invalid("crr runs over TCP only".into());
-    }
-    let largest = if config.protocol == linerate_model::Protocol::Udp {
+    let largest = if config.protocol.traits().datagrams {
         crate::datagram::MAX_DATAGRAM as u64
     } else {
         MAX_MESSAGE

@@ -473,3 +473,37 @@ fn a_flow_count_that_would_wrap_is_refused() {
         RefuseCode::OverLimit
     );
 }
+
+#[test]
+fn a_protocol_runs_only_the_workloads_its_row_lists() {
+    let limits = Limits::default();
+    let mut crr = config(1);
+    crr.workload = Workload::Crr;
+    crr.rr = Some(linerate_model::RrConfig {
+        request: 1,
+        response: 1,
+        outstanding: 1,
+        rate_tps: None,
+        busy_poll_us: None,
+        cpus: Vec::new(),
+        load: 0,
+    });
+    assert!(validate(&crr, &limits).is_ok());
+    crr.protocol = linerate_model::Protocol::Udp;
+    assert_eq!(
+        validate(&crr, &limits).unwrap_err(),
+        (RefuseCode::Invalid, "a udp test does not run crr".into())
+    );
+    let mut quic = config(1);
+    quic.protocol = linerate_model::Protocol::Quic;
+    quic.quic = Some(linerate_model::QuicSettings {
+        connection_per_flow: false,
+    });
+    assert_eq!(
+        validate(&quic, &limits).unwrap_err(),
+        (
+            RefuseCode::Invalid,
+            "a quic test is encrypted: it needs TLS settings".into()
+        )
+    );
+}

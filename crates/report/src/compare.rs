@@ -129,7 +129,7 @@ pub fn metrics(config: &crate::model::TestConfig) -> Vec<Metric> {
             },
         ],
     };
-    if config.protocol == linerate_model::Protocol::Udp && config.workload == Workload::Stream {
+    if config.protocol.traits().datagrams && config.workload == Workload::Stream {
         list.extend([
             Metric {
                 key: "receiver_pps",

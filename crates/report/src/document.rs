@@ -162,6 +162,19 @@ impl Document {
     }
 }
 
+impl Document {
+    /// What is left to print after a run's live lines: a test's summary (its intervals
+    /// and iterations were shown as they came), a search's answer after its trial lines,
+    /// a sweep's warnings after its rows.
+    pub fn render_text_after_live(&self, scale: Scale) -> String {
+        match self {
+            Document::Sweep(sweep) => warnings(&sweep.warnings),
+            Document::FindMax(search) => text::render_find_max(search, scale),
+            Document::Test(_) | Document::Profile(_) => self.render_text(scale),
+        }
+    }
+}
+
 fn warnings(list: &[String]) -> String {
     list.iter().map(|w| format!("warning: {w}\n")).collect()
 }
@@ -197,7 +210,7 @@ fn host_block(report: &Report) -> String {
 
 fn stream_summary(report: &Report, scale: Scale) -> String {
     let mut out = text::render_summary(report, scale, report.config.per_flow);
-    let udp = report.config.protocol == linerate_model::Protocol::Udp;
+    let udp = report.config.protocol.traits().datagrams;
     // UDP has no autotuning: the granted buffers decide how much burst a receiver
     // absorbs, so UDP results always show them.
     // A copy has no flows of its own sockets to show (its summary says what it used).

@@ -173,7 +173,7 @@ fn start_value(run: &StartOf, start: &Iperf3Start) -> Value {
         started_at,
         streams,
     } = *run;
-    let tcp = config.protocol == linerate_model::Protocol::Tcp;
+    let tcp = config.protocol.traits().kernel_tcp;
     let connected: Vec<Value> = streams
         .connected
         .iter()
@@ -227,7 +227,7 @@ fn start_value(run: &StartOf, start: &Iperf3Start) -> Value {
 /// One interval: each stream (its bytes, and for a TCP sender its TCP_INFO figures; for
 /// UDP its datagrams) and their sum per direction.
 fn interval(config: &TestConfig, i: &IntervalReport) -> Value {
-    let tcp = config.protocol == linerate_model::Protocol::Tcp;
+    let tcp = config.protocol.traits().kernel_tcp;
     let client_sends = |id: u32| config.flow_direction(id) != Direction::Reverse;
     let flows: Vec<&FlowIntervalReport> = i.flows.iter().flatten().collect();
     let streams: Vec<Value> = flows
@@ -369,7 +369,7 @@ fn tcp_extremes(report: &Report, id: u32) -> Option<Map<String, Value>> {
 /// `end.streams`: each stream's sender and receiver figures (and UDP counts).
 fn end_streams(report: &Report) -> Vec<Value> {
     let config = &report.config;
-    let tcp = config.protocol == linerate_model::Protocol::Tcp;
+    let tcp = config.protocol.traits().kernel_tcp;
     let duration = report.summary.duration_s;
     report
         .flows
@@ -420,7 +420,7 @@ fn udp_stream(f: &FlowReport, duration: f64, sends: bool) -> Option<Value> {
 /// `end`: the sums, the streams, CPU, and the congestion control on each end.
 fn end(report: &Report) -> Map<String, Value> {
     let config = &report.config;
-    let tcp = config.protocol == linerate_model::Protocol::Tcp;
+    let tcp = config.protocol.traits().kernel_tcp;
     let duration = report.summary.duration_s;
     let s = &report.summary;
     let udp = s.udp.as_ref();

@@ -236,7 +236,7 @@ fn shortfalls(config: &TestConfig, rr: &RrSummary) -> Vec<String> {
             rr.port_exhausted
         ));
     }
-    if config.protocol == linerate_model::Protocol::Udp && rr.transactions == 0 && rr.lost > 0 {
+    if config.protocol.traits().datagrams && rr.transactions == 0 && rr.lost > 0 {
         out.push("no UDP transaction completed: is the path dropping datagrams?".to_string());
     }
     out

@@ -223,7 +223,7 @@ impl SweepTable {
             .collect();
         SweepTable {
             workload: config.workload,
-            udp: config.protocol == linerate_model::Protocol::Udp,
+            udp: config.protocol.traits().datagrams,
             remote_cpu: config.target != "loopback",
             per_gbit: config.tls.is_some() && config.workload == Workload::Stream,
             columns,

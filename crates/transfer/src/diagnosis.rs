@@ -222,6 +222,68 @@ pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Dia
     }
 }
 
+impl Diagnosis {
+    /// Where the sender's time went, line by line, with both ends' disk and CPU;
+    /// `moved_bytes` is what this copy moved (resumed bytes not counted).
+    pub fn render_detail(&self, moved_bytes: u64) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let wall = self.wall_s.max(1e-9);
+        let share = |s: f64| s * 100.0 / wall;
+        let _ = writeln!(out, "Where the sender's time went ({:.2} s):", self.wall_s);
+        let _ = writeln!(
+            out,
+            "  held by the network (pacing, window) {:>8.2} s {:>5.1} %",
+            self.network_s,
+            share(self.network_s)
+        );
+        let _ = writeln!(
+            out,
+            "    of which the window was full       {:>8.2} s {:>5.1} %",
+            self.window_s,
+            share(self.window_s)
+        );
+        let _ = writeln!(
+            out,
+            "  waiting for the receiver's window    {:>8.2} s {:>5.1} %",
+            self.receiver_s,
+            share(self.receiver_s)
+        );
+        let _ = writeln!(
+            out,
+            "  waiting for its own disk reads       {:>8.2} s {:>5.1} %",
+            self.sender_disk_s,
+            share(self.sender_disk_s)
+        );
+        let _ = writeln!(
+            out,
+            "  waiting for the last ACKs            {:>8.2} s {:>5.1} %",
+            self.tail_s,
+            share(self.tail_s)
+        );
+        let _ = writeln!(
+            out,
+            "  working (set-up, CPU)                {:>8.2} s {:>5.1} %",
+            self.busy_s,
+            share(self.busy_s)
+        );
+        let _ = writeln!(
+            out,
+            "  disk busy: sender {:.2} s read, receiver {:.2} s write and sync",
+            self.sender_disk_busy_s, self.receiver_disk_busy_s
+        );
+        let _ = writeln!(
+            out,
+            "  CPU: sender {:.2} s, receiver {:.2} s ({:.2} and {:.2} s per GB moved)",
+            self.sender_cpu_s,
+            self.receiver_cpu_s,
+            self.sender_cpu_s * 1e9 / moved_bytes.max(1) as f64,
+            self.receiver_cpu_s * 1e9 / moved_bytes.max(1) as f64
+        );
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -466,20 +466,18 @@ pub fn receive_file(
                 }
             }
         });
-        let result = receive_loop(
+        let inputs = ReceiveInputs {
             session,
             file_index,
-            &mut receiver,
-            &to_writer,
-            &from_writer,
-            &control_input,
-            &sink,
-            &clock,
+            to_writer: &to_writer,
+            from_writer: &from_writer,
+            control: &control_input,
+            sink: &sink,
+            clock: &clock,
             sealer,
-            cancel,
             progress,
-            &mut corrupted,
-        );
+        };
+        let result = receive_loop(inputs, &mut receiver, cancel, &mut corrupted);
         drop(to_writer);
         let outcome = match result {
             Ok(Some(done)) => Ok(done),
@@ -556,47 +554,104 @@ pub fn receive_file(
     Ok(outcome)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn receive_loop(
-    session: &Session,
+/// What the receiving loop is given: the session, its channels to the writer and the
+/// control connection, and the clock.
+struct ReceiveInputs<'a> {
+    session: &'a Session,
     file_index: u32,
+    to_writer: &'a mpsc::Sender<ToWriter>,
+    from_writer: &'a mpsc::Receiver<FromWriter>,
+    control: &'a mpsc::Receiver<Result<Control, ChannelError>>,
+    sink: &'a Sink,
+    clock: &'a Clock,
+    sealer: Option<&'a Sealer>,
+    progress: &'a dyn Fn(Progress),
+}
+
+/// The state of one file's receiving, driven a step at a time: take a batch of
+/// datagrams into chunk buffers, hear the writer's checks and the control connection,
+/// send the ACKs due, report progress, sleep.
+struct ReceiveLoop<'a> {
+    io: ReceiveInputs<'a>,
+    layout: Layout,
+    batch: RecvBatch,
+    /// Chunks being filled.
+    buffers: HashMap<u64, Vec<u8>>,
+    ack_bytes: Vec<u8>,
+    last_progress: u64,
+    last_datagram_ns: u64,
+    /// The writer's last word, which may come before this loop sees the last check.
+    finished: Option<WriterDone>,
+    /// Data datagrams damaged on the way (tag, CRC or seal failed).
+    corrupted: u64,
+}
+
+fn receive_loop(
+    io: ReceiveInputs<'_>,
     receiver: &mut Receiver,
-    to_writer: &mpsc::Sender<ToWriter>,
-    from_writer: &mpsc::Receiver<FromWriter>,
-    control: &mpsc::Receiver<Result<Control, ChannelError>>,
-    sink: &Sink,
-    clock: &Clock,
-    sealer: Option<&Sealer>,
     cancel: &AtomicBool,
-    progress: &dyn Fn(Progress),
     corrupted: &mut u64,
 ) -> Result<Option<WriterDone>, TransferError> {
     sys::tight_timer_slack();
     let layout = *receiver.layout();
-    let mut batch = RecvBatch::new(
-        RECEIVE_BATCH,
-        layout.block as usize + SEAL_TAG + wire::DATA_HEADER + 64,
-    );
-    let mut buffers: HashMap<u64, Vec<u8>> = HashMap::new();
-    let mut ack_bytes = Vec::with_capacity(1200);
-    let mut last_progress = 0u64;
-    let mut last_datagram_ns = 0u64;
-    let mut finished = None;
-    while !receiver.is_complete() {
-        if cancel.load(Ordering::Relaxed) {
-            return Err(TransferError::Interrupted);
+    let mut state = ReceiveLoop {
+        io,
+        layout,
+        batch: RecvBatch::new(
+            RECEIVE_BATCH,
+            layout.block as usize + SEAL_TAG + wire::DATA_HEADER + 64,
+        ),
+        buffers: HashMap::new(),
+        ack_bytes: Vec::with_capacity(1200),
+        last_progress: 0,
+        last_datagram_ns: 0,
+        finished: None,
+        corrupted: 0,
+    };
+    let result = state.run(receiver, cancel);
+    *corrupted += state.corrupted;
+    result.map(|()| state.finished)
+}
+
+impl ReceiveLoop<'_> {
+    fn run(&mut self, receiver: &mut Receiver, cancel: &AtomicBool) -> Result<(), TransferError> {
+        while !receiver.is_complete() {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(TransferError::Interrupted);
+            }
+            let now = self.io.clock.now_ns();
+            let received = self.drive_datagrams(receiver, now)?;
+            self.drive_writer(receiver)?;
+            self.drive_control()?;
+            if now > self.last_datagram_ns + 60_000_000_000 {
+                return Err(TransferError::Peer("no data for 60 s".into()));
+            }
+            self.drive_acks(receiver, now);
+            self.drive_progress(receiver, now);
+            self.sleep(receiver, now, received);
         }
-        let now = clock.now_ns();
-        let received = batch
+        Ok(())
+    }
+
+    /// Takes a batch of datagrams into their chunks' buffers; a filled chunk goes to the
+    /// writer. Returns the datagrams taken.
+    fn drive_datagrams(
+        &mut self,
+        receiver: &mut Receiver,
+        now: u64,
+    ) -> Result<usize, TransferError> {
+        let (session, file_index) = (self.io.session, self.io.file_index);
+        let received = self
+            .batch
             .receive(session.fd())
             .map_err(|e| TransferError::Local(format!("cannot receive: {e}")))?;
         for i in 0..received {
-            let (header, payload) = match wire::parse(batch.get(i), &session.key) {
+            let (header, payload) = match wire::parse(self.batch.get(i), &session.key) {
                 Ok(Datagram::Data { header, payload }) => (header, payload),
                 // The socket is connected to the sender: a data datagram whose header tag
                 // or payload CRC fails was damaged on the way.
                 Err(wire::WireError::Corrupt | wire::WireError::Tag) => {
-                    *corrupted += 1;
+                    self.corrupted += 1;
                     continue;
                 }
                 _ => continue,
@@ -604,117 +659,130 @@ fn receive_loop(
             if header.session != session.id || header.file != file_index {
                 continue;
             }
-            last_datagram_ns = now;
-            let plain_len = match sealer {
+            self.last_datagram_ns = now;
+            let plain_len = match self.io.sealer {
                 Some(_) if payload.len() <= SEAL_TAG => {
-                    *corrupted += 1;
+                    self.corrupted += 1;
                     continue;
                 }
                 Some(_) => payload.len() - SEAL_TAG,
                 None => payload.len(),
             };
-            if let DataOutcome::Store {
+            let DataOutcome::Store {
                 chunk,
                 at,
                 fresh,
                 filled,
             } = receiver.on_data(now, header.pn, header.offset, plain_len as u16)
-            {
-                if fresh {
-                    buffers.insert(chunk, vec![0u8; layout.chunk_len(chunk) as usize]);
-                }
-                if let Some(buffer) = buffers.get_mut(&chunk) {
-                    let slot = &mut buffer[at..at + plain_len];
-                    match sealer {
-                        // The header's tag and the CRC passed: a seal that does not open
-                        // is a forgery by a key holder; the hole fails the chunk's hash.
-                        Some(sealer) => {
-                            if sealer
-                                .open_into(
-                                    file_index,
-                                    session.id,
-                                    header.pn,
-                                    header.offset,
-                                    payload,
-                                    slot,
-                                )
-                                .is_err()
-                            {
-                                *corrupted += 1;
-                            }
+            else {
+                continue;
+            };
+            if fresh {
+                let len = self.layout.chunk_len(chunk) as usize;
+                self.buffers.insert(chunk, vec![0u8; len]);
+            }
+            if let Some(buffer) = self.buffers.get_mut(&chunk) {
+                let slot = &mut buffer[at..at + plain_len];
+                match self.io.sealer {
+                    // The header's tag and the CRC passed: a seal that does not open is
+                    // a forgery by a key holder; the hole fails the chunk's hash.
+                    Some(sealer) => {
+                        let (pn, offset) = (header.pn, header.offset);
+                        if sealer
+                            .open_into(file_index, session.id, pn, offset, payload, slot)
+                            .is_err()
+                        {
+                            self.corrupted += 1;
                         }
-                        None => slot.copy_from_slice(payload),
                     }
+                    None => slot.copy_from_slice(payload),
                 }
-                if filled {
-                    if let Some(buffer) = buffers.remove(&chunk) {
-                        let _ = to_writer.send(ToWriter::Filled(chunk, buffer));
-                    }
+            }
+            if filled {
+                if let Some(buffer) = self.buffers.remove(&chunk) {
+                    let _ = self.io.to_writer.send(ToWriter::Filled(chunk, buffer));
                 }
             }
         }
-        while let Ok(event) = from_writer.try_recv() {
+        Ok(received)
+    }
+
+    /// Hears the writer: each chunk's check (a failed one is fetched again) and its end.
+    fn drive_writer(&mut self, receiver: &mut Receiver) -> Result<(), TransferError> {
+        while let Ok(event) = self.io.from_writer.try_recv() {
             match event {
                 FromWriter::Checked(chunk, ok) => {
                     receiver.chunk_checked(chunk, ok);
                     if !ok {
-                        sink.send(&Control::Refetch { chunk }).map_err(|e| {
-                            TransferError::Peer(format!("the control connection failed: {e}"))
-                        })?;
+                        self.io
+                            .sink
+                            .send(&Control::Refetch { chunk })
+                            .map_err(|e| {
+                                TransferError::Peer(format!("the control connection failed: {e}"))
+                            })?;
                     }
                 }
                 FromWriter::Failed(message) => return Err(TransferError::Local(message)),
-                // The writer may finish before this loop sees the last chunk's check.
                 FromWriter::Finished {
                     root,
                     busy_s,
                     cpu_s,
-                } => {
-                    finished = Some((root, busy_s, cpu_s));
-                }
+                } => self.finished = Some((root, busy_s, cpu_s)),
             }
         }
-        if let Ok(event) = control.try_recv() {
-            match event {
-                Ok(Control::Failed { message }) => return Err(TransferError::Remote(message)),
-                Ok(other) => {
-                    return Err(TransferError::Peer(format!(
-                        "unexpected message during the transfer: {other:?}"
-                    )))
-                }
-                Err(e) => return Err(TransferError::Peer(e.to_string())),
-            }
+        Ok(())
+    }
+
+    /// The control connection says nothing during a transfer but that the sender failed.
+    fn drive_control(&mut self) -> Result<(), TransferError> {
+        match self.io.control.try_recv() {
+            Err(_) => Ok(()),
+            Ok(Ok(Control::Failed { message })) => Err(TransferError::Remote(message)),
+            Ok(Ok(other)) => Err(TransferError::Peer(format!(
+                "unexpected message during the transfer: {other:?}"
+            ))),
+            Ok(Err(e)) => Err(TransferError::Peer(e.to_string())),
         }
-        if now > last_datagram_ns + 60_000_000_000 {
-            return Err(TransferError::Peer("no data for 60 s".into()));
+    }
+
+    /// Sends the ACKs due; a lost ACK is covered by the next, so a failed send is not an
+    /// error.
+    fn drive_acks(&mut self, receiver: &mut Receiver, now: u64) {
+        let session = self.io.session;
+        while let Some(ack) = receiver.poll_ack(now, self.io.file_index, session.id) {
+            wire::encode_ack(&ack, &session.key, &mut self.ack_bytes);
+            let _ = session.udp.send(&self.ack_bytes);
         }
-        while let Some(ack) = receiver.poll_ack(now, file_index, session.id) {
-            wire::encode_ack(&ack, &session.key, &mut ack_bytes);
-            // A lost ACK is covered by the next: a failed send is not an error.
-            let _ = session.udp.send(&ack_bytes);
+    }
+
+    /// The caller's progress, every 100 ms.
+    fn drive_progress(&mut self, receiver: &Receiver, now: u64) {
+        if now < self.last_progress + 100_000_000 {
+            return;
         }
-        if now >= last_progress + 100_000_000 {
-            last_progress = now;
-            progress(Progress {
-                done: (receiver.chunks_done() * layout.chunk).min(layout.size),
-                total: layout.size,
-                sent: receiver.counters.bytes,
-                resent: receiver.counters.duplicate_bytes,
-            });
-        }
+        self.last_progress = now;
+        (self.io.progress)(Progress {
+            done: (receiver.chunks_done() * self.layout.chunk).min(self.layout.size),
+            total: self.layout.size,
+            sent: receiver.counters.bytes,
+            resent: receiver.counters.duplicate_bytes,
+        });
+    }
+
+    /// Sleeps until the next datagram or timer; while a stream is arriving, lets a batch
+    /// gather in the socket instead of waking for every datagram (a wake-up costs more
+    /// than the datagram).
+    fn sleep(&self, receiver: &Receiver, now: u64, received: usize) {
         let wait = receiver
             .next_timeout()
             .saturating_sub(now)
             .clamp(1, 2_000_000);
         if received == 0 {
-            let _ = sys::wait(session.fd(), libc::POLLIN, Some(wait));
+            let _ = sys::wait(self.io.session.fd(), libc::POLLIN, Some(wait));
         } else if received < RECEIVE_BATCH {
-            // A stream is arriving: let a batch gather in the socket instead of waking
-            // for every datagram (a wake-up costs more than the datagram).
             sys::sleep_ns(wait.min(RECEIVE_QUANTUM_NS));
         }
     }
-    Ok(finished)
 }
 
 /// The chunk numbers of a have-list, for the sender's core.

@@ -143,17 +143,16 @@ pub fn send_file(
                 return;
             }
         });
-        let result = send_loop(
+        let inputs = SendInputs {
             session,
             file_index,
-            &mut sender,
-            &loaded_rx,
-            &control_rx,
-            &clock,
+            loaded: &loaded_rx,
+            control: &control_rx,
+            clock: &clock,
             sealer,
-            cancel,
             progress,
-        );
+        };
+        let result = send_loop(inputs, &mut sender, cancel);
         stop.store(true, Ordering::Relaxed);
         // Unblock a reader waiting for room, then wait for both threads.
         while loaded_rx.try_recv().is_ok() {}
@@ -217,62 +216,140 @@ struct Looped {
     reader_cpu_s: f64,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn send_loop(
-    session: &Session,
+/// What the sending loop is given: the session, its channels to the reader and the
+/// control connection, and the clock.
+struct SendInputs<'a> {
+    session: &'a Session,
     file_index: u32,
+    loaded: &'a mpsc::Receiver<Loaded>,
+    control: &'a mpsc::Receiver<Result<Control, ChannelError>>,
+    clock: &'a Clock,
+    sealer: Option<&'a Sealer>,
+    progress: &'a dyn Fn(Progress),
+}
+
+/// The reader's last word: the file's root and its costs.
+#[derive(Clone, Copy)]
+struct ReaderEnd {
+    root: [u8; 32],
+    busy_s: f64,
+    cpu_s: f64,
+}
+
+/// The receiving end's verdict: its root and its figures.
+type Verdict = ([u8; 32], EndStats);
+
+/// Why the sender core held datagrams back, and until when (a time, or an event).
+type HeldBack = Option<(Option<u64>, Blocked)>;
+
+/// The state of one file's sending, driven a step at a time (as a sans-IO connection is
+/// driven by its transmit and timer steps): take the reader's chunks, hear the control
+/// connection, take ACKs, transmit a batch, account the timeline and the waits, sleep.
+struct SendLoop<'a> {
+    io: SendInputs<'a>,
+    layout: Layout,
+    /// Chunks in memory from `base` on; a slot is None for a chunk not sent (present).
+    chunks: VecDeque<Option<Arc<Vec<u8>>>>,
+    base: u64,
+    loaded_count: u64,
+    reader: Option<ReaderEnd>,
+    batch: Batch,
+    acks: RecvBatch,
+    last_ack_ns: u64,
+    waits: Waits,
+    /// What held the next datagram back, since when.
+    waiting: Option<(Blocked, u64)>,
+    timeline: Timeline,
+    refetched: u64,
+}
+
+/// One `sendmmsg` worth of datagrams being built.
+struct Batch {
+    headers: Vec<[u8; DATA_HEADER]>,
+    /// (chunk, offset in it, length) of each datagram's plain payload.
+    pending: Vec<(u64, usize, usize)>,
+    /// With --encrypt, each datagram's sealed payload (the chunk's bytes stay plain).
+    sealed: Vec<Vec<u8>>,
+    send: SendBatch,
+}
+
+/// The sender's figures every 100 ms: the copy's timeline and its progress.
+#[derive(Default)]
+struct Timeline {
+    points: Vec<TimelinePoint>,
+    slice_start: u64,
+    last_acked: u64,
+    last_resent: u64,
+    /// A line of the rate model's state every 100 ms on stderr, for studying a path
+    /// (`LINERATE_COPY_TRACE`).
+    trace: bool,
+    trace_sent: u64,
+}
+
+fn send_loop(
+    io: SendInputs<'_>,
     sender: &mut Sender,
-    loaded: &mpsc::Receiver<Loaded>,
-    control: &mpsc::Receiver<Result<Control, ChannelError>>,
-    clock: &Clock,
-    sealer: Option<&Sealer>,
     cancel: &AtomicBool,
-    progress: &dyn Fn(Progress),
 ) -> Result<Looped, TransferError> {
     sys::tight_timer_slack();
     let layout = *sender.layout();
-    // Chunks in memory from `base` on; a slot is None for a chunk not sent (present).
-    let mut chunks: VecDeque<Option<Arc<Vec<u8>>>> = VecDeque::new();
-    let mut base = 0u64;
-    let mut loaded_count = 0u64;
-    let mut sender_root = None;
-    let mut reader_busy_s = 0.0;
-    let mut reader_cpu_s = 0.0;
-    let mut headers: Vec<[u8; DATA_HEADER]> = vec![[0u8; DATA_HEADER]; BATCH];
-    let mut pending: Vec<(u64, usize, usize)> = Vec::with_capacity(BATCH);
-    // With --encrypt, each datagram's sealed payload (the chunk's bytes stay plain).
-    let mut sealed: Vec<Vec<u8>> = vec![Vec::new(); BATCH];
-    let mut send_batch = SendBatch::default();
-    let mut acks = RecvBatch::new(16, 2048);
-    let mut waits = Waits::default();
-    let mut waiting: Option<(Blocked, u64)> = None;
-    let mut timeline = Vec::new();
-    let mut slice_start = 0u64;
-    let mut slice_acked = 0u64;
-    let mut slice_resent = 0u64;
-    let mut last_acked = 0u64;
-    let mut last_resent = 0u64;
-    let mut last_ack_ns = 0u64;
-    let mut finished: Option<([u8; 32], EndStats)> = None;
-    let mut refetched = 0u64;
-    let held_limit = layout.chunks();
-    // A line of the rate model's state every 100 ms on stderr, for studying a path.
-    let trace = std::env::var_os("LINERATE_COPY_TRACE").is_some();
-    let mut trace_sent = 0u64;
+    let mut state = SendLoop {
+        io,
+        layout,
+        chunks: VecDeque::new(),
+        base: 0,
+        loaded_count: 0,
+        reader: None,
+        batch: Batch {
+            headers: vec![[0u8; DATA_HEADER]; BATCH],
+            pending: Vec::with_capacity(BATCH),
+            sealed: vec![Vec::new(); BATCH],
+            send: SendBatch::default(),
+        },
+        acks: RecvBatch::new(16, 2048),
+        last_ack_ns: 0,
+        waits: Waits::default(),
+        waiting: None,
+        timeline: Timeline {
+            trace: std::env::var_os("LINERATE_COPY_TRACE").is_some(),
+            ..Timeline::default()
+        },
+        refetched: 0,
+    };
     loop {
         if cancel.load(Ordering::Relaxed) {
             return Err(TransferError::Interrupted);
         }
-        let now = clock.now_ns();
-        // Chunks from the reader, up to what the receiver's window lets us send soon.
-        let window_chunk = sender.verified() / layout.chunk;
-        while loaded_count < held_limit && loaded_count < window_chunk + (READ_AHEAD as u64) + 256 {
-            match loaded.try_recv() {
+        let now = state.io.clock.now_ns();
+        state.drive_reader(sender)?;
+        if let Some(verdict) = state.drive_control(sender)? {
+            return state.finish(now, verdict);
+        }
+        let received = state.drive_acks(sender, now)?;
+        let (sent, why_not) = state.drive_transmit(sender, now)?;
+        state.drive_timeline(sender, now);
+        state.account_wait(now, why_not.map(|(_, why)| why));
+        if sent == 0 && received == 0 {
+            state.sleep(sender, now, why_not);
+        }
+    }
+}
+
+impl SendLoop<'_> {
+    /// Takes chunks from the reader, up to what the receiver's window lets us send soon,
+    /// and lets go of what the receiver has verified.
+    fn drive_reader(&mut self, sender: &mut Sender) -> Result<(), TransferError> {
+        let chunks = self.layout.chunks();
+        let window_chunk = sender.verified() / self.layout.chunk;
+        while self.loaded_count < chunks
+            && self.loaded_count < window_chunk + (READ_AHEAD as u64) + 256
+        {
+            match self.io.loaded.try_recv() {
                 Ok(Loaded::Chunk(chunk, data)) => {
-                    debug_assert_eq!(chunk, loaded_count);
-                    chunks.push_back(data);
-                    loaded_count += 1;
-                    sender.set_readable(loaded_count);
+                    debug_assert_eq!(chunk, self.loaded_count);
+                    self.chunks.push_back(data);
+                    self.loaded_count += 1;
+                    sender.set_readable(self.loaded_count);
                 }
                 Ok(Loaded::Failed(message)) => return Err(TransferError::Local(message)),
                 Ok(Loaded::Finished {
@@ -280,39 +357,49 @@ fn send_loop(
                     busy_s,
                     cpu_s,
                 }) => {
-                    sender_root = Some(root);
-                    reader_busy_s = busy_s;
-                    reader_cpu_s = cpu_s;
+                    self.reader = Some(ReaderEnd {
+                        root,
+                        busy_s,
+                        cpu_s,
+                    })
                 }
                 Err(_) => break,
             }
         }
-        if loaded_count == held_limit && sender_root.is_none() {
+        if self.loaded_count == chunks && self.reader.is_none() {
             if let Ok(Loaded::Finished {
                 root,
                 busy_s,
                 cpu_s,
-            }) = loaded.try_recv()
+            }) = self.io.loaded.try_recv()
             {
-                sender_root = Some(root);
-                reader_busy_s = busy_s;
-                reader_cpu_s = cpu_s;
+                self.reader = Some(ReaderEnd {
+                    root,
+                    busy_s,
+                    cpu_s,
+                });
             }
         }
-        // Let go of what the receiver has verified.
-        while base < window_chunk && !chunks.is_empty() {
-            chunks.pop_front();
-            base += 1;
+        while self.base < window_chunk && !self.chunks.is_empty() {
+            self.chunks.pop_front();
+            self.base += 1;
         }
-        while let Ok(message) = control.try_recv() {
+        Ok(())
+    }
+
+    /// Hears the control connection: refetches of chunks whose hash failed, and the
+    /// receiver's verdict, which ends the loop.
+    fn drive_control(&mut self, sender: &mut Sender) -> Result<Option<Verdict>, TransferError> {
+        let mut verdict = None;
+        while let Ok(message) = self.io.control.try_recv() {
             match message {
-                Ok(Control::Refetch { chunk }) if chunk < layout.chunks() => {
-                    refetched += 1;
+                Ok(Control::Refetch { chunk }) if chunk < self.layout.chunks() => {
+                    self.refetched += 1;
                     sender.refetch(chunk);
                 }
                 Ok(Control::Done { root, stats }) => {
                     let root = journal::parse_hash(&root).expect("validated");
-                    finished = Some((root, stats));
+                    verdict = Some((root, stats));
                 }
                 Ok(Control::Failed { message }) => return Err(TransferError::Remote(message)),
                 Ok(other) => {
@@ -323,89 +410,110 @@ fn send_loop(
                 Err(e) => return Err(TransferError::Peer(e.to_string())),
             }
         }
-        if let Some((receiver_root, remote)) = finished {
-            if let Some((why, since)) = waiting.take() {
-                account(&mut waits, why, now - since);
-            }
-            // The receiver's verdict may overtake the reader's last message.
-            let sender_root = match sender_root {
-                Some(root) => root,
-                None => loop {
-                    match loaded.recv_timeout(Duration::from_secs(60)) {
-                        Ok(Loaded::Finished {
+        Ok(verdict)
+    }
+
+    /// The receiver's verdict is in: the last wait is accounted and the reader's last
+    /// word awaited (the verdict may overtake it).
+    fn finish(mut self, now: u64, verdict: Verdict) -> Result<Looped, TransferError> {
+        if let Some((why, since)) = self.waiting.take() {
+            account(&mut self.waits, why, now - since);
+        }
+        let reader = match self.reader {
+            Some(reader) => reader,
+            None => loop {
+                match self.io.loaded.recv_timeout(Duration::from_secs(60)) {
+                    Ok(Loaded::Finished {
+                        root,
+                        busy_s,
+                        cpu_s,
+                    }) => {
+                        break ReaderEnd {
                             root,
                             busy_s,
                             cpu_s,
-                        }) => {
-                            reader_busy_s = busy_s;
-                            reader_cpu_s = cpu_s;
-                            break root;
                         }
-                        Ok(Loaded::Chunk(..)) => continue,
-                        Ok(Loaded::Failed(message)) => return Err(TransferError::Local(message)),
-                        Err(_) => return Err(TransferError::Local("the reader stopped".into())),
                     }
-                },
-            };
-            return Ok(Looped {
-                outcome: FileOutcome {
-                    remote,
-                    waits,
-                    timeline,
-                    refetched_chunks: refetched,
-                    ..FileOutcome::default()
-                },
-                sender_root,
-                receiver_root,
-                reader_busy_s,
-                reader_cpu_s,
-            });
-        }
-        let received = acks
+                    Ok(Loaded::Chunk(..)) => continue,
+                    Ok(Loaded::Failed(message)) => return Err(TransferError::Local(message)),
+                    Err(_) => return Err(TransferError::Local("the reader stopped".into())),
+                }
+            },
+        };
+        let (receiver_root, remote) = verdict;
+        Ok(Looped {
+            outcome: FileOutcome {
+                remote,
+                waits: self.waits,
+                timeline: self.timeline.points,
+                refetched_chunks: self.refetched,
+                ..FileOutcome::default()
+            },
+            sender_root: reader.root,
+            receiver_root,
+            reader_busy_s: reader.busy_s,
+            reader_cpu_s: reader.cpu_s,
+        })
+    }
+
+    /// Takes the ACKs waiting in the socket, and fires the loss timer when due; returns
+    /// the datagrams taken.
+    fn drive_acks(&mut self, sender: &mut Sender, now: u64) -> Result<usize, TransferError> {
+        let session = self.io.session;
+        let received = self
+            .acks
             .receive(session.fd())
             .map_err(|e| TransferError::Local(format!("cannot receive: {e}")))?;
         for i in 0..received {
-            if let Ok(Datagram::Ack(ack)) = wire::parse(acks.get(i), &session.key) {
+            if let Ok(Datagram::Ack(ack)) = wire::parse(self.acks.get(i), &session.key) {
                 if ack.session == session.id
-                    && ack.file == file_index
+                    && ack.file == self.io.file_index
                     && sender.on_ack(now, &ack).is_ok()
                 {
-                    last_ack_ns = now;
+                    self.last_ack_ns = now;
                 }
             }
         }
         if sender.next_timeout().is_some_and(|t| t <= now) {
             sender.on_timeout(now);
         }
-        if last_ack_ns > 0 && now > last_ack_ns + 60_000_000_000 {
+        if self.last_ack_ns > 0 && now > self.last_ack_ns + 60_000_000_000 {
             return Err(TransferError::Peer("no acknowledgement for 60 s".into()));
         }
-        pending.clear();
+        Ok(received)
+    }
+
+    /// Sends what the sender core lets go now, up to a batch; returns the datagrams sent
+    /// and, when it held some back, until when and why.
+    fn drive_transmit(
+        &mut self,
+        sender: &mut Sender,
+        now: u64,
+    ) -> Result<(usize, HeldBack), TransferError> {
+        let (session, file_index) = (self.io.session, self.io.file_index);
+        let layout = self.layout;
+        let batch = &mut self.batch;
+        batch.pending.clear();
         let mut why_not = None;
-        while pending.len() < BATCH {
+        while batch.pending.len() < BATCH {
             match sender.poll_transmit(now) {
                 Poll::Send(t) => {
                     let chunk = t.offset / layout.chunk;
-                    let Some(Some(data)) =
-                        chunk.checked_sub(base).and_then(|i| chunks.get(i as usize))
+                    let Some(Some(data)) = chunk
+                        .checked_sub(self.base)
+                        .and_then(|i| self.chunks.get(i as usize))
                     else {
                         // Not in memory (verified meanwhile): nothing to resend.
                         continue;
                     };
                     let start = (t.offset - chunk * layout.chunk) as usize;
-                    let i = pending.len();
+                    let i = batch.pending.len();
                     let plain = &data[start..start + t.len as usize];
-                    let payload = match sealer {
+                    let payload = match self.io.sealer {
                         Some(sealer) => {
-                            sealer.seal(
-                                file_index,
-                                session.id,
-                                t.pn,
-                                t.offset,
-                                plain,
-                                &mut sealed[i],
-                            );
-                            &sealed[i][..]
+                            let sealed = &mut batch.sealed[i];
+                            sealer.seal(file_index, session.id, t.pn, t.offset, plain, sealed);
+                            &sealed[..]
                         }
                         None => plain,
                     };
@@ -417,8 +525,8 @@ fn send_loop(
                         len: payload.len() as u16,
                         crc: crc32fast::hash(payload),
                     }
-                    .encode(&mut headers[i], &session.key);
-                    pending.push((chunk, start, t.len as usize));
+                    .encode(&mut batch.headers[i], &session.key);
+                    batch.pending.push((chunk, start, t.len as usize));
                 }
                 Poll::Wait { until, why } => {
                     why_not = Some((until, why));
@@ -426,108 +534,118 @@ fn send_loop(
                 }
             }
         }
-        if !pending.is_empty() {
-            let datagrams: Vec<(&[u8], &[u8])> = pending
-                .iter()
-                .enumerate()
-                .map(|(i, &(chunk, start, len))| {
-                    let data = chunks[(chunk - base) as usize]
+        if batch.pending.is_empty() {
+            return Ok((0, why_not));
+        }
+        let datagrams: Vec<(&[u8], &[u8])> = batch
+            .pending
+            .iter()
+            .enumerate()
+            .map(|(i, &(chunk, start, len))| match self.io.sealer {
+                Some(_) => (&batch.headers[i][..], &batch.sealed[i][..]),
+                None => {
+                    let data = self.chunks[(chunk - self.base) as usize]
                         .as_ref()
                         .expect("checked above");
-                    match sealer {
-                        Some(_) => (&headers[i][..], &sealed[i][..]),
-                        None => (&headers[i][..], &data[start..start + len]),
-                    }
-                })
-                .collect();
-            match send_batch.send(session.fd(), &datagrams) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
-                    return Err(TransferError::Local(format!(
-                        "datagrams of {} bytes no longer fit the path (its MTU fell): {e}",
-                        layout.block as usize + DATA_HEADER
-                    )))
+                    (&batch.headers[i][..], &data[start..start + len])
                 }
-                // ICMP port unreachable and friends: the receiver went away.
-                Err(e) => return Err(TransferError::Peer(format!("cannot send: {e}"))),
+            })
+            .collect();
+        match batch.send.send(session.fd(), &datagrams) {
+            Ok(_) => Ok((datagrams.len(), why_not)),
+            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                Err(TransferError::Local(format!(
+                    "datagrams of {} bytes no longer fit the path (its MTU fell): {e}",
+                    layout.block as usize + DATA_HEADER
+                )))
             }
-        }
-        let progress_due = now >= slice_start + 100_000_000;
-        if progress_due && trace {
-            let rate = sender.rate();
-            let span = (now - slice_start).max(1) as f64 / 1e9;
-            let sent_mbps = (sender.counters.bytes - trace_sent) as f64 * 8.0 / span / 1e6;
-            let acked_mbps = (sender.delivered() - last_acked) as f64 * 8.0 / span / 1e6;
-            trace_sent = sender.counters.bytes;
-            eprint!("trace sent {sent_mbps:>6.0} M acked {acked_mbps:>6.0} M ");
-            eprintln!(
-                "trace {:>7.3} s pacing {:>6} M bottleneck {:>6} M cwnd {:>10} in flight {:>10} {:?} random loss {:.4} srtt {:.1} ms min {:.1} ms lost {} congested rounds {}",
-                now as f64 / 1e9,
-                rate.pacing_bps() / 1_000_000,
-                rate.bottleneck_bps() / 1_000_000,
-                rate.cwnd().min(u64::from(u32::MAX) * 100),
-                sender.in_flight(),
-                rate.mode(),
-                rate.random_loss(),
-                sender.srtt_ns() as f64 / 1e6,
-                sender.min_rtt_ns().unwrap_or(0) as f64 / 1e6,
-                sender.counters.lost_packets,
-                rate.congested_rounds,
-            );
-        }
-        if progress_due {
-            let acked = sender.delivered();
-            let resent = sender.counters.retransmitted_bytes;
-            slice_acked += acked - last_acked;
-            slice_resent += resent - last_resent;
-            last_acked = acked;
-            last_resent = resent;
-            let span = (now - slice_start) as f64 / 1e9;
-            timeline.push(TimelinePoint {
-                t_s: now as f64 / 1e9,
-                goodput_bps: slice_acked as f64 * 8.0 / span,
-                resent_bps: slice_resent as f64 * 8.0 / span,
-            });
-            slice_acked = 0;
-            slice_resent = 0;
-            slice_start = now;
-            progress(Progress {
-                done: acked.min(layout.size),
-                total: layout.size,
-                sent: sender.counters.bytes,
-                resent,
-            });
-        }
-        // Account the wait and sleep until the pacer, a timer or an ACK.
-        let state = why_not.map(|(_, why)| why);
-        match (waiting, state) {
-            (Some((was, since)), Some(now_why)) if was == now_why => {
-                let _ = since;
-            }
-            (Some((was, since)), _) => {
-                account(&mut waits, was, now - since);
-                waiting = state.map(|w| (w, now));
-            }
-            (None, _) => waiting = state.map(|w| (w, now)),
-        }
-        if pending.is_empty() && received == 0 {
-            let until = why_not.and_then(|(until, _)| until);
-            let deadline = [until, sender.next_timeout()]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(now + 2_000_000);
-            let wait = deadline.saturating_sub(now).clamp(1, 2_000_000);
-            if matches!(why_not, Some((_, Blocked::Pacing))) {
-                // The pacer decides: sleep until it is due, not at every ACK (each
-                // wake-up costs more than the ACKs it would take a millisecond sooner;
-                // they wait in the socket and are taken at once on waking).
-                sys::sleep_ns(wait);
-            } else {
-                let _ = sys::wait(session.fd(), libc::POLLIN, Some(wait));
-            }
+            // ICMP port unreachable and friends: the receiver went away.
+            Err(e) => Err(TransferError::Peer(format!("cannot send: {e}"))),
         }
     }
+
+    /// Every 100 ms: a point of the timeline, the caller's progress, and the trace line.
+    fn drive_timeline(&mut self, sender: &Sender, now: u64) {
+        let line = &mut self.timeline;
+        if now < line.slice_start + 100_000_000 {
+            return;
+        }
+        if line.trace {
+            trace_line(sender, now, line);
+        }
+        let acked = sender.delivered();
+        let resent = sender.counters.retransmitted_bytes;
+        let span = (now - line.slice_start) as f64 / 1e9;
+        line.points.push(TimelinePoint {
+            t_s: now as f64 / 1e9,
+            goodput_bps: (acked - line.last_acked) as f64 * 8.0 / span,
+            resent_bps: (resent - line.last_resent) as f64 * 8.0 / span,
+        });
+        line.last_acked = acked;
+        line.last_resent = resent;
+        line.slice_start = now;
+        (self.io.progress)(Progress {
+            done: acked.min(self.layout.size),
+            total: self.layout.size,
+            sent: sender.counters.bytes,
+            resent,
+        });
+    }
+
+    /// Accounts the time the sender was held back, by what held it.
+    fn account_wait(&mut self, now: u64, why: Option<Blocked>) {
+        match self.waiting {
+            Some((was, _)) if Some(was) == why => {}
+            Some((was, since)) => {
+                account(&mut self.waits, was, now - since);
+                self.waiting = why.map(|w| (w, now));
+            }
+            None => self.waiting = why.map(|w| (w, now)),
+        }
+    }
+
+    /// Nothing moved: sleeps until the pacer, a timer or an ACK.
+    fn sleep(&self, sender: &Sender, now: u64, why_not: HeldBack) {
+        let until = why_not.and_then(|(until, _)| until);
+        let deadline = [until, sender.next_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + 2_000_000);
+        let wait = deadline.saturating_sub(now).clamp(1, 2_000_000);
+        if matches!(why_not, Some((_, Blocked::Pacing))) {
+            // The pacer decides: sleep until it is due, not at every ACK (each wake-up
+            // costs more than the ACKs it would take a millisecond sooner; they wait in
+            // the socket and are taken at once on waking).
+            sys::sleep_ns(wait);
+        } else {
+            let _ = sys::wait(self.io.session.fd(), libc::POLLIN, Some(wait));
+        }
+    }
+}
+
+/// The rate model's state in one line on stderr.
+fn trace_line(sender: &Sender, now: u64, line: &mut Timeline) {
+    let rate = sender.rate();
+    let span = (now - line.slice_start).max(1) as f64 / 1e9;
+    let sent_mbps = (sender.counters.bytes - line.trace_sent) as f64 * 8.0 / span / 1e6;
+    let acked_mbps = (sender.delivered() - line.last_acked) as f64 * 8.0 / span / 1e6;
+    line.trace_sent = sender.counters.bytes;
+    eprint!("trace sent {sent_mbps:>6.0} M acked {acked_mbps:>6.0} M ");
+    eprintln!(
+        "trace {:>7.3} s pacing {:>6} M bottleneck {:>6} M cwnd {:>10} in flight {:>10} {:?} random loss {:.4} srtt {:.1} ms min {:.1} ms lost {} congested rounds {}",
+        now as f64 / 1e9,
+        rate.pacing_bps() / 1_000_000,
+        rate.bottleneck_bps() / 1_000_000,
+        rate.cwnd().min(u64::from(u32::MAX) * 100),
+        sender.in_flight(),
+        rate.mode(),
+        rate.random_loss(),
+        sender.srtt_ns() as f64 / 1e6,
+        sender.min_rtt_ns().unwrap_or(0) as f64 / 1e6,
+        sender.counters.lost_packets,
+        rate.congested_rounds,
+    );
 }
 
 fn account(waits: &mut Waits, why: Blocked, ns: u64) {

@@ -116,6 +116,39 @@ impl FileOutcome {
         self.bottleneck_bps = sent.bottleneck_bps;
         self.random_loss = sent.random_loss;
     }
+
+    /// Adds `other`'s figures to these, as one transfer of both files: counts, times,
+    /// each end's costs and the sender's waits add up; the rate model's estimates are the
+    /// later file's (they describe the path as it was last seen).
+    pub fn add(&mut self, other: &FileOutcome) {
+        self.bytes += other.bytes;
+        self.resumed_bytes += other.resumed_bytes;
+        self.wall_s += other.wall_s;
+        self.payload_bytes += other.payload_bytes;
+        self.resent_bytes += other.resent_bytes;
+        self.lost_packets += other.lost_packets;
+        self.duplicate_bytes += other.duplicate_bytes;
+        self.refetched_chunks += other.refetched_chunks;
+        for (sum, part) in [
+            (&mut self.local, &other.local),
+            (&mut self.remote, &other.remote),
+        ] {
+            sum.disk_busy_s += part.disk_busy_s;
+            sum.cpu_s += part.cpu_s;
+            sum.wall_s += part.wall_s;
+            sum.corrupted_datagrams += part.corrupted_datagrams;
+            sum.runqueue_wait_s += part.runqueue_wait_s;
+        }
+        let (waits, more) = (&mut self.waits, &other.waits);
+        waits.pacing_s += more.pacing_s;
+        waits.window_s += more.window_s;
+        waits.receiver_s += more.receiver_s;
+        waits.reader_s += more.reader_s;
+        waits.tail_s += more.tail_s;
+        self.bottleneck_bps = other.bottleneck_bps.or(self.bottleneck_bps);
+        self.random_loss = other.random_loss.or(self.random_loss);
+        self.min_rtt_ms = other.min_rtt_ms.or(self.min_rtt_ms);
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]

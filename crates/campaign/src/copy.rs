@@ -11,20 +11,35 @@ use linerate_report::{
     CopyReport, Direction, IntervalReport, PerSide, Report, Summary, TestConfig,
 };
 use linerate_transfer::client::{CopySummary, Direction as CopyDirection};
-use linerate_transfer::diagnosis::Diagnosis;
+use linerate_transfer::diagnosis::{diagnose, Diagnosis};
+use linerate_transfer::transport::FileOutcome;
 
-pub fn document(
-    summary: &CopySummary,
-    diagnosis: &Diagnosis,
-    started_at: SystemTime,
-    _command: &str,
-) -> Document {
+/// Every file's figures summed, as one transfer; its wall time is the whole copy's,
+/// set-up included.
+pub fn total(summary: &CopySummary) -> FileOutcome {
+    let mut total = FileOutcome::default();
+    for file in &summary.files {
+        total.add(&file.outcome);
+    }
+    total.wall_s = summary.wall_s.max(total.wall_s);
+    total
+}
+
+/// The whole copy's diagnosis: its files' figures summed, as one transfer.
+pub fn overall(summary: &CopySummary, fixed_rate: bool) -> Diagnosis {
+    diagnose(
+        &total(summary),
+        summary.direction == CopyDirection::Push,
+        fixed_rate,
+    )
+}
+
+/// The copy's result document.
+pub fn document(summary: &CopySummary, diagnosis: &Diagnosis, started_at: SystemTime) -> Document {
     let push = summary.direction == CopyDirection::Push;
-    let bytes: u64 = summary.files.iter().map(|f| f.outcome.bytes).sum();
-    let resumed: u64 = summary.files.iter().map(|f| f.outcome.resumed_bytes).sum();
-    let payload: u64 = summary.files.iter().map(|f| f.outcome.payload_bytes).sum();
-    let resent: u64 = summary.files.iter().map(|f| f.outcome.resent_bytes).sum();
-    let lost: u64 = summary.files.iter().map(|f| f.outcome.lost_packets).sum();
+    let total = total(summary);
+    let (bytes, resumed, payload) = (total.bytes, total.resumed_bytes, total.payload_bytes);
+    let (resent, lost) = (total.resent_bytes, total.lost_packets);
     let goodput_bps = (bytes - resumed) as f64 * 8.0 / summary.wall_s.max(1e-9);
     let (source, destination) = match summary.files.as_slice() {
         [one] => (one.source.clone(), one.destination.clone()),
@@ -97,16 +112,8 @@ pub fn document(
         resumed_bytes: resumed,
         payload_bytes: payload,
         resent_bytes: resent,
-        refetched_chunks: summary
-            .files
-            .iter()
-            .map(|f| f.outcome.refetched_chunks)
-            .sum(),
-        corrupted_datagrams: summary
-            .files
-            .iter()
-            .map(|f| f.outcome.local.corrupted_datagrams + f.outcome.remote.corrupted_datagrams)
-            .sum(),
+        refetched_chunks: total.refetched_chunks,
+        corrupted_datagrams: total.local.corrupted_datagrams + total.remote.corrupted_datagrams,
         root: match summary.files.as_slice() {
             [one] => Some(one.outcome.root.clone()),
             _ => None,

@@ -4,6 +4,7 @@
 //! what is printed as each trial ends.
 
 use crate::search::{Probe, RateSearch, TrialOutcome};
+use crate::sink::{Event, Sink};
 use linerate_report::text;
 use linerate_report::units::{format_rate, Scale};
 use linerate_report::{
@@ -27,15 +28,14 @@ pub enum FindMaxError<E> {
 }
 
 /// Searches for the highest rate of `config` (a UDP stream test) whose receiver-side loss
-/// stays within `max_loss_pct`. `run_trial` runs one trial; `on_trial` hears each as it
-/// ends (its number from 1).
+/// stays within `max_loss_pct`. `run_trial` runs one trial; `sink` hears each as it ends.
 pub fn find_max<E>(
     mut config: TestConfig,
     max_loss_pct: f64,
     scale: Scale,
     cancel: &AtomicBool,
+    sink: &mut dyn Sink,
     mut run_trial: impl FnMut(&TestConfig) -> Result<Report, E>,
-    mut on_trial: impl FnMut(usize, &RateTrial),
 ) -> Result<FindMaxReport, FindMaxError<E>> {
     // Trials are summed up one line each, not by intervals.
     config.interval_s = 0.0;
@@ -71,7 +71,10 @@ pub fn find_max<E>(
             summary: report.summary.clone(),
             warnings: report.warnings.clone(),
         };
-        on_trial(trials.len() + 1, &trial);
+        sink.event(&Event::Trial {
+            number: trials.len() + 1,
+            trial: &trial,
+        });
         trials.push(trial);
         first.get_or_insert(report);
     }

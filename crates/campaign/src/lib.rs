@@ -1,0 +1,28 @@
+//! What linerate runs around one test, as library code the binary calls once per command:
+//!
+//! - [`test`]: one test from a request: resolved on this machine, checked against the
+//!   bounds every server puts on a test, run against a server or an in-process one.
+//! - [`repeat`]: a test repeated (`--iterations`, `--confidence`) into one report with its
+//!   confidence interval.
+//! - [`sweep`]: one test at every combination of list-valued parameters.
+//! - [`find_max`]: `--find-max`'s UDP trials over [`search`], the sans-IO rate search.
+//! - [`baseline`]: `--baseline`, the same test plain beside an encrypted one.
+//! - [`copy`]: a file copy's outcome as a result document like any test's.
+//! - [`sink`]: the one way results leave a run: live events and the finished document
+//!   flow through [`sink::Sink`]s (text, JSON, the results database, a progress bar).
+//! - [`storage`]: where runs are kept; [`cancel`]: Ctrl-C and SIGTERM as a stop flag.
+//!
+//! Nothing here parses flags or decides exit codes: that is the binary's.
+
+pub mod baseline;
+pub mod cancel;
+pub mod copy;
+pub mod find_max;
+#[cfg(test)]
+mod fixtures;
+pub mod repeat;
+pub mod search;
+pub mod sink;
+pub mod storage;
+pub mod sweep;
+pub mod test;

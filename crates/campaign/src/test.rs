@@ -1,0 +1,115 @@
+//! One test from a request: resolved on this machine, checked against the bounds every
+//! server puts on a test, and run against a server (or an in-process one on loopback)
+//! with its live events flowing to a sink.
+
+use crate::sink::{Event, Sink};
+use anyhow::{anyhow, Context, Result};
+use linerate_drivers::client::ClientOptions;
+use linerate_drivers::load;
+use linerate_model::{StreamRequest, StreamTransport, TestConfig, TestKind, TestRequest};
+use linerate_proto::Limits;
+use linerate_report::Report;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// The first address of `host`.
+pub fn resolve_host(host: &str, port: u16) -> Result<SocketAddr> {
+    let mut addrs = (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve host '{host}'"))?;
+    addrs
+        .next()
+        .ok_or_else(|| anyhow!("host '{host}' has no address"))
+}
+
+/// Resolves a request on this machine (linerate-model's one resolver), with the path's
+/// datagram size towards `target` (or loopback) for UDP streams, and checks it against
+/// the bounds every server puts on a test; `Err` is the user's mistake, in one line.
+pub fn resolve_request(
+    request: &TestRequest,
+    target: Option<SocketAddr>,
+) -> std::result::Result<TestConfig, String> {
+    let udp_stream = matches!(
+        &request.kind,
+        TestKind::Stream(StreamRequest {
+            transport: StreamTransport::Udp { length: None, .. },
+            ..
+        })
+    );
+    let probe =
+        udp_stream.then(|| target.unwrap_or(SocketAddr::from(([127, 0, 0, 1], request.port))));
+    let config = TestConfig::resolve(request, &linerate_engine::sys::environment(probe))?;
+    within_bounds(&config)?;
+    Ok(config)
+}
+
+/// The bounds every server puts on a test (linerate-proto's `validate`), checked before
+/// connecting, so that a test no server would take is the user's mistake, told at once.
+/// Only the server's own limits (tests, flows, duration, rate) are left to the server.
+fn within_bounds(config: &TestConfig) -> std::result::Result<(), String> {
+    let unlimited = Limits {
+        max_tests: u32::MAX,
+        max_flows: u32::MAX,
+        max_duration_s: f64::MAX,
+        max_rate_bps: None,
+    };
+    linerate_proto::session::validate(config, &unlimited).map_err(|(_, reason)| reason)
+}
+
+/// "Connecting to HOST (ADDR), ..." or its loopback twin: what is about to be measured.
+pub fn banner(host: Option<&str>, target: Option<SocketAddr>, config: &TestConfig) -> String {
+    match (host, target) {
+        (Some(host), Some(addr)) => format!("Connecting to {host} ({addr}), {}", config.describe()),
+        _ => format!(
+            "Measuring this machine over loopback (in-process server), {}",
+            config.describe()
+        ),
+    }
+}
+
+/// One test against `target`, or against an in-process server when there is none, with
+/// a request/response test's bulk load beside it when it asks for one.
+pub fn run(
+    target: Option<SocketAddr>,
+    options: &ClientOptions,
+    cancel: &Arc<AtomicBool>,
+    sink: &mut dyn Sink,
+) -> Result<Report> {
+    let mut progress = |event| sink.event(&Event::Test(&event));
+    Ok(load::run_with_load(target, options, cancel, &mut progress)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_test_no_server_takes_is_refused_before_connecting() {
+        let mut request = TestRequest::new(TestKind::Stream(StreamRequest {
+            direction: linerate_model::Direction::Forward,
+            rate_bps: None,
+            transport: StreamTransport::Tcp {
+                length: None,
+                mss: None,
+                nodelay: false,
+            },
+        }));
+        request.time_s = 10.0;
+        assert!(resolve_request(&request, None).is_ok());
+        request.time_s = f64::INFINITY;
+        assert!(resolve_request(&request, None).is_err());
+    }
+
+    #[test]
+    fn the_banner_names_the_host_and_its_address() {
+        let config = crate::fixtures::stream_config();
+        let addr: SocketAddr = "192.0.2.1:5201".parse().unwrap();
+        let line = banner(Some("far"), Some(addr), &config);
+        assert!(
+            line.starts_with("Connecting to far (192.0.2.1:5201), "),
+            "{line}"
+        );
+        assert!(banner(None, None, &config).contains("over loopback"));
+    }
+}

@@ -1,0 +1,122 @@
+//! `linerate serve`: the flags into a server's configuration, and the server run until
+//! SIGINT or SIGTERM.
+
+use crate::cli::ServeArgs;
+use crate::failure::{Failure, Outcome};
+use crate::Globals;
+use anyhow::{anyhow, Context};
+use linerate_campaign::{cancel, storage};
+use linerate_drivers::access::{AccessPolicy, LogFormat};
+use linerate_drivers::server::{Server, ServerConfig};
+use linerate_proto::Limits;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
+    let ip = args.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+    let mut config = ServerConfig::new(SocketAddr::new(ip, args.port));
+    config.limits = Limits {
+        max_tests: args.max_tests,
+        max_flows: args.max_flows,
+        max_duration_s: args.max_duration,
+        max_rate_bps: args.max_rate.filter(|r| *r > 0),
+    };
+    if let Some(threads) = args.threads {
+        config.threads = Some(threads as usize);
+    }
+    config.log = !args.quiet;
+    config.tls_mode = if args.no_tls {
+        linerate_drivers::secure::TlsMode::Off
+    } else if args.require_tls {
+        linerate_drivers::secure::TlsMode::Required
+    } else {
+        linerate_drivers::secure::TlsMode::Offered
+    };
+    config.tls_identity = Arc::new(linerate_drivers::secure::ServerIdentity::new(
+        args.cert.clone().zip(args.cert_key.clone()),
+    ));
+    if args.cert.is_some() {
+        // A certificate that cannot be used is the operator's mistake, told at start.
+        if let Err(why) = config.tls_identity.load() {
+            return Err(
+                Failure::Usage(format!("invalid value for '--cert'/'--cert-key': {why}")).into(),
+            );
+        }
+    }
+    config.timeouts.handshake = std::time::Duration::from_secs_f64(args.handshake_timeout);
+    config.timeouts.idle = std::time::Duration::from_secs_f64(args.idle_timeout);
+    config.key = globals.key.clone();
+    config.max_rate_per_ip = args.max_rate_per_ip.filter(|r| *r > 0);
+    config.access = AccessPolicy {
+        allow: args.allow.clone(),
+        deny: args.deny.clone(),
+        max_connections: args.max_connections as usize,
+        max_per_ip: args.max_clients_per_ip.map_or(0, |n| n as usize),
+        v6_prefix: args.ipv6_client_prefix,
+    };
+    config.log_format = if args.log_format == "json" {
+        LogFormat::Json
+    } else {
+        LogFormat::Text
+    };
+    if let (Some(private_key), Some(users)) =
+        (&args.rsa_private_key_path, &args.authorized_users_path)
+    {
+        match linerate_drivers::iperf3_auth::load(
+            private_key,
+            users,
+            args.time_skew_threshold,
+            args.rsa_pkcs1_padding,
+        ) {
+            Ok(auth) => config.iperf3_auth = Some(Arc::new(auth)),
+            Err(message) => {
+                return Err(Failure::Usage(format!(
+                "invalid value for '--rsa-private-key-path'/'--authorized-users-path': {message}"
+            ))
+                .into())
+            }
+        }
+    }
+    if let Some(dir) = &args.files {
+        let Some(key) = config.key.clone() else {
+            return Err(Failure::Usage(
+                "'--files' needs '--key FILE': files are served only to clients that hold the key"
+                    .into(),
+            )
+            .into());
+        };
+        match linerate_transfer::service::FileService::new(dir, key) {
+            Ok(service) => config.files = Some(Arc::new(service)),
+            Err(e) => {
+                return Err(Failure::Usage(format!(
+                    "invalid value '{}' for '--files': {e}",
+                    dir.display()
+                ))
+                .into())
+            }
+        }
+    }
+    if config.key.is_none() {
+        eprintln!(
+            "linerate: warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)"
+        );
+    }
+    // linerate clients keep their own results; iperf3 clients cannot, so their tests are
+    // kept here.
+    if let Some(store) = globals.storage.open_for_run()? {
+        config.iperf3_reports = Some(storage::server_keeper(store, !args.quiet));
+    }
+    let server = match Server::bind(config.clone()) {
+        Ok(server) => server,
+        // No IPv6 on this host: the default falls back to every IPv4 address.
+        Err(_) if args.listen.is_none() => {
+            config.listen = SocketAddr::from(([0, 0, 0, 0], args.port));
+            Server::bind(config.clone())
+                .with_context(|| format!("cannot listen on {}", config.listen))?
+        }
+        Err(e) => return Err(anyhow!(e).context(format!("cannot listen on {}", config.listen))),
+    };
+    cancel::set_on_signals(&server.shutdown_flag())?;
+    server.run().context("server failed")?;
+    Ok(())
+}
