@@ -12,7 +12,7 @@ use linerate_report::{
 };
 use linerate_transfer::client::{CopySummary, Direction as CopyDirection};
 use linerate_transfer::diagnosis::{diagnose, Diagnosis};
-use linerate_transfer::transport::FileOutcome;
+use linerate_transfer::outcome::FileOutcome;
 
 /// Every file's figures summed, as one transfer; its wall time is the whole copy's,
 /// set-up included.

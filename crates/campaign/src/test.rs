@@ -4,8 +4,8 @@
 
 use crate::sink::{Event, Sink};
 use anyhow::{anyhow, Context, Result};
+use linerate_drivers::bulk_load;
 use linerate_drivers::client::ClientOptions;
-use linerate_drivers::load;
 use linerate_model::{StreamRequest, StreamTransport, TestConfig, TestKind, TestRequest};
 use linerate_proto::Limits;
 use linerate_report::Report;
@@ -77,7 +77,12 @@ pub fn run(
     sink: &mut dyn Sink,
 ) -> Result<Report> {
     let mut progress = |event| sink.event(&Event::Test(&event));
-    Ok(load::run_with_load(target, options, cancel, &mut progress)?)
+    Ok(bulk_load::run_with_load(
+        target,
+        options,
+        cancel,
+        &mut progress,
+    )?)
 }
 
 #[cfg(test)]

@@ -240,7 +240,7 @@ impl<'a> ClientTest<'a> {
             options.timeouts,
         );
         if let Some(key) = &options.key {
-            let nonce = crate::shared::random_nonce().map_err(|source| ClientError::Io {
+            let nonce = crate::server_state::random_nonce().map_err(|source| ClientError::Io {
                 context: "drawing a nonce",
                 source,
             })?;

@@ -11,10 +11,11 @@
 //! port's UDP socket, since iperf3's UDP connect datagram names no test) and its own
 //! workers.
 
-use crate::access::{RateBook, RateShare};
+use crate::access::RateBook;
 use crate::control::Control;
 use crate::iperf3::{budget_of, config_of, output_text, results_of, side_from_results};
-use crate::shared::{rate_exceeded, side_figures, Shared};
+use crate::served::{Served, Step};
+use crate::server_state::ServerState;
 use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{DataPlane, PlaneSetup};
 use linerate_engine::sys;
@@ -69,11 +70,9 @@ struct Test {
     /// Copies of the TCP streams, closed when the test ends: the workers drop theirs at
     /// the end of the drain, before the client has heard the results.
     held: Vec<TcpStream>,
-    plane: Option<DataPlane>,
+    /// The plane, the test's place among the running tests, its rate share.
+    served: Served,
     ending: bool,
-    counted: bool,
-    /// The test's share of its address's rate (`--max-rate-per-ip`).
-    rate_share: Option<RateShare>,
 }
 
 fn epoch_now() -> f64 {
@@ -82,7 +81,12 @@ fn epoch_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, peer: SocketAddr) {
+pub(crate) fn serve(
+    shared: &Arc<ServerState>,
+    stream: TcpStream,
+    cookie: String,
+    peer: SocketAddr,
+) {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let local = stream
         .local_addr()
@@ -105,10 +109,8 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
         streams_in: None,
         streams: Vec::new(),
         held: Vec::new(),
-        plane: None,
+        served: Served::default(),
         ending: false,
-        counted: false,
-        rate_share: None,
     };
     // What the report of the test is assembled from once it ends.
     let mut started_at = 0.0;
@@ -131,7 +133,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
                 }
                 Event::EndRequested => {
                     test.ending = true;
-                    match &test.plane {
+                    match &test.served.plane {
                         Some(plane) => plane.end_now(),
                         None => {
                             session.terminate("the client ended the test before it started".into())
@@ -152,37 +154,23 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
             break result;
         }
         take_streams(shared, &mut test, &mut session);
-        if test.ending && test.plane.as_ref().is_some_and(DataPlane::is_finished) {
-            let plane = test.plane.take().expect("checked");
-            let params = session.params().cloned().unwrap_or_default();
-            match plane.finish(shared.host.clone()) {
-                Ok(side) => {
-                    shared.log(&format!(
-                        "iperf3 test {id} from {peer}: finished, {}",
-                        side_figures(&side)
-                    ));
-                    served = Some(side.clone());
-                    let output = params.get_server_output.then(|| {
-                        output_text(
-                            &side,
-                            &format!("linerate server, iperf3 test {id} from {peer}"),
-                        )
-                    });
-                    session.finish(Instant::now(), results_of(&side, params.transport, output));
-                }
-                Err(e) => session.terminate(format!("data plane failed: {e}")),
+        match test
+            .served
+            .step(shared, &format!("iperf3 test {id}"), peer, test.ending)
+        {
+            Step::Finished(side) => {
+                let params = session.params().cloned().unwrap_or_default();
+                let output = params.get_server_output.then(|| {
+                    output_text(
+                        &side,
+                        &format!("linerate server, iperf3 test {id} from {peer}"),
+                    )
+                });
+                session.finish(Instant::now(), results_of(&side, params.transport, output));
+                served = Some(*side);
             }
-        }
-        if let Some(plane) = test.plane.as_mut() {
-            // Keep the sample channel short; the intervals come back from `finish`.
-            let intervals = plane.poll_intervals(Duration::ZERO);
-            if let Some(why) = rate_exceeded(shared, test.rate_share.as_ref(), &intervals) {
-                shared.refused(peer, &format!("iperf3 test {id}: {why}"));
-                session.terminate(why);
-            }
-        }
-        if shared.shutdown.load(Ordering::Relaxed) {
-            session.terminate("the server is shutting down".into());
+            Step::Stop(why) => session.terminate(why),
+            Step::Running => {}
         }
         let wait = if test.streams_in.is_some() || test.ending {
             Duration::from_millis(10)
@@ -192,13 +180,8 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
         control.step(&mut session, wait);
     };
     control.flush(&mut session);
-    if let Some(plane) = test.plane.take() {
-        plane.stop();
-    }
+    test.served.end(shared);
     unregister(shared, &mut test);
-    if test.counted {
-        shared.running.fetch_sub(1, Ordering::Relaxed);
-    }
     if let (Ok(()), Some(sink), Some(ours), Some(theirs), Some(config)) = (
         &outcome,
         &shared.config.iperf3_reports,
@@ -234,7 +217,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, cookie: String, pee
     }
 }
 
-fn unregister(shared: &Shared, test: &mut Test) {
+fn unregister(shared: &ServerState, test: &mut Test) {
     if test.streams_in.take().is_some() {
         shared
             .iperf3_streams
@@ -245,7 +228,7 @@ fn unregister(shared: &Shared, test: &mut Test) {
 }
 
 fn accept(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     test: &mut Test,
     session: &mut Iperf3Server,
     control: &mut Control,
@@ -274,13 +257,11 @@ fn accept(
             }
         }
     }
-    let running = shared.running.fetch_add(1, Ordering::Relaxed);
-    test.counted = true;
-    if running >= shared.config.limits.max_tests as usize {
+    if let Err(why) = test.served.take_place(shared) {
         shared.log(&format!(
-            "iperf3 test {id} from {peer}: refused as busy: {running} tests running, the limit"
+            "iperf3 test {id} from {peer}: refused as busy: {why}"
         ));
-        return session.busy(format!("the server is running {running} tests, its limit"));
+        return session.busy(why);
     }
     // --max-duration binds iperf3 clients as it does native ones: a timed test over it is
     // refused with iperf3's own duration error; a byte- or block-count test is cut there.
@@ -337,7 +318,7 @@ fn accept(
             )
         };
         match reserved {
-            Ok(share) => test.rate_share = Some(share),
+            Ok(share) => test.served.rate_share = Some(share),
             Err(why) => {
                 shared.refused(peer, &format!("iperf3 test {id}: {why}"));
                 return session.refuse(code::UNIMPLEMENTED, why);
@@ -397,7 +378,7 @@ fn accept(
 }
 
 /// Takes the test's TCP streams as they arrive, and starts the test when all are in.
-fn take_streams(shared: &Arc<Shared>, test: &mut Test, session: &mut Iperf3Server) {
+fn take_streams(shared: &Arc<ServerState>, test: &mut Test, session: &mut Iperf3Server) {
     let Some(receiver) = &test.streams_in else {
         return;
     };
@@ -439,7 +420,7 @@ fn take_streams(shared: &Arc<Shared>, test: &mut Test, session: &mut Iperf3Serve
 }
 
 fn start(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     test: &mut Test,
     session: &mut Iperf3Server,
     specs: Vec<FlowSpec>,
@@ -458,7 +439,7 @@ fn start(
     };
     match DataPlane::start(Instant::now(), config, specs, setup) {
         Ok(plane) => {
-            test.plane = Some(plane);
+            test.served.plane = Some(plane);
             session.streams_ready(Instant::now());
             shared.log(&format!(
                 "iperf3 test {} from {}: started",
@@ -478,7 +459,7 @@ fn start(
 /// CREATE_STREAMS until its last stream, so another test's client cannot be sending
 /// connect datagrams meanwhile.
 fn take_udp_streams(
-    shared: &Shared,
+    shared: &ServerState,
     test: &Test,
     session: &mut Iperf3Server,
     control: &mut Control,

@@ -4,7 +4,7 @@
 //! the thread drops the plane and every socket of the test before it exits.
 
 use crate::access::canonical;
-use crate::access::{RateBook, RateShare};
+use crate::access::RateBook;
 use crate::control::Control;
 use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{default_threads, DataPlane, PlaneSetup};
@@ -20,7 +20,8 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::shared::{random_token, rate_exceeded, side_figures, Shared};
+use crate::served::{Served, Step};
+use crate::server_state::{random_token, ServerState};
 
 /// What a test thread holds; dropping it frees every resource of the test.
 struct TestState {
@@ -40,17 +41,92 @@ struct TestState {
     crr_listener: Option<std::net::TcpListener>,
     /// QUIC tests: this side's QUIC thread, and whether its streams were reported ready.
     quic: Option<(Arc<linerate_engine::quic::QuicSide>, bool)>,
-    plane: Option<DataPlane>,
+    /// The plane, the test's place among the running tests, its rate share.
+    served: Served,
     /// When the server said the flows were ready: the client starts its clock after
     /// hearing it, so the client's lead over this side is at most the time since.
     ready_at: Option<Instant>,
-    counted: bool,
-    /// The test's share of its address's rate (`--max-rate-per-ip`).
-    rate_share: Option<RateShare>,
+}
+
+impl TestState {
+    fn new(local_ip: std::net::IpAddr) -> TestState {
+        TestState {
+            token: None,
+            flows_in: None,
+            flows: Vec::new(),
+            udp: Vec::new(),
+            udp_cookies: None,
+            udp_token: [0; 16],
+            udp_refused: 0,
+            local_ip,
+            crr_listener: None,
+            quic: None,
+            served: Served::default(),
+            ready_at: None,
+        }
+    }
+
+    /// The flows' connections, hellos or streams that arrived; `Some` once they are all
+    /// in (`Err`: one could not be taken). A crr test has none to wait for.
+    fn take_flows(
+        &mut self,
+        shared: &Arc<ServerState>,
+        id: u64,
+        peer: SocketAddr,
+    ) -> Option<Result<(), String>> {
+        if let Some(receiver) = &self.flows_in {
+            while let Some((flow, arrived)) = receiver.try_recv() {
+                let socket = match arrived {
+                    Ok(socket) => socket,
+                    Err(why) => return Some(Err(format!("data connection {flow}: {why}"))),
+                };
+                match self.flows.get_mut(flow as usize) {
+                    Some(slot @ None) => *slot = Some(socket),
+                    _ => shared.log(&format!("test {id}: refused data connection for flow {flow}: out of range or duplicate")),
+                }
+            }
+            if !self.flows.is_empty() && self.flows.iter().all(Option::is_some) {
+                unregister(shared, self);
+                return Some(Ok(()));
+            }
+        }
+        if !self.udp.is_empty()
+            && self.served.plane.is_none()
+            && take_udp_hellos(shared, id, peer, self)
+        {
+            return Some(Ok(()));
+        }
+        if let Some((side, reported)) = self.quic.as_mut() {
+            if !*reported {
+                let ready = side.poll_ready();
+                *reported = ready.is_some();
+                if let Some(Err(why)) = &ready {
+                    shared.refused(peer, &format!("test {id}: {why}"));
+                }
+                if ready.is_some() {
+                    return ready;
+                }
+            }
+        }
+        // crr connections come one per transaction once the test runs.
+        self.crr_listener.is_some().then_some(Ok(()))
+    }
+
+    /// How long the control connection may wait: short while flows arrive, longer while
+    /// the plane runs, longest while nothing is due.
+    fn wait(&self) -> Duration {
+        if self.flows_in.is_some() || (!self.udp.is_empty() && self.served.plane.is_none()) {
+            Duration::from_millis(10)
+        } else if self.served.plane.is_some() {
+            Duration::from_millis(50)
+        } else {
+            Duration::from_millis(200)
+        }
+    }
 }
 
 pub(crate) fn serve_test(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     stream: std::net::TcpStream,
     preface_bytes: Vec<u8>,
     peer: SocketAddr,
@@ -67,7 +143,7 @@ pub(crate) fn serve_test(
         if shared.blocked_for_failures(peer) {
             return;
         }
-        match crate::shared::random_nonce() {
+        match crate::server_state::random_nonce() {
             Ok(nonce) => session = session.with_key(key.clone(), nonce),
             Err(e) => {
                 shared.log(&format!(
@@ -90,22 +166,7 @@ pub(crate) fn serve_test(
             return;
         }
     };
-    let mut state = TestState {
-        token: None,
-        flows_in: None,
-        flows: Vec::new(),
-        udp: Vec::new(),
-        udp_cookies: None,
-        udp_token: [0; 16],
-        udp_refused: 0,
-        local_ip,
-        crr_listener: None,
-        quic: None,
-        plane: None,
-        ready_at: None,
-        counted: false,
-        rate_share: None,
-    };
+    let mut state = TestState::new(local_ip);
     let outcome = loop {
         let mut closed = None;
         while let Some(event) = session.poll_event() {
@@ -126,98 +187,24 @@ pub(crate) fn serve_test(
         if let Some(result) = closed {
             break result;
         }
-        if let Some(receiver) = &state.flows_in {
-            while let Some((flow, arrived)) = receiver.try_recv() {
-                let socket = match arrived {
-                    Ok(socket) => socket,
-                    Err(why) => {
-                        session.abort(format!("data connection {flow}: {why}"));
-                        break;
-                    }
-                };
-                match state.flows.get_mut(flow as usize) {
-                    Some(slot @ None) => *slot = Some(socket),
-                    _ => shared.log(&format!("test {id}: refused data connection for flow {flow}: out of range or duplicate")),
-                }
-            }
-            if !state.flows.is_empty() && state.flows.iter().all(Option::is_some) {
-                unregister(shared, &mut state);
-                session.flows_ready(Instant::now());
-                state.ready_at.get_or_insert_with(Instant::now);
-            }
-        }
-        if !state.udp.is_empty()
-            && state.plane.is_none()
-            && take_udp_hellos(shared, id, peer, &mut state)
-        {
-            session.flows_ready(Instant::now());
-            state.ready_at.get_or_insert_with(Instant::now);
-        }
-        let quic_ready = match state.quic.as_mut() {
-            Some((side, reported)) if !*reported => {
-                let ready = side.poll_ready();
-                *reported = ready.is_some();
-                ready
-            }
-            _ => None,
-        };
-        match quic_ready {
+        match state.take_flows(shared, id, peer) {
             Some(Ok(())) => {
                 session.flows_ready(Instant::now());
                 state.ready_at.get_or_insert_with(Instant::now);
             }
-            Some(Err(why)) => {
-                shared.refused(peer, &format!("test {id}: {why}"));
-                session.abort(why);
-            }
+            Some(Err(why)) => session.abort(why),
             None => {}
         }
-        if state.crr_listener.is_some() {
-            // crr connections come one per transaction once the test runs; nothing to wait for.
-            session.flows_ready(Instant::now());
-            state.ready_at.get_or_insert_with(Instant::now);
+        match state.served.step(shared, &format!("test {id}"), peer, true) {
+            Step::Finished(result) => session.finish(Instant::now(), *result),
+            Step::Stop(why) => session.abort(why),
+            Step::Running => {}
         }
-        if state.plane.as_ref().is_some_and(DataPlane::is_finished) {
-            let plane = state.plane.take().expect("checked");
-            match plane.finish(shared.host.clone()) {
-                Ok(result) => {
-                    shared.log(&format!(
-                        "test {id} from {peer}: finished, {}",
-                        side_figures(&result)
-                    ));
-                    session.finish(Instant::now(), result);
-                }
-                Err(e) => session.abort(format!("data plane failed: {e}")),
-            }
-        }
-        if let Some(plane) = state.plane.as_mut() {
-            // Keep the sample channel short; the intervals travel in the final result.
-            let intervals = plane.poll_intervals(Duration::ZERO);
-            if let Some(why) = rate_exceeded(shared, state.rate_share.as_ref(), &intervals) {
-                shared.refused(peer, &format!("test {id}: {why}"));
-                session.abort(why);
-            }
-        }
-        if shared.shutdown.load(Ordering::Relaxed) {
-            session.abort("the server is shutting down".into());
-        }
-        let wait = if state.flows_in.is_some() || (!state.udp.is_empty() && state.plane.is_none()) {
-            Duration::from_millis(10)
-        } else if state.plane.is_some() {
-            Duration::from_millis(50)
-        } else {
-            Duration::from_millis(200)
-        };
-        control.step(&mut session, wait);
+        control.step(&mut session, state.wait());
     };
     control.flush(&mut session);
-    if let Some(plane) = state.plane.take() {
-        plane.stop();
-    }
+    state.served.end(shared);
     unregister(shared, &mut state);
-    if state.counted {
-        shared.running.fetch_sub(1, Ordering::Relaxed);
-    }
     drop(state);
     match outcome {
         Ok(()) => shared.log(&format!("test {id} from {peer}: ended")),
@@ -238,7 +225,7 @@ pub(crate) fn serve_test(
     }
 }
 
-fn unregister(shared: &Shared, state: &mut TestState) {
+fn unregister(shared: &ServerState, state: &mut TestState) {
     if let Some(token) = state.token.take() {
         shared
             .registry
@@ -273,7 +260,7 @@ impl FlowsIn {
 /// Whether this server runs the test's encryption, and with which certificate: `Err` is
 /// the reason to refuse it.
 fn tls_for(
-    shared: &Shared,
+    shared: &ServerState,
     config: &TestConfig,
 ) -> Result<Option<Arc<crate::secure::ServerTls>>, (RefuseCode, String)> {
     use crate::secure::TlsMode;
@@ -311,21 +298,15 @@ fn tls_for(
 }
 
 fn accept_test(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     id: u64,
     peer: SocketAddr,
     session: &mut ServerSession,
     state: &mut TestState,
     config: &TestConfig,
 ) {
-    let running = shared.running.fetch_add(1, Ordering::Relaxed);
-    state.counted = true;
-    if running >= shared.config.limits.max_tests as usize {
-        session.refuse(
-            RefuseCode::Busy,
-            format!("the server is running {running} tests, its limit"),
-        );
-        return;
+    if let Err(why) = state.served.take_place(shared) {
+        return session.refuse(RefuseCode::Busy, why);
     }
     if let Some(most) = shared.config.max_rate_per_ip {
         let asked = match linerate_proto::session::asked_rate_bps(config) {
@@ -345,7 +326,7 @@ fn accept_test(
             asked,
             most,
         ) {
-            Ok(share) => state.rate_share = Some(share),
+            Ok(share) => state.served.rate_share = Some(share),
             Err(why) => return session.refuse(RefuseCode::OverLimit, why),
         }
     }
@@ -423,7 +404,7 @@ fn open_udp(config: &TestConfig, state: &mut TestState, token: Token) -> Result<
         }
     }
     state.udp_token = token.0;
-    let cookies = crate::shared::random_cookies()
+    let cookies = crate::server_state::random_cookies()
         .map_err(|e| format!("no randomness for the UDP cookies: {e}"))?;
     state.udp_cookies = Some(cookies);
     Ok(ports)
@@ -432,7 +413,7 @@ fn open_udp(config: &TestConfig, state: &mut TestState, token: Token) -> Result<
 /// A TCP test: its data connections, plain or TLS, will arrive at the acceptor with the
 /// token, which hands them to this test.
 fn wait_for_tcp(
-    shared: &Shared,
+    shared: &ServerState,
     config: &TestConfig,
     state: &mut TestState,
     token: Token,
@@ -470,7 +451,7 @@ fn wait_for_tcp(
 /// A QUIC test: a UDP socket on the control connection's address and the thread that
 /// takes the client's connections there (from its host only); the port to announce.
 fn open_quic(
-    shared: &Shared,
+    shared: &ServerState,
     config: &TestConfig,
     state: &mut TestState,
     peer: SocketAddr,
@@ -486,7 +467,7 @@ fn open_quic(
 }
 
 fn start_plane(
-    shared: &Shared,
+    shared: &ServerState,
     session: &ServerSession,
     state: &mut TestState,
     peer: SocketAddr,
@@ -546,7 +527,7 @@ fn start_plane(
         budget: None,
         peer_lead: state.ready_at.map_or(Duration::ZERO, |at| at.elapsed()),
     };
-    state.plane = Some(DataPlane::start(Instant::now(), &config, specs, setup)?);
+    state.served.plane = Some(DataPlane::start(Instant::now(), &config, specs, setup)?);
     Ok(())
 }
 
@@ -557,7 +538,7 @@ fn start_plane(
 /// hello is answered with a cookie alone, no larger than itself, and the hello that
 /// carries the cookie back connects the flow (crate address_check). A forged source gets
 /// the cookie at most, never the test's traffic.
-fn take_udp_hellos(shared: &Shared, id: u64, peer: SocketAddr, state: &mut TestState) -> bool {
+fn take_udp_hellos(shared: &ServerState, id: u64, peer: SocketAddr, state: &mut TestState) -> bool {
     let mut buffer = [0u8; 64];
     let Some(cookies) = &state.udp_cookies else {
         return false;

@@ -7,12 +7,12 @@
 //! that says nothing is closed after the handshake timeout, so it cannot pin resources.
 //!
 //! The acceptor knows every handler ([`crate::native_server`], [`crate::iperf3_server`],
-//! the agent); they share [`crate::shared`] and never import this module.
+//! the agent); they share [`crate::server_state`] and never import this module.
 
 use crate::access::{self, Admission, Gate, Held, OperatorLog, RateBook};
 use crate::native_server::serve_test;
-use crate::shared::Shared;
-pub use crate::shared::{KeepReport, ReportSink, ServerConfig};
+use crate::server_state::ServerState;
+pub use crate::server_state::{KeepReport, ReportSink, ServerConfig};
 use linerate_hostinfo::host_facts;
 use linerate_proto::preface::{self, Preface};
 use mio::net::{TcpListener, TcpStream};
@@ -58,7 +58,7 @@ impl LocalServer {
 /// A bound server, ready to [`run`](Server::run).
 pub struct Server {
     listener: TcpListener,
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
 }
 
 struct Pending {
@@ -103,7 +103,7 @@ impl Server {
         };
         Ok(Server {
             listener,
-            shared: Arc::new(Shared {
+            shared: Arc::new(ServerState {
                 host: host_facts(),
                 gate: Gate::new(config.access.clone()),
                 operator_log: OperatorLog::new(config.log, config.log_format),
@@ -305,7 +305,7 @@ impl Server {
         &self,
         name: &str,
         peer: SocketAddr,
-        serve: impl FnOnce(&Arc<Shared>) + Send + 'static,
+        serve: impl FnOnce(&Arc<ServerState>) + Send + 'static,
     ) -> Option<JoinHandle<()>> {
         let shared = self.shared.clone();
         match std::thread::Builder::new()

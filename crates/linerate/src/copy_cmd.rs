@@ -12,8 +12,9 @@ use linerate_report::text;
 use linerate_report::units::Scale;
 use linerate_transfer::client::{self, CopyEvents, CopyOptions, CopySummary, Endpoint};
 use linerate_transfer::diagnosis::Diagnosis;
+use linerate_transfer::error::TransferError;
+use linerate_transfer::outcome::Progress;
 use linerate_transfer::rate::RateConfig;
-use linerate_transfer::transport::{Progress, TransferError};
 
 use crate::cli::{CopyArgs, DiskArgs};
 use crate::failure::{Failure, Outcome};

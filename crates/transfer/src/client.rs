@@ -11,14 +11,15 @@ use std::time::{Duration, Instant};
 use linerate_proto::auth::Key;
 
 use crate::control::{Control, Entry};
+use crate::error::TransferError;
 use crate::layout::Layout;
+use crate::outcome::{FileOutcome, Progress};
 use crate::rate::RateConfig;
-use crate::recv::{self, Target};
+use crate::receive_driver::{self, Target};
 use crate::seal::{Sealer, SEAL_TAG};
 use crate::service::{identity, initial_window, walk};
 use crate::session::{connect, ClientSession};
 use crate::sys;
-use crate::transport::{FileOutcome, Progress, TransferError};
 
 /// One side of a copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -333,7 +334,7 @@ fn push_file(
         }
         Err(e) => return Err(peer_error(e)),
     };
-    let resumed: u64 = recv::have_chunks(&have, layout.chunks())
+    let resumed: u64 = receive_driver::have_chunks(&have, layout.chunks())
         .map(|c| layout.chunk_len(c))
         .sum();
     if resumed > 0 {
@@ -344,7 +345,7 @@ fn push_file(
     }
     (events.file_started)(remote, layout.size);
     let sealer = options.encrypt.then(|| Sealer::new(&session.session.key));
-    crate::send::send_file(
+    crate::send_driver::send_file(
         &mut session.channel,
         &session.session,
         file_index,
@@ -483,7 +484,7 @@ fn pull_file(
         shown_dir: parent.display().to_string(),
         null: options.null,
     };
-    let prepared = match recv::prepare(target, &layout, &identity, mode) {
+    let prepared = match receive_driver::prepare(target, &layout, &identity, mode) {
         Ok(prepared) => prepared,
         Err(e) => {
             let _ = session.channel.send(&Control::Refused {
@@ -507,13 +508,13 @@ fn pull_file(
     session
         .channel
         .send(&Control::Accept {
-            have: recv::ranges(have.iter().copied()),
+            have: receive_driver::ranges(have.iter().copied()),
             window: initial_window(&layout, &have, options.window_chunks),
         })
         .map_err(peer_error)?;
     (events.file_started)(&local.display().to_string(), layout.size);
     let sealer = encrypted.then(|| Sealer::new(&session.session.key));
-    recv::receive_file(
+    receive_driver::receive_file(
         &mut session.channel,
         &session.session,
         file_index,

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::transport::FileOutcome;
+use crate::outcome::FileOutcome;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -288,7 +288,7 @@ impl Diagnosis {
 mod tests {
     use super::*;
     use crate::control::EndStats;
-    use crate::transport::Waits;
+    use crate::outcome::Waits;
 
     fn outcome(waits: Waits, receiver_disk: f64) -> FileOutcome {
         FileOutcome {

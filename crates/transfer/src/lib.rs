@@ -17,14 +17,20 @@ pub mod seal;
 pub mod sender;
 pub mod wire;
 
-// The drivers: sockets, files, threads and the clock.
+// What the cores and drivers report: a file's figures and progress, why a transfer
+// stopped, and (sans-IO too) what limited it.
+pub mod diagnosis;
+pub mod error;
+pub mod outcome;
+
+// The drivers: sockets, files, threads and the clock. `send_driver` and `receive_driver`
+// run the `sender` and `receiver` cores over the session's datagrams (`datagrams`).
 pub mod channel;
 pub mod client;
-pub mod diagnosis;
+pub mod datagrams;
 pub mod disk;
-pub mod recv;
-pub mod send;
+pub mod receive_driver;
+pub mod send_driver;
 pub mod service;
 pub mod session;
 pub mod sys;
-pub mod transport;

@@ -20,12 +20,13 @@ use linerate_proto::auth::Key;
 use crate::channel::{Channel, ChannelError};
 use crate::confine::confine;
 use crate::control::{Control, Entry, MAX_ENTRIES};
+use crate::datagrams::Session;
 use crate::layout::{Layout, DEFAULT_CHUNK};
+use crate::outcome::FileOutcome;
 use crate::rate::RateConfig;
-use crate::recv::{self, Target};
+use crate::receive_driver::{self, Target};
 use crate::seal::{Sealer, SEAL_TAG};
 use crate::sys;
-use crate::transport::{FileOutcome, Session};
 
 /// A session waits this long for its next request.
 const IDLE: Duration = Duration::from_secs(600);
@@ -233,7 +234,7 @@ impl FileService {
             shown_dir: self.root.display().to_string(),
             null: offer.discard,
         };
-        let prepared = match recv::prepare(target, &layout, &offer.identity, offer.mode) {
+        let prepared = match receive_driver::prepare(target, &layout, &offer.identity, offer.mode) {
             Ok(prepared) => prepared,
             Err(e) => return self.refuse(channel, peer, log, e.to_string()),
         };
@@ -244,13 +245,13 @@ impl FileService {
         let window = initial_window(&layout, &have, DEFAULT_WINDOW_CHUNKS);
         channel
             .send(&Control::Accept {
-                have: recv::ranges(have.iter().copied()),
+                have: receive_driver::ranges(have.iter().copied()),
                 window,
             })
             .map_err(|e| e.to_string())?;
         let cancel = AtomicBool::new(false);
         let sealer = offer.encrypted.then(|| Sealer::new(&session.key));
-        let outcome = recv::receive_file(
+        let outcome = receive_driver::receive_file(
             channel,
             session,
             file_index,
@@ -328,7 +329,7 @@ impl FileService {
             Err(e) => return Err(e.to_string()),
         };
         let cancel = AtomicBool::new(false);
-        let outcome = crate::send::send_file(
+        let outcome = crate::send_driver::send_file(
             channel,
             session,
             file_index,

@@ -15,8 +15,9 @@ use linerate_proto::auth::{Challenge, ClientAuth, Key, Nonce, Role, ServerAuth};
 
 use crate::channel::Channel;
 use crate::control::{Control, COPY_VERSION};
+use crate::datagrams::Session;
+use crate::error::TransferError;
 use crate::sys;
-use crate::transport::{Session, TransferError};
 use crate::wire::{self, Datagram, DATA_HEADER, MAX_PAYLOAD};
 
 pub use linerate_proto::preface::COPY_MAGIC;

@@ -7,8 +7,8 @@ use super::link::unix_ns;
 use super::rendezvous::Rendezvous;
 use crate::access::Stage;
 use crate::control::Control;
-use crate::shared::random_nonce;
-use crate::shared::Shared;
+use crate::server_state::random_nonce;
+use crate::server_state::ServerState;
 use linerate_hostinfo::observe::{observe, read_settings, HostReading};
 use linerate_hostinfo::source::Root;
 use linerate_model::observe::Observation;
@@ -114,11 +114,11 @@ impl AgentConnection {
 }
 
 /// One place among the server's running tests, given back on drop.
-pub(crate) struct TestSlot(Arc<Shared>);
+pub(crate) struct TestSlot(Arc<ServerState>);
 
 impl TestSlot {
     /// Takes a place, or says why the server is full.
-    pub(crate) fn take(shared: &Arc<Shared>) -> Result<TestSlot, String> {
+    pub(crate) fn take(shared: &Arc<ServerState>) -> Result<TestSlot, String> {
         let running = shared.running.fetch_add(1, Ordering::Relaxed);
         let slot = TestSlot(shared.clone());
         if running >= shared.config.limits.max_tests as usize {
@@ -137,7 +137,7 @@ impl Drop for TestSlot {
 }
 
 /// Serves one agent connection until it closes or the server shuts down.
-pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer: SocketAddr) {
+pub(crate) fn serve(shared: &Arc<ServerState>, stream: TcpStream, version: u32, peer: SocketAddr) {
     let Ok(own) = stream.local_addr() else {
         return;
     };
@@ -187,7 +187,7 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: TcpStream, version: u32, peer:
 /// What one agent connection holds: the groups it prepared or runs for a controller, or
 /// the mirror it runs for a group host. Dropping it stops them.
 struct Agent<'a> {
-    shared: &'a Arc<Shared>,
+    shared: &'a Arc<ServerState>,
     peer: SocketAddr,
     /// This server's own address on the connection, the peer of local connections.
     own: SocketAddr,
@@ -505,7 +505,7 @@ impl Agent<'_> {
 /// Under `--max-rate-per-ip` the declared rate is reserved for the requester's address as
 /// a test's is; the share is held until the work ends.
 fn session_bounds(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     peer: SocketAddr,
     groups: &[&linerate_profile::Group],
 ) -> Result<Option<crate::access::RateShare>, String> {
@@ -617,7 +617,7 @@ struct Started {
 }
 
 fn start_mirror(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     spec: &MirrorSpec,
     peer: SocketAddr,
     own: SocketAddr,
@@ -639,7 +639,7 @@ fn start_mirror(
             spec.limit_s, limits.max_duration_s
         ));
     }
-    let token = crate::shared::random_token().map_err(|e| e.to_string())?;
+    let token = crate::server_state::random_token().map_err(|e| e.to_string())?;
     let incoming = shared.register_flows(token);
     let rendezvous = Rendezvous::open(own.ip(), token, peer.ip(), stop.clone())
         .map_err(|e| format!("cannot open a UDP socket: {e}"))?;

@@ -213,8 +213,12 @@ pub(crate) fn prepare(
             let listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
             let port = listener.local_addr()?.port();
             // Only the agent dialed here connects back.
-            let rendezvous =
-                Rendezvous::open(ip, crate::shared::random_token()?, addr.ip(), stop.clone())?;
+            let rendezvous = Rendezvous::open(
+                ip,
+                crate::server_state::random_token()?,
+                addr.ip(),
+                stop.clone(),
+            )?;
             rendezvous.listen(listener)?;
             Some((port, rendezvous))
         } else {

@@ -1,6 +1,6 @@
 //! Blocking framed JSON over an agent connection, with bounded waits.
 
-use crate::shared::random_nonce;
+use crate::server_state::random_nonce;
 use linerate_proto::agent::{agent_preface, AgentReply, AGENT_VERSION};
 use linerate_proto::agent_session::DialerHandshake;
 use linerate_proto::auth::{encode_with, open_with, ControlSeal, Key};

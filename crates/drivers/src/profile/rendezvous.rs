@@ -77,7 +77,7 @@ impl Rendezvous {
     ) -> io::Result<Arc<Rendezvous>> {
         let udp = UdpSocket::bind(SocketAddr::new(ip, 0))?;
         udp.set_read_timeout(Some(SLICE))?;
-        let cookies = crate::shared::random_cookies()?;
+        let cookies = crate::server_state::random_cookies()?;
         let rendezvous = Arc::new(Rendezvous {
             token,
             udp_port: udp.local_addr()?.port(),

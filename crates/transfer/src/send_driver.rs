@@ -15,15 +15,15 @@ use std::time::{Duration, Instant};
 
 use crate::channel::{Channel, ChannelError, Sink};
 use crate::control::{Control, EndStats, SenderFigures};
+use crate::datagrams::{Clock, Session};
+use crate::error::TransferError;
 use crate::journal;
 use crate::layout::{root_hash, Layout};
+use crate::outcome::{FileOutcome, Progress, TimelinePoint, Waits};
 use crate::rate::RateConfig;
 use crate::seal::Sealer;
 use crate::sender::{Blocked, Poll, Sender};
 use crate::sys::{self, RecvBatch, SendBatch};
-use crate::transport::{
-    Clock, FileOutcome, Progress, Session, TimelinePoint, TransferError, Waits,
-};
 use crate::wire::{self, DataHeader, Datagram, DATA_HEADER};
 
 /// Chunks read ahead of the sending.
@@ -110,7 +110,7 @@ pub fn send_file(
     let wait_start = sys::thread_runqueue_wait_ns();
     let mut sender = Sender::new(layout, rate, initial_rtt_ns);
     let mut present = vec![false; layout.chunks() as usize];
-    for chunk in crate::recv::have_chunks(have, layout.chunks()) {
+    for chunk in crate::receive_driver::have_chunks(have, layout.chunks()) {
         present[chunk as usize] = true;
         sender.mark_present(chunk);
     }

@@ -1,62 +1,7 @@
-//! What the sending and receiving drivers share: the session's UDP socket and key, the
-//! clock, the errors, progress and what one file's transfer measured.
-
-#![allow(clippy::disallowed_methods)]
-
-use std::os::fd::AsRawFd;
-use std::time::Instant;
-
-use socket2::Socket;
+//! What one file's transfer measured on this end, and the progress reports the loops
+//! give while it runs.
 
 use crate::control::EndStats;
-
-/// The session's datagram side, set up once per control connection.
-pub struct Session {
-    /// Connected to the peer's proven address: the kernel drops datagrams from others.
-    pub udp: Socket,
-    /// The key that tags ACKs and hellos.
-    pub key: [u8; 32],
-    pub id: u64,
-    /// The largest payload a datagram carries on this path.
-    pub block: u32,
-}
-
-impl Session {
-    pub fn fd(&self) -> std::os::fd::RawFd {
-        self.udp.as_raw_fd()
-    }
-}
-
-/// Nanoseconds since the transfer began.
-#[derive(Clone, Copy)]
-pub struct Clock(Instant);
-
-impl Clock {
-    pub fn start() -> Clock {
-        Clock(Instant::now())
-    }
-
-    pub fn now_ns(&self) -> u64 {
-        self.0.elapsed().as_nanos() as u64
-    }
-}
-
-/// Why a transfer stopped.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TransferError {
-    /// Something on this end (its disk, its socket).
-    #[error("{0}")]
-    Local(String),
-    /// The other end said why it stopped.
-    #[error("the other end: {0}")]
-    Remote(String),
-    /// The other end broke the protocol or went silent.
-    #[error("{0}")]
-    Peer(String),
-    /// Interrupted by the user.
-    #[error("interrupted")]
-    Interrupted,
-}
 
 /// A progress report, about ten a second.
 #[derive(Debug, Clone, Copy, Default)]

@@ -21,12 +21,14 @@ use std::time::{Duration, Instant};
 
 use crate::channel::{Channel, ChannelError, Sink};
 use crate::control::{Control, EndStats};
+use crate::datagrams::{Clock, Session};
+use crate::error::TransferError;
 use crate::journal::{self, JournalHeader};
 use crate::layout::{root_hash, Layout};
+use crate::outcome::{FileOutcome, Progress};
 use crate::receiver::{DataOutcome, Receiver};
 use crate::seal::{Sealer, SEAL_TAG};
 use crate::sys::{self, RecvBatch};
-use crate::transport::{Clock, FileOutcome, Progress, Session, TransferError};
 use crate::wire::{self, Datagram};
 
 /// Datagrams taken per `recvmmsg`.

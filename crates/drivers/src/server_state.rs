@@ -88,7 +88,7 @@ impl ServerConfig {
 
 type FlowSender = Sender<(u32, std::net::TcpStream)>;
 
-pub(crate) struct Shared {
+pub(crate) struct ServerState {
     pub(crate) config: ServerConfig,
     pub(crate) gate: Gate,
     pub(crate) operator_log: OperatorLog,
@@ -111,7 +111,7 @@ pub(crate) struct Shared {
     pub(crate) iperf3_udp: Mutex<Option<UdpSocket>>,
 }
 
-impl Shared {
+impl ServerState {
     /// Whether `peer` is refused for its failed proofs: says so in the log.
     pub(crate) fn blocked_for_failures(&self, peer: SocketAddr) -> bool {
         let client = self.gate.policy.client(peer.ip());
@@ -188,7 +188,7 @@ pub(crate) fn random_nonce() -> io::Result<linerate_proto::auth::Nonce> {
 /// measured are what count: a rate the test declared (and a relay may rewrite) only
 /// decides whether it starts.
 pub(crate) fn rate_exceeded(
-    shared: &Shared,
+    shared: &ServerState,
     share: Option<&access::RateShare>,
     intervals: &[linerate_report::SideInterval],
 ) -> Option<String> {

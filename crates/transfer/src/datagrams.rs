@@ -1,0 +1,40 @@
+//! The session's datagram side (its connected UDP socket, key and block size) and the
+//! clock the sending and receiving loops read.
+
+#![allow(clippy::disallowed_methods)]
+
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use socket2::Socket;
+
+/// The session's datagram side, set up once per control connection.
+pub struct Session {
+    /// Connected to the peer's proven address: the kernel drops datagrams from others.
+    pub udp: Socket,
+    /// The key that tags ACKs and hellos.
+    pub key: [u8; 32],
+    pub id: u64,
+    /// The largest payload a datagram carries on this path.
+    pub block: u32,
+}
+
+impl Session {
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.udp.as_raw_fd()
+    }
+}
+
+/// Nanoseconds since the transfer began.
+#[derive(Clone, Copy)]
+pub struct Clock(Instant);
+
+impl Clock {
+    pub fn start() -> Clock {
+        Clock(Instant::now())
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64
+    }
+}
