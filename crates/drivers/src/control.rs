@@ -3,48 +3,10 @@
 //! Control traffic is a handful of small frames per test, so a blocking socket with read
 //! timeouts is enough; the timeouts come from the session's own deadlines.
 
-use linerate_proto::agent_session::AgentSession;
-use linerate_proto::iperf3::{client::Iperf3Client, server::Iperf3Server};
-use linerate_proto::{ClientSession, ServerSession};
+pub use linerate_proto::Machine;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-/// The calls a driver makes on either session.
-pub trait Machine {
-    fn handle_input(&mut self, now: Instant, bytes: &[u8]);
-    fn handle_eof(&mut self, now: Instant);
-    fn handle_timeout(&mut self, now: Instant);
-    fn poll_transmit(&mut self) -> Option<Vec<u8>>;
-    fn poll_timeout(&self) -> Option<Instant>;
-}
-
-macro_rules! machine {
-    ($t:ty) => {
-        impl Machine for $t {
-            fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
-                <$t>::handle_input(self, now, bytes)
-            }
-            fn handle_eof(&mut self, now: Instant) {
-                <$t>::handle_eof(self, now)
-            }
-            fn handle_timeout(&mut self, now: Instant) {
-                <$t>::handle_timeout(self, now)
-            }
-            fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-                <$t>::poll_transmit(self)
-            }
-            fn poll_timeout(&self) -> Option<Instant> {
-                <$t>::poll_timeout(self)
-            }
-        }
-    };
-}
-machine!(ClientSession);
-machine!(ServerSession);
-machine!(Iperf3Server);
-machine!(Iperf3Client);
-machine!(AgentSession);
 
 /// A control connection.
 pub struct Control {

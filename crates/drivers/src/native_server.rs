@@ -11,7 +11,7 @@ use linerate_engine::plane::{default_threads, DataPlane, PlaneSetup};
 use linerate_engine::sys;
 use linerate_model::Protocol;
 use linerate_proto::datagram::{parse_hello, parse_validated_hello, tag_of, Framing};
-use linerate_proto::{Offer, RefuseCode, ServerEvent, ServerSession, SessionError, Token};
+use linerate_proto::{Machine, Offer, RefuseCode, ServerEvent, ServerSession, SessionError, Token};
 use linerate_report::{Direction, Role, TestConfig, Workload};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};

@@ -19,8 +19,8 @@
 use crate::agent::{AgentReply, AgentRequest, AGENT_VERSION};
 use crate::auth::{encode_with, open_with, ClientAuth, ControlSeal, Key, Nonce, Role, ServerAuth};
 use crate::frame::FrameDecoder;
+use crate::machine::{Machine, Outbox};
 use linerate_model::HostFacts;
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// The largest frame before the dialer has said hello and proved the key: a hello or a
@@ -74,8 +74,7 @@ pub struct AgentSession {
     proof_failed: bool,
     /// Every frame after a keyed handshake is sealed (crate::auth).
     seal: Option<ControlSeal>,
-    transmit: VecDeque<Vec<u8>>,
-    events: VecDeque<AgentEvent>,
+    outbox: Outbox<AgentEvent>,
 }
 
 impl AgentSession {
@@ -93,8 +92,7 @@ impl AgentSession {
             auth: None,
             proof_failed: false,
             seal: None,
-            transmit: VecDeque::new(),
-            events: VecDeque::new(),
+            outbox: Outbox::new(),
         };
         if version != AGENT_VERSION {
             session.refuse(format!(
@@ -111,17 +109,8 @@ impl AgentSession {
         self
     }
 
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.transmit.pop_front()
-    }
-
     pub fn poll_event(&mut self) -> Option<AgentEvent> {
-        self.events.pop_front()
-    }
-
-    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline
+        self.outbox.poll_event()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -137,7 +126,7 @@ impl AgentSession {
     /// Queues a reply to the dialer.
     pub fn reply(&mut self, reply: &AgentReply) {
         if self.state != State::Closed {
-            self.transmit.push_back(encode_with(&mut self.seal, reply));
+            self.outbox.send(encode_with(&mut self.seal, reply));
         }
     }
 
@@ -154,7 +143,7 @@ impl AgentSession {
         if self.state != State::Closed {
             self.state = State::Closed;
             self.deadline = None;
-            self.events.push_back(AgentEvent::Closed(outcome));
+            self.outbox.emit(AgentEvent::Closed(outcome));
         }
     }
 
@@ -172,7 +161,7 @@ impl AgentSession {
 
     /// Tells the dialer why, then closes.
     fn refuse(&mut self, reason: String) {
-        self.transmit.push_back(encode_with(
+        self.outbox.send(encode_with(
             &mut self.seal,
             &AgentReply::Error {
                 reason: reason.clone(),
@@ -181,7 +170,88 @@ impl AgentSession {
         self.close(Err(reason));
     }
 
-    pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
+    fn handle_request(&mut self, now: Instant, request: AgentRequest) {
+        match (self.state, request) {
+            (State::AwaitHello, AgentRequest::Hello { nonce, pake }) => {
+                let challenge = match self
+                    .auth
+                    .as_mut()
+                    .map(|a| a.handle_hello(nonce.as_deref(), pake.as_deref(), &bound()))
+                {
+                    Some(Err(e)) => return self.refuse_auth(e.to_string()),
+                    Some(Ok(challenge)) => Some(challenge),
+                    None => None,
+                };
+                let keyed = challenge.is_some();
+                // A keyed agent tells nothing of its host before the dialer proves the
+                // key: a second welcome, sealed, carries the facts.
+                let host = if keyed {
+                    self.host.software_only()
+                } else {
+                    self.host.clone()
+                };
+                self.outbox.send(encode_with(
+                    &mut self.seal,
+                    &AgentReply::Welcome {
+                        version: AGENT_VERSION,
+                        host,
+                        auth: challenge,
+                    },
+                ));
+                if keyed {
+                    self.state = State::AwaitProof;
+                    self.deadline = Some(now + self.timeouts.handshake);
+                } else {
+                    self.serve(now);
+                }
+            }
+            (State::AwaitHello, _) => self.refuse("did not open with a hello".into()),
+            (State::AwaitProof, AgentRequest::Auth { proof }) => {
+                let verdict = self.auth.as_ref().map(|a| a.handle_proof(&proof));
+                match verdict {
+                    Some(Ok(keys)) => {
+                        self.seal = Some(keys.seal_for(Role::Server));
+                        self.outbox.send(encode_with(
+                            &mut self.seal,
+                            &AgentReply::Welcome {
+                                version: AGENT_VERSION,
+                                host: self.host.clone(),
+                                auth: None,
+                            },
+                        ));
+                        self.serve(now);
+                    }
+                    Some(Err(e)) => self.refuse_auth(e.to_string()),
+                    None => self.refuse_auth("no key".into()),
+                }
+            }
+            (State::AwaitProof, _) => self.refuse_auth("no proof of the key".into()),
+            (State::Serving, AgentRequest::Hello { .. } | AgentRequest::Auth { .. }) => {
+                self.refuse("a second hello or proof".into())
+            }
+            (State::Serving, request) => {
+                if !self.busy {
+                    self.deadline = Some(now + self.timeouts.idle);
+                }
+                self.outbox.emit(AgentEvent::Request(request));
+            }
+            (State::Closed, _) => {}
+        }
+    }
+
+    /// The handshake is done: requests may be large now, and the idle deadline counts.
+    fn serve(&mut self, now: Instant) {
+        self.state = State::Serving;
+        self.handshake_done = true;
+        let rest = self.decoder.take_rest();
+        self.decoder = FrameDecoder::new(MAX_REQUEST_FRAME);
+        self.decoder.push(&rest);
+        self.deadline = (!self.busy).then(|| now + self.timeouts.idle);
+    }
+}
+
+impl Machine for AgentSession {
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
         if self.state == State::Closed {
             return;
         }
@@ -206,88 +276,8 @@ impl AgentSession {
             }
         }
     }
-
-    fn handle_request(&mut self, now: Instant, request: AgentRequest) {
-        match (self.state, request) {
-            (State::AwaitHello, AgentRequest::Hello { nonce, pake }) => {
-                let challenge = match self
-                    .auth
-                    .as_mut()
-                    .map(|a| a.handle_hello(nonce.as_deref(), pake.as_deref(), &bound()))
-                {
-                    Some(Err(e)) => return self.refuse_auth(e.to_string()),
-                    Some(Ok(challenge)) => Some(challenge),
-                    None => None,
-                };
-                let keyed = challenge.is_some();
-                // A keyed agent tells nothing of its host before the dialer proves the
-                // key: a second welcome, sealed, carries the facts.
-                let host = if keyed {
-                    self.host.software_only()
-                } else {
-                    self.host.clone()
-                };
-                self.transmit.push_back(encode_with(
-                    &mut self.seal,
-                    &AgentReply::Welcome {
-                        version: AGENT_VERSION,
-                        host,
-                        auth: challenge,
-                    },
-                ));
-                if keyed {
-                    self.state = State::AwaitProof;
-                    self.deadline = Some(now + self.timeouts.handshake);
-                } else {
-                    self.serve(now);
-                }
-            }
-            (State::AwaitHello, _) => self.refuse("did not open with a hello".into()),
-            (State::AwaitProof, AgentRequest::Auth { proof }) => {
-                let verdict = self.auth.as_ref().map(|a| a.handle_proof(&proof));
-                match verdict {
-                    Some(Ok(keys)) => {
-                        self.seal = Some(keys.seal_for(Role::Server));
-                        self.transmit.push_back(encode_with(
-                            &mut self.seal,
-                            &AgentReply::Welcome {
-                                version: AGENT_VERSION,
-                                host: self.host.clone(),
-                                auth: None,
-                            },
-                        ));
-                        self.serve(now);
-                    }
-                    Some(Err(e)) => self.refuse_auth(e.to_string()),
-                    None => self.refuse_auth("no key".into()),
-                }
-            }
-            (State::AwaitProof, _) => self.refuse_auth("no proof of the key".into()),
-            (State::Serving, AgentRequest::Hello { .. } | AgentRequest::Auth { .. }) => {
-                self.refuse("a second hello or proof".into())
-            }
-            (State::Serving, request) => {
-                if !self.busy {
-                    self.deadline = Some(now + self.timeouts.idle);
-                }
-                self.events.push_back(AgentEvent::Request(request));
-            }
-            (State::Closed, _) => {}
-        }
-    }
-
-    /// The handshake is done: requests may be large now, and the idle deadline counts.
-    fn serve(&mut self, now: Instant) {
-        self.state = State::Serving;
-        self.handshake_done = true;
-        let rest = self.decoder.take_rest();
-        self.decoder = FrameDecoder::new(MAX_REQUEST_FRAME);
-        self.decoder.push(&rest);
-        self.deadline = (!self.busy).then(|| now + self.timeouts.idle);
-    }
-
     /// The dialer closed its end.
-    pub fn handle_eof(&mut self, _now: Instant) {
+    fn handle_eof(&mut self, _now: Instant) {
         match self.state {
             State::Serving => self.close(Ok(())),
             State::AwaitHello => self.close(Err("closed before its hello".into())),
@@ -298,8 +288,7 @@ impl AgentSession {
             State::Closed => {}
         }
     }
-
-    pub fn handle_timeout(&mut self, now: Instant) {
+    fn handle_timeout(&mut self, now: Instant) {
         let Some(deadline) = self.deadline else {
             return;
         };
@@ -322,6 +311,13 @@ impl AgentSession {
             State::Closed => return,
         };
         self.refuse(reason);
+    }
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.outbox.poll_transmit()
+    }
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
     }
 }
 

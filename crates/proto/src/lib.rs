@@ -12,11 +12,13 @@ pub mod auth;
 pub mod datagram;
 pub mod frame;
 pub mod iperf3;
+pub mod machine;
 pub mod message;
 pub mod preface;
 pub mod session;
 pub mod transaction;
 
+pub use machine::{Machine, Outbox};
 pub use message::{ClientMessage, Limits, RefuseCode, ServerMessage};
 pub use preface::{Preface, Token, PROTOCOL_VERSION};
 pub use session::{

@@ -28,10 +28,10 @@ use crate::auth::{
     encode_with, open_with, AuthError, ClientAuth, ControlSeal, Key, Nonce, Role, ServerAuth,
 };
 use crate::frame::{FrameDecoder, FrameError, MAX_CLIENT_FRAME, MAX_SERVER_FRAME};
+use crate::machine::{Machine, Outbox};
 use crate::message::{encode, ClientMessage, Limits, RefuseCode, ServerMessage};
 use crate::preface::{self, Preface, Token, PROTOCOL_VERSION};
 use linerate_model::{HostFacts, SideResult, TestConfig, Workload};
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -155,8 +155,7 @@ pub struct ServerSession {
     auth: Option<ServerAuth>,
     /// Every frame after a keyed handshake is sealed (crate::auth).
     seal: Option<ControlSeal>,
-    transmit: VecDeque<Vec<u8>>,
-    events: VecDeque<ServerEvent>,
+    outbox: Outbox<ServerEvent>,
 }
 
 impl ServerSession {
@@ -179,8 +178,7 @@ impl ServerSession {
             config: None,
             auth: None,
             seal: None,
-            transmit: VecDeque::new(),
-            events: VecDeque::new(),
+            outbox: Outbox::new(),
         }
     }
 
@@ -191,17 +189,8 @@ impl ServerSession {
         self
     }
 
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.transmit.pop_front()
-    }
-
     pub fn poll_event(&mut self) -> Option<ServerEvent> {
-        self.events.pop_front()
-    }
-
-    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline
+        self.outbox.poll_event()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -217,13 +206,13 @@ impl ServerSession {
         if self.state != ServerState::Closed {
             self.state = ServerState::Closed;
             self.deadline = None;
-            self.events.push_back(ServerEvent::Closed(outcome));
+            self.outbox.emit(ServerEvent::Closed(outcome));
         }
     }
 
     fn fail(&mut self, error: SessionError) {
         // Tell the client why, best effort, then close.
-        self.transmit.push_back(encode_with(
+        self.outbox.send(encode_with(
             &mut self.seal,
             &ServerMessage::Error {
                 reason: error.to_string(),
@@ -233,7 +222,7 @@ impl ServerSession {
     }
 
     fn refuse_and_close(&mut self, code: RefuseCode, reason: String) {
-        self.transmit.push_back(encode_with(
+        self.outbox.send(encode_with(
             &mut self.seal,
             &ServerMessage::Refuse {
                 code,
@@ -247,7 +236,182 @@ impl ServerSession {
         self.close(Err(error));
     }
 
-    pub fn handle_input(&mut self, now: Instant, mut bytes: &[u8]) {
+    fn handle_message(&mut self, now: Instant, message: ClientMessage) {
+        match (self.state, message) {
+            (_, ClientMessage::Abort { reason }) => {
+                self.close(Err(SessionError::ClientAborted(reason)))
+            }
+            (ServerState::AwaitHello, ClientMessage::Hello { nonce, pake, .. }) => {
+                let challenge = match self.auth.as_mut().map(|a| {
+                    a.handle_hello(nonce.as_deref(), pake.as_deref(), &bound(PROTOCOL_VERSION))
+                }) {
+                    None => None,
+                    Some(Ok(challenge)) => Some(challenge),
+                    Some(Err(e)) => {
+                        return self.refuse_and_close(RefuseCode::Unauthorized, e.to_string())
+                    }
+                };
+                self.state = if challenge.is_some() {
+                    ServerState::AwaitAuth
+                } else {
+                    ServerState::AwaitSpec
+                };
+                // A keyed server tells nothing of its host before the client proves the
+                // key: the facts follow, sealed, in `accepted`.
+                let host = if challenge.is_some() {
+                    self.host.software_only()
+                } else {
+                    self.host.clone()
+                };
+                self.outbox.send(encode_with(
+                    &mut self.seal,
+                    &ServerMessage::Welcome {
+                        version: PROTOCOL_VERSION,
+                        software: self.software.clone(),
+                        host,
+                        limits: self.limits.clone(),
+                        auth: challenge,
+                    },
+                ));
+                self.deadline = Some(now + self.timeouts.handshake);
+            }
+            (ServerState::AwaitAuth, ClientMessage::Auth { proof }) => {
+                let verdict = self
+                    .auth
+                    .as_ref()
+                    .map_or(Err(AuthError::Malformed), |a| a.handle_proof(&proof));
+                match verdict {
+                    Ok(keys) => {
+                        self.seal = Some(keys.seal_for(Role::Server));
+                        self.state = ServerState::AwaitSpec;
+                        self.deadline = Some(now + self.timeouts.handshake);
+                    }
+                    Err(e) => self.refuse_and_close(RefuseCode::Unauthorized, e.to_string()),
+                }
+            }
+            (ServerState::AwaitSpec, ClientMessage::Spec { config }) => {
+                match validate(&config, &self.limits) {
+                    Ok(()) => {
+                        self.state = ServerState::Deciding;
+                        self.deadline = None;
+                        self.config = Some(config.clone());
+                        self.outbox
+                            .emit(ServerEvent::TestRequested(Box::new(config)));
+                    }
+                    Err((code, reason)) => self.refuse_and_close(code, reason),
+                }
+            }
+            (ServerState::AwaitStart, ClientMessage::Start) => {
+                self.state = ServerState::Running;
+                let config = self
+                    .config
+                    .as_ref()
+                    .expect("config is set before AwaitStart");
+                let run = Duration::from_secs_f64(config.omit_s + config.time_s);
+                self.deadline = Some(now + run + self.timeouts.results_grace);
+                self.outbox.emit(ServerEvent::Start);
+            }
+            (ServerState::AwaitDone, ClientMessage::Done) => self.close(Ok(())),
+            (state, message) => self.fail(SessionError::Protocol(format!(
+                "unexpected {} while {}",
+                message_name(&message),
+                state.waiting_for()
+            ))),
+        }
+    }
+
+    /// Accepts the requested test; data connections must present `token`.
+    /// (A plain TCP stream or rr test: nothing more to offer.)
+    pub fn accept(&mut self, now: Instant, test_id: u64, token: Token) {
+        self.accept_udp(now, test_id, token, Vec::new());
+    }
+
+    /// Accepts a UDP test whose flows go to `udp_ports`, one per flow.
+    pub fn accept_udp(&mut self, now: Instant, test_id: u64, token: Token, udp_ports: Vec<u16>) {
+        let offer = Offer {
+            udp_ports,
+            ..Offer::default()
+        };
+        self.accept_offer(now, test_id, token, offer);
+    }
+
+    /// Accepts a crr test whose connections go to `crr_port`.
+    pub fn accept_crr(&mut self, now: Instant, test_id: u64, token: Token, crr_port: u16) {
+        let offer = Offer {
+            crr_port: Some(crr_port),
+            ..Offer::default()
+        };
+        self.accept_offer(now, test_id, token, offer);
+    }
+
+    /// Accepts the test with what its data connections need to know.
+    pub fn accept_offer(&mut self, now: Instant, test_id: u64, token: Token, offer: Offer) {
+        if self.state != ServerState::Deciding {
+            return;
+        }
+        let Offer {
+            udp_ports,
+            crr_port,
+            tls_fingerprint,
+            quic_port,
+        } = offer;
+        self.outbox.send(encode_with(
+            &mut self.seal,
+            &ServerMessage::Accepted {
+                host: self.auth.is_some().then(|| Box::new(self.host.clone())),
+                test_id,
+                token: token.to_hex(),
+                udp_ports,
+                crr_port,
+                tls_fingerprint,
+                quic_port,
+            },
+        ));
+        self.state = ServerState::AwaitFlows;
+        self.deadline = Some(now + self.timeouts.flows);
+    }
+
+    /// Refuses the requested test (for example: the server is busy).
+    pub fn refuse(&mut self, code: RefuseCode, reason: String) {
+        self.refuse_and_close(code, reason);
+    }
+
+    /// Every data connection has arrived.
+    pub fn flows_ready(&mut self, now: Instant) {
+        if self.state != ServerState::AwaitFlows {
+            return;
+        }
+        self.outbox
+            .send(encode_with(&mut self.seal, &ServerMessage::FlowsReady));
+        self.state = ServerState::AwaitStart;
+        self.deadline = Some(now + self.timeouts.handshake);
+    }
+
+    /// The test cannot go on on the server's side (a local failure).
+    pub fn abort(&mut self, reason: String) {
+        if self.state != ServerState::Closed {
+            self.fail(SessionError::ServerError(reason));
+        }
+    }
+
+    /// The server's side of the test is done; send its results.
+    pub fn finish(&mut self, now: Instant, result: SideResult) {
+        if self.state != ServerState::Running {
+            return;
+        }
+        self.outbox.send(encode_with(
+            &mut self.seal,
+            &ServerMessage::Results {
+                result: Box::new(result),
+            },
+        ));
+        self.state = ServerState::AwaitDone;
+        self.deadline = Some(now + self.timeouts.handshake);
+    }
+}
+
+impl Machine for ServerSession {
+    fn handle_input(&mut self, now: Instant, mut bytes: &[u8]) {
         if self.state == ServerState::AwaitPreface {
             loop {
                 match preface::classify(&self.preface) {
@@ -313,93 +477,8 @@ impl ServerSession {
             }
         }
     }
-
-    fn handle_message(&mut self, now: Instant, message: ClientMessage) {
-        match (self.state, message) {
-            (_, ClientMessage::Abort { reason }) => {
-                self.close(Err(SessionError::ClientAborted(reason)))
-            }
-            (ServerState::AwaitHello, ClientMessage::Hello { nonce, pake, .. }) => {
-                let challenge = match self.auth.as_mut().map(|a| {
-                    a.handle_hello(nonce.as_deref(), pake.as_deref(), &bound(PROTOCOL_VERSION))
-                }) {
-                    None => None,
-                    Some(Ok(challenge)) => Some(challenge),
-                    Some(Err(e)) => {
-                        return self.refuse_and_close(RefuseCode::Unauthorized, e.to_string())
-                    }
-                };
-                self.state = if challenge.is_some() {
-                    ServerState::AwaitAuth
-                } else {
-                    ServerState::AwaitSpec
-                };
-                // A keyed server tells nothing of its host before the client proves the
-                // key: the facts follow, sealed, in `accepted`.
-                let host = if challenge.is_some() {
-                    self.host.software_only()
-                } else {
-                    self.host.clone()
-                };
-                self.transmit.push_back(encode_with(
-                    &mut self.seal,
-                    &ServerMessage::Welcome {
-                        version: PROTOCOL_VERSION,
-                        software: self.software.clone(),
-                        host,
-                        limits: self.limits.clone(),
-                        auth: challenge,
-                    },
-                ));
-                self.deadline = Some(now + self.timeouts.handshake);
-            }
-            (ServerState::AwaitAuth, ClientMessage::Auth { proof }) => {
-                let verdict = self
-                    .auth
-                    .as_ref()
-                    .map_or(Err(AuthError::Malformed), |a| a.handle_proof(&proof));
-                match verdict {
-                    Ok(keys) => {
-                        self.seal = Some(keys.seal_for(Role::Server));
-                        self.state = ServerState::AwaitSpec;
-                        self.deadline = Some(now + self.timeouts.handshake);
-                    }
-                    Err(e) => self.refuse_and_close(RefuseCode::Unauthorized, e.to_string()),
-                }
-            }
-            (ServerState::AwaitSpec, ClientMessage::Spec { config }) => {
-                match validate(&config, &self.limits) {
-                    Ok(()) => {
-                        self.state = ServerState::Deciding;
-                        self.deadline = None;
-                        self.config = Some(config.clone());
-                        self.events
-                            .push_back(ServerEvent::TestRequested(Box::new(config)));
-                    }
-                    Err((code, reason)) => self.refuse_and_close(code, reason),
-                }
-            }
-            (ServerState::AwaitStart, ClientMessage::Start) => {
-                self.state = ServerState::Running;
-                let config = self
-                    .config
-                    .as_ref()
-                    .expect("config is set before AwaitStart");
-                let run = Duration::from_secs_f64(config.omit_s + config.time_s);
-                self.deadline = Some(now + run + self.timeouts.results_grace);
-                self.events.push_back(ServerEvent::Start);
-            }
-            (ServerState::AwaitDone, ClientMessage::Done) => self.close(Ok(())),
-            (state, message) => self.fail(SessionError::Protocol(format!(
-                "unexpected {} while {}",
-                message_name(&message),
-                state.waiting_for()
-            ))),
-        }
-    }
-
     /// The client closed its end of the control connection.
-    pub fn handle_eof(&mut self, _now: Instant) {
+    fn handle_eof(&mut self, _now: Instant) {
         let during = self.state.waiting_for();
         if self.state == ServerState::AwaitDone {
             // The results were sent; a client that closes instead of saying done is fine.
@@ -410,8 +489,7 @@ impl ServerSession {
             self.close(Err(SessionError::PeerClosed(during)));
         }
     }
-
-    pub fn handle_timeout(&mut self, now: Instant) {
+    fn handle_timeout(&mut self, now: Instant) {
         if let Some(deadline) = self.deadline {
             if now >= deadline {
                 let waited = match self.state {
@@ -425,94 +503,12 @@ impl ServerSession {
             }
         }
     }
-
-    /// Accepts the requested test; data connections must present `token`.
-    /// (A plain TCP stream or rr test: nothing more to offer.)
-    pub fn accept(&mut self, now: Instant, test_id: u64, token: Token) {
-        self.accept_udp(now, test_id, token, Vec::new());
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.outbox.poll_transmit()
     }
-
-    /// Accepts a UDP test whose flows go to `udp_ports`, one per flow.
-    pub fn accept_udp(&mut self, now: Instant, test_id: u64, token: Token, udp_ports: Vec<u16>) {
-        let offer = Offer {
-            udp_ports,
-            ..Offer::default()
-        };
-        self.accept_offer(now, test_id, token, offer);
-    }
-
-    /// Accepts a crr test whose connections go to `crr_port`.
-    pub fn accept_crr(&mut self, now: Instant, test_id: u64, token: Token, crr_port: u16) {
-        let offer = Offer {
-            crr_port: Some(crr_port),
-            ..Offer::default()
-        };
-        self.accept_offer(now, test_id, token, offer);
-    }
-
-    /// Accepts the test with what its data connections need to know.
-    pub fn accept_offer(&mut self, now: Instant, test_id: u64, token: Token, offer: Offer) {
-        if self.state != ServerState::Deciding {
-            return;
-        }
-        let Offer {
-            udp_ports,
-            crr_port,
-            tls_fingerprint,
-            quic_port,
-        } = offer;
-        self.transmit.push_back(encode_with(
-            &mut self.seal,
-            &ServerMessage::Accepted {
-                host: self.auth.is_some().then(|| Box::new(self.host.clone())),
-                test_id,
-                token: token.to_hex(),
-                udp_ports,
-                crr_port,
-                tls_fingerprint,
-                quic_port,
-            },
-        ));
-        self.state = ServerState::AwaitFlows;
-        self.deadline = Some(now + self.timeouts.flows);
-    }
-
-    /// Refuses the requested test (for example: the server is busy).
-    pub fn refuse(&mut self, code: RefuseCode, reason: String) {
-        self.refuse_and_close(code, reason);
-    }
-
-    /// Every data connection has arrived.
-    pub fn flows_ready(&mut self, now: Instant) {
-        if self.state != ServerState::AwaitFlows {
-            return;
-        }
-        self.transmit
-            .push_back(encode_with(&mut self.seal, &ServerMessage::FlowsReady));
-        self.state = ServerState::AwaitStart;
-        self.deadline = Some(now + self.timeouts.handshake);
-    }
-
-    /// The test cannot go on on the server's side (a local failure).
-    pub fn abort(&mut self, reason: String) {
-        if self.state != ServerState::Closed {
-            self.fail(SessionError::ServerError(reason));
-        }
-    }
-
-    /// The server's side of the test is done; send its results.
-    pub fn finish(&mut self, now: Instant, result: SideResult) {
-        if self.state != ServerState::Running {
-            return;
-        }
-        self.transmit.push_back(encode_with(
-            &mut self.seal,
-            &ServerMessage::Results {
-                result: Box::new(result),
-            },
-        ));
-        self.state = ServerState::AwaitDone;
-        self.deadline = Some(now + self.timeouts.handshake);
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
     }
 }
 
@@ -848,8 +844,7 @@ pub struct ClientSession {
     seal: Option<ControlSeal>,
     /// A keyed server's welcome, told once its acceptance brings its host's facts.
     welcomed: Option<ClientEvent>,
-    transmit: VecDeque<Vec<u8>>,
-    events: VecDeque<ClientEvent>,
+    outbox: Outbox<ClientEvent>,
 }
 
 /// What a native control connection's proofs bind: the protocol and its version.
@@ -890,8 +885,11 @@ impl ClientSession {
             key: None,
             seal: None,
             welcomed: None,
-            transmit: VecDeque::from([opening]),
-            events: VecDeque::new(),
+            outbox: {
+                let mut outbox = Outbox::new();
+                outbox.send(opening);
+                outbox
+            },
         }
     }
 
@@ -900,21 +898,14 @@ impl ClientSession {
     /// `poll_transmit`.
     pub fn with_key(mut self, key: Key, nonce: Nonce) -> ClientSession {
         let auth = ClientAuth::new(&key, &nonce);
-        self.transmit = VecDeque::from([opening(self.version, &self.host, Some(&auth))]);
+        self.outbox
+            .send_only(opening(self.version, &self.host, Some(&auth)));
         self.key = Some(auth);
         self
     }
 
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.transmit.pop_front()
-    }
-
     pub fn poll_event(&mut self) -> Option<ClientEvent> {
-        self.events.pop_front()
-    }
-
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline
+        self.outbox.poll_event()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -925,37 +916,7 @@ impl ClientSession {
         if self.state != ClientState::Closed {
             self.state = ClientState::Closed;
             self.deadline = None;
-            self.events.push_back(ClientEvent::Failed(error));
-        }
-    }
-
-    pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
-        if self.state == ClientState::Closed {
-            return;
-        }
-        self.decoder.push(bytes);
-        loop {
-            let frame = match self.decoder.next_frame() {
-                Ok(Some(frame)) => frame,
-                Ok(None) => return,
-                Err(error) => return self.fail(error.into()),
-            };
-            let frame = match open_with(&mut self.seal, frame) {
-                Ok(frame) => frame,
-                Err(error) => return self.fail(SessionError::Protocol(error.to_string())),
-            };
-            let message: ServerMessage = match serde_json::from_slice(&frame) {
-                Ok(message) => message,
-                Err(error) => {
-                    return self.fail(SessionError::Protocol(format!(
-                        "malformed server message: {error}"
-                    )));
-                }
-            };
-            self.handle_message(now, message);
-            if self.state == ClientState::Closed {
-                return;
-            }
+            self.outbox.emit(ClientEvent::Failed(error));
         }
     }
 
@@ -997,8 +958,7 @@ impl ClientSession {
                     (Some(auth), Some(challenge)) => {
                         match auth.answer(&challenge, &bound(self.version)) {
                             Ok((proof, keys)) => {
-                                self.transmit
-                                    .push_back(encode(&ClientMessage::Auth { proof }));
+                                self.outbox.send(encode(&ClientMessage::Auth { proof }));
                                 self.seal = Some(keys.seal_for(Role::Client));
                             }
                             Err(e) => return self.fail(SessionError::Auth(e)),
@@ -1014,9 +974,9 @@ impl ClientSession {
                 if self.seal.is_some() {
                     self.welcomed = Some(welcomed);
                 } else {
-                    self.events.push_back(welcomed);
+                    self.outbox.emit(welcomed);
                 }
-                self.transmit.push_back(encode_with(
+                self.outbox.send(encode_with(
                     &mut self.seal,
                     &ClientMessage::Spec {
                         config: self.config.clone(),
@@ -1043,7 +1003,7 @@ impl ClientSession {
                     limits,
                 }) = self.welcomed.take()
                 {
-                    self.events.push_back(ClientEvent::Welcomed {
+                    self.outbox.emit(ClientEvent::Welcomed {
                         software,
                         host: accepted_host.unwrap_or(host),
                         limits,
@@ -1086,7 +1046,7 @@ impl ClientSession {
                         "the server accepted a QUIC test without a port for it".into(),
                     ));
                 }
-                self.events.push_back(ClientEvent::Accepted {
+                self.outbox.emit(ClientEvent::Accepted {
                     test_id,
                     token,
                     udp_ports,
@@ -1098,12 +1058,12 @@ impl ClientSession {
                 self.deadline = Some(now + self.timeouts.flows);
             }
             (ClientState::AwaitFlowsReady, ServerMessage::FlowsReady) => {
-                self.events.push_back(ClientEvent::FlowsReady);
+                self.outbox.emit(ClientEvent::FlowsReady);
                 self.state = ClientState::ReadyToStart;
                 self.deadline = None;
             }
             (ClientState::Running, ServerMessage::Results { result }) => {
-                self.events.push_back(ClientEvent::Results(result));
+                self.outbox.emit(ClientEvent::Results(result));
                 self.state = ClientState::HaveResults;
                 self.deadline = None;
             }
@@ -1115,7 +1075,72 @@ impl ClientSession {
         }
     }
 
-    pub fn handle_eof(&mut self, _now: Instant) {
+    /// Tells the server to start; the client starts its own clock at the same `now`.
+    pub fn start(&mut self, now: Instant) {
+        if self.state != ClientState::ReadyToStart {
+            return;
+        }
+        self.outbox
+            .send(encode_with(&mut self.seal, &ClientMessage::Start));
+        self.state = ClientState::Running;
+        let run = Duration::from_secs_f64(self.config.omit_s + self.config.time_s);
+        self.deadline = Some(now + run + self.timeouts.results_grace);
+    }
+
+    /// Acknowledges the results; the session is over.
+    pub fn done(&mut self) {
+        if self.state == ClientState::HaveResults {
+            self.outbox
+                .send(encode_with(&mut self.seal, &ClientMessage::Done));
+            self.state = ClientState::Closed;
+        }
+    }
+
+    /// Gives up (for example on Ctrl-C); the server frees the test.
+    pub fn abort(&mut self, reason: &str) {
+        if self.state != ClientState::Closed {
+            self.outbox.send(encode_with(
+                &mut self.seal,
+                &ClientMessage::Abort {
+                    reason: reason.to_string(),
+                },
+            ));
+            self.fail(SessionError::ClientAborted(reason.to_string()));
+        }
+    }
+}
+
+impl Machine for ClientSession {
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
+        if self.state == ClientState::Closed {
+            return;
+        }
+        self.decoder.push(bytes);
+        loop {
+            let frame = match self.decoder.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return,
+                Err(error) => return self.fail(error.into()),
+            };
+            let frame = match open_with(&mut self.seal, frame) {
+                Ok(frame) => frame,
+                Err(error) => return self.fail(SessionError::Protocol(error.to_string())),
+            };
+            let message: ServerMessage = match serde_json::from_slice(&frame) {
+                Ok(message) => message,
+                Err(error) => {
+                    return self.fail(SessionError::Protocol(format!(
+                        "malformed server message: {error}"
+                    )));
+                }
+            };
+            self.handle_message(now, message);
+            if self.state == ClientState::Closed {
+                return;
+            }
+        }
+    }
+    fn handle_eof(&mut self, _now: Instant) {
         let during = self.state.waiting_for();
         if self.state == ClientState::HaveResults {
             self.state = ClientState::Closed;
@@ -1123,8 +1148,7 @@ impl ClientSession {
             self.fail(SessionError::PeerClosed(during));
         }
     }
-
-    pub fn handle_timeout(&mut self, now: Instant) {
+    fn handle_timeout(&mut self, now: Instant) {
         if self.deadline.is_some_and(|d| now >= d) {
             let seconds = match self.state {
                 ClientState::AwaitFlowsReady => self.timeouts.flows,
@@ -1137,39 +1161,11 @@ impl ClientSession {
             });
         }
     }
-
-    /// Tells the server to start; the client starts its own clock at the same `now`.
-    pub fn start(&mut self, now: Instant) {
-        if self.state != ClientState::ReadyToStart {
-            return;
-        }
-        self.transmit
-            .push_back(encode_with(&mut self.seal, &ClientMessage::Start));
-        self.state = ClientState::Running;
-        let run = Duration::from_secs_f64(self.config.omit_s + self.config.time_s);
-        self.deadline = Some(now + run + self.timeouts.results_grace);
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.outbox.poll_transmit()
     }
-
-    /// Acknowledges the results; the session is over.
-    pub fn done(&mut self) {
-        if self.state == ClientState::HaveResults {
-            self.transmit
-                .push_back(encode_with(&mut self.seal, &ClientMessage::Done));
-            self.state = ClientState::Closed;
-        }
-    }
-
-    /// Gives up (for example on Ctrl-C); the server frees the test.
-    pub fn abort(&mut self, reason: &str) {
-        if self.state != ClientState::Closed {
-            self.transmit.push_back(encode_with(
-                &mut self.seal,
-                &ClientMessage::Abort {
-                    reason: reason.to_string(),
-                },
-            ));
-            self.fail(SessionError::ClientAborted(reason.to_string()));
-        }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
     }
 }
 

@@ -13,6 +13,7 @@ use linerate_proto::iperf3::auth::{parse_credentials, parse_users};
 use linerate_proto::iperf3::client::Iperf3Client;
 use linerate_proto::iperf3::server::Iperf3Server;
 use linerate_proto::iperf3::{Params, Results};
+use linerate_proto::Machine;
 use linerate_proto::{
     preface, ClientMessage, ClientSession, Limits, ServerMessage, ServerSession, Timeouts,
     PROTOCOL_VERSION,

@@ -19,6 +19,7 @@
 
 use super::{describe_code, state, Params, Results, COOKIE_LEN, MAX_RESULTS_JSON};
 use crate::frame::{encode, FrameDecoder};
+use crate::machine::{Machine, Outbox};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -92,8 +93,7 @@ pub struct Iperf3Client {
     params: Params,
     raw: VecDeque<u8>,
     decoder: FrameDecoder,
-    out: VecDeque<Vec<u8>>,
-    events: VecDeque<Event>,
+    outbox: Outbox<Event>,
     deadline: Option<Instant>,
     waiting: &'static str,
     ours: Option<Results>,
@@ -107,27 +107,18 @@ impl Iperf3Client {
             params,
             raw: VecDeque::new(),
             decoder: FrameDecoder::new(MAX_RESULTS_JSON),
-            out: VecDeque::new(),
-            events: VecDeque::new(),
+            outbox: Outbox::new(),
             deadline: None,
             waiting: "",
             ours: None,
         };
-        session.out.push_back(cookie.to_vec());
+        session.outbox.send(cookie.to_vec());
         session.wait(now, "waiting for the server to ask for parameters");
         session
     }
 
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.out.pop_front()
-    }
-
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
-    }
-
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline
+        self.outbox.poll_event()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -143,17 +134,8 @@ impl Iperf3Client {
         if self.phase != Phase::Closed {
             self.phase = Phase::Closed;
             self.deadline = None;
-            self.events.push_back(Event::Closed(result));
+            self.outbox.emit(Event::Closed(result));
         }
-    }
-
-    pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
-        match self.phase {
-            Phase::AwaitServerResults => self.decoder.push(bytes),
-            Phase::Closed => return,
-            _ => self.raw.extend(bytes),
-        }
-        self.process(now);
     }
 
     fn process(&mut self, now: Instant) {
@@ -168,7 +150,7 @@ impl Iperf3Client {
                     };
                     match Results::from_json(&body) {
                         Ok(results) => {
-                            self.events.push_back(Event::ServerResults(results));
+                            self.outbox.emit(Event::ServerResults(results));
                             self.phase = Phase::AwaitDisplay;
                             self.wait(now, "waiting for the server to finish");
                             let rest = self.decoder.take_rest();
@@ -214,34 +196,34 @@ impl Iperf3Client {
             (_, state::SERVER_ERROR) => self.phase = Phase::ServerError,
             (_, state::SERVER_TERMINATE) => self.close(Err(Iperf3Error::ServerTerminated)),
             (Phase::AwaitParamExchange, state::PARAM_EXCHANGE) => {
-                self.out.push_back(encode(&self.params.to_json()));
+                self.outbox.send(encode(&self.params.to_json()));
                 self.phase = Phase::AwaitCreateStreams;
                 self.wait(now, "waiting for the server to accept the parameters");
             }
             (Phase::AwaitCreateStreams, state::CREATE_STREAMS) => {
                 self.phase = Phase::CreatingStreams;
                 self.wait(now, "waiting for the server to take the streams");
-                self.events.push_back(Event::CreateStreams);
+                self.outbox.emit(Event::CreateStreams);
             }
             (Phase::CreatingStreams, state::TEST_START) => {
                 self.deadline = None;
-                self.events.push_back(Event::TestStart);
+                self.outbox.emit(Event::TestStart);
             }
             (Phase::CreatingStreams, state::TEST_RUNNING) => {
                 self.phase = Phase::Running;
                 self.deadline = None;
-                self.events.push_back(Event::TestRunning);
+                self.outbox.emit(Event::TestRunning);
             }
             (Phase::AwaitExchange, state::EXCHANGE_RESULTS) => {
                 let ours = self.ours.take().expect("end_test stored our results");
-                self.out.push_back(encode(&ours.to_json()));
+                self.outbox.send(encode(&ours.to_json()));
                 self.phase = Phase::AwaitServerResults;
                 self.wait(now, "waiting for the server's results");
                 let rest: Vec<u8> = self.raw.drain(..).collect();
                 self.decoder.push(&rest);
             }
             (Phase::AwaitDisplay, state::DISPLAY_RESULTS) => {
-                self.out.push_back(vec![state::IPERF_DONE]);
+                self.outbox.send(vec![state::IPERF_DONE]);
                 self.close(Ok(()));
             }
             (phase, other) => self.close(Err(Iperf3Error::Protocol(format!(
@@ -252,7 +234,38 @@ impl Iperf3Client {
         }
     }
 
-    pub fn handle_eof(&mut self, _now: Instant) {
+    /// This side has stopped sending and counted its figures: TEST_END goes out, and
+    /// `ours` answers the server's EXCHANGE_RESULTS.
+    pub fn end_test(&mut self, now: Instant, ours: Results) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        self.ours = Some(ours);
+        self.outbox.send(vec![state::TEST_END]);
+        self.phase = Phase::AwaitExchange;
+        self.wait(now, "waiting for the server to exchange results");
+        self.process(now);
+    }
+
+    /// Ends the test from this side (interrupted, or the streams failed to open).
+    pub fn terminate(&mut self, why: String) {
+        if self.phase != Phase::Closed {
+            self.outbox.send(vec![state::CLIENT_TERMINATE]);
+            self.close(Err(Iperf3Error::Aborted(why)));
+        }
+    }
+}
+
+impl Machine for Iperf3Client {
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
+        match self.phase {
+            Phase::AwaitServerResults => self.decoder.push(bytes),
+            Phase::Closed => return,
+            _ => self.raw.extend(bytes),
+        }
+        self.process(now);
+    }
+    fn handle_eof(&mut self, _now: Instant) {
         match self.phase {
             Phase::Closed => {}
             // An auth failure sends one code and closes: tolerate EOF for the errno.
@@ -263,8 +276,7 @@ impl Iperf3Client {
             phase => self.close(Err(Iperf3Error::PeerGone(describe(phase)))),
         }
     }
-
-    pub fn handle_timeout(&mut self, now: Instant) {
+    fn handle_timeout(&mut self, now: Instant) {
         if self.deadline.is_some_and(|d| now >= d) {
             let waiting = self.waiting;
             self.close(Err(Iperf3Error::Timeout {
@@ -273,26 +285,11 @@ impl Iperf3Client {
             }));
         }
     }
-
-    /// This side has stopped sending and counted its figures: TEST_END goes out, and
-    /// `ours` answers the server's EXCHANGE_RESULTS.
-    pub fn end_test(&mut self, now: Instant, ours: Results) {
-        if self.phase != Phase::Running {
-            return;
-        }
-        self.ours = Some(ours);
-        self.out.push_back(vec![state::TEST_END]);
-        self.phase = Phase::AwaitExchange;
-        self.wait(now, "waiting for the server to exchange results");
-        self.process(now);
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.outbox.poll_transmit()
     }
-
-    /// Ends the test from this side (interrupted, or the streams failed to open).
-    pub fn terminate(&mut self, why: String) {
-        if self.phase != Phase::Closed {
-            self.out.push_back(vec![state::CLIENT_TERMINATE]);
-            self.close(Err(Iperf3Error::Aborted(why)));
-        }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
     }
 }
 

@@ -22,6 +22,7 @@
 
 use super::{code, state, Params, Results, MAX_CLIENT_RESULTS_JSON, MAX_PARAMS_JSON};
 use crate::frame::{encode, FrameDecoder};
+use crate::machine::{Machine, Outbox};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -63,8 +64,7 @@ pub struct Iperf3Server {
     decoder: FrameDecoder,
     /// Bytes that are not JSON: the single state bytes.
     raw: VecDeque<u8>,
-    out: VecDeque<Vec<u8>>,
-    events: VecDeque<Event>,
+    outbox: Outbox<Event>,
     deadline: Option<Instant>,
     waiting: &'static str,
     params: Option<Params>,
@@ -78,8 +78,7 @@ impl Iperf3Server {
             phase: Phase::AwaitParams,
             decoder: FrameDecoder::new(MAX_PARAMS_JSON),
             raw: VecDeque::new(),
-            out: VecDeque::new(),
-            events: VecDeque::new(),
+            outbox: Outbox::new(),
             deadline: None,
             waiting: "",
             params: None,
@@ -90,16 +89,8 @@ impl Iperf3Server {
         session
     }
 
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.out.pop_front()
-    }
-
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
-    }
-
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline
+        self.outbox.poll_event()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -117,7 +108,7 @@ impl Iperf3Server {
     }
 
     fn send_state(&mut self, byte: u8) {
-        self.out.push_back(vec![byte]);
+        self.outbox.send(vec![byte]);
     }
 
     fn wait(&mut self, now: Instant, limit: Duration, what: &'static str) {
@@ -129,7 +120,7 @@ impl Iperf3Server {
         if self.phase != Phase::Closed {
             self.phase = Phase::Closed;
             self.deadline = None;
-            self.events.push_back(Event::Closed(result));
+            self.outbox.emit(Event::Closed(result));
         }
     }
 
@@ -138,17 +129,8 @@ impl Iperf3Server {
         let mut bytes = vec![state::SERVER_ERROR];
         bytes.extend_from_slice(&error_code.to_be_bytes());
         bytes.extend_from_slice(&0i32.to_be_bytes());
-        self.out.push_back(bytes);
+        self.outbox.send(bytes);
         self.close(Err(why));
-    }
-
-    pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
-        match self.phase {
-            Phase::AwaitParams | Phase::AwaitClientResults => self.decoder.push(bytes),
-            Phase::Closed => return,
-            _ => self.raw.extend(bytes),
-        }
-        self.process(now);
     }
 
     fn process(&mut self, now: Instant) {
@@ -167,7 +149,7 @@ impl Iperf3Server {
                             self.phase = Phase::Deciding;
                             self.deadline = None;
                             self.params = Some(params.clone());
-                            self.events.push_back(Event::Params(params));
+                            self.outbox.emit(Event::Params(params));
                         }
                         Err(e) => {
                             return self.fail(e.code, format!("parameters refused: {}", e.message))
@@ -182,9 +164,9 @@ impl Iperf3Server {
                     };
                     match Results::from_json(&body) {
                         Ok(theirs) => {
-                            self.events.push_back(Event::ClientResults(theirs));
+                            self.outbox.emit(Event::ClientResults(theirs));
                             let ours = self.ours.take().expect("finish stored our results");
-                            self.out.push_back(encode(&ours.to_json()));
+                            self.outbox.send(encode(&ours.to_json()));
                             self.send_state(state::DISPLAY_RESULTS);
                             self.phase = Phase::AwaitDone;
                             self.wait(now, READ_TIMEOUT, "waiting for the client to finish");
@@ -201,7 +183,7 @@ impl Iperf3Server {
                         (Phase::CreatingStreams | Phase::Running, state::TEST_END) => {
                             self.phase = Phase::Ending;
                             self.deadline = None;
-                            self.events.push_back(Event::EndRequested);
+                            self.outbox.emit(Event::EndRequested);
                         }
                         (Phase::AwaitDone, state::IPERF_DONE) => self.close(Ok(())),
                         (_, state::CLIENT_TERMINATE) => {
@@ -233,28 +215,6 @@ impl Iperf3Server {
         }
     }
 
-    pub fn handle_eof(&mut self, _now: Instant) {
-        match self.phase {
-            // iperf3's server ends a test on IPERF_DONE or on the client's close alike.
-            Phase::AwaitDone => self.close(Ok(())),
-            Phase::Closed => {}
-            _ => {
-                let why = format!(
-                    "the client closed the control connection while {}",
-                    self.describe()
-                );
-                self.close(Err(why));
-            }
-        }
-    }
-
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if self.deadline.is_some_and(|d| now >= d) {
-            let why = format!("timed out {}", self.waiting);
-            self.close(Err(why));
-        }
-    }
-
     /// Serves the test: the client may open its streams.
     pub fn accept(&mut self, now: Instant) {
         if self.phase != Phase::Deciding {
@@ -278,7 +238,7 @@ impl Iperf3Server {
         if self.phase != Phase::Closed {
             let mut bytes = vec![state::SERVER_ERROR];
             bytes.extend_from_slice(&super::code::AUTH.to_be_bytes());
-            self.out.push_back(bytes);
+            self.outbox.send(bytes);
             self.close(Err(why));
         }
     }
@@ -286,7 +246,7 @@ impl Iperf3Server {
     /// Refuses the test as a busy iperf3 server does.
     pub fn busy(&mut self, why: String) {
         if self.phase != Phase::Closed {
-            self.out.push_back(vec![state::ACCESS_DENIED]);
+            self.outbox.send(vec![state::ACCESS_DENIED]);
             self.close(Err(why));
         }
     }
@@ -340,5 +300,42 @@ impl Iperf3Server {
         self.send_state(state::EXCHANGE_RESULTS);
         self.wait(now, READ_TIMEOUT, "waiting for the client's results");
         self.process(now);
+    }
+}
+
+impl Machine for Iperf3Server {
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
+        match self.phase {
+            Phase::AwaitParams | Phase::AwaitClientResults => self.decoder.push(bytes),
+            Phase::Closed => return,
+            _ => self.raw.extend(bytes),
+        }
+        self.process(now);
+    }
+    fn handle_eof(&mut self, _now: Instant) {
+        match self.phase {
+            // iperf3's server ends a test on IPERF_DONE or on the client's close alike.
+            Phase::AwaitDone => self.close(Ok(())),
+            Phase::Closed => {}
+            _ => {
+                let why = format!(
+                    "the client closed the control connection while {}",
+                    self.describe()
+                );
+                self.close(Err(why));
+            }
+        }
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.deadline.is_some_and(|d| now >= d) {
+            let why = format!("timed out {}", self.waiting);
+            self.close(Err(why));
+        }
+    }
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.outbox.poll_transmit()
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
     }
 }

@@ -4,6 +4,7 @@
 use super::client::{self, Iperf3Client, Iperf3Error};
 use super::server::{self, Iperf3Server};
 use super::*;
+use crate::machine::Machine;
 use std::time::{Duration, Instant};
 
 /// The virtual clock's origin; only offsets from it matter.
