@@ -36,25 +36,61 @@ pub fn overall(summary: &CopySummary, fixed_rate: bool) -> Diagnosis {
 
 /// The copy's result document.
 pub fn document(summary: &CopySummary, diagnosis: &Diagnosis, started_at: SystemTime) -> Document {
-    let push = summary.direction == CopyDirection::Push;
     let total = total(summary);
-    let (bytes, resumed, payload) = (total.bytes, total.resumed_bytes, total.payload_bytes);
-    let (resent, lost) = (total.resent_bytes, total.lost_packets);
-    let goodput_bps = (bytes - resumed) as f64 * 8.0 / summary.wall_s.max(1e-9);
-    let (source, destination) = match summary.files.as_slice() {
-        [one] => (one.source.clone(), one.destination.clone()),
-        [first, ..] => (
-            format!("{} (and {} more)", first.source, summary.files.len() - 1),
-            format!(
-                "{} (and {} more)",
-                first.destination,
-                summary.files.len() - 1
-            ),
-        ),
-        [] => (String::new(), String::new()),
+    let moved = total.bytes - total.resumed_bytes;
+    let wall = summary.wall_s.max(1e-9);
+    let summary_figures = Summary {
+        duration_s: summary.wall_s,
+        receiver_bytes: moved,
+        receiver_bps: moved as f64 * 8.0 / wall,
+        sender_bytes: total.payload_bytes,
+        sender_bps: total.payload_bytes as f64 * 8.0 / wall,
+        retransmits: total.lost_packets,
+        receiver_bytes_total: moved,
+        sender_bytes_total: total.payload_bytes,
+        flows: 1,
+        ..Summary::default()
     };
-    // The intervals: the sender's timeline (on whichever end sent; a pull's comes from
-    // the server only as totals, so it has none).
+    let report = Report {
+        tool: format!("linerate {}", env!("CARGO_PKG_VERSION")),
+        test: "copy".into(),
+        started_at: started_at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        config: config_of(summary),
+        host: PerSide {
+            local: linerate_hostinfo::host_facts(),
+            remote: Default::default(),
+        },
+        intervals: intervals(summary),
+        flows: Vec::new(),
+        summary: summary_figures,
+        warnings: Vec::new(),
+        repetition: None,
+        copy: Some(copy_report(summary, &total, diagnosis)),
+        observe: None,
+    };
+    Document::Test(Box::new(report))
+}
+
+/// "first (and N more)" for a copy of several files.
+fn names(summary: &CopySummary) -> (String, String) {
+    match summary.files.as_slice() {
+        [one] => (one.source.clone(), one.destination.clone()),
+        [first, ..] => {
+            let more = summary.files.len() - 1;
+            (
+                format!("{} (and {more} more)", first.source),
+                format!("{} (and {more} more)", first.destination),
+            )
+        }
+        [] => (String::new(), String::new()),
+    }
+}
+
+/// The intervals: the sender's timeline, file after file (on whichever end sent; a
+/// pull's comes from the server only as totals, so it has none).
+fn intervals(summary: &CopySummary) -> Vec<IntervalReport> {
     let mut intervals = Vec::new();
     let mut offset = 0.0;
     for file in &summary.files {
@@ -76,23 +112,22 @@ pub fn document(summary: &CopySummary, diagnosis: &Diagnosis, started_at: System
         }
         offset += file.outcome.wall_s;
     }
-    let (sender_cpu, receiver_cpu) = (diagnosis.sender_cpu_s, diagnosis.receiver_cpu_s);
-    let (sender_disk, receiver_disk) =
-        (diagnosis.sender_disk_busy_s, diagnosis.receiver_disk_busy_s);
+    intervals
+}
+
+/// The copy's own figures: what moved, what limited it, where its time went.
+fn copy_report(summary: &CopySummary, total: &FileOutcome, diagnosis: &Diagnosis) -> CopyReport {
+    let push = summary.direction == CopyDirection::Push;
+    // Sender and receiver figures as this end (local) and the server (remote) saw them.
     let per_side = |sender: f64, receiver: f64| {
-        if push {
-            PerSide {
-                local: sender,
-                remote: receiver,
-            }
+        let (local, remote) = if push {
+            (sender, receiver)
         } else {
-            PerSide {
-                local: receiver,
-                remote: sender,
-            }
-        }
+            (receiver, sender)
+        };
+        PerSide { local, remote }
     };
-    let split: BTreeMap<String, f64> = [
+    let time_split_s: BTreeMap<String, f64> = [
         ("network", diagnosis.network_s),
         ("receiver", diagnosis.receiver_s),
         ("sender_disk", diagnosis.sender_disk_s),
@@ -102,16 +137,17 @@ pub fn document(summary: &CopySummary, diagnosis: &Diagnosis, started_at: System
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
+    let (source, destination) = names(summary);
     let last = summary.files.last().map(|f| &f.outcome);
-    let copy = CopyReport {
+    CopyReport {
         direction: if push { "push" } else { "pull" }.into(),
         source,
         destination,
         files: summary.files.len() as u64,
-        bytes,
-        resumed_bytes: resumed,
-        payload_bytes: payload,
-        resent_bytes: resent,
+        bytes: total.bytes,
+        resumed_bytes: total.resumed_bytes,
+        payload_bytes: total.payload_bytes,
+        resent_bytes: total.resent_bytes,
         refetched_chunks: total.refetched_chunks,
         corrupted_datagrams: total.local.corrupted_datagrams + total.remote.corrupted_datagrams,
         root: match summary.files.as_slice() {
@@ -122,20 +158,26 @@ pub fn document(summary: &CopySummary, diagnosis: &Diagnosis, started_at: System
         chunk: summary.chunk,
         encrypted: summary.encrypted,
         wall_s: summary.wall_s,
-        goodput_bps,
+        goodput_bps: (total.bytes - total.resumed_bytes) as f64 * 8.0 / summary.wall_s.max(1e-9),
         limit: serde_json::to_value(diagnosis.limit)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default(),
         diagnosis: diagnosis.sentence.clone(),
-        time_split_s: split,
-        cpu_s: per_side(sender_cpu, receiver_cpu),
-        disk_busy_s: per_side(sender_disk, receiver_disk),
+        time_split_s,
+        cpu_s: per_side(diagnosis.sender_cpu_s, diagnosis.receiver_cpu_s),
+        disk_busy_s: per_side(diagnosis.sender_disk_busy_s, diagnosis.receiver_disk_busy_s),
         min_rtt_ms: last.and_then(|o| o.min_rtt_ms),
         bottleneck_bps: last.and_then(|o| o.bottleneck_bps),
         random_loss: last.and_then(|o| o.random_loss),
-    };
-    let config = TestConfig {
+    }
+}
+
+/// The configuration a copy is stored under: a UDP flow from the sender, its block as
+/// the length, its wall time as the test's.
+fn config_of(summary: &CopySummary) -> TestConfig {
+    let push = summary.direction == CopyDirection::Push;
+    TestConfig {
         quic: None,
         tls: None,
         protocol: linerate_model::Protocol::Udp,
@@ -170,37 +212,78 @@ pub fn document(summary: &CopySummary, diagnosis: &Diagnosis, started_at: System
         workload: Default::default(),
         rr: None,
         observe: true,
-    };
-    let summary_figures = Summary {
-        duration_s: summary.wall_s,
-        receiver_bytes: bytes - resumed,
-        receiver_bps: goodput_bps,
-        sender_bytes: payload,
-        sender_bps: payload as f64 * 8.0 / summary.wall_s.max(1e-9),
-        retransmits: lost,
-        receiver_bytes_total: bytes - resumed,
-        sender_bytes_total: payload,
-        flows: 1,
-        ..Summary::default()
-    };
-    let report = Report {
-        tool: format!("linerate {}", env!("CARGO_PKG_VERSION")),
-        test: "copy".into(),
-        started_at: started_at
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64()),
-        config,
-        host: PerSide {
-            local: linerate_hostinfo::host_facts(),
-            remote: Default::default(),
-        },
-        intervals,
-        flows: Vec::new(),
-        summary: summary_figures,
-        warnings: Vec::new(),
-        repetition: None,
-        copy: Some(copy),
-        observe: None,
-    };
-    Document::Test(Box::new(report))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linerate_transfer::client::CopiedFile;
+    use linerate_transfer::outcome::TimelinePoint;
+
+    fn file(bytes: u64, lost: u64, wait_s: f64) -> CopiedFile {
+        let mut outcome = FileOutcome {
+            bytes,
+            payload_bytes: bytes + 1000,
+            resent_bytes: 1000,
+            lost_packets: lost,
+            wall_s: 1.0,
+            timeline: vec![TimelinePoint {
+                t_s: 0.5,
+                goodput_bps: 8e6,
+                resent_bps: 0.0,
+            }],
+            ..FileOutcome::default()
+        };
+        outcome.local.runqueue_wait_s = wait_s;
+        CopiedFile {
+            source: format!("f{bytes}"),
+            destination: format!("d/f{bytes}"),
+            outcome,
+        }
+    }
+
+    fn summary() -> CopySummary {
+        CopySummary {
+            direction: CopyDirection::Push,
+            server: "192.0.2.1:5201".into(),
+            block: 1400,
+            chunk: 1 << 20,
+            wall_s: 2.5,
+            encrypted: false,
+            files: vec![file(3_000_000, 5, 0.25), file(2_000_000, 7, 0.5)],
+        }
+    }
+
+    #[test]
+    fn every_field_of_every_file_adds_up() {
+        let total = total(&summary());
+        assert_eq!(total.bytes, 5_000_000);
+        assert_eq!(total.lost_packets, 12);
+        assert_eq!(total.local.runqueue_wait_s, 0.75);
+        // The copy's wall time (set-up included) over the files' own.
+        assert_eq!(total.wall_s, 2.5);
+    }
+
+    #[test]
+    fn a_copy_is_a_test_document_with_its_goodput_as_the_headline() {
+        let summary = summary();
+        let diagnosis = overall(&summary, false);
+        let Document::Test(report) = document(&summary, &diagnosis, SystemTime::UNIX_EPOCH) else {
+            panic!("a copy is a test document");
+        };
+        assert_eq!(report.test, "copy");
+        assert_eq!(report.config.port, 5201);
+        assert_eq!(report.summary.receiver_bytes, 5_000_000);
+        assert_eq!(report.summary.receiver_bps, 5_000_000.0 * 8.0 / 2.5);
+        assert_eq!(report.summary.retransmits, 12);
+        // One interval per timeline point, the second file's after the first's.
+        let starts: Vec<f64> = report.intervals.iter().map(|i| i.start).collect();
+        assert_eq!(starts, [0.0, 1.0]);
+        let copy = report.copy.unwrap();
+        assert_eq!(copy.files, 2);
+        assert_eq!(copy.source, "f3000000 (and 1 more)");
+        assert_eq!(copy.direction, "push");
+        assert!(copy.root.is_none());
+    }
 }

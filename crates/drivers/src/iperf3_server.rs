@@ -182,39 +182,49 @@ pub(crate) fn serve(
     control.flush(&mut session);
     test.served.end(shared);
     unregister(shared, &mut test);
-    if let (Ok(()), Some(sink), Some(ours), Some(theirs), Some(config)) = (
-        &outcome,
-        &shared.config.iperf3_reports,
-        served,
-        client_results,
-        test.config.clone(),
-    ) {
-        let params = session.params().cloned().unwrap_or_default();
-        let transport = params.transport;
-        let mut config = config;
-        if params.time == 0 {
-            // A counted run (-n, -k) lasted as long as its bytes took.
-            config.time_s = ours.flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
-        }
-        // The iperf3 client is the test's client: its side is `local`, ours `remote`.
-        let client = side_from_results(&theirs, &ours, transport, "iperf3");
-        let mut report = Report::assemble(
-            &config.test_name(),
-            &format!("linerate {}", env!("CARGO_PKG_VERSION")),
-            started_at,
-            config,
-            client,
-            ours,
-        );
-        report.warnings.push(format!(
-            "served to an iperf3 client at {peer}: the client side's figures are what it reported"
-        ));
-        (sink.0)(id, &report);
+    if let (Ok(()), Some(ours), Some(theirs)) = (&outcome, served, client_results) {
+        keep_report(shared, &test, &session, started_at, ours, &theirs);
     }
     match outcome {
         Ok(()) => shared.log(&format!("iperf3 test {id} from {peer}: ended")),
         Err(e) => shared.log(&format!("iperf3 test {id} from {peer}: ended: {e}")),
     }
+}
+
+/// Hands the finished test's report to the server's report sink, when it has one: the
+/// iperf3 client's side from what it reported, ours from the plane.
+fn keep_report(
+    shared: &ServerState,
+    test: &Test,
+    session: &Iperf3Server,
+    started_at: f64,
+    ours: SideResult,
+    theirs: &Results,
+) {
+    let (Some(sink), Some(mut config)) = (&shared.config.iperf3_reports, test.config.clone())
+    else {
+        return;
+    };
+    let params = session.params().cloned().unwrap_or_default();
+    if params.time == 0 {
+        // A counted run (-n, -k) lasted as long as its bytes took.
+        config.time_s = ours.flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
+    }
+    // The iperf3 client is the test's client: its side is `local`, ours `remote`.
+    let client = side_from_results(theirs, &ours, params.transport, "iperf3");
+    let mut report = Report::assemble(
+        &config.test_name(),
+        &format!("linerate {}", env!("CARGO_PKG_VERSION")),
+        started_at,
+        config,
+        client,
+        ours,
+    );
+    report.warnings.push(format!(
+        "served to an iperf3 client at {}: the client side's figures are what it reported",
+        test.peer
+    ));
+    (sink.0)(test.id, &report);
 }
 
 fn unregister(shared: &ServerState, test: &mut Test) {

@@ -122,6 +122,30 @@ pub fn run(args: &Iperf3Args, globals: &Globals) -> Outcome {
     };
     let timeout = Duration::from_millis(args.connect_timeout);
     let outcome = iperf3_client::run(addr, host, &params, timeout, &cancel, &mut progress)?;
+    print_outcome(args, &params, &outcome, &asked, &say)?;
+    if let Some(store) = store {
+        // Kept as linerate's own document, whichever shape was printed; the note goes
+        // where a note after this output goes.
+        let command = storage::command_line();
+        let mut keeper: Sinks = if quiet {
+            Sinks::new().with(StoreSink::new(store, command, std::io::stderr()))
+        } else {
+            Sinks::new().with(StoreSink::new(store, command, Titled(prefix.clone())))
+        };
+        keeper.finish_document(&Document::Test(Box::new(outcome.report.clone())))?;
+    }
+    repeat::check_flows(&outcome.report).map_err(|e| Failure::Partial(format!("{e:#}")).into())
+}
+
+/// The test's result in the shape the flags ask for: iperf3's `-J` document, its
+/// `--json-stream` end lines, linerate's own JSON, or text with the server's output.
+fn print_outcome(
+    args: &Iperf3Args,
+    params: &Params,
+    outcome: &iperf3_client::Iperf3Outcome,
+    asked: &dyn Fn(String, u32) -> iperf3_json::Iperf3Start,
+    say: &dyn Fn(&str),
+) -> Outcome {
     let server_output = outcome.server.server_output_text.as_deref();
     if args.iperf3_json {
         let output = server_output_of(&outcome.server);
@@ -159,18 +183,7 @@ pub fn run(args: &Iperf3Args, globals: &Globals) -> Outcome {
             }
         }
     }
-    if let Some(store) = store {
-        // Kept as linerate's own document, whichever shape was printed; the note goes
-        // where a note after this output goes.
-        let command = storage::command_line();
-        let mut keeper: Sinks = if quiet {
-            Sinks::new().with(StoreSink::new(store, command, std::io::stderr()))
-        } else {
-            Sinks::new().with(StoreSink::new(store, command, Titled(prefix.clone())))
-        };
-        keeper.finish_document(&Document::Test(Box::new(outcome.report.clone())))?;
-    }
-    repeat::check_flows(&outcome.report).map_err(|e| Failure::Partial(format!("{e:#}")).into())
+    Ok(())
 }
 
 /// The parameters an iperf3 client with these flags sends.

@@ -59,43 +59,8 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     } else {
         LogFormat::Text
     };
-    if let (Some(private_key), Some(users)) =
-        (&args.rsa_private_key_path, &args.authorized_users_path)
-    {
-        match linerate_drivers::iperf3_auth::load(
-            private_key,
-            users,
-            args.time_skew_threshold,
-            args.rsa_pkcs1_padding,
-        ) {
-            Ok(auth) => config.iperf3_auth = Some(Arc::new(auth)),
-            Err(message) => {
-                return Err(Failure::Usage(format!(
-                "invalid value for '--rsa-private-key-path'/'--authorized-users-path': {message}"
-            ))
-                .into())
-            }
-        }
-    }
-    if let Some(dir) = &args.files {
-        let Some(key) = config.key.clone() else {
-            return Err(Failure::Usage(
-                "'--files' needs '--key FILE': files are served only to clients that hold the key"
-                    .into(),
-            )
-            .into());
-        };
-        match linerate_transfer::service::FileService::new(dir, key) {
-            Ok(service) => config.files = Some(Arc::new(service)),
-            Err(e) => {
-                return Err(Failure::Usage(format!(
-                    "invalid value '{}' for '--files': {e}",
-                    dir.display()
-                ))
-                .into())
-            }
-        }
-    }
+    config.iperf3_auth = iperf3_auth(args)?;
+    config.files = file_service(args, config.key.clone())?;
     if config.key.is_none() {
         eprintln!(
             "linerate: warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)"
@@ -119,4 +84,52 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     cancel::set_on_signals(&server.shutdown_flag())?;
     server.run().context("server failed")?;
     Ok(())
+}
+
+/// iperf3's authentication (`--rsa-private-key-path`, `--authorized-users-path`).
+fn iperf3_auth(
+    args: &ServeArgs,
+) -> anyhow::Result<Option<Arc<linerate_drivers::iperf3_auth::Iperf3Auth>>> {
+    let (Some(private_key), Some(users)) =
+        (&args.rsa_private_key_path, &args.authorized_users_path)
+    else {
+        return Ok(None);
+    };
+    match linerate_drivers::iperf3_auth::load(
+        private_key,
+        users,
+        args.time_skew_threshold,
+        args.rsa_pkcs1_padding,
+    ) {
+        Ok(auth) => Ok(Some(Arc::new(auth))),
+        Err(message) => Err(Failure::Usage(format!(
+            "invalid value for '--rsa-private-key-path'/'--authorized-users-path': {message}"
+        ))
+        .into()),
+    }
+}
+
+/// The files `--files` serves, to clients that hold `key` only.
+fn file_service(
+    args: &ServeArgs,
+    key: Option<linerate_proto::auth::Key>,
+) -> anyhow::Result<Option<Arc<linerate_transfer::service::FileService>>> {
+    let Some(dir) = &args.files else {
+        return Ok(None);
+    };
+    let Some(key) = key else {
+        return Err(Failure::Usage(
+            "'--files' needs '--key FILE': files are served only to clients that hold the key"
+                .into(),
+        )
+        .into());
+    };
+    match linerate_transfer::service::FileService::new(dir, key) {
+        Ok(service) => Ok(Some(Arc::new(service))),
+        Err(e) => Err(Failure::Usage(format!(
+            "invalid value '{}' for '--files': {e}",
+            dir.display()
+        ))
+        .into()),
+    }
 }

@@ -529,6 +529,64 @@ pub const QUIC_CONGESTION: [&str; 4] = ["cubic", "bbr", "newreno", "reno"];
 /// Checks a test specification against the server's limits and for consistency.
 pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode, String)> {
     let invalid = |reason: String| Err((RefuseCode::Invalid, reason));
+    validate_protocol(config)?;
+    if config.parallel == 0 {
+        return invalid("parallel must be at least 1".into());
+    }
+    if let Some(tls) = &config.tls {
+        if !linerate_model::CIPHERS.contains(&tls.cipher.as_str()) {
+            return invalid(format!(
+                "unknown cipher '{}' (one of: {})",
+                tls.cipher.chars().take(40).collect::<String>(),
+                linerate_model::CIPHERS.join(", ")
+            ));
+        }
+    }
+    if config.connections() > limits.max_flows {
+        return Err((
+            RefuseCode::OverLimit,
+            format!(
+                "{} connections asked, the server allows {}",
+                config.connections(),
+                limits.max_flows
+            ),
+        ));
+    }
+    validate_time(config, limits)?;
+    if config.length == 0 || config.length > MAX_LENGTH {
+        return invalid(format!(
+            "write length {} is outside 1 byte to {} MiB",
+            config.length,
+            MAX_LENGTH >> 20
+        ));
+    }
+    if config.window.is_some_and(|w| w == 0 || w > 1 << 30) {
+        return invalid("window must be between 1 byte and 1 GiB".into());
+    }
+    if config.target.len() > MAX_NAME {
+        return invalid(format!("target name over {MAX_NAME} bytes"));
+    }
+    if config.congestion.as_ref().is_some_and(|c| {
+        c.is_empty() || c.len() > MAX_CONGESTION_NAME || !c.bytes().all(|b| b.is_ascii_graphic())
+    }) {
+        return invalid(format!(
+            "congestion control name must be 1 to {MAX_CONGESTION_NAME} printable characters"
+        ));
+    }
+    if !config.connect_timeout_s.is_finite() || config.connect_timeout_s < 0.0 {
+        return invalid("connect timeout must be finite and not negative".into());
+    }
+    validate_rr(config)?;
+    if let Some(most) = limits.max_rate_bps {
+        check_rate(config, most)?;
+    }
+    Ok(())
+}
+
+/// What the test's protocol allows: its workloads, its encryption, its congestion
+/// controls, its datagram sizes.
+fn validate_protocol(config: &TestConfig) -> Result<(), (RefuseCode, String)> {
+    let invalid = |reason: String| Err((RefuseCode::Invalid, reason));
     if !config.protocol.runs(config.workload) {
         return invalid(format!(
             "a {} test does not run {}",
@@ -565,28 +623,13 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
             datagram.end()
         ));
     }
-    if config.parallel == 0 {
-        return invalid("parallel must be at least 1".into());
-    }
-    if let Some(tls) = &config.tls {
-        if !linerate_model::CIPHERS.contains(&tls.cipher.as_str()) {
-            return invalid(format!(
-                "unknown cipher '{}' (one of: {})",
-                tls.cipher.chars().take(40).collect::<String>(),
-                linerate_model::CIPHERS.join(", ")
-            ));
-        }
-    }
-    if config.connections() > limits.max_flows {
-        return Err((
-            RefuseCode::OverLimit,
-            format!(
-                "{} connections asked, the server allows {}",
-                config.connections(),
-                limits.max_flows
-            ),
-        ));
-    }
+    Ok(())
+}
+
+/// The test's times: finite, within the server's longest, and with no more interval
+/// readings than a result may hold.
+fn validate_time(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode, String)> {
+    let invalid = |reason: String| Err((RefuseCode::Invalid, reason));
     let seconds = [config.time_s, config.omit_s, config.interval_s];
     if seconds.iter().any(|s| !s.is_finite() || *s < 0.0) || config.time_s <= 0.0 {
         return invalid("time, omit and interval must be finite, time above zero".into());
@@ -618,33 +661,6 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
                 config.connections()
             ),
         ));
-    }
-    if config.length == 0 || config.length > MAX_LENGTH {
-        return invalid(format!(
-            "write length {} is outside 1 byte to {} MiB",
-            config.length,
-            MAX_LENGTH >> 20
-        ));
-    }
-    if config.window.is_some_and(|w| w == 0 || w > 1 << 30) {
-        return invalid("window must be between 1 byte and 1 GiB".into());
-    }
-    if config.target.len() > MAX_NAME {
-        return invalid(format!("target name over {MAX_NAME} bytes"));
-    }
-    if config.congestion.as_ref().is_some_and(|c| {
-        c.is_empty() || c.len() > MAX_CONGESTION_NAME || !c.bytes().all(|b| b.is_ascii_graphic())
-    }) {
-        return invalid(format!(
-            "congestion control name must be 1 to {MAX_CONGESTION_NAME} printable characters"
-        ));
-    }
-    if !config.connect_timeout_s.is_finite() || config.connect_timeout_s < 0.0 {
-        return invalid("connect timeout must be finite and not negative".into());
-    }
-    validate_rr(config)?;
-    if let Some(most) = limits.max_rate_bps {
-        check_rate(config, most)?;
     }
     Ok(())
 }

@@ -136,89 +136,7 @@ impl ProfileReport {
             s.duration_s
         );
         for group in &self.groups {
-            let _ = writeln!(
-                out,
-                "\nGroup '{}' on {}: {} thread(s), {} received, {} iterations, {} errors, {:.2} s",
-                group.name,
-                group.host,
-                group.threads,
-                format_bytes(group.received_bytes as f64, scale),
-                group.iterations,
-                group.errors,
-                group.elapsed_s
-            );
-            let _ = writeln!(
-                out,
-                "  {:<16} {:>10} {:>14} {:>16} {:>10} {:>10} {:>10}",
-                "txn/op", "count", "bytes", "rate", "p50 us", "p99 us", "max us"
-            );
-            for (index, txn) in group.transactions.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "  {:<16} {:>10} {:>14} {:>16} {:>10.1} {:>10.1} {:>10.1}",
-                    format!("txn {}", index + 1),
-                    txn.iterations,
-                    format_bytes(txn.received_bytes as f64, scale),
-                    format!("{}/s", format_count(txn.iterations_per_s)),
-                    txn.latency_us.p50,
-                    txn.latency_us.p99,
-                    txn.latency_us.max
-                );
-                for op in &txn.ops {
-                    let name = match &op.conn {
-                        Some(conn) => format!("  {} [{conn}]", op.op),
-                        None => format!("  {}", op.op),
-                    };
-                    // Counted where the bytes arrived: the peer for a write, here for a read.
-                    let moved = if matches!(op.op.as_str(), "write" | "sendto") {
-                        op.peer_bytes
-                    } else {
-                        op.bytes
-                    };
-                    let rate = if txn.elapsed_s > 0.0 && moved > 0 {
-                        format_rate(moved as f64 * 8.0 / txn.elapsed_s, scale)
-                    } else {
-                        String::new()
-                    };
-                    let _ = writeln!(
-                        out,
-                        "  {:<16} {:>10} {:>14} {:>16} {:>10.1} {:>10.1} {:>10.1}{}",
-                        name,
-                        op.count,
-                        if moved > 0 {
-                            format_bytes(moved as f64, scale)
-                        } else {
-                            String::new()
-                        },
-                        rate,
-                        op.latency_us.p50,
-                        op.latency_us.p99,
-                        op.latency_us.max,
-                        if op.errors > 0 {
-                            format!("  {} errors", op.errors)
-                        } else {
-                            String::new()
-                        }
-                    );
-                }
-            }
-            for failure in &group.failures {
-                let _ = writeln!(out, "  failure: {failure}");
-            }
-            let failed: Vec<&ThreadFigures> = group
-                .per_thread
-                .iter()
-                .filter(|t| t.failure.is_some())
-                .collect();
-            if let Some(first) = failed.first() {
-                let _ = writeln!(
-                    out,
-                    "  {} thread(s) stopped early; thread {}: {}",
-                    failed.len(),
-                    first.thread,
-                    first.failure.as_deref().unwrap_or_default()
-                );
-            }
+            out.push_str(&group_text(group, scale));
         }
         let _ = writeln!(
             out,
@@ -269,6 +187,102 @@ impl ProfileReport {
         }
         out
     }
+}
+
+/// One group's lines: its totals, each transaction and its operations, its failures.
+fn group_text(group: &GroupResult, scale: Scale) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nGroup '{}' on {}: {} thread(s), {} received, {} iterations, {} errors, {:.2} s",
+        group.name,
+        group.host,
+        group.threads,
+        format_bytes(group.received_bytes as f64, scale),
+        group.iterations,
+        group.errors,
+        group.elapsed_s
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16} {:>10} {:>14} {:>16} {:>10} {:>10} {:>10}",
+        "txn/op", "count", "bytes", "rate", "p50 us", "p99 us", "max us"
+    );
+    for (index, txn) in group.transactions.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>10} {:>14} {:>16} {:>10.1} {:>10.1} {:>10.1}",
+            format!("txn {}", index + 1),
+            txn.iterations,
+            format_bytes(txn.received_bytes as f64, scale),
+            format!("{}/s", format_count(txn.iterations_per_s)),
+            txn.latency_us.p50,
+            txn.latency_us.p99,
+            txn.latency_us.max
+        );
+        for op in &txn.ops {
+            out.push_str(&op_line(op, txn, scale));
+        }
+    }
+    for failure in &group.failures {
+        let _ = writeln!(out, "  failure: {failure}");
+    }
+    let failed: Vec<&ThreadFigures> = group
+        .per_thread
+        .iter()
+        .filter(|t| t.failure.is_some())
+        .collect();
+    if let Some(first) = failed.first() {
+        let _ = writeln!(
+            out,
+            "  {} thread(s) stopped early; thread {}: {}",
+            failed.len(),
+            first.thread,
+            first.failure.as_deref().unwrap_or_default()
+        );
+    }
+    out
+}
+
+/// One operation's line under its transaction.
+fn op_line(op: &OpFigures, txn: &TransactionFigures, scale: Scale) -> String {
+    let mut out = String::new();
+    let name = match &op.conn {
+        Some(conn) => format!("  {} [{conn}]", op.op),
+        None => format!("  {}", op.op),
+    };
+    // Counted where the bytes arrived: the peer for a write, here for a read.
+    let moved = if matches!(op.op.as_str(), "write" | "sendto") {
+        op.peer_bytes
+    } else {
+        op.bytes
+    };
+    let rate = if txn.elapsed_s > 0.0 && moved > 0 {
+        format_rate(moved as f64 * 8.0 / txn.elapsed_s, scale)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "  {:<16} {:>10} {:>14} {:>16} {:>10.1} {:>10.1} {:>10.1}{}",
+        name,
+        op.count,
+        if moved > 0 {
+            format_bytes(moved as f64, scale)
+        } else {
+            String::new()
+        },
+        rate,
+        op.latency_us.p50,
+        op.latency_us.p99,
+        op.latency_us.max,
+        if op.errors > 0 {
+            format!("  {} errors", op.errors)
+        } else {
+            String::new()
+        }
+    );
+    out
 }
 
 /// Profile runs side by side: the totals, then each transaction's rate and latency, with

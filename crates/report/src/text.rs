@@ -207,6 +207,61 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
         return render_copy(copy, scale);
     }
     let mut out = String::new();
+    out.push_str(&sum_table(report, scale, per_flow));
+    let s = &report.summary;
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Receiver goodput: {} over {:.2} s ({} received, {} flow{}{})",
+        format_rate(s.receiver_bps, scale),
+        s.duration_s,
+        format_bytes(s.receiver_bytes as f64, scale),
+        s.flows,
+        if s.flows == 1 { "" } else { "s" },
+        if s.flows_failed > 0 {
+            format!(", {} failed", s.flows_failed)
+        } else {
+            String::new()
+        },
+    );
+    out.push_str(&sender_lines(s, scale));
+    if let Some(p) = &s.pacing {
+        let _ = writeln!(
+            out,
+            "Pacing:           asked {} per flow, achieved {} ({:.2}%); per interval {:.1}-{:.1}% (sd {:.2}%)",
+            format_rate(p.target_bps, scale),
+            format_rate(p.achieved_bps, scale),
+            p.achieved_pct,
+            p.interval_min_pct,
+            p.interval_max_pct,
+            p.interval_stddev_pct
+        );
+    }
+    let demand = PerSide {
+        local: format!("{:.3} us/KB", s.service_demand_us_per_kb.local),
+        remote: format!("{:.3} us/KB", s.service_demand_us_per_kb.remote),
+    };
+    for line in cpu_lines(&s.cpu, s.cpu_basis.as_ref(), &demand) {
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(crypto) = &s.crypto {
+        for line in crypto.lines(s.receiver_bps, scale) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    if let Some(path) = report.path() {
+        let _ = writeln!(out, "Path:             {}", path.summary());
+    }
+    for warning in &report.warnings {
+        let _ = writeln!(out, "warning: {warning}");
+    }
+    out
+}
+
+/// The end-of-test table: each flow's lines when asked, then each direction's sums over
+/// the measured window.
+fn sum_table(report: &Report, scale: Scale, per_flow: bool) -> String {
+    let mut out = String::new();
     let s = &report.summary;
     let window_start = report.config.omit_s;
     let window_end = window_start + s.duration_s;
@@ -292,21 +347,13 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
             )
         );
     }
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "Receiver goodput: {} over {:.2} s ({} received, {} flow{}{})",
-        format_rate(s.receiver_bps, scale),
-        s.duration_s,
-        format_bytes(s.receiver_bytes as f64, scale),
-        s.flows,
-        if s.flows == 1 { "" } else { "s" },
-        if s.flows_failed > 0 {
-            format!(", {} failed", s.flows_failed)
-        } else {
-            String::new()
-        },
-    );
+    out
+}
+
+/// The sender's rate and retransmits; for UDP, the datagram counts, the sender's queue,
+/// one-way delay and both kernels' UDP counters.
+fn sender_lines(s: &Summary, scale: Scale) -> String {
+    let mut out = String::new();
     match &s.udp {
         None => {
             let _ = writeln!(
@@ -361,36 +408,6 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
                 kernel_words(&u.kernel.remote)
             );
         }
-    }
-    if let Some(p) = &s.pacing {
-        let _ = writeln!(
-            out,
-            "Pacing:           asked {} per flow, achieved {} ({:.2}%); per interval {:.1}-{:.1}% (sd {:.2}%)",
-            format_rate(p.target_bps, scale),
-            format_rate(p.achieved_bps, scale),
-            p.achieved_pct,
-            p.interval_min_pct,
-            p.interval_max_pct,
-            p.interval_stddev_pct
-        );
-    }
-    let demand = PerSide {
-        local: format!("{:.3} us/KB", s.service_demand_us_per_kb.local),
-        remote: format!("{:.3} us/KB", s.service_demand_us_per_kb.remote),
-    };
-    for line in cpu_lines(&s.cpu, s.cpu_basis.as_ref(), &demand) {
-        let _ = writeln!(out, "{line}");
-    }
-    if let Some(crypto) = &s.crypto {
-        for line in crypto.lines(s.receiver_bps, scale) {
-            let _ = writeln!(out, "{line}");
-        }
-    }
-    if let Some(path) = report.path() {
-        let _ = writeln!(out, "Path:             {}", path.summary());
-    }
-    for warning in &report.warnings {
-        let _ = writeln!(out, "warning: {warning}");
     }
     out
 }
