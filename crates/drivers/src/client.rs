@@ -11,6 +11,7 @@ use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{DataPlane, PlaneSetup};
 use linerate_engine::sys;
 use linerate_hostinfo::host_facts;
+use linerate_model::Protocol;
 use linerate_proto::datagram::{hello, tag_of, validated_hello, Framing, HELLO_LEN};
 use linerate_proto::preface::data_preface;
 use linerate_proto::{ClientEvent, ClientSession, SessionError, Timeouts, Token, PROTOCOL_VERSION};
@@ -282,51 +283,20 @@ impl<'a> ClientTest<'a> {
                 ..
             } => self.crr_target = Some(SocketAddr::new(self.addr.ip(), port)),
             ClientEvent::Accepted {
-                token, udp_ports, ..
-            } if !udp_ports.is_empty() => {
-                match open_udp_flows(self.addr, config, token, &udp_ports) {
-                    Ok(opened) => {
-                        self.udp_flows = opened;
-                        self.udp_tag = Some(Framing::Native {
-                            tag: tag_of(&token.0),
-                        });
-                    }
-                    Err(error) => return Err(self.abort(error)),
-                }
-            }
-            ClientEvent::Accepted {
                 token,
+                udp_ports,
                 tls_fingerprint,
-                quic_port: Some(port),
-                ..
-            } => match crate::secure::open_quic(
-                config,
-                SocketAddr::new(self.addr.ip(), port),
-                token,
-                tls_fingerprint.as_deref(),
-                self.options.ca.as_deref(),
-            ) {
-                Ok(side) => self.quic = Some(std::sync::Arc::new(side)),
-                Err(error) => return Err(self.abort(error.into())),
-            },
-            ClientEvent::Accepted {
-                token,
-                tls_fingerprint,
+                quic_port,
                 ..
             } => {
-                let connect_timeout = Duration::from_secs_f64(config.connect_timeout_s);
-                let tls = match crate::secure::ClientTls::new(
-                    config,
-                    tls_fingerprint.as_deref(),
-                    self.options.ca.as_deref(),
-                    &crate::secure::server_name(config),
-                ) {
-                    Ok(tls) => tls,
-                    Err(e) => return Err(self.abort(ClientError::Config(e.to_string()))),
+                // Each protocol's flows open their own way: the match names every one.
+                let opened = match config.protocol {
+                    Protocol::Udp => self.open_udp(token, &udp_ports),
+                    Protocol::Quic => self.open_quic(token, quic_port, tls_fingerprint.as_deref()),
+                    Protocol::Tcp => self.open_tcp(token, tls_fingerprint.as_deref()),
                 };
-                match open_flows(self.addr, config, token, connect_timeout, tls.as_ref()) {
-                    Ok(opened) => self.flows = opened,
-                    Err(error) => return Err(self.abort(error)),
+                if let Err(error) = opened {
+                    return Err(self.abort(error));
                 }
             }
             ClientEvent::FlowsReady => {
@@ -345,6 +315,60 @@ impl<'a> ClientTest<'a> {
     }
 
     /// Tells the server the test is off, then hands back the error.
+    /// A UDP test's flows: a socket per port the server offered, each proving its
+    /// address with the server's cookie.
+    fn open_udp(&mut self, token: Token, ports: &[u16]) -> Result<(), ClientError> {
+        let config = &self.options.config;
+        if ports.len() != config.connections() as usize {
+            return Err(ClientError::Config(format!(
+                "the server offered {} UDP ports for {} flows",
+                ports.len(),
+                config.connections()
+            )));
+        }
+        self.udp_flows = open_udp_flows(self.addr, config, token, ports)?;
+        self.udp_tag = Some(Framing::Native {
+            tag: tag_of(&token.0),
+        });
+        Ok(())
+    }
+
+    /// A QUIC test's connection (or one per flow) to the port the server offered.
+    fn open_quic(
+        &mut self,
+        token: Token,
+        port: Option<u16>,
+        fingerprint: Option<&str>,
+    ) -> Result<(), ClientError> {
+        let Some(port) = port else {
+            return Err(ClientError::Quic("the server offered no QUIC port".into()));
+        };
+        let side = crate::secure::open_quic(
+            &self.options.config,
+            SocketAddr::new(self.addr.ip(), port),
+            token,
+            fingerprint,
+            self.options.ca.as_deref(),
+        )?;
+        self.quic = Some(std::sync::Arc::new(side));
+        Ok(())
+    }
+
+    /// A TCP test's data connections, through TLS when the test is encrypted.
+    fn open_tcp(&mut self, token: Token, fingerprint: Option<&str>) -> Result<(), ClientError> {
+        let config = &self.options.config;
+        let connect_timeout = Duration::from_secs_f64(config.connect_timeout_s);
+        let tls = crate::secure::ClientTls::new(
+            config,
+            fingerprint,
+            self.options.ca.as_deref(),
+            &crate::secure::server_name(config),
+        )
+        .map_err(|e| ClientError::Config(e.to_string()))?;
+        self.flows = open_flows(self.addr, config, token, connect_timeout, tls.as_ref())?;
+        Ok(())
+    }
+
     fn abort(&mut self, error: ClientError) -> ClientError {
         self.session.abort(&error.to_string());
         self.control.flush(&mut self.session);

@@ -125,6 +125,8 @@ pub fn run(
         source,
     })?;
     let mut session = Iperf3Client::new(Instant::now(), cookie, params.clone());
+    // The cookie as iperf3's JSON shows it: without its terminating NUL.
+    let cookie_text = String::from_utf8_lossy(&cookie[..COOKIE_LEN - 1]).into_owned();
     let started_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
@@ -143,14 +145,7 @@ pub fn run(
             match event {
                 Event::CreateStreams => match open_streams(addr, &config, params, &cookie) {
                     Ok(opened) => {
-                        held = opened
-                            .iter()
-                            .filter_map(|s| match s {
-                                FlowSocket::Tcp(stream) => stream.as_fd().try_clone_to_owned().ok(),
-                                FlowSocket::Udp(socket) => socket.as_fd().try_clone_to_owned().ok(),
-                                _ => None,
-                            })
-                            .collect();
+                        held = held_copies(&opened);
                         streams = opened;
                     }
                     Err(e) => {
@@ -162,28 +157,11 @@ pub fn run(
                 Event::TestStart => {}
                 Event::TestRunning => {
                     progress(Progress::Iperf3Streams {
-                        cookie: String::from_utf8_lossy(&cookie[..COOKIE_LEN - 1]).into_owned(),
+                        cookie: cookie_text.clone(),
                         control_mss,
                         streams: Box::new(stream_facts(&streams)),
                     });
-                    let specs = streams
-                        .drain(..)
-                        .enumerate()
-                        .map(|(i, socket)| FlowSpec::new(&config, i as u32, Side::Client, socket))
-                        .collect();
-                    let setup = PlaneSetup {
-                        peer_lead: Duration::ZERO,
-                        threads: config.threads as usize,
-                        drain: DRAIN,
-                        udp_framing: (params.transport == Transport::Udp).then_some(
-                            Framing::Iperf3 {
-                                wide: params.udp_counters_64bit,
-                            },
-                        ),
-                        pin_cpus: Vec::new(),
-                        budget: budget_of(params),
-                    };
-                    match DataPlane::start(Instant::now(), &config, specs, setup) {
+                    match start_plane(&config, params, std::mem::take(&mut streams)) {
                         Ok(started) => plane = Some(started),
                         Err(source) => {
                             session.terminate(format!("cannot start the data plane: {source}"));
@@ -205,19 +183,15 @@ pub fn run(
                         )));
                     };
                     let remote = side_from_results(&theirs, &local, params.transport, "iperf3");
-                    let report = Report::assemble(
-                        &config.test_name(),
-                        &format!("linerate {}", env!("CARGO_PKG_VERSION")),
-                        started_at,
-                        config.clone(),
-                        local,
-                        remote,
-                    );
+                    let tool = format!("linerate {}", env!("CARGO_PKG_VERSION"));
+                    let (name, config) = (config.test_name(), config.clone());
+                    let report = Report::assemble(&name, &tool, started_at, config, local, remote);
+                    let (server, params, cookie) = (theirs, params.clone(), cookie_text);
                     return Ok(Iperf3Outcome {
                         report,
-                        server: theirs,
-                        params: params.clone(),
-                        cookie: String::from_utf8_lossy(&cookie[..COOKIE_LEN - 1]).into_owned(),
+                        server,
+                        params,
+                        cookie,
                         control_mss,
                     });
                 }
@@ -229,22 +203,9 @@ pub fn run(
             control.flush(&mut session);
             return Err(Iperf3ClientError::Interrupted);
         }
-        if let Some(running) = plane.as_mut() {
-            for interval in running.poll_intervals(Duration::ZERO) {
-                progress(Progress::Interval(Box::new(interval)));
-            }
-            if running.is_finished() {
-                let finished = plane.take().expect("checked");
-                let side =
-                    finished
-                        .finish(host_facts())
-                        .map_err(|source| Iperf3ClientError::Io {
-                            context: "the data plane",
-                            source,
-                        })?;
-                session.end_test(Instant::now(), results_of(&side, params.transport, None));
-                local = Some(side);
-            }
+        if let Some(side) = poll_plane(&mut plane, progress)? {
+            session.end_test(Instant::now(), results_of(&side, params.transport, None));
+            local = Some(side);
         }
         let wait = if plane.is_some() {
             Duration::from_millis(20)
@@ -253,6 +214,67 @@ pub fn run(
         };
         control.step(&mut session, wait);
     }
+}
+
+/// The running plane's intervals, passed on as progress; this side's result once the
+/// plane has finished.
+fn poll_plane(
+    plane: &mut Option<DataPlane>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Option<SideResult>, Iperf3ClientError> {
+    let Some(running) = plane.as_mut() else {
+        return Ok(None);
+    };
+    for interval in running.poll_intervals(Duration::ZERO) {
+        progress(Progress::Interval(Box::new(interval)));
+    }
+    if !running.is_finished() {
+        return Ok(None);
+    }
+    let finished = plane.take().expect("checked");
+    let side = finished
+        .finish(host_facts())
+        .map_err(|source| Iperf3ClientError::Io {
+            context: "the data plane",
+            source,
+        })?;
+    Ok(Some(side))
+}
+
+/// Copies of the streams' sockets, to close only when the test is over.
+fn held_copies(streams: &[FlowSocket]) -> Vec<std::os::fd::OwnedFd> {
+    streams
+        .iter()
+        .filter_map(|s| match s {
+            FlowSocket::Tcp(stream) => stream.as_fd().try_clone_to_owned().ok(),
+            FlowSocket::Udp(socket) => socket.as_fd().try_clone_to_owned().ok(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The client's data plane over the test's streams, in iperf3's UDP framing for UDP.
+fn start_plane(
+    config: &TestConfig,
+    params: &Params,
+    streams: Vec<FlowSocket>,
+) -> io::Result<DataPlane> {
+    let specs = streams
+        .into_iter()
+        .enumerate()
+        .map(|(i, socket)| FlowSpec::new(config, i as u32, Side::Client, socket))
+        .collect();
+    let setup = PlaneSetup {
+        peer_lead: Duration::ZERO,
+        threads: config.threads as usize,
+        drain: DRAIN,
+        udp_framing: (params.transport == Transport::Udp).then_some(Framing::Iperf3 {
+            wide: params.udp_counters_64bit,
+        }),
+        pin_cpus: Vec::new(),
+        budget: budget_of(params),
+    };
+    DataPlane::start(Instant::now(), config, specs, setup)
 }
 
 /// Opens the test's streams in iperf3's order: in bidir, the sending ones first.

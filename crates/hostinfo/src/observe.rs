@@ -473,7 +473,26 @@ pub fn observe(
     window_s: f64,
     settings: HostSettings,
 ) -> Observation {
-    // Interrupts, grouped by device and queue; only sources that fired.
+    let interrupts = interrupt_sources(before, after);
+    let cpus = cpu_network(before, after);
+    let counters = counters_up(before, after);
+    let interfaces = interface_views(before, after, &interrupts);
+    let mut observation = Observation {
+        window_s,
+        read_ms: (before.took + after.took).as_secs_f64() * 1e3,
+        cpus,
+        interrupts,
+        interfaces,
+        counters,
+        settings,
+        unusual: Vec::new(),
+    };
+    observation.unusual = unusual(&observation);
+    observation
+}
+
+/// Interrupts over the window, grouped by device and queue; only sources that fired.
+fn interrupt_sources(before: &HostReading, after: &HostReading) -> Vec<InterruptSource> {
     let mut groups: BTreeMap<SourceKey, (Vec<u64>, Option<String>)> = BTreeMap::new();
     for line in &after.interrupts {
         let earlier = before
@@ -505,7 +524,7 @@ pub fn observe(
             *sum += count;
         }
     }
-    let interrupts: Vec<InterruptSource> = groups
+    groups
         .into_iter()
         .map(|((device, queue), (per_cpu, interface))| InterruptSource {
             device,
@@ -514,9 +533,12 @@ pub fn observe(
             total: per_cpu.iter().sum(),
             per_cpu,
         })
-        .collect();
+        .collect()
+}
 
-    // Per CPU.
+/// Each CPU's network work over the window: packets steered to it, its share of time in
+/// interrupts and softirqs, and softnet's processed, dropped and squeezed counts.
+fn cpu_network(before: &HostReading, after: &HostReading) -> Vec<CpuNetwork> {
     let net_rx = delta_vec(&before.net_rx, &after.net_rx);
     let net_tx = delta_vec(&before.net_tx, &after.net_tx);
     let shares = match (&before.cpu, &after.cpu) {
@@ -528,7 +550,7 @@ pub fn observe(
         .max(net_tx.len())
         .max(shares.len())
         .min(MAX_CPUS);
-    let cpus = (0..count)
+    (0..count)
         .map(|cpu| {
             let softnet = |reading: &HostReading| {
                 reading
@@ -551,20 +573,29 @@ pub fn observe(
                 squeezed: b.squeezed.wrapping_sub(a.squeezed) & 0xffff_ffff,
             }
         })
-        .collect();
+        .collect()
+}
 
-    // Protocol counters that went up.
-    let counters = after
+/// Protocol counters that went up over the window.
+fn counters_up(before: &HostReading, after: &HostReading) -> BTreeMap<String, u64> {
+    after
         .counters
         .iter()
         .filter_map(|(name, &value)| {
             let earlier = *before.counters.get(name)?;
             (value > earlier).then(|| (name.clone(), (value - earlier) as u64))
         })
-        .collect();
+        .collect()
+}
 
-    // Interfaces that moved packets.
-    let interfaces = after
+/// Interfaces that moved packets over the window, each queue with its share and the CPU
+/// its interrupts landed on.
+fn interface_views(
+    before: &HostReading,
+    after: &HostReading,
+    interrupts: &[InterruptSource],
+) -> Vec<InterfaceView> {
+    after
         .interfaces
         .iter()
         .filter_map(|now| {
@@ -649,20 +680,7 @@ pub fn observe(
                     }),
             })
         })
-        .collect();
-
-    let mut observation = Observation {
-        window_s,
-        read_ms: (before.took + after.took).as_secs_f64() * 1e3,
-        cpus,
-        interrupts,
-        interfaces,
-        counters,
-        settings,
-        unusual: Vec::new(),
-    };
-    observation.unusual = unusual(&observation);
-    observation
+        .collect()
 }
 
 /// Packets below which a queue's share says nothing.
