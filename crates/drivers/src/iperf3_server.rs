@@ -120,6 +120,7 @@ pub(crate) fn serve(
         let mut closed = None;
         while let Some(event) = session.poll_event() {
             match event {
+                Event::Closed(result) => closed = Some(result),
                 Event::Params(params) => {
                     started_at = epoch_now();
                     accept(
@@ -131,15 +132,7 @@ pub(crate) fn serve(
                         local,
                     )
                 }
-                Event::EndRequested => {
-                    test.ending = true;
-                    match &test.served.plane {
-                        Some(plane) => plane.end_now(),
-                        None => {
-                            session.terminate("the client ended the test before it started".into())
-                        }
-                    }
-                }
+                Event::EndRequested => end_requested(&mut test, &mut session),
                 Event::ClientResults(theirs) => {
                     let sent: u64 = theirs.streams.iter().map(|s| s.bytes).sum();
                     shared.log(&format!(
@@ -147,7 +140,6 @@ pub(crate) fn serve(
                     ));
                     client_results = Some(theirs);
                 }
-                Event::Closed(result) => closed = Some(result),
             }
         }
         if let Some(result) = closed {
@@ -172,12 +164,12 @@ pub(crate) fn serve(
             Step::Stop(why) => session.terminate(why),
             Step::Running => {}
         }
-        let wait = if test.streams_in.is_some() || test.ending {
-            Duration::from_millis(10)
-        } else {
-            Duration::from_millis(100)
-        };
-        control.step(&mut session, wait);
+        // Short waits while streams arrive or the test ends.
+        let busy = test.streams_in.is_some() || test.ending;
+        control.step(
+            &mut session,
+            Duration::from_millis(if busy { 10 } else { 100 }),
+        );
     };
     control.flush(&mut session);
     test.served.end(shared);
@@ -188,6 +180,15 @@ pub(crate) fn serve(
     match outcome {
         Ok(()) => shared.log(&format!("iperf3 test {id} from {peer}: ended")),
         Err(e) => shared.log(&format!("iperf3 test {id} from {peer}: ended: {e}")),
+    }
+}
+
+/// The client asked to end the test: the plane ends now, or the test never started.
+fn end_requested(test: &mut Test, session: &mut Iperf3Server) {
+    test.ending = true;
+    match &test.served.plane {
+        Some(plane) => plane.end_now(),
+        None => session.terminate("the client ended the test before it started".into()),
     }
 }
 
@@ -273,68 +274,11 @@ fn accept(
         ));
         return session.busy(why);
     }
-    // --max-duration binds iperf3 clients as it does native ones: a timed test over it is
-    // refused with iperf3's own duration error; a byte- or block-count test is cut there.
-    let most = shared.config.limits.max_duration_s;
-    let asked = (params.time + params.omit) as f64;
-    if params.time > 0 && asked > most {
-        shared.refused(
-            peer,
-            &format!("iperf3 test {id}: {asked} s asked, the server allows {most} s"),
-        );
-        return session.refuse(
-            code::DURATION,
-            format!("{asked} s asked, the server allows {most} s"),
-        );
-    }
-    // --max-flows binds iperf3 clients too: streams (both ways for --bidir) per test.
-    let streams = u64::from(params.parallel) * if params.bidirectional { 2 } else { 1 };
-    let most_flows = u64::from(shared.config.limits.max_flows);
-    if streams > most_flows {
-        let why = format!("{streams} streams asked, the server allows {most_flows}");
+    if let Err((code, why)) = check_limits(shared, test, params) {
         shared.refused(peer, &format!("iperf3 test {id}: {why}"));
-        return session.refuse(code::NUM_STREAMS, why);
+        return session.refuse(code, why);
     }
-    // --max-rate and --max-rate-per-ip bind iperf3 clients by the bitrate they ask (-b,
-    // per stream), as iperf3's --server-bitrate-limit does.
-    let asked = params.bandwidth.saturating_mul(streams) as f64;
-    if let Some(limit) = shared.config.limits.max_rate_bps {
-        if params.bandwidth == 0 || asked > limit as f64 {
-            let why = format!(
-                "{} asked, this server allows at most {} per test (ask with -b per stream)",
-                if params.bandwidth == 0 {
-                    "an unlimited rate".to_string()
-                } else {
-                    format!("{asked:.0} bit/s")
-                },
-                format_rate(limit as f64, Scale::Adaptive)
-            );
-            shared.refused(peer, &format!("iperf3 test {id}: {why}"));
-            return session.refuse(code::UNIMPLEMENTED, why);
-        }
-    }
-    if let Some(limit) = shared.config.max_rate_per_ip {
-        let reserved = if params.bandwidth == 0 {
-            Err(
-                "an unlimited rate asked; this server limits each address's rate (ask with -b)"
-                    .to_string(),
-            )
-        } else {
-            RateBook::reserve(
-                &shared.rates,
-                shared.gate.policy.client(peer.ip()),
-                asked,
-                limit,
-            )
-        };
-        match reserved {
-            Ok(share) => test.served.rate_share = Some(share),
-            Err(why) => {
-                shared.refused(peer, &format!("iperf3 test {id}: {why}"));
-                return session.refuse(code::UNIMPLEMENTED, why);
-            }
-        }
-    }
+    let most = shared.config.limits.max_duration_s;
     let counted_cap = MAX_COUNTED_RUN.min(Duration::from_secs_f64(most));
     let config = match config_of(params, &peer.ip().to_string(), local.port(), counted_cap) {
         Ok(config) => config,
@@ -385,6 +329,71 @@ fn accept(
             }
         },
     }
+}
+
+/// The server's limits as they bind an iperf3 client: `--max-duration` (a timed test over
+/// it is refused with iperf3's own duration error; a byte- or block-count test is cut
+/// there), `--max-flows`, and `--max-rate` and `--max-rate-per-ip` by the bitrate it asks
+/// (`-b`, per stream), as iperf3's `--server-bitrate-limit` does. `Err` is iperf3's error
+/// code and why.
+fn check_limits(
+    shared: &ServerState,
+    test: &mut Test,
+    params: &Params,
+) -> Result<(), (i32, String)> {
+    let peer = test.peer;
+    let most = shared.config.limits.max_duration_s;
+    let asked = (params.time + params.omit) as f64;
+    if params.time > 0 && asked > most {
+        return Err((
+            code::DURATION,
+            format!("{asked} s asked, the server allows {most} s"),
+        ));
+    }
+    // --max-flows binds iperf3 clients too: streams (both ways for --bidir) per test.
+    let streams = u64::from(params.parallel) * if params.bidirectional { 2 } else { 1 };
+    let most_flows = u64::from(shared.config.limits.max_flows);
+    if streams > most_flows {
+        let why = format!("{streams} streams asked, the server allows {most_flows}");
+        return Err((code::NUM_STREAMS, why));
+    }
+    // --max-rate and --max-rate-per-ip bind iperf3 clients by the bitrate they ask (-b,
+    // per stream), as iperf3's --server-bitrate-limit does.
+    let asked = params.bandwidth.saturating_mul(streams) as f64;
+    if let Some(limit) = shared.config.limits.max_rate_bps {
+        if params.bandwidth == 0 || asked > limit as f64 {
+            let why = format!(
+                "{} asked, this server allows at most {} per test (ask with -b per stream)",
+                if params.bandwidth == 0 {
+                    "an unlimited rate".to_string()
+                } else {
+                    format!("{asked:.0} bit/s")
+                },
+                format_rate(limit as f64, Scale::Adaptive)
+            );
+            return Err((code::UNIMPLEMENTED, why));
+        }
+    }
+    if let Some(limit) = shared.config.max_rate_per_ip {
+        let reserved = if params.bandwidth == 0 {
+            Err(
+                "an unlimited rate asked; this server limits each address's rate (ask with -b)"
+                    .to_string(),
+            )
+        } else {
+            RateBook::reserve(
+                &shared.rates,
+                shared.gate.policy.client(peer.ip()),
+                asked,
+                limit,
+            )
+        };
+        match reserved {
+            Ok(share) => test.served.rate_share = Some(share),
+            Err(why) => return Err((code::UNIMPLEMENTED, why)),
+        }
+    }
+    Ok(())
 }
 
 /// Takes the test's TCP streams as they arrive, and starts the test when all are in.

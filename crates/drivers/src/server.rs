@@ -349,64 +349,8 @@ impl Server {
                     crate::profile::agent::serve(shared, stream, version, peer)
                 })
             }
-            Preface::Copy { version } => {
-                if version != linerate_transfer::control::COPY_VERSION {
-                    shared.refused(peer, &format!("a copy session of version {version}"));
-                    linerate_transfer::service::refuse_unserved(
-                        stream,
-                        &format!(
-                            "this server speaks copy version {}",
-                            linerate_transfer::control::COPY_VERSION
-                        ),
-                    );
-                    return None;
-                }
-                match shared.config.files.clone() {
-                    Some(service) => self.spawn_session("linerate-copy", peer, move |shared| {
-                        let _held = held;
-                        service.serve(stream, &bytes[12..], &|line| shared.log(line));
-                    }),
-                    None => {
-                        shared.refused(peer, "a copy session, but no --files");
-                        linerate_transfer::service::refuse_unserved(
-                            stream,
-                            "this server serves no files (start it with --files DIR --key FILE)",
-                        );
-                        None
-                    }
-                }
-            }
-            Preface::Data { token, flow } => {
-                let waiting = shared
-                    .tls_registry
-                    .lock()
-                    .expect("TLS registry lock")
-                    .get(&token)
-                    .cloned();
-                if let Some(waiting) = waiting {
-                    // The handshake waits on the client: never on the acceptor's thread.
-                    return self.spawn_session("linerate-tls", peer, move |shared| {
-                        // The handshake holds the connection's place until it is done.
-                        let _held = held;
-                        let result = crate::secure::accept_data(stream, &waiting);
-                        if let Err(why) = &result {
-                            shared.refused(peer, &format!("data connection {flow}: {why}"));
-                        }
-                        let _ = waiting.sender.send((flow, result));
-                    });
-                }
-                let sender = shared
-                    .registry
-                    .lock()
-                    .expect("registry lock")
-                    .get(&token)
-                    .cloned();
-                match sender {
-                    Some(sender) if sender.send((flow, stream)).is_ok() => {}
-                    _ => shared.refused(peer, "a data connection with an unknown test token"),
-                }
-                None
-            }
+            Preface::Copy { version } => self.dispatch_copy(version, stream, bytes, peer, held),
+            Preface::Data { token, flow } => self.dispatch_data(token, flow, stream, peer, held),
             Preface::Iperf3 { cookie } => {
                 let waiting = shared
                     .iperf3_streams
@@ -433,6 +377,85 @@ impl Server {
                 None
             }
         }
+    }
+
+    /// A copy session, when this server serves files and speaks the client's version.
+    fn dispatch_copy(
+        &self,
+        version: u32,
+        stream: std::net::TcpStream,
+        bytes: Vec<u8>,
+        peer: SocketAddr,
+        held: Held,
+    ) -> Option<JoinHandle<()>> {
+        let shared = &self.shared;
+        if version != linerate_transfer::control::COPY_VERSION {
+            shared.refused(peer, &format!("a copy session of version {version}"));
+            linerate_transfer::service::refuse_unserved(
+                stream,
+                &format!(
+                    "this server speaks copy version {}",
+                    linerate_transfer::control::COPY_VERSION
+                ),
+            );
+            return None;
+        }
+        match shared.config.files.clone() {
+            Some(service) => self.spawn_session("linerate-copy", peer, move |shared| {
+                let _held = held;
+                service.serve(stream, &bytes[12..], &|line| shared.log(line));
+            }),
+            None => {
+                shared.refused(peer, "a copy session, but no --files");
+                linerate_transfer::service::refuse_unserved(
+                    stream,
+                    "this server serves no files (start it with --files DIR --key FILE)",
+                );
+                None
+            }
+        }
+    }
+
+    /// A data connection, handed to the test that registered its token (through its TLS
+    /// handshake, on a thread of its own, for an encrypted test).
+    fn dispatch_data(
+        &self,
+        token: linerate_proto::Token,
+        flow: u32,
+        stream: std::net::TcpStream,
+        peer: SocketAddr,
+        held: Held,
+    ) -> Option<JoinHandle<()>> {
+        let shared = &self.shared;
+        let waiting = shared
+            .tls_registry
+            .lock()
+            .expect("TLS registry lock")
+            .get(&token)
+            .cloned();
+        if let Some(waiting) = waiting {
+            // The handshake waits on the client: never on the acceptor's thread.
+            return self.spawn_session("linerate-tls", peer, move |shared| {
+                // The handshake holds the connection's place until it is done.
+                let _held = held;
+                let result = crate::secure::accept_data(stream, &waiting);
+                if let Err(why) = &result {
+                    shared.refused(peer, &format!("data connection {flow}: {why}"));
+                }
+                let _ = waiting.sender.send((flow, result));
+            });
+        }
+        let sender = shared
+            .registry
+            .lock()
+            .expect("registry lock")
+            .get(&token)
+            .cloned();
+        match sender {
+            Some(sender) if sender.send((flow, stream)).is_ok() => {}
+            _ => shared.refused(peer, "a data connection with an unknown test token"),
+        }
+        None
     }
 }
 

@@ -20,95 +20,8 @@ pub fn csv(document: &Document) -> Result<String, csv::Error> {
             Some(_) => iterations(report),
             None => intervals(report),
         },
-        Document::Sweep(sweep) => {
-            let axes = sweep.ordered_axes();
-            let figures = metrics(&sweep.config);
-            let mut header: Vec<String> = axes
-                .iter()
-                .map(|a| format!("{:?}", a.param).to_lowercase())
-                .collect();
-            header.extend(figures.iter().map(|m| m.key.to_string()));
-            header.extend([
-                "half_width".to_string(),
-                "iterations".into(),
-                "error".into(),
-            ]);
-            let rows = sweep
-                .points
-                .iter()
-                .map(|point| {
-                    let mut row: Vec<String> = axes
-                        .iter()
-                        .map(|a| {
-                            point
-                                .settings
-                                .get(&a.param)
-                                .map_or(String::new(), |v| match v {
-                                    serde_json::Value::Null => "auto".into(),
-                                    serde_json::Value::String(s) => s.clone(),
-                                    other => other.to_string(),
-                                })
-                        })
-                        .collect();
-                    match &point.report {
-                        Some(report) => {
-                            row.extend(figures.iter().map(|m| {
-                                let samples = crate::compare::samples(report, m);
-                                if samples.is_empty() {
-                                    String::new()
-                                } else {
-                                    number(samples.iter().sum::<f64>() / samples.len() as f64)
-                                }
-                            }));
-                            let repetition = report.repetition.as_ref();
-                            row.push(
-                                repetition.map_or(String::new(), |r| number(r.estimate.half_width)),
-                            );
-                            row.push(repetition.map_or(1, |r| r.values.len()).to_string());
-                            row.push(String::new());
-                        }
-                        None => {
-                            row.extend(figures.iter().map(|_| String::new()));
-                            row.extend([String::new(), "0".into()]);
-                            row.push(point.error.clone().unwrap_or_default());
-                        }
-                    }
-                    row
-                })
-                .collect();
-            (header, rows)
-        }
-        Document::FindMax(search) => {
-            let header = [
-                "trial",
-                "offered_bps",
-                "verdict",
-                "receiver_bps",
-                "sender_bps",
-                "receiver_pps",
-                "loss_pct",
-            ]
-            .map(String::from)
-            .to_vec();
-            let rows = search
-                .trials
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    let udp = t.summary.udp.clone().unwrap_or_default();
-                    vec![
-                        (i + 1).to_string(),
-                        t.offered_bps.map_or("unpaced".into(), number),
-                        format!("{:?}", t.verdict).to_lowercase(),
-                        number(t.summary.receiver_bps),
-                        number(t.summary.sender_bps),
-                        number(udp.receiver_pps),
-                        number(udp.loss_pct),
-                    ]
-                })
-                .collect();
-            (header, rows)
-        }
+        Document::Sweep(sweep) => sweep_rows(sweep),
+        Document::FindMax(search) => trial_rows(search),
     };
     let mut writer = csv::Writer::from_writer(Vec::new());
     writer.write_record(&header)?;
@@ -117,6 +30,98 @@ pub fn csv(document: &Document) -> Result<String, csv::Error> {
     }
     let bytes = writer.into_inner().map_err(|e| e.into_error())?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A sweep: a row per point, its settings, its figures (averaged over its iterations)
+/// and why it failed, if it did.
+fn sweep_rows(sweep: &crate::sweep::SweepReport) -> Rows {
+    let axes = sweep.ordered_axes();
+    let figures = metrics(&sweep.config);
+    let mut header: Vec<String> = axes
+        .iter()
+        .map(|a| format!("{:?}", a.param).to_lowercase())
+        .collect();
+    header.extend(figures.iter().map(|m| m.key.to_string()));
+    header.extend([
+        "half_width".to_string(),
+        "iterations".into(),
+        "error".into(),
+    ]);
+    let rows = sweep
+        .points
+        .iter()
+        .map(|point| {
+            let mut row: Vec<String> = axes
+                .iter()
+                .map(|a| {
+                    point
+                        .settings
+                        .get(&a.param)
+                        .map_or(String::new(), |v| match v {
+                            serde_json::Value::Null => "auto".into(),
+                            serde_json::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        })
+                })
+                .collect();
+            match &point.report {
+                Some(report) => {
+                    row.extend(figures.iter().map(|m| {
+                        let samples = crate::compare::samples(report, m);
+                        if samples.is_empty() {
+                            String::new()
+                        } else {
+                            number(samples.iter().sum::<f64>() / samples.len() as f64)
+                        }
+                    }));
+                    let repetition = report.repetition.as_ref();
+                    row.push(repetition.map_or(String::new(), |r| number(r.estimate.half_width)));
+                    row.push(repetition.map_or(1, |r| r.values.len()).to_string());
+                    row.push(String::new());
+                }
+                None => {
+                    row.extend(figures.iter().map(|_| String::new()));
+                    row.extend([String::new(), "0".into()]);
+                    row.push(point.error.clone().unwrap_or_default());
+                }
+            }
+            row
+        })
+        .collect();
+    (header, rows)
+}
+
+/// A rate search: a row per trial.
+fn trial_rows(search: &crate::model::FindMaxReport) -> Rows {
+    let header = [
+        "trial",
+        "offered_bps",
+        "verdict",
+        "receiver_bps",
+        "sender_bps",
+        "receiver_pps",
+        "loss_pct",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = search
+        .trials
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let udp = t.summary.udp.clone().unwrap_or_default();
+            vec![
+                (i + 1).to_string(),
+                t.offered_bps.map_or("unpaced".into(), number),
+                format!("{:?}", t.verdict).to_lowercase(),
+                number(t.summary.receiver_bps),
+                number(t.summary.sender_bps),
+                number(udp.receiver_pps),
+                number(udp.loss_pct),
+            ]
+        })
+        .collect();
+    (header, rows)
 }
 
 fn summary_row(config: &TestConfig, summary: &Summary) -> Vec<String> {

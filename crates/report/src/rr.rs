@@ -330,6 +330,45 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
     if let Some(connect) = &rr.connect_latency_us {
         latency_lines(&mut out, "Connect", connect);
     }
+    out.push_str(&loop_lines(rr));
+    let demand = PerSide {
+        local: format!(
+            "{:.2} us/transaction",
+            rr.service_demand_us_per_transaction.local
+        ),
+        remote: format!(
+            "{:.2} us/transaction",
+            rr.service_demand_us_per_transaction.remote
+        ),
+    };
+    let summary = &report.summary;
+    for line in crate::text::cpu_lines(&summary.cpu, summary.cpu_basis.as_ref(), &demand) {
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(crypto) = &report.summary.crypto {
+        out.push_str(&crypto_line(crypto));
+    }
+    for flow in report.flows.iter().filter(|f| f.error.is_some()) {
+        let _ = writeln!(
+            out,
+            "Flow {} failed: {}",
+            flow.id,
+            flow.error.as_deref().unwrap_or_default()
+        );
+    }
+    if let Some(path) = report.path() {
+        let _ = writeln!(out, "Path: {}", path.summary());
+    }
+    for warning in &report.warnings {
+        let _ = writeln!(out, "Warning: {warning}");
+    }
+    out
+}
+
+/// How the transactions were driven: the open loop's rate asked and achieved, or the
+/// closed loop's requests in flight, and the bulk load beside them.
+fn loop_lines(rr: &RrSummary) -> String {
+    let mut out = String::new();
     match (rr.rate_asked_tps, rr.rate_achieved_tps) {
         (Some(asked), Some(achieved)) => {
             let _ = writeln!(
@@ -357,56 +396,33 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
             load.retransmits
         );
     }
-    let demand = PerSide {
-        local: format!(
-            "{:.2} us/transaction",
-            rr.service_demand_us_per_transaction.local
-        ),
-        remote: format!(
-            "{:.2} us/transaction",
-            rr.service_demand_us_per_transaction.remote
-        ),
-    };
-    let summary = &report.summary;
-    for line in crate::text::cpu_lines(&summary.cpu, summary.cpu_basis.as_ref(), &demand) {
-        let _ = writeln!(out, "{line}");
-    }
-    if let Some(crypto) = &report.summary.crypto {
-        // Per transaction, not per Gbit: a transaction's records are small.
-        let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
-        let sealing = crypto
-            .crypto_us_per_transaction
-            .as_ref()
-            .map(|p| {
-                format!(
-                    "; sealing and opening records client {} us, server {} us per transaction",
-                    show(p.local),
-                    show(p.remote)
-                )
-            })
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "Crypto: {}, handshake {:.2} ms (longest {:.2}){sealing}",
-            crypto.name(),
-            crypto.handshake_ms,
-            crypto.handshake_max_ms
-        );
-    }
-    for flow in report.flows.iter().filter(|f| f.error.is_some()) {
-        let _ = writeln!(
-            out,
-            "Flow {} failed: {}",
-            flow.id,
-            flow.error.as_deref().unwrap_or_default()
-        );
-    }
-    if let Some(path) = report.path() {
-        let _ = writeln!(out, "Path: {}", path.summary());
-    }
-    for warning in &report.warnings {
-        let _ = writeln!(out, "Warning: {warning}");
-    }
+    out
+}
+
+/// The encryption's cost per transaction (a transaction's records are small: per Gbit
+/// would say nothing).
+fn crypto_line(crypto: &crate::model::CryptoSummary) -> String {
+    let mut out = String::new();
+    // Per transaction, not per Gbit: a transaction's records are small.
+    let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let sealing = crypto
+        .crypto_us_per_transaction
+        .as_ref()
+        .map(|p| {
+            format!(
+                "; sealing and opening records client {} us, server {} us per transaction",
+                show(p.local),
+                show(p.remote)
+            )
+        })
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "Crypto: {}, handshake {:.2} ms (longest {:.2}){sealing}",
+        crypto.name(),
+        crypto.handshake_ms,
+        crypto.handshake_max_ms
+    );
     out
 }
 

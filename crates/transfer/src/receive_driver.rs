@@ -409,29 +409,15 @@ pub fn receive_file(
 ) -> Result<FileOutcome, TransferError> {
     let clock = Clock::start();
     let cpu_start = sys::thread_cpu_ns();
-    let mut receiver = Receiver::new(layout, window_chunks);
     let present: HashMap<u64, [u8; 32]> = prepared.have.iter().copied().collect();
-    for chunk in present.keys() {
-        receiver.mark_present(*chunk);
-    }
+    let mut receiver = Receiver::new(layout, window_chunks);
+    present
+        .keys()
+        .for_each(|&chunk| receiver.mark_present(chunk));
     let resumed_bytes: u64 = present.keys().map(|&c| layout.chunk_len(c)).sum();
     let (to_writer, writer_input) = mpsc::channel::<ToWriter>();
     let (writer_output, from_writer) = mpsc::channel::<FromWriter>();
-    let writer = Writer {
-        layout,
-        roots: vec![None; layout.chunks() as usize],
-        rooted: 0,
-        present,
-        part: prepared.part,
-        journal: prepared.journal,
-        target: prepared.target,
-        expected: HashMap::new(),
-        waiting: HashMap::new(),
-        unsynced: Vec::new(),
-        unsynced_bytes: 0,
-        last_sync: Instant::now(),
-        busy: Duration::ZERO,
-    };
+    let writer = Writer::new(layout, prepared, present);
     let stop = Arc::new(AtomicBool::new(false));
     let sink = channel.sink();
     let mut corrupted = 0u64;
@@ -446,27 +432,14 @@ pub fn receive_file(
         let stop_reading = stop.clone();
         let chunks = layout.chunks();
         let reader = &mut *channel;
-        // It reads until the transfer ends: after the last hash, a closed connection or a
-        // `failed` still has to reach the loop.
-        let control_thread = scope.spawn(move || loop {
-            match reader.receive(Duration::from_secs(3600), Some(&stop_reading)) {
-                Ok(Control::Hash { chunk, hash }) if chunk < chunks => {
-                    let hash = journal::parse_hash(&hash).expect("validated");
-                    let _ = hashes_to_writer.send(ToWriter::Hash(chunk, hash));
-                }
-                Ok(other) => {
-                    let end = matches!(other, Control::Failed { .. });
-                    let _ = control_events.send(Ok(other));
-                    if end {
-                        return;
-                    }
-                }
-                Err(ChannelError::Cancelled) => return,
-                Err(e) => {
-                    let _ = control_events.send(Err(e));
-                    return;
-                }
-            }
+        let control_thread = scope.spawn(move || {
+            forward_control(
+                reader,
+                chunks,
+                &hashes_to_writer,
+                &control_events,
+                &stop_reading,
+            )
         });
         let inputs = ReceiveInputs {
             session,
@@ -483,23 +456,8 @@ pub fn receive_file(
         drop(to_writer);
         let outcome = match result {
             Ok(Some(done)) => Ok(done),
-            Ok(None) => {
-                // The writer syncs, renames and reports the root.
-                loop {
-                    match from_writer.recv() {
-                        Ok(FromWriter::Finished {
-                            root,
-                            busy_s,
-                            cpu_s,
-                        }) => break Ok((root, busy_s, cpu_s)),
-                        Ok(FromWriter::Failed(message)) => {
-                            break Err(TransferError::Local(message))
-                        }
-                        Ok(FromWriter::Checked(..)) => continue,
-                        Err(_) => break Err(TransferError::Local("the writer stopped".into())),
-                    }
-                }
-            }
+            // The writer syncs, renames and reports the root.
+            Ok(None) => writer_end(&from_writer),
             Err(e) => Err(e),
         };
         stop.store(true, Ordering::Relaxed);
@@ -524,21 +482,13 @@ pub fn receive_file(
         ..EndStats::default()
     };
     let root_hex = journal::hash_hex(&root);
-    sink.send(&Control::Done {
+    let done = Control::Done {
         root: root_hex.clone(),
         stats,
-    })
-    .map_err(|e| TransferError::Peer(format!("the control connection failed: {e}")))?;
-    let remote = match channel.receive(Duration::from_secs(60), Some(cancel)) {
-        Ok(Control::Closed { stats }) => stats,
-        Ok(Control::Failed { message }) => return Err(TransferError::Remote(message)),
-        Ok(other) => {
-            return Err(TransferError::Peer(format!(
-                "expected the sender's close, got {other:?}"
-            )))
-        }
-        Err(e) => return Err(TransferError::Peer(e.to_string())),
     };
+    let failed = |e| TransferError::Peer(format!("the control connection failed: {e}"));
+    sink.send(&done).map_err(failed)?;
+    let remote = sender_close(channel, cancel)?;
     let counters = receiver.counters;
     let mut outcome = FileOutcome {
         bytes: layout.size,
@@ -554,6 +504,87 @@ pub fn receive_file(
     // Resends, losses and the sender's waits are the sender's own counts.
     outcome.take_sender_figures(&remote.sent);
     Ok(outcome)
+}
+
+impl Writer {
+    fn new(layout: Layout, prepared: Prepared, present: HashMap<u64, [u8; 32]>) -> Writer {
+        Writer {
+            layout,
+            roots: vec![None; layout.chunks() as usize],
+            rooted: 0,
+            present,
+            part: prepared.part,
+            journal: prepared.journal,
+            target: prepared.target,
+            expected: HashMap::new(),
+            waiting: HashMap::new(),
+            unsynced: Vec::new(),
+            unsynced_bytes: 0,
+            last_sync: Instant::now(),
+            busy: Duration::ZERO,
+        }
+    }
+}
+
+/// The control reader's thread: the sender's hashes go straight to the writer, every
+/// other message to the loop. It reads until the transfer ends: after the last hash, a
+/// closed connection or a `failed` still has to reach the loop.
+fn forward_control(
+    reader: &mut Channel,
+    chunks: u64,
+    hashes_to_writer: &mpsc::Sender<ToWriter>,
+    control_events: &mpsc::Sender<Result<Control, ChannelError>>,
+    stop: &AtomicBool,
+) {
+    loop {
+        match reader.receive(Duration::from_secs(3600), Some(stop)) {
+            Ok(Control::Hash { chunk, hash }) if chunk < chunks => {
+                let hash = journal::parse_hash(&hash).expect("validated");
+                let _ = hashes_to_writer.send(ToWriter::Hash(chunk, hash));
+            }
+            Ok(other) => {
+                let end = matches!(other, Control::Failed { .. });
+                let _ = control_events.send(Ok(other));
+                if end {
+                    return;
+                }
+            }
+            Err(ChannelError::Cancelled) => return,
+            Err(e) => {
+                let _ = control_events.send(Err(e));
+                return;
+            }
+        }
+    }
+}
+
+/// The writer's last word once every chunk is in: it syncs, renames and reports the
+/// root.
+fn writer_end(from_writer: &mpsc::Receiver<FromWriter>) -> Result<WriterDone, TransferError> {
+    loop {
+        match from_writer.recv() {
+            Ok(FromWriter::Finished {
+                root,
+                busy_s,
+                cpu_s,
+            }) => return Ok((root, busy_s, cpu_s)),
+            Ok(FromWriter::Failed(message)) => return Err(TransferError::Local(message)),
+            Ok(FromWriter::Checked(..)) => continue,
+            Err(_) => return Err(TransferError::Local("the writer stopped".into())),
+        }
+    }
+}
+
+/// The sender's close after our verdict: its own figures.
+fn sender_close(channel: &mut Channel, cancel: &AtomicBool) -> Result<EndStats, TransferError> {
+    match channel.receive(Duration::from_secs(60), Some(cancel)) {
+        Ok(Control::Closed { stats }) => Ok(stats),
+        Ok(Control::Failed { message }) => Err(TransferError::Remote(message)),
+        Ok(other) => Err(TransferError::Peer(format!(
+            "expected the sender's close, got {other:?}"
+        ))),
+        Err(e) => Err(TransferError::Peer(e.to_string())),
+    }
 }
 
 /// What the receiving loop is given: the session, its channels to the writer and the
