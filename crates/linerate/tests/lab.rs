@@ -550,6 +550,10 @@ fn tcp_over_a_long_lossy_path_has_the_known_shape() {
     };
     let cubic = stream("cubic");
     let bbr = stream("bbr");
+    // What the emulator says of itself: frames it released after their due time, on a
+    // machine whose CPUs other work holds, are its own shortfall, not the path's.
+    let status = emulator_status(&name);
+    let late_ms = forward(&status, "late_sum_ns") / forward(&status, "passed") / 1e6;
     let down = lab(&["down", "--name", &name]);
     assert!(down.status.success());
     drop(serve);
@@ -561,11 +565,31 @@ fn tcp_over_a_long_lossy_path_has_the_known_shape() {
         cubic / 1e6,
         mathis / 1e6
     );
+    // BBR does not take random loss for congestion: far above the Mathis bound always,
+    // and above half the path's rate when the emulator kept its schedule (a mean
+    // lateness under 0.5 ms); when it did not, the path it offered was slower than asked.
     assert!(
-        bbr > 0.5e9,
-        "BBR {:.1} Mbit/s over a 1 Gbit/s path with 1% random loss",
-        bbr / 1e6
+        bbr > 10.0 * mathis && bbr > 10.0 * cubic,
+        "BBR {:.1} Mbit/s against CUBIC {:.2} Mbit/s and the Mathis bound {:.2} Mbit/s \
+         (emulator late by {late_ms:.3} ms on average)",
+        bbr / 1e6,
+        cubic / 1e6,
+        mathis / 1e6
     );
+    if late_ms < 0.5 {
+        assert!(
+            bbr > 0.5e9,
+            "BBR {:.1} Mbit/s over a 1 Gbit/s path with 1% random loss (emulator late by \
+             {late_ms:.3} ms on average)",
+            bbr / 1e6
+        );
+    } else {
+        eprintln!(
+            "BBR {:.1} Mbit/s: the emulator ran {late_ms:.3} ms late on average, so the \
+             1 Gbit/s it was asked for is not what it offered; the absolute bound is not checked",
+            bbr / 1e6
+        );
+    }
 }
 
 #[test]
