@@ -98,25 +98,28 @@ pub enum Command {
     #[command(after_help = HISTORY_EXAMPLES)]
     History(HistoryArgs),
     /// Print a stored run as it was printed when it ran
+    #[command(after_help = SHOW_EXAMPLES)]
     Show(ShowArgs),
     /// Compare stored runs side by side, with deltas and significance
     #[command(after_help = COMPARE_EXAMPLES)]
     Compare(CompareArgs),
     /// Write a stored run as JSON (the full document) or CSV
+    #[command(after_help = EXPORT_EXAMPLES)]
     Export(ExportArgs),
     /// Draw stored runs into one self-contained HTML file with SVG charts
+    #[command(after_help = REPORT_EXAMPLES)]
     Report(ReportArgs),
     /// Run a workload profile (linerate TOML or uperf XML) here or across agents
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
     /// Work with profile files: check them, convert uperf XML to TOML
-    #[command(subcommand)]
+    #[command(subcommand, after_help = PROFILE_EXAMPLES)]
     Profile(ProfileCommand),
     /// Emulate a long, lossy path: a transparent bridge between two interfaces
     #[command(after_help = IMPAIR_EXAMPLES)]
     Impair(ImpairArgs),
     /// A client and a server host on this machine, joined through an emulated path
-    #[command(subcommand)]
+    #[command(subcommand, after_help = LAB_EXAMPLES)]
     Lab(LabCommand),
     /// Copy files to or from a server started with --files, fast and intact over long,
     /// lossy paths: one of SRC and DST is HOST:PATH
@@ -130,6 +133,32 @@ pub enum Command {
     #[command(after_help = DOCTOR_EXAMPLES)]
     Doctor(DoctorArgs),
 }
+
+const SHOW_EXAMPLES: &str = "\
+Examples:
+  linerate show 12             run 12 as it printed when it ran, with its command line
+  linerate show 12 -f m        rates in Mbit/s
+  linerate show 12 --json      the stored document, byte for byte
+Run numbers are in 'linerate history'.";
+
+const EXPORT_EXAMPLES: &str = "\
+Examples:
+  linerate export 12                      the full JSON document on stdout
+  linerate export 12 --format csv         intervals (or iterations, sweep points, trials) as CSV
+  linerate export 12 --format csv -o run12.csv";
+
+const REPORT_EXAMPLES: &str = "\
+Examples:
+  linerate report 12 --html run12.html           one run: its intervals, flows and CPU drawn
+  linerate report 12 13 14 --html compare.html   several runs side by side
+  linerate report 20 --html sweep.html           a sweep's points as curves
+The file is self-contained (SVG inside, no scripts or fonts fetched).";
+
+const PROFILE_EXAMPLES: &str = "\
+Examples:
+  linerate profile check profiles/rr-1byte.toml
+  linerate profile check netperf.xml --set h=server1 --set proto=tcp
+  linerate profile convert netperf.xml --set h=server1 --set proto=tcp > netperf.toml";
 
 const DOCTOR_EXAMPLES: &str = "\
 Examples:
@@ -208,6 +237,7 @@ pub enum ProfileCommand {
     )]
     Convert(ProfileFileArgs),
     /// Check a profile and print what it runs
+    #[command(after_help = PROFILE_EXAMPLES)]
     Check(ProfileFileArgs),
 }
 
@@ -1202,8 +1232,10 @@ pub enum LabCommand {
     #[command(after_help = LAB_EXAMPLES)]
     Run(LabRunArgs),
     /// Print the emulator's counters
+    #[command(after_help = LAB_EXAMPLES)]
     Status(LabStatusArgs),
     /// Remove the lab (and leftovers of one whose controller was killed)
+    #[command(after_help = LAB_EXAMPLES)]
     Down(LabDownArgs),
 }
 

@@ -44,7 +44,9 @@ pub fn exit_code(outcome: Outcome, json: bool) -> ExitCode {
     };
     match error.downcast_ref::<Failure>() {
         Some(Failure::Usage(message)) => {
-            eprintln!("linerate: error: {message} (see 'linerate --help')");
+            let args: Vec<String> = std::env::args().collect();
+            let typed = typed_command(&<crate::cli::Cli as clap::CommandFactory>::command(), &args);
+            eprintln!("linerate: error: {message} (see '{typed} --help')");
             ExitCode::from(2)
         }
         Some(Failure::Flags(error)) => flags(error),
@@ -78,20 +80,127 @@ fn flags(error: &clap::Error) -> ExitCode {
             ExitCode::from(2)
         }
         _ => {
-            let rendered = error.render().to_string();
-            let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
-            let mut first = lines
-                .next()
-                .unwrap_or("error: invalid arguments")
-                .to_string();
-            // "the following required arguments were not provided:" names them below.
-            if first.ends_with(':') {
-                if let Some(next) = lines.next() {
-                    first = format!("{first} {next}");
-                }
-            }
-            eprintln!("linerate: {first} (see 'linerate --help')");
+            let args: Vec<String> = std::env::args().collect();
+            let typed = typed_command(&<crate::cli::Cli as clap::CommandFactory>::command(), &args);
+            eprintln!(
+                "linerate: {}",
+                one_line_for(&error.render().to_string(), &typed)
+            );
             ExitCode::from(2)
         }
+    }
+}
+
+/// The command the user typed (`linerate lab up`): the words of `args` that name a
+/// subcommand of the one before.
+pub fn typed_command(root: &clap::Command, args: &[String]) -> String {
+    let mut words = vec![root.get_name().to_string()];
+    let mut command = root;
+    for arg in args.iter().skip(1) {
+        if let Some(sub) = command.find_subcommand(arg) {
+            words.push(sub.get_name().to_string());
+            command = sub;
+        }
+    }
+    words.join(" ")
+}
+
+/// clap's rendered error in one line: the error, its tip ("a similar argument exists:
+/// '--parallel'") when it has one, and the help of the command it came from (from
+/// clap's usage line, else `typed`).
+fn one_line_for(rendered: &str, typed: &str) -> String {
+    let line = one_line(rendered);
+    match line.strip_suffix(" (see 'linerate --help')") {
+        Some(head) if typed != "linerate" => format!("{head} (see '{typed} --help')"),
+        _ => line,
+    }
+}
+
+fn one_line(rendered: &str) -> String {
+    let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+    let mut first = lines
+        .next()
+        .unwrap_or("error: invalid arguments")
+        .to_string();
+    // "the following required arguments were not provided:" names them below.
+    if first.ends_with(':') {
+        if let Some(next) = lines.next() {
+            first = format!("{first} {next}");
+        }
+    }
+    let rest: Vec<&str> = lines.collect();
+    let tips: Vec<&str> = rest
+        .iter()
+        .filter_map(|l| l.strip_prefix("tip: "))
+        .collect();
+    // "Usage: linerate stream [OPTIONS] [HOST]": the command is the words before the
+    // first option or argument.
+    let command = rest
+        .iter()
+        .find_map(|l| l.strip_prefix("Usage: "))
+        .map(|usage| {
+            usage
+                .split_whitespace()
+                .take_while(|w| {
+                    !w.starts_with(['-', '[', '<'])
+                        && w.chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|c| c.starts_with("linerate"))
+        .unwrap_or_else(|| "linerate".to_string());
+    let mut line = first;
+    for tip in tips {
+        line.push_str("; ");
+        line.push_str(tip);
+    }
+    format!("{line} (see '{command} --help')")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    #[command(name = "linerate")]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(clap::Subcommand, Debug)]
+    enum Command {
+        Stream {
+            #[arg(long)]
+            parallel: Option<u32>,
+        },
+    }
+
+    #[test]
+    fn a_mistyped_flag_gets_the_tip_and_the_subcommands_help() {
+        let error = Cli::try_parse_from(["linerate", "stream", "--paralel", "4"]).unwrap_err();
+        let line = one_line(&error.render().to_string());
+        assert!(
+            line.starts_with("error: unexpected argument '--paralel' found"),
+            "{line}"
+        );
+        assert!(line.contains("'--parallel'"), "{line}");
+        assert!(line.ends_with("(see 'linerate stream --help')"), "{line}");
+        assert!(!line.contains('\n'));
+        let args: Vec<String> = ["linerate", "stream", "--parallel", "x"]
+            .map(String::from)
+            .to_vec();
+        let root = <Cli as clap::CommandFactory>::command();
+        assert_eq!(typed_command(&root, &args), "linerate stream");
+        let error = Cli::try_parse_from(&args).unwrap_err();
+        let line = one_line_for(&error.render().to_string(), "linerate stream");
+        assert!(line.ends_with("(see 'linerate stream --help')"), "{line}");
+        let error = Cli::try_parse_from(["linerate", "strem"]).unwrap_err();
+        let line = one_line(&error.render().to_string());
+        assert!(line.contains("'stream'"), "{line}");
+        assert!(line.ends_with("(see 'linerate --help')"), "{line}");
     }
 }

@@ -42,12 +42,44 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
     }
 }
 
+/// The commands a `--help` lists under "Commands:" (clap's own `help` aside).
+fn commands_in(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
-fn help_has_examples() {
-    let out = linerate(&["stream", "--help"]);
-    assert_eq!(out.status.code(), Some(0));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("Examples:") && text.contains("--parallel"));
+fn every_command_has_examples_in_its_help() {
+    let top = linerate(&["--help"]);
+    assert_eq!(top.status.code(), Some(0));
+    let mut paths: Vec<Vec<String>> = Vec::new();
+    for command in commands_in(&String::from_utf8_lossy(&top.stdout)) {
+        let help = linerate(&[command.as_str(), "--help"]);
+        for sub in commands_in(&String::from_utf8_lossy(&help.stdout)) {
+            paths.push(vec![command.clone(), sub]);
+        }
+        paths.push(vec![command]);
+    }
+    assert!(paths.len() >= 25, "{paths:?}");
+    for path in &paths {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(0), "{path:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Examples:\n  linerate "),
+            "{path:?} has no examples:\n{text}"
+        );
+    }
+    let stream = String::from_utf8_lossy(&linerate(&["stream", "--help"]).stdout).into_owned();
+    assert!(stream.contains("--parallel"));
 }
 
 #[test]

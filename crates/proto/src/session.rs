@@ -211,12 +211,15 @@ impl ServerSession {
     }
 
     fn fail(&mut self, error: SessionError) {
-        // Tell the client why, best effort, then close.
+        // Tell the client why, best effort, then close. The client says "server error:"
+        // itself: the reason of the server's own failure goes bare.
+        let reason = match &error {
+            SessionError::ServerError(reason) => reason.clone(),
+            other => other.to_string(),
+        };
         self.outbox.send(encode_with(
             &mut self.seal,
-            &ServerMessage::Error {
-                reason: error.to_string(),
-            },
+            &ServerMessage::Error { reason },
         ));
         self.close(Err(error));
     }

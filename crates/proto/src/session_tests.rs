@@ -507,3 +507,20 @@ fn a_protocol_runs_only_the_workloads_its_row_lists() {
         )
     );
 }
+
+#[test]
+fn a_server_failure_reaches_the_client_said_once() {
+    let mut pair = Pair::new(PROTOCOL_VERSION, config(1));
+    pair.exchange();
+    pair.server.abort("the server is shutting down".into());
+    pair.exchange();
+    let failed = pair
+        .client_events
+        .iter()
+        .find_map(|e| match e {
+            ClientEvent::Failed(error) => Some(error.to_string()),
+            _ => None,
+        })
+        .expect("the client hears why");
+    assert_eq!(failed, "server error: the server is shutting down");
+}
