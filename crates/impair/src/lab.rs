@@ -171,7 +171,7 @@ pub fn up(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
     }
     let result = build(lab, options);
     if result.is_err() {
-        let _ = down(lab);
+        let _ = down(lab, Records::Keep);
     }
     result
 }
@@ -370,7 +370,17 @@ fn pids_in(ns: &str) -> Vec<i32> {
 /// Removes the lab: ends every process inside its namespaces (TERM, then KILL after two
 /// seconds), deletes the namespaces (and with them the veths), the hosts files and the
 /// state directory. Removing a lab that is not there is not an error.
-pub fn down(lab: &Lab) -> Result<Removed, LabError> {
+/// What `down` leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Records {
+    /// Nothing: the lab's run directory goes too (`linerate lab down`).
+    Remove,
+    /// The emulator's status and log, readable until the next lab of this name (`lab run`
+    /// tears its lab down and its caller reads what the emulator counted).
+    Keep,
+}
+
+pub fn down(lab: &Lab, records: Records) -> Result<Removed, LabError> {
     let mut removed = Removed::default();
     let namespaces: Vec<String> = HOSTS.iter().filter_map(|h| lab.namespace(h).ok()).collect();
     let mut pids: Vec<i32> = namespaces.iter().flat_map(|ns| pids_in(ns)).collect();
@@ -396,9 +406,11 @@ pub fn down(lab: &Lab) -> Result<Removed, LabError> {
         }
         let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(ns));
     }
-    // The status and log stay readable until the next lab of this name; the path goes so
-    // that the lab is known to be down.
+    // The path goes either way, so that the lab is known to be down.
     let _ = std::fs::remove_file(lab.path_file());
+    if records == Records::Remove {
+        let _ = std::fs::remove_dir_all(lab.state_dir());
+    }
     Ok(removed)
 }
 

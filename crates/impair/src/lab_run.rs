@@ -149,6 +149,41 @@ fn supervise(lab: &Lab, command: &[String], stop: &AtomicBool) -> Result<RunEnd,
     })
 }
 
+/// Runs `command` (a command in a lab host) in the foreground and passes on SIGINT,
+/// SIGTERM and SIGHUP sent to this process, then waits for it: a `lab exec` that is
+/// stopped stops what it runs, instead of leaving it behind under PID 1.
+pub fn run_forwarding_signals(command: &mut std::process::Command) -> Result<ExitStatus, LabError> {
+    const FORWARDED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    let flags: Vec<std::sync::Arc<AtomicBool>> = FORWARDED
+        .iter()
+        .map(|_| std::sync::Arc::new(AtomicBool::new(false)))
+        .collect();
+    let mut ids = Vec::new();
+    for (signal, flag) in FORWARDED.iter().zip(&flags) {
+        ids.push(signal_hook::flag::register(*signal, flag.clone())?);
+    }
+    let outcome = (|| {
+        let mut child = command.spawn()?;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            for (signal, flag) in FORWARDED.iter().zip(&flags) {
+                if flag.swap(false, Ordering::Relaxed) {
+                    // SAFETY: signalling our own child by its PID.
+                    unsafe { libc::kill(child.id() as i32, *signal) };
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })();
+    // Later signals take their default course again.
+    for id in ids {
+        signal_hook::low_level::unregister(id);
+    }
+    outcome.map_err(LabError::Io)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -176,9 +176,9 @@ pub fn run(command: &LabCommand) -> Outcome {
         }
         LabCommand::Exec(args) => {
             let lab = Lab::new(&args.lab.name).map_err(lab_error)?;
-            let mut command =
-                lab::command_in(&lab, &args.host, &args.command).map_err(lab_error)?;
-            let status = command.status().context("running the command")?;
+            let argv = this_binary_for_linerate(&args.command)?;
+            let mut command = lab::command_in(&lab, &args.host, &argv).map_err(lab_error)?;
+            let status = lab_run::run_forwarding_signals(&mut command).map_err(lab_error)?;
             exit_status(status)
         }
         LabCommand::Status(args) => {
@@ -207,7 +207,7 @@ pub fn run(command: &LabCommand) -> Outcome {
             }
             for name in names {
                 let lab = Lab::new(&name).map_err(lab_error)?;
-                let removed = lab::down(&lab).map_err(lab_error)?;
+                let removed = lab::down(&lab, lab::Records::Remove).map_err(lab_error)?;
                 if removed.namespaces == 0 {
                     println!("no lab named '{name}'");
                 } else {
@@ -236,8 +236,9 @@ fn lab_run(args: &LabRunArgs) -> Outcome {
     // Signals are caught before anything is built, so a Ctrl-C at any point tears down.
     let stop = linerate_campaign::cancel::on_signals_and_hangup()?;
     up(&lab, &args.path)?;
-    let outcome = lab_run::run_beside_server(&lab, &exe, &serve_words, port, &args.command, &stop);
-    let removed = lab::down(&lab);
+    let command = this_binary_for_linerate(&args.command)?;
+    let outcome = lab_run::run_beside_server(&lab, &exe, &serve_words, port, &command, &stop);
+    let removed = lab::down(&lab, lab::Records::Keep);
     if let Err(error) = removed {
         eprintln!("linerate: warning: removing lab '{name}': {error}");
     }
@@ -245,4 +246,15 @@ fn lab_run(args: &LabRunArgs) -> Outcome {
         RunEnd::Exited(status) => exit_status(status),
         RunEnd::Interrupted => Err(Failure::Status(130).into()),
     }
+}
+
+/// A command that names `linerate` runs this very binary, so that a lab works from a
+/// build that is not on PATH (`cargo run -- lab run -- linerate stream server`).
+fn this_binary_for_linerate(argv: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut argv = argv.to_vec();
+    if argv.first().is_some_and(|program| program == "linerate") {
+        let exe = std::env::current_exe().context("finding this program's path")?;
+        argv[0] = exe.display().to_string();
+    }
+    Ok(argv)
 }

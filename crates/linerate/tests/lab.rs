@@ -1248,3 +1248,85 @@ fn both_ends_of_a_copy_report_the_senders_resends_over_a_lossy_path() {
     let _ = serve.wait();
     let _ = std::fs::remove_dir_all(root);
 }
+
+#[test]
+fn lab_commands_naming_linerate_run_this_binary() {
+    let test = "lab_commands_naming_linerate_run_this_binary";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("self");
+    // A PATH without any linerate on it, as after `cargo build`.
+    let output = Command::new(binary())
+        .env("LINERATE_DB", scratch_db())
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .args(["lab", "run", "--name", &name, "--rtt", "2ms", "--"])
+        .args(["linerate", "--no-store", "rr", "server", "-t", "1", "--json"])
+        .output()
+        .expect("run linerate lab");
+    let _ = lab(&["down", "--name", &name]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(num(&json(&output), "/summary/transactions") > 0.0);
+}
+
+#[test]
+fn lab_exec_passes_signals_on_and_lab_down_leaves_nothing() {
+    let test = "lab_exec_passes_signals_on_and_lab_down_leaves_nothing";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("signals");
+    let up = lab(&["up", "--name", &name, "--rtt", "2ms"]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let _guard = LabGuard(name.clone());
+    let pids_in_server = || {
+        let out = Command::new("ip")
+            .args(["netns", "pids", &format!("lrlab-{name}-server")])
+            .output()
+            .expect("ip netns pids");
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let mut exec = Command::new(binary())
+            .env("LINERATE_DB", scratch_db())
+            .args(["lab", "exec", "--name", &name, "server", "--"])
+            .args([binary(), "--no-store", "serve", "-q"])
+            .spawn()
+            .expect("lab exec");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pids_in_server().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!pids_in_server().is_empty(), "serve did not start");
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: signalling the child this test started, by its PID.
+        unsafe { libc::kill(exec.id() as i32, signal) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = exec.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "lab exec did not end on signal {signal}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // serve ends cleanly on SIGINT and SIGTERM; SIGHUP ends it by default.
+        assert!(
+            status.success() || status.code() == Some(128 + signal),
+            "signal {signal}: {status:?}"
+        );
+        assert!(
+            pids_in_server().is_empty(),
+            "signal {signal}: serve left running: {:?}",
+            pids_in_server()
+        );
+    }
+    let down = lab(&["down", "--name", &name]);
+    assert!(down.status.success(), "{}", stderr(&down));
+    let run_dir = std::path::Path::new("/run/linerate/lab").join(&name);
+    assert!(!run_dir.exists(), "{} is left", run_dir.display());
+}
