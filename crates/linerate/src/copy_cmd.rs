@@ -128,7 +128,11 @@ pub fn copy(args: &CopyArgs, globals: &Globals) -> Outcome {
         bar.bar.suspend(|| eprintln!("linerate: {line}"));
         notes.borrow_mut().push(line.to_string());
     };
-    let started = |name: &str, total: u64| bar.start(name, total);
+    let current = RefCell::new(None::<String>);
+    let started = |name: &str, total: u64| {
+        *current.borrow_mut() = Some(name.to_string());
+        bar.start(name, total)
+    };
     let progress = |p: Progress| bar.update(p);
     let events = CopyEvents {
         file_started: &started,
@@ -140,7 +144,11 @@ pub fn copy(args: &CopyArgs, globals: &Globals) -> Outcome {
     bar.bar.finish_and_clear();
     let summary = match result {
         Ok(summary) => summary,
-        Err(TransferError::Interrupted) => return Err(Failure::Status(130).into()),
+        Err(TransferError::Interrupted) => {
+            let push = matches!(source, Endpoint::Local(_));
+            eprintln!("linerate: {}", interrupted_note(current.borrow().as_deref(), push));
+            return Err(Failure::Status(130).into());
+        }
         Err(e) => return Err(anyhow!("copy failed: {e}")),
     };
     let fixed = matches!(options.rate, RateConfig::Fixed { .. });
@@ -234,4 +242,18 @@ pub fn disk(args: &DiskArgs) -> Outcome {
         );
     }
     Ok(())
+}
+
+/// What an interrupted copy kept and how to go on: the file in progress is kept as a
+/// `.part` with its journal (on the server for a push), and the same command resumes it.
+fn interrupted_note(file: Option<&str>, push: bool) -> String {
+    let command = linerate_campaign::storage::command_line();
+    match file {
+        None => format!("interrupted before any file began; run the same command to copy: {command}"),
+        Some(name) => format!(
+            "interrupted: what arrived of {name} is kept {}as {name}.part with its journal; \
+             run the same command to resume: {command}",
+            if push { "on the server " } else { "" }
+        ),
+    }
 }

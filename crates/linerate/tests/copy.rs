@@ -626,3 +626,49 @@ fn disk_measures_a_directory() {
     // Its scratch file is gone.
     assert_eq!(std::fs::read_dir(&s.root).unwrap().count(), 3);
 }
+
+#[test]
+fn an_interrupted_copy_says_what_it_kept_and_resumes_with_the_same_command() {
+    let s = Scratch::new("interrupt");
+    let server = s.serve();
+    let source = s.file("src/slow.bin", 24 * 1024 * 1024, 3);
+    let port = server.port.to_string();
+    let key = s.key();
+    let dest = remote("in/");
+    // 40 Mbit/s: the 24 MiB take about 5 s, and SIGINT comes after 1.5.
+    let args = [
+        "copy",
+        "-p",
+        &port,
+        "--key",
+        &key,
+        source.to_str().unwrap(),
+        &dest,
+        "--rate",
+        "40M",
+    ];
+    let child = Command::new(binary())
+        .env("LINERATE_DB", scratch_db())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("linerate copy");
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling the child this test started, by its PID.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("kept on the server as in/slow.bin.part")
+            && err.contains("run the same command to resume: "),
+        "{err}"
+    );
+    assert!(s.path("served/in/slow.bin.part").exists());
+    // The same command, run again, finishes the file.
+    let again = linerate(&args);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    same_bytes(&source, &s.path("served/in/slow.bin"));
+    assert!(!s.path("served/in/slow.bin.part").exists());
+}
