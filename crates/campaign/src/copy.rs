@@ -69,6 +69,7 @@ pub fn document(summary: &CopySummary, diagnosis: &Diagnosis, started_at: System
         repetition: None,
         copy: Some(copy_report(summary, &total, diagnosis)),
         observe: None,
+        interrupted: None,
     };
     Document::Test(Box::new(report))
 }

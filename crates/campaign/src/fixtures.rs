@@ -44,6 +44,7 @@ pub(crate) fn report_of(config: TestConfig, receiver_bps: f64) -> Report {
         repetition: None,
         copy: None,
         observe: None,
+        interrupted: None,
     }
 }
 

@@ -35,6 +35,7 @@ pub fn repeat(
     let mut iterations: Vec<Report> = Vec::new();
     let mut values: Vec<f64> = Vec::new();
     let mut interrupted = false;
+    let mut cut_short = None;
     while plan.wants_more(&values) {
         if cancel.load(Ordering::Relaxed) {
             interrupted = true;
@@ -42,6 +43,15 @@ pub fn repeat(
         }
         let index = iterations.len() as u32;
         let report = one(index, sink).with_context(|| format!("iteration {}", index + 1))?;
+        if report.interrupted.is_some() {
+            // An iteration cut short is no sample of the headline: the run is the ones
+            // before it, or this part when it is the first.
+            if iterations.is_empty() {
+                return Ok(report);
+            }
+            cut_short = report.interrupted;
+            break;
+        }
         check_flows(&report).with_context(|| format!("iteration {}", index + 1))?;
         let value = Headline::of(&report.config).value(&report.summary);
         sink.event(&Event::Iteration {
@@ -60,7 +70,8 @@ pub fn repeat(
     order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
     let representative = order[(order.len() - 1) / 2];
     let mut report = iterations[representative].clone();
-    if interrupted {
+    report.interrupted = cut_short;
+    if interrupted || cut_short.is_some() {
         report.warnings.push(format!(
             "interrupted after {} iterations: the interval covers those",
             values.len()
@@ -154,5 +165,46 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.to_string().contains("interrupted"), "{error}");
+    }
+}
+
+#[cfg(test)]
+mod interruption_tests {
+    use super::*;
+    use crate::fixtures::{report_of, stream_config};
+    use crate::sink::Discard;
+    use linerate_report::Interruption;
+
+    fn cut(mut report: Report) -> Report {
+        report.interrupted = Some(Interruption { after_s: 1.5 });
+        report
+    }
+
+    #[test]
+    fn an_iteration_cut_short_ends_the_run_without_being_a_sample() {
+        let plan = RepeatPlan::from_flags(Some(5), None);
+        let report = repeat(plan, &AtomicBool::new(false), &mut Discard, |i, _| {
+            let report = report_of(stream_config(), f64::from(i + 1) * 1e9);
+            Ok(if i == 2 { cut(report) } else { report })
+        })
+        .unwrap();
+        let repetition = report.repetition.as_ref().unwrap();
+        assert_eq!(repetition.values, [1e9, 2e9]);
+        assert_eq!(report.interrupted, Some(Interruption { after_s: 1.5 }));
+        assert!(report
+            .warnings
+            .iter()
+            .any(|w| w.contains("interrupted after 2")));
+    }
+
+    #[test]
+    fn a_first_iteration_cut_short_is_the_result() {
+        let plan = RepeatPlan::from_flags(Some(5), None);
+        let report = repeat(plan, &AtomicBool::new(false), &mut Discard, |_, _| {
+            Ok(cut(report_of(stream_config(), 1e9)))
+        })
+        .unwrap();
+        assert!(report.repetition.is_none());
+        assert!(report.interrupted.is_some());
     }
 }

@@ -147,8 +147,14 @@ pub(crate) fn connect_error(
     ClientError::Connect { addr, reason }
 }
 
-/// Runs one test against the server at `addr`. `cancel` (Ctrl-C) aborts it cleanly: the
-/// server is told and frees the test.
+/// How long an interrupted test may take to end both sides and exchange their results
+/// before it is given up.
+const END_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs one test against the server at `addr`. `cancel` (Ctrl-C) ends a running test
+/// early, as iperf3 does: both sides end at once and the report covers the part that ran,
+/// marked `interrupted`. Before the test runs (or when ending takes longer than
+/// `END_GRACE`) it gives up instead: the server is told and frees the test.
 pub fn run(
     addr: SocketAddr,
     options: &ClientOptions,
@@ -159,6 +165,7 @@ pub fn run(
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     let mut test = ClientTest::open(addr, options)?;
+    let mut ended: Option<Instant> = None;
     loop {
         while let Some(event) = test.session.poll_event() {
             test.handle_event(event, progress)?;
@@ -168,7 +175,15 @@ pub fn run(
             let _ = socket.send(hello);
         }
         if cancel.load(Ordering::Relaxed) {
-            return Err(test.give_up("interrupted by the user", ClientError::Interrupted));
+            match (ended, &test.plane) {
+                (None, Some(plane)) => {
+                    plane.end_now();
+                    test.session.end();
+                    ended = Some(Instant::now());
+                }
+                (Some(at), _) if at.elapsed() < END_GRACE => {}
+                _ => return Err(test.give_up("interrupted by the user", ClientError::Interrupted)),
+            }
         }
         test.poll_plane(progress)?;
         if test.local.is_some() && test.remote.is_some() {
@@ -189,14 +204,22 @@ pub fn run(
         unreachable!("the loop ends only with both results")
     };
     let config = &options.config;
-    Ok(Report::assemble(
+    let mut report = Report::assemble(
         &config.test_name(),
         &test.host.software,
         started_at,
         config.clone(),
         local,
         remote,
-    ))
+    );
+    if ended.is_some() {
+        let after_s = report.summary.duration_s;
+        report.interrupted = Some(linerate_report::Interruption { after_s });
+        report.warnings.push(format!(
+            "interrupted after {after_s:.2} s: the figures cover the part that ran"
+        ));
+    }
+    Ok(report)
 }
 
 /// One test in progress on the client: the control session and its socket, the data

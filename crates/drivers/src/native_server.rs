@@ -181,6 +181,12 @@ pub(crate) fn serve_test(
                         shared.log(&format!("test {id} from {peer}: started"));
                     }
                 }
+                ServerEvent::EndRequested => {
+                    if let Some(plane) = &state.served.plane {
+                        shared.log(&format!("test {id} from {peer}: ended early by the client"));
+                        plane.end_now();
+                    }
+                }
                 ServerEvent::Closed(result) => closed = Some(result),
             }
         }

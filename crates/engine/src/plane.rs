@@ -309,6 +309,11 @@ impl DataPlane {
                 && self.complete(self.intervals_done + 1)
             {
                 let k = self.intervals_done;
+                if k + 1 == self.last_boundary() && self.end.requested().is_some() {
+                    // Ended ahead of the schedule: the last span closes when its samples
+                    // were taken, here as in the result.
+                    self.close_at_samples(k + 1);
+                }
                 done.push(self.interval(k));
                 self.intervals_done += 1;
             }
@@ -320,6 +325,15 @@ impl DataPlane {
                 Ok(sample) => self.take_sample(sample),
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return done,
             }
+        }
+    }
+
+    /// Moves boundary `index` to when its samples were taken (the latest of them): a
+    /// boundary taken ahead of its time, when the test was ended early.
+    fn close_at_samples(&mut self, index: usize) {
+        let taken = self.samples[index].iter().flatten().map(|s| s.at).max();
+        if let Some(at) = taken {
+            self.boundaries[index] = at;
         }
     }
 
@@ -434,14 +448,7 @@ impl DataPlane {
             // Ended ahead of the schedule: the last span closes when its samples were
             // taken, not at its nominal boundary.
             self.end_index = self.last_boundary();
-            let taken = self.samples[self.end_index]
-                .iter()
-                .flatten()
-                .map(|s| s.at)
-                .max();
-            if let Some(at) = taken {
-                self.boundaries[self.end_index] = at;
-            }
+            self.close_at_samples(self.end_index);
         }
         let mut warnings = Vec::new();
         let mut intervals = Vec::new();

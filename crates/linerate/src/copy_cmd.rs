@@ -146,7 +146,10 @@ pub fn copy(args: &CopyArgs, globals: &Globals) -> Outcome {
         Ok(summary) => summary,
         Err(TransferError::Interrupted) => {
             let push = matches!(source, Endpoint::Local(_));
-            eprintln!("linerate: {}", interrupted_note(current.borrow().as_deref(), push));
+            eprintln!(
+                "linerate: {}",
+                interrupted_note(current.borrow().as_deref(), push)
+            );
             return Err(Failure::Status(130).into());
         }
         Err(e) => return Err(anyhow!("copy failed: {e}")),
@@ -249,7 +252,9 @@ pub fn disk(args: &DiskArgs) -> Outcome {
 fn interrupted_note(file: Option<&str>, push: bool) -> String {
     let command = linerate_campaign::storage::command_line();
     match file {
-        None => format!("interrupted before any file began; run the same command to copy: {command}"),
+        None => {
+            format!("interrupted before any file began; run the same command to copy: {command}")
+        }
         Some(name) => format!(
             "interrupted: what arrived of {name} is kept {}as {name}.part with its journal; \
              run the same command to resume: {command}",

@@ -193,7 +193,16 @@ fn run(request: &TestRequest, shown: &Shown, with_baseline: bool, globals: &Glob
         Ok(report)
     })?;
     let failed = repeat::check_flows(&report);
+    let interrupted = report.interrupted;
     sinks.finish_document(&Document::Test(Box::new(report)))?;
+    if let Some(mark) = interrupted {
+        // As iperf3: the part that ran is shown and kept; the status says it was cut.
+        eprintln!(
+            "linerate: interrupted after {:.2} s; the result covers that part",
+            mark.after_s
+        );
+        return Err(Failure::Status(130).into());
+    }
     failed.map_err(|e| Failure::Partial(format!("{e:#}")).into())
 }
 

@@ -1262,7 +1262,15 @@ fn lab_commands_naming_linerate_run_this_binary() {
         .env("LINERATE_DB", scratch_db())
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .args(["lab", "run", "--name", &name, "--rtt", "2ms", "--"])
-        .args(["linerate", "--no-store", "rr", "server", "-t", "1", "--json"])
+        .args([
+            "linerate",
+            "--no-store",
+            "rr",
+            "server",
+            "-t",
+            "1",
+            "--json",
+        ])
         .output()
         .expect("run linerate lab");
     let _ = lab(&["down", "--name", &name]);
@@ -1311,7 +1319,10 @@ fn lab_exec_passes_signals_on_and_lab_down_leaves_nothing() {
             if let Some(status) = exec.try_wait().unwrap() {
                 break status;
             }
-            assert!(Instant::now() < deadline, "lab exec did not end on signal {signal}");
+            assert!(
+                Instant::now() < deadline,
+                "lab exec did not end on signal {signal}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         };
         // serve ends cleanly on SIGINT and SIGTERM; SIGHUP ends it by default.

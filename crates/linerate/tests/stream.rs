@@ -217,3 +217,50 @@ fn an_unknown_congestion_algorithm_is_named_in_the_error() {
     assert!(err.contains("no-such-cc"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn ctrl_c_ends_a_test_with_what_ran_shown_and_kept_and_status_130() {
+    let server = ServeProcess::start(&[]);
+    let port = server.port.to_string();
+    let db = std::env::temp_dir().join(format!("linerate-interrupt-{}.db", std::process::id()));
+    let _ = std::fs::remove_file(&db);
+    let child = std::process::Command::new(binary())
+        .env("LINERATE_DB", &db)
+        .args(["stream", "127.0.0.1", "-p", &port, "-t", "20", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("linerate stream");
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    // SAFETY: signalling the child this test started, by its PID.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let started = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    // Ended at once, not at the end of its 20 s.
+    assert!(started.elapsed() < std::time::Duration::from_secs(8));
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("interrupted after"),
+        "{}",
+        stderr(&out)
+    );
+    let doc = json(&out);
+    let after = num(&doc, "/interrupted/after_s");
+    assert!((0.5..8.0).contains(&after), "interrupted after {after} s");
+    assert!(num(&doc, "/summary/receiver_bytes") > 0.0);
+    assert!((num(&doc, "/summary/duration_s") - after).abs() < 1e-9);
+    assert!(!doc["intervals"].as_array().unwrap().is_empty());
+    // The server ended its side when told, and the run is kept with its mark.
+    assert!(server.wait_log(
+        "ended early by the client",
+        std::time::Duration::from_secs(5)
+    ));
+    let shown = std::process::Command::new(binary())
+        .env("LINERATE_DB", &db)
+        .args(["show", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    assert_eq!(json(&shown)["interrupted"], doc["interrupted"]);
+    let _ = std::fs::remove_file(&db);
+}

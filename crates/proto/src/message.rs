@@ -65,6 +65,9 @@ pub enum ClientMessage {
         config: TestConfig,
     },
     Start,
+    /// Ends the running test now, ahead of its schedule (the user interrupted it): the
+    /// server ends its side at once and sends its results as usual.
+    End,
     Done,
     Abort {
         reason: String,

@@ -90,6 +90,9 @@ pub enum ServerEvent {
     TestRequested(Box<TestConfig>),
     /// Start moving data now.
     Start,
+    /// The client ended the running test early: end this side now; its results go as
+    /// usual through [`ServerSession::finish`].
+    EndRequested,
     /// The session is over: free everything of this test. `Ok` after a completed test.
     Closed(Result<(), SessionError>),
 }
@@ -314,6 +317,11 @@ impl ServerSession {
                 self.deadline = Some(now + run + self.timeouts.results_grace);
                 self.outbox.emit(ServerEvent::Start);
             }
+            (ServerState::Running, ClientMessage::End) => {
+                self.outbox.emit(ServerEvent::EndRequested)
+            }
+            // The results crossed the client's end on the way: nothing left to end.
+            (ServerState::AwaitDone, ClientMessage::End) => {}
             (ServerState::AwaitDone, ClientMessage::Done) => self.close(Ok(())),
             (state, message) => self.fail(SessionError::Protocol(format!(
                 "unexpected {} while {}",
@@ -521,6 +529,7 @@ fn message_name(message: &ClientMessage) -> &'static str {
         ClientMessage::Auth { .. } => "auth",
         ClientMessage::Spec { .. } => "spec",
         ClientMessage::Start => "start",
+        ClientMessage::End => "end",
         ClientMessage::Done => "done",
         ClientMessage::Abort { .. } => "abort",
     }
@@ -1104,6 +1113,15 @@ impl ClientSession {
         self.state = ClientState::Running;
         let run = Duration::from_secs_f64(self.config.omit_s + self.config.time_s);
         self.deadline = Some(now + run + self.timeouts.results_grace);
+    }
+
+    /// Ends the running test now, ahead of its schedule (the user interrupted it): the
+    /// server ends its side and its results come as usual.
+    pub fn end(&mut self) {
+        if self.state == ClientState::Running {
+            self.outbox
+                .send(encode_with(&mut self.seal, &ClientMessage::End));
+        }
     }
 
     /// Acknowledges the results; the session is over.

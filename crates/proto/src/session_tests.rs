@@ -524,3 +524,37 @@ fn a_server_failure_reaches_the_client_said_once() {
         .expect("the client hears why");
     assert_eq!(failed, "server error: the server is shutting down");
 }
+
+#[test]
+fn a_client_may_end_a_running_test_early_and_still_gets_results() {
+    let mut pair = Pair::new(PROTOCOL_VERSION, config(1));
+    pair.exchange();
+    pair.server.accept(pair.now, 1, Token([1; 16]));
+    pair.exchange();
+    pair.server.flows_ready(pair.now);
+    pair.exchange();
+    // Before the start there is nothing to end: the client sends nothing.
+    pair.client.end();
+    assert!(pair.client.poll_transmit().is_none());
+    pair.client.start(pair.now);
+    pair.exchange();
+    pair.advance(Duration::from_secs(3));
+    pair.client.end();
+    pair.exchange();
+    assert_eq!(pair.server_events.last(), Some(&ServerEvent::EndRequested));
+    pair.server.finish(pair.now, SideResult::default());
+    pair.exchange();
+    assert!(pair
+        .client_events
+        .iter()
+        .any(|e| matches!(e, ClientEvent::Results(_))));
+    // An end that crosses the results on the way is no error.
+    pair.client.end();
+    pair.exchange();
+    pair.client.done();
+    pair.exchange();
+    assert_eq!(
+        pair.server_events.last(),
+        Some(&ServerEvent::Closed(Ok(())))
+    );
+}

@@ -46,6 +46,7 @@ impl Report {
             repetition: None,
             copy: None,
             observe,
+            interrupted: None,
         }
     }
 }

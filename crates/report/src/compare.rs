@@ -417,6 +417,7 @@ mod tests {
                 repetition: None,
                 copy: None,
                 observe: None,
+                interrupted: None,
             };
             report.summary.receiver_bps = bps;
             report

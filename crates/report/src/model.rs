@@ -348,6 +348,13 @@ pub struct UdpSummary {
     pub kernel: PerSide<UdpCounters>,
 }
 
+/// When a test was ended ahead of its schedule by the user.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Interruption {
+    /// Seconds of the test's window that ran (after any `--omit` warm-up).
+    pub after_s: f64,
+}
+
 /// The merged result of one test: configuration, hosts, intervals, flows and summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -376,6 +383,9 @@ pub struct Report {
     /// `--observe`: each end's host over the window (`observe.local`, `observe.remote`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observe: Option<PerSide<Option<Observation>>>,
+    /// The user interrupted the test (Ctrl-C): the figures cover the part that ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interruption>,
 }
 
 /// What a copy moved, how intact, and what limited it (docs/transfer-protocol.md 8).

@@ -107,6 +107,7 @@ pub(crate) fn assemble(
         repetition: None,
         copy: None,
         observe,
+        interrupted: None,
     }
 }
 
