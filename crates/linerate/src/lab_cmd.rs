@@ -7,6 +7,7 @@ use linerate_impair::lab::{self, Lab, LabError, UpOptions};
 use linerate_impair::lab_run::{self, RunEnd};
 use linerate_impair::runner::{self, RunOptions};
 use linerate_impair::spec::{self, DirectionTexts, LinkSpec};
+use linerate_model::units::counted;
 use linerate_model::PathFacts;
 use std::time::Duration;
 
@@ -212,8 +213,9 @@ pub fn run(command: &LabCommand) -> Outcome {
                     println!("no lab named '{name}'");
                 } else {
                     println!(
-                        "lab '{name}' removed: {} namespaces, {} processes ended",
-                        removed.namespaces, removed.processes
+                        "lab '{name}' removed: {}, {} ended",
+                        counted(removed.namespaces as u64, "namespace", None),
+                        counted(removed.processes as u64, "process", Some("processes"))
                     );
                 }
             }

@@ -72,10 +72,12 @@ impl PathFacts {
     pub fn summary(&self) -> String {
         let (f, r) = (&self.forward, &self.reverse);
         let mut parts = vec![format!("rtt +{} ms", number(self.added_rtt_ms()))];
+        // A figure set alike on both directions applies to each of them: a round trip
+        // meets a loss of 1% each way twice.
         let mut pair = |name: &str, a: f64, b: f64, unit: &str| {
             if a != 0.0 || b != 0.0 {
                 if a == b {
-                    parts.push(format!("{name} {}{unit}", number(a)));
+                    parts.push(format!("{name} {}{unit} each way", number(a)));
                 } else {
                     parts.push(format!("{name} {}{unit}/{}{unit}", number(a), number(b)));
                 }
@@ -137,7 +139,7 @@ mod tests {
         };
         assert_eq!(
             path.summary(),
-            "emulated path (lab): rtt +100 ms, loss 1%/0%, rate 1000 Mbit/s, seed 7"
+            "emulated path (lab): rtt +100 ms, loss 1%/0%, rate 1000 Mbit/s each way, seed 7"
         );
         let json = serde_json::to_string(&path).unwrap();
         assert_eq!(PathFacts::from_json(&json), Some(path));

@@ -170,6 +170,29 @@ pub fn format_count(value: f64) -> String {
     }
 }
 
+/// A count with its noun, singular or plural as English has it: "1 run", "3 runs",
+/// "0 chunks"; `plural` for nouns that do not take an "s" ("processes").
+pub fn counted(n: u64, singular: &str, plural: Option<&str>) -> String {
+    match (n, plural) {
+        (1, _) => format!("1 {singular}"),
+        (n, Some(plural)) => format!("{n} {plural}"),
+        (n, None) => format!("{n} {singular}s"),
+    }
+}
+
+/// A time in microseconds in the unit a reader takes in at a glance: "850.0 µs",
+/// "20.00 ms", "1.500 s".
+pub fn format_micros(us: f64) -> String {
+    let magnitude = us.abs();
+    if magnitude >= 1e6 {
+        format!("{:.3} s", us / 1e6)
+    } else if magnitude >= 1e4 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
 /// Formats a byte count compactly for configuration lines: `128K`, `1M`, `1500`.
 pub fn format_size_compact(bytes: u64) -> String {
     for (shift, letter) in [(30, 'G'), (20, 'M'), (10, 'K')] {
@@ -225,5 +248,15 @@ mod tests {
         assert_eq!(format_count(950.0), "950");
         assert_eq!(format_count(12_345.0), "12.3k");
         assert_eq!(format_count(1_500_000.0), "1.50M");
+    }
+
+    #[test]
+    fn counts_and_times_read_as_written_by_hand() {
+        assert_eq!(counted(1, "run", None), "1 run");
+        assert_eq!(counted(0, "chunk", None), "0 chunks");
+        assert_eq!(counted(2, "process", Some("processes")), "2 processes");
+        assert_eq!(format_micros(850.0), "850.0 µs");
+        assert_eq!(format_micros(20_004.9), "20.00 ms");
+        assert_eq!(format_micros(1_500_000.0), "1.500 s");
     }
 }

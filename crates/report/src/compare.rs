@@ -39,7 +39,7 @@ impl Unit {
             Unit::BitsPerSecond => format_rate(value, Scale::Adaptive),
             Unit::PerSecond => format!("{}/s", format_count(value)),
             Unit::Percent => format!("{value:.1}%"),
-            Unit::Microseconds => format!("{value:.1} µs"),
+            Unit::Microseconds => crate::units::format_micros(value),
             Unit::Milliseconds => format!("{value:.3} ms"),
             Unit::Count => format!("{value:.0}"),
             Unit::MicrosecondsPerKb => format!("{value:.3} µs/KB"),

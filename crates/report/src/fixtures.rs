@@ -56,3 +56,22 @@ pub(crate) fn flow(id: u32, role: Role, bytes: u64, seconds: f64, retransmits: u
         transactions_total: 0,
     }
 }
+
+/// A report of `config` with every figure at zero.
+pub(crate) fn report(config: TestConfig) -> crate::model::Report {
+    crate::model::Report {
+        tool: "linerate test".into(),
+        test: config.test_name(),
+        started_at: 0.0,
+        config,
+        host: Default::default(),
+        intervals: Vec::new(),
+        flows: Vec::new(),
+        summary: Default::default(),
+        warnings: Vec::new(),
+        repetition: None,
+        copy: None,
+        observe: None,
+        interrupted: None,
+    }
+}

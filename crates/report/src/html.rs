@@ -311,6 +311,20 @@ fn comparison_section(tests: &[(i64, &Report)]) -> String {
         .copied()
         .collect();
     let (headline, _) = first.headline();
+    // Runs of another test have another headline: they are named, not dropped unsaid.
+    let others: Vec<String> = tests
+        .iter()
+        .filter(|(_, r)| r.test != first.test)
+        .map(|(id, r)| format!("run {id} ({})", escape(&r.test)))
+        .collect();
+    if !others.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">Not in this chart, which compares {} runs: {}. Each has its own section below.</p>",
+            escape(&first.test),
+            others.join(", ")
+        );
+    }
     let max = same_test
         .iter()
         .map(|(_, r)| r.headline().1)
@@ -793,5 +807,15 @@ mod tests {
         let bars = bar_chart("Runs", "Gbit/s", &[("run 1".into(), 9.0, Some(0.2))]);
         assert!(bars.contains("run 1") && bars.contains("<rect"), "{bars}");
         assert_eq!(escape("<a&\"b\">"), "&lt;a&amp;&quot;b&quot;&gt;");
+    }
+
+    #[test]
+    fn a_run_of_another_test_is_named_not_dropped_from_the_comparison() {
+        let stream = crate::fixtures::report(crate::fixtures::config(crate::Direction::Forward, 1));
+        let mut rr = stream.clone();
+        rr.test = "tcp_rr".into();
+        let html = comparison_section(&[(1, &stream), (2, &stream), (3, &rr)]);
+        assert!(html.contains("run 3 (tcp_rr)"), "{html}");
+        assert!(!html.contains("run 1 (tcp_stream)"), "{html}");
     }
 }

@@ -223,9 +223,12 @@ fn shortfalls(config: &TestConfig, rr: &RrSummary) -> Vec<String> {
         ));
     }
     if rr.lost > 0 {
+        let asked = rr.transactions + rr.lost;
         out.push(format!(
-            "{} transactions got no answer within the loss timeout and were given up ({} answers came later)",
-            rr.lost, rr.late
+            "{} of {asked} transactions ({:.3}%) got no answer within the loss timeout and were given up ({} came later)",
+            rr.lost,
+            rr.lost as f64 * 100.0 / asked.max(1) as f64,
+            crate::units::counted(rr.late, "answer", None)
         ));
     }
     if rr.port_exhausted > 0 {

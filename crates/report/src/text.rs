@@ -372,7 +372,7 @@ fn sender_lines(s: &Summary, scale: Scale) -> String {
             let _ = writeln!(
                 out,
                 "Datagrams:        {} received of {} sent ({:.0} pps received, {:.0} pps sent); \
-                 lost {} ({:.3}%) in {} runs, out of order {}, duplicates {}, foreign {}; jitter {:.3} ms; \
+                 lost {} ({:.3}%) in {}, out of order {}, duplicates {}, foreign {}; jitter {:.3} ms; \
                  send errors {}",
                 u.received,
                 u.sent,
@@ -380,7 +380,7 @@ fn sender_lines(s: &Summary, scale: Scale) -> String {
                 u.sender_pps,
                 u.lost,
                 u.loss_pct,
-                u.loss_events,
+                crate::units::counted(u.loss_events, "run", None),
                 u.out_of_order,
                 u.duplicates,
                 u.foreign,
@@ -528,7 +528,7 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
     );
     let _ = writeln!(
         out,
-        "Datagrams: {} payload bytes, {} again ({:.3} %), {} corrupted on the way; {} chunk{} failed its hash and came again",
+        "Datagrams: {} payload bytes, {} again ({:.3} %), {} corrupted on the way; {} whose hash failed came again",
         copy.payload_bytes,
         copy.resent_bytes,
         if copy.payload_bytes > 0 {
@@ -537,8 +537,7 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
             0.0
         },
         copy.corrupted_datagrams,
-        copy.refetched_chunks,
-        if copy.refetched_chunks == 1 { "" } else { "s" }
+        crate::units::counted(copy.refetched_chunks, "chunk", None),
     );
     if let Some(root) = &copy.root {
         let _ = writeln!(out, "BLAKE3 root {root} (verified by both ends)");
