@@ -34,8 +34,13 @@ pub fn overall(summary: &CopySummary, fixed_rate: bool) -> Diagnosis {
     )
 }
 
-/// The copy's result document.
-pub fn document(summary: &CopySummary, diagnosis: &Diagnosis, started_at: SystemTime) -> Document {
+/// The copy's result document; `host` is the server as the user named it.
+pub fn document(
+    summary: &CopySummary,
+    host: &str,
+    diagnosis: &Diagnosis,
+    started_at: SystemTime,
+) -> Document {
     let total = total(summary);
     let moved = total.bytes - total.resumed_bytes;
     let wall = summary.wall_s.max(1e-9);
@@ -57,7 +62,7 @@ pub fn document(summary: &CopySummary, diagnosis: &Diagnosis, started_at: System
         started_at: started_at
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
-        config: config_of(summary),
+        config: config_of(summary, host),
         host: PerSide {
             local: linerate_hostinfo::host_facts(),
             remote: Default::default(),
@@ -175,14 +180,14 @@ fn copy_report(summary: &CopySummary, total: &FileOutcome, diagnosis: &Diagnosis
 }
 
 /// The configuration a copy is stored under: a UDP flow from the sender, its block as
-/// the length, its wall time as the test's.
-fn config_of(summary: &CopySummary) -> TestConfig {
+/// the length, its wall time as the test's, the server as the user named it.
+fn config_of(summary: &CopySummary, host: &str) -> TestConfig {
     let push = summary.direction == CopyDirection::Push;
     TestConfig {
         quic: None,
         tls: None,
         protocol: linerate_model::Protocol::Udp,
-        target: summary.server.clone(),
+        target: host.to_string(),
         port: summary
             .server
             .rsplit(':')
@@ -270,11 +275,14 @@ mod tests {
     fn a_copy_is_a_test_document_with_its_goodput_as_the_headline() {
         let summary = summary();
         let diagnosis = overall(&summary, false);
-        let Document::Test(report) = document(&summary, &diagnosis, SystemTime::UNIX_EPOCH) else {
+        let Document::Test(report) =
+            document(&summary, "server1", &diagnosis, SystemTime::UNIX_EPOCH)
+        else {
             panic!("a copy is a test document");
         };
         assert_eq!(report.test, "copy");
         assert_eq!(report.config.port, 5201);
+        assert_eq!(report.config.target, "server1");
         assert_eq!(report.summary.receiver_bytes, 5_000_000);
         assert_eq!(report.summary.receiver_bps, 5_000_000.0 * 8.0 / 2.5);
         assert_eq!(report.summary.retransmits, 12);

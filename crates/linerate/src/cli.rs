@@ -274,7 +274,9 @@ const HISTORY_EXAMPLES: &str = "\
 Examples:
   linerate history                      the last 20 runs
   linerate history --test tcp_rr --since 7d
-  linerate history --target server1 --limit 0 --json";
+  linerate history --target server1 --limit 0 --json
+  linerate history --path \"loss 2%\"         runs over a lab path that drops 2 % each way
+Each row names the path a run crossed: a lab's or impair's figures, or \"direct\".";
 
 const COMPARE_EXAMPLES: &str = "\
 Examples:
@@ -386,6 +388,9 @@ pub struct HistoryArgs {
     /// Only runs since a time (2026-11-01, 2026-11-01T08:00:00Z) or a while ago (2h, 7d)
     #[arg(long, value_name = "WHEN", value_parser = since)]
     pub since: Option<f64>,
+    /// Only runs whose path holds this text, any case ("loss 2%", "lab wan", "direct")
+    #[arg(long, value_name = "TEXT")]
+    pub path: Option<String>,
     /// The most runs to list; 0 for all
     #[arg(short = 'n', long, default_value_t = 20)]
     pub limit: usize,

@@ -156,7 +156,11 @@ pub fn copy(args: &CopyArgs, globals: &Globals) -> Outcome {
     };
     let fixed = matches!(options.rate, RateConfig::Fixed { .. });
     let diagnosis = copy::overall(&summary, fixed);
-    let document = copy::document(&summary, &diagnosis, started_at);
+    let host = match (&source, &destination) {
+        (Endpoint::Remote { host, .. }, _) | (_, Endpoint::Remote { host, .. }) => host.clone(),
+        _ => summary.server.clone(),
+    };
+    let document = copy::document(&summary, &host, &diagnosis, started_at);
     let text = CopyText {
         summary: &summary,
         diagnosis: &diagnosis,

@@ -22,6 +22,7 @@ pub fn history(args: &HistoryArgs, storage: &Storage) -> Outcome {
             test: args.test.clone(),
             target: args.target.clone(),
             since: args.since,
+            path: args.path.clone(),
             limit: (args.limit > 0).then_some(args.limit),
         })
         .map_err(|e| anyhow!(e))?;
@@ -36,13 +37,14 @@ pub fn history(args: &HistoryArgs, storage: &Storage) -> Outcome {
     }
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    table.set_header(["id", "started (UTC)", "test", "target", "headline"]);
+    table.set_header(["id", "started (UTC)", "test", "target", "path", "headline"]);
     for row in &rows {
         table.add_row([
             row.id.to_string(),
             when(row.started_at),
             row.kind.clone(),
             row.target.clone(),
+            row.path.clone(),
             row.headline_text.clone(),
         ]);
     }
@@ -61,6 +63,7 @@ fn row_json(row: &RunRow) -> serde_json::Value {
         "headline": row.headline,
         "headline_text": row.headline_text,
         "command": row.command,
+        "path": row.path,
     })
 }
 

@@ -1341,3 +1341,45 @@ fn lab_exec_passes_signals_on_and_lab_down_leaves_nothing() {
     let run_dir = std::path::Path::new("/run/linerate/lab").join(&name);
     assert!(!run_dir.exists(), "{} is left", run_dir.display());
 }
+
+#[test]
+fn history_tells_runs_over_different_paths_apart() {
+    let test = "history_tells_runs_over_different_paths_apart";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let db = std::env::temp_dir().join(format!("linerate-history-{}.db", std::process::id()));
+    let _ = std::fs::remove_file(&db);
+    for (tag, path) in [("h20", ["--rtt", "20ms"]), ("h50", ["--loss", "2%"])] {
+        let name = lab_name(tag);
+        let output = Command::new(binary())
+            .env("LINERATE_DB", &db)
+            .args(["lab", "run", "--name", &name, path[0], path[1], "--"])
+            .args([binary(), "rr", "server", "-t", "1", "--json"])
+            .output()
+            .expect("lab run");
+        assert!(output.status.success(), "{}", stderr(&output));
+    }
+    let history = |extra: &[&str]| {
+        let out = Command::new(binary())
+            .env("LINERATE_DB", &db)
+            .args(["history", "--json"])
+            .args(extra)
+            .output()
+            .expect("history");
+        assert!(out.status.success(), "{}", stderr(&out));
+        json(&out)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["path"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let all = history(&[]);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(all[1].contains("rtt +20 ms"), "{all:?}");
+    assert!(all[0].contains("loss 2% each way"), "{all:?}");
+    assert_eq!(history(&["--path", "LOSS 2%"]), [all[0].clone()]);
+    let _ = std::fs::remove_file(&db);
+}

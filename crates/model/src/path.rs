@@ -70,6 +70,25 @@ impl PathFacts {
     /// One line for reports: "emulated path: rtt +100 ms, loss 1%, rate 1 Gbit/s, ...".
     /// A figure that differs between the directions is written `forward/reverse`.
     pub fn summary(&self) -> String {
+        format!(
+            "emulated path ({}): {}, seed {}",
+            self.emulator,
+            self.figures().join(", "),
+            self.seed
+        )
+    }
+
+    /// The path in a listing's column: "lab NAME: rtt +20 ms, loss 2% each way".
+    pub fn brief(&self) -> String {
+        let place = match &self.lab {
+            Some(lab) => format!("lab {lab}"),
+            None => self.emulator.clone(),
+        };
+        format!("{place}: {}", self.figures().join(", "))
+    }
+
+    /// What the emulator does, figure by figure.
+    fn figures(&self) -> Vec<String> {
         let (f, r) = (&self.forward, &self.reverse);
         let mut parts = vec![format!("rtt +{} ms", number(self.added_rtt_ms()))];
         // A figure set alike on both directions applies to each of them: a round trip
@@ -98,8 +117,7 @@ impl PathFacts {
         pair("rate", rate(f), rate(r), " Mbit/s");
         let queue = |i: &Impairment| i.queue_bytes.map_or(0.0, |b| b as f64 / 1e3);
         pair("queue", queue(f), queue(r), " kB");
-        parts.push(format!("seed {}", self.seed));
-        format!("emulated path ({}): {}", self.emulator, parts.join(", "))
+        parts
     }
 
     /// The path named by [`PATH_ENV`] in this process's environment, if any and valid.

@@ -37,6 +37,10 @@ pub const MIGRATIONS: &[&str] = &[
          WHEN test = 'sweep' THEN 'sweep of ' || json_extract(document, '$.sweep_of')
          ELSE test END;
      CREATE INDEX runs_started_at ON runs (started_at);",
+    // 3: the path a run crossed, in brief ("lab NAME: rtt +20 ms, loss 2% each way" or
+    // "direct"), for listings and filters. Older rows get theirs from their documents
+    // (`backfill_paths`).
+    "ALTER TABLE runs ADD COLUMN path TEXT;",
 ];
 
 /// The schema version this build writes.
@@ -89,6 +93,8 @@ pub struct RunRow {
     pub headline: Option<f64>,
     pub headline_text: String,
     pub command: String,
+    /// The emulated path the run crossed, in brief, or "direct".
+    pub path: String,
 }
 
 /// One run with its document.
@@ -110,6 +116,9 @@ pub struct Filter {
     pub target: Option<String>,
     /// Runs that started at or after this time (seconds since the Unix epoch).
     pub since: Option<f64>,
+    /// Runs whose path, in brief, holds this text (any case): "loss 2%", "lab wan",
+    /// "direct".
+    pub path: Option<String>,
     pub limit: Option<usize>,
 }
 
@@ -245,6 +254,7 @@ impl Store {
             tx.execute_batch(&format!("PRAGMA user_version = {}", step + 1))
                 .map_err(failed)?;
         }
+        backfill_paths(&tx).map_err(failed)?;
         tx.commit().map_err(failed)
     }
 
@@ -278,8 +288,8 @@ impl Store {
             .map_err(sqlite)?;
         tx.execute(
             "INSERT INTO runs (started_at, stored_at, test, kind, target, headline,
-                               headline_text, command, document)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                               headline_text, command, document, path)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 document.started_at(),
                 now(),
@@ -290,6 +300,7 @@ impl Store {
                 headline_text,
                 command,
                 json,
+                document.path_brief(),
             ],
         )
         .map_err(sqlite)?;
@@ -299,7 +310,8 @@ impl Store {
     }
 
     const COLUMNS: &'static str =
-        "id, started_at, stored_at, kind, test, target, headline, headline_text, command";
+        "id, started_at, stored_at, kind, test, target, headline, headline_text, command, \
+         coalesce(path, 'direct')";
 
     fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         Ok(RunRow {
@@ -312,6 +324,7 @@ impl Store {
             headline: r.get(6)?,
             headline_text: r.get(7)?,
             command: r.get(8)?,
+            path: r.get(9)?,
         })
     }
 
@@ -322,6 +335,7 @@ impl Store {
              WHERE (?1 IS NULL OR test = ?1 OR kind = ?1 OR kind = 'sweep of ' || ?1)
                AND (?2 IS NULL OR target = ?2)
                AND (?3 IS NULL OR started_at >= ?3)
+               AND (?5 IS NULL OR instr(lower(coalesce(path, 'direct')), lower(?5)) > 0)
              ORDER BY started_at DESC, id DESC
              LIMIT ?4",
             Self::COLUMNS
@@ -330,7 +344,7 @@ impl Store {
         let mut statement = self.conn.prepare(&sql).map_err(|e| self.sqlite(e))?;
         let rows = statement
             .query_map(
-                params![filter.test, filter.target, filter.since, limit],
+                params![filter.test, filter.target, filter.since, limit, filter.path],
                 Self::row,
             )
             .map_err(|e| self.sqlite(e))?;
@@ -343,7 +357,7 @@ impl Store {
         let sql = format!("SELECT {}, document FROM runs WHERE id = ?1", Self::COLUMNS);
         let found = self
             .conn
-            .query_row(&sql, [id], |r| Ok((Self::row(r)?, r.get::<_, String>(9)?)))
+            .query_row(&sql, [id], |r| Ok((Self::row(r)?, r.get::<_, String>(10)?)))
             .optional()
             .map_err(|e| self.sqlite(e))?;
         let Some((row, json)) = found else {
@@ -363,6 +377,24 @@ impl Store {
             document,
         })
     }
+}
+
+/// Fills the path of rows stored before the column was there, from their documents
+/// (a document this build cannot read keeps "direct").
+fn backfill_paths(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    let missing: Vec<(i64, String)> = {
+        let mut statement = tx.prepare("SELECT id, document FROM runs WHERE path IS NULL")?;
+        let rows = statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for (id, json) in missing {
+        let brief = Document::from_json(&json).map_or("direct".to_string(), |d| d.path_brief());
+        tx.execute(
+            "UPDATE runs SET path = ?1 WHERE id = ?2",
+            params![brief, id],
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -129,10 +129,12 @@ fn a_version_one_database_is_migrated() {
         .unwrap();
     }
     let mut store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     let run = store.get(1).unwrap();
     assert_eq!(run.row.kind, "tcp_rr");
     assert_eq!(run.row.command, "");
+    // The path was filled from the document: this run crossed none.
+    assert_eq!(run.row.path, "direct");
     assert_eq!(run.json, RR);
     // New runs go in beside it.
     let id = insert(&mut store, STREAM);
@@ -241,4 +243,38 @@ fn concurrent_writers_lose_nothing() {
     assert_eq!(ids.len(), 90);
     let store = Store::open(&path).unwrap();
     assert_eq!(store.list(&Filter::default()).unwrap().len(), 90);
+}
+
+/// Runs over an emulated path list it in brief, and a listing filters by it.
+#[test]
+fn runs_are_listed_and_filtered_by_their_path() {
+    let dir = temp();
+    let (mut store, _) = store_in(&dir);
+    let direct = insert(&mut store, STREAM);
+    let mut doc: serde_json::Value = serde_json::from_str(STREAM).unwrap();
+    doc["host"]["local"]["path"] = serde_json::json!({
+        "emulator": "lab",
+        "lab": "wan",
+        "forward": {"delay_ms": 10.0, "loss_pct": 2.0},
+        "reverse": {"delay_ms": 10.0, "loss_pct": 2.0},
+        "seed": 1
+    });
+    let lossy = insert(&mut store, &doc.to_string());
+    let rows = store.list(&Filter::default()).unwrap();
+    let path_of = |id: i64| rows.iter().find(|r| r.id == id).unwrap().path.clone();
+    assert_eq!(path_of(direct), "direct");
+    assert_eq!(path_of(lossy), "lab wan: rtt +20 ms, loss 2% each way");
+    let only = |text: &str| {
+        store
+            .list(&Filter {
+                path: Some(text.into()),
+                ..Filter::default()
+            })
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(only("LOSS 2%"), [lossy]);
+    assert_eq!(only("direct"), [direct]);
 }
