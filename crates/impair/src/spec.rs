@@ -64,24 +64,28 @@ pub fn split_pair<'a>(flag: &'static str, text: &'a str) -> Result<(&'a str, &'a
 /// A duration: `100ms`, `0.5s`, `250us`, `0`; a bare number is milliseconds. Returns
 /// milliseconds.
 pub fn parse_duration_ms(flag: &'static str, text: &str) -> Result<f64, SpecError> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let scale = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "ms" => 1.0,
-        "s" => 1000.0,
-        "us" | "µs" => 1e-3,
-        "ns" => 1e-6,
-        _ => return Err(invalid(flag, text, "use a number with ns, us, ms or s")),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| invalid(flag, text, "use a number with ns, us, ms or s"))?;
-    let ms = value * scale;
-    if !ms.is_finite() || !(0.0..=MAX_DELAY_MS).contains(&ms) {
-        return Err(invalid(flag, text, "must be between 0 and 10 s"));
+    let seconds = linerate_model::units::parse_duration(text).map_err(|_| {
+        invalid(
+            flag,
+            text,
+            "use a time: 20ms, 0.5s, 250us (a bare number is seconds)",
+        )
+    })?;
+    let ms = seconds * 1e3;
+    if !(0.0..=MAX_DELAY_MS).contains(&ms) {
+        let hint = if text.trim().parse::<f64>().is_ok() {
+            format!(
+                " (a bare number is seconds: {}ms for milliseconds)",
+                text.trim()
+            )
+        } else {
+            String::new()
+        };
+        return Err(SpecError::Value {
+            flag,
+            value: text.into(),
+            why: format!("must be between 0 and 10 s{hint}"),
+        });
     }
     Ok(ms)
 }
@@ -377,7 +381,12 @@ mod tests {
         assert_eq!(parse_duration_ms("--delay", "100ms"), Ok(100.0));
         assert_eq!(parse_duration_ms("--delay", "0.5s"), Ok(500.0));
         assert_eq!(parse_duration_ms("--delay", "250us"), Ok(0.25));
-        assert_eq!(parse_duration_ms("--delay", "7"), Ok(7.0));
+        // A bare number is seconds, as for every time linerate takes.
+        assert_eq!(parse_duration_ms("--delay", "7"), Ok(7000.0));
+        let Err(SpecError::Value { why, .. }) = parse_duration_ms("--rtt", "20") else {
+            panic!("20 s is over the bound");
+        };
+        assert!(why.contains("20ms for milliseconds"), "{why}");
         assert_eq!(parse_percent("--loss", "1%"), Ok(1.0));
         assert_eq!(parse_percent("--loss", "0.25"), Ok(0.25));
         assert_eq!(parse_link_rate("--rate", "1G"), Ok(1_000_000_000));

@@ -164,7 +164,7 @@ const DOCTOR_EXAMPLES: &str = "\
 Examples:
   linerate doctor                      this host: queues, interrupts, offloads, rings, drops
   linerate doctor server1              and the path: round trip, windows against it, MTU
-  linerate doctor --rtt 100 --target 1G   windows for a 100 ms path at 1 Gbit/s
+  linerate doctor --rtt 100ms --target 1G windows for a 100 ms path at 1 Gbit/s
   linerate doctor server1 --apply      also set the sysctls found (old values printed)
   linerate doctor server1 --json
 Nothing is changed without --apply, and --apply changes sysctls only.";
@@ -781,11 +781,14 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
+/// A round trip, in milliseconds, from a time ("100ms"; a bare number is seconds).
 fn positive_millis(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(value) if value.is_finite() && value > 0.0 && value <= 1e6 => Ok(value),
+    let value = linerate_model::units::parse_duration(text)
+        .map_err(|e| format!("'{text}' is not a round trip: {}", e.why))?;
+    match value * 1e3 {
+        ms if ms > 0.0 && ms <= 60_000.0 => Ok(ms),
         _ => Err(format!(
-            "'{text}' is not a round trip in milliseconds (above 0)"
+            "'{text}' must be a round trip above 0 and at most 60 s (a bare number is seconds: 100ms for 100 milliseconds)"
         )),
     }
 }
@@ -1004,10 +1007,9 @@ pub struct StreamArgs {
 }
 
 fn seconds(text: &str) -> Result<f64, String> {
-    let value: f64 = text
-        .parse()
-        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
-    if !value.is_finite() || !(0.0..=1e7).contains(&value) {
+    let value = linerate_model::units::parse_duration(text)
+        .map_err(|e| format!("'{text}' is not a time: {}", e.why))?;
+    if !(0.0..=1e7).contains(&value) {
         return Err(format!("'{text}' must be between 0 and 10000000 seconds"));
     }
     Ok(value)

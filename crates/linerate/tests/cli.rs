@@ -158,3 +158,41 @@ fn the_suite_counts_every_binary_after_a_failure() {
         "tests: 28 passed, 3 failed, 2 skipped, 1 test binaries ended without a result\n"
     );
 }
+
+#[test]
+fn every_time_flag_takes_units_and_a_bare_number_is_seconds() {
+    // `-t 1s` is a time like `-t 1`; nothing runs: the flag error comes first.
+    for args in [
+        vec!["stream", "-t", "1s", "--bogus"],
+        vec!["stream", "-t", "1500ms", "--bogus"],
+    ] {
+        let out = linerate(&args);
+        assert!(
+            stderr(&out).contains("'--bogus'"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = linerate(&["stream", "-t", "soon"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("'soon' is not a time"),
+        "{}",
+        stderr(&out)
+    );
+    // In the lab a bare number is seconds too: 20 s is over the bound, and says so.
+    let out = linerate(&["lab", "up", "--rtt", "20"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("20ms for milliseconds"),
+        "{}",
+        stderr(&out)
+    );
+    let out = linerate(&["doctor", "--rtt", "100"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("100ms for 100 milliseconds"),
+        "{}",
+        stderr(&out)
+    );
+}

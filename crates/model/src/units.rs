@@ -47,6 +47,42 @@ fn parse_scaled(text: &str, what: &'static str, base: f64) -> Result<f64, UnitEr
     Ok(value * multiplier)
 }
 
+/// Parses a time, in seconds: `10`, `1.5s`, `250ms`, `500us`, `2m`, `1h`. A bare number is
+/// seconds, here as in every flag that takes a time.
+pub fn parse_duration(text: &str) -> Result<f64, UnitError> {
+    let error = |why| UnitError {
+        what: "a time",
+        value: text.to_string(),
+        why,
+    };
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "s" | "sec" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" => 1e-6,
+        "ns" => 1e-9,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(error(
+                "use a number of seconds, or one with ns, us, ms, s, m or h",
+            ))
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| error("use a number of seconds, or one with ns, us, ms, s, m or h"))?;
+    let seconds = value * scale;
+    if !seconds.is_finite() {
+        return Err(error("is not a finite time"));
+    }
+    Ok(seconds)
+}
+
 /// Parses a byte count: `131072`, `128k`, `1.5M` (binary multiples).
 pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     let value = parse_scaled(text, "size", 1024.0)?;
@@ -258,5 +294,17 @@ mod tests {
         assert_eq!(format_micros(850.0), "850.0 µs");
         assert_eq!(format_micros(20_004.9), "20.00 ms");
         assert_eq!(format_micros(1_500_000.0), "1.500 s");
+    }
+
+    #[test]
+    fn a_time_takes_units_and_a_bare_number_is_seconds() {
+        assert_eq!(parse_duration("10").unwrap(), 10.0);
+        assert_eq!(parse_duration("1.5s").unwrap(), 1.5);
+        assert_eq!(parse_duration("250ms").unwrap(), 0.25);
+        assert_eq!(parse_duration("2m").unwrap(), 120.0);
+        assert_eq!(parse_duration("1h").unwrap(), 3600.0);
+        assert!((parse_duration("500us").unwrap() - 5e-4).abs() < 1e-15);
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
     }
 }
