@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use linerate_campaign::sink::{self, Finished, Sink};
 use linerate_campaign::{cancel, copy};
@@ -229,18 +229,31 @@ pub fn disk(args: &DiskArgs) -> Outcome {
         }
         bar.bar.set_position(at);
     };
-    let rates = linerate_transfer::disk::measure(&args.path, args.size, &progress)
-        .with_context(|| format!("measuring {}", args.path.display()))?;
+    let rates = match linerate_transfer::disk::measure(&args.path, args.size, &progress) {
+        Ok(rates) => rates,
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+            return Err(usage(format!(
+                "invalid value '{}' for 'PATH': {e}; a smaller --size fits",
+                args.path.display()
+            )))
+        }
+        Err(e) => return Err(anyhow!("measuring {}: {e}", args.path.display())),
+    };
     bar.bar.finish_and_clear();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rates)?);
     } else {
         println!(
-            "{}: {} bytes written at {:.0} MB/s (synced), read back at {:.0} MB/s (uncached)",
+            "{}: {} bytes written at {:.0} MB/s (synced), read back at {:.0} MB/s ({})",
             args.path.display(),
             rates.bytes,
             rates.write_bps / 1e6,
-            rates.read_bps / 1e6
+            rates.read_bps / 1e6,
+            if rates.memory_backed {
+                "from memory: the file system is kept in memory, with no device to read from"
+            } else {
+                "uncached"
+            }
         );
         println!(
             "A copy into it can go at most {} (write), out of it {} (read)",

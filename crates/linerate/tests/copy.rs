@@ -672,3 +672,27 @@ fn an_interrupted_copy_says_what_it_kept_and_resumes_with_the_same_command() {
     same_bytes(&source, &s.path("served/in/slow.bin"));
     assert!(!s.path("served/in/slow.bin.part").exists());
 }
+
+#[test]
+fn disk_names_a_memory_file_system_and_a_size_that_does_not_fit() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        skip(
+            "disk_names_a_memory_file_system_and_a_size_that_does_not_fit",
+            "no /dev/shm",
+        );
+        return;
+    }
+    let out = linerate(&["disk", "/dev/shm", "--size", "4M", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&out)["memory_backed"], true);
+    let out = linerate(&["disk", "/dev/shm", "--size", "4M"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("from memory"));
+    let out = linerate(&["disk", "/dev/shm", "--size", "100T"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("a smaller --size fits"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -21,6 +21,10 @@ pub struct DiskRates {
     pub read_bps: f64,
     pub write_s: f64,
     pub read_s: f64,
+    /// The file system is kept in memory (tmpfs, ramfs): both rates are memory's, and
+    /// there is no device to read back from.
+    #[serde(default)]
+    pub memory_backed: bool,
 }
 
 /// Writes and reads back `bytes` in a scratch file under `dir`, which is removed after.
@@ -79,6 +83,7 @@ pub fn measure(dir: &Path, bytes: u64, progress: &dyn Fn(&str, u64)) -> io::Resu
             read_bps: bytes as f64 / read_s.max(1e-9),
             write_s,
             read_s,
+            memory_backed: crate::sys::memory_backed(dir),
         })
     })();
     let _ = std::fs::remove_file(&path);

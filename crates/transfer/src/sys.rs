@@ -424,6 +424,23 @@ pub fn free_bytes(path: &Path) -> Option<u64> {
     Some(stat.f_bavail as u64 * stat.f_frsize as u64)
 }
 
+/// Whether `path` is on a file system kept in memory (tmpfs, ramfs): its reads come
+/// from memory whatever the page cache holds.
+pub fn memory_backed(path: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let Ok(name) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs is plain data, filled by the call.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live statfs.
+    if unsafe { libc::statfs(name.as_ptr(), &mut stat) } != 0 {
+        return false;
+    }
+    matches!(stat.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
 fn c_name(name: &std::ffi::OsStr) -> io::Result<CString> {
     CString::new(name.as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the name"))
