@@ -174,6 +174,7 @@ Examples:
   linerate serve --files /srv/data --key lab.key          on the server
   linerate copy big.dat server:incoming/ --key lab.key    push into a directory
   linerate copy server:big.dat . --key lab.key            pull
+  linerate copy big.dat server:new/dir/ --mkdir --key lab.key   into directories made for it
   linerate copy -r results/ server:runs/ --key lab.key    a directory tree
   linerate copy big.dat server: --rate 800M --key lab.key a fixed rate (a dedicated circuit)
   linerate copy big.dat server: --null --key lab.key      memory to memory: nothing written
@@ -719,6 +720,10 @@ pub struct CopyArgs {
     /// Copy directories and everything under them
     #[arg(short, long)]
     pub recursive: bool,
+    /// Create missing directories at the destination (without it a missing directory is
+    /// an error, as for scp; -r creates the tree's own)
+    #[arg(long)]
+    pub mkdir: bool,
     /// The server's port
     #[arg(short, long, default_value_t = 5201)]
     pub port: u16,

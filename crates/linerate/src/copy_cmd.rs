@@ -43,6 +43,8 @@ fn options(args: &CopyArgs, globals: &Globals) -> Result<CopyOptions, anyhow::Er
         block_cap: args.block,
         no_checksum: args.no_udp_checksum,
         encrypt: args.encrypt,
+        // A tree brings its own directories, as scp -r does.
+        mkdir: args.mkdir || args.recursive,
     })
 }
 

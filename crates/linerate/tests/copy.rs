@@ -93,10 +93,29 @@ fn a_file_pushed_and_pulled_arrives_byte_for_byte_and_is_kept_as_a_run() {
     let server = s.serve();
     // Not a multiple of the chunk or the block: the short last block and chunk count.
     let source = s.file("src/data.bin", 5 * 1024 * 1024 + 12_345, 7);
+    // As scp: a directory that is not there is an error, and --mkdir makes it.
+    let refused = copy(
+        &server,
+        &s.key(),
+        &[source.to_str().unwrap(), &remote("in/"), "-q"],
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("no directory 'in' on the server (--mkdir creates it)"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(!s.path("served/in").exists());
     let out = copy(
         &server,
         &s.key(),
-        &[source.to_str().unwrap(), &remote("in/"), "--json", "-q"],
+        &[
+            source.to_str().unwrap(),
+            &remote("in/"),
+            "--json",
+            "-q",
+            "--mkdir",
+        ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     same_bytes(&source, &s.path("served/in/data.bin"));
@@ -110,12 +129,29 @@ fn a_file_pushed_and_pulled_arrives_byte_for_byte_and_is_kept_as_a_run() {
     let left: Vec<_> = std::fs::read_dir(s.path("served/in")).unwrap().collect();
     assert_eq!(left.len(), 1);
 
-    // Pull it back under another name, into a directory that does not exist yet.
+    // Pull it back under another name, into a directory that does not exist yet: refused
+    // without --mkdir, made with it.
     let back = s.path("back/copy.bin");
-    let out = copy(
+    let refused = copy(
         &server,
         &s.key(),
         &[&remote("in/data.bin"), back.to_str().unwrap(), "-q"],
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("(--mkdir creates it)"),
+        "{}",
+        stderr(&refused)
+    );
+    let out = copy(
+        &server,
+        &s.key(),
+        &[
+            &remote("in/data.bin"),
+            back.to_str().unwrap(),
+            "-q",
+            "--mkdir",
+        ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     same_bytes(&source, &back);
@@ -632,6 +668,7 @@ fn an_interrupted_copy_says_what_it_kept_and_resumes_with_the_same_command() {
     let s = Scratch::new("interrupt");
     let server = s.serve();
     let source = s.file("src/slow.bin", 24 * 1024 * 1024, 3);
+    std::fs::create_dir_all(s.path("served/in")).unwrap();
     let port = server.port.to_string();
     let key = s.key();
     let dest = remote("in/");

@@ -66,6 +66,9 @@ pub struct CopyOptions {
     pub no_checksum: bool,
     /// Seal every payload with ChaCha20-Poly1305.
     pub encrypt: bool,
+    /// Create missing directories at the destination (`--mkdir`); a tree copied with
+    /// `-r` creates its own either way.
+    pub mkdir: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -319,6 +322,7 @@ fn push_file(
             mode: std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o777,
             discard: options.null,
             encrypted: options.encrypt,
+            mkdir: options.mkdir,
         })
         .map_err(peer_error)?;
     let (have, window) = match session
@@ -468,8 +472,15 @@ fn pull_file(
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     if !options.null {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| TransferError::Local(format!("{}: {e}", parent.display())))?;
+        if options.mkdir {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| TransferError::Local(format!("{}: {e}", parent.display())))?;
+        } else if !parent.is_dir() {
+            return Err(TransferError::Local(format!(
+                "no directory '{}' here (--mkdir creates it)",
+                parent.display()
+            )));
+        }
     }
     let name = local
         .file_name()

@@ -128,6 +128,10 @@ pub enum Control {
         /// Payloads sealed with ChaCha20-Poly1305 (`--encrypt`); `block` is the plaintext's.
         #[serde(default)]
         encrypted: bool,
+        /// Create the missing directories of `path` (`--mkdir`; a tree copied with `-r`
+        /// brings its own). Without it a missing directory is an error, as for scp.
+        #[serde(default)]
+        mkdir: bool,
     },
     /// The receiving end: go ahead; these chunk ranges (both ends included) are already
     /// durable; this far into the file you may send.
@@ -298,6 +302,7 @@ mod tests {
             mode: 0o644,
             discard: false,
             encrypted: true,
+            mkdir: false,
         };
         let frame = encode(&offer);
         assert_eq!(decode(&frame[4..]), Ok(offer));

@@ -96,6 +96,7 @@ impl FileService {
                     mode,
                     discard,
                     encrypted,
+                    mkdir,
                 } => {
                     file_index += 1;
                     let offer = Offer {
@@ -107,6 +108,7 @@ impl FileService {
                         mode,
                         discard,
                         encrypted,
+                        mkdir,
                     };
                     self.receive(&mut channel, &session, file_index, offer, &peer, log)
                 }
@@ -208,8 +210,15 @@ impl FileService {
             }
         };
         let layout = Layout::new(offer.size, offer.chunk, offer.block).expect("validated");
-        let (dir, name) = match self.parent_of(&relative, !offer.discard) {
+        let (dir, name) = match self.parent_of(&relative, !offer.discard && offer.mkdir) {
             Ok(found) => found,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !offer.mkdir => {
+                let dir = relative
+                    .parent()
+                    .map_or(String::new(), |p| p.display().to_string());
+                let why = format!("no directory '{dir}' on the server (--mkdir creates it)");
+                return self.refuse(channel, peer, log, why);
+            }
             Err(e) => return self.refuse(channel, peer, log, describe(&offer.path, &e)),
         };
         // An existing name must be a regular file (not a directory, link or device).
@@ -315,6 +324,7 @@ impl FileService {
                 mode: metadata.permissions().mode() & 0o777,
                 discard: false,
                 encrypted: sealer.is_some(),
+                mkdir: false,
             })
             .map_err(|e| e.to_string())?;
         let (have, window) = match channel.receive(Duration::from_secs(60), None) {
@@ -391,6 +401,7 @@ struct Offer {
     mode: u32,
     discard: bool,
     encrypted: bool,
+    mkdir: bool,
 }
 
 /// The regular files under a directory, depth first, names sorted; links, devices and
