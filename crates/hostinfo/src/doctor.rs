@@ -17,9 +17,12 @@ pub struct Facts {
     pub path: Option<PathFacts>,
     /// A round trip to assume when no server was probed (`--rtt`), milliseconds.
     pub assumed_rtt_ms: Option<f64>,
-    /// The rate to hold windows against (`--target`), else the route's link speed, else
-    /// 10 Gbit/s.
+    /// The rate to hold windows against (`--target`), else a token bucket's rate on the
+    /// route's interface, else its link speed, else 10 Gbit/s.
     pub target_bps: Option<f64>,
+    /// The share of all CPUs other work kept busy over a short look, percent (doctor
+    /// itself runs nothing meanwhile).
+    pub others_busy_pct: Option<f64>,
 }
 
 /// The share of the receive buffer the kernel offers as window. Linux advertises part of
@@ -47,15 +50,33 @@ impl Facts {
         self.reading.interfaces.iter().find(|i| i.name == name)
     }
 
-    /// The rate windows are held against.
+    /// The rate windows are held against: no window need be larger than what the
+    /// shaped or physical link carries.
     pub fn target_bps(&self) -> f64 {
         self.target_bps
+            .or_else(|| self.shaped().map(|(_, bps)| bps as f64))
             .or_else(|| {
                 self.route_interface()?
                     .speed_mbps
                     .map(|mbps| mbps as f64 * 1e6)
             })
             .unwrap_or(DEFAULT_TARGET_BPS)
+    }
+
+    /// The interface whose root token bucket caps what leaves: the route's, or without a
+    /// probed path the slowest shaped interface that is not loopback.
+    fn shaped(&self) -> Option<(&InterfaceReading, u64)> {
+        match self.route_interface() {
+            Some(route) => route.shaped_bps.map(|bps| (route, bps)),
+            None if self.path.is_none() => self
+                .reading
+                .interfaces
+                .iter()
+                .filter(|i| i.name != "lo")
+                .filter_map(|i| Some((i, i.shaped_bps?)))
+                .min_by_key(|(_, bps)| *bps),
+            None => None,
+        }
     }
 }
 
@@ -98,6 +119,59 @@ fn buffer_for(window: f64) -> u64 {
 }
 
 /// The receive and send buffer limits against the path's bandwidth-delay product.
+/// A token bucket at the root of the egress interface: nothing leaves faster, whatever
+/// the link, the windows or the CPUs could do. Ranked by how far below the link it holds.
+fn shaping(facts: &Facts, out: &mut Vec<Scored>) {
+    let Some((interface, bps)) = facts.shaped() else {
+        return;
+    };
+    let link = interface
+        .speed_mbps
+        .map_or(DEFAULT_TARGET_BPS, |mbps| mbps as f64 * 1e6);
+    let asked = facts.target_bps.unwrap_or(link);
+    if bps as f64 >= asked {
+        return;
+    }
+    out.push(Scored {
+        factor: asked / bps as f64,
+        finding: Finding {
+            topic: "egress shaping".into(),
+            finding: format!(
+                "{} sends through a token bucket (tbf) at {}: no test out of this host over it goes faster",
+                interface.name,
+                rate(bps as f64)
+            ),
+            evidence: vec![format!("tc qdisc show dev {} (rtnetlink)", interface.name)],
+            command: format!("tc qdisc del dev {} root", interface.name),
+            effect: format!("throughput, up to {} (the link)", rate(link)),
+            ..Default::default()
+        },
+    });
+}
+
+/// Other work holding the CPUs: a test gets what is left, and its round trips wait for
+/// a CPU. Ranked by the share of the CPUs it leaves.
+fn other_work(facts: &Facts, out: &mut Vec<Scored>) {
+    let Some(busy) = facts.others_busy_pct.filter(|b| *b >= 50.0) else {
+        return;
+    };
+    let left = (100.0 - busy).max(2.0);
+    out.push(Scored {
+        factor: 100.0 / left,
+        finding: Finding {
+            topic: "other work".into(),
+            finding: format!(
+                "other processes kept {busy:.0} % of the {} CPUs busy while doctor looked: a test gets what is left",
+                facts.cpus
+            ),
+            evidence: vec!["/proc/stat over half a second".into()],
+            command: "top -o %CPU".into(),
+            effect: "throughput, CPU per Gbit and round trips (they wait for a CPU)".into(),
+            ..Default::default()
+        },
+    });
+}
+
 fn windows(facts: &Facts, out: &mut Vec<Scored>) {
     let Some(rtt) = facts.rtt_s() else { return };
     let target = facts.target_bps();
@@ -554,6 +628,8 @@ fn congestion(factor: f64, why: &str) -> Scored {
 /// Every finding, the likeliest to move a result first.
 pub fn diagnose(facts: &Facts) -> Vec<Finding> {
     let mut scored = Vec::new();
+    shaping(facts, &mut scored);
+    other_work(facts, &mut scored);
     windows(facts, &mut scored);
     queue_spread(facts, &mut scored);
     interfaces(facts, &mut scored);

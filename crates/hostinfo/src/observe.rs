@@ -234,6 +234,8 @@ pub struct InterfaceReading {
     pub rings: Option<[u32; 4]>,
     pub lower: Vec<String>,
     pub qdisc: Option<String>,
+    /// A token bucket at the root caps what the interface sends at this rate, bit/s.
+    pub shaped_bps: Option<u64>,
     pub coalesce: Option<[u32; 3]>,
 }
 
@@ -323,6 +325,7 @@ fn read_interface(root: &Root, name: &str) -> InterfaceReading {
         rings: ethtool.rings,
         lower,
         qdisc: None,
+        shaped_bps: None,
         coalesce: ethtool.coalesce,
     }
 }
@@ -378,9 +381,13 @@ impl HostReading {
                 let mut qdiscs = root.qdiscs(&names);
                 names
                     .iter()
-                    .map(|name| InterfaceReading {
-                        qdisc: qdiscs.remove(name),
-                        ..read_interface(root, name)
+                    .map(|name| {
+                        let root_qdisc = qdiscs.remove(name);
+                        InterfaceReading {
+                            shaped_bps: root_qdisc.as_ref().and_then(|q| q.rate_bps),
+                            qdisc: root_qdisc.map(|q| q.kind),
+                            ..read_interface(root, name)
+                        }
                     })
                     .collect()
             },

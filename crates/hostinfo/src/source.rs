@@ -116,7 +116,7 @@ impl Root {
 
     /// Root qdisc by interface name: rtnetlink on this host, `tc/IF` files (`tc qdisc
     /// show dev IF`) in a fixture.
-    pub fn qdiscs(&self, interfaces: &[String]) -> BTreeMap<String, String> {
+    pub fn qdiscs(&self, interfaces: &[String]) -> BTreeMap<String, crate::netlink::RootQdisc> {
         if self.live {
             let by_index = crate::netlink::root_qdiscs();
             return interfaces

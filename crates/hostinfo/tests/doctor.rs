@@ -178,3 +178,74 @@ fn offloads_a_stacked_route_a_narrow_path_powersave_and_reno_are_found() {
     // 128 MiB buffers at 2 ms carry far more than 10 Gbit/s: no window finding.
     assert!(findings.iter().all(|f| !f.topic.contains("window")));
 }
+
+/// A 200 Mbit/s token bucket on the route's interface: it is what holds a test down, it
+/// ranks first, and windows are sized for it rather than for the 10 Gbit/s link.
+#[test]
+fn a_token_bucket_on_the_egress_is_found_first_and_sizes_the_windows() {
+    let route = linerate_hostinfo::observe::InterfaceReading {
+        name: "eth0".into(),
+        speed_mbps: Some(10_000),
+        qdisc: Some("tbf".into()),
+        shaped_bps: Some(200_000_000),
+        ..Default::default()
+    };
+    let facts = Facts {
+        settings: HostSettings {
+            tcp_rmem: Some([4096, 131_072, 6_291_456]),
+            tcp_wmem: Some([4096, 16384, 4_194_304]),
+            congestion_control: Some("bbr".into()),
+            ..Default::default()
+        },
+        reading: HostReading {
+            interfaces: vec![route],
+            ..Default::default()
+        },
+        cpus: 2,
+        path: Some(PathFacts {
+            target: "server".into(),
+            rtt_ms: 50.0,
+            interface: Some("eth0".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let findings = diagnose(&facts);
+    let first = &findings[0];
+    assert_eq!(first.topic, "egress shaping", "{findings:#?}");
+    assert!(first.finding.contains("eth0") && first.finding.contains("200.0 Mbit/s"));
+    assert_eq!(first.command, "tc qdisc del dev eth0 root");
+    // 200 Mbit/s x 50 ms is 1.25 MB: the 6 MiB receive buffer is enough for it, where
+    // the 10 Gbit/s link would have asked for far more.
+    assert_eq!(facts.target_bps(), 200e6);
+    assert!(
+        !findings.iter().any(|f| f.topic == "receive window"),
+        "{findings:#?}"
+    );
+}
+
+/// Other work at 98 % of the CPUs: said, and ranked above a window that matters less.
+#[test]
+fn other_work_on_the_cpus_is_named_and_ranked_by_what_it_leaves() {
+    let facts = Facts {
+        settings: HostSettings {
+            congestion_control: Some("bbr".into()),
+            ..Default::default()
+        },
+        cpus: 2,
+        others_busy_pct: Some(98.0),
+        ..Default::default()
+    };
+    let findings = diagnose(&facts);
+    let work = findings
+        .iter()
+        .find(|f| f.topic == "other work")
+        .expect("found");
+    assert_eq!(work.rank, 1);
+    assert!(work.finding.contains("98 %"), "{work:?}");
+    let calm = Facts {
+        others_busy_pct: Some(10.0),
+        ..facts
+    };
+    assert!(!diagnose(&calm).iter().any(|f| f.topic == "other work"));
+}

@@ -19,6 +19,14 @@ pub fn run(args: &DoctorArgs) -> Outcome {
         None => None,
     };
     let root = Root::live();
+    // Half a second of the CPUs while doctor runs nothing: what other work takes.
+    let window = Duration::from_millis(500);
+    let before = linerate_hostinfo::CpuSnapshot::read().ok();
+    std::thread::sleep(window);
+    let after = linerate_hostinfo::CpuSnapshot::read().ok();
+    let others_busy_pct = before
+        .zip(after)
+        .map(|(a, b)| linerate_hostinfo::usage(&a, &b, Duration::ZERO, window).busy_pct);
     let facts = Facts {
         settings: read_settings(&root),
         reading: HostReading::read(&root),
@@ -26,6 +34,7 @@ pub fn run(args: &DoctorArgs) -> Outcome {
         path,
         assumed_rtt_ms: args.rtt,
         target_bps: args.target.map(|t| t as f64),
+        others_busy_pct,
     };
     let diagnosis = Diagnosis {
         target_bps: facts.target_bps(),

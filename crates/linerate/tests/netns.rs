@@ -441,3 +441,26 @@ fn udp_loss_at_a_slow_receiver_matches_the_kernel_counters() {
         "the receiver's kernel counted no buffer overflow: {remote}"
     );
 }
+
+/// doctor on a host whose egress is a 200 Mbit/s tbf, toward a server behind it: the
+/// bucket is the first finding, and the windows are held against 200 Mbit/s.
+#[test]
+fn doctor_finds_a_token_bucket_on_the_egress() {
+    if skip_unless_root("doctor_finds_a_token_bucket_on_the_egress") {
+        return;
+    }
+    let pair = VethPair::new("doc");
+    pair.shape_a("200mbit", ["latency", "50ms"]);
+    let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
+    let port = server.port.to_string();
+    let out = linerate_in(&pair.ns_a, &["doctor", &pair.addr_b, "-p", &port, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    let first = &doc["findings"][0];
+    assert_eq!(first["topic"], "egress shaping", "{doc:#}");
+    assert!(
+        first["finding"].as_str().unwrap().contains("200.0 Mbit/s"),
+        "{first}"
+    );
+    assert_eq!(num(&doc, "/target_bps"), 200e6);
+}
