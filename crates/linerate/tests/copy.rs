@@ -733,3 +733,79 @@ fn disk_names_a_memory_file_system_and_a_size_that_does_not_fit() {
         stderr(&out)
     );
 }
+
+#[test]
+fn two_pushes_into_room_for_one_let_one_through_and_leave_nothing_of_the_other() {
+    if !is_root() {
+        skip(
+            "two_pushes_into_room_for_one",
+            "needs root to mount a small tmpfs",
+        );
+        return;
+    }
+    let s = Scratch::new("two");
+    let small = s.path("served");
+    run(
+        "mount",
+        &[
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=50m",
+            "tmpfs",
+            small.to_str().unwrap(),
+        ],
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(small.clone());
+    let server = s.serve();
+    let a = s.file("src/a.bin", 30 * 1024 * 1024, 1);
+    let b = s.file("src/b.bin", 30 * 1024 * 1024, 2);
+    let port = server.port.to_string();
+    let key = s.key();
+    let push = |source: &Path, name: &str| {
+        Command::new(binary())
+            .env("LINERATE_DB", scratch_db())
+            .args(["copy", "-p", &port, "--key", &key, "-q"])
+            .args([source.to_str().unwrap(), &remote(name)])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("linerate copy")
+    };
+    let (first, second) = (push(&a, "a.bin"), push(&b, "b.bin"));
+    let outs = [
+        first.wait_with_output().unwrap(),
+        second.wait_with_output().unwrap(),
+    ];
+    let done: Vec<bool> = outs.iter().map(|o| o.status.success()).collect();
+    assert_eq!(
+        done.iter().filter(|d| **d).count(),
+        1,
+        "{:?}",
+        outs.iter().map(stderr).collect::<Vec<_>>()
+    );
+    let failed = outs.iter().find(|o| !o.status.success()).unwrap();
+    let err = stderr(failed);
+    assert!(
+        err.contains("no room") || err.contains("cannot reserve"),
+        "{err}"
+    );
+    // What arrived is whole; the refused one left no part file behind.
+    let names: Vec<String> = std::fs::read_dir(&small)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let (name, source) = if done[0] {
+        ("a.bin", &a)
+    } else {
+        ("b.bin", &b)
+    };
+    same_bytes(source, &small.join(name));
+}

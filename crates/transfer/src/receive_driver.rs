@@ -118,6 +118,12 @@ pub fn prepare(
         return Ok(prepared);
     }
     let target = &prepared.target;
+    // One reservation at a time in this process: two offers that each fit alone but not
+    // together would both get half their space (the file system hands out blocks as they
+    // come) and both fail; in turn, the first gets all it asked and the second is told
+    // there is no room.
+    static RESERVING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = RESERVING.lock().unwrap_or_else(|p| p.into_inner());
     // Room for the whole file before anything is made: a part file from an earlier run
     // already holds its blocks; the rest must fit in what the file system has free.
     let earlier = sys::allocated_at(&target.dir, &target.part_name());
