@@ -372,6 +372,8 @@ impl Server {
                     crate::iperf3_server::serve(shared, stream, cookie, peer)
                 })
             }
+            // A probe of reachability (doctor's handshakes): closed, nothing to log.
+            Preface::Ping => None,
             Preface::Unknown | Preface::NeedBytes(_) => {
                 shared.refused(peer, "not a linerate client");
                 None

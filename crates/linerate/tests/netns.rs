@@ -463,4 +463,7 @@ fn doctor_finds_a_token_bucket_on_the_egress() {
         "{first}"
     );
     assert_eq!(num(&doc, "/target_bps"), 200e6);
+    // The handshakes that timed the path said what they were: nothing refused in the log.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!server.log().contains("refused"), "{}", server.log());
 }

@@ -9,6 +9,7 @@
 //! | `LINEAGNT` + u32 BE version | 12 | agent connection (profile runs) |
 //! | `LINEDATA` + 16-byte token + u32 BE flow index | 28 | native data connection |
 //! | `LINECOPY` + u32 BE version | 12 | a copy session (`--files`) |
+//! | `LINEPING` | 8 | a reachability probe (`linerate doctor HOST`): closed, nothing logged |
 //! | 36 of `[a-z2-7]` + NUL | 37 | an iperf3 client's cookie |
 //!
 //! The magics are upper case, which the iperf3 cookie alphabet cannot contain, so eight
@@ -21,6 +22,9 @@ pub const CONTROL_MAGIC: [u8; 8] = *b"LINERATE";
 pub const DATA_MAGIC: [u8; 8] = *b"LINEDATA";
 /// Opens a copy session (the file service).
 pub const COPY_MAGIC: [u8; 8] = *b"LINECOPY";
+/// A probe of the server's reachability (`linerate doctor HOST` times its handshakes):
+/// the server closes it without a word in its log.
+pub const PING_MAGIC: [u8; 8] = *b"LINEPING";
 /// The control protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Length of a control preface: magic and version.
@@ -68,6 +72,8 @@ pub enum Preface {
     Data { token: Token, flow: u32 },
     /// An iperf3 client; the cookie is the 36 characters before the NUL.
     Iperf3 { cookie: String },
+    /// A reachability probe: close it, log nothing.
+    Ping,
     /// Nothing this server speaks.
     Unknown,
 }
@@ -104,11 +110,15 @@ pub fn classify(bytes: &[u8]) -> Preface {
     let agent = bytes[..seen] == crate::agent::AGENT_MAGIC[..seen];
     let data = bytes[..seen] == DATA_MAGIC[..seen];
     let copy = bytes[..seen] == COPY_MAGIC[..seen];
-    if !control && !data && !agent && !copy {
+    let ping = bytes[..seen] == PING_MAGIC[..seen];
+    if !control && !data && !agent && !copy && !ping {
         return Preface::Unknown;
     }
     if bytes.len() < CONTROL_MAGIC.len() {
         return Preface::NeedBytes(CONTROL_MAGIC.len());
+    }
+    if ping {
+        return Preface::Ping;
     }
     if control || agent || copy {
         if bytes.len() < CONTROL_PREFACE_LEN {
@@ -216,5 +226,12 @@ mod tests {
         let token = Token(*b"0123456789abcdef");
         assert_eq!(Token::from_hex(&token.to_hex()), Some(token));
         assert_eq!(Token::from_hex("zz"), None);
+    }
+
+    #[test]
+    fn a_ping_is_known_at_eight_bytes() {
+        assert_eq!(classify(b"LINEP"), Preface::NeedBytes(8));
+        assert_eq!(classify(b"LINEPING"), Preface::Ping);
+        assert_eq!(classify(b"LINEPONG"), Preface::Unknown);
     }
 }
