@@ -64,6 +64,33 @@ impl Drop for Scratch {
     }
 }
 
+/// A small tmpfs mounted over a directory, unmounted when dropped (root only).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        let options = format!("size={size}");
+        run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &options,
+                "tmpfs",
+                dir.to_str().unwrap(),
+            ],
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
 fn same_bytes(a: &Path, b: &Path) {
     let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
     assert_eq!(
@@ -585,24 +612,7 @@ fn a_full_disk_stops_the_copy_with_a_clear_message_and_the_server_serves_on() {
     }
     let s = Scratch::new("full");
     let small = s.path("served");
-    run(
-        "mount",
-        &[
-            "-t",
-            "tmpfs",
-            "-o",
-            "size=8m",
-            "tmpfs",
-            small.to_str().unwrap(),
-        ],
-    );
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _unmount = Unmount(small.clone());
+    let _unmount = Tmpfs::mount(&small, "8m");
     let server = s.serve();
     let big = s.file("src/big.bin", 20 * 1024 * 1024, 1);
     let out = copy(
@@ -745,24 +755,7 @@ fn two_pushes_into_room_for_one_let_one_through_and_leave_nothing_of_the_other()
     }
     let s = Scratch::new("two");
     let small = s.path("served");
-    run(
-        "mount",
-        &[
-            "-t",
-            "tmpfs",
-            "-o",
-            "size=50m",
-            "tmpfs",
-            small.to_str().unwrap(),
-        ],
-    );
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _unmount = Unmount(small.clone());
+    let _unmount = Tmpfs::mount(&small, "50m");
     let server = s.serve();
     let a = s.file("src/a.bin", 30 * 1024 * 1024, 1);
     let b = s.file("src/b.bin", 30 * 1024 * 1024, 2);
