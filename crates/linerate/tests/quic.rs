@@ -4,14 +4,25 @@
 mod common;
 use common::*;
 
+/// Every byte a sender counted arrived, or the report says which flow's last bytes did
+/// not within the drain: a receiver starved of CPU on a busy host may still be reading
+/// when the drain (and the time it is stretched by while packets move) runs out, and the
+/// report must then say so rather than pass the shortfall off as the path's.
 fn assert_all_arrived(doc: &serde_json::Value) {
+    let warnings = doc["warnings"].to_string();
     for flow in doc["flows"].as_array().expect("flows") {
         assert!(flow["error"].is_null(), "flow failed: {}", flow["error"]);
-        assert_eq!(
-            flow["receiver_bytes_total"], flow["sender_bytes_total"],
-            "flow {}: received a different count than was sent",
-            flow["id"]
-        );
+        let id = &flow["id"];
+        if flow["receiver_bytes_total"] != flow["sender_bytes_total"] {
+            assert!(
+                warnings.contains(&format!(
+                    "flow {id}: the sender's last bytes did not all arrive"
+                )),
+                "flow {id}: received {} of {} sent, and no warning says so: {warnings}",
+                flow["receiver_bytes_total"],
+                flow["sender_bytes_total"]
+            );
+        }
         assert!(num(flow, "/receiver_bytes_total") > 0.0);
     }
 }
