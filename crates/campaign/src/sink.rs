@@ -113,7 +113,7 @@ impl Sink for Sinks<'_> {
 }
 
 /// How a test's live intervals look in text.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct IntervalView {
     config: TestConfig,
     per_flow: bool,
@@ -184,27 +184,30 @@ impl<W: Write> TextSink<W> {
     }
 
     fn test_event(&mut self, event: &Progress) {
-        let Some(view) = self.intervals.clone() else {
-            return;
+        for line in self.test_lines(event) {
+            self.line(&line);
+        }
+    }
+
+    /// The lines a test's live event shows (none without an interval view).
+    fn test_lines(&self, event: &Progress) -> Vec<String> {
+        let Some(view) = &self.intervals else {
+            return Vec::new();
         };
         match event {
-            Progress::Connected { server } => self.line(&format!(
+            Progress::Connected { server } => vec![format!(
                 "Server: {} on {} (kernel {}, {} x {})",
                 server.software, server.hostname, server.kernel, server.cores, server.cpu_model
-            )),
+            )],
             Progress::Started if view.live && view.config.interval_s > 0.0 => {
                 let header = match view.config.workload {
                     Workload::Stream => INTERVAL_HEADER,
                     Workload::Rr | Workload::Crr => linerate_report::rr::RR_INTERVAL_HEADER,
                 };
-                self.line(header);
+                vec![header.to_string()]
             }
-            Progress::Interval(interval) if view.live => {
-                for line in interval_lines(&view, interval, self.scale) {
-                    self.line(&line);
-                }
-            }
-            _ => {}
+            Progress::Interval(interval) if view.live => interval_lines(view, interval, self.scale),
+            _ => Vec::new(),
         }
     }
 }

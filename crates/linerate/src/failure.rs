@@ -44,9 +44,7 @@ pub fn exit_code(outcome: Outcome, json: bool) -> ExitCode {
     };
     match error.downcast_ref::<Failure>() {
         Some(Failure::Usage(message)) => {
-            let args: Vec<String> = std::env::args().collect();
-            let typed = typed_command(&<crate::cli::Cli as clap::CommandFactory>::command(), &args);
-            eprintln!("linerate: error: {message} (see '{typed} --help')");
+            eprintln!("linerate: error: {message} (see '{} --help')", typed_here());
             ExitCode::from(2)
         }
         Some(Failure::Flags(error)) => flags(error),
@@ -80,12 +78,8 @@ fn flags(error: &clap::Error) -> ExitCode {
             ExitCode::from(2)
         }
         _ => {
-            let args: Vec<String> = std::env::args().collect();
-            let typed = typed_command(&<crate::cli::Cli as clap::CommandFactory>::command(), &args);
-            eprintln!(
-                "linerate: {}",
-                one_line_for(&error.render().to_string(), &typed)
-            );
+            let rendered = error.render().to_string();
+            eprintln!("linerate: {}", one_line(&rendered, &typed_here()));
             ExitCode::from(2)
         }
     }
@@ -105,58 +99,31 @@ pub fn typed_command(root: &clap::Command, args: &[String]) -> String {
     words.join(" ")
 }
 
-/// clap's rendered error in one line: the error, its tip ("a similar argument exists:
-/// '--parallel'") when it has one, and the help of the command it came from (from
-/// clap's usage line, else `typed`).
-fn one_line_for(rendered: &str, typed: &str) -> String {
-    let line = one_line(rendered);
-    match line.strip_suffix(" (see 'linerate --help')") {
-        Some(head) if typed != "linerate" => format!("{head} (see '{typed} --help')"),
-        _ => line,
-    }
+/// The command this process was given, as [`typed_command`] reads it.
+fn typed_here() -> String {
+    let args: Vec<String> = std::env::args().collect();
+    typed_command(&<crate::cli::Cli as clap::CommandFactory>::command(), &args)
 }
 
-fn one_line(rendered: &str) -> String {
+/// clap's rendered error in one line: the error, its tip ("a similar argument exists:
+/// '--parallel'") when it has one, and the help of the command typed.
+fn one_line(rendered: &str, typed: &str) -> String {
     let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
-    let mut first = lines
+    let mut line = lines
         .next()
         .unwrap_or("error: invalid arguments")
         .to_string();
     // "the following required arguments were not provided:" names them below.
-    if first.ends_with(':') {
+    if line.ends_with(':') {
         if let Some(next) = lines.next() {
-            first = format!("{first} {next}");
+            line = format!("{line} {next}");
         }
     }
-    let rest: Vec<&str> = lines.collect();
-    let tips: Vec<&str> = rest
-        .iter()
-        .filter_map(|l| l.strip_prefix("tip: "))
-        .collect();
-    // "Usage: linerate stream [OPTIONS] [HOST]": the command is the words before the
-    // first option or argument.
-    let command = rest
-        .iter()
-        .find_map(|l| l.strip_prefix("Usage: "))
-        .map(|usage| {
-            usage
-                .split_whitespace()
-                .take_while(|w| {
-                    !w.starts_with(['-', '[', '<'])
-                        && w.chars()
-                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .filter(|c| c.starts_with("linerate"))
-        .unwrap_or_else(|| "linerate".to_string());
-    let mut line = first;
-    for tip in tips {
+    for tip in lines.filter_map(|l| l.strip_prefix("tip: ")) {
         line.push_str("; ");
         line.push_str(tip);
     }
-    format!("{line} (see '{command} --help')")
+    format!("{line} (see '{typed} --help')")
 }
 
 #[cfg(test)]
@@ -182,7 +149,7 @@ mod tests {
     #[test]
     fn a_mistyped_flag_gets_the_tip_and_the_subcommands_help() {
         let error = Cli::try_parse_from(["linerate", "stream", "--paralel", "4"]).unwrap_err();
-        let line = one_line(&error.render().to_string());
+        let line = one_line(&error.render().to_string(), "linerate stream");
         assert!(
             line.starts_with("error: unexpected argument '--paralel' found"),
             "{line}"
@@ -196,10 +163,10 @@ mod tests {
         let root = <Cli as clap::CommandFactory>::command();
         assert_eq!(typed_command(&root, &args), "linerate stream");
         let error = Cli::try_parse_from(&args).unwrap_err();
-        let line = one_line_for(&error.render().to_string(), "linerate stream");
+        let line = one_line(&error.render().to_string(), "linerate stream");
         assert!(line.ends_with("(see 'linerate stream --help')"), "{line}");
         let error = Cli::try_parse_from(["linerate", "strem"]).unwrap_err();
-        let line = one_line(&error.render().to_string());
+        let line = one_line(&error.render().to_string(), "linerate");
         assert!(line.contains("'stream'"), "{line}");
         assert!(line.ends_with("(see 'linerate --help')"), "{line}");
     }

@@ -72,17 +72,13 @@ impl Document {
     /// The emulated path the run crossed, in brief ("lab NAME: rtt +20 ms, loss 2% each
     /// way"), or "direct".
     pub fn path_brief(&self) -> String {
-        let host = match self {
-            Document::Test(report) => return report.path().map_or("direct".into(), |p| p.brief()),
-            Document::Sweep(sweep) => &sweep.host,
-            Document::FindMax(search) => &search.host,
-            Document::Profile(_) => return "direct".into(),
+        let path = match self {
+            Document::Test(report) => report.path(),
+            Document::Sweep(sweep) => crate::model::path_of(&sweep.host),
+            Document::FindMax(search) => crate::model::path_of(&search.host),
+            Document::Profile(_) => None,
         };
-        host.local
-            .path
-            .as_deref()
-            .or(host.remote.path.as_deref())
-            .map_or("direct".into(), |p| p.brief())
+        path.map_or("direct".into(), |p| p.brief())
     }
 
     /// The server as the user named it, or "loopback".

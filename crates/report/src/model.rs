@@ -450,11 +450,7 @@ impl Report {
     /// The emulated path the test crossed, as the client's host (or else the server's)
     /// recorded it.
     pub fn path(&self) -> Option<&linerate_model::PathFacts> {
-        self.host
-            .local
-            .path
-            .as_deref()
-            .or(self.host.remote.path.as_deref())
+        path_of(&self.host)
     }
 }
 
@@ -630,4 +626,10 @@ pub struct Baseline {
     pub extra_cpu_pct: f64,
     /// Encrypted goodput over plain.
     pub goodput_ratio: f64,
+}
+
+/// The emulated path either host says it crossed (a lab or `LINERATE_PATH`), the
+/// client's first.
+pub fn path_of(host: &PerSide<HostFacts>) -> Option<&linerate_model::PathFacts> {
+    host.local.path.as_deref().or(host.remote.path.as_deref())
 }
