@@ -48,6 +48,10 @@ pub struct ServerConfig {
     pub tls_mode: crate::secure::TlsMode,
     /// The certificate encrypted tests present (`--cert`, `--cert-key`, or self-signed).
     pub tls_identity: Arc<crate::secure::ServerIdentity>,
+    /// The files a profile's sendfile operations may send from this host: those the
+    /// controller listed for its own in-process server. Empty for `linerate serve`, which
+    /// never sends its files on a peer's word.
+    pub sendable_files: Arc<std::collections::BTreeSet<String>>,
 }
 
 /// Takes a finished test's report (with the server's test id). An iperf3 client keeps no
@@ -82,6 +86,7 @@ impl ServerConfig {
             files: None,
             tls_mode: crate::secure::TlsMode::default(),
             tls_identity: Arc::new(crate::secure::ServerIdentity::default()),
+            sendable_files: Arc::default(),
         }
     }
 }

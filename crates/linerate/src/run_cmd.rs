@@ -17,8 +17,15 @@ fn load(path: &std::path::Path, set: &SetArgs) -> Result<(Profile, Format)> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::Usage(format!("cannot read profile {name}: {e}")))?;
     let vars = Vars::new(set.set.iter().cloned().collect());
-    let (profile, format) =
+    let parsed =
         linerate_profile::parse(&name, &text, &vars).map_err(|e| Failure::Usage(e.to_string()))?;
+    for note in &parsed.notes {
+        eprintln!("linerate: note: {note}");
+    }
+    let (mut profile, format) = (parsed.profile, parsed.format);
+    // The files sendfile operations send are this host's, listed before anything runs.
+    linerate_drivers::profile::files::find(&mut profile)
+        .map_err(|e| Failure::Usage(format!("{name}: {e}")))?;
     // Each host gets its groups in one request, which its agent bounds: said here first.
     let mut hosts: Vec<&Option<String>> = profile.groups.iter().map(|g| &g.host).collect();
     hosts.sort();

@@ -534,8 +534,9 @@ fn hostile_mirror(server: &ServeProcess, threads: u32, seconds: u32) -> (TcpStre
     let text = format!(
         "[[group]]\nthreads = {threads}\n[[group.transaction]]\nops = [{{ op = \"connect\", protocol = \"udp\" }}]\n[[group.transaction]]\nduration = \"{seconds}s\"\nops = [{{ op = \"read\", size = \"1400\" }}]\n"
     );
-    let (profile, _) =
-        linerate_profile::parse("hostile.toml", &text, &Default::default()).expect("profile");
+    let profile = linerate_profile::parse("hostile.toml", &text, &Default::default())
+        .expect("profile")
+        .profile;
     let mut group = profile.groups[0].clone();
     for op in group.transactions.iter_mut().flat_map(|t| &mut t.ops) {
         op.action = op.action.mirror();
@@ -744,6 +745,7 @@ fn oversized_agent_requests_are_refused_and_the_server_stays_small() {
         size: linerate_profile::Size::Fixed(256 * 1024),
         rsize: None,
         count: 1,
+        last: None,
         rate: None,
         canfail: false,
     });
@@ -1228,4 +1230,75 @@ fn failed_proofs_block_a_client_for_a_while() {
         &["refused 127.0.0.1:", "failed proofs"],
         Duration::from_secs(3)
     ));
+}
+
+/// A peer may not make `linerate serve` send its files: a prepared group or a mirror
+/// holding a sendfile of /etc/hostname is refused, naming why, and the server serves on.
+#[test]
+fn an_agent_never_sends_its_files_on_a_peers_word() {
+    use linerate_profile::{Action, Endpoint, FileSend, Protocol, SendFile};
+    let server = ServeProcess::start(&[]);
+    let connect = Action::Connect(Endpoint {
+        protocol: Protocol::Tcp,
+        remote: None,
+        window: None,
+        nodelay: false,
+        congestion: None,
+        cipher: None,
+        engine: None,
+    });
+    let sendfile = Action::Sendfile(FileSend {
+        dir: "/etc".into(),
+        files: vec![SendFile {
+            path: "/etc/hostname".into(),
+            size: 1,
+        }],
+        nfiles: None,
+        chunk: None,
+        count: 1,
+        canfail: false,
+    });
+    let group = group_of(1, vec![transaction(vec![connect, sendfile])]);
+    let mut link = agent_link(&server);
+    send_request(
+        &mut link,
+        &linerate_proto::agent::AgentRequest::Prepare {
+            parts: vec![linerate_proto::agent::GroupPart {
+                index: 0,
+                host_label: "h".into(),
+                group: group.clone(),
+            }],
+            limit_s: 10.0,
+        },
+    );
+    let reply = agent_reply(&mut link);
+    assert_eq!(reply["type"], "error", "{reply}");
+    assert!(
+        reply["reason"]
+            .as_str()
+            .unwrap()
+            .contains("would send this host's files"),
+        "{reply}"
+    );
+    let mut link = agent_link(&server);
+    let spec = linerate_proto::agent::MirrorSpec {
+        group,
+        dial_back: None,
+        limit_s: 10.0,
+    };
+    send_request(
+        &mut link,
+        &linerate_proto::agent::AgentRequest::Mirror {
+            spec: Box::new(spec),
+        },
+    );
+    let reply = agent_reply(&mut link);
+    assert!(
+        reply["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("would send this host's files"),
+        "{reply}"
+    );
+    healthy_test(&server, &[]);
 }

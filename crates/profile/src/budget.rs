@@ -7,7 +7,7 @@
 //! and operation, a counter per thread and transaction, and two message buffers per thread;
 //! the bounds below keep one request's share of those under about 256 MiB.
 
-use crate::model::{Action, Group, Repeat, Size, Transfer};
+use crate::model::{Action, FileSend, Group, Repeat, Size, Transfer};
 
 /// Groups in one request.
 pub const MAX_GROUPS: usize = 64;
@@ -25,6 +25,9 @@ pub const MAX_THREAD_BUFFER: u64 = 256 * 1024;
 pub const MAX_SECONDS: f64 = 86_400.0;
 /// Messages one operation may send per execution.
 pub const MAX_COUNT: u64 = 1_000_000_000;
+/// Files one sendfile operation may choose from: each is listed in the group its peer
+/// receives.
+pub const MAX_SEND_FILES: usize = 1024;
 
 /// Why `groups` ask more than one request may, if they do: the first value over its
 /// bound, named.
@@ -71,7 +74,17 @@ pub fn check(groups: &[&Group]) -> Result<(), String> {
                 if let Action::Think(think) = &op.action {
                     seconds_within(think.seconds, &at, "think")?;
                 }
+                if let Action::Sendfile(f) | Action::ReceiveFiles(f) = &op.action {
+                    files_within(f, &at)?;
+                }
                 if let Some((transfer, _)) = op.action.transfer() {
+                    if let (Some(last), Size::Fixed(size)) = (transfer.last, transfer.size) {
+                        if last == 0 || last > size {
+                            return Err(format!(
+                                "{at}: a last message of {last} bytes, the messages are {size}"
+                            ));
+                        }
+                    }
                     for size in [Some(transfer.size), transfer.rsize].into_iter().flatten() {
                         if let Size::Random { min, max } = size {
                             if min > max {
@@ -144,6 +157,49 @@ pub fn declared_rate_bps(group: &Group) -> Option<f64> {
     Some(fastest * f64::from(group.threads))
 }
 
+fn files_within(send: &FileSend, at: &str) -> Result<(), String> {
+    if send.files.len() > MAX_SEND_FILES {
+        return Err(format!(
+            "{at}: {} files to choose from, at most {MAX_SEND_FILES}",
+            send.files.len()
+        ));
+    }
+    if send.per_execution() == 0 || send.per_execution() > crate::MAX_FILES_PER_SEND {
+        return Err(format!(
+            "{at}: {} files per send, between 1 and {}",
+            send.per_execution(),
+            crate::MAX_FILES_PER_SEND
+        ));
+    }
+    if send.count == 0 || send.count > MAX_COUNT {
+        return Err(format!(
+            "{at}: count {} outside 1 to {MAX_COUNT}",
+            send.count
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses groups that would send this host's files: a group from the network runs on
+/// a peer's word, and a peer may not choose what of this host's disk goes out. (A mirror
+/// of a sendfile receives files and is welcome.)
+pub fn sends_no_files(groups: &[&Group]) -> Result<(), String> {
+    for group in groups {
+        let sends = group
+            .transactions
+            .iter()
+            .flat_map(|t| &t.ops)
+            .any(|op| matches!(op.action, Action::Sendfile(_)));
+        if sends {
+            return Err(format!(
+                "group '{}' would send this host's files (sendfile); only the host that reads a profile sends its own files",
+                group.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The largest message a transfer moves either way (its size, or its peer's `rsize`).
 fn largest_message(transfer: &Transfer) -> u64 {
     transfer.size.max().max(transfer.rsize.map_or(0, Size::max))
@@ -211,6 +267,7 @@ mod tests {
             size: Size::Fixed(size),
             rsize: None,
             count: 1,
+            last: None,
             rate: None,
             canfail: false,
         })
@@ -293,6 +350,7 @@ mod tests {
                 size: Size::Random { min: 10, max: 2 },
                 rsize: None,
                 count: 1,
+                last: None,
                 rate: None,
                 canfail: false,
             })])],

@@ -7,6 +7,8 @@ use linerate_model::units::parse_size;
 
 /// The most threads one group may ask for.
 pub const MAX_THREADS: u32 = 16_384;
+/// The most files one `sendfilev` sends per execution.
+pub const MAX_FILES_PER_SEND: u32 = 64;
 
 pub(crate) struct RawProfile {
     pub name: Option<Text>,
@@ -86,6 +88,18 @@ fn build_group(filler: &Filler, index: usize, raw: RawGroup) -> Result<Group> {
         transactions.push(build_transaction(filler, txn, remote.as_deref())?);
     }
     check_connections(filler, &transactions, raw.pos)?;
+    if let Some(host) = host.as_deref().filter(|h| !is_local(h)) {
+        let sends_files = transactions
+            .iter()
+            .flat_map(|t| &t.ops)
+            .any(|op| matches!(op.action, Action::Sendfile(_)));
+        if sends_files {
+            return Err(filler.error(
+                raw.pos,
+                format!("sendfile sends files of the host that reads the profile, so it cannot run in a group on host '{host}'"),
+            ));
+        }
+    }
     Ok(Group {
         name: raw
             .name
@@ -161,6 +175,8 @@ fn allowed(kind: &str) -> &'static [&'static str] {
         "nop" => &[],
         "write" | "read" | "sendto" | "recv" => &["size", "rsize", "count", "rate", "canfail"],
         "think" => &["duration", "idle", "busy"],
+        "sendfile" => &["dir", "size", "count", "canfail"],
+        "sendfilev" => &["dir", "nfiles", "size", "count", "canfail"],
         _ => &[],
     }
 }
@@ -178,10 +194,12 @@ fn build_op(filler: &Filler, raw: RawOp, group_remote: Option<&str>) -> Result<O
             | "recv"
             | "think"
             | "nop"
+            | "sendfile"
+            | "sendfilev"
     ) {
         return Err(filler.error(
             raw.kind.pos,
-            format!("unknown operation '{kind}' (connect, accept, disconnect, write, read, sendto, recv, think, nop)"),
+            format!("unknown operation '{kind}' (connect, accept, disconnect, write, read, sendto, recv, sendfile, sendfilev, think, nop)"),
         ));
     }
     let mut conn = None;
@@ -226,7 +244,58 @@ fn build_op(filler: &Filler, raw: RawOp, group_remote: Option<&str>) -> Result<O
             },
         }
     };
+    let count = || -> Result<u64> {
+        match value("count")? {
+            None => Ok(1),
+            Some(text) => {
+                let n = parse_count(filler, text, "count")?;
+                if n == 0 {
+                    return Err(filler.error(text.pos, "count '0' must be at least 1"));
+                }
+                Ok(n)
+            }
+        }
+    };
     let action = match kind {
+        "sendfile" | "sendfilev" => {
+            let Some(dir) = value("dir")? else {
+                return Err(filler.error(
+                    raw.kind.pos,
+                    format!("{kind} needs dir=, the directory whose files it sends"),
+                ));
+            };
+            let nfiles = match (kind, value("nfiles")?) {
+                ("sendfile", _) => None,
+                (_, None) => Some(1),
+                (_, Some(text)) => {
+                    let n = parse_count(filler, text, "nfiles")?;
+                    if n == 0 || n > u64::from(MAX_FILES_PER_SEND) {
+                        return Err(filler.error(
+                            text.pos,
+                            format!(
+                                "nfiles '{}' must be between 1 and {MAX_FILES_PER_SEND}",
+                                text.value
+                            ),
+                        ));
+                    }
+                    Some(n as u32)
+                }
+            };
+            // uperf's size on a sendfile is the bytes per sendfile(2) call; 0 or none
+            // sends a file in one call.
+            let chunk = value("size")?
+                .map(|t| parse_bytes(filler, t, "size"))
+                .transpose()?
+                .filter(|&n| n > 0);
+            Action::Sendfile(FileSend {
+                dir: dir.value.clone(),
+                files: Vec::new(),
+                nfiles,
+                chunk,
+                count: count()?,
+                canfail: flag("canfail")?,
+            })
+        }
         "connect" | "accept" => {
             let protocol = match value("protocol")? {
                 None => Protocol::Tcp,
@@ -301,16 +370,16 @@ fn build_op(filler: &Filler, raw: RawOp, group_remote: Option<&str>) -> Result<O
             let rsize = value("rsize")?
                 .map(|t| parse_message_size(filler, t))
                 .transpose()?;
-            let count = match value("count")? {
-                None => 1,
-                Some(text) => {
-                    let n = parse_count(filler, text, "count")?;
-                    if n == 0 {
-                        return Err(filler.error(text.pos, "count '0' must be at least 1"));
-                    }
-                    n
+            if let (Some(rsize), "write" | "read") = (rsize, kind) {
+                if !matches!((size, rsize), (Size::Fixed(_), Size::Fixed(_))) {
+                    let pos = value("rsize")?.map_or(raw.kind.pos, |t| t.pos);
+                    return Err(filler.error(
+                        pos,
+                        "rsize needs fixed sizes on a byte stream: the peer moves the same bytes in rsize pieces, and a random size leaves it not knowing how many",
+                    ));
                 }
-            };
+            }
+            let count = count()?;
             let rate = value("rate")?
                 .map(|t| parse_positive(filler, t, "rate"))
                 .transpose()?;
@@ -318,6 +387,7 @@ fn build_op(filler: &Filler, raw: RawOp, group_remote: Option<&str>) -> Result<O
                 size,
                 rsize,
                 count,
+                last: None,
                 rate,
                 canfail: flag("canfail")?,
             };
@@ -345,9 +415,9 @@ fn check_connections(filler: &Filler, transactions: &[Transaction], at: Pos) -> 
                 }
                 Action::Disconnect => {}
                 action => {
-                    let Some((transfer, _)) = action.transfer() else {
+                    if action.sends().is_none() {
                         continue;
-                    };
+                    }
                     let protocol = open.get(&name).copied();
                     let Some(protocol) = protocol else {
                         return Err(filler.error(
@@ -360,6 +430,18 @@ fn check_connections(filler: &Filler, transactions: &[Transaction], at: Pos) -> 
                                 ))
                             ),
                         ));
+                    };
+                    let Some((transfer, _)) = action.transfer() else {
+                        if protocol == Protocol::Udp {
+                            return Err(filler.error(
+                                at,
+                                format!(
+                                    "{} needs a tcp or ssl connection: files go over a byte stream",
+                                    action.name()
+                                ),
+                            ));
+                        }
+                        continue;
                     };
                     let biggest = transfer.size.max().max(transfer.rsize.map_or(0, Size::max));
                     if protocol == Protocol::Udp && biggest > 65_507 {

@@ -9,7 +9,7 @@ pub mod source;
 pub mod toml_format;
 pub mod uperf;
 
-pub use build::MAX_THREADS;
+pub use build::{MAX_FILES_PER_SEND, MAX_THREADS};
 pub use model::*;
 pub use source::{Pos, ProfileError, Vars};
 
@@ -39,14 +39,28 @@ impl Format {
     }
 }
 
+/// A profile as read from its file.
+#[derive(Debug)]
+pub struct Parsed {
+    pub profile: Profile,
+    pub format: Format,
+    /// What the file says that changes nothing, each `file:line:col: why`, to be shown
+    /// to the user.
+    pub notes: Vec<String>,
+}
+
 /// Reads a profile in either format; `path` names the file in errors.
-pub fn parse(path: &str, text: &str, vars: &Vars) -> Result<(Profile, Format), ProfileError> {
+pub fn parse(path: &str, text: &str, vars: &Vars) -> Result<Parsed, ProfileError> {
     let format = Format::detect(path, text);
-    let profile = match format {
-        Format::Toml => toml_format::parse(path, text, vars)?,
-        Format::UperfXml => uperf::parse(path, text, vars)?,
+    let (profile, notes) = match format {
+        Format::Toml => (toml_format::parse(path, text, vars)?, Vec::new()),
+        Format::UperfXml => uperf::parse_noting(path, text, vars)?,
     };
-    Ok((profile, format))
+    Ok(Parsed {
+        profile,
+        format,
+        notes,
+    })
 }
 
 #[cfg(test)]

@@ -67,7 +67,6 @@ fn toml_err(text: &str) -> ProfileError {
 #[test]
 fn every_shared_uperf_profile_runs_or_is_refused_by_name() {
     let refused = [
-        ("ssl.xml", "uperf option 'duration'"),
         ("sctp.xml", "protocol 'sctp'"),
         ("sctp-over-udp.xml", "protocol 'sctp'"),
         ("sctp_flowop_test.xml", "protocol 'sctp'"),
@@ -114,8 +113,9 @@ fn every_shared_uperf_profile_runs_or_is_refused_by_name() {
 
 #[test]
 fn uperf_semantics_of_a_bulk_write_profile() {
-    let (profile, format) =
-        parse("bulk-write.xml", &fixture("bulk-write.xml"), &uperf_vars()).unwrap();
+    let Parsed {
+        profile, format, ..
+    } = parse("bulk-write.xml", &fixture("bulk-write.xml"), &uperf_vars()).unwrap();
     assert_eq!(format, Format::UperfXml);
     assert_eq!(profile.name, "bulk-write");
     let group = &profile.groups[0];
@@ -142,7 +142,7 @@ fn uperf_semantics_of_a_bulk_write_profile() {
 fn uperf_named_connections_think_and_defaults() {
     let two = parse("dual-path.xml", &fixture("dual-path.xml"), &uperf_vars())
         .unwrap()
-        .0;
+        .profile;
     let connects = &two.groups[0].transactions[0].ops;
     assert_eq!(connects[0].conn, None);
     assert_eq!(connects[1].conn.as_deref(), Some("1"));
@@ -161,7 +161,7 @@ fn uperf_named_connections_think_and_defaults() {
         &uperf_vars(),
     )
     .unwrap()
-    .0;
+    .profile;
     let ops = &ldap.groups[0].transactions[1].ops;
     assert_eq!(
         ops[1].action,
@@ -184,6 +184,7 @@ fn uperf_named_connections_think_and_defaults() {
             size: Size::Fixed(70),
             rsize: None,
             count: 1,
+            last: None,
             rate: None,
             canfail: false
         })
@@ -283,7 +284,7 @@ fn toml_errors_name_the_line_column_and_value() {
     let cases: Vec<(String, &str)> = vec![
         (GOOD.replace("threads = \"${conns}\"", "threads = 0"), "p.toml:9:11: threads '0' must be between 1 and 16384"),
         (GOOD.replace("size = 170", "size = \"huge\""), "p.toml:20:26: size 'huge' is not a size like 64k"),
-        (GOOD.replace("op = \"write\"", "op = \"scribble\""), "p.toml:20:10: unknown operation 'scribble' (connect, accept, disconnect, write, read, sendto, recv, think, nop)"),
+        (GOOD.replace("op = \"write\"", "op = \"scribble\""), "p.toml:20:10: unknown operation 'scribble' (connect, accept, disconnect, write, read, sendto, recv, sendfile, sendfilev, think, nop)"),
         (GOOD.replace("protocol = \"tcp\"", "protocol = \"sctp\""), "p.toml:14:37: protocol 'sctp' is not supported: linerate runs tcp, udp and ssl profiles"),
         (GOOD.replace("duration = \"2s\"", "duration = \"soon\""), "p.toml:17:12: duration 'soon' is not a duration like 30s or 100ms"),
         (GOOD.replace("rate = 500", "rate = -1"), "p.toml:18:8: rate '-1' is not a positive number"),
@@ -341,7 +342,7 @@ fn the_projects_uperf_fixtures_run_or_are_refused_by_name() {
         ("dual-path.xml", None),
         ("directory-lookup.xml", None),
         ("echo-accept.xml", None),
-        ("tls-read.xml", Some(("uperf option 'duration'", 8))),
+        ("tls-read.xml", None),
         ("vsock-write.xml", Some(("protocol 'vsock'", 6))),
     ] {
         let outcome = uperf::parse(name, &fixture(name), &uperf_vars());
@@ -425,9 +426,19 @@ mod round_trip {
                 size,
                 rsize,
                 count,
+                last: None,
                 rate,
                 canfail,
             })
+    }
+
+    /// A byte stream's rsize is fixed, and only beside a fixed size (the peer must know
+    /// the bytes it moves).
+    fn stream_rsize(mut t: Transfer) -> Transfer {
+        if !matches!((t.size, t.rsize), (Size::Fixed(_), Some(Size::Fixed(_)))) {
+            t.rsize = None;
+        }
+        t
     }
 
     fn action() -> impl Strategy<Value = Action> {
@@ -435,12 +446,29 @@ mod round_trip {
             endpoint().prop_map(Action::Connect),
             endpoint().prop_map(Action::Accept),
             Just(Action::Disconnect),
-            transfer().prop_map(Action::Write),
-            transfer().prop_map(Action::Read),
+            transfer().prop_map(|t| Action::Write(stream_rsize(t))),
+            transfer().prop_map(|t| Action::Read(stream_rsize(t))),
             transfer().prop_map(Action::Sendto),
             transfer().prop_map(Action::Recv),
             (seconds(), any::<bool>())
                 .prop_map(|(seconds, busy)| Action::Think(Think { seconds, busy })),
+            (
+                "[a-z/]{1,12}",
+                prop_oneof![Just(None), (1u32..=64).prop_map(Some)],
+                prop_oneof![Just(None), (1u64..1 << 30).prop_map(Some)],
+                1u64..100,
+                any::<bool>()
+            )
+                .prop_map(|(dir, nfiles, chunk, count, canfail)| Action::Sendfile(
+                    FileSend {
+                        dir,
+                        files: Vec::new(),
+                        nfiles,
+                        chunk,
+                        count,
+                        canfail
+                    }
+                )),
             Just(Action::Nop),
         ]
     }
@@ -504,6 +532,25 @@ mod round_trip {
                             congestion: None,
                         }),
                     };
+                    // Files go over byte streams, and a group another host runs sends
+                    // no files of this one.
+                    let mut udp = std::collections::BTreeSet::new();
+                    for op in transactions.iter_mut().flat_map(|t| &mut t.ops) {
+                        match &op.action {
+                            Action::Connect(e) | Action::Accept(e) => {
+                                if e.protocol == Protocol::Udp {
+                                    udp.insert(op.conn.clone());
+                                } else {
+                                    udp.remove(&op.conn);
+                                }
+                            }
+                            Action::Sendfile(_) if host.is_some() || udp.contains(&op.conn) => {
+                                op.action = Action::Nop;
+                                op.conn = None;
+                            }
+                            _ => {}
+                        }
+                    }
                     let openers = [None, Some("1"), Some("db \"main\"")].map(opener).to_vec();
                     transactions.insert(
                         0,
@@ -540,4 +587,195 @@ fn format_detection() {
     assert_eq!(Format::detect("a.profile", "  <?xml"), Format::UperfXml);
     assert_eq!(Format::detect("a.toml", "name = 1"), Format::Toml);
     let _ = BTreeMap::<u8, u8>::new();
+}
+
+#[test]
+fn a_flowop_duration_is_ignored_as_uperf_ignores_it_and_said_so() {
+    let (profile, notes) =
+        uperf::parse_noting("tls-read.xml", &fixture("tls-read.xml"), &uperf_vars()).unwrap();
+    // uperf runs `count` reads per iteration whatever the flowop's duration says: two
+    // iterations of one 8 KiB read.
+    let txn = &profile.groups[0].transactions[1];
+    assert_eq!(txn.repeat, Repeat::Iterations(2));
+    let Action::Read(read) = &txn.ops[0].action else {
+        panic!("{txn:?}")
+    };
+    assert_eq!((read.size, read.count), (Size::Fixed(8192), 1));
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("tls-read.xml:8:")
+            && notes[0].contains("duration on a read is ignored"),
+        "{notes:?}"
+    );
+    // A think's duration is its own, and no note.
+    let (_, none) = uperf::parse_noting(
+        "think.xml",
+        r#"<profile name="t"><group><transaction iterations="1">
+<flowop type="think" options="duration=10ms"/></transaction></group></profile>"#,
+        &vars(&[]),
+    )
+    .unwrap();
+    assert!(none.is_empty(), "{none:?}");
+}
+
+/// The peer's transfer of `action`, and the bytes each side moves.
+fn mirrored_bytes(action: &Action) -> (Transfer, u64, u64) {
+    let (ours, _) = action.transfer().unwrap();
+    let peer = match action.mirror() {
+        Action::Read(t) | Action::Write(t) | Action::Recv(t) | Action::Sendto(t) => t,
+        other => panic!("{other:?}"),
+    };
+    let bytes = |t: &Transfer| {
+        (0..t.count)
+            .map(|k| t.fixed_size_of(k).unwrap())
+            .sum::<u64>()
+    };
+    (peer.clone(), bytes(ours), bytes(&peer))
+}
+
+#[test]
+fn rsize_is_the_peers_piece_of_the_same_bytes_on_a_stream() {
+    let parse_op = |options: &str, kind: &str| {
+        let text = format!(
+            r#"<profile name="r"><group nthreads="64"><transaction iterations="1">
+<flowop type="connect" options="remotehost=$h protocol=tcp"/></transaction>
+<transaction iterations="1"><flowop type="{kind}" options="{options}"/></transaction></group></profile>"#
+        );
+        uperf::parse("r.xml", &text, &uperf_vars()).unwrap().groups[0].transactions[1].ops[0]
+            .action
+            .clone()
+    };
+    // The issue's profile: 64 processes writing count=10 size=8k rsize=16k. The peer reads
+    // the same 80 KiB as five 16 KiB pieces (before, ten 16 KiB reads waited for 160 KiB).
+    let (peer, ours, theirs) = mirrored_bytes(&parse_op("count=10 size=8k rsize=16k", "write"));
+    assert_eq!(
+        (peer.size, peer.count, peer.last),
+        (Size::Fixed(16384), 5, None)
+    );
+    assert_eq!((ours, theirs), (81920, 81920));
+    // Pieces that do not divide the bytes: the last one is shorter.
+    let (peer, ours, theirs) = mirrored_bytes(&parse_op("count=3 size=10k rsize=4k", "read"));
+    assert_eq!(
+        (peer.size, peer.count, peer.last),
+        (Size::Fixed(4096), 8, Some(2048))
+    );
+    assert_eq!((ours, theirs), (30720, 30720));
+    // And back: the mirror of the mirror moves the same bytes too.
+    let twice = parse_op("count=3 size=10k rsize=4k", "read")
+        .mirror()
+        .mirror();
+    let (_, back, _) = mirrored_bytes(&twice);
+    assert_eq!(back, 30720);
+    // A paced write keeps its byte rate on the peer.
+    let (peer, _, _) = mirrored_bytes(&parse_op("count=10 size=8k rsize=16k rate=100", "write"));
+    assert_eq!(peer.rate, Some(50.0));
+    // Random sizes leave the peer not knowing the bytes: refused, by position.
+    let text = r#"<profile name="r"><group><transaction iterations="1">
+<flowop type="connect" options="remotehost=$h protocol=tcp"/>
+<flowop type="write" options="size=rand(1k,8k) rsize=16k"/></transaction></group></profile>"#;
+    let err = uperf::parse("r.xml", text, &uperf_vars()).unwrap_err();
+    assert!(err.message.contains("rsize needs fixed sizes"), "{err}");
+    assert_eq!(err.pos.line, 3, "{err}");
+}
+
+#[test]
+fn rsize_on_datagrams_is_the_peers_datagram_message_for_message() {
+    let text = r#"<profile name="u"><group><transaction iterations="1">
+<flowop type="connect" options="remotehost=$h protocol=udp"/>
+<flowop type="sendto" options="count=4 size=1k rsize=8k"/></transaction></group></profile>"#;
+    let profile = uperf::parse("u.xml", text, &uperf_vars()).unwrap();
+    let Action::Recv(peer) = profile.groups[0].transactions[0].ops[1].action.mirror() else {
+        panic!()
+    };
+    assert_eq!((peer.size, peer.count), (Size::Fixed(8192), 4));
+}
+
+#[test]
+fn sendfile_and_sendfilev_read_in_both_formats_and_are_bounded() {
+    let xml = r#"<profile name="files"><group nthreads="2">
+<transaction iterations="1"><flowop type="connect" options="remotehost=$h protocol=tcp"/></transaction>
+<transaction iterations="3">
+  <flowop type="sendfile" options="dir=/srv/files size=64k"/>
+  <flowop type="sendfilev" options="dir=/srv/files nfiles=4 count=2"/>
+</transaction></group></profile>"#;
+    let profile = uperf::parse("files.xml", xml, &uperf_vars()).unwrap();
+    let ops = &profile.groups[0].transactions[1].ops;
+    let Action::Sendfile(one) = &ops[0].action else {
+        panic!("{ops:?}")
+    };
+    assert_eq!(
+        (one.dir.as_str(), one.nfiles, one.chunk, one.count),
+        ("/srv/files", None, Some(65536), 1)
+    );
+    assert_eq!(ops[0].action.name(), "sendfile");
+    let Action::Sendfile(many) = &ops[1].action else {
+        panic!("{ops:?}")
+    };
+    assert_eq!((many.nfiles, many.chunk, many.count), (Some(4), None, 2));
+    assert_eq!(ops[1].action.name(), "sendfilev");
+    // The peer receives what is sent; it is the receiving side.
+    assert_eq!(ops[1].action.mirror(), Action::ReceiveFiles(many.clone()));
+    assert_eq!(ops[1].action.mirror().sends(), Some(false));
+    // The TOML conversion says the same.
+    converts_and_reads_back("files.xml", xml);
+    let bad = |options: &str, protocol: &str| {
+        let text = format!(
+            r#"<profile name="b"><group><transaction iterations="1">
+<flowop type="connect" options="remotehost=$h protocol={protocol}"/>
+<flowop type="sendfilev" options="{options}"/></transaction></group></profile>"#
+        );
+        uperf::parse("b.xml", &text, &uperf_vars())
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(bad("nfiles=2", "tcp").contains("sendfilev needs dir="));
+    assert!(bad("dir=/d nfiles=65", "tcp").contains("nfiles '65' must be between 1 and 64"));
+    assert!(bad("dir=/d", "udp").contains("needs a tcp or ssl connection"));
+    // A group that another host runs cannot send the files of the host that read it.
+    let remote = r#"
+[[group]]
+host = "10.0.0.9"
+[[group.transaction]]
+ops = [{ op = "connect" }, { op = "sendfile", dir = "/d" }]
+"#;
+    let err = toml_format::parse("r.toml", remote, &vars(&[])).unwrap_err();
+    assert!(
+        err.message
+            .contains("cannot run in a group on host '10.0.0.9'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn groups_from_the_network_never_send_this_hosts_files() {
+    let text = r#"
+[[group]]
+[[group.transaction]]
+ops = [{ op = "connect" }, { op = "sendfile", dir = "/etc" }]
+"#;
+    let profile = toml_format::parse("p.toml", text, &vars(&[])).unwrap();
+    let group = &profile.groups[0];
+    assert!(budget::sends_no_files(&[group])
+        .unwrap_err()
+        .contains("would send this host's files"));
+    // Its mirror receives, and is welcome.
+    let mut mirror = group.clone();
+    for op in mirror.transactions.iter_mut().flat_map(|t| &mut t.ops) {
+        op.action = op.action.mirror();
+    }
+    assert!(budget::sends_no_files(&[&mirror]).is_ok());
+    // A mirror's file list and files per send are bounded where they are read.
+    let Action::ReceiveFiles(files) = &mut mirror.transactions[0].ops[1].action else {
+        panic!()
+    };
+    files.files = vec![
+        SendFile {
+            path: "x".into(),
+            size: 1
+        };
+        budget::MAX_SEND_FILES + 1
+    ];
+    assert!(budget::check(&[&mirror])
+        .unwrap_err()
+        .contains("files to choose from"));
 }

@@ -247,6 +247,12 @@ fn op_table(op: &Op) -> String {
             if let Some(cc) = &e.congestion {
                 fields.push(format!("congestion = {}", quote(cc)));
             }
+            if let Some(cipher) = &e.cipher {
+                fields.push(format!("cipher = {}", quote(cipher)));
+            }
+            if let Some(engine) = &e.engine {
+                fields.push(format!("engine = {}", quote(engine)));
+            }
         }
         Action::Write(t) | Action::Read(t) | Action::Sendto(t) | Action::Recv(t) => {
             fields.push(format!("size = {}", quote(&size_text(t.size))));
@@ -267,6 +273,23 @@ fn op_table(op: &Op) -> String {
             fields.push(format!("duration = {}", quote(&seconds_text(t.seconds))));
             if t.busy {
                 fields.push("busy = true".into());
+            }
+        }
+        // A mirror's receive_files is written for completeness (a mirrored group shown to
+        // a user); no profile file can name it, so it does not read back.
+        Action::Sendfile(f) | Action::ReceiveFiles(f) => {
+            fields.push(format!("dir = {}", quote(&f.dir)));
+            if let Some(n) = f.nfiles {
+                fields.push(format!("nfiles = {n}"));
+            }
+            if let Some(chunk) = f.chunk {
+                fields.push(format!("size = {}", quote(&format_size_compact(chunk))));
+            }
+            if f.count != 1 {
+                fields.push(format!("count = {}", f.count));
+            }
+            if f.canfail {
+                fields.push("canfail = true".into());
             }
         }
         Action::Disconnect | Action::Nop => {}

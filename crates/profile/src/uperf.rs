@@ -4,9 +4,11 @@
 //! space-separated `key=value` pairs or bare flags; `$name` values come from the
 //! environment (and from `--set`).
 //!
-//! Whatever linerate cannot run the way uperf would (SCTP, VSOCK, RDS, uDAPL,
-//! sendfile, a FreeBSD TCP stack) is refused with the element named, before any value is
-//! filled in: an unsupported file is reported as such even when its variables are unset.
+//! Whatever linerate cannot run the way uperf would (SCTP, VSOCK, RDS, uDAPL, a FreeBSD
+//! TCP stack) is refused with the element named, before any value is filled in: an
+//! unsupported file is reported as such even when its variables are unset. What uperf
+//! accepts and then ignores (a `duration` on a flowop other than think) is ignored here
+//! too, with a note, so a profile moves the same data under both tools.
 
 use crate::build::{self, RawGroup, RawOp, RawProfile, RawTransaction};
 use crate::model::Profile;
@@ -31,25 +33,23 @@ fn option_name(uperf: &str, flowop: &str) -> Option<&'static str> {
         "engine" => "engine",
         "cipher" => "cipher",
         "busy" => "busy",
+        "dir" => "dir",
+        "nfiles" => "nfiles",
         _ => return None,
     })
 }
 
 /// Why an element or option cannot run, when linerate knows it as a uperf feature.
-fn unsupported_option(key: &str, flowop: &str) -> Option<String> {
+fn unsupported_option(key: &str) -> Option<String> {
     let why = match key {
         "encaps" => "SCTP encapsulation belongs to protocol=sctp, which linerate does not run",
         "stack" => "choosing a FreeBSD TCP stack has no Linux counterpart",
         "async" | "subtype" | "waittype" | "waitfor" => {
             "asynchronous RDMA operations belong to protocol=udapl, which linerate does not run"
         }
-        "dir" | "nfiles" => "sendfile transfers are not supported",
         "localhost" => "binding a local address per connection is not supported",
         "non_blocking" | "poll_timeout" => {
             "linerate's threads use blocking sockets with bounded waits; this I/O option has no effect there"
-        }
-        "duration" if flowop != "think" => {
-            "a duration on a flowop is deprecated in uperf; put the duration on the transaction"
         }
         _ if key.starts_with("sctp_") => {
             "SCTP options belong to protocol=sctp, which linerate does not run"
@@ -61,7 +61,6 @@ fn unsupported_option(key: &str, flowop: &str) -> Option<String> {
 
 fn unsupported_flowop(kind: &str) -> Option<String> {
     let why = match kind {
-        "sendfile" | "sendfilev" => "file transfers with sendfile are not supported",
         "wait" => "waiting on asynchronous operations belongs to protocol=udapl",
         "redv" => "redv is not supported",
         _ => return None,
@@ -105,6 +104,17 @@ fn split_options(options: &str, base: usize) -> Vec<RawOption<'_>> {
 
 /// Reads a uperf profile; `file` names it in errors.
 pub fn parse(file: &str, text: &str, vars: &Vars) -> Result<Profile, ProfileError> {
+    parse_noting(file, text, vars).map(|(profile, _)| profile)
+}
+
+/// Reads a uperf profile, with a note (`file:line:col: ...`) for every option that uperf
+/// ignores and linerate ignores with it.
+pub fn parse_noting(
+    file: &str,
+    text: &str,
+    vars: &Vars,
+) -> Result<(Profile, Vec<String>), ProfileError> {
+    let mut notes = Vec::new();
     let filler = Filler {
         file,
         vars,
@@ -177,6 +187,16 @@ pub fn parse(file: &str, text: &str, vars: &Vars) -> Result<Profile, ProfileErro
                 if let Some(attr) = flowop.attribute_node("options") {
                     for option in split_options(attr.value(), attr.range_value().start) {
                         let pos = at(option.offset);
+                        if option.key == "duration" && kind.value != "think" {
+                            // uperf parses a flowop's duration and only think reads it
+                            // (its manual calls it deprecated): the flowop runs `count`
+                            // times whatever it says.
+                            notes.push(format!(
+                                "{file}:{pos}: duration on a {} is ignored, as uperf ignores it (only think uses a flowop's duration); give the transaction a duration to run for a time",
+                                kind.value
+                            ));
+                            continue;
+                        }
                         let Some(name) = option_name(option.key, &kind.value) else {
                             return Err(filler.error(
                                 pos,
@@ -225,7 +245,7 @@ pub fn parse(file: &str, text: &str, vars: &Vars) -> Result<Profile, ProfileErro
         }),
         groups,
     };
-    build::build(&filler, raw)
+    Ok((build::build(&filler, raw)?, notes))
 }
 
 /// Refuses the first element linerate cannot run, by its literal text.
@@ -261,7 +281,7 @@ fn refuse_unsupported(
             }
         }
         for option in split_options(attr.value(), attr.range_value().start) {
-            if let Some(message) = unsupported_option(option.key, kind) {
+            if let Some(message) = unsupported_option(option.key) {
                 return Err(filler.error(Pos::at(text, option.offset), message));
             }
         }

@@ -314,7 +314,9 @@ impl Agent<'_> {
         let limits = &self.shared.config.limits;
         let threads: u64 = parts.iter().map(|p| u64::from(p.group.threads)).sum();
         let groups: Vec<&linerate_profile::Group> = parts.iter().map(|p| &p.group).collect();
-        if let Err(reason) = linerate_profile::budget::check(&groups) {
+        if let Err(reason) = linerate_profile::budget::check(&groups)
+            .and_then(|()| sends_only_given_files(&groups, &self.shared.config.sendable_files))
+        {
             Some(reason)
         } else if !limit.is_finite() || limit <= 0.0 || limit > limits.max_duration_s {
             Some(format!(
@@ -610,6 +612,30 @@ fn run_groups(
     let _ = sender.send(RunEvent::Done(results, Some(Box::new(observation))));
 }
 
+/// Refuses groups that would send a file this server was not given: `linerate serve`
+/// is given none, the controller's own server the files its profile listed.
+fn sends_only_given_files(
+    groups: &[&linerate_profile::Group],
+    given: &std::collections::BTreeSet<String>,
+) -> Result<(), String> {
+    if given.is_empty() {
+        return linerate_profile::budget::sends_no_files(groups);
+    }
+    for group in groups {
+        for op in group.transactions.iter().flat_map(|t| &t.ops) {
+            if let linerate_profile::Action::Sendfile(send) = &op.action {
+                if let Some(file) = send.files.iter().find(|f| !given.contains(&f.path)) {
+                    return Err(format!(
+                        "group '{}' would send {}, which this server was not given",
+                        group.name, file.path
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 struct Started {
     state: MirrorState,
     token: linerate_proto::Token,
@@ -626,6 +652,7 @@ fn start_mirror(
     let threads = spec.group.threads;
     let limits = &shared.config.limits;
     linerate_profile::budget::check(&[&spec.group])?;
+    linerate_profile::budget::sends_no_files(&[&spec.group])?;
     let rate_share = session_bounds(shared, peer, &[&spec.group])?;
     if threads == 0 || threads > linerate_profile::MAX_THREADS || threads > limits.max_flows {
         return Err(format!(

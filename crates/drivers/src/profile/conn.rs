@@ -292,7 +292,7 @@ fn recv_bytes(
 /// What a failed read or write means: `Ok` to try again (the socket's wait ran out, or a
 /// datagram found the socket buffer full, and the caller does not give up), or how the
 /// operation ended (a peer that closed, reset or refused: `Closed`).
-fn keep_waiting(e: io::Error, give_up: &mut dyn FnMut() -> bool) -> Result<(), OpError> {
+pub(crate) fn keep_waiting(e: io::Error, give_up: &mut dyn FnMut() -> bool) -> Result<(), OpError> {
     if waiting(&e) || e.raw_os_error() == Some(libc::ENOBUFS) {
         return if give_up() {
             Err(OpError::GaveUp)

@@ -12,6 +12,7 @@ use linerate_report::profile::{GroupResult, HostResult, ProfileReport};
 use linerate_report::HostFacts;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The name of the controller's own host in results.
@@ -113,8 +114,11 @@ pub fn run(
     // local groups without a remote.
     let local = if hosts.iter().any(|h| h == LOCAL) {
         Some(
-            LocalServer::start(|config| config.key = options.key.clone())
-                .map_err(RunError::Local)?,
+            LocalServer::start(|config| {
+                config.key = options.key.clone();
+                config.sendable_files = Arc::new(files_of(profile));
+            })
+            .map_err(RunError::Local)?,
         )
     } else {
         None
@@ -131,6 +135,22 @@ pub fn run(
         local.shutdown.store(true, Ordering::Relaxed);
     }
     result
+}
+
+/// The files the profile's sendfile operations listed: what its own server may send.
+fn files_of(profile: &Profile) -> std::collections::BTreeSet<String> {
+    profile
+        .groups
+        .iter()
+        .flat_map(|g| &g.transactions)
+        .flat_map(|t| &t.ops)
+        .filter_map(|op| match &op.action {
+            linerate_profile::Action::Sendfile(send) => Some(&send.files),
+            _ => None,
+        })
+        .flatten()
+        .map(|f| f.path.clone())
+        .collect()
 }
 
 fn run_with(

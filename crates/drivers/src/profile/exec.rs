@@ -8,6 +8,7 @@
 //! known and nothing has come for [`UDP_IDLE`].
 
 use super::conn::{self, Conn, OpError};
+use super::files;
 use super::rendezvous::{flow, Rendezvous};
 use linerate_profile::{Action, Endpoint, Group, Protocol, Repeat, Size};
 use linerate_proto::preface::data_preface;
@@ -172,8 +173,11 @@ fn buffers(group: &Group) -> Buffers {
         .transactions
         .iter()
         .flat_map(|t| &t.ops)
-        .filter_map(|op| op.action.transfer())
-        .map(|(t, _)| t.size.max())
+        .filter_map(|op| match &op.action {
+            // Files move in pieces of a full buffer (through TLS, or into the reader).
+            Action::Sendfile(_) | Action::ReceiveFiles(_) => Some(MAX_BUFFER),
+            action => action.transfer().map(|(t, _)| t.size.max()),
+        })
         .max()
         .unwrap_or(0)
         .clamp(1, MAX_BUFFER) as usize;
@@ -324,7 +328,7 @@ impl Thread<'_> {
         let counts = &mut outcome.transactions[ti];
         counts.iterations += done;
         counts.last_end = Some(Instant::now());
-        if !mirror && txn.ops.iter().any(|op| op.action.transfer().is_some()) {
+        if !mirror && txn.ops.iter().any(|op| op.action.sends().is_some()) {
             self.report_count(ti, done);
         }
         result
@@ -356,10 +360,11 @@ impl Thread<'_> {
         for (oi, op) in txn.ops.iter().enumerate() {
             let began = Instant::now();
             let mut moved = 0u64;
-            let result = self.op(ti, done, &op.conn, &op.action, deadline, state, &mut moved);
+            let at = (ti, oi, done);
+            let result = self.op(at, &op.conn, &op.action, deadline, state, &mut moved);
             let counts = &mut outcome.transactions[ti].ops[oi];
             counts.bytes += moved;
-            if matches!(op.action, Action::Read(_) | Action::Recv(_)) {
+            if op.action.sends() == Some(false) {
                 outcome.received += moved;
             }
             match result {
@@ -375,8 +380,7 @@ impl Thread<'_> {
                 Err(e) => {
                     counts.errors += 1;
                     outcome.errors += 1;
-                    let canfail = op.action.transfer().is_some_and(|(t, _)| t.canfail);
-                    if !canfail {
+                    if !op.action.canfail() {
                         return Err(e);
                     }
                 }
@@ -385,17 +389,17 @@ impl Thread<'_> {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Runs one operation; `at` is its transaction, its place there and the iteration.
     fn op(
         &self,
-        ti: usize,
-        done: u64,
+        at: (usize, usize, u64),
         name: &Option<String>,
         action: &Action,
         deadline: Option<Instant>,
         state: &mut State,
         moved: &mut u64,
     ) -> Result<(), OpError> {
+        let (ti, oi, done) = at;
         let mirror_bound = || match self.group.transactions[ti].repeat {
             Repeat::Iterations(n) => Some(n).filter(|_| self.mirror_count(ti).is_some()),
             Repeat::Duration(_) => self.mirror_count(ti),
@@ -441,18 +445,30 @@ impl Thread<'_> {
                 }
             }
             Action::Nop => Ok(()),
+            Action::Sendfile(f) | Action::ReceiveFiles(f) => {
+                let sending = matches!(action, Action::Sendfile(_));
+                let conn = open_conn(&mut state.conns, name, action)?;
+                let seed = files::seed(self.index, ti, oi);
+                for k in 0..f.count {
+                    let execution = done.wrapping_mul(f.count).wrapping_add(k);
+                    let before = *moved;
+                    if sending {
+                        let buf = &mut state.buffers.input;
+                        files::send(conn, f, seed, execution, buf, moved, &mut give_up)?;
+                    } else {
+                        let bytes = files::bytes_of(f, seed, execution);
+                        let buf = &mut state.buffers.input;
+                        recv_message(conn, buf, bytes, true, moved, &mut give_up)?;
+                    }
+                    if *moved > before {
+                        idle_since.set(Instant::now());
+                    }
+                }
+                Ok(())
+            }
             Action::Write(t) | Action::Sendto(t) | Action::Read(t) | Action::Recv(t) => {
                 let sending = matches!(action, Action::Write(_) | Action::Sendto(_));
-                let Some(conn) = state.conns.get_mut(name) else {
-                    return Err(OpError::Io(std::io::Error::new(
-                        std::io::ErrorKind::NotConnected,
-                        format!(
-                            "{} on {} with no open connection",
-                            action.name(),
-                            name.as_deref().unwrap_or("the anonymous connection")
-                        ),
-                    )));
-                };
+                let conn = open_conn(&mut state.conns, name, action)?;
                 let start = Instant::now();
                 for k in 0..t.count {
                     if let Some(rate) = t.rate {
@@ -464,13 +480,13 @@ impl Thread<'_> {
                     let before = *moved;
                     if sending {
                         let size = match t.size {
-                            Size::Fixed(n) => n,
+                            Size::Fixed(_) => t.fixed_size_of(k).unwrap_or(0),
                             Size::Random { min, max } => draw(&mut state.random, min, max),
                         };
                         send_message(conn, &state.buffers.out, size, moved, &mut give_up)?;
                     } else {
                         let (size, exact) = match t.size {
-                            Size::Fixed(n) => (n, true),
+                            Size::Fixed(_) => (t.fixed_size_of(k).unwrap_or(0), true),
                             Size::Random { max, .. } => (max, false),
                         };
                         recv_message(
@@ -582,6 +598,24 @@ fn rendezvous_addr() -> SocketAddr {
 }
 
 /// One message of `size` bytes, in chunks of the buffer.
+/// The connection an operation uses, which a connect or accept before it opened.
+fn open_conn<'a>(
+    conns: &'a mut HashMap<Option<String>, Conn>,
+    name: &Option<String>,
+    action: &Action,
+) -> Result<&'a mut Conn, OpError> {
+    conns.get_mut(name).ok_or_else(|| {
+        OpError::Io(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            format!(
+                "{} on {} with no open connection",
+                action.name(),
+                name.as_deref().unwrap_or("the anonymous connection")
+            ),
+        ))
+    })
+}
+
 fn send_message(
     conn: &mut Conn,
     buf: &[u8],

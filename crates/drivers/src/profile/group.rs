@@ -416,12 +416,12 @@ fn merge(
                     figures.errors += counts.errors;
                 }
             }
-            match op.action.transfer() {
-                Some((_, true)) => {
+            match op.action.sends() {
+                Some(true) => {
                     received += figures.peer_bytes;
                     sent += figures.bytes;
                 }
-                Some((_, false)) => {
+                Some(false) => {
                     received += figures.bytes;
                     sent += figures.peer_bytes;
                 }

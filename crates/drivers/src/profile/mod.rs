@@ -12,6 +12,7 @@ pub mod agent;
 mod conn;
 pub mod controller;
 mod exec;
+pub mod files;
 mod group;
 pub(crate) mod link;
 mod rendezvous;
