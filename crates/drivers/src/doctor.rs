@@ -4,10 +4,13 @@
 //! route's interface is the one holding the address the kernel picks to reach it; the
 //! path MTU is what the kernel holds for the route after datagrams of the interface's
 //! full size were sent with "don't fragment" (a router on a narrower link answers with
-//! "fragmentation needed" and the kernel lowers it).
+//! "fragmentation needed" and the kernel lowers it). The path's loss is what a short UDP
+//! request/response test to the server loses ([`probe_loss`]): paced, so the probe
+//! itself fills no queue and what it loses the path loses.
 
 use linerate_engine::sys;
-use linerate_model::observe::PathFacts;
+use linerate_model::observe::{LossProbe, PathFacts};
+use linerate_model::{TestConfig, TestKind, TestRequest, TransactionRequest};
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -68,6 +71,56 @@ pub fn probe_path(host: &str, port: u16, timeout: Duration) -> Result<PathFacts,
         interface,
         interface_mtu,
         path_mtu,
+        loss: None,
+        loss_unprobed: None,
+    })
+}
+
+/// Flows, transactions per second per flow and seconds of the loss probe: 1,600 paced
+/// transactions, enough to see 1 % loss each way (about 30 lost) and few enough for a
+/// slow path (64-byte datagrams: 0.2 Mbit/s each way).
+const LOSS_FLOWS: u32 = 4;
+const LOSS_TPS: u64 = 200;
+const LOSS_SECONDS: f64 = 2.0;
+
+/// Runs the loss probe against the server at `address`: a UDP rr test, paced, run as any
+/// client's would be (the server logs it as a test). `Err` says why it could not run.
+pub fn probe_loss(
+    address: SocketAddr,
+    key: Option<linerate_proto::auth::Key>,
+) -> Result<LossProbe, String> {
+    let mut request = TestRequest::new(TestKind::Transactions(TransactionRequest {
+        connect_each: false,
+        udp: true,
+        request: 64,
+        response: 64,
+        outstanding: None,
+        rate_tps: Some(LOSS_TPS),
+        busy_poll_us: None,
+        cpus: Vec::new(),
+        load: 0,
+        keep_nagle: false,
+    }));
+    request.target = Some(address.ip().to_string());
+    request.port = address.port();
+    request.parallel = LOSS_FLOWS;
+    request.time_s = LOSS_SECONDS;
+    request.interval_s = 0.0;
+    request.observe = false;
+    let config = TestConfig::resolve(&request, &sys::environment(Some(address)))?;
+    let mut options = crate::client::ClientOptions::new(config);
+    options.key = key;
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let report = crate::bulk_load::run_with_load(Some(address), &options, &cancel, &mut |_| {})
+        .map_err(|e| e.to_string())?;
+    let rr = report
+        .summary
+        .rr
+        .ok_or_else(|| "the probe's report holds no transactions".to_string())?;
+    Ok(LossProbe {
+        answered: rr.transactions,
+        lost: rr.lost,
+        rtt_median_ms: rr.latency_us.p50 / 1e3,
     })
 }
 

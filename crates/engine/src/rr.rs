@@ -21,10 +21,11 @@ use crate::sys;
 use linerate_model::latency::LatencyHistogram;
 use linerate_model::{Role, TestConfig, Workload};
 use linerate_proto::datagram::is_hello;
-use linerate_proto::transaction::{Requester, Responder};
+use linerate_proto::transaction::{read_tag, tag_of, Requester, Responder, TAG_BYTES};
 use mio::net::{TcpListener, TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token};
 use socket2::SockRef;
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,6 +83,10 @@ struct Flow {
     progress_at: Instant,
     /// UDP responders: datagrams that were not a request (wrong size, a late hello).
     ignored: u64,
+    /// Tagged UDP: requests written so far (the next one's number), and the tags of the
+    /// answers owed, oldest first.
+    requests_written: u64,
+    answer_tags: VecDeque<u32>,
     done: bool,
     outcome: FlowOutcome,
 }
@@ -108,6 +113,10 @@ struct RrWorker {
     /// The size of a UDP answer: the response size, unless a test's fault hook says
     /// otherwise.
     answer_size: usize,
+    /// UDP requests and answers carry the transaction's tag (both are long enough):
+    /// answers complete the transaction they name, so a loss cannot hide behind the next
+    /// answer (linerate_proto::transaction).
+    tagged: bool,
     next_boundary: usize,
     end_index: usize,
     early_close_tolerance: Duration,
@@ -184,6 +193,8 @@ impl Flow {
             transactions: 0,
             progress_at: plan.start,
             ignored: 0,
+            requests_written: 0,
+            answer_tags: VecDeque::new(),
             done: false,
             outcome,
         };
@@ -311,6 +322,7 @@ pub(crate) fn run(
         },
         requesting,
         answer_size: rr.response,
+        tagged: rr.request >= TAG_BYTES && rr.response >= TAG_BYTES,
         conns: Vec::new(),
         next_boundary: 0,
         end_index,
@@ -541,7 +553,24 @@ impl RrWorker {
                     connected: true,
                     ..
                 } => s.write(&self.send_buffer[..flow.unwritten.min(self.send_buffer.len())]),
-                Io::Udp(s) => s.send(&self.send_buffer[..size]).map(|_| 1),
+                Io::Udp(s) => {
+                    if self.tagged {
+                        let tag = match flow.role {
+                            Role::Request => tag_of(flow.requests_written),
+                            _ => flow.answer_tags.front().copied().unwrap_or(0),
+                        };
+                        self.send_buffer[..TAG_BYTES].copy_from_slice(&tag.to_le_bytes());
+                    }
+                    s.send(&self.send_buffer[..size]).map(|_| {
+                        match flow.role {
+                            Role::Request => flow.requests_written += 1,
+                            _ => {
+                                flow.answer_tags.pop_front();
+                            }
+                        }
+                        1
+                    })
+                }
                 _ => return,
             };
             match result {
@@ -648,13 +677,19 @@ impl RrWorker {
                 format!("the server answered with a {n}-byte datagram, {response} expected"),
             );
         }
-        if udp && requester.in_flight() == 0 {
+        let latency = &mut self.timing.latency;
+        if udp && self.tagged {
+            let tag = read_tag(&self.receive_buffer[..n]).expect("as long as a response");
+            if !requester.answered(tag, now_ns, |ns| latency.record(ns)) {
+                // The answer to a transaction already given up for lost.
+                self.timing.late += 1;
+                return;
+            }
+        } else if udp && requester.in_flight() == 0 {
             // The answer to a transaction already given up for lost.
             self.timing.late += 1;
             return;
-        }
-        let latency = &mut self.timing.latency;
-        if let Err(e) = requester.received(n, now_ns, |ns| latency.record(ns)) {
+        } else if let Err(e) = requester.received(n, now_ns, |ns| latency.record(ns)) {
             return flow.fail(since, format!("wrong answer: {e}"));
         }
         let completed = requester.completed();
@@ -723,6 +758,10 @@ impl RrWorker {
         }
         if udp {
             flow.unwritten += owed;
+            if self.tagged {
+                let tag = read_tag(&self.receive_buffer[..n]).expect("as long as a request");
+                flow.answer_tags.extend(std::iter::repeat_n(tag, owed));
+            }
             self.answer_size = self.rr.response + extra;
         } else {
             flow.unwritten += owed * self.rr.response + extra;

@@ -137,13 +137,67 @@ fn shaping(facts: &Facts, out: &mut Vec<Scored>) {
         finding: Finding {
             topic: "egress shaping".into(),
             finding: format!(
-                "{} sends through a token bucket (tbf) at {}: no test out of this host over it goes faster",
+                "{} sends through a {} qdisc capped at {}: no test out of this host over it goes faster",
                 interface.name,
+                interface.qdisc.as_deref().unwrap_or("shaping"),
                 rate(bps as f64)
             ),
             evidence: vec![format!("tc qdisc show dev {} (rtnetlink)", interface.name)],
             command: format!("tc qdisc del dev {} root", interface.name),
             effect: format!("throughput, up to {} (the link)", rate(link)),
+            ..Default::default()
+        },
+    });
+}
+
+/// Loss on the path, from doctor's probe: a loss-based congestion control (cubic, reno)
+/// takes every loss for congestion, so one stream's goodput is bounded near
+/// MSS/RTT × 1.22/√p (Mathis et al., 1997) whatever its windows. Ranked by how far that
+/// bound sits below the rate the windows are held against.
+fn path_loss(facts: &Facts, out: &mut Vec<Scored>) {
+    let Some(path) = &facts.path else { return };
+    let Some(probe) = &path.loss else { return };
+    let each_way = probe.each_way();
+    // Below 0.01 % each way (1 in 10,000) a 1,600-transaction probe sees nothing reliable.
+    if probe.lost == 0 || each_way < 1e-4 {
+        return;
+    }
+    let rtt = if probe.rtt_median_ms > 0.0 {
+        probe.rtt_median_ms / 1e3
+    } else {
+        path.rtt_ms / 1e3
+    };
+    if rtt <= 0.0 {
+        return;
+    }
+    let mss = path
+        .path_mtu
+        .or(path.interface_mtu)
+        .map_or(1448, |mtu| mtu.saturating_sub(52).max(536));
+    let bound = mss as f64 * 8.0 / rtt * 1.22 / each_way.sqrt();
+    let target = facts.target_bps();
+    out.push(Scored {
+        factor: (target / bound).max(1.05),
+        finding: Finding {
+            topic: "path loss".into(),
+            finding: format!(
+                "the probe lost {} of {} UDP transactions ({:.2} % each way, were both ways alike): one cubic or reno stream over {:.1} ms with that loss holds near {} (MSS/RTT x 1.22/sqrt(p)), whatever its windows",
+                probe.lost,
+                probe.lost + probe.answered,
+                each_way * 100.0,
+                rtt * 1e3,
+                rate(bound)
+            ),
+            evidence: vec![format!(
+                "{} paced UDP request/response transactions to {}",
+                probe.lost + probe.answered,
+                path.target
+            )],
+            command: "linerate stream HOST -C bbr   (or -P 8: parallel streams share the losses)".into(),
+            effect: format!(
+                "one stream's goodput over this path: bbr does not read random loss as congestion (up to {} here)",
+                rate(target)
+            ),
             ..Default::default()
         },
     });
@@ -629,6 +683,7 @@ fn congestion(factor: f64, why: &str) -> Scored {
 pub fn diagnose(facts: &Facts) -> Vec<Finding> {
     let mut scored = Vec::new();
     shaping(facts, &mut scored);
+    path_loss(facts, &mut scored);
     other_work(facts, &mut scored);
     windows(facts, &mut scored);
     queue_spread(facts, &mut scored);
@@ -669,6 +724,24 @@ pub fn render_text(diagnosis: &Diagnosis, facts: &Facts, applying: bool) -> Stri
         }
         None => {
             let _ = writeln!(out);
+        }
+    }
+    if let Some(path) = &diagnosis.path {
+        match (&path.loss, &path.loss_unprobed) {
+            (Some(probe), _) => {
+                let _ = writeln!(
+                    out,
+                    "Loss: {} of {} paced UDP transactions ({:.2} % each way), median round trip {:.2} ms.",
+                    probe.lost,
+                    probe.lost + probe.answered,
+                    probe.each_way() * 100.0,
+                    probe.rtt_median_ms
+                );
+            }
+            (None, Some(why)) => {
+                let _ = writeln!(out, "Loss not measured: {why}.");
+            }
+            (None, None) => {}
         }
     }
     if diagnosis.path.is_none() && facts.assumed_rtt_ms.is_none() {

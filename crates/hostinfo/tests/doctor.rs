@@ -142,6 +142,7 @@ fn offloads_a_stacked_route_a_narrow_path_powersave_and_reno_are_found() {
         interface: Some("mv0".into()),
         interface_mtu: Some(9000),
         path_mtu: Some(1500),
+        ..Default::default()
     });
     let findings = diagnose(&facts);
     let topics: Vec<&str> = findings.iter().map(|f| f.topic.as_str()).collect();
@@ -248,4 +249,60 @@ fn other_work_on_the_cpus_is_named_and_ranked_by_what_it_leaves() {
         ..facts
     };
     assert!(!diagnose(&calm).iter().any(|f| f.topic == "other work"));
+}
+
+/// The first-hour report: on a 50 ms path losing 2 % each way, doctor ranked the send
+/// buffer first and never named the loss. One cubic stream there holds near 2 Mbit/s
+/// (Mathis), far below what a 4 MiB buffer allows: the loss comes first.
+#[test]
+fn loss_on_the_path_ranks_above_the_windows_it_makes_irrelevant() {
+    let lossy = PathFacts {
+        target: "server (192.0.2.7)".into(),
+        rtt_ms: 50.0,
+        path_mtu: Some(1500),
+        loss: Some(linerate_model::observe::LossProbe {
+            answered: 1_536,
+            lost: 64,
+            rtt_median_ms: 50.4,
+        }),
+        ..Default::default()
+    };
+    let facts = Facts {
+        settings: HostSettings {
+            tcp_rmem: Some([4096, 131_072, 6_291_456]),
+            tcp_wmem: Some([4096, 16384, 4_194_304]),
+            rmem_max: Some(212_992),
+            wmem_max: Some(212_992),
+            congestion_control: Some("cubic".into()),
+            ..Default::default()
+        },
+        cpus: 2,
+        path: Some(lossy.clone()),
+        target_bps: Some(1e9),
+        ..Default::default()
+    };
+    let findings = diagnose(&facts);
+    let first = &findings[0];
+    assert_eq!(first.topic, "path loss", "{findings:#?}");
+    // 64 of 1,600 transactions: 4 %, about 2.02 % each way.
+    assert!(first.finding.contains("64 of 1600"), "{first:?}");
+    assert!(first.finding.contains("2.02 % each way"), "{first:?}");
+    // 1448 bytes x 8 / 50.4 ms x 1.22 / sqrt(0.0202): near 2.0 Mbit/s.
+    assert!(first.finding.contains("near 2.0 Mbit/s"), "{first:?}");
+    assert!(first.command.contains("-C bbr"), "{first:?}");
+    let send = findings.iter().find(|f| f.topic == "send window");
+    assert!(send.is_none_or(|s| s.rank > 1), "{findings:#?}");
+    // A clean probe says nothing about loss.
+    let clean = Facts {
+        path: Some(PathFacts {
+            loss: Some(linerate_model::observe::LossProbe {
+                answered: 1_600,
+                lost: 0,
+                rtt_median_ms: 50.4,
+            }),
+            ..lossy
+        }),
+        ..facts
+    };
+    assert!(diagnose(&clean).iter().all(|f| f.topic != "path loss"));
 }

@@ -8,14 +8,25 @@ use linerate_hostinfo::doctor::{apply_sysctls, diagnose, render_text, Facts, Sys
 use linerate_hostinfo::observe::{read_settings, HostReading};
 use linerate_hostinfo::source::Root;
 use linerate_model::observe::Diagnosis;
+use linerate_proto::auth::Key;
 use std::time::Duration;
 
-pub fn run(args: &DoctorArgs) -> Outcome {
+pub fn run(args: &DoctorArgs, key: Option<Key>) -> Outcome {
     let path = match &args.host {
-        Some(host) => Some(
-            linerate_drivers::doctor::probe_path(host, args.port, Duration::from_secs(3))
-                .map_err(anyhow::Error::msg)?,
-        ),
+        Some(host) => {
+            let mut path =
+                linerate_drivers::doctor::probe_path(host, args.port, Duration::from_secs(3))
+                    .map_err(anyhow::Error::msg)?;
+            if !args.json {
+                eprintln!("linerate doctor: probing the path's loss for 2 s ...");
+            }
+            let address = linerate_campaign::test::resolve_host(host, args.port)?;
+            match linerate_drivers::doctor::probe_loss(address, key) {
+                Ok(probe) => path.loss = Some(probe),
+                Err(why) => path.loss_unprobed = Some(why),
+            }
+            Some(path)
+        }
         None => None,
     };
     let root = Root::live();

@@ -79,7 +79,7 @@ fn main() -> ExitCode {
         Command::Lab(command) => (false, lab_cmd::run(&command)),
         Command::Copy(args) => (args.json, copy_cmd::copy(&args, g)),
         Command::Disk(args) => (args.json, copy_cmd::disk(&args)),
-        Command::Doctor(args) => (args.json, doctor_cmd::run(&args)),
+        Command::Doctor(args) => (args.json, doctor_cmd::run(&args, g.key.clone())),
     };
     failure::exit_code(outcome, json)
 }

@@ -209,6 +209,41 @@ pub struct PathFacts {
     pub interface_mtu: Option<u64>,
     /// The path MTU the kernel holds for the route after a probe (IP_MTU).
     pub path_mtu: Option<u64>,
+    /// What a short exchange of small UDP requests and answers lost on the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<LossProbe>,
+    /// Why the path's loss was not measured, when it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_unprobed: Option<String>,
+}
+
+/// A loss probe: paced UDP transactions (a small request, a small answer) to the server,
+/// counted by the client; a transaction is lost when either datagram is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LossProbe {
+    /// Transactions answered, and given up after the loss timeout.
+    pub answered: u64,
+    pub lost: u64,
+    /// The median round trip of the answered ones, milliseconds.
+    pub rtt_median_ms: f64,
+}
+
+impl LossProbe {
+    /// The share of transactions lost.
+    pub fn transaction_loss(&self) -> f64 {
+        let sent = self.answered + self.lost;
+        if sent == 0 {
+            0.0
+        } else {
+            self.lost as f64 / sent as f64
+        }
+    }
+
+    /// The loss each way, were both ways to lose alike: a transaction survives when both
+    /// of its datagrams do, so (1 - p)² = 1 - transaction loss.
+    pub fn each_way(&self) -> f64 {
+        1.0 - (1.0 - self.transaction_loss()).sqrt()
+    }
 }
 
 /// `linerate doctor`'s answer.

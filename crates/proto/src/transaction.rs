@@ -12,6 +12,12 @@
 //!   hiding it (no coordinated omission). At most `cap` transactions are in flight; the
 //!   requests due beyond that are owed and go out, still counted from their due times, as
 //!   soon as responses make room.
+//!
+//! Over a byte stream answers come in order, so response bytes complete the oldest
+//! transactions first. Datagrams may be lost or reordered: there each request carries a
+//! tag (its number), the answer carries it back, and [`Requester::answered`] completes the
+//! transaction it names, so a lost request or answer leaves its own transaction to expire
+//! instead of letting the next answer complete it.
 
 use std::collections::VecDeque;
 use thiserror::Error;
@@ -35,8 +41,8 @@ enum Pacing {
 pub struct Requester {
     response: usize,
     pacing: Pacing,
-    /// Start times of the transactions in flight, oldest first.
-    in_flight: VecDeque<u64>,
+    /// The transactions in flight, oldest first: (number, start time).
+    in_flight: VecDeque<(u64, u64)>,
     /// Bytes of the oldest response that have arrived.
     partial: usize,
     /// Open loop: requests due since the start, by count.
@@ -96,7 +102,7 @@ impl Requester {
         match self.pacing {
             Pacing::Closed { outstanding } => {
                 while self.in_flight.len() < outstanding {
-                    self.in_flight.push_back(now_ns);
+                    self.in_flight.push_back((self.sent + count as u64, now_ns));
                     count += 1;
                 }
             }
@@ -106,7 +112,7 @@ impl Requester {
                     if due > now_ns {
                         break;
                     }
-                    self.in_flight.push_back(due);
+                    self.in_flight.push_back((self.sent + count as u64, due));
                     self.scheduled += 1;
                     count += 1;
                 }
@@ -159,7 +165,7 @@ impl Requester {
         let mut total = self.partial + bytes;
         while total >= self.response {
             total -= self.response;
-            let start = self
+            let (_, start) = self
                 .in_flight
                 .pop_front()
                 .expect("bytes owed imply a request");
@@ -170,13 +176,27 @@ impl Requester {
         Ok(())
     }
 
+    /// A datagram's answer tagged `tag` arrived at `now_ns`: completes the transaction in
+    /// flight whose number it carries, handing its round trip to `done`. `false` when none
+    /// is in flight under that tag: an answer to a transaction already given up for lost
+    /// (or one never asked).
+    pub fn answered(&mut self, tag: u32, now_ns: u64, done: impl FnOnce(u64)) -> bool {
+        let Some(at) = self.in_flight.iter().position(|&(n, _)| tag_of(n) == tag) else {
+            return false;
+        };
+        let (_, start) = self.in_flight.remove(at).expect("found above");
+        done(now_ns.saturating_sub(start));
+        self.completed += 1;
+        true
+    }
+
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
 
     /// When the oldest transaction in flight started (was sent, or fell due).
     pub fn oldest_ns(&self) -> Option<u64> {
-        self.in_flight.front().copied()
+        self.in_flight.front().map(|&(_, start)| start)
     }
 
     /// Gives up the transactions that started more than `timeout_ns` before `now_ns`
@@ -187,7 +207,7 @@ impl Requester {
         while self
             .in_flight
             .front()
-            .is_some_and(|&start| now_ns.saturating_sub(start) > timeout_ns)
+            .is_some_and(|&(_, start)| now_ns.saturating_sub(start) > timeout_ns)
         {
             self.in_flight.pop_front();
             expired += 1;
@@ -206,6 +226,22 @@ impl Requester {
     pub fn completed(&self) -> u64 {
         self.completed
     }
+}
+
+/// Bytes of the tag at the start of a datagram request and of its answer: the request's
+/// number, little-endian, modulo 2³². Transactions with smaller messages go untagged.
+pub const TAG_BYTES: usize = 4;
+
+/// The tag of transaction number `n`: it wraps, and no flow holds 2³² in flight.
+pub fn tag_of(n: u64) -> u32 {
+    n as u32
+}
+
+/// The tag a datagram carries, if it is long enough to carry one.
+pub fn read_tag(datagram: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        datagram.get(..TAG_BYTES)?.try_into().ok()?,
+    ))
 }
 
 /// The responding end of one flow over a byte stream: counts whole requests.
@@ -246,6 +282,42 @@ mod tests {
 
     const US: u64 = 1_000;
     const MS: u64 = 1_000_000;
+
+    /// Open loop over datagrams: request 0 is lost, 1 and 2 are answered (2 first). Each
+    /// answer completes its own transaction, timed from its own due time; the lost one
+    /// stays until it expires, counted once, and its answer after that completes nothing.
+    /// (Matched in order, answer 1 would have completed transaction 0 with its time and
+    /// the loss would never have shown.)
+    #[test]
+    fn tagged_answers_complete_their_own_transactions() {
+        let mut r = Requester::open(64, 1000.0, 0, 8);
+        assert_eq!(r.due(2 * MS), 3, "requests 0, 1 and 2 fell due");
+        let mut rtts = Vec::new();
+        assert!(r.answered(tag_of(2), 12 * MS, |ns| rtts.push(ns)));
+        assert!(r.answered(tag_of(1), 13 * MS, |ns| rtts.push(ns)));
+        assert_eq!(rtts, vec![10 * MS, 12 * MS]);
+        assert_eq!((r.in_flight(), r.completed()), (1, 2));
+        assert_eq!(
+            r.oldest_ns(),
+            Some(0),
+            "the lost request is still the oldest"
+        );
+        assert!(
+            !r.answered(tag_of(1), 14 * MS, |_| {}),
+            "a duplicate answer completes nothing"
+        );
+        assert_eq!(r.expire(201 * MS, 200 * MS), 1);
+        assert!(
+            !r.answered(tag_of(0), 250 * MS, |_| {}),
+            "late: already given up"
+        );
+        assert_eq!(r.completed(), 2);
+        // Tags are read back from the datagram's first bytes, little-endian.
+        let mut datagram = vec![0u8; 64];
+        datagram[..TAG_BYTES].copy_from_slice(&tag_of(0x1_0000_0007).to_le_bytes());
+        assert_eq!(read_tag(&datagram), Some(7));
+        assert_eq!(read_tag(&datagram[..3]), None);
+    }
 
     #[test]
     fn expired_transactions_make_room_and_never_complete() {
