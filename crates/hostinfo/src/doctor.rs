@@ -137,9 +137,14 @@ fn shaping(facts: &Facts, out: &mut Vec<Scored>) {
         finding: Finding {
             topic: "egress shaping".into(),
             finding: format!(
-                "{} sends through a {} qdisc capped at {}: no test out of this host over it goes faster",
+                "{} sends through {} {}: no test out of this host over it goes faster",
                 interface.name,
-                interface.qdisc.as_deref().unwrap_or("shaping"),
+                match interface.qdisc.as_deref() {
+                    Some("tbf") => "a token bucket (tbf) at",
+                    Some("htb") => "an htb whose default class is capped (ceil) at",
+                    Some("netem") => "netem at a rate of",
+                    _ => "a root qdisc capped at",
+                },
                 rate(bps as f64)
             ),
             evidence: vec![format!("tc qdisc show dev {} (rtnetlink)", interface.name)],
@@ -148,6 +153,69 @@ fn shaping(facts: &Facts, out: &mut Vec<Scored>) {
             ..Default::default()
         },
     });
+}
+
+/// The egress interface's root qdisc caps each flow (fq's maxrate) or emulates a path
+/// (netem's delay and loss) for everything this host sends by it.
+fn egress_qdisc(facts: &Facts, out: &mut Vec<Scored>) {
+    let interfaces: Vec<&InterfaceReading> = match facts.route_interface() {
+        Some(route) => vec![route],
+        None if facts.path.is_none() => facts
+            .reading
+            .interfaces
+            .iter()
+            .filter(|i| i.name != "lo")
+            .collect(),
+        None => Vec::new(),
+    };
+    let target = facts.target_bps();
+    for interface in interfaces {
+        let evidence = vec![format!("tc qdisc show dev {} (rtnetlink)", interface.name)];
+        if let Some(cap) = interface.flow_cap_bps.filter(|&c| (c as f64) < target) {
+            out.push(Scored {
+                factor: target / cap as f64,
+                finding: Finding {
+                    topic: "per-flow cap".into(),
+                    finding: format!(
+                        "{}'s fq lets each flow send at most {}: one stream out of it goes no faster (several share nothing of the cap)",
+                        interface.name,
+                        rate(cap as f64)
+                    ),
+                    evidence: evidence.clone(),
+                    command: format!("tc qdisc replace dev {} root fq", interface.name),
+                    effect: format!("one stream's throughput, up to {}", rate(target)),
+                    ..Default::default()
+                },
+            });
+        }
+        let delay = interface.added_delay_ms.unwrap_or(0.0);
+        let loss = interface.added_loss_pct.unwrap_or(0.0);
+        if delay > 0.0 || loss > 0.0 {
+            // The loss's Mathis bound over the delay netem adds (or the measured round
+            // trip, when longer), as path_loss ranks it; delay alone costs windows and
+            // round trips, less than a cap.
+            let rtt = facts.rtt_s().unwrap_or(0.0).max(delay / 1e3).max(1e-4);
+            let factor = if loss > 0.0 {
+                (target / (1448.0 * 8.0 / rtt * 1.22 / (loss / 100.0).sqrt())).max(1.1)
+            } else {
+                1.1
+            };
+            out.push(Scored {
+                factor,
+                finding: Finding {
+                    topic: "egress emulation".into(),
+                    finding: format!(
+                        "{}'s root qdisc is netem: it adds {delay:.1} ms and {loss:.2} % loss to everything this host sends by it",
+                        interface.name
+                    ),
+                    evidence,
+                    command: format!("tc qdisc del dev {} root", interface.name),
+                    effect: "every round trip and loss out of this host by it".into(),
+                    ..Default::default()
+                },
+            });
+        }
+    }
 }
 
 /// Loss on the path, from doctor's probe: a loss-based congestion control (cubic, reno)
@@ -684,6 +752,7 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
     let mut scored = Vec::new();
     shaping(facts, &mut scored);
     path_loss(facts, &mut scored);
+    egress_qdisc(facts, &mut scored);
     other_work(facts, &mut scored);
     windows(facts, &mut scored);
     queue_spread(facts, &mut scored);

@@ -234,8 +234,14 @@ pub struct InterfaceReading {
     pub rings: Option<[u32; 4]>,
     pub lower: Vec<String>,
     pub qdisc: Option<String>,
-    /// A token bucket at the root caps what the interface sends at this rate, bit/s.
+    /// The root qdisc caps what the interface sends at this rate, bit/s (tbf, the
+    /// default class of an htb, netem's rate).
     pub shaped_bps: Option<u64>,
+    /// The root qdisc caps each flow at this rate, bit/s (fq's maxrate).
+    pub flow_cap_bps: Option<u64>,
+    /// The root qdisc delays and drops what leaves (netem), milliseconds and percent.
+    pub added_delay_ms: Option<f64>,
+    pub added_loss_pct: Option<f64>,
     pub coalesce: Option<[u32; 3]>,
 }
 
@@ -326,6 +332,9 @@ fn read_interface(root: &Root, name: &str) -> InterfaceReading {
         lower,
         qdisc: None,
         shaped_bps: None,
+        flow_cap_bps: None,
+        added_delay_ms: None,
+        added_loss_pct: None,
         coalesce: ethtool.coalesce,
     }
 }
@@ -385,6 +394,9 @@ impl HostReading {
                         let root_qdisc = qdiscs.remove(name);
                         InterfaceReading {
                             shaped_bps: root_qdisc.as_ref().and_then(|q| q.rate_bps),
+                            flow_cap_bps: root_qdisc.as_ref().and_then(|q| q.flow_rate_bps),
+                            added_delay_ms: root_qdisc.as_ref().and_then(|q| q.delay_ms),
+                            added_loss_pct: root_qdisc.as_ref().and_then(|q| q.loss_pct),
                             qdisc: root_qdisc.map(|q| q.kind),
                             ..read_interface(root, name)
                         }

@@ -306,3 +306,63 @@ fn loss_on_the_path_ranks_above_the_windows_it_makes_irrelevant() {
     };
     assert!(diagnose(&clean).iter().all(|f| f.topic != "path loss"));
 }
+
+/// The other root qdiscs that hold a test down: an htb's default class (named as htb),
+/// an fq that caps each flow, and a netem that adds delay and loss to all that leaves.
+#[test]
+fn htb_fq_and_netem_on_the_egress_are_named_with_their_rates() {
+    let facts_with = |reading: linerate_hostinfo::observe::InterfaceReading| Facts {
+        settings: HostSettings {
+            congestion_control: Some("bbr".into()),
+            ..Default::default()
+        },
+        reading: HostReading {
+            interfaces: vec![reading],
+            ..Default::default()
+        },
+        cpus: 2,
+        path: Some(PathFacts {
+            target: "server".into(),
+            rtt_ms: 1.0,
+            interface: Some("eth0".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let eth0 = linerate_hostinfo::observe::InterfaceReading {
+        name: "eth0".into(),
+        speed_mbps: Some(10_000),
+        ..Default::default()
+    };
+    let htb = diagnose(&facts_with(linerate_hostinfo::observe::InterfaceReading {
+        qdisc: Some("htb".into()),
+        shaped_bps: Some(80_000_000),
+        ..eth0.clone()
+    }));
+    assert_eq!(htb[0].topic, "egress shaping", "{htb:#?}");
+    assert!(
+        htb[0]
+            .finding
+            .contains("htb whose default class is capped (ceil) at 80.0 Mbit/s"),
+        "{htb:#?}"
+    );
+    let fq = diagnose(&facts_with(linerate_hostinfo::observe::InterfaceReading {
+        qdisc: Some("fq".into()),
+        flow_cap_bps: Some(100_000_000),
+        ..eth0.clone()
+    }));
+    assert_eq!(fq[0].topic, "per-flow cap", "{fq:#?}");
+    assert!(fq[0].finding.contains("at most 100.0 Mbit/s"), "{fq:#?}");
+    assert_eq!(fq[0].command, "tc qdisc replace dev eth0 root fq");
+    let netem = diagnose(&facts_with(linerate_hostinfo::observe::InterfaceReading {
+        qdisc: Some("netem".into()),
+        added_delay_ms: Some(25.0),
+        added_loss_pct: Some(2.0),
+        ..eth0
+    }));
+    assert_eq!(netem[0].topic, "egress emulation", "{netem:#?}");
+    assert!(
+        netem[0].finding.contains("adds 25.0 ms and 2.00 % loss"),
+        "{netem:#?}"
+    );
+}

@@ -466,4 +466,42 @@ fn doctor_finds_a_token_bucket_on_the_egress() {
     // The handshakes that timed the path said what they were: nothing refused in the log.
     std::thread::sleep(Duration::from_millis(200));
     assert!(!server.log().contains("refused"), "{}", server.log());
+    // The loss probe ran over the shaped path and lost nothing: no loss finding.
+    assert_eq!(num(&doc, "/path/loss/lost"), 0.0, "{doc:#}");
+    assert!(num(&doc, "/path/loss/answered") >= 1000.0, "{doc:#}");
+    // The same cap from an htb whose default class has an 80 Mbit/s ceiling, read from
+    // the kernel's class dump.
+    let tc = |args: &str| {
+        let mut all = vec!["netns", "exec", &pair.ns_a, "tc"];
+        all.extend(args.split_whitespace());
+        let out = std::process::Command::new("ip")
+            .args(&all)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "tc {args}: {}", stderr(&out));
+    };
+    let dev = &pair.dev_a;
+    tc(&format!("qdisc del dev {dev} root"));
+    tc(&format!(
+        "qdisc add dev {dev} root handle 1: htb default 10"
+    ));
+    tc(&format!(
+        "class add dev {dev} parent 1: classid 1:1 htb rate 1gbit"
+    ));
+    tc(&format!(
+        "class add dev {dev} parent 1:1 classid 1:10 htb rate 50mbit ceil 80mbit"
+    ));
+    let out = linerate_in(&pair.ns_a, &["doctor", &pair.addr_b, "-p", &port, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    let first = &doc["findings"][0];
+    assert_eq!(first["topic"], "egress shaping", "{doc:#}");
+    assert!(
+        first["finding"]
+            .as_str()
+            .unwrap()
+            .contains("htb whose default class is capped (ceil) at 80.0 Mbit/s"),
+        "{first}"
+    );
+    assert_eq!(num(&doc, "/target_bps"), 80e6);
 }
