@@ -10,6 +10,8 @@
 //! - [`copy`]: a file copy's outcome as a result document like any test's.
 //! - [`sink`]: the one way results leave a run: live events and the finished document
 //!   flow through [`sink::Sink`]s (text, JSON, the results database, a progress bar).
+//! - [`mesh`]: the mesh coordinator: the scheduler's jobs run as profiles on the hosts'
+//!   agents, every result stored with its labels.
 //! - [`storage`]: where runs are kept; [`cancel`]: Ctrl-C and SIGTERM as a stop flag.
 //!
 //! Nothing here parses flags or decides exit codes: that is the binary's.
@@ -20,6 +22,7 @@ pub mod copy;
 pub mod find_max;
 #[cfg(test)]
 mod fixtures;
+pub mod mesh;
 pub mod repeat;
 pub mod search;
 pub mod sink;

@@ -132,6 +132,63 @@ pub enum Command {
     /// down, ranked, each with its evidence and the command that changes it
     #[command(after_help = DOCTOR_EXAMPLES)]
     Doctor(DoctorArgs),
+    /// Measure many hosts on a schedule: every pair, throughput in slots no host shares,
+    /// latency beside it, every result kept with its labels (docs/mesh.md)
+    #[command(subcommand, after_help = MESH_EXAMPLES)]
+    Mesh(MeshCommand),
+}
+
+const MESH_EXAMPLES: &str = "\
+Examples:
+  linerate mesh plan mesh.toml                  the schedule and the cycle time, nothing run
+  linerate mesh run mesh.toml                   run until stopped (SIGTERM ends within 10 s)
+  linerate mesh run mesh.toml --cycles 1 --key lab.key
+  linerate mesh status lab                      the last figure of every pair of mesh 'lab'
+Every host runs 'linerate serve --key KEY'; the agents dial each other, so a mesh needs the
+key (the file's key = PATH, or --key).";
+
+#[derive(Debug, Subcommand)]
+pub enum MeshCommand {
+    /// Print the schedule a mesh file makes and its cycle time, running nothing
+    #[command(after_help = MESH_EXAMPLES)]
+    Plan(MeshPlanArgs),
+    /// Run a mesh: the coordinator, until stopped or for --cycles
+    #[command(after_help = MESH_EXAMPLES)]
+    Run(MeshRunArgs),
+    /// The last figure of every pair and test of a mesh, from the results database
+    #[command(after_help = MESH_EXAMPLES)]
+    Status(MeshStatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MeshPlanArgs {
+    /// The mesh file (TOML, docs/mesh.md)
+    pub file: std::path::PathBuf,
+    /// Print the plan as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MeshRunArgs {
+    /// The mesh file (TOML, docs/mesh.md)
+    pub file: std::path::PathBuf,
+    /// Stop after this many cycles of every exclusive test (or runs of every job, for a
+    /// mesh of light tests); default: run until stopped
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub cycles: Option<u64>,
+    /// Print each result as a JSON line instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MeshStatusArgs {
+    /// The mesh's name, or its file
+    pub mesh: String,
+    /// Print the rows as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 const SHOW_EXAMPLES: &str = "\

@@ -10,6 +10,7 @@ mod doctor_cmd;
 mod failure;
 mod iperf3_cmd;
 mod lab_cmd;
+mod mesh_cmd;
 mod run_cmd;
 mod serve_cmd;
 mod store_cmd;
@@ -80,6 +81,7 @@ fn main() -> ExitCode {
         Command::Copy(args) => (args.json, copy_cmd::copy(&args, g)),
         Command::Disk(args) => (args.json, copy_cmd::disk(&args)),
         Command::Doctor(args) => (args.json, doctor_cmd::run(&args, g.key.clone())),
+        Command::Mesh(command) => mesh_cmd::run(command, g),
     };
     failure::exit_code(outcome, json)
 }

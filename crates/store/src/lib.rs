@@ -41,6 +41,26 @@ pub const MIGRATIONS: &[&str] = &[
     // "direct"), for listings and filters. Older rows get theirs from their documents
     // (`backfill_paths`).
     "ALTER TABLE runs ADD COLUMN path TEXT;",
+    // 4: a mesh's results with their labels, one row per job run (or skipped), the run's
+    // document in `runs` when it ran; indexed for "pair x test over time".
+    "CREATE TABLE mesh_results (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id INTEGER REFERENCES runs (id),
+        mesh TEXT NOT NULL,
+        src TEXT NOT NULL,
+        dst TEXT NOT NULL,
+        test TEXT NOT NULL,
+        direction TEXT NOT NULL,
+        protocol TEXT NOT NULL,
+        cycle INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL NOT NULL,
+        ok INTEGER NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        headline REAL,
+        headline_text TEXT NOT NULL DEFAULT ''
+     );
+     CREATE INDEX mesh_results_pair ON mesh_results (mesh, src, dst, test, started_at);",
 ];
 
 /// The schema version this build writes.
@@ -104,6 +124,28 @@ pub struct StoredRun {
     /// The document exactly as it was stored (the run's `--json` output).
     pub json: String,
     pub document: Document,
+}
+
+/// One job of a mesh as the store keeps it: its labels, times and figure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeshRow {
+    /// The run's id in `runs` (its whole document), when it ran.
+    pub run_id: Option<i64>,
+    pub mesh: String,
+    pub src: String,
+    pub dst: String,
+    pub test: String,
+    /// "forward": from `src` to `dst`.
+    pub direction: String,
+    pub protocol: String,
+    pub cycle: u64,
+    pub started_at: f64,
+    pub ended_at: f64,
+    pub ok: bool,
+    /// Why it failed or was skipped.
+    pub reason: String,
+    pub headline: Option<f64>,
+    pub headline_text: String,
 }
 
 /// Which runs a listing shows, newest first.
@@ -307,6 +349,113 @@ impl Store {
         let id = tx.last_insert_rowid();
         tx.commit().map_err(sqlite)?;
         Ok(id)
+    }
+
+    /// Stores one mesh job: its run (when it ran) and its labelled row, in one
+    /// transaction, so a crash never keeps one without the other. Returns the run's id,
+    /// when it ran.
+    pub fn insert_mesh(
+        &mut self,
+        row: &MeshRow,
+        run: Option<(&Document, &str)>,
+    ) -> Result<Option<i64>, StoreError> {
+        let path = self.path.clone();
+        let sqlite = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite)?;
+        let run_id = match run {
+            Some((document, json)) => {
+                tx.execute(
+                    "INSERT INTO runs (started_at, stored_at, test, kind, target, headline,
+                                       headline_text, command, document, path)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    params![
+                        document.started_at(),
+                        now(),
+                        document.test(),
+                        document.kind(),
+                        format!("{} -> {}", row.src, row.dst),
+                        row.headline.filter(|v| v.is_finite()),
+                        row.headline_text,
+                        format!("mesh {} test {} cycle {}", row.mesh, row.test, row.cycle),
+                        json,
+                        document.path_brief(),
+                    ],
+                )
+                .map_err(sqlite)?;
+                Some(tx.last_insert_rowid())
+            }
+            None => None,
+        };
+        tx.execute(
+            "INSERT INTO mesh_results (run_id, mesh, src, dst, test, direction, protocol, cycle,
+                                       started_at, ended_at, ok, reason, headline, headline_text)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            params![
+                run_id,
+                row.mesh,
+                row.src,
+                row.dst,
+                row.test,
+                row.direction,
+                row.protocol,
+                row.cycle as i64,
+                row.started_at,
+                row.ended_at,
+                row.ok,
+                row.reason,
+                row.headline.filter(|v| v.is_finite()),
+                row.headline_text,
+            ],
+        )
+        .map_err(sqlite)?;
+        tx.commit().map_err(sqlite)?;
+        Ok(run_id)
+    }
+
+    /// A mesh's rows, oldest first; `latest`: only each (src, dst, test)'s newest.
+    pub fn mesh_rows(&self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
+        let columns = "run_id, mesh, src, dst, test, direction, protocol, cycle, started_at, \
+                       ended_at, ok, reason, headline, headline_text";
+        let sql = if latest {
+            format!(
+                "SELECT {columns} FROM mesh_results AS m
+                 WHERE mesh = ?1 AND id = (
+                     SELECT id FROM mesh_results AS n
+                     WHERE n.mesh = m.mesh AND n.src = m.src AND n.dst = m.dst AND n.test = m.test
+                     ORDER BY started_at DESC, id DESC LIMIT 1)
+                 ORDER BY test, src, dst"
+            )
+        } else {
+            format!("SELECT {columns} FROM mesh_results WHERE mesh = ?1 ORDER BY started_at, id")
+        };
+        let mut statement = self.conn.prepare(&sql).map_err(|e| self.sqlite(e))?;
+        let rows = statement
+            .query_map(params![mesh], |r| {
+                Ok(MeshRow {
+                    run_id: r.get(0)?,
+                    mesh: r.get(1)?,
+                    src: r.get(2)?,
+                    dst: r.get(3)?,
+                    test: r.get(4)?,
+                    direction: r.get(5)?,
+                    protocol: r.get(6)?,
+                    cycle: r.get::<_, i64>(7)? as u64,
+                    started_at: r.get(8)?,
+                    ended_at: r.get(9)?,
+                    ok: r.get(10)?,
+                    reason: r.get(11)?,
+                    headline: r.get(12)?,
+                    headline_text: r.get(13)?,
+                })
+            })
+            .map_err(|e| self.sqlite(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sqlite(e))
     }
 
     const COLUMNS: &'static str =

@@ -42,6 +42,11 @@ impl ServeProcess {
 
     /// Starts a server, inside network namespace `netns` if given, listening on `addr`.
     pub fn start_with(netns: Option<&str>, addr: &str, extra: &[&str]) -> ServeProcess {
+        Self::start_at(netns, addr, "0", extra)
+    }
+
+    /// As [`start_with`](Self::start_with), on `port` (0: any).
+    pub fn start_at(netns: Option<&str>, addr: &str, port: &str, extra: &[&str]) -> ServeProcess {
         let mut command = match netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -52,7 +57,7 @@ impl ServeProcess {
             None => command(),
         };
         command
-            .args(["serve", "--listen", addr, "--port", "0"])
+            .args(["serve", "--listen", addr, "--port", port])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -474,6 +479,10 @@ pub struct Star {
 
 impl Star {
     pub fn new(tag: &str, count: usize) -> Star {
+        // Stars of one process differ in their devices' names by this count.
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 36;
+        let made = char::from_digit(made as u32, 36).expect("below 36");
         let pid = std::process::id();
         let subnet = format!("10.{}.{}", 150 + pid % 40, (pid / 40) % 250 + 1);
         let hub = format!("lr-{tag}-{pid}-hub");
@@ -488,8 +497,8 @@ impl Star {
         };
         for i in 0..count {
             let ns = format!("lr-{tag}-{pid}-h{i}");
-            let outer = format!("lrs{}o{i}", pid % 100_000);
-            let inner = format!("lrs{}i{i}", pid % 100_000);
+            let outer = format!("lr{}{made}o{i}", pid % 100_000);
+            let inner = format!("lr{}{made}i{i}", pid % 100_000);
             let addr = format!("{subnet}.{}", i + 1);
             run("ip", &["netns", "add", &ns]);
             run(

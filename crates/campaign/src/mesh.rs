@@ -1,0 +1,421 @@
+//! `linerate mesh run`: the coordinator. It asks the sans-IO scheduler (linerate-mesh)
+//! what to run, runs each job as a profile whose one group runs on the source host's agent
+//! and connects to the destination's (so the bytes are counted at the destination, and the
+//! coordinator carries none of them), stores every result with its labels, and tells the
+//! scheduler how it ended. A job is a thread that waits on the agents; the scheduler's
+//! state lives on this one thread.
+
+use anyhow::{Context, Result};
+use linerate_drivers::profile::controller::{self, RunError, RunOptions};
+use linerate_mesh::{Action, Job, Mesh, Outcome, Past, Scheduler, TestKind, Transport};
+use linerate_profile::{
+    Action as Op, Endpoint, Group, Profile, Protocol, Repeat, Size, Transaction, Transfer,
+};
+use linerate_report::document::Document;
+use linerate_report::units::Scale;
+use linerate_store::{MeshRow, Store};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long running jobs get to end after a stop before the coordinator leaves them.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// What a mesh run does besides running jobs.
+pub struct MeshOptions {
+    /// Stop once every exclusive test has completed this many cycles (a mesh of light
+    /// tests only: once every job ran this many times); `None`: until stopped.
+    pub cycles: Option<u64>,
+    pub key: Option<linerate_proto::auth::Key>,
+    /// How long the agents may stay silent, and how far ahead each run starts.
+    pub control_timeout: Duration,
+    pub lead: Duration,
+}
+
+/// One finished (or skipped) job, as stored and printed.
+#[derive(Debug, Clone)]
+pub struct JobResult {
+    pub row: MeshRow,
+    /// The run's report, when it ran.
+    pub document: Option<Document>,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The profile that runs `job`: one group on the source's agent, connecting to the
+/// destination's, for the test's duration.
+pub fn profile_of(mesh: &Mesh, job: &Job) -> Profile {
+    let test = &mesh.tests[job.test];
+    let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
+    let protocol = match test.kind.protocol() {
+        Transport::Tcp => Protocol::Tcp,
+        Transport::Udp => Protocol::Udp,
+    };
+    let transfer = |size: u64, rate: Option<f64>| Transfer {
+        size: Size::Fixed(size),
+        rsize: None,
+        count: 1,
+        last: None,
+        rate,
+        canfail: protocol == Protocol::Udp,
+    };
+    let (threads, ops, nodelay) = match &test.kind {
+        TestKind::Stream {
+            parallel,
+            rate_bps,
+            size,
+            ..
+        } => {
+            let per_second = rate_bps.map(|bps| bps as f64 / (*size as f64 * 8.0));
+            let op = match protocol {
+                Protocol::Udp => Op::Sendto(transfer(*size, per_second)),
+                _ => Op::Write(transfer(*size, per_second)),
+            };
+            (*parallel, vec![op], false)
+        }
+        TestKind::Rr {
+            request, response, ..
+        } => (
+            1,
+            vec![
+                Op::Write(transfer(*request, None)),
+                Op::Read(transfer(*response, None)),
+            ],
+            true,
+        ),
+    };
+    let once = |op: Op| Transaction {
+        repeat: Repeat::Iterations(1),
+        rate: None,
+        ops: vec![linerate_profile::Op {
+            conn: None,
+            action: op,
+        }],
+    };
+    Profile {
+        name: format!(
+            "mesh {} {} {} -> {}",
+            mesh.name, test.name, src.name, dst.name
+        ),
+        groups: vec![Group {
+            name: test.name.clone(),
+            threads,
+            host: Some(src.address.clone()),
+            transactions: vec![
+                once(Op::Connect(Endpoint {
+                    protocol,
+                    remote: Some(dst.address.clone()),
+                    window: None,
+                    nodelay,
+                    congestion: None,
+                    cipher: None,
+                    engine: None,
+                })),
+                Transaction {
+                    repeat: Repeat::Duration(test.seconds),
+                    rate: None,
+                    ops: ops
+                        .into_iter()
+                        .map(|action| linerate_profile::Op { conn: None, action })
+                        .collect(),
+                },
+                once(Op::Disconnect),
+            ],
+        }],
+    }
+}
+
+/// The figure a job's row carries: goodput for a stream, the median round trip for rr.
+fn figure(test: &linerate_mesh::MeshTest, document: &Document) -> (Option<f64>, String) {
+    let Document::Profile(report) = document else {
+        return (None, String::new());
+    };
+    match test.kind {
+        TestKind::Stream { .. } => (
+            Some(report.summary.received_bps),
+            linerate_report::units::format_rate(report.summary.received_bps, Scale::Adaptive),
+        ),
+        TestKind::Rr { .. } => {
+            let timed = report
+                .groups
+                .first()
+                .and_then(|g| g.transactions.get(1))
+                .map(|t| (t.latency_us.p50, t.iterations_per_s));
+            match timed {
+                Some((p50, rate)) => (
+                    Some(p50 / 1e6),
+                    format!(
+                        "rtt p50 {} ({rate:.0}/s)",
+                        linerate_model::units::format_micros(p50)
+                    ),
+                ),
+                None => (None, String::new()),
+            }
+        }
+    }
+}
+
+/// Which host a failed run is laid at: the destination when the source's agent says it
+/// could not reach it, else the source.
+fn failed_hosts(mesh: &Mesh, job: &Job, error: &RunError) -> Vec<usize> {
+    match error {
+        RunError::Agent { why, .. } if why.contains(&mesh.hosts[job.dst].address) => {
+            vec![job.dst]
+        }
+        RunError::Agent { .. } => vec![job.src],
+        RunError::Local(_) => Vec::new(),
+    }
+}
+
+/// Runs one job to its end; `(outcome, row, document)`.
+fn run_job(
+    mesh: &Mesh,
+    job: Job,
+    cycle: u64,
+    options: &RunOptions,
+    stop: &AtomicBool,
+) -> (Outcome, JobResult) {
+    let test = &mesh.tests[job.test];
+    let started_at = unix_now();
+    let profile = profile_of(mesh, &job);
+    let result = controller::run(&profile, options, stop);
+    let ended_at = unix_now();
+    let mut row = MeshRow {
+        run_id: None,
+        mesh: mesh.name.clone(),
+        src: mesh.hosts[job.src].name.clone(),
+        dst: mesh.hosts[job.dst].name.clone(),
+        test: test.name.clone(),
+        direction: "forward".into(),
+        protocol: test.kind.protocol().name().into(),
+        cycle,
+        started_at,
+        ended_at,
+        ok: false,
+        reason: String::new(),
+        headline: None,
+        headline_text: String::new(),
+    };
+    match result {
+        Ok(mut report) => {
+            report.config.source = format!("mesh {}", mesh.name);
+            let complete = report.summary.complete;
+            let reason = report.incomplete.clone().unwrap_or_default();
+            let document = Document::Profile(Box::new(report));
+            let (headline, text) = figure(test, &document);
+            row.headline = headline;
+            row.headline_text = text;
+            row.ok = complete;
+            row.reason = reason.clone();
+            let outcome = if complete {
+                Outcome::Done
+            } else {
+                Outcome::Failed {
+                    hosts: Vec::new(),
+                    reason,
+                }
+            };
+            (
+                outcome,
+                JobResult {
+                    row,
+                    document: Some(document),
+                },
+            )
+        }
+        Err(error) => {
+            row.reason = error.to_string();
+            (
+                Outcome::Failed {
+                    hosts: failed_hosts(mesh, &job, &error),
+                    reason: error.to_string(),
+                },
+                JobResult {
+                    row,
+                    document: None,
+                },
+            )
+        }
+    }
+}
+
+/// What the store holds of `mesh`, as the scheduler resumes from it.
+pub fn past_of(mesh: &Mesh, rows: &[MeshRow]) -> Vec<Past> {
+    let jobs = mesh.jobs();
+    let index: BTreeMap<(&str, &str, &str), usize> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            (
+                (
+                    mesh.tests[j.test].name.as_str(),
+                    mesh.hosts[j.src].name.as_str(),
+                    mesh.hosts[j.dst].name.as_str(),
+                ),
+                i,
+            )
+        })
+        .collect();
+    rows.iter()
+        .filter_map(|row| {
+            let job = *index.get(&(row.test.as_str(), row.src.as_str(), row.dst.as_str()))?;
+            Some(Past {
+                job,
+                cycle: row.cycle,
+                started_at: row.started_at,
+                ended_at: row.ended_at,
+            })
+        })
+        .collect()
+}
+
+/// Runs the mesh until `stop` (then ends the running jobs within [`STOP_GRACE`]) or
+/// `options.cycles`; each result goes to `store` and then to `each`.
+pub fn run(
+    mesh: &Mesh,
+    options: &MeshOptions,
+    mut store: Option<&mut Store>,
+    stop: &Arc<AtomicBool>,
+    each: &mut dyn FnMut(&JobResult),
+) -> Result<()> {
+    let run_options = RunOptions {
+        lead: options.lead,
+        control_timeout: options.control_timeout,
+        key: options.key.clone(),
+        log: false,
+        ..RunOptions::default()
+    };
+    let mut scheduler = Scheduler::new(mesh, unix_now());
+    if let Some(store) = store.as_deref() {
+        let rows = store
+            .mesh_rows(&mesh.name, false)
+            .context("reading the mesh's past results")?;
+        scheduler.resume(&past_of(mesh, &rows), unix_now());
+    }
+    let jobs = scheduler.jobs().to_vec();
+    let exclusive: Vec<usize> = (0..mesh.tests.len())
+        .filter(|&t| mesh.tests[t].exclusive)
+        .collect();
+    // Runs done per job this session, for a mesh of light tests only.
+    let mut runs = vec![0u64; jobs.len()];
+    // The cycle each exclusive test was in when this session began: `--cycles` counts
+    // from there.
+    let first_cycle: Vec<u64> = (0..mesh.tests.len())
+        .map(|t| {
+            scheduler
+                .cycle(t)
+                .map_or(1, |(n, _, done)| if done { n + 1 } else { n })
+        })
+        .collect();
+    let (results, finished) = mpsc::channel::<(usize, Outcome, JobResult)>();
+    let jobs_stop = Arc::new(AtomicBool::new(false));
+    let mut keep = |result: &mut JobResult| -> Result<()> {
+        if let Some(store) = store.as_deref_mut() {
+            let json = match &result.document {
+                Some(document) => Some(document.to_json()?),
+                None => None,
+            };
+            result.row.run_id =
+                store.insert_mesh(&result.row, result.document.as_ref().zip(json.as_deref()))?;
+        }
+        Ok(())
+    };
+    loop {
+        let now = unix_now();
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let done = match options.cycles {
+            Some(n) if !exclusive.is_empty() => exclusive.iter().all(|&t| {
+                scheduler.cycle(t).is_some_and(|(number, _, complete)| {
+                    let through = (number + 1).saturating_sub(first_cycle[t]);
+                    through > n || (through == n && complete)
+                })
+            }),
+            Some(n) => runs.iter().all(|&r| r >= n),
+            None => false,
+        };
+        // Done: start nothing more (a cycle opened by the same poll would never let the
+        // running count reach zero); the running jobs end below.
+        if done {
+            break;
+        }
+        for action in scheduler.poll(now) {
+            match action {
+                Action::Start { job, cycle } => {
+                    let (mesh, results, stop) = (mesh.clone(), results.clone(), jobs_stop.clone());
+                    let run_options = run_options.clone();
+                    let spec = jobs[job];
+                    std::thread::Builder::new()
+                        .name(format!("mesh-job-{job}"))
+                        .spawn(move || {
+                            let (outcome, result) =
+                                run_job(&mesh, spec, cycle, &run_options, &stop);
+                            let _ = results.send((job, outcome, result));
+                        })
+                        .context("starting a job's thread")?;
+                }
+                Action::Skip { job, cycle, reason } => {
+                    let spec = jobs[job];
+                    let test = &mesh.tests[spec.test];
+                    let mut result = JobResult {
+                        row: MeshRow {
+                            run_id: None,
+                            mesh: mesh.name.clone(),
+                            src: mesh.hosts[spec.src].name.clone(),
+                            dst: mesh.hosts[spec.dst].name.clone(),
+                            test: test.name.clone(),
+                            direction: "forward".into(),
+                            protocol: test.kind.protocol().name().into(),
+                            cycle,
+                            started_at: now,
+                            ended_at: now,
+                            ok: false,
+                            reason: format!("skipped: {reason}"),
+                            headline: None,
+                            headline_text: String::new(),
+                        },
+                        document: None,
+                    };
+                    keep(&mut result)?;
+                    each(&result);
+                }
+            }
+        }
+        let wake = scheduler
+            .next_wakeup(now)
+            .map_or(1.0, |at| (at - unix_now()).clamp(0.0, 1.0));
+        match finished.recv_timeout(Duration::from_secs_f64(wake.max(0.01))) {
+            Ok((job, outcome, mut result)) => {
+                scheduler.finished(job, unix_now(), outcome);
+                runs[job] += 1;
+                keep(&mut result)?;
+                each(&result);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    // Stopped or done: the running jobs end (a stop ends their profile runs early) and
+    // what they measured is kept; those still running after the grace are left.
+    jobs_stop.store(stop.load(Ordering::Relaxed), Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + STOP_GRACE;
+    while scheduler.running() > 0 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match finished.recv_timeout(left) {
+            Ok((job, outcome, mut result)) => {
+                scheduler.finished(job, unix_now(), outcome);
+                keep(&mut result)?;
+                each(&result);
+            }
+            Err(_) => break,
+        }
+    }
+    Ok(())
+}

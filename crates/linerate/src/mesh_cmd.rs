@@ -1,0 +1,356 @@
+//! `linerate mesh plan|run|status`: a mesh file read and checked, its schedule simulated,
+//! run by the coordinator (linerate_campaign::mesh), and its last figures shown.
+
+use crate::cli::{MeshCommand, MeshPlanArgs, MeshRunArgs, MeshStatusArgs};
+use crate::failure::{Failure, Outcome};
+use crate::Globals;
+use anyhow::Context;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use linerate_campaign::cancel;
+use linerate_campaign::mesh::{self, JobResult, MeshOptions};
+use linerate_mesh::schedule::simulate;
+use linerate_mesh::Mesh;
+use linerate_proto::auth::Key;
+use linerate_store::MeshRow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// What a job costs beyond its test's duration, for the plan: reaching the source's
+/// agent, its clock samples, the destination's preparation and the lead to the start.
+const SETUP_S: f64 = 1.0;
+
+pub fn run(command: MeshCommand, globals: &Globals) -> (bool, Outcome) {
+    match command {
+        MeshCommand::Plan(args) => (args.json, plan(&args)),
+        MeshCommand::Run(args) => (args.json, run_mesh(&args, globals)),
+        MeshCommand::Status(args) => (args.json, status(&args, globals)),
+    }
+}
+
+/// A mesh file that does not read is a usage error: one line naming file, line and value.
+fn load(path: &std::path::Path) -> Result<Mesh, Failure> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::Usage(format!("cannot read mesh file {name}: {e}")))?;
+    linerate_mesh::parse(&name, &text).map_err(|e| Failure::Usage(e.to_string()))
+}
+
+fn plan(args: &MeshPlanArgs) -> Outcome {
+    let mesh = load(&args.file)?;
+    let jobs = mesh.jobs();
+    let (placed, _) = simulate(&mesh, 1, |job| mesh.tests[job.test].seconds + SETUP_S);
+    let mut tests = Vec::new();
+    for (index, test) in mesh.tests.iter().enumerate() {
+        let mine: Vec<usize> = (0..jobs.len()).filter(|&j| jobs[j].test == index).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let rounds = mine.iter().map(|&j| jobs[j].round).max().unwrap_or(0) + 1;
+        let cycle_s = placed
+            .iter()
+            .filter(|p| p.cycle == 1 && jobs[p.job].test == index)
+            .map(|p| p.end)
+            .fold(0.0, f64::max)
+            - placed
+                .iter()
+                .filter(|p| p.cycle == 1 && jobs[p.job].test == index)
+                .map(|p| p.start)
+                .fold(f64::INFINITY, f64::min);
+        tests.push(serde_json::json!({
+            "test": test.name,
+            "run": test.kind.run(),
+            "protocol": test.kind.protocol().name(),
+            "exclusive": test.exclusive,
+            "jobs": mine.len(),
+            "rounds": if test.exclusive { Some(rounds) } else { None },
+            "interval_s": test.interval_s,
+            "cycle_s": if test.exclusive { Some(cycle_s) } else { None },
+        }));
+    }
+    if args.json {
+        let schedule: Vec<serde_json::Value> = placed
+            .iter()
+            .filter(|p| p.cycle == 1 && mesh.tests[jobs[p.job].test].exclusive)
+            .map(|p| {
+                let job = jobs[p.job];
+                serde_json::json!({
+                    "test": mesh.tests[job.test].name,
+                    "src": mesh.hosts[job.src].name,
+                    "dst": mesh.hosts[job.dst].name,
+                    "round": job.round + 1,
+                    "start_s": p.start,
+                    "end_s": p.end,
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "mesh": mesh.name,
+            "hosts": mesh.hosts.len(),
+            "tests": tests,
+            "schedule": schedule,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).context("encoding the plan")?
+        );
+        return Ok(());
+    }
+    println!(
+        "Mesh '{}': {} hosts, {} jobs (each its test's time plus about {SETUP_S:.0} s to set up)",
+        mesh.name,
+        mesh.hosts.len(),
+        jobs.len()
+    );
+    for (t, value) in tests.iter().enumerate() {
+        let test = mesh
+            .tests
+            .iter()
+            .find(|x| x.name == value["test"])
+            .expect("listed above");
+        let every = humantime::format_duration(Duration::from_secs_f64(test.interval_s));
+        if test.exclusive {
+            println!(
+                "  {} ({} {}, {:.0} s, exclusive): {} jobs in {} rounds, a cycle of {:.0} s, every {every}",
+                test.name,
+                test.kind.run(),
+                test.kind.protocol().name(),
+                test.seconds,
+                value["jobs"],
+                value["rounds"],
+                value["cycle_s"].as_f64().unwrap_or(0.0),
+            );
+            if test.exclusive && value["cycle_s"].as_f64().unwrap_or(0.0) > test.interval_s {
+                println!("    note: a cycle takes longer than its interval; cycles will run back to back");
+            }
+        } else {
+            println!(
+                "  {} ({} {}, {:.0} s, light{}): {} jobs, each every {every} at its own phase",
+                test.name,
+                test.kind.run(),
+                test.kind.protocol().name(),
+                test.seconds,
+                if test.pause_for_exclusive {
+                    ", paused beside exclusive tests"
+                } else {
+                    ""
+                },
+                value["jobs"],
+            );
+        }
+        let _ = t;
+    }
+    // The first cycle of the exclusive tests, round by round.
+    let mut by_start: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for p in placed
+        .iter()
+        .filter(|p| p.cycle == 1 && mesh.tests[jobs[p.job].test].exclusive)
+    {
+        let job = jobs[p.job];
+        by_start
+            .entry((p.start * 1000.0).round() as u64)
+            .or_default()
+            .push(format!(
+                "{} {}->{}",
+                mesh.tests[job.test].name, mesh.hosts[job.src].name, mesh.hosts[job.dst].name
+            ));
+    }
+    if !by_start.is_empty() {
+        println!("First cycle:");
+        for (ms, pairs) in by_start {
+            println!("  +{:>6.0} s  {}", ms as f64 / 1000.0, pairs.join(", "));
+        }
+    }
+    Ok(())
+}
+
+/// The mesh's key: `--key` (or LINERATE_KEY) first, else the file's `key`.
+fn key_of(mesh: &Mesh, globals: &Globals) -> Result<Option<Key>, Failure> {
+    if let Some(key) = &globals.key {
+        return Ok(Some(key.clone()));
+    }
+    let Some(path) = &mesh.key else {
+        return Ok(None);
+    };
+    let bytes = std::fs::read(path).map_err(|e| {
+        Failure::Usage(format!(
+            "cannot read the mesh's key {}: {e}",
+            path.display()
+        ))
+    })?;
+    Key::from_file_contents(&bytes)
+        .map(Some)
+        .map_err(|e| Failure::Usage(format!("the mesh's key {}: {e}", path.display())))
+}
+
+fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
+    let mesh = load(&args.file)?;
+    let key = key_of(&mesh, globals)?;
+    if key.is_none() {
+        return Err(Failure::Usage(format!(
+            "mesh '{}' has no key: its agents dial each other only with one (key = \"PATH\" in {}, or --key)",
+            mesh.name,
+            args.file.display()
+        ))
+        .into());
+    }
+    let mut store = globals.storage.open_for_run()?;
+    let stop = cancel::on_signals()?;
+    let options = MeshOptions {
+        cycles: args.cycles,
+        key,
+        control_timeout: Duration::from_secs(5),
+        lead: Duration::from_millis(500),
+    };
+    if !args.json {
+        eprintln!(
+            "Mesh '{}': {} hosts, {} jobs{}",
+            mesh.name,
+            mesh.hosts.len(),
+            mesh.jobs().len(),
+            match args.cycles {
+                Some(n) => format!(", {n} cycle(s)"),
+                None => ", until stopped".into(),
+            }
+        );
+    }
+    let mut seen: Vec<MeshRow> = Vec::new();
+    let mut failures = 0usize;
+    let json = args.json;
+    let mut each = |result: &JobResult| {
+        let row = &result.row;
+        if !row.ok {
+            failures += 1;
+        }
+        if json {
+            println!("{}", row_json(row));
+        } else if row.ok {
+            println!(
+                "cycle {:<3} {:<12} {} -> {}: {}",
+                row.cycle, row.test, row.src, row.dst, row.headline_text
+            );
+        } else {
+            println!(
+                "cycle {:<3} {:<12} {} -> {}: failed: {}",
+                row.cycle, row.test, row.src, row.dst, row.reason
+            );
+        }
+        seen.push(row.clone());
+    };
+    mesh::run(&mesh, &options, store.as_mut(), &stop, &mut each)?;
+    if !json {
+        print!("{}", tables(&mesh.name, &latest(&seen)));
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("linerate mesh: stopped; the results so far are kept");
+        }
+    }
+    if failures > 0 {
+        return Err(Failure::Partial(format!(
+            "{failures} job(s) failed or were skipped (see above)"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+fn row_json(row: &MeshRow) -> serde_json::Value {
+    serde_json::json!({
+        "mesh": row.mesh,
+        "src": row.src,
+        "dst": row.dst,
+        "test": row.test,
+        "direction": row.direction,
+        "protocol": row.protocol,
+        "cycle": row.cycle,
+        "started_at": row.started_at,
+        "ended_at": row.ended_at,
+        "ok": row.ok,
+        "reason": row.reason,
+        "headline": row.headline,
+        "headline_text": row.headline_text,
+        "run_id": row.run_id,
+    })
+}
+
+/// Each (test, src, dst)'s newest row.
+fn latest(rows: &[MeshRow]) -> Vec<MeshRow> {
+    let mut newest: BTreeMap<(String, String, String), MeshRow> = BTreeMap::new();
+    for row in rows {
+        let key = (row.test.clone(), row.src.clone(), row.dst.clone());
+        let newer = newest
+            .get(&key)
+            .is_none_or(|old| row.started_at >= old.started_at);
+        if newer {
+            newest.insert(key, row.clone());
+        }
+    }
+    newest.into_values().collect()
+}
+
+/// One table per test: sources down, destinations across, each cell the last figure.
+fn tables(mesh: &str, rows: &[MeshRow]) -> String {
+    let mut out = String::new();
+    let tests: BTreeSet<&str> = rows.iter().map(|r| r.test.as_str()).collect();
+    for test in tests {
+        let mine: Vec<&MeshRow> = rows.iter().filter(|r| r.test == test).collect();
+        let hosts: BTreeSet<&str> = mine
+            .iter()
+            .flat_map(|r| [r.src.as_str(), r.dst.as_str()])
+            .collect();
+        let mut table = Table::new();
+        table.load_preset(UTF8_FULL_CONDENSED);
+        let mut header = vec![format!("{test}: from \\ to")];
+        header.extend(hosts.iter().map(|h| h.to_string()));
+        table.set_header(header);
+        for src in &hosts {
+            let mut line = vec![src.to_string()];
+            for dst in &hosts {
+                let cell = mine.iter().find(|r| r.src == *src && r.dst == *dst);
+                line.push(match cell {
+                    _ if src == dst => "-".into(),
+                    None => String::new(),
+                    Some(r) if r.ok => r.headline_text.clone(),
+                    Some(_) => "failed".into(),
+                });
+            }
+            table.add_row(line);
+        }
+        out += &format!("Mesh '{mesh}', test {test}:\n{table}\n");
+    }
+    out
+}
+
+fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
+    // A file names its mesh; anything else is the name.
+    let path = std::path::Path::new(&args.mesh);
+    let name = if path.is_file() {
+        load(path)?.name
+    } else {
+        args.mesh.clone()
+    };
+    let store = globals.storage.open_to_read()?;
+    let rows = store.mesh_rows(&name, true)?;
+    if rows.is_empty() {
+        return Err(Failure::Usage(format!(
+            "no results of a mesh named '{name}' in {} (run 'linerate mesh run FILE' first)",
+            store.path()
+        ))
+        .into());
+    }
+    if args.json {
+        let doc: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).context("encoding the rows")?
+        );
+        return Ok(());
+    }
+    print!("{}", tables(&name, &rows));
+    let failed: Vec<&MeshRow> = rows.iter().filter(|r| !r.ok).collect();
+    for row in failed {
+        println!(
+            "{} {} -> {} (cycle {}): {}",
+            row.test, row.src, row.dst, row.cycle, row.reason
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,287 @@
+//! The mesh end to end: hosts as network namespaces on one bridge, each running `linerate
+//! serve --key`, and the coordinator in a namespace of its own. In a test binary of its
+//! own: the mesh's agents share this machine's two CPUs with nothing else of the suite.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+const PORT: &str = "5201";
+
+fn key_file(tag: &str) -> String {
+    let key = std::env::temp_dir()
+        .join(format!("linerate-{}-{tag}.key", std::process::id()))
+        .display()
+        .to_string();
+    std::fs::write(&key, "the mesh agents' shared key, for this test\n").unwrap();
+    key
+}
+
+/// The agent of host `i`, on the mesh's port.
+fn agent(star: &Star, i: usize, key: &str) -> ServeProcess {
+    ServeProcess::start_at(
+        Some(&star.hosts[i]),
+        &star.addrs[i],
+        PORT,
+        &["--no-store", "--key", key],
+    )
+}
+
+/// One mesh at a time: each takes this machine's CPUs.
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A mesh of the first `n` hosts: a 1 s throughput test in exclusive slots, cycles back
+/// to back (the interval is shorter than a cycle), and a light 1 s rr test every 2 s that
+/// pauses beside them.
+fn mesh_file(star: &Star, n: usize, key: &str, tag: &str) -> String {
+    let mut text = format!("name = \"{tag}\"\nkey = \"{key}\"\n");
+    for i in 0..n {
+        text += &format!(
+            "[[host]]\nname = \"h{i}\"\naddress = \"{}:{PORT}\"\n",
+            star.addrs[i]
+        );
+    }
+    text += r#"
+[[test]]
+name = "tput"
+run = "stream"
+duration = "1s"
+interval = "5s"
+
+[[test]]
+name = "lat"
+run = "rr"
+duration = "1s"
+interval = "2s"
+pause_for_exclusive = true
+
+[[group]]
+name = "all"
+tests = ["tput", "lat"]
+"#;
+    let path = std::env::temp_dir().join(format!("linerate-{}-{tag}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// A results database of the test's own.
+fn fresh_db(tag: &str) -> String {
+    let path = std::env::temp_dir().join(format!("linerate-{}-{tag}.db", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path.display().to_string()
+}
+
+fn rows(stdout: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Exclusive rows sharing a host never overlap in time (from the stored start and end).
+fn assert_no_overlap(rows: &[&serde_json::Value]) {
+    for (i, a) in rows.iter().enumerate() {
+        for b in &rows[i + 1..] {
+            let hosts = |r: &serde_json::Value| [r["src"].clone(), r["dst"].clone()];
+            let shared = hosts(a).iter().any(|h| hosts(b).contains(h));
+            let overlap = num(a, "/started_at") < num(b, "/ended_at")
+                && num(b, "/started_at") < num(a, "/ended_at");
+            assert!(
+                !(shared && overlap),
+                "overlapping exclusive jobs:\n{a}\n{b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_mesh_of_four_measures_every_pair_each_cycle_in_slots_no_host_shares() {
+    let test = "a_mesh_of_four_measures_every_pair_each_cycle_in_slots_no_host_shares";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("mesh", 5);
+    let key = key_file("mesh");
+    let _agents: Vec<ServeProcess> = (0..4).map(|i| agent(&star, i, &key)).collect();
+    let file = mesh_file(&star, 4, &key, "four");
+    let db = fresh_db("four");
+    let before: Vec<u64> = (0..4).map(|i| star.counter(i, "rx_bytes")).collect();
+    let out = linerate_in(
+        &star.hosts[4],
+        &["--db", &db, "mesh", "run", &file, "--cycles", "2", "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let after: Vec<u64> = (0..4).map(|i| star.counter(i, "rx_bytes")).collect();
+    let rows = rows(&out.stdout);
+    let tput: Vec<&serde_json::Value> = rows.iter().filter(|r| r["test"] == "tput").collect();
+    // Every ordered pair once in each cycle, each measured.
+    for cycle in [1, 2] {
+        let pairs: BTreeSet<(String, String)> = tput
+            .iter()
+            .filter(|r| r["cycle"] == cycle)
+            .map(|r| {
+                assert_eq!(r["ok"], true, "{r}");
+                (r["src"].to_string(), r["dst"].to_string())
+            })
+            .collect();
+        assert_eq!(pairs.len(), 12, "cycle {cycle}: {tput:#?}");
+    }
+    assert_no_overlap(&tput);
+    // The light test ran beside them, and says its round trip.
+    let lat: Vec<&serde_json::Value> = rows.iter().filter(|r| r["test"] == "lat").collect();
+    assert!(lat.len() >= 4, "{lat:#?}");
+    assert!(lat
+        .iter()
+        .all(|r| r["headline_text"].as_str().unwrap().starts_with("rtt p50")));
+    // The truth: what each destination received by its stored documents, against its
+    // interface's own counter (which carried that and the headers, control and probes).
+    for (d, (b, a)) in before.iter().zip(&after).enumerate() {
+        let name = format!("h{d}");
+        let mut received = 0u64;
+        for row in tput.iter().filter(|r| r["dst"] == name.as_str()) {
+            let id = row["run_id"].as_i64().expect("a stored run").to_string();
+            let shown = linerate_in(&star.hosts[4], &["--db", &db, "show", &id, "--json"]);
+            assert!(shown.status.success(), "{}", stderr(&shown));
+            received += num(&json(&shown), "/summary/received_bytes") as u64;
+        }
+        assert!(received > 0, "{name} received nothing");
+        assert!(
+            a - b >= received,
+            "{name}: its interface received {} bytes, the documents say {received}",
+            a - b
+        );
+    }
+    // The status: a table per test with every pair's last figure.
+    let status = linerate_in(&star.hosts[4], &["--db", &db, "mesh", "status", "four"]);
+    assert!(status.status.success(), "{}", stderr(&status));
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("test tput") && text.contains("test lat"),
+        "{text}"
+    );
+    assert!(text.contains("bits/sec"), "{text}");
+}
+
+/// A host killed mid-cycle: its jobs fail or are skipped, each with the reason, and the
+/// others go on; restarted, its pairs are measured again in the next run, which resumes
+/// the cycle count from the store.
+#[test]
+fn a_host_killed_mid_cycle_is_reported_and_measured_again_once_back() {
+    let test = "a_host_killed_mid_cycle_is_reported_and_measured_again_once_back";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("meshdown", 5);
+    let key = key_file("meshdown");
+    let mut agents: Vec<Option<ServeProcess>> =
+        (0..4).map(|i| Some(agent(&star, i, &key))).collect();
+    let file = mesh_file(&star, 4, &key, "down");
+    let db = fresh_db("down");
+    let mut coordinator = Command::new("ip")
+        .args(["netns", "exec", &star.hosts[4], binary()])
+        .args(["--db", &db, "mesh", "run", &file, "--cycles", "1", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = coordinator.stdout.take().unwrap();
+    let mut lines = Vec::new();
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        let row: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let tput_done = row["test"] == "tput";
+        lines.push(row);
+        // After the first round, host 2 goes away.
+        if tput_done && agents[2].is_some() {
+            agents[2] = None;
+        }
+    }
+    let status = coordinator.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "some jobs failed: exit 1");
+    let tput: Vec<&serde_json::Value> = lines.iter().filter(|r| r["test"] == "tput").collect();
+    assert_eq!(tput.len(), 12, "every job has a row: {tput:#?}");
+    for row in &tput {
+        let with_2 = row["src"] == "h2" || row["dst"] == "h2";
+        if !with_2 {
+            assert_eq!(row["ok"], true, "the others go on: {row}");
+        } else if row["ok"] == false {
+            let reason = row["reason"].as_str().unwrap();
+            assert!(!reason.is_empty(), "{row}");
+        }
+    }
+    let failed_with_2 = tput
+        .iter()
+        .filter(|r| r["ok"] == false && (r["src"] == "h2" || r["dst"] == "h2"))
+        .count();
+    assert!(failed_with_2 >= 1, "{tput:#?}");
+    assert!(
+        tput.iter().any(|r| r["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("skipped: host h2 is down")),
+        "after a failure the rest of its jobs are skipped, naming it: {tput:#?}"
+    );
+    // Back: the next run resumes at cycle 2 and measures every pair, host 2's too.
+    agents[2] = Some(agent(&star, 2, &key));
+    let out = linerate_in(
+        &star.hosts[4],
+        &["--db", &db, "mesh", "run", &file, "--cycles", "1", "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let again = rows(&out.stdout);
+    let tput: Vec<&serde_json::Value> = again.iter().filter(|r| r["test"] == "tput").collect();
+    assert_eq!(tput.len(), 12, "{tput:#?}");
+    assert!(
+        tput.iter().all(|r| r["ok"] == true && r["cycle"] == 2),
+        "{tput:#?}"
+    );
+}
+
+#[test]
+fn mistakes_in_a_mesh_file_are_one_line_with_exit_2() {
+    let dir = std::env::temp_dir().join(format!("linerate-{}-meshbad", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = "[[host]]\nname = \"a\"\naddress = \"10.0.0.1\"\n[[host]]\nname = \"b\"\naddress = \"10.0.0.2\"\n\
+                [[test]]\nname = \"t\"\nrun = \"stream\"\ninterval = \"1h\"\n[[group]]\nname = \"g\"\ntests = [\"t\"]\n";
+    for (text, needle) in [
+        (
+            good.replace(
+                "tests = [\"t\"]",
+                "hosts = [\"a\", \"zz\"]\ntests = [\"t\"]",
+            ),
+            "unknown host 'zz'",
+        ),
+        (
+            good.replace("interval = \"1h\"", "interval = \"hourly\""),
+            "interval 'hourly' is not a time",
+        ),
+        (
+            good.replace("name = \"b\"", "name = \"a\""),
+            "host 'a' is named twice",
+        ),
+    ] {
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = linerate(&["mesh", "plan", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(needle) && err.contains("bad.toml:"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    // A mesh without a key cannot run: its agents would not dial each other.
+    let path = dir.join("nokey.toml");
+    std::fs::write(&path, good).unwrap();
+    let out = linerate(&["--no-store", "mesh", "run", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("has no key"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,534 @@
+//! The mesh file (TOML): hosts, tests and the groups that pair them. Every value is
+//! checked where it is read, and a mistake is one line naming the file, the line, the
+//! column and the value (docs/mesh.md shows the format).
+//!
+//! ```toml
+//! name = "lab"
+//! key = "/etc/linerate/key"      # the agents' key file (a mesh's agents dial each other)
+//! [limits]
+//! max_exclusive = 4              # exclusive tests at once in the whole mesh
+//!
+//! [[host]]
+//! name = "ams1"
+//! address = "10.0.0.1"           # or "10.0.0.1:5201", "[fd00::1]:5201", a DNS name
+//! labels = { site = "ams" }
+//!
+//! [[test]]
+//! name = "throughput"
+//! run = "stream"                 # stream | rr
+//! duration = "10s"
+//! interval = "4h"
+//! jitter = "10m"
+//!
+//! [[group]]
+//! name = "all"
+//! hosts = ["*"]                  # names, or "*": every host
+//! shape = "full"                 # full | star (with center) | pairs (with pairs)
+//! tests = ["throughput"]
+//! ```
+
+use crate::model::*;
+use linerate_model::units::{parse_duration, parse_rate, parse_size};
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use toml::Spanned;
+
+/// A mesh file that cannot run: where, and what is wrong there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}:{col}: {message}")]
+pub struct MeshError {
+    pub file: String,
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMesh {
+    name: Option<Spanned<String>>,
+    key: Option<Spanned<String>>,
+    seed: Option<Spanned<u64>>,
+    limits: Option<RawLimits>,
+    #[serde(default)]
+    host: Vec<Spanned<RawHost>>,
+    #[serde(default)]
+    test: Vec<Spanned<RawTest>>,
+    #[serde(default)]
+    group: Vec<Spanned<RawGroup>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_exclusive: Option<Spanned<u32>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    name: Spanned<String>,
+    address: Spanned<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTest {
+    name: Spanned<String>,
+    run: Spanned<String>,
+    protocol: Option<Spanned<String>>,
+    duration: Option<Spanned<String>>,
+    interval: Spanned<String>,
+    jitter: Option<Spanned<String>>,
+    exclusive: Option<bool>,
+    pause_for_exclusive: Option<bool>,
+    parallel: Option<Spanned<u32>>,
+    rate: Option<Spanned<String>>,
+    size: Option<Spanned<String>>,
+    request: Option<Spanned<String>>,
+    response: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    name: Spanned<String>,
+    hosts: Option<Vec<Spanned<String>>>,
+    shape: Option<Spanned<String>>,
+    center: Option<Spanned<String>>,
+    pairs: Option<Vec<Spanned<Vec<Spanned<String>>>>>,
+    directions: Option<Spanned<String>>,
+    tests: Vec<Spanned<String>>,
+}
+
+/// The longest interval or test a mesh may ask for: a week.
+const MAX_SECONDS: f64 = 7.0 * 86_400.0;
+/// The most hosts one mesh file may name.
+pub const MAX_HOSTS: usize = 4096;
+
+struct Reader<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Reader<'_> {
+    fn error(&self, offset: usize, message: impl Into<String>) -> MeshError {
+        let before = &self.text[..offset.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        MeshError {
+            file: self.file.to_string(),
+            line,
+            col,
+            message: message.into(),
+        }
+    }
+
+    fn at<T>(&self, value: &Spanned<T>, message: impl Into<String>) -> MeshError {
+        self.error(value.span().start, message)
+    }
+
+    /// A time, in seconds, between `min` (exclusive of 0 when `positive`) and a week.
+    fn seconds(
+        &self,
+        value: &Spanned<String>,
+        what: &str,
+        positive: bool,
+    ) -> Result<f64, MeshError> {
+        let text = value.get_ref();
+        let seconds = parse_duration(text)
+            .map_err(|e| self.at(value, format!("{what} '{text}' is not a time: {}", e.why)))?;
+        if seconds < 0.0 || (positive && seconds == 0.0) || seconds > MAX_SECONDS {
+            return Err(self.at(
+                value,
+                format!(
+                    "{what} '{text}' must be {} and at most a week",
+                    if positive { "above 0" } else { "0 or more" }
+                ),
+            ));
+        }
+        Ok(seconds)
+    }
+}
+
+/// Reads a mesh file; `file` names it in errors.
+pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
+    let reader = Reader { file, text };
+    let raw: RawMesh = toml::from_str(text).map_err(|e| {
+        let offset = e.span().map_or(0, |s| s.start);
+        reader.error(offset, e.message().trim().to_string())
+    })?;
+    if raw.host.is_empty() {
+        return Err(reader.error(0, "the mesh names no [[host]]"));
+    }
+    if raw.host.len() > MAX_HOSTS {
+        return Err(reader.error(
+            raw.host[MAX_HOSTS].span().start,
+            format!("more than {MAX_HOSTS} hosts"),
+        ));
+    }
+    let mut hosts = Vec::new();
+    let mut host_index = BTreeMap::new();
+    for spanned in &raw.host {
+        let host = spanned.get_ref();
+        let name = host.name.get_ref();
+        if !is_name(name) {
+            return Err(reader.at(
+                &host.name,
+                format!("host name '{name}' must be letters, digits, '-', '_' or '.'"),
+            ));
+        }
+        let address = host.address.get_ref();
+        if address.is_empty() || address.chars().any(char::is_whitespace) {
+            return Err(reader.at(
+                &host.address,
+                format!("address '{address}' is not a host name or address"),
+            ));
+        }
+        if host_index.insert(name.clone(), hosts.len()).is_some() {
+            return Err(reader.at(&host.name, format!("host '{name}' is named twice")));
+        }
+        hosts.push(Host {
+            name: name.clone(),
+            address: address.clone(),
+            labels: host.labels.clone(),
+        });
+    }
+    let mut tests = Vec::new();
+    let mut test_index = BTreeMap::new();
+    for spanned in &raw.test {
+        let test = read_test(&reader, spanned.get_ref())?;
+        if test_index.insert(test.name.clone(), tests.len()).is_some() {
+            return Err(reader.at(
+                &spanned.get_ref().name,
+                format!("test '{}' is named twice", test.name),
+            ));
+        }
+        tests.push(test);
+    }
+    if raw.group.is_empty() {
+        return Err(reader.error(0, "the mesh has no [[group]] to say which hosts test which"));
+    }
+    let mut groups = Vec::new();
+    let mut group_names = BTreeSet::new();
+    for spanned in &raw.group {
+        let group = read_group(&reader, spanned, &host_index, &test_index)?;
+        if !group_names.insert(group.name.clone()) {
+            return Err(reader.at(
+                &spanned.get_ref().name,
+                format!("group '{}' is named twice", group.name),
+            ));
+        }
+        groups.push(group);
+    }
+    let name = raw
+        .name
+        .as_ref()
+        .map_or_else(|| "mesh".to_string(), |n| n.get_ref().clone());
+    if !is_name(&name) {
+        let at = raw.name.as_ref().map_or(0, |n| n.span().start);
+        return Err(reader.error(
+            at,
+            format!("mesh name '{name}' must be letters, digits, '-', '_' or '.'"),
+        ));
+    }
+    let max_exclusive = match raw.limits.and_then(|l| l.max_exclusive) {
+        Some(n) if *n.get_ref() == 0 => {
+            return Err(reader.at(&n, "max_exclusive must be at least 1"));
+        }
+        Some(n) => Some(*n.get_ref()),
+        None => None,
+    };
+    Ok(Mesh {
+        seed: raw.seed.map_or_else(|| name_seed(&name), |s| *s.get_ref()),
+        name,
+        key: raw.key.map(|k| k.into_inner().into()),
+        max_exclusive,
+        hosts,
+        tests,
+        groups,
+    })
+}
+
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A seed from the mesh's name, so that the same file jitters the same way.
+fn name_seed(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
+    let name = raw.name.get_ref().clone();
+    if !is_name(&name) {
+        return Err(reader.at(
+            &raw.name,
+            format!("test name '{name}' must be letters, digits, '-', '_' or '.'"),
+        ));
+    }
+    let protocol = match raw.protocol.as_ref().map(|p| (p, p.get_ref().as_str())) {
+        None | Some((_, "tcp")) => Transport::Tcp,
+        Some((_, "udp")) => Transport::Udp,
+        Some((p, other)) => {
+            return Err(reader.at(p, format!("protocol '{other}' is not tcp or udp")));
+        }
+    };
+    let seconds = match &raw.duration {
+        Some(d) => reader.seconds(d, "duration", true)?,
+        None => DEFAULT_TEST_SECONDS,
+    };
+    let size =
+        |value: &Option<Spanned<String>>, what: &str, default: u64| -> Result<u64, MeshError> {
+            match value {
+                None => Ok(default),
+                Some(v) => match parse_size(v.get_ref()) {
+                    Ok(n) if (1..=1 << 20).contains(&n) => Ok(n),
+                    _ => Err(reader.at(
+                        v,
+                        format!("{what} '{}' must be a size from 1 byte to 1M", v.get_ref()),
+                    )),
+                },
+            }
+        };
+    let run = raw.run.get_ref().as_str();
+    let unused = |value: Option<&Spanned<String>>, what: &str| match value {
+        Some(v) => Err(reader.at(v, format!("'{what}' is not an option of run = \"{run}\""))),
+        None => Ok(()),
+    };
+    let kind = match run {
+        "stream" => {
+            unused(raw.request.as_ref(), "request")?;
+            unused(raw.response.as_ref(), "response")?;
+            let rate_bps = match &raw.rate {
+                Some(r) => Some(
+                    parse_rate(r.get_ref())
+                        .ok()
+                        .filter(|&bps| bps > 0)
+                        .ok_or_else(|| {
+                            reader.at(r, format!("rate '{}' is not a rate like 100M", r.get_ref()))
+                        })?,
+                ),
+                None => None,
+            };
+            if protocol == Transport::Udp && rate_bps.is_none() {
+                return Err(reader.at(
+                    &raw.run,
+                    format!("test '{name}': a UDP stream needs a rate (rate = \"100M\"): unpaced datagrams measure only what the sender's host drops"),
+                ));
+            }
+            let parallel = match &raw.parallel {
+                Some(p) if (1..=64).contains(p.get_ref()) => *p.get_ref(),
+                Some(p) => {
+                    return Err(reader.at(
+                        p,
+                        format!("parallel {} must be between 1 and 64", p.get_ref()),
+                    ))
+                }
+                None => 1,
+            };
+            let default_size = match protocol {
+                Transport::Tcp => 128 * 1024,
+                Transport::Udp => 1400,
+            };
+            let size = size(&raw.size, "size", default_size)?;
+            if protocol == Transport::Udp && size > 65_507 {
+                let at = raw.size.as_ref().expect("a UDP size over 65507 was given");
+                return Err(reader.at(at, format!("size {size} does not fit one UDP datagram")));
+            }
+            TestKind::Stream {
+                protocol,
+                parallel,
+                rate_bps,
+                size,
+            }
+        }
+        "rr" => {
+            unused(raw.rate.as_ref(), "rate")?;
+            unused(raw.size.as_ref(), "size")?;
+            if protocol == Transport::Udp {
+                return Err(reader.at(
+                    raw.protocol.as_ref().expect("udp was given"),
+                    format!("test '{name}': rr over udp does not run in a mesh yet (a lost datagram would hold its thread to the end of the test); use tcp"),
+                ));
+            }
+            if let Some(p) = &raw.parallel {
+                return Err(reader.at(p, "'parallel' is not an option of run = \"rr\""));
+            }
+            TestKind::Rr {
+                protocol,
+                request: size(&raw.request, "request", 1)?,
+                response: size(&raw.response, "response", 1)?,
+            }
+        }
+        other => {
+            return Err(reader.at(
+                &raw.run,
+                format!("test '{name}': run '{other}' is not stream or rr"),
+            ));
+        }
+    };
+    let interval_s = reader.seconds(&raw.interval, "interval", true)?;
+    let jitter_s = match &raw.jitter {
+        Some(j) => reader.seconds(j, "jitter", false)?,
+        None => 0.0,
+    };
+    if jitter_s >= interval_s {
+        let at = raw.jitter.as_ref().expect("a jitter was given");
+        return Err(reader.at(
+            at,
+            format!("jitter '{}' must be less than the interval", at.get_ref()),
+        ));
+    }
+    let exclusive = raw
+        .exclusive
+        .unwrap_or(matches!(kind, TestKind::Stream { .. }));
+    Ok(MeshTest {
+        name,
+        kind,
+        seconds,
+        interval_s,
+        jitter_s,
+        exclusive,
+        pause_for_exclusive: raw.pause_for_exclusive.unwrap_or(false),
+    })
+}
+
+fn read_group(
+    reader: &Reader,
+    spanned: &Spanned<RawGroup>,
+    host_index: &BTreeMap<String, usize>,
+    test_index: &BTreeMap<String, usize>,
+) -> Result<MeshGroup, MeshError> {
+    let raw = spanned.get_ref();
+    let name = raw.name.get_ref().clone();
+    let host = |value: &Spanned<String>| -> Result<usize, MeshError> {
+        host_index.get(value.get_ref()).copied().ok_or_else(|| {
+            reader.at(
+                value,
+                format!(
+                    "group '{name}': unknown host '{}' (no [[host]] has that name)",
+                    value.get_ref()
+                ),
+            )
+        })
+    };
+    let hosts: Vec<usize> = match &raw.hosts {
+        None => (0..host_index.len()).collect(),
+        Some(list) if list.iter().any(|h| h.get_ref() == "*") => (0..host_index.len()).collect(),
+        Some(list) => {
+            let mut seen = BTreeSet::new();
+            let mut hosts = Vec::new();
+            for value in list {
+                let index = host(value)?;
+                if !seen.insert(index) {
+                    return Err(reader.at(
+                        value,
+                        format!("group '{name}': host '{}' is listed twice", value.get_ref()),
+                    ));
+                }
+                hosts.push(index);
+            }
+            hosts
+        }
+    };
+    let shape = match raw.shape.as_ref().map(|s| s.get_ref().as_str()) {
+        None | Some("full") => Shape::Full,
+        Some("star") => {
+            let Some(center) = &raw.center else {
+                return Err(reader.at(
+                    raw.shape.as_ref().expect("star was given"),
+                    format!("group '{name}': a star needs center = \"HOST\""),
+                ));
+            };
+            let index = host(center)?;
+            if !hosts.contains(&index) {
+                return Err(reader.at(
+                    center,
+                    format!(
+                        "group '{name}': the center '{}' is not among its hosts",
+                        center.get_ref()
+                    ),
+                ));
+            }
+            Shape::Star { center: index }
+        }
+        Some("pairs") => {
+            let Some(pairs) = &raw.pairs else {
+                return Err(reader.at(
+                    raw.shape.as_ref().expect("pairs was given"),
+                    format!("group '{name}': pairs needs pairs = [[\"a\", \"b\"], ...]"),
+                ));
+            };
+            let mut out = Vec::new();
+            for pair in pairs {
+                let [a, b] = pair.get_ref().as_slice() else {
+                    return Err(
+                        reader.at(pair, format!("group '{name}': a pair is two host names"))
+                    );
+                };
+                let (a, b) = (host(a)?, host(b)?);
+                if a == b {
+                    return Err(reader.at(
+                        pair,
+                        format!("group '{name}': a pair of one host with itself"),
+                    ));
+                }
+                out.push((a, b));
+            }
+            Shape::Pairs(out)
+        }
+        Some(other) => {
+            return Err(reader.at(
+                raw.shape.as_ref().expect("given"),
+                format!("group '{name}': shape '{other}' is not full, star or pairs"),
+            ));
+        }
+    };
+    if matches!(shape, Shape::Full | Shape::Star { .. }) && hosts.len() < 2 {
+        return Err(reader.at(&raw.name, format!("group '{name}' needs two hosts or more")));
+    }
+    let both_ways = match raw.directions.as_ref().map(|d| (d, d.get_ref().as_str())) {
+        None | Some((_, "both")) => true,
+        Some((_, "one")) => false,
+        Some((d, other)) => {
+            return Err(reader.at(
+                d,
+                format!("group '{name}': directions '{other}' is not both or one"),
+            ));
+        }
+    };
+    if raw.tests.is_empty() {
+        return Err(reader.at(&raw.name, format!("group '{name}' runs no tests")));
+    }
+    let mut tests = Vec::new();
+    for value in &raw.tests {
+        let index = test_index.get(value.get_ref()).copied().ok_or_else(|| {
+            reader.at(
+                value,
+                format!(
+                    "group '{name}': unknown test '{}' (no [[test]] has that name)",
+                    value.get_ref()
+                ),
+            )
+        })?;
+        if !tests.contains(&index) {
+            tests.push(index);
+        }
+    }
+    Ok(MeshGroup {
+        name,
+        hosts,
+        shape,
+        both_ways,
+        tests,
+    })
+}

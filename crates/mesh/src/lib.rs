@@ -1,0 +1,16 @@
+//! The mesh: many hosts measured on a schedule, the job perfSONAR's pScheduler and
+//! pSConfig do. This crate is the sans-IO part: the mesh file ([`file`]), what it makes
+//! ([`model`]: hosts, tests, groups, and the jobs, one test from one host to another), and
+//! the scheduler that says when each job runs ([`schedule`]). The coordinator that runs
+//! the jobs against the hosts' agents lives in linerate-campaign.
+
+pub mod file;
+pub mod model;
+pub mod schedule;
+
+pub use file::{parse, MeshError};
+pub use model::*;
+pub use schedule::{Action, Outcome, Past, Placed, Scheduler};
+
+#[cfg(test)]
+mod tests;

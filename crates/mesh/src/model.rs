@@ -1,0 +1,232 @@
+//! What a mesh is once its file was read: hosts, tests, groups, and the jobs they make
+//! (one test from one host to another).
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A test runs this long when its file does not say.
+pub const DEFAULT_TEST_SECONDS: f64 = 10.0;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mesh {
+    pub name: String,
+    /// The agents' key file.
+    pub key: Option<std::path::PathBuf>,
+    /// The seed of every random choice (jitter, phases): from the file, else its name.
+    pub seed: u64,
+    /// Exclusive tests at once in the whole mesh; `None`: as many as disjoint hosts allow.
+    pub max_exclusive: Option<u32>,
+    pub hosts: Vec<Host>,
+    pub tests: Vec<MeshTest>,
+    pub groups: Vec<MeshGroup>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Host {
+    pub name: String,
+    /// `host`, `host:port` or `[v6]:port`: where its `linerate serve` listens.
+    pub address: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    Tcp,
+    Udp,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TestKind {
+    /// Bulk data from the source to the destination.
+    Stream {
+        protocol: Transport,
+        parallel: u32,
+        /// Per flow; required over UDP.
+        rate_bps: Option<u64>,
+        /// Bytes per write (TCP) or datagram (UDP).
+        size: u64,
+    },
+    /// Request/response transactions, one at a time.
+    Rr {
+        protocol: Transport,
+        request: u64,
+        response: u64,
+    },
+}
+
+impl TestKind {
+    pub fn protocol(&self) -> Transport {
+        match self {
+            TestKind::Stream { protocol, .. } | TestKind::Rr { protocol, .. } => *protocol,
+        }
+    }
+
+    /// "stream" or "rr".
+    pub fn run(&self) -> &'static str {
+        match self {
+            TestKind::Stream { .. } => "stream",
+            TestKind::Rr { .. } => "rr",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeshTest {
+    pub name: String,
+    pub kind: TestKind,
+    pub seconds: f64,
+    /// How often each of its jobs runs.
+    pub interval_s: f64,
+    /// Up to this much later than the interval says, drawn anew each time.
+    pub jitter_s: f64,
+    /// No host takes part in two exclusive tests at once, at either end (throughput).
+    pub exclusive: bool,
+    /// Light tests only: wait while either host is in an exclusive test.
+    pub pause_for_exclusive: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape {
+    /// Every host with every other.
+    Full,
+    /// The center with every other host.
+    Star { center: usize },
+    /// These pairs (source first).
+    Pairs(Vec<(usize, usize)>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeshGroup {
+    pub name: String,
+    pub hosts: Vec<usize>,
+    pub shape: Shape,
+    /// Each pair both ways; else only from the first named (the center, for a star).
+    pub both_ways: bool,
+    pub tests: Vec<usize>,
+}
+
+/// One test from one host to another: what the scheduler places.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Job {
+    pub test: usize,
+    pub src: usize,
+    pub dst: usize,
+    /// Exclusive tests: the round of the test's cycle the job belongs in. Jobs of one
+    /// round share no host, and a full mesh of n hosts (n even) needs 2(n - 1) rounds both
+    /// ways, n - 1 one way.
+    pub round: u32,
+}
+
+impl Mesh {
+    /// Every job the groups make, each (test, source, destination) once, in round order
+    /// for exclusive tests.
+    pub fn jobs(&self) -> Vec<Job> {
+        // Per test, its pairs in the order the groups make them (the circle method's,
+        // which the rounds keep), each once.
+        let mut pairs: BTreeMap<usize, (Vec<Pair>, BTreeSet<Pair>)> = BTreeMap::new();
+        for group in &self.groups {
+            let made = pairs_of(group);
+            for &test in &group.tests {
+                let (ordered, seen) = pairs.entry(test).or_default();
+                for &pair in &made {
+                    if seen.insert(pair) {
+                        ordered.push(pair);
+                    }
+                }
+            }
+        }
+        let mut jobs = Vec::new();
+        for (test, (ordered, _)) in pairs {
+            for (round, matching) in rounds(&ordered).into_iter().enumerate() {
+                for (src, dst) in matching {
+                    jobs.push(Job {
+                        test,
+                        src,
+                        dst,
+                        round: round as u32,
+                    });
+                }
+            }
+        }
+        jobs
+    }
+}
+
+/// An ordered pair of hosts: (source, destination).
+type Pair = (usize, usize);
+
+/// The ordered pairs a group makes.
+fn pairs_of(group: &MeshGroup) -> Vec<(usize, usize)> {
+    let one_way: Vec<(usize, usize)> = match &group.shape {
+        Shape::Full => {
+            // The circle method: n - 1 rounds of disjoint pairs (n even; with n odd one
+            // host sits out each of n rounds). Pairs come out round by round, which is
+            // the order `rounds` keeps.
+            let mut ring: Vec<Option<usize>> = group.hosts.iter().copied().map(Some).collect();
+            if ring.len() % 2 == 1 {
+                ring.push(None);
+            }
+            let n = ring.len();
+            let mut out = Vec::new();
+            for round in 0..n - 1 {
+                for i in 0..n / 2 {
+                    let (a, b) = (ring[i], ring[n - 1 - i]);
+                    if let (Some(a), Some(b)) = (a, b) {
+                        // Alternate which end sends, so one way still spreads the load.
+                        out.push(if (round + i) % 2 == 0 { (a, b) } else { (b, a) });
+                    }
+                }
+                // Keep the first in place and turn the rest one step.
+                let last = ring.pop().expect("two or more");
+                ring.insert(1, last);
+            }
+            out
+        }
+        Shape::Star { center } => group
+            .hosts
+            .iter()
+            .filter(|&&h| h != *center)
+            .map(|&h| (*center, h))
+            .collect(),
+        Shape::Pairs(pairs) => pairs.clone(),
+    };
+    if !group.both_ways {
+        return one_way;
+    }
+    let mut both = one_way.clone();
+    both.extend(one_way.iter().map(|&(a, b)| (b, a)));
+    both
+}
+
+/// Splits ordered pairs into rounds of host-disjoint pairs, each into the first round
+/// where both its hosts are free, in the order given: the circle method's rounds come out
+/// whole (each is a perfect matching for n even, so the next cannot join it), and so a full
+/// mesh keeps its n - 1 rounds one way and 2(n - 1) both ways.
+fn rounds(pairs: &[(usize, usize)]) -> Vec<Vec<(usize, usize)>> {
+    // Each round: the hosts it keeps busy, and its pairs.
+    let mut rounds: Vec<(BTreeSet<usize>, Vec<Pair>)> = Vec::new();
+    for &(a, b) in pairs {
+        match rounds
+            .iter_mut()
+            .find(|(busy, _)| !busy.contains(&a) && !busy.contains(&b))
+        {
+            Some((busy, members)) => {
+                busy.insert(a);
+                busy.insert(b);
+                members.push((a, b));
+            }
+            None => rounds.push(([a, b].into_iter().collect(), vec![(a, b)])),
+        }
+    }
+    rounds.into_iter().map(|(_, members)| members).collect()
+}

@@ -1,0 +1,452 @@
+use crate::schedule::simulate;
+use crate::*;
+use proptest::prelude::*;
+use std::collections::BTreeSet;
+
+/// A mesh of `n` hosts, full mesh both ways, one exclusive stream test of 10 s every hour
+/// and, when `light`, a light rr test every 60 s.
+fn mesh_text(n: usize, light: bool) -> String {
+    let mut text = String::from("name = \"t\"\n");
+    for i in 0..n {
+        text += &format!(
+            "[[host]]\nname = \"h{i}\"\naddress = \"10.0.0.{}\"\n",
+            i + 1
+        );
+    }
+    text += "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"10s\"\ninterval = \"1h\"\n";
+    let mut tests = vec!["\"tput\""];
+    if light {
+        text += "[[test]]\nname = \"lat\"\nrun = \"rr\"\nduration = \"5s\"\ninterval = \"60s\"\npause_for_exclusive = true\n";
+        tests.push("\"lat\"");
+    }
+    text += &format!(
+        "[[group]]\nname = \"all\"\ntests = [{}]\n",
+        tests.join(", ")
+    );
+    text
+}
+
+fn mesh(n: usize, light: bool) -> Mesh {
+    parse("m.toml", &mesh_text(n, light)).unwrap()
+}
+
+#[test]
+fn a_full_mesh_makes_every_ordered_pair_in_2_n_minus_1_rounds() {
+    for n in [2, 3, 4, 7, 10] {
+        let m = mesh(n, false);
+        let jobs = m.jobs();
+        assert_eq!(jobs.len(), n * (n - 1), "n = {n}");
+        let pairs: BTreeSet<(usize, usize)> = jobs.iter().map(|j| (j.src, j.dst)).collect();
+        assert_eq!(pairs.len(), n * (n - 1));
+        let rounds = jobs.iter().map(|j| j.round).max().unwrap() as usize + 1;
+        // n even: 2(n - 1); n odd: one host sits out each round, 2n.
+        let bound = if n % 2 == 0 { 2 * (n - 1) } else { 2 * n };
+        assert_eq!(rounds, bound, "n = {n}");
+        for round in 0..rounds as u32 {
+            let mut hosts = BTreeSet::new();
+            for job in jobs.iter().filter(|j| j.round == round) {
+                assert!(
+                    hosts.insert(job.src) && hosts.insert(job.dst),
+                    "round {round} shares a host"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn stars_pairs_and_one_way_groups_make_their_jobs_once() {
+    let text = r#"
+[[host]]
+name = "a"
+address = "10.0.0.1"
+[[host]]
+name = "b"
+address = "10.0.0.2:5202"
+[[host]]
+name = "c"
+address = "[fd00::3]:5201"
+labels = { site = "ams" }
+[[test]]
+name = "tput"
+run = "stream"
+interval = "4h"
+jitter = "10m"
+[[group]]
+name = "star"
+hosts = ["a", "b", "c"]
+shape = "star"
+center = "a"
+directions = "one"
+tests = ["tput"]
+[[group]]
+name = "extra"
+shape = "pairs"
+pairs = [["a", "b"], ["c", "b"]]
+directions = "one"
+tests = ["tput"]
+"#;
+    let m = parse("m.toml", text).unwrap();
+    assert_eq!(m.hosts[2].labels["site"], "ams");
+    assert_eq!(m.tests[0].interval_s, 14_400.0);
+    assert_eq!(m.tests[0].jitter_s, 600.0);
+    assert!(
+        m.tests[0].exclusive,
+        "a stream is exclusive unless the file says otherwise"
+    );
+    let pairs: Vec<(usize, usize)> = m.jobs().iter().map(|j| (j.src, j.dst)).collect();
+    // a->b comes from both groups and is one job.
+    assert_eq!(pairs.len(), 3, "{pairs:?}");
+    assert!(pairs.contains(&(0, 1)) && pairs.contains(&(0, 2)) && pairs.contains(&(2, 1)));
+}
+
+#[test]
+fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
+    let good = mesh_text(3, true);
+    let cases = [
+        (
+            good.replace(
+                "tests = [\"tput\", \"lat\"]",
+                "hosts = [\"h0\", \"h9\"]\ntests = [\"tput\"]",
+            ),
+            "unknown host 'h9'",
+        ),
+        (
+            good.replace("interval = \"1h\"", "interval = \"often\""),
+            "interval 'often' is not a time",
+        ),
+        (
+            good.replace("interval = \"1h\"", "interval = \"0s\""),
+            "interval '0s' must be above 0",
+        ),
+        (
+            good.replace("name = \"h1\"", "name = \"h0\""),
+            "host 'h0' is named twice",
+        ),
+        (
+            good.replace("name = \"lat\"", "name = \"tput\""),
+            "test 'tput' is named twice",
+        ),
+        (
+            good.replace("\"lat\"]", "\"latency\"]"),
+            "unknown test 'latency'",
+        ),
+        (
+            good.replace("run = \"rr\"", "run = \"ping\""),
+            "run 'ping' is not stream or rr",
+        ),
+        (
+            good.replace(
+                "duration = \"10s\"",
+                "duration = \"10s\"\nprotocol = \"udp\"",
+            ),
+            "a UDP stream needs a rate",
+        ),
+        (
+            good.replace("interval = \"60s\"", "interval = \"60s\"\njitter = \"2m\""),
+            "must be less than the interval",
+        ),
+        (
+            good.replace("address = \"10.0.0.2\"", "address = \"10.0.0 .2\""),
+            "is not a host name or address",
+        ),
+        (
+            good.replace("name = \"t\"", "name = \"t\"\ncolour = \"red\""),
+            "unknown field `colour`",
+        ),
+    ];
+    for (text, needle) in cases {
+        let err = parse("m.toml", &text).unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains(needle), "{needle}: {shown}");
+        assert!(shown.starts_with("m.toml:") && err.line >= 1, "{shown}");
+        assert_eq!(shown.lines().count(), 1, "{shown}");
+    }
+    // The position is the offending value's.
+    let err = parse(
+        "m.toml",
+        &good.replace("interval = \"1h\"", "interval = \"often\""),
+    )
+    .unwrap_err();
+    let line = good.lines().position(|l| l == "interval = \"1h\"").unwrap() + 1;
+    assert_eq!((err.line, err.col), (line, 12), "{err}");
+}
+
+#[test]
+fn a_full_mesh_cycle_takes_its_rounds_and_never_double_books() {
+    for n in [4, 6, 10] {
+        let m = mesh(n, false);
+        let (placed, skipped) = simulate(&m, 1, |_| 10.0);
+        assert!(skipped.is_empty());
+        let first: Vec<&Placed> = placed.iter().filter(|p| p.cycle == 1).collect();
+        assert_eq!(first.len(), n * (n - 1));
+        let end = first.iter().map(|p| p.end).fold(0.0, f64::max);
+        assert_eq!(
+            end,
+            10.0 * 2.0 * (n as f64 - 1.0),
+            "n = {n}: the cycle is its rounds"
+        );
+        assert_no_double_booking(&m, &placed);
+    }
+}
+
+#[test]
+fn max_exclusive_bounds_the_mesh_and_light_probes_spread_over_their_interval() {
+    let mut m = mesh(6, true);
+    m.max_exclusive = Some(1);
+    let (placed, _) = simulate(&m, 1, |job| if job.test == 0 { 10.0 } else { 5.0 });
+    let exclusive: Vec<&Placed> = placed
+        .iter()
+        .filter(|p| m.jobs()[p.job].test == 0)
+        .collect();
+    for (a, b) in exclusive.iter().zip(exclusive.iter().skip(1)) {
+        assert!(
+            b.start >= a.end,
+            "one exclusive test at a time: {a:?} {b:?}"
+        );
+    }
+    // Light probes pause for an exclusive test on either host.
+    assert_no_light_beside_exclusive(&m, &placed);
+    // Unpaused, they do not fire together: their first starts spread over the minute
+    // (Goldpinger's probes, fired together, gave a p99 of 2 s).
+    m.tests[1].pause_for_exclusive = false;
+    let (placed, _) = simulate(&m, 1, |job| if job.test == 0 { 10.0 } else { 5.0 });
+    let mut firsts: Vec<f64> = Vec::new();
+    for job in 0..m.jobs().len() {
+        if m.jobs()[job].test == 1 {
+            let first = placed
+                .iter()
+                .find(|p| p.job == job)
+                .expect("every probe ran");
+            firsts.push(first.start);
+        }
+    }
+    firsts.sort_by(f64::total_cmp);
+    firsts.dedup();
+    assert_eq!(firsts.len(), 30, "{firsts:?}");
+    assert!(firsts[0] < 10.0 && firsts[29] > 50.0, "{firsts:?}");
+}
+
+fn assert_no_double_booking(m: &Mesh, placed: &[Placed]) {
+    let jobs = m.jobs();
+    let exclusive: Vec<&Placed> = placed
+        .iter()
+        .filter(|p| m.tests[jobs[p.job].test].exclusive)
+        .collect();
+    for (i, a) in exclusive.iter().enumerate() {
+        for b in &exclusive[i + 1..] {
+            let overlap = a.start < b.end && b.start < a.end;
+            let (ja, jb) = (jobs[a.job], jobs[b.job]);
+            let shared = [ja.src, ja.dst]
+                .iter()
+                .any(|h| *h == jb.src || *h == jb.dst);
+            assert!(!(overlap && shared), "double-booked: {a:?} {b:?}");
+        }
+    }
+}
+
+fn assert_no_light_beside_exclusive(m: &Mesh, placed: &[Placed]) {
+    let jobs = m.jobs();
+    for light in placed
+        .iter()
+        .filter(|p| m.tests[jobs[p.job].test].pause_for_exclusive)
+    {
+        for heavy in placed
+            .iter()
+            .filter(|p| m.tests[jobs[p.job].test].exclusive)
+        {
+            let (jl, jh) = (jobs[light.job], jobs[heavy.job]);
+            let shared = [jl.src, jl.dst]
+                .iter()
+                .any(|h| *h == jh.src || *h == jh.dst);
+            // A light job may be running when an exclusive one starts (it was there
+            // first); it never starts while one runs.
+            let started_inside = light.start >= heavy.start && light.start < heavy.end;
+            assert!(
+                !(shared && started_inside),
+                "{light:?} started during {heavy:?}"
+            );
+        }
+    }
+}
+
+/// Runs the scheduler by hand: jobs involving `dead` fail (laid at it) until `revive`.
+fn run_with_failures(m: &Mesh, dead: usize, revive: f64, until: f64) -> (Vec<Placed>, Vec<Action>) {
+    let mut s = Scheduler::new(m, 0.0);
+    let mut placed = Vec::new();
+    let mut skipped = Vec::new();
+    let mut ends: Vec<(f64, usize, bool)> = Vec::new();
+    let mut now = 0.0;
+    while now < until {
+        for action in s.poll(now) {
+            match action {
+                Action::Start { job, cycle } => {
+                    let j = s.jobs()[job];
+                    let fails = (j.src == dead || j.dst == dead) && now < revive;
+                    // A dead host's failure shows at once (refused); a test runs 10 s.
+                    let end = now + if fails { 0.5 } else { 10.0 };
+                    ends.push((end, job, fails));
+                    placed.push(Placed {
+                        job,
+                        cycle,
+                        start: now,
+                        end,
+                    });
+                }
+                skip => skipped.push(skip),
+            }
+        }
+        let next_end = ends.iter().map(|e| e.0).fold(f64::INFINITY, f64::min);
+        let next = next_end
+            .min(s.next_wakeup(now).unwrap_or(f64::INFINITY))
+            .min(until);
+        now = next.max(now + 1e-9);
+        ends.retain(|&(end, job, fails)| {
+            if end > now {
+                return true;
+            }
+            let outcome = if fails {
+                Outcome::Failed {
+                    hosts: vec![dead],
+                    reason: "connection refused".into(),
+                }
+            } else {
+                Outcome::Done
+            };
+            s.finished(job, now, outcome);
+            false
+        });
+    }
+    (placed, skipped)
+}
+
+#[test]
+fn a_dead_host_is_skipped_with_its_reason_and_measured_again_once_back() {
+    let mut m = mesh(6, false);
+    m.tests[0].interval_s = 200.0;
+    let (placed, skipped) = run_with_failures(&m, 2, 150.0, 600.0);
+    let jobs = m.jobs();
+    // Cycle 1: every pair without host 2 measured; host 2's first job failed, the rest
+    // of its jobs skipped naming it.
+    let ok_first: BTreeSet<usize> = placed
+        .iter()
+        .filter(|p| p.cycle == 1 && p.end - p.start == 10.0)
+        .map(|p| p.job)
+        .collect();
+    let healthy = jobs.iter().filter(|j| j.src != 2 && j.dst != 2).count();
+    assert_eq!(ok_first.len(), healthy);
+    assert!(!skipped.is_empty());
+    for skip in &skipped {
+        let Action::Skip { reason, .. } = skip else {
+            unreachable!()
+        };
+        assert!(
+            reason.contains("host h2 is down") && reason.contains("connection refused"),
+            "{reason}"
+        );
+    }
+    // The others were not held: cycle 1 ended within its 10 rounds and a failure or two.
+    let end_1 = placed
+        .iter()
+        .filter(|p| p.cycle == 1)
+        .map(|p| p.end)
+        .fold(0.0, f64::max);
+    assert!(end_1 <= 10.0 * 10.0 + 5.0, "cycle 1 ended at {end_1}");
+    // Back at 150 s: cycle 2 (due at 200 s) measures every pair, host 2's too.
+    let second: BTreeSet<usize> = placed
+        .iter()
+        .filter(|p| p.cycle == 2 && p.end - p.start == 10.0)
+        .map(|p| p.job)
+        .collect();
+    assert_eq!(second.len(), jobs.len());
+    assert_no_double_booking(&m, &placed);
+}
+
+#[test]
+fn a_restarted_scheduler_carries_on_the_cycle_from_the_store() {
+    let m = mesh(6, false);
+    let (placed, _) = simulate(&m, 1, |_| 10.0);
+    // The coordinator stopped at 45 s: what had finished is in the store.
+    let past: Vec<Past> = placed
+        .iter()
+        .filter(|p| p.end <= 45.0)
+        .map(|p| Past {
+            job: p.job,
+            cycle: p.cycle,
+            started_at: p.start,
+            ended_at: p.end,
+        })
+        .collect();
+    let done: BTreeSet<usize> = past.iter().map(|p| p.job).collect();
+    let mut s = Scheduler::new(&m, 50.0);
+    s.resume(&past, 50.0);
+    let started: BTreeSet<usize> = s
+        .poll(50.0)
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Start { job, cycle } => {
+                assert_eq!(cycle, 1, "the same cycle goes on");
+                Some(job)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!started.is_empty());
+    assert!(started.is_disjoint(&done), "nothing done is run again");
+    // The next cycle is due an hour after the first began, not an hour after the restart.
+    let (number, began, _) = s.cycle(0).unwrap();
+    assert_eq!((number, began), (1, 0.0));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Any mesh size, durations and max_exclusive: no host in two exclusive tests at once,
+    /// and every ordered pair exactly once per cycle.
+    #[test]
+    fn never_double_booked_and_every_pair_once_per_cycle(
+        n in 2usize..12,
+        limit in proptest::option::of(1u32..6),
+        light in any::<bool>(),
+        durations in proptest::collection::vec(1.0f64..30.0, 1..8),
+    ) {
+        let mut m = mesh(n, light);
+        m.max_exclusive = limit;
+        let (placed, _) = simulate(&m, 2, |job| durations[(job.src * 7 + job.dst) % durations.len()]);
+        assert_no_double_booking(&m, &placed);
+        if light {
+            assert_no_light_beside_exclusive(&m, &placed);
+        }
+        let jobs = m.jobs();
+        for cycle in [1, 2] {
+            let mut seen = Vec::new();
+            for p in placed.iter().filter(|p| p.cycle == cycle && jobs[p.job].test == 0) {
+                seen.push(p.job);
+            }
+            seen.sort_unstable();
+            let all: Vec<usize> = (0..jobs.len()).filter(|&j| jobs[j].test == 0).collect();
+            prop_assert_eq!(seen, all, "cycle {}", cycle);
+        }
+    }
+
+    /// Under failures of any one host, every pair of the others is measured every cycle.
+    #[test]
+    fn a_failing_host_never_costs_the_others_their_cycle(n in 3usize..10, dead_pick in 0usize..10) {
+        let dead = dead_pick % n;
+        let mut m = mesh(n, false);
+        m.tests[0].interval_s = 400.0;
+        let (placed, _) = run_with_failures(&m, dead, f64::INFINITY, 1200.0);
+        let jobs = m.jobs();
+        for cycle in [1, 2] {
+            let measured: BTreeSet<usize> = placed
+                .iter()
+                .filter(|p| p.cycle == cycle && p.end - p.start == 10.0)
+                .map(|p| p.job)
+                .collect();
+            let healthy: BTreeSet<usize> = (0..jobs.len())
+                .filter(|&j| jobs[j].src != dead && jobs[j].dst != dead)
+                .collect();
+            prop_assert_eq!(measured, healthy, "cycle {}", cycle);
+        }
+    }
+}
