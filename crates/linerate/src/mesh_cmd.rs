@@ -38,7 +38,7 @@ fn load(path: &std::path::Path) -> Result<Mesh, Failure> {
 fn plan(args: &MeshPlanArgs) -> Outcome {
     let mesh = load(&args.file)?;
     let jobs = mesh.jobs();
-    let (placed, _) = simulate(&mesh, 1, |job| mesh.tests[job.test].seconds + SETUP_S);
+    let placed = simulate(&mesh, 1, |job| mesh.tests[job.test].seconds + SETUP_S).placed;
     let mut tests = Vec::new();
     for (index, test) in mesh.tests.iter().enumerate() {
         let mine: Vec<usize> = (0..jobs.len()).filter(|&j| jobs[j].test == index).collect();

@@ -2,7 +2,7 @@
 //! (one test from one host to another).
 
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// A test runs this long when its file does not say.
 pub const DEFAULT_TEST_SECONDS: f64 = 10.0;
@@ -131,32 +131,32 @@ impl Mesh {
     /// Every job the groups make, each (test, source, destination) once, in round order
     /// for exclusive tests.
     pub fn jobs(&self) -> Vec<Job> {
-        // Per test, its pairs in the order the groups make them (the circle method's,
-        // which the rounds keep), each once.
-        let mut pairs: BTreeMap<usize, (Vec<Pair>, BTreeSet<Pair>)> = BTreeMap::new();
-        for group in &self.groups {
-            let made = pairs_of(group);
-            for &test in &group.tests {
-                let (ordered, seen) = pairs.entry(test).or_default();
-                for &pair in &made {
-                    if seen.insert(pair) {
-                        ordered.push(pair);
+        let hosts = self.hosts.len();
+        let mut jobs = Vec::new();
+        for test in 0..self.tests.len() {
+            // The test's pairs in the order the groups make them (the circle method's,
+            // which the rounds keep), each once: a bit per ordered pair says seen.
+            let mut seen = vec![0u64; (hosts * hosts).div_ceil(64)];
+            let mut ordered: Vec<Pair> = Vec::new();
+            for group in self.groups.iter().filter(|g| g.tests.contains(&test)) {
+                for (a, b) in pairs_of(group) {
+                    let bit = a * hosts + b;
+                    if seen[bit / 64] & (1 << (bit % 64)) == 0 {
+                        seen[bit / 64] |= 1 << (bit % 64);
+                        ordered.push((a, b));
                     }
                 }
             }
-        }
-        let mut jobs = Vec::new();
-        for (test, (ordered, _)) in pairs {
-            for (round, matching) in rounds(&ordered).into_iter().enumerate() {
-                for (src, dst) in matching {
-                    jobs.push(Job {
-                        test,
-                        src,
-                        dst,
-                        round: round as u32,
-                    });
-                }
-            }
+            let rounds = rounds(&ordered, hosts);
+            // In round order (a counting sort), each round in the order it filled.
+            let mut order: Vec<usize> = (0..ordered.len()).collect();
+            order.sort_by_key(|&i| rounds[i]);
+            jobs.extend(order.into_iter().map(|i| Job {
+                test,
+                src: ordered[i].0,
+                dst: ordered[i].1,
+                round: rounds[i],
+            }));
         }
         jobs
     }
@@ -208,25 +208,32 @@ fn pairs_of(group: &MeshGroup) -> Vec<(usize, usize)> {
     both
 }
 
-/// Splits ordered pairs into rounds of host-disjoint pairs, each into the first round
-/// where both its hosts are free, in the order given: the circle method's rounds come out
-/// whole (each is a perfect matching for n even, so the next cannot join it), and so a full
-/// mesh keeps its n - 1 rounds one way and 2(n - 1) both ways.
-fn rounds(pairs: &[(usize, usize)]) -> Vec<Vec<(usize, usize)>> {
-    // Each round: the hosts it keeps busy, and its pairs.
-    let mut rounds: Vec<(BTreeSet<usize>, Vec<Pair>)> = Vec::new();
+/// Places ordered pairs in rounds of host-disjoint pairs, each in the first round where
+/// both its hosts are free, in the order given: the circle method's rounds come out whole
+/// (each is a perfect matching for n even, so the next cannot join it), and so a full mesh
+/// keeps its n - 1 rounds one way and 2(n - 1) both ways. Returns each pair's round.
+fn rounds(pairs: &[Pair], hosts: usize) -> Vec<u32> {
+    // Per host, the rounds it is in, as bits: the first round free at both ends is the
+    // first zero bit of the two OR-ed, a word at a time.
+    let mut used: Vec<Vec<u64>> = vec![Vec::new(); hosts];
+    let mut out = Vec::with_capacity(pairs.len());
     for &(a, b) in pairs {
-        match rounds
-            .iter_mut()
-            .find(|(busy, _)| !busy.contains(&a) && !busy.contains(&b))
-        {
-            Some((busy, members)) => {
-                busy.insert(a);
-                busy.insert(b);
-                members.push((a, b));
+        let words = used[a].len().max(used[b].len());
+        let word = |bits: &Vec<u64>, w: usize| bits.get(w).copied().unwrap_or(0);
+        let round = (0..=words)
+            .find_map(|w| {
+                let both = word(&used[a], w) | word(&used[b], w);
+                (both != u64::MAX).then(|| w * 64 + both.trailing_ones() as usize)
+            })
+            .expect("the word past the last has room");
+        for host in [a, b] {
+            let bits = &mut used[host];
+            if bits.len() <= round / 64 {
+                bits.resize(round / 64 + 1, 0);
             }
-            None => rounds.push(([a, b].into_iter().collect(), vec![(a, b)])),
+            bits[round / 64] |= 1 << (round % 64);
         }
+        out.push(round as u32);
     }
-    rounds.into_iter().map(|(_, members)| members).collect()
+    out
 }

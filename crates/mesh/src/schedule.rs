@@ -21,6 +21,11 @@
 use crate::model::{Job, Mesh};
 use std::collections::BTreeSet;
 
+/// A time as the light queue orders it: microseconds.
+fn key(seconds: f64) -> u64 {
+    (seconds.max(0.0) * 1e6) as u64
+}
+
 /// The first backoff of a failed host, and the longest.
 pub const FIRST_BACKOFF_S: f64 = 30.0;
 pub const LONGEST_BACKOFF_S: f64 = 3600.0;
@@ -66,9 +71,52 @@ struct Cycle {
     /// When it was due, without its jitter: the next is due an interval later.
     base: f64,
     started_at: f64,
-    /// Pending jobs, by (round, index): the order they may start in.
-    pending: BTreeSet<(u32, usize)>,
+    /// Pending jobs, in the order they may start in.
+    pending: Pending,
     running: usize,
+}
+
+/// A cycle's jobs by (round, index), each taken once: a sorted list with a mark per
+/// entry and the first untaken one, so a cycle of a million jobs costs 16 bytes a job.
+#[derive(Debug, Clone)]
+struct Pending {
+    jobs: Vec<(u32, usize)>,
+    taken: Vec<bool>,
+    first: usize,
+    left: usize,
+}
+
+impl Pending {
+    fn new(mut jobs: Vec<(u32, usize)>) -> Pending {
+        jobs.sort_unstable();
+        let left = jobs.len();
+        Pending {
+            taken: vec![false; left],
+            jobs,
+            first: 0,
+            left,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.left == 0
+    }
+
+    /// The untaken entries from the first, by position.
+    fn untaken(&self) -> impl Iterator<Item = (usize, (u32, usize))> + '_ {
+        (self.first..self.jobs.len())
+            .filter(|&i| !self.taken[i])
+            .map(|i| (i, self.jobs[i]))
+    }
+
+    fn take(&mut self, position: usize) {
+        if !std::mem::replace(&mut self.taken[position], true) {
+            self.left -= 1;
+        }
+        while self.first < self.jobs.len() && self.taken[self.first] {
+            self.first += 1;
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -90,9 +138,11 @@ pub struct Scheduler {
     /// Exclusive tests: the cycle under way (or last), and when the next is due.
     cycles: Vec<Option<Cycle>>,
     next_cycle: Vec<f64>,
-    /// Light jobs: when each is next due, and its phase's base.
+    /// Light jobs: when each is next due; those not running, by that time.
     next_due: Vec<f64>,
+    light_queue: BTreeSet<(u64, usize)>,
     running: Vec<bool>,
+    running_count: usize,
     /// Per host: the exclusive job it is in.
     busy: Vec<Option<usize>>,
     exclusive_running: usize,
@@ -108,6 +158,13 @@ impl Scheduler {
     pub fn new(mesh: &Mesh, now: f64) -> Scheduler {
         let jobs = mesh.jobs();
         let tests = mesh.tests.len();
+        // Only light jobs keep due times and occurrences: a mesh of exclusive tests alone
+        // (a million jobs at 1,000 hosts) keeps none.
+        let light = if mesh.tests.iter().any(|t| !t.exclusive) {
+            jobs.len()
+        } else {
+            0
+        };
         let mut scheduler = Scheduler {
             interval: mesh.tests.iter().map(|t| t.interval_s).collect(),
             jitter: mesh.tests.iter().map(|t| t.jitter_s).collect(),
@@ -117,12 +174,14 @@ impl Scheduler {
             random: mesh.seed | 1,
             cycles: vec![None; tests],
             next_cycle: vec![now; tests],
-            next_due: vec![now; jobs.len()],
+            next_due: vec![now; light],
+            light_queue: BTreeSet::new(),
             running: vec![false; jobs.len()],
+            running_count: 0,
             busy: vec![None; mesh.hosts.len()],
             exclusive_running: 0,
             health: vec![Health::default(); mesh.hosts.len()],
-            occurrence: vec![0; jobs.len()],
+            occurrence: vec![0; light],
             names: mesh.hosts.iter().map(|h| h.name.clone()).collect(),
             jobs,
         };
@@ -133,7 +192,16 @@ impl Scheduler {
                 scheduler.next_due[i] = now + scheduler.draw() * scheduler.interval[test];
             }
         }
+        scheduler.queue_light();
         scheduler
+    }
+
+    /// Rebuilds the light queue from the jobs' due times.
+    fn queue_light(&mut self) {
+        self.light_queue = (0..self.jobs.len())
+            .filter(|&j| !self.exclusive[self.jobs[j].test] && !self.running[j])
+            .map(|j| (key(self.next_due[j]), j))
+            .collect();
     }
 
     pub fn jobs(&self) -> &[Job] {
@@ -159,13 +227,14 @@ impl Scheduler {
                     .map(|p| p.started_at)
                     .fold(f64::INFINITY, f64::min);
                 let done: BTreeSet<usize> = in_last.iter().map(|p| p.job).collect();
-                let pending = self
-                    .jobs
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, j)| j.test == test && !done.contains(i))
-                    .map(|(i, j)| (j.round, i))
-                    .collect();
+                let pending = Pending::new(
+                    self.jobs
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, j)| j.test == test && !done.contains(i))
+                        .map(|(i, j)| (j.round, i))
+                        .collect(),
+                );
                 self.cycles[test] = Some(Cycle {
                     number: last,
                     base: started,
@@ -182,6 +251,7 @@ impl Scheduler {
                 }
             }
         }
+        self.queue_light();
     }
 
     /// What to start or skip at `now`. A started job runs until [`finished`] is called.
@@ -190,56 +260,75 @@ impl Scheduler {
     pub fn poll(&mut self, now: f64) -> Vec<Action> {
         let mut actions = Vec::new();
         self.open_cycles(now);
-        // Exclusive jobs: earliest cycle first, then by round.
-        let mut order: Vec<(f64, u32, usize, usize)> = Vec::new();
-        for (test, cycle) in self.cycles.iter().enumerate() {
-            if let Some(cycle) = cycle {
-                order.extend(
-                    cycle
-                        .pending
-                        .iter()
-                        .map(|&(round, job)| (cycle.started_at, round, job, test)),
-                );
-            }
-        }
-        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        for (_, round, job, test) in order {
-            let Job { src, dst, .. } = self.jobs[job];
-            let number = self.cycles[test].as_ref().map_or(0, |c| c.number);
-            if let Some(reason) = self.down(src, dst, now) {
-                self.take_pending(test, round, job);
-                actions.push(Action::Skip {
-                    job,
-                    cycle: number,
-                    reason,
-                });
+        // Exclusive jobs: the earliest cycle's first, each in round order. The scan of a
+        // cycle stops once no two hosts are free, so a poll costs the jobs it starts.
+        let mut tests: Vec<usize> = (0..self.cycles.len())
+            .filter(|&t| {
+                self.cycles[t]
+                    .as_ref()
+                    .is_some_and(|c| !c.pending.is_empty())
+            })
+            .collect();
+        tests.sort_by(|&a, &b| {
+            let started = |t: usize| self.cycles[t].as_ref().map_or(0.0, |c| c.started_at);
+            started(a).total_cmp(&started(b)).then(a.cmp(&b))
+        });
+        let hosts = self.busy.len();
+        for test in tests {
+            let Some(cycle) = self.cycles[test].as_ref() else {
                 continue;
+            };
+            let number = cycle.number;
+            let mut taken = Vec::new();
+            let mut started = 0;
+            for (position, (_, job)) in cycle.pending.untaken() {
+                if self.exclusive_running >= self.max_exclusive
+                    || hosts < 2 * self.exclusive_running + 2
+                {
+                    break;
+                }
+                let Job { src, dst, .. } = self.jobs[job];
+                if let Some(reason) = down(&self.health, &self.names, src, dst, now) {
+                    taken.push(position);
+                    actions.push(Action::Skip {
+                        job,
+                        cycle: number,
+                        reason,
+                    });
+                    continue;
+                }
+                if self.busy[src].is_some() || self.busy[dst].is_some() {
+                    continue;
+                }
+                taken.push(position);
+                self.busy[src] = Some(job);
+                self.busy[dst] = Some(job);
+                self.exclusive_running += 1;
+                self.running[job] = true;
+                self.running_count += 1;
+                started += 1;
+                actions.push(Action::Start { job, cycle: number });
             }
-            if self.busy[src].is_some()
-                || self.busy[dst].is_some()
-                || self.exclusive_running >= self.max_exclusive
-            {
-                continue;
+            let cycle = self.cycles[test].as_mut().expect("checked above");
+            for position in taken {
+                cycle.pending.take(position);
             }
-            self.take_pending(test, round, job);
-            self.busy[src] = Some(job);
-            self.busy[dst] = Some(job);
-            self.exclusive_running += 1;
-            self.running[job] = true;
-            if let Some(cycle) = self.cycles[test].as_mut() {
-                cycle.running += 1;
-            }
-            actions.push(Action::Start { job, cycle: number });
+            cycle.running += started;
         }
         // Light jobs: each at its own time.
-        for job in 0..self.jobs.len() {
+        let due: Vec<(u64, usize)> = self
+            .light_queue
+            .range(..=(key(now), usize::MAX))
+            .copied()
+            .collect();
+        for entry in due {
+            let job = entry.1;
             let Job { test, src, dst, .. } = self.jobs[job];
-            if self.exclusive[test] || self.running[job] || now < self.next_due[job] {
-                continue;
-            }
             let occurrence = self.occurrence[job];
-            if let Some(reason) = self.down(src, dst, now) {
+            if let Some(reason) = down(&self.health, &self.names, src, dst, now) {
+                self.light_queue.remove(&entry);
                 self.advance_light(job, now);
+                self.light_queue.insert((key(self.next_due[job]), job));
                 actions.push(Action::Skip {
                     job,
                     cycle: occurrence,
@@ -250,7 +339,9 @@ impl Scheduler {
             if self.pause[test] && (self.busy[src].is_some() || self.busy[dst].is_some()) {
                 continue;
             }
+            self.light_queue.remove(&entry);
             self.running[job] = true;
+            self.running_count += 1;
             self.advance_light(job, now);
             actions.push(Action::Start {
                 job,
@@ -265,7 +356,11 @@ impl Scheduler {
         if !std::mem::take(&mut self.running[job]) {
             return;
         }
+        self.running_count -= 1;
         let Job { test, src, dst, .. } = self.jobs[job];
+        if !self.exclusive[test] {
+            self.light_queue.insert((key(self.next_due[job]), job));
+        }
         if self.exclusive[test] {
             for host in [src, dst] {
                 if self.busy[host] == Some(job) {
@@ -311,17 +406,16 @@ impl Scheduler {
                 soonest = soonest.min(self.next_cycle[test]);
             }
         }
-        for (job, &due) in self.next_due.iter().enumerate() {
+        for &(_, job) in &self.light_queue {
             let Job { test, src, dst, .. } = self.jobs[job];
-            if self.exclusive[test] || self.running[job] {
-                continue;
-            }
+            let due = self.next_due[job];
             // Due and paused for an exclusive job: that job's end wakes it.
             let paused = self.pause[test] && (self.busy[src].is_some() || self.busy[dst].is_some());
             if due <= now && paused {
                 continue;
             }
             soonest = soonest.min(due);
+            break;
         }
         soonest.is_finite().then_some(soonest)
     }
@@ -340,7 +434,7 @@ impl Scheduler {
 
     /// Jobs started and not yet finished.
     pub fn running(&self) -> usize {
-        self.running.iter().filter(|r| **r).count()
+        self.running_count
     }
 
     /// Whether `host` is down at `now`, and why.
@@ -359,13 +453,14 @@ impl Scheduler {
                 Some(c) => (c.number + 1, c.base + self.interval[test]),
                 None => (1, self.next_cycle[test]),
             };
-            let pending: BTreeSet<(u32, usize)> = self
-                .jobs
-                .iter()
-                .enumerate()
-                .filter(|(_, j)| j.test == test)
-                .map(|(i, j)| (j.round, i))
-                .collect();
+            let pending = Pending::new(
+                self.jobs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, j)| j.test == test)
+                    .map(|(i, j)| (j.round, i))
+                    .collect(),
+            );
             if pending.is_empty() {
                 continue;
             }
@@ -380,12 +475,6 @@ impl Scheduler {
         }
     }
 
-    fn take_pending(&mut self, test: usize, round: u32, job: usize) {
-        if let Some(cycle) = self.cycles[test].as_mut() {
-            cycle.pending.remove(&(round, job));
-        }
-    }
-
     fn advance_light(&mut self, job: usize, now: f64) {
         let test = self.jobs[job].test;
         self.occurrence[job] += 1;
@@ -396,21 +485,6 @@ impl Scheduler {
             due += self.interval[test];
         }
         self.next_due[job] = due + self.draw_jitter(test);
-    }
-
-    fn down(&self, src: usize, dst: usize, now: f64) -> Option<String> {
-        [src, dst].into_iter().find_map(|host| {
-            let health = &self.health[host];
-            (health.down_until > now).then(|| {
-                format!(
-                    "host {} is down after {} failure(s) ({}); tried again in {:.0} s",
-                    self.names[host],
-                    health.failures,
-                    health.reason,
-                    health.down_until - now
-                )
-            })
-        })
     }
 
     /// A draw in [0, 1) from the seeded generator (xorshift64*).
@@ -431,6 +505,22 @@ impl Scheduler {
     }
 }
 
+/// Why a job of `src` and `dst` cannot run at `now`: the first of them that is down.
+fn down(health: &[Health], names: &[String], src: usize, dst: usize, now: f64) -> Option<String> {
+    [src, dst].into_iter().find_map(|host| {
+        let health = &health[host];
+        (health.down_until > now).then(|| {
+            format!(
+                "host {} is down after {} failure(s) ({}); tried again in {:.0} s",
+                names[host],
+                health.failures,
+                health.reason,
+                health.down_until - now
+            )
+        })
+    })
+}
+
 /// One job as a simulation ran it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Placed {
@@ -440,16 +530,20 @@ pub struct Placed {
     pub end: f64,
 }
 
+/// What a simulation ran: the jobs, each placement, and what it skipped.
+#[derive(Debug, Clone)]
+pub struct Simulation {
+    pub jobs: Vec<Job>,
+    pub placed: Vec<Placed>,
+    pub skipped: Vec<Action>,
+}
+
 /// Runs the scheduler on simulated time from 0 until every exclusive test has completed
 /// `cycles` cycles (light jobs alongside), each job taking `seconds(job)`: the plan
 /// `mesh plan` prints and the benchmark measures.
-pub fn simulate(
-    mesh: &Mesh,
-    cycles: u64,
-    mut seconds: impl FnMut(&Job) -> f64,
-) -> (Vec<Placed>, Vec<Action>) {
+pub fn simulate(mesh: &Mesh, cycles: u64, mut seconds: impl FnMut(&Job) -> f64) -> Simulation {
     let mut scheduler = Scheduler::new(mesh, 0.0);
-    let mut placed = Vec::new();
+    let mut placed = Vec::with_capacity(scheduler.jobs().len() * cycles.min(4) as usize);
     let mut skipped = Vec::new();
     // Running jobs by end time.
     let mut ends: Vec<(f64, usize)> = Vec::new();
@@ -497,5 +591,9 @@ pub fn simulate(
             }
         });
     }
-    (placed, skipped)
+    Simulation {
+        jobs: scheduler.jobs,
+        placed,
+        skipped,
+    }
 }

@@ -176,7 +176,9 @@ fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
 fn a_full_mesh_cycle_takes_its_rounds_and_never_double_books() {
     for n in [4, 6, 10] {
         let m = mesh(n, false);
-        let (placed, skipped) = simulate(&m, 1, |_| 10.0);
+        let crate::schedule::Simulation {
+            placed, skipped, ..
+        } = simulate(&m, 1, |_| 10.0);
         assert!(skipped.is_empty());
         let first: Vec<&Placed> = placed.iter().filter(|p| p.cycle == 1).collect();
         assert_eq!(first.len(), n * (n - 1));
@@ -194,7 +196,7 @@ fn a_full_mesh_cycle_takes_its_rounds_and_never_double_books() {
 fn max_exclusive_bounds_the_mesh_and_light_probes_spread_over_their_interval() {
     let mut m = mesh(6, true);
     m.max_exclusive = Some(1);
-    let (placed, _) = simulate(&m, 1, |job| if job.test == 0 { 10.0 } else { 5.0 });
+    let placed = simulate(&m, 1, |job| if job.test == 0 { 10.0 } else { 5.0 }).placed;
     let exclusive: Vec<&Placed> = placed
         .iter()
         .filter(|p| m.jobs()[p.job].test == 0)
@@ -210,7 +212,7 @@ fn max_exclusive_bounds_the_mesh_and_light_probes_spread_over_their_interval() {
     // Unpaused, they do not fire together: their first starts spread over the minute
     // (Goldpinger's probes, fired together, gave a p99 of 2 s).
     m.tests[1].pause_for_exclusive = false;
-    let (placed, _) = simulate(&m, 1, |job| if job.test == 0 { 10.0 } else { 5.0 });
+    let placed = simulate(&m, 1, |job| if job.test == 0 { 10.0 } else { 5.0 }).placed;
     let mut firsts: Vec<f64> = Vec::new();
     for job in 0..m.jobs().len() {
         if m.jobs()[job].test == 1 {
@@ -365,7 +367,7 @@ fn a_dead_host_is_skipped_with_its_reason_and_measured_again_once_back() {
 #[test]
 fn a_restarted_scheduler_carries_on_the_cycle_from_the_store() {
     let m = mesh(6, false);
-    let (placed, _) = simulate(&m, 1, |_| 10.0);
+    let placed = simulate(&m, 1, |_| 10.0).placed;
     // The coordinator stopped at 45 s: what had finished is in the store.
     let past: Vec<Past> = placed
         .iter()
@@ -412,7 +414,7 @@ proptest! {
     ) {
         let mut m = mesh(n, light);
         m.max_exclusive = limit;
-        let (placed, _) = simulate(&m, 2, |job| durations[(job.src * 7 + job.dst) % durations.len()]);
+        let placed = simulate(&m, 2, |job| durations[(job.src * 7 + job.dst) % durations.len()]).placed;
         assert_no_double_booking(&m, &placed);
         if light {
             assert_no_light_beside_exclusive(&m, &placed);
