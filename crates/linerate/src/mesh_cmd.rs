@@ -28,11 +28,35 @@ pub fn run(command: MeshCommand, globals: &Globals) -> (bool, Outcome) {
 }
 
 /// A mesh file that does not read is a usage error: one line naming file, line and value.
+/// Its `[[discover]]` names are resolved here, each address a host.
 fn load(path: &std::path::Path) -> Result<Mesh, Failure> {
+    use std::net::ToSocketAddrs;
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::Usage(format!("cannot read mesh file {name}: {e}")))?;
-    linerate_mesh::parse(&name, &text).map_err(|e| Failure::Usage(e.to_string()))
+    let mesh = linerate_mesh::parse(&name, &text).map_err(|e| Failure::Usage(e.to_string()))?;
+    let mut found = Vec::new();
+    for discover in &mesh.discover {
+        let mut ips: Vec<std::net::IpAddr> = (discover.name.as_str(), discover.port)
+            .to_socket_addrs()
+            .map_err(|e| Failure::Usage(format!("{name}: discover '{}': {e}", discover.name)))?
+            .map(|a| a.ip())
+            .collect();
+        ips.sort();
+        ips.dedup();
+        found.push(ips);
+    }
+    let mesh = mesh
+        .with_discovered(&found)
+        .map_err(|e| Failure::Usage(format!("{name}: {e}")))?;
+    if mesh.hosts.len() < 2 {
+        return Err(Failure::Usage(format!(
+            "{name}: mesh '{}' has {} host(s): a mesh measures pairs",
+            mesh.name,
+            mesh.hosts.len()
+        )));
+    }
+    Ok(mesh)
 }
 
 fn plan(args: &MeshPlanArgs) -> Outcome {

@@ -168,6 +168,87 @@ fn a_mesh_of_four_measures_every_pair_each_cycle_in_slots_no_host_shares() {
         "{text}"
     );
     assert!(text.contains("bits/sec"), "{text}");
+    // SIGTERM: the coordinator stops starting jobs, ends the running ones within 10 s and
+    // keeps what they measured.
+    let mut coordinator = Command::new("ip")
+        .args(["netns", "exec", &star.hosts[4], binary()])
+        .args(["--db", &db, "mesh", "run", &file, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(coordinator.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a first result").unwrap();
+    assert!(first.contains("\"mesh\":\"four\""), "{first}");
+    let asked = std::time::Instant::now();
+    // SAFETY: signals a child this test started and has not reaped.
+    unsafe { libc::kill(coordinator.id() as i32, libc::SIGTERM) };
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = coordinator.wait().unwrap();
+    let took = asked.elapsed().as_secs_f64();
+    assert!(took < 12.0, "stopped {took:.1} s after SIGTERM");
+    assert!(
+        status.code().is_some(),
+        "ended by itself, not by the signal: {status:?}"
+    );
+    let kept = linerate_in(
+        &star.hosts[4],
+        &["--db", &db, "mesh", "status", &file, "--json"],
+    );
+    assert!(kept.status.success(), "{}", stderr(&kept));
+    let newest = json(&kept)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["cycle"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        newest >= 3,
+        "the stopped run's results are kept (cycle {newest}); after: {rest:?}"
+    );
+}
+
+/// The coordinator's Kubernetes manifest carries a mesh file that reads.
+#[test]
+fn the_shipped_kubernetes_mesh_file_reads() {
+    let manifest = std::fs::read_to_string(format!(
+        "{}/../../deploy/linerate-mesh.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let block: String = manifest
+        .split("  mesh.toml: |\n")
+        .nth(1)
+        .expect("the ConfigMap's mesh.toml")
+        .lines()
+        .take_while(|l| l.starts_with("    ") || l.is_empty())
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or("")))
+        .collect();
+    let dir = std::env::temp_dir().join(format!("linerate-{}-k8s", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mesh.toml");
+    std::fs::write(&path, &block).unwrap();
+    // Its discovery name does not resolve here: read as far as that, which it names.
+    let out = linerate(&["mesh", "plan", path.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("discover 'linerate-agents.linerate.svc.cluster.local'"),
+        "{err}\n{block}"
+    );
+    // With a name that resolves (this host's), it plans.
+    let local = block.replace("linerate-agents.linerate.svc.cluster.local", "localhost")
+        + "[[host]]\nname = \"other\"\naddress = \"192.0.2.1\"\n";
+    std::fs::write(&path, local).unwrap();
+    let out = linerate(&["mesh", "plan", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Mesh 'cluster'") && text.contains("127.0.0.1"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A host killed mid-cycle: its jobs fail or are skipped, each with the reason, and the

@@ -56,6 +56,17 @@ struct RawMesh {
     test: Vec<Spanned<RawTest>>,
     #[serde(default)]
     group: Vec<Spanned<RawGroup>>,
+    #[serde(default)]
+    discover: Vec<Spanned<RawDiscover>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDiscover {
+    name: Spanned<String>,
+    port: Option<u16>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -160,8 +171,24 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
         let offset = e.span().map_or(0, |s| s.start);
         reader.error(offset, e.message().trim().to_string())
     })?;
-    if raw.host.is_empty() {
-        return Err(reader.error(0, "the mesh names no [[host]]"));
+    if raw.host.is_empty() && raw.discover.is_empty() {
+        return Err(reader.error(0, "the mesh names no [[host]] and no [[discover]]"));
+    }
+    let mut discover = Vec::new();
+    for spanned in &raw.discover {
+        let d = spanned.get_ref();
+        let name = d.name.get_ref();
+        if name.is_empty() || name.chars().any(char::is_whitespace) || name.contains(':') {
+            return Err(reader.at(
+                &d.name,
+                format!("discover '{name}' is not a DNS name (give the port as port = N)"),
+            ));
+        }
+        discover.push(Discover {
+            name: name.clone(),
+            port: d.port.unwrap_or(5201),
+            labels: d.labels.clone(),
+        });
     }
     if raw.host.len() > MAX_HOSTS {
         return Err(reader.error(
@@ -249,6 +276,7 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
         hosts,
         tests,
         groups,
+        discover,
     })
 }
 
@@ -421,9 +449,13 @@ fn read_group(
             )
         })
     };
+    let every_host = match &raw.hosts {
+        None => true,
+        Some(list) => list.iter().any(|h| h.get_ref() == "*"),
+    };
     let hosts: Vec<usize> = match &raw.hosts {
         None => (0..host_index.len()).collect(),
-        Some(list) if list.iter().any(|h| h.get_ref() == "*") => (0..host_index.len()).collect(),
+        Some(_) if every_host => (0..host_index.len()).collect(),
         Some(list) => {
             let mut seen = BTreeSet::new();
             let mut hosts = Vec::new();
@@ -493,7 +525,8 @@ fn read_group(
             ));
         }
     };
-    if matches!(shape, Shape::Full | Shape::Star { .. }) && hosts.len() < 2 {
+    // Every host, discovered ones included, may be more than two once they are known.
+    if matches!(shape, Shape::Full | Shape::Star { .. }) && hosts.len() < 2 && !every_host {
         return Err(reader.at(&raw.name, format!("group '{name}' needs two hosts or more")));
     }
     let both_ways = match raw.directions.as_ref().map(|d| (d, d.get_ref().as_str())) {
@@ -527,6 +560,7 @@ fn read_group(
     Ok(MeshGroup {
         name,
         hosts,
+        every_host,
         shape,
         both_ways,
         tests,

@@ -19,6 +19,67 @@ pub struct Mesh {
     pub hosts: Vec<Host>,
     pub tests: Vec<MeshTest>,
     pub groups: Vec<MeshGroup>,
+    /// DNS names whose addresses are hosts too (a Kubernetes headless Service), resolved
+    /// by the caller before the mesh runs ([`Mesh::with_discovered`]).
+    pub discover: Vec<Discover>,
+}
+
+/// A DNS name whose every address is a host of the mesh.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Discover {
+    pub name: String,
+    pub port: u16,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Mesh {
+    /// The mesh with the hosts its `discover` names resolved to: `addresses[i]` are the
+    /// addresses of `discover[i]`. Each becomes a host named by its address (`:` as `-`),
+    /// joining the groups of every host (`hosts = ["*"]`); an address already named by a
+    /// `[[host]]` is that host. `Err` names a discovery that found nothing.
+    pub fn with_discovered(mut self, addresses: &[Vec<std::net::IpAddr>]) -> Result<Mesh, String> {
+        for (discover, found) in self.discover.iter().zip(addresses) {
+            if found.is_empty() {
+                return Err(format!(
+                    "discover '{}' resolves to no address",
+                    discover.name
+                ));
+            }
+            for ip in found {
+                let address = std::net::SocketAddr::new(*ip, discover.port).to_string();
+                let known = self.hosts.iter().any(|h| {
+                    let listed = h
+                        .address
+                        .parse::<std::net::SocketAddr>()
+                        .map(|a| a.ip())
+                        .or_else(|_| h.address.parse::<std::net::IpAddr>());
+                    listed.is_ok_and(|listed| listed == *ip)
+                });
+                if known {
+                    continue;
+                }
+                if self.hosts.len() >= crate::file::MAX_HOSTS {
+                    return Err(format!(
+                        "discover '{}' makes more than {} hosts",
+                        discover.name,
+                        crate::file::MAX_HOSTS
+                    ));
+                }
+                self.hosts.push(Host {
+                    name: ip.to_string().replace(':', "-"),
+                    address,
+                    labels: discover.labels.clone(),
+                });
+            }
+        }
+        let all: Vec<usize> = (0..self.hosts.len()).collect();
+        for group in &mut self.groups {
+            if group.every_host {
+                group.hosts = all.clone();
+            }
+        }
+        Ok(self)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -109,6 +170,8 @@ pub enum Shape {
 pub struct MeshGroup {
     pub name: String,
     pub hosts: Vec<usize>,
+    /// `hosts = ["*"]` (or none given): every host, discovered ones too.
+    pub every_host: bool,
     pub shape: Shape,
     /// Each pair both ways; else only from the first named (the center, for a star).
     pub both_ways: bool,
@@ -168,6 +231,7 @@ type Pair = (usize, usize);
 /// The ordered pairs a group makes.
 fn pairs_of(group: &MeshGroup) -> Vec<(usize, usize)> {
     let one_way: Vec<(usize, usize)> = match &group.shape {
+        Shape::Full if group.hosts.len() < 2 => Vec::new(),
         Shape::Full => {
             // The circle method: n - 1 rounds of disjoint pairs (n even; with n odd one
             // host sits out each of n rounds). Pairs come out round by round, which is

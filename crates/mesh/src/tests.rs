@@ -452,3 +452,47 @@ proptest! {
         }
     }
 }
+
+/// Hosts from a DNS name with many addresses (a headless Service): each address a host,
+/// in every group of every host, named by its address; one already listed stays itself.
+#[test]
+fn discovered_addresses_become_hosts_of_every_host_groups() {
+    let text = r#"
+[[host]]
+name = "fixed"
+address = "10.0.0.1:5201"
+[[discover]]
+name = "agents.linerate.svc"
+port = 5202
+labels = { pool = "k8s" }
+[[test]]
+name = "tput"
+run = "stream"
+interval = "1h"
+[[group]]
+name = "all"
+tests = ["tput"]
+[[group]]
+name = "fixed-only"
+hosts = ["fixed"]
+shape = "pairs"
+pairs = []
+tests = ["tput"]
+"#;
+    let m = parse("m.toml", text).unwrap();
+    assert_eq!(m.discover[0].port, 5202);
+    let ips: Vec<std::net::IpAddr> = ["10.0.0.1", "10.0.0.7", "fd00::9"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let m = m.with_discovered(&[ips]).unwrap();
+    let names: Vec<&str> = m.hosts.iter().map(|h| h.name.as_str()).collect();
+    // 10.0.0.1 is "fixed" already (same address, other port): not twice.
+    assert_eq!(names, ["fixed", "10.0.0.7", "fd00--9"]);
+    assert_eq!(m.hosts[2].address, "[fd00::9]:5202");
+    assert_eq!(m.hosts[1].labels["pool"], "k8s");
+    assert_eq!(m.groups[0].hosts, [0, 1, 2]);
+    assert_eq!(m.jobs().len(), 6);
+    let empty = parse("m.toml", text).unwrap().with_discovered(&[vec![]]);
+    assert!(empty.unwrap_err().contains("resolves to no address"));
+}
