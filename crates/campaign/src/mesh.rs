@@ -13,7 +13,7 @@ use linerate_profile::{
 };
 use linerate_report::document::Document;
 use linerate_report::units::Scale;
-use linerate_store::{MeshRow, Store};
+use linerate_store::{MeshArchive, MeshRow};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -280,7 +280,7 @@ pub fn past_of(mesh: &Mesh, rows: &[MeshRow]) -> Vec<Past> {
 pub fn run(
     mesh: &Mesh,
     options: &MeshOptions,
-    mut store: Option<&mut Store>,
+    mut store: Option<&mut dyn MeshArchive>,
     stop: &Arc<AtomicBool>,
     each: &mut dyn FnMut(&JobResult),
 ) -> Result<()> {
@@ -292,7 +292,7 @@ pub fn run(
         ..RunOptions::default()
     };
     let mut scheduler = Scheduler::new(mesh, unix_now());
-    if let Some(store) = store.as_deref() {
+    if let Some(store) = store.as_deref_mut() {
         let rows = store
             .mesh_rows(&mesh.name, false)
             .context("reading the mesh's past results")?;

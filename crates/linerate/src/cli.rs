@@ -144,8 +144,20 @@ Examples:
   linerate mesh run mesh.toml                   run until stopped (SIGTERM ends within 10 s)
   linerate mesh run mesh.toml --cycles 1 --key lab.key
   linerate mesh status lab                      the last figure of every pair of mesh 'lab'
+  linerate mesh run mesh.toml --store postgres://mesh@db.example/linerate
 Every host runs 'linerate serve --key KEY'; the agents dial each other, so a mesh needs the
 key (the file's key = PATH, or --key).";
+
+/// A PostgreSQL URL.
+fn postgres_url(text: &str) -> Result<String, String> {
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "'{text}' is not a PostgreSQL URL (postgres://USER@HOST[:PORT]/DB); the results database is --db PATH"
+        ))
+    }
+}
 
 #[derive(Debug, Subcommand)]
 pub enum MeshCommand {
@@ -177,6 +189,10 @@ pub struct MeshRunArgs {
     /// mesh of light tests); default: run until stopped
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub cycles: Option<u64>,
+    /// Keep the results in this PostgreSQL archive (postgres://USER@HOST/DB), which many
+    /// coordinators share, instead of the results database
+    #[arg(long, value_name = "URL", value_parser = postgres_url)]
+    pub store: Option<String>,
     /// Print each result as a JSON line instead of text
     #[arg(long)]
     pub json: bool,
@@ -186,6 +202,10 @@ pub struct MeshRunArgs {
 pub struct MeshStatusArgs {
     /// The mesh's name, or its file
     pub mesh: String,
+    /// Read from this PostgreSQL archive (postgres://USER@HOST/DB) instead of the results
+    /// database
+    #[arg(long, value_name = "URL", value_parser = postgres_url)]
+    pub store: Option<String>,
     /// Print the rows as JSON
     #[arg(long)]
     pub json: bool,

@@ -217,7 +217,15 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         ))
         .into());
     }
-    let mut store = globals.storage.open_for_run()?;
+    let mut sqlite = None;
+    let mut postgres = None;
+    let store: Option<&mut dyn linerate_store::MeshArchive> = match &args.store {
+        Some(url) => Some(postgres.insert(linerate_store::archive::Archive::open(url)?)),
+        None => match globals.storage.open_for_run()? {
+            Some(store) => Some(sqlite.insert(store)),
+            None => None,
+        },
+    };
     let stop = cancel::on_signals()?;
     let options = MeshOptions {
         cycles: args.cycles,
@@ -260,7 +268,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         }
         seen.push(row.clone());
     };
-    mesh::run(&mesh, &options, store.as_mut(), &stop, &mut each)?;
+    mesh::run(&mesh, &options, store, &stop, &mut each)?;
     if !json {
         print!("{}", tables(&mesh.name, &latest(&seen)));
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -351,12 +359,19 @@ fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
     } else {
         args.mesh.clone()
     };
-    let store = globals.storage.open_to_read()?;
-    let rows = store.mesh_rows(&name, true)?;
+    let (rows, location) = match &args.store {
+        Some(url) => {
+            let mut archive = linerate_store::archive::Archive::open(url)?;
+            (archive.mesh_rows(&name, true)?, archive.url().to_string())
+        }
+        None => {
+            let store = globals.storage.open_to_read()?;
+            (store.mesh_rows(&name, true)?, store.path().to_string())
+        }
+    };
     if rows.is_empty() {
         return Err(Failure::Usage(format!(
-            "no results of a mesh named '{name}' in {} (run 'linerate mesh run FILE' first)",
-            store.path()
+            "no results of a mesh named '{name}' in {location} (run 'linerate mesh run FILE' first)"
         ))
         .into());
     }

@@ -366,3 +366,222 @@ fn mistakes_in_a_mesh_file_are_one_line_with_exit_2() {
     assert!(stderr(&out).contains("has no key"), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A real PostgreSQL server (Debian's), in a network namespace, on a directory of its
+/// own, with trust authentication for the test's user; stopped and removed on drop.
+struct Postgres {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    url: String,
+}
+
+impl Postgres {
+    /// `None` (with the reason) when PostgreSQL is not installed.
+    fn start(ns: &str, addr: &str) -> Result<Postgres, String> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .map_err(|_| "PostgreSQL is not installed (/usr/lib/postgresql)".to_string())?
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("bin"))
+            .find(|b| b.join("postgres").exists())
+            .ok_or("no postgres binary under /usr/lib/postgresql")?;
+        let dir = std::env::temp_dir().join(format!("linerate-{}-pg", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        run("chown", &["postgres:postgres", dir.to_str().unwrap()]);
+        let data = dir.join("data");
+        let initdb = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(bin.join("initdb"))
+            .args([
+                "-D",
+                data.to_str().unwrap(),
+                "-A",
+                "trust",
+                "-U",
+                "linerate",
+                "--no-sync",
+            ])
+            .output()
+            .map_err(|e| format!("initdb: {e}"))?;
+        if !initdb.status.success() {
+            return Err(format!("initdb failed: {}", stderr(&initdb)));
+        }
+        // The namespace's own address, trusted: a test server no one else reaches.
+        let hba = data.join("pg_hba.conf");
+        let mut rules = std::fs::read_to_string(&hba).map_err(|e| format!("pg_hba.conf: {e}"))?;
+        rules += &format!("host all all {addr}/32 trust\n");
+        std::fs::write(&hba, rules).map_err(|e| format!("pg_hba.conf: {e}"))?;
+        let port = "54329";
+        // setpriv execs the server itself (runuser would stay its parent and keep the
+        // signals the test sends it to stop it).
+        let child = Command::new("ip")
+            .args([
+                "netns", "exec", ns, "setpriv", "--reuid", "postgres", "--regid", "postgres",
+            ])
+            .args(["--clear-groups", "--"])
+            .arg(bin.join("postgres"))
+            .args([
+                "-D",
+                data.to_str().unwrap(),
+                "-p",
+                port,
+                "-k",
+                dir.to_str().unwrap(),
+            ])
+            .args(["-c", &format!("listen_addresses={addr}"), "-c", "fsync=off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("postgres: {e}"))?;
+        let url = format!("postgres://linerate@{addr}:{port}/postgres");
+        let server = Postgres { child, dir, url };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let ready = Command::new("ip")
+                .args(["netns", "exec", ns])
+                .arg(bin.join("pg_isready"))
+                .args(["-h", addr, "-p", port])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ready {
+                return Ok(server);
+            }
+            if std::time::Instant::now() > deadline {
+                return Err("PostgreSQL did not become ready within 30 s".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // SIGINT: PostgreSQL's fast shutdown.
+        // SAFETY: signals the server this test started.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Two coordinators (two meshes over disjoint hosts) write to one PostgreSQL archive at
+/// once: every row each printed is in the archive once, with its run, nothing lost or
+/// doubled; `mesh status --store` reads it back.
+#[test]
+fn two_coordinators_share_one_postgresql_archive() {
+    let test = "two_coordinators_share_one_postgresql_archive";
+    if !is_root() {
+        skip(
+            test,
+            "needs root for network namespaces and to run PostgreSQL as its user",
+        );
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("meshpg", 5);
+    let postgres = match Postgres::start(&star.hosts[4], &star.addrs[4]) {
+        Ok(server) => server,
+        Err(reason) => {
+            skip(test, &reason);
+            return;
+        }
+    };
+    let key = key_file("meshpg");
+    let _agents: Vec<ServeProcess> = (0..4).map(|i| agent(&star, i, &key)).collect();
+    // Mesh "left" over hosts 0 and 1, mesh "right" over 2 and 3.
+    let all = mesh_file(&star, 4, &key, "pgall");
+    let text = std::fs::read_to_string(&all).unwrap();
+    let only = |name: &str, hosts: [&str; 2]| {
+        let path =
+            std::env::temp_dir().join(format!("linerate-{}-{name}.toml", std::process::id()));
+        let text = text
+            .replace("name = \"pgall\"", &format!("name = \"{name}\""))
+            .replace(
+                "name = \"all\"",
+                &format!(
+                    "name = \"all\"\nhosts = [\"{}\", \"{}\"]",
+                    hosts[0], hosts[1]
+                ),
+            );
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let (left, right) = (only("left", ["h0", "h1"]), only("right", ["h2", "h3"]));
+    let coordinator = |file: &str| {
+        Command::new("ip")
+            .args(["netns", "exec", &star.hosts[4], binary()])
+            .args(["--no-store", "mesh", "run", file, "--cycles", "3", "--json"])
+            .args(["--store", &postgres.url])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (coordinator(&left), coordinator(&right));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    // The archive is reached from the coordinators' namespace: this thread moves there
+    // (a network namespace is a thread's own).
+    let ns = std::fs::File::open(format!("/var/run/netns/{}", star.hosts[4])).unwrap();
+    let scope = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                use std::os::fd::AsRawFd;
+                // SAFETY: the descriptor is an open network namespace; only this thread moves.
+                assert_eq!(
+                    unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) },
+                    0
+                );
+                check_archive(&postgres.url, &a, &b);
+            })
+            .join()
+    });
+    if let Err(panic) = scope {
+        std::panic::resume_unwind(panic);
+    }
+    let status = linerate_in(
+        &star.hosts[4],
+        &["mesh", "status", "left", "--store", &postgres.url, "--json"],
+    );
+    assert!(status.status.success(), "{}", stderr(&status));
+    let latest = json(&status);
+    assert_eq!(
+        latest.as_array().unwrap().len(),
+        4,
+        "two pairs x two tests: {latest}"
+    );
+    // A URL that is not PostgreSQL's is refused by the flag, exit 2.
+    let out = linerate(&["mesh", "status", "left", "--store", "/tmp/x.db"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// What each coordinator printed is in the archive once, with its run.
+fn check_archive(url: &str, a: &std::process::Output, b: &std::process::Output) {
+    for (name, out) in [("left", a), ("right", b)] {
+        assert!(out.status.success(), "{name}: {}", stderr(out));
+        let printed = rows(&out.stdout);
+        assert!(printed.len() >= 6, "{name}: {printed:#?}");
+        let mut archive = linerate_store::archive::Archive::open(url).unwrap();
+        let stored = archive.mesh_rows(name, false).unwrap();
+        assert_eq!(stored.len(), printed.len(), "{name}: every row once");
+        let ids: BTreeSet<i64> = stored.iter().filter_map(|r| r.run_id).collect();
+        assert_eq!(
+            ids.len(),
+            stored.len(),
+            "{name}: a run of its own for each row"
+        );
+        for row in &printed {
+            let id = row["run_id"].as_i64().expect("stored with its run");
+            let kept = stored
+                .iter()
+                .find(|s| s.run_id == Some(id))
+                .unwrap_or_else(|| panic!("{name}: run {id} printed, not in the archive"));
+            assert_eq!(
+                (kept.src.as_str(), kept.test.as_str()),
+                (row["src"].as_str().unwrap(), row["test"].as_str().unwrap())
+            );
+            let document = archive.run_json(id).unwrap();
+            assert!(document.contains("\"test\""), "{document}");
+        }
+        assert_eq!(archive.schema_version().unwrap(), 1);
+    }
+}

@@ -7,6 +7,8 @@
 //! linerate. Writers from several processes at once are safe: the journal is WAL, every
 //! write is one `BEGIN IMMEDIATE` transaction, and a busy database is waited for.
 
+pub mod archive;
+
 use linerate_report::document::Document;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -99,6 +101,55 @@ pub enum StoreError {
         path: String,
         source: rusqlite::Error,
     },
+    #[error("archive {url}: {why}")]
+    Archive { url: String, why: String },
+}
+
+/// Where a mesh's rows go: the SQLite store, or the PostgreSQL archive many coordinators
+/// share.
+pub trait MeshArchive {
+    /// Stores a job's row with its run (when it ran), together; the run's id.
+    fn insert_mesh(
+        &mut self,
+        row: &MeshRow,
+        run: Option<(&Document, &str)>,
+    ) -> Result<Option<i64>, StoreError>;
+    /// A mesh's rows, oldest first; `latest`: each (src, dst, test)'s newest.
+    fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError>;
+    /// Where it is, for messages.
+    fn location(&self) -> String;
+}
+
+impl MeshArchive for Store {
+    fn insert_mesh(
+        &mut self,
+        row: &MeshRow,
+        run: Option<(&Document, &str)>,
+    ) -> Result<Option<i64>, StoreError> {
+        Store::insert_mesh(self, row, run)
+    }
+    fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
+        Store::mesh_rows(self, mesh, latest)
+    }
+    fn location(&self) -> String {
+        self.path.clone()
+    }
+}
+
+impl MeshArchive for archive::Archive {
+    fn insert_mesh(
+        &mut self,
+        row: &MeshRow,
+        run: Option<(&Document, &str)>,
+    ) -> Result<Option<i64>, StoreError> {
+        archive::Archive::insert_mesh(self, row, run)
+    }
+    fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
+        archive::Archive::mesh_rows(self, mesh, latest)
+    }
+    fn location(&self) -> String {
+        self.url().to_string()
+    }
 }
 
 /// One run as listings show it.

@@ -1,0 +1,297 @@
+//! The central archive on PostgreSQL: the same runs and mesh rows as the SQLite store,
+//! so that many coordinators (and hosts) share one database. Its schema is versioned in
+//! `linerate_schema` and brought up to date under an advisory lock, so coordinators that
+//! start together migrate it once; every row is written in one transaction with its run.
+//! The `postgres` crate (sync, the maintained client) speaks the protocol; nothing here
+//! builds SQL from values.
+
+use crate::{MeshRow, StoreError};
+use linerate_report::document::Document;
+use postgres::{Client, NoTls};
+
+/// The schema, one step per version: `MIGRATIONS[i]` takes version `i` to `i + 1`.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: runs with their documents, and a mesh's rows with their labels, indexed for
+    // "pair x test over time".
+    "CREATE TABLE linerate_runs (
+        id BIGSERIAL PRIMARY KEY,
+        started_at DOUBLE PRECISION NOT NULL,
+        stored_at DOUBLE PRECISION NOT NULL,
+        test TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        target TEXT NOT NULL,
+        headline DOUBLE PRECISION,
+        headline_text TEXT NOT NULL,
+        command TEXT NOT NULL,
+        path TEXT,
+        document TEXT NOT NULL
+     );
+     CREATE INDEX linerate_runs_started_at ON linerate_runs (started_at);
+     CREATE TABLE linerate_mesh_results (
+        id BIGSERIAL PRIMARY KEY,
+        run_id BIGINT REFERENCES linerate_runs (id),
+        mesh TEXT NOT NULL,
+        src TEXT NOT NULL,
+        dst TEXT NOT NULL,
+        test TEXT NOT NULL,
+        direction TEXT NOT NULL,
+        protocol TEXT NOT NULL,
+        cycle BIGINT NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL,
+        ended_at DOUBLE PRECISION NOT NULL,
+        ok BOOLEAN NOT NULL,
+        reason TEXT NOT NULL,
+        headline DOUBLE PRECISION,
+        headline_text TEXT NOT NULL
+     );
+     CREATE INDEX linerate_mesh_pair ON linerate_mesh_results (mesh, src, dst, test, started_at);",
+];
+
+/// An advisory lock's key: "LRAT", the store's application id.
+const MIGRATION_LOCK: i64 = 0x4c52_4154;
+
+pub struct Archive {
+    client: Client,
+    /// The URL without its password, for messages.
+    shown: String,
+}
+
+/// `postgres://user:secret@host/db` as `postgres://user@host/db`.
+fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            let user = credentials.split(':').next().unwrap_or("");
+            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// A client error in full: the server's own message when it sent one (the client's
+/// Display says only "db error").
+fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.to_string(),
+        None => e.to_string(),
+    }
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl Archive {
+    /// Connects to the archive at `url` (`postgres://user@host:port/db`) and brings its
+    /// schema up to date.
+    pub fn open(url: &str) -> Result<Archive, StoreError> {
+        let shown = without_password(url);
+        let client = Client::connect(url, NoTls).map_err(|e| StoreError::Archive {
+            url: shown.clone(),
+            why: describe(&e),
+        })?;
+        let mut archive = Archive { client, shown };
+        archive.migrate()?;
+        Ok(archive)
+    }
+
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
+    fn error(&self, e: postgres::Error) -> StoreError {
+        StoreError::Archive {
+            url: self.shown.clone(),
+            why: describe(&e),
+        }
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let shown = self.shown.clone();
+        let failed = |e: postgres::Error| StoreError::Archive {
+            url: shown.clone(),
+            why: describe(&e),
+        };
+        let mut tx = self.client.transaction().map_err(failed)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .map_err(failed)?;
+        tx.batch_execute("CREATE TABLE IF NOT EXISTS linerate_schema (version BIGINT NOT NULL)")
+            .map_err(failed)?;
+        let version: i64 = match tx
+            .query_opt("SELECT version FROM linerate_schema", &[])
+            .map_err(failed)?
+        {
+            Some(row) => row.get(0),
+            None => {
+                tx.execute("INSERT INTO linerate_schema (version) VALUES (0)", &[])
+                    .map_err(failed)?;
+                0
+            }
+        };
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(StoreError::TooNew {
+                path: self.shown.clone(),
+                found: version,
+                known,
+            });
+        }
+        for (step, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.batch_execute(sql).map_err(failed)?;
+            tx.execute(
+                "UPDATE linerate_schema SET version = $1",
+                &[&(step as i64 + 1)],
+            )
+            .map_err(failed)?;
+        }
+        tx.commit().map_err(failed)
+    }
+
+    /// The schema version of the archive.
+    pub fn schema_version(&mut self) -> Result<i64, StoreError> {
+        let row = self
+            .client
+            .query_one("SELECT version FROM linerate_schema", &[])
+            .map_err(|e| self.error(e))?;
+        Ok(row.get(0))
+    }
+
+    /// Stores one mesh job: its run (when it ran) and its labelled row, in one
+    /// transaction. Returns the run's id, when it ran.
+    pub fn insert_mesh(
+        &mut self,
+        row: &MeshRow,
+        run: Option<(&Document, &str)>,
+    ) -> Result<Option<i64>, StoreError> {
+        let shown = self.shown.clone();
+        let failed = |e: postgres::Error| StoreError::Archive {
+            url: shown.clone(),
+            why: describe(&e),
+        };
+        let mut tx = self.client.transaction().map_err(failed)?;
+        let run_id: Option<i64> = match run {
+            Some((document, json)) => {
+                let target = format!("{} -> {}", row.src, row.dst);
+                let command = format!("mesh {} test {} cycle {}", row.mesh, row.test, row.cycle);
+                let headline = row.headline.filter(|v| v.is_finite());
+                let inserted = tx
+                    .query_one(
+                        "INSERT INTO linerate_runs (started_at, stored_at, test, kind, target,
+                            headline, headline_text, command, path, document)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+                        &[
+                            &document.started_at(),
+                            &now(),
+                            &document.test(),
+                            &document.kind(),
+                            &target,
+                            &headline,
+                            &row.headline_text,
+                            &command,
+                            &document.path_brief(),
+                            &json,
+                        ],
+                    )
+                    .map_err(failed)?;
+                Some(inserted.get(0))
+            }
+            None => None,
+        };
+        tx.execute(
+            "INSERT INTO linerate_mesh_results (run_id, mesh, src, dst, test, direction,
+                protocol, cycle, started_at, ended_at, ok, reason, headline, headline_text)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            &[
+                &run_id,
+                &row.mesh,
+                &row.src,
+                &row.dst,
+                &row.test,
+                &row.direction,
+                &row.protocol,
+                &(row.cycle as i64),
+                &row.started_at,
+                &row.ended_at,
+                &row.ok,
+                &row.reason,
+                &row.headline.filter(|v| v.is_finite()),
+                &row.headline_text,
+            ],
+        )
+        .map_err(failed)?;
+        tx.commit().map_err(failed)?;
+        Ok(run_id)
+    }
+
+    /// A mesh's rows, oldest first; `latest`: only each (src, dst, test)'s newest.
+    pub fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
+        let columns = "run_id, mesh, src, dst, test, direction, protocol, cycle, started_at, \
+                       ended_at, ok, reason, headline, headline_text";
+        let sql = if latest {
+            format!(
+                "SELECT DISTINCT ON (test, src, dst) {columns} FROM linerate_mesh_results
+                 WHERE mesh = $1 ORDER BY test, src, dst, started_at DESC, id DESC"
+            )
+        } else {
+            format!(
+                "SELECT {columns} FROM linerate_mesh_results WHERE mesh = $1
+                 ORDER BY started_at, id"
+            )
+        };
+        let rows = self
+            .client
+            .query(sql.as_str(), &[&mesh])
+            .map_err(|e| self.error(e))?;
+        Ok(rows
+            .iter()
+            .map(|r| MeshRow {
+                run_id: r.get(0),
+                mesh: r.get(1),
+                src: r.get(2),
+                dst: r.get(3),
+                test: r.get(4),
+                direction: r.get(5),
+                protocol: r.get(6),
+                cycle: r.get::<_, i64>(7) as u64,
+                started_at: r.get(8),
+                ended_at: r.get(9),
+                ok: r.get(10),
+                reason: r.get(11),
+                headline: r.get(12),
+                headline_text: r.get(13),
+            })
+            .collect())
+    }
+
+    /// A stored run's document as it was printed.
+    pub fn run_json(&mut self, id: i64) -> Result<String, StoreError> {
+        let row = self
+            .client
+            .query_opt("SELECT document FROM linerate_runs WHERE id = $1", &[&id])
+            .map_err(|e| self.error(e))?
+            .ok_or_else(|| StoreError::NotFound {
+                path: self.shown.clone(),
+                id,
+            })?;
+        Ok(row.get(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(
+            without_password("postgres://mesh:s3cret@db.example:5432/linerate"),
+            "postgres://mesh@db.example:5432/linerate"
+        );
+        assert_eq!(
+            without_password("postgres://db.example/linerate"),
+            "postgres://db.example/linerate"
+        );
+    }
+}
