@@ -116,8 +116,6 @@ struct RawGroup {
 
 /// The longest interval or test a mesh may ask for: a week.
 const MAX_SECONDS: f64 = 7.0 * 86_400.0;
-/// The most hosts one mesh file may name.
-pub const MAX_HOSTS: usize = 4096;
 
 struct Reader<'a> {
     file: &'a str,

@@ -4,6 +4,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The most hosts one mesh may have, listed and discovered.
+pub const MAX_HOSTS: usize = 4096;
+
 /// A test runs this long when its file does not say.
 pub const DEFAULT_TEST_SECONDS: f64 = 10.0;
 
@@ -58,11 +61,11 @@ impl Mesh {
                 if known {
                     continue;
                 }
-                if self.hosts.len() >= crate::file::MAX_HOSTS {
+                if self.hosts.len() >= MAX_HOSTS {
                     return Err(format!(
                         "discover '{}' makes more than {} hosts",
                         discover.name,
-                        crate::file::MAX_HOSTS
+                        MAX_HOSTS
                     ));
                 }
                 self.hosts.push(Host {
