@@ -64,8 +64,7 @@ impl Mesh {
                 if self.hosts.len() >= MAX_HOSTS {
                     return Err(format!(
                         "discover '{}' makes more than {} hosts",
-                        discover.name,
-                        MAX_HOSTS
+                        discover.name, MAX_HOSTS
                     ));
                 }
                 self.hosts.push(Host {
