@@ -5,7 +5,7 @@
 //! The `postgres` crate (sync, the maintained client) speaks the protocol; nothing here
 //! builds SQL from values.
 
-use crate::{MeshRow, StoreError};
+use crate::{now, Listed, MeshRow, StoreError};
 use linerate_report::document::Document;
 use postgres::{Client, NoTls};
 
@@ -75,12 +75,6 @@ fn describe(e: &postgres::Error) -> String {
         Some(db) => db.to_string(),
         None => e.to_string(),
     }
-}
-
-fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Archive {
@@ -173,9 +167,13 @@ impl Archive {
         let mut tx = self.client.transaction().map_err(failed)?;
         let run_id: Option<i64> = match run {
             Some((document, json)) => {
-                let target = format!("{} -> {}", row.src, row.dst);
-                let command = format!("mesh {} test {} cycle {}", row.mesh, row.test, row.cycle);
-                let headline = row.headline.filter(|v| v.is_finite());
+                let Listed {
+                    target,
+                    headline,
+                    headline_text,
+                    command,
+                } = Listed::of_mesh(row);
+                let headline = headline.filter(|v| v.is_finite());
                 let inserted = tx
                     .query_one(
                         "INSERT INTO linerate_runs (started_at, stored_at, test, kind, target,
@@ -188,7 +186,7 @@ impl Archive {
                             &document.kind(),
                             &target,
                             &headline,
-                            &row.headline_text,
+                            &headline_text,
                             &command,
                             &document.path_brief(),
                             &json,

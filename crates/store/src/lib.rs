@@ -231,7 +231,54 @@ pub fn default_path() -> Option<PathBuf> {
     Some(data.join("linerate").join("results.db"))
 }
 
-fn now() -> f64 {
+/// The columns beside a run's document that listings show.
+pub(crate) struct Listed {
+    pub target: String,
+    pub headline: Option<f64>,
+    pub headline_text: String,
+    pub command: String,
+}
+
+impl Listed {
+    /// A mesh job's run: its pair as the target, its figure as the headline.
+    pub(crate) fn of_mesh(row: &MeshRow) -> Listed {
+        Listed {
+            target: format!("{} -> {}", row.src, row.dst),
+            headline: row.headline,
+            headline_text: row.headline_text.clone(),
+            command: format!("mesh {} test {} cycle {}", row.mesh, row.test, row.cycle),
+        }
+    }
+}
+
+/// Inserts a run inside `tx`; its id.
+fn insert_run(
+    tx: &rusqlite::Transaction<'_>,
+    document: &Document,
+    json: &str,
+    listed: &Listed,
+) -> rusqlite::Result<i64> {
+    tx.execute(
+        "INSERT INTO runs (started_at, stored_at, test, kind, target, headline,
+                           headline_text, command, document, path)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            document.started_at(),
+            now(),
+            document.test(),
+            document.kind(),
+            listed.target,
+            listed.headline.filter(|v| v.is_finite()),
+            listed.headline_text,
+            listed.command,
+            json,
+            document.path_brief(),
+        ],
+    )?;
+    Ok(tx.last_insert_rowid())
+}
+
+pub(crate) fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -365,11 +412,12 @@ impl Store {
         json: &str,
         command: &str,
     ) -> Result<i64, StoreError> {
-        let headline = document
-            .headline()
-            .map(|(_, v)| v)
-            .filter(|v| v.is_finite());
-        let headline_text = document.headline_text(linerate_report::units::Scale::Adaptive);
+        let listed = Listed {
+            target: document.target().to_string(),
+            headline: document.headline().map(|(_, v)| v),
+            headline_text: document.headline_text(linerate_report::units::Scale::Adaptive),
+            command: command.to_string(),
+        };
         let path = self.path.clone();
         let sqlite = |source| StoreError::Sqlite {
             path: path.clone(),
@@ -379,25 +427,7 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite)?;
-        tx.execute(
-            "INSERT INTO runs (started_at, stored_at, test, kind, target, headline,
-                               headline_text, command, document, path)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![
-                document.started_at(),
-                now(),
-                document.test(),
-                document.kind(),
-                document.target(),
-                headline,
-                headline_text,
-                command,
-                json,
-                document.path_brief(),
-            ],
-        )
-        .map_err(sqlite)?;
-        let id = tx.last_insert_rowid();
+        let id = insert_run(&tx, document, json, &listed).map_err(sqlite)?;
         tx.commit().map_err(sqlite)?;
         Ok(id)
     }
@@ -421,25 +451,7 @@ impl Store {
             .map_err(sqlite)?;
         let run_id = match run {
             Some((document, json)) => {
-                tx.execute(
-                    "INSERT INTO runs (started_at, stored_at, test, kind, target, headline,
-                                       headline_text, command, document, path)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                    params![
-                        document.started_at(),
-                        now(),
-                        document.test(),
-                        document.kind(),
-                        format!("{} -> {}", row.src, row.dst),
-                        row.headline.filter(|v| v.is_finite()),
-                        row.headline_text,
-                        format!("mesh {} test {} cycle {}", row.mesh, row.test, row.cycle),
-                        json,
-                        document.path_brief(),
-                    ],
-                )
-                .map_err(sqlite)?;
-                Some(tx.last_insert_rowid())
+                Some(insert_run(&tx, document, json, &Listed::of_mesh(row)).map_err(sqlite)?)
             }
             None => None,
         };

@@ -278,3 +278,56 @@ fn runs_are_listed_and_filtered_by_their_path() {
     assert_eq!(only("LOSS 2%"), [lossy]);
     assert_eq!(only("direct"), [direct]);
 }
+
+/// A mesh's rows: each kept with its run (the run listed under its pair), a skipped job
+/// without one; `latest` keeps each pair and test's newest.
+#[test]
+fn mesh_rows_keep_their_runs_and_the_latest_per_pair() {
+    let dir = temp();
+    let (mut store, _) = store_in(&dir);
+    let document = Document::from_json(STREAM).unwrap();
+    let row = |src: &str, cycle: u64, started_at: f64, ok: bool| MeshRow {
+        run_id: None,
+        mesh: "lab".into(),
+        src: src.into(),
+        dst: "b".into(),
+        test: "tput".into(),
+        direction: "forward".into(),
+        protocol: "tcp".into(),
+        cycle,
+        started_at,
+        ended_at: started_at + 10.0,
+        ok,
+        reason: if ok {
+            String::new()
+        } else {
+            "skipped: host a is down".into()
+        },
+        headline: ok.then_some(9.4e9),
+        headline_text: if ok {
+            "9.40 Gbits/sec".into()
+        } else {
+            String::new()
+        },
+    };
+    let first = store
+        .insert_mesh(&row("a", 1, 100.0, true), Some((&document, STREAM)))
+        .unwrap();
+    let skipped = store.insert_mesh(&row("a", 2, 200.0, false), None).unwrap();
+    let other = store
+        .insert_mesh(&row("c", 1, 150.0, true), Some((&document, STREAM)))
+        .unwrap();
+    assert!(first.is_some() && other.is_some() && skipped.is_none());
+    let all = store.mesh_rows("lab", false).unwrap();
+    assert_eq!(all.iter().map(|r| r.cycle).collect::<Vec<_>>(), [1, 1, 2]);
+    assert_eq!(all[0].run_id, first);
+    let latest = store.mesh_rows("lab", true).unwrap();
+    assert_eq!(latest.len(), 2);
+    let from_a = latest.iter().find(|r| r.src == "a").unwrap();
+    assert_eq!((from_a.cycle, from_a.ok), (2, false));
+    // The run is listed under its pair and the mesh that ran it.
+    let run = store.get(first.unwrap()).unwrap();
+    assert_eq!(run.row.target, "a -> b");
+    assert_eq!(run.row.command, "mesh lab test tput cycle 1");
+    assert!(store.mesh_rows("other", true).unwrap().is_empty());
+}
