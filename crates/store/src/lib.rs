@@ -418,6 +418,15 @@ impl Store {
             headline_text: document.headline_text(linerate_report::units::Scale::Adaptive),
             command: command.to_string(),
         };
+        self.write(|tx| insert_run(tx, document, json, &listed))
+    }
+
+    /// Runs `work` in one write transaction (BEGIN IMMEDIATE: another writer is waited
+    /// for), committed when it succeeds.
+    fn write<T>(
+        &mut self,
+        work: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
         let path = self.path.clone();
         let sqlite = |source| StoreError::Sqlite {
             path: path.clone(),
@@ -427,9 +436,9 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite)?;
-        let id = insert_run(&tx, document, json, &listed).map_err(sqlite)?;
+        let value = work(&tx).map_err(sqlite)?;
         tx.commit().map_err(sqlite)?;
-        Ok(id)
+        Ok(value)
     }
 
     /// Stores one mesh job: its run (when it ran) and its labelled row, in one
@@ -440,22 +449,14 @@ impl Store {
         row: &MeshRow,
         run: Option<(&Document, &str)>,
     ) -> Result<Option<i64>, StoreError> {
-        let path = self.path.clone();
-        let sqlite = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sqlite)?;
-        let run_id = match run {
-            Some((document, json)) => {
-                Some(insert_run(&tx, document, json, &Listed::of_mesh(row)).map_err(sqlite)?)
-            }
-            None => None,
-        };
-        tx.execute(
+        self.write(|tx| {
+            let run_id = match run {
+                Some((document, json)) => {
+                    Some(insert_run(tx, document, json, &Listed::of_mesh(row))?)
+                }
+                None => None,
+            };
+            tx.execute(
             "INSERT INTO mesh_results (run_id, mesh, src, dst, test, direction, protocol, cycle,
                                        started_at, ended_at, ok, reason, headline, headline_text)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
@@ -475,10 +476,9 @@ impl Store {
                 row.headline.filter(|v| v.is_finite()),
                 row.headline_text,
             ],
-        )
-        .map_err(sqlite)?;
-        tx.commit().map_err(sqlite)?;
-        Ok(run_id)
+        )?;
+            Ok(run_id)
+        })
     }
 
     /// A mesh's rows, oldest first; `latest`: only each (src, dst, test)'s newest.
