@@ -173,20 +173,10 @@ fn failed_hosts(mesh: &Mesh, job: &Job, error: &RunError) -> Vec<usize> {
     }
 }
 
-/// Runs one job to its end; `(outcome, row, document)`.
-fn run_job(
-    mesh: &Mesh,
-    job: Job,
-    cycle: u64,
-    options: &RunOptions,
-    stop: &AtomicBool,
-) -> (Outcome, JobResult) {
+/// A job's row with its labels and times, not (yet) a success.
+fn labelled(mesh: &Mesh, job: &Job, cycle: u64, started_at: f64, ended_at: f64) -> MeshRow {
     let test = &mesh.tests[job.test];
-    let started_at = unix_now();
-    let profile = profile_of(mesh, &job);
-    let result = controller::run(&profile, options, stop);
-    let ended_at = unix_now();
-    let mut row = MeshRow {
+    MeshRow {
         run_id: None,
         mesh: mesh.name.clone(),
         src: mesh.hosts[job.src].name.clone(),
@@ -201,7 +191,23 @@ fn run_job(
         reason: String::new(),
         headline: None,
         headline_text: String::new(),
-    };
+    }
+}
+
+/// Runs one job to its end; `(outcome, row, document)`.
+fn run_job(
+    mesh: &Mesh,
+    job: Job,
+    cycle: u64,
+    options: &RunOptions,
+    stop: &AtomicBool,
+) -> (Outcome, JobResult) {
+    let test = &mesh.tests[job.test];
+    let started_at = unix_now();
+    let profile = profile_of(mesh, &job);
+    let result = controller::run(&profile, options, stop);
+    let ended_at = unix_now();
+    let mut row = labelled(mesh, &job, cycle, started_at, ended_at);
     match result {
         Ok(mut report) => {
             report.config.source = format!("mesh {}", mesh.name);
@@ -362,24 +368,10 @@ pub fn run(
                         .context("starting a job's thread")?;
                 }
                 Action::Skip { job, cycle, reason } => {
-                    let spec = jobs[job];
-                    let test = &mesh.tests[spec.test];
                     let mut result = JobResult {
                         row: MeshRow {
-                            run_id: None,
-                            mesh: mesh.name.clone(),
-                            src: mesh.hosts[spec.src].name.clone(),
-                            dst: mesh.hosts[spec.dst].name.clone(),
-                            test: test.name.clone(),
-                            direction: "forward".into(),
-                            protocol: test.kind.protocol().name().into(),
-                            cycle,
-                            started_at: now,
-                            ended_at: now,
-                            ok: false,
                             reason: format!("skipped: {reason}"),
-                            headline: None,
-                            headline_text: String::new(),
+                            ..labelled(mesh, &jobs[job], cycle, now, now)
                         },
                         document: None,
                     };

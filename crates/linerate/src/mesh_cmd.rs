@@ -61,8 +61,9 @@ fn load(path: &std::path::Path) -> Result<Mesh, Failure> {
 
 fn plan(args: &MeshPlanArgs) -> Outcome {
     let mesh = load(&args.file)?;
-    let jobs = mesh.jobs();
-    let placed = simulate(&mesh, 1, |job| mesh.tests[job.test].seconds + SETUP_S).placed;
+    let simulation = simulate(&mesh, 1, |job| mesh.tests[job.test].seconds + SETUP_S);
+    let (jobs, placed) = (&simulation.jobs, &simulation.placed);
+    // (the test, its figures as the JSON plan gives them)
     let mut tests = Vec::new();
     for (index, test) in mesh.tests.iter().enumerate() {
         let mine: Vec<usize> = (0..jobs.len()).filter(|&j| jobs[j].test == index).collect();
@@ -80,16 +81,19 @@ fn plan(args: &MeshPlanArgs) -> Outcome {
                 .filter(|p| p.cycle == 1 && jobs[p.job].test == index)
                 .map(|p| p.start)
                 .fold(f64::INFINITY, f64::min);
-        tests.push(serde_json::json!({
-            "test": test.name,
-            "run": test.kind.run(),
-            "protocol": test.kind.protocol().name(),
-            "exclusive": test.exclusive,
-            "jobs": mine.len(),
-            "rounds": if test.exclusive { Some(rounds) } else { None },
-            "interval_s": test.interval_s,
-            "cycle_s": if test.exclusive { Some(cycle_s) } else { None },
-        }));
+        tests.push((
+            test,
+            serde_json::json!({
+                "test": test.name,
+                "run": test.kind.run(),
+                "protocol": test.kind.protocol().name(),
+                "exclusive": test.exclusive,
+                "jobs": mine.len(),
+                "rounds": if test.exclusive { Some(rounds) } else { None },
+                "interval_s": test.interval_s,
+                "cycle_s": if test.exclusive { Some(cycle_s) } else { None },
+            }),
+        ));
     }
     if args.json {
         let schedule: Vec<serde_json::Value> = placed
@@ -110,7 +114,7 @@ fn plan(args: &MeshPlanArgs) -> Outcome {
         let doc = serde_json::json!({
             "mesh": mesh.name,
             "hosts": mesh.hosts.len(),
-            "tests": tests,
+            "tests": tests.iter().map(|(_, figures)| figures).collect::<Vec<_>>(),
             "schedule": schedule,
         });
         println!(
@@ -125,12 +129,7 @@ fn plan(args: &MeshPlanArgs) -> Outcome {
         mesh.hosts.len(),
         jobs.len()
     );
-    for (t, value) in tests.iter().enumerate() {
-        let test = mesh
-            .tests
-            .iter()
-            .find(|x| x.name == value["test"])
-            .expect("listed above");
+    for (test, value) in &tests {
         let every = humantime::format_duration(Duration::from_secs_f64(test.interval_s));
         if test.exclusive {
             println!(
@@ -143,7 +142,7 @@ fn plan(args: &MeshPlanArgs) -> Outcome {
                 value["rounds"],
                 value["cycle_s"].as_f64().unwrap_or(0.0),
             );
-            if test.exclusive && value["cycle_s"].as_f64().unwrap_or(0.0) > test.interval_s {
+            if value["cycle_s"].as_f64().unwrap_or(0.0) > test.interval_s {
                 println!("    note: a cycle takes longer than its interval; cycles will run back to back");
             }
         } else {
@@ -161,7 +160,6 @@ fn plan(args: &MeshPlanArgs) -> Outcome {
                 value["jobs"],
             );
         }
-        let _ = t;
     }
     // The first cycle of the exclusive tests, round by round.
     let mut by_start: BTreeMap<u64, Vec<String>> = BTreeMap::new();
