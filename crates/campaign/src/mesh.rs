@@ -65,7 +65,27 @@ pub fn profile_of(mesh: &Mesh, job: &Job) -> Profile {
         rate,
         canfail: protocol == Protocol::Udp,
     };
-    let (threads, ops, nodelay) = match &test.kind {
+    let connect = Op::Connect(Endpoint {
+        protocol,
+        remote: Some(dst.address.clone()),
+        window: None,
+        nodelay: !matches!(test.kind, TestKind::Stream { .. }),
+        congestion: None,
+        cipher: None,
+        engine: None,
+    });
+    let op = |action: Op| linerate_profile::Op { conn: None, action };
+    let once = |action: Op| Transaction {
+        repeat: Repeat::Iterations(1),
+        rate: None,
+        ops: vec![op(action)],
+    };
+    let timed = |rate: Option<f64>, ops: Vec<Op>| Transaction {
+        repeat: Repeat::Duration(test.seconds),
+        rate,
+        ops: ops.into_iter().map(op).collect(),
+    };
+    let (threads, transactions) = match &test.kind {
         TestKind::Stream {
             parallel,
             rate_bps,
@@ -73,30 +93,51 @@ pub fn profile_of(mesh: &Mesh, job: &Job) -> Profile {
             ..
         } => {
             let per_second = rate_bps.map(|bps| bps as f64 / (*size as f64 * 8.0));
-            let op = match protocol {
+            let send = match protocol {
                 Protocol::Udp => Op::Sendto(transfer(*size, per_second)),
                 _ => Op::Write(transfer(*size, per_second)),
             };
-            (*parallel, vec![op], false)
+            (
+                *parallel,
+                vec![once(connect), timed(None, vec![send]), once(Op::Disconnect)],
+            )
         }
         TestKind::Rr {
-            request, response, ..
+            request,
+            response,
+            per_second,
+            ..
         } => (
             1,
             vec![
-                Op::Write(transfer(*request, None)),
-                Op::Read(transfer(*response, None)),
+                once(connect),
+                timed(
+                    *per_second,
+                    vec![
+                        Op::Write(transfer(*request, None)),
+                        Op::Read(transfer(*response, None)),
+                    ],
+                ),
+                once(Op::Disconnect),
             ],
-            true,
         ),
-    };
-    let once = |op: Op| Transaction {
-        repeat: Repeat::Iterations(1),
-        rate: None,
-        ops: vec![linerate_profile::Op {
-            conn: None,
-            action: op,
-        }],
+        // Each transaction its own connection: the timed transaction holds the connect.
+        TestKind::Crr {
+            request,
+            response,
+            per_second,
+        } => (
+            1,
+            vec![timed(
+                *per_second,
+                vec![
+                    connect,
+                    Op::Write(transfer(*request, None)),
+                    Op::Read(transfer(*response, None)),
+                    Op::Disconnect,
+                ],
+            )],
+        ),
     };
     Profile {
         name: format!(
@@ -107,26 +148,7 @@ pub fn profile_of(mesh: &Mesh, job: &Job) -> Profile {
             name: test.name.clone(),
             threads,
             host: Some(src.address.clone()),
-            transactions: vec![
-                once(Op::Connect(Endpoint {
-                    protocol,
-                    remote: Some(dst.address.clone()),
-                    window: None,
-                    nodelay,
-                    congestion: None,
-                    cipher: None,
-                    engine: None,
-                })),
-                Transaction {
-                    repeat: Repeat::Duration(test.seconds),
-                    rate: None,
-                    ops: ops
-                        .into_iter()
-                        .map(|action| linerate_profile::Op { conn: None, action })
-                        .collect(),
-                },
-                once(Op::Disconnect),
-            ],
+            transactions,
         }],
     }
 }
@@ -141,17 +163,20 @@ fn figure(test: &linerate_mesh::MeshTest, document: &Document) -> (Option<f64>, 
             Some(report.summary.received_bps),
             linerate_report::units::format_rate(report.summary.received_bps, Scale::Adaptive),
         ),
-        TestKind::Rr { .. } => {
+        TestKind::Rr { .. } | TestKind::Crr { .. } => {
+            // The timed transaction: after the connect for rr, the only one for crr.
+            let index = usize::from(matches!(test.kind, TestKind::Rr { .. }));
             let timed = report
                 .groups
                 .first()
-                .and_then(|g| g.transactions.get(1))
+                .and_then(|g| g.transactions.get(index))
                 .map(|t| (t.latency_us.p50, t.iterations_per_s));
             match timed {
                 Some((p50, rate)) => (
                     Some(p50 / 1e6),
                     format!(
-                        "rtt p50 {} ({rate:.0}/s)",
+                        "{} p50 {} ({rate:.0}/s)",
+                        if index == 1 { "rtt" } else { "connect+rr" },
                         linerate_model::units::format_micros(p50)
                     ),
                 ),

@@ -38,7 +38,8 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
 
 /// A mesh of the first `n` hosts: a 1 s throughput test in exclusive slots, cycles back
 /// to back (the interval is shorter than a cycle), and a light 1 s rr test every
-/// `lat_every` that pauses beside them.
+/// `lat_every` that pauses beside them, and a light connect-per-transaction test (crr)
+/// at 20 transactions a second, as often, which does not.
 fn mesh_file(star: &Star, n: usize, key: &str, tag: &str, lat_every: &str) -> String {
     let mut text = format!("name = \"{tag}\"\nkey = \"{key}\"\n");
     for i in 0..n {
@@ -61,9 +62,16 @@ duration = "1s"
 interval = "LAT_EVERY"
 pause_for_exclusive = true
 
+[[test]]
+name = "conn"
+run = "crr"
+rate = "20/s"
+duration = "1s"
+interval = "LAT_EVERY"
+
 [[group]]
 name = "all"
-tests = ["tput", "lat"]
+tests = ["tput", "lat", "conn"]
 "#
     .replace("LAT_EVERY", lat_every);
     let path = std::env::temp_dir().join(format!("linerate-{}-{tag}.toml", std::process::id()));
@@ -120,12 +128,19 @@ fn a_mesh_of_four_measures_every_pair_each_cycle_in_slots_no_host_shares() {
     let file = mesh_file(&star, 4, &key, "four", "2s");
     let db = fresh_db("four");
     let before: Vec<u64> = (0..4).map(|i| star.counter(i, "rx_bytes")).collect();
+    let opens = || -> u64 {
+        (0..4)
+            .map(|i| snmp_counter(&star.hosts[i], "Tcp", "PassiveOpens"))
+            .sum()
+    };
+    let opens_before = opens();
     let out = linerate_in(
         &star.hosts[4],
         &["--db", &db, "mesh", "run", &file, "--cycles", "2", "--json"],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let after: Vec<u64> = (0..4).map(|i| star.counter(i, "rx_bytes")).collect();
+    let opened = opens() - opens_before;
     let rows = rows(&out.stdout);
     let tput: Vec<&serde_json::Value> = rows.iter().filter(|r| r["test"] == "tput").collect();
     // Every ordered pair once in each cycle, each measured.
@@ -147,6 +162,37 @@ fn a_mesh_of_four_measures_every_pair_each_cycle_in_slots_no_host_shares() {
     assert!(lat
         .iter()
         .all(|r| r["headline_text"].as_str().unwrap().starts_with("rtt p50")));
+    // crr: a connection per transaction, paced at 20 a second; the destinations' kernels
+    // accepted at least as many connections as the documents count transactions (beside
+    // the agents' own control connections).
+    let conn: Vec<&serde_json::Value> = rows.iter().filter(|r| r["test"] == "conn").collect();
+    assert!(conn.len() >= 4, "{conn:#?}");
+    let mut transactions = 0u64;
+    for row in &conn {
+        assert_eq!(row["ok"], true, "{row}");
+        assert!(
+            row["headline_text"]
+                .as_str()
+                .unwrap()
+                .starts_with("connect+rr p50"),
+            "{row}"
+        );
+        let id = row["run_id"].as_i64().expect("a stored run").to_string();
+        let shown = linerate_in(&star.hosts[4], &["--db", &db, "show", &id, "--json"]);
+        let doc = json(&shown);
+        let done = num(&doc, "/groups/0/transactions/0/iterations") as u64;
+        let seconds = num(&doc, "/summary/duration_s");
+        assert!(done >= 5, "{doc}");
+        assert!(
+            done as f64 <= 20.0 * seconds + 2.0,
+            "paced at 20/s: {done} in {seconds:.2} s"
+        );
+        transactions += done;
+    }
+    assert!(
+        opened >= transactions,
+        "the destinations accepted {opened} connections, the documents count {transactions} transactions"
+    );
     // The truth: what each destination received by its stored documents, against its
     // interface's own counter (which carried that and the headers, control and probes).
     for (d, (b, a)) in before.iter().zip(&after).enumerate() {

@@ -15,7 +15,7 @@
 //!
 //! [[test]]
 //! name = "throughput"
-//! run = "stream"                 # stream | rr
+//! run = "stream"                 # stream | rr | crr
 //! duration = "10s"
 //! interval = "4h"
 //! jitter = "10m"
@@ -377,28 +377,52 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
                 size,
             }
         }
-        "rr" => {
-            unused(raw.rate.as_ref(), "rate")?;
+        "rr" | "crr" => {
             unused(raw.size.as_ref(), "size")?;
             if protocol == Transport::Udp {
                 return Err(reader.at(
                     raw.protocol.as_ref().expect("udp was given"),
-                    format!("test '{name}': rr over udp does not run in a mesh yet (a lost datagram would hold its thread to the end of the test); use tcp"),
+                    format!("test '{name}': {run} over udp does not run in a mesh yet (a lost datagram would hold its thread to the end of the test); use tcp"),
                 ));
             }
             if let Some(p) = &raw.parallel {
-                return Err(reader.at(p, "'parallel' is not an option of run = \"rr\""));
+                return Err(reader.at(p, format!("'parallel' is not an option of run = \"{run}\"")));
             }
-            TestKind::Rr {
-                protocol,
-                request: size(&raw.request, "request", 1)?,
-                response: size(&raw.response, "response", 1)?,
+            let per_second = match &raw.rate {
+                Some(r) => Some(transactions_per_second(r.get_ref()).ok_or_else(|| {
+                    reader.at(
+                        r,
+                        format!(
+                            "rate '{}' is not transactions per second like \"10/s\" (from 0.01 to 1000000)",
+                            r.get_ref()
+                        ),
+                    )
+                })?),
+                None => None,
+            };
+            let (request, response) = (
+                size(&raw.request, "request", 1)?,
+                size(&raw.response, "response", 1)?,
+            );
+            if run == "rr" {
+                TestKind::Rr {
+                    protocol,
+                    request,
+                    response,
+                    per_second,
+                }
+            } else {
+                TestKind::Crr {
+                    request,
+                    response,
+                    per_second,
+                }
             }
         }
         other => {
             return Err(reader.at(
                 &raw.run,
-                format!("test '{name}': run '{other}' is not stream or rr"),
+                format!("test '{name}': run '{other}' is not stream, rr or crr"),
             ));
         }
     };
@@ -563,4 +587,14 @@ fn read_group(
         both_ways,
         tests,
     })
+}
+
+/// "10/s" or "10": transactions per second, from 0.01 to a million.
+fn transactions_per_second(text: &str) -> Option<f64> {
+    let number = text.trim().strip_suffix("/s").unwrap_or(text.trim());
+    number
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|n| (0.01..=1e6).contains(n))
 }

@@ -124,6 +124,14 @@ pub enum TestKind {
         protocol: Transport,
         request: u64,
         response: u64,
+        /// Transactions per second (a probe at a low rate); `None`: back to back.
+        per_second: Option<f64>,
+    },
+    /// A new TCP connection per transaction: connect, request, response, close.
+    Crr {
+        request: u64,
+        response: u64,
+        per_second: Option<f64>,
     },
 }
 
@@ -131,14 +139,16 @@ impl TestKind {
     pub fn protocol(&self) -> Transport {
         match self {
             TestKind::Stream { protocol, .. } | TestKind::Rr { protocol, .. } => *protocol,
+            TestKind::Crr { .. } => Transport::Tcp,
         }
     }
 
-    /// "stream" or "rr".
+    /// "stream", "rr" or "crr".
     pub fn run(&self) -> &'static str {
         match self {
             TestKind::Stream { .. } => "stream",
             TestKind::Rr { .. } => "rr",
+            TestKind::Crr { .. } => "crr",
         }
     }
 }

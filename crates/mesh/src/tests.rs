@@ -101,6 +101,33 @@ tests = ["tput"]
 }
 
 #[test]
+fn rr_and_crr_probes_read_their_rate() {
+    let text = mesh_text(3, true);
+    let paced = parse(
+        "m.toml",
+        &text.replace("run = \"rr\"", "run = \"crr\"\nrate = \"20/s\""),
+    )
+    .unwrap();
+    let crr = paced.tests.iter().find(|t| t.name == "lat").unwrap();
+    assert_eq!(
+        crr.kind,
+        TestKind::Crr {
+            request: 1,
+            response: 1,
+            per_second: Some(20.0)
+        }
+    );
+    assert!(!crr.exclusive, "a probe is light unless the file says so");
+    let plain = parse(
+        "m.toml",
+        &text.replace("run = \"rr\"", "run = \"rr\"\nrate = \"0.5\""),
+    )
+    .unwrap();
+    let rr = plain.tests.iter().find(|t| t.name == "lat").unwrap();
+    assert!(matches!(rr.kind, TestKind::Rr { per_second: Some(r), .. } if r == 0.5));
+}
+
+#[test]
 fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
     let good = mesh_text(3, true);
     let cases = [
@@ -133,7 +160,15 @@ fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
         ),
         (
             good.replace("run = \"rr\"", "run = \"ping\""),
-            "run 'ping' is not stream or rr",
+            "run 'ping' is not stream, rr or crr",
+        ),
+        (
+            good.replace("run = \"rr\"", "run = \"rr\"\nrate = \"fast\""),
+            "rate 'fast' is not transactions per second",
+        ),
+        (
+            good.replace("run = \"rr\"", "run = \"crr\"\nprotocol = \"udp\""),
+            "crr over udp does not run in a mesh",
         ),
         (
             good.replace(

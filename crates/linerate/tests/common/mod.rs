@@ -312,19 +312,7 @@ impl VethPair {
 
     /// The UDP counter `name` (e.g. InDatagrams) of namespace `ns`, from /proc/net/snmp.
     pub fn udp_counter(&self, ns: &str, name: &str) -> u64 {
-        let text = run("ip", &["netns", "exec", ns, "cat", "/proc/net/snmp"]);
-        let mut rows = text.lines().filter(|l| l.starts_with("Udp:"));
-        let names: Vec<&str> = rows.next().expect("Udp names").split_whitespace().collect();
-        let values: Vec<&str> = rows
-            .next()
-            .expect("Udp values")
-            .split_whitespace()
-            .collect();
-        let i = names
-            .iter()
-            .position(|n| *n == name)
-            .expect("a UDP counter");
-        values[i].parse().expect("a number")
+        snmp_counter(ns, "Udp", name)
     }
 
     /// Runs `linerate stream ADDR_B -p PORT ARGS --json` from namespace a against a fresh
@@ -462,6 +450,29 @@ pub fn read_frame(stream: &mut std::net::TcpStream) -> serde_json::Value {
 }
 
 /// The number at JSON `pointer` in `doc`; a missing or non-numeric key fails the test.
+/// The counter `name` of `protocol` ("Tcp", "Udp", ...) in namespace `ns`, from
+/// /proc/net/snmp.
+pub fn snmp_counter(ns: &str, protocol: &str, name: &str) -> u64 {
+    let text = run("ip", &["netns", "exec", ns, "cat", "/proc/net/snmp"]);
+    let prefix = format!("{protocol}:");
+    let mut rows = text.lines().filter(|l| l.starts_with(&prefix));
+    let names: Vec<&str> = rows
+        .next()
+        .expect("counter names")
+        .split_whitespace()
+        .collect();
+    let values: Vec<&str> = rows
+        .next()
+        .expect("counter values")
+        .split_whitespace()
+        .collect();
+    let i = names
+        .iter()
+        .position(|n| *n == name)
+        .unwrap_or_else(|| panic!("no counter {protocol} {name}"));
+    values[i].parse().expect("a number")
+}
+
 pub fn num(doc: &serde_json::Value, pointer: &str) -> f64 {
     doc.pointer(pointer)
         .and_then(serde_json::Value::as_f64)
