@@ -23,6 +23,26 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// How long running jobs get to end after a stop before the coordinator leaves them.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
+/// Hosts found again while the mesh runs (its `[[discover]]` names resolved anew).
+pub struct Rediscover {
+    pub every: Duration,
+    /// The mesh with the hosts its names resolve to now; an error keeps the hosts it has.
+    pub find: Box<dyn FnMut() -> Result<Mesh> + Send>,
+}
+
+/// What a running mesh tells its caller.
+pub enum MeshEvent<'a> {
+    /// A job ended (or was skipped), stored.
+    Result(&'a JobResult),
+    /// Discovery changed the hosts: the mesh goes on with these added and removed.
+    Hosts {
+        added: Vec<String>,
+        removed: Vec<String>,
+    },
+    /// Discovery failed: the mesh goes on with the hosts it has.
+    DiscoveryFailed(String),
+}
+
 /// What a mesh run does besides running jobs.
 pub struct MeshOptions {
     /// Stop once every exclusive test has completed this many cycles (a mesh of light
@@ -32,6 +52,7 @@ pub struct MeshOptions {
     /// How long the agents may stay silent, and how far ahead each run starts.
     pub control_timeout: Duration,
     pub lead: Duration,
+    pub rediscover: Option<Rediscover>,
 }
 
 /// One finished (or skipped) job, as stored and printed.
@@ -306,14 +327,29 @@ pub fn past_of(mesh: &Mesh, rows: &[MeshRow]) -> Vec<Past> {
         .collect()
 }
 
+/// The hosts of `new` not in `old`, and of `old` not in `new`, by name.
+fn host_changes(old: &Mesh, new: &Mesh) -> (Vec<String>, Vec<String>) {
+    let names = |m: &Mesh| -> std::collections::BTreeSet<String> {
+        m.hosts.iter().map(|h| h.name.clone()).collect()
+    };
+    let (before, after) = (names(old), names(new));
+    (
+        after.difference(&before).cloned().collect(),
+        before.difference(&after).cloned().collect(),
+    )
+}
+
 /// Runs the mesh until `stop` (then ends the running jobs within [`STOP_GRACE`]) or
-/// `options.cycles`; each result goes to `store` and then to `each`.
+/// `options.cycles`; each result goes to `store` and then to `each`. With
+/// `options.rediscover`, the hosts are found again every so often; when they change, no
+/// job starts until the running ones end, and the schedule carries on over the new
+/// hosts from what was measured (their new pairs join the cycle under way).
 pub fn run(
     mesh: &Mesh,
-    options: &MeshOptions,
+    mut options: MeshOptions,
     mut store: Option<&mut dyn MeshArchive>,
     stop: &Arc<AtomicBool>,
-    each: &mut dyn FnMut(&JobResult),
+    each: &mut dyn FnMut(MeshEvent),
 ) -> Result<()> {
     let run_options = RunOptions {
         lead: options.lead,
@@ -322,14 +358,20 @@ pub fn run(
         log: false,
         ..RunOptions::default()
     };
-    let mut scheduler = Scheduler::new(mesh, unix_now());
+    let mut mesh = mesh.clone();
+    let mut scheduler = Scheduler::new(&mesh, unix_now());
+    // Each job's newest row, by name: what the schedule resumes from when hosts change.
+    let mut newest: BTreeMap<(String, String, String), MeshRow> = BTreeMap::new();
     if let Some(store) = store.as_deref_mut() {
         let rows = store
             .mesh_rows(&mesh.name, false)
             .context("reading the mesh's past results")?;
-        scheduler.resume(&past_of(mesh, &rows), unix_now());
+        scheduler.resume(&past_of(&mesh, &rows), unix_now());
+        for row in rows {
+            newest.insert((row.test.clone(), row.src.clone(), row.dst.clone()), row);
+        }
     }
-    let jobs = scheduler.jobs().to_vec();
+    let mut jobs = scheduler.jobs().to_vec();
     let exclusive: Vec<usize> = (0..mesh.tests.len())
         .filter(|&t| mesh.tests[t].exclusive)
         .collect();
@@ -346,7 +388,9 @@ pub fn run(
         .collect();
     let (results, finished) = mpsc::channel::<(usize, Outcome, JobResult)>();
     let jobs_stop = Arc::new(AtomicBool::new(false));
-    let mut keep = |result: &mut JobResult| -> Result<()> {
+    let mut keep = |result: &mut JobResult,
+                    newest: &mut BTreeMap<(String, String, String), MeshRow>|
+     -> Result<()> {
         if let Some(store) = store.as_deref_mut() {
             let json = match &result.document {
                 Some(document) => Some(document.to_json()?),
@@ -355,8 +399,19 @@ pub fn run(
             result.row.run_id =
                 store.insert_mesh(&result.row, result.document.as_ref().zip(json.as_deref()))?;
         }
+        let row = &result.row;
+        newest.insert(
+            (row.test.clone(), row.src.clone(), row.dst.clone()),
+            row.clone(),
+        );
         Ok(())
     };
+    let mut next_discovery = options
+        .rediscover
+        .as_ref()
+        .map(|r| std::time::Instant::now() + r.every);
+    // Hosts found that the mesh moves to once the running jobs have ended.
+    let mut moving_to: Option<Mesh> = None;
     loop {
         let now = unix_now();
         if stop.load(Ordering::Relaxed) {
@@ -377,7 +432,35 @@ pub fn run(
         if done {
             break;
         }
-        for action in scheduler.poll(now) {
+        if let (Some(at), Some(rediscover)) = (next_discovery, options.rediscover.as_mut()) {
+            if std::time::Instant::now() >= at && moving_to.is_none() {
+                next_discovery = Some(std::time::Instant::now() + rediscover.every);
+                match (rediscover.find)() {
+                    Ok(found) => {
+                        let (added, removed) = host_changes(&mesh, &found);
+                        if !added.is_empty() || !removed.is_empty() {
+                            each(MeshEvent::Hosts { added, removed });
+                            moving_to = Some(found);
+                        }
+                    }
+                    Err(e) => each(MeshEvent::DiscoveryFailed(format!("{e:#}"))),
+                }
+            }
+        }
+        if moving_to.is_some() && scheduler.running() == 0 {
+            mesh = moving_to.take().expect("checked above");
+            let rows: Vec<MeshRow> = newest.values().cloned().collect();
+            scheduler = Scheduler::new(&mesh, now);
+            scheduler.resume(&past_of(&mesh, &rows), now);
+            jobs = scheduler.jobs().to_vec();
+            runs = vec![0; jobs.len()];
+        }
+        let actions = if moving_to.is_none() {
+            scheduler.poll(now)
+        } else {
+            Vec::new()
+        };
+        for action in actions {
             match action {
                 Action::Start { job, cycle } => {
                     let (mesh, results, stop) = (mesh.clone(), results.clone(), jobs_stop.clone());
@@ -396,12 +479,12 @@ pub fn run(
                     let mut result = JobResult {
                         row: MeshRow {
                             reason: format!("skipped: {reason}"),
-                            ..labelled(mesh, &jobs[job], cycle, now, now)
+                            ..labelled(&mesh, &jobs[job], cycle, now, now)
                         },
                         document: None,
                     };
-                    keep(&mut result)?;
-                    each(&result);
+                    keep(&mut result, &mut newest)?;
+                    each(MeshEvent::Result(&result));
                 }
             }
         }
@@ -412,8 +495,8 @@ pub fn run(
             Ok((job, outcome, mut result)) => {
                 scheduler.finished(job, unix_now(), outcome);
                 runs[job] += 1;
-                keep(&mut result)?;
-                each(&result);
+                keep(&mut result, &mut newest)?;
+                each(MeshEvent::Result(&result));
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -428,8 +511,8 @@ pub fn run(
         match finished.recv_timeout(left) {
             Ok((job, outcome, mut result)) => {
                 scheduler.finished(job, unix_now(), outcome);
-                keep(&mut result)?;
-                each(&result);
+                keep(&mut result, &mut newest)?;
+                each(MeshEvent::Result(&result));
             }
             Err(_) => break,
         }

@@ -11,6 +11,7 @@ mod failure;
 mod iperf3_cmd;
 mod lab_cmd;
 mod mesh_cmd;
+mod mesh_view;
 mod run_cmd;
 mod serve_cmd;
 mod store_cmd;

@@ -3,16 +3,17 @@
 
 use crate::cli::{MeshCommand, MeshPlanArgs, MeshRunArgs, MeshStatusArgs};
 use crate::failure::{Failure, Outcome};
+use crate::mesh_view::{latest, tables, LiveView};
 use crate::Globals;
 use anyhow::Context;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use linerate_campaign::cancel;
-use linerate_campaign::mesh::{self, JobResult, MeshOptions};
+use linerate_campaign::mesh::{self, JobResult, MeshEvent, MeshOptions};
 use linerate_mesh::schedule::simulate;
 use linerate_mesh::Mesh;
 use linerate_proto::auth::Key;
 use linerate_store::MeshRow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::time::Duration;
 
 /// What a job costs beyond its test's duration, for the plan: reaching the source's
@@ -30,25 +31,11 @@ pub fn run(command: MeshCommand, globals: &Globals) -> (bool, Outcome) {
 /// A mesh file that does not read is a usage error: one line naming file, line and value.
 /// Its `[[discover]]` names are resolved here, each address a host.
 fn load(path: &std::path::Path) -> Result<Mesh, Failure> {
-    use std::net::ToSocketAddrs;
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::Usage(format!("cannot read mesh file {name}: {e}")))?;
     let mesh = linerate_mesh::parse(&name, &text).map_err(|e| Failure::Usage(e.to_string()))?;
-    let mut found = Vec::new();
-    for discover in &mesh.discover {
-        let mut ips: Vec<std::net::IpAddr> = (discover.name.as_str(), discover.port)
-            .to_socket_addrs()
-            .map_err(|e| Failure::Usage(format!("{name}: discover '{}': {e}", discover.name)))?
-            .map(|a| a.ip())
-            .collect();
-        ips.sort();
-        ips.dedup();
-        found.push(ips);
-    }
-    let mesh = mesh
-        .with_discovered(&found)
-        .map_err(|e| Failure::Usage(format!("{name}: {e}")))?;
+    let mesh = discovered(&name, mesh).map_err(Failure::Usage)?;
     if mesh.hosts.len() < 2 {
         return Err(Failure::Usage(format!(
             "{name}: mesh '{}' has {} host(s): a mesh measures pairs",
@@ -57,6 +44,54 @@ fn load(path: &std::path::Path) -> Result<Mesh, Failure> {
         )));
     }
     Ok(mesh)
+}
+
+/// `mesh` (as its file `name` reads) with its `[[discover]]` names resolved, each address
+/// a host; `Err` names the name that did not resolve.
+fn discovered(name: &str, mesh: Mesh) -> Result<Mesh, String> {
+    use std::net::ToSocketAddrs;
+    let mut found = Vec::new();
+    for discover in &mesh.discover {
+        let mut ips: Vec<std::net::IpAddr> = (discover.name.as_str(), discover.port)
+            .to_socket_addrs()
+            .map_err(|e| format!("{name}: discover '{}': {e}", discover.name))?
+            .map(|a| a.ip())
+            .collect();
+        ips.sort();
+        ips.dedup();
+        found.push(ips);
+    }
+    mesh.with_discovered(&found)
+        .map_err(|e| format!("{name}: {e}"))
+}
+
+/// The running mesh finds its hosts again as often as its `[[discover]]` names ask (the
+/// most often of them), from the file as it was read at the start.
+fn rediscover(path: &std::path::Path) -> Result<Option<mesh::Rediscover>, Failure> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::Usage(format!("cannot read mesh file {name}: {e}")))?;
+    let listed = linerate_mesh::parse(&name, &text).map_err(|e| Failure::Usage(e.to_string()))?;
+    let every = listed
+        .discover
+        .iter()
+        .map(|d| d.every_s)
+        .fold(f64::INFINITY, f64::min);
+    if !every.is_finite() {
+        return Ok(None);
+    }
+    Ok(Some(mesh::Rediscover {
+        every: Duration::from_secs_f64(every),
+        find: Box::new(move || {
+            let mesh = discovered(&name, listed.clone()).map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(
+                mesh.hosts.len() >= 2,
+                "{name}: discovery found {} host(s); keeping the hosts the mesh has",
+                mesh.hosts.len()
+            );
+            Ok(mesh)
+        }),
+    }))
 }
 
 fn plan(args: &MeshPlanArgs) -> Outcome {
@@ -230,6 +265,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         key,
         control_timeout: Duration::from_secs(5),
         lead: Duration::from_millis(500),
+        rediscover: rediscover(&args.file)?,
     };
     if !args.json {
         eprintln!(
@@ -246,13 +282,50 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     let mut seen: Vec<MeshRow> = Vec::new();
     let mut failures = 0usize;
     let json = args.json;
-    let mut each = |result: &JobResult| {
+    // On a terminal the text form is a view redrawn in place; elsewhere a line per job.
+    let mut live = (!json && std::io::stdout().is_terminal())
+        .then(|| LiveView::new(&mesh.name, mesh.hosts.len()));
+    let mut each = |event: MeshEvent| {
+        let result: &JobResult = match event {
+            MeshEvent::Result(result) => result,
+            MeshEvent::Hosts { added, removed } => {
+                let text = format!(
+                    "hosts changed: {} added [{}], {} removed [{}]; the schedule carries on over them once the running jobs end",
+                    added.len(),
+                    added.join(", "),
+                    removed.len(),
+                    removed.join(", ")
+                );
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "event": "hosts", "added": added, "removed": removed })
+                    );
+                } else if let Some(view) = live.as_mut() {
+                    view.note(&text);
+                } else {
+                    eprintln!("linerate mesh: {text}");
+                }
+                return;
+            }
+            MeshEvent::DiscoveryFailed(why) => {
+                let text = format!("discovery failed, hosts kept: {why}");
+                match live.as_mut() {
+                    Some(view) => view.note(&text),
+                    None => eprintln!("linerate mesh: {text}"),
+                }
+                return;
+            }
+        };
         let row = &result.row;
         if !row.ok {
             failures += 1;
         }
         if json {
             println!("{}", row_json(row));
+        } else if let Some(view) = live.as_mut() {
+            view.push(row);
+            view.draw(false);
         } else if row.ok {
             println!(
                 "cycle {:<3} {:<12} {} -> {}: {}",
@@ -264,14 +337,18 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
                 row.cycle, row.test, row.src, row.dst, row.reason
             );
         }
-        seen.push(row.clone());
-    };
-    mesh::run(&mesh, &options, store, &stop, &mut each)?;
-    if !json {
-        print!("{}", tables(&mesh.name, &latest(&seen)));
-        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            eprintln!("linerate mesh: stopped; the results so far are kept");
+        if live.is_none() {
+            seen.push(row.clone());
         }
+    };
+    mesh::run(&mesh, options, store, &stop, &mut each)?;
+    if let Some(view) = live.as_mut() {
+        view.draw(true);
+    } else if !json {
+        print!("{}", tables(&mesh.name, &latest(&seen)));
+    }
+    if !json && stop.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("linerate mesh: stopped; the results so far are kept");
     }
     if failures > 0 {
         return Err(Failure::Partial(format!(
@@ -299,54 +376,6 @@ fn row_json(row: &MeshRow) -> serde_json::Value {
         "headline_text": row.headline_text,
         "run_id": row.run_id,
     })
-}
-
-/// Each (test, src, dst)'s newest row.
-fn latest(rows: &[MeshRow]) -> Vec<MeshRow> {
-    let mut newest: BTreeMap<(String, String, String), MeshRow> = BTreeMap::new();
-    for row in rows {
-        let key = (row.test.clone(), row.src.clone(), row.dst.clone());
-        let newer = newest
-            .get(&key)
-            .is_none_or(|old| row.started_at >= old.started_at);
-        if newer {
-            newest.insert(key, row.clone());
-        }
-    }
-    newest.into_values().collect()
-}
-
-/// One table per test: sources down, destinations across, each cell the last figure.
-fn tables(mesh: &str, rows: &[MeshRow]) -> String {
-    let mut out = String::new();
-    let tests: BTreeSet<&str> = rows.iter().map(|r| r.test.as_str()).collect();
-    for test in tests {
-        let mine: Vec<&MeshRow> = rows.iter().filter(|r| r.test == test).collect();
-        let hosts: BTreeSet<&str> = mine
-            .iter()
-            .flat_map(|r| [r.src.as_str(), r.dst.as_str()])
-            .collect();
-        let mut table = Table::new();
-        table.load_preset(UTF8_FULL_CONDENSED);
-        let mut header = vec![format!("{test}: from \\ to")];
-        header.extend(hosts.iter().map(|h| h.to_string()));
-        table.set_header(header);
-        for src in &hosts {
-            let mut line = vec![src.to_string()];
-            for dst in &hosts {
-                let cell = mine.iter().find(|r| r.src == *src && r.dst == *dst);
-                line.push(match cell {
-                    _ if src == dst => "-".into(),
-                    None => String::new(),
-                    Some(r) if r.ok => r.headline_text.clone(),
-                    Some(_) => "failed".into(),
-                });
-            }
-            table.add_row(line);
-        }
-        out += &format!("Mesh '{mesh}', test {test}:\n{table}\n");
-    }
-    out
 }
 
 fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {

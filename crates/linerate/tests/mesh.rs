@@ -651,3 +651,93 @@ fn check_archive(url: &str, a: &std::process::Output, b: &std::process::Output) 
         assert_eq!(archive.schema_version().unwrap(), 1);
     }
 }
+
+/// Hosts discovered from a DNS name (here the coordinator's namespace's hosts file, which
+/// `ip netns exec` puts in place of /etc/hosts) are found again while the mesh runs: a
+/// host that joins is announced and its pairs are measured without a restart.
+#[test]
+fn a_host_that_joins_a_discovered_mesh_is_measured_without_a_restart() {
+    let test = "a_host_that_joins_a_discovered_mesh_is_measured_without_a_restart";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("meshdns", 4);
+    let key = key_file("meshdns");
+    let _agents: Vec<ServeProcess> = (0..3).map(|i| agent(&star, i, &key)).collect();
+    let coordinator = &star.hosts[3];
+    let etc = std::path::PathBuf::from(format!("/etc/netns/{coordinator}"));
+    std::fs::create_dir_all(&etc).unwrap();
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _etc = Remove(etc.clone());
+    let hosts_file = etc.join("hosts");
+    let name = "agents.mesh.test";
+    let listing = |n: usize| -> String {
+        let mut text = "127.0.0.1 localhost\n".to_string();
+        for addr in &star.addrs[..n] {
+            text += &format!("{addr} {name}\n");
+        }
+        text
+    };
+    std::fs::write(&hosts_file, listing(2)).unwrap();
+    let file = std::env::temp_dir().join(format!("linerate-{}-dns.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"dns\"\nkey = \"{key}\"\n[[discover]]\nname = \"{name}\"\nport = {PORT}\nevery = \"1s\"\n\
+             [[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"2s\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"tput\"]\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", coordinator, binary()])
+        .args(["--no-store", "mesh", "run", file.to_str().unwrap()])
+        .args(["--cycles", "4", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        let row: serde_json::Value = serde_json::from_str(&line).unwrap();
+        // After the first result the third host appears under the name.
+        if lines.is_empty() {
+            std::fs::write(&hosts_file, listing(3)).unwrap();
+        }
+        lines.push(row);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}\n{lines:#?}", stderr(&out));
+    let joined = star.addrs[2].clone();
+    let event = lines
+        .iter()
+        .position(|r| r["event"] == "hosts")
+        .unwrap_or_else(|| panic!("no hosts event: {lines:#?}"));
+    assert_eq!(
+        lines[event]["added"],
+        serde_json::json!([joined]),
+        "{lines:#?}"
+    );
+    // Before it, pairs of the first two only; after it, the third's pairs measured.
+    assert!(lines[..event]
+        .iter()
+        .all(|r| r["src"] != joined.as_str() && r["dst"] != joined.as_str()));
+    let with_new: BTreeSet<(String, String)> = lines[event + 1..]
+        .iter()
+        .filter(|r| r["ok"] == true && (r["src"] == joined.as_str() || r["dst"] == joined.as_str()))
+        .map(|r| (r["src"].to_string(), r["dst"].to_string()))
+        .collect();
+    assert_eq!(with_new.len(), 4, "both ways with both others: {lines:#?}");
+    let tput: Vec<&serde_json::Value> = lines.iter().filter(|r| r["test"] == "tput").collect();
+    assert_no_overlap(&tput);
+}

@@ -65,6 +65,7 @@ struct RawMesh {
 struct RawDiscover {
     name: Spanned<String>,
     port: Option<u16>,
+    every: Option<Spanned<String>>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
 }
@@ -182,9 +183,14 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
                 format!("discover '{name}' is not a DNS name (give the port as port = N)"),
             ));
         }
+        let every_s = match &d.every {
+            Some(every) => reader.seconds(every, "every", true)?.max(1.0),
+            None => DEFAULT_DISCOVER_SECONDS,
+        };
         discover.push(Discover {
             name: name.clone(),
             port: d.port.unwrap_or(5201),
+            every_s,
             labels: d.labels.clone(),
         });
     }

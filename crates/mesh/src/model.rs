@@ -27,11 +27,16 @@ pub struct Mesh {
     pub discover: Vec<Discover>,
 }
 
+/// How often a running mesh resolves its `discover` names again when the file does not say.
+pub const DEFAULT_DISCOVER_SECONDS: f64 = 300.0;
+
 /// A DNS name whose every address is a host of the mesh.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Discover {
     pub name: String,
     pub port: u16,
+    /// How often a running mesh resolves the name again (hosts come and go).
+    pub every_s: f64,
     pub labels: BTreeMap<String, String>,
 }
 

@@ -1,0 +1,259 @@
+//! How a mesh's rows are shown: the last figure of every pair as a table per test
+//! (sources down, destinations across), and the live view `mesh run` redraws in a
+//! terminal as results arrive.
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use linerate_store::MeshRow;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// Above this many hosts a test's grid no longer fits a terminal: the live view shows
+/// counts and the failing pairs instead.
+const GRID_HOSTS: usize = 16;
+/// The newest events the live view keeps under the grid.
+const EVENTS: usize = 6;
+/// The live view redraws at most this often (a large mesh ends many jobs a second).
+const REDRAW: Duration = Duration::from_millis(250);
+
+/// Each (test, src, dst)'s newest row.
+pub fn latest(rows: &[MeshRow]) -> Vec<MeshRow> {
+    let mut newest: BTreeMap<(String, String, String), MeshRow> = BTreeMap::new();
+    for row in rows {
+        let key = (row.test.clone(), row.src.clone(), row.dst.clone());
+        let newer = newest
+            .get(&key)
+            .is_none_or(|old| row.started_at >= old.started_at);
+        if newer {
+            newest.insert(key, row.clone());
+        }
+    }
+    newest.into_values().collect()
+}
+
+/// What a cell shows: the figure, or a mark that does not rely on colour.
+fn cell(row: &MeshRow) -> String {
+    if row.ok {
+        row.headline_text.clone()
+    } else if row.reason.starts_with("skipped:") {
+        "- skipped".into()
+    } else {
+        "x failed".into()
+    }
+}
+
+/// One table per test: sources down, destinations across, each cell the last figure.
+pub fn tables(mesh: &str, rows: &[MeshRow]) -> String {
+    let mut out = String::new();
+    let tests: BTreeSet<&str> = rows.iter().map(|r| r.test.as_str()).collect();
+    for test in tests {
+        let mine: Vec<&MeshRow> = rows.iter().filter(|r| r.test == test).collect();
+        let hosts: BTreeSet<&str> = mine
+            .iter()
+            .flat_map(|r| [r.src.as_str(), r.dst.as_str()])
+            .collect();
+        let mut table = Table::new();
+        table.load_preset(UTF8_FULL_CONDENSED);
+        let mut header = vec![format!("{test}: from \\ to")];
+        header.extend(hosts.iter().map(|h| h.to_string()));
+        table.set_header(header);
+        for src in &hosts {
+            let mut line = vec![src.to_string()];
+            for dst in &hosts {
+                let found = mine.iter().find(|r| r.src == *src && r.dst == *dst);
+                line.push(match found {
+                    _ if src == dst => "-".into(),
+                    None => String::new(),
+                    Some(r) => cell(r),
+                });
+            }
+            table.add_row(line);
+        }
+        out += &format!("Mesh '{mesh}', test {test}:\n{table}\n");
+    }
+    out
+}
+
+/// Per test: pairs seen, how many are failing now, and the failing pairs (a mesh too
+/// large for its grids).
+fn summary(rows: &[MeshRow]) -> String {
+    let mut out = String::new();
+    let tests: BTreeSet<&str> = rows.iter().map(|r| r.test.as_str()).collect();
+    for test in tests {
+        let mine: Vec<&MeshRow> = rows.iter().filter(|r| r.test == test).collect();
+        let failing: Vec<&&MeshRow> = mine.iter().filter(|r| !r.ok).collect();
+        let cycle = mine.iter().map(|r| r.cycle).max().unwrap_or(0);
+        out += &format!(
+            "{test}: {} pairs measured, cycle {cycle}, {} failing now\n",
+            mine.len(),
+            failing.len()
+        );
+        for r in failing.iter().take(10) {
+            out += &format!("  x {} -> {}: {}\n", r.src, r.dst, r.reason);
+        }
+        if failing.len() > 10 {
+            out += &format!("  ... and {} more\n", failing.len() - 10);
+        }
+    }
+    out
+}
+
+/// The live view of a running mesh: redrawn in place on a terminal as rows arrive.
+pub struct LiveView {
+    mesh: String,
+    hosts: usize,
+    started: Instant,
+    rows: Vec<MeshRow>,
+    events: VecDeque<String>,
+    counts: [usize; 3],
+    drawn: Option<Instant>,
+}
+
+impl LiveView {
+    pub fn new(mesh: &str, hosts: usize) -> LiveView {
+        LiveView {
+            mesh: mesh.to_string(),
+            hosts,
+            started: Instant::now(),
+            rows: Vec::new(),
+            events: VecDeque::new(),
+            counts: [0; 3],
+            drawn: None,
+        }
+    }
+
+    /// A line among the events that is not a job's (hosts found, lost).
+    pub fn note(&mut self, text: &str) {
+        self.events.push_back(text.to_string());
+        while self.events.len() > EVENTS {
+            self.events.pop_front();
+        }
+        self.draw(true);
+    }
+
+    pub fn push(&mut self, row: &MeshRow) {
+        let skipped = row.reason.starts_with("skipped:");
+        self.counts[if row.ok {
+            0
+        } else if skipped {
+            2
+        } else {
+            1
+        }] += 1;
+        let what = if row.ok {
+            row.headline_text.clone()
+        } else {
+            row.reason.clone()
+        };
+        self.events.push_back(format!(
+            "cycle {:<3} {:<10} {} -> {}: {what}",
+            row.cycle, row.test, row.src, row.dst
+        ));
+        while self.events.len() > EVENTS {
+            self.events.pop_front();
+        }
+        // Only the newest row of a pair is shown: older ones are dropped as they come.
+        self.rows
+            .retain(|r| !(r.test == row.test && r.src == row.src && r.dst == row.dst));
+        self.rows.push(row.clone());
+    }
+
+    /// The whole view as text.
+    pub fn render(&self) -> String {
+        let [ok, failed, skipped] = self.counts;
+        let mut out = format!(
+            "Mesh '{}': {} hosts, running {}; {ok} ok, {failed} failed, {skipped} skipped (Ctrl-C stops within 10 s)\n",
+            self.mesh,
+            self.hosts,
+            humantime::format_duration(Duration::from_secs(self.started.elapsed().as_secs())),
+        );
+        if self.hosts <= GRID_HOSTS {
+            out += &tables(&self.mesh, &self.rows);
+        } else {
+            out += &summary(&self.rows);
+        }
+        out += "Latest:\n";
+        for event in &self.events {
+            out += &format!("  {event}\n");
+        }
+        out
+    }
+
+    /// Redraws the view (at most every [`REDRAW`] unless `now`).
+    pub fn draw(&mut self, now: bool) {
+        if !now && self.drawn.is_some_and(|at| at.elapsed() < REDRAW) {
+            return;
+        }
+        self.drawn = Some(Instant::now());
+        let mut out = std::io::stdout().lock();
+        // Home, clear to the end, the view.
+        let _ = write!(out, "\x1b[H\x1b[J{}", self.render());
+        let _ = out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(src: &str, dst: &str, ok: bool, reason: &str, text: &str, at: f64) -> MeshRow {
+        MeshRow {
+            run_id: None,
+            mesh: "m".into(),
+            src: src.into(),
+            dst: dst.into(),
+            test: "tput".into(),
+            direction: "forward".into(),
+            protocol: "tcp".into(),
+            cycle: 1,
+            started_at: at,
+            ended_at: at + 1.0,
+            ok,
+            reason: reason.into(),
+            headline: None,
+            headline_text: text.into(),
+        }
+    }
+
+    #[test]
+    fn the_live_view_shows_each_pairs_newest_figure_and_marks_failures_without_colour() {
+        let mut view = LiveView::new("m", 3);
+        view.push(&row("a", "b", true, "", "1.00 Gbits/sec", 1.0));
+        view.push(&row("a", "b", true, "", "2.00 Gbits/sec", 2.0));
+        view.push(&row("b", "c", false, "agent b: refused", "", 3.0));
+        view.push(&row("c", "a", false, "skipped: host c is down", "", 4.0));
+        let text = view.render();
+        assert!(text.contains("2 ok, 1 failed, 1 skipped"), "{text}");
+        assert!(
+            text.contains("2.00 Gbits/sec") && !text.contains("1.00 Gbits/sec │"),
+            "{text}"
+        );
+        assert!(
+            text.contains("x failed") && text.contains("- skipped"),
+            "{text}"
+        );
+        assert!(text.contains("b -> c: agent b: refused"), "{text}");
+    }
+
+    #[test]
+    fn a_mesh_too_wide_for_a_grid_shows_counts_and_its_failing_pairs() {
+        let mut view = LiveView::new("m", 40);
+        for i in 0..40 {
+            view.push(&row(
+                &format!("h{i}"),
+                "h0",
+                i != 7,
+                "refused",
+                "9 Mbits/sec",
+                1.0,
+            ));
+        }
+        let text = view.render();
+        assert!(
+            text.contains("tput: 40 pairs measured, cycle 1, 1 failing now"),
+            "{text}"
+        );
+        assert!(text.contains("x h7 -> h0: refused"), "{text}");
+        assert!(!text.contains("from \\ to"), "{text}");
+    }
+}
