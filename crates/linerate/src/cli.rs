@@ -145,6 +145,7 @@ Examples:
   linerate mesh run mesh.toml --cycles 1 --key lab.key
   linerate mesh status lab                      the last figure of every pair of mesh 'lab'
   linerate mesh run mesh.toml --store postgres://mesh@db.example/linerate
+  linerate mesh run mesh.toml --metrics :9470   Prometheus scrapes /metrics; the grid at /
 Every host runs 'linerate serve --key KEY'; the agents dial each other, so a mesh needs the
 key (the file's key = PATH, or --key).";
 
@@ -196,6 +197,21 @@ pub struct MeshRunArgs {
     /// Print each result as a JSON line instead of text
     #[arg(long)]
     pub json: bool,
+    /// Serve the results over HTTP on this address: OpenMetrics at /metrics for Prometheus,
+    /// the live grid at / (e.g. 0.0.0.0:9470, or :9470 for every address)
+    #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
+    pub metrics: Option<std::net::SocketAddr>,
+}
+
+/// A listening address: HOST:PORT, or :PORT for every address.
+pub fn metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("[::]:{port}"),
+        None => text.to_string(),
+    };
+    full.parse().map_err(|_| {
+        format!("'{text}' is not an address to listen on (HOST:PORT or :PORT, e.g. 0.0.0.0:9470)")
+    })
 }
 
 #[derive(Debug, Args)]

@@ -9,11 +9,15 @@ use anyhow::Context;
 use linerate_campaign::cancel;
 use linerate_campaign::mesh::{self, JobResult, MeshEvent, MeshOptions};
 use linerate_mesh::schedule::simulate;
-use linerate_mesh::Mesh;
+use linerate_mesh::{Mesh, TestKind};
+use linerate_metrics::assess::Thresholds;
+use linerate_metrics::board::{Board, Measure};
+use linerate_metrics::server::MetricsServer;
 use linerate_proto::auth::Key;
 use linerate_store::MeshRow;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What a job costs beyond its test's duration, for the plan: reaching the source's
@@ -252,12 +256,24 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     }
     let mut sqlite = None;
     let mut postgres = None;
-    let store: Option<&mut dyn linerate_store::MeshArchive> = match &args.store {
+    let mut store: Option<&mut dyn linerate_store::MeshArchive> = match &args.store {
         Some(url) => Some(postgres.insert(linerate_store::archive::Archive::open(url)?)),
         None => match globals.storage.open_for_run()? {
             Some(store) => Some(sqlite.insert(store)),
             None => None,
         },
+    };
+    let metrics = match args.metrics {
+        Some(addr) => {
+            let past = match store.as_mut() {
+                Some(store) => store
+                    .mesh_rows(&mesh.name, false)
+                    .context("reading the mesh's past results")?,
+                None => Vec::new(),
+            };
+            Some(start_metrics(addr, &mesh, &past)?)
+        }
+        None => None,
     };
     let stop = cancel::on_signals()?;
     let options = MeshOptions {
@@ -318,6 +334,10 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
             }
         };
         let row = &result.row;
+        if let Some((board, _)) = &metrics {
+            let mut board = board.lock().unwrap_or_else(|e| e.into_inner());
+            board.record(row, result.document.as_ref());
+        }
         if !row.ok {
             failures += 1;
         }
@@ -357,6 +377,39 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         .into());
     }
     Ok(())
+}
+
+/// The board the HTTP listener reads, seeded with what the store holds of the mesh, and
+/// the listener.
+fn start_metrics(
+    addr: std::net::SocketAddr,
+    mesh: &Mesh,
+    past: &[MeshRow],
+) -> anyhow::Result<(Arc<Mutex<Board>>, MetricsServer)> {
+    let mut board = Board::default();
+    for test in &mesh.tests {
+        let measure = match test.kind {
+            TestKind::Stream { .. } => Measure::Goodput,
+            TestKind::Rr { .. } | TestKind::Crr { .. } => Measure::Latency,
+        };
+        board.declare(&test.name, measure);
+    }
+    board.seed(past);
+    let board = Arc::new(Mutex::new(board));
+    let rules = &mesh.alerts;
+    let thresholds = Thresholds {
+        goodput_drop: rules.goodput_drop,
+        latency_rise: rules.latency_rise,
+        window: rules.baseline,
+        at_least: rules.at_least,
+    };
+    let server = linerate_metrics::server::start(addr, board.clone(), &mesh.name, thresholds)
+        .map_err(|e| Failure::Usage(format!("--metrics {addr}: {e:#}")))?;
+    eprintln!(
+        "linerate mesh: metrics at http://{}/metrics, the grid at http://{}/",
+        server.addr, server.addr
+    );
+    Ok((board, server))
 }
 
 fn row_json(row: &MeshRow) -> serde_json::Value {

@@ -50,6 +50,7 @@ struct RawMesh {
     key: Option<Spanned<String>>,
     seed: Option<Spanned<u64>>,
     limits: Option<RawLimits>,
+    alerts: Option<RawAlerts>,
     #[serde(default)]
     host: Vec<Spanned<RawHost>>,
     #[serde(default)]
@@ -68,6 +69,18 @@ struct RawDiscover {
     every: Option<Spanned<String>>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlerts {
+    goodput_drop: Option<Spanned<String>>,
+    latency_rise: Option<Spanned<String>>,
+    baseline: Option<Spanned<u32>>,
+    at_least: Option<Spanned<u32>>,
+    alertmanager: Option<Spanned<String>>,
+    webhook: Option<Spanned<String>>,
+    grid_url: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -272,7 +285,12 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
         Some(n) => Some(*n.get_ref()),
         None => None,
     };
+    let alerts = match &raw.alerts {
+        Some(a) => alert_rules(&reader, a)?,
+        None => AlertRules::default(),
+    };
     Ok(Mesh {
+        alerts,
         seed: raw.seed.map_or_else(|| name_seed(&name), |s| *s.get_ref()),
         name,
         key: raw.key.map(|k| k.into_inner().into()),
@@ -282,6 +300,86 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
         groups,
         discover,
     })
+}
+
+/// "30%" or "0.3": a share from 0 to 10 (1000 %).
+fn share(reader: &Reader, value: &Spanned<String>, what: &str) -> Result<f64, MeshError> {
+    let text = value.get_ref().trim();
+    let number = match text.strip_suffix('%') {
+        Some(pct) => pct.trim().parse::<f64>().map(|p| p / 100.0),
+        None => text.parse::<f64>(),
+    };
+    number
+        .ok()
+        .filter(|n| (0.0..=10.0).contains(n) && *n > 0.0)
+        .ok_or_else(|| {
+            reader.at(
+                value,
+                format!("{what} '{text}' is not a share like \"30%\" (above 0, at most 1000%)"),
+            )
+        })
+}
+
+/// An http:// or https:// URL, no longer than 2,000 bytes and without whitespace.
+fn http_url(reader: &Reader, value: &Spanned<String>, what: &str) -> Result<String, MeshError> {
+    let url = value.get_ref();
+    let ok = (url.starts_with("http://") || url.starts_with("https://"))
+        && url.len() <= 2000
+        && !url.chars().any(char::is_whitespace);
+    if ok {
+        Ok(url.clone())
+    } else {
+        Err(reader.at(
+            value,
+            format!("{what} '{url}' is not an http:// or https:// URL"),
+        ))
+    }
+}
+
+fn alert_rules(reader: &Reader, raw: &RawAlerts) -> Result<AlertRules, MeshError> {
+    let mut rules = AlertRules::default();
+    if let Some(v) = &raw.goodput_drop {
+        rules.goodput_drop = share(reader, v, "goodput_drop")?.min(1.0);
+    }
+    if let Some(v) = &raw.latency_rise {
+        rules.latency_rise = share(reader, v, "latency_rise")?;
+    }
+    for (value, slot, what) in [
+        (&raw.baseline, &mut rules.baseline, "baseline"),
+        (&raw.at_least, &mut rules.at_least, "at_least"),
+    ] {
+        if let Some(v) = value {
+            let n = *v.get_ref();
+            if !(1..=1000).contains(&n) {
+                return Err(reader.at(v, format!("{what} {n} must be from 1 to 1000 results")));
+            }
+            *slot = n as usize;
+        }
+    }
+    if rules.at_least > rules.baseline {
+        let at = raw
+            .at_least
+            .as_ref()
+            .or(raw.baseline.as_ref())
+            .expect("one was given");
+        return Err(reader.at(at, "at_least must not be more than baseline"));
+    }
+    rules.alertmanager = raw
+        .alertmanager
+        .as_ref()
+        .map(|v| http_url(reader, v, "alertmanager"))
+        .transpose()?;
+    rules.webhook = raw
+        .webhook
+        .as_ref()
+        .map(|v| http_url(reader, v, "webhook"))
+        .transpose()?;
+    rules.grid_url = raw
+        .grid_url
+        .as_ref()
+        .map(|v| http_url(reader, v, "grid_url"))
+        .transpose()?;
+    Ok(rules)
 }
 
 fn is_name(name: &str) -> bool {

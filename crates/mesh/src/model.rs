@@ -25,6 +25,41 @@ pub struct Mesh {
     /// DNS names whose addresses are hosts too (a Kubernetes headless Service), resolved
     /// by the caller before the mesh runs ([`Mesh::with_discovered`]).
     pub discover: Vec<Discover>,
+    /// When a pair is worse than its baseline, and where alerts go (`[alerts]`).
+    pub alerts: AlertRules,
+}
+
+/// The `[alerts]` section: thresholds against each pair's baseline and the receivers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertRules {
+    /// Goodput below the baseline's median by more than this share.
+    pub goodput_drop: f64,
+    /// Transaction time above the baseline's median by more than this share.
+    pub latency_rise: f64,
+    /// The baseline: the median of up to this many recent successful results...
+    pub baseline: usize,
+    /// ...once there are this many.
+    pub at_least: usize,
+    /// Alertmanager's base URL (alerts go to its /api/v2/alerts).
+    pub alertmanager: Option<String>,
+    /// A URL that gets every alert's opening and resolution as JSON.
+    pub webhook: Option<String>,
+    /// The grid's public URL, for the links in alerts (default: the listener's).
+    pub grid_url: Option<String>,
+}
+
+impl Default for AlertRules {
+    fn default() -> Self {
+        AlertRules {
+            goodput_drop: 0.3,
+            latency_rise: 0.5,
+            baseline: 20,
+            at_least: 3,
+            alertmanager: None,
+            webhook: None,
+            grid_url: None,
+        }
+    }
 }
 
 /// How often a running mesh resolves its `discover` names again when the file does not say.

@@ -1,0 +1,103 @@
+//! Is a series worse than it was? Each series' newest value against its baseline (the
+//! median and spread of its recent successful results) and the mesh file's thresholds.
+//! The grid colours cells with it; the alerts open and resolve on its changes. Sans-IO.
+
+use crate::board::{Baseline, Measure, Series};
+use serde::Serialize;
+
+/// When a change is worth a colour and an alert (the mesh file's `[alerts]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// Goodput below the baseline by more than this share (0.3: 30 % down).
+    pub goodput_drop: f64,
+    /// Transaction time above the baseline by more than this share (0.5: 50 % up).
+    pub latency_rise: f64,
+    /// The baseline: up to this many recent successful results...
+    pub window: usize,
+    /// ...once there are at least this many.
+    pub at_least: usize,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            goodput_drop: 0.3,
+            latency_rise: 0.5,
+            window: 20,
+            at_least: 3,
+        }
+    }
+}
+
+/// A series' state now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Not enough history for a baseline.
+    Learning,
+    Normal,
+    /// Worse than its baseline beyond the threshold.
+    Worse,
+    /// The newest test failed.
+    Failed,
+}
+
+impl State {
+    /// What the grid prints beside the colour, so that nothing relies on it.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            State::Learning => "·",
+            State::Normal => "✓",
+            State::Worse => "▼",
+            State::Failed => "✗",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Assessment {
+    pub state: State,
+    pub baseline: Option<Baseline>,
+    /// The newest value relative to the baseline's median (0.5: half of it).
+    pub ratio: Option<f64>,
+    /// Which figure: "goodput", "latency" or "loss".
+    pub what: &'static str,
+}
+
+pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
+    let latest = &series.latest;
+    let measure = series.measure.unwrap_or(Measure::Goodput);
+    let what = match measure {
+        Measure::Goodput => "goodput",
+        Measure::Latency => "latency",
+    };
+    if !latest.ok && !latest.skipped {
+        return Assessment {
+            state: State::Failed,
+            baseline: None,
+            ratio: None,
+            what,
+        };
+    }
+    let baseline = series.baseline(t.window, t.at_least);
+    let (Some(value), Some(base)) = (latest.value, baseline) else {
+        return Assessment {
+            state: State::Learning,
+            baseline,
+            ratio: None,
+            what,
+        };
+    };
+    let ratio = (base.median > 0.0).then(|| value / base.median);
+    let worse = match (measure, ratio) {
+        (Measure::Goodput, Some(r)) => r < 1.0 - t.goodput_drop,
+        (Measure::Latency, Some(r)) => r > 1.0 + t.latency_rise,
+        (_, None) => false,
+    };
+    Assessment {
+        state: if worse { State::Worse } else { State::Normal },
+        baseline,
+        ratio,
+        what,
+    }
+}

@@ -1,0 +1,313 @@
+//! The board: the newest figures of every {mesh, src, dst, test, direction, protocol}, the
+//! counts of every test's outcomes, each pair's recent history and its baseline, as the
+//! mesh (or a server) measured them. Sans-IO: rows and documents go in, a scrape, the grid
+//! and the alerts read it out. A scrape never starts a test.
+
+use linerate_report::document::Document;
+use linerate_store::MeshRow;
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Upper bounds (seconds) of the round-trip histogram's buckets: 50 us to 5 s, about
+/// three to a decade, enough for a LAN probe and an intercontinental one.
+pub const RTT_BUCKETS: [f64; 17] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+];
+
+/// A pair's history the board keeps (the grid's plot, the baseline).
+pub const HISTORY: usize = 240;
+
+/// What one series is about: the labels every figure of a result carries.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Key {
+    pub mesh: String,
+    pub src: String,
+    pub dst: String,
+    pub test: String,
+    pub direction: String,
+    pub protocol: String,
+}
+
+impl Key {
+    pub fn of(row: &MeshRow) -> Key {
+        Key {
+            mesh: row.mesh.clone(),
+            src: row.src.clone(),
+            dst: row.dst.clone(),
+            test: row.test.clone(),
+            direction: row.direction.clone(),
+            protocol: row.protocol.clone(),
+        }
+    }
+}
+
+/// What kind of figure a test's headline is, which says which way is worse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// Bits per second: lower is worse.
+    Goodput,
+    /// Seconds per transaction: higher is worse.
+    Latency,
+}
+
+/// Round-trip quantiles of one run, seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Quantiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+}
+
+/// The newest result of a series.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Latest {
+    pub ok: bool,
+    pub skipped: bool,
+    pub cycle: u64,
+    pub started_at: f64,
+    pub ended_at: f64,
+    pub run_id: Option<i64>,
+    /// The headline: goodput (bit/s) or the median transaction time (s).
+    pub value: Option<f64>,
+    pub text: String,
+    pub reason: String,
+    pub goodput_bps: Option<f64>,
+    /// Datagrams' bytes lost on the way: 1 - received / sent (UDP streams).
+    pub loss_ratio: Option<f64>,
+    pub rtt: Option<Quantiles>,
+    pub duration_s: Option<f64>,
+}
+
+/// What a series has added up over every result the board saw.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Totals {
+    pub ok: u64,
+    pub failed: u64,
+    pub skipped: u64,
+    /// Transactions per round-trip bucket ([`RTT_BUCKETS`], then +Inf), not cumulative.
+    pub rtt_buckets: [u64; RTT_BUCKETS.len() + 1],
+    pub rtt_count: u64,
+    pub rtt_sum_s: f64,
+}
+
+/// One point of a pair's history.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Point {
+    pub at: f64,
+    /// `None`: the test failed or was skipped.
+    pub value: Option<f64>,
+}
+
+/// A series' baseline: the median and spread of its recent successful values.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Baseline {
+    pub median: f64,
+    /// Median absolute deviation from the median.
+    pub mad: f64,
+    pub samples: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Series {
+    pub measure: Option<Measure>,
+    pub latest: Latest,
+    pub totals: Totals,
+    pub history: VecDeque<Point>,
+}
+
+impl Series {
+    /// The baseline from up to `window` successful results before the newest, once there
+    /// are at least `at_least`.
+    pub fn baseline(&self, window: usize, at_least: usize) -> Option<Baseline> {
+        let mut values: Vec<f64> = self
+            .history
+            .iter()
+            .rev()
+            .skip(1)
+            .filter_map(|p| p.value)
+            .take(window)
+            .collect();
+        if values.len() < at_least.max(1) {
+            return None;
+        }
+        let median = median(&mut values);
+        let mut deviations: Vec<f64> = values.iter().map(|v| (v - median).abs()).collect();
+        Some(Baseline {
+            median,
+            mad: median_of(&mut deviations),
+            samples: values.len(),
+        })
+    }
+}
+
+fn median_of(values: &mut [f64]) -> f64 {
+    median(values)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// Every series, by key; and the order hosts and tests were first seen (the grid's).
+#[derive(Debug, Default)]
+pub struct Board {
+    pub series: BTreeMap<Key, Series>,
+    pub hosts: Vec<String>,
+    pub tests: Vec<String>,
+    /// What each test's headline is, as declared.
+    pub measures: BTreeMap<String, Measure>,
+}
+
+/// The figures of a profile run's document that a series shows.
+struct Figures {
+    goodput_bps: Option<f64>,
+    loss_ratio: Option<f64>,
+    rtt: Option<(Quantiles, Vec<(f64, u64)>, u64, f64)>,
+    duration_s: f64,
+}
+
+/// Reads a mesh job's document: goodput for a stream, the timed transaction's latency for
+/// rr and crr (the transaction with the most iterations), loss for datagrams.
+fn figures(protocol: &str, document: &Document) -> Option<Figures> {
+    let Document::Profile(report) = document else {
+        return None;
+    };
+    let group = report.groups.first()?;
+    let timed = group
+        .transactions
+        .iter()
+        .filter(|t| t.latency_us.count > 0)
+        .max_by_key(|t| t.iterations);
+    let transactional = timed.is_some_and(|t| t.ops.len() >= 2);
+    let rtt = timed.filter(|_| transactional).map(|t| {
+        let l = &t.latency_us;
+        let buckets = l
+            .histogram
+            .iter()
+            .map(|b| (b.le_us / 1e6, b.count))
+            .collect();
+        (
+            Quantiles {
+                p50: l.p50 / 1e6,
+                p90: l.p90 / 1e6,
+                p99: l.p99 / 1e6,
+                p999: l.p999 / 1e6,
+            },
+            buckets,
+            l.count,
+            l.mean / 1e6 * l.count as f64,
+        )
+    });
+    let s = &report.summary;
+    let loss_ratio = (protocol == "udp" && s.sent_bytes > 0)
+        .then(|| (1.0 - s.received_bytes as f64 / s.sent_bytes as f64).max(0.0));
+    Some(Figures {
+        goodput_bps: (!transactional).then_some(s.received_bps),
+        loss_ratio,
+        rtt,
+        duration_s: s.duration_s,
+    })
+}
+
+impl Board {
+    /// Adds a finished (or skipped) job: its row, and its document when it ran.
+    pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) {
+        for host in [&row.src, &row.dst] {
+            if !self.hosts.contains(host) {
+                self.hosts.push(host.clone());
+            }
+        }
+        if !self.tests.contains(&row.test) {
+            self.tests.push(row.test.clone());
+        }
+        let declared = self.measures.get(&row.test).copied();
+        let series = self.series.entry(Key::of(row)).or_default();
+        if series.measure.is_none() {
+            series.measure = declared;
+        }
+        let skipped = row.reason.starts_with("skipped:");
+        let figures = document.and_then(|d| figures(&row.protocol, d));
+        let mut latest = Latest {
+            ok: row.ok,
+            skipped,
+            cycle: row.cycle,
+            started_at: row.started_at,
+            ended_at: row.ended_at,
+            run_id: row.run_id,
+            value: row.headline.filter(|_| row.ok),
+            text: row.headline_text.clone(),
+            reason: row.reason.clone(),
+            ..Latest::default()
+        };
+        if let Some(f) = &figures {
+            latest.goodput_bps = f.goodput_bps;
+            latest.loss_ratio = f.loss_ratio;
+            latest.rtt = f.rtt.as_ref().map(|r| r.0);
+            latest.duration_s = Some(f.duration_s);
+            if series.measure.is_none() {
+                series.measure = Some(if f.rtt.is_some() {
+                    Measure::Latency
+                } else {
+                    Measure::Goodput
+                });
+            }
+            if let Some((_, buckets, count, sum)) = &f.rtt {
+                let totals = &mut series.totals;
+                for &(le, n) in buckets {
+                    let slot = RTT_BUCKETS
+                        .iter()
+                        .position(|&bound| le <= bound)
+                        .unwrap_or(RTT_BUCKETS.len());
+                    totals.rtt_buckets[slot] += n;
+                }
+                totals.rtt_count += count;
+                totals.rtt_sum_s += sum;
+            }
+        }
+        match (row.ok, skipped) {
+            (true, _) => series.totals.ok += 1,
+            (false, true) => series.totals.skipped += 1,
+            (false, false) => series.totals.failed += 1,
+        }
+        series.history.push_back(Point {
+            at: row.ended_at,
+            value: latest.value,
+        });
+        while series.history.len() > HISTORY {
+            series.history.pop_front();
+        }
+        series.latest = latest;
+    }
+
+    /// Says what a test's headline is (the mesh file knows; a document may not say).
+    pub fn declare(&mut self, test: &str, measure: Measure) {
+        self.measures.insert(test.to_string(), measure);
+        if !self.tests.iter().any(|t| t == test) {
+            self.tests.push(test.to_string());
+        }
+    }
+
+    /// Adds what a store holds (oldest first), so that a restarted coordinator shows the
+    /// history and baselines it had. Counts start again: they count this process's tests.
+    pub fn seed(&mut self, rows: &[MeshRow]) {
+        let mut sorted: Vec<&MeshRow> = rows.iter().collect();
+        sorted.sort_by(|a, b| a.ended_at.total_cmp(&b.ended_at));
+        for row in sorted {
+            self.record(row, None);
+            let series = self.series.get_mut(&Key::of(row)).expect("just recorded");
+            series.totals = Totals::default();
+        }
+    }
+}

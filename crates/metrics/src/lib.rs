@@ -1,0 +1,12 @@
+//! A mesh's results where operators look: OpenMetrics for Prometheus to scrape, the same
+//! series sent by remote_write, a live grid in the browser, and alerts on regressions.
+//! The board (sans-IO) holds what was measured; everything else reads it.
+
+pub mod assess;
+pub mod board;
+pub mod grid;
+pub mod openmetrics;
+pub mod server;
+
+#[cfg(test)]
+mod tests;

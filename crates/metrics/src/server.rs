@@ -1,0 +1,194 @@
+//! The HTTP listener of `--metrics ADDR`: `/metrics` (OpenMetrics), `/` (the live grid),
+//! `/api/grid` and `/api/history` (its JSON). hyper serves HTTP/1.1 on a Tokio runtime of
+//! one thread of its own; every handler only reads the board. Bounded like every server
+//! path: at most [`MAX_CONNECTIONS`] at once, a request's head within
+//! [`HEAD_TIMEOUT`] and [`MAX_HEAD`] bytes, bodies never read, a connection closed after [`CONNECTION_LIFETIME`].
+
+use crate::assess::Thresholds;
+use crate::board::Board;
+use crate::{grid, openmetrics};
+use anyhow::{Context, Result};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const MAX_CONNECTIONS: usize = 64;
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+pub const MAX_HEAD: usize = 16 * 1024;
+/// The longest a connection lasts (a scraper keeping one open reconnects after it).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(600);
+
+/// The running listener; dropped, it stops.
+pub struct MetricsServer {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What the handlers read.
+#[derive(Clone)]
+struct Shared {
+    board: Arc<Mutex<Board>>,
+    registry: Arc<prometheus_client::registry::Registry>,
+    /// The page's title: the mesh's name, or "serve".
+    title: Arc<str>,
+    thresholds: Thresholds,
+}
+
+/// Listens on `addr` (port 0: one of the system's) and serves until dropped.
+pub fn start(
+    addr: SocketAddr,
+    board: Arc<Mutex<Board>>,
+    title: &str,
+    thresholds: Thresholds,
+) -> Result<MetricsServer> {
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let registry = Arc::new(openmetrics::registry(board.clone()));
+    let shared = Shared {
+        board,
+        registry,
+        title: title.into(),
+        thresholds,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = stop.clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .context("starting the metrics listener's runtime")?;
+    let thread = std::thread::Builder::new()
+        .name("metrics-http".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                serve(listener, shared, stopping).await;
+            })
+        })
+        .context("starting the metrics listener's thread")?;
+    Ok(MetricsServer {
+        addr,
+        stop,
+        thread: Some(thread),
+    })
+}
+
+async fn serve(listener: tokio::net::TcpListener, shared: Shared, stop: Arc<AtomicBool>) {
+    let open = Arc::new(AtomicUsize::new(0));
+    while !stop.load(Ordering::Relaxed) {
+        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        let Ok(Ok((stream, _peer))) = accepted else {
+            continue;
+        };
+        // Over the bound: closed at once (the scraper retries; the board is not going
+        // anywhere).
+        if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            drop(stream);
+            continue;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let (shared, open) = (shared.clone(), open.clone());
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let service = hyper::service::service_fn(move |request| {
+                let shared = shared.clone();
+                async move { Ok::<_, std::convert::Infallible>(route(&shared, &request)) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .max_buf_size(MAX_HEAD)
+                .serve_connection(io, service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+            open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .header("cache-control", "no-store")
+        .body(Full::new(body.into()))
+        .expect("a response of known parts")
+}
+
+fn route(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "only GET\n",
+        );
+    }
+    let query = request.uri().query().unwrap_or("");
+    match request.uri().path() {
+        "/metrics" => {
+            // OpenMetrics for a scraper that asks for it (Prometheus does), else the
+            // classic text format.
+            let text = openmetrics::encode(&shared.registry);
+            let accept = request
+                .headers()
+                .get(hyper::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if accept.contains("application/openmetrics-text") {
+                reply(StatusCode::OK, openmetrics::CONTENT_TYPE, text)
+            } else {
+                reply(
+                    StatusCode::OK,
+                    openmetrics::CLASSIC_CONTENT_TYPE,
+                    openmetrics::classic(&text),
+                )
+            }
+        }
+        "/" => reply(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            grid::page(&shared.title),
+        ),
+        "/api/grid" => {
+            let board = shared.board.lock().unwrap_or_else(|e| e.into_inner());
+            reply(
+                StatusCode::OK,
+                "application/json",
+                grid::grid_json(&board, &shared.thresholds).to_string(),
+            )
+        }
+        "/api/history" => {
+            let board = shared.board.lock().unwrap_or_else(|e| e.into_inner());
+            match grid::history_json(&board, query, &shared.thresholds) {
+                Ok(json) => reply(StatusCode::OK, "application/json", json.to_string()),
+                Err(why) => reply(
+                    StatusCode::BAD_REQUEST,
+                    "text/plain; charset=utf-8",
+                    format!("{why}\n"),
+                ),
+            }
+        }
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "not found: /metrics, / (the grid), /api/grid, /api/history\n",
+        ),
+    }
+}

@@ -1,0 +1,233 @@
+use crate::assess::{assess, State, Thresholds};
+use crate::board::{Board, Key, Measure};
+use crate::{grid, openmetrics};
+use linerate_report::document::Document;
+use linerate_report::latency::{LatencyBucket, LatencySummary};
+use linerate_report::profile::{GroupResult, OpFigures, ProfileReport, TransactionFigures};
+use linerate_store::MeshRow;
+use proptest::prelude::*;
+use std::sync::{Arc, Mutex};
+
+fn row(src: &str, dst: &str, test: &str, ok: bool, headline: f64, at: f64) -> MeshRow {
+    MeshRow {
+        run_id: Some(at as i64),
+        mesh: "m".into(),
+        src: src.into(),
+        dst: dst.into(),
+        test: test.into(),
+        direction: "forward".into(),
+        protocol: "tcp".into(),
+        cycle: 1,
+        started_at: at - 1.0,
+        ended_at: at,
+        ok,
+        reason: if ok {
+            String::new()
+        } else {
+            "agent: refused".into()
+        },
+        headline: ok.then_some(headline),
+        headline_text: String::new(),
+    }
+}
+
+/// A stream's document: `bps` received.
+fn stream(bps: f64) -> Document {
+    let mut report = ProfileReport::default();
+    report.summary.received_bps = bps;
+    report.summary.duration_s = 2.0;
+    report.groups.push(GroupResult {
+        transactions: vec![TransactionFigures {
+            iterations: 1000,
+            ops: vec![OpFigures::default()],
+            latency_us: LatencySummary {
+                count: 1000,
+                ..LatencySummary::default()
+            },
+            ..TransactionFigures::default()
+        }],
+        ..GroupResult::default()
+    });
+    Document::Profile(Box::new(report))
+}
+
+/// An rr document: 10 transactions at 100 us and 5 at 3 ms.
+fn rr() -> Document {
+    let mut report = ProfileReport::default();
+    report.summary.duration_s = 1.0;
+    report.groups.push(GroupResult {
+        transactions: vec![TransactionFigures {
+            iterations: 15,
+            ops: vec![OpFigures::default(), OpFigures::default()],
+            latency_us: LatencySummary {
+                count: 15,
+                mean: (10.0 * 100.0 + 5.0 * 3000.0) / 15.0,
+                p50: 100.0,
+                p90: 3000.0,
+                p99: 3000.0,
+                p999: 3000.0,
+                histogram: vec![
+                    LatencyBucket {
+                        le_us: 100.0,
+                        count: 10,
+                    },
+                    LatencyBucket {
+                        le_us: 3000.0,
+                        count: 5,
+                    },
+                ],
+                ..LatencySummary::default()
+            },
+            ..TransactionFigures::default()
+        }],
+        ..GroupResult::default()
+    });
+    Document::Profile(Box::new(report))
+}
+
+#[test]
+fn the_board_keeps_each_series_newest_figures_and_adds_up_its_transactions() {
+    let mut board = Board::default();
+    board.declare("lat", Measure::Latency);
+    board.record(&row("a", "b", "tput", true, 8e9, 10.0), Some(&stream(8e9)));
+    board.record(&row("a", "b", "tput", true, 4e9, 20.0), Some(&stream(4e9)));
+    board.record(&row("a", "b", "lat", true, 1e-4, 21.0), Some(&rr()));
+    board.record(&row("a", "b", "lat", true, 1e-4, 22.0), Some(&rr()));
+    board.record(&row("b", "a", "lat", false, 0.0, 23.0), None);
+    assert_eq!(board.hosts, ["a", "b"]);
+    let key = |src: &str, dst: &str, test: &str| Key::of(&row(src, dst, test, true, 0.0, 0.0));
+    let tput = &board.series[&key("a", "b", "tput")];
+    assert_eq!(tput.latest.goodput_bps, Some(4e9));
+    assert_eq!(tput.totals.ok, 2);
+    assert_eq!(tput.history.len(), 2);
+    let lat = &board.series[&key("a", "b", "lat")];
+    assert_eq!(lat.measure, Some(Measure::Latency));
+    assert_eq!(lat.totals.rtt_count, 30);
+    assert!((lat.totals.rtt_sum_s - 2.0 * (10.0 * 100e-6 + 5.0 * 3e-3)).abs() < 1e-9);
+    // 100 us in the 0.0001 bucket, 3 ms in the 0.005 one.
+    assert_eq!(lat.totals.rtt_buckets[1], 20);
+    assert_eq!(lat.totals.rtt_buckets[6], 10);
+    let failed = &board.series[&key("b", "a", "lat")];
+    assert_eq!((failed.totals.failed, failed.latest.ok), (1, false));
+}
+
+#[test]
+fn a_scrape_says_what_the_board_holds_in_both_text_formats() {
+    let board = Arc::new(Mutex::new(Board::default()));
+    {
+        let mut b = board.lock().unwrap();
+        b.record(
+            &row("a", "b\"x", "tput", true, 8e9, 10.0),
+            Some(&stream(8e9)),
+        );
+        b.record(&row("a", "b", "lat", true, 1e-4, 21.0), Some(&rr()));
+    }
+    let registry = openmetrics::registry(board);
+    let text = openmetrics::encode(&registry);
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    // The label value's quote escaped; goodput in bytes per second.
+    assert!(
+        text.contains(
+            "linerate_goodput_bytes_per_second{mesh=\"m\",src=\"a\",dst=\"b\\\"x\",test=\"tput\",direction=\"forward\",protocol=\"tcp\"} 1000000000.0"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE linerate_tests counter"), "{text}");
+    assert!(
+        text.contains("linerate_rtt_seconds_bucket{le=\"+Inf\""),
+        "{text}"
+    );
+    assert!(text.contains("linerate_rtt_seconds_count{mesh=\"m\",src=\"a\",dst=\"b\",test=\"lat\",direction=\"forward\",protocol=\"tcp\"} 15"), "{text}");
+    let classic = openmetrics::classic(&text);
+    assert!(
+        classic.contains("# TYPE linerate_tests_total counter\n"),
+        "{classic}"
+    );
+    assert!(
+        classic.contains("# HELP linerate_tests_total "),
+        "{classic}"
+    );
+    assert!(!classic.contains("# EOF"), "{classic}");
+    let samples = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(samples(&text), samples(&classic));
+}
+
+#[test]
+fn a_series_is_worse_once_it_leaves_its_baseline_beyond_the_threshold() {
+    let t = Thresholds {
+        goodput_drop: 0.3,
+        latency_rise: 0.5,
+        window: 10,
+        at_least: 3,
+    };
+    let mut board = Board::default();
+    let mut at = 0.0;
+    let mut add = |board: &mut Board, test: &str, v: f64| {
+        at += 1.0;
+        board.record(&row("a", "b", test, true, v, at), None);
+    };
+    board.declare("tput", Measure::Goodput);
+    board.declare("lat", Measure::Latency);
+    add(&mut board, "tput", 1e9);
+    let key = Key::of(&row("a", "b", "tput", true, 0.0, 0.0));
+    assert_eq!(assess(&board.series[&key], &t).state, State::Learning);
+    for v in [1.0e9, 1.02e9, 0.98e9] {
+        add(&mut board, "tput", v);
+    }
+    assert_eq!(assess(&board.series[&key], &t).state, State::Normal);
+    add(&mut board, "tput", 0.5e9);
+    let a = assess(&board.series[&key], &t);
+    assert_eq!(a.state, State::Worse);
+    assert!((a.ratio.unwrap() - 0.5).abs() < 0.02, "{a:?}");
+    // Latency: higher is worse.
+    for v in [1e-3, 1e-3, 1.1e-3, 1e-3] {
+        add(&mut board, "lat", v);
+    }
+    let lat = Key::of(&row("a", "b", "lat", true, 0.0, 0.0));
+    assert_eq!(assess(&board.series[&lat], &t).state, State::Normal);
+    add(&mut board, "lat", 2e-3);
+    assert_eq!(assess(&board.series[&lat], &t).state, State::Worse);
+    board.record(&row("a", "b", "lat", false, 0.0, 100.0), None);
+    assert_eq!(assess(&board.series[&lat], &t).state, State::Failed);
+}
+
+#[test]
+fn the_grid_and_history_answer_from_the_board() {
+    let mut board = Board::default();
+    board.record(&row("a", "b", "tput", true, 8e9, 10.0), Some(&stream(8e9)));
+    let t = Thresholds::default();
+    let g = grid::grid_json(&board, &t);
+    assert_eq!(g["cells"][0]["value"], 8e9);
+    assert_eq!(g["cells"][0]["symbol"], "·");
+    let h = grid::history_json(&board, "test=tput&src=a&dst=b", &t).unwrap();
+    assert_eq!(h["points"][0]["value"], 8e9);
+    assert!(grid::history_json(&board, "test=tput&src=a", &t).is_err());
+    assert!(grid::history_json(&board, "test=x&src=a&dst=b", &t).is_err());
+    assert_eq!(
+        grid::pair_of("test=a%20b&src=h+1&dst=fd00--1").unwrap(),
+        ("a b".into(), "h 1".into(), "fd00--1".into())
+    );
+    assert!(grid::pair_of("test=%zz&src=a&dst=b").is_err());
+    assert!(grid::page("<x>").contains("&lt;x&gt;"));
+}
+
+proptest! {
+    /// A query string from the network: any bytes give an answer or an error, never a
+    /// panic, and nothing longer than what came in.
+    #[test]
+    fn any_query_is_answered_or_refused(query in "[a-z=&%0-9A-F+]{0,200}") {
+        if let Ok((t, s, d)) = grid::pair_of(&query) {
+            prop_assert!(t.len() + s.len() + d.len() <= query.len());
+        }
+    }
+
+    /// Any label value, escaped, keeps a scrape's lines intact.
+    #[test]
+    fn any_host_name_keeps_one_sample_per_line(name in "\\PC{0,40}") {
+        let board = Arc::new(Mutex::new(Board::default()));
+        board.lock().unwrap().record(&row(&name, "b", "tput", true, 1.0, 1.0), Some(&stream(1.0)));
+        let text = openmetrics::encode(&openmetrics::registry(board));
+        let goodput = text.lines().filter(|l| l.starts_with("linerate_goodput_bytes_per_second{")).count();
+        prop_assert_eq!(goodput, 1);
+    }
+}
