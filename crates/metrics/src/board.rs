@@ -170,11 +170,20 @@ pub struct Board {
     pub measures: BTreeMap<String, Measure>,
 }
 
+/// A run's transaction times: its percentiles, its histogram (upper bound in seconds,
+/// count), how many and their sum.
+struct Transactions {
+    quantiles: Quantiles,
+    buckets: Vec<(f64, u64)>,
+    count: u64,
+    sum_s: f64,
+}
+
 /// The figures of a profile run's document that a series shows.
 struct Figures {
     goodput_bps: Option<f64>,
     loss_ratio: Option<f64>,
-    rtt: Option<(Quantiles, Vec<(f64, u64)>, u64, f64)>,
+    rtt: Option<Transactions>,
     duration_s: f64,
 }
 
@@ -198,17 +207,17 @@ fn figures(protocol: &str, document: &Document) -> Option<Figures> {
             .iter()
             .map(|b| (b.le_us / 1e6, b.count))
             .collect();
-        (
-            Quantiles {
+        Transactions {
+            quantiles: Quantiles {
                 p50: l.p50 / 1e6,
                 p90: l.p90 / 1e6,
                 p99: l.p99 / 1e6,
                 p999: l.p999 / 1e6,
             },
             buckets,
-            l.count,
-            l.mean / 1e6 * l.count as f64,
-        )
+            count: l.count,
+            sum_s: l.mean / 1e6 * l.count as f64,
+        }
     });
     let s = &report.summary;
     let loss_ratio = (protocol == "udp" && s.sent_bytes > 0)
@@ -254,7 +263,7 @@ impl Board {
         if let Some(f) = &figures {
             latest.goodput_bps = f.goodput_bps;
             latest.loss_ratio = f.loss_ratio;
-            latest.rtt = f.rtt.as_ref().map(|r| r.0);
+            latest.rtt = f.rtt.as_ref().map(|r| r.quantiles);
             latest.duration_s = Some(f.duration_s);
             if series.measure.is_none() {
                 series.measure = Some(if f.rtt.is_some() {
@@ -263,17 +272,17 @@ impl Board {
                     Measure::Goodput
                 });
             }
-            if let Some((_, buckets, count, sum)) = &f.rtt {
+            if let Some(rtt) = &f.rtt {
                 let totals = &mut series.totals;
-                for &(le, n) in buckets {
+                for &(le, n) in &rtt.buckets {
                     let slot = RTT_BUCKETS
                         .iter()
                         .position(|&bound| le <= bound)
                         .unwrap_or(RTT_BUCKETS.len());
                     totals.rtt_buckets[slot] += n;
                 }
-                totals.rtt_count += count;
-                totals.rtt_sum_s += sum;
+                totals.rtt_count += rtt.count;
+                totals.rtt_sum_s += rtt.sum_s;
             }
         }
         match (row.ok, skipped) {
