@@ -201,6 +201,10 @@ pub struct MeshRunArgs {
     /// the live grid at / (e.g. 0.0.0.0:9470, or :9470 for every address)
     #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Also push every result to this Prometheus remote-write receiver
+    /// (http://HOST:9090/api/v1/write; Mimir, Thanos and VictoriaMetrics take it too)
+    #[arg(long, value_name = "URL")]
+    pub remote_write: Option<String>,
 }
 
 /// A listening address: HOST:PORT, or :PORT for every address.

@@ -10,9 +10,11 @@ use linerate_campaign::cancel;
 use linerate_campaign::mesh::{self, JobResult, MeshEvent, MeshOptions};
 use linerate_mesh::schedule::simulate;
 use linerate_mesh::{Mesh, TestKind};
+use linerate_metrics::alerts::{Alert, Change, Notifier};
 use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::{Board, Measure};
-use linerate_metrics::server::MetricsServer;
+use linerate_metrics::remote_write::RemoteWriter;
+use linerate_metrics::watch::Watch;
 use linerate_proto::auth::Key;
 use linerate_store::MeshRow;
 use std::collections::BTreeMap;
@@ -263,17 +265,20 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
             None => None,
         },
     };
-    let metrics = match args.metrics {
-        Some(addr) => {
-            let past = match store.as_mut() {
-                Some(store) => store
-                    .mesh_rows(&mesh.name, false)
-                    .context("reading the mesh's past results")?,
-                None => Vec::new(),
-            };
-            Some(start_metrics(addr, &mesh, &past)?)
-        }
-        None => None,
+    let watching = args.metrics.is_some()
+        || args.remote_write.is_some()
+        || mesh.alerts.alertmanager.is_some()
+        || mesh.alerts.webhook.is_some();
+    let mut watch = if watching {
+        let past = match store.as_mut() {
+            Some(store) => store
+                .mesh_rows(&mesh.name, false)
+                .context("reading the mesh's past results")?,
+            None => Vec::new(),
+        };
+        Some(start_watch(args, &mesh, &past)?)
+    } else {
+        None
     };
     let stop = cancel::on_signals()?;
     let options = MeshOptions {
@@ -334,9 +339,22 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
             }
         };
         let row = &result.row;
-        if let Some((board, _)) = &metrics {
-            let mut board = board.lock().unwrap_or_else(|e| e.into_inner());
-            board.record(row, result.document.as_ref());
+        let alert = watch
+            .as_mut()
+            .and_then(|w| w.record(row, result.document.as_ref()));
+        if let Some(change) = alert {
+            let text = match &change {
+                Change::Opened(a) => format!("alert {}: {}", a.name(), alert_words(a)),
+                Change::Resolved(a) => format!("resolved {}: {}", a.name(), alert_words(a)),
+            };
+            match live.as_mut() {
+                Some(view) => view.note(&text),
+                None if json => println!(
+                    "{}",
+                    serde_json::json!({ "event": "alert", "text": text, "resolved": matches!(change, Change::Resolved(_)) })
+                ),
+                None => eprintln!("linerate mesh: {text}"),
+            }
         }
         if !row.ok {
             failures += 1;
@@ -379,13 +397,17 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     Ok(())
 }
 
-/// The board the HTTP listener reads, seeded with what the store holds of the mesh, and
-/// the listener.
-fn start_metrics(
-    addr: std::net::SocketAddr,
-    mesh: &Mesh,
-    past: &[MeshRow],
-) -> anyhow::Result<(Arc<Mutex<Board>>, MetricsServer)> {
+fn alert_words(alert: &Alert) -> String {
+    let k = &alert.key;
+    format!(
+        "{} {} -> {} {} (baseline {})",
+        k.test, k.src, k.dst, alert.value, alert.baseline
+    )
+}
+
+/// What watches the results: the board (seeded with what the store holds of the mesh),
+/// the HTTP listener of `--metrics`, `--remote-write` and the file's alert receivers.
+fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Result<Watch> {
     let mut board = Board::default();
     for test in &mesh.tests {
         let measure = match test.kind {
@@ -403,13 +425,44 @@ fn start_metrics(
         window: rules.baseline,
         at_least: rules.at_least,
     };
-    let server = linerate_metrics::server::start(addr, board.clone(), &mesh.name, thresholds)
-        .map_err(|e| Failure::Usage(format!("--metrics {addr}: {e:#}")))?;
-    eprintln!(
-        "linerate mesh: metrics at http://{}/metrics, the grid at http://{}/",
-        server.addr, server.addr
-    );
-    Ok((board, server))
+    let server = match args.metrics {
+        Some(addr) => {
+            let server =
+                linerate_metrics::server::start(addr, board.clone(), &mesh.name, thresholds)
+                    .map_err(|e| Failure::Usage(format!("--metrics {addr}: {e:#}")))?;
+            eprintln!(
+                "linerate mesh: metrics at http://{}/metrics, the grid at http://{}/",
+                server.addr, server.addr
+            );
+            Some(server)
+        }
+        None => None,
+    };
+    let remote = match &args.remote_write {
+        Some(url) => Some(
+            RemoteWriter::start(url)
+                .map_err(|e| Failure::Usage(format!("--remote-write {url}: {e:#}")))?,
+        ),
+        None => None,
+    };
+    let grid = rules
+        .grid_url
+        .clone()
+        .or_else(|| server.as_ref().map(|s| format!("http://{}", s.addr)));
+    let notifier = Notifier::start(
+        rules.alertmanager.as_deref(),
+        rules.webhook.as_deref(),
+        grid,
+    )
+    .map_err(|e| Failure::Usage(format!("{}: [alerts]: {e:#}", args.file.display())))?;
+    Ok(Watch {
+        board,
+        thresholds,
+        server,
+        remote,
+        alerts: Default::default(),
+        notifier,
+    })
 }
 
 fn row_json(row: &MeshRow) -> serde_json::Value {

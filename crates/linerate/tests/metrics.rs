@@ -1,0 +1,719 @@
+//! A mesh's results in the tools operators use: Debian's promtool checks the endpoint's
+//! output, a real Prometheus scrapes it and receives the same series by remote_write, and
+//! a real Alertmanager hears of a lab path whose rate is cut in half mid-mesh, and of its
+//! return. Each server runs in a network namespace, on a directory of its own.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PORT: &str = "5201";
+
+/// One at a time: each takes this machine's CPUs.
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("linerate-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn key_file(dir: &std::path::Path) -> String {
+    let key = dir.join("mesh.key");
+    std::fs::write(&key, "the metrics tests' agents' key\n").unwrap();
+    key.display().to_string()
+}
+
+/// Runs `f` on a thread inside network namespace `ns`.
+fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is an open network namespace; only this thread moves.
+        assert_eq!(
+            unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) },
+            0
+        );
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+/// An HTTP/1.0 request from namespace `ns`: (status, headers, body).
+fn http(ns: &str, method: &str, addr: &str, path: &str, body: &str) -> (u16, String, String) {
+    let (method, addr, path, body) = (
+        method.to_string(),
+        addr.to_string(),
+        path.to_string(),
+        body.to_string(),
+    );
+    in_ns(ns, move || {
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        (status, head.to_string(), body.to_string())
+    })
+}
+
+/// A server from Debian (Prometheus, Alertmanager) in namespace `ns`, on a directory of
+/// its own; stopped and removed on drop.
+struct Daemon {
+    child: Child,
+    dir: std::path::PathBuf,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(ns: &str, dir: std::path::PathBuf, program: &str, args: &[String]) -> Daemon {
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("{program}.log"));
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, program])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon { child, dir, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for `path` to answer 200 on `addr`.
+    fn ready(&self, ns: &str, addr: &str, path: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let target = addr.to_string();
+            let up = in_ns(ns, move || std::net::TcpStream::connect(&target).is_ok());
+            if up && http(ns, "GET", addr, path, "").0 == 200 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not ready in 60 s: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: signals the server this test started and has not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An instant PromQL query through Prometheus' HTTP API: the result vector.
+fn promql(ns: &str, addr: &str, query: &str) -> Vec<serde_json::Value> {
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect();
+    let (status, _, body) = http(
+        ns,
+        "GET",
+        addr,
+        &format!("/api/v1/query?query={encoded}"),
+        "",
+    );
+    assert_eq!(status, 200, "{query}: {body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    doc["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The (time, value) samples of a range-vector result.
+fn samples(result: &[serde_json::Value]) -> Vec<(f64, f64)> {
+    result
+        .iter()
+        .flat_map(|r| r["values"].as_array().cloned().unwrap_or_default())
+        .map(|v| {
+            (
+                v[0].as_f64().unwrap(),
+                v[1].as_str().unwrap().parse::<f64>().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn mesh_text(name: &str, key: &str, hosts: &[(String, String)], extra: &str) -> String {
+    let mut text = format!("name = \"{name}\"\nkey = \"{key}\"\n");
+    for (host, addr) in hosts {
+        text += &format!("[[host]]\nname = \"{host}\"\naddress = \"{addr}:{PORT}\"\n");
+    }
+    text + extra
+}
+
+/// Reads the coordinator's JSON lines on a thread of its own, for the test to look at
+/// while it runs.
+fn collect_rows(child: &mut Child) -> Arc<Mutex<Vec<serde_json::Value>>> {
+    let rows = Arc::new(Mutex::new(Vec::new()));
+    let stdout = child.stdout.take().unwrap();
+    let sink = rows.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(row) = serde_json::from_str(&line) {
+                sink.lock().unwrap().push(row);
+            }
+        }
+    });
+    rows
+}
+
+fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn stop(child: &mut Child) {
+    // SAFETY: signals a child this test started and has not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+}
+
+#[test]
+fn prometheus_scrapes_a_mesh_and_receives_it_by_remote_write_as_stored() {
+    let test = "prometheus_scrapes_a_mesh_and_receives_it_by_remote_write_as_stored";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    if !have("promtool", test) || !have("prometheus", test) {
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("prom", 4);
+    let dir = scratch("prom");
+    let key = key_file(&dir);
+    let _agents: Vec<ServeProcess> = (0..3)
+        .map(|i| {
+            ServeProcess::start_at(
+                Some(&star.hosts[i]),
+                &star.addrs[i],
+                PORT,
+                &["--no-store", "--key", &key],
+            )
+        })
+        .collect();
+    let ns = star.hosts[3].clone();
+    let me = star.addrs[3].clone();
+    let (metrics, prom) = (format!("{me}:9470"), format!("{me}:9090"));
+    let hosts: Vec<(String, String)> = (0..3)
+        .map(|i| (format!("h{i}"), star.addrs[i].clone()))
+        .collect();
+    let file = dir.join("mesh.toml");
+    std::fs::write(
+        &file,
+        mesh_text(
+            "prom",
+            &key,
+            &hosts,
+            "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"2s\"\n\
+             [[test]]\nname = \"lat\"\nrun = \"rr\"\nrate = \"50/s\"\nduration = \"1s\"\ninterval = \"2s\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"tput\", \"lat\"]\n",
+        ),
+    )
+    .unwrap();
+    // Prometheus scrapes the coordinator every second and takes remote writes.
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mesh\n    static_configs:\n      - targets: ['{metrics}']\n"),
+    )
+    .unwrap();
+    let prometheus = Daemon::start(
+        &ns,
+        dir.join("prometheus"),
+        "prometheus",
+        &[
+            format!("--config.file={}", config.display()),
+            format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+            format!("--web.listen-address={prom}"),
+            "--web.enable-remote-write-receiver".into(),
+        ],
+    );
+    prometheus.ready(&ns, &prom, "/-/ready");
+    let db = dir.join("results.db").display().to_string();
+    let mut coordinator = Command::new("ip")
+        .args(["netns", "exec", &ns, binary()])
+        .args(["--db", &db, "mesh", "run", file.to_str().unwrap(), "--json"])
+        .args(["--metrics", &metrics])
+        .args(["--remote-write", &format!("http://{prom}/api/v1/write")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rows = collect_rows(&mut coordinator);
+    // Two cycles of throughput (6 pairs each) and rr beside them.
+    wait_for("two cycles", Duration::from_secs(120), || {
+        let rows = rows.lock().unwrap();
+        let tput = rows
+            .iter()
+            .filter(|r| r["test"] == "tput" && r["ok"] == true)
+            .count();
+        let lat = rows
+            .iter()
+            .filter(|r| r["test"] == "lat" && r["ok"] == true)
+            .count();
+        tput >= 12 && lat >= 6
+    });
+    // promtool reads the endpoint's text (the classic format, as curl gets it) and lints it.
+    let (status, head, text) = http(&ns, "GET", &metrics, "/metrics", "");
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool: {}{}\n{text}",
+        String::from_utf8_lossy(&checked.stdout),
+        stderr(&checked)
+    );
+    assert!(text.contains("linerate_rtt_seconds_bucket{"), "{text}");
+    // Prometheus negotiated OpenMetrics and scraped it (its target is up).
+    let up = promql(&ns, &prom, "up{job=\"mesh\"}");
+    assert_eq!(up[0]["value"][1], "1", "{up:?}");
+    std::thread::sleep(Duration::from_secs(2));
+    stop(&mut coordinator);
+    let printed = rows.lock().unwrap().clone();
+    let tput_rows: Vec<&serde_json::Value> = printed
+        .iter()
+        .filter(|r| r["test"] == "tput" && r["ok"] == true)
+        .collect();
+    // The scraped goodput of h0 -> h1 at its last scrape is the stored result that was
+    // newest then.
+    let scraped = samples(&promql(
+        &ns,
+        &prom,
+        "linerate_goodput_bytes_per_second{job=\"mesh\",src=\"h0\",dst=\"h1\",test=\"tput\"}[10m]",
+    ));
+    let &(at, value) = scraped.last().expect("scraped goodput of h0 -> h1");
+    let mut pair: Vec<&&serde_json::Value> = tput_rows
+        .iter()
+        .filter(|r| r["src"] == "h0" && r["dst"] == "h1" && num(r, "/ended_at") < at)
+        .collect();
+    pair.sort_by(|a, b| num(a, "/ended_at").total_cmp(&num(b, "/ended_at")));
+    let newest = pair.last().expect("a stored h0 -> h1 before the scrape");
+    let bytes = |r: &serde_json::Value| num(r, "/headline") / 8.0;
+    // Recorded a moment after its end: the one before may still have been showing.
+    let candidates: Vec<f64> = pair.iter().rev().take(2).map(|r| bytes(r)).collect();
+    assert!(
+        candidates.iter().any(|c| (c - value).abs() <= 1e-9 * c),
+        "Prometheus says {value} B/s at {at}; the store's newest h0 -> h1: {candidates:?} ({newest})"
+    );
+    // Each stored result is the document's own figure.
+    let id = newest["run_id"].as_i64().unwrap().to_string();
+    let shown = linerate_in(&ns, &["--db", &db, "show", &id, "--json"]);
+    assert_eq!(
+        num(&json(&shown), "/summary/received_bps"),
+        num(newest, "/headline")
+    );
+    // remote_write: every sample Prometheus received for a pair is a stored result, at
+    // its end time; and every stored result of the pair arrived.
+    let written = samples(&promql(
+        &ns,
+        &prom,
+        "linerate_goodput_bytes_per_second{job=\"\",src=\"h0\",dst=\"h1\",test=\"tput\"}[10m]",
+    ));
+    let expected: BTreeSet<(i64, u64)> = tput_rows
+        .iter()
+        .filter(|r| r["src"] == "h0" && r["dst"] == "h1")
+        .map(|r| ((num(r, "/ended_at") * 1000.0) as i64, bytes(r).to_bits()))
+        .collect();
+    let got: BTreeSet<(i64, u64)> = written
+        .iter()
+        .map(|(t, v)| ((t * 1000.0).round() as i64, v.to_bits()))
+        .collect();
+    assert_eq!(
+        got, expected,
+        "remote-written samples against the stored results"
+    );
+    // The rr histogram arrived too, and agrees with the scrape's count.
+    let count = promql(&ns, &prom, "sum(linerate_rtt_seconds_count{job=\"mesh\"})");
+    assert!(!count.is_empty(), "no rr histogram scraped");
+    drop(prometheus);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A webhook receiver in namespace `ns`: every request's path and body.
+fn webhook(ns: &str, addr: &str) -> Arc<Mutex<Vec<(String, String)>>> {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let sink = got.clone();
+    let (ns, addr) = (ns.to_string(), addr.to_string());
+    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
+        // SAFETY: as in_ns.
+        assert_eq!(
+            unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) },
+            0
+        );
+        let listener = std::net::TcpListener::bind(&addr).unwrap();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut first = String::new();
+            if reader.read_line(&mut first).is_err() {
+                continue;
+            }
+            let path = first.split_whitespace().nth(1).unwrap_or("").to_string();
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; length.min(1 << 20)];
+            let _ = reader.read_exact(&mut body);
+            sink.lock()
+                .unwrap()
+                .push((path, String::from_utf8_lossy(&body).into_owned()));
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    got
+}
+
+/// An emulator this test started; ended on drop.
+struct Emulator(Child);
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        stop(&mut self.0);
+    }
+}
+
+/// The lab's emulator started again with another rate (the lab's own router, interfaces
+/// and the same delay).
+fn set_lab_rate(lab: &str, rate: &str) -> Emulator {
+    let router = format!("lrlab-{lab}-router");
+    let pids = run("ip", &["netns", "pids", &router]);
+    for pid in pids.split_whitespace() {
+        // SAFETY: the lab's emulator, which this test's lab started.
+        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGTERM) };
+    }
+    wait_for("the old emulator to end", Duration::from_secs(10), || {
+        run("ip", &["netns", "pids", &router]).trim().is_empty()
+    });
+    Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &router,
+            binary(),
+            "impair",
+            "--between",
+            "to-client",
+            "to-server",
+        ])
+        .args(["--delay", "2ms", "--rate", rate, "--quiet", "--no-store"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Emulator)
+        .unwrap()
+}
+
+#[test]
+fn alertmanager_hears_of_a_halved_lab_path_and_of_its_return() {
+    let test = "alertmanager_hears_of_a_halved_lab_path_and_of_its_return";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    if !have("prometheus-alertmanager", test) {
+        return;
+    }
+    let _turn = turn();
+    let lab = format!("m{}", std::process::id() % 100_000);
+    let up = Command::new(binary())
+        .args([
+            "--no-store",
+            "lab",
+            "up",
+            "--name",
+            &lab,
+            "--rtt",
+            "4ms",
+            "--rate",
+            "100M",
+        ])
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{}", stderr(&up));
+    struct Down(String);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = Command::new(binary())
+                .args(["lab", "down", "--name", &self.0])
+                .output();
+            let _ = std::fs::remove_dir_all(format!("/run/linerate/lab/{}", self.0));
+        }
+    }
+    let _down = Down(lab.clone());
+    let (client, server) = (format!("lrlab-{lab}-client"), format!("lrlab-{lab}-server"));
+    let (client_ip, server_ip) = ("10.77.0.1", "10.77.0.2");
+    let dir = scratch("alerts");
+    let key = key_file(&dir);
+    let _agents = [
+        ServeProcess::start_at(
+            Some(&client),
+            client_ip,
+            PORT,
+            &["--no-store", "--key", &key],
+        ),
+        ServeProcess::start_at(
+            Some(&server),
+            server_ip,
+            PORT,
+            &["--no-store", "--key", &key],
+        ),
+    ];
+    let hook_addr = format!("{client_ip}:9099");
+    let hooks = webhook(&client, &hook_addr);
+    let am = format!("{client_ip}:9093");
+    let config = dir.join("alertmanager.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "route:\n  receiver: test\n  group_by: ['alertname', 'src', 'dst']\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
+             receivers:\n  - name: test\n    webhook_configs:\n      - url: 'http://{hook_addr}/from-alertmanager'\n        send_resolved: true\n"
+        ),
+    )
+    .unwrap();
+    let alertmanager = Daemon::start(
+        &client,
+        dir.join("am"),
+        "prometheus-alertmanager",
+        &[
+            format!("--config.file={}", config.display()),
+            format!("--storage.path={}", dir.join("am-data").display()),
+            format!("--web.listen-address={am}"),
+            "--cluster.listen-address=".into(),
+        ],
+    );
+    alertmanager.ready(&client, &am, "/-/ready");
+    let file = dir.join("mesh.toml");
+    let hosts = [
+        ("client".to_string(), client_ip.to_string()),
+        ("server".to_string(), server_ip.to_string()),
+    ];
+    std::fs::write(
+        &file,
+        mesh_text(
+            "wan",
+            &key,
+            &hosts,
+            &format!(
+                "[alerts]\ngoodput_drop = \"30%\"\nbaseline = 6\nat_least = 3\nalertmanager = \"http://{am}\"\nwebhook = \"http://{hook_addr}/direct\"\n\
+                 [[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"1s\"\n\
+                 [[group]]\nname = \"all\"\ntests = [\"tput\"]\n"
+            ),
+        ),
+    )
+    .unwrap();
+    let mut coordinator = Command::new("ip")
+        .args(["netns", "exec", &client, binary()])
+        .args([
+            "--no-store",
+            "mesh",
+            "run",
+            file.to_str().unwrap(),
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rows = collect_rows(&mut coordinator);
+    let results = |rows: &[serde_json::Value]| rows.iter().filter(|r| r["test"] == "tput").count();
+    // A baseline for both directions at the path's rate.
+    wait_for("four cycles at 100 Mbit/s", Duration::from_secs(90), || {
+        results(&rows.lock().unwrap()) >= 8
+    });
+    let cut_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let halved = set_lab_rate(&lab, "50M");
+    wait_for(
+        "an alert from Alertmanager",
+        Duration::from_secs(90),
+        || {
+            hooks.lock().unwrap().iter().any(|(path, body)| {
+                path == "/from-alertmanager" && body.contains("\"status\":\"firing\"")
+            })
+        },
+    );
+    drop(halved);
+    let _restored = set_lab_rate(&lab, "100M");
+    wait_for(
+        "the resolution from Alertmanager",
+        Duration::from_secs(90),
+        || {
+            hooks.lock().unwrap().iter().any(|(path, body)| {
+                path == "/from-alertmanager" && body.contains("\"status\":\"resolved\"")
+            })
+        },
+    );
+    stop(&mut coordinator);
+    let printed = rows.lock().unwrap().clone();
+    let got = hooks.lock().unwrap().clone();
+    // Alertmanager's notification names the alert and the pair, with the values.
+    let firing = got
+        .iter()
+        .find(|(p, b)| p == "/from-alertmanager" && b.contains("\"status\":\"firing\""))
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&firing.1).unwrap();
+    let alert = &doc["alerts"][0];
+    assert_eq!(alert["labels"]["alertname"], "LinerateGoodputDrop", "{doc}");
+    assert_eq!(alert["labels"]["mesh"], "wan", "{doc}");
+    let value: f64 = alert["annotations"]["value"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let baseline: f64 = alert["annotations"]["baseline"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The path's own rate, halved: about half of the baseline (the goodput under each).
+    assert!(
+        value < 0.7 * baseline && value > 0.3 * baseline,
+        "value {value} against baseline {baseline}"
+    );
+    // The rows say the same: results before the cut near the baseline, one after it low.
+    let low = printed
+        .iter()
+        .filter(|r| r["test"] == "tput" && r["ok"] == true && num(r, "/started_at") > cut_at)
+        .any(|r| num(r, "/headline") < 0.7 * baseline);
+    assert!(
+        low,
+        "a result below the threshold after the cut: {printed:#?}"
+    );
+    // The plain webhook got the opening and the resolution straight from linerate.
+    assert!(
+        got.iter()
+            .any(|(p, b)| p == "/direct" && b.contains("\"status\":\"firing\"")),
+        "{got:#?}"
+    );
+    assert!(
+        got.iter()
+            .any(|(p, b)| p == "/direct" && b.contains("\"status\":\"resolved\"")),
+        "{got:#?}"
+    );
+    // And the coordinator printed both events.
+    assert!(printed
+        .iter()
+        .any(|r| r["event"] == "alert" && r["resolved"] == false));
+    assert!(printed
+        .iter()
+        .any(|r| r["event"] == "alert" && r["resolved"] == true));
+    drop(alertmanager);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn metrics_and_remote_write_mistakes_are_one_line_with_exit_2() {
+    let dir = scratch("metricsbad");
+    let key = key_file(&dir);
+    let file = dir.join("m.toml");
+    std::fs::write(
+        &file,
+        "key = \"/nonexistent\"\n[[host]]\nname = \"a\"\naddress = \"10.0.0.1\"\n[[host]]\nname = \"b\"\naddress = \"10.0.0.2\"\n\
+         [[test]]\nname = \"t\"\nrun = \"stream\"\ninterval = \"1h\"\n[[group]]\nname = \"g\"\ntests = [\"t\"]\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    for (args, needle) in [
+        (
+            vec!["--metrics", "nowhere"],
+            "'nowhere' is not an address to listen on",
+        ),
+        (
+            vec![
+                "--remote-write",
+                "https://example.com/api/v1/write",
+                "--key",
+                &key,
+            ],
+            "https is not supported",
+        ),
+    ] {
+        let mut full = vec!["--no-store", "mesh", "run", path];
+        full.extend(args);
+        let out = linerate(&full);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    let bad = std::fs::read_to_string(&file).unwrap() + "[alerts]\ngoodput_drop = \"lots\"\n";
+    std::fs::write(&file, bad).unwrap();
+    let out = linerate(&["mesh", "plan", path]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("goodput_drop 'lots' is not a share"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

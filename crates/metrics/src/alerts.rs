@@ -1,0 +1,235 @@
+//! Regression alerts: a series worse than its baseline opens an alert, its return to normal
+//! resolves it. The state machine is sans-IO ([`Alerts::update`], with the time given);
+//! [`Notifier`] sends the changes to Alertmanager's v2 API (and re-sends open alerts, as
+//! Prometheus does, so that Alertmanager does not time them out) and to a plain webhook.
+
+use crate::assess::{Assessment, State};
+use crate::board::Key;
+use crate::post::{target, Poster, Request, Target};
+use anyhow::Result;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// An open (or just resolved) alert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Alert {
+    pub key: Key,
+    /// "goodput" or "latency".
+    pub what: &'static str,
+    pub value: f64,
+    pub baseline: f64,
+    /// Unix seconds.
+    pub started_at: f64,
+    /// Set when it resolved.
+    pub ended_at: Option<f64>,
+}
+
+impl Alert {
+    pub fn name(&self) -> &'static str {
+        match self.what {
+            "latency" => "LinerateLatencyRise",
+            _ => "LinerateGoodputDrop",
+        }
+    }
+
+    fn summary(&self) -> String {
+        let k = &self.key;
+        let change = if self.baseline > 0.0 {
+            (self.value / self.baseline - 1.0) * 100.0
+        } else {
+            0.0
+        };
+        format!(
+            "{} {} {} -> {} is {:+.0}% from its baseline",
+            k.test, self.what, k.src, k.dst, change
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    Opened(Alert),
+    Resolved(Alert),
+}
+
+/// The open alerts, by series.
+#[derive(Debug, Default)]
+pub struct Alerts {
+    pub open: BTreeMap<Key, Alert>,
+}
+
+impl Alerts {
+    /// After `key`'s newest result (`value`, assessed): an alert opens when it is worse,
+    /// resolves when it is back to normal. A failed or skipped test changes nothing (that
+    /// is `linerate_last_result_ok`'s to say), nor does a series without a baseline.
+    pub fn update(
+        &mut self,
+        key: &Key,
+        a: &Assessment,
+        value: Option<f64>,
+        now: f64,
+    ) -> Option<Change> {
+        match a.state {
+            State::Worse => {
+                if self.open.contains_key(key) {
+                    return None;
+                }
+                let alert = Alert {
+                    key: key.clone(),
+                    what: a.what,
+                    value: value?,
+                    baseline: a.baseline?.median,
+                    started_at: now,
+                    ended_at: None,
+                };
+                self.open.insert(key.clone(), alert.clone());
+                Some(Change::Opened(alert))
+            }
+            State::Normal => {
+                let mut alert = self.open.remove(key)?;
+                alert.ended_at = Some(now);
+                if let Some(v) = value {
+                    alert.value = v;
+                }
+                Some(Change::Resolved(alert))
+            }
+            State::Failed | State::Learning => None,
+        }
+    }
+}
+
+fn rfc3339(unix: f64) -> String {
+    let at = UNIX_EPOCH + Duration::from_secs_f64(unix.max(0.0));
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// How often open alerts are sent again, and how long Alertmanager keeps one without.
+pub const RESEND: Duration = Duration::from_secs(30);
+
+/// The alert as Alertmanager's v2 API takes it (`POST /api/v2/alerts`, a list of these).
+pub fn alertmanager_json(alert: &Alert, grid: Option<&str>, now: f64) -> Value {
+    let k = &alert.key;
+    // Open: valid for four re-send periods (Prometheus' rule); resolved: ended.
+    let ends = alert.ended_at.unwrap_or(now + 4.0 * RESEND.as_secs_f64());
+    let mut body = json!({
+        "labels": {
+            "alertname": alert.name(),
+            "severity": "warning",
+            "mesh": k.mesh,
+            "src": k.src,
+            "dst": k.dst,
+            "test": k.test,
+            "direction": k.direction,
+            "protocol": k.protocol,
+        },
+        "annotations": {
+            "summary": alert.summary(),
+            "value": alert.value.to_string(),
+            "baseline": alert.baseline.to_string(),
+        },
+        "startsAt": rfc3339(alert.started_at),
+        "endsAt": rfc3339(ends),
+    });
+    if let Some(grid) = grid {
+        body["generatorURL"] = json!(format!(
+            "{}/#test={}&src={}&dst={}",
+            grid.trim_end_matches('/'),
+            k.test,
+            k.src,
+            k.dst
+        ));
+    }
+    body
+}
+
+/// Sends alerts' changes (and re-sends the open ones) to Alertmanager and a webhook.
+pub struct Notifier {
+    alertmanager: Option<Target>,
+    webhook: Option<Target>,
+    grid: Option<String>,
+    poster: Poster,
+    last_resend: f64,
+}
+
+impl Notifier {
+    /// `None` when there is nowhere to send.
+    pub fn start(
+        alertmanager: Option<&str>,
+        webhook: Option<&str>,
+        grid: Option<String>,
+    ) -> Result<Option<Notifier>> {
+        if alertmanager.is_none() && webhook.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Notifier {
+            alertmanager: alertmanager
+                .map(|url| {
+                    target(url)
+                        .map(|t| t.at(&format!("{}/api/v2/alerts", t.path.trim_end_matches('/'))))
+                })
+                .transpose()?,
+            webhook: webhook.map(target).transpose()?,
+            grid,
+            poster: Poster::start("alerts")?,
+            last_resend: now_unix(),
+        }))
+    }
+
+    fn to_alertmanager(&self, alerts: &[&Alert], now: f64) {
+        let Some(target) = &self.alertmanager else {
+            return;
+        };
+        if alerts.is_empty() {
+            return;
+        }
+        let body: Vec<Value> = alerts
+            .iter()
+            .map(|a| alertmanager_json(a, self.grid.as_deref(), now))
+            .collect();
+        self.poster.push(Request {
+            target: target.clone(),
+            content_type: "application/json",
+            headers: Vec::new(),
+            body: Value::Array(body).to_string().into_bytes(),
+        });
+    }
+
+    pub fn send(&self, change: &Change) {
+        let now = now_unix();
+        let (alert, status) = match change {
+            Change::Opened(a) => (a, "firing"),
+            Change::Resolved(a) => (a, "resolved"),
+        };
+        self.to_alertmanager(&[alert], now);
+        if let Some(target) = &self.webhook {
+            let body = json!({
+                "status": status,
+                "alert": alertmanager_json(alert, self.grid.as_deref(), now),
+            });
+            self.poster.push(Request {
+                target: target.clone(),
+                content_type: "application/json",
+                headers: Vec::new(),
+                body: body.to_string().into_bytes(),
+            });
+        }
+    }
+
+    /// Re-sends the open alerts when [`RESEND`] has passed.
+    pub fn keep_alive(&mut self, alerts: &Alerts) {
+        let now = now_unix();
+        if now - self.last_resend < RESEND.as_secs_f64() {
+            return;
+        }
+        self.last_resend = now;
+        let open: Vec<&Alert> = alerts.open.values().collect();
+        self.to_alertmanager(&open, now);
+    }
+}
