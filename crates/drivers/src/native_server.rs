@@ -46,6 +46,8 @@ struct TestState {
     /// When the server said the flows were ready: the client starts its clock after
     /// hearing it, so the client's lead over this side is at most the time since.
     ready_at: Option<Instant>,
+    /// The test asked for, once asked.
+    config: Option<linerate_model::TestConfig>,
 }
 
 impl TestState {
@@ -63,6 +65,7 @@ impl TestState {
             quic: None,
             served: Served::default(),
             ready_at: None,
+            config: None,
         }
     }
 
@@ -172,7 +175,8 @@ pub(crate) fn serve_test(
         while let Some(event) = session.poll_event() {
             match event {
                 ServerEvent::TestRequested(config) => {
-                    accept_test(shared, id, peer, &mut session, &mut state, &config)
+                    accept_test(shared, id, peer, &mut session, &mut state, &config);
+                    state.config = Some(*config);
                 }
                 ServerEvent::Start => {
                     if let Err(e) = start_plane(shared, &session, &mut state, peer) {
@@ -202,7 +206,20 @@ pub(crate) fn serve_test(
             None => {}
         }
         match state.served.step(shared, &format!("test {id}"), peer, true) {
-            Step::Finished(result) => session.finish(Instant::now(), *result),
+            Step::Finished(result) => {
+                if let (Some(sink), Some(config)) = (&shared.config.served_tests, &state.config) {
+                    (sink.0)(&crate::server_state::ServedTest {
+                        peer,
+                        local: state.local_ip,
+                        config: config.clone(),
+                        side: (*result).clone(),
+                        ended_at: std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0.0, |d| d.as_secs_f64()),
+                    });
+                }
+                session.finish(Instant::now(), *result)
+            }
             Step::Stop(why) => session.abort(why),
             Step::Running => {}
         }

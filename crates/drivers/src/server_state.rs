@@ -31,6 +31,8 @@ pub struct ServerConfig {
     pub log: bool,
     /// Hears the report of every iperf3 test served to its end, to keep it.
     pub iperf3_reports: Option<ReportSink>,
+    /// Hears this side's result of every native test served to its end (`serve --metrics`).
+    pub served_tests: Option<ServedSink>,
     /// When set, every native client, agent and mirror must prove it holds this key.
     pub key: Option<Key>,
     /// iperf3 clients' RSA authentication (`--rsa-private-key-path`,
@@ -52,6 +54,21 @@ pub struct ServerConfig {
     /// controller listed for its own in-process server. Empty for `linerate serve`, which
     /// never sends its files on a peer's word.
     pub sendable_files: Arc<std::collections::BTreeSet<String>>,
+}
+
+pub use linerate_model::ServedTest;
+
+/// What a [`ServedSink`] calls.
+pub type HearServed = dyn Fn(&ServedTest) + Send + Sync;
+
+/// Hears every native test served to its end.
+#[derive(Clone)]
+pub struct ServedSink(pub Arc<HearServed>);
+
+impl std::fmt::Debug for ServedSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServedSink")
+    }
 }
 
 /// Takes a finished test's report (with the server's test id). An iperf3 client keeps no
@@ -78,6 +95,7 @@ impl ServerConfig {
             drain: Duration::from_secs(3),
             log: true,
             iperf3_reports: None,
+            served_tests: None,
             key: None,
             iperf3_auth: None,
             access: AccessPolicy::default(),

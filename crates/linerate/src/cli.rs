@@ -921,6 +921,10 @@ pub struct ServeArgs {
     /// Address to listen on (default: every IPv6 and IPv4 address)
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::IpAddr>,
+    /// Serve the tests this server ran over HTTP on this address: OpenMetrics at /metrics
+    /// (goodput it received, retransmits and CPU per gigabit when it sent), a grid at /
+    #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Port for control and data connections
     #[arg(short, long, default_value_t = 5201)]
     pub port: u16,

@@ -8,9 +8,13 @@ use anyhow::{anyhow, Context};
 use linerate_campaign::{cancel, storage};
 use linerate_drivers::access::{AccessPolicy, LogFormat};
 use linerate_drivers::server::{Server, ServerConfig};
+use linerate_drivers::server_state::ServedSink;
+use linerate_metrics::assess::Thresholds;
+use linerate_metrics::board::Board;
+use linerate_metrics::served;
 use linerate_proto::Limits;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     let ip = args.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
@@ -71,6 +75,31 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     if let Some(store) = globals.storage.open_for_run()? {
         config.iperf3_reports = Some(storage::server_keeper(store, !args.quiet));
     }
+    // Kept until the server ends: dropped, the listener stops.
+    let _metrics = match args.metrics {
+        Some(addr) => {
+            let board = Arc::new(Mutex::new(Board::default()));
+            let listener = linerate_metrics::server::start(
+                addr,
+                board.clone(),
+                "serve",
+                Thresholds::default(),
+            )
+            .map_err(|e| Failure::Usage(format!("--metrics {addr}: {e:#}")))?;
+            eprintln!(
+                "linerate serve: metrics at http://{}/metrics",
+                listener.addr
+            );
+            config.served_tests = Some(ServedSink(Arc::new(move |test| {
+                let mut board = board.lock().unwrap_or_else(|e| e.into_inner());
+                for (row, figures) in served::rows_of(test) {
+                    board.record_figures(&row, Some(&figures));
+                }
+            })));
+            Some(listener)
+        }
+        None => None,
+    };
     let server = match Server::bind(config.clone()) {
         Ok(server) => server,
         // No IPv6 on this host: the default falls back to every IPv4 address.

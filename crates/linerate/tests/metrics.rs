@@ -717,3 +717,120 @@ fn metrics_and_remote_write_mistakes_are_one_line_with_exit_2() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The value of the one sample of `name` whose labels hold every `labels` pair.
+fn sample_of(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// `serve --metrics`: the goodput a server received, against its interface's own count,
+/// and the retransmits it sent with, against the kernel's; promtool accepts it.
+#[test]
+fn serve_metrics_say_what_the_server_received_and_retransmitted() {
+    let test = "serve_metrics_say_what_the_server_received_and_retransmitted";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    if !have("promtool", test) {
+        return;
+    }
+    let _turn = turn();
+    let pair = VethPair::new("servemetrics");
+    let metrics = format!("{}:9472", pair.addr_b);
+    let _server = ServeProcess::start_at(
+        Some(&pair.ns_b),
+        &pair.addr_b,
+        PORT,
+        &["--no-store", "--metrics", &metrics],
+    );
+    let rx_before = pair.counter(&pair.ns_b, &pair.dev_b, "rx_bytes");
+    let forward = linerate_in(
+        &pair.ns_a,
+        &[
+            "--no-store",
+            "stream",
+            &pair.addr_b,
+            "-p",
+            PORT,
+            "-t",
+            "2",
+            "--json",
+        ],
+    );
+    assert!(forward.status.success(), "{}", stderr(&forward));
+    let rx = pair.counter(&pair.ns_b, &pair.dev_b, "rx_bytes") - rx_before;
+    let retrans_before = snmp_counter(&pair.ns_b, "Tcp", "RetransSegs");
+    let reverse = linerate_in(
+        &pair.ns_a,
+        &[
+            "--no-store",
+            "stream",
+            &pair.addr_b,
+            "-p",
+            PORT,
+            "-t",
+            "2",
+            "-R",
+            "--json",
+        ],
+    );
+    assert!(reverse.status.success(), "{}", stderr(&reverse));
+    let retrans = snmp_counter(&pair.ns_b, "Tcp", "RetransSegs") - retrans_before;
+    let (status, _, text) = http(&pair.ns_b, "GET", &metrics, "/metrics", "");
+    assert_eq!(status, 200, "{text}");
+    let forward_labels = [
+        "src=\"",
+        "direction=\"forward\"",
+        "protocol=\"tcp\"",
+        "test=\"stream\"",
+    ];
+    let src = format!("src=\"{}\"", pair.addr_a);
+    let mut labels = forward_labels.to_vec();
+    labels[0] = &src;
+    let goodput = sample_of(&text, "linerate_goodput_bytes_per_second", &labels).expect(&text);
+    let seconds = sample_of(&text, "linerate_last_test_duration_seconds", &labels).expect(&text);
+    let counted = goodput * seconds;
+    // The window's payload: within what the interface received (headers, warm-up and
+    // drain besides it), and most of it.
+    assert!(
+        counted <= rx as f64 && counted >= 0.5 * rx as f64,
+        "the server says {counted:.0} B in its window; its interface received {rx} B"
+    );
+    // The client's document has the same receiver's count.
+    let client = num(&json(&forward), "/summary/receiver_bps") / 8.0;
+    assert!(
+        (client - goodput).abs() <= 0.02 * goodput,
+        "client {client} B/s, server {goodput} B/s"
+    );
+    let dst = format!("dst=\"{}\"", pair.addr_a);
+    let sent = sample_of(
+        &text,
+        "linerate_retransmits_total",
+        &[&dst, "direction=\"reverse\""],
+    )
+    .expect(&text);
+    assert!(
+        sent <= retrans as f64,
+        "the server counts {sent} retransmits; its kernel {retrans}"
+    );
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(checked.status.success(), "{}{text}", stderr(&checked));
+}

@@ -18,6 +18,10 @@ pub const RTT_BUCKETS: [f64; 17] = [
 /// A pair's history the board keeps (the grid's plot, the baseline).
 pub const HISTORY: usize = 240;
 
+/// The most series a board holds (a server's clients come and go; a mesh of 100 hosts and
+/// 4 tests has 39,600).
+pub const MAX_SERIES: usize = 100_000;
+
 /// What one series is about: the labels every figure of a result carries.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Key {
@@ -79,6 +83,8 @@ pub struct Latest {
     pub loss_ratio: Option<f64>,
     pub rtt: Option<Quantiles>,
     pub duration_s: Option<f64>,
+    pub retransmits: Option<u64>,
+    pub cpu_s_per_gbit: Option<f64>,
 }
 
 /// What a series has added up over every result the board saw.
@@ -91,6 +97,8 @@ pub struct Totals {
     pub rtt_buckets: [u64; RTT_BUCKETS.len() + 1],
     pub rtt_count: u64,
     pub rtt_sum_s: f64,
+    /// TCP retransmits of every result that counted them.
+    pub retransmits: u64,
 }
 
 /// One point of a pair's history.
@@ -172,24 +180,31 @@ pub struct Board {
 
 /// A run's transaction times: its percentiles, its histogram (upper bound in seconds,
 /// count), how many and their sum.
-struct Transactions {
-    quantiles: Quantiles,
-    buckets: Vec<(f64, u64)>,
-    count: u64,
-    sum_s: f64,
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Transactions {
+    pub quantiles: Quantiles,
+    pub buckets: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum_s: f64,
 }
 
-/// The figures of a profile run's document that a series shows.
-struct Figures {
-    goodput_bps: Option<f64>,
-    loss_ratio: Option<f64>,
-    rtt: Option<Transactions>,
-    duration_s: f64,
+/// What one result says, beside its row: the figures a series shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Figures {
+    /// Counted at the receiver.
+    pub goodput_bps: Option<f64>,
+    pub loss_ratio: Option<f64>,
+    pub rtt: Option<Transactions>,
+    /// TCP segments the sender retransmitted (TCP_INFO), when this end sent.
+    pub retransmits: Option<u64>,
+    /// CPU seconds this end's host spent per gigabit moved.
+    pub cpu_s_per_gbit: Option<f64>,
+    pub duration_s: f64,
 }
 
 /// Reads a mesh job's document: goodput for a stream, the timed transaction's latency for
 /// rr and crr (the transaction with the most iterations), loss for datagrams.
-fn figures(protocol: &str, document: &Document) -> Option<Figures> {
+pub fn figures_of(protocol: &str, document: &Document) -> Option<Figures> {
     let Document::Profile(report) = document else {
         return None;
     };
@@ -227,12 +242,20 @@ fn figures(protocol: &str, document: &Document) -> Option<Figures> {
         loss_ratio,
         rtt,
         duration_s: s.duration_s,
+        ..Figures::default()
     })
 }
 
 impl Board {
     /// Adds a finished (or skipped) job: its row, and its document when it ran.
     pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) {
+        let figures = document.and_then(|d| figures_of(&row.protocol, d));
+        self.record_figures(row, figures.as_ref());
+    }
+
+    /// Adds a result: its row and what it measured. Past [`MAX_SERIES`], the series whose
+    /// newest result is oldest makes room.
+    pub fn record_figures(&mut self, row: &MeshRow, figures: Option<&Figures>) {
         for host in [&row.src, &row.dst] {
             if !self.hosts.contains(host) {
                 self.hosts.push(host.clone());
@@ -242,12 +265,22 @@ impl Board {
             self.tests.push(row.test.clone());
         }
         let declared = self.measures.get(&row.test).copied();
-        let series = self.series.entry(Key::of(row)).or_default();
+        let key = Key::of(row);
+        if !self.series.contains_key(&key) && self.series.len() >= MAX_SERIES {
+            let oldest = self
+                .series
+                .iter()
+                .min_by(|a, b| a.1.latest.ended_at.total_cmp(&b.1.latest.ended_at))
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.series.remove(&oldest);
+            }
+        }
+        let series = self.series.entry(key).or_default();
         if series.measure.is_none() {
             series.measure = declared;
         }
         let skipped = row.reason.starts_with("skipped:");
-        let figures = document.and_then(|d| figures(&row.protocol, d));
         let mut latest = Latest {
             ok: row.ok,
             skipped,
@@ -260,8 +293,11 @@ impl Board {
             reason: row.reason.clone(),
             ..Latest::default()
         };
-        if let Some(f) = &figures {
+        if let Some(f) = figures {
             latest.goodput_bps = f.goodput_bps;
+            latest.retransmits = f.retransmits;
+            latest.cpu_s_per_gbit = f.cpu_s_per_gbit;
+            series.totals.retransmits += f.retransmits.unwrap_or(0);
             latest.loss_ratio = f.loss_ratio;
             latest.rtt = f.rtt.as_ref().map(|r| r.quantiles);
             latest.duration_s = Some(f.duration_s);

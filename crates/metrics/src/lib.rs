@@ -9,6 +9,7 @@ pub mod grid;
 pub mod openmetrics;
 pub mod post;
 pub mod remote_write;
+pub mod served;
 pub mod server;
 pub mod watch;
 

@@ -12,6 +12,8 @@
 //! - `linerate_last_result_ok` (gauge, 1 or 0), `linerate_last_result_timestamp_seconds`
 //!   (gauge), `linerate_last_test_duration_seconds` (gauge);
 //! - `linerate_tests_total{result="ok|failed|skipped"}` (counter);
+//! - `linerate_retransmits_total` (counter) and `linerate_cpu_seconds_per_gigabit`
+//!   (gauge), where the measuring end counted them (a server's TCP tests);
 //!
 //! and `linerate_build_info{version}` (1).
 
@@ -172,6 +174,37 @@ impl Collector for BoardCollector {
                         t.rtt_count,
                         &buckets,
                         None,
+                    )?;
+            }
+        }
+        gauges(
+            &mut encoder,
+            &board,
+            "linerate_cpu_seconds_per_gigabit",
+            "CPU seconds the measuring host spent per gigabit its newest test moved",
+            |s| s.latest.cpu_s_per_gbit.filter(|_| s.latest.ok),
+        )?;
+        if board
+            .series
+            .values()
+            .any(|s| s.latest.retransmits.is_some())
+        {
+            let mut metric = encoder.encode_descriptor(
+                "linerate_retransmits",
+                "TCP segments the sender retransmitted in the series' tests since this process started (TCP_INFO)",
+                None,
+                MetricType::Counter,
+            )?;
+            for (key, series) in &board.series {
+                if series.latest.retransmits.is_none() && series.totals.retransmits == 0 {
+                    continue;
+                }
+                let labels = Labels { key, extra: None };
+                metric
+                    .encode_family(&labels)?
+                    .encode_counter::<Vec<(String, String)>, u64, f64>(
+                        &series.totals.retransmits,
+                        None::<&NoExemplar>,
                     )?;
             }
         }

@@ -152,7 +152,25 @@ pub fn batch_of(board: &Board, key: &Key) -> Vec<TimeSeries> {
             at,
         ));
     }
+    if let Some(cpu) = l.cpu_s_per_gbit.filter(|_| l.ok) {
+        out.push(series(
+            "linerate_cpu_seconds_per_gigabit",
+            key,
+            None,
+            cpu,
+            at,
+        ));
+    }
     let t = &s.totals;
+    if l.retransmits.is_some() {
+        out.push(series(
+            "linerate_retransmits_total",
+            key,
+            None,
+            t.retransmits as f64,
+            at,
+        ));
+    }
     for (result, n) in [("ok", t.ok), ("failed", t.failed), ("skipped", t.skipped)] {
         out.push(series(
             "linerate_tests_total",

@@ -370,3 +370,16 @@ pub struct RrSide {
     pub port_exhausted: u64,
     pub time_wait: Option<u64>,
 }
+
+/// A native test a server served to its end: who asked, what, and the server's side of it
+/// (what `serve --metrics` shows).
+#[derive(Debug, Clone)]
+pub struct ServedTest {
+    pub peer: std::net::SocketAddr,
+    /// The address the test's control connection arrived on.
+    pub local: std::net::IpAddr,
+    pub config: crate::TestConfig,
+    pub side: SideResult,
+    /// When it ended, Unix seconds.
+    pub ended_at: f64,
+}

@@ -1,0 +1,89 @@
+//! `serve --metrics`: each native test a server served, as the board's rows and figures.
+//! A server counts what it received, so its goodput is the receiver's; when it sent, it
+//! has the sender's TCP retransmits (TCP_INFO) and its CPU per gigabit instead. Series:
+//! {mesh="serve", src, dst, test="stream|rr|crr", direction="forward|reverse", protocol},
+//! src and dst the addresses the bytes went from and to.
+
+use crate::board::Figures;
+use linerate_model::{Direction, Role, ServedTest, Workload};
+use linerate_store::MeshRow;
+
+/// What the board keeps of a served test: a row and its figures per direction it moved
+/// bytes in (two for a bidirectional test).
+pub fn rows_of(test: &ServedTest) -> Vec<(MeshRow, Figures)> {
+    let side = &test.side;
+    // An IPv4 client on a dual-stack socket arrives as ::ffff:a.b.c.d: named as IPv4.
+    let (client, server) = (
+        test.peer.ip().to_canonical().to_string(),
+        test.local.to_canonical().to_string(),
+    );
+    let kind = test.config.workload.name();
+    let stream = test.config.workload == Workload::Stream;
+    let protocol = test.config.protocol;
+    let window = side.flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
+    let cpu_s = side.cpu.busy_pct / 100.0 * f64::from(side.cpu.cores) * side.cpu.window_s;
+    let mut out = Vec::new();
+    for receiving in [true, false] {
+        let flows: Vec<_> = side
+            .flows
+            .iter()
+            .filter(|f| match f.role {
+                Role::Receive => receiving,
+                Role::Send => !receiving,
+                // rr: the server answers; its row is the client's direction.
+                Role::Respond | Role::Request => receiving,
+            })
+            .collect();
+        if flows.is_empty() {
+            continue;
+        }
+        let bytes: u64 = flows.iter().map(|f| f.window_bytes).sum();
+        let bps = if window > 0.0 {
+            bytes as f64 * 8.0 / window
+        } else {
+            0.0
+        };
+        let failed = flows.iter().find_map(|f| f.error.clone());
+        let udp: Option<(u64, u64)> = flows
+            .iter()
+            .filter_map(|f| f.udp.as_ref())
+            .map(|u| (u.received, u.lost))
+            .reduce(|a, b| (a.0 + b.0, a.1 + b.1));
+        let (src, dst, direction) = if receiving {
+            (&client, &server, "forward")
+        } else {
+            (&server, &client, "reverse")
+        };
+        let row = MeshRow {
+            run_id: None,
+            mesh: "serve".into(),
+            src: src.clone(),
+            dst: dst.clone(),
+            test: kind.into(),
+            direction: direction.into(),
+            protocol: protocol.as_str().into(),
+            cycle: 0,
+            started_at: test.ended_at - window,
+            ended_at: test.ended_at,
+            ok: failed.is_none(),
+            reason: failed.unwrap_or_default(),
+            headline: (receiving && stream).then_some(bps),
+            headline_text: String::new(),
+        };
+        let gbit = bytes as f64 * 8.0 / 1e9;
+        let figures = Figures {
+            goodput_bps: (receiving && stream).then_some(bps),
+            loss_ratio: udp
+                .filter(|(r, l)| r + l > 0)
+                .map(|(r, l)| l as f64 / (r + l) as f64),
+            retransmits: (!receiving && protocol.traits().kernel_tcp)
+                .then(|| flows.iter().map(|f| f.retransmits).sum()),
+            cpu_s_per_gbit: (stream && gbit > 0.0 && test.config.direction != Direction::Bidir)
+                .then_some(cpu_s / gbit),
+            duration_s: window,
+            ..Figures::default()
+        };
+        out.push((row, figures));
+    }
+    out
+}
