@@ -409,6 +409,9 @@ fn alert_words(alert: &Alert) -> String {
 /// the HTTP listener of `--metrics`, `--remote-write` and the file's alert receivers.
 fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Result<Watch> {
     let mut board = Board::default();
+    for host in &mesh.hosts {
+        board.declare_host(&host.name);
+    }
     for test in &mesh.tests {
         let measure = match test.kind {
             TestKind::Stream { .. } => Measure::Goodput,

@@ -834,3 +834,147 @@ fn serve_metrics_say_what_the_server_received_and_retransmitted() {
     let checked = check.wait_with_output().unwrap();
     assert!(checked.status.success(), "{}{text}", stderr(&checked));
 }
+
+/// Headless Chromium in namespace `ns`: `--dump-dom` or `--screenshot=PATH` of `url`,
+/// after the page's scripts have had `budget_ms` of (virtual) time.
+fn chromium(ns: &str, dir: &std::path::Path, url: &str, what: &str) -> std::process::Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns, "chromium"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1000,800",
+            "--virtual-time-budget=8000",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.join("chromium").display()
+        ))
+        .arg(what)
+        .arg(url)
+        .stderr(Stdio::null())
+        .output()
+        .expect("run chromium")
+}
+
+/// The value of attribute `name` in the first element of `dom` that holds `anchor`.
+fn attribute(dom: &str, anchor: &str, name: &str) -> Option<String> {
+    let at = dom.find(anchor)?;
+    let tag_end = dom[at..].find('>')? + at;
+    let tag = &dom[dom[..at].rfind('<')?..tag_end];
+    let start = tag.find(&format!("{name}=\""))? + name.len() + 2;
+    Some(tag[start..].split('"').next()?.to_string())
+}
+
+/// The live grid of a running mesh in headless Chromium: the cells drawn, a cell's value
+/// the stored one, the history plot opened from a link.
+#[test]
+fn chromium_shows_the_live_grid_with_the_stored_figures_and_a_pairs_history() {
+    let test = "chromium_shows_the_live_grid_with_the_stored_figures_and_a_pairs_history";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    if !have("chromium", test) {
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("grid", 4);
+    let dir = scratch("grid");
+    let key = key_file(&dir);
+    let _agents: Vec<ServeProcess> = (0..3)
+        .map(|i| {
+            ServeProcess::start_at(
+                Some(&star.hosts[i]),
+                &star.addrs[i],
+                PORT,
+                &["--no-store", "--key", &key],
+            )
+        })
+        .collect();
+    let ns = star.hosts[3].clone();
+    let listen = format!("{}:9473", star.addrs[3]);
+    let hosts: Vec<(String, String)> = (0..3)
+        .map(|i| (format!("h{i}"), star.addrs[i].clone()))
+        .collect();
+    let file = dir.join("mesh.toml");
+    std::fs::write(
+        &file,
+        mesh_text(
+            "grid",
+            &key,
+            &hosts,
+            "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"1h\"\n\
+             [[test]]\nname = \"lat\"\nrun = \"rr\"\nrate = \"50/s\"\nduration = \"1s\"\ninterval = \"3s\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"tput\", \"lat\"]\n",
+        ),
+    )
+    .unwrap();
+    let db = dir.join("results.db").display().to_string();
+    // One cycle of throughput, then none for an hour: its figures hold still while
+    // Chromium looks (rr goes on).
+    let mut coordinator = Command::new("ip")
+        .args(["netns", "exec", &ns, binary()])
+        .args(["--db", &db, "mesh", "run", file.to_str().unwrap(), "--json"])
+        .args(["--metrics", &listen])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rows = collect_rows(&mut coordinator);
+    wait_for("a cycle and some rr", Duration::from_secs(90), || {
+        let rows = rows.lock().unwrap();
+        rows.iter().filter(|r| r["test"] == "tput").count() >= 6
+            && rows.iter().filter(|r| r["test"] == "lat").count() >= 2
+    });
+    let url = format!("http://{listen}/#test=tput&src=h0&dst=h1");
+    let dom = chromium(&ns, &dir, &url, "--dump-dom");
+    let shot = dir.join("grid.png");
+    let shown = chromium(&ns, &dir, &url, &format!("--screenshot={}", shot.display()));
+    stop(&mut coordinator);
+    assert!(dom.status.success() && shown.status.success());
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    // The cell's value is the stored result of h0 -> h1.
+    let value: f64 = attribute(
+        &dom,
+        "data-src=\"h0\" data-dst=\"h1\" data-test=\"tput\"",
+        "data-value",
+    )
+    .unwrap_or_else(|| panic!("no h0 -> h1 cell: {dom}"))
+    .parse()
+    .unwrap();
+    let printed = rows.lock().unwrap().clone();
+    let stored = printed
+        .iter()
+        .find(|r| r["test"] == "tput" && r["src"] == "h0" && r["dst"] == "h1")
+        .expect("h0 -> h1 printed");
+    let id = stored["run_id"].as_i64().unwrap().to_string();
+    let shown_run = linerate_in(&ns, &["--db", &db, "show", &id, "--json"]);
+    assert_eq!(
+        value,
+        num(&json(&shown_run), "/summary/received_bps"),
+        "the grid's cell against the stored run"
+    );
+    // Every pair of both tests has its cell (3 hosts: 6 pairs; the page shows one tab).
+    assert_eq!(dom.matches("data-test=\"tput\"").count(), 6, "{dom}");
+    // The link opened the pair's history: its plot and title.
+    assert!(dom.contains("class=\"series\""), "no history plot: {dom}");
+    assert!(dom.contains("tput: h0 → h1"), "{dom}");
+    // The screenshot has the cells' colour (no baseline yet after one cycle: grey).
+    let decoder = png::Decoder::new(BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    let channels = frame.color_type.samples();
+    let learning = pixels[..frame.buffer_size()]
+        .chunks(channels)
+        .filter(|p| p[..3] == [0x9a, 0xa4, 0xae])
+        .count();
+    assert!(
+        learning > 2000,
+        "the cells' colour covers {learning} pixels"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

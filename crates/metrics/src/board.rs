@@ -336,6 +336,13 @@ impl Board {
         series.latest = latest;
     }
 
+    /// Names a host before its results arrive, so that the grid keeps the mesh's order.
+    pub fn declare_host(&mut self, host: &str) {
+        if !self.hosts.iter().any(|h| h == host) {
+            self.hosts.push(host.to_string());
+        }
+    }
+
     /// Says what a test's headline is (the mesh file knows; a document may not say).
     pub fn declare(&mut self, test: &str, measure: Measure) {
         self.measures.insert(test.to_string(), measure);
