@@ -793,7 +793,7 @@ fn serve_metrics_say_what_the_server_received_and_retransmitted() {
     let mut labels = forward_labels.to_vec();
     labels[0] = &src;
     let goodput = sample_of(&text, "linerate_goodput_bytes_per_second", &labels).expect(&text);
-    let seconds = sample_of(&text, "linerate_last_test_duration_seconds", &labels).expect(&text);
+    let seconds = num(&json(&forward), "/summary/duration_s");
     let counted = goodput * seconds;
     // The window's payload: within what the interface received (headers, warm-up and
     // drain besides it), and most of it.
@@ -977,4 +977,76 @@ fn chromium_shows_the_live_grid_with_the_stored_figures_and_a_pairs_history() {
         "the cells' colour covers {learning} pixels"
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The Grafana dashboard under deploy/ reads, and every series it queries is one the
+/// endpoint writes (for a mesh's tests and a server's).
+#[test]
+fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
+    let path = format!(
+        "{}/../../deploy/grafana-linerate-mesh.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // A board with every kind of series: a stream with loss, rr, and a server's send.
+    use linerate_metrics::board::{Board, Figures, Quantiles, Transactions};
+    let mut board = Board::default();
+    let row = |test: &str, protocol: &str| linerate_store::MeshRow {
+        run_id: None,
+        mesh: "m".into(),
+        src: "a".into(),
+        dst: "b".into(),
+        test: test.into(),
+        direction: "forward".into(),
+        protocol: protocol.into(),
+        cycle: 1,
+        started_at: 1.0,
+        ended_at: 2.0,
+        ok: true,
+        reason: String::new(),
+        headline: Some(1.0),
+        headline_text: String::new(),
+    };
+    let figures = Figures {
+        goodput_bps: Some(1e9),
+        loss_ratio: Some(0.01),
+        retransmits: Some(3),
+        cpu_s_per_gbit: Some(0.1),
+        rtt: Some(Transactions {
+            quantiles: Quantiles::default(),
+            buckets: vec![(1e-3, 1)],
+            count: 1,
+            sum_s: 1e-3,
+        }),
+        duration_s: 1.0,
+    };
+    board.record_figures(&row("t", "udp"), Some(&figures));
+    let registry = linerate_metrics::openmetrics::registry(Arc::new(Mutex::new(board)));
+    let text =
+        linerate_metrics::openmetrics::classic(&linerate_metrics::openmetrics::encode(&registry));
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            exprs.push(target["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for var in dashboard["templating"]["list"].as_array().unwrap() {
+        exprs.push(var["query"].as_str().unwrap().to_string());
+    }
+    let mut named = 0;
+    for expr in &exprs {
+        for (at, _) in expr.match_indices("linerate_") {
+            let name: String = expr[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            named += 1;
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{name}{{"))),
+                "the dashboard queries {name}, which the endpoint does not write:\n{text}"
+            );
+        }
+    }
+    assert!(named >= 8, "{exprs:?}");
 }

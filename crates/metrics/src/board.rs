@@ -8,12 +8,10 @@ use linerate_store::MeshRow;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 
-/// Upper bounds (seconds) of the round-trip histogram's buckets: 50 us to 5 s, about
-/// three to a decade, enough for a LAN probe and an intercontinental one.
-pub const RTT_BUCKETS: [f64; 17] = [
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    2.5, 5.0, 10.0,
-];
+/// Upper bounds (seconds) of the round-trip histogram's buckets: 100 us to 1 s, about
+/// two to a decade, enough to tell a LAN probe from a continental and an intercontinental
+/// one. Few, because every bucket is a line per pair in a scrape (docs/metrics.md).
+pub const RTT_BUCKETS: [f64; 9] = [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 1.0];
 
 /// A pair's history the board keeps (the grid's plot, the baseline).
 pub const HISTORY: usize = 240;
@@ -313,7 +311,7 @@ impl Board {
                 for &(le, n) in &rtt.buckets {
                     let slot = RTT_BUCKETS
                         .iter()
-                        .position(|&bound| le <= bound)
+                        .position(|&bound| le <= bound * (1.0 + 1e-9))
                         .unwrap_or(RTT_BUCKETS.len());
                     totals.rtt_buckets[slot] += n;
                 }

@@ -8,8 +8,9 @@ use serde_json::{json, Value};
 
 const PAGE: &str = include_str!("grid.html");
 
-/// The page, titled.
-pub fn page(title: &str) -> String {
+/// The page, titled, with the grid as it is now inside it (so that the first view needs
+/// no second request).
+pub fn page(title: &str, initial: &Value) -> String {
     let escaped: String = title
         .chars()
         .map(|c| match c {
@@ -20,7 +21,11 @@ pub fn page(title: &str) -> String {
             c => c.to_string(),
         })
         .collect();
+    // Inside a script element nothing may close it: every "</" written as "<\/" (the
+    // same string to JSON).
+    let data = initial.to_string().replace("</", "<\\/");
     PAGE.replace("{{TITLE}}", &escaped)
+        .replace("{{INITIAL}}", &data)
 }
 
 fn measure_name(measure: Option<Measure>) -> &'static str {

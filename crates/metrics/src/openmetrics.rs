@@ -7,11 +7,12 @@
 //! - `linerate_loss_ratio` (gauge): a UDP stream's newest share of bytes lost;
 //! - `linerate_rtt_seconds` (histogram): every transaction of rr and crr tests so far, in
 //!   classic buckets (rate() and histogram_quantile() work on it);
-//! - `linerate_last_rtt_seconds{stat="p50|p90|p99|p999"}` (gauge): the newest run's
+//! - `linerate_last_rtt_seconds{stat="p50|p90|p99"}` (gauge): the newest run's
 //!   percentiles (`quantile` is a summary's label; these are a run's figures);
 //! - `linerate_last_result_ok` (gauge, 1 or 0), `linerate_last_result_timestamp_seconds`
-//!   (gauge), `linerate_last_test_duration_seconds` (gauge);
-//! - `linerate_tests_total{result="ok|failed|skipped"}` (counter);
+//!   (gauge);
+//! - `linerate_tests_total{result="ok|failed|skipped"}` (counter; a result never seen has
+//!   no line);
 //! - `linerate_retransmits_total` (counter) and `linerate_cpu_seconds_per_gigabit`
 //!   (gauge), where the measuring end counted them (a server's TCP tests);
 //!
@@ -37,6 +38,10 @@ struct Escaped<'a>(&'a str);
 
 impl EncodeLabelValue for Escaped<'_> {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        // Most values need nothing: written whole (a scrape writes hundreds of thousands).
+        if !self.0.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+            return encoder.write_str(self.0);
+        }
         for c in self.0.chars() {
             match c {
                 '\\' => encoder.write_str("\\\\")?,
@@ -136,12 +141,7 @@ impl Collector for BoardCollector {
                 let Some(q) = series.latest.rtt.filter(|_| series.latest.ok) else {
                     continue;
                 };
-                for (quantile, v) in [
-                    ("p50", q.p50),
-                    ("p90", q.p90),
-                    ("p99", q.p99),
-                    ("p999", q.p999),
-                ] {
+                for (quantile, v) in [("p50", q.p50), ("p90", q.p90), ("p99", q.p99)] {
                     let labels = Labels {
                         key,
                         extra: Some(("stat", quantile)),
@@ -222,13 +222,6 @@ impl Collector for BoardCollector {
             "When the newest test of the series ended, Unix time",
             |s| Some(s.latest.ended_at),
         )?;
-        gauges(
-            &mut encoder,
-            &board,
-            "linerate_last_test_duration_seconds",
-            "How long the newest test of the series measured",
-            |s| s.latest.duration_s,
-        )?;
         if !board.series.is_empty() {
             let mut metric = encoder.encode_descriptor(
                 "linerate_tests",
@@ -238,7 +231,11 @@ impl Collector for BoardCollector {
             )?;
             for (key, series) in &board.series {
                 let t = &series.totals;
-                for (result, n) in [("ok", t.ok), ("failed", t.failed), ("skipped", t.skipped)] {
+                // A result seen at least once (a counter's absence is its zero).
+                for (result, n) in [("ok", t.ok), ("failed", t.failed), ("skipped", t.skipped)]
+                    .into_iter()
+                    .filter(|&(_, n)| n > 0)
+                {
                     let labels = Labels {
                         key,
                         extra: Some(("result", result)),
@@ -280,7 +277,13 @@ pub fn registry(board: Arc<Mutex<Board>>) -> Registry {
 
 /// The scrape's body: OpenMetrics text, `# EOF` last.
 pub fn encode(registry: &Registry) -> String {
-    let mut out = String::new();
+    encode_sized(registry, 0)
+}
+
+/// [`encode`] into a buffer of `hint` bytes to begin with (the last scrape's size: a
+/// large mesh's text is tens of megabytes, and growing it costs copies).
+pub fn encode_sized(registry: &Registry, hint: usize) -> String {
+    let mut out = String::with_capacity(hint + hint / 8);
     prometheus_client::encoding::text::encode(&mut out, registry)
         .expect("writing to a String does not fail");
     out
@@ -297,7 +300,7 @@ pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8
 /// name its samples' `_total` name, and there is no `# UNIT` or `# EOF`. The samples are
 /// the same lines.
 pub fn classic(openmetrics: &str) -> String {
-    let mut out = String::with_capacity(openmetrics.len());
+    let mut out = String::with_capacity(openmetrics.len() + 4096);
     let mut help: Option<&str> = None;
     for line in openmetrics.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {

@@ -143,15 +143,6 @@ pub fn batch_of(board: &Board, key: &Key) -> Vec<TimeSeries> {
         l.ended_at,
         at,
     ));
-    if let Some(d) = l.duration_s {
-        out.push(series(
-            "linerate_last_test_duration_seconds",
-            key,
-            None,
-            d,
-            at,
-        ));
-    }
     if let Some(cpu) = l.cpu_s_per_gbit.filter(|_| l.ok) {
         out.push(series(
             "linerate_cpu_seconds_per_gigabit",
@@ -171,7 +162,10 @@ pub fn batch_of(board: &Board, key: &Key) -> Vec<TimeSeries> {
             at,
         ));
     }
-    for (result, n) in [("ok", t.ok), ("failed", t.failed), ("skipped", t.skipped)] {
+    for (result, n) in [("ok", t.ok), ("failed", t.failed), ("skipped", t.skipped)]
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+    {
         out.push(series(
             "linerate_tests_total",
             key,

@@ -46,6 +46,8 @@ struct Shared {
     /// The page's title: the mesh's name, or "serve".
     title: Arc<str>,
     thresholds: Thresholds,
+    /// The last scrape's size, to size the next one's buffer.
+    last_size: Arc<AtomicUsize>,
 }
 
 /// Listens on `addr` (port 0: one of the system's) and serves until dropped.
@@ -65,6 +67,7 @@ pub fn start(
         registry,
         title: title.into(),
         thresholds,
+        last_size: Arc::new(AtomicUsize::new(0)),
     };
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
@@ -145,7 +148,9 @@ fn route(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> 
         "/metrics" => {
             // OpenMetrics for a scraper that asks for it (Prometheus does), else the
             // classic text format.
-            let text = openmetrics::encode(&shared.registry);
+            let hint = shared.last_size.load(Ordering::Relaxed);
+            let text = openmetrics::encode_sized(&shared.registry, hint);
+            shared.last_size.store(text.len(), Ordering::Relaxed);
             let accept = request
                 .headers()
                 .get(hyper::header::ACCEPT)
@@ -161,11 +166,17 @@ fn route(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> 
                 )
             }
         }
-        "/" => reply(
-            StatusCode::OK,
-            "text/html; charset=utf-8",
-            grid::page(&shared.title),
-        ),
+        "/" => {
+            let initial = {
+                let board = shared.board.lock().unwrap_or_else(|e| e.into_inner());
+                grid::grid_json(&board, &shared.thresholds)
+            };
+            reply(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                grid::page(&shared.title, &initial),
+            )
+        }
         "/api/grid" => {
             let board = shared.board.lock().unwrap_or_else(|e| e.into_inner());
             reply(

@@ -1,0 +1,157 @@
+//! What a scrape of a large mesh costs: a board of N hosts (full mesh, both ways) and
+//! four tests (a TCP stream, a UDP stream with loss, rr and crr with their histograms),
+//! encoded as OpenMetrics and as the classic text, and the grid's JSON; the time of each
+//! (median of 5), its size, and the process's peak memory. With `--serve ADDR SECONDS`
+//! it then serves the board, for a browser to time the grid (bench/metrics.py).
+//!
+//!     cargo run --release -p linerate-metrics --example scrape_scale -- 100
+
+use linerate_metrics::assess::Thresholds;
+use linerate_metrics::board::{Board, Figures, Measure, Quantiles, Transactions};
+use linerate_metrics::{grid, openmetrics};
+use linerate_store::MeshRow;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn median_ms(mut f: impl FnMut() -> usize) -> (f64, usize) {
+    let mut times = Vec::new();
+    let mut size = 0;
+    for _ in 0..5 {
+        let start = Instant::now();
+        size = f();
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    (times[2], size)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let hosts: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
+    let serve = args.iter().position(|a| a == "--serve").map(|i| {
+        (
+            args[i + 1]
+                .parse::<std::net::SocketAddr>()
+                .expect("--serve ADDR SECONDS"),
+            args[i + 2].parse::<u64>().expect("--serve ADDR SECONDS"),
+        )
+    });
+    let mut board = Board::default();
+    let tests = [
+        ("tput", "tcp", Measure::Goodput),
+        ("tput-udp", "udp", Measure::Goodput),
+        ("lat", "tcp", Measure::Latency),
+        ("conn", "tcp", Measure::Latency),
+    ];
+    for h in 0..hosts {
+        board.declare_host(&format!("host-{h:04}"));
+    }
+    for (name, _, measure) in tests {
+        board.declare(name, measure);
+    }
+    let start = Instant::now();
+    let mut at = 1.8e9;
+    for s in 0..hosts {
+        for d in 0..hosts {
+            if s == d {
+                continue;
+            }
+            for (i, (name, protocol, measure)) in tests.iter().enumerate() {
+                at += 0.001;
+                let value = match measure {
+                    Measure::Goodput => 9.4e8 + (s * 7 + d * 13 + i) as f64 * 1e3,
+                    Measure::Latency => 2.5e-4 + (s + d) as f64 * 1e-7,
+                };
+                let row = MeshRow {
+                    run_id: Some((at * 1e3) as i64),
+                    mesh: "scale".into(),
+                    src: format!("host-{s:04}"),
+                    dst: format!("host-{d:04}"),
+                    test: name.to_string(),
+                    direction: "forward".into(),
+                    protocol: protocol.to_string(),
+                    cycle: 1,
+                    started_at: at - 10.0,
+                    ended_at: at,
+                    ok: true,
+                    reason: String::new(),
+                    headline: Some(value),
+                    headline_text: String::new(),
+                };
+                let figures = match measure {
+                    Measure::Goodput => Figures {
+                        goodput_bps: Some(value),
+                        loss_ratio: (*protocol == "udp").then_some(0.001),
+                        duration_s: 10.0,
+                        ..Figures::default()
+                    },
+                    Measure::Latency => Figures {
+                        rtt: Some(Transactions {
+                            quantiles: Quantiles {
+                                p50: value,
+                                p90: value * 1.5,
+                                p99: value * 3.0,
+                                p999: value * 6.0,
+                            },
+                            buckets: vec![(value, 900), (value * 3.0, 90), (value * 6.0, 10)],
+                            count: 1000,
+                            sum_s: value * 1200.0,
+                        }),
+                        duration_s: 10.0,
+                        ..Figures::default()
+                    },
+                };
+                board.record_figures(&row, Some(&figures));
+            }
+        }
+    }
+    let filled = start.elapsed().as_secs_f64();
+    let series = board.series.len();
+    let board = Arc::new(Mutex::new(board));
+    let registry = openmetrics::registry(board.clone());
+    // As the listener does: each scrape's buffer sized by the one before.
+    let mut hint = 0;
+    let (om_ms, om_bytes) = median_ms(|| {
+        hint = openmetrics::encode_sized(&registry, hint).len();
+        hint
+    });
+    let (classic_ms, classic_bytes) =
+        median_ms(|| openmetrics::classic(&openmetrics::encode_sized(&registry, hint)).len());
+    let thresholds = Thresholds::default();
+    let (grid_ms, grid_bytes) = median_ms(|| {
+        let b = board.lock().unwrap();
+        grid::grid_json(&b, &thresholds).to_string().len()
+    });
+    let samples = openmetrics::encode(&registry)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .count();
+    println!(
+        "{hosts} hosts, {series} series ({samples} samples), board filled in {filled:.2} s\n\
+         OpenMetrics scrape: {om_ms:.1} ms, {:.2} MiB\n\
+         classic text scrape: {classic_ms:.1} ms, {:.2} MiB\n\
+         grid JSON: {grid_ms:.1} ms, {:.2} MiB\n\
+         peak memory: {:.1} MiB",
+        om_bytes as f64 / 1048576.0,
+        classic_bytes as f64 / 1048576.0,
+        grid_bytes as f64 / 1048576.0,
+        peak_rss_mib(),
+    );
+    if let Some((addr, seconds)) = serve {
+        let server =
+            linerate_metrics::server::start(addr, board, "scale", thresholds).expect("listen");
+        println!("serving on http://{}/ for {seconds} s", server.addr);
+        std::thread::sleep(std::time::Duration::from_secs(seconds));
+    }
+}
