@@ -339,59 +339,111 @@ fn host_changes(old: &Mesh, new: &Mesh) -> (Vec<String>, Vec<String>) {
     )
 }
 
-/// Runs the mesh until `stop` (then ends the running jobs within [`STOP_GRACE`]) or
-/// `options.cycles`; each result goes to `store` and then to `each`. With
-/// `options.rediscover`, the hosts are found again every so often; when they change, no
-/// job starts until the running ones end, and the schedule carries on over the new
-/// hosts from what was measured (their new pairs join the cycle under way).
-pub fn run(
-    mesh: &Mesh,
-    mut options: MeshOptions,
-    mut store: Option<&mut dyn MeshArchive>,
-    stop: &Arc<AtomicBool>,
-    each: &mut dyn FnMut(MeshEvent),
-) -> Result<()> {
-    let run_options = RunOptions {
-        lead: options.lead,
-        control_timeout: options.control_timeout,
-        key: options.key.clone(),
-        log: false,
-        ..RunOptions::default()
-    };
-    let mut mesh = mesh.clone();
-    let mut scheduler = Scheduler::new(&mesh, unix_now());
-    // Each job's newest row, by name: what the schedule resumes from when hosts change.
-    let mut newest: BTreeMap<(String, String, String), MeshRow> = BTreeMap::new();
-    if let Some(store) = store.as_deref_mut() {
-        let rows = store
-            .mesh_rows(&mesh.name, false)
-            .context("reading the mesh's past results")?;
-        scheduler.resume(&past_of(&mesh, &rows), unix_now());
-        for row in rows {
-            newest.insert((row.test.clone(), row.src.clone(), row.dst.clone()), row);
+/// A finished job as its thread hands it back: the job, how it ended, its result.
+type Finished = (usize, Outcome, JobResult);
+
+/// Each job's newest row, by (test, src, dst): what the schedule resumes from when the
+/// hosts change.
+type Newest = BTreeMap<(String, String, String), MeshRow>;
+
+/// The coordinator's state on its one thread: the mesh as it stands, its scheduler, and
+/// the channel the job threads report on.
+struct Coordinator<'a> {
+    mesh: Mesh,
+    scheduler: Scheduler,
+    jobs: Vec<Job>,
+    run_options: RunOptions,
+    store: Option<&'a mut dyn MeshArchive>,
+    newest: Newest,
+    /// Runs done per job this session, for a mesh of light tests only.
+    runs: Vec<u64>,
+    /// The exclusive tests, and the cycle each was in when this session began (`--cycles`
+    /// counts from there).
+    exclusive: Vec<usize>,
+    first_cycle: Vec<u64>,
+    results: mpsc::Sender<Finished>,
+    finished: mpsc::Receiver<Finished>,
+    jobs_stop: Arc<AtomicBool>,
+    /// Hosts found that the mesh moves to once the running jobs have ended.
+    moving_to: Option<Mesh>,
+    next_discovery: Option<std::time::Instant>,
+}
+
+impl<'a> Coordinator<'a> {
+    fn new(
+        mesh: &Mesh,
+        options: &MeshOptions,
+        mut store: Option<&'a mut dyn MeshArchive>,
+    ) -> Result<Coordinator<'a>> {
+        let mut scheduler = Scheduler::new(mesh, unix_now());
+        let mut newest = Newest::new();
+        if let Some(store) = store.as_deref_mut() {
+            let rows = store
+                .mesh_rows(&mesh.name, false)
+                .context("reading the mesh's past results")?;
+            scheduler.resume(&past_of(mesh, &rows), unix_now());
+            for row in rows {
+                newest.insert((row.test.clone(), row.src.clone(), row.dst.clone()), row);
+            }
+        }
+        let jobs = scheduler.jobs().to_vec();
+        let first_cycle = (0..mesh.tests.len())
+            .map(|t| {
+                scheduler
+                    .cycle(t)
+                    .map_or(1, |(n, _, done)| if done { n + 1 } else { n })
+            })
+            .collect();
+        let (results, finished) = mpsc::channel();
+        Ok(Coordinator {
+            run_options: RunOptions {
+                lead: options.lead,
+                control_timeout: options.control_timeout,
+                key: options.key.clone(),
+                log: false,
+                ..RunOptions::default()
+            },
+            exclusive: (0..mesh.tests.len())
+                .filter(|&t| mesh.tests[t].exclusive)
+                .collect(),
+            runs: vec![0; jobs.len()],
+            mesh: mesh.clone(),
+            scheduler,
+            jobs,
+            store,
+            newest,
+            first_cycle,
+            results,
+            finished,
+            jobs_stop: Arc::new(AtomicBool::new(false)),
+            moving_to: None,
+            next_discovery: options
+                .rediscover
+                .as_ref()
+                .map(|r| std::time::Instant::now() + r.every),
+        })
+    }
+
+    /// Whether `--cycles` is reached: every exclusive test through that many cycles (a
+    /// mesh of light tests only: every job run that many times).
+    fn done(&self, cycles: Option<u64>) -> bool {
+        match cycles {
+            Some(n) if !self.exclusive.is_empty() => self.exclusive.iter().all(|&t| {
+                self.scheduler
+                    .cycle(t)
+                    .is_some_and(|(number, _, complete)| {
+                        let through = (number + 1).saturating_sub(self.first_cycle[t]);
+                        through > n || (through == n && complete)
+                    })
+            }),
+            Some(n) => self.runs.iter().all(|&r| r >= n),
+            None => false,
         }
     }
-    let mut jobs = scheduler.jobs().to_vec();
-    let exclusive: Vec<usize> = (0..mesh.tests.len())
-        .filter(|&t| mesh.tests[t].exclusive)
-        .collect();
-    // Runs done per job this session, for a mesh of light tests only.
-    let mut runs = vec![0u64; jobs.len()];
-    // The cycle each exclusive test was in when this session began: `--cycles` counts
-    // from there.
-    let first_cycle: Vec<u64> = (0..mesh.tests.len())
-        .map(|t| {
-            scheduler
-                .cycle(t)
-                .map_or(1, |(n, _, done)| if done { n + 1 } else { n })
-        })
-        .collect();
-    let (results, finished) = mpsc::channel::<(usize, Outcome, JobResult)>();
-    let jobs_stop = Arc::new(AtomicBool::new(false));
-    let mut keep = |result: &mut JobResult,
-                    newest: &mut BTreeMap<(String, String, String), MeshRow>|
-     -> Result<()> {
-        if let Some(store) = store.as_deref_mut() {
+
+    /// Stores a result (its run id set) and notes it as its job's newest.
+    fn keep(&mut self, result: &mut JobResult) -> Result<()> {
+        if let Some(store) = self.store.as_deref_mut() {
             let json = match &result.document {
                 Some(document) => Some(document.to_json()?),
                 None => None,
@@ -400,122 +452,149 @@ pub fn run(
                 store.insert_mesh(&result.row, result.document.as_ref().zip(json.as_deref()))?;
         }
         let row = &result.row;
-        newest.insert(
+        self.newest.insert(
             (row.test.clone(), row.src.clone(), row.dst.clone()),
             row.clone(),
         );
         Ok(())
-    };
-    let mut next_discovery = options
-        .rediscover
-        .as_ref()
-        .map(|r| std::time::Instant::now() + r.every);
-    // Hosts found that the mesh moves to once the running jobs have ended.
-    let mut moving_to: Option<Mesh> = None;
-    loop {
-        let now = unix_now();
-        if stop.load(Ordering::Relaxed) {
-            break;
+    }
+
+    /// Resolves the hosts again when it is time; a change waits in `moving_to`.
+    fn rediscover(&mut self, rediscover: &mut Rediscover, each: &mut dyn FnMut(MeshEvent)) {
+        let now = std::time::Instant::now();
+        let due = self.next_discovery.is_some_and(|at| now >= at);
+        if !due || self.moving_to.is_some() {
+            return;
         }
-        let done = match options.cycles {
-            Some(n) if !exclusive.is_empty() => exclusive.iter().all(|&t| {
-                scheduler.cycle(t).is_some_and(|(number, _, complete)| {
-                    let through = (number + 1).saturating_sub(first_cycle[t]);
-                    through > n || (through == n && complete)
-                })
-            }),
-            Some(n) => runs.iter().all(|&r| r >= n),
-            None => false,
-        };
-        // Done: start nothing more (a cycle opened by the same poll would never let the
-        // running count reach zero); the running jobs end below.
-        if done {
-            break;
-        }
-        if let (Some(at), Some(rediscover)) = (next_discovery, options.rediscover.as_mut()) {
-            if std::time::Instant::now() >= at && moving_to.is_none() {
-                next_discovery = Some(std::time::Instant::now() + rediscover.every);
-                match (rediscover.find)() {
-                    Ok(found) => {
-                        let (added, removed) = host_changes(&mesh, &found);
-                        if !added.is_empty() || !removed.is_empty() {
-                            each(MeshEvent::Hosts { added, removed });
-                            moving_to = Some(found);
-                        }
-                    }
-                    Err(e) => each(MeshEvent::DiscoveryFailed(format!("{e:#}"))),
+        self.next_discovery = Some(now + rediscover.every);
+        match (rediscover.find)() {
+            Ok(found) => {
+                let (added, removed) = host_changes(&self.mesh, &found);
+                if !added.is_empty() || !removed.is_empty() {
+                    each(MeshEvent::Hosts { added, removed });
+                    self.moving_to = Some(found);
                 }
             }
+            Err(e) => each(MeshEvent::DiscoveryFailed(format!("{e:#}"))),
         }
-        if moving_to.is_some() && scheduler.running() == 0 {
-            mesh = moving_to.take().expect("checked above");
-            let rows: Vec<MeshRow> = newest.values().cloned().collect();
-            scheduler = Scheduler::new(&mesh, now);
-            scheduler.resume(&past_of(&mesh, &rows), now);
-            jobs = scheduler.jobs().to_vec();
-            runs = vec![0; jobs.len()];
+    }
+
+    /// Moves to the hosts found once nothing runs: a new schedule, resumed from what was
+    /// measured.
+    fn move_when_idle(&mut self, now: f64) {
+        if self.moving_to.is_none() || self.scheduler.running() > 0 {
+            return;
         }
-        let actions = if moving_to.is_none() {
-            scheduler.poll(now)
-        } else {
-            Vec::new()
-        };
-        for action in actions {
-            match action {
-                Action::Start { job, cycle } => {
-                    let (mesh, results, stop) = (mesh.clone(), results.clone(), jobs_stop.clone());
-                    let run_options = run_options.clone();
-                    let spec = jobs[job];
-                    std::thread::Builder::new()
-                        .name(format!("mesh-job-{job}"))
-                        .spawn(move || {
-                            let (outcome, result) =
-                                run_job(&mesh, spec, cycle, &run_options, &stop);
-                            let _ = results.send((job, outcome, result));
-                        })
-                        .context("starting a job's thread")?;
-                }
-                Action::Skip { job, cycle, reason } => {
-                    let mut result = JobResult {
-                        row: MeshRow {
-                            reason: format!("skipped: {reason}"),
-                            ..labelled(&mesh, &jobs[job], cycle, now, now)
-                        },
-                        document: None,
-                    };
-                    keep(&mut result, &mut newest)?;
-                    each(MeshEvent::Result(&result));
-                }
+        self.mesh = self.moving_to.take().expect("checked above");
+        let rows: Vec<MeshRow> = self.newest.values().cloned().collect();
+        self.scheduler = Scheduler::new(&self.mesh, now);
+        self.scheduler.resume(&past_of(&self.mesh, &rows), now);
+        self.jobs = self.scheduler.jobs().to_vec();
+        self.runs = vec![0; self.jobs.len()];
+    }
+
+    /// Starts a job on a thread of its own, or keeps a skipped one's row.
+    fn act(&mut self, action: Action, now: f64, each: &mut dyn FnMut(MeshEvent)) -> Result<()> {
+        match action {
+            Action::Start { job, cycle } => {
+                let (mesh, results, stop) = (
+                    self.mesh.clone(),
+                    self.results.clone(),
+                    self.jobs_stop.clone(),
+                );
+                let run_options = self.run_options.clone();
+                let spec = self.jobs[job];
+                std::thread::Builder::new()
+                    .name(format!("mesh-job-{job}"))
+                    .spawn(move || {
+                        let (outcome, result) = run_job(&mesh, spec, cycle, &run_options, &stop);
+                        let _ = results.send((job, outcome, result));
+                    })
+                    .context("starting a job's thread")?;
             }
-        }
-        let wake = scheduler
-            .next_wakeup(now)
-            .map_or(1.0, |at| (at - unix_now()).clamp(0.0, 1.0));
-        match finished.recv_timeout(Duration::from_secs_f64(wake.max(0.01))) {
-            Ok((job, outcome, mut result)) => {
-                scheduler.finished(job, unix_now(), outcome);
-                runs[job] += 1;
-                keep(&mut result, &mut newest)?;
+            Action::Skip { job, cycle, reason } => {
+                let mut result = JobResult {
+                    row: MeshRow {
+                        reason: format!("skipped: {reason}"),
+                        ..labelled(&self.mesh, &self.jobs[job], cycle, now, now)
+                    },
+                    document: None,
+                };
+                self.keep(&mut result)?;
                 each(MeshEvent::Result(&result));
             }
+        }
+        Ok(())
+    }
+
+    /// A job that ended: told to the scheduler, kept, reported.
+    fn ended(&mut self, finished: Finished, each: &mut dyn FnMut(MeshEvent)) -> Result<()> {
+        let (job, outcome, mut result) = finished;
+        self.scheduler.finished(job, unix_now(), outcome);
+        if let Some(runs) = self.runs.get_mut(job) {
+            *runs += 1;
+        }
+        self.keep(&mut result)?;
+        each(MeshEvent::Result(&result));
+        Ok(())
+    }
+
+    /// Stopped or done: the running jobs end (a stop ends their profile runs early) and
+    /// what they measured is kept; those still running after the grace are left.
+    fn drain(&mut self, stopped: bool, each: &mut dyn FnMut(MeshEvent)) -> Result<()> {
+        self.jobs_stop.store(stopped, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + STOP_GRACE;
+        while self.scheduler.running() > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.finished.recv_timeout(left) {
+                Ok(finished) => self.ended(finished, each)?,
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the mesh until `stop` (then ends the running jobs within [`STOP_GRACE`]) or
+/// `options.cycles`; each result goes to `store` and then to `each`. With
+/// `options.rediscover`, the hosts are found again every so often; when they change, no
+/// job starts until the running ones end, and the schedule carries on over the new
+/// hosts from what was measured (their new pairs join the cycle under way).
+pub fn run(
+    mesh: &Mesh,
+    mut options: MeshOptions,
+    store: Option<&mut dyn MeshArchive>,
+    stop: &Arc<AtomicBool>,
+    each: &mut dyn FnMut(MeshEvent),
+) -> Result<()> {
+    let mut c = Coordinator::new(mesh, &options, store)?;
+    // Done: start nothing more (a cycle opened by the same poll would never let the
+    // running count reach zero); the running jobs end in the drain.
+    while !stop.load(Ordering::Relaxed) && !c.done(options.cycles) {
+        let now = unix_now();
+        if let Some(rediscover) = options.rediscover.as_mut() {
+            c.rediscover(rediscover, each);
+        }
+        c.move_when_idle(now);
+        let actions = match c.moving_to {
+            None => c.scheduler.poll(now),
+            Some(_) => Vec::new(),
+        };
+        for action in actions {
+            c.act(action, now, each)?;
+        }
+        let wake = c
+            .scheduler
+            .next_wakeup(now)
+            .map_or(1.0, |at| (at - unix_now()).clamp(0.0, 1.0));
+        match c
+            .finished
+            .recv_timeout(Duration::from_secs_f64(wake.max(0.01)))
+        {
+            Ok(finished) => c.ended(finished, each)?,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    // Stopped or done: the running jobs end (a stop ends their profile runs early) and
-    // what they measured is kept; those still running after the grace are left.
-    jobs_stop.store(stop.load(Ordering::Relaxed), Ordering::Relaxed);
-    let deadline = std::time::Instant::now() + STOP_GRACE;
-    while scheduler.running() > 0 {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match finished.recv_timeout(left) {
-            Ok((job, outcome, mut result)) => {
-                scheduler.finished(job, unix_now(), outcome);
-                keep(&mut result, &mut newest)?;
-                each(MeshEvent::Result(&result));
-            }
-            Err(_) => break,
-        }
-    }
-    Ok(())
+    c.drain(stop.load(Ordering::Relaxed), each)
 }

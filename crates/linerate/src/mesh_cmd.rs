@@ -3,11 +3,11 @@
 
 use crate::cli::{MeshCommand, MeshPlanArgs, MeshRunArgs, MeshStatusArgs};
 use crate::failure::{Failure, Outcome};
-use crate::mesh_view::{latest, tables, LiveView};
+use crate::mesh_view::{tables, Printer};
 use crate::Globals;
 use anyhow::Context;
 use linerate_campaign::cancel;
-use linerate_campaign::mesh::{self, JobResult, MeshEvent, MeshOptions};
+use linerate_campaign::mesh::{self, MeshEvent, MeshOptions};
 use linerate_mesh::schedule::simulate;
 use linerate_mesh::{Mesh, TestKind};
 use linerate_metrics::alerts::{Alert, Change, Notifier};
@@ -18,7 +18,6 @@ use linerate_metrics::watch::Watch;
 use linerate_proto::auth::Key;
 use linerate_store::MeshRow;
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -300,94 +299,44 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
             }
         );
     }
-    let mut seen: Vec<MeshRow> = Vec::new();
-    let mut failures = 0usize;
-    let json = args.json;
-    // On a terminal the text form is a view redrawn in place; elsewhere a line per job.
-    let mut live = (!json && std::io::stdout().is_terminal())
-        .then(|| LiveView::new(&mesh.name, mesh.hosts.len()));
-    let mut each = |event: MeshEvent| {
-        let result: &JobResult = match event {
-            MeshEvent::Result(result) => result,
-            MeshEvent::Hosts { added, removed } => {
-                let text = format!(
-                    "hosts changed: {} added [{}], {} removed [{}]; the schedule carries on over them once the running jobs end",
-                    added.len(),
-                    added.join(", "),
-                    removed.len(),
-                    removed.join(", ")
-                );
-                if json {
-                    println!(
-                        "{}",
-                        serde_json::json!({ "event": "hosts", "added": added, "removed": removed })
-                    );
-                } else if let Some(view) = live.as_mut() {
-                    view.note(&text);
-                } else {
-                    eprintln!("linerate mesh: {text}");
-                }
-                return;
+    let mut out = Printer::new(&mesh, args.json);
+    let mut each = |event: MeshEvent| match event {
+        MeshEvent::Result(result) => {
+            let alert = watch
+                .as_mut()
+                .and_then(|w| w.record(&result.row, result.document.as_ref()));
+            if let Some(change) = alert {
+                let (a, resolved) = match &change {
+                    Change::Opened(a) => (a, false),
+                    Change::Resolved(a) => (a, true),
+                };
+                let verb = if resolved { "resolved" } else { "alert" };
+                let text = format!("{verb} {}: {}", a.name(), alert_words(a));
+                let event =
+                    serde_json::json!({ "event": "alert", "text": text, "resolved": resolved });
+                out.note(&text, event);
             }
-            MeshEvent::DiscoveryFailed(why) => {
-                let text = format!("discovery failed, hosts kept: {why}");
-                match live.as_mut() {
-                    Some(view) => view.note(&text),
-                    None => eprintln!("linerate mesh: {text}"),
-                }
-                return;
-            }
-        };
-        let row = &result.row;
-        let alert = watch
-            .as_mut()
-            .and_then(|w| w.record(row, result.document.as_ref()));
-        if let Some(change) = alert {
-            let text = match &change {
-                Change::Opened(a) => format!("alert {}: {}", a.name(), alert_words(a)),
-                Change::Resolved(a) => format!("resolved {}: {}", a.name(), alert_words(a)),
-            };
-            match live.as_mut() {
-                Some(view) => view.note(&text),
-                None if json => println!(
-                    "{}",
-                    serde_json::json!({ "event": "alert", "text": text, "resolved": matches!(change, Change::Resolved(_)) })
-                ),
-                None => eprintln!("linerate mesh: {text}"),
-            }
+            out.row(&result.row);
         }
-        if !row.ok {
-            failures += 1;
-        }
-        if json {
-            println!("{}", row_json(row));
-        } else if let Some(view) = live.as_mut() {
-            view.push(row);
-            view.draw(false);
-        } else if row.ok {
-            println!(
-                "cycle {:<3} {:<12} {} -> {}: {}",
-                row.cycle, row.test, row.src, row.dst, row.headline_text
+        MeshEvent::Hosts { added, removed } => {
+            let text = format!(
+                "hosts changed: {} added [{}], {} removed [{}]; the schedule carries on over them once the running jobs end",
+                added.len(),
+                added.join(", "),
+                removed.len(),
+                removed.join(", ")
             );
-        } else {
-            println!(
-                "cycle {:<3} {:<12} {} -> {}: failed: {}",
-                row.cycle, row.test, row.src, row.dst, row.reason
-            );
+            let event = serde_json::json!({ "event": "hosts", "added": added, "removed": removed });
+            out.note(&text, event);
         }
-        if live.is_none() {
-            seen.push(row.clone());
+        MeshEvent::DiscoveryFailed(why) => {
+            let text = format!("discovery failed, hosts kept: {why}");
+            let event = serde_json::json!({ "event": "discovery_failed", "why": why });
+            out.note(&text, event);
         }
     };
     mesh::run(&mesh, options, store, &stop, &mut each)?;
-    if let Some(view) = live.as_mut() {
-        view.draw(true);
-    } else if !json {
-        print!("{}", tables(&mesh.name, &latest(&seen)));
-    }
-    if !json && stop.load(std::sync::atomic::Ordering::Relaxed) {
-        eprintln!("linerate mesh: stopped; the results so far are kept");
-    }
+    let failures = out.finish(stop.load(std::sync::atomic::Ordering::Relaxed));
     if failures > 0 {
         return Err(Failure::Partial(format!(
             "{failures} job(s) failed or were skipped (see above)"
@@ -468,7 +417,7 @@ fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Res
     })
 }
 
-fn row_json(row: &MeshRow) -> serde_json::Value {
+pub(crate) fn row_json(row: &MeshRow) -> serde_json::Value {
     serde_json::json!({
         "mesh": row.mesh,
         "src": row.src,

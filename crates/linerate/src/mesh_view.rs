@@ -192,6 +192,79 @@ impl LiveView {
     }
 }
 
+/// Where `mesh run` says what happened: a JSON line per row and event (`--json`), the live
+/// view on a terminal, or a line per job and the tables at the end.
+pub struct Printer {
+    mesh: String,
+    json: bool,
+    live: Option<LiveView>,
+    /// Every row, for the tables at the end (the live view keeps its own).
+    seen: Vec<MeshRow>,
+    failures: usize,
+}
+
+impl Printer {
+    pub fn new(mesh: &linerate_mesh::Mesh, json: bool) -> Printer {
+        use std::io::IsTerminal;
+        let live = (!json && std::io::stdout().is_terminal())
+            .then(|| LiveView::new(&mesh.name, mesh.hosts.len()));
+        Printer {
+            mesh: mesh.name.clone(),
+            json,
+            live,
+            seen: Vec::new(),
+            failures: 0,
+        }
+    }
+
+    /// An event that is not a job's: `event` with --json, else `text`.
+    pub fn note(&mut self, text: &str, event: serde_json::Value) {
+        match self.live.as_mut() {
+            _ if self.json => println!("{event}"),
+            Some(view) => view.note(text),
+            None => eprintln!("linerate mesh: {text}"),
+        }
+    }
+
+    pub fn row(&mut self, row: &MeshRow) {
+        if !row.ok {
+            self.failures += 1;
+        }
+        if self.json {
+            println!("{}", crate::mesh_cmd::row_json(row));
+            return;
+        }
+        if let Some(view) = self.live.as_mut() {
+            view.push(row);
+            view.draw(false);
+            return;
+        }
+        let what = if row.ok {
+            row.headline_text.clone()
+        } else {
+            format!("failed: {}", row.reason)
+        };
+        println!(
+            "cycle {:<3} {:<12} {} -> {}: {what}",
+            row.cycle, row.test, row.src, row.dst
+        );
+        self.seen.push(row.clone());
+    }
+
+    /// The last view or the tables; the count of jobs that failed or were skipped.
+    pub fn finish(mut self, stopped: bool) -> usize {
+        if let Some(view) = self.live.as_mut() {
+            view.draw(true);
+        } else if !self.json {
+            print!("{}", tables(&self.mesh, &latest(&self.seen)));
+        }
+        if !self.json && stopped {
+            eprintln!("linerate mesh: stopped; the results so far are kept");
+        }
+        self.failures
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

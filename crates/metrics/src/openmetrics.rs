@@ -130,53 +130,7 @@ impl Collector for BoardCollector {
             "A UDP stream's newest share of bytes sent and not received",
             |s| s.latest.loss_ratio.filter(|_| s.latest.ok),
         )?;
-        if board.series.values().any(|s| s.latest.rtt.is_some()) {
-            let mut metric = encoder.encode_descriptor(
-                "linerate_last_rtt_seconds",
-                "The newest rr or crr run's transaction time at a percentile (stat)",
-                None,
-                MetricType::Gauge,
-            )?;
-            for (key, series) in &board.series {
-                let Some(q) = series.latest.rtt.filter(|_| series.latest.ok) else {
-                    continue;
-                };
-                for (quantile, v) in [("p50", q.p50), ("p90", q.p90), ("p99", q.p99)] {
-                    let labels = Labels {
-                        key,
-                        extra: Some(("stat", quantile)),
-                    };
-                    metric.encode_family(&labels)?.encode_gauge(&v)?;
-                }
-            }
-        }
-        if board.series.values().any(|s| s.totals.rtt_count > 0) {
-            let mut metric = encoder.encode_descriptor(
-                "linerate_rtt_seconds",
-                "Every rr or crr transaction's time since this process started",
-                None,
-                MetricType::Histogram,
-            )?;
-            let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(RTT_BUCKETS.len() + 1);
-            for (key, series) in &board.series {
-                let t = &series.totals;
-                if t.rtt_count == 0 {
-                    continue;
-                }
-                buckets.clear();
-                let bounds = RTT_BUCKETS.iter().copied().chain([f64::MAX]);
-                buckets.extend(bounds.zip(t.rtt_buckets.iter().copied()));
-                let labels = Labels { key, extra: None };
-                metric
-                    .encode_family(&labels)?
-                    .encode_histogram::<Vec<(String, String)>>(
-                        t.rtt_sum_s,
-                        t.rtt_count,
-                        &buckets,
-                        None,
-                    )?;
-            }
-        }
+        rtt(&mut encoder, &board)?;
         gauges(
             &mut encoder,
             &board,
@@ -184,30 +138,6 @@ impl Collector for BoardCollector {
             "CPU seconds the measuring host spent per gigabit its newest test moved",
             |s| s.latest.cpu_s_per_gbit.filter(|_| s.latest.ok),
         )?;
-        if board
-            .series
-            .values()
-            .any(|s| s.latest.retransmits.is_some())
-        {
-            let mut metric = encoder.encode_descriptor(
-                "linerate_retransmits",
-                "TCP segments the sender retransmitted in the series' tests since this process started (TCP_INFO)",
-                None,
-                MetricType::Counter,
-            )?;
-            for (key, series) in &board.series {
-                if series.latest.retransmits.is_none() && series.totals.retransmits == 0 {
-                    continue;
-                }
-                let labels = Labels { key, extra: None };
-                metric
-                    .encode_family(&labels)?
-                    .encode_counter::<Vec<(String, String)>, u64, f64>(
-                        &series.totals.retransmits,
-                        None::<&NoExemplar>,
-                    )?;
-            }
-        }
         gauges(
             &mut encoder,
             &board,
@@ -222,35 +152,114 @@ impl Collector for BoardCollector {
             "When the newest test of the series ended, Unix time",
             |s| Some(s.latest.ended_at),
         )?;
-        if !board.series.is_empty() {
-            let mut metric = encoder.encode_descriptor(
-                "linerate_tests",
-                "Tests of the series since this process started, by result",
-                None,
-                MetricType::Counter,
-            )?;
-            for (key, series) in &board.series {
-                let t = &series.totals;
-                // A result seen at least once (a counter's absence is its zero).
-                for (result, n) in [("ok", t.ok), ("failed", t.failed), ("skipped", t.skipped)]
-                    .into_iter()
-                    .filter(|&(_, n)| n > 0)
-                {
-                    let labels = Labels {
-                        key,
-                        extra: Some(("result", result)),
-                    };
-                    metric
-                        .encode_family(&labels)?
-                        .encode_counter::<Vec<(String, String)>, u64, f64>(
-                            &n,
-                            None::<&NoExemplar>,
-                        )?;
-                }
-            }
-        }
+        counters(&mut encoder, &board)?;
         Ok(())
     }
+}
+
+/// The transaction times: the newest run's percentiles and the histogram of them all.
+fn rtt(encoder: &mut DescriptorEncoder, board: &Board) -> Result<(), std::fmt::Error> {
+    if board.series.values().any(|s| s.latest.rtt.is_some()) {
+        let mut metric = encoder.encode_descriptor(
+            "linerate_last_rtt_seconds",
+            "The newest rr or crr run's transaction time at a percentile (stat)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (key, series) in &board.series {
+            let Some(q) = series.latest.rtt.filter(|_| series.latest.ok) else {
+                continue;
+            };
+            for (quantile, v) in [("p50", q.p50), ("p90", q.p90), ("p99", q.p99)] {
+                let labels = Labels {
+                    key,
+                    extra: Some(("stat", quantile)),
+                };
+                metric.encode_family(&labels)?.encode_gauge(&v)?;
+            }
+        }
+    }
+    if board.series.values().any(|s| s.totals.rtt_count > 0) {
+        let mut metric = encoder.encode_descriptor(
+            "linerate_rtt_seconds",
+            "Every rr or crr transaction's time since this process started",
+            None,
+            MetricType::Histogram,
+        )?;
+        let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(RTT_BUCKETS.len() + 1);
+        for (key, series) in &board.series {
+            let t = &series.totals;
+            if t.rtt_count == 0 {
+                continue;
+            }
+            buckets.clear();
+            let bounds = RTT_BUCKETS.iter().copied().chain([f64::MAX]);
+            buckets.extend(bounds.zip(t.rtt_buckets.iter().copied()));
+            let labels = Labels { key, extra: None };
+            metric
+                .encode_family(&labels)?
+                .encode_histogram::<Vec<(String, String)>>(
+                    t.rtt_sum_s,
+                    t.rtt_count,
+                    &buckets,
+                    None,
+                )?;
+        }
+    }
+    Ok(())
+}
+
+/// The counters: tests by result, and retransmits where the measuring end counted them.
+fn counters(encoder: &mut DescriptorEncoder, board: &Board) -> Result<(), std::fmt::Error> {
+    if !board.series.is_empty() {
+        let mut metric = encoder.encode_descriptor(
+            "linerate_tests",
+            "Tests of the series since this process started, by result",
+            None,
+            MetricType::Counter,
+        )?;
+        for (key, series) in &board.series {
+            let t = &series.totals;
+            // A result seen at least once (a counter's absence is its zero).
+            for (result, n) in [("ok", t.ok), ("failed", t.failed), ("skipped", t.skipped)]
+                .into_iter()
+                .filter(|&(_, n)| n > 0)
+            {
+                let labels = Labels {
+                    key,
+                    extra: Some(("result", result)),
+                };
+                metric
+                    .encode_family(&labels)?
+                    .encode_counter::<Vec<(String, String)>, u64, f64>(&n, None::<&NoExemplar>)?;
+            }
+        }
+    }
+    if board
+        .series
+        .values()
+        .any(|s| s.latest.retransmits.is_some())
+    {
+        let mut metric = encoder.encode_descriptor(
+            "linerate_retransmits",
+            "TCP segments the sender retransmitted in the series' tests since this process started (TCP_INFO)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (key, series) in &board.series {
+            if series.latest.retransmits.is_none() && series.totals.retransmits == 0 {
+                continue;
+            }
+            let labels = Labels { key, extra: None };
+            metric
+                .encode_family(&labels)?
+                .encode_counter::<Vec<(String, String)>, u64, f64>(
+                    &series.totals.retransmits,
+                    None::<&NoExemplar>,
+                )?;
+        }
+    }
+    Ok(())
 }
 
 /// The registry a scrape encodes: the board's series and the build's info.
