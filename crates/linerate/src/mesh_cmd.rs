@@ -3,7 +3,7 @@
 
 use crate::cli::{MeshCommand, MeshPlanArgs, MeshRunArgs, MeshStatusArgs};
 use crate::failure::{Failure, Outcome};
-use crate::mesh_view::{tables, Printer};
+use crate::mesh_view::{row_json, tables, Printer};
 use crate::Globals;
 use anyhow::Context;
 use linerate_campaign::cancel;
@@ -414,25 +414,6 @@ fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Res
         remote,
         alerts: Default::default(),
         notifier,
-    })
-}
-
-pub(crate) fn row_json(row: &MeshRow) -> serde_json::Value {
-    serde_json::json!({
-        "mesh": row.mesh,
-        "src": row.src,
-        "dst": row.dst,
-        "test": row.test,
-        "direction": row.direction,
-        "protocol": row.protocol,
-        "cycle": row.cycle,
-        "started_at": row.started_at,
-        "ended_at": row.ended_at,
-        "ok": row.ok,
-        "reason": row.reason,
-        "headline": row.headline,
-        "headline_text": row.headline_text,
-        "run_id": row.run_id,
     })
 }
 

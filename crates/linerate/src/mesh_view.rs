@@ -16,6 +16,26 @@ const EVENTS: usize = 6;
 /// The live view redraws at most this often (a large mesh ends many jobs a second).
 const REDRAW: Duration = Duration::from_millis(250);
 
+/// A row as `mesh run --json` and `mesh status --json` print it.
+pub fn row_json(row: &MeshRow) -> serde_json::Value {
+    serde_json::json!({
+        "mesh": row.mesh,
+        "src": row.src,
+        "dst": row.dst,
+        "test": row.test,
+        "direction": row.direction,
+        "protocol": row.protocol,
+        "cycle": row.cycle,
+        "started_at": row.started_at,
+        "ended_at": row.ended_at,
+        "ok": row.ok,
+        "reason": row.reason,
+        "headline": row.headline,
+        "headline_text": row.headline_text,
+        "run_id": row.run_id,
+    })
+}
+
 /// Each (test, src, dst)'s newest row.
 pub fn latest(rows: &[MeshRow]) -> Vec<MeshRow> {
     let mut newest: BTreeMap<(String, String, String), MeshRow> = BTreeMap::new();
@@ -231,7 +251,7 @@ impl Printer {
             self.failures += 1;
         }
         if self.json {
-            println!("{}", crate::mesh_cmd::row_json(row));
+            println!("{}", row_json(row));
             return;
         }
         if let Some(view) = self.live.as_mut() {

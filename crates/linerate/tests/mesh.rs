@@ -612,8 +612,8 @@ fn two_coordinators_share_one_postgresql_archive() {
     let latest = json(&status);
     assert_eq!(
         latest.as_array().unwrap().len(),
-        4,
-        "two pairs x two tests: {latest}"
+        6,
+        "two pairs x three tests: {latest}"
     );
     // A URL that is not PostgreSQL's is refused by the flag, exit 2.
     let out = linerate(&["mesh", "status", "left", "--store", "/tmp/x.db"]);
