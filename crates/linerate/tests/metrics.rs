@@ -224,14 +224,15 @@ fn prometheus_scrapes_a_mesh_and_receives_it_by_remote_write_as_stored() {
     let star = Star::new("prom", 4);
     let dir = scratch("prom");
     let key = key_file(&dir);
+    // Host 0's agent also serves its own tests' metrics, which Prometheus scrapes too.
+    let served = format!("{}:9474", star.addrs[0]);
     let _agents: Vec<ServeProcess> = (0..3)
         .map(|i| {
-            ServeProcess::start_at(
-                Some(&star.hosts[i]),
-                &star.addrs[i],
-                PORT,
-                &["--no-store", "--key", &key],
-            )
+            let mut args = vec!["--no-store", "--key", &key];
+            if i == 0 {
+                args.extend(["--metrics", &served]);
+            }
+            ServeProcess::start_at(Some(&star.hosts[i]), &star.addrs[i], PORT, &args)
         })
         .collect();
     let ns = star.hosts[3].clone();
@@ -257,7 +258,7 @@ fn prometheus_scrapes_a_mesh_and_receives_it_by_remote_write_as_stored() {
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
-        format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mesh\n    static_configs:\n      - targets: ['{metrics}']\n"),
+        format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mesh\n    static_configs:\n      - targets: ['{metrics}']\n  - job_name: serve\n    static_configs:\n      - targets: ['{served}']\n"),
     )
     .unwrap();
     let prometheus = Daemon::start(
@@ -324,6 +325,44 @@ fn prometheus_scrapes_a_mesh_and_receives_it_by_remote_write_as_stored() {
     // Prometheus negotiated OpenMetrics and scraped it (its target is up).
     let up = promql(&ns, &prom, "up{job=\"mesh\"}");
     assert_eq!(up[0]["value"][1], "1", "{up:?}");
+    // A native test against host 0: its server's count reaches Prometheus, equal to what
+    // the client was told the server received.
+    let native = linerate_in(
+        &ns,
+        &[
+            "--no-store",
+            "--key",
+            &key,
+            "stream",
+            &star.addrs[0],
+            "-p",
+            PORT,
+            "-t",
+            "1",
+            "--json",
+        ],
+    );
+    assert!(native.status.success(), "{}", stderr(&native));
+    let told = num(&json(&native), "/summary/receiver_bps") / 8.0;
+    let mut from_serve = Vec::new();
+    wait_for(
+        "the server's goodput in Prometheus",
+        Duration::from_secs(30),
+        || {
+            from_serve = promql(
+                &ns,
+                &prom,
+                "linerate_goodput_bytes_per_second{job=\"serve\"}",
+            );
+            !from_serve.is_empty()
+        },
+    );
+    let scraped: f64 = from_serve[0]["value"][1].as_str().unwrap().parse().unwrap();
+    assert!(
+        (scraped - told).abs() <= 0.02 * told,
+        "Prometheus has {scraped} B/s from the server; the client was told {told} B/s"
+    );
+    assert_eq!(from_serve[0]["metric"]["mesh"], "serve", "{from_serve:?}");
     std::thread::sleep(Duration::from_secs(2));
     stop(&mut coordinator);
     let printed = rows.lock().unwrap().clone();
