@@ -2,15 +2,17 @@
 //! N x N table per test and polls `/api/grid`; a cell opens the pair's history from
 //! `/api/history` as a plot with its baseline band.
 
-use crate::assess::{assess, Thresholds};
+use crate::assess::{assess, State, Thresholds};
 use crate::board::{Board, Measure};
+use serde::Serialize;
 use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 const PAGE: &str = include_str!("grid.html");
 
-/// The page, titled, with the grid as it is now inside it (so that the first view needs
-/// no second request).
-pub fn page(title: &str, initial: &Value) -> String {
+/// The page, titled, with the grid as it is now (`initial`, [`grid_json`]) inside it, so
+/// that the first view needs no second request.
+pub fn page(title: &str, initial: &str) -> String {
     let escaped: String = title
         .chars()
         .map(|c| match c {
@@ -23,7 +25,7 @@ pub fn page(title: &str, initial: &Value) -> String {
         .collect();
     // Inside a script element nothing may close it: every "</" written as "<\/" (the
     // same string to JSON).
-    let data = initial.to_string().replace("</", "<\\/");
+    let data = initial.replace("</", "<\\/");
     PAGE.replace("{{TITLE}}", &escaped)
         .replace("{{INITIAL}}", &data)
 }
@@ -35,58 +37,111 @@ fn measure_name(measure: Option<Measure>) -> &'static str {
     }
 }
 
-/// Every series' newest figure and state, with the hosts and tests in the order seen.
-pub fn grid_json(board: &Board, thresholds: &Thresholds) -> Value {
-    let tests: Vec<Value> = board
-        .tests
+/// A tab of the grid: a test (and its protocol, when the test has runs over more than
+/// one, as a server's may).
+#[derive(Debug, Serialize)]
+pub struct Tab {
+    pub name: String,
+    pub test: String,
+    pub protocol: Option<String>,
+    pub measure: &'static str,
+    /// `[src, dst, value, state, outcome]`: host indices, the newest value (null when it
+    /// failed), the state's index in [`STATES`], and 0 ok, 1 failed, 2 skipped.
+    pub cells: Vec<(u32, u32, Option<f64>, u8, u8)>,
+}
+
+/// The states a cell's index names, and their symbols.
+pub const STATES: [State; 4] = [State::Learning, State::Normal, State::Worse, State::Failed];
+
+/// The grid as `/api/grid` sends it: compact (a 100-host mesh's four tests are 39,600
+/// cells), each cell's detail left to `/api/history`.
+#[derive(Debug, Serialize)]
+pub struct GridView {
+    pub hosts: Vec<String>,
+    pub states: Vec<State>,
+    pub symbols: Vec<&'static str>,
+    pub tabs: Vec<Tab>,
+    pub goodput_drop: f64,
+    pub latency_rise: f64,
+}
+
+/// Every series' newest figure and state, a tab per test, hosts in the order seen.
+pub fn grid_view(board: &Board, thresholds: &Thresholds) -> GridView {
+    let index: HashMap<&str, u32> = board
+        .hosts
         .iter()
-        .map(|name| {
+        .enumerate()
+        .map(|(i, h)| (h.as_str(), i as u32))
+        .collect();
+    let mut protocols: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for key in board.series.keys() {
+        protocols
+            .entry(&key.test)
+            .or_default()
+            .insert(&key.protocol);
+    }
+    let mut tabs: Vec<Tab> = Vec::new();
+    let mut tab_of: HashMap<(&str, &str), usize> = HashMap::new();
+    for name in &board.tests {
+        let Some(mine) = protocols.get(name.as_str()) else {
+            continue;
+        };
+        for protocol in mine {
+            let several = mine.len() > 1;
+            tab_of.insert((name.as_str(), protocol), tabs.len());
             let measure = board.measures.get(name).copied().or_else(|| {
                 board
                     .series
                     .iter()
-                    .find(|(k, _)| &k.test == name)
+                    .find(|(k, _)| &k.test == name && k.protocol == *protocol)
                     .and_then(|(_, s)| s.measure)
             });
-            json!({ "name": name, "measure": measure_name(measure) })
-        })
-        .collect();
-    let cells: Vec<Value> = board
-        .series
-        .iter()
-        .map(|(key, series)| {
-            let a = assess(series, thresholds);
-            let l = &series.latest;
-            json!({
-                "mesh": key.mesh,
-                "test": key.test,
-                "src": key.src,
-                "dst": key.dst,
-                "direction": key.direction,
-                "protocol": key.protocol,
-                "value": l.value,
-                "text": l.text,
-                "ok": l.ok,
-                "reason": l.reason,
-                "at": l.ended_at,
-                "cycle": l.cycle,
-                "run_id": l.run_id,
-                "state": a.state,
-                "symbol": a.state.symbol(),
-                "ratio": a.ratio,
-                "baseline": a.baseline,
-            })
-        })
-        .collect();
-    json!({
-        "hosts": board.hosts,
-        "tests": tests,
-        "cells": cells,
-        "thresholds": {
-            "goodput_drop": thresholds.goodput_drop,
-            "latency_rise": thresholds.latency_rise,
-        },
-    })
+            tabs.push(Tab {
+                name: if several {
+                    format!("{name} {protocol}")
+                } else {
+                    name.clone()
+                },
+                test: name.clone(),
+                protocol: several.then(|| protocol.to_string()),
+                measure: measure_name(measure),
+                cells: Vec::new(),
+            });
+        }
+    }
+    for (key, series) in &board.series {
+        let (Some(&tab), Some(&src), Some(&dst)) = (
+            tab_of.get(&(key.test.as_str(), key.protocol.as_str())),
+            index.get(key.src.as_str()),
+            index.get(key.dst.as_str()),
+        ) else {
+            continue;
+        };
+        let state = assess(series, thresholds).state;
+        let l = &series.latest;
+        let outcome = match (l.ok, l.skipped) {
+            (true, _) => 0,
+            (false, false) => 1,
+            (false, true) => 2,
+        };
+        let state_index = STATES.iter().position(|s| *s == state).unwrap_or(0) as u8;
+        tabs[tab]
+            .cells
+            .push((src, dst, l.value.filter(|_| l.ok), state_index, outcome));
+    }
+    GridView {
+        hosts: board.hosts.clone(),
+        states: STATES.to_vec(),
+        symbols: STATES.iter().map(|s| s.symbol()).collect(),
+        tabs,
+        goodput_drop: thresholds.goodput_drop,
+        latency_rise: thresholds.latency_rise,
+    }
+}
+
+/// [`grid_view`] as JSON.
+pub fn grid_json(board: &Board, thresholds: &Thresholds) -> String {
+    serde_json::to_string(&grid_view(board, thresholds)).expect("the grid serializes")
 }
 
 /// `%XX` and `+` decoded; `None` for a malformed escape or bytes that are not UTF-8.
@@ -151,5 +206,10 @@ pub fn history_json(board: &Board, query: &str, thresholds: &Thresholds) -> Resu
         "baseline": a.baseline,
         "state": a.state,
         "symbol": a.state.symbol(),
+        "ratio": a.ratio,
+        "text": series.latest.text,
+        "reason": series.latest.reason,
+        "run_id": series.latest.run_id,
+        "at": series.latest.ended_at,
     }))
 }

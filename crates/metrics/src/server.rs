@@ -182,7 +182,7 @@ fn route(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> 
             reply(
                 StatusCode::OK,
                 "application/json",
-                grid::grid_json(&board, &shared.thresholds).to_string(),
+                grid::grid_json(&board, &shared.thresholds),
             )
         }
         "/api/history" => {

@@ -196,9 +196,14 @@ fn the_grid_and_history_answer_from_the_board() {
     let mut board = Board::default();
     board.record(&row("a", "b", "tput", true, 8e9, 10.0), Some(&stream(8e9)));
     let t = Thresholds::default();
-    let g = grid::grid_json(&board, &t);
-    assert_eq!(g["cells"][0]["value"], 8e9);
-    assert_eq!(g["cells"][0]["symbol"], "·");
+    let g: serde_json::Value = serde_json::from_str(&grid::grid_json(&board, &t)).unwrap();
+    assert_eq!(g["tabs"][0]["name"], "tput");
+    // [src, dst, value, state, outcome]: learning (no baseline yet), ok.
+    assert_eq!(
+        g["tabs"][0]["cells"][0],
+        serde_json::json!([0, 1, 8e9, 0, 0])
+    );
+    assert_eq!(g["symbols"][0], "·");
     let h = grid::history_json(&board, "test=tput&src=a&dst=b", &t).unwrap();
     assert_eq!(h["points"][0]["value"], 8e9);
     assert!(grid::history_json(&board, "test=tput&src=a", &t).is_err());
@@ -208,7 +213,10 @@ fn the_grid_and_history_answer_from_the_board() {
         ("a b".into(), "h 1".into(), "fd00--1".into())
     );
     assert!(grid::pair_of("test=%zz&src=a&dst=b").is_err());
-    let page = grid::page("<x>", &serde_json::json!({"hosts": ["</script><b>"]}));
+    let page = grid::page(
+        "<x>",
+        &serde_json::json!({"hosts": ["</script><b>"]}).to_string(),
+    );
     assert!(page.contains("&lt;x&gt;"));
     assert!(
         !page.contains("</script><b>") && page.contains("<\\/script><b>"),
