@@ -57,7 +57,14 @@ pub fn start(
     title: &str,
     thresholds: Thresholds,
 ) -> Result<MetricsServer> {
+    // Every address ([::]) on a host without IPv6: every IPv4 address instead.
     let listener = std::net::TcpListener::bind(addr)
+        .or_else(|e| match addr.ip() {
+            std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+                std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, addr.port()))
+            }
+            _ => Err(e),
+        })
         .with_context(|| format!("cannot listen for metrics on {addr}"))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
