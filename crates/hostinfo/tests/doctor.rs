@@ -263,6 +263,7 @@ fn loss_on_the_path_ranks_above_the_windows_it_makes_irrelevant() {
         loss: Some(linerate_model::observe::LossProbe {
             answered: 1_536,
             lost: 64,
+            late: 0,
             rtt_median_ms: 50.4,
         }),
         ..Default::default()
@@ -298,6 +299,7 @@ fn loss_on_the_path_ranks_above_the_windows_it_makes_irrelevant() {
             loss: Some(linerate_model::observe::LossProbe {
                 answered: 1_600,
                 lost: 0,
+                late: 0,
                 rtt_median_ms: 50.4,
             }),
             ..lossy

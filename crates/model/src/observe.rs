@@ -221,9 +221,12 @@ pub struct PathFacts {
 /// counted by the client; a transaction is lost when either datagram is.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LossProbe {
-    /// Transactions answered, and given up after the loss timeout.
+    /// Transactions answered, and given up after the loss timeout and never answered.
     pub answered: u64,
     pub lost: u64,
+    /// Answered after the loss timeout: not lost, only late (a busy host's stall).
+    #[serde(default)]
+    pub late: u64,
     /// The median round trip of the answered ones, milliseconds.
     pub rtt_median_ms: f64,
 }
@@ -231,7 +234,7 @@ pub struct LossProbe {
 impl LossProbe {
     /// The share of transactions lost.
     pub fn transaction_loss(&self) -> f64 {
-        let sent = self.answered + self.lost;
+        let sent = self.answered + self.late + self.lost;
         if sent == 0 {
             0.0
         } else {
