@@ -180,6 +180,47 @@ fn mesh_text(name: &str, key: &str, hosts: &[(String, String)], extra: &str) -> 
     text + extra
 }
 
+/// Agents on the star's first three hosts (host 0's with `first_extra` besides) and a mesh
+/// file over them: a 1 s stream every `every[0]` and a 1 s rr at 50/s every `every[1]`.
+fn three_host_mesh(
+    star: &Star,
+    dir: &std::path::Path,
+    key: &str,
+    name: &str,
+    every: [&str; 2],
+    first_extra: &[&str],
+) -> (Vec<ServeProcess>, std::path::PathBuf) {
+    let agents = (0..3)
+        .map(|i| {
+            let mut args = vec!["--no-store", "--key", key];
+            if i == 0 {
+                args.extend_from_slice(first_extra);
+            }
+            ServeProcess::start_at(Some(&star.hosts[i]), &star.addrs[i], PORT, &args)
+        })
+        .collect();
+    let hosts: Vec<(String, String)> = (0..3)
+        .map(|i| (format!("h{i}"), star.addrs[i].clone()))
+        .collect();
+    let [tput, lat] = every;
+    let file = dir.join("mesh.toml");
+    std::fs::write(
+        &file,
+        mesh_text(
+            name,
+            key,
+            &hosts,
+            &format!(
+                "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"{tput}\"\n\
+                 [[test]]\nname = \"lat\"\nrun = \"rr\"\nrate = \"50/s\"\nduration = \"1s\"\ninterval = \"{lat}\"\n\
+                 [[group]]\nname = \"all\"\ntests = [\"tput\", \"lat\"]\n"
+            ),
+        ),
+    )
+    .unwrap();
+    (agents, file)
+}
+
 /// Reads the coordinator's JSON lines on a thread of its own, for the test to look at
 /// while it runs.
 fn collect_rows(child: &mut Child) -> Arc<Mutex<Vec<serde_json::Value>>> {
@@ -226,34 +267,17 @@ fn prometheus_scrapes_a_mesh_and_receives_it_by_remote_write_as_stored() {
     let key = key_file(&dir);
     // Host 0's agent also serves its own tests' metrics, which Prometheus scrapes too.
     let served = format!("{}:9474", star.addrs[0]);
-    let _agents: Vec<ServeProcess> = (0..3)
-        .map(|i| {
-            let mut args = vec!["--no-store", "--key", &key];
-            if i == 0 {
-                args.extend(["--metrics", &served]);
-            }
-            ServeProcess::start_at(Some(&star.hosts[i]), &star.addrs[i], PORT, &args)
-        })
-        .collect();
+    let (_agents, file) = three_host_mesh(
+        &star,
+        &dir,
+        &key,
+        "prom",
+        ["2s", "2s"],
+        &["--metrics", &served],
+    );
     let ns = star.hosts[3].clone();
     let me = star.addrs[3].clone();
     let (metrics, prom) = (format!("{me}:9470"), format!("{me}:9090"));
-    let hosts: Vec<(String, String)> = (0..3)
-        .map(|i| (format!("h{i}"), star.addrs[i].clone()))
-        .collect();
-    let file = dir.join("mesh.toml");
-    std::fs::write(
-        &file,
-        mesh_text(
-            "prom",
-            &key,
-            &hosts,
-            "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"2s\"\n\
-             [[test]]\nname = \"lat\"\nrun = \"rr\"\nrate = \"50/s\"\nduration = \"1s\"\ninterval = \"2s\"\n\
-             [[group]]\nname = \"all\"\ntests = [\"tput\", \"lat\"]\n",
-        ),
-    )
-    .unwrap();
     // Prometheus scrapes the coordinator every second and takes remote writes.
     let config = dir.join("prometheus.yml");
     std::fs::write(
@@ -933,37 +957,12 @@ fn chromium_shows_the_live_grid_with_the_stored_figures_and_a_pairs_history() {
     let star = Star::new("grid", 4);
     let dir = scratch("grid");
     let key = key_file(&dir);
-    let _agents: Vec<ServeProcess> = (0..3)
-        .map(|i| {
-            ServeProcess::start_at(
-                Some(&star.hosts[i]),
-                &star.addrs[i],
-                PORT,
-                &["--no-store", "--key", &key],
-            )
-        })
-        .collect();
-    let ns = star.hosts[3].clone();
-    let listen = format!("{}:9473", star.addrs[3]);
-    let hosts: Vec<(String, String)> = (0..3)
-        .map(|i| (format!("h{i}"), star.addrs[i].clone()))
-        .collect();
-    let file = dir.join("mesh.toml");
-    std::fs::write(
-        &file,
-        mesh_text(
-            "grid",
-            &key,
-            &hosts,
-            "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"1h\"\n\
-             [[test]]\nname = \"lat\"\nrun = \"rr\"\nrate = \"50/s\"\nduration = \"1s\"\ninterval = \"3s\"\n\
-             [[group]]\nname = \"all\"\ntests = [\"tput\", \"lat\"]\n",
-        ),
-    )
-    .unwrap();
-    let db = dir.join("results.db").display().to_string();
     // One cycle of throughput, then none for an hour: its figures hold still while
     // Chromium looks (rr goes on).
+    let (_agents, file) = three_host_mesh(&star, &dir, &key, "grid", ["1h", "3s"], &[]);
+    let ns = star.hosts[3].clone();
+    let listen = format!("{}:9473", star.addrs[3]);
+    let db = dir.join("results.db").display().to_string();
     let mut coordinator = Command::new("ip")
         .args(["netns", "exec", &ns, binary()])
         .args(["--db", &db, "mesh", "run", file.to_str().unwrap(), "--json"])
