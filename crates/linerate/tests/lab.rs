@@ -599,8 +599,9 @@ fn a_window_capped_stream_moves_one_window_per_round_trip() {
         return;
     }
     let _turn = turn();
+    let name = lab_name("window");
     let doc = lab_run_json(
-        &lab_name("window"),
+        &name,
         &["--rtt", "100ms", "--rate", "1G"],
         &[
             "stream",
@@ -634,8 +635,23 @@ fn a_window_capped_stream_moves_one_window_per_round_trip() {
         law / 1e6
     );
     // Never above the law; below it by more than 5 % only where the result says other
-    // work held the CPUs.
-    let low = if host_was_busy(&doc) { 0.5 } else { 0.05 };
+    // work held the CPUs, or the emulator says it released frames late (more than 100 us
+    // past their time: a stall of the path itself, which a window-capped flow cannot
+    // make up).
+    // Quiet runs here had 94 and 349 late frames of about 120,000 (under 0.3 %).
+    let status = emulator_status(&name);
+    let counter = |name: &str| {
+        num(&status, &format!("/directions/0/counters/{name}"))
+            + num(&status, &format!("/directions/1/counters/{name}"))
+    };
+    let (late, passed) = (counter("late_frames"), counter("passed"));
+    let stalled = late > 0.005 * passed;
+    let low = if host_was_busy(&doc) || stalled {
+        0.5
+    } else {
+        0.05
+    };
+    eprintln!("the emulator released {late} of {passed} frames late");
     assert!(
         goodput < law * 1.05 && goodput > law * (1.0 - low),
         "goodput {:.1} Mbit/s; window {window} bytes / rtt {:.1} ms = {:.1} Mbit/s",
