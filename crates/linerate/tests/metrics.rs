@@ -221,6 +221,30 @@ fn three_host_mesh(
     (agents, file)
 }
 
+/// `promtool check metrics` (Prometheus' own lint) passes on `text`.
+fn promtool_accepts(text: &str) {
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool: {}{}\n{text}",
+        String::from_utf8_lossy(&checked.stdout),
+        stderr(&checked)
+    );
+}
+
 /// Reads the coordinator's JSON lines on a thread of its own, for the test to look at
 /// while it runs.
 fn collect_rows(child: &mut Child) -> Arc<Mutex<Vec<serde_json::Value>>> {
@@ -325,26 +349,7 @@ fn prometheus_scrapes_a_mesh_and_receives_it_by_remote_write_as_stored() {
     let (status, head, text) = http(&ns, "GET", &metrics, "/metrics", "");
     assert_eq!(status, 200, "{head}");
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let checked = check.wait_with_output().unwrap();
-    assert!(
-        checked.status.success(),
-        "promtool: {}{}\n{text}",
-        String::from_utf8_lossy(&checked.stdout),
-        stderr(&checked)
-    );
+    promtool_accepts(&text);
     assert!(text.contains("linerate_rtt_seconds_bucket{"), "{text}");
     // Prometheus negotiated OpenMetrics and scraped it (its target is up).
     let up = promql(&ns, &prom, "up{job=\"mesh\"}");
@@ -891,21 +896,7 @@ fn serve_metrics_say_what_the_server_received_and_retransmitted() {
         sent <= retrans as f64,
         "the server counts {sent} retransmits; its kernel {retrans}"
     );
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let checked = check.wait_with_output().unwrap();
-    assert!(checked.status.success(), "{}{text}", stderr(&checked));
+    promtool_accepts(&text);
 }
 
 /// Headless Chromium in namespace `ns`: `--dump-dom` or `--screenshot=PATH` of `url`,

@@ -197,7 +197,7 @@ impl Notifier {
             target: target.clone(),
             content_type: "application/json",
             headers: Vec::new(),
-            body: Value::Array(body).to_string().into_bytes(),
+            body: Value::Array(body).to_string().into(),
         });
     }
 
@@ -217,7 +217,7 @@ impl Notifier {
                 target: target.clone(),
                 content_type: "application/json",
                 headers: Vec::new(),
-                body: body.to_string().into_bytes(),
+                body: body.to_string().into(),
             });
         }
     }

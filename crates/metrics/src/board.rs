@@ -139,18 +139,14 @@ impl Series {
         if values.len() < at_least.max(1) {
             return None;
         }
-        let median = median(&mut values);
-        let mut deviations: Vec<f64> = values.iter().map(|v| (v - median).abs()).collect();
+        let middle = median(&mut values);
+        let mut deviations: Vec<f64> = values.iter().map(|v| (v - middle).abs()).collect();
         Some(Baseline {
-            median,
-            mad: median_of(&mut deviations),
+            median: middle,
+            mad: median(&mut deviations),
             samples: values.len(),
         })
     }
-}
-
-fn median_of(values: &mut [f64]) -> f64 {
-    median(values)
 }
 
 fn median(values: &mut [f64]) -> f64 {

@@ -88,7 +88,8 @@ pub struct Request {
     pub target: Target,
     pub content_type: &'static str,
     pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
+    /// Shared, so that a retry does not copy it.
+    pub body: Bytes,
 }
 
 /// What was sent and what was not.
@@ -231,7 +232,7 @@ async fn post(request: &Request) -> Result<hyper::StatusCode> {
     for (name, value) in &request.headers {
         builder = builder.header(*name, value);
     }
-    let http = builder.body(Full::new(Bytes::from(request.body.clone())))?;
+    let http = builder.body(Full::new(request.body.clone()))?;
     let response = tokio::time::timeout(TIMEOUT, sender.send_request(http))
         .await
         .context("the receiver did not answer in time")??;

@@ -244,7 +244,7 @@ impl RemoteWriter {
                 ("content-encoding", "snappy".into()),
                 ("x-prometheus-remote-write-version", "0.1.0".into()),
             ],
-            body: encode(series),
+            body: encode(series).into(),
         });
     }
 }
