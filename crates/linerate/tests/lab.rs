@@ -1104,11 +1104,18 @@ fn doctor_measures_the_paths_loss_against_the_emulators_count_and_ranks_it_first
     );
     assert!(lost + answered >= 1000.0, "{diagnosis}");
     // The emulator's drops during doctor's run also hit its handshakes, the MTU probe and
-    // the test's control connection (a few dozen packets, about 2 % of them lost), and a
-    // transaction in flight at the window's end is neither answered nor counted lost.
+    // the test's control connection (a few dozen packets, about 2 % of them lost: 8 at
+    // most). And a transaction lost in the window's last 200 ms (the loss timeout) is
+    // still in flight at its end, neither answered nor counted lost: at the probe's 800
+    // transactions a second, a round trip plus the timeout's worth of them, at the loss
+    // ratio the probe measured; twice that, for a busy host's bunching.
+    let ratio = lost / (lost + answered);
+    let unresolved = 800.0 * (0.2 + num(&diagnosis, "/path/loss/rtt_median_ms") / 1e3) * ratio;
+    let allowance = 8.0 + (2.0 * unresolved).ceil();
     assert!(
-        lost <= emulator_dropped && lost >= emulator_dropped - 8.0 - 0.1 * emulator_dropped,
-        "doctor counted {lost} lost transactions, the emulator dropped {emulator_dropped}"
+        lost <= emulator_dropped && lost >= emulator_dropped - allowance,
+        "doctor counted {lost} lost transactions, the emulator dropped {emulator_dropped} \
+         (allowance {allowance}: {unresolved:.1} expected unresolved at the window's end)"
     );
     let first = &diagnosis["findings"][0];
     assert_eq!(first["topic"], "path loss", "{diagnosis}");
