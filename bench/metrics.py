@@ -59,6 +59,15 @@ def main():
             bases.append(base)
             walls.append(wall)
             renders.append(render)
+        # The scrape as Prometheus makes it, over HTTP: OpenMetrics, gzip (the first
+        # scrape encodes every series; those after it only the changed).
+        scrape = ["curl", "-s", "-o", "/dev/null", "-H", "Accept: application/openmetrics-text;version=1.0.0",
+                  "-H", "Accept-Encoding: gzip", "-w", "%{time_total} %{size_download}",
+                  "http://127.0.0.1:9481/metrics"]
+        timed = [subprocess.run(scrape, capture_output=True, text=True).stdout.split() for _ in range(6)]
+        first, rest = timed[0], [float(t) for t, _ in timed[1:]]
+        print(f"scrape over HTTP with gzip (curl): first {float(first[0]) * 1e3:.0f} ms, then a median of "
+              f"{statistics.median(rest) * 1e3:.0f} ms (max {max(rest) * 1e3:.0f}), {int(timed[-1][1]) / 1048576:.2f} MiB")
         print(f"grid of {args.hosts} x {args.hosts} in headless Chromium ({cells} cells): "
               f"page served, parsed, drawn and laid out in {statistics.median(walls) - statistics.median(bases):.2f} s "
               f"beyond a 2-host grid's {statistics.median(bases):.2f} s; its render script {statistics.median(renders):.0f} ms "

@@ -1061,9 +1061,10 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
         duration_s: 1.0,
     };
     board.record_figures(&row("t", "udp"), Some(&figures));
-    let registry = linerate_metrics::openmetrics::registry(Arc::new(Mutex::new(board)));
-    let text =
-        linerate_metrics::openmetrics::classic(&linerate_metrics::openmetrics::encode(&registry));
+    let text = linerate_metrics::openmetrics::encode(
+        Arc::new(Mutex::new(board)),
+        linerate_metrics::openmetrics::Format::Classic,
+    );
     let mut exprs = Vec::new();
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {

@@ -118,6 +118,9 @@ pub struct Baseline {
 
 #[derive(Debug, Clone, Default)]
 pub struct Series {
+    /// Changes with every result (the board's count of results then): an encoder that
+    /// cached the series' text knows when it is stale.
+    pub revision: u64,
     pub measure: Option<Measure>,
     pub latest: Latest,
     pub totals: Totals,
@@ -170,6 +173,8 @@ pub struct Board {
     pub tests: Vec<String>,
     /// What each test's headline is, as declared.
     pub measures: BTreeMap<String, Measure>,
+    /// Results recorded so far (each series' revision is this count at its newest).
+    pub results: u64,
 }
 
 /// A run's transaction times: its percentiles, its histogram (upper bound in seconds,
@@ -250,6 +255,8 @@ impl Board {
     /// Adds a result: its row and what it measured. Past [`MAX_SERIES`], the series whose
     /// newest result is oldest makes room.
     pub fn record_figures(&mut self, row: &MeshRow, figures: Option<&Figures>) {
+        self.results += 1;
+        let revision = self.results;
         for host in [&row.src, &row.dst] {
             if !self.hosts.contains(host) {
                 self.hosts.push(host.clone());
@@ -328,6 +335,7 @@ impl Board {
             series.history.pop_front();
         }
         series.latest = latest;
+        series.revision = revision;
     }
 
     /// Names a host before its results arrive, so that the grid keeps the mesh's order.

@@ -1,5 +1,6 @@
 //! The board as OpenMetrics text, through the prometheus-client crate's encoder (a
-//! collector that reads the board at each scrape: nothing is measured by a scrape).
+//! collector over one series at a time, kept between scrapes by [`Exposition`]: nothing
+//! is measured by a scrape).
 //!
 //! Series, each labelled {mesh, src, dst, test, direction, protocol}:
 //! - `linerate_goodput_bytes_per_second` (gauge): a stream's newest goodput, counted at
@@ -18,7 +19,7 @@
 //!
 //! and `linerate_build_info{version}` (1).
 
-use crate::board::{Board, Key, Series, RTT_BUCKETS};
+use crate::board::{Board, Key, Latest, Series, Totals, RTT_BUCKETS};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabel, EncodeLabelSet, EncodeLabelValue, LabelSetEncoder,
@@ -28,6 +29,7 @@ use prometheus_client::metrics::exemplar::Exemplar;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
@@ -81,26 +83,36 @@ impl EncodeLabelSet for Labels<'_> {
 
 type NoExemplar = Exemplar<Vec<(String, String)>, f64>;
 
-/// Reads the board at every scrape.
-#[derive(Debug)]
-struct BoardCollector {
-    board: Arc<Mutex<Board>>,
-}
+/// What the families read of one series.
+type Row<'a> = (&'a Key, &'a Latest, &'a Totals);
 
-/// One gauge family over the series that have a value for it.
+/// The families, in the order a scrape writes them (after `linerate_build_info`).
+const FAMILIES: [&str; 9] = [
+    "linerate_goodput_bytes_per_second",
+    "linerate_loss_ratio",
+    "linerate_last_rtt_seconds",
+    "linerate_rtt_seconds",
+    "linerate_cpu_seconds_per_gigabit",
+    "linerate_last_result_ok",
+    "linerate_last_result_timestamp_seconds",
+    "linerate_tests",
+    "linerate_retransmits",
+];
+
+/// One gauge family over the rows that have a value for it.
 fn gauges(
     encoder: &mut DescriptorEncoder,
-    board: &Board,
+    rows: &[Row],
     name: &str,
     help: &str,
-    value: impl Fn(&Series) -> Option<f64>,
+    value: impl Fn(&Latest) -> Option<f64>,
 ) -> Result<(), std::fmt::Error> {
-    if !board.series.values().any(|s| value(s).is_some()) {
+    if !rows.iter().any(|(_, latest, _)| value(latest).is_some()) {
         return Ok(());
     }
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (key, series) in &board.series {
-        if let Some(v) = value(series) {
+    for &(key, latest, _) in rows {
+        if let Some(v) = value(latest) {
             let labels = Labels { key, extra: None };
             metric.encode_family(&labels)?.encode_gauge(&v)?;
         }
@@ -108,66 +120,58 @@ fn gauges(
     Ok(())
 }
 
-impl Collector for BoardCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let board = self.board.lock().unwrap_or_else(|e| e.into_inner());
-        gauges(
-            &mut encoder,
-            &board,
-            "linerate_goodput_bytes_per_second",
-            "A stream's newest goodput, counted at the destination",
-            |s| {
-                s.latest
-                    .goodput_bps
-                    .filter(|_| s.latest.ok)
-                    .map(|bps| bps / 8.0)
-            },
-        )?;
-        gauges(
-            &mut encoder,
-            &board,
-            "linerate_loss_ratio",
-            "A UDP stream's newest share of bytes sent and not received",
-            |s| s.latest.loss_ratio.filter(|_| s.latest.ok),
-        )?;
-        rtt(&mut encoder, &board)?;
-        gauges(
-            &mut encoder,
-            &board,
-            "linerate_cpu_seconds_per_gigabit",
-            "CPU seconds the measuring host spent per gigabit its newest test moved",
-            |s| s.latest.cpu_s_per_gbit.filter(|_| s.latest.ok),
-        )?;
-        gauges(
-            &mut encoder,
-            &board,
-            "linerate_last_result_ok",
-            "1 when the newest test of the series succeeded, 0 when it failed or was skipped",
-            |s| Some(if s.latest.ok { 1.0 } else { 0.0 }),
-        )?;
-        gauges(
-            &mut encoder,
-            &board,
-            "linerate_last_result_timestamp_seconds",
-            "When the newest test of the series ended, Unix time",
-            |s| Some(s.latest.ended_at),
-        )?;
-        counters(&mut encoder, &board)?;
-        Ok(())
-    }
+/// Every family of `rows`, in [`FAMILIES`]' order.
+fn families(encoder: &mut DescriptorEncoder, rows: &[Row]) -> Result<(), std::fmt::Error> {
+    gauges(
+        encoder,
+        rows,
+        FAMILIES[0],
+        "A stream's newest goodput, counted at the destination",
+        |l| l.goodput_bps.filter(|_| l.ok).map(|bps| bps / 8.0),
+    )?;
+    gauges(
+        encoder,
+        rows,
+        FAMILIES[1],
+        "A UDP stream's newest share of bytes sent and not received",
+        |l| l.loss_ratio.filter(|_| l.ok),
+    )?;
+    rtt(encoder, rows)?;
+    gauges(
+        encoder,
+        rows,
+        FAMILIES[4],
+        "CPU seconds the measuring host spent per gigabit its newest test moved",
+        |l| l.cpu_s_per_gbit.filter(|_| l.ok),
+    )?;
+    gauges(
+        encoder,
+        rows,
+        FAMILIES[5],
+        "1 when the newest test of the series succeeded, 0 when it failed or was skipped",
+        |l| Some(if l.ok { 1.0 } else { 0.0 }),
+    )?;
+    gauges(
+        encoder,
+        rows,
+        FAMILIES[6],
+        "When the newest test of the series ended, Unix time",
+        |l| Some(l.ended_at),
+    )?;
+    counters(encoder, rows)
 }
 
 /// The transaction times: the newest run's percentiles and the histogram of them all.
-fn rtt(encoder: &mut DescriptorEncoder, board: &Board) -> Result<(), std::fmt::Error> {
-    if board.series.values().any(|s| s.latest.rtt.is_some()) {
+fn rtt(encoder: &mut DescriptorEncoder, rows: &[Row]) -> Result<(), std::fmt::Error> {
+    if rows.iter().any(|(_, latest, _)| latest.rtt.is_some()) {
         let mut metric = encoder.encode_descriptor(
-            "linerate_last_rtt_seconds",
+            FAMILIES[2],
             "The newest rr or crr run's transaction time at a percentile (stat)",
             None,
             MetricType::Gauge,
         )?;
-        for (key, series) in &board.series {
-            let Some(q) = series.latest.rtt.filter(|_| series.latest.ok) else {
+        for &(key, latest, _) in rows {
+            let Some(q) = latest.rtt.filter(|_| latest.ok) else {
                 continue;
             };
             for (quantile, v) in [("p50", q.p50), ("p90", q.p90), ("p99", q.p99)] {
@@ -179,16 +183,15 @@ fn rtt(encoder: &mut DescriptorEncoder, board: &Board) -> Result<(), std::fmt::E
             }
         }
     }
-    if board.series.values().any(|s| s.totals.rtt_count > 0) {
+    if rows.iter().any(|(_, _, totals)| totals.rtt_count > 0) {
         let mut metric = encoder.encode_descriptor(
-            "linerate_rtt_seconds",
+            FAMILIES[3],
             "Every rr or crr transaction's time since this process started",
             None,
             MetricType::Histogram,
         )?;
         let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(RTT_BUCKETS.len() + 1);
-        for (key, series) in &board.series {
-            let t = &series.totals;
+        for &(key, _, t) in rows {
             if t.rtt_count == 0 {
                 continue;
             }
@@ -210,16 +213,15 @@ fn rtt(encoder: &mut DescriptorEncoder, board: &Board) -> Result<(), std::fmt::E
 }
 
 /// The counters: tests by result, and retransmits where the measuring end counted them.
-fn counters(encoder: &mut DescriptorEncoder, board: &Board) -> Result<(), std::fmt::Error> {
-    if !board.series.is_empty() {
+fn counters(encoder: &mut DescriptorEncoder, rows: &[Row]) -> Result<(), std::fmt::Error> {
+    if !rows.is_empty() {
         let mut metric = encoder.encode_descriptor(
-            "linerate_tests",
+            FAMILIES[7],
             "Tests of the series since this process started, by result",
             None,
             MetricType::Counter,
         )?;
-        for (key, series) in &board.series {
-            let t = &series.totals;
+        for &(key, _, t) in rows {
             // A result seen at least once (a counter's absence is its zero).
             for (result, n) in [("ok", t.ok), ("failed", t.failed), ("skipped", t.skipped)]
                 .into_iter()
@@ -235,26 +237,24 @@ fn counters(encoder: &mut DescriptorEncoder, board: &Board) -> Result<(), std::f
             }
         }
     }
-    if board
-        .series
-        .values()
-        .any(|s| s.latest.retransmits.is_some())
-    {
+    let counted =
+        |latest: &Latest, totals: &Totals| latest.retransmits.is_some() || totals.retransmits > 0;
+    if rows.iter().any(|&(_, l, t)| counted(l, t)) {
         let mut metric = encoder.encode_descriptor(
-            "linerate_retransmits",
+            FAMILIES[8],
             "TCP segments the sender retransmitted in the series' tests since this process started (TCP_INFO)",
             None,
             MetricType::Counter,
         )?;
-        for (key, series) in &board.series {
-            if series.latest.retransmits.is_none() && series.totals.retransmits == 0 {
+        for &(key, latest, totals) in rows {
+            if !counted(latest, totals) {
                 continue;
             }
             let labels = Labels { key, extra: None };
             metric
                 .encode_family(&labels)?
                 .encode_counter::<Vec<(String, String)>, u64, f64>(
-                    &series.totals.retransmits,
+                    &totals.retransmits,
                     None::<&NoExemplar>,
                 )?;
         }
@@ -262,12 +262,25 @@ fn counters(encoder: &mut DescriptorEncoder, board: &Board) -> Result<(), std::f
     Ok(())
 }
 
-/// The registry a scrape encodes: the board's series and the build's info.
-pub fn registry(board: Arc<Mutex<Board>>) -> Registry {
+/// One series, owned: what a registry encodes when the series' text is stale.
+#[derive(Debug)]
+struct SeriesCollector {
+    key: Key,
+    latest: Latest,
+    totals: Totals,
+}
+
+impl Collector for SeriesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        families(&mut encoder, &[(&self.key, &self.latest, &self.totals)])
+    }
+}
+
+/// The build's info: a gauge of 1 with the version as its label, as Prometheus' own
+/// `*_build_info` are (the OpenMetrics info type is not read by the Prometheus text
+/// format's parsers). OpenMetrics text without `# EOF`.
+fn build_info() -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(BoardCollector { board }));
-    // A gauge of 1 with the version as its label, as Prometheus' own *_build_info are
-    // (the OpenMetrics info type is not read by the Prometheus text format's parsers).
     let build =
         prometheus_client::metrics::family::Family::<Vec<(String, String)>, Gauge>::default();
     build
@@ -281,21 +294,189 @@ pub fn registry(board: Arc<Mutex<Board>>) -> Registry {
         "The linerate build that measured",
         build,
     );
-    registry
-}
-
-/// The scrape's body: OpenMetrics text, `# EOF` last.
-pub fn encode(registry: &Registry) -> String {
-    encode_sized(registry, 0)
-}
-
-/// [`encode`] into a buffer of `hint` bytes to begin with (the last scrape's size: a
-/// large mesh's text is tens of megabytes, and growing it costs copies).
-pub fn encode_sized(registry: &Registry, hint: usize) -> String {
-    let mut out = String::with_capacity(hint + hint / 8);
-    prometheus_client::encoding::text::encode(&mut out, registry)
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)
         .expect("writing to a String does not fail");
-    out
+    text.replace("# EOF\n", "")
+}
+
+/// The exposition formats a scraper may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text (Prometheus asks for it).
+    OpenMetrics,
+    /// Prometheus' classic text format 0.0.4 (promtool, older servers, curl).
+    Classic,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => CONTENT_TYPE,
+            Format::Classic => CLASSIC_CONTENT_TYPE,
+        }
+    }
+}
+
+/// One series' sample lines, as of its revision: one text, family after family
+/// ([`FAMILIES`]' order), and where each family's lines end in it.
+#[derive(Debug)]
+struct Fragments {
+    text: String,
+    ends: [usize; FAMILIES.len()],
+}
+
+impl Fragments {
+    fn family(&self, index: usize) -> &str {
+        let start = if index == 0 { 0 } else { self.ends[index - 1] };
+        &self.text[start..self.ends[index]]
+    }
+}
+
+/// The board's exposition, kept as text per series and family: a scrape re-encodes only
+/// the series whose results changed since the one before (through prometheus-client,
+/// one series at a time) and joins the rest as they were. A 100-host mesh has 39,600
+/// series and a result every few seconds; encoding them all at every scrape took 200 ms.
+#[derive(Debug)]
+pub struct Exposition {
+    board: Arc<Mutex<Board>>,
+    cache: BTreeMap<Key, Fragments>,
+    /// The board's count of results when the cache was last brought up to date: a series
+    /// whose revision is above it has news.
+    seen: u64,
+    /// Each family's `# HELP` and `# TYPE` lines, OpenMetrics and classic, once seen.
+    headers: [Option<(String, String)>; FAMILIES.len()],
+    build_info: String,
+    last_size: usize,
+}
+
+impl Exposition {
+    pub fn new(board: Arc<Mutex<Board>>) -> Exposition {
+        Exposition {
+            board,
+            cache: BTreeMap::new(),
+            seen: 0,
+            headers: Default::default(),
+            build_info: build_info(),
+            last_size: 0,
+        }
+    }
+
+    /// The scrape's body in `format` (OpenMetrics ends with `# EOF`).
+    pub fn render(&mut self, format: Format) -> String {
+        // Sized by the scrape before: a large mesh's text is tens of megabytes, and
+        // growing it costs copies.
+        let mut out = Vec::with_capacity(self.last_size + self.last_size / 16 + 1024);
+        self.write(format, &mut out)
+            .expect("writing to a Vec does not fail");
+        String::from_utf8(out).expect("the encoder writes UTF-8")
+    }
+
+    /// The scrape's body in `format` to `sink`, a series' text at a time (a gzip
+    /// encoder takes it without the whole text ever being held).
+    pub fn write(&mut self, format: Format, sink: &mut impl std::io::Write) -> std::io::Result<()> {
+        {
+            let shared = self.board.clone();
+            let board = shared.lock().unwrap_or_else(|e| e.into_inner());
+            self.refresh(&board);
+        }
+        let mut size = 0;
+        let mut put = |text: &str| {
+            size += text.len();
+            sink.write_all(text.as_bytes())
+        };
+        match format {
+            Format::OpenMetrics => put(&self.build_info)?,
+            Format::Classic => put(&classic(&self.build_info))?,
+        }
+        for (index, header) in self.headers.iter().enumerate() {
+            let Some((openmetrics, classic)) = header else {
+                continue;
+            };
+            // A family no series has now (its last series gave way) is left out.
+            if self.cache.values().all(|f| f.family(index).is_empty()) {
+                continue;
+            }
+            put(match format {
+                Format::OpenMetrics => openmetrics,
+                Format::Classic => classic,
+            })?;
+            for fragments in self.cache.values() {
+                put(fragments.family(index))?;
+            }
+        }
+        if format == Format::OpenMetrics {
+            put("# EOF\n")?;
+        }
+        self.last_size = size;
+        Ok(())
+    }
+
+    /// Re-encodes the series whose revision moved, adds new ones and forgets the gone (a
+    /// series goes only as another comes, or by hand: either way the counts differ).
+    fn refresh(&mut self, board: &Board) {
+        for (key, series) in &board.series {
+            if series.revision > self.seen {
+                let fragments = self.encode_series(key, series);
+                self.cache.insert(key.clone(), fragments);
+            }
+        }
+        if self.cache.len() != board.series.len() {
+            self.cache.retain(|key, _| board.series.contains_key(key));
+        }
+        self.seen = board.results;
+    }
+
+    /// One series through prometheus-client's encoder, split by family.
+    fn encode_series(&mut self, key: &Key, series: &Series) -> Fragments {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(SeriesCollector {
+            key: key.clone(),
+            latest: series.latest.clone(),
+            totals: series.totals.clone(),
+        }));
+        let mut text = String::with_capacity(2048);
+        prometheus_client::encoding::text::encode(&mut text, &registry)
+            .expect("writing to a String does not fail");
+        let mut samples: [String; FAMILIES.len()] = Default::default();
+        let mut family = None;
+        let mut header = String::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let name = rest.split(' ').next().unwrap_or("");
+                family = FAMILIES.iter().position(|&f| f == name);
+                debug_assert!(family.is_some(), "a family missing from FAMILIES: {name}");
+                header.clear();
+            }
+            let Some(index) = family else { continue };
+            if line.starts_with('#') {
+                if line != "# EOF" {
+                    header.push_str(line);
+                    header.push('\n');
+                }
+                if line.starts_with("# TYPE ") && self.headers[index].is_none() {
+                    self.headers[index] = Some((header.clone(), classic(&header)));
+                }
+                continue;
+            }
+            samples[index].push_str(line);
+            samples[index].push('\n');
+        }
+        let mut joined = Fragments {
+            text: String::with_capacity(samples.iter().map(String::len).sum()),
+            ends: [0; FAMILIES.len()],
+        };
+        for (index, family) in samples.iter().enumerate() {
+            joined.text.push_str(family);
+            joined.ends[index] = joined.text.len();
+        }
+        joined
+    }
+}
+
+/// The board's whole exposition, encoded afresh (tests, one-off use).
+pub fn encode(board: Arc<Mutex<Board>>, format: Format) -> String {
+    Exposition::new(board).render(format)
 }
 
 /// The media type of [`encode`]'s text.

@@ -42,12 +42,11 @@ impl Drop for MetricsServer {
 #[derive(Clone)]
 struct Shared {
     board: Arc<Mutex<Board>>,
-    registry: Arc<prometheus_client::registry::Registry>,
+    /// The board's text, kept between scrapes.
+    exposition: Arc<Mutex<openmetrics::Exposition>>,
     /// The page's title: the mesh's name, or "serve".
     title: Arc<str>,
     thresholds: Thresholds,
-    /// The last scrape's size, to size the next one's buffer.
-    last_size: Arc<AtomicUsize>,
 }
 
 /// Listens on `addr` (port 0: one of the system's) and serves until dropped.
@@ -68,13 +67,12 @@ pub fn start(
         .with_context(|| format!("cannot listen for metrics on {addr}"))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    let registry = Arc::new(openmetrics::registry(board.clone()));
+    let exposition = Arc::new(Mutex::new(openmetrics::Exposition::new(board.clone())));
     let shared = Shared {
         board,
-        registry,
+        exposition,
         title: title.into(),
         thresholds,
-        last_size: Arc::new(AtomicUsize::new(0)),
     };
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
@@ -142,6 +140,33 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
         .expect("a response of known parts")
 }
 
+/// Whether an `Accept-Encoding` value takes gzip (`gzip` or `*`, not at `q=0`).
+pub fn accepts_gzip(accept_encoding: &str) -> bool {
+    accept_encoding.split(',').any(|item| {
+        let mut parts = item.split(';').map(str::trim);
+        let coding = parts.next().unwrap_or("");
+        let refused = parts.any(|p| {
+            p.strip_prefix("q=")
+                .and_then(|q| q.parse::<f64>().ok())
+                .is_some_and(|q| q <= 0.0)
+        });
+        (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+    })
+}
+
+/// The exposition gzipped at the fastest level, written through a buffer that stays in
+/// cache: most of a scrape's text is its labels again and again, which the fastest level
+/// already takes to a twentieth (a 100-host mesh's 57 MiB to 3 MiB, in about 20 ms with zlib-rs).
+fn gzip(exposition: &mut openmetrics::Exposition, format: openmetrics::Format) -> Vec<u8> {
+    let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut buffered = std::io::BufWriter::with_capacity(256 * 1024, encoder);
+    exposition
+        .write(format, &mut buffered)
+        .and_then(|_| buffered.into_inner().map_err(|e| e.into_error()))
+        .and_then(|encoder| encoder.finish())
+        .expect("writing to a Vec does not fail")
+}
+
 fn route(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return reply(
@@ -154,22 +179,37 @@ fn route(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> 
     match request.uri().path() {
         "/metrics" => {
             // OpenMetrics for a scraper that asks for it (Prometheus does), else the
-            // classic text format.
-            let hint = shared.last_size.load(Ordering::Relaxed);
-            let text = openmetrics::encode_sized(&shared.registry, hint);
-            shared.last_size.store(text.len(), Ordering::Relaxed);
-            let accept = request
-                .headers()
-                .get(hyper::header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            if accept.contains("application/openmetrics-text") {
-                reply(StatusCode::OK, openmetrics::CONTENT_TYPE, text)
+            // classic text format; gzipped when the scraper takes it (Prometheus does): a
+            // 100-host mesh's text is 57 MiB, and 3 MiB gzipped.
+            let header = |name| {
+                request
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+            };
+            let format = if header(hyper::header::ACCEPT).contains("application/openmetrics-text") {
+                openmetrics::Format::OpenMetrics
+            } else {
+                openmetrics::Format::Classic
+            };
+            let mut exposition = shared.exposition.lock().unwrap_or_else(|e| e.into_inner());
+            if accepts_gzip(header(hyper::header::ACCEPT_ENCODING)) {
+                let mut response = reply(
+                    StatusCode::OK,
+                    format.content_type(),
+                    gzip(&mut exposition, format),
+                );
+                response.headers_mut().insert(
+                    hyper::header::CONTENT_ENCODING,
+                    "gzip".parse().expect("a token"),
+                );
+                response
             } else {
                 reply(
                     StatusCode::OK,
-                    openmetrics::CLASSIC_CONTENT_TYPE,
-                    openmetrics::classic(&text),
+                    format.content_type(),
+                    exposition.render(format),
                 )
             }
         }

@@ -1,6 +1,7 @@
 use crate::assess::{assess, State, Thresholds};
 use crate::board::{Board, Key, Measure};
-use crate::{grid, openmetrics};
+use crate::openmetrics::{Exposition, Format};
+use crate::{grid, openmetrics, server};
 use linerate_report::document::Document;
 use linerate_report::latency::{LatencyBucket, LatencySummary};
 use linerate_report::profile::{GroupResult, OpFigures, ProfileReport, TransactionFigures};
@@ -111,6 +112,69 @@ fn the_board_keeps_each_series_newest_figures_and_adds_up_its_transactions() {
     assert_eq!((failed.totals.failed, failed.latest.ok), (1, false));
 }
 
+/// A kept exposition re-encodes what changed and forgets what went: after every change
+/// its text is the text a fresh encoder writes, in both formats.
+#[test]
+fn a_kept_exposition_writes_what_a_fresh_one_writes_after_every_change() {
+    let board = Arc::new(Mutex::new(Board::default()));
+    let mut kept = Exposition::new(board.clone());
+    let same = |kept: &mut Exposition| {
+        for format in [Format::OpenMetrics, Format::Classic] {
+            assert_eq!(
+                kept.render(format),
+                openmetrics::encode(board.clone(), format)
+            );
+        }
+    };
+    same(&mut kept);
+    board
+        .lock()
+        .unwrap()
+        .record(&row("a", "b", "tput", true, 8e9, 10.0), Some(&stream(8e9)));
+    same(&mut kept);
+    // A changed series, a new family (the rtt histogram) and a failure's counter.
+    board
+        .lock()
+        .unwrap()
+        .record(&row("a", "b", "tput", true, 4e9, 20.0), Some(&stream(4e9)));
+    board
+        .lock()
+        .unwrap()
+        .record(&row("a", "b", "lat", true, 1e-4, 21.0), Some(&rr()));
+    board
+        .lock()
+        .unwrap()
+        .record(&row("b", "a", "tput", false, 0.0, 22.0), None);
+    same(&mut kept);
+    let text = kept.render(Format::OpenMetrics);
+    assert!(text.contains("} 500000000.0\n"), "{text}");
+    assert!(!text.contains("} 1000000000.0\n"), "{text}");
+    // The latency series gone: its families go with it.
+    let lat = Key::of(&row("a", "b", "lat", true, 1e-4, 21.0));
+    board.lock().unwrap().series.remove(&lat);
+    same(&mut kept);
+    assert!(!kept
+        .render(Format::OpenMetrics)
+        .contains("linerate_rtt_seconds"));
+}
+
+#[test]
+fn gzip_is_taken_when_named_or_starred_and_not_refused() {
+    for (header, takes) in [
+        ("gzip", true),
+        ("gzip, deflate, br", true),
+        ("deflate, GZIP;q=0.5", true),
+        ("*", true),
+        ("", false),
+        ("identity", false),
+        ("gzip;q=0", false),
+        ("gzip; q=0.0, identity", false),
+        ("x-gzip2", false),
+    ] {
+        assert_eq!(server::accepts_gzip(header), takes, "{header:?}");
+    }
+}
+
 #[test]
 fn a_scrape_says_what_the_board_holds_in_both_text_formats() {
     let board = Arc::new(Mutex::new(Board::default()));
@@ -122,8 +186,7 @@ fn a_scrape_says_what_the_board_holds_in_both_text_formats() {
         );
         b.record(&row("a", "b", "lat", true, 1e-4, 21.0), Some(&rr()));
     }
-    let registry = openmetrics::registry(board);
-    let text = openmetrics::encode(&registry);
+    let text = openmetrics::encode(board.clone(), Format::OpenMetrics);
     assert!(text.ends_with("# EOF\n"), "{text}");
     // The label value's quote escaped; goodput in bytes per second.
     assert!(
@@ -138,7 +201,8 @@ fn a_scrape_says_what_the_board_holds_in_both_text_formats() {
         "{text}"
     );
     assert!(text.contains("linerate_rtt_seconds_count{mesh=\"m\",src=\"a\",dst=\"b\",test=\"lat\",direction=\"forward\",protocol=\"tcp\"} 15"), "{text}");
-    let classic = openmetrics::classic(&text);
+    let classic = openmetrics::encode(board, Format::Classic);
+    assert_eq!(classic, openmetrics::classic(&text));
     assert!(
         classic.contains("# TYPE linerate_tests_total counter\n"),
         "{classic}"
@@ -239,7 +303,7 @@ proptest! {
     fn any_host_name_keeps_one_sample_per_line(name in "\\PC{0,40}") {
         let board = Arc::new(Mutex::new(Board::default()));
         board.lock().unwrap().record(&row(&name, "b", "tput", true, 1.0, 1.0), Some(&stream(1.0)));
-        let text = openmetrics::encode(&openmetrics::registry(board));
+        let text = openmetrics::encode(board, Format::OpenMetrics);
         let goodput = text.lines().filter(|l| l.starts_with("linerate_goodput_bytes_per_second{")).count();
         prop_assert_eq!(goodput, 1);
     }
