@@ -12,6 +12,22 @@ mod netlink;
 pub mod observe;
 pub mod source;
 
+/// Blocks SIGPIPE in the calling thread (and the threads it starts from now on): a write
+/// to a socket the peer reset then fails with EPIPE instead of ending the process. The
+/// binary keeps SIGPIPE's default so that `linerate ... | head` ends quietly, and the
+/// standard library's socket writes pass MSG_NOSIGNAL; but writev (hyper's vectored
+/// writes, rustls' records through tokio) has no such flag. Call it first in every thread
+/// that writes to sockets through tokio, as a runtime's `on_thread_start`.
+pub fn block_sigpipe() {
+    // SAFETY: a signal mask of one signal, changed for this thread only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 use linerate_model::{CpuUsage, HostFacts, UdpCounters};
 use std::io;
 use std::time::Duration;

@@ -136,6 +136,59 @@ pub enum Command {
     /// latency beside it, every result kept with its labels (docs/mesh.md)
     #[command(subcommand, after_help = MESH_EXAMPLES)]
     Mesh(MeshCommand),
+    /// Measure responsiveness under working conditions (RPM, the IETF draft networkQuality
+    /// and mach follow) against `linerate serve --http`/`--https` or any server of the draft:
+    /// down and up capacity, idle latency, the latency load adds and its bufferbloat grade
+    #[command(after_help = RPM_EXAMPLES)]
+    Rpm(RpmArgs),
+}
+
+const RPM_EXAMPLES: &str = "Examples:
+  linerate serve --http :8080 &   then:
+  linerate rpm http://server1:8080/.well-known/nq
+  linerate rpm server1:8443 --insecure        https://server1:8443/.well-known/nq, any certificate
+  linerate rpm server1:8443 --ca lab-ca.pem   the certificate checked against a CA
+  linerate rpm https://server1:8443/.well-known/nq --pin SHA256 --json
+  linerate rpm server1:8080 --http            cleartext HTTP/2
+
+RPM is round trips a minute while the path is busy (under 300 low, 300 to 1,000 medium,
+above it high). The grade is of the latency load adds to a new connection's handshake:
+A+ under 5 ms, A under 30, B under 60, C under 200, D under 400, F from 400 ms.";
+
+/// `linerate rpm`.
+#[derive(Debug, Args)]
+pub struct RpmArgs {
+    /// The server: HOST[:PORT] (https on 443 unless --http; port 80 then), or the
+    /// configuration's URL (http://HOST:PORT/.well-known/nq)
+    pub target: String,
+    /// HOST[:PORT] is cleartext HTTP/2 (prior knowledge), not TLS
+    #[arg(long)]
+    pub http: bool,
+    /// Accept any certificate (a lab's self-signed one)
+    #[arg(long, conflicts_with_all = ["ca", "pin"])]
+    pub insecure: bool,
+    /// Check the certificate against the CA certificates in FILE (PEM)
+    #[arg(long, value_name = "FILE", conflicts_with = "pin")]
+    pub ca: Option<std::path::PathBuf>,
+    /// Accept exactly the certificate with this SHA-256 fingerprint (serve prints it)
+    #[arg(long, value_name = "SHA256")]
+    pub pin: Option<String>,
+    /// Each direction's time limit, seconds
+    #[arg(short, long, default_value_t = 20.0, value_parser = rpm_seconds)]
+    pub time: f64,
+    /// Load-generating connections at most, each direction
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub max_connections: u32,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn rpm_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (2.0..=600.0).contains(&s) => Ok(s),
+        _ => Err(format!("'{text}' must be seconds from 2 to 600")),
+    }
 }
 
 const MESH_EXAMPLES: &str = "\
@@ -925,6 +978,13 @@ pub struct ServeArgs {
     /// (goodput it received, retransmits and CPU per gigabit when it sent), a grid at /
     #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Serve responsiveness tests (RPM) over cleartext HTTP/1.1 and HTTP/2 on this address:
+    /// the configuration at /.well-known/nq for `linerate rpm`, networkQuality and mach
+    #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
+    pub http: Option<std::net::SocketAddr>,
+    /// The same over TLS (--cert and --cert-key, else a self-signed certificate)
+    #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
+    pub https: Option<std::net::SocketAddr>,
     /// Port for control and data connections
     #[arg(short, long, default_value_t = 5201)]
     pub port: u16,

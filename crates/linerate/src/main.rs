@@ -12,6 +12,7 @@ mod iperf3_cmd;
 mod lab_cmd;
 mod mesh_cmd;
 mod mesh_view;
+mod rpm_cmd;
 mod run_cmd;
 mod serve_cmd;
 mod store_cmd;
@@ -83,6 +84,7 @@ fn main() -> ExitCode {
         Command::Disk(args) => (args.json, copy_cmd::disk(&args)),
         Command::Doctor(args) => (args.json, doctor_cmd::run(&args, g.key.clone())),
         Command::Mesh(command) => mesh_cmd::run(command, g),
+        Command::Rpm(args) => (args.json, rpm_cmd::run(&args)),
     };
     failure::exit_code(outcome, json)
 }

@@ -100,6 +100,8 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
         }
         None => None,
     };
+    // Kept until the server ends, as the metrics listener.
+    let _http = http_servers(args, &config)?;
     let server = match Server::bind(config.clone()) {
         Ok(server) => server,
         // No IPv6 on this host: the default falls back to every IPv4 address.
@@ -113,6 +115,42 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     cancel::set_on_signals(&server.shutdown_flag())?;
     server.run().context("server failed")?;
     Ok(())
+}
+
+/// The RPM servers of `--http` and `--https`.
+fn http_servers(
+    args: &ServeArgs,
+    config: &ServerConfig,
+) -> anyhow::Result<Vec<linerate_rpm::server::HttpServer>> {
+    let mut servers = Vec::new();
+    for (addr, tls, flag) in [(args.http, false, "--http"), (args.https, true, "--https")] {
+        let Some(addr) = addr else { continue };
+        let tls = if tls {
+            let identity = config
+                .tls_identity
+                .load()
+                .map_err(|why| Failure::Usage(format!("{flag}: {why}")))?;
+            eprintln!(
+                "linerate serve: the HTTPS certificate's SHA-256 fingerprint is {}",
+                identity.fingerprint
+            );
+            Some(identity.config.clone())
+        } else {
+            None
+        };
+        let limits = linerate_rpm::server::Limits {
+            max_request: std::time::Duration::from_secs_f64(args.max_duration.clamp(10.0, 3600.0)),
+            ..Default::default()
+        };
+        let server = linerate_rpm::server::start(addr, tls, limits)
+            .map_err(|e| Failure::Usage(format!("{flag} {addr}: {e:#}")))?;
+        eprintln!(
+            "linerate serve: responsiveness (RPM) at {}",
+            server.config_url()
+        );
+        servers.push(server);
+    }
+    Ok(servers)
 }
 
 /// iperf3's authentication (`--rsa-private-key-path`, `--authorized-users-path`).

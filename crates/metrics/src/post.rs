@@ -128,7 +128,10 @@ impl Poster {
         let (q, s, c) = (queue.clone(), stop.clone(), counts.clone());
         let thread = std::thread::Builder::new()
             .name(name.to_string())
-            .spawn(move || send_loop(&runtime, &q, &s, &c))
+            .spawn(move || {
+                linerate_hostinfo::block_sigpipe();
+                send_loop(&runtime, &q, &s, &c)
+            })
             .with_context(|| format!("starting {name}'s thread"))?;
         Ok(Poster {
             queue,

@@ -84,6 +84,7 @@ pub fn start(
     let thread = std::thread::Builder::new()
         .name("metrics-http".into())
         .spawn(move || {
+            linerate_hostinfo::block_sigpipe();
             runtime.block_on(async move {
                 let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
                     return;

@@ -1,0 +1,569 @@
+//! `linerate rpm`: the draft's client. It reads the server's configuration, measures the
+//! idle path, then for each direction adds load-generating HTTP/2 connections (an
+//! endless download, or an endless upload, each) one an interval until goodput stops
+//! growing, while foreign probes (a new connection each: TCP, TLS, a small object) and
+//! self probes (a small object over a loading connection) time the path. A direction
+//! ends when goodput and responsiveness have both saturated ([`method::Saturation`]), or
+//! at its time limit, which the result says.
+
+use crate::body::Endless;
+use crate::method::{self, Probes, Saturation};
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Empty};
+use hyper::client::conn::http2::SendRequest;
+use hyper::Request;
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type Body = BoxBody<Bytes, std::convert::Infallible>;
+
+/// How a run goes.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The configuration's URL (`https://host:port/.well-known/nq`).
+    pub config_url: String,
+    /// TLS: how the server's certificate is checked (`None` over cleartext).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub interval: Duration,
+    /// Each direction's time limit.
+    pub leg_limit: Duration,
+    pub max_connections: usize,
+    /// Intervals a moving average covers, and the saturation test's spread.
+    pub window: usize,
+    pub tolerance: f64,
+    /// Probes of each kind a second.
+    pub probes_per_second: u32,
+}
+
+impl Options {
+    pub fn new(config_url: String, tls: Option<Arc<rustls::ClientConfig>>) -> Options {
+        Options {
+            config_url,
+            tls,
+            interval: Duration::from_secs(1),
+            leg_limit: Duration::from_secs(20),
+            max_connections: 16,
+            window: 4,
+            tolerance: 0.05,
+            probes_per_second: 10,
+        }
+    }
+}
+
+/// One interval of a direction.
+#[derive(Debug, Clone, Serialize)]
+pub struct Interval {
+    pub end_s: f64,
+    pub connections: usize,
+    pub goodput_bps: f64,
+    /// Responsiveness over the probes of the last `window` intervals.
+    pub rpm: Option<f64>,
+}
+
+/// One direction's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Leg {
+    pub direction: &'static str,
+    /// The goodput's moving average at the end, bits a second.
+    pub capacity_bps: f64,
+    pub rpm: Option<f64>,
+    pub goodput_saturated: bool,
+    pub rpm_saturated: bool,
+    pub connections: usize,
+    /// Foreign probes' TCP handshake under load (trimmed mean over the last window).
+    pub loaded_connect_s: Option<f64>,
+    /// Self probes' round trip under load (the same).
+    pub loaded_self_s: Option<f64>,
+    /// What the load added to a new connection's handshake: the queue the path built.
+    pub added_latency_s: Option<f64>,
+    pub probes: usize,
+    pub failed_probes: usize,
+    pub intervals: Vec<Interval>,
+}
+
+/// A run's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct RpmResult {
+    pub config_url: String,
+    pub tls: bool,
+    /// Idle: a small object's round trip over an open connection, and a new
+    /// connection's TCP handshake (trimmed means).
+    pub idle_latency_s: f64,
+    pub idle_connect_s: f64,
+    pub download: Leg,
+    pub upload: Leg,
+    /// The lower of the two directions' responsiveness, and its band.
+    pub rpm: Option<f64>,
+    pub band: Option<&'static str>,
+    /// The larger added latency, and its bufferbloat grade.
+    pub added_latency_s: Option<f64>,
+    pub grade: Option<&'static str>,
+}
+
+/// The server's URLs, from its configuration.
+#[derive(Debug, Clone)]
+struct Urls {
+    small: hyper::Uri,
+    large: hyper::Uri,
+    upload: hyper::Uri,
+}
+
+/// Where the probes and loads go.
+#[derive(Clone)]
+struct Target {
+    addr: SocketAddr,
+    host: String,
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+/// Stages of a new connection, seconds.
+struct Opened {
+    send: SendRequest<Body>,
+    connect_s: f64,
+    tls_s: Option<f64>,
+}
+
+impl Target {
+    async fn open(&self) -> Result<Opened> {
+        let start = Instant::now();
+        let tcp = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .with_context(|| format!("cannot connect to {}", self.addr))?;
+        let _ = tcp.set_nodelay(true);
+        let connect_s = start.elapsed().as_secs_f64();
+        match &self.tls {
+            Some(connector) => {
+                let started = Instant::now();
+                let name = rustls::pki_types::ServerName::try_from(self.host.clone())
+                    .map_err(|e| anyhow!("{}: {e}", self.host))?;
+                let stream = connector
+                    .connect(name, tcp)
+                    .await
+                    .with_context(|| format!("TLS with {}", self.addr))?;
+                let tls_s = started.elapsed().as_secs_f64();
+                if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+                    bail!("{} does not offer HTTP/2 over TLS (ALPN h2)", self.addr);
+                }
+                Ok(Opened {
+                    send: handshake(stream).await?,
+                    connect_s,
+                    tls_s: Some(tls_s),
+                })
+            }
+            None => Ok(Opened {
+                send: handshake(tcp).await?,
+                connect_s,
+                tls_s: None,
+            }),
+        }
+    }
+}
+
+async fn handshake<S>(stream: S) -> Result<SendRequest<Body>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .timer(hyper_util::rt::TokioTimer::new())
+            .initial_stream_window_size(8 << 20)
+            .initial_connection_window_size(16 << 20)
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .context("HTTP/2 handshake")?;
+    tokio::spawn(connection);
+    Ok(send)
+}
+
+fn empty() -> Body {
+    Empty::<Bytes>::new().boxed()
+}
+
+/// GETs `uri` over `send` and reads the body to its end: the seconds it took and the body.
+async fn fetch(send: &mut SendRequest<Body>, uri: &hyper::Uri) -> Result<(f64, Bytes)> {
+    let start = Instant::now();
+    send.ready().await.context("the connection closed")?;
+    let request = Request::get(uri.clone())
+        .body(empty())
+        .expect("a request of known parts");
+    let response = send.send_request(request).await.context("request")?;
+    if !response.status().is_success() {
+        bail!("{uri}: {}", response.status());
+    }
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .context("reading the response")?
+        .to_bytes();
+    Ok((start.elapsed().as_secs_f64(), body))
+}
+
+/// The most a configuration may be: it is a few URLs.
+const MAX_CONFIG: usize = 64 * 1024;
+
+fn parse_urls(config: &[u8], tls: bool) -> Result<Urls> {
+    if config.len() > MAX_CONFIG {
+        bail!("the configuration is over {MAX_CONFIG} bytes");
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(config).context("the configuration is not JSON")?;
+    let url = |names: &[&str]| -> Result<hyper::Uri> {
+        let text = names
+            .iter()
+            .find_map(|n| json["urls"][n].as_str())
+            .ok_or_else(|| anyhow!("the configuration has no {}", names[0]))?;
+        let uri: hyper::Uri = text.parse().with_context(|| format!("{text:?}"))?;
+        match (uri.scheme_str(), tls) {
+            (Some("https"), true) | (Some("http"), false) => Ok(uri),
+            _ => bail!("{text}: not the configuration's scheme"),
+        }
+    };
+    let (small, large, upload) = if tls {
+        (
+            ["small_https_download_url", "small_download_url"],
+            ["large_https_download_url", "large_download_url"],
+            ["https_upload_url", "upload_url"],
+        )
+    } else {
+        (
+            ["small_download_url", "small_https_download_url"],
+            ["large_download_url", "large_https_download_url"],
+            ["upload_url", "https_upload_url"],
+        )
+    };
+    Ok(Urls {
+        small: url(&small)?,
+        large: url(&large)?,
+        upload: url(&upload)?,
+    })
+}
+
+/// Runs the test (`progress` hears each interval) on a runtime of its own.
+pub fn run(options: &Options, progress: &mut (dyn FnMut(&str) + Send)) -> Result<RpmResult> {
+    // On a thread of its own, which (with the runtime's) a reset connection cannot end
+    // with SIGPIPE; the caller's thread keeps its disposition for its output.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                linerate_hostinfo::block_sigpipe();
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .on_thread_start(linerate_hostinfo::block_sigpipe)
+                    .enable_all()
+                    .build()
+                    .context("starting the client's runtime")?;
+                runtime.block_on(run_async(options, progress))
+            })
+            .join()
+            .unwrap_or_else(|_| Err(anyhow!("the client's thread panicked")))
+    })
+}
+
+async fn run_async(
+    options: &Options,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<RpmResult> {
+    let config: hyper::Uri = options
+        .config_url
+        .parse()
+        .with_context(|| format!("{}: not a URL", options.config_url))?;
+    let tls = match config.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => bail!(
+            "{}: the URL must be http:// or https://",
+            options.config_url
+        ),
+    };
+    let host = config
+        .host()
+        .ok_or_else(|| anyhow!("{}: no host", options.config_url))?
+        .trim_matches(|c| c == '[' || c == ']')
+        .to_string();
+    let port = config.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let addr = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .with_context(|| format!("cannot resolve {host}"))?
+        .next()
+        .ok_or_else(|| anyhow!("{host} has no address"))?;
+    let connector = match (&options.tls, tls) {
+        (Some(config), true) => {
+            let mut config = (**config).clone();
+            config.alpn_protocols = vec![b"h2".to_vec()];
+            Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
+        }
+        (None, true) => bail!("https needs a way to check the certificate"),
+        (_, false) => None,
+    };
+    let target = Target {
+        addr,
+        host: host.clone(),
+        tls: connector,
+    };
+    // The configuration must name this server: the loads and probes go to the address
+    // it was fetched from, never to one a document merely names.
+    let mut control = target.open().await?;
+    let (_, document) = fetch(&mut control.send, &config).await?;
+    let urls = parse_urls(&document, tls)?;
+    for uri in [&urls.small, &urls.large, &urls.upload] {
+        if uri.host().map(|h| h.trim_matches(|c| c == '[' || c == ']')) != Some(host.as_str())
+            && tokio::net::lookup_host((uri.host().unwrap_or(""), port))
+                .await
+                .map_or(true, |mut a| a.all(|a| a != addr))
+        {
+            bail!("the configuration names {uri}, not the server it came from ({host})");
+        }
+    }
+    progress(&format!("configuration from {}", options.config_url));
+
+    // Idle: round trips over the open connection, and new connections' handshakes.
+    let mut idle = Vec::new();
+    for _ in 0..20 {
+        idle.push(fetch(&mut control.send, &urls.small).await?.0);
+    }
+    let mut idle_connects = vec![control.connect_s];
+    for _ in 0..9 {
+        idle_connects.push(target.open().await?.connect_s);
+    }
+    let idle_latency_s = method::trimmed_mean(&idle, method::TRIM_KEEP).unwrap_or(0.0);
+    let idle_connect_s = method::trimmed_mean(&idle_connects, method::TRIM_KEEP).unwrap_or(0.0);
+    progress(&format!(
+        "idle: {:.2} ms round trip, {:.2} ms a new connection",
+        idle_latency_s * 1e3,
+        idle_connect_s * 1e3
+    ));
+    let download = leg(options, &target, &urls, true, idle_connect_s, progress).await?;
+    let upload = leg(options, &target, &urls, false, idle_connect_s, progress).await?;
+    let rpm = match (download.rpm, upload.rpm) {
+        (Some(d), Some(u)) => Some(d.min(u)),
+        (d, u) => d.or(u),
+    };
+    let added = match (download.added_latency_s, upload.added_latency_s) {
+        (Some(d), Some(u)) => Some(d.max(u)),
+        (d, u) => d.or(u),
+    };
+    Ok(RpmResult {
+        config_url: options.config_url.clone(),
+        tls,
+        idle_latency_s,
+        idle_connect_s,
+        download,
+        upload,
+        rpm,
+        band: rpm.map(method::rpm_band),
+        added_latency_s: added,
+        grade: added.map(|a| method::bufferbloat_grade(a.max(0.0))),
+    })
+}
+
+/// One probe's outcome, stamped with when it ended.
+enum Probe {
+    Foreign {
+        connect_s: f64,
+        tls_s: Option<f64>,
+        http_s: f64,
+    },
+    Own {
+        http_s: f64,
+    },
+    Failed,
+}
+
+/// A loading connection: its sender (for self probes) and its task.
+struct Load {
+    send: SendRequest<Body>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn add_load(
+    target: &Target,
+    urls: &Urls,
+    download: bool,
+    bytes: &Arc<AtomicU64>,
+    stop: &Arc<AtomicBool>,
+    limit: Duration,
+) -> Result<Load> {
+    let opened = target.open().await?;
+    let mut send = opened.send;
+    send.ready().await.context("the connection closed")?;
+    let request = if download {
+        Request::get(urls.large.clone())
+            .body(empty())
+            .expect("a request of known parts")
+    } else {
+        let body = Endless {
+            sent: bytes.clone(),
+            stop: stop.clone(),
+            deadline: Instant::now() + limit,
+        };
+        Request::post(urls.upload.clone())
+            .header("content-type", "application/octet-stream")
+            .body(body.boxed())
+            .expect("a request of known parts")
+    };
+    let response = send.send_request(request);
+    let (bytes, stop) = (bytes.clone(), stop.clone());
+    let task = tokio::spawn(async move {
+        let Ok(response) = response.await else {
+            return;
+        };
+        if !download {
+            return;
+        }
+        let mut body = response.into_body();
+        while !stop.load(Ordering::Relaxed) {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    }
+                }
+                _ => break,
+            }
+        }
+    });
+    Ok(Load { send, task })
+}
+
+async fn leg(
+    options: &Options,
+    target: &Target,
+    urls: &Urls,
+    download: bool,
+    idle_connect_s: f64,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Leg> {
+    let direction = if download { "download" } else { "upload" };
+    let bytes = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let limit = options.leg_limit + Duration::from_secs(5);
+    let mut loads = vec![add_load(target, urls, download, &bytes, &stop, limit).await?];
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Probe>();
+    let start = tokio::time::Instant::now();
+    let probe_every = Duration::from_secs_f64(1.0 / options.probes_per_second.max(1) as f64);
+    let mut next_probe = start;
+    let mut goodput = Saturation::new(options.window, options.tolerance);
+    let mut responsiveness = Saturation::new(options.window, options.tolerance);
+    let mut windows: Vec<Probes> = Vec::new();
+    let mut intervals = Vec::new();
+    let mut last_bytes = 0;
+    let mut rpm = None;
+    let (mut probes, mut failed) = (0, 0);
+    let mut turn = 0usize;
+    let mut tick = 1u32;
+    loop {
+        let boundary = start + options.interval * tick;
+        // Probes until the interval's end, one of each kind every `probe_every`.
+        while next_probe < boundary {
+            tokio::time::sleep_until(next_probe).await;
+            next_probe += probe_every;
+            let (t, tx2) = (target.clone(), tx.clone());
+            let small = urls.small.clone();
+            tokio::spawn(async move {
+                let outcome = async {
+                    let mut opened = t.open().await?;
+                    let (http_s, _) = fetch(&mut opened.send, &small).await?;
+                    Ok::<_, anyhow::Error>(Probe::Foreign {
+                        connect_s: opened.connect_s,
+                        tls_s: opened.tls_s,
+                        http_s,
+                    })
+                }
+                .await;
+                let _ = tx2.send(outcome.unwrap_or(Probe::Failed));
+            });
+            turn = (turn + 1) % loads.len();
+            let mut send = loads[turn].send.clone();
+            let (tx3, small) = (tx.clone(), urls.small.clone());
+            tokio::spawn(async move {
+                let outcome = fetch(&mut send, &small).await;
+                let _ = tx3.send(match outcome {
+                    Ok((http_s, _)) => Probe::Own { http_s },
+                    Err(_) => Probe::Failed,
+                });
+            });
+        }
+        tokio::time::sleep_until(boundary).await;
+        let mut now = Probes::default();
+        while let Ok(probe) = rx.try_recv() {
+            probes += 1;
+            match probe {
+                Probe::Foreign {
+                    connect_s,
+                    tls_s,
+                    http_s,
+                } => {
+                    now.connect_s.push(connect_s);
+                    now.tls_s.extend(tls_s);
+                    now.http_foreign_s.push(http_s);
+                }
+                Probe::Own { http_s } => now.http_self_s.push(http_s),
+                Probe::Failed => failed += 1,
+            }
+        }
+        windows.push(now);
+        let total = bytes.load(Ordering::Relaxed);
+        let bps = (total - last_bytes) as f64 * 8.0 / options.interval.as_secs_f64();
+        last_bytes = total;
+        let mut recent = Probes::default();
+        for w in &windows[windows.len().saturating_sub(options.window)..] {
+            recent.extend(w);
+        }
+        let current = method::responsiveness(&recent);
+        let goodput_saturated = goodput.add(bps);
+        let rpm_saturated = current.is_some_and(|r| responsiveness.add(r));
+        rpm = current.or(rpm);
+        intervals.push(Interval {
+            end_s: start.elapsed().as_secs_f64(),
+            connections: loads.len(),
+            goodput_bps: bps,
+            rpm: current,
+        });
+        progress(&format!(
+            "{direction} {:>4.1} s: {:>9.2} Mbit/s over {:>2} connections, RPM {}",
+            start.elapsed().as_secs_f64(),
+            bps / 1e6,
+            loads.len(),
+            current.map_or("-".to_string(), |r| format!("{r:.0}"))
+        ));
+        let out_of_time = start.elapsed() + options.interval > options.leg_limit;
+        if (goodput_saturated && rpm_saturated) || out_of_time {
+            break;
+        }
+        if !goodput_saturated && loads.len() < options.max_connections {
+            match add_load(target, urls, download, &bytes, &stop, limit).await {
+                Ok(load) => loads.push(load),
+                Err(_) => failed += 1,
+            }
+        }
+        tick += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for load in &loads {
+        load.task.abort();
+    }
+    let mut recent = Probes::default();
+    for w in &windows[windows.len().saturating_sub(options.window)..] {
+        recent.extend(w);
+    }
+    let loaded_connect_s = method::trimmed_mean(&recent.connect_s, method::TRIM_KEEP);
+    Ok(Leg {
+        direction,
+        capacity_bps: goodput.average().unwrap_or(0.0),
+        rpm,
+        goodput_saturated: goodput.saturated(),
+        rpm_saturated: responsiveness.saturated(),
+        connections: loads.len(),
+        loaded_connect_s,
+        loaded_self_s: method::trimmed_mean(&recent.http_self_s, method::TRIM_KEEP),
+        added_latency_s: loaded_connect_s.map(|l| l - idle_connect_s),
+        probes,
+        failed_probes: failed,
+        intervals,
+    })
+}

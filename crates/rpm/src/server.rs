@@ -1,0 +1,457 @@
+//! The RPM server of `serve --http ADDR` (cleartext) and `--https ADDR` (TLS): what any
+//! client of the draft needs.
+//!
+//! | path | what |
+//! |---|---|
+//! | `/.well-known/nq` | the configuration: the URLs below, named as networkQuality and mach read them |
+//! | `/small` | one byte (a probe's object) |
+//! | `/large` | an endless download, until the client goes or [`Limits::max_request`] passes |
+//! | `/slurp` | an upload sink: the body read and dropped, its byte count answered at its end |
+//!
+//! HTTP/1.1 and HTTP/2 (ALPN over TLS; prior knowledge over cleartext) through hyper on a
+//! Tokio runtime of its own. Bounded like every server path: connections at once, in all
+//! and per client address; a request's head within a deadline and size; every request and
+//! connection within a lifetime; HTTP/2 streams per connection. Nothing is ever sent
+//! before a client has asked over a connection it opened.
+
+use crate::body::Endless;
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What one server allows.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections at once, in all.
+    pub max_connections: usize,
+    /// Connections at once from one address (a client of the draft opens up to 16 loading
+    /// connections and a probe's connection every 100 ms, which mach keeps to the end of
+    /// a direction: over 100).
+    pub max_per_client: usize,
+    /// The longest one request lasts: an endless download ends, an upload is cut.
+    pub max_request: Duration,
+    /// The most one upload may send.
+    pub max_upload: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 1024,
+            max_per_client: 256,
+            max_request: Duration::from_secs(60),
+            max_upload: 64 << 30,
+        }
+    }
+}
+
+/// A request's head: within this time and this size.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+pub const MAX_HEAD: usize = 16 * 1024;
+/// HTTP/2 streams at once on one connection.
+pub const MAX_STREAMS: u32 = 128;
+
+/// Counts a server keeps, for its log and its tests.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub connections: AtomicU64,
+    pub refused: AtomicU64,
+    pub downloaded: AtomicU64,
+    pub uploaded: AtomicU64,
+}
+
+/// The running server; dropped, it stops.
+pub struct HttpServer {
+    pub addr: SocketAddr,
+    pub tls: bool,
+    pub counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl HttpServer {
+    /// The configuration's URL a client is given.
+    pub fn config_url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}/.well-known/nq", self.addr)
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    addr: SocketAddr,
+    tls: bool,
+    limits: Limits,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Listens on `addr` and serves until dropped; TLS when `tls` is given (its ALPN is set
+/// to h2 and http/1.1 here).
+pub fn start(
+    addr: SocketAddr,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: Limits,
+) -> Result<HttpServer> {
+    let listener = std::net::TcpListener::bind(addr)
+        .or_else(|e| match addr.ip() {
+            IpAddr::V6(ip) if ip.is_unspecified() => {
+                std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, addr.port()))
+            }
+            _ => Err(e),
+        })
+        .with_context(|| format!("cannot listen for HTTP on {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let acceptor = tls.map(|config| {
+        let mut config = (*config).clone();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    });
+    let is_tls = acceptor.is_some();
+    let counters = Arc::new(Counters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let shared = Shared {
+        addr,
+        tls: acceptor.is_some(),
+        limits,
+        counters: counters.clone(),
+        stop: stop.clone(),
+    };
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("http-rpm")
+        .on_thread_start(linerate_hostinfo::block_sigpipe)
+        .enable_io()
+        .enable_time()
+        .build()
+        .context("starting the HTTP server's runtime")?;
+    let thread = std::thread::Builder::new()
+        .name("http-accept".into())
+        .spawn(move || {
+            linerate_hostinfo::block_sigpipe();
+            runtime.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                accept_loop(listener, acceptor, shared).await;
+            });
+            runtime.shutdown_timeout(Duration::from_secs(1));
+        })
+        .context("starting the HTTP server's thread")?;
+    Ok(HttpServer {
+        addr,
+        tls: is_tls,
+        counters,
+        stop,
+        thread: Some(thread),
+    })
+}
+
+/// Connections open, in all and by client address.
+#[derive(Default)]
+struct Open {
+    total: usize,
+    by_client: HashMap<IpAddr, usize>,
+}
+
+/// Releases a connection's place when it ends.
+struct Place {
+    open: Arc<Mutex<Open>>,
+    client: IpAddr,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.total -= 1;
+        if let Some(n) = open.by_client.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                open.by_client.remove(&self.client);
+            }
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    shared: Shared,
+) {
+    let open = Arc::new(Mutex::new(Open::default()));
+    let mut logged_at: Option<Instant> = None;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        let Ok(Ok((stream, peer))) = accepted else {
+            continue;
+        };
+        let client = peer.ip();
+        let place = {
+            let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
+            let mine = o.by_client.get(&client).copied().unwrap_or(0);
+            if o.total >= shared.limits.max_connections || mine >= shared.limits.max_per_client {
+                None
+            } else {
+                o.total += 1;
+                *o.by_client.entry(client).or_default() += 1;
+                Some(Place {
+                    open: open.clone(),
+                    client,
+                })
+            }
+        };
+        // Over a bound: closed at once (a client of the draft retires the connection).
+        let Some(place) = place else {
+            let refused = shared.counters.refused.fetch_add(1, Ordering::Relaxed) + 1;
+            // Logged at most once a second: a client over its bound retries fast.
+            if logged_at.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                logged_at = Some(Instant::now());
+                eprintln!(
+                    "linerate serve: HTTP: refused a connection from {client}: over {} at once from it or {} in all ({refused} refused so far)",
+                    shared.limits.max_per_client, shared.limits.max_connections
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let _place = place;
+            let lifetime = shared.limits.max_request + HEAD_TIMEOUT;
+            match acceptor {
+                Some(acceptor) => {
+                    let Ok(Ok(tls)) =
+                        tokio::time::timeout(HEAD_TIMEOUT, acceptor.accept(stream)).await
+                    else {
+                        return;
+                    };
+                    let _ = tokio::time::timeout(lifetime, serve_connection(tls, shared)).await;
+                }
+                None => {
+                    let _ = tokio::time::timeout(lifetime, serve_connection(stream, shared)).await;
+                }
+            }
+        });
+    }
+}
+
+async fn serve_connection<S>(stream: S, shared: Shared)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let service = hyper::service::service_fn(move |request| {
+        let shared = shared.clone();
+        async move { Ok::<_, std::convert::Infallible>(route(&shared, request).await) }
+    });
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(MAX_HEAD);
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_header_list_size(MAX_HEAD as u32)
+        // Windows as large as a long fat path needs (the defaults hold a 100 ms path to
+        // a few Mbit/s per connection).
+        .initial_stream_window_size(8 << 20)
+        .initial_connection_window_size(16 << 20);
+    let _ = builder.serve_connection(io, service).await;
+}
+
+type Reply = Response<BoxBody<Bytes, std::convert::Infallible>>;
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Reply {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .header("cache-control", "no-store")
+        .body(Full::new(body.into()).boxed())
+        .expect("a response of known parts")
+}
+
+/// The configuration's URLs at the authority the client reached (its `Host`, or the
+/// `:authority` of HTTP/2), when that is a plain host and port; else at `fallback`.
+pub fn config_json(tls: bool, authority: Option<&str>, fallback: SocketAddr) -> String {
+    let scheme = if tls { "https" } else { "http" };
+    let plain = |a: &str| {
+        !a.is_empty()
+            && a.len() <= 255
+            && a.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
+    };
+    let host = authority
+        .filter(|a| plain(a))
+        .map_or_else(|| fallback.to_string(), str::to_string);
+    let url = |path: &str| format!("{scheme}://{host}{path}");
+    serde_json::json!({
+        "version": 1,
+        "urls": {
+            "small_https_download_url": url("/small"),
+            "large_https_download_url": url("/large"),
+            "https_upload_url": url("/slurp"),
+            "small_download_url": url("/small"),
+            "large_download_url": url("/large"),
+            "upload_url": url("/slurp"),
+        },
+        "test_endpoint": host,
+    })
+    .to_string()
+}
+
+async fn route(shared: &Shared, request: Request<Incoming>) -> Reply {
+    let path = request.uri().path().to_string();
+    let method = request.method().clone();
+    match (method, path.as_str()) {
+        (Method::GET | Method::HEAD, "/.well-known/nq") => {
+            let authority = request
+                .uri()
+                .authority()
+                .map(|a| a.as_str().to_string())
+                .or_else(|| {
+                    request
+                        .headers()
+                        .get(hyper::header::HOST)
+                        .and_then(|h| h.to_str().ok())
+                        .map(str::to_string)
+                });
+            reply(
+                StatusCode::OK,
+                "application/json",
+                config_json(shared.tls, authority.as_deref(), shared.addr),
+            )
+        }
+        (Method::GET | Method::HEAD, "/small") => {
+            reply(StatusCode::OK, "application/octet-stream", &b"x"[..])
+        }
+        (Method::GET, "/large") => {
+            let body = Endless {
+                sent: Arc::new(AtomicU64::new(0)),
+                stop: shared.stop.clone(),
+                deadline: Instant::now() + shared.limits.max_request,
+            };
+            let counted = CountedOnDrop {
+                body,
+                counters: shared.counters.clone(),
+            };
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/octet-stream")
+                .header("cache-control", "no-store")
+                .body(counted.boxed())
+                .expect("a response of known parts")
+        }
+        (Method::POST | Method::PUT, "/slurp") => slurp(shared, request.into_body()).await,
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "not found: /.well-known/nq, /small, /large, /slurp\n",
+        ),
+    }
+}
+
+/// Reads an upload to its end and drops it, within the request's time and size bounds;
+/// answers how many bytes arrived.
+async fn slurp(shared: &Shared, mut body: Incoming) -> Reply {
+    let deadline = tokio::time::Instant::now() + shared.limits.max_request;
+    let mut received: u64 = 0;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => {
+                shared
+                    .counters
+                    .uploaded
+                    .fetch_add(received, Ordering::Relaxed);
+                return reply(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "text/plain; charset=utf-8",
+                    format!(
+                        "an upload lasts at most {} s\n",
+                        shared.limits.max_request.as_secs()
+                    ),
+                );
+            }
+            Ok(None) => break,
+            Ok(Some(Err(_))) => break,
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Some(data) = frame.data_ref() {
+            received += data.len() as u64;
+            if received > shared.limits.max_upload {
+                shared
+                    .counters
+                    .uploaded
+                    .fetch_add(received, Ordering::Relaxed);
+                return reply(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "text/plain; charset=utf-8",
+                    format!(
+                        "an upload sends at most {} bytes\n",
+                        shared.limits.max_upload
+                    ),
+                );
+            }
+        }
+    }
+    shared
+        .counters
+        .uploaded
+        .fetch_add(received, Ordering::Relaxed);
+    reply(
+        StatusCode::OK,
+        "application/json",
+        format!("{{\"bytes\":{received}}}"),
+    )
+}
+
+/// The large download's body, adding what it handed over to the server's count when the
+/// response ends.
+struct CountedOnDrop {
+    body: Endless,
+    counters: Arc<Counters>,
+}
+
+impl Drop for CountedOnDrop {
+    fn drop(&mut self) {
+        self.counters
+            .downloaded
+            .fetch_add(self.body.sent.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+impl http_body::Body for CountedOnDrop {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+}
