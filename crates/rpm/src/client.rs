@@ -68,6 +68,8 @@ pub struct Interval {
 #[derive(Debug, Clone, Serialize)]
 pub struct Leg {
     pub direction: &'static str,
+    /// When the direction began, Unix seconds (its intervals count from here).
+    pub started_unix_s: f64,
     /// The goodput's moving average at the end, bits a second.
     pub capacity_bps: f64,
     pub rpm: Option<f64>,
@@ -134,6 +136,7 @@ impl Target {
             .await
             .with_context(|| format!("cannot connect to {}", self.addr))?;
         let _ = tcp.set_nodelay(true);
+        crate::limit_unsent(&tcp);
         let connect_s = start.elapsed().as_secs_f64();
         match &self.tls {
             Some(connector) => {
@@ -396,12 +399,20 @@ async fn add_load(
             .body(empty())
             .expect("a request of known parts")
     } else {
+        // What left is not what arrived: the server reports what arrived (`?progress`),
+        // and that is what counts.
         let body = Endless {
-            sent: bytes.clone(),
+            sent: Arc::new(AtomicU64::new(0)),
             stop: stop.clone(),
             deadline: Instant::now() + limit,
         };
-        Request::post(urls.upload.clone())
+        let mut parts = urls.upload.clone().into_parts();
+        parts.path_and_query = Some(
+            format!("{}?progress", urls.upload.path())
+                .parse()
+                .context("the upload URL")?,
+        );
+        Request::post(hyper::Uri::from_parts(parts).context("the upload URL")?)
             .header("content-type", "application/octet-stream")
             .body(body.boxed())
             .expect("a request of known parts")
@@ -412,18 +423,34 @@ async fn add_load(
         let Ok(response) = response.await else {
             return;
         };
-        if !download {
-            return;
-        }
         let mut body = response.into_body();
+        // Upload: the last count the server reported, and a partial line.
+        let (mut reported, mut line) = (0u64, Vec::new());
         while !stop.load(Ordering::Relaxed) {
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+            let Some(Ok(frame)) = body.frame().await else {
+                break;
+            };
+            let Some(data) = frame.data_ref() else {
+                continue;
+            };
+            if download {
+                bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                continue;
+            }
+            for &b in data.iter() {
+                if b != b'\n' {
+                    // A count is at most 20 digits; anything longer is not one.
+                    if line.len() < 24 {
+                        line.push(b);
                     }
+                    continue;
                 }
-                _ => break,
+                let count = std::str::from_utf8(&line).ok().and_then(|t| t.parse::<u64>().ok());
+                line.clear();
+                if let Some(count) = count.filter(|&c| c >= reported) {
+                    bytes.fetch_add(count - reported, Ordering::Relaxed);
+                    reported = count;
+                }
             }
         }
     });
@@ -445,6 +472,9 @@ async fn leg(
     let mut loads = vec![add_load(target, urls, download, &bytes, &stop, limit).await?];
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Probe>();
     let start = tokio::time::Instant::now();
+    let started_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let probe_every = Duration::from_secs_f64(1.0 / options.probes_per_second.max(1) as f64);
     let mut next_probe = start;
     let mut goodput = Saturation::new(options.window, options.tolerance);
@@ -554,6 +584,7 @@ async fn leg(
     let loaded_connect_s = method::trimmed_mean(&recent.connect_s, method::TRIM_KEEP);
     Ok(Leg {
         direction,
+        started_unix_s,
         capacity_bps: goodput.average().unwrap_or(0.0),
         rpm,
         goodput_saturated: goodput.saturated(),

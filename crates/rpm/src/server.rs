@@ -6,7 +6,7 @@
 //! | `/.well-known/nq` | the configuration: the URLs below, named as networkQuality and mach read them |
 //! | `/small` | one byte (a probe's object) |
 //! | `/large` | an endless download, until the client goes or [`Limits::max_request`] passes |
-//! | `/slurp` | an upload sink: the body read and dropped, its byte count answered at its end |
+//! | `/slurp` | an upload sink: the body read and dropped, its byte count answered at its end (`?progress`: every 100 ms while it lasts) |
 //!
 //! HTTP/1.1 and HTTP/2 (ALPN over TLS; prior knowledge over cleartext) through hyper on a
 //! Tokio runtime of its own. Bounded like every server path: connections at once, in all
@@ -234,6 +234,7 @@ async fn accept_loop(
         };
         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
+        crate::limit_unsent(&stream);
         let shared = shared.clone();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
@@ -366,7 +367,13 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Reply {
                 .body(counted.boxed())
                 .expect("a response of known parts")
         }
-        (Method::POST | Method::PUT, "/slurp") => slurp(shared, request.into_body()).await,
+        (Method::POST | Method::PUT, "/slurp") => {
+            if request.uri().query() == Some("progress") {
+                slurp_with_progress(shared, request.into_body())
+            } else {
+                slurp(shared, request.into_body()).await
+            }
+        }
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
@@ -427,6 +434,66 @@ async fn slurp(shared: &Shared, mut body: Incoming) -> Reply {
         "application/json",
         format!("{{\"bytes\":{received}}}"),
     )
+}
+
+/// How often `/slurp?progress` reports what has arrived.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
+/// `/slurp?progress`: answers at once, and while the upload lasts writes a line with the
+/// bytes received so far every [`PROGRESS_EVERY`] (and at its end), so that the client
+/// counts its goodput where it arrived rather than where it left: bytes a client has
+/// sent may sit in its socket and HTTP/2 windows for seconds on a slow path. Needs a
+/// client that reads the answer while it sends (HTTP/2; linerate's client asks for it).
+fn slurp_with_progress(shared: &Shared, mut body: Incoming) -> Reply {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let limits = shared.limits;
+    let counters = shared.counters.clone();
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + limits.max_request;
+        let mut received: u64 = 0;
+        let mut reported = tokio::time::Instant::now();
+        loop {
+            let frame = tokio::time::timeout_at(deadline, body.frame()).await;
+            let Ok(Some(Ok(frame))) = frame else { break };
+            if let Some(data) = frame.data_ref() {
+                received += data.len() as u64;
+                if received > limits.max_upload {
+                    break;
+                }
+            }
+            if reported.elapsed() >= PROGRESS_EVERY {
+                reported = tokio::time::Instant::now();
+                // A client that does not read the lines loses them, not the upload.
+                let _ = tx.try_send(Bytes::from(format!("{received}\n")));
+            }
+        }
+        counters.uploaded.fetch_add(received, Ordering::Relaxed);
+        let _ = tx.send(Bytes::from(format!("{received}\n"))).await;
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/plain")
+        .header("cache-control", "no-store")
+        .body(Lines(rx).boxed())
+        .expect("a response of known parts")
+}
+
+/// A response body of the lines a channel carries, ending when the sender goes.
+struct Lines(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl http_body::Body for Lines {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        self.get_mut()
+            .0
+            .poll_recv(cx)
+            .map(|line| line.map(|l| Ok(http_body::Frame::data(l))))
+    }
 }
 
 /// The large download's body, adding what it handed over to the server's count when the
