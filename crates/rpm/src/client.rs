@@ -108,10 +108,10 @@ pub struct RpmResult {
 
 /// The server's URLs, from its configuration.
 #[derive(Debug, Clone)]
-struct Urls {
-    small: hyper::Uri,
-    large: hyper::Uri,
-    upload: hyper::Uri,
+pub(crate) struct Urls {
+    pub(crate) small: hyper::Uri,
+    pub(crate) large: hyper::Uri,
+    pub(crate) upload: hyper::Uri,
 }
 
 /// Where the probes and loads go.
@@ -209,7 +209,7 @@ async fn fetch(send: &mut SendRequest<Body>, uri: &hyper::Uri) -> Result<(f64, B
 /// The most a configuration may be: it is a few URLs.
 const MAX_CONFIG: usize = 64 * 1024;
 
-fn parse_urls(config: &[u8], tls: bool) -> Result<Urls> {
+pub(crate) fn parse_urls(config: &[u8], tls: bool) -> Result<Urls> {
     if config.len() > MAX_CONFIG {
         bail!("the configuration is over {MAX_CONFIG} bytes");
     }
@@ -377,6 +377,43 @@ enum Probe {
     Failed,
 }
 
+/// An upload's progress lines from the server (`/slurp?progress`): each a count of the
+/// bytes received so far. Bounded: a line is at most 24 bytes (a count has at most 20
+/// digits); anything else is not a count and is dropped, as is a count that goes back.
+#[derive(Debug, Default)]
+pub struct Progress {
+    reported: u64,
+    line: Vec<u8>,
+    overlong: bool,
+}
+
+impl Progress {
+    /// Takes the answer's next bytes; returns the bytes newly received by the server.
+    pub fn take(&mut self, data: &[u8]) -> u64 {
+        let mut arrived = 0;
+        for &b in data {
+            if b != b'\n' {
+                if self.line.len() < 24 {
+                    self.line.push(b);
+                } else {
+                    self.overlong = true;
+                }
+                continue;
+            }
+            let count = (!self.overlong)
+                .then(|| std::str::from_utf8(&self.line).ok()?.parse::<u64>().ok())
+                .flatten();
+            self.line.clear();
+            self.overlong = false;
+            if let Some(count) = count.filter(|&c| c >= self.reported) {
+                arrived += count - self.reported;
+                self.reported = count;
+            }
+        }
+        arrived
+    }
+}
+
 /// A loading connection: its sender (for self probes) and its task.
 struct Load {
     send: SendRequest<Body>,
@@ -424,8 +461,7 @@ async fn add_load(
             return;
         };
         let mut body = response.into_body();
-        // Upload: the last count the server reported, and a partial line.
-        let (mut reported, mut line) = (0u64, Vec::new());
+        let mut progress = Progress::default();
         while !stop.load(Ordering::Relaxed) {
             let Some(Ok(frame)) = body.frame().await else {
                 break;
@@ -433,25 +469,12 @@ async fn add_load(
             let Some(data) = frame.data_ref() else {
                 continue;
             };
-            if download {
-                bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                continue;
-            }
-            for &b in data.iter() {
-                if b != b'\n' {
-                    // A count is at most 20 digits; anything longer is not one.
-                    if line.len() < 24 {
-                        line.push(b);
-                    }
-                    continue;
-                }
-                let count = std::str::from_utf8(&line).ok().and_then(|t| t.parse::<u64>().ok());
-                line.clear();
-                if let Some(count) = count.filter(|&c| c >= reported) {
-                    bytes.fetch_add(count - reported, Ordering::Relaxed);
-                    reported = count;
-                }
-            }
+            let arrived = if download {
+                data.len() as u64
+            } else {
+                progress.take(data)
+            };
+            bytes.fetch_add(arrived, Ordering::Relaxed);
         }
     });
     Ok(Load { send, task })

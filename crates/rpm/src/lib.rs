@@ -16,6 +16,9 @@ pub mod method;
 pub mod server;
 pub mod tls;
 
+#[cfg(test)]
+mod tests;
+
 pub use hyper::Uri;
 
 /// Unsent bytes a loading connection's socket keeps ready beyond what is in flight

@@ -222,7 +222,7 @@ async fn accept_loop(
         let Some(place) = place else {
             let refused = shared.counters.refused.fetch_add(1, Ordering::Relaxed) + 1;
             // Logged at most once a second: a client over its bound retries fast.
-            if logged_at.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            if !logged_at.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
                 logged_at = Some(Instant::now());
                 eprintln!(
                     "linerate serve: HTTP: refused a connection from {client}: over {} at once from it or {} in all ({refused} refused so far)",
@@ -404,7 +404,17 @@ async fn slurp(shared: &Shared, mut body: Incoming) -> Reply {
                 );
             }
             Ok(None) => break,
-            Ok(Some(Err(_))) => break,
+            Ok(Some(Err(e))) => {
+                shared
+                    .counters
+                    .uploaded
+                    .fetch_add(received, Ordering::Relaxed);
+                return reply(
+                    StatusCode::BAD_REQUEST,
+                    "text/plain; charset=utf-8",
+                    format!("the upload's body is malformed: {e}\n"),
+                );
+            }
             Ok(Some(Ok(frame))) => frame,
         };
         if let Some(data) = frame.data_ref() {

@@ -1,0 +1,170 @@
+//! `serve --http`/`--https` and `linerate rpm` on loopback: real clients (curl) read the
+//! configuration and the endless download over HTTP/2, and `linerate rpm` completes
+//! against both listeners. Over emulated paths (deep and short queues, mach) in lab.rs.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// `linerate serve --http 127.0.0.1:0 --https 127.0.0.1:0`: its process and the two
+/// configuration URLs it announced.
+struct Served {
+    child: Child,
+    http: String,
+    https: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve_http(extra: &[&str]) -> Served {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let mut child = Command::new(binary())
+        .args([
+            "--no-store",
+            "serve",
+            "-q",
+            "--port",
+            &port,
+            "--listen",
+            "127.0.0.1",
+        ])
+        .args(["--http", "127.0.0.1:0", "--https", "127.0.0.1:0"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut http, mut https) = (String::new(), String::new());
+    while http.is_empty() || https.is_empty() {
+        let line = lines.next().expect("serve announces its URLs").unwrap();
+        if let Some(url) = line.split("responsiveness (RPM) at ").nth(1) {
+            if url.starts_with("https://") {
+                https = url.to_string();
+            } else {
+                http = url.to_string();
+            }
+        }
+    }
+    // The rest of its log is not read: drained so that it never blocks.
+    std::thread::spawn(move || for _ in lines {});
+    Served { child, http, https }
+}
+
+fn curl(args: &[&str]) -> std::process::Output {
+    Command::new("curl").args(args).output().expect("curl")
+}
+
+/// curl reads the configuration over HTTP/2 with TLS (ALPN) and over cleartext (prior
+/// knowledge), and the endless download streams until curl stops it: a client of the
+/// draft needs nothing else.
+#[test]
+fn curl_reads_the_configuration_and_the_endless_download_over_http2() {
+    let test = "curl_reads_the_configuration_and_the_endless_download_over_http2";
+    if !have("curl", test) {
+        return;
+    }
+    let served = serve_http(&[]);
+    for (url, how) in [
+        (&served.https, vec!["--http2", "-k"]),
+        (&served.http, vec!["--http2-prior-knowledge"]),
+    ] {
+        let mut args = vec!["-sS", "-w", "\n%{http_version}"];
+        args.extend(&how);
+        args.push(url);
+        let out = curl(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, version) = text.rsplit_once('\n').unwrap();
+        assert_eq!(version, "2", "{url}: HTTP/{version}");
+        let config: serde_json::Value = serde_json::from_str(body).unwrap();
+        let large = config["urls"]["large_https_download_url"].as_str().unwrap();
+        assert!(
+            url.starts_with(&large[..large.len() - "/large".len()]),
+            "{large} from {url}"
+        );
+        // The endless download: curl stops it after a second, with megabytes read.
+        let mut args = vec![
+            "-s",
+            "-o",
+            "/dev/null",
+            "--max-time",
+            "1",
+            "-w",
+            "%{size_download} %{http_version}",
+        ];
+        args.extend(&how);
+        args.push(large);
+        let out = curl(&args);
+        let report = String::from_utf8_lossy(&out.stdout).to_string();
+        let (size, version) = report.split_once(' ').unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(28),
+            "curl stops at its time limit: {report}"
+        );
+        assert_eq!(version, "2");
+        assert!(
+            size.parse::<u64>().unwrap() > 10_000_000,
+            "{large}: {report}"
+        );
+    }
+    // An upload over HTTP/1.1 (curl -T) is read to its end and its size answered.
+    let upload = served.http.replace("/.well-known/nq", "/slurp");
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!("head -c 5000000 /dev/zero | curl -sS -T - -X POST {upload}"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "{\"bytes\":5000000}",
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `linerate rpm` against both listeners: JSON with both directions measured, capacity
+/// counted, a grade; a TLS server without a way to check it is a one-line usage error.
+#[test]
+fn rpm_measures_both_directions_over_tls_and_cleartext() {
+    let served = serve_http(&[]);
+    for (url, trust) in [(&served.https, vec!["--insecure"]), (&served.http, vec![])] {
+        let mut args = vec!["--no-store", "rpm", url.as_str(), "--time", "4", "--json"];
+        args.extend(&trust);
+        let out = linerate(&args);
+        assert!(out.status.success(), "{url}: {}", stderr(&out));
+        let result = json(&out);
+        assert_eq!(result["tls"], url.starts_with("https://"));
+        for leg in ["download", "upload"] {
+            assert!(
+                num(&result, &format!("/{leg}/capacity_bps")) > 1e8,
+                "{leg}: {result}"
+            );
+            assert!(
+                num(&result, &format!("/{leg}/probes")) > 10.0,
+                "{leg}: {result}"
+            );
+            assert!(!result[leg]["intervals"].as_array().unwrap().is_empty());
+        }
+        assert!(num(&result, "/rpm") > 0.0, "{result}");
+        assert!(result["grade"].is_string(), "{result}");
+    }
+    let out = linerate(&["--no-store", "rpm", &served.https, "--time", "4"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--insecure"), "{err}");
+}

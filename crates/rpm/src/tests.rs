@@ -1,0 +1,198 @@
+use crate::client::{parse_urls, Progress};
+use crate::server::{self, config_json, Limits};
+use proptest::prelude::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[test]
+fn the_configuration_names_the_authority_asked_for_or_the_listener() {
+    let here = "192.0.2.7:8443".parse().unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&config_json(true, Some("server:8443"), here)).unwrap();
+    assert_eq!(
+        json["urls"]["large_https_download_url"],
+        "https://server:8443/large"
+    );
+    assert_eq!(
+        json["urls"]["https_upload_url"],
+        "https://server:8443/slurp"
+    );
+    assert_eq!(json["version"], 1);
+    // Not a plain authority: the listener's address instead.
+    for odd in ["evil.example/x?", "a b", "", "x\"y"] {
+        let json: serde_json::Value =
+            serde_json::from_str(&config_json(false, Some(odd), here)).unwrap();
+        assert_eq!(
+            json["urls"]["small_download_url"],
+            "http://192.0.2.7:8443/small"
+        );
+    }
+    let urls = parse_urls(
+        config_json(true, Some("server:8443"), here).as_bytes(),
+        true,
+    )
+    .unwrap();
+    assert_eq!(urls.large.path(), "/large");
+    // A cleartext client does not take https URLs, nor the reverse.
+    assert!(parse_urls(config_json(true, None, here).as_bytes(), false).is_err());
+}
+
+#[test]
+fn progress_lines_count_what_arrived_once() {
+    let mut p = Progress::default();
+    assert_eq!(p.take(b"100\n25"), 100);
+    assert_eq!(p.take(b"0\n"), 150);
+    // Backwards, not a number, too long: nothing.
+    assert_eq!(p.take(b"200\nabc\n"), 0);
+    assert_eq!(p.take(&[b'9'; 40]), 0);
+    assert_eq!(p.take(b"\n300\n"), 50);
+}
+
+proptest! {
+    /// Any bytes as a configuration: URLs or an error, never a panic.
+    #[test]
+    fn any_configuration_is_read_or_refused(bytes in proptest::collection::vec(any::<u8>(), 0..512), tls in any::<bool>()) {
+        let _ = parse_urls(&bytes, tls);
+    }
+
+    /// Any authority a client sends keeps the configuration valid JSON with URLs of the
+    /// listener's scheme.
+    #[test]
+    fn any_authority_keeps_the_configuration_whole(authority in "\\PC{0,80}") {
+        let here = "127.0.0.1:80".parse().unwrap();
+        let json: serde_json::Value = serde_json::from_str(&config_json(false, Some(&authority), here)).unwrap();
+        let url = json["urls"]["large_download_url"].as_str().unwrap().to_string();
+        prop_assert!(url.starts_with("http://") && url.ends_with("/large"));
+        prop_assert!(url.parse::<hyper::Uri>().is_ok(), "{}", url);
+    }
+
+    /// Any bytes as progress lines: never more than the largest count seen.
+    #[test]
+    fn progress_never_counts_beyond_the_largest_line(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..20)) {
+        let mut p = Progress::default();
+        let total: u64 = chunks.iter().map(|c| p.take(c)).sum();
+        let joined: Vec<u8> = chunks.concat();
+        let largest = joined
+            .split(|&b| b == b'\n')
+            .filter_map(|l| std::str::from_utf8(l).ok()?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        prop_assert!(total <= largest);
+    }
+}
+
+fn get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// Over its bound a client's connection is closed at once, and counted; another client
+/// (here: the same one, once it has let go) is served.
+#[test]
+fn connections_over_a_clients_bound_are_refused_and_others_served() {
+    let limits = Limits {
+        max_per_client: 2,
+        ..Limits::default()
+    };
+    let server = server::start("127.0.0.1:0".parse().unwrap(), None, limits).unwrap();
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(server.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut third = TcpStream::connect(server.addr).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = write!(third, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut buf = [0u8; 64];
+    assert!(
+        matches!(third.read(&mut buf), Ok(0) | Err(_)),
+        "the third was served"
+    );
+    assert!(
+        server
+            .counters
+            .refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    let answer = get(server.addr, "/small").unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// An upload that does not end is cut at the request's time limit, one with a broken
+/// chunk is refused, and the server answers the next client.
+#[test]
+fn an_endless_upload_is_cut_at_the_time_limit_and_a_broken_one_refused() {
+    let limits = Limits {
+        max_request: Duration::from_secs(2),
+        ..Limits::default()
+    };
+    let server = server::start("127.0.0.1:0".parse().unwrap(), None, limits).unwrap();
+    let mut up = TcpStream::connect(server.addr).unwrap();
+    up.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    write!(
+        up,
+        "POST /slurp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .unwrap();
+    let started = Instant::now();
+    let chunk = vec![0u8; 65536];
+    let mut answer = Vec::new();
+    while started.elapsed() < Duration::from_secs(10) {
+        if write!(up, "{:x}\r\n", chunk.len())
+            .and_then(|_| up.write_all(&chunk))
+            .and_then(|_| up.write_all(b"\r\n"))
+            .is_err()
+        {
+            break;
+        }
+        let mut buf = [0u8; 256];
+        if let Ok(n) = up.read(&mut buf) {
+            answer.extend_from_slice(&buf[..n]);
+            if n == 0 || answer.windows(3).any(|w| w == b"408") {
+                break;
+            }
+        }
+    }
+    let cut_after = started.elapsed();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.contains("408"), "{text}");
+    assert!(
+        cut_after >= Duration::from_millis(1900) && cut_after < Duration::from_secs(8),
+        "{cut_after:?}"
+    );
+    assert!(
+        server
+            .counters
+            .uploaded
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+
+    let mut broken = TcpStream::connect(server.addr).unwrap();
+    broken
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        broken,
+        "POST /slurp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    let _ = broken.read_to_string(&mut reply);
+    assert!(!reply.contains("200 OK"), "{reply}");
+    let answer = get(server.addr, "/.well-known/nq").unwrap();
+    assert!(answer.contains("\"large_download_url\""), "{answer}");
+}
