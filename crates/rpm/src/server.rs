@@ -3,6 +3,7 @@
 //!
 //! | path | what |
 //! |---|---|
+//! | `/` | the speed test for a browser: download, upload, latency idle and loaded, RPM, grade |
 //! | `/.well-known/nq` | the configuration: the URLs below, named as networkQuality and mach read them |
 //! | `/small` | one byte (a probe's object) |
 //! | `/large` | an endless download, until the client goes or [`Limits::max_request`] passes |
@@ -51,6 +52,9 @@ impl Default for Limits {
         }
     }
 }
+
+/// The browser's speed test at `/`: one self-contained page (docs/rpm.md).
+pub const SPEED_TEST_PAGE: &str = include_str!("speedtest.html");
 
 /// A request's head: within this time and this size.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -347,6 +351,17 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Reply {
                 config_json(shared.tls, authority.as_deref(), shared.addr),
             )
         }
+        (Method::GET | Method::HEAD, "/") => {
+            let mut page = reply(StatusCode::OK, "text/html; charset=utf-8", SPEED_TEST_PAGE);
+            // Self-contained: nothing may load from anywhere else.
+            page.headers_mut().insert(
+                "content-security-policy",
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
+                    .parse()
+                    .expect("a header value"),
+            );
+            page
+        }
         (Method::GET | Method::HEAD, "/small") => {
             reply(StatusCode::OK, "application/octet-stream", &b"x"[..])
         }
@@ -377,7 +392,7 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Reply {
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: /.well-known/nq, /small, /large, /slurp\n",
+            "not found: / (the speed test), /.well-known/nq, /small, /large, /slurp\n",
         ),
     }
 }
