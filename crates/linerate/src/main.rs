@@ -84,7 +84,7 @@ fn main() -> ExitCode {
         Command::Disk(args) => (args.json, copy_cmd::disk(&args)),
         Command::Doctor(args) => (args.json, doctor_cmd::run(&args, g.key.clone())),
         Command::Mesh(command) => mesh_cmd::run(command, g),
-        Command::Rpm(args) => (args.json, rpm_cmd::run(&args)),
+        Command::Rpm(args) => (args.json, rpm_cmd::run(&args, g)),
     };
     failure::exit_code(outcome, json)
 }

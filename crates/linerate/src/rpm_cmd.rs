@@ -3,8 +3,12 @@
 
 use crate::cli::RpmArgs;
 use crate::failure::{Failure, Outcome};
+use crate::Globals;
 use anyhow::Context;
-use linerate_rpm::client::{self, Leg, Options, RpmResult};
+use linerate_campaign::sink::{self, TextSink};
+use linerate_report::document::Document;
+use linerate_report::units::Scale;
+use linerate_rpm::client::{self, Options};
 use std::io::IsTerminal;
 use std::sync::Arc;
 
@@ -43,7 +47,7 @@ fn trust(args: &RpmArgs) -> Result<Option<Arc<linerate_rpm::tls::ClientConfig>>,
         .map_err(|e| Failure::Usage(format!("TLS: {e}")))
 }
 
-pub fn run(args: &RpmArgs) -> Outcome {
+pub fn run(args: &RpmArgs, globals: &Globals) -> Outcome {
     let url = config_url(&args.target, args.http).map_err(Failure::Usage)?;
     let tls = trust(args)?;
     if url.starts_with("https://") && tls.is_none() {
@@ -52,7 +56,9 @@ pub fn run(args: &RpmArgs) -> Outcome {
         ))
         .into());
     }
+    let store = globals.storage.open_for_run()?;
     let mut options = Options::new(url, tls);
+    options.target = args.target.clone();
     options.leg_limit = std::time::Duration::from_secs_f64(args.time);
     options.max_connections = args.max_connections as usize;
     // Progress on a terminal, or beside text; JSON alone when piped.
@@ -62,57 +68,9 @@ pub fn run(args: &RpmArgs) -> Outcome {
             eprintln!("linerate rpm: {line}");
         }
     };
-    let result = client::run(&options, &mut progress).context("rpm")?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
-    } else {
-        print!("{}", render(&result));
-    }
+    let report = client::run(&options, &mut progress).context("rpm")?;
+    let document = Document::Rpm(Box::new(report));
+    let text = TextSink::new(std::io::stdout(), Scale::Adaptive);
+    sink::standard(args.json, text, store).finish_document(&document)?;
     Ok(())
-}
-
-fn leg_line(leg: &Leg) -> String {
-    let rpm = leg.rpm.map_or("-".into(), |r| {
-        format!("{r:.0} RPM ({})", linerate_rpm::method::rpm_band(r))
-    });
-    let added = leg
-        .added_latency_s
-        .map_or("-".into(), |a| format!("{:+.1} ms", a * 1e3));
-    let settled = if leg.goodput_saturated && leg.rpm_saturated {
-        ""
-    } else {
-        " (time limit: not settled)"
-    };
-    format!(
-        "{:<9} {:>9.2} Mbit/s over {:>2} connections, {rpm}, added latency {added}{settled}\n",
-        leg.direction,
-        leg.capacity_bps / 1e6,
-        leg.connections
-    )
-}
-
-/// The result as networkQuality prints it: capacities, responsiveness, idle latency, the
-/// grade.
-pub fn render(r: &RpmResult) -> String {
-    let mut out = String::new();
-    out.push_str(&format!(
-        "idle latency {:.2} ms (a new connection: {:.2} ms)\n",
-        r.idle_latency_s * 1e3,
-        r.idle_connect_s * 1e3
-    ));
-    out.push_str(&leg_line(&r.download));
-    out.push_str(&leg_line(&r.upload));
-    if let Some(rpm) = r.rpm {
-        out.push_str(&format!(
-            "responsiveness {rpm:.0} RPM ({})\n",
-            r.band.unwrap_or("-")
-        ));
-    }
-    if let (Some(added), Some(grade)) = (r.added_latency_s, r.grade) {
-        out.push_str(&format!(
-            "bufferbloat grade {grade} (+{:.1} ms under load)\n",
-            added.max(0.0) * 1e3
-        ));
-    }
-    out
 }

@@ -108,12 +108,23 @@ pub fn compare(args: &CompareArgs, storage: &Storage) -> Outcome {
         print!("{}", linerate_report::profile::compare_text(&profiles));
         return Ok(());
     }
+    let rpms: Vec<(i64, &linerate_report::rpm::RpmReport)> = runs
+        .iter()
+        .filter_map(|run| match &run.document {
+            Document::Rpm(report) => Some((run.row.id, report.as_ref())),
+            _ => None,
+        })
+        .collect();
+    if !rpms.is_empty() && rpms.len() == runs.len() && !args.json {
+        print!("{}", linerate_report::rpm::compare_text(&rpms));
+        return Ok(());
+    }
     let mut tests = Vec::new();
     for run in &runs {
         match &run.document {
             Document::Test(report) => tests.push((run.row.id, report.as_ref())),
             other => bail!(
-                "run {} is a {}: compare takes test runs, or profile runs without --json ('linerate report {} ... --html FILE' draws sweeps side by side)",
+                "run {} is a {}: compare takes test runs, or profile or rpm runs without --json ('linerate report {} ... --html FILE' draws sweeps side by side)",
                 run.row.id,
                 other.kind(),
                 run.row.id

@@ -137,16 +137,28 @@ fn curl_reads_the_configuration_and_the_endless_download_over_http2() {
 }
 
 /// `linerate rpm` against both listeners: JSON with both directions measured, capacity
-/// counted, a grade; a TLS server without a way to check it is a one-line usage error.
+/// counted, a grade; each run kept, listed by `history`, compared by `compare`, exported as
+/// CSV; a TLS server without a way to check it is a one-line usage error.
 #[test]
-fn rpm_measures_both_directions_over_tls_and_cleartext() {
+fn rpm_measures_both_directions_over_tls_and_cleartext_and_keeps_each_run() {
     let served = serve_http(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db").display().to_string();
     for (url, trust) in [(&served.https, vec!["--insecure"]), (&served.http, vec![])] {
-        let mut args = vec!["--no-store", "rpm", url.as_str(), "--time", "4", "--json"];
+        let mut args = vec![
+            "--db",
+            db.as_str(),
+            "rpm",
+            url.as_str(),
+            "--time",
+            "4",
+            "--json",
+        ];
         args.extend(&trust);
         let out = linerate(&args);
         assert!(out.status.success(), "{url}: {}", stderr(&out));
         let result = json(&out);
+        assert_eq!(result["test"], "rpm");
         assert_eq!(result["tls"], url.starts_with("https://"));
         for leg in ["download", "upload"] {
             assert!(
@@ -162,6 +174,27 @@ fn rpm_measures_both_directions_over_tls_and_cleartext() {
         assert!(num(&result, "/rpm") > 0.0, "{result}");
         assert!(result["grade"].is_string(), "{result}");
     }
+    let history = linerate(&["--db", &db, "history"]);
+    let listed = String::from_utf8_lossy(&history.stdout).to_string();
+    assert_eq!(listed.matches(" rpm ").count(), 2, "{listed}");
+    assert!(listed.contains(" RPM ("), "{listed}");
+    let compared = linerate(&["--db", &db, "compare", "1", "2"]);
+    assert!(compared.status.success(), "{}", stderr(&compared));
+    let table = String::from_utf8_lossy(&compared.stdout).to_string();
+    for row in ["download Mbit/s", "upload RPM", "grade"] {
+        assert!(table.contains(row), "{table}");
+    }
+    let csv = linerate(&["--db", &db, "export", "2", "--format", "csv"]);
+    let csv = String::from_utf8_lossy(&csv.stdout).to_string();
+    assert!(
+        csv.starts_with("direction,end_s,connections,goodput_bps,rpm\n"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("\ndownload,") && csv.contains("\nupload,"),
+        "{csv}"
+    );
+
     let out = linerate(&["--no-store", "rpm", &served.https, "--time", "4"]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);

@@ -16,6 +16,7 @@ pub enum Document {
     Sweep(Box<SweepReport>),
     FindMax(Box<FindMaxReport>),
     Profile(Box<crate::profile::ProfileReport>),
+    Rpm(Box<crate::rpm::RpmReport>),
 }
 
 /// The `test` value of a sweep document, and of a `--find-max` search.
@@ -36,6 +37,7 @@ impl Document {
             Some(crate::profile::PROFILE) => {
                 Document::Profile(Box::new(serde_json::from_value(value)?))
             }
+            Some(crate::rpm::RPM) => Document::Rpm(Box::new(serde_json::from_value(value)?)),
             _ => Document::Test(Box::new(serde_json::from_value(value)?)),
         })
     }
@@ -47,6 +49,7 @@ impl Document {
             Document::Sweep(sweep) => serde_json::to_string_pretty(sweep),
             Document::FindMax(search) => serde_json::to_string_pretty(search),
             Document::Profile(run) => serde_json::to_string_pretty(run),
+            Document::Rpm(run) => serde_json::to_string_pretty(run),
         }
     }
 
@@ -57,6 +60,7 @@ impl Document {
             Document::Sweep(sweep) => &sweep.test,
             Document::FindMax(search) => &search.test,
             Document::Profile(run) => &run.test,
+            Document::Rpm(run) => &run.test,
         }
     }
 
@@ -76,7 +80,7 @@ impl Document {
             Document::Test(report) => report.path(),
             Document::Sweep(sweep) => crate::model::path_of(&sweep.host),
             Document::FindMax(search) => crate::model::path_of(&search.host),
-            Document::Profile(_) => None,
+            Document::Profile(_) | Document::Rpm(_) => None,
         };
         path.map_or("direct".into(), |p| p.brief())
     }
@@ -88,6 +92,7 @@ impl Document {
             Document::Sweep(sweep) => &sweep.config.target,
             Document::FindMax(search) => &search.config.target,
             Document::Profile(run) => &run.config.target,
+            Document::Rpm(run) => &run.target,
         }
     }
 
@@ -97,6 +102,7 @@ impl Document {
             Document::Sweep(sweep) => sweep.started_at,
             Document::FindMax(search) => search.started_at,
             Document::Profile(run) => run.started_at,
+            Document::Rpm(run) => run.started_at,
         }
     }
 
@@ -119,6 +125,7 @@ impl Document {
             } else {
                 (Headline::TransactionsPerS, run.summary.iterations_per_s)
             }),
+            Document::Rpm(run) => run.rpm.map(|rpm| (Headline::Rpm, rpm)),
         }
     }
 
@@ -150,6 +157,7 @@ impl Document {
                     format!("{figure} (incomplete)")
                 }
             }
+            Document::Rpm(run) => run.headline_text(),
         }
     }
 
@@ -170,6 +178,7 @@ impl Document {
                 out + &text::render_find_max(search, scale)
             }
             Document::Profile(run) => run.render_text(scale),
+            Document::Rpm(run) => run.render_text(),
         }
     }
 }
@@ -182,7 +191,7 @@ impl Document {
         match self {
             Document::Sweep(sweep) => warnings(&sweep.warnings),
             Document::FindMax(search) => text::render_find_max(search, scale),
-            Document::Test(_) | Document::Profile(_) => self.render_text(scale),
+            Document::Test(_) | Document::Profile(_) | Document::Rpm(_) => self.render_text(scale),
         }
     }
 }

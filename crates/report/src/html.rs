@@ -53,6 +53,7 @@ fn headline_unit(headline: Headline, max: f64) -> (f64, &'static str) {
     match headline {
         Headline::ReceiverBps => rate_unit(max),
         Headline::TransactionsPerS => (1.0, "transactions/s"),
+        Headline::Rpm => (1.0, "RPM"),
     }
 }
 
@@ -572,6 +573,45 @@ fn run_section(id: i64, document: &Document) -> String {
                 "Received rate per trial",
                 "Mbit/s",
                 &bars,
+            )));
+        }
+        Document::Rpm(run) => {
+            let legs = [&run.download, &run.upload];
+            let goodput: Vec<Series> = legs
+                .iter()
+                .map(|leg| Series {
+                    name: leg.direction.clone(),
+                    points: leg
+                        .intervals
+                        .iter()
+                        .map(|i| (i.end_s, i.goodput_bps / 1e6))
+                        .collect(),
+                })
+                .collect();
+            out.push_str(&figure(line_chart(
+                "Goodput as load-generating connections were added",
+                "seconds into the direction",
+                "Mbit/s",
+                XAxis::Linear,
+                &goodput,
+            )));
+            let rpm: Vec<Series> = legs
+                .iter()
+                .map(|leg| Series {
+                    name: leg.direction.clone(),
+                    points: leg
+                        .intervals
+                        .iter()
+                        .filter_map(|i| Some((i.end_s, i.rpm?)))
+                        .collect(),
+                })
+                .collect();
+            out.push_str(&figure(line_chart(
+                "Responsiveness over the moving window",
+                "seconds into the direction",
+                "RPM",
+                XAxis::Linear,
+                &rpm,
             )));
         }
     }

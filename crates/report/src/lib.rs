@@ -17,6 +17,7 @@ pub mod html;
 pub mod iperf3_json;
 pub mod model;
 pub mod profile;
+pub mod rpm;
 pub mod rr;
 mod sides;
 pub mod stats;

@@ -444,6 +444,8 @@ pub enum Headline {
     ReceiverBps,
     /// Transactions per second over all flows (rr and crr tests).
     TransactionsPerS,
+    /// Round trips a minute under load (`linerate rpm`; no test's summary has it).
+    Rpm,
 }
 
 impl Report {
@@ -467,6 +469,7 @@ impl Headline {
         match self {
             Headline::ReceiverBps => "receiver_bps",
             Headline::TransactionsPerS => "transactions_per_s",
+            Headline::Rpm => "rpm",
         }
     }
 
@@ -475,6 +478,7 @@ impl Headline {
         match self {
             Headline::ReceiverBps => "receiver goodput",
             Headline::TransactionsPerS => "transactions/s",
+            Headline::Rpm => "responsiveness (RPM)",
         }
     }
 
@@ -483,6 +487,8 @@ impl Headline {
         match self {
             Headline::ReceiverBps => summary.receiver_bps,
             Headline::TransactionsPerS => summary.rr.as_ref().map_or(0.0, |r| r.transactions_per_s),
+            // A test's summary carries no responsiveness (Headline::of never names it).
+            Headline::Rpm => 0.0,
         }
     }
 
@@ -493,6 +499,7 @@ impl Headline {
             Headline::TransactionsPerS => {
                 format!("{} transactions/s", crate::units::format_count(value))
             }
+            Headline::Rpm => format!("{value:.0} RPM"),
         }
     }
 }

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Empty};
 use hyper::client::conn::http2::SendRequest;
 use hyper::Request;
-use serde::Serialize;
+use linerate_report::rpm::{RpmInterval, RpmLeg, RpmReport, RPM};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,9 +21,17 @@ use std::time::{Duration, Instant};
 
 type Body = BoxBody<Bytes, std::convert::Infallible>;
 
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// How a run goes.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// The server as the user named it (kept with the result).
+    pub target: String,
     /// The configuration's URL (`https://host:port/.well-known/nq`).
     pub config_url: String,
     /// TLS: how the server's certificate is checked (`None` over cleartext).
@@ -42,6 +50,7 @@ pub struct Options {
 impl Options {
     pub fn new(config_url: String, tls: Option<Arc<rustls::ClientConfig>>) -> Options {
         Options {
+            target: config_url.clone(),
             config_url,
             tls,
             interval: Duration::from_secs(1),
@@ -52,58 +61,6 @@ impl Options {
             probes_per_second: 10,
         }
     }
-}
-
-/// One interval of a direction.
-#[derive(Debug, Clone, Serialize)]
-pub struct Interval {
-    pub end_s: f64,
-    pub connections: usize,
-    pub goodput_bps: f64,
-    /// Responsiveness over the probes of the last `window` intervals.
-    pub rpm: Option<f64>,
-}
-
-/// One direction's figures.
-#[derive(Debug, Clone, Serialize)]
-pub struct Leg {
-    pub direction: &'static str,
-    /// When the direction began, Unix seconds (its intervals count from here).
-    pub started_unix_s: f64,
-    /// The goodput's moving average at the end, bits a second.
-    pub capacity_bps: f64,
-    pub rpm: Option<f64>,
-    pub goodput_saturated: bool,
-    pub rpm_saturated: bool,
-    pub connections: usize,
-    /// Foreign probes' TCP handshake under load (trimmed mean over the last window).
-    pub loaded_connect_s: Option<f64>,
-    /// Self probes' round trip under load (the same).
-    pub loaded_self_s: Option<f64>,
-    /// What the load added to a new connection's handshake: the queue the path built.
-    pub added_latency_s: Option<f64>,
-    pub probes: usize,
-    pub failed_probes: usize,
-    pub intervals: Vec<Interval>,
-}
-
-/// A run's figures.
-#[derive(Debug, Clone, Serialize)]
-pub struct RpmResult {
-    pub config_url: String,
-    pub tls: bool,
-    /// Idle: a small object's round trip over an open connection, and a new
-    /// connection's TCP handshake (trimmed means).
-    pub idle_latency_s: f64,
-    pub idle_connect_s: f64,
-    pub download: Leg,
-    pub upload: Leg,
-    /// The lower of the two directions' responsiveness, and its band.
-    pub rpm: Option<f64>,
-    pub band: Option<&'static str>,
-    /// The larger added latency, and its bufferbloat grade.
-    pub added_latency_s: Option<f64>,
-    pub grade: Option<&'static str>,
 }
 
 /// The server's URLs, from its configuration.
@@ -247,7 +204,7 @@ pub(crate) fn parse_urls(config: &[u8], tls: bool) -> Result<Urls> {
 }
 
 /// Runs the test (`progress` hears each interval) on a runtime of its own.
-pub fn run(options: &Options, progress: &mut (dyn FnMut(&str) + Send)) -> Result<RpmResult> {
+pub fn run(options: &Options, progress: &mut (dyn FnMut(&str) + Send)) -> Result<RpmReport> {
     // On a thread of its own, which (with the runtime's) a reset connection cannot end
     // with SIGPIPE; the caller's thread keeps its disposition for its output.
     std::thread::scope(|scope| {
@@ -270,7 +227,8 @@ pub fn run(options: &Options, progress: &mut (dyn FnMut(&str) + Send)) -> Result
 async fn run_async(
     options: &Options,
     progress: &mut (dyn FnMut(&str) + Send),
-) -> Result<RpmResult> {
+) -> Result<RpmReport> {
+    let started_at = unix_now();
     let config: hyper::Uri = options
         .config_url
         .parse()
@@ -350,7 +308,10 @@ async fn run_async(
         (Some(d), Some(u)) => Some(d.max(u)),
         (d, u) => d.or(u),
     };
-    Ok(RpmResult {
+    Ok(RpmReport {
+        test: RPM.into(),
+        started_at,
+        target: options.target.clone(),
         config_url: options.config_url.clone(),
         tls,
         idle_latency_s,
@@ -358,9 +319,9 @@ async fn run_async(
         download,
         upload,
         rpm,
-        band: rpm.map(method::rpm_band),
+        band: rpm.map(|r| method::rpm_band(r).to_string()),
         added_latency_s: added,
-        grade: added.map(|a| method::bufferbloat_grade(a.max(0.0))),
+        grade: added.map(|a| method::bufferbloat_grade(a.max(0.0)).to_string()),
     })
 }
 
@@ -487,7 +448,7 @@ async fn leg(
     download: bool,
     idle_connect_s: f64,
     progress: &mut (dyn FnMut(&str) + Send),
-) -> Result<Leg> {
+) -> Result<RpmLeg> {
     let direction = if download { "download" } else { "upload" };
     let bytes = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -495,9 +456,7 @@ async fn leg(
     let mut loads = vec![add_load(target, urls, download, &bytes, &stop, limit).await?];
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Probe>();
     let start = tokio::time::Instant::now();
-    let started_unix_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let started_unix_s = unix_now();
     let probe_every = Duration::from_secs_f64(1.0 / options.probes_per_second.max(1) as f64);
     let mut next_probe = start;
     let mut goodput = Saturation::new(options.window, options.tolerance);
@@ -571,7 +530,7 @@ async fn leg(
         let goodput_saturated = goodput.add(bps);
         let rpm_saturated = current.is_some_and(|r| responsiveness.add(r));
         rpm = current.or(rpm);
-        intervals.push(Interval {
+        intervals.push(RpmInterval {
             end_s: start.elapsed().as_secs_f64(),
             connections: loads.len(),
             goodput_bps: bps,
@@ -605,8 +564,8 @@ async fn leg(
         recent.extend(w);
     }
     let loaded_connect_s = method::trimmed_mean(&recent.connect_s, method::TRIM_KEEP);
-    Ok(Leg {
-        direction,
+    Ok(RpmLeg {
+        direction: direction.into(),
         started_unix_s,
         capacity_bps: goodput.average().unwrap_or(0.0),
         rpm,

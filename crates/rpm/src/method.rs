@@ -4,8 +4,6 @@
 //! quote. Time comes in as seconds on the caller's clock, so every rule is tested without
 //! a network.
 
-use serde::Serialize;
-
 /// The share of the lowest probe times kept by [`trimmed_mean`]: the slowest 5 % are
 /// dropped (a probe that met a retransmission says little about the queue).
 pub const TRIM_KEEP: f64 = 0.95;
@@ -27,7 +25,7 @@ pub fn trimmed_mean(values: &[f64], keep: f64) -> Option<f64> {
 }
 
 /// One interval's probe times, in seconds, by kind.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Probes {
     /// Foreign probes (a new connection each): the TCP handshake.
     pub connect_s: Vec<f64>,

@@ -1,0 +1,204 @@
+//! A responsiveness run (`linerate rpm`, docs/rpm.md): its figures as printed with
+//! `--json` and kept in the results database, its text, its CSV rows and its comparison.
+
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// The `test` value of an RPM document.
+pub const RPM: &str = "rpm";
+
+/// One interval of a direction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RpmInterval {
+    pub end_s: f64,
+    pub connections: usize,
+    pub goodput_bps: f64,
+    /// Responsiveness over the probes of the last intervals (the moving window).
+    pub rpm: Option<f64>,
+}
+
+/// One direction's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RpmLeg {
+    /// "download" or "upload".
+    pub direction: String,
+    /// When the direction began, Unix seconds (its intervals count from here).
+    pub started_unix_s: f64,
+    /// The goodput's moving average at the end, counted where it arrived, bits a second.
+    pub capacity_bps: f64,
+    pub rpm: Option<f64>,
+    pub goodput_saturated: bool,
+    pub rpm_saturated: bool,
+    pub connections: usize,
+    /// Foreign probes' TCP handshake under load (trimmed mean over the last window).
+    pub loaded_connect_s: Option<f64>,
+    /// Self probes' round trip under load (the same).
+    pub loaded_self_s: Option<f64>,
+    /// What the load added to a new connection's handshake: the queue the path built.
+    pub added_latency_s: Option<f64>,
+    pub probes: usize,
+    pub failed_probes: usize,
+    pub intervals: Vec<RpmInterval>,
+}
+
+impl RpmLeg {
+    /// Both figures stopped moving before the time limit.
+    pub fn settled(&self) -> bool {
+        self.goodput_saturated && self.rpm_saturated
+    }
+}
+
+/// A run's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RpmReport {
+    /// Always [`RPM`]: tells the document's kind.
+    pub test: String,
+    pub started_at: f64,
+    /// The server as the user named it.
+    pub target: String,
+    pub config_url: String,
+    pub tls: bool,
+    /// Idle: a small object's round trip over an open connection, and a new
+    /// connection's TCP handshake (trimmed means).
+    pub idle_latency_s: f64,
+    pub idle_connect_s: f64,
+    pub download: RpmLeg,
+    pub upload: RpmLeg,
+    /// The lower of the two directions' responsiveness, and its band.
+    pub rpm: Option<f64>,
+    pub band: Option<String>,
+    /// The larger added latency, and its bufferbloat grade.
+    pub added_latency_s: Option<f64>,
+    pub grade: Option<String>,
+}
+
+impl RpmReport {
+    /// "221 RPM (Low), grade C, 46.9 Mbit/s down, 46.5 up".
+    pub fn headline_text(&self) -> String {
+        let rpm = self.rpm.map_or("no RPM".into(), |r| {
+            format!("{r:.0} RPM ({})", self.band.as_deref().unwrap_or("-"))
+        });
+        let grade = self
+            .grade
+            .as_deref()
+            .map_or(String::new(), |g| format!(", grade {g}"));
+        format!(
+            "{rpm}{grade}, {:.1} Mbit/s down, {:.1} up",
+            self.download.capacity_bps / 1e6,
+            self.upload.capacity_bps / 1e6
+        )
+    }
+
+    /// The result as networkQuality prints it: capacities, responsiveness, idle latency,
+    /// the grade.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "idle latency {:.2} ms (a new connection: {:.2} ms)",
+            self.idle_latency_s * 1e3,
+            self.idle_connect_s * 1e3
+        );
+        for leg in [&self.download, &self.upload] {
+            let rpm = leg.rpm.map_or("-".into(), |r| format!("{r:.0} RPM"));
+            let added = leg
+                .added_latency_s
+                .map_or("-".into(), |a| format!("{:+.1} ms", a * 1e3));
+            let settled = if leg.settled() {
+                ""
+            } else {
+                " (time limit: not settled)"
+            };
+            let _ = writeln!(
+                out,
+                "{:<9} {:>9.2} Mbit/s over {:>2} connections, {rpm}, added latency {added}{settled}",
+                leg.direction,
+                leg.capacity_bps / 1e6,
+                leg.connections
+            );
+        }
+        if let Some(rpm) = self.rpm {
+            let _ = writeln!(
+                out,
+                "responsiveness {rpm:.0} RPM ({})",
+                self.band.as_deref().unwrap_or("-")
+            );
+        }
+        if let (Some(added), Some(grade)) = (self.added_latency_s, &self.grade) {
+            let _ = writeln!(
+                out,
+                "bufferbloat grade {grade} (+{:.1} ms under load)",
+                added.max(0.0) * 1e3
+            );
+        }
+        out
+    }
+
+    /// CSV: a row per interval of each direction.
+    pub fn rows(&self) -> (Vec<String>, Vec<Vec<String>>) {
+        let header = ["direction", "end_s", "connections", "goodput_bps", "rpm"]
+            .map(String::from)
+            .to_vec();
+        let rows = [&self.download, &self.upload]
+            .into_iter()
+            .flat_map(|leg| {
+                leg.intervals.iter().map(move |i| {
+                    vec![
+                        leg.direction.clone(),
+                        format!("{:.3}", i.end_s),
+                        i.connections.to_string(),
+                        format!("{:.0}", i.goodput_bps),
+                        i.rpm.map_or(String::new(), |r| format!("{r:.1}")),
+                    ]
+                })
+            })
+            .collect();
+        (header, rows)
+    }
+}
+
+/// Runs side by side: each figure, and each later run's change from the first.
+pub fn compare_text(runs: &[(i64, &RpmReport)]) -> String {
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    let mut header = vec!["figure".to_string()];
+    header.extend(runs.iter().map(|(id, _)| format!("run {id}")));
+    header.extend(runs.iter().skip(1).map(|(id, _)| format!("Δ run {id}")));
+    table.set_header(header);
+    type Pick = fn(&RpmReport) -> Option<f64>;
+    let figures: [(&str, Pick); 8] = [
+        ("RPM", |r| r.rpm),
+        ("download RPM", |r| r.download.rpm),
+        ("upload RPM", |r| r.upload.rpm),
+        ("download Mbit/s", |r| Some(r.download.capacity_bps / 1e6)),
+        ("upload Mbit/s", |r| Some(r.upload.capacity_bps / 1e6)),
+        ("idle latency ms", |r| Some(r.idle_latency_s * 1e3)),
+        ("added latency ms", |r| r.added_latency_s.map(|a| a * 1e3)),
+        ("connections (down + up)", |r| {
+            Some((r.download.connections + r.upload.connections) as f64)
+        }),
+    ];
+    for (name, pick) in figures {
+        let values: Vec<Option<f64>> = runs.iter().map(|(_, r)| pick(r)).collect();
+        let mut row = vec![name.to_string()];
+        row.extend(
+            values
+                .iter()
+                .map(|v| v.map_or("-".into(), |v| format!("{v:.1}"))),
+        );
+        let first = values.first().copied().flatten();
+        row.extend(values.iter().skip(1).map(|v| match (first, v) {
+            (Some(a), Some(b)) if a != 0.0 => format!("{:+.1}%", (b / a - 1.0) * 100.0),
+            _ => "-".into(),
+        }));
+        table.add_row(row);
+    }
+    let mut grades = vec!["grade".to_string()];
+    grades.extend(
+        runs.iter()
+            .map(|(_, r)| r.grade.clone().unwrap_or("-".into())),
+    );
+    grades.extend(runs.iter().skip(1).map(|_| String::new()));
+    table.add_row(grades);
+    format!("{table}\n")
+}
