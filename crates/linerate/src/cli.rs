@@ -76,7 +76,7 @@ pub struct Cli {
 pub enum Command {
     /// Serve tests from linerate clients (many at once, each isolated)
     #[command(
-        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv\n  linerate serve --cert cert.pem --cert-key key.pem --require-tls"
+        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv\n  linerate serve --cert cert.pem --cert-key key.pem --require-tls\n  linerate serve --http :8080 --https :8443   responsiveness (RPM) for linerate rpm, networkQuality, mach and browsers"
     )]
     Serve(ServeArgs),
     /// Measure TCP throughput to a server, or of this machine over loopback
