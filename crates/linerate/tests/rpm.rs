@@ -201,3 +201,28 @@ fn rpm_measures_both_directions_over_tls_and_cleartext_and_keeps_each_run() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("--insecure"), "{err}");
 }
+
+/// A server that accepts and never answers: `linerate rpm` gives up within its step
+/// timeout (10 s) with one line saying what did not answer, not hanging.
+#[test]
+fn rpm_gives_up_on_a_server_that_never_answers() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let held = std::thread::spawn(move || {
+        let (stream, _) = silent.accept().unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(12));
+        drop(stream);
+    });
+    let started = std::time::Instant::now();
+    let out = linerate(&[
+        "--no-store",
+        "rpm",
+        &format!("http://{addr}/.well-known/nq"),
+    ]);
+    let took = started.elapsed();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("no answer within 10 s"), "{err}");
+    assert!(took < std::time::Duration::from_secs(14), "{took:?}");
+    held.join().unwrap();
+}

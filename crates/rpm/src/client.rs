@@ -86,12 +86,24 @@ struct Opened {
     tls_s: Option<f64>,
 }
 
+/// The longest one step may take: a connection, a handshake, a small object.
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn within<T>(what: &str, step: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(STEP_TIMEOUT, step)
+        .await
+        .map_err(|_| anyhow!("{what}: no answer within {} s", STEP_TIMEOUT.as_secs()))?
+}
+
 impl Target {
     async fn open(&self) -> Result<Opened> {
         let start = Instant::now();
-        let tcp = tokio::net::TcpStream::connect(self.addr)
-            .await
-            .with_context(|| format!("cannot connect to {}", self.addr))?;
+        let tcp = within("connecting", async {
+            tokio::net::TcpStream::connect(self.addr)
+                .await
+                .with_context(|| format!("cannot connect to {}", self.addr))
+        })
+        .await?;
         let _ = tcp.set_nodelay(true);
         crate::limit_unsent(&tcp);
         let connect_s = start.elapsed().as_secs_f64();
@@ -100,22 +112,25 @@ impl Target {
                 let started = Instant::now();
                 let name = rustls::pki_types::ServerName::try_from(self.host.clone())
                     .map_err(|e| anyhow!("{}: {e}", self.host))?;
-                let stream = connector
-                    .connect(name, tcp)
-                    .await
-                    .with_context(|| format!("TLS with {}", self.addr))?;
+                let stream = within("TLS", async {
+                    connector
+                        .connect(name, tcp)
+                        .await
+                        .with_context(|| format!("TLS with {}", self.addr))
+                })
+                .await?;
                 let tls_s = started.elapsed().as_secs_f64();
                 if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
                     bail!("{} does not offer HTTP/2 over TLS (ALPN h2)", self.addr);
                 }
                 Ok(Opened {
-                    send: handshake(stream).await?,
+                    send: within("HTTP/2", handshake(stream)).await?,
                     connect_s,
                     tls_s: Some(tls_s),
                 })
             }
             None => Ok(Opened {
-                send: handshake(tcp).await?,
+                send: within("HTTP/2", handshake(tcp)).await?,
                 connect_s,
                 tls_s: None,
             }),
@@ -143,24 +158,33 @@ fn empty() -> Body {
     Empty::<Bytes>::new().boxed()
 }
 
-/// GETs `uri` over `send` and reads the body to its end: the seconds it took and the body.
+/// GETs `uri` over `send` and reads the body to its end, within [`STEP_TIMEOUT`] and
+/// [`MAX_CONFIG`] bytes (a small object or a configuration): the seconds it took and the
+/// body.
 async fn fetch(send: &mut SendRequest<Body>, uri: &hyper::Uri) -> Result<(f64, Bytes)> {
     let start = Instant::now();
-    send.ready().await.context("the connection closed")?;
-    let request = Request::get(uri.clone())
-        .body(empty())
-        .expect("a request of known parts");
-    let response = send.send_request(request).await.context("request")?;
-    if !response.status().is_success() {
-        bail!("{uri}: {}", response.status());
-    }
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .context("reading the response")?
-        .to_bytes();
-    Ok((start.elapsed().as_secs_f64(), body))
+    within(&uri.to_string(), async {
+        send.ready().await.context("the connection closed")?;
+        let request = Request::get(uri.clone())
+            .body(empty())
+            .expect("a request of known parts");
+        let response = send.send_request(request).await.context("request")?;
+        if !response.status().is_success() {
+            bail!("{uri}: {}", response.status());
+        }
+        let mut body = response.into_body();
+        let mut bytes = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Some(data) = frame.context("reading the response")?.data_ref() {
+                if bytes.len() + data.len() > MAX_CONFIG {
+                    bail!("{uri}: an answer over {MAX_CONFIG} bytes where a small one belongs");
+                }
+                bytes.extend_from_slice(data);
+            }
+        }
+        Ok((start.elapsed().as_secs_f64(), Bytes::from(bytes)))
+    })
+    .await
 }
 
 /// The most a configuration may be: it is a few URLs.
@@ -247,11 +271,14 @@ async fn run_async(
         .trim_matches(|c| c == '[' || c == ']')
         .to_string();
     let port = config.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let addr = tokio::net::lookup_host((host.as_str(), port))
-        .await
-        .with_context(|| format!("cannot resolve {host}"))?
-        .next()
-        .ok_or_else(|| anyhow!("{host} has no address"))?;
+    let addr = within("resolving", async {
+        tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .with_context(|| format!("cannot resolve {host}"))?
+            .next()
+            .ok_or_else(|| anyhow!("{host} has no address"))
+    })
+    .await?;
     let connector = match (&options.tls, tls) {
         (Some(config), true) => {
             let mut config = (**config).clone();
@@ -391,7 +418,10 @@ async fn add_load(
 ) -> Result<Load> {
     let opened = target.open().await?;
     let mut send = opened.send;
-    send.ready().await.context("the connection closed")?;
+    within("a loading connection", async {
+        send.ready().await.context("the connection closed")
+    })
+    .await?;
     let request = if download {
         Request::get(urls.large.clone())
             .body(empty())
