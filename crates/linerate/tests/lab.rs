@@ -1512,22 +1512,31 @@ impl StatusLog {
     }
 }
 
-/// What the emulator says one direction did between two moments (from its status log):
-/// the mean delay of the frames it passed, ms, and the bits a second of frames it passed.
+/// What the emulator says one direction did between two moments (from its status log,
+/// the statuses written within them): the mean delay of the frames it passed, ms, and the
+/// bits a second of frames it passed.
 fn emulator_between(
     log: &[(f64, serde_json::Value)],
     direction: usize,
     from: f64,
     to: f64,
 ) -> (f64, f64) {
+    // The file is rewritten once a second: when each was written is the emulator's start
+    // plus its `elapsed_s`, and the start is where every read's time less its elapsed
+    // time comes closest (a read follows its write by at most the 250 ms between reads).
+    let origin = log
+        .iter()
+        .map(|(t, s)| t - num(s, "/elapsed_s"))
+        .fold(f64::INFINITY, f64::min);
+    let written = |s: &serde_json::Value| origin + num(s, "/elapsed_s");
     let first = log
         .iter()
-        .find(|(t, _)| *t >= from)
+        .find(|(_, s)| written(s) >= from)
         .expect("a status after the start");
     let last = log
         .iter()
         .rev()
-        .find(|(t, _)| *t <= to)
+        .find(|(_, s)| written(s) <= to)
         .expect("a status before the end");
     let c =
         |s: &serde_json::Value, k: &str| num(s, &format!("/directions/{direction}/counters/{k}"));
@@ -1761,10 +1770,11 @@ fn mach_measures_serve_https_and_agrees_with_linerate_rpm() {
             "mach measured nothing: {peer}"
         );
         // One run each over a queue that TCP's sawtooth fills and drains: the RPMs of
-        // two runs of the same client differ by up to 1.7x here (docs/rpm.md), so the
-        // check is that the two clients see the same kind of path, not the same figure.
+        // two runs of the same client differ by up to 1.7x here, and the two clients'
+        // by 0.8x to 1.6x (docs/rpm.md), so the check is that they see the same kind of
+        // path, not the same figure.
         assert!(
-            (0.5..=2.0).contains(&(our_rpm / theirs_rpm)),
+            (0.4..=2.5).contains(&(our_rpm / theirs_rpm)),
             "{leg} RPM: ours {our_rpm:.0}, mach {theirs_rpm:.0}"
         );
         // mach counts an upload where it leaves (its body's bytes handed over), so its
@@ -1781,6 +1791,18 @@ fn mach_measures_serve_https_and_agrees_with_linerate_rpm() {
             );
         }
     }
+    // The figure each quotes, the lower direction's: the same band of the draft's.
+    let band = |rpm: f64| match rpm {
+        r if r < 300.0 => "Low",
+        r if r < 1000.0 => "Medium",
+        _ => "High",
+    };
+    let theirs = num(&peer, "/download/rpm").min(num(&peer, "/upload/rpm"));
+    assert_eq!(
+        band(theirs),
+        ours["band"].as_str().unwrap(),
+        "mach {theirs:.0}: {ours}"
+    );
 }
 
 /// mach's binary: `LINERATE_MACH`, or where ../shared/peers/README.md builds it.

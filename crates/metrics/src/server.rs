@@ -85,6 +85,14 @@ pub fn start(
         .name("metrics-http".into())
         .spawn(move || {
             linerate_hostinfo::block_sigpipe();
+            // Every series encoded once before the first scrape asks (a coordinator's
+            // board, seeded from its store, can hold tens of thousands): scrapes then only
+            // re-encode what changed.
+            shared
+                .exposition
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .render(openmetrics::Format::OpenMetrics);
             runtime.block_on(async move {
                 let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
                     return;
