@@ -1550,10 +1550,10 @@ fn emulator_between(
     )
 }
 
-/// `linerate rpm --json` from the lab's client against `serve --http` on its server,
-/// with the emulator's status logged meanwhile.
-fn rpm_over_lab(name: &str, extra: &[&str]) -> (serde_json::Value, Vec<(f64, serde_json::Value)>) {
-    let mut serve = Command::new(binary())
+/// `linerate serve -q ARGS` (its HTTP listeners) on the lab's server, given 800 ms to
+/// listen; the caller ends it.
+fn serve_http_in(name: &str, args: &[&str]) -> std::process::Child {
+    let serve = Command::new(binary())
         .args([
             "lab",
             "exec",
@@ -1564,11 +1564,19 @@ fn rpm_over_lab(name: &str, extra: &[&str]) -> (serde_json::Value, Vec<(f64, ser
             binary(),
             "--no-store",
         ])
-        .args(["serve", "-q", "--http", ":8480", "--https", ":8443"])
+        .args(["serve", "-q"])
+        .args(args)
         .stderr(Stdio::null())
         .spawn()
         .expect("serve");
     std::thread::sleep(Duration::from_millis(800));
+    serve
+}
+
+/// `linerate rpm --json` from the lab's client against `serve --http` on its server,
+/// with the emulator's status logged meanwhile.
+fn rpm_over_lab(name: &str, extra: &[&str]) -> (serde_json::Value, Vec<(f64, serde_json::Value)>) {
+    let mut serve = serve_http_in(name, &["--http", ":8480", "--https", ":8443"]);
     let log = StatusLog::start(name);
     let mut args = vec![
         "exec",
@@ -1614,6 +1622,13 @@ fn rpm_tells_a_deep_queue_from_a_short_one_by_the_emulators_own_queue() {
         let (result, log) = rpm_over_lab(
             &name,
             &["http://server:8480/.well-known/nq", "--time", "12"],
+        );
+        // The run names the emulated path it crossed, and the host that measured.
+        assert!(result["host"]["path"].is_object(), "{}", result["host"]);
+        assert!(
+            result["host"]["cpu_model"].is_string(),
+            "{}",
+            result["host"]
         );
         for (leg, direction) in [("download", 1), ("upload", 0)] {
             let l = &result[leg];
@@ -1703,22 +1718,7 @@ fn mach_measures_serve_https_and_agrees_with_linerate_rpm() {
     ]);
     assert!(up.status.success(), "{}", stderr(&up));
     let _guard = LabGuard(name.clone());
-    let mut serve = Command::new(binary())
-        .args([
-            "lab",
-            "exec",
-            "--name",
-            &name,
-            "server",
-            "--",
-            binary(),
-            "--no-store",
-        ])
-        .args(["serve", "-q", "--https", ":8443"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve");
-    std::thread::sleep(Duration::from_millis(800));
+    let mut serve = serve_http_in(&name, &["--https", ":8443"]);
     let peer = lab(&[
         "exec",
         "--name",
@@ -1984,22 +1984,7 @@ fn chromium_runs_the_speed_test_over_a_shaped_path() {
     ]);
     assert!(up.status.success(), "{}", stderr(&up));
     let _guard = LabGuard(name.clone());
-    let mut serve = Command::new(binary())
-        .args([
-            "lab",
-            "exec",
-            "--name",
-            &name,
-            "server",
-            "--",
-            binary(),
-            "--no-store",
-        ])
-        .args(["serve", "-q", "--http", ":8480"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve");
-    std::thread::sleep(Duration::from_millis(800));
+    let mut serve = serve_http_in(&name, &["--http", ":8480"]);
     let server = std::env::var("LINERATE_LAB_SERVER").unwrap_or_else(|_| "10.77.0.2".into());
     let mut browser = Browser::start(&format!("lrlab-{name}-client"));
     let log = StatusLog::start(&name);

@@ -80,7 +80,8 @@ impl Document {
             Document::Test(report) => report.path(),
             Document::Sweep(sweep) => crate::model::path_of(&sweep.host),
             Document::FindMax(search) => crate::model::path_of(&search.host),
-            Document::Profile(_) | Document::Rpm(_) => None,
+            Document::Profile(_) => None,
+            Document::Rpm(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
         };
         path.map_or("direct".into(), |p| p.brief())
     }

@@ -576,42 +576,33 @@ fn run_section(id: i64, document: &Document) -> String {
             )));
         }
         Document::Rpm(run) => {
-            let legs = [&run.download, &run.upload];
-            let goodput: Vec<Series> = legs
-                .iter()
-                .map(|leg| Series {
-                    name: leg.direction.clone(),
-                    points: leg
-                        .intervals
-                        .iter()
-                        .map(|i| (i.end_s, i.goodput_bps / 1e6))
-                        .collect(),
-                })
-                .collect();
+            // A line per direction, of one figure of its intervals.
+            let lines = |pick: fn(&crate::rpm::RpmInterval) -> Option<f64>| -> Vec<Series> {
+                [&run.download, &run.upload]
+                    .iter()
+                    .map(|leg| Series {
+                        name: leg.direction.clone(),
+                        points: leg
+                            .intervals
+                            .iter()
+                            .filter_map(|i| Some((i.end_s, pick(i)?)))
+                            .collect(),
+                    })
+                    .collect()
+            };
             out.push_str(&figure(line_chart(
                 "Goodput as load-generating connections were added",
                 "seconds into the direction",
                 "Mbit/s",
                 XAxis::Linear,
-                &goodput,
+                &lines(|i| Some(i.goodput_bps / 1e6)),
             )));
-            let rpm: Vec<Series> = legs
-                .iter()
-                .map(|leg| Series {
-                    name: leg.direction.clone(),
-                    points: leg
-                        .intervals
-                        .iter()
-                        .filter_map(|i| Some((i.end_s, i.rpm?)))
-                        .collect(),
-                })
-                .collect();
             out.push_str(&figure(line_chart(
                 "Responsiveness over the moving window",
                 "seconds into the direction",
                 "RPM",
                 XAxis::Linear,
-                &rpm,
+                &lines(|i| i.rpm),
             )));
         }
     }

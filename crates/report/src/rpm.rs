@@ -70,6 +70,9 @@ pub struct RpmReport {
     /// The larger added latency, and its bufferbloat grade.
     pub added_latency_s: Option<f64>,
     pub grade: Option<String>,
+    /// The measuring host: its CPU, kernel, and the emulated path it crossed in a lab.
+    #[serde(default)]
+    pub host: Option<linerate_model::HostFacts>,
 }
 
 impl RpmReport {

@@ -349,6 +349,7 @@ async fn run_async(
         band: rpm.map(|r| method::rpm_band(r).to_string()),
         added_latency_s: added,
         grade: added.map(|a| method::bufferbloat_grade(a.max(0.0)).to_string()),
+        host: Some(linerate_hostinfo::host_facts()),
     })
 }
 

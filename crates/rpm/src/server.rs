@@ -402,63 +402,47 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Reply {
 async fn slurp(shared: &Shared, mut body: Incoming) -> Reply {
     let deadline = tokio::time::Instant::now() + shared.limits.max_request;
     let mut received: u64 = 0;
+    // Counted however it ends.
+    let answer = |received: u64, status: StatusCode, text: String| {
+        shared
+            .counters
+            .uploaded
+            .fetch_add(received, Ordering::Relaxed);
+        reply(status, "text/plain; charset=utf-8", text)
+    };
     loop {
         let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
             Err(_) => {
-                shared
-                    .counters
-                    .uploaded
-                    .fetch_add(received, Ordering::Relaxed);
-                return reply(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "text/plain; charset=utf-8",
-                    format!(
-                        "an upload lasts at most {} s\n",
-                        shared.limits.max_request.as_secs()
-                    ),
-                );
+                let limit = shared.limits.max_request.as_secs();
+                let why = format!("an upload lasts at most {limit} s\n");
+                return answer(received, StatusCode::REQUEST_TIMEOUT, why);
             }
             Ok(None) => break,
             Ok(Some(Err(e))) => {
-                shared
-                    .counters
-                    .uploaded
-                    .fetch_add(received, Ordering::Relaxed);
-                return reply(
-                    StatusCode::BAD_REQUEST,
-                    "text/plain; charset=utf-8",
-                    format!("the upload's body is malformed: {e}\n"),
-                );
+                let why = format!("the upload's body is malformed: {e}\n");
+                return answer(received, StatusCode::BAD_REQUEST, why);
             }
             Ok(Some(Ok(frame))) => frame,
         };
         if let Some(data) = frame.data_ref() {
             received += data.len() as u64;
             if received > shared.limits.max_upload {
-                shared
-                    .counters
-                    .uploaded
-                    .fetch_add(received, Ordering::Relaxed);
-                return reply(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "text/plain; charset=utf-8",
-                    format!(
-                        "an upload sends at most {} bytes\n",
-                        shared.limits.max_upload
-                    ),
-                );
+                let limit = shared.limits.max_upload;
+                let why = format!("an upload sends at most {limit} bytes\n");
+                return answer(received, StatusCode::PAYLOAD_TOO_LARGE, why);
             }
         }
     }
-    shared
-        .counters
-        .uploaded
-        .fetch_add(received, Ordering::Relaxed);
-    reply(
+    let mut done = answer(
+        received,
         StatusCode::OK,
-        "application/json",
         format!("{{\"bytes\":{received}}}"),
-    )
+    );
+    done.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        "application/json".parse().expect("a header value"),
+    );
+    done
 }
 
 /// How often `/slurp?progress` reports what has arrived.
