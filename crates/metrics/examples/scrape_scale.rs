@@ -63,31 +63,24 @@ fn latency(median_s: f64) -> Figures {
     }
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let hosts: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
-    let serve = args.iter().position(|a| a == "--serve").map(|i| {
-        (
-            args[i + 1]
-                .parse::<std::net::SocketAddr>()
-                .expect("--serve ADDR SECONDS"),
-            args[i + 2].parse::<u64>().expect("--serve ADDR SECONDS"),
-        )
-    });
+/// The four tests: a TCP stream, a UDP stream with loss, rr and crr.
+const TESTS: [(&str, &str, Measure); 4] = [
+    ("tput", "tcp", Measure::Goodput),
+    ("tput-udp", "udp", Measure::Goodput),
+    ("lat", "tcp", Measure::Latency),
+    ("conn", "tcp", Measure::Latency),
+];
+
+/// A board with a result of every test for every ordered pair of `hosts` hosts.
+fn filled_board(hosts: usize) -> Board {
+    let tests = TESTS;
     let mut board = Board::default();
-    let tests = [
-        ("tput", "tcp", Measure::Goodput),
-        ("tput-udp", "udp", Measure::Goodput),
-        ("lat", "tcp", Measure::Latency),
-        ("conn", "tcp", Measure::Latency),
-    ];
     for h in 0..hosts {
         board.declare_host(&format!("host-{h:04}"));
     }
     for (name, _, measure) in tests {
         board.declare(name, measure);
     }
-    let start = Instant::now();
     let mut at = 1.8e9;
     for s in 0..hosts {
         for d in 0..hosts {
@@ -124,6 +117,22 @@ fn main() {
             }
         }
     }
+    board
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let hosts: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
+    let serve = args.iter().position(|a| a == "--serve").map(|i| {
+        (
+            args[i + 1]
+                .parse::<std::net::SocketAddr>()
+                .expect("--serve ADDR SECONDS"),
+            args[i + 2].parse::<u64>().expect("--serve ADDR SECONDS"),
+        )
+    });
+    let start = Instant::now();
+    let board = filled_board(hosts);
     let filled = start.elapsed().as_secs_f64();
     let series = board.series.len();
     let board = Arc::new(Mutex::new(board));
@@ -163,7 +172,7 @@ fn main() {
                 headline_text: String::new(),
             };
             // A new result of the series' own kind.
-            let figures = match tests.iter().find(|t| t.0 == key.test).map(|t| t.2) {
+            let figures = match TESTS.iter().find(|t| t.0 == key.test).map(|t| t.2) {
                 Some(Measure::Latency) => latency(3.0e-4),
                 _ => goodput(9.0e8, key.protocol == "udp"),
             };

@@ -309,17 +309,7 @@ async fn run_async(
     }
     progress(&format!("configuration from {}", options.config_url));
 
-    // Idle: round trips over the open connection, and new connections' handshakes.
-    let mut idle = Vec::new();
-    for _ in 0..20 {
-        idle.push(fetch(&mut control.send, &urls.small).await?.0);
-    }
-    let mut idle_connects = vec![control.connect_s];
-    for _ in 0..9 {
-        idle_connects.push(target.open().await?.connect_s);
-    }
-    let idle_latency_s = method::trimmed_mean(&idle, method::TRIM_KEEP).unwrap_or(0.0);
-    let idle_connect_s = method::trimmed_mean(&idle_connects, method::TRIM_KEEP).unwrap_or(0.0);
+    let (idle_latency_s, idle_connect_s) = idle(&target, &mut control, &urls).await?;
     progress(&format!(
         "idle: {:.2} ms round trip, {:.2} ms a new connection",
         idle_latency_s * 1e3,
@@ -353,7 +343,24 @@ async fn run_async(
     })
 }
 
-/// One probe's outcome, stamped with when it ended.
+/// The idle path: the trimmed means of 20 small objects over the open connection, and of
+/// 10 new connections' TCP handshakes (the open one's among them).
+async fn idle(target: &Target, control: &mut Opened, urls: &Urls) -> Result<(f64, f64)> {
+    let mut trips = Vec::new();
+    for _ in 0..20 {
+        trips.push(fetch(&mut control.send, &urls.small).await?.0);
+    }
+    let mut connects = vec![control.connect_s];
+    for _ in 0..9 {
+        connects.push(target.open().await?.connect_s);
+    }
+    Ok((
+        method::trimmed_mean(&trips, method::TRIM_KEEP).unwrap_or(0.0),
+        method::trimmed_mean(&connects, method::TRIM_KEEP).unwrap_or(0.0),
+    ))
+}
+
+/// One probe's outcome.
 enum Probe {
     Foreign {
         connect_s: f64,
@@ -472,6 +479,73 @@ async fn add_load(
     Ok(Load { send, task })
 }
 
+/// One foreign probe (a new connection: TCP, TLS, the small object) and one self probe
+/// (the small object over `own`, a loading connection), each reporting on `tx`.
+fn send_probes(
+    target: &Target,
+    small: &hyper::Uri,
+    mut own: SendRequest<Body>,
+    tx: &tokio::sync::mpsc::UnboundedSender<Probe>,
+) {
+    let (t, foreign_tx, uri) = (target.clone(), tx.clone(), small.clone());
+    tokio::spawn(async move {
+        let outcome = async {
+            let mut opened = t.open().await?;
+            let (http_s, _) = fetch(&mut opened.send, &uri).await?;
+            Ok::<_, anyhow::Error>(Probe::Foreign {
+                connect_s: opened.connect_s,
+                tls_s: opened.tls_s,
+                http_s,
+            })
+        }
+        .await;
+        let _ = foreign_tx.send(outcome.unwrap_or(Probe::Failed));
+    });
+    let (own_tx, uri) = (tx.clone(), small.clone());
+    tokio::spawn(async move {
+        let _ = own_tx.send(match fetch(&mut own, &uri).await {
+            Ok((http_s, _)) => Probe::Own { http_s },
+            Err(_) => Probe::Failed,
+        });
+    });
+}
+
+/// The probes that have reported since the last call, by kind; counts them and the
+/// failed.
+fn tally(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Probe>,
+    probes: &mut usize,
+    failed: &mut usize,
+) -> Probes {
+    let mut now = Probes::default();
+    while let Ok(probe) = rx.try_recv() {
+        *probes += 1;
+        match probe {
+            Probe::Foreign {
+                connect_s,
+                tls_s,
+                http_s,
+            } => {
+                now.connect_s.push(connect_s);
+                now.tls_s.extend(tls_s);
+                now.http_foreign_s.push(http_s);
+            }
+            Probe::Own { http_s } => now.http_self_s.push(http_s),
+            Probe::Failed => *failed += 1,
+        }
+    }
+    now
+}
+
+/// The probes of the last `window` intervals, together.
+fn latest(windows: &[Probes], window: usize) -> Probes {
+    let mut recent = Probes::default();
+    for w in &windows[windows.len().saturating_sub(window)..] {
+        recent.extend(w);
+    }
+    recent
+}
+
 async fn leg(
     options: &Options,
     target: &Target,
@@ -505,59 +579,16 @@ async fn leg(
         while next_probe < boundary {
             tokio::time::sleep_until(next_probe).await;
             next_probe += probe_every;
-            let (t, tx2) = (target.clone(), tx.clone());
-            let small = urls.small.clone();
-            tokio::spawn(async move {
-                let outcome = async {
-                    let mut opened = t.open().await?;
-                    let (http_s, _) = fetch(&mut opened.send, &small).await?;
-                    Ok::<_, anyhow::Error>(Probe::Foreign {
-                        connect_s: opened.connect_s,
-                        tls_s: opened.tls_s,
-                        http_s,
-                    })
-                }
-                .await;
-                let _ = tx2.send(outcome.unwrap_or(Probe::Failed));
-            });
             turn = (turn + 1) % loads.len();
-            let mut send = loads[turn].send.clone();
-            let (tx3, small) = (tx.clone(), urls.small.clone());
-            tokio::spawn(async move {
-                let outcome = fetch(&mut send, &small).await;
-                let _ = tx3.send(match outcome {
-                    Ok((http_s, _)) => Probe::Own { http_s },
-                    Err(_) => Probe::Failed,
-                });
-            });
+            send_probes(target, &urls.small, loads[turn].send.clone(), &tx);
         }
         tokio::time::sleep_until(boundary).await;
-        let mut now = Probes::default();
-        while let Ok(probe) = rx.try_recv() {
-            probes += 1;
-            match probe {
-                Probe::Foreign {
-                    connect_s,
-                    tls_s,
-                    http_s,
-                } => {
-                    now.connect_s.push(connect_s);
-                    now.tls_s.extend(tls_s);
-                    now.http_foreign_s.push(http_s);
-                }
-                Probe::Own { http_s } => now.http_self_s.push(http_s),
-                Probe::Failed => failed += 1,
-            }
-        }
+        let now = tally(&mut rx, &mut probes, &mut failed);
         windows.push(now);
         let total = bytes.load(Ordering::Relaxed);
         let bps = (total - last_bytes) as f64 * 8.0 / options.interval.as_secs_f64();
         last_bytes = total;
-        let mut recent = Probes::default();
-        for w in &windows[windows.len().saturating_sub(options.window)..] {
-            recent.extend(w);
-        }
-        let current = method::responsiveness(&recent);
+        let current = method::responsiveness(&latest(&windows, options.window));
         let goodput_saturated = goodput.add(bps);
         let rpm_saturated = current.is_some_and(|r| responsiveness.add(r));
         rpm = current.or(rpm);
@@ -590,10 +621,7 @@ async fn leg(
     for load in &loads {
         load.task.abort();
     }
-    let mut recent = Probes::default();
-    for w in &windows[windows.len().saturating_sub(options.window)..] {
-        recent.extend(w);
-    }
+    let recent = latest(&windows, options.window);
     let loaded_connect_s = method::trimmed_mean(&recent.connect_s, method::TRIM_KEEP);
     Ok(RpmLeg {
         direction: direction.into(),
