@@ -95,29 +95,36 @@ fn fetch(storage: &Storage, ids: &[i64]) -> Result<Vec<StoredRun>> {
         .collect()
 }
 
+/// Each run's report of one kind, by id, when every run (at least one) is of that kind.
+fn every<'a, T>(
+    runs: &'a [StoredRun],
+    kind: impl Fn(&'a Document) -> Option<&'a T>,
+) -> Option<Vec<(i64, &'a T)>> {
+    let picked: Option<Vec<_>> = runs
+        .iter()
+        .map(|run| kind(&run.document).map(|r| (run.row.id, r)))
+        .collect();
+    picked.filter(|p| !p.is_empty())
+}
+
 pub fn compare(args: &CompareArgs, storage: &Storage) -> Outcome {
     let runs = fetch(storage, &args.ids)?;
-    let profiles: Vec<(i64, &linerate_report::profile::ProfileReport)> = runs
-        .iter()
-        .filter_map(|run| match &run.document {
-            Document::Profile(report) => Some((run.row.id, report.as_ref())),
+    // Profile and RPM runs ran once each: their own side-by-side tables, text only.
+    if !args.json {
+        if let Some(profiles) = every(&runs, |d| match d {
+            Document::Profile(report) => Some(report.as_ref()),
             _ => None,
-        })
-        .collect();
-    if !profiles.is_empty() && profiles.len() == runs.len() && !args.json {
-        print!("{}", linerate_report::profile::compare_text(&profiles));
-        return Ok(());
-    }
-    let rpms: Vec<(i64, &linerate_report::rpm::RpmReport)> = runs
-        .iter()
-        .filter_map(|run| match &run.document {
-            Document::Rpm(report) => Some((run.row.id, report.as_ref())),
+        }) {
+            print!("{}", linerate_report::profile::compare_text(&profiles));
+            return Ok(());
+        }
+        if let Some(rpms) = every(&runs, |d| match d {
+            Document::Rpm(report) => Some(report.as_ref()),
             _ => None,
-        })
-        .collect();
-    if !rpms.is_empty() && rpms.len() == runs.len() && !args.json {
-        print!("{}", linerate_report::rpm::compare_text(&rpms));
-        return Ok(());
+        }) {
+            print!("{}", linerate_report::rpm::compare_text(&rpms));
+            return Ok(());
+        }
     }
     let mut tests = Vec::new();
     for run in &runs {

@@ -107,25 +107,9 @@ impl Drop for LabGuard {
     }
 }
 
-/// `linerate serve` on the lab's server, given half a second to listen.
+/// `linerate serve` on the lab's server, given time to listen.
 fn serve_in(name: &str) -> std::process::Child {
-    let serve = Command::new(binary())
-        .args([
-            "lab",
-            "exec",
-            "--name",
-            name,
-            "server",
-            "--",
-            binary(),
-            "--no-store",
-            "serve",
-            "-q",
-        ])
-        .spawn()
-        .expect("serve");
-    std::thread::sleep(Duration::from_millis(500));
-    serve
+    serve_http_in(name, &[])
 }
 
 /// Waits until a `lab run` has built its three namespaces and started its command.
@@ -1550,8 +1534,8 @@ fn emulator_between(
     )
 }
 
-/// `linerate serve -q ARGS` (its HTTP listeners) on the lab's server, given 800 ms to
-/// listen; the caller ends it.
+/// `linerate serve -q ARGS` (e.g. its HTTP listeners) on the lab's server, given 800 ms
+/// to listen; the caller ends it.
 fn serve_http_in(name: &str, args: &[&str]) -> std::process::Child {
     let serve = Command::new(binary())
         .args([
@@ -1566,7 +1550,6 @@ fn serve_http_in(name: &str, args: &[&str]) -> std::process::Child {
         ])
         .args(["serve", "-q"])
         .args(args)
-        .stderr(Stdio::null())
         .spawn()
         .expect("serve");
     std::thread::sleep(Duration::from_millis(800));

@@ -182,11 +182,7 @@ fn main() {
     let mut scrape = |format: openmetrics::Format, gzip: bool| {
         renew(&board);
         if gzip {
-            // As the listener does (server.rs).
-            let e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            let mut buffered = std::io::BufWriter::with_capacity(256 * 1024, e);
-            exposition.write(format, &mut buffered).unwrap();
-            buffered.into_inner().unwrap().finish().unwrap().len()
+            linerate_metrics::server::gzip(&mut exposition, format).len()
         } else {
             exposition.render(format).len()
         }

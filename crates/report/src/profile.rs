@@ -289,12 +289,6 @@ fn op_line(op: &OpFigures, txn: &TransactionFigures, scale: Scale) -> String {
 /// the change against the first run. Profile runs are not repeated, so no significance is
 /// claimed.
 pub fn compare_text(runs: &[(i64, &ProfileReport)]) -> String {
-    let mut table = comfy_table::Table::new();
-    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    let mut header = vec!["figure".to_string()];
-    header.extend(runs.iter().map(|(id, _)| format!("run {id}")));
-    header.extend(runs.iter().skip(1).map(|(id, _)| format!("Δ run {id}")));
-    table.set_header(header);
     let mut figures: Vec<(String, Vec<Option<f64>>)> = vec![
         (
             "received Mbit/s".into(),
@@ -338,19 +332,7 @@ pub fn compare_text(runs: &[(i64, &ProfileReport)]) -> String {
             figures.push((format!("{label} p99 us"), pick(|t| t.latency_us.p99)));
         }
     }
-    for (name, values) in figures {
-        let mut row = vec![name];
-        row.extend(
-            values
-                .iter()
-                .map(|v| v.map_or("-".into(), |v| format!("{v:.2}"))),
-        );
-        let base = values.first().copied().flatten();
-        row.extend(values.iter().skip(1).map(|v| match (base, v) {
-            (Some(b), Some(v)) if b != 0.0 => format!("{:+.1}%", (v - b) / b * 100.0),
-            _ => "-".into(),
-        }));
-        table.add_row(row);
-    }
+    let ids: Vec<i64> = runs.iter().map(|(id, _)| *id).collect();
+    let table = crate::text::side_by_side(&ids, figures, 2);
     format!("{table}\nProfile runs ran once each: differences are not judged for significance.\n")
 }

@@ -162,14 +162,8 @@ impl RpmReport {
 
 /// Runs side by side: each figure, and each later run's change from the first.
 pub fn compare_text(runs: &[(i64, &RpmReport)]) -> String {
-    let mut table = comfy_table::Table::new();
-    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    let mut header = vec!["figure".to_string()];
-    header.extend(runs.iter().map(|(id, _)| format!("run {id}")));
-    header.extend(runs.iter().skip(1).map(|(id, _)| format!("Δ run {id}")));
-    table.set_header(header);
     type Pick = fn(&RpmReport) -> Option<f64>;
-    let figures: [(&str, Pick); 8] = [
+    let picks: [(&str, Pick); 8] = [
         ("RPM", |r| r.rpm),
         ("download RPM", |r| r.download.rpm),
         ("upload RPM", |r| r.upload.rpm),
@@ -181,21 +175,17 @@ pub fn compare_text(runs: &[(i64, &RpmReport)]) -> String {
             Some((r.download.connections + r.upload.connections) as f64)
         }),
     ];
-    for (name, pick) in figures {
-        let values: Vec<Option<f64>> = runs.iter().map(|(_, r)| pick(r)).collect();
-        let mut row = vec![name.to_string()];
-        row.extend(
-            values
-                .iter()
-                .map(|v| v.map_or("-".into(), |v| format!("{v:.1}"))),
-        );
-        let first = values.first().copied().flatten();
-        row.extend(values.iter().skip(1).map(|v| match (first, v) {
-            (Some(a), Some(b)) if a != 0.0 => format!("{:+.1}%", (b / a - 1.0) * 100.0),
-            _ => "-".into(),
-        }));
-        table.add_row(row);
-    }
+    let figures = picks
+        .into_iter()
+        .map(|(name, pick)| {
+            (
+                name.to_string(),
+                runs.iter().map(|(_, r)| pick(r)).collect(),
+            )
+        })
+        .collect();
+    let ids: Vec<i64> = runs.iter().map(|(id, _)| *id).collect();
+    let mut table = crate::text::side_by_side(&ids, figures, 1);
     let mut grades = vec!["grade".to_string()];
     grades.extend(
         runs.iter()

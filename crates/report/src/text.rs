@@ -546,6 +546,37 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
     out
 }
 
+/// Runs side by side: a row per figure (`-` where a run lacks it) with each later run's
+/// change from the first, to `digits` decimals. For runs that ran once each (profiles,
+/// RPM), where no significance is judged.
+pub fn side_by_side(
+    ids: &[i64],
+    figures: Vec<(String, Vec<Option<f64>>)>,
+    digits: usize,
+) -> comfy_table::Table {
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    let mut header = vec!["figure".to_string()];
+    header.extend(ids.iter().map(|id| format!("run {id}")));
+    header.extend(ids.iter().skip(1).map(|id| format!("Δ run {id}")));
+    table.set_header(header);
+    for (name, values) in figures {
+        let mut row = vec![name];
+        row.extend(
+            values
+                .iter()
+                .map(|v| v.map_or("-".into(), |v| format!("{v:.digits$}"))),
+        );
+        let base = values.first().copied().flatten();
+        row.extend(values.iter().skip(1).map(|v| match (base, v) {
+            (Some(b), Some(v)) if b != 0.0 => format!("{:+.1}%", (v - b) / b * 100.0),
+            _ => "-".into(),
+        }));
+        table.add_row(row);
+    }
+    table
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

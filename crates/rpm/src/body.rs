@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -22,7 +22,8 @@ pub fn chunk() -> Bytes {
 
 /// A body of `chunk()`s until `stop` is set or `deadline` passes.
 pub struct Endless {
-    pub sent: Arc<AtomicU64>,
+    /// Bytes handed over so far.
+    pub sent: u64,
     pub stop: Arc<AtomicBool>,
     pub deadline: Instant,
 }
@@ -38,7 +39,7 @@ impl Body for Endless {
         if self.stop.load(Ordering::Relaxed) || Instant::now() >= self.deadline {
             return Poll::Ready(None);
         }
-        self.sent.fetch_add(CHUNK as u64, Ordering::Relaxed);
+        self.get_mut().sent += CHUNK as u64;
         Poll::Ready(Some(Ok(Frame::data(chunk()))))
     }
 

@@ -438,7 +438,7 @@ async fn add_load(
         // What left is not what arrived: the server reports what arrived (`?progress`),
         // and that is what counts.
         let body = Endless {
-            sent: Arc::new(AtomicU64::new(0)),
+            sent: 0,
             stop: stop.clone(),
             deadline: Instant::now() + limit,
         };

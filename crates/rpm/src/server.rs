@@ -367,7 +367,7 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Reply {
         }
         (Method::GET, "/large") => {
             let body = Endless {
-                sent: Arc::new(AtomicU64::new(0)),
+                sent: 0,
                 stop: shared.stop.clone(),
                 deadline: Instant::now() + shared.limits.max_request,
             };
@@ -516,7 +516,7 @@ impl Drop for CountedOnDrop {
     fn drop(&mut self) {
         self.counters
             .downloaded
-            .fetch_add(self.body.sent.load(Ordering::Relaxed), Ordering::Relaxed);
+            .fetch_add(self.body.sent, Ordering::Relaxed);
     }
 }
 
