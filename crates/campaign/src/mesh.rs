@@ -7,11 +7,13 @@
 
 use anyhow::{Context, Result};
 use linerate_drivers::profile::controller::{self, RunError, RunOptions};
+use linerate_drivers::profile::rpm_job::{self, RpmJob};
 use linerate_mesh::{Action, Job, Mesh, Outcome, Past, Scheduler, TestKind, Transport};
 use linerate_profile::{
     Action as Op, Endpoint, Group, Profile, Protocol, Repeat, Size, Transaction, Transfer,
 };
 use linerate_report::document::Document;
+use linerate_report::rpm::RpmReport;
 use linerate_report::units::Scale;
 use linerate_store::{MeshArchive, MeshRow};
 use std::collections::BTreeMap;
@@ -69,9 +71,34 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// How a job runs: a profile on the source's agent, or an RPM test between the two
+/// agents.
+pub enum Plan {
+    Profile(Profile),
+    Rpm(RpmJob),
+}
+
+/// What runs `job`.
+pub fn plan_of(mesh: &Mesh, job: &Job) -> Plan {
+    let test = &mesh.tests[job.test];
+    match test.kind {
+        TestKind::Rpm {
+            leg_s,
+            tls,
+            max_connections,
+        } => Plan::Rpm(RpmJob {
+            remote: mesh.hosts[job.dst].address.clone(),
+            leg: Duration::from_secs_f64(leg_s),
+            tls,
+            max_connections,
+        }),
+        _ => Plan::Profile(profile_of(mesh, job)),
+    }
+}
+
 /// The profile that runs `job`: one group on the source's agent, connecting to the
 /// destination's, for the test's duration.
-pub fn profile_of(mesh: &Mesh, job: &Job) -> Profile {
+fn profile_of(mesh: &Mesh, job: &Job) -> Profile {
     let test = &mesh.tests[job.test];
     let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
     let protocol = match test.kind.protocol() {
@@ -142,6 +169,7 @@ pub fn profile_of(mesh: &Mesh, job: &Job) -> Profile {
                 once(Op::Disconnect),
             ],
         ),
+        TestKind::Rpm { .. } => unreachable!("an RPM test runs no profile (plan_of)"),
         // Each transaction its own connection: the timed transaction holds the connect.
         TestKind::Crr {
             request,
@@ -174,12 +202,25 @@ pub fn profile_of(mesh: &Mesh, job: &Job) -> Profile {
     }
 }
 
-/// The figure a job's row carries: goodput for a stream, the median round trip for rr.
+/// The figure a job's row carries: goodput for a stream, the median round trip for rr,
+/// the responsiveness (round trips a minute) for rpm.
 fn figure(test: &linerate_mesh::MeshTest, document: &Document) -> (Option<f64>, String) {
+    if let Document::Rpm(report) = document {
+        let text = match (report.rpm, &report.grade) {
+            (Some(rpm), Some(grade)) => format!(
+                "RPM {rpm:.0} ({}), grade {grade}",
+                report.band.as_deref().unwrap_or("-")
+            ),
+            (Some(rpm), None) => format!("RPM {rpm:.0}"),
+            _ => String::new(),
+        };
+        return (report.rpm, text);
+    }
     let Document::Profile(report) = document else {
         return (None, String::new());
     };
     match test.kind {
+        TestKind::Rpm { .. } => (None, String::new()),
         TestKind::Stream { .. } => (
             Some(report.summary.received_bps),
             linerate_report::units::format_rate(report.summary.received_bps, Scale::Adaptive),
@@ -250,8 +291,15 @@ fn run_job(
 ) -> (Outcome, JobResult) {
     let test = &mesh.tests[job.test];
     let started_at = unix_now();
-    let profile = profile_of(mesh, &job);
-    let result = controller::run(&profile, options, stop);
+    let result = match plan_of(mesh, &job) {
+        Plan::Profile(profile) => controller::run(&profile, options, stop),
+        Plan::Rpm(rpm) => {
+            let source = &mesh.hosts[job.src].address;
+            let result = rpm_job::run(source, &rpm, options, stop);
+            let ended_at = unix_now();
+            return rpm_ended(mesh, job, cycle, (started_at, ended_at), result);
+        }
+    };
     let ended_at = unix_now();
     let mut row = labelled(mesh, &job, cycle, started_at, ended_at);
     match result {
@@ -295,6 +343,46 @@ fn run_job(
             )
         }
     }
+}
+
+/// An RPM job's outcome: complete when both directions measured a responsiveness.
+fn rpm_ended(
+    mesh: &Mesh,
+    job: Job,
+    cycle: u64,
+    (started_at, ended_at): (f64, f64),
+    result: Result<RpmReport, RunError>,
+) -> (Outcome, JobResult) {
+    let mut row = labelled(mesh, &job, cycle, started_at, ended_at);
+    let (hosts, reason, document) = match result {
+        Ok(mut report) => {
+            report.target = mesh.hosts[job.dst].name.clone();
+            let missing: Vec<&str> = [&report.download, &report.upload]
+                .into_iter()
+                .filter(|leg| leg.rpm.is_none())
+                .map(|leg| leg.direction.as_str())
+                .collect();
+            let reason = if missing.is_empty() {
+                String::new()
+            } else {
+                format!("no responsiveness measured: {}", missing.join(", "))
+            };
+            let document = Document::Rpm(Box::new(report));
+            let (headline, text) = figure(&mesh.tests[job.test], &document);
+            row.headline = headline;
+            row.headline_text = text;
+            (Vec::new(), reason, Some(document))
+        }
+        Err(error) => (failed_hosts(mesh, &job, &error), error.to_string(), None),
+    };
+    row.ok = reason.is_empty();
+    row.reason = reason.clone();
+    let outcome = if row.ok {
+        Outcome::Done
+    } else {
+        Outcome::Failed { hosts, reason }
+    };
+    (outcome, JobResult { row, document })
 }
 
 /// What the store holds of `mesh`, as the scheduler resumes from it.

@@ -365,6 +365,7 @@ fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Res
         let measure = match test.kind {
             TestKind::Stream { .. } => Measure::Goodput,
             TestKind::Rr { .. } | TestKind::Crr { .. } => Measure::Latency,
+            TestKind::Rpm { .. } => Measure::Responsiveness,
         };
         board.declare(&test.name, measure);
     }
@@ -374,6 +375,7 @@ fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Res
     let thresholds = Thresholds {
         goodput_drop: rules.goodput_drop,
         latency_rise: rules.latency_rise,
+        responsiveness_drop: rules.responsiveness_drop,
         window: rules.baseline,
         at_least: rules.at_least,
     };

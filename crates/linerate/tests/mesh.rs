@@ -741,3 +741,139 @@ fn a_host_that_joins_a_discovered_mesh_is_measured_without_a_restart() {
     let tput: Vec<&serde_json::Value> = lines.iter().filter(|r| r["test"] == "tput").collect();
     assert_no_overlap(&tput);
 }
+
+/// An RPM test in a mesh: the source's agent runs the client against a server the
+/// destination's agent starts for it alone (pinned over TLS), so the loads cross between
+/// the two hosts. What the source receives passes a 40 Mbit/s tbf with a 100 ms queue in
+/// the network: the download (destination to source) is held to the shaper's rate, whose
+/// own counter saw the bytes, and the latency the load adds is bounded by the queue; the
+/// upload is not shaped. The coordinator carries none of it; the row says the RPM and the grade.
+#[test]
+fn an_rpm_test_in_a_mesh_loads_the_path_between_its_two_agents() {
+    let test = "an_rpm_test_in_a_mesh_loads_the_path_between_its_two_agents";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("meshrpm", 3);
+    let key = key_file("meshrpm");
+    let _agents: Vec<ServeProcess> = (0..2).map(|i| agent(&star, i, &key)).collect();
+    const RATE_BPS: f64 = 40e6;
+    // 500 kB at 40 Mbit/s: a queue that drains in 100 ms.
+    const QUEUE_BYTES: u64 = 500_000;
+    let drain_s = QUEUE_BYTES as f64 * 8.0 / RATE_BPS;
+    star.shape_towards(0, "40mbit", QUEUE_BYTES);
+    let text = format!(
+        r#"name = "rpm"
+key = "{key}"
+[[host]]
+name = "h0"
+address = "{}:{PORT}"
+[[host]]
+name = "h1"
+address = "{}:{PORT}"
+[[test]]
+name = "responsiveness"
+run = "rpm"
+duration = "5s"
+interval = "1h"
+max_connections = 8
+[[group]]
+name = "one"
+shape = "pairs"
+pairs = [["h0", "h1"]]
+directions = "one"
+tests = ["responsiveness"]
+"#,
+        star.addrs[0], star.addrs[1]
+    );
+    let file = std::env::temp_dir().join(format!("linerate-{}-rpm.toml", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    let file = file.display().to_string();
+    let plan = linerate(&["mesh", "plan", &file]);
+    let planned = String::from_utf8_lossy(&plan.stdout).to_string();
+    assert!(
+        planned.contains("responsiveness (rpm tcp, 15 s, exclusive)"),
+        "{planned}{}",
+        stderr(&plan)
+    );
+    let db = fresh_db("rpm");
+    let shaped_before = star.shaped_sent(0);
+    let coordinator_before = star.counter(2, "rx_bytes") + star.counter(2, "tx_bytes");
+    let out = linerate_in(
+        &star.hosts[2],
+        &["--db", &db, "mesh", "run", &file, "--cycles", "1", "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shaped = star.shaped_sent(0) - shaped_before;
+    let coordinator =
+        star.counter(2, "rx_bytes") + star.counter(2, "tx_bytes") - coordinator_before;
+    let rows = rows(&out.stdout);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = &rows[0];
+    assert_eq!(row["ok"], true, "{row}");
+    assert_eq!(
+        (row["src"].as_str(), row["dst"].as_str()),
+        (Some("h0"), Some("h1"))
+    );
+    let headline = row["headline_text"].as_str().unwrap();
+    assert!(
+        headline.starts_with("RPM ") && headline.contains("grade"),
+        "{row}"
+    );
+    let id = row["run_id"].as_i64().expect("a stored run").to_string();
+    let shown = linerate_in(&star.hosts[2], &["--db", &db, "show", &id, "--json"]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let doc = json(&shown);
+    assert_eq!(doc["test"], "rpm", "{doc}");
+    assert_eq!(doc["tls"], true, "{doc}");
+    assert!((num(&doc, "/rpm") - row["headline"].as_f64().unwrap()).abs() < 1e-6);
+    // The download crossed the shaper: held to its rate, and its counter saw the bytes.
+    let download = num(&doc, "/download/capacity_bps");
+    assert!(
+        (0.7 * RATE_BPS..=1.03 * RATE_BPS).contains(&download),
+        "download {download:.0} bit/s through a {RATE_BPS:.0} bit/s shaper"
+    );
+    let download_s = doc["download"]["intervals"]
+        .as_array()
+        .unwrap()
+        .last()
+        .map(|i| i["end_s"].as_f64().unwrap())
+        .unwrap();
+    assert!(
+        shaped as f64 * 8.0 >= 0.8 * download * download_s,
+        "the shaper sent {shaped} bytes; the download claims {download:.0} bit/s for {download_s:.1} s"
+    );
+    // The upload went the other way, unshaped.
+    let upload = num(&doc, "/upload/capacity_bps");
+    assert!(
+        upload > 1.5 * RATE_BPS,
+        "upload {upload:.0} bit/s, unshaped"
+    );
+    // The latency the download's load added: the queue's, so no more than it drains in
+    // (beside a margin for the host's own scheduling), and something of it.
+    let added = num(&doc, "/download/added_latency_s");
+    assert!(
+        added > drain_s * 0.1 && added < drain_s + 0.03,
+        "added {:.1} ms behind a queue that drains in {:.0} ms",
+        added * 1e3,
+        drain_s * 1e3
+    );
+    eprintln!(
+        "rpm in a mesh: RPM {:.0}, download {:.1} Mbit/s (shaper sent {shaped} B), upload {:.1} Mbit/s, added {:.1} ms (queue drains in {:.0} ms), coordinator {coordinator} B",
+        num(&doc, "/rpm"),
+        download / 1e6,
+        upload / 1e6,
+        added * 1e3,
+        drain_s * 1e3
+    );
+    // The coordinator spoke only to the source's agent: control, not the loads.
+    assert!(
+        (coordinator as f64) < 0.05 * shaped as f64,
+        "the coordinator's interface moved {coordinator} bytes, the path {shaped}"
+    );
+    let status = linerate_in(&star.hosts[2], &["--db", &db, "mesh", "status", "rpm"]);
+    let status = String::from_utf8_lossy(&status.stdout).to_string();
+    assert!(status.contains("RPM "), "{status}");
+}

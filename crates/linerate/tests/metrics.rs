@@ -1029,7 +1029,7 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
     let dashboard: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     // A board with every kind of series: a stream with loss, rr, and a server's send.
-    use linerate_metrics::board::{Board, Figures, Quantiles, Transactions};
+    use linerate_metrics::board::{Board, Figures, Quantiles, Responsiveness, Transactions};
     let mut board = Board::default();
     let row = |test: &str, protocol: &str| linerate_store::MeshRow {
         run_id: None,
@@ -1059,8 +1059,21 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
             sum_s: 1e-3,
         }),
         duration_s: 1.0,
+        responsiveness: None,
     };
     board.record_figures(&row("t", "udp"), Some(&figures));
+    let rpm = Figures {
+        responsiveness: Some(Responsiveness {
+            rpm: Some(1200.0),
+            download_bps: 1e8,
+            upload_bps: 5e7,
+            idle_latency_s: 0.002,
+            added_latency_s: Some(0.04),
+        }),
+        duration_s: 20.0,
+        ..Figures::default()
+    };
+    board.record_figures(&row("r", "tcp"), Some(&rpm));
     let text = linerate_metrics::openmetrics::encode(
         Arc::new(Mutex::new(board)),
         linerate_metrics::openmetrics::Format::Classic,

@@ -15,7 +15,7 @@
 //!
 //! [[test]]
 //! name = "throughput"
-//! run = "stream"                 # stream | rr | crr
+//! run = "stream"                 # stream | rr | crr | rpm
 //! duration = "10s"
 //! interval = "4h"
 //! jitter = "10m"
@@ -76,6 +76,7 @@ struct RawDiscover {
 struct RawAlerts {
     goodput_drop: Option<Spanned<String>>,
     latency_rise: Option<Spanned<String>>,
+    responsiveness_drop: Option<Spanned<String>>,
     baseline: Option<Spanned<u32>>,
     at_least: Option<Spanned<u32>>,
     alertmanager: Option<Spanned<String>>,
@@ -114,6 +115,8 @@ struct RawTest {
     size: Option<Spanned<String>>,
     request: Option<Spanned<String>>,
     response: Option<Spanned<String>>,
+    tls: Option<bool>,
+    max_connections: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -344,6 +347,9 @@ fn alert_rules(reader: &Reader, raw: &RawAlerts) -> Result<AlertRules, MeshError
     if let Some(v) = &raw.latency_rise {
         rules.latency_rise = share(reader, v, "latency_rise")?;
     }
+    if let Some(v) = &raw.responsiveness_drop {
+        rules.responsiveness_drop = share(reader, v, "responsiveness_drop")?.min(1.0);
+    }
     for (value, slot, what) in [
         (&raw.baseline, &mut rules.baseline, "baseline"),
         (&raw.at_least, &mut rules.at_least, "at_least"),
@@ -412,8 +418,9 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
             return Err(reader.at(p, format!("protocol '{other}' is not tcp or udp")));
         }
     };
-    let seconds = match &raw.duration {
+    let mut seconds = match &raw.duration {
         Some(d) => reader.seconds(d, "duration", true)?,
+        None if raw.run.get_ref() == "rpm" => DEFAULT_RPM_LEG_SECONDS,
         None => DEFAULT_TEST_SECONDS,
     };
     let size =
@@ -434,7 +441,63 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
         Some(v) => Err(reader.at(v, format!("'{what}' is not an option of run = \"{run}\""))),
         None => Ok(()),
     };
+    if run != "rpm" {
+        if let Some(n) = &raw.max_connections {
+            return Err(reader.at(
+                n,
+                format!("'max_connections' is not an option of run = \"{run}\""),
+            ));
+        }
+        if raw.tls.is_some() {
+            return Err(reader.at(
+                &raw.run,
+                format!("test '{name}': 'tls' is an option of run = \"rpm\" only"),
+            ));
+        }
+    }
     let kind = match run {
+        "rpm" => {
+            for (value, what) in [
+                (raw.size.as_ref(), "size"),
+                (raw.request.as_ref(), "request"),
+                (raw.response.as_ref(), "response"),
+                (raw.rate.as_ref(), "rate"),
+                (raw.protocol.as_ref(), "protocol"),
+            ] {
+                unused(value, what)?;
+            }
+            if let Some(p) = &raw.parallel {
+                return Err(reader.at(
+                    p,
+                    "'parallel' is not an option of run = \"rpm\" (max_connections bounds its loads)",
+                ));
+            }
+            let max_connections = match &raw.max_connections {
+                Some(n) if (1..=64).contains(n.get_ref()) => *n.get_ref(),
+                Some(n) => {
+                    return Err(reader.at(
+                        n,
+                        format!("max_connections {} must be between 1 and 64", n.get_ref()),
+                    ))
+                }
+                None => 16,
+            };
+            if seconds < 2.0 {
+                let at = raw.duration.as_ref().expect("a short duration was given");
+                return Err(reader.at(
+                    at,
+                    "an RPM test's duration (each direction's limit) must be at least 2 s",
+                ));
+            }
+            let leg_s = seconds;
+            // Both directions and the set-up: what the schedule allows for a job.
+            seconds = 2.0 * leg_s + RPM_SETUP_S;
+            TestKind::Rpm {
+                leg_s,
+                tls: raw.tls.unwrap_or(true),
+                max_connections,
+            }
+        }
         "stream" => {
             unused(raw.request.as_ref(), "request")?;
             unused(raw.response.as_ref(), "response")?;
@@ -526,7 +589,7 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
         other => {
             return Err(reader.at(
                 &raw.run,
-                format!("test '{name}': run '{other}' is not stream, rr or crr"),
+                format!("test '{name}': run '{other}' is not stream, rr, crr or rpm"),
             ));
         }
     };
@@ -542,9 +605,10 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
             format!("jitter '{}' must be less than the interval", at.get_ref()),
         ));
     }
-    let exclusive = raw
-        .exclusive
-        .unwrap_or(matches!(kind, TestKind::Stream { .. }));
+    let exclusive = raw.exclusive.unwrap_or(matches!(
+        kind,
+        TestKind::Stream { .. } | TestKind::Rpm { .. }
+    ));
     Ok(MeshTest {
         name,
         kind,

@@ -9,6 +9,8 @@ pub const MAX_HOSTS: usize = 4096;
 
 /// A test runs this long when its file does not say.
 pub const DEFAULT_TEST_SECONDS: f64 = 10.0;
+/// An RPM test's default time limit for each direction (as `linerate rpm --time`'s).
+pub const DEFAULT_RPM_LEG_SECONDS: f64 = 20.0;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mesh {
@@ -36,6 +38,8 @@ pub struct AlertRules {
     pub goodput_drop: f64,
     /// Transaction time above the baseline's median by more than this share.
     pub latency_rise: f64,
+    /// Responsiveness (RPM) below the baseline's median by more than this share.
+    pub responsiveness_drop: f64,
     /// The baseline: the median of up to this many recent successful results...
     pub baseline: usize,
     /// ...once there are this many.
@@ -53,6 +57,7 @@ impl Default for AlertRules {
         AlertRules {
             goodput_drop: 0.3,
             latency_rise: 0.5,
+            responsiveness_drop: 0.3,
             baseline: 20,
             at_least: 3,
             alertmanager: None,
@@ -173,22 +178,36 @@ pub enum TestKind {
         response: u64,
         per_second: Option<f64>,
     },
+    /// Responsiveness under working conditions: the source's agent runs `linerate rpm`
+    /// against the destination's, downloading and uploading over HTTP/2.
+    Rpm {
+        /// Each direction's time limit.
+        leg_s: f64,
+        /// Over TLS, the certificate pinned to the one the destination's agent announced.
+        tls: bool,
+        /// Loading connections at most, each direction.
+        max_connections: u32,
+    },
 }
+
+/// An RPM test's time beyond its two directions: the configuration, the idle phase.
+pub const RPM_SETUP_S: f64 = 5.0;
 
 impl TestKind {
     pub fn protocol(&self) -> Transport {
         match self {
             TestKind::Stream { protocol, .. } | TestKind::Rr { protocol, .. } => *protocol,
-            TestKind::Crr { .. } => Transport::Tcp,
+            TestKind::Crr { .. } | TestKind::Rpm { .. } => Transport::Tcp,
         }
     }
 
-    /// "stream", "rr" or "crr".
+    /// "stream", "rr", "crr" or "rpm".
     pub fn run(&self) -> &'static str {
         match self {
             TestKind::Stream { .. } => "stream",
             TestKind::Rr { .. } => "rr",
             TestKind::Crr { .. } => "crr",
+            TestKind::Rpm { .. } => "rpm",
         }
     }
 }

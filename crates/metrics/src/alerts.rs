@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Alert {
     pub key: Key,
-    /// "goodput" or "latency".
+    /// "goodput", "latency" or "responsiveness".
     pub what: &'static str,
     pub value: f64,
     pub baseline: f64,
@@ -29,6 +29,7 @@ impl Alert {
     pub fn name(&self) -> &'static str {
         match self.what {
             "latency" => "LinerateLatencyRise",
+            "responsiveness" => "LinerateResponsivenessDrop",
             _ => "LinerateGoodputDrop",
         }
     }

@@ -12,6 +12,8 @@ pub struct Thresholds {
     pub goodput_drop: f64,
     /// Transaction time above the baseline by more than this share (0.5: 50 % up).
     pub latency_rise: f64,
+    /// Responsiveness (RPM) below the baseline by more than this share.
+    pub responsiveness_drop: f64,
     /// The baseline: up to this many recent successful results...
     pub window: usize,
     /// ...once there are at least this many.
@@ -23,6 +25,7 @@ impl Default for Thresholds {
         Thresholds {
             goodput_drop: 0.3,
             latency_rise: 0.5,
+            responsiveness_drop: 0.3,
             window: 20,
             at_least: 3,
         }
@@ -60,7 +63,7 @@ pub struct Assessment {
     pub baseline: Option<Baseline>,
     /// The newest value relative to the baseline's median (0.5: half of it).
     pub ratio: Option<f64>,
-    /// Which figure: "goodput", "latency" or "loss".
+    /// Which figure: "goodput", "latency" or "responsiveness".
     pub what: &'static str,
 }
 
@@ -70,6 +73,7 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
     let what = match measure {
         Measure::Goodput => "goodput",
         Measure::Latency => "latency",
+        Measure::Responsiveness => "responsiveness",
     };
     if !latest.ok && !latest.skipped {
         return Assessment {
@@ -92,6 +96,7 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
     let worse = match (measure, ratio) {
         (Measure::Goodput, Some(r)) => r < 1.0 - t.goodput_drop,
         (Measure::Latency, Some(r)) => r > 1.0 + t.latency_rise,
+        (Measure::Responsiveness, Some(r)) => r < 1.0 - t.responsiveness_drop,
         (_, None) => false,
     };
     Assessment {

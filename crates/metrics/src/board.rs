@@ -52,6 +52,8 @@ pub enum Measure {
     Goodput,
     /// Seconds per transaction: higher is worse.
     Latency,
+    /// Round trips a minute under load (RPM): lower is worse.
+    Responsiveness,
 }
 
 /// Round-trip quantiles of one run, seconds.
@@ -83,6 +85,21 @@ pub struct Latest {
     pub duration_s: Option<f64>,
     pub retransmits: Option<u64>,
     pub cpu_s_per_gbit: Option<f64>,
+    pub responsiveness: Option<Responsiveness>,
+}
+
+/// An RPM test's figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Responsiveness {
+    /// Round trips a minute under load, the lower of the two directions.
+    pub rpm: Option<f64>,
+    /// Goodput each way, counted where it arrived (bits per second).
+    pub download_bps: f64,
+    pub upload_bps: f64,
+    /// A new connection's handshake on the idle path, seconds.
+    pub idle_latency_s: f64,
+    /// What the load added to it, seconds (the grade's figure).
+    pub added_latency_s: Option<f64>,
 }
 
 /// What a series has added up over every result the board saw.
@@ -198,12 +215,32 @@ pub struct Figures {
     pub retransmits: Option<u64>,
     /// CPU seconds this end's host spent per gigabit moved.
     pub cpu_s_per_gbit: Option<f64>,
+    pub responsiveness: Option<Responsiveness>,
     pub duration_s: f64,
 }
 
 /// Reads a mesh job's document: goodput for a stream, the timed transaction's latency for
-/// rr and crr (the transaction with the most iterations), loss for datagrams.
+/// rr and crr (the transaction with the most iterations), loss for datagrams, the
+/// responsiveness and capacities of an RPM test.
 pub fn figures_of(protocol: &str, document: &Document) -> Option<Figures> {
+    if let Document::Rpm(report) = document {
+        let legs = [&report.download, &report.upload];
+        return Some(Figures {
+            responsiveness: Some(Responsiveness {
+                rpm: report.rpm,
+                download_bps: report.download.capacity_bps,
+                upload_bps: report.upload.capacity_bps,
+                idle_latency_s: report.idle_connect_s,
+                added_latency_s: report.added_latency_s,
+            }),
+            duration_s: legs
+                .iter()
+                .filter_map(|leg| leg.intervals.last())
+                .map(|i| i.end_s)
+                .sum(),
+            ..Figures::default()
+        });
+    }
     let Document::Profile(report) = document else {
         return None;
     };
@@ -302,8 +339,11 @@ impl Board {
             latest.loss_ratio = f.loss_ratio;
             latest.rtt = f.rtt.as_ref().map(|r| r.quantiles);
             latest.duration_s = Some(f.duration_s);
+            latest.responsiveness = f.responsiveness;
             if series.measure.is_none() {
-                series.measure = Some(if f.rtt.is_some() {
+                series.measure = Some(if f.responsiveness.is_some() {
+                    Measure::Responsiveness
+                } else if f.rtt.is_some() {
                     Measure::Latency
                 } else {
                     Measure::Goodput

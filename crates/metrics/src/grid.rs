@@ -33,6 +33,7 @@ pub fn page(title: &str, initial: &str) -> String {
 fn measure_name(measure: Option<Measure>) -> &'static str {
     match measure {
         Some(Measure::Latency) => "latency",
+        Some(Measure::Responsiveness) => "responsiveness",
         _ => "goodput",
     }
 }

@@ -16,6 +16,9 @@
 //!   no line);
 //! - `linerate_retransmits_total` (counter) and `linerate_cpu_seconds_per_gigabit`
 //!   (gauge), where the measuring end counted them (a server's TCP tests);
+//! - for RPM tests: `linerate_responsiveness_rpm` (gauge: round trips a minute under
+//!   load), `linerate_capacity_bytes_per_second{leg="download|upload"}`,
+//!   `linerate_idle_latency_seconds` and `linerate_added_latency_seconds` (gauges);
 //!
 //! and `linerate_build_info{version}` (1).
 
@@ -87,7 +90,7 @@ type NoExemplar = Exemplar<Vec<(String, String)>, f64>;
 type Row<'a> = (&'a Key, &'a Latest, &'a Totals);
 
 /// The families, in the order a scrape writes them (after `linerate_build_info`).
-const FAMILIES: [&str; 9] = [
+const FAMILIES: [&str; 13] = [
     "linerate_goodput_bytes_per_second",
     "linerate_loss_ratio",
     "linerate_last_rtt_seconds",
@@ -97,6 +100,10 @@ const FAMILIES: [&str; 9] = [
     "linerate_last_result_timestamp_seconds",
     "linerate_tests",
     "linerate_retransmits",
+    "linerate_responsiveness_rpm",
+    "linerate_capacity_bytes_per_second",
+    "linerate_idle_latency_seconds",
+    "linerate_added_latency_seconds",
 ];
 
 /// One gauge family over the rows that have a value for it.
@@ -158,7 +165,53 @@ fn families(encoder: &mut DescriptorEncoder, rows: &[Row]) -> Result<(), std::fm
         "When the newest test of the series ended, Unix time",
         |l| Some(l.ended_at),
     )?;
-    counters(encoder, rows)
+    counters(encoder, rows)?;
+    responsiveness(encoder, rows)
+}
+
+/// An RPM test's figures: its responsiveness, the capacity each way, the idle latency
+/// and what the load added to it.
+fn responsiveness(encoder: &mut DescriptorEncoder, rows: &[Row]) -> Result<(), std::fmt::Error> {
+    let of = |l: &Latest| l.responsiveness.filter(|_| l.ok);
+    gauges(
+        encoder,
+        rows,
+        FAMILIES[9],
+        "An RPM test's newest responsiveness: round trips a minute under working conditions",
+        |l| of(l).and_then(|r| r.rpm),
+    )?;
+    if rows.iter().any(|(_, l, _)| of(l).is_some()) {
+        let mut metric = encoder.encode_descriptor(
+            FAMILIES[10],
+            "An RPM test's newest goodput each way (leg), counted where it arrived",
+            None,
+            MetricType::Gauge,
+        )?;
+        for &(key, latest, _) in rows {
+            let Some(r) = of(latest) else { continue };
+            for (leg, bps) in [("download", r.download_bps), ("upload", r.upload_bps)] {
+                let labels = Labels {
+                    key,
+                    extra: Some(("leg", leg)),
+                };
+                metric.encode_family(&labels)?.encode_gauge(&(bps / 8.0))?;
+            }
+        }
+    }
+    gauges(
+        encoder,
+        rows,
+        FAMILIES[11],
+        "An RPM test's newest idle latency: a new connection's handshake on the quiet path",
+        |l| of(l).map(|r| r.idle_latency_s),
+    )?;
+    gauges(
+        encoder,
+        rows,
+        FAMILIES[12],
+        "What the newest RPM test's load added to the idle latency (the bufferbloat grade's figure)",
+        |l| of(l).and_then(|r| r.added_latency_s),
+    )
 }
 
 /// The transaction times: the newest run's percentiles and the histogram of them all.

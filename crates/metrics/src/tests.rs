@@ -221,6 +221,7 @@ fn a_series_is_worse_once_it_leaves_its_baseline_beyond_the_threshold() {
     let t = Thresholds {
         goodput_drop: 0.3,
         latency_rise: 0.5,
+        responsiveness_drop: 0.3,
         window: 10,
         at_least: 3,
     };

@@ -127,6 +127,23 @@ pub enum AgentRequest {
         iterations: u64,
     },
     Finish,
+    /// Controller to the source of an RPM test: run `linerate rpm` towards the agent at
+    /// `remote`, which serves it for this host alone (`rpm_serve`); answered by
+    /// heartbeats, then `rpm_result`. `abort` ends it.
+    Rpm {
+        remote: String,
+        /// Each direction's time limit, in seconds.
+        leg_s: f64,
+        /// Over TLS (the certificate pinned to the fingerprint its agent announced).
+        tls: bool,
+        max_connections: u32,
+    },
+    /// RPM source to destination: serve the draft's endpoints for the dialer's address
+    /// alone, until this connection closes or `limit_s` passes; answered by `rpm_ready`.
+    RpmServe {
+        limit_s: f64,
+        tls: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,6 +182,15 @@ pub enum AgentReply {
     },
     MirrorResult {
         figures: MirrorFigures,
+    },
+    /// Where the RPM server for the dialer listens (on the address the dialer reached).
+    RpmReady {
+        port: u16,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tls_fingerprint: Option<String>,
+    },
+    RpmResult {
+        report: Box<linerate_report::rpm::RpmReport>,
     },
     Error {
         reason: String,

@@ -45,6 +45,8 @@ pub struct Options {
     pub tolerance: f64,
     /// Probes of each kind a second.
     pub probes_per_second: u32,
+    /// Set from elsewhere to end the run at the next interval (a mesh that stops).
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Options {
@@ -59,6 +61,7 @@ impl Options {
             window: 4,
             tolerance: 0.05,
             probes_per_second: 10,
+            cancel: None,
         }
     }
 }
@@ -583,6 +586,14 @@ async fn leg(
             send_probes(target, &urls.small, loads[turn].send.clone(), &tx);
         }
         tokio::time::sleep_until(boundary).await;
+        if options
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            stop.store(true, Ordering::Relaxed);
+            bail!("stopped during the {direction}");
+        }
         let now = tally(&mut rx, &mut probes, &mut failed);
         windows.push(now);
         let total = bytes.load(Ordering::Relaxed);

@@ -40,6 +40,9 @@ pub struct Limits {
     pub max_request: Duration,
     /// The most one upload may send.
     pub max_upload: u64,
+    /// Serve this address only (a mesh agent's server for the one host that asked for
+    /// it); others are closed at once.
+    pub only_from: Option<IpAddr>,
 }
 
 impl Default for Limits {
@@ -49,6 +52,7 @@ impl Default for Limits {
             max_per_client: 256,
             max_request: Duration::from_secs(60),
             max_upload: 64 << 30,
+            only_from: None,
         }
     }
 }
@@ -208,6 +212,10 @@ async fn accept_loop(
             continue;
         };
         let client = peer.ip();
+        if shared.limits.only_from.is_some_and(|only| only != client) {
+            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         let place = {
             let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
             let mine = o.by_client.get(&client).copied().unwrap_or(0);

@@ -5,6 +5,7 @@
 use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
 use super::link::unix_ns;
 use super::rendezvous::Rendezvous;
+use super::rpm_job::{self, RpmJob, SourcePolicy};
 use crate::access::Stage;
 use crate::control::Control;
 use crate::server_state::random_nonce;
@@ -15,6 +16,7 @@ use linerate_model::observe::Observation;
 use linerate_proto::agent::{AgentReply, AgentRequest, GroupPart, MirrorSpec};
 use linerate_proto::agent_session::{AgentEvent, AgentSession, AgentTimeouts};
 use linerate_report::profile::GroupResult;
+use linerate_report::rpm::RpmReport;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
@@ -50,6 +52,16 @@ const MIRROR_DRAIN: Duration = Duration::from_secs(5);
 enum RunEvent {
     Released(u64),
     Done(Vec<GroupResult>, Option<Box<Observation>>),
+}
+
+/// An RPM test on this connection: this host runs the client (the source), or serves
+/// the source that asked (the destination) until the link closes or its time is up.
+enum RpmState {
+    Source(Receiver<Result<RpmReport, String>>),
+    Serving {
+        _server: linerate_rpm::server::HttpServer,
+        until: Instant,
+    },
 }
 
 struct MirrorState {
@@ -176,6 +188,7 @@ pub(crate) fn serve(shared: &Arc<ServerState>, stream: TcpStream, version: u32, 
         limit_s: shared.config.limits.max_duration_s,
         run: None,
         mirror: None,
+        rpm: None,
         slot: None,
         rate_share: None,
         last_beat: Instant::now(),
@@ -198,6 +211,7 @@ struct Agent<'a> {
     limit_s: f64,
     run: Option<Receiver<RunEvent>>,
     mirror: Option<MirrorState>,
+    rpm: Option<RpmState>,
     /// Held while groups are prepared or run, or a mirror runs: agent work counts toward
     /// --max-tests as a test does.
     slot: Option<TestSlot>,
@@ -218,7 +232,7 @@ impl Agent<'_> {
                     by_agent: false,
                 };
             }
-            let busy = self.run.is_some() || self.mirror.is_some();
+            let busy = self.run.is_some() || self.mirror.is_some() || self.rpm.is_some();
             self.link.session.set_busy(Instant::now(), busy);
             if !busy && self.prepared.is_empty() {
                 self.slot = None;
@@ -234,6 +248,7 @@ impl Agent<'_> {
                 });
             }
             self.poll_run();
+            self.poll_rpm();
             match self.link.recv(Duration::from_millis(50)) {
                 Ok(Some(request)) => self.handle(request),
                 Ok(None) => {}
@@ -261,6 +276,43 @@ impl Agent<'_> {
             }
             Err(TryRecvError::Empty) => self.heartbeat(),
             Err(TryRecvError::Disconnected) => self.run = None,
+        }
+    }
+
+    /// Tells the controller how the RPM test this host runs ended, or that it is alive;
+    /// ends a destination's server whose time is up.
+    fn poll_rpm(&mut self) {
+        let outcome = match &self.rpm {
+            Some(RpmState::Source(outcome)) => match outcome.try_recv() {
+                Ok(outcome) => outcome,
+                Err(TryRecvError::Empty) => return self.heartbeat(),
+                Err(TryRecvError::Disconnected) => Err("the RPM client ended".into()),
+            },
+            Some(RpmState::Serving { until, .. }) if Instant::now() >= *until => {
+                self.shared
+                    .log(&format!("RPM server for {}: its time is up", self.peer));
+                self.rpm = None;
+                return;
+            }
+            _ => return,
+        };
+        self.rpm = None;
+        match outcome {
+            Ok(report) => {
+                self.shared.log(&format!(
+                    "RPM test from {}: RPM {}",
+                    self.peer,
+                    report.rpm.map_or("-".into(), |r| format!("{r:.0}"))
+                ));
+                self.link.reply(&AgentReply::RpmResult {
+                    report: Box::new(report),
+                });
+            }
+            Err(reason) => {
+                self.shared
+                    .log(&format!("RPM test from {}: {reason}", self.peer));
+                self.link.reply(&AgentReply::Error { reason });
+            }
         }
     }
 
@@ -299,6 +351,120 @@ impl Agent<'_> {
                 }
             }
             AgentRequest::Finish => self.finish_mirror(),
+            AgentRequest::Rpm {
+                remote,
+                leg_s,
+                tls,
+                max_connections,
+            } => self.rpm_source(remote, leg_s, tls, max_connections),
+            AgentRequest::RpmServe { limit_s, tls } => self.rpm_serve(limit_s, tls),
+        }
+    }
+
+    /// Why this connection cannot take an RPM test: work it has, or this server's
+    /// bounds (`--no-tls`/`--require-tls`; `--max-rate`, which an RPM test's
+    /// saturating loads cannot keep to).
+    fn rpm_refusal(&self, tls: bool) -> Option<String> {
+        use crate::secure::TlsMode;
+        let config = &self.shared.config;
+        if self.run.is_some() || self.mirror.is_some() || self.rpm.is_some() {
+            Some("this connection already has work".into())
+        } else if !self.prepared.is_empty() {
+            Some("groups are already prepared on this connection".into())
+        } else if config.limits.max_rate_bps.is_some() || config.max_rate_per_ip.is_some() {
+            Some(
+                "an RPM test saturates the path, and this server has a --max-rate or --max-rate-per-ip"
+                    .into(),
+            )
+        } else if tls && config.tls_mode == TlsMode::Off {
+            Some("this server runs no encrypted tests (--no-tls)".into())
+        } else if !tls && config.tls_mode == TlsMode::Required {
+            Some("this server runs only encrypted tests (--require-tls)".into())
+        } else {
+            None
+        }
+    }
+
+    /// Runs the RPM client towards `remote`'s agent, as the controller asks.
+    fn rpm_source(&mut self, remote: String, leg_s: f64, tls: bool, max_connections: u32) {
+        if let Some(reason) = self.rpm_refusal(tls) {
+            return self.refuse("RPM test", reason);
+        }
+        if !leg_s.is_finite() || leg_s <= 0.0 {
+            return self.refuse("RPM test", format!("a leg of {leg_s} s"));
+        }
+        let job = RpmJob {
+            remote,
+            leg: Duration::from_secs_f64(leg_s.min(86_400.0)),
+            tls,
+            max_connections,
+        };
+        if let Err(reason) = rpm_job::check(&job, self.shared.config.limits.max_duration_s) {
+            return self.refuse("RPM test", reason);
+        }
+        let taken = match TestSlot::take(self.shared) {
+            Ok(taken) => taken,
+            Err(reason) => return self.refuse("RPM test", reason),
+        };
+        let policy = SourcePolicy {
+            requester: self.peer.ip(),
+            key: self.shared.config.key.clone(),
+        };
+        self.shared.log(&format!(
+            "RPM test from {}: towards {}, 2 x {leg_s:.0} s",
+            self.peer, job.remote
+        ));
+        match rpm_job::start_source(job, policy, self.stop.clone()) {
+            Ok(outcome) => {
+                self.slot = Some(taken);
+                self.rpm = Some(RpmState::Source(outcome));
+            }
+            Err(e) => self.refuse("RPM test", format!("cannot start: {e}")),
+        }
+    }
+
+    /// Serves RPM for the host at the other end of this connection.
+    fn rpm_serve(&mut self, limit_s: f64, tls: bool) {
+        if let Some(reason) = self.rpm_refusal(tls) {
+            return self.refuse("RPM server", reason);
+        }
+        let most = self.shared.config.limits.max_duration_s + 60.0;
+        if !limit_s.is_finite() || limit_s <= 0.0 || limit_s > most {
+            return self.refuse(
+                "RPM server",
+                format!("a limit of {limit_s} s is outside this server's 0 to {most:.0} s"),
+            );
+        }
+        let identity = if tls {
+            match self.shared.config.tls_identity.load() {
+                Ok(identity) => Some(identity),
+                Err(reason) => return self.refuse("RPM server", reason),
+            }
+        } else {
+            None
+        };
+        let taken = match TestSlot::take(self.shared) {
+            Ok(taken) => taken,
+            Err(reason) => return self.refuse("RPM server", reason),
+        };
+        match rpm_job::serve_for(self.own.ip(), self.peer.ip(), limit_s, identity.as_deref()) {
+            Ok(server) => {
+                self.shared.log(&format!(
+                    "RPM server for {}: {}",
+                    self.peer,
+                    server.config_url()
+                ));
+                self.link.reply(&AgentReply::RpmReady {
+                    port: server.addr.port(),
+                    tls_fingerprint: identity.map(|i| i.fingerprint.clone()),
+                });
+                self.slot = Some(taken);
+                self.rpm = Some(RpmState::Serving {
+                    _server: server,
+                    until: Instant::now() + Duration::from_secs_f64(limit_s),
+                });
+            }
+            Err(reason) => self.refuse("RPM server", reason),
         }
     }
 
@@ -497,6 +663,10 @@ impl Agent<'_> {
         if self.run.is_some() {
             self.shared
                 .log(&format!("profile run from {peer}: stopped: {why}"));
+        }
+        if self.rpm.take().is_some() {
+            self.shared
+                .log(&format!("RPM test with {peer}: ended: {why}"));
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod files;
 mod group;
 pub(crate) mod link;
 mod rendezvous;
+pub mod rpm_job;
 
 use std::time::Duration;
 

@@ -486,6 +486,8 @@ pub struct Star {
     pub hosts: Vec<String>,
     pub addrs: Vec<String>,
     devs: Vec<String>,
+    /// The bridge's port towards each host, in the hub.
+    ports: Vec<String>,
 }
 
 impl Star {
@@ -505,6 +507,7 @@ impl Star {
             hosts: Vec::new(),
             addrs: Vec::new(),
             devs: Vec::new(),
+            ports: Vec::new(),
         };
         for i in 0..count {
             let ns = format!("lr-{tag}-{pid}-h{i}");
@@ -542,8 +545,59 @@ impl Star {
             star.hosts.push(ns);
             star.addrs.push(addr);
             star.devs.push(inner);
+            star.ports.push(outer);
         }
         star
+    }
+
+    /// Shapes what host `i` receives, in the network (the bridge's port towards it, so
+    /// the queue is the network's and not the senders' own, which TCP small queues keep
+    /// short): `tbf rate RATE burst 64kb limit BYTES`.
+    pub fn shape_towards(&self, i: usize, rate: &str, limit_bytes: u64) {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.hub,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                &self.ports[i],
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                "64kb",
+                "limit",
+                &limit_bytes.to_string(),
+            ],
+        );
+    }
+
+    /// Bytes the shaper towards host `i` has sent (`tc -s qdisc`: "Sent N bytes").
+    pub fn shaped_sent(&self, i: usize) -> u64 {
+        let text = run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.hub,
+                "tc",
+                "-s",
+                "qdisc",
+                "show",
+                "dev",
+                &self.ports[i],
+            ],
+        );
+        text.split("Sent ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no sent bytes in {text}"))
     }
 
     /// A statistics counter of host `i`'s interface (`rx_bytes`, `tx_bytes`, ...).

@@ -1,0 +1,206 @@
+//! RPM between two agents (a mesh's `run = "rpm"`): the controller asks the source's agent
+//! to run `linerate rpm`; the source dials the destination's agent with the key, which
+//! serves the draft's endpoints on a port of its own for the source's address alone; the
+//! loads and probes cross between the two hosts and are counted where they arrive, as
+//! `linerate rpm` counts them against `serve --http`.
+//!
+//! Nobody is dialed on a name alone: the source dials the destination's agent as it dials
+//! a profile's peers (any host proving the key, or without a key only the requester), and
+//! the HTTP connections go only to the port that agent announced over that link, the
+//! certificate pinned to the fingerprint it announced there.
+
+use super::controller::{RunError, RunOptions};
+use super::link::Link;
+use linerate_proto::agent::{AgentReply, AgentRequest};
+use linerate_proto::auth::Key;
+use linerate_report::rpm::RpmReport;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What an RPM test asks of its source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpmJob {
+    /// The destination's agent (`host`, `host:port`).
+    pub remote: String,
+    /// Each direction's time limit.
+    pub leg: Duration,
+    pub tls: bool,
+    pub max_connections: u32,
+}
+
+/// The most loading connections a source opens (the draft's clients stop at 16 to 32).
+pub const MAX_LOADS: u32 = 64;
+
+/// How long the destination's server lives beyond the two directions (the configuration,
+/// the idle phase, set-up).
+const SERVE_MARGIN_S: f64 = 30.0;
+
+/// Why an RPM request cannot be taken: out of this server's bounds.
+pub(crate) fn check(job: &RpmJob, max_duration_s: f64) -> Result<(), String> {
+    let whole = job.leg.as_secs_f64() * 2.0;
+    if !(1.0..=max_duration_s).contains(&whole) {
+        return Err(format!(
+            "an RPM test of 2 x {:.0} s is outside this server's 1 to {max_duration_s:.0} s (--max-duration)",
+            job.leg.as_secs_f64()
+        ));
+    }
+    if job.max_connections == 0 || job.max_connections > MAX_LOADS {
+        return Err(format!(
+            "{} loading connections asked; 1 to {MAX_LOADS} allowed",
+            job.max_connections
+        ));
+    }
+    Ok(())
+}
+
+/// The destination's part: an RPM server on `own`'s address (the one the source
+/// reached), serving `requester` alone, each request at most `limit_s`.
+pub(crate) fn serve_for(
+    own: IpAddr,
+    requester: IpAddr,
+    limit_s: f64,
+    tls: Option<&crate::secure::ServerTls>,
+) -> Result<linerate_rpm::server::HttpServer, String> {
+    let limits = linerate_rpm::server::Limits {
+        max_connections: 256,
+        max_per_client: 256,
+        max_request: Duration::from_secs_f64(limit_s),
+        only_from: Some(requester),
+        ..Default::default()
+    };
+    linerate_rpm::server::start(
+        SocketAddr::new(own, 0),
+        tls.map(|t| t.config.clone()),
+        limits,
+    )
+    .map_err(|e| format!("cannot serve RPM: {e:#}"))
+}
+
+/// What the source needs to reach the destination's agent.
+pub(crate) struct SourcePolicy {
+    pub requester: IpAddr,
+    pub key: Option<Key>,
+}
+
+/// The source's part, on a thread of its own: dials the destination's agent, has it
+/// serve, runs the client against it. Its one message is the report or why not.
+pub(crate) fn start_source(
+    job: RpmJob,
+    policy: SourcePolicy,
+    cancel: Arc<AtomicBool>,
+) -> std::io::Result<Receiver<Result<RpmReport, String>>> {
+    let (sender, receiver) = channel();
+    std::thread::Builder::new()
+        .name("linerate-rpm".into())
+        .spawn(move || {
+            let _ = sender.send(run_source(&job, &policy, cancel));
+        })?;
+    Ok(receiver)
+}
+
+fn run_source(
+    job: &RpmJob,
+    policy: &SourcePolicy,
+    cancel: Arc<AtomicBool>,
+) -> Result<RpmReport, String> {
+    let addr = super::resolve(&job.remote).map_err(|e| format!("{}: {e}", job.remote))?;
+    if policy.key.is_none() && addr.ip() != policy.requester {
+        return Err(format!(
+            "{addr} is not the requesting host {} and this agent holds no key; not dialed",
+            policy.requester
+        ));
+    }
+    let timeout = Duration::from_secs(5);
+    let (mut link, _) =
+        Link::dial(addr, timeout, policy.key.as_ref()).map_err(|e| format!("{addr}: {e}"))?;
+    let limit_s = job.leg.as_secs_f64() * 2.0 + SERVE_MARGIN_S;
+    link.send(&AgentRequest::RpmServe {
+        limit_s,
+        tls: job.tls,
+    })
+    .map_err(|e| format!("{addr}: {e}"))?;
+    let (port, fingerprint) = match link.recv::<AgentReply>(timeout * 2) {
+        Ok(Some(AgentReply::RpmReady {
+            port,
+            tls_fingerprint,
+        })) => (port, tls_fingerprint),
+        Ok(Some(AgentReply::Error { reason })) => return Err(format!("{addr}: {reason}")),
+        Ok(_) => return Err(format!("{addr}: did not serve RPM in time")),
+        Err(e) => return Err(format!("{addr}: {e}")),
+    };
+    let served = SocketAddr::new(addr.ip(), port);
+    let tls = match (job.tls, fingerprint) {
+        (false, _) => None,
+        (true, Some(fingerprint)) => Some(
+            linerate_rpm::tls::checked(&linerate_tls::verify::Trust::Pinned(fingerprint))
+                .map_err(|e| format!("TLS: {e}"))?,
+        ),
+        (true, None) => return Err(format!("{addr}: served RPM without a certificate")),
+    };
+    let scheme = if job.tls { "https" } else { "http" };
+    let mut options =
+        linerate_rpm::client::Options::new(format!("{scheme}://{served}/.well-known/nq"), tls);
+    options.target = job.remote.clone();
+    options.leg_limit = job.leg;
+    options.max_connections = job.max_connections as usize;
+    options.cancel = Some(cancel);
+    // The link stays open while the client runs: the destination serves while it is.
+    let report = linerate_rpm::client::run(&options, &mut |_| {}).map_err(|e| format!("{e:#}"));
+    drop(link);
+    report
+}
+
+/// Runs `job` from the agent at `source` (the controller's side): the report, or why the
+/// test could not run.
+pub fn run(
+    source: &str,
+    job: &RpmJob,
+    options: &RunOptions,
+    stop: &AtomicBool,
+) -> Result<RpmReport, RunError> {
+    let agent_error = |why: String| RunError::Agent {
+        host: source.to_string(),
+        why,
+    };
+    let addr = super::resolve(source).map_err(|e| agent_error(e.to_string()))?;
+    let (mut link, _) = Link::dial(addr, options.control_timeout, options.key.as_ref())
+        .map_err(|e| agent_error(format!("cannot connect to {addr}: {e}")))?;
+    link.send(&AgentRequest::Rpm {
+        remote: job.remote.clone(),
+        leg_s: job.leg.as_secs_f64(),
+        tls: job.tls,
+        max_connections: job.max_connections,
+    })
+    .map_err(|e| agent_error(e.to_string()))?;
+    // Two directions, the idle phase and set-up; past it the run is abandoned.
+    let hard_end = Instant::now() + job.leg * 2 + Duration::from_secs_f64(SERVE_MARGIN_S);
+    let mut last_heard = Instant::now();
+    let mut aborted = false;
+    loop {
+        if stop.load(Ordering::Relaxed) && !aborted {
+            aborted = true;
+            let _ = link.send(&AgentRequest::Abort {
+                reason: "interrupted".into(),
+            });
+        }
+        if Instant::now() >= hard_end {
+            return Err(agent_error("the RPM test outlasted its limit".into()));
+        }
+        match link.recv::<AgentReply>(Duration::from_millis(50)) {
+            Ok(Some(AgentReply::RpmResult { report })) => return Ok(*report),
+            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(reason)),
+            Ok(Some(_)) => last_heard = Instant::now(),
+            Ok(None) if last_heard.elapsed() >= options.control_timeout => {
+                return Err(agent_error(format!(
+                    "silent for {:.1} s",
+                    last_heard.elapsed().as_secs_f64()
+                )))
+            }
+            Ok(None) => {}
+            Err(e) => return Err(agent_error(format!("connection lost: {e}"))),
+        }
+    }
+}
