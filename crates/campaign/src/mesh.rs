@@ -7,7 +7,7 @@
 
 use anyhow::{Context, Result};
 use linerate_drivers::profile::controller::{self, RunError, RunOptions};
-use linerate_drivers::profile::rpm_job::{self, RpmJob};
+use linerate_drivers::profile::rpm_job::RpmJob;
 use linerate_mesh::{Action, Job, Mesh, Outcome, Past, Scheduler, TestKind, Transport};
 use linerate_profile::{
     Action as Op, Endpoint, Group, Profile, Protocol, Repeat, Size, Transaction, Transfer,
@@ -295,7 +295,7 @@ fn run_job(
         Plan::Profile(profile) => controller::run(&profile, options, stop),
         Plan::Rpm(rpm) => {
             let source = &mesh.hosts[job.src].address;
-            let result = rpm_job::run(source, &rpm, options, stop);
+            let result = controller::run_rpm(source, &rpm, options, stop);
             let ended_at = unix_now();
             return rpm_ended(mesh, job, cycle, (started_at, ended_at), result);
         }

@@ -127,6 +127,51 @@ fn rr_and_crr_probes_read_their_rate() {
     assert!(matches!(rr.kind, TestKind::Rr { per_second: Some(r), .. } if r == 0.5));
 }
 
+/// An RPM test: exclusive (it saturates the path), over TLS, 16 loads at most and 20 s a
+/// direction unless the file says; the schedule allows both directions and the set-up.
+#[test]
+fn an_rpm_test_reads_its_defaults_and_is_scheduled_for_both_directions() {
+    let text = mesh_text(3, true).replace(
+        "run = \"rr\"\nduration = \"5s\"\ninterval = \"60s\"\npause_for_exclusive = true\n",
+        "run = \"rpm\"\ninterval = \"60s\"\n",
+    );
+    let m = parse("m.toml", &text).unwrap();
+    let rpm = m.tests.iter().find(|t| t.name == "lat").unwrap();
+    assert_eq!(
+        rpm.kind,
+        TestKind::Rpm {
+            leg_s: DEFAULT_RPM_LEG_SECONDS,
+            tls: true,
+            max_connections: 16
+        }
+    );
+    assert!(rpm.exclusive, "an RPM test loads the path: exclusive");
+    assert_eq!(rpm.seconds, 2.0 * DEFAULT_RPM_LEG_SECONDS + RPM_SETUP_S);
+    assert_eq!(rpm.kind.run(), "rpm");
+    let m = parse(
+        "m.toml",
+        &text.replace(
+            "run = \"rpm\"",
+            "run = \"rpm\"\nduration = \"8s\"\ntls = false\nmax_connections = 4\nexclusive = false",
+        ),
+    )
+    .unwrap();
+    let rpm = m.tests.iter().find(|t| t.name == "lat").unwrap();
+    assert_eq!(
+        rpm.kind,
+        TestKind::Rpm {
+            leg_s: 8.0,
+            tls: false,
+            max_connections: 4
+        }
+    );
+    assert!(!rpm.exclusive);
+    // Exclusive RPM jobs never share a host with a stream in the simulated schedule.
+    let m = parse("m.toml", &text).unwrap();
+    let plan = simulate(&m, 1, |job| m.tests[job.test].seconds + 1.0);
+    assert_no_double_booking(&m, &plan.placed);
+}
+
 #[test]
 fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
     let good = mesh_text(3, true);
@@ -160,7 +205,7 @@ fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
         ),
         (
             good.replace("run = \"rr\"", "run = \"ping\""),
-            "run 'ping' is not stream, rr or crr",
+            "run 'ping' is not stream, rr, crr or rpm",
         ),
         (
             good.replace("run = \"rr\"", "run = \"rr\"\nrate = \"fast\""),
@@ -188,6 +233,33 @@ fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
         (
             good.replace("name = \"t\"", "name = \"t\"\ncolour = \"red\""),
             "unknown field `colour`",
+        ),
+        (
+            good.replace("run = \"rr\"", "run = \"rpm\"\nsize = \"1k\""),
+            "'size' is not an option of run = \"rpm\"",
+        ),
+        (
+            good.replace("run = \"rr\"", "run = \"rpm\"\nmax_connections = 65"),
+            "max_connections 65 must be between 1 and 64",
+        ),
+        (
+            good.replace("run = \"rr\"", "run = \"rpm\"\nprotocol = \"udp\""),
+            "'protocol' is not an option of run = \"rpm\"",
+        ),
+        (
+            good.replace(
+                "run = \"rr\"\nduration = \"5s\"",
+                "run = \"rpm\"\nduration = \"1s\"",
+            ),
+            "must be at least 2 s",
+        ),
+        (
+            good.replace("run = \"stream\"", "run = \"stream\"\nmax_connections = 4"),
+            "'max_connections' is not an option of run = \"stream\"",
+        ),
+        (
+            good.replace("run = \"stream\"", "run = \"stream\"\ntls = false"),
+            "'tls' is an option of run = \"rpm\" only",
         ),
     ];
     for (text, needle) in cases {

@@ -90,7 +90,9 @@ fn filled_board(hosts: usize) -> Board {
             for (i, (name, protocol, measure)) in tests.iter().enumerate() {
                 at += 0.001;
                 let value = match measure {
-                    Measure::Goodput => 9.4e8 + (s * 7 + d * 13 + i) as f64 * 1e3,
+                    Measure::Goodput | Measure::Responsiveness => {
+                        9.4e8 + (s * 7 + d * 13 + i) as f64 * 1e3
+                    }
                     Measure::Latency => 2.5e-4 + (s + d) as f64 * 1e-7,
                 };
                 let row = MeshRow {
@@ -110,7 +112,9 @@ fn filled_board(hosts: usize) -> Board {
                     headline_text: String::new(),
                 };
                 let figures = match measure {
-                    Measure::Goodput => goodput(value, *protocol == "udp"),
+                    Measure::Goodput | Measure::Responsiveness => {
+                        goodput(value, *protocol == "udp")
+                    }
                     Measure::Latency => latency(value),
                 };
                 board.record_figures(&row, Some(&figures));

@@ -256,6 +256,85 @@ fn a_series_is_worse_once_it_leaves_its_baseline_beyond_the_threshold() {
     assert_eq!(assess(&board.series[&lat], &t).state, State::Failed);
 }
 
+/// An RPM run: `rpm` round trips a minute, 40 Mbit/s down and 90 up, 30 ms added.
+fn rpm(rpm: f64) -> Document {
+    use linerate_report::rpm::{RpmLeg, RpmReport};
+    let leg = |direction: &str, bps: f64| RpmLeg {
+        direction: direction.into(),
+        started_unix_s: 0.0,
+        capacity_bps: bps,
+        rpm: Some(rpm),
+        goodput_saturated: true,
+        rpm_saturated: true,
+        connections: 4,
+        loaded_connect_s: Some(0.032),
+        loaded_self_s: Some(0.04),
+        added_latency_s: Some(0.03),
+        probes: 100,
+        failed_probes: 0,
+        intervals: Vec::new(),
+    };
+    Document::Rpm(Box::new(RpmReport {
+        test: "rpm".into(),
+        started_at: 0.0,
+        target: "b".into(),
+        config_url: "https://b/.well-known/nq".into(),
+        tls: true,
+        idle_latency_s: 0.002,
+        idle_connect_s: 0.002,
+        download: leg("download", 40e6),
+        upload: leg("upload", 90e6),
+        rpm: Some(rpm),
+        band: Some("Medium".into()),
+        added_latency_s: Some(0.03),
+        grade: Some("B".into()),
+        host: None,
+    }))
+}
+
+/// An RPM series: its four families in the scrape (capacity by leg, in bytes), its
+/// measure declared by the document, and a drop in RPM is worse (lower is worse).
+#[test]
+fn an_rpm_series_shows_its_responsiveness_and_a_drop_is_worse() {
+    let board = Arc::new(Mutex::new(Board::default()));
+    let t = Thresholds::default();
+    let key = Key::of(&row("a", "b", "rpm", true, 0.0, 0.0));
+    for (i, v) in [1000.0, 1020.0, 980.0, 1000.0].into_iter().enumerate() {
+        board
+            .lock()
+            .unwrap()
+            .record(&row("a", "b", "rpm", true, v, i as f64), Some(&rpm(v)));
+    }
+    {
+        let b = board.lock().unwrap();
+        assert_eq!(b.series[&key].measure, Some(Measure::Responsiveness));
+        assert_eq!(assess(&b.series[&key], &t).state, State::Normal);
+    }
+    let text = openmetrics::encode(board.clone(), Format::OpenMetrics);
+    let labels =
+        "mesh=\"m\",src=\"a\",dst=\"b\",test=\"rpm\",direction=\"forward\",protocol=\"tcp\"";
+    for line in [
+        format!("linerate_responsiveness_rpm{{{labels}}} 1000.0"),
+        format!("linerate_capacity_bytes_per_second{{{labels},leg=\"download\"}} 5000000.0"),
+        format!("linerate_capacity_bytes_per_second{{{labels},leg=\"upload\"}} 11250000.0"),
+        format!("linerate_idle_latency_seconds{{{labels}}} 0.002"),
+        format!("linerate_added_latency_seconds{{{labels}}} 0.03"),
+    ] {
+        assert!(text.contains(&line), "{line}\n{text}");
+    }
+    assert!(
+        !text.contains("linerate_goodput_bytes_per_second"),
+        "{text}"
+    );
+    board
+        .lock()
+        .unwrap()
+        .record(&row("a", "b", "rpm", true, 500.0, 9.0), Some(&rpm(500.0)));
+    let b = board.lock().unwrap();
+    let a = assess(&b.series[&key], &t);
+    assert_eq!((a.state, a.what), (State::Worse, "responsiveness"));
+}
+
 #[test]
 fn the_grid_and_history_answer_from_the_board() {
     let mut board = Board::default();

@@ -301,4 +301,40 @@ mod tests {
             AgentRequest::TransactionDone { iterations: 99, .. }
         ));
     }
+
+    #[test]
+    fn an_rpm_request_and_its_server_reply_are_tagged_json() {
+        let text = serde_json::to_string(&AgentRequest::RpmServe {
+            limit_s: 70.0,
+            tls: true,
+        })
+        .unwrap();
+        assert_eq!(text, r#"{"type":"rpm_serve","limit_s":70.0,"tls":true}"#);
+        let reply: AgentReply =
+            serde_json::from_str(r#"{"type":"rpm_ready","port":4433,"tls_fingerprint":"ab"}"#)
+                .unwrap();
+        assert_eq!(
+            reply,
+            AgentReply::RpmReady {
+                port: 4433,
+                tls_fingerprint: Some("ab".into())
+            }
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever an agent sends, decoding it is an answer or an error, never a panic;
+        /// a port out of range or a result without its report is an error.
+        #[test]
+        fn any_bytes_decode_to_a_reply_or_an_error(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            port in 65_536u64..1 << 40,
+        ) {
+            let _ = serde_json::from_slice::<AgentReply>(&bytes);
+            let port = format!(r#"{{"type":"rpm_ready","port":{port}}}"#);
+            let bare = r#"{"type":"rpm_result"}"#;
+            proptest::prop_assert!(serde_json::from_str::<AgentReply>(&port).is_err());
+            proptest::prop_assert!(serde_json::from_str::<AgentReply>(bare).is_err());
+        }
+    }
 }

@@ -196,3 +196,48 @@ fn an_endless_upload_is_cut_at_the_time_limit_and_a_broken_one_refused() {
     let answer = get(server.addr, "/.well-known/nq").unwrap();
     assert!(answer.contains("\"large_download_url\""), "{answer}");
 }
+
+/// A server for one address (a mesh agent's, for the source that asked) closes every
+/// other client's connection unanswered, and counts it; its own client is served.
+#[test]
+fn a_server_for_one_address_serves_no_other() {
+    let limits = Limits {
+        only_from: Some("127.0.0.2".parse().unwrap()),
+        ..Limits::default()
+    };
+    let server = server::start("127.0.0.1:0".parse().unwrap(), None, limits).unwrap();
+    let answer = get(server.addr, "/small");
+    assert!(
+        !answer.as_deref().unwrap_or("").starts_with("HTTP/1.1"),
+        "another address was answered: {answer:?}"
+    );
+    let refused = || {
+        server
+            .counters
+            .refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(refused(), 1);
+    // The address it serves: a socket bound to 127.0.0.2 (loopback's whole /8).
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(
+            &"127.0.0.2:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    socket.connect(&server.addr.into()).unwrap();
+    let mut s: TcpStream = socket.into();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET /small HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(refused(), 1);
+}

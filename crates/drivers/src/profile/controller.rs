@@ -3,12 +3,14 @@
 //! and merges them. Groups without a host run on the controller's own in-process agent.
 
 use super::link::{unix_ns, Link};
+use super::rpm_job::{self, RpmJob};
 use crate::server::LocalServer;
 use linerate_profile::{Profile, Repeat};
 use linerate_proto::agent::{
     estimate_offset, AgentReply, AgentRequest, ClockOffset, ClockSample, GroupPart,
 };
 use linerate_report::profile::{GroupResult, HostResult, ProfileReport};
+use linerate_report::rpm::RpmReport;
 use linerate_report::HostFacts;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -457,4 +459,58 @@ fn assemble(
     };
     report.config.profile = serde_json::to_value(profile).unwrap_or_default();
     report
+}
+
+/// Runs an RPM test from the agent at `source` towards `job.remote` (docs/protocol.md): the report, or why the
+/// test could not run.
+pub fn run_rpm(
+    source: &str,
+    job: &RpmJob,
+    options: &RunOptions,
+    stop: &AtomicBool,
+) -> Result<RpmReport, RunError> {
+    let agent_error = |why: String| RunError::Agent {
+        host: source.to_string(),
+        why,
+    };
+    let addr = super::resolve(source).map_err(|e| agent_error(e.to_string()))?;
+    let (mut link, _) = Link::dial(addr, options.control_timeout, options.key.as_ref())
+        .map_err(|e| agent_error(format!("cannot connect to {addr}: {e}")))?;
+    link.send(&AgentRequest::Rpm {
+        remote: job.remote.clone(),
+        leg_s: job.leg.as_secs_f64(),
+        tls: job.tls,
+        max_connections: job.max_connections,
+    })
+    .map_err(|e| agent_error(e.to_string()))?;
+    // Two directions, the idle phase and set-up; past it the run is abandoned.
+    let hard_end = Instant::now() + job.leg * 2 + Duration::from_secs_f64(rpm_job::SERVE_MARGIN_S);
+    let mut last_heard = Instant::now();
+    let mut aborted = false;
+    loop {
+        if stop.load(Ordering::Relaxed) && !aborted {
+            aborted = true;
+            let _ = link.send(&AgentRequest::Abort {
+                reason: "interrupted".into(),
+            });
+        }
+        if Instant::now() >= hard_end {
+            return Err(agent_error("the RPM test outlasted its limit".into()));
+        }
+        match link.recv::<AgentReply>(Duration::from_millis(50)) {
+            Ok(Some(AgentReply::RpmResult { report })) => {
+                return rpm_job::within_bounds(*report, job).map_err(agent_error)
+            }
+            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(reason)),
+            Ok(Some(_)) => last_heard = Instant::now(),
+            Ok(None) if last_heard.elapsed() >= options.control_timeout => {
+                return Err(agent_error(format!(
+                    "silent for {:.1} s",
+                    last_heard.elapsed().as_secs_f64()
+                )))
+            }
+            Ok(None) => {}
+            Err(e) => return Err(agent_error(format!("connection lost: {e}"))),
+        }
+    }
 }

@@ -9,16 +9,15 @@
 //! the HTTP connections go only to the port that agent announced over that link, the
 //! certificate pinned to the fingerprint it announced there.
 
-use super::controller::{RunError, RunOptions};
 use super::link::Link;
 use linerate_proto::agent::{AgentReply, AgentRequest};
 use linerate_proto::auth::Key;
 use linerate_report::rpm::RpmReport;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What an RPM test asks of its source.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +35,7 @@ pub const MAX_LOADS: u32 = 64;
 
 /// How long the destination's server lives beyond the two directions (the configuration,
 /// the idle phase, set-up).
-const SERVE_MARGIN_S: f64 = 30.0;
+pub(crate) const SERVE_MARGIN_S: f64 = 30.0;
 
 /// Why an RPM request cannot be taken: out of this server's bounds.
 pub(crate) fn check(job: &RpmJob, max_duration_s: f64) -> Result<(), String> {
@@ -153,54 +152,46 @@ fn run_source(
     report
 }
 
-/// Runs `job` from the agent at `source` (the controller's side): the report, or why the
-/// test could not run.
-pub fn run(
-    source: &str,
-    job: &RpmJob,
-    options: &RunOptions,
-    stop: &AtomicBool,
-) -> Result<RpmReport, RunError> {
-    let agent_error = |why: String| RunError::Agent {
-        host: source.to_string(),
-        why,
-    };
-    let addr = super::resolve(source).map_err(|e| agent_error(e.to_string()))?;
-    let (mut link, _) = Link::dial(addr, options.control_timeout, options.key.as_ref())
-        .map_err(|e| agent_error(format!("cannot connect to {addr}: {e}")))?;
-    link.send(&AgentRequest::Rpm {
-        remote: job.remote.clone(),
-        leg_s: job.leg.as_secs_f64(),
-        tls: job.tls,
-        max_connections: job.max_connections,
-    })
-    .map_err(|e| agent_error(e.to_string()))?;
-    // Two directions, the idle phase and set-up; past it the run is abandoned.
-    let hard_end = Instant::now() + job.leg * 2 + Duration::from_secs_f64(SERVE_MARGIN_S);
-    let mut last_heard = Instant::now();
-    let mut aborted = false;
-    loop {
-        if stop.load(Ordering::Relaxed) && !aborted {
-            aborted = true;
-            let _ = link.send(&AgentRequest::Abort {
-                reason: "interrupted".into(),
-            });
+/// An agent's report, checked against what was asked: an interval a second at most in
+/// each direction's time (a report past that is not one this test made).
+pub fn within_bounds(report: RpmReport, job: &RpmJob) -> Result<RpmReport, String> {
+    let most = job.leg.as_secs_f64().ceil() as usize + 2;
+    for leg in [&report.download, &report.upload] {
+        if leg.intervals.len() > most || leg.connections > job.max_connections as usize {
+            return Err(format!(
+                "an RPM report out of bounds: {} intervals and {} connections in the {} (at most {most} and {})",
+                leg.intervals.len(),
+                leg.connections,
+                leg.direction,
+                job.max_connections
+            ));
         }
-        if Instant::now() >= hard_end {
-            return Err(agent_error("the RPM test outlasted its limit".into()));
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(leg_s: f64, max_connections: u32) -> RpmJob {
+        RpmJob {
+            remote: "10.0.0.2".into(),
+            leg: Duration::from_secs_f64(leg_s),
+            tls: true,
+            max_connections,
         }
-        match link.recv::<AgentReply>(Duration::from_millis(50)) {
-            Ok(Some(AgentReply::RpmResult { report })) => return Ok(*report),
-            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(reason)),
-            Ok(Some(_)) => last_heard = Instant::now(),
-            Ok(None) if last_heard.elapsed() >= options.control_timeout => {
-                return Err(agent_error(format!(
-                    "silent for {:.1} s",
-                    last_heard.elapsed().as_secs_f64()
-                )))
-            }
-            Ok(None) => {}
-            Err(e) => return Err(agent_error(format!("connection lost: {e}"))),
-        }
+    }
+
+    /// Both directions must fit the server's --max-duration, and the loads its bound.
+    #[test]
+    fn an_rpm_request_is_held_to_the_servers_bounds() {
+        assert_eq!(check(&job(20.0, 16), 300.0), Ok(()));
+        let long = check(&job(200.0, 16), 300.0).unwrap_err();
+        assert!(long.contains("--max-duration"), "{long}");
+        assert!(check(&job(0.2, 16), 300.0).is_err());
+        let loads = check(&job(10.0, MAX_LOADS + 1), 300.0).unwrap_err();
+        assert!(loads.contains("loading connections"), "{loads}");
+        assert!(check(&job(10.0, 0), 300.0).is_err());
     }
 }
