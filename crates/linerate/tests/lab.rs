@@ -1578,7 +1578,10 @@ fn rpm_over_lab(name: &str, extra: &[&str]) -> (serde_json::Value, Vec<(f64, ser
     let _ = serve.kill();
     let _ = serve.wait();
     assert!(out.status.success(), "rpm {extra:?}: {}", stderr(&out));
-    (json(&out), log)
+    let doc = json(&out);
+    // The run says which emulated path it crossed (history lists it by that).
+    assert!(doc["host"]["path"].is_object(), "no lab path: {doc}");
+    (doc, log)
 }
 
 const GRADES: [&str; 6] = ["A+", "A", "B", "C", "D", "F"];
