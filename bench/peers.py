@@ -6,15 +6,19 @@ write size and duration; every tool runs --runs times, interleaved so that machi
 hits all of them alike. Prints the median goodput each tool claims, the truth beside it,
 the CPU seconds both processes used per Gbit moved, and the ratio of linerate to each peer.
 
-Truth: as root, every run takes place in a network namespace of its own that holds only
-`lo`, and the bytes `lo` counted over the client's wall time are what the tool moved (IP
-and TCP headers included, about 0.1 % with 64 KiB segments; control traffic included,
-a few kilobytes). A tool that claims more than that has miscounted. Without root the
-truth column is empty.
+Two set-ups, interleaved run by run (`--setup both`, the default):
+- **isolated**: as root, every run takes place in a network namespace of its own that holds
+  only `lo`, each side's processes in a control group of their own (their exact CPU time);
+- **plain**: as a user runs the tools, in the host's namespace with no control groups.
 
-    python3 bench/peers.py                 # 1 flow, 3 x 5 s
+Truth: the bytes `lo` counted over the client's wall time are what the tool moved (IP and
+TCP headers included, about 0.1 % with 64 KiB segments; control traffic included, a few
+kilobytes; in the plain set-up, whatever else the host sends over loopback meanwhile). A
+tool that claims more than that has miscounted.
+
+    python3 bench/peers.py                 # 1 flow, 3 x 5 s, both set-ups
     python3 bench/peers.py --flows 8
-    python3 bench/peers.py --flows 8 --runs 5 --time 10
+    python3 bench/peers.py --flows 8 --runs 5 --time 10 --setup plain
 
 Needs iperf3, iperf (2), qperf and nuttcp (apt-get install iperf3 iperf qperf nuttcp);
 missing peers are installed when run as root, else skipped. Builds linerate in release mode.
@@ -129,20 +133,38 @@ class Namespace:
         return int(out.stdout)
 
 
+class HostLoopback:
+    """The plain set-up: commands run where they are; the truth is the host's `lo`."""
+
+    def cmd(self, argv):
+        return argv
+
+    def lo_bytes(self):
+        with open("/sys/class/net/lo/statistics/rx_bytes") as f:
+            return int(f.read())
+
+
 # Truth of the last run: bytes lo counted and the client's wall time.
 LAST_TRUTH = {}
+
+# "isolated" or "plain" (the module docstring): set per run by main.
+SETUP = "isolated"
 
 
 def run_sides(server_cmd, client_cmd, settle=0.3, stop=signal.SIGTERM):
     """Runs a server process, then a client to completion, then stops the server with
-    `stop`, in a namespace of their own (as root). Returns (client stdout, server stdout,
-    server CPU s, client CPU s); LAST_TRUTH holds what lo counted."""
+    `stop`: in a namespace of their own and control groups (as root) in the isolated
+    set-up, where they are in the plain one. Returns (client stdout, server stdout, server
+    CPU s, client CPU s); LAST_TRUTH holds what lo counted."""
+    if SETUP == "plain":
+        return run_in(HostLoopback(), server_cmd, client_cmd, settle, stop, groups=False)
     with Namespace() as ns:
         return run_in(ns, ns.cmd(server_cmd), ns.cmd(client_cmd), settle, stop)
 
 
-def run_in(ns, server_cmd, client_cmd, settle, stop):
-    server_group, client_group = CpuGroup.make("server"), CpuGroup.make("client")
+def run_in(ns, server_cmd, client_cmd, settle, stop, groups=True):
+    server_group = CpuGroup.make("server") if groups else None
+    client_group = CpuGroup.make("client") if groups else None
     server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               preexec_fn=server_group.join if server_group else None)
     try:
@@ -263,25 +285,32 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--length", default="128K")
     parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--setup", choices=["both", "isolated", "plain"], default="both",
+                        help="isolated: a namespace and control groups per run; plain: as a user runs them")
     args = parser.parse_args()
+    global SETUP
     build()
     peers = ensure_peers([p for p in args.peers.split(",") if p])
     tools = {"linerate": linerate, **{p: PEERS[p] for p in peers}}
-    results = {name: [] for name in tools}
+    setups = ["isolated", "plain"] if args.setup == "both" else [args.setup]
+    results = {(setup, name): [] for setup in setups for name in tools}
     for run in range(args.runs):
-        for name, fn in tools.items():
-            try:
-                got = fn(args.flows, args.time, args.length)
-            except Exception as error:  # a peer that fails is reported, not fatal
-                print(f"  {name}: run {run + 1} failed: {error}", file=sys.stderr)
-                continue
-            if got is not None:
-                truth = LAST_TRUTH["bytes"] * 8 / LAST_TRUTH["wall"] if LAST_TRUTH else None
-                results[name].append((*got, truth))
-                told = f"  lo {truth / 1e9:7.2f} Gbit/s" if truth else ""
-                print(f"  run {run + 1} {name:8s} {got[0] / 1e9:7.2f} Gbit/s{told}  {got[1]:6.2f} CPU s", file=sys.stderr)
+        for setup in setups:
+            SETUP = setup
+            for name, fn in tools.items():
+                try:
+                    got = fn(args.flows, args.time, args.length)
+                except Exception as error:  # a peer that fails is reported, not fatal
+                    print(f"  {name}: run {run + 1} failed: {error}", file=sys.stderr)
+                    continue
+                if got is not None:
+                    truth = LAST_TRUTH["bytes"] * 8 / LAST_TRUTH["wall"] if LAST_TRUTH else None
+                    results[(setup, name)].append((*got, truth))
+                    told = f"  lo {truth / 1e9:7.2f} Gbit/s" if truth else ""
+                    print(f"  run {run + 1} {setup:8s} {name:8s} {got[0] / 1e9:7.2f} Gbit/s{told}  {got[1]:6.2f} CPU s",
+                          file=sys.stderr)
     print(f"TCP loopback, {args.flows} flow(s), {args.length} writes, median of {args.runs} x {args.time} s")
-    print("claim: the tool's own figure; lo: bytes the namespace's lo counted over the client's wall time;")
+    print("claim: the tool's own figure; lo: bytes lo counted over the client's wall time;")
     print("CPU s/Gbit: both processes' CPU over the Gbits lo counted (over the claim without root);")
     print("the ratios compare linerate with each tool by lo's count, and by claims in brackets")
     print(f"{'tool':10s} {'claim Gbit/s':>12s} {'lo Gbit/s':>10s} {'claim/lo':>9s} {'CPU s/Gbit':>11s} "
@@ -295,15 +324,21 @@ def main():
         cpu = statistics.median(r[1] / ((r[2] or r[0]) * args.time / 1e9) for r in rows)
         return rate, truth, cpu
 
-    mine_rate, mine_truth, mine_cpu = figures(results["linerate"])
-    for name, rows in results.items():
-        if not rows:
+    for setup in setups:
+        print(f"set-up: {setup}")
+        if not results[(setup, "linerate")]:
+            print("  linerate did not run")
             continue
-        rate, truth, cpu = figures(rows)
-        lo = f"{truth / 1e9:10.2f} {rate / truth:9.2f}" if truth else f"{'-':>10s} {'-':>9s}"
-        by_lo = f"{mine_truth / truth:.2f}" if truth and mine_truth else "-"
-        ratio = f"{by_lo} ({mine_rate / rate:.2f})"
-        print(f"{name:10s} {rate / 1e9:12.2f} {lo} {cpu:11.4f} {ratio:>20s} {mine_cpu / cpu:10.2f}")
+        mine_rate, mine_truth, mine_cpu = figures(results[(setup, "linerate")])
+        for name in tools:
+            rows = results[(setup, name)]
+            if not rows:
+                continue
+            rate, truth, cpu = figures(rows)
+            lo = f"{truth / 1e9:10.2f} {rate / truth:9.2f}" if truth else f"{'-':>10s} {'-':>9s}"
+            by_lo = f"{mine_truth / truth:.2f}" if truth and mine_truth else "-"
+            ratio = f"{by_lo} ({mine_rate / rate:.2f})"
+            print(f"{name:10s} {rate / 1e9:12.2f} {lo} {cpu:11.4f} {ratio:>20s} {mine_cpu / cpu:10.2f}")
 
 
 if __name__ == "__main__":
