@@ -101,6 +101,16 @@ fn forward(status: &serde_json::Value, counter: &str) -> f64 {
 /// Removes a lab when the test ends, passed or not.
 struct LabGuard(String);
 
+/// Brings lab `name` up with the path `args` (asserting it came up), torn down when the
+/// guard goes.
+fn lab_up(name: &str, args: &[&str]) -> LabGuard {
+    let mut all = vec!["up", "--name", name];
+    all.extend_from_slice(args);
+    let up = lab(&all);
+    assert!(up.status.success(), "{}", stderr(&up));
+    LabGuard(name.to_string())
+}
+
 impl Drop for LabGuard {
     fn drop(&mut self) {
         let _ = lab(&["down", "--name", &self.0]);
@@ -348,9 +358,7 @@ fn corrupted_frames_are_caught_by_checksums_and_tcp_delivers_intact() {
     }
     let _turn = turn();
     let name = lab_name("corrupt");
-    let up = lab(&["up", "--name", &name, "--corrupt", "1%", "--seed", "3"]);
-    assert!(up.status.success(), "{}", stderr(&up));
-    let _guard = LabGuard(name.clone());
+    let _guard = lab_up(&name, &["--corrupt", "1%", "--seed", "3"]);
     let exec = |host: &str, argv: &[&str]| {
         let mut args = vec!["exec", "--name", &name, host, "--"];
         args.extend_from_slice(argv);
@@ -492,23 +500,21 @@ fn tcp_over_a_long_lossy_path_has_the_known_shape() {
     let _turn = turn();
     let name = lab_name("mathis");
     // Buffers for the path's bandwidth-delay product (12.5 MB) with room to spare.
-    let up = lab(&[
-        "up",
-        "--name",
+    let _guard = lab_up(
         &name,
-        "--rtt",
-        "100ms",
-        "--loss",
-        "1%",
-        "--rate",
-        "1G",
-        "--seed",
-        "1",
-        "--buffers",
-        "64M",
-    ]);
-    assert!(up.status.success(), "{}", stderr(&up));
-    let _guard = LabGuard(name.clone());
+        &[
+            "--rtt",
+            "100ms",
+            "--loss",
+            "1%",
+            "--rate",
+            "1G",
+            "--seed",
+            "1",
+            "--buffers",
+            "64M",
+        ],
+    );
     let serve = serve_in(&name);
     let stream = |cc: &str| {
         let output = lab(&[
@@ -781,9 +787,7 @@ fn bad_paths_and_interfaces_are_one_line_errors() {
     // An interface another emulator holds, and one enslaved to a bridge.
     let _turn = turn();
     let name = lab_name("busy");
-    let up = lab(&["up", "--name", &name]);
-    assert!(up.status.success(), "{}", stderr(&up));
-    let _guard = LabGuard(name.clone());
+    let _guard = lab_up(&name, &[]);
     let again = Command::new("ip")
         .args(["netns", "exec", &format!("lrlab-{name}-router"), binary()])
         .args(["impair", "--between", "to-client", "to-server", "-t", "1"])
@@ -963,9 +967,7 @@ fn doctor_finds_a_small_receive_window_and_its_fix_makes_the_next_run_faster() {
     }
     let _turn = turn();
     let name = lab_name("doctor");
-    let up = lab(&["up", "--name", &name, "--rtt", "100ms", "--rate", "200M"]);
-    assert!(up.status.success(), "{}", stderr(&up));
-    let _guard = LabGuard(name.clone());
+    let _guard = lab_up(&name, &["--rtt", "100ms", "--rate", "200M"]);
     let serve = serve_in(&name);
     let in_client = |args: &[&str]| {
         let mut all = vec!["exec", "--name", &name, "client", "--"];
@@ -1054,9 +1056,7 @@ fn doctor_measures_the_paths_loss_against_the_emulators_count_and_ranks_it_first
     }
     let _turn = turn();
     let name = lab_name("doctorloss");
-    let up = lab(&["up", "--name", &name, "--rtt", "50ms", "--loss", "2%"]);
-    assert!(up.status.success(), "{}", stderr(&up));
-    let _guard = LabGuard(name.clone());
+    let _guard = lab_up(&name, &["--rtt", "50ms", "--loss", "2%"]);
     let serve = serve_in(&name);
     let dropped = |status: &serde_json::Value| {
         forward(status, "lost") + num(status, "/directions/1/counters/lost")
@@ -1355,9 +1355,7 @@ fn lab_exec_passes_signals_on_and_lab_down_leaves_nothing() {
     }
     let _turn = turn();
     let name = lab_name("signals");
-    let up = lab(&["up", "--name", &name, "--rtt", "2ms"]);
-    assert!(up.status.success(), "{}", stderr(&up));
-    let _guard = LabGuard(name.clone());
+    let _guard = lab_up(&name, &["--rtt", "2ms"]);
     let pids_in_server = || {
         let out = Command::new("ip")
             .args(["netns", "pids", &format!("lrlab-{name}-server")])
@@ -1600,11 +1598,7 @@ fn rpm_tells_a_deep_queue_from_a_short_one_by_the_emulators_own_queue() {
     let mut results = Vec::new();
     for (tag, queue) in [("rpmdeep", "250ms"), ("rpmshort", "5ms")] {
         let name = lab_name(tag);
-        let up = lab(&[
-            "up", "--name", &name, "--rtt", "20ms", "--rate", "50M", "--queue", queue,
-        ]);
-        assert!(up.status.success(), "{}", stderr(&up));
-        let _guard = LabGuard(name.clone());
+        let _guard = lab_up(&name, &["--rtt", "20ms", "--rate", "50M", "--queue", queue]);
         let (result, log) = rpm_over_lab(
             &name,
             &["http://server:8480/.well-known/nq", "--time", "12"],
@@ -1699,11 +1693,10 @@ fn mach_measures_serve_https_and_agrees_with_linerate_rpm() {
     };
     let _turn = turn();
     let name = lab_name("rpmmach");
-    let up = lab(&[
-        "up", "--name", &name, "--rtt", "20ms", "--rate", "50M", "--queue", "250ms",
-    ]);
-    assert!(up.status.success(), "{}", stderr(&up));
-    let _guard = LabGuard(name.clone());
+    let _guard = lab_up(
+        &name,
+        &["--rtt", "20ms", "--rate", "50M", "--queue", "250ms"],
+    );
     let mut serve = serve_http_in(&name, &["--https", ":8443"]);
     let peer = lab(&[
         "exec",
@@ -1965,11 +1958,10 @@ fn chromium_runs_the_speed_test_over_a_shaped_path() {
     }
     let _turn = turn();
     let name = lab_name("speedtest");
-    let up = lab(&[
-        "up", "--name", &name, "--rtt", "10ms", "--rate", "100M", "--queue", "20ms",
-    ]);
-    assert!(up.status.success(), "{}", stderr(&up));
-    let _guard = LabGuard(name.clone());
+    let _guard = lab_up(
+        &name,
+        &["--rtt", "10ms", "--rate", "100M", "--queue", "20ms"],
+    );
     let mut serve = serve_http_in(&name, &["--http", ":8480"]);
     let server = std::env::var("LINERATE_LAB_SERVER").unwrap_or_else(|_| "10.77.0.2".into());
     let mut browser = Browser::start(&format!("lrlab-{name}-client"));

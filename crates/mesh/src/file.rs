@@ -403,6 +403,182 @@ fn name_seed(name: &str) -> u64 {
     })
 }
 
+/// `'WHAT' is not an option of run = "RUN"`, at the value, when it is given.
+fn not_an_option(
+    reader: &Reader,
+    value: Option<&Spanned<String>>,
+    what: &str,
+    run: &str,
+) -> Result<(), MeshError> {
+    match value {
+        Some(v) => Err(reader.at(v, format!("'{what}' is not an option of run = \"{run}\""))),
+        None => Ok(()),
+    }
+}
+
+/// A byte count between 1 and 1M, or `default` when not given.
+fn read_size(
+    reader: &Reader,
+    value: &Option<Spanned<String>>,
+    what: &str,
+    default: u64,
+) -> Result<u64, MeshError> {
+    match value {
+        None => Ok(default),
+        Some(v) => match parse_size(v.get_ref()) {
+            Ok(n) if (1..=1 << 20).contains(&n) => Ok(n),
+            _ => Err(reader.at(
+                v,
+                format!("{what} '{}' must be a size from 1 byte to 1M", v.get_ref()),
+            )),
+        },
+    }
+}
+
+/// A stream test's options.
+fn read_stream(
+    reader: &Reader,
+    raw: &RawTest,
+    protocol: Transport,
+    name: &str,
+) -> Result<TestKind, MeshError> {
+    not_an_option(reader, raw.request.as_ref(), "request", "stream")?;
+    not_an_option(reader, raw.response.as_ref(), "response", "stream")?;
+    let rate_bps = match &raw.rate {
+        Some(r) => Some(
+            parse_rate(r.get_ref())
+                .ok()
+                .filter(|&bps| bps > 0)
+                .ok_or_else(|| {
+                    reader.at(r, format!("rate '{}' is not a rate like 100M", r.get_ref()))
+                })?,
+        ),
+        None => None,
+    };
+    if protocol == Transport::Udp && rate_bps.is_none() {
+        return Err(reader.at(
+            &raw.run,
+            format!("test '{name}': a UDP stream needs a rate (rate = \"100M\"): unpaced datagrams measure only what the sender's host drops"),
+        ));
+    }
+    let parallel = match &raw.parallel {
+        Some(p) if (1..=64).contains(p.get_ref()) => *p.get_ref(),
+        Some(p) => {
+            return Err(reader.at(
+                p,
+                format!("parallel {} must be between 1 and 64", p.get_ref()),
+            ))
+        }
+        None => 1,
+    };
+    let default_size = match protocol {
+        Transport::Tcp => 128 * 1024,
+        Transport::Udp => 1400,
+    };
+    let size = read_size(reader, &raw.size, "size", default_size)?;
+    if protocol == Transport::Udp && size > 65_507 {
+        let at = raw.size.as_ref().expect("a UDP size over 65507 was given");
+        return Err(reader.at(at, format!("size {size} does not fit one UDP datagram")));
+    }
+    Ok(TestKind::Stream {
+        protocol,
+        parallel,
+        rate_bps,
+        size,
+    })
+}
+
+/// An rr or crr test's options (`run`).
+fn read_transactions(
+    reader: &Reader,
+    raw: &RawTest,
+    protocol: Transport,
+    name: &str,
+    run: &str,
+) -> Result<TestKind, MeshError> {
+    not_an_option(reader, raw.size.as_ref(), "size", run)?;
+    if protocol == Transport::Udp {
+        return Err(reader.at(
+            raw.protocol.as_ref().expect("udp was given"),
+            format!("test '{name}': {run} over udp does not run in a mesh yet (a lost datagram would hold its thread to the end of the test); use tcp"),
+        ));
+    }
+    if let Some(p) = &raw.parallel {
+        return Err(reader.at(p, format!("'parallel' is not an option of run = \"{run}\"")));
+    }
+    let per_second = match &raw.rate {
+        Some(r) => Some(transactions_per_second(r.get_ref()).ok_or_else(|| {
+            reader.at(
+                r,
+                format!(
+                    "rate '{}' is not transactions per second like \"10/s\" (from 0.01 to 1000000)",
+                    r.get_ref()
+                ),
+            )
+        })?),
+        None => None,
+    };
+    let (request, response) = (
+        read_size(reader, &raw.request, "request", 1)?,
+        read_size(reader, &raw.response, "response", 1)?,
+    );
+    Ok(if run == "rr" {
+        TestKind::Rr {
+            protocol,
+            request,
+            response,
+            per_second,
+        }
+    } else {
+        TestKind::Crr {
+            request,
+            response,
+            per_second,
+        }
+    })
+}
+
+/// An RPM test's options; `leg_s` is its `duration`, each direction's limit.
+fn read_rpm(reader: &Reader, raw: &RawTest, leg_s: f64) -> Result<TestKind, MeshError> {
+    for (value, what) in [
+        (raw.size.as_ref(), "size"),
+        (raw.request.as_ref(), "request"),
+        (raw.response.as_ref(), "response"),
+        (raw.rate.as_ref(), "rate"),
+        (raw.protocol.as_ref(), "protocol"),
+    ] {
+        not_an_option(reader, value, what, "rpm")?;
+    }
+    if let Some(p) = &raw.parallel {
+        return Err(reader.at(
+            p,
+            "'parallel' is not an option of run = \"rpm\" (max_connections bounds its loads)",
+        ));
+    }
+    let max_connections = match &raw.max_connections {
+        Some(n) if (1..=64).contains(n.get_ref()) => *n.get_ref(),
+        Some(n) => {
+            return Err(reader.at(
+                n,
+                format!("max_connections {} must be between 1 and 64", n.get_ref()),
+            ))
+        }
+        None => 16,
+    };
+    if leg_s < 2.0 {
+        let at = raw.duration.as_ref().expect("a short duration was given");
+        return Err(reader.at(
+            at,
+            "an RPM test's duration (each direction's limit) must be at least 2 s",
+        ));
+    }
+    Ok(TestKind::Rpm {
+        leg_s,
+        tls: raw.tls.unwrap_or(true),
+        max_connections,
+    })
+}
+
 fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
     let name = raw.name.get_ref().clone();
     if !is_name(&name) {
@@ -423,24 +599,7 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
         None if raw.run.get_ref() == "rpm" => DEFAULT_RPM_LEG_SECONDS,
         None => DEFAULT_TEST_SECONDS,
     };
-    let size =
-        |value: &Option<Spanned<String>>, what: &str, default: u64| -> Result<u64, MeshError> {
-            match value {
-                None => Ok(default),
-                Some(v) => match parse_size(v.get_ref()) {
-                    Ok(n) if (1..=1 << 20).contains(&n) => Ok(n),
-                    _ => Err(reader.at(
-                        v,
-                        format!("{what} '{}' must be a size from 1 byte to 1M", v.get_ref()),
-                    )),
-                },
-            }
-        };
     let run = raw.run.get_ref().as_str();
-    let unused = |value: Option<&Spanned<String>>, what: &str| match value {
-        Some(v) => Err(reader.at(v, format!("'{what}' is not an option of run = \"{run}\""))),
-        None => Ok(()),
-    };
     if run != "rpm" {
         if let Some(n) = &raw.max_connections {
             return Err(reader.at(
@@ -457,135 +616,13 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
     }
     let kind = match run {
         "rpm" => {
-            for (value, what) in [
-                (raw.size.as_ref(), "size"),
-                (raw.request.as_ref(), "request"),
-                (raw.response.as_ref(), "response"),
-                (raw.rate.as_ref(), "rate"),
-                (raw.protocol.as_ref(), "protocol"),
-            ] {
-                unused(value, what)?;
-            }
-            if let Some(p) = &raw.parallel {
-                return Err(reader.at(
-                    p,
-                    "'parallel' is not an option of run = \"rpm\" (max_connections bounds its loads)",
-                ));
-            }
-            let max_connections = match &raw.max_connections {
-                Some(n) if (1..=64).contains(n.get_ref()) => *n.get_ref(),
-                Some(n) => {
-                    return Err(reader.at(
-                        n,
-                        format!("max_connections {} must be between 1 and 64", n.get_ref()),
-                    ))
-                }
-                None => 16,
-            };
-            if seconds < 2.0 {
-                let at = raw.duration.as_ref().expect("a short duration was given");
-                return Err(reader.at(
-                    at,
-                    "an RPM test's duration (each direction's limit) must be at least 2 s",
-                ));
-            }
-            let leg_s = seconds;
+            let kind = read_rpm(reader, raw, seconds)?;
             // Both directions and the set-up: what the schedule allows for a job.
-            seconds = 2.0 * leg_s + RPM_SETUP_S;
-            TestKind::Rpm {
-                leg_s,
-                tls: raw.tls.unwrap_or(true),
-                max_connections,
-            }
+            seconds = 2.0 * seconds + RPM_SETUP_S;
+            kind
         }
-        "stream" => {
-            unused(raw.request.as_ref(), "request")?;
-            unused(raw.response.as_ref(), "response")?;
-            let rate_bps = match &raw.rate {
-                Some(r) => Some(
-                    parse_rate(r.get_ref())
-                        .ok()
-                        .filter(|&bps| bps > 0)
-                        .ok_or_else(|| {
-                            reader.at(r, format!("rate '{}' is not a rate like 100M", r.get_ref()))
-                        })?,
-                ),
-                None => None,
-            };
-            if protocol == Transport::Udp && rate_bps.is_none() {
-                return Err(reader.at(
-                    &raw.run,
-                    format!("test '{name}': a UDP stream needs a rate (rate = \"100M\"): unpaced datagrams measure only what the sender's host drops"),
-                ));
-            }
-            let parallel = match &raw.parallel {
-                Some(p) if (1..=64).contains(p.get_ref()) => *p.get_ref(),
-                Some(p) => {
-                    return Err(reader.at(
-                        p,
-                        format!("parallel {} must be between 1 and 64", p.get_ref()),
-                    ))
-                }
-                None => 1,
-            };
-            let default_size = match protocol {
-                Transport::Tcp => 128 * 1024,
-                Transport::Udp => 1400,
-            };
-            let size = size(&raw.size, "size", default_size)?;
-            if protocol == Transport::Udp && size > 65_507 {
-                let at = raw.size.as_ref().expect("a UDP size over 65507 was given");
-                return Err(reader.at(at, format!("size {size} does not fit one UDP datagram")));
-            }
-            TestKind::Stream {
-                protocol,
-                parallel,
-                rate_bps,
-                size,
-            }
-        }
-        "rr" | "crr" => {
-            unused(raw.size.as_ref(), "size")?;
-            if protocol == Transport::Udp {
-                return Err(reader.at(
-                    raw.protocol.as_ref().expect("udp was given"),
-                    format!("test '{name}': {run} over udp does not run in a mesh yet (a lost datagram would hold its thread to the end of the test); use tcp"),
-                ));
-            }
-            if let Some(p) = &raw.parallel {
-                return Err(reader.at(p, format!("'parallel' is not an option of run = \"{run}\"")));
-            }
-            let per_second = match &raw.rate {
-                Some(r) => Some(transactions_per_second(r.get_ref()).ok_or_else(|| {
-                    reader.at(
-                        r,
-                        format!(
-                            "rate '{}' is not transactions per second like \"10/s\" (from 0.01 to 1000000)",
-                            r.get_ref()
-                        ),
-                    )
-                })?),
-                None => None,
-            };
-            let (request, response) = (
-                size(&raw.request, "request", 1)?,
-                size(&raw.response, "response", 1)?,
-            );
-            if run == "rr" {
-                TestKind::Rr {
-                    protocol,
-                    request,
-                    response,
-                    per_second,
-                }
-            } else {
-                TestKind::Crr {
-                    request,
-                    response,
-                    per_second,
-                }
-            }
-        }
+        "stream" => read_stream(reader, raw, protocol, &name)?,
+        "rr" | "crr" => read_transactions(reader, raw, protocol, &name, run)?,
         other => {
             return Err(reader.at(
                 &raw.run,

@@ -172,6 +172,53 @@ fn an_rpm_test_reads_its_defaults_and_is_scheduled_for_both_directions() {
     assert_no_double_booking(&m, &plan.placed);
 }
 
+/// Each text fails to parse with one line that names the file and holds its needle.
+fn assert_one_line_errors(cases: &[(String, &str)]) {
+    for (text, needle) in cases {
+        let err = parse("m.toml", text).unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains(needle), "{needle}: {shown}");
+        assert!(shown.starts_with("m.toml:") && err.line >= 1, "{shown}");
+        assert_eq!(shown.lines().count(), 1, "{shown}");
+    }
+}
+
+/// An RPM test's options on other runs, other runs' options on it, and its bounds.
+#[test]
+fn rpm_mistakes_in_a_mesh_file_are_one_line_too() {
+    let good = mesh_text(3, true);
+    let cases = [
+        (
+            good.replace("run = \"rr\"", "run = \"rpm\"\nsize = \"1k\""),
+            "'size' is not an option of run = \"rpm\"",
+        ),
+        (
+            good.replace("run = \"rr\"", "run = \"rpm\"\nmax_connections = 65"),
+            "max_connections 65 must be between 1 and 64",
+        ),
+        (
+            good.replace("run = \"rr\"", "run = \"rpm\"\nprotocol = \"udp\""),
+            "'protocol' is not an option of run = \"rpm\"",
+        ),
+        (
+            good.replace(
+                "run = \"rr\"\nduration = \"5s\"",
+                "run = \"rpm\"\nduration = \"1s\"",
+            ),
+            "must be at least 2 s",
+        ),
+        (
+            good.replace("run = \"stream\"", "run = \"stream\"\nmax_connections = 4"),
+            "'max_connections' is not an option of run = \"stream\"",
+        ),
+        (
+            good.replace("run = \"stream\"", "run = \"stream\"\ntls = false"),
+            "'tls' is an option of run = \"rpm\" only",
+        ),
+    ];
+    assert_one_line_errors(&cases);
+}
+
 #[test]
 fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
     let good = mesh_text(3, true);
@@ -234,41 +281,8 @@ fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
             good.replace("name = \"t\"", "name = \"t\"\ncolour = \"red\""),
             "unknown field `colour`",
         ),
-        (
-            good.replace("run = \"rr\"", "run = \"rpm\"\nsize = \"1k\""),
-            "'size' is not an option of run = \"rpm\"",
-        ),
-        (
-            good.replace("run = \"rr\"", "run = \"rpm\"\nmax_connections = 65"),
-            "max_connections 65 must be between 1 and 64",
-        ),
-        (
-            good.replace("run = \"rr\"", "run = \"rpm\"\nprotocol = \"udp\""),
-            "'protocol' is not an option of run = \"rpm\"",
-        ),
-        (
-            good.replace(
-                "run = \"rr\"\nduration = \"5s\"",
-                "run = \"rpm\"\nduration = \"1s\"",
-            ),
-            "must be at least 2 s",
-        ),
-        (
-            good.replace("run = \"stream\"", "run = \"stream\"\nmax_connections = 4"),
-            "'max_connections' is not an option of run = \"stream\"",
-        ),
-        (
-            good.replace("run = \"stream\"", "run = \"stream\"\ntls = false"),
-            "'tls' is an option of run = \"rpm\" only",
-        ),
     ];
-    for (text, needle) in cases {
-        let err = parse("m.toml", &text).unwrap_err();
-        let shown = err.to_string();
-        assert!(shown.contains(needle), "{needle}: {shown}");
-        assert!(shown.starts_with("m.toml:") && err.line >= 1, "{shown}");
-        assert_eq!(shown.lines().count(), 1, "{shown}");
-    }
+    assert_one_line_errors(&cases);
     // The position is the offending value's.
     let err = parse(
         "m.toml",

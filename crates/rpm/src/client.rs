@@ -549,6 +549,17 @@ fn latest(windows: &[Probes], window: usize) -> Probes {
     recent
 }
 
+/// What `progress` hears at the end of an interval.
+fn interval_line(direction: &str, interval: &RpmInterval) -> String {
+    format!(
+        "{direction} {:>4.1} s: {:>9.2} Mbit/s over {:>2} connections, RPM {}",
+        interval.end_s,
+        interval.goodput_bps / 1e6,
+        interval.connections,
+        interval.rpm.map_or("-".to_string(), |r| format!("{r:.0}"))
+    )
+}
+
 async fn leg(
     options: &Options,
     target: &Target,
@@ -609,12 +620,9 @@ async fn leg(
             goodput_bps: bps,
             rpm: current,
         });
-        progress(&format!(
-            "{direction} {:>4.1} s: {:>9.2} Mbit/s over {:>2} connections, RPM {}",
-            start.elapsed().as_secs_f64(),
-            bps / 1e6,
-            loads.len(),
-            current.map_or("-".to_string(), |r| format!("{r:.0}"))
+        progress(&interval_line(
+            direction,
+            intervals.last().expect("just pushed"),
         ));
         let out_of_time = start.elapsed() + options.interval > options.leg_limit;
         if (goodput_saturated && rpm_saturated) || out_of_time {

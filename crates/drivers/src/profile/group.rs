@@ -181,6 +181,18 @@ pub(crate) struct DialPolicy<'a> {
     pub key: Option<&'a Key>,
 }
 
+/// Whether an agent may dial `addr` for a host that asked it to: with a key, any (the
+/// dialed host must prove the same key); without one, only the requester's own address.
+pub(crate) fn may_dial(addr: SocketAddr, requester: IpAddr, keyed: bool) -> Result<(), String> {
+    if keyed || addr.ip() == requester {
+        Ok(())
+    } else {
+        Err(format!(
+            "{addr} is not the requesting host {requester} and this agent holds no key; not dialed"
+        ))
+    }
+}
+
 /// Asks each peer of the group to run its mirror, dialing only what `policy` allows.
 pub(crate) fn prepare(
     part: GroupPart,
@@ -200,11 +212,8 @@ pub(crate) fn prepare(
             Some(host) => super::resolve(host).map_err(|e| peer_error(e.to_string()))?,
             None => policy.own,
         };
-        if remote.is_some() && policy.key.is_none() && addr.ip() != policy.requester {
-            return Err(peer_error(format!(
-                "{addr} is not the requesting host {} and this agent holds no key; not dialed",
-                policy.requester
-            )));
+        if remote.is_some() {
+            may_dial(addr, policy.requester, policy.key.is_some()).map_err(peer_error)?;
         }
         let (mut link, _) = Link::dial(addr, Duration::from_secs(5), policy.key)
             .map_err(|e| peer_error(format!("{addr}: {e}")))?;

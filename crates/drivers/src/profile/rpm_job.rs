@@ -5,7 +5,8 @@
 //! `linerate rpm` counts them against `serve --http`.
 //!
 //! Nobody is dialed on a name alone: the source dials the destination's agent as it dials
-//! a profile's peers (any host proving the key, or without a key only the requester), and
+//! a profile's peers (`group::may_dial`: any host proving the key, or without a key only
+//! the requester), and
 //! the HTTP connections go only to the port that agent announced over that link, the
 //! certificate pinned to the fingerprint it announced there.
 
@@ -106,12 +107,7 @@ fn run_source(
     cancel: Arc<AtomicBool>,
 ) -> Result<RpmReport, String> {
     let addr = super::resolve(&job.remote).map_err(|e| format!("{}: {e}", job.remote))?;
-    if policy.key.is_none() && addr.ip() != policy.requester {
-        return Err(format!(
-            "{addr} is not the requesting host {} and this agent holds no key; not dialed",
-            policy.requester
-        ));
-    }
+    super::group::may_dial(addr, policy.requester, policy.key.is_some())?;
     let timeout = Duration::from_secs(5);
     let (mut link, _) =
         Link::dial(addr, timeout, policy.key.as_ref()).map_err(|e| format!("{addr}: {e}"))?;
@@ -154,7 +150,7 @@ fn run_source(
 
 /// An agent's report, checked against what was asked: an interval a second at most in
 /// each direction's time (a report past that is not one this test made).
-pub fn within_bounds(report: RpmReport, job: &RpmJob) -> Result<RpmReport, String> {
+pub(crate) fn within_bounds(report: RpmReport, job: &RpmJob) -> Result<RpmReport, String> {
     let most = job.leg.as_secs_f64().ceil() as usize + 2;
     for leg in [&report.download, &report.upload] {
         if leg.intervals.len() > most || leg.connections > job.max_connections as usize {

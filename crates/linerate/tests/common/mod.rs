@@ -263,27 +263,7 @@ impl VethPair {
     /// Shapes `dev_a`'s egress with `tbf rate RATE burst 64kb QUEUE`, QUEUE being
     /// `["latency", "50ms"]` or `["limit", BYTES]`.
     pub fn shape_a(&self, rate: &str, queue: [&str; 2]) {
-        run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &self.ns_a,
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                &self.dev_a,
-                "root",
-                "tbf",
-                "rate",
-                rate,
-                "burst",
-                "64kb",
-                queue[0],
-                queue[1],
-            ],
-        );
+        tbf(&self.ns_a, &self.dev_a, rate, queue);
     }
 
     /// Packets the tbf on `dev_a` has dropped (`tc -s qdisc`).
@@ -479,6 +459,18 @@ pub fn num(doc: &serde_json::Value, pointer: &str) -> f64 {
         .unwrap_or_else(|| panic!("{pointer} missing or not a number in {doc}"))
 }
 
+/// Shapes `dev`'s egress in namespace `ns`: `tbf rate RATE burst 64kb QUEUE`, QUEUE being
+/// `["latency", "50ms"]` or `["limit", BYTES]`.
+fn tbf(ns: &str, dev: &str, rate: &str, queue: [&str; 2]) {
+    run(
+        "ip",
+        &[
+            "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+            "burst", "64kb", queue[0], queue[1],
+        ],
+    );
+}
+
 /// Network namespaces on one bridge (in a namespace of its own), each with one address
 /// in a /24 of their own; removed on drop.
 pub struct Star {
@@ -554,27 +546,8 @@ impl Star {
     /// the queue is the network's and not the senders' own, which TCP small queues keep
     /// short): `tbf rate RATE burst 64kb limit BYTES`.
     pub fn shape_towards(&self, i: usize, rate: &str, limit_bytes: u64) {
-        run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &self.hub,
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                &self.ports[i],
-                "root",
-                "tbf",
-                "rate",
-                rate,
-                "burst",
-                "64kb",
-                "limit",
-                &limit_bytes.to_string(),
-            ],
-        );
+        let limit = limit_bytes.to_string();
+        tbf(&self.hub, &self.ports[i], rate, ["limit", &limit]);
     }
 
     /// Bytes the shaper towards host `i` has sent (`tc -s qdisc`: "Sent N bytes").
