@@ -209,21 +209,21 @@ def linerate(flows, seconds, length):
     port = free_port()
     server = [LINERATE, "serve", "--listen", "127.0.0.1", "-p", str(port), "-q"]
     client = [LINERATE, "stream", "127.0.0.1", "-p", str(port), "-P", str(flows), "-t", str(seconds),
-              "-l", length, "--json"]
+              *(["-l", length] if length else []), "--json"]
     return run_pair(server, client, lambda out: json.loads(out)["summary"]["receiver_bps"])
 
 
 def iperf3(flows, seconds, length):
     port = free_port()
     server = ["iperf3", "-s", "-1", "-p", str(port)]
-    client = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-P", str(flows), "-t", str(seconds), "-l", length, "-J"]
+    client = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-P", str(flows), "-t", str(seconds), *(["-l", length] if length else []), "-J"]
     return run_pair(server, client, lambda out: json.loads(out)["end"]["sum_received"]["bits_per_second"])
 
 
 def iperf2(flows, seconds, length):
     port = free_port()
     server = ["iperf", "-s", "-p", str(port)]
-    client = ["iperf", "-c", "127.0.0.1", "-p", str(port), "-P", str(flows), "-t", str(seconds), "-l", length, "-y", "C"]
+    client = ["iperf", "-c", "127.0.0.1", "-p", str(port), "-P", str(flows), "-t", str(seconds), *(["-l", length] if length else []), "-y", "C"]
 
     def parse(out):
         # CSV rows, one per stream for the whole test (iperf 2.1 prints no sum row in CSV);
@@ -242,7 +242,7 @@ def qperf(flows, seconds, length):
         return None
     port = free_port()
     server = ["qperf", "-lp", str(port)]
-    client = ["qperf", "127.0.0.1", "-lp", str(port), "-t", str(seconds), "-m", length, "tcp_bw"]
+    client = ["qperf", "127.0.0.1", "-lp", str(port), "-t", str(seconds), *(["-m", length] if length else []), "tcp_bw"]
 
     def parse(out):
         m = re.search(r"bw\s*=\s*([\d.]+)\s*([KMG]?)B/sec", out)
@@ -255,7 +255,7 @@ def qperf(flows, seconds, length):
 def nuttcp(flows, seconds, length):
     ctl, data = free_port(), free_port()
     server = ["nuttcp", "-1", f"-P{ctl}", f"-p{data}"]
-    client = ["nuttcp", f"-T{seconds}", f"-l{length.lower()}", f"-N{flows}", f"-P{ctl}", f"-p{data}", "127.0.0.1"]
+    client = ["nuttcp", f"-T{seconds}", *([f"-l{length}"] if length else []), f"-N{flows}", f"-P{ctl}", f"-p{data}", "127.0.0.1"]
 
     def parse(out):
         m = re.search(r"([\d.]+) Mbps", out)
@@ -278,16 +278,30 @@ def ensure_peers(names):
     return [n for n in names if shutil.which(BINARIES[n])]
 
 
+def byte_count(text):
+    """`131072`, `128K`, `128k`, `1M` (binary multiples, as linerate reads them) to bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmM]?)\s*", text)
+    if not m:
+        raise SystemExit(f"--length {text!r} is not a byte count like 131072 or 128K")
+    return int(m.group(1)) * {"": 1, "k": 1024, "m": 1 << 20}[m.group(2).lower()]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--flows", type=int, default=1)
     parser.add_argument("--time", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--length", default="128K")
+    parser.add_argument("--length", default="128K",
+                        help="bytes per write, with K/M as 1024s; every tool is given the plain byte count; "
+                             "'default': each tool's own default, as a user runs it")
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--setup", choices=["both", "isolated", "plain"], default="both",
                         help="isolated: a namespace and control groups per run; plain: as a user runs them")
     args = parser.parse_args()
+    # One byte count for every tool: the tools read suffixes differently (qperf's `128k`
+    # is 128,000 bytes, linerate's and iperf's 131,072), and on some loopbacks writes of
+    # 128,000 and 131,072 bytes differ by 1.7x (docs/performance.md).
+    args.length = None if args.length == "default" else str(byte_count(args.length))
     global SETUP
     build()
     peers = ensure_peers([p for p in args.peers.split(",") if p])
@@ -309,7 +323,7 @@ def main():
                     told = f"  lo {truth / 1e9:7.2f} Gbit/s" if truth else ""
                     print(f"  run {run + 1} {setup:8s} {name:8s} {got[0] / 1e9:7.2f} Gbit/s{told}  {got[1]:6.2f} CPU s",
                           file=sys.stderr)
-    print(f"TCP loopback, {args.flows} flow(s), {args.length} writes, median of {args.runs} x {args.time} s")
+    print(f"TCP loopback, {args.flows} flow(s), {args.length or 'default'} writes, median of {args.runs} x {args.time} s")
     print("claim: the tool's own figure; lo: bytes lo counted over the client's wall time;")
     print("CPU s/Gbit: both processes' CPU over the Gbits lo counted (over the claim without root);")
     print("the ratios compare linerate with each tool by lo's count, and by claims in brackets")

@@ -1097,8 +1097,9 @@ pub struct StreamArgs {
     /// Seconds between interval reports; 0 for none
     #[arg(short, long, default_value_t = 1.0, value_parser = interval)]
     pub interval: f64,
-    /// Bytes per write (default 128K), or UDP payload per datagram, 16 to 65507 (default:
-    /// the largest that fits the path MTU) [k|m|g suffixes, binary]
+    /// Bytes per write (default 128000: exactly 128K writes leave a short segment each on
+    /// 64K-MTU paths such as loopback, and run slower), or UDP payload per datagram, 16 to
+    /// 65507 (default: the largest that fits the path MTU) [k|m|g suffixes, binary]
     #[arg(short, long, value_parser = length)]
     pub length: Option<u64>,
     /// Socket buffer size on both ends (turns kernel autotuning off) [k|m|g]

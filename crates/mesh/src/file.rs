@@ -472,7 +472,7 @@ fn read_stream(
         None => 1,
     };
     let default_size = match protocol {
-        Transport::Tcp => 128 * 1024,
+        Transport::Tcp => linerate_model::DEFAULT_TCP_LENGTH,
         Transport::Udp => 1400,
     };
     let size = read_size(reader, &raw.size, "size", default_size)?;
