@@ -583,6 +583,7 @@ async fn leg(
     let mut windows: Vec<Probes> = Vec::new();
     let mut intervals = Vec::new();
     let mut last_bytes = 0;
+    let mut last_tick = start;
     let mut rpm = None;
     let (mut probes, mut failed) = (0, 0);
     let mut turn = 0usize;
@@ -608,8 +609,13 @@ async fn leg(
         let now = tally(&mut rx, &mut probes, &mut failed);
         windows.push(now);
         let total = bytes.load(Ordering::Relaxed);
-        let bps = (total - last_bytes) as f64 * 8.0 / options.interval.as_secs_f64();
-        last_bytes = total;
+        // Over the time the bytes took: a tick comes late when adding a load took longer
+        // than an interval (a SYN lost in a full queue waits a second to be sent again),
+        // and the interval after it is as much shorter.
+        let ticked = tokio::time::Instant::now();
+        let seconds = ticked.duration_since(last_tick).as_secs_f64().max(1e-3);
+        let bps = (total - last_bytes) as f64 * 8.0 / seconds;
+        (last_bytes, last_tick) = (total, ticked);
         let current = method::responsiveness(&latest(&windows, options.window));
         let goodput_saturated = goodput.add(bps);
         let rpm_saturated = current.is_some_and(|r| responsiveness.add(r));
