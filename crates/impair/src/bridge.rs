@@ -3,16 +3,19 @@
 //!
 //! Each direction's thread owns its receiving socket on one interface, its sending socket
 //! on the other and its [`Link`]; the two share nothing but a stop flag and a status slot
-//! they publish to every few milliseconds. A turn: send what is due, wait (ppoll with
-//! nanosecond timeout and a 1 ns timer slack) until the next frame is due or a frame
-//! arrives, receive a batch (recvmmsg), stamp it with one clock read, hand it to the link.
+//! they publish to every few milliseconds. A turn: send what is due (sendmmsg), wait (ppoll
+//! with nanosecond timeout and a 1 ns timer slack) until the next frame is due or a frame
+//! arrives, take a batch from the receive ring (`ring`, no system call), each frame's time
+//! in the path counted from the kernel's stamp, and hand it to the link.
 
 // A driver: the clock and sleeping are its job (the core modules stay sans-IO).
 #![allow(clippy::disallowed_methods)]
 
 use crate::link::{Link, LinkCounters};
+use crate::ring::RxRing;
 use crate::spec::LinkSpec;
-use crate::sys::{self, PacketSocket, Received};
+use crate::sys::{self, PacketSocket};
+use crate::wait::{self, Waiter};
 use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,7 +44,7 @@ pub enum BridgeError {
     Io { name: String, error: io::Error },
 }
 
-/// Receive batch: frames taken per recvmmsg call.
+/// Frames taken from the ring, and sent per sendmmsg call, in one turn.
 const BATCH: usize = 64;
 /// How often a direction publishes its counters, and the longest a wait lasts (so that a
 /// stop is seen).
@@ -66,12 +69,16 @@ pub struct DirectionStatus {
     pub pickup_sum_ns: u64,
     #[serde(default)]
     pub pickup_max_ns: u64,
+    /// Frames the kernel dropped because this direction's receive ring was full: the
+    /// emulator's own loss, when its thread falls behind.
+    #[serde(default)]
+    pub ring_drops: u64,
 }
 
 /// The two interfaces, checked and opened.
 pub struct Ports {
     names: [String; 2],
-    receivers: [PacketSocket; 2],
+    receivers: [RxRing; 2],
     senders: [PacketSocket; 2],
     /// Frame buffer size: the larger MTU plus Ethernet and VLAN headers.
     frame_capacity: usize,
@@ -132,10 +139,13 @@ impl Ports {
             mtu = mtu.max(sys::interface_mtu(name).map_err(|e| io_error(name, e))?);
         }
         let locks = [lock(a)?, lock(b)?];
-        let receivers = [
-            PacketSocket::receiver(indexes[0]).map_err(|e| io_error(a, e))?,
-            PacketSocket::receiver(indexes[1]).map_err(|e| io_error(b, e))?,
-        ];
+        let frame_capacity = mtu + 14 + 4;
+        let receiver = |index: u32, name: &str| {
+            PacketSocket::receiver(index)
+                .and_then(|socket| RxRing::new(socket, frame_capacity))
+                .map_err(|e| io_error(name, e))
+        };
+        let receivers = [receiver(indexes[0], a)?, receiver(indexes[1], b)?];
         let senders = [
             PacketSocket::sender(indexes[0]).map_err(|e| io_error(a, e))?,
             PacketSocket::sender(indexes[1]).map_err(|e| io_error(b, e))?,
@@ -144,7 +154,7 @@ impl Ports {
             names: [a.into(), b.into()],
             receivers,
             senders,
-            frame_capacity: mtu + 14 + 4,
+            frame_capacity,
             _locks: locks,
         })
     }
@@ -206,9 +216,10 @@ impl Bridge {
                     tx,
                     link: Link::new(spec, link_seed),
                     frame_capacity,
-                    started,
                     status: slot,
                     last_arrival: 0,
+                    origin_ns: wait::monotonic_ns() - started.elapsed().as_nanos() as u64,
+                    waiter: Waiter::new()?,
                 };
                 direction.run(&stop)
             }));
@@ -261,29 +272,25 @@ impl Bridge {
 }
 
 struct Direction {
-    rx: PacketSocket,
+    rx: RxRing,
     tx: PacketSocket,
     link: Link<Vec<u8>>,
     frame_capacity: usize,
-    started: Instant,
     status: Arc<Mutex<DirectionStatus>>,
     /// The arrival time given to the last frame (the link's clock never goes back).
     last_arrival: u64,
+    /// CLOCK_MONOTONIC at `started`, nanoseconds: the link's clock counts from it.
+    origin_ns: u64,
+    waiter: Waiter,
 }
 
 impl Direction {
     fn now_ns(&self) -> u64 {
-        self.started.elapsed().as_nanos() as u64
+        wait::monotonic_ns().saturating_sub(self.origin_ns)
     }
 
     fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
-        sys::tight_timer_slack();
-        sys::realtime_priority();
-        let capacity = self.frame_capacity;
-        let mut slots: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; capacity]).collect();
         let mut spare: Vec<Vec<u8>> = Vec::new();
-        let mut received: Vec<Received> = Vec::with_capacity(BATCH);
-        let mut receive_scratch = sys::BatchScratch::default();
         let mut send_scratch = sys::BatchScratch::default();
         let mut due: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
         let mut extra = DirectionStatus::default();
@@ -305,54 +312,72 @@ impl Direction {
                 spare.append(&mut due);
             }
             if now >= next_publish {
+                extra.ring_drops += self.rx.drops();
                 self.publish(extra);
                 next_publish = now + PUBLISH_NS;
             }
-            // Read the clock again: sending ran the receivers' network stack inline (veth
-            // delivers in the sender's softirq), which can take tens of microseconds.
-            let now = self.now_ns();
-            let wait = self
-                .link
-                .poll_timeout()
-                .map_or(PUBLISH_NS, |t| t.saturating_sub(now))
-                .min(PUBLISH_NS);
-            if wait > 0 && !self.rx.wait_readable(wait)? {
+            if !self.rx.ready() {
+                // Read the clock again: sending ran the receivers' network stack inline
+                // (veth delivers in the sender's softirq), which can take tens of
+                // microseconds.
+                let now = self.now_ns();
+                let departure = self.link.poll_timeout();
+                let early = self.waiter.early_ns();
+                match departure {
+                    Some(due) if due <= now + early => {
+                        let rx = &self.rx;
+                        self.waiter.spin_until(|| rx.ready(), self.origin_ns + due)
+                    }
+                    _ => {
+                        let until = departure
+                            .map_or(now + PUBLISH_NS, |due| (due - early).min(now + PUBLISH_NS));
+                        self.waiter.sleep(self.rx.raw(), self.origin_ns + until)?;
+                    }
+                }
                 continue;
             }
-            let count =
-                sys::receive_batch(&self.rx, &mut slots, &mut receive_scratch, &mut received)?;
-            if count == 0 {
-                continue;
-            }
-            let (read, wall) = (self.now_ns(), sys::wall_clock_ns());
-            for (i, r) in received.iter().enumerate() {
-                if r.outgoing {
-                    continue;
-                }
-                if r.truncated {
-                    extra.oversize += 1;
-                    continue;
-                }
-                // A frame's time in the path starts when the kernel received it: while
-                // this thread was sending (veth runs the receiver's stack inside the send
-                // call), frames wait in the socket. Never before the last frame's, so the
-                // link's clock only moves forward.
-                let waited = r.kernel_ns.map_or(0, |k| wall.saturating_sub(k));
-                let arrived = read.saturating_sub(waited).max(self.last_arrival);
-                self.last_arrival = arrived;
-                extra.pickup_sum_ns += read - arrived;
-                extra.pickup_max_ns = extra.pickup_max_ns.max(read - arrived);
-                let mut buffer = spare.pop().unwrap_or_default();
-                buffer.resize(capacity, 0);
-                std::mem::swap(&mut buffer, &mut slots[i]);
-                buffer.truncate(r.len);
-                self.link.handle_arrival(arrived, buffer);
-            }
+            self.receive(&mut spare, &mut extra);
             // Cap the spare pool so a burst does not keep its memory forever.
             spare.truncate(4 * BATCH);
         }
+        extra.ring_drops += self.rx.drops();
         self.publish(extra);
         Ok(())
+    }
+
+    /// Takes a batch of frames from the ring into the link: one copy each, into a buffer
+    /// from the spare pool.
+    fn receive(&mut self, spare: &mut Vec<Vec<u8>>, extra: &mut DirectionStatus) {
+        let (read, wall) = (self.now_ns(), sys::wall_clock_ns());
+        let Direction {
+            rx,
+            link,
+            frame_capacity,
+            last_arrival,
+            ..
+        } = self;
+        rx.receive(BATCH, |r, bytes| {
+            if r.outgoing {
+                return;
+            }
+            if r.truncated || r.len > *frame_capacity {
+                extra.oversize += 1;
+                return;
+            }
+            // A frame's time in the path starts when the kernel received it: while this
+            // thread was sending (veth runs the receiver's stack inside the send call),
+            // frames wait in the ring. Never before the last frame's, so the link's clock
+            // only moves forward.
+            let waited = wall.saturating_sub(r.kernel_ns);
+            let arrived = read.saturating_sub(waited).max(*last_arrival);
+            *last_arrival = arrived;
+            extra.pickup_sum_ns += read - arrived;
+            extra.pickup_max_ns = extra.pickup_max_ns.max(read - arrived);
+            let mut buffer = spare.pop().unwrap_or_default();
+            buffer.clear();
+            buffer.extend_from_slice(bytes);
+            link.handle_arrival(arrived, buffer);
+        });
     }
 
     fn publish(&self, extra: DirectionStatus) {

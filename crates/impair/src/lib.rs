@@ -19,5 +19,7 @@ pub use spec::{LinkSpec, SpecError};
 pub mod bridge;
 pub mod lab;
 pub mod lab_run;
+mod ring;
 pub mod runner;
 mod sys;
+mod wait;

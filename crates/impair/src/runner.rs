@@ -62,8 +62,8 @@ fn line(
         "{elapsed:7.1}s  {name:<22} {passed:>8} {:>9.1} {:>7} {:>7} {:>4} {:>8} {:>8} {:>8} {delay_ms:>9.3}",
         bits / seconds.max(1e-9) / 1e6,
         c.lost - b.lost,
-        (c.queue_drops + c.limit_drops + now.oversize + now.refused)
-            - (b.queue_drops + b.limit_drops + before.oversize + before.refused),
+        (c.queue_drops + c.limit_drops + now.oversize + now.refused + now.ring_drops)
+            - (b.queue_drops + b.limit_drops + before.oversize + before.refused + before.ring_drops),
         c.duplicated - b.duplicated,
         c.corrupted - b.corrupted,
         c.reordered - b.reordered,
@@ -197,7 +197,7 @@ pub fn summary(status: &Status) -> String {
         let c = &d.counters;
         text.push_str(&format!(
             "  {name}: {} frames in, {} passed ({:.1} Mbit/s), lost {}, queue drops {}, \
-             memory drops {}, oversize {}, refused {}, duplicated {}, corrupted {}, reordered {}, \
+             memory drops {}, oversize {}, refused {}, dropped by a full receive ring {}, duplicated {}, corrupted {}, reordered {}, \
              mean delay {:.3} ms, max {:.3} ms, {} frames left in the line; \
              released late by {:.3} ms on average, at most {:.3} ms, {} frames over {} us; \
              read {:.3} ms after the kernel took them on average, at most {:.3} ms\n",
@@ -209,6 +209,7 @@ pub fn summary(status: &Status) -> String {
             c.limit_drops,
             d.oversize,
             d.refused,
+            d.ring_drops,
             c.duplicated,
             c.corrupted,
             c.reordered,

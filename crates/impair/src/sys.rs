@@ -1,6 +1,6 @@
 //! Linux system calls the emulator's drivers need and no maintained crate wraps: AF_PACKET
 //! sockets bound to one interface (promiscuous, own transmissions ignored, qdisc
-//! bypassed), batched receive and send, interface facts by ioctl, segmentation offloads
+//! bypassed), batched send, interface facts by ioctl, segmentation offloads
 //! switched off by the ethtool ioctl (the lab must not depend on the ethtool program), and
 //! running a closure inside a named network namespace.
 
@@ -177,22 +177,25 @@ pub fn tight_timer_slack() {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
 }
 
-/// Runs this thread under SCHED_FIFO (priority 10) so that a frame due to leave, or one
-/// just arrived, wakes it ahead of the test's own busy threads: on a shared machine the
-/// scheduler's wake-up delay would otherwise be added to the path's delay. The thread
-/// blocks between turns, and the kernel's real-time throttling keeps a share of each CPU
-/// for everything else. False when not permitted (the bridge runs on, less precisely).
-pub fn realtime_priority() -> bool {
-    let param = libc::sched_param { sched_priority: 10 };
+/// Runs this thread under SCHED_FIFO (priority 10), or back under the ordinary policy.
+/// False when not permitted (a container without CAP_SYS_NICE for it).
+pub fn set_realtime(on: bool) -> bool {
+    let (policy, priority) = if on {
+        (libc::SCHED_FIFO, 10)
+    } else {
+        (libc::SCHED_OTHER, 0)
+    };
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
     // SAFETY: a valid sched_param for this thread (pid 0).
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
-        return true;
-    }
-    // Where real-time scheduling is refused (a container without CAP_SYS_NICE for it, an
-    // exhausted real-time budget), the highest ordinary priority is the next best thing.
+    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+}
+
+/// The highest ordinary priority for this thread, where real-time scheduling is refused.
+pub fn highest_ordinary_priority() {
     // SAFETY: plain integer arguments; `who` 0 is this thread.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
-    false
 }
 
 /// An AF_PACKET socket bound to one interface.
@@ -212,28 +215,12 @@ impl PacketSocket {
             mr_address: [0; 8],
         };
         socket.set_option(libc::SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq)?;
-        // The kernel's receive time of every frame: a frame's time in the path starts
-        // when it arrived, not when this thread got round to reading it.
+        // Stamps every frame as the kernel receives it (the ring's slot carries the
+        // stamp): a frame's time in the path starts when it arrived, not when this
+        // thread got round to reading it.
         let _ = socket.set_option(libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &1 as &libc::c_int);
         // Older kernels lack it; the receive loop skips outgoing frames by type anyway.
         let _ = socket.set_option(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &1 as &libc::c_int);
-        let _ = socket.set_option(
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            &(64 << 20) as &libc::c_int,
-        );
-        // Frames of other interfaces may have queued between socket() and bind().
-        let mut scratch = [0u8; 64];
-        // SAFETY: recv into a local buffer until the queue is empty.
-        while unsafe {
-            libc::recv(
-                socket.fd.as_raw_fd(),
-                scratch.as_mut_ptr().cast(),
-                scratch.len(),
-                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-            )
-        } >= 0
-        {}
         Ok(socket)
     }
 
@@ -294,54 +281,30 @@ impl PacketSocket {
         self.fd.as_raw_fd()
     }
 
-    /// Waits until the socket is readable or `timeout_ns` passes; false on timeout.
-    pub fn wait_readable(&self, timeout_ns: u64) -> io::Result<bool> {
-        let mut poll = libc::pollfd {
-            fd: self.raw(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let timeout = libc::timespec {
-            tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: one pollfd, a valid timespec, no signal mask change.
-        let n = unsafe { libc::ppoll(&mut poll, 1, &timeout, std::ptr::null()) };
-        match n {
-            n if n > 0 => Ok(true),
-            0 => Ok(false),
-            _ => {
-                let error = io::Error::last_os_error();
-                if error.kind() == io::ErrorKind::Interrupted {
-                    Ok(false)
-                } else {
-                    Err(error)
-                }
-            }
-        }
+    /// Reads and drops whatever waits in the socket's own queue: frames of other
+    /// interfaces may have queued between socket() and bind(), before a receive ring took
+    /// over.
+    pub fn discard_queued(&self) {
+        let mut scratch = [0u8; 64];
+        // SAFETY: recv into a local buffer until the queue is empty.
+        while unsafe {
+            libc::recv(
+                self.raw(),
+                scratch.as_mut_ptr().cast(),
+                scratch.len(),
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        } >= 0
+        {}
     }
 }
 
-/// What one received frame was.
-#[derive(Debug, Clone, Copy)]
-pub struct Received {
-    /// Bytes on the wire (may exceed the buffer when truncated).
-    pub len: usize,
-    pub truncated: bool,
-    pub outgoing: bool,
-    /// When the kernel received it (SO_TIMESTAMPNS), nanoseconds on the wall clock.
-    pub kernel_ns: Option<u64>,
-}
-
-/// The arrays a batched call hands the kernel, kept by the calling thread between calls so
+/// The arrays a batched send hands the kernel, kept by the calling thread between calls so
 /// that a batch allocates nothing; refilled (pointers included) on every call.
 #[derive(Default)]
 pub struct BatchScratch {
     iovecs: Vec<libc::iovec>,
-    names: Vec<libc::sockaddr_ll>,
     headers: Vec<libc::mmsghdr>,
-    /// Room for each received message's control data (its timestamp).
-    control: Vec<[u64; 8]>,
 }
 
 impl BatchScratch {
@@ -352,89 +315,14 @@ impl BatchScratch {
             iov_base: base.cast(),
             iov_len: len,
         }));
-        // SAFETY (both): plain data, for which all-zero is a valid value.
-        self.names.clear();
-        self.names.resize(count, unsafe { std::mem::zeroed() });
         self.headers.clear();
+        // SAFETY: plain data, for which all-zero is a valid value.
         self.headers.resize(count, unsafe { std::mem::zeroed() });
         for (h, iov) in self.headers.iter_mut().zip(self.iovecs.iter_mut()) {
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = 1;
         }
     }
-}
-
-/// Receives up to `buffers.len()` frames in one call (recvmmsg), each into its buffer
-/// (whose length is its capacity for this call). Returns how many arrived.
-pub fn receive_batch(
-    socket: &PacketSocket,
-    buffers: &mut [Vec<u8>],
-    scratch: &mut BatchScratch,
-    out: &mut Vec<Received>,
-) -> io::Result<usize> {
-    out.clear();
-    let count = buffers.len();
-    scratch.prepare(buffers.iter_mut().map(|b| (b.as_mut_ptr(), b.len())), count);
-    let BatchScratch {
-        names,
-        headers,
-        control,
-        ..
-    } = scratch;
-    control.resize(count, [0; 8]);
-    for i in 0..count {
-        headers[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_ll).cast();
-        headers[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-        headers[i].msg_hdr.msg_control = control[i].as_mut_ptr().cast();
-        headers[i].msg_hdr.msg_controllen = std::mem::size_of::<[u64; 8]>() as _;
-    }
-    // SAFETY: every header points at live iovecs, buffers and names of the right sizes.
-    let n = unsafe {
-        libc::recvmmsg(
-            socket.raw(),
-            headers.as_mut_ptr(),
-            count as libc::c_uint,
-            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-            std::ptr::null_mut(),
-        )
-    };
-    if n < 0 {
-        let error = io::Error::last_os_error();
-        return match error.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-            _ => Err(error),
-        };
-    }
-    for i in 0..n as usize {
-        let len = headers[i].msg_len as usize;
-        out.push(Received {
-            len,
-            truncated: len > buffers[i].len(),
-            outgoing: names[i].sll_pkttype == PACKET_OUTGOING,
-            kernel_ns: kernel_timestamp(&headers[i].msg_hdr),
-        });
-    }
-    Ok(n as usize)
-}
-
-/// The SCM_TIMESTAMPNS of a received message, nanoseconds on the wall clock.
-fn kernel_timestamp(header: &libc::msghdr) -> Option<u64> {
-    // SAFETY: the kernel set `msg_controllen` within the live control buffer the header
-    // points at; the CMSG macros stay within it.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(header);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
-            {
-                let at = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
-                let ns = u64::try_from(at.tv_sec).ok()? * 1_000_000_000
-                    + u64::try_from(at.tv_nsec).ok()?;
-                return (ns > 0).then_some(ns);
-            }
-            cmsg = libc::CMSG_NXTHDR(header, cmsg);
-        }
-    }
-    None
 }
 
 /// The wall clock now (CLOCK_REALTIME, the clock of kernel receive timestamps),
