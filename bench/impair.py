@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """The path emulator's own cost: the delay it adds, the rate it forwards without loss of
-its own, and its CPU per Gbit (docs/impair.md, docs/performance.md).
+its own, its CPU per Gbit and per frame, and how late it releases frames under a TCP stream
+(docs/impair.md, docs/performance.md).
 
 Needs root. Truth comes from outside the emulator:
 - added delay: round trips (linerate rr) through a lab with no impairment against the same
   namespaces cabled directly (a veth pair);
 - its own loss: frames the router's interface received (kernel counter) against frames the
   emulator passed, for UDP floods of 1500-byte and 64-byte frames;
-- CPU: the emulator process's utime+stime (/proc/PID/stat) over the flood.
+- CPU: the emulator process's utime+stime (/proc/PID/stat) over the flood;
+- lateness under load: a TCP stream (BBR) through a lab with no impairment and through a
+  100 ms, 1 Gbit/s one; the sender's goodput, the emulator's CPU per frame it passed and
+  its own account of lateness per direction (mean, most, share over 100 us).
 
     sudo python3 bench/impair.py [--time 4]
 """
@@ -109,6 +113,50 @@ def flood(name, length, seconds):
     }
 
 
+def status(name):
+    return json.load(open(f"/run/linerate/lab/{name}/status.json"))
+
+
+def tcp_through(name, seconds):
+    """A TCP stream through the lab: goodput, emulator CPU per frame and its lateness."""
+    pid = emulator_pid(name)
+    before = status(name)
+    cpu0 = cpu_seconds(pid)
+    out = lab("exec", "--name", name, "client", "--", BIN, "--no-store", "stream", "10.77.0.2",
+              "-C", "bbr", "-t", str(seconds), "--json")
+    cpu1 = cpu_seconds(pid)
+    time.sleep(1.5)  # the status file is rewritten every second
+    after = status(name)
+    doc = json.loads(out.stdout)
+    frames = 0
+    lateness = []
+    for d0, d1 in zip(before["directions"], after["directions"]):
+        c0, c1 = d0["counters"], d1["counters"]
+        passed = c1["passed"] - c0["passed"]
+        frames += passed
+        lateness.append({
+            "mean_us": (c1["late_sum_ns"] - c0["late_sum_ns"]) / max(passed, 1) / 1e3,
+            "max_us": c1["late_max_ns"] / 1e3,
+            "over_100us": (c1["late_frames"] - c0["late_frames"]) / max(passed, 1),
+            "ring_drops": d1.get("ring_drops", 0) - d0.get("ring_drops", 0),
+        })
+    return {
+        "gbit_s": doc["summary"]["receiver_bps"] / 1e9,
+        "cpu_us_per_frame": (cpu1 - cpu0) / max(frames, 1) * 1e6,
+        "cpu_share": (cpu1 - cpu0) / seconds,
+        "lateness": lateness,
+    }
+
+
+def print_tcp(label, r):
+    print(f"{label}: {r['gbit_s']:.2f} Gbit/s; emulator {r['cpu_share'] * 100:.0f} % of a CPU, "
+          f"{r['cpu_us_per_frame']:.2f} us per frame passed")
+    for direction, late in zip(("forward", "reverse"), r["lateness"]):
+        print(f"  {direction}: late by {late['mean_us']:.1f} us on average, at most "
+              f"{late['max_us']:.0f} us, {late['over_100us'] * 100:.1f} % over 100 us; "
+              f"ring drops {late['ring_drops']}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--time", type=int, default=4)
@@ -137,6 +185,18 @@ def main():
                   f"kernel gave it {r['frames_in_kernel']} frames, it saw {r['frames_seen']} "
                   f"(own loss {r['own_loss']}), passed {r['frames_passed']}; "
                   f"CPU {r['cpu_s_per_gbit']:.3f} s/Gbit; receiver {r['receiver_pps'] / 1e3:.0f} kpps")
+        print_tcp("TCP through the lab, no impairment", tcp_through(name, args.time))
+    finally:
+        server.terminate()
+        server.wait()
+        lab("down", "--name", name)
+    lab("up", "--name", name, "--rtt", "100ms", "--rate", "1G", "--buffers", "64M")
+    server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name, "server", "--",
+                               BIN, "--no-store", "serve", "-q"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        print_tcp("TCP through 100 ms and 1 Gbit/s", tcp_through(name, max(args.time, 10)))
     finally:
         server.terminate()
         server.wait()

@@ -133,19 +133,31 @@ pub fn offloads_off(name: &str) -> io::Result<()> {
         ETHTOOL_STXCSUM,
         ETHTOOL_SRXCSUM,
     ] {
-        let mut value = EthtoolValue { cmd, data: 0 };
-        let mut req = IfReqPtr {
-            name: ifname(name)?,
-            data: (&mut value as *mut EthtoolValue).cast(),
-            _pad: [0; 16],
-        };
-        // SAFETY: req points at a live ethtool_value for the call's duration.
-        let result = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) };
-        if result < 0 {
-            let error = io::Error::last_os_error();
-            if error.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                return Err(error);
-            }
+        ethtool_set(&socket, name, cmd, 0)?;
+    }
+    Ok(())
+}
+
+/// Turns receive offload (GRO) on for `name`: a veth then receives through NAPI, which can
+/// run in a kernel thread of its own instead of inside the sender's system call.
+pub fn gro_on(name: &str) -> io::Result<()> {
+    ethtool_set(&control_socket()?, name, ETHTOOL_SGRO, 1)
+}
+
+/// One ethtool "set" command; a feature the driver does not have is skipped.
+fn ethtool_set(socket: &OwnedFd, name: &str, cmd: u32, data: u32) -> io::Result<()> {
+    let mut value = EthtoolValue { cmd, data };
+    let mut req = IfReqPtr {
+        name: ifname(name)?,
+        data: (&mut value as *mut EthtoolValue).cast(),
+        _pad: [0; 16],
+    };
+    // SAFETY: req points at a live ethtool_value for the call's duration.
+    let result = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) };
+    if result < 0 {
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Err(error);
         }
     }
     Ok(())
@@ -190,6 +202,33 @@ pub fn set_realtime(on: bool) -> bool {
     };
     // SAFETY: a valid sched_param for this thread (pid 0).
     unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+}
+
+/// Keeps this thread on one CPU of those it may run on: the `nth` (modulo their count).
+/// A thread that sends into a veth and moves to another CPU can overtake its own frames:
+/// each CPU delivers from a backlog of its own, and a backlog left to ksoftirqd under load
+/// is emptied after frames the thread sent from its new CPU (measured: 69 frames out of
+/// order at the receiver in a 5 s TCP stream, and 20 spurious resends). False if the
+/// allowed set could not be read or set.
+pub fn pin_to_cpu(nth: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls fill and read it within
+    // its size, and CPU_ISSET/CPU_SET stay below CPU_SETSIZE.
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return false;
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &allowed))
+            .collect();
+        let Some(&cpu) = cpus.get(nth % cpus.len().max(1)) else {
+            return false;
+        };
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        libc::sched_setaffinity(0, size, &one) == 0
+    }
 }
 
 /// The highest ordinary priority for this thread, where real-time scheduling is refused.
