@@ -110,6 +110,8 @@ def flood(name, length, seconds):
         "pps": passed / seconds,
         "cpu_s_per_gbit": (cpu1 - cpu0) / gbits if gbits else float("nan"),
         "receiver_pps": doc["summary"]["receiver_pps"],
+        "ring_drops": sum(d.get("ring_drops", 0) for d in status1["directions"])
+        - sum(d.get("ring_drops", 0) for d in status0["directions"]),
     }
 
 
@@ -183,7 +185,7 @@ def main():
             r = flood(name, length, args.time)
             print(f"{label}: passed {r['gbit_s']:.2f} Gbit/s, {r['pps'] / 1e3:.0f} kpps; "
                   f"kernel gave it {r['frames_in_kernel']} frames, it saw {r['frames_seen']} "
-                  f"(own loss {r['own_loss']}), passed {r['frames_passed']}; "
+                  f"(own loss {r['own_loss']}, of which a full ring {r['ring_drops']}), passed {r['frames_passed']}; "
                   f"CPU {r['cpu_s_per_gbit']:.3f} s/Gbit; receiver {r['receiver_pps'] / 1e3:.0f} kpps")
         print_tcp("TCP through the lab, no impairment", tcp_through(name, args.time))
     finally:

@@ -197,7 +197,7 @@ impl Bridge {
         // The locks live as long as the threads: each thread keeps one.
         let [lock_a, lock_b] = _locks;
         let mut threads = Vec::new();
-        for (index, (rx, tx, spec, link_seed, slot, lock)) in [
+        for (rx, tx, spec, link_seed, slot, lock) in [
             (rx_a, tx_b, forward, seed, status[0].clone(), lock_a),
             (
                 rx_b,
@@ -207,17 +207,10 @@ impl Bridge {
                 status[1].clone(),
                 lock_b,
             ),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        ] {
             let stop = stop.clone();
             threads.push(std::thread::spawn(move || {
                 let _lock = lock;
-                // Each direction on a CPU of its own where there are two: it never
-                // overtakes its own frames (sys::pin_to_cpu), and the two never spin on
-                // the same CPU.
-                sys::pin_to_cpu(index);
                 let direction = Direction {
                     rx,
                     tx,

@@ -204,33 +204,6 @@ pub fn set_realtime(on: bool) -> bool {
     unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
 }
 
-/// Keeps this thread on one CPU of those it may run on: the `nth` (modulo their count).
-/// A thread that sends into a veth and moves to another CPU can overtake its own frames:
-/// each CPU delivers from a backlog of its own, and a backlog left to ksoftirqd under load
-/// is emptied after frames the thread sent from its new CPU (measured: 69 frames out of
-/// order at the receiver in a 5 s TCP stream, and 20 spurious resends). False if the
-/// allowed set could not be read or set.
-pub fn pin_to_cpu(nth: usize) -> bool {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls fill and read it within
-    // its size, and CPU_ISSET/CPU_SET stay below CPU_SETSIZE.
-    unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        let size = std::mem::size_of::<libc::cpu_set_t>();
-        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
-            return false;
-        }
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&cpu| libc::CPU_ISSET(cpu, &allowed))
-            .collect();
-        let Some(&cpu) = cpus.get(nth % cpus.len().max(1)) else {
-            return false;
-        };
-        let mut one: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut one);
-        libc::sched_setaffinity(0, size, &one) == 0
-    }
-}
-
 /// The highest ordinary priority for this thread, where real-time scheduling is refused.
 pub fn highest_ordinary_priority() {
     // SAFETY: plain integer arguments; `who` 0 is this thread.
