@@ -73,6 +73,10 @@ pub struct DirectionStatus {
     /// emulator's own loss, when its thread falls behind.
     #[serde(default)]
     pub ring_drops: u64,
+    /// How far ahead of a due frame this direction's timer wakes it (the rest is spun):
+    /// the timer overshoot it has measured on this machine, plus a margin.
+    #[serde(default)]
+    pub wake_early_ns: u64,
 }
 
 /// The two interfaces, checked and opened.
@@ -331,7 +335,9 @@ impl Direction {
                     _ => {
                         let until = departure
                             .map_or(now + PUBLISH_NS, |due| (due - early).min(now + PUBLISH_NS));
-                        self.waiter.sleep(self.rx.raw(), self.origin_ns + until)?;
+                        let for_departure = departure.is_some_and(|due| due - early == until);
+                        self.waiter
+                            .sleep(self.rx.raw(), self.origin_ns + until, for_departure)?;
                     }
                 }
                 continue;
@@ -387,6 +393,7 @@ impl Direction {
             counters: self.link.counters(),
             queued_frames: frames as u64,
             queued_bytes: bytes,
+            wake_early_ns: self.waiter.early_ns(),
             ..extra
         };
     }

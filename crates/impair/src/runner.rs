@@ -200,7 +200,9 @@ pub fn summary(status: &Status) -> String {
              memory drops {}, oversize {}, refused {}, dropped by a full receive ring {}, duplicated {}, corrupted {}, reordered {}, \
              mean delay {:.3} ms, max {:.3} ms, {} frames left in the line; \
              released late by {:.3} ms on average, at most {:.3} ms, {} frames over {} us; \
-             read {:.3} ms after the kernel took them on average, at most {:.3} ms\n",
+             read {:.3} ms after the kernel took them on average, at most {:.3} ms; \
+             woken {:.0} us ahead of due frames (this machine's timer overshoot) and spun \
+             the rest\n",
             c.arrived,
             c.passed,
             c.passed_bytes as f64 * 8.0 / status.elapsed_s.max(1e-9) / 1e6,
@@ -222,6 +224,7 @@ pub fn summary(status: &Status) -> String {
             crate::link::LATE_NS / 1000,
             d.pickup_sum_ns as f64 / c.arrived.max(1) as f64 / 1e6,
             d.pickup_max_ns as f64 / 1e6,
+            d.wake_early_ns as f64 / 1e3,
         ));
     }
     text.pop();

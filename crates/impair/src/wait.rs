@@ -41,6 +41,8 @@ pub struct Waiter {
     armed_ns: Option<u64>,
     /// Mean of how late the timer's wake-ups came (a moving average, weight 1/8).
     overshoot_ns: u64,
+    /// Whether the armed timer is for a frame due (not a status wake).
+    armed_for_departure: bool,
     /// Whether the thread may run under SCHED_FIFO, and whether it does now.
     realtime_allowed: bool,
     realtime: bool,
@@ -78,6 +80,7 @@ impl Waiter {
             // SAFETY: fd is fresh and owned by nobody else.
             timer: unsafe { OwnedFd::from_raw_fd(fd) },
             armed_ns: None,
+            armed_for_departure: false,
             overshoot_ns: FIRST_OVERSHOOT_NS,
             realtime_allowed: realtime,
             realtime,
@@ -106,10 +109,13 @@ impl Waiter {
 
     /// Sleeps until `readable` (a receive ring's socket) can be read or the monotonic
     /// clock reaches about `until_ns` (the timer's overshoot later). The timer is armed
-    /// again only when it would fire later than `until_ns`, or has fired.
-    pub fn sleep(&mut self, readable: RawFd, until_ns: u64) -> io::Result<()> {
+    /// again only when it would fire later than `until_ns`, or has fired. `departure`
+    /// says the wake is for a frame due: only those wakes teach the overshoot, since a
+    /// CPU idle for the 20 ms of a status wake wakes more slowly than a busy one.
+    pub fn sleep(&mut self, readable: RawFd, until_ns: u64, departure: bool) -> io::Result<()> {
         if !matches!(self.armed_ns, Some(armed) if armed <= until_ns) {
             self.arm(until_ns)?;
+            self.armed_for_departure = departure;
         }
         self.set_realtime(true);
         let mut fds = [
@@ -138,7 +144,7 @@ impl Waiter {
             let mut expirations = [0u8; 8];
             // SAFETY: reads the 8-byte expiration count into a live buffer.
             unsafe { libc::read(self.timer.as_raw_fd(), expirations.as_mut_ptr().cast(), 8) };
-            if let Some(armed) = self.armed_ns.take() {
+            if let Some(armed) = self.armed_ns.take().filter(|_| self.armed_for_departure) {
                 let overshoot = woke.saturating_sub(armed).min(10 * MAX_EARLY_NS);
                 self.overshoot_ns = (7 * self.overshoot_ns + overshoot) / 8;
             }
@@ -186,7 +192,7 @@ mod tests {
         let until = monotonic_ns() + 2_000_000;
         // Woken by the timer alone: never before the time asked.
         while monotonic_ns() < until {
-            waiter.sleep(quiet.as_raw_fd(), until).unwrap();
+            waiter.sleep(quiet.as_raw_fd(), until, true).unwrap();
         }
         assert!(monotonic_ns() >= until);
         assert_eq!(waiter.armed_ns, None, "a fired timer is spent");
@@ -199,7 +205,7 @@ mod tests {
         peer.send(b"frame").unwrap();
         let mut waiter = Waiter::new().unwrap();
         let until = monotonic_ns() + 60_000_000_000;
-        waiter.sleep(readable.as_raw_fd(), until).unwrap();
+        waiter.sleep(readable.as_raw_fd(), until, true).unwrap();
         assert!(monotonic_ns() < until);
         assert_eq!(
             waiter.armed_ns,
@@ -207,9 +213,13 @@ mod tests {
             "armed once, kept for the next sleep"
         );
         // A later deadline does not arm it again; an earlier one does.
-        waiter.sleep(readable.as_raw_fd(), until + 1_000).unwrap();
+        waiter
+            .sleep(readable.as_raw_fd(), until + 1_000, true)
+            .unwrap();
         assert_eq!(waiter.armed_ns, Some(until));
-        waiter.sleep(readable.as_raw_fd(), until - 1_000).unwrap();
+        waiter
+            .sleep(readable.as_raw_fd(), until - 1_000, true)
+            .unwrap();
         assert_eq!(waiter.armed_ns, Some(until - 1_000));
     }
 
