@@ -235,7 +235,6 @@ fn build(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
         ip(&["-n", ns, "link", "set", "eth0", "up"])?;
         let name = ns.to_string();
         crate::sys::in_namespace(&name, || crate::sys::offloads_off("eth0"))?;
-        receive_in_a_kernel_thread(ns)?;
         set_tcp_buffers(ns, options.buffers)?;
     }
     for side in [ROUTER_CLIENT_SIDE, ROUTER_SERVER_SIDE] {
@@ -244,29 +243,6 @@ fn build(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
         crate::sys::in_namespace(&router, move || crate::sys::offloads_off(side))?;
     }
     start_emulator(lab, options, &router, &path_json)
-}
-
-/// A host's interface receives as a real host's network card does: frames are merged
-/// (GRO) and its network stack runs in a kernel thread of its own (threaded NAPI), not
-/// inside the emulator's send call. Inline, the emulator's thread ran each host's TCP
-/// receive and the sending host's answer to every ACK (35 us an ACK under a 1 Gbit/s
-/// stream, measured), so one direction held up the next frame of its own by milliseconds
-/// (frames waited up to 173 ms in its ring); with the host's own thread, at most 5 ms,
-/// and the emulator took 90 % of a CPU where it took 115 %. Frames still leave each host
-/// at most one MTU long (segmentation offloads stay off), so the emulator sees each one.
-fn receive_in_a_kernel_thread(ns: &str) -> Result<(), LabError> {
-    let name = ns.to_string();
-    crate::sys::in_namespace(&name, || crate::sys::gro_on("eth0"))?;
-    // sysfs shows a namespace's interfaces only when mounted from inside it, which
-    // `ip netns exec` does.
-    ip(&[
-        "netns",
-        "exec",
-        ns,
-        "sh",
-        "-c",
-        "echo 1 > /sys/class/net/eth0/threaded",
-    ])
 }
 
 /// A new namespace starts from the kernel's TCP buffer defaults, not this host's: the

@@ -138,12 +138,6 @@ pub fn offloads_off(name: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// Turns receive offload (GRO) on for `name`: a veth then receives through NAPI, which can
-/// run in a kernel thread of its own instead of inside the sender's system call.
-pub fn gro_on(name: &str) -> io::Result<()> {
-    ethtool_set(&control_socket()?, name, ETHTOOL_SGRO, 1)
-}
-
 /// One ethtool "set" command; a feature the driver does not have is skipped.
 fn ethtool_set(socket: &OwnedFd, name: &str, cmd: u32, data: u32) -> io::Result<()> {
     let mut value = EthtoolValue { cmd, data };
