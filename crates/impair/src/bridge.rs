@@ -333,9 +333,11 @@ impl Direction {
                         self.waiter.spin_until(|| rx.ready(), self.origin_ns + due)
                     }
                     _ => {
-                        let until = departure
-                            .map_or(now + PUBLISH_NS, |due| (due - early).min(now + PUBLISH_NS));
-                        let for_departure = departure.is_some_and(|due| due - early == until);
+                        // Wake for the next frame due, or at the latest to publish.
+                        let (until, for_departure) = match departure {
+                            Some(due) if due - early < now + PUBLISH_NS => (due - early, true),
+                            _ => (now + PUBLISH_NS, false),
+                        };
                         self.waiter
                             .sleep(self.rx.raw(), self.origin_ns + until, for_departure)?;
                     }

@@ -75,6 +75,7 @@ pub struct RxRing {
     socket: PacketSocket,
     map: *mut u8,
     map_len: usize,
+    block_size: usize,
     frame_size: usize,
     frames_per_block: usize,
     frame_count: usize,
@@ -122,6 +123,7 @@ impl RxRing {
             socket,
             map: map.cast(),
             map_len,
+            block_size,
             frame_size,
             frames_per_block,
             frame_count: frames_per_block * block_nr,
@@ -137,9 +139,11 @@ impl RxRing {
     fn slot(&self, index: usize) -> *mut u8 {
         let block = index / self.frames_per_block;
         let within = index % self.frames_per_block;
-        let block_size = self.map_len / (self.frame_count / self.frames_per_block);
         // SAFETY: index < frame_count, so the slot lies inside the mapping.
-        unsafe { self.map.add(block * block_size + within * self.frame_size) }
+        unsafe {
+            self.map
+                .add(block * self.block_size + within * self.frame_size)
+        }
     }
 
     fn status(&self, slot: *mut u8) -> &AtomicU32 {
