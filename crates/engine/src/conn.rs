@@ -19,9 +19,11 @@ impl Stream {
     /// The connection a flow spec hands over, and what its TLS is (kTLS connections are
     /// plain sockets to us: the kernel seals and opens their records).
     /// A note on how the connection runs comes with it (kTLS refused).
+    /// `frugal`: the connection is one of many, and its TLS holds as little as it can
+    /// between calls ([`TlsStream::set_frugal`]).
     pub(crate) fn of(
         socket: crate::flow::FlowSocket,
-        inbox: usize,
+        frugal: bool,
     ) -> (Stream, Option<TlsFacts>, Option<String>) {
         match socket {
             crate::flow::FlowSocket::Tcp(stream) => {
@@ -35,11 +37,9 @@ impl Stream {
             crate::flow::FlowSocket::Tls(mut tls) => {
                 let facts = tls.facts();
                 let note = tls.take_note();
-                (
-                    Stream::Tls(Box::new(tls.map_socket(inbox, TcpStream::from_std))),
-                    Some(facts),
-                    note,
-                )
+                let mut tls = tls.map_socket(TcpStream::from_std);
+                tls.set_frugal(frugal);
+                (Stream::Tls(Box::new(tls)), Some(facts), note)
             }
             _ => unreachable!("only TCP connections become streams"),
         }

@@ -145,7 +145,7 @@ impl Flow {
         let responder = (spec.role == Role::Respond).then(|| Responder::new(rr.request));
         let (io, outcome) = match spec.socket {
             socket @ (FlowSocket::Tcp(_) | FlowSocket::Tls(_) | FlowSocket::Ktls(..)) => {
-                let (stream, tls, note) = Stream::of(socket, linerate_tls::stream::DEFAULT_INBOX);
+                let (stream, tls, note) = Stream::of(socket, false);
                 let mut outcome = outcome_of(&stream, spec.id, spec.direction, spec.role);
                 outcome.congestion = sys::congestion(&stream);
                 outcome.tls = tls;

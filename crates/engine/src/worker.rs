@@ -56,12 +56,7 @@ struct Flow {
 impl Flow {
     /// `alone`: the worker's only flow (buffers sized for speed, not for thousands).
     fn new(spec: FlowSpec, plan: &WorkerPlan, alone: bool) -> Flow {
-        let inbox = if alone {
-            RECEIVE_BUFFER
-        } else {
-            linerate_tls::stream::DEFAULT_INBOX
-        };
-        let (mut stream, tls, note) = Stream::of(spec.socket, inbox);
+        let (mut stream, tls, note) = Stream::of(spec.socket, !alone);
         if spec.role == Role::Send {
             // Sealed records wait in user space until the socket takes them: at most one
             // write's worth for a lone flow, two records' worth each among many.

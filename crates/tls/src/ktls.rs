@@ -130,14 +130,13 @@ pub fn offload(stream: TlsStream<TcpStream>) -> Offload {
         );
     }
     let mut facts = stream.facts();
-    let (conn, socket, pending) = stream.into_parts();
-    if !pending.is_empty() {
+    let (session, socket, pending) = stream.into_parts();
+    if pending > 0 {
         return Offload::Failed(crate::TlsError::Ktls(format!(
-            "{} bytes arrived before the kernel took the session",
-            pending.len()
+            "{pending} bytes arrived before the kernel took the session"
         )));
     }
-    let ExtractedSecrets { tx, rx } = match conn.dangerous_extract_secrets() {
+    let ExtractedSecrets { tx, rx } = match session.dangerous_extract_secrets() {
         Ok(secrets) => secrets,
         Err(e) => {
             return Offload::Failed(crate::TlsError::Ktls(format!(

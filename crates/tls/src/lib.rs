@@ -12,8 +12,10 @@
 //! only, and secret extraction for kTLS.
 
 pub mod cost;
+mod handshake;
 pub mod identity;
 pub mod ktls;
+pub mod session;
 pub mod stream;
 pub mod suite;
 pub mod verify;
