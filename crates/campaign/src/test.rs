@@ -30,6 +30,15 @@ pub fn resolve_request(
     request: &TestRequest,
     target: Option<SocketAddr>,
 ) -> std::result::Result<TestConfig, String> {
+    resolve_explained(request, target).map(|(config, _)| config)
+}
+
+/// [`resolve_request`], with what it chose where the request did not say and why
+/// (linerate-model's `explain`: the lines `--verbose` prints).
+pub fn resolve_explained(
+    request: &TestRequest,
+    target: Option<SocketAddr>,
+) -> std::result::Result<(TestConfig, Vec<String>), String> {
     let udp_stream = matches!(
         &request.kind,
         TestKind::Stream(StreamRequest {
@@ -39,9 +48,11 @@ pub fn resolve_request(
     );
     let probe =
         udp_stream.then(|| target.unwrap_or(SocketAddr::from(([127, 0, 0, 1], request.port))));
-    let config = TestConfig::resolve(request, &linerate_engine::sys::environment(probe))?;
+    let environment = linerate_engine::sys::environment(probe);
+    let config = TestConfig::resolve(request, &environment)?;
     within_bounds(&config)?;
-    Ok(config)
+    let choices = linerate_model::explain(request, &environment, &config);
+    Ok((config, choices))
 }
 
 /// The bounds every server puts on a test (linerate-proto's `validate`), checked before

@@ -70,6 +70,10 @@ pub struct Cli {
     /// (docs/security.md)
     #[arg(long, global = true, env = "LINERATE_KEY", value_name = "FILE")]
     pub key: Option<std::path::PathBuf>,
+    /// Say on stderr, before a test, what was chosen where you did not say and why
+    /// (workers for this machine's CPUs, write or datagram size, TLS buffers)
+    #[arg(long, global = true)]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Subcommand)]

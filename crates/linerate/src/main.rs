@@ -32,6 +32,8 @@ pub struct Globals {
     pub storage: Storage,
     /// The key the user named (`--key` or `LINERATE_KEY`), read before any command runs.
     pub key: Option<Key>,
+    /// `--verbose`: say what a test chose and why before it runs.
+    pub verbose: bool,
 }
 
 fn main() -> ExitCode {
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
             disabled: cli.no_store,
         },
         key,
+        verbose: cli.verbose,
     };
     let g = &globals;
     let (json, outcome) = match cli.command {

@@ -152,6 +152,22 @@ pub fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>, globals: &Glo
     run(&transaction_request(common, rr), &shown, false, globals)
 }
 
+/// The request resolved on this machine; under `--verbose`, what it chose and why, on
+/// stderr (stdout may be a JSON document).
+fn resolved(
+    request: &TestRequest,
+    target: Option<SocketAddr>,
+    globals: &Globals,
+) -> Result<TestConfig, Failure> {
+    let (config, choices) = test::resolve_explained(request, target).map_err(Failure::Usage)?;
+    if globals.verbose {
+        for line in choices {
+            eprintln!("linerate: {line}");
+        }
+    }
+    Ok(config)
+}
+
 /// The address of the server named, resolved; `None` for the in-process one.
 fn target_of(shown: &Shown) -> anyhow::Result<Option<SocketAddr>> {
     shown
@@ -164,7 +180,7 @@ fn target_of(shown: &Shown) -> anyhow::Result<Option<SocketAddr>> {
 /// plan says), its result shown and kept.
 fn run(request: &TestRequest, shown: &Shown, with_baseline: bool, globals: &Globals) -> Outcome {
     let target = target_of(shown)?;
-    let config = test::resolve_request(request, target).map_err(Failure::Usage)?;
+    let config = resolved(request, target, globals)?;
     let store = globals.storage.open_for_run()?;
     let cancel = cancel::on_signals()?;
     let text = TextSink::new(std::io::stdout(), shown.scale).intervals(
@@ -210,7 +226,7 @@ fn run(request: &TestRequest, shown: &Shown, with_baseline: bool, globals: &Glob
 /// receiver-side loss stayed within `--max-loss` and what stopped it.
 fn search(args: &StreamArgs, shown: &Shown, globals: &Globals) -> Outcome {
     let target = target_of(shown)?;
-    let config = test::resolve_request(&stream_request(args), target).map_err(Failure::Usage)?;
+    let config = resolved(&stream_request(args), target, globals)?;
     let store = globals.storage.open_for_run()?;
     let cancel = cancel::on_signals()?;
     let text = TextSink::new(std::io::stdout(), shown.scale);

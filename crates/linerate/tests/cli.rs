@@ -196,3 +196,40 @@ fn every_time_flag_takes_units_and_a_bare_number_is_seconds() {
         stderr(&out)
     );
 }
+
+/// `--verbose` says on stderr what the test chose for this machine and why; stdout keeps
+/// its JSON document.
+#[test]
+fn verbose_says_what_was_chosen_for_this_machine_on_stderr() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let out = linerate(&[
+        "stream",
+        "--verbose",
+        "-P",
+        "40",
+        "--tls",
+        "-t",
+        "0.3",
+        "-i",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stderr(&out);
+    let workers = format!("linerate: workers: {cpus}, one per CPU ({cpus} CPU");
+    assert!(said.contains(&workers), "no '{workers}' in:\n{said}");
+    let per_worker = 40usize.div_ceil(cpus);
+    let loop_line = if per_worker > 1 {
+        format!("event loop over up to {per_worker} flows")
+    } else {
+        "with blocking calls".to_string()
+    };
+    assert!(said.contains(&loop_line), "no '{loop_line}' in:\n{said}");
+    assert!(said.contains("write size: 128000 bytes"), "{said}");
+    let buffers = if per_worker > 1 { "frugal" } else { "fast" };
+    assert!(said.contains(&format!("TLS buffers: {buffers}")), "{said}");
+    assert_eq!(json(&out)["config"]["threads"], cpus as u64);
+    // Without the flag, nothing of it.
+    let quiet = linerate(&["stream", "-t", "0.2", "-i", "0", "--json"]);
+    assert!(!stderr(&quiet).contains("workers:"), "{}", stderr(&quiet));
+}

@@ -8,6 +8,7 @@
 //! crate builds without the report's plotting, CSV and statistics dependencies.
 
 mod config;
+mod explain;
 pub mod latency;
 pub mod observe;
 mod path;
@@ -17,6 +18,7 @@ mod side;
 pub mod units;
 
 pub use config::*;
+pub use explain::explain;
 pub use path::*;
 pub use request::*;
 pub use side::*;
