@@ -221,7 +221,7 @@ pub fn copy(
 
 /// Ends the session and sums up what it copied.
 fn finish(
-    session: ClientSession,
+    mut session: ClientSession,
     direction: Direction,
     server: SocketAddr,
     chunk: u64,
@@ -229,6 +229,9 @@ fn finish(
     started: Instant,
     files: Vec<CopiedFile>,
 ) -> CopySummary {
+    // A session that asked for nothing still lets the server see its hello, so that the
+    // server does not wait for it (and log it missing) before it reads the bye.
+    let _ = session.prove_udp();
     let _ = session.channel.send(&Control::Bye);
     CopySummary {
         direction,
@@ -325,6 +328,7 @@ fn push_file(
             mkdir: options.mkdir,
         })
         .map_err(peer_error)?;
+    session.prove_udp()?;
     let (have, window) = match session
         .channel
         .receive(Duration::from_secs(60), Some(cancel))
@@ -389,6 +393,7 @@ fn pull_list(
             path: remote.to_string(),
         })
         .map_err(peer_error)?;
+    session.prove_udp()?;
     let entries = match session.channel.receive(Duration::from_secs(60), None) {
         Ok(Control::Entries { entries }) => entries,
         Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
@@ -441,6 +446,7 @@ fn pull_file(
             encrypt: options.encrypt,
         })
         .map_err(peer_error)?;
+    session.prove_udp()?;
     let (layout, identity, mode, encrypted) = match session
         .channel
         .receive(Duration::from_secs(60), Some(cancel))
