@@ -215,20 +215,14 @@ fn step_state<Data>(
     })
 }
 
-/// The records rustls has queued after an error (the alert that says why), into `out`.
+/// The record rustls has queued after an error (the alert that says why), into `out`.
 /// `incoming` is the buffer as the failed call left it (rustls keeps positions in it).
+/// One call only: a second would parse the bad bytes again and raise a second alert,
+/// which rustls refuses.
 fn queued_alert<C: Records>(conn: &mut C, incoming: &mut [u8], out: &mut Buffer) {
-    for _ in 0..4 {
-        let status = conn.process(incoming);
-        match status.state {
-            Ok(ConnectionState::EncodeTlsData(mut data)) => {
-                if encode(&mut data, out).is_err() {
-                    return;
-                }
-            }
-            Ok(ConnectionState::TransmitTlsData(data)) => data.done(),
-            _ => return,
-        }
+    let status = conn.process(incoming);
+    if let Ok(ConnectionState::EncodeTlsData(mut data)) = status.state {
+        let _ = encode(&mut data, out);
     }
 }
 
