@@ -3,8 +3,8 @@
 //! name what was found; the rest name the rule.
 
 use crate::{
-    Environment, Protocol, StreamTransport, TestConfig, TestKind, TestRequest, Workload,
-    DEFAULT_CIPHER, DEFAULT_TCP_LENGTH, FALLBACK_UDP_LENGTH, THREAD_PER_FLOW_UP_TO,
+    Environment, Protocol, StreamRequest, StreamTransport, TestConfig, TestKind, TestRequest,
+    Workload, DEFAULT_CIPHER, DEFAULT_TCP_LENGTH, FALLBACK_UDP_LENGTH, THREAD_PER_FLOW_UP_TO,
 };
 
 /// One line per choice of `config`, resolved from `request` on `environment`.
@@ -13,78 +13,15 @@ pub fn explain(
     environment: &Environment,
     config: &TestConfig,
 ) -> Vec<String> {
-    let mut lines = Vec::new();
     let flows = match config.workload {
         Workload::Stream => config.connections(),
         _ => config.parallel,
     } as usize;
     let workers = (config.threads as usize).max(1);
     let per_worker = flows.div_ceil(workers);
-    let cpus = environment.cpus;
-    let cpu_word = if cpus == 1 { "CPU" } else { "CPUs" };
-    lines.push(match request.threads {
-        Some(_) => format!("workers: {workers} (as given) for {flows} flows on {cpus} {cpu_word}"),
-        None if flows <= THREAD_PER_FLOW_UP_TO => format!(
-            "workers: {workers}, one per flow (up to {THREAD_PER_FLOW_UP_TO} flows each gets \
-             its own; this machine has {cpus} {cpu_word})"
-        ),
-        None => format!(
-            "workers: {workers}, one per CPU ({cpus} {cpu_word} this process may run on; past \
-             {THREAD_PER_FLOW_UP_TO} flows a worker per flow would only add switching)"
-        ),
-    });
-    lines.push(if per_worker <= 1 {
-        "each worker runs its flow with blocking calls: the thread sleeps in the socket and \
-         the kernel wakes it only when it waits, the cheapest way to move bytes"
-            .into()
-    } else {
-        format!(
-            "each worker runs an event loop over up to {per_worker} flows (edge-triggered \
-             epoll)"
-        )
-    });
+    let mut lines = workers_chosen(request, environment, flows, workers, per_worker);
     if let TestKind::Stream(stream) = &request.kind {
-        match (&stream.transport, config.protocol) {
-            (StreamTransport::Tcp { length: None, .. }, _)
-            | (StreamTransport::Quic { length: None, .. }, _) => lines.push(format!(
-                "write size: {DEFAULT_TCP_LENGTH} bytes (qperf's 128k; writes of exactly 128 \
-                 KiB leave a 106-byte segment on a 64 KiB-MTU path such as loopback, and \
-                 ran at 0.55-0.65x there)"
-            )),
-            (StreamTransport::Udp { length: None, .. }, _) => {
-                lines.push(match environment.udp_length {
-                    Some(found) => format!(
-                        "datagram: {} bytes, the largest the path's MTU carries unfragmented \
-                         ({found} found from the route's IP_MTU)",
-                        config.length
-                    ),
-                    None => format!(
-                        "datagram: {} bytes (the path's MTU could not be read; 1500 less \
-                         IPv4 and UDP headers)",
-                        FALLBACK_UDP_LENGTH
-                    ),
-                })
-            }
-            _ => lines.push(format!("write size: {} bytes (as given)", config.length)),
-        }
-        if matches!(stream.transport, StreamTransport::Udp { .. })
-            && stream.rate_bps.is_none()
-            && matches!(stream.transport, StreamTransport::Udp { pps: None, .. })
-        {
-            lines.push(
-                "rate: 1 Mbit/s per flow (iperf3's default, so a UDP test never floods a \
-                 path; -b 0 for unpaced)"
-                    .into(),
-            );
-        }
-        if config.protocol == Protocol::Tcp && config.tls.is_none() && per_worker <= 1 {
-            lines.push(
-                "receivers set SO_RCVLOWAT to 256 KiB where the handshake's round trip is \
-                 under 1 ms and buffers autotune: the reader wakes every 256 KiB, not every \
-                 segment"
-                    .into(),
-            );
-        }
+        lines.extend(stream_chosen(stream, environment, config, per_worker));
     }
     if let Some(tls) = &config.tls {
         lines.push(if tls.cipher == DEFAULT_CIPHER {
@@ -111,10 +48,99 @@ pub fn explain(
     lines
 }
 
+/// How many workers, why, and how each runs its flows.
+fn workers_chosen(
+    request: &TestRequest,
+    environment: &Environment,
+    flows: usize,
+    workers: usize,
+    per_worker: usize,
+) -> Vec<String> {
+    let cpus = environment.cpus;
+    let cpu_word = if cpus == 1 { "CPU" } else { "CPUs" };
+    let count = match request.threads {
+        Some(_) => format!("workers: {workers} (as given) for {flows} flows on {cpus} {cpu_word}"),
+        None if flows <= THREAD_PER_FLOW_UP_TO => format!(
+            "workers: {workers}, one per flow (up to {THREAD_PER_FLOW_UP_TO} flows each gets \
+             its own; this machine has {cpus} {cpu_word})"
+        ),
+        None => format!(
+            "workers: {workers}, one per CPU ({cpus} {cpu_word} this process may run on; past \
+             {THREAD_PER_FLOW_UP_TO} flows a worker per flow would only add switching)"
+        ),
+    };
+    let how = if per_worker <= 1 {
+        "each worker runs its flow with blocking calls: the thread sleeps in the socket and \
+         the kernel wakes it only when it waits, the cheapest way to move bytes"
+            .into()
+    } else {
+        format!(
+            "each worker runs an event loop over up to {per_worker} flows (edge-triggered \
+             epoll)"
+        )
+    };
+    vec![count, how]
+}
+
+/// A stream's write or datagram size, its pace, and the receivers' low-water mark.
+fn stream_chosen(
+    stream: &StreamRequest,
+    environment: &Environment,
+    config: &TestConfig,
+    per_worker: usize,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    match &stream.transport {
+        StreamTransport::Tcp { length: None, .. } | StreamTransport::Quic { length: None, .. } => {
+            lines.push(format!(
+                "write size: {DEFAULT_TCP_LENGTH} bytes (qperf's 128k; writes of exactly 128 \
+                 KiB leave a 106-byte segment on a 64 KiB-MTU path such as loopback, and \
+                 ran at 0.55-0.65x there)"
+            ))
+        }
+        StreamTransport::Udp {
+            length: None, pps, ..
+        } => {
+            lines.push(match environment.udp_length {
+                Some(found) => format!(
+                    "datagram: {} bytes, the largest the path's MTU carries unfragmented \
+                     ({found} found from the route's IP_MTU)",
+                    config.length
+                ),
+                None => format!(
+                    "datagram: {FALLBACK_UDP_LENGTH} bytes (the path's MTU could not be read; \
+                     1500 less IPv4 and UDP headers)"
+                ),
+            });
+            if pps.is_none() && stream.rate_bps.is_none() {
+                lines.push(UDP_PACE.into());
+            }
+        }
+        StreamTransport::Udp { pps, .. } => {
+            lines.push(format!("datagram: {} bytes (as given)", config.length));
+            if pps.is_none() && stream.rate_bps.is_none() {
+                lines.push(UDP_PACE.into());
+            }
+        }
+        _ => lines.push(format!("write size: {} bytes (as given)", config.length)),
+    }
+    if config.protocol == Protocol::Tcp && config.tls.is_none() && per_worker <= 1 {
+        lines.push(
+            "receivers set SO_RCVLOWAT to 256 KiB where the handshake's round trip is under \
+             1 ms and buffers autotune: the reader wakes every 256 KiB, not every segment"
+                .into(),
+        );
+    }
+    lines
+}
+
+const UDP_PACE: &str =
+    "rate: 1 Mbit/s per flow (iperf3's default, so a UDP test never floods a path; -b 0 for unpaced)";
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Direction, StreamRequest};
+    use crate::Direction;
 
     fn request(parallel: u32, transport: StreamTransport, tls: bool) -> TestRequest {
         TestRequest {

@@ -288,35 +288,42 @@ impl Session {
     }
 }
 
+/// Steps the state machine over `incoming` until it waits or is done: returns where it
+/// stopped and the bytes of `incoming` done with. On an error, `outgoing` holds the alert.
+fn run_steps<C: Records>(
+    conn: &mut C,
+    incoming: &mut [u8],
+    outgoing: &mut Buffer,
+    deliver: &mut dyn FnMut(&[u8]),
+) -> Result<(Next, usize), rustls::Error> {
+    let mut used = 0;
+    loop {
+        let (discard, next) = step(conn, &mut incoming[used..], outgoing, deliver);
+        used += discard;
+        match next {
+            Ok(Next::Again) => {}
+            Ok(next) => return Ok((next, used)),
+            Err(e) => {
+                queued_alert(conn, &mut incoming[used..], outgoing);
+                return Err(e);
+            }
+        }
+    }
+}
+
 fn advance<C: Records>(
     conn: &mut C,
     incoming: &mut [u8],
     outgoing: &mut Buffer,
     early: &mut Buffer,
 ) -> Result<Handshake, rustls::Error> {
-    let mut used = 0;
-    loop {
-        let (discard, next) = step(conn, &mut incoming[used..], outgoing, &mut |plaintext| {
-            early.extend(plaintext)
-        });
-        used += discard;
-        let next = match next {
-            Ok(next) => next,
-            Err(e) => {
-                queued_alert(conn, &mut incoming[used..], outgoing);
-                return Err(e);
-            }
-        };
-        match next {
-            Next::Again => {}
-            Next::Wanting => return Ok(Handshake::Wanting { used }),
-            Next::Sending => return Ok(Handshake::Done { used }),
-            Next::Closed => {
-                return Err(rustls::Error::General(
-                    "the peer closed the session during the handshake".into(),
-                ))
-            }
-        }
+    let mut keep = |plaintext: &[u8]| early.extend(plaintext);
+    match run_steps(conn, incoming, outgoing, &mut keep)? {
+        (Next::Sending, used) => Ok(Handshake::Done { used }),
+        (Next::Closed, _) => Err(rustls::Error::General(
+            "the peer closed the session during the handshake".into(),
+        )),
+        (_, used) => Ok(Handshake::Wanting { used }),
     }
 }
 
@@ -326,28 +333,11 @@ fn open<C: Records>(
     outgoing: &mut Buffer,
     deliver: &mut dyn FnMut(&[u8]),
 ) -> Result<Opened, rustls::Error> {
-    let mut used = 0;
-    loop {
-        let (discard, next) = step(conn, &mut incoming[used..], outgoing, deliver);
-        used += discard;
-        let next = match next {
-            Ok(next) => next,
-            Err(e) => {
-                queued_alert(conn, &mut incoming[used..], outgoing);
-                return Err(e);
-            }
-        };
-        match next {
-            Next::Again => {}
-            Next::Wanting | Next::Sending => {
-                return Ok(Opened {
-                    used,
-                    closed: false,
-                })
-            }
-            Next::Closed => return Ok(Opened { used, closed: true }),
-        }
-    }
+    let (next, used) = run_steps(conn, incoming, outgoing, deliver)?;
+    Ok(Opened {
+        used,
+        closed: matches!(next, Next::Closed),
+    })
 }
 
 /// Room for `plaintext` bytes sealed: each record adds its header, content type and tag.
