@@ -54,9 +54,11 @@ pub enum Mode {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AckEvent {
     pub now_ns: u64,
-    /// Bytes newly acknowledged.
+    /// Bytes newly acknowledged, counted as the pacer counts them (payload and headers),
+    /// like the bytes [`RateControl::on_loss`] is given.
     pub acked: u64,
-    /// A delivery rate, bits per second, from the newest packet acknowledged.
+    /// A delivery rate, bits per second of the same bytes, from the newest packet
+    /// acknowledged: the pacing rate's unit, so a cruise at gain 1 fills the bottleneck.
     pub delivery_bps: Option<u64>,
     /// Whether that sample was taken while the sender had nothing to send (it may be
     /// lower than the path allows).
@@ -97,6 +99,10 @@ pub struct RateControl {
     round_app_limited: bool,
     /// The bottleneck estimate at the end of the last round.
     previous_btl_bw: u64,
+    /// The bottleneck estimate when startup last ended.
+    exit_btl_bw: u64,
+    /// When the current startup began (0, or the last restart).
+    startup_began_ns: u64,
     /// Times the search started again after leaving startup too early.
     pub restarts: u64,
     /// Rounds judged congested (for the diagnosis).
@@ -108,7 +114,8 @@ impl RateControl {
     /// handshake time, the first guess of the path's delay.
     pub fn new(config: RateConfig, packet: u64, initial_rtt_ns: u64) -> RateControl {
         let initial_rtt_ns = initial_rtt_ns.clamp(100_000, 1_000_000_000);
-        // 64 packets a round trip to begin with, never below 10 Mbit/s.
+        // 128 packets a round trip to begin with (startup's gain on top), never below
+        // 10 Mbit/s.
         let initial_bps = (128 * packet * 8 * 1_000_000_000 / initial_rtt_ns).max(10_000_000);
         let mode = match config {
             RateConfig::Fixed { .. } => Mode::Fixed,
@@ -135,6 +142,8 @@ impl RateControl {
             queued_samples: 0,
             round_app_limited: false,
             previous_btl_bw: 0,
+            exit_btl_bw: 0,
+            startup_began_ns: 0,
             restarts: 0,
             congested_rounds: 0,
         }
@@ -246,14 +255,19 @@ impl RateControl {
         // overflow a shallow bottleneck queue by up to a bandwidth-delay product, and one
         // late sample (a descheduled receiver) must not end it early.
         if self.mode == Mode::Startup && self.btl_bw > 0 {
-            if let Some(rtt) = event.rtt_ns {
+            // A packet sent before this search began says nothing of it: after a restart,
+            // the late ACKs of the stall that ended the last search would end this one.
+            let sample = event
+                .rtt_ns
+                .filter(|&rtt| event.now_ns.saturating_sub(rtt) >= self.startup_began_ns);
+            if let Some(rtt) = sample {
                 let queued = rtt
                     > self
                         .min_rtt_ns
                         .saturating_add((self.min_rtt_ns / 8).max(2_000_000));
                 self.queued_samples = if queued { self.queued_samples + 1 } else { 0 };
                 if self.queued_samples >= STARTUP_QUEUED_SAMPLES {
-                    self.mode = Mode::Drain;
+                    self.leave_startup();
                 }
             }
         }
@@ -321,15 +335,18 @@ impl RateControl {
                 .max()
                 .unwrap_or(0);
         }
-        // A probe delivered in full (the estimate grew by a fifth in one round) means the
-        // pipe was far from full: startup ended too early (a stalled receiver's late ACKs
-        // look like a queue), so the search starts again.
+        // A probe delivered in full (the estimate grew by a fifth in one round, or since
+        // startup ended) means the pipe was far from full: startup ended too early (a
+        // stalled receiver's late ACKs look like a queue), so the search starts again.
+        // The growth since startup counts too: what a stall held back arrives over more
+        // than one round.
+        let grew = |base: u64| base > 0 && self.btl_bw as f64 >= base as f64 * 1.2;
         if self.mode == Mode::ProbeBw
             && !self.round_app_limited
-            && self.previous_btl_bw > 0
-            && self.btl_bw as f64 >= self.previous_btl_bw as f64 * 1.2
+            && (grew(self.previous_btl_bw) || grew(self.exit_btl_bw))
         {
             self.mode = Mode::Startup;
+            self.startup_began_ns = now_ns;
             self.full_bw = self.btl_bw;
             self.full_bw_rounds = 0;
             self.queued_samples = 0;
@@ -356,7 +373,7 @@ impl RateControl {
                 || (loss > STARTUP_LOSS_EXIT && self.btl_bw > 0)
                 || (standing_queue && self.btl_bw > 0)
             {
-                self.mode = Mode::Drain;
+                self.leave_startup();
             }
         }
         self.round_acked = 0;
@@ -364,6 +381,11 @@ impl RateControl {
         self.round_app_limited = false;
         self.round_start_ns = now_ns;
         self.round_min_rtt_ns = u64::MAX;
+    }
+
+    fn leave_startup(&mut self) {
+        self.mode = Mode::Drain;
+        self.exit_btl_bw = self.btl_bw;
     }
 
     /// A congested round's rate: what it delivered (never above the filter), less a tenth.

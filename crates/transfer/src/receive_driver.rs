@@ -335,6 +335,11 @@ impl Writer {
             let started = Instant::now();
             part.write_all_at(&bytes, chunk * self.layout.chunk)
                 .map_err(|e| disk_error(&self.target, "cannot write", e))?;
+            sys::start_writeback(
+                part.as_raw_fd(),
+                chunk * self.layout.chunk,
+                bytes.len() as u64,
+            );
             self.busy += started.elapsed();
         }
         self.unsynced.push((chunk, hash));

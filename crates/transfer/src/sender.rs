@@ -14,6 +14,11 @@ use crate::wire::{Ack, DATA_HEADER};
 const PACKET_THRESHOLD: u64 = 3;
 /// Bytes each datagram costs on the wire besides its payload: our header, UDP and IPv4.
 pub const WIRE_OVERHEAD: u64 = DATA_HEADER as u64 + 28;
+
+/// A datagram's bytes on the wire for a payload of `len`.
+fn wire_bytes(len: u32) -> u64 {
+    u64::from(len) + WIRE_OVERHEAD
+}
 /// The receiver's ACK delay the probe timeout allows for.
 const MAX_ACK_DELAY_NS: u64 = crate::receiver::MAX_ACK_DELAY_NS;
 
@@ -28,6 +33,7 @@ enum State {
 struct Sent {
     block: Block,
     time_ns: u64,
+    /// [`Sender::delivered_wire`] when this was sent.
     delivered: u64,
     delivered_time_ns: u64,
     first_sent_time_ns: u64,
@@ -139,6 +145,9 @@ pub struct Sender {
     last_ack_seq: u64,
     in_flight: u64,
     delivered: u64,
+    /// Bytes acknowledged as the path carried them (payload and [`WIRE_OVERHEAD`]): the
+    /// unit the pacer spaces datagrams in, so the rate model measures in it too.
+    delivered_wire: u64,
     delivered_time_ns: u64,
     /// When the newest packet acknowledged so far was sent: the start of the send
     /// interval of a delivery-rate sample.
@@ -176,6 +185,7 @@ impl Sender {
             last_ack_seq: 0,
             in_flight: 0,
             delivered: 0,
+            delivered_wire: 0,
             delivered_time_ns: 0,
             first_sent_time_ns: 0,
             next_round_delivered: 0,
@@ -307,7 +317,9 @@ impl Sender {
         }
         let burst = self.burst_ns();
         if now_ns + burst < self.next_send_ns {
-            return self.wait(Some(self.next_send_ns - burst), Blocked::Pacing);
+            // Wake when the whole burst is due, not its first datagram: waking at
+            // `next_send_ns - burst` would send one datagram a wake-up in the steady state.
+            return self.wait(Some(self.next_send_ns), Blocked::Pacing);
         }
         if self.probe_credit == 0
             && self.in_flight + u64::from(self.layout.block) > self.rate.cwnd()
@@ -350,7 +362,7 @@ impl Sender {
         self.sent.push_back(Sent {
             block,
             time_ns: now_ns,
-            delivered: self.delivered,
+            delivered: self.delivered_wire,
             delivered_time_ns: self.delivered_time_ns,
             first_sent_time_ns: self.first_sent_time_ns,
             app_limited: self.app_limited,
@@ -358,7 +370,7 @@ impl Sender {
         });
         self.in_flight += u64::from(block.len);
         self.last_activity_ns = now_ns;
-        let wire = (u64::from(block.len) + WIRE_OVERHEAD) * 8;
+        let wire = wire_bytes(block.len) * 8;
         let tx_ns = (wire as u128 * 1_000_000_000 / self.rate.pacing_bps().max(1) as u128) as u64;
         self.next_send_ns = self.next_send_ns.max(now_ns.saturating_sub(burst)) + tx_ns;
         self.counters.packets += 1;
@@ -423,7 +435,7 @@ impl Sender {
         let block = sent.block;
         self.in_flight -= u64::from(block.len);
         self.counters.lost_packets += 1;
-        self.rate.on_loss(u64::from(block.len));
+        self.rate.on_loss(wire_bytes(block.len));
         if !self.is_acked(&block) {
             self.retransmit.push_back(block);
         }
@@ -498,7 +510,8 @@ impl Sender {
                 let sent = *sent;
                 self.in_flight -= u64::from(sent.block.len);
                 self.delivered += u64::from(sent.block.len);
-                newly_acked += u64::from(sent.block.len);
+                self.delivered_wire += wire_bytes(sent.block.len);
+                newly_acked += wire_bytes(sent.block.len);
                 let word = &mut self.acked_blocks[(sent.block.index / 64) as usize];
                 if *word & (1 << (sent.block.index % 64)) == 0 {
                     *word |= 1 << (sent.block.index % 64);
@@ -531,7 +544,7 @@ impl Sender {
             let ack_elapsed = now_ns.saturating_sub(newest.delivered_time_ns);
             let interval = send_elapsed.max(ack_elapsed).max(1);
             self.first_sent_time_ns = newest.time_ns;
-            let bytes = self.delivered - newest.delivered;
+            let bytes = self.delivered_wire - newest.delivered;
             if interval >= self.rtt.min_ns.min(u64::MAX / 2) {
                 event.delivery_bps =
                     Some((bytes as u128 * 8_000_000_000 / interval as u128) as u64);
@@ -539,7 +552,7 @@ impl Sender {
             event.app_limited = newest.app_limited;
             if newest.delivered >= self.next_round_delivered {
                 event.round_end = true;
-                self.next_round_delivered = self.delivered;
+                self.next_round_delivered = self.delivered_wire;
             }
             self.pto_count = 0;
             self.last_activity_ns = now_ns;
@@ -613,6 +626,42 @@ mod tests {
             now += 100_000;
         }
         (sender, receiver, now)
+    }
+
+    #[test]
+    fn a_paced_sender_sends_a_burst_each_time_it_wakes() {
+        // 100 Mbit/s: a millisecond's burst is about nine 1,000-byte blocks. The driver
+        // sleeps until the time the sender names and sends what it then allows.
+        let layout = Layout::fitting(4 << 20, MIN_CHUNK, 1000).unwrap();
+        let mut sender = Sender::new(layout, fixed(100_000_000), 10 * MS);
+        sender.set_readable(u64::MAX);
+        sender.set_window(u64::MAX);
+        let (mut now, mut wakes, mut sent) = (0u64, 0u64, 0u64);
+        while sent < 2_000 {
+            wakes += 1;
+            loop {
+                match sender.poll_transmit(now) {
+                    Poll::Send(_) => sent += 1,
+                    Poll::Wait {
+                        until: Some(until),
+                        why: Blocked::Pacing,
+                    } => {
+                        assert!(until > now, "a pacing wait names a later time");
+                        now = until;
+                        break;
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        let per_wake = sent as f64 / wakes as f64;
+        assert!(per_wake >= 8.0, "{per_wake:.1} datagrams a wake-up");
+        // The bursts add up to the rate: 2,000 blocks of 1,072 wire bytes at 100 Mbit/s.
+        let expected_ns = 2_000 * (1_000 + WIRE_OVERHEAD) * 8 * 10;
+        assert!(
+            now.abs_diff(expected_ns) <= 2 * MS,
+            "{now} ns against {expected_ns}"
+        );
     }
 
     #[test]
