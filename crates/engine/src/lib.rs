@@ -14,6 +14,7 @@
 
 mod conn;
 pub mod flow;
+mod nap;
 pub mod pacer;
 pub mod plane;
 pub mod quic;

@@ -10,6 +10,7 @@
 
 use crate::flow::{outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec};
 use crate::flow::{Sample, WorkerPlan};
+use crate::nap::Napper;
 use crate::pacer::Pacer;
 use linerate_model::{Role, UdpCounts};
 use linerate_proto::datagram::{is_hello, Framing, SequenceTracker};
@@ -359,6 +360,8 @@ struct UdpLoop {
     /// call, its wait-queue entry and the second system call per wake-up were a quarter
     /// of a 64-byte receiver's CPU (docs/performance.md).
     lone_receiver: bool,
+    /// The lone receiver's naps between short batches (`crate::nap`).
+    napper: Option<Napper>,
     /// The wall clock (ns since the Unix epoch) at `plan.start`: datagrams carry wall
     /// clock send times, so that on one host (or synchronised hosts) arrival minus send
     /// time is the one-way delay. Read once; the monotonic clock measures from it.
@@ -396,9 +399,12 @@ impl UdpLoop {
         };
         let paced = paced_batch(&plan, &send_batch, size);
         let lone_receiver = flows.len() == 1 && flows[0].role == Role::Receive;
+        let mut napper = None;
         if lone_receiver {
             flows[0].socket.set_nonblocking(false)?;
             flows[0].socket.set_read_timeout(Some(MAX_WAIT))?;
+            let buffer = socket2::SockRef::from(&flows[0].socket).recv_buffer_size()?;
+            napper = Some(Napper::new(buffer, size + SKB_OVERHEAD));
         }
         // The start is usually still ahead (the ends start together at a set time): the
         // wall clock then is now plus the wait, not now. Taking now for both cases once
@@ -424,6 +430,7 @@ impl UdpLoop {
             next_boundary: 0,
             grace_until: None,
             lone_receiver,
+            napper,
         })
     }
 
@@ -612,11 +619,29 @@ impl UdpLoop {
                         });
                     }
                     turn.busy = true;
+                    if let Some(napper) = self.napper.as_mut() {
+                        napper.read(count);
+                    }
                     if count < self.receive_batch.headers.len() {
+                        // The socket is empty: nap while the next batch arrives.
+                        let stamped = self.receive_batch.kernel_arrival_ns(0).is_some();
+                        let nap = self
+                            .napper
+                            .as_mut()
+                            .and_then(|n| n.after_short_read(Instant::now(), stamped));
+                        if let Some(nap) = nap {
+                            std::thread::sleep(nap);
+                        }
                         break;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // A quiet spell: the rate is measured afresh when datagrams come.
+                    if let Some(napper) = self.napper.as_mut() {
+                        napper.quiet();
+                    }
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // A refused earlier send of ours (ICMP) surfaces here; ignore.
                 Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => break,
