@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The copy protocol's version.
-pub const COPY_VERSION: u32 = 2;
+pub const COPY_VERSION: u32 = 3;
 /// The largest frame either end accepts.
 pub const MAX_FRAME: usize = 1 << 20;
 /// The most files one directory listing names.
@@ -82,16 +82,17 @@ pub struct SenderFigures {
 pub enum Control {
     /// Client: its nonce and SPAKE2 message (linerate-proto's `auth`).
     Hello { nonce: String, pake: String },
-    /// Server: its nonce, SPAKE2 message and proof.
+    /// Server: its nonce, SPAKE2 message and proof, and where the client's UDP hello
+    /// goes: the session's UDP port and id, bound into both proofs.
     Challenge {
         nonce: String,
         pake: String,
         proof: String,
+        udp_port: u16,
+        session: u64,
     },
     /// Client: its proof.
     Proof { proof: String },
-    /// Server: authenticated; send hellos to this UDP port.
-    Welcome { udp_port: u16, session: u64 },
     /// Server: the client's UDP address is proven.
     UdpReady,
     /// Either end: what was asked cannot be done; the connection stays for the next ask
@@ -171,7 +172,9 @@ impl Control {
                 too_long("nonce", nonce, 64)?;
                 too_long("pake", pake, 66)
             }
-            Control::Challenge { nonce, pake, proof } => {
+            Control::Challenge {
+                nonce, pake, proof, ..
+            } => {
                 too_long("nonce", nonce, 64)?;
                 too_long("pake", pake, 66)?;
                 too_long("proof", proof, 64)
@@ -237,10 +240,7 @@ impl Control {
                 stats.validate()
             }
             Control::Closed { stats } => stats.validate(),
-            Control::Welcome { .. }
-            | Control::UdpReady
-            | Control::Refetch { .. }
-            | Control::Bye => Ok(()),
+            Control::UdpReady | Control::Refetch { .. } | Control::Bye => Ok(()),
         }
     }
 }

@@ -24,9 +24,10 @@ pub use linerate_proto::preface::COPY_MAGIC;
 /// How the datagram key is derived from the session's keys.
 const DATAGRAM_KEY_CONTEXT: &str = "linerate copy 2026-12 datagram key";
 
-/// What a copy session's proofs bind: the protocol and its version.
-fn bound() -> Vec<u8> {
-    format!("linerate copy v{COPY_VERSION}").into_bytes()
+/// What a copy session's proofs bind: the protocol, its version, and the UDP port and
+/// session id the challenge names (a relay that changed them would break both proofs).
+fn bound(udp_port: u16, session: u64) -> Vec<u8> {
+    format!("linerate copy v{COPY_VERSION} udp {udp_port} session {session:016x}").into_bytes()
 }
 /// How long each step of the set-up may take.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -123,14 +124,22 @@ pub fn connect(
             pake: auth.pake_hex(),
         })
         .map_err(|e| setup_error("control connection", e))?;
-    let challenge = match channel.receive(SETUP_TIMEOUT, None) {
-        Ok(Control::Challenge { nonce, pake, proof }) => Challenge { nonce, pake, proof },
+    let (challenge, udp_port, id) = match channel.receive(SETUP_TIMEOUT, None) {
+        Ok(Control::Challenge {
+            nonce,
+            pake,
+            proof,
+            udp_port,
+            session,
+        }) => (Challenge { nonce, pake, proof }, udp_port, session),
         Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
         Ok(other) => return Err(setup_error("unexpected answer", format!("{other:?}"))),
         Err(e) => return Err(setup_error("no answer from the server's copy service", e)),
     };
+    // The server's proof covers the UDP port and session it named: checked here, before
+    // anything is sent there.
     let (answer, keys) = auth
-        .answer(&challenge, &bound())
+        .answer(&challenge, &bound(udp_port, id))
         .map_err(|e| TransferError::Peer(e.to_string()))?;
     channel
         .send(&Control::Proof { proof: answer })
@@ -138,12 +147,6 @@ pub fn connect(
     // Everything after the proofs is sealed: a relay can neither read nor change what
     // either end asks (`--encrypt` among it).
     channel.seal(keys.seal_for(Role::Client));
-    let (udp_port, id) = match channel.receive(SETUP_TIMEOUT, None) {
-        Ok(Control::Welcome { udp_port, session }) => (udp_port, session),
-        Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
-        Ok(other) => return Err(setup_error("unexpected answer", format!("{other:?}"))),
-        Err(e) => return Err(setup_error("the server did not welcome us", e)),
-    };
     let datagram_key = keys.derive(DATAGRAM_KEY_CONTEXT);
     let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
         .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
@@ -192,8 +195,22 @@ pub fn accept(
         Err(e) => return Err(setup_error("no hello", e)),
     };
     let server_nonce = Nonce(random().map_err(|e| TransferError::Local(e.to_string()))?);
+    // The session's UDP socket and id go out with the challenge, so that the client sends
+    // its proof, its UDP hello and its first request in one flight (3 round trips of
+    // set-up, not 4). The socket receives nothing before the proof is checked, and sends
+    // nothing before a hello under the session's key has come from the client.
+    let id = u64::from_be_bytes(random().map_err(|e| TransferError::Local(e.to_string()))?);
+    let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
+        .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
+    let udp_port = udp
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map(|a| a.port())
+        .ok_or_else(|| TransferError::Local("the UDP socket has no port".into()))?;
     let mut auth = ServerAuth::new(key.clone(), server_nonce);
-    let challenge = match auth.handle_hello(Some(&client_nonce), Some(&client_pake), &bound()) {
+    let bound = bound(udp_port, id);
+    let challenge = match auth.handle_hello(Some(&client_nonce), Some(&client_pake), &bound) {
         Ok(challenge) => challenge,
         Err(e) => {
             let _ = channel.send(&Control::Refused {
@@ -208,6 +225,8 @@ pub fn accept(
             nonce: challenge.nonce,
             pake: challenge.pake,
             proof: challenge.proof,
+            udp_port,
+            session: id,
         })
         .map_err(|e| setup_error("control connection", e))?;
     let proof = match channel.receive(SETUP_TIMEOUT, None) {
@@ -233,21 +252,6 @@ pub fn accept(
     };
     channel.seal(keys.seal_for(Role::Server));
     let datagram_key = keys.derive(DATAGRAM_KEY_CONTEXT);
-    let id = u64::from_be_bytes(random().map_err(|e| TransferError::Local(e.to_string()))?);
-    let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
-        .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
-    let udp_port = udp
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_socket())
-        .map(|a| a.port())
-        .ok_or_else(|| TransferError::Local("the UDP socket has no port".into()))?;
-    channel
-        .send(&Control::Welcome {
-            udp_port,
-            session: id,
-        })
-        .map_err(|e| setup_error("control connection", e))?;
     // The client's hello: tagged with the session's key, from the control peer's IP.
     let deadline = Instant::now() + SETUP_TIMEOUT;
     let mut buffer = [0u8; 256];
