@@ -302,3 +302,40 @@ pub fn accept(
         },
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A challenge relayed with another UDP port or session id than the server chose: the
+    /// client refuses the server's proof before it sends anything there.
+    #[test]
+    fn a_challenge_whose_udp_port_or_session_was_changed_is_refused() {
+        let key = Key::from_file_contents(b"the copy session test key").unwrap();
+        let (port, id) = (40_000u16, 0x1234_5678_9abc_def0u64);
+        for (their_port, their_id, holds) in [
+            (port, id, true),
+            (port + 1, id, false),
+            (port, id ^ 1, false),
+        ] {
+            let mut client = ClientAuth::new(&key, &Nonce([7; 32]));
+            let mut server = ServerAuth::new(key.clone(), Nonce([9; 32]));
+            let challenge = server
+                .handle_hello(
+                    Some(&client.nonce_hex()),
+                    Some(&client.pake_hex()),
+                    &bound(port, id),
+                )
+                .unwrap();
+            let answered = client.answer(&challenge, &bound(their_port, their_id));
+            assert_eq!(
+                answered.is_ok(),
+                holds,
+                "port {their_port}, id {their_id:x}"
+            );
+            if let Ok((proof, _)) = answered {
+                assert!(server.handle_proof(&proof).is_ok());
+            }
+        }
+    }
+}
