@@ -3,8 +3,9 @@
 //! Two modes. `Fixed` paces at the rate the user named (a dedicated circuit). `Adaptive`
 //! models the path the way BBR does: the bottleneck rate is the largest delivery rate seen
 //! over the last ten round trips, the propagation delay the smallest RTT; the sender paces
-//! at a gain times that rate (2.89 while starting up, then a cycle of 1.25, 0.75 and six
-//! rounds of 1) and keeps at most twice the bandwidth-delay product in flight.
+//! at a gain times that rate (2.89 while starting up, then a cycle of 1.25, 0.75 until the
+//! queue is drained, and six rounds of 1) and keeps at most twice the bandwidth-delay
+//! product in flight.
 //!
 //! Loss is not taken as congestion by itself. In a round where some RTT sample came back
 //! near the propagation delay, the bottleneck queue was empty at some moment, so that
@@ -30,6 +31,8 @@ const STARTUP_GAIN: f64 = 2.885;
 const RESTART_GAIN: f64 = 1.5;
 /// The probing cycle's gains, one phase per propagation delay.
 const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// The cycle's phase that drains the queue its probe made.
+const DRAIN_PHASE: usize = 1;
 /// Round trips the bottleneck-rate filter remembers.
 const BW_WINDOW_ROUNDS: u64 = 10;
 /// RTT samples in a row that must show a queue to end startup.
@@ -273,9 +276,7 @@ impl RateControl {
         }
         match self.mode {
             Mode::Drain => {
-                let bdp = (self.btl_bw as u128 * self.min_rtt_ns.min(10_000_000_000) as u128
-                    / 8_000_000_000) as u64;
-                if event.in_flight <= bdp {
+                if event.in_flight <= self.bdp() {
                     self.mode = Mode::ProbeBw;
                     // Start the cycle on a cruising phase: draining just emptied the queue.
                     self.phase = 2;
@@ -284,7 +285,14 @@ impl RateControl {
             }
             Mode::ProbeBw => {
                 let phase_len = self.min_rtt_ns.clamp(1_000_000, 1_000_000_000);
-                if event.now_ns.saturating_sub(self.phase_start_ns) >= phase_len {
+                let elapsed = event.now_ns.saturating_sub(self.phase_start_ns);
+                // The draining phase lasts until what is in flight fits the path without a
+                // queue (at most four of its lengths): a queue left standing fills with
+                // the next probe and overflows, and its losses are resent bytes.
+                let drained = self.phase != DRAIN_PHASE
+                    || event.in_flight <= self.bdp()
+                    || elapsed >= 4 * phase_len;
+                if elapsed >= phase_len && drained {
                     self.phase = (self.phase + 1) % CYCLE.len();
                     self.phase_start_ns = event.now_ns;
                 }
@@ -381,6 +389,12 @@ impl RateControl {
         self.round_app_limited = false;
         self.round_start_ns = now_ns;
         self.round_min_rtt_ns = u64::MAX;
+    }
+
+    /// The path's bandwidth-delay product by the model, bytes: what is in flight when the
+    /// bottleneck is busy and its queue empty.
+    fn bdp(&self) -> u64 {
+        (self.btl_bw as u128 * self.min_rtt_ns.min(10_000_000_000) as u128 / 8_000_000_000) as u64
     }
 
     fn leave_startup(&mut self) {
