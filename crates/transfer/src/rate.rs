@@ -275,13 +275,11 @@ impl RateControl {
             }
         }
         match self.mode {
-            Mode::Drain => {
-                if event.in_flight <= self.bdp() {
-                    self.mode = Mode::ProbeBw;
-                    // Start the cycle on a cruising phase: draining just emptied the queue.
-                    self.phase = 2;
-                    self.phase_start_ns = event.now_ns;
-                }
+            Mode::Drain if event.in_flight <= self.bdp() => {
+                self.mode = Mode::ProbeBw;
+                // Start the cycle on a cruising phase: draining just emptied the queue.
+                self.phase = 2;
+                self.phase_start_ns = event.now_ns;
             }
             Mode::ProbeBw => {
                 let phase_len = self.min_rtt_ns.clamp(1_000_000, 1_000_000_000);
