@@ -624,7 +624,8 @@ impl UdpLoop {
                     }
                     if count < self.receive_batch.headers.len() {
                         // The socket is empty: nap while the next batch arrives.
-                        let stamped = self.receive_batch.kernel_arrival_ns(0).is_some();
+                        let stamped =
+                            count > 0 && self.receive_batch.kernel_arrival_ns(0).is_some();
                         let nap = self
                             .napper
                             .as_mut()

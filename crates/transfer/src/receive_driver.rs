@@ -1,8 +1,8 @@
 //! The receiving end's driver: the `.part` file and its journal, the datagram loop around
 //! the receiver core, and the writer thread that checks each chunk's hash and writes it.
 //!
-//! Order on the disk (what makes resume safe): a chunk's bytes are written with `pwrite`;
-//! every journal interval the file is `fdatasync`ed and only then are the chunks written
+//! Order on the disk (what makes resume safe): a chunk's bytes are written with `pwrite`
+//! (and their writeback started, which promises nothing); every journal interval the file is `fdatasync`ed and only then are the chunks written
 //! since the last sync appended to the journal (and it synced). At the end the file is
 //! `fsync`ed, renamed into place, the journal removed and the directory synced.
 
