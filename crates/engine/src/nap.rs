@@ -1,5 +1,5 @@
-//! How long a lone UDP receiver naps between short batches (docs/performance.md, "A
-//! receiver that naps between short batches").
+//! How long a lone UDP receiver (without GRO) naps between short batches
+//! (docs/performance.md, "A UDP receiver that naps between short batches").
 //!
 //! A receiver faster than its sender empties the socket at every wake-up and blocks
 //! again: it took about four datagrams a `recvmmsg` and a third of its CPU was waking up.

@@ -389,8 +389,12 @@ impl UdpLoop {
         };
         // Receive buffers take any datagram of the test (a longer one is cut and counted
         // foreign), or with GRO any coalesced run.
+        let mut coalesced = false;
         let receive_batch = match (plan.gro && receives).then(|| enable_gro(&flows)) {
-            Some(Ok(())) => Batch::new(GRO_BUFFER, 1, OFFLOAD_MESSAGES * 2, true),
+            Some(Ok(())) => {
+                coalesced = true;
+                Batch::new(GRO_BUFFER, 1, OFFLOAD_MESSAGES * 2, true)
+            }
             Some(Err(note)) => {
                 notes.push(note);
                 Batch::new(size.max(64), 1, BATCH, true)
@@ -403,8 +407,12 @@ impl UdpLoop {
         if lone_receiver {
             flows[0].socket.set_nonblocking(false)?;
             flows[0].socket.set_read_timeout(Some(MAX_WAIT))?;
-            let buffer = socket2::SockRef::from(&flows[0].socket).recv_buffer_size()?;
-            napper = Some(Napper::new(buffer, size + SKB_OVERHEAD));
+            // With GRO a message is a coalesced run of unknown length: what the socket
+            // holds of them cannot be told, so such a receiver never naps.
+            if !coalesced {
+                let buffer = socket2::SockRef::from(&flows[0].socket).recv_buffer_size()?;
+                napper = Some(Napper::new(buffer, size + SKB_OVERHEAD));
+            }
         }
         // The start is usually still ahead (the ends start together at a set time): the
         // wall clock then is now plus the wait, not now. Taking now for both cases once
