@@ -342,10 +342,9 @@ impl RateControl {
                 .unwrap_or(0);
         }
         // A probe delivered in full (the estimate grew by a fifth in one round, or since
-        // startup ended) means the pipe was far from full: startup ended too early (a
-        // stalled receiver's late ACKs look like a queue), so the search starts again.
-        // The growth since startup counts too: what a stall held back arrives over more
-        // than one round.
+        // startup ended: what a stall held back arrives over more than one round) means
+        // the pipe was far from full: startup ended too early (a stalled receiver's late
+        // ACKs look like a queue), so the search starts again.
         let grew = |base: u64| base > 0 && self.btl_bw as f64 >= base as f64 * 1.2;
         if self.mode == Mode::ProbeBw
             && !self.round_app_limited

@@ -34,7 +34,7 @@ struct Sent {
     block: Block,
     time_ns: u64,
     /// [`Sender::delivered_wire`] when this was sent.
-    delivered: u64,
+    delivered_wire: u64,
     delivered_time_ns: u64,
     first_sent_time_ns: u64,
     app_limited: bool,
@@ -362,7 +362,7 @@ impl Sender {
         self.sent.push_back(Sent {
             block,
             time_ns: now_ns,
-            delivered: self.delivered_wire,
+            delivered_wire: self.delivered_wire,
             delivered_time_ns: self.delivered_time_ns,
             first_sent_time_ns: self.first_sent_time_ns,
             app_limited: self.app_limited,
@@ -544,13 +544,13 @@ impl Sender {
             let ack_elapsed = now_ns.saturating_sub(newest.delivered_time_ns);
             let interval = send_elapsed.max(ack_elapsed).max(1);
             self.first_sent_time_ns = newest.time_ns;
-            let bytes = self.delivered_wire - newest.delivered;
+            let bytes = self.delivered_wire - newest.delivered_wire;
             if interval >= self.rtt.min_ns.min(u64::MAX / 2) {
                 event.delivery_bps =
                     Some((bytes as u128 * 8_000_000_000 / interval as u128) as u64);
             }
             event.app_limited = newest.app_limited;
-            if newest.delivered >= self.next_round_delivered {
+            if newest.delivered_wire >= self.next_round_delivered {
                 event.round_end = true;
                 self.next_round_delivered = self.delivered_wire;
             }
