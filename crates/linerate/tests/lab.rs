@@ -1672,9 +1672,11 @@ fn rpm_tells_a_deep_queue_from_a_short_one_by_the_emulators_own_queue() {
                 "{queue} {leg}: added latency {added_ms:.1} ms against the emulator's queue of {queue_ms:.1} ms"
             );
             // Goodput is the frames less Ethernet, IP, TCP, TLS-free HTTP/2 framing
-            // (about 5 %), averaged over the ramp's last intervals.
+            // (1,448 of 1,514 bytes: 0.956), averaged over the ramp's last intervals; the
+            // upper bound leaves 2.4 % for the two clocks' windows. An upload counted by
+            // progress lines sent with the next burst of data read 1.04x here.
             assert!(
-                capacity <= frames_bps * 1.02 && capacity >= frames_bps * 0.8,
+                capacity <= frames_bps * 0.98 && capacity >= frames_bps * 0.8,
                 "{queue} {leg}: capacity {capacity:.0} against frames of {frames_bps:.0} bit/s"
             );
         }

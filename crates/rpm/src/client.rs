@@ -617,7 +617,7 @@ async fn leg(
         let bps = (total - last_bytes) as f64 * 8.0 / seconds;
         (last_bytes, last_tick) = (total, ticked);
         let current = method::responsiveness(&latest(&windows, options.window));
-        let goodput_saturated = goodput.add(bps);
+        let goodput_saturated = goodput.add_weighted(bps, seconds);
         let rpm_saturated = current.is_some_and(|r| responsiveness.add(r));
         rpm = current.or(rpm);
         intervals.push(RpmInterval {

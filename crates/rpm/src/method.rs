@@ -66,12 +66,13 @@ pub fn responsiveness(probes: &Probes) -> Option<f64> {
 
 /// Whether a series of per-interval figures has stopped moving: the last `window`
 /// moving averages (each over `window` figures) spread, as a standard deviation, less
-/// than `tolerance` of the newest average.
+/// than `tolerance` of the newest average. Figures may carry weights (a rate the seconds
+/// it was measured over), and then an average is the weighted one.
 #[derive(Debug, Clone)]
 pub struct Saturation {
     window: usize,
     tolerance: f64,
-    values: Vec<f64>,
+    values: Vec<(f64, f64)>,
     averages: Vec<f64>,
 }
 
@@ -88,10 +89,19 @@ impl Saturation {
 
     /// Adds an interval's figure; `true` once saturated.
     pub fn add(&mut self, value: f64) -> bool {
-        self.values.push(value);
+        self.add_weighted(value, 1.0)
+    }
+
+    /// Adds an interval's figure with its weight; `true` once saturated. A rate weighed by
+    /// the seconds it took makes the average the amount over the time: an interval cut
+    /// short (a tick late after adding a connection) counts for the time it lasted, not
+    /// as much as a whole one.
+    pub fn add_weighted(&mut self, value: f64, weight: f64) -> bool {
+        self.values.push((value, weight.max(f64::MIN_POSITIVE)));
         let recent = &self.values[self.values.len().saturating_sub(self.window)..];
+        let weights: f64 = recent.iter().map(|(_, w)| w).sum();
         self.averages
-            .push(recent.iter().sum::<f64>() / recent.len() as f64);
+            .push(recent.iter().map(|(v, w)| v * w).sum::<f64>() / weights);
         self.saturated()
     }
 
@@ -191,6 +201,25 @@ mod tests {
             }
         }
         assert!(saturated_at.is_some_and(|i| i >= 3), "{saturated_at:?}");
+    }
+
+    #[test]
+    fn a_rate_weighed_by_its_seconds_averages_to_the_amount_over_the_time() {
+        // 47 Mbit/s throughout, counted in intervals of 1, 0.3 (after a late tick), 0.7
+        // and 1 s; the short one caught a report that belonged to the one before.
+        let mut s = Saturation::new(4, 0.05);
+        let counted = [(47e6, 1.0), (40e6, 0.3), (50e6, 0.7), (47e6, 1.0)];
+        for (bps, seconds) in counted {
+            s.add_weighted(bps, seconds);
+        }
+        let bits: f64 = counted.iter().map(|(b, t)| b * t).sum();
+        assert!((s.average().unwrap() - bits / 3.0).abs() < 1.0);
+        // Unweighted, the short interval would count as a whole one: 46 Mbit/s.
+        let mut unweighted = Saturation::new(4, 0.05);
+        for (bps, _) in counted {
+            unweighted.add(bps);
+        }
+        assert!((unweighted.average().unwrap() - 46e6).abs() < 1.0);
     }
 
     #[test]

@@ -453,14 +453,17 @@ async fn slurp(shared: &Shared, mut body: Incoming) -> Reply {
     done
 }
 
-/// How often `/slurp?progress` reports what has arrived.
-pub const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+/// How often `/slurp?progress` reports what has arrived, while it changes.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(50);
 
 /// `/slurp?progress`: answers at once, and while the upload lasts writes a line with the
 /// bytes received so far every [`PROGRESS_EVERY`] (and at its end), so that the client
 /// counts its goodput where it arrived rather than where it left: bytes a client has
 /// sent may sit in its socket and HTTP/2 windows for seconds on a slow path. Needs a
 /// client that reads the answer while it sends (HTTP/2; linerate's client asks for it).
+/// The lines go on a clock, not as data arrives: over a deep queue a connection's data
+/// comes in bursts a round trip apart, and a count sent with the next burst would put
+/// the bytes of the last one in the wrong interval.
 fn slurp_with_progress(shared: &Shared, mut body: Incoming) -> Reply {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     let limits = shared.limits;
@@ -468,20 +471,27 @@ fn slurp_with_progress(shared: &Shared, mut body: Incoming) -> Reply {
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + limits.max_request;
         let mut received: u64 = 0;
-        let mut reported = tokio::time::Instant::now();
+        let mut reported: u64 = 0;
+        let mut clock = tokio::time::interval(PROGRESS_EVERY);
+        clock.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let frame = tokio::time::timeout_at(deadline, body.frame()).await;
-            let Ok(Some(Ok(frame))) = frame else { break };
-            if let Some(data) = frame.data_ref() {
-                received += data.len() as u64;
-                if received > limits.max_upload {
-                    break;
+            tokio::select! {
+                frame = tokio::time::timeout_at(deadline, body.frame()) => {
+                    let Ok(Some(Ok(frame))) = frame else { break };
+                    if let Some(data) = frame.data_ref() {
+                        received += data.len() as u64;
+                        if received > limits.max_upload {
+                            break;
+                        }
+                    }
                 }
-            }
-            if reported.elapsed() >= PROGRESS_EVERY {
-                reported = tokio::time::Instant::now();
-                // A client that does not read the lines loses them, not the upload.
-                let _ = tx.try_send(Bytes::from(format!("{received}\n")));
+                _ = clock.tick() => {
+                    if received != reported {
+                        reported = received;
+                        // A client that does not read the lines loses them, not the upload.
+                        let _ = tx.try_send(Bytes::from(format!("{received}\n")));
+                    }
+                }
             }
         }
         counters.uploaded.fetch_add(received, Ordering::Relaxed);

@@ -130,6 +130,45 @@ fn connections_over_a_clients_bound_are_refused_and_others_served() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
+/// `/slurp?progress` reports what arrived on its own clock: a chunk followed by silence
+/// (a connection's burst over a deep queue) is counted within a few report periods, not
+/// only when more data comes.
+#[test]
+fn an_upload_that_pauses_still_has_what_arrived_reported() {
+    let server = server::start("127.0.0.1:0".parse().unwrap(), None, Limits::default()).unwrap();
+    let mut up = TcpStream::connect(server.addr).unwrap();
+    up.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    write!(
+        up,
+        "POST /slurp?progress HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let mut read_for = |up: &mut TcpStream, seconds: f64| {
+        let until = Instant::now() + Duration::from_secs_f64(seconds);
+        let mut buf = [0u8; 4096];
+        while Instant::now() < until {
+            if let Ok(n) = up.read(&mut buf) {
+                answer.extend_from_slice(&buf[..n]);
+            }
+        }
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    // One chunk: the answer's head, perhaps a first count.
+    write!(up, "3e8\r\n{}\r\n", "x".repeat(1000)).unwrap();
+    // Then nothing more is sent; the count must come anyway.
+    let text = read_for(&mut up, 3.0);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.lines().any(|l| l.trim() == "1000"),
+        "no count of the 1000 bytes while the upload paused: {text:?}"
+    );
+    // A count is sent when it changed, not on every tick.
+    let lines = text.lines().filter(|l| l.trim() == "1000").count();
+    assert_eq!(lines, 1, "{text:?}");
+}
+
 /// An upload that does not end is cut at the request's time limit, one with a broken
 /// chunk is refused, and the server answers the next client.
 #[test]
