@@ -11,7 +11,8 @@
 // A driver: the clock and sleeping are its job (the core modules stay sans-IO).
 #![allow(clippy::disallowed_methods)]
 
-use crate::link::{Link, LinkCounters};
+use crate::frame::Offloaded;
+use crate::link::{Frame, Link, LinkCounters};
 use crate::ring::RxRing;
 use crate::spec::LinkSpec;
 use crate::sys::{self, PacketSocket};
@@ -84,8 +85,11 @@ pub struct Ports {
     names: [String; 2],
     receivers: [RxRing; 2],
     senders: [PacketSocket; 2],
-    /// Frame buffer size: the larger MTU plus Ethernet and VLAN headers.
+    /// Frame buffer size: the larger MTU plus Ethernet and VLAN headers, or with offloads
+    /// the largest segment.
     frame_capacity: usize,
+    /// The hosts' segments pass whole, each with its `virtio_net_hdr`.
+    offloads: bool,
     /// Held while the bridge runs: an abstract socket per interface, so a second
     /// emulator on the same interface (in the same namespace) is refused.
     _locks: [UnixDatagram; 2],
@@ -120,8 +124,10 @@ fn io_error(name: &str, error: io::Error) -> BridgeError {
 }
 
 impl Ports {
-    /// Checks both interfaces and opens their sockets.
-    pub fn open(a: &str, b: &str) -> Result<Ports, BridgeError> {
+    /// Checks both interfaces and opens their sockets; with `offloads`, for segments of up
+    /// to 64 KB that pass whole (the kernel cuts them into frames as they leave, or hands
+    /// them to a veth peer as they are).
+    pub fn open(a: &str, b: &str, offloads: bool) -> Result<Ports, BridgeError> {
         if a == b {
             return Err(BridgeError::SameInterface(a.into()));
         }
@@ -143,22 +149,28 @@ impl Ports {
             mtu = mtu.max(sys::interface_mtu(name).map_err(|e| io_error(name, e))?);
         }
         let locks = [lock(a)?, lock(b)?];
-        let frame_capacity = mtu + 14 + 4;
+        // An IP packet of at most 65,535 bytes in an Ethernet frame with a VLAN tag.
+        let frame_capacity = if offloads {
+            65_535 + 14 + 4
+        } else {
+            mtu + 14 + 4
+        };
         let receiver = |index: u32, name: &str| {
             PacketSocket::receiver(index)
-                .and_then(|socket| RxRing::new(socket, frame_capacity))
+                .and_then(|socket| RxRing::new(socket, frame_capacity, offloads))
                 .map_err(|e| io_error(name, e))
         };
         let receivers = [receiver(indexes[0], a)?, receiver(indexes[1], b)?];
         let senders = [
-            PacketSocket::sender(indexes[0]).map_err(|e| io_error(a, e))?,
-            PacketSocket::sender(indexes[1]).map_err(|e| io_error(b, e))?,
+            PacketSocket::sender(indexes[0], offloads).map_err(|e| io_error(a, e))?,
+            PacketSocket::sender(indexes[1], offloads).map_err(|e| io_error(b, e))?,
         ];
         Ok(Ports {
             names: [a.into(), b.into()],
             receivers,
             senders,
             frame_capacity,
+            offloads,
             _locks: locks,
         })
     }
@@ -195,6 +207,7 @@ impl Bridge {
             receivers: [rx_a, rx_b],
             senders: [tx_a, tx_b],
             frame_capacity,
+            offloads,
             _locks,
             ..
         } = ports;
@@ -215,17 +228,30 @@ impl Bridge {
             let stop = stop.clone();
             threads.push(std::thread::spawn(move || {
                 let _lock = lock;
-                let direction = Direction {
-                    rx,
-                    tx,
-                    link: Link::new(spec, link_seed),
-                    frame_capacity,
-                    status: slot,
-                    last_arrival: 0,
-                    origin_ns: wait::monotonic_ns() - started.elapsed().as_nanos() as u64,
-                    waiter: Waiter::new()?,
-                };
-                direction.run(&stop)
+                let origin_ns = wait::monotonic_ns() - started.elapsed().as_nanos() as u64;
+                if offloads {
+                    Direction::<Offloaded>::new(
+                        rx,
+                        tx,
+                        spec,
+                        link_seed,
+                        frame_capacity,
+                        slot,
+                        origin_ns,
+                    )?
+                    .run(&stop)
+                } else {
+                    Direction::<Vec<u8>>::new(
+                        rx,
+                        tx,
+                        spec,
+                        link_seed,
+                        frame_capacity,
+                        slot,
+                        origin_ns,
+                    )?
+                    .run(&stop)
+                }
             }));
         }
         Bridge {
@@ -275,10 +301,36 @@ impl Bridge {
     }
 }
 
-struct Direction {
+/// What a direction's link carries: frames, or offloaded segments with their header.
+trait Carried: Frame + AsRef<[u8]> {
+    fn from_buffer(buffer: Vec<u8>) -> Self;
+    fn into_buffer(self) -> Vec<u8>;
+}
+
+impl Carried for Vec<u8> {
+    fn from_buffer(buffer: Vec<u8>) -> Self {
+        buffer
+    }
+
+    fn into_buffer(self) -> Vec<u8> {
+        self
+    }
+}
+
+impl Carried for Offloaded {
+    fn from_buffer(buffer: Vec<u8>) -> Self {
+        Offloaded(buffer)
+    }
+
+    fn into_buffer(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+struct Direction<F: Carried> {
     rx: RxRing,
     tx: PacketSocket,
-    link: Link<Vec<u8>>,
+    link: Link<F>,
     frame_capacity: usize,
     status: Arc<Mutex<DirectionStatus>>,
     /// The arrival time given to the last frame (the link's clock never goes back).
@@ -288,7 +340,28 @@ struct Direction {
     waiter: Waiter,
 }
 
-impl Direction {
+impl<F: Carried> Direction<F> {
+    fn new(
+        rx: RxRing,
+        tx: PacketSocket,
+        spec: LinkSpec,
+        seed: u64,
+        frame_capacity: usize,
+        status: Arc<Mutex<DirectionStatus>>,
+        origin_ns: u64,
+    ) -> io::Result<Direction<F>> {
+        Ok(Direction {
+            rx,
+            tx,
+            link: Link::new(spec, seed),
+            frame_capacity,
+            status,
+            last_arrival: 0,
+            origin_ns,
+            waiter: Waiter::new()?,
+        })
+    }
+
     fn now_ns(&self) -> u64 {
         wait::monotonic_ns().saturating_sub(self.origin_ns)
     }
@@ -296,7 +369,7 @@ impl Direction {
     fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
         let mut spare: Vec<Vec<u8>> = Vec::new();
         let mut send_scratch = sys::BatchScratch::default();
-        let mut due: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
+        let mut due: Vec<F> = Vec::with_capacity(BATCH);
         let mut extra = DirectionStatus::default();
         let mut next_publish = 0;
         while !stop.load(Ordering::Relaxed) {
@@ -313,7 +386,7 @@ impl Direction {
                     break;
                 }
                 extra.refused += sys::send_batch(&self.tx, &due, &mut send_scratch)?;
-                spare.append(&mut due);
+                spare.extend(due.drain(..).map(F::into_buffer));
             }
             if now >= next_publish {
                 extra.ring_drops += self.rx.drops();
@@ -384,7 +457,7 @@ impl Direction {
             let mut buffer = spare.pop().unwrap_or_default();
             buffer.clear();
             buffer.extend_from_slice(bytes);
-            link.handle_arrival(arrived, buffer);
+            link.handle_arrival(arrived, F::from_buffer(buffer));
         });
     }
 

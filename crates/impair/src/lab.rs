@@ -234,13 +234,15 @@ fn build(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
         ])?;
         ip(&["-n", ns, "link", "set", "eth0", "up"])?;
         let name = ns.to_string();
-        crate::sys::in_namespace(&name, || crate::sys::offloads_off("eth0"))?;
+        let offloads = options.path.offloads;
+        crate::sys::in_namespace(&name, move || crate::sys::set_offloads("eth0", offloads))?;
         set_tcp_buffers(ns, options.buffers)?;
     }
     for side in [ROUTER_CLIENT_SIDE, ROUTER_SERVER_SIDE] {
         ip(&["-n", &router, "link", "set", side, "up"])?;
         let router = router.clone();
-        crate::sys::in_namespace(&router, move || crate::sys::offloads_off(side))?;
+        let offloads = options.path.offloads;
+        crate::sys::in_namespace(&router, move || crate::sys::set_offloads(side, offloads))?;
     }
     start_emulator(lab, options, &router, &path_json)
 }

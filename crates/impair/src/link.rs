@@ -24,6 +24,11 @@ use std::collections::VecDeque;
 pub trait Frame: Clone {
     /// Bytes on the wire (Ethernet header included, no preamble or FCS).
     fn wire_len(&self) -> usize;
+    /// Frames on the wire: more than one for a segment the kernel cuts into frames as it
+    /// leaves (offloads).
+    fn wire_frames(&self) -> usize {
+        1
+    }
     /// Flips one bit of the payload chosen by `pick`; false when the frame has no byte to
     /// flip.
     fn flip_bit(&mut self, pick: u64) -> bool;
@@ -47,6 +52,28 @@ impl Frame for Vec<u8> {
     }
 }
 
+/// An offloaded segment is on the wire as the frames the kernel cuts it into.
+impl Frame for crate::frame::Offloaded {
+    fn wire_len(&self) -> usize {
+        self.frames().1
+    }
+
+    fn wire_frames(&self) -> usize {
+        self.frames().0
+    }
+
+    fn flip_bit(&mut self, pick: u64) -> bool {
+        match self.0.get_mut(crate::ring::VNET_HEADER..) {
+            Some(frame) => crate::frame::flip_payload_bit(frame, pick),
+            None => false,
+        }
+    }
+
+    fn flow(&self) -> Option<u64> {
+        crate::frame::flow_key(self.0.get(crate::ring::VNET_HEADER..)?)
+    }
+}
+
 /// What one direction has done since it started. Every frame that arrived is either passed,
 /// dropped for one cause, or still in the link.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -56,6 +83,10 @@ pub struct LinkCounters {
     /// Frames (duplicates included) that left, and their bytes.
     pub passed: u64,
     pub passed_bytes: u64,
+    /// The frames that left as the wire carries them: an offloaded segment counts as the
+    /// frames the kernel cuts it into. Equal to `passed` without offloads.
+    #[serde(default)]
+    pub passed_wire_frames: u64,
     /// Frames dropped by the loss model.
     pub lost: u64,
     /// Frames dropped because the queue before the bottleneck was full.
@@ -290,6 +321,7 @@ impl<F: Frame> Link<F> {
         self.line_bytes -= len;
         self.counters.passed += 1;
         self.counters.passed_bytes += len;
+        self.counters.passed_wire_frames += queued.frame.wire_frames() as u64;
         self.counters.delay_sum_ns += delay;
         self.counters.delay_max_ns = self.counters.delay_max_ns.max(delay);
         queued.frame

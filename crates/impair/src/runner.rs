@@ -97,7 +97,7 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<Status, BridgeError> {
     let [a, b] = &options.interfaces;
-    let ports = Ports::open(a, b)?;
+    let ports = Ports::open(a, b, options.path.offloads)?;
     let names = [format!("{a} -> {b}"), format!("{b} -> {a}")];
     let bridge_stop = Arc::new(AtomicBool::new(false));
     let bridge = Bridge::start(
@@ -196,7 +196,7 @@ pub fn summary(status: &Status) -> String {
     for (name, d) in names.iter().zip(&status.directions) {
         let c = &d.counters;
         text.push_str(&format!(
-            "  {name}: {} frames in, {} passed ({:.1} Mbit/s), lost {}, queue drops {}, \
+            "  {name}: {} frames in, {} passed{} ({:.1} Mbit/s), lost {}, queue drops {}, \
              memory drops {}, oversize {}, refused {}, dropped by a full receive ring {}, duplicated {}, corrupted {}, reordered {}, \
              mean delay {:.3} ms, max {:.3} ms, {} frames left in the line; \
              released late by {:.3} ms on average, at most {:.3} ms, {} frames over {} us; \
@@ -205,6 +205,12 @@ pub fn summary(status: &Status) -> String {
              the rest\n",
             c.arrived,
             c.passed,
+            // Offloaded segments leave as more frames than came in.
+            if c.passed_wire_frames > c.passed {
+                format!(" as {} frames", c.passed_wire_frames)
+            } else {
+                String::new()
+            },
             c.passed_bytes as f64 * 8.0 / status.elapsed_s.max(1e-9) / 1e6,
             c.lost,
             c.queue_drops,

@@ -15,6 +15,7 @@ const ETH_P_ALL: u16 = 0x0003;
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
 const PACKET_MR_PROMISC: u16 = 1;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
+const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 /// `sll_pkttype` of a frame this host sent.
 pub const PACKET_OUTGOING: u8 = 4;
@@ -119,12 +120,26 @@ const ETHTOOL_STSO: u32 = 0x1f;
 const ETHTOOL_SGSO: u32 = 0x24;
 const ETHTOOL_SGRO: u32 = 0x2c;
 
-/// Turns off segmentation and receive offloads and checksum offload on `name`, so that a
+/// Turns segmentation and receive offloads and checksum offload off on `name`, so that a
 /// frame is at most one MTU and carries a complete checksum (a frame that crosses the
-/// emulator is re-injected and checked again by the receiver). Features the driver does
-/// not have are skipped.
-pub fn offloads_off(name: &str) -> io::Result<()> {
+/// emulator is re-injected and checked again by the receiver); or, with `on`, checksum,
+/// scatter-gather and segmentation offloads on (in the order the kernel needs them), so
+/// that the host hands over segments of up to 64 KB that the emulator carries whole.
+/// Features the driver does not have are skipped.
+pub fn set_offloads(name: &str, on: bool) -> io::Result<()> {
     let socket = control_socket()?;
+    if on {
+        for cmd in [
+            ETHTOOL_SRXCSUM,
+            ETHTOOL_STXCSUM,
+            ETHTOOL_SSG,
+            ETHTOOL_STSO,
+            ETHTOOL_SGSO,
+        ] {
+            ethtool_set(&socket, name, cmd, 1)?;
+        }
+        return Ok(());
+    }
     for cmd in [
         ETHTOOL_SGRO,
         ETHTOOL_SGSO,
@@ -232,8 +247,13 @@ impl PacketSocket {
 
     /// A sending socket on `index` that receives nothing and bypasses the qdisc (the
     /// emulator is the queue). Blocking: a full transmit ring makes the sender wait.
-    pub fn sender(index: u32) -> io::Result<PacketSocket> {
+    /// With `offloads`, each frame sent starts with a `virtio_net_hdr` that says how the
+    /// kernel is to cut it into frames and fill in its checksum.
+    pub fn sender(index: u32, offloads: bool) -> io::Result<PacketSocket> {
         let socket = PacketSocket::open(index, 0, false)?;
+        if offloads {
+            socket.set_option(libc::SOL_PACKET, PACKET_VNET_HDR, &1 as &libc::c_int)?;
+        }
         let _ = socket.set_option(libc::SOL_PACKET, PACKET_QDISC_BYPASS, &1 as &libc::c_int);
         let _ = socket.set_option(
             libc::SOL_SOCKET,
@@ -341,14 +361,16 @@ pub fn wall_clock_ns() -> u64 {
 
 /// Sends every frame in one call where the kernel takes them all (sendmmsg), retrying the
 /// rest. Returns the frames the interface refused (too large for its MTU, or an error).
-pub fn send_batch(
+pub fn send_batch<F: AsRef<[u8]>>(
     socket: &PacketSocket,
-    frames: &[Vec<u8>],
+    frames: &[F],
     scratch: &mut BatchScratch,
 ) -> io::Result<u64> {
     // The kernel only reads the frames; iovec's pointer is mutable by its C type alone.
     scratch.prepare(
-        frames.iter().map(|f| (f.as_ptr() as *mut u8, f.len())),
+        frames
+            .iter()
+            .map(|f| (f.as_ref().as_ptr() as *mut u8, f.as_ref().len())),
         frames.len(),
     );
     let headers = &mut scratch.headers;

@@ -1332,6 +1332,7 @@ Examples:
   linerate lab down
   linerate lab run --rtt 100ms --loss 1% --rate 1G -- linerate stream server -C bbr -t 30
   linerate lab run --rtt 50ms --serve-args \"--max-tests 4\" -- linerate rr server
+  linerate lab up --rtt 100ms --offloads --buffers 256M     10 Gbit/s and more, segments whole
 Hosts: client 10.77.0.1, server 10.77.0.2 (names 'client' and 'server' resolve inside the
 lab; LINERATE_LAB_SERVER holds the server's address). The router between them runs
 'linerate impair'; --rtt is the added round trip, half each way.";
@@ -1374,6 +1375,11 @@ pub struct ImpairmentArgs {
     /// Most bytes a direction's delay line may hold
     #[arg(long, value_name = "SIZE", default_value = "1G")]
     pub memory: String,
+    /// Carry the hosts' segments whole (TSO/GSO, up to 64 KB each) instead of frames:
+    /// forwarding at many Gbit/s; delay, jitter, rate and queue only (no per-frame loss,
+    /// reordering, duplication or corruption)
+    #[arg(long)]
+    pub offloads: bool,
 }
 
 #[derive(Debug, Args)]
@@ -1393,7 +1399,7 @@ pub struct ImpairArgs {
     #[arg(long, value_name = "FILE")]
     pub status_file: Option<std::path::PathBuf>,
     /// The whole path as JSON (how `linerate lab` starts the emulator)
-    #[arg(long, hide = true, conflicts_with_all = ["delay", "jitter", "loss", "loss_burst", "reorder", "duplicate", "corrupt", "rate", "queue", "seed"])]
+    #[arg(long, hide = true, conflicts_with_all = ["delay", "jitter", "loss", "loss_burst", "reorder", "duplicate", "corrupt", "rate", "queue", "seed", "offloads"])]
     pub path_json: Option<String>,
 }
 

@@ -59,8 +59,33 @@ fn resolve_path(
         forward,
         reverse,
         seed: args.seed.unwrap_or_else(rand_seed),
+        offloads: args.offloads,
     };
+    if path.offloads {
+        if let Some(flag) = [path.forward, path.reverse]
+            .iter()
+            .find_map(per_frame_impairment)
+        {
+            return Err(usage(format!(
+                "--offloads carries the hosts' 64 KB segments whole, so {flag} (a per-frame \
+                 impairment) cannot apply; leave out one or the other"
+            )));
+        }
+    }
     Ok((path, forward_spec, reverse_spec))
+}
+
+/// The flag of an impairment that acts on single frames, if the direction has one.
+fn per_frame_impairment(i: &linerate_model::Impairment) -> Option<&'static str> {
+    [
+        (i.loss_pct, "--loss"),
+        (i.reorder_pct, "--reorder"),
+        (i.duplicate_pct, "--duplicate"),
+        (i.corrupt_pct, "--corrupt"),
+    ]
+    .into_iter()
+    .find(|(share, _)| *share > 0.0)
+    .map(|(_, flag)| flag)
 }
 
 fn rand_seed() -> u64 {

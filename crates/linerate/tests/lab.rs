@@ -350,6 +350,94 @@ fn rate_limit_holds_within_one_percent() {
     );
 }
 
+/// A counter of a host's `/proc/net/snmp` row (`Tcp`, `OutSegs`), read inside the lab.
+fn snmp_counter(name: &str, host: &str, row: &str, column: &str) -> f64 {
+    let out = lab(&["exec", "--name", name, host, "--", "cat", "/proc/net/snmp"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{row}:")))
+        .collect();
+    let names: Vec<&str> = rows[0].split_whitespace().collect();
+    let values: Vec<&str> = rows[1].split_whitespace().collect();
+    let at = names.iter().position(|n| *n == column).expect("the column");
+    values[at].parse().expect("a count")
+}
+
+/// `--offloads`: the hosts hand over segments of up to 64 KB and the emulator carries them
+/// whole. What it says it passed, counted as the frames the kernel cuts them into, is
+/// what the client's TCP says it sent (OutSegs counts a segment as its frames), and what
+/// the server received fits in those bytes.
+#[test]
+fn offloaded_segments_pass_whole_and_count_as_the_frames_tcp_sent() {
+    let test = "offloaded_segments_pass_whole_and_count_as_the_frames_tcp_sent";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("offload");
+    let _guard = lab_up(&name, &["--offloads", "--rtt", "10ms"]);
+    let mut serve = serve_in(&name);
+    // The status file is rewritten every second: wait for one written after the server's
+    // set-up, and after the stream.
+    std::thread::sleep(Duration::from_millis(1200));
+    let (sent_before, status_before) = (
+        snmp_counter(&name, "client", "Tcp", "OutSegs"),
+        emulator_status(&name),
+    );
+    let out = lab(&[
+        "exec",
+        "--name",
+        &name,
+        "client",
+        "--",
+        binary(),
+        "--no-store",
+        "stream",
+        "server",
+        "-t",
+        "3",
+        "--json",
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (sent_after, status_after) = (
+        snmp_counter(&name, "client", "Tcp", "OutSegs"),
+        emulator_status(&name),
+    );
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    let delta = |counter: &str| forward(&status_after, counter) - forward(&status_before, counter);
+    let (passed, wire_frames, bytes) = (
+        delta("passed"),
+        delta("passed_wire_frames"),
+        delta("passed_bytes"),
+    );
+    let sent = sent_after - sent_before;
+    eprintln!(
+        "emulator: {passed} segments as {wire_frames} frames, {bytes} bytes; client's TCP sent {sent} segments; \
+         received {} bytes",
+        num(&doc, "/summary/receiver_bytes_total")
+    );
+    // Whole segments: on average far more than one frame each.
+    assert!(
+        wire_frames > 3.0 * passed,
+        "{passed} segments, {wire_frames} frames"
+    );
+    // Every frame the client's TCP sent crossed; nothing else of note did (a few frames
+    // of ARP and neighbour discovery at most).
+    assert!(
+        (wire_frames - sent).abs() <= 0.01 * sent + 20.0,
+        "the emulator counted {wire_frames} frames, the client's TCP sent {sent}"
+    );
+    // What arrived is payload of what crossed: at most the frames' bytes less 66 bytes of
+    // headers each (Ethernet 14, IPv4 20, TCP 32).
+    let received = num(&doc, "/summary/receiver_bytes_total");
+    assert!(received > 0.0 && received <= bytes - 66.0 * wire_frames * 0.99);
+    assert_eq!(forward(&status_after, "lost"), 0.0);
+}
+
 #[test]
 fn corrupted_frames_are_caught_by_checksums_and_tcp_delivers_intact() {
     let test = "corrupted_frames_are_caught_by_checksums_and_tcp_delivers_intact";
@@ -777,6 +865,23 @@ fn bad_paths_and_interfaces_are_one_line_errors() {
         "more than the delay line's limit",
     );
     refused(&["lab", "up", "--name", "Bad_Name"], "invalid lab name");
+    // Whole segments cannot lose, reorder, duplicate or corrupt single frames.
+    refused(
+        &["lab", "up", "--name", "x", "--offloads", "--loss", "1%"],
+        "--offloads carries the hosts' 64 KB segments whole, so --loss",
+    );
+    refused(
+        &[
+            "impair",
+            "--between",
+            "lo",
+            "eth0",
+            "--offloads",
+            "--reorder",
+            "0,1%",
+        ],
+        "so --reorder",
+    );
     refused(
         &["impair", "--between", "nosuch0", "nosuch1"],
         "unknown interface 'nosuch0'",

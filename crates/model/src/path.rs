@@ -59,6 +59,10 @@ pub struct PathFacts {
     pub reverse: Impairment,
     /// The seed of every random choice; the same seed repeats a run's drop pattern.
     pub seed: u64,
+    /// The hosts' segmentation offloads stay on and the emulator carries their segments
+    /// (up to 64 KB) whole, sent on as one; only delay, jitter, rate and queue apply.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub offloads: bool,
 }
 
 impl PathFacts {
@@ -117,6 +121,9 @@ impl PathFacts {
         pair("rate", rate(f), rate(r), " Mbit/s");
         let queue = |i: &Impairment| i.queue_bytes.map_or(0.0, |b| b as f64 / 1e3);
         pair("queue", queue(f), queue(r), " kB");
+        if self.offloads {
+            parts.push("offloaded segments up to 64 kB".into());
+        }
         parts
     }
 
@@ -154,12 +161,24 @@ mod tests {
             forward,
             reverse,
             seed: 7,
+            offloads: false,
         };
         assert_eq!(
             path.summary(),
             "emulated path (lab): rtt +100 ms, loss 1%/0%, rate 1000 Mbit/s each way, seed 7"
         );
         let json = serde_json::to_string(&path).unwrap();
-        assert_eq!(PathFacts::from_json(&json), Some(path));
+        // A path without offloads is written as before they existed.
+        assert!(!json.contains("offloads"), "{json}");
+        assert_eq!(PathFacts::from_json(&json), Some(path.clone()));
+        let offloaded = PathFacts {
+            offloads: true,
+            ..path
+        };
+        assert!(offloaded
+            .summary()
+            .contains("offloaded segments up to 64 kB"));
+        let json = serde_json::to_string(&offloaded).unwrap();
+        assert_eq!(PathFacts::from_json(&json), Some(offloaded));
     }
 }
