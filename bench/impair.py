@@ -11,9 +11,12 @@ Needs root. Truth comes from outside the emulator:
 - CPU: the emulator process's utime+stime (/proc/PID/stat) over the flood;
 - lateness under load: a TCP stream (BBR) through a lab with no impairment and through a
   100 ms, 1 Gbit/s one; the sender's goodput, the emulator's CPU per frame it passed and
-  its own account of lateness per direction (mean, most, share over 100 us).
+  its own account of lateness per direction (mean, most, share over 100 us);
+- whole segments (`--offloads`): TCP through a lab with offloads against the same stream
+  over a veth pair with offloads (the machine without the emulator), interleaved; the
+  emulator's frame count against the client's TCP OutSegs.
 
-    sudo python3 bench/impair.py [--time 4]
+    sudo python3 bench/impair.py [--time 4] [--only frames|offloads] [--runs 3]
 """
 
 import argparse
@@ -53,8 +56,8 @@ def rr(ns_client, target, seconds):
     return lat["p50"], lat["p99"]
 
 
-def direct_rtt(seconds):
-    """rr over a plain veth pair between two namespaces."""
+def veth_pair():
+    """Two namespaces cabled by a plain veth pair (offloads as the kernel sets them)."""
     a, b = "lrbench-a", "lrbench-b"
     for ns in (a, b):
         sh("ip", "netns", "del", ns, check=False)
@@ -65,6 +68,17 @@ def direct_rtt(seconds):
     sh("ip", "-n", b, "addr", "add", "10.78.0.2/24", "dev", "eth0")
     for ns in (a, b):
         sh("ip", "-n", ns, "link", "set", "eth0", "up")
+    return a, b
+
+
+def drop_veth_pair(a, b):
+    for ns in (a, b):
+        sh("ip", "netns", "del", ns, check=False)
+
+
+def direct_rtt(seconds):
+    """rr over a plain veth pair between two namespaces."""
+    a, b = veth_pair()
     server = subprocess.Popen(["ip", "netns", "exec", b, BIN, "--no-store", "serve", "-q"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -73,8 +87,31 @@ def direct_rtt(seconds):
     finally:
         server.terminate()
         server.wait()
-        for ns in (a, b):
-            sh("ip", "netns", "del", ns, check=False)
+        drop_veth_pair(a, b)
+
+
+def tcp_direct(seconds):
+    """A TCP stream over a plain veth pair: what the machine does with no emulator."""
+    a, b = veth_pair()
+    server = subprocess.Popen(["ip", "netns", "exec", b, BIN, "--no-store", "serve", "-q"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        out = sh("ip", "netns", "exec", a, BIN, "--no-store", "stream", "10.78.0.2",
+                 "-t", str(seconds), "--json")
+        return json.loads(out.stdout)["summary"]["receiver_bps"] / 1e9
+    finally:
+        server.terminate()
+        server.wait()
+        drop_veth_pair(a, b)
+
+
+def out_segs(ns):
+    """The TCP segments a namespace has sent, as frames (OutSegs counts a segment as the
+    frames it is cut into)."""
+    out = sh("ip", "netns", "exec", ns, "cat", "/proc/net/snmp")
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("Tcp:")]
+    return int(rows[1][rows[0].index("OutSegs")])
 
 
 def emulator_pid(name):
@@ -132,6 +169,8 @@ def tcp_through(name, seconds):
     doc = json.loads(out.stdout)
     frames = 0
     lateness = []
+    wire_frames = after["directions"][0]["counters"].get("passed_wire_frames", 0) - \
+        before["directions"][0]["counters"].get("passed_wire_frames", 0)
     for d0, d1 in zip(before["directions"], after["directions"]):
         c0, c1 = d0["counters"], d1["counters"]
         passed = c1["passed"] - c0["passed"]
@@ -147,6 +186,7 @@ def tcp_through(name, seconds):
         "cpu_us_per_frame": (cpu1 - cpu0) / max(frames, 1) * 1e6,
         "cpu_share": (cpu1 - cpu0) / seconds,
         "lateness": lateness,
+        "forward_wire_frames": wire_frames,
     }
 
 
@@ -159,15 +199,51 @@ def print_tcp(label, r):
               f"ring drops {late['ring_drops']}")
 
 
+def offloads(name, args):
+    """TCP through `lab up --offloads` against a veth pair, run by run; the emulator's
+    frames against the client's OutSegs."""
+    lab("down", "--name", name)
+    lab("up", "--name", name, "--offloads")
+    server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name, "server", "--",
+                               BIN, "--no-store", "serve", "-q"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        for run in range(args.runs):
+            direct = tcp_direct(args.time)
+            sent0 = out_segs(f"lrlab-{name}-client")
+            r = tcp_through(name, args.time)
+            sent = out_segs(f"lrlab-{name}-client") - sent0
+            print(f"run {run + 1}: veth pair {direct:.2f} Gbit/s; through the lab with --offloads "
+                  f"{r['gbit_s']:.2f} Gbit/s ({r['gbit_s'] / direct:.2f}x); emulator "
+                  f"{r['cpu_share'] * 100:.0f} % of a CPU, {r['cpu_us_per_frame']:.2f} us per "
+                  f"segment; frames passed {r['forward_wire_frames']}, client's TCP sent {sent}")
+            for direction, late in zip(("forward", "reverse"), r["lateness"]):
+                print(f"  {direction}: late by {late['mean_us']:.1f} us on average, at most "
+                      f"{late['max_us']:.0f} us, {late['over_100us'] * 100:.1f} % over 100 us; "
+                      f"ring drops {late['ring_drops']}")
+    finally:
+        server.terminate()
+        server.wait()
+        lab("down", "--name", name)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--time", type=int, default=4)
+    parser.add_argument("--only", choices=["frames", "offloads"],
+                        help="only the frame-by-frame rows, or only the whole-segment ones")
+    parser.add_argument("--runs", type=int, default=3, help="runs of the whole-segment rows")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/impair.py needs root (network namespaces)")
     if not os.path.exists(BIN):
         sh("cargo", "build", "--release", cwd=ROOT)
     name = "bench"
+    if args.only != "frames":
+        offloads(name, args)
+    if args.only == "offloads":
+        return
     lab("down", "--name", name)
     lab("up", "--name", name)
     server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name, "server", "--",
