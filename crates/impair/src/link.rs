@@ -486,6 +486,24 @@ mod tests {
     }
 
     #[test]
+    fn an_offloaded_segments_header_is_not_part_of_its_flow_or_payload() {
+        use crate::ring::VNET_HEADER;
+        // A 100-byte TCP payload behind the virtio_net_hdr, not a segment to cut.
+        let mut bytes = vec![0u8; VNET_HEADER + 14 + 20 + 32 + 100];
+        let e = VNET_HEADER;
+        bytes[e + 12..e + 14].copy_from_slice(&0x0800u16.to_be_bytes());
+        bytes[e + 14] = 0x45;
+        bytes[e + 14 + 9] = 6;
+        bytes[e + 14 + 20 + 12] = 8 << 4;
+        let mut segment = crate::frame::Offloaded(bytes.clone());
+        assert_eq!((segment.wire_len(), segment.wire_frames()), (166, 1));
+        assert!(segment.flip_bit(0));
+        assert_eq!(segment.0[e + 66], 1, "the first payload bit flipped");
+        assert_eq!(segment.flow(), crate::frame::flow_key(&bytes[e..]));
+        assert!(segment.flow().is_some());
+    }
+
+    #[test]
     fn rate_spaces_frames_by_their_serialization_time() {
         // 1500 bytes at 12 Mbit/s: 1 ms each; all arrive at once.
         let mut link = Link::new(
