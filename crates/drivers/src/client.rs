@@ -558,6 +558,7 @@ fn open_udp_flows(
             };
             let socket = UdpSocket::bind(SocketAddr::new(unspecified, 0)).map_err(fail)?;
             sys::apply_udp_options(&socket, config).map_err(fail)?;
+            sys::apply_udp_receive_default(&socket, config).map_err(fail)?;
             socket.connect(target).map_err(fail)?;
             // Non-blocking while the hellos go: the cookie is read between them.
             socket.set_nonblocking(true).map_err(fail)?;

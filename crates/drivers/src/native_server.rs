@@ -416,6 +416,7 @@ fn open_udp(config: &TestConfig, state: &mut TestState, token: Token) -> Result<
         let bound = UdpSocket::bind(SocketAddr::new(state.local_ip, 0)).and_then(|socket| {
             socket.set_nonblocking(true)?;
             sys::apply_udp_options(&socket, config)?;
+            sys::apply_udp_receive_default(&socket, config)?;
             Ok((socket.local_addr()?.port(), socket))
         });
         match bound {

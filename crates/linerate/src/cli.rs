@@ -755,7 +755,8 @@ pub struct TransactionArgs {
     /// Seconds between interval reports; 0 for none
     #[arg(short, long, default_value_t = 1.0, value_parser = interval)]
     pub interval: f64,
-    /// Socket buffer size on both ends (turns kernel autotuning off) [k|m|g]
+    /// Socket buffer size on both ends (turns kernel autotuning off; without it a UDP
+    /// socket asks for a 4 MiB receive buffer, less over many flows) [k|m|g]
     #[arg(short, long, value_parser = window)]
     pub window: Option<u64>,
     /// Leave Nagle's algorithm on (rr and crr set TCP_NODELAY by default)
@@ -1106,7 +1107,8 @@ pub struct StreamArgs {
     /// 65507 (default: the largest that fits the path MTU) [k|m|g suffixes, binary]
     #[arg(short, long, value_parser = length)]
     pub length: Option<u64>,
-    /// Socket buffer size on both ends (turns kernel autotuning off) [k|m|g]
+    /// Socket buffer size on both ends (turns kernel autotuning off; without it a UDP
+    /// socket asks for a 4 MiB receive buffer, less over many flows) [k|m|g]
     #[arg(short, long, value_parser = window)]
     pub window: Option<u64>,
     /// TCP maximum segment size
