@@ -76,34 +76,33 @@ def drop_veth_pair(a, b):
         sh("ip", "netns", "del", ns, check=False)
 
 
-def direct_rtt(seconds):
-    """rr over a plain veth pair between two namespaces."""
+def over_veth_pair(measure):
+    """`measure(client_namespace)` with `linerate serve` at 10.78.0.2 across a plain veth
+    pair; the pair is removed after."""
     a, b = veth_pair()
     server = subprocess.Popen(["ip", "netns", "exec", b, BIN, "--no-store", "serve", "-q"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
-        return rr(a, "10.78.0.2", seconds)
+        return measure(a)
     finally:
         server.terminate()
         server.wait()
         drop_veth_pair(a, b)
+
+
+def direct_rtt(seconds):
+    """rr over a plain veth pair between two namespaces."""
+    return over_veth_pair(lambda ns: rr(ns, "10.78.0.2", seconds))
 
 
 def tcp_direct(seconds):
     """A TCP stream over a plain veth pair: what the machine does with no emulator."""
-    a, b = veth_pair()
-    server = subprocess.Popen(["ip", "netns", "exec", b, BIN, "--no-store", "serve", "-q"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.5)
-        out = sh("ip", "netns", "exec", a, BIN, "--no-store", "stream", "10.78.0.2",
+    def stream(ns):
+        out = sh("ip", "netns", "exec", ns, BIN, "--no-store", "stream", "10.78.0.2",
                  "-t", str(seconds), "--json")
         return json.loads(out.stdout)["summary"]["receiver_bps"] / 1e9
-    finally:
-        server.terminate()
-        server.wait()
-        drop_veth_pair(a, b)
+    return over_veth_pair(stream)
 
 
 def out_segs(ns):

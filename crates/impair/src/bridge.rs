@@ -228,29 +228,19 @@ impl Bridge {
             let stop = stop.clone();
             threads.push(std::thread::spawn(move || {
                 let _lock = lock;
-                let origin_ns = wait::monotonic_ns() - started.elapsed().as_nanos() as u64;
+                let parts = DirectionParts {
+                    rx,
+                    tx,
+                    spec,
+                    seed: link_seed,
+                    frame_capacity,
+                    status: slot,
+                    origin_ns: wait::monotonic_ns() - started.elapsed().as_nanos() as u64,
+                };
                 if offloads {
-                    Direction::<Offloaded>::new(
-                        rx,
-                        tx,
-                        spec,
-                        link_seed,
-                        frame_capacity,
-                        slot,
-                        origin_ns,
-                    )?
-                    .run(&stop)
+                    Direction::<Offloaded>::new(parts)?.run(&stop)
                 } else {
-                    Direction::<Vec<u8>>::new(
-                        rx,
-                        tx,
-                        spec,
-                        link_seed,
-                        frame_capacity,
-                        slot,
-                        origin_ns,
-                    )?
-                    .run(&stop)
+                    Direction::<Vec<u8>>::new(parts)?.run(&stop)
                 }
             }));
         }
@@ -340,24 +330,28 @@ struct Direction<F: Carried> {
     waiter: Waiter,
 }
 
+/// What a direction thread starts from, whatever it carries.
+struct DirectionParts {
+    rx: RxRing,
+    tx: PacketSocket,
+    spec: LinkSpec,
+    seed: u64,
+    frame_capacity: usize,
+    status: Arc<Mutex<DirectionStatus>>,
+    /// CLOCK_MONOTONIC at the bridge's start, nanoseconds.
+    origin_ns: u64,
+}
+
 impl<F: Carried> Direction<F> {
-    fn new(
-        rx: RxRing,
-        tx: PacketSocket,
-        spec: LinkSpec,
-        seed: u64,
-        frame_capacity: usize,
-        status: Arc<Mutex<DirectionStatus>>,
-        origin_ns: u64,
-    ) -> io::Result<Direction<F>> {
+    fn new(parts: DirectionParts) -> io::Result<Direction<F>> {
         Ok(Direction {
-            rx,
-            tx,
-            link: Link::new(spec, seed),
-            frame_capacity,
-            status,
+            rx: parts.rx,
+            tx: parts.tx,
+            link: Link::new(parts.spec, parts.seed),
+            frame_capacity: parts.frame_capacity,
+            status: parts.status,
             last_arrival: 0,
-            origin_ns,
+            origin_ns: parts.origin_ns,
             waiter: Waiter::new()?,
         })
     }
