@@ -250,7 +250,6 @@ mod tests {
             let _ = flow_key(frame.ethernet());
         }
 
-
         #[test]
         fn any_bytes_have_a_flow_key_or_none(frame in proptest::collection::vec(any::<u8>(), 0..120)) {
             let _ = flow_key(&frame);
