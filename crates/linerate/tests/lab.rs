@@ -1777,11 +1777,14 @@ fn rpm_tells_a_deep_queue_from_a_short_one_by_the_emulators_own_queue() {
                 "{queue} {leg}: added latency {added_ms:.1} ms against the emulator's queue of {queue_ms:.1} ms"
             );
             // Goodput is the frames less Ethernet, IP, TCP, TLS-free HTTP/2 framing
-            // (1,448 of 1,514 bytes: 0.956), averaged over the ramp's last intervals; the
-            // upper bound leaves 2.4 % for the two clocks' windows. An upload counted by
-            // progress lines sent with the next burst of data read 1.04x here.
+            // (1,448 of 1,514 bytes: 0.956), averaged over the ramp's last intervals. Over
+            // four seconds it may read more: bytes held behind a lost segment reach the
+            // application a round trip later (up to 270 ms here), in a burst, and a burst
+            // just inside the window's start counts frames that passed before it (0.995x
+            // beside two busy loops). An upload counted by progress lines sent with the
+            // next burst of data read 1.04x.
             assert!(
-                capacity <= frames_bps * 0.98 && capacity >= frames_bps * 0.8,
+                capacity <= frames_bps * 1.02 && capacity >= frames_bps * 0.8,
                 "{queue} {leg}: capacity {capacity:.0} against frames of {frames_bps:.0} bit/s"
             );
         }
