@@ -50,6 +50,15 @@ fn resolve_path(
     rtt: Option<&str>,
 ) -> anyhow::Result<(PathFacts, LinkSpec, LinkSpec)> {
     let (mut forward, mut reverse) = spec::directions(&texts(args), rtt).map_err(usage)?;
+    if args.offloads && args.queue.is_none() {
+        // The default queue, but at least two whole segments.
+        for direction in [&mut forward, &mut reverse] {
+            if let Some(rate) = direction.rate_bps {
+                direction.queue_bytes =
+                    Some(spec::default_queue_bytes(rate).max(OFFLOADED_QUEUE_BYTES));
+            }
+        }
+    }
     let limit = memory_limit(args)?;
     let forward_spec = LinkSpec::resolve("forward", &mut forward, limit).map_err(usage)?;
     let reverse_spec = LinkSpec::resolve("reverse", &mut reverse, limit).map_err(usage)?;
@@ -71,9 +80,23 @@ fn resolve_path(
                  impairment) cannot apply; leave out one or the other"
             )));
         }
+        if let Some(queue) = [path.forward, path.reverse]
+            .iter()
+            .filter_map(|d| d.queue_bytes)
+            .find(|&q| q < OFFLOADED_QUEUE_BYTES)
+        {
+            return Err(usage(format!(
+                "invalid --queue: {queue} bytes cannot hold two whole segments with --offloads \
+                 (a 64 KB segment is up to 70 kB of frames); give --queue 128k or more"
+            )));
+        }
     }
     Ok((path, forward_spec, reverse_spec))
 }
+
+/// The least queue before a bottleneck with `--offloads`: two whole segments (a 64 KB
+/// segment leaves as up to 70 kB of frames), so that one fits behind another.
+const OFFLOADED_QUEUE_BYTES: u64 = 128 * 1024;
 
 /// The flag of an impairment that acts on single frames, if the direction has one.
 fn per_frame_impairment(i: &linerate_model::Impairment) -> Option<&'static str> {

@@ -882,6 +882,21 @@ fn bad_paths_and_interfaces_are_one_line_errors() {
         ],
         "so --reorder",
     );
+    // A queue must hold whole segments.
+    refused(
+        &[
+            "lab",
+            "up",
+            "--name",
+            "x",
+            "--offloads",
+            "--rate",
+            "10M",
+            "--queue",
+            "64k",
+        ],
+        "invalid --queue: 65536 bytes cannot hold two whole segments",
+    );
     refused(
         &["impair", "--between", "nosuch0", "nosuch1"],
         "unknown interface 'nosuch0'",
