@@ -25,6 +25,7 @@ a ratio target).
 
     python3 bench/rr.py                   # 3 x 5 s each
     python3 bench/rr.py --runs 5 --time 10 --crr
+    python3 bench/rr.py --only linerate,sockperf-1cpu,qperf-1cpu,NPtcp-1cpu --runs 8
 
 Needs sockperf, qperf, netpipe-tcp and iperf (installed when run as root, else skipped).
 Builds linerate in release mode.
@@ -197,9 +198,17 @@ def main():
     parser.add_argument("--time", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--crr", action="store_true", help="also measure connection rates")
+    parser.add_argument("--only", help="comma-separated rows to run, e.g. linerate,NPtcp-1cpu "
+                        f"(of {', '.join(RR)})")
     args = parser.parse_args()
     build()
     wanted = dict(RR)
+    if args.only:
+        names = args.only.split(",")
+        unknown = [n for n in names if n not in RR]
+        if unknown:
+            parser.error(f"--only: unknown row {unknown[0]!r}; rows are {', '.join(RR)}")
+        wanted = {n: RR[n] for n in names}
     if args.crr:
         wanted.update(CRR)
     have = ensure([binary for _, binary in wanted.values() if binary])
