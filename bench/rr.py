@@ -201,7 +201,6 @@ def main():
     parser.add_argument("--only", help="comma-separated rows to run, e.g. linerate,NPtcp-1cpu "
                         f"(of {', '.join(RR)})")
     args = parser.parse_args()
-    build()
     wanted = dict(RR)
     if args.only:
         names = args.only.split(",")
@@ -209,6 +208,7 @@ def main():
         if unknown:
             parser.error(f"--only: unknown row {unknown[0]!r}; rows are {', '.join(RR)}")
         wanted = {n: RR[n] for n in names}
+    build()
     if args.crr:
         wanted.update(CRR)
     have = ensure([binary for _, binary in wanted.values() if binary])
