@@ -12,6 +12,7 @@ use linerate_mesh::{Action, Job, Mesh, Outcome, Past, Scheduler, TestKind, Trans
 use linerate_profile::{
     Action as Op, Endpoint, Group, Profile, Protocol, Repeat, Size, Transaction, Transfer,
 };
+use linerate_proto::text::printable;
 use linerate_report::document::Document;
 use linerate_report::rpm::RpmReport;
 use linerate_report::units::Scale;
@@ -306,7 +307,7 @@ fn run_job(
         Ok(mut report) => {
             report.config.source = format!("mesh {}", mesh.name);
             let complete = report.summary.complete;
-            let reason = report.incomplete.clone().unwrap_or_default();
+            let reason = printable(report.incomplete.as_deref().unwrap_or_default());
             let document = Document::Profile(Box::new(report));
             let (headline, text) = figure(test, &document);
             row.headline = headline;
@@ -330,11 +331,11 @@ fn run_job(
             )
         }
         Err(error) => {
-            row.reason = error.to_string();
+            row.reason = printable(&error.to_string());
             (
                 Outcome::Failed {
                     hosts: failed_hosts(mesh, &job, &error),
-                    reason: error.to_string(),
+                    reason: row.reason.clone(),
                 },
                 JobResult {
                     row,
@@ -373,7 +374,11 @@ fn rpm_ended(
             row.headline_text = text;
             (Vec::new(), reason, Some(document))
         }
-        Err(error) => (failed_hosts(mesh, &job, &error), error.to_string(), None),
+        Err(error) => (
+            failed_hosts(mesh, &job, &error),
+            printable(&error.to_string()),
+            None,
+        ),
     };
     row.ok = reason.is_empty();
     row.reason = reason.clone();
@@ -427,6 +432,19 @@ fn host_changes(old: &Mesh, new: &Mesh) -> (Vec<String>, Vec<String>) {
     )
 }
 
+/// Where a failed job's row is found: its test, pair and end time (`history` and the
+/// grid list rows by these).
+fn failure_place(row: &MeshRow) -> String {
+    let ended = UNIX_EPOCH + Duration::from_secs_f64(row.ended_at.max(0.0));
+    format!(
+        "the failed {} {} -> {} of {}",
+        row.test,
+        row.src,
+        row.dst,
+        humantime::format_rfc3339_seconds(ended)
+    )
+}
+
 /// A finished job as its thread hands it back: the job, how it ended, its result.
 type Finished = (usize, Outcome, JobResult);
 
@@ -454,6 +472,9 @@ struct Coordinator<'a> {
     jobs_stop: Arc<AtomicBool>,
     /// Hosts found that the mesh moves to once the running jobs have ended.
     moving_to: Option<Mesh>,
+    /// By host name: the stored failure that took the host down, which its skipped jobs'
+    /// rows name instead of repeating its reason.
+    down_kept_in: BTreeMap<String, String>,
     next_discovery: Option<std::time::Instant>,
 }
 
@@ -505,6 +526,7 @@ impl<'a> Coordinator<'a> {
             finished,
             jobs_stop: Arc::new(AtomicBool::new(false)),
             moving_to: None,
+            down_kept_in: BTreeMap::new(),
             next_discovery: options
                 .rediscover
                 .as_ref()
@@ -600,10 +622,11 @@ impl<'a> Coordinator<'a> {
                     })
                     .context("starting a job's thread")?;
             }
-            Action::Skip { job, cycle, reason } => {
+            Action::Skip { job, cycle, down } => {
+                let kept_in = self.down_kept_in.get(&down.name).map(String::as_str);
                 let mut result = JobResult {
                     row: MeshRow {
-                        reason: format!("skipped: {reason}"),
+                        reason: format!("skipped: {}", down.describe(kept_in)),
                         ..labelled(&self.mesh, &self.jobs[job], cycle, now, now)
                     },
                     document: None,
@@ -618,11 +641,21 @@ impl<'a> Coordinator<'a> {
     /// A job that ended: told to the scheduler, kept, reported.
     fn ended(&mut self, finished: Finished, each: &mut dyn FnMut(MeshEvent)) -> Result<()> {
         let (job, outcome, mut result) = finished;
+        self.keep(&mut result)?;
+        if let Outcome::Failed { hosts, .. } = &outcome {
+            // Kept only where a store holds the row it names.
+            if self.store.is_some() {
+                let place = failure_place(&result.row);
+                for &host in hosts {
+                    let name = self.mesh.hosts[host].name.clone();
+                    self.down_kept_in.insert(name, place.clone());
+                }
+            }
+        }
         self.scheduler.finished(job, unix_now(), outcome);
         if let Some(runs) = self.runs.get_mut(job) {
             *runs += 1;
         }
-        self.keep(&mut result)?;
         each(MeshEvent::Result(&result));
         Ok(())
     }

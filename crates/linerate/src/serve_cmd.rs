@@ -140,6 +140,7 @@ fn http_servers(
         };
         let limits = linerate_rpm::server::Limits {
             max_request: std::time::Duration::from_secs_f64(args.max_duration.clamp(10.0, 3600.0)),
+            v6_prefix: args.ipv6_client_prefix,
             ..Default::default()
         };
         let server = linerate_rpm::server::start(addr, tls, limits)

@@ -10,7 +10,7 @@ pub mod schedule;
 
 pub use file::{parse, MeshError};
 pub use model::*;
-pub use schedule::{Action, Outcome, Past, Placed, Scheduler};
+pub use schedule::{Action, Down, Outcome, Past, Placed, Scheduler};
 
 #[cfg(test)]
 mod tests;

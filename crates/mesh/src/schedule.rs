@@ -41,8 +41,42 @@ pub enum Action {
     Skip {
         job: usize,
         cycle: u64,
-        reason: String,
+        down: Down,
     },
+}
+
+/// A host that is down, as a job skipped for it names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Down {
+    pub host: usize,
+    pub name: String,
+    pub failures: u32,
+    /// Seconds until its next job tries it again.
+    pub retry_in_s: f64,
+    /// Why its last job failed.
+    pub reason: String,
+}
+
+impl Down {
+    /// The skip's text. `kept_in` names where the failure's reason is kept (the failed
+    /// job's stored run, "run 42"): a host down for an hour skips hundreds of jobs, and
+    /// each of their rows points to the one reason instead of repeating it.
+    pub fn describe(&self, kept_in: Option<&str>) -> String {
+        let why = match kept_in {
+            Some(place) => format!("the reason is in {place}"),
+            None => self.reason.clone(),
+        };
+        format!(
+            "host {} is down after {} failure(s) ({why}); tried again in {:.0} s",
+            self.name, self.failures, self.retry_in_s
+        )
+    }
+}
+
+impl std::fmt::Display for Down {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe(None))
+    }
 }
 
 /// How a started job ended.
@@ -288,12 +322,12 @@ impl Scheduler {
                     break;
                 }
                 let Job { src, dst, .. } = self.jobs[job];
-                if let Some(reason) = down(&self.health, &self.names, src, dst, now) {
+                if let Some(down) = down(&self.health, &self.names, src, dst, now) {
                     taken.push(position);
                     actions.push(Action::Skip {
                         job,
                         cycle: number,
-                        reason,
+                        down,
                     });
                     continue;
                 }
@@ -325,14 +359,14 @@ impl Scheduler {
             let job = entry.1;
             let Job { test, src, dst, .. } = self.jobs[job];
             let occurrence = self.occurrence[job];
-            if let Some(reason) = down(&self.health, &self.names, src, dst, now) {
+            if let Some(down) = down(&self.health, &self.names, src, dst, now) {
                 self.light_queue.remove(&entry);
                 self.advance_light(job, now);
                 self.light_queue.insert((key(self.next_due[job]), job));
                 actions.push(Action::Skip {
                     job,
                     cycle: occurrence,
-                    reason,
+                    down,
                 });
                 continue;
             }
@@ -506,17 +540,15 @@ impl Scheduler {
 }
 
 /// Why a job of `src` and `dst` cannot run at `now`: the first of them that is down.
-fn down(health: &[Health], names: &[String], src: usize, dst: usize, now: f64) -> Option<String> {
+fn down(health: &[Health], names: &[String], src: usize, dst: usize, now: f64) -> Option<Down> {
     [src, dst].into_iter().find_map(|host| {
         let health = &health[host];
-        (health.down_until > now).then(|| {
-            format!(
-                "host {} is down after {} failure(s) ({}); tried again in {:.0} s",
-                names[host],
-                health.failures,
-                health.reason,
-                health.down_until - now
-            )
+        (health.down_until > now).then(|| Down {
+            host,
+            name: names[host].clone(),
+            failures: health.failures,
+            retry_in_s: health.down_until - now,
+            reason: health.reason.clone(),
         })
     })
 }

@@ -460,9 +460,10 @@ fn a_dead_host_is_skipped_with_its_reason_and_measured_again_once_back() {
     assert_eq!(ok_first.len(), healthy);
     assert!(!skipped.is_empty());
     for skip in &skipped {
-        let Action::Skip { reason, .. } = skip else {
+        let Action::Skip { down, .. } = skip else {
             unreachable!()
         };
+        let reason = down.to_string();
         assert!(
             reason.contains("host h2 is down") && reason.contains("connection refused"),
             "{reason}"
@@ -616,4 +617,30 @@ tests = ["tput"]
     assert_eq!(m.jobs().len(), 6);
     let empty = parse("m.toml", text).unwrap().with_discovered(&[vec![]]);
     assert!(empty.unwrap_err().contains("resolves to no address"));
+}
+
+#[test]
+fn a_skip_points_to_the_kept_reason_instead_of_repeating_it() {
+    let down = linerate_mesh_down();
+    let pointing = down.describe(Some("run 42"));
+    assert!(
+        pointing.contains("host h2 is down after 3 failure(s)"),
+        "{pointing}"
+    );
+    assert!(
+        pointing.contains("run 42") && !pointing.contains("refused"),
+        "{pointing}"
+    );
+    // Without a store the reason is all there is, so the text carries it.
+    assert!(down.to_string().contains("connection refused"));
+}
+
+fn linerate_mesh_down() -> crate::Down {
+    crate::Down {
+        host: 2,
+        name: "h2".into(),
+        failures: 3,
+        retry_in_s: 120.0,
+        reason: "connection refused".into(),
+    }
 }

@@ -1,8 +1,11 @@
 //! The HTTP listener of `--metrics ADDR`: `/metrics` (OpenMetrics), `/` (the live grid),
 //! `/api/grid` and `/api/history` (its JSON). hyper serves HTTP/1.1 on a Tokio runtime of
 //! one thread of its own; every handler only reads the board. Bounded like every server
-//! path: at most [`MAX_CONNECTIONS`] at once, a request's head within
-//! [`HEAD_TIMEOUT`] and [`MAX_HEAD`] bytes, bodies never read, a connection closed after [`CONNECTION_LIFETIME`].
+//! path (linerate-http): at most [`MAX_CONNECTIONS`] at once and [`MAX_PER_CLIENT`] from
+//! one address (an IPv6 /64), a newcomer taking an idle place of the largest holder at
+//! the cap; the first request within [`HEAD_TIMEOUT`] of the accept, [`IDLE_TIMEOUT`]
+//! between requests, a head of at most [`MAX_HEAD`] bytes, bodies never read, a
+//! connection closed after [`CONNECTION_LIFETIME`].
 
 use crate::assess::Thresholds;
 use crate::board::Board;
@@ -12,12 +15,18 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub const MAX_CONNECTIONS: usize = 64;
+/// A scraper or two and a few browser tabs from one address; a client holding more
+/// locks nobody out (see the module's note).
+pub const MAX_PER_CLIENT: usize = 16;
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Prometheus keeps its connection between scrapes (every 15 s by default, a minute at
+/// most in common use): a connection idle longer is closed and reopened by the scraper.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 pub const MAX_HEAD: usize = 16 * 1024;
 /// The longest a connection lasts (a scraper keeping one open reconnects after it).
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(600);
@@ -108,34 +117,48 @@ pub fn start(
     })
 }
 
+/// The grid page's Content-Security-Policy: its own inline script and style, its API
+/// from the same origin, nothing from elsewhere, never framed.
+pub const PAGE_POLICY: &str = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'";
+
 async fn serve(listener: tokio::net::TcpListener, shared: Shared, stop: Arc<AtomicBool>) {
-    let open = Arc::new(AtomicUsize::new(0));
+    let guard = linerate_http::Guard::new(linerate_http::Limits {
+        max_connections: MAX_CONNECTIONS,
+        max_per_client: MAX_PER_CLIENT,
+        first_request: HEAD_TIMEOUT,
+        idle: IDLE_TIMEOUT,
+        v6_prefix: 64,
+    });
     while !stop.load(Ordering::Relaxed) {
         let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
-        let Ok(Ok((stream, _peer))) = accepted else {
+        let Ok(Ok((stream, peer))) = accepted else {
             continue;
         };
-        // Over the bound: closed at once (the scraper retries; the board is not going
-        // anywhere).
-        if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+        // Over a bound with no idle place to take: closed at once (the scraper retries;
+        // the board is not going anywhere).
+        let Ok(slot) = guard.admit(peer.ip()) else {
             drop(stream);
             continue;
-        }
-        open.fetch_add(1, Ordering::Relaxed);
-        let (shared, open) = (shared.clone(), open.clone());
+        };
+        let shared = shared.clone();
         tokio::spawn(async move {
+            let activity = slot.activity();
             let io = hyper_util::rt::TokioIo::new(stream);
             let service = hyper::service::service_fn(move |request| {
-                let shared = shared.clone();
-                async move { Ok::<_, std::convert::Infallible>(route(&shared, &request)) }
+                let busy = activity.begin();
+                let mut response = route(&shared, &request);
+                let page = request.uri().path() == "/";
+                linerate_http::secure(response.headers_mut(), page.then_some(PAGE_POLICY));
+                let response = response.map(|body| linerate_http::Tracked::new(body, busy));
+                async move { Ok::<_, std::convert::Infallible>(response) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(HEAD_TIMEOUT)
                 .max_buf_size(MAX_HEAD)
                 .serve_connection(io, service);
-            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
-            open.fetch_sub(1, Ordering::Relaxed);
+            slot.hold(tokio::time::timeout(CONNECTION_LIFETIME, connection))
+                .await;
         });
     }
 }

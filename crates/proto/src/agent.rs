@@ -116,7 +116,7 @@ pub enum AgentRequest {
         at_unix_ns: u64,
     },
     Abort {
-        reason: String,
+        reason: crate::text::PeerText,
     },
     Mirror {
         spec: Box<MirrorSpec>,
@@ -193,7 +193,7 @@ pub enum AgentReply {
         report: Box<linerate_report::rpm::RpmReport>,
     },
     Error {
-        reason: String,
+        reason: crate::text::PeerText,
     },
 }
 

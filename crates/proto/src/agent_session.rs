@@ -164,7 +164,7 @@ impl AgentSession {
         self.outbox.send(encode_with(
             &mut self.seal,
             &AgentReply::Error {
-                reason: reason.clone(),
+                reason: reason.as_str().into(),
             },
         ));
         self.close(Err(reason));

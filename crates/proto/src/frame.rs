@@ -32,6 +32,12 @@ impl FrameDecoder {
         }
     }
 
+    /// Changes the largest frame taken from here on: a link raises it once its peer has
+    /// passed the handshake.
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit;
+    }
+
     pub fn push(&mut self, bytes: &[u8]) {
         self.buffer.extend_from_slice(bytes);
     }

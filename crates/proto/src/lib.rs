@@ -16,6 +16,7 @@ pub mod machine;
 pub mod message;
 pub mod preface;
 pub mod session;
+pub mod text;
 pub mod transaction;
 
 pub use machine::{Machine, Outbox};

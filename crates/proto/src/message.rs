@@ -70,7 +70,7 @@ pub enum ClientMessage {
     End,
     Done,
     Abort {
-        reason: String,
+        reason: crate::text::PeerText,
     },
 }
 
@@ -88,7 +88,7 @@ pub enum ServerMessage {
     },
     Refuse {
         code: RefuseCode,
-        reason: String,
+        reason: crate::text::PeerText,
     },
     Accepted {
         /// A keyed server's facts: its welcome, before the client proved the key, names
@@ -119,7 +119,7 @@ pub enum ServerMessage {
         result: Box<SideResult>,
     },
     Error {
-        reason: String,
+        reason: crate::text::PeerText,
     },
 }
 

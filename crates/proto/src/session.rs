@@ -222,7 +222,9 @@ impl ServerSession {
         };
         self.outbox.send(encode_with(
             &mut self.seal,
-            &ServerMessage::Error { reason },
+            &ServerMessage::Error {
+                reason: reason.into(),
+            },
         ));
         self.close(Err(error));
     }
@@ -232,7 +234,7 @@ impl ServerSession {
             &mut self.seal,
             &ServerMessage::Refuse {
                 code,
-                reason: reason.clone(),
+                reason: reason.as_str().into(),
             },
         ));
         let error = match code {
@@ -245,7 +247,7 @@ impl ServerSession {
     fn handle_message(&mut self, now: Instant, message: ClientMessage) {
         match (self.state, message) {
             (_, ClientMessage::Abort { reason }) => {
-                self.close(Err(SessionError::ClientAborted(reason)))
+                self.close(Err(SessionError::ClientAborted(reason.into())))
             }
             (ServerState::AwaitHello, ClientMessage::Hello { nonce, pake, .. }) => {
                 let challenge = match self.auth.as_mut().map(|a| {
@@ -951,6 +953,7 @@ impl ClientSession {
     fn handle_message(&mut self, now: Instant, message: ServerMessage) {
         match (self.state, message) {
             (_, ServerMessage::Refuse { code, reason }) => {
+                let reason = reason.into_string();
                 let error = if code == RefuseCode::VersionMismatch {
                     SessionError::Protocol(reason)
                 } else {
@@ -958,7 +961,9 @@ impl ClientSession {
                 };
                 self.fail(error);
             }
-            (_, ServerMessage::Error { reason }) => self.fail(SessionError::ServerError(reason)),
+            (_, ServerMessage::Error { reason }) => {
+                self.fail(SessionError::ServerError(reason.into()))
+            }
             (
                 ClientState::AwaitWelcome,
                 ServerMessage::Welcome {
@@ -1139,7 +1144,7 @@ impl ClientSession {
             self.outbox.send(encode_with(
                 &mut self.seal,
                 &ClientMessage::Abort {
-                    reason: reason.to_string(),
+                    reason: reason.into(),
                 },
             ));
             self.fail(SessionError::ClientAborted(reason.to_string()));

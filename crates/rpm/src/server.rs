@@ -21,10 +21,9 @@ use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What one server allows.
@@ -43,6 +42,8 @@ pub struct Limits {
     /// Serve this address only (a mesh agent's server for the one host that asked for
     /// it); others are closed at once.
     pub only_from: Option<IpAddr>,
+    /// The bits of an IPv6 address that name its client for `max_per_client`.
+    pub v6_prefix: u8,
 }
 
 impl Default for Limits {
@@ -53,6 +54,7 @@ impl Default for Limits {
             max_request: Duration::from_secs(60),
             max_upload: 64 << 30,
             only_from: None,
+            v6_prefix: 64,
         }
     }
 }
@@ -60,8 +62,16 @@ impl Default for Limits {
 /// The browser's speed test at `/`: one self-contained page (docs/rpm.md).
 pub const SPEED_TEST_PAGE: &str = include_str!("speedtest.html");
 
-/// A request's head: within this time and this size.
+/// A request's head: within this time and this size. The first request's head is due
+/// this long after the accept, a TLS handshake included.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a connection stays open with no request under way (HTTP/1 keep-alive and
+/// HTTP/2 alike): a client of the draft keeps its probe connections busy.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// HTTP/2: a PING after this long without a frame, and the connection closed when its
+/// answer takes longer than [`PING_TIMEOUT`].
+pub const PING_EVERY: Duration = Duration::from_secs(20);
+pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_HEAD: usize = 16 * 1024;
 /// HTTP/2 streams at once on one connection.
 pub const MAX_STREAMS: u32 = 128;
@@ -173,38 +183,18 @@ pub fn start(
     })
 }
 
-/// Connections open, in all and by client address.
-#[derive(Default)]
-struct Open {
-    total: usize,
-    by_client: HashMap<IpAddr, usize>,
-}
-
-/// Releases a connection's place when it ends.
-struct Place {
-    open: Arc<Mutex<Open>>,
-    client: IpAddr,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.total -= 1;
-        if let Some(n) = open.by_client.get_mut(&self.client) {
-            *n -= 1;
-            if *n == 0 {
-                open.by_client.remove(&self.client);
-            }
-        }
-    }
-}
-
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     shared: Shared,
 ) {
-    let open = Arc::new(Mutex::new(Open::default()));
+    let guard = linerate_http::Guard::new(linerate_http::Limits {
+        max_connections: shared.limits.max_connections,
+        max_per_client: shared.limits.max_per_client,
+        first_request: HEAD_TIMEOUT,
+        idle: IDLE_TIMEOUT,
+        v6_prefix: shared.limits.v6_prefix,
+    });
     let mut logged_at: Option<Instant> = None;
     while !shared.stop.load(Ordering::Relaxed) {
         let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
@@ -216,33 +206,32 @@ async fn accept_loop(
             shared.counters.refused.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let place = {
-            let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
-            let mine = o.by_client.get(&client).copied().unwrap_or(0);
-            if o.total >= shared.limits.max_connections || mine >= shared.limits.max_per_client {
-                None
-            } else {
-                o.total += 1;
-                *o.by_client.entry(client).or_default() += 1;
-                Some(Place {
-                    open: open.clone(),
-                    client,
-                })
+        // Over a bound, with no idle connection of a larger holder to give way: closed
+        // at once (a client of the draft retires the connection).
+        let slot = match guard.admit(client) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                let refused = shared.counters.refused.fetch_add(1, Ordering::Relaxed) + 1;
+                // Logged at most once a second: a client over its bound retries fast.
+                if !logged_at.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
+                    logged_at = Some(Instant::now());
+                    let why = match refusal {
+                        linerate_http::Refusal::PerClient => format!(
+                            "over {} at once from its address (an IPv6 /{})",
+                            shared.limits.max_per_client, shared.limits.v6_prefix
+                        ),
+                        linerate_http::Refusal::Full => format!(
+                            "{} held in all, none idle to give way",
+                            shared.limits.max_connections
+                        ),
+                    };
+                    eprintln!(
+                        "linerate serve: HTTP: refused a connection from {client}: {why} ({refused} refused so far)"
+                    );
+                }
+                drop(stream);
+                continue;
             }
-        };
-        // Over a bound: closed at once (a client of the draft retires the connection).
-        let Some(place) = place else {
-            let refused = shared.counters.refused.fetch_add(1, Ordering::Relaxed) + 1;
-            // Logged at most once a second: a client over its bound retries fast.
-            if !logged_at.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
-                logged_at = Some(Instant::now());
-                eprintln!(
-                    "linerate serve: HTTP: refused a connection from {client}: over {} at once from it or {} in all ({refused} refused so far)",
-                    shared.limits.max_per_client, shared.limits.max_connections
-                );
-            }
-            drop(stream);
-            continue;
         };
         shared.counters.connections.fetch_add(1, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
@@ -250,33 +239,41 @@ async fn accept_loop(
         let shared = shared.clone();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let _place = place;
+            let activity = slot.activity();
             let lifetime = shared.limits.max_request + HEAD_TIMEOUT;
-            match acceptor {
-                Some(acceptor) => {
-                    let Ok(Ok(tls)) =
-                        tokio::time::timeout(HEAD_TIMEOUT, acceptor.accept(stream)).await
-                    else {
-                        return;
-                    };
-                    let _ = tokio::time::timeout(lifetime, serve_connection(tls, shared)).await;
+            // The handshake and the first request within the slot's deadline; a request
+            // under way holds it open up to the lifetime.
+            let connection = async move {
+                match acceptor {
+                    Some(acceptor) => {
+                        if let Ok(tls) = acceptor.accept(stream).await {
+                            serve_connection(tls, shared, activity).await;
+                        }
+                    }
+                    None => serve_connection(stream, shared, activity).await,
                 }
-                None => {
-                    let _ = tokio::time::timeout(lifetime, serve_connection(stream, shared)).await;
-                }
-            }
+            };
+            slot.hold(tokio::time::timeout(lifetime, connection)).await;
         });
     }
 }
 
-async fn serve_connection<S>(stream: S, shared: Shared)
+async fn serve_connection<S>(stream: S, shared: Shared, activity: linerate_http::Activity)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let io = hyper_util::rt::TokioIo::new(stream);
     let service = hyper::service::service_fn(move |request| {
         let shared = shared.clone();
-        async move { Ok::<_, std::convert::Infallible>(route(&shared, request).await) }
+        // Under way until its response's body is sent (an endless download too).
+        let busy = activity.begin();
+        async move {
+            let mut response = route(&shared, request).await;
+            linerate_http::secure(response.headers_mut(), None);
+            Ok::<_, std::convert::Infallible>(
+                response.map(|body| linerate_http::Tracked::new(body, busy).boxed()),
+            )
+        }
     });
     let mut builder =
         hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
@@ -288,6 +285,8 @@ where
     builder
         .http2()
         .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Some(PING_EVERY))
+        .keep_alive_timeout(PING_TIMEOUT)
         .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(MAX_HEAD as u32)
         // Windows as large as a long fat path needs (the defaults hold a 100 ms path to
@@ -391,6 +390,21 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Reply {
                 .expect("a response of known parts")
         }
         (Method::POST | Method::PUT, "/slurp") => {
+            // A declared length over the bound is refused before a byte of the body.
+            let declared = request
+                .headers()
+                .get(hyper::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            if let Some(length) = declared.filter(|&l| l > shared.limits.max_upload) {
+                shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+                let limit = shared.limits.max_upload;
+                return reply(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "text/plain; charset=utf-8",
+                    format!("an upload sends at most {limit} bytes; this one declares {length}\n"),
+                );
+            }
             if request.uri().query() == Some("progress") {
                 slurp_with_progress(shared, request.into_body())
             } else {

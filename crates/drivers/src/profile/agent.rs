@@ -311,7 +311,9 @@ impl Agent<'_> {
             Err(reason) => {
                 self.shared
                     .log(&format!("RPM test from {}: {reason}", self.peer));
-                self.link.reply(&AgentReply::Error { reason });
+                self.link.reply(&AgentReply::Error {
+                    reason: reason.into(),
+                });
             }
         }
     }
@@ -471,7 +473,9 @@ impl Agent<'_> {
     /// Refuses a request, with one log line for the operator.
     fn refuse(&mut self, what: &str, reason: String) {
         self.shared.refused(self.peer, &format!("{what}: {reason}"));
-        self.link.reply(&AgentReply::Error { reason });
+        self.link.reply(&AgentReply::Error {
+            reason: reason.into(),
+        });
     }
 
     /// Why a `prepare` cannot be taken, if it cannot: the server's limits, or work already
@@ -533,7 +537,9 @@ impl Agent<'_> {
                         &format!("profile run: cannot prepare: {}", e.detail()),
                     );
                     self.prepared.clear();
-                    return self.link.reply(&AgentReply::Error { reason: e.public() });
+                    return self.link.reply(&AgentReply::Error {
+                        reason: e.public().into(),
+                    });
                 }
             }
         }
@@ -578,7 +584,7 @@ impl Agent<'_> {
             });
         if let Err(e) = spawned {
             self.link.reply(&AgentReply::Error {
-                reason: format!("cannot start: {e}"),
+                reason: format!("cannot start: {e}").into(),
             });
         }
     }

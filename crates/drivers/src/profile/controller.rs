@@ -319,7 +319,7 @@ fn collect(
             for agent in pending(agents) {
                 if let Some(link) = agent.link.as_mut() {
                     let _ = link.send(&AgentRequest::Abort {
-                        reason: reason.clone(),
+                        reason: reason.as_str().into(),
                     });
                 }
             }
@@ -352,7 +352,7 @@ fn poll_agent(agent: &mut Agent, options: &RunOptions, log: &dyn Fn(String)) {
                     agent.groups = Some(groups);
                     agent.observe = observe;
                 }
-                AgentReply::Error { reason } => agent.failure = Some(reason),
+                AgentReply::Error { reason } => agent.failure = Some(reason.into()),
                 _ => {}
             }
         }
@@ -501,7 +501,7 @@ pub fn run_rpm(
             Ok(Some(AgentReply::RpmResult { report })) => {
                 return rpm_job::within_bounds(*report, job).map_err(agent_error)
             }
-            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(reason)),
+            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(reason.into())),
             Ok(Some(_)) => last_heard = Instant::now(),
             Ok(None) if last_heard.elapsed() >= options.control_timeout => {
                 return Err(agent_error(format!(

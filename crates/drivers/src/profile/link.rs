@@ -13,8 +13,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The largest agent frame: results of thousands of threads.
+/// The largest agent frame once the handshake is through: results of thousands of threads.
 const MAX_FRAME: usize = 64 << 20;
+/// The largest frame before it (a welcome, an error): whatever answers an agent's address
+/// says it within this bound, as a server takes a client's frames (docs/security.md).
+const MAX_HANDSHAKE_FRAME: usize = linerate_proto::frame::MAX_CLIENT_FRAME;
 
 pub(crate) struct Link {
     pub stream: TcpStream,
@@ -42,7 +45,7 @@ impl Link {
         stream.set_nodelay(true)?;
         Ok(Link {
             stream,
-            decoder: FrameDecoder::new(MAX_FRAME),
+            decoder: FrameDecoder::new(MAX_HANDSHAKE_FRAME),
             seal: Arc::new(Mutex::new(None)),
         })
     }
@@ -73,7 +76,9 @@ impl Link {
         link.send(&handshake.hello())?;
         let (host, challenge) = match link.recv::<AgentReply>(timeout)? {
             Some(AgentReply::Welcome { host, auth, .. }) => (host, auth),
-            Some(AgentReply::Error { reason }) => return Err(io::Error::other(reason)),
+            Some(AgentReply::Error { reason }) => {
+                return Err(io::Error::other(reason.into_string()))
+            }
             _ => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -91,7 +96,9 @@ impl Link {
             // A keyed agent's facts come sealed, after the proofs.
             host = match link.recv::<AgentReply>(timeout)? {
                 Some(AgentReply::Welcome { host, .. }) => host,
-                Some(AgentReply::Error { reason }) => return Err(io::Error::other(reason)),
+                Some(AgentReply::Error { reason }) => {
+                    return Err(io::Error::other(reason.into_string()))
+                }
                 _ => {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
@@ -100,6 +107,7 @@ impl Link {
                 }
             };
         }
+        link.decoder.set_limit(MAX_FRAME);
         Ok((link, host))
     }
 
