@@ -206,13 +206,18 @@ Examples:
 Every host runs 'linerate serve --key KEY'; the agents dial each other, so a mesh needs the
 key (the file's key = PATH, or --key).";
 
-/// A PostgreSQL URL.
-fn postgres_url(text: &str) -> Result<String, String> {
-    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+/// A PostgreSQL connection string, checked by the command (a parser's error would echo
+/// the value, password and all): a URL, or libpq's key-value form.
+pub fn postgres_url(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let url = text.starts_with("postgres://") || text.starts_with("postgresql://");
+    let key_values = !text.contains("://") && text.contains('=');
+    if url || key_values {
         Ok(text.to_string())
     } else {
         Err(format!(
-            "'{text}' is not a PostgreSQL URL (postgres://USER@HOST[:PORT]/DB); the results database is --db PATH"
+            "--store {}: not a PostgreSQL connection string (postgres://USER@HOST[:PORT]/DB, or host=HOST dbname=DB); the results database is --db PATH",
+            linerate_store::connection::redact(text)
         ))
     }
 }
@@ -248,9 +253,14 @@ pub struct MeshRunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub cycles: Option<u64>,
     /// Keep the results in this PostgreSQL archive (postgres://USER@HOST/DB), which many
-    /// coordinators share, instead of the results database
-    #[arg(long, value_name = "URL", value_parser = postgres_url)]
+    /// coordinators share, instead of the results database. TLS as its sslmode says:
+    /// verify-full by default for a host that is not this machine (docs/mesh.md)
+    #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+    /// The archive's password: the first line of this file (else PGPASSWORD, else
+    /// PGPASSFILE or ~/.pgpass), kept out of the command line that `ps` shows
+    #[arg(long, value_name = "FILE")]
+    pub store_password_file: Option<std::path::PathBuf>,
     /// Print each result as a JSON line instead of text
     #[arg(long)]
     pub json: bool,
@@ -281,8 +291,12 @@ pub struct MeshStatusArgs {
     pub mesh: String,
     /// Read from this PostgreSQL archive (postgres://USER@HOST/DB) instead of the results
     /// database
-    #[arg(long, value_name = "URL", value_parser = postgres_url)]
+    #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+    /// The archive's password: the first line of this file (else PGPASSWORD, else
+    /// PGPASSFILE or ~/.pgpass)
+    #[arg(long, value_name = "FILE")]
+    pub store_password_file: Option<std::path::PathBuf>,
     /// Print the rows as JSON
     #[arg(long)]
     pub json: bool,

@@ -258,7 +258,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     let mut sqlite = None;
     let mut postgres = None;
     let mut store: Option<&mut dyn linerate_store::MeshArchive> = match &args.store {
-        Some(url) => Some(postgres.insert(linerate_store::archive::Archive::open(url)?)),
+        Some(url) => Some(postgres.insert(open_archive(url, args.store_password_file.as_deref())?)),
         None => match globals.storage.open_for_run()? {
             Some(store) => Some(sqlite.insert(store)),
             None => None,
@@ -429,7 +429,7 @@ fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
     };
     let (rows, location) = match &args.store {
         Some(url) => {
-            let mut archive = linerate_store::archive::Archive::open(url)?;
+            let mut archive = open_archive(url, args.store_password_file.as_deref())?;
             (archive.mesh_rows(&name, true)?, archive.url().to_string())
         }
         None => {
@@ -460,4 +460,27 @@ fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
         );
     }
     Ok(())
+}
+
+/// The archive at `url`: a connection string that is not PostgreSQL's is a usage error
+/// (exit 2) naming it without its password; one that carries a password works, with a
+/// warning that `ps` shows it.
+fn open_archive(
+    url: &str,
+    password_file: Option<&std::path::Path>,
+) -> anyhow::Result<linerate_store::archive::Archive> {
+    let url = crate::cli::postgres_url(url).map_err(Failure::Usage)?;
+    let target = linerate_store::connection::target(&url, &Default::default());
+    if target.is_ok_and(|t| t.config.get_password().is_some()) {
+        eprintln!(
+            "linerate: warning: the archive's password is on the command line, where every local user's ps shows it: give it with --store-password-file, PGPASSWORD or ~/.pgpass"
+        );
+    }
+    let credentials = linerate_store::connection::Credentials::from_env(
+        password_file.map(std::path::Path::to_path_buf),
+    );
+    Ok(linerate_store::archive::Archive::open_with(
+        &url,
+        &credentials,
+    )?)
 }

@@ -441,46 +441,105 @@ struct Postgres {
     url: String,
 }
 
+/// What a test's PostgreSQL takes: plain with trust, or TLS only with a password.
+struct PgSecurity {
+    /// The server's certificate and key (PEM files), and TLS required of every client.
+    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// The superuser's password, required (SCRAM) of every client over the network.
+    password: Option<&'static str>,
+}
+
 impl Postgres {
     /// `None` (with the reason) when PostgreSQL is not installed.
     fn start(ns: &str, addr: &str) -> Result<Postgres, String> {
+        Self::start_secured(
+            ns,
+            addr,
+            "pg",
+            PgSecurity {
+                tls: None,
+                password: None,
+            },
+        )
+    }
+
+    /// A server in `ns` on `addr`, its files under a directory named by `tag`.
+    fn start_secured(
+        ns: &str,
+        addr: &str,
+        tag: &str,
+        security: PgSecurity,
+    ) -> Result<Postgres, String> {
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .map_err(|_| "PostgreSQL is not installed (/usr/lib/postgresql)".to_string())?
             .filter_map(Result::ok)
             .map(|e| e.path().join("bin"))
             .find(|b| b.join("postgres").exists())
             .ok_or("no postgres binary under /usr/lib/postgresql")?;
-        let dir = std::env::temp_dir().join(format!("linerate-{}-pg", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("linerate-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         run("chown", &["postgres:postgres", dir.to_str().unwrap()]);
         let data = dir.join("data");
-        let initdb = Command::new("runuser")
+        let mut initdb = Command::new("runuser");
+        initdb
             .args(["-u", "postgres", "--"])
             .arg(bin.join("initdb"))
-            .args([
-                "-D",
-                data.to_str().unwrap(),
-                "-A",
-                "trust",
-                "-U",
-                "linerate",
-                "--no-sync",
-            ])
-            .output()
-            .map_err(|e| format!("initdb: {e}"))?;
+            .args(["-D", data.to_str().unwrap(), "-U", "linerate", "--no-sync"]);
+        match security.password {
+            Some(password) => {
+                let file = dir.join("pwfile");
+                std::fs::write(&file, format!("{password}\n")).unwrap();
+                run("chown", &["postgres:postgres", file.to_str().unwrap()]);
+                initdb
+                    .args(["--auth-local", "trust", "--auth-host", "scram-sha-256"])
+                    .arg(format!("--pwfile={}", file.display()));
+            }
+            None => {
+                initdb.args(["-A", "trust"]);
+            }
+        }
+        let initdb = initdb.output().map_err(|e| format!("initdb: {e}"))?;
         if !initdb.status.success() {
             return Err(format!("initdb failed: {}", stderr(&initdb)));
         }
-        // The namespace's own address, trusted: a test server no one else reaches.
+        // The namespace's own address: a test server no one else reaches. With TLS, a
+        // connection without it is refused, so a test that connects proves it was used.
         let hba = data.join("pg_hba.conf");
         let mut rules = std::fs::read_to_string(&hba).map_err(|e| format!("pg_hba.conf: {e}"))?;
-        rules += &format!("host all all {addr}/32 trust\n");
+        let method = if security.password.is_some() {
+            "scram-sha-256"
+        } else {
+            "trust"
+        };
+        if security.tls.is_some() {
+            rules += &format!(
+                "hostssl all all {addr}/32 {method}\nhostnossl all all {addr}/32 reject\n"
+            );
+        } else {
+            rules += &format!("host all all {addr}/32 {method}\n");
+        }
         std::fs::write(&hba, rules).map_err(|e| format!("pg_hba.conf: {e}"))?;
+        let mut settings = vec![format!("listen_addresses={addr}"), "fsync=off".to_string()];
+        if let Some((cert, key)) = &security.tls {
+            let (kept_cert, kept_key) = (data.join("server.crt"), data.join("server.key"));
+            std::fs::copy(cert, &kept_cert).unwrap();
+            std::fs::copy(key, &kept_key).unwrap();
+            for file in [&kept_cert, &kept_key] {
+                run("chown", &["postgres:postgres", file.to_str().unwrap()]);
+                run("chmod", &["0600", file.to_str().unwrap()]);
+            }
+            settings.extend([
+                "ssl=on".to_string(),
+                format!("ssl_cert_file={}", kept_cert.display()),
+                format!("ssl_key_file={}", kept_key.display()),
+            ]);
+        }
         let port = "54329";
         // setpriv execs the server itself (runuser would stay its parent and keep the
         // signals the test sends it to stop it).
-        let child = Command::new("ip")
+        let mut command = Command::new("ip");
+        command
             .args([
                 "netns", "exec", ns, "setpriv", "--reuid", "postgres", "--regid", "postgres",
             ])
@@ -493,13 +552,21 @@ impl Postgres {
                 port,
                 "-k",
                 dir.to_str().unwrap(),
-            ])
-            .args(["-c", &format!("listen_addresses={addr}"), "-c", "fsync=off"])
+            ]);
+        for setting in &settings {
+            command.args(["-c", setting]);
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("postgres: {e}"))?;
-        let url = format!("postgres://linerate@{addr}:{port}/postgres");
+        // Not this machine's loopback: without TLS the test says so (verify-full is the
+        // default for any other host).
+        let url = match security.tls {
+            Some(_) => format!("postgres://linerate@{addr}:{port}/postgres"),
+            None => format!("postgres://linerate@{addr}:{port}/postgres?sslmode=disable"),
+        };
         let server = Postgres { child, dir, url };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
@@ -876,4 +943,241 @@ tests = ["responsiveness"]
     let status = linerate_in(&star.hosts[2], &["--db", &db, "mesh", "status", "rpm"]);
     let status = String::from_utf8_lossy(&status.stdout).to_string();
     assert!(status.contains("RPM "), "{status}");
+}
+
+/// The archive link (docs/mesh.md): TLS verified as libpq's sslmode says, verify-full by
+/// default for a host that is not this machine, against Debian's PostgreSQL with ssl on
+/// and a certificate made here; the password from a file or the environment, and never in
+/// a message, whatever form the connection string takes.
+#[test]
+fn the_archive_is_reached_over_verified_tls_and_its_password_never_shows() {
+    let test = "the_archive_is_reached_over_verified_tls_and_its_password_never_shows";
+    if !is_root() {
+        skip(
+            test,
+            "needs root for network namespaces and to run PostgreSQL as its user",
+        );
+        return;
+    }
+    if !have("openssl", test) {
+        return;
+    }
+    // The client in the server's namespace, reaching it at its address (not loopback).
+    let star = Star::new("pgtls", 1);
+    let (db_host, addr) = (&star.hosts[0], star.addrs[0].clone());
+    let client = db_host.clone();
+    let dir = std::env::temp_dir().join(format!("linerate-{}-pgtls-certs", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let at = |name: &str| dir.join(name).display().to_string();
+    let openssl = |args: &[&str]| run("openssl", args);
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &at("ca.key"),
+        "-out",
+        &at("ca.pem"),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=linerate test archive CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &at("server.key"),
+        "-out",
+        &at("server.csr"),
+        "-subj",
+        "/CN=archive",
+    ]);
+    std::fs::write(
+        dir.join("ext"),
+        format!("subjectAltName=IP:{addr},DNS:archive.mesh.test\n"),
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &at("server.csr"),
+        "-CA",
+        &at("ca.pem"),
+        "-CAkey",
+        &at("ca.key"),
+        "-CAcreateserial",
+        "-out",
+        &at("server.crt"),
+        "-days",
+        "2",
+        "-extfile",
+        &at("ext"),
+    ]);
+    const PASSWORD: &str = "archive-s3cret-pw";
+    let postgres = match Postgres::start_secured(
+        db_host,
+        &addr,
+        "pgtls",
+        PgSecurity {
+            tls: Some((dir.join("server.crt"), dir.join("server.key"))),
+            password: Some(PASSWORD),
+        },
+    ) {
+        Ok(server) => server,
+        Err(reason) => {
+            skip(test, &reason);
+            return;
+        }
+    };
+    // Two names for the server's address in the client's namespace: one its certificate
+    // carries, one it does not.
+    let hosts_dir = format!("/etc/netns/{client}");
+    std::fs::create_dir_all(&hosts_dir).unwrap();
+    std::fs::write(
+        format!("{hosts_dir}/hosts"),
+        format!("127.0.0.1 localhost\n{addr} archive.mesh.test\n{addr} impostor.mesh.test\n"),
+    )
+    .unwrap();
+    let password_file = at("password");
+    std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+    let ca = at("ca.pem");
+    // `mesh status` of a mesh the archive has never seen: connected, it says so.
+    let status = |store: &str, password: Option<&str>, extra: &[&str]| {
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &client, binary()])
+            .args(["--no-store", "mesh", "status", "nomesh", "--store", store])
+            .args(extra)
+            .env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE")
+            // No ~/.pgpass or ~/.postgresql/root.crt of the machine's.
+            .env("HOME", &dir);
+        if let Some(password) = password {
+            command.env("PGPASSWORD", password);
+        }
+        let out = command.output().unwrap();
+        let (text, said) = (
+            stderr(&out),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        );
+        assert!(
+            !text.contains(PASSWORD) && !said.contains(PASSWORD),
+            "the password shows: {text}{said}"
+        );
+        (out.status.code(), text)
+    };
+    let connected = |(_, text): &(Option<i32>, String)| text.contains("no results of a mesh");
+    let url = |host: &str, params: &str| {
+        format!("postgres://linerate@{host}:54329/postgres?sslrootcert={ca}{params}")
+    };
+    // verify-full by default (the host is not this machine), by address and by a name
+    // the certificate carries; the password from the environment or the file.
+    let by_address = status(&url(&addr, ""), Some(PASSWORD), &[]);
+    assert!(connected(&by_address), "{}", by_address.1);
+    let by_name = status(
+        &url("archive.mesh.test", ""),
+        None,
+        &["--store-password-file", &password_file],
+    );
+    assert!(connected(&by_name), "{}", by_name.1);
+    // A name the certificate does not carry: refused under verify-full, taken by
+    // verify-ca (the chain only) and require.
+    let impostor = status(&url("impostor.mesh.test", ""), Some(PASSWORD), &[]);
+    assert!(!connected(&impostor), "{}", impostor.1);
+    assert!(
+        impostor.1.contains("certificate") && impostor.1.contains("verify-full"),
+        "{}",
+        impostor.1
+    );
+    for mode in ["verify-ca", "require"] {
+        let out = status(
+            &url("impostor.mesh.test", &format!("&sslmode={mode}")),
+            Some(PASSWORD),
+            &[],
+        );
+        assert!(connected(&out), "{mode}: {}", out.1);
+    }
+    // No root certificate given: the system's bundle, which does not know the test's CA.
+    let unknown = status(
+        &format!("postgres://linerate@{addr}:54329/postgres"),
+        Some(PASSWORD),
+        &[],
+    );
+    assert!(!connected(&unknown), "{}", unknown.1);
+    // Without TLS the server refuses (hostnossl reject): the connections above used it.
+    let plain = status(&url(&addr, "&sslmode=disable"), Some(PASSWORD), &[]);
+    assert!(!connected(&plain), "{}", plain.1);
+    // No password, a wrong one, one in the string (it works, with a warning), one in an
+    // invalid string, one in the key-value form: never shown.
+    let none = status(&url(&addr, ""), None, &[]);
+    assert!(!connected(&none), "{}", none.1);
+    let inline = url(&addr, "").replace("linerate@", &format!("linerate:{PASSWORD}@"));
+    let warned = status(&inline, None, &[]);
+    assert!(connected(&warned), "{}", warned.1);
+    assert!(warned.1.contains("ps shows it"), "{}", warned.1);
+    let wrong = inline.replace(PASSWORD, &format!("{PASSWORD}x"));
+    let wrong = status(&wrong, None, &[]);
+    assert!(!connected(&wrong), "{}", wrong.1);
+    let invalid = status(&format!("{inline}&password={PASSWORD}&bogus=1"), None, &[]);
+    assert!(
+        !connected(&invalid) && invalid.1.contains("***"),
+        "{}",
+        invalid.1
+    );
+    let key_values = format!("host={addr} port=54329 user=linerate password={PASSWORD} nonsense");
+    let refused = status(&key_values, None, &[]);
+    assert!(!connected(&refused), "{}", refused.1);
+    let not_postgres = status(&format!("mysql://u:{PASSWORD}@h/db"), None, &[]);
+    assert_eq!(not_postgres.0, Some(2), "{}", not_postgres.1);
+    // A coordinator that runs for months: its password is in no process's command line
+    // (`ps`) or environment.
+    let mesh = dir.join("mesh.toml");
+    std::fs::write(
+        &mesh,
+        format!(
+            "name = \"pgps\"\nkey = \"{}\"\n[[host]]\nname = \"a\"\naddress = \"192.0.2.1:5201\"\n[[host]]\nname = \"b\"\naddress = \"192.0.2.2:5201\"\n[[test]]\nname = \"lat\"\nrun = \"rr\"\nduration = \"1s\"\ninterval = \"10s\"\n[[group]]\nname = \"all\"\ntests = [\"lat\"]\n",
+            key_file("pgps")
+        ),
+    )
+    .unwrap();
+    let mut coordinator = Command::new("ip")
+        .args(["netns", "exec", &client, binary()])
+        .args(["--no-store", "mesh", "run"])
+        .arg(&mesh)
+        .args([
+            "--store",
+            &url(&addr, ""),
+            "--store-password-file",
+            &password_file,
+        ])
+        .env_remove("PGPASSWORD")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let pid = coordinator.id();
+    if coordinator.try_wait().unwrap().is_some() {
+        panic!("{}", stderr(&coordinator.wait_with_output().unwrap()));
+    }
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let running = coordinator.try_wait().unwrap().is_none();
+    // SAFETY: signals the coordinator this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let out = coordinator.wait_with_output().unwrap();
+    assert!(running, "the coordinator runs: {}", stderr(&out));
+    let shows = |bytes: &[u8]| String::from_utf8_lossy(bytes).contains(PASSWORD);
+    assert!(!shows(&cmdline) && !shows(&environ), "the password in ps");
+    assert!(!stderr(&out).contains(PASSWORD), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&hosts_dir);
+    drop(postgres);
+    let _ = std::fs::remove_dir_all(&dir);
 }

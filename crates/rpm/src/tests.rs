@@ -3,6 +3,7 @@ use crate::server::{self, config_json, Limits};
 use proptest::prelude::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -279,4 +280,25 @@ fn a_server_for_one_address_serves_no_other() {
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     assert_eq!(refused(), 1);
+}
+
+/// An upload that declares more than the server takes is refused from its header, before
+/// a byte of its body: docs/rpm.md promises 413 for uploads over the bound.
+#[test]
+fn an_upload_declaring_more_than_the_bound_gets_413_before_its_body() {
+    let server = server::start("127.0.0.1:0".parse().unwrap(), None, Limits::default()).unwrap();
+    let mut up = TcpStream::connect(server.addr).unwrap();
+    up.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let declared = 100u64 << 30;
+    write!(
+        up,
+        "POST /slurp HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = [0u8; 1024];
+    let n = up.read(&mut answer).unwrap();
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("x-content-type-options: nosniff"), "{text}");
+    assert_eq!(server.counters.uploaded.load(Ordering::Relaxed), 0);
 }

@@ -5,6 +5,7 @@
 //! The `postgres` crate (sync, the maintained client) speaks the protocol; nothing here
 //! builds SQL from values.
 
+use crate::connection::{self, Credentials, SslMode};
 use crate::{now, Listed, MeshRow, StoreError};
 use linerate_report::document::Document;
 use postgres::{Client, NoTls};
@@ -56,35 +57,62 @@ pub struct Archive {
     shown: String,
 }
 
-/// `postgres://user:secret@host/db` as `postgres://user@host/db`.
-fn without_password(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            let user = credentials.split(':').next().unwrap_or("");
-            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
-
 /// A client error in full: the server's own message when it sent one (the client's
 /// Display says only "db error").
 fn describe(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => db.to_string(),
-        None => e.to_string(),
+        None => {
+            // The cause too: "error performing TLS handshake" says nothing of which
+            // certificate check failed.
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                let said = cause.to_string();
+                if !text.contains(&said) {
+                    text = format!("{text}: {said}");
+                }
+                source = cause.source();
+            }
+            text
+        }
     }
 }
 
 impl Archive {
-    /// Connects to the archive at `url` (`postgres://user@host:port/db`) and brings its
-    /// schema up to date.
+    /// Connects to the archive at `url` (`postgres://user@host:port/db`, or libpq's
+    /// key-value form) with the password and TLS of the environment
+    /// ([`Credentials::from_env`]) and brings its schema up to date.
     pub fn open(url: &str) -> Result<Archive, StoreError> {
-        let shown = without_password(url);
-        let client = Client::connect(url, NoTls).map_err(|e| StoreError::Archive {
+        Archive::open_with(url, &Credentials::from_env(None))
+    }
+
+    /// As [`open`](Self::open), with the password's sources given (crate::connection).
+    pub fn open_with(url: &str, credentials: &Credentials) -> Result<Archive, StoreError> {
+        let target = connection::target(url, credentials)?;
+        let shown = target.shown.clone();
+        let failed = |why: String| StoreError::Archive {
             url: shown.clone(),
-            why: describe(&e),
+            why,
+        };
+        let client = match target.ssl {
+            SslMode::Disable => target.config.connect(NoTls),
+            _ => {
+                let tls = connection::tls_config(&target).map_err(failed)?;
+                target
+                    .config
+                    .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+            }
+        }
+        .map_err(|e| {
+            let mut why = describe(&e);
+            if why.contains("certificate") || why.contains("TLS") {
+                why += &format!(
+                    " (sslmode={}; docs/mesh.md: the archive's TLS)",
+                    target.ssl.name()
+                );
+            }
+            failed(why)
         })?;
         let mut archive = Archive { client, shown };
         archive.migrate()?;
@@ -274,22 +302,5 @@ impl Archive {
                 id,
             })?;
         Ok(row.get(0))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_stay_out_of_messages() {
-        assert_eq!(
-            without_password("postgres://mesh:s3cret@db.example:5432/linerate"),
-            "postgres://mesh@db.example:5432/linerate"
-        );
-        assert_eq!(
-            without_password("postgres://db.example/linerate"),
-            "postgres://db.example/linerate"
-        );
     }
 }

@@ -8,6 +8,7 @@
 //! write is one `BEGIN IMMEDIATE` transaction, and a busy database is waited for.
 
 pub mod archive;
+pub mod connection;
 
 use linerate_report::document::Document;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
