@@ -17,6 +17,14 @@ loopback. Attackers, each on its own thread, repeat until the time is up:
   flood       connections that send half a preface and stay silent
   wrap        a bidirectional spec of 2^31 flows
   forge-log   a hello whose software name carries a newline and a terminal escape
+  silent-http 1,024 connections to the RPM listener (`--http`) from four addresses
+              (127.0.0.2-5) that never send a byte, reopened as they are closed
+  silent-metrics  64 such connections to the metrics listener (`--metrics`) from one
+              address
+  claim       uploads declaring 100 GiB (`Content-Length`) to /slurp
+
+A normal HTTP client (127.0.0.1) meanwhile fetches /small from the RPM listener and
+scrapes /metrics, each within 1 s or counted as failed.
 
 It prints, every 5 s: the normal client's successes and failures so far, the server's
 RSS (MiB), threads and descriptors, and what the reflection victims received; at the end
@@ -28,7 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import LINERATE, free_port  # noqa: E402
 
 STOP = threading.Event()
-COUNTS = {"normal_ok": 0, "normal_fail": 0, "victim_datagrams": 0, "victim_bytes": 0,
+COUNTS = {"normal_ok": 0, "normal_fail": 0, "http_ok": 0, "http_fail": 0,
+          "http_slowest_ms": 0, "silent_held": 0, "silent_opened": 0, "claims_413": 0,
+          "claims_other": 0, "victim_datagrams": 0, "victim_bytes": 0,
           "mirrors": 0, "hellos": 0, "cookies": 0,
           "refused_requests": 0, "accepted_oversized": 0, "errors": 0}
 LOCK = threading.Lock()
@@ -240,6 +250,82 @@ def wrap_and_forge(port):
         STOP.wait(0.5)
 
 
+def http_get(port, path, timeout=1.0):
+    """(status line, seconds) of a GET from 127.0.0.1, within `timeout`."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return data.split(b"\r\n", 1)[0].decode(errors="replace"), time.monotonic() - started
+
+
+def normal_http(http_port, metrics_port):
+    while not STOP.is_set():
+        for port, path in ((http_port, "/small"), (metrics_port, "/metrics")):
+            try:
+                status, took = http_get(port, path)
+                ok = status.endswith("200 OK") and took < 1.0
+                with LOCK:
+                    COUNTS["http_slowest_ms"] = max(COUNTS["http_slowest_ms"], int(took * 1000))
+            except OSError:
+                ok = False
+            bump("http_ok" if ok else "http_fail")
+        STOP.wait(0.2)
+
+
+def silent(port, sources, count):
+    """Holds `count` connections from `sources` that never send, reopening closed ones."""
+    held = []
+    while not STOP.is_set():
+        alive = []
+        for s in held:
+            try:
+                s.settimeout(0)
+                if s.recv(1) == b"":
+                    s.close()
+                    continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                s.close()
+                continue
+            alive.append(s)
+        held = alive
+        while len(held) < count and not STOP.is_set():
+            try:
+                s = socket.socket()
+                s.bind((sources[len(held) % len(sources)], 0))
+                s.settimeout(1)
+                s.connect(("127.0.0.1", port))
+                held.append(s)
+                bump("silent_opened")
+            except OSError:
+                s.close()
+                break
+        with LOCK:
+            COUNTS["silent_held"] = len(held)
+        STOP.wait(0.5)
+    for s in held:
+        s.close()
+
+
+def claim(port):
+    while not STOP.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(b"POST /slurp HTTP/1.1\r\nHost: x\r\nContent-Length: 107374182400\r\n\r\n")
+                answer = s.recv(256)
+                bump("claims_413" if answer.startswith(b"HTTP/1.1 413") else "claims_other")
+        except OSError:
+            bump("claims_other")
+        STOP.wait(0.5)
+
+
 def proc_figures(pid):
     rss = threads = 0
     with open(f"/proc/{pid}/status") as f:
@@ -261,18 +347,27 @@ def main():
     LINERATE = args.binary
     if not os.path.exists(LINERATE):
         sys.exit(f"no binary at {LINERATE}: cargo build --release first")
-    port = free_port()
+    port, http_port, metrics_port = free_port(), free_port(), free_port()
     log = open(os.path.join("/tmp", f"linerate-abuse-{os.getpid()}.log"), "w")
-    server = subprocess.Popen([LINERATE, "serve", "--listen", "127.0.0.1", "--port", str(port)],
+    server = subprocess.Popen([LINERATE, "serve", "--listen", "127.0.0.1", "--port", str(port),
+                               "--http", f"127.0.0.1:{http_port}",
+                               "--metrics", f"127.0.0.1:{metrics_port}"],
                               stdout=subprocess.DEVNULL, stderr=log)
     time.sleep(0.5)
     workers = [threading.Thread(target=f, args=(port,), daemon=True)
                for f in (normal_client, reflect, budget, sleepers, hoard, flood, wrap_and_forge)]
+    four = [f"127.0.0.{i}" for i in range(2, 6)]
+    workers += [
+        threading.Thread(target=normal_http, args=(http_port, metrics_port), daemon=True),
+        threading.Thread(target=silent, args=(http_port, four, 1024), daemon=True),
+        threading.Thread(target=silent, args=(metrics_port, ["127.0.0.2"], 64), daemon=True),
+        threading.Thread(target=claim, args=(http_port,), daemon=True),
+    ]
     for w in workers:
         w.start()
     peaks = [0, 0, 0]
     started = time.time()
-    print("   s  normal ok/fail  RSS MiB  threads  fds  victim datagrams  refused/accepted oversized")
+    print("   s  normal ok/fail  http ok/fail  silent held  RSS MiB  threads  fds  victim datagrams  refused/accepted oversized")
     try:
         while time.time() - started < args.seconds:
             time.sleep(5)
@@ -280,7 +375,8 @@ def main():
             peaks = [max(p, v) for p, v in zip(peaks, (rss, threads, fds))]
             with LOCK:
                 c = dict(COUNTS)
-            print(f"{time.time() - started:4.0f}  {c['normal_ok']:6d}/{c['normal_fail']:<6d} {rss:8d} {threads:8d} {fds:4d}"
+            print(f"{time.time() - started:4.0f}  {c['normal_ok']:6d}/{c['normal_fail']:<6d} {c['http_ok']:6d}/{c['http_fail']:<6d}"
+                  f" {c['silent_held']:11d} {rss:8d} {threads:8d} {fds:4d}"
                   f"  {c['victim_datagrams']:16d}  {c['refused_requests']}/{c['accepted_oversized']}", flush=True)
     finally:
         STOP.set()
@@ -301,6 +397,10 @@ def main():
     print(f"reflection: {c['mirrors']} mirrors, {c['hellos']} hellos from addresses that never answer, "
           f"{c['cookies']} cookies back (28 bytes each); {c['victim_datagrams']} other datagrams ({c['victim_bytes']} bytes) "
           f"reached them; attacker errors {c['errors']}")
+    http_total = c["http_ok"] + c["http_fail"]
+    print(f"normal HTTP client: {c['http_ok']}/{http_total} served within 1 s, slowest {c['http_slowest_ms']} ms; "
+          f"silent connections opened {c['silent_opened']}, held at the end {c['silent_held']}; "
+          f"100 GiB claims answered 413: {c['claims_413']}, otherwise {c['claims_other']}")
     print(f"oversized requests refused {c['refused_requests']}, accepted {c['accepted_oversized']}; "
           f"forged log lines {forged}; server log {log.name}")
 

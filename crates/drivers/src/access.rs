@@ -8,7 +8,11 @@
 //! takes the place of that holder's oldest connection still in its preface, so one host
 //! that floods the server does not lock others out.
 
+// A log message is one line: control characters a peer may have put in it (a newline
+// that forges a second line, a terminal escape) written as escapes, and at most 2,000
+// characters.
 use ipnet::IpNet;
+use linerate_proto::text::printable;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -446,28 +450,6 @@ impl OperatorLog {
     }
 }
 
-/// The most characters of one log message.
-const MOST_LOG_CHARS: usize = 2000;
-
-/// A log message as one line: control characters a peer may have put in it (a newline
-/// that forges a second line, a terminal escape) written as escapes, and at most
-/// [`MOST_LOG_CHARS`] characters.
-fn printable(message: &str) -> String {
-    let mut out = String::with_capacity(message.len().min(MOST_LOG_CHARS));
-    for (i, c) in message.chars().enumerate() {
-        if i == MOST_LOG_CHARS {
-            out.push_str("...");
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,7 +462,7 @@ mod tests {
         );
         assert_eq!(
             printable(&"é".repeat(5000)).chars().count(),
-            MOST_LOG_CHARS + 3
+            linerate_proto::text::MOST_PEER_CHARS + 3
         );
     }
 

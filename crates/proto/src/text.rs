@@ -14,18 +14,21 @@ use std::fmt;
 pub const MOST_PEER_CHARS: usize = 2000;
 
 /// `text` as one printable line: control characters written as Rust escapes (`\n`,
-/// `\u{1b}`), at most [`MOST_PEER_CHARS`] characters of the original, "..." after a cut.
+/// `\u{1b}`), at most [`MOST_PEER_CHARS`] characters so written, "..." after a cut.
 pub fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MOST_PEER_CHARS + 3));
-    for (i, c) in text.chars().enumerate() {
-        if i == MOST_PEER_CHARS {
+    let mut written = 0;
+    for c in text.chars() {
+        let escaped = c.is_control().then(|| c.escape_default().to_string());
+        let width = escaped.as_ref().map_or(1, |e| e.chars().count());
+        if written + width > MOST_PEER_CHARS {
             out.push_str("...");
             break;
         }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
+        written += width;
+        match escaped {
+            Some(escape) => out.push_str(&escape),
+            None => out.push(c),
         }
     }
     out

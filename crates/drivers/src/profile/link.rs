@@ -167,3 +167,58 @@ pub(crate) fn unix_ns() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A squatter on an agent's address: answers the hello with `answer`'s bytes.
+    fn squatter(answer: Vec<u8>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            // The preface and the hello, which may come apart; then the answer, and the
+            // connection held open until the dialer closes it (closed with the hello
+            // unread, it would be reset and the answer lost).
+            stream
+                .set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let mut hello = [0u8; 4096];
+            while stream.read(&mut hello).is_ok_and(|n| n > 0) {}
+            let _ = stream.write_all(&answer);
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            while stream.read(&mut hello).is_ok_and(|n| n > 0) {}
+        });
+        addr
+    }
+
+    #[test]
+    fn a_squatters_reason_reaches_the_dialer_cut_and_escaped() {
+        let forged = "\u{1b}[2J\r\nFAKE LOG LINE: ok\r\n".to_string() + &"x".repeat(4096);
+        let reason = forged.repeat(200);
+        let body = serde_json::json!({"type": "error", "reason": reason}).to_string();
+        let addr = squatter(linerate_proto::frame::encode(body.as_bytes()));
+        let error = Link::dial(addr, Duration::from_secs(5), None)
+            .err()
+            .expect("an error frame is an error")
+            .to_string();
+        assert!(!error.chars().any(char::is_control), "{error:?}");
+        assert!(error.contains("\\u{1b}[2J\\r\\nFAKE LOG LINE"), "{error}");
+        assert!(error.chars().count() <= 2003, "{}", error.chars().count());
+    }
+
+    #[test]
+    fn a_squatters_frame_over_a_mebibyte_is_refused_at_its_length() {
+        // Only the length: the dialer must refuse before the body would come.
+        let addr = squatter(60_000_000u32.to_be_bytes().to_vec());
+        let error = Link::dial(addr, Duration::from_secs(5), None)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(error.contains("over the limit of 1048576 bytes"), "{error}");
+    }
+}
