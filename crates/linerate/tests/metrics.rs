@@ -1087,6 +1087,11 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
     for var in dashboard["templating"]["list"].as_array().unwrap() {
         exprs.push(var["query"].as_str().unwrap().to_string());
     }
+    // The names the one table of families defines (scrape and remote write alike).
+    let defined: Vec<String> = linerate_metrics::families::FAMILIES
+        .iter()
+        .flat_map(linerate_metrics::families::series_names)
+        .collect();
     let mut named = 0;
     for expr in &exprs {
         for (at, _) in expr.match_indices("linerate_") {
@@ -1095,6 +1100,10 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
             named += 1;
+            assert!(
+                defined.contains(&name),
+                "the dashboard queries {name}, which no family defines: {defined:?}"
+            );
             assert!(
                 text.lines().any(|l| l.starts_with(&format!("{name}{{"))),
                 "the dashboard queries {name}, which the endpoint does not write:\n{text}"

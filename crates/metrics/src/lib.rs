@@ -5,6 +5,7 @@
 pub mod alerts;
 pub mod assess;
 pub mod board;
+pub mod families;
 pub mod grid;
 pub mod openmetrics;
 pub mod post;

@@ -1,6 +1,6 @@
 //! The board as OpenMetrics text, through the prometheus-client crate's encoder (a
 //! collector over one series at a time, kept between scrapes by [`Exposition`]: nothing
-//! is measured by a scrape).
+//! is measured by a scrape). The families are defined once, in [`crate::families`].
 //!
 //! Series, each labelled {mesh, src, dst, test, direction, protocol}:
 //! - `linerate_goodput_bytes_per_second` (gauge): a stream's newest goodput, counted at
@@ -8,7 +8,7 @@
 //! - `linerate_loss_ratio` (gauge): a UDP stream's newest share of bytes lost;
 //! - `linerate_rtt_seconds` (histogram): every transaction of rr and crr tests so far, in
 //!   classic buckets (rate() and histogram_quantile() work on it);
-//! - `linerate_last_rtt_seconds{stat="p50|p90|p99"}` (gauge): the newest run's
+//! - `linerate_last_rtt_seconds{stat="p50|p90|p99|p999"}` (gauge): the newest run's
 //!   percentiles (`quantile` is a summary's label; these are a run's figures);
 //! - `linerate_last_result_ok` (gauge, 1 or 0), `linerate_last_result_timestamp_seconds`
 //!   (gauge);
@@ -23,6 +23,7 @@
 //! and `linerate_build_info{version}` (1).
 
 use crate::board::{Board, Key, Latest, Series, Totals, RTT_BUCKETS};
+use crate::families::{Kind, Sample, Value, FAMILIES};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabel, EncodeLabelSet, EncodeLabelValue, LabelSetEncoder,
@@ -89,227 +90,51 @@ type NoExemplar = Exemplar<Vec<(String, String)>, f64>;
 /// What the families read of one series.
 type Row<'a> = (&'a Key, &'a Latest, &'a Totals);
 
-/// The families, in the order a scrape writes them (after `linerate_build_info`).
-const FAMILIES: [&str; 13] = [
-    "linerate_goodput_bytes_per_second",
-    "linerate_loss_ratio",
-    "linerate_last_rtt_seconds",
-    "linerate_rtt_seconds",
-    "linerate_cpu_seconds_per_gigabit",
-    "linerate_last_result_ok",
-    "linerate_last_result_timestamp_seconds",
-    "linerate_tests",
-    "linerate_retransmits",
-    "linerate_responsiveness_rpm",
-    "linerate_capacity_bytes_per_second",
-    "linerate_idle_latency_seconds",
-    "linerate_added_latency_seconds",
-];
-
-/// One gauge family over the rows that have a value for it.
-fn gauges(
-    encoder: &mut DescriptorEncoder,
-    rows: &[Row],
-    name: &str,
-    help: &str,
-    value: impl Fn(&Latest) -> Option<f64>,
-) -> Result<(), std::fmt::Error> {
-    if !rows.iter().any(|(_, latest, _)| value(latest).is_some()) {
-        return Ok(());
-    }
-    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for &(key, latest, _) in rows {
-        if let Some(v) = value(latest) {
-            let labels = Labels { key, extra: None };
-            metric.encode_family(&labels)?.encode_gauge(&v)?;
-        }
-    }
-    Ok(())
-}
-
-/// Every family of `rows`, in [`FAMILIES`]' order.
+/// Every family of `rows` with a sample, in [`FAMILIES`]' order.
 fn families(encoder: &mut DescriptorEncoder, rows: &[Row]) -> Result<(), std::fmt::Error> {
-    gauges(
-        encoder,
-        rows,
-        FAMILIES[0],
-        "A stream's newest goodput, counted at the destination",
-        |l| l.goodput_bps.filter(|_| l.ok).map(|bps| bps / 8.0),
-    )?;
-    gauges(
-        encoder,
-        rows,
-        FAMILIES[1],
-        "A UDP stream's newest share of bytes sent and not received",
-        |l| l.loss_ratio.filter(|_| l.ok),
-    )?;
-    rtt(encoder, rows)?;
-    gauges(
-        encoder,
-        rows,
-        FAMILIES[4],
-        "CPU seconds the measuring host spent per gigabit its newest test moved",
-        |l| l.cpu_s_per_gbit.filter(|_| l.ok),
-    )?;
-    gauges(
-        encoder,
-        rows,
-        FAMILIES[5],
-        "1 when the newest test of the series succeeded, 0 when it failed or was skipped",
-        |l| Some(if l.ok { 1.0 } else { 0.0 }),
-    )?;
-    gauges(
-        encoder,
-        rows,
-        FAMILIES[6],
-        "When the newest test of the series ended, Unix time",
-        |l| Some(l.ended_at),
-    )?;
-    counters(encoder, rows)?;
-    responsiveness(encoder, rows)
-}
-
-/// An RPM test's figures: its responsiveness, the capacity each way, the idle latency
-/// and what the load added to it.
-fn responsiveness(encoder: &mut DescriptorEncoder, rows: &[Row]) -> Result<(), std::fmt::Error> {
-    let of = |l: &Latest| l.responsiveness.filter(|_| l.ok);
-    gauges(
-        encoder,
-        rows,
-        FAMILIES[9],
-        "An RPM test's newest responsiveness: round trips a minute under working conditions",
-        |l| of(l).and_then(|r| r.rpm),
-    )?;
-    if rows.iter().any(|(_, l, _)| of(l).is_some()) {
-        let mut metric = encoder.encode_descriptor(
-            FAMILIES[10],
-            "An RPM test's newest goodput each way (leg), counted where it arrived",
-            None,
-            MetricType::Gauge,
-        )?;
-        for &(key, latest, _) in rows {
-            let Some(r) = of(latest) else { continue };
-            for (leg, bps) in [("download", r.download_bps), ("upload", r.upload_bps)] {
+    let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(RTT_BUCKETS.len() + 1);
+    for family in &FAMILIES {
+        let samples: Vec<(&Key, Vec<Sample>)> = rows
+            .iter()
+            .map(|&(key, latest, totals)| (key, (family.read)(latest, totals)))
+            .filter(|(_, samples)| !samples.is_empty())
+            .collect();
+        if samples.is_empty() {
+            continue;
+        }
+        let kind = match family.kind {
+            Kind::Gauge => MetricType::Gauge,
+            Kind::Counter => MetricType::Counter,
+            Kind::Histogram => MetricType::Histogram,
+        };
+        let mut metric = encoder.encode_descriptor(family.name, family.help, None, kind)?;
+        for (key, samples) in samples {
+            for sample in samples {
                 let labels = Labels {
                     key,
-                    extra: Some(("leg", leg)),
+                    extra: sample.label,
                 };
-                metric.encode_family(&labels)?.encode_gauge(&(bps / 8.0))?;
+                let mut encoder = metric.encode_family(&labels)?;
+                match sample.value {
+                    Value::Gauge(v) => encoder.encode_gauge(&v)?,
+                    Value::Counter(n) => encoder
+                        .encode_counter::<Vec<(String, String)>, u64, f64>(
+                            &n,
+                            None::<&NoExemplar>,
+                        )?,
+                    Value::Histogram {
+                        buckets: counts,
+                        sum,
+                        count,
+                    } => {
+                        buckets.clear();
+                        let bounds = RTT_BUCKETS.iter().copied().chain([f64::MAX]);
+                        buckets.extend(bounds.zip(counts.iter().copied()));
+                        encoder
+                            .encode_histogram::<Vec<(String, String)>>(sum, count, &buckets, None)?
+                    }
+                }
             }
-        }
-    }
-    gauges(
-        encoder,
-        rows,
-        FAMILIES[11],
-        "An RPM test's newest idle latency: a new connection's handshake on the quiet path",
-        |l| of(l).map(|r| r.idle_latency_s),
-    )?;
-    gauges(
-        encoder,
-        rows,
-        FAMILIES[12],
-        "What the newest RPM test's load added to the idle latency (the bufferbloat grade's figure)",
-        |l| of(l).and_then(|r| r.added_latency_s),
-    )
-}
-
-/// The transaction times: the newest run's percentiles and the histogram of them all.
-fn rtt(encoder: &mut DescriptorEncoder, rows: &[Row]) -> Result<(), std::fmt::Error> {
-    if rows.iter().any(|(_, latest, _)| latest.rtt.is_some()) {
-        let mut metric = encoder.encode_descriptor(
-            FAMILIES[2],
-            "The newest rr or crr run's transaction time at a percentile (stat)",
-            None,
-            MetricType::Gauge,
-        )?;
-        for &(key, latest, _) in rows {
-            let Some(q) = latest.rtt.filter(|_| latest.ok) else {
-                continue;
-            };
-            for (quantile, v) in [("p50", q.p50), ("p90", q.p90), ("p99", q.p99)] {
-                let labels = Labels {
-                    key,
-                    extra: Some(("stat", quantile)),
-                };
-                metric.encode_family(&labels)?.encode_gauge(&v)?;
-            }
-        }
-    }
-    if rows.iter().any(|(_, _, totals)| totals.rtt_count > 0) {
-        let mut metric = encoder.encode_descriptor(
-            FAMILIES[3],
-            "Every rr or crr transaction's time since this process started",
-            None,
-            MetricType::Histogram,
-        )?;
-        let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(RTT_BUCKETS.len() + 1);
-        for &(key, _, t) in rows {
-            if t.rtt_count == 0 {
-                continue;
-            }
-            buckets.clear();
-            let bounds = RTT_BUCKETS.iter().copied().chain([f64::MAX]);
-            buckets.extend(bounds.zip(t.rtt_buckets.iter().copied()));
-            let labels = Labels { key, extra: None };
-            metric
-                .encode_family(&labels)?
-                .encode_histogram::<Vec<(String, String)>>(
-                    t.rtt_sum_s,
-                    t.rtt_count,
-                    &buckets,
-                    None,
-                )?;
-        }
-    }
-    Ok(())
-}
-
-/// The counters: tests by result, and retransmits where the measuring end counted them.
-fn counters(encoder: &mut DescriptorEncoder, rows: &[Row]) -> Result<(), std::fmt::Error> {
-    if !rows.is_empty() {
-        let mut metric = encoder.encode_descriptor(
-            FAMILIES[7],
-            "Tests of the series since this process started, by result",
-            None,
-            MetricType::Counter,
-        )?;
-        for &(key, _, t) in rows {
-            // A result seen at least once (a counter's absence is its zero).
-            for (result, n) in [("ok", t.ok), ("failed", t.failed), ("skipped", t.skipped)]
-                .into_iter()
-                .filter(|&(_, n)| n > 0)
-            {
-                let labels = Labels {
-                    key,
-                    extra: Some(("result", result)),
-                };
-                metric
-                    .encode_family(&labels)?
-                    .encode_counter::<Vec<(String, String)>, u64, f64>(&n, None::<&NoExemplar>)?;
-            }
-        }
-    }
-    let counted =
-        |latest: &Latest, totals: &Totals| latest.retransmits.is_some() || totals.retransmits > 0;
-    if rows.iter().any(|&(_, l, t)| counted(l, t)) {
-        let mut metric = encoder.encode_descriptor(
-            FAMILIES[8],
-            "TCP segments the sender retransmitted in the series' tests since this process started (TCP_INFO)",
-            None,
-            MetricType::Counter,
-        )?;
-        for &(key, latest, totals) in rows {
-            if !counted(latest, totals) {
-                continue;
-            }
-            let labels = Labels { key, extra: None };
-            metric
-                .encode_family(&labels)?
-                .encode_counter::<Vec<(String, String)>, u64, f64>(
-                    &totals.retransmits,
-                    None::<&NoExemplar>,
-                )?;
         }
     }
     Ok(())
@@ -497,7 +322,7 @@ impl Exposition {
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# HELP ") {
                 let name = rest.split(' ').next().unwrap_or("");
-                family = FAMILIES.iter().position(|&f| f == name);
+                family = FAMILIES.iter().position(|f| f.name == name);
                 debug_assert!(family.is_some(), "a family missing from FAMILIES: {name}");
                 header.clear();
             }

@@ -7,6 +7,7 @@
 //! specification says).
 
 use crate::board::{Board, Key, RTT_BUCKETS};
+use crate::families::{Value, FAMILIES};
 use crate::post::{Poster, Request, Target};
 use anyhow::Result;
 
@@ -96,112 +97,45 @@ fn series(
 }
 
 /// The series of `key` as the board holds them now, stamped with its newest result's end:
-/// the same names and values a scrape gives.
+/// the same names and values a scrape gives, from the same table ([`FAMILIES`]).
 pub fn batch_of(board: &Board, key: &Key) -> Vec<TimeSeries> {
     let Some(s) = board.series.get(key) else {
         return Vec::new();
     };
-    let l = &s.latest;
-    let at = (l.ended_at * 1000.0) as i64;
+    let at = (s.latest.ended_at * 1000.0) as i64;
     let mut out = Vec::new();
-    if l.ok {
-        if let Some(bps) = l.goodput_bps {
-            out.push(series(
-                "linerate_goodput_bytes_per_second",
-                key,
-                None,
-                bps / 8.0,
-                at,
-            ));
-        }
-        if let Some(loss) = l.loss_ratio {
-            out.push(series("linerate_loss_ratio", key, None, loss, at));
-        }
-        if let Some(q) = l.rtt {
-            for (stat, v) in [
-                ("p50", q.p50),
-                ("p90", q.p90),
-                ("p99", q.p99),
-                ("p999", q.p999),
-            ] {
-                out.push(series(
-                    "linerate_last_rtt_seconds",
-                    key,
-                    Some(("stat", stat)),
-                    v,
-                    at,
-                ));
+    for family in &FAMILIES {
+        for sample in (family.read)(&s.latest, &s.totals) {
+            match sample.value {
+                Value::Gauge(v) => out.push(series(family.name, key, sample.label, v, at)),
+                Value::Counter(n) => {
+                    let name = format!("{}_total", family.name);
+                    out.push(series(&name, key, sample.label, n as f64, at));
+                }
+                Value::Histogram {
+                    buckets,
+                    sum,
+                    count,
+                } => {
+                    let name = |suffix: &str| format!("{}{suffix}", family.name);
+                    let mut cumulative = 0;
+                    for (i, n) in buckets.iter().enumerate() {
+                        cumulative += n;
+                        let le = RTT_BUCKETS
+                            .get(i)
+                            .map_or("+Inf".to_string(), |b| b.to_string());
+                        out.push(series(
+                            &name("_bucket"),
+                            key,
+                            Some(("le", &le)),
+                            cumulative as f64,
+                            at,
+                        ));
+                    }
+                    out.push(series(&name("_sum"), key, sample.label, sum, at));
+                    out.push(series(&name("_count"), key, sample.label, count as f64, at));
+                }
             }
-        }
-    }
-    let ok = if l.ok { 1.0 } else { 0.0 };
-    out.push(series("linerate_last_result_ok", key, None, ok, at));
-    out.push(series(
-        "linerate_last_result_timestamp_seconds",
-        key,
-        None,
-        l.ended_at,
-        at,
-    ));
-    if let Some(cpu) = l.cpu_s_per_gbit.filter(|_| l.ok) {
-        out.push(series(
-            "linerate_cpu_seconds_per_gigabit",
-            key,
-            None,
-            cpu,
-            at,
-        ));
-    }
-    let t = &s.totals;
-    if l.retransmits.is_some() {
-        out.push(series(
-            "linerate_retransmits_total",
-            key,
-            None,
-            t.retransmits as f64,
-            at,
-        ));
-    }
-    for (result, n) in [("ok", t.ok), ("failed", t.failed), ("skipped", t.skipped)]
-        .into_iter()
-        .filter(|&(_, n)| n > 0)
-    {
-        out.push(series(
-            "linerate_tests_total",
-            key,
-            Some(("result", result)),
-            n as f64,
-            at,
-        ));
-    }
-    if t.rtt_count > 0 {
-        out.push(series(
-            "linerate_rtt_seconds_sum",
-            key,
-            None,
-            t.rtt_sum_s,
-            at,
-        ));
-        out.push(series(
-            "linerate_rtt_seconds_count",
-            key,
-            None,
-            t.rtt_count as f64,
-            at,
-        ));
-        let mut cumulative = 0;
-        for (i, n) in t.rtt_buckets.iter().enumerate() {
-            cumulative += n;
-            let le = RTT_BUCKETS
-                .get(i)
-                .map_or("+Inf".to_string(), |b| b.to_string());
-            out.push(series(
-                "linerate_rtt_seconds_bucket",
-                key,
-                Some(("le", &le)),
-                cumulative as f64,
-                at,
-            ));
         }
     }
     out

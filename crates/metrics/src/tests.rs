@@ -388,3 +388,110 @@ proptest! {
         prop_assert_eq!(goodput, 1);
     }
 }
+
+/// A series line of an exposition as (name, sorted labels) and its value.
+fn scraped(text: &str) -> std::collections::BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter(|l| !l.starts_with("linerate_build_info"))
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').expect("a sample line");
+            let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+            let mut labels: Vec<&str> = labels
+                .trim_end_matches('}')
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .collect();
+            labels.sort();
+            let value = match value {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().expect("a number"),
+            };
+            (format!("{name}{{{}}}", labels.join(",")), value)
+        })
+        .collect()
+}
+
+/// Remote write's series of every key in the same form.
+fn pushed(board: &Board) -> std::collections::BTreeMap<String, f64> {
+    board
+        .series
+        .keys()
+        .flat_map(|key| crate::remote_write::batch_of(board, key))
+        .map(|series| {
+            let name = series.labels[0].value.clone();
+            let mut labels: Vec<String> = series.labels[1..]
+                .iter()
+                .map(|l| {
+                    // The exposition writes a bucket's bound as a float.
+                    let value = match (l.name.as_str(), l.value.parse::<f64>()) {
+                        ("le", Ok(v)) if !l.value.contains('.') && v.is_finite() => {
+                            format!("{v:.1}")
+                        }
+                        _ => l.value.clone(),
+                    };
+                    format!("{}=\"{value}\"", l.name)
+                })
+                .collect();
+            labels.sort();
+            (
+                format!("{name}{{{}}}", labels.join(",")),
+                series.samples[0].value,
+            )
+        })
+        .collect()
+}
+
+/// One table of families feeds both: a scrape and remote write send the same series with
+/// the same values (remote write once sent a p999 the scrape did not, left out the RPM
+/// families and decided retransmits on another condition).
+#[test]
+fn remote_write_sends_what_a_scrape_gives_series_by_series() {
+    let board = Arc::new(Mutex::new(Board::default()));
+    {
+        let mut b = board.lock().unwrap();
+        b.record(&row("a", "b", "tput", true, 8e9, 10.0), Some(&stream(8e9)));
+        b.record(&row("a", "b", "lat", true, 1e-4, 11.0), Some(&rr()));
+        b.record(&row("a", "b", "rpm", true, 900.0, 12.0), Some(&rpm(900.0)));
+        b.record(&row("b", "a", "tput", false, 0.0, 13.0), None);
+        let mut skipped = row("b", "a", "lat", false, 0.0, 14.0);
+        skipped.reason = "skipped: host b is down".into();
+        b.record(&skipped, None);
+    }
+    for format in [Format::OpenMetrics, Format::Classic] {
+        let scrape = scraped(&openmetrics::encode(board.clone(), format));
+        let remote = pushed(&board.lock().unwrap());
+        let names = |m: &std::collections::BTreeMap<String, f64>| {
+            m.keys()
+                .map(|k| k.split('{').next().unwrap().to_string())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        for family in &crate::families::FAMILIES {
+            if family.name.starts_with("linerate_retransmits")
+                || family.name.starts_with("linerate_cpu")
+                || family.name.starts_with("linerate_loss")
+            {
+                continue; // no series of the board above has these
+            }
+            for name in crate::families::series_names(family) {
+                assert!(names(&scrape).contains(&name), "{name} scraped");
+            }
+        }
+        // 37 series: goodput, four percentiles, the histogram's lines, RPM's four
+        // families, results ok, failed and skipped, and each series' last result.
+        assert!(scrape.len() >= 35, "{scrape:#?}");
+        let only_scraped: Vec<_> = scrape.keys().filter(|k| !remote.contains_key(*k)).collect();
+        let only_pushed: Vec<_> = remote.keys().filter(|k| !scrape.contains_key(*k)).collect();
+        assert!(
+            only_scraped.is_empty() && only_pushed.is_empty(),
+            "{format:?}: scraped only {only_scraped:#?}\npushed only {only_pushed:#?}"
+        );
+        for (series, value) in &scrape {
+            let sent = remote[series];
+            assert!(
+                (sent - value).abs() <= value.abs() * 1e-9,
+                "{series}: scraped {value}, pushed {sent}"
+            );
+        }
+    }
+}
