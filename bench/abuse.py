@@ -37,7 +37,7 @@ from common import LINERATE, free_port  # noqa: E402
 
 STOP = threading.Event()
 COUNTS = {"normal_ok": 0, "normal_fail": 0, "http_ok": 0, "http_fail": 0,
-          "http_slowest_ms": 0, "silent_held": 0, "silent_opened": 0, "claims_413": 0,
+          "http_slowest_ms": 0, "silent_held_http": 0, "silent_held_metrics": 0, "silent_opened": 0, "claims_413": 0,
           "claims_other": 0, "victim_datagrams": 0, "victim_bytes": 0,
           "mirrors": 0, "hellos": 0, "cookies": 0,
           "refused_requests": 0, "accepted_oversized": 0, "errors": 0}
@@ -278,8 +278,9 @@ def normal_http(http_port, metrics_port):
         STOP.wait(0.2)
 
 
-def silent(port, sources, count):
-    """Holds `count` connections from `sources` that never send, reopening closed ones."""
+def silent(port, sources, count, held_key):
+    """Holds `count` connections from `sources` that never send, reopening closed ones;
+    how many are open (not yet closed by the server) goes to COUNTS[held_key]."""
     held = []
     while not STOP.is_set():
         alive = []
@@ -308,7 +309,7 @@ def silent(port, sources, count):
                 s.close()
                 break
         with LOCK:
-            COUNTS["silent_held"] = len(held)
+            COUNTS[held_key] = len(held)
         STOP.wait(0.5)
     for s in held:
         s.close()
@@ -359,15 +360,15 @@ def main():
     four = [f"127.0.0.{i}" for i in range(2, 6)]
     workers += [
         threading.Thread(target=normal_http, args=(http_port, metrics_port), daemon=True),
-        threading.Thread(target=silent, args=(http_port, four, 1024), daemon=True),
-        threading.Thread(target=silent, args=(metrics_port, ["127.0.0.2"], 64), daemon=True),
+        threading.Thread(target=silent, args=(http_port, four, 1024, "silent_held_http"), daemon=True),
+        threading.Thread(target=silent, args=(metrics_port, ["127.0.0.2"], 64, "silent_held_metrics"), daemon=True),
         threading.Thread(target=claim, args=(http_port,), daemon=True),
     ]
     for w in workers:
         w.start()
     peaks = [0, 0, 0]
     started = time.time()
-    print("   s  normal ok/fail  http ok/fail  silent held  RSS MiB  threads  fds  victim datagrams  refused/accepted oversized")
+    print("   s  normal ok/fail  http ok/fail  silent open (http/metrics)  RSS MiB  threads  fds  victim datagrams  refused/accepted oversized")
     try:
         while time.time() - started < args.seconds:
             time.sleep(5)
@@ -376,7 +377,7 @@ def main():
             with LOCK:
                 c = dict(COUNTS)
             print(f"{time.time() - started:4.0f}  {c['normal_ok']:6d}/{c['normal_fail']:<6d} {c['http_ok']:6d}/{c['http_fail']:<6d}"
-                  f" {c['silent_held']:11d} {rss:8d} {threads:8d} {fds:4d}"
+                  f" {c['silent_held_http']:11d}/{c['silent_held_metrics']:<11d} {rss:8d} {threads:8d} {fds:4d}"
                   f"  {c['victim_datagrams']:16d}  {c['refused_requests']}/{c['accepted_oversized']}", flush=True)
     finally:
         STOP.set()
@@ -399,7 +400,7 @@ def main():
           f"reached them; attacker errors {c['errors']}")
     http_total = c["http_ok"] + c["http_fail"]
     print(f"normal HTTP client: {c['http_ok']}/{http_total} served within 1 s, slowest {c['http_slowest_ms']} ms; "
-          f"silent connections opened {c['silent_opened']}, held at the end {c['silent_held']}; "
+          f"silent connections opened {c['silent_opened']}; "
           f"100 GiB claims answered 413: {c['claims_413']}, otherwise {c['claims_other']}")
     print(f"oversized requests refused {c['refused_requests']}, accepted {c['accepted_oversized']}; "
           f"forged log lines {forged}; server log {log.name}")
