@@ -249,13 +249,15 @@ fn figure(test: &linerate_mesh::MeshTest, document: &Document) -> (Option<f64>, 
     }
 }
 
-/// Which host a failed run is laid at: the destination when the source's agent says it
-/// could not reach it, else the source.
+/// Which host a failed run is laid at: the destination when the source's agent names it
+/// as the peer it could not reach or use, else the source. (The agent's words are not
+/// read: a reason that merely mentions the destination's address blames nobody new.)
 fn failed_hosts(mesh: &Mesh, job: &Job, error: &RunError) -> Vec<usize> {
     match error {
-        RunError::Agent { why, .. } if why.contains(&mesh.hosts[job.dst].address) => {
-            vec![job.dst]
-        }
+        RunError::Agent {
+            unreachable: Some(peer),
+            ..
+        } if *peer == mesh.hosts[job.dst].address => vec![job.dst],
         RunError::Agent { .. } => vec![job.src],
         RunError::Local(_) => Vec::new(),
     }
@@ -718,4 +720,75 @@ pub fn run(
         }
     }
     c.drain(stop.load(Ordering::Relaxed), each)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_hosts() -> Mesh {
+        linerate_mesh::parse(
+            "mesh.toml",
+            r#"
+name = "m"
+[[host]]
+name = "a"
+address = "10.0.0.1:5201"
+[[host]]
+name = "b"
+address = "10.0.0.2:5201"
+[[test]]
+name = "lat"
+run = "rr"
+duration = "1s"
+interval = "10s"
+[[group]]
+name = "all"
+tests = ["lat"]
+"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_destination_is_blamed_only_when_the_agent_names_it_unreachable() {
+        let mesh = two_hosts();
+        let job = mesh
+            .jobs()
+            .into_iter()
+            .find(|j| mesh.hosts[j.src].name == "a")
+            .unwrap();
+        let agent = |why: &str, unreachable: Option<&str>| RunError::Agent {
+            host: "10.0.0.1:5201".into(),
+            why: why.into(),
+            unreachable: unreachable.map(str::to_string),
+        };
+        let named = agent("peer 10.0.0.2:5201 is not ...", Some("10.0.0.2:5201"));
+        assert_eq!(failed_hosts(&mesh, &job, &named), vec![job.dst]);
+        // Its words mention the destination, but the agent failed on its own.
+        let mentioned = agent("out of memory while serving 10.0.0.2:5201", None);
+        assert_eq!(failed_hosts(&mesh, &job, &mentioned), vec![job.src]);
+        let local = RunError::Local(std::io::Error::other("no threads"));
+        assert!(failed_hosts(&mesh, &job, &local).is_empty());
+    }
+
+    #[test]
+    fn a_reason_from_a_peer_is_kept_printable_and_bounded() {
+        let mesh = two_hosts();
+        let job = mesh.jobs()[0];
+        let result = Err(RunError::Agent {
+            host: "10.0.0.1:5201".into(),
+            why: format!("\u{1b}[2J\r\nFAKE LOG LINE{}", "x".repeat(100_000)),
+            unreachable: None,
+        });
+        let (outcome, kept) = rpm_ended(&mesh, job, 1, (0.0, 1.0), result);
+        assert!(!kept.row.ok);
+        assert!(kept.row.reason.chars().count() <= 2003);
+        assert!(!kept.row.reason.chars().any(char::is_control));
+        let Outcome::Failed { hosts, reason } = outcome else {
+            panic!("a failure")
+        };
+        assert_eq!(hosts, vec![job.src]);
+        assert_eq!(reason, kept.row.reason);
+    }
 }

@@ -194,6 +194,11 @@ pub enum AgentReply {
     },
     Error {
         reason: crate::text::PeerText,
+        /// The peer the agent could not reach or use for the request (as the request named
+        /// it), when that is why it failed: whoever reads the error blames that host, not
+        /// the agent. Absent from agents that predate it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unreachable: Option<crate::text::PeerText>,
     },
 }
 

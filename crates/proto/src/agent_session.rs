@@ -165,6 +165,7 @@ impl AgentSession {
             &mut self.seal,
             &AgentReply::Error {
                 reason: reason.as_str().into(),
+                unreachable: None,
             },
         ));
         self.close(Err(reason));

@@ -57,7 +57,7 @@ enum RunEvent {
 /// An RPM test on this connection: this host runs the client (the source), or serves
 /// the source that asked (the destination) until the link closes or its time is up.
 enum RpmState {
-    Source(Receiver<Result<RpmReport, String>>),
+    Source(Receiver<Result<RpmReport, rpm_job::SourceError>>),
     Serving {
         _server: linerate_rpm::server::HttpServer,
         until: Instant,
@@ -286,7 +286,10 @@ impl Agent<'_> {
             Some(RpmState::Source(outcome)) => match outcome.try_recv() {
                 Ok(outcome) => outcome,
                 Err(TryRecvError::Empty) => return self.heartbeat(),
-                Err(TryRecvError::Disconnected) => Err("the RPM client ended".into()),
+                Err(TryRecvError::Disconnected) => Err(rpm_job::SourceError {
+                    reason: "the RPM client ended".into(),
+                    unreachable: None,
+                }),
             },
             Some(RpmState::Serving { until, .. }) if Instant::now() >= *until => {
                 self.shared
@@ -308,11 +311,12 @@ impl Agent<'_> {
                     report: Box::new(report),
                 });
             }
-            Err(reason) => {
+            Err(failed) => {
                 self.shared
-                    .log(&format!("RPM test from {}: {reason}", self.peer));
+                    .log(&format!("RPM test from {}: {}", self.peer, failed.reason));
                 self.link.reply(&AgentReply::Error {
-                    reason: reason.into(),
+                    reason: failed.reason.into(),
+                    unreachable: failed.unreachable.map(Into::into),
                 });
             }
         }
@@ -475,6 +479,7 @@ impl Agent<'_> {
         self.shared.refused(self.peer, &format!("{what}: {reason}"));
         self.link.reply(&AgentReply::Error {
             reason: reason.into(),
+            unreachable: None,
         });
     }
 
@@ -539,6 +544,7 @@ impl Agent<'_> {
                     self.prepared.clear();
                     return self.link.reply(&AgentReply::Error {
                         reason: e.public().into(),
+                        unreachable: e.peer().map(Into::into),
                     });
                 }
             }
@@ -585,6 +591,7 @@ impl Agent<'_> {
         if let Err(e) = spawned {
             self.link.reply(&AgentReply::Error {
                 reason: format!("cannot start: {e}").into(),
+                unreachable: None,
             });
         }
     }

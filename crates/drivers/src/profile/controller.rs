@@ -55,7 +55,13 @@ impl Default for RunOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("agent {host}: {why}")]
-    Agent { host: String, why: String },
+    Agent {
+        host: String,
+        why: String,
+        /// The peer the agent named as the cause (it could not reach or use it), as the
+        /// profile named it.
+        unreachable: Option<String>,
+    },
     #[error("cannot start the local agent: {0}")]
     Local(std::io::Error),
 }
@@ -95,6 +101,20 @@ fn agent_error(host: &str, why: impl ToString) -> RunError {
     RunError::Agent {
         host: host.to_string(),
         why: why.to_string(),
+        unreachable: None,
+    }
+}
+
+/// An agent's error reply as a run's error, with the peer it blames.
+fn agent_refused(
+    host: &str,
+    reason: linerate_proto::text::PeerText,
+    unreachable: Option<linerate_proto::text::PeerText>,
+) -> RunError {
+    RunError::Agent {
+        host: host.to_string(),
+        why: reason.into_string(),
+        unreachable: unreachable.map(|p| p.into_string()),
     }
 }
 
@@ -223,7 +243,10 @@ fn connect_agent(
                 agent_ns: agent,
                 received_ns: unix_ns(),
             }),
-            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(host, reason)),
+            Ok(Some(AgentReply::Error {
+                reason,
+                unreachable,
+            })) => return Err(agent_refused(host, reason, unreachable)),
             Ok(_) => return Err(agent_error(host, "no answer to a clock ping")),
             Err(e) => return Err(agent_error(host, e)),
         }
@@ -277,7 +300,10 @@ fn prepare_all(
         // Preparing dials every peer of the agent's groups: allow for their answers.
         match link.recv::<AgentReply>(options.control_timeout * 4) {
             Ok(Some(AgentReply::Prepared)) => {}
-            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(&agent.host, reason)),
+            Ok(Some(AgentReply::Error {
+                reason,
+                unreachable,
+            })) => return Err(agent_refused(&agent.host, reason, unreachable)),
             Ok(_) => return Err(agent_error(&agent.host, "did not get ready in time")),
             Err(e) => return Err(agent_error(&agent.host, e)),
         }
@@ -352,7 +378,7 @@ fn poll_agent(agent: &mut Agent, options: &RunOptions, log: &dyn Fn(String)) {
                     agent.groups = Some(groups);
                     agent.observe = observe;
                 }
-                AgentReply::Error { reason } => agent.failure = Some(reason.into()),
+                AgentReply::Error { reason, .. } => agent.failure = Some(reason.into()),
                 _ => {}
             }
         }
@@ -472,6 +498,7 @@ pub fn run_rpm(
     let agent_error = |why: String| RunError::Agent {
         host: source.to_string(),
         why,
+        unreachable: None,
     };
     let addr = super::resolve(source).map_err(|e| agent_error(e.to_string()))?;
     let (mut link, _) = Link::dial(addr, options.control_timeout, options.key.as_ref())
@@ -501,7 +528,10 @@ pub fn run_rpm(
             Ok(Some(AgentReply::RpmResult { report })) => {
                 return rpm_job::within_bounds(*report, job).map_err(agent_error)
             }
-            Ok(Some(AgentReply::Error { reason })) => return Err(agent_error(reason.into())),
+            Ok(Some(AgentReply::Error {
+                reason,
+                unreachable,
+            })) => return Err(agent_refused(source, reason, unreachable)),
             Ok(Some(_)) => last_heard = Instant::now(),
             Ok(None) if last_heard.elapsed() >= options.control_timeout => {
                 return Err(agent_error(format!(

@@ -155,6 +155,14 @@ impl PrepareError {
         }
     }
 
+    /// The peer (as the request named it) that could not be used, when that is the cause.
+    pub(crate) fn peer(&self) -> Option<&str> {
+        match self {
+            PrepareError::Peer { label, .. } => Some(label),
+            PrepareError::Local(_) => None,
+        }
+    }
+
     /// What this server logs.
     pub(crate) fn detail(&self) -> String {
         match self {
@@ -256,7 +264,7 @@ pub(crate) fn prepare(
                 udp_port,
                 tls_fingerprint,
             })) => (token, udp_port, tls_fingerprint),
-            Ok(Some(AgentReply::Error { reason })) => {
+            Ok(Some(AgentReply::Error { reason, .. })) => {
                 return Err(answered(format!("refused the mirror: {reason}")).into())
             }
             Ok(Some(other)) => return Err(answered(format!("unexpected {other:?}")).into()),

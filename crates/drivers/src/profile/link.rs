@@ -76,7 +76,7 @@ impl Link {
         link.send(&handshake.hello())?;
         let (host, challenge) = match link.recv::<AgentReply>(timeout)? {
             Some(AgentReply::Welcome { host, auth, .. }) => (host, auth),
-            Some(AgentReply::Error { reason }) => {
+            Some(AgentReply::Error { reason, .. }) => {
                 return Err(io::Error::other(reason.into_string()))
             }
             _ => {
@@ -96,7 +96,7 @@ impl Link {
             // A keyed agent's facts come sealed, after the proofs.
             host = match link.recv::<AgentReply>(timeout)? {
                 Some(AgentReply::Welcome { host, .. }) => host,
-                Some(AgentReply::Error { reason }) => {
+                Some(AgentReply::Error { reason, .. }) => {
                     return Err(io::Error::other(reason.into_string()))
                 }
                 _ => {

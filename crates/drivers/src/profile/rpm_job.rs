@@ -85,18 +85,33 @@ pub(crate) struct SourcePolicy {
     pub key: Option<Key>,
 }
 
+/// Why the source's part failed, and whether the destination is to blame.
+#[derive(Debug)]
+pub(crate) struct SourceError {
+    pub reason: String,
+    /// The destination (as the request named it), when it could not be reached or used:
+    /// dialed, proved, asked to serve, or its server reached.
+    pub unreachable: Option<String>,
+}
+
 /// The source's part, on a thread of its own: dials the destination's agent, has it
 /// serve, runs the client against it. Its one message is the report or why not.
 pub(crate) fn start_source(
     job: RpmJob,
     policy: SourcePolicy,
     cancel: Arc<AtomicBool>,
-) -> std::io::Result<Receiver<Result<RpmReport, String>>> {
+) -> std::io::Result<Receiver<Result<RpmReport, SourceError>>> {
     let (sender, receiver) = channel();
     std::thread::Builder::new()
         .name("linerate-rpm".into())
         .spawn(move || {
-            let _ = sender.send(run_source(&job, &policy, cancel));
+            // Every failure of the source's part is on the way to the destination or at
+            // it, but a certificate this host could not build.
+            let outcome = run_source(&job, &policy, cancel).map_err(|reason| SourceError {
+                unreachable: (!reason.starts_with("TLS: ")).then(|| job.remote.clone()),
+                reason,
+            });
+            let _ = sender.send(outcome);
         })?;
     Ok(receiver)
 }
@@ -122,7 +137,7 @@ fn run_source(
             port,
             tls_fingerprint,
         })) => (port, tls_fingerprint),
-        Ok(Some(AgentReply::Error { reason })) => return Err(format!("{addr}: {reason}")),
+        Ok(Some(AgentReply::Error { reason, .. })) => return Err(format!("{addr}: {reason}")),
         Ok(_) => return Err(format!("{addr}: did not serve RPM in time")),
         Err(e) => return Err(format!("{addr}: {e}")),
     };
