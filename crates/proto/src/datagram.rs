@@ -17,12 +17,49 @@
 //! ask for: loss, reordering and duplicates as three separate counts, and RFC 3550 jitter
 //! over in-order datagrams.
 
+/// Each field's bytes, named once for writing and reading (smoltcp's `field` modules).
+mod field {
+    use std::ops::Range;
+
+    /// linerate's header.
+    pub const SEQUENCE: Range<usize> = 0..8;
+    pub const SENT_NS: Range<usize> = 8..16;
+    pub const FLOW: Range<usize> = 16..20;
+    pub const TAG: Range<usize> = 20..24;
+
+    /// iperf3's header.
+    pub mod iperf3 {
+        use std::ops::Range;
+        pub const SECONDS: Range<usize> = 0..4;
+        pub const MICROS: Range<usize> = 4..8;
+        pub const NUMBER: Range<usize> = 8..12;
+        /// With iperf3's 64-bit counters.
+        pub const WIDE_NUMBER: Range<usize> = 8..16;
+    }
+
+    /// A UDP flow's hello.
+    pub mod hello {
+        use std::ops::Range;
+        pub const MAGIC: Range<usize> = 0..8;
+        pub const TOKEN: Range<usize> = 8..24;
+        pub const FLOW: Range<usize> = 24..28;
+    }
+}
+
+fn u32_at(datagram: &[u8], at: std::ops::Range<usize>) -> u32 {
+    u32::from_be_bytes(datagram[at].try_into().expect("four bytes"))
+}
+
+fn u64_at(datagram: &[u8], at: std::ops::Range<usize>) -> u64 {
+    u64::from_be_bytes(datagram[at].try_into().expect("eight bytes"))
+}
+
 /// The smallest datagram that carries a sequence number and a send time.
-pub const MIN_DATAGRAM: usize = 16;
+pub const MIN_DATAGRAM: usize = field::SENT_NS.end;
 /// The largest UDP payload over IPv4.
 pub const MAX_DATAGRAM: usize = 65_507;
 /// Header bytes when the datagram has room for all fields.
-pub const FULL_HEADER: usize = 24;
+pub const FULL_HEADER: usize = field::TAG.end;
 
 /// The fields of a test datagram's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,13 +72,13 @@ pub struct Header {
 
 /// Writes the header for `sequence` into `datagram` (at least [`MIN_DATAGRAM`] bytes).
 pub fn write_header(datagram: &mut [u8], sequence: u64, sent_ns: u64, flow: u32, tag: u32) {
-    datagram[0..8].copy_from_slice(&sequence.to_be_bytes());
-    datagram[8..16].copy_from_slice(&sent_ns.to_be_bytes());
-    if datagram.len() >= 20 {
-        datagram[16..20].copy_from_slice(&flow.to_be_bytes());
+    datagram[field::SEQUENCE].copy_from_slice(&sequence.to_be_bytes());
+    datagram[field::SENT_NS].copy_from_slice(&sent_ns.to_be_bytes());
+    if datagram.len() >= field::FLOW.end {
+        datagram[field::FLOW].copy_from_slice(&flow.to_be_bytes());
     }
-    if datagram.len() >= FULL_HEADER {
-        datagram[20..24].copy_from_slice(&tag.to_be_bytes());
+    if datagram.len() >= field::TAG.end {
+        datagram[field::TAG].copy_from_slice(&tag.to_be_bytes());
     }
 }
 
@@ -62,8 +99,8 @@ impl Framing {
     pub fn min_len(&self) -> usize {
         match self {
             Framing::Native { .. } => MIN_DATAGRAM,
-            Framing::Iperf3 { wide: true } => 16,
-            Framing::Iperf3 { wide: false } => 12,
+            Framing::Iperf3 { wide: true } => field::iperf3::WIDE_NUMBER.end,
+            Framing::Iperf3 { wide: false } => field::iperf3::NUMBER.end,
         }
     }
 
@@ -74,13 +111,13 @@ impl Framing {
             Framing::Iperf3 { wide } => {
                 let seconds = (sent_ns / 1_000_000_000) as u32;
                 let micros = ((sent_ns % 1_000_000_000) / 1000) as u32;
-                datagram[0..4].copy_from_slice(&seconds.to_be_bytes());
-                datagram[4..8].copy_from_slice(&micros.to_be_bytes());
+                datagram[field::iperf3::SECONDS].copy_from_slice(&seconds.to_be_bytes());
+                datagram[field::iperf3::MICROS].copy_from_slice(&micros.to_be_bytes());
                 let number = sequence + 1;
                 if wide {
-                    datagram[8..16].copy_from_slice(&number.to_be_bytes());
+                    datagram[field::iperf3::WIDE_NUMBER].copy_from_slice(&number.to_be_bytes());
                 } else {
-                    datagram[8..12].copy_from_slice(&(number as u32).to_be_bytes());
+                    datagram[field::iperf3::NUMBER].copy_from_slice(&(number as u32).to_be_bytes());
                 }
             }
         }
@@ -94,14 +131,13 @@ impl Framing {
                 if datagram.len() < self.min_len() {
                     return None;
                 }
-                let u32_at =
-                    |at: usize| u32::from_be_bytes(datagram[at..at + 4].try_into().expect("4"));
                 let number = if wide {
-                    u64::from_be_bytes(datagram[8..16].try_into().expect("8"))
+                    u64_at(datagram, field::iperf3::WIDE_NUMBER)
                 } else {
-                    u64::from(u32_at(8))
+                    u64::from(u32_at(datagram, field::iperf3::NUMBER))
                 };
-                let sent_ns = u64::from(u32_at(0)) * 1_000_000_000 + u64::from(u32_at(4)) * 1000;
+                let sent_ns = u64::from(u32_at(datagram, field::iperf3::SECONDS)) * 1_000_000_000
+                    + u64::from(u32_at(datagram, field::iperf3::MICROS)) * 1000;
                 Some(Header {
                     // Packet numbers start at 1: a 0 is no iperf3 datagram.
                     sequence: number.checked_sub(1)?,
@@ -116,42 +152,40 @@ impl Framing {
 
 /// Reads a header; `None` for a datagram too short to be a test datagram.
 pub fn read_header(datagram: &[u8]) -> Option<Header> {
-    let u64_at = |at: usize| u64::from_be_bytes(datagram[at..at + 8].try_into().expect("8"));
-    let u32_at = |at: usize| u32::from_be_bytes(datagram[at..at + 4].try_into().expect("4"));
     (datagram.len() >= MIN_DATAGRAM).then(|| Header {
-        sequence: u64_at(0),
-        sent_ns: u64_at(8),
-        flow: (datagram.len() >= 20).then(|| u32_at(16)),
-        tag: (datagram.len() >= FULL_HEADER).then(|| u32_at(20)),
+        sequence: u64_at(datagram, field::SEQUENCE),
+        sent_ns: u64_at(datagram, field::SENT_NS),
+        flow: (datagram.len() >= field::FLOW.end).then(|| u32_at(datagram, field::FLOW)),
+        tag: (datagram.len() >= field::TAG.end).then(|| u32_at(datagram, field::TAG)),
     })
 }
 
 /// The tag a test's datagrams carry: the first four bytes of its token.
 pub fn tag_of(token: &[u8; 16]) -> u32 {
-    u32::from_be_bytes([token[0], token[1], token[2], token[3]])
+    u32_at(token, 0..4)
 }
 
 /// A UDP flow's hello, client to server, until the server reports the flows ready:
 /// "LRUDPHEL", the test token and the flow id. The server takes the flow's address from
 /// it, and only from the address that holds the test's control connection.
 pub const HELLO_MAGIC: &[u8; 8] = b"LRUDPHEL";
-pub const HELLO_LEN: usize = 28;
+pub const HELLO_LEN: usize = field::hello::FLOW.end;
 
 pub fn hello(token: &[u8; 16], flow: u32) -> [u8; HELLO_LEN] {
     let mut out = [0u8; HELLO_LEN];
-    out[..8].copy_from_slice(HELLO_MAGIC);
-    out[8..24].copy_from_slice(token);
-    out[24..].copy_from_slice(&flow.to_be_bytes());
+    out[field::hello::MAGIC].copy_from_slice(HELLO_MAGIC);
+    out[field::hello::TOKEN].copy_from_slice(token);
+    out[field::hello::FLOW].copy_from_slice(&flow.to_be_bytes());
     out
 }
 
 /// The token and flow of a hello.
 pub fn parse_hello(datagram: &[u8]) -> Option<([u8; 16], u32)> {
-    if datagram.len() != HELLO_LEN || &datagram[..8] != HELLO_MAGIC {
+    if datagram.len() != HELLO_LEN || &datagram[field::hello::MAGIC] != HELLO_MAGIC {
         return None;
     }
-    let token: [u8; 16] = datagram[8..24].try_into().ok()?;
-    let flow = u32::from_be_bytes(datagram[24..28].try_into().ok()?);
+    let token: [u8; 16] = datagram[field::hello::TOKEN].try_into().ok()?;
+    let flow = u32_at(datagram, field::hello::FLOW);
     Some((token, flow))
 }
 

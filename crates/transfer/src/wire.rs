@@ -22,19 +22,64 @@
 //! control connection) decide which bytes are kept.
 
 /// Bytes before a data datagram's payload: 36 of fields, 8 of tag.
-pub const DATA_HEADER: usize = 44;
+pub const DATA_HEADER: usize = field::data::TAG.end;
 /// Bytes of a data header's tag.
-const DATA_TAG: usize = 8;
+const DATA_TAG: usize = field::data::TAG.end - field::data::TAG.start;
 /// Bytes of an ACK before its ranges.
-pub const ACK_HEADER: usize = 56;
+pub const ACK_HEADER: usize = field::ack::VERIFIED.end;
 /// Bytes of a tag.
 pub const TAG_LEN: usize = 16;
 /// Bytes of a hello datagram.
-pub const HELLO_LEN: usize = 16 + TAG_LEN;
+pub const HELLO_LEN: usize = field::hello::MAC.end;
 /// The most ranges one ACK carries (it stays under 1,100 bytes, below any path MTU).
 pub const MAX_ACK_RANGES: usize = 128;
 /// The largest payload a data datagram may carry (a loopback MTU of 64 KiB less headers).
 pub const MAX_PAYLOAD: usize = 65_000;
+
+/// Each field's bytes, named once for encoding and parsing (smoltcp's `field` modules).
+mod field {
+    use std::ops::Range;
+
+    pub const TYPE: usize = 0;
+    pub const FLAGS: usize = 1;
+    /// Data: the payload's length; ACK: the ranges' count.
+    pub const COUNT: Range<usize> = 2..4;
+    pub const FILE: Range<usize> = 4..8;
+    pub const SESSION: Range<usize> = 8..16;
+
+    /// A data datagram's header.
+    pub mod data {
+        use std::ops::Range;
+        pub const PN: Range<usize> = 16..24;
+        pub const OFFSET: Range<usize> = 24..32;
+        pub const CRC: Range<usize> = 32..36;
+        /// The bytes the header's tag covers, and the tag.
+        pub const FIELDS: Range<usize> = 0..36;
+        pub const TAG: Range<usize> = 36..44;
+    }
+
+    /// An ACK's header; its ranges follow, then its MAC.
+    pub mod ack {
+        use std::ops::Range;
+        pub const SEQ: Range<usize> = 16..24;
+        pub const LARGEST: Range<usize> = 24..32;
+        pub const DELAY_US: Range<usize> = 32..36;
+        pub const BACKLOG: Range<usize> = 36..40;
+        pub const WINDOW: Range<usize> = 40..48;
+        pub const VERIFIED: Range<usize> = 48..56;
+        /// One range, from its start: the gap below the range before, and its length.
+        pub const GAP: Range<usize> = 0..4;
+        pub const LEN: Range<usize> = 4..8;
+        pub const RANGE: usize = 8;
+    }
+
+    /// A hello: its fields, then its MAC.
+    pub mod hello {
+        use std::ops::Range;
+        pub const FIELDS: Range<usize> = 0..16;
+        pub const MAC: Range<usize> = 16..32;
+    }
+}
 
 const TYPE_DATA: u8 = 1;
 const TYPE_ACK: u8 = 2;
@@ -57,16 +102,16 @@ pub struct DataHeader {
 impl DataHeader {
     /// Encodes the header and its tag under the session's key.
     pub fn encode(&self, out: &mut [u8; DATA_HEADER], key: &[u8; 32]) {
-        out[0] = TYPE_DATA;
-        out[1] = 0;
-        out[2..4].copy_from_slice(&self.len.to_be_bytes());
-        out[4..8].copy_from_slice(&self.file.to_be_bytes());
-        out[8..16].copy_from_slice(&self.session.to_be_bytes());
-        out[16..24].copy_from_slice(&self.pn.to_be_bytes());
-        out[24..32].copy_from_slice(&self.offset.to_be_bytes());
-        out[32..36].copy_from_slice(&self.crc.to_be_bytes());
-        let tag = blake3::keyed_hash(key, &out[..DATA_HEADER - DATA_TAG]);
-        out[DATA_HEADER - DATA_TAG..].copy_from_slice(&tag.as_bytes()[..DATA_TAG]);
+        out[field::TYPE] = TYPE_DATA;
+        out[field::FLAGS] = 0;
+        out[field::COUNT].copy_from_slice(&self.len.to_be_bytes());
+        out[field::FILE].copy_from_slice(&self.file.to_be_bytes());
+        out[field::SESSION].copy_from_slice(&self.session.to_be_bytes());
+        out[field::data::PN].copy_from_slice(&self.pn.to_be_bytes());
+        out[field::data::OFFSET].copy_from_slice(&self.offset.to_be_bytes());
+        out[field::data::CRC].copy_from_slice(&self.crc.to_be_bytes());
+        let tag = blake3::keyed_hash(key, &out[field::data::FIELDS]);
+        out[field::data::TAG].copy_from_slice(&tag.as_bytes()[..DATA_TAG]);
     }
 }
 
@@ -131,16 +176,21 @@ pub enum Datagram<'a> {
     },
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+fn u16_at(b: &[u8], at: std::ops::Range<usize>) -> u16 {
+    u16::from_be_bytes(b[at].try_into().expect("two bytes"))
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes(b[at..at + 4].try_into().expect("four bytes"))
+fn u32_at(b: &[u8], at: std::ops::Range<usize>) -> u32 {
+    u32::from_be_bytes(b[at].try_into().expect("four bytes"))
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_be_bytes(b[at..at + 8].try_into().expect("eight bytes"))
+fn u64_at(b: &[u8], at: std::ops::Range<usize>) -> u64 {
+    u64::from_be_bytes(b[at].try_into().expect("eight bytes"))
+}
+
+/// `range` moved on by `by` bytes (a field of the `i`th ACK range).
+fn shifted(range: std::ops::Range<usize>, by: usize) -> std::ops::Range<usize> {
+    range.start + by..range.end + by
 }
 
 fn tag(key: &[u8; 32], bytes: &[u8]) -> [u8; TAG_LEN] {
@@ -168,23 +218,25 @@ fn tag_eq(ours: &[u8], theirs: &[u8]) -> bool {
 pub fn encode_ack(ack: &Ack, key: &[u8; 32], out: &mut Vec<u8>) {
     debug_assert!(ack.ranges.len() <= MAX_ACK_RANGES);
     out.clear();
-    out.push(TYPE_ACK);
-    out.push(0);
-    out.extend_from_slice(&(ack.ranges.len() as u16).to_be_bytes());
-    out.extend_from_slice(&ack.file.to_be_bytes());
-    out.extend_from_slice(&ack.session.to_be_bytes());
-    out.extend_from_slice(&ack.seq.to_be_bytes());
-    out.extend_from_slice(&ack.largest.to_be_bytes());
-    out.extend_from_slice(&ack.delay_us.to_be_bytes());
-    out.extend_from_slice(&ack.backlog.to_be_bytes());
-    out.extend_from_slice(&ack.window.to_be_bytes());
-    out.extend_from_slice(&ack.verified.to_be_bytes());
+    out.resize(ACK_HEADER + field::ack::RANGE * ack.ranges.len(), 0);
+    out[field::TYPE] = TYPE_ACK;
+    out[field::FLAGS] = 0;
+    out[field::COUNT].copy_from_slice(&(ack.ranges.len() as u16).to_be_bytes());
+    out[field::FILE].copy_from_slice(&ack.file.to_be_bytes());
+    out[field::SESSION].copy_from_slice(&ack.session.to_be_bytes());
+    out[field::ack::SEQ].copy_from_slice(&ack.seq.to_be_bytes());
+    out[field::ack::LARGEST].copy_from_slice(&ack.largest.to_be_bytes());
+    out[field::ack::DELAY_US].copy_from_slice(&ack.delay_us.to_be_bytes());
+    out[field::ack::BACKLOG].copy_from_slice(&ack.backlog.to_be_bytes());
+    out[field::ack::WINDOW].copy_from_slice(&ack.window.to_be_bytes());
+    out[field::ack::VERIFIED].copy_from_slice(&ack.verified.to_be_bytes());
     let mut previous_low = ack.largest.saturating_add(1);
-    for range in &ack.ranges {
+    for (i, range) in ack.ranges.iter().enumerate() {
         let gap = previous_low - range.high - 1;
         let len = range.high - range.low + 1;
-        out.extend_from_slice(&(gap as u32).to_be_bytes());
-        out.extend_from_slice(&(len as u32).to_be_bytes());
+        let at = ACK_HEADER + field::ack::RANGE * i;
+        out[shifted(field::ack::GAP, at)].copy_from_slice(&(gap as u32).to_be_bytes());
+        out[shifted(field::ack::LEN, at)].copy_from_slice(&(len as u32).to_be_bytes());
         previous_low = range.low;
     }
     let mac = tag(key, out);
@@ -194,10 +246,10 @@ pub fn encode_ack(ack: &Ack, key: &[u8; 32], out: &mut Vec<u8>) {
 /// Encodes the hello a client sends from its UDP socket, proving the address is its own.
 pub fn encode_hello(session: u64, key: &[u8; 32]) -> [u8; HELLO_LEN] {
     let mut out = [0u8; HELLO_LEN];
-    out[0] = TYPE_HELLO;
-    out[8..16].copy_from_slice(&session.to_be_bytes());
-    let mac = tag(key, &out[..16]);
-    out[16..].copy_from_slice(&mac);
+    out[field::TYPE] = TYPE_HELLO;
+    out[field::SESSION].copy_from_slice(&session.to_be_bytes());
+    let mac = tag(key, &out[field::hello::FIELDS]);
+    out[field::hello::MAC].copy_from_slice(&mac);
     out
 }
 
@@ -211,26 +263,25 @@ pub fn parse<'a>(bytes: &'a [u8], key: &[u8; 32]) -> Result<Datagram<'a>, WireEr
             if bytes.len() < DATA_HEADER {
                 return Err(WireError::Short);
             }
-            let len = u16_at(bytes, 2);
+            let len = u16_at(bytes, field::COUNT);
             let payload = &bytes[DATA_HEADER..];
             if payload.len() != usize::from(len) || payload.is_empty() {
                 return Err(WireError::Length);
             }
-            let fields = DATA_HEADER - DATA_TAG;
-            let tag = blake3::keyed_hash(key, &bytes[..fields]);
-            if !tag_eq(&tag.as_bytes()[..DATA_TAG], &bytes[fields..DATA_HEADER]) {
+            let tag = blake3::keyed_hash(key, &bytes[field::data::FIELDS]);
+            if !tag_eq(&tag.as_bytes()[..DATA_TAG], &bytes[field::data::TAG]) {
                 return Err(WireError::Tag);
             }
-            let crc = u32_at(bytes, 32);
+            let crc = u32_at(bytes, field::data::CRC);
             if crc32fast::hash(payload) != crc {
                 return Err(WireError::Corrupt);
             }
             Ok(Datagram::Data {
                 header: DataHeader {
-                    file: u32_at(bytes, 4),
-                    session: u64_at(bytes, 8),
-                    pn: u64_at(bytes, 16),
-                    offset: u64_at(bytes, 24),
+                    file: u32_at(bytes, field::FILE),
+                    session: u64_at(bytes, field::SESSION),
+                    pn: u64_at(bytes, field::data::PN),
+                    offset: u64_at(bytes, field::data::OFFSET),
                     len,
                     crc,
                 },
@@ -242,11 +293,11 @@ pub fn parse<'a>(bytes: &'a [u8], key: &[u8; 32]) -> Result<Datagram<'a>, WireEr
             if bytes.len() != HELLO_LEN {
                 return Err(WireError::Length);
             }
-            if !tag_matches(key, &bytes[..16], &bytes[16..]) {
+            if !tag_matches(key, &bytes[field::hello::FIELDS], &bytes[field::hello::MAC]) {
                 return Err(WireError::Tag);
             }
             Ok(Datagram::Hello {
-                session: u64_at(bytes, 8),
+                session: u64_at(bytes, field::SESSION),
             })
         }
         other => Err(WireError::UnknownType(other)),
@@ -257,26 +308,26 @@ fn parse_ack(bytes: &[u8], key: &[u8; 32]) -> Result<Ack, WireError> {
     if bytes.len() < ACK_HEADER + TAG_LEN {
         return Err(WireError::Short);
     }
-    let count = usize::from(u16_at(bytes, 2));
+    let count = usize::from(u16_at(bytes, field::COUNT));
     if count > MAX_ACK_RANGES {
         return Err(WireError::TooManyRanges);
     }
-    if bytes.len() != ACK_HEADER + 8 * count + TAG_LEN {
+    if bytes.len() != ACK_HEADER + field::ack::RANGE * count + TAG_LEN {
         return Err(WireError::Length);
     }
     let body = bytes.len() - TAG_LEN;
     if !tag_matches(key, &bytes[..body], &bytes[body..]) {
         return Err(WireError::Tag);
     }
-    let largest = u64_at(bytes, 24);
+    let largest = u64_at(bytes, field::ack::LARGEST);
     let mut ranges = Vec::with_capacity(count);
     // Each range's high end lies below `bound`: largest + 1 for the first, then the low
     // end of the range before (with a gap of at least one, or the two would be one).
     let mut bound = largest.checked_add(1).ok_or(WireError::Ranges)?;
     for i in 0..count {
-        let at = ACK_HEADER + 8 * i;
-        let gap = u64::from(u32_at(bytes, at));
-        let len = u64::from(u32_at(bytes, at + 4));
+        let at = ACK_HEADER + field::ack::RANGE * i;
+        let gap = u64::from(u32_at(bytes, shifted(field::ack::GAP, at)));
+        let len = u64::from(u32_at(bytes, shifted(field::ack::LEN, at)));
         if len == 0 || (i == 0) != (gap == 0) {
             return Err(WireError::Ranges);
         }
@@ -286,14 +337,14 @@ fn parse_ack(bytes: &[u8], key: &[u8; 32]) -> Result<Ack, WireError> {
         bound = low;
     }
     Ok(Ack {
-        file: u32_at(bytes, 4),
-        session: u64_at(bytes, 8),
-        seq: u64_at(bytes, 16),
+        file: u32_at(bytes, field::FILE),
+        session: u64_at(bytes, field::SESSION),
+        seq: u64_at(bytes, field::ack::SEQ),
         largest,
-        delay_us: u32_at(bytes, 32),
-        backlog: u32_at(bytes, 36),
-        window: u64_at(bytes, 40),
-        verified: u64_at(bytes, 48),
+        delay_us: u32_at(bytes, field::ack::DELAY_US),
+        backlog: u32_at(bytes, field::ack::BACKLOG),
+        window: u64_at(bytes, field::ack::WINDOW),
+        verified: u64_at(bytes, field::ack::VERIFIED),
         ranges,
     })
 }
