@@ -717,9 +717,16 @@ fn check_rate(config: &TestConfig, most: u64) -> Result<(), (RefuseCode, String)
         None if config.workload == Workload::Stream => over(format!(
             "an unpaced test asked; this server allows at most {limit} per test: ask for a rate per flow (-b)"
         )),
+        // rr and crr without a rate: bounded by what they keep in flight. Their
+        // parameters are checked here too, not trusted to an earlier call.
         None => {
-            let rr = config.rr.as_ref().expect("validated: rr tests have parameters");
-            let in_flight = (rr.request + rr.response) * u64::from(rr.outstanding);
+            let Some(rr) = config.rr.as_ref() else {
+                return Err((
+                    RefuseCode::Invalid,
+                    "an rr or crr test without its request and response sizes".into(),
+                ));
+            };
+            let in_flight = (rr.request + rr.response).saturating_mul(u64::from(rr.outstanding));
             if in_flight <= MAX_RATE_LIMITED_IN_FLIGHT {
                 Ok(())
             } else {
