@@ -317,8 +317,10 @@ pub fn config_json(tls: bool, authority: Option<&str>, fallback: SocketAddr) -> 
             && a.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
     };
+    // Plain, and an authority a URL can carry ("[" alone is plain but none).
+    let usable = |a: &str| plain(a) && format!("{scheme}://{a}/").parse::<hyper::Uri>().is_ok();
     let host = authority
-        .filter(|a| plain(a))
+        .filter(|a| usable(a))
         .map_or_else(|| fallback.to_string(), str::to_string);
     let url = |path: &str| format!("{scheme}://{host}{path}");
     serde_json::json!({

@@ -429,7 +429,10 @@ pub fn tls_config(target: &Target) -> Result<rustls::ClientConfig, String> {
     let config = match check {
         None => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unverified(provider)))
+            // libpq's meaning of these modes: encrypted, the certificate unchecked.
+            .with_custom_certificate_verifier(Arc::new(linerate_tls::verify::AnyCertificate(
+                provider,
+            )))
             .with_no_client_auth(),
         Some((root, names)) => {
             let roots = roots(&root_file(root)?)?;
@@ -452,11 +455,6 @@ pub fn tls_config(target: &Target) -> Result<rustls::ClientConfig, String> {
     Ok(config)
 }
 
-/// `prefer` and `require` without a root certificate: encrypted, the server's certificate
-/// unchecked (libpq's meaning of these modes), its handshake signature still checked.
-#[derive(Debug)]
-struct Unverified(Arc<rustls::crypto::CryptoProvider>);
-
 /// `verify-ca`: the chain to a trusted root, whatever name the certificate carries.
 #[derive(Debug)]
 struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
@@ -464,51 +462,6 @@ struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
 
 impl ServerCertVerifier for ChainOnly {
     fn verify_server_cert(
