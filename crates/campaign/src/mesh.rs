@@ -72,6 +72,48 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// The coordinator's clock: Unix seconds, and how long it waits in real time for a second
+/// of it. Injected, as the scheduler's time is, so that its decisions are tested without
+/// waiting.
+#[derive(Clone)]
+pub struct Clock {
+    pub now: Arc<dyn Fn() -> f64 + Send + Sync>,
+    /// Real seconds a wait of one clock second takes: 1 on the system's clock.
+    pub pace: f64,
+}
+
+impl Clock {
+    pub fn system() -> Clock {
+        Clock {
+            now: Arc::new(unix_now),
+            pace: 1.0,
+        }
+    }
+
+    fn read(&self) -> f64 {
+        (self.now)()
+    }
+}
+
+/// Runs one job to its end on the thread the coordinator gives it: the agents' way
+/// ([`AgentRunner`]), or a test's.
+pub trait JobRunner: Send + Sync {
+    fn run(&self, mesh: &Mesh, job: Job, cycle: u64, stop: &AtomicBool) -> (Outcome, JobResult);
+}
+
+/// The jobs as the agents run them: a profile on the source's agent, or an RPM test
+/// between the two.
+pub struct AgentRunner {
+    pub options: RunOptions,
+    pub clock: Clock,
+}
+
+impl JobRunner for AgentRunner {
+    fn run(&self, mesh: &Mesh, job: Job, cycle: u64, stop: &AtomicBool) -> (Outcome, JobResult) {
+        run_job(mesh, job, cycle, &self.options, stop, &*self.clock.now)
+    }
+}
+
 /// How a job runs: a profile on the source's agent, or an RPM test between the two
 /// agents.
 pub enum Plan {
@@ -291,19 +333,20 @@ fn run_job(
     cycle: u64,
     options: &RunOptions,
     stop: &AtomicBool,
+    clock: &dyn Fn() -> f64,
 ) -> (Outcome, JobResult) {
     let test = &mesh.tests[job.test];
-    let started_at = unix_now();
+    let started_at = clock();
     let result = match plan_of(mesh, &job) {
         Plan::Profile(profile) => controller::run(&profile, options, stop),
         Plan::Rpm(rpm) => {
             let source = &mesh.hosts[job.src].address;
             let result = controller::run_rpm(source, &rpm, options, stop);
-            let ended_at = unix_now();
+            let ended_at = clock();
             return rpm_ended(mesh, job, cycle, (started_at, ended_at), result);
         }
     };
-    let ended_at = unix_now();
+    let ended_at = clock();
     let mut row = labelled(mesh, &job, cycle, started_at, ended_at);
     match result {
         Ok(mut report) => {
@@ -460,7 +503,8 @@ struct Coordinator<'a> {
     mesh: Mesh,
     scheduler: Scheduler,
     jobs: Vec<Job>,
-    run_options: RunOptions,
+    runner: Arc<dyn JobRunner>,
+    clock: Clock,
     store: Option<&'a mut dyn MeshArchive>,
     newest: Newest,
     /// Runs done per job this session, for a mesh of light tests only.
@@ -485,14 +529,16 @@ impl<'a> Coordinator<'a> {
         mesh: &Mesh,
         options: &MeshOptions,
         mut store: Option<&'a mut dyn MeshArchive>,
+        runner: Arc<dyn JobRunner>,
+        clock: Clock,
     ) -> Result<Coordinator<'a>> {
-        let mut scheduler = Scheduler::new(mesh, unix_now());
+        let mut scheduler = Scheduler::new(mesh, clock.read());
         let mut newest = Newest::new();
         if let Some(store) = store.as_deref_mut() {
             let rows = store
                 .mesh_rows(&mesh.name, false)
                 .context("reading the mesh's past results")?;
-            scheduler.resume(&past_of(mesh, &rows), unix_now());
+            scheduler.resume(&past_of(mesh, &rows), clock.read());
             for row in rows {
                 newest.insert((row.test.clone(), row.src.clone(), row.dst.clone()), row);
             }
@@ -507,13 +553,8 @@ impl<'a> Coordinator<'a> {
             .collect();
         let (results, finished) = mpsc::channel();
         Ok(Coordinator {
-            run_options: RunOptions {
-                lead: options.lead,
-                control_timeout: options.control_timeout,
-                key: options.key.clone(),
-                log: false,
-                ..RunOptions::default()
-            },
+            runner,
+            clock,
             exclusive: (0..mesh.tests.len())
                 .filter(|&t| mesh.tests[t].exclusive)
                 .collect(),
@@ -614,12 +655,12 @@ impl<'a> Coordinator<'a> {
                     self.results.clone(),
                     self.jobs_stop.clone(),
                 );
-                let run_options = self.run_options.clone();
+                let runner = self.runner.clone();
                 let spec = self.jobs[job];
                 std::thread::Builder::new()
                     .name(format!("mesh-job-{job}"))
                     .spawn(move || {
-                        let (outcome, result) = run_job(&mesh, spec, cycle, &run_options, &stop);
+                        let (outcome, result) = runner.run(&mesh, spec, cycle, &stop);
                         let _ = results.send((job, outcome, result));
                     })
                     .context("starting a job's thread")?;
@@ -654,7 +695,7 @@ impl<'a> Coordinator<'a> {
                 }
             }
         }
-        self.scheduler.finished(job, unix_now(), outcome);
+        self.scheduler.finished(job, self.clock.read(), outcome);
         if let Some(runs) = self.runs.get_mut(job) {
             *runs += 1;
         }
@@ -685,16 +726,40 @@ impl<'a> Coordinator<'a> {
 /// hosts from what was measured (their new pairs join the cycle under way).
 pub fn run(
     mesh: &Mesh,
-    mut options: MeshOptions,
+    options: MeshOptions,
     store: Option<&mut dyn MeshArchive>,
     stop: &Arc<AtomicBool>,
     each: &mut dyn FnMut(MeshEvent),
 ) -> Result<()> {
-    let mut c = Coordinator::new(mesh, &options, store)?;
+    let clock = Clock::system();
+    let runner = Arc::new(AgentRunner {
+        options: RunOptions {
+            lead: options.lead,
+            control_timeout: options.control_timeout,
+            key: options.key.clone(),
+            log: false,
+            ..RunOptions::default()
+        },
+        clock: clock.clone(),
+    });
+    run_with(mesh, options, store, stop, each, runner, clock)
+}
+
+/// [`run`] with the jobs run by `runner` and the time read from `clock`.
+pub fn run_with(
+    mesh: &Mesh,
+    mut options: MeshOptions,
+    store: Option<&mut dyn MeshArchive>,
+    stop: &Arc<AtomicBool>,
+    each: &mut dyn FnMut(MeshEvent),
+    runner: Arc<dyn JobRunner>,
+    clock: Clock,
+) -> Result<()> {
+    let mut c = Coordinator::new(mesh, &options, store, runner, clock.clone())?;
     // Done: start nothing more (a cycle opened by the same poll would never let the
     // running count reach zero); the running jobs end in the drain.
     while !stop.load(Ordering::Relaxed) && !c.done(options.cycles) {
-        let now = unix_now();
+        let now = clock.read();
         if let Some(rediscover) = options.rediscover.as_mut() {
             c.rediscover(rediscover, each);
         }
@@ -709,10 +774,10 @@ pub fn run(
         let wake = c
             .scheduler
             .next_wakeup(now)
-            .map_or(1.0, |at| (at - unix_now()).clamp(0.0, 1.0));
+            .map_or(1.0, |at| (at - clock.read()).clamp(0.0, 1.0));
         match c
             .finished
-            .recv_timeout(Duration::from_secs_f64(wake.max(0.01)))
+            .recv_timeout(Duration::from_secs_f64(wake.max(0.01) * clock.pace))
         {
             Ok(finished) => c.ended(finished, each)?,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -770,6 +835,193 @@ tests = ["lat"]
         assert_eq!(failed_hosts(&mesh, &job, &mentioned), vec![job.src]);
         let local = RunError::Local(std::io::Error::other("no threads"));
         assert!(failed_hosts(&mesh, &job, &local).is_empty());
+    }
+
+    /// An archive in memory.
+    #[derive(Default)]
+    struct Kept {
+        rows: Vec<MeshRow>,
+    }
+
+    impl MeshArchive for Kept {
+        fn insert_mesh(
+            &mut self,
+            row: &MeshRow,
+            _run: Option<(&Document, &str)>,
+        ) -> Result<Option<i64>, linerate_store::StoreError> {
+            self.rows.push(row.clone());
+            Ok(None)
+        }
+        fn mesh_rows(
+            &mut self,
+            mesh: &str,
+            _latest: bool,
+        ) -> Result<Vec<MeshRow>, linerate_store::StoreError> {
+            Ok(self
+                .rows
+                .iter()
+                .filter(|r| r.mesh == mesh)
+                .cloned()
+                .collect())
+        }
+        fn location(&self) -> String {
+            "memory".into()
+        }
+    }
+
+    /// Jobs that end at once: those with host `dead` fail, its agent unreachable (the
+    /// source's agent names it, or the coordinator cannot reach it as the source).
+    struct Fake {
+        dead: &'static str,
+        clock: Clock,
+    }
+
+    impl JobRunner for Fake {
+        fn run(&self, mesh: &Mesh, job: Job, cycle: u64, _: &AtomicBool) -> (Outcome, JobResult) {
+            let now = self.clock.read();
+            let mut row = labelled(mesh, &job, cycle, now, now + 1.0);
+            let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
+            let error = if src.name == self.dead {
+                Some(RunError::Agent {
+                    host: src.address.clone(),
+                    why: "cannot connect: connection refused".into(),
+                    unreachable: None,
+                })
+            } else if dst.name == self.dead {
+                Some(RunError::Agent {
+                    host: src.address.clone(),
+                    why: format!("peer {} is not a linerate agent", dst.address),
+                    unreachable: Some(dst.address.clone()),
+                })
+            } else {
+                None
+            };
+            let outcome = match error {
+                Some(error) => {
+                    row.reason = printable(&error.to_string());
+                    Outcome::Failed {
+                        hosts: failed_hosts(mesh, &job, &error),
+                        reason: row.reason.clone(),
+                    }
+                }
+                None => {
+                    row.ok = true;
+                    Outcome::Done
+                }
+            };
+            let result = JobResult {
+                row,
+                document: None,
+            };
+            (outcome, result)
+        }
+    }
+
+    fn three_hosts() -> Mesh {
+        linerate_mesh::parse(
+            "mesh.toml",
+            r#"
+name = "m"
+[[host]]
+name = "a"
+address = "10.0.0.1:5201"
+[[host]]
+name = "b"
+address = "10.0.0.2:5201"
+[[host]]
+name = "c"
+address = "10.0.0.3:5201"
+[[test]]
+name = "tput"
+run = "stream"
+duration = "1s"
+interval = "60s"
+[[group]]
+name = "all"
+tests = ["tput"]
+"#,
+        )
+        .unwrap()
+    }
+
+    /// A clock that moves a second each time it is read, a second of it waited in a
+    /// millisecond: a simulated hour passes in moments.
+    fn racing_clock() -> Clock {
+        let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        Clock {
+            now: Arc::new(move || 1.8e9 + ticks.fetch_add(1, Ordering::Relaxed) as f64),
+            pace: 0.001,
+        }
+    }
+
+    fn run_cycles(mesh: &Mesh, kept: &mut Kept, cycles: u64) -> Vec<MeshRow> {
+        let clock = racing_clock();
+        let runner = Arc::new(Fake {
+            dead: "c",
+            clock: clock.clone(),
+        });
+        let options = MeshOptions {
+            cycles: Some(cycles),
+            key: None,
+            control_timeout: Duration::from_secs(5),
+            lead: Duration::from_millis(100),
+            rediscover: None,
+        };
+        let mut printed = Vec::new();
+        let stop = Arc::new(AtomicBool::new(false));
+        run_with(
+            mesh,
+            options,
+            Some(kept),
+            &stop,
+            &mut |event| {
+                if let MeshEvent::Result(result) = event {
+                    printed.push(result.row.clone());
+                }
+            },
+            runner,
+            clock,
+        )
+        .unwrap();
+        printed
+    }
+
+    #[test]
+    fn a_dead_host_is_blamed_once_skipped_after_and_a_restart_resumes() {
+        let mesh = three_hosts();
+        let mut kept = Kept::default();
+        let printed = run_cycles(&mesh, &mut kept, 1);
+        // Every ordered pair has its row in the cycle: ok without c, failed or skipped
+        // with it.
+        assert_eq!(printed.len(), 6, "{printed:#?}");
+        for row in &printed {
+            let with_c = row.src == "c" || row.dst == "c";
+            assert_eq!(row.ok, !with_c, "{row:?}");
+        }
+        let failed: Vec<&MeshRow> = printed
+            .iter()
+            .filter(|r| !r.ok && !r.reason.starts_with("skipped:"))
+            .collect();
+        let skipped: Vec<&MeshRow> = printed
+            .iter()
+            .filter(|r| r.reason.starts_with("skipped:"))
+            .collect();
+        assert!(!failed.is_empty() && !skipped.is_empty(), "{printed:#?}");
+        for row in &skipped {
+            // The skip names the kept failure instead of repeating its reason.
+            assert!(
+                row.reason.contains("host c is down")
+                    && row.reason.contains("the reason is in the failed tput")
+                    && !row.reason.contains("connection refused")
+                    && !row.reason.contains("not a linerate agent"),
+                "{row:?}"
+            );
+        }
+        // The store holds what was printed; a new coordinator resumes at cycle 2.
+        assert_eq!(kept.rows.len(), printed.len());
+        let again = run_cycles(&mesh, &mut kept, 1);
+        assert!(again.iter().all(|r| r.cycle == 2), "{again:#?}");
+        assert_eq!(again.len(), 6);
     }
 
     #[test]
