@@ -124,7 +124,17 @@ duration = "0.5s"
 interval = "1s"
 
 [[group]]
-name = "all"
+name = "agents"
+hosts = ["h0", "h1"]
+tests = ["lat"]
+
+# The squatters only as sources: the coordinator dials each itself (an agent that dials
+# one for a job hears only the agents' own refusal, which names nothing it said).
+[[group]]
+name = "squatters"
+shape = "pairs"
+pairs = [["h2", "h0"], ["h3", "h1"]]
+directions = "one"
 tests = ["lat"]
 "#;
     let file = dir.join("mesh.toml");
@@ -172,6 +182,11 @@ tests = ["lat"]
         let _ = squatter.wait();
     }
     let out = String::from_utf8_lossy(&stdout).to_string();
+    eprintln!(
+        "coordinator: peak RSS {peak_kib} KiB, database {} bytes, stdout {} bytes",
+        std::fs::metadata(&db).map_or(0, |m| m.len()),
+        out.len()
+    );
     assert!(status.code().is_some(), "the coordinator ended by itself");
     assert!(
         peak_kib < 256 * 1024,
@@ -202,8 +217,9 @@ tests = ["lat"]
             text.len()
         );
     }
-    // The squatter was heard, in its escaped and cut form, and its host's skipped jobs
-    // point to the kept reason instead of repeating it.
+    // Both squatters were heard: the 60 MB frame refused at its length, the 900 KB reason
+    // escaped and cut; and their skipped jobs point to the kept reason instead of
+    // repeating it.
     for line in out
         .lines()
         .filter(|l| l.contains("h2") || l.contains("h3"))
