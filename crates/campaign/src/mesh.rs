@@ -791,28 +791,26 @@ pub fn run_with(
 mod tests {
     use super::*;
 
+    /// A mesh of `hosts` (named a, b, c ... at 10.0.0.1, .2, .3 ...) running one test of
+    /// `run` over every ordered pair.
+    fn mesh_of(hosts: usize, test: &str, run: &str, interval: &str) -> Mesh {
+        let mut text = "name = \"m\"\n".to_string();
+        for i in 0..hosts {
+            let name = char::from(b'a' + i as u8);
+            text += &format!(
+                "[[host]]\nname = \"{name}\"\naddress = \"10.0.0.{}:5201\"\n",
+                i + 1
+            );
+        }
+        text += &format!(
+            "[[test]]\nname = \"{test}\"\nrun = \"{run}\"\nduration = \"1s\"\ninterval = \"{interval}\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"{test}\"]\n"
+        );
+        linerate_mesh::parse("mesh.toml", &text).unwrap()
+    }
+
     fn two_hosts() -> Mesh {
-        linerate_mesh::parse(
-            "mesh.toml",
-            r#"
-name = "m"
-[[host]]
-name = "a"
-address = "10.0.0.1:5201"
-[[host]]
-name = "b"
-address = "10.0.0.2:5201"
-[[test]]
-name = "lat"
-run = "rr"
-duration = "1s"
-interval = "10s"
-[[group]]
-name = "all"
-tests = ["lat"]
-"#,
-        )
-        .unwrap()
+        mesh_of(2, "lat", "rr", "10s")
     }
 
     #[test]
@@ -918,30 +916,7 @@ tests = ["lat"]
     }
 
     fn three_hosts() -> Mesh {
-        linerate_mesh::parse(
-            "mesh.toml",
-            r#"
-name = "m"
-[[host]]
-name = "a"
-address = "10.0.0.1:5201"
-[[host]]
-name = "b"
-address = "10.0.0.2:5201"
-[[host]]
-name = "c"
-address = "10.0.0.3:5201"
-[[test]]
-name = "tput"
-run = "stream"
-duration = "1s"
-interval = "60s"
-[[group]]
-name = "all"
-tests = ["tput"]
-"#,
-        )
-        .unwrap()
+        mesh_of(3, "tput", "stream", "60s")
     }
 
     /// A clock that moves a second each time it is read, a second of it waited in a
