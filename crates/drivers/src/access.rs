@@ -64,19 +64,8 @@ impl AccessPolicy {
 impl AccessPolicy {
     /// The client `ip` counts as: its IPv4 address, or its IPv6 prefix.
     pub fn client(&self, ip: IpAddr) -> IpAddr {
-        match canonical(ip) {
-            IpAddr::V6(v6) => {
-                let bits = u128::from(v6);
-                let keep = u32::from(self.v6_prefix.min(128));
-                let mask = if keep == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - keep)
-                };
-                IpAddr::V6((bits & mask).into())
-            }
-            v4 => v4,
-        }
+        // One rule for every listener: the HTTP ones count clients the same way.
+        linerate_http::ClientKey::of(ip, self.v6_prefix).ip()
     }
 }
 

@@ -46,6 +46,11 @@ impl ClientKey {
             },
         }
     }
+
+    /// The client as an address: the IPv4 address, or the IPv6 prefix's first address.
+    pub fn ip(self) -> IpAddr {
+        self.0
+    }
 }
 
 impl std::fmt::Display for ClientKey {
