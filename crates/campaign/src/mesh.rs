@@ -16,7 +16,7 @@ use linerate_proto::text::printable;
 use linerate_report::document::Document;
 use linerate_report::rpm::RpmReport;
 use linerate_report::units::Scale;
-use linerate_store::{MeshArchive, MeshRow};
+use linerate_store::{MeshArchive, MeshRow, Outcome as RowOutcome};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -305,6 +305,18 @@ fn failed_hosts(mesh: &Mesh, job: &Job, error: &RunError) -> Vec<usize> {
     }
 }
 
+/// How a job ended as its row keeps it: the scheduler's outcome with the blamed host by
+/// name (a failure blames at most one: the destination or the source).
+fn row_outcome(mesh: &Mesh, outcome: &Outcome) -> RowOutcome {
+    match outcome {
+        Outcome::Done => RowOutcome::Ok,
+        Outcome::Failed { hosts, reason } => RowOutcome::Failed {
+            blamed: hosts.first().map(|&h| mesh.hosts[h].name.clone()),
+            reason: reason.clone(),
+        },
+    }
+}
+
 /// A job's row with its labels and times, not (yet) a success.
 fn labelled(mesh: &Mesh, job: &Job, cycle: u64, started_at: f64, ended_at: f64) -> MeshRow {
     let test = &mesh.tests[job.test];
@@ -319,8 +331,10 @@ fn labelled(mesh: &Mesh, job: &Job, cycle: u64, started_at: f64, ended_at: f64) 
         cycle,
         started_at,
         ended_at,
-        ok: false,
-        reason: String::new(),
+        outcome: RowOutcome::Failed {
+            blamed: None,
+            reason: String::new(),
+        },
         headline: None,
         headline_text: String::new(),
     }
@@ -357,8 +371,6 @@ fn run_job(
             let (headline, text) = figure(test, &document);
             row.headline = headline;
             row.headline_text = text;
-            row.ok = complete;
-            row.reason = reason.clone();
             let outcome = if complete {
                 Outcome::Done
             } else {
@@ -367,6 +379,7 @@ fn run_job(
                     reason,
                 }
             };
+            row.outcome = row_outcome(mesh, &outcome);
             (
                 outcome,
                 JobResult {
@@ -376,12 +389,13 @@ fn run_job(
             )
         }
         Err(error) => {
-            row.reason = printable(&error.to_string());
+            let outcome = Outcome::Failed {
+                hosts: failed_hosts(mesh, &job, &error),
+                reason: printable(&error.to_string()),
+            };
+            row.outcome = row_outcome(mesh, &outcome);
             (
-                Outcome::Failed {
-                    hosts: failed_hosts(mesh, &job, &error),
-                    reason: row.reason.clone(),
-                },
+                outcome,
                 JobResult {
                     row,
                     document: None,
@@ -425,13 +439,12 @@ fn rpm_ended(
             None,
         ),
     };
-    row.ok = reason.is_empty();
-    row.reason = reason.clone();
-    let outcome = if row.ok {
+    let outcome = if reason.is_empty() {
         Outcome::Done
     } else {
         Outcome::Failed { hosts, reason }
     };
+    row.outcome = row_outcome(mesh, &outcome);
     (outcome, JobResult { row, document })
 }
 
@@ -669,7 +682,9 @@ impl<'a> Coordinator<'a> {
                 let kept_in = self.down_kept_in.get(&down.name).map(String::as_str);
                 let mut result = JobResult {
                     row: MeshRow {
-                        reason: format!("skipped: {}", down.describe(kept_in)),
+                        outcome: RowOutcome::Skipped {
+                            reason: down.describe(kept_in),
+                        },
                         ..labelled(&self.mesh, &self.jobs[job], cycle, now, now)
                     },
                     document: None,
@@ -895,18 +910,13 @@ mod tests {
                 None
             };
             let outcome = match error {
-                Some(error) => {
-                    row.reason = printable(&error.to_string());
-                    Outcome::Failed {
-                        hosts: failed_hosts(mesh, &job, &error),
-                        reason: row.reason.clone(),
-                    }
-                }
-                None => {
-                    row.ok = true;
-                    Outcome::Done
-                }
+                Some(error) => Outcome::Failed {
+                    hosts: failed_hosts(mesh, &job, &error),
+                    reason: printable(&error.to_string()),
+                },
+                None => Outcome::Done,
             };
+            row.outcome = row_outcome(mesh, &outcome);
             let result = JobResult {
                 row,
                 document: None,
@@ -971,24 +981,26 @@ mod tests {
         assert_eq!(printed.len(), 6, "{printed:#?}");
         for row in &printed {
             let with_c = row.src == "c" || row.dst == "c";
-            assert_eq!(row.ok, !with_c, "{row:?}");
+            assert_eq!(row.outcome.is_ok(), !with_c, "{row:?}");
         }
         let failed: Vec<&MeshRow> = printed
             .iter()
-            .filter(|r| !r.ok && !r.reason.starts_with("skipped:"))
+            .filter(|r| matches!(r.outcome, RowOutcome::Failed { .. }))
             .collect();
-        let skipped: Vec<&MeshRow> = printed
-            .iter()
-            .filter(|r| r.reason.starts_with("skipped:"))
-            .collect();
+        let skipped: Vec<&MeshRow> = printed.iter().filter(|r| r.outcome.is_skipped()).collect();
         assert!(!failed.is_empty() && !skipped.is_empty(), "{printed:#?}");
+        for row in &failed {
+            // Host c is blamed whichever end of the job it was.
+            assert_eq!(row.outcome.blamed(), Some("c"), "{row:?}");
+        }
         for row in &skipped {
             // The skip names the kept failure instead of repeating its reason.
+            let reason = row.outcome.reason();
             assert!(
-                row.reason.contains("host c is down")
-                    && row.reason.contains("the reason is in the failed tput")
-                    && !row.reason.contains("connection refused")
-                    && !row.reason.contains("not a linerate agent"),
+                reason.starts_with("host c is down")
+                    && reason.contains("the reason is in the failed tput")
+                    && !reason.contains("connection refused")
+                    && !reason.contains("not a linerate agent"),
                 "{row:?}"
             );
         }
@@ -1009,13 +1021,17 @@ mod tests {
             unreachable: None,
         });
         let (outcome, kept) = rpm_ended(&mesh, job, 1, (0.0, 1.0), result);
-        assert!(!kept.row.ok);
-        assert!(kept.row.reason.chars().count() <= 2003);
-        assert!(!kept.row.reason.chars().any(char::is_control));
+        let kept_reason = kept.row.outcome.reason();
+        assert!(kept_reason.chars().count() <= 2003);
+        assert!(!kept_reason.chars().any(char::is_control));
+        assert_eq!(
+            kept.row.outcome.blamed(),
+            Some(mesh.hosts[job.src].name.as_str())
+        );
         let Outcome::Failed { hosts, reason } = outcome else {
             panic!("a failure")
         };
         assert_eq!(hosts, vec![job.src]);
-        assert_eq!(reason, kept.row.reason);
+        assert_eq!(reason, kept_reason);
     }
 }

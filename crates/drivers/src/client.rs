@@ -170,13 +170,15 @@ pub fn run(
         while let Some(event) = test.session.poll_event() {
             test.handle_event(event, progress)?;
         }
-        for (flow, (socket, hello)) in test.udp_flows.iter_mut().enumerate() {
-            take_cookie(socket, flow as u32, hello);
-            let _ = socket.send(hello);
+        if let Stage::Opening(Flows::Udp { sockets, .. }) = &mut test.stage {
+            for (flow, (socket, hello)) in sockets.iter_mut().enumerate() {
+                take_cookie(socket, flow as u32, hello);
+                let _ = socket.send(hello);
+            }
         }
         if cancel.load(Ordering::Relaxed) {
-            match (ended, &test.plane) {
-                (None, Some(plane)) => {
+            match (ended, &test.stage) {
+                (None, Stage::Running(plane)) => {
                     plane.end_now();
                     test.session.end();
                     ended = Some(Instant::now());
@@ -186,21 +188,20 @@ pub fn run(
             }
         }
         test.poll_plane(progress)?;
-        if test.local.is_some() && test.remote.is_some() {
+        if let (Stage::Finished(_), Some(_)) = (&test.stage, &test.remote) {
             test.session.done();
             test.control.flush(&mut test.session);
             break;
         }
         // While the test runs, the control connection is quiet; waking every 50 ms is enough
         // to show intervals on time and costs the data plane nothing measurable.
-        let wait = if test.plane.is_some() {
-            Duration::from_millis(50)
-        } else {
-            Duration::from_millis(100)
+        let wait = match test.stage {
+            Stage::Running(_) => Duration::from_millis(50),
+            Stage::Opening(_) | Stage::Finished(_) => Duration::from_millis(100),
         };
         test.control.step(&mut test.session, wait);
     }
-    let (Some(local), Some(remote)) = (test.local, test.remote) else {
+    let (Stage::Finished(local), Some(remote)) = (test.stage, test.remote) else {
         unreachable!("the loop ends only with both results")
     };
     let config = &options.config;
@@ -209,7 +210,7 @@ pub fn run(
         &test.host.software,
         started_at,
         config.clone(),
-        local,
+        *local,
         remote,
     );
     if ended.is_some() {
@@ -222,26 +223,44 @@ pub fn run(
     Ok(report)
 }
 
-/// One test in progress on the client: the control session and its socket, the data
-/// connections as they open, the data plane once started, and both sides' results.
+/// A test's data flows as the server's acceptance opened them: one variant per way a
+/// protocol's flows open, each with what its data plane needs.
+enum Flows {
+    /// The server has not accepted the test yet.
+    Pending,
+    /// TCP (plain or TLS): one connection per flow, open.
+    Tcp(Vec<FlowSocket>),
+    /// crr: each transaction connects anew to this address.
+    Crr(SocketAddr),
+    /// UDP: one connected socket per flow with the hello it repeats until the server
+    /// reports the flows ready (a hello may be lost like any datagram), and the tag that
+    /// frames the test's datagrams.
+    Udp {
+        sockets: Vec<(UdpSocket, Vec<u8>)>,
+        framing: Framing,
+    },
+    /// QUIC: this side's QUIC thread, its streams open.
+    Quic(Arc<linerate_engine::quic::QuicSide>),
+}
+
+/// Where this side of the test is: opening its flows, running its data plane, or done
+/// with its result.
+enum Stage {
+    Opening(Flows),
+    Running(DataPlane),
+    Finished(Box<SideResult>),
+}
+
+/// One test in progress on the client: the control session and its socket, this side's
+/// stage, and the server's result once it comes.
 struct ClientTest<'a> {
     addr: SocketAddr,
     options: &'a ClientOptions,
     host: HostFacts,
     session: ClientSession,
     control: Control,
-    plane: Option<DataPlane>,
-    local: Option<SideResult>,
+    stage: Stage,
     remote: Option<SideResult>,
-    flows: Vec<FlowSocket>,
-    /// UDP tests: one connected socket per flow, and the hello each repeats until the
-    /// server reports the flows ready (a hello may be lost like any datagram).
-    udp_flows: Vec<(UdpSocket, Vec<u8>)>,
-    udp_tag: Option<Framing>,
-    /// crr tests: where each transaction's connection goes.
-    crr_target: Option<SocketAddr>,
-    /// QUIC tests: this side's QUIC thread, its streams open.
-    quic: Option<std::sync::Arc<linerate_engine::quic::QuicSide>>,
 }
 
 impl<'a> ClientTest<'a> {
@@ -276,14 +295,8 @@ impl<'a> ClientTest<'a> {
             host,
             session,
             control,
-            plane: None,
-            local: None,
+            stage: Stage::Opening(Flows::Pending),
             remote: None,
-            flows: Vec::new(),
-            udp_flows: Vec::new(),
-            udp_tag: None,
-            crr_target: None,
-            quic: None,
         })
     }
 
@@ -304,7 +317,7 @@ impl<'a> ClientTest<'a> {
             ClientEvent::Accepted {
                 crr_port: Some(port),
                 ..
-            } => self.crr_target = Some(SocketAddr::new(self.addr.ip(), port)),
+            } => self.stage = Stage::Opening(Flows::Crr(SocketAddr::new(self.addr.ip(), port))),
             ClientEvent::Accepted {
                 token,
                 udp_ports,
@@ -318,8 +331,9 @@ impl<'a> ClientTest<'a> {
                     Protocol::Quic => self.open_quic(token, quic_port, tls_fingerprint.as_deref()),
                     Protocol::Tcp => self.open_tcp(token, tls_fingerprint.as_deref()),
                 };
-                if let Err(error) = opened {
-                    return Err(self.abort(error));
+                match opened {
+                    Ok(flows) => self.stage = Stage::Opening(flows),
+                    Err(error) => return Err(self.abort(error)),
                 }
             }
             ClientEvent::FlowsReady => {
@@ -328,7 +342,8 @@ impl<'a> ClientTest<'a> {
             }
             ClientEvent::Results(result) => self.remote = Some(*result),
             ClientEvent::Failed(error) => {
-                if let Some(plane) = self.plane.take() {
+                let stage = std::mem::replace(&mut self.stage, Stage::Opening(Flows::Pending));
+                if let Stage::Running(plane) = stage {
                     plane.stop();
                 }
                 return Err(error.into());
@@ -337,10 +352,9 @@ impl<'a> ClientTest<'a> {
         Ok(())
     }
 
-    /// Tells the server the test is off, then hands back the error.
     /// A UDP test's flows: a socket per port the server offered, each proving its
     /// address with the server's cookie.
-    fn open_udp(&mut self, token: Token, ports: &[u16]) -> Result<(), ClientError> {
+    fn open_udp(&self, token: Token, ports: &[u16]) -> Result<Flows, ClientError> {
         let config = &self.options.config;
         if ports.len() != config.connections() as usize {
             return Err(ClientError::Config(format!(
@@ -349,20 +363,21 @@ impl<'a> ClientTest<'a> {
                 config.connections()
             )));
         }
-        self.udp_flows = open_udp_flows(self.addr, config, token, ports)?;
-        self.udp_tag = Some(Framing::Native {
-            tag: tag_of(&token.0),
-        });
-        Ok(())
+        Ok(Flows::Udp {
+            sockets: open_udp_flows(self.addr, config, token, ports)?,
+            framing: Framing::Native {
+                tag: tag_of(&token.0),
+            },
+        })
     }
 
     /// A QUIC test's connection (or one per flow) to the port the server offered.
     fn open_quic(
-        &mut self,
+        &self,
         token: Token,
         port: Option<u16>,
         fingerprint: Option<&str>,
-    ) -> Result<(), ClientError> {
+    ) -> Result<Flows, ClientError> {
         let Some(port) = port else {
             return Err(ClientError::Quic("the server offered no QUIC port".into()));
         };
@@ -373,12 +388,11 @@ impl<'a> ClientTest<'a> {
             fingerprint,
             self.options.ca.as_deref(),
         )?;
-        self.quic = Some(std::sync::Arc::new(side));
-        Ok(())
+        Ok(Flows::Quic(Arc::new(side)))
     }
 
     /// A TCP test's data connections, through TLS when the test is encrypted.
-    fn open_tcp(&mut self, token: Token, fingerprint: Option<&str>) -> Result<(), ClientError> {
+    fn open_tcp(&self, token: Token, fingerprint: Option<&str>) -> Result<Flows, ClientError> {
         let config = &self.options.config;
         let connect_timeout = Duration::from_secs_f64(config.connect_timeout_s);
         let tls = crate::secure::ClientTls::new(
@@ -388,8 +402,13 @@ impl<'a> ClientTest<'a> {
             &crate::secure::server_name(config),
         )
         .map_err(|e| ClientError::Config(e.to_string()))?;
-        self.flows = open_flows(self.addr, config, token, connect_timeout, tls.as_ref())?;
-        Ok(())
+        Ok(Flows::Tcp(open_flows(
+            self.addr,
+            config,
+            token,
+            connect_timeout,
+            tls.as_ref(),
+        )?))
     }
 
     fn abort(&mut self, error: ClientError) -> ClientError {
@@ -401,38 +420,58 @@ impl<'a> ClientTest<'a> {
     /// Every data connection is in: start the test and this side's data plane.
     fn start_plane(&mut self) -> Result<(), ClientError> {
         let config = &self.options.config;
+        let flows = match std::mem::replace(&mut self.stage, Stage::Opening(Flows::Pending)) {
+            Stage::Opening(flows) => flows,
+            other => {
+                self.stage = other;
+                let error = ClientError::Config("the server reported the flows ready twice".into());
+                return Err(self.abort(error));
+            }
+        };
+        let (sockets, udp_framing): (Vec<FlowSocket>, _) = match flows {
+            Flows::Pending => {
+                let error = ClientError::Config(
+                    "the server reported the flows ready before accepting the test".into(),
+                );
+                return Err(self.abort(error));
+            }
+            Flows::Tcp(sockets) => (sockets, None),
+            Flows::Crr(target) => (
+                (0..config.parallel)
+                    .map(|_| FlowSocket::Connect(target))
+                    .collect(),
+                None,
+            ),
+            Flows::Udp { sockets, framing } => (
+                sockets
+                    .into_iter()
+                    .map(|(s, _)| FlowSocket::Udp(s))
+                    .collect(),
+                Some(framing),
+            ),
+            Flows::Quic(side) => (
+                (0..config.connections())
+                    .map(|_| FlowSocket::Quic(side.clone()))
+                    .collect(),
+                None,
+            ),
+        };
         let start = Instant::now();
         self.session.start(start);
         self.control.flush(&mut self.session);
-        let sockets: Vec<FlowSocket> = if let Some(side) = &self.quic {
-            (0..config.connections())
-                .map(|_| FlowSocket::Quic(side.clone()))
-                .collect()
-        } else if let Some(target) = self.crr_target {
-            (0..config.parallel)
-                .map(|_| FlowSocket::Connect(target))
-                .collect()
-        } else if self.udp_flows.is_empty() {
-            self.flows.drain(..).collect()
-        } else {
-            self.udp_flows
-                .drain(..)
-                .map(|(s, _)| FlowSocket::Udp(s))
-                .collect()
-        };
         let specs = flow_specs(config, sockets);
         let pin: &[usize] = config.rr.as_ref().map_or(&[], |rr| &rr.cpus);
         let setup = PlaneSetup {
             peer_lead: Duration::ZERO,
             threads: config.threads as usize,
             drain: self.options.drain,
-            udp_framing: self.udp_tag,
+            udp_framing,
             pin_cpus: pin.to_vec(),
             budget: None,
         };
         match DataPlane::start(start, config, specs, setup) {
             Ok(plane) => {
-                self.plane = Some(plane);
+                self.stage = Stage::Running(plane);
                 Ok(())
             }
             Err(source) => {
@@ -448,27 +487,27 @@ impl<'a> ClientTest<'a> {
     /// Shows the intervals that completed, and takes this side's result once the plane
     /// is done.
     fn poll_plane(&mut self, progress: &mut dyn FnMut(Progress)) -> Result<(), ClientError> {
-        let Some(running) = self.plane.as_mut() else {
-            return Ok(());
+        let mut plane = match std::mem::replace(&mut self.stage, Stage::Opening(Flows::Pending)) {
+            Stage::Running(plane) => plane,
+            other => {
+                self.stage = other;
+                return Ok(());
+            }
         };
-        for interval in running.poll_intervals(Duration::ZERO) {
+        for interval in plane.poll_intervals(Duration::ZERO) {
             progress(Progress::Interval(Box::new(interval)));
         }
-        if !running.is_finished() {
+        if !plane.is_finished() {
+            self.stage = Stage::Running(plane);
             return Ok(());
         }
         // The workers are gone, so every sample is in the channel: show the rest.
-        for interval in running.poll_intervals(Duration::ZERO) {
+        for interval in plane.poll_intervals(Duration::ZERO) {
             progress(Progress::Interval(Box::new(interval)));
         }
-        let finished = self
-            .plane
-            .take()
-            .expect("checked")
-            .finish(self.host.clone());
-        match finished {
+        match plane.finish(self.host.clone()) {
             Ok(result) => {
-                self.local = Some(result);
+                self.stage = Stage::Finished(Box::new(result));
                 Ok(())
             }
             Err(source) => {

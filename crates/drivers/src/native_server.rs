@@ -23,24 +23,59 @@ use std::time::{Duration, Instant};
 use crate::served::{Served, Step};
 use crate::server_state::{random_token, ServerState};
 
+/// A test's data flows on the server, from its acceptance until its plane takes them:
+/// one variant per way a protocol's flows arrive, each with what it needs, so that adding
+/// a protocol is a compile error wherever flows are handled.
+enum Flows {
+    /// No test accepted yet.
+    None,
+    /// TCP (plain or TLS): connections handed over by the acceptor, each in its flow's
+    /// slot as it comes.
+    Tcp {
+        from: FlowsIn,
+        slots: Vec<Option<FlowSocket>>,
+    },
+    /// UDP: a socket per flow, connected once its hello has proven its address.
+    Udp(UdpFlows),
+    /// crr: the listener each transaction's connection arrives at, once the test runs.
+    Crr(std::net::TcpListener),
+    /// QUIC: this side's QUIC thread, until its streams are open.
+    Quic(Arc<linerate_engine::quic::QuicSide>),
+    /// Every flow is in: what the plane starts with.
+    Ready(Ready),
+    /// The plane has them.
+    Started,
+}
+
+/// A test's flows once all are in.
+enum Ready {
+    /// Connections and sockets, one per flow, with the framing of a UDP test's datagrams.
+    Sockets {
+        sockets: Vec<FlowSocket>,
+        framing: Option<Framing>,
+    },
+    Crr(std::net::TcpListener),
+    Quic(Arc<linerate_engine::quic::QuicSide>),
+}
+
+/// A UDP test's flows as their hellos arrive.
+struct UdpFlows {
+    /// One socket per flow, and whether its hello has connected it.
+    sockets: Vec<(UdpSocket, bool)>,
+    /// The cookies the hellos must carry back (crate address_check).
+    cookies: linerate_proto::address_check::AddressCookies,
+    token: [u8; 16],
+    /// Hellos refused so far (logged once per test).
+    refused: u64,
+}
+
 /// What a test thread holds; dropping it frees every resource of the test.
 struct TestState {
-    token: Option<Token>,
-    flows_in: Option<FlowsIn>,
-    flows: Vec<Option<FlowSocket>>,
-    /// UDP tests: one socket per flow, and whether its hello has connected it.
-    udp: Vec<(UdpSocket, bool)>,
-    /// The cookies a UDP test's hellos must carry back (crate address_check).
-    udp_cookies: Option<linerate_proto::address_check::AddressCookies>,
-    udp_token: [u8; 16],
-    /// Hellos refused so far (logged once per test).
-    udp_refused: u64,
+    /// The token the acceptor hands this test's connections by, while registered there.
+    registered: Option<Token>,
+    flows: Flows,
     /// The address the test's control connection arrived on.
     local_ip: std::net::IpAddr,
-    /// crr tests: the listener for the test's connections.
-    crr_listener: Option<std::net::TcpListener>,
-    /// QUIC tests: this side's QUIC thread, and whether its streams were reported ready.
-    quic: Option<(Arc<linerate_engine::quic::QuicSide>, bool)>,
     /// The plane, the test's place among the running tests, its rate share.
     served: Served,
     /// When the server said the flows were ready: the client starts its clock after
@@ -53,77 +88,88 @@ struct TestState {
 impl TestState {
     fn new(local_ip: std::net::IpAddr) -> TestState {
         TestState {
-            token: None,
-            flows_in: None,
-            flows: Vec::new(),
-            udp: Vec::new(),
-            udp_cookies: None,
-            udp_token: [0; 16],
-            udp_refused: 0,
+            registered: None,
+            flows: Flows::None,
             local_ip,
-            crr_listener: None,
-            quic: None,
             served: Served::default(),
             ready_at: None,
             config: None,
         }
     }
 
-    /// The flows' connections, hellos or streams that arrived; `Some` once they are all
-    /// in (`Err`: one could not be taken). A crr test has none to wait for.
+    /// Takes in the flows' connections, hellos or streams that arrived; `Some` once, when
+    /// they are all in (`Err`: one could not be taken). A crr test has none to wait for.
     fn take_flows(
         &mut self,
         shared: &Arc<ServerState>,
         id: u64,
         peer: SocketAddr,
     ) -> Option<Result<(), String>> {
-        if let Some(receiver) = &self.flows_in {
-            while let Some((flow, arrived)) = receiver.try_recv() {
-                let socket = match arrived {
-                    Ok(socket) => socket,
-                    Err(why) => return Some(Err(format!("data connection {flow}: {why}"))),
-                };
-                match self.flows.get_mut(flow as usize) {
-                    Some(slot @ None) => *slot = Some(socket),
-                    _ => shared.log(&format!("test {id}: refused data connection for flow {flow}: out of range or duplicate")),
+        // Take in what arrived, and see whether every flow is in.
+        let all_in = match &mut self.flows {
+            Flows::None | Flows::Ready(_) | Flows::Started => return None,
+            Flows::Tcp { from, slots } => {
+                while let Some((flow, arrived)) = from.try_recv() {
+                    let socket = match arrived {
+                        Ok(socket) => socket,
+                        Err(why) => return Some(Err(format!("data connection {flow}: {why}"))),
+                    };
+                    match slots.get_mut(flow as usize) {
+                        Some(slot @ None) => *slot = Some(socket),
+                        _ => shared.log(&format!("test {id}: refused data connection for flow {flow}: out of range or duplicate")),
+                    }
                 }
+                slots.iter().all(Option::is_some)
             }
-            if !self.flows.is_empty() && self.flows.iter().all(Option::is_some) {
-                unregister(shared, self);
-                return Some(Ok(()));
-            }
-        }
-        if !self.udp.is_empty()
-            && self.served.plane.is_none()
-            && take_udp_hellos(shared, id, peer, self)
-        {
-            return Some(Ok(()));
-        }
-        if let Some((side, reported)) = self.quic.as_mut() {
-            if !*reported {
-                let ready = side.poll_ready();
-                *reported = ready.is_some();
-                if let Some(Err(why)) = &ready {
+            Flows::Udp(udp) => take_udp_hellos(shared, id, peer, udp),
+            Flows::Quic(side) => match side.poll_ready() {
+                None => false,
+                Some(Ok(())) => true,
+                Some(Err(why)) => {
                     shared.refused(peer, &format!("test {id}: {why}"));
+                    return Some(Err(why));
                 }
-                if ready.is_some() {
-                    return ready;
-                }
-            }
+            },
+            // crr connections come one per transaction once the test runs.
+            Flows::Crr(_) => true,
+        };
+        if !all_in {
+            return None;
         }
-        // crr connections come one per transaction once the test runs.
-        self.crr_listener.is_some().then_some(Ok(()))
+        let ready = match std::mem::replace(&mut self.flows, Flows::Started) {
+            Flows::Tcp { slots, .. } => Ready::Sockets {
+                sockets: slots.into_iter().flatten().collect(),
+                framing: None,
+            },
+            Flows::Udp(udp) => Ready::Sockets {
+                framing: Some(Framing::Native {
+                    tag: tag_of(&udp.token),
+                }),
+                sockets: udp
+                    .sockets
+                    .into_iter()
+                    .map(|(socket, _)| FlowSocket::Udp(socket))
+                    .collect(),
+            },
+            Flows::Quic(side) => Ready::Quic(side),
+            Flows::Crr(listener) => Ready::Crr(listener),
+            other @ (Flows::None | Flows::Ready(_) | Flows::Started) => {
+                self.flows = other;
+                return None;
+            }
+        };
+        unregister(shared, self);
+        self.flows = Flows::Ready(ready);
+        Some(Ok(()))
     }
 
     /// How long the control connection may wait: short while flows arrive, longer while
     /// the plane runs, longest while nothing is due.
     fn wait(&self) -> Duration {
-        if self.flows_in.is_some() || (!self.udp.is_empty() && self.served.plane.is_none()) {
-            Duration::from_millis(10)
-        } else if self.served.plane.is_some() {
-            Duration::from_millis(50)
-        } else {
-            Duration::from_millis(200)
+        match self.flows {
+            Flows::Tcp { .. } | Flows::Udp(_) => Duration::from_millis(10),
+            _ if self.served.plane.is_some() => Duration::from_millis(50),
+            _ => Duration::from_millis(200),
         }
     }
 }
@@ -178,8 +224,8 @@ pub(crate) fn serve_test(
                     accept_test(shared, id, peer, &mut session, &mut state, &config);
                     state.config = Some(*config);
                 }
-                ServerEvent::Start => {
-                    if let Err(e) = start_plane(shared, &session, &mut state, peer) {
+                ServerEvent::Start(config) => {
+                    if let Err(e) = start_plane(shared, &config, &mut state, peer) {
                         session.abort(format!("cannot start the data plane: {e}"));
                     } else {
                         shared.log(&format!("test {id} from {peer}: started"));
@@ -249,7 +295,7 @@ pub(crate) fn serve_test(
 }
 
 fn unregister(shared: &ServerState, state: &mut TestState) {
-    if let Some(token) = state.token.take() {
+    if let Some(token) = state.registered.take() {
         shared
             .registry
             .lock()
@@ -261,7 +307,6 @@ fn unregister(shared: &ServerState, state: &mut TestState) {
             .expect("TLS registry lock")
             .remove(&token);
     }
-    state.flows_in = None;
 }
 
 /// Where a test's data connections arrive: plain from the acceptor, or encrypted from
@@ -367,7 +412,7 @@ fn accept_test(
             .and_then(|listener| Ok((listener.local_addr()?.port(), listener)));
         match bound {
             Ok((port, listener)) => {
-                state.crr_listener = Some(listener);
+                state.flows = Flows::Crr(listener);
                 shared.log(&format!(
                     "test {id} from {peer}: accepted: {}",
                     config.describe()
@@ -412,6 +457,7 @@ fn accept_test(
 /// that prove each client hello's address; the ports to announce.
 fn open_udp(config: &TestConfig, state: &mut TestState, token: Token) -> Result<Vec<u16>, String> {
     let mut ports = Vec::new();
+    let mut sockets = Vec::new();
     for _ in 0..config.connections() {
         let bound = UdpSocket::bind(SocketAddr::new(state.local_ip, 0)).and_then(|socket| {
             socket.set_nonblocking(true)?;
@@ -422,15 +468,19 @@ fn open_udp(config: &TestConfig, state: &mut TestState, token: Token) -> Result<
         match bound {
             Ok((port, socket)) => {
                 ports.push(port);
-                state.udp.push((socket, false));
+                sockets.push((socket, false));
             }
             Err(e) => return Err(format!("cannot open a UDP socket: {e}")),
         }
     }
-    state.udp_token = token.0;
     let cookies = crate::server_state::random_cookies()
         .map_err(|e| format!("no randomness for the UDP cookies: {e}"))?;
-    state.udp_cookies = Some(cookies);
+    state.flows = Flows::Udp(UdpFlows {
+        sockets,
+        cookies,
+        token: token.0,
+        refused: 0,
+    });
     Ok(ports)
 }
 
@@ -443,7 +493,7 @@ fn wait_for_tcp(
     token: Token,
     tls: Option<&Arc<crate::secure::ServerTls>>,
 ) {
-    match tls {
+    let from = match tls {
         Some(tls) => {
             let (sender, receiver) = channel();
             let waiting = crate::secure::TlsWaiting {
@@ -456,7 +506,7 @@ fn wait_for_tcp(
                 .lock()
                 .expect("TLS registry lock")
                 .insert(token, waiting);
-            state.flows_in = Some(FlowsIn::Tls(receiver));
+            FlowsIn::Tls(receiver)
         }
         None => {
             let (sender, receiver) = channel();
@@ -465,11 +515,14 @@ fn wait_for_tcp(
                 .lock()
                 .expect("registry lock")
                 .insert(token, sender);
-            state.flows_in = Some(FlowsIn::Plain(receiver));
+            FlowsIn::Plain(receiver)
         }
-    }
-    state.token = Some(token);
-    state.flows = (0..config.connections()).map(|_| None).collect();
+    };
+    state.registered = Some(token);
+    state.flows = Flows::Tcp {
+        from,
+        slots: (0..config.connections()).map(|_| None).collect(),
+    };
 }
 
 /// A QUIC test: a UDP socket on the control connection's address and the thread that
@@ -486,57 +539,58 @@ fn open_quic(
     let port = socket.local_addr()?.port();
     let plan = linerate_engine::quic::QuicPlan::of(config, token, shared.config.timeouts.flows);
     let side = linerate_engine::quic::QuicSide::serve(socket, tls.config.clone(), peer.ip(), plan)?;
-    state.quic = Some((Arc::new(side), false));
+    state.flows = Flows::Quic(Arc::new(side));
     Ok(port)
 }
 
+/// Starts the test's plane with its flows, all in.
 fn start_plane(
     shared: &ServerState,
-    session: &ServerSession,
+    config: &TestConfig,
     state: &mut TestState,
     peer: SocketAddr,
 ) -> io::Result<()> {
-    let config = session
-        .config()
-        .expect("a started session has a config")
-        .clone();
-    let mut specs = Vec::with_capacity(state.flows.len().max(state.udp.len()));
-    if let Some(listener) = state.crr_listener.take() {
-        listener.set_nonblocking(true)?;
-        specs.push(FlowSpec {
-            id: 0,
-            direction: Direction::Forward,
-            role: Role::Respond,
-            socket: FlowSocket::Listen {
-                listener,
-                peer: peer.ip(),
-            },
-        });
-    }
-    if let Some((side, _)) = state.quic.take() {
-        for id in 0..config.connections() {
-            specs.push(FlowSpec::new(
-                &config,
-                id,
-                Side::Server,
-                FlowSocket::Quic(side.clone()),
-            ));
+    let ready = match std::mem::replace(&mut state.flows, Flows::Started) {
+        Flows::Ready(ready) => ready,
+        other => {
+            state.flows = other;
+            return Err(io::Error::other("the flows are not all in"));
         }
-    }
-    for (id, (socket, _)) in state.udp.drain(..).enumerate() {
-        specs.push(FlowSpec::new(
-            &config,
-            id as u32,
-            Side::Server,
-            FlowSocket::Udp(socket),
-        ));
-    }
-    for (id, socket) in state.flows.drain(..).enumerate() {
-        let socket = socket.expect("all flows arrived before start");
-        if let Some(stream) = socket.tcp() {
-            sys::apply_options(stream, &config, false)?;
+    };
+    let mut specs = Vec::new();
+    let mut udp_framing = None;
+    match ready {
+        Ready::Crr(listener) => {
+            listener.set_nonblocking(true)?;
+            specs.push(FlowSpec {
+                id: 0,
+                direction: Direction::Forward,
+                role: Role::Respond,
+                socket: FlowSocket::Listen {
+                    listener,
+                    peer: peer.ip(),
+                },
+            });
         }
-        specs.push(FlowSpec::new(&config, id as u32, Side::Server, socket));
+        Ready::Quic(side) => {
+            for id in 0..config.connections() {
+                specs.push(FlowSpec::new(
+                    config,
+                    id,
+                    Side::Server,
+                    FlowSocket::Quic(side.clone()),
+                ));
+            }
+        }
+        Ready::Sockets { sockets, framing } => {
+            udp_framing = framing;
+            for (id, socket) in sockets.into_iter().enumerate() {
+                if let Some(stream) = socket.tcp() {
+                    sys::apply_options(stream, config, false)?;
+                }
+                specs.push(FlowSpec::new(config, id as u32, Side::Server, socket));
+            }
+        }
     }
     let setup = PlaneSetup {
         threads: shared
@@ -544,14 +598,12 @@ fn start_plane(
             .threads
             .unwrap_or_else(|| default_threads(config.connections() as usize)),
         drain: shared.config.drain,
-        udp_framing: (config.protocol == linerate_model::Protocol::Udp).then(|| Framing::Native {
-            tag: tag_of(&state.udp_token),
-        }),
+        udp_framing,
         pin_cpus: Vec::new(),
         budget: None,
         peer_lead: state.ready_at.map_or(Duration::ZERO, |at| at.elapsed()),
     };
-    state.served.plane = Some(DataPlane::start(Instant::now(), &config, specs, setup)?);
+    state.served.plane = Some(DataPlane::start(Instant::now(), config, specs, setup)?);
     Ok(())
 }
 
@@ -562,12 +614,10 @@ fn start_plane(
 /// hello is answered with a cookie alone, no larger than itself, and the hello that
 /// carries the cookie back connects the flow (crate address_check). A forged source gets
 /// the cookie at most, never the test's traffic.
-fn take_udp_hellos(shared: &ServerState, id: u64, peer: SocketAddr, state: &mut TestState) -> bool {
+fn take_udp_hellos(shared: &ServerState, id: u64, peer: SocketAddr, udp: &mut UdpFlows) -> bool {
     let mut buffer = [0u8; 64];
-    let Some(cookies) = &state.udp_cookies else {
-        return false;
-    };
-    for (flow, (socket, connected)) in state.udp.iter_mut().enumerate() {
+    let cookies = &udp.cookies;
+    for (flow, (socket, connected)) in udp.sockets.iter_mut().enumerate() {
         let flow = flow as u32;
         while !*connected {
             let Ok((len, from)) = socket.recv_from(&mut buffer) else {
@@ -575,9 +625,7 @@ fn take_udp_hellos(shared: &ServerState, id: u64, peer: SocketAddr, state: &mut 
             };
             let datagram = &buffer[..len];
             let ours = |token: [u8; 16], said: u32| {
-                token == state.udp_token
-                    && said == flow
-                    && canonical(from.ip()) == canonical(peer.ip())
+                token == udp.token && said == flow && canonical(from.ip()) == canonical(peer.ip())
             };
             if parse_hello(datagram).is_some_and(|(token, said)| ours(token, said)) {
                 let _ = socket.send_to(&cookies.challenge(from, flow), from);
@@ -589,8 +637,8 @@ fn take_udp_hellos(shared: &ServerState, id: u64, peer: SocketAddr, state: &mut 
             if proven && socket.connect(from).is_ok() {
                 *connected = true;
             } else {
-                state.udp_refused += 1;
-                if state.udp_refused == 1 {
+                udp.refused += 1;
+                if udp.refused == 1 {
                     shared.log(&format!(
                         "test {id}: refused a datagram from {from} on flow {flow}'s port: not a hello of this test from {} with its cookie",
                         peer.ip()
@@ -599,5 +647,5 @@ fn take_udp_hellos(shared: &ServerState, id: u64, peer: SocketAddr, state: &mut 
             }
         }
     }
-    state.udp.iter().all(|(_, connected)| *connected)
+    udp.sockets.iter().all(|(_, connected)| *connected)
 }

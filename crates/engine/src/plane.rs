@@ -665,8 +665,43 @@ impl Drop for DataPlane {
     }
 }
 
-/// One worker thread: pinned where asked, then the loop its flows need (request/response,
-/// UDP, or TCP streams), each a sibling module that knows nothing of the others.
+/// The loop a worker runs: one per kind of flow, each a sibling module that knows nothing
+/// of the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkerLoop {
+    /// Request/response transactions over any transport (crate rr).
+    Transactions,
+    /// QUIC streams (crate quic).
+    Quic,
+    /// UDP datagrams (crate udp).
+    Datagrams,
+    /// TCP streams, plain or TLS (crate worker).
+    Streams,
+}
+
+impl WorkerLoop {
+    /// The loop for `specs`: a test's flows are all of one kind, so the first one decides;
+    /// the match names every kind of socket, so a new one is a compile error here.
+    fn of(plan: &WorkerPlan, specs: &[FlowSpec]) -> WorkerLoop {
+        if plan.rr.is_some() {
+            return WorkerLoop::Transactions;
+        }
+        match specs.first().map(|spec| &spec.socket) {
+            Some(FlowSocket::Quic(_)) => WorkerLoop::Quic,
+            Some(FlowSocket::Udp(_)) => WorkerLoop::Datagrams,
+            Some(
+                FlowSocket::Tcp(_)
+                | FlowSocket::Connect(_)
+                | FlowSocket::Listen { .. }
+                | FlowSocket::Tls(_)
+                | FlowSocket::Ktls(..),
+            )
+            | None => WorkerLoop::Streams,
+        }
+    }
+}
+
+/// One worker thread: pinned where asked, then the loop its flows need.
 fn run_worker(
     plan: WorkerPlan,
     specs: Vec<FlowSpec>,
@@ -676,22 +711,12 @@ fn run_worker(
     if let Some(cpu) = plan.cpu {
         crate::sys::pin_to(cpu)?;
     }
-    if plan.rr.is_some() {
-        return crate::rr::run(plan, specs, samples, stop);
+    match WorkerLoop::of(&plan, &specs) {
+        WorkerLoop::Transactions => crate::rr::run(plan, specs, samples, stop),
+        WorkerLoop::Quic => crate::quic::run(plan, specs, samples, stop),
+        WorkerLoop::Datagrams => crate::udp::run(plan, specs, samples, stop),
+        WorkerLoop::Streams => crate::worker::run(plan, specs, samples, stop),
     }
-    if specs
-        .iter()
-        .any(|spec| matches!(spec.socket, FlowSocket::Quic(_)))
-    {
-        return crate::quic::run(plan, specs, samples, stop);
-    }
-    if specs
-        .iter()
-        .any(|spec| matches!(spec.socket, FlowSocket::Udp(_)))
-    {
-        return crate::udp::run(plan, specs, samples, stop);
-    }
-    crate::worker::run(plan, specs, samples, stop)
 }
 
 #[cfg(test)]

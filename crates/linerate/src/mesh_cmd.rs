@@ -452,11 +452,10 @@ fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
         return Ok(());
     }
     print!("{}", tables(&name, &rows));
-    let failed: Vec<&MeshRow> = rows.iter().filter(|r| !r.ok).collect();
-    for row in failed {
+    for row in rows.iter().filter(|r| !r.outcome.is_ok()) {
         println!(
             "{} {} -> {} (cycle {}): {}",
-            row.test, row.src, row.dst, row.cycle, row.reason
+            row.test, row.src, row.dst, row.cycle, row.outcome
         );
     }
     Ok(())

@@ -3,7 +3,7 @@
 //! terminal as results arrive.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use linerate_store::MeshRow;
+use linerate_store::{MeshRow, Outcome};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -28,8 +28,10 @@ pub fn row_json(row: &MeshRow) -> serde_json::Value {
         "cycle": row.cycle,
         "started_at": row.started_at,
         "ended_at": row.ended_at,
-        "ok": row.ok,
-        "reason": row.reason,
+        "outcome": row.outcome.name(),
+        "ok": row.outcome.is_ok(),
+        "reason": row.outcome.reason(),
+        "blamed": row.outcome.blamed(),
         "headline": row.headline,
         "headline_text": row.headline_text,
         "run_id": row.run_id,
@@ -53,12 +55,10 @@ pub fn latest(rows: &[MeshRow]) -> Vec<MeshRow> {
 
 /// What a cell shows: the figure, or a mark that does not rely on colour.
 fn cell(row: &MeshRow) -> String {
-    if row.ok {
-        row.headline_text.clone()
-    } else if row.reason.starts_with("skipped:") {
-        "- skipped".into()
-    } else {
-        "x failed".into()
+    match row.outcome {
+        Outcome::Ok => row.headline_text.clone(),
+        Outcome::Skipped { .. } => "- skipped".into(),
+        Outcome::Failed { .. } => "x failed".into(),
     }
 }
 
@@ -101,7 +101,7 @@ fn summary(rows: &[MeshRow]) -> String {
     let tests: BTreeSet<&str> = rows.iter().map(|r| r.test.as_str()).collect();
     for test in tests {
         let mine: Vec<&MeshRow> = rows.iter().filter(|r| r.test == test).collect();
-        let failing: Vec<&&MeshRow> = mine.iter().filter(|r| !r.ok).collect();
+        let failing: Vec<&&MeshRow> = mine.iter().filter(|r| !r.outcome.is_ok()).collect();
         let cycle = mine.iter().map(|r| r.cycle).max().unwrap_or(0);
         out += &format!(
             "{test}: {} pairs measured, cycle {cycle}, {} failing now\n",
@@ -109,7 +109,7 @@ fn summary(rows: &[MeshRow]) -> String {
             failing.len()
         );
         for r in failing.iter().take(10) {
-            out += &format!("  x {} -> {}: {}\n", r.src, r.dst, r.reason);
+            out += &format!("  x {} -> {}: {}\n", r.src, r.dst, r.outcome);
         }
         if failing.len() > 10 {
             out += &format!("  ... and {} more\n", failing.len() - 10);
@@ -152,18 +152,15 @@ impl LiveView {
     }
 
     pub fn push(&mut self, row: &MeshRow) {
-        let skipped = row.reason.starts_with("skipped:");
-        self.counts[if row.ok {
-            0
-        } else if skipped {
-            2
-        } else {
-            1
+        self.counts[match row.outcome {
+            Outcome::Ok => 0,
+            Outcome::Failed { .. } => 1,
+            Outcome::Skipped { .. } => 2,
         }] += 1;
-        let what = if row.ok {
+        let what = if row.outcome.is_ok() {
             row.headline_text.clone()
         } else {
-            row.reason.clone()
+            row.outcome.to_string()
         };
         self.events.push_back(format!(
             "cycle {:<3} {:<10} {} -> {}: {what}",
@@ -247,7 +244,7 @@ impl Printer {
     }
 
     pub fn row(&mut self, row: &MeshRow) {
-        if !row.ok {
+        if !row.outcome.is_ok() {
             self.failures += 1;
         }
         if self.json {
@@ -259,10 +256,10 @@ impl Printer {
             view.draw(false);
             return;
         }
-        let what = if row.ok {
+        let what = if row.outcome.is_ok() {
             row.headline_text.clone()
         } else {
-            format!("failed: {}", row.reason)
+            row.outcome.to_string()
         };
         println!(
             "cycle {:<3} {:<12} {} -> {}: {what}",
@@ -301,8 +298,16 @@ mod tests {
             cycle: 1,
             started_at: at,
             ended_at: at + 1.0,
-            ok,
-            reason: reason.into(),
+            outcome: match (ok, reason.strip_prefix("skipped: ")) {
+                (true, _) => Outcome::Ok,
+                (false, Some(reason)) => Outcome::Skipped {
+                    reason: reason.into(),
+                },
+                (false, None) => Outcome::Failed {
+                    blamed: None,
+                    reason: reason.into(),
+                },
+            },
             headline: None,
             headline_text: text.into(),
         }
@@ -325,7 +330,8 @@ mod tests {
             text.contains("x failed") && text.contains("- skipped"),
             "{text}"
         );
-        assert!(text.contains("b -> c: agent b: refused"), "{text}");
+        assert!(text.contains("b -> c: failed: agent b: refused"), "{text}");
+        assert!(text.contains("c -> a: skipped: host c is down"), "{text}");
     }
 
     #[test]
@@ -346,7 +352,7 @@ mod tests {
             text.contains("tput: 40 pairs measured, cycle 1, 1 failing now"),
             "{text}"
         );
-        assert!(text.contains("x h7 -> h0: refused"), "{text}");
+        assert!(text.contains("x h7 -> h0: failed: refused"), "{text}");
         assert!(!text.contains("from \\ to"), "{text}");
     }
 }

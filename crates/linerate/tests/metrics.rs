@@ -1031,7 +1031,7 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
     // A board with every kind of series: a stream with loss, rr, and a server's send.
     use linerate_metrics::board::{Board, Figures, Quantiles, Responsiveness, Transactions};
     let mut board = Board::default();
-    let row = |test: &str, protocol: &str| linerate_store::MeshRow {
+    let row = |test: &str, protocol: &str| linerate_model::mesh_row::MeshRow {
         run_id: None,
         mesh: "m".into(),
         src: "a".into(),
@@ -1042,8 +1042,7 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
         cycle: 1,
         started_at: 1.0,
         ended_at: 2.0,
-        ok: true,
-        reason: String::new(),
+        outcome: linerate_model::mesh_row::Outcome::Ok,
         headline: Some(1.0),
         headline_text: String::new(),
     };

@@ -544,7 +544,7 @@ fn hostile_mirror(server: &ServeProcess, threads: u32, seconds: u32) -> (TcpStre
     let spec = linerate_proto::agent::MirrorSpec {
         group,
         dial_back: None,
-        limit_s: f64::from(seconds) + 5.0,
+        limit_s: linerate_proto::agent::Seconds::new(f64::from(seconds) + 5.0).unwrap(),
     };
     let mut link = TcpStream::connect(server.addr()).unwrap();
     let mut opening = linerate_proto::agent::agent_preface(2).to_vec();
@@ -729,7 +729,7 @@ fn oversized_agent_requests_are_refused_and_the_server_stays_small() {
             &mut link,
             &linerate_proto::agent::AgentRequest::Prepare {
                 parts,
-                limit_s: 10.0,
+                limit_s: linerate_proto::agent::Seconds::new(10.0).unwrap(),
             },
         );
         let reply = agent_reply(&mut link);
@@ -752,7 +752,7 @@ fn oversized_agent_requests_are_refused_and_the_server_stays_small() {
     let spec = linerate_proto::agent::MirrorSpec {
         group: group_of(4096, vec![transaction(vec![write])]),
         dial_back: None,
-        limit_s: 10.0,
+        limit_s: linerate_proto::agent::Seconds::new(10.0).unwrap(),
     };
     send_request(
         &mut link,
@@ -795,7 +795,7 @@ fn prepared_threads_end_when_their_connection_closes_before_the_start() {
         &mut link,
         &linerate_proto::agent::AgentRequest::Prepare {
             parts,
-            limit_s: 30.0,
+            limit_s: linerate_proto::agent::Seconds::new(30.0).unwrap(),
         },
     );
     let reply = agent_reply(&mut link);
@@ -1268,7 +1268,7 @@ fn an_agent_never_sends_its_files_on_a_peers_word() {
                 host_label: "h".into(),
                 group: group.clone(),
             }],
-            limit_s: 10.0,
+            limit_s: linerate_proto::agent::Seconds::new(10.0).unwrap(),
         },
     );
     let reply = agent_reply(&mut link);
@@ -1284,7 +1284,7 @@ fn an_agent_never_sends_its_files_on_a_peers_word() {
     let spec = linerate_proto::agent::MirrorSpec {
         group,
         dial_back: None,
-        limit_s: 10.0,
+        limit_s: linerate_proto::agent::Seconds::new(10.0).unwrap(),
     };
     send_request(
         &mut link,
@@ -1298,6 +1298,62 @@ fn an_agent_never_sends_its_files_on_a_peers_word() {
             .as_str()
             .unwrap_or("")
             .contains("would send this host's files"),
+        "{reply}"
+    );
+    healthy_test(&server, &[]);
+}
+
+/// An agent connection does one piece of work at a time: while it serves RPM, a second
+/// RPM server, a prepare and a mirror are refused on it (the place it holds stays one),
+/// and a start with nothing prepared is refused instead of running nothing; the server
+/// serves others meanwhile.
+#[test]
+fn an_agent_connection_takes_one_piece_of_work_at_a_time() {
+    use linerate_proto::agent::{AgentRequest, MirrorSpec};
+    let server = ServeProcess::start(&[]);
+    let mut link = agent_link(&server);
+    let serve = AgentRequest::RpmServe {
+        limit_s: linerate_proto::agent::Seconds::new(20.0).unwrap(),
+        tls: false,
+    };
+    send_request(&mut link, &serve);
+    let ready = agent_reply(&mut link);
+    assert_eq!(ready["type"], "rpm_ready", "{ready}");
+    let group = group_of(1, vec![transaction(vec![])]);
+    for request in [
+        serve,
+        AgentRequest::Prepare {
+            parts: Vec::new(),
+            limit_s: linerate_proto::agent::Seconds::new(10.0).unwrap(),
+        },
+        AgentRequest::Mirror {
+            spec: Box::new(MirrorSpec {
+                group,
+                dial_back: None,
+                limit_s: linerate_proto::agent::Seconds::new(10.0).unwrap(),
+            }),
+        },
+    ] {
+        send_request(&mut link, &request);
+        let reply = agent_reply(&mut link);
+        assert_eq!(reply["type"], "error", "{reply}");
+        assert!(
+            reply["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("this connection already has work"),
+            "{reply}"
+        );
+    }
+    let mut fresh = agent_link(&server);
+    send_request(&mut fresh, &AgentRequest::Start { at_unix_ns: 0 });
+    let reply = agent_reply(&mut fresh);
+    assert_eq!(reply["type"], "error", "{reply}");
+    assert!(
+        reply["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("nothing is prepared"),
         "{reply}"
     );
     healthy_test(&server, &[]);

@@ -9,7 +9,7 @@
 use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::{Board, Figures, Measure, Quantiles, Transactions};
 use linerate_metrics::{grid, openmetrics};
-use linerate_store::MeshRow;
+use linerate_model::mesh_row::MeshRow;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -106,8 +106,7 @@ fn filled_board(hosts: usize) -> Board {
                     cycle: 1,
                     started_at: at - 10.0,
                     ended_at: at,
-                    ok: true,
-                    reason: String::new(),
+                    outcome: linerate_model::mesh_row::Outcome::Ok,
                     headline: Some(value),
                     headline_text: String::new(),
                 };
@@ -170,8 +169,7 @@ fn main() {
                 cycle: 2,
                 started_at: 2.0e9,
                 ended_at: 2.0e9 + fresh as f64,
-                ok: true,
-                reason: String::new(),
+                outcome: linerate_model::mesh_row::Outcome::Ok,
                 headline: Some(9.0e8),
                 headline_text: String::new(),
             };

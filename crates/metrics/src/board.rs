@@ -3,8 +3,8 @@
 //! mesh (or a server) measured them. Sans-IO: rows and documents go in, a scrape, the grid
 //! and the alerts read it out. A scrape never starts a test.
 
+use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
-use linerate_store::MeshRow;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -78,6 +78,8 @@ pub struct Latest {
     pub value: Option<f64>,
     pub text: String,
     pub reason: String,
+    /// The host a failure blames, when one was found.
+    pub blamed: Option<String>,
     pub goodput_bps: Option<f64>,
     /// Datagrams' bytes lost on the way: 1 - received / sent (UDP streams).
     pub loss_ratio: Option<f64>,
@@ -318,17 +320,18 @@ impl Board {
         if series.measure.is_none() {
             series.measure = declared;
         }
-        let skipped = row.reason.starts_with("skipped:");
+        let ok = row.outcome.is_ok();
         let mut latest = Latest {
-            ok: row.ok,
-            skipped,
+            ok,
+            skipped: row.outcome.is_skipped(),
             cycle: row.cycle,
             started_at: row.started_at,
             ended_at: row.ended_at,
             run_id: row.run_id,
-            value: row.headline.filter(|_| row.ok),
+            value: row.headline.filter(|_| ok),
             text: row.headline_text.clone(),
-            reason: row.reason.clone(),
+            reason: row.outcome.reason().to_string(),
+            blamed: row.outcome.blamed().map(String::from),
             ..Latest::default()
         };
         if let Some(f) = figures {
@@ -362,10 +365,10 @@ impl Board {
                 totals.rtt_sum_s += rtt.sum_s;
             }
         }
-        match (row.ok, skipped) {
-            (true, _) => series.totals.ok += 1,
-            (false, true) => series.totals.skipped += 1,
-            (false, false) => series.totals.failed += 1,
+        match row.outcome {
+            Outcome::Ok => series.totals.ok += 1,
+            Outcome::Skipped { .. } => series.totals.skipped += 1,
+            Outcome::Failed { .. } => series.totals.failed += 1,
         }
         series.history.push_back(Point {
             at: row.ended_at,

@@ -5,8 +5,8 @@
 //! src and dst the addresses the bytes went from and to.
 
 use crate::board::Figures;
+use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_model::{Direction, Role, ServedTest, Workload};
-use linerate_store::MeshRow;
 
 /// What the board keeps of a served test: a row and its figures per direction it moved
 /// bytes in (two for a bidirectional test).
@@ -65,8 +65,13 @@ pub fn rows_of(test: &ServedTest) -> Vec<(MeshRow, Figures)> {
             cycle: 0,
             started_at: test.ended_at - window,
             ended_at: test.ended_at,
-            ok: failed.is_none(),
-            reason: failed.unwrap_or_default(),
+            outcome: match failed {
+                None => Outcome::Ok,
+                Some(reason) => Outcome::Failed {
+                    blamed: None,
+                    reason,
+                },
+            },
             headline: (receiving && stream).then_some(bps),
             headline_text: String::new(),
         };

@@ -2,10 +2,10 @@ use crate::assess::{assess, State, Thresholds};
 use crate::board::{Board, Key, Measure};
 use crate::openmetrics::{Exposition, Format};
 use crate::{grid, openmetrics, server};
+use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
 use linerate_report::latency::{LatencyBucket, LatencySummary};
 use linerate_report::profile::{GroupResult, OpFigures, ProfileReport, TransactionFigures};
-use linerate_store::MeshRow;
 use proptest::prelude::*;
 use std::sync::{Arc, Mutex};
 
@@ -21,11 +21,13 @@ fn row(src: &str, dst: &str, test: &str, ok: bool, headline: f64, at: f64) -> Me
         cycle: 1,
         started_at: at - 1.0,
         ended_at: at,
-        ok,
-        reason: if ok {
-            String::new()
+        outcome: if ok {
+            Outcome::Ok
         } else {
-            "agent: refused".into()
+            Outcome::Failed {
+                blamed: Some(dst.into()),
+                reason: "agent: refused".into(),
+            }
         },
         headline: ok.then_some(headline),
         headline_text: String::new(),
@@ -455,7 +457,9 @@ fn remote_write_sends_what_a_scrape_gives_series_by_series() {
         b.record(&row("a", "b", "rpm", true, 900.0, 12.0), Some(&rpm(900.0)));
         b.record(&row("b", "a", "tput", false, 0.0, 13.0), None);
         let mut skipped = row("b", "a", "lat", false, 0.0, 14.0);
-        skipped.reason = "skipped: host b is down".into();
+        skipped.outcome = Outcome::Skipped {
+            reason: "host b is down".into(),
+        };
         b.record(&skipped, None);
     }
     for format in [Format::OpenMetrics, Format::Classic] {

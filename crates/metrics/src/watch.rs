@@ -7,8 +7,8 @@ use crate::assess::{assess, Thresholds};
 use crate::board::{Board, Key};
 use crate::remote_write::RemoteWriter;
 use crate::server::MetricsServer;
+use linerate_model::mesh_row::MeshRow;
 use linerate_report::document::Document;
-use linerate_store::MeshRow;
 use std::sync::{Arc, Mutex};
 
 pub struct Watch {

@@ -10,6 +10,7 @@
 mod config;
 mod explain;
 pub mod latency;
+pub mod mesh_row;
 pub mod observe;
 mod path;
 pub mod profile;

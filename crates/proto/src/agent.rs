@@ -33,6 +33,96 @@ pub const AGENT_MAGIC: [u8; 8] = *b"LINEAGNT";
 /// proves the key when the agent holds one).
 pub const AGENT_VERSION: u32 = 2;
 
+/// The longest time limit a peer may send: a day.
+pub const MAX_SECONDS: f64 = 86_400.0;
+
+/// A time limit in seconds as a peer sends it: above zero and at most [`MAX_SECONDS`],
+/// checked where it is decoded (as rustls' codec bounds its fields), so that no driver
+/// sees a zero, a negative or a century and no check depends on a driver calling it.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
+#[serde(try_from = "f64", into = "f64")]
+pub struct Seconds(f64);
+
+impl Seconds {
+    pub fn new(seconds: f64) -> Result<Seconds, String> {
+        if seconds.is_finite() && seconds > 0.0 && seconds <= MAX_SECONDS {
+            Ok(Seconds(seconds))
+        } else {
+            Err(format!(
+                "a time limit of {seconds} s is outside 0 to {MAX_SECONDS} s"
+            ))
+        }
+    }
+
+    /// `seconds` brought into bounds: for limits this side computes itself.
+    pub fn clamped(seconds: f64) -> Seconds {
+        if seconds.is_nan() {
+            return Seconds(MAX_SECONDS);
+        }
+        Seconds(seconds.clamp(1e-3, MAX_SECONDS))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    pub fn duration(self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.0)
+    }
+}
+
+impl TryFrom<f64> for Seconds {
+    type Error = String;
+    fn try_from(seconds: f64) -> Result<Seconds, String> {
+        Seconds::new(seconds)
+    }
+}
+
+impl From<Seconds> for f64 {
+    fn from(seconds: Seconds) -> f64 {
+        seconds.0
+    }
+}
+
+/// The most loading connections an RPM source opens (the draft's clients stop at 16 to
+/// 32).
+pub const MAX_RPM_LOADS: u32 = 64;
+
+/// How many loading connections an RPM source may open: 1 to [`MAX_RPM_LOADS`], checked
+/// where it is decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "u32", into = "u32")]
+pub struct Loads(u32);
+
+impl Loads {
+    pub fn new(count: u32) -> Result<Loads, String> {
+        if (1..=MAX_RPM_LOADS).contains(&count) {
+            Ok(Loads(count))
+        } else {
+            Err(format!(
+                "{count} loading connections asked; 1 to {MAX_RPM_LOADS} allowed"
+            ))
+        }
+    }
+
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl TryFrom<u32> for Loads {
+    type Error = String;
+    fn try_from(count: u32) -> Result<Loads, String> {
+        Loads::new(count)
+    }
+}
+
+impl From<Loads> for u32 {
+    fn from(loads: Loads) -> u32 {
+        loads.0
+    }
+}
+
 /// The agent preface a controller or group host sends first.
 pub fn agent_preface(version: u32) -> [u8; 12] {
     let mut out = [0u8; 12];
@@ -62,7 +152,7 @@ pub struct MirrorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dial_back: Option<DialBack>,
     /// The longest the mirror may run, in seconds (a bound, not a schedule).
-    pub limit_s: f64,
+    pub limit_s: Seconds,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,7 +199,7 @@ pub enum AgentRequest {
     Prepare {
         parts: Vec<GroupPart>,
         /// The longest the run may take, in seconds.
-        limit_s: f64,
+        limit_s: Seconds,
     },
     Start {
         /// Unix time in nanoseconds on the agent's clock.
@@ -133,15 +223,15 @@ pub enum AgentRequest {
     Rpm {
         remote: String,
         /// Each direction's time limit, in seconds.
-        leg_s: f64,
+        leg_s: Seconds,
         /// Over TLS (the certificate pinned to the fingerprint its agent announced).
         tls: bool,
-        max_connections: u32,
+        max_connections: Loads,
     },
     /// RPM source to destination: serve the draft's endpoints for the dialer's address
     /// alone, until this connection closes or `limit_s` passes; answered by `rpm_ready`.
     RpmServe {
-        limit_s: f64,
+        limit_s: Seconds,
         tls: bool,
     },
 }
@@ -310,7 +400,7 @@ mod tests {
     #[test]
     fn an_rpm_request_and_its_server_reply_are_tagged_json() {
         let text = serde_json::to_string(&AgentRequest::RpmServe {
-            limit_s: 70.0,
+            limit_s: Seconds::new(70.0).unwrap(),
             tls: true,
         })
         .unwrap();
@@ -341,5 +431,46 @@ mod tests {
             proptest::prop_assert!(serde_json::from_str::<AgentReply>(&port).is_err());
             proptest::prop_assert!(serde_json::from_str::<AgentReply>(bare).is_err());
         }
+
+        /// A request's time limits and load count are bounded where they are decoded:
+        /// any value decodes to one within bounds or to an error naming it.
+        #[test]
+        fn limits_in_a_request_are_bounded_at_decode(
+            seconds in proptest::prelude::any::<f64>(),
+            loads in proptest::prelude::any::<u32>(),
+        ) {
+            let serve = format!(r#"{{"type":"rpm_serve","limit_s":{seconds:?},"tls":false}}"#);
+            match serde_json::from_str::<AgentRequest>(&serve) {
+                Ok(AgentRequest::RpmServe { limit_s, .. }) => {
+                    proptest::prop_assert!(limit_s.get() > 0.0 && limit_s.get() <= MAX_SECONDS);
+                    proptest::prop_assert_eq!(limit_s.get(), seconds);
+                }
+                Ok(other) => proptest::prop_assert!(false, "{:?}", other),
+                Err(e) => proptest::prop_assert!(
+                    !(seconds > 0.0 && seconds <= MAX_SECONDS) || seconds.is_nan(),
+                    "{} refused: {}", seconds, e
+                ),
+            }
+            let rpm = format!(
+                r#"{{"type":"rpm","remote":"h:7575","leg_s":10,"tls":false,"max_connections":{loads}}}"#
+            );
+            let decoded = serde_json::from_str::<AgentRequest>(&rpm);
+            proptest::prop_assert_eq!(decoded.is_ok(), (1..=MAX_RPM_LOADS).contains(&loads));
+        }
+    }
+
+    #[test]
+    fn an_out_of_bounds_limit_is_named_in_the_error() {
+        let zero = r#"{"type":"rpm_serve","limit_s":0,"tls":false}"#;
+        let error = serde_json::from_str::<AgentRequest>(zero).unwrap_err();
+        assert!(error.to_string().contains("a time limit of 0 s"), "{error}");
+        let many = r#"{"type":"rpm","remote":"h","leg_s":5,"tls":true,"max_connections":65}"#;
+        let error = serde_json::from_str::<AgentRequest>(many).unwrap_err();
+        assert!(
+            error.to_string().contains("65 loading connections"),
+            "{error}"
+        );
+        assert_eq!(Seconds::clamped(f64::NAN).get(), MAX_SECONDS);
+        assert_eq!(Seconds::clamped(1e12).get(), MAX_SECONDS);
     }
 }

@@ -88,8 +88,8 @@ pub enum ServerEvent {
     /// A client asks for this test (already checked against the limits). Answer with
     /// [`ServerSession::accept`] or [`ServerSession::refuse`].
     TestRequested(Box<TestConfig>),
-    /// Start moving data now.
-    Start,
+    /// Start moving data now: the test accepted.
+    Start(Box<TestConfig>),
     /// The client ended the running test early: end this side now; its results go as
     /// usual through [`ServerSession::finish`].
     EndRequested,
@@ -97,33 +97,51 @@ pub enum ServerEvent {
     Closed(Result<(), SessionError>),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a server session is; from the specification on, the states carry the test they
+/// are about, so that no step needs to look for it elsewhere.
+#[derive(Debug, Clone, PartialEq)]
 enum ServerState {
     AwaitPreface,
     AwaitHello,
     AwaitAuth,
     AwaitSpec,
-    Deciding,
-    AwaitFlows,
-    AwaitStart,
-    Running,
+    Deciding(Box<TestConfig>),
+    AwaitFlows(Box<TestConfig>),
+    AwaitStart(Box<TestConfig>),
+    Running(Box<TestConfig>),
     AwaitDone,
     Closed,
 }
 
 impl ServerState {
-    fn waiting_for(self) -> &'static str {
+    fn waiting_for(&self) -> &'static str {
         match self {
             ServerState::AwaitPreface => "waiting for the client's preface",
             ServerState::AwaitHello => "waiting for the client's hello",
             ServerState::AwaitAuth => "waiting for the client's proof of the key",
             ServerState::AwaitSpec => "waiting for the test specification",
-            ServerState::Deciding => "deciding on the test",
-            ServerState::AwaitFlows => "waiting for data connections",
-            ServerState::AwaitStart => "waiting for start",
-            ServerState::Running => "running the test",
+            ServerState::Deciding(_) => "deciding on the test",
+            ServerState::AwaitFlows(_) => "waiting for data connections",
+            ServerState::AwaitStart(_) => "waiting for start",
+            ServerState::Running(_) => "running the test",
             ServerState::AwaitDone => "waiting for the client's done",
             ServerState::Closed => "closed",
+        }
+    }
+
+    /// The test this state is about, from its specification until its results.
+    fn config(&self) -> Option<&TestConfig> {
+        match self {
+            ServerState::Deciding(config)
+            | ServerState::AwaitFlows(config)
+            | ServerState::AwaitStart(config)
+            | ServerState::Running(config) => Some(config),
+            ServerState::AwaitPreface
+            | ServerState::AwaitHello
+            | ServerState::AwaitAuth
+            | ServerState::AwaitSpec
+            | ServerState::AwaitDone
+            | ServerState::Closed => None,
         }
     }
 }
@@ -153,7 +171,6 @@ pub struct ServerSession {
     limits: Limits,
     software: String,
     host: HostFacts,
-    config: Option<TestConfig>,
     /// Present when the server holds a key: every client must prove it holds it too.
     auth: Option<ServerAuth>,
     /// Every frame after a keyed handshake is sealed (crate::auth).
@@ -178,7 +195,6 @@ impl ServerSession {
             limits,
             software,
             host,
-            config: None,
             auth: None,
             seal: None,
             outbox: Outbox::new(),
@@ -200,9 +216,14 @@ impl ServerSession {
         self.state == ServerState::Closed
     }
 
-    /// The accepted test's configuration.
+    /// The test asked for, from its specification until its results are sent.
     pub fn config(&self) -> Option<&TestConfig> {
-        self.config.as_ref()
+        self.state.config()
+    }
+
+    /// Takes the state out to move it on (its test with it); `Closed` until put back.
+    fn take_state(&mut self) -> ServerState {
+        std::mem::replace(&mut self.state, ServerState::Closed)
     }
 
     fn close(&mut self, outcome: Result<(), SessionError>) {
@@ -245,7 +266,7 @@ impl ServerSession {
     }
 
     fn handle_message(&mut self, now: Instant, message: ClientMessage) {
-        match (self.state, message) {
+        match (&self.state, message) {
             (_, ClientMessage::Abort { reason }) => {
                 self.close(Err(SessionError::ClientAborted(reason.into())))
             }
@@ -300,26 +321,22 @@ impl ServerSession {
             (ServerState::AwaitSpec, ClientMessage::Spec { config }) => {
                 match validate(&config, &self.limits) {
                     Ok(()) => {
-                        self.state = ServerState::Deciding;
+                        let config = Box::new(config);
+                        self.state = ServerState::Deciding(config.clone());
                         self.deadline = None;
-                        self.config = Some(config.clone());
-                        self.outbox
-                            .emit(ServerEvent::TestRequested(Box::new(config)));
+                        self.outbox.emit(ServerEvent::TestRequested(config));
                     }
                     Err((code, reason)) => self.refuse_and_close(code, reason),
                 }
             }
-            (ServerState::AwaitStart, ClientMessage::Start) => {
-                self.state = ServerState::Running;
-                let config = self
-                    .config
-                    .as_ref()
-                    .expect("config is set before AwaitStart");
+            (ServerState::AwaitStart(config), ClientMessage::Start) => {
+                let config = config.clone();
                 let run = Duration::from_secs_f64(config.omit_s + config.time_s);
                 self.deadline = Some(now + run + self.timeouts.results_grace);
-                self.outbox.emit(ServerEvent::Start);
+                self.state = ServerState::Running(config.clone());
+                self.outbox.emit(ServerEvent::Start(config));
             }
-            (ServerState::Running, ClientMessage::End) => {
+            (ServerState::Running(_), ClientMessage::End) => {
                 self.outbox.emit(ServerEvent::EndRequested)
             }
             // The results crossed the client's end on the way: nothing left to end.
@@ -359,9 +376,13 @@ impl ServerSession {
 
     /// Accepts the test with what its data connections need to know.
     pub fn accept_offer(&mut self, now: Instant, test_id: u64, token: Token, offer: Offer) {
-        if self.state != ServerState::Deciding {
-            return;
-        }
+        let config = match self.take_state() {
+            ServerState::Deciding(config) => config,
+            other => {
+                self.state = other;
+                return;
+            }
+        };
         let Offer {
             udp_ports,
             crr_port,
@@ -380,7 +401,7 @@ impl ServerSession {
                 quic_port,
             },
         ));
-        self.state = ServerState::AwaitFlows;
+        self.state = ServerState::AwaitFlows(config);
         self.deadline = Some(now + self.timeouts.flows);
     }
 
@@ -391,12 +412,16 @@ impl ServerSession {
 
     /// Every data connection has arrived.
     pub fn flows_ready(&mut self, now: Instant) {
-        if self.state != ServerState::AwaitFlows {
-            return;
-        }
+        let config = match self.take_state() {
+            ServerState::AwaitFlows(config) => config,
+            other => {
+                self.state = other;
+                return;
+            }
+        };
         self.outbox
             .send(encode_with(&mut self.seal, &ServerMessage::FlowsReady));
-        self.state = ServerState::AwaitStart;
+        self.state = ServerState::AwaitStart(config);
         self.deadline = Some(now + self.timeouts.handshake);
     }
 
@@ -409,7 +434,7 @@ impl ServerSession {
 
     /// The server's side of the test is done; send its results.
     pub fn finish(&mut self, now: Instant, result: SideResult) {
-        if self.state != ServerState::Running {
+        if !matches!(self.state, ServerState::Running(_)) {
             return;
         }
         self.outbox.send(encode_with(
@@ -506,7 +531,7 @@ impl Machine for ServerSession {
         if let Some(deadline) = self.deadline {
             if now >= deadline {
                 let waited = match self.state {
-                    ServerState::AwaitFlows => self.timeouts.flows,
+                    ServerState::AwaitFlows(_) => self.timeouts.flows,
                     _ => self.timeouts.handshake,
                 };
                 self.fail(SessionError::Timeout {

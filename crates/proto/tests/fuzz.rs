@@ -203,7 +203,7 @@ proptest! {
     fn agent_messages_and_authentication(input in mutated(vec![
         json(&AgentRequest::Hello { nonce: Some("cd".repeat(32)), pake: Some(format!("41{}", "cd".repeat(32))) }),
         json(&AgentRequest::Auth { proof: "11".repeat(32) }),
-        json(&AgentRequest::Prepare { parts: vec![], limit_s: 5.0 }),
+        json(&AgentRequest::Prepare { parts: vec![], limit_s: linerate_proto::agent::Seconds::new(5.0).unwrap() }),
         json(&AgentRequest::Start { at_unix_ns: 5 }),
         json(&AgentReply::Welcome { version: 2, host: HostFacts::default(), auth: None }),
     ])) {

@@ -6,7 +6,7 @@
 //! builds SQL from values.
 
 use crate::connection::{self, Credentials, SslMode};
-use crate::{now, Listed, MeshRow, StoreError};
+use crate::{now, Listed, MeshRow, Outcome, StoreError};
 use linerate_report::document::Document;
 use postgres::{Client, NoTls};
 
@@ -46,6 +46,17 @@ pub const MIGRATIONS: &[&str] = &[
         headline_text TEXT NOT NULL
      );
      CREATE INDEX linerate_mesh_pair ON linerate_mesh_results (mesh, src, dst, test, started_at);",
+    // 2: how a mesh job ended as a column of its own and the host a failure blames (as
+    // the SQLite store's step 5).
+    "ALTER TABLE linerate_mesh_results ADD COLUMN outcome TEXT NOT NULL DEFAULT 'failed'
+         CHECK (outcome IN ('ok', 'failed', 'skipped'));
+     ALTER TABLE linerate_mesh_results ADD COLUMN blamed TEXT;
+     UPDATE linerate_mesh_results SET
+         outcome = CASE WHEN ok THEN 'ok'
+                        WHEN reason LIKE 'skipped: %' THEN 'skipped'
+                        ELSE 'failed' END,
+         reason = CASE WHEN NOT ok AND reason LIKE 'skipped: %' THEN substr(reason, 10)
+                       ELSE reason END;",
 ];
 
 /// An advisory lock's key: "LRAT", the store's application id.
@@ -227,8 +238,9 @@ impl Archive {
         };
         tx.execute(
             "INSERT INTO linerate_mesh_results (run_id, mesh, src, dst, test, direction,
-                protocol, cycle, started_at, ended_at, ok, reason, headline, headline_text)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                protocol, cycle, started_at, ended_at, ok, reason, headline, headline_text,
+                outcome, blamed)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
             &[
                 &run_id,
                 &row.mesh,
@@ -240,10 +252,12 @@ impl Archive {
                 &(row.cycle as i64),
                 &row.started_at,
                 &row.ended_at,
-                &row.ok,
-                &row.reason,
+                &row.outcome.is_ok(),
+                &row.outcome.reason(),
                 &row.headline.filter(|v| v.is_finite()),
                 &row.headline_text,
+                &row.outcome.name(),
+                &row.outcome.blamed(),
             ],
         )
         .map_err(failed)?;
@@ -254,7 +268,7 @@ impl Archive {
     /// A mesh's rows, oldest first; `latest`: only each (src, dst, test)'s newest.
     pub fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
         let columns = "run_id, mesh, src, dst, test, direction, protocol, cycle, started_at, \
-                       ended_at, ok, reason, headline, headline_text";
+                       ended_at, outcome, reason, blamed, headline, headline_text";
         let sql = if latest {
             format!(
                 "SELECT DISTINCT ON (test, src, dst) {columns} FROM linerate_mesh_results
@@ -283,10 +297,9 @@ impl Archive {
                 cycle: r.get::<_, i64>(7) as u64,
                 started_at: r.get(8),
                 ended_at: r.get(9),
-                ok: r.get(10),
-                reason: r.get(11),
-                headline: r.get(12),
-                headline_text: r.get(13),
+                outcome: Outcome::from_columns(r.get(10), r.get(11), r.get(12)),
+                headline: r.get(13),
+                headline_text: r.get(14),
             })
             .collect())
     }

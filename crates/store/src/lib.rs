@@ -10,6 +10,7 @@
 pub mod archive;
 pub mod connection;
 
+pub use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -64,6 +65,19 @@ pub const MIGRATIONS: &[&str] = &[
         headline_text TEXT NOT NULL DEFAULT ''
      );
      CREATE INDEX mesh_results_pair ON mesh_results (mesh, src, dst, test, started_at);",
+    // 5: how a mesh job ended as a column of its own (ok, failed or skipped) and the host
+    // a failure blames, instead of a "skipped:" prefix on the reason. `ok` stays for
+    // readers of the older schema. Older rows get theirs from their reasons; their blame
+    // was not kept.
+    "ALTER TABLE mesh_results ADD COLUMN outcome TEXT NOT NULL DEFAULT 'failed'
+         CHECK (outcome IN ('ok', 'failed', 'skipped'));
+     ALTER TABLE mesh_results ADD COLUMN blamed TEXT;
+     UPDATE mesh_results SET
+         outcome = CASE WHEN ok THEN 'ok'
+                        WHEN reason LIKE 'skipped: %' THEN 'skipped'
+                        ELSE 'failed' END,
+         reason = CASE WHEN NOT ok AND reason LIKE 'skipped: %' THEN substr(reason, 10)
+                       ELSE reason END;",
 ];
 
 /// The schema version this build writes.
@@ -176,28 +190,6 @@ pub struct StoredRun {
     /// The document exactly as it was stored (the run's `--json` output).
     pub json: String,
     pub document: Document,
-}
-
-/// One job of a mesh as the store keeps it: its labels, times and figure.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MeshRow {
-    /// The run's id in `runs` (its whole document), when it ran.
-    pub run_id: Option<i64>,
-    pub mesh: String,
-    pub src: String,
-    pub dst: String,
-    pub test: String,
-    /// "forward": from `src` to `dst`.
-    pub direction: String,
-    pub protocol: String,
-    pub cycle: u64,
-    pub started_at: f64,
-    pub ended_at: f64,
-    pub ok: bool,
-    /// Why it failed or was skipped.
-    pub reason: String,
-    pub headline: Option<f64>,
-    pub headline_text: String,
 }
 
 /// Which runs a listing shows, newest first.
@@ -459,8 +451,9 @@ impl Store {
             };
             tx.execute(
             "INSERT INTO mesh_results (run_id, mesh, src, dst, test, direction, protocol, cycle,
-                                       started_at, ended_at, ok, reason, headline, headline_text)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                                       started_at, ended_at, ok, reason, headline, headline_text,
+                                       outcome, blamed)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             params![
                 run_id,
                 row.mesh,
@@ -472,10 +465,12 @@ impl Store {
                 row.cycle as i64,
                 row.started_at,
                 row.ended_at,
-                row.ok,
-                row.reason,
+                row.outcome.is_ok(),
+                row.outcome.reason(),
                 row.headline.filter(|v| v.is_finite()),
                 row.headline_text,
+                row.outcome.name(),
+                row.outcome.blamed(),
             ],
         )?;
             Ok(run_id)
@@ -485,7 +480,7 @@ impl Store {
     /// A mesh's rows, oldest first; `latest`: only each (src, dst, test)'s newest.
     pub fn mesh_rows(&self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
         let columns = "run_id, mesh, src, dst, test, direction, protocol, cycle, started_at, \
-                       ended_at, ok, reason, headline, headline_text";
+                       ended_at, outcome, reason, blamed, headline, headline_text";
         let sql = if latest {
             format!(
                 "SELECT {columns} FROM mesh_results AS m
@@ -512,10 +507,13 @@ impl Store {
                     cycle: r.get::<_, i64>(7)? as u64,
                     started_at: r.get(8)?,
                     ended_at: r.get(9)?,
-                    ok: r.get(10)?,
-                    reason: r.get(11)?,
-                    headline: r.get(12)?,
-                    headline_text: r.get(13)?,
+                    outcome: Outcome::from_columns(
+                        &r.get::<_, String>(10)?,
+                        r.get(11)?,
+                        r.get(12)?,
+                    ),
+                    headline: r.get(13)?,
+                    headline_text: r.get(14)?,
                 })
             })
             .map_err(|e| self.sqlite(e))?;

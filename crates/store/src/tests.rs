@@ -142,6 +142,85 @@ fn a_version_one_database_is_migrated() {
     assert!(id > 1);
 }
 
+/// A mesh kept by the fourth schema, whose outcome was a "skipped:" prefix on the reason,
+/// reads back with its outcomes typed: the prefix gone, its successes and failures as they
+/// were, and a failure blaming nobody (its blame was not kept).
+#[test]
+fn a_version_four_mesh_gets_its_outcomes_from_its_reasons() {
+    let dir = temp();
+    let path = dir.path().join("v4.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; {} PRAGMA user_version = 4;",
+            MIGRATIONS[..4].join("\n")
+        ))
+        .unwrap();
+        for (started_at, ok, reason) in [
+            (1.0, true, ""),
+            (2.0, false, "connection refused"),
+            (3.0, false, "skipped: host b is down after 1 failure(s)"),
+        ] {
+            conn.execute(
+                "INSERT INTO mesh_results (mesh, src, dst, test, direction, protocol, cycle,
+                     started_at, ended_at, ok, reason) VALUES
+                     ('lab', 'a', 'b', 'tput', 'forward', 'tcp', 1, ?1, ?1, ?2, ?3)",
+                params![started_at, ok, reason],
+            )
+            .unwrap();
+        }
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let outcomes: Vec<Outcome> = store
+        .mesh_rows("lab", false)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.outcome)
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::Ok,
+            Outcome::Failed {
+                blamed: None,
+                reason: "connection refused".into()
+            },
+            Outcome::Skipped {
+                reason: "host b is down after 1 failure(s)".into()
+            },
+        ]
+    );
+}
+
+/// A failure's blamed host is kept beside its reason.
+#[test]
+fn a_failure_keeps_the_host_it_blames() {
+    let dir = temp();
+    let (mut store, _) = store_in(&dir);
+    let failed = Outcome::Failed {
+        blamed: Some("h2".into()),
+        reason: "h2:7575: connection refused".into(),
+    };
+    let row = MeshRow {
+        run_id: None,
+        mesh: "lab".into(),
+        src: "h1".into(),
+        dst: "h2".into(),
+        test: "lat".into(),
+        direction: "forward".into(),
+        protocol: "tcp".into(),
+        cycle: 1,
+        started_at: 1.0,
+        ended_at: 2.0,
+        outcome: failed.clone(),
+        headline: None,
+        headline_text: String::new(),
+    };
+    store.insert_mesh(&row, None).unwrap();
+    assert_eq!(store.mesh_rows("lab", true).unwrap()[0].outcome, failed);
+}
+
 /// A migration that fails leaves the file at its old version, with nothing half done.
 #[test]
 fn a_failed_migration_changes_nothing() {
@@ -297,11 +376,12 @@ fn mesh_rows_keep_their_runs_and_the_latest_per_pair() {
         cycle,
         started_at,
         ended_at: started_at + 10.0,
-        ok,
-        reason: if ok {
-            String::new()
+        outcome: if ok {
+            Outcome::Ok
         } else {
-            "skipped: host a is down".into()
+            Outcome::Skipped {
+                reason: "host a is down".into(),
+            }
         },
         headline: ok.then_some(9.4e9),
         headline_text: if ok {
@@ -324,7 +404,13 @@ fn mesh_rows_keep_their_runs_and_the_latest_per_pair() {
     let latest = store.mesh_rows("lab", true).unwrap();
     assert_eq!(latest.len(), 2);
     let from_a = latest.iter().find(|r| r.src == "a").unwrap();
-    assert_eq!((from_a.cycle, from_a.ok), (2, false));
+    assert_eq!(from_a.cycle, 2);
+    assert_eq!(
+        from_a.outcome,
+        Outcome::Skipped {
+            reason: "host a is down".into()
+        }
+    );
     // The run is listed under its pair and the mesh that ran it.
     let run = store.get(first.unwrap()).unwrap();
     assert_eq!(run.row.target, "a -> b");

@@ -13,7 +13,7 @@ use crate::server_state::ServerState;
 use linerate_hostinfo::observe::{observe, read_settings, HostReading};
 use linerate_hostinfo::source::Root;
 use linerate_model::observe::Observation;
-use linerate_proto::agent::{AgentReply, AgentRequest, GroupPart, MirrorSpec};
+use linerate_proto::agent::{AgentReply, AgentRequest, GroupPart, Loads, MirrorSpec, Seconds};
 use linerate_proto::agent_session::{AgentEvent, AgentSession, AgentTimeouts};
 use linerate_report::profile::GroupResult;
 use linerate_report::rpm::RpmReport;
@@ -184,21 +184,73 @@ pub(crate) fn serve(shared: &Arc<ServerState>, stream: TcpStream, version: u32, 
         own,
         link: AgentConnection { control, session },
         stop: Arc::new(AtomicBool::new(false)),
-        prepared: Vec::new(),
-        limit_s: shared.config.limits.max_duration_s,
-        run: None,
-        mirror: None,
-        rpm: None,
-        slot: None,
-        rate_share: None,
+        work: Work::Idle,
         last_beat: Instant::now(),
         mark,
     };
     agent.serve();
 }
 
-/// What one agent connection holds: the groups it prepared or runs for a controller, or
-/// the mirror it runs for a group host. Dropping it stops them.
+/// The place a piece of agent work holds among the server's tests (agent work counts
+/// toward --max-tests as a test does) and its share of the requester's
+/// `--max-rate-per-ip`; both are given back when the work is dropped.
+struct Held {
+    _slot: Option<TestSlot>,
+    _rate_share: Option<crate::access::RateShare>,
+}
+
+impl Held {
+    fn slot(slot: TestSlot) -> Held {
+        Held {
+            _slot: Some(slot),
+            _rate_share: None,
+        }
+    }
+}
+
+/// What an agent connection is doing: one piece of work at a time, each variant with its
+/// own state and the place it holds, so that "this connection already has work" is one
+/// match and the place is given back with the work.
+enum Work {
+    Idle,
+    /// Groups prepared for a controller, to start at its word; the run's limit from its
+    /// `prepare`, in seconds.
+    Prepared {
+        groups: Vec<PreparedGroup>,
+        limit_s: f64,
+        held: Held,
+    },
+    /// The groups run; their thread reports here.
+    Running {
+        events: Receiver<RunEvent>,
+        _held: Held,
+    },
+    /// A mirror for a group host.
+    Mirror {
+        state: MirrorState,
+        _held: Held,
+    },
+    /// An RPM test, as its source or its destination.
+    Rpm {
+        state: RpmState,
+        _held: Held,
+    },
+}
+
+impl Work {
+    /// Whether the work holds a place among the server's tests (a connection that holds
+    /// one is not closed to make room).
+    fn holds_place(&self) -> bool {
+        match self {
+            Work::Idle => false,
+            Work::Prepared { held, .. } => held._slot.is_some(),
+            Work::Running { .. } | Work::Mirror { .. } | Work::Rpm { .. } => true,
+        }
+    }
+}
+
+/// What one agent connection holds: the groups it prepared or runs for a controller, the
+/// mirror it runs for a group host, or an RPM test. Dropping it stops them.
 struct Agent<'a> {
     shared: &'a Arc<ServerState>,
     peer: SocketAddr,
@@ -206,17 +258,7 @@ struct Agent<'a> {
     own: SocketAddr,
     link: AgentConnection,
     stop: Arc<AtomicBool>,
-    prepared: Vec<PreparedGroup>,
-    /// The run's limit from its `prepare`, in seconds.
-    limit_s: f64,
-    run: Option<Receiver<RunEvent>>,
-    mirror: Option<MirrorState>,
-    rpm: Option<RpmState>,
-    /// Held while groups are prepared or run, or a mirror runs: agent work counts toward
-    /// --max-tests as a test does.
-    slot: Option<TestSlot>,
-    /// The run's share of its requester's `--max-rate-per-ip`, held with `slot`.
-    rate_share: Option<crate::access::RateShare>,
+    work: Work,
     last_beat: Instant,
     /// This connection among those the gate may close to make room.
     mark: Option<crate::access::SessionMark>,
@@ -232,16 +274,15 @@ impl Agent<'_> {
                     by_agent: false,
                 };
             }
-            let busy = self.run.is_some() || self.mirror.is_some() || self.rpm.is_some();
+            let busy = match self.work {
+                Work::Idle | Work::Prepared { .. } => false,
+                Work::Running { .. } | Work::Mirror { .. } | Work::Rpm { .. } => true,
+            };
             self.link.session.set_busy(Instant::now(), busy);
-            if !busy && self.prepared.is_empty() {
-                self.slot = None;
-                self.rate_share = None;
-            }
             if let Some(mark) = &self.mark {
                 mark.set(if !self.link.session.handshake_done() {
                     Stage::Unauthenticated
-                } else if self.slot.is_some() {
+                } else if self.work.holds_place() {
                     Stage::Busy
                 } else {
                     Stage::Idle
@@ -260,7 +301,7 @@ impl Agent<'_> {
 
     /// Tells the controller what the running groups did, and that the agent is alive.
     fn poll_run(&mut self) {
-        let Some(events) = &self.run else {
+        let Work::Running { events, .. } = &self.work else {
             return;
         };
         match events.try_recv() {
@@ -272,18 +313,21 @@ impl Agent<'_> {
                     "profile run from {}: {count} group(s) finished",
                     self.peer
                 ));
-                self.run = None;
+                self.work = Work::Idle;
             }
             Err(TryRecvError::Empty) => self.heartbeat(),
-            Err(TryRecvError::Disconnected) => self.run = None,
+            Err(TryRecvError::Disconnected) => self.work = Work::Idle,
         }
     }
 
     /// Tells the controller how the RPM test this host runs ended, or that it is alive;
     /// ends a destination's server whose time is up.
     fn poll_rpm(&mut self) {
-        let outcome = match &self.rpm {
-            Some(RpmState::Source(outcome)) => match outcome.try_recv() {
+        let Work::Rpm { state, .. } = &self.work else {
+            return;
+        };
+        let outcome = match state {
+            RpmState::Source(outcome) => match outcome.try_recv() {
                 Ok(outcome) => outcome,
                 Err(TryRecvError::Empty) => return self.heartbeat(),
                 Err(TryRecvError::Disconnected) => Err(rpm_job::SourceError {
@@ -291,15 +335,15 @@ impl Agent<'_> {
                     unreachable: None,
                 }),
             },
-            Some(RpmState::Serving { until, .. }) if Instant::now() >= *until => {
+            RpmState::Serving { until, .. } if Instant::now() >= *until => {
                 self.shared
                     .log(&format!("RPM server for {}: its time is up", self.peer));
-                self.rpm = None;
+                self.work = Work::Idle;
                 return;
             }
-            _ => return,
+            RpmState::Serving { .. } => return,
         };
-        self.rpm = None;
+        self.work = Work::Idle;
         match outcome {
             Ok(report) => {
                 self.shared.log(&format!(
@@ -352,7 +396,7 @@ impl Agent<'_> {
                 transaction,
                 iterations,
             } => {
-                if let Some(state) = &self.mirror {
+                if let Work::Mirror { state, .. } = &self.work {
                     state.mirror.set_count(thread, transaction, iterations);
                 }
             }
@@ -373,10 +417,8 @@ impl Agent<'_> {
     fn rpm_refusal(&self, tls: bool) -> Option<String> {
         use crate::secure::TlsMode;
         let config = &self.shared.config;
-        if self.run.is_some() || self.mirror.is_some() || self.rpm.is_some() {
-            Some("this connection already has work".into())
-        } else if !self.prepared.is_empty() {
-            Some("groups are already prepared on this connection".into())
+        if let Some(reason) = self.has_work() {
+            Some(reason.into())
         } else if config.limits.max_rate_bps.is_some() || config.max_rate_per_ip.is_some() {
             Some(
                 "an RPM test saturates the path, and this server has a --max-rate or --max-rate-per-ip"
@@ -391,20 +433,30 @@ impl Agent<'_> {
         }
     }
 
+    /// Why this connection cannot take new work: the work it has.
+    fn has_work(&self) -> Option<&'static str> {
+        match self.work {
+            Work::Idle => None,
+            Work::Prepared { .. } => Some("groups are already prepared on this connection"),
+            Work::Running { .. } => Some("groups are already running on this connection"),
+            Work::Mirror { .. } | Work::Rpm { .. } => Some("this connection already has work"),
+        }
+    }
+
     /// Runs the RPM client towards `remote`'s agent, as the controller asks.
-    fn rpm_source(&mut self, remote: String, leg_s: f64, tls: bool, max_connections: u32) {
+    /// (The leg and the loads arrive bounded by their types; this server's own bounds
+    /// are checked here.)
+    fn rpm_source(&mut self, remote: String, leg_s: Seconds, tls: bool, max_connections: Loads) {
         if let Some(reason) = self.rpm_refusal(tls) {
             return self.refuse("RPM test", reason);
         }
-        if !leg_s.is_finite() || leg_s <= 0.0 {
-            return self.refuse("RPM test", format!("a leg of {leg_s} s"));
-        }
         let job = RpmJob {
             remote,
-            leg: Duration::from_secs_f64(leg_s.min(86_400.0)),
+            leg: leg_s.duration(),
             tls,
-            max_connections,
+            max_connections: max_connections.get(),
         };
+        let leg_s = leg_s.get();
         if let Err(reason) = rpm_job::check(&job, self.shared.config.limits.max_duration_s) {
             return self.refuse("RPM test", reason);
         }
@@ -422,20 +474,23 @@ impl Agent<'_> {
         ));
         match rpm_job::start_source(job, policy, self.stop.clone()) {
             Ok(outcome) => {
-                self.slot = Some(taken);
-                self.rpm = Some(RpmState::Source(outcome));
+                self.work = Work::Rpm {
+                    state: RpmState::Source(outcome),
+                    _held: Held::slot(taken),
+                }
             }
             Err(e) => self.refuse("RPM test", format!("cannot start: {e}")),
         }
     }
 
     /// Serves RPM for the host at the other end of this connection.
-    fn rpm_serve(&mut self, limit_s: f64, tls: bool) {
+    fn rpm_serve(&mut self, limit_s: Seconds, tls: bool) {
         if let Some(reason) = self.rpm_refusal(tls) {
             return self.refuse("RPM server", reason);
         }
         let most = self.shared.config.limits.max_duration_s + 60.0;
-        if !limit_s.is_finite() || limit_s <= 0.0 || limit_s > most {
+        let limit_s = limit_s.get();
+        if limit_s > most {
             return self.refuse(
                 "RPM server",
                 format!("a limit of {limit_s} s is outside this server's 0 to {most:.0} s"),
@@ -464,11 +519,13 @@ impl Agent<'_> {
                     port: server.addr.port(),
                     tls_fingerprint: identity.map(|i| i.fingerprint.clone()),
                 });
-                self.slot = Some(taken);
-                self.rpm = Some(RpmState::Serving {
-                    _server: server,
-                    until: Instant::now() + Duration::from_secs_f64(limit_s),
-                });
+                self.work = Work::Rpm {
+                    state: RpmState::Serving {
+                        _server: server,
+                        until: Instant::now() + Duration::from_secs_f64(limit_s),
+                    },
+                    _held: Held::slot(taken),
+                };
             }
             Err(reason) => self.refuse("RPM server", reason),
         }
@@ -485,7 +542,8 @@ impl Agent<'_> {
 
     /// Why a `prepare` cannot be taken, if it cannot: the server's limits, or work already
     /// on this connection.
-    fn over_limits(&self, parts: &[GroupPart], limit: f64) -> Option<String> {
+    fn over_limits(&self, parts: &[GroupPart], limit: Seconds) -> Option<String> {
+        let limit = limit.get();
         let limits = &self.shared.config.limits;
         let threads: u64 = parts.iter().map(|p| u64::from(p.group.threads)).sum();
         let groups: Vec<&linerate_profile::Group> = parts.iter().map(|p| &p.group).collect();
@@ -493,7 +551,7 @@ impl Agent<'_> {
             .and_then(|()| sends_only_given_files(&groups, &self.shared.config.sendable_files))
         {
             Some(reason)
-        } else if !limit.is_finite() || limit <= 0.0 || limit > limits.max_duration_s {
+        } else if limit > limits.max_duration_s {
             Some(format!(
                 "a run limit of {limit} s is outside this server's 0 to {} s (--max-duration)",
                 limits.max_duration_s
@@ -503,45 +561,49 @@ impl Agent<'_> {
                 "{threads} threads asked, this server allows {} (--max-flows)",
                 limits.max_flows
             ))
-        } else if self.run.is_some() || !self.prepared.is_empty() {
-            Some("groups are already prepared or running on this connection".into())
         } else {
-            None
+            self.has_work().map(String::from)
         }
     }
 
     /// Prepares the controller's groups: each peer of each group runs its mirror.
-    fn prepare(&mut self, parts: Vec<GroupPart>, limit: f64) {
+    fn prepare(&mut self, parts: Vec<GroupPart>, limit: Seconds) {
         if let Some(reason) = self.over_limits(&parts, limit) {
             return self.refuse("profile run", reason);
         }
         let groups: Vec<&linerate_profile::Group> = parts.iter().map(|p| &p.group).collect();
-        match session_bounds(self.shared, self.peer, &groups) {
-            Ok(share) => self.rate_share = share,
+        let rate_share = match session_bounds(self.shared, self.peer, &groups) {
+            Ok(share) => share,
             Err(reason) => return self.refuse("profile run", reason),
-        }
-        if self.slot.is_none() && !parts.is_empty() {
+        };
+        // A connection that runs no group here holds no place.
+        let slot = if parts.is_empty() {
+            None
+        } else {
             match TestSlot::take(self.shared) {
-                Ok(taken) => self.slot = Some(taken),
+                Ok(taken) => Some(taken),
                 Err(reason) => return self.refuse("profile run", reason),
             }
-        }
-        self.limit_s = limit;
+        };
+        let held = Held {
+            _slot: slot,
+            _rate_share: rate_share,
+        };
         let names: Vec<String> = parts.iter().map(|p| p.group.name.clone()).collect();
         let policy = DialPolicy {
             own: self.own,
             requester: self.peer.ip(),
             key: self.shared.config.key.as_ref(),
         };
+        let mut prepared = Vec::with_capacity(parts.len());
         for part in parts {
-            match group::prepare(part, &policy, limit, self.stop.clone()) {
-                Ok(group) => self.prepared.push(group),
+            match group::prepare(part, &policy, limit.get(), self.stop.clone()) {
+                Ok(group) => prepared.push(group),
                 Err(e) => {
                     self.shared.refused(
                         self.peer,
                         &format!("profile run: cannot prepare: {}", e.detail()),
                     );
-                    self.prepared.clear();
                     return self.link.reply(&AgentReply::Error {
                         reason: e.public().into(),
                         unreachable: e.peer().map(Into::into),
@@ -554,22 +616,43 @@ impl Agent<'_> {
             self.peer,
             names.join(", ")
         ));
+        self.work = Work::Prepared {
+            groups: prepared,
+            limit_s: limit.get(),
+            held,
+        };
         self.link.reply(&AgentReply::Prepared);
     }
 
     /// Starts the prepared groups at `at_unix_ns` on this host's clock, on a thread that
     /// reports their release and their results.
     fn start(&mut self, at_unix_ns: u64) {
+        if !matches!(self.work, Work::Prepared { .. }) {
+            return self.refuse("start", "nothing is prepared on this connection".into());
+        }
         let delay = match start_delay(at_unix_ns, unix_ns()) {
             Ok(delay) => delay,
             Err(reason) => return self.refuse("start", reason),
         };
-        let groups = std::mem::take(&mut self.prepared);
+        let (groups, limit_s, held) = match std::mem::replace(&mut self.work, Work::Idle) {
+            Work::Prepared {
+                groups,
+                limit_s,
+                held,
+            } => (groups, limit_s, held),
+            other => {
+                self.work = other;
+                return;
+            }
+        };
         let (sender, receiver) = channel();
-        self.run = Some(receiver);
+        self.work = Work::Running {
+            events: receiver,
+            _held: held,
+        };
         let start = Instant::now() + delay;
         let most = self.shared.config.limits.max_duration_s.max(1.0);
-        let limit = start + Duration::from_secs_f64(self.limit_s.clamp(1.0, most));
+        let limit = start + Duration::from_secs_f64(limit_s.clamp(1.0, most));
         let hold = (!groups.is_empty()).then(WakeLatencyHold::acquire);
         let awake = match &hold {
             Some(hold) if !hold.held() => {
@@ -598,8 +681,8 @@ impl Agent<'_> {
 
     /// Starts the mirror a group host asks for.
     fn mirror(&mut self, spec: &MirrorSpec) {
-        let started = if self.mirror.is_some() || self.run.is_some() || !self.prepared.is_empty() {
-            Err("this connection already has work".to_string())
+        let started = if let Some(reason) = self.has_work() {
+            Err(reason.to_string())
         } else {
             TestSlot::take(self.shared).and_then(|taken| {
                 Ok((
@@ -610,7 +693,6 @@ impl Agent<'_> {
         };
         match started {
             Ok((state, taken)) => {
-                self.slot = Some(taken);
                 self.shared.log(&format!(
                     "mirror of group '{}' for {}: {} thread(s)",
                     spec.group.name, self.peer, spec.group.threads
@@ -620,7 +702,10 @@ impl Agent<'_> {
                     udp_port: state.udp_port,
                     tls_fingerprint: super::group::ssl_fingerprint(&spec.group),
                 });
-                self.mirror = Some(state.state);
+                self.work = Work::Mirror {
+                    state: state.state,
+                    _held: Held::slot(taken),
+                };
             }
             Err(reason) => self.refuse("mirror", reason),
         }
@@ -628,8 +713,12 @@ impl Agent<'_> {
 
     /// The group host finished: lets the mirror's threads drain, then sends its figures.
     fn finish_mirror(&mut self) {
-        let Some(state) = self.mirror.take() else {
-            return;
+        let state = match std::mem::replace(&mut self.work, Work::Idle) {
+            Work::Mirror { state, .. } => state,
+            other => {
+                self.work = other;
+                return;
+            }
         };
         let mut ended = (state.mirror.finished_threads(), Instant::now());
         while !state.mirror.is_finished() && ended.1.elapsed() < MIRROR_DRAIN {
@@ -660,26 +749,28 @@ impl Agent<'_> {
             }
             self.shared
                 .refused(peer, &format!("agent connection: {why}"));
-        } else if ended.by_agent && self.run.is_none() && self.mirror.is_none() {
+        } else if ended.by_agent && !matches!(self.work, Work::Running { .. } | Work::Mirror { .. })
+        {
             self.shared
                 .log(&format!("agent connection from {peer}: {why}"));
         }
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(state) = self.mirror.take() {
-            self.shared.unregister_flows(&state.token);
-            let _ = state.mirror.finish(&state.spec.group);
-            self.shared.log(&format!(
-                "mirror of group '{}' for {peer}: ended early: {why}",
-                state.spec.group.name
-            ));
-        }
-        if self.run.is_some() {
-            self.shared
-                .log(&format!("profile run from {peer}: stopped: {why}"));
-        }
-        if self.rpm.take().is_some() {
-            self.shared
-                .log(&format!("RPM test with {peer}: ended: {why}"));
+        match std::mem::replace(&mut self.work, Work::Idle) {
+            Work::Mirror { state, .. } => {
+                self.shared.unregister_flows(&state.token);
+                let _ = state.mirror.finish(&state.spec.group);
+                self.shared.log(&format!(
+                    "mirror of group '{}' for {peer}: ended early: {why}",
+                    state.spec.group.name
+                ));
+            }
+            Work::Running { .. } => self
+                .shared
+                .log(&format!("profile run from {peer}: stopped: {why}")),
+            Work::Rpm { .. } => self
+                .shared
+                .log(&format!("RPM test with {peer}: ended: {why}")),
+            Work::Idle | Work::Prepared { .. } => {}
         }
     }
 }
@@ -843,10 +934,11 @@ fn start_mirror(
             limits.max_flows.min(linerate_profile::MAX_THREADS)
         ));
     }
-    if !spec.limit_s.is_finite() || spec.limit_s <= 0.0 || spec.limit_s > limits.max_duration_s {
+    if spec.limit_s.get() > limits.max_duration_s {
         return Err(format!(
             "a run limit of {} s is outside this server's 0 to {} s (--max-duration)",
-            spec.limit_s, limits.max_duration_s
+            spec.limit_s.get(),
+            limits.max_duration_s
         ));
     }
     let token = crate::server_state::random_token().map_err(|e| e.to_string())?;

@@ -7,7 +7,7 @@ use super::rpm_job::{self, RpmJob};
 use crate::server::LocalServer;
 use linerate_profile::{Profile, Repeat};
 use linerate_proto::agent::{
-    estimate_offset, AgentReply, AgentRequest, ClockOffset, ClockSample, GroupPart,
+    estimate_offset, AgentReply, AgentRequest, ClockOffset, ClockSample, GroupPart, Loads, Seconds,
 };
 use linerate_report::profile::{GroupResult, HostResult, ProfileReport};
 use linerate_report::rpm::RpmReport;
@@ -289,7 +289,7 @@ fn prepare_all(
     options: &RunOptions,
     limit: Duration,
 ) -> Result<(), RunError> {
-    let limit_s = limit.as_secs_f64();
+    let limit_s = Seconds::clamped(limit.as_secs_f64());
     for agent in agents {
         let link = agent.link.as_mut().expect("connected");
         link.send(&AgentRequest::Prepare {
@@ -505,9 +505,9 @@ pub fn run_rpm(
         .map_err(|e| agent_error(format!("cannot connect to {addr}: {e}")))?;
     link.send(&AgentRequest::Rpm {
         remote: job.remote.clone(),
-        leg_s: job.leg.as_secs_f64(),
+        leg_s: Seconds::clamped(job.leg.as_secs_f64()),
         tls: job.tls,
-        max_connections: job.max_connections,
+        max_connections: Loads::new(job.max_connections).map_err(agent_error)?,
     })
     .map_err(|e| agent_error(e.to_string()))?;
     // Two directions, the idle phase and set-up; past it the run is abandoned.

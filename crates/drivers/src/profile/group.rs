@@ -6,7 +6,7 @@ use super::link::Link;
 use super::rendezvous::Rendezvous;
 use linerate_profile::{Action, Group, Op};
 use linerate_proto::agent::{
-    AgentReply, AgentRequest, DialBack, GroupPart, MirrorFigures, MirrorSpec,
+    AgentReply, AgentRequest, DialBack, GroupPart, MirrorFigures, MirrorSpec, Seconds,
 };
 use linerate_proto::auth::Key;
 use linerate_proto::Token;
@@ -249,7 +249,7 @@ pub(crate) fn prepare(
                 token: r.token.to_hex(),
                 tls_fingerprint: ssl_fingerprint(&part.group),
             }),
-            limit_s,
+            limit_s: Seconds::clamped(limit_s),
         };
         // The peer proved itself a linerate agent (with this key, or it is the requester
         // itself), so what it answers from here on may be told as it is.
@@ -545,8 +545,7 @@ impl Mirror {
             dial_back,
             counts: counts.clone(),
         });
-        let limit =
-            Instant::now() + Duration::from_secs_f64(spec.limit_s.clamp(1.0, 86_400.0 * 7.0));
+        let limit = Instant::now() + spec.limit_s.duration().max(Duration::from_secs(1));
         let mut handles = Vec::new();
         for index in 0..group.threads {
             let (group, side, thread_stop) = (group.clone(), side.clone(), stop.clone());
