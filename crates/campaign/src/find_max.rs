@@ -62,7 +62,7 @@ pub fn find_max<E>(
             TrialOutcome {
                 sender_bps: report.summary.sender_bps / flows,
                 receiver_bps: report.summary.receiver_bps / flows,
-                loss_pct: udp.loss_pct,
+                loss_pct: udp.trial_loss_pct(),
             },
         );
         let trial = RateTrial {
@@ -84,6 +84,12 @@ pub fn find_max<E>(
     let best_offered = search.best_rate().map(|rate| rate as f64 * flows);
     let found = if search.sender_is_the_limit() {
         trials.first()
+    } else if search.sender_fell_short() {
+        // What the short sender delivered within the bound, or a pass that delivered more.
+        trials
+            .iter()
+            .filter(|t| matches!(t.verdict, TrialVerdict::Passed | TrialVerdict::SenderShort))
+            .max_by(|a, b| a.summary.receiver_bps.total_cmp(&b.summary.receiver_bps))
     } else {
         trials
             .iter()
@@ -95,10 +101,10 @@ pub fn find_max<E>(
             offered_bps: trial.offered_bps,
             receiver_bps: trial.summary.receiver_bps,
             receiver_pps: udp.receiver_pps,
-            loss_pct: udp.loss_pct,
+            loss_pct: udp.trial_loss_pct(),
             limited_by: if udp.qdisc_drops > 0 {
                 "sender's queue"
-            } else if trial.offered_bps.is_none() {
+            } else if trial.offered_bps.is_none() || trial.verdict == TrialVerdict::SenderShort {
                 "sender"
             } else {
                 "receiver or path"

@@ -8,14 +8,11 @@
 use anyhow::{Context, Result};
 use linerate_drivers::profile::controller::{self, RunError, RunOptions};
 use linerate_drivers::profile::rpm_job::RpmJob;
-use linerate_mesh::{Action, Job, Mesh, Outcome, Past, Scheduler, TestKind, Transport};
-use linerate_profile::{
-    Action as Op, Endpoint, Group, Profile, Protocol, Repeat, Size, Transaction, Transfer,
-};
+use linerate_mesh::{job_plan, Action, Job, JobPlan, Mesh, Outcome, Past, Scheduler, TestKind};
 use linerate_proto::text::printable;
 use linerate_report::document::Document;
+use linerate_report::headline::{self, Headline};
 use linerate_report::rpm::RpmReport;
-use linerate_report::units::Scale;
 use linerate_store::{MeshArchive, MeshRow, Outcome as RowOutcome};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,181 +111,23 @@ impl JobRunner for AgentRunner {
     }
 }
 
-/// How a job runs: a profile on the source's agent, or an RPM test between the two
-/// agents.
-pub enum Plan {
-    Profile(Profile),
-    Rpm(RpmJob),
-}
-
-/// What runs `job`.
-pub fn plan_of(mesh: &Mesh, job: &Job) -> Plan {
-    let test = &mesh.tests[job.test];
-    match test.kind {
-        TestKind::Rpm {
-            leg_s,
-            tls,
-            max_connections,
-        } => Plan::Rpm(RpmJob {
-            remote: mesh.hosts[job.dst].address.clone(),
-            leg: Duration::from_secs_f64(leg_s),
-            tls,
-            max_connections,
-        }),
-        _ => Plan::Profile(profile_of(mesh, job)),
-    }
-}
-
-/// The profile that runs `job`: one group on the source's agent, connecting to the
-/// destination's, for the test's duration.
-fn profile_of(mesh: &Mesh, job: &Job) -> Profile {
-    let test = &mesh.tests[job.test];
-    let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
-    let protocol = match test.kind.protocol() {
-        Transport::Tcp => Protocol::Tcp,
-        Transport::Udp => Protocol::Udp,
-    };
-    let transfer = |size: u64, rate: Option<f64>| Transfer {
-        size: Size::Fixed(size),
-        rsize: None,
-        count: 1,
-        last: None,
-        rate,
-        canfail: protocol == Protocol::Udp,
-    };
-    let connect = Op::Connect(Endpoint {
-        protocol,
-        remote: Some(dst.address.clone()),
-        window: None,
-        nodelay: !matches!(test.kind, TestKind::Stream { .. }),
-        congestion: None,
-        cipher: None,
-        engine: None,
-    });
-    let op = |action: Op| linerate_profile::Op { conn: None, action };
-    let once = |action: Op| Transaction {
-        repeat: Repeat::Iterations(1),
-        rate: None,
-        ops: vec![op(action)],
-    };
-    let timed = |rate: Option<f64>, ops: Vec<Op>| Transaction {
-        repeat: Repeat::Duration(test.seconds),
-        rate,
-        ops: ops.into_iter().map(op).collect(),
-    };
-    let (threads, transactions) = match &test.kind {
-        TestKind::Stream {
-            parallel,
-            rate_bps,
-            size,
-            ..
-        } => {
-            let per_second = rate_bps.map(|bps| bps as f64 / (*size as f64 * 8.0));
-            let send = match protocol {
-                Protocol::Udp => Op::Sendto(transfer(*size, per_second)),
-                _ => Op::Write(transfer(*size, per_second)),
-            };
-            (
-                *parallel,
-                vec![once(connect), timed(None, vec![send]), once(Op::Disconnect)],
-            )
-        }
-        TestKind::Rr {
-            request,
-            response,
-            per_second,
-            ..
-        } => (
-            1,
-            vec![
-                once(connect),
-                timed(
-                    *per_second,
-                    vec![
-                        Op::Write(transfer(*request, None)),
-                        Op::Read(transfer(*response, None)),
-                    ],
-                ),
-                once(Op::Disconnect),
-            ],
-        ),
-        TestKind::Rpm { .. } => unreachable!("an RPM test runs no profile (plan_of)"),
-        // Each transaction its own connection: the timed transaction holds the connect.
-        TestKind::Crr {
-            request,
-            response,
-            per_second,
-        } => (
-            1,
-            vec![timed(
-                *per_second,
-                vec![
-                    connect,
-                    Op::Write(transfer(*request, None)),
-                    Op::Read(transfer(*response, None)),
-                    Op::Disconnect,
-                ],
-            )],
-        ),
-    };
-    Profile {
-        name: format!(
-            "mesh {} {} {} -> {}",
-            mesh.name, test.name, src.name, dst.name
-        ),
-        groups: vec![Group {
-            name: test.name.clone(),
-            threads,
-            host: Some(src.address.clone()),
-            transactions,
-        }],
-    }
-}
-
-/// The figure a job's row carries: goodput for a stream, the median round trip for rr,
-/// the responsiveness (round trips a minute) for rpm.
+/// The figure a job's row carries: goodput for a stream, the median time of the timed
+/// transaction for rr (after its connect) and crr (its only one, the connect in it), the
+/// responsiveness for rpm.
 fn figure(test: &linerate_mesh::MeshTest, document: &Document) -> (Option<f64>, String) {
-    if let Document::Rpm(report) = document {
-        let text = match (report.rpm, &report.grade) {
-            (Some(rpm), Some(grade)) => format!(
-                "RPM {rpm:.0} ({}), grade {grade}",
-                report.band.as_deref().unwrap_or("-")
-            ),
-            (Some(rpm), None) => format!("RPM {rpm:.0}"),
-            _ => String::new(),
-        };
-        return (report.rpm, text);
-    }
-    let Document::Profile(report) = document else {
-        return (None, String::new());
+    let which = match test.kind {
+        TestKind::Stream { .. } => Headline::Goodput,
+        TestKind::Rr { .. } => Headline::Transaction {
+            index: 1,
+            label: "rtt",
+        },
+        TestKind::Crr { .. } => Headline::Transaction {
+            index: 0,
+            label: "connect+rr",
+        },
+        TestKind::Rpm { .. } => Headline::Responsiveness,
     };
-    match test.kind {
-        TestKind::Rpm { .. } => (None, String::new()),
-        TestKind::Stream { .. } => (
-            Some(report.summary.received_bps),
-            linerate_report::units::format_rate(report.summary.received_bps, Scale::Adaptive),
-        ),
-        TestKind::Rr { .. } | TestKind::Crr { .. } => {
-            // The timed transaction: after the connect for rr, the only one for crr.
-            let index = usize::from(matches!(test.kind, TestKind::Rr { .. }));
-            let timed = report
-                .groups
-                .first()
-                .and_then(|g| g.transactions.get(index))
-                .map(|t| (t.latency_us.p50, t.iterations_per_s));
-            match timed {
-                Some((p50, rate)) => (
-                    Some(p50 / 1e6),
-                    format!(
-                        "{} p50 {} ({rate:.0}/s)",
-                        if index == 1 { "rtt" } else { "connect+rr" },
-                        linerate_model::units::format_micros(p50)
-                    ),
-                ),
-                None => (None, String::new()),
-            }
-        }
-    }
+    headline::of(document, which)
 }
 
 /// Which host a failed run is laid at: the destination when the source's agent names it
@@ -351,9 +190,20 @@ fn run_job(
 ) -> (Outcome, JobResult) {
     let test = &mesh.tests[job.test];
     let started_at = clock();
-    let result = match plan_of(mesh, &job) {
-        Plan::Profile(profile) => controller::run(&profile, options, stop),
-        Plan::Rpm(rpm) => {
+    let result = match job_plan(mesh, &job) {
+        JobPlan::Profile(profile) => controller::run(&profile, options, stop),
+        JobPlan::Rpm {
+            remote,
+            leg,
+            tls,
+            max_connections,
+        } => {
+            let rpm = RpmJob {
+                remote,
+                leg,
+                tls,
+                max_connections,
+            };
             let source = &mesh.hosts[job.src].address;
             let result = controller::run_rpm(source, &rpm, options, stop);
             let ended_at = clock();

@@ -9,6 +9,11 @@
 //! says little, passing rates gallop upwards (4 %, 8 %, 16 %, ... above the last pass);
 //! once a paced trial fails, the search bisects between the highest passing and the
 //! lowest failing rate until they are within `resolution` of each other.
+//!
+//! A paced trial whose sender fell short of its rate while the receivers took what it
+//! sent within the bound ends the search: the sending host is the limit there, and a
+//! lower rate would deliver less (halving on would end, falsely, in "no rate kept loss
+//! within the bound").
 
 /// A trial's pacing: as fast as possible, or a per-flow rate in bits per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +57,8 @@ pub struct RateSearch {
     high_is_paced: bool,
     /// Passing trials since the last failure, which set the gallop's step.
     passes_in_a_row: u32,
+    /// A paced trial's sender fell short of its rate with loss within the bound.
+    sender_fell_short: bool,
 }
 
 impl RateSearch {
@@ -69,6 +76,7 @@ impl RateSearch {
             unpaced_passed: false,
             high_is_paced: false,
             passes_in_a_row: 0,
+            sender_fell_short: false,
         }
     }
 
@@ -77,7 +85,7 @@ impl RateSearch {
         if self.trials == 0 {
             return Some(Probe::Unpaced);
         }
-        if self.unpaced_passed || self.trials >= self.max_trials {
+        if self.unpaced_passed || self.sender_fell_short || self.trials >= self.max_trials {
             return None;
         }
         let high = self.high?;
@@ -116,6 +124,7 @@ impl RateSearch {
                 let verdict = if lossy {
                     Verdict::Lossy
                 } else if outcome.sender_bps < rate as f64 * SENDER_REACH {
+                    self.sender_fell_short = true;
                     Verdict::SenderShort
                 } else {
                     Verdict::Passed
@@ -136,6 +145,12 @@ impl RateSearch {
     /// The unpaced trial passed: nothing paced can do better.
     pub fn sender_is_the_limit(&self) -> bool {
         self.unpaced_passed
+    }
+
+    /// A paced trial's sender could not reach its rate, and what it sent arrived within
+    /// the bound: the sending host is the limit.
+    pub fn sender_fell_short(&self) -> bool {
+        self.sender_fell_short
     }
 
     /// The highest per-flow rate that passed, if any.
@@ -257,7 +272,34 @@ mod tests {
             Verdict::SenderShort
         );
         assert_eq!(search.best_rate(), None);
-        assert!(matches!(search.next(), Some(Probe::Rate(r)) if r < rate));
+        // Lower rates would deliver less: the search ends, the sender the limit.
+        assert!(search.sender_fell_short());
+        assert_eq!(search.next(), None);
+    }
+
+    /// A sender that paces slower than it sends unpaced (a busy host) ends the search at
+    /// its first short trial instead of halving down to nothing.
+    #[test]
+    fn a_sender_that_cannot_pace_ends_the_search_instead_of_halving() {
+        let mut search = RateSearch::new(0.1, 0.02, 12);
+        let busy = |probe: Probe| match probe {
+            Probe::Unpaced => TrialOutcome {
+                sender_bps: 1.8e8,
+                receiver_bps: 1.4e7,
+                loss_pct: 92.0,
+            },
+            Probe::Rate(rate) => {
+                let sent = (rate as f64).min(1e7);
+                TrialOutcome {
+                    sender_bps: sent,
+                    receiver_bps: sent,
+                    loss_pct: 0.0,
+                }
+            }
+        };
+        let probes = run(&mut search, busy);
+        assert_eq!(probes.len(), 2, "{probes:?}");
+        assert!(search.sender_fell_short());
     }
 
     #[test]

@@ -8,9 +8,9 @@
 
 use anyhow::{anyhow, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use linerate_drivers::client::Progress;
 use linerate_model::{Direction, TestConfig, Workload};
 use linerate_report::document::Document;
+use linerate_report::live::TestUpdate;
 use linerate_report::sweep::{SweepPoint, SweepTable};
 use linerate_report::text::{self, INTERVAL_HEADER, TRIAL_HEADER};
 use linerate_report::units::Scale;
@@ -25,7 +25,7 @@ pub enum Event<'a> {
     /// A line for a reader (what is about to be measured, a baseline's figures).
     Note(&'a str),
     /// A live event of the test running now.
-    Test(&'a Progress),
+    Test(&'a TestUpdate),
     /// An iteration of a repeated test ended, with its headline value.
     Iteration {
         index: u32,
@@ -183,30 +183,32 @@ impl<W: Write> TextSink<W> {
         }
     }
 
-    fn test_event(&mut self, event: &Progress) {
+    fn test_event(&mut self, event: &TestUpdate) {
         for line in self.test_lines(event) {
             self.line(&line);
         }
     }
 
     /// The lines a test's live event shows (none without an interval view).
-    fn test_lines(&self, event: &Progress) -> Vec<String> {
+    fn test_lines(&self, event: &TestUpdate) -> Vec<String> {
         let Some(view) = &self.intervals else {
             return Vec::new();
         };
         match event {
-            Progress::Connected { server } => vec![format!(
+            TestUpdate::Connected { server } => vec![format!(
                 "Server: {} on {} (kernel {}, {} x {})",
                 server.software, server.hostname, server.kernel, server.cores, server.cpu_model
             )],
-            Progress::Started if view.live && view.config.interval_s > 0.0 => {
+            TestUpdate::Started if view.live && view.config.interval_s > 0.0 => {
                 let header = match view.config.workload {
                     Workload::Stream => INTERVAL_HEADER,
                     Workload::Rr | Workload::Crr => linerate_report::rr::RR_INTERVAL_HEADER,
                 };
                 vec![header.to_string()]
             }
-            Progress::Interval(interval) if view.live => interval_lines(view, interval, self.scale),
+            TestUpdate::Interval(interval) if view.live => {
+                interval_lines(view, interval, self.scale)
+            }
             _ => Vec::new(),
         }
     }
@@ -429,8 +431,8 @@ mod tests {
         for live in [true, false] {
             let mut sink =
                 TextSink::new(Vec::new(), Scale::Adaptive).intervals(&report.config, false, live);
-            sink.event(&Event::Test(&Progress::Started));
-            sink.event(&Event::Test(&Progress::Interval(Box::new(
+            sink.event(&Event::Test(&TestUpdate::Started));
+            sink.event(&Event::Test(&TestUpdate::Interval(Box::new(
                 interval.clone(),
             ))));
             let out = text_of(sink);

@@ -4,7 +4,7 @@
 use anyhow::{anyhow, Result};
 use linerate_report::document::Document;
 use linerate_report::Report;
-use linerate_store::Store;
+use linerate_store::{Store, StoreError};
 use std::path::PathBuf;
 
 /// Where runs are kept, and whether this one is.
@@ -34,9 +34,29 @@ impl Storage {
         if self.disabled {
             return Ok(None);
         }
-        let path = self.path()?;
-        let store = Store::open(&path).map_err(|e| anyhow!(e))?;
-        Ok(Some(store))
+        let path = match self.path() {
+            Ok(path) => path,
+            Err(why) => return self.unkept(why),
+        };
+        match Store::open(&path) {
+            Ok(store) => Ok(Some(store)),
+            // The default place cannot be made (an unwritable or missing home): the test
+            // still runs, and says it is not kept and why. A database named with --db
+            // that cannot be opened stops the command: that place was asked for.
+            Err(e @ StoreError::Directory { .. }) if self.path.is_none() => self.unkept(anyhow!(e)),
+            Err(e) => Err(anyhow!(e)),
+        }
+    }
+
+    /// Runs without keeping, saying why once on stderr.
+    fn unkept(&self, why: anyhow::Error) -> Result<Option<Store>> {
+        if self.path.is_some() {
+            return Err(why);
+        }
+        eprintln!(
+            "linerate: warning: this run is not kept: {why:#} (give --db PATH to keep it elsewhere, or --no-store)"
+        );
+        Ok(None)
     }
 
     /// Opens an existing database to read from.
@@ -54,30 +74,32 @@ impl Storage {
 
 /// Keeps the reports of iperf3 tests a server ran; a failure to keep one is logged and
 /// the server goes on serving.
-pub fn server_keeper(store: Store, log: bool) -> linerate_drivers::server::ReportSink {
+pub fn server_keeper(store: Store, log: bool) -> linerate_drivers::server::ReportKeeper {
     let store = std::sync::Mutex::new(store);
-    linerate_drivers::server::ReportSink(std::sync::Arc::new(move |test: u64, report: &Report| {
-        let document = Document::Test(Box::new(report.clone()));
-        let outcome = document
-            .to_json()
-            .map_err(|e| e.to_string())
-            .and_then(|json| {
-                let command = format!("iperf3 client at {}", report.config.target);
-                let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
-                store
-                    .insert(&document, &json, &command)
-                    .map(|id| (id, store.path().to_string()))
-                    .map_err(|e| e.to_string())
-            });
-        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
-        match outcome {
-            Ok((id, path)) if log => {
-                eprintln!("{now} iperf3 test {test}: stored as run {id} in {path}")
+    linerate_drivers::server::ReportKeeper(std::sync::Arc::new(
+        move |test: u64, report: &Report| {
+            let document = Document::Test(Box::new(report.clone()));
+            let outcome = document
+                .to_json()
+                .map_err(|e| e.to_string())
+                .and_then(|json| {
+                    let command = format!("iperf3 client at {}", report.config.target);
+                    let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
+                    store
+                        .insert(&document, &json, &command)
+                        .map(|id| (id, store.path().to_string()))
+                        .map_err(|e| e.to_string())
+                });
+            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+            match outcome {
+                Ok((id, path)) if log => {
+                    eprintln!("{now} iperf3 test {test}: stored as run {id} in {path}")
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("{now} iperf3 test {test}: not stored: {e}"),
             }
-            Ok(_) => {}
-            Err(e) => eprintln!("{now} iperf3 test {test}: not stored: {e}"),
-        }
-    }))
+        },
+    ))
 }
 
 /// The command line as typed, for the record: arguments with spaces or quotes are

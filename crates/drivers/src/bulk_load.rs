@@ -2,7 +2,7 @@
 //! request/response test, so the transactions' latency is measured under load; their
 //! goodput joins the transactions' report.
 
-use crate::client::{run_test, ClientError, ClientOptions, Progress};
+use crate::client::{run_test, ClientError, ClientOptions, TestUpdate};
 use linerate_model::{
     Direction, StreamRequest, StreamTransport, TestConfig, TestKind, TestRequest,
 };
@@ -23,7 +23,7 @@ pub fn run_with_load(
     target: Option<SocketAddr>,
     options: &ClientOptions,
     cancel: &Arc<AtomicBool>,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut dyn FnMut(TestUpdate),
 ) -> Result<Report, ClientError> {
     let config = &options.config;
     let flows = config.rr.as_ref().map_or(0, |r| r.load);
@@ -101,8 +101,8 @@ fn start(
     let handle = std::thread::Builder::new()
         .name("linerate-load".into())
         .spawn(move || {
-            let mut progress = |event: Progress| {
-                if matches!(event, Progress::Started) {
+            let mut progress = |event: TestUpdate| {
+                if matches!(event, TestUpdate::Started) {
                     let _ = started.send(());
                 }
             };

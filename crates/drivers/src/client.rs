@@ -15,7 +15,7 @@ use linerate_model::Protocol;
 use linerate_proto::datagram::{hello, tag_of, validated_hello, Framing, HELLO_LEN};
 use linerate_proto::preface::data_preface;
 use linerate_proto::{ClientEvent, ClientSession, SessionError, Timeouts, Token, PROTOCOL_VERSION};
-use linerate_report::{HostFacts, Report, SideInterval, SideResult, TestConfig};
+use linerate_report::{HostFacts, Report, SideResult, TestConfig};
 use socket2::{Domain, Socket, Type};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -67,23 +67,7 @@ impl From<crate::secure::QuicOpenError> for ClientError {
     }
 }
 
-/// What the client tells its caller while a test runs.
-#[derive(Debug, Clone)]
-pub enum Progress {
-    /// Connected; the server's facts.
-    Connected { server: Box<HostFacts> },
-    /// The data connections are open and the test has started.
-    Started,
-    /// An interval of this side's own figures.
-    Interval(Box<SideInterval>),
-    /// An iperf3 test's streams are open (iperf3 clients only, before `Started`): what
-    /// `--json-stream`'s start line says of them.
-    Iperf3Streams {
-        cookie: String,
-        control_mss: u32,
-        streams: Box<linerate_report::iperf3_json::StreamFacts>,
-    },
-}
+pub use linerate_report::live::TestUpdate;
 
 /// A test to run.
 #[derive(Debug, Clone)]
@@ -159,7 +143,7 @@ pub fn run(
     addr: SocketAddr,
     options: &ClientOptions,
     cancel: &AtomicBool,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut dyn FnMut(TestUpdate),
 ) -> Result<Report, ClientError> {
     let started_at = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -309,11 +293,11 @@ impl<'a> ClientTest<'a> {
     fn handle_event(
         &mut self,
         event: ClientEvent,
-        progress: &mut dyn FnMut(Progress),
+        progress: &mut dyn FnMut(TestUpdate),
     ) -> Result<(), ClientError> {
         let config = &self.options.config;
         match event {
-            ClientEvent::Welcomed { host, .. } => progress(Progress::Connected { server: host }),
+            ClientEvent::Welcomed { host, .. } => progress(TestUpdate::Connected { server: host }),
             ClientEvent::Accepted {
                 crr_port: Some(port),
                 ..
@@ -338,7 +322,7 @@ impl<'a> ClientTest<'a> {
             }
             ClientEvent::FlowsReady => {
                 self.start_plane()?;
-                progress(Progress::Started);
+                progress(TestUpdate::Started);
             }
             ClientEvent::Results(result) => self.remote = Some(*result),
             ClientEvent::Failed(error) => {
@@ -486,7 +470,7 @@ impl<'a> ClientTest<'a> {
 
     /// Shows the intervals that completed, and takes this side's result once the plane
     /// is done.
-    fn poll_plane(&mut self, progress: &mut dyn FnMut(Progress)) -> Result<(), ClientError> {
+    fn poll_plane(&mut self, progress: &mut dyn FnMut(TestUpdate)) -> Result<(), ClientError> {
         let mut plane = match std::mem::replace(&mut self.stage, Stage::Opening(Flows::Pending)) {
             Stage::Running(plane) => plane,
             other => {
@@ -495,7 +479,7 @@ impl<'a> ClientTest<'a> {
             }
         };
         for interval in plane.poll_intervals(Duration::ZERO) {
-            progress(Progress::Interval(Box::new(interval)));
+            progress(TestUpdate::Interval(Box::new(interval)));
         }
         if !plane.is_finished() {
             self.stage = Stage::Running(plane);
@@ -503,7 +487,7 @@ impl<'a> ClientTest<'a> {
         }
         // The workers are gone, so every sample is in the channel: show the rest.
         for interval in plane.poll_intervals(Duration::ZERO) {
-            progress(Progress::Interval(Box::new(interval)));
+            progress(TestUpdate::Interval(Box::new(interval)));
         }
         match plane.finish(self.host.clone()) {
             Ok(result) => {
@@ -621,7 +605,7 @@ pub fn run_test(
     target: Option<SocketAddr>,
     options: &ClientOptions,
     cancel: &AtomicBool,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut dyn FnMut(TestUpdate),
 ) -> Result<Report, ClientError> {
     match target {
         Some(addr) => run(addr, options, cancel, progress),
@@ -634,7 +618,7 @@ pub fn run_test(
 pub fn run_local(
     options: &ClientOptions,
     cancel: &AtomicBool,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut dyn FnMut(TestUpdate),
 ) -> Result<Report, ClientError> {
     let local = LocalServer::start(|config| {
         config.drain = options.drain;

@@ -7,7 +7,7 @@
 //! exchange and become the report's remote side, so the receiver's figures are the
 //! receiver's own whichever end receives.
 
-use crate::client::{connect, connect_error, Progress};
+use crate::client::{connect, connect_error, TestUpdate};
 use crate::control::Control;
 use crate::iperf3::{budget_of, config_of, results_of, side_from_results};
 use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
@@ -97,13 +97,14 @@ fn stream_facts(streams: &[FlowSocket]) -> StreamFacts {
 }
 
 /// Runs one test against the iperf3 server at `addr`, named `target` in the results.
+// Long: the iperf3 client's event loop over iperf3's states (the next to split).
 pub fn run(
     addr: SocketAddr,
     target: &str,
     params: &Params,
     connect_timeout: Duration,
     cancel: &AtomicBool,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut dyn FnMut(TestUpdate),
 ) -> Result<Iperf3Outcome, Iperf3ClientError> {
     let mut config = config_of(params, target, addr.port(), MAX_COUNTED_RUN)
         .map_err(Iperf3ClientError::Usage)?;
@@ -156,7 +157,7 @@ pub fn run(
                 },
                 Event::TestStart => {}
                 Event::TestRunning => {
-                    progress(Progress::Iperf3Streams {
+                    progress(TestUpdate::Iperf3Streams {
                         cookie: cookie_text.clone(),
                         control_mss,
                         streams: Box::new(stream_facts(&streams)),
@@ -172,7 +173,7 @@ pub fn run(
                             });
                         }
                     }
-                    progress(Progress::Started);
+                    progress(TestUpdate::Started);
                 }
                 Event::ServerResults(results) => theirs = Some(results),
                 Event::Closed(Ok(())) => {
@@ -220,13 +221,13 @@ pub fn run(
 /// plane has finished.
 fn poll_plane(
     plane: &mut Option<DataPlane>,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut dyn FnMut(TestUpdate),
 ) -> Result<Option<SideResult>, Iperf3ClientError> {
     let Some(running) = plane.as_mut() else {
         return Ok(None);
     };
     for interval in running.poll_intervals(Duration::ZERO) {
-        progress(Progress::Interval(Box::new(interval)));
+        progress(TestUpdate::Interval(Box::new(interval)));
     }
     if !running.is_finished() {
         return Ok(None);

@@ -81,6 +81,8 @@ fn epoch_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+// Long: the iperf3 test thread's loop: one match over iperf3's states, then the plane's
+// step each turn.
 pub(crate) fn serve(
     shared: &Arc<ServerState>,
     stream: TcpStream,

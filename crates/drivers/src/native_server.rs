@@ -174,6 +174,8 @@ impl TestState {
     }
 }
 
+// Long: the test thread's loop: one match over the session's events, then the flows' and
+// the plane's steps each turn.
 pub(crate) fn serve_test(
     shared: &Arc<ServerState>,
     stream: std::net::TcpStream,
@@ -648,4 +650,154 @@ fn take_udp_hellos(shared: &ServerState, id: u64, peer: SocketAddr, udp: &mut Ud
         }
     }
     udp.sockets.iter().all(|(_, connected)| *connected)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::ServerConfig;
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
+
+    fn shared() -> Arc<ServerState> {
+        let mut config = ServerConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
+        config.log = false;
+        Arc::new(ServerState::new(config, None))
+    }
+
+    fn config(parallel: u32) -> TestConfig {
+        TestConfig {
+            quic: None,
+            tls: None,
+            protocol: Protocol::Tcp,
+            target: "test".into(),
+            port: 5201,
+            direction: Direction::Forward,
+            parallel,
+            threads: 1,
+            time_s: 1.0,
+            omit_s: 0.0,
+            interval_s: 1.0,
+            length: 1400,
+            window: None,
+            mss: None,
+            nodelay: false,
+            congestion: None,
+            rate_bps: None,
+            pps: None,
+            gso: false,
+            gro: false,
+            per_flow: false,
+            connect_timeout_s: 5.0,
+            workload: Workload::Stream,
+            rr: None,
+            observe: false,
+        }
+    }
+
+    /// A connected pair of loopback streams: the end a data connection arrives as.
+    fn arriving() -> TcpStream {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        listener.accept().unwrap().0
+    }
+
+    const PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 1);
+
+    /// A TCP test's connections arrive in any order, a duplicate is refused, and the
+    /// flows are ready once, when the last is in: the token is then unregistered (no
+    /// later connection can join) and the plane gets every flow in its slot.
+    #[test]
+    fn a_tcp_test_is_ready_once_when_its_last_connection_arrives() {
+        let shared = shared();
+        let mut state = TestState::new(Ipv4Addr::LOCALHOST.into());
+        let token = Token([7; 16]);
+        wait_for_tcp(&shared, &config(2), &mut state, token, None);
+        let sender = shared.registry.lock().unwrap()[&token].clone();
+        assert_eq!(state.take_flows(&shared, 1, PEER), None);
+        sender.send((1, arriving())).unwrap();
+        sender.send((1, arriving())).unwrap();
+        assert_eq!(
+            state.take_flows(&shared, 1, PEER),
+            None,
+            "flow 0 is missing"
+        );
+        sender.send((0, arriving())).unwrap();
+        assert_eq!(state.take_flows(&shared, 1, PEER), Some(Ok(())));
+        assert!(shared.registry.lock().unwrap().is_empty());
+        assert_eq!(state.take_flows(&shared, 1, PEER), None, "ready only once");
+        let Flows::Ready(Ready::Sockets { sockets, framing }) = &state.flows else {
+            panic!("the flows are ready")
+        };
+        assert_eq!((sockets.len(), framing.is_none()), (2, true));
+    }
+
+    /// A crr test has no flows to wait for: ready at once, its listener handed to the
+    /// plane; a plane started before the flows are in is refused, not run short.
+    #[test]
+    fn a_crr_test_is_ready_at_once_and_a_plane_waits_for_its_flows() {
+        let shared = shared();
+        let mut state = TestState::new(Ipv4Addr::LOCALHOST.into());
+        let early = start_plane(&shared, &config(1), &mut state, PEER).unwrap_err();
+        assert!(early.to_string().contains("not all in"), "{early}");
+        state.flows = Flows::Crr(TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap());
+        assert_eq!(state.take_flows(&shared, 2, PEER), Some(Ok(())));
+        assert!(matches!(state.flows, Flows::Ready(Ready::Crr(_))));
+        assert_eq!(state.take_flows(&shared, 2, PEER), None);
+    }
+
+    /// A UDP test's socket is connected only by a hello that carries its cookie back from
+    /// the control connection's host: a plain hello gets the cookie, a hello from another
+    /// flow's id is refused, and the flows are ready with the test's framing.
+    #[test]
+    fn a_udp_flow_is_ready_only_after_its_address_proves_itself() {
+        let shared = shared();
+        let mut state = TestState::new(Ipv4Addr::LOCALHOST.into());
+        let token = Token([9; 16]);
+        let ports = open_udp(&config(1), &mut state, token).unwrap();
+        let client = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        client.connect((Ipv4Addr::LOCALHOST, ports[0])).unwrap();
+        let peer = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 40_000);
+        let wait = |state: &mut TestState| {
+            let until = Instant::now() + Duration::from_secs(2);
+            loop {
+                if let Some(ready) = state.take_flows(&shared, 3, peer) {
+                    return Some(ready);
+                }
+                if Instant::now() > until {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        client
+            .send(&linerate_proto::datagram::hello(&token.0, 1))
+            .unwrap();
+        let plain = linerate_proto::datagram::hello(&token.0, 0);
+        client.send(&plain).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(state.take_flows(&shared, 3, peer), None, "no proof yet");
+        // The answer is the cookie for flow 0; flow 1's hello was refused.
+        let mut buffer = [0u8; 64];
+        let n = client.recv(&mut buffer).unwrap();
+        let cookie = linerate_proto::address_check::parse_challenge(&buffer[..n], 0)
+            .expect("a cookie for flow 0");
+        assert!(matches!(&state.flows, Flows::Udp(udp) if udp.refused == 1));
+        client
+            .send(&linerate_proto::datagram::validated_hello(&plain, &cookie))
+            .unwrap();
+        assert_eq!(wait(&mut state), Some(Ok(())));
+        let Flows::Ready(Ready::Sockets { sockets, framing }) = &state.flows else {
+            panic!("the flow is ready")
+        };
+        assert_eq!(sockets.len(), 1);
+        assert_eq!(
+            *framing,
+            Some(Framing::Native {
+                tag: tag_of(&token.0)
+            })
+        );
+    }
 }

@@ -12,7 +12,7 @@
 use crate::access::{self, Admission, Gate, Held, OperatorLog, RateBook};
 use crate::native_server::serve_test;
 use crate::server_state::ServerState;
-pub use crate::server_state::{KeepReport, ReportSink, ServerConfig};
+pub use crate::server_state::{KeepReport, ReportKeeper, ServerConfig};
 use linerate_hostinfo::host_facts;
 use linerate_proto::preface::{self, Preface};
 use mio::net::{TcpListener, TcpStream};
@@ -103,21 +103,7 @@ impl Server {
         };
         Ok(Server {
             listener,
-            shared: Arc::new(ServerState {
-                host: host_facts(),
-                gate: Gate::new(config.access.clone()),
-                operator_log: OperatorLog::new(config.log, config.log_format),
-                rates: Arc::new(RateBook::default()),
-                failures: access::Failures::default(),
-                config,
-                shutdown: Arc::new(AtomicBool::new(false)),
-                running: AtomicUsize::new(0),
-                next_id: AtomicU64::new(1),
-                registry: Mutex::new(HashMap::new()),
-                tls_registry: Mutex::new(HashMap::new()),
-                iperf3_streams: Mutex::new(HashMap::new()),
-                iperf3_udp: Mutex::new(iperf3_udp),
-            }),
+            shared: Arc::new(ServerState::new(config, iperf3_udp)),
         })
     }
 
@@ -165,12 +151,12 @@ impl Server {
                     continue;
                 };
                 match read_preface(conn) {
-                    Progress::More => {}
-                    Progress::Closed(why) => {
+                    PrefaceRead::More => {}
+                    PrefaceRead::Closed(why) => {
                         let conn = pending.remove(&key).expect("present");
                         shared.refused(conn.peer, &format!("{why}; closed"));
                     }
-                    Progress::Done(kind) => {
+                    PrefaceRead::Done(kind) => {
                         let mut conn = pending.remove(&key).expect("present");
                         let _ = poll.registry().deregister(&mut conn.stream);
                         if let Some(handle) = self.dispatch(kind, conn) {
@@ -471,31 +457,32 @@ fn into_std(stream: TcpStream) -> io::Result<std::net::TcpStream> {
     Ok(stream)
 }
 
-enum Progress {
+/// How far reading a connection's preface got.
+enum PrefaceRead {
     More,
     Done(Preface),
     Closed(&'static str),
 }
 
 /// Reads no more than the preface needs, and classifies it when complete.
-fn read_preface(conn: &mut Pending) -> Progress {
+fn read_preface(conn: &mut Pending) -> PrefaceRead {
     loop {
         let want = match preface::classify(&conn.bytes) {
             Preface::NeedBytes(n) => n,
-            Preface::Unknown => return Progress::Done(Preface::Unknown),
-            done => return Progress::Done(done),
+            Preface::Unknown => return PrefaceRead::Done(Preface::Unknown),
+            done => return PrefaceRead::Done(done),
         };
         let have = conn.bytes.len();
         conn.bytes.resize(want, 0);
         match conn.stream.read(&mut conn.bytes[have..]) {
-            Ok(0) => return Progress::Closed("closed before finishing its preface"),
+            Ok(0) => return PrefaceRead::Closed("closed before finishing its preface"),
             Ok(n) => conn.bytes.truncate(have + n),
             Err(e) => {
                 conn.bytes.truncate(have);
                 match e.kind() {
-                    io::ErrorKind::WouldBlock => return Progress::More,
+                    io::ErrorKind::WouldBlock => return PrefaceRead::More,
                     io::ErrorKind::Interrupted => {}
-                    _ => return Progress::Closed("failed during its preface"),
+                    _ => return PrefaceRead::Closed("failed during its preface"),
                 }
             }
         }

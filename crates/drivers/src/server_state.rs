@@ -30,9 +30,9 @@ pub struct ServerConfig {
     /// Log test starts and ends to stderr.
     pub log: bool,
     /// Hears the report of every iperf3 test served to its end, to keep it.
-    pub iperf3_reports: Option<ReportSink>,
+    pub iperf3_reports: Option<ReportKeeper>,
     /// Hears this side's result of every native test served to its end (`serve --metrics`).
-    pub served_tests: Option<ServedSink>,
+    pub served_tests: Option<ServedTestHook>,
     /// When set, every native client, agent and mirror must prove it holds this key.
     pub key: Option<Key>,
     /// iperf3 clients' RSA authentication (`--rsa-private-key-path`,
@@ -58,30 +58,30 @@ pub struct ServerConfig {
 
 pub use linerate_model::ServedTest;
 
-/// What a [`ServedSink`] calls.
+/// What a [`ServedTestHook`] calls.
 pub type HearServed = dyn Fn(&ServedTest) + Send + Sync;
 
 /// Hears every native test served to its end.
 #[derive(Clone)]
-pub struct ServedSink(pub Arc<HearServed>);
+pub struct ServedTestHook(pub Arc<HearServed>);
 
-impl std::fmt::Debug for ServedSink {
+impl std::fmt::Debug for ServedTestHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ServedSink")
+        f.write_str("ServedTestHook")
     }
 }
 
 /// Takes a finished test's report (with the server's test id). An iperf3 client keeps no
 /// linerate result of its own, so the server hands its tests over to be kept.
 #[derive(Clone)]
-pub struct ReportSink(pub Arc<KeepReport>);
+pub struct ReportKeeper(pub Arc<KeepReport>);
 
-/// What a [`ReportSink`] calls: the server's test id and the report.
+/// What a [`ReportKeeper`] calls: the server's test id and the report.
 pub type KeepReport = dyn Fn(u64, &linerate_report::Report) + Send + Sync;
 
-impl std::fmt::Debug for ReportSink {
+impl std::fmt::Debug for ReportKeeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ReportSink")
+        f.write_str("ReportKeeper")
     }
 }
 
@@ -135,6 +135,25 @@ pub(crate) struct ServerState {
 }
 
 impl ServerState {
+    /// A server's shared state before anything is served.
+    pub(crate) fn new(config: ServerConfig, iperf3_udp: Option<UdpSocket>) -> ServerState {
+        ServerState {
+            host: linerate_hostinfo::host_facts(),
+            gate: Gate::new(config.access.clone()),
+            operator_log: OperatorLog::new(config.log, config.log_format),
+            rates: Arc::new(RateBook::default()),
+            failures: access::Failures::default(),
+            config,
+            shutdown: Arc::new(AtomicBool::new(false)),
+            running: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            registry: Mutex::new(HashMap::new()),
+            tls_registry: Mutex::new(HashMap::new()),
+            iperf3_streams: Mutex::new(HashMap::new()),
+            iperf3_udp: Mutex::new(iperf3_udp),
+        }
+    }
+
     /// Whether `peer` is refused for its failed proofs: says so in the log.
     pub(crate) fn blocked_for_failures(&self, peer: SocketAddr) -> bool {
         let client = self.gate.policy.client(peer.ip());

@@ -1015,6 +1015,8 @@ impl RrWorker {
         }
     }
 
+    // Long: the request/response data plane's hot loop keeps its state in one frame; a
+    // split would cost calls per transaction.
     fn run_event_loop(&mut self, stop: &AtomicBool) -> io::Result<()> {
         let mut poll = Poll::new()?;
         let mut events = Events::with_capacity(1024);

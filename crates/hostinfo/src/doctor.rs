@@ -532,6 +532,7 @@ fn busy_queue(interface: &InterfaceReading, out: &mut Vec<Scored>) {
 }
 
 /// Offloads that are off, rings below their maximum, stacked devices, the path's MTU.
+// Long: a rule table over the interfaces' facts.
 fn interfaces(facts: &Facts, out: &mut Vec<Scored>) {
     for interface in facts.reading.interfaces.iter().filter(|i| physical(i)) {
         let off: Vec<&str> = [

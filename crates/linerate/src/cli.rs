@@ -477,14 +477,11 @@ pub enum SweepTest {
 
 #[derive(Debug, Args)]
 pub struct SweepArgs {
-    /// Server to test against; without it, an in-process server on loopback
-    pub host: Option<String>,
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// The test at every point
     #[arg(long, value_enum, default_value = "stream")]
     pub test: SweepTest,
-    /// Server port
-    #[arg(short, long, default_value_t = 5201)]
-    pub port: u16,
     /// Flow counts to sweep (comma-separated) [default: 1]
     #[arg(short = 'P', long, value_name = "LIST", value_delimiter = ',', value_parser = flows)]
     pub parallel: Vec<u32>,
@@ -540,9 +537,6 @@ pub struct SweepArgs {
     /// Units of printed figures: a (adaptive), k, m, g
     #[arg(short, long, default_value = "a", value_parser = scale)]
     pub format: Scale,
-    /// Seconds to wait for each connection to be accepted
-    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
-    pub connect_timeout: f64,
 }
 
 #[derive(Debug, Args)]
@@ -740,29 +734,25 @@ pub struct Iperf3Args {
     pub format: Scale,
 }
 
-/// Flags shared by `rr` and `crr`.
+/// The server a test runs against, defined once for `stream`, `rr`, `crr` and `sweep`.
 #[derive(Debug, Clone, Args)]
-pub struct TransactionArgs {
+pub struct ServerArgs {
     /// Server to test against; without it, an in-process server on loopback measures this machine
     pub host: Option<String>,
     /// Server port
     #[arg(short, long, default_value_t = 5201)]
     pub port: u16,
-    /// Bytes per request [k|m suffixes, binary]
-    #[arg(long, default_value = "1", value_parser = message)]
-    pub request: u64,
-    /// Bytes per response [k|m suffixes, binary]
-    #[arg(long, default_value = "1", value_parser = message)]
-    pub response: u64,
-    /// Parallel flows, each with its own transactions
-    #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub parallel: u32,
+    /// Seconds to wait for each connection to be accepted
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
+    pub connect_timeout: f64,
+}
+
+/// How a single test measures, defined once for `stream`, `rr` and `crr`.
+#[derive(Debug, Clone, Args)]
+pub struct MeasureArgs {
     /// Worker threads on this side (default: one per flow up to 16 flows, else one per CPU)
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
-    /// Seconds to measure, after --omit
-    #[arg(short, long, default_value_t = 10.0, value_parser = positive_seconds)]
-    pub time: f64,
     /// Warm-up seconds to leave out of the summary
     #[arg(short = 'O', long, default_value_t = 0.0, value_parser = seconds)]
     pub omit: f64,
@@ -773,6 +763,31 @@ pub struct TransactionArgs {
     /// socket asks for a 4 MiB receive buffer, less over many flows) [k|m|g]
     #[arg(short, long, value_parser = window)]
     pub window: Option<u64>,
+    /// Do not read the host's own counters around the window (interrupts, softirqs,
+    /// softnet drops, NIC queues, protocol counters); both ends read them by default
+    #[arg(long)]
+    pub no_observe: bool,
+}
+
+/// Flags shared by `rr` and `crr`.
+#[derive(Debug, Clone, Args)]
+pub struct TransactionArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    #[command(flatten)]
+    pub measure: MeasureArgs,
+    /// Bytes per request [k|m suffixes, binary]
+    #[arg(long, default_value = "1", value_parser = message)]
+    pub request: u64,
+    /// Bytes per response [k|m suffixes, binary]
+    #[arg(long, default_value = "1", value_parser = message)]
+    pub response: u64,
+    /// Parallel flows, each with its own transactions
+    #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub parallel: u32,
+    /// Seconds to measure, after --omit
+    #[arg(short, long, default_value_t = 10.0, value_parser = positive_seconds)]
+    pub time: f64,
     /// Leave Nagle's algorithm on (rr and crr set TCP_NODELAY by default)
     #[arg(long)]
     pub no_nodelay: bool,
@@ -796,13 +811,6 @@ pub struct TransactionArgs {
     pub per_flow: bool,
     #[command(flatten)]
     pub repeat: RepeatArgs,
-    /// Seconds to wait for each connection to be accepted
-    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
-    pub connect_timeout: f64,
-    /// Do not read the host's own counters around the window (interrupts, softirqs,
-    /// softnet drops, NIC queues, protocol counters); both ends read them by default
-    #[arg(long)]
-    pub no_observe: bool,
 }
 
 /// Encryption of the data connections (`stream` and `rr`).
@@ -1093,38 +1101,24 @@ pub struct ServeArgs {
 
 #[derive(Debug, Args)]
 pub struct StreamArgs {
-    /// Server to test against; without it, an in-process server on loopback measures this machine
-    pub host: Option<String>,
-    /// Server port
-    #[arg(short, long, default_value_t = 5201)]
-    pub port: u16,
+    #[command(flatten)]
+    pub server: ServerArgs,
+    #[command(flatten)]
+    pub measure: MeasureArgs,
     /// UDP instead of TCP: datagrams paced to --rate (default 1M per flow) or --pps
     #[arg(short, long)]
     pub udp: bool,
     /// Parallel flows (TCP connections or UDP socket pairs) per direction
     #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub parallel: u32,
-    /// Worker threads on this side (default: one per flow up to 16 flows, else one per CPU)
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub threads: Option<u32>,
     /// Seconds to measure, after --omit [default: 10; with --find-max, 2 per trial]
     #[arg(short, long, value_parser = positive_seconds)]
     pub time: Option<f64>,
-    /// Warm-up seconds to leave out of the summary
-    #[arg(short = 'O', long, default_value_t = 0.0, value_parser = seconds)]
-    pub omit: f64,
-    /// Seconds between interval reports; 0 for none
-    #[arg(short, long, default_value_t = 1.0, value_parser = interval)]
-    pub interval: f64,
     /// Bytes per write (default 128000: exactly 128K writes leave a short segment each on
     /// 64K-MTU paths such as loopback, and run slower), or UDP payload per datagram, 16 to
     /// 65507 (default: the largest that fits the path MTU) [k|m|g suffixes, binary]
     #[arg(short, long, value_parser = length)]
     pub length: Option<u64>,
-    /// Socket buffer size on both ends (turns kernel autotuning off; without it a UDP
-    /// socket asks for a 4 MiB receive buffer, less over many flows) [k|m|g]
-    #[arg(short, long, value_parser = window)]
-    pub window: Option<u64>,
     /// TCP maximum segment size
     #[arg(short = 'M', long, value_parser = clap::value_parser!(u32).range(88..=65535), conflicts_with = "udp")]
     pub mss: Option<u32>,
@@ -1171,13 +1165,6 @@ pub struct StreamArgs {
     /// Units of printed figures: a (adaptive), k, m, g
     #[arg(short, long, default_value = "a", value_parser = scale)]
     pub format: Scale,
-    /// Seconds to wait for each connection to be accepted
-    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
-    pub connect_timeout: f64,
-    /// Do not read the host's own counters around the window (interrupts, softirqs,
-    /// softnet drops, NIC queues, protocol counters); both ends read them by default
-    #[arg(long)]
-    pub no_observe: bool,
     #[command(flatten)]
     pub secure: TlsArgs,
     /// QUIC streams (quinn) instead of TCP: one connection carrying -P streams, or -P

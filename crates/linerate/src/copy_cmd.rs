@@ -13,7 +13,7 @@ use linerate_report::units::Scale;
 use linerate_transfer::client::{self, CopyEvents, CopyOptions, CopySummary, Endpoint};
 use linerate_transfer::diagnosis::Diagnosis;
 use linerate_transfer::error::TransferError;
-use linerate_transfer::outcome::Progress;
+use linerate_transfer::outcome::TransferProgress;
 use linerate_transfer::rate::RateConfig;
 
 use crate::cli::{CopyArgs, DiskArgs};
@@ -80,7 +80,7 @@ impl Bar {
         self.bar.set_message(name.to_string());
     }
 
-    fn update(&self, progress: Progress) {
+    fn update(&self, progress: TransferProgress) {
         self.bar.set_position(progress.done.min(progress.total));
         if progress.sent > 0 {
             self.bar.set_prefix(format!(
@@ -135,7 +135,7 @@ pub fn copy(args: &CopyArgs, globals: &Globals) -> Outcome {
         *current.borrow_mut() = Some(name.to_string());
         bar.start(name, total)
     };
-    let progress = |p: Progress| bar.update(p);
+    let progress = |p: TransferProgress| bar.update(p);
     let events = CopyEvents {
         file_started: &started,
         progress: &progress,

@@ -8,10 +8,10 @@ use anyhow::Context;
 use clap::Parser;
 use linerate_campaign::sink::{Sinks, StoreSink};
 use linerate_campaign::{cancel, repeat, storage, test};
-use linerate_drivers::client::Progress;
 use linerate_drivers::iperf3_client;
 use linerate_proto::iperf3::{Params, Transport, DEFAULT_TCP_BLOCK, DEFAULT_UDP_RATE};
 use linerate_report::document::Document;
+use linerate_report::live::TestUpdate;
 use linerate_report::text::{self, INTERVAL_HEADER};
 use linerate_report::{iperf3_json, Direction};
 use serde_json::Value;
@@ -86,8 +86,8 @@ pub fn run(args: &Iperf3Args, globals: &Globals) -> Outcome {
     let started_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let mut progress = |event: Progress| match event {
-        Progress::Iperf3Streams {
+    let mut progress = |event: TestUpdate| match event {
+        TestUpdate::Iperf3Streams {
             cookie,
             control_mss,
             streams,
@@ -103,11 +103,11 @@ pub fn run(args: &Iperf3Args, globals: &Globals) -> Outcome {
             let line = iperf3_json::start_line(&run, &start);
             println!("{line}");
         }
-        Progress::Interval(interval) if args.json_stream => {
+        TestUpdate::Interval(interval) if args.json_stream => {
             println!("{}", iperf3_json::interval_line(&config, &interval));
         }
-        Progress::Started if args.interval > 0.0 => say(INTERVAL_HEADER),
-        Progress::Interval(interval) => {
+        TestUpdate::Started if args.interval > 0.0 => say(INTERVAL_HEADER),
+        TestUpdate::Interval(interval) => {
             for line in text::side_interval_lines(
                 &interval,
                 &sends,

@@ -8,17 +8,14 @@ use crate::Globals;
 use anyhow::Context;
 use linerate_campaign::cancel;
 use linerate_campaign::mesh::{self, MeshEvent, MeshOptions};
-use linerate_mesh::schedule::simulate;
 use linerate_mesh::{Mesh, TestKind};
-use linerate_metrics::alerts::{Alert, Change, Notifier};
+use linerate_metrics::alerts::{Alert, Change};
 use linerate_metrics::assess::Thresholds;
-use linerate_metrics::board::{Board, Measure};
-use linerate_metrics::remote_write::RemoteWriter;
-use linerate_metrics::watch::Watch;
+use linerate_metrics::board::Measure;
+use linerate_metrics::watch::{Watch, WatchError, WatchSpec};
 use linerate_proto::auth::Key;
 use linerate_store::MeshRow;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What a job costs beyond its test's duration, for the plan: reaching the source's
@@ -99,64 +96,53 @@ fn rediscover(path: &std::path::Path) -> Result<Option<mesh::Rediscover>, Failur
     }))
 }
 
-fn plan(args: &MeshPlanArgs) -> Outcome {
-    let mesh = load(&args.file)?;
-    let simulation = simulate(&mesh, 1, |job| mesh.tests[job.test].seconds + SETUP_S);
-    let (jobs, placed) = (&simulation.jobs, &simulation.placed);
-    // (the test, its figures as the JSON plan gives them)
-    let mut tests = Vec::new();
-    for (index, test) in mesh.tests.iter().enumerate() {
-        let mine: Vec<usize> = (0..jobs.len()).filter(|&j| jobs[j].test == index).collect();
-        if mine.is_empty() {
-            continue;
-        }
-        let rounds = mine.iter().map(|&j| jobs[j].round).max().unwrap_or(0) + 1;
-        let cycle_s = placed
-            .iter()
-            .filter(|p| p.cycle == 1 && jobs[p.job].test == index)
-            .map(|p| p.end)
-            .fold(0.0, f64::max)
-            - placed
-                .iter()
-                .filter(|p| p.cycle == 1 && jobs[p.job].test == index)
-                .map(|p| p.start)
-                .fold(f64::INFINITY, f64::min);
-        tests.push((
-            test,
+/// `mesh plan --json`: each test's figures and the first cycle's slots.
+fn plan_json(mesh: &Mesh, plan: &linerate_mesh::PlanSummary) -> serde_json::Value {
+    let tests: Vec<serde_json::Value> = plan
+        .tests
+        .iter()
+        .map(|t| {
+            let test = &mesh.tests[t.test];
             serde_json::json!({
                 "test": test.name,
                 "run": test.kind.run(),
                 "protocol": test.kind.protocol().name(),
                 "exclusive": test.exclusive,
-                "jobs": mine.len(),
-                "rounds": if test.exclusive { Some(rounds) } else { None },
+                "jobs": t.jobs,
+                "rounds": t.rounds,
                 "interval_s": test.interval_s,
-                "cycle_s": if test.exclusive { Some(cycle_s) } else { None },
-            }),
-        ));
-    }
-    if args.json {
-        let schedule: Vec<serde_json::Value> = placed
-            .iter()
-            .filter(|p| p.cycle == 1 && mesh.tests[jobs[p.job].test].exclusive)
-            .map(|p| {
-                let job = jobs[p.job];
-                serde_json::json!({
-                    "test": mesh.tests[job.test].name,
-                    "src": mesh.hosts[job.src].name,
-                    "dst": mesh.hosts[job.dst].name,
-                    "round": job.round + 1,
-                    "start_s": p.start,
-                    "end_s": p.end,
-                })
+                "cycle_s": t.cycle_s,
             })
-            .collect();
-        let doc = serde_json::json!({
-            "mesh": mesh.name,
-            "hosts": mesh.hosts.len(),
-            "tests": tests.iter().map(|(_, figures)| figures).collect::<Vec<_>>(),
-            "schedule": schedule,
-        });
+        })
+        .collect();
+    let schedule: Vec<serde_json::Value> = plan
+        .first_cycle
+        .iter()
+        .map(|slot| {
+            let job = slot.job;
+            serde_json::json!({
+                "test": mesh.tests[job.test].name,
+                "src": mesh.hosts[job.src].name,
+                "dst": mesh.hosts[job.dst].name,
+                "round": job.round + 1,
+                "start_s": slot.start_s,
+                "end_s": slot.end_s,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "mesh": mesh.name,
+        "hosts": mesh.hosts.len(),
+        "tests": tests,
+        "schedule": schedule,
+    })
+}
+
+fn plan(args: &MeshPlanArgs) -> Outcome {
+    let mesh = load(&args.file)?;
+    let plan = linerate_mesh::plan::summary(&mesh, SETUP_S);
+    if args.json {
+        let doc = plan_json(&mesh, &plan);
         println!(
             "{}",
             serde_json::to_string_pretty(&doc).context("encoding the plan")?
@@ -167,26 +153,26 @@ fn plan(args: &MeshPlanArgs) -> Outcome {
         "Mesh '{}': {} hosts, {} jobs (each its test's time plus about {SETUP_S:.0} s to set up)",
         mesh.name,
         mesh.hosts.len(),
-        jobs.len()
+        plan.jobs
     );
-    for (test, value) in &tests {
+    for figures in &plan.tests {
+        let test = &mesh.tests[figures.test];
         let every = humantime::format_duration(Duration::from_secs_f64(test.interval_s));
-        if test.exclusive {
-            println!(
-                "  {} ({} {}, {:.0} s, exclusive): {} jobs in {} rounds, a cycle of {:.0} s, every {every}",
-                test.name,
-                test.kind.run(),
-                test.kind.protocol().name(),
-                test.seconds,
-                value["jobs"],
-                value["rounds"],
-                value["cycle_s"].as_f64().unwrap_or(0.0),
-            );
-            if value["cycle_s"].as_f64().unwrap_or(0.0) > test.interval_s {
-                println!("    note: a cycle takes longer than its interval; cycles will run back to back");
+        match (figures.rounds, figures.cycle_s) {
+            (Some(rounds), Some(cycle_s)) => {
+                println!(
+                    "  {} ({} {}, {:.0} s, exclusive): {} jobs in {rounds} rounds, a cycle of {cycle_s:.0} s, every {every}",
+                    test.name,
+                    test.kind.run(),
+                    test.kind.protocol().name(),
+                    test.seconds,
+                    figures.jobs,
+                );
+                if cycle_s > test.interval_s {
+                    println!("    note: a cycle takes longer than its interval; cycles will run back to back");
+                }
             }
-        } else {
-            println!(
+            _ => println!(
                 "  {} ({} {}, {:.0} s, light{}): {} jobs, each every {every} at its own phase",
                 test.name,
                 test.kind.run(),
@@ -197,19 +183,16 @@ fn plan(args: &MeshPlanArgs) -> Outcome {
                 } else {
                     ""
                 },
-                value["jobs"],
-            );
+                figures.jobs,
+            ),
         }
     }
     // The first cycle of the exclusive tests, round by round.
     let mut by_start: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-    for p in placed
-        .iter()
-        .filter(|p| p.cycle == 1 && mesh.tests[jobs[p.job].test].exclusive)
-    {
-        let job = jobs[p.job];
+    for slot in &plan.first_cycle {
+        let job = slot.job;
         by_start
-            .entry((p.start * 1000.0).round() as u64)
+            .entry((slot.start_s * 1000.0).round() as u64)
             .or_default()
             .push(format!(
                 "{} {}->{}",
@@ -244,6 +227,8 @@ fn key_of(mesh: &Mesh, globals: &Globals) -> Result<Option<Key>, Failure> {
         .map_err(|e| Failure::Usage(format!("the mesh's key {}: {e}", path.display())))
 }
 
+// Long: the coordinator's set-up in order (store, key, watch, signals, view), then the run
+// and its end.
 fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     let mesh = load(&args.file)?;
     let key = key_of(&mesh, globals)?;
@@ -357,66 +342,47 @@ fn alert_words(alert: &Alert) -> String {
 /// What watches the results: the board (seeded with what the store holds of the mesh),
 /// the HTTP listener of `--metrics`, `--remote-write` and the file's alert receivers.
 fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Result<Watch> {
-    let mut board = Board::default();
-    for host in &mesh.hosts {
-        board.declare_host(&host.name);
-    }
-    for test in &mesh.tests {
-        let measure = match test.kind {
-            TestKind::Stream { .. } => Measure::Goodput,
-            TestKind::Rr { .. } | TestKind::Crr { .. } => Measure::Latency,
-            TestKind::Rpm { .. } => Measure::Responsiveness,
-        };
-        board.declare(&test.name, measure);
-    }
-    board.seed(past);
-    let board = Arc::new(Mutex::new(board));
     let rules = &mesh.alerts;
-    let thresholds = Thresholds {
-        goodput_drop: rules.goodput_drop,
-        latency_rise: rules.latency_rise,
-        responsiveness_drop: rules.responsiveness_drop,
-        window: rules.baseline,
-        at_least: rules.at_least,
+    let spec = WatchSpec {
+        mesh: &mesh.name,
+        hosts: mesh.hosts.iter().map(|h| h.name.as_str()).collect(),
+        tests: mesh
+            .tests
+            .iter()
+            .map(|test| {
+                let measure = match test.kind {
+                    TestKind::Stream { .. } => Measure::Goodput,
+                    TestKind::Rr { .. } | TestKind::Crr { .. } => Measure::Latency,
+                    TestKind::Rpm { .. } => Measure::Responsiveness,
+                };
+                (test.name.as_str(), measure)
+            })
+            .collect(),
+        past,
+        thresholds: Thresholds {
+            goodput_drop: rules.goodput_drop,
+            latency_rise: rules.latency_rise,
+            responsiveness_drop: rules.responsiveness_drop,
+            window: rules.baseline,
+            at_least: rules.at_least,
+        },
+        metrics: args.metrics,
+        remote_write: args.remote_write.as_deref(),
+        alertmanager: rules.alertmanager.as_deref(),
+        webhook: rules.webhook.as_deref(),
+        grid_url: rules.grid_url.clone(),
     };
-    let server = match args.metrics {
-        Some(addr) => {
-            let server =
-                linerate_metrics::server::start(addr, board.clone(), &mesh.name, thresholds)
-                    .map_err(|e| Failure::Usage(format!("--metrics {addr}: {e:#}")))?;
-            eprintln!(
-                "linerate mesh: metrics at http://{}/metrics, the grid at http://{}/",
-                server.addr, server.addr
-            );
-            Some(server)
-        }
-        None => None,
-    };
-    let remote = match &args.remote_write {
-        Some(url) => Some(
-            RemoteWriter::start(url)
-                .map_err(|e| Failure::Usage(format!("--remote-write {url}: {e:#}")))?,
-        ),
-        None => None,
-    };
-    let grid = rules
-        .grid_url
-        .clone()
-        .or_else(|| server.as_ref().map(|s| format!("http://{}", s.addr)));
-    let notifier = Notifier::start(
-        rules.alertmanager.as_deref(),
-        rules.webhook.as_deref(),
-        grid,
-    )
-    .map_err(|e| Failure::Usage(format!("{}: [alerts]: {e:#}", args.file.display())))?;
-    Ok(Watch {
-        board,
-        thresholds,
-        server,
-        remote,
-        alerts: Default::default(),
-        notifier,
-    })
+    let watch = Watch::start(spec).map_err(|e| match e {
+        WatchError::Alerts(_) => Failure::Usage(format!("{}: {e}", args.file.display())),
+        _ => Failure::Usage(e.to_string()),
+    })?;
+    if let Some(server) = &watch.server {
+        eprintln!(
+            "linerate mesh: metrics at http://{}/metrics, the grid at http://{}/",
+            server.addr, server.addr
+        );
+    }
+    Ok(watch)
 }
 
 fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {

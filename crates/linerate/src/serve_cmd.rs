@@ -8,7 +8,7 @@ use anyhow::{anyhow, Context};
 use linerate_campaign::{cancel, storage};
 use linerate_drivers::access::{AccessPolicy, LogFormat};
 use linerate_drivers::server::{Server, ServerConfig};
-use linerate_drivers::server_state::ServedSink;
+use linerate_drivers::server_state::ServedTestHook;
 use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::Board;
 use linerate_metrics::served;
@@ -90,7 +90,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
                 "linerate serve: metrics at http://{}/metrics",
                 listener.addr
             );
-            config.served_tests = Some(ServedSink(Arc::new(move |test| {
+            config.served_tests = Some(ServedTestHook(Arc::new(move |test| {
                 let mut board = board.lock().unwrap_or_else(|e| e.into_inner());
                 for (row, figures) in served::rows_of(test) {
                     board.record_figures(&row, Some(&figures));

@@ -20,8 +20,8 @@ fn spec(args: &SweepArgs) -> SweepSpec {
             SweepTest::Rr => sweep::SweepTest::Rr,
             SweepTest::Crr => sweep::SweepTest::Crr,
         },
-        host: args.host.clone(),
-        port: args.port,
+        host: args.server.host.clone(),
+        port: args.server.port,
         parallel: args.parallel.clone(),
         window: args.window.clone(),
         length: args.length.clone(),
@@ -37,7 +37,7 @@ fn spec(args: &SweepArgs) -> SweepSpec {
         threads: args.threads,
         time_s: args.time,
         omit_s: args.omit,
-        connect_timeout_s: args.connect_timeout,
+        connect_timeout_s: args.server.connect_timeout,
         tls: args.secure.settings(false),
         plan: RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence),
     }
@@ -45,8 +45,8 @@ fn spec(args: &SweepArgs) -> SweepSpec {
 
 pub fn run(args: &SweepArgs, globals: &Globals) -> Outcome {
     check_secure_flags(&args.secure, false, false)?;
-    let target = match &args.host {
-        Some(host) => Some(test::resolve_host(host, args.port)?),
+    let target = match &args.server.host {
+        Some(host) => Some(test::resolve_host(host, args.server.port)?),
         None => None,
     };
     let resolve = |request: &_| test::resolve_request(request, target);
@@ -61,7 +61,7 @@ pub fn run(args: &SweepArgs, globals: &Globals) -> Outcome {
     let mut sinks = Sinks::new()
         .with(bar)
         .append(sink::standard(args.json, text, store));
-    let place = match &args.host {
+    let place = match &args.server.host {
         Some(host) => format!("against {host}"),
         None => "over loopback (in-process server)".to_string(),
     };

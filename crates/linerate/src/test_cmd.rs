@@ -62,22 +62,22 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
     };
     TestRequest {
         tls: args.secure.settings(args.quic),
-        target: args.host.clone(),
-        port: args.port,
+        target: args.server.host.clone(),
+        port: args.server.port,
         parallel: args.parallel,
-        threads: args.threads,
+        threads: args.measure.threads,
         time_s: args.time.unwrap_or(if args.find_max {
             FIND_MAX_TRIAL_S
         } else {
             DEFAULT_TIME_S
         }),
-        omit_s: args.omit,
-        interval_s: args.interval,
-        window: args.window,
+        omit_s: args.measure.omit,
+        interval_s: args.measure.interval,
+        window: args.measure.window,
         congestion: args.congestion.clone(),
         per_flow: args.per_flow,
-        connect_timeout_s: args.connect_timeout,
-        observe: !args.no_observe,
+        connect_timeout_s: args.server.connect_timeout,
+        observe: !args.measure.no_observe,
         kind: TestKind::Stream(StreamRequest {
             direction,
             rate_bps: args.rate,
@@ -90,18 +90,18 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
 fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestRequest {
     TestRequest {
         tls: rr.and_then(|a| a.secure.settings(false)),
-        target: common.host.clone(),
-        port: common.port,
+        target: common.server.host.clone(),
+        port: common.server.port,
         parallel: common.parallel,
-        threads: common.threads,
+        threads: common.measure.threads,
         time_s: common.time,
-        omit_s: common.omit,
-        interval_s: common.interval,
-        window: common.window,
+        omit_s: common.measure.omit,
+        interval_s: common.measure.interval,
+        window: common.measure.window,
         congestion: common.congestion.clone(),
         per_flow: common.per_flow,
-        connect_timeout_s: common.connect_timeout,
-        observe: !common.no_observe,
+        connect_timeout_s: common.server.connect_timeout,
+        observe: !common.measure.no_observe,
         kind: TestKind::Transactions(TransactionRequest {
             connect_each: rr.is_none(),
             udp: rr.is_some_and(|a| a.udp),
@@ -121,8 +121,8 @@ fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestReq
 pub fn stream(args: &StreamArgs, globals: &Globals) -> Outcome {
     check_secure_flags(&args.secure, args.quic, args.baseline)?;
     let shown = Shown {
-        host: args.host.as_deref(),
-        port: args.port,
+        host: args.server.host.as_deref(),
+        port: args.server.port,
         secure: &args.secure,
         plan: RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence),
         json: args.json,
@@ -141,8 +141,8 @@ pub fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>, globals: &Glo
     let secure = rr.map_or(&default_secure, |a| &a.secure);
     check_secure_flags(secure, false, false)?;
     let shown = Shown {
-        host: common.host.as_deref(),
-        port: common.port,
+        host: common.server.host.as_deref(),
+        port: common.server.port,
         secure,
         plan: RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence),
         json: common.json,

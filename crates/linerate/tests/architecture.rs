@@ -280,3 +280,59 @@ fn the_documented_crate_graph_is_the_manifests() {
         "docs/architecture.md's crate graph (left) differs from the manifests (right)"
     );
 }
+
+/// The modules docs/architecture.md names by path exist, and it names every command
+/// module of the binary: a `crate::module` path in backticks (`transfer::send_driver`,
+/// `linerate_proto::agent`) whose crate is the workspace's must name a module of it, so a
+/// module that moves or is renamed fails here until the page says where it went; a
+/// `*_cmd` module added to the binary fails until the page lists it.
+#[test]
+fn the_modules_docs_architecture_names_exist_and_every_command_is_named() {
+    let root = workspace();
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let crates: BTreeSet<String> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for (i, span) in doc.split('`').enumerate() {
+        if i % 2 == 0 {
+            continue;
+        }
+        for token in span.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')) {
+            let segments: Vec<&str> = token.split("::").collect();
+            if segments.len() < 2 {
+                continue;
+            }
+            let krate = segments[0].strip_prefix("linerate_").unwrap_or(segments[0]);
+            let module = segments[1];
+            if !crates.contains(krate) || !module.starts_with(|c: char| c.is_ascii_lowercase()) {
+                continue;
+            }
+            let src = root.join("crates").join(krate).join("src");
+            checked += 1;
+            if !src.join(format!("{module}.rs")).is_file() && !src.join(module).is_dir() {
+                missing.push(token.to_string());
+            }
+        }
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} module paths found: is the page read?"
+    );
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names modules that are not there: {missing:?}"
+    );
+    let unnamed: Vec<String> = std::fs::read_dir(root.join("crates/linerate/src"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|name| name.strip_suffix(".rs").map(String::from))
+        .filter(|name| name.ends_with("_cmd") && !doc.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "commands docs/architecture.md does not name: {unnamed:?}"
+    );
+}

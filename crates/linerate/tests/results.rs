@@ -531,3 +531,47 @@ fn the_html_report_renders_in_chromium() {
     assert!(inked * 100 > total, "only {inked} of {total} pixels drawn");
     assert!(colours.len() > 20, "only {} colours", colours.len());
 }
+
+/// A home where the default database cannot be made (here under /proc, where not even
+/// root creates a directory) does not stop a test: it runs, and says once that it was not
+/// kept, why, and what to give instead. A database asked for with --db that cannot be
+/// made still stops the command, its cause said once.
+#[test]
+fn an_unwritable_home_runs_the_test_and_says_it_was_not_kept() {
+    let out = std::process::Command::new(common::binary())
+        .env_remove("LINERATE_DB")
+        .env_remove("XDG_DATA_HOME")
+        .env("HOME", "/proc/linerate-no-home")
+        .args(["stream", "-t", "0.3", "--json"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(json(&out)["summary"]["receiver_bytes"].as_u64().unwrap() > 0);
+    assert!(
+        err.contains("this run is not kept")
+            && err.contains("--db PATH")
+            && err.contains("--no-store"),
+        "{err}"
+    );
+    let cause = err
+        .lines()
+        .find(|l| l.contains("not kept"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(cause.contains("/proc/linerate-no-home"), "{cause}");
+    // A cause appears once, not again after itself.
+    let reason = cause
+        .split("cannot create the directory")
+        .nth(1)
+        .unwrap_or("");
+    let first = reason.find("(os error").unwrap_or(0);
+    assert!(!reason[first + 1..].contains("(os error"), "{cause}");
+    let named = std::process::Command::new(common::binary())
+        .args(["--db", "/proc/linerate-no-home/x.db", "stream", "-t", "0.3"])
+        .output()
+        .unwrap();
+    let err = stderr(&named);
+    assert_eq!(named.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("(os error").count(), 1, "{err}");
+}

@@ -1,15 +1,18 @@
 //! The mesh: many hosts measured on a schedule, the job perfSONAR's pScheduler and
 //! pSConfig do. This crate is the sans-IO part: the mesh file ([`file`]), what it makes
 //! ([`model`]: hosts, tests, groups, and the jobs, one test from one host to another), and
-//! the scheduler that says when each job runs ([`schedule`]). The coordinator that runs
+//! the scheduler that says when each job runs ([`schedule`]), and what each job runs
+//! ([`plan`]: its profile, and the figures of a simulated schedule). The coordinator that runs
 //! the jobs against the hosts' agents lives in linerate-campaign.
 
 pub mod file;
 pub mod model;
+pub mod plan;
 pub mod schedule;
 
 pub use file::{parse, MeshError};
 pub use model::*;
+pub use plan::{job_plan, JobPlan, PlanSummary};
 pub use schedule::{Action, Down, Outcome, Past, Placed, Scheduler};
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use crate::alerts::{Alerts, Change, Notifier};
 use crate::assess::{assess, Thresholds};
-use crate::board::{Board, Key};
+use crate::board::{Board, Key, Measure};
 use crate::remote_write::RemoteWriter;
 use crate::server::MetricsServer;
 use linerate_model::mesh_row::MeshRow;
@@ -20,7 +20,83 @@ pub struct Watch {
     pub notifier: Option<Notifier>,
 }
 
+/// What a watch is started with: the mesh's hosts and tests (each with the figure it
+/// measures), its past rows, its thresholds, and where to serve, send and alert.
+pub struct WatchSpec<'a> {
+    pub mesh: &'a str,
+    pub hosts: Vec<&'a str>,
+    pub tests: Vec<(&'a str, Measure)>,
+    pub past: &'a [MeshRow],
+    pub thresholds: Thresholds,
+    /// `--metrics`: the listener for /metrics and the grid.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// `--remote-write`: the receiver's URL.
+    pub remote_write: Option<&'a str>,
+    /// The `[alerts]` receivers, and the grid's address in their messages (else the
+    /// listener's).
+    pub alertmanager: Option<&'a str>,
+    pub webhook: Option<&'a str>,
+    pub grid_url: Option<String>,
+}
+
+/// Which part of a watch could not start, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("--metrics {addr}: {why:#}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        why: anyhow::Error,
+    },
+    #[error("--remote-write {url}: {why:#}")]
+    RemoteWrite { url: String, why: anyhow::Error },
+    #[error("[alerts]: {0:#}")]
+    Alerts(anyhow::Error),
+}
+
 impl Watch {
+    /// Starts everything that watches a mesh: the board with its past, the listener, the
+    /// remote writer and the alerts' notifier.
+    pub fn start(spec: WatchSpec<'_>) -> Result<Watch, WatchError> {
+        let mut board = Board::default();
+        for host in &spec.hosts {
+            board.declare_host(host);
+        }
+        for (test, measure) in &spec.tests {
+            board.declare(test, *measure);
+        }
+        board.seed(spec.past);
+        let board = Arc::new(Mutex::new(board));
+        let server = match spec.metrics {
+            Some(addr) => Some(
+                crate::server::start(addr, board.clone(), spec.mesh, spec.thresholds)
+                    .map_err(|why| WatchError::Metrics { addr, why })?,
+            ),
+            None => None,
+        };
+        let remote = match spec.remote_write {
+            Some(url) => Some(
+                RemoteWriter::start(url).map_err(|why| WatchError::RemoteWrite {
+                    url: url.to_string(),
+                    why,
+                })?,
+            ),
+            None => None,
+        };
+        let grid = spec
+            .grid_url
+            .or_else(|| server.as_ref().map(|s| format!("http://{}", s.addr)));
+        let notifier =
+            Notifier::start(spec.alertmanager, spec.webhook, grid).map_err(WatchError::Alerts)?;
+        Ok(Watch {
+            board,
+            thresholds: spec.thresholds,
+            server,
+            remote,
+            alerts: Alerts::default(),
+            notifier,
+        })
+    }
+
     /// A finished job: on the board, sent on, and the alerts updated. The alerts' changes
     /// are returned (the coordinator shows them).
     pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) -> Option<Change> {

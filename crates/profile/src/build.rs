@@ -181,6 +181,7 @@ fn allowed(kind: &str) -> &'static [&'static str] {
     }
 }
 
+// Long: one match over the uperf flowop kinds, each arm reading its own options.
 fn build_op(filler: &Filler, raw: RawOp, group_remote: Option<&str>) -> Result<Op> {
     let kind = raw.kind.value.as_str();
     if !matches!(

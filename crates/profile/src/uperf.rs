@@ -109,6 +109,7 @@ pub fn parse(file: &str, text: &str, vars: &Vars) -> Result<Profile, ProfileErro
 
 /// Reads a uperf profile, with a note (`file:line:col: ...`) for every option that uperf
 /// ignores and linerate ignores with it.
+// Long: one pass over the XML's events, a match per element with its position for errors.
 pub fn parse_noting(
     file: &str,
     text: &str,

@@ -982,6 +982,7 @@ impl ClientSession {
         }
     }
 
+    // Long: one match over (state, message), every pair the protocol allows in one place.
     fn handle_message(&mut self, now: Instant, message: ServerMessage) {
         match (self.state, message) {
             (_, ServerMessage::Refuse { code, reason }) => {

@@ -57,6 +57,7 @@ fn rr(s: &Summary) -> Option<&crate::model::RrSummary> {
 }
 
 /// The figures compared for a test of this kind, the headline first.
+// Long: the comparison's metric table, one row per figure compared.
 pub fn metrics(config: &crate::model::TestConfig) -> Vec<Metric> {
     let cpu = [
         Metric {

@@ -418,6 +418,7 @@ fn udp_stream(f: &FlowReport, duration: f64, sends: bool) -> Option<Value> {
 }
 
 /// `end`: the sums, the streams, CPU, and the congestion control on each end.
+// Long: iperf3's "end" object written key by key in iperf3's own order.
 fn end(report: &Report) -> Map<String, Value> {
     let config = &report.config;
     let tcp = config.protocol.traits().kernel_tcp;

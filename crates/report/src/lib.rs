@@ -13,8 +13,10 @@ pub mod document;
 pub mod export;
 #[cfg(test)]
 mod fixtures;
+pub mod headline;
 pub mod html;
 pub mod iperf3_json;
+pub mod live;
 pub mod model;
 pub mod profile;
 pub mod rpm;

@@ -348,6 +348,22 @@ pub struct UdpSummary {
     pub kernel: PerSide<UdpCounters>,
 }
 
+impl UdpSummary {
+    /// The loss a rate trial is judged by: the window's, or the whole test's when more was
+    /// lost there. Datagrams sent at the end and never received show in no gap of the
+    /// window (`lost_total` catches them); a trial that lost its tail lost them at the
+    /// rate it was tried at.
+    pub fn trial_loss_pct(&self) -> f64 {
+        let whole = self.received + self.lost_total;
+        let tail = if whole > 0 {
+            self.lost_total as f64 * 100.0 / whole as f64
+        } else {
+            0.0
+        };
+        self.loss_pct.max(tail)
+    }
+}
+
 /// When a test was ended ahead of its schedule by the user.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Interruption {

@@ -433,7 +433,7 @@ pub fn trial_line(number: usize, trial: &RateTrial, scale: Scale) -> String {
         format_rate(s.sender_bps, scale),
         format_rate(s.receiver_bps, scale),
         udp.receiver_pps,
-        udp.loss_pct,
+        udp.trial_loss_pct(),
     )
 }
 
@@ -491,7 +491,8 @@ pub fn limit_words(
             udp.qdisc_drops
         ),
         (TrialVerdict::SenderShort, _) => format!(
-            "at {above} the senders reached only {} ({} send errors; busiest sending core {:.0}%)",
+            "at {above} the senders reached only {} ({} send errors; busiest sending core {:.0}%), \
+             and the receivers took it within the bound: the sending host is the limit",
             format_rate(trial.summary.sender_bps, Scale::Adaptive),
             udp.send_errors,
             sender_cpu.busiest_core_pct
@@ -503,7 +504,7 @@ pub fn limit_words(
         ),
         _ => format!(
             "at {above} {} datagrams ({:.3}%) were lost between the hosts, none for a full receive buffer",
-            udp.lost, udp.loss_pct
+            udp.lost.max(udp.lost_total), udp.trial_loss_pct()
         ),
     }
 }
@@ -580,6 +581,38 @@ pub fn side_by_side(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A trial that lost its tail (sent at the end, never received, in no gap of the
+    /// window) is judged and printed by that loss: once it read "0.000 %, passed" with
+    /// 13,102 datagrams lost.
+    #[test]
+    fn a_trial_that_lost_its_tail_shows_that_loss() {
+        let udp = UdpSummary {
+            received: 1_000,
+            lost_total: 13_102,
+            loss_pct: 0.0,
+            ..UdpSummary::default()
+        };
+        let judged = udp.trial_loss_pct();
+        assert!((judged - 92.9).abs() < 0.1, "{judged}");
+        let trial = RateTrial {
+            offered_bps: None,
+            verdict: TrialVerdict::Lossy,
+            summary: Summary {
+                udp: Some(udp.clone()),
+                ..Summary::default()
+            },
+            warnings: Vec::new(),
+        };
+        let line = trial_line(1, &trial, Scale::Adaptive);
+        assert!(line.contains("92.909%"), "{line}");
+        // A window that lost more than the tail keeps its own figure.
+        let window = UdpSummary {
+            loss_pct: 95.0,
+            ..udp
+        };
+        assert_eq!(window.trial_loss_pct(), 95.0);
+    }
 
     #[test]
     fn interval_line_has_iperf3_columns() {

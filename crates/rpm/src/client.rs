@@ -380,13 +380,13 @@ enum Probe {
 /// bytes received so far. Bounded: a line is at most 24 bytes (a count has at most 20
 /// digits); anything else is not a count and is dropped, as is a count that goes back.
 #[derive(Debug, Default)]
-pub struct Progress {
+pub struct UploadProgress {
     reported: u64,
     line: Vec<u8>,
     overlong: bool,
 }
 
-impl Progress {
+impl UploadProgress {
     /// Takes the answer's next bytes; returns the bytes newly received by the server.
     pub fn take(&mut self, data: &[u8]) -> u64 {
         let mut arrived = 0;
@@ -463,7 +463,7 @@ async fn add_load(
             return;
         };
         let mut body = response.into_body();
-        let mut progress = Progress::default();
+        let mut progress = UploadProgress::default();
         while !stop.load(Ordering::Relaxed) {
             let Some(Ok(frame)) = body.frame().await else {
                 break;
@@ -560,6 +560,8 @@ fn interval_line(direction: &str, interval: &RpmInterval) -> String {
     )
 }
 
+// Long: one direction of the draft's test: each interval adds loads, probes and checks
+// saturation, in the draft's order.
 async fn leg(
     options: &Options,
     target: &Target,

@@ -1,4 +1,4 @@
-use crate::client::{parse_urls, Progress};
+use crate::client::{parse_urls, UploadProgress};
 use crate::server::{self, config_json, Limits};
 use proptest::prelude::*;
 use std::io::{Read, Write};
@@ -41,7 +41,7 @@ fn the_configuration_names_the_authority_asked_for_or_the_listener() {
 
 #[test]
 fn progress_lines_count_what_arrived_once() {
-    let mut p = Progress::default();
+    let mut p = UploadProgress::default();
     assert_eq!(p.take(b"100\n25"), 100);
     assert_eq!(p.take(b"0\n"), 150);
     // Backwards, not a number, too long: nothing.
@@ -71,7 +71,7 @@ proptest! {
     /// Any bytes as progress lines: never more than the largest count seen.
     #[test]
     fn progress_never_counts_beyond_the_largest_line(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..20)) {
-        let mut p = Progress::default();
+        let mut p = UploadProgress::default();
         let total: u64 = chunks.iter().map(|c| p.take(c)).sum();
         let joined: Vec<u8> = chunks.concat();
         let largest = joined

@@ -87,13 +87,15 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
+/// (A cause is written into the message and is not a `source`, so that a chain of
+/// errors printed with `{:#}` does not say it twice.)
 pub enum StoreError {
     #[error("{path}: not a linerate results database ({why})")]
     Foreign { path: String, why: String },
-    #[error("{path}: the results database is damaged or not a database ({source})")]
+    #[error("{path}: the results database is damaged or not a database ({cause})")]
     Corrupt {
         path: String,
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
     #[error("{path}: written by a newer linerate (schema version {found}; this one reads up to {known})")]
     TooNew {
@@ -103,18 +105,18 @@ pub enum StoreError {
     },
     #[error("no run {id} in {path} (see 'linerate history')")]
     NotFound { path: String, id: i64 },
-    #[error("{path}: run {id} has a document this linerate cannot read ({source})")]
+    #[error("{path}: run {id} has a document this linerate cannot read ({cause})")]
     Unreadable {
         path: String,
         id: i64,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
-    #[error("cannot create the directory {dir}: {source}")]
-    Directory { dir: String, source: std::io::Error },
-    #[error("{path}: {source}")]
+    #[error("cannot create the directory {dir}: {cause}")]
+    Directory { dir: String, cause: std::io::Error },
+    #[error("{path}: {cause}")]
     Sqlite {
         path: String,
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
     #[error("archive {url}: {why}")]
     Archive { url: String, why: String },
@@ -285,12 +287,12 @@ impl Store {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory {
                 dir: dir.display().to_string(),
-                source,
+                cause: source,
             })?;
         }
         let sqlite = |source| StoreError::Sqlite {
             path: shown.clone(),
-            source,
+            cause: source,
         };
         let conn = Connection::open_with_flags(
             path,
@@ -318,7 +320,7 @@ impl Store {
     fn sqlite(&self, source: rusqlite::Error) -> StoreError {
         StoreError::Sqlite {
             path: self.path.clone(),
-            source,
+            cause: source,
         }
     }
 
@@ -332,12 +334,12 @@ impl Store {
             Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
                 StoreError::Corrupt {
                     path: path.clone(),
-                    source,
+                    cause: source,
                 }
             }
             _ => StoreError::Sqlite {
                 path: path.clone(),
-                source,
+                cause: source,
             },
         };
         let tx = self
@@ -423,7 +425,7 @@ impl Store {
         let path = self.path.clone();
         let sqlite = |source| StoreError::Sqlite {
             path: path.clone(),
-            source,
+            cause: source,
         };
         let tx = self
             .conn
@@ -580,7 +582,7 @@ impl Store {
         let document = Document::from_json(&json).map_err(|source| StoreError::Unreadable {
             path: self.path.clone(),
             id,
-            source,
+            cause: source,
         })?;
         Ok(StoredRun {
             row,

@@ -32,14 +32,14 @@ pub enum ChannelError {
 
 /// A writer several threads may send on.
 #[derive(Clone)]
-pub struct Sink {
+pub struct ControlWriter {
     stream: Arc<Mutex<TcpStream>>,
     /// Every frame after the key exchange is sealed (linerate-proto's `auth`): sealed and
     /// written under this one lock, so frames go in the order of their numbers.
     seal: Arc<Mutex<Option<ControlSeal>>>,
 }
 
-impl Sink {
+impl ControlWriter {
     pub fn send(&self, message: &Control) -> io::Result<()> {
         let mut seal = self.seal.lock().expect("control seal");
         let frame = encode_with(&mut seal, message);
@@ -54,7 +54,7 @@ impl Sink {
 pub struct Channel {
     stream: TcpStream,
     decoder: FrameDecoder,
-    sink: Sink,
+    sink: ControlWriter,
     pub peer: SocketAddr,
     pub local: SocketAddr,
 }
@@ -75,7 +75,7 @@ impl Channel {
         Ok(Channel {
             stream,
             decoder,
-            sink: Sink {
+            sink: ControlWriter {
                 stream: Arc::new(Mutex::new(writer)),
                 seal: Arc::new(Mutex::new(None)),
             },
@@ -112,7 +112,7 @@ impl Channel {
         *self.sink.seal.lock().expect("control seal") = Some(seal);
     }
 
-    pub fn sink(&self) -> Sink {
+    pub fn sink(&self) -> ControlWriter {
         self.sink.clone()
     }
 

@@ -13,7 +13,7 @@ use linerate_proto::auth::Key;
 use crate::control::{Control, Entry};
 use crate::error::TransferError;
 use crate::layout::Layout;
-use crate::outcome::{FileOutcome, Progress};
+use crate::outcome::{FileOutcome, TransferProgress};
 use crate::rate::RateConfig;
 use crate::receive_driver::{self, Target};
 use crate::seal::{Sealer, SEAL_TAG};
@@ -104,7 +104,7 @@ pub struct CopySummary {
 /// Callbacks for a copy's progress.
 pub struct CopyEvents<'a> {
     pub file_started: &'a dyn Fn(&str, u64),
-    pub progress: &'a dyn Fn(Progress),
+    pub progress: &'a dyn Fn(TransferProgress),
     pub note: &'a dyn Fn(&str),
 }
 
@@ -422,6 +422,8 @@ fn pull_list(
     Ok(plan)
 }
 
+// Long: thread set-up around the receive loop: the socket, the writer, the progress and
+// the end, in order (the next to split).
 fn pull_file(
     session: &mut ClientSession,
     file_index: u32,

@@ -71,6 +71,7 @@ fn rate_text(bps: f64) -> String {
 
 /// Names the limit of one file's transfer. `sent_here` says whether this end sent (its
 /// `local` figures are the sender's); `fixed_rate` whether `--rate` was given.
+// Long: a rule table: what limited a copy, one rule after another in order of precedence.
 pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Diagnosis {
     let (sender, receiver) = if sent_here {
         (outcome.local, outcome.remote)

@@ -5,7 +5,7 @@ use crate::control::EndStats;
 
 /// A progress report, about ten a second.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Progress {
+pub struct TransferProgress {
     /// File bytes the receiver has (acknowledged or verified).
     pub done: u64,
     pub total: u64,

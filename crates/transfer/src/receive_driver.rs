@@ -19,13 +19,13 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::channel::{Channel, ChannelError, Sink};
+use crate::channel::{Channel, ChannelError, ControlWriter};
 use crate::control::{Control, EndStats};
 use crate::datagrams::{Clock, Session};
 use crate::error::TransferError;
 use crate::journal::{self, JournalHeader};
 use crate::layout::{root_hash, Layout};
-use crate::outcome::{FileOutcome, Progress};
+use crate::outcome::{FileOutcome, TransferProgress};
 use crate::receiver::{DataOutcome, Receiver};
 use crate::seal::{Sealer, SEAL_TAG};
 use crate::sys::{self, RecvBatch};
@@ -95,6 +95,7 @@ fn disk_error(target: &Target, what: &str, error: io::Error) -> TransferError {
 }
 
 /// Opens (or resumes) the `.part` file for an offered file.
+// Long: a receive's set-up in order: the .part, its journal, what a resume keeps.
 pub fn prepare(
     target: Target,
     layout: &Layout,
@@ -407,6 +408,8 @@ impl Writer {
 
 /// Receives one offered file into a prepared target; the `accept` has been sent.
 #[allow(clippy::too_many_arguments)]
+// Long: thread set-up around the receive loop: the writer, the socket, the loop and the
+// end, in order (the next to split).
 pub fn receive_file(
     channel: &mut Channel,
     session: &Session,
@@ -416,7 +419,7 @@ pub fn receive_file(
     window_chunks: u64,
     sealer: Option<&Sealer>,
     cancel: &AtomicBool,
-    progress: &dyn Fn(Progress),
+    progress: &dyn Fn(TransferProgress),
 ) -> Result<FileOutcome, TransferError> {
     let clock = Clock::start();
     let cpu_start = sys::thread_cpu_ns();
@@ -606,10 +609,10 @@ struct ReceiveInputs<'a> {
     to_writer: &'a mpsc::Sender<ToWriter>,
     from_writer: &'a mpsc::Receiver<FromWriter>,
     control: &'a mpsc::Receiver<Result<Control, ChannelError>>,
-    sink: &'a Sink,
+    sink: &'a ControlWriter,
     clock: &'a Clock,
     sealer: Option<&'a Sealer>,
-    progress: &'a dyn Fn(Progress),
+    progress: &'a dyn Fn(TransferProgress),
 }
 
 /// The state of one file's receiving, driven a step at a time: take a batch of
@@ -805,7 +808,7 @@ impl ReceiveLoop<'_> {
             return;
         }
         self.last_progress = now;
-        (self.io.progress)(Progress {
+        (self.io.progress)(TransferProgress {
             done: (receiver.chunks_done() * self.layout.chunk).min(self.layout.size),
             total: self.layout.size,
             sent: receiver.counters.bytes,

@@ -13,13 +13,13 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::channel::{Channel, ChannelError, Sink};
+use crate::channel::{Channel, ChannelError, ControlWriter};
 use crate::control::{Control, EndStats, SenderFigures};
 use crate::datagrams::{Clock, Session};
 use crate::error::TransferError;
 use crate::journal;
 use crate::layout::{root_hash, Layout};
-use crate::outcome::{FileOutcome, Progress, TimelinePoint, Waits};
+use crate::outcome::{FileOutcome, TimelinePoint, TransferProgress, Waits};
 use crate::rate::RateConfig;
 use crate::seal::Sealer;
 use crate::sender::{Blocked, Poll, Sender};
@@ -45,7 +45,7 @@ fn read_chunks(
     file: &File,
     layout: Layout,
     present: &[bool],
-    sink: &Sink,
+    sink: &ControlWriter,
     out: mpsc::SyncSender<Loaded>,
     stop: &AtomicBool,
 ) {
@@ -91,6 +91,8 @@ fn read_chunks(
 
 /// Sends one file; the receiver's `accept` (its chunks and window) has arrived.
 #[allow(clippy::too_many_arguments)]
+// Long: thread set-up around the send loop: the reader, the socket, the loop and the end,
+// in order (the next to split).
 pub fn send_file(
     channel: &mut Channel,
     session: &Session,
@@ -103,7 +105,7 @@ pub fn send_file(
     initial_rtt_ns: u64,
     sealer: Option<&Sealer>,
     cancel: &AtomicBool,
-    progress: &dyn Fn(Progress),
+    progress: &dyn Fn(TransferProgress),
 ) -> Result<FileOutcome, TransferError> {
     let clock = Clock::start();
     let cpu_start = sys::thread_cpu_ns();
@@ -225,7 +227,7 @@ struct SendInputs<'a> {
     control: &'a mpsc::Receiver<Result<Control, ChannelError>>,
     clock: &'a Clock,
     sealer: Option<&'a Sealer>,
-    progress: &'a dyn Fn(Progress),
+    progress: &'a dyn Fn(TransferProgress),
 }
 
 /// The reader's last word: the file's root and its costs.
@@ -584,7 +586,7 @@ impl SendLoop<'_> {
         line.last_acked = acked;
         line.last_resent = resent;
         line.slice_start = now;
-        (self.io.progress)(Progress {
+        (self.io.progress)(TransferProgress {
             done: acked.min(self.layout.size),
             total: self.layout.size,
             sent: sender.counters.bytes,

@@ -773,6 +773,7 @@ mod tests {
 
     /// As `simulate`, with the receiver's ACKs held back for `(at, for)` nanoseconds (a
     /// receiving thread descheduled).
+    // Long: a test's simulated path, step by step, in one place to read.
     fn simulate_with_stall(
         size: u64,
         link_bps: u64,

@@ -181,6 +181,8 @@ fn is_mapped(ip: IpAddr) -> bool {
 
 /// The server's half: authenticates the client and proves its UDP address. `Ok(None)`
 /// when the client was refused (already told why and logged by the caller's `log`).
+// Long: the server's half of the handshake in its order (key exchange, then the UDP
+// address proof), each failure its own message.
 pub fn accept(
     mut channel: Channel,
     key: &Key,

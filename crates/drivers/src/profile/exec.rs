@@ -390,6 +390,7 @@ impl Thread<'_> {
     }
 
     /// Runs one operation; `at` is its transaction, its place there and the iteration.
+    // Long: one match over a profile's operation kinds.
     fn op(
         &self,
         at: (usize, usize, u64),

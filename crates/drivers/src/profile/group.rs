@@ -378,6 +378,8 @@ pub(crate) fn run(
     (result, released)
 }
 
+// Long: a group's figures merged from its threads and its mirror, operation by operation
+// (the next to split).
 fn merge(
     part: &GroupPart,
     group: &Group,

@@ -205,6 +205,7 @@ fn lower_keys(object: Map<String, Value>) -> Map<String, Value> {
 
 impl Params {
     /// Reads a client's parameters document and checks it against iperf3's own bounds.
+    // Long: one match over iperf3's parameter keys, each bounded where it is read.
     pub fn from_json(body: &[u8]) -> Result<Params, ParamsError> {
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| refuse(code::RECV_PARAMS, format!("parameters are not JSON: {e}")))?;
