@@ -9,11 +9,10 @@
 //! The acceptor knows every handler ([`crate::native_server`], [`crate::iperf3_server`],
 //! the agent); they share [`crate::server_state`] and never import this module.
 
-use crate::access::{self, Admission, Gate, Held, OperatorLog, RateBook};
+use crate::access::{self, Admission, Held};
 use crate::native_server::serve_test;
 use crate::server_state::ServerState;
 pub use crate::server_state::{KeepReport, ReportKeeper, ServerConfig};
-use linerate_hostinfo::host_facts;
 use linerate_proto::preface::{self, Preface};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll};
@@ -21,8 +20,8 @@ use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{FromRawFd, IntoRawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
