@@ -509,12 +509,8 @@ pub struct SweepArgs {
     /// UDP instead of TCP (stream and rr)
     #[arg(short, long)]
     pub udp: bool,
-    /// Stream: the server sends
-    #[arg(short = 'R', long, conflicts_with = "bidir")]
-    pub reverse: bool,
-    /// Stream: both ends send
-    #[arg(long)]
-    pub bidir: bool,
+    #[command(flatten)]
+    pub direction: DirectionArgs,
     /// Stream: disable Nagle's algorithm (rr and crr always do, as they do alone)
     #[arg(short = 'N', long)]
     pub nodelay: bool,
@@ -531,12 +527,8 @@ pub struct SweepArgs {
     pub secure: TlsArgs,
     #[command(flatten)]
     pub repeat: RepeatArgs,
-    /// Print one JSON document with every point's full result
-    #[arg(short = 'J', long)]
-    pub json: bool,
-    /// Units of printed figures: a (adaptive), k, m, g
-    #[arg(short, long, default_value = "a", value_parser = scale)]
-    pub format: Scale,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -747,6 +739,28 @@ pub struct ServerArgs {
     pub connect_timeout: f64,
 }
 
+/// Which way a stream's data goes, defined once for `stream` and `sweep`.
+#[derive(Debug, Clone, Args)]
+pub struct DirectionArgs {
+    /// The server sends and the client receives (a sweep: its stream tests)
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both ends send at once, on separate connections (a sweep: its stream tests)
+    #[arg(long)]
+    pub bidir: bool,
+}
+
+/// How a test's result is printed, defined once for `stream`, `rr`, `crr` and `sweep`.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Print one JSON document (docs/results.md) instead of text
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Units of printed figures: a (adaptive), k, m, g
+    #[arg(short, long, default_value = "a", value_parser = scale)]
+    pub format: Scale,
+}
+
 /// How a single test measures, defined once for `stream`, `rr` and `crr`.
 #[derive(Debug, Clone, Args)]
 pub struct MeasureArgs {
@@ -803,9 +817,8 @@ pub struct TransactionArgs {
     /// the CPU its requests arrive on, so one round trip wakes no other CPU
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = clap::value_parser!(u16))]
     pub cpu: Vec<u16>,
-    /// Print one JSON document (docs/results.md) instead of text
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Show figures per flow
     #[arg(long)]
     pub per_flow: bool,
@@ -1128,12 +1141,8 @@ pub struct StreamArgs {
     /// Congestion control algorithm on both ends (e.g. cubic, reno, bbr)
     #[arg(short = 'C', long, value_name = "ALGO", conflicts_with = "udp")]
     pub congestion: Option<String>,
-    /// The server sends and the client receives
-    #[arg(short = 'R', long, conflicts_with = "bidir")]
-    pub reverse: bool,
-    /// Both ends send at once, on separate connections
-    #[arg(long)]
-    pub bidir: bool,
+    #[command(flatten)]
+    pub direction: DirectionArgs,
     /// Pace each flow to this many bits/s of payload; 0 for as fast as possible (TCP's
     /// default; UDP's is 1M) [k|m|g suffixes, decimal]
     #[arg(short = 'b', long, value_parser = rate)]
@@ -1154,17 +1163,13 @@ pub struct StreamArgs {
     /// UDP: receive with coalescing (UDP_GRO): runs of datagrams per buffer
     #[arg(long, requires = "udp")]
     pub gro: bool,
-    /// Print one JSON document (docs/results.md) instead of text
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Show figures per flow, and keep them per interval in the result
     #[arg(long)]
     pub per_flow: bool,
     #[command(flatten)]
     pub repeat: RepeatArgs,
-    /// Units of printed figures: a (adaptive), k, m, g
-    #[arg(short, long, default_value = "a", value_parser = scale)]
-    pub format: Scale,
     #[command(flatten)]
     pub secure: TlsArgs,
     /// QUIC streams (quinn) instead of TCP: one connection carrying -P streams, or -P

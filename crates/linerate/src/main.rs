@@ -60,20 +60,20 @@ fn main() -> ExitCode {
     let g = &globals;
     let (json, outcome) = match cli.command {
         Command::Serve(args) => (false, serve_cmd::serve(&args, g)),
-        Command::Stream(args) => (args.json, test_cmd::stream(&args, g)),
+        Command::Stream(args) => (args.output.json, test_cmd::stream(&args, g)),
         Command::Rr(args) => (
-            args.common.json,
+            args.common.output.json,
             test_cmd::transactions(&args.common, Some(&args), g),
         ),
         Command::Crr(args) => (
-            args.common.json,
+            args.common.output.json,
             test_cmd::transactions(&args.common, None, g),
         ),
         Command::Iperf3(args) => (
             args.json || args.iperf3_json || args.json_stream,
             iperf3_cmd::run(&args, g),
         ),
-        Command::Sweep(args) => (args.json, sweep_cmd::run(&args, g)),
+        Command::Sweep(args) => (args.output.json, sweep_cmd::run(&args, g)),
         Command::History(args) => (args.json, store_cmd::history(&args, &g.storage)),
         Command::Show(args) => (args.json, store_cmd::show(&args, &g.storage)),
         Command::Compare(args) => (args.json, store_cmd::compare(&args, &g.storage)),

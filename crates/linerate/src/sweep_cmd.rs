@@ -31,8 +31,8 @@ fn spec(args: &SweepArgs) -> SweepSpec {
         rate: args.rate.clone(),
         congestion: args.congestion.clone(),
         udp: args.udp,
-        reverse: args.reverse,
-        bidir: args.bidir,
+        reverse: args.direction.reverse,
+        bidir: args.direction.bidir,
         nodelay: args.nodelay,
         threads: args.threads,
         time_s: args.time,
@@ -54,13 +54,13 @@ pub fn run(args: &SweepArgs, globals: &Globals) -> Outcome {
     let store = globals.storage.open_for_run()?;
     let cancel = cancel::on_signals()?;
     let bar = SweepBar::new(sweep.settings().len() as u64, false);
-    let text = TextSink::new(std::io::stdout(), args.format)
+    let text = TextSink::new(std::io::stdout(), args.output.format)
         .table(SweepTable::new(&sweep.base, &sweep.axes))
         .around(bar.bar());
     // The bar first, so that it is cleared before the result is printed.
     let mut sinks = Sinks::new()
         .with(bar)
-        .append(sink::standard(args.json, text, store));
+        .append(sink::standard(args.output.json, text, store));
     let place = match &args.server.host {
         Some(host) => format!("against {host}"),
         None => "over loopback (in-process server)".to_string(),

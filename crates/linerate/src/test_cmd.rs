@@ -34,9 +34,9 @@ struct Shown<'a> {
 
 /// The test `linerate stream`'s flags ask for.
 fn stream_request(args: &StreamArgs) -> TestRequest {
-    let direction = if args.bidir {
+    let direction = if args.direction.bidir {
         Direction::Bidir
-    } else if args.reverse {
+    } else if args.direction.reverse {
         Direction::Reverse
     } else {
         Direction::Forward
@@ -125,8 +125,8 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> Outcome {
         port: args.server.port,
         secure: &args.secure,
         plan: RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence),
-        json: args.json,
-        scale: args.format,
+        json: args.output.json,
+        scale: args.output.format,
         per_flow: args.per_flow,
     };
     if args.find_max {
@@ -145,8 +145,8 @@ pub fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>, globals: &Glo
         port: common.server.port,
         secure,
         plan: RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence),
-        json: common.json,
-        scale: Scale::Adaptive,
+        json: common.output.json,
+        scale: common.output.format,
         per_flow: common.per_flow,
     };
     run(&transaction_request(common, rr), &shown, false, globals)
