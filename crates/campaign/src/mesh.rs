@@ -20,6 +20,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// A wait for the next job at least this long is told (`MeshEvent::Waiting`).
+const WAIT_WORTH_SAYING_S: f64 = 30.0;
+
 /// How long running jobs get to end after a stop before the coordinator leaves them.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -41,6 +44,8 @@ pub enum MeshEvent<'a> {
     },
     /// Discovery failed: the mesh goes on with the hosts it has.
     DiscoveryFailed(String),
+    /// Nothing runs, and the next job is due at `until` (Unix seconds).
+    Waiting { until: f64 },
 }
 
 /// What a mesh run does besides running jobs.
@@ -385,6 +390,8 @@ struct Coordinator<'a> {
     /// rows name instead of repeating its reason.
     down_kept_in: BTreeMap<String, String>,
     next_discovery: Option<std::time::Instant>,
+    /// The due time last said to be waited for.
+    told_waiting: Option<f64>,
 }
 
 impl<'a> Coordinator<'a> {
@@ -405,6 +412,11 @@ impl<'a> Coordinator<'a> {
             for row in rows {
                 newest.insert((row.test.clone(), row.src.clone(), row.dst.clone()), row);
             }
+        }
+        if options.cycles.is_some() {
+            // A run of N cycles runs every test now (light ones included), not at its
+            // phase or an interval after its last run.
+            scheduler.start_now(clock.read());
         }
         let jobs = scheduler.jobs().to_vec();
         let first_cycle = (0..mesh.tests.len())
@@ -433,6 +445,7 @@ impl<'a> Coordinator<'a> {
             jobs_stop: Arc::new(AtomicBool::new(false)),
             moving_to: None,
             down_kept_in: BTreeMap::new(),
+            told_waiting: None,
             next_discovery: options
                 .rediscover
                 .as_ref()
@@ -440,20 +453,41 @@ impl<'a> Coordinator<'a> {
         })
     }
 
-    /// Whether `--cycles` is reached: every exclusive test through that many cycles (a
-    /// mesh of light tests only: every job run that many times).
+    /// Whether `--cycles` is reached: every exclusive test through that many cycles, and
+    /// every light job run that many times, in this session.
     fn done(&self, cycles: Option<u64>) -> bool {
-        match cycles {
-            Some(n) if !self.exclusive.is_empty() => self.exclusive.iter().all(|&t| {
-                self.scheduler
-                    .cycle(t)
-                    .is_some_and(|(number, _, complete)| {
-                        let through = (number + 1).saturating_sub(self.first_cycle[t]);
-                        through > n || (through == n && complete)
-                    })
-            }),
-            Some(n) => self.runs.iter().all(|&r| r >= n),
-            None => false,
+        let Some(n) = cycles else {
+            return false;
+        };
+        let exclusive_done = self.exclusive.iter().all(|&t| {
+            self.scheduler
+                .cycle(t)
+                .is_some_and(|(number, _, complete)| {
+                    let through = (number + 1).saturating_sub(self.first_cycle[t]);
+                    through > n || (through == n && complete)
+                })
+        });
+        let light_done = self
+            .jobs
+            .iter()
+            .zip(&self.runs)
+            .filter(|(job, _)| !self.mesh.tests[job.test].exclusive)
+            .all(|(_, &runs)| runs >= n);
+        exclusive_done && light_done
+    }
+
+    /// Says once when nothing runs and the next job is due more than a little while
+    /// away, so that a run that waits says what for.
+    fn tell_waiting(&mut self, now: f64, each: &mut dyn FnMut(MeshEvent)) {
+        if self.scheduler.running() > 0 {
+            return;
+        }
+        let Some(due) = self.scheduler.next_wakeup(now) else {
+            return;
+        };
+        if due - now >= WAIT_WORTH_SAYING_S && self.told_waiting != Some(due) {
+            self.told_waiting = Some(due);
+            each(MeshEvent::Waiting { until: due });
         }
     }
 
@@ -636,6 +670,7 @@ pub fn run_with(
         for action in actions {
             c.act(action, now, each)?;
         }
+        c.tell_waiting(now, each);
         let wake = c
             .scheduler
             .next_wakeup(now)
@@ -859,6 +894,42 @@ mod tests {
         let again = run_cycles(&mesh, &mut kept, 1);
         assert!(again.iter().all(|r| r.cycle == 2), "{again:#?}");
         assert_eq!(again.len(), 6);
+    }
+
+    /// `--cycles 1` runs every test of the file now and ends, on a store that already
+    /// holds a cycle too: the exclusive test opens its next cycle at once instead of an
+    /// interval (an hour) after the last, and the light test runs each job once instead
+    /// of waiting for its phase in the hour.
+    #[test]
+    fn one_cycle_runs_every_test_now_even_after_a_cycle_is_kept() {
+        let text = "name = \"m\"\n\
+            [[host]]\nname = \"a\"\naddress = \"10.0.0.1:5201\"\n\
+            [[host]]\nname = \"b\"\naddress = \"10.0.0.2:5201\"\n\
+            [[host]]\nname = \"d\"\naddress = \"10.0.0.4:5201\"\n\
+            [[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"1h\"\n\
+            [[test]]\nname = \"lat\"\nrun = \"rr\"\nduration = \"1s\"\ninterval = \"1h\"\n\
+            [[group]]\nname = \"all\"\ntests = [\"tput\", \"lat\"]\n";
+        let mesh = linerate_mesh::parse("mesh.toml", text).unwrap();
+        let mut kept = Kept::default();
+        for (session, cycle) in [(1, 1), (2, 2)] {
+            let printed = run_cycles(&mesh, &mut kept, 1);
+            let of = |test: &str| printed.iter().filter(|r| r.test == test).count();
+            // Six ordered pairs, each test once; c is not in this mesh, so all pass.
+            assert_eq!((of("tput"), of("lat")), (6, 6), "session {session}: {printed:#?}");
+            assert!(printed.iter().all(|r| r.outcome.is_ok()), "{printed:#?}");
+            let first = printed.iter().map(|r| r.started_at).fold(f64::MAX, f64::min);
+            let last = printed.iter().map(|r| r.ended_at).fold(0.0, f64::max);
+            // Simulated seconds: the clock moves a second a read, so a run that waited for
+            // the next hour or for its phases would span thousands.
+            assert!(last - first < 600.0, "session {session} took {} s", last - first);
+            assert!(
+                printed
+                    .iter()
+                    .filter(|r| r.test == "tput")
+                    .all(|r| r.cycle == cycle),
+                "{printed:#?}"
+            );
+        }
     }
 
     #[test]

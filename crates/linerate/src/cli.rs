@@ -248,8 +248,8 @@ pub struct MeshPlanArgs {
 pub struct MeshRunArgs {
     /// The mesh file (TOML, docs/mesh.md)
     pub file: std::path::PathBuf,
-    /// Stop after this many cycles of every exclusive test (or runs of every job, for a
-    /// mesh of light tests); default: run until stopped
+    /// Run every test now and stop after this many cycles of every exclusive test and
+    /// runs of every light job; default: run until stopped
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub cycles: Option<u64>,
     /// Keep the results in this PostgreSQL archive (postgres://USER@HOST/DB), which many

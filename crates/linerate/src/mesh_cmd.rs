@@ -16,7 +16,7 @@ use linerate_metrics::watch::{Watch, WatchError, WatchSpec};
 use linerate_proto::auth::Key;
 use linerate_store::MeshRow;
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What a job costs beyond its test's duration, for the plan: reaching the source's
 /// agent, its clock samples, the destination's preparation and the lead to the start.
@@ -312,6 +312,22 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
                 removed.join(", ")
             );
             let event = serde_json::json!({ "event": "hosts", "added": added, "removed": removed });
+            out.note(&text, event);
+        }
+        MeshEvent::Waiting { until } => {
+            let at = UNIX_EPOCH + Duration::from_secs_f64(until.max(0.0));
+            let left = Duration::from_secs(
+                (until - SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64()))
+                .max(0.0) as u64,
+            );
+            let text = format!(
+                "nothing runs until {} (in {}): the next job is due then",
+                humantime::format_rfc3339_seconds(at),
+                humantime::format_duration(left)
+            );
+            let event = serde_json::json!({ "event": "waiting", "until": until });
             out.note(&text, event);
         }
         MeshEvent::DiscoveryFailed(why) => {

@@ -99,6 +99,9 @@ pub struct Past {
     pub ended_at: f64,
 }
 
+/// How far apart light jobs brought forward to now start ([`Scheduler::start_now`]).
+const LIGHT_START_SPREAD_S: f64 = 5.0;
+
 #[derive(Debug, Clone)]
 struct Cycle {
     number: u64,
@@ -283,6 +286,28 @@ impl Scheduler {
                     self.next_due[p.job] = due.max(now.min(due));
                     self.occurrence[p.job] = self.occurrence[p.job].max(p.cycle + 1);
                 }
+            }
+        }
+        self.queue_light();
+    }
+
+    /// Brings every test forward to `now`, for a run of a set number of cycles
+    /// (`mesh run --cycles N`): each exclusive test whose last cycle is complete opens its
+    /// next one now (one under way carries on), and each light job is due within the next
+    /// few seconds (each at a phase of its own, so they do not fire together) instead of
+    /// an interval after it last ran. Later cycles keep the intervals.
+    pub fn start_now(&mut self, now: f64) {
+        for test in 0..self.exclusive.len() {
+            if self.exclusive[test] {
+                self.next_cycle[test] = self.next_cycle[test].min(now);
+            }
+        }
+        for job in 0..self.next_due.len() {
+            let test = self.jobs[job].test;
+            if !self.exclusive[test] {
+                let spread = self.interval[test].min(LIGHT_START_SPREAD_S);
+                let phase = self.draw() * spread;
+                self.next_due[job] = self.next_due[job].min(now + phase);
             }
         }
         self.queue_light();
