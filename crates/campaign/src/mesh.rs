@@ -915,13 +915,24 @@ mod tests {
             let printed = run_cycles(&mesh, &mut kept, 1);
             let of = |test: &str| printed.iter().filter(|r| r.test == test).count();
             // Six ordered pairs, each test once; c is not in this mesh, so all pass.
-            assert_eq!((of("tput"), of("lat")), (6, 6), "session {session}: {printed:#?}");
+            assert_eq!(
+                (of("tput"), of("lat")),
+                (6, 6),
+                "session {session}: {printed:#?}"
+            );
             assert!(printed.iter().all(|r| r.outcome.is_ok()), "{printed:#?}");
-            let first = printed.iter().map(|r| r.started_at).fold(f64::MAX, f64::min);
+            let first = printed
+                .iter()
+                .map(|r| r.started_at)
+                .fold(f64::MAX, f64::min);
             let last = printed.iter().map(|r| r.ended_at).fold(0.0, f64::max);
             // Simulated seconds: the clock moves a second a read, so a run that waited for
             // the next hour or for its phases would span thousands.
-            assert!(last - first < 600.0, "session {session} took {} s", last - first);
+            assert!(
+                last - first < 600.0,
+                "session {session} took {} s",
+                last - first
+            );
             assert!(
                 printed
                     .iter()

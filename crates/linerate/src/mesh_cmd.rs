@@ -317,9 +317,10 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         MeshEvent::Waiting { until } => {
             let at = UNIX_EPOCH + Duration::from_secs_f64(until.max(0.0));
             let left = Duration::from_secs(
-                (until - SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0.0, |d| d.as_secs_f64()))
+                (until
+                    - SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64()))
                 .max(0.0) as u64,
             );
             let text = format!(

@@ -575,3 +575,49 @@ fn an_unwritable_home_runs_the_test_and_says_it_was_not_kept() {
     assert_eq!(named.status.code(), Some(1), "{err}");
     assert_eq!(err.matches("(os error").count(), 1, "{err}");
 }
+
+/// A run interrupted with Ctrl-C is kept marked as such, and what it did not measure is
+/// not shown as a measurement: `history` says "interrupted", a CPU without a reading says
+/// "not measured" instead of 0.0 %, and `compare` against a whole run leaves such a CPU
+/// out instead of showing it 100 % lower.
+#[test]
+fn an_interrupted_run_is_marked_and_spoils_no_comparison() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_in(&dir);
+    ok(&with_db(&db, &["stream", "-t", "1"]));
+    let child = common::command()
+        .env("LINERATE_DB", &db)
+        .args(["stream", "-t", "30"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(unsafe { kill(child.id() as i32, 2) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let text = stdout(&out);
+    let history = ok(&with_db(&db, &["history"]));
+    assert!(
+        history.lines().any(|l| l.contains("interrupted after")),
+        "{history}"
+    );
+    let shown = json(&with_db(&db, &["show", "2", "--json"]));
+    assert!(
+        shown["interrupted"]["after_s"].as_f64().unwrap() > 0.0,
+        "{shown}"
+    );
+    let cpu = &shown["summary"]["cpu"]["local"];
+    let measured =
+        cpu["window_s"].as_f64().unwrap() > 0.0 || cpu["process_pct"].as_f64().unwrap() > 0.0;
+    if !measured {
+        assert!(text.contains("not measured"), "{text}");
+        assert!(!text.contains("peer process 0.0%"), "{text}");
+    }
+    let compared = ok(&with_db(&db, &["compare", "1", "2"]));
+    assert!(!compared.contains("-100.0"), "{compared}");
+}
+
+extern "C" {
+    fn kill(pid: i32, signal: i32) -> i32;
+}

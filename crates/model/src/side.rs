@@ -71,6 +71,15 @@ pub struct CpuUsage {
 }
 
 impl CpuUsage {
+    /// Whether anything was read: a run interrupted before its window's last reading has
+    /// no CPU figures, and its zeros are not a measurement (a comparison or a line that
+    /// showed them would say "0.0 %").
+    pub fn measured(&self) -> bool {
+        self.window_s > 0.0 || self.process_cpu_s > 0.0 || self.process_pct > 0.0
+    }
+}
+
+impl CpuUsage {
     /// Busy CPU time on the whole host over the window, in microseconds.
     pub fn busy_us(&self) -> f64 {
         self.busy_pct / 100.0 * f64::from(self.cores) * self.window_s * 1e6

@@ -65,14 +65,14 @@ pub fn metrics(config: &crate::model::TestConfig) -> Vec<Metric> {
             label: "CPU busy, client host",
             unit: Unit::Percent,
             higher_is_better: false,
-            get: |s| Some(s.cpu.local.busy_pct),
+            get: |s| s.cpu.local.measured().then_some(s.cpu.local.busy_pct),
         },
         Metric {
             key: "cpu.remote.busy_pct",
             label: "CPU busy, server host",
             unit: Unit::Percent,
             higher_is_better: false,
-            get: |s| Some(s.cpu.remote.busy_pct),
+            get: |s| s.cpu.remote.measured().then_some(s.cpu.remote.busy_pct),
         },
     ];
     let mut list = match config.workload {
@@ -163,14 +163,24 @@ pub fn metrics(config: &crate::model::TestConfig) -> Vec<Metric> {
                 label: "Service demand, client",
                 unit: Unit::MicrosecondsPerKb,
                 higher_is_better: false,
-                get: |s| Some(s.service_demand_us_per_kb.local),
+                get: |s| {
+                    s.cpu
+                        .local
+                        .measured()
+                        .then_some(s.service_demand_us_per_kb.local)
+                },
             },
             Metric {
                 key: "service_demand_us_per_kb.remote",
                 label: "Service demand, server",
                 unit: Unit::MicrosecondsPerKb,
                 higher_is_better: false,
-                get: |s| Some(s.service_demand_us_per_kb.remote),
+                get: |s| {
+                    s.cpu
+                        .remote
+                        .measured()
+                        .then_some(s.service_demand_us_per_kb.remote)
+                },
             },
             // Both ends' test threads per Gbit: what a TLS run and a plain one differ by.
             Metric {
@@ -178,7 +188,10 @@ pub fn metrics(config: &crate::model::TestConfig) -> Vec<Metric> {
                 label: "CPU per Gbit, both ends",
                 unit: Unit::SecondsPerGbit,
                 higher_is_better: false,
-                get: |s| Some(crate::crypto::cpu_per_gbit(s).1),
+                get: |s| {
+                    (s.cpu.local.measured() && s.cpu.remote.measured())
+                        .then(|| crate::crypto::cpu_per_gbit(s).1)
+                },
             },
         ]);
     }

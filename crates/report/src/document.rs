@@ -136,13 +136,19 @@ impl Document {
         match self {
             Document::Test(report) => {
                 let figure = figure.unwrap_or_default();
-                match &report.repetition {
+                let text = match &report.repetition {
                     Some(r) => format!(
                         "{figure} ±{:.1}% ({} iterations)",
                         r.estimate.half_width_pct,
                         r.values.len()
                     ),
                     None => figure,
+                };
+                // A listing says which runs were cut short, so a comparison is chosen
+                // knowing it.
+                match &report.interrupted {
+                    Some(cut) => format!("{text} (interrupted after {:.2} s)", cut.after_s),
+                    None => text,
                 }
             }
             Document::Sweep(sweep) => match figure {

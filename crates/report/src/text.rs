@@ -143,6 +143,11 @@ fn direction_words(direction: Option<Direction>) -> &'static str {
 /// One host's CPU over the window, ending with its service demand (`demand`, with its
 /// unit: "0.515 us/KB", "38.32 us/transaction").
 pub(crate) fn cpu_line(name: &str, cpu: &CpuUsage, demand: &str) -> String {
+    if !cpu.measured() {
+        return format!(
+            "CPU {name}: not measured (the run ended before its window's last reading)"
+        );
+    }
     if cpu.cores == 0 {
         // A peer that reports only its own process (an iperf3 server or client).
         return format!(
@@ -173,7 +178,7 @@ pub(crate) fn cpu_lines(
     basis: Option<&CpuBasis>,
     demand: &PerSide<String>,
 ) -> Vec<String> {
-    if basis.is_some_and(|b| b.shared_host) {
+    if basis.is_some_and(|b| b.shared_host) && cpu.local.measured() {
         let host = &cpu.local;
         let others = basis.map_or(0.0, |b| b.others_pct.local);
         return vec![format!(
