@@ -434,11 +434,21 @@ fn linerate_drives_a_real_iperf3_server_and_agrees_with_its_output() {
                 f(&d, "/end/sum/packets"),
                 0.05,
             );
+            // The rate both tools counted for the same datagrams agrees; against the
+            // 40M asked only that pacing never overshoots, since a busy host's sender may
+            // fall short (it once reached 32M beside other work, both tools agreeing).
+            let ours = f(&d, "/end/sum/bits_per_second");
+            let theirs_bps =
+                f(theirs, "/end/sum/packets") * 1400.0 * 8.0 / f(&d, "/end/sum/seconds");
             assert_close(
-                &format!("{extra:?} received rate"),
-                f(&d, "/end/sum/bits_per_second"),
-                40e6,
+                &format!("{extra:?} rate, linerate against iperf3's datagrams"),
+                ours,
+                theirs_bps,
                 0.05,
+            );
+            assert!(
+                ours <= 40e6 * 1.05,
+                "{extra:?}: paced to 40M, counted {ours}"
             );
         } else {
             // Each direction as iperf3 measured it at its end against linerate at the
@@ -462,12 +472,27 @@ fn linerate_drives_a_real_iperf3_server_and_agrees_with_its_output() {
                 &[("/end/sum_received/bytes", "/end/sum_sent/bytes")]
             };
             for (iperf3_key, linerate_key) in pairs {
-                assert_close(
-                    &format!("{extra:?}: iperf3 {iperf3_key} against linerate {linerate_key}"),
-                    f(theirs, iperf3_key),
-                    f(&d, linerate_key),
-                    0.05,
-                );
+                let what =
+                    format!("{extra:?}: iperf3 {iperf3_key} against linerate {linerate_key}");
+                let (counted, sent) = (f(theirs, iperf3_key), f(&d, linerate_key));
+                if iperf3_key.ends_with("/bytes") {
+                    // Every byte iperf3 counted was sent; what it did not count is at most
+                    // what the flows' socket buffers held when its window closed (a busy
+                    // reader leaves them full: 6 % of a 2 s run at -P 4 once).
+                    let flows = extra
+                        .iter()
+                        .position(|a| *a == "-P")
+                        .map_or(1.0, |i| extra[i + 1].parse::<f64>().unwrap());
+                    let buffered =
+                        flows * (tcp_buffer_max("tcp_wmem") + tcp_buffer_max("tcp_rmem"));
+                    assert!(
+                        counted > 0.0 && counted <= sent,
+                        "{what}: {counted} of {sent}"
+                    );
+                    assert!(sent - counted <= buffered, "{what}: {counted} of {sent}, more than the {buffered} bytes the buffers hold");
+                } else {
+                    assert_close(&what, counted, sent, 0.05);
+                }
             }
         }
     }
