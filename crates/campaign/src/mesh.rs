@@ -574,6 +574,11 @@ impl<'a> Coordinator<'a> {
                     document: None,
                 };
                 self.keep(&mut result)?;
+                // A skipped job had its turn: `--cycles` counts it, or a light job of a
+                // host that stays down would keep the run from ending.
+                if let Some(runs) = self.runs.get_mut(job) {
+                    *runs += 1;
+                }
                 each(MeshEvent::Result(&result));
             }
         }
@@ -941,6 +946,30 @@ mod tests {
                 "{printed:#?}"
             );
         }
+    }
+
+    /// A light test whose host stays down still ends `--cycles 1`: its skipped jobs had
+    /// their turn (once, a run waited on them for ever).
+    #[test]
+    fn one_cycle_of_a_light_test_ends_with_a_host_down() {
+        let (done, ended) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mesh = mesh_of(3, "lat", "rr", "1h");
+            let mut kept = Kept::default();
+            let printed = run_cycles(&mesh, &mut kept, 1);
+            let _ = done.send(printed);
+        });
+        let printed = ended
+            .recv_timeout(Duration::from_secs(60))
+            .expect("one cycle ends");
+        assert_eq!(printed.len(), 6, "{printed:#?}");
+        assert!(
+            printed
+                .iter()
+                .filter(|r| r.src == "c" || r.dst == "c")
+                .all(|r| !r.outcome.is_ok()),
+            "{printed:#?}"
+        );
     }
 
     #[test]

@@ -385,13 +385,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// The longest the run may take, in seconds [default: its timed transactions + 120]
-    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = positive_seconds)]
     pub limit: Option<f64>,
     /// An agent silent this long (seconds) is lost and the run ends incomplete
-    #[arg(long, default_value_t = 5.0, value_name = "SECONDS", value_parser = positive_seconds)]
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS", allow_negative_numbers = true, value_parser = positive_seconds)]
     pub control_timeout: f64,
     /// How far ahead the synchronized start is announced, in seconds
-    #[arg(long, default_value_t = 0.5, value_name = "SECONDS", value_parser = positive_seconds)]
+    #[arg(long, default_value_t = 0.5, value_name = "SECONDS", allow_negative_numbers = true, value_parser = positive_seconds)]
     pub lead: f64,
     /// Format to report in: a adaptive, k/m/g bits, K/M/G bytes
     #[arg(short, long, default_value = "a", value_parser = scale)]
@@ -518,10 +518,10 @@ pub struct SweepArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
     /// Seconds to measure at each point, after --omit
-    #[arg(short, long, default_value_t = 5.0, value_parser = positive_seconds)]
+    #[arg(short, long, default_value_t = 5.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub time: f64,
     /// Warm-up seconds left out at each point
-    #[arg(short = 'O', long, default_value_t = 0.0, value_parser = seconds)]
+    #[arg(short = 'O', long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = seconds)]
     pub omit: f64,
     #[command(flatten)]
     pub secure: TlsArgs,
@@ -735,7 +735,7 @@ pub struct ServerArgs {
     #[arg(short, long, default_value_t = 5201)]
     pub port: u16,
     /// Seconds to wait for each connection to be accepted
-    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
+    #[arg(long, default_value_t = 5.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub connect_timeout: f64,
 }
 
@@ -768,7 +768,7 @@ pub struct MeasureArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
     /// Warm-up seconds to leave out of the summary
-    #[arg(short = 'O', long, default_value_t = 0.0, value_parser = seconds)]
+    #[arg(short = 'O', long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = seconds)]
     pub omit: f64,
     /// Seconds between interval reports; 0 for none
     #[arg(short, long, default_value_t = 1.0, value_parser = interval)]
@@ -800,7 +800,7 @@ pub struct TransactionArgs {
     #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub parallel: u32,
     /// Seconds to measure, after --omit
-    #[arg(short, long, default_value_t = 10.0, value_parser = positive_seconds)]
+    #[arg(short, long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub time: f64,
     /// Leave Nagle's algorithm on (rr and crr set TCP_NODELAY by default)
     #[arg(long)]
@@ -1035,16 +1035,16 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_flows: u32,
     /// Longest test (warm-up included), in seconds
-    #[arg(long, default_value_t = 86_400.0, value_parser = positive_seconds)]
+    #[arg(long, default_value_t = 86_400.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub max_duration: f64,
     /// Worker threads per test (default: one per flow up to 16 flows, else one per CPU)
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
     /// Seconds a client may take over each handshake step before it is dropped
-    #[arg(long, default_value_t = 10.0, value_parser = positive_seconds)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub handshake_timeout: f64,
     /// Seconds an agent connection with nothing running may stay silent
-    #[arg(long, default_value_t = 120.0, value_parser = positive_seconds)]
+    #[arg(long, default_value_t = 120.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub idle_timeout: f64,
     /// Connections held at once (in their handshake or session); beyond it new ones are
     /// closed at once, or take the place of a waiting one from the largest holder
@@ -1125,7 +1125,7 @@ pub struct StreamArgs {
     #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub parallel: u32,
     /// Seconds to measure, after --omit [default: 10; with --find-max, 2 per trial]
-    #[arg(short, long, value_parser = positive_seconds)]
+    #[arg(short, long, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub time: Option<f64>,
     /// Bytes per write (default 128000: exactly 128K writes leave a short segment each on
     /// 64K-MTU paths such as loopback, and run slower), or UDP payload per datagram, 16 to
@@ -1186,6 +1186,9 @@ pub struct StreamArgs {
 }
 
 fn seconds(text: &str) -> Result<f64, String> {
+    if text.trim_start().starts_with('-') {
+        return Err(format!("'{text}': a duration cannot be negative"));
+    }
     let value = linerate_model::units::parse_duration(text)
         .map_err(|e| format!("'{text}' is not a time: {}", e.why))?;
     if !(0.0..=1e7).contains(&value) {

@@ -13,6 +13,8 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
         (vec!["stream", "--window", "big"], "'big'"),
         (vec!["stream", "--rate=-5M"], "'-5M'"),
         (vec!["stream", "--time", "0"], "'0'"),
+        (vec!["stream", "-t", "-5"], "a duration cannot be negative"),
+        (vec!["rr", "-O", "-1"], "a duration cannot be negative"),
         (vec!["stream", "--bogus"], "'--bogus'"),
         (vec!["stream", "-R", "--bidir"], "--bidir"),
         (vec!["serve", "--listen", "nowhere"], "'nowhere'"),

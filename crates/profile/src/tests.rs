@@ -779,3 +779,28 @@ ops = [{ op = "connect" }, { op = "sendfile", dir = "/etc" }]
         .unwrap_err()
         .contains("files to choose from"));
 }
+
+/// uperf reads its options for every flowop and leaves out those a flowop does not use: a
+/// sendfile with `nfiles` (sendfilev's option) runs, with a note, instead of being
+/// refused.
+#[test]
+fn nfiles_on_a_sendfile_is_ignored_as_uperf_ignores_it_and_said_so() {
+    let (profile, notes) = uperf::parse_noting(
+        "send.xml",
+        r#"<profile name="s"><group><transaction iterations="1">
+<flowop type="connect" options="remotehost=127.0.0.1 protocol=tcp"/></transaction>
+<transaction iterations="1">
+<flowop type="sendfile" options="dir=/etc size=1 nfiles=4"/></transaction></group></profile>"#,
+        &vars(&[]),
+    )
+    .unwrap();
+    assert!(matches!(
+        profile.groups[0].transactions[1].ops[0].action,
+        Action::Sendfile(_)
+    ));
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("send.xml:4:") && notes[0].contains("nfiles on a sendfile is ignored"),
+        "{notes:?}"
+    );
+}

@@ -198,6 +198,14 @@ pub fn parse_noting(
                             ));
                             continue;
                         }
+                        if option.key == "nfiles" && kind.value == "sendfile" {
+                            // uperf parses every option for every flowop; sendfile sends
+                            // one file at a time and never reads nfiles (sendfilev does).
+                            notes.push(format!(
+                                "{file}:{pos}: nfiles on a sendfile is ignored, as uperf ignores it (only sendfilev sends several files a call)"
+                            ));
+                            continue;
+                        }
                         let Some(name) = option_name(option.key, &kind.value) else {
                             return Err(filler.error(
                                 pos,

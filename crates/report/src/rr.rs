@@ -364,7 +364,7 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
         let _ = writeln!(out, "Path: {}", path.summary());
     }
     for warning in &report.warnings {
-        let _ = writeln!(out, "Warning: {warning}");
+        let _ = writeln!(out, "warning: {warning}");
     }
     out
 }
