@@ -419,13 +419,20 @@ impl<'a> Coordinator<'a> {
             scheduler.start_now(clock.read());
         }
         let jobs = scheduler.jobs().to_vec();
-        let first_cycle = (0..mesh.tests.len())
+        let first_cycle: Vec<u64> = (0..mesh.tests.len())
             .map(|t| {
                 scheduler
                     .cycle(t)
                     .map_or(1, |(n, _, done)| if done { n + 1 } else { n })
             })
             .collect();
+        if let Some(n) = options.cycles {
+            // The exclusive tests stop opening cycles once through N, so the light ones
+            // (paused beside them) get their turn and the run ends.
+            for (test, &first) in first_cycle.iter().enumerate() {
+                scheduler.last_cycle(test, first + n.max(1) - 1);
+            }
+        }
         let (results, finished) = mpsc::channel();
         Ok(Coordinator {
             runner,
@@ -946,6 +953,30 @@ mod tests {
                 "{printed:#?}"
             );
         }
+    }
+
+    /// A throughput test whose cycles come back to back (a short interval) opens no
+    /// second cycle in a run of one: the light test paused beside it gets its turn and the
+    /// run ends, with exactly one cycle of the throughput test (once it ran three).
+    #[test]
+    fn one_cycle_opens_no_second_while_light_jobs_wait() {
+        let text = "name = \"m\"\n\
+            [[host]]\nname = \"a\"\naddress = \"10.0.0.1:5201\"\n\
+            [[host]]\nname = \"b\"\naddress = \"10.0.0.2:5201\"\n\
+            [[host]]\nname = \"d\"\naddress = \"10.0.0.4:5201\"\n\
+            [[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"2s\"\n\
+            [[test]]\nname = \"lat\"\nrun = \"rr\"\nduration = \"1s\"\ninterval = \"60s\"\n\
+            [[group]]\nname = \"all\"\ntests = [\"tput\", \"lat\"]\n";
+        let mesh = linerate_mesh::parse("mesh.toml", text).unwrap();
+        let mut kept = Kept::default();
+        let printed = run_cycles(&mesh, &mut kept, 1);
+        let tput: Vec<&MeshRow> = printed.iter().filter(|r| r.test == "tput").collect();
+        assert_eq!(tput.len(), 6, "{printed:#?}");
+        assert!(tput.iter().all(|r| r.cycle == 1), "{tput:#?}");
+        assert!(
+            printed.iter().filter(|r| r.test == "lat").count() >= 6,
+            "{printed:#?}"
+        );
     }
 
     /// A light test whose host stays down still ends `--cycles 1`: its skipped jobs had

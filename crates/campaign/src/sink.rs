@@ -12,7 +12,7 @@ use linerate_model::{Direction, TestConfig, Workload};
 use linerate_report::document::Document;
 use linerate_report::live::TestUpdate;
 use linerate_report::sweep::{SweepPoint, SweepTable};
-use linerate_report::text::{self, INTERVAL_HEADER, TRIAL_HEADER};
+use linerate_report::text::{self, TRIAL_HEADER};
 use linerate_report::units::Scale;
 use linerate_report::{Headline, RateTrial, Report};
 use linerate_store::Store;
@@ -201,7 +201,9 @@ impl<W: Write> TextSink<W> {
             )],
             TestUpdate::Started if view.live && view.config.interval_s > 0.0 => {
                 let header = match view.config.workload {
-                    Workload::Stream => INTERVAL_HEADER,
+                    Workload::Stream => {
+                        text::interval_header(view.config.protocol == linerate_model::Protocol::Udp)
+                    }
                     Workload::Rr | Workload::Crr => linerate_report::rr::RR_INTERVAL_HEADER,
                 };
                 vec![header.to_string()]
@@ -436,7 +438,7 @@ mod tests {
                 interval.clone(),
             ))));
             let out = text_of(sink);
-            assert_eq!(out.contains(INTERVAL_HEADER), live, "{out}");
+            assert_eq!(out.contains(text::INTERVAL_HEADER), live, "{out}");
             assert_eq!(out.contains("1.00 Gbits/sec"), live, "{out}");
         }
     }

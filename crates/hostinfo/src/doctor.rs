@@ -244,6 +244,23 @@ fn path_loss(facts: &Facts, out: &mut Vec<Scored>) {
         .map_or(1448, |mtu| mtu.saturating_sub(52).max(536));
     let bound = mss as f64 * 8.0 / rtt * 1.22 / each_way.sqrt();
     let target = facts.target_bps();
+    // bbr already the default: the loss bound above is cubic's and reno's; say what is
+    // left to try instead of what is already done.
+    let bbr_default = facts.settings.congestion_control.as_deref() == Some("bbr");
+    let (command, effect) = if bbr_default {
+        (
+            "linerate stream HOST -P 8   (parallel streams share the losses; bbr, this host's default, already paces past random loss)".to_string(),
+            format!("the path's goodput over several streams (up to {} here)", rate(target)),
+        )
+    } else {
+        (
+            "linerate stream HOST -C bbr   (or -P 8: parallel streams share the losses)".to_string(),
+            format!(
+                "one stream's goodput over this path: bbr does not read random loss as congestion (up to {} here)",
+                rate(target)
+            ),
+        )
+    };
     out.push(Scored {
         factor: (target / bound).max(1.05),
         finding: Finding {
@@ -261,11 +278,8 @@ fn path_loss(facts: &Facts, out: &mut Vec<Scored>) {
                 probe.lost + probe.answered,
                 path.target
             )],
-            command: "linerate stream HOST -C bbr   (or -P 8: parallel streams share the losses)".into(),
-            effect: format!(
-                "one stream's goodput over this path: bbr does not read random loss as congestion (up to {} here)",
-                rate(target)
-            ),
+            command,
+            effect,
             ..Default::default()
         },
     });
@@ -392,13 +406,46 @@ fn physical(interface: &InterfaceReading) -> bool {
     interface.keys.len() > 1 && interface.name != "lo"
 }
 
+/// Whether an interface carries the probed path: any, when no path was probed or its
+/// interface is unknown; else only the path's own (a path over lo crosses no NIC, and a
+/// NIC's queues say nothing of it).
+fn on_the_path(facts: &Facts, interface: &InterfaceReading) -> bool {
+    let Some(first) = facts.path.as_ref().and_then(|p| p.interface.as_deref()) else {
+        return true;
+    };
+    // The path's interface and the devices it is stacked on (a macvlan's NIC, a
+    // bond's members), however deep.
+    let mut seen = vec![first.to_string()];
+    let mut next = 0;
+    while next < seen.len() && seen.len() <= facts.reading.interfaces.len() + 1 {
+        let name = seen[next].clone();
+        next += 1;
+        if name == interface.name {
+            return true;
+        }
+        if let Some(reading) = facts.reading.interfaces.iter().find(|i| i.name == name) {
+            for lower in &reading.lower {
+                if !seen.contains(lower) {
+                    seen.push(lower.clone());
+                }
+            }
+        }
+    }
+    false
+}
+
 /// A NIC whose receive work all lands on one CPU: one queue without RPS, or every
 /// queue's interrupts on one CPU.
 fn queue_spread(facts: &Facts, out: &mut Vec<Scored>) {
     if facts.cpus < 2 {
         return;
     }
-    for interface in facts.reading.interfaces.iter().filter(|i| physical(i)) {
+    for interface in facts
+        .reading
+        .interfaces
+        .iter()
+        .filter(|i| physical(i) && on_the_path(facts, i))
+    {
         let sources: Vec<_> = facts
             .reading
             .interrupts
@@ -534,7 +581,12 @@ fn busy_queue(interface: &InterfaceReading, out: &mut Vec<Scored>) {
 /// Offloads that are off, rings below their maximum, stacked devices, the path's MTU.
 // Long: a rule table over the interfaces' facts.
 fn interfaces(facts: &Facts, out: &mut Vec<Scored>) {
-    for interface in facts.reading.interfaces.iter().filter(|i| physical(i)) {
+    for interface in facts
+        .reading
+        .interfaces
+        .iter()
+        .filter(|i| physical(i) && on_the_path(facts, i))
+    {
         let off: Vec<&str> = [
             ("tcp-segmentation-offload", "tso"),
             ("generic-segmentation-offload", "gso"),

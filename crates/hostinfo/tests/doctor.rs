@@ -124,6 +124,21 @@ fn one_busy_queue_and_one_interrupt_cpu_are_found_with_drops_and_short_rings() {
     );
     // No path was probed and no --rtt given: nothing is said about windows.
     assert!(findings.iter().all(|f| !f.topic.contains("window")));
+    // A path over lo crosses no NIC: ens1f0's queues, interrupts and rings are not its
+    // findings (once doctor spoke of eth0's RPS for a test against 127.0.0.1).
+    let mut over_lo = fixture_facts("mlx5-one-busy-queue.txt", 4);
+    over_lo.path = Some(PathFacts {
+        target: "127.0.0.1".into(),
+        interface: Some("lo".into()),
+        ..Default::default()
+    });
+    let found = diagnose(&over_lo);
+    assert!(
+        found
+            .iter()
+            .all(|f| !f.finding.contains("ens1f0") && !f.command.contains("ens1f0")),
+        "{found:#?}"
+    );
 }
 
 #[test]
@@ -291,6 +306,16 @@ fn loss_on_the_path_ranks_above_the_windows_it_makes_irrelevant() {
     // 1448 bytes x 8 / 50.4 ms x 1.22 / sqrt(0.0202): near 2.0 Mbit/s.
     assert!(first.finding.contains("near 2.0 Mbit/s"), "{first:?}");
     assert!(first.command.contains("-C bbr"), "{first:?}");
+    // bbr already the host's default: the loss is still named, and what is left to try
+    // is parallel streams, not the bbr the host already runs.
+    let mut on_bbr = facts.clone();
+    on_bbr.settings.congestion_control = Some("bbr".into());
+    let found = diagnose(&on_bbr);
+    let loss = found.iter().find(|f| f.topic == "path loss").unwrap();
+    assert!(
+        !loss.command.contains("-C bbr") && loss.command.contains("-P 8"),
+        "{loss:?}"
+    );
     let send = findings.iter().find(|f| f.topic == "send window");
     assert!(send.is_none_or(|s| s.rank > 1), "{findings:#?}");
     // A clean probe says nothing about loss.

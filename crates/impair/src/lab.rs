@@ -94,7 +94,8 @@ impl Lab {
         Ok(format!("{PREFIX}{}-{host}", self.name))
     }
 
-    fn state_dir(&self) -> PathBuf {
+    /// Where the lab keeps its records: the path, the emulator's status and log.
+    pub fn state_dir(&self) -> PathBuf {
         PathBuf::from(STATE_ROOT).join(&self.name)
     }
 

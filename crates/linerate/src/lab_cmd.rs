@@ -288,9 +288,22 @@ fn lab_run(args: &LabRunArgs) -> Outcome {
     up(&lab, &args.path)?;
     let command = this_binary_for_linerate(&args.command)?;
     let outcome = lab_run::run_beside_server(&lab, &exe, &serve_words, port, &command, &stop);
-    let removed = lab::down(&lab, lab::Records::Keep);
+    // A lab named for this run alone leaves nothing behind when the command succeeded;
+    // a named lab's records, or a failed run's, are kept for a look (and said where).
+    let succeeded = matches!(&outcome, Ok(RunEnd::Exited(status)) if status.success());
+    let records = if args.name.is_none() && succeeded {
+        lab::Records::Remove
+    } else {
+        lab::Records::Keep
+    };
+    let removed = lab::down(&lab, records);
     if let Err(error) = removed {
         eprintln!("linerate: warning: removing lab '{name}': {error}");
+    } else if records == lab::Records::Keep && lab.state_dir().exists() {
+        eprintln!(
+            "linerate: the lab's records (the emulator's status and log) are kept in {}",
+            lab.state_dir().display()
+        );
     }
     match outcome.map_err(lab_error)? {
         RunEnd::Exited(status) => exit_status(status),

@@ -104,6 +104,13 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     let _http = http_servers(args, &config)?;
     let server = match Server::bind(config.clone()) {
         Ok(server) => server,
+        // The port is taken: say so of the address asked for ([::], every address).
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(anyhow!(e).context(format!(
+                "cannot listen on {} (another server holds port {}: stop it, or give --port)",
+                config.listen, args.port
+            )))
+        }
         // No IPv6 on this host: the default falls back to every IPv4 address.
         Err(_) if args.listen.is_none() => {
             config.listen = SocketAddr::from(([0, 0, 0, 0], args.port));

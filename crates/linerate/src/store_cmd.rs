@@ -84,7 +84,7 @@ pub fn show(args: &ShowArgs, storage: &Storage) -> Outcome {
     if !run.row.command.is_empty() {
         println!("Command: {}", run.row.command);
     }
-    print!("{}", run.document.render_text(args.format));
+    print!("{}", run.document.render_text_as_run(args.format));
     Ok(())
 }
 

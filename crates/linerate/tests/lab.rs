@@ -2225,3 +2225,36 @@ fn chromium_runs_the_speed_test_over_a_shaped_path() {
     );
     let _ = std::fs::remove_file(&shot);
 }
+
+/// `lab run` without a name leaves nothing behind when its command succeeds: its
+/// namespaces and its records under /run/linerate/lab go with it; a failed command's
+/// records are kept, and where is said.
+#[test]
+fn an_unnamed_lab_run_leaves_nothing_behind_when_it_succeeds() {
+    let test = "an_unnamed_lab_run_leaves_nothing_behind_when_it_succeeds";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    for (command, success) in [("true", true), ("false", false)] {
+        let child = common::command()
+            .args(["lab", "run", "--", command])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("lab run");
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.success(), success, "{}", stderr(&out));
+        let run_dir = std::path::Path::new("/run/linerate/lab").join(format!("run{pid}"));
+        if success {
+            assert!(!run_dir.exists(), "{} is left", run_dir.display());
+        } else {
+            assert!(run_dir.exists(), "a failed run's records are kept");
+            assert!(stderr(&out).contains("records"), "{}", stderr(&out));
+            let _ = std::fs::remove_dir_all(&run_dir);
+        }
+        let namespaces = run("ip", &["netns", "list"]);
+        assert!(!namespaces.contains(&format!("run{pid}")), "{namespaces}");
+    }
+}

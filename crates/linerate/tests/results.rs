@@ -72,6 +72,20 @@ fn show_prints_what_the_run_printed() {
         assert!(lines.next().unwrap().starts_with("Command: "), "{shown}");
         let body: String = lines.map(|l| format!("{l}\n")).collect();
         assert!(body.lines().count() >= 4, "{shown}");
+        // A run with intervals shows them as it printed them, then its summary.
+        let (intervals, body) = match body.split_once("- - - ") {
+            Some((intervals, rest)) if intervals.starts_with("[ ID]") => {
+                (intervals.to_string(), format!("- - - {rest}"))
+            }
+            _ => (String::new(), body),
+        };
+        if args.contains(&"0.25") {
+            assert!(!intervals.is_empty(), "show printed no intervals:\n{shown}");
+            assert!(
+                printed.contains(&intervals),
+                "run printed:\n{printed}\nshow printed:\n{intervals}"
+            );
+        }
         let stored = format!("Stored as run {id} in {path} ('linerate show {id}')\n");
         assert!(
             printed.ends_with(&format!("{body}{stored}")),

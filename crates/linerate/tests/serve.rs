@@ -252,3 +252,23 @@ fn sigterm_stops_the_server_cleanly() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A port another server holds is named as the address asked for (every address, [::]),
+/// with what to do, and exits 1.
+#[test]
+fn a_port_in_use_is_named_with_what_to_do() {
+    let holder = std::net::TcpListener::bind("[::]:0")
+        .or_else(|_| std::net::TcpListener::bind("0.0.0.0:0"))
+        .unwrap();
+    let port = holder.local_addr().unwrap().port().to_string();
+    let out = linerate(&["serve", "--port", &port]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("holds port {port}")) && err.contains("--port"),
+        "{err}"
+    );
+    if holder.local_addr().unwrap().is_ipv6() {
+        assert!(err.contains(&format!("[::]:{port}")), "{err}");
+    }
+}

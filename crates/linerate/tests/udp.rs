@@ -389,3 +389,17 @@ fn a_forged_hello_is_refused_and_gets_no_datagrams() {
         .write_all(&frame(br#"{"type":"abort","reason":"test over"}"#))
         .unwrap();
 }
+
+/// A UDP run's interval lines end with their datagram counts, under a header with no
+/// "Retr" (UDP retransmits nothing; the counts once sat under that heading).
+#[test]
+fn udp_interval_lines_are_not_headed_by_retransmits() {
+    let _shared = beside_others();
+    let out = linerate(&["stream", "-u", "-b", "50M", "-t", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("[ ID]")).collect();
+    assert!(!headers.is_empty(), "{text}");
+    assert!(headers.iter().all(|h| !h.contains("Retr")), "{text}");
+    assert!(text.contains("datagrams"), "{text}");
+}

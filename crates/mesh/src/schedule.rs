@@ -175,6 +175,8 @@ pub struct Scheduler {
     /// Exclusive tests: the cycle under way (or last), and when the next is due.
     cycles: Vec<Option<Cycle>>,
     next_cycle: Vec<f64>,
+    /// Exclusive tests: the last cycle to open, when the run is of a set number.
+    last_cycle: Vec<Option<u64>>,
     /// Light jobs: when each is next due; those not running, by that time.
     next_due: Vec<f64>,
     light_queue: BTreeSet<(u64, usize)>,
@@ -211,6 +213,7 @@ impl Scheduler {
             random: mesh.seed | 1,
             cycles: vec![None; tests],
             next_cycle: vec![now; tests],
+            last_cycle: vec![None; tests],
             next_due: vec![now; light],
             light_queue: BTreeSet::new(),
             running: vec![false; jobs.len()],
@@ -311,6 +314,15 @@ impl Scheduler {
             }
         }
         self.queue_light();
+    }
+
+    /// Opens no cycle of exclusive test `test` numbered above `last` (a run of a set
+    /// number of cycles), so that the light tests get their turn once it is through
+    /// instead of waiting beside cycle after cycle.
+    pub fn last_cycle(&mut self, test: usize, last: u64) {
+        if let Some(slot) = self.last_cycle.get_mut(test) {
+            *slot = Some(last);
+        }
     }
 
     /// What to start or skip at `now`. A started job runs until [`finished`] is called.
@@ -461,7 +473,12 @@ impl Scheduler {
             let open = cycle
                 .as_ref()
                 .is_some_and(|c| !c.pending.is_empty() || c.running > 0);
-            if !open {
+            let at_last = match (cycle, self.last_cycle[test]) {
+                (Some(c), Some(last)) => c.number >= last,
+                (None, Some(last)) => last == 0,
+                _ => false,
+            };
+            if !open && !at_last {
                 soonest = soonest.min(self.next_cycle[test]);
             }
         }
@@ -512,6 +529,9 @@ impl Scheduler {
                 Some(c) => (c.number + 1, c.base + self.interval[test]),
                 None => (1, self.next_cycle[test]),
             };
+            if self.last_cycle[test].is_some_and(|last| number > last) {
+                continue;
+            }
             let pending = Pending::new(
                 self.jobs
                     .iter()

@@ -194,6 +194,21 @@ impl Document {
     /// What is left to print after a run's live lines: a test's summary (its intervals
     /// and iterations were shown as they came), a search's answer after its trial lines,
     /// a sweep's warnings after its rows.
+    /// The text as a run printed it, for `show`: a stream test's interval lines first
+    /// (from the kept intervals, as the receiver counted them), then its summary.
+    pub fn render_text_as_run(&self, scale: Scale) -> String {
+        match self {
+            Document::Test(report)
+                if report.config.workload == Workload::Stream
+                    && report.config.interval_s > 0.0
+                    && !report.intervals.is_empty() =>
+            {
+                text::kept_interval_lines(report, scale) + &self.render_text(scale)
+            }
+            _ => self.render_text(scale),
+        }
+    }
+
     pub fn render_text_after_live(&self, scale: Scale) -> String {
         match self {
             Document::Sweep(sweep) => warnings(&sweep.warnings),

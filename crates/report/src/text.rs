@@ -6,6 +6,18 @@ use std::fmt::Write;
 
 /// The column header printed above interval lines.
 pub const INTERVAL_HEADER: &str = "[ ID] Interval           Transfer     Bitrate         Retr";
+/// The same for UDP, which retransmits nothing: its lines end with their datagram counts
+/// where TCP's have retransmits, and a "Retr" above those counts would misname them.
+pub const UDP_INTERVAL_HEADER: &str = "[ ID] Interval           Transfer     Bitrate";
+
+/// The interval header for a test: UDP's has no retransmit column.
+pub fn interval_header(udp: bool) -> &'static str {
+    if udp {
+        UDP_INTERVAL_HEADER
+    } else {
+        INTERVAL_HEADER
+    }
+}
 
 /// One iperf3-style line: `[SUM]   0.00-1.00   sec  3.51 GBytes  30.1 Gbits/sec    0  sender`.
 pub fn interval_line(
@@ -26,6 +38,54 @@ pub fn interval_line(
     )
     .trim_end()
     .to_string()
+}
+
+/// A kept stream run's intervals as the client printed them live: its sending side's
+/// line (forward), its receiving side's (reverse), or both (bidir), under their header
+/// (`show` reprints a run with them). UDP lines carry no datagram note: the merged report
+/// keeps both ends' counts, not the one end's a live line showed.
+pub fn kept_interval_lines(report: &Report, scale: Scale) -> String {
+    let udp = report.config.protocol == linerate_model::Protocol::Udp;
+    let (sends, receives) = match report.config.direction {
+        Direction::Forward => (true, false),
+        Direction::Reverse => (false, true),
+        Direction::Bidir => (true, true),
+    };
+    let mut out = format!("{}\n", interval_header(udp));
+    for interval in &report.intervals {
+        let note = |role: &str| {
+            if interval.omitted {
+                format!("{role} (omitted)")
+            } else {
+                role.to_string()
+            }
+        };
+        if sends {
+            let line = interval_line(
+                "SUM",
+                (interval.start, interval.end),
+                interval.sender_bytes,
+                interval.sender_bps,
+                (!udp).then_some(interval.retransmits),
+                &note("sender"),
+                scale,
+            );
+            let _ = writeln!(out, "{line}");
+        }
+        if receives {
+            let line = interval_line(
+                "SUM",
+                (interval.start, interval.end),
+                interval.receiver_bytes,
+                interval.receiver_bps,
+                None,
+                &note("receiver"),
+                scale,
+            );
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    out
 }
 
 /// Lines for one interval of one side's own figures, as shown live while a test runs.
@@ -271,7 +331,7 @@ fn sum_table(report: &Report, scale: Scale, per_flow: bool) -> String {
     let window_start = report.config.omit_s;
     let window_end = window_start + s.duration_s;
     let _ = writeln!(out, "- - - - - - - - - - - - - - - - - - - - - - - - -");
-    let _ = writeln!(out, "{INTERVAL_HEADER}");
+    let _ = writeln!(out, "{}", interval_header(s.udp.is_some()));
     let line = |label: &str, bytes, bps, retr, note: &str| {
         interval_line(
             label,
