@@ -392,6 +392,8 @@ struct Coordinator<'a> {
     next_discovery: Option<std::time::Instant>,
     /// The due time last said to be waited for.
     told_waiting: Option<f64>,
+    /// `--cycles`: how many this session runs.
+    cycles: Option<u64>,
 }
 
 impl<'a> Coordinator<'a> {
@@ -453,6 +455,7 @@ impl<'a> Coordinator<'a> {
             moving_to: None,
             down_kept_in: BTreeMap::new(),
             told_waiting: None,
+            cycles: options.cycles,
             next_discovery: options
                 .rediscover
                 .as_ref()
@@ -546,6 +549,12 @@ impl<'a> Coordinator<'a> {
         let rows: Vec<MeshRow> = self.newest.values().cloned().collect();
         self.scheduler = Scheduler::new(&self.mesh, now);
         self.scheduler.resume(&past_of(&self.mesh, &rows), now);
+        // A run of N cycles keeps its bound over the new hosts.
+        if let Some(n) = self.cycles {
+            for (test, &first) in self.first_cycle.iter().enumerate() {
+                self.scheduler.last_cycle(test, first + n.max(1) - 1);
+            }
+        }
         self.jobs = self.scheduler.jobs().to_vec();
         self.runs = vec![0; self.jobs.len()];
     }
@@ -822,6 +831,22 @@ mod tests {
         }
     }
 
+    /// Three healthy hosts (a, b, d; the fake runner's dead host c is not among them)
+    /// with an exclusive throughput test and a light latency test at these intervals.
+    fn throughput_and_latency(tput_every: &str, lat_every: &str) -> Mesh {
+        let mut text = "name = \"m\"\n".to_string();
+        for (name, last) in [("a", 1), ("b", 2), ("d", 4)] {
+            text += &format!("[[host]]\nname = \"{name}\"\naddress = \"10.0.0.{last}:5201\"\n");
+        }
+        for (name, run, every) in [("tput", "stream", tput_every), ("lat", "rr", lat_every)] {
+            text += &format!(
+                "[[test]]\nname = \"{name}\"\nrun = \"{run}\"\nduration = \"1s\"\ninterval = \"{every}\"\n"
+            );
+        }
+        text += "[[group]]\nname = \"all\"\ntests = [\"tput\", \"lat\"]\n";
+        linerate_mesh::parse("mesh.toml", &text).unwrap()
+    }
+
     fn three_hosts() -> Mesh {
         mesh_of(3, "tput", "stream", "60s")
     }
@@ -914,14 +939,7 @@ mod tests {
     /// of waiting for its phase in the hour.
     #[test]
     fn one_cycle_runs_every_test_now_even_after_a_cycle_is_kept() {
-        let text = "name = \"m\"\n\
-            [[host]]\nname = \"a\"\naddress = \"10.0.0.1:5201\"\n\
-            [[host]]\nname = \"b\"\naddress = \"10.0.0.2:5201\"\n\
-            [[host]]\nname = \"d\"\naddress = \"10.0.0.4:5201\"\n\
-            [[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"1h\"\n\
-            [[test]]\nname = \"lat\"\nrun = \"rr\"\nduration = \"1s\"\ninterval = \"1h\"\n\
-            [[group]]\nname = \"all\"\ntests = [\"tput\", \"lat\"]\n";
-        let mesh = linerate_mesh::parse("mesh.toml", text).unwrap();
+        let mesh = throughput_and_latency("1h", "1h");
         let mut kept = Kept::default();
         for (session, cycle) in [(1, 1), (2, 2)] {
             let printed = run_cycles(&mesh, &mut kept, 1);
@@ -960,14 +978,7 @@ mod tests {
     /// run ends, with exactly one cycle of the throughput test (once it ran three).
     #[test]
     fn one_cycle_opens_no_second_while_light_jobs_wait() {
-        let text = "name = \"m\"\n\
-            [[host]]\nname = \"a\"\naddress = \"10.0.0.1:5201\"\n\
-            [[host]]\nname = \"b\"\naddress = \"10.0.0.2:5201\"\n\
-            [[host]]\nname = \"d\"\naddress = \"10.0.0.4:5201\"\n\
-            [[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"2s\"\n\
-            [[test]]\nname = \"lat\"\nrun = \"rr\"\nduration = \"1s\"\ninterval = \"60s\"\n\
-            [[group]]\nname = \"all\"\ntests = [\"tput\", \"lat\"]\n";
-        let mesh = linerate_mesh::parse("mesh.toml", text).unwrap();
+        let mesh = throughput_and_latency("2s", "60s");
         let mut kept = Kept::default();
         let printed = run_cycles(&mesh, &mut kept, 1);
         let tput: Vec<&MeshRow> = printed.iter().filter(|r| r.test == "tput").collect();

@@ -226,3 +226,18 @@ fn rpm_gives_up_on_a_server_that_never_answers() {
     assert!(took < std::time::Duration::from_secs(14), "{took:?}");
     held.join().unwrap();
 }
+
+/// `rpm` aimed at linerate's test port (the commonest slip: 5201 instead of serve's
+/// --http port) says so and what to give instead, rather than "connection reset".
+#[test]
+fn rpm_at_the_test_port_says_which_port_to_give() {
+    let server = ServeProcess::start(&[]);
+    let target = format!("127.0.0.1:{}", server.port);
+    let out = linerate(&["rpm", "--http", &target, "-t", "2"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is linerate's test port") && err.contains("--http PORT"),
+        "{err}"
+    );
+}

@@ -99,8 +99,8 @@ pub struct Past {
     pub ended_at: f64,
 }
 
-/// How far apart light jobs brought forward to now start ([`Scheduler::start_now`]).
-const LIGHT_START_SPREAD_S: f64 = 5.0;
+/// The shortest spread of light jobs brought forward to now ([`Scheduler::start_now`]).
+const LIGHT_START_SPREAD_S: f64 = 60.0;
 
 #[derive(Debug, Clone)]
 struct Cycle {
@@ -167,6 +167,8 @@ struct Health {
 pub struct Scheduler {
     jobs: Vec<Job>,
     interval: Vec<f64>,
+    /// Each test's duration, for spreading light jobs brought forward.
+    seconds: Vec<f64>,
     jitter: Vec<f64>,
     exclusive: Vec<bool>,
     pause: Vec<bool>,
@@ -206,6 +208,7 @@ impl Scheduler {
         };
         let mut scheduler = Scheduler {
             interval: mesh.tests.iter().map(|t| t.interval_s).collect(),
+            seconds: mesh.tests.iter().map(|t| t.seconds).collect(),
             jitter: mesh.tests.iter().map(|t| t.jitter_s).collect(),
             exclusive: mesh.tests.iter().map(|t| t.exclusive).collect(),
             pause: mesh.tests.iter().map(|t| t.pause_for_exclusive).collect(),
@@ -296,19 +299,28 @@ impl Scheduler {
 
     /// Brings every test forward to `now`, for a run of a set number of cycles
     /// (`mesh run --cycles N`): each exclusive test whose last cycle is complete opens its
-    /// next one now (one under way carries on), and each light job is due within the next
-    /// few seconds (each at a phase of its own, so they do not fire together) instead of
-    /// an interval after it last ran. Later cycles keep the intervals.
+    /// next one now (one under way carries on), and each light job is due within the
+    /// next minute or so instead of an interval after it last ran. The light jobs keep
+    /// phases of their own over a spread long enough for about one of a test's jobs per
+    /// host at a time (jobs x duration / hosts, at least a minute, at most the interval):
+    /// all at once, a mesh's hundreds of probes took the CPUs and the agents down with
+    /// them. Later cycles keep the intervals.
     pub fn start_now(&mut self, now: f64) {
         for test in 0..self.exclusive.len() {
             if self.exclusive[test] {
                 self.next_cycle[test] = self.next_cycle[test].min(now);
             }
         }
+        let hosts = self.names.len().max(1) as f64;
+        let mut per_test = vec![0usize; self.exclusive.len()];
+        for job in &self.jobs {
+            per_test[job.test] += 1;
+        }
         for job in 0..self.next_due.len() {
             let test = self.jobs[job].test;
             if !self.exclusive[test] {
-                let spread = self.interval[test].min(LIGHT_START_SPREAD_S);
+                let busy = per_test[test] as f64 * self.seconds[test] / hosts;
+                let spread = self.interval[test].min(busy.max(LIGHT_START_SPREAD_S));
                 let phase = self.draw() * spread;
                 self.next_due[job] = self.next_due[job].min(now + phase);
             }

@@ -104,9 +104,15 @@ impl RpmReport {
         );
         for leg in [&self.download, &self.upload] {
             let rpm = leg.rpm.map_or("-".into(), |r| format!("{r:.0} RPM"));
-            let added = leg
-                .added_latency_s
-                .map_or("-".into(), |a| format!("{:+.1} ms", a * 1e3));
+            // Loaded below idle is noise in the idle figure (a busy host measured idle
+            // slower than loaded), not latency taken away: it reads as none added.
+            let added = leg.added_latency_s.map_or("-".into(), |a| {
+                if a < 0.0 {
+                    format!("none ({:.1} ms below idle)", -a * 1e3)
+                } else {
+                    format!("+{:.1} ms", a * 1e3)
+                }
+            });
             let settled = if leg.settled() {
                 ""
             } else {
@@ -114,10 +120,11 @@ impl RpmReport {
             };
             let _ = writeln!(
                 out,
-                "{:<9} {:>9.2} Mbit/s over {:>2} connections, {rpm}, added latency {added}{settled}",
+                "{:<9} {:>9.2} Mbit/s over {:>2} connection{}, {rpm}, added latency {added}{settled}",
                 leg.direction,
                 leg.capacity_bps / 1e6,
-                leg.connections
+                leg.connections,
+                if leg.connections == 1 { "" } else { "s" }
             );
         }
         if let Some(rpm) = self.rpm {
@@ -194,4 +201,59 @@ pub fn compare_text(runs: &[(i64, &RpmReport)]) -> String {
     grades.extend(runs.iter().skip(1).map(|_| String::new()));
     table.add_row(grades);
     format!("{table}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leg(direction: &str, connections: usize, added_s: f64) -> RpmLeg {
+        RpmLeg {
+            direction: direction.into(),
+            started_unix_s: 0.0,
+            capacity_bps: 1.6e9,
+            rpm: Some(2_000.0),
+            goodput_saturated: true,
+            rpm_saturated: true,
+            connections,
+            loaded_connect_s: None,
+            loaded_self_s: None,
+            added_latency_s: Some(added_s),
+            probes: 10,
+            failed_probes: 0,
+            intervals: Vec::new(),
+        }
+    }
+
+    /// One loading connection is "1 connection"; a loaded latency below idle (noise in
+    /// the idle figure on a busy host) adds none, and says by how much it was below,
+    /// instead of "added latency -0.6 ms".
+    #[test]
+    fn one_connection_and_a_negative_addition_read_as_they_are() {
+        let report = RpmReport {
+            test: RPM.into(),
+            started_at: 0.0,
+            target: "t".into(),
+            config_url: String::new(),
+            tls: false,
+            idle_latency_s: 0.004,
+            idle_connect_s: 0.004,
+            download: leg("download", 1, -0.0006),
+            upload: leg("upload", 4, 0.0021),
+            rpm: Some(2_000.0),
+            band: Some("High".into()),
+            added_latency_s: Some(0.0021),
+            grade: Some("A+".into()),
+            host: None,
+        };
+        let text = report.render_text();
+        assert!(text.contains("over  1 connection, "), "{text}");
+        assert!(text.contains("over  4 connections, "), "{text}");
+        assert!(
+            text.contains("added latency none (0.6 ms below idle)"),
+            "{text}"
+        );
+        assert!(text.contains("added latency +2.1 ms"), "{text}");
+        assert!(!text.contains("-0.6"), "{text}");
+    }
 }
