@@ -91,11 +91,19 @@ fn real_iperf3_clients_are_served_and_both_counts_agree() {
                 "{extra:?}: sent {sent}, received {received}, sockets hold at most {in_flight}"
             );
         } else {
-            assert_close(
-                &format!("{extra:?} bytes sent against received"),
-                sent,
-                received,
-                0.05,
+            // Within 5 %, or short of what was sent by no more than the flows' socket
+            // buffers hold when the receiver's span closes: a receiver slowed by other
+            // work on the machine leaves them full (a busy run once missed the 5 %).
+            let flows = extra
+                .iter()
+                .position(|a| *a == "-P")
+                .map_or(1.0, |i| extra[i + 1].parse::<f64>().unwrap())
+                * if extra.contains(&"--bidir") { 2.0 } else { 1.0 };
+            let buffered = flows * (tcp_buffer_max("tcp_wmem") + tcp_buffer_max("tcp_rmem"));
+            let close = (sent / received - 1.0).abs() <= 0.05;
+            assert!(
+                sent > 0.0 && received > 0.0 && (close || (sent >= received && sent - received <= buffered)),
+                "{extra:?}: sent {sent}, received {received}: more apart than 5 % or the {buffered} bytes the buffers hold"
             );
         }
         let text = d["server_output_text"].as_str().unwrap_or_default();
