@@ -655,7 +655,7 @@ fn take_udp_hellos(shared: &ServerState, id: u64, peer: SocketAddr, udp: &mut Ud
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::ServerConfig;
+    use crate::server_state::ServerConfig;
     use std::net::{Ipv4Addr, TcpListener, TcpStream};
 
     fn shared() -> Arc<ServerState> {
