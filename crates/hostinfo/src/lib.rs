@@ -6,6 +6,7 @@
 //! gives the calling thread's own CPU time, so that a test can count its own threads even
 //! when it shares a process with other tests. [`host_facts`] describes the machine.
 
+pub mod clock;
 pub mod doctor;
 mod ethtool;
 mod netlink;

@@ -145,6 +145,135 @@ pub enum Command {
     /// down and up capacity, idle latency, the latency load adds and its bufferbloat grade
     #[command(after_help = RPM_EXAMPLES)]
     Rpm(RpmArgs),
+    /// Measure loss and delay each way with STAMP (RFC 8762) probes to any reflector: a
+    /// router, a TWAMP-light reflector, stamp-suite, or `linerate serve --stamp`
+    #[command(after_help = STAMP_EXAMPLES)]
+    Stamp(StampArgs),
+}
+
+const STAMP_EXAMPLES: &str = "Examples:
+  linerate serve --stamp 862 &            then, from another host:
+  linerate stamp server1                  10 probes/s for 10 s to server1:862
+  linerate stamp 192.0.2.1:8620 --rate 100 -t 60 --dscp EF
+  linerate stamp router1 --count 1000 --interval 20ms --size 1400
+  linerate stamp router1 --hmac-key-file stamp.key      authenticated mode (HMAC-SHA-256)
+  linerate stamp server1 --json > stamp.json
+
+Loss is split per direction from the reflector's Direct Measurement TLV (RFC 8972) or its
+own sequence numbers (a stateful reflector); otherwise only the round trip is known, and
+the result says so. One-way delay needs synchronised clocks: it is withheld, with the
+reason, when the clocks' stated error is larger than the delay. The delay each way above
+its own minimum (added) needs no synchronised clocks and is always given.";
+
+/// `linerate stamp`.
+#[derive(Debug, Args)]
+pub struct StampArgs {
+    /// The reflector: HOST[:PORT] (port 862 unless given; [ADDR]:PORT for IPv6)
+    pub target: String,
+    /// Probes a second (a number, or N/s); conflicts with --interval
+    #[arg(short, long, value_parser = probe_rate, conflicts_with = "interval")]
+    pub rate: Option<f64>,
+    /// The gap between probes (e.g. 100ms, 1s)
+    #[arg(long, value_parser = probe_gap)]
+    pub interval: Option<f64>,
+    /// Probes to send [default: as many as --time allows]
+    #[arg(short, long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub count: Option<u64>,
+    /// Seconds to send for [default: 10, or until --count]
+    #[arg(short, long, allow_negative_numbers = true, value_parser = positive_seconds)]
+    pub time: Option<f64>,
+    /// Each probe's UDP payload, octets, padded with an Extra Padding TLV [default: the
+    /// smallest: 60 open, 148 authenticated, with the Direct Measurement TLV]
+    #[arg(short, long, value_parser = clap::value_parser!(u16).range(44..=9000))]
+    pub size: Option<u16>,
+    /// The DSCP probes leave with and ask of the answers (a name: BE, EF, CS0-CS7,
+    /// AF11-AF43, VA; or 0-63); what arrived each way is reported
+    #[arg(long, value_parser = dscp)]
+    pub dscp: Option<u8>,
+    /// Authenticated mode: the HMAC-SHA-256 key in hexadecimal (at least 16 bytes)
+    #[arg(long, value_name = "HEX", conflicts_with = "hmac_key_file")]
+    pub hmac_key: Option<String>,
+    /// Authenticated mode: the key from FILE (hexadecimal text, or the raw bytes)
+    #[arg(long, value_name = "FILE")]
+    pub hmac_key_file: Option<std::path::PathBuf>,
+    /// Send the bare base packet: no Direct Measurement TLV (a reflector that echoes
+    /// unknown octets wrongly, or a size below the default)
+    #[arg(long)]
+    pub no_tlvs: bool,
+    /// Seconds to wait for answers after the last probe
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true, value_parser = positive_seconds)]
+    pub timeout: f64,
+    /// Both ends read one clock (the same host, or network namespaces of one host): one-way
+    /// delays need no synchronisation then (assumed for this host's own addresses)
+    #[arg(long)]
+    pub same_clock: bool,
+    /// A line every this many seconds while it runs (0: none)
+    #[arg(short, long, default_value_t = 1.0, value_parser = non_negative_seconds)]
+    pub interval_report: f64,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn probe_rate(text: &str) -> Result<f64, String> {
+    let number = text.trim().trim_end_matches("/s");
+    match number.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= 1_000_000.0 => Ok(r),
+        _ => Err(format!(
+            "'{text}' must be probes a second, above 0 and at most 1000000 (e.g. 10 or 10/s)"
+        )),
+    }
+}
+
+fn probe_gap(text: &str) -> Result<f64, String> {
+    let seconds = humantime::parse_duration(text.trim())
+        .map(|d| d.as_secs_f64())
+        .or_else(|_| text.trim().parse::<f64>())
+        .map_err(|_| format!("'{text}' is not a gap (e.g. 100ms, 1s)"))?;
+    if seconds > 0.000_001 - 1e-12 && seconds <= 3600.0 {
+        Ok(seconds)
+    } else {
+        Err(format!("'{text}' must be from 1us to 1h"))
+    }
+}
+
+fn non_negative_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
+        _ => Err(format!("'{text}' must be seconds, 0 or more")),
+    }
+}
+
+/// A DSCP by its name or number.
+pub fn dscp(text: &str) -> Result<u8, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let named = match upper.as_str() {
+        "BE" | "DF" | "DEFAULT" => Some(0),
+        "EF" => Some(46),
+        "VA" | "VOICE-ADMIT" => Some(44),
+        "LE" => Some(1),
+        _ => None,
+    };
+    if let Some(value) = named {
+        return Ok(value);
+    }
+    if let Some(class) = upper.strip_prefix("CS") {
+        if let Ok(n @ 0..=7) = class.parse::<u8>() {
+            return Ok(n * 8);
+        }
+    }
+    if let Some(af) = upper.strip_prefix("AF") {
+        let digits: Vec<u8> = af.bytes().map(|b| b.wrapping_sub(b'0')).collect();
+        if let [class @ 1..=4, drop @ 1..=3] = digits[..] {
+            return Ok(class * 8 + drop * 2);
+        }
+    }
+    match text.trim().parse::<u8>() {
+        Ok(n) if n < 64 => Ok(n),
+        _ => Err(format!(
+            "'{text}' is not a DSCP: give a name (BE, EF, CS0-CS7, AF11-AF43, VA) or 0-63"
+        )),
+    }
 }
 
 const RPM_EXAMPLES: &str = "Examples:
@@ -282,6 +411,16 @@ pub fn metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
     };
     full.parse().map_err(|_| {
         format!("'{text}' is not an address to listen on (HOST:PORT or :PORT, e.g. 0.0.0.0:9470)")
+    })
+}
+
+/// PORT, :PORT (every address) or ADDR:PORT.
+pub fn udp_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = text.trim().parse::<u16>() {
+        return Ok((std::net::Ipv6Addr::UNSPECIFIED, port).into());
+    }
+    metrics_addr(text).map_err(|_| {
+        format!("'{text}' is not an address to listen on (PORT, :PORT or ADDR:PORT, e.g. 862)")
     })
 }
 
@@ -1110,6 +1249,28 @@ pub struct ServeArgs {
     /// Refuse plain tests: every test must ask for --tls or --quic
     #[arg(long)]
     pub require_tls: bool,
+    /// Answer STAMP test packets (RFC 8762, stateful, with RFC 8972's TLVs) on this UDP
+    /// [ADDR:]PORT (862 is STAMP's; below 1024 needs root or CAP_NET_BIND_SERVICE)
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = udp_listen_addr)]
+    pub stamp: Option<std::net::SocketAddr>,
+    /// STAMP: the HMAC-SHA-256 key (hexadecimal text, or the raw bytes, in FILE) that
+    /// authenticated test packets are checked and answered with
+    #[arg(long, value_name = "FILE", requires = "stamp")]
+    pub stamp_hmac_key_file: Option<std::path::PathBuf>,
+    /// STAMP: answer only authenticated test packets
+    #[arg(long, requires = "stamp_hmac_key_file")]
+    pub stamp_authenticated_only: bool,
+    /// STAMP: test packets a second answered from one source (an IPv4 address, an IPv6
+    /// /64)
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000), requires = "stamp")]
+    pub stamp_rate_per_source: u32,
+    /// STAMP: test packets a second answered from everybody together
+    #[arg(long, value_name = "N", default_value_t = 500_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000), requires = "stamp")]
+    pub stamp_rate: u32,
+    /// STAMP: senders (address, port and session id) kept at once; a full table refuses
+    /// new ones until one has been silent a minute
+    #[arg(long, value_name = "N", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..=1_000_000), requires = "stamp")]
+    pub stamp_sessions: u32,
 }
 
 #[derive(Debug, Args)]

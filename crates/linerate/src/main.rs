@@ -15,6 +15,7 @@ mod mesh_view;
 mod rpm_cmd;
 mod run_cmd;
 mod serve_cmd;
+mod stamp_cmd;
 mod store_cmd;
 mod sweep_cmd;
 mod test_cmd;
@@ -88,6 +89,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => (args.json, doctor_cmd::run(&args, g.key.clone())),
         Command::Mesh(command) => mesh_cmd::run(command, g),
         Command::Rpm(args) => (args.json, rpm_cmd::run(&args, g)),
+        Command::Stamp(args) => (args.json, stamp_cmd::run(&args, g)),
     };
     failure::exit_code(outcome, json)
 }

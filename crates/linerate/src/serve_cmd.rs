@@ -102,6 +102,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     };
     // Kept until the server ends, as the metrics listener.
     let _http = http_servers(args, &config)?;
+    let _stamp = stamp_reflector(args, &config)?;
     let server = match Server::bind(config.clone()) {
         Ok(server) => server,
         // The port is taken: say so of the address asked for ([::], every address).
@@ -122,6 +123,54 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     cancel::set_on_signals(&server.shutdown_flag())?;
     server.run().context("server failed")?;
     Ok(())
+}
+
+/// The STAMP reflector of `--stamp`, under the server's --allow and --deny.
+fn stamp_reflector(
+    args: &ServeArgs,
+    config: &ServerConfig,
+) -> Result<Option<linerate_stamp::listener::Listener>, Failure> {
+    let Some(addr) = args.stamp else {
+        return Ok(None);
+    };
+    let key = match &args.stamp_hmac_key_file {
+        Some(path) => Some(
+            crate::stamp_cmd::read_key_file(path, "--stamp-hmac-key-file")
+                .map_err(Failure::Usage)?,
+        ),
+        None => None,
+    };
+    let reflector = linerate_stamp::reflector::Config {
+        key,
+        authenticated_only: args.stamp_authenticated_only,
+        max_sessions: args.stamp_sessions as usize,
+        per_source_pps: args.stamp_rate_per_source,
+        total_pps: args.stamp_rate,
+        ..linerate_stamp::reflector::Config::default()
+    };
+    let policy = config.access.clone();
+    let log = Arc::new(linerate_drivers::access::OperatorLog::new(
+        true,
+        config.log_format,
+    ));
+    let line = log.clone();
+    let listener = linerate_stamp::listener::start(
+        addr,
+        reflector,
+        Arc::new(move |ip| policy.permits(linerate_drivers::access::canonical(ip))),
+        Arc::new(move |message: &str| line.line(message)),
+    )
+    .map_err(|e| Failure::Usage(format!("--stamp {addr}: cannot listen: {e}")))?;
+    log.line(&format!(
+        "STAMP reflector on udp {}{}",
+        listener.addr,
+        if args.stamp_authenticated_only {
+            " (authenticated packets only)"
+        } else {
+            ""
+        }
+    ));
+    Ok(Some(listener))
 }
 
 /// The RPM servers of `--http` and `--https`.

@@ -17,6 +17,7 @@ pub enum Document {
     FindMax(Box<FindMaxReport>),
     Profile(Box<crate::profile::ProfileReport>),
     Rpm(Box<crate::rpm::RpmReport>),
+    Stamp(Box<crate::stamp::StampReport>),
 }
 
 /// The `test` value of a sweep document, and of a `--find-max` search.
@@ -38,6 +39,7 @@ impl Document {
                 Document::Profile(Box::new(serde_json::from_value(value)?))
             }
             Some(crate::rpm::RPM) => Document::Rpm(Box::new(serde_json::from_value(value)?)),
+            Some(crate::stamp::STAMP) => Document::Stamp(Box::new(serde_json::from_value(value)?)),
             _ => Document::Test(Box::new(serde_json::from_value(value)?)),
         })
     }
@@ -50,6 +52,7 @@ impl Document {
             Document::FindMax(search) => serde_json::to_string_pretty(search),
             Document::Profile(run) => serde_json::to_string_pretty(run),
             Document::Rpm(run) => serde_json::to_string_pretty(run),
+            Document::Stamp(run) => serde_json::to_string_pretty(run),
         }
     }
 
@@ -61,6 +64,7 @@ impl Document {
             Document::FindMax(search) => &search.test,
             Document::Profile(run) => &run.test,
             Document::Rpm(run) => &run.test,
+            Document::Stamp(run) => &run.test,
         }
     }
 
@@ -82,6 +86,7 @@ impl Document {
             Document::FindMax(search) => crate::model::path_of(&search.host),
             Document::Profile(_) => None,
             Document::Rpm(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
+            Document::Stamp(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
         };
         path.map_or("direct".into(), |p| p.brief())
     }
@@ -94,6 +99,7 @@ impl Document {
             Document::FindMax(search) => &search.config.target,
             Document::Profile(run) => &run.config.target,
             Document::Rpm(run) => &run.target,
+            Document::Stamp(run) => &run.target,
         }
     }
 
@@ -104,6 +110,7 @@ impl Document {
             Document::FindMax(search) => search.started_at,
             Document::Profile(run) => run.started_at,
             Document::Rpm(run) => run.started_at,
+            Document::Stamp(run) => run.started_at,
         }
     }
 
@@ -127,6 +134,8 @@ impl Document {
                 (Headline::TransactionsPerS, run.summary.iterations_per_s)
             }),
             Document::Rpm(run) => run.rpm.map(|rpm| (Headline::Rpm, rpm)),
+            // Loss and delay have no one figure that ranks runs: listings use the text.
+            Document::Stamp(_) => None,
         }
     }
 
@@ -165,6 +174,7 @@ impl Document {
                 }
             }
             Document::Rpm(run) => run.headline_text(),
+            Document::Stamp(run) => run.headline_text(),
         }
     }
 
@@ -186,6 +196,7 @@ impl Document {
             }
             Document::Profile(run) => run.render_text(scale),
             Document::Rpm(run) => run.render_text(),
+            Document::Stamp(run) => run.render_text(),
         }
     }
 }
@@ -213,7 +224,9 @@ impl Document {
         match self {
             Document::Sweep(sweep) => warnings(&sweep.warnings),
             Document::FindMax(search) => text::render_find_max(search, scale),
-            Document::Test(_) | Document::Profile(_) | Document::Rpm(_) => self.render_text(scale),
+            Document::Test(_) | Document::Profile(_) | Document::Rpm(_) | Document::Stamp(_) => {
+                self.render_text(scale)
+            }
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod profile;
 pub mod rpm;
 pub mod rr;
 mod sides;
+pub mod stamp;
 pub mod stats;
 pub mod sweep;
 pub mod text;

@@ -1,0 +1,23 @@
+//! STAMP, the Simple Two-way Active Measurement Protocol (RFC 8762) with its optional
+//! extensions (RFC 8972): `linerate stamp` sends test packets to any reflector (routers,
+//! TWAMP-light reflectors, another linerate) and `linerate serve --stamp` answers them.
+//!
+//! The cores are sans-IO: `wire` (packets, timestamps, TLVs, HMAC), `reflector` (what an
+//! arriving packet gets: an answer of the same size, or a refusal with its reason, under
+//! a bounded session table and rate caps) and `tally` (a sender's probes and answers into
+//! the figures of a [`linerate_report::stamp::StampReport`]). Time comes in as arguments.
+//! `sys` is the socket calls that carry the packets' metadata (TOS, TTL, the kernel's
+//! receive time); `sender` and `listener` are the two loops around them.
+
+pub mod listener;
+pub mod reflector;
+pub mod sender;
+mod sys;
+pub mod tally;
+pub mod wire;
+
+#[cfg(test)]
+mod tests;
+
+/// STAMP's well-known port (RFC 8762 §4.1).
+pub const PORT: u16 = 862;

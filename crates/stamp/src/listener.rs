@@ -1,0 +1,238 @@
+//! `serve --stamp`: a Session-Reflector on its own thread. One socket, one loop: a
+//! datagram in, the access rules asked, the reflector's decision, the answer out with the
+//! TOS asked. Refusals are counted by reason and logged at most once per reason every ten
+//! seconds (with how many since), so a flood cannot fill the log.
+
+use crate::reflector::{Arrival, Config, Reflector, Refusal};
+use crate::sys;
+use crate::wire::{self, ErrorEstimate, Timestamp};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Who may be answered: `Err` names the rule that refuses an address.
+pub type Permits = Arc<dyn Fn(IpAddr) -> Result<(), &'static str> + Send + Sync>;
+/// Where the operator's log lines go.
+pub type LogLine = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// What the reflector did, since it started.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub answered: AtomicU64,
+    pub refused: [AtomicU64; Refusal::ALL.len()],
+    pub sessions: AtomicU64,
+}
+
+impl Counters {
+    fn refuse(&self, refusal: Refusal) {
+        if let Some(i) = Refusal::ALL.iter().position(|r| *r == refusal) {
+            self.refused[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// (reason, count) for every reason, in a fixed order.
+    pub fn refused(&self) -> Vec<(&'static str, u64)> {
+        Refusal::ALL
+            .iter()
+            .zip(&self.refused)
+            .map(|(r, c)| (r.reason(), c.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// A running reflector; stops when dropped.
+pub struct Listener {
+    pub addr: SocketAddr,
+    pub counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Binds `addr` (every IPv6 address falls back to every IPv4 one on a host without
+/// IPv6) and answers there until dropped.
+pub fn start(
+    addr: SocketAddr,
+    config: Config,
+    permits: Permits,
+    log: LogLine,
+) -> io::Result<Listener> {
+    let socket = UdpSocket::bind(addr).or_else(|e| match addr.ip() {
+        IpAddr::V6(ip) if ip.is_unspecified() => UdpSocket::bind(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            addr.port(),
+        )),
+        _ => Err(e),
+    })?;
+    let local = socket.local_addr()?;
+    let v6 = local.is_ipv6();
+    sys::enable_meta(&socket, v6)?;
+    // Room for bursts of probes while the thread is off its CPU.
+    let _ = set_receive_buffer(&socket, 4 << 20);
+    let counters = Arc::new(Counters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (thread_counters, thread_stop) = (counters.clone(), stop.clone());
+    let thread = std::thread::Builder::new()
+        .name("stamp-reflector".into())
+        .spawn(move || {
+            if let Err(e) = serve(
+                &socket,
+                v6,
+                config,
+                &permits,
+                &log,
+                &thread_counters,
+                &thread_stop,
+            ) {
+                log(&format!("stamp reflector stopped: {e}"));
+            }
+        })?;
+    Ok(Listener {
+        addr: local,
+        counters,
+        stop,
+        thread: Some(thread),
+    })
+}
+
+fn set_receive_buffer(socket: &UdpSocket, bytes: i32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a live i32 of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&bytes as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The clock's error estimate as answers declare it.
+fn clock_estimate() -> ErrorEstimate {
+    linerate_hostinfo::clock::read().map_or(ErrorEstimate::new(false, false, 1.0), |c| {
+        ErrorEstimate::new(c.synchronised, false, c.max_error_s)
+    })
+}
+
+/// Refusals told in the log: the first of a reason at once, then at most one line per
+/// reason every ten seconds with the count since.
+struct RefusalLog {
+    last: Vec<Option<Instant>>,
+    since: Vec<u64>,
+}
+
+impl RefusalLog {
+    fn note(&mut self, refusal: Refusal, from: SocketAddr, log: &LogLine) {
+        let i = Refusal::ALL.iter().position(|r| *r == refusal).unwrap_or(0);
+        self.since[i] += 1;
+        let due = self.last[i].map_or(true, |t| t.elapsed() >= Duration::from_secs(10));
+        if due {
+            log(&format!(
+                "stamp: refused {} packet{} ({}), the latest from {from}",
+                self.since[i],
+                if self.since[i] == 1 { "" } else { "s" },
+                refusal.reason()
+            ));
+            self.since[i] = 0;
+            self.last[i] = Some(Instant::now());
+        }
+    }
+}
+
+fn serve(
+    socket: &UdpSocket,
+    v6: bool,
+    config: Config,
+    permits: &Permits,
+    log: &LogLine,
+    counters: &Counters,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    let epoch = Instant::now();
+    let mut reflector = Reflector::new(config, 0);
+    reflector.set_clock(clock_estimate());
+    let mut clock_read = Instant::now();
+    let mut buf = vec![0u8; wire::MAX_PACKET + 1];
+    let mut answer = Vec::with_capacity(wire::MAX_PACKET);
+    let mut refusals = RefusalLog {
+        last: vec![None; Refusal::ALL.len()],
+        since: vec![0; Refusal::ALL.len()],
+    };
+    while !stop.load(Ordering::Relaxed) {
+        if clock_read.elapsed() >= Duration::from_secs(1) {
+            reflector.set_clock(clock_estimate());
+            counters
+                .sessions
+                .store(reflector.sessions() as u64, Ordering::Relaxed);
+            clock_read = Instant::now();
+        }
+        if !sys::wait_readable(socket, Duration::from_millis(200))? {
+            continue;
+        }
+        loop {
+            let (n, from, meta) = match sys::recv(socket, &mut buf) {
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // An ICMP error for an earlier answer: nothing to do for it.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
+                Err(e) => return Err(e),
+            };
+            let now_unix = sys::unix_ns();
+            let decision = match permits(from.ip()) {
+                Err(_) => Err(Refusal::Denied),
+                Ok(()) => reflector.reflect(
+                    &Arrival {
+                        from,
+                        // A datagram longer than the buffer was cut (MSG_TRUNC gives its
+                        // whole length): one octet over the largest is refused as long.
+                        bytes: &buf[..n.min(buf.len())],
+                        received: Timestamp::ntp_from_unix_ns(
+                            meta.kernel_unix_ns.unwrap_or(now_unix),
+                        ),
+                        now: Timestamp::ntp_from_unix_ns(sys::unix_ns()),
+                        now_ns: epoch.elapsed().as_nanos() as u64,
+                        tos: meta.tos.unwrap_or(0),
+                        ttl: meta.ttl.unwrap_or(0),
+                    },
+                    &mut answer,
+                ),
+            };
+            match decision {
+                Ok(reply) => {
+                    let tos = (reply.tos != 0).then_some(reply.tos);
+                    match sys::send(socket, &answer[..reply.len], from, tos, v6) {
+                        Ok(_) => {
+                            counters.answered.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => log(&format!("stamp: cannot answer {from}: {e}")),
+                    }
+                }
+                Err(refusal) => {
+                    counters.refuse(refusal);
+                    refusals.note(refusal, from, log);
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! The socket calls that carry a datagram's metadata: the TOS (DSCP and ECN) and TTL it
+//! arrived with and the kernel's time of arrival (`recvmsg` with IP_RECVTOS, IP_RECVTTL,
+//! their IPv6 twins and SO_TIMESTAMPNS), and a TOS to send one with (`sendmsg` with
+//! IP_TOS or IPV6_TCLASS). std's UdpSocket has none of these; socket2 has no control
+//! messages on receive, so the few calls are written here.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+/// What the kernel said of a datagram besides its bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub tos: Option<u8>,
+    pub ttl: Option<u8>,
+    /// When it arrived, Unix nanoseconds (CLOCK_REALTIME, taken by the kernel).
+    pub kernel_unix_ns: Option<i128>,
+}
+
+fn setopt(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: the value is a live i32 of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Asks the kernel for each datagram's TOS, TTL and arrival time. An IPv6 socket asks
+/// for both families' (it receives IPv4 as mapped addresses).
+pub fn enable_meta(socket: &impl AsRawFd, v6: bool) -> io::Result<()> {
+    let fd = socket.as_raw_fd();
+    setopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    let v4 = [
+        setopt(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1),
+        setopt(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, 1),
+    ];
+    if v6 {
+        setopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+        setopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
+    } else {
+        for result in v4 {
+            result?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets the TOS (or traffic class) every datagram of the socket leaves with, and a TTL of
+/// 255 (RFC 8762 §4.2: the reflector reports the TTL it saw, which counts the hops).
+pub fn set_marks(socket: &impl AsRawFd, v6: bool, tos: u8) -> io::Result<()> {
+    let fd = socket.as_raw_fd();
+    if v6 {
+        setopt(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, i32::from(tos))?;
+        setopt(fd, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, 255)?;
+        // IPv4 through a dual-stack socket.
+        let _ = setopt(fd, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos));
+        let _ = setopt(fd, libc::IPPROTO_IP, libc::IP_TTL, 255);
+    } else {
+        setopt(fd, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos))?;
+        setopt(fd, libc::IPPROTO_IP, libc::IP_TTL, 255)?;
+    }
+    Ok(())
+}
+
+fn to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_storage is a valid value of it.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than, and aligned for, sockaddr_in.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+fn from_sockaddr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin: &libc::sockaddr_in =
+                unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6: &libc::sockaddr_in6 =
+                unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Room for the control messages asked for: a timespec and four integers, with headers.
+const CONTROL: usize = 256;
+
+/// Receives one datagram without waiting: its length, source and metadata. A datagram
+/// longer than `buf` reports its whole length (MSG_TRUNC), so the caller can refuse it.
+pub fn recv(socket: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, Meta)> {
+    let fd = socket.as_raw_fd();
+    // SAFETY: zeroed storage and header are valid; every pointer below points into
+    // locals that outlive the call, with the lengths given.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut control = [0u64; CONTROL / 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut storage as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = CONTROL as _;
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let from = from_sockaddr(&storage)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no source address"))?;
+    let mut meta = Meta::default();
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, within
+    // msg_controllen; each payload is read unaligned at the size its type has.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            let level = (*cmsg).cmsg_level;
+            let kind = (*cmsg).cmsg_type;
+            let data = libc::CMSG_DATA(cmsg);
+            let int = || std::ptr::read_unaligned(data.cast::<i32>());
+            match (level, kind) {
+                (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
+                    let ts = std::ptr::read_unaligned(data.cast::<libc::timespec>());
+                    meta.kernel_unix_ns =
+                        Some(i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec));
+                }
+                // IP_TOS arrives as one byte; IP_TTL as an int.
+                (libc::IPPROTO_IP, libc::IP_TOS) => meta.tos = Some(*data),
+                (libc::IPPROTO_IP, libc::IP_TTL) => meta.ttl = Some(int() as u8),
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => meta.tos = Some(int() as u8),
+                (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => meta.ttl = Some(int() as u8),
+                _ => {}
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok((n as usize, from, meta))
+}
+
+/// Sends `buf` to `to`, with `tos` on this datagram alone where given (a control
+/// message; the socket's own TOS otherwise).
+pub fn send(
+    socket: &impl AsRawFd,
+    buf: &[u8],
+    to: SocketAddr,
+    tos: Option<u8>,
+    v6: bool,
+) -> io::Result<usize> {
+    let fd = socket.as_raw_fd();
+    let (mut storage, len) = to_sockaddr(to);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 4];
+    // SAFETY: as in `recv`: every pointer is into a local that outlives the call; the
+    // one control message written fits the buffer (CMSG_SPACE of an int is 24 octets).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut storage as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = len;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(tos) = tos {
+        let mapped_v4 = matches!(to.ip(), IpAddr::V6(ip) if ip.to_ipv4_mapped().is_some());
+        let (level, kind) = if v6 && !mapped_v4 {
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+        } else {
+            (libc::IPPROTO_IP, libc::IP_TOS)
+        };
+        unsafe {
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = level;
+            (*cmsg).cmsg_type = kind;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), i32::from(tos));
+        }
+    }
+    let n = unsafe { libc::sendmsg(fd, &msg, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Waits until the socket has a datagram or `timeout` passes; true when readable.
+pub fn wait_readable(socket: &impl AsRawFd, timeout: Duration) -> io::Result<bool> {
+    let mut poll = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one pollfd, a live timespec, no signal mask.
+    let rc = unsafe { libc::ppoll(&mut poll, 1, &ts, std::ptr::null()) };
+    match rc {
+        rc if rc > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Unix nanoseconds now (CLOCK_REALTIME).
+pub fn unix_ns() -> i128 {
+    let now = std::time::SystemTime::now();
+    match now.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    }
+}

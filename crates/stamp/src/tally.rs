@@ -1,0 +1,555 @@
+//! A Session-Sender's bookkeeping, without I/O: the probes it sent, the answers that came
+//! back, and the figures they make (round trip, one-way and added delay each way, loss
+//! each way where the reflector lets it be told, reordering, duplicates, RFC 3550 jitter,
+//! the marks each way). Times come in as arguments: monotonic nanoseconds for the round
+//! trip, Unix nanoseconds for what is compared with the reflector's timestamps.
+
+use crate::wire::{tlv, ErrorEstimate, Reflected, Timestamp};
+use linerate_model::clock::ClockState;
+use linerate_model::latency::LatencyHistogram;
+use linerate_report::stamp::{
+    Clocks, DelayFigures, Marks, OneWay, StampInterval, StampLoss, StampReport, STAMP,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Probes remembered for matching answers: an answer to a probe this many older than the
+/// newest is not matched (at 10,000/s, 6.5 s late).
+const WINDOW: usize = 65_536;
+/// One-way delays kept per direction for exact percentiles; past this, every other is
+/// kept, and so on (the figures then rest on an even sample of the run).
+const KEPT_DELAYS: usize = 1 << 21;
+
+/// What the run was asked, for the report.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub target: String,
+    pub address: String,
+    pub mode: crate::wire::Mode,
+    pub rate_pps: f64,
+    pub size: usize,
+    pub dscp: Option<u8>,
+    /// The session's SSID (nonzero): answers carrying another are not this run's.
+    pub ssid: u16,
+    /// Both ends read one clock (loopback, namespaces of one host).
+    pub same_clock: bool,
+    pub sender_clock: Option<ClockState>,
+    pub started_at: f64,
+}
+
+/// An answer as it arrived.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub answer: Reflected,
+    pub tlvs: tlv::Answer,
+    /// T4, Unix nanoseconds (the kernel's receive time where it gave one).
+    pub arrived_unix_ns: i128,
+    /// Monotonic nanoseconds at arrival, on the clock `sent` was given.
+    pub arrived_ns: u64,
+    /// The answer's TOS as it arrived, where the socket said.
+    pub tos: Option<u8>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    seq: u32,
+    sent_ns: u64,
+    timestamp: Timestamp,
+    answered: bool,
+}
+
+/// The counts an answer carries, for splitting loss by direction.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    seq: u32,
+    sent: u32,
+    received: u32,
+    reflected: u32,
+}
+
+/// RFC 3550 §6.4.1's running jitter estimate.
+#[derive(Debug, Default, Clone, Copy)]
+struct Jitter {
+    estimate: f64,
+    previous: Option<i128>,
+}
+
+impl Jitter {
+    fn record(&mut self, transit: i128) {
+        if let Some(previous) = self.previous {
+            let d = (transit - previous).abs() as f64;
+            self.estimate += (d - self.estimate) / 16.0;
+        }
+        self.previous = Some(transit);
+    }
+}
+
+/// Delays kept for exact percentiles, thinned evenly past [`KEPT_DELAYS`].
+#[derive(Debug, Default)]
+struct Delays {
+    values: Vec<i64>,
+    stride: u64,
+    seen: u64,
+    min: Option<i64>,
+}
+
+impl Delays {
+    fn record(&mut self, ns: i64) {
+        self.min = Some(self.min.map_or(ns, |m| m.min(ns)));
+        if self.stride == 0 {
+            self.stride = 1;
+        }
+        if self.seen % self.stride == 0 {
+            self.values.push(ns);
+            if self.values.len() >= KEPT_DELAYS {
+                let mut keep = false;
+                self.values.retain(|_| {
+                    keep = !keep;
+                    keep
+                });
+                self.stride *= 2;
+            }
+        }
+        self.seen += 1;
+    }
+
+    /// Percentiles in microseconds, less `floor` nanoseconds.
+    fn figures(&self, floor: i64) -> DelayFigures {
+        let mut sorted = self.values.clone();
+        sorted.sort_unstable();
+        if sorted.is_empty() {
+            return DelayFigures::default();
+        }
+        let at = |q: f64| {
+            let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+            (sorted[i] - floor) as f64 / 1e3
+        };
+        let mean = sorted.iter().map(|v| (v - floor) as f64).sum::<f64>() / sorted.len() as f64;
+        DelayFigures {
+            min: (self.min.unwrap_or(sorted[0]) - floor) as f64 / 1e3,
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            max: (sorted[sorted.len() - 1] - floor) as f64 / 1e3,
+            mean: mean / 1e3,
+        }
+    }
+}
+
+fn median(values: &mut [i64]) -> Option<i64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable();
+    Some(values[values.len() / 2])
+}
+
+/// The interval being counted.
+#[derive(Debug, Default)]
+struct Current {
+    sent: u64,
+    answered: u64,
+    rtt: Vec<i64>,
+    forward: Vec<i64>,
+    reverse: Vec<i64>,
+}
+
+/// An interval closed, its one-way medians still absolute (the run's minimum is known
+/// only at the end).
+#[derive(Debug, Clone, Copy)]
+struct Closed {
+    end_s: f64,
+    sent: u64,
+    answered: u64,
+    rtt: Option<i64>,
+    forward: Option<i64>,
+    reverse: Option<i64>,
+}
+
+/// The run so far.
+#[derive(Debug)]
+pub struct Tally {
+    settings: Settings,
+    started_ns: u64,
+    window: Vec<Option<Probe>>,
+    sent: u64,
+    answered: u64,
+    duplicates: u64,
+    reordered: u64,
+    unmatched: u64,
+    highest: Option<u32>,
+    rtt: LatencyHistogram,
+    hold: Delays,
+    forward: Delays,
+    reverse: Delays,
+    rtt_jitter: Jitter,
+    forward_jitter: Jitter,
+    reverse_jitter: Jitter,
+    by_seq: Option<(Counts, Counts)>,
+    by_direct: Option<(Counts, Counts)>,
+    every_answer_direct: bool,
+    stateful: bool,
+    reflector_clock: ErrorEstimate,
+    ttl: Option<u8>,
+    unrecognized: BTreeSet<u8>,
+    integrity_failures: u64,
+    /// Answers whose TLVs came back as sent.
+    echoed: u64,
+    marks_forward: BTreeMap<(u8, u8), u64>,
+    marks_reverse: BTreeMap<(u8, u8), u64>,
+    current: Current,
+    closed: Vec<Closed>,
+}
+
+/// Widens the (first, last) pair to hold `counts`, by sequence number.
+fn widen(pair: &mut Option<(Counts, Counts)>, counts: Counts) {
+    match pair {
+        None => *pair = Some((counts, counts)),
+        Some((first, last)) => {
+            if counts.seq < first.seq {
+                *first = counts;
+            }
+            if counts.seq > last.seq {
+                *last = counts;
+            }
+        }
+    }
+}
+
+impl Tally {
+    pub fn new(settings: Settings, started_ns: u64) -> Tally {
+        Tally {
+            settings,
+            started_ns,
+            window: vec![None; WINDOW],
+            sent: 0,
+            answered: 0,
+            duplicates: 0,
+            reordered: 0,
+            unmatched: 0,
+            highest: None,
+            rtt: LatencyHistogram::new(),
+            hold: Delays::default(),
+            forward: Delays::default(),
+            reverse: Delays::default(),
+            rtt_jitter: Jitter::default(),
+            forward_jitter: Jitter::default(),
+            reverse_jitter: Jitter::default(),
+            by_seq: None,
+            by_direct: None,
+            every_answer_direct: true,
+            stateful: false,
+            reflector_clock: ErrorEstimate::default(),
+            ttl: None,
+            unrecognized: BTreeSet::new(),
+            integrity_failures: 0,
+            echoed: 0,
+            marks_forward: BTreeMap::new(),
+            marks_reverse: BTreeMap::new(),
+            current: Current::default(),
+            closed: Vec::new(),
+        }
+    }
+
+    /// The sequence number the next probe carries (the count sent so far; the first is 0).
+    pub fn next_seq(&self) -> u32 {
+        self.sent as u32
+    }
+
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    pub fn answered(&self) -> u64 {
+        self.answered
+    }
+
+    /// Notes a probe sent at `sent_ns` carrying `timestamp` (T1).
+    pub fn sent_probe(&mut self, seq: u32, sent_ns: u64, timestamp: Timestamp) {
+        self.window[seq as usize % WINDOW] = Some(Probe {
+            seq,
+            sent_ns,
+            timestamp,
+            answered: false,
+        });
+        self.sent += 1;
+        self.current.sent += 1;
+    }
+
+    /// Takes an answer in: matched to its probe (by sequence number, SSID and the T1 it
+    /// echoes, so a stray or forged answer is not counted), or counted as not this run's.
+    pub fn answer(&mut self, reply: &Reply) {
+        let a = &reply.answer;
+        let slot = &mut self.window[a.sender_seq as usize % WINDOW];
+        let Some(probe) = slot.as_mut().filter(|p| {
+            p.seq == a.sender_seq
+                && p.timestamp == a.sender_timestamp
+                && (a.ssid == self.settings.ssid || a.ssid == 0)
+        }) else {
+            self.unmatched += 1;
+            return;
+        };
+        if probe.answered {
+            self.duplicates += 1;
+            return;
+        }
+        probe.answered = true;
+        let sent_ns = probe.sent_ns;
+        self.answered += 1;
+        self.current.answered += 1;
+        match self.highest {
+            Some(h) if a.sender_seq < h => self.reordered += 1,
+            _ => self.highest = Some(a.sender_seq),
+        }
+        if reply.tlvs.integrity_failed {
+            self.integrity_failures += 1;
+        }
+        self.unrecognized
+            .extend(reply.tlvs.unrecognized.iter().copied());
+
+        let rtt = reply.arrived_ns.saturating_sub(sent_ns);
+        self.rtt.record(rtt);
+        self.current.rtt.push(rtt as i64);
+        self.rtt_jitter.record(i128::from(rtt));
+
+        // One-way delays: each timestamp read in the format its own error estimate says.
+        let t1 = a.sender_timestamp.unix_ns(a.sender_error.ptp());
+        let t2 = a.receive.unix_ns(a.error.ptp());
+        let t3 = a.timestamp.unix_ns(a.error.ptp());
+        let t4 = reply.arrived_unix_ns;
+        let clamp = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        let (forward, reverse) = (clamp(t2 - t1), clamp(t4 - t3));
+        self.forward.record(forward);
+        self.reverse.record(reverse);
+        self.hold.record(clamp(t3 - t2));
+        self.current.forward.push(forward);
+        self.current.reverse.push(reverse);
+        self.forward_jitter.record(t2 - t1);
+        self.reverse_jitter.record(t4 - t3);
+        self.reflector_clock = a.error;
+        self.ttl = Some(self.ttl.map_or(a.sender_ttl, |t| t.min(a.sender_ttl)));
+
+        if a.seq != a.sender_seq {
+            self.stateful = true;
+        }
+        widen(
+            &mut self.by_seq,
+            Counts {
+                seq: a.sender_seq,
+                sent: a.sender_seq,
+                received: a.seq,
+                reflected: a.seq,
+            },
+        );
+        // A reflector that does not know RFC 8972 sends the TLVs back as they went: a
+        // Direct Measurement TLV with the reflector's counts still zero. Its Class of
+        // Service TLV then says nothing of what arrived.
+        let echoed = reply
+            .tlvs
+            .direct_measurement
+            .is_some_and(|dm| dm.reflector_received == 0 && dm.reflector_sent == 0);
+        if echoed {
+            self.echoed += 1;
+        }
+        match reply.tlvs.direct_measurement {
+            Some(dm) if !echoed => widen(
+                &mut self.by_direct,
+                Counts {
+                    seq: a.sender_seq,
+                    sent: dm.sender_sent,
+                    received: dm.reflector_received,
+                    reflected: dm.reflector_sent,
+                },
+            ),
+            _ => self.every_answer_direct = false,
+        }
+        if let (Some(_), Some(cos), false) =
+            (self.settings.dscp, reply.tlvs.class_of_service, echoed)
+        {
+            *self
+                .marks_forward
+                .entry((cos.received_dscp, cos.received_ecn))
+                .or_default() += 1;
+        }
+        if let (Some(_), Some(tos)) = (self.settings.dscp, reply.tos) {
+            *self.marks_reverse.entry((tos >> 2, tos & 3)).or_default() += 1;
+        }
+    }
+
+    /// Closes the interval ending at `now_ns`: its figures, for a live line.
+    pub fn close_interval(&mut self, now_ns: u64) -> StampInterval {
+        let mut current = std::mem::take(&mut self.current);
+        let closed = Closed {
+            end_s: now_ns.saturating_sub(self.started_ns) as f64 / 1e9,
+            sent: current.sent,
+            answered: current.answered,
+            rtt: median(&mut current.rtt),
+            forward: median(&mut current.forward),
+            reverse: median(&mut current.reverse),
+        };
+        self.closed.push(closed);
+        self.interval(&closed)
+    }
+
+    fn interval(&self, closed: &Closed) -> StampInterval {
+        let added = |v: Option<i64>, d: &Delays| v.zip(d.min).map(|(v, m)| (v - m) as f64 / 1e3);
+        StampInterval {
+            end_s: closed.end_s,
+            sent: closed.sent,
+            answered: closed.answered,
+            rtt_p50_us: closed.rtt.map(|v| v as f64 / 1e3),
+            forward_added_p50_us: added(closed.forward, &self.forward),
+            reverse_added_p50_us: added(closed.reverse, &self.reverse),
+        }
+    }
+
+    /// Loss each way, and how it was told.
+    fn loss(&self) -> StampLoss {
+        let lost = self.sent.saturating_sub(self.answered);
+        let (pair, basis) = if self.answered == 0 {
+            (None, "round trip only: nothing was answered".to_string())
+        } else if self.every_answer_direct && self.by_direct.is_some() {
+            (
+                self.by_direct,
+                "direct measurement (the reflector's counts)".to_string(),
+            )
+        } else if self.stateful {
+            (
+                self.by_seq,
+                "the reflector's sequence numbers (stateful)".to_string(),
+            )
+        } else {
+            let (first, last) = self.by_seq.expect("answers were counted");
+            let span = u64::from(last.seq.wrapping_sub(first.seq)) + 1;
+            let between = span.saturating_sub(self.answered);
+            if between == 0 {
+                (
+                    self.by_seq,
+                    "nothing was lost between the first answer and the last".to_string(),
+                )
+            } else {
+                (
+                    None,
+                    "round trip only: the reflector's sequence numbers followed the probes' (a stateless reflector, or every loss on the way back) and it filled in no Direct Measurement TLV".to_string(),
+                )
+            }
+        };
+        let split = pair.and_then(|(first, last)| {
+            let forward = i64::from(last.sent.wrapping_sub(first.sent))
+                - i64::from(last.received.wrapping_sub(first.received));
+            let reverse = i64::from(last.reflected.wrapping_sub(first.reflected))
+                - (self.answered as i64 - 1);
+            let ends = i64::from(first.seq) + (self.sent as i64 - 1 - i64::from(last.seq));
+            (forward >= 0 && reverse >= 0 && ends >= 0 && (forward + reverse + ends) as u64 == lost)
+                .then_some((forward as u64, reverse as u64, ends as u64))
+        });
+        match (pair, split) {
+            (Some(_), None) => StampLoss::of(
+                self.sent,
+                self.answered,
+                None,
+                "round trip only: the reflector's counts do not add up (it restarted, counts duplicates, or another sender shares the session)".into(),
+            ),
+            _ => StampLoss::of(self.sent, self.answered, split, basis),
+        }
+    }
+
+    /// Why an absolute one-way delay cannot be believed, if it cannot.
+    fn withheld(&self, delay: &DelayFigures) -> Option<String> {
+        if self.settings.same_clock {
+            return None;
+        }
+        let Some(sender) = self.settings.sender_clock.filter(|c| c.synchronised) else {
+            return Some(
+                "this host's clock is not synchronised to a time source (adjtimex)".into(),
+            );
+        };
+        if !self.reflector_clock.synchronised() {
+            return Some("the reflector's answers say its clock is not synchronised".into());
+        }
+        let bound_us = (sender.max_error_s + self.reflector_clock.error_s()) * 1e6;
+        (bound_us > delay.p50.abs()).then(|| {
+            format!(
+                "the clocks' error bound ({:.3} ms) is larger than the delay ({:.3} ms)",
+                bound_us / 1e3,
+                delay.p50 / 1e3
+            )
+        })
+    }
+
+    fn one_way(&self, delays: &Delays, jitter: &Jitter) -> OneWay {
+        let absolute = delays.figures(0);
+        let withheld = self.withheld(&absolute);
+        OneWay {
+            delay_us: withheld.is_none().then_some(absolute),
+            withheld,
+            added_us: delays.figures(delays.min.unwrap_or(0)),
+            jitter_us: jitter.estimate / 1e3,
+        }
+    }
+
+    /// The run's figures, `now_ns` its end; `interrupted` when it was cut short.
+    pub fn finish(&self, now_ns: u64, interrupted: bool) -> StampReport {
+        let s = &self.settings;
+        let duration_s = now_ns.saturating_sub(self.started_ns) as f64 / 1e9;
+        let mut warnings = Vec::new();
+        if self.integrity_failures > 0 {
+            warnings.push(format!(
+                "{} answers' HMAC TLV failed (the reflector flagged ours, or theirs did not check here)",
+                self.integrity_failures
+            ));
+        }
+        if self.echoed > 0 {
+            warnings.push(format!(
+                "{} answers carried our TLVs back unfilled: the reflector does not take RFC 8972's extensions",
+                self.echoed
+            ));
+        }
+        if let Some(dscp) = s.dscp {
+            if self.marks_reverse.is_empty() && self.answered > 0 {
+                warnings.push(format!(
+                    "the answers' marks could not be read here; DSCP {dscp} was asked of them"
+                ));
+            }
+        }
+        let counts = |m: &BTreeMap<(u8, u8), u64>| m.iter().map(|(k, n)| (k.0, k.1, *n)).collect();
+        StampReport {
+            test: STAMP.into(),
+            started_at: s.started_at,
+            target: s.target.clone(),
+            address: s.address.clone(),
+            mode: s.mode.name().into(),
+            rate_pps: s.rate_pps,
+            size: s.size,
+            duration_s,
+            sent: self.sent,
+            answered: self.answered,
+            duplicates: self.duplicates,
+            reordered: self.reordered,
+            unmatched: self.unmatched,
+            loss: self.loss(),
+            rtt_us: self.rtt.summary(false),
+            reflector_hold_us: (self.answered > 0).then(|| self.hold.figures(0).p50),
+            rtt_jitter_us: self.rtt_jitter.estimate / 1e3,
+            forward: self.one_way(&self.forward, &self.forward_jitter),
+            reverse: self.one_way(&self.reverse, &self.reverse_jitter),
+            clocks: Clocks {
+                same_clock: s.same_clock,
+                sender: s.sender_clock,
+                reflector_synchronised: self.reflector_clock.synchronised(),
+                reflector_error_s: self.reflector_clock.error_s(),
+            },
+            hops: self.ttl.filter(|t| *t > 0).map(|t| 255 - t),
+            reflector_stateful: (self.answered > 0 && self.stateful).then_some(true),
+            unrecognized_tlvs: self.unrecognized.iter().copied().collect(),
+            marks: s.dscp.map(|dscp| Marks {
+                dscp,
+                forward: counts(&self.marks_forward),
+                reverse: counts(&self.marks_reverse),
+            }),
+            intervals: self.closed.iter().map(|c| self.interval(c)).collect(),
+            warnings,
+            interrupted_after_s: interrupted.then_some(duration_s),
+            host: None,
+        }
+    }
+}
