@@ -10,10 +10,11 @@ use linerate_drivers::access::{AccessPolicy, LogFormat};
 use linerate_drivers::server::{Server, ServerConfig};
 use linerate_drivers::server_state::ServedTestHook;
 use linerate_metrics::assess::Thresholds;
-use linerate_metrics::board::Board;
+use linerate_metrics::board::{Board, ReflectorCounts, ReflectorSource};
 use linerate_metrics::served;
 use linerate_proto::Limits;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
@@ -75,10 +76,21 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     if let Some(store) = globals.storage.open_for_run()? {
         config.iperf3_reports = Some(storage::server_keeper(store, !args.quiet));
     }
+    // Kept until the server ends: dropped, the reflector stops.
+    let stamp = stamp_reflector(args, &config)?;
     // Kept until the server ends: dropped, the listener stops.
     let _metrics = match args.metrics {
         Some(addr) => {
             let board = Arc::new(Mutex::new(Board::default()));
+            if let Some(listener) = &stamp {
+                let counters = listener.counters.clone();
+                board.lock().unwrap_or_else(|e| e.into_inner()).reflector =
+                    Some(ReflectorSource(Arc::new(move || ReflectorCounts {
+                        answered: counters.answered.load(Ordering::Relaxed),
+                        refused: counters.refused(),
+                        sessions: counters.sessions.load(Ordering::Relaxed),
+                    })));
+            }
             let listener = linerate_metrics::server::start(
                 addr,
                 board.clone(),
@@ -102,7 +114,6 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     };
     // Kept until the server ends, as the metrics listener.
     let _http = http_servers(args, &config)?;
-    let _stamp = stamp_reflector(args, &config)?;
     let server = match Server::bind(config.clone()) {
         Ok(server) => server,
         // The port is taken: say so of the address asked for ([::], every address).

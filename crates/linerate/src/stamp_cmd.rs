@@ -108,7 +108,11 @@ pub fn run(args: &StampArgs, globals: &Globals) -> Outcome {
         dscp: args.dscp,
         timeout: Duration::from_secs_f64(args.timeout),
         report_every: Duration::from_secs_f64(args.interval_report),
-        same_clock: args.same_clock || sender::is_local(addr.ip()),
+        // In a lab (`lab run`, `lab exec` name the path they build), both ends are
+        // network namespaces of this host: one clock.
+        same_clock: args.same_clock
+            || sender::is_local(addr.ip())
+            || std::env::var_os(linerate_model::PATH_ENV).is_some(),
         ssid: ssid(),
         started_at: unix_now(),
     };
@@ -157,15 +161,22 @@ pub fn run(args: &StampArgs, globals: &Globals) -> Outcome {
     let mut report =
         sender::run(&options, &stop, &mut live).with_context(|| format!("stamp to {addr}"))?;
     report.host = Some(linerate_hostinfo::host_facts());
-    if report.sent > 0 && report.answered == 0 {
-        eprintln!(
-            "linerate stamp: no answer from {addr}: is a reflector there ('linerate serve --stamp {}')? A firewall?",
-            addr.port()
-        );
-    }
+    let silent = report.sent > 0 && report.answered == 0 && report.interrupted_after_s.is_none();
     let document = Document::Stamp(Box::new(report));
     let text = sink::TextSink::new(std::io::stdout(), Scale::Adaptive);
     sink::standard(args.json, text, store).finish_document(&document)?;
+    // As ping: a run that heard nothing back ends in failure (exit 1), kept and printed.
+    if silent {
+        let key = if mode == Mode::Authenticated {
+            " Does it hold the same key, and answer authenticated packets?"
+        } else {
+            ""
+        };
+        anyhow::bail!(
+            "no answer from {addr}: is a reflector there ('linerate serve --stamp {}')? A firewall?{key}",
+            addr.port()
+        );
+    }
     Ok(())
 }
 

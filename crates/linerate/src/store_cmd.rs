@@ -109,7 +109,7 @@ fn every<'a, T>(
 
 pub fn compare(args: &CompareArgs, storage: &Storage) -> Outcome {
     let runs = fetch(storage, &args.ids)?;
-    // Profile and RPM runs ran once each: their own side-by-side tables, text only.
+    // Profile, RPM and STAMP runs ran once each: their own side-by-side tables, text only.
     if !args.json {
         if let Some(profiles) = every(&runs, |d| match d {
             Document::Profile(report) => Some(report.as_ref()),
@@ -125,13 +125,20 @@ pub fn compare(args: &CompareArgs, storage: &Storage) -> Outcome {
             print!("{}", linerate_report::rpm::compare_text(&rpms));
             return Ok(());
         }
+        if let Some(stamps) = every(&runs, |d| match d {
+            Document::Stamp(report) => Some(report.as_ref()),
+            _ => None,
+        }) {
+            print!("{}", linerate_report::stamp::compare_text(&stamps));
+            return Ok(());
+        }
     }
     let mut tests = Vec::new();
     for run in &runs {
         match &run.document {
             Document::Test(report) => tests.push((run.row.id, report.as_ref())),
             other => bail!(
-                "run {} is a {}: compare takes test runs, or profile or rpm runs without --json ('linerate report {} ... --html FILE' draws sweeps side by side)",
+                "run {} is a {}: compare takes test runs, or profile, rpm or stamp runs without --json ('linerate report {} ... --html FILE' draws sweeps side by side)",
                 run.row.id,
                 other.kind(),
                 run.row.id

@@ -2258,3 +2258,120 @@ fn an_unnamed_lab_run_leaves_nothing_behind_when_it_succeeds() {
         assert!(!namespaces.contains(&format!("run{pid}")), "{namespaces}");
     }
 }
+
+/// STAMP over the lab, the emulator as the reference: with different loss and delay each
+/// way, the probes the sender counts lost on the way out are the frames the emulator
+/// dropped that way (give or take the few frames of neighbour discovery that share the
+/// direction and its odds), the same back; each way's one-way delay is the emulator's own
+/// mean holding time (the delay asked plus its reported lateness) within 0.2 ms; then,
+/// with a TCP stream filling a 20 Mbit/s bottleneck one way only, the delay it adds shows
+/// that way and not the other.
+#[test]
+fn stamp_loss_and_delay_each_way_are_the_emulators() {
+    let test = "stamp_loss_and_delay_each_way_are_the_emulators";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("stamp");
+    let doc = lab_run_json_as(
+        &name,
+        &[
+            "--delay",
+            "5ms,25ms",
+            "--loss",
+            "1%,0.2%",
+            "--seed",
+            "21",
+            "--serve-args",
+            "--stamp 862",
+        ],
+        &["nice", "-n", "-20"],
+        &["stamp", "server", "--rate", "500", "-t", "8", "-i", "0"],
+    );
+    let status = emulator_status(&name);
+    let way =
+        |i: usize, counter: &str| num(&status, &format!("/directions/{i}/counters/{counter}"));
+    let sent = num(&doc, "/sent");
+    assert!(sent >= 3_000.0, "{doc}");
+    assert!(
+        doc["loss"]["basis"].as_str().unwrap().contains("direct"),
+        "{doc}"
+    );
+    let (out, back) = (num(&doc, "/loss/forward"), num(&doc, "/loss/reverse"));
+    // Frames that were not probes (neighbour discovery) took the same chances.
+    let others_out = way(0, "arrived") - sent;
+    let others_back = way(1, "arrived") - (sent - out);
+    assert!(
+        out <= way(0, "lost") && way(0, "lost") <= out + others_out.max(0.0),
+        "out: stamp {out}, emulator {} ({others_out} other frames)",
+        way(0, "lost")
+    );
+    assert!(
+        back <= way(1, "lost") + num(&doc, "/loss/unattributed")
+            && way(1, "lost") <= back + num(&doc, "/loss/unattributed") + others_back.max(0.0),
+        "back: stamp {back}, emulator {} ({others_back} other frames): {doc}",
+        way(1, "lost")
+    );
+    assert!(out > back, "1 % out against 0.2 % back: {out} and {back}");
+    // One-way delays against the emulator's own mean holding time each way.
+    for (i, pointer, asked) in [
+        (0, "/forward/delay_us/mean", 5.0),
+        (1, "/reverse/delay_us/mean", 25.0),
+    ] {
+        let held_ms = way(i, "delay_sum_ns") / way(i, "passed") / 1e6;
+        let late_ms = way(i, "late_sum_ns") / way(i, "passed") / 1e6;
+        assert!(
+            (held_ms - late_ms - asked).abs() < 0.01,
+            "emulator held {held_ms} ms"
+        );
+        let measured_ms = num(&doc, pointer) / 1e3;
+        assert!(
+            (measured_ms - held_ms).abs() < 0.2,
+            "{pointer}: {measured_ms:.3} ms measured, the emulator held frames {held_ms:.3} ms ({late_ms:.3} ms of it late)"
+        );
+    }
+
+    // A queue built one way only.
+    let name = lab_name("stampq");
+    let binary = binary();
+    let both = format!(
+        "{binary} --no-store stream server -t 5 > /dev/null & sleep 0.5; \
+         {binary} --no-store stamp server --rate 100 -t 4 -i 0 --json; wait"
+    );
+    let doc = lab_run_json_sh(
+        &name,
+        &["--rate", "20M", "--serve-args", "--stamp 862"],
+        &both,
+    );
+    let out_p90 = num(&doc, "/forward/added_us/p90");
+    let back_p90 = num(&doc, "/reverse/added_us/p90");
+    // The emulator's own account of the queue: frames that went out waited in it.
+    let status = emulator_status(&name);
+    let queued_ms = num(&status, "/directions/0/counters/delay_sum_ns")
+        / num(&status, "/directions/0/counters/passed")
+        / 1e6;
+    assert!(
+        queued_ms > 1.0,
+        "the stream built no queue: {queued_ms:.3} ms"
+    );
+    assert!(
+        out_p90 > 1_000.0 && out_p90 > 10.0 * back_p90,
+        "a stream filling the queue out: added {out_p90:.0} us out, {back_p90:.0} us back \
+         (the emulator held frames out {queued_ms:.3} ms on average)"
+    );
+}
+
+/// `lab run --name NAME PATH -- sh -c SCRIPT`: the script's JSON on stdout.
+fn lab_run_json_sh(name: &str, path: &[&str], script: &str) -> serde_json::Value {
+    let mut args = vec!["run", "--name", name];
+    args.extend_from_slice(path);
+    args.extend(["--", "sh", "-c", script]);
+    let output = lab(&args);
+    assert!(
+        output.status.success(),
+        "lab run {path:?}: {}",
+        stderr(&output)
+    );
+    json(&output)
+}

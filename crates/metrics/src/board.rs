@@ -194,6 +194,28 @@ pub struct Board {
     pub measures: BTreeMap<String, Measure>,
     /// Results recorded so far (each series' revision is this count at its newest).
     pub results: u64,
+    /// A STAMP reflector's counts, read at each scrape (`serve --stamp`).
+    pub reflector: Option<ReflectorSource>,
+}
+
+/// What a STAMP reflector did since it started.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReflectorCounts {
+    pub answered: u64,
+    /// (reason, count) for every reason a test packet is refused.
+    pub refused: Vec<(&'static str, u64)>,
+    /// Sessions kept now.
+    pub sessions: u64,
+}
+
+/// Reads a reflector's counts when asked.
+#[derive(Clone)]
+pub struct ReflectorSource(pub std::sync::Arc<dyn Fn() -> ReflectorCounts + Send + Sync>);
+
+impl std::fmt::Debug for ReflectorSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReflectorSource(..)")
+    }
 }
 
 /// A run's transaction times: its percentiles, its histogram (upper bound in seconds,

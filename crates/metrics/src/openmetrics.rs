@@ -178,6 +178,31 @@ fn build_info() -> String {
     text.replace("# EOF\n", "")
 }
 
+/// A STAMP reflector's families, OpenMetrics text without `# EOF`: the test packets it
+/// answered, those it refused by reason, and the sessions it keeps.
+pub fn reflector_families(counts: &crate::board::ReflectorCounts) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "# HELP linerate_stamp_answered_packets STAMP test packets the reflector answered\n",
+    );
+    out.push_str("# TYPE linerate_stamp_answered_packets counter\n");
+    out.push_str(&format!(
+        "linerate_stamp_answered_packets_total {}\n",
+        counts.answered
+    ));
+    out.push_str("# HELP linerate_stamp_refused_packets STAMP test packets the reflector refused, by reason\n");
+    out.push_str("# TYPE linerate_stamp_refused_packets counter\n");
+    for (reason, count) in &counts.refused {
+        out.push_str(&format!(
+            "linerate_stamp_refused_packets_total{{reason=\"{reason}\"}} {count}\n"
+        ));
+    }
+    out.push_str("# HELP linerate_stamp_sessions STAMP sessions the reflector keeps now\n");
+    out.push_str("# TYPE linerate_stamp_sessions gauge\n");
+    out.push_str(&format!("linerate_stamp_sessions {}\n", counts.sessions));
+    out
+}
+
 /// The exposition formats a scraper may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -253,11 +278,12 @@ impl Exposition {
     /// The scrape's body in `format` to `sink`, a series' text at a time (a gzip
     /// encoder takes it without the whole text ever being held).
     pub fn write(&mut self, format: Format, sink: &mut impl std::io::Write) -> std::io::Result<()> {
-        {
+        let reflector = {
             let shared = self.board.clone();
             let board = shared.lock().unwrap_or_else(|e| e.into_inner());
             self.refresh(&board);
-        }
+            board.reflector.clone()
+        };
         let mut size = 0;
         let mut put = |text: &str| {
             size += text.len();
@@ -266,6 +292,13 @@ impl Exposition {
         match format {
             Format::OpenMetrics => put(&self.build_info)?,
             Format::Classic => put(&classic(&self.build_info))?,
+        }
+        if let Some(source) = reflector {
+            let text = reflector_families(&(source.0)());
+            match format {
+                Format::OpenMetrics => put(&text)?,
+                Format::Classic => put(&classic(&text))?,
+            }
         }
         for (index, header) in self.headers.iter().enumerate() {
             let Some((openmetrics, classic)) = header else {

@@ -216,11 +216,13 @@ impl Reflector {
         if bytes.len() > wire::MAX_PACKET {
             return Err(Refusal::Malformed(WireError::Long));
         }
-        // Rates first: nothing below (an HMAC, a session) is spent on a flood.
+        // Rates first: nothing below (an HMAC, a session) is spent on a flood. The
+        // source's first, so that one source over its rate takes nothing of the total
+        // that others share.
+        self.take_source(source_of(arrival.from.ip()), arrival.now_ns)?;
         if !self.total.take(self.config.total_pps, arrival.now_ns) {
             return Err(Refusal::TotalRate);
         }
-        self.take_source(source_of(arrival.from.ip()), arrival.now_ns)?;
         let mode = self.mode_of(bytes)?;
         let authenticated = mode == Mode::Authenticated;
         let test = wire::decode_test(

@@ -1,1 +1,536 @@
+//! The codec, the reflector and the sender's figures against each other and against what
+//! RFC 8762 and RFC 8972 say, with time injected; property tests over any bytes.
 
+use crate::reflector::{Arrival, Config, Reflector, Refusal};
+use crate::tally::{Reply, Settings, Tally};
+use crate::wire::{self, tlv, ErrorEstimate, Key, Mode, TestPacket, Timestamp, WireError};
+use proptest::prelude::*;
+use std::net::SocketAddr;
+
+const UNIX_2026: i128 = 1_795_000_000_000_000_000;
+
+fn key() -> Key {
+    Key::from_text(b"00112233445566778899aabbccddeeff").unwrap()
+}
+
+fn probe(seq: u32, mode: Mode, key: Option<&Key>, request: &tlv::Request) -> Vec<u8> {
+    let packet = TestPacket {
+        seq,
+        timestamp: Timestamp::ntp_from_unix_ns(UNIX_2026 + i128::from(seq) * 1_000_000),
+        error: ErrorEstimate::new(false, false, 0.001),
+        ssid: 7,
+    };
+    let mut tlvs = Vec::new();
+    request.encode(seq + 1, &seq.to_be_bytes(), key, &mut tlvs);
+    let mut out = Vec::new();
+    wire::encode_test(&packet, mode, key, &tlvs, &mut out);
+    out
+}
+
+fn arrival<'a>(from: &str, bytes: &'a [u8], now_ns: u64) -> Arrival<'a> {
+    Arrival {
+        from: from.parse().unwrap(),
+        bytes,
+        received: Timestamp::ntp_from_unix_ns(UNIX_2026 + 500_000),
+        now: Timestamp::ntp_from_unix_ns(UNIX_2026 + 510_000),
+        now_ns,
+        tos: 46 << 2,
+        ttl: 62,
+    }
+}
+
+fn all_tlvs() -> tlv::Request {
+    tlv::Request {
+        padding: 20,
+        class_of_service: Some(34),
+        direct_measurement: true,
+        hmac: false,
+    }
+}
+
+/// NTP timestamps carry nanoseconds to within one (a fraction is 0.23 ns), PTP ones
+/// exactly; both read back as the Unix time they were made from, past 2036's era too.
+#[test]
+fn timestamps_read_back_as_written() {
+    for ns in [
+        UNIX_2026,
+        UNIX_2026 + 999_999_999,
+        2_200_000_000_000_000_000,
+    ] {
+        let ntp = Timestamp::ntp_from_unix_ns(ns).unix_ns(false);
+        assert!((ntp - ns).abs() <= 1, "{ns}: {ntp}");
+        assert_eq!(Timestamp::ptp_from_unix_ns(ns).unix_ns(true), ns);
+    }
+}
+
+/// An error estimate holds at least the error it was made for, within 1 % above it; the
+/// S and Z bits are where RFC 8762 puts them; the multiplier is never zero.
+#[test]
+fn error_estimates_bound_the_error_given() {
+    for error in [0.0, 1e-9, 1e-6, 0.000_150, 0.001, 0.016, 1.0, 16.0] {
+        let e = ErrorEstimate::new(true, false, error);
+        assert!(e.error_s() >= error, "{error}: {}", e.error_s());
+        assert!(
+            e.error_s() <= error * 1.01 + 2.4e-10,
+            "{error}: {}",
+            e.error_s()
+        );
+        assert!(e.synchronised() && !e.ptp());
+        assert_ne!(e.0 & 0xff, 0);
+    }
+    assert_eq!(ErrorEstimate::new(false, true, 0.0).0 & 0xc000, 0x4000);
+}
+
+/// Both layouts: a test packet and an answer read back field for field; a packet signed
+/// with another key, or changed after signing, is refused as failing its HMAC.
+#[test]
+fn packets_read_back_and_a_wrong_key_is_refused() {
+    for mode in [Mode::Open, Mode::Authenticated] {
+        let key = key();
+        let k = (mode == Mode::Authenticated).then_some(&key);
+        let bytes = probe(41, mode, k, &tlv::Request::default());
+        assert_eq!(bytes.len(), mode.base_len());
+        let test = wire::decode_test(&bytes, mode, k).unwrap();
+        assert_eq!((test.seq, test.ssid), (41, 7));
+        let mut reflector = Reflector::new(
+            Config {
+                key: k.cloned(),
+                ..Config::default()
+            },
+            0,
+        );
+        let mut out = Vec::new();
+        let answer = reflector
+            .reflect(&arrival("192.0.2.1:5000", &bytes, 1), &mut out)
+            .unwrap();
+        assert_eq!(answer.mode, mode);
+        let reflected = wire::decode_reflected(&out, mode, k).unwrap();
+        assert_eq!(reflected.sender_seq, 41);
+        assert_eq!(reflected.seq, 0, "the reflector's own count starts at 0");
+        assert_eq!(reflected.sender_timestamp, test.timestamp);
+        assert_eq!(reflected.sender_ttl, 62);
+        assert_eq!(reflected.ssid, 7);
+        if mode == Mode::Authenticated {
+            let other = Key::from_text(b"ffeeddccbbaa99887766554433221100").unwrap();
+            assert_eq!(
+                wire::decode_reflected(&out, mode, Some(&other)),
+                Err(WireError::Integrity)
+            );
+            let mut changed = out.clone();
+            changed[4] ^= 1;
+            assert_eq!(
+                wire::decode_reflected(&changed, mode, Some(&key)),
+                Err(WireError::Integrity)
+            );
+        }
+    }
+}
+
+/// RFC 8972's TLVs as the reflector fills them: Class of Service gets the DSCP and ECN
+/// the probe arrived with (EF here) and keeps the DSCP asked (AF41), which the answer
+/// leaves with; Direct Measurement the session's counts; padding comes back as sent; the
+/// answer is exactly as long as the probe.
+#[test]
+fn the_reflector_fills_in_class_of_service_and_its_counts() {
+    let mut reflector = Reflector::new(Config::default(), 0);
+    let mut out = Vec::new();
+    for seq in 0..3 {
+        let bytes = probe(seq, Mode::Open, None, &all_tlvs());
+        let answer = reflector
+            .reflect(&arrival("192.0.2.1:5000", &bytes, 1), &mut out)
+            .unwrap();
+        assert_eq!(answer.len, bytes.len());
+        assert_eq!(out.len(), bytes.len());
+        assert_eq!(answer.tos, 34 << 2);
+        let read = tlv::Answer::read(&out[wire::OPEN_BASE..], &out[..4], None);
+        let cos = read.class_of_service.unwrap();
+        assert_eq!(
+            (cos.asked_dscp, cos.received_dscp, cos.received_ecn),
+            (34, 46, 0)
+        );
+        let dm = read.direct_measurement.unwrap();
+        assert_eq!(dm.sender_sent, seq + 1);
+        assert_eq!(
+            (dm.reflector_received, dm.reflector_sent),
+            (seq + 1, seq + 1)
+        );
+        assert!(read.unrecognized.is_empty() && !read.malformed);
+    }
+}
+
+/// An unknown type comes back flagged U, a Class of Service TLV of the wrong length M,
+/// and a length that overruns the packet M at its header; nothing is lengthened.
+#[test]
+fn unknown_and_malformed_tlvs_are_flagged_not_answered_longer() {
+    let mut area = vec![0, 200, 0, 2, 9, 9]; // type 200, two octets
+    area.extend([0, tlv::CLASS_OF_SERVICE, 0, 2, 0, 0]); // CoS of two octets: malformed
+    area.extend([0, tlv::EXTRA_PADDING, 0, 50, 0]); // claims 50, has 1
+    let base = probe(0, Mode::Open, None, &tlv::Request::default());
+    let bytes = [base.clone(), area.clone()].concat();
+    let mut reflector = Reflector::new(Config::default(), 0);
+    let mut out = Vec::new();
+    reflector
+        .reflect(&arrival("192.0.2.1:5000", &bytes, 1), &mut out)
+        .unwrap();
+    assert_eq!(out.len(), bytes.len());
+    let reflected = &out[wire::OPEN_BASE..];
+    assert_eq!(reflected[0], tlv::U);
+    assert_eq!(reflected[6], tlv::M);
+    assert_eq!(reflected[12], tlv::M);
+    let read = tlv::Answer::read(reflected, &out[..4], None);
+    assert_eq!(read.unrecognized, vec![200]);
+    assert!(read.malformed);
+}
+
+/// The HMAC TLV (RFC 8972 §4.8): the reflector checks the probe's and signs the answer's
+/// over the answer's sequence number and the TLVs before it, which the sender verifies;
+/// a probe whose TLVs were changed after signing gets the I flag back.
+#[test]
+fn the_hmac_tlv_is_checked_and_signed_again() {
+    let key = key();
+    let request = tlv::Request {
+        hmac: true,
+        direct_measurement: true,
+        ..tlv::Request::default()
+    };
+    let mut reflector = Reflector::new(
+        Config {
+            key: Some(key.clone()),
+            ..Config::default()
+        },
+        0,
+    );
+    let bytes = probe(5, Mode::Authenticated, Some(&key), &request);
+    let mut out = Vec::new();
+    reflector
+        .reflect(&arrival("192.0.2.1:5000", &bytes, 1), &mut out)
+        .unwrap();
+    let read = tlv::Answer::read(&out[wire::AUTH_BASE..], &out[..4], Some(&key));
+    assert!(!read.integrity_failed, "{read:?}");
+    assert_eq!(read.direct_measurement.unwrap().reflector_received, 1);
+
+    let mut tampered = bytes.clone();
+    tampered[wire::AUTH_BASE + tlv::HEADER] ^= 1; // the Direct Measurement's S_TxC
+    reflector
+        .reflect(&arrival("192.0.2.1:5000", &tampered, 2), &mut out)
+        .unwrap();
+    let read = tlv::Answer::read(&out[wire::AUTH_BASE..], &out[..4], Some(&key));
+    assert!(read.integrity_failed);
+}
+
+/// With --stamp-authenticated-only an open probe is refused as unauthenticated, and one of
+/// an authenticated size with a wrong HMAC as failing it; with a key but open packets
+/// allowed, an open probe is answered open.
+#[test]
+fn authenticated_only_refuses_open_probes() {
+    let config = Config {
+        key: Some(key()),
+        authenticated_only: true,
+        ..Config::default()
+    };
+    let mut reflector = Reflector::new(config.clone(), 0);
+    let mut out = Vec::new();
+    let open = probe(0, Mode::Open, None, &tlv::Request::default());
+    assert_eq!(
+        reflector.reflect(&arrival("192.0.2.1:5000", &open, 1), &mut out),
+        Err(Refusal::Unauthenticated)
+    );
+    let other = Key::from_text(b"ffeeddccbbaa99887766554433221100").unwrap();
+    let forged = probe(
+        0,
+        Mode::Authenticated,
+        Some(&other),
+        &tlv::Request::default(),
+    );
+    assert_eq!(
+        reflector.reflect(&arrival("192.0.2.1:5000", &forged, 1), &mut out),
+        Err(Refusal::Malformed(WireError::Integrity))
+    );
+    let mut lenient = Reflector::new(
+        Config {
+            authenticated_only: false,
+            ..config
+        },
+        0,
+    );
+    let answer = lenient
+        .reflect(&arrival("192.0.2.1:5000", &open, 1), &mut out)
+        .unwrap();
+    assert_eq!(answer.mode, Mode::Open);
+}
+
+/// The source's rate and the total rate, on injected time: a source gets its second's
+/// packets and no more until time passes; an IPv6 source is counted by its /64, so a
+/// host drawing new addresses from its prefix gains nothing; the total caps everybody.
+#[test]
+fn rates_are_capped_per_source_and_in_total() {
+    let mut reflector = Reflector::new(
+        Config {
+            per_source_pps: 5,
+            total_pps: 12,
+            ..Config::default()
+        },
+        0,
+    );
+    let bytes = probe(0, Mode::Open, None, &tlv::Request::default());
+    let mut out = Vec::new();
+    let mut answered = |from: &str, now_ns: u64, r: &mut Reflector| {
+        r.reflect(&arrival(from, &bytes, now_ns), &mut out)
+    };
+    for _ in 0..5 {
+        answered("192.0.2.1:5000", 1, &mut reflector).unwrap();
+    }
+    assert_eq!(
+        answered("192.0.2.1:5001", 1, &mut reflector),
+        Err(Refusal::SourceRate)
+    );
+    for i in 0..5 {
+        answered(&format!("[2001:db8::{i}]:5000"), 1, &mut reflector).unwrap();
+    }
+    assert_eq!(
+        answered("[2001:db8::ff]:5000", 1, &mut reflector),
+        Err(Refusal::SourceRate)
+    );
+    // 10 answered, 12 in total a second: two more from a third source, then none.
+    answered("198.51.100.1:5000", 1, &mut reflector).unwrap();
+    answered("198.51.100.1:5000", 1, &mut reflector).unwrap();
+    assert_eq!(
+        answered("198.51.100.2:5000", 1, &mut reflector),
+        Err(Refusal::TotalRate)
+    );
+    // A second later every bucket is full again.
+    answered("192.0.2.1:5000", 1_000_000_001, &mut reflector).unwrap();
+}
+
+/// A full session table refuses a new sender, keeps the senders it has (a flood of forged
+/// sources cannot take a measuring sender's counts away), and gives a place to a new one
+/// once an old one has been silent for the idle time.
+#[test]
+fn a_full_session_table_refuses_newcomers_until_one_is_idle() {
+    let mut reflector = Reflector::new(
+        Config {
+            max_sessions: 2,
+            session_idle_ns: 60_000_000_000,
+            ..Config::default()
+        },
+        0,
+    );
+    let bytes = probe(0, Mode::Open, None, &tlv::Request::default());
+    let mut out = Vec::new();
+    let mut go = |from: &str, now: u64, r: &mut Reflector| {
+        r.reflect(&arrival(from, &bytes, now), &mut out)
+            .map(|_| wire::decode_reflected(&out, Mode::Open, None).unwrap().seq)
+    };
+    assert_eq!(go("192.0.2.1:1", 1, &mut reflector), Ok(0));
+    assert_eq!(go("192.0.2.2:1", 1, &mut reflector), Ok(0));
+    assert_eq!(go("192.0.2.3:1", 2, &mut reflector), Err(Refusal::Full));
+    assert_eq!(
+        go("192.0.2.1:1", 3, &mut reflector),
+        Ok(1),
+        "kept its count"
+    );
+    assert_eq!(reflector.sessions(), 2);
+    // 192.0.2.2 silent a minute: its place goes to the newcomer.
+    assert_eq!(go("192.0.2.1:1", 61_000_000_000, &mut reflector), Ok(2));
+    assert_eq!(go("192.0.2.3:1", 61_000_000_001, &mut reflector), Ok(0));
+}
+
+/// A sender's run against this reflector with losses chosen each way: loss is split
+/// exactly by the Direct Measurement TLV, and without it by the reflector's sequence
+/// numbers; the figures count duplicates, reordering, and answers not of this run.
+#[test]
+fn loss_splits_each_way_exactly() {
+    for direct in [true, false] {
+        let request = tlv::Request {
+            direct_measurement: direct,
+            ..tlv::Request::default()
+        };
+        let mut reflector = Reflector::new(Config::default(), 0);
+        let mut tally = Tally::new(settings(), 0);
+        let mut out = Vec::new();
+        let (mut forward_lost, mut reverse_lost) = (0, 0);
+        for seq in 0..1000u32 {
+            let bytes = probe(seq, Mode::Open, None, &request);
+            let sent = wire::decode_test(&bytes, Mode::Open, None).unwrap();
+            tally.sent_probe(seq, u64::from(seq) * 1_000_000, sent.timestamp);
+            // Lost on the way out: every 97th; on the way back: every 89th answered.
+            if seq % 97 == 50 {
+                forward_lost += 1;
+                continue;
+            }
+            reflector
+                .reflect(&arrival("192.0.2.1:5000", &bytes, 1), &mut out)
+                .unwrap();
+            if seq % 89 == 40 {
+                reverse_lost += 1;
+                continue;
+            }
+            tally.answer(&reply(&out, u64::from(seq) * 1_000_000 + 300_000));
+        }
+        let report = tally.finish(1_000_000_000, false);
+        assert_eq!(report.sent, 1000);
+        assert_eq!(report.loss.round_trip, forward_lost + reverse_lost);
+        assert_eq!(report.loss.forward, Some(forward_lost), "{:?}", report.loss);
+        assert_eq!(report.loss.reverse, Some(reverse_lost), "{:?}", report.loss);
+        assert_eq!(report.loss.unattributed, Some(0));
+        assert!(report
+            .loss
+            .basis
+            .contains(if direct { "direct" } else { "sequence" }));
+        assert!(
+            (report.rtt_us.p50 - 300.0).abs() < 1.0,
+            "{}",
+            report.rtt_us.p50
+        );
+    }
+}
+
+/// A stateless reflector (its sequence number the sender's) with loss, and no Direct
+/// Measurement TLV: the loss is round trip only, and the result says why.
+#[test]
+fn a_stateless_reflector_gives_round_trip_loss_only() {
+    let mut tally = Tally::new(settings(), 0);
+    let mut reflector = Reflector::new(Config::default(), 0);
+    let mut out = Vec::new();
+    for seq in 0..10u32 {
+        let bytes = probe(seq, Mode::Open, None, &tlv::Request::default());
+        let sent = wire::decode_test(&bytes, Mode::Open, None).unwrap();
+        tally.sent_probe(seq, u64::from(seq), sent.timestamp);
+        if seq == 4 {
+            continue;
+        }
+        reflector
+            .reflect(&arrival("192.0.2.1:5000", &bytes, 1), &mut out)
+            .unwrap();
+        // Stateless: the answer's own sequence number is the probe's.
+        out[..4].copy_from_slice(&seq.to_be_bytes());
+        tally.answer(&reply(&out, u64::from(seq) + 100));
+    }
+    let report = tally.finish(1_000, false);
+    assert_eq!(report.loss.round_trip, 1);
+    assert_eq!(report.loss.forward, None);
+    assert!(
+        report.loss.basis.starts_with("round trip only"),
+        "{}",
+        report.loss.basis
+    );
+}
+
+/// A copy of an answer is a duplicate, an answer after a later one's is reordered, and
+/// an answer whose echoed T1 is not the probe's (forged, or another run's) is not
+/// counted at all.
+#[test]
+fn duplicates_reordering_and_strangers_are_told_apart() {
+    let mut tally = Tally::new(settings(), 0);
+    let mut reflector = Reflector::new(Config::default(), 0);
+    let mut answers = Vec::new();
+    for seq in 0..3u32 {
+        let bytes = probe(seq, Mode::Open, None, &tlv::Request::default());
+        let sent = wire::decode_test(&bytes, Mode::Open, None).unwrap();
+        tally.sent_probe(seq, 0, sent.timestamp);
+        let mut out = Vec::new();
+        reflector
+            .reflect(&arrival("192.0.2.1:5000", &bytes, 1), &mut out)
+            .unwrap();
+        answers.push(out);
+    }
+    tally.answer(&reply(&answers[1], 10));
+    tally.answer(&reply(&answers[0], 10));
+    tally.answer(&reply(&answers[0], 10));
+    let mut forged = answers[2].clone();
+    forged[28 + 7] ^= 1; // the echoed T1's last octet
+    tally.answer(&reply(&forged, 10));
+    let report = tally.finish(100, false);
+    assert_eq!(
+        (
+            report.answered,
+            report.duplicates,
+            report.reordered,
+            report.unmatched
+        ),
+        (2, 1, 1, 1)
+    );
+}
+
+fn settings() -> Settings {
+    Settings {
+        target: "t".into(),
+        address: "192.0.2.1:862".into(),
+        mode: Mode::Open,
+        rate_pps: 1000.0,
+        size: 44,
+        dscp: None,
+        ssid: 7,
+        same_clock: true,
+        sender_clock: None,
+        started_at: 0.0,
+    }
+}
+
+fn reply(bytes: &[u8], arrived_ns: u64) -> Reply {
+    Reply {
+        answer: wire::decode_reflected(bytes, Mode::Open, None).unwrap(),
+        tlvs: tlv::Answer::read(&bytes[wire::OPEN_BASE..], &bytes[..4], None),
+        arrived_unix_ns: UNIX_2026 + 600_000,
+        arrived_ns,
+        tos: None,
+    }
+}
+
+proptest! {
+    /// Any datagram to the reflector is answered with exactly as many octets, or refused;
+    /// it never panics and never answers longer.
+    #[test]
+    fn any_bytes_are_answered_no_longer_or_refused(
+        bytes in proptest::collection::vec(any::<u8>(), 0..400),
+        keyed in any::<bool>(),
+        only in any::<bool>(),
+    ) {
+        let mut reflector = Reflector::new(Config {
+            key: keyed.then(key),
+            authenticated_only: keyed && only,
+            ..Config::default()
+        }, 0);
+        let mut out = Vec::new();
+        let from: SocketAddr = "192.0.2.9:862".parse().unwrap();
+        let a = Arrival { from, bytes: &bytes, received: Timestamp(1), now: Timestamp(2), now_ns: 1, tos: 0, ttl: 64 };
+        if let Ok(answer) = reflector.reflect(&a, &mut out) {
+            prop_assert_eq!(answer.len, bytes.len());
+            prop_assert_eq!(out.len(), bytes.len());
+        }
+    }
+
+    /// Any TLVs after a valid base: answered at the same length, never a panic.
+    #[test]
+    fn any_tlvs_after_a_valid_base_keep_the_length(
+        area in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let mut bytes = probe(1, Mode::Open, None, &tlv::Request::default());
+        bytes.extend_from_slice(&area);
+        let mut reflector = Reflector::new(Config { key: Some(key()), ..Config::default() }, 0);
+        let mut out = Vec::new();
+        let answer = reflector.reflect(&arrival("192.0.2.1:5000", &bytes, 1), &mut out);
+        prop_assert_eq!(answer.map(|a| a.len), Ok(bytes.len()));
+    }
+
+    /// Any bytes as an answer: the sender's reading of the base and its TLVs never
+    /// panics, with or without a key.
+    #[test]
+    fn any_answer_is_read_or_refused(
+        bytes in proptest::collection::vec(any::<u8>(), 0..400),
+    ) {
+        let key = key();
+        for mode in [Mode::Open, Mode::Authenticated] {
+            let k = (mode == Mode::Authenticated).then_some(&key);
+            if let Ok(answer) = wire::decode_reflected(&bytes, mode, k) {
+                let _ = answer.timestamp.unix_ns(answer.error.ptp());
+                let _ = tlv::Answer::read(&bytes[mode.base_len()..], &bytes[..4], k);
+            }
+        }
+        let (found, stop) = tlv::parse(&bytes);
+        for t in found {
+            prop_assert!(t.value.end <= bytes.len());
+        }
+        prop_assert!(stop.map_or(true, |at| at < bytes.len()));
+    }
+}

@@ -1,0 +1,475 @@
+//! STAMP end to end: `linerate stamp` against `linerate serve --stamp` (the reflector's own
+//! counters in /metrics as the reference), authenticated mode, the reflector's caps and
+//! access rules, the result kept and shown as every test's, and both halves against an
+//! independent implementation (stamp-suite, from crates.io; scripts/test installs it).
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+/// A server with a STAMP reflector on a port of the system's and metrics beside it:
+/// (server, reflector port, metrics address).
+fn reflector(extra: &[&str]) -> (ServeProcess, u16, String) {
+    let mut args = vec![
+        "--no-store",
+        "--stamp",
+        "127.0.0.1:0",
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let server = ServeProcess::start(&args);
+    assert!(
+        server.wait_log("STAMP reflector on udp", Duration::from_secs(5)),
+        "{}",
+        server.log()
+    );
+    assert!(server.wait_log("metrics at http://", Duration::from_secs(5)));
+    let log = server.log();
+    let port = log
+        .split("STAMP reflector on udp ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|addr| addr.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the reflector's port");
+    let metrics = log
+        .split("metrics at http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("the metrics address")
+        .to_string();
+    (server, port, metrics)
+}
+
+/// The value of a sample line of /metrics (`name{labels}` as written).
+fn metric(addr: &str, series: &str) -> f64 {
+    let mut stream = TcpStream::connect(addr).expect("connect to metrics");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+}
+
+fn stamp(args: &[&str]) -> std::process::Output {
+    linerate(&[&["stamp"], args].concat())
+}
+
+/// Against linerate's own reflector: every probe answered, the loss split by the Direct
+/// Measurement TLV, the reflector's own count of answers (its /metrics) equal to the
+/// answers the sender counted; the run kept, listed, shown, compared and exported as
+/// every test's run is.
+#[test]
+fn stamp_against_serve_is_answered_counted_and_kept() {
+    let (_server, port, metrics) = reflector(&[]);
+    let target = format!("127.0.0.1:{port}");
+    let out = stamp(&[
+        &target, "--rate", "200", "-c", "300", "--dscp", "AF41", "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["test"], "stamp");
+    assert_eq!(num(&doc, "/sent"), 300.0);
+    // Loopback on a busy host: a receive buffer can overflow; whatever was lost, the
+    // reflector's counts split it and the parts add up.
+    let answered = num(&doc, "/answered");
+    assert!(answered >= 290.0, "{doc}");
+    assert!(
+        doc["loss"]["basis"].as_str().unwrap().contains("direct"),
+        "{doc}"
+    );
+    let split =
+        num(&doc, "/loss/forward") + num(&doc, "/loss/reverse") + num(&doc, "/loss/unattributed");
+    assert_eq!(split, 300.0 - answered);
+    // The reflector answered every probe the sender heard back and those lost on the
+    // way back (exactly, unless some loss fell outside the first and last answers).
+    let reflected = metric(&metrics, "linerate_stamp_answered_packets_total");
+    let reverse = num(&doc, "/loss/reverse");
+    let ends = num(&doc, "/loss/unattributed");
+    assert!(
+        reflected >= answered + reverse && reflected <= answered + reverse + ends,
+        "the reflector answered {reflected}; the sender heard {answered}, lost {reverse} back: {doc}"
+    );
+    // The marks: AF41 out and back, seen by the reflector and here.
+    assert_eq!(doc["marks"]["forward"][0][0], 34, "{doc}");
+    assert_eq!(doc["marks"]["reverse"][0][0], 34, "{doc}");
+    // One host, one clock: one-way delays are given, non-negative, below the round trip.
+    let forward = num(&doc, "/forward/delay_us/p50");
+    assert!(
+        forward >= 0.0 && forward <= num(&doc, "/rtt_us/max"),
+        "{doc}"
+    );
+
+    let second = stamp(&[&target, "--rate", "100", "-c", "50", "-i", "0"]);
+    assert!(second.status.success(), "{}", stderr(&second));
+    let text = String::from_utf8_lossy(&second.stdout).to_string();
+    assert!(text.contains("STAMP to 127.0.0.1:"), "{text}");
+    assert!(
+        text.contains("loss         0 of 50") || text.contains(" of 50 ("),
+        "{text}"
+    );
+    let runs = json(&linerate(&[
+        "history", "--json", "-n", "2", "--test", "stamp",
+    ]));
+    let ids: Vec<String> = runs
+        .as_array()
+        .expect("history is a list")
+        .iter()
+        .map(|r| r["id"].to_string())
+        .collect();
+    let show = linerate(&["show", &ids[0]]);
+    assert!(
+        String::from_utf8_lossy(&show.stdout).contains("STAMP to"),
+        "{}",
+        stderr(&show)
+    );
+    let compare = linerate(&["compare", &ids[1], &ids[0]]);
+    assert!(compare.status.success(), "{}", stderr(&compare));
+    assert!(String::from_utf8_lossy(&compare.stdout).contains("loss out %"));
+    let csv = linerate(&["export", &ids[0], "--format", "csv"]);
+    assert!(String::from_utf8_lossy(&csv.stdout).starts_with("end_s,sent,answered"));
+}
+
+/// Authenticated mode: with the key, answered in kind; open probes to an
+/// authenticated-only reflector, or probes signed with another key, get nothing, the
+/// sender ends with exit 1 and says why, and the reflector counts each by its reason.
+#[test]
+fn authenticated_only_answers_the_key_holder_alone() {
+    let dir = std::env::temp_dir().join(format!("lr-stamp-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("stamp.key");
+    std::fs::write(
+        &key,
+        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
+    )
+    .unwrap();
+    let key_arg = key.to_str().unwrap();
+    let (_server, port, metrics) = reflector(&[
+        "--stamp-hmac-key-file",
+        key_arg,
+        "--stamp-authenticated-only",
+    ]);
+    let target = format!("127.0.0.1:{port}");
+    let ok = stamp(&[
+        &target,
+        "-c",
+        "20",
+        "--rate",
+        "100",
+        "--hmac-key-file",
+        key_arg,
+        "--json",
+    ]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let doc = json(&ok);
+    assert_eq!(doc["mode"], "authenticated");
+    assert!(num(&doc, "/answered") >= 19.0, "{doc}");
+
+    let open = stamp(&[
+        &target,
+        "-c",
+        "10",
+        "--rate",
+        "100",
+        "--timeout",
+        "0.5",
+        "-i",
+        "0",
+    ]);
+    assert_eq!(open.status.code(), Some(1), "{}", stderr(&open));
+    assert!(
+        stderr(&open).contains("no answer from"),
+        "{}",
+        stderr(&open)
+    );
+    let wrong = stamp(&[
+        &target,
+        "-c",
+        "10",
+        "--rate",
+        "100",
+        "--timeout",
+        "0.5",
+        "--hmac-key",
+        "ffeeddccbbaa99887766554433221100",
+    ]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(stderr(&wrong).contains("same key"), "{}", stderr(&wrong));
+    assert_eq!(
+        metric(
+            &metrics,
+            "linerate_stamp_refused_packets_total{reason=\"unauthenticated\"}"
+        ),
+        10.0
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "linerate_stamp_refused_packets_total{reason=\"hmac\"}"
+        ),
+        10.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The caps and rules: a source over its rate is answered up to it and refused past it,
+/// each refusal counted and logged by its reason (not a line each); a denied range gets
+/// no answer at all.
+#[test]
+fn rate_caps_and_deny_rules_refuse_and_count() {
+    let (server, port, metrics) = reflector(&["--stamp-rate-per-source", "20"]);
+    let target = format!("127.0.0.1:{port}");
+    let out = stamp(&[
+        &target,
+        "--rate",
+        "200",
+        "-c",
+        "200",
+        "--timeout",
+        "0.5",
+        "--json",
+    ]);
+    let doc = json(&out);
+    let answered = num(&doc, "/answered");
+    let refused = metric(
+        &metrics,
+        "linerate_stamp_refused_packets_total{reason=\"source_rate\"}",
+    );
+    // 20 at once, then 20 a second over the run's second: about 40 answered.
+    assert!((20.0..=50.0).contains(&answered), "{doc}");
+    assert_eq!(answered + refused, 200.0, "{doc}");
+    assert_eq!(
+        metric(&metrics, "linerate_stamp_answered_packets_total"),
+        answered
+    );
+    assert!(
+        server.wait_log("(source_rate)", Duration::from_secs(2)),
+        "{}",
+        server.log()
+    );
+    let lines = server.log().matches("source_rate").count();
+    assert!(lines <= 2, "a refusal line each: {}", server.log());
+
+    let (_denying, port, metrics) = reflector(&["--deny", "127.0.0.0/8"]);
+    let out = stamp(&[
+        &format!("127.0.0.1:{port}"),
+        "-c",
+        "5",
+        "--rate",
+        "50",
+        "--timeout",
+        "0.3",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        metric(
+            &metrics,
+            "linerate_stamp_refused_packets_total{reason=\"denied\"}"
+        ),
+        5.0
+    );
+    assert_eq!(
+        metric(&metrics, "linerate_stamp_answered_packets_total"),
+        0.0
+    );
+}
+
+/// A user's mistakes are one line naming the value, exit 2.
+#[test]
+fn stamp_mistakes_are_one_line_with_exit_2() {
+    for (args, needle) in [
+        (vec!["a b"], "'a b'"),
+        (vec!["127.0.0.1", "--size", "50"], "'50' for '--size'"),
+        (vec!["127.0.0.1", "--dscp", "XX"], "'XX' is not a DSCP"),
+        (
+            vec!["127.0.0.1", "--rate", "0"],
+            "'0' must be probes a second",
+        ),
+        (vec!["127.0.0.1", "--hmac-key", "abcd"], "at least 16"),
+        (
+            vec!["127.0.0.1", "--interval", "soon"],
+            "'soon' is not a gap",
+        ),
+    ] {
+        let out = stamp(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let serve = linerate(&["serve", "--stamp", "nonsense"]);
+    assert_eq!(serve.status.code(), Some(2));
+    assert!(stderr(&serve).contains("'nonsense'"), "{}", stderr(&serve));
+}
+
+/// stamp-suite, built from crates.io by scripts/test (LINERATE_STAMP_SUITE), or found in
+/// the peers' cache.
+fn stamp_suite(test: &str) -> Option<String> {
+    let path = std::env::var("LINERATE_STAMP_SUITE").ok().or_else(|| {
+        let home = std::env::var("HOME").ok()?;
+        let cached = format!("{home}/.cache/linerate-peers/stamp-suite/bin/stamp-suite");
+        std::path::Path::new(&cached).exists().then_some(cached)
+    });
+    match path {
+        Some(p) if Command::new(&p).arg("--version").output().is_ok() => Some(p),
+        _ => {
+            skip(
+                test,
+                "stamp-suite is not installed (scripts/test builds it from crates.io)",
+            );
+            None
+        }
+    }
+}
+
+/// A free UDP port on loopback.
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// linerate's sender against stamp-suite's stateful reflector, open and authenticated:
+/// every probe answered, the loss split (its Direct Measurement counts), the marks seen
+/// by it reported; and stamp-suite's sender against linerate's reflector: every probe
+/// answered, its Direct Measurement counts equal to what it sent, and linerate's count
+/// of answers equal to the answers stamp-suite received.
+#[test]
+fn stamp_suite_and_linerate_answer_each_other() {
+    let test = "stamp_suite_and_linerate_answer_each_other";
+    let Some(suite) = stamp_suite(test) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("lr-stamp-suite-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("k");
+    std::fs::write(&key, "00112233445566778899aabbccddeeff\n").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let key = key.to_str().unwrap().to_string();
+    for authenticated in [false, true] {
+        // linerate → stamp-suite.
+        let port = free_udp_port().to_string();
+        let mut reflector = Command::new(&suite);
+        reflector.args([
+            "--is-reflector",
+            "--local-addr",
+            "127.0.0.1",
+            "--local-port",
+            &port,
+            "--stateful-reflector",
+        ]);
+        if authenticated {
+            reflector.args(["-A", "A", "--hmac-key-file", &key]);
+        }
+        let mut child = reflector
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start stamp-suite's reflector");
+        std::thread::sleep(Duration::from_millis(500));
+        let target = format!("127.0.0.1:{port}");
+        let mut args = vec![
+            target.as_str(),
+            "-c",
+            "100",
+            "--rate",
+            "100",
+            "--dscp",
+            "EF",
+            "--json",
+        ];
+        if authenticated {
+            args.extend(["--hmac-key-file", key.as_str()]);
+        }
+        let out = stamp(&args);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            out.status.success(),
+            "authenticated {authenticated}: {}",
+            stderr(&out)
+        );
+        let doc = json(&out);
+        assert_eq!(num(&doc, "/sent"), 100.0);
+        assert!(num(&doc, "/answered") >= 98.0, "{doc}");
+        assert!(doc["loss"]["forward"].is_number(), "the loss split: {doc}");
+        assert_eq!(doc["marks"]["forward"][0][0], 46, "{doc}");
+
+        // stamp-suite → linerate.
+        let mut serve_args = vec![];
+        if authenticated {
+            serve_args.extend(["--stamp-hmac-key-file", key.as_str()]);
+        }
+        let (_server, port, metrics) = self::reflector(&serve_args);
+        let mut sender = Command::new(&suite);
+        sender.args([
+            "--remote-addr",
+            "127.0.0.1",
+            "--remote-port",
+            &port.to_string(),
+            "--count",
+            "100",
+            "--send-delay",
+            "10ms",
+            "--timeout",
+            "1",
+            "--direct-measurement",
+            "--output-format",
+            "json",
+        ]);
+        if authenticated {
+            sender.args(["-A", "A", "--hmac-key-file", &key]);
+        }
+        let out = sender.output().expect("run stamp-suite's sender");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let summary: serde_json::Value = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["type"] == "summary")
+            .unwrap_or_else(|| panic!("no summary in {text}"));
+        let received = num(&summary, "/packets_received");
+        assert!(received >= 98.0, "{summary}");
+        assert_eq!(num(&summary, "/packets_sent"), 100.0);
+        let dm = &summary["measurements"]["direct_measurement"];
+        assert_eq!(dm["observations"], received, "{dm}");
+        assert_eq!(dm["forward_missing"], 0, "{dm}");
+        if authenticated {
+            assert_eq!(
+                summary["measurements"]["tlv_validation"]["hmac"]["failed"], 0,
+                "{summary}"
+            );
+        }
+        // What linerate's reflector says it answered: every datagram stamp-suite got back
+        // (and any it lost on the way back, which on loopback is none).
+        assert_eq!(
+            metric(&metrics, "linerate_stamp_answered_packets_total"),
+            received
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
