@@ -8,11 +8,13 @@
 use anyhow::{Context, Result};
 use linerate_drivers::profile::controller::{self, RunError, RunOptions};
 use linerate_drivers::profile::rpm_job::RpmJob;
+use linerate_drivers::profile::stamp_job::StampJob;
 use linerate_mesh::{job_plan, Action, Job, JobPlan, Mesh, Outcome, Past, Scheduler, TestKind};
 use linerate_proto::text::printable;
 use linerate_report::document::Document;
 use linerate_report::headline::{self, Headline};
 use linerate_report::rpm::RpmReport;
+use linerate_report::stamp::StampReport;
 use linerate_store::{MeshArchive, MeshRow, Outcome as RowOutcome};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -131,6 +133,7 @@ fn figure(test: &linerate_mesh::MeshTest, document: &Document) -> (Option<f64>, 
             label: "connect+rr",
         },
         TestKind::Rpm { .. } => Headline::Responsiveness,
+        TestKind::Stamp { .. } => Headline::Loss,
     };
     headline::of(document, which)
 }
@@ -213,6 +216,25 @@ fn run_job(
             let result = controller::run_rpm(source, &rpm, options, stop);
             let ended_at = clock();
             return rpm_ended(mesh, job, cycle, (started_at, ended_at), result);
+        }
+        JobPlan::Stamp {
+            reflector,
+            window,
+            rate_pps,
+            size,
+            dscp,
+        } => {
+            let stamp = StampJob {
+                reflector,
+                window,
+                rate_pps,
+                size,
+                dscp,
+            };
+            let source = &mesh.hosts[job.src].address;
+            let result = controller::run_stamp(source, &stamp, options, stop);
+            let ended_at = clock();
+            return stamp_ended(mesh, job, cycle, (started_at, ended_at), result);
         }
     };
     let ended_at = clock();
@@ -298,6 +320,37 @@ fn rpm_ended(
         Outcome::Done
     } else {
         Outcome::Failed { hosts, reason }
+    };
+    row.outcome = row_outcome(mesh, &outcome);
+    (outcome, JobResult { row, document })
+}
+
+/// A STAMP window's outcome: done when anything was answered (loss, however much, is a
+/// figure, not a failure; nothing answered is the reflector's failure).
+fn stamp_ended(
+    mesh: &Mesh,
+    job: Job,
+    cycle: u64,
+    (started_at, ended_at): (f64, f64),
+    result: Result<StampReport, RunError>,
+) -> (Outcome, JobResult) {
+    let mut row = labelled(mesh, &job, cycle, started_at, ended_at);
+    let (outcome, document) = match result {
+        Ok(mut report) => {
+            report.target = mesh.hosts[job.dst].name.clone();
+            let document = Document::Stamp(Box::new(report));
+            let (headline, text) = figure(&mesh.tests[job.test], &document);
+            row.headline = headline;
+            row.headline_text = text;
+            (Outcome::Done, Some(document))
+        }
+        Err(error) => (
+            Outcome::Failed {
+                hosts: failed_hosts(mesh, &job, &error),
+                reason: printable(&error.to_string()),
+            },
+            None,
+        ),
     };
     row.outcome = row_outcome(mesh, &outcome);
     (outcome, JobResult { row, document })

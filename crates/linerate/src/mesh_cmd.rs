@@ -287,10 +287,11 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     let mut out = Printer::new(&mesh, args.json);
     let mut each = |event: MeshEvent| match event {
         MeshEvent::Result(result) => {
-            let alert = watch
+            let changes = watch
                 .as_mut()
-                .and_then(|w| w.record(&result.row, result.document.as_ref()));
-            if let Some(change) = alert {
+                .map(|w| w.record(&result.row, result.document.as_ref()))
+                .unwrap_or_default();
+            for change in changes {
                 let (a, resolved) = match &change {
                     Change::Opened(a) => (a, false),
                     Change::Resolved(a) => (a, true),
@@ -371,6 +372,7 @@ fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Res
                     TestKind::Stream { .. } => Measure::Goodput,
                     TestKind::Rr { .. } | TestKind::Crr { .. } => Measure::Latency,
                     TestKind::Rpm { .. } => Measure::Responsiveness,
+                    TestKind::Stamp { .. } => Measure::Loss,
                 };
                 (test.name.as_str(), measure)
             })
@@ -380,6 +382,8 @@ fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Res
             goodput_drop: rules.goodput_drop,
             latency_rise: rules.latency_rise,
             responsiveness_drop: rules.responsiveness_drop,
+            loss_above: rules.loss_above,
+            loss_for_s: rules.loss_for_s,
             window: rules.baseline,
             at_least: rules.at_least,
         },

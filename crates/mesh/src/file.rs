@@ -77,6 +77,9 @@ struct RawAlerts {
     goodput_drop: Option<Spanned<String>>,
     latency_rise: Option<Spanned<String>>,
     responsiveness_drop: Option<Spanned<String>>,
+    loss_above: Option<Spanned<String>>,
+    #[serde(rename = "for")]
+    loss_for: Option<Spanned<String>>,
     baseline: Option<Spanned<u32>>,
     at_least: Option<Spanned<u32>>,
     alertmanager: Option<Spanned<String>>,
@@ -97,6 +100,8 @@ struct RawHost {
     address: Spanned<String>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+    /// "stamp": the host runs no agent, only a STAMP reflector.
+    reflector: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -106,7 +111,13 @@ struct RawTest {
     run: Spanned<String>,
     protocol: Option<Spanned<String>>,
     duration: Option<Spanned<String>>,
-    interval: Spanned<String>,
+    interval: Option<Spanned<String>>,
+    /// STAMP: the report window (each job's length).
+    report: Option<Spanned<String>>,
+    /// STAMP: the reflectors' port.
+    port: Option<Spanned<u16>>,
+    /// STAMP: the probes' DSCP.
+    dscp: Option<Spanned<String>>,
     jitter: Option<Spanned<String>>,
     exclusive: Option<bool>,
     pause_for_exclusive: Option<bool>,
@@ -239,10 +250,21 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
         if host_index.insert(name.clone(), hosts.len()).is_some() {
             return Err(reader.at(&host.name, format!("host '{name}' is named twice")));
         }
+        let reflector_only = match &host.reflector {
+            None => false,
+            Some(r) if r.get_ref() == "stamp" => true,
+            Some(r) => {
+                return Err(reader.at(
+                    r,
+                    format!("reflector '{}' is not \"stamp\" (the only reflector a host without an agent can be)", r.get_ref()),
+                ))
+            }
+        };
         hosts.push(Host {
             name: name.clone(),
             address: address.clone(),
             labels: host.labels.clone(),
+            reflector_only,
         });
     }
     let mut tests = Vec::new();
@@ -351,6 +373,15 @@ fn alert_rules(reader: &Reader, raw: &RawAlerts) -> Result<AlertRules, MeshError
     }
     if let Some(v) = &raw.responsiveness_drop {
         rules.responsiveness_drop = share(reader, v, "responsiveness_drop")?.min(1.0);
+    }
+    if let Some(v) = &raw.loss_above {
+        rules.loss_above = share(reader, v, "loss_above")?;
+        if rules.loss_above >= 1.0 {
+            return Err(reader.at(v, format!("loss_above '{}' must be below 100%", v.get_ref())));
+        }
+    }
+    if let Some(v) = &raw.loss_for {
+        rules.loss_for_s = reader.seconds(v, "for", false)?;
     }
     for (value, slot, what) in [
         (&raw.baseline, &mut rules.baseline, "baseline"),
@@ -540,6 +571,85 @@ fn read_transactions(
     })
 }
 
+/// A STAMP test's options: rate (probes a second, default 10/s, at most 10,000/s), size,
+/// dscp, port.
+fn read_stamp(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
+    for (value, what) in [
+        (raw.request.as_ref(), "request"),
+        (raw.response.as_ref(), "response"),
+        (raw.protocol.as_ref(), "protocol"),
+    ] {
+        not_an_option(reader, value, what, "stamp")?;
+    }
+    if let Some(p) = &raw.parallel {
+        return Err(reader.at(p, "'parallel' is not an option of run = \"stamp\""));
+    }
+    let rate_pps = match &raw.rate {
+        Some(r) => transactions_per_second(r.get_ref())
+            .filter(|r| (0.1..=MAX_STAMP_RATE).contains(r))
+            .ok_or_else(|| {
+                reader.at(
+                    r,
+                    format!(
+                        "rate '{}' is not probes a second like \"10/s\" (from 0.1 to {MAX_STAMP_RATE})",
+                        r.get_ref()
+                    ),
+                )
+            })?,
+        None => 10.0,
+    };
+    let size = match &raw.size {
+        Some(v) => Some(
+            parse_size(v.get_ref())
+                .ok()
+                .filter(|n| (44..=9000).contains(n))
+                .map(|n| n as u16)
+                .ok_or_else(|| {
+                    reader.at(v, format!("size '{}' must be from 44 to 9000 octets", v.get_ref()))
+                })?,
+        ),
+        None => None,
+    };
+    let dscp = match &raw.dscp {
+        Some(d) => Some(dscp_of(d.get_ref()).ok_or_else(|| {
+            reader.at(
+                d,
+                format!("dscp '{}' is not a DSCP: a name (BE, EF, CS0-CS7, AF11-AF43, VA) or 0-63", d.get_ref()),
+            )
+        })?),
+        None => None,
+    };
+    Ok(TestKind::Stamp {
+        rate_pps,
+        size,
+        dscp,
+        port: raw.port.as_ref().map_or(DEFAULT_STAMP_PORT, |p| *p.get_ref()),
+    })
+}
+
+/// A DSCP by its name or number.
+pub fn dscp_of(text: &str) -> Option<u8> {
+    let upper = text.trim().to_ascii_uppercase();
+    match upper.as_str() {
+        "BE" | "DF" | "DEFAULT" => return Some(0),
+        "EF" => return Some(46),
+        "VA" => return Some(44),
+        "LE" => return Some(1),
+        _ => {}
+    }
+    if let Some(class) = upper.strip_prefix("CS") {
+        return class.parse::<u8>().ok().filter(|n| *n <= 7).map(|n| n * 8);
+    }
+    if let Some(af) = upper.strip_prefix("AF") {
+        let digits: Vec<u8> = af.bytes().map(|b| b.wrapping_sub(b'0')).collect();
+        return match digits[..] {
+            [class @ 1..=4, drop @ 1..=3] => Some(class * 8 + drop * 2),
+            _ => None,
+        };
+    }
+    upper.parse::<u8>().ok().filter(|n| *n < 64)
+}
+
 /// An RPM test's options; `leg_s` is its `duration`, each direction's limit.
 fn read_rpm(reader: &Reader, raw: &RawTest, leg_s: f64) -> Result<TestKind, MeshError> {
     for (value, what) in [
@@ -596,12 +706,30 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
             return Err(reader.at(p, format!("protocol '{other}' is not tcp or udp")));
         }
     };
+    let run = raw.run.get_ref().as_str();
     let mut seconds = match &raw.duration {
+        Some(d) if run == "stamp" => {
+            return Err(reader.at(
+                d,
+                "run = \"stamp\" runs all the time: give its window as report = \"1m\", not a duration",
+            ))
+        }
         Some(d) => reader.seconds(d, "duration", true)?,
-        None if raw.run.get_ref() == "rpm" => DEFAULT_RPM_LEG_SECONDS,
+        None if run == "rpm" => DEFAULT_RPM_LEG_SECONDS,
+        None if run == "stamp" => match &raw.report {
+            Some(r) => reader.seconds(r, "report", true)?,
+            None => DEFAULT_STAMP_REPORT_SECONDS,
+        },
         None => DEFAULT_TEST_SECONDS,
     };
-    let run = raw.run.get_ref().as_str();
+    if run != "stamp" {
+        for (value, what) in [(raw.report.as_ref(), "report"), (raw.dscp.as_ref(), "dscp")] {
+            not_an_option(reader, value, what, run)?;
+        }
+        if let Some(p) = &raw.port {
+            return Err(reader.at(p, format!("'port' is not an option of run = \"{run}\"")));
+        }
+    }
     if run != "rpm" {
         if let Some(n) = &raw.max_connections {
             return Err(reader.at(
@@ -623,16 +751,40 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
             seconds = 2.0 * seconds + RPM_SETUP_S;
             kind
         }
+        "stamp" => {
+            if seconds < 1.0 {
+                let at = raw.report.as_ref().expect("a short report window was given");
+                return Err(reader.at(at, "a STAMP report window must be at least 1 s"));
+            }
+            read_stamp(reader, raw)?
+        }
         "stream" => read_stream(reader, raw, protocol, &name)?,
         "rr" | "crr" => read_transactions(reader, raw, protocol, &name, run)?,
         other => {
             return Err(reader.at(
                 &raw.run,
-                format!("test '{name}': run '{other}' is not stream, rr, crr or rpm"),
+                format!("test '{name}': run '{other}' is not stream, rr, crr, rpm or stamp"),
             ));
         }
     };
-    let interval_s = reader.seconds(&raw.interval, "interval", true)?;
+    let interval_s = match &raw.interval {
+        Some(i) => reader.seconds(i, "interval", true)?,
+        // STAMP runs all the time: the next window starts as one ends.
+        None if run == "stamp" => seconds,
+        None => {
+            return Err(reader.at(
+                &raw.name,
+                format!("test '{name}' needs an interval (how often each pair runs it, e.g. interval = \"1h\")"),
+            ))
+        }
+    };
+    if run == "stamp" && interval_s < seconds {
+        let at = raw.interval.as_ref().expect("a short interval was given");
+        return Err(reader.at(
+            at,
+            format!("interval '{}' is shorter than the report window: one window would overlap the next", at.get_ref()),
+        ));
+    }
     let jitter_s = match &raw.jitter {
         Some(j) => reader.seconds(j, "jitter", false)?,
         None => 0.0,

@@ -9,6 +9,12 @@ pub const MAX_HOSTS: usize = 4096;
 
 /// A test runs this long when its file does not say.
 pub const DEFAULT_TEST_SECONDS: f64 = 10.0;
+/// A STAMP test's report window when the file does not say (`report`).
+pub const DEFAULT_STAMP_REPORT_SECONDS: f64 = 60.0;
+/// STAMP's port (RFC 8762 §4.1), where a host's reflector listens unless it says.
+pub const DEFAULT_STAMP_PORT: u16 = 862;
+/// The most probes a second a mesh's STAMP test may send to one destination.
+pub const MAX_STAMP_RATE: f64 = 10_000.0;
 /// An RPM test's default time limit for each direction (as `linerate rpm --time`'s).
 pub const DEFAULT_RPM_LEG_SECONDS: f64 = 20.0;
 
@@ -40,6 +46,10 @@ pub struct AlertRules {
     pub latency_rise: f64,
     /// Responsiveness (RPM) below the baseline's median by more than this share.
     pub responsiveness_drop: f64,
+    /// STAMP: a direction losing more than this share of its probes...
+    pub loss_above: f64,
+    /// ...for this long (seconds) opens an alert naming the pair and the direction.
+    pub loss_for_s: f64,
     /// The baseline: the median of up to this many recent successful results...
     pub baseline: usize,
     /// ...once there are this many.
@@ -58,6 +68,8 @@ impl Default for AlertRules {
             goodput_drop: 0.3,
             latency_rise: 0.5,
             responsiveness_drop: 0.3,
+            loss_above: 0.001,
+            loss_for_s: 300.0,
             baseline: 20,
             at_least: 3,
             alertmanager: None,
@@ -116,6 +128,7 @@ impl Mesh {
                     name: ip.to_string().replace(':', "-"),
                     address,
                     labels: discover.labels.clone(),
+                    reflector_only: false,
                 });
             }
         }
@@ -132,9 +145,13 @@ impl Mesh {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Host {
     pub name: String,
-    /// `host`, `host:port` or `[v6]:port`: where its `linerate serve` listens.
+    /// `host`, `host:port` or `[v6]:port`: where its `linerate serve` listens (for a
+    /// host that only reflects, its STAMP reflector).
     pub address: String,
     pub labels: BTreeMap<String, String>,
+    /// It runs no agent, only a STAMP reflector (`reflector = "stamp"`: a router, any RFC
+    /// 8762 reflector): the destination of STAMP tests, and of nothing else.
+    pub reflector_only: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,6 +205,19 @@ pub enum TestKind {
         /// Loading connections at most, each direction.
         max_connections: u32,
     },
+    /// STAMP probes (RFC 8762) from the source's agent to the destination's reflector
+    /// (`serve --stamp`, or a host that only reflects), all the time: each job is one
+    /// report window, and the next starts as it ends.
+    Stamp {
+        /// Probes a second.
+        rate_pps: f64,
+        /// Each probe's UDP payload, octets; `None`: the smallest.
+        size: Option<u16>,
+        /// The probes' DSCP, asked of the answers too.
+        dscp: Option<u8>,
+        /// The reflectors' port where a host's address does not name one.
+        port: u16,
+    },
 }
 
 /// An RPM test's time beyond its two directions: the configuration, the idle phase.
@@ -198,16 +228,18 @@ impl TestKind {
         match self {
             TestKind::Stream { protocol, .. } | TestKind::Rr { protocol, .. } => *protocol,
             TestKind::Crr { .. } | TestKind::Rpm { .. } => Transport::Tcp,
+            TestKind::Stamp { .. } => Transport::Udp,
         }
     }
 
-    /// "stream", "rr", "crr" or "rpm".
+    /// "stream", "rr", "crr", "rpm" or "stamp".
     pub fn run(&self) -> &'static str {
         match self {
             TestKind::Stream { .. } => "stream",
             TestKind::Rr { .. } => "rr",
             TestKind::Crr { .. } => "crr",
             TestKind::Rpm { .. } => "rpm",
+            TestKind::Stamp { .. } => "stamp",
         }
     }
 }
@@ -272,8 +304,14 @@ impl Mesh {
             // which the rounds keep), each once: a bit per ordered pair says seen.
             let mut seen = vec![0u64; (hosts * hosts).div_ceil(64)];
             let mut ordered: Vec<Pair> = Vec::new();
+            let stamp = matches!(self.tests[test].kind, TestKind::Stamp { .. });
             for group in self.groups.iter().filter(|g| g.tests.contains(&test)) {
                 for (a, b) in pairs_of(group) {
+                    // A host that only reflects sends nothing, and is the destination of
+                    // STAMP tests alone.
+                    if self.hosts[a].reflector_only || (!stamp && self.hosts[b].reflector_only) {
+                        continue;
+                    }
                     let bit = a * hosts + b;
                     if seen[bit / 64] & (1 << (bit % 64)) == 0 {
                         seen[bit / 64] |= 1 << (bit % 64);

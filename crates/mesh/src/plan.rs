@@ -22,6 +22,46 @@ pub enum JobPlan {
         tls: bool,
         max_connections: u32,
     },
+    /// STAMP probes from the source's agent to the destination's reflector for one report
+    /// window.
+    Stamp {
+        /// The reflector: `host:port`, `[v6]:port`.
+        reflector: String,
+        window: Duration,
+        rate_pps: f64,
+        size: Option<u16>,
+        dscp: Option<u8>,
+    },
+}
+
+/// Where `host`'s STAMP reflector answers: its address with `port` for a host that runs
+/// an agent (the address names the agent's port); a host that only reflects at the port
+/// its address names, else `port`.
+pub fn reflector_of(host: &crate::model::Host, port: u16) -> String {
+    let address = host.address.as_str();
+    let bare = if let Ok(addr) = address.parse::<std::net::SocketAddr>() {
+        if host.reflector_only {
+            return addr.to_string();
+        }
+        addr.ip().to_string()
+    } else if let Ok(ip) = address.parse::<std::net::IpAddr>() {
+        ip.to_string()
+    } else {
+        match address.rsplit_once(':') {
+            Some((name, p)) if p.parse::<u16>().is_ok() => {
+                if host.reflector_only {
+                    return address.to_string();
+                }
+                name.to_string()
+            }
+            _ => address.to_string(),
+        }
+    };
+    if bare.contains(':') {
+        format!("[{bare}]:{port}")
+    } else {
+        format!("{bare}:{port}")
+    }
 }
 
 /// What runs `job`.
@@ -37,6 +77,18 @@ pub fn job_plan(mesh: &Mesh, job: &Job) -> JobPlan {
             leg: Duration::from_secs_f64(leg_s),
             tls,
             max_connections,
+        },
+        TestKind::Stamp {
+            rate_pps,
+            size,
+            dscp,
+            port,
+        } => JobPlan::Stamp {
+            reflector: reflector_of(&mesh.hosts[job.dst], port),
+            window: Duration::from_secs_f64(test.seconds),
+            rate_pps,
+            size,
+            dscp,
         },
         TestKind::Stream { .. } | TestKind::Rr { .. } | TestKind::Crr { .. } => {
             JobPlan::Profile(profile_of(mesh, job, &test.kind))
@@ -118,8 +170,8 @@ fn profile_of(mesh: &Mesh, job: &Job, kind: &TestKind) -> Profile {
                 once(Op::Disconnect),
             ],
         ),
-        // An RPM test is no profile: job_plan makes it a JobPlan::Rpm.
-        TestKind::Rpm { .. } => (0, Vec::new()),
+        // An RPM or STAMP test is no profile: job_plan makes it a JobPlan of its own.
+        TestKind::Rpm { .. } | TestKind::Stamp { .. } => (0, Vec::new()),
         // Each transaction its own connection: the timed transaction holds the connect.
         TestKind::Crr {
             request,

@@ -252,7 +252,7 @@ fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
         ),
         (
             good.replace("run = \"rr\"", "run = \"ping\""),
-            "run 'ping' is not stream, rr, crr or rpm",
+            "run 'ping' is not stream, rr, crr, rpm or stamp",
         ),
         (
             good.replace("run = \"rr\"", "run = \"rr\"\nrate = \"fast\""),
@@ -643,4 +643,109 @@ fn linerate_mesh_down() -> crate::Down {
         retry_in_s: 120.0,
         reason: "connection refused".into(),
     }
+}
+
+/// A STAMP test runs all the time: its report window is each job's length (1 minute by
+/// default) and the next starts as one ends; 10 probes a second to port 862 unless the
+/// file says. A host that only reflects is the destination of STAMP jobs and of nothing
+/// else, never a source; its reflector is at the address it gives, an agent host's at its
+/// address with the test's port.
+#[test]
+fn stamp_tests_run_all_the_time_and_reflector_hosts_only_answer() {
+    let text = format!(
+        "{}[[host]]\nname = \"r1\"\naddress = \"10.0.0.9:8620\"\nreflector = \"stamp\"\n\
+         [[test]]\nname = \"loss\"\nrun = \"stamp\"\nrate = \"50/s\"\ndscp = \"EF\"\n\
+         [[group]]\nname = \"probes\"\ntests = [\"loss\", \"tput\"]\n\
+         [alerts]\nloss_above = \"0.05%\"\nfor = \"5m\"\n",
+        mesh_text(2, false)
+    );
+    let m = parse("m.toml", &text).unwrap();
+    let loss = m.tests.iter().position(|t| t.name == "loss").unwrap();
+    let test = &m.tests[loss];
+    assert_eq!(
+        test.kind,
+        TestKind::Stamp {
+            rate_pps: 50.0,
+            size: None,
+            dscp: Some(46),
+            port: DEFAULT_STAMP_PORT
+        }
+    );
+    assert_eq!((test.seconds, test.interval_s), (60.0, 60.0));
+    assert!(!test.exclusive && !test.pause_for_exclusive);
+    assert_eq!(m.alerts.loss_above, 0.0005);
+    assert_eq!(m.alerts.loss_for_s, 300.0);
+    let jobs = m.jobs();
+    let name = |i: usize| m.hosts[i].name.as_str();
+    let stamp: BTreeSet<(&str, &str)> = jobs
+        .iter()
+        .filter(|j| j.test == loss)
+        .map(|j| (name(j.src), name(j.dst)))
+        .collect();
+    let expected: BTreeSet<(&str, &str)> =
+        [("h0", "h1"), ("h1", "h0"), ("h0", "r1"), ("h1", "r1")].into();
+    assert_eq!(stamp, expected);
+    assert!(
+        jobs.iter()
+            .filter(|j| j.test != loss)
+            .all(|j| name(j.src) != "r1" && name(j.dst) != "r1"),
+        "a reflector host runs no stream"
+    );
+    let plan_of = |src: &str, dst: &str| {
+        let job = jobs
+            .iter()
+            .find(|j| j.test == loss && name(j.src) == src && name(j.dst) == dst)
+            .unwrap();
+        match plan::job_plan(&m, job) {
+            plan::JobPlan::Stamp { reflector, window, rate_pps, .. } => {
+                (reflector, window.as_secs_f64(), rate_pps)
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(plan_of("h0", "r1"), ("10.0.0.9:8620".into(), 60.0, 50.0));
+    assert_eq!(plan_of("h0", "h1"), ("10.0.0.2:862".into(), 60.0, 50.0));
+}
+
+/// STAMP's options and their bounds, one line each.
+#[test]
+fn stamp_mistakes_in_a_mesh_file_are_one_line_too() {
+    let good = mesh_text(2, false)
+        + "[[test]]\nname = \"loss\"\nrun = \"stamp\"\n[[group]]\nname = \"p\"\ntests = [\"loss\"]\n";
+    let cases = [
+        (
+            good.replace("run = \"stamp\"", "run = \"stamp\"\nrate = \"20000/s\""),
+            "from 0.1 to 10000",
+        ),
+        (
+            good.replace("run = \"stamp\"", "run = \"stamp\"\nduration = \"5s\""),
+            "give its window as report",
+        ),
+        (
+            good.replace("run = \"stamp\"", "run = \"stamp\"\nsize = \"20\""),
+            "size '20' must be from 44 to 9000",
+        ),
+        (
+            good.replace("run = \"stamp\"", "run = \"stamp\"\ndscp = \"XY\""),
+            "dscp 'XY' is not a DSCP",
+        ),
+        (
+            good.replace("run = \"stamp\"", "run = \"stamp\"\nreport = \"1m\"\ninterval = \"10s\""),
+            "shorter than the report window",
+        ),
+        (
+            good.replace("run = \"stream\"", "run = \"stream\"\nreport = \"1m\""),
+            "'report' is not an option of run = \"stream\"",
+        ),
+        (
+            good.replace("address = \"10.0.0.1\"", "address = \"10.0.0.1\"\nreflector = \"twamp\""),
+            "reflector 'twamp' is not \"stamp\"",
+        ),
+        (
+            good.replace("run = \"stream\"\nduration = \"10s\"\ninterval = \"1h\"", "run = \"stream\""),
+            "test 'tput' needs an interval",
+        ),
+        (good.clone() + "[alerts]\nloss_above = \"100%\"\n", "must be below 100%"),
+    ];
+    assert_one_line_errors(&cases);
 }

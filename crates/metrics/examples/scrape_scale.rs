@@ -94,6 +94,7 @@ fn filled_board(hosts: usize) -> Board {
                         9.4e8 + (s * 7 + d * 13 + i) as f64 * 1e3
                     }
                     Measure::Latency => 2.5e-4 + (s + d) as f64 * 1e-7,
+                    Measure::Loss => (s + d) as f64 * 1e-6,
                 };
                 let row = MeshRow {
                     run_id: Some((at * 1e3) as i64),
@@ -115,6 +116,10 @@ fn filled_board(hosts: usize) -> Board {
                         goodput(value, *protocol == "udp")
                     }
                     Measure::Latency => latency(value),
+                    Measure::Loss => linerate_metrics::board::Figures {
+                        loss_ratio: Some(value),
+                        ..Default::default()
+                    },
                 };
                 board.record_figures(&row, Some(&figures));
             }

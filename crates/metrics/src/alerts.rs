@@ -30,12 +30,27 @@ impl Alert {
         match self.what {
             "latency" => "LinerateLatencyRise",
             "responsiveness" => "LinerateResponsivenessDrop",
+            "loss" => "LinerateLossAbove",
             _ => "LinerateGoodputDrop",
         }
     }
 
     fn summary(&self) -> String {
         let k = &self.key;
+        if self.what == "loss" {
+            let way = if k.direction == "reverse" {
+                format!("{} -> {}", k.dst, k.src)
+            } else {
+                format!("{} -> {}", k.src, k.dst)
+            };
+            return format!(
+                "{} loss {way} ({}) is {:.3}% (above {:.3}%)",
+                k.test,
+                k.direction,
+                self.value * 100.0,
+                self.baseline * 100.0
+            );
+        }
         let change = if self.baseline > 0.0 {
             (self.value / self.baseline - 1.0) * 100.0
         } else {
@@ -58,29 +73,44 @@ pub enum Change {
 #[derive(Debug, Default)]
 pub struct Alerts {
     pub open: BTreeMap<Key, Alert>,
+    /// Loss series worse since this time (Unix seconds), not yet for `loss_for_s`.
+    pub pending: BTreeMap<Key, f64>,
 }
 
 impl Alerts {
     /// After `key`'s newest result (`value`, assessed): an alert opens when it is worse,
     /// resolves when it is back to normal. A failed or skipped test changes nothing (that
     /// is `linerate_last_result_ok`'s to say), nor does a series without a baseline.
+    ///
+    /// Loss is held to `loss_above` rather than a baseline, and opens only once it has
+    /// been above it for `loss_for_s` (a window of loss is no soft failure; hours are):
+    /// from the end of the first window above it to the end of the latest.
     pub fn update(
         &mut self,
         key: &Key,
         a: &Assessment,
         value: Option<f64>,
         now: f64,
+        t: &crate::assess::Thresholds,
     ) -> Option<Change> {
+        let loss = a.what == "loss";
         match a.state {
             State::Worse => {
                 if self.open.contains_key(key) {
                     return None;
                 }
+                if loss {
+                    let since = *self.pending.entry(key.clone()).or_insert(now);
+                    if now - since < t.loss_for_s {
+                        return None;
+                    }
+                    self.pending.remove(key);
+                }
                 let alert = Alert {
                     key: key.clone(),
                     what: a.what,
                     value: value?,
-                    baseline: a.baseline?.median,
+                    baseline: if loss { t.loss_above } else { a.baseline?.median },
                     started_at: now,
                     ended_at: None,
                 };
@@ -88,6 +118,7 @@ impl Alerts {
                 Some(Change::Opened(alert))
             }
             State::Normal => {
+                self.pending.remove(key);
                 let mut alert = self.open.remove(key)?;
                 alert.ended_at = Some(now);
                 if let Some(v) = value {

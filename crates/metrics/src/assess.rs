@@ -14,6 +14,10 @@ pub struct Thresholds {
     pub latency_rise: f64,
     /// Responsiveness (RPM) below the baseline by more than this share.
     pub responsiveness_drop: f64,
+    /// Probes lost above this share (STAMP; 0.0005: 0.05 %) is worse, baseline or not...
+    pub loss_above: f64,
+    /// ...and an alert once it has been so for this long, seconds.
+    pub loss_for_s: f64,
     /// The baseline: up to this many recent successful results...
     pub window: usize,
     /// ...once there are at least this many.
@@ -26,6 +30,8 @@ impl Default for Thresholds {
             goodput_drop: 0.3,
             latency_rise: 0.5,
             responsiveness_drop: 0.3,
+            loss_above: 0.001,
+            loss_for_s: 300.0,
             window: 20,
             at_least: 3,
         }
@@ -74,12 +80,36 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
         Measure::Goodput => "goodput",
         Measure::Latency => "latency",
         Measure::Responsiveness => "responsiveness",
+        Measure::Loss => "loss",
     };
     if !latest.ok && !latest.skipped {
         return Assessment {
             state: State::Failed,
             baseline: None,
             ratio: None,
+            what,
+        };
+    }
+    // Loss is held to an absolute bound: a path that has always lost 0.2 % has always
+    // been broken, and a baseline would call it normal.
+    if measure == Measure::Loss {
+        let baseline = series.baseline(t.window, t.at_least);
+        let Some(value) = latest.value else {
+            return Assessment {
+                state: State::Learning,
+                baseline,
+                ratio: None,
+                what,
+            };
+        };
+        return Assessment {
+            state: if value > t.loss_above {
+                State::Worse
+            } else {
+                State::Normal
+            },
+            baseline,
+            ratio: (t.loss_above > 0.0).then(|| value / t.loss_above),
             what,
         };
     }
@@ -97,7 +127,7 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
         (Measure::Goodput, Some(r)) => r < 1.0 - t.goodput_drop,
         (Measure::Latency, Some(r)) => r > 1.0 + t.latency_rise,
         (Measure::Responsiveness, Some(r)) => r < 1.0 - t.responsiveness_drop,
-        (_, None) => false,
+        (Measure::Loss, _) | (_, None) => false,
     };
     Assessment {
         state: if worse { State::Worse } else { State::Normal },

@@ -54,6 +54,9 @@ pub enum Measure {
     Latency,
     /// Round trips a minute under load (RPM): lower is worse.
     Responsiveness,
+    /// The share of probes lost (STAMP), 0 to 1: above the mesh's `loss_above` for its
+    /// `for` is worse, whatever the baseline.
+    Loss,
 }
 
 /// Round-trip quantiles of one run, seconds.
@@ -247,6 +250,9 @@ pub struct Figures {
 /// rr and crr (the transaction with the most iterations), loss for datagrams, the
 /// responsiveness and capacities of an RPM test.
 pub fn figures_of(protocol: &str, document: &Document) -> Option<Figures> {
+    if let Document::Stamp(report) = document {
+        return Some(stamp_figures(report).0);
+    }
     if let Document::Rpm(report) = document {
         let legs = [&report.download, &report.upload];
         return Some(Figures {
@@ -306,11 +312,63 @@ pub fn figures_of(protocol: &str, document: &Document) -> Option<Figures> {
     })
 }
 
+/// A STAMP window's figures each way: out (the row's own direction, source to
+/// destination) and back. Each way's loss is its share of the probes sent, where the
+/// reflector let the directions be told apart; else both carry the round trip's.
+pub fn stamp_figures(report: &linerate_report::stamp::StampReport) -> (Figures, Figures) {
+    let sent = report.sent.max(1) as f64;
+    let round_trip = report.loss.round_trip as f64 / sent;
+    let (out, back) = match (report.loss.forward, report.loss.reverse) {
+        (Some(f), Some(r)) => (f as f64 / sent, r as f64 / sent),
+        _ => (round_trip, round_trip),
+    };
+    let rtt = (report.rtt_us.count > 0).then(|| {
+        let r = &report.rtt_us;
+        Transactions {
+            quantiles: Quantiles {
+                p50: r.p50 / 1e6,
+                p90: r.p90 / 1e6,
+                p99: r.p99 / 1e6,
+                p999: r.p999 / 1e6,
+            },
+            buckets: Vec::new(),
+            count: r.count,
+            sum_s: r.mean / 1e6 * r.count as f64,
+        }
+    });
+    let forward = Figures {
+        loss_ratio: Some(out),
+        rtt,
+        duration_s: report.duration_s,
+        ..Figures::default()
+    };
+    let reverse = Figures {
+        loss_ratio: Some(back),
+        duration_s: report.duration_s,
+        ..Figures::default()
+    };
+    (forward, reverse)
+}
+
 impl Board {
-    /// Adds a finished (or skipped) job: its row, and its document when it ran.
-    pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) {
+    /// Adds a finished (or skipped) job: its row, and its document when it ran. Returns
+    /// the series it changed: the row's, and for a STAMP window its way back too (the
+    /// row's labels with `direction="reverse"`).
+    pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) -> Vec<Key> {
+        if let Some(Document::Stamp(report)) = document {
+            let (out, back) = stamp_figures(report);
+            let mut forward = row.clone();
+            forward.headline = out.loss_ratio.filter(|_| row.outcome.is_ok());
+            let mut reverse = row.clone();
+            reverse.direction = "reverse".into();
+            reverse.headline = back.loss_ratio.filter(|_| row.outcome.is_ok());
+            self.record_figures(&forward, Some(&out));
+            self.record_figures(&reverse, Some(&back));
+            return vec![Key::of(&forward), Key::of(&reverse)];
+        }
         let figures = document.and_then(|d| figures_of(&row.protocol, d));
         self.record_figures(row, figures.as_ref());
+        vec![Key::of(row)]
     }
 
     /// Adds a result: its row and what it measured. Past [`MAX_SERIES`], the series whose

@@ -226,6 +226,7 @@ fn a_series_is_worse_once_it_leaves_its_baseline_beyond_the_threshold() {
         responsiveness_drop: 0.3,
         window: 10,
         at_least: 3,
+        ..Thresholds::default()
     };
     let mut board = Board::default();
     let mut at = 0.0;
@@ -498,4 +499,123 @@ fn remote_write_sends_what_a_scrape_gives_series_by_series() {
             );
         }
     }
+}
+
+/// A STAMP window's document: `sent` probes, `out` lost on the way out, `back` on the
+/// way back (split by the reflector's counts).
+fn stamp(sent: u64, out: u64, back: u64) -> Document {
+    use linerate_report::stamp::{StampLoss, StampReport, STAMP};
+    Document::Stamp(Box::new(StampReport {
+        test: STAMP.into(),
+        started_at: 0.0,
+        target: "b".into(),
+        address: "192.0.2.2:862".into(),
+        mode: "open".into(),
+        rate_pps: 10.0,
+        size: 60,
+        duration_s: 60.0,
+        sent,
+        answered: sent - out - back,
+        duplicates: 0,
+        reordered: 0,
+        unmatched: 0,
+        loss: StampLoss::of(sent, sent - out - back, Some((out, back, 0)), "direct".into()),
+        rtt_us: LatencySummary {
+            count: 10,
+            p50: 400.0,
+            ..LatencySummary::default()
+        },
+        reflector_hold_us: None,
+        rtt_jitter_us: 0.0,
+        forward: Default::default(),
+        reverse: Default::default(),
+        clocks: Default::default(),
+        hops: None,
+        reflector_stateful: None,
+        unrecognized_tlvs: Vec::new(),
+        marks: None,
+        intervals: Vec::new(),
+        warnings: Vec::new(),
+        interrupted_after_s: None,
+        host: None,
+    }))
+}
+
+/// A STAMP window makes two series, the pair's way out and its way back, each with its
+/// own loss; loss above `loss_above` opens an alert only once it has lasted `for`, names
+/// the direction, and resolves when a window comes back under it; a single bad window
+/// opens nothing.
+#[test]
+fn steady_loss_one_way_opens_an_alert_for_that_way_after_its_time() {
+    let t = Thresholds {
+        loss_above: 0.0005,
+        loss_for_s: 180.0,
+        ..Thresholds::default()
+    };
+    let board = Arc::new(Mutex::new(Board::default()));
+    board.lock().unwrap().declare("loss", Measure::Loss);
+    let mut alerts = crate::alerts::Alerts::default();
+    let mut changes = Vec::new();
+    let window = |at: f64,
+                  out: u64,
+                  back: u64,
+                  alerts: &mut crate::alerts::Alerts,
+                  changes: &mut Vec<(f64, String, crate::alerts::Change)>| {
+        let mut b = board.lock().unwrap();
+        let mut r = row("a", "b", "loss", true, 0.0, at);
+        r.protocol = "udp".into();
+        let keys = b.record(&r, Some(&stamp(600, out, back)));
+        assert_eq!(keys.len(), 2);
+        for key in keys {
+            let series = &b.series[&key];
+            let a = assess(series, &t);
+            if let Some(change) = alerts.update(&key, &a, series.latest.value, at, &t) {
+                changes.push((at, key.direction.clone(), change));
+            }
+        }
+    };
+    // One bad window (1 of 600 back: 0.17 %), then clean: nothing opens.
+    window(60.0, 0, 1, &mut alerts, &mut changes);
+    window(120.0, 0, 0, &mut alerts, &mut changes);
+    assert!(changes.is_empty(), "{changes:?}");
+    // Steady 0.33 % back from 180 s on: open at 360 s (180 s after the first), back only.
+    for at in [180.0, 240.0, 300.0, 360.0, 420.0] {
+        window(at, 0, 2, &mut alerts, &mut changes);
+    }
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let (at, direction, change) = &changes[0];
+    assert_eq!((*at, direction.as_str()), (360.0, "reverse"));
+    let crate::alerts::Change::Opened(alert) = change else {
+        panic!("{change:?}");
+    };
+    assert_eq!(alert.name(), "LinerateLossAbove");
+    let json = crate::alerts::alertmanager_json(alert, None, 400.0);
+    assert_eq!(json["labels"]["direction"], "reverse");
+    let summary = json["annotations"]["summary"].as_str().unwrap();
+    assert!(summary.contains("b -> a (reverse)") && summary.contains("0.333%"), "{summary}");
+    // Clean again: resolved.
+    window(480.0, 0, 0, &mut alerts, &mut changes);
+    assert!(matches!(changes[1].2, crate::alerts::Change::Resolved(_)), "{changes:?}");
+    // The exposition carries the loss each way.
+    let text = Exposition::new(board.clone()).render(Format::OpenMetrics);
+    assert!(text.contains("linerate_loss_ratio{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"reverse\",protocol=\"udp\"} 0"), "{text}");
+}
+
+/// A reflector's counts are written as counters by reason, in both formats.
+#[test]
+fn reflector_counts_are_counters_by_reason() {
+    let board = Arc::new(Mutex::new(Board::default()));
+    board.lock().unwrap().reflector = Some(crate::board::ReflectorSource(Arc::new(|| {
+        crate::board::ReflectorCounts {
+            answered: 7,
+            refused: vec![("source_rate", 3), ("denied", 0)],
+            sessions: 2,
+        }
+    })));
+    let text = Exposition::new(board.clone()).render(Format::OpenMetrics);
+    assert!(text.contains("linerate_stamp_answered_packets_total 7\n"), "{text}");
+    assert!(text.contains("linerate_stamp_refused_packets_total{reason=\"source_rate\"} 3\n"));
+    assert!(text.contains("linerate_stamp_sessions 2\n"));
+    let classic = Exposition::new(board).render(Format::Classic);
+    assert!(classic.contains("# TYPE linerate_stamp_answered_packets_total counter"), "{classic}");
 }

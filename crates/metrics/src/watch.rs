@@ -4,7 +4,7 @@
 
 use crate::alerts::{Alerts, Change, Notifier};
 use crate::assess::{assess, Thresholds};
-use crate::board::{Board, Key, Measure};
+use crate::board::{Board, Measure};
 use crate::remote_write::RemoteWriter;
 use crate::server::MetricsServer;
 use linerate_model::mesh_row::MeshRow;
@@ -99,24 +99,33 @@ impl Watch {
 
     /// A finished job: on the board, sent on, and the alerts updated. The alerts' changes
     /// are returned (the coordinator shows them).
-    pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) -> Option<Change> {
-        let key = Key::of(row);
+    pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) -> Vec<Change> {
         let mut board = self.board.lock().unwrap_or_else(|e| e.into_inner());
-        board.record(row, document);
-        if let Some(remote) = &self.remote {
-            remote.push(&board, &key);
-        }
-        let series = board.series.get(&key)?;
-        let assessment = assess(series, &self.thresholds);
-        let change = self
-            .alerts
-            .update(&key, &assessment, series.latest.value, row.ended_at);
-        if let Some(notifier) = &mut self.notifier {
-            if let Some(change) = &change {
+        let keys = board.record(row, document);
+        let mut changes = Vec::new();
+        for key in keys {
+            if let Some(remote) = &self.remote {
+                remote.push(&board, &key);
+            }
+            let Some(series) = board.series.get(&key) else {
+                continue;
+            };
+            let assessment = assess(series, &self.thresholds);
+            let change = self.alerts.update(
+                &key,
+                &assessment,
+                series.latest.value,
+                row.ended_at,
+                &self.thresholds,
+            );
+            if let (Some(notifier), Some(change)) = (&mut self.notifier, &change) {
                 notifier.send(change);
             }
+            changes.extend(change);
+        }
+        if let Some(notifier) = &mut self.notifier {
             notifier.keep_alive(&self.alerts);
         }
-        change
+        changes
     }
 }

@@ -123,6 +123,86 @@ impl From<Loads> for u32 {
     }
 }
 
+/// The most probes a second a STAMP request may ask of an agent.
+pub const MAX_STAMP_RATE: f64 = 10_000.0;
+
+/// A STAMP test's probes a second, as a request carries it: above 0.1 and at most
+/// [`MAX_STAMP_RATE`], refused where it is decoded.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
+#[serde(try_from = "f64", into = "f64")]
+pub struct ProbeRate(f64);
+
+impl ProbeRate {
+    pub fn new(rate: f64) -> Result<ProbeRate, String> {
+        if rate.is_finite() && (0.1..=MAX_STAMP_RATE).contains(&rate) {
+            Ok(ProbeRate(rate))
+        } else {
+            Err(format!("{rate} probes a second asked; 0.1 to {MAX_STAMP_RATE} allowed"))
+        }
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl TryFrom<f64> for ProbeRate {
+    type Error = String;
+    fn try_from(rate: f64) -> Result<ProbeRate, String> {
+        ProbeRate::new(rate)
+    }
+}
+
+impl From<ProbeRate> for f64 {
+    fn from(rate: ProbeRate) -> f64 {
+        rate.0
+    }
+}
+
+/// A STAMP probe's size (UDP payload, 44 to 9,000 octets) and DSCP (0 to 63), refused out
+/// of bounds where they are decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "u16", into = "u16")]
+pub struct ProbeSize(u16);
+
+impl TryFrom<u16> for ProbeSize {
+    type Error = String;
+    fn try_from(size: u16) -> Result<ProbeSize, String> {
+        if (44..=9000).contains(&size) {
+            Ok(ProbeSize(size))
+        } else {
+            Err(format!("a probe of {size} octets asked; 44 to 9000 allowed"))
+        }
+    }
+}
+
+impl From<ProbeSize> for u16 {
+    fn from(size: ProbeSize) -> u16 {
+        size.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct Dscp(u8);
+
+impl TryFrom<u8> for Dscp {
+    type Error = String;
+    fn try_from(dscp: u8) -> Result<Dscp, String> {
+        if dscp < 64 {
+            Ok(Dscp(dscp))
+        } else {
+            Err(format!("DSCP {dscp} asked; 0 to 63 allowed"))
+        }
+    }
+}
+
+impl From<Dscp> for u8 {
+    fn from(dscp: Dscp) -> u8 {
+        dscp.0
+    }
+}
+
 /// The agent preface a controller or group host sends first.
 pub fn agent_preface(version: u32) -> [u8; 12] {
     let mut out = [0u8; 12];
@@ -234,6 +314,18 @@ pub enum AgentRequest {
         limit_s: Seconds,
         tls: bool,
     },
+    /// Controller to the source of a STAMP test: probe the reflector at `reflector`
+    /// (`host:port`) for `window_s`; answered by heartbeats, then `stamp_result`. `abort`
+    /// ends it.
+    Stamp {
+        reflector: crate::text::PeerText,
+        window_s: Seconds,
+        rate: ProbeRate,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<ProbeSize>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dscp: Option<Dscp>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -281,6 +373,9 @@ pub enum AgentReply {
     },
     RpmResult {
         report: Box<linerate_report::rpm::RpmReport>,
+    },
+    StampResult {
+        report: Box<linerate_report::stamp::StampReport>,
     },
     Error {
         reason: crate::text::PeerText,

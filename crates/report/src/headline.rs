@@ -15,6 +15,8 @@ pub enum Headline {
     Transaction { index: usize, label: &'static str },
     /// Round trips a minute under load.
     Responsiveness,
+    /// The share of STAMP probes lost (round trip), 0 to 1.
+    Loss,
 }
 
 /// The figure and its text, e.g. `(Some(9.4e9), "9.40 Gbits/sec")`; `None` and an empty
@@ -32,6 +34,10 @@ pub fn of(document: &Document, headline: Headline) -> (Option<f64>, String) {
             };
             (report.rpm, text)
         }
+        (Document::Stamp(report), Headline::Loss) => (
+            Some(report.loss.round_trip_pct / 100.0),
+            report.headline_text(),
+        ),
         (Document::Profile(report), Headline::Goodput) => (
             Some(report.summary.received_bps),
             crate::units::format_rate(report.summary.received_bps, Scale::Adaptive),

@@ -6,6 +6,7 @@ use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
 use super::link::unix_ns;
 use super::rendezvous::Rendezvous;
 use super::rpm_job::{self, RpmJob, SourcePolicy};
+use super::stamp_job::{self, StampJob};
 use crate::access::Stage;
 use crate::control::Control;
 use crate::server_state::random_nonce;
@@ -17,6 +18,7 @@ use linerate_proto::agent::{AgentReply, AgentRequest, GroupPart, Loads, MirrorSp
 use linerate_proto::agent_session::{AgentEvent, AgentSession, AgentTimeouts};
 use linerate_report::profile::GroupResult;
 use linerate_report::rpm::RpmReport;
+use linerate_report::stamp::StampReport;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
@@ -235,6 +237,11 @@ enum Work {
         state: RpmState,
         _held: Held,
     },
+    /// A STAMP window, as its source.
+    Stamp {
+        outcome: Receiver<Result<StampReport, rpm_job::SourceError>>,
+        _held: Held,
+    },
 }
 
 impl Work {
@@ -244,7 +251,9 @@ impl Work {
         match self {
             Work::Idle => false,
             Work::Prepared { held, .. } => held._slot.is_some(),
-            Work::Running { .. } | Work::Mirror { .. } | Work::Rpm { .. } => true,
+            Work::Running { .. } | Work::Mirror { .. } | Work::Rpm { .. } | Work::Stamp { .. } => {
+                true
+            }
         }
     }
 }
@@ -276,7 +285,9 @@ impl Agent<'_> {
             }
             let busy = match self.work {
                 Work::Idle | Work::Prepared { .. } => false,
-                Work::Running { .. } | Work::Mirror { .. } | Work::Rpm { .. } => true,
+                Work::Running { .. } | Work::Mirror { .. } | Work::Rpm { .. } | Work::Stamp { .. } => {
+                    true
+                }
             };
             self.link.session.set_busy(Instant::now(), busy);
             if let Some(mark) = &self.mark {
@@ -290,6 +301,7 @@ impl Agent<'_> {
             }
             self.poll_run();
             self.poll_rpm();
+            self.poll_stamp();
             match self.link.recv(Duration::from_millis(50)) {
                 Ok(Some(request)) => self.handle(request),
                 Ok(None) => {}
@@ -366,6 +378,63 @@ impl Agent<'_> {
         }
     }
 
+    /// Tells the controller how the STAMP window this host probes ended, or that it is
+    /// alive.
+    fn poll_stamp(&mut self) {
+        let Work::Stamp { outcome, .. } = &self.work else {
+            return;
+        };
+        let outcome = match outcome.try_recv() {
+            Ok(outcome) => outcome,
+            Err(TryRecvError::Empty) => return self.heartbeat(),
+            Err(TryRecvError::Disconnected) => Err(rpm_job::SourceError {
+                reason: "the STAMP sender ended".into(),
+                unreachable: None,
+            }),
+        };
+        self.work = Work::Idle;
+        match outcome {
+            Ok(report) => self.link.reply(&AgentReply::StampResult {
+                report: Box::new(report),
+            }),
+            Err(failed) => {
+                self.shared
+                    .log(&format!("STAMP test from {}: {}", self.peer, failed.reason));
+                self.link.reply(&AgentReply::Error {
+                    reason: failed.reason.into(),
+                    unreachable: failed.unreachable.map(Into::into),
+                });
+            }
+        }
+    }
+
+    /// Probes the reflector the controller names for one window.
+    /// (The window, rate, size and DSCP arrive bounded by their types; this server's own
+    /// bounds are checked here.)
+    fn stamp_source(&mut self, job: StampJob) {
+        if let Some(reason) = self.has_work() {
+            return self.refuse("STAMP test", reason.into());
+        }
+        let limits = &self.shared.config.limits;
+        if let Err(reason) = stamp_job::check(&job, limits.max_duration_s, limits.max_rate_bps) {
+            return self.refuse("STAMP test", reason);
+        }
+        let taken = match TestSlot::take(self.shared) {
+            Ok(taken) => taken,
+            Err(reason) => return self.refuse("STAMP test", reason),
+        };
+        let keyed = self.shared.config.key.is_some();
+        match stamp_job::start_source(job, self.peer.ip(), keyed, self.stop.clone()) {
+            Ok(outcome) => {
+                self.work = Work::Stamp {
+                    outcome,
+                    _held: Held::slot(taken),
+                }
+            }
+            Err(e) => self.refuse("STAMP test", format!("cannot start: {e}")),
+        }
+    }
+
     fn heartbeat(&mut self) {
         if self.last_beat.elapsed() >= HEARTBEAT {
             self.link.reply(&AgentReply::Heartbeat);
@@ -408,6 +477,19 @@ impl Agent<'_> {
                 max_connections,
             } => self.rpm_source(remote, leg_s, tls, max_connections),
             AgentRequest::RpmServe { limit_s, tls } => self.rpm_serve(limit_s, tls),
+            AgentRequest::Stamp {
+                reflector,
+                window_s,
+                rate,
+                size,
+                dscp,
+            } => self.stamp_source(StampJob {
+                reflector: reflector.into_string(),
+                window: window_s.duration(),
+                rate_pps: rate.get(),
+                size: size.map(u16::from),
+                dscp: dscp.map(u8::from),
+            }),
         }
     }
 
@@ -439,7 +521,9 @@ impl Agent<'_> {
             Work::Idle => None,
             Work::Prepared { .. } => Some("groups are already prepared on this connection"),
             Work::Running { .. } => Some("groups are already running on this connection"),
-            Work::Mirror { .. } | Work::Rpm { .. } => Some("this connection already has work"),
+            Work::Mirror { .. } | Work::Rpm { .. } | Work::Stamp { .. } => {
+                Some("this connection already has work")
+            }
         }
     }
 
@@ -770,6 +854,9 @@ impl Agent<'_> {
             Work::Rpm { .. } => self
                 .shared
                 .log(&format!("RPM test with {peer}: ended: {why}")),
+            Work::Stamp { .. } => self
+                .shared
+                .log(&format!("STAMP test for {peer}: ended: {why}")),
             Work::Idle | Work::Prepared { .. } => {}
         }
     }

@@ -544,3 +544,63 @@ pub fn run_rpm(
         }
     }
 }
+
+
+/// Runs one STAMP window from the agent at `source` to `job`'s reflector.
+pub fn run_stamp(
+    source: &str,
+    job: &super::stamp_job::StampJob,
+    options: &RunOptions,
+    stop: &AtomicBool,
+) -> Result<linerate_report::stamp::StampReport, RunError> {
+    use linerate_proto::agent::{Dscp, ProbeRate, ProbeSize};
+    let agent_error = |why: String| RunError::Agent {
+        host: source.to_string(),
+        why,
+        unreachable: None,
+    };
+    let addr = super::resolve(source).map_err(|e| agent_error(e.to_string()))?;
+    let (mut link, _) = Link::dial(addr, options.control_timeout, options.key.as_ref())
+        .map_err(|e| agent_error(format!("cannot connect to {addr}: {e}")))?;
+    link.send(&AgentRequest::Stamp {
+        reflector: job.reflector.as_str().into(),
+        window_s: Seconds::clamped(job.window.as_secs_f64()),
+        rate: ProbeRate::new(job.rate_pps).map_err(agent_error)?,
+        size: job.size.map(ProbeSize::try_from).transpose().map_err(agent_error)?,
+        dscp: job.dscp.map(Dscp::try_from).transpose().map_err(agent_error)?,
+    })
+    .map_err(|e| agent_error(e.to_string()))?;
+    // The window, the wait for the last answers, set-up; past it the run is abandoned.
+    let hard_end = Instant::now() + job.window + super::stamp_job::ANSWER_WAIT + Duration::from_secs(30);
+    let mut last_heard = Instant::now();
+    let mut aborted = false;
+    loop {
+        if stop.load(Ordering::Relaxed) && !aborted {
+            aborted = true;
+            let _ = link.send(&AgentRequest::Abort {
+                reason: "interrupted".into(),
+            });
+        }
+        if Instant::now() >= hard_end {
+            return Err(agent_error("the STAMP test outlasted its limit".into()));
+        }
+        match link.recv::<AgentReply>(Duration::from_millis(50)) {
+            Ok(Some(AgentReply::StampResult { report })) => {
+                return super::stamp_job::within_bounds(*report, job).map_err(agent_error)
+            }
+            Ok(Some(AgentReply::Error {
+                reason,
+                unreachable,
+            })) => return Err(agent_refused(source, reason, unreachable)),
+            Ok(Some(_)) => last_heard = Instant::now(),
+            Ok(None) if last_heard.elapsed() >= options.control_timeout => {
+                return Err(agent_error(format!(
+                    "silent for {:.1} s",
+                    last_heard.elapsed().as_secs_f64()
+                )))
+            }
+            Ok(None) => {}
+            Err(e) => return Err(agent_error(format!("connection lost: {e}"))),
+        }
+    }
+}

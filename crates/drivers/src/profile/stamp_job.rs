@@ -1,0 +1,208 @@
+//! STAMP from an agent (a mesh's `run = "stamp"`): the controller asks the source's agent
+//! to probe the destination's reflector for one report window; the agent runs
+//! `linerate stamp`'s sender and answers with its report.
+//!
+//! Nobody is probed on a name alone where that matters: with a key, the requester proved
+//! it and may name any reflector (a router cannot prove anything, and STAMP's probes are
+//! small, paced and bounded here: at most 10,000 a second of at most 9,000 octets, within
+//! `--max-rate`); without a key, only the requester's own address, as a profile's peers.
+
+use linerate_report::stamp::StampReport;
+use linerate_stamp::sender::{self, Options};
+use linerate_stamp::wire::{tlv, Mode};
+use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a STAMP test asks of its source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StampJob {
+    /// The destination's reflector: `host:port`, `[v6]:port`.
+    pub reflector: String,
+    /// One report window.
+    pub window: Duration,
+    pub rate_pps: f64,
+    pub size: Option<u16>,
+    pub dscp: Option<u8>,
+}
+
+/// How long a source waits for the last answers after a window.
+pub const ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+impl StampJob {
+    /// The probes' size, octets: as asked, else the smallest with the Direct Measurement
+    /// TLV (and Class of Service with a DSCP).
+    pub fn probe_size(&self) -> usize {
+        match self.size {
+            Some(size) => usize::from(size),
+            None => {
+                let request = self.request();
+                let mut tlvs = Vec::new();
+                request.encode(0, &[0; 4], None, &mut tlvs);
+                Mode::Open.base_len() + tlvs.len()
+            }
+        }
+    }
+
+    fn request(&self) -> tlv::Request {
+        tlv::Request {
+            padding: 0,
+            class_of_service: self.dscp,
+            direct_measurement: true,
+            hmac: false,
+        }
+    }
+}
+
+/// Why a STAMP request cannot be taken: out of this server's bounds.
+pub(crate) fn check(job: &StampJob, max_duration_s: f64, max_rate_bps: Option<u64>) -> Result<(), String> {
+    let window = job.window.as_secs_f64();
+    if !(1.0..=max_duration_s).contains(&window) {
+        return Err(format!(
+            "a STAMP window of {window:.0} s is outside this server's 1 to {max_duration_s:.0} s (--max-duration)"
+        ));
+    }
+    let bps = job.rate_pps * job.probe_size() as f64 * 8.0;
+    if let Some(most) = max_rate_bps {
+        if bps > most as f64 {
+            return Err(format!(
+                "STAMP probes at {:.0}/s of {} octets are {:.0} bit/s, over this server's --max-rate of {most}",
+                job.rate_pps,
+                job.probe_size(),
+                bps
+            ));
+        }
+    }
+    if let Some(size) = job.size {
+        let bare = StampJob { size: None, ..job.clone() }.probe_size();
+        let padding = usize::from(size).saturating_sub(bare);
+        if usize::from(size) < bare || (padding > 0 && padding < tlv::HEADER) {
+            return Err(format!("a probe of {size} octets cannot carry its TLVs (at least {bare}, or {} and up)", bare + tlv::HEADER));
+        }
+    }
+    Ok(())
+}
+
+/// Why the source's part failed, and whether the reflector is to blame.
+pub(crate) use super::rpm_job::SourceError;
+
+/// The source's part, on a thread of its own: probes the reflector for the window and
+/// sends the report (or why not) once.
+pub(crate) fn start_source(
+    job: StampJob,
+    requester: IpAddr,
+    keyed: bool,
+    cancel: Arc<AtomicBool>,
+) -> std::io::Result<Receiver<Result<StampReport, SourceError>>> {
+    let (sender, receiver) = channel();
+    std::thread::Builder::new()
+        .name("linerate-stamp".into())
+        .spawn(move || {
+            let _ = sender.send(run_source(&job, requester, keyed, &cancel));
+        })?;
+    Ok(receiver)
+}
+
+fn run_source(
+    job: &StampJob,
+    requester: IpAddr,
+    keyed: bool,
+    cancel: &AtomicBool,
+) -> Result<StampReport, SourceError> {
+    let blame = |reason: String| SourceError {
+        reason,
+        unreachable: Some(job.reflector.clone()),
+    };
+    let addr = super::resolve(&job.reflector).map_err(|e| blame(format!("{}: {e}", job.reflector)))?;
+    super::group::may_dial(addr, requester, keyed).map_err(|reason| SourceError {
+        reason,
+        unreachable: None,
+    })?;
+    let mut request = job.request();
+    let bare = StampJob { size: None, ..job.clone() }.probe_size();
+    if let Some(size) = job.size {
+        request.padding = usize::from(size).saturating_sub(bare);
+    }
+    let options = Options {
+        target: job.reflector.clone(),
+        addr,
+        mode: Mode::Open,
+        key: None,
+        rate_pps: job.rate_pps,
+        count: None,
+        duration: Some(job.window),
+        extensions: request,
+        dscp: job.dscp,
+        timeout: ANSWER_WAIT,
+        report_every: Duration::ZERO,
+        same_clock: sender::is_local(addr.ip()),
+        ssid: ssid(),
+        started_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+    };
+    let mut report = sender::run(&options, cancel, &mut |_| {})
+        .map_err(|e| SourceError {
+            reason: format!("STAMP to {addr}: {e}"),
+            unreachable: None,
+        })?;
+    report.host = Some(linerate_hostinfo::host_facts());
+    if report.sent > 0 && report.answered == 0 && report.interrupted_after_s.is_none() {
+        return Err(blame(format!(
+            "no STAMP answer from {addr} ({} probes): no reflector there, or a firewall",
+            report.sent
+        )));
+    }
+    Ok(report)
+}
+
+/// A session identifier: nonzero, from the system's randomness.
+fn ssid() -> u16 {
+    let mut bytes = [0u8; 2];
+    let _ = getrandom::getrandom(&mut bytes);
+    u16::from_be_bytes(bytes).max(1)
+}
+
+/// An agent's report, checked against what was asked: no more probes than the window
+/// allows at its rate (with a second's slack), no more answers than probes.
+pub(crate) fn within_bounds(report: StampReport, job: &StampJob) -> Result<StampReport, String> {
+    let most = (job.rate_pps * (job.window.as_secs_f64() + 1.0)).ceil() as u64 + 1;
+    if report.sent > most || report.answered > report.sent || report.intervals.len() > 1_000 {
+        return Err(format!(
+            "a STAMP report out of bounds: {} probes sent, {} answered, {} intervals (at most {most} probes)",
+            report.sent,
+            report.answered,
+            report.intervals.len()
+        ));
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(window_s: f64, rate: f64, size: Option<u16>) -> StampJob {
+        StampJob {
+            reflector: "10.0.0.2:862".into(),
+            window: Duration::from_secs_f64(window_s),
+            rate_pps: rate,
+            size,
+            dscp: None,
+        }
+    }
+
+    /// The window must fit --max-duration, the probes --max-rate, and a size its TLVs.
+    #[test]
+    fn a_stamp_request_is_held_to_the_servers_bounds() {
+        assert_eq!(check(&job(60.0, 10.0, None), 300.0, None), Ok(()));
+        assert!(check(&job(600.0, 10.0, None), 300.0, None).unwrap_err().contains("--max-duration"));
+        assert!(check(&job(60.0, 10_000.0, Some(9000)), 300.0, Some(100_000_000))
+            .unwrap_err()
+            .contains("--max-rate"));
+        assert!(check(&job(60.0, 10.0, Some(50)), 300.0, None).is_err());
+        assert_eq!(check(&job(60.0, 10.0, Some(1400)), 300.0, None), Ok(()));
+    }
+}
