@@ -249,10 +249,16 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
             None => None,
         },
     };
+    // Loss alerts are printed even with nowhere else to send them: a soft failure is the
+    // reason to run STAMP in a mesh.
     let watching = args.metrics.is_some()
         || args.remote_write.is_some()
         || mesh.alerts.alertmanager.is_some()
-        || mesh.alerts.webhook.is_some();
+        || mesh.alerts.webhook.is_some()
+        || mesh
+            .tests
+            .iter()
+            .any(|t| matches!(t.kind, TestKind::Stamp { .. }));
     let mut watch = if watching {
         let past = match store.as_mut() {
             Some(store) => store
@@ -350,6 +356,9 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
 }
 
 fn alert_words(alert: &Alert) -> String {
+    if alert.what == "loss" {
+        return alert.summary();
+    }
     let k = &alert.key;
     format!(
         "{} {} -> {} {} (baseline {})",

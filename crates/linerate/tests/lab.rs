@@ -6,6 +6,7 @@
 
 mod common;
 use common::*;
+use std::collections::BTreeSet;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -2374,4 +2375,185 @@ fn lab_run_json_sh(name: &str, path: &[&str], script: &str) -> serde_json::Value
         stderr(&output)
     );
     json(&output)
+}
+
+/// A background process on one of a lab's hosts, ended (by its PID) when dropped.
+struct LabProcess(std::process::Child);
+
+impl Drop for LabProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn lab_spawn(name: &str, host: &str, argv: &[&str]) -> LabProcess {
+    let child = Command::new(binary())
+        .args(["lab", "exec", "--name", name, host, "--"])
+        .args(argv)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a process in the lab");
+    LabProcess(child)
+}
+
+/// STAMP in a mesh, over the lab with 2 % loss on the way from client to server only:
+/// agents on both hosts and an independent reflector (stamp-suite) with no agent beside
+/// the server. Every pair is reported every window, each way's loss where it is; the loss
+/// alert fires for exactly the ways that cross the lossy direction (client to server and
+/// client to the reflector out, server to client back) and for no other, naming the way.
+#[test]
+fn a_mesh_probes_every_pair_with_stamp_and_alerts_where_the_loss_is() {
+    let test = "a_mesh_probes_every_pair_with_stamp_and_alerts_where_the_loss_is";
+    if skip_unless_root(test) {
+        return;
+    }
+    let suite = std::env::var("LINERATE_STAMP_SUITE").ok().or_else(|| {
+        let cached = format!(
+            "{}/.cache/linerate-peers/stamp-suite/bin/stamp-suite",
+            std::env::var("HOME").unwrap_or_default()
+        );
+        std::path::Path::new(&cached).exists().then_some(cached)
+    });
+    let Some(suite) = suite else {
+        skip(
+            test,
+            "stamp-suite is not installed (scripts/test builds it from crates.io)",
+        );
+        return;
+    };
+    let _turn = turn();
+    let name = lab_name("meshstamp");
+    let _lab = lab_up(&name, &["--loss", "2%,0", "--seed", "17"]);
+    let dir = std::env::temp_dir().join(format!("lr-meshstamp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("mesh.key");
+    std::fs::write(&key, "the stamp mesh's shared key, for this test\n").unwrap();
+    let key = key.to_str().unwrap();
+    let serve = [
+        binary(),
+        "--no-store",
+        "serve",
+        "--key",
+        key,
+        "--stamp",
+        "862",
+    ];
+    let _a = lab_spawn(&name, "client", &serve);
+    let _b = lab_spawn(&name, "server", &serve);
+    let _r = lab_spawn(
+        &name,
+        "server",
+        &[
+            &suite,
+            "--is-reflector",
+            "--local-port",
+            "8620",
+            "--stateful-reflector",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let file = dir.join("mesh.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"name = "soft"
+key = "{key}"
+[[host]]
+name = "a"
+address = "10.77.0.1"
+[[host]]
+name = "b"
+address = "10.77.0.2"
+[[host]]
+name = "r"
+address = "10.77.0.2:8620"
+reflector = "stamp"
+[[test]]
+name = "loss"
+run = "stamp"
+rate = "200/s"
+report = "2s"
+[[group]]
+name = "all"
+tests = ["loss"]
+[alerts]
+loss_above = "0.5%"
+for = "3s"
+"#
+        ),
+    )
+    .unwrap();
+    let db = dir.join("results.db");
+    let out = lab(&[
+        "exec",
+        "--name",
+        &name,
+        "client",
+        "--",
+        binary(),
+        "--db",
+        db.to_str().unwrap(),
+        "mesh",
+        "run",
+        file.to_str().unwrap(),
+        "--cycles",
+        "4",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let rows: Vec<&serde_json::Value> = lines.iter().filter(|l| l.get("src").is_some()).collect();
+    // Four windows or more of each of the four pairs (a-b both ways, a and b to r),
+    // every one answered.
+    for (src, dst) in [("a", "b"), ("b", "a"), ("a", "r"), ("b", "r")] {
+        let windows: Vec<&&serde_json::Value> = rows
+            .iter()
+            .filter(|r| r["src"] == src && r["dst"] == dst)
+            .collect();
+        assert!(windows.len() >= 4, "{src} -> {dst}: {windows:#?}");
+        assert!(windows.iter().all(|r| r["ok"] == true), "{windows:#?}");
+    }
+    let alerts: BTreeSet<String> = lines
+        .iter()
+        .filter(|l| l["event"] == "alert" && l["resolved"] == false)
+        .map(|l| l["text"].as_str().unwrap().to_string())
+        .collect();
+    let fired = |way: &str| alerts.iter().any(|a| a.contains(way));
+    assert!(
+        !fired("b -> a loses") && !fired("b -> r loses"),
+        "{alerts:#?}"
+    );
+    for way in [
+        "a -> b loses",
+        "a -> r loses",
+        "the way out of a's probes to b",
+        "the way out of a's probes to r",
+        "the way back of b's probes to a",
+    ] {
+        assert!(fired(way), "no alert for {way}: {alerts:#?}");
+    }
+    assert_eq!(alerts.len(), 3, "{alerts:#?}");
+    // The stored rows say the same: the way from client to server lost about 2 %.
+    let status = lab(&[
+        "exec",
+        "--name",
+        &name,
+        "client",
+        "--",
+        binary(),
+        "--db",
+        db.to_str().unwrap(),
+        "mesh",
+        "status",
+        "soft",
+    ]);
+    let text = String::from_utf8_lossy(&status.stdout).to_string();
+    assert!(text.contains("loss"), "{text}{}", stderr(&status));
+    eprintln!("{text}\n{alerts:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -377,7 +377,10 @@ fn alert_rules(reader: &Reader, raw: &RawAlerts) -> Result<AlertRules, MeshError
     if let Some(v) = &raw.loss_above {
         rules.loss_above = share(reader, v, "loss_above")?;
         if rules.loss_above >= 1.0 {
-            return Err(reader.at(v, format!("loss_above '{}' must be below 100%", v.get_ref())));
+            return Err(reader.at(
+                v,
+                format!("loss_above '{}' must be below 100%", v.get_ref()),
+            ));
         }
     }
     if let Some(v) = &raw.loss_for {
@@ -605,7 +608,10 @@ fn read_stamp(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
                 .filter(|n| (44..=9000).contains(n))
                 .map(|n| n as u16)
                 .ok_or_else(|| {
-                    reader.at(v, format!("size '{}' must be from 44 to 9000 octets", v.get_ref()))
+                    reader.at(
+                        v,
+                        format!("size '{}' must be from 44 to 9000 octets", v.get_ref()),
+                    )
                 })?,
         ),
         None => None,
@@ -614,7 +620,10 @@ fn read_stamp(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
         Some(d) => Some(dscp_of(d.get_ref()).ok_or_else(|| {
             reader.at(
                 d,
-                format!("dscp '{}' is not a DSCP: a name (BE, EF, CS0-CS7, AF11-AF43, VA) or 0-63", d.get_ref()),
+                format!(
+                    "dscp '{}' is not a DSCP: a name (BE, EF, CS0-CS7, AF11-AF43, VA) or 0-63",
+                    d.get_ref()
+                ),
             )
         })?),
         None => None,
@@ -623,7 +632,10 @@ fn read_stamp(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
         rate_pps,
         size,
         dscp,
-        port: raw.port.as_ref().map_or(DEFAULT_STAMP_PORT, |p| *p.get_ref()),
+        port: raw
+            .port
+            .as_ref()
+            .map_or(DEFAULT_STAMP_PORT, |p| *p.get_ref()),
     })
 }
 
@@ -708,12 +720,10 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
     };
     let run = raw.run.get_ref().as_str();
     let mut seconds = match &raw.duration {
-        Some(d) if run == "stamp" => {
-            return Err(reader.at(
-                d,
-                "run = \"stamp\" runs all the time: give its window as report = \"1m\", not a duration",
-            ))
-        }
+        Some(d) if run == "stamp" => return Err(reader.at(
+            d,
+            "run = \"stamp\" runs all the time: give its window as report = \"1m\", not a duration",
+        )),
         Some(d) => reader.seconds(d, "duration", true)?,
         None if run == "rpm" => DEFAULT_RPM_LEG_SECONDS,
         None if run == "stamp" => match &raw.report {
@@ -753,7 +763,10 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
         }
         "stamp" => {
             if seconds < 1.0 {
-                let at = raw.report.as_ref().expect("a short report window was given");
+                let at = raw
+                    .report
+                    .as_ref()
+                    .expect("a short report window was given");
                 return Err(reader.at(at, "a STAMP report window must be at least 1 s"));
             }
             read_stamp(reader, raw)?

@@ -697,9 +697,12 @@ fn stamp_tests_run_all_the_time_and_reflector_hosts_only_answer() {
             .find(|j| j.test == loss && name(j.src) == src && name(j.dst) == dst)
             .unwrap();
         match plan::job_plan(&m, job) {
-            plan::JobPlan::Stamp { reflector, window, rate_pps, .. } => {
-                (reflector, window.as_secs_f64(), rate_pps)
-            }
+            plan::JobPlan::Stamp {
+                reflector,
+                window,
+                rate_pps,
+                ..
+            } => (reflector, window.as_secs_f64(), rate_pps),
             other => panic!("{other:?}"),
         }
     };
@@ -730,7 +733,10 @@ fn stamp_mistakes_in_a_mesh_file_are_one_line_too() {
             "dscp 'XY' is not a DSCP",
         ),
         (
-            good.replace("run = \"stamp\"", "run = \"stamp\"\nreport = \"1m\"\ninterval = \"10s\""),
+            good.replace(
+                "run = \"stamp\"",
+                "run = \"stamp\"\nreport = \"1m\"\ninterval = \"10s\"",
+            ),
             "shorter than the report window",
         ),
         (
@@ -738,14 +744,23 @@ fn stamp_mistakes_in_a_mesh_file_are_one_line_too() {
             "'report' is not an option of run = \"stream\"",
         ),
         (
-            good.replace("address = \"10.0.0.1\"", "address = \"10.0.0.1\"\nreflector = \"twamp\""),
+            good.replace(
+                "address = \"10.0.0.1\"",
+                "address = \"10.0.0.1\"\nreflector = \"twamp\"",
+            ),
             "reflector 'twamp' is not \"stamp\"",
         ),
         (
-            good.replace("run = \"stream\"\nduration = \"10s\"\ninterval = \"1h\"", "run = \"stream\""),
+            good.replace(
+                "run = \"stream\"\nduration = \"10s\"\ninterval = \"1h\"",
+                "run = \"stream\"",
+            ),
             "test 'tput' needs an interval",
         ),
-        (good.clone() + "[alerts]\nloss_above = \"100%\"\n", "must be below 100%"),
+        (
+            good.clone() + "[alerts]\nloss_above = \"100%\"\n",
+            "must be below 100%",
+        ),
     ];
     assert_one_line_errors(&cases);
 }

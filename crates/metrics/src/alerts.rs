@@ -35,18 +35,27 @@ impl Alert {
         }
     }
 
-    fn summary(&self) -> String {
+    /// The alert in a sentence: the pair, the way and the figure against its bound or
+    /// baseline.
+    pub fn summary(&self) -> String {
         let k = &self.key;
         if self.what == "loss" {
-            let way = if k.direction == "reverse" {
-                format!("{} -> {}", k.dst, k.src)
+            // The way the packets went, and which probes showed it: a reverse series is
+            // the way back of its pair's probes.
+            let (way, whose) = if k.direction == "reverse" {
+                (
+                    format!("{} -> {}", k.dst, k.src),
+                    format!("the way back of {}'s probes to {}", k.src, k.dst),
+                )
             } else {
-                format!("{} -> {}", k.src, k.dst)
+                (
+                    format!("{} -> {}", k.src, k.dst),
+                    format!("the way out of {}'s probes to {}", k.src, k.dst),
+                )
             };
             return format!(
-                "{} loss {way} ({}) is {:.3}% (above {:.3}%)",
+                "{}: {way} loses {:.3}% (above {:.3}%), {whose}",
                 k.test,
-                k.direction,
                 self.value * 100.0,
                 self.baseline * 100.0
             );
@@ -110,7 +119,11 @@ impl Alerts {
                     key: key.clone(),
                     what: a.what,
                     value: value?,
-                    baseline: if loss { t.loss_above } else { a.baseline?.median },
+                    baseline: if loss {
+                        t.loss_above
+                    } else {
+                        a.baseline?.median
+                    },
                     started_at: now,
                     ended_at: None,
                 };

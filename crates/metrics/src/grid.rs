@@ -3,7 +3,7 @@
 //! `/api/history` as a plot with its baseline band.
 
 use crate::assess::{assess, State, Thresholds};
-use crate::board::{Board, Measure};
+use crate::board::{Board, Key, Measure};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -34,6 +34,7 @@ fn measure_name(measure: Option<Measure>) -> &'static str {
     match measure {
         Some(Measure::Latency) => "latency",
         Some(Measure::Responsiveness) => "responsiveness",
+        Some(Measure::Loss) => "loss",
         _ => "goodput",
     }
 }
@@ -111,10 +112,28 @@ pub fn grid_view(board: &Board, thresholds: &Thresholds) -> GridView {
         }
     }
     for (key, series) in &board.series {
+        // A cell is a way the packets went, from its row's host to its column's. A STAMP
+        // pair's way back (direction "reverse") is the way from its destination to its
+        // source: shown there when no probes of that host's own measure that way (a host
+        // that only reflects sends none).
+        let (from, to) = if key.direction == "reverse" {
+            let forward = Key {
+                src: key.dst.clone(),
+                dst: key.src.clone(),
+                direction: "forward".into(),
+                ..key.clone()
+            };
+            if board.series.contains_key(&forward) {
+                continue;
+            }
+            (key.dst.as_str(), key.src.as_str())
+        } else {
+            (key.src.as_str(), key.dst.as_str())
+        };
         let (Some(&tab), Some(&src), Some(&dst)) = (
             tab_of.get(&(key.test.as_str(), key.protocol.as_str())),
-            index.get(key.src.as_str()),
-            index.get(key.dst.as_str()),
+            index.get(from),
+            index.get(to),
         ) else {
             continue;
         };

@@ -137,7 +137,9 @@ impl ProbeRate {
         if rate.is_finite() && (0.1..=MAX_STAMP_RATE).contains(&rate) {
             Ok(ProbeRate(rate))
         } else {
-            Err(format!("{rate} probes a second asked; 0.1 to {MAX_STAMP_RATE} allowed"))
+            Err(format!(
+                "{rate} probes a second asked; 0.1 to {MAX_STAMP_RATE} allowed"
+            ))
         }
     }
 
@@ -171,7 +173,9 @@ impl TryFrom<u16> for ProbeSize {
         if (44..=9000).contains(&size) {
             Ok(ProbeSize(size))
         } else {
-            Err(format!("a probe of {size} octets asked; 44 to 9000 allowed"))
+            Err(format!(
+                "a probe of {size} octets asked; 44 to 9000 allowed"
+            ))
         }
     }
 }

@@ -285,9 +285,10 @@ impl Agent<'_> {
             }
             let busy = match self.work {
                 Work::Idle | Work::Prepared { .. } => false,
-                Work::Running { .. } | Work::Mirror { .. } | Work::Rpm { .. } | Work::Stamp { .. } => {
-                    true
-                }
+                Work::Running { .. }
+                | Work::Mirror { .. }
+                | Work::Rpm { .. }
+                | Work::Stamp { .. } => true,
             };
             self.link.session.set_busy(Instant::now(), busy);
             if let Some(mark) = &self.mark {

@@ -545,7 +545,6 @@ pub fn run_rpm(
     }
 }
 
-
 /// Runs one STAMP window from the agent at `source` to `job`'s reflector.
 pub fn run_stamp(
     source: &str,
@@ -566,12 +565,21 @@ pub fn run_stamp(
         reflector: job.reflector.as_str().into(),
         window_s: Seconds::clamped(job.window.as_secs_f64()),
         rate: ProbeRate::new(job.rate_pps).map_err(agent_error)?,
-        size: job.size.map(ProbeSize::try_from).transpose().map_err(agent_error)?,
-        dscp: job.dscp.map(Dscp::try_from).transpose().map_err(agent_error)?,
+        size: job
+            .size
+            .map(ProbeSize::try_from)
+            .transpose()
+            .map_err(agent_error)?,
+        dscp: job
+            .dscp
+            .map(Dscp::try_from)
+            .transpose()
+            .map_err(agent_error)?,
     })
     .map_err(|e| agent_error(e.to_string()))?;
     // The window, the wait for the last answers, set-up; past it the run is abandoned.
-    let hard_end = Instant::now() + job.window + super::stamp_job::ANSWER_WAIT + Duration::from_secs(30);
+    let hard_end =
+        Instant::now() + job.window + super::stamp_job::ANSWER_WAIT + Duration::from_secs(30);
     let mut last_heard = Instant::now();
     let mut aborted = false;
     loop {

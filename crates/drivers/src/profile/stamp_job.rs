@@ -57,7 +57,11 @@ impl StampJob {
 }
 
 /// Why a STAMP request cannot be taken: out of this server's bounds.
-pub(crate) fn check(job: &StampJob, max_duration_s: f64, max_rate_bps: Option<u64>) -> Result<(), String> {
+pub(crate) fn check(
+    job: &StampJob,
+    max_duration_s: f64,
+    max_rate_bps: Option<u64>,
+) -> Result<(), String> {
     let window = job.window.as_secs_f64();
     if !(1.0..=max_duration_s).contains(&window) {
         return Err(format!(
@@ -76,10 +80,17 @@ pub(crate) fn check(job: &StampJob, max_duration_s: f64, max_rate_bps: Option<u6
         }
     }
     if let Some(size) = job.size {
-        let bare = StampJob { size: None, ..job.clone() }.probe_size();
+        let bare = StampJob {
+            size: None,
+            ..job.clone()
+        }
+        .probe_size();
         let padding = usize::from(size).saturating_sub(bare);
         if usize::from(size) < bare || (padding > 0 && padding < tlv::HEADER) {
-            return Err(format!("a probe of {size} octets cannot carry its TLVs (at least {bare}, or {} and up)", bare + tlv::HEADER));
+            return Err(format!(
+                "a probe of {size} octets cannot carry its TLVs (at least {bare}, or {} and up)",
+                bare + tlv::HEADER
+            ));
         }
     }
     Ok(())
@@ -115,13 +126,18 @@ fn run_source(
         reason,
         unreachable: Some(job.reflector.clone()),
     };
-    let addr = super::resolve(&job.reflector).map_err(|e| blame(format!("{}: {e}", job.reflector)))?;
+    let addr =
+        super::resolve(&job.reflector).map_err(|e| blame(format!("{}: {e}", job.reflector)))?;
     super::group::may_dial(addr, requester, keyed).map_err(|reason| SourceError {
         reason,
         unreachable: None,
     })?;
     let mut request = job.request();
-    let bare = StampJob { size: None, ..job.clone() }.probe_size();
+    let bare = StampJob {
+        size: None,
+        ..job.clone()
+    }
+    .probe_size();
     if let Some(size) = job.size {
         request.padding = usize::from(size).saturating_sub(bare);
     }
@@ -143,11 +159,10 @@ fn run_source(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
     };
-    let mut report = sender::run(&options, cancel, &mut |_| {})
-        .map_err(|e| SourceError {
-            reason: format!("STAMP to {addr}: {e}"),
-            unreachable: None,
-        })?;
+    let mut report = sender::run(&options, cancel, &mut |_| {}).map_err(|e| SourceError {
+        reason: format!("STAMP to {addr}: {e}"),
+        unreachable: None,
+    })?;
     report.host = Some(linerate_hostinfo::host_facts());
     if report.sent > 0 && report.answered == 0 && report.interrupted_after_s.is_none() {
         return Err(blame(format!(
@@ -198,10 +213,14 @@ mod tests {
     #[test]
     fn a_stamp_request_is_held_to_the_servers_bounds() {
         assert_eq!(check(&job(60.0, 10.0, None), 300.0, None), Ok(()));
-        assert!(check(&job(600.0, 10.0, None), 300.0, None).unwrap_err().contains("--max-duration"));
-        assert!(check(&job(60.0, 10_000.0, Some(9000)), 300.0, Some(100_000_000))
+        assert!(check(&job(600.0, 10.0, None), 300.0, None)
             .unwrap_err()
-            .contains("--max-rate"));
+            .contains("--max-duration"));
+        assert!(
+            check(&job(60.0, 10_000.0, Some(9000)), 300.0, Some(100_000_000))
+                .unwrap_err()
+                .contains("--max-rate")
+        );
         assert!(check(&job(60.0, 10.0, Some(50)), 300.0, None).is_err());
         assert_eq!(check(&job(60.0, 10.0, Some(1400)), 300.0, None), Ok(()));
     }
