@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 /// Who may be answered: `Err` names the rule that refuses an address.
 pub type Permits = Arc<dyn Fn(IpAddr) -> Result<(), &'static str> + Send + Sync>;
+/// Datagrams read, and answers sent, per system call.
+const BATCH: usize = 64;
+
 /// Where the operator's log lines go.
 pub type LogLine = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -169,8 +172,15 @@ fn serve(
     let mut reflector = Reflector::new(config, 0);
     reflector.set_clock(clock_estimate());
     let mut clock_read = Instant::now();
-    let mut buf = vec![0u8; wire::MAX_PACKET + 1];
-    let mut answer = Vec::with_capacity(wire::MAX_PACKET);
+    // A batch of datagrams in, their answers out together: two system calls for up to
+    // BATCH probes.
+    let mut inbox = sys::ReceiveBatch::new(BATCH, wire::MAX_PACKET + 1);
+    let mut outbox = sys::SendBatch::new(
+        BATCH,
+        wire::MAX_PACKET,
+        v6,
+        sys::supports_segmentation(socket),
+    );
     let mut refusals = RefusalLog {
         last: vec![None; Refusal::ALL.len()],
         since: vec![0; Refusal::ALL.len()],
@@ -187,50 +197,59 @@ fn serve(
             continue;
         }
         loop {
-            let (n, from, meta) = match sys::recv(socket, &mut buf) {
-                Ok(got) => got,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            let received = match inbox.recv(socket) {
+                Ok(0) => break,
+                Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // An ICMP error for an earlier answer: nothing to do for it.
                 Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
                 Err(e) => return Err(e),
             };
-            let now_unix = sys::unix_ns();
-            let decision = match permits(from.ip()) {
-                Err(_) => Err(Refusal::Denied),
-                Ok(()) => reflector.reflect(
-                    &Arrival {
-                        from,
-                        // A datagram longer than the buffer was cut (MSG_TRUNC gives its
-                        // whole length): one octet over the largest is refused as long.
-                        bytes: &buf[..n.min(buf.len())],
-                        received: Timestamp::ntp_from_unix_ns(
-                            meta.kernel_unix_ns.unwrap_or(now_unix),
+            for i in 0..received {
+                let Some((bytes, truncated, from, meta)) = inbox.datagram(i) else {
+                    continue;
+                };
+                let now_unix = sys::unix_ns();
+                let answer = outbox.next_buffer().expect("a slot per datagram received");
+                let decision = if truncated {
+                    Err(Refusal::Malformed(wire::WireError::Long))
+                } else {
+                    match permits(from.ip()) {
+                        Err(_) => Err(Refusal::Denied),
+                        Ok(()) => reflector.reflect(
+                            &Arrival {
+                                from,
+                                bytes,
+                                received: Timestamp::ntp_from_unix_ns(
+                                    meta.kernel_unix_ns.unwrap_or(now_unix),
+                                ),
+                                now: Timestamp::ntp_from_unix_ns(sys::unix_ns()),
+                                now_ns: epoch.elapsed().as_nanos() as u64,
+                                tos: meta.tos.unwrap_or(0),
+                                ttl: meta.ttl.unwrap_or(0),
+                            },
+                            answer,
                         ),
-                        now: Timestamp::ntp_from_unix_ns(sys::unix_ns()),
-                        now_ns: epoch.elapsed().as_nanos() as u64,
-                        tos: meta.tos.unwrap_or(0),
-                        ttl: meta.ttl.unwrap_or(0),
-                    },
-                    &mut answer,
-                ),
-            };
-            match decision {
-                Ok(reply) => {
-                    let tos = (reply.tos != 0).then_some(reply.tos);
-                    match sys::send(socket, &answer[..reply.len], from, tos, v6) {
-                        Ok(_) => {
-                            counters.answered.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => log(&format!("stamp: cannot answer {from}: {e}")),
+                    }
+                };
+                match decision {
+                    Ok(reply) => {
+                        outbox.push(reply.len, from, (reply.tos != 0).then_some(reply.tos))
+                    }
+                    Err(refusal) => {
+                        counters.refuse(refusal);
+                        refusals.note(refusal, from, log);
                     }
                 }
-                Err(refusal) => {
-                    counters.refuse(refusal);
-                    refusals.note(refusal, from, log);
+            }
+            match outbox.send(socket) {
+                Ok(n) => {
+                    counters.answered.fetch_add(n as u64, Ordering::Relaxed);
                 }
+                Err(e) => log(&format!("stamp: cannot answer: {e}")),
+            }
+            if received < BATCH {
+                break;
             }
         }
     }

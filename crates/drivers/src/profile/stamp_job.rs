@@ -159,11 +159,12 @@ fn run_source(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
     };
-    let mut report = sender::run(&options, cancel, &mut |_| {}).map_err(|e| SourceError {
+    let report = sender::run(&options, cancel, &mut |_| {}).map_err(|e| SourceError {
         reason: format!("STAMP to {addr}: {e}"),
         unreachable: None,
     })?;
-    report.host = Some(linerate_hostinfo::host_facts());
+    // No host facts: a window a minute from every peer would read the host's files each
+    // time for what the mesh's other tests already keep.
     if report.sent > 0 && report.answered == 0 && report.interrupted_after_s.is_none() {
         return Err(blame(format!(
             "no STAMP answer from {addr} ({} probes): no reflector there, or a firewall",
