@@ -473,3 +473,103 @@ fn stamp_suite_and_linerate_answer_each_other() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The sender's round trip is the wire's: the probes' times of leaving and the answers'
+/// times of arrival are the kernel's, so the median round trip is within 20 us of the one
+/// tcpdump sees on loopback in the same run (between the probe and its answer passing the
+/// interface), however busy the machine; and the reflector's hold is part of it.
+#[test]
+fn the_round_trip_is_the_one_tcpdump_sees() {
+    let test = "the_round_trip_is_the_one_tcpdump_sees";
+    if !is_root() {
+        skip(test, "needs root to capture with tcpdump");
+        return;
+    }
+    if !have("tcpdump", test) {
+        return;
+    }
+    let (_server, port, _) = reflector(&[]);
+    let pcap = std::env::temp_dir().join(format!("lr-stamp-{}.pcap", std::process::id()));
+    let mut capture = Command::new("tcpdump")
+        .args(["-i", "lo", "-n", "--time-stamp-precision=nano", "-w"])
+        .arg(&pcap)
+        .arg(format!("udp port {port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start tcpdump");
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = stamp(&[
+        &format!("127.0.0.1:{port}"),
+        "--rate",
+        "20",
+        "-c",
+        "100",
+        "-i",
+        "0",
+        "--json",
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: SIGINT to the tcpdump this test started, by its PID, so that it flushes.
+    unsafe { libc::kill(capture.id() as i32, libc::SIGINT) };
+    let _ = capture.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    let data = std::fs::read(&pcap).expect("tcpdump's capture");
+    let _ = std::fs::remove_file(&pcap);
+    let wire = wire_round_trips(&data, port);
+    assert!(wire.len() >= 90, "{} round trips captured", wire.len());
+    let wire_p50 = wire[wire.len() / 2];
+    let ours = num(&doc, "/rtt_us/p50");
+    assert!(
+        (ours - wire_p50).abs() < 20.0,
+        "linerate's median round trip {ours:.1} us, the wire's {wire_p50:.1} us"
+    );
+    assert!(num(&doc, "/reflector_hold_us") < ours, "{doc}");
+}
+
+/// Round trips in microseconds, sorted, from a pcap (nanosecond or microsecond stamps,
+/// Ethernet framing as loopback has): a probe to `port` and the answer from it carrying
+/// the probe's sequence number.
+fn wire_round_trips(data: &[u8], port: u16) -> Vec<f64> {
+    let u32le = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let nano = u32le(data) == 0xa1b2_3c4d;
+    let mut at = 24;
+    let mut sent = std::collections::HashMap::new();
+    let mut trips = Vec::new();
+    while at + 16 <= data.len() {
+        let (secs, frac, len) = (
+            u32le(&data[at..]),
+            u32le(&data[at + 4..]),
+            u32le(&data[at + 8..]) as usize,
+        );
+        let packet = &data[at + 16..(at + 16 + len).min(data.len())];
+        at += 16 + len;
+        let t = f64::from(secs) + f64::from(frac) / if nano { 1e9 } else { 1e6 };
+        let Some(ip) = packet.get(14..) else { continue };
+        let header = usize::from(ip[0] & 15) * 4;
+        let Some(udp) = ip.get(header..) else {
+            continue;
+        };
+        if udp.len() < 8 + 32 {
+            continue;
+        }
+        let (from, to) = (
+            u16::from_be_bytes([udp[0], udp[1]]),
+            u16::from_be_bytes([udp[2], udp[3]]),
+        );
+        let payload = &udp[8..];
+        let seq_at = |o: usize| {
+            u32::from_be_bytes([payload[o], payload[o + 1], payload[o + 2], payload[o + 3]])
+        };
+        if to == port {
+            sent.insert(seq_at(0), t);
+        } else if from == port {
+            if let Some(t0) = sent.get(&seq_at(24)) {
+                trips.push((t - t0) * 1e6);
+            }
+        }
+    }
+    trips.sort_by(f64::total_cmp);
+    trips
+}

@@ -54,6 +54,194 @@ pub fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
+/// Where a session is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Probes go out; the next is due at this time.
+    Sending {
+        next_ns: u64,
+    },
+    /// All sent (or stopped): answers are awaited until this time.
+    Waiting {
+        until_ns: u64,
+    },
+    Done,
+}
+
+/// One STAMP session as a loop drives it: its socket, its probes and their answers. The
+/// times given are monotonic nanoseconds on the driver's clock (`epoch`).
+pub struct Session {
+    options: Options,
+    socket: UdpSocket,
+    v6: bool,
+    error: ErrorEstimate,
+    tally: Tally,
+    gap_ns: u64,
+    start_ns: u64,
+    phase: Phase,
+    interrupted: bool,
+    packet: Vec<u8>,
+    tlvs: Vec<u8>,
+}
+
+impl Session {
+    /// Opens the session's socket; its first probe is due at `first_ns` (a shared loop
+    /// lines sessions of one rate up on one grid, so one wake-up serves them all).
+    pub fn open(options: &Options, now_ns: u64, first_ns: u64) -> io::Result<Session> {
+        let v6 = options.addr.is_ipv6();
+        let local: SocketAddr = if v6 {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        let socket = UdpSocket::bind(local)?;
+        socket.set_nonblocking(true)?;
+        sys::enable_meta(&socket, v6)?;
+        sys::set_marks(&socket, v6, options.dscp.map_or(0, |d| d << 2))?;
+        // Without it (an old kernel) T1 is the loop's time before the send call.
+        let _ = sys::enable_tx_timestamps(&socket);
+        let clock = linerate_hostinfo::clock::read();
+        let error = clock.map_or(ErrorEstimate::new(false, false, 1.0), |c| {
+            ErrorEstimate::new(c.synchronised, false, c.max_error_s)
+        });
+        let tally = Tally::new(
+            Settings {
+                target: options.target.clone(),
+                address: options.addr.to_string(),
+                mode: options.mode,
+                rate_pps: options.rate_pps,
+                size: options.size(),
+                dscp: options.dscp,
+                ssid: options.ssid,
+                same_clock: options.same_clock,
+                sender_clock: clock,
+                started_at: options.started_at,
+            },
+            now_ns,
+        );
+        Ok(Session {
+            options: options.clone(),
+            socket,
+            v6,
+            error,
+            tally,
+            gap_ns: (1e9 / options.rate_pps).max(1.0) as u64,
+            start_ns: now_ns,
+            phase: Phase::Sending {
+                next_ns: first_ns.max(now_ns),
+            },
+            interrupted: false,
+            packet: Vec::with_capacity(wire::MAX_PACKET),
+            tlvs: Vec::with_capacity(wire::MAX_PACKET),
+        })
+    }
+
+    pub fn socket(&self) -> &UdpSocket {
+        &self.socket
+    }
+
+    /// When the session next needs its driver, if it does.
+    pub fn due_ns(&self) -> Option<u64> {
+        match self.phase {
+            Phase::Sending { next_ns } => Some(next_ns),
+            Phase::Waiting { until_ns } => Some(until_ns),
+            Phase::Done => None,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// Stops sending (Ctrl-C, an abort): the answers in flight are still awaited.
+    pub fn interrupt(&mut self) {
+        if !self.interrupted && self.phase != Phase::Done {
+            self.interrupted = true;
+            self.phase = Phase::Done;
+        }
+    }
+
+    /// Does what is due at `now_ns`: the next probe, the end of sending, the end of the
+    /// wait for answers.
+    pub fn tick(&mut self, now_ns: u64, epoch: &Instant) -> io::Result<()> {
+        if let Phase::Sending { next_ns } = self.phase {
+            let elapsed = now_ns.saturating_sub(self.start_ns);
+            let done = self.options.count.is_some_and(|c| self.tally.sent() >= c)
+                || self
+                    .options
+                    .duration
+                    .is_some_and(|d| elapsed >= d.as_nanos() as u64);
+            if done {
+                self.phase = Phase::Waiting {
+                    until_ns: now_ns + self.options.timeout.as_nanos() as u64,
+                };
+            } else if now_ns >= next_ns {
+                self.send_probe(epoch)?;
+                let mut next = next_ns + self.gap_ns;
+                // Far behind (the host was busy): start the timeline again, no burst.
+                if now_ns > next + 10 * self.gap_ns {
+                    next = now_ns + self.gap_ns;
+                }
+                self.phase = Phase::Sending { next_ns: next };
+            }
+        }
+        if let Phase::Waiting { until_ns } = self.phase {
+            if now_ns >= until_ns || self.tally.answered() >= self.tally.sent() {
+                self.phase = Phase::Done;
+            }
+        }
+        Ok(())
+    }
+
+    fn send_probe(&mut self, epoch: &Instant) -> io::Result<()> {
+        let seq = self.tally.next_seq();
+        let probe = TestPacket {
+            seq,
+            timestamp: Timestamp::ntp_from_unix_ns(sys::unix_ns()),
+            error: self.error,
+            ssid: self.options.ssid,
+        };
+        let key = self.options.key.as_ref();
+        self.options.extensions.encode(
+            seq.wrapping_add(1),
+            &seq.to_be_bytes(),
+            key,
+            &mut self.tlvs,
+        );
+        wire::encode_test(&probe, self.options.mode, key, &self.tlvs, &mut self.packet);
+        let sent_ns = epoch.elapsed().as_nanos() as u64;
+        match sys::send(&self.socket, &self.packet, self.options.addr, None, self.v6) {
+            Ok(_) => self.tally.sent_probe(seq, sent_ns, probe.timestamp),
+            // A full send buffer or an ICMP error from an earlier probe: this probe did
+            // not leave; it is not counted as sent (or lost).
+            Err(e) if retry(&e) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// Takes the probes' times of leaving, then every answer waiting on the socket (a
+    /// probe's time of leaving is queued before its answer can exist).
+    pub fn drain(&mut self, buf: &mut [u8], epoch: &Instant) -> io::Result<()> {
+        let mut left = Vec::new();
+        sys::tx_timestamps(&self.socket, &mut left)?;
+        for (seq, unix_ns) in left {
+            self.tally.left_at(seq, unix_ns);
+        }
+        drain(&self.socket, buf, &self.options, &mut self.tally, epoch)
+    }
+
+    /// Closes the interval ending at `now_ns`.
+    pub fn close_interval(&mut self, now_ns: u64) -> StampInterval {
+        self.tally.close_interval(now_ns)
+    }
+
+    /// The session's figures.
+    pub fn finish(&self, now_ns: u64) -> StampReport {
+        self.tally.finish(now_ns, self.interrupted)
+    }
+}
+
 /// Runs the session until its count or time is reached or `stop` is set, then waits for
 /// the last answers. `live` gets each interval as it closes.
 pub fn run(
@@ -61,119 +249,41 @@ pub fn run(
     stop: &AtomicBool,
     live: &mut dyn FnMut(&StampInterval),
 ) -> io::Result<StampReport> {
-    let v6 = options.addr.is_ipv6();
-    let local: SocketAddr = if v6 {
-        (Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
-    };
-    let socket = UdpSocket::bind(local)?;
-    sys::enable_meta(&socket, v6)?;
-    sys::set_marks(&socket, v6, options.dscp.map_or(0, |d| d << 2))?;
-    let clock = linerate_hostinfo::clock::read();
-    let error = clock.map_or(ErrorEstimate::new(false, false, 1.0), |c| {
-        ErrorEstimate::new(c.synchronised, false, c.max_error_s)
-    });
     let epoch = Instant::now();
     let mono = || epoch.elapsed().as_nanos() as u64;
-    let mut tally = Tally::new(
-        Settings {
-            target: options.target.clone(),
-            address: options.addr.to_string(),
-            mode: options.mode,
-            rate_pps: options.rate_pps,
-            size: options.size(),
-            dscp: options.dscp,
-            ssid: options.ssid,
-            same_clock: options.same_clock,
-            sender_clock: clock,
-            started_at: options.started_at,
-        },
-        0,
-    );
-    let gap_ns = (1e9 / options.rate_pps).max(1.0) as u64;
+    let mut session = Session::open(options, 0, 0)?;
     let every_ns = options.report_every.as_nanos() as u64;
-    let mut next_send = 0u64;
     let mut next_report = every_ns;
-    let mut packet = Vec::with_capacity(wire::MAX_PACKET);
-    let mut tlvs = Vec::with_capacity(wire::MAX_PACKET);
     let mut buf = vec![0u8; wire::MAX_PACKET + 1];
-    let deadline = options.duration.map(|d| d.as_nanos() as u64);
-    let done_sending = |tally: &Tally, now: u64| {
-        options.count.is_some_and(|c| tally.sent() >= c) || deadline.is_some_and(|d| now >= d)
-    };
-    let mut interrupted = false;
-    loop {
+    while !session.is_done() {
         if stop.load(Ordering::Relaxed) {
-            interrupted = true;
+            session.interrupt();
             break;
         }
-        let now = mono();
-        if done_sending(&tally, now) {
-            break;
-        }
-        if now >= next_send {
-            let seq = tally.next_seq();
-            let probe = TestPacket {
-                seq,
-                timestamp: Timestamp::ntp_from_unix_ns(sys::unix_ns()),
-                error,
-                ssid: options.ssid,
-            };
-            options.extensions.encode(
-                seq.wrapping_add(1),
-                &seq.to_be_bytes(),
-                options.key.as_ref(),
-                &mut tlvs,
-            );
-            wire::encode_test(
-                &probe,
-                options.mode,
-                options.key.as_ref(),
-                &tlvs,
-                &mut packet,
-            );
-            let sent_ns = mono();
-            match sys::send(&socket, &packet, options.addr, None, v6) {
-                Ok(_) => tally.sent_probe(seq, sent_ns, probe.timestamp),
-                // A full send buffer or an ICMP error from an earlier probe: this probe
-                // did not leave; it is not counted as sent (or lost).
-                Err(e) if retry(&e) => {}
-                Err(e) => return Err(e),
-            }
-            next_send += gap_ns;
-            // Far behind (the host was busy): start the timeline again, no burst.
-            if now > next_send + 10 * gap_ns {
-                next_send = now + gap_ns;
-            }
-        }
-        drain(&socket, &mut buf, options, &mut tally, &epoch)?;
+        session.tick(mono(), &epoch)?;
+        session.drain(&mut buf, &epoch)?;
         let now = mono();
         if every_ns > 0 && now >= next_report {
-            live(&tally.close_interval(now));
+            live(&session.close_interval(now));
             next_report += every_ns;
         }
-        let until = next_send.min(if every_ns > 0 { next_report } else { u64::MAX });
+        let Some(due) = session.due_ns() else { break };
+        let until = due.min(if every_ns > 0 { next_report } else { u64::MAX });
+        // While awaiting the last answers, a wake-up every 20 ms is soon enough.
+        let until = if matches!(session.phase, Phase::Waiting { .. }) {
+            until.min(now + 20_000_000)
+        } else {
+            until
+        };
         if until > now {
-            sys::wait_readable(&socket, Duration::from_nanos(until - now))?;
+            sys::wait_readable(session.socket(), Duration::from_nanos(until - now))?;
         }
-    }
-    // The last answers: until every probe is answered, the timeout passes or Ctrl-C.
-    let last = mono();
-    let wait_ns = options.timeout.as_nanos() as u64;
-    while !interrupted && tally.answered() < tally.sent() && mono() < last + wait_ns {
-        if stop.load(Ordering::Relaxed) {
-            interrupted = true;
-            break;
-        }
-        sys::wait_readable(&socket, Duration::from_millis(20))?;
-        drain(&socket, &mut buf, options, &mut tally, &epoch)?;
     }
     let end = mono();
     if every_ns > 0 && end > next_report.saturating_sub(every_ns) {
-        live(&tally.close_interval(end));
+        live(&session.close_interval(end));
     }
-    Ok(tally.finish(end, interrupted))
+    Ok(session.finish(end))
 }
 
 fn retry(e: &io::Error) -> bool {

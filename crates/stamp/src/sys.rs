@@ -584,3 +584,88 @@ impl SendBatch {
         Ok(delivered)
     }
 }
+
+/// SO_TIMESTAMPING and its control message (asm-generic/socket.h; x86 and arm alike).
+const SO_TIMESTAMPING: i32 = 37;
+
+/// Asks for the kernel's time of each datagram's leaving (SO_TIMESTAMPING, software, one
+/// id per send, no copy of the datagram), read back from the error queue: a probe's T1 as
+/// the kernel sent it, not as the sender's loop was about to.
+pub fn enable_tx_timestamps(socket: &impl AsRawFd) -> io::Result<()> {
+    let flags = libc::SOF_TIMESTAMPING_TX_SOFTWARE
+        | libc::SOF_TIMESTAMPING_SOFTWARE
+        | libc::SOF_TIMESTAMPING_OPT_ID
+        | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+    setopt(
+        socket.as_raw_fd(),
+        libc::SOL_SOCKET,
+        SO_TIMESTAMPING,
+        flags as i32,
+    )
+}
+
+/// The transmit times waiting on the error queue: (the send's id, counted from 0 per
+/// socket; Unix nanoseconds).
+pub fn tx_timestamps(socket: &impl AsRawFd, out: &mut Vec<(u32, i128)>) -> io::Result<()> {
+    loop {
+        let mut data = [0u8; 64];
+        let mut control = [0u64; CONTROL / 8];
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        };
+        // SAFETY: a zeroed msghdr is valid; its pointers go into locals that outlive the
+        // call, with their lengths.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = CONTROL as _;
+        let n = unsafe {
+            libc::recvmsg(
+                socket.as_raw_fd(),
+                &mut msg,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        let (mut when, mut id) = (None, None);
+        // SAFETY: the CMSG_* macros walk the control buffer the kernel filled.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                let data = libc::CMSG_DATA(cmsg);
+                match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
+                    (libc::SOL_SOCKET, SO_TIMESTAMPING) => {
+                        // struct scm_timestamping: three timespecs, the first software.
+                        let ts = std::ptr::read_unaligned(data.cast::<libc::timespec>());
+                        if ts.tv_sec != 0 || ts.tv_nsec != 0 {
+                            when = Some(
+                                i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec),
+                            );
+                        }
+                    }
+                    (libc::IPPROTO_IP, libc::IP_RECVERR)
+                    | (libc::IPPROTO_IPV6, libc::IPV6_RECVERR) => {
+                        let err = std::ptr::read_unaligned(data.cast::<libc::sock_extended_err>());
+                        if err.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
+                            id = Some(err.ee_data);
+                        }
+                    }
+                    _ => {}
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+        }
+        if let (Some(when), Some(id)) = (when, id) {
+            out.push((id, when));
+        }
+    }
+}

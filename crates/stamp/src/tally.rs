@@ -12,9 +12,10 @@ use linerate_report::stamp::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Probes remembered for matching answers: an answer to a probe this many older than the
-/// newest is not matched (at 10,000/s, 6.5 s late).
-const WINDOW: usize = 65_536;
+/// Probes remembered for matching answers, at most: an answer to a probe this many older
+/// than the newest is not matched (at 10,000/s, 6.5 s late). A slower session remembers
+/// eight seconds' worth (at least 1,024): an agent holds a session per peer.
+const MOST_REMEMBERED: usize = 65_536;
 /// One-way delays kept per direction for exact percentiles; past this, every other is
 /// kept, and so on (the figures then rest on an even sample of the run).
 const KEPT_DELAYS: usize = 1 << 21;
@@ -54,6 +55,8 @@ struct Probe {
     seq: u32,
     sent_ns: u64,
     timestamp: Timestamp,
+    /// When the kernel sent it (Unix nanoseconds), where it said: T1 on the wire.
+    left_unix_ns: Option<i128>,
     answered: bool,
 }
 
@@ -170,6 +173,7 @@ struct Closed {
 pub struct Tally {
     settings: Settings,
     started_ns: u64,
+    /// The probes remembered, by sequence number modulo its length.
     window: Vec<Option<Probe>>,
     sent: u64,
     answered: u64,
@@ -217,10 +221,13 @@ fn widen(pair: &mut Option<(Counts, Counts)>, counts: Counts) {
 
 impl Tally {
     pub fn new(settings: Settings, started_ns: u64) -> Tally {
+        let remembered = ((settings.rate_pps * 8.0) as usize)
+            .clamp(1_024, MOST_REMEMBERED)
+            .next_power_of_two();
         Tally {
             settings,
             started_ns,
-            window: vec![None; WINDOW],
+            window: vec![None; remembered],
             sent: 0,
             answered: 0,
             duplicates: 0,
@@ -265,21 +272,42 @@ impl Tally {
 
     /// Notes a probe sent at `sent_ns` carrying `timestamp` (T1).
     pub fn sent_probe(&mut self, seq: u32, sent_ns: u64, timestamp: Timestamp) {
-        self.window[seq as usize % WINDOW] = Some(Probe {
+        let slots = self.window.len();
+        self.window[seq as usize % slots] = Some(Probe {
             seq,
             sent_ns,
             timestamp,
+            left_unix_ns: None,
             answered: false,
         });
         self.sent += 1;
         self.current.sent += 1;
     }
 
+    /// The kernel's time of probe `seq`'s leaving (SO_TIMESTAMPING): the round trip and
+    /// the way out count from it instead of from the loop's time before the send call. A
+    /// time before that, or a second after it, is not this probe's and is ignored.
+    pub fn left_at(&mut self, seq: u32, unix_ns: i128) {
+        let slots = self.window.len();
+        let Some(probe) = self.window[seq as usize % slots]
+            .as_mut()
+            .filter(|p| p.seq == seq && !p.answered)
+        else {
+            return;
+        };
+        let after = unix_ns - probe.timestamp.unix_ns(false);
+        if (0..1_000_000_000).contains(&after) {
+            probe.sent_ns += after as u64;
+            probe.left_unix_ns = Some(unix_ns);
+        }
+    }
+
     /// Takes an answer in: matched to its probe (by sequence number, SSID and the T1 it
     /// echoes, so a stray or forged answer is not counted), or counted as not this run's.
     pub fn answer(&mut self, reply: &Reply) {
         let a = &reply.answer;
-        let slot = &mut self.window[a.sender_seq as usize % WINDOW];
+        let slots = self.window.len();
+        let slot = &mut self.window[a.sender_seq as usize % slots];
         let Some(probe) = slot.as_mut().filter(|p| {
             p.seq == a.sender_seq
                 && p.timestamp == a.sender_timestamp
@@ -294,6 +322,7 @@ impl Tally {
         }
         probe.answered = true;
         let sent_ns = probe.sent_ns;
+        let left_unix_ns = probe.left_unix_ns;
         self.answered += 1;
         self.current.answered += 1;
         match self.highest {
@@ -312,7 +341,7 @@ impl Tally {
         self.rtt_jitter.record(i128::from(rtt));
 
         // One-way delays: each timestamp read in the format its own error estimate says.
-        let t1 = a.sender_timestamp.unix_ns(a.sender_error.ptp());
+        let t1 = left_unix_ns.unwrap_or_else(|| a.sender_timestamp.unix_ns(a.sender_error.ptp()));
         let t2 = a.receive.unix_ns(a.error.ptp());
         let t3 = a.timestamp.unix_ns(a.error.ptp());
         let t4 = reply.arrived_unix_ns;

@@ -18,7 +18,6 @@ use linerate_proto::agent::{AgentReply, AgentRequest, GroupPart, Loads, MirrorSp
 use linerate_proto::agent_session::{AgentEvent, AgentSession, AgentTimeouts};
 use linerate_report::profile::GroupResult;
 use linerate_report::rpm::RpmReport;
-use linerate_report::stamp::StampReport;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
@@ -237,9 +236,10 @@ enum Work {
         state: RpmState,
         _held: Held,
     },
-    /// A STAMP window, as its source.
+    /// A STAMP window, as its source: a session on the process's prober.
     Stamp {
-        outcome: Receiver<Result<StampReport, rpm_job::SourceError>>,
+        outcome: Receiver<linerate_stamp::prober::Outcome>,
+        reflector: String,
         _held: Held,
     },
 }
@@ -303,7 +303,14 @@ impl Agent<'_> {
             self.poll_run();
             self.poll_rpm();
             self.poll_stamp();
-            match self.link.recv(Duration::from_millis(50)) {
+            // A STAMP window runs on the prober's thread: its end is looked for once a
+            // second, not twenty times (an agent probing a hundred peers holds a hundred
+            // of these connections); a request still wakes the wait at once.
+            let wait = match self.work {
+                Work::Stamp { .. } => Duration::from_secs(1),
+                _ => Duration::from_millis(50),
+            };
+            match self.link.recv(wait) {
                 Ok(Some(request)) => self.handle(request),
                 Ok(None) => {}
                 Err(why) => break why,
@@ -382,16 +389,18 @@ impl Agent<'_> {
     /// Tells the controller how the STAMP window this host probes ended, or that it is
     /// alive.
     fn poll_stamp(&mut self) {
-        let Work::Stamp { outcome, .. } = &self.work else {
+        let Work::Stamp {
+            outcome, reflector, ..
+        } = &self.work
+        else {
             return;
         };
         let outcome = match outcome.try_recv() {
-            Ok(outcome) => outcome,
-            Err(TryRecvError::Empty) => return self.heartbeat(),
-            Err(TryRecvError::Disconnected) => Err(rpm_job::SourceError {
-                reason: "the STAMP sender ended".into(),
-                unreachable: None,
-            }),
+            Ok(outcome) => stamp_job::outcome(Some(outcome), reflector),
+            // Every 2 s, well within the controller's 5 s of silence: a hundred windows at
+            // once would otherwise send two hundred heartbeats a second.
+            Err(TryRecvError::Empty) => return self.heartbeat_every(Duration::from_secs(2)),
+            Err(TryRecvError::Disconnected) => stamp_job::outcome(None, reflector),
         };
         self.work = Work::Idle;
         match outcome {
@@ -425,19 +434,28 @@ impl Agent<'_> {
             Err(reason) => return self.refuse("STAMP test", reason),
         };
         let keyed = self.shared.config.key.is_some();
+        let reflector = job.reflector.clone();
         match stamp_job::start_source(job, self.peer.ip(), keyed, self.stop.clone()) {
             Ok(outcome) => {
                 self.work = Work::Stamp {
                     outcome,
+                    reflector,
                     _held: Held::slot(taken),
                 }
             }
-            Err(e) => self.refuse("STAMP test", format!("cannot start: {e}")),
+            Err(failed) => self.link.reply(&AgentReply::Error {
+                reason: failed.reason.into(),
+                unreachable: failed.unreachable.map(Into::into),
+            }),
         }
     }
 
     fn heartbeat(&mut self) {
-        if self.last_beat.elapsed() >= HEARTBEAT {
+        self.heartbeat_every(HEARTBEAT);
+    }
+
+    fn heartbeat_every(&mut self, every: Duration) {
+        if self.last_beat.elapsed() >= every {
             self.link.reply(&AgentReply::Heartbeat);
             self.last_beat = Instant::now();
         }

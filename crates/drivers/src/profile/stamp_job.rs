@@ -12,7 +12,7 @@ use linerate_stamp::sender::{self, Options};
 use linerate_stamp::wire::{tlv, Mode};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,29 +99,14 @@ pub(crate) fn check(
 /// Why the source's part failed, and whether the reflector is to blame.
 pub(crate) use super::rpm_job::SourceError;
 
-/// The source's part, on a thread of its own: probes the reflector for the window and
-/// sends the report (or why not) once.
+/// The source's part: a session on the process's prober (one thread for every window
+/// this agent probes), its report (or why not) sent once.
 pub(crate) fn start_source(
     job: StampJob,
     requester: IpAddr,
     keyed: bool,
     cancel: Arc<AtomicBool>,
-) -> std::io::Result<Receiver<Result<StampReport, SourceError>>> {
-    let (sender, receiver) = channel();
-    std::thread::Builder::new()
-        .name("linerate-stamp".into())
-        .spawn(move || {
-            let _ = sender.send(run_source(&job, requester, keyed, &cancel));
-        })?;
-    Ok(receiver)
-}
-
-fn run_source(
-    job: &StampJob,
-    requester: IpAddr,
-    keyed: bool,
-    cancel: &AtomicBool,
-) -> Result<StampReport, SourceError> {
+) -> Result<Receiver<linerate_stamp::prober::Outcome>, SourceError> {
     let blame = |reason: String| SourceError {
         reason,
         unreachable: Some(job.reflector.clone()),
@@ -159,19 +144,43 @@ fn run_source(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
     };
-    let report = sender::run(&options, cancel, &mut |_| {}).map_err(|e| SourceError {
-        reason: format!("STAMP to {addr}: {e}"),
-        unreachable: None,
-    })?;
-    // No host facts: a window a minute from every peer would read the host's files each
-    // time for what the mesh's other tests already keep.
-    if report.sent > 0 && report.answered == 0 && report.interrupted_after_s.is_none() {
-        return Err(blame(format!(
-            "no STAMP answer from {addr} ({} probes): no reflector there, or a firewall",
-            report.sent
-        )));
+    let outcome = linerate_stamp::prober::shared()
+        .and_then(|prober| prober.probe(options, cancel))
+        .map_err(|e| SourceError {
+            reason: format!("cannot start STAMP: {e}"),
+            unreachable: None,
+        })?;
+    Ok(outcome)
+}
+
+/// A window's outcome as the agent reports it: no answer at all is the reflector's
+/// failure, blamed on it (`reflector` as the request named it).
+pub(crate) fn outcome(
+    result: Option<std::io::Result<StampReport>>,
+    reflector: &str,
+) -> Result<StampReport, SourceError> {
+    match result {
+        Some(Ok(report))
+            if report.sent > 0 && report.answered == 0 && report.interrupted_after_s.is_none() =>
+        {
+            Err(SourceError {
+                reason: format!(
+                    "no STAMP answer from {} ({} probes): no reflector there, or a firewall",
+                    report.address, report.sent
+                ),
+                unreachable: Some(reflector.to_string()),
+            })
+        }
+        Some(Ok(report)) => Ok(report),
+        Some(Err(e)) => Err(SourceError {
+            reason: format!("STAMP to {reflector}: {e}"),
+            unreachable: None,
+        }),
+        None => Err(SourceError {
+            reason: "the STAMP prober stopped".into(),
+            unreachable: None,
+        }),
     }
-    Ok(report)
 }
 
 /// A session identifier: nonzero, from the system's randomness.
