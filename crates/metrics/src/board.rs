@@ -91,6 +91,8 @@ pub struct Latest {
     pub retransmits: Option<u64>,
     pub cpu_s_per_gbit: Option<f64>,
     pub responsiveness: Option<Responsiveness>,
+    /// STAMP: the delay this way.
+    pub one_way: Option<OneWayDelay>,
 }
 
 /// An RPM test's figures.
@@ -105,6 +107,27 @@ pub struct Responsiveness {
     pub idle_latency_s: f64,
     /// What the load added to it, seconds (the grade's figure).
     pub added_latency_s: Option<f64>,
+}
+
+/// A STAMP window's delay one way, seconds: the one-way delay where the clocks could
+/// vouch for it, and always the delay above the way's minimum in the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct OneWayDelay {
+    pub p50_s: Option<f64>,
+    pub p99_s: Option<f64>,
+    pub added_p50_s: f64,
+    pub added_p99_s: f64,
+}
+
+impl OneWayDelay {
+    fn of(way: &linerate_report::stamp::OneWay) -> OneWayDelay {
+        OneWayDelay {
+            p50_s: way.delay_us.as_ref().map(|d| d.p50 / 1e6),
+            p99_s: way.delay_us.as_ref().map(|d| d.p99 / 1e6),
+            added_p50_s: way.added_us.p50 / 1e6,
+            added_p99_s: way.added_us.p99 / 1e6,
+        }
+    }
 }
 
 /// What a series has added up over every result the board saw.
@@ -243,6 +266,8 @@ pub struct Figures {
     /// CPU seconds this end's host spent per gigabit moved.
     pub cpu_s_per_gbit: Option<f64>,
     pub responsiveness: Option<Responsiveness>,
+    /// STAMP: the delay this way.
+    pub one_way: Option<OneWayDelay>,
     pub duration_s: f64,
 }
 
@@ -336,14 +361,17 @@ pub fn stamp_figures(report: &linerate_report::stamp::StampReport) -> (Figures, 
             sum_s: r.mean / 1e6 * r.count as f64,
         }
     });
+    let answered = report.answered > 0;
     let forward = Figures {
         loss_ratio: Some(out),
         rtt,
+        one_way: answered.then(|| OneWayDelay::of(&report.forward)),
         duration_s: report.duration_s,
         ..Figures::default()
     };
     let reverse = Figures {
         loss_ratio: Some(back),
+        one_way: answered.then(|| OneWayDelay::of(&report.reverse)),
         duration_s: report.duration_s,
         ..Figures::default()
     };
@@ -423,6 +451,7 @@ impl Board {
             latest.rtt = f.rtt.as_ref().map(|r| r.quantiles);
             latest.duration_s = Some(f.duration_s);
             latest.responsiveness = f.responsiveness;
+            latest.one_way = f.one_way;
             if series.measure.is_none() {
                 series.measure = Some(if f.responsiveness.is_some() {
                     Measure::Responsiveness

@@ -64,7 +64,7 @@ fn rpm(latest: &Latest) -> Option<Responsiveness> {
 }
 
 /// The families, in the order a scrape writes them (after `linerate_build_info`).
-pub const FAMILIES: [Family; 13] = [
+pub const FAMILIES: [Family; 15] = [
     Family {
         name: "linerate_goodput_bytes_per_second",
         help: "A stream's newest goodput, counted at the destination",
@@ -196,6 +196,38 @@ pub const FAMILIES: [Family; 13] = [
         help: "What the newest RPM test's load added to the idle latency (the bufferbloat grade's figure)",
         kind: Kind::Gauge,
         read: |l, _| gauge(rpm(l).and_then(|r| r.added_latency_s)),
+    },
+    Family {
+        name: "linerate_one_way_delay_seconds",
+        help: "A STAMP window's one-way delay this way at a percentile (stat), where both clocks could vouch for it",
+        kind: Kind::Gauge,
+        read: |l, _| match l.one_way.filter(|_| l.ok) {
+            Some(d) => [("p50", d.p50_s), ("p99", d.p99_s)]
+                .into_iter()
+                .filter_map(|(stat, v)| {
+                    v.map(|v| Sample {
+                        label: Some(("stat", stat)),
+                        value: Value::Gauge(v),
+                    })
+                })
+                .collect(),
+            None => Vec::new(),
+        },
+    },
+    Family {
+        name: "linerate_one_way_added_delay_seconds",
+        help: "A STAMP window's delay this way above its minimum in the window, at a percentile (stat): needs no synchronised clocks",
+        kind: Kind::Gauge,
+        read: |l, _| match l.one_way.filter(|_| l.ok) {
+            Some(d) => [("p50", d.added_p50_s), ("p99", d.added_p99_s)]
+                .into_iter()
+                .map(|(stat, v)| Sample {
+                    label: Some(("stat", stat)),
+                    value: Value::Gauge(v),
+                })
+                .collect(),
+            None => Vec::new(),
+        },
     },
 ];
 

@@ -456,6 +456,10 @@ fn remote_write_sends_what_a_scrape_gives_series_by_series() {
         b.record(&row("a", "b", "tput", true, 8e9, 10.0), Some(&stream(8e9)));
         b.record(&row("a", "b", "lat", true, 1e-4, 11.0), Some(&rr()));
         b.record(&row("a", "b", "rpm", true, 900.0, 12.0), Some(&rpm(900.0)));
+        b.record(
+            &row("a", "b", "stamp", true, 0.0, 12.5),
+            Some(&stamp(600, 1, 0)),
+        );
         b.record(&row("b", "a", "tput", false, 0.0, 13.0), None);
         let mut skipped = row("b", "a", "lat", false, 0.0, 14.0);
         skipped.outcome = Outcome::Skipped {
@@ -474,7 +478,6 @@ fn remote_write_sends_what_a_scrape_gives_series_by_series() {
         for family in &crate::families::FAMILIES {
             if family.name.starts_with("linerate_retransmits")
                 || family.name.starts_with("linerate_cpu")
-                || family.name.starts_with("linerate_loss")
             {
                 continue; // no series of the board above has these
             }
@@ -532,8 +535,19 @@ fn stamp(sent: u64, out: u64, back: u64) -> Document {
         },
         reflector_hold_us: None,
         rtt_jitter_us: 0.0,
-        forward: Default::default(),
-        reverse: Default::default(),
+        // Out: the clocks vouched for the one-way delay; back: withheld.
+        forward: linerate_report::stamp::OneWay {
+            delay_us: Some(linerate_report::stamp::DelayFigures {
+                p50: 200.0,
+                p99: 300.0,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        reverse: linerate_report::stamp::OneWay {
+            withheld: Some("unsynchronised".into()),
+            ..Default::default()
+        },
         clocks: Default::default(),
         hops: None,
         reflector_stateful: None,
@@ -610,6 +624,11 @@ fn steady_loss_one_way_opens_an_alert_for_that_way_after_its_time() {
     // The exposition carries the loss each way.
     let text = Exposition::new(board.clone()).render(Format::OpenMetrics);
     assert!(text.contains("linerate_loss_ratio{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"reverse\",protocol=\"udp\"} 0"), "{text}");
+    // The added delay each way is there always; the one-way delay only where the clocks
+    // vouched for it (out, not back).
+    assert!(text.contains("linerate_one_way_added_delay_seconds{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"reverse\",protocol=\"udp\",stat=\"p99\"}"), "{text}");
+    assert!(text.contains("linerate_one_way_delay_seconds{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"forward\",protocol=\"udp\",stat=\"p50\"} 0.0002"), "{text}");
+    assert!(!text.contains("linerate_one_way_delay_seconds{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"reverse\""), "{text}");
 }
 
 /// A reflector's counts are written as counters by reason, in both formats.
