@@ -1059,6 +1059,12 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
         }),
         duration_s: 1.0,
         responsiveness: None,
+        one_way: Some(linerate_metrics::board::OneWayDelay {
+            p50_s: Some(1e-3),
+            p99_s: Some(2e-3),
+            added_p50_s: 1e-4,
+            added_p99_s: 1e-3,
+        }),
     };
     board.record_figures(&row("t", "udp"), Some(&figures));
     let rpm = Figures {
