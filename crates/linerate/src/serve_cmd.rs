@@ -79,39 +79,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     // Kept until the server ends: dropped, the reflector stops.
     let stamp = stamp_reflector(args, &config)?;
     // Kept until the server ends: dropped, the listener stops.
-    let _metrics = match args.metrics {
-        Some(addr) => {
-            let board = Arc::new(Mutex::new(Board::default()));
-            if let Some(listener) = &stamp {
-                let counters = listener.counters.clone();
-                board.lock().unwrap_or_else(|e| e.into_inner()).reflector =
-                    Some(ReflectorSource(Arc::new(move || ReflectorCounts {
-                        answered: counters.answered.load(Ordering::Relaxed),
-                        refused: counters.refused(),
-                        sessions: counters.sessions.load(Ordering::Relaxed),
-                    })));
-            }
-            let listener = linerate_metrics::server::start(
-                addr,
-                board.clone(),
-                "serve",
-                Thresholds::default(),
-            )
-            .map_err(|e| Failure::Usage(format!("--metrics {addr}: {e:#}")))?;
-            eprintln!(
-                "linerate serve: metrics at http://{}/metrics",
-                listener.addr
-            );
-            config.served_tests = Some(ServedTestHook(Arc::new(move |test| {
-                let mut board = board.lock().unwrap_or_else(|e| e.into_inner());
-                for (row, figures) in served::rows_of(test) {
-                    board.record_figures(&row, Some(&figures));
-                }
-            })));
-            Some(listener)
-        }
-        None => None,
-    };
+    let _metrics = metrics_listener(args, &mut config, stamp.as_ref())?;
     // Kept until the server ends, as the metrics listener.
     let _http = http_servers(args, &config)?;
     let server = match Server::bind(config.clone()) {
@@ -134,6 +102,42 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     cancel::set_on_signals(&server.shutdown_flag())?;
     server.run().context("server failed")?;
     Ok(())
+}
+
+/// `--metrics`: the listener, the served tests on its board, and the STAMP reflector's
+/// counts read at each scrape.
+fn metrics_listener(
+    args: &ServeArgs,
+    config: &mut ServerConfig,
+    stamp: Option<&linerate_stamp::listener::Listener>,
+) -> Result<Option<linerate_metrics::server::MetricsServer>, Failure> {
+    let Some(addr) = args.metrics else {
+        return Ok(None);
+    };
+    let board = Arc::new(Mutex::new(Board::default()));
+    if let Some(listener) = stamp {
+        let counters = listener.counters.clone();
+        board.lock().unwrap_or_else(|e| e.into_inner()).reflector =
+            Some(ReflectorSource(Arc::new(move || ReflectorCounts {
+                answered: counters.answered.load(Ordering::Relaxed),
+                refused: counters.refused(),
+                sessions: counters.sessions.load(Ordering::Relaxed),
+            })));
+    }
+    let listener =
+        linerate_metrics::server::start(addr, board.clone(), "serve", Thresholds::default())
+            .map_err(|e| Failure::Usage(format!("--metrics {addr}: {e:#}")))?;
+    eprintln!(
+        "linerate serve: metrics at http://{}/metrics",
+        listener.addr
+    );
+    config.served_tests = Some(ServedTestHook(Arc::new(move |test| {
+        let mut board = board.lock().unwrap_or_else(|e| e.into_inner());
+        for (row, figures) in served::rows_of(test) {
+            board.record_figures(&row, Some(&figures));
+        }
+    })));
+    Ok(Some(listener))
 }
 
 /// The STAMP reflector of `--stamp`, under the server's --allow and --deny.

@@ -70,7 +70,9 @@ pub fn read_key_file(path: &std::path::Path, flag: &str) -> Result<Key, String> 
     Key::from_text(&bytes).map_err(|e| format!("invalid value '{shown}' for '{flag}': {e}"))
 }
 
-pub fn run(args: &StampArgs, globals: &Globals) -> Outcome {
+/// The run the flags ask for: the mode the key makes, the rate, the TLVs and the padding
+/// that makes `--size`.
+fn options(args: &StampArgs) -> Result<Options, Failure> {
     let addr = resolve(&args.target).map_err(Failure::Usage)?;
     let key = key(args)?;
     let mode = if key.is_some() {
@@ -83,15 +85,12 @@ pub fn run(args: &StampArgs, globals: &Globals) -> Outcome {
         (None, Some(gap)) => 1.0 / gap,
         (None, None) => 10.0,
     };
-    let mut extensions = tlv::Request {
+    let extensions = tlv::Request {
         padding: 0,
-        class_of_service: args.dscp,
+        class_of_service: args.dscp.filter(|_| !args.no_tlvs),
         direct_measurement: !args.no_tlvs,
         hmac: mode == Mode::Authenticated && !args.no_tlvs,
     };
-    if args.no_tlvs && args.dscp.is_some() {
-        extensions.class_of_service = None;
-    }
     let mut options = Options {
         target: args.target.clone(),
         addr,
@@ -126,11 +125,16 @@ pub fn run(args: &StampArgs, globals: &Globals) -> Outcome {
                 mode.name(),
                 if args.no_tlvs { "" } else { " with its TLVs (--no-tlvs for less)" },
                 bare + tlv::HEADER
-            ))
-            .into());
+            )));
         }
         options.extensions.padding = padding;
     }
+    Ok(options)
+}
+
+pub fn run(args: &StampArgs, globals: &Globals) -> Outcome {
+    let options = options(args)?;
+    let (addr, mode, rate_pps) = (options.addr, options.mode, options.rate_pps);
     let store = globals.storage.open_for_run()?;
     let stop = cancel::on_signals()?;
     let show = !args.json || std::io::stderr().is_terminal();

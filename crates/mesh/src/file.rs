@@ -703,6 +703,69 @@ fn read_rpm(reader: &Reader, raw: &RawTest, leg_s: f64) -> Result<TestKind, Mesh
     })
 }
 
+/// How often each pair runs a test: the file's `interval`, or for STAMP (which runs all
+/// the time) its window; never shorter than a STAMP window.
+fn read_interval(
+    reader: &Reader,
+    raw: &RawTest,
+    name: &str,
+    run: &str,
+    seconds: f64,
+) -> Result<f64, MeshError> {
+    let interval_s = match &raw.interval {
+        Some(i) => reader.seconds(i, "interval", true)?,
+        // STAMP runs all the time: the next window starts as one ends.
+        None if run == "stamp" => seconds,
+        None => {
+            return Err(reader.at(
+                &raw.name,
+                format!("test '{name}' needs an interval (how often each pair runs it, e.g. interval = \"1h\")"),
+            ))
+        }
+    };
+    if run == "stamp" && interval_s < seconds {
+        let at = raw.interval.as_ref().expect("a short interval was given");
+        return Err(reader.at(
+            at,
+            format!("interval '{}' is shorter than the report window: one window would overlap the next", at.get_ref()),
+        ));
+    }
+    Ok(interval_s)
+}
+
+/// The options one kind of test has, refused on the others: STAMP's report, dscp and port;
+/// RPM's max_connections and tls.
+fn refuse_options_of_other_runs(
+    reader: &Reader,
+    raw: &RawTest,
+    name: &str,
+    run: &str,
+) -> Result<(), MeshError> {
+    if run != "stamp" {
+        for (value, what) in [(raw.report.as_ref(), "report"), (raw.dscp.as_ref(), "dscp")] {
+            not_an_option(reader, value, what, run)?;
+        }
+        if let Some(p) = &raw.port {
+            return Err(reader.at(p, format!("'port' is not an option of run = \"{run}\"")));
+        }
+    }
+    if run != "rpm" {
+        if let Some(n) = &raw.max_connections {
+            return Err(reader.at(
+                n,
+                format!("'max_connections' is not an option of run = \"{run}\""),
+            ));
+        }
+        if raw.tls.is_some() {
+            return Err(reader.at(
+                &raw.run,
+                format!("test '{name}': 'tls' is an option of run = \"rpm\" only"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
     let name = raw.name.get_ref().clone();
     if !is_name(&name) {
@@ -732,28 +795,7 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
         },
         None => DEFAULT_TEST_SECONDS,
     };
-    if run != "stamp" {
-        for (value, what) in [(raw.report.as_ref(), "report"), (raw.dscp.as_ref(), "dscp")] {
-            not_an_option(reader, value, what, run)?;
-        }
-        if let Some(p) = &raw.port {
-            return Err(reader.at(p, format!("'port' is not an option of run = \"{run}\"")));
-        }
-    }
-    if run != "rpm" {
-        if let Some(n) = &raw.max_connections {
-            return Err(reader.at(
-                n,
-                format!("'max_connections' is not an option of run = \"{run}\""),
-            ));
-        }
-        if raw.tls.is_some() {
-            return Err(reader.at(
-                &raw.run,
-                format!("test '{name}': 'tls' is an option of run = \"rpm\" only"),
-            ));
-        }
-    }
+    refuse_options_of_other_runs(reader, raw, &name, run)?;
     let kind = match run {
         "rpm" => {
             let kind = read_rpm(reader, raw, seconds)?;
@@ -780,24 +822,7 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
             ));
         }
     };
-    let interval_s = match &raw.interval {
-        Some(i) => reader.seconds(i, "interval", true)?,
-        // STAMP runs all the time: the next window starts as one ends.
-        None if run == "stamp" => seconds,
-        None => {
-            return Err(reader.at(
-                &raw.name,
-                format!("test '{name}' needs an interval (how often each pair runs it, e.g. interval = \"1h\")"),
-            ))
-        }
-    };
-    if run == "stamp" && interval_s < seconds {
-        let at = raw.interval.as_ref().expect("a short interval was given");
-        return Err(reader.at(
-            at,
-            format!("interval '{}' is shorter than the report window: one window would overlap the next", at.get_ref()),
-        ));
-    }
+    let interval_s = read_interval(reader, raw, &name, run, seconds)?;
     let jitter_s = match &raw.jitter {
         Some(j) => reader.seconds(j, "jitter", false)?,
         None => 0.0,

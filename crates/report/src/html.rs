@@ -605,43 +605,7 @@ fn run_section(id: i64, document: &Document) -> String {
                 &lines(|i| i.rpm),
             )));
         }
-        Document::Stamp(run) => {
-            let lines =
-                |pick: fn(&crate::stamp::StampInterval) -> Option<f64>, name: &str| Series {
-                    name: name.into(),
-                    points: run
-                        .intervals
-                        .iter()
-                        .filter_map(|i| Some((i.end_s, pick(i)? / 1e3)))
-                        .collect(),
-                };
-            out.push_str(&figure(line_chart(
-                "Delay over the run (medians per interval)",
-                "seconds",
-                "ms",
-                XAxis::Linear,
-                &[
-                    lines(|i| i.rtt_p50_us, "round trip"),
-                    lines(|i| i.forward_added_p50_us, "added out"),
-                    lines(|i| i.reverse_added_p50_us, "added back"),
-                ],
-            )));
-            let lost = Series {
-                name: "unanswered".into(),
-                points: run
-                    .intervals
-                    .iter()
-                    .map(|i| (i.end_s, i.sent.saturating_sub(i.answered) as f64))
-                    .collect(),
-            };
-            out.push_str(&figure(line_chart(
-                "Probes unanswered per interval",
-                "seconds",
-                "probes",
-                XAxis::Linear,
-                &[lost],
-            )));
-        }
+        Document::Stamp(run) => out.push_str(&stamp_charts(run)),
     }
     let _ = writeln!(
         out,
@@ -649,6 +613,46 @@ fn run_section(id: i64, document: &Document) -> String {
         escape(&document.render_text(crate::units::Scale::Adaptive))
     );
     out.push_str("</section>\n");
+    out
+}
+
+/// A STAMP run's charts: the delays over the run and the probes unanswered.
+fn stamp_charts(run: &crate::stamp::StampReport) -> String {
+    let mut out = String::new();
+    let lines = |pick: fn(&crate::stamp::StampInterval) -> Option<f64>, name: &str| Series {
+        name: name.into(),
+        points: run
+            .intervals
+            .iter()
+            .filter_map(|i| Some((i.end_s, pick(i)? / 1e3)))
+            .collect(),
+    };
+    out.push_str(&figure(line_chart(
+        "Delay over the run (medians per interval)",
+        "seconds",
+        "ms",
+        XAxis::Linear,
+        &[
+            lines(|i| i.rtt_p50_us, "round trip"),
+            lines(|i| i.forward_added_p50_us, "added out"),
+            lines(|i| i.reverse_added_p50_us, "added back"),
+        ],
+    )));
+    let lost = Series {
+        name: "unanswered".into(),
+        points: run
+            .intervals
+            .iter()
+            .map(|i| (i.end_s, i.sent.saturating_sub(i.answered) as f64))
+            .collect(),
+    };
+    out.push_str(&figure(line_chart(
+        "Probes unanswered per interval",
+        "seconds",
+        "probes",
+        XAxis::Linear,
+        &[lost],
+    )));
     out
 }
 

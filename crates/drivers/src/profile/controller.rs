@@ -495,54 +495,28 @@ pub fn run_rpm(
     options: &RunOptions,
     stop: &AtomicBool,
 ) -> Result<RpmReport, RunError> {
-    let agent_error = |why: String| RunError::Agent {
-        host: source.to_string(),
-        why,
-        unreachable: None,
-    };
-    let addr = super::resolve(source).map_err(|e| agent_error(e.to_string()))?;
-    let (mut link, _) = Link::dial(addr, options.control_timeout, options.key.as_ref())
-        .map_err(|e| agent_error(format!("cannot connect to {addr}: {e}")))?;
-    link.send(&AgentRequest::Rpm {
+    let request = AgentRequest::Rpm {
         remote: job.remote.clone(),
         leg_s: Seconds::clamped(job.leg.as_secs_f64()),
         tls: job.tls,
-        max_connections: Loads::new(job.max_connections).map_err(agent_error)?,
-    })
-    .map_err(|e| agent_error(e.to_string()))?;
+        max_connections: Loads::new(job.max_connections)
+            .map_err(|why| agent_failed(source, why))?,
+    };
     // Two directions, the idle phase and set-up; past it the run is abandoned.
-    let hard_end = Instant::now() + job.leg * 2 + Duration::from_secs_f64(rpm_job::SERVE_MARGIN_S);
-    let mut last_heard = Instant::now();
-    let mut aborted = false;
-    loop {
-        if stop.load(Ordering::Relaxed) && !aborted {
-            aborted = true;
-            let _ = link.send(&AgentRequest::Abort {
-                reason: "interrupted".into(),
-            });
-        }
-        if Instant::now() >= hard_end {
-            return Err(agent_error("the RPM test outlasted its limit".into()));
-        }
-        match link.recv::<AgentReply>(Duration::from_millis(50)) {
-            Ok(Some(AgentReply::RpmResult { report })) => {
-                return rpm_job::within_bounds(*report, job).map_err(agent_error)
-            }
-            Ok(Some(AgentReply::Error {
-                reason,
-                unreachable,
-            })) => return Err(agent_refused(source, reason, unreachable)),
-            Ok(Some(_)) => last_heard = Instant::now(),
-            Ok(None) if last_heard.elapsed() >= options.control_timeout => {
-                return Err(agent_error(format!(
-                    "silent for {:.1} s",
-                    last_heard.elapsed().as_secs_f64()
-                )))
-            }
-            Ok(None) => {}
-            Err(e) => return Err(agent_error(format!("connection lost: {e}"))),
-        }
-    }
+    let limit = job.leg * 2 + Duration::from_secs_f64(rpm_job::SERVE_MARGIN_S);
+    let report = ask_and_wait(
+        source,
+        request,
+        limit,
+        "RPM test",
+        options,
+        stop,
+        |reply| match reply {
+            AgentReply::RpmResult { report } => Some(report),
+            _ => None,
+        },
+    )?;
+    rpm_job::within_bounds(*report, job).map_err(|why| agent_failed(source, why))
 }
 
 /// Runs one STAMP window from the agent at `source` to `job`'s reflector.
@@ -553,33 +527,62 @@ pub fn run_stamp(
     stop: &AtomicBool,
 ) -> Result<linerate_report::stamp::StampReport, RunError> {
     use linerate_proto::agent::{Dscp, ProbeRate, ProbeSize};
-    let agent_error = |why: String| RunError::Agent {
-        host: source.to_string(),
-        why,
-        unreachable: None,
-    };
-    let addr = super::resolve(source).map_err(|e| agent_error(e.to_string()))?;
-    let (mut link, _) = Link::dial(addr, options.control_timeout, options.key.as_ref())
-        .map_err(|e| agent_error(format!("cannot connect to {addr}: {e}")))?;
-    link.send(&AgentRequest::Stamp {
+    let failed = |why: String| agent_failed(source, why);
+    let request = AgentRequest::Stamp {
         reflector: job.reflector.as_str().into(),
         window_s: Seconds::clamped(job.window.as_secs_f64()),
-        rate: ProbeRate::new(job.rate_pps).map_err(agent_error)?,
+        rate: ProbeRate::new(job.rate_pps).map_err(failed)?,
         size: job
             .size
             .map(ProbeSize::try_from)
             .transpose()
-            .map_err(agent_error)?,
-        dscp: job
-            .dscp
-            .map(Dscp::try_from)
-            .transpose()
-            .map_err(agent_error)?,
-    })
-    .map_err(|e| agent_error(e.to_string()))?;
+            .map_err(failed)?,
+        dscp: job.dscp.map(Dscp::try_from).transpose().map_err(failed)?,
+    };
     // The window, the wait for the last answers, set-up; past it the run is abandoned.
-    let hard_end =
-        Instant::now() + job.window + super::stamp_job::ANSWER_WAIT + Duration::from_secs(30);
+    let limit = job.window + super::stamp_job::ANSWER_WAIT + Duration::from_secs(30);
+    let report = ask_and_wait(
+        source,
+        request,
+        limit,
+        "STAMP test",
+        options,
+        stop,
+        |reply| match reply {
+            AgentReply::StampResult { report } => Some(report),
+            _ => None,
+        },
+    )?;
+    super::stamp_job::within_bounds(*report, job).map_err(failed)
+}
+
+fn agent_failed(source: &str, why: String) -> RunError {
+    RunError::Agent {
+        host: source.to_string(),
+        why,
+        unreachable: None,
+    }
+}
+
+/// Dials the agent at `source`, asks `request` and waits, at most `limit`, for the reply
+/// `result` picks; heartbeats and other replies keep it waiting, an error or silence of
+/// the control timeout ends it, `stop` sends an abort (and still waits for the report
+/// the abort brings).
+fn ask_and_wait<R>(
+    source: &str,
+    request: AgentRequest,
+    limit: Duration,
+    what: &str,
+    options: &RunOptions,
+    stop: &AtomicBool,
+    result: impl Fn(AgentReply) -> Option<R>,
+) -> Result<R, RunError> {
+    let failed = |why: String| agent_failed(source, why);
+    let addr = super::resolve(source).map_err(|e| failed(e.to_string()))?;
+    let (mut link, _) = Link::dial(addr, options.control_timeout, options.key.as_ref())
+        .map_err(|e| failed(format!("cannot connect to {addr}: {e}")))?;
+    link.send(&request).map_err(|e| failed(e.to_string()))?;
+    let hard_end = Instant::now() + limit;
     let mut last_heard = Instant::now();
     let mut aborted = false;
     loop {
@@ -590,25 +593,25 @@ pub fn run_stamp(
             });
         }
         if Instant::now() >= hard_end {
-            return Err(agent_error("the STAMP test outlasted its limit".into()));
+            return Err(failed(format!("the {what} outlasted its limit")));
         }
         match link.recv::<AgentReply>(Duration::from_millis(50)) {
-            Ok(Some(AgentReply::StampResult { report })) => {
-                return super::stamp_job::within_bounds(*report, job).map_err(agent_error)
-            }
             Ok(Some(AgentReply::Error {
                 reason,
                 unreachable,
             })) => return Err(agent_refused(source, reason, unreachable)),
-            Ok(Some(_)) => last_heard = Instant::now(),
+            Ok(Some(reply)) => match result(reply) {
+                Some(found) => return Ok(found),
+                None => last_heard = Instant::now(),
+            },
             Ok(None) if last_heard.elapsed() >= options.control_timeout => {
-                return Err(agent_error(format!(
+                return Err(failed(format!(
                     "silent for {:.1} s",
                     last_heard.elapsed().as_secs_f64()
                 )))
             }
             Ok(None) => {}
-            Err(e) => return Err(agent_error(format!("connection lost: {e}"))),
+            Err(e) => return Err(failed(format!("connection lost: {e}"))),
         }
     }
 }
