@@ -475,9 +475,10 @@ fn stamp_suite_and_linerate_answer_each_other() {
 }
 
 /// The sender's round trip is the wire's: the probes' times of leaving and the answers'
-/// times of arrival are the kernel's, so the median round trip is within 20 us of the one
-/// tcpdump sees on loopback in the same run (between the probe and its answer passing the
-/// interface), however busy the machine; and the reflector's hold is part of it.
+/// times of arrival are the kernel's, so the median round trip is no more than 20 us above
+/// the one tcpdump sees on loopback in the same run (between the probe and its answer
+/// passing the interface), nor 50 us below it, however busy the machine; and the
+/// reflector's hold is part of it.
 #[test]
 fn the_round_trip_is_the_one_tcpdump_sees() {
     let test = "the_round_trip_is_the_one_tcpdump_sees";
@@ -521,8 +522,14 @@ fn the_round_trip_is_the_one_tcpdump_sees() {
     assert!(wire.len() >= 90, "{} round trips captured", wire.len());
     let wire_p50 = wire[wire.len() / 2];
     let ours = num(&doc, "/rtt_us/p50");
+    // tcpdump stamps a packet on lo as the receiving side processes it; linerate's probe
+    // leaves at the device's transmit and its answer arrives at the device's receive:
+    // the same few microseconds apart in release builds (106 against 109 us), and up to
+    // 26 us below the wire's with these test builds. With the loop's time before the
+    // send call as T1 the round trip was 53 us above the wire's: what this test would see
+    // again.
     assert!(
-        (ours - wire_p50).abs() < 20.0,
+        ours - wire_p50 < 20.0 && wire_p50 - ours < 50.0,
         "linerate's median round trip {ours:.1} us, the wire's {wire_p50:.1} us"
     );
     assert!(num(&doc, "/reflector_hold_us") < ours, "{doc}");
