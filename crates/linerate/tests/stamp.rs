@@ -253,7 +253,10 @@ fn rate_caps_and_deny_rules_refuse_and_count() {
     // 20 at once, then 20 a second for as long as the probes took to send (a second, or
     // more on a busy host): no more, and at least the 20.
     let most = 20.0 + 20.0 * (num(&doc, "/duration_s") + 0.1);
-    assert!((20.0..=most).contains(&answered), "{answered} answered, at most {most}: {doc}");
+    assert!(
+        (20.0..=most).contains(&answered),
+        "{answered} answered, at most {most}: {doc}"
+    );
     assert_eq!(answered + refused, 200.0, "{doc}");
     assert_eq!(
         metric(&metrics, "linerate_stamp_answered_packets_total"),
