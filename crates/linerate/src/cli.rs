@@ -190,7 +190,8 @@ pub struct StampArgs {
     /// AF11-AF43, VA; or 0-63); what arrived each way is reported
     #[arg(long, value_parser = dscp)]
     pub dscp: Option<u8>,
-    /// Authenticated mode: the HMAC-SHA-256 key in hexadecimal (at least 16 bytes)
+    /// Authenticated mode: the HMAC-SHA-256 key in hexadecimal (at least 16 bytes; --key
+    /// is linerate's own key file, not STAMP's)
     #[arg(long, value_name = "HEX", conflicts_with = "hmac_key_file")]
     pub hmac_key: Option<String>,
     /// Authenticated mode: the key from FILE (hexadecimal text, or the raw bytes)
