@@ -247,34 +247,9 @@ fn non_negative_seconds(text: &str) -> Result<f64, String> {
 
 /// A DSCP by its name or number.
 pub fn dscp(text: &str) -> Result<u8, String> {
-    let upper = text.trim().to_ascii_uppercase();
-    let named = match upper.as_str() {
-        "BE" | "DF" | "DEFAULT" => Some(0),
-        "EF" => Some(46),
-        "VA" | "VOICE-ADMIT" => Some(44),
-        "LE" => Some(1),
-        _ => None,
-    };
-    if let Some(value) = named {
-        return Ok(value);
-    }
-    if let Some(class) = upper.strip_prefix("CS") {
-        if let Ok(n @ 0..=7) = class.parse::<u8>() {
-            return Ok(n * 8);
-        }
-    }
-    if let Some(af) = upper.strip_prefix("AF") {
-        let digits: Vec<u8> = af.bytes().map(|b| b.wrapping_sub(b'0')).collect();
-        if let [class @ 1..=4, drop @ 1..=3] = digits[..] {
-            return Ok(class * 8 + drop * 2);
-        }
-    }
-    match text.trim().parse::<u8>() {
-        Ok(n) if n < 64 => Ok(n),
-        _ => Err(format!(
-            "'{text}' is not a DSCP: give a name (BE, EF, CS0-CS7, AF11-AF43, VA) or 0-63"
-        )),
-    }
+    linerate_model::units::parse_dscp(text).ok_or_else(|| {
+        format!("'{text}' is not a DSCP: give a name (BE, EF, CS0-CS7, AF11-AF43, VA) or 0-63")
+    })
 }
 
 const RPM_EXAMPLES: &str = "Examples:

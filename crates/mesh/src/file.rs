@@ -28,7 +28,7 @@
 //! ```
 
 use crate::model::*;
-use linerate_model::units::{parse_duration, parse_rate, parse_size};
+use linerate_model::units::{parse_dscp, parse_duration, parse_rate, parse_size};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use toml::Spanned;
@@ -617,7 +617,7 @@ fn read_stamp(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
         None => None,
     };
     let dscp = match &raw.dscp {
-        Some(d) => Some(dscp_of(d.get_ref()).ok_or_else(|| {
+        Some(d) => Some(parse_dscp(d.get_ref()).ok_or_else(|| {
             reader.at(
                 d,
                 format!(
@@ -637,29 +637,6 @@ fn read_stamp(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
             .as_ref()
             .map_or(DEFAULT_STAMP_PORT, |p| *p.get_ref()),
     })
-}
-
-/// A DSCP by its name or number.
-pub fn dscp_of(text: &str) -> Option<u8> {
-    let upper = text.trim().to_ascii_uppercase();
-    match upper.as_str() {
-        "BE" | "DF" | "DEFAULT" => return Some(0),
-        "EF" => return Some(46),
-        "VA" => return Some(44),
-        "LE" => return Some(1),
-        _ => {}
-    }
-    if let Some(class) = upper.strip_prefix("CS") {
-        return class.parse::<u8>().ok().filter(|n| *n <= 7).map(|n| n * 8);
-    }
-    if let Some(af) = upper.strip_prefix("AF") {
-        let digits: Vec<u8> = af.bytes().map(|b| b.wrapping_sub(b'0')).collect();
-        return match digits[..] {
-            [class @ 1..=4, drop @ 1..=3] => Some(class * 8 + drop * 2),
-            _ => None,
-        };
-    }
-    upper.parse::<u8>().ok().filter(|n| *n < 64)
 }
 
 /// An RPM test's options; `leg_s` is its `duration`, each direction's limit.

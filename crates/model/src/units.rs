@@ -49,6 +49,29 @@ fn parse_scaled(text: &str, what: &'static str, base: f64) -> Result<f64, UnitEr
 
 /// Parses a time, in seconds: `10`, `1.5s`, `250ms`, `500us`, `2m`, `1h`. A bare number is
 /// seconds, here as in every flag that takes a time.
+/// A DSCP by its name (BE, EF, VA, LE, CS0-CS7, AF11-AF43) or number (0-63).
+pub fn parse_dscp(text: &str) -> Option<u8> {
+    let upper = text.trim().to_ascii_uppercase();
+    match upper.as_str() {
+        "BE" | "DF" | "DEFAULT" => return Some(0),
+        "EF" => return Some(46),
+        "VA" | "VOICE-ADMIT" => return Some(44),
+        "LE" => return Some(1),
+        _ => {}
+    }
+    if let Some(class) = upper.strip_prefix("CS") {
+        return class.parse::<u8>().ok().filter(|n| *n <= 7).map(|n| n * 8);
+    }
+    if let Some(af) = upper.strip_prefix("AF") {
+        let digits: Vec<u8> = af.bytes().map(|b| b.wrapping_sub(b'0')).collect();
+        return match digits[..] {
+            [class @ 1..=4, drop @ 1..=3] => Some(class * 8 + drop * 2),
+            _ => None,
+        };
+    }
+    upper.parse::<u8>().ok().filter(|n| *n < 64)
+}
+
 pub fn parse_duration(text: &str) -> Result<f64, UnitError> {
     let error = |why| UnitError {
         what: "a time",

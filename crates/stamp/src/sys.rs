@@ -162,32 +162,8 @@ pub fn recv(socket: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, SocketA
     }
     let from = from_sockaddr(&storage)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no source address"))?;
-    let mut meta = Meta::default();
-    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, within
-    // msg_controllen; each payload is read unaligned at the size its type has.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            let level = (*cmsg).cmsg_level;
-            let kind = (*cmsg).cmsg_type;
-            let data = libc::CMSG_DATA(cmsg);
-            let int = || std::ptr::read_unaligned(data.cast::<i32>());
-            match (level, kind) {
-                (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
-                    let ts = std::ptr::read_unaligned(data.cast::<libc::timespec>());
-                    meta.kernel_unix_ns =
-                        Some(i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec));
-                }
-                // IP_TOS arrives as one byte; IP_TTL as an int.
-                (libc::IPPROTO_IP, libc::IP_TOS) => meta.tos = Some(*data),
-                (libc::IPPROTO_IP, libc::IP_TTL) => meta.ttl = Some(int() as u8),
-                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => meta.tos = Some(int() as u8),
-                (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => meta.ttl = Some(int() as u8),
-                _ => {}
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
+    // SAFETY: the kernel filled this header's control buffer within msg_controllen.
+    let meta = unsafe { read_meta(&msg) };
     Ok((n as usize, from, meta))
 }
 
