@@ -191,8 +191,12 @@ fn ssid() -> u16 {
 }
 
 /// An agent's report, checked against what was asked: no more probes than the window
-/// allows at its rate (with a second's slack), no more answers than probes.
-pub(crate) fn within_bounds(report: StampReport, job: &StampJob) -> Result<StampReport, String> {
+/// allows at its rate (with a second's slack), no more answers than probes; its text made
+/// printable and bounded.
+pub(crate) fn within_bounds(
+    mut report: StampReport,
+    job: &StampJob,
+) -> Result<StampReport, String> {
     let most = (job.rate_pps * (job.window.as_secs_f64() + 1.0)).ceil() as u64 + 1;
     if report.sent > most || report.answered > report.sent || report.intervals.len() > 1_000 {
         return Err(format!(
@@ -202,6 +206,26 @@ pub(crate) fn within_bounds(report: StampReport, job: &StampJob) -> Result<Stamp
             report.intervals.len()
         ));
     }
+    // Its words reach rows, logs and terminals: cut and escaped as every peer's text is,
+    // a few warnings at most.
+    let printable = |text: &mut String| *text = linerate_proto::text::printable(text);
+    for text in [
+        &mut report.test,
+        &mut report.target,
+        &mut report.address,
+        &mut report.mode,
+        &mut report.loss.basis,
+    ] {
+        printable(text);
+    }
+    report.warnings.truncate(8);
+    report.warnings.iter_mut().for_each(printable);
+    for way in [&mut report.forward, &mut report.reverse] {
+        if let Some(why) = way.withheld.as_mut() {
+            printable(why);
+        }
+    }
+    report.unrecognized_tlvs.truncate(256);
     Ok(report)
 }
 
@@ -217,6 +241,36 @@ mod tests {
             size,
             dscp: None,
         }
+    }
+
+    /// An agent's report is held to its window's probes, and its words are escaped and
+    /// few before they reach a row, a log or a terminal.
+    #[test]
+    fn an_agents_report_is_bounded_and_printable() {
+        let settings = linerate_stamp::tally::Settings {
+            target: "r\u{1b}[2J".into(),
+            address: "10.0.0.2:862".into(),
+            mode: Mode::Open,
+            rate_pps: 10.0,
+            size: 60,
+            dscp: None,
+            ssid: 1,
+            same_clock: false,
+            sender_clock: None,
+            started_at: 0.0,
+        };
+        let mut report = linerate_stamp::tally::Tally::new(settings, 0).finish(1, false);
+        report.warnings = vec!["line\nforged".into(); 100];
+        let checked = within_bounds(report.clone(), &job(60.0, 10.0, None)).unwrap();
+        assert_eq!(checked.warnings.len(), 8);
+        assert!(
+            !checked.warnings[0].contains('\n'),
+            "{:?}",
+            checked.warnings[0]
+        );
+        assert!(!checked.target.contains('\u{1b}'), "{:?}", checked.target);
+        report.sent = 10_000;
+        assert!(within_bounds(report, &job(60.0, 10.0, None)).is_err());
     }
 
     /// The window must fit --max-duration, the probes --max-rate, and a size its TLVs.
