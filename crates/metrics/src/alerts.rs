@@ -8,17 +8,21 @@ use crate::board::Key;
 use crate::post::{target, Poster, Request, Target};
 use anyhow::Result;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// An open (or just resolved) alert.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Alert {
     pub key: Key,
-    /// "goodput", "latency" or "responsiveness".
+    /// "goodput", "latency", "responsiveness" or "loss".
     pub what: &'static str,
+    /// The newest figure; for loss, the loss over the last `over_s`.
     pub value: f64,
+    /// The baseline's median; for loss, the bound (`loss_above`).
     pub baseline: f64,
+    /// Loss: the span its figure is over, seconds.
+    pub over_s: Option<f64>,
     /// Unix seconds.
     pub started_at: f64,
     /// Set when it resolved.
@@ -53,8 +57,15 @@ impl Alert {
                     format!("the way out of {}'s probes to {}", k.src, k.dst),
                 )
             };
+            let over = self.over_s.map_or(String::new(), |s| {
+                if s >= 60.0 && s % 60.0 == 0.0 {
+                    format!(" over {}m", s / 60.0)
+                } else {
+                    format!(" over {s}s")
+                }
+            });
             return format!(
-                "{}: {way} loses {:.3}% (above {:.3}%), {whose}",
+                "{}: {way} loses {:.3}%{over} (above {:.3}%), {whose}",
                 k.test,
                 self.value * 100.0,
                 self.baseline * 100.0
@@ -82,8 +93,39 @@ pub enum Change {
 #[derive(Debug, Default)]
 pub struct Alerts {
     pub open: BTreeMap<Key, Alert>,
-    /// Loss series worse since this time (Unix seconds), not yet for `loss_for_s`.
-    pub pending: BTreeMap<Key, f64>,
+    /// Loss series: the windows of the last `loss_for_s` (their ends and loss ratios), and
+    /// when the series' first window ended.
+    pub spans: BTreeMap<Key, LossSpan>,
+}
+
+/// A loss series' recent windows, for the loss over `for`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LossSpan {
+    pub windows: VecDeque<(f64, f64)>,
+    pub first_at: Option<f64>,
+}
+
+impl LossSpan {
+    /// Adds a window ending at `at` with loss `ratio`, forgets those that ended `span_s`
+    /// or more before it, and says the loss over the span when the series has been
+    /// watched for all of it: the mean of its windows' ratios (the windows of one test
+    /// have one rate and one length, so this is lost over sent). Watched for all of it:
+    /// its first window ended at most `span_s` less one window's length ago.
+    fn add(&mut self, at: f64, ratio: f64, span_s: f64) -> Option<f64> {
+        let gap = self.windows.back().map(|&(last, _)| at - last);
+        let first = *self.first_at.get_or_insert(at);
+        self.windows.push_back((at, ratio));
+        while self
+            .windows
+            .front()
+            .is_some_and(|&(end, _)| end <= at - span_s)
+        {
+            self.windows.pop_front();
+        }
+        let watched = gap.is_some_and(|gap| first <= at - span_s + gap + 1e-9);
+        let n = self.windows.len() as f64;
+        watched.then(|| self.windows.iter().map(|&(_, r)| r).sum::<f64>() / n)
+    }
 }
 
 impl Alerts {
@@ -91,9 +133,12 @@ impl Alerts {
     /// resolves when it is back to normal. A failed or skipped test changes nothing (that
     /// is `linerate_last_result_ok`'s to say), nor does a series without a baseline.
     ///
-    /// Loss is held to `loss_above` rather than a baseline, and opens only once it has
-    /// been above it for `loss_for_s` (a window of loss is no soft failure; hours are):
-    /// from the end of the first window above it to the end of the latest.
+    /// Loss is held to `loss_above` over the last `loss_for_s` rather than window by
+    /// window: a small steady loss leaves many windows with nothing lost (0.05 % of 600
+    /// probes is 0.3 a window), so a rule per window would never hold for long, and one
+    /// window of loss among clean ones is spread over the span. It opens when the loss of
+    /// the windows that ended in the last `loss_for_s` is above `loss_above`, once the
+    /// series has been watched that long, and resolves when it is back under.
     pub fn update(
         &mut self,
         key: &Key,
@@ -103,17 +148,24 @@ impl Alerts {
         t: &crate::assess::Thresholds,
     ) -> Option<Change> {
         let loss = a.what == "loss";
-        match a.state {
+        let (state, value) = match (loss, a.state, value) {
+            (true, State::Worse | State::Normal, Some(ratio)) => {
+                let span = self.spans.entry(key.clone()).or_default();
+                let over = span.add(now, ratio, t.loss_for_s)?;
+                let state = if over > t.loss_above {
+                    State::Worse
+                } else {
+                    State::Normal
+                };
+                (state, Some(over))
+            }
+            (true, _, _) => return None,
+            (false, state, value) => (state, value),
+        };
+        match state {
             State::Worse => {
                 if self.open.contains_key(key) {
                     return None;
-                }
-                if loss {
-                    let since = *self.pending.entry(key.clone()).or_insert(now);
-                    if now - since < t.loss_for_s {
-                        return None;
-                    }
-                    self.pending.remove(key);
                 }
                 let alert = Alert {
                     key: key.clone(),
@@ -124,6 +176,7 @@ impl Alerts {
                     } else {
                         a.baseline?.median
                     },
+                    over_s: loss.then_some(t.loss_for_s),
                     started_at: now,
                     ended_at: None,
                 };
@@ -131,7 +184,6 @@ impl Alerts {
                 Some(Change::Opened(alert))
             }
             State::Normal => {
-                self.pending.remove(key);
                 let mut alert = self.open.remove(key)?;
                 alert.ended_at = Some(now);
                 if let Some(v) = value {

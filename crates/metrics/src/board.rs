@@ -5,6 +5,7 @@
 
 use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
+use linerate_report::stamp::DELAY_BOUNDS_US;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -140,6 +141,10 @@ pub struct Totals {
     pub rtt_buckets: [u64; RTT_BUCKETS.len() + 1],
     pub rtt_count: u64,
     pub rtt_sum_s: f64,
+    /// STAMP's one-way delays per bucket ([`RTT_BUCKETS`], then +Inf), where told.
+    pub one_way_buckets: [u64; RTT_BUCKETS.len() + 1],
+    pub one_way_count: u64,
+    pub one_way_sum_s: f64,
     /// TCP retransmits of every result that counted them.
     pub retransmits: u64,
 }
@@ -266,8 +271,9 @@ pub struct Figures {
     /// CPU seconds this end's host spent per gigabit moved.
     pub cpu_s_per_gbit: Option<f64>,
     pub responsiveness: Option<Responsiveness>,
-    /// STAMP: the delay this way.
+    /// STAMP: the delay this way, and every probe's in buckets where the clocks tell it.
     pub one_way: Option<OneWayDelay>,
+    pub one_way_histogram: Option<Transactions>,
     pub duration_s: f64,
 }
 
@@ -340,6 +346,18 @@ pub fn figures_of(protocol: &str, document: &Document) -> Option<Figures> {
 /// A STAMP window's figures each way: out (the row's own direction, source to
 /// destination) and back. Each way's loss is its share of the probes sent, where the
 /// reflector let the directions be told apart; else both carry the round trip's.
+/// Adds counts with upper bounds (seconds) into the slots of [`RTT_BUCKETS`] (then +Inf):
+/// each into the first slot whose bound is at least its own.
+fn add_buckets(slots: &mut [u64; RTT_BUCKETS.len() + 1], buckets: &[(f64, u64)]) {
+    for &(le, n) in buckets {
+        let slot = RTT_BUCKETS
+            .iter()
+            .position(|&bound| le <= bound * (1.0 + 1e-9))
+            .unwrap_or(RTT_BUCKETS.len());
+        slots[slot] += n;
+    }
+}
+
 pub fn stamp_figures(report: &linerate_report::stamp::StampReport) -> (Figures, Figures) {
     let sent = report.sent.max(1) as f64;
     let round_trip = report.loss.round_trip as f64 / sent;
@@ -347,8 +365,18 @@ pub fn stamp_figures(report: &linerate_report::stamp::StampReport) -> (Figures, 
         (Some(f), Some(r)) => (f as f64 / sent, r as f64 / sent),
         _ => (round_trip, round_trip),
     };
+    // The report's buckets, upper bounds in seconds (the last: past every bound).
+    let bucketed = |counts: &[u64]| -> Vec<(f64, u64)> {
+        let bounds = DELAY_BOUNDS_US.iter().map(|us| us / 1e6);
+        bounds
+            .chain([f64::INFINITY])
+            .zip(counts.iter().copied())
+            .collect()
+    };
     let rtt = (report.rtt_us.count > 0).then(|| {
         let r = &report.rtt_us;
+        // An older document without buckets adds none, and no count, to the histogram.
+        let told = report.rtt_histogram.len() == DELAY_BOUNDS_US.len() + 1;
         Transactions {
             quantiles: Quantiles {
                 p50: r.p50 / 1e6,
@@ -356,22 +384,36 @@ pub fn stamp_figures(report: &linerate_report::stamp::StampReport) -> (Figures, 
                 p99: r.p99 / 1e6,
                 p999: r.p999 / 1e6,
             },
-            buckets: Vec::new(),
-            count: r.count,
-            sum_s: r.mean / 1e6 * r.count as f64,
+            buckets: bucketed(&report.rtt_histogram),
+            count: if told { r.count } else { 0 },
+            sum_s: if told {
+                r.mean / 1e6 * r.count as f64
+            } else {
+                0.0
+            },
         }
     });
+    let one_way_histogram = |way: &linerate_report::stamp::OneWay| {
+        (way.histogram.len() == DELAY_BOUNDS_US.len() + 1).then(|| Transactions {
+            buckets: bucketed(&way.histogram),
+            count: way.histogram.iter().sum(),
+            sum_s: way.sum_us / 1e6,
+            ..Transactions::default()
+        })
+    };
     let answered = report.answered > 0;
     let forward = Figures {
         loss_ratio: Some(out),
         rtt,
         one_way: answered.then(|| OneWayDelay::of(&report.forward)),
+        one_way_histogram: one_way_histogram(&report.forward),
         duration_s: report.duration_s,
         ..Figures::default()
     };
     let reverse = Figures {
         loss_ratio: Some(back),
         one_way: answered.then(|| OneWayDelay::of(&report.reverse)),
+        one_way_histogram: one_way_histogram(&report.reverse),
         duration_s: report.duration_s,
         ..Figures::default()
     };
@@ -461,17 +503,16 @@ impl Board {
                     Measure::Goodput
                 });
             }
+            let totals = &mut series.totals;
             if let Some(rtt) = &f.rtt {
-                let totals = &mut series.totals;
-                for &(le, n) in &rtt.buckets {
-                    let slot = RTT_BUCKETS
-                        .iter()
-                        .position(|&bound| le <= bound * (1.0 + 1e-9))
-                        .unwrap_or(RTT_BUCKETS.len());
-                    totals.rtt_buckets[slot] += n;
-                }
+                add_buckets(&mut totals.rtt_buckets, &rtt.buckets);
                 totals.rtt_count += rtt.count;
                 totals.rtt_sum_s += rtt.sum_s;
+            }
+            if let Some(delay) = &f.one_way_histogram {
+                add_buckets(&mut totals.one_way_buckets, &delay.buckets);
+                totals.one_way_count += delay.count;
+                totals.one_way_sum_s += delay.sum_s;
             }
         }
         match row.outcome {

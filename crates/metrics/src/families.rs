@@ -64,7 +64,7 @@ fn rpm(latest: &Latest) -> Option<Responsiveness> {
 }
 
 /// The families, in the order a scrape writes them (after `linerate_build_info`).
-pub const FAMILIES: [Family; 15] = [
+pub const FAMILIES: [Family; 16] = [
     Family {
         name: "linerate_goodput_bytes_per_second",
         help: "A stream's newest goodput, counted at the destination",
@@ -199,6 +199,24 @@ pub const FAMILIES: [Family; 15] = [
     },
     Family {
         name: "linerate_one_way_delay_seconds",
+        help: "Every STAMP probe's one-way delay this way since this process started, where both clocks vouch for it",
+        kind: Kind::Histogram,
+        read: |_, t| {
+            if t.one_way_count == 0 {
+                return Vec::new();
+            }
+            vec![Sample {
+                label: None,
+                value: Value::Histogram {
+                    buckets: &t.one_way_buckets,
+                    sum: t.one_way_sum_s,
+                    count: t.one_way_count,
+                },
+            }]
+        },
+    },
+    Family {
+        name: "linerate_last_one_way_delay_seconds",
         help: "A STAMP window's one-way delay this way at a percentile (stat), where both clocks could vouch for it",
         kind: Kind::Gauge,
         read: |l, _| match l.one_way.filter(|_| l.ok) {
@@ -215,7 +233,7 @@ pub const FAMILIES: [Family; 15] = [
         },
     },
     Family {
-        name: "linerate_one_way_added_delay_seconds",
+        name: "linerate_last_one_way_added_delay_seconds",
         help: "A STAMP window's delay this way above its minimum in the window, at a percentile (stat): needs no synchronised clocks",
         kind: Kind::Gauge,
         read: |l, _| match l.one_way.filter(|_| l.ok) {

@@ -531,8 +531,12 @@ fn stamp(sent: u64, out: u64, back: u64) -> Document {
         rtt_us: LatencySummary {
             count: 10,
             p50: 400.0,
+            mean: 400.0,
             ..LatencySummary::default()
         },
+        // Ten round trips in the bucket up to 500 us.
+        rtt_histogram: (0..17).map(|i| if i == 5 { 10 } else { 0 }).collect(),
+        kernel_sent_times: 10,
         reflector_hold_us: None,
         rtt_jitter_us: 0.0,
         // Out: the clocks vouched for the one-way delay; back: withheld.
@@ -542,6 +546,15 @@ fn stamp(sent: u64, out: u64, back: u64) -> Document {
                 p99: 300.0,
                 ..Default::default()
             }),
+            // Eight up to 250 us, two up to 500 us.
+            histogram: (0..17)
+                .map(|i| match i {
+                    4 => 8,
+                    5 => 2,
+                    _ => 0,
+                })
+                .collect(),
+            sum_us: 2_000.0,
             ..Default::default()
         },
         reverse: linerate_report::stamp::OneWay {
@@ -561,14 +574,15 @@ fn stamp(sent: u64, out: u64, back: u64) -> Document {
 }
 
 /// A STAMP window makes two series, the pair's way out and its way back, each with its
-/// own loss; loss above `loss_above` opens an alert only once it has lasted `for`, names
-/// the direction, and resolves when a window comes back under it; a single bad window
-/// opens nothing.
+/// own loss. Loss is held to `loss_above` over the last `for`, not window by window: one
+/// bad window among clean ones stays under it, a steady loss opens an alert for its own
+/// direction alone, naming it, and the alert resolves once the lossy windows have left
+/// the span.
 #[test]
 fn steady_loss_one_way_opens_an_alert_for_that_way_after_its_time() {
     let t = Thresholds {
         loss_above: 0.0005,
-        loss_for_s: 180.0,
+        loss_for_s: 300.0,
         ..Thresholds::default()
     };
     let board = Arc::new(Mutex::new(Board::default()));
@@ -593,32 +607,45 @@ fn steady_loss_one_way_opens_an_alert_for_that_way_after_its_time() {
             }
         }
     };
-    // One bad window (1 of 600 back: 0.17 %), then clean: nothing opens.
-    window(60.0, 0, 1, &mut alerts, &mut changes);
-    window(120.0, 0, 0, &mut alerts, &mut changes);
+    // A minute's windows of 600 probes. Five clean ones, then one with 1 of 600 lost back
+    // (0.17 %): over five minutes 0.033 %, under the bound; nothing opens.
+    for at in [60.0, 120.0, 180.0, 240.0, 300.0] {
+        window(at, 0, 0, &mut alerts, &mut changes);
+    }
+    window(360.0, 0, 1, &mut alerts, &mut changes);
+    for at in [420.0, 480.0, 540.0, 600.0, 660.0] {
+        window(at, 0, 0, &mut alerts, &mut changes);
+    }
     assert!(changes.is_empty(), "{changes:?}");
-    // Steady 0.33 % back from 180 s on: open at 360 s (180 s after the first), back only.
-    for at in [180.0, 240.0, 300.0, 360.0, 420.0] {
+    // 2 of 600 lost back (0.33 %) for three windows: 0.067 % over five minutes at the
+    // first, open then, back only.
+    for at in [720.0, 780.0, 840.0] {
         window(at, 0, 2, &mut alerts, &mut changes);
     }
     assert_eq!(changes.len(), 1, "{changes:?}");
     let (at, direction, change) = &changes[0];
-    assert_eq!((*at, direction.as_str()), (360.0, "reverse"));
+    assert_eq!((*at, direction.as_str()), (720.0, "reverse"));
     let crate::alerts::Change::Opened(alert) = change else {
         panic!("{change:?}");
     };
     assert_eq!(alert.name(), "LinerateLossAbove");
-    let json = crate::alerts::alertmanager_json(alert, None, 400.0);
+    let json = crate::alerts::alertmanager_json(alert, None, 800.0);
     assert_eq!(json["labels"]["direction"], "reverse");
     let summary = json["annotations"]["summary"].as_str().unwrap();
     assert_eq!(
         summary,
-        "loss: b -> a loses 0.333% (above 0.050%), the way back of a's probes to b"
+        "loss: b -> a loses 0.067% over 5m (above 0.050%), the way back of a's probes to b"
     );
-    // Clean again: resolved.
-    window(480.0, 0, 0, &mut alerts, &mut changes);
+    // Clean again: open while the five minutes hold lossy windows over the bound (one of
+    // five at 1080 s: 0.067 %), resolved once the last has left them (1140 s).
+    for at in [900.0, 960.0, 1020.0, 1080.0] {
+        window(at, 0, 0, &mut alerts, &mut changes);
+    }
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    window(1140.0, 0, 0, &mut alerts, &mut changes);
+    assert_eq!(changes.len(), 2, "{changes:?}");
     assert!(
-        matches!(changes[1].2, crate::alerts::Change::Resolved(_)),
+        matches!(changes[1], (at, ref d, crate::alerts::Change::Resolved(_)) if at == 1140.0 && d == "reverse"),
         "{changes:?}"
     );
     // The exposition carries the loss each way.
@@ -626,9 +653,30 @@ fn steady_loss_one_way_opens_an_alert_for_that_way_after_its_time() {
     assert!(text.contains("linerate_loss_ratio{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"reverse\",protocol=\"udp\"} 0"), "{text}");
     // The added delay each way is there always; the one-way delay only where the clocks
     // vouched for it (out, not back).
-    assert!(text.contains("linerate_one_way_added_delay_seconds{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"reverse\",protocol=\"udp\",stat=\"p99\"}"), "{text}");
-    assert!(text.contains("linerate_one_way_delay_seconds{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"forward\",protocol=\"udp\",stat=\"p50\"} 0.0002"), "{text}");
-    assert!(!text.contains("linerate_one_way_delay_seconds{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"reverse\""), "{text}");
+    assert!(text.contains("linerate_last_one_way_added_delay_seconds{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"reverse\",protocol=\"udp\",stat=\"p99\"}"), "{text}");
+    assert!(text.contains("linerate_last_one_way_delay_seconds{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"forward\",protocol=\"udp\",stat=\"p50\"} 0.0002"), "{text}");
+    assert!(!text.contains("linerate_last_one_way_delay_seconds{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"reverse\""), "{text}");
+    // Every probe's delay, in the histogram: nineteen windows of ten, the buckets
+    // cumulative (nothing up to 100 us, all up to the 500 us bound), `_count` equal to
+    // +Inf.
+    let line = |suffix: &str, le: &str| {
+        format!("linerate_one_way_delay_seconds{suffix}{{{le}mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"forward\",protocol=\"udp\"}}")
+    };
+    for (bucket, want) in [("0.0001", 0), ("0.0005", 190), ("+Inf", 190)] {
+        let l = line("_bucket", &format!("le=\"{bucket}\","));
+        assert!(text.contains(&format!("{l} {want}")), "{l} {want}: {text}");
+    }
+    assert!(
+        text.contains(&format!("{} 190", line("_count", ""))),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{} 0.038", line("_sum", ""))),
+        "{text}"
+    );
+    assert!(!text.contains("linerate_one_way_delay_seconds_count{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"reverse\""), "{text}");
+    // The round trips, in the rr histogram's family, consistent too.
+    assert!(text.contains("linerate_rtt_seconds_count{mesh=\"m\",src=\"a\",dst=\"b\",test=\"loss\",direction=\"forward\",protocol=\"udp\"} 190"), "{text}");
 }
 
 /// A reflector's counts are written as counters by reason, in both formats.

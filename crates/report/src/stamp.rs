@@ -42,6 +42,44 @@ pub struct OneWay {
     pub added_us: DelayFigures,
     /// RFC 3550's interarrival jitter of this direction, microseconds.
     pub jitter_us: f64,
+    /// Every answered probe's one-way delay this way, counted into [`DELAY_BOUNDS_US`]
+    /// (not cumulative; one more count past the last bound); empty when the delay is
+    /// withheld. Their sum, microseconds, for a histogram's `_sum`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub histogram: Vec<u64>,
+    #[serde(default)]
+    pub sum_us: f64,
+}
+
+/// Upper bounds of a one-way delay histogram's buckets, microseconds: 10 us to 1 s in
+/// 1-2.5-5 steps (every bound of the metrics' round-trip buckets is among them).
+pub const DELAY_BOUNDS_US: [f64; 16] = [
+    10.0,
+    25.0,
+    50.0,
+    100.0,
+    250.0,
+    500.0,
+    1_000.0,
+    2_500.0,
+    5_000.0,
+    10_000.0,
+    25_000.0,
+    50_000.0,
+    100_000.0,
+    250_000.0,
+    500_000.0,
+    1_000_000.0,
+];
+
+/// The bucket of [`DELAY_BOUNDS_US`] a delay (nanoseconds) falls in; a negative one (clocks
+/// apart) in the first, past the last bound in the last.
+pub fn delay_bucket(ns: i64) -> usize {
+    let us = ns as f64 / 1e3;
+    DELAY_BOUNDS_US
+        .iter()
+        .position(|&bound| us <= bound)
+        .unwrap_or(DELAY_BOUNDS_US.len())
 }
 
 /// Percentiles of a delay, microseconds.
@@ -119,6 +157,13 @@ pub struct StampReport {
     pub loss: StampLoss,
     /// T4 − T1: from the probe's leaving to its answer's arrival, this host's clock.
     pub rtt_us: LatencySummary,
+    /// Every round trip counted into [`DELAY_BOUNDS_US`] (as [`OneWay::histogram`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rtt_histogram: Vec<u64>,
+    /// Answered probes whose T1 is the kernel's time of leaving (SO_TIMESTAMPING); the
+    /// others' is the sender's loop's time before the send call.
+    #[serde(default)]
+    pub kernel_sent_times: u64,
     /// The reflector's hold, T3 − T2, median: part of the round trip that is no network.
     pub reflector_hold_us: Option<f64>,
     pub rtt_jitter_us: f64,

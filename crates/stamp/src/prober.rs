@@ -3,14 +3,20 @@
 //! one wake-up sends a probe for each, and their answers come back together: a hundred
 //! peers at 10/s wake the thread about twenty times a second, not two thousand.
 //!
-//! Each session keeps its own socket (a reflector tells sessions apart by address and
-//! port, as RFC 8762 says, whatever their SSIDs) and its own figures; the loop only
-//! decides when each is looked at.
+//! Sessions to different reflectors share a socket where the kernel can time each send
+//! apart (Linux 6.13's SCM_TS_OPT_ID): one call sends a wake-up's probes, one brings
+//! their answers. Elsewhere each session keeps its own socket. A reflector tells
+//! sessions apart by address and port (RFC 8762), so two sessions to one reflector never
+//! share one. Each session keeps its own figures; the loop decides when each is looked
+//! at and carries its packets.
 
-use crate::sender::{Options, Session};
-use crate::wire;
+use crate::sender::{open_socket, Options, Pending, Session};
+use crate::sys::{self, ReceiveBatch, SendBatch};
+use crate::wire::{self, Mode};
 use linerate_report::stamp::StampReport;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -38,12 +44,14 @@ pub fn shared() -> io::Result<&'static Prober> {
     if let Some(prober) = PROBER.get() {
         return Ok(prober);
     }
-    let started = Prober::start()?;
+    let started = Prober::start(sys::has_send_timestamp_ids())?;
     Ok(PROBER.get_or_init(|| started))
 }
 
 impl Prober {
-    fn start() -> io::Result<Prober> {
+    /// Starts a prober's thread; `share`: sessions to different reflectors share sockets
+    /// (the kernel must take a timestamp id per send).
+    pub(crate) fn start(share: bool) -> io::Result<Prober> {
         // SAFETY: eventfd with valid flags; the descriptor lives as long as the process
         // (the prober is never dropped: it is the process's).
         let wake = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -53,7 +61,7 @@ impl Prober {
         let (commands, inbox) = channel();
         std::thread::Builder::new()
             .name("stamp-prober".into())
-            .spawn(move || run(&inbox, wake))?;
+            .spawn(move || run(&inbox, wake, share))?;
         Ok(Prober {
             commands: Mutex::new(commands),
             wake,
@@ -86,6 +94,9 @@ impl Prober {
 
 struct Running {
     session: Session,
+    /// The shared socket the session's probes use (an index into the ports), or `None`
+    /// when it has its own.
+    port: Option<usize>,
     cancel: Arc<AtomicBool>,
     done: Sender<Outcome>,
 }
@@ -95,66 +106,393 @@ fn on_grid(now_ns: u64, gap_ns: u64) -> u64 {
     now_ns.div_ceil(gap_ns.max(1)) * gap_ns.max(1)
 }
 
-fn run(inbox: &Receiver<Start>, wake: RawFd) {
-    let epoch = Instant::now();
-    let mono = || epoch.elapsed().as_nanos() as u64;
-    let mut sessions: Vec<Running> = Vec::new();
-    let mut buf = vec![0u8; wire::MAX_PACKET + 1];
-    let mut fds: Vec<libc::pollfd> = Vec::new();
-    loop {
-        while let Ok(start) = inbox.try_recv() {
-            let now = mono();
-            let gap = (1e9 / start.options.rate_pps).max(1.0) as u64;
-            match Session::open(&start.options, now, on_grid(now, gap)) {
-                Ok(session) => sessions.push(Running {
-                    session,
-                    cancel: start.cancel,
-                    done: start.done,
-                }),
-                Err(e) => {
-                    let _ = start.done.send(Err(e));
+/// Probes to many reflectors, one socket: one `sendmmsg` carries a wake-up's probes,
+/// `recvmmsg` brings their answers (told apart by the reflector's address) and their
+/// times of leaving (told apart by the id each send gave, SCM_TS_OPT_ID). A hundred peers
+/// cost a few system calls a wake-up instead of five a probe. Sessions to one reflector
+/// address (two tests to one router) take different ports, as the reflector tells
+/// sessions apart by address and port.
+struct Port {
+    socket: UdpSocket,
+    v6: bool,
+    dscp: Option<u8>,
+    mode: Mode,
+    /// The reflector each session of this port probes, and the session's key.
+    sessions: HashMap<SocketAddr, u64>,
+    /// Each session's SSID, distinct on the port: a reflector answering from another of
+    /// its addresses than the one probed (a host bound to every address, a router) is
+    /// still matched to the session by it.
+    by_ssid: HashMap<u16, u64>,
+    out: SendBatch,
+    inbox: ReceiveBatch,
+    /// Sends not yet timed: (the send's id, the session's key, the probe's seq), in the
+    /// order sent.
+    unstamped: VecDeque<(u32, u64, u32)>,
+    next_id: u32,
+}
+
+/// The most sends a port waits on the kernel's times for; older ones are forgotten (a
+/// kernel that stopped telling them).
+const MOST_UNSTAMPED: usize = 65_536;
+/// The most probes a port sends in one call.
+const BATCH: usize = 128;
+
+impl Port {
+    fn open(v6: bool, dscp: Option<u8>, mode: Mode) -> io::Result<Port> {
+        Ok(Port {
+            socket: open_socket(v6, dscp)?,
+            v6,
+            dscp,
+            mode,
+            sessions: HashMap::new(),
+            by_ssid: HashMap::new(),
+            out: SendBatch::new(BATCH, wire::MAX_PACKET, v6, false),
+            inbox: ReceiveBatch::new(64, wire::MAX_PACKET + 1),
+            unstamped: VecDeque::new(),
+            next_id: 0,
+        })
+    }
+
+    /// Whether a session to `addr` with these marks can use this port: one probe each of
+    /// its sessions fits one batch.
+    fn fits(&self, addr: SocketAddr, dscp: Option<u8>, mode: Mode) -> bool {
+        self.v6 == addr.is_ipv6()
+            && self.dscp == dscp
+            && self.mode == mode
+            && self.sessions.len() < BATCH
+            && !self.sessions.contains_key(&addr)
+    }
+}
+
+/// The loop's state: the sessions and the sockets they share.
+struct Loop {
+    epoch: Instant,
+    sessions: HashMap<u64, Running>,
+    ports: Vec<Option<Port>>,
+    next_key: u64,
+    /// Whether sessions may share sockets (the kernel takes a timestamp id per send).
+    share: bool,
+}
+
+impl Loop {
+    fn mono(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn start(&mut self, mut start: Start) {
+        let now = self.mono();
+        let gap = (1e9 / start.options.rate_pps).max(1.0) as u64;
+        let first = on_grid(now, gap);
+        let options = &mut start.options;
+        let (session, port) = if self.share {
+            match self.port_for(options.addr, options.dscp, options.mode) {
+                Ok(port) => {
+                    // An SSID already on the port is drawn again (the next free one).
+                    if let Some(p) = self.ports[port].as_ref() {
+                        while options.ssid == 0 || p.by_ssid.contains_key(&options.ssid) {
+                            options.ssid = options.ssid.wrapping_add(1);
+                        }
+                    }
+                    (Ok(Session::open_shared(options, now, first)), Some(port))
                 }
+                Err(e) => (Err(e), None),
+            }
+        } else {
+            (Session::open(options, now, first), None)
+        };
+        match session {
+            Ok(session) => {
+                let key = self.next_key;
+                self.next_key += 1;
+                if let Some(p) = port.and_then(|p| self.ports[p].as_mut()) {
+                    p.sessions.insert(start.options.addr, key);
+                    p.by_ssid.insert(start.options.ssid, key);
+                }
+                self.sessions.insert(
+                    key,
+                    Running {
+                        session,
+                        port,
+                        cancel: start.cancel,
+                        done: start.done,
+                    },
+                );
+            }
+            Err(e) => {
+                let _ = start.done.send(Err(e));
             }
         }
-        let now = mono();
-        for running in &mut sessions {
+    }
+
+    /// The shared socket a new session to `addr` uses: one that has no session to that
+    /// address yet, or a new one.
+    fn port_for(&mut self, addr: SocketAddr, dscp: Option<u8>, mode: Mode) -> io::Result<usize> {
+        if let Some(i) = self
+            .ports
+            .iter()
+            .position(|p| p.as_ref().is_some_and(|p| p.fits(addr, dscp, mode)))
+        {
+            return Ok(i);
+        }
+        let port = Port::open(addr.is_ipv6(), dscp, mode)?;
+        match self.ports.iter().position(Option::is_none) {
+            Some(i) => {
+                self.ports[i] = Some(port);
+                Ok(i)
+            }
+            None => {
+                self.ports.push(Some(port));
+                Ok(self.ports.len() - 1)
+            }
+        }
+    }
+
+    /// Sends what is due: sessions with their own socket one by one, the others a batch
+    /// per shared socket.
+    fn send_due(&mut self) {
+        let now = self.mono();
+        let mut batched: Vec<(usize, u64, Pending)> = Vec::new();
+        let mut failed = Vec::new();
+        for (&key, running) in &mut self.sessions {
             if running.cancel.load(Ordering::Relaxed) {
                 running.session.interrupt();
             }
-            if let Err(e) = running.session.tick(now, &epoch) {
-                running.session.interrupt();
-                let _ = running.done.send(Err(e));
+            let Some(port) = running.port.and_then(|p| self.ports[p].as_mut()) else {
+                if let Err(e) = running.session.tick(now, &self.epoch) {
+                    failed.push((key, e));
+                }
+                continue;
+            };
+            if !running.session.advance(now) {
+                continue;
+            }
+            // A port has no more sessions than a batch holds.
+            let Some(buffer) = port.out.next_buffer() else {
+                continue;
+            };
+            let pending = running.session.next_probe(&self.epoch, buffer);
+            let len = buffer.len();
+            let id = port.next_id;
+            port.next_id = port.next_id.wrapping_add(1);
+            port.out
+                .push_stamped(len, running.session.options().addr, None, Some(id));
+            batched.push((running.port.unwrap_or(0), key, pending));
+        }
+        for (key, e) in failed {
+            self.fail(key, e);
+        }
+        for (index, slot) in self.ports.iter_mut().enumerate() {
+            let Some(port) = slot.as_mut() else { continue };
+            let first_id = port
+                .next_id
+                .wrapping_sub(batched.iter().filter(|(p, _, _)| *p == index).count() as u32);
+            if let Err(e) = port.out.send(&port.socket) {
+                // A socket that cannot send at all: its sessions end with the error.
+                let keys: Vec<u64> = port.sessions.values().copied().collect();
+                let text = e.to_string();
+                for key in keys {
+                    if let Some(running) = self.sessions.get_mut(&key) {
+                        running.session.interrupt();
+                        let _ = running
+                            .done
+                            .send(Err(io::Error::new(e.kind(), text.clone())));
+                    }
+                }
+                continue;
+            }
+            for (i, (_, key, pending)) in batched.iter().filter(|(p, _, _)| *p == index).enumerate()
+            {
+                if !port.out.left(i) {
+                    continue;
+                }
+                if let Some(running) = self.sessions.get_mut(key) {
+                    running.session.probe_left(*pending);
+                }
+                port.unstamped
+                    .push_back((first_id.wrapping_add(i as u32), *key, pending.seq));
+                if port.unstamped.len() > MOST_UNSTAMPED {
+                    port.unstamped.pop_front();
+                }
             }
         }
-        // Finished sessions leave with their figures.
-        let now = mono();
-        sessions.retain(|running| {
-            if running.session.is_done() {
-                let _ = running.done.send(Ok(running.session.finish(now)));
-                false
-            } else {
-                true
+    }
+
+    fn fail(&mut self, key: u64, e: io::Error) {
+        if let Some(running) = self.sessions.get_mut(&key) {
+            running.session.interrupt();
+            let _ = running.done.send(Err(e));
+        }
+    }
+
+    /// Takes in what a shared socket holds: the times its probes left, then the answers.
+    /// True when a session that was awaiting its last answers got one.
+    fn receive(&mut self, index: usize) -> bool {
+        let mut ending = false;
+        let Some(port) = self.ports[index].as_mut() else {
+            return false;
+        };
+        let mut stamps = Vec::new();
+        let _ = port.inbox.tx_timestamps(&port.socket, &mut stamps);
+        for (id, unix_ns) in stamps {
+            // Times come in the order of the sends: those before this one that never got
+            // a time are forgotten.
+            while let Some(&(front, key, seq)) = port.unstamped.front() {
+                let behind = id.wrapping_sub(front);
+                if behind > u32::MAX / 2 {
+                    break; // a time for a send already forgotten
+                }
+                port.unstamped.pop_front();
+                if behind == 0 {
+                    if let Some(running) = self.sessions.get_mut(&key) {
+                        running.session.left_at(seq, unix_ns);
+                    }
+                    break;
+                }
             }
-        });
-        let due = sessions
+        }
+        // Bounded: a socket flooded by strangers yields the loop after a few batches.
+        for _ in 0..64 {
+            let n = match port.inbox.recv(&port.socket) {
+                Ok(n) => n,
+                // An ICMP error queued for an earlier probe: read past it.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)
+                    ) =>
+                {
+                    continue
+                }
+                Err(_) => break,
+            };
+            for i in 0..n {
+                let Some((bytes, truncated, from, meta)) = port.inbox.datagram(i) else {
+                    continue;
+                };
+                let key = port
+                    .sessions
+                    .get(&from)
+                    .or_else(|| {
+                        // An IPv4 reflector answering an IPv6 socket arrives mapped.
+                        match from {
+                            SocketAddr::V6(v6) => v6.ip().to_ipv4_mapped().and_then(|ip| {
+                                port.sessions.get(&SocketAddr::new(ip.into(), v6.port()))
+                            }),
+                            SocketAddr::V4(_) => None,
+                        }
+                    })
+                    // From another address of the reflector: its SSID says whose.
+                    .or_else(|| {
+                        wire::reflected_ssid(bytes, port.mode).and_then(|s| port.by_ssid.get(&s))
+                    });
+                if let (Some(key), false) = (key, truncated) {
+                    if let Some(running) = self.sessions.get_mut(key) {
+                        running.session.take_answer(bytes, meta, &self.epoch);
+                        ending |= running.session.is_waiting();
+                    }
+                }
+            }
+            if n < 64 {
+                break;
+            }
+        }
+        ending
+    }
+
+    /// Finished sessions leave with their figures; a shared socket with none left closes.
+    fn retire(&mut self) {
+        let now = self.mono();
+        let done: Vec<u64> = self
+            .sessions
             .iter()
-            .filter_map(|r| r.session.due_ns())
-            .min()
-            .unwrap_or(now + 1_000_000_000);
-        // A wait for the last answers is looked at every 20 ms; nothing waits past a
-        // second without a look.
+            .filter(|(_, r)| r.session.is_done())
+            .map(|(&k, _)| k)
+            .collect();
+        for key in done {
+            let Some(running) = self.sessions.remove(&key) else {
+                continue;
+            };
+            let _ = running.done.send(Ok(running.session.finish(now)));
+            if let Some(index) = running.port {
+                let options = running.session.options();
+                if let Some(port) = self.ports[index].as_mut() {
+                    port.sessions.remove(&options.addr);
+                    port.by_ssid.remove(&options.ssid);
+                    if port.sessions.is_empty() {
+                        self.ports[index] = None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn run(inbox: &Receiver<Start>, wake: RawFd, share: bool) {
+    let mut state = Loop {
+        epoch: Instant::now(),
+        sessions: HashMap::new(),
+        ports: Vec::new(),
+        next_key: 0,
+        share,
+    };
+    let mut buf = vec![0u8; wire::MAX_PACKET + 1];
+    // What each polled descriptor is: the wake-up, a shared socket, a session's own.
+    enum Polled {
+        Wake,
+        Port(usize),
+        Own(u64),
+    }
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut polled: Vec<Polled> = Vec::new();
+    // A full pass (every session looked at, sends, retirements, the descriptors to
+    // watch) runs when something is due, when a session was added or may have ended,
+    // and at least once a second (a cancel); a wake-up for answers alone only reads.
+    let (mut due, mut full, mut last_full) = (0u64, true, 0u64);
+    loop {
+        while let Ok(start) = inbox.try_recv() {
+            state.start(start);
+            full = true;
+        }
+        let now = state.mono();
+        if full || now >= due || now >= last_full + 1_000_000_000 {
+            state.send_due();
+            state.retire();
+            let now = state.mono();
+            due = state
+                .sessions
+                .values()
+                .filter_map(|r| r.session.due_ns())
+                .min()
+                .unwrap_or(now + 1_000_000_000);
+            fds.clear();
+            polled.clear();
+            let mut watch = |fd: RawFd, what: Polled| {
+                fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                polled.push(what);
+            };
+            watch(wake, Polled::Wake);
+            for (i, port) in state.ports.iter().enumerate() {
+                if let Some(port) = port {
+                    watch(port.socket.as_raw_fd(), Polled::Port(i));
+                }
+            }
+            for (&key, running) in &state.sessions {
+                if let Some(socket) = running.session.socket() {
+                    watch(socket.as_raw_fd(), Polled::Own(key));
+                }
+            }
+            (full, last_full) = (false, now);
+        }
+        let now = state.mono();
+        // Nothing waits past a second without a look.
         let wait_ns = due.saturating_sub(now).min(1_000_000_000);
-        fds.clear();
-        fds.push(libc::pollfd {
-            fd: wake,
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        fds.extend(sessions.iter().map(|r| libc::pollfd {
-            fd: r.session.socket().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }));
+        for fd in &mut fds {
+            fd.revents = 0;
+        }
         let ts = libc::timespec {
             tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
             tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
@@ -171,17 +509,28 @@ fn run(inbox: &Receiver<Start>, wake: RawFd) {
         if ready <= 0 {
             continue;
         }
-        if fds[0].revents & libc::POLLIN != 0 {
-            let mut count = 0u64;
-            // SAFETY: reads 8 octets into a live u64 (clears the eventfd).
-            unsafe { libc::read(wake, (&mut count as *mut u64).cast(), 8) };
-        }
-        for (running, fd) in sessions.iter_mut().zip(&fds[1..]) {
+        for (fd, what) in fds.iter().zip(&polled) {
             // POLLERR: the probes' times of leaving wait on the error queue.
-            if fd.revents & (libc::POLLIN | libc::POLLERR) != 0 {
-                if let Err(e) = running.session.drain(&mut buf, &epoch) {
-                    running.session.interrupt();
-                    let _ = running.done.send(Err(e));
+            if fd.revents & (libc::POLLIN | libc::POLLERR) == 0 {
+                continue;
+            }
+            match *what {
+                Polled::Wake => {
+                    let mut count = 0u64;
+                    // SAFETY: reads 8 octets into a live u64 (clears the eventfd).
+                    unsafe { libc::read(wake, (&mut count as *mut u64).cast(), 8) };
+                }
+                // An answer to a session awaiting its last ones may end it.
+                Polled::Port(i) => full |= state.receive(i),
+                Polled::Own(key) => {
+                    full = true;
+                    let epoch = state.epoch;
+                    let Some(running) = state.sessions.get_mut(&key) else {
+                        continue;
+                    };
+                    if let Err(e) = running.session.drain(&mut buf, &epoch) {
+                        state.fail(key, e);
+                    }
                 }
             }
         }

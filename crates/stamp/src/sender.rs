@@ -49,6 +49,31 @@ impl Options {
     }
 }
 
+/// A probe written and not yet known to have left.
+#[derive(Debug, Clone, Copy)]
+pub struct Pending {
+    pub seq: u32,
+    timestamp: Timestamp,
+    sent_ns: u64,
+}
+
+/// A socket for probes of one family and DSCP: nonblocking, with each arrival's TOS,
+/// TTL and time asked of the kernel, and each leaving's time where the kernel tells it.
+pub fn open_socket(v6: bool, dscp: Option<u8>) -> io::Result<UdpSocket> {
+    let local: SocketAddr = if v6 {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(local)?;
+    socket.set_nonblocking(true)?;
+    sys::enable_meta(&socket, v6)?;
+    sys::set_marks(&socket, v6, dscp.map_or(0, |d| d << 2))?;
+    // Without it (an old kernel) T1 is the loop's time before the send call.
+    let _ = sys::enable_tx_timestamps(&socket);
+    Ok(socket)
+}
+
 /// Whether `ip` is one of this host's addresses (so both ends read one clock).
 pub fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
@@ -72,7 +97,9 @@ enum Phase {
 /// times given are monotonic nanoseconds on the driver's clock (`epoch`).
 pub struct Session {
     options: Options,
-    socket: UdpSocket,
+    /// The session's own socket; `None` where a driver sends and receives for it on a
+    /// socket shared with sessions to other reflectors ([`Session::open_shared`]).
+    socket: Option<UdpSocket>,
     v6: bool,
     error: ErrorEstimate,
     tally: Tally,
@@ -88,18 +115,19 @@ impl Session {
     /// Opens the session's socket; its first probe is due at `first_ns` (a shared loop
     /// lines sessions of one rate up on one grid, so one wake-up serves them all).
     pub fn open(options: &Options, now_ns: u64, first_ns: u64) -> io::Result<Session> {
+        let socket = open_socket(options.addr.is_ipv6(), options.dscp)?;
+        Ok(Session::new(options, Some(socket), now_ns, first_ns))
+    }
+
+    /// A session without a socket of its own: its driver sends the probes it encodes
+    /// ([`Session::next_probe`]) on a socket it shares with sessions to other reflectors
+    /// and hands it the answers from its reflector ([`Session::take_answer`]).
+    pub fn open_shared(options: &Options, now_ns: u64, first_ns: u64) -> Session {
+        Session::new(options, None, now_ns, first_ns)
+    }
+
+    fn new(options: &Options, socket: Option<UdpSocket>, now_ns: u64, first_ns: u64) -> Session {
         let v6 = options.addr.is_ipv6();
-        let local: SocketAddr = if v6 {
-            (Ipv6Addr::UNSPECIFIED, 0).into()
-        } else {
-            (Ipv4Addr::UNSPECIFIED, 0).into()
-        };
-        let socket = UdpSocket::bind(local)?;
-        socket.set_nonblocking(true)?;
-        sys::enable_meta(&socket, v6)?;
-        sys::set_marks(&socket, v6, options.dscp.map_or(0, |d| d << 2))?;
-        // Without it (an old kernel) T1 is the loop's time before the send call.
-        let _ = sys::enable_tx_timestamps(&socket);
         let clock = linerate_hostinfo::clock::read();
         let error = clock.map_or(ErrorEstimate::new(false, false, 1.0), |c| {
             ErrorEstimate::new(c.synchronised, false, c.max_error_s)
@@ -119,7 +147,7 @@ impl Session {
             },
             now_ns,
         );
-        Ok(Session {
+        Session {
             options: options.clone(),
             socket,
             v6,
@@ -133,11 +161,16 @@ impl Session {
             interrupted: false,
             packet: Vec::with_capacity(wire::MAX_PACKET),
             tlvs: Vec::with_capacity(wire::MAX_PACKET),
-        })
+        }
     }
 
-    pub fn socket(&self) -> &UdpSocket {
-        &self.socket
+    /// The session's own socket, if it has one.
+    pub fn socket(&self) -> Option<&UdpSocket> {
+        self.socket.as_ref()
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.options
     }
 
     /// When the session next needs its driver, if it does.
@@ -147,6 +180,11 @@ impl Session {
             Phase::Waiting { until_ns } => Some(until_ns),
             Phase::Done => None,
         }
+    }
+
+    /// Whether all is sent and the last answers are awaited.
+    pub fn is_waiting(&self) -> bool {
+        matches!(self.phase, Phase::Waiting { .. })
     }
 
     pub fn is_done(&self) -> bool {
@@ -164,6 +202,17 @@ impl Session {
     /// Does what is due at `now_ns`: the next probe, the end of sending, the end of the
     /// wait for answers.
     pub fn tick(&mut self, now_ns: u64, epoch: &Instant) -> io::Result<()> {
+        if self.advance(now_ns) {
+            self.send_probe(epoch)?;
+        }
+        Ok(())
+    }
+
+    /// Moves the session on to `now_ns`: the end of sending, the end of the wait for
+    /// answers. True when a probe is due now: the caller sends it (`tick` on the
+    /// session's own socket; a shared loop with [`Session::next_probe`]).
+    pub fn advance(&mut self, now_ns: u64) -> bool {
+        let mut due = false;
         if let Phase::Sending { next_ns } = self.phase {
             let elapsed = now_ns.saturating_sub(self.start_ns);
             let done = self.options.count.is_some_and(|c| self.tally.sent() >= c)
@@ -176,7 +225,7 @@ impl Session {
                     until_ns: now_ns + self.options.timeout.as_nanos() as u64,
                 };
             } else if now_ns >= next_ns {
-                self.send_probe(epoch)?;
+                due = true;
                 let mut next = next_ns + self.gap_ns;
                 // Far behind (the host was busy): start the timeline again, no burst.
                 if now_ns > next + 10 * self.gap_ns {
@@ -190,10 +239,32 @@ impl Session {
                 self.phase = Phase::Done;
             }
         }
-        Ok(())
+        due
     }
 
     fn send_probe(&mut self, epoch: &Instant) -> io::Result<()> {
+        let mut packet = std::mem::take(&mut self.packet);
+        let pending = self.next_probe(epoch, &mut packet);
+        let socket = self
+            .socket
+            .as_ref()
+            .expect("a session sending itself has a socket");
+        let sent = sys::send(socket, &packet, self.options.addr, None, self.v6);
+        self.packet = packet;
+        match sent {
+            Ok(_) => self.probe_left(pending),
+            // A full send buffer or an ICMP error from an earlier probe: this probe did
+            // not leave; it is not counted as sent (or lost).
+            Err(e) if retry(&e) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// Writes the next probe into `packet` (T1 is now): the caller sends it and, once it
+    /// has left, says so with [`Session::probe_left`]. A probe that did not leave is not
+    /// counted as sent, and its sequence number goes to the next.
+    pub fn next_probe(&mut self, epoch: &Instant, packet: &mut Vec<u8>) -> Pending {
         let seq = self.tally.next_seq();
         let probe = TestPacket {
             seq,
@@ -208,27 +279,83 @@ impl Session {
             key,
             &mut self.tlvs,
         );
-        wire::encode_test(&probe, self.options.mode, key, &self.tlvs, &mut self.packet);
-        let sent_ns = epoch.elapsed().as_nanos() as u64;
-        match sys::send(&self.socket, &self.packet, self.options.addr, None, self.v6) {
-            Ok(_) => self.tally.sent_probe(seq, sent_ns, probe.timestamp),
-            // A full send buffer or an ICMP error from an earlier probe: this probe did
-            // not leave; it is not counted as sent (or lost).
-            Err(e) if retry(&e) => {}
-            Err(e) => return Err(e),
+        wire::encode_test(&probe, self.options.mode, key, &self.tlvs, packet);
+        Pending {
+            seq,
+            timestamp: probe.timestamp,
+            sent_ns: epoch.elapsed().as_nanos() as u64,
         }
-        Ok(())
     }
 
-    /// Takes the probes' times of leaving, then every answer waiting on the socket (a
-    /// probe's time of leaving is queued before its answer can exist).
+    /// Counts a probe of [`Session::next_probe`] as sent.
+    pub fn probe_left(&mut self, pending: Pending) {
+        self.tally
+            .sent_probe(pending.seq, pending.sent_ns, pending.timestamp);
+    }
+
+    /// The kernel's time of probe `seq`'s leaving, Unix nanoseconds.
+    pub fn left_at(&mut self, seq: u32, unix_ns: i128) {
+        self.tally.left_at(seq, unix_ns);
+    }
+
+    /// Takes the probes' times of leaving, then every answer waiting on the session's own
+    /// socket (a probe's time of leaving is queued before its answer can exist).
     pub fn drain(&mut self, buf: &mut [u8], epoch: &Instant) -> io::Result<()> {
+        let Some(socket) = self.socket.take() else {
+            return Ok(());
+        };
         let mut left = Vec::new();
-        sys::tx_timestamps(&self.socket, &mut left)?;
-        for (seq, unix_ns) in left {
-            self.tally.left_at(seq, unix_ns);
-        }
-        drain(&self.socket, buf, &self.options, &mut self.tally, epoch)
+        let drained = sys::tx_timestamps(&socket, &mut left).and_then(|()| {
+            for (seq, unix_ns) in left {
+                self.tally.left_at(seq, unix_ns);
+            }
+            loop {
+                match sys::recv(&socket, buf) {
+                    Ok((n, _from, meta)) => {
+                        if n <= wire::MAX_PACKET {
+                            self.take_answer(&buf[..n], meta, epoch);
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    // An ICMP error for an earlier probe (port unreachable): that probe
+                    // is lost.
+                    Err(e) if retry(&e) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        });
+        self.socket = Some(socket);
+        drained
+    }
+
+    /// Takes one datagram from the reflector in: an answer to one of this session's
+    /// probes, or not (it is then counted as not of this run, or ignored when it does
+    /// not parse). `meta` is what the kernel said of it on arrival.
+    pub fn take_answer(&mut self, bytes: &[u8], meta: sys::Meta, epoch: &Instant) {
+        let now_unix = sys::unix_ns();
+        let now_ns = epoch.elapsed().as_nanos() as u64;
+        let options = &self.options;
+        let Ok(answer) = wire::decode_reflected(bytes, options.mode, options.key.as_ref()) else {
+            return;
+        };
+        let area = &bytes[options.mode.base_len()..];
+        let tlvs = tlv::Answer::read(area, &bytes[..4], options.key.as_ref());
+        // The kernel's time of arrival: how long the answer waited in the socket is taken
+        // off this loop's clock too, so the round trip is the network's and the
+        // reflector's, not this loop's wake-up.
+        let (arrived_unix_ns, arrived_ns) = match meta.kernel_unix_ns {
+            Some(k) if (0..1_000_000_000).contains(&(now_unix - k)) => {
+                (k, now_ns.saturating_sub((now_unix - k) as u64))
+            }
+            _ => (now_unix, now_ns),
+        };
+        self.tally.answer(&Reply {
+            answer,
+            tlvs,
+            arrived_unix_ns,
+            arrived_ns,
+            tos: meta.tos,
+        });
     }
 
     /// Closes the interval ending at `now_ns`.
@@ -275,8 +402,8 @@ pub fn run(
         } else {
             until
         };
-        if until > now {
-            sys::wait_readable(session.socket(), Duration::from_nanos(until - now))?;
+        if let Some(socket) = session.socket().filter(|_| until > now) {
+            sys::wait_readable(socket, Duration::from_nanos(until - now))?;
         }
     }
     let end = mono();
@@ -297,50 +424,4 @@ fn retry(e: &io::Error) -> bool {
                 | libc::ENETUNREACH
         )
     )
-}
-
-/// Takes every answer waiting on the socket.
-fn drain(
-    socket: &UdpSocket,
-    buf: &mut [u8],
-    options: &Options,
-    tally: &mut Tally,
-    epoch: &Instant,
-) -> io::Result<()> {
-    loop {
-        let (n, _from, meta) = match sys::recv(socket, buf) {
-            Ok(got) => got,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            // An ICMP error for an earlier probe (port unreachable): that probe is lost.
-            Err(e) if retry(&e) => continue,
-            Err(e) => return Err(e),
-        };
-        let now_unix = sys::unix_ns();
-        let now_ns = epoch.elapsed().as_nanos() as u64;
-        if n > wire::MAX_PACKET {
-            continue;
-        }
-        let bytes = &buf[..n];
-        let Ok(answer) = wire::decode_reflected(bytes, options.mode, options.key.as_ref()) else {
-            continue;
-        };
-        let area = &bytes[options.mode.base_len()..];
-        let tlvs = tlv::Answer::read(area, &bytes[..4], options.key.as_ref());
-        // The kernel's time of arrival: how long the answer waited in the socket is taken
-        // off this loop's clock too, so the round trip is the network's and the
-        // reflector's, not this loop's wake-up.
-        let (arrived_unix_ns, arrived_ns) = match meta.kernel_unix_ns {
-            Some(k) if (0..1_000_000_000).contains(&(now_unix - k)) => {
-                (k, now_ns.saturating_sub((now_unix - k) as u64))
-            }
-            _ => (now_unix, now_ns),
-        };
-        tally.answer(&Reply {
-            answer,
-            tlvs,
-            arrived_unix_ns,
-            arrived_ns,
-            tos: meta.tos,
-        });
-    }
 }

@@ -296,6 +296,31 @@ impl ReceiveBatch {
 
     /// Receives what is waiting, without waiting: how many datagrams (0 when none).
     pub fn recv(&mut self, socket: &impl AsRawFd) -> io::Result<usize> {
+        self.recv_with(socket, libc::MSG_DONTWAIT)
+    }
+
+    /// Takes the transmit times waiting on the socket's error queue, a batch a call, into
+    /// `out` as [`tx_timestamps`] does.
+    pub fn tx_timestamps(
+        &mut self,
+        socket: &impl AsRawFd,
+        out: &mut Vec<(u32, i128)>,
+    ) -> io::Result<()> {
+        loop {
+            let n = self.recv_with(socket, libc::MSG_DONTWAIT | libc::MSG_ERRQUEUE)?;
+            for h in &self.headers[..n] {
+                // SAFETY: the kernel filled this header's control buffer.
+                if let Some(stamp) = unsafe { read_tx_stamp(&h.msg_hdr) } {
+                    out.push(stamp);
+                }
+            }
+            if n < self.headers.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn recv_with(&mut self, socket: &impl AsRawFd, flags: i32) -> io::Result<usize> {
         for h in &mut self.headers {
             h.msg_hdr.msg_namelen =
                 std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -309,7 +334,7 @@ impl ReceiveBatch {
                 socket.as_raw_fd(),
                 self.headers.as_mut_ptr(),
                 self.headers.len() as u32,
-                libc::MSG_DONTWAIT,
+                flags,
                 std::ptr::null_mut(),
             )
         };
@@ -388,7 +413,11 @@ pub struct SendBatch {
     addrs: Vec<Option<SocketAddr>>,
     names: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
     tos: Vec<Option<u8>>,
-    controls: Vec<[u64; 8]>,
+    /// A transmit-timestamp id for this datagram alone (SCM_TS_OPT_ID).
+    ids: Vec<Option<u32>>,
+    /// Whether each datagram of the last `send` left.
+    left: Vec<bool>,
+    controls: Vec<[u64; 12]>,
     iovs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
     /// The answers each header carries.
@@ -413,7 +442,9 @@ impl SendBatch {
             // SAFETY: zeroed sockaddr_storage is a valid value.
             names: vec![(unsafe { std::mem::zeroed() }, 0); count],
             tos: vec![None; count],
-            controls: vec![[0u64; 8]; count],
+            ids: vec![None; count],
+            left: vec![false; count],
+            controls: vec![[0u64; 12]; count],
             iovs: Vec::with_capacity(count),
             headers: Vec::with_capacity(count),
             carried: Vec::with_capacity(count),
@@ -430,21 +461,35 @@ impl SendBatch {
 
     /// Adds the answer written in `next_buffer`: its length, where and with what TOS.
     pub fn push(&mut self, len: usize, to: SocketAddr, tos: Option<u8>) {
+        self.push_stamped(len, to, tos, None);
+    }
+
+    /// As [`push`](Self::push), and where `id` is given the kernel's time of this
+    /// datagram's leaving comes back on the error queue under that id (SCM_TS_OPT_ID,
+    /// Linux 6.13; the socket has [`enable_tx_timestamps`]). Such a datagram is never
+    /// sent segmented.
+    pub fn push_stamped(&mut self, len: usize, to: SocketAddr, tos: Option<u8>, id: Option<u32>) {
         let i = self.count;
         self.lens[i] = len;
         self.addrs[i] = Some(to);
         self.names[i] = to_sockaddr(to);
         self.tos[i] = tos;
+        self.ids[i] = id;
         self.count += 1;
+    }
+
+    /// Whether datagram `i` (in the order pushed) left in the last `send`.
+    pub fn left(&self, i: usize) -> bool {
+        self.left.get(i).copied().unwrap_or(false)
     }
 
     /// Writes header `h`'s control messages (a TOS, a segment size) into control `c`.
     fn control(&mut self, c: usize, first: usize, segments: usize) -> usize {
         let control = &mut self.controls[c];
-        *control = [0; 8];
+        *control = [0; 12];
         let mut used = 0;
         let mapped = matches!(self.addrs[first].map(|a| a.ip()), Some(IpAddr::V6(ip)) if ip.to_ipv4_mapped().is_some());
-        // SAFETY: two control messages of at most 24 octets each fit the 64-octet buffer.
+        // SAFETY: three control messages of at most 24 octets each fit the 96-octet buffer.
         unsafe {
             let base = control.as_mut_ptr().cast::<u8>();
             if let Some(tos) = self.tos[first] {
@@ -472,6 +517,14 @@ impl SendBatch {
                 );
                 used += libc::CMSG_SPACE(2) as usize;
             }
+            if let Some(id) = self.ids[first] {
+                let header = base.add(used).cast::<libc::cmsghdr>();
+                (*header).cmsg_level = libc::SOL_SOCKET;
+                (*header).cmsg_type = SCM_TS_OPT_ID;
+                (*header).cmsg_len = libc::CMSG_LEN(4) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<u32>(), id);
+                used += libc::CMSG_SPACE(4) as usize;
+            }
         }
         used
     }
@@ -479,6 +532,7 @@ impl SendBatch {
     /// Sends every answer pushed; how many left. The batch is empty afterwards.
     pub fn send(&mut self, socket: &impl AsRawFd) -> io::Result<usize> {
         let count = std::mem::take(&mut self.count);
+        self.left.iter_mut().for_each(|l| *l = false);
         if count == 0 {
             return Ok(0);
         }
@@ -494,13 +548,14 @@ impl SendBatch {
         let mut i = 0;
         while i < count {
             let mut j = i + 1;
-            if self.segment {
+            if self.segment && self.ids[i].is_none() {
                 while j < count
                     && j - i < MAX_SEGMENTS
                     && (j - i + 1) * self.lens[i] <= MAX_SEGMENTED_BYTES
                     && self.lens[j] == self.lens[i]
                     && self.addrs[j] == self.addrs[i]
                     && self.tos[j] == self.tos[i]
+                    && self.ids[j].is_none()
                 {
                     j += 1;
                 }
@@ -554,7 +609,12 @@ impl SendBatch {
                     _ => return Err(e),
                 }
             }
-            delivered += self.carried[at..at + n as usize].iter().sum::<usize>();
+            let carried: usize = self.carried[at..at + n as usize].iter().sum();
+            let first: usize = self.carried[..at].iter().sum();
+            self.left[first..first + carried]
+                .iter_mut()
+                .for_each(|l| *l = true);
+            delivered += carried;
             at += n as usize;
         }
         Ok(delivered)
@@ -563,6 +623,37 @@ impl SendBatch {
 
 /// SO_TIMESTAMPING and its control message (asm-generic/socket.h; x86 and arm alike).
 const SO_TIMESTAMPING: i32 = 37;
+/// A send's own transmit-timestamp id (asm-generic/socket.h, Linux 6.13).
+const SCM_TS_OPT_ID: i32 = 81;
+
+/// Whether this kernel takes a transmit-timestamp id per send (SCM_TS_OPT_ID, Linux
+/// 6.13): then datagrams to many destinations can share one socket and still have their
+/// times of leaving told apart.
+pub fn has_send_timestamp_ids() -> bool {
+    // SAFETY: uname fills a zeroed utsname.
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut name) } != 0 {
+        return false;
+    }
+    let release: String = name
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect();
+    kernel_at_least(&release, (6, 13))
+}
+
+/// Whether a kernel release string ("6.18.44-foo") is at least `major.minor`.
+pub fn kernel_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
 
 /// Asks for the kernel's time of each datagram's leaving (SO_TIMESTAMPING, software, one
 /// id per send, no copy of the datagram), read back from the error queue: a probe's T1 as
@@ -581,7 +672,7 @@ pub fn enable_tx_timestamps(socket: &impl AsRawFd) -> io::Result<()> {
 }
 
 /// The transmit times waiting on the error queue: (the send's id, counted from 0 per
-/// socket; Unix nanoseconds).
+/// socket unless the send gave its own; Unix nanoseconds).
 pub fn tx_timestamps(socket: &impl AsRawFd, out: &mut Vec<(u32, i128)>) -> io::Result<()> {
     loop {
         let mut data = [0u8; 64];
@@ -612,36 +703,43 @@ pub fn tx_timestamps(socket: &impl AsRawFd, out: &mut Vec<(u32, i128)>) -> io::R
                 Err(e)
             };
         }
-        let (mut when, mut id) = (None, None);
-        // SAFETY: the CMSG_* macros walk the control buffer the kernel filled.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-            while !cmsg.is_null() {
-                let data = libc::CMSG_DATA(cmsg);
-                match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
-                    (libc::SOL_SOCKET, SO_TIMESTAMPING) => {
-                        // struct scm_timestamping: three timespecs, the first software.
-                        let ts = std::ptr::read_unaligned(data.cast::<libc::timespec>());
-                        if ts.tv_sec != 0 || ts.tv_nsec != 0 {
-                            when = Some(
-                                i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec),
-                            );
-                        }
-                    }
-                    (libc::IPPROTO_IP, libc::IP_RECVERR)
-                    | (libc::IPPROTO_IPV6, libc::IPV6_RECVERR) => {
-                        let err = std::ptr::read_unaligned(data.cast::<libc::sock_extended_err>());
-                        if err.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
-                            id = Some(err.ee_data);
-                        }
-                    }
-                    _ => {}
-                }
-                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-            }
-        }
-        if let (Some(when), Some(id)) = (when, id) {
-            out.push((id, when));
+        // SAFETY: the kernel filled this header's control buffer.
+        if let Some(stamp) = unsafe { read_tx_stamp(&msg) } {
+            out.push(stamp);
         }
     }
+}
+
+/// A transmit time's id and Unix nanoseconds, from an error-queue message's control
+/// messages.
+///
+/// # Safety
+/// As [`read_meta`].
+unsafe fn read_tx_stamp(msg: &libc::msghdr) -> Option<(u32, i128)> {
+    let (mut when, mut id) = (None, None);
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+        while !cmsg.is_null() {
+            let data = libc::CMSG_DATA(cmsg);
+            match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
+                (libc::SOL_SOCKET, SO_TIMESTAMPING) => {
+                    // struct scm_timestamping: three timespecs, the first software.
+                    let ts = std::ptr::read_unaligned(data.cast::<libc::timespec>());
+                    if ts.tv_sec != 0 || ts.tv_nsec != 0 {
+                        when = Some(i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec));
+                    }
+                }
+                (libc::IPPROTO_IP, libc::IP_RECVERR) | (libc::IPPROTO_IPV6, libc::IPV6_RECVERR) => {
+                    let err = std::ptr::read_unaligned(data.cast::<libc::sock_extended_err>());
+                    if err.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
+                        id = Some(err.ee_data);
+                    }
+                }
+                _ => {}
+            }
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+        }
+    }
+    Some((id?, when?))
 }

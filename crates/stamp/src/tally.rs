@@ -8,7 +8,8 @@ use crate::wire::{tlv, ErrorEstimate, Reflected, Timestamp};
 use linerate_model::clock::ClockState;
 use linerate_model::latency::LatencyHistogram;
 use linerate_report::stamp::{
-    Clocks, DelayFigures, Marks, OneWay, StampInterval, StampLoss, StampReport, STAMP,
+    delay_bucket, Clocks, DelayFigures, Marks, OneWay, StampInterval, StampLoss, StampReport,
+    DELAY_BOUNDS_US, STAMP,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -93,11 +94,16 @@ struct Delays {
     stride: u64,
     seen: u64,
     min: Option<i64>,
+    /// Every delay counted into its bucket (exact, however many were thinned).
+    buckets: [u64; DELAY_BOUNDS_US.len() + 1],
+    sum_ns: i128,
 }
 
 impl Delays {
     fn record(&mut self, ns: i64) {
         self.min = Some(self.min.map_or(ns, |m| m.min(ns)));
+        self.buckets[delay_bucket(ns)] += 1;
+        self.sum_ns += i128::from(ns);
         if self.stride == 0 {
             self.stride = 1;
         }
@@ -180,6 +186,8 @@ pub struct Tally {
     duplicates: u64,
     reordered: u64,
     unmatched: u64,
+    kernel_sent_times: u64,
+    rtt_buckets: [u64; DELAY_BOUNDS_US.len() + 1],
     highest: Option<u32>,
     rtt: LatencyHistogram,
     hold: Delays,
@@ -233,6 +241,8 @@ impl Tally {
             duplicates: 0,
             reordered: 0,
             unmatched: 0,
+            kernel_sent_times: 0,
+            rtt_buckets: [0; DELAY_BOUNDS_US.len() + 1],
             highest: None,
             rtt: LatencyHistogram::new(),
             hold: Delays::default(),
@@ -337,10 +347,12 @@ impl Tally {
 
         let rtt = reply.arrived_ns.saturating_sub(sent_ns);
         self.rtt.record(rtt);
+        self.rtt_buckets[delay_bucket(rtt.min(i64::MAX as u64) as i64)] += 1;
         self.current.rtt.push(rtt as i64);
         self.rtt_jitter.record(i128::from(rtt));
 
         // One-way delays: each timestamp read in the format its own error estimate says.
+        self.kernel_sent_times += u64::from(left_unix_ns.is_some());
         let t1 = left_unix_ns.unwrap_or_else(|| a.sender_timestamp.unix_ns(a.sender_error.ptp()));
         let t2 = a.receive.unix_ns(a.error.ptp());
         let t3 = a.timestamp.unix_ns(a.error.ptp());
@@ -508,11 +520,22 @@ impl Tally {
     fn one_way(&self, delays: &Delays, jitter: &Jitter) -> OneWay {
         let absolute = delays.figures(0);
         let withheld = self.withheld(&absolute);
+        let told = withheld.is_none() && delays.seen > 0;
         OneWay {
             delay_us: withheld.is_none().then_some(absolute),
             withheld,
             added_us: delays.figures(delays.min.unwrap_or(0)),
             jitter_us: jitter.estimate / 1e3,
+            histogram: if told {
+                delays.buckets.to_vec()
+            } else {
+                Vec::new()
+            },
+            sum_us: if told {
+                delays.sum_ns as f64 / 1e3
+            } else {
+                0.0
+            },
         }
     }
 
@@ -555,6 +578,12 @@ impl Tally {
             duplicates: self.duplicates,
             reordered: self.reordered,
             unmatched: self.unmatched,
+            kernel_sent_times: self.kernel_sent_times,
+            rtt_histogram: if self.answered > 0 {
+                self.rtt_buckets.to_vec()
+            } else {
+                Vec::new()
+            },
             loss: self.loss(),
             rtt_us: self.rtt.summary(false),
             reflector_hold_us: (self.answered > 0).then(|| self.hold.figures(0).p50),

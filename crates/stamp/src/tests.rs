@@ -534,3 +534,120 @@ proptest! {
         prop_assert!(stop.map_or(true, |at| at < bytes.len()));
     }
 }
+
+/// Many sessions on the prober's one thread, as an agent runs them: sessions to two
+/// reflectors, two of them to one reflector (which must not share a socket, or the
+/// reflector would take them for one), one with a DSCP of its own, one to a reflector
+/// that answers from another of its addresses than the one probed. Every probe is
+/// answered and matched to its own session, loss is split each way from the reflector's
+/// counts, and each probe's time of leaving is the kernel's, sent back under the id its
+/// send gave where sockets are shared.
+#[test]
+fn the_prober_carries_many_sessions_each_answered_as_its_own() {
+    // Shared sockets where the kernel times each send apart (6.13), else one each.
+    let shared = crate::prober::shared().unwrap();
+    many_sessions_on_one_prober(shared);
+    if crate::sys::has_send_timestamp_ids() {
+        let own_sockets = crate::prober::Prober::start(false).unwrap();
+        many_sessions_on_one_prober(&own_sockets);
+    }
+}
+
+fn many_sessions_on_one_prober(prober: &crate::prober::Prober) {
+    use crate::listener;
+    use crate::sender::Options;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::time::Duration;
+    let permits: listener::Permits = Arc::new(|_| Ok(()));
+    let log: listener::LogLine = Arc::new(|_| {});
+    let start = |at: &str| {
+        listener::start(
+            at.parse().unwrap(),
+            crate::reflector::Config::default(),
+            permits.clone(),
+            log.clone(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (start("127.0.0.1:0"), start("127.0.0.1:0"));
+    // Bound to every address: it answers a probe to 127.0.0.2 from 127.0.0.1.
+    let c = start("0.0.0.0:0");
+    let c_addr: std::net::SocketAddr =
+        (std::net::Ipv4Addr::new(127, 0, 0, 2), c.addr.port()).into();
+    let count = 40;
+    let session = |addr: std::net::SocketAddr, dscp: Option<u8>, ssid: u16| Options {
+        target: addr.to_string(),
+        addr,
+        mode: Mode::Open,
+        key: None,
+        rate_pps: 200.0,
+        count: Some(count),
+        duration: None,
+        extensions: all_tlvs(),
+        dscp,
+        timeout: Duration::from_secs(2),
+        report_every: Duration::ZERO,
+        same_clock: true,
+        ssid,
+        started_at: 0.0,
+    };
+    let runs = [
+        // One SSID: only their ports tell these two apart.
+        session(a.addr, None, 11),
+        session(a.addr, None, 11),
+        session(b.addr, None, 13),
+        session(b.addr, Some(46), 14),
+        session(c_addr, None, 15),
+    ];
+    let outcomes: Vec<_> = runs
+        .iter()
+        .map(|o| {
+            prober
+                .probe(o.clone(), Arc::new(AtomicBool::new(false)))
+                .unwrap()
+        })
+        .collect();
+    for (options, outcome) in runs.iter().zip(outcomes) {
+        let report = outcome
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the session ends")
+            .expect("the session runs");
+        assert_eq!(report.sent, count, "{}", options.ssid);
+        assert_eq!(report.answered, count, "{}: {report:?}", options.ssid);
+        assert_eq!(
+            report.unmatched, 0,
+            "{}: another session's answers",
+            options.ssid
+        );
+        assert_eq!(report.duplicates, 0);
+        assert_eq!(report.loss.forward, Some(0), "{}", options.ssid);
+        assert_eq!(report.loss.reverse, Some(0), "{}", options.ssid);
+        assert!(report.rtt_us.min > 0.0, "{:?}", report.rtt_us);
+        // Linux has told a UDP send's time since 3.17; shared sockets tell them apart by
+        // the id each send gives (6.13), and a wrong id would leave probes untimed.
+        assert_eq!(report.kernel_sent_times, count, "{}", options.ssid);
+        if let Some(marks) = &report.marks {
+            assert_eq!(options.dscp, Some(46));
+            assert!(marks.forward.iter().all(|m| m.0 == 46), "{marks:?}");
+            assert_eq!(marks.forward.iter().map(|m| m.2).sum::<u64>(), count);
+        } else {
+            assert_eq!(options.dscp, None);
+        }
+    }
+    // The two to `a` came from two ports: two sessions there (its count is updated
+    // each second).
+    std::thread::sleep(Duration::from_millis(1_200));
+    assert_eq!(
+        a.counters
+            .answered
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2 * count
+    );
+    assert_eq!(
+        a.counters
+            .sessions
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+}

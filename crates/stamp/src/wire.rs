@@ -431,6 +431,13 @@ pub fn decode_reflected(
     })
 }
 
+/// The SSID a reflected packet of `mode` carries, without checking the rest of it (a
+/// loop that must find which session an answer is for before reading it whole).
+pub fn reflected_ssid(bytes: &[u8], mode: Mode) -> Option<u16> {
+    let at = layout(mode).ssid;
+    (bytes.len() >= mode.base_len()).then(|| u16_at(bytes, at))
+}
+
 /// RFC 8972's TLVs: types, flags and the ones linerate fills or reads.
 pub mod tlv {
     use super::{put32, u32_at, Key, HMAC_LEN};
