@@ -445,6 +445,8 @@ struct Coordinator<'a> {
     next_discovery: Option<std::time::Instant>,
     /// The due time last said to be waited for.
     told_waiting: Option<f64>,
+    /// Documents stored so far in this session (for `[store] detail_every`).
+    documents_kept: u64,
     /// `--cycles`: how many this session runs.
     cycles: Option<u64>,
 }
@@ -508,6 +510,7 @@ impl<'a> Coordinator<'a> {
             moving_to: None,
             down_kept_in: BTreeMap::new(),
             told_waiting: None,
+            documents_kept: 0,
             cycles: options.cycles,
             next_discovery: options
                 .rediscover
@@ -554,11 +557,22 @@ impl<'a> Coordinator<'a> {
         }
     }
 
-    /// Stores a result (its run id set) and notes it as its job's newest.
+    /// Stores a result (its run id set) and notes it as its job's newest. The document
+    /// goes in compact unless `[store]` keeps this one whole; the result reported on (to
+    /// the metrics, the grid, the alerts) keeps its every figure either way.
     fn keep(&mut self, result: &mut JobResult) -> Result<()> {
         if let Some(store) = self.store.as_deref_mut() {
             let json = match &result.document {
-                Some(document) => Some(document.to_json()?),
+                Some(document) => {
+                    let n = self.documents_kept;
+                    self.documents_kept += 1;
+                    let failed = !result.row.outcome.is_ok();
+                    Some(if self.mesh.store.keeps_whole(n, failed) {
+                        document.to_stored_json()?
+                    } else {
+                        document.compact().to_stored_json()?
+                    })
+                }
                 None => None,
             };
             result.row.run_id =

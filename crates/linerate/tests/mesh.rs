@@ -1185,3 +1185,118 @@ fn the_archive_is_reached_over_verified_tls_and_its_password_never_shows() {
     drop(postgres);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A mesh keeps its jobs' documents compact: the figures and percentiles, not the
+/// histograms, per-thread figures and host counters. The rr probes' documents average at
+/// most 2 KB as stored; one job in `detail_every` keeps its whole document, which `show`
+/// reads as any run; and `show` of a compact one says what was not kept. The figures a
+/// compact document keeps are the whole one's: the destination's received bytes against
+/// its interface counter still hold (the test above reads them from the documents).
+#[test]
+fn a_mesh_keeps_compact_documents_and_the_whole_one_where_asked() {
+    let test = "a_mesh_keeps_compact_documents_and_the_whole_one_where_asked";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("compact", 3);
+    let key = key_file("compact");
+    let _agents: Vec<ServeProcess> = (0..2).map(|i| agent(&star, i, &key)).collect();
+    let mut text = format!("name = \"compact\"\nkey = \"{key}\"\n");
+    for i in 0..2 {
+        text += &format!(
+            "[[host]]\nname = \"h{i}\"\naddress = \"{}:{PORT}\"\n",
+            star.addrs[i]
+        );
+    }
+    text += "[store]\ndetail_every = 4\n\
+             [[test]]\nname = \"lat\"\nrun = \"rr\"\nrate = \"20/s\"\nduration = \"1s\"\ninterval = \"1s\"\n\
+             [[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"2s\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"lat\", \"tput\"]\n";
+    let file = std::env::temp_dir().join(format!("linerate-{}-compact.toml", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    let db = fresh_db("compact");
+    let out = linerate_in(
+        &star.hosts[2],
+        &[
+            "--db",
+            &db,
+            "mesh",
+            "run",
+            file.to_str().unwrap(),
+            "--cycles",
+            "3",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    // (run id, test, stored document's length, whether it is whole), in the order kept.
+    let mut query = conn
+        .prepare(
+            "SELECT r.id, m.test, length(r.document), instr(r.document, '\"not_kept\"') = 0
+             FROM mesh_results m JOIN runs r ON r.id = m.run_id ORDER BY r.id",
+        )
+        .unwrap();
+    let runs: Vec<(i64, String, i64, bool)> = query
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(runs.len() >= 12, "{runs:?}");
+    // One in four whole: the first, the fifth, ...
+    for (n, (id, _, _, whole)) in runs.iter().enumerate() {
+        assert_eq!(*whole, n % 4 == 0, "run {id} (the {n}th kept): {runs:?}");
+    }
+    let compact_rr: Vec<i64> = runs
+        .iter()
+        .filter(|(_, test, _, whole)| test == "lat" && !whole)
+        .map(|r| r.2)
+        .collect();
+    assert!(!compact_rr.is_empty(), "{runs:?}");
+    let average = compact_rr.iter().sum::<i64>() as f64 / compact_rr.len() as f64;
+    eprintln!("compact rr documents: {average:.0} bytes on average");
+    assert!(
+        average <= 2048.0,
+        "compact rr documents average {average:.0} bytes: {runs:?}"
+    );
+    // Whole ones are larger (their histograms, the hosts' counters and facts).
+    let whole_rr: Vec<i64> = runs
+        .iter()
+        .filter(|(_, test, _, whole)| test == "lat" && *whole)
+        .map(|r| r.2)
+        .collect();
+    if let Some(whole) = whole_rr.first() {
+        assert!(*whole as f64 > average, "{runs:?}");
+    }
+    // `show` reads both; a compact one says what it lacks, with the figures still there.
+    let compact_id = runs
+        .iter()
+        .find(|r| r.1 == "lat" && !r.3)
+        .unwrap()
+        .0
+        .to_string();
+    let shown = linerate_in(&star.hosts[2], &["--db", &db, "show", &compact_id]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("Not kept"), "{text}");
+    assert!(text.contains("latency histograms"), "{text}");
+    let doc = json(&linerate_in(
+        &star.hosts[2],
+        &["--db", &db, "show", &compact_id, "--json"],
+    ));
+    assert!(
+        num(&doc, "/groups/0/transactions/0/latency_us/p50") > 0.0,
+        "{doc}"
+    );
+    assert!(
+        num(&doc, "/groups/0/transactions/0/iterations") >= 10.0,
+        "{doc}"
+    );
+    let whole_id = runs[0].0.to_string();
+    let shown = linerate_in(&star.hosts[2], &["--db", &db, "show", &whole_id]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    assert!(!String::from_utf8_lossy(&shown.stdout).contains("Not kept"));
+    let _ = std::fs::remove_file(&db);
+}

@@ -51,6 +51,7 @@ struct RawMesh {
     seed: Option<Spanned<u64>>,
     limits: Option<RawLimits>,
     alerts: Option<RawAlerts>,
+    store: Option<RawStore>,
     #[serde(default)]
     host: Vec<Spanned<RawHost>>,
     #[serde(default)]
@@ -85,6 +86,13 @@ struct RawAlerts {
     alertmanager: Option<Spanned<String>>,
     webhook: Option<Spanned<String>>,
     grid_url: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    detail: Option<Spanned<String>>,
+    detail_every: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -316,8 +324,28 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
         Some(a) => alert_rules(&reader, a)?,
         None => AlertRules::default(),
     };
+    let mut store = StorePolicy::default();
+    if let Some(raw_store) = &raw.store {
+        if let Some(detail) = &raw_store.detail {
+            store.detail = match detail.get_ref().as_str() {
+                "none" => Detail::None,
+                "failed" => Detail::Failed,
+                "all" => Detail::All,
+                other => {
+                    return Err(reader.at(
+                        detail,
+                        format!("detail '{other}' must be \"none\", \"failed\" or \"all\""),
+                    ))
+                }
+            };
+        }
+        if let Some(every) = &raw_store.detail_every {
+            store.detail_every = *every.get_ref();
+        }
+    }
     Ok(Mesh {
         alerts,
+        store,
         seed: raw.seed.map_or_else(|| name_seed(&name), |s| *s.get_ref()),
         name,
         key: raw.key.map(|k| k.into_inner().into()),

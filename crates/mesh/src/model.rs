@@ -35,6 +35,43 @@ pub struct Mesh {
     pub discover: Vec<Discover>,
     /// When a pair is worse than its baseline, and where alerts go (`[alerts]`).
     pub alerts: AlertRules,
+    /// How much of each job's document the store keeps (`[store]`).
+    pub store: StorePolicy,
+}
+
+/// The `[store]` section: how much of each job's result document is kept. A mesh runs
+/// thousands of jobs an hour; the row and a compact document (the figures and
+/// percentiles) are enough to follow a pair, and the whole detail (histograms, per-thread
+/// figures, the hosts' counters) is what a failure is looked into with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StorePolicy {
+    pub detail: Detail,
+    /// Besides, one job's document in this many kept whole (0: none).
+    pub detail_every: u64,
+}
+
+/// Whose documents are kept whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Detail {
+    /// Nobody's: every document compact.
+    #[default]
+    None,
+    /// Failed jobs' (a partial run's detail shows where it broke).
+    Failed,
+    /// Every job's.
+    All,
+}
+
+impl StorePolicy {
+    /// Whether the `n`th stored document (counted from 0) of a job that `failed` is kept
+    /// whole.
+    pub fn keeps_whole(&self, n: u64, failed: bool) -> bool {
+        match self.detail {
+            Detail::All => true,
+            Detail::Failed if failed => true,
+            _ => self.detail_every > 0 && n.is_multiple_of(self.detail_every),
+        }
+    }
 }
 
 /// The `[alerts]` section: thresholds against each pair's baseline and the receivers.

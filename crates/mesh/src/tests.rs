@@ -764,3 +764,41 @@ fn stamp_mistakes_in_a_mesh_file_are_one_line_too() {
     ];
     assert_one_line_errors(&cases);
 }
+
+/// `[store]`: compact documents by default; whole ones for failed jobs, for one job in
+/// N, or for all, as the file says; a wrong word is one line naming it and its place.
+#[test]
+fn the_store_section_says_whose_documents_are_kept_whole() {
+    let m = parse("m.toml", &mesh_text(2, false)).unwrap();
+    assert_eq!(m.store, StorePolicy::default());
+    assert!(!(0..10).any(|n| m.store.keeps_whole(n, false) || m.store.keeps_whole(n, true)));
+    let text = format!(
+        "{}[store]\ndetail = \"failed\"\ndetail_every = 10\n",
+        mesh_text(2, false)
+    );
+    let m = parse("m.toml", &text).unwrap();
+    assert_eq!(
+        m.store,
+        StorePolicy {
+            detail: Detail::Failed,
+            detail_every: 10
+        }
+    );
+    let whole: Vec<u64> = (0..25).filter(|&n| m.store.keeps_whole(n, false)).collect();
+    assert_eq!(whole, [0, 10, 20]);
+    assert!((0..25).all(|n| m.store.keeps_whole(n, true)));
+    let all = StorePolicy {
+        detail: Detail::All,
+        detail_every: 0,
+    };
+    assert!((0..5).all(|n| all.keeps_whole(n, false)));
+    let text = mesh_text(2, false);
+    let line = text.lines().count() + 2;
+    let bad = format!("{text}[store]\ndetail = \"some\"\n");
+    let e = parse("m.toml", &bad).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("m.toml:{line}:"))
+            && e.contains("detail 'some' must be \"none\", \"failed\" or \"all\""),
+        "{e}"
+    );
+}

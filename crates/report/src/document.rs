@@ -56,6 +56,38 @@ impl Document {
         }
     }
 
+    /// The document as the results database keeps it: JSON without indentation (half
+    /// the size of `--json`'s), read back alike.
+    pub fn to_stored_json(&self) -> Result<String, serde_json::Error> {
+        match self {
+            Document::Test(report) => serde_json::to_string(report),
+            Document::Sweep(sweep) => serde_json::to_string(sweep),
+            Document::FindMax(search) => serde_json::to_string(search),
+            Document::Profile(run) => serde_json::to_string(run),
+            Document::Rpm(run) => serde_json::to_string(run),
+            Document::Stamp(run) => serde_json::to_string(run),
+        }
+    }
+
+    /// A copy without the bulk a mesh need not keep for every job (a profile run's
+    /// histograms, per-thread figures, host counters and facts; see
+    /// [`crate::profile::ProfileReport::compact`]). The other kinds are small already and
+    /// come back whole.
+    pub fn compact(&self) -> Document {
+        match self {
+            Document::Profile(run) => Document::Profile(Box::new(run.compact())),
+            other => other.clone(),
+        }
+    }
+
+    /// What a compact copy left out (empty for a whole document).
+    pub fn not_kept(&self) -> &[String] {
+        match self {
+            Document::Profile(run) => &run.not_kept,
+            _ => &[],
+        }
+    }
+
     /// "tcp_stream", "sweep", "udp_find_max".
     pub fn test(&self) -> &str {
         match self {

@@ -92,9 +92,64 @@ pub struct ProfileReport {
     pub incomplete: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// What a compact copy (a mesh job's, as stored) left out of the run's detail; empty
+    /// for a whole document.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_kept: Vec<String>,
 }
 
 impl ProfileReport {
+    /// A copy with the run's figures (every repeated transaction's and its operations'
+    /// percentiles, the groups' and hosts' totals, the clock figures, failures and
+    /// warnings) and without its bulk: the latency histograms' buckets, the one-off
+    /// transactions around the timed one, the per-thread figures, the hosts' own
+    /// counters and facts, and the resolved profile (the mesh file says it).
+    /// What was left out is named in `not_kept`, for `show` to say.
+    pub fn compact(&self) -> ProfileReport {
+        let mut copy = self.clone();
+        let mut not_kept = Vec::new();
+        let mut note = |what: &str, dropped: bool| {
+            if dropped && !not_kept.iter().any(|n| n == what) {
+                not_kept.push(what.to_string());
+            }
+        };
+        for group in &mut copy.groups {
+            // The one-off transactions around the timed one (a connect before, a
+            // disconnect after) go, unless they failed or nothing else ran.
+            let repeated =
+                |t: &linerate_model::profile::TransactionFigures| t.iterations > 1 || t.errors > 0;
+            if group.transactions.iter().any(repeated) {
+                let before = group.transactions.len();
+                group.transactions.retain(repeated);
+                note(
+                    "the one-off transactions (a connect before, a disconnect after)",
+                    group.transactions.len() < before,
+                );
+            }
+            for t in &mut group.transactions {
+                note("latency histograms", !t.latency_us.histogram.is_empty());
+                t.latency_us.histogram.clear();
+                for op in &mut t.ops {
+                    note("latency histograms", !op.latency_us.histogram.is_empty());
+                    op.latency_us.histogram.clear();
+                }
+            }
+            note("per-thread figures", !group.per_thread.is_empty());
+            group.per_thread.clear();
+        }
+        for host in &mut copy.hosts {
+            note(
+                "the hosts' counters (observe)",
+                host.observe.take().is_some(),
+            );
+            note("the hosts' facts", host.facts.take().is_some());
+        }
+        note("the resolved profile", !copy.config.profile.is_null());
+        copy.config.profile = serde_json::Value::Null;
+        copy.not_kept.extend(not_kept);
+        copy
+    }
+
     /// Totals from the groups and hosts; `duration_s` is the run's length.
     pub fn summarize(&mut self, skew_ms: f64) {
         let duration = self.groups.iter().map(|g| g.elapsed_s).fold(0.0, f64::max);
@@ -184,6 +239,13 @@ impl ProfileReport {
         }
         for warning in &self.warnings {
             let _ = writeln!(out, "warning: {warning}");
+        }
+        if !self.not_kept.is_empty() {
+            let _ = writeln!(
+                out,
+                "Not kept (a mesh job's compact result; [store] detail in the mesh file keeps them): {}",
+                self.not_kept.join(", ")
+            );
         }
         out
     }

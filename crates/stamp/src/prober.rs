@@ -427,6 +427,8 @@ impl Loop {
     }
 }
 
+// Long: the loop's one wait over every descriptor and what each wake-up does, read in
+// the order it happens.
 fn run(inbox: &Receiver<Start>, wake: RawFd, share: bool) {
     let mut state = Loop {
         epoch: Instant::now(),

@@ -314,6 +314,8 @@ impl Tally {
 
     /// Takes an answer in: matched to its probe (by sequence number, SSID and the T1 it
     /// echoes, so a stray or forged answer is not counted), or counted as not this run's.
+    // Long: one answer's every figure (round trip, each way's delay and jitter, the
+    // counts each way, the marks) in the order RFC 8762 and 8972 give them.
     pub fn answer(&mut self, reply: &Reply) {
         let a = &reply.answer;
         let slots = self.window.len();
