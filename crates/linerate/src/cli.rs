@@ -149,6 +149,53 @@ pub enum Command {
     /// router, a TWAMP-light reflector, stamp-suite, or `linerate serve --stamp`
     #[command(after_help = STAMP_EXAMPLES)]
     Stamp(StampArgs),
+    /// Look after the results database: prune old runs, summing a mesh's up by the hour
+    #[command(subcommand, after_help = STORE_EXAMPLES)]
+    Store(StoreCommand),
+}
+
+const STORE_EXAMPLES: &str = "Examples:
+  linerate store prune --older-than 30d --dry-run     what would go
+  linerate store prune --older-than 30d               runs of more than 30 days ago go
+  linerate store prune --older-than 14d --vacuum      and the file shrinks (a long lock)
+  linerate --db /var/lib/linerate/mesh.db store prune --older-than 90d
+A mesh's rows are summed up per pair, test and hour (count, how they ended, min, median,
+p95, max and mean of the figure) before they go; whole hours only, in small transactions
+beside a running coordinator (docs/results-db.md).";
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Remove runs older than a while, a mesh's rows summed up by the hour first
+    #[command(after_help = STORE_EXAMPLES)]
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Runs that started more than this long ago go (30d, 12h, 2w)
+    #[arg(long, value_name = "AGE", value_parser = age)]
+    pub older_than: f64,
+    /// Count what would go; change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Then give the free pages back to the file system (VACUUM; writers wait for it)
+    #[arg(long)]
+    pub vacuum: bool,
+    /// Rows removed per transaction: a writer beside waits for one batch at most
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub batch: u64,
+    /// Print what was done as JSON
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+/// An age: a while, more than nothing (30d, 12h).
+fn age(text: &str) -> Result<f64, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.as_secs_f64() > 0.0 => Ok(d.as_secs_f64()),
+        Ok(_) => Err(format!("'{text}' must be more than 0 (30d, 12h)")),
+        Err(_) => Err(format!("'{text}' is not an age (30d, 12h, 2w)")),
+    }
 }
 
 const STAMP_EXAMPLES: &str = "Examples:

@@ -90,6 +90,9 @@ fn main() -> ExitCode {
         Command::Mesh(command) => mesh_cmd::run(command, g),
         Command::Rpm(args) => (args.json, rpm_cmd::run(&args, g)),
         Command::Stamp(args) => (args.json, stamp_cmd::run(&args, g)),
+        Command::Store(cli::StoreCommand::Prune(args)) => {
+            (args.json, store_cmd::prune(&args, &g.storage))
+        }
     };
     failure::exit_code(outcome, json)
 }

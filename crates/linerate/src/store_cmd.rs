@@ -1,7 +1,9 @@
 //! The commands that read the results database: `history`, `show`, `compare`, `export`
-//! and `report`.
+//! and `report`; and `store prune`, which keeps it the size asked.
 
-use crate::cli::{CompareArgs, ExportArgs, ExportFormat, HistoryArgs, ReportArgs, ShowArgs};
+use crate::cli::{
+    CompareArgs, ExportArgs, ExportFormat, HistoryArgs, PruneArgs, ReportArgs, ShowArgs,
+};
 use crate::failure::Outcome;
 use anyhow::{anyhow, bail, Context, Result};
 use linerate_campaign::storage::Storage;
@@ -199,5 +201,68 @@ fn write_out(path: Option<&std::path::Path>, text: &str) -> Outcome {
             let _ = std::fs::remove_file(&temporary);
             anyhow!("cannot write {}: {e}", path.display())
         })?;
+    Ok(())
+}
+
+/// `store prune`: the runs older than the age asked leave, a mesh's rows summed up by the
+/// hour first; a line an hour of mesh rows on a terminal, the totals at the end.
+pub fn prune(args: &PruneArgs, storage: &Storage) -> Outcome {
+    let mut store = storage.open_to_read()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let cutoff = now - args.older_than;
+    let live = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut progress = |p: &linerate_store::prune::Pruned| {
+        if live {
+            eprint!(
+                "\r{} hours summed up, {} mesh rows and {} runs removed",
+                p.hours, p.mesh_rows, p.runs
+            );
+        }
+    };
+    let done = store
+        .prune(cutoff, args.batch as usize, args.dry_run, &mut progress)
+        .map_err(|e| anyhow!(e))?;
+    if live {
+        eprintln!();
+    }
+    if args.vacuum && !args.dry_run {
+        store.vacuum().map_err(|e| anyhow!(e))?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "database": store.path(),
+                "older_than": when(cutoff),
+                "dry_run": args.dry_run,
+                "hours": done.hours,
+                "aggregates": done.aggregates,
+                "mesh_rows": done.mesh_rows,
+                "runs": done.runs,
+                "vacuumed": args.vacuum && !args.dry_run,
+            }))?
+        );
+        return Ok(());
+    }
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    println!(
+        "{}: {verb} {} runs and {} mesh rows started before {} ({} hours of mesh rows{}).",
+        store.path(),
+        done.runs,
+        done.mesh_rows,
+        when(cutoff),
+        done.hours,
+        if args.dry_run {
+            ", to be summed up by the hour first".to_string()
+        } else {
+            format!(", summed up in {} hourly aggregates", done.aggregates)
+        }
+    );
     Ok(())
 }

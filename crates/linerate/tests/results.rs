@@ -372,6 +372,17 @@ fn bad_input_fails_cleanly() {
             "'yesterday-ish'",
         ),
         (vec!["export", "1", "--format", "xml"], 2, "'xml'"),
+        (
+            vec!["store", "prune", "--older-than", "0s"],
+            2,
+            "'0s' must be more than 0",
+        ),
+        (
+            vec!["store", "prune", "--older-than", "soon"],
+            2,
+            "'soon' is not an age",
+        ),
+        (vec!["store", "prune"], 2, "--older-than"),
     ] {
         let output = with_db(&db, &args);
         let message = stderr(&output);
@@ -647,4 +658,61 @@ fn an_interrupted_run_is_marked_and_spoils_no_comparison() {
 
 extern "C" {
     fn kill(pid: i32, signal: i32) -> i32;
+}
+
+/// `store prune`: a dry run counts and changes nothing; a prune removes the runs older
+/// than the age given and keeps the newer; its JSON says what it did.
+#[test]
+fn store_prune_removes_what_is_older_than_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_in(&dir);
+    ok(&with_db(&db, &["stream", "-t", "0.2", "-i", "0"]));
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    ok(&with_db(&db, &["stream", "-t", "0.2", "-i", "0"]));
+    let started = |db: &Path| -> Vec<f64> {
+        let out = ok(&with_db(db, &["history", "-n", "0", "--json"]));
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["started_at"].as_f64().unwrap())
+            .collect()
+    };
+    let times = started(&db);
+    assert_eq!(times.len(), 2);
+    // An age between the two runs' (their starts 2.5 s apart or more): the older goes.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let middle = (times[0] + times[1]) / 2.0;
+    let age = format!("{}ms", ((now - middle) * 1000.0) as u64);
+    let dry = ok(&with_db(
+        &db,
+        &["store", "prune", "--older-than", &age, "--dry-run"],
+    ));
+    assert!(dry.contains("would remove 1 runs"), "{dry}");
+    assert_eq!(started(&db).len(), 2, "a dry run changes nothing");
+    let done = json(&with_db(
+        &db,
+        &["store", "prune", "--older-than", &age, "--json", "--vacuum"],
+    ));
+    assert_eq!(done["runs"], 1, "{done}");
+    assert_eq!(done["vacuumed"], true, "{done}");
+    assert_eq!(
+        started(&db),
+        vec![times[0].max(times[1])],
+        "the newer is kept"
+    );
+    let missing = with_db(
+        &dir.path().join("none.db"),
+        &["store", "prune", "--older-than", "1d"],
+    );
+    assert_eq!(missing.status.code(), Some(1), "{}", stderr(&missing));
+    assert!(
+        stderr(&missing).contains("no results database"),
+        "{}",
+        stderr(&missing)
+    );
 }

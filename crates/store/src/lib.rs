@@ -9,6 +9,7 @@
 
 pub mod archive;
 pub mod connection;
+pub mod prune;
 
 pub use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
@@ -78,6 +79,31 @@ pub const MIGRATIONS: &[&str] = &[
                         ELSE 'failed' END,
          reason = CASE WHEN NOT ok AND reason LIKE 'skipped: %' THEN substr(reason, 10)
                        ELSE reason END;",
+    // 6: a mesh's hourly aggregates, kept when its raw rows are pruned (`prune`): per
+    // series and hour, how many jobs and how they ended, and the figure's spread over
+    // the ok ones. And the indexes that find a run's mesh row and an hour's rows.
+    "CREATE TABLE mesh_hourly (
+        mesh TEXT NOT NULL,
+        src TEXT NOT NULL,
+        dst TEXT NOT NULL,
+        test TEXT NOT NULL,
+        direction TEXT NOT NULL,
+        protocol TEXT NOT NULL,
+        hour REAL NOT NULL,
+        count INTEGER NOT NULL,
+        ok INTEGER NOT NULL,
+        failed INTEGER NOT NULL,
+        skipped INTEGER NOT NULL,
+        figures INTEGER NOT NULL,
+        min REAL,
+        median REAL,
+        p95 REAL,
+        max REAL,
+        mean REAL,
+        PRIMARY KEY (mesh, src, dst, test, direction, protocol, hour)
+     );
+     CREATE INDEX mesh_results_run ON mesh_results (run_id);
+     CREATE INDEX mesh_results_started_at ON mesh_results (started_at);",
 ];
 
 /// The schema version this build writes.

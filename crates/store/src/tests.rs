@@ -1,4 +1,5 @@
 use super::*;
+use std::collections::BTreeMap;
 
 const STREAM: &str = include_str!("testdata/tcp_stream.json");
 const RR: &str = include_str!("testdata/tcp_rr.json");
@@ -416,4 +417,167 @@ fn mesh_rows_keep_their_runs_and_the_latest_per_pair() {
     assert_eq!(run.row.target, "a -> b");
     assert_eq!(run.row.command, "mesh lab test tput cycle 1");
     assert!(store.mesh_rows("other", true).unwrap().is_empty());
+}
+
+/// Retention: 60 days of a mesh's rows (two series, one every 30 minutes, some failed or
+/// skipped, every fourth with its run) and plain runs, pruned to 14 days. Every hour
+/// before the cutoff's is summed up, and each aggregate equals what the raw rows said
+/// before they went (counted here from the rows, apart from the prune's own code); the
+/// rows and their runs before it are gone, those after it all kept; a second prune finds
+/// nothing to do and writes nothing again; a dry run counts without changing anything.
+#[test]
+// Long: 60 days seeded, then each thing a prune promises checked in turn against them.
+fn a_prune_sums_up_the_hours_it_removes_and_keeps_the_rest() {
+    use crate::prune::{nearest_rank, HOUR};
+    let dir = temp();
+    let (mut store, _) = store_in(&dir);
+    // Thousands of one-row transactions: without waiting on the disk for each.
+    store
+        .conn
+        .execute_batch("PRAGMA synchronous = OFF")
+        .unwrap();
+    let day = 86_400.0;
+    let now = 1_795_000_000.0_f64;
+    let start = now - 60.0 * day;
+    let document = Document::from_json(RR).unwrap();
+    let mut rows = Vec::new();
+    for i in 0..(60 * 48) {
+        let at = start + i as f64 * 1800.0 + 7.0;
+        for (s, src) in ["a", "b"].into_iter().enumerate() {
+            let outcome = match (i + s) % 23 {
+                0 => Outcome::Failed {
+                    blamed: None,
+                    reason: "refused".into(),
+                },
+                5 => Outcome::Skipped {
+                    reason: "down".into(),
+                },
+                _ => Outcome::Ok,
+            };
+            let ok = outcome.is_ok();
+            let row = MeshRow {
+                run_id: None,
+                mesh: "m".into(),
+                src: src.into(),
+                dst: "c".into(),
+                test: "lat".into(),
+                direction: "forward".into(),
+                protocol: "tcp".into(),
+                cycle: i as u64,
+                started_at: at,
+                ended_at: at + 1.0,
+                outcome,
+                headline: ok.then(|| 0.001 + ((i * 7 + s * 3) % 17) as f64 * 1e-4),
+                headline_text: String::new(),
+            };
+            rows.push(row.clone());
+            let run = (i % 4 == 0).then_some((&document, RR));
+            store.insert_mesh(&row, run).unwrap();
+        }
+    }
+    let old_plain = insert(&mut store, STREAM);
+    store
+        .conn
+        .execute(
+            "UPDATE runs SET started_at = ?1 WHERE id = ?2",
+            params![start, old_plain],
+        )
+        .unwrap();
+    let new_plain = insert(&mut store, UDP);
+    store
+        .conn
+        .execute(
+            "UPDATE runs SET started_at = ?1 WHERE id = ?2",
+            params![now, new_plain],
+        )
+        .unwrap();
+    let cutoff = now - 14.0 * day + 1234.0;
+    let last_hour = (cutoff / HOUR).floor() * HOUR;
+    // What the rows say, per series and hour, before the prune.
+    let mut expected: BTreeMap<(String, i64), Vec<&MeshRow>> = BTreeMap::new();
+    for row in rows.iter().filter(|r| r.started_at < last_hour) {
+        let hour = (row.started_at / HOUR).floor() as i64;
+        expected
+            .entry((row.src.clone(), hour))
+            .or_default()
+            .push(row);
+    }
+    let dry = store.prune(cutoff, 100, true, &mut |_| {}).unwrap();
+    let pruned_rows = rows.iter().filter(|r| r.started_at < last_hour).count() as u64;
+    assert_eq!(dry.mesh_rows, pruned_rows);
+    assert_eq!(
+        store.mesh_rows("m", false).unwrap().len(),
+        rows.len(),
+        "a dry run changes nothing"
+    );
+    let mut hours_told = 0;
+    let done = store
+        .prune(cutoff, 100, false, &mut |p| hours_told = p.hours)
+        .unwrap();
+    assert_eq!(done.mesh_rows, pruned_rows);
+    assert_eq!(done.aggregates, expected.len() as u64);
+    assert_eq!(hours_told, done.hours);
+    // The runs of the pruned rows (one in four) and the old plain run went.
+    let pruned_runs = (0..(60 * 48))
+        .filter(|i| i % 4 == 0 && start + *i as f64 * 1800.0 + 7.0 < last_hour)
+        .count() as u64
+        * 2;
+    assert_eq!(done.runs, pruned_runs + 1);
+    assert!(store.get(old_plain).is_err());
+    assert!(store.get(new_plain).is_ok());
+    let left = store.mesh_rows("m", false).unwrap();
+    assert_eq!(left.len() as u64, rows.len() as u64 - pruned_rows);
+    assert!(left.iter().all(|r| r.started_at >= last_hour));
+    assert!(left
+        .iter()
+        .filter(|r| r.run_id.is_some())
+        .all(|r| store.get(r.run_id.unwrap()).is_ok()));
+    // Each aggregate, against the raw rows it replaced.
+    let aggregates = store.mesh_hourly("m").unwrap();
+    assert_eq!(aggregates.len(), expected.len());
+    for a in &aggregates {
+        let raw = &expected[&(a.src.clone(), (a.hour / HOUR) as i64)];
+        let ok: Vec<&&MeshRow> = raw.iter().filter(|r| r.outcome.is_ok()).collect();
+        let mut values: Vec<f64> = ok.iter().filter_map(|r| r.headline).collect();
+        values.sort_by(f64::total_cmp);
+        assert_eq!(a.count, raw.len() as u64);
+        assert_eq!(a.ok, ok.len() as u64);
+        assert_eq!(
+            a.skipped,
+            raw.iter().filter(|r| r.outcome.name() == "skipped").count() as u64
+        );
+        assert_eq!(
+            a.failed,
+            raw.iter().filter(|r| r.outcome.name() == "failed").count() as u64
+        );
+        assert_eq!(a.figures, values.len() as u64);
+        assert_eq!(a.min, values.first().copied());
+        assert_eq!(a.max, values.last().copied());
+        assert_eq!(a.median, nearest_rank(&values, 0.5));
+        assert_eq!(a.p95, nearest_rank(&values, 0.95));
+        if let Some(mean) = a.mean {
+            let sum: f64 = values.iter().sum();
+            assert!((mean - sum / values.len() as f64).abs() < 1e-12);
+        }
+        assert_eq!(
+            (a.dst.as_str(), a.test.as_str(), a.direction.as_str()),
+            ("c", "lat", "forward")
+        );
+    }
+    // Nothing left to do: a second prune writes nothing and removes nothing.
+    let again = store.prune(cutoff, 100, false, &mut |_| {}).unwrap();
+    assert_eq!(again, crate::prune::Pruned::default());
+    assert_eq!(store.mesh_hourly("m").unwrap(), aggregates);
+}
+
+/// The nearest-rank percentile: the smallest value with at least that share at or below.
+#[test]
+fn nearest_rank_percentiles() {
+    use crate::prune::nearest_rank;
+    let values: Vec<f64> = (1..=20).map(f64::from).collect();
+    assert_eq!(nearest_rank(&values, 0.5), Some(10.0));
+    assert_eq!(nearest_rank(&values, 0.95), Some(19.0));
+    assert_eq!(nearest_rank(&values, 1.0), Some(20.0));
+    assert_eq!(nearest_rank(&values[..1], 0.95), Some(1.0));
+    assert_eq!(nearest_rank(&[], 0.5), None);
 }
