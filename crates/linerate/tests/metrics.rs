@@ -509,6 +509,62 @@ fn webhook(ns: &str, addr: &str) -> Arc<Mutex<Vec<(String, String)>>> {
     got
 }
 
+/// A lab this test brought up (`lab up --name NAME` with `args`); down on drop.
+struct LabDown(String);
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = Command::new(binary())
+            .args(["lab", "down", "--name", &self.0])
+            .output();
+        let _ = std::fs::remove_dir_all(format!("/run/linerate/lab/{}", self.0));
+    }
+}
+
+fn lab_up(lab: &str, args: &[&str]) -> LabDown {
+    let up = Command::new(binary())
+        .args(["--no-store", "lab", "up", "--name", lab])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{}", stderr(&up));
+    LabDown(lab.to_string())
+}
+
+/// Debian's Alertmanager in namespace `ns` on `addr`, sending every group (grouped by
+/// `group_by`, quickly) to the webhook at `hook_addr`'s `/from-alertmanager`, resolutions
+/// too; ready when returned.
+fn alertmanager(
+    ns: &str,
+    dir: &std::path::Path,
+    addr: &str,
+    hook_addr: &str,
+    group_by: &str,
+) -> Daemon {
+    let config = dir.join("alertmanager.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "route:\n  receiver: test\n  group_by: [{group_by}]\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
+             receivers:\n  - name: test\n    webhook_configs:\n      - url: 'http://{hook_addr}/from-alertmanager'\n        send_resolved: true\n"
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(
+        ns,
+        dir.join("am"),
+        "prometheus-alertmanager",
+        &[
+            format!("--config.file={}", config.display()),
+            format!("--storage.path={}", dir.join("am-data").display()),
+            format!("--web.listen-address={addr}"),
+            "--cluster.listen-address=".into(),
+        ],
+    );
+    daemon.ready(ns, addr, "/-/ready");
+    daemon
+}
+
 /// An emulator this test started; ended on drop.
 struct Emulator(Child);
 
@@ -568,31 +624,7 @@ fn alertmanager_hears_of_a_halved_lab_path_and_of_its_return() {
     }
     let _turn = turn();
     let lab = format!("m{}", std::process::id() % 100_000);
-    let up = Command::new(binary())
-        .args([
-            "--no-store",
-            "lab",
-            "up",
-            "--name",
-            &lab,
-            "--rtt",
-            "4ms",
-            "--rate",
-            "100M",
-        ])
-        .output()
-        .unwrap();
-    assert!(up.status.success(), "{}", stderr(&up));
-    struct Down(String);
-    impl Drop for Down {
-        fn drop(&mut self) {
-            let _ = Command::new(binary())
-                .args(["lab", "down", "--name", &self.0])
-                .output();
-            let _ = std::fs::remove_dir_all(format!("/run/linerate/lab/{}", self.0));
-        }
-    }
-    let _down = Down(lab.clone());
+    let _down = lab_up(&lab, &["--rtt", "4ms", "--rate", "100M"]);
     let (client, server) = (format!("lrlab-{lab}-client"), format!("lrlab-{lab}-server"));
     let (client_ip, server_ip) = ("10.77.0.1", "10.77.0.2");
     let dir = scratch("alerts");
@@ -614,27 +646,7 @@ fn alertmanager_hears_of_a_halved_lab_path_and_of_its_return() {
     let hook_addr = format!("{client_ip}:9099");
     let hooks = webhook(&client, &hook_addr);
     let am = format!("{client_ip}:9093");
-    let config = dir.join("alertmanager.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "route:\n  receiver: test\n  group_by: ['alertname', 'src', 'dst']\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
-             receivers:\n  - name: test\n    webhook_configs:\n      - url: 'http://{hook_addr}/from-alertmanager'\n        send_resolved: true\n"
-        ),
-    )
-    .unwrap();
-    let alertmanager = Daemon::start(
-        &client,
-        dir.join("am"),
-        "prometheus-alertmanager",
-        &[
-            format!("--config.file={}", config.display()),
-            format!("--storage.path={}", dir.join("am-data").display()),
-            format!("--web.listen-address={am}"),
-            "--cluster.listen-address=".into(),
-        ],
-    );
-    alertmanager.ready(&client, &am, "/-/ready");
+    let alertmanager = alertmanager(&client, &dir, &am, &hook_addr, "'alertname', 'src', 'dst'");
     let file = dir.join("mesh.toml");
     let hosts = [
         ("client".to_string(), client_ip.to_string()),
@@ -1169,21 +1181,7 @@ fn alertmanager_hears_of_steady_stamp_loss_for_exactly_the_ways_that_cross_it() 
     };
     let _turn = turn();
     let lab = format!("s{}", std::process::id() % 100_000);
-    let up = Command::new(binary())
-        .args(["--no-store", "lab", "up", "--name", &lab, "--rtt", "4ms"])
-        .output()
-        .unwrap();
-    assert!(up.status.success(), "{}", stderr(&up));
-    struct Down(String);
-    impl Drop for Down {
-        fn drop(&mut self) {
-            let _ = Command::new(binary())
-                .args(["lab", "down", "--name", &self.0])
-                .output();
-            let _ = std::fs::remove_dir_all(format!("/run/linerate/lab/{}", self.0));
-        }
-    }
-    let _down = Down(lab.clone());
+    let _down = lab_up(&lab, &["--rtt", "4ms"]);
     let (client, server) = (format!("lrlab-{lab}-client"), format!("lrlab-{lab}-server"));
     // name, namespace, address; the client side first.
     let hosts = [
@@ -1233,27 +1231,13 @@ fn alertmanager_hears_of_steady_stamp_loss_for_exactly_the_ways_that_cross_it() 
     let hook_addr = "10.77.0.1:9099";
     let hooks = webhook(&client, hook_addr);
     let am = "10.77.0.1:9093";
-    let config = dir.join("alertmanager.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "route:\n  receiver: test\n  group_by: ['alertname', 'src', 'dst', 'direction']\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
-             receivers:\n  - name: test\n    webhook_configs:\n      - url: 'http://{hook_addr}/from-alertmanager'\n        send_resolved: true\n"
-        ),
-    )
-    .unwrap();
-    let alertmanager = Daemon::start(
+    let alertmanager = alertmanager(
         &client,
-        dir.join("am"),
-        "prometheus-alertmanager",
-        &[
-            format!("--config.file={}", config.display()),
-            format!("--storage.path={}", dir.join("am-data").display()),
-            format!("--web.listen-address={am}"),
-            "--cluster.listen-address=".into(),
-        ],
+        &dir,
+        am,
+        hook_addr,
+        "'alertname', 'src', 'dst', 'direction'",
     );
-    alertmanager.ready(&client, am, "/-/ready");
     let lossy = restart_lab_emulator(&lab, &["--delay", "2ms", "--loss", "0.2%,0", "--seed", "5"]);
     let mut text = format!("name = \"soft\"\nkey = \"{key}\"\n");
     for (name, _, ip) in &hosts[..5] {
