@@ -509,6 +509,25 @@ fn webhook(ns: &str, addr: &str) -> Arc<Mutex<Vec<(String, String)>>> {
     got
 }
 
+/// `mesh run FILE --json` in namespace `ns`, unstored, its rows read as they come.
+fn coordinate(ns: &str, file: &std::path::Path) -> (Child, Arc<Mutex<Vec<serde_json::Value>>>) {
+    let mut coordinator = Command::new("ip")
+        .args(["netns", "exec", ns, binary()])
+        .args([
+            "--no-store",
+            "mesh",
+            "run",
+            file.to_str().unwrap(),
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rows = collect_rows(&mut coordinator);
+    (coordinator, rows)
+}
+
 /// A lab this test brought up (`lab up --name NAME` with `args`); down on drop.
 struct LabDown(String);
 
@@ -666,20 +685,7 @@ fn alertmanager_hears_of_a_halved_lab_path_and_of_its_return() {
         ),
     )
     .unwrap();
-    let mut coordinator = Command::new("ip")
-        .args(["netns", "exec", &client, binary()])
-        .args([
-            "--no-store",
-            "mesh",
-            "run",
-            file.to_str().unwrap(),
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let rows = collect_rows(&mut coordinator);
+    let (mut coordinator, rows) = coordinate(&client, &file);
     let results = |rows: &[serde_json::Value]| rows.iter().filter(|r| r["test"] == "tput").count();
     // A baseline for both directions at the path's rate.
     wait_for("four cycles at 100 Mbit/s", Duration::from_secs(90), || {
@@ -1254,20 +1260,7 @@ fn alertmanager_hears_of_steady_stamp_loss_for_exactly_the_ways_that_cross_it() 
     );
     let file = dir.join("mesh.toml");
     std::fs::write(&file, text).unwrap();
-    let mut coordinator = Command::new("ip")
-        .args(["netns", "exec", &client, binary()])
-        .args([
-            "--no-store",
-            "mesh",
-            "run",
-            file.to_str().unwrap(),
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let rows = collect_rows(&mut coordinator);
+    let (mut coordinator, rows) = coordinate(&client, &file);
     // The ways that cross the link client to server: a client-side host's probes out to
     // the server side, a server-side host's answers back from the client side.
     let mut crossing = BTreeSet::new();
