@@ -2409,18 +2409,7 @@ fn a_mesh_probes_every_pair_with_stamp_and_alerts_where_the_loss_is() {
     if skip_unless_root(test) {
         return;
     }
-    let suite = std::env::var("LINERATE_STAMP_SUITE").ok().or_else(|| {
-        let cached = format!(
-            "{}/.cache/linerate-peers/stamp-suite/bin/stamp-suite",
-            std::env::var("HOME").unwrap_or_default()
-        );
-        std::path::Path::new(&cached).exists().then_some(cached)
-    });
-    let Some(suite) = suite else {
-        skip(
-            test,
-            "stamp-suite is not installed (scripts/test builds it from crates.io)",
-        );
+    let Some(suite) = stamp_suite(test) else {
         return;
     };
     let _turn = turn();

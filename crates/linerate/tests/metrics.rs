@@ -1149,17 +1149,6 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
     assert!(named >= 8, "{exprs:?}");
 }
 
-/// stamp-suite, where scripts/test built it (or LINERATE_STAMP_SUITE says).
-fn stamp_suite() -> Option<String> {
-    std::env::var("LINERATE_STAMP_SUITE").ok().or_else(|| {
-        let cached = format!(
-            "{}/.cache/linerate-peers/stamp-suite/bin/stamp-suite",
-            std::env::var("HOME").unwrap_or_default()
-        );
-        std::path::Path::new(&cached).exists().then_some(cached)
-    })
-}
-
 /// Six hosts, three on each side of one emulated link (addresses added to the lab's two
 /// namespaces): five agents and stamp-suite's reflector with no agent beside it, STAMP at
 /// 500/s between every pair beside paced exclusive streams. The link loses 0.2 % of
@@ -1178,11 +1167,7 @@ fn alertmanager_hears_of_steady_stamp_loss_for_exactly_the_ways_that_cross_it() 
     if !have("prometheus-alertmanager", test) {
         return;
     }
-    let Some(suite) = stamp_suite() else {
-        skip(
-            test,
-            "stamp-suite is not installed (scripts/test builds it from crates.io)",
-        );
+    let Some(suite) = stamp_suite(test) else {
         return;
     };
     let _turn = turn();

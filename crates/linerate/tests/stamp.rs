@@ -321,26 +321,6 @@ fn stamp_mistakes_are_one_line_with_exit_2() {
     assert!(stderr(&serve).contains("'nonsense'"), "{}", stderr(&serve));
 }
 
-/// stamp-suite, built from crates.io by scripts/test (LINERATE_STAMP_SUITE), or found in
-/// the peers' cache.
-fn stamp_suite(test: &str) -> Option<String> {
-    let path = std::env::var("LINERATE_STAMP_SUITE").ok().or_else(|| {
-        let home = std::env::var("HOME").ok()?;
-        let cached = format!("{home}/.cache/linerate-peers/stamp-suite/bin/stamp-suite");
-        std::path::Path::new(&cached).exists().then_some(cached)
-    });
-    match path {
-        Some(p) if Command::new(&p).arg("--version").output().is_ok() => Some(p),
-        _ => {
-            skip(
-                test,
-                "stamp-suite is not installed (scripts/test builds it from crates.io)",
-            );
-            None
-        }
-    }
-}
-
 /// A free UDP port on loopback.
 fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")

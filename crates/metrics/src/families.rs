@@ -58,6 +58,21 @@ fn gauge(value: Option<f64>) -> Vec<Sample<'static>> {
         .collect()
 }
 
+/// A histogram's one sample, when it has counted anything.
+fn histogram(buckets: &[u64], sum: f64, count: u64) -> Vec<Sample<'_>> {
+    if count == 0 {
+        return Vec::new();
+    }
+    vec![Sample {
+        label: None,
+        value: Value::Histogram {
+            buckets,
+            sum,
+            count,
+        },
+    }]
+}
+
 /// An RPM test's figures, when it succeeded.
 fn rpm(latest: &Latest) -> Option<Responsiveness> {
     latest.responsiveness.filter(|_| latest.ok)
@@ -101,19 +116,7 @@ pub const FAMILIES: [Family; 16] = [
         name: "linerate_rtt_seconds",
         help: "Every rr or crr transaction's time since this process started",
         kind: Kind::Histogram,
-        read: |_, t| {
-            if t.rtt_count == 0 {
-                return Vec::new();
-            }
-            vec![Sample {
-                label: None,
-                value: Value::Histogram {
-                    buckets: &t.rtt_buckets,
-                    sum: t.rtt_sum_s,
-                    count: t.rtt_count,
-                },
-            }]
-        },
+        read: |_, t| histogram(&t.rtt_buckets, t.rtt_sum_s, t.rtt_count),
     },
     Family {
         name: "linerate_cpu_seconds_per_gigabit",
@@ -201,19 +204,7 @@ pub const FAMILIES: [Family; 16] = [
         name: "linerate_one_way_delay_seconds",
         help: "Every STAMP probe's one-way delay this way since this process started, where both clocks vouch for it",
         kind: Kind::Histogram,
-        read: |_, t| {
-            if t.one_way_count == 0 {
-                return Vec::new();
-            }
-            vec![Sample {
-                label: None,
-                value: Value::Histogram {
-                    buckets: &t.one_way_buckets,
-                    sum: t.one_way_sum_s,
-                    count: t.one_way_count,
-                },
-            }]
-        },
+        read: |_, t| histogram(&t.one_way_buckets, t.one_way_sum_s, t.one_way_count),
     },
     Family {
         name: "linerate_last_one_way_delay_seconds",

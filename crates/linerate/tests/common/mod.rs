@@ -659,3 +659,23 @@ pub fn have(program: &str, test: &str) -> bool {
     }
     found
 }
+
+/// stamp-suite, built from crates.io by scripts/test (LINERATE_STAMP_SUITE), or found in
+/// the peers' cache; `None`, with `test` counted as skipped and why, where it is not.
+pub fn stamp_suite(test: &str) -> Option<String> {
+    let path = std::env::var("LINERATE_STAMP_SUITE").ok().or_else(|| {
+        let home = std::env::var("HOME").ok()?;
+        let cached = format!("{home}/.cache/linerate-peers/stamp-suite/bin/stamp-suite");
+        std::path::Path::new(&cached).exists().then_some(cached)
+    });
+    match path {
+        Some(p) if Command::new(&p).arg("--version").output().is_ok() => Some(p),
+        _ => {
+            skip(
+                test,
+                "stamp-suite is not installed (scripts/test builds it from crates.io)",
+            );
+            None
+        }
+    }
+}
