@@ -11,11 +11,13 @@ use linerate_campaign::mesh::{self, MeshEvent, MeshOptions};
 use linerate_mesh::{Mesh, TestKind};
 use linerate_metrics::alerts::{Alert, Change};
 use linerate_metrics::assess::Thresholds;
-use linerate_metrics::board::Measure;
+use linerate_metrics::board::{Measure, StoreCounts};
 use linerate_metrics::watch::{Watch, WatchError, WatchSpec};
 use linerate_proto::auth::Key;
+use linerate_store::spool::{Spool, SpoolCounts, Writer};
 use linerate_store::MeshRow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What a job costs beyond its test's duration, for the plan: reaching the source's
@@ -240,15 +242,11 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         ))
         .into());
     }
-    let mut sqlite = None;
-    let mut postgres = None;
-    let mut store: Option<&mut dyn linerate_store::MeshArchive> = match &args.store {
-        Some(url) => Some(postgres.insert(open_archive(url, args.store_password_file.as_deref())?)),
-        None => match globals.storage.open_for_run()? {
-            Some(store) => Some(sqlite.insert(store)),
-            None => None,
-        },
-    };
+    let mut writer = store_writer(args, globals, &mesh)?;
+    let counts = writer.as_ref().map(|w| w.counts());
+    let mut store: Option<&mut dyn linerate_store::MeshArchive> = writer
+        .as_mut()
+        .map(|w| w as &mut dyn linerate_store::MeshArchive);
     // Loss alerts are printed even with nowhere else to send them: a soft failure is the
     // reason to run STAMP in a mesh.
     let watching = args.metrics.is_some()
@@ -266,7 +264,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
                 .context("reading the mesh's past results")?,
             None => Vec::new(),
         };
-        Some(start_watch(args, &mesh, &past)?)
+        Some(start_watch(args, &mesh, &past, counts)?)
     } else {
         None
     };
@@ -368,7 +366,65 @@ fn alert_words(alert: &Alert) -> String {
 
 /// What watches the results: the board (seeded with what the store holds of the mesh),
 /// the HTTP listener of `--metrics`, `--remote-write` and the file's alert receivers.
-fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Result<Watch> {
+/// How long the coordinator waits for a result to be written (and its run id known)
+/// before it goes on: a slow store holds the schedule up no longer.
+const STORE_WAIT: Duration = Duration::from_secs(2);
+
+/// The mesh's store behind its writer: the PostgreSQL archive (`--store`) with a spool
+/// file beside the coordinator, or the SQLite results database with a spool in memory
+/// (a file on the same disk would fill with it).
+fn store_writer(
+    args: &MeshRunArgs,
+    globals: &Globals,
+    mesh: &Mesh,
+) -> anyhow::Result<Option<Writer>> {
+    let bound = mesh.store.spool_bound();
+    let fresh = || Arc::new(SpoolCounts::default());
+    let (store, spool): (Box<dyn linerate_store::MeshArchive + Send>, Spool) = match &args.store {
+        Some(url) => {
+            let archive = open_archive(url, args.store_password_file.as_deref())?;
+            let spool = match &mesh.store.spool {
+                Some(path) => Spool::open(Some(path), bound, fresh()).map_err(|e| {
+                    Failure::Usage(format!("{}: [store] spool: {e}", args.file.display()))
+                })?,
+                None => {
+                    let path = linerate_store::spool::default_spool_path(&mesh.name);
+                    match Spool::open(path.as_deref(), bound, fresh()) {
+                        Ok(spool) => spool,
+                        Err(e) => {
+                            eprintln!(
+                                "linerate mesh: warning: no spool file ({e}); results the archive cannot take wait in memory (set [store] spool = \"PATH\")"
+                            );
+                            Spool::open(None, bound, fresh())?
+                        }
+                    }
+                }
+            };
+            if !spool.is_empty() {
+                eprintln!(
+                    "linerate mesh: {} result(s) left in the spool {} are written first",
+                    spool.len(),
+                    spool.place()
+                );
+            }
+            (Box::new(archive), spool)
+        }
+        None => match globals.storage.open_for_run()? {
+            Some(sqlite) => (Box::new(sqlite), Spool::open(None, bound, fresh())?),
+            None => return Ok(None),
+        },
+    };
+    Ok(Some(
+        Writer::start(store, spool, STORE_WAIT).context("starting the store's writer")?,
+    ))
+}
+
+fn start_watch(
+    args: &MeshRunArgs,
+    mesh: &Mesh,
+    past: &[MeshRow],
+    store: Option<Arc<SpoolCounts>>,
+) -> anyhow::Result<Watch> {
     let rules = &mesh.alerts;
     let spec = WatchSpec {
         mesh: &mesh.name,
@@ -401,6 +457,22 @@ fn start_watch(args: &MeshRunArgs, mesh: &Mesh, past: &[MeshRow]) -> anyhow::Res
         alertmanager: rules.alertmanager.as_deref(),
         webhook: rules.webhook.as_deref(),
         grid_url: rules.grid_url.clone(),
+        store: store.map(|counts| {
+            let read = move || {
+                let s = Writer::snapshot(&counts);
+                StoreCounts {
+                    waiting: s.waiting,
+                    waiting_bytes: s.waiting_bytes,
+                    oldest_waiting_s: s.oldest_waiting_s,
+                    writing: s.writing,
+                    write_failures: s.write_failures,
+                    replayed: s.replayed,
+                    dropped_documents: s.dropped_documents,
+                    dropped_results: s.dropped_results,
+                }
+            };
+            Arc::new(read) as Arc<dyn Fn() -> StoreCounts + Send + Sync>
+        }),
     };
     let watch = Watch::start(spec).map_err(|e| match e {
         WatchError::Alerts(_) => Failure::Usage(format!("{}: {e}", args.file.display())),

@@ -93,6 +93,8 @@ struct RawAlerts {
 struct RawStore {
     detail: Option<Spanned<String>>,
     detail_every: Option<Spanned<u64>>,
+    spool: Option<Spanned<String>>,
+    spool_max: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -341,6 +343,16 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
         }
         if let Some(every) = &raw_store.detail_every {
             store.detail_every = *every.get_ref();
+        }
+        if let Some(spool) = &raw_store.spool {
+            store.spool = Some(spool.get_ref().into());
+        }
+        if let Some(max) = &raw_store.spool_max {
+            store.spool_max = match parse_size(max.get_ref()) {
+                Ok(bytes) if bytes >= 1 << 20 => bytes,
+                Ok(_) => return Err(reader.at(max, "spool_max must be at least 1M".to_string())),
+                Err(e) => return Err(reader.at(max, format!("spool_max: {e}"))),
+            };
         }
     }
     Ok(Mesh {

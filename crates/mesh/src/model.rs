@@ -43,12 +43,22 @@ pub struct Mesh {
 /// thousands of jobs an hour; the row and a compact document (the figures and
 /// percentiles) are enough to follow a pair, and the whole detail (histograms, per-thread
 /// figures, the hosts' counters) is what a failure is looked into with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StorePolicy {
     pub detail: Detail,
     /// Besides, one job's document in this many kept whole (0: none).
     pub detail_every: u64,
+    /// Where results wait while the archive cannot take them (`spool`), else beside the
+    /// results database (`linerate_store::spool::default_spool_path`).
+    pub spool: Option<std::path::PathBuf>,
+    /// The most bytes the spool holds (`spool_max`); 0: the default,
+    /// [`DEFAULT_SPOOL_MAX`].
+    pub spool_max: u64,
 }
+
+/// The spool's bound when the file does not set one: about 170,000 compact results, or
+/// nearly two days of a 100-host mesh's rows alone.
+pub const DEFAULT_SPOOL_MAX: u64 = 256 << 20;
 
 /// Whose documents are kept whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -63,6 +73,14 @@ pub enum Detail {
 }
 
 impl StorePolicy {
+    pub fn spool_bound(&self) -> u64 {
+        if self.spool_max == 0 {
+            DEFAULT_SPOOL_MAX
+        } else {
+            self.spool_max
+        }
+    }
+
     /// Whether the `n`th stored document (counted from 0) of a job that `failed` is kept
     /// whole.
     pub fn keeps_whole(&self, n: u64, failed: bool) -> bool {

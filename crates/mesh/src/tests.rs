@@ -773,7 +773,7 @@ fn the_store_section_says_whose_documents_are_kept_whole() {
     assert_eq!(m.store, StorePolicy::default());
     assert!(!(0..10).any(|n| m.store.keeps_whole(n, false) || m.store.keeps_whole(n, true)));
     let text = format!(
-        "{}[store]\ndetail = \"failed\"\ndetail_every = 10\n",
+        "{}[store]\ndetail = \"failed\"\ndetail_every = 10\nspool = \"/var/lib/linerate/spool.db\"\nspool_max = \"64M\"\n",
         mesh_text(2, false)
     );
     let m = parse("m.toml", &text).unwrap();
@@ -781,15 +781,19 @@ fn the_store_section_says_whose_documents_are_kept_whole() {
         m.store,
         StorePolicy {
             detail: Detail::Failed,
-            detail_every: 10
+            detail_every: 10,
+            spool: Some("/var/lib/linerate/spool.db".into()),
+            spool_max: 64 << 20,
         }
     );
+    assert_eq!(m.store.spool_bound(), 64 << 20);
+    assert_eq!(StorePolicy::default().spool_bound(), DEFAULT_SPOOL_MAX);
     let whole: Vec<u64> = (0..25).filter(|&n| m.store.keeps_whole(n, false)).collect();
     assert_eq!(whole, [0, 10, 20]);
     assert!((0..25).all(|n| m.store.keeps_whole(n, true)));
     let all = StorePolicy {
         detail: Detail::All,
-        detail_every: 0,
+        ..StorePolicy::default()
     };
     assert!((0..5).all(|n| all.keeps_whole(n, false)));
     let text = mesh_text(2, false);
@@ -801,4 +805,12 @@ fn the_store_section_says_whose_documents_are_kept_whole() {
             && e.contains("detail 'some' must be \"none\", \"failed\" or \"all\""),
         "{e}"
     );
+    for (value, said) in [("\"10k\"", "at least 1M"), ("\"lots\"", "spool_max: ")] {
+        let bad = format!("{text}[store]\nspool_max = {value}\n");
+        let e = parse("m.toml", &bad).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("m.toml:{line}:")) && e.contains(said),
+            "{e}"
+        );
+    }
 }

@@ -256,6 +256,11 @@ pub struct Notifier {
 }
 
 impl Notifier {
+    /// What was sent and dropped.
+    pub fn counts(&self) -> std::sync::Arc<crate::post::Counts> {
+        self.poster.counts.clone()
+    }
+
     /// `None` when there is nowhere to send.
     pub fn start(
         alertmanager: Option<&str>,

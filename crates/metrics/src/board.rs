@@ -227,6 +227,49 @@ pub struct Board {
     pub results: u64,
     /// A STAMP reflector's counts, read at each scrape (`serve --stamp`).
     pub reflector: Option<ReflectorSource>,
+    /// The coordinator's own queues (its store writer, remote write, alerts), read at
+    /// each scrape.
+    pub process: Option<ProcessSource>,
+}
+
+/// Results on their way to the store: the coordinator's writer and its spool
+/// (linerate_store::spool).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StoreCounts {
+    /// Results waiting in the spool, and their bytes.
+    pub waiting: u64,
+    pub waiting_bytes: u64,
+    /// How long the oldest has waited.
+    pub oldest_waiting_s: f64,
+    /// Whether the store takes writes now.
+    pub writing: bool,
+    pub write_failures: u64,
+    /// Results written from the spool.
+    pub replayed: u64,
+    /// Documents and whole results let go at the spool's bound.
+    pub dropped_documents: u64,
+    pub dropped_results: u64,
+}
+
+/// What a coordinator's queues hold and lost, for the families of
+/// [`crate::families::PROCESS_FAMILIES`]; `None` where the queue is not there.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessCounts {
+    pub store: Option<StoreCounts>,
+    /// Remote-write requests dropped (the queue full, or refused for good).
+    pub remote_write_dropped: Option<u64>,
+    /// Alert notifications dropped likewise.
+    pub notifications_dropped: Option<u64>,
+}
+
+/// Reads a coordinator's queue counts when asked.
+#[derive(Clone)]
+pub struct ProcessSource(pub std::sync::Arc<dyn Fn() -> ProcessCounts + Send + Sync>);
+
+impl std::fmt::Debug for ProcessSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProcessSource(..)")
+    }
 }
 
 /// What a STAMP reflector did since it started.

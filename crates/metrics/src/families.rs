@@ -7,7 +7,7 @@
 //! Each family's series carry the labels {mesh, src, dst, test, direction, protocol} and,
 //! where a family has one, one more (`stat`, `result`, `leg`).
 
-use crate::board::{Latest, Responsiveness, Totals};
+use crate::board::{Latest, ProcessCounts, Responsiveness, Totals};
 
 /// How a family is typed in the exposition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,4 +251,99 @@ pub fn series_names(family: &Family) -> Vec<String> {
             .map(|suffix| format!("{}{suffix}", family.name))
             .collect(),
     }
+}
+
+/// A family of the coordinator's own (not a series'): its name, help, kind and value,
+/// where the queue it reads is there.
+pub struct ProcessFamily {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+    pub read: fn(&ProcessCounts) -> Option<f64>,
+}
+
+/// The coordinator's own families, after the series' (no labels).
+pub const PROCESS_FAMILIES: [ProcessFamily; 10] = [
+    ProcessFamily {
+        name: "linerate_store_writing",
+        help: "1 while the store takes the mesh's results, 0 while they wait in the spool",
+        kind: Kind::Gauge,
+        read: |c| c.store.map(|s| f64::from(u8::from(s.writing))),
+    },
+    ProcessFamily {
+        name: "linerate_store_waiting_results",
+        help: "Results waiting in the spool for the store to take them",
+        kind: Kind::Gauge,
+        read: |c| c.store.map(|s| s.waiting as f64),
+    },
+    ProcessFamily {
+        name: "linerate_store_waiting_bytes",
+        help: "Bytes the spool holds",
+        kind: Kind::Gauge,
+        read: |c| c.store.map(|s| s.waiting_bytes as f64),
+    },
+    ProcessFamily {
+        name: "linerate_store_oldest_waiting_seconds",
+        help: "How long the oldest result in the spool has waited (0 when none waits)",
+        kind: Kind::Gauge,
+        read: |c| c.store.map(|s| s.oldest_waiting_s),
+    },
+    ProcessFamily {
+        name: "linerate_store_write_failures",
+        help: "Writes the store refused or failed, each try counted",
+        kind: Kind::Counter,
+        read: |c| c.store.map(|s| s.write_failures as f64),
+    },
+    ProcessFamily {
+        name: "linerate_store_replayed_results",
+        help: "Results written from the spool once the store took writes again",
+        kind: Kind::Counter,
+        read: |c| c.store.map(|s| s.replayed as f64),
+    },
+    ProcessFamily {
+        name: "linerate_store_dropped_documents",
+        help: "Result documents let go at the spool's bound (their rows kept)",
+        kind: Kind::Counter,
+        read: |c| c.store.map(|s| s.dropped_documents as f64),
+    },
+    ProcessFamily {
+        name: "linerate_store_dropped_results",
+        help: "Results let go whole: at the spool's bound with no document left to let go, or while the store hung",
+        kind: Kind::Counter,
+        read: |c| c.store.map(|s| s.dropped_results as f64),
+    },
+    ProcessFamily {
+        name: "linerate_remote_write_dropped_requests",
+        help: "Remote-write requests dropped: the queue full, or refused for good",
+        kind: Kind::Counter,
+        read: |c| c.remote_write_dropped.map(|n| n as f64),
+    },
+    ProcessFamily {
+        name: "linerate_alert_notifications_dropped",
+        help: "Alert notifications dropped: the queue full, or refused for good",
+        kind: Kind::Counter,
+        read: |c| c.notifications_dropped.map(|n| n as f64),
+    },
+];
+
+/// The coordinator's families as OpenMetrics text without `# EOF`.
+pub fn process_families(counts: &ProcessCounts) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for family in &PROCESS_FAMILIES {
+        let Some(value) = (family.read)(counts) else {
+            continue;
+        };
+        let (kind, suffix) = match family.kind {
+            Kind::Counter => ("counter", "_total"),
+            _ => ("gauge", ""),
+        };
+        let _ = write!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{suffix} {value}\n",
+            name = family.name,
+            help = family.help
+        );
+    }
+    out
 }

@@ -278,11 +278,11 @@ impl Exposition {
     /// The scrape's body in `format` to `sink`, a series' text at a time (a gzip
     /// encoder takes it without the whole text ever being held).
     pub fn write(&mut self, format: Format, sink: &mut impl std::io::Write) -> std::io::Result<()> {
-        let reflector = {
+        let (reflector, process) = {
             let shared = self.board.clone();
             let board = shared.lock().unwrap_or_else(|e| e.into_inner());
             self.refresh(&board);
-            board.reflector.clone()
+            (board.reflector.clone(), board.process.clone())
         };
         let mut size = 0;
         let mut put = |text: &str| {
@@ -295,6 +295,13 @@ impl Exposition {
         }
         if let Some(source) = reflector {
             let text = reflector_families(&(source.0)());
+            match format {
+                Format::OpenMetrics => put(&text)?,
+                Format::Classic => put(&classic(&text))?,
+            }
+        }
+        if let Some(source) = process {
+            let text = crate::families::process_families(&(source.0)());
             match format {
                 Format::OpenMetrics => put(&text)?,
                 Format::Classic => put(&classic(&text))?,

@@ -4,11 +4,12 @@
 
 use crate::alerts::{Alerts, Change, Notifier};
 use crate::assess::{assess, Thresholds};
-use crate::board::{Board, Measure};
+use crate::board::{Board, Measure, ProcessCounts, ProcessSource};
 use crate::remote_write::RemoteWriter;
 use crate::server::MetricsServer;
 use linerate_model::mesh_row::MeshRow;
 use linerate_report::document::Document;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 pub struct Watch {
@@ -37,6 +38,8 @@ pub struct WatchSpec<'a> {
     pub alertmanager: Option<&'a str>,
     pub webhook: Option<&'a str>,
     pub grid_url: Option<String>,
+    /// The store writer's counts, read at each scrape.
+    pub store: Option<std::sync::Arc<dyn Fn() -> crate::board::StoreCounts + Send + Sync>>,
 }
 
 /// Which part of a watch could not start, and why.
@@ -87,6 +90,20 @@ impl Watch {
             .or_else(|| server.as_ref().map(|s| format!("http://{}", s.addr)));
         let notifier =
             Notifier::start(spec.alertmanager, spec.webhook, grid).map_err(WatchError::Alerts)?;
+        let (remote_counts, notifier_counts) = (
+            remote.as_ref().map(|r| r.poster.counts.clone()),
+            notifier.as_ref().map(Notifier::counts),
+        );
+        let store = spec.store;
+        board.lock().unwrap_or_else(|e| e.into_inner()).process =
+            Some(ProcessSource(Arc::new(move || {
+                let dropped = |c: &crate::post::Counts| c.dropped.load(Ordering::Relaxed);
+                ProcessCounts {
+                    store: store.as_ref().map(|read| read()),
+                    remote_write_dropped: remote_counts.as_deref().map(dropped),
+                    notifications_dropped: notifier_counts.as_deref().map(dropped),
+                }
+            })));
         Ok(Watch {
             board,
             thresholds: spec.thresholds,

@@ -102,6 +102,25 @@ pub struct MeshRow {
     pub headline_text: String,
 }
 
+impl MeshRow {
+    /// The job's own name in a store, the same however often it is written: its mesh,
+    /// pair, test, cycle and start to the microsecond (one pair's test never starts twice
+    /// in a microsecond). A result written again after an interruption (a spool replayed,
+    /// a commit whose answer was lost) is found by it and not kept twice.
+    pub fn job_key(&self) -> String {
+        format!(
+            "{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
+            self.mesh,
+            self.src,
+            self.dst,
+            self.test,
+            self.direction,
+            self.cycle,
+            (self.started_at * 1e6).round() as i64
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

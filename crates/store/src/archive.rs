@@ -57,6 +57,10 @@ pub const MIGRATIONS: &[&str] = &[
                         ELSE 'failed' END,
          reason = CASE WHEN NOT ok AND reason LIKE 'skipped: %' THEN substr(reason, 10)
                        ELSE reason END;",
+    // 3: each mesh job's own key (MeshRow::job_key), unique, so that a result written
+    // twice (a spool replayed, a commit whose answer was lost) is kept once.
+    "ALTER TABLE linerate_mesh_results ADD COLUMN job_key TEXT;
+     CREATE UNIQUE INDEX linerate_mesh_job ON linerate_mesh_results (job_key);",
 ];
 
 /// An advisory lock's key: "LRAT", the store's application id.
@@ -66,6 +70,40 @@ pub struct Archive {
     client: Client,
     /// The URL without its password, for messages.
     shown: String,
+    /// Where and how it was reached, to connect again.
+    target: connection::Target,
+}
+
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long data sent may go unacknowledged before the connection counts as lost.
+const UNACKNOWLEDGED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A client for `target`, over TLS where its mode asks.
+fn connect(target: &connection::Target) -> Result<Client, StoreError> {
+    let failed = |why: String| StoreError::Archive {
+        url: target.shown.clone(),
+        why,
+    };
+    match target.ssl {
+        SslMode::Disable => target.config.connect(NoTls),
+        _ => {
+            let tls = connection::tls_config(target).map_err(failed)?;
+            target
+                .config
+                .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+        }
+    }
+    .map_err(|e| {
+        let mut why = describe(&e);
+        if why.contains("certificate") || why.contains("TLS") {
+            why += &format!(
+                " (sslmode={}; docs/mesh.md: the archive's TLS)",
+                target.ssl.name()
+            );
+        }
+        failed(why)
+    })
 }
 
 /// A client error in full: the server's own message when it sent one (the client's
@@ -100,34 +138,33 @@ impl Archive {
 
     /// As [`open`](Self::open), with the password's sources given (crate::connection).
     pub fn open_with(url: &str, credentials: &Credentials) -> Result<Archive, StoreError> {
-        let target = connection::target(url, credentials)?;
-        let shown = target.shown.clone();
-        let failed = |why: String| StoreError::Archive {
-            url: shown.clone(),
-            why,
-        };
-        let client = match target.ssl {
-            SslMode::Disable => target.config.connect(NoTls),
-            _ => {
-                let tls = connection::tls_config(&target).map_err(failed)?;
-                target
-                    .config
-                    .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
-            }
+        let mut target = connection::target(url, credentials)?;
+        // A server that went away is found out in bounded time: a connection attempt
+        // gives up after 10 s, and data the server never acknowledges after 30 s. A
+        // mesh's results wait in its spool meanwhile (crate::spool).
+        if target.config.get_connect_timeout().is_none() {
+            target.config.connect_timeout(CONNECT_TIMEOUT);
         }
-        .map_err(|e| {
-            let mut why = describe(&e);
-            if why.contains("certificate") || why.contains("TLS") {
-                why += &format!(
-                    " (sslmode={}; docs/mesh.md: the archive's TLS)",
-                    target.ssl.name()
-                );
-            }
-            failed(why)
-        })?;
-        let mut archive = Archive { client, shown };
+        if target.config.get_tcp_user_timeout().is_none() {
+            target.config.tcp_user_timeout(UNACKNOWLEDGED_TIMEOUT);
+        }
+        let client = connect(&target)?;
+        let mut archive = Archive {
+            client,
+            shown: target.shown.clone(),
+            target,
+        };
         archive.migrate()?;
         Ok(archive)
+    }
+
+    /// Connects again when the connection was lost (the server restarted, the network
+    /// broke): a long-lived coordinator outlives its archive's restarts.
+    fn reconnect_if_closed(&mut self) -> Result<(), StoreError> {
+        if self.client.is_closed() {
+            self.client = connect(&self.target)?;
+        }
+        Ok(())
     }
 
     pub fn url(&self) -> &str {
@@ -203,7 +240,20 @@ impl Archive {
             url: shown.clone(),
             why: describe(&e),
         };
+        let key = row.job_key();
+        self.reconnect_if_closed()?;
         let mut tx = self.client.transaction().map_err(failed)?;
+        // Written before (a replay): the run it was kept with. Two coordinators never
+        // write one job; should they, the unique index refuses the second.
+        if let Some(kept) = tx
+            .query_opt(
+                "SELECT run_id FROM linerate_mesh_results WHERE job_key = $1",
+                &[&key],
+            )
+            .map_err(failed)?
+        {
+            return Ok(kept.get(0));
+        }
         let run_id: Option<i64> = match run {
             Some((document, json)) => {
                 let Listed {
@@ -239,8 +289,9 @@ impl Archive {
         tx.execute(
             "INSERT INTO linerate_mesh_results (run_id, mesh, src, dst, test, direction,
                 protocol, cycle, started_at, ended_at, ok, reason, headline, headline_text,
-                outcome, blamed)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                outcome, blamed, job_key)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                     $17)",
             &[
                 &run_id,
                 &row.mesh,
@@ -258,6 +309,7 @@ impl Archive {
                 &row.headline_text,
                 &row.outcome.name(),
                 &row.outcome.blamed(),
+                &key,
             ],
         )
         .map_err(failed)?;
@@ -269,6 +321,7 @@ impl Archive {
     pub fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
         let columns = "run_id, mesh, src, dst, test, direction, protocol, cycle, started_at, \
                        ended_at, outcome, reason, blamed, headline, headline_text";
+        self.reconnect_if_closed()?;
         let sql = if latest {
             format!(
                 "SELECT DISTINCT ON (test, src, dst) {columns} FROM linerate_mesh_results

@@ -10,6 +10,7 @@
 pub mod archive;
 pub mod connection;
 pub mod prune;
+pub mod spool;
 
 pub use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
@@ -104,6 +105,10 @@ pub const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX mesh_results_run ON mesh_results (run_id);
      CREATE INDEX mesh_results_started_at ON mesh_results (started_at);",
+    // 7: each mesh job's own key (MeshRow::job_key), unique, so that a result written
+    // twice (a spool replayed after a crash) is kept once.
+    "ALTER TABLE mesh_results ADD COLUMN job_key TEXT;
+     CREATE UNIQUE INDEX mesh_results_job ON mesh_results (job_key) WHERE job_key IS NOT NULL;",
 ];
 
 /// The schema version this build writes.
@@ -470,7 +475,19 @@ impl Store {
         row: &MeshRow,
         run: Option<(&Document, &str)>,
     ) -> Result<Option<i64>, StoreError> {
+        let key = row.job_key();
         self.write(|tx| {
+            // Written before (a replay): the run it was kept with.
+            let kept: Option<Option<i64>> = tx
+                .query_row(
+                    "SELECT run_id FROM mesh_results WHERE job_key = ?1",
+                    params![key],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(run_id) = kept {
+                return Ok(run_id);
+            }
             let run_id = match run {
                 Some((document, json)) => {
                     Some(insert_run(tx, document, json, &Listed::of_mesh(row))?)
@@ -478,29 +495,31 @@ impl Store {
                 None => None,
             };
             tx.execute(
-            "INSERT INTO mesh_results (run_id, mesh, src, dst, test, direction, protocol, cycle,
-                                       started_at, ended_at, ok, reason, headline, headline_text,
-                                       outcome, blamed)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-            params![
-                run_id,
-                row.mesh,
-                row.src,
-                row.dst,
-                row.test,
-                row.direction,
-                row.protocol,
-                row.cycle as i64,
-                row.started_at,
-                row.ended_at,
-                row.outcome.is_ok(),
-                row.outcome.reason(),
-                row.headline.filter(|v| v.is_finite()),
-                row.headline_text,
-                row.outcome.name(),
-                row.outcome.blamed(),
-            ],
-        )?;
+                "INSERT INTO mesh_results (run_id, mesh, src, dst, test, direction, protocol,
+                                           cycle, started_at, ended_at, ok, reason, headline,
+                                           headline_text, outcome, blamed, job_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                         ?16, ?17)",
+                params![
+                    run_id,
+                    row.mesh,
+                    row.src,
+                    row.dst,
+                    row.test,
+                    row.direction,
+                    row.protocol,
+                    row.cycle as i64,
+                    row.started_at,
+                    row.ended_at,
+                    row.outcome.is_ok(),
+                    row.outcome.reason(),
+                    row.headline.filter(|v| v.is_finite()),
+                    row.headline_text,
+                    row.outcome.name(),
+                    row.outcome.blamed(),
+                    key,
+                ],
+            )?;
             Ok(run_id)
         })
     }
