@@ -971,6 +971,195 @@ fn an_archive_down_for_a_minute_loses_no_result_and_doubles_none() {
     let _ = std::fs::remove_file(&spool);
 }
 
+/// A tmpfs mounted for a test, unmounted (with what is in it) on drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(tag: &str, size: &str) -> SmallDisk {
+        let dir = std::env::temp_dir().join(format!("linerate-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "tmpfs",
+                dir.to_str().unwrap(),
+            ],
+        );
+        SmallDisk(dir)
+    }
+
+    /// Fills what is left of it with one file; its path.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let block = vec![0u8; 64 << 10];
+        while file.write_all(&block).is_ok() {}
+        // The last partial blocks too.
+        while file.write_all(&block[..512]).is_ok() {}
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The disk under the SQLite results database fills up mid-run: one line says the store
+/// cannot be written, the mesh goes on measuring (its results in memory and in
+/// /metrics), and once space is freed every result is written, each once; the database
+/// passes SQLite's integrity check.
+#[test]
+// Long: a mesh, its disk filled and freed, then every row and the file checked.
+fn a_full_disk_under_the_store_stops_writing_not_measuring_and_writing_resumes() {
+    let test = "a_full_disk_under_the_store_stops_writing_not_measuring_and_writing_resumes";
+    if !is_root() {
+        skip(test, "needs root for network namespaces and to mount a tmpfs");
+        return;
+    }
+    if !have("curl", test) {
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("meshfull", 3);
+    let key = key_file("meshfull");
+    let _agents: Vec<ServeProcess> = (0..2).map(|i| agent(&star, i, &key)).collect();
+    let file = mesh_file(&star, 2, &key, "fulldisk", "1s");
+    let disk = SmallDisk::mount("fulldisk", "4m");
+    let db = disk.0.join("results.db");
+    let listen = "127.0.0.1:9478";
+    let mut coordinator = Command::new("ip")
+        .args(["netns", "exec", &star.hosts[2], binary()])
+        .args(["--db", db.to_str().unwrap(), "mesh", "run", &file, "--json"])
+        .args(["--metrics", listen])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::<serde_json::Value>::new()));
+    let reader = {
+        let (stdout, printed) = (coordinator.stdout.take().unwrap(), printed.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let row: serde_json::Value = serde_json::from_str(&line).unwrap();
+                if row.get("src").is_some() {
+                    printed.lock().unwrap().push(row);
+                }
+            }
+        })
+    };
+    let count = || printed.lock().unwrap().len();
+    let wait = |what: &str, within: u64, mut done: Box<dyn FnMut() -> bool + '_>| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(within);
+        while !done() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "waited {within} s for {what}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    };
+    let metric = |name: &str| {
+        coordinator_metrics(&star.hosts[2], listen)
+            .get(name)
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    wait("four results", 60, Box::new(|| count() >= 4));
+    let filler = disk.fill();
+    // The store refuses at its next write that needs a page the disk no longer has.
+    wait(
+        "the store to refuse",
+        90,
+        Box::new(|| metric("linerate_store_writing") == 0.0),
+    );
+    let refused_at = count();
+    wait(
+        "measuring to go on",
+        60,
+        Box::new(|| count() >= refused_at + 10),
+    );
+    assert!(metric("linerate_store_waiting_results") >= 5.0);
+    let scraped = coordinator_metrics(&star.hosts[2], listen);
+    assert!(
+        scraped.keys().any(|k| k.starts_with("linerate_tests_total")),
+        "figures still reach /metrics: {scraped:?}"
+    );
+    std::fs::remove_file(&filler).unwrap();
+    wait(
+        "writing to resume",
+        90,
+        Box::new(|| {
+            metric("linerate_store_writing") == 1.0
+                && metric("linerate_store_waiting_results") == 0.0
+        }),
+    );
+    let after = count();
+    wait("results after", 60, Box::new(|| count() >= after + 2));
+    // SAFETY: interrupts the coordinator this test started.
+    unsafe { libc::kill(coordinator.id() as i32, libc::SIGINT) };
+    let mut said = String::new();
+    std::io::Read::read_to_string(coordinator.stderr.as_mut().unwrap(), &mut said).unwrap();
+    let code = coordinator.wait().unwrap().code();
+    assert!(matches!(code, Some(0 | 1)), "{code:?}: {said}");
+    reader.join().unwrap();
+    let refusals: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("cannot write to the store"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "one line: {said}");
+    assert!(refusals[0].contains("full"), "{}", refusals[0]);
+    assert!(said.contains("takes writes again"), "{said}");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let mut statement = conn
+        .prepare("SELECT src, dst, test, cycle, started_at FROM mesh_results ORDER BY id")
+        .unwrap();
+    let kept: Vec<String> = statement
+        .query_map([], |r| {
+            Ok(format!(
+                "{} {} {} {} {:.6}",
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, f64>(4)?
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let expected: Vec<String> = printed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {} {} {:.6}",
+                r["src"].as_str().unwrap(),
+                r["dst"].as_str().unwrap(),
+                r["test"].as_str().unwrap(),
+                r["cycle"].as_u64().unwrap(),
+                num(r, "/started_at")
+            )
+        })
+        .collect();
+    assert_eq!(kept, expected, "every printed result once, in order");
+    drop(statement);
+    drop(conn);
+    drop(disk);
+}
+
 /// What each coordinator printed is in the archive once, with its run.
 fn check_archive(url: &str, a: &std::process::Output, b: &std::process::Output) {
     for (name, out) in [("left", a), ("right", b)] {
