@@ -14,7 +14,7 @@ use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::{Measure, StoreCounts};
 use linerate_metrics::watch::{Watch, WatchError, WatchSpec};
 use linerate_proto::auth::Key;
-use linerate_store::spool::{Spool, SpoolCounts, Writer};
+use linerate_store::spool::{Retention, Spool, SpoolCounts, Writer};
 use linerate_store::MeshRow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -414,8 +414,14 @@ fn store_writer(
             None => return Ok(None),
         },
     };
+    let retention = mesh.retention.map(|r| Retention {
+        mesh: mesh.name.clone(),
+        raw_s: r.raw_s,
+        hourly_s: r.hourly_s,
+    });
     Ok(Some(
-        Writer::start(store, spool, STORE_WAIT).context("starting the store's writer")?,
+        Writer::start(store, spool, STORE_WAIT, retention)
+            .context("starting the store's writer")?,
     ))
 }
 

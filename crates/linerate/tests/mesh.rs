@@ -1021,7 +1021,10 @@ impl Drop for SmallDisk {
 fn a_full_disk_under_the_store_stops_writing_not_measuring_and_writing_resumes() {
     let test = "a_full_disk_under_the_store_stops_writing_not_measuring_and_writing_resumes";
     if !is_root() {
-        skip(test, "needs root for network namespaces and to mount a tmpfs");
+        skip(
+            test,
+            "needs root for network namespaces and to mount a tmpfs",
+        );
         return;
     }
     if !have("curl", test) {
@@ -1089,7 +1092,9 @@ fn a_full_disk_under_the_store_stops_writing_not_measuring_and_writing_resumes()
     assert!(metric("linerate_store_waiting_results") >= 5.0);
     let scraped = coordinator_metrics(&star.hosts[2], listen);
     assert!(
-        scraped.keys().any(|k| k.starts_with("linerate_tests_total")),
+        scraped
+            .keys()
+            .any(|k| k.starts_with("linerate_tests_total")),
         "figures still reach /metrics: {scraped:?}"
     );
     std::fs::remove_file(&filler).unwrap();
@@ -1261,6 +1266,233 @@ fn a_coordinator_killed_ten_times_resumes_without_a_missing_or_doubled_row() {
         unprinted <= 10,
         "{unprinted} rows stored and never printed (at most one a kill)"
     );
+}
+
+/// `work` on a thread of its own moved into network namespace `ns` (a network namespace
+/// is a thread's own): what reaches a server there as the coordinator does.
+fn in_netns<T: Send + 'static>(ns: &str, work: impl FnOnce() -> T + Send + 'static) -> T {
+    let handle = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+    let joined = std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is an open network namespace; only this thread moves.
+        assert_eq!(
+            unsafe { libc::setns(handle.as_raw_fd(), libc::CLONE_NEWNET) },
+            0
+        );
+        work()
+    })
+    .join();
+    match joined {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// Two series of mesh `mesh` ("a" and "b" to "c"), a row every 30 minutes for 60 days
+/// before `now`, some failed or skipped; every fourth with a run.
+fn old_rows(mesh: &str, now: f64) -> Vec<linerate_store::MeshRow> {
+    use linerate_store::{MeshRow, Outcome};
+    let start = now - 60.0 * 86_400.0;
+    let mut rows = Vec::new();
+    for i in 0..(60 * 48) {
+        let at = start + i as f64 * 1800.0 + 7.0;
+        for (s, src) in ["a", "b"].into_iter().enumerate() {
+            let outcome = match (i + s) % 23 {
+                0 => Outcome::Failed {
+                    blamed: None,
+                    reason: "refused".into(),
+                },
+                5 => Outcome::Skipped {
+                    reason: "down".into(),
+                },
+                _ => Outcome::Ok,
+            };
+            let ok = outcome.is_ok();
+            rows.push(MeshRow {
+                run_id: None,
+                mesh: mesh.into(),
+                src: src.into(),
+                dst: "c".into(),
+                test: "lat".into(),
+                direction: "forward".into(),
+                protocol: "tcp".into(),
+                cycle: i as u64,
+                started_at: at,
+                ended_at: at + 1.0,
+                outcome,
+                headline: ok.then(|| 0.001 + ((i * 7 + s * 3) % 17) as f64 * 1e-4),
+                headline_text: String::new(),
+            });
+        }
+    }
+    rows
+}
+
+/// A mesh file's `[retention]` applied by the coordinator as it runs, on SQLite and on
+/// PostgreSQL alike: 60 days of a mesh's rows are cut to the 14 days asked for, the
+/// hours between 14 and 30 days ago summed up, each store's aggregates the same, and
+/// the coordinator says what it did once.
+#[test]
+// Long: two stores seeded, a coordinator run on each, then both compared.
+fn a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql() {
+    let test = "a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql";
+    if !is_root() {
+        skip(
+            test,
+            "needs root for network namespaces and to run PostgreSQL as its user",
+        );
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("meshkeep", 3);
+    let postgres = match Postgres::start(&star.hosts[2], &star.addrs[2]) {
+        Ok(server) => server,
+        Err(reason) => {
+            skip(test, &reason);
+            return;
+        }
+    };
+    let key = key_file("meshkeep");
+    let _agents: Vec<ServeProcess> = (0..2).map(|i| agent(&star, i, &key)).collect();
+    let file = mesh_file(&star, 2, &key, "retained", "2s");
+    let text = std::fs::read_to_string(&file).unwrap().replacen(
+        "[[host]]",
+        "[retention]\nraw = \"14d\"\nhourly = \"30d\"\n\n[[host]]",
+        1,
+    );
+    std::fs::write(&file, text).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let rows = old_rows("retained", now);
+    let db = fresh_db("retained");
+    // The store's schema, then the rows in one transaction (thousands of the store's own
+    // one-row transactions would wait on the disk for each).
+    drop(linerate_store::Store::open(std::path::Path::new(&db)).unwrap());
+    {
+        let mut conn = rusqlite::Connection::open(&db).unwrap();
+        let tx = conn.transaction().unwrap();
+        for r in &rows {
+            tx.execute(
+                "INSERT INTO mesh_results (mesh, src, dst, test, direction, protocol, cycle,
+                     started_at, ended_at, ok, reason, headline, headline_text, outcome,
+                     blamed, job_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                rusqlite::params![
+                    r.mesh,
+                    r.src,
+                    r.dst,
+                    r.test,
+                    r.direction,
+                    r.protocol,
+                    r.cycle as i64,
+                    r.started_at,
+                    r.ended_at,
+                    r.outcome.is_ok(),
+                    r.outcome.reason(),
+                    r.headline,
+                    r.headline_text,
+                    r.outcome.name(),
+                    r.outcome.blamed(),
+                    r.job_key(),
+                ],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let url = postgres.url.clone();
+    let seeded = rows.clone();
+    let seeding = std::time::Instant::now();
+    in_netns(&star.hosts[2], move || {
+        let mut archive = linerate_store::archive::Archive::open(&url).unwrap();
+        for row in &seeded {
+            archive.insert_mesh(row, None).unwrap();
+        }
+    });
+    println!("{test}: archive seeded in {:?}", seeding.elapsed());
+    let run = |global: &[&str], local: &[&str]| {
+        let started = std::time::Instant::now();
+        let mut coordinator = Command::new("ip")
+            .args(["netns", "exec", &star.hosts[2], binary()])
+            .args(global)
+            .args(["mesh", "run", &file, "--json"])
+            .args(local)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = BufReader::new(coordinator.stderr.take().unwrap());
+        let mut said = Vec::new();
+        for line in stderr.lines().map_while(Result::ok) {
+            let done = line.contains("retention:");
+            said.push(line);
+            if done {
+                break;
+            }
+        }
+        // SAFETY: interrupts the coordinator this test started.
+        unsafe { libc::kill(coordinator.id() as i32, libc::SIGINT) };
+        coordinator.wait().unwrap();
+        println!("{test}: retention applied in {:?}", started.elapsed());
+        said.join("\n")
+    };
+    let raw_before = now - 14.0 * 86_400.0;
+    let last_hour = (raw_before / 3600.0).floor() * 3600.0;
+    let gone = rows.iter().filter(|r| r.started_at < last_hour).count();
+    for said in [
+        run(&["--db", &db], &[]),
+        run(&["--no-store"], &["--store", &postgres.url]),
+    ] {
+        let line = said
+            .lines()
+            .find(|l| l.contains("retention:"))
+            .unwrap_or_else(|| panic!("no retention line: {said}"));
+        assert!(
+            line.contains(&format!("{gone} row(s)")) && line.contains("past 14d"),
+            "{line}"
+        );
+    }
+    let store = linerate_store::Store::open(std::path::Path::new(&db)).unwrap();
+    let left = store.mesh_rows("retained", false).unwrap();
+    let old_left: Vec<_> = left.iter().filter(|r| r.started_at < last_hour).collect();
+    assert!(old_left.is_empty(), "{old_left:?}");
+    assert!(left.len() >= rows.len() - gone, "the newer rows stay");
+    let sqlite = store.mesh_hourly("retained").unwrap();
+    let hourly_before = now - 30.0 * 86_400.0;
+    assert!(sqlite.iter().all(|a| a.hour + 3600.0 > hourly_before));
+    // Every hour between 30 and 14 days ago, both series.
+    let hours = ((last_hour - (hourly_before / 3600.0).ceil() * 3600.0) / 3600.0) as usize;
+    assert!(
+        sqlite.len() >= 2 * hours,
+        "{} aggregates for {hours} hours",
+        sqlite.len()
+    );
+    let url = postgres.url.clone();
+    let (archive_rows, archived) = in_netns(&star.hosts[2], move || {
+        let mut archive = linerate_store::archive::Archive::open(&url).unwrap();
+        (
+            archive.mesh_rows("retained", false).unwrap(),
+            archive.mesh_hourly("retained").unwrap(),
+        )
+    });
+    assert!(archive_rows.iter().all(|r| r.started_at >= last_hour));
+    // The same hours summed up the same, where both stores' passes saw the same rows
+    // (each pass's cutoff is its own moment: compare the hours both have).
+    let same_hours: Vec<_> = sqlite
+        .iter()
+        .filter(|a| archived.iter().any(|b| b.hour == a.hour && b.src == a.src))
+        .collect();
+    assert!(same_hours.len() >= 2 * hours - 4);
+    for a in same_hours {
+        let b = archived
+            .iter()
+            .find(|b| b.hour == a.hour && b.src == a.src)
+            .unwrap();
+        assert_eq!(a, b);
+    }
+    drop(postgres);
 }
 
 /// What each coordinator printed is in the archive once, with its run.

@@ -52,6 +52,7 @@ struct RawMesh {
     limits: Option<RawLimits>,
     alerts: Option<RawAlerts>,
     store: Option<RawStore>,
+    retention: Option<RawRetention>,
     #[serde(default)]
     host: Vec<Spanned<RawHost>>,
     #[serde(default)]
@@ -86,6 +87,13 @@ struct RawAlerts {
     alertmanager: Option<Spanned<String>>,
     webhook: Option<Spanned<String>>,
     grid_url: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    raw: Spanned<String>,
+    hourly: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -355,9 +363,14 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
             };
         }
     }
+    let retention = match &raw.retention {
+        Some(r) => Some(retention(&reader, r)?),
+        None => None,
+    };
     Ok(Mesh {
         alerts,
         store,
+        retention,
         seed: raw.seed.map_or_else(|| name_seed(&name), |s| *s.get_ref()),
         name,
         key: raw.key.map(|k| k.into_inner().into()),
@@ -1013,4 +1026,41 @@ fn transactions_per_second(text: &str) -> Option<f64> {
         .parse::<f64>()
         .ok()
         .filter(|n| (0.01..=1e6).contains(n))
+}
+
+/// `[retention]`: ages of at least an hour (the aggregates' unit), the aggregates kept
+/// longer than the rows they sum up; `hourly = "forever"` keeps them for good.
+fn retention(reader: &Reader<'_>, raw: &RawRetention) -> Result<Retention, MeshError> {
+    let age = |value: &Spanned<String>, key: &str| -> Result<f64, MeshError> {
+        match humantime::parse_duration(value.get_ref()) {
+            Ok(d) if d.as_secs_f64() >= 3600.0 => Ok(d.as_secs_f64()),
+            Ok(_) => Err(reader.at(
+                value,
+                format!("{key} '{}' must be at least 1h", value.get_ref()),
+            )),
+            Err(_) => Err(reader.at(
+                value,
+                format!("{key} '{}' is not an age (14d, 12h, 2w)", value.get_ref()),
+            )),
+        }
+    };
+    let raw_s = age(&raw.raw, "raw")?;
+    let hourly_s = match &raw.hourly {
+        Some(value) if value.get_ref() == "forever" => None,
+        Some(value) => Some(age(value, "hourly")?),
+        None => Some(DEFAULT_HOURLY_S.max(raw_s)),
+    };
+    if let (Some(hourly), Some(value)) = (hourly_s, &raw.hourly) {
+        if hourly < raw_s {
+            return Err(reader.at(
+                value,
+                format!(
+                    "hourly '{}' must be at least raw '{}': the aggregates sum up rows that are gone",
+                    value.get_ref(),
+                    raw.raw.get_ref()
+                ),
+            ));
+        }
+    }
+    Ok(Retention { raw_s, hourly_s })
 }

@@ -37,7 +37,22 @@ pub struct Mesh {
     pub alerts: AlertRules,
     /// How much of each job's document the store keeps (`[store]`).
     pub store: StorePolicy,
+    /// How long the store keeps the mesh's rows, and their hourly aggregates
+    /// (`[retention]`); `None`: everything, forever.
+    pub retention: Option<Retention>,
 }
+
+/// The `[retention]` section: raw rows (with their documents) for `raw_s`, then each
+/// series' hourly aggregates for `hourly_s` (`None`: forever). The coordinator applies
+/// it in the background, a small transaction at a time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Retention {
+    pub raw_s: f64,
+    pub hourly_s: Option<f64>,
+}
+
+/// The hourly aggregates' default span when `[retention]` names only `raw`: a year.
+pub const DEFAULT_HOURLY_S: f64 = 365.0 * 86_400.0;
 
 /// The `[store]` section: how much of each job's result document is kept. A mesh runs
 /// thousands of jobs an hour; the row and a compact document (the figures and

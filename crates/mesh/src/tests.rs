@@ -814,3 +814,46 @@ fn the_store_section_says_whose_documents_are_kept_whole() {
         );
     }
 }
+
+#[test]
+fn retention_reads_ages_and_refuses_what_cannot_hold() {
+    let text = mesh_text(2, false);
+    assert_eq!(parse("m.toml", &text).unwrap().retention, None);
+    let with = |section: &str| parse("m.toml", &format!("{text}[retention]\n{section}"));
+    let r = with("raw = \"14d\"\n").unwrap().retention.unwrap();
+    assert_eq!(r.raw_s, 14.0 * 86_400.0);
+    assert_eq!(r.hourly_s, Some(DEFAULT_HOURLY_S));
+    let r = with("raw = \"2w\"\nhourly = \"90d\"\n")
+        .unwrap()
+        .retention
+        .unwrap();
+    assert_eq!(
+        (r.raw_s, r.hourly_s),
+        (14.0 * 86_400.0, Some(90.0 * 86_400.0))
+    );
+    let r = with("raw = \"36h\"\nhourly = \"forever\"\n")
+        .unwrap()
+        .retention
+        .unwrap();
+    assert_eq!(r.hourly_s, None);
+    let line = text.lines().count() + 2;
+    for (section, said) in [
+        ("raw = \"10m\"\n", "raw '10m' must be at least 1h"),
+        ("raw = \"soon\"\n", "raw 'soon' is not an age"),
+        (
+            "raw = \"30d\"\nhourly = \"7d\"\n",
+            "must be at least raw '30d'",
+        ),
+        ("hourly = \"7d\"\n", "missing field `raw`"),
+    ] {
+        let e = with(section).unwrap_err().to_string();
+        assert!(e.contains("m.toml:") && e.contains(said), "{section}: {e}");
+        if !section.starts_with("hourly") {
+            assert!(
+                e.contains(&format!("m.toml:{line}:"))
+                    || e.contains(&format!("m.toml:{}:", line + 1)),
+                "{e}"
+            );
+        }
+    }
+}

@@ -703,3 +703,46 @@ fn reflector_counts_are_counters_by_reason() {
         "{classic}"
     );
 }
+
+/// A coordinator's queues are written as they are now: the store's spool as gauges, what
+/// was lost anywhere as counters; a queue that is not there has no line.
+#[test]
+fn a_coordinators_queues_are_gauges_and_their_losses_counters() {
+    use crate::board::{ProcessCounts, ProcessSource, StoreCounts};
+    let board = Arc::new(Mutex::new(Board::default()));
+    board.lock().unwrap().process = Some(ProcessSource(Arc::new(|| ProcessCounts {
+        store: Some(StoreCounts {
+            waiting: 12,
+            waiting_bytes: 4096,
+            oldest_waiting_s: 61.5,
+            writing: false,
+            write_failures: 4,
+            replayed: 30,
+            dropped_documents: 2,
+            dropped_results: 0,
+        }),
+        remote_write_dropped: None,
+        notifications_dropped: Some(1),
+    })));
+    let text = Exposition::new(board.clone()).render(Format::OpenMetrics);
+    for line in [
+        "# TYPE linerate_store_writing gauge\nlinerate_store_writing 0\n",
+        "linerate_store_waiting_results 12\n",
+        "linerate_store_waiting_bytes 4096\n",
+        "linerate_store_oldest_waiting_seconds 61.5\n",
+        "# TYPE linerate_store_write_failures counter\nlinerate_store_write_failures_total 4\n",
+        "linerate_store_replayed_results_total 30\n",
+        "linerate_store_dropped_documents_total 2\n",
+        "linerate_store_dropped_results_total 0\n",
+        "linerate_alert_notifications_dropped_total 1\n",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    assert!(!text.contains("remote_write"), "{text}");
+    assert!(text.ends_with("# EOF\n"));
+    let classic = Exposition::new(board).render(Format::Classic);
+    assert!(
+        classic.contains("# TYPE linerate_store_write_failures_total counter\n"),
+        "{classic}"
+    );
+}

@@ -6,6 +6,7 @@
 //! builds SQL from values.
 
 use crate::connection::{self, Credentials, SslMode};
+use crate::prune::{aggregate, Aggregate, RawRow, RetainStep, HOUR};
 use crate::{now, Listed, MeshRow, Outcome, StoreError};
 use linerate_report::document::Document;
 use postgres::{Client, NoTls};
@@ -61,6 +62,32 @@ pub const MIGRATIONS: &[&str] = &[
     // twice (a spool replayed, a commit whose answer was lost) is kept once.
     "ALTER TABLE linerate_mesh_results ADD COLUMN job_key TEXT;
      CREATE UNIQUE INDEX linerate_mesh_job ON linerate_mesh_results (job_key);",
+    // 4: retention, as the SQLite store's steps 6 and 8: each series' hours summed up
+    // before their rows go, and the indexes that find a mesh's oldest rows, a run's
+    // mesh row (a run's removal checks it) and a mesh's hours.
+    "CREATE TABLE linerate_mesh_hourly (
+        mesh TEXT NOT NULL,
+        src TEXT NOT NULL,
+        dst TEXT NOT NULL,
+        test TEXT NOT NULL,
+        direction TEXT NOT NULL,
+        protocol TEXT NOT NULL,
+        hour DOUBLE PRECISION NOT NULL,
+        count BIGINT NOT NULL,
+        ok BIGINT NOT NULL,
+        failed BIGINT NOT NULL,
+        skipped BIGINT NOT NULL,
+        figures BIGINT NOT NULL,
+        min DOUBLE PRECISION,
+        median DOUBLE PRECISION,
+        p95 DOUBLE PRECISION,
+        max DOUBLE PRECISION,
+        mean DOUBLE PRECISION,
+        PRIMARY KEY (mesh, src, dst, test, direction, protocol, hour)
+     );
+     CREATE INDEX linerate_mesh_hourly_hour ON linerate_mesh_hourly (mesh, hour);
+     CREATE INDEX linerate_mesh_started ON linerate_mesh_results (mesh, started_at);
+     CREATE INDEX linerate_mesh_run ON linerate_mesh_results (run_id);",
 ];
 
 /// An advisory lock's key: "LRAT", the store's application id.
@@ -315,6 +342,174 @@ impl Archive {
         .map_err(failed)?;
         tx.commit().map_err(failed)?;
         Ok(run_id)
+    }
+
+    /// One step of `mesh`'s retention, as the SQLite store's
+    /// ([`crate::Store::retain_step`]): the oldest hour before `raw_before` summed up,
+    /// else a batch of its rows removed with their runs, else a batch of aggregates
+    /// before `hourly_before` removed; each one transaction.
+    pub fn retain_step(
+        &mut self,
+        mesh: &str,
+        raw_before: f64,
+        hourly_before: Option<f64>,
+        batch: usize,
+    ) -> Result<RetainStep, StoreError> {
+        self.reconnect_if_closed()?;
+        let shown = self.shown.clone();
+        let failed = |e: postgres::Error| StoreError::Archive {
+            url: shown.clone(),
+            why: describe(&e),
+        };
+        let mut step = RetainStep::default();
+        let last_hour = (raw_before / HOUR).floor() * HOUR;
+        let batch = batch.max(1) as i64;
+        let oldest: Option<f64> = self
+            .client
+            .query_one(
+                "SELECT min(started_at) FROM linerate_mesh_results
+                 WHERE mesh = $1 AND started_at < $2",
+                &[&mesh, &last_hour],
+            )
+            .map_err(failed)?
+            .get(0);
+        if let Some(oldest) = oldest {
+            let hour = (oldest / HOUR).floor() * HOUR;
+            step.more = true;
+            let mut tx = self.client.transaction().map_err(failed)?;
+            let summed: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM linerate_mesh_hourly
+                                    WHERE mesh = $1 AND hour = $2)",
+                    &[&mesh, &hour],
+                )
+                .map_err(failed)?
+                .get(0);
+            // An hour past the aggregates' own span is not summed up only to go.
+            let past_span = hourly_before.is_some_and(|before| hour < before);
+            if !summed && !past_span {
+                let rows: Vec<RawRow> = tx
+                    .query(
+                        "SELECT mesh, src, dst, test, direction, protocol, outcome, headline
+                         FROM linerate_mesh_results
+                         WHERE mesh = $1 AND started_at >= $2 AND started_at < $3",
+                        &[&mesh, &hour, &(hour + HOUR)],
+                    )
+                    .map_err(failed)?
+                    .iter()
+                    .map(|r| {
+                        (
+                            [r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)],
+                            r.get(6),
+                            r.get(7),
+                        )
+                    })
+                    .collect();
+                for a in aggregate(hour, rows) {
+                    step.aggregates += tx
+                        .execute(
+                            "INSERT INTO linerate_mesh_hourly (mesh, src, dst, test, direction,
+                                 protocol, hour, count, ok, failed, skipped, figures, min,
+                                 median, p95, max, mean)
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+                                     $14, $15, $16, $17)
+                             ON CONFLICT DO NOTHING",
+                            &[
+                                &a.mesh,
+                                &a.src,
+                                &a.dst,
+                                &a.test,
+                                &a.direction,
+                                &a.protocol,
+                                &a.hour,
+                                &(a.count as i64),
+                                &(a.ok as i64),
+                                &(a.failed as i64),
+                                &(a.skipped as i64),
+                                &(a.figures as i64),
+                                &a.min,
+                                &a.median,
+                                &a.p95,
+                                &a.max,
+                                &a.mean,
+                            ],
+                        )
+                        .map_err(failed)?;
+                }
+                step.hours = 1;
+            } else {
+                let runs: Vec<Option<i64>> = tx
+                    .query(
+                        "DELETE FROM linerate_mesh_results WHERE id IN (
+                             SELECT id FROM linerate_mesh_results
+                             WHERE mesh = $1 AND started_at >= $2 AND started_at < $3
+                             LIMIT $4)
+                         RETURNING run_id",
+                        &[&mesh, &hour, &(hour + HOUR), &batch],
+                    )
+                    .map_err(failed)?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                step.mesh_rows = runs.len() as u64;
+                let ids: Vec<i64> = runs.into_iter().flatten().collect();
+                step.runs = tx
+                    .execute("DELETE FROM linerate_runs WHERE id = ANY($1)", &[&ids])
+                    .map_err(failed)?;
+            }
+            tx.commit().map_err(failed)?;
+            return Ok(step);
+        }
+        if let Some(before) = hourly_before {
+            step.hourly_removed = self
+                .client
+                .execute(
+                    "DELETE FROM linerate_mesh_hourly WHERE ctid IN (
+                         SELECT ctid FROM linerate_mesh_hourly
+                         WHERE mesh = $1 AND hour < $2 LIMIT $3)",
+                    &[&mesh, &before, &batch],
+                )
+                .map_err(failed)?;
+            step.more = step.hourly_removed == batch as u64;
+        }
+        Ok(step)
+    }
+
+    /// A mesh's hourly aggregates, oldest first.
+    pub fn mesh_hourly(&mut self, mesh: &str) -> Result<Vec<Aggregate>, StoreError> {
+        self.reconnect_if_closed()?;
+        let rows = self
+            .client
+            .query(
+                "SELECT mesh, src, dst, test, direction, protocol, hour, count, ok, failed,
+                        skipped, figures, min, median, p95, max, mean
+                 FROM linerate_mesh_hourly WHERE mesh = $1
+                 ORDER BY hour, src, dst, test, direction",
+                &[&mesh],
+            )
+            .map_err(|e| self.error(e))?;
+        Ok(rows
+            .iter()
+            .map(|r| Aggregate {
+                mesh: r.get(0),
+                src: r.get(1),
+                dst: r.get(2),
+                test: r.get(3),
+                direction: r.get(4),
+                protocol: r.get(5),
+                hour: r.get(6),
+                count: r.get::<_, i64>(7) as u64,
+                ok: r.get::<_, i64>(8) as u64,
+                failed: r.get::<_, i64>(9) as u64,
+                skipped: r.get::<_, i64>(10) as u64,
+                figures: r.get::<_, i64>(11) as u64,
+                min: r.get(12),
+                median: r.get(13),
+                p95: r.get(14),
+                max: r.get(15),
+                mean: r.get(16),
+            })
+            .collect())
     }
 
     /// A mesh's rows, oldest first; `latest`: only each (src, dst, test)'s newest.

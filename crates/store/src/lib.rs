@@ -109,6 +109,9 @@ pub const MIGRATIONS: &[&str] = &[
     // twice (a spool replayed after a crash) is kept once.
     "ALTER TABLE mesh_results ADD COLUMN job_key TEXT;
      CREATE UNIQUE INDEX mesh_results_job ON mesh_results (job_key) WHERE job_key IS NOT NULL;",
+    // 8: a mesh's retention finds its oldest rows and its hours by the mesh.
+    "CREATE INDEX mesh_results_mesh_started ON mesh_results (mesh, started_at);
+     CREATE INDEX mesh_hourly_mesh_hour ON mesh_hourly (mesh, hour);",
 ];
 
 /// The schema version this build writes.
@@ -166,6 +169,19 @@ pub trait MeshArchive {
     fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError>;
     /// Where it is, for messages.
     fn location(&self) -> String;
+    /// One small step of a mesh's retention (crate::prune::RetainStep): rows that
+    /// started before `raw_before` summed up by the hour and removed, then aggregates of
+    /// hours before `hourly_before` removed; `batch` rows a transaction at most. A
+    /// store that keeps nothing for long (one in memory) has nothing to do.
+    fn retain_step(
+        &mut self,
+        _mesh: &str,
+        _raw_before: f64,
+        _hourly_before: Option<f64>,
+        _batch: usize,
+    ) -> Result<prune::RetainStep, StoreError> {
+        Ok(prune::RetainStep::default())
+    }
 }
 
 impl MeshArchive for Store {
@@ -182,6 +198,15 @@ impl MeshArchive for Store {
     fn location(&self) -> String {
         self.path.clone()
     }
+    fn retain_step(
+        &mut self,
+        mesh: &str,
+        raw_before: f64,
+        hourly_before: Option<f64>,
+        batch: usize,
+    ) -> Result<prune::RetainStep, StoreError> {
+        Store::retain_step(self, mesh, raw_before, hourly_before, batch)
+    }
 }
 
 impl MeshArchive for archive::Archive {
@@ -197,6 +222,15 @@ impl MeshArchive for archive::Archive {
     }
     fn location(&self) -> String {
         self.url().to_string()
+    }
+    fn retain_step(
+        &mut self,
+        mesh: &str,
+        raw_before: f64,
+        hourly_before: Option<f64>,
+        batch: usize,
+    ) -> Result<prune::RetainStep, StoreError> {
+        archive::Archive::retain_step(self, mesh, raw_before, hourly_before, batch)
     }
 }
 

@@ -24,6 +24,29 @@ pub struct Pruned {
     pub runs: u64,
 }
 
+/// What one step of a mesh's retention did; `more`: there is more to do now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetainStep {
+    /// Hours summed up (0 or 1), and the aggregates written for it.
+    pub hours: u64,
+    pub aggregates: u64,
+    pub mesh_rows: u64,
+    pub runs: u64,
+    /// Aggregates past their own span removed.
+    pub hourly_removed: u64,
+    pub more: bool,
+}
+
+impl RetainStep {
+    pub fn add(&mut self, other: &RetainStep) {
+        self.hours += other.hours;
+        self.aggregates += other.aggregates;
+        self.mesh_rows += other.mesh_rows;
+        self.runs += other.runs;
+        self.hourly_removed += other.hourly_removed;
+    }
+}
+
 /// One series' hour, summed up.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Aggregate {
@@ -168,7 +191,7 @@ impl Store {
                 .flatten();
             let Some(oldest) = oldest else { break };
             let hour = (oldest / HOUR).floor() * HOUR;
-            done.aggregates += self.sum_up_hour(hour)?;
+            done.aggregates += self.sum_up_hour(hour, None)?;
             loop {
                 let (rows, runs) = self.write(|tx| {
                     let ids: Vec<(i64, Option<i64>)> = tx
@@ -218,17 +241,95 @@ impl Store {
         Ok(done)
     }
 
-    /// Writes the aggregates of the hour starting at `hour` from its rows, unless they
-    /// are written already (a prune interrupted after them: the rows left are not the
-    /// hour's whole). How many were written.
-    fn sum_up_hour(&mut self, hour: f64) -> Result<u64, StoreError> {
+    /// One step of `mesh`'s retention: its oldest hour before `raw_before` summed up
+    /// (when it is not yet), else a batch of that hour's rows removed with their runs;
+    /// with no such hour left, a batch of aggregates before `hourly_before` removed. Each
+    /// step is one short transaction: the coordinator's writes wait for one at most.
+    pub fn retain_step(
+        &mut self,
+        mesh: &str,
+        raw_before: f64,
+        hourly_before: Option<f64>,
+        batch: usize,
+    ) -> Result<RetainStep, StoreError> {
+        let mut step = RetainStep::default();
+        let last_hour = (raw_before / HOUR).floor() * HOUR;
+        let batch = batch.max(1) as i64;
+        let oldest: Option<f64> = self
+            .conn
+            .query_row(
+                "SELECT min(started_at) FROM mesh_results WHERE mesh = ?1 AND started_at < ?2",
+                params![mesh, last_hour],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sqlite(e))?;
+        if let Some(oldest) = oldest {
+            let hour = (oldest / HOUR).floor() * HOUR;
+            let summed: bool = self
+                .conn
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM mesh_hourly WHERE mesh = ?1 AND hour = ?2)",
+                    params![mesh, hour],
+                    |r| r.get(0),
+                )
+                .map_err(|e| self.sqlite(e))?;
+            step.more = true;
+            // An hour past the aggregates' own span is not summed up only to go.
+            let past_span = hourly_before.is_some_and(|before| hour < before);
+            if !summed && !past_span {
+                step.aggregates = self.sum_up_hour(hour, Some(mesh))?;
+                step.hours = 1;
+                return Ok(step);
+            }
+            let (rows, runs) = self.write(|tx| {
+                let ids: Vec<(i64, Option<i64>)> = tx
+                    .prepare(
+                        "SELECT id, run_id FROM mesh_results
+                         WHERE mesh = ?1 AND started_at >= ?2 AND started_at < ?3 LIMIT ?4",
+                    )?
+                    .query_map(params![mesh, hour, hour + HOUR, batch], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })?
+                    .collect::<rusqlite::Result<_>>()?;
+                let mut runs = 0;
+                for (id, run) in &ids {
+                    tx.execute("DELETE FROM mesh_results WHERE id = ?1", params![id])?;
+                    if let Some(run) = run {
+                        runs += tx.execute("DELETE FROM runs WHERE id = ?1", params![run])?;
+                    }
+                }
+                Ok((ids.len() as u64, runs as u64))
+            })?;
+            step.mesh_rows = rows;
+            step.runs = runs;
+            return Ok(step);
+        }
+        if let Some(before) = hourly_before {
+            let removed = self.write(|tx| {
+                tx.execute(
+                    "DELETE FROM mesh_hourly WHERE rowid IN (
+                         SELECT rowid FROM mesh_hourly WHERE mesh = ?1 AND hour < ?2 LIMIT ?3)",
+                    params![mesh, before, batch],
+                )
+            })? as u64;
+            step.hourly_removed = removed;
+            step.more = removed == batch as u64;
+        }
+        Ok(step)
+    }
+
+    /// Writes the aggregates of the hour starting at `hour` from its rows (a mesh's, or
+    /// every mesh's), unless they are written already (a prune interrupted after them:
+    /// the rows left are not the hour's whole). How many were written.
+    fn sum_up_hour(&mut self, hour: f64, mesh: Option<&str>) -> Result<u64, StoreError> {
         self.write(|tx| {
             let rows: Vec<RawRow> = tx
                 .prepare(
                     "SELECT mesh, src, dst, test, direction, protocol, outcome, headline
-                     FROM mesh_results WHERE started_at >= ?1 AND started_at < ?2",
+                     FROM mesh_results WHERE started_at >= ?1 AND started_at < ?2
+                         AND (?3 IS NULL OR mesh = ?3)",
                 )?
-                .query_map(params![hour, hour + HOUR], |r| {
+                .query_map(params![hour, hour + HOUR, mesh], |r| {
                     Ok((
                         [
                             r.get(0)?,

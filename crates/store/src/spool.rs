@@ -15,6 +15,7 @@
 //! bounded in bytes: at its bound the oldest results' documents go first, then, where
 //! only rows are left, the oldest rows; each loss is counted and said.
 
+use crate::prune::RetainStep;
 use crate::{now, MeshArchive, StoreError};
 use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
@@ -451,7 +452,7 @@ pub struct SpoolSnapshot {
 /// What the writer thread is asked.
 enum Request {
     Insert {
-        item: Pending,
+        item: Box<Pending>,
         reply: mpsc::Sender<Option<i64>>,
     },
     Rows {
@@ -471,6 +472,20 @@ const LAST_RETRY: Duration = Duration::from_secs(30);
 const SAY_AGAIN: Duration = Duration::from_secs(60);
 /// Spooled results written in one go before the writer looks at its queue again.
 const REPLAY_BATCH: usize = 256;
+
+/// How often a mesh's retention looks for work once it has caught up.
+const RETAIN_EVERY: Duration = Duration::from_secs(600);
+/// Rows a retention step removes at most: one short transaction.
+const RETAIN_BATCH: usize = 500;
+
+/// A mesh's `[retention]`, applied by its writer between writes: rows older than `raw_s`
+/// summed up by the hour and removed, aggregates older than `hourly_s` removed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retention {
+    pub mesh: String,
+    pub raw_s: f64,
+    pub hourly_s: Option<f64>,
+}
 
 /// A store behind a thread and a spool: [`MeshArchive`] for the coordinator.
 pub struct Writer {
@@ -492,6 +507,7 @@ impl Writer {
         store: Box<dyn MeshArchive + Send>,
         spool: Spool,
         wait: Duration,
+        retention: Option<Retention>,
     ) -> std::io::Result<Writer> {
         let (queue, requests) = mpsc::sync_channel(QUEUE);
         let counts = spool.counts.clone();
@@ -506,6 +522,9 @@ impl Writer {
             said_at: None,
             store,
             spool,
+            retention,
+            retain_at: Instant::now(),
+            pass: RetainStep::default(),
         };
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
@@ -553,7 +572,10 @@ impl MeshArchive for Writer {
             queued_at: now(),
         };
         let queue = self.queue.as_ref().expect("set until drop");
-        match queue.try_send(Request::Insert { item, reply }) {
+        match queue.try_send(Request::Insert {
+            item: Box::new(item),
+            reply,
+        }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 let n = self.counts.dropped_results.fetch_add(1, Ordering::Relaxed) + 1;
@@ -634,17 +656,29 @@ struct WriterThread {
     retry_at: Option<Instant>,
     backoff: Duration,
     said_at: Option<Instant>,
+    retention: Option<Retention>,
+    /// When retention next looks for work.
+    retain_at: Instant,
+    /// What this pass of retention has done so far.
+    pass: RetainStep,
 }
 
 impl WriterThread {
     fn run(&mut self, requests: mpsc::Receiver<Request>) {
         loop {
-            let timeout = self.retry_at.map_or(Duration::from_secs(1), |at| {
+            let due = [
+                self.retry_at,
+                self.retention.as_ref().map(|_| self.retain_at),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let timeout = due.map_or(Duration::from_secs(1), |at| {
                 at.saturating_duration_since(Instant::now())
             });
             match requests.recv_timeout(timeout) {
                 Ok(Request::Insert { item, reply }) => {
-                    let _ = reply.send(self.insert(item));
+                    let _ = reply.send(self.insert(*item));
                 }
                 Ok(Request::Rows {
                     mesh,
@@ -666,8 +700,59 @@ impl WriterThread {
             if self.retry_at.is_some_and(|at| Instant::now() >= at) {
                 self.replay(REPLAY_BATCH);
             }
+            if self.failing.is_none()
+                && self.spool.is_empty()
+                && self.retention.is_some()
+                && Instant::now() >= self.retain_at
+            {
+                self.retain();
+            }
             self.say_how_long();
         }
+    }
+
+    /// One step of the mesh's retention; the next soon while there is more to do (the
+    /// queue is looked at first), else in [`RETAIN_EVERY`]. A pass that did something
+    /// says so once it ends.
+    fn retain(&mut self) {
+        let Some(policy) = &self.retention else {
+            return;
+        };
+        let now_s = now();
+        let step = self.store.retain_step(
+            &policy.mesh,
+            now_s - policy.raw_s,
+            policy.hourly_s.map(|h| now_s - h),
+            RETAIN_BATCH,
+        );
+        match step {
+            Ok(step) => {
+                self.pass.add(&step);
+                if step.more {
+                    self.retain_at = Instant::now();
+                    return;
+                }
+                let p = std::mem::take(&mut self.pass);
+                if p != RetainStep::default() {
+                    eprintln!(
+                        "linerate mesh: retention: {} row(s) and {} run(s) past {} summed up into {} hourly aggregate(s) over {} hour(s) and removed; {} aggregate(s) past their span removed",
+                        p.mesh_rows,
+                        p.runs,
+                        age_text(policy.raw_s),
+                        p.aggregates,
+                        p.hours,
+                        p.hourly_removed
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "linerate mesh: retention: {e}; tried again in {} min",
+                    RETAIN_EVERY.as_secs() / 60
+                );
+            }
+        }
+        self.retain_at = Instant::now() + RETAIN_EVERY;
     }
 
     /// Writes `item` now when nothing waits before it; else it waits its turn.
@@ -784,6 +869,15 @@ impl WriterThread {
                 self.failing.as_deref().unwrap_or("the store refused them")
             );
         }
+    }
+}
+
+/// An age as the mesh file says it: "14d", "36h".
+fn age_text(seconds: f64) -> String {
+    if seconds >= 86_400.0 && (seconds % 86_400.0) == 0.0 {
+        format!("{}d", seconds / 86_400.0)
+    } else {
+        format!("{}h", (seconds / 3600.0).round())
     }
 }
 

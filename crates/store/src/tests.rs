@@ -428,7 +428,7 @@ fn mesh_rows_keep_their_runs_and_the_latest_per_pair() {
 #[test]
 // Long: 60 days seeded, then each thing a prune promises checked in turn against them.
 fn a_prune_sums_up_the_hours_it_removes_and_keeps_the_rest() {
-    use crate::prune::{nearest_rank, HOUR};
+    use crate::prune::HOUR;
     let dir = temp();
     let (mut store, _) = store_in(&dir);
     // Thousands of one-row transactions: without waiting on the disk for each.
@@ -439,42 +439,7 @@ fn a_prune_sums_up_the_hours_it_removes_and_keeps_the_rest() {
     let day = 86_400.0;
     let now = 1_795_000_000.0_f64;
     let start = now - 60.0 * day;
-    let document = Document::from_json(RR).unwrap();
-    let mut rows = Vec::new();
-    for i in 0..(60 * 48) {
-        let at = start + i as f64 * 1800.0 + 7.0;
-        for (s, src) in ["a", "b"].into_iter().enumerate() {
-            let outcome = match (i + s) % 23 {
-                0 => Outcome::Failed {
-                    blamed: None,
-                    reason: "refused".into(),
-                },
-                5 => Outcome::Skipped {
-                    reason: "down".into(),
-                },
-                _ => Outcome::Ok,
-            };
-            let ok = outcome.is_ok();
-            let row = MeshRow {
-                run_id: None,
-                mesh: "m".into(),
-                src: src.into(),
-                dst: "c".into(),
-                test: "lat".into(),
-                direction: "forward".into(),
-                protocol: "tcp".into(),
-                cycle: i as u64,
-                started_at: at,
-                ended_at: at + 1.0,
-                outcome,
-                headline: ok.then(|| 0.001 + ((i * 7 + s * 3) % 17) as f64 * 1e-4),
-                headline_text: String::new(),
-            };
-            rows.push(row.clone());
-            let run = (i % 4 == 0).then_some((&document, RR));
-            store.insert_mesh(&row, run).unwrap();
-        }
-    }
+    let rows = seed_mesh(&mut store, "m", start);
     let old_plain = insert(&mut store, STREAM);
     store
         .conn
@@ -534,8 +499,64 @@ fn a_prune_sums_up_the_hours_it_removes_and_keeps_the_rest() {
         .all(|r| store.get(r.run_id.unwrap()).is_ok()));
     // Each aggregate, against the raw rows it replaced.
     let aggregates = store.mesh_hourly("m").unwrap();
+    assert_aggregates_match(&aggregates, &expected);
+    // Nothing left to do: a second prune writes nothing and removes nothing.
+    let again = store.prune(cutoff, 100, false, &mut |_| {}).unwrap();
+    assert_eq!(again, crate::prune::Pruned::default());
+    assert_eq!(store.mesh_hourly("m").unwrap(), aggregates);
+}
+
+/// Two series ("a" and "b" to "c") of mesh `mesh`, a row every 30 minutes for 60 days from
+/// `start`: some failed or skipped, every fourth with its run. The rows as written.
+fn seed_mesh(store: &mut Store, mesh: &str, start: f64) -> Vec<MeshRow> {
+    let document = Document::from_json(RR).unwrap();
+    let mut rows = Vec::new();
+    for i in 0..(60 * 48) {
+        let at = start + i as f64 * 1800.0 + 7.0;
+        for (s, src) in ["a", "b"].into_iter().enumerate() {
+            let outcome = match (i + s) % 23 {
+                0 => Outcome::Failed {
+                    blamed: None,
+                    reason: "refused".into(),
+                },
+                5 => Outcome::Skipped {
+                    reason: "down".into(),
+                },
+                _ => Outcome::Ok,
+            };
+            let ok = outcome.is_ok();
+            let row = MeshRow {
+                run_id: None,
+                mesh: mesh.into(),
+                src: src.into(),
+                dst: "c".into(),
+                test: "lat".into(),
+                direction: "forward".into(),
+                protocol: "tcp".into(),
+                cycle: i as u64,
+                started_at: at,
+                ended_at: at + 1.0,
+                outcome,
+                headline: ok.then(|| 0.001 + ((i * 7 + s * 3) % 17) as f64 * 1e-4),
+                headline_text: String::new(),
+            };
+            rows.push(row.clone());
+            let run = (i % 4 == 0).then_some((&document, RR));
+            store.insert_mesh(&row, run).unwrap();
+        }
+    }
+    rows
+}
+
+/// Each aggregate equals what the raw rows of its series and hour (`expected`, counted
+/// here apart from the prune's own code) said, and there is one for each.
+fn assert_aggregates_match(
+    aggregates: &[crate::prune::Aggregate],
+    expected: &BTreeMap<(String, i64), Vec<&MeshRow>>,
+) {
+    use crate::prune::{nearest_rank, HOUR};
     assert_eq!(aggregates.len(), expected.len());
-    for a in &aggregates {
+    for a in aggregates {
         let raw = &expected[&(a.src.clone(), (a.hour / HOUR) as i64)];
         let ok: Vec<&&MeshRow> = raw.iter().filter(|r| r.outcome.is_ok()).collect();
         let mut values: Vec<f64> = ok.iter().filter_map(|r| r.headline).collect();
@@ -564,10 +585,88 @@ fn a_prune_sums_up_the_hours_it_removes_and_keeps_the_rest() {
             ("c", "lat", "forward")
         );
     }
-    // Nothing left to do: a second prune writes nothing and removes nothing.
-    let again = store.prune(cutoff, 100, false, &mut |_| {}).unwrap();
-    assert_eq!(again, crate::prune::Pruned::default());
-    assert_eq!(store.mesh_hourly("m").unwrap(), aggregates);
+}
+
+/// A mesh's retention, a step at a time as its coordinator applies it: the mesh's rows
+/// past 14 days summed up by the hour and removed (each aggregate what its rows said),
+/// the aggregates past 30 days removed too; another mesh's rows and the plain runs stay
+/// whatever their age. Each step did a bounded amount.
+#[test]
+fn a_mesh_retention_step_by_step_keeps_its_span_and_touches_nothing_else() {
+    use crate::prune::{RetainStep, HOUR};
+    let dir = temp();
+    let (mut store, _) = store_in(&dir);
+    store
+        .conn
+        .execute_batch("PRAGMA synchronous = OFF")
+        .unwrap();
+    let day = 86_400.0;
+    let now = 1_795_000_000.0_f64;
+    let start = now - 60.0 * day;
+    let rows = seed_mesh(&mut store, "m", start);
+    let others = seed_mesh(&mut store, "other", start);
+    let plain = insert(&mut store, STREAM);
+    store
+        .conn
+        .execute(
+            "UPDATE runs SET started_at = ?1 WHERE id = ?2",
+            params![start, plain],
+        )
+        .unwrap();
+    let (raw_before, hourly_before) = (now - 14.0 * day, now - 30.0 * day);
+    let last_hour = (raw_before / HOUR).floor() * HOUR;
+    let mut expected: BTreeMap<(String, i64), Vec<&MeshRow>> = BTreeMap::new();
+    for row in rows.iter().filter(|r| {
+        r.started_at < last_hour && (r.started_at / HOUR).floor() * HOUR >= hourly_before
+    }) {
+        let hour = (row.started_at / HOUR).floor() as i64;
+        expected
+            .entry((row.src.clone(), hour))
+            .or_default()
+            .push(row);
+    }
+    // Until done, as a coordinator does it: first with the aggregates kept forever,
+    // then with a span of 30 days for them.
+    let mut retain = |hourly_before: Option<f64>| {
+        let mut total = RetainStep::default();
+        loop {
+            let step = store
+                .retain_step("m", raw_before, hourly_before, 3)
+                .unwrap();
+            assert!(step.mesh_rows <= 3 && step.hourly_removed <= 3 && step.hours <= 1);
+            total.add(&step);
+            if !step.more {
+                return total;
+            }
+        }
+    };
+    let forever = retain(None);
+    let gone = rows.iter().filter(|r| r.started_at < last_hour).count() as u64;
+    assert_eq!(forever.mesh_rows, gone);
+    assert_eq!(forever.hourly_removed, 0);
+    let spanned = retain(Some(hourly_before));
+    assert_eq!(spanned.mesh_rows, 0);
+    assert_eq!(
+        spanned.hourly_removed,
+        forever.aggregates - expected.len() as u64,
+        "the aggregates before 30 days went"
+    );
+    let left = store.mesh_rows("m", false).unwrap();
+    assert_eq!(left.len() as u64, rows.len() as u64 - gone);
+    assert!(left.iter().all(|r| r.started_at >= last_hour));
+    // The aggregates within 30 days, each what its rows said.
+    let aggregates = store.mesh_hourly("m").unwrap();
+    assert!(aggregates.iter().all(|a| a.hour >= hourly_before));
+    assert_aggregates_match(&aggregates, &expected);
+    // Untouched: another mesh, and runs of no mesh.
+    assert_eq!(store.mesh_rows("other", false).unwrap().len(), others.len());
+    assert!(store.mesh_hourly("other").unwrap().is_empty());
+    assert!(store.get(plain).is_ok());
+    // Caught up: a step finds nothing.
+    let again = store
+        .retain_step("m", raw_before, Some(hourly_before), 3)
+        .unwrap();
+    assert_eq!(again, RetainStep::default());
 }
 
 /// The nearest-rank percentile: the smallest value with at least that share at or below.

@@ -98,6 +98,7 @@ fn results_wait_while_the_store_refuses_and_are_written_once_in_order_after() {
         Box::new(FlakyStore(state.clone())),
         spool,
         Duration::from_secs(5),
+        None,
     )
     .unwrap();
     for n in 0..5 {
@@ -166,6 +167,7 @@ fn a_spool_left_by_a_killed_coordinator_is_written_first_at_the_next_start() {
         Box::new(FlakyStore(state.clone())),
         spool,
         Duration::from_secs(5),
+        None,
     )
     .unwrap();
     let past = writer.mesh_rows("lab", false).unwrap();
