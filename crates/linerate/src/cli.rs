@@ -353,6 +353,7 @@ Examples:
   linerate mesh run mesh.toml                   run until stopped (SIGTERM ends within 10 s)
   linerate mesh run mesh.toml --cycles 1 --key lab.key
   linerate mesh status lab                      the last figure of every pair of mesh 'lab'
+  linerate mesh history lab h1 h2 --since 90d   a pair over time, hourly past the raw span
   linerate mesh run mesh.toml --store postgres://mesh@db.example/linerate
   linerate mesh run mesh.toml --metrics :9470   Prometheus scrapes /metrics; the grid at /
 Every host runs 'linerate serve --key KEY'; the agents dial each other, so a mesh needs the
@@ -385,6 +386,37 @@ pub enum MeshCommand {
     /// The last figure of every pair and test of a mesh, from the results database
     #[command(after_help = MESH_EXAMPLES)]
     Status(MeshStatusArgs),
+    /// One pair's figures over time: its rows, and hourly aggregates where retention
+    /// removed the rows
+    #[command(after_help = MESH_EXAMPLES)]
+    History(MeshHistoryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MeshHistoryArgs {
+    /// The mesh's name, or its file
+    pub mesh: String,
+    /// The pair's source host
+    pub src: String,
+    /// The pair's destination host
+    pub dst: String,
+    /// One test only (default: every test of the pair)
+    #[arg(long, value_name = "NAME")]
+    pub test: Option<String>,
+    /// How far back (30d, 12h, 2w)
+    #[arg(long, value_name = "AGE", default_value = "30d", value_parser = age)]
+    pub since: f64,
+    /// Read from this PostgreSQL archive (postgres://USER@HOST/DB) instead of the results
+    /// database
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// The archive's password: the first line of this file (else PGPASSWORD, else
+    /// PGPASSFILE or ~/.pgpass)
+    #[arg(long, value_name = "FILE")]
+    pub store_password_file: Option<std::path::PathBuf>,
+    /// Print the history as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

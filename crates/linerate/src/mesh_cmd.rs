@@ -1,7 +1,7 @@
 //! `linerate mesh plan|run|status`: a mesh file read and checked, its schedule simulated,
 //! run by the coordinator (linerate_campaign::mesh), and its last figures shown.
 
-use crate::cli::{MeshCommand, MeshPlanArgs, MeshRunArgs, MeshStatusArgs};
+use crate::cli::{MeshCommand, MeshHistoryArgs, MeshPlanArgs, MeshRunArgs, MeshStatusArgs};
 use crate::failure::{Failure, Outcome};
 use crate::mesh_view::{row_json, tables, Printer};
 use crate::Globals;
@@ -14,6 +14,7 @@ use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::{Measure, StoreCounts};
 use linerate_metrics::watch::{Watch, WatchError, WatchSpec};
 use linerate_proto::auth::Key;
+use linerate_store::prune::PairQuery;
 use linerate_store::spool::{Retention, Spool, SpoolCounts, Writer};
 use linerate_store::MeshRow;
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ pub fn run(command: MeshCommand, globals: &Globals) -> (bool, Outcome) {
         MeshCommand::Plan(args) => (args.json, plan(&args)),
         MeshCommand::Run(args) => (args.json, run_mesh(&args, globals)),
         MeshCommand::Status(args) => (args.json, status(&args, globals)),
+        MeshCommand::History(args) => (args.json, history(&args, globals)),
     }
 }
 
@@ -533,6 +535,205 @@ fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
         );
     }
     Ok(())
+}
+
+/// `mesh history`: a pair's rows since `--since`, and before them the hourly aggregates
+/// that stand for the rows retention removed, each line saying which it is.
+fn history(args: &MeshHistoryArgs, globals: &Globals) -> Outcome {
+    let path = std::path::Path::new(&args.mesh);
+    let file = if path.is_file() {
+        Some(load(path)?)
+    } else {
+        None
+    };
+    let name = file.as_ref().map_or(args.mesh.clone(), |m| m.name.clone());
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let query = PairQuery {
+        mesh: &name,
+        src: &args.src,
+        dst: &args.dst,
+        test: args.test.as_deref(),
+        since: now - args.since,
+    };
+    let (found, location) = match &args.store {
+        Some(url) => {
+            let mut archive = open_archive(url, args.store_password_file.as_deref())?;
+            (archive.pair_history(&query)?, archive.url().to_string())
+        }
+        None => {
+            let store = globals.storage.open_to_read()?;
+            (store.pair_history(&query)?, store.path().to_string())
+        }
+    };
+    if found.rows.is_empty() && found.hourly.is_empty() {
+        return Err(Failure::Usage(format!(
+            "no results of {} -> {}{} in mesh '{name}' since {} in {location}",
+            args.src,
+            args.dst,
+            args.test
+                .as_deref()
+                .map_or(String::new(), |t| format!(" ({t})")),
+            utc(query.since)
+        ))
+        .into());
+    }
+    let units = history_units(file.as_ref(), &found.rows);
+    if args.json {
+        let hourly: Vec<serde_json::Value> = found
+            .hourly
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "source": "hourly", "at": a.hour, "test": a.test,
+                    "direction": a.direction, "protocol": a.protocol,
+                    "count": a.count, "ok": a.ok, "failed": a.failed, "skipped": a.skipped,
+                    "figures": a.figures, "min": a.min, "median": a.median, "p95": a.p95,
+                    "max": a.max, "mean": a.mean,
+                })
+            })
+            .collect();
+        let rows = found.rows.iter().map(|r| {
+            let mut v = row_json(r);
+            v["source"] = "row".into();
+            v["at"] = r.started_at.into();
+            v
+        });
+        let doc = serde_json::json!({
+            "mesh": name, "src": args.src, "dst": args.dst, "test": args.test,
+            "since": query.since,
+            "rows_from": found.rows.first().map(|r| r.started_at),
+            "points": hourly.into_iter().chain(rows).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).context("encoding the history")?
+        );
+        return Ok(());
+    }
+    println!(
+        "Mesh '{name}': {} -> {}, since {}",
+        args.src,
+        args.dst,
+        utc(query.since)
+    );
+    if let (Some(first), Some(last)) = (found.hourly.first(), found.hourly.last()) {
+        println!(
+            "Hourly aggregates (the rows were removed by retention): {} to {}",
+            utc(first.hour),
+            utc(last.hour + 3600.0)
+        );
+    }
+    if let Some(first) = found.rows.first() {
+        println!("Rows: from {}", utc(first.started_at));
+    }
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    table.set_header(["when (UTC)", "test", "kept as", "figure", "jobs"]);
+    for a in &found.hourly {
+        let show = |v: Option<f64>| v.map_or("-".into(), |v| units.text(&a.test, v));
+        let figure = match a.median {
+            Some(_) => format!(
+                "median {} (p95 {}, {} to {})",
+                show(a.median),
+                show(a.p95),
+                show(a.min),
+                show(a.max)
+            ),
+            None => "-".into(),
+        };
+        let mut jobs = format!("{}/{} ok", a.ok, a.count);
+        if a.failed > 0 {
+            jobs += &format!(", {} failed", a.failed);
+        }
+        if a.skipped > 0 {
+            jobs += &format!(", {} skipped", a.skipped);
+        }
+        table.add_row([utc(a.hour), a.test.clone(), "hour".into(), figure, jobs]);
+    }
+    for r in &found.rows {
+        let figure = if r.outcome.is_ok() {
+            r.headline_text.clone()
+        } else {
+            "-".into()
+        };
+        table.add_row([
+            utc(r.started_at),
+            r.test.clone(),
+            "row".into(),
+            figure,
+            r.outcome.to_string(),
+        ]);
+    }
+    println!("{table}");
+    Ok(())
+}
+
+/// A time as `2026-11-27 21:00:05`, UTC.
+fn utc(at: f64) -> String {
+    let at = UNIX_EPOCH + Duration::from_secs_f64(at.max(0.0));
+    humantime::format_rfc3339_seconds(at)
+        .to_string()
+        .replace('T', " ")
+        .trim_end_matches('Z')
+        .to_string()
+}
+
+/// How each test's figure is written: the mesh file's kinds when it was given, else what
+/// the pair's rows wrote.
+struct HistoryUnits(BTreeMap<String, FigureUnit>);
+
+#[derive(Clone, Copy)]
+enum FigureUnit {
+    BitsPerSecond,
+    Seconds,
+    Rpm,
+    Plain,
+}
+
+impl HistoryUnits {
+    fn text(&self, test: &str, value: f64) -> String {
+        match self.0.get(test).copied().unwrap_or(FigureUnit::Plain) {
+            FigureUnit::BitsPerSecond => {
+                linerate_model::units::format_rate(value, linerate_model::units::Scale::Adaptive)
+            }
+            FigureUnit::Seconds if value < 1e-3 => format!("{:.1} us", value * 1e6),
+            FigureUnit::Seconds if value < 1.0 => format!("{:.3} ms", value * 1e3),
+            FigureUnit::Seconds => format!("{value:.3} s"),
+            FigureUnit::Rpm => format!("{value:.0} RPM"),
+            FigureUnit::Plain => format!("{value:.6}"),
+        }
+    }
+}
+
+fn history_units(file: Option<&Mesh>, rows: &[MeshRow]) -> HistoryUnits {
+    let mut units = BTreeMap::new();
+    if let Some(mesh) = file {
+        for test in &mesh.tests {
+            let unit = match test.kind {
+                TestKind::Stream { .. } => FigureUnit::BitsPerSecond,
+                TestKind::Rr { .. } | TestKind::Crr { .. } => FigureUnit::Seconds,
+                TestKind::Rpm { .. } => FigureUnit::Rpm,
+                TestKind::Stamp { .. } => FigureUnit::Plain,
+            };
+            units.insert(test.name.clone(), unit);
+        }
+    }
+    for row in rows.iter().filter(|r| r.outcome.is_ok()) {
+        let text = &row.headline_text;
+        let unit = if text.contains("bits") {
+            FigureUnit::BitsPerSecond
+        } else if text.contains("RPM") {
+            FigureUnit::Rpm
+        } else if text.ends_with('s') {
+            FigureUnit::Seconds
+        } else {
+            continue;
+        };
+        units.entry(row.test.clone()).or_insert(unit);
+    }
+    HistoryUnits(units)
 }
 
 /// The archive at `url`: a connection string that is not PostgreSQL's is a usage error

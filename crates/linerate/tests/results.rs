@@ -716,3 +716,104 @@ fn store_prune_removes_what_is_older_than_asked() {
         stderr(&missing)
     );
 }
+
+/// `mesh history` of a pair whose older rows a prune summed up by the hour: the rows
+/// since the prune's cutoff as rows, the hours before it as hourly aggregates (each with
+/// its jobs and its figures' median), the two never covering the same time, and each
+/// line saying which it is.
+#[test]
+fn mesh_history_reads_rows_and_past_them_the_hourly_aggregates() {
+    use linerate_store::{MeshRow, Outcome, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_in(&dir);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let hour = 3600.0;
+    let start = ((now - 10.0 * 86_400.0) / hour).floor() * hour;
+    let mut rows = Vec::new();
+    {
+        let mut store = Store::open(&db).unwrap();
+        let mut at = start + 60.0;
+        let mut cycle = 0;
+        while at < now - 60.0 {
+            for (dst, value) in [("b", 0.0012), ("c", 0.0030)] {
+                let row = MeshRow {
+                    run_id: None,
+                    mesh: "lab".into(),
+                    src: "a".into(),
+                    dst: dst.into(),
+                    test: "lat".into(),
+                    direction: "forward".into(),
+                    protocol: "tcp".into(),
+                    cycle,
+                    started_at: at,
+                    ended_at: at + 1.0,
+                    outcome: Outcome::Ok,
+                    headline: Some(value + (cycle % 3) as f64 * 1e-4),
+                    headline_text: format!("{:.2} ms", value * 1e3),
+                };
+                store.insert_mesh(&row, None).unwrap();
+                rows.push(row);
+            }
+            at += 1800.0;
+            cycle += 1;
+        }
+    }
+    ok(&with_db(&db, &["store", "prune", "--older-than", "5d"]));
+    let cutoff = ((now - 5.0 * 86_400.0) / hour).floor() * hour;
+    let since = now - 8.0 * 86_400.0;
+    let doc = json(&with_db(
+        &db,
+        &[
+            "mesh", "history", "lab", "a", "b", "--since", "8d", "--json",
+        ],
+    ));
+    let points = doc["points"].as_array().unwrap();
+    let hourly: Vec<&serde_json::Value> =
+        points.iter().filter(|p| p["source"] == "hourly").collect();
+    let kept: Vec<&serde_json::Value> = points.iter().filter(|p| p["source"] == "row").collect();
+    let expected_rows = rows
+        .iter()
+        .filter(|r| r.dst == "b" && r.started_at >= cutoff && r.started_at >= since)
+        .count();
+    assert_eq!(kept.len(), expected_rows, "{doc}");
+    let expected_hours: std::collections::BTreeSet<i64> = rows
+        .iter()
+        .filter(|r| r.dst == "b" && r.started_at < cutoff)
+        .map(|r| (r.started_at / hour).floor() as i64)
+        .filter(|h| *h as f64 * hour >= (since / hour).floor() * hour)
+        .collect();
+    assert_eq!(hourly.len(), expected_hours.len(), "{doc}");
+    for a in &hourly {
+        assert_eq!(a["count"], 2, "two rows an hour: {a}");
+        assert!(a["median"].as_f64().unwrap() >= 0.0012, "{a}");
+        assert!(a["at"].as_f64().unwrap() < cutoff);
+    }
+    assert!(kept.iter().all(|r| r["at"].as_f64().unwrap() >= cutoff));
+    assert!(kept.iter().all(|r| r["dst"] == "b"));
+    // The text says which is which.
+    let text = ok(&with_db(
+        &db,
+        &["mesh", "history", "lab", "a", "b", "--since", "8d"],
+    ));
+    assert!(
+        text.contains("Hourly aggregates (the rows were removed by retention)"),
+        "{text}"
+    );
+    println!("{text}");
+    assert!(text.contains("Rows: from"), "{text}");
+    assert!(
+        text.contains("median 1.") && text.contains(" ms (p95"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2/2 ok") && text.contains("1.20 ms"),
+        "{text}"
+    );
+    // An unknown pair is a usage error naming it.
+    let none = with_db(&db, &["mesh", "history", "lab", "a", "z"]);
+    assert_eq!(none.status.code(), Some(2), "{}", stderr(&none));
+    assert!(stderr(&none).contains("a -> z"), "{}", stderr(&none));
+}

@@ -6,7 +6,7 @@
 //! builds SQL from values.
 
 use crate::connection::{self, Credentials, SslMode};
-use crate::prune::{aggregate, Aggregate, RawRow, RetainStep, HOUR};
+use crate::prune::{aggregate, Aggregate, PairHistory, PairQuery, RawRow, RetainStep, HOUR};
 use crate::{now, Listed, MeshRow, Outcome, StoreError};
 use linerate_report::document::Document;
 use postgres::{Client, NoTls};
@@ -131,6 +131,29 @@ fn connect(target: &connection::Target) -> Result<Client, StoreError> {
         }
         failed(why)
     })
+}
+
+/// An aggregate from its columns, in `linerate_mesh_hourly`'s order.
+fn aggregate_of(r: &postgres::Row) -> Aggregate {
+    Aggregate {
+        mesh: r.get(0),
+        src: r.get(1),
+        dst: r.get(2),
+        test: r.get(3),
+        direction: r.get(4),
+        protocol: r.get(5),
+        hour: r.get(6),
+        count: r.get::<_, i64>(7) as u64,
+        ok: r.get::<_, i64>(8) as u64,
+        failed: r.get::<_, i64>(9) as u64,
+        skipped: r.get::<_, i64>(10) as u64,
+        figures: r.get::<_, i64>(11) as u64,
+        min: r.get(12),
+        median: r.get(13),
+        p95: r.get(14),
+        max: r.get(15),
+        mean: r.get(16),
+    }
 }
 
 /// A client error in full: the server's own message when it sent one (the client's
@@ -488,49 +511,39 @@ impl Archive {
                 &[&mesh],
             )
             .map_err(|e| self.error(e))?;
-        Ok(rows
-            .iter()
-            .map(|r| Aggregate {
-                mesh: r.get(0),
-                src: r.get(1),
-                dst: r.get(2),
-                test: r.get(3),
-                direction: r.get(4),
-                protocol: r.get(5),
-                hour: r.get(6),
-                count: r.get::<_, i64>(7) as u64,
-                ok: r.get::<_, i64>(8) as u64,
-                failed: r.get::<_, i64>(9) as u64,
-                skipped: r.get::<_, i64>(10) as u64,
-                figures: r.get::<_, i64>(11) as u64,
-                min: r.get(12),
-                median: r.get(13),
-                p95: r.get(14),
-                max: r.get(15),
-                mean: r.get(16),
-            })
-            .collect())
+        Ok(rows.iter().map(aggregate_of).collect())
     }
 
     /// A mesh's rows, oldest first; `latest`: only each (src, dst, test)'s newest.
     pub fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
-        let columns = "run_id, mesh, src, dst, test, direction, protocol, cycle, started_at, \
-                       ended_at, outcome, reason, blamed, headline, headline_text";
-        self.reconnect_if_closed()?;
-        let sql = if latest {
-            format!(
-                "SELECT DISTINCT ON (test, src, dst) {columns} FROM linerate_mesh_results
-                 WHERE mesh = $1 ORDER BY test, src, dst, started_at DESC, id DESC"
+        if latest {
+            self.mesh_rows_where(
+                "DISTINCT ON (test, src, dst)",
+                "mesh = $1 ORDER BY test, src, dst, started_at DESC, id DESC",
+                &[&mesh],
             )
         } else {
-            format!(
-                "SELECT {columns} FROM linerate_mesh_results WHERE mesh = $1
-                 ORDER BY started_at, id"
-            )
-        };
+            self.mesh_rows_where("", "mesh = $1 ORDER BY started_at, id", &[&mesh])
+        }
+    }
+
+    /// The mesh rows that `filter` (a WHERE clause and its order) picks, `distinct` put
+    /// after SELECT.
+    fn mesh_rows_where(
+        &mut self,
+        distinct: &str,
+        filter: &str,
+        values: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<MeshRow>, StoreError> {
+        self.reconnect_if_closed()?;
+        let sql = format!(
+            "SELECT {distinct} run_id, mesh, src, dst, test, direction, protocol, cycle,
+                    started_at, ended_at, outcome, reason, blamed, headline, headline_text
+             FROM linerate_mesh_results WHERE {filter}"
+        );
         let rows = self
             .client
-            .query(sql.as_str(), &[&mesh])
+            .query(sql.as_str(), values)
             .map_err(|e| self.error(e))?;
         Ok(rows
             .iter()
@@ -550,6 +563,34 @@ impl Archive {
                 headline_text: r.get(14),
             })
             .collect())
+    }
+
+    /// One pair's history, as the SQLite store's ([`crate::Store::pair_history`]).
+    pub fn pair_history(&mut self, query: &PairQuery<'_>) -> Result<PairHistory, StoreError> {
+        let q = query;
+        let since_hour = (q.since / HOUR).floor() * HOUR;
+        let rows = self.mesh_rows_where(
+            "",
+            "mesh = $1 AND src = $2 AND dst = $3 AND ($4::TEXT IS NULL OR test = $4)
+             AND started_at >= $5 ORDER BY started_at, id",
+            &[&q.mesh, &q.src, &q.dst, &q.test, &q.since],
+        )?;
+        let hourly = self
+            .client
+            .query(
+                "SELECT mesh, src, dst, test, direction, protocol, hour, count, ok, failed,
+                        skipped, figures, min, median, p95, max, mean
+                 FROM linerate_mesh_hourly
+                 WHERE mesh = $1 AND src = $2 AND dst = $3 AND ($4::TEXT IS NULL OR test = $4)
+                   AND hour >= $5
+                 ORDER BY hour, test, direction",
+                &[&q.mesh, &q.src, &q.dst, &q.test, &since_hour],
+            )
+            .map_err(|e| self.error(e))?
+            .iter()
+            .map(aggregate_of)
+            .collect();
+        Ok(PairHistory { rows, hourly })
     }
 
     /// A stored run's document as it was printed.

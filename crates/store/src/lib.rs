@@ -560,23 +560,34 @@ impl Store {
 
     /// A mesh's rows, oldest first; `latest`: only each (src, dst, test)'s newest.
     pub fn mesh_rows(&self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
-        let columns = "run_id, mesh, src, dst, test, direction, protocol, cycle, started_at, \
-                       ended_at, outcome, reason, blamed, headline, headline_text";
-        let sql = if latest {
-            format!(
-                "SELECT {columns} FROM mesh_results AS m
-                 WHERE mesh = ?1 AND id = (
+        if latest {
+            self.mesh_rows_where(
+                "mesh = ?1 AND id = (
                      SELECT id FROM mesh_results AS n
                      WHERE n.mesh = m.mesh AND n.src = m.src AND n.dst = m.dst AND n.test = m.test
                      ORDER BY started_at DESC, id DESC LIMIT 1)
-                 ORDER BY test, src, dst"
+                 ORDER BY test, src, dst",
+                params![mesh],
             )
         } else {
-            format!("SELECT {columns} FROM mesh_results WHERE mesh = ?1 ORDER BY started_at, id")
-        };
+            self.mesh_rows_where("mesh = ?1 ORDER BY started_at, id", params![mesh])
+        }
+    }
+
+    /// The mesh rows (table `m`) that `filter` (a WHERE clause and its order) picks.
+    pub(crate) fn mesh_rows_where(
+        &self,
+        filter: &str,
+        values: impl rusqlite::Params,
+    ) -> Result<Vec<MeshRow>, StoreError> {
+        let sql = format!(
+            "SELECT run_id, mesh, src, dst, test, direction, protocol, cycle, started_at,
+                    ended_at, outcome, reason, blamed, headline, headline_text
+             FROM mesh_results AS m WHERE {filter}"
+        );
         let mut statement = self.conn.prepare(&sql).map_err(|e| self.sqlite(e))?;
         let rows = statement
-            .query_map(params![mesh], |r| {
+            .query_map(values, |r| {
                 Ok(MeshRow {
                     run_id: r.get(0)?,
                     mesh: r.get(1)?,

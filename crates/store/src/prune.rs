@@ -71,6 +71,49 @@ pub struct Aggregate {
     pub mean: Option<f64>,
 }
 
+/// Which pair's history: its mesh, source and destination, one test or all, since when
+/// (Unix seconds).
+#[derive(Debug, Clone, Copy)]
+pub struct PairQuery<'a> {
+    pub mesh: &'a str,
+    pub src: &'a str,
+    pub dst: &'a str,
+    pub test: Option<&'a str>,
+    pub since: f64,
+}
+
+/// A pair's history as kept: its rows, and hourly aggregates where retention removed
+/// the rows (older than every row).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PairHistory {
+    pub rows: Vec<crate::MeshRow>,
+    pub hourly: Vec<Aggregate>,
+}
+
+/// An aggregate from its columns (mesh, src, dst, test, direction, protocol, hour,
+/// count, ok, failed, skipped, figures, min, median, p95, max, mean).
+fn aggregate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Aggregate> {
+    Ok(Aggregate {
+        mesh: r.get(0)?,
+        src: r.get(1)?,
+        dst: r.get(2)?,
+        test: r.get(3)?,
+        direction: r.get(4)?,
+        protocol: r.get(5)?,
+        hour: r.get(6)?,
+        count: r.get::<_, i64>(7)? as u64,
+        ok: r.get::<_, i64>(8)? as u64,
+        failed: r.get::<_, i64>(9)? as u64,
+        skipped: r.get::<_, i64>(10)? as u64,
+        figures: r.get::<_, i64>(11)? as u64,
+        min: r.get(12)?,
+        median: r.get(13)?,
+        p95: r.get(14)?,
+        max: r.get(15)?,
+        mean: r.get(16)?,
+    })
+}
+
 /// The nearest-rank percentile `q` (0-1) of sorted values.
 pub fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
     if sorted.is_empty() {
@@ -377,6 +420,39 @@ impl Store {
         })
     }
 
+    /// One pair's history since `query.since`: its rows, and the hourly aggregates that
+    /// stand for the rows retention removed (an hour is summed up only once all of it is
+    /// removed, so the two never cover the same time).
+    pub fn pair_history(&self, query: &PairQuery<'_>) -> Result<PairHistory, StoreError> {
+        let q = query;
+        let since_hour = (q.since / HOUR).floor() * HOUR;
+        let rows = self.mesh_rows_where(
+            "mesh = ?1 AND src = ?2 AND dst = ?3 AND (?4 IS NULL OR test = ?4)
+             AND started_at >= ?5 ORDER BY started_at, id",
+            params![q.mesh, q.src, q.dst, q.test, q.since],
+        )?;
+        let mut statement = self
+            .conn
+            .prepare(
+                "SELECT mesh, src, dst, test, direction, protocol, hour, count, ok, failed,
+                        skipped, figures, min, median, p95, max, mean
+                 FROM mesh_hourly
+                 WHERE mesh = ?1 AND src = ?2 AND dst = ?3 AND (?4 IS NULL OR test = ?4)
+                   AND hour >= ?5
+                 ORDER BY hour, test, direction",
+            )
+            .map_err(|e| self.sqlite(e))?;
+        let hourly = statement
+            .query_map(
+                params![q.mesh, q.src, q.dst, q.test, since_hour],
+                aggregate_row,
+            )
+            .map_err(|e| self.sqlite(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.sqlite(e))?;
+        Ok(PairHistory { rows, hourly })
+    }
+
     /// A mesh's hourly aggregates, oldest first.
     pub fn mesh_hourly(&self, mesh: &str) -> Result<Vec<Aggregate>, StoreError> {
         let mut statement = self
@@ -388,27 +464,7 @@ impl Store {
             )
             .map_err(|e| self.sqlite(e))?;
         let rows = statement
-            .query_map(params![mesh], |r| {
-                Ok(Aggregate {
-                    mesh: r.get(0)?,
-                    src: r.get(1)?,
-                    dst: r.get(2)?,
-                    test: r.get(3)?,
-                    direction: r.get(4)?,
-                    protocol: r.get(5)?,
-                    hour: r.get(6)?,
-                    count: r.get::<_, i64>(7)? as u64,
-                    ok: r.get::<_, i64>(8)? as u64,
-                    failed: r.get::<_, i64>(9)? as u64,
-                    skipped: r.get::<_, i64>(10)? as u64,
-                    figures: r.get::<_, i64>(11)? as u64,
-                    min: r.get(12)?,
-                    median: r.get(13)?,
-                    p95: r.get(14)?,
-                    max: r.get(15)?,
-                    mean: r.get(16)?,
-                })
-            })
+            .query_map(params![mesh], aggregate_row)
             .map_err(|e| self.sqlite(e))?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(|e| self.sqlite(e));
