@@ -581,31 +581,7 @@ fn history(args: &MeshHistoryArgs, globals: &Globals) -> Outcome {
     }
     let units = history_units(file.as_ref(), &found.rows);
     if args.json {
-        let hourly: Vec<serde_json::Value> = found
-            .hourly
-            .iter()
-            .map(|a| {
-                serde_json::json!({
-                    "source": "hourly", "at": a.hour, "test": a.test,
-                    "direction": a.direction, "protocol": a.protocol,
-                    "count": a.count, "ok": a.ok, "failed": a.failed, "skipped": a.skipped,
-                    "figures": a.figures, "min": a.min, "median": a.median, "p95": a.p95,
-                    "max": a.max, "mean": a.mean,
-                })
-            })
-            .collect();
-        let rows = found.rows.iter().map(|r| {
-            let mut v = row_json(r);
-            v["source"] = "row".into();
-            v["at"] = r.started_at.into();
-            v
-        });
-        let doc = serde_json::json!({
-            "mesh": name, "src": args.src, "dst": args.dst, "test": args.test,
-            "since": query.since,
-            "rows_from": found.rows.first().map(|r| r.started_at),
-            "points": hourly.into_iter().chain(rows).collect::<Vec<_>>(),
-        });
+        let doc = history_json(&name, args, query.since, &found);
         println!(
             "{}",
             serde_json::to_string_pretty(&doc).context("encoding the history")?
@@ -628,6 +604,15 @@ fn history(args: &MeshHistoryArgs, globals: &Globals) -> Outcome {
     if let Some(first) = found.rows.first() {
         println!("Rows: from {}", utc(first.started_at));
     }
+    println!("{}", history_table(&found, &units));
+    Ok(())
+}
+
+/// `mesh history`'s table: the hours, then the rows, each line saying which it is.
+fn history_table(
+    found: &linerate_store::prune::PairHistory,
+    units: &HistoryUnits,
+) -> comfy_table::Table {
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
     table.set_header(["when (UTC)", "test", "kept as", "figure", "jobs"]);
@@ -666,8 +651,37 @@ fn history(args: &MeshHistoryArgs, globals: &Globals) -> Outcome {
             r.outcome.to_string(),
         ]);
     }
-    println!("{table}");
-    Ok(())
+    table
+}
+
+/// `mesh history --json`: every point, each with its `source` (`hourly` or `row`).
+fn history_json(
+    name: &str,
+    args: &MeshHistoryArgs,
+    since: f64,
+    found: &linerate_store::prune::PairHistory,
+) -> serde_json::Value {
+    let hourly = found.hourly.iter().map(|a| {
+        serde_json::json!({
+            "source": "hourly", "at": a.hour, "test": a.test,
+            "direction": a.direction, "protocol": a.protocol,
+            "count": a.count, "ok": a.ok, "failed": a.failed, "skipped": a.skipped,
+            "figures": a.figures, "min": a.min, "median": a.median, "p95": a.p95,
+            "max": a.max, "mean": a.mean,
+        })
+    });
+    let rows = found.rows.iter().map(|r| {
+        let mut v = row_json(r);
+        v["source"] = "row".into();
+        v["at"] = r.started_at.into();
+        v
+    });
+    serde_json::json!({
+        "mesh": name, "src": args.src, "dst": args.dst, "test": args.test,
+        "since": since,
+        "rows_from": found.rows.first().map(|r| r.started_at),
+        "points": hourly.chain(rows).collect::<Vec<_>>(),
+    })
 }
 
 /// A time as `2026-11-27 21:00:05`, UTC.

@@ -251,8 +251,8 @@ pub struct StoreCounts {
     pub dropped_results: u64,
 }
 
-/// What a coordinator's queues hold and lost, for the families of
-/// [`crate::families::PROCESS_FAMILIES`]; `None` where the queue is not there.
+/// What a coordinator's queues hold and lost, for the coordinator's own metric families
+/// (`PROCESS_FAMILIES`); `None` where the queue is not there.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ProcessCounts {
     pub store: Option<StoreCounts>,

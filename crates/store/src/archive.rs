@@ -99,7 +99,37 @@ pub struct Archive {
     shown: String,
     /// Where and how it was reached, to connect again.
     target: connection::Target,
+    /// Statements prepared on this connection.
+    statements: std::collections::HashMap<&'static str, postgres::Statement>,
 }
+
+/// One mesh job written in one statement (one round trip, one implicit transaction):
+/// nothing when its key is kept already (a replay; the run it was kept with is
+/// returned), else its run (when it has a document) and its row. $1-$16: the row's
+/// columns and key; $17-$26: the run's, NULL without one. Should two writers race on
+/// one key, the unique index refuses the second, which is retried and finds the first.
+const INSERT_MESH: &str = "
+    WITH kept AS (
+        SELECT run_id FROM linerate_mesh_results WHERE job_key = $16::TEXT
+    ), run AS (
+        INSERT INTO linerate_runs (started_at, stored_at, test, kind, target, headline,
+                                   headline_text, command, path, document)
+        SELECT $17::DOUBLE PRECISION, $18::DOUBLE PRECISION, $19::TEXT, $20::TEXT,
+               $21::TEXT, $22::DOUBLE PRECISION, $23::TEXT, $24::TEXT, $25::TEXT, $26::TEXT
+        WHERE $26::TEXT IS NOT NULL AND NOT EXISTS (SELECT 1 FROM kept)
+        RETURNING id
+    ), added AS (
+        INSERT INTO linerate_mesh_results (run_id, mesh, src, dst, test, direction,
+            protocol, cycle, started_at, ended_at, ok, reason, headline, headline_text,
+            outcome, blamed, job_key)
+        SELECT (SELECT id FROM run), $1::TEXT, $2::TEXT, $3::TEXT, $4::TEXT, $5::TEXT,
+               $6::TEXT, $7::BIGINT, $8::DOUBLE PRECISION, $9::DOUBLE PRECISION,
+               $10::BOOLEAN, $11::TEXT, $12::DOUBLE PRECISION, $13::TEXT, $14::TEXT,
+               $15::TEXT, $16::TEXT
+        WHERE NOT EXISTS (SELECT 1 FROM kept)
+        RETURNING run_id
+    )
+    SELECT run_id FROM added UNION ALL SELECT run_id FROM kept";
 
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -131,6 +161,61 @@ fn connect(target: &connection::Target) -> Result<Client, StoreError> {
         }
         failed(why)
     })
+}
+
+/// Writes the aggregates of `mesh`'s hour starting at `hour` from its rows, unless they
+/// are written already; how many were written.
+fn sum_up_hour(
+    tx: &mut postgres::Transaction<'_>,
+    mesh: &str,
+    hour: f64,
+) -> Result<u64, postgres::Error> {
+    let rows: Vec<RawRow> = tx
+        .query(
+            "SELECT mesh, src, dst, test, direction, protocol, outcome, headline
+             FROM linerate_mesh_results
+             WHERE mesh = $1 AND started_at >= $2 AND started_at < $3",
+            &[&mesh, &hour, &(hour + HOUR)],
+        )?
+        .iter()
+        .map(|r| {
+            (
+                [r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)],
+                r.get(6),
+                r.get(7),
+            )
+        })
+        .collect();
+    let mut written = 0;
+    for a in aggregate(hour, rows) {
+        written += tx.execute(
+            "INSERT INTO linerate_mesh_hourly (mesh, src, dst, test, direction, protocol,
+                 hour, count, ok, failed, skipped, figures, min, median, p95, max, mean)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                     $17)
+             ON CONFLICT DO NOTHING",
+            &[
+                &a.mesh,
+                &a.src,
+                &a.dst,
+                &a.test,
+                &a.direction,
+                &a.protocol,
+                &a.hour,
+                &(a.count as i64),
+                &(a.ok as i64),
+                &(a.failed as i64),
+                &(a.skipped as i64),
+                &(a.figures as i64),
+                &a.min,
+                &a.median,
+                &a.p95,
+                &a.max,
+                &a.mean,
+            ],
+        )?;
+    }
+    Ok(written)
 }
 
 /// An aggregate from its columns, in `linerate_mesh_hourly`'s order.
@@ -203,6 +288,7 @@ impl Archive {
             client,
             shown: target.shown.clone(),
             target,
+            statements: std::collections::HashMap::new(),
         };
         archive.migrate()?;
         Ok(archive)
@@ -213,6 +299,7 @@ impl Archive {
     fn reconnect_if_closed(&mut self) -> Result<(), StoreError> {
         if self.client.is_closed() {
             self.client = connect(&self.target)?;
+            self.statements.clear();
         }
         Ok(())
     }
@@ -285,86 +372,69 @@ impl Archive {
         row: &MeshRow,
         run: Option<(&Document, &str)>,
     ) -> Result<Option<i64>, StoreError> {
-        let shown = self.shown.clone();
-        let failed = |e: postgres::Error| StoreError::Archive {
-            url: shown.clone(),
-            why: describe(&e),
-        };
         let key = row.job_key();
         self.reconnect_if_closed()?;
-        let mut tx = self.client.transaction().map_err(failed)?;
-        // Written before (a replay): the run it was kept with. Two coordinators never
-        // write one job; should they, the unique index refuses the second.
-        if let Some(kept) = tx
-            .query_opt(
-                "SELECT run_id FROM linerate_mesh_results WHERE job_key = $1",
-                &[&key],
+        let statement = self.prepared(INSERT_MESH).map_err(|e| self.error(e))?;
+        let listed = Listed::of_mesh(row);
+        // The run's columns, all NULL when the job has none.
+        let run_columns = run.map(|(document, json)| {
+            (
+                document.started_at(),
+                now(),
+                document.test().to_string(),
+                document.kind(),
+                document.path_brief(),
+                json,
             )
-            .map_err(failed)?
-        {
-            return Ok(kept.get(0));
+        });
+        let r = run_columns.as_ref();
+        let headline = listed.headline.filter(|v| v.is_finite());
+        let found = self
+            .client
+            .query_opt(
+                &statement,
+                &[
+                    &row.mesh,
+                    &row.src,
+                    &row.dst,
+                    &row.test,
+                    &row.direction,
+                    &row.protocol,
+                    &(row.cycle as i64),
+                    &row.started_at,
+                    &row.ended_at,
+                    &row.outcome.is_ok(),
+                    &row.outcome.reason(),
+                    &row.headline.filter(|v| v.is_finite()),
+                    &row.headline_text,
+                    &row.outcome.name(),
+                    &row.outcome.blamed(),
+                    &key,
+                    &r.map(|r| r.0),
+                    &r.map(|r| r.1),
+                    &r.map(|r| r.2.as_str()),
+                    &r.map(|r| r.3.as_str()),
+                    &r.map(|_| listed.target.as_str()),
+                    &r.and(headline),
+                    &r.map(|_| listed.headline_text.as_str()),
+                    &r.map(|_| listed.command.as_str()),
+                    &r.map(|r| r.4.as_str()),
+                    &r.map(|r| r.5),
+                ],
+            )
+            .map_err(|e| self.error(e))?;
+        Ok(found.and_then(|r| r.get(0)))
+    }
+
+    /// `sql` prepared on this connection, once: each result is one round trip with its
+    /// values. Forgotten when the connection is made again.
+    fn prepared(&mut self, sql: &'static str) -> Result<postgres::Statement, postgres::Error> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
         }
-        let run_id: Option<i64> = match run {
-            Some((document, json)) => {
-                let Listed {
-                    target,
-                    headline,
-                    headline_text,
-                    command,
-                } = Listed::of_mesh(row);
-                let headline = headline.filter(|v| v.is_finite());
-                let inserted = tx
-                    .query_one(
-                        "INSERT INTO linerate_runs (started_at, stored_at, test, kind, target,
-                            headline, headline_text, command, path, document)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-                        &[
-                            &document.started_at(),
-                            &now(),
-                            &document.test(),
-                            &document.kind(),
-                            &target,
-                            &headline,
-                            &headline_text,
-                            &command,
-                            &document.path_brief(),
-                            &json,
-                        ],
-                    )
-                    .map_err(failed)?;
-                Some(inserted.get(0))
-            }
-            None => None,
-        };
-        tx.execute(
-            "INSERT INTO linerate_mesh_results (run_id, mesh, src, dst, test, direction,
-                protocol, cycle, started_at, ended_at, ok, reason, headline, headline_text,
-                outcome, blamed, job_key)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                     $17)",
-            &[
-                &run_id,
-                &row.mesh,
-                &row.src,
-                &row.dst,
-                &row.test,
-                &row.direction,
-                &row.protocol,
-                &(row.cycle as i64),
-                &row.started_at,
-                &row.ended_at,
-                &row.outcome.is_ok(),
-                &row.outcome.reason(),
-                &row.headline.filter(|v| v.is_finite()),
-                &row.headline_text,
-                &row.outcome.name(),
-                &row.outcome.blamed(),
-                &key,
-            ],
-        )
-        .map_err(failed)?;
-        tx.commit().map_err(failed)?;
-        Ok(run_id)
+        let statement = self.client.prepare(sql)?;
+        self.statements.insert(sql, statement.clone());
+        Ok(statement)
     }
 
     /// One step of `mesh`'s retention, as the SQLite store's
@@ -411,54 +481,7 @@ impl Archive {
             // An hour past the aggregates' own span is not summed up only to go.
             let past_span = hourly_before.is_some_and(|before| hour < before);
             if !summed && !past_span {
-                let rows: Vec<RawRow> = tx
-                    .query(
-                        "SELECT mesh, src, dst, test, direction, protocol, outcome, headline
-                         FROM linerate_mesh_results
-                         WHERE mesh = $1 AND started_at >= $2 AND started_at < $3",
-                        &[&mesh, &hour, &(hour + HOUR)],
-                    )
-                    .map_err(failed)?
-                    .iter()
-                    .map(|r| {
-                        (
-                            [r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)],
-                            r.get(6),
-                            r.get(7),
-                        )
-                    })
-                    .collect();
-                for a in aggregate(hour, rows) {
-                    step.aggregates += tx
-                        .execute(
-                            "INSERT INTO linerate_mesh_hourly (mesh, src, dst, test, direction,
-                                 protocol, hour, count, ok, failed, skipped, figures, min,
-                                 median, p95, max, mean)
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-                                     $14, $15, $16, $17)
-                             ON CONFLICT DO NOTHING",
-                            &[
-                                &a.mesh,
-                                &a.src,
-                                &a.dst,
-                                &a.test,
-                                &a.direction,
-                                &a.protocol,
-                                &a.hour,
-                                &(a.count as i64),
-                                &(a.ok as i64),
-                                &(a.failed as i64),
-                                &(a.skipped as i64),
-                                &(a.figures as i64),
-                                &a.min,
-                                &a.median,
-                                &a.p95,
-                                &a.max,
-                                &a.mean,
-                            ],
-                        )
-                        .map_err(failed)?;
-                }
+                step.aggregates = sum_up_hour(&mut tx, mesh, hour).map_err(failed)?;
                 step.hours = 1;
             } else {
                 let runs: Vec<Option<i64>> = tx

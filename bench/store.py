@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The store's write rate and size: results a second that one coordinator's writer keeps
+(crates/store/examples/write_rate.rs: the writer thread, one transaction a result with
+its compact document, the coordinator waiting for each run id), into SQLite on this
+machine's disk and into Debian's PostgreSQL on loopback (fsync and synchronous_commit
+as shipped), interleaved; and the SQLite file's bytes a result.
+
+    python3 bench/store.py                  # 3 rounds of 20,000 results each
+    python3 bench/store.py --rows 50000 --runs 5
+
+Needs root for PostgreSQL (it runs as its own user from a directory of its own here);
+without it, SQLite only, said so.
+"""
+import argparse, glob, json, os, shutil, statistics, subprocess, sys, tempfile, time
+
+from common import ROOT
+
+EXAMPLE = os.path.join(ROOT, "target", "release", "examples", "write_rate")
+PORT = "54331"
+
+
+def write_rate(kind, place, rows):
+    out = subprocess.run([EXAMPLE, kind, place, str(rows)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def start_postgres(work):
+    """A PostgreSQL server on 127.0.0.1:PORT, its files in `work`; its URL, or None."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if os.geteuid() != 0 or not bins:
+        return None, None
+    bin_dir = os.path.dirname(bins[-1])
+    data = os.path.join(work, "data")
+    subprocess.run(["chown", "postgres:postgres", work], check=True)
+    subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(bin_dir, "initdb"),
+                    "-D", data, "-U", "linerate", "-A", "trust"], check=True,
+                   capture_output=True)
+    server = subprocess.Popen(
+        ["setpriv", "--reuid", "postgres", "--regid", "postgres", "--clear-groups", "--",
+         os.path.join(bin_dir, "postgres"), "-D", data, "-p", PORT, "-k", work,
+         "-c", "listen_addresses=127.0.0.1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(150):
+        ready = subprocess.run([os.path.join(bin_dir, "pg_isready"), "-h", "127.0.0.1",
+                                "-p", PORT], capture_output=True)
+        if ready.returncode == 0:
+            return server, f"postgres://linerate@127.0.0.1:{PORT}/postgres"
+        time.sleep(0.2)
+    server.terminate()
+    return None, None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=20000)
+    p.add_argument("--runs", type=int, default=3)
+    a = p.parse_args()
+    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "linerate-store",
+                    "--example", "write_rate"], cwd=ROOT, check=True)
+    print("cpu:", subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo"],
+                                 capture_output=True, text=True).stdout.split(":")[-1].strip())
+    work = tempfile.mkdtemp(prefix="linerate-store-bench-", dir="/var/tmp")
+    pg_work = tempfile.mkdtemp(prefix="linerate-store-pg-")
+    server, url = start_postgres(pg_work)
+    if url is None:
+        print("PostgreSQL: not measured (needs root and Debian's postgresql)")
+    rates = {"sqlite": [], "postgres": []}
+    sizes = []
+    try:
+        for run in range(a.runs):
+            db = os.path.join(work, f"results-{run}.db")
+            r = write_rate("sqlite", db, a.rows)
+            rates["sqlite"].append(r["rows_per_s"])
+            size = sum(os.path.getsize(f) for f in glob.glob(db + "*"))
+            sizes.append(size / a.rows)
+            print(f"round {run + 1}: sqlite {r['rows_per_s']:,.0f} results/s, "
+                  f"{size / a.rows:,.0f} B a result ({r['document_bytes']} B document)")
+            if url:
+                r = write_rate("postgres", url, a.rows)
+                rates["postgres"].append(r["rows_per_s"])
+                print(f"round {run + 1}: postgres {r['rows_per_s']:,.0f} results/s")
+    finally:
+        if server:
+            server.terminate()
+            server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(pg_work, ignore_errors=True)
+    for kind, values in rates.items():
+        if values:
+            print(f"{kind}: median {statistics.median(values):,.0f} results/s "
+                  f"(min {min(values):,.0f}, max {max(values):,.0f}) over {len(values)} rounds "
+                  f"of {a.rows:,}")
+    print(f"sqlite: {statistics.median(sizes):,.0f} bytes a result (row, run, document, indexes)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
