@@ -466,20 +466,8 @@ fn start_watch(
         webhook: rules.webhook.as_deref(),
         grid_url: rules.grid_url.clone(),
         store: store.map(|counts| {
-            let read = move || {
-                let s = Writer::snapshot(&counts);
-                StoreCounts {
-                    waiting: s.waiting,
-                    waiting_bytes: s.waiting_bytes,
-                    oldest_waiting_s: s.oldest_waiting_s,
-                    writing: s.writing,
-                    write_failures: s.write_failures,
-                    replayed: s.replayed,
-                    dropped_documents: s.dropped_documents,
-                    dropped_results: s.dropped_results,
-                }
-            };
-            Arc::new(read) as Arc<dyn Fn() -> StoreCounts + Send + Sync>
+            Arc::new(move || Writer::snapshot(&counts))
+                as Arc<dyn Fn() -> StoreCounts + Send + Sync>
         }),
     };
     let watch = Watch::start(spec).map_err(|e| match e {

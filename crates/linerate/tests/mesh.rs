@@ -768,6 +768,130 @@ fn coordinator_metrics(ns: &str, addr: &str) -> std::collections::BTreeMap<Strin
         .collect()
 }
 
+/// A coordinator (`mesh run --json`) running in a namespace, the rows it prints
+/// collected as they come (not the events between them).
+struct RunningMesh {
+    child: std::process::Child,
+    printed: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    ns: String,
+}
+
+impl RunningMesh {
+    fn start(ns: &str, global: &[&str], file: &str, local: &[&str]) -> RunningMesh {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, binary()])
+            .args(global)
+            .args(["mesh", "run", file, "--json"])
+            .args(local)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stdout, into) = (child.stdout.take().unwrap(), printed.clone());
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let row: serde_json::Value = serde_json::from_str(&line).unwrap();
+                if row.get("src").is_some() {
+                    into.lock().unwrap().push(row);
+                }
+            }
+        });
+        RunningMesh {
+            child,
+            printed,
+            reader: Some(reader),
+            ns: ns.to_string(),
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.printed.lock().unwrap().len()
+    }
+
+    /// A coordinator metric without labels, read over HTTP from `listen`; NaN when absent.
+    fn metric(&self, listen: &str, name: &str) -> f64 {
+        coordinator_metrics(&self.ns, listen)
+            .get(name)
+            .copied()
+            .unwrap_or(f64::NAN)
+    }
+
+    /// Interrupts it: its rows, and what it said on stderr. Jobs the interrupt cut short
+    /// count as failed: exit 1, not a crash.
+    fn interrupt(mut self) -> (Vec<serde_json::Value>, String) {
+        // SAFETY: interrupts the coordinator this test started.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let mut said = String::new();
+        std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut said).unwrap();
+        let code = self.child.wait().unwrap().code();
+        assert!(matches!(code, Some(0 | 1)), "{code:?}: {said}");
+        self.reader.take().unwrap().join().unwrap();
+        let printed = self.printed.lock().unwrap().clone();
+        (printed, said)
+    }
+}
+
+/// Waits for `done`, polling, at most `within` seconds (the test fails then).
+fn wait_until(what: &str, within: u64, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(within);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited {within} s for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// A job as one line: source, destination, test, cycle and start to the microsecond.
+fn job_line(src: &str, dst: &str, test: &str, cycle: i64, started_at: f64) -> String {
+    format!("{src} {dst} {test} {cycle} {started_at:.6}")
+}
+
+/// The printed rows' jobs, in the order printed.
+fn printed_jobs(printed: &[serde_json::Value]) -> Vec<String> {
+    printed
+        .iter()
+        .map(|r| {
+            job_line(
+                r["src"].as_str().unwrap(),
+                r["dst"].as_str().unwrap(),
+                r["test"].as_str().unwrap(),
+                r["cycle"].as_i64().unwrap(),
+                num(r, "/started_at"),
+            )
+        })
+        .collect()
+}
+
+/// The jobs a SQLite store keeps, in the order written, and whether the file is whole.
+fn stored_jobs(db: &std::path::Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let mut statement = conn
+        .prepare("SELECT src, dst, test, cycle, started_at FROM mesh_results ORDER BY id")
+        .unwrap();
+    let jobs = statement
+        .query_map([], |r| {
+            Ok(job_line(
+                &r.get::<_, String>(0)?,
+                &r.get::<_, String>(1)?,
+                &r.get::<_, String>(2)?,
+                r.get(3)?,
+                r.get(4)?,
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    jobs
+}
+
 /// The archive stopped for 60 s in the middle of a running mesh and started again: the
 /// coordinator goes on measuring, says once that results wait in its spool (its
 /// metrics too), and writes them once the archive is back. Every job that ran is in the
@@ -809,58 +933,25 @@ fn an_archive_down_for_a_minute_loses_no_result_and_doubles_none() {
     );
     std::fs::write(&file, text).unwrap();
     let listen = "127.0.0.1:9477";
-    let mut coordinator = Command::new("ip")
-        .args(["netns", "exec", &star.hosts[3], binary()])
-        .args(["--no-store", "mesh", "run", &file, "--json"])
-        .args(["--store", &postgres.url, "--metrics", listen])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::<serde_json::Value>::new()));
-    let reader = {
-        let (stdout, printed) = (coordinator.stdout.take().unwrap(), printed.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let row: serde_json::Value = serde_json::from_str(&line).unwrap();
-                // Rows only (not the events between them).
-                if row.get("src").is_some() {
-                    printed.lock().unwrap().push(row);
-                }
-            }
-        })
-    };
-    let count = || printed.lock().unwrap().len();
-    let wait = |what: &str, within: u64, mut done: Box<dyn FnMut() -> bool + '_>| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(within);
-        while !done() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "waited {within} s for {what}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-    };
-    wait("six results", 60, Box::new(|| count() >= 6));
-    let metric = |name: &str| {
-        coordinator_metrics(&star.hosts[3], listen)
-            .get(name)
-            .copied()
-            .unwrap_or(f64::NAN)
-    };
+    let mesh = RunningMesh::start(
+        &star.hosts[3],
+        &["--no-store"],
+        &file,
+        &["--store", &postgres.url, "--metrics", listen],
+    );
+    let metric = |name: &str| mesh.metric(listen, name);
+    wait_until("six results", 60, || mesh.count() >= 6);
     assert_eq!(metric("linerate_store_writing"), 1.0);
-    let before_outage = count();
+    let before_outage = mesh.count();
     postgres.stop();
     let stopped = std::time::Instant::now();
-    wait(
-        "results to wait in the spool",
-        40,
-        Box::new(|| metric("linerate_store_waiting_results") >= 3.0),
-    );
+    wait_until("results to wait in the spool", 40, || {
+        metric("linerate_store_waiting_results") >= 3.0
+    });
     assert_eq!(metric("linerate_store_writing"), 0.0);
     assert!(metric("linerate_store_write_failures_total") >= 1.0);
     std::thread::sleep(std::time::Duration::from_secs(60).saturating_sub(stopped.elapsed()));
-    let during_outage = count() - before_outage;
+    let during_outage = mesh.count() - before_outage;
     assert!(
         during_outage >= 10,
         "the mesh went on measuring: {during_outage} results in 60 s"
@@ -872,48 +963,24 @@ fn an_archive_down_for_a_minute_loses_no_result_and_doubles_none() {
     );
     postgres.start_again();
     // The writer tries again at most 30 s apart.
-    wait(
-        "the spool to drain",
-        90,
-        Box::new(|| {
-            metric("linerate_store_waiting_results") == 0.0
-                && metric("linerate_store_writing") == 1.0
-        }),
-    );
+    wait_until("the spool to drain", 90, || {
+        metric("linerate_store_waiting_results") == 0.0 && metric("linerate_store_writing") == 1.0
+    });
     let replayed = metric("linerate_store_replayed_results_total");
     assert_eq!(metric("linerate_store_dropped_results_total"), 0.0);
     assert_eq!(metric("linerate_store_dropped_documents_total"), 0.0);
     // A few more, written directly again.
-    let after = count();
-    wait(
-        "results after the outage",
-        60,
-        Box::new(|| count() >= after + 3),
-    );
-    // SAFETY: interrupts the coordinator this test started.
-    unsafe { libc::kill(coordinator.id() as i32, libc::SIGINT) };
-    let mut said = String::new();
-    std::io::Read::read_to_string(coordinator.stderr.as_mut().unwrap(), &mut said).unwrap();
-    // Jobs cut short by the interrupt count as failed: exit 1, not a crash.
-    let code = coordinator.wait().unwrap().code();
-    assert!(matches!(code, Some(0 | 1)), "{code:?}: {said}");
-    reader.join().unwrap();
+    let after = mesh.count();
+    wait_until("results after the outage", 60, || mesh.count() >= after + 3);
+    let (printed, said) = mesh.interrupt();
     assert_eq!(
         said.matches("cannot write to the store").count(),
         1,
         "said once: {said}"
     );
     assert!(said.contains("takes writes again"), "{said}");
-    let printed = printed.lock().unwrap().clone();
-    let ns = std::fs::File::open(format!("/var/run/netns/{}", star.hosts[3])).unwrap();
     let url = postgres.url.clone();
-    let stored = std::thread::spawn(move || {
-        use std::os::fd::AsRawFd;
-        // SAFETY: the descriptor is an open network namespace; only this thread moves.
-        assert_eq!(
-            unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
+    let stored = in_netns(&star.hosts[3], move || {
         let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
         client
             .query(
@@ -925,36 +992,18 @@ fn an_archive_down_for_a_minute_loses_no_result_and_doubles_none() {
             .iter()
             .map(|r| {
                 (
-                    format!(
-                        "{} {} {} {} {:.6}",
-                        r.get::<_, String>(0),
-                        r.get::<_, String>(1),
-                        r.get::<_, String>(2),
-                        r.get::<_, i64>(3),
-                        r.get::<_, f64>(4)
-                    ),
+                    job_line(r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)),
                     r.get::<_, bool>(5),
                 )
             })
             .collect::<Vec<_>>()
-    })
-    .join()
-    .unwrap();
-    let expected: Vec<String> = printed
-        .iter()
-        .map(|r| {
-            format!(
-                "{} {} {} {} {:.6}",
-                r["src"].as_str().unwrap(),
-                r["dst"].as_str().unwrap(),
-                r["test"].as_str().unwrap(),
-                r["cycle"].as_u64().unwrap(),
-                num(r, "/started_at")
-            )
-        })
-        .collect();
+    });
     let kept: Vec<String> = stored.iter().map(|(k, _)| k.clone()).collect();
-    assert_eq!(kept, expected, "every printed result once, in order");
+    assert_eq!(
+        kept,
+        printed_jobs(&printed),
+        "every printed result once, in order"
+    );
     // Each result that measured kept its document through the spool.
     for (row, (_, with_run)) in printed.iter().zip(&stored) {
         if row["outcome"] == "ok" {
@@ -1038,57 +1087,21 @@ fn a_full_disk_under_the_store_stops_writing_not_measuring_and_writing_resumes()
     let disk = SmallDisk::mount("fulldisk", "4m");
     let db = disk.0.join("results.db");
     let listen = "127.0.0.1:9478";
-    let mut coordinator = Command::new("ip")
-        .args(["netns", "exec", &star.hosts[2], binary()])
-        .args(["--db", db.to_str().unwrap(), "mesh", "run", &file, "--json"])
-        .args(["--metrics", listen])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::<serde_json::Value>::new()));
-    let reader = {
-        let (stdout, printed) = (coordinator.stdout.take().unwrap(), printed.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let row: serde_json::Value = serde_json::from_str(&line).unwrap();
-                if row.get("src").is_some() {
-                    printed.lock().unwrap().push(row);
-                }
-            }
-        })
-    };
-    let count = || printed.lock().unwrap().len();
-    let wait = |what: &str, within: u64, mut done: Box<dyn FnMut() -> bool + '_>| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(within);
-        while !done() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "waited {within} s for {what}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-    };
-    let metric = |name: &str| {
-        coordinator_metrics(&star.hosts[2], listen)
-            .get(name)
-            .copied()
-            .unwrap_or(f64::NAN)
-    };
-    wait("four results", 60, Box::new(|| count() >= 4));
+    let mesh = RunningMesh::start(
+        &star.hosts[2],
+        &["--db", db.to_str().unwrap()],
+        &file,
+        &["--metrics", listen],
+    );
+    let metric = |name: &str| mesh.metric(listen, name);
+    wait_until("four results", 60, || mesh.count() >= 4);
     let filler = disk.fill();
     // The store refuses at its next write that needs a page the disk no longer has.
-    wait(
-        "the store to refuse",
-        90,
-        Box::new(|| metric("linerate_store_writing") == 0.0),
-    );
-    let refused_at = count();
-    wait(
-        "measuring to go on",
-        60,
-        Box::new(|| count() >= refused_at + 10),
-    );
+    wait_until("the store to refuse", 90, || {
+        metric("linerate_store_writing") == 0.0
+    });
+    let refused_at = mesh.count();
+    wait_until("measuring to go on", 60, || mesh.count() >= refused_at + 10);
     assert!(metric("linerate_store_waiting_results") >= 5.0);
     let scraped = coordinator_metrics(&star.hosts[2], listen);
     assert!(
@@ -1098,23 +1111,12 @@ fn a_full_disk_under_the_store_stops_writing_not_measuring_and_writing_resumes()
         "figures still reach /metrics: {scraped:?}"
     );
     std::fs::remove_file(&filler).unwrap();
-    wait(
-        "writing to resume",
-        90,
-        Box::new(|| {
-            metric("linerate_store_writing") == 1.0
-                && metric("linerate_store_waiting_results") == 0.0
-        }),
-    );
-    let after = count();
-    wait("results after", 60, Box::new(|| count() >= after + 2));
-    // SAFETY: interrupts the coordinator this test started.
-    unsafe { libc::kill(coordinator.id() as i32, libc::SIGINT) };
-    let mut said = String::new();
-    std::io::Read::read_to_string(coordinator.stderr.as_mut().unwrap(), &mut said).unwrap();
-    let code = coordinator.wait().unwrap().code();
-    assert!(matches!(code, Some(0 | 1)), "{code:?}: {said}");
-    reader.join().unwrap();
+    wait_until("writing to resume", 90, || {
+        metric("linerate_store_writing") == 1.0 && metric("linerate_store_waiting_results") == 0.0
+    });
+    let after = mesh.count();
+    wait_until("results after", 60, || mesh.count() >= after + 2);
+    let (printed, said) = mesh.interrupt();
     let refusals: Vec<&str> = said
         .lines()
         .filter(|l| l.contains("cannot write to the store"))
@@ -1122,46 +1124,11 @@ fn a_full_disk_under_the_store_stops_writing_not_measuring_and_writing_resumes()
     assert_eq!(refusals.len(), 1, "one line: {said}");
     assert!(refusals[0].contains("full"), "{}", refusals[0]);
     assert!(said.contains("takes writes again"), "{said}");
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let check: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
-    let mut statement = conn
-        .prepare("SELECT src, dst, test, cycle, started_at FROM mesh_results ORDER BY id")
-        .unwrap();
-    let kept: Vec<String> = statement
-        .query_map([], |r| {
-            Ok(format!(
-                "{} {} {} {} {:.6}",
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, i64>(3)?,
-                r.get::<_, f64>(4)?
-            ))
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let expected: Vec<String> = printed
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            format!(
-                "{} {} {} {} {:.6}",
-                r["src"].as_str().unwrap(),
-                r["dst"].as_str().unwrap(),
-                r["test"].as_str().unwrap(),
-                r["cycle"].as_u64().unwrap(),
-                num(r, "/started_at")
-            )
-        })
-        .collect();
-    assert_eq!(kept, expected, "every printed result once, in order");
-    drop(statement);
-    drop(conn);
+    assert_eq!(
+        stored_jobs(&db),
+        printed_jobs(&printed),
+        "every printed result once, in order"
+    );
     drop(disk);
 }
 
@@ -1216,34 +1183,15 @@ fn a_coordinator_killed_ten_times_resumes_without_a_missing_or_doubled_row() {
         );
     }
     assert!(printed.len() >= 20, "{} rows printed", printed.len());
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let check: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
-    let mut statement = conn
-        .prepare("SELECT src, dst, test, cycle, started_at FROM mesh_results ORDER BY id")
-        .unwrap();
-    let stored: Vec<(String, String, String, i64, f64)> = statement
-        .query_map([], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let key_of = |src: &str, dst: &str, test: &str, cycle: i64, started_at: f64| {
-        format!("{src} {dst} {test} {cycle} {:.6}", started_at)
-    };
-    let stored_keys: Vec<String> = stored
-        .iter()
-        .map(|(s, d, t, c, at)| key_of(s, d, t, *c, *at))
-        .collect();
+    let stored_keys = stored_jobs(std::path::Path::new(&db));
     let unique: BTreeSet<&String> = stored_keys.iter().collect();
     assert_eq!(unique.len(), stored_keys.len(), "no row twice");
-    let exclusive: Vec<(&str, &str, i64)> = stored
+    // "src dst test cycle started_at": the exclusive test's (src, dst, cycle).
+    let exclusive: Vec<(&str, &str, &str)> = stored_keys
         .iter()
-        .filter(|(_, _, t, _, _)| t == "tput")
-        .map(|(s, d, _, c, _)| (s.as_str(), d.as_str(), *c))
+        .map(|k| k.split(' ').collect::<Vec<_>>())
+        .filter(|f| f[2] == "tput")
+        .map(|f| (f[0], f[1], f[3]))
         .collect();
     let exclusive_unique: BTreeSet<_> = exclusive.iter().collect();
     assert_eq!(
@@ -1251,14 +1199,7 @@ fn a_coordinator_killed_ten_times_resumes_without_a_missing_or_doubled_row() {
         exclusive.len(),
         "no exclusive cycle of a pair run and stored twice: {exclusive:?}"
     );
-    for row in &printed {
-        let key = key_of(
-            row["src"].as_str().unwrap(),
-            row["dst"].as_str().unwrap(),
-            row["test"].as_str().unwrap(),
-            row["cycle"].as_i64().unwrap(),
-            num(row, "/started_at"),
-        );
+    for key in printed_jobs(&printed) {
         assert!(unique.contains(&key), "printed, not stored: {key}");
     }
     let unprinted = stored_keys.len() - printed.len();

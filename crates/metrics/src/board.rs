@@ -232,24 +232,7 @@ pub struct Board {
     pub process: Option<ProcessSource>,
 }
 
-/// Results on their way to the store: the coordinator's writer and its spool
-/// (linerate_store::spool).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StoreCounts {
-    /// Results waiting in the spool, and their bytes.
-    pub waiting: u64,
-    pub waiting_bytes: u64,
-    /// How long the oldest has waited.
-    pub oldest_waiting_s: f64,
-    /// Whether the store takes writes now.
-    pub writing: bool,
-    pub write_failures: u64,
-    /// Results written from the spool.
-    pub replayed: u64,
-    /// Documents and whole results let go at the spool's bound.
-    pub dropped_documents: u64,
-    pub dropped_results: u64,
-}
+pub use linerate_model::mesh_row::StoreCounts;
 
 /// What a coordinator's queues hold and lost, for the coordinator's own metric families
 /// (`PROCESS_FAMILIES`); `None` where the queue is not there.

@@ -121,6 +121,27 @@ impl MeshRow {
     }
 }
 
+/// Results on their way to the store, as a coordinator's writer counts them
+/// (linerate_store::spool) and its metrics show them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StoreCounts {
+    /// Results waiting in the spool, and their bytes.
+    pub waiting: u64,
+    pub waiting_bytes: u64,
+    /// How long the oldest has waited.
+    pub oldest_waiting_s: f64,
+    /// Whether the store takes writes now.
+    pub writing: bool,
+    /// Writes the store refused or failed, each try.
+    pub write_failures: u64,
+    /// Results written from the spool.
+    pub replayed: u64,
+    /// Documents let go at the spool's bound (their rows kept), and whole results let go
+    /// (at the bound with no document left, or while the store hung).
+    pub dropped_documents: u64,
+    pub dropped_results: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,7 @@
 
 use crate::prune::RetainStep;
 use crate::{now, MeshArchive, StoreError};
-use linerate_model::mesh_row::{MeshRow, Outcome};
+use linerate_model::mesh_row::{MeshRow, Outcome, StoreCounts};
 use linerate_report::document::Document;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::VecDeque;
@@ -436,19 +436,6 @@ impl Spool {
     }
 }
 
-/// The counts at one moment.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SpoolSnapshot {
-    pub waiting: u64,
-    pub waiting_bytes: u64,
-    pub oldest_waiting_s: f64,
-    pub writing: bool,
-    pub write_failures: u64,
-    pub replayed: u64,
-    pub dropped_documents: u64,
-    pub dropped_results: u64,
-}
-
 /// What the writer thread is asked.
 enum Request {
     Insert {
@@ -544,9 +531,9 @@ impl Writer {
     }
 
     /// The counts as the metrics read them.
-    pub fn snapshot(counts: &SpoolCounts) -> SpoolSnapshot {
+    pub fn snapshot(counts: &SpoolCounts) -> StoreCounts {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        SpoolSnapshot {
+        StoreCounts {
             waiting: load(&counts.waiting),
             waiting_bytes: load(&counts.waiting_bytes),
             oldest_waiting_s: counts.oldest_age_s(now()),
