@@ -660,32 +660,59 @@ impl Drop for Postgres {
     }
 }
 
+/// A mesh's hosts with PostgreSQL on the last: `agents` hosts running agents, one more
+/// for the coordinator and the server. `None` (the test skipped, with the reason) without
+/// root or PostgreSQL.
+struct PgMesh {
+    star: Star,
+    postgres: Postgres,
+    key: String,
+    _agents: Vec<ServeProcess>,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+impl PgMesh {
+    fn start(test: &str, tag: &str, agents: usize) -> Option<PgMesh> {
+        if !is_root() {
+            skip(
+                test,
+                "needs root for network namespaces and to run PostgreSQL as its user",
+            );
+            return None;
+        }
+        let turn = turn();
+        let star = Star::new(tag, agents + 1);
+        let postgres = match Postgres::start(&star.hosts[agents], &star.addrs[agents]) {
+            Ok(server) => server,
+            Err(reason) => {
+                skip(test, &reason);
+                return None;
+            }
+        };
+        let key = key_file(tag);
+        let running = (0..agents).map(|i| agent(&star, i, &key)).collect();
+        Some(PgMesh {
+            star,
+            postgres,
+            key,
+            _agents: running,
+            _turn: turn,
+        })
+    }
+}
+
 /// Two coordinators (two meshes over disjoint hosts) write to one PostgreSQL archive at
 /// once: every row each printed is in the archive once, with its run, nothing lost or
 /// doubled; `mesh status --store` reads it back.
 #[test]
 fn two_coordinators_share_one_postgresql_archive() {
     let test = "two_coordinators_share_one_postgresql_archive";
-    if !is_root() {
-        skip(
-            test,
-            "needs root for network namespaces and to run PostgreSQL as its user",
-        );
+    let Some(lab) = PgMesh::start(test, "meshpg", 4) else {
         return;
-    }
-    let _turn = turn();
-    let star = Star::new("meshpg", 5);
-    let postgres = match Postgres::start(&star.hosts[4], &star.addrs[4]) {
-        Ok(server) => server,
-        Err(reason) => {
-            skip(test, &reason);
-            return;
-        }
     };
-    let key = key_file("meshpg");
-    let _agents: Vec<ServeProcess> = (0..4).map(|i| agent(&star, i, &key)).collect();
+    let (star, postgres, key) = (&lab.star, &lab.postgres, &lab.key);
     // Mesh "left" over hosts 0 and 1, mesh "right" over 2 and 3.
-    let all = mesh_file(&star, 4, &key, "pgall", "2s");
+    let all = mesh_file(star, 4, key, "pgall", "2s");
     let text = std::fs::read_to_string(&all).unwrap();
     let only = |name: &str, hosts: [&str; 2]| {
         let path =
@@ -901,28 +928,14 @@ fn stored_jobs(db: &std::path::Path) -> Vec<String> {
 // checked against the archive.
 fn an_archive_down_for_a_minute_loses_no_result_and_doubles_none() {
     let test = "an_archive_down_for_a_minute_loses_no_result_and_doubles_none";
-    if !is_root() {
-        skip(
-            test,
-            "needs root for network namespaces and to run PostgreSQL as its user",
-        );
-        return;
-    }
     if !have("curl", test) {
         return;
     }
-    let _turn = turn();
-    let star = Star::new("meshspool", 4);
-    let mut postgres = match Postgres::start(&star.hosts[3], &star.addrs[3]) {
-        Ok(server) => server,
-        Err(reason) => {
-            skip(test, &reason);
-            return;
-        }
+    let Some(mut lab) = PgMesh::start(test, "meshspool", 3) else {
+        return;
     };
-    let key = key_file("meshspool");
-    let _agents: Vec<ServeProcess> = (0..3).map(|i| agent(&star, i, &key)).collect();
-    let file = mesh_file(&star, 3, &key, "spooled", "2s");
+    let (star, key) = (&lab.star, &lab.key);
+    let file = mesh_file(star, 3, key, "spooled", "2s");
     let spool = std::env::temp_dir().join(format!("linerate-{}-spool.db", std::process::id()));
     let _ = std::fs::remove_file(&spool);
     let mut text = std::fs::read_to_string(&file).unwrap();
@@ -937,13 +950,13 @@ fn an_archive_down_for_a_minute_loses_no_result_and_doubles_none() {
         &star.hosts[3],
         &["--no-store"],
         &file,
-        &["--store", &postgres.url, "--metrics", listen],
+        &["--store", &lab.postgres.url, "--metrics", listen],
     );
     let metric = |name: &str| mesh.metric(listen, name);
     wait_until("six results", 60, || mesh.count() >= 6);
     assert_eq!(metric("linerate_store_writing"), 1.0);
     let before_outage = mesh.count();
-    postgres.stop();
+    lab.postgres.stop();
     let stopped = std::time::Instant::now();
     wait_until("results to wait in the spool", 40, || {
         metric("linerate_store_waiting_results") >= 3.0
@@ -961,7 +974,7 @@ fn an_archive_down_for_a_minute_loses_no_result_and_doubles_none() {
         oldest >= 40.0,
         "the oldest has waited since the stop: {oldest} s"
     );
-    postgres.start_again();
+    lab.postgres.start_again();
     // The writer tries again at most 30 s apart.
     wait_until("the spool to drain", 90, || {
         metric("linerate_store_waiting_results") == 0.0 && metric("linerate_store_writing") == 1.0
@@ -979,7 +992,7 @@ fn an_archive_down_for_a_minute_loses_no_result_and_doubles_none() {
         "said once: {said}"
     );
     assert!(said.contains("takes writes again"), "{said}");
-    let url = postgres.url.clone();
+    let url = lab.postgres.url.clone();
     let stored = in_netns(&star.hosts[3], move || {
         let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
         client
@@ -1277,25 +1290,11 @@ fn old_rows(mesh: &str, now: f64) -> Vec<linerate_store::MeshRow> {
 // Long: two stores seeded, a coordinator run on each, then both compared.
 fn a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql() {
     let test = "a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql";
-    if !is_root() {
-        skip(
-            test,
-            "needs root for network namespaces and to run PostgreSQL as its user",
-        );
+    let Some(lab) = PgMesh::start(test, "meshkeep", 2) else {
         return;
-    }
-    let _turn = turn();
-    let star = Star::new("meshkeep", 3);
-    let postgres = match Postgres::start(&star.hosts[2], &star.addrs[2]) {
-        Ok(server) => server,
-        Err(reason) => {
-            skip(test, &reason);
-            return;
-        }
     };
-    let key = key_file("meshkeep");
-    let _agents: Vec<ServeProcess> = (0..2).map(|i| agent(&star, i, &key)).collect();
-    let file = mesh_file(&star, 2, &key, "retained", "2s");
+    let (star, postgres, key) = (&lab.star, &lab.postgres, &lab.key);
+    let file = mesh_file(star, 2, key, "retained", "2s");
     let text = std::fs::read_to_string(&file).unwrap().replacen(
         "[[host]]",
         "[retention]\nraw = \"14d\"\nhourly = \"30d\"\n\n[[host]]",
@@ -1433,7 +1432,6 @@ fn a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql() {
             .unwrap();
         assert_eq!(a, b);
     }
-    drop(postgres);
 }
 
 /// What each coordinator printed is in the archive once, with its run.
