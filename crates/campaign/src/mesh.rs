@@ -87,7 +87,26 @@ pub struct Clock {
 }
 
 impl Clock {
+    /// The schedule's clock: Unix seconds when the coordinator started, then counted on
+    /// the monotonic clock, so that the host's time set back or forward (an NTP step, an
+    /// operator's `date`) neither holds a cycle up for the hour nor runs one twice.
     pub fn system() -> Clock {
+        let start = std::time::Instant::now();
+        Clock::anchored(unix_now(), move || start.elapsed())
+    }
+
+    /// Unix seconds `wall` at the start, then `wall` plus what `elapsed` (a monotonic
+    /// clock) says has passed.
+    pub fn anchored(wall: f64, elapsed: impl Fn() -> Duration + Send + Sync + 'static) -> Clock {
+        Clock {
+            now: Arc::new(move || wall + elapsed().as_secs_f64()),
+            pace: 1.0,
+        }
+    }
+
+    /// The wall clock, as stored times are: a job's start and end say when it ran by the
+    /// host's clock, whatever the schedule's says.
+    pub fn wall() -> Clock {
         Clock {
             now: Arc::new(unix_now),
             pace: 1.0,
@@ -727,7 +746,7 @@ pub fn run(
             log: false,
             ..RunOptions::default()
         },
-        clock: clock.clone(),
+        clock: Clock::wall(),
     });
     run_with(mesh, options, store, stop, each, runner, clock)
 }
@@ -916,6 +935,29 @@ mod tests {
 
     fn three_hosts() -> Mesh {
         mesh_of(3, "tput", "stream", "60s")
+    }
+
+    /// The schedule's clock counts on from where the wall clock stood at its start,
+    /// whatever the wall clock does since: set back an hour, it neither stops nor goes
+    /// back (a cycle would wait an hour); set forward, it does not jump (every job would
+    /// fall due at once).
+    #[test]
+    fn the_schedule_clock_holds_its_course_when_the_host_time_steps() {
+        let passed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen = passed.clone();
+        let clock = Clock::anchored(1.8e9, move || {
+            Duration::from_millis(seen.load(Ordering::Relaxed))
+        });
+        assert_eq!(clock.read(), 1.8e9);
+        passed.store(90_000, Ordering::Relaxed);
+        assert_eq!(clock.read(), 1.8e9 + 90.0);
+        // Whatever the wall clock reads now (set back or forward by an hour), the
+        // schedule's time is its start plus the monotonic clock's count.
+        passed.store(150_000, Ordering::Relaxed);
+        assert_eq!(clock.read(), 1.8e9 + 150.0);
+        let system = Clock::system();
+        let (a, b) = (system.read(), system.read());
+        assert!(b >= a && (a - unix_now()).abs() < 5.0);
     }
 
     /// A clock that moves a second each time it is read, a second of it waited in a
