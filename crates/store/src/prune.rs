@@ -236,25 +236,7 @@ impl Store {
             let hour = (oldest / HOUR).floor() * HOUR;
             done.aggregates += self.sum_up_hour(hour, None)?;
             loop {
-                let (rows, runs) = self.write(|tx| {
-                    let ids: Vec<(i64, Option<i64>)> = tx
-                        .prepare(
-                            "SELECT id, run_id FROM mesh_results
-                             WHERE started_at >= ?1 AND started_at < ?2 LIMIT ?3",
-                        )?
-                        .query_map(params![hour, hour + HOUR, batch], |r| {
-                            Ok((r.get(0)?, r.get(1)?))
-                        })?
-                        .collect::<rusqlite::Result<_>>()?;
-                    let mut runs = 0;
-                    for (id, run) in &ids {
-                        tx.execute("DELETE FROM mesh_results WHERE id = ?1", params![id])?;
-                        if let Some(run) = run {
-                            runs += tx.execute("DELETE FROM runs WHERE id = ?1", params![run])?;
-                        }
-                    }
-                    Ok((ids.len() as u64, runs as u64))
-                })?;
+                let (rows, runs) = self.remove_hour_batch(None, hour, batch)?;
                 done.mesh_rows += rows;
                 done.runs += runs;
                 if rows < batch as u64 {
@@ -324,25 +306,7 @@ impl Store {
                 step.hours = 1;
                 return Ok(step);
             }
-            let (rows, runs) = self.write(|tx| {
-                let ids: Vec<(i64, Option<i64>)> = tx
-                    .prepare(
-                        "SELECT id, run_id FROM mesh_results
-                         WHERE mesh = ?1 AND started_at >= ?2 AND started_at < ?3 LIMIT ?4",
-                    )?
-                    .query_map(params![mesh, hour, hour + HOUR, batch], |r| {
-                        Ok((r.get(0)?, r.get(1)?))
-                    })?
-                    .collect::<rusqlite::Result<_>>()?;
-                let mut runs = 0;
-                for (id, run) in &ids {
-                    tx.execute("DELETE FROM mesh_results WHERE id = ?1", params![id])?;
-                    if let Some(run) = run {
-                        runs += tx.execute("DELETE FROM runs WHERE id = ?1", params![run])?;
-                    }
-                }
-                Ok((ids.len() as u64, runs as u64))
-            })?;
+            let (rows, runs) = self.remove_hour_batch(Some(mesh), hour, batch)?;
             step.mesh_rows = rows;
             step.runs = runs;
             return Ok(step);
@@ -359,6 +323,36 @@ impl Store {
             step.more = removed == batch as u64;
         }
         Ok(step)
+    }
+
+    /// Removes up to `batch` rows of the hour starting at `hour` (a mesh's, or every
+    /// mesh's) with their runs, in one transaction; how many rows and runs went.
+    fn remove_hour_batch(
+        &mut self,
+        mesh: Option<&str>,
+        hour: f64,
+        batch: i64,
+    ) -> Result<(u64, u64), StoreError> {
+        self.write(|tx| {
+            let ids: Vec<(i64, Option<i64>)> = tx
+                .prepare(
+                    "SELECT id, run_id FROM mesh_results
+                     WHERE started_at >= ?1 AND started_at < ?2 AND (?3 IS NULL OR mesh = ?3)
+                     LIMIT ?4",
+                )?
+                .query_map(params![hour, hour + HOUR, mesh, batch], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let mut runs = 0;
+            for (id, run) in &ids {
+                tx.execute("DELETE FROM mesh_results WHERE id = ?1", params![id])?;
+                if let Some(run) = run {
+                    runs += tx.execute("DELETE FROM runs WHERE id = ?1", params![run])?;
+                }
+            }
+            Ok((ids.len() as u64, runs as u64))
+        })
     }
 
     /// Writes the aggregates of the hour starting at `hour` from its rows (a mesh's, or

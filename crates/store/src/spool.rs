@@ -240,6 +240,17 @@ impl SpoolFile {
             .optional()
     }
 
+    /// The oldest item's sequence number and hand-over time, without reading it.
+    fn head(&self) -> rusqlite::Result<Option<(i64, f64)>> {
+        self.conn
+            .query_row(
+                "SELECT seq, queued_at FROM spooled ORDER BY seq LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+    }
+
     fn remove(&mut self, seq: i64) -> rusqlite::Result<()> {
         let bytes: Option<i64> = self
             .conn
@@ -362,7 +373,7 @@ impl Spool {
     /// Forgets the oldest waiting result (it was written).
     pub fn remove_oldest(&mut self) {
         if let Some(file) = self.file.as_mut().filter(|f| f.len > 0) {
-            if let Ok(Some((seq, _))) = file.oldest() {
+            if let Ok(Some((seq, _))) = file.head() {
                 if file.remove(seq).is_ok() {
                     self.publish();
                     return;
@@ -431,7 +442,16 @@ impl Spool {
         let c = &self.counts;
         c.waiting.store(self.len(), Ordering::Relaxed);
         c.waiting_bytes.store(self.bytes(), Ordering::Relaxed);
-        let oldest = self.oldest().map_or(0.0, |p| p.queued_at);
+        // The time alone: reading the whole item would parse its document.
+        let in_file = self
+            .file
+            .as_ref()
+            .filter(|f| f.len > 0)
+            .and_then(|f| f.head().ok().flatten())
+            .map(|(_, at)| at);
+        let oldest = in_file
+            .or_else(|| self.memory.front().map(|p| p.queued_at))
+            .unwrap_or(0.0);
         c.oldest_at.store(oldest.to_bits(), Ordering::Relaxed);
     }
 }
