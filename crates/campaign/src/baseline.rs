@@ -71,6 +71,7 @@ mod tests {
         });
         quic.quic = Some(linerate_model::QuicSettings {
             connection_per_flow: true,
+            workers: 1,
         });
         quic.parallel = 4;
         let plain = plain_twin(&quic);

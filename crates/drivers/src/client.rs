@@ -306,13 +306,15 @@ impl<'a> ClientTest<'a> {
                 token,
                 udp_ports,
                 tls_fingerprint,
-                quic_port,
+                quic_ports,
                 ..
             } => {
                 // Each protocol's flows open their own way: the match names every one.
                 let opened = match config.protocol {
                     Protocol::Udp => self.open_udp(token, &udp_ports),
-                    Protocol::Quic => self.open_quic(token, quic_port, tls_fingerprint.as_deref()),
+                    Protocol::Quic => {
+                        self.open_quic(token, &quic_ports, tls_fingerprint.as_deref())
+                    }
                     Protocol::Tcp => self.open_tcp(token, tls_fingerprint.as_deref()),
                 };
                 match opened {
@@ -355,19 +357,24 @@ impl<'a> ClientTest<'a> {
         })
     }
 
-    /// A QUIC test's connection (or one per flow) to the port the server offered.
+    /// A QUIC test's connections (one per QUIC worker, or one per flow) to the ports the
+    /// server offered, one per worker.
     fn open_quic(
         &self,
         token: Token,
-        port: Option<u16>,
+        ports: &[u16],
         fingerprint: Option<&str>,
     ) -> Result<Flows, ClientError> {
-        let Some(port) = port else {
+        if ports.is_empty() {
             return Err(ClientError::Quic("the server offered no QUIC port".into()));
-        };
+        }
+        let servers: Vec<SocketAddr> = ports
+            .iter()
+            .map(|port| SocketAddr::new(self.addr.ip(), *port))
+            .collect();
         let side = crate::secure::open_quic(
             &self.options.config,
-            SocketAddr::new(self.addr.ip(), port),
+            &servers,
             token,
             fingerprint,
             self.options.ca.as_deref(),

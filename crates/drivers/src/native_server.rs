@@ -424,7 +424,7 @@ fn accept_test(
             Err(e) => return session.abort(format!("cannot open a TCP listener: {e}")),
         }
     }
-    let mut quic_port = None;
+    let mut quic_ports = Vec::new();
     // Each protocol's flows arrive their own way: the match names every protocol.
     match config.protocol {
         Protocol::Quic => {
@@ -432,7 +432,7 @@ fn accept_test(
                 return session.abort("a QUIC test without TLS".into());
             };
             match open_quic(shared, config, state, peer, token, tls) {
-                Ok(port) => quic_port = Some(port),
+                Ok(ports) => quic_ports = ports,
                 Err(e) => return session.abort(format!("cannot open the QUIC endpoint: {e}")),
             }
         }
@@ -449,7 +449,7 @@ fn accept_test(
     let offer = Offer {
         udp_ports,
         tls_fingerprint: tls.map(|t| t.fingerprint.clone()),
-        quic_port,
+        quic_ports,
         ..Offer::default()
     };
     session.accept_offer(Instant::now(), id, token, offer);
@@ -527,8 +527,10 @@ fn wait_for_tcp(
     };
 }
 
-/// A QUIC test: a UDP socket on the control connection's address and the thread that
-/// takes the client's connections there (from its host only); the port to announce.
+/// A QUIC test: a QUIC worker per worker the client asked for, up to this side's
+/// threads for the test and its CPUs, each with a UDP socket on the control connection's
+/// address and a thread that takes the client's connections there (from its host only);
+/// the ports to announce, in the workers' order.
 fn open_quic(
     shared: &ServerState,
     config: &TestConfig,
@@ -536,13 +538,29 @@ fn open_quic(
     peer: SocketAddr,
     token: Token,
     tls: &crate::secure::ServerTls,
-) -> io::Result<u16> {
-    let socket = UdpSocket::bind(SocketAddr::new(state.local_ip, 0))?;
-    let port = socket.local_addr()?.port();
+) -> io::Result<Vec<u16>> {
+    let asked = config.quic.as_ref().map_or(1, |q| q.workers);
+    let threads = shared
+        .config
+        .threads
+        .unwrap_or_else(|| default_threads(config.connections() as usize));
+    let workers = linerate_model::quic_workers(
+        asked.min(config.connections()),
+        u32::try_from(threads).unwrap_or(u32::MAX),
+        linerate_engine::sys::cpus(),
+    );
+    let mut sockets = Vec::new();
+    let mut ports = Vec::new();
+    for _ in 0..workers {
+        let socket = UdpSocket::bind(SocketAddr::new(state.local_ip, 0))?;
+        ports.push(socket.local_addr()?.port());
+        sockets.push(socket);
+    }
     let plan = linerate_engine::quic::QuicPlan::of(config, token, shared.config.timeouts.flows);
-    let side = linerate_engine::quic::QuicSide::serve(socket, tls.config.clone(), peer.ip(), plan)?;
+    let side =
+        linerate_engine::quic::QuicSide::serve(sockets, tls.config.clone(), peer.ip(), plan)?;
     state.flows = Flows::Quic(Arc::new(side));
-    Ok(port)
+    Ok(ports)
 }
 
 /// Starts the test's plane with its flows, all in.

@@ -201,11 +201,11 @@ pub enum QuicOpenError {
     Quic(String),
 }
 
-/// The client's side of a QUIC test: connects to the server's QUIC port and opens a
-/// stream per flow, trusting as for TLS.
+/// The client's side of a QUIC test: a QUIC worker per server port in `servers`, each
+/// connecting to its port and opening a stream per flow of its own, trusting as for TLS.
 pub fn open_quic(
     config: &TestConfig,
-    server: std::net::SocketAddr,
+    servers: &[std::net::SocketAddr],
     token: linerate_proto::Token,
     fingerprint: Option<&str>,
     ca: Option<&std::path::Path>,
@@ -220,7 +220,7 @@ pub fn open_quic(
         .map_err(|e| QuicOpenError::Config(e.to_string()))?;
     let timeout = Duration::from_secs_f64(config.connect_timeout_s).max(HANDSHAKE_TIMEOUT);
     let plan = linerate_engine::quic::QuicPlan::of(config, token, timeout);
-    linerate_engine::quic::QuicSide::connect(server, tls, server_name(config), plan)
+    linerate_engine::quic::QuicSide::connect(servers, tls, server_name(config), plan)
         .map_err(QuicOpenError::Quic)
 }
 

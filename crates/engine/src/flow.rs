@@ -115,8 +115,8 @@ pub enum FlowSocket {
     Quic(std::sync::Arc<dyn QuicFlows>),
 }
 
-/// A side's QUIC thread as a data-plane worker sees it (engine's `quic::QuicSide`): it
-/// takes the worker's plan and flows and gives back their outcomes. A trait here, not the
+/// A side's QUIC workers as the data plane sees them (engine's `quic::QuicSide`): they
+/// take a data-plane worker's plan and flows and give back their outcomes. A trait here, not the
 /// type, so that this module, which every worker loop imports, imports none of them.
 pub trait QuicFlows: Send + Sync + std::fmt::Debug {
     /// Runs `flows` (id, direction, role) on the plan; returns when they end.
@@ -127,6 +127,10 @@ pub trait QuicFlows: Send + Sync + std::fmt::Debug {
         samples: Sender<Sample>,
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> std::io::Result<Vec<FlowOutcome>>;
+
+    /// The side's QUIC workers: flow `i` runs on worker `i % workers`, and a data-plane
+    /// worker hands each its flows.
+    fn workers(&self) -> usize;
 }
 
 impl FlowSocket {

@@ -183,18 +183,21 @@ impl DataPlane {
         let omit_index = index_of(&boundaries, schedule.omit);
         let end_index = boundaries.len() - 1;
         let roles = flows.iter().map(|f| (f.id, f.role)).collect();
-        // A side's QUIC flows all live on its one QUIC thread: one worker hands it the plan.
-        let quic = flows
-            .iter()
-            .any(|f| matches!(f.socket, FlowSocket::Quic(_)));
-        let count = if quic {
-            1
-        } else {
-            threads.clamp(1, flows.len().max(1))
-        };
+        // A side's QUIC flows live on its QUIC workers, flow `i` on worker `i % workers`:
+        // one data-plane worker hands each QUIC worker its flows' plan.
+        let quic_workers = flows.iter().find_map(|f| match &f.socket {
+            FlowSocket::Quic(side) => Some(side.workers().max(1)),
+            _ => None,
+        });
+        let count = quic_workers.unwrap_or_else(|| threads.clamp(1, flows.len().max(1)));
         let mut shares: Vec<Vec<FlowSpec>> = (0..count).map(|_| Vec::new()).collect();
         for (i, flow) in flows.into_iter().enumerate() {
-            shares[i % count].push(flow);
+            let share = if quic_workers.is_some() {
+                flow.id as usize % count
+            } else {
+                i % count
+            };
+            shares[share].push(flow);
         }
         let (sender, receiver) = channel();
         let stop = Arc::new(AtomicBool::new(false));
@@ -230,7 +233,7 @@ impl DataPlane {
             samples: vec![(0..count).map(|_| None).collect(); boundaries.len()],
             spans: (0..boundaries.len()).map(|_| None).collect(),
             workload: config.workload,
-            quic,
+            quic: quic_workers.is_some(),
             boundaries,
             omit_index,
             end_index,

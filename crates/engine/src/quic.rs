@@ -1,17 +1,20 @@
 //! QUIC streams (`--quic`): quinn over one UDP socket per side, one connection carrying a
 //! stream per flow or one connection per flow (`--connections`).
 //!
-//! quinn is asynchronous, so each side of a QUIC test has one thread of its own that
-//! drives a single-threaded tokio runtime from the handshake to the end: it sets the
-//! connections and streams up (and says when they are ready), keeps them alive while the
-//! control connection starts the test, then runs the measurement when the data plane's
-//! worker hands it the plan. Everything QUIC does on this side (packet protection,
-//! acknowledgements, congestion control, the UDP system calls) happens on that thread,
-//! so its CPU time is the side's; samples are taken there, on the same schedule as every
-//! other worker's.
+//! quinn is asynchronous, and a QUIC connection is driven by one task, so a side runs
+//! its flows on QUIC workers: each a thread of its own with a single-threaded tokio
+//! runtime, its own UDP socket, endpoint and connection (or one per flow), sharing
+//! nothing with the others, so flows spread over cores as TCP's do. Flow `i` runs on
+//! worker `i % workers`; the server has a port per worker, and the client's worker `k`
+//! connects to the server's `k`. A worker sets its connections and streams up (and says
+//! when they are ready), keeps them alive while the control connection starts the test,
+//! then runs the measurement when the data plane's worker for its flows hands it the
+//! plan. Everything QUIC does for those flows (packet protection, acknowledgements,
+//! congestion control, the UDP system calls) happens on that thread, so its CPU time is
+//! theirs; samples are taken there, on the same schedule as every other worker's.
 //!
 //! The crypto's share: quinn's packet keys are wrapped so sealing and opening packets is
-//! timed in the thread's CPU time, sampled as the TLS stream samples its records.
+//! timed in each worker thread's CPU time, sampled as the TLS stream samples its records.
 
 use crate::flow::{
     send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, Sample, WorkerPlan, PATTERN_PERIOD,
@@ -47,6 +50,10 @@ pub struct QuicPlan {
     pub cipher: Cipher,
     /// How long the connections and streams may take to be set up.
     pub timeout: Duration,
+    /// This side's QUIC workers, and which of them a plan is for: the worker runs flows
+    /// `worker`, `worker + workers`, ...
+    workers: u32,
+    worker: u32,
 }
 
 impl QuicPlan {
@@ -64,7 +71,25 @@ impl QuicPlan {
                 .and_then(|t| t.cipher.parse().ok())
                 .unwrap_or_default(),
             timeout,
+            workers: 1,
+            worker: 0,
         }
+    }
+
+    /// The plan of worker `worker` of `workers`.
+    fn for_worker(&self, worker: usize, workers: usize) -> QuicPlan {
+        QuicPlan {
+            worker: worker as u32,
+            workers: workers.max(1) as u32,
+            ..self.clone()
+        }
+    }
+
+    /// The flows this plan's worker runs, in order.
+    fn worker_flows(&self) -> Vec<u32> {
+        (0..self.flows)
+            .filter(|id| id % self.workers == self.worker)
+            .collect()
     }
 }
 
@@ -75,27 +100,39 @@ const SOCKET_BUFFER: usize = 8 << 20;
 const STREAM_WINDOW: u32 = 32 << 20;
 const CONNECTION_WINDOW: u32 = 128 << 20;
 
-/// One side of a QUIC test: its driving thread, and the way to start its measurement.
+/// One side of a QUIC test: its QUIC workers.
 pub struct QuicSide {
+    workers: Vec<QuicWorker>,
+}
+
+/// One QUIC worker: its driving thread, its flows, and the way to start its measurement.
+struct QuicWorker {
+    flows: Vec<u32>,
     /// Taken on drop: the driver sees its channel close and ends.
     go: Option<tokio::sync::mpsc::UnboundedSender<Go>>,
-    ready: Mutex<Receiver<Result<(), String>>>,
+    /// The set-up's answer once it came.
+    ready: Mutex<(Receiver<Result<(), String>>, Option<Result<(), String>>)>,
     outcomes: Mutex<Receiver<io::Result<Vec<FlowOutcome>>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for QuicSide {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("QuicSide")
+        write!(f, "QuicSide({} workers)", self.workers.len())
     }
 }
 
 impl Drop for QuicSide {
     fn drop(&mut self) {
-        // The driver ends when its channel closes (a test that never started).
-        self.go = None;
-        if let Some(thread) = self.thread.lock().map(|mut t| t.take()).ok().flatten() {
-            let _ = thread.join();
+        // A driver ends when its channel closes (a test that never started); every
+        // channel closes before the first join, so the workers end together.
+        for worker in &mut self.workers {
+            worker.go = None;
+        }
+        for worker in &mut self.workers {
+            if let Some(thread) = worker.thread.take() {
+                let _ = thread.join();
+            }
         }
     }
 }
@@ -176,95 +213,141 @@ fn runtime() -> io::Result<tokio::runtime::Runtime> {
 }
 
 impl QuicSide {
-    /// The server's side: takes the test's connections on `socket` from `peer` only, with
-    /// `tls`; each stream must open with the test's data preface. Ready when every flow's
-    /// stream has arrived (see [`QuicSide::poll_ready`]).
+    /// The server's side: a QUIC worker per socket in `sockets` (the ports offered, in
+    /// order), each taking its flows' connections from `peer` only, with `tls`; each
+    /// stream must open with the test's data preface. Ready when every flow's stream has
+    /// arrived (see [`QuicSide::poll_ready`]).
     pub fn serve(
-        socket: UdpSocket,
+        sockets: Vec<UdpSocket>,
         tls: Arc<rustls::ServerConfig>,
         peer: IpAddr,
         plan: QuicPlan,
     ) -> io::Result<QuicSide> {
-        socket_buffers(&socket, &plan);
         let transport = transport(&plan).map_err(io::Error::other)?;
-        let crypto = Arc::new(AtomicU64::new(0));
-        let quic_tls = QuicServerConfig::try_from(tls).map_err(io::Error::other)?;
-        let timed: Arc<dyn quinn::crypto::ServerConfig> = Arc::new(timing::Server {
-            inner: Arc::new(quic_tls),
-            spent: crypto.clone(),
-        });
-        let mut server = quinn::ServerConfig::with_crypto(timed);
-        server.transport_config(transport);
+        let quic_tls: Arc<dyn quinn::crypto::ServerConfig> =
+            Arc::new(QuicServerConfig::try_from(tls).map_err(io::Error::other)?);
         let late = format!(
             "the client's QUIC connections and streams did not all arrive within {:.0} s",
             plan.timeout.as_secs_f64()
         );
-        let setup = move || {
-            let endpoint = Endpoints {
-                socket,
-                server: Some(server),
-                client: None,
+        let count = sockets.len();
+        let mut workers = Vec::with_capacity(count);
+        for (index, socket) in sockets.into_iter().enumerate() {
+            socket_buffers(&socket, &plan);
+            let crypto = Arc::new(AtomicU64::new(0));
+            let timed: Arc<dyn quinn::crypto::ServerConfig> = Arc::new(timing::Server {
+                inner: quic_tls.clone(),
+                spent: crypto.clone(),
+            });
+            let mut server = quinn::ServerConfig::with_crypto(timed);
+            server.transport_config(transport.clone());
+            let plan = plan.for_worker(index, count);
+            let late = late.clone();
+            let flows = plan.worker_flows();
+            let setup = move || {
+                let endpoint = Endpoints {
+                    socket,
+                    server: Some(server),
+                    client: None,
+                };
+                set_up(
+                    endpoint,
+                    plan,
+                    crypto,
+                    late,
+                    move |endpoint, plan| async move { accept_all(&endpoint, peer, &plan).await },
+                )
             };
-            set_up(
-                endpoint,
-                plan,
-                crypto,
-                late,
-                move |endpoint, plan| async move { accept_all(&endpoint, peer, &plan).await },
-            )
-        };
-        QuicSide::start(setup)
+            workers.push(QuicWorker::start(flows, setup)?);
+        }
+        Ok(QuicSide { workers })
     }
 
-    /// The client's side: connects to `server` with `tls` and opens a stream per flow,
-    /// each starting with the test's data preface. Returns once they are all open.
+    /// The client's side: a QUIC worker per address in `servers` (the server's ports, in
+    /// order), each connecting with `tls` and opening a stream per flow of its own, each
+    /// starting with the test's data preface. Returns once they are all open.
     pub fn connect(
-        server: SocketAddr,
+        servers: &[SocketAddr],
         tls: Arc<rustls::ClientConfig>,
         name: String,
         plan: QuicPlan,
     ) -> Result<QuicSide, String> {
         let within = plan.timeout + Duration::from_secs(5);
-        let unspecified: IpAddr = if server.is_ipv4() {
-            std::net::Ipv4Addr::UNSPECIFIED.into()
-        } else {
-            std::net::Ipv6Addr::UNSPECIFIED.into()
-        };
-        let socket = UdpSocket::bind(SocketAddr::new(unspecified, 0)).map_err(|e| e.to_string())?;
-        socket_buffers(&socket, &plan);
         let transport = transport(&plan)?;
-        let crypto = Arc::new(AtomicU64::new(0));
-        let quic_tls = QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
-        let timed: Arc<dyn quinn::crypto::ClientConfig> = Arc::new(timing::Client {
-            inner: Arc::new(quic_tls),
-            spent: crypto.clone(),
-        });
-        let mut client = quinn::ClientConfig::new(timed);
-        client.transport_config(transport);
-        let late = format!(
-            "no QUIC answer from {server} within {:.0} s",
-            plan.timeout.as_secs_f64()
-        );
-        let setup = move || {
-            let endpoint = Endpoints {
-                socket,
-                server: None,
-                client: Some(client),
+        let quic_tls: Arc<dyn quinn::crypto::ClientConfig> =
+            Arc::new(QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?);
+        let mut workers = Vec::with_capacity(servers.len());
+        for (index, &server) in servers.iter().enumerate() {
+            let unspecified: IpAddr = if server.is_ipv4() {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
             };
-            set_up(
-                endpoint,
-                plan,
-                crypto,
-                late,
-                move |endpoint, plan| async move { connect_all(&endpoint, server, &name, &plan).await },
-            )
-        };
-        let side = QuicSide::start(setup).map_err(|e| e.to_string())?;
-        side.wait_ready(within)?;
+            let socket =
+                UdpSocket::bind(SocketAddr::new(unspecified, 0)).map_err(|e| e.to_string())?;
+            socket_buffers(&socket, &plan);
+            let crypto = Arc::new(AtomicU64::new(0));
+            let timed: Arc<dyn quinn::crypto::ClientConfig> = Arc::new(timing::Client {
+                inner: quic_tls.clone(),
+                spent: crypto.clone(),
+            });
+            let mut client = quinn::ClientConfig::new(timed);
+            client.transport_config(transport.clone());
+            let late = format!(
+                "no QUIC answer from {server} within {:.0} s",
+                plan.timeout.as_secs_f64()
+            );
+            let plan = plan.for_worker(index, servers.len());
+            let flows = plan.worker_flows();
+            let name = name.clone();
+            let setup = move || {
+                let endpoint = Endpoints {
+                    socket,
+                    server: None,
+                    client: Some(client),
+                };
+                set_up(
+                    endpoint,
+                    plan,
+                    crypto,
+                    late,
+                    move |endpoint, plan| async move {
+                        connect_all(&endpoint, server, &name, &plan).await
+                    },
+                )
+            };
+            workers.push(QuicWorker::start(flows, setup).map_err(|e| e.to_string())?);
+        }
+        let side = QuicSide { workers };
+        let deadline = Instant::now() + within;
+        for worker in &side.workers {
+            worker.wait_ready(deadline)?;
+        }
         Ok(side)
     }
 
-    fn start<F, Fut>(setup: F) -> io::Result<QuicSide>
+    /// `Some(Ok)` once every flow's stream is open, `Some(Err)` with why one could not
+    /// be, `None` while they are being set up.
+    pub fn poll_ready(&self) -> Option<Result<(), String>> {
+        let mut all = true;
+        for worker in &self.workers {
+            match worker.poll_ready() {
+                Some(Err(why)) => return Some(Err(why)),
+                Some(Ok(())) => {}
+                None => all = false,
+            }
+        }
+        all.then_some(Ok(()))
+    }
+
+    /// This side's QUIC workers.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+}
+
+impl QuicWorker {
+    fn start<F, Fut>(flows: Vec<u32>, setup: F) -> io::Result<QuicWorker>
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<Setup, String>>,
@@ -305,35 +388,70 @@ impl QuicSide {
                         tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
                 });
             })?;
-        Ok(QuicSide {
+        Ok(QuicWorker {
+            flows,
             go: Some(go_tx),
-            ready: Mutex::new(ready_rx),
+            ready: Mutex::new((ready_rx, None)),
             outcomes: Mutex::new(outcomes_rx),
-            thread: Mutex::new(Some(thread)),
+            thread: Some(thread),
         })
     }
 
-    /// `Some(Ok)` once every flow's stream is open, `Some(Err)` with why it could not be,
-    /// `None` while it is being set up.
-    pub fn poll_ready(&self) -> Option<Result<(), String>> {
-        let ready = self.ready.lock().ok()?;
-        match ready.try_recv() {
-            Ok(result) => Some(result),
-            Err(std::sync::mpsc::TryRecvError::Empty) => None,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                Some(Err("the QUIC thread ended".into()))
-            }
+    fn poll_ready(&self) -> Option<Result<(), String>> {
+        let mut ready = self.ready.lock().ok()?;
+        if ready.1.is_none() {
+            ready.1 = match ready.0.try_recv() {
+                Ok(result) => Some(result),
+                Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    Some(Err("a QUIC worker's thread ended".into()))
+                }
+            };
         }
+        ready.1.clone()
     }
 
-    fn wait_ready(&self, within: Duration) -> Result<(), String> {
-        let ready = self
+    fn wait_ready(&self, deadline: Instant) -> Result<(), String> {
+        let mut ready = self
             .ready
             .lock()
             .map_err(|_| "QUIC state poisoned".to_string())?;
-        ready
-            .recv_timeout(within)
-            .map_err(|_| "the QUIC set-up did not finish".to_string())?
+        if ready.1.is_none() {
+            let within = deadline.saturating_duration_since(Instant::now());
+            let answer = ready
+                .0
+                .recv_timeout(within)
+                .map_err(|_| "the QUIC set-up did not finish".to_string())?;
+            ready.1 = Some(answer);
+        }
+        ready.1.clone().unwrap_or(Ok(()))
+    }
+
+    /// Hands the plan to the worker's thread and waits for its flows' outcomes.
+    fn run(
+        &self,
+        plan: WorkerPlan,
+        flows: Vec<(u32, Direction, Role)>,
+        samples: Sender<Sample>,
+        stop: Arc<AtomicBool>,
+    ) -> io::Result<Vec<FlowOutcome>> {
+        self.go
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the QUIC side was closed"))?
+            .send(Go {
+                plan,
+                flows,
+                samples,
+                stop,
+            })
+            .map_err(|_| io::Error::other("the QUIC thread ended before the test started"))?;
+        let outcomes = self
+            .outcomes
+            .lock()
+            .map_err(|_| io::Error::other("QUIC state poisoned"))?;
+        outcomes
+            .recv()
+            .map_err(|_| io::Error::other("the QUIC thread ended during the test"))?
     }
 }
 
@@ -383,15 +501,16 @@ where
     })
 }
 
-/// The client's connections (one, or one per flow) and a stream per flow.
+/// A worker's client connections (one, or one per flow) and a stream per flow.
 async fn connect_all(
     endpoint: &quinn::Endpoint,
     server: SocketAddr,
     name: &str,
     plan: &QuicPlan,
 ) -> Result<Opened, String> {
+    let flows = plan.worker_flows();
     let count = if plan.connection_per_flow {
-        plan.flows
+        flows.len()
     } else {
         1
     };
@@ -405,12 +524,8 @@ async fn connect_all(
         connections.push((connection, began.elapsed()));
     }
     let mut streams = Vec::new();
-    for id in 0..plan.flows {
-        let connection = if plan.connection_per_flow {
-            id as usize
-        } else {
-            0
-        };
+    for (index, &id) in flows.iter().enumerate() {
+        let connection = if plan.connection_per_flow { index } else { 0 };
         let (mut send, recv) = connections[connection]
             .0
             .open_bi()
@@ -429,20 +544,21 @@ async fn connect_all(
     Ok((connections, streams))
 }
 
-/// The server's connections, from the control connection's host only, and their streams,
-/// each proven by the test's data preface.
+/// A worker's server connections, from the control connection's host only, and their
+/// streams, each proven by the test's data preface and for one of the worker's flows.
 async fn accept_all(
     endpoint: &quinn::Endpoint,
     peer: IpAddr,
     plan: &QuicPlan,
 ) -> Result<Opened, String> {
+    let flows = plan.worker_flows();
     let count = if plan.connection_per_flow {
-        plan.flows
+        flows.len()
     } else {
         1
     };
     let mut connections = Vec::new();
-    while connections.len() < count as usize {
+    while connections.len() < count {
         let Some(incoming) = endpoint.accept().await else {
             return Err("the QUIC endpoint closed".into());
         };
@@ -456,12 +572,12 @@ async fn accept_all(
         let connection = incoming.await.map_err(|e| describe_connection(&e))?;
         connections.push((connection, began.elapsed()));
     }
-    let mut slots: Vec<Option<FlowStream>> = (0..plan.flows).map(|_| None).collect();
+    let mut slots: Vec<Option<FlowStream>> = flows.iter().map(|_| None).collect();
     for (index, (connection, _)) in connections.iter().enumerate() {
         let streams = if plan.connection_per_flow {
             1
         } else {
-            plan.flows
+            flows.len()
         };
         for _ in 0..streams {
             let (send, mut recv) = connection
@@ -476,7 +592,14 @@ async fn accept_all(
                 Preface::Data { token, flow } if token == plan.token && flow < plan.flows => flow,
                 _ => return Err("a QUIC stream did not present this test's token".into()),
             };
-            let slot = &mut slots[id as usize];
+            let Some(position) = flows.iter().position(|f| *f == id) else {
+                return Err(format!(
+                    "QUIC stream for flow {id} arrived at worker {} of {}, which runs other flows",
+                    plan.worker + 1,
+                    plan.workers
+                ));
+            };
+            let slot = &mut slots[position];
             if slot.is_some() {
                 return Err(format!("two QUIC streams claimed flow {id}"));
             }
@@ -730,8 +853,8 @@ async fn receive_flow(
     }
 }
 
-/// Runs a data-plane worker's QUIC flows: hands the plan to the side's QUIC thread and
-/// waits for its outcomes.
+/// Runs a data-plane worker's QUIC flows: hands the plan to the QUIC worker that holds
+/// them and waits for its outcomes.
 pub(crate) fn run(
     plan: WorkerPlan,
     specs: Vec<FlowSpec>,
@@ -753,23 +876,22 @@ impl crate::flow::QuicFlows for QuicSide {
         samples: Sender<Sample>,
         stop: Arc<AtomicBool>,
     ) -> io::Result<Vec<FlowOutcome>> {
-        self.go
-            .as_ref()
-            .ok_or_else(|| io::Error::other("the QUIC side was closed"))?
-            .send(Go {
-                plan,
-                flows,
-                samples,
-                stop,
-            })
-            .map_err(|_| io::Error::other("the QUIC thread ended before the test started"))?;
-        let outcomes = self
-            .outcomes
-            .lock()
-            .map_err(|_| io::Error::other("QUIC state poisoned"))?;
-        outcomes
-            .recv()
-            .map_err(|_| io::Error::other("the QUIC thread ended during the test"))?
+        let first = flows.first().map_or(0, |f| f.0);
+        let worker = self
+            .workers
+            .iter()
+            .find(|w| w.flows.contains(&first))
+            .ok_or_else(|| io::Error::other(format!("no QUIC worker runs flow {first}")))?;
+        if let Some((id, _, _)) = flows.iter().find(|f| !worker.flows.contains(&f.0)) {
+            return Err(io::Error::other(format!(
+                "flows {first} and {id} run on different QUIC workers"
+            )));
+        }
+        worker.run(plan, flows, samples, stop)
+    }
+
+    fn workers(&self) -> usize {
+        self.workers.len()
     }
 }
 
@@ -965,43 +1087,67 @@ mod tests {
     use super::*;
     use linerate_tls::verify::Trust;
 
-    fn plan(token: [u8; 16], timeout: Duration) -> QuicPlan {
+    fn plan(token: [u8; 16], timeout: Duration, flows: u32) -> QuicPlan {
         QuicPlan {
             token: Token(token),
-            flows: 2,
+            flows,
             connection_per_flow: false,
             congestion: "cubic".into(),
             window: None,
             cipher: Cipher::Aes128Gcm,
             timeout,
+            workers: 1,
+            worker: 0,
         }
     }
 
-    /// A server whose control connection came from `peer`, on a loopback port.
-    fn serve(peer: &str, token: [u8; 16]) -> (QuicSide, SocketAddr, String) {
+    /// A server of `workers` QUIC workers whose control connection came from `peer`, on
+    /// loopback ports, for `flows` flows.
+    fn serve_workers(
+        peer: &str,
+        token: [u8; 16],
+        workers: usize,
+        flows: u32,
+    ) -> (QuicSide, Vec<SocketAddr>, String) {
         let identity = linerate_tls::Identity::self_signed(&["localhost".into()]).unwrap();
         let tls = linerate_tls::server_config(&identity).unwrap();
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let addr = socket.local_addr().unwrap();
+        let sockets: Vec<UdpSocket> = (0..workers)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
         let side = QuicSide::serve(
-            socket,
+            sockets,
             tls,
             peer.parse().unwrap(),
-            plan(token, Duration::from_secs(5)),
+            plan(token, Duration::from_secs(5), flows),
         )
         .unwrap();
-        (side, addr, identity.fingerprint)
+        (side, addrs, identity.fingerprint)
     }
 
-    fn connect(addr: SocketAddr, fingerprint: &str, token: [u8; 16]) -> Result<QuicSide, String> {
+    fn serve(peer: &str, token: [u8; 16]) -> (QuicSide, SocketAddr, String) {
+        let (side, addrs, fingerprint) = serve_workers(peer, token, 1, 2);
+        (side, addrs[0], fingerprint)
+    }
+
+    fn connect_workers(
+        addrs: &[SocketAddr],
+        fingerprint: &str,
+        token: [u8; 16],
+        flows: u32,
+    ) -> Result<QuicSide, String> {
         let trust = Trust::Pinned(fingerprint.to_string());
         let tls = linerate_tls::quic_client_config(Cipher::Aes128Gcm, &trust).unwrap();
         QuicSide::connect(
-            addr,
+            addrs,
             tls,
             "localhost".into(),
-            plan(token, Duration::from_millis(800)),
+            plan(token, Duration::from_millis(800), flows),
         )
+    }
+
+    fn connect(addr: SocketAddr, fingerprint: &str, token: [u8; 16]) -> Result<QuicSide, String> {
+        connect_workers(&[addr], fingerprint, token, 2)
     }
 
     fn ready(side: &QuicSide) -> Result<(), String> {
@@ -1038,5 +1184,32 @@ mod tests {
             error.contains("did not present this test's token"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn flows_spread_over_the_workers_each_with_its_own_connection() {
+        // Three workers, five flows: worker 0 runs flows 0 and 3, worker 1 flows 1 and 4,
+        // worker 2 flow 2, each over its own connection to the server's worker of the
+        // same rank.
+        let (side, addrs, fingerprint) = serve_workers("127.0.0.1", [9; 16], 3, 5);
+        let client = connect_workers(&addrs, &fingerprint, [9; 16], 5).unwrap();
+        assert_eq!(ready(&side), Ok(()));
+        assert_eq!((side.workers(), client.workers()), (3, 3));
+        let flows: Vec<Vec<u32>> = client.workers.iter().map(|w| w.flows.clone()).collect();
+        assert_eq!(flows, vec![vec![0, 3], vec![1, 4], vec![2]]);
+        let served: Vec<Vec<u32>> = side.workers.iter().map(|w| w.flows.clone()).collect();
+        assert_eq!(served, flows);
+    }
+
+    #[test]
+    fn a_flow_at_another_workers_port_ends_the_set_up() {
+        // A client whose workers dial the server's ports in the wrong order sends flow 0
+        // to the worker that runs flow 1: it is refused there, not taken by the wrong
+        // worker.
+        let (side, mut addrs, fingerprint) = serve_workers("127.0.0.1", [5; 16], 2, 2);
+        addrs.reverse();
+        let _client = connect_workers(&addrs, &fingerprint, [5; 16], 2);
+        let error = ready(&side).unwrap_err();
+        assert!(error.contains("runs other flows"), "{error}");
     }
 }

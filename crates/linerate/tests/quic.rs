@@ -57,6 +57,79 @@ fn quic_streams_on_one_connection_and_on_many_deliver_every_byte() {
 }
 
 #[test]
+fn quic_flows_spread_over_workers_each_with_its_own_connection_and_port() {
+    // Two QUIC workers a side (this machine has at least two CPUs), four flows: flows 0
+    // and 2 on one worker's connection, 1 and 3 on the other's, each to its own server
+    // port; every byte arrives, and the crypto time is every worker's.
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        skip_unrunnable(
+            "quic_flows_spread_over_workers_each_with_its_own_connection_and_port",
+            "one CPU: a side runs one QUIC worker per CPU at most",
+        );
+        return;
+    }
+    let out = linerate(&[
+        "stream",
+        "--quic",
+        "-P",
+        "4",
+        "--threads",
+        "2",
+        "-t",
+        "1",
+        "-i",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["config"]["quic"]["workers"], 2);
+    assert_all_arrived(&doc);
+    let port_of = |flow: usize| {
+        let addr = doc["flows"][flow]["client"]["remote_addr"]
+            .as_str()
+            .unwrap();
+        addr.rsplit(':').next().unwrap().to_string()
+    };
+    assert_eq!(port_of(0), port_of(2));
+    assert_eq!(port_of(1), port_of(3));
+    assert_ne!(port_of(0), port_of(1));
+    for side in ["local", "remote"] {
+        let sealing = num(
+            &doc["summary"]["crypto"],
+            &format!("/crypto_s_per_gbit/{side}"),
+        );
+        assert!(sealing > 0.0, "{side}: {sealing}");
+    }
+
+    // One thread asks for one worker: every flow on one connection, one server port.
+    let out = linerate(&[
+        "stream",
+        "--quic",
+        "-P",
+        "2",
+        "--threads",
+        "1",
+        "-t",
+        "1",
+        "-i",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert!(
+        doc["config"]["quic"]["workers"].is_null(),
+        "one worker is the default"
+    );
+    assert_all_arrived(&doc);
+    assert_eq!(
+        doc["flows"][0]["client"]["remote_addr"],
+        doc["flows"][1]["client"]["remote_addr"]
+    );
+}
+
+#[test]
 fn quic_takes_the_cipher_and_congestion_control_asked_for() {
     let out = linerate(&[
         "stream",

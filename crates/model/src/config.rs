@@ -244,6 +244,20 @@ pub struct QuicSettings {
     /// One connection per flow (`--connections`) rather than one stream per flow on a
     /// single connection.
     pub connection_per_flow: bool,
+    /// QUIC workers the client runs, each with its own endpoint, UDP socket, thread and
+    /// connection (a QUIC connection is driven by one thread): flow `i` runs on worker
+    /// `i % workers`. The server runs as many and offers a port for each; a request
+    /// without the field (an older client) asks for one.
+    #[serde(default = "one_worker", skip_serializing_if = "is_one_worker")]
+    pub workers: u32,
+}
+
+fn one_worker() -> u32 {
+    1
+}
+
+fn is_one_worker(workers: &u32) -> bool {
+    *workers == 1
 }
 
 fn observing() -> bool {

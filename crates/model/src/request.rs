@@ -49,6 +49,14 @@ pub fn default_threads(flows: usize, cpus: usize) -> usize {
     }
 }
 
+/// QUIC workers for `flows` on `threads` worker threads: one per flow up to the threads,
+/// and no more than the CPUs, since each keeps a core busy with its connection's
+/// packet protection, acknowledgements and system calls.
+pub fn quic_workers(flows: u32, threads: u32, cpus: usize) -> u32 {
+    let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
+    flows.min(threads).min(cpus).max(1)
+}
+
 /// A test as asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TestRequest {
@@ -196,6 +204,9 @@ impl TestConfig {
         config.threads = request.threads.unwrap_or_else(|| {
             u32::try_from(default_threads(flows as usize, environment.cpus)).unwrap_or(u32::MAX)
         });
+        if let Some(quic) = config.quic.as_mut() {
+            quic.workers = quic_workers(flows, config.threads, environment.cpus);
+        }
         Ok(config)
     }
 }
@@ -230,6 +241,8 @@ fn resolve_stream(
             });
             config.quic = Some(crate::QuicSettings {
                 connection_per_flow,
+                // Set once the threads are known.
+                workers: 1,
             });
         }
         StreamTransport::Udp {

@@ -113,6 +113,10 @@ pub enum ServerMessage {
         /// QUIC tests: the server's UDP port for the test's QUIC connections.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         quic_port: Option<u16>,
+        /// QUIC tests where the server runs several QUIC workers: each one's port, the
+        /// first being `quic_port` (docs/protocol.md 7). Absent for one worker.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        quic_ports: Vec<u16>,
     },
     FlowsReady,
     Results {

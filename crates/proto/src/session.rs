@@ -157,8 +157,41 @@ pub struct Offer {
     pub crr_port: Option<u16>,
     /// TLS and QUIC tests: the certificate's SHA-256 fingerprint (hex).
     pub tls_fingerprint: Option<String>,
-    /// QUIC tests: the server's UDP port.
-    pub quic_port: Option<u16>,
+    /// QUIC tests: the server's UDP port for each of its QUIC workers (one, or as many
+    /// as the client asked for and the server runs).
+    pub quic_ports: Vec<u16>,
+}
+
+/// The QUIC ports a server's acceptance offers for `config`: its `quic_port`, or, from a
+/// server running several QUIC workers, `quic_ports` (the first of which is `quic_port`),
+/// at least one and no more than the workers the config asked for.
+fn quic_ports_offered(
+    config: &linerate_model::TestConfig,
+    quic_port: Option<u16>,
+    quic_ports: Vec<u16>,
+) -> Result<Vec<u16>, String> {
+    if config.protocol != linerate_model::Protocol::Quic {
+        return Ok(Vec::new());
+    }
+    let asked = config.quic.as_ref().map_or(1, |q| q.workers.max(1)) as usize;
+    let ports = if quic_ports.is_empty() {
+        quic_port.into_iter().collect()
+    } else {
+        quic_ports
+    };
+    if ports.is_empty() {
+        return Err("the server accepted a QUIC test without a port for it".into());
+    }
+    if ports.len() > asked {
+        return Err(format!(
+            "the server offered {} QUIC ports for {asked} QUIC workers",
+            ports.len()
+        ));
+    }
+    if quic_port.is_some_and(|first| first != ports[0]) || ports.contains(&0) {
+        return Err("the server's QUIC ports disagree with its QUIC port".into());
+    }
+    Ok(ports)
 }
 
 #[derive(Debug)]
@@ -387,7 +420,7 @@ impl ServerSession {
             udp_ports,
             crr_port,
             tls_fingerprint,
-            quic_port,
+            quic_ports,
         } = offer;
         self.outbox.send(encode_with(
             &mut self.seal,
@@ -398,7 +431,13 @@ impl ServerSession {
                 udp_ports,
                 crr_port,
                 tls_fingerprint,
-                quic_port,
+                quic_port: quic_ports.first().copied(),
+                // One worker's port says it all, as it did before there were workers.
+                quic_ports: if quic_ports.len() > 1 {
+                    quic_ports
+                } else {
+                    Vec::new()
+                },
             },
         ));
         self.state = ServerState::AwaitFlows(config);
@@ -854,8 +893,9 @@ pub enum ClientEvent {
         crr_port: Option<u16>,
         /// TLS and QUIC tests: the certificate to trust (SHA-256, hex).
         tls_fingerprint: Option<String>,
-        /// QUIC tests: the server's UDP port.
-        quic_port: Option<u16>,
+        /// QUIC tests: the server's UDP port for each QUIC worker, at least one and no
+        /// more than the test's config asked for.
+        quic_ports: Vec<u16>,
     },
     /// Every data connection arrived at the server; call [`ClientSession::start`].
     FlowsReady,
@@ -1061,6 +1101,7 @@ impl ClientSession {
                     crr_port,
                     tls_fingerprint,
                     quic_port,
+                    quic_ports,
                 },
             ) => {
                 if let Some(ClientEvent::Welcomed {
@@ -1107,18 +1148,17 @@ impl ClientSession {
                         }
                     }
                 }
-                if self.config.protocol == linerate_model::Protocol::Quic && quic_port.is_none() {
-                    return self.fail(SessionError::Protocol(
-                        "the server accepted a QUIC test without a port for it".into(),
-                    ));
-                }
+                let quic_ports = match quic_ports_offered(&self.config, quic_port, quic_ports) {
+                    Ok(ports) => ports,
+                    Err(why) => return self.fail(SessionError::Protocol(why)),
+                };
                 self.outbox.emit(ClientEvent::Accepted {
                     test_id,
                     token,
                     udp_ports,
                     crr_port,
                     tls_fingerprint,
-                    quic_port,
+                    quic_ports,
                 });
                 self.state = ClientState::AwaitFlowsReady;
                 self.deadline = Some(now + self.timeouts.flows);

@@ -115,7 +115,7 @@ fn whole_exchange_completes_on_a_virtual_clock() {
     assert_eq!(
         pair.client_events[1],
         ClientEvent::Accepted {
-            quic_port: None,
+            quic_ports: Vec::new(),
             tls_fingerprint: None,
             test_id: 42,
             token,
@@ -502,6 +502,7 @@ fn a_protocol_runs_only_the_workloads_its_row_lists() {
     quic.protocol = linerate_model::Protocol::Quic;
     quic.quic = Some(linerate_model::QuicSettings {
         connection_per_flow: false,
+        workers: 1,
     });
     assert_eq!(
         validate(&quic, &limits).unwrap_err(),
@@ -560,5 +561,38 @@ fn a_client_may_end_a_running_test_early_and_still_gets_results() {
     assert_eq!(
         pair.server_events.last(),
         Some(&ServerEvent::Closed(Ok(())))
+    );
+}
+
+#[test]
+fn quic_ports_offered_are_one_per_worker_and_no_more_than_asked() {
+    let mut quic = config(4);
+    quic.protocol = linerate_model::Protocol::Quic;
+    quic.quic = Some(linerate_model::QuicSettings {
+        connection_per_flow: false,
+        workers: 2,
+    });
+    // An older server names one port; a newer one each worker's, the first its port.
+    assert_eq!(quic_ports_offered(&quic, Some(7), vec![]), Ok(vec![7]));
+    assert_eq!(
+        quic_ports_offered(&quic, Some(7), vec![7, 9]),
+        Ok(vec![7, 9])
+    );
+    let refused = [
+        (None, vec![]),
+        (Some(7), vec![7, 8, 9]),
+        (Some(7), vec![8, 9]),
+        (Some(7), vec![7, 0]),
+    ];
+    for (port, ports) in refused {
+        assert!(
+            quic_ports_offered(&quic, port, ports.clone()).is_err(),
+            "{port:?} {ports:?}"
+        );
+    }
+    // Not a QUIC test: nothing to check.
+    assert_eq!(
+        quic_ports_offered(&config(1), None, vec![1, 2, 3]),
+        Ok(vec![])
     );
 }

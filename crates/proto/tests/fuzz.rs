@@ -178,8 +178,8 @@ proptest! {
     fn native_client_session(input in mutated(vec![
         framed(&ServerMessage::Welcome { version: PROTOCOL_VERSION, software: "s".into(), host: HostFacts::default(), limits: Limits::default(), auth: None }),
         framed(&ServerMessage::Refuse { code: linerate_proto::RefuseCode::Busy, reason: "r".into() }),
-        framed(&ServerMessage::Accepted { host: None, test_id: 1, token: "00".repeat(16), udp_ports: vec![1, 2], crr_port: None, tls_fingerprint: None, quic_port: None }),
-        framed(&ServerMessage::Accepted { host: None, test_id: 1, token: "00".repeat(16), udp_ports: vec![], crr_port: None, tls_fingerprint: Some("ab".repeat(32)), quic_port: Some(4433) }),
+        framed(&ServerMessage::Accepted { host: None, test_id: 1, token: "00".repeat(16), udp_ports: vec![1, 2], crr_port: None, tls_fingerprint: None, quic_port: None, quic_ports: vec![] }),
+        framed(&ServerMessage::Accepted { host: None, test_id: 1, token: "00".repeat(16), udp_ports: vec![], crr_port: None, tls_fingerprint: Some("ab".repeat(32)), quic_port: Some(4433), quic_ports: vec![4433, 4434] }),
     ])) {
         let peak = peak_of(|| {
             let now = origin();
