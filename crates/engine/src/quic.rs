@@ -105,13 +105,16 @@ pub struct QuicSide {
     workers: Vec<QuicWorker>,
 }
 
+/// A worker's set-up: its flows' streams all open, or why not.
+type SetUpAnswer = Result<(), String>;
+
 /// One QUIC worker: its driving thread, its flows, and the way to start its measurement.
 struct QuicWorker {
     flows: Vec<u32>,
     /// Taken on drop: the driver sees its channel close and ends.
     go: Option<tokio::sync::mpsc::UnboundedSender<Go>>,
-    /// The set-up's answer once it came.
-    ready: Mutex<(Receiver<Result<(), String>>, Option<Result<(), String>>)>,
+    /// Where the set-up's answer comes, and the answer once it came.
+    ready: Mutex<(Receiver<SetUpAnswer>, Option<SetUpAnswer>)>,
     outcomes: Mutex<Receiver<io::Result<Vec<FlowOutcome>>>>,
     thread: Option<JoinHandle<()>>,
 }

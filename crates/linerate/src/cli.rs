@@ -17,7 +17,7 @@ Examples:
   linerate stream server1 -u -b 0 -l 64 --gso --gro   as many 64-byte datagrams as offload allows
   linerate stream server1 -u -l 1400 --find-max        the highest rate with loss <= 0.1%
   linerate stream server1 --tls --baseline    TLS 1.3 beside plain TCP: what encryption costs per Gbit
-  linerate stream server1 --quic -P 4 -C bbr  four QUIC streams on one connection
+  linerate stream server1 --quic -P 4 -C bbr  four QUIC streams, a worker (and connection) per CPU
   linerate rr                          request/response round trips over loopback
   linerate rr server1 -P 4 --outstanding 8    4 flows, 8 transactions in flight each
   linerate rr server1 --rate 10k       open loop: 10,000 transactions/s, no coordinated omission
@@ -1388,11 +1388,14 @@ pub struct StreamArgs {
     pub repeat: RepeatArgs,
     #[command(flatten)]
     pub secure: TlsArgs,
-    /// QUIC streams (quinn) instead of TCP: one connection carrying -P streams, or -P
-    /// connections with --connections; TLS 1.3 inside, --cipher as for --tls
+    /// QUIC streams (quinn) instead of TCP: -P streams spread over QUIC workers (one per
+    /// flow up to --threads and the CPUs, each a thread with its own socket and
+    /// connection), or -P connections with --connections; TLS 1.3 inside, --cipher as for
+    /// --tls
     #[arg(long, conflicts_with_all = ["udp", "tls", "mss", "nodelay", "find_max"])]
     pub quic: bool,
-    /// QUIC: one connection per flow instead of one stream per flow on one connection
+    /// QUIC: one connection per flow instead of one stream per flow on each worker's
+    /// connection
     #[arg(long, requires = "quic")]
     pub connections: bool,
     /// Encrypted tests: run the same test plain over TCP first, and compare goodput and

@@ -439,6 +439,35 @@ mod tests {
     }
 
     #[test]
+    fn quic_workers_are_one_per_flow_up_to_the_threads_and_the_cpus() {
+        assert_eq!(quic_workers(8, 8, 16), 8);
+        assert_eq!(quic_workers(8, 8, 2), 2);
+        assert_eq!(quic_workers(8, 1, 16), 1);
+        assert_eq!(quic_workers(1, 16, 16), 1);
+        assert_eq!(quic_workers(0, 0, 0), 1);
+        let mut request = stream(
+            StreamTransport::Quic {
+                length: None,
+                connection_per_flow: false,
+            },
+            None,
+        );
+        request.parallel = 4;
+        let workers = |request: &TestRequest, cpus: usize| {
+            let here = Environment {
+                cpus,
+                udp_length: None,
+            };
+            let config = TestConfig::resolve(request, &here).unwrap();
+            config.quic.map(|q| q.workers)
+        };
+        assert_eq!(workers(&request, 16), Some(4));
+        assert_eq!(workers(&request, 2), Some(2));
+        request.threads = Some(1);
+        assert_eq!(workers(&request, 16), Some(1));
+    }
+
+    #[test]
     fn transaction_defaults() {
         let mut t = TransactionRequest {
             connect_each: false,
