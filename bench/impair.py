@@ -16,7 +16,8 @@ Needs root. Truth comes from outside the emulator:
   over a veth pair with offloads (the machine without the emulator), interleaved; the
   emulator's frame count against the client's TCP OutSegs.
 
-    sudo python3 bench/impair.py [--time 4] [--only frames|offloads] [--runs 3]
+    sudo python3 bench/impair.py [--time 4] [--only frames|offloads|threads] [--runs 3]
+    sudo python3 bench/impair.py --only threads --threads 1,4   # forwarding threads
 """
 
 import argparse
@@ -34,8 +35,8 @@ def sh(*args, check=True, **kw):
     return subprocess.run(args, check=check, capture_output=True, text=True, **kw)
 
 
-def lab(*args):
-    return sh(BIN, "--no-store", "lab", *args)
+def lab(*args, check=True):
+    return sh(BIN, "--no-store", "lab", *args, check=check)
 
 
 def counter(ns, dev, name):
@@ -118,16 +119,16 @@ def emulator_pid(name):
     return int(pids[0])
 
 
-def flood(name, length, seconds):
-    """UDP as fast as the client sends; returns (frames in at the router, passed, Mbit/s
-    passed, emulator CPU s per Gbit, receiver pps)."""
+def flood(name, length, seconds, flows=1):
+    """UDP as fast as the client sends, over `flows` flows; returns (frames in at the
+    router, passed, Mbit/s passed, emulator CPU s per Gbit, receiver pps)."""
     router = f"lrlab-{name}-router"
     pid = emulator_pid(name)
     rx0 = counter(router, "to-client", "rx_packets")
     status0 = json.load(open(f"/run/linerate/lab/{name}/status.json"))
     cpu0 = cpu_seconds(pid)
     out = lab("exec", "--name", name, "client", "--", BIN, "--no-store", "stream", "10.77.0.2",
-              "-u", "-b", "0", "-l", str(length), "-t", str(seconds), "--json")
+              "-u", "-b", "0", "-l", str(length), "-t", str(seconds), "-P", str(flows), "--json")
     cpu1 = cpu_seconds(pid)
     time.sleep(1.5)  # the status file is rewritten every second
     rx1 = counter(router, "to-client", "rx_packets")
@@ -146,6 +147,10 @@ def flood(name, length, seconds):
         "pps": passed / seconds,
         "cpu_s_per_gbit": (cpu1 - cpu0) / gbits if gbits else float("nan"),
         "receiver_pps": doc["summary"]["receiver_pps"],
+        "cpu_us_per_frame": (cpu1 - cpu0) / max(passed, 1) * 1e6,
+        "thread_passed": [b - a for a, b in zip(
+            status0["directions"][0].get("thread_passed", [c0["passed"]]),
+            status1["directions"][0].get("thread_passed", [c1["passed"]]))],
         "ring_drops": sum(d.get("ring_drops", 0) for d in status1["directions"])
         - sum(d.get("ring_drops", 0) for d in status0["directions"]),
     }
@@ -227,11 +232,47 @@ def offloads(name, args):
         lab("down", "--name", name)
 
 
+def threads(args):
+    """Forwarding threads: the same lossy, delayed path (1 % loss, 50 ms each way, frames)
+    with 1 thread a direction and with more, interleaved run by run; 4 UDP flows of
+    1514-byte frames as fast as the client sends. The router's kernel counts what it was
+    handed; the emulator's counts say what it saw, passed and how that spread."""
+    counts = [int(t) for t in args.threads.split(",")]
+    rows = {t: [] for t in counts}
+    for run in range(args.runs):
+        for t in counts:
+            name = f"thr{t}"
+            lab("down", "--name", name, check=False)
+            lab("up", "--name", name, "--delay", "50ms", "--loss", "1%", "--threads", str(t))
+            server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name, "server",
+                                       "--", BIN, "--no-store", "serve", "-q"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                time.sleep(0.5)
+                r = flood(name, 1472, args.time, flows=4)
+            finally:
+                server.terminate()
+                server.wait()
+                lab("down", "--name", name)
+            rows[t].append(r)
+            print(f"run {run + 1}, {t} thread(s) a direction: passed {r['gbit_s']:.2f} Gbit/s "
+                  f"({r['pps'] / 1e3:.0f} kpps), own loss {r['own_loss']} of "
+                  f"{r['frames_in_kernel']} (ring {r['ring_drops']}), "
+                  f"CPU {r['cpu_us_per_frame']:.2f} us a frame, per thread {r['thread_passed']}")
+    for t in counts:
+        median = lambda key: sorted(r[key] for r in rows[t])[len(rows[t]) // 2]
+        print(f"median, {t} thread(s): {median('gbit_s'):.2f} Gbit/s passed, "
+              f"{median('cpu_us_per_frame'):.2f} us CPU a frame, own loss {median('own_loss')}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--time", type=int, default=4)
-    parser.add_argument("--only", choices=["frames", "offloads"],
-                        help="only the frame-by-frame rows, or only the whole-segment ones")
+    parser.add_argument("--only", choices=["frames", "offloads", "threads"],
+                        help="only the frame-by-frame rows, only the whole-segment ones, or "
+                             "only forwarding threads against one")
+    parser.add_argument("--threads", default="1,2",
+                        help="forwarding threads a direction to compare (--only threads)")
     parser.add_argument("--runs", type=int, default=3, help="runs of the whole-segment rows")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -239,6 +280,9 @@ def main():
     if not os.path.exists(BIN):
         sh("cargo", "build", "--release", cwd=ROOT)
     name = "bench"
+    if args.only == "threads":
+        threads(args)
+        return
     if args.only != "frames":
         offloads(name, args)
     if args.only == "offloads":

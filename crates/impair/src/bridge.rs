@@ -1,9 +1,12 @@
 //! The emulator's driver: a transparent bridge between two interfaces over AF_PACKET
-//! sockets, one thread per direction (docs/impair.md 2).
+//! sockets, one forwarding thread per direction, or several (docs/impair.md 2).
 //!
-//! Each direction's thread owns its receiving socket on one interface, its sending socket
-//! on the other and its [`Link`]; the two share nothing but a stop flag and a status slot
-//! they publish to every few milliseconds. A turn: send what is due (sendmmsg), wait (ppoll
+//! Each forwarding thread owns its receiving socket on one interface, its sending socket
+//! on the other and its [`Link`]; the threads share nothing but a stop flag and a status
+//! slot each, which they publish to every few milliseconds. With several threads a
+//! direction, each interface's receiving sockets form a fan-out group that hands every
+//! frame of a flow (by its addresses and ports) to the same thread, so a flow keeps its
+//! order and draws its impairments from one link, and flows spread over cores. A turn: send what is due (sendmmsg), wait (ppoll
 //! with nanosecond timeout and a 1 ns timer slack) until the next frame is due or a frame
 //! arrives, take a batch from the receive ring (`ring`, no system call), each frame's time
 //! in the path counted from the kernel's stamp, and hand it to the link.
@@ -51,8 +54,8 @@ const BATCH: usize = 64;
 /// stop is seen).
 const PUBLISH_NS: u64 = 20_000_000;
 
-/// One direction's state as its thread last published it.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+/// One direction's state as its threads last published it (summed over them).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct DirectionStatus {
     pub counters: LinkCounters,
     /// Frames and bytes in the link when published.
@@ -78,13 +81,40 @@ pub struct DirectionStatus {
     /// the timer overshoot it has measured on this machine, plus a margin.
     #[serde(default)]
     pub wake_early_ns: u64,
+    /// With several forwarding threads a direction: the frames each has passed, in order
+    /// (how the flows spread over them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thread_passed: Vec<u64>,
 }
 
-/// The two interfaces, checked and opened.
+impl DirectionStatus {
+    /// One direction's status from each of its forwarding threads' own.
+    fn merged(threads: &[DirectionStatus]) -> DirectionStatus {
+        let mut merged = DirectionStatus::default();
+        for one in threads {
+            merged.counters.add(&one.counters);
+            merged.queued_frames += one.queued_frames;
+            merged.queued_bytes += one.queued_bytes;
+            merged.oversize += one.oversize;
+            merged.refused += one.refused;
+            merged.pickup_sum_ns += one.pickup_sum_ns;
+            merged.pickup_max_ns = merged.pickup_max_ns.max(one.pickup_max_ns);
+            merged.ring_drops += one.ring_drops;
+            merged.wake_early_ns = merged.wake_early_ns.max(one.wake_early_ns);
+        }
+        if threads.len() > 1 {
+            merged.thread_passed = threads.iter().map(|t| t.counters.passed).collect();
+        }
+        merged
+    }
+}
+
+/// The two interfaces, checked and opened: a receiving ring and a sending socket on each
+/// per forwarding thread.
 pub struct Ports {
     names: [String; 2],
-    receivers: [RxRing; 2],
-    senders: [PacketSocket; 2],
+    receivers: [Vec<RxRing>; 2],
+    senders: [Vec<PacketSocket>; 2],
     /// Frame buffer size: the larger MTU plus Ethernet and VLAN headers, or with offloads
     /// the largest segment.
     frame_capacity: usize,
@@ -124,10 +154,11 @@ fn io_error(name: &str, error: io::Error) -> BridgeError {
 }
 
 impl Ports {
-    /// Checks both interfaces and opens their sockets; with `offloads`, for segments of up
-    /// to 64 KB that pass whole (the kernel cuts them into frames as they leave, or hands
-    /// them to a veth peer as they are).
-    pub fn open(a: &str, b: &str, offloads: bool) -> Result<Ports, BridgeError> {
+    /// Checks both interfaces and opens their sockets, for `threads` forwarding threads a
+    /// direction; with `offloads`, for segments of up to 64 KB that pass whole (the kernel
+    /// cuts them into frames as they leave, or hands them to a veth peer as they are).
+    pub fn open(a: &str, b: &str, offloads: bool, threads: usize) -> Result<Ports, BridgeError> {
+        let threads = threads.max(1);
         if a == b {
             return Err(BridgeError::SameInterface(a.into()));
         }
@@ -155,16 +186,28 @@ impl Ports {
         } else {
             mtu + 14 + 4
         };
-        let receiver = |index: u32, name: &str| {
-            PacketSocket::receiver(index)
-                .and_then(|socket| RxRing::new(socket, frame_capacity, offloads))
+        let receivers = |index: u32, name: &str| {
+            let receiver = || {
+                PacketSocket::receiver(index)
+                    .and_then(|socket| RxRing::new(socket, frame_capacity, offloads))
+            };
+            let rings = (0..threads)
+                .map(|_| receiver())
+                .collect::<io::Result<Vec<RxRing>>>()
+                .map_err(|e| io_error(name, e))?;
+            if threads > 1 {
+                fan_out(&rings, index).map_err(|e| io_error(name, e))?;
+            }
+            Ok::<_, BridgeError>(rings)
+        };
+        let senders = |index: u32, name: &str| {
+            (0..threads)
+                .map(|_| PacketSocket::sender(index, offloads))
+                .collect::<io::Result<Vec<PacketSocket>>>()
                 .map_err(|e| io_error(name, e))
         };
-        let receivers = [receiver(indexes[0], a)?, receiver(indexes[1], b)?];
-        let senders = [
-            PacketSocket::sender(indexes[0], offloads).map_err(|e| io_error(a, e))?,
-            PacketSocket::sender(indexes[1], offloads).map_err(|e| io_error(b, e))?,
-        ];
+        let receivers = [receivers(indexes[0], a)?, receivers(indexes[1], b)?];
+        let senders = [senders(indexes[0], a)?, senders(indexes[1], b)?];
         Ok(Ports {
             names: [a.into(), b.into()],
             receivers,
@@ -180,17 +223,44 @@ impl Ports {
     }
 }
 
-/// A running bridge: two direction threads and their status slots.
+/// Puts `rings` (one interface's, `index`) into one fan-out group by flow hash. Group ids
+/// are shared by the whole network namespace: an id another interface's group holds is
+/// refused, and the next one is tried.
+fn fan_out(rings: &[RxRing], index: u32) -> io::Result<()> {
+    let start = (std::process::id() ^ index.wrapping_mul(0x9e37)) as u16;
+    let mut last = io::Error::other("no fan-out group id was free");
+    for step in 0..256u16 {
+        let group = start.wrapping_add(step.wrapping_mul(7919));
+        match rings[0].join_fanout(group) {
+            Ok(()) => {
+                for ring in &rings[1..] {
+                    ring.join_fanout(group)?;
+                }
+                return Ok(());
+            }
+            Err(error) if error.raw_os_error() == Some(libc::EINVAL) => last = error,
+            Err(error) => return Err(error),
+        }
+    }
+    Err(last)
+}
+
+/// A running bridge: its forwarding threads and their status slots, by direction.
 pub struct Bridge {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<io::Result<()>>>,
-    status: [Arc<Mutex<DirectionStatus>>; 2],
+    status: [Vec<Arc<Mutex<DirectionStatus>>>; 2],
     started: Instant,
+    /// Held while the bridge runs (see [`Ports`]).
+    _locks: [UnixDatagram; 2],
 }
 
 impl Bridge {
     /// Starts forwarding: `forward` applies to frames from the first interface to the
-    /// second, `reverse` to the others. `stop` ends both threads within [`PUBLISH_NS`].
+    /// second, `reverse` to the others; with several forwarding threads a direction, each
+    /// thread's link has its share of the direction's memory limit and a seed of its own
+    /// (the first thread's is the direction's, so one thread repeats a one-thread run).
+    /// `stop` ends every thread within [`PUBLISH_NS`].
     pub fn start(
         ports: Ports,
         forward: LinkSpec,
@@ -199,10 +269,6 @@ impl Bridge {
         stop: Arc<AtomicBool>,
     ) -> Bridge {
         let started = Instant::now();
-        let status = [
-            Arc::new(Mutex::new(DirectionStatus::default())),
-            Arc::new(Mutex::new(DirectionStatus::default())),
-        ];
         let Ports {
             receivers: [rx_a, rx_b],
             senders: [tx_a, tx_b],
@@ -211,70 +277,79 @@ impl Bridge {
             _locks,
             ..
         } = ports;
-        // The locks live as long as the threads: each thread keeps one.
-        let [lock_a, lock_b] = _locks;
         let mut threads = Vec::new();
-        for (rx, tx, spec, link_seed, slot, lock) in [
-            (rx_a, tx_b, forward, seed, status[0].clone(), lock_a),
-            (
-                rx_b,
-                tx_a,
-                reverse,
-                seed ^ 0x9e37_79b9_7f4a_7c15,
-                status[1].clone(),
-                lock_b,
-            ),
-        ] {
-            let stop = stop.clone();
-            threads.push(std::thread::spawn(move || {
-                let _lock = lock;
-                let parts = DirectionParts {
-                    rx,
-                    tx,
-                    spec,
-                    seed: link_seed,
-                    frame_capacity,
-                    status: slot,
-                    origin_ns: wait::monotonic_ns() - started.elapsed().as_nanos() as u64,
-                };
-                if offloads {
-                    Direction::<Offloaded>::new(parts)?.run(&stop)
-                } else {
-                    Direction::<Vec<u8>>::new(parts)?.run(&stop)
-                }
-            }));
+        let mut status: [Vec<Arc<Mutex<DirectionStatus>>>; 2] = [Vec::new(), Vec::new()];
+        let directions = [
+            (rx_a, tx_b, forward, seed),
+            (rx_b, tx_a, reverse, seed ^ 0x9e37_79b9_7f4a_7c15),
+        ];
+        for (direction, (receivers, senders, spec, direction_seed)) in
+            directions.into_iter().enumerate()
+        {
+            let count = receivers.len() as u64;
+            let spec = LinkSpec {
+                limit_bytes: spec.limit_bytes / count.max(1),
+                ..spec
+            };
+            for (thread, (rx, tx)) in receivers.into_iter().zip(senders).enumerate() {
+                let slot = Arc::new(Mutex::new(DirectionStatus::default()));
+                status[direction].push(slot.clone());
+                let link_seed =
+                    direction_seed ^ (thread as u64).wrapping_mul(0xd1b5_4a32_d192_ed03);
+                let stop = stop.clone();
+                threads.push(std::thread::spawn(move || {
+                    let parts = DirectionParts {
+                        rx,
+                        tx,
+                        spec,
+                        seed: link_seed,
+                        frame_capacity,
+                        status: slot,
+                        origin_ns: wait::monotonic_ns() - started.elapsed().as_nanos() as u64,
+                    };
+                    if offloads {
+                        Direction::<Offloaded>::new(parts)?.run(&stop)
+                    } else {
+                        Direction::<Vec<u8>>::new(parts)?.run(&stop)
+                    }
+                }));
+            }
         }
         Bridge {
             stop,
             threads,
             status,
             started,
+            _locks,
         }
     }
 
     /// Both directions' latest status: first to second interface, then back.
     pub fn status(&self) -> [DirectionStatus; 2] {
-        [
-            *self.status[0].lock().unwrap_or_else(|p| p.into_inner()),
-            *self.status[1].lock().unwrap_or_else(|p| p.into_inner()),
-        ]
+        self.status.each_ref().map(|slots| {
+            let threads: Vec<DirectionStatus> = slots
+                .iter()
+                .map(|slot| slot.lock().unwrap_or_else(|p| p.into_inner()).clone())
+                .collect();
+            DirectionStatus::merged(&threads)
+        })
     }
 
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 
-    /// Whether a direction thread has ended (by the stop flag or an error).
+    /// Whether a forwarding thread has ended (by the stop flag or an error).
     pub fn finished(&self) -> bool {
         self.threads.iter().any(|t| t.is_finished())
     }
 
-    /// Stops both directions and returns their final status, or the first error a thread
-    /// met.
-    pub fn stop(self) -> io::Result<[DirectionStatus; 2]> {
+    /// Stops every thread and returns both directions' final status, or the first error
+    /// a thread met.
+    pub fn stop(mut self) -> io::Result<[DirectionStatus; 2]> {
         self.stop.store(true, Ordering::SeqCst);
         let mut result = Ok(());
-        for thread in self.threads {
+        for thread in std::mem::take(&mut self.threads) {
             let outcome = thread
                 .join()
                 .unwrap_or_else(|_| Err(io::Error::other("a bridge thread panicked")));
@@ -282,12 +357,7 @@ impl Bridge {
                 result = outcome;
             }
         }
-        result.map(|_| {
-            [
-                *self.status[0].lock().unwrap_or_else(|p| p.into_inner()),
-                *self.status[1].lock().unwrap_or_else(|p| p.into_inner()),
-            ]
-        })
+        result.map(|_| self.status())
     }
 }
 
@@ -384,7 +454,7 @@ impl<F: Carried> Direction<F> {
             }
             if now >= next_publish {
                 extra.ring_drops += self.rx.drops();
-                self.publish(extra);
+                self.publish(&extra);
                 next_publish = now + PUBLISH_NS;
             }
             if !self.rx.ready() {
@@ -416,7 +486,7 @@ impl<F: Carried> Direction<F> {
             spare.truncate(4 * BATCH);
         }
         extra.ring_drops += self.rx.drops();
-        self.publish(extra);
+        self.publish(&extra);
         Ok(())
     }
 
@@ -455,7 +525,7 @@ impl<F: Carried> Direction<F> {
         });
     }
 
-    fn publish(&self, extra: DirectionStatus) {
+    fn publish(&self, extra: &DirectionStatus) {
         let (frames, bytes) = self.link.occupancy();
         let mut slot = self.status.lock().unwrap_or_else(|p| p.into_inner());
         *slot = DirectionStatus {
@@ -463,7 +533,7 @@ impl<F: Carried> Direction<F> {
             queued_frames: frames as u64,
             queued_bytes: bytes,
             wake_early_ns: self.waiter.early_ns(),
-            ..extra
+            ..extra.clone()
         };
     }
 }

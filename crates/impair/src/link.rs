@@ -128,6 +128,44 @@ impl LinkCounters {
         }
     }
 
+    /// Adds `other`'s counts (another forwarding thread's link of the same direction):
+    /// sums, and the larger of the maxima.
+    pub fn add(&mut self, other: &LinkCounters) {
+        // Destructured, so that a new counter is a compile error here until it is added.
+        let LinkCounters {
+            arrived,
+            passed,
+            passed_bytes,
+            passed_wire_frames,
+            lost,
+            queue_drops,
+            limit_drops,
+            duplicated,
+            corrupted,
+            reordered,
+            delay_sum_ns,
+            delay_max_ns,
+            late_sum_ns,
+            late_max_ns,
+            late_frames,
+        } = *other;
+        self.arrived += arrived;
+        self.passed += passed;
+        self.passed_bytes += passed_bytes;
+        self.passed_wire_frames += passed_wire_frames;
+        self.lost += lost;
+        self.queue_drops += queue_drops;
+        self.limit_drops += limit_drops;
+        self.duplicated += duplicated;
+        self.corrupted += corrupted;
+        self.reordered += reordered;
+        self.delay_sum_ns += delay_sum_ns;
+        self.delay_max_ns = self.delay_max_ns.max(delay_max_ns);
+        self.late_sum_ns += late_sum_ns;
+        self.late_max_ns = self.late_max_ns.max(late_max_ns);
+        self.late_frames += late_frames;
+    }
+
     /// The mean time passed frames spent in the link, milliseconds.
     pub fn mean_delay_ms(&self) -> f64 {
         if self.passed == 0 {

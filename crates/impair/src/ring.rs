@@ -23,6 +23,9 @@ const PACKET_RX_RING: libc::c_int = 5;
 const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_VERSION: libc::c_int = 10;
 const PACKET_VNET_HDR: libc::c_int = 15;
+const PACKET_FANOUT: libc::c_int = 18;
+/// Fan-out by the flow's hash: every frame of a flow goes to the same socket.
+const PACKET_FANOUT_HASH: u32 = 0;
 /// `struct virtio_net_hdr`: what the kernel puts before a frame when asked (segment size
 /// and kind of an offloaded segment, where its checksum is to be filled in).
 pub const VNET_HEADER: usize = 10;
@@ -151,6 +154,14 @@ impl RxRing {
             head: 0,
             vnet,
         })
+    }
+
+    /// Joins fan-out group `group` of the interface: the kernel hands each frame to one
+    /// of the group's sockets, chosen by the flow's hash (addresses and ports), so every
+    /// frame of a flow comes to the same socket, in order. After the ring is set up.
+    pub fn join_fanout(&self, group: u16) -> io::Result<()> {
+        let argument = u32::from(group) | (PACKET_FANOUT_HASH << 16);
+        set_option(self.raw(), PACKET_FANOUT, &argument)
     }
 
     /// The socket's descriptor, readable (poll) when a frame is in the ring.

@@ -97,7 +97,12 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<Status, BridgeError> {
     let [a, b] = &options.interfaces;
-    let ports = Ports::open(a, b, options.path.offloads)?;
+    let ports = Ports::open(
+        a,
+        b,
+        options.path.offloads,
+        options.path.threads.max(1) as usize,
+    )?;
     let names = [format!("{a} -> {b}"), format!("{b} -> {a}")];
     let bridge_stop = Arc::new(AtomicBool::new(false));
     let bridge = Bridge::start(
@@ -161,7 +166,7 @@ pub fn run(
                 }
             }
             if let Some(file) = &options.status_file {
-                let _ = write_status(file, &status_of(&bridge, true, now));
+                let _ = write_status(file, &status_of(&bridge, true, now.clone()));
             }
             before = now;
             last_second = elapsed.as_secs_f64();

@@ -1563,6 +1563,7 @@ Examples:
   linerate lab run --rtt 100ms --loss 1% --rate 1G -- linerate stream server -C bbr -t 30
   linerate lab run --rtt 50ms --serve-args \"--max-tests 4\" -- linerate rr server
   linerate lab up --rtt 100ms --offloads --buffers 256M     10 Gbit/s and more, segments whole
+  linerate lab up --rtt 100ms --loss 1% --threads 4         frames over 4 threads each way, flows spread
 Hosts: client 10.77.0.1, server 10.77.0.2 (names 'client' and 'server' resolve inside the
 lab; LINERATE_LAB_SERVER holds the server's address). The router between them runs
 'linerate impair'; --rtt is the added round trip, half each way.";
@@ -1610,6 +1611,11 @@ pub struct ImpairmentArgs {
     /// reordering, duplication or corruption)
     #[arg(long)]
     pub offloads: bool,
+    /// Forwarding threads each way: flows (by addresses and ports) spread over them, each
+    /// flow on one thread, in order, with loss drawn from that thread's link. Default: one
+    /// per 4 CPUs; always 1 with --rate (a bottleneck is one queue)
+    #[arg(long, value_name = "N")]
+    pub threads: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -1629,7 +1635,7 @@ pub struct ImpairArgs {
     #[arg(long, value_name = "FILE")]
     pub status_file: Option<std::path::PathBuf>,
     /// The whole path as JSON (how `linerate lab` starts the emulator)
-    #[arg(long, hide = true, conflicts_with_all = ["delay", "jitter", "loss", "loss_burst", "reorder", "duplicate", "corrupt", "rate", "queue", "seed", "offloads"])]
+    #[arg(long, hide = true, conflicts_with_all = ["delay", "jitter", "loss", "loss_burst", "reorder", "duplicate", "corrupt", "rate", "queue", "seed", "offloads", "threads"])]
     pub path_json: Option<String>,
 }
 

@@ -69,6 +69,7 @@ fn resolve_path(
         reverse,
         seed: args.seed.unwrap_or_else(rand_seed),
         offloads: args.offloads,
+        threads: forwarding_threads(args, &forward, &reverse)?,
     };
     if path.offloads {
         if let Some(flag) = [path.forward, path.reverse]
@@ -109,6 +110,33 @@ fn per_frame_impairment(i: &linerate_model::Impairment) -> Option<&'static str> 
     .into_iter()
     .find(|(share, _)| *share > 0.0)
     .map(|(_, flag)| flag)
+}
+
+/// Forwarding threads each way: as asked, or one per 4 CPUs (the hosts' stacks and the
+/// test's own threads need the rest); one where a direction has a bottleneck, which is one
+/// queue with one rate and cannot be split between threads.
+fn forwarding_threads(
+    args: &ImpairmentArgs,
+    forward: &linerate_model::Impairment,
+    reverse: &linerate_model::Impairment,
+) -> anyhow::Result<u32> {
+    let bottleneck = forward.rate_bps.is_some() || reverse.rate_bps.is_some();
+    match args.threads {
+        Some(0) | Some(65..) => Err(usage(format!(
+            "invalid --threads '{}': from 1 to 64 forwarding threads each way",
+            args.threads.unwrap_or_default()
+        ))),
+        Some(threads) if threads > 1 && bottleneck => Err(usage(format!(
+            "--threads {threads} cannot go with --rate: a bottleneck is one queue, forwarded \
+             by one thread; leave --threads out"
+        ))),
+        Some(threads) => Ok(threads),
+        None if bottleneck => Ok(1),
+        None => {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            Ok(u32::try_from(cpus / 4).unwrap_or(1).clamp(1, 64))
+        }
+    }
 }
 
 fn rand_seed() -> u64 {

@@ -63,6 +63,19 @@ pub struct PathFacts {
     /// (up to 64 KB) whole, sent on as one; only delay, jitter, rate and queue apply.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub offloads: bool,
+    /// Forwarding threads a direction: with more than one, the flows (by addresses and
+    /// ports) are spread over them, each flow on one thread with impairment draws of its
+    /// own. Absent: one.
+    #[serde(default = "one_thread", skip_serializing_if = "is_one_thread")]
+    pub threads: u32,
+}
+
+fn one_thread() -> u32 {
+    1
+}
+
+fn is_one_thread(threads: &u32) -> bool {
+    *threads == 1
 }
 
 impl PathFacts {
@@ -124,6 +137,11 @@ impl PathFacts {
         if self.offloads {
             parts.push("offloaded segments up to 64 kB".into());
         }
+        if self.threads > 1 {
+            // Each flow draws its losses from its thread's link: the same seed repeats a
+            // run only with as many threads.
+            parts.push(format!("{} forwarding threads each way", self.threads));
+        }
         parts
     }
 
@@ -162,6 +180,7 @@ mod tests {
             reverse,
             seed: 7,
             offloads: false,
+            threads: 1,
         };
         assert_eq!(
             path.summary(),
@@ -171,6 +190,14 @@ mod tests {
         // A path without offloads is written as before they existed.
         assert!(!json.contains("offloads"), "{json}");
         assert_eq!(PathFacts::from_json(&json), Some(path.clone()));
+        assert!(!json.contains("threads"), "{json}");
+        let spread = PathFacts {
+            threads: 4,
+            ..path.clone()
+        };
+        assert!(spread.summary().contains("4 forwarding threads each way"));
+        let json = serde_json::to_string(&spread).unwrap();
+        assert_eq!(PathFacts::from_json(&json), Some(spread));
         let offloaded = PathFacts {
             offloads: true,
             ..path
