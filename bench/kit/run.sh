@@ -19,7 +19,7 @@ export LD_LIBRARY_PATH=$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$KIT/bin:$PATH
 ROUNDS=${ROUNDS:-3}
 TIME=${TIME:-3}
-TESTS=${TESTS:-"tcp1 tcp8 tcp16 quic1 quic8 quic8-connections"}
+TESTS=${TESTS:-"tcp1 tcp8 tcp16 quic1 quic8 quic8-connections lab"}
 CPU_MODEL=$(lscpu | awk -F: '/^Model name/ {sub(/^ +/, "", $2); print $2; exit}')
 CPUS=$(nproc)
 RESULTS=$(mktemp)
@@ -114,6 +114,24 @@ peer() {
     esac
 }
 
+# The emulator: 8 UDP flows of 1514-byte frames as fast as the client sends through a lab
+# of 50 ms each way and 1 % loss, forwarded by THREADS threads a direction. Truth: the
+# bytes the emulator passed toward the server (its status file) over the test's time.
+# Needs root (network namespaces).
+lab_threads() {
+    local threads=$1 name="kit$1" out passed
+    out=$(linerate --no-store lab run --name "$name" --threads "$threads" --delay 50ms --loss 1% -- \
+        linerate --no-store stream server -u -b 0 -l 1472 -P 8 -t "$TIME" --json 2> /dev/null)
+    passed=$(grep -o '"passed_bytes": *[0-9]*' "/run/linerate/lab/$name/status.json" 2> /dev/null |
+        head -1 | awk -F: '{print $2 + 0}')
+    rm -rf "/run/linerate/lab/$name"
+    awk -v claim="$(printf '%s\n' "$out" | linerate_bps)" -v passed="${passed:-0}" -v t="$TIME" \
+        -v tool="linerate ($threads threads)" -v model="$CPU_MODEL" -v cpus="$CPUS" 'BEGIN {
+        printf "%-20s %-22s %8.2f Gbit/s  truth %8.2f  %s CPU s/Gbit  [%s, %s CPUs]\n",
+            "lab-udp8", tool, claim / 1e9, passed * 8 / t / 1e9, "-", model, cpus
+    }' | tee -a "$RESULTS"
+}
+
 one_round() {
     for test in $TESTS; do
         case $test in
@@ -131,6 +149,12 @@ one_round() {
                     LABEL=" (aes128-gcm)" lr quic1 --quic --cipher aes128-gcm
                     run_pair quic1 "quinn bulk" bulk_bps true -- \
                         bulk --download-size "$((TIME * 600))M"
+                fi ;;
+            lab)
+                if [[ $(id -u) == 0 ]]; then
+                    for threads in 1 $(( CPUS / 4 > 1 ? CPUS / 4 : 2 )); do
+                        lab_threads "$threads"
+                    done
                 fi ;;
             quic*-connections)
                 local flows=${test#quic}; flows=${flows%-connections}
