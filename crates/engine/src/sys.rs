@@ -266,6 +266,33 @@ pub fn incoming_cpu<S: AsFd>(socket: &S) -> Option<usize> {
     usize::try_from(cpu).ok()
 }
 
+/// The size of the level 2 cache of CPU 0 (its data or unified cache), from sysfs; `None`
+/// where the kernel does not say.
+pub fn l2_cache_bytes() -> Option<usize> {
+    let base = "/sys/devices/system/cpu/cpu0/cache";
+    (0..8).find_map(|index| {
+        let read = |name: &str| std::fs::read_to_string(format!("{base}/index{index}/{name}"));
+        let level = read("level").ok()?;
+        let kind = read("type").ok()?;
+        if level.trim() != "2" || kind.trim() == "Instruction" {
+            return None;
+        }
+        parse_cache_size(&read("size").ok()?)
+    })
+}
+
+/// sysfs's cache size: "512K", "2048K", "1M".
+fn parse_cache_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let scale = match unit {
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        _ => return None,
+    };
+    digits.parse::<usize>().ok()?.checked_mul(scale)
+}
+
 /// CPUs this process may run on.
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -317,6 +344,16 @@ pub fn wall_clock_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_sizes_read_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("512K\n"), Some(512 << 10));
+        assert_eq!(parse_cache_size("2048K"), Some(2 << 20));
+        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
+        assert_eq!(parse_cache_size("K"), None);
+        assert_eq!(parse_cache_size("512"), None);
+        assert_eq!(parse_cache_size("12G"), None);
+    }
 
     #[test]
     fn a_udp_receive_buffer_is_4_mib_shared_out_over_many_flows_within_bounds() {
