@@ -97,12 +97,8 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<Status, BridgeError> {
     let [a, b] = &options.interfaces;
-    let ports = Ports::open(
-        a,
-        b,
-        options.path.offloads,
-        options.path.threads.max(1) as usize,
-    )?;
+    let threads = options.path.threads.max(1) as usize;
+    let ports = Ports::open(a, b, options.path.offloads, threads)?;
     let names = [format!("{a} -> {b}"), format!("{b} -> {a}")];
     let bridge_stop = Arc::new(AtomicBool::new(false));
     let bridge = Bridge::start(

@@ -56,6 +56,15 @@ fn quic_streams_on_one_connection_and_on_many_deliver_every_byte() {
     }
 }
 
+/// `linerate stream --quic -t 1 -i 0 --json` with `extra`: its document, once it passed.
+fn quic_stream_json(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["stream", "--quic", "-t", "1", "-i", "0", "--json"];
+    args.extend_from_slice(extra);
+    let out = linerate(&args);
+    assert_eq!(out.status.code(), Some(0), "{extra:?}: {}", stderr(&out));
+    json(&out)
+}
+
 #[test]
 fn quic_flows_spread_over_workers_each_with_its_own_connection_and_port() {
     // Two QUIC workers a side (this machine has at least two CPUs), four flows: flows 0
@@ -68,21 +77,7 @@ fn quic_flows_spread_over_workers_each_with_its_own_connection_and_port() {
         );
         return;
     }
-    let out = linerate(&[
-        "stream",
-        "--quic",
-        "-P",
-        "4",
-        "--threads",
-        "2",
-        "-t",
-        "1",
-        "-i",
-        "0",
-        "--json",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let doc = json(&out);
+    let doc = quic_stream_json(&["-P", "4", "--threads", "2"]);
     assert_eq!(doc["config"]["quic"]["workers"], 2);
     assert_all_arrived(&doc);
     let port_of = |flow: usize| {
@@ -103,21 +98,7 @@ fn quic_flows_spread_over_workers_each_with_its_own_connection_and_port() {
     }
 
     // One thread asks for one worker: every flow on one connection, one server port.
-    let out = linerate(&[
-        "stream",
-        "--quic",
-        "-P",
-        "2",
-        "--threads",
-        "1",
-        "-t",
-        "1",
-        "-i",
-        "0",
-        "--json",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let doc = json(&out);
+    let doc = quic_stream_json(&["-P", "2", "--threads", "1"]);
     assert!(
         doc["config"]["quic"]["workers"].is_null(),
         "one worker is the default"
@@ -131,21 +112,7 @@ fn quic_flows_spread_over_workers_each_with_its_own_connection_and_port() {
 
 #[test]
 fn quic_takes_the_cipher_and_congestion_control_asked_for() {
-    let out = linerate(&[
-        "stream",
-        "--quic",
-        "--cipher",
-        "chacha20-poly1305",
-        "-C",
-        "bbr",
-        "-t",
-        "1",
-        "-i",
-        "0",
-        "--json",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let doc = json(&out);
+    let doc = quic_stream_json(&["--cipher", "chacha20-poly1305", "-C", "bbr"]);
     assert_eq!(
         doc["summary"]["crypto"]["suite"],
         "TLS_CHACHA20_POLY1305_SHA256"
