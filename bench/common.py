@@ -14,3 +14,18 @@ def free_port():
 
 def build():
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "linerate"], cwd=ROOT, check=True)
+
+
+def machine():
+    """The machine a figure was taken on: CPU model, CPUs, kernel (printed with every
+    bench's figures; machines differ, so a lead on one kind says nothing of another)."""
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"machine: {model}, {os.cpu_count()} CPUs, Linux {os.uname().release}"

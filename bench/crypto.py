@@ -18,7 +18,7 @@ script says so. Installs nginx-light when missing and run as root.
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
-from common import LINERATE, build, free_port
+from common import LINERATE, build, free_port, machine
 from peers import LAST_TRUTH, run_sides
 
 SUITES = {"aes128-gcm": "TLS_AES_128_GCM_SHA256", "aes256-gcm": "TLS_AES_256_GCM_SHA384",
@@ -132,6 +132,7 @@ def main():
     parser.add_argument("--cipher", default="aes256-gcm", choices=sorted(SUITES))
     parser.add_argument("--size", type=int, default=6, help="GiB nginx serves per run (about the same seconds)")
     args = parser.parse_args()
+    print(machine(), flush=True)
     build()
     if not shutil.which("nginx") and os.geteuid() == 0:
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")

@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from common import machine
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "linerate")
 
@@ -275,6 +277,7 @@ def main():
                         help="forwarding threads a direction to compare (--only threads)")
     parser.add_argument("--runs", type=int, default=3, help="runs of the whole-segment rows")
     args = parser.parse_args()
+    print(machine(), flush=True)
     if os.geteuid() != 0:
         sys.exit("bench/impair.py needs root (network namespaces)")
     if not os.path.exists(BIN):

@@ -25,7 +25,7 @@ missing peers are installed when run as root, else skipped. Builds linerate in r
 """
 import argparse, json, os, re, resource, shutil, signal, statistics, subprocess, sys, time
 
-from common import LINERATE, build, free_port
+from common import LINERATE, build, free_port, machine
 
 
 def proc_cpu(pid):
@@ -298,6 +298,7 @@ def main():
     parser.add_argument("--setup", choices=["both", "isolated", "plain"], default="both",
                         help="isolated: a namespace and control groups per run; plain: as a user runs them")
     args = parser.parse_args()
+    print(machine(), flush=True)
     # One byte count for every tool: the tools read suffixes differently (qperf's `128k`
     # is 128,000 bytes, linerate's and iperf's 131,072), and on some loopbacks writes of
     # 128,000 and 131,072 bytes differ by 1.7x (docs/performance.md).

@@ -28,7 +28,7 @@ Debian when missing. Builds linerate in release mode.
 """
 import argparse, hashlib, json, os, shutil, signal, statistics, subprocess, sys, time
 
-from common import LINERATE, ROOT, build
+from common import LINERATE, ROOT, build, machine
 
 LAB = "bt"
 CLIENT = f"lrlab-{LAB}-client"
@@ -300,6 +300,7 @@ def main():
     parser.add_argument("--tools", default="linerate,scp,rsync,uftp,gridftp,tcp-cubic,tcp-bbr")
     parser.add_argument("--no-ceiling", action="store_true")
     args = parser.parse_args()
+    print(machine(), flush=True)
     if os.geteuid() != 0:
         sys.exit("bench/transfer.py needs root (network namespaces)")
     build()
