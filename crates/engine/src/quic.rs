@@ -728,6 +728,7 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
     // Senders finish their streams; receivers read on to each stream's end.
     let drain_until = tokio::time::Instant::now() + plan.drain;
     let mut outcomes = Vec::new();
+    let mut described = std::collections::HashSet::new();
     for (id, direction, role, connection, task) in tasks {
         let (local, remote) = (
             connections[connection]
@@ -789,11 +790,15 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
         let mtu = u32::from(connections[connection].0.stats().path.current_mtu);
         outcome.info.pmtu = mtu;
         outcome.info.snd_mss = mtu;
-        outcome.tls = Some(TlsFacts {
-            cipher,
-            handshake: connections[connection].1,
-            ktls: false,
-        });
+        // A connection's facts once, on its first flow: the report counts connections and
+        // averages handshakes over them, not over the streams they carry.
+        if described.insert(connection) {
+            outcome.tls = Some(TlsFacts {
+                cipher,
+                handshake: connections[connection].1,
+                ktls: false,
+            });
+        }
         outcomes.push(outcome);
     }
     Ok(outcomes)

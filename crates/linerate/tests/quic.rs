@@ -96,6 +96,8 @@ fn quic_flows_spread_over_workers_each_with_its_own_connection_and_port() {
     let doc = quic_stream_json(&["-P", "4", "--threads", "2"]);
     assert_eq!(doc["config"]["quic"]["workers"], 2);
     assert_all_arrived(&doc);
+    // Two connections, one a worker, whatever the streams they carry.
+    assert_eq!(doc["summary"]["crypto"]["connections"], 2);
     let port_of = |flow: usize| {
         let addr = doc["flows"][flow]["client"]["remote_addr"]
             .as_str()
@@ -120,6 +122,7 @@ fn quic_flows_spread_over_workers_each_with_its_own_connection_and_port() {
         "one worker is the default"
     );
     assert_all_arrived(&doc);
+    assert_eq!(doc["summary"]["crypto"]["connections"], 1);
     assert_eq!(
         doc["flows"][0]["client"]["remote_addr"],
         doc["flows"][1]["client"]["remote_addr"]
