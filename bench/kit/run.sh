@@ -6,7 +6,7 @@
 #
 #   bash run.sh                  # 3 rounds of 3 s per test, about 3 minutes on 16 cores
 #   ROUNDS=5 TIME=5 bash run.sh
-#   TESTS="tcp1 quic8" bash run.sh
+#   TESTS="tcp1 tcp1-131072 quic8" bash run.sh   # tcpN-LENGTH: every tool writes LENGTH
 #
 # Each line: test, tool, receiver goodput (what the tool claims; iperf2 and nuttcp count
 # what their client wrote), truth (bytes `lo` counted over the client's wall time: every
@@ -19,7 +19,7 @@ export LD_LIBRARY_PATH=$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$KIT/bin:$PATH
 ROUNDS=${ROUNDS:-3}
 TIME=${TIME:-3}
-TESTS=${TESTS:-"tcp1 tcp8 tcp16 quic1 quic8 quic8-connections lab"}
+TESTS=${TESTS:-"tcp1 tcp1-131072 tcp8 tcp16 quic1 quic8 quic8-connections lab"}
 CPU_MODEL=$(lscpu | awk -F: '/^Model name/ {sub(/^ +/, "", $2); print $2; exit}')
 CPUS=$(nproc)
 RESULTS=$(mktemp)
@@ -98,19 +98,23 @@ lr() {
     run_pair "$test" "linerate${LABEL:-}" linerate_bps linerate serve --listen 127.0.0.1 -p "$p" -q -- \
         linerate stream 127.0.0.1 -p "$p" -t "$TIME" --json --no-store "$@"
 }
+# peer TEST TOOL FLOWS [LENGTH]: a peer's run, with writes of LENGTH bytes where given
+# (each tool's default otherwise).
 peer() {
-    local test=$1 tool=$2 flows=$3 p
+    local test=$1 tool=$2 flows=$3 length=${4:-} p
     p=$(port)
     command -v "$tool" > /dev/null || return 0
+    local l=() m=() n=()
+    if [[ -n $length ]]; then l=(-l "$length"); m=(-m "$length"); n=(-l"$length"); fi
     case $tool in
         iperf3) run_pair "$test" iperf3 iperf3_bps iperf3 -s -1 -p "$p" -- \
-                    iperf3 -c 127.0.0.1 -p "$p" -P "$flows" -t "$TIME" -J ;;
+                    iperf3 -c 127.0.0.1 -p "$p" -P "$flows" -t "$TIME" "${l[@]}" -J ;;
         iperf) run_pair "$test" iperf2 iperf2_bps iperf -s -p "$p" -- \
-                    iperf -c 127.0.0.1 -p "$p" -P "$flows" -t "$TIME" -y C ;;
+                    iperf -c 127.0.0.1 -p "$p" -P "$flows" -t "$TIME" "${l[@]}" -y C ;;
         qperf) [[ $flows == 1 ]] && run_pair "$test" qperf qperf_bps qperf -lp "$p" -- \
-                    qperf 127.0.0.1 -lp "$p" -t "$TIME" tcp_bw ;;
+                    qperf 127.0.0.1 -lp "$p" -t "$TIME" "${m[@]}" tcp_bw ;;
         nuttcp) run_pair "$test" nuttcp nuttcp_bps nuttcp -1 -P"$p" -p$((p + 1)) -- \
-                    nuttcp -T"$TIME" -N"$flows" -P"$p" -p$((p + 1)) 127.0.0.1 ;;
+                    nuttcp -T"$TIME" "${n[@]}" -N"$flows" -P"$p" -p$((p + 1)) 127.0.0.1 ;;
     esac
 }
 
@@ -135,6 +139,12 @@ lab_threads() {
 one_round() {
     for test in $TESTS; do
         case $test in
+            tcp*-*)
+                # tcpN-LENGTH: every tool writes LENGTH bytes at a time.
+                local flows=${test#tcp} length
+                length=${flows#*-}; flows=${flows%-*}
+                lr "$test" -P "$flows" -l "$length"
+                for tool in iperf3 iperf qperf nuttcp; do peer "$test" "$tool" "$flows" "$length"; done ;;
             tcp*)
                 local flows=${test#tcp}
                 lr "$test" -P "$flows"
