@@ -266,9 +266,15 @@ pub fn incoming_cpu<S: AsFd>(socket: &S) -> Option<usize> {
     usize::try_from(cpu).ok()
 }
 
-/// The size of the level 2 cache of CPU 0 (its data or unified cache), from sysfs; `None`
-/// where the kernel does not say.
+/// The size of the level 2 cache of CPU 0 (its data or unified cache), from sysfs, read
+/// once per process (every worker of every test asks); `None` where the kernel does not
+/// say.
 pub fn l2_cache_bytes() -> Option<usize> {
+    static L2: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *L2.get_or_init(read_l2_cache_bytes)
+}
+
+fn read_l2_cache_bytes() -> Option<usize> {
     let base = "/sys/devices/system/cpu/cpu0/cache";
     (0..8).find_map(|index| {
         let read = |name: &str| std::fs::read_to_string(format!("{base}/index{index}/{name}"));

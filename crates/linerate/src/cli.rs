@@ -406,14 +406,8 @@ pub struct MeshHistoryArgs {
     /// How far back (30d, 12h, 2w)
     #[arg(long, value_name = "AGE", default_value = "30d", value_parser = age)]
     pub since: f64,
-    /// Read from this PostgreSQL archive (postgres://USER@HOST/DB) instead of the results
-    /// database
-    #[arg(long, value_name = "URL")]
-    pub store: Option<String>,
-    /// The archive's password: the first line of this file (else PGPASSWORD, else
-    /// PGPASSFILE or ~/.pgpass)
-    #[arg(long, value_name = "FILE")]
-    pub store_password_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub archive: ReadArchiveArgs,
     /// Print the history as JSON
     #[arg(long)]
     pub json: bool,
@@ -479,10 +473,9 @@ pub fn udp_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
     })
 }
 
+/// Where `mesh status` and `mesh history` read a mesh's rows from.
 #[derive(Debug, Args)]
-pub struct MeshStatusArgs {
-    /// The mesh's name, or its file
-    pub mesh: String,
+pub struct ReadArchiveArgs {
     /// Read from this PostgreSQL archive (postgres://USER@HOST/DB) instead of the results
     /// database
     #[arg(long, value_name = "URL")]
@@ -491,6 +484,14 @@ pub struct MeshStatusArgs {
     /// PGPASSFILE or ~/.pgpass)
     #[arg(long, value_name = "FILE")]
     pub store_password_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct MeshStatusArgs {
+    /// The mesh's name, or its file
+    pub mesh: String,
+    #[command(flatten)]
+    pub archive: ReadArchiveArgs,
     /// Print the rows as JSON
     #[arg(long)]
     pub json: bool,

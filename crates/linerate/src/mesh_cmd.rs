@@ -491,9 +491,9 @@ fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
     } else {
         args.mesh.clone()
     };
-    let (rows, location) = match &args.store {
+    let (rows, location) = match &args.archive.store {
         Some(url) => {
-            let mut archive = open_archive(url, args.store_password_file.as_deref())?;
+            let mut archive = open_archive(url, args.archive.store_password_file.as_deref())?;
             (archive.mesh_rows(&name, true)?, archive.url().to_string())
         }
         None => {
@@ -545,9 +545,9 @@ fn history(args: &MeshHistoryArgs, globals: &Globals) -> Outcome {
         test: args.test.as_deref(),
         since: now - args.since,
     };
-    let (found, location) = match &args.store {
+    let (found, location) = match &args.archive.store {
         Some(url) => {
-            let mut archive = open_archive(url, args.store_password_file.as_deref())?;
+            let mut archive = open_archive(url, args.archive.store_password_file.as_deref())?;
             (archive.pair_history(&query)?, archive.url().to_string())
         }
         None => {
