@@ -2065,7 +2065,7 @@ impl Browser {
             .args([
                 "--disable-gpu",
                 "--remote-debugging-pipe",
-                "--window-size=900,800",
+                "--window-size=900,1400",
             ])
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg("about:blank")
@@ -2219,6 +2219,47 @@ fn chromium_runs_the_speed_test_over_a_shaped_path() {
             .unwrap(),
     )
     .unwrap();
+    // The charts, read back from the page: each direction's throughput line ends at the
+    // figure the page reports, and the latency boxes are of the round trips it took them
+    // from (their trimmed mean lies within their spread).
+    let mut drawn = |expression: &str| -> serde_json::Value {
+        let text = browser.evaluate(expression);
+        serde_json::from_str(text.as_str().unwrap_or("null")).unwrap_or_default()
+    };
+    for (direction, key) in [("download", "/download_bps"), ("upload", "/upload_bps")] {
+        let values = drawn(&format!(
+            "document.querySelector('#rate-chart polyline.{direction}').dataset.values"
+        ));
+        let values = values
+            .as_array()
+            .unwrap_or_else(|| panic!("no {direction} line"));
+        assert!(values.len() >= 10, "{direction}: {values:?}");
+        let last = values.last().unwrap().as_f64().unwrap();
+        let reported = num(&result, key) / 1e6;
+        assert!(
+            (last - reported).abs() <= reported * 1e-9,
+            "{direction}: the chart ends at {last}, the page reports {reported}"
+        );
+        let spread = drawn(&format!(
+            "document.querySelector('#latency-chart g.{direction}').dataset.spread"
+        ));
+        let loaded = num(&result, &format!("/loaded_{direction}_ms"));
+        assert!(
+            num(&spread, "/count") >= 5.0
+                && num(&spread, "/min") <= loaded
+                && loaded <= num(&spread, "/max"),
+            "{direction}: loaded {loaded} against the spread drawn {spread}"
+        );
+    }
+    // Every round trip was timed by the browser's network stack (Resource Timing), not
+    // by the page's script, which waits for a CPU on a busy machine.
+    assert!(
+        num(&result, "/round_trips_timed_by_network_stack") >= 30.0
+            && num(&result, "/round_trips_timed_by_script") == 0.0,
+        "{result}"
+    );
+    let idle_spread = drawn("document.querySelector('#latency-chart g.idle').dataset.spread");
+    assert_eq!(num(&idle_spread, "/count"), 10.0, "{idle_spread}");
     let shot = std::env::temp_dir().join(format!("{name}-speedtest.png"));
     browser.screenshot(&shot);
     let _ = serve.kill();
@@ -2288,6 +2329,22 @@ fn chromium_runs_the_speed_test_over_a_shaped_path() {
         "{coloured} pixels of the grade's colour in {}",
         shot.display()
     );
+    // And the charts are drawn: each direction's line in its colour (speedtest.html's
+    // .download and .upload), hundreds of pixels of it.
+    for (direction, colour) in [
+        ("download", [0x1f, 0x6f, 0xeb]),
+        ("upload", [0xc2, 0x41, 0x0c]),
+    ] {
+        let drawn = pixels[..info.buffer_size()]
+            .chunks(step)
+            .filter(|p| p.iter().zip(colour).all(|(&a, b)| a.abs_diff(b) <= 12))
+            .count();
+        assert!(
+            drawn >= 300,
+            "{drawn} pixels of the {direction} line's colour in {}",
+            shot.display()
+        );
+    }
     let _ = std::fs::remove_file(&shot);
 }
 

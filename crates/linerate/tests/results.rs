@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{host_was_busy, json, skip, stderr};
+use common::{chromium_screenshot, host_was_busy, json, stderr};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -500,61 +500,21 @@ fn the_html_report_renders_in_chromium() {
     let without_namespace = html.replace("http://www.w3.org/2000/svg", "");
     assert!(!without_namespace.contains("http://") && !without_namespace.contains("https://"));
 
-    let Some(browser) = ["chromium", "chromium-browser"].into_iter().find(|b| {
-        std::process::Command::new(b)
-            .arg("--version")
-            .output()
-            .is_ok()
-    }) else {
-        skip(
-            "html_report",
-            "chromium is not installed (scripts/test installs it as root)",
-        );
+    let Some(shot) = chromium_screenshot(&html_path, (900, 2400), "html_report") else {
         return;
     };
-    let shot = dir.path().join("shot.png");
-    let profile = dir.path().join("profile");
-    let status = std::process::Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=900,2400",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(format!("file://{}", html_path.display()))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("run chromium");
-    assert!(status.success(), "chromium failed: {status}");
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut pixels = vec![0; reader.output_buffer_size()];
-    let frame = reader.next_frame(&mut pixels).unwrap();
-    let bytes = &pixels[..frame.buffer_size()];
-    let channels = frame.color_type.samples();
-    let mut colours = std::collections::HashSet::new();
-    let mut inked = 0usize;
-    let total = bytes.len() / channels;
-    for pixel in bytes.chunks(channels) {
-        if pixel[..3].iter().any(|&c| c < 200) {
-            inked += 1;
-        }
-        colours.insert(pixel[..3].to_vec());
-    }
+    let (inked, colours) = shot.ink_and_colours();
+    let total = shot.pixels.len() / shot.channels;
     assert!(
-        (frame.width, frame.height) == (900, 2400),
+        (shot.width, shot.height) == (900, 2400),
         "{}x{}",
-        frame.width,
-        frame.height
+        shot.width,
+        shot.height
     );
     // Text, axes and coloured lines: a blank or failed page has almost no ink and one
     // or two colours.
     assert!(inked * 100 > total, "only {inked} of {total} pixels drawn");
-    assert!(colours.len() > 20, "only {} colours", colours.len());
+    assert!(colours > 20, "only {colours} colours");
 }
 
 /// A home where the default database cannot be made (here under /proc, where not even

@@ -173,6 +173,23 @@ fn rpm_measures_both_directions_over_tls_and_cleartext_and_keeps_each_run() {
         }
         assert!(num(&result, "/rpm") > 0.0, "{result}");
         assert!(result["grade"].is_string(), "{result}");
+        // The spreads the latency chart draws are of the probes behind the figures: the
+        // 20 idle round trips and 10 handshakes, and each leg's last window, whose
+        // trimmed means lie within them.
+        assert_eq!(num(&result, "/idle_spread/count"), 20.0, "{result}");
+        assert_eq!(num(&result, "/idle_connect_spread/count"), 10.0, "{result}");
+        for (figure, spread) in [
+            ("/idle_latency_s", "/idle_spread"),
+            ("/download/loaded_self_s", "/download/loaded_self_spread"),
+            ("/upload/loaded_connect_s", "/upload/loaded_connect_spread"),
+        ] {
+            let value = num(&result, figure);
+            assert!(
+                num(&result, &format!("{spread}/min_s")) <= value
+                    && value <= num(&result, &format!("{spread}/max_s")),
+                "{figure} {value} outside {spread}: {result}"
+            );
+        }
     }
     let history = linerate(&["--db", &db, "history"]);
     let listed = String::from_utf8_lossy(&history.stdout).to_string();
@@ -194,6 +211,29 @@ fn rpm_measures_both_directions_over_tls_and_cleartext_and_keeps_each_run() {
         csv.contains("\ndownload,") && csv.contains("\nupload,"),
         "{csv}"
     );
+
+    // The report draws the run: goodput and responsiveness over time, and the latency
+    // idle against loaded, in a real browser.
+    let page = dir.path().join("rpm.html");
+    let report = linerate(&["--db", &db, "report", "2", "--html", page.to_str().unwrap()]);
+    assert!(report.status.success(), "{}", stderr(&report));
+    let html = std::fs::read_to_string(&page).unwrap();
+    for chart in [
+        "Goodput as load-generating connections were added",
+        "Latency idle and under load",
+        "download handshake",
+    ] {
+        assert!(html.contains(chart), "{chart} missing");
+    }
+    assert!(html.matches("<svg").count() >= 3, "charts are inline SVG");
+    if let Some(shot) = chromium_screenshot(&page, (900, 1800), "rpm_report_in_chromium") {
+        let (inked, colours) = shot.ink_and_colours();
+        assert!(
+            inked * 100 > shot.pixels.len() / shot.channels,
+            "{inked} pixels drawn"
+        );
+        assert!(colours > 20, "only {colours} colours");
+    }
 
     let out = linerate(&["--no-store", "rpm", &served.https, "--time", "4"]);
     assert_eq!(out.status.code(), Some(2));

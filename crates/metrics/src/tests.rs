@@ -276,6 +276,8 @@ fn rpm(rpm: f64) -> Document {
         probes: 100,
         failed_probes: 0,
         intervals: Vec::new(),
+        loaded_self_spread: None,
+        loaded_connect_spread: None,
     };
     Document::Rpm(Box::new(RpmReport {
         test: "rpm".into(),
@@ -291,6 +293,8 @@ fn rpm(rpm: f64) -> Document {
         band: Some("Medium".into()),
         added_latency_s: Some(0.03),
         grade: Some("B".into()),
+        idle_spread: None,
+        idle_connect_spread: None,
         host: None,
     }))
 }

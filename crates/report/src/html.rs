@@ -604,6 +604,20 @@ fn run_section(id: i64, document: &Document) -> String {
                 XAxis::Linear,
                 &lines(|i| i.rpm),
             )));
+            let spreads = rpm_spreads(run);
+            if !spreads.is_empty() {
+                out.push_str(&figure(spread_chart(
+                    "Latency idle and under load",
+                    "ms",
+                    &spreads,
+                )));
+                out.push_str(
+                    "<p class=\"note\">Each box spans the middle half of the probes' times, \
+                     the line across it is the median, the whisker runs from the least to the \
+                     90th percentile. Under load: the probes of the last moving window, the \
+                     ones the figures are taken from.</p>\n",
+                );
+            }
         }
         Document::Stamp(run) => out.push_str(&stamp_charts(run)),
     }
@@ -614,6 +628,77 @@ fn run_section(id: i64, document: &Document) -> String {
     );
     out.push_str("</section>\n");
     out
+}
+
+/// An RPM run's latency spreads, idle and under each direction's load: the round trip of a
+/// small object over an open connection and a new connection's handshake, each where kept.
+fn rpm_spreads(run: &crate::rpm::RpmReport) -> Vec<(String, crate::rpm::ProbeSpread)> {
+    [
+        ("idle round trip", run.idle_spread),
+        ("idle handshake", run.idle_connect_spread),
+        ("download round trip", run.download.loaded_self_spread),
+        ("download handshake", run.download.loaded_connect_spread),
+        ("upload round trip", run.upload.loaded_self_spread),
+        ("upload handshake", run.upload.loaded_connect_spread),
+    ]
+    .into_iter()
+    .filter_map(|(label, spread)| Some((label.to_string(), spread?)))
+    .collect()
+}
+
+/// Spreads side by side, in milliseconds: a box over the middle half, a line at the median,
+/// a whisker from the least to the 90th percentile; round trips in one colour and
+/// handshakes in another. An empty string when there is none (a run kept before spreads
+/// were recorded).
+fn spread_chart(
+    title: &str,
+    y_desc: &str,
+    spreads: &[(String, crate::rpm::ProbeSpread)],
+) -> String {
+    if spreads.is_empty() {
+        return String::new();
+    }
+    let ms = |s: f64| s * 1e3;
+    let y_max = spreads.iter().map(|(_, s)| ms(s.p90_s)).fold(0.0, f64::max);
+    let y_max = if y_max > 0.0 { y_max * 1.15 } else { 1.0 };
+    let labels: Vec<String> = spreads.iter().map(|(label, _)| label.clone()).collect();
+    let axis = XAxis::Categories(labels);
+    svg_chart(
+        title,
+        -0.6..(spreads.len() as f64 - 0.4),
+        y_max,
+        0,
+        |chart| {
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .y_desc(y_desc)
+                .x_labels(spreads.len().max(2))
+                .x_label_formatter(&|x| x_label(&axis, *x))
+                .draw()?;
+            for (i, (label, spread)) in spreads.iter().enumerate() {
+                let x = i as f64;
+                let color = Palette99::pick(usize::from(label.ends_with("handshake"))).to_rgba();
+                chart.draw_series(std::iter::once(ErrorBar::new_vertical(
+                    x,
+                    ms(spread.min_s),
+                    ms(spread.p50_s),
+                    ms(spread.p90_s),
+                    BLACK.stroke_width(1),
+                    10,
+                )))?;
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x - 0.3, ms(spread.p25_s)), (x + 0.3, ms(spread.p75_s))],
+                    color.filled(),
+                )))?;
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(x - 0.3, ms(spread.p50_s)), (x + 0.3, ms(spread.p50_s))],
+                    BLACK.stroke_width(3),
+                )))?;
+            }
+            Ok(())
+        },
+    )
 }
 
 /// A STAMP run's charts: the delays over the run and the probes unanswered.

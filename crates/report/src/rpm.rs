@@ -39,6 +39,50 @@ pub struct RpmLeg {
     pub probes: usize,
     pub failed_probes: usize,
     pub intervals: Vec<RpmInterval>,
+    /// The spread of the times behind `loaded_self_s` and `loaded_connect_s` (the same
+    /// probes, of the last window): what the latency chart draws. Absent in runs kept
+    /// before it was recorded.
+    #[serde(default)]
+    pub loaded_self_spread: Option<ProbeSpread>,
+    #[serde(default)]
+    pub loaded_connect_spread: Option<ProbeSpread>,
+}
+
+/// The spread of a set of probe times, in seconds: the count, the extremes and the
+/// quartiles and 90th percentile by nearest rank. A chart of idle against loaded latency
+/// draws it as a box (the middle half), a line (the median) and a whisker (to the 90th).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ProbeSpread {
+    pub count: usize,
+    pub min_s: f64,
+    pub p25_s: f64,
+    pub p50_s: f64,
+    pub p75_s: f64,
+    pub p90_s: f64,
+    pub max_s: f64,
+}
+
+impl ProbeSpread {
+    /// The spread of `times` (seconds); `None` for no finite time.
+    pub fn of(times: &[f64]) -> Option<Self> {
+        let mut sorted: Vec<f64> = times.iter().copied().filter(|t| t.is_finite()).collect();
+        if sorted.is_empty() {
+            return None;
+        }
+        sorted.sort_by(f64::total_cmp);
+        // Nearest rank: the smallest value with at least q of the values at or below it.
+        let rank =
+            |q: f64| sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+        Some(Self {
+            count: sorted.len(),
+            min_s: sorted[0],
+            p25_s: rank(0.25),
+            p50_s: rank(0.50),
+            p75_s: rank(0.75),
+            p90_s: rank(0.90),
+            max_s: sorted[sorted.len() - 1],
+        })
+    }
 }
 
 impl RpmLeg {
@@ -70,6 +114,12 @@ pub struct RpmReport {
     /// The larger added latency, and its bufferbloat grade.
     pub added_latency_s: Option<f64>,
     pub grade: Option<String>,
+    /// The spread of the idle round trips and handshakes behind `idle_latency_s` and
+    /// `idle_connect_s`. Absent in runs kept before it was recorded.
+    #[serde(default)]
+    pub idle_spread: Option<ProbeSpread>,
+    #[serde(default)]
+    pub idle_connect_spread: Option<ProbeSpread>,
     /// The measuring host: its CPU, kernel, and the emulated path it crossed in a lab.
     #[serde(default)]
     pub host: Option<linerate_model::HostFacts>,
@@ -222,7 +272,25 @@ mod tests {
             probes: 10,
             failed_probes: 0,
             intervals: Vec::new(),
+            loaded_self_spread: None,
+            loaded_connect_spread: None,
         }
+    }
+
+    /// Nearest-rank quartiles: of 1..=10, the 25th is 3, the median 5, the 90th 9; an
+    /// empty or all-NaN set has none.
+    #[test]
+    fn a_spread_is_taken_by_nearest_rank() {
+        let times: Vec<f64> = (1..=10).rev().map(f64::from).collect();
+        let spread = ProbeSpread::of(&times).unwrap();
+        assert_eq!(
+            (spread.count, spread.min_s, spread.p25_s, spread.p50_s),
+            (10, 1.0, 3.0, 5.0)
+        );
+        assert_eq!((spread.p75_s, spread.p90_s, spread.max_s), (8.0, 9.0, 10.0));
+        assert_eq!(ProbeSpread::of(&[f64::NAN]), None);
+        assert_eq!(ProbeSpread::of(&[]), None);
+        assert_eq!(ProbeSpread::of(&[2.0]).unwrap().p90_s, 2.0);
     }
 
     /// One loading connection is "1 connection"; a loaded latency below idle (noise in
@@ -244,6 +312,8 @@ mod tests {
             band: Some("High".into()),
             added_latency_s: Some(0.0021),
             grade: Some("A+".into()),
+            idle_spread: None,
+            idle_connect_spread: None,
             host: None,
         };
         let text = report.render_text();

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Empty};
 use hyper::client::conn::http2::SendRequest;
 use hyper::Request;
-use linerate_report::rpm::{RpmInterval, RpmLeg, RpmReport, RPM};
+use linerate_report::rpm::{ProbeSpread, RpmInterval, RpmLeg, RpmReport, RPM};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -312,7 +312,8 @@ async fn run_async(
     }
     progress(&format!("configuration from {}", options.config_url));
 
-    let (idle_latency_s, idle_connect_s) = idle(&target, &mut control, &urls).await?;
+    let idle = idle(&target, &mut control, &urls).await?;
+    let (idle_latency_s, idle_connect_s) = (idle.round_trip_s, idle.connect_s);
     progress(&format!(
         "idle: {:.2} ms round trip, {:.2} ms a new connection",
         idle_latency_s * 1e3,
@@ -342,25 +343,37 @@ async fn run_async(
         band: rpm.map(|r| method::rpm_band(r).to_string()),
         added_latency_s: added,
         grade: added.map(|a| method::bufferbloat_grade(a.max(0.0)).to_string()),
+        idle_spread: ProbeSpread::of(&idle.round_trips),
+        idle_connect_spread: ProbeSpread::of(&idle.connects),
         host: Some(linerate_hostinfo::host_facts()),
     })
 }
 
-/// The idle path: the trimmed means of 20 small objects over the open connection, and of
-/// 10 new connections' TCP handshakes (the open one's among them).
-async fn idle(target: &Target, control: &mut Opened, urls: &Urls) -> Result<(f64, f64)> {
-    let mut trips = Vec::new();
+/// The idle path's times and their trimmed means.
+struct Idle {
+    round_trips: Vec<f64>,
+    connects: Vec<f64>,
+    round_trip_s: f64,
+    connect_s: f64,
+}
+
+/// The idle path: 20 small objects over the open connection, and 10 new connections'
+/// TCP handshakes (the open one's among them).
+async fn idle(target: &Target, control: &mut Opened, urls: &Urls) -> Result<Idle> {
+    let mut round_trips = Vec::new();
     for _ in 0..20 {
-        trips.push(fetch(&mut control.send, &urls.small).await?.0);
+        round_trips.push(fetch(&mut control.send, &urls.small).await?.0);
     }
     let mut connects = vec![control.connect_s];
     for _ in 0..9 {
         connects.push(target.open().await?.connect_s);
     }
-    Ok((
-        method::trimmed_mean(&trips, method::TRIM_KEEP).unwrap_or(0.0),
-        method::trimmed_mean(&connects, method::TRIM_KEEP).unwrap_or(0.0),
-    ))
+    Ok(Idle {
+        round_trip_s: method::trimmed_mean(&round_trips, method::TRIM_KEEP).unwrap_or(0.0),
+        connect_s: method::trimmed_mean(&connects, method::TRIM_KEEP).unwrap_or(0.0),
+        round_trips,
+        connects,
+    })
 }
 
 /// One probe's outcome.
@@ -664,5 +677,7 @@ async fn leg(
         probes,
         failed_probes: failed,
         intervals,
+        loaded_self_spread: ProbeSpread::of(&recent.http_self_s),
+        loaded_connect_spread: ProbeSpread::of(&recent.connect_s),
     })
 }

@@ -679,3 +679,86 @@ pub fn stamp_suite(test: &str) -> Option<String> {
         }
     }
 }
+
+/// A page drawn by headless Chromium, as a screenshot's pixels.
+pub struct Screenshot {
+    pub width: u32,
+    pub height: u32,
+    /// Samples a pixel: 3 (RGB) or 4 (RGBA).
+    pub channels: usize,
+    pub pixels: Vec<u8>,
+}
+
+impl Screenshot {
+    /// How many pixels have some ink (a channel below 200), and how many colours there are.
+    pub fn ink_and_colours(&self) -> (usize, usize) {
+        let mut colours = std::collections::HashSet::new();
+        let mut inked = 0usize;
+        for pixel in self.pixels.chunks(self.channels) {
+            if pixel[..3].iter().any(|&c| c < 200) {
+                inked += 1;
+            }
+            colours.insert(pixel[..3].to_vec());
+        }
+        (inked, colours.len())
+    }
+
+    /// How many pixels are within 12 of `colour` in each channel.
+    pub fn pixels_of(&self, colour: [u8; 3]) -> usize {
+        self.pixels
+            .chunks(self.channels)
+            .filter(|p| p.iter().zip(colour).all(|(&a, b)| a.abs_diff(b) <= 12))
+            .count()
+    }
+}
+
+/// `page` (a local file) drawn by headless Chromium in a window of `size`; `None` (and
+/// the test `test` skipped) when Chromium is not installed.
+pub fn chromium_screenshot(
+    page: &std::path::Path,
+    size: (u32, u32),
+    test: &str,
+) -> Option<Screenshot> {
+    let Some(browser) = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").output().is_ok())
+    else {
+        skip(
+            test,
+            "chromium is not installed (scripts/test installs it as root)",
+        );
+        return None;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let shot = dir.path().join("shot.png");
+    let status = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--window-size={},{}", size.0, size.1))
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", page.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run chromium");
+    assert!(status.success(), "chromium failed: {status}");
+    let decoder = png::Decoder::new(BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    pixels.truncate(frame.buffer_size());
+    Some(Screenshot {
+        width: frame.width,
+        height: frame.height,
+        channels: frame.color_type.samples(),
+        pixels,
+    })
+}
