@@ -256,15 +256,17 @@ pub(crate) fn serve_test(
         match state.served.step(shared, &format!("test {id}"), peer, true) {
             Step::Finished(result) => {
                 if let (Some(sink), Some(config)) = (&shared.config.served_tests, &state.config) {
-                    (sink.0)(&crate::server_state::ServedTest {
-                        peer,
-                        local: state.local_ip,
-                        config: config.clone(),
-                        side: (*result).clone(),
-                        ended_at: std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0.0, |d| d.as_secs_f64()),
-                    });
+                    (sink.0)(crate::server_state::Served::Test(
+                        &crate::server_state::ServedTest {
+                            peer,
+                            local: state.local_ip,
+                            config: config.clone(),
+                            side: (*result).clone(),
+                            ended_at: std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0.0, |d| d.as_secs_f64()),
+                        },
+                    ));
                 }
                 session.finish(Instant::now(), *result)
             }

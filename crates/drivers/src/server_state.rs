@@ -31,7 +31,8 @@ pub struct ServerConfig {
     pub log: bool,
     /// Hears the report of every iperf3 test served to its end, to keep it.
     pub iperf3_reports: Option<ReportKeeper>,
-    /// Hears this side's result of every native test served to its end (`serve --metrics`).
+    /// Hears this side's result of every native test served to its end, and of every
+    /// group its agent ran (`serve --metrics`).
     pub served_tests: Option<ServedTestHook>,
     /// When set, every native client, agent and mirror must prove it holds this key.
     pub key: Option<Key>,
@@ -56,12 +57,12 @@ pub struct ServerConfig {
     pub sendable_files: Arc<std::collections::BTreeSet<String>>,
 }
 
-pub use linerate_model::ServedTest;
+pub use linerate_model::{Served, ServedGroup, ServedTest};
 
 /// What a [`ServedTestHook`] calls.
-pub type HearServed = dyn Fn(&ServedTest) + Send + Sync;
+pub type HearServed = dyn Fn(Served<'_>) + Send + Sync;
 
-/// Hears every native test served to its end.
+/// Hears every native test served to its end, and every profile group an agent ran.
 #[derive(Clone)]
 pub struct ServedTestHook(pub Arc<HearServed>);
 

@@ -131,9 +131,9 @@ fn metrics_listener(
         "linerate serve: metrics at http://{}/metrics",
         listener.addr
     );
-    config.served_tests = Some(ServedTestHook(Arc::new(move |test| {
+    config.served_tests = Some(ServedTestHook(Arc::new(move |served| {
         let mut board = board.lock().unwrap_or_else(|e| e.into_inner());
-        for (row, figures) in served::rows_of(test) {
+        for (row, figures) in served::rows_of_served(served) {
             board.record_figures(&row, Some(&figures));
         }
     })));

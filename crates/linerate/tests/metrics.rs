@@ -381,7 +381,7 @@ fn prometheus_scrapes_a_mesh_and_receives_it_by_remote_write_as_stored() {
             from_serve = promql(
                 &ns,
                 &prom,
-                "linerate_goodput_bytes_per_second{job=\"serve\"}",
+                &format!("linerate_goodput_bytes_per_second{{job=\"serve\",src=\"{me}\"}}"),
             );
             !from_serve.is_empty()
         },
@@ -399,6 +399,38 @@ fn prometheus_scrapes_a_mesh_and_receives_it_by_remote_write_as_stored() {
         .iter()
         .filter(|r| r["test"] == "tput" && r["ok"] == true)
         .collect();
+    // Host 0's agent counts the mesh jobs it ran as their source, beside the native test:
+    // its last stream to host 1 is the goodput the coordinator stored for that job (the
+    // same receiver's count), and its rr probes have their round trips.
+    let (status, _, own) = http(&ns, "GET", &served, "/metrics", "");
+    assert_eq!(status, 200, "{own}");
+    let (src, dst) = (
+        format!("src=\"{}\"", star.addrs[0]),
+        format!("dst=\"{}\"", star.addrs[1]),
+    );
+    let agent_goodput = sample_of(
+        &own,
+        "linerate_goodput_bytes_per_second",
+        &[&src, &dst, "test=\"stream\"", "direction=\"forward\""],
+    )
+    .unwrap_or_else(|| panic!("no stream h0 -> h1 in the agent's metrics:\n{own}"));
+    let mut to_h1: Vec<f64> = tput_rows
+        .iter()
+        .filter(|r| r["src"] == "h0" && r["dst"] == "h1")
+        .map(|r| num(r, "/headline") / 8.0)
+        .collect();
+    to_h1.reverse();
+    assert!(
+        to_h1
+            .iter()
+            .take(2)
+            .any(|stored| (stored - agent_goodput).abs() <= 0.05 * stored),
+        "the agent says {agent_goodput} B/s for h0 -> h1; the coordinator stored {to_h1:?}"
+    );
+    let round_trips = sample_of(&own, "linerate_rtt_seconds_count", &[&src, "test=\"rr\""])
+        .unwrap_or_else(|| panic!("no rr round trips in the agent's metrics:\n{own}"));
+    assert!(round_trips >= 10.0, "{round_trips} round trips: {own}");
+    promtool_accepts(&own);
     // The scraped goodput of h0 -> h1 at its last scrape is the stored result that was
     // newest then.
     let scraped = samples(&promql(

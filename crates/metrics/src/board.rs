@@ -285,6 +285,28 @@ pub struct Transactions {
     pub sum_s: f64,
 }
 
+impl Transactions {
+    /// A timed transaction's latency (microseconds) as the series keeps it (seconds).
+    pub fn of(latency: &linerate_model::latency::LatencySummary) -> Transactions {
+        let l = latency;
+        Transactions {
+            quantiles: Quantiles {
+                p50: l.p50 / 1e6,
+                p90: l.p90 / 1e6,
+                p99: l.p99 / 1e6,
+                p999: l.p999 / 1e6,
+            },
+            buckets: l
+                .histogram
+                .iter()
+                .map(|b| (b.le_us / 1e6, b.count))
+                .collect(),
+            count: l.count,
+            sum_s: l.mean / 1e6 * l.count as f64,
+        }
+    }
+}
+
 /// What one result says, beside its row: the figures a series shows.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Figures {
@@ -338,25 +360,9 @@ pub fn figures_of(protocol: &str, document: &Document) -> Option<Figures> {
         .filter(|t| t.latency_us.count > 0)
         .max_by_key(|t| t.iterations);
     let transactional = timed.is_some_and(|t| t.ops.len() >= 2);
-    let rtt = timed.filter(|_| transactional).map(|t| {
-        let l = &t.latency_us;
-        let buckets = l
-            .histogram
-            .iter()
-            .map(|b| (b.le_us / 1e6, b.count))
-            .collect();
-        Transactions {
-            quantiles: Quantiles {
-                p50: l.p50 / 1e6,
-                p90: l.p90 / 1e6,
-                p99: l.p99 / 1e6,
-                p999: l.p999 / 1e6,
-            },
-            buckets,
-            count: l.count,
-            sum_s: l.mean / 1e6 * l.count as f64,
-        }
-    });
+    let rtt = timed
+        .filter(|_| transactional)
+        .map(|t| Transactions::of(&t.latency_us));
     let s = &report.summary;
     let loss_ratio = (protocol == "udp" && s.sent_bytes > 0)
         .then(|| (1.0 - s.received_bytes as f64 / s.sent_bytes as f64).max(0.0));

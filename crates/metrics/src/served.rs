@@ -4,9 +4,105 @@
 //! {mesh="serve", src, dst, test="stream|rr|crr", direction="forward|reverse", protocol},
 //! src and dst the addresses the bytes went from and to.
 
-use crate::board::Figures;
+use crate::board::{Figures, Transactions};
 use linerate_model::mesh_row::{MeshRow, Outcome};
-use linerate_model::{Direction, Role, ServedTest, Workload};
+use linerate_model::{Direction, Role, Served, ServedGroup, ServedTest, Workload};
+
+/// What the board keeps of anything a server ran to its end.
+pub fn rows_of_served(served: Served<'_>) -> Vec<(MeshRow, Figures)> {
+    match served {
+        Served::Test(test) => rows_of(test),
+        Served::Group(group) => rows_of_group(group).into_iter().collect(),
+    }
+}
+
+/// What the board keeps of a group this host's agent ran: one row, from this host to the
+/// group's peer (from the peer for a stream read from it), with the figures of its timed
+/// transaction. A stream's goodput is the bytes the receiving end counted over the
+/// transaction's time (the peer's count of what this host wrote); rr and crr have their
+/// transactions' times. None for a group that timed nothing.
+pub fn rows_of_group(group: &ServedGroup) -> Option<(MeshRow, Figures)> {
+    let result = &group.result;
+    let timed = &result.transactions[group.timed?];
+    let local = group.local.to_canonical().to_string();
+    // The peer as an address where the profile names one with a port.
+    let peer = group.peer.as_deref().map_or_else(
+        || "local".to_string(),
+        |p| {
+            p.parse::<std::net::SocketAddr>()
+                .map_or_else(|_| p.to_string(), |a| a.ip().to_canonical().to_string())
+        },
+    );
+    let stream = group.kind == "stream";
+    let (src, dst, direction) = if stream && !group.sends {
+        (peer, local, "reverse")
+    } else {
+        (local, peer, "forward")
+    };
+    let is_write = |op: &str| matches!(op, "write" | "sendto" | "sendfile");
+    // Counted where the bytes arrived: the peer's count of this host's writes, or this
+    // host's count of its reads.
+    let received: u64 = timed
+        .ops
+        .iter()
+        .map(|op| {
+            if is_write(&op.op) {
+                op.peer_bytes
+            } else {
+                op.bytes
+            }
+        })
+        .sum();
+    let sent: u64 = timed
+        .ops
+        .iter()
+        .map(|op| {
+            if is_write(&op.op) {
+                op.bytes
+            } else {
+                op.peer_bytes
+            }
+        })
+        .sum();
+    let seconds = timed.elapsed_s;
+    let bps = (seconds > 0.0).then(|| received as f64 * 8.0 / seconds);
+    let failure = result
+        .failures
+        .first()
+        .cloned()
+        .or_else(|| result.per_thread.iter().find_map(|t| t.failure.clone()))
+        .or_else(|| (result.errors > 0).then(|| format!("{} operation(s) failed", result.errors)));
+    let row = MeshRow {
+        run_id: None,
+        mesh: "serve".into(),
+        src,
+        dst,
+        test: group.kind.into(),
+        direction: direction.into(),
+        protocol: group.protocol.into(),
+        cycle: 0,
+        started_at: group.ended_at - result.elapsed_s,
+        ended_at: group.ended_at,
+        outcome: match failure {
+            None => Outcome::Ok,
+            Some(reason) => Outcome::Failed {
+                blamed: None,
+                reason,
+            },
+        },
+        headline: if stream { bps } else { None },
+        headline_text: String::new(),
+    };
+    let figures = Figures {
+        goodput_bps: if stream { bps } else { None },
+        loss_ratio: (stream && group.protocol == "udp" && sent > 0)
+            .then(|| (1.0 - received as f64 / sent as f64).max(0.0)),
+        rtt: (!stream && group.kind != "profile").then(|| Transactions::of(&timed.latency_us)),
+        duration_s: seconds,
+        ..Figures::default()
+    };
+    Some((row, figures))
+}
 
 /// What the board keeps of a served test: a row and its figures per direction it moved
 /// bytes in (two for a bidirectional test).

@@ -750,3 +750,94 @@ fn a_coordinators_queues_are_gauges_and_their_losses_counters() {
         "{classic}"
     );
 }
+
+/// A group an agent ran: a UDP stream's goodput is what its peer received over the timed
+/// transaction, its loss what the peer did not; a stream read from the peer runs from
+/// it; an rr group has its round trips and no goodput; a group that timed nothing has
+/// no row.
+#[test]
+fn an_agents_group_is_counted_by_what_its_receiver_counted() {
+    use crate::served;
+    use linerate_model::ServedGroup;
+    let transaction = |op: &str, bytes: u64, peer_bytes: u64| {
+        let mut t = TransactionFigures {
+            iterations: 1_000,
+            elapsed_s: 2.0,
+            ops: vec![OpFigures {
+                op: op.into(),
+                bytes,
+                peer_bytes,
+                ..OpFigures::default()
+            }],
+            ..TransactionFigures::default()
+        };
+        t.latency_us.count = 1_000;
+        t.latency_us.p50 = 150.0;
+        t
+    };
+    let group = |kind: &'static str, sends: bool, protocol: &'static str, t: TransactionFigures| {
+        ServedGroup {
+            local: "10.0.0.1".parse().unwrap(),
+            peer: Some("10.0.0.2:5201".into()),
+            kind,
+            sends,
+            protocol,
+            timed: Some(0),
+            result: GroupResult {
+                elapsed_s: 2.1,
+                transactions: vec![t],
+                ..GroupResult::default()
+            },
+            ended_at: 100.0,
+        }
+    };
+    let udp = group(
+        "stream",
+        true,
+        "udp",
+        transaction("sendto", 1_000_000, 990_000),
+    );
+    let (row, figures) = served::rows_of_group(&udp).unwrap();
+    assert_eq!(
+        (row.src.as_str(), row.dst.as_str()),
+        ("10.0.0.1", "10.0.0.2")
+    );
+    assert_eq!(
+        (row.test.as_str(), row.direction.as_str()),
+        ("stream", "forward")
+    );
+    assert_eq!(figures.goodput_bps, Some(990_000.0 * 8.0 / 2.0));
+    assert!((figures.loss_ratio.unwrap() - 0.01).abs() < 1e-12);
+    assert!(matches!(row.outcome, Outcome::Ok));
+
+    let reverse = group(
+        "stream",
+        false,
+        "tcp",
+        transaction("read", 4_000_000, 4_000_000),
+    );
+    let (row, figures) = served::rows_of_group(&reverse).unwrap();
+    assert_eq!(
+        (row.src.as_str(), row.dst.as_str()),
+        ("10.0.0.2", "10.0.0.1")
+    );
+    assert_eq!(row.direction, "reverse");
+    assert_eq!(figures.goodput_bps, Some(16e6));
+    assert_eq!(figures.loss_ratio, None);
+
+    let rr = group("rr", true, "tcp", transaction("write", 1_000, 1_000));
+    let (row, figures) = served::rows_of_group(&rr).unwrap();
+    assert_eq!(row.test, "rr");
+    assert_eq!(figures.goodput_bps, None);
+    let rtt = figures.rtt.unwrap();
+    assert_eq!((rtt.count, rtt.quantiles.p50), (1_000, 150e-6));
+
+    let mut failed = rr.clone();
+    failed.result.failures = vec!["peer 10.0.0.2 did not report".into()];
+    let (row, _) = served::rows_of_group(&failed).unwrap();
+    assert!(matches!(row.outcome, Outcome::Failed { .. }), "{row:?}");
+
+    let mut untimed = rr;
+    untimed.timed = None;
+    assert!(served::rows_of_group(&untimed).is_none());
+}

@@ -392,3 +392,37 @@ pub struct ServedTest {
     /// When it ended, Unix seconds.
     pub ended_at: f64,
 }
+
+/// A profile group an agent ran to its end for a controller: a mesh's stream, rr or crr
+/// job, or a group of a uperf profile (what `serve --metrics` shows of an agent's work).
+/// The agent that runs a group counts it; the peer's mirror does not, so a job is
+/// counted once, by its source, with the bytes its peer received.
+#[derive(Debug, Clone)]
+pub struct ServedGroup {
+    /// This host's address on the controller's connection.
+    pub local: std::net::IpAddr,
+    /// The host the group's connections went to, as the profile names it (`host` or
+    /// `host:port`); `None` when it dialled no agent.
+    pub peer: Option<String>,
+    /// What its timed transaction is: "stream" (bytes one way), "rr" (a request and its
+    /// answer on an open connection), "crr" (a connection each), or "profile".
+    pub kind: &'static str,
+    /// A stream's way: its bytes went to the peer (forward) or came from it (reverse).
+    pub sends: bool,
+    /// "tcp", "udp" or "ssl", as the profile names its connections.
+    pub protocol: &'static str,
+    /// Which of `result.transactions` is timed: the one with the most timed iterations.
+    pub timed: Option<usize>,
+    pub result: crate::profile::GroupResult,
+    /// When it ended, Unix seconds.
+    pub ended_at: f64,
+}
+
+/// Something a server ran to its end, for `serve --metrics`.
+#[derive(Debug, Clone, Copy)]
+pub enum Served<'a> {
+    /// A native test a client asked for.
+    Test(&'a ServedTest),
+    /// A group an agent ran for a controller.
+    Group(&'a ServedGroup),
+}

@@ -224,6 +224,8 @@ enum Work {
     /// The groups run; their thread reports here.
     Running {
         events: Receiver<RunEvent>,
+        /// The groups as the controller sent them, for what `serve --metrics` is told.
+        specs: Vec<linerate_profile::Group>,
         _held: Held,
     },
     /// A mirror for a group host.
@@ -321,12 +323,27 @@ impl Agent<'_> {
 
     /// Tells the controller what the running groups did, and that the agent is alive.
     fn poll_run(&mut self) {
-        let Work::Running { events, .. } = &self.work else {
+        let Work::Running { events, specs, .. } = &self.work else {
             return;
         };
         match events.try_recv() {
             Ok(RunEvent::Released(at)) => self.link.reply(&AgentReply::Started { at_unix_ns: at }),
             Ok(RunEvent::Done(groups, observe)) => {
+                if let Some(hook) = &self.shared.config.served_tests {
+                    let ended_at = unix_ns() as f64 / 1e9;
+                    for result in &groups {
+                        let Some(spec) = specs.iter().find(|s| s.name == result.name) else {
+                            continue;
+                        };
+                        let served = super::served::served_group(
+                            spec,
+                            result.clone(),
+                            self.own.ip(),
+                            ended_at,
+                        );
+                        (hook.0)(crate::server_state::Served::Group(&served));
+                    }
+                }
                 let count = groups.len();
                 self.link.reply(&AgentReply::PartResult { groups, observe });
                 self.shared.log(&format!(
@@ -751,6 +768,7 @@ impl Agent<'_> {
         let (sender, receiver) = channel();
         self.work = Work::Running {
             events: receiver,
+            specs: groups.iter().map(|g| g.part.group.clone()).collect(),
             _held: held,
         };
         let start = Instant::now() + delay;

@@ -17,6 +17,7 @@ mod group;
 pub(crate) mod link;
 mod rendezvous;
 pub mod rpm_job;
+mod served;
 pub mod stamp_job;
 
 use std::time::Duration;
