@@ -744,6 +744,7 @@ pub fn run(
             control_timeout: options.control_timeout,
             key: options.key.clone(),
             log: false,
+            links: Some(Arc::new(linerate_drivers::profile::LinkPool::default())),
             ..RunOptions::default()
         },
         clock: Clock::wall(),

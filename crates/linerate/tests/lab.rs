@@ -2596,6 +2596,9 @@ for = "3s"
     )
     .unwrap();
     let db = dir.join("results.db");
+    // Host b's agent is only dialled by the coordinator (a's probes to it are UDP): the
+    // connections its namespace accepts are the coordinator's links to it.
+    let opens_before = snmp_counter(&name, "server", "Tcp", "PassiveOpens");
     let out = lab(&[
         "exec",
         "--name",
@@ -2613,6 +2616,7 @@ for = "3s"
         "--json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    let opens = snmp_counter(&name, "server", "Tcp", "PassiveOpens") - opens_before;
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -2628,6 +2632,14 @@ for = "3s"
         assert!(windows.len() >= 4, "{src} -> {dst}: {windows:#?}");
         assert!(windows.iter().all(|r| r["ok"] == true), "{windows:#?}");
     }
+    // A pair's windows follow one another on one link to its source's agent: b's two
+    // pairs ran 8 windows or more over a link each (and one more where a link was found
+    // closed), not a connection a window.
+    let from_b = rows.iter().filter(|r| r["src"] == "b").count() as f64;
+    assert!(
+        opens <= 4.0 && opens < from_b,
+        "b's agent accepted {opens} connections for {from_b} windows"
+    );
     let alerts: BTreeSet<String> = lines
         .iter()
         .filter(|l| l["event"] == "alert" && l["resolved"] == false)

@@ -26,6 +26,10 @@ use std::time::{Duration, Instant};
 
 /// How often a running agent tells its controller it is alive.
 const HEARTBEAT: Duration = Duration::from_millis(500);
+/// How often during a STAMP window: every 2 s, well within the controller's 5 s of
+/// silence; a hundred windows at once would otherwise send two hundred heartbeats a
+/// second.
+const STAMP_HEARTBEAT: Duration = Duration::from_secs(2);
 /// How long after the start the CPUs stay held awake: every thread is released by then.
 const START_HOLD: Duration = Duration::from_millis(100);
 /// The furthest ahead a start may be set (the controller's lead is half a second plus two
@@ -242,6 +246,8 @@ enum Work {
     Stamp {
         outcome: Receiver<linerate_stamp::prober::Outcome>,
         reflector: String,
+        /// When the window's outcome is due: its end and the wait for its last answers.
+        due: Instant,
         _held: Held,
     },
 }
@@ -305,13 +311,7 @@ impl Agent<'_> {
             self.poll_run();
             self.poll_rpm();
             self.poll_stamp();
-            // A STAMP window runs on the prober's thread: its end is looked for once a
-            // second, not twenty times (an agent probing a hundred peers holds a hundred
-            // of these connections); a request still wakes the wait at once.
-            let wait = match self.work {
-                Work::Stamp { .. } => Duration::from_secs(1),
-                _ => Duration::from_millis(50),
-            };
+            let wait = self.wait();
             match self.link.recv(wait) {
                 Ok(Some(request)) => self.handle(request),
                 Ok(None) => {}
@@ -319,6 +319,26 @@ impl Agent<'_> {
             }
         };
         self.end(&why);
+    }
+
+    /// How long the connection's thread may sleep before it looks at its work again; a
+    /// request wakes it at once. Running groups and RPM tests report through channels
+    /// looked at 20 times a second. A STAMP window runs on the prober's thread: the
+    /// thread wakes for its heartbeats and when the outcome is due, not more (an agent
+    /// probing a hundred peers holds a hundred of these connections, all the time). With
+    /// nothing to look at (idle, prepared, a mirror), it waits for the next request.
+    fn wait(&self) -> Duration {
+        match &self.work {
+            Work::Running { .. } | Work::Rpm { .. } => Duration::from_millis(50),
+            Work::Stamp { due, .. } => {
+                let beat =
+                    (self.last_beat + STAMP_HEARTBEAT).saturating_duration_since(Instant::now());
+                let due = due.saturating_duration_since(Instant::now());
+                // Once due, the outcome is looked for every 50 ms until it comes.
+                beat.min(due).max(Duration::from_millis(50))
+            }
+            Work::Idle | Work::Prepared { .. } | Work::Mirror { .. } => Duration::from_secs(1),
+        }
     }
 
     /// Tells the controller what the running groups did, and that the agent is alive.
@@ -414,9 +434,7 @@ impl Agent<'_> {
         };
         let outcome = match outcome.try_recv() {
             Ok(outcome) => stamp_job::outcome(Some(outcome), reflector),
-            // Every 2 s, well within the controller's 5 s of silence: a hundred windows at
-            // once would otherwise send two hundred heartbeats a second.
-            Err(TryRecvError::Empty) => return self.heartbeat_every(Duration::from_secs(2)),
+            Err(TryRecvError::Empty) => return self.heartbeat_every(STAMP_HEARTBEAT),
             Err(TryRecvError::Disconnected) => stamp_job::outcome(None, reflector),
         };
         self.work = Work::Idle;
@@ -452,11 +470,14 @@ impl Agent<'_> {
         };
         let keyed = self.shared.config.key.is_some();
         let reflector = job.reflector.clone();
+        let due = Instant::now() + job.window + stamp_job::ANSWER_WAIT;
         match stamp_job::start_source(job, self.peer.ip(), keyed, self.stop.clone()) {
             Ok(outcome) => {
+                self.last_beat = Instant::now();
                 self.work = Work::Stamp {
                     outcome,
                     reflector,
+                    due,
                     _held: Held::slot(taken),
                 }
             }

@@ -36,6 +36,9 @@ pub struct RunOptions {
     pub log: bool,
     /// The agents' key: proven to each agent, and held by the controller's own agent.
     pub key: Option<linerate_proto::auth::Key>,
+    /// Where STAMP windows keep their links to agents between windows; `None`: a link
+    /// each.
+    pub links: Option<Arc<super::link::LinkPool>>,
 }
 
 impl Default for RunOptions {
@@ -47,6 +50,7 @@ impl Default for RunOptions {
             clock_samples: 8,
             log: false,
             key: None,
+            links: None,
         }
     }
 }
@@ -509,7 +513,7 @@ pub fn run_rpm(
         request,
         limit,
         "RPM test",
-        options,
+        (options, None),
         stop,
         |reply| match reply {
             AgentReply::RpmResult { report } => Some(report),
@@ -541,12 +545,14 @@ pub fn run_stamp(
     };
     // The window, the wait for the last answers, set-up; past it the run is abandoned.
     let limit = job.window + super::stamp_job::ANSWER_WAIT + Duration::from_secs(30);
+    // A pair's windows follow one another all the time: each takes the link the last
+    // one left, when there is one.
     let report = ask_and_wait(
         source,
         request,
         limit,
         "STAMP test",
-        options,
+        (options, options.links.as_deref()),
         stop,
         |reply| match reply {
             AgentReply::StampResult { report } => Some(report),
@@ -564,25 +570,88 @@ fn agent_failed(source: &str, why: String) -> RunError {
     }
 }
 
-/// Dials the agent at `source`, asks `request` and waits, at most `limit`, for the reply
+/// Asks the agent at `source` for `request` and waits, at most `limit`, for the reply
 /// `result` picks; heartbeats and other replies keep it waiting, an error or silence of
 /// the control timeout ends it, `stop` sends an abort (and still waits for the report
-/// the abort brings).
+/// the abort brings). With a pool, a link it holds is used first and the link is given
+/// back after a job that ended well; a pooled link the agent closed meanwhile (nothing
+/// heard on it) is replaced by a fresh one, and the request asked again.
 fn ask_and_wait<R>(
     source: &str,
     request: AgentRequest,
     limit: Duration,
     what: &str,
-    options: &RunOptions,
+    (options, pool): (&RunOptions, Option<&super::link::LinkPool>),
     stop: &AtomicBool,
     result: impl Fn(AgentReply) -> Option<R>,
 ) -> Result<R, RunError> {
     let failed = |why: String| agent_failed(source, why);
     let addr = super::resolve(source).map_err(|e| failed(e.to_string()))?;
-    let (mut link, _) = Link::dial(addr, options.control_timeout, options.key.as_ref())
-        .map_err(|e| failed(format!("cannot connect to {addr}: {e}")))?;
-    link.send(&request).map_err(|e| failed(e.to_string()))?;
     let hard_end = Instant::now() + limit;
+    let mut pooled = pool.and_then(|p| p.take(addr));
+    loop {
+        let reused = pooled.is_some();
+        let mut link = match pooled.take() {
+            Some(link) => link,
+            None => {
+                Link::dial(addr, options.control_timeout, options.key.as_ref())
+                    .map_err(|e| failed(format!("cannot connect to {addr}: {e}")))?
+                    .0
+            }
+        };
+        let mut heard = false;
+        let asked = link.send(&request).map_err(|e| failed(e.to_string()));
+        let waited = asked.and_then(|()| {
+            let waiting = Waiting {
+                source,
+                hard_end,
+                what,
+                options,
+                stop,
+            };
+            wait_for_reply(&mut link, &waiting, &mut heard, &result)
+        });
+        match waited {
+            Ok((found, clean)) => {
+                if let (Some(pool), true) = (pool, clean) {
+                    pool.give_back(addr, link);
+                }
+                return Ok(found);
+            }
+            // Nothing heard on a link from the pool: the agent closed it while it waited
+            // there, and nothing of this request reached it.
+            Err(_) if reused && !heard => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What [`wait_for_reply`] waits under.
+struct Waiting<'a> {
+    source: &'a str,
+    hard_end: Instant,
+    what: &'a str,
+    options: &'a RunOptions,
+    stop: &'a AtomicBool,
+}
+
+/// Waits on `link` for the reply `result` picks (see [`ask_and_wait`]); with it, whether
+/// the link is fit for another job (no abort was sent). `heard` says whether any reply
+/// came.
+fn wait_for_reply<R>(
+    link: &mut Link,
+    waiting: &Waiting<'_>,
+    heard: &mut bool,
+    result: &impl Fn(AgentReply) -> Option<R>,
+) -> Result<(R, bool), RunError> {
+    let Waiting {
+        source,
+        hard_end,
+        what,
+        options,
+        stop,
+    } = *waiting;
+    let failed = |why: String| agent_failed(source, why);
     let mut last_heard = Instant::now();
     let mut aborted = false;
     loop {
@@ -599,11 +668,17 @@ fn ask_and_wait<R>(
             Ok(Some(AgentReply::Error {
                 reason,
                 unreachable,
-            })) => return Err(agent_refused(source, reason, unreachable)),
-            Ok(Some(reply)) => match result(reply) {
-                Some(found) => return Ok(found),
-                None => last_heard = Instant::now(),
-            },
+            })) => {
+                *heard = true;
+                return Err(agent_refused(source, reason, unreachable));
+            }
+            Ok(Some(reply)) => {
+                *heard = true;
+                match result(reply) {
+                    Some(found) => return Ok((found, !aborted)),
+                    None => last_heard = Instant::now(),
+                }
+            }
             Ok(None) if last_heard.elapsed() >= options.control_timeout => {
                 return Err(failed(format!(
                     "silent for {:.1} s",

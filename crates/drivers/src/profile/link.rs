@@ -161,6 +161,52 @@ impl Link {
     }
 }
 
+/// Links to agents kept open between jobs, so that a job that comes back to the same
+/// agent again and again (a mesh's STAMP windows, back to back, each pair all the time)
+/// does not pay each time for a connection, a thread on the agent and a key exchange.
+/// A link is taken by one job at a time and given back after a job that ended well.
+#[derive(Default)]
+pub struct LinkPool {
+    idle: Mutex<std::collections::HashMap<SocketAddr, Vec<(Link, Instant)>>>,
+}
+
+impl LinkPool {
+    /// How long a link may wait unused and still be taken: well inside an agent's idle
+    /// deadline (120 s by default), after which the agent closes it.
+    const FRESH: Duration = Duration::from_secs(30);
+    /// Links kept per agent: as many as jobs run to it at once, in a mesh a handful.
+    const PER_AGENT: usize = 8;
+
+    /// An open link to `addr` given back less than [`Self::FRESH`] ago, if there is one.
+    pub(crate) fn take(&self, addr: SocketAddr) -> Option<Link> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let links = idle.get_mut(&addr)?;
+        links.retain(|(_, since)| since.elapsed() < Self::FRESH);
+        let link = links.pop().map(|(link, _)| link);
+        if links.is_empty() {
+            idle.remove(&addr);
+        }
+        link
+    }
+
+    /// Keeps `link` to `addr` for the next job; beyond [`Self::PER_AGENT`] it is closed.
+    pub(crate) fn give_back(&self, addr: SocketAddr, link: Link) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let links = idle.entry(addr).or_default();
+        links.retain(|(_, since)| since.elapsed() < Self::FRESH);
+        if links.len() < Self::PER_AGENT {
+            links.push((link, Instant::now()));
+        }
+    }
+}
+
+impl std::fmt::Debug for LinkPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        write!(f, "LinkPool({} agents)", idle.len())
+    }
+}
+
 /// Unix time in nanoseconds.
 pub(crate) fn unix_ns() -> u64 {
     std::time::SystemTime::now()
@@ -172,6 +218,33 @@ pub(crate) fn unix_ns() -> u64 {
 mod tests {
     use super::*;
     use std::net::TcpListener;
+
+    /// A link given back is taken by the next job to the same agent, once; another
+    /// agent's job finds none; an agent keeps at most PER_AGENT idle links.
+    #[test]
+    fn the_pool_gives_a_link_back_to_the_next_job_to_its_agent() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let other: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let link = || Link::new(TcpStream::connect(addr).unwrap()).unwrap();
+        let pool = LinkPool::default();
+        assert!(pool.take(addr).is_none());
+        let first = link();
+        let port = first.stream.local_addr().unwrap().port();
+        pool.give_back(addr, first);
+        assert!(pool.take(other).is_none());
+        let taken = pool.take(addr).expect("the link given back");
+        assert_eq!(taken.stream.local_addr().unwrap().port(), port);
+        assert!(pool.take(addr).is_none(), "taken once");
+        for _ in 0..LinkPool::PER_AGENT + 3 {
+            pool.give_back(addr, link());
+        }
+        let mut kept = 0;
+        while pool.take(addr).is_some() {
+            kept += 1;
+        }
+        assert_eq!(kept, LinkPool::PER_AGENT);
+    }
 
     /// A squatter on an agent's address: answers the hello with `answer`'s bytes.
     fn squatter(answer: Vec<u8>) -> SocketAddr {

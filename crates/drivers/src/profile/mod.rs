@@ -20,6 +20,8 @@ pub mod rpm_job;
 mod served;
 pub mod stamp_job;
 
+pub use link::LinkPool;
+
 use std::time::Duration;
 
 /// The longest a profile thread blocks before checking its stop conditions.
