@@ -536,6 +536,37 @@ mod tests {
         assert!(s.directions.is_none());
     }
 
+    /// An end that learned of the end later (an interruption seen late by the server)
+    /// measured over a longer window: the report says so, naming both windows; windows
+    /// that agree say nothing.
+    #[test]
+    fn ends_that_measured_over_different_windows_are_named() {
+        let sides = |sent_s: f64, received_s: f64| {
+            let local = SideResult {
+                flows: vec![flow(0, Role::Send, 10_000, sent_s, 0)],
+                ..Default::default()
+            };
+            let remote = SideResult {
+                flows: vec![flow(0, Role::Receive, 10_000, received_s, 0)],
+                ..Default::default()
+            };
+            let config = config(Direction::Forward, 1);
+            Report::assemble("tcp_stream", "t", 0.0, config, local, remote).warnings
+        };
+        let warnings = sides(3.53, 3.99);
+        assert!(
+            warnings.iter().any(|w| w.contains("3.53 s")
+                && w.contains("3.99 s")
+                && w.contains("0.46 s after the other")),
+            "{warnings:?}"
+        );
+        let warnings = sides(3.47, 3.48);
+        assert!(
+            warnings.iter().all(|w| !w.contains("learned of the end")),
+            "{warnings:?}"
+        );
+    }
+
     #[test]
     fn reverse_and_bidir_flows_take_sender_and_receiver_from_the_right_end() {
         let config = config(Direction::Bidir, 1);
