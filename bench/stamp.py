@@ -169,6 +169,9 @@ def agent_round(peers, window_s):
         out, _ = coordinator.communicate(timeout=10 * window_s)
         rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
         ok = sum(1 for r in rows if r.get("ok"))
+        failed = [r.get("reason", "") for r in rows if "ok" in r and not r.get("ok")]
+        if failed:
+            print(f"{len(failed)} windows failed, e.g. {failed[0]}", file=sys.stderr)
     finally:
         for p in (agent, reflector):
             p.terminate()

@@ -329,7 +329,19 @@ pub enum AgentRequest {
         size: Option<ProbeSize>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dscp: Option<Dscp>,
+        /// How often the agent sends its heartbeat during the window, the controller's
+        /// word (it waits three of them before it counts the agent lost). Absent (an
+        /// older controller): every 2 s. The agent keeps it within 1 to 30 s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        heartbeat_s: Option<Seconds>,
     },
+}
+
+/// The heartbeat interval of a STAMP window, from a request's `heartbeat_s`: 2 s where
+/// absent, else within 1 to 30 s whatever was asked.
+pub fn stamp_heartbeat(asked: Option<Seconds>) -> std::time::Duration {
+    let seconds = asked.map_or(2.0, |s| s.get().clamp(1.0, 30.0));
+    std::time::Duration::from_secs_f64(seconds)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -441,6 +453,21 @@ pub fn estimate_offset(samples: &[ClockSample]) -> Option<ClockOffset> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An older controller's STAMP request has no heartbeat and gets one every 2 s; a
+    /// newer one's is kept within 1 to 30 s, whatever it says.
+    #[test]
+    fn a_stamp_windows_heartbeat_is_what_was_asked_within_bounds() {
+        let old = r#"{"type":"stamp","reflector":"192.0.2.1:862","window_s":60,"rate":10}"#;
+        let AgentRequest::Stamp { heartbeat_s, .. } = serde_json::from_str(old).unwrap() else {
+            panic!("not a stamp request");
+        };
+        assert_eq!(stamp_heartbeat(heartbeat_s), std::time::Duration::from_secs(2));
+        let asked = |s: f64| stamp_heartbeat(Some(Seconds::clamped(s))).as_secs_f64();
+        assert_eq!(asked(10.0), 10.0);
+        assert_eq!(asked(0.001), 1.0);
+        assert_eq!(asked(1e9), 30.0);
+    }
 
     /// A virtual agent whose clock runs `offset` ahead, with asymmetric one-way delays:
     /// the estimate is off by at most half the best round trip, and picks that one.

@@ -26,10 +26,6 @@ use std::time::{Duration, Instant};
 
 /// How often a running agent tells its controller it is alive.
 const HEARTBEAT: Duration = Duration::from_millis(500);
-/// How often during a STAMP window: every 2 s, well within the controller's 5 s of
-/// silence; a hundred windows at once would otherwise send two hundred heartbeats a
-/// second.
-const STAMP_HEARTBEAT: Duration = Duration::from_secs(2);
 /// How long after the start the CPUs stay held awake: every thread is released by then.
 const START_HOLD: Duration = Duration::from_millis(100);
 /// The furthest ahead a start may be set (the controller's lead is half a second plus two
@@ -248,6 +244,8 @@ enum Work {
         reflector: String,
         /// When the window's outcome is due: its end and the wait for its last answers.
         due: Instant,
+        /// How often it says it is alive meanwhile: what the controller asked.
+        heartbeat: Duration,
         _held: Held,
     },
 }
@@ -330,9 +328,8 @@ impl Agent<'_> {
     fn wait(&self) -> Duration {
         match &self.work {
             Work::Running { .. } | Work::Rpm { .. } => Duration::from_millis(50),
-            Work::Stamp { due, .. } => {
-                let beat =
-                    (self.last_beat + STAMP_HEARTBEAT).saturating_duration_since(Instant::now());
+            Work::Stamp { due, heartbeat, .. } => {
+                let beat = (self.last_beat + *heartbeat).saturating_duration_since(Instant::now());
                 let due = due.saturating_duration_since(Instant::now());
                 // Once due, the outcome is looked for every 50 ms until it comes.
                 beat.min(due).max(Duration::from_millis(50))
@@ -427,14 +424,18 @@ impl Agent<'_> {
     /// alive.
     fn poll_stamp(&mut self) {
         let Work::Stamp {
-            outcome, reflector, ..
+            outcome,
+            reflector,
+            heartbeat,
+            ..
         } = &self.work
         else {
             return;
         };
+        let heartbeat = *heartbeat;
         let outcome = match outcome.try_recv() {
             Ok(outcome) => stamp_job::outcome(Some(outcome), reflector),
-            Err(TryRecvError::Empty) => return self.heartbeat_every(STAMP_HEARTBEAT),
+            Err(TryRecvError::Empty) => return self.heartbeat_every(heartbeat),
             Err(TryRecvError::Disconnected) => stamp_job::outcome(None, reflector),
         };
         self.work = Work::Idle;
@@ -456,7 +457,7 @@ impl Agent<'_> {
     /// Probes the reflector the controller names for one window.
     /// (The window, rate, size and DSCP arrive bounded by their types; this server's own
     /// bounds are checked here.)
-    fn stamp_source(&mut self, job: StampJob) {
+    fn stamp_source(&mut self, job: StampJob, heartbeat: Duration) {
         if let Some(reason) = self.has_work() {
             return self.refuse("STAMP test", reason.into());
         }
@@ -478,6 +479,7 @@ impl Agent<'_> {
                     outcome,
                     reflector,
                     due,
+                    heartbeat,
                     _held: Held::slot(taken),
                 }
             }
@@ -540,13 +542,17 @@ impl Agent<'_> {
                 rate,
                 size,
                 dscp,
-            } => self.stamp_source(StampJob {
-                reflector: reflector.into_string(),
-                window: window_s.duration(),
-                rate_pps: rate.get(),
-                size: size.map(u16::from),
-                dscp: dscp.map(u8::from),
-            }),
+                heartbeat_s,
+            } => self.stamp_source(
+                StampJob {
+                    reflector: reflector.into_string(),
+                    window: window_s.duration(),
+                    rate_pps: rate.get(),
+                    size: size.map(u16::from),
+                    dscp: dscp.map(u8::from),
+                },
+                linerate_proto::agent::stamp_heartbeat(heartbeat_s),
+            ),
         }
     }
 

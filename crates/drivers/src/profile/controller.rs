@@ -523,6 +523,12 @@ pub fn run_rpm(
     rpm_job::within_bounds(*report, job).map_err(|why| agent_failed(source, why))
 }
 
+/// How often an agent probing a STAMP window is asked to say it is alive: a window lasts
+/// a minute and a hundred of them run at once on an agent probing a hundred peers, so a
+/// heartbeat every 10 s (10 a second in all) rather than every 2 s (50). An agent that
+/// dies is seen at once (its connection closes); one cut off, after three unheard (30 s).
+pub const STAMP_HEARTBEAT: Duration = Duration::from_secs(10);
+
 /// Runs one STAMP window from the agent at `source` to `job`'s reflector.
 pub fn run_stamp(
     source: &str,
@@ -542,17 +548,22 @@ pub fn run_stamp(
             .transpose()
             .map_err(failed)?,
         dscp: job.dscp.map(Dscp::try_from).transpose().map_err(failed)?,
+        heartbeat_s: Some(Seconds::clamped(STAMP_HEARTBEAT.as_secs_f64())),
     };
     // The window, the wait for the last answers, set-up; past it the run is abandoned.
     let limit = job.window + super::stamp_job::ANSWER_WAIT + Duration::from_secs(30);
     // A pair's windows follow one another all the time: each takes the link the last
-    // one left, when there is one.
+    // one left, when there is one. The agent is lost after three heartbeats unheard.
+    let options = RunOptions {
+        control_timeout: options.control_timeout.max(STAMP_HEARTBEAT * 3),
+        ..options.clone()
+    };
     let report = ask_and_wait(
         source,
         request,
         limit,
         "STAMP test",
-        (options, options.links.as_deref()),
+        (&options, options.links.as_deref()),
         stop,
         |reply| match reply {
             AgentReply::StampResult { report } => Some(report),
