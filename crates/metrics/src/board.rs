@@ -285,17 +285,24 @@ pub struct Transactions {
     pub sum_s: f64,
 }
 
+impl Quantiles {
+    /// A latency summary's percentiles (microseconds) in seconds.
+    fn of_us(latency: &linerate_model::latency::LatencySummary) -> Quantiles {
+        Quantiles {
+            p50: latency.p50 / 1e6,
+            p90: latency.p90 / 1e6,
+            p99: latency.p99 / 1e6,
+            p999: latency.p999 / 1e6,
+        }
+    }
+}
+
 impl Transactions {
     /// A timed transaction's latency (microseconds) as the series keeps it (seconds).
     pub fn of(latency: &linerate_model::latency::LatencySummary) -> Transactions {
         let l = latency;
         Transactions {
-            quantiles: Quantiles {
-                p50: l.p50 / 1e6,
-                p90: l.p90 / 1e6,
-                p99: l.p99 / 1e6,
-                p999: l.p999 / 1e6,
-            },
+            quantiles: Quantiles::of_us(l),
             buckets: l
                 .histogram
                 .iter()
@@ -410,12 +417,7 @@ pub fn stamp_figures(report: &linerate_report::stamp::StampReport) -> (Figures, 
         // An older document without buckets adds none, and no count, to the histogram.
         let told = report.rtt_histogram.len() == DELAY_BOUNDS_US.len() + 1;
         Transactions {
-            quantiles: Quantiles {
-                p50: r.p50 / 1e6,
-                p90: r.p90 / 1e6,
-                p99: r.p99 / 1e6,
-                p999: r.p999 / 1e6,
-            },
+            quantiles: Quantiles::of_us(r),
             buckets: bucketed(&report.rtt_histogram),
             count: if told { r.count } else { 0 },
             sum_s: if told {

@@ -39,31 +39,16 @@ pub fn rows_of_group(group: &ServedGroup) -> Option<(MeshRow, Figures)> {
     } else {
         (local, peer, "forward")
     };
-    let is_write = |op: &str| matches!(op, "write" | "sendto" | "sendfile");
     // Counted where the bytes arrived: the peer's count of this host's writes, or this
-    // host's count of its reads.
-    let received: u64 = timed
-        .ops
-        .iter()
-        .map(|op| {
-            if is_write(&op.op) {
-                op.peer_bytes
-            } else {
-                op.bytes
-            }
-        })
-        .sum();
-    let sent: u64 = timed
-        .ops
-        .iter()
-        .map(|op| {
-            if is_write(&op.op) {
-                op.bytes
-            } else {
-                op.peer_bytes
-            }
-        })
-        .sum();
+    // host's count of its reads; and what their senders sent.
+    let (received, sent) = timed.ops.iter().fold((0u64, 0u64), |(received, sent), op| {
+        let (arrived, left) = if matches!(op.op.as_str(), "write" | "sendto" | "sendfile") {
+            (op.peer_bytes, op.bytes)
+        } else {
+            (op.bytes, op.peer_bytes)
+        };
+        (received + arrived, sent + left)
+    });
     let seconds = timed.elapsed_s;
     let bps = (seconds > 0.0).then(|| received as f64 * 8.0 / seconds);
     let failure = result

@@ -462,7 +462,10 @@ mod tests {
         let AgentRequest::Stamp { heartbeat_s, .. } = serde_json::from_str(old).unwrap() else {
             panic!("not a stamp request");
         };
-        assert_eq!(stamp_heartbeat(heartbeat_s), std::time::Duration::from_secs(2));
+        assert_eq!(
+            stamp_heartbeat(heartbeat_s),
+            std::time::Duration::from_secs(2)
+        );
         let asked = |s: f64| stamp_heartbeat(Some(Seconds::clamped(s))).as_secs_f64();
         assert_eq!(asked(10.0), 10.0);
         assert_eq!(asked(0.001), 1.0);

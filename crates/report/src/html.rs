@@ -575,50 +575,7 @@ fn run_section(id: i64, document: &Document) -> String {
                 &bars,
             )));
         }
-        Document::Rpm(run) => {
-            // A line per direction, of one figure of its intervals.
-            let lines = |pick: fn(&crate::rpm::RpmInterval) -> Option<f64>| -> Vec<Series> {
-                [&run.download, &run.upload]
-                    .iter()
-                    .map(|leg| Series {
-                        name: leg.direction.clone(),
-                        points: leg
-                            .intervals
-                            .iter()
-                            .filter_map(|i| Some((i.end_s, pick(i)?)))
-                            .collect(),
-                    })
-                    .collect()
-            };
-            out.push_str(&figure(line_chart(
-                "Goodput as load-generating connections were added",
-                "seconds into the direction",
-                "Mbit/s",
-                XAxis::Linear,
-                &lines(|i| Some(i.goodput_bps / 1e6)),
-            )));
-            out.push_str(&figure(line_chart(
-                "Responsiveness over the moving window",
-                "seconds into the direction",
-                "RPM",
-                XAxis::Linear,
-                &lines(|i| i.rpm),
-            )));
-            let spreads = rpm_spreads(run);
-            if !spreads.is_empty() {
-                out.push_str(&figure(spread_chart(
-                    "Latency idle and under load",
-                    "ms",
-                    &spreads,
-                )));
-                out.push_str(
-                    "<p class=\"note\">Each box spans the middle half of the probes' times, \
-                     the line across it is the median, the whisker runs from the least to the \
-                     90th percentile. Under load: the probes of the last moving window, the \
-                     ones the figures are taken from.</p>\n",
-                );
-            }
-        }
+        Document::Rpm(run) => out.push_str(&rpm_charts(run)),
         Document::Stamp(run) => out.push_str(&stamp_charts(run)),
     }
     let _ = writeln!(
@@ -627,6 +584,56 @@ fn run_section(id: i64, document: &Document) -> String {
         escape(&document.render_text(crate::units::Scale::Adaptive))
     );
     out.push_str("</section>\n");
+    out
+}
+
+/// An RPM run's charts: goodput and responsiveness over each direction's seconds, and the
+/// latency idle against loaded.
+fn rpm_charts(run: &crate::rpm::RpmReport) -> String {
+    let mut out = String::new();
+    // A line per direction, of one figure of its intervals.
+    let lines = |pick: fn(&crate::rpm::RpmInterval) -> Option<f64>| -> Vec<Series> {
+        [&run.download, &run.upload]
+            .iter()
+            .map(|leg| Series {
+                name: leg.direction.clone(),
+                points: leg
+                    .intervals
+                    .iter()
+                    .filter_map(|i| Some((i.end_s, pick(i)?)))
+                    .collect(),
+            })
+            .collect()
+    };
+    out.push_str(&figure(line_chart(
+        "Goodput as load-generating connections were added",
+        "seconds into the direction",
+        "Mbit/s",
+        XAxis::Linear,
+        &lines(|i| Some(i.goodput_bps / 1e6)),
+    )));
+    out.push_str(&figure(line_chart(
+        "Responsiveness over the moving window",
+        "seconds into the direction",
+        "RPM",
+        XAxis::Linear,
+        &lines(|i| i.rpm),
+    )));
+    let spreads = rpm_spreads(run);
+    if !spreads.is_empty() {
+        out.push_str(&figure(spread_chart(
+            "Latency idle and under load",
+            "ms",
+            &spreads,
+        )));
+        out.push_str(
+            "<p class=\"note\">Each box spans the middle half of the probes' times, \
+             the line across it is the median, the whisker runs from the least to the \
+             90th percentile. Under load: the probes of the last moving window, the \
+             ones the figures are taken from.</p>\n",
+        );
+    }
+
     out
 }
 
