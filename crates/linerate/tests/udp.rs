@@ -258,16 +258,33 @@ fn find_max_trials_agree_with_the_bound_and_the_answer() {
         }
     }
     let result = &doc["result"];
+    // The answer is a trial: one that passed, or, on a machine too busy to send at the
+    // rate offered, one whose sender fell short while the receiver took what it sent
+    // within the bound (the sender is then named as the limit).
     let answer = trials
         .iter()
-        .find(|t| t["verdict"] == "passed" && t["offered_bps"] == result["offered_bps"])
-        .expect("the answer is a passing trial");
-    assert_eq!(result["receiver_bps"], answer["summary"]["receiver_bps"]);
+        .find(|t| {
+            t["offered_bps"] == result["offered_bps"]
+                && t["summary"]["receiver_bps"] == result["receiver_bps"]
+        })
+        .unwrap_or_else(|| panic!("the answer is one of the trials: {doc}"));
     assert_eq!(result["receiver_pps"], answer["summary"]["receiver_pps"]);
-    // No passing trial offered more than the answer.
-    let best = result["offered_bps"].as_f64().unwrap_or(f64::INFINITY);
-    for trial in trials.iter().filter(|t| t["verdict"] == "passed") {
-        assert!(trial["offered_bps"].as_f64().unwrap_or(f64::INFINITY) <= best);
+    match answer["verdict"].as_str().unwrap() {
+        "passed" => {
+            // No passing trial offered more than the answer.
+            let best = result["offered_bps"].as_f64().unwrap_or(f64::INFINITY);
+            for trial in trials.iter().filter(|t| t["verdict"] == "passed") {
+                assert!(trial["offered_bps"].as_f64().unwrap_or(f64::INFINITY) <= best);
+            }
+        }
+        "sender_short" => {
+            assert!(
+                result["limited_by"].as_str().unwrap().starts_with("sender"),
+                "{doc}"
+            );
+            assert!(result["loss_pct"].as_f64().unwrap() <= 0.5, "{doc}");
+        }
+        other => panic!("the answer's verdict is {other}: {doc}"),
     }
     assert!(doc["limit"].is_string());
 }
