@@ -19,7 +19,7 @@ export LD_LIBRARY_PATH=$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$KIT/bin:$PATH
 ROUNDS=${ROUNDS:-3}
 TIME=${TIME:-3}
-TESTS=${TESTS:-"tcp1 tcp1-131072 tcp8 tcp16 quic1 quic8 quic8-connections lab"}
+TESTS=${TESTS:-"tcp1 tcp1-131072 tcp8 tcp16 quic1 quic8 quic8-connections lab copy"}
 CPU_MODEL=$(lscpu | awk -F: '/^Model name/ {sub(/^ +/, "", $2); print $2; exit}')
 CPUS=$(nproc)
 RESULTS=$(mktemp)
@@ -136,6 +136,35 @@ lab_threads() {
     }' | tee -a "$RESULTS"
 }
 
+# copy through a lab of 100 ms each way (200 ms round trip) and 1 % loss, no bottleneck
+# (the path is what the emulator's threads carry), a COPY_SIZE file (sparse: the reads
+# cost little, the hashing and the writes are real) to the server's disk. Truth: the
+# bytes the emulator passed toward the server over the copy's own time. Needs root.
+copy_lab() {
+    local threads=$1 name="kitcopy$1" scratch out passed
+    scratch=$(mktemp -d)
+    truncate -s "${COPY_SIZE:-4G}" "$scratch/source.bin"
+    mkdir "$scratch/in"
+    echo "the bench kit's shared key, 32+ bytes" > "$scratch/key"
+    out=$(linerate --no-store lab run --name "$name" --threads "$threads" --delay 100ms --loss 1% \
+        --buffers 256M --serve-args "--files $scratch/in --key $scratch/key" -- \
+        linerate --no-store copy "$scratch/source.bin" server:copy.bin --key "$scratch/key" -q --json \
+        2> "$scratch/stderr")
+    passed=$(grep -o '"passed_bytes": *[0-9]*' "/run/linerate/lab/$name/status.json" 2> /dev/null |
+        head -1 | awk -F: '{print $2 + 0}')
+    rm -rf "/run/linerate/lab/$name"
+    local goodput seconds cpu_local cpu_remote
+    goodput=$(printf '%s\n' "$out" | grep -o '"goodput_bps": *[0-9.e+]*' | head -1 | awk -F: '{print $2 + 0}')
+    seconds=$(printf '%s\n' "$out" | grep -o '"wall_s": *[0-9.e+]*' | head -1 | awk -F: '{print $2 + 0}')
+    [[ -z $goodput ]] && tail -3 "$scratch/stderr" >&2
+    rm -rf "$scratch"
+    awk -v claim="${goodput:-0}" -v passed="${passed:-0}" -v t="${seconds:-0}" \
+        -v tool="linerate ($threads threads)" -v model="$CPU_MODEL" -v cpus="$CPUS" 'BEGIN {
+        printf "%-20s %-22s %8.2f Gbit/s  truth %8.2f  %s CPU s/Gbit  [%s, %s CPUs]\n",
+            "copy-200ms-1%", tool, claim / 1e9, (t > 0 ? passed * 8 / t / 1e9 : 0), "-", model, cpus
+    }' | tee -a "$RESULTS"
+}
+
 one_round() {
     for test in $TESTS; do
         case $test in
@@ -162,9 +191,13 @@ one_round() {
                 fi ;;
             lab)
                 if [[ $(id -u) == 0 ]]; then
-                    for threads in 1 $(( CPUS / 4 > 1 ? CPUS / 4 : 2 )); do
+                    for threads in $(printf '%s\n' 1 $(( CPUS / 4 > 1 ? CPUS / 4 : 2 )) $(( CPUS / 2 > 2 ? CPUS / 2 : 2 )) | sort -un); do
                         lab_threads "$threads"
                     done
+                fi ;;
+            copy)
+                if [[ $(id -u) == 0 ]]; then
+                    copy_lab "$(( CPUS / 4 > 1 ? CPUS / 4 : 1 ))"
                 fi ;;
             quic*-connections)
                 local flows=${test#quic}; flows=${flows%-connections}
