@@ -22,7 +22,8 @@ cargo build --release --quiet -p linerate --manifest-path "$ROOT/Cargo.toml"
 rm -rf "$KIT"
 mkdir -p "$KIT/bin" "$KIT/lib"
 cp "$ROOT/target/release/linerate" "$KIT/bin/linerate"
-for peer in iperf3 iperf qperf nuttcp; do
+# iproute2's `ip` too: the lab and copy tests build network namespaces with it.
+for peer in iperf3 iperf qperf nuttcp ip; do
     if path=$(command -v "$peer"); then
         cp "$path" "$KIT/bin/$peer"
     else

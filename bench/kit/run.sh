@@ -119,13 +119,15 @@ peer() {
 }
 
 # The emulator: 8 UDP flows of 1514-byte frames as fast as the client sends through a lab
+# (to the server's IPv4 address: `server` resolves to IPv6 first, where 1472-byte
+# datagrams leave as two fragments each)
 # of 50 ms each way and 1 % loss, forwarded by THREADS threads a direction. Truth: the
 # bytes the emulator passed toward the server (its status file) over the test's time.
 # Needs root (network namespaces).
 lab_threads() {
     local threads=$1 name="kit$1" out passed
     out=$(linerate --no-store lab run --name "$name" --threads "$threads" --delay 50ms --loss 1% -- \
-        linerate --no-store stream server -u -b 0 -l 1472 -P 8 -t "$TIME" --json 2> /dev/null)
+        linerate --no-store stream 10.77.0.2 -u -b 0 -l 1472 -P 8 -t "$TIME" --json 2> /dev/null)
     passed=$(grep -o '"passed_bytes": *[0-9]*' "/run/linerate/lab/$name/status.json" 2> /dev/null |
         head -1 | awk -F: '{print $2 + 0}')
     rm -rf "/run/linerate/lab/$name"

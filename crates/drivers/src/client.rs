@@ -614,10 +614,40 @@ pub fn run_test(
     cancel: &AtomicBool,
     progress: &mut dyn FnMut(TestUpdate),
 ) -> Result<Report, ClientError> {
-    match target {
+    let mut report = match target {
         Some(addr) => run(addr, options, cancel, progress),
         None => run_local(options, cancel, progress),
+    }?;
+    if let Some(warning) = target.and_then(|addr| fragmented_datagrams(&options.config, addr)) {
+        report.warnings.push(warning);
     }
+    Ok(report)
+}
+
+/// A UDP stream whose datagrams exceed what the route to `target` carries in one packet:
+/// each leaves as IP fragments, so the path sees more, smaller frames, and losing any
+/// fragment loses the datagram (an IPv6 route carries 20 bytes less than an IPv4 one, so
+/// `-l 1472` fragments there).
+fn fragmented_datagrams(config: &TestConfig, target: SocketAddr) -> Option<String> {
+    if config.protocol != linerate_model::Protocol::Udp {
+        return None;
+    }
+    let largest = linerate_engine::sys::udp_payload_for(target).ok()?;
+    fragmented_warning(config.length, largest, target)
+}
+
+fn fragmented_warning(length: u64, largest: u64, target: SocketAddr) -> Option<String> {
+    if largest == 0 || length <= largest {
+        return None;
+    }
+    let fragments = length.div_ceil(largest);
+    let family = if target.is_ipv4() { "IPv4" } else { "IPv6" };
+    Some(format!(
+        "datagrams of {length} bytes exceed the {largest} bytes the route to {} ({family}) \
+         carries in one packet: each left as {fragments} IP fragments, and losing any \
+         fragment lost the datagram (-l {largest} or less keeps them whole)",
+        target.ip()
+    ))
 }
 
 /// Runs a test against an in-process server on loopback: "measure this machine" with no
@@ -639,4 +669,23 @@ pub fn run_local(
     local.shutdown.store(true, Ordering::Relaxed);
     let _ = local.handle.join();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fragmented_warning;
+    use std::net::SocketAddr;
+
+    #[test]
+    fn a_datagram_over_the_routes_payload_is_named_as_fragmented() {
+        let v6: SocketAddr = "[fd00::2]:5201".parse().unwrap();
+        let warning = fragmented_warning(1472, 1452, v6).expect("1472 > 1452 fragments");
+        assert!(warning.contains("1472 bytes exceed the 1452"), "{warning}");
+        assert!(warning.contains("IPv6") && warning.contains("2 IP fragments"), "{warning}");
+        let v4: SocketAddr = "10.0.0.2:5201".parse().unwrap();
+        assert_eq!(fragmented_warning(1472, 1472, v4), None);
+        assert_eq!(fragmented_warning(1400, 1472, v4), None);
+        // A route whose MTU could not be read says nothing rather than a wrong figure.
+        assert_eq!(fragmented_warning(1472, 0, v4), None);
+    }
 }
