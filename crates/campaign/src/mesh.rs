@@ -24,6 +24,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A wait for the next job at least this long is told (`MeshEvent::Waiting`).
 const WAIT_WORTH_SAYING_S: f64 = 30.0;
+/// Results that ended together are stored in one transaction, this many at most: a
+/// commit (a flush of the store's log) costs about as much as the rows it carries, so a
+/// mesh that finishes results faster than one commit each shares commits instead of
+/// falling behind, and one that does not pays nothing (a batch of one).
+const BATCH: usize = 256;
 
 /// How long running jobs get to end after a stop before the coordinator leaves them.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -481,8 +486,10 @@ impl<'a> Coordinator<'a> {
         let mut scheduler = Scheduler::new(mesh, clock.read());
         let mut newest = Newest::new();
         if let Some(store) = store.as_deref_mut() {
+            // Each job's newest row is all a schedule resumes from (its cycle and when it
+            // ran): read through the pairs' latest, not the months of rows behind them.
             let rows = store
-                .mesh_rows(&mesh.name, false)
+                .mesh_rows(&mesh.name, true)
                 .context("reading the mesh's past results")?;
             scheduler.resume(&past_of(mesh, &rows), clock.read());
             for row in rows {
@@ -576,32 +583,50 @@ impl<'a> Coordinator<'a> {
         }
     }
 
-    /// Stores a result (its run id set) and notes it as its job's newest. The document
-    /// goes in compact unless `[store]` keeps this one whole; the result reported on (to
-    /// the metrics, the grid, the alerts) keeps its every figure either way.
+    /// Stores a result (its run id set) and notes it as its job's newest.
     fn keep(&mut self, result: &mut JobResult) -> Result<()> {
+        self.keep_all(std::slice::from_mut(result))
+    }
+
+    /// Stores results together (one transaction: a busy mesh's results share a commit)
+    /// with their run ids set, and notes each as its job's newest. A document goes in
+    /// compact unless `[store]` keeps this one whole; the result reported on (to the
+    /// metrics, the grid, the alerts) keeps its every figure either way.
+    fn keep_all(&mut self, results: &mut [JobResult]) -> Result<()> {
         if let Some(store) = self.store.as_deref_mut() {
-            let json = match &result.document {
-                Some(document) => {
-                    let n = self.documents_kept;
-                    self.documents_kept += 1;
-                    let failed = !result.row.outcome.is_ok();
-                    Some(if self.mesh.store.keeps_whole(n, failed) {
-                        document.to_stored_json()?
-                    } else {
-                        document.compact().to_stored_json()?
-                    })
-                }
-                None => None,
-            };
-            result.row.run_id =
-                store.insert_mesh(&result.row, result.document.as_ref().zip(json.as_deref()))?;
+            let mut jsons = Vec::with_capacity(results.len());
+            for result in results.iter() {
+                jsons.push(match &result.document {
+                    Some(document) => {
+                        let n = self.documents_kept;
+                        self.documents_kept += 1;
+                        let failed = !result.row.outcome.is_ok();
+                        Some(if self.mesh.store.keeps_whole(n, failed) {
+                            document.to_stored_json()?
+                        } else {
+                            document.compact().to_stored_json()?
+                        })
+                    }
+                    None => None,
+                });
+            }
+            let items: Vec<linerate_store::MeshItem<'_>> = results
+                .iter()
+                .zip(&jsons)
+                .map(|(result, json)| (&result.row, result.document.as_ref().zip(json.as_deref())))
+                .collect();
+            let ids = store.insert_mesh_batch(&items)?;
+            for (result, id) in results.iter_mut().zip(ids) {
+                result.row.run_id = id;
+            }
         }
-        let row = &result.row;
-        self.newest.insert(
-            (row.test.clone(), row.src.clone(), row.dst.clone()),
-            row.clone(),
-        );
+        for result in results.iter() {
+            let row = &result.row;
+            self.newest.insert(
+                (row.test.clone(), row.src.clone(), row.dst.clone()),
+                row.clone(),
+            );
+        }
         Ok(())
     }
 
@@ -687,25 +712,38 @@ impl<'a> Coordinator<'a> {
         Ok(())
     }
 
-    /// A job that ended: told to the scheduler, kept, reported.
-    fn ended(&mut self, finished: Finished, each: &mut dyn FnMut(MeshEvent)) -> Result<()> {
-        let (job, outcome, mut result) = finished;
-        self.keep(&mut result)?;
-        if let Outcome::Failed { hosts, .. } = &outcome {
-            // Kept only where a store holds the row it names.
-            if self.store.is_some() {
-                let place = failure_place(&result.row);
-                for &host in hosts {
-                    let name = self.mesh.hosts[host].name.clone();
-                    self.down_kept_in.insert(name, place.clone());
-                }
+    /// A job that ended, and every other that ended meanwhile (up to [`BATCH`]): kept
+    /// together, then each told to the scheduler and reported.
+    fn ended(&mut self, first: Finished, each: &mut dyn FnMut(MeshEvent)) -> Result<()> {
+        let mut finished = vec![first];
+        while finished.len() < BATCH {
+            match self.finished.try_recv() {
+                Ok(more) => finished.push(more),
+                Err(_) => break,
             }
         }
-        self.scheduler.finished(job, self.clock.read(), outcome);
-        if let Some(runs) = self.runs.get_mut(job) {
-            *runs += 1;
+        let (jobs, mut results): (Vec<(usize, Outcome)>, Vec<JobResult>) = finished
+            .into_iter()
+            .map(|(job, outcome, result)| ((job, outcome), result))
+            .unzip();
+        self.keep_all(&mut results)?;
+        for ((job, outcome), result) in jobs.into_iter().zip(&results) {
+            if let Outcome::Failed { hosts, .. } = &outcome {
+                // Kept only where a store holds the row it names.
+                if self.store.is_some() {
+                    let place = failure_place(&result.row);
+                    for &host in hosts {
+                        let name = self.mesh.hosts[host].name.clone();
+                        self.down_kept_in.insert(name, place.clone());
+                    }
+                }
+            }
+            self.scheduler.finished(job, self.clock.read(), outcome);
+            if let Some(runs) = self.runs.get_mut(job) {
+                *runs += 1;
+            }
+            each(MeshEvent::Result(result));
         }
-        each(MeshEvent::Result(&result));
         Ok(())
     }
 
@@ -847,6 +885,8 @@ mod tests {
     #[derive(Default)]
     struct Kept {
         rows: Vec<MeshRow>,
+        /// The size of each hand-over, in order.
+        batches: Vec<usize>,
     }
 
     impl MeshArchive for Kept {
@@ -856,7 +896,17 @@ mod tests {
             _run: Option<(&Document, &str)>,
         ) -> Result<Option<i64>, linerate_store::StoreError> {
             self.rows.push(row.clone());
+            self.batches.push(1);
             Ok(None)
+        }
+        fn insert_mesh_batch(
+            &mut self,
+            items: &[linerate_store::MeshItem<'_>],
+        ) -> Result<Vec<Option<i64>>, linerate_store::StoreError> {
+            self.rows
+                .extend(items.iter().map(|(row, _)| (*row).clone()));
+            self.batches.push(items.len());
+            Ok(vec![None; items.len()])
         }
         fn mesh_rows(
             &mut self,
@@ -1001,6 +1051,76 @@ mod tests {
         )
         .unwrap();
         printed
+    }
+
+    /// Jobs that ended while the coordinator was busy are stored in one hand-over (one
+    /// transaction), in the order they ended, and each is still reported and told to the
+    /// scheduler.
+    #[test]
+    fn results_that_ended_together_are_stored_together_in_order() {
+        let mesh = mesh_of(4, "lat", "rr", "10s");
+        let clock = racing_clock();
+        let runner = Arc::new(Fake {
+            dead: "none",
+            clock: clock.clone(),
+        });
+        let options = MeshOptions {
+            cycles: Some(1),
+            key: None,
+            control_timeout: Duration::from_secs(5),
+            lead: Duration::from_millis(100),
+            rediscover: None,
+        };
+        let mut kept = Kept::default();
+        let mut sent = Vec::new();
+        let mut reported = Vec::new();
+        {
+            let mut c = Coordinator::new(
+                &mesh,
+                &options,
+                Some(&mut kept),
+                runner.clone(),
+                clock.clone(),
+            )
+            .unwrap();
+            // Start jobs as the scheduler says, and let each end at once (run here, its
+            // result queued as a job's thread would queue it).
+            for _ in 0..1000 {
+                for action in c.scheduler.poll(clock.read()) {
+                    if let Action::Start { job, cycle } = action {
+                        let stop = AtomicBool::new(false);
+                        let (outcome, result) = runner.run(&mesh, c.jobs[job], cycle, &stop);
+                        sent.push((result.row.src.clone(), result.row.dst.clone()));
+                        c.results.send((job, outcome, result)).unwrap();
+                    }
+                }
+                if sent.len() >= 4 {
+                    break;
+                }
+            }
+            assert!(
+                sent.len() >= 4,
+                "the scheduler started {} job(s)",
+                sent.len()
+            );
+            assert_eq!(c.scheduler.running(), sent.len());
+            let first = c.finished.recv().unwrap();
+            c.ended(first, &mut |event| {
+                if let MeshEvent::Result(result) = event {
+                    reported.push((result.row.src.clone(), result.row.dst.clone()));
+                }
+            })
+            .unwrap();
+            assert_eq!(c.scheduler.running(), 0, "each told to the scheduler");
+        }
+        assert_eq!(kept.batches, vec![sent.len()], "one hand-over for them all");
+        let stored: Vec<_> = kept
+            .rows
+            .iter()
+            .map(|row| (row.src.clone(), row.dst.clone()))
+            .collect();
+        assert_eq!(stored, sent, "stored in the order they ended");
+        assert_eq!(reported, sent, "each reported");
     }
 
     #[test]

@@ -681,7 +681,10 @@ mod tests {
         let v6: SocketAddr = "[fd00::2]:5201".parse().unwrap();
         let warning = fragmented_warning(1472, 1452, v6).expect("1472 > 1452 fragments");
         assert!(warning.contains("1472 bytes exceed the 1452"), "{warning}");
-        assert!(warning.contains("IPv6") && warning.contains("2 IP fragments"), "{warning}");
+        assert!(
+            warning.contains("IPv6") && warning.contains("2 IP fragments"),
+            "{warning}"
+        );
         let v4: SocketAddr = "10.0.0.2:5201".parse().unwrap();
         assert_eq!(fragmented_warning(1472, 1472, v4), None);
         assert_eq!(fragmented_warning(1400, 1472, v4), None);

@@ -261,8 +261,10 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
             .any(|t| matches!(t.kind, TestKind::Stamp { .. }));
     let mut watch = if watching {
         let past = match store.as_mut() {
+            // What the board keeps of each pair (its plot, its baseline), with room for
+            // a pair whose rows go both ways.
             Some(store) => store
-                .mesh_rows(&mesh.name, false)
+                .recent_rows(&mesh.name, 2 * linerate_metrics::board::HISTORY)
                 .context("reading the mesh's past results")?,
             None => Vec::new(),
         };

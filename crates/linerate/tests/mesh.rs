@@ -1307,40 +1307,12 @@ fn a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql() {
         .as_secs_f64();
     let rows = old_rows("retained", now);
     let db = fresh_db("retained");
-    // The store's schema, then the rows in one transaction (thousands of the store's own
-    // one-row transactions would wait on the disk for each).
-    drop(linerate_store::Store::open(std::path::Path::new(&db)).unwrap());
+    // The rows in one transaction (thousands of the store's own one-row transactions
+    // would wait on the disk for each).
     {
-        let mut conn = rusqlite::Connection::open(&db).unwrap();
-        let tx = conn.transaction().unwrap();
-        for r in &rows {
-            tx.execute(
-                "INSERT INTO mesh_results (mesh, src, dst, test, direction, protocol, cycle,
-                     started_at, ended_at, ok, reason, headline, headline_text, outcome,
-                     blamed, job_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-                rusqlite::params![
-                    r.mesh,
-                    r.src,
-                    r.dst,
-                    r.test,
-                    r.direction,
-                    r.protocol,
-                    r.cycle as i64,
-                    r.started_at,
-                    r.ended_at,
-                    r.outcome.is_ok(),
-                    r.outcome.reason(),
-                    r.headline,
-                    r.headline_text,
-                    r.outcome.name(),
-                    r.outcome.blamed(),
-                    r.job_key(),
-                ],
-            )
-            .unwrap();
-        }
-        tx.commit().unwrap();
+        let mut store = linerate_store::Store::open(std::path::Path::new(&db)).unwrap();
+        let items: Vec<linerate_store::MeshItem<'_>> = rows.iter().map(|r| (r, None)).collect();
+        store.insert_mesh_batch(&items).unwrap();
     }
     let url = postgres.url.clone();
     let seeded = rows.clone();

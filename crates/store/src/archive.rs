@@ -11,6 +11,63 @@ use crate::{now, Listed, MeshRow, Outcome, StoreError};
 use linerate_report::document::Document;
 use postgres::{Client, NoTls};
 
+/// One mesh job with the prepared [`INSERT_MESH`]: the job's key checked, its run and its
+/// row written, in one round trip. Returns the run's id.
+fn insert_mesh_with(
+    client: &mut impl postgres::GenericClient,
+    statement: &postgres::Statement,
+    row: &MeshRow,
+    run: Option<(&Document, &str)>,
+) -> Result<Option<i64>, postgres::Error> {
+    let key = row.job_key();
+    let listed = Listed::of_mesh(row);
+    // The run's columns, all NULL when the job has none.
+    let run_columns = run.map(|(document, json)| {
+        (
+            document.started_at(),
+            now(),
+            document.test().to_string(),
+            document.kind(),
+            document.path_brief(),
+            json,
+        )
+    });
+    let r = run_columns.as_ref();
+    let headline = listed.headline.filter(|v| v.is_finite());
+    let found = client.query_opt(
+        statement,
+        &[
+            &row.mesh,
+            &row.src,
+            &row.dst,
+            &row.test,
+            &row.direction,
+            &row.protocol,
+            &(row.cycle as i64),
+            &row.started_at,
+            &row.ended_at,
+            &row.outcome.is_ok(),
+            &row.outcome.reason(),
+            &row.headline.filter(|v| v.is_finite()),
+            &row.headline_text,
+            &row.outcome.name(),
+            &row.outcome.blamed(),
+            &key,
+            &r.map(|r| r.0),
+            &r.map(|r| r.1),
+            &r.map(|r| r.2.as_str()),
+            &r.map(|r| r.3.as_str()),
+            &r.map(|_| listed.target.as_str()),
+            &r.and(headline),
+            &r.map(|_| listed.headline_text.as_str()),
+            &r.map(|_| listed.command.as_str()),
+            &r.map(|r| r.4.as_str()),
+            &r.map(|r| r.5),
+        ],
+    )?;
+    Ok(found.and_then(|r| r.get(0)))
+}
+
 /// The schema, one step per version: `MIGRATIONS[i]` takes version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
     // 1: runs with their documents, and a mesh's rows with their labels, indexed for
@@ -88,6 +145,19 @@ pub const MIGRATIONS: &[&str] = &[
      CREATE INDEX linerate_mesh_hourly_hour ON linerate_mesh_hourly (mesh, hour);
      CREATE INDEX linerate_mesh_started ON linerate_mesh_results (mesh, started_at);
      CREATE INDEX linerate_mesh_run ON linerate_mesh_results (run_id);",
+    // 5: each pair's newest row, as the SQLite store's step 9.
+    "CREATE TABLE linerate_mesh_latest (
+        mesh TEXT NOT NULL,
+        src TEXT NOT NULL,
+        dst TEXT NOT NULL,
+        test TEXT NOT NULL,
+        result_id BIGINT NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (mesh, src, dst, test)
+     );
+     INSERT INTO linerate_mesh_latest (mesh, src, dst, test, result_id, started_at)
+        SELECT DISTINCT ON (mesh, src, dst, test) mesh, src, dst, test, id, started_at
+        FROM linerate_mesh_results ORDER BY mesh, src, dst, test, started_at DESC, id DESC;",
 ];
 
 /// An advisory lock's key: "LRAT", the store's application id.
@@ -127,7 +197,13 @@ const INSERT_MESH: &str = "
                $10::BOOLEAN, $11::TEXT, $12::DOUBLE PRECISION, $13::TEXT, $14::TEXT,
                $15::TEXT, $16::TEXT
         WHERE NOT EXISTS (SELECT 1 FROM kept)
-        RETURNING run_id
+        RETURNING id, run_id
+    ), latest AS (
+        INSERT INTO linerate_mesh_latest (mesh, src, dst, test, result_id, started_at)
+        SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::TEXT, id, $8::DOUBLE PRECISION FROM added
+        ON CONFLICT (mesh, src, dst, test) DO UPDATE
+            SET result_id = EXCLUDED.result_id, started_at = EXCLUDED.started_at
+            WHERE EXCLUDED.started_at >= linerate_mesh_latest.started_at
     )
     SELECT run_id FROM added UNION ALL SELECT run_id FROM kept";
 
@@ -372,58 +448,29 @@ impl Archive {
         row: &MeshRow,
         run: Option<(&Document, &str)>,
     ) -> Result<Option<i64>, StoreError> {
-        let key = row.job_key();
         self.reconnect_if_closed()?;
         let statement = self.prepared(INSERT_MESH).map_err(|e| self.error(e))?;
-        let listed = Listed::of_mesh(row);
-        // The run's columns, all NULL when the job has none.
-        let run_columns = run.map(|(document, json)| {
-            (
-                document.started_at(),
-                now(),
-                document.test().to_string(),
-                document.kind(),
-                document.path_brief(),
-                json,
-            )
-        });
-        let r = run_columns.as_ref();
-        let headline = listed.headline.filter(|v| v.is_finite());
-        let found = self
-            .client
-            .query_opt(
-                &statement,
-                &[
-                    &row.mesh,
-                    &row.src,
-                    &row.dst,
-                    &row.test,
-                    &row.direction,
-                    &row.protocol,
-                    &(row.cycle as i64),
-                    &row.started_at,
-                    &row.ended_at,
-                    &row.outcome.is_ok(),
-                    &row.outcome.reason(),
-                    &row.headline.filter(|v| v.is_finite()),
-                    &row.headline_text,
-                    &row.outcome.name(),
-                    &row.outcome.blamed(),
-                    &key,
-                    &r.map(|r| r.0),
-                    &r.map(|r| r.1),
-                    &r.map(|r| r.2.as_str()),
-                    &r.map(|r| r.3.as_str()),
-                    &r.map(|_| listed.target.as_str()),
-                    &r.and(headline),
-                    &r.map(|_| listed.headline_text.as_str()),
-                    &r.map(|_| listed.command.as_str()),
-                    &r.map(|r| r.4.as_str()),
-                    &r.map(|r| r.5),
-                ],
-            )
-            .map_err(|e| self.error(e))?;
-        Ok(found.and_then(|r| r.get(0)))
+        insert_mesh_with(&mut self.client, &statement, row, run).map_err(|e| self.error(e))
+    }
+
+    /// Stores several mesh jobs in one transaction: a round trip each, and one commit
+    /// (one flush of the server's log) for them all; all or none. Their run ids, in order.
+    pub fn insert_mesh_batch(
+        &mut self,
+        items: &[crate::MeshItem<'_>],
+    ) -> Result<Vec<Option<i64>>, StoreError> {
+        self.reconnect_if_closed()?;
+        let statement = self.prepared(INSERT_MESH).map_err(|e| self.error(e))?;
+        let written = (|| {
+            let mut tx = self.client.transaction()?;
+            let ids = items
+                .iter()
+                .map(|(row, run)| insert_mesh_with(&mut tx, &statement, row, *run))
+                .collect::<Result<Vec<_>, _>>()?;
+            tx.commit()?;
+            Ok(ids)
+        })();
+        written.map_err(|e| self.error(e))
     }
 
     /// `sql` prepared on this connection, once: each result is one round trip with its
@@ -540,14 +587,44 @@ impl Archive {
     /// A mesh's rows, oldest first; `latest`: only each (src, dst, test)'s newest.
     pub fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
         if latest {
+            // Read through each pair's newest (kept as rows are written): a pair whose
+            // newest row retention removed has none.
             self.mesh_rows_where(
-                "DISTINCT ON (test, src, dst)",
-                "mesh = $1 ORDER BY test, src, dst, started_at DESC, id DESC",
+                "",
+                "id IN (SELECT result_id FROM linerate_mesh_latest WHERE mesh = $1)
+                 ORDER BY test, src, dst",
                 &[&mesh],
             )
         } else {
             self.mesh_rows_where("", "mesh = $1 ORDER BY started_at, id", &[&mesh])
         }
+    }
+
+    /// Up to `per_pair` of each pair's newest rows (the pairs the latest table knows),
+    /// oldest first, each pair read through its index.
+    pub fn recent_rows(&mut self, mesh: &str, per_pair: usize) -> Result<Vec<MeshRow>, StoreError> {
+        self.reconnect_if_closed()?;
+        let pairs = self
+            .client
+            .query(
+                "SELECT src, dst, test FROM linerate_mesh_latest WHERE mesh = $1",
+                &[&mesh],
+            )
+            .map_err(|e| self.error(e))?;
+        let mut rows = Vec::new();
+        let most = per_pair as i64;
+        for pair in pairs {
+            let (src, dst, test): (String, String, String) =
+                (pair.get(0), pair.get(1), pair.get(2));
+            rows.extend(self.mesh_rows_where(
+                "",
+                "id IN (SELECT id FROM linerate_mesh_results WHERE mesh = $1 AND src = $2
+                        AND dst = $3 AND test = $4 ORDER BY started_at DESC, id DESC LIMIT $5)",
+                &[&mesh, &src, &dst, &test, &most],
+            )?);
+        }
+        rows.sort_by(|a, b| a.started_at.total_cmp(&b.started_at));
+        Ok(rows)
     }
 
     /// The mesh rows that `filter` (a WHERE clause and its order) picks, `distinct` put

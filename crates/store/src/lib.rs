@@ -15,6 +15,7 @@ pub mod spool;
 pub use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -112,6 +113,21 @@ pub const MIGRATIONS: &[&str] = &[
     // 8: a mesh's retention finds its oldest rows and its hours by the mesh.
     "CREATE INDEX mesh_results_mesh_started ON mesh_results (mesh, started_at);
      CREATE INDEX mesh_hourly_mesh_hour ON mesh_hourly (mesh, hour);",
+    // 9: each pair's newest row, kept as rows are written, so that a mesh's latest
+    // results (`mesh status`, a coordinator's restart) are read in time proportional to
+    // its pairs, not to the months of rows behind them. Filled from the rows there are.
+    "CREATE TABLE mesh_latest (
+        mesh TEXT NOT NULL,
+        src TEXT NOT NULL,
+        dst TEXT NOT NULL,
+        test TEXT NOT NULL,
+        result_id INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        PRIMARY KEY (mesh, src, dst, test)
+     ) WITHOUT ROWID;
+     INSERT INTO mesh_latest (mesh, src, dst, test, result_id, started_at)
+        SELECT mesh, src, dst, test, id, MAX(started_at) FROM mesh_results
+        GROUP BY mesh, src, dst, test;",
 ];
 
 /// The schema version this build writes.
@@ -158,6 +174,9 @@ pub enum StoreError {
 
 /// Where a mesh's rows go: the SQLite store, or the PostgreSQL archive many coordinators
 /// share.
+/// A mesh job's row and its run (the document and its stored JSON), when it ran.
+pub type MeshItem<'a> = (&'a MeshRow, Option<(&'a Document, &'a str)>);
+
 pub trait MeshArchive {
     /// Stores a job's row with its run (when it ran), together; the run's id.
     fn insert_mesh(
@@ -165,8 +184,36 @@ pub trait MeshArchive {
         row: &MeshRow,
         run: Option<(&Document, &str)>,
     ) -> Result<Option<i64>, StoreError>;
+    /// Stores several jobs, all or none: one commit where the store has transactions.
+    /// Their run ids, in order.
+    fn insert_mesh_batch(
+        &mut self,
+        items: &[MeshItem<'_>],
+    ) -> Result<Vec<Option<i64>>, StoreError> {
+        items
+            .iter()
+            .map(|(row, run)| self.insert_mesh(row, *run))
+            .collect()
+    }
     /// A mesh's rows, oldest first; `latest`: each (src, dst, test)'s newest.
     fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError>;
+    /// Up to `per_pair` of each (src, dst, test)'s newest rows, oldest first: what a
+    /// restarted coordinator's board shows, read pair by pair through the pair's index
+    /// rather than every row a mesh has kept.
+    fn recent_rows(&mut self, mesh: &str, per_pair: usize) -> Result<Vec<MeshRow>, StoreError> {
+        let mut rows = self.mesh_rows(mesh, false)?;
+        let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+        rows.reverse();
+        rows.retain(|row| {
+            let n = seen
+                .entry((row.src.clone(), row.dst.clone(), row.test.clone()))
+                .or_default();
+            *n += 1;
+            *n <= per_pair
+        });
+        rows.reverse();
+        Ok(rows)
+    }
     /// Where it is, for messages.
     fn location(&self) -> String;
     /// One small step of a mesh's retention (crate::prune::RetainStep): rows that
@@ -192,8 +239,17 @@ impl MeshArchive for Store {
     ) -> Result<Option<i64>, StoreError> {
         Store::insert_mesh(self, row, run)
     }
+    fn insert_mesh_batch(
+        &mut self,
+        items: &[MeshItem<'_>],
+    ) -> Result<Vec<Option<i64>>, StoreError> {
+        Store::insert_mesh_batch(self, items)
+    }
     fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
         Store::mesh_rows(self, mesh, latest)
+    }
+    fn recent_rows(&mut self, mesh: &str, per_pair: usize) -> Result<Vec<MeshRow>, StoreError> {
+        Store::recent_rows(self, mesh, per_pair)
     }
     fn location(&self) -> String {
         self.path.clone()
@@ -217,8 +273,17 @@ impl MeshArchive for archive::Archive {
     ) -> Result<Option<i64>, StoreError> {
         archive::Archive::insert_mesh(self, row, run)
     }
+    fn insert_mesh_batch(
+        &mut self,
+        items: &[MeshItem<'_>],
+    ) -> Result<Vec<Option<i64>>, StoreError> {
+        archive::Archive::insert_mesh_batch(self, items)
+    }
     fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
         archive::Archive::mesh_rows(self, mesh, latest)
+    }
+    fn recent_rows(&mut self, mesh: &str, per_pair: usize) -> Result<Vec<MeshRow>, StoreError> {
+        archive::Archive::recent_rows(self, mesh, per_pair)
     }
     fn location(&self) -> String {
         self.url().to_string()
@@ -232,6 +297,73 @@ impl MeshArchive for archive::Archive {
     ) -> Result<prune::RetainStep, StoreError> {
         archive::Archive::retain_step(self, mesh, raw_before, hourly_before, batch)
     }
+}
+
+/// A mesh job's run (when it ran) and row, within `tx`. Returns the run's id.
+fn insert_mesh_in(
+    tx: &rusqlite::Transaction<'_>,
+    row: &MeshRow,
+    run: Option<(&Document, &str)>,
+) -> rusqlite::Result<Option<i64>> {
+    let key = row.job_key();
+    // Written before (a replay): the run it was kept with.
+    let kept: Option<Option<i64>> = tx
+        .query_row(
+            "SELECT run_id FROM mesh_results WHERE job_key = ?1",
+            params![key],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(run_id) = kept {
+        return Ok(run_id);
+    }
+    let run_id = match run {
+        Some((document, json)) => Some(insert_run(tx, document, json, &Listed::of_mesh(row))?),
+        None => None,
+    };
+    tx.execute(
+        "INSERT INTO mesh_results (run_id, mesh, src, dst, test, direction, protocol,
+                                   cycle, started_at, ended_at, ok, reason, headline,
+                                   headline_text, outcome, blamed, job_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                 ?16, ?17)",
+        params![
+            run_id,
+            row.mesh,
+            row.src,
+            row.dst,
+            row.test,
+            row.direction,
+            row.protocol,
+            row.cycle as i64,
+            row.started_at,
+            row.ended_at,
+            row.outcome.is_ok(),
+            row.outcome.reason(),
+            row.headline.filter(|v| v.is_finite()),
+            row.headline_text,
+            row.outcome.name(),
+            row.outcome.blamed(),
+            key,
+        ],
+    )?;
+    // The pair's newest row, unless a newer one is kept (a replay of an older result).
+    tx.execute(
+        "INSERT INTO mesh_latest (mesh, src, dst, test, result_id, started_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (mesh, src, dst, test) DO UPDATE
+            SET result_id = excluded.result_id, started_at = excluded.started_at
+            WHERE excluded.started_at >= mesh_latest.started_at",
+        params![
+            row.mesh,
+            row.src,
+            row.dst,
+            row.test,
+            tx.last_insert_rowid(),
+            row.started_at
+        ],
+    )?;
+    Ok(run_id)
 }
 
 /// One run as listings show it.
@@ -520,69 +652,63 @@ impl Store {
         row: &MeshRow,
         run: Option<(&Document, &str)>,
     ) -> Result<Option<i64>, StoreError> {
-        let key = row.job_key();
+        self.write(|tx| insert_mesh_in(tx, row, run))
+    }
+
+    /// Stores several mesh jobs in one transaction (one commit, so one flush of the
+    /// write-ahead log for them all), each as [`insert_mesh`](Self::insert_mesh) would,
+    /// all or none. Their run ids, in order.
+    pub fn insert_mesh_batch(
+        &mut self,
+        items: &[MeshItem<'_>],
+    ) -> Result<Vec<Option<i64>>, StoreError> {
         self.write(|tx| {
-            // Written before (a replay): the run it was kept with.
-            let kept: Option<Option<i64>> = tx
-                .query_row(
-                    "SELECT run_id FROM mesh_results WHERE job_key = ?1",
-                    params![key],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(run_id) = kept {
-                return Ok(run_id);
-            }
-            let run_id = match run {
-                Some((document, json)) => {
-                    Some(insert_run(tx, document, json, &Listed::of_mesh(row))?)
-                }
-                None => None,
-            };
-            tx.execute(
-                "INSERT INTO mesh_results (run_id, mesh, src, dst, test, direction, protocol,
-                                           cycle, started_at, ended_at, ok, reason, headline,
-                                           headline_text, outcome, blamed, job_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                         ?16, ?17)",
-                params![
-                    run_id,
-                    row.mesh,
-                    row.src,
-                    row.dst,
-                    row.test,
-                    row.direction,
-                    row.protocol,
-                    row.cycle as i64,
-                    row.started_at,
-                    row.ended_at,
-                    row.outcome.is_ok(),
-                    row.outcome.reason(),
-                    row.headline.filter(|v| v.is_finite()),
-                    row.headline_text,
-                    row.outcome.name(),
-                    row.outcome.blamed(),
-                    key,
-                ],
-            )?;
-            Ok(run_id)
+            items
+                .iter()
+                .map(|(row, run)| insert_mesh_in(tx, row, *run))
+                .collect()
         })
     }
 
     /// A mesh's rows, oldest first; `latest`: only each (src, dst, test)'s newest.
     pub fn mesh_rows(&self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
         if latest {
+            // A pair whose newest row retention removed has none: it has not run within
+            // the raw rows' span.
             self.mesh_rows_where(
-                "mesh = ?1 AND id = (
-                     SELECT id FROM mesh_results AS n
-                     WHERE n.mesh = m.mesh AND n.src = m.src AND n.dst = m.dst AND n.test = m.test
-                     ORDER BY started_at DESC, id DESC LIMIT 1)
+                "id IN (SELECT result_id FROM mesh_latest WHERE mesh = ?1)
                  ORDER BY test, src, dst",
                 params![mesh],
             )
         } else {
             self.mesh_rows_where("mesh = ?1 ORDER BY started_at, id", params![mesh])
         }
+    }
+
+    /// Up to `per_pair` of each pair's newest rows (the pairs [`mesh_latest`] knows),
+    /// oldest first, each pair read through its index.
+    pub fn recent_rows(&self, mesh: &str, per_pair: usize) -> Result<Vec<MeshRow>, StoreError> {
+        let pairs: Vec<(String, String, String)> = {
+            let mut statement = self
+                .conn
+                .prepare("SELECT src, dst, test FROM mesh_latest WHERE mesh = ?1")
+                .map_err(|e| self.sqlite(e))?;
+            let found = statement
+                .query_map(params![mesh], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                .map_err(|e| self.sqlite(e))?;
+            found
+        };
+        let mut rows = Vec::new();
+        for (src, dst, test) in pairs {
+            rows.extend(self.mesh_rows_where(
+                "id IN (SELECT id FROM mesh_results WHERE mesh = ?1 AND src = ?2 AND dst = ?3
+                        AND test = ?4 ORDER BY started_at DESC, id DESC LIMIT ?5)",
+                params![mesh, src, dst, test, per_pair as i64],
+            )?);
+        }
+        rows.sort_by(|a, b| a.started_at.total_cmp(&b.started_at));
+        Ok(rows)
     }
 
     /// The mesh rows (table `m`) that `filter` (a WHERE clause and its order) picks.

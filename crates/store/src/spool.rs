@@ -458,9 +458,11 @@ impl Spool {
 
 /// What the writer thread is asked.
 enum Request {
+    /// Results to write together (one transaction), in order; the answer holds their
+    /// run ids.
     Insert {
-        item: Box<Pending>,
-        reply: mpsc::Sender<Option<i64>>,
+        items: Vec<Pending>,
+        reply: mpsc::Sender<Vec<Option<i64>>>,
     },
     Rows {
         mesh: String,
@@ -503,7 +505,7 @@ pub struct Writer {
     wait: Duration,
     /// The answer to a result not written in time: until it comes, the writer is behind
     /// (the store is slow) and results are handed over without waiting.
-    behind: Option<mpsc::Receiver<Option<i64>>>,
+    behind: Option<mpsc::Receiver<Vec<Option<i64>>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -566,33 +568,30 @@ impl Writer {
     }
 }
 
-impl MeshArchive for Writer {
-    fn insert_mesh(
-        &mut self,
-        row: &MeshRow,
-        run: Option<(&Document, &str)>,
-    ) -> Result<Option<i64>, StoreError> {
+impl Writer {
+    /// Hands `items` to the writer thread, to be written together, and waits for their
+    /// run ids for a while; written later (or spooled) when the store is slow, ids
+    /// unknown then.
+    fn hand_over(&mut self, items: Vec<Pending>) -> Result<Vec<Option<i64>>, StoreError> {
+        let count = items.len();
+        let unknown = || vec![None; count];
         let (reply, answer) = mpsc::channel();
-        let item = Pending {
-            row: row.clone(),
-            document: run.map(|(d, json)| (d.clone(), json.to_string())),
-            queued_at: now(),
-        };
         let queue = self.queue.as_ref().expect("set until drop");
-        match queue.try_send(Request::Insert {
-            item: Box::new(item),
-            reply,
-        }) {
+        match queue.try_send(Request::Insert { items, reply }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
-                let n = self.counts.dropped_results.fetch_add(1, Ordering::Relaxed) + 1;
-                if n.is_power_of_two() {
+                let before = self
+                    .counts
+                    .dropped_results
+                    .fetch_add(count as u64, Ordering::Relaxed);
+                let n = before + count as u64;
+                if (before + 1..=n).any(u64::is_power_of_two) {
                     eprintln!(
-                        "linerate mesh: {} has not taken a result for a long while and {QUEUE} wait for it; {n} result(s) dropped so far",
+                        "linerate mesh: {} has not taken a result for a long while and {QUEUE} hand-overs wait for it; {n} result(s) dropped so far",
                         self.location
                     );
                 }
-                return Ok(None);
+                return Ok(unknown());
             }
             Err(TrySendError::Disconnected(_)) => {
                 return Err(StoreError::Archive {
@@ -604,21 +603,50 @@ impl MeshArchive for Writer {
         if let Some(earlier) = &self.behind {
             match earlier.try_recv() {
                 Err(mpsc::TryRecvError::Empty) => {
-                    // Still behind: this one waits its turn without holding anyone up.
+                    // Still behind: these wait their turn without holding anyone up.
                     self.behind = Some(answer);
-                    return Ok(None);
+                    return Ok(unknown());
                 }
                 _ => self.behind = None,
             }
         }
-        // Written in time: its run id. Else it is on its way (or spooled), id unknown.
+        // Written in time: their run ids. Else on their way (or spooled), ids unknown.
         match answer.recv_timeout(self.wait) {
-            Ok(id) => Ok(id),
+            Ok(ids) => Ok(ids),
             Err(_) => {
                 self.behind = Some(answer);
-                Ok(None)
+                Ok(unknown())
             }
         }
+    }
+}
+
+fn pending(row: &MeshRow, run: Option<(&Document, &str)>) -> Pending {
+    Pending {
+        row: row.clone(),
+        document: run.map(|(d, json)| (d.clone(), json.to_string())),
+        queued_at: now(),
+    }
+}
+
+impl MeshArchive for Writer {
+    fn insert_mesh(
+        &mut self,
+        row: &MeshRow,
+        run: Option<(&Document, &str)>,
+    ) -> Result<Option<i64>, StoreError> {
+        let ids = self.hand_over(vec![pending(row, run)])?;
+        Ok(ids.into_iter().next().flatten())
+    }
+
+    fn insert_mesh_batch(
+        &mut self,
+        items: &[crate::MeshItem<'_>],
+    ) -> Result<Vec<Option<i64>>, StoreError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.hand_over(items.iter().map(|(row, run)| pending(row, *run)).collect())
     }
 
     fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
@@ -684,8 +712,8 @@ impl WriterThread {
                 at.saturating_duration_since(Instant::now())
             });
             match requests.recv_timeout(timeout) {
-                Ok(Request::Insert { item, reply }) => {
-                    let _ = reply.send(self.insert(*item));
+                Ok(Request::Insert { items, reply }) => {
+                    let _ = reply.send(self.insert(items));
                 }
                 Ok(Request::Rows {
                     mesh,
@@ -762,19 +790,42 @@ impl WriterThread {
         self.retain_at = Instant::now() + RETAIN_EVERY;
     }
 
-    /// Writes `item` now when nothing waits before it; else it waits its turn.
-    fn insert(&mut self, item: Pending) -> Option<i64> {
+    /// Writes `items` now, together, when nothing waits before them; else (or when the
+    /// store refuses them) they wait their turn in the spool, in order.
+    fn insert(&mut self, items: Vec<Pending>) -> Vec<Option<i64>> {
         if self.failing.is_none() && self.spool.is_empty() {
-            match self.write(&item) {
-                Ok(id) => return id,
+            match self.write_all(&items) {
+                Ok(ids) => return ids,
                 Err(e) => self.failed(e),
             }
         }
-        self.spool.push(item);
+        let count = items.len();
+        for item in items {
+            self.spool.push(item);
+        }
         if self.retry_at.is_none() {
             self.retry_at = Some(Instant::now() + self.backoff);
         }
-        None
+        vec![None; count]
+    }
+
+    fn write_all(&mut self, items: &[Pending]) -> Result<Vec<Option<i64>>, StoreError> {
+        let listed: Vec<crate::MeshItem<'_>> = items
+            .iter()
+            .map(|item| {
+                let run = item
+                    .document
+                    .as_ref()
+                    .map(|(document, json)| (document, json.as_str()));
+                (&item.row, run)
+            })
+            .collect();
+        self.store.insert_mesh_batch(&listed).inspect_err(|_| {
+            self.spool
+                .counts
+                .write_failures
+                .fetch_add(1, Ordering::Relaxed);
+        })
     }
 
     fn write(&mut self, item: &Pending) -> Result<Option<i64>, StoreError> {

@@ -419,6 +419,88 @@ fn mesh_rows_keep_their_runs_and_the_latest_per_pair() {
     assert!(store.mesh_rows("other", true).unwrap().is_empty());
 }
 
+/// Rows written together (one transaction) come back as written; each pair's newest is
+/// the one `latest` reads, even when an older result arrives after it (a spool's replay),
+/// and a replayed job is kept once; `recent_rows` gives each pair's newest N, oldest
+/// first; a database of the version before the latest table gets it filled.
+#[test]
+fn a_batch_is_stored_whole_and_each_pairs_newest_is_read_through_the_latest_table() {
+    let dir = temp();
+    let (mut store, path) = store_in(&dir);
+    let row = |src: &str, cycle: u64, started_at: f64| MeshRow {
+        run_id: None,
+        mesh: "lab".into(),
+        src: src.into(),
+        dst: "b".into(),
+        test: "lat".into(),
+        direction: "forward".into(),
+        protocol: "tcp".into(),
+        cycle,
+        started_at,
+        ended_at: started_at + 1.0,
+        outcome: Outcome::Ok,
+        headline: Some(cycle as f64),
+        headline_text: format!("{cycle}"),
+    };
+    let document = Document::from_json(STREAM).unwrap();
+    let written: Vec<MeshRow> = (1..=5)
+        .flat_map(|cycle| {
+            [
+                row("a", cycle, cycle as f64 * 10.0),
+                row("c", cycle, cycle as f64 * 10.0 + 1.0),
+            ]
+        })
+        .collect();
+    let items: Vec<crate::MeshItem<'_>> = written
+        .iter()
+        .map(|r| (r, (r.cycle == 5).then_some((&document, STREAM))))
+        .collect();
+    let ids = store.insert_mesh_batch(&items).unwrap();
+    assert_eq!(
+        ids.iter().filter(|id| id.is_some()).count(),
+        2,
+        "the two runs of cycle 5"
+    );
+    assert_eq!(store.mesh_rows("lab", false).unwrap().len(), 10);
+    // An older result arrives late (cycle 0), and cycle 5 of a is replayed.
+    store.insert_mesh(&row("a", 0, 1.0), None).unwrap();
+    let replayed = store.insert_mesh(&row("a", 5, 50.0), None).unwrap();
+    assert_eq!(
+        replayed, ids[8],
+        "a replay keeps the run it was written with"
+    );
+    assert_eq!(
+        store.mesh_rows("lab", false).unwrap().len(),
+        11,
+        "the replay kept once"
+    );
+    let latest = store.mesh_rows("lab", true).unwrap();
+    let cycles: Vec<(String, u64)> = latest.iter().map(|r| (r.src.clone(), r.cycle)).collect();
+    assert_eq!(cycles, [("a".to_string(), 5), ("c".to_string(), 5)]);
+    let recent = store.recent_rows("lab", 2).unwrap();
+    let seen: Vec<(String, u64)> = recent.iter().map(|r| (r.src.clone(), r.cycle)).collect();
+    assert_eq!(
+        seen,
+        [
+            ("a".to_string(), 4),
+            ("c".to_string(), 4),
+            ("a".to_string(), 5),
+            ("c".to_string(), 5)
+        ]
+    );
+    // The step that made the table fills it from the rows a database already holds.
+    drop(store);
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("DROP TABLE mesh_latest; PRAGMA user_version = 8;")
+            .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let again = store.mesh_rows("lab", true).unwrap();
+    assert_eq!(again.iter().map(|r| r.cycle).collect::<Vec<_>>(), [5, 5]);
+}
+
 /// Retention: 60 days of a mesh's rows (two series, one every 30 minutes, some failed or
 /// skipped, every fourth with its run) and plain runs, pruned to 14 days. Every hour
 /// before the cutoff's is summed up, and each aggregate equals what the raw rows said
