@@ -163,8 +163,10 @@ fn figure(test: &linerate_mesh::MeshTest, document: &Document) -> (Option<f64>, 
 }
 
 /// Which host a failed run is laid at: the destination when the source's agent names it
-/// as the peer it could not reach or use, else the source. (The agent's words are not
-/// read: a reason that merely mentions the destination's address blames nobody new.)
+/// as the peer it could not reach or use, else the source; none when the link to an agent
+/// that had answered broke under way (a restarted agent answers the next job at once; a
+/// host that is gone fails that job's dial). (The agent's words are not read: a reason
+/// that merely mentions the destination's address blames nobody new.)
 fn failed_hosts(mesh: &Mesh, job: &Job, error: &RunError) -> Vec<usize> {
     match error {
         RunError::Agent {
@@ -172,7 +174,7 @@ fn failed_hosts(mesh: &Mesh, job: &Job, error: &RunError) -> Vec<usize> {
             ..
         } if *peer == mesh.hosts[job.dst].address => vec![job.dst],
         RunError::Agent { .. } => vec![job.src],
-        RunError::Local(_) => Vec::new(),
+        RunError::Lost { .. } | RunError::Local(_) => Vec::new(),
     }
 }
 
@@ -879,6 +881,11 @@ mod tests {
         assert_eq!(failed_hosts(&mesh, &job, &mentioned), vec![job.src]);
         let local = RunError::Local(std::io::Error::other("no threads"));
         assert!(failed_hosts(&mesh, &job, &local).is_empty());
+        let lost = RunError::Lost {
+            host: "10.0.0.1:5201".into(),
+            why: "connection lost: connection reset by peer".into(),
+        };
+        assert!(failed_hosts(&mesh, &job, &lost).is_empty(), "nobody taken for down");
     }
 
     /// An archive in memory.

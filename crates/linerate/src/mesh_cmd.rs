@@ -3,7 +3,7 @@
 
 use crate::cli::{MeshCommand, MeshHistoryArgs, MeshPlanArgs, MeshRunArgs, MeshStatusArgs};
 use crate::failure::{Failure, Outcome};
-use crate::mesh_view::{row_json, tables, Printer};
+use crate::mesh_view::{row_json, tables, Printer, RowJson};
 use crate::Globals;
 use anyhow::Context;
 use linerate_campaign::cancel;
@@ -260,15 +260,17 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
             .iter()
             .any(|t| matches!(t.kind, TestKind::Stamp { .. }));
     let mut watch = if watching {
-        let past = match store.as_mut() {
-            // What the board keeps of each pair (its plot, its baseline), with room for
-            // a pair whose rows go both ways.
-            Some(store) => store
-                .recent_rows(&mesh.name, 2 * linerate_metrics::board::HISTORY)
-                .context("reading the mesh's past results")?,
-            None => Vec::new(),
-        };
-        Some(start_watch(args, &mesh, &past, counts)?)
+        let watch = start_watch(args, &mesh, &[], counts)?;
+        // What the board keeps of each pair (its plot, its baseline), read a pair at a
+        // time: a large mesh's months of rows are never in memory together.
+        if let Some(store) = store.as_mut() {
+            store
+                .recent_rows_each(&mesh.name, linerate_metrics::board::HISTORY, &mut |rows| {
+                    watch.seed(&rows)
+                })
+                .context("reading the mesh's past results")?;
+        }
+        Some(watch)
     } else {
         None
     };
@@ -510,11 +512,12 @@ fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
         .into());
     }
     if args.json {
-        let doc: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).context("encoding the rows")?
-        );
+        let doc: Vec<RowJson> = rows.iter().map(RowJson::of).collect();
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        serde_json::to_writer_pretty(&mut out, &doc).context("encoding the rows")?;
+        std::io::Write::write_all(&mut out, b"\n")
+            .and_then(|()| std::io::Write::flush(&mut out))
+            .context("writing the rows")?;
         return Ok(());
     }
     print!("{}", tables(&name, &rows));

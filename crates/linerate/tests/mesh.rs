@@ -402,6 +402,101 @@ fn a_host_killed_mid_cycle_of_twelve_is_reported_and_measured_again_once_back() 
     assert_no_overlap(&tput);
 }
 
+/// An agent restarted while its test runs: that job fails, naming what happened and no
+/// host (the agent answers again at once), and every job after it runs, the restarted
+/// agent's included: none is skipped as if its host were down.
+#[test]
+fn an_agent_restarted_mid_test_fails_that_job_only() {
+    let test = "an_agent_restarted_mid_test_fails_that_job_only";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("meshrestart", 3);
+    let key = key_file("meshrestart");
+    let mut agents: Vec<Option<ServeProcess>> =
+        (0..2).map(|i| Some(agent(&star, i, &key))).collect();
+    let mut text = format!("name = \"restart\"\nkey = \"{key}\"\n");
+    for i in 0..2 {
+        text += &format!(
+            "[[host]]\nname = \"h{i}\"\naddress = \"{}:{PORT}\"\n",
+            star.addrs[i]
+        );
+    }
+    text += "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"6s\"\ninterval = \"1s\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"tput\"]\n";
+    let file = std::env::temp_dir().join(format!("linerate-{}-restart.toml", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    let db = fresh_db("restart");
+    let mut coordinator = Command::new("ip")
+        .args(["netns", "exec", &star.hosts[2], binary()])
+        .args(["--db", &db, "mesh", "run"])
+        .arg(&file)
+        .args(["--cycles", "2", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = coordinator.stdout.take().unwrap();
+    let mut lines = Vec::new();
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        lines.push(serde_json::from_str::<serde_json::Value>(&line).unwrap());
+        if lines.len() == 1 {
+            // The second job is under way once bulk data moves through h1's interface
+            // (every job here has h1 at one end; set-up moves a few kilobytes).
+            let moved = || {
+                let out = Command::new("ip")
+                    .args(["netns", "exec", &star.hosts[1], "cat", "/proc/net/dev"])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter(|l| l.contains(':') && !l.trim_start().starts_with("lo:"))
+                    .filter_map(|l| {
+                        let fields: Vec<u64> = l
+                            .split(':')
+                            .nth(1)?
+                            .split_whitespace()
+                            .filter_map(|f| f.parse().ok())
+                            .collect();
+                        Some(fields.first()? + fields.get(8)?)
+                    })
+                    .sum::<u64>()
+            };
+            wait_until("the second job's data moving", 20, || {
+                let before = moved();
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                moved() - before > 5_000_000
+            });
+            agents[1] = None;
+            agents[1] = Some(agent(&star, 1, &key));
+        }
+    }
+    let status = coordinator.wait().unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(status.code(), Some(1), "one job failed: exit 1; {lines:#?}");
+    assert_eq!(lines.len(), 4, "two cycles of two pairs: {lines:#?}");
+    let outcomes: Vec<&str> = lines
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["ok", "failed", "ok", "ok"], "{lines:#?}");
+    let failed = &lines[1];
+    assert!(
+        failed["blamed"].is_null(),
+        "no host taken for down: {failed}"
+    );
+    assert!(!failed["reason"].as_str().unwrap().is_empty(), "{failed}");
+    // The restarted agent served both directions after it.
+    let after: BTreeSet<(String, String)> = lines[2..]
+        .iter()
+        .map(|r| (r["src"].to_string(), r["dst"].to_string()))
+        .collect();
+    assert_eq!(after.len(), 2, "{lines:#?}");
+    let _ = std::fs::remove_file(&db);
+}
+
 #[test]
 fn mistakes_in_a_mesh_file_are_one_line_with_exit_2() {
     let dir = std::env::temp_dir().join(format!("linerate-{}-meshbad", std::process::id()));

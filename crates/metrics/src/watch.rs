@@ -57,6 +57,15 @@ pub enum WatchError {
 }
 
 impl Watch {
+    /// Adds a pair's past rows (oldest first) to the board: a restarted coordinator's
+    /// history and baselines, read from its store a pair at a time.
+    pub fn seed(&self, rows: &[MeshRow]) {
+        self.board
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .seed(rows);
+    }
+
     /// Starts everything that watches a mesh: the board with its past, the listener, the
     /// remote writer and the alerts' notifier.
     pub fn start(spec: WatchSpec<'_>) -> Result<Watch, WatchError> {

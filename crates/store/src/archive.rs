@@ -601,8 +601,13 @@ impl Archive {
     }
 
     /// Up to `per_pair` of each pair's newest rows (the pairs the latest table knows),
-    /// oldest first, each pair read through its index.
-    pub fn recent_rows(&mut self, mesh: &str, per_pair: usize) -> Result<Vec<MeshRow>, StoreError> {
+    /// oldest first, handed to `each` a pair at a time, each pair read through its index.
+    pub fn recent_rows_each(
+        &mut self,
+        mesh: &str,
+        per_pair: usize,
+        each: &mut dyn FnMut(Vec<MeshRow>),
+    ) -> Result<(), StoreError> {
         self.reconnect_if_closed()?;
         let pairs = self
             .client
@@ -611,20 +616,20 @@ impl Archive {
                 &[&mesh],
             )
             .map_err(|e| self.error(e))?;
-        let mut rows = Vec::new();
         let most = per_pair as i64;
         for pair in pairs {
             let (src, dst, test): (String, String, String) =
                 (pair.get(0), pair.get(1), pair.get(2));
-            rows.extend(self.mesh_rows_where(
+            let rows = self.mesh_rows_where(
                 "",
                 "id IN (SELECT id FROM linerate_mesh_results WHERE mesh = $1 AND src = $2
-                        AND dst = $3 AND test = $4 ORDER BY started_at DESC, id DESC LIMIT $5)",
+                        AND dst = $3 AND test = $4 ORDER BY started_at DESC, id DESC LIMIT $5)
+                 ORDER BY started_at, id",
                 &[&mesh, &src, &dst, &test, &most],
-            )?);
+            )?;
+            each(rows);
         }
-        rows.sort_by(|a, b| a.started_at.total_cmp(&b.started_at));
-        Ok(rows)
+        Ok(())
     }
 
     /// The mesh rows that `filter` (a WHERE clause and its order) picks, `distinct` put

@@ -197,22 +197,27 @@ pub trait MeshArchive {
     }
     /// A mesh's rows, oldest first; `latest`: each (src, dst, test)'s newest.
     fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError>;
-    /// Up to `per_pair` of each (src, dst, test)'s newest rows, oldest first: what a
-    /// restarted coordinator's board shows, read pair by pair through the pair's index
-    /// rather than every row a mesh has kept.
-    fn recent_rows(&mut self, mesh: &str, per_pair: usize) -> Result<Vec<MeshRow>, StoreError> {
-        let mut rows = self.mesh_rows(mesh, false)?;
-        let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
-        rows.reverse();
-        rows.retain(|row| {
-            let n = seen
-                .entry((row.src.clone(), row.dst.clone(), row.test.clone()))
-                .or_default();
-            *n += 1;
-            *n <= per_pair
-        });
-        rows.reverse();
-        Ok(rows)
+    /// Up to `per_pair` of each (src, dst, test)'s newest rows, oldest first, handed to
+    /// `each` a pair at a time: what a restarted coordinator's board shows, read pair by
+    /// pair through the pair's index rather than every row a mesh has kept, and never
+    /// all in memory at once.
+    fn recent_rows_each(
+        &mut self,
+        mesh: &str,
+        per_pair: usize,
+        each: &mut dyn FnMut(Vec<MeshRow>),
+    ) -> Result<(), StoreError> {
+        let mut pairs: BTreeMap<(String, String, String), Vec<MeshRow>> = BTreeMap::new();
+        for row in self.mesh_rows(mesh, false)? {
+            let key = (row.src.clone(), row.dst.clone(), row.test.clone());
+            pairs.entry(key).or_default().push(row);
+        }
+        for (_, mut rows) in pairs {
+            let keep = rows.len().saturating_sub(per_pair);
+            rows.drain(..keep);
+            each(rows);
+        }
+        Ok(())
     }
     /// Where it is, for messages.
     fn location(&self) -> String;
@@ -248,8 +253,13 @@ impl MeshArchive for Store {
     fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
         Store::mesh_rows(self, mesh, latest)
     }
-    fn recent_rows(&mut self, mesh: &str, per_pair: usize) -> Result<Vec<MeshRow>, StoreError> {
-        Store::recent_rows(self, mesh, per_pair)
+    fn recent_rows_each(
+        &mut self,
+        mesh: &str,
+        per_pair: usize,
+        each: &mut dyn FnMut(Vec<MeshRow>),
+    ) -> Result<(), StoreError> {
+        Store::recent_rows_each(self, mesh, per_pair, each)
     }
     fn location(&self) -> String {
         self.path.clone()
@@ -282,8 +292,13 @@ impl MeshArchive for archive::Archive {
     fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
         archive::Archive::mesh_rows(self, mesh, latest)
     }
-    fn recent_rows(&mut self, mesh: &str, per_pair: usize) -> Result<Vec<MeshRow>, StoreError> {
-        archive::Archive::recent_rows(self, mesh, per_pair)
+    fn recent_rows_each(
+        &mut self,
+        mesh: &str,
+        per_pair: usize,
+        each: &mut dyn FnMut(Vec<MeshRow>),
+    ) -> Result<(), StoreError> {
+        archive::Archive::recent_rows_each(self, mesh, per_pair, each)
     }
     fn location(&self) -> String {
         self.url().to_string()
@@ -675,19 +690,35 @@ impl Store {
         if latest {
             // A pair whose newest row retention removed has none: it has not run within
             // the raw rows' span.
-            self.mesh_rows_where(
-                "id IN (SELECT result_id FROM mesh_latest WHERE mesh = ?1)
-                 ORDER BY test, src, dst",
+            // Sorted here: SQLite's sort of a large mesh's pairs took as long as reading them.
+            let mut rows = self.mesh_rows_where(
+                "id IN (SELECT result_id FROM mesh_latest WHERE mesh = ?1)",
                 params![mesh],
-            )
+            )?;
+            rows.sort_by(|a, b| (&a.test, &a.src, &a.dst).cmp(&(&b.test, &b.src, &b.dst)));
+            Ok(rows)
         } else {
             self.mesh_rows_where("mesh = ?1 ORDER BY started_at, id", params![mesh])
         }
     }
 
-    /// Up to `per_pair` of each pair's newest rows (the pairs [`mesh_latest`] knows),
-    /// oldest first, each pair read through its index.
+    /// Up to `per_pair` of each pair's newest rows (the pairs `mesh_latest` knows),
+    /// oldest first: [`recent_rows_each`](Self::recent_rows_each)'s rows all together.
     pub fn recent_rows(&self, mesh: &str, per_pair: usize) -> Result<Vec<MeshRow>, StoreError> {
+        let mut rows = Vec::new();
+        self.recent_rows_each(mesh, per_pair, &mut |pair| rows.extend(pair))?;
+        rows.sort_by(|a, b| a.started_at.total_cmp(&b.started_at));
+        Ok(rows)
+    }
+
+    /// Up to `per_pair` of each pair's newest rows, oldest first, a pair at a time, each
+    /// pair read through its index.
+    pub fn recent_rows_each(
+        &self,
+        mesh: &str,
+        per_pair: usize,
+        each: &mut dyn FnMut(Vec<MeshRow>),
+    ) -> Result<(), StoreError> {
         let pairs: Vec<(String, String, String)> = {
             let mut statement = self
                 .conn
@@ -699,16 +730,16 @@ impl Store {
                 .map_err(|e| self.sqlite(e))?;
             found
         };
-        let mut rows = Vec::new();
         for (src, dst, test) in pairs {
-            rows.extend(self.mesh_rows_where(
+            let mut rows = self.mesh_rows_where(
                 "id IN (SELECT id FROM mesh_results WHERE mesh = ?1 AND src = ?2 AND dst = ?3
                         AND test = ?4 ORDER BY started_at DESC, id DESC LIMIT ?5)",
                 params![mesh, src, dst, test, per_pair as i64],
-            )?);
+            )?;
+            rows.sort_by(|a, b| a.started_at.total_cmp(&b.started_at));
+            each(rows);
         }
-        rows.sort_by(|a, b| a.started_at.total_cmp(&b.started_at));
-        Ok(rows)
+        Ok(())
     }
 
     /// The mesh rows (table `m`) that `filter` (a WHERE clause and its order) picks.

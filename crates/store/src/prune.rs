@@ -420,31 +420,69 @@ impl Store {
     pub fn pair_history(&self, query: &PairQuery<'_>) -> Result<PairHistory, StoreError> {
         let q = query;
         let since_hour = (q.since / HOUR).floor() * HOUR;
-        let rows = self.mesh_rows_where(
-            "mesh = ?1 AND src = ?2 AND dst = ?3 AND (?4 IS NULL OR test = ?4)
-             AND started_at >= ?5 ORDER BY started_at, id",
-            params![q.mesh, q.src, q.dst, q.test, q.since],
-        )?;
+        // A test at a time, each read through the pair's index with every column of it
+        // equal: with the test left open ("any test") SQLite chose the index by mesh and
+        // time instead and read every pair's rows since then (1.9 s at ten million rows
+        // against 0.2 ms).
+        let tests: Vec<String> = match q.test {
+            Some(test) => vec![test.to_string()],
+            None => self.pair_tests(q.mesh, q.src, q.dst)?,
+        };
+        let mut rows = Vec::new();
+        let mut hourly = Vec::new();
         let mut statement = self
             .conn
             .prepare(
                 "SELECT mesh, src, dst, test, direction, protocol, hour, count, ok, failed,
                         skipped, figures, min, median, p95, max, mean
                  FROM mesh_hourly
-                 WHERE mesh = ?1 AND src = ?2 AND dst = ?3 AND (?4 IS NULL OR test = ?4)
-                   AND hour >= ?5
-                 ORDER BY hour, test, direction",
+                 WHERE mesh = ?1 AND src = ?2 AND dst = ?3 AND test = ?4 AND hour >= ?5",
             )
             .map_err(|e| self.sqlite(e))?;
-        let hourly = statement
-            .query_map(
-                params![q.mesh, q.src, q.dst, q.test, since_hour],
-                aggregate_row,
-            )
-            .map_err(|e| self.sqlite(e))?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.sqlite(e))?;
+        for test in &tests {
+            rows.extend(self.mesh_rows_where(
+                "mesh = ?1 AND src = ?2 AND dst = ?3 AND test = ?4 AND started_at >= ?5
+                 ORDER BY started_at, id",
+                params![q.mesh, q.src, q.dst, test, q.since],
+            )?);
+            hourly.extend(
+                statement
+                    .query_map(
+                        params![q.mesh, q.src, q.dst, test, since_hour],
+                        aggregate_row,
+                    )
+                    .map_err(|e| self.sqlite(e))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(|e| self.sqlite(e))?,
+            );
+        }
+        // Stable: each test's rows keep their order where two start together.
+        rows.sort_by(|a, b| a.started_at.total_cmp(&b.started_at));
+        hourly.sort_by(|a: &Aggregate, b: &Aggregate| {
+            a.hour
+                .total_cmp(&b.hour)
+                .then_with(|| a.test.cmp(&b.test))
+                .then_with(|| a.direction.cmp(&b.direction))
+        });
         Ok(PairHistory { rows, hourly })
+    }
+
+    /// The tests a pair has rows or aggregates of.
+    fn pair_tests(&self, mesh: &str, src: &str, dst: &str) -> Result<Vec<String>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare(
+                "SELECT test FROM mesh_latest WHERE mesh = ?1 AND src = ?2 AND dst = ?3
+                 UNION
+                 SELECT DISTINCT test FROM mesh_hourly WHERE mesh = ?1 AND src = ?2 AND dst = ?3",
+            )
+            .map_err(|e| self.sqlite(e))?;
+        let tests = statement
+            .query_map(params![mesh, src, dst], |r| r.get(0))
+            .map_err(|e| self.sqlite(e))?
+            .collect::<rusqlite::Result<Vec<String>>>()
+            .map_err(|e| self.sqlite(e));
+        tests
     }
 
     /// A mesh's hourly aggregates, oldest first.

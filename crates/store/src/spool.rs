@@ -469,6 +469,13 @@ enum Request {
         latest: bool,
         reply: mpsc::Sender<Result<Vec<MeshRow>, StoreError>>,
     },
+    /// Each pair's newest rows, a message a pair (bounded: a large mesh's history is
+    /// never all in memory), then the answer's end (the sender dropped), or an error.
+    Recent {
+        mesh: String,
+        per_pair: usize,
+        reply: mpsc::SyncSender<Result<Vec<MeshRow>, StoreError>>,
+    },
 }
 
 /// Results handed over and not yet taken by the writer, at most: beyond it (the store
@@ -667,6 +674,32 @@ impl MeshArchive for Writer {
         answer.recv().map_err(|_| stopped())?
     }
 
+    fn recent_rows_each(
+        &mut self,
+        mesh: &str,
+        per_pair: usize,
+        each: &mut dyn FnMut(Vec<MeshRow>),
+    ) -> Result<(), StoreError> {
+        let (reply, answer) = mpsc::sync_channel(16);
+        let stopped = || StoreError::Archive {
+            url: self.location.clone(),
+            why: "the store's writer stopped".into(),
+        };
+        self.queue
+            .as_ref()
+            .expect("set until drop")
+            .send(Request::Recent {
+                mesh: mesh.to_string(),
+                per_pair,
+                reply,
+            })
+            .map_err(|_| stopped())?;
+        for pair in answer {
+            each(pair?);
+        }
+        Ok(())
+    }
+
     fn location(&self) -> String {
         self.location.clone()
     }
@@ -725,6 +758,21 @@ impl WriterThread {
                         self.replay(usize::MAX);
                     }
                     let _ = reply.send(self.store.mesh_rows(&mesh, latest));
+                }
+                Ok(Request::Recent {
+                    mesh,
+                    per_pair,
+                    reply,
+                }) => {
+                    if self.failing.is_none() {
+                        self.replay(usize::MAX);
+                    }
+                    let mut each = |rows| {
+                        let _ = reply.send(Ok(rows));
+                    };
+                    if let Err(e) = self.store.recent_rows_each(&mesh, per_pair, &mut each) {
+                        let _ = reply.send(Err(e));
+                    }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {

@@ -66,6 +66,11 @@ pub enum RunError {
         /// profile named it.
         unreachable: Option<String>,
     },
+    /// The link to an agent that had answered broke under way (the agent restarted or
+    /// went away, a connection was reset): this job failed; whether the host is down is
+    /// for the next job that dials it to find.
+    #[error("agent {host}: {why}")]
+    Lost { host: String, why: String },
     #[error("cannot start the local agent: {0}")]
     Local(std::io::Error),
 }
@@ -697,7 +702,12 @@ fn wait_for_reply<R>(
                 )))
             }
             Ok(None) => {}
-            Err(e) => return Err(failed(format!("connection lost: {e}"))),
+            Err(e) => {
+                return Err(RunError::Lost {
+                    host: source.to_string(),
+                    why: format!("connection lost: {e}"),
+                })
+            }
         }
     }
 }

@@ -231,3 +231,50 @@ fn a_job_written_twice_is_kept_once() {
     store.insert_mesh(&row(2), None).unwrap();
     assert_eq!(store.mesh_rows("lab", false).unwrap().len(), 2);
 }
+
+/// Through the writer: results handed over together are stored together, with their
+/// run ids, and a restarted board's rows come back a pair at a time, each pair's newest
+/// up to the bound, oldest first.
+#[test]
+fn the_writer_stores_a_batch_and_reads_each_pairs_newest_a_pair_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("results.db")).unwrap();
+    let counts = Arc::new(SpoolCounts::default());
+    let spool = Spool::open(None, 1 << 30, counts).unwrap();
+    let mut writer = Writer::start(Box::new(store), spool, Duration::from_secs(5), None).unwrap();
+    let document = Document::from_json(STREAM).unwrap();
+    let rows: Vec<MeshRow> = (0..6)
+        .map(|n| MeshRow {
+            dst: if n % 2 == 0 { "b" } else { "c" }.into(),
+            ..row(n)
+        })
+        .collect();
+    let items: Vec<crate::MeshItem<'_>> = rows
+        .iter()
+        .map(|r| (r, (r.cycle == 0).then_some((&document, STREAM))))
+        .collect();
+    let ids = writer.insert_mesh_batch(&items).unwrap();
+    assert_eq!(ids.len(), 6);
+    assert!(
+        ids[0].is_some() && ids[1..].iter().all(Option::is_none),
+        "{ids:?}"
+    );
+    let mut pairs = Vec::new();
+    writer
+        .recent_rows_each("lab", 2, &mut |pair| {
+            pairs.push(
+                pair.iter()
+                    .map(|r| (r.dst.clone(), r.cycle))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .unwrap();
+    pairs.sort();
+    assert_eq!(
+        pairs,
+        [
+            vec![("b".to_string(), 2), ("b".to_string(), 4)],
+            vec![("c".to_string(), 3), ("c".to_string(), 5)],
+        ]
+    );
+}
