@@ -141,11 +141,13 @@ def seed_postgres(url, psql, rows, days):
         ON CONFLICT (mesh, src, dst, test) DO UPDATE SET result_id = EXCLUDED.result_id,
             started_at = EXCLUDED.started_at;
         COMMIT;
-        VACUUM ANALYZE;
     """
     started = time.time()
-    subprocess.run([psql, url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True,
-                   capture_output=True)
+    for statement in (sql, "VACUUM ANALYZE"):
+        done = subprocess.run([psql, url, "-q", "-v", "ON_ERROR_STOP=1", "-c", statement],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"seeding PostgreSQL failed: {done.stderr.strip()}")
     size = subprocess.run([psql, url, "-At", "-c", "SELECT pg_database_size(current_database())"],
                           check=True, capture_output=True, text=True).stdout.strip()
     return time.time() - started, int(size)
@@ -227,6 +229,7 @@ def main():
     p.add_argument("--days", type=float, default=35.0)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--no-postgres", action="store_true")
+    p.add_argument("--no-sqlite", action="store_true")
     a = p.parse_args()
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "linerate"], cwd=ROOT,
                    check=True)
@@ -241,14 +244,15 @@ def main():
     pg_work = tempfile.mkdtemp(prefix="linerate-scale-pg-")
     server = None
     try:
-        db = os.path.join(work, "big.db")
-        took = seed_sqlite(db, a.rows, a.days)
-        size = os.path.getsize(db)
-        print(f"sqlite: seeded in {took:.0f} s; {size / 2**30:.2f} GiB, "
-              f"{size / (a.rows / 1e6) / 2**20:.0f} MiB a million rows (rows, their runs "
-              f"with an empty document, indexes)", flush=True)
-        measure("sqlite", ["--db", db], work, a.repeat, base)
-        os.remove(db)
+        if not a.no_sqlite:
+            db = os.path.join(work, "big.db")
+            took = seed_sqlite(db, a.rows, a.days)
+            size = os.path.getsize(db)
+            print(f"sqlite: seeded in {took:.0f} s; {size / 2**30:.2f} GiB, "
+                  f"{size / (a.rows / 1e6) / 2**20:.0f} MiB a million rows (rows, their runs "
+                  f"with an empty document, indexes)", flush=True)
+            measure("sqlite", ["--db", db], work, a.repeat, base)
+            os.remove(db)
         if not a.no_postgres:
             server, found = start_postgres(pg_work)
             if not found:
