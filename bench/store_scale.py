@@ -177,8 +177,8 @@ def grid(store_args, work, repeat):
         f.write("\n".join(lines) + "\n")
     port = free_port()
     t0 = time.time()
-    coordinator = subprocess.Popen([BIN, *store_args, "mesh", "run", mesh, "--key", key,
-                                    "--metrics", f"127.0.0.1:{port}"],
+    coordinator = subprocess.Popen([BIN, "mesh", "run", mesh, "--key", key,
+                                    "--metrics", f"127.0.0.1:{port}", *store_args],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}/api/grid"
@@ -208,12 +208,13 @@ def grid(store_args, work, repeat):
 
 
 def measure(label, store_args, work, repeat, base):
-    status, out = timed([BIN, *store_args, "mesh", "status", "big", "--json"], repeat)
+    # The store's flags after the subcommand: `--store` is a flag of the mesh's commands.
+    status, out = timed([BIN, "mesh", "status", "big", "--json", *store_args], repeat)
     pairs = len(json.loads(out)) if out.strip().startswith("[") else None
-    history, out = timed([BIN, *store_args, "mesh", "history", "big", "h1", "h2", "--test",
-                          "lat", "--since", "30d", "--json"], repeat)
+    history, out = timed([BIN, "mesh", "history", "big", "h1", "h2", "--test", "lat",
+                          "--since", "30d", "--json", *store_args], repeat)
     # `history` lists the results database's runs (a PostgreSQL archive has no listing).
-    listing = timed([BIN, *store_args, "history"], repeat)[0] if label == "sqlite" else None
+    listing = timed([BIN, "history", *store_args], repeat)[0] if label == "sqlite" else None
     ready, api, hosts, rss = grid(store_args, work, repeat)
     print(f"{label}: mesh status {status * 1e3:.0f} ms ({pairs} pairs), "
           f"30-day pair history {history * 1e3:.0f} ms"

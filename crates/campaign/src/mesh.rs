@@ -885,7 +885,10 @@ mod tests {
             host: "10.0.0.1:5201".into(),
             why: "connection lost: connection reset by peer".into(),
         };
-        assert!(failed_hosts(&mesh, &job, &lost).is_empty(), "nobody taken for down");
+        assert!(
+            failed_hosts(&mesh, &job, &lost).is_empty(),
+            "nobody taken for down"
+        );
     }
 
     /// An archive in memory.

@@ -88,40 +88,15 @@ fn main() {
             }
         }
         Some(rate) => {
-            // Jobs ending at `rate` a second, each stamped with when it ended.
-            let (ended, finished) = std::sync::mpsc::channel::<(u64, Instant)>();
-            let producer = std::thread::spawn(move || {
-                let begin = Instant::now();
-                for i in 0..rows {
-                    if rate > 0.0 {
-                        let due = begin + Duration::from_secs_f64(i as f64 / rate);
-                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
-                    }
-                    if ended.send((i, Instant::now())).is_err() {
-                        return;
-                    }
-                }
-            });
-            while let Ok(first) = finished.recv() {
-                let mut batch = vec![first];
-                while batch.len() < 256 {
-                    match finished.try_recv() {
-                        Ok(more) => batch.push(more),
-                        Err(_) => break,
-                    }
-                }
-                let batch_rows: Vec<MeshRow> = batch.iter().map(|&(i, _)| row_of(i)).collect();
-                let items: Vec<linerate_store::MeshItem<'_>> = batch_rows
-                    .iter()
-                    .map(|row| (row, Some((&document, json.as_str()))))
-                    .collect();
-                let ids = writer.insert_mesh_batch(&items).expect("handed over");
-                let stored = Instant::now();
-                known += ids.iter().filter(|id| id.is_some()).count();
-                batches += 1;
-                waits.extend(batch.iter().map(|&(_, at)| (stored - at).as_secs_f64()));
-            }
-            producer.join().expect("the producer");
+            (known, batches) = offered(
+                &mut writer,
+                rows,
+                rate,
+                &row_of,
+                &document,
+                &json,
+                &mut waits,
+            );
         }
     }
     drop(writer);
@@ -143,6 +118,56 @@ fn main() {
             "spooled_then_written": snapshot.replayed,
         })
     );
+}
+
+/// Jobs ending at `rate` a second (0: all at once) on a thread of their own, and the
+/// coordinator's loop storing those that ended together, up to 256 a hand-over: the
+/// results whose run ids came back and the hand-overs made; each result's wait from its
+/// end until it was stored, in `waits`.
+fn offered(
+    writer: &mut Writer,
+    rows: u64,
+    rate: f64,
+    row_of: &dyn Fn(u64) -> MeshRow,
+    document: &Document,
+    json: &str,
+    waits: &mut Vec<f64>,
+) -> (usize, u64) {
+    let (mut known, mut batches) = (0, 0);
+    let (ended, finished) = std::sync::mpsc::channel::<(u64, Instant)>();
+    let producer = std::thread::spawn(move || {
+        let begin = Instant::now();
+        for i in 0..rows {
+            if rate > 0.0 {
+                let due = begin + Duration::from_secs_f64(i as f64 / rate);
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            }
+            if ended.send((i, Instant::now())).is_err() {
+                return;
+            }
+        }
+    });
+    while let Ok(first) = finished.recv() {
+        let mut batch = vec![first];
+        while batch.len() < 256 {
+            match finished.try_recv() {
+                Ok(more) => batch.push(more),
+                Err(_) => break,
+            }
+        }
+        let batch_rows: Vec<MeshRow> = batch.iter().map(|&(i, _)| row_of(i)).collect();
+        let items: Vec<linerate_store::MeshItem<'_>> = batch_rows
+            .iter()
+            .map(|row| (row, Some((document, json))))
+            .collect();
+        let ids = writer.insert_mesh_batch(&items).expect("handed over");
+        let stored = Instant::now();
+        known += ids.iter().filter(|id| id.is_some()).count();
+        batches += 1;
+        waits.extend(batch.iter().map(|&(_, at)| (stored - at).as_secs_f64()));
+    }
+    producer.join().expect("the producer");
+    (known, batches)
 }
 
 /// p50, p99 and the largest of `waits`, seconds (null when there are none: one at a time).

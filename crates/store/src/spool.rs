@@ -600,12 +600,7 @@ impl Writer {
                 }
                 return Ok(unknown());
             }
-            Err(TrySendError::Disconnected(_)) => {
-                return Err(StoreError::Archive {
-                    url: self.location.clone(),
-                    why: "the store's writer stopped".into(),
-                })
-            }
+            Err(TrySendError::Disconnected(_)) => return Err(self.stopped()),
         }
         if let Some(earlier) = &self.behind {
             match earlier.try_recv() {
@@ -624,6 +619,24 @@ impl Writer {
                 self.behind = Some(answer);
                 Ok(unknown())
             }
+        }
+    }
+}
+
+impl Writer {
+    /// Sends a reader's request to the writer thread, which answers it between writes.
+    fn ask(&self, request: Request) -> Result<(), StoreError> {
+        self.queue
+            .as_ref()
+            .expect("set until drop")
+            .send(request)
+            .map_err(|_| self.stopped())
+    }
+
+    fn stopped(&self) -> StoreError {
+        StoreError::Archive {
+            url: self.location.clone(),
+            why: "the store's writer stopped".into(),
         }
     }
 }
@@ -658,20 +671,12 @@ impl MeshArchive for Writer {
 
     fn mesh_rows(&mut self, mesh: &str, latest: bool) -> Result<Vec<MeshRow>, StoreError> {
         let (reply, answer) = mpsc::channel();
-        let stopped = || StoreError::Archive {
-            url: self.location.clone(),
-            why: "the store's writer stopped".into(),
-        };
-        self.queue
-            .as_ref()
-            .expect("set until drop")
-            .send(Request::Rows {
-                mesh: mesh.to_string(),
-                latest,
-                reply,
-            })
-            .map_err(|_| stopped())?;
-        answer.recv().map_err(|_| stopped())?
+        self.ask(Request::Rows {
+            mesh: mesh.to_string(),
+            latest,
+            reply,
+        })?;
+        answer.recv().map_err(|_| self.stopped())?
     }
 
     fn recent_rows_each(
@@ -681,19 +686,11 @@ impl MeshArchive for Writer {
         each: &mut dyn FnMut(Vec<MeshRow>),
     ) -> Result<(), StoreError> {
         let (reply, answer) = mpsc::sync_channel(16);
-        let stopped = || StoreError::Archive {
-            url: self.location.clone(),
-            why: "the store's writer stopped".into(),
-        };
-        self.queue
-            .as_ref()
-            .expect("set until drop")
-            .send(Request::Recent {
-                mesh: mesh.to_string(),
-                per_pair,
-                reply,
-            })
-            .map_err(|_| stopped())?;
+        self.ask(Request::Recent {
+            mesh: mesh.to_string(),
+            per_pair,
+            reply,
+        })?;
         for pair in answer {
             each(pair?);
         }
