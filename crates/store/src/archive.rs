@@ -237,6 +237,14 @@ fn connect(target: &connection::Target) -> Result<Client, StoreError> {
         }
         failed(why)
     })
+    .and_then(|mut client| {
+        // Every query here is short; PostgreSQL's JIT compiled the latest rows' join of a
+        // 100-host mesh for 13-43 ms, more than the query took without it.
+        client
+            .batch_execute("SET jit = off")
+            .map_err(|e| failed(describe(&e)))?;
+        Ok(client)
+    })
 }
 
 /// Writes the aggregates of `mesh`'s hour starting at `hour` from its rows, unless they
@@ -589,12 +597,15 @@ impl Archive {
         if latest {
             // Read through each pair's newest (kept as rows are written): a pair whose
             // newest row retention removed has none.
-            self.mesh_rows_where(
+            let mut rows = self.mesh_rows_where(
                 "",
-                "id IN (SELECT result_id FROM linerate_mesh_latest WHERE mesh = $1)
-                 ORDER BY test, src, dst",
+                "id IN (SELECT result_id FROM linerate_mesh_latest WHERE mesh = $1)",
                 &[&mesh],
-            )
+            )?;
+            // Sorted here: PostgreSQL's sort of 19,800 pairs by their text (under the
+            // database's collation) took 4x the rest of the query.
+            rows.sort_by(|a, b| (&a.test, &a.src, &a.dst).cmp(&(&b.test, &b.src, &b.dst)));
+            Ok(rows)
         } else {
             self.mesh_rows_where("", "mesh = $1 ORDER BY started_at, id", &[&mesh])
         }
