@@ -918,16 +918,20 @@ pub fn render_text(diagnosis: &Diagnosis, facts: &Facts, applying: bool) -> Stri
     out
 }
 
-/// One sysctl `apply_sysctls` set: its name, the value it had and the value it has.
+/// One sysctl `apply_sysctls` set (or could not find): its name, the value it had and the
+/// value it has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SysctlChange {
     pub name: String,
-    pub old: String,
+    /// `None`: not set, as it has no file here (a host-wide setting seen from a network
+    /// namespace of its own).
+    pub old: Option<String>,
     pub new: String,
 }
 
 /// Sets every sysctl the findings name (root only), in order; returns each change for
-/// the caller to show with its undo. Stops at the first that cannot be read or set.
+/// the caller to show with its undo. One with no file here is passed over and returned
+/// unset; stops at the first that cannot be read or set.
 pub fn apply_sysctls(diagnosis: &Diagnosis) -> Result<Vec<SysctlChange>, String> {
     let mut changes = Vec::new();
     for (name, value) in diagnosis.findings.iter().flat_map(|f| &f.sysctls) {
@@ -939,15 +943,24 @@ pub fn apply_sysctls(diagnosis: &Diagnosis) -> Result<Vec<SysctlChange>, String>
             return Err(format!("refusing an unexpected sysctl name '{name}'"));
         }
         let file = format!("/proc/sys/{}", name.replace('.', "/"));
-        let old = std::fs::read_to_string(&file)
-            .map_err(|e| format!("reading {name}: {e}"))?
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
+        let old = match std::fs::read_to_string(&file) {
+            Ok(old) => old.split_whitespace().collect::<Vec<_>>().join(" "),
+            // A setting of the host's own (net.core.netdev_max_backlog) has no file in a
+            // network namespace other than the host's: said, and the others still set.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                changes.push(SysctlChange {
+                    name: name.clone(),
+                    old: None,
+                    new: value.clone(),
+                });
+                continue;
+            }
+            Err(e) => return Err(format!("reading {name}: {e}")),
+        };
         std::fs::write(&file, value).map_err(|e| format!("setting {name} (needs root): {e}"))?;
         changes.push(SysctlChange {
             name: name.clone(),
-            old,
+            old: Some(old),
             new: value.clone(),
         });
     }

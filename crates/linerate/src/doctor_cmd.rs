@@ -63,7 +63,14 @@ pub fn run(args: &DoctorArgs, key: Option<Key>) -> Outcome {
             eprintln!("linerate doctor: no sysctl to set");
         }
         for SysctlChange { name, old, new } in changes {
-            eprintln!("{name}: '{old}' -> '{new}'   (undo: sysctl -w {name}='{old}')");
+            match old {
+                Some(old) => {
+                    eprintln!("{name}: '{old}' -> '{new}'   (undo: sysctl -w {name}='{old}')")
+                }
+                None => eprintln!(
+                    "{name}: not set: it is the host's, not this network namespace's; on the host: sysctl -w {name}='{new}'"
+                ),
+            }
         }
     }
     Ok(())
