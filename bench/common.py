@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark scripts."""
-import os, socket, subprocess
+import glob, os, socket, subprocess, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINERATE = os.path.join(ROOT, "target", "release", "linerate")
@@ -29,3 +29,32 @@ def machine():
     except OSError:
         pass
     return f"machine: {model}, {os.cpu_count()} CPUs, Linux {os.uname().release}"
+
+
+def start_postgres(work, port, *settings):
+    """Debian's PostgreSQL on 127.0.0.1:`port`, its files in `work` (run as its own user),
+    with `settings` ("name=value") besides: (server, URL, its bin directory), or
+    (None, None, None) without root or without PostgreSQL."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if os.geteuid() != 0 or not bins:
+        return None, None, None
+    bin_dir = os.path.dirname(bins[-1])
+    data = os.path.join(work, "data")
+    subprocess.run(["chown", "postgres:postgres", work], check=True)
+    subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(bin_dir, "initdb"),
+                    "-D", data, "-U", "linerate", "-A", "trust"], check=True,
+                   capture_output=True)
+    extra = [arg for setting in settings for arg in ("-c", setting)]
+    server = subprocess.Popen(
+        ["setpriv", "--reuid", "postgres", "--regid", "postgres", "--clear-groups", "--",
+         os.path.join(bin_dir, "postgres"), "-D", data, "-p", port, "-k", work,
+         "-c", "listen_addresses=127.0.0.1", *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(150):
+        ready = subprocess.run([os.path.join(bin_dir, "pg_isready"), "-h", "127.0.0.1",
+                                "-p", port], capture_output=True)
+        if ready.returncode == 0:
+            return server, f"postgres://linerate@127.0.0.1:{port}/postgres", bin_dir
+        time.sleep(0.2)
+    server.terminate()
+    return None, None, None

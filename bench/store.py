@@ -19,7 +19,7 @@ without it, SQLite only, said so.
 """
 import argparse, glob, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
-from common import ROOT
+from common import ROOT, start_postgres
 
 EXAMPLE = os.path.join(ROOT, "target", "release", "examples", "write_rate")
 PORT = "54331"
@@ -35,32 +35,6 @@ def write_rate(kind, place, rows, mode="alone", offered=2000):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def start_postgres(work):
-    """A PostgreSQL server on 127.0.0.1:PORT, its files in `work`; its URL, or None."""
-    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
-    if os.geteuid() != 0 or not bins:
-        return None, None
-    bin_dir = os.path.dirname(bins[-1])
-    data = os.path.join(work, "data")
-    subprocess.run(["chown", "postgres:postgres", work], check=True)
-    subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(bin_dir, "initdb"),
-                    "-D", data, "-U", "linerate", "-A", "trust"], check=True,
-                   capture_output=True)
-    server = subprocess.Popen(
-        ["setpriv", "--reuid", "postgres", "--regid", "postgres", "--clear-groups", "--",
-         os.path.join(bin_dir, "postgres"), "-D", data, "-p", PORT, "-k", work,
-         "-c", "listen_addresses=127.0.0.1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(150):
-        ready = subprocess.run([os.path.join(bin_dir, "pg_isready"), "-h", "127.0.0.1",
-                                "-p", PORT], capture_output=True)
-        if ready.returncode == 0:
-            return server, f"postgres://linerate@127.0.0.1:{PORT}/postgres"
-        time.sleep(0.2)
-    server.terminate()
-    return None, None
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=20000)
@@ -74,7 +48,7 @@ def main():
                                  capture_output=True, text=True).stdout.split(":")[-1].strip())
     work = tempfile.mkdtemp(prefix="linerate-store-bench-", dir="/var/tmp")
     pg_work = tempfile.mkdtemp(prefix="linerate-store-pg-")
-    server, url = start_postgres(pg_work)
+    server, url, _ = start_postgres(pg_work, PORT)
     if url is None:
         print("PostgreSQL: not measured (needs root and Debian's postgresql)")
     rates = {(kind, mode): [] for kind in ("sqlite", "postgres") for mode in MODES}

@@ -14,10 +14,10 @@ the writer keeps it. Each command runs --repeat times; the medians are printed b
     python3 bench/store_scale.py                       # 10,000,000 rows, SQLite (+ PostgreSQL as root)
     python3 bench/store_scale.py --rows 1000000 --no-postgres
 """
-import argparse, json, os, shutil, socket, sqlite3, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, sqlite3, statistics, subprocess, sys, tempfile, time
 import urllib.request
 
-from common import ROOT
+from common import ROOT, free_port, start_postgres
 
 BIN = os.path.join(ROOT, "target", "release", "linerate")
 WRITE_RATE = os.path.join(ROOT, "target", "release", "examples", "write_rate")
@@ -86,32 +86,6 @@ def seed_sqlite(db, rows, days):
     return time.time() - started
 
 
-def start_postgres(work):
-    bins = sorted(__import__("glob").glob("/usr/lib/postgresql/*/bin/postgres"))
-    if os.geteuid() != 0 or not bins:
-        return None, None
-    bin_dir = os.path.dirname(bins[-1])
-    data = os.path.join(work, "data")
-    subprocess.run(["chown", "postgres:postgres", work], check=True)
-    subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(bin_dir, "initdb"), "-D",
-                    data, "-U", "linerate", "-A", "trust"], check=True, capture_output=True)
-    server = subprocess.Popen(
-        ["setpriv", "--reuid", "postgres", "--regid", "postgres", "--clear-groups", "--",
-         os.path.join(bin_dir, "postgres"), "-D", data, "-p", PG_PORT, "-k", work,
-         "-c", "listen_addresses=127.0.0.1", "-c", "shared_buffers=1GB",
-         "-c", "max_wal_size=8GB"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(150):
-        ready = subprocess.run([os.path.join(bin_dir, "pg_isready"), "-h", "127.0.0.1", "-p",
-                                PG_PORT], capture_output=True)
-        if ready.returncode == 0:
-            return server, (f"postgres://linerate@127.0.0.1:{PG_PORT}/postgres",
-                            os.path.join(bin_dir, "psql"))
-        time.sleep(0.2)
-    server.terminate()
-    return None, None
-
-
 def seed_postgres(url, psql, rows, days):
     subprocess.run([WRITE_RATE, "postgres", url, "1"], check=True, capture_output=True)
     now = time.time()
@@ -151,12 +125,6 @@ def seed_postgres(url, psql, rows, days):
     size = subprocess.run([psql, url, "-At", "-c", "SELECT pg_database_size(current_database())"],
                           check=True, capture_output=True, text=True).stdout.strip()
     return time.time() - started, int(size)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def grid(store_args, work, repeat):
@@ -255,11 +223,12 @@ def main():
             measure("sqlite", ["--db", db], work, a.repeat, base)
             os.remove(db)
         if not a.no_postgres:
-            server, found = start_postgres(pg_work)
-            if not found:
+            server, url, bin_dir = start_postgres(pg_work, PG_PORT, "shared_buffers=1GB",
+                                                  "max_wal_size=8GB")
+            if not url:
                 print("postgres: not measured (needs root and Debian's postgresql)")
                 return
-            url, psql = found
+            psql = os.path.join(bin_dir, "psql")
             took, size = seed_postgres(url, psql, a.rows, a.days)
             print(f"postgres: seeded in {took:.0f} s; database {size / 2**30:.2f} GiB, "
                   f"{size / (a.rows / 1e6) / 2**20:.0f} MiB a million rows", flush=True)

@@ -621,9 +621,7 @@ impl Writer {
             }
         }
     }
-}
 
-impl Writer {
     /// Sends a reader's request to the writer thread, which answers it between writes.
     fn ask(&self, request: Request) -> Result<(), StoreError> {
         self.queue
