@@ -29,6 +29,23 @@ def sample(pid):
     return field("VmRSS") / 1024, field("Threads"), len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def find_process(unique_argument, timeout_s=30.0):
+    """The pid of the process whose command line holds `unique_argument` (the coordinator
+    under a wrapper such as heaptrack, which starts it as a child)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+                exe = os.readlink(f"/proc/{pid}/exe")
+            except OSError:
+                continue
+            if os.path.basename(exe) == "linerate" and unique_argument.encode() in argv:
+                return int(pid)
+        time.sleep(0.2)
+    sys.exit(f"no linerate process with {unique_argument} on its command line")
+
+
 def fit(points):
     """Least-squares slope of (t, y) points, y per hour."""
     n = len(points)
@@ -91,6 +108,10 @@ def main():
     ap.add_argument("--hosts", type=int, default=20)
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--every", type=float, default=10.0, help="seconds between samples")
+    ap.add_argument("--wrap", default="",
+                    help="a command the coordinator runs under, e.g. 'heaptrack -o /tmp/coord'")
+    ap.add_argument("--no-metrics", action="store_true",
+                    help="run the coordinator without --metrics (to split its parts)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/soak.py needs root (network namespaces)")
@@ -127,10 +148,12 @@ def main():
         db = os.path.join(work, "results.db")
         metrics_port = free_port()
         coord_log = open(os.path.join(work, "coordinator.log"), "w")
-        coordinator = subprocess.Popen(
-            ["ip", "netns", "exec", topo.coord, LINERATE, "--db", db, "mesh", "run", path,
-             "--metrics", f"127.0.0.1:{metrics_port}"],
-            stdout=subprocess.DEVNULL, stderr=coord_log)
+        command = ["ip", "netns", "exec", topo.coord, *args.wrap.split(), LINERATE, "--db", db,
+                   "mesh", "run", path]
+        if not args.no_metrics:
+            command += ["--metrics", f"127.0.0.1:{metrics_port}"]
+        coordinator = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=coord_log)
+        coordinator_pid = find_process(db) if args.wrap else coordinator.pid
         started = time.time()
         end = started + args.minutes * 60
         coord_samples, agent_samples = [], []
@@ -140,11 +163,12 @@ def main():
             if coordinator.poll() is not None:
                 sys.exit(f"the coordinator ended ({coordinator.returncode}); see {work}")
             t = time.time() - started
-            coord_samples.append((t, sample(coordinator.pid)))
+            coord_samples.append((t, sample(coordinator_pid)))
             agent_samples.append((t, sample(agents[0].pid)))
             try:
-                sh("ip", "netns", "exec", topo.coord, "curl", "-sf", "-o", "/dev/null",
-                   f"http://127.0.0.1:{metrics_port}/metrics")
+                if not args.no_metrics:
+                    sh("ip", "netns", "exec", topo.coord, "curl", "-sf", "-o", "/dev/null",
+                       f"http://127.0.0.1:{metrics_port}/metrics")
             except subprocess.CalledProcessError:
                 scrape_failures += 1
             if time.time() >= next_print:
@@ -155,7 +179,8 @@ def main():
                       flush=True)
             time.sleep(max(0.0, args.every - (time.time() - started - t)))
         wall = time.time() - started
-        coordinator.send_signal(2)
+        # The coordinator itself (not a wrapper, which may not pass the signal on).
+        os.kill(coordinator_pid, 2)
         coordinator.wait(timeout=30)
         with sqlite3.connect(db) as conn:
             counts = dict(conn.execute(

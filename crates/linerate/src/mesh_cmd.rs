@@ -12,10 +12,11 @@ use linerate_mesh::{Mesh, TestKind};
 use linerate_metrics::alerts::{Alert, Change};
 use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::{Measure, StoreCounts};
+use linerate_metrics::past::{HourPoint, Kept, PastSource};
 use linerate_metrics::watch::{Watch, WatchError, WatchSpec};
 use linerate_proto::auth::Key;
 use linerate_store::prune::PairQuery;
-use linerate_store::spool::{Retention, Spool, SpoolCounts, Writer};
+use linerate_store::spool::{Retention, Spool, SpoolCounts, StoreReader, Writer};
 use linerate_store::MeshRow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -246,6 +247,9 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     }
     let mut writer = store_writer(args, globals, &mesh)?;
     let counts = writer.as_ref().map(|w| w.counts());
+    let past_source = writer
+        .as_ref()
+        .map(|w| Arc::new(StorePast { reader: w.reader() }) as Arc<dyn PastSource>);
     let mut store: Option<&mut dyn linerate_store::MeshArchive> = writer
         .as_mut()
         .map(|w| w as &mut dyn linerate_store::MeshArchive);
@@ -260,7 +264,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
             .iter()
             .any(|t| matches!(t.kind, TestKind::Stamp { .. }));
     let mut watch = if watching {
-        let watch = start_watch(args, &mesh, &[], counts)?;
+        let watch = start_watch(args, &mesh, counts, past_source)?;
         // What the board keeps of each pair (its plot, its baseline), read a pair at a
         // time: a large mesh's months of rows are never in memory together.
         if let Some(store) = store.as_mut() {
@@ -434,8 +438,8 @@ fn store_writer(
 fn start_watch(
     args: &MeshRunArgs,
     mesh: &Mesh,
-    past: &[MeshRow],
     store: Option<Arc<SpoolCounts>>,
+    past_source: Option<Arc<dyn PastSource>>,
 ) -> anyhow::Result<Watch> {
     let rules = &mesh.alerts;
     let spec = WatchSpec {
@@ -454,7 +458,7 @@ fn start_watch(
                 (test.name.as_str(), measure)
             })
             .collect(),
-        past,
+        past: &[],
         thresholds: Thresholds {
             goodput_drop: rules.goodput_drop,
             latency_rise: rules.latency_rise,
@@ -473,6 +477,7 @@ fn start_watch(
             Arc::new(move || Writer::snapshot(&counts))
                 as Arc<dyn Fn() -> StoreCounts + Send + Sync>
         }),
+        past_source,
     };
     let watch = Watch::start(spec).map_err(|e| match e {
         WatchError::Alerts(_) => Failure::Usage(format!("{}: {e}", args.file.display())),
@@ -485,6 +490,48 @@ fn start_watch(
         );
     }
     Ok(watch)
+}
+
+/// The grid's plot over days, read from the mesh's store through its writer.
+struct StorePast {
+    reader: StoreReader,
+}
+
+impl PastSource for StorePast {
+    fn hourly(
+        &self,
+        key: &linerate_metrics::board::Key,
+        since: f64,
+    ) -> Result<Vec<HourPoint>, String> {
+        let found = self
+            .reader
+            .pair_history(&PairQuery {
+                mesh: &key.mesh,
+                src: &key.src,
+                dst: &key.dst,
+                test: Some(&key.test),
+                since,
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(found
+            .by_hour()
+            .into_iter()
+            .filter(|(a, _)| a.direction == key.direction && a.protocol == key.protocol)
+            .map(|(a, from_rows)| HourPoint {
+                at: a.hour,
+                count: a.count,
+                ok: a.ok,
+                min: a.min,
+                median: a.median,
+                max: a.max,
+                kept: if from_rows {
+                    Kept::Rows
+                } else {
+                    Kept::Aggregate
+                },
+            })
+            .collect())
+    }
 }
 
 fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {

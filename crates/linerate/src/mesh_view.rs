@@ -67,21 +67,6 @@ impl<'a> RowJson<'a> {
     }
 }
 
-/// Each (test, src, dst)'s newest row.
-pub fn latest(rows: &[MeshRow]) -> Vec<MeshRow> {
-    let mut newest: BTreeMap<(String, String, String), MeshRow> = BTreeMap::new();
-    for row in rows {
-        let key = (row.test.clone(), row.src.clone(), row.dst.clone());
-        let newer = newest
-            .get(&key)
-            .is_none_or(|old| row.started_at >= old.started_at);
-        if newer {
-            newest.insert(key, row.clone());
-        }
-    }
-    newest.into_values().collect()
-}
-
 /// What a cell shows: the figure, or a mark that does not rely on colour.
 fn cell(row: &MeshRow) -> String {
     match row.outcome {
@@ -244,8 +229,9 @@ pub struct Printer {
     mesh: String,
     json: bool,
     live: Option<LiveView>,
-    /// Every row, for the tables at the end (the live view keeps its own).
-    seen: Vec<MeshRow>,
+    /// Each pair's newest row, for the tables at the end (the live view keeps its own):
+    /// never every row, which a coordinator left running for months would pile up.
+    newest: BTreeMap<(String, String, String), MeshRow>,
     failures: usize,
 }
 
@@ -258,7 +244,7 @@ impl Printer {
             mesh: mesh.name.clone(),
             json,
             live,
-            seen: Vec::new(),
+            newest: BTreeMap::new(),
             failures: 0,
         }
     }
@@ -294,7 +280,14 @@ impl Printer {
             "cycle {:<3} {:<12} {} -> {}: {what}",
             row.cycle, row.test, row.src, row.dst
         );
-        self.seen.push(row.clone());
+        let key = (row.test.clone(), row.src.clone(), row.dst.clone());
+        let newer = self
+            .newest
+            .get(&key)
+            .is_none_or(|old| row.started_at >= old.started_at);
+        if newer {
+            self.newest.insert(key, row.clone());
+        }
     }
 
     /// The last view or the tables; the count of jobs that failed or were skipped.
@@ -302,7 +295,8 @@ impl Printer {
         if let Some(view) = self.live.as_mut() {
             view.draw(true);
         } else if !self.json {
-            print!("{}", tables(&self.mesh, &latest(&self.seen)));
+            let rows: Vec<MeshRow> = self.newest.into_values().collect();
+            print!("{}", tables(&self.mesh, &rows));
         }
         if !self.json && stopped {
             eprintln!("linerate mesh: stopped; the results so far are kept");
@@ -340,6 +334,35 @@ mod tests {
             headline: None,
             headline_text: text.into(),
         }
+    }
+
+    /// A coordinator left running prints a line a job and keeps only each pair's newest
+    /// row for its closing tables: its memory does not grow with the jobs it ran.
+    #[test]
+    fn the_plain_printer_keeps_each_pairs_newest_row_only() {
+        let mut printer = Printer {
+            mesh: "m".into(),
+            json: false,
+            live: None,
+            newest: BTreeMap::new(),
+            failures: 0,
+        };
+        for i in 0..3000 {
+            let (src, dst) = [("a", "b"), ("b", "a"), ("a", "c")][i % 3];
+            let ok = i % 10 != 0;
+            printer.row(&row(
+                src,
+                dst,
+                ok,
+                "refused",
+                &format!("{i} Mbits/sec"),
+                i as f64,
+            ));
+        }
+        assert_eq!(printer.newest.len(), 3);
+        let newest = &printer.newest[&("tput".into(), "a".into(), "c".into())];
+        assert_eq!(newest.started_at, 2999.0);
+        assert_eq!(printer.finish(false), 300);
     }
 
     #[test]

@@ -125,7 +125,7 @@ fn metrics_listener(
             })));
     }
     let listener =
-        linerate_metrics::server::start(addr, board.clone(), "serve", Thresholds::default())
+        linerate_metrics::server::start(addr, board.clone(), "serve", Thresholds::default(), None)
             .map_err(|e| Failure::Usage(format!("--metrics {addr}: {e:#}")))?;
     eprintln!(
         "linerate serve: metrics at http://{}/metrics",

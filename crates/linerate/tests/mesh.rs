@@ -1419,12 +1419,14 @@ fn a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql() {
         }
     });
     println!("{test}: archive seeded in {:?}", seeding.elapsed());
+    // Each coordinator runs until it has applied the retention, then its grid's plot of
+    // a -> c over 30 days is read.
     let run = |global: &[&str], local: &[&str]| {
         let started = std::time::Instant::now();
         let mut coordinator = Command::new("ip")
             .args(["netns", "exec", &star.hosts[2], binary()])
             .args(global)
-            .args(["mesh", "run", &file, "--json"])
+            .args(["mesh", "run", &file, "--json", "--metrics", "127.0.0.1:0"])
             .args(local)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -1439,16 +1441,31 @@ fn a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql() {
                 break;
             }
         }
+        let listen = said
+            .iter()
+            .find_map(|l| l.split("metrics at http://").nth(1))
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("no metrics address: {said:?}"))
+            .to_string();
+        let plot = Command::new("ip")
+            .args(["netns", "exec", &star.hosts[2], "curl", "-sS", "-m", "20"])
+            .arg(format!(
+                "http://{listen}/api/history?test=lat&src=a&dst=c&days=30"
+            ))
+            .output()
+            .unwrap();
         // SAFETY: interrupts the coordinator this test started.
         unsafe { libc::kill(coordinator.id() as i32, libc::SIGINT) };
         coordinator.wait().unwrap();
         println!("{test}: retention applied in {:?}", started.elapsed());
-        said.join("\n")
+        let plot: serde_json::Value = serde_json::from_slice(&plot.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&plot.stdout)));
+        (said.join("\n"), plot)
     };
     let raw_before = now - 14.0 * 86_400.0;
     let last_hour = (raw_before / 3600.0).floor() * 3600.0;
     let gone = rows.iter().filter(|r| r.started_at < last_hour).count();
-    for said in [
+    for (said, plot) in [
         run(&["--db", &db], &[]),
         run(&["--no-store"], &["--store", &postgres.url]),
     ] {
@@ -1460,6 +1477,7 @@ fn a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql() {
             line.contains(&format!("{gone} row(s)")) && line.contains("past 14d"),
             "{line}"
         );
+        assert_plot_is_the_seeded_hours(&plot, &rows, now - 30.0 * 86_400.0, last_hour);
     }
     let store = linerate_store::Store::open(std::path::Path::new(&db)).unwrap();
     let left = store.mesh_rows("retained", false).unwrap();
@@ -1498,6 +1516,56 @@ fn a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql() {
             .find(|b| b.hour == a.hour && b.src == a.src)
             .unwrap();
         assert_eq!(a, b);
+    }
+}
+
+/// The grid's plot of a -> c over days: an hour a point from `since` on, each point what
+/// the seeded rows of its hour say (counted here, apart from the store's code), from the
+/// store's aggregates before `last_hour` (retention removed those rows) and from the rows
+/// after.
+fn assert_plot_is_the_seeded_hours(
+    plot: &serde_json::Value,
+    seeded: &[linerate_store::MeshRow],
+    since: f64,
+    last_hour: f64,
+) {
+    let points = plot["hourly"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hourly points: {plot}"));
+    let first_hour = (since / 3600.0).floor() * 3600.0;
+    let hours = seeded
+        .iter()
+        .filter(|r| r.src == "a" && r.started_at >= first_hour)
+        .map(|r| (r.started_at / 3600.0).floor() as i64)
+        .collect::<std::collections::BTreeSet<_>>();
+    assert!(
+        points.len() + 1 >= hours.len(),
+        "{} points for {} hours",
+        points.len(),
+        hours.len()
+    );
+    assert_eq!(plot["aggregates_until"], last_hour, "{plot}");
+    for point in points {
+        let at = point["at"].as_f64().unwrap();
+        let rows: Vec<_> = seeded
+            .iter()
+            .filter(|r| r.src == "a" && (r.started_at / 3600.0).floor() * 3600.0 == at)
+            .collect();
+        let mut values: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.outcome.is_ok())
+            .filter_map(|r| r.headline)
+            .collect();
+        values.sort_by(f64::total_cmp);
+        let median = (!values.is_empty()).then(|| values[values.len().div_ceil(2) - 1]);
+        let kept = if at < last_hour { "aggregate" } else { "rows" };
+        assert_eq!(point["kept"], kept, "{point}");
+        assert_eq!(point["count"], rows.len() as u64, "{point}");
+        assert_eq!(
+            point["ok"],
+            rows.iter().filter(|r| r.outcome.is_ok()).count() as u64
+        );
+        assert_eq!(point["median"].as_f64(), median, "{point}");
     }
 }
 

@@ -222,8 +222,8 @@ fn main() {
         peak_rss_mib(),
     );
     if let Some((addr, seconds)) = serve {
-        let server =
-            linerate_metrics::server::start(addr, board, "scale", thresholds).expect("listen");
+        let server = linerate_metrics::server::start(addr, board, "scale", thresholds, None)
+            .expect("listen");
         println!("serving on http://{}/ for {seconds} s", server.addr);
         std::thread::sleep(std::time::Duration::from_secs(seconds));
     }

@@ -199,7 +199,9 @@ pub fn pair_of(query: &str) -> Result<(String, String, String), String> {
             "test" => test = Some(value),
             "src" => src = Some(value),
             "dst" => dst = Some(value),
-            _ => return Err(format!("unknown parameter '{name}' (test, src, dst)")),
+            // The span of the long plot (crate::past::days_of).
+            "days" => {}
+            _ => return Err(format!("unknown parameter '{name}' (test, src, dst, days)")),
         }
     }
     match (test, src, dst) {

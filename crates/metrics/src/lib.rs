@@ -8,6 +8,7 @@ pub mod board;
 pub mod families;
 pub mod grid;
 pub mod openmetrics;
+pub mod past;
 pub mod post;
 pub mod remote_write;
 pub mod served;

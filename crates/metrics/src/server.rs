@@ -9,6 +9,7 @@
 
 use crate::assess::Thresholds;
 use crate::board::Board;
+use crate::past::PastSource;
 use crate::{grid, openmetrics};
 use anyhow::{Context, Result};
 use http_body_util::Full;
@@ -56,7 +57,14 @@ struct Shared {
     /// The page's title: the mesh's name, or "serve".
     title: Arc<str>,
     thresholds: Thresholds,
+    /// The mesh's store, for the grid's plot over days (none for `serve`, or a mesh
+    /// without a store: the plot then has the board's recent results only).
+    past: Option<Arc<dyn PastSource>>,
 }
+
+/// Store reads at once for the plot over days, each on a thread of its own beside the
+/// listener's (they wait their turn at the store's writer anyway).
+const PAST_READERS: usize = 2;
 
 /// Listens on `addr` (port 0: one of the system's) and serves until dropped.
 pub fn start(
@@ -64,6 +72,7 @@ pub fn start(
     board: Arc<Mutex<Board>>,
     title: &str,
     thresholds: Thresholds,
+    past: Option<Arc<dyn PastSource>>,
 ) -> Result<MetricsServer> {
     // Every address ([::]) on a host without IPv6: every IPv4 address instead.
     let listener = std::net::TcpListener::bind(addr)
@@ -82,12 +91,14 @@ pub fn start(
         exposition,
         title: title.into(),
         thresholds,
+        past,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
+        .max_blocking_threads(PAST_READERS)
         .build()
         .context("starting the metrics listener's runtime")?;
     let thread = std::thread::Builder::new()
@@ -146,11 +157,28 @@ async fn serve(listener: tokio::net::TcpListener, shared: Shared, stop: Arc<Atom
             let io = hyper_util::rt::TokioIo::new(stream);
             let service = hyper::service::service_fn(move |request| {
                 let busy = activity.begin();
-                let mut response = route(&shared, &request);
                 let page = request.uri().path() == "/";
-                linerate_http::secure(response.headers_mut(), page.then_some(PAGE_POLICY));
-                let response = response.map(|body| linerate_http::Tracked::new(body, busy));
-                async move { Ok::<_, std::convert::Infallible>(response) }
+                // The plot over days reads the store: off the listener's thread.
+                let long = long_history(&shared, &request);
+                let mut response = long.is_none().then(|| route(&shared, &request));
+                async move {
+                    let mut response = match (response.take(), long) {
+                        (Some(response), _) => response,
+                        (None, Some(read)) => {
+                            tokio::task::spawn_blocking(read).await.unwrap_or_else(|_| {
+                                reply(
+                                    StatusCode::INTERNAL_SERVER_ERROR,
+                                    "text/plain; charset=utf-8",
+                                    "reading the pair's past failed\n",
+                                )
+                            })
+                        }
+                        (None, None) => unreachable!("one of the two is set"),
+                    };
+                    linerate_http::secure(response.headers_mut(), page.then_some(PAGE_POLICY));
+                    let response = response.map(|body| linerate_http::Tracked::new(body, busy));
+                    Ok::<_, std::convert::Infallible>(response)
+                }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -197,6 +225,46 @@ pub fn gzip(exposition: &mut openmetrics::Exposition, format: openmetrics::Forma
         .and_then(|_| buffered.into_inner().map_err(|e| e.into_error()))
         .and_then(|encoder| encoder.finish())
         .expect("writing to a Vec does not fail")
+}
+
+/// A read of the store, on a blocking thread, and its response.
+type PastRead = Box<dyn FnOnce() -> Response<Full<Bytes>> + Send>;
+
+/// A blocking read for `/api/history?...&days=N` when the mesh has a store; `None` for
+/// every other request (answered by [`route`]).
+fn long_history(shared: &Shared, request: &Request<Incoming>) -> Option<PastRead> {
+    if request.method() != Method::GET || request.uri().path() != "/api/history" {
+        return None;
+    }
+    let query = request.uri().query().unwrap_or("").to_string();
+    let days = match crate::past::days_of(&query) {
+        Ok(Some(days)) => days,
+        Ok(None) => return None,
+        Err(why) => {
+            return Some(Box::new(move || {
+                reply(
+                    StatusCode::BAD_REQUEST,
+                    "text/plain; charset=utf-8",
+                    format!("{why}\n"),
+                )
+            }))
+        }
+    };
+    let past = shared.past.clone()?;
+    let (board, thresholds) = (shared.board.clone(), shared.thresholds);
+    Some(Box::new(move || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        match crate::past::long_history_json(&board, &query, days, &thresholds, &*past, now) {
+            Ok(json) => reply(StatusCode::OK, "application/json", json.to_string()),
+            Err(why) => reply(
+                StatusCode::BAD_REQUEST,
+                "text/plain; charset=utf-8",
+                format!("{why}\n"),
+            ),
+        }
+    }))
 }
 
 fn route(shared: &Shared, request: &Request<Incoming>) -> Response<Full<Bytes>> {

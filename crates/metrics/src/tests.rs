@@ -841,3 +841,142 @@ fn an_agents_group_is_counted_by_what_its_receiver_counted() {
     untimed.timed = None;
     assert!(served::rows_of_group(&untimed).is_none());
 }
+
+/// A store's past as a test states it: the hours it was asked for, and what it answers.
+struct FakePast {
+    asked: Mutex<Vec<(Key, f64)>>,
+}
+
+impl crate::past::PastSource for FakePast {
+    fn hourly(&self, key: &Key, since: f64) -> Result<Vec<crate::past::HourPoint>, String> {
+        use crate::past::{HourPoint, Kept};
+        self.asked.lock().unwrap().push((key.clone(), since));
+        if key.dst == "broken" {
+            return Err("the store is down".into());
+        }
+        let point = |at: f64, median: f64, kept| HourPoint {
+            at,
+            count: 4,
+            ok: 3,
+            min: Some(median / 2.0),
+            median: Some(median),
+            max: Some(median * 2.0),
+            kept,
+        };
+        Ok(vec![
+            point(7200.0, 1e9, Kept::Aggregate),
+            point(10_800.0, 2e9, Kept::Aggregate),
+            point(14_400.0, 3e9, Kept::Rows),
+        ])
+    }
+}
+
+/// One GET over a fresh connection: the status line's code and the body.
+fn http_get(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let code = text[9..12].parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (code, body)
+}
+
+#[test]
+fn the_plot_over_days_reads_hours_from_the_store_and_says_which_are_aggregates() {
+    let board = Arc::new(Mutex::new(Board::default()));
+    board
+        .lock()
+        .unwrap()
+        .record(&row("a", "b", "tput", true, 8e9, 10.0), Some(&stream(8e9)));
+    board.lock().unwrap().record(
+        &row("a", "broken", "tput", true, 8e9, 10.0),
+        Some(&stream(8e9)),
+    );
+    let past = Arc::new(FakePast {
+        asked: Mutex::new(Vec::new()),
+    });
+    let listening = server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        board.clone(),
+        "m",
+        Thresholds::default(),
+        Some(past.clone()),
+    )
+    .unwrap();
+    let addr = listening.addr;
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let (code, body) = http_get(addr, "/api/history?test=tput&src=a&dst=b&days=30");
+    assert_eq!(code, 200, "{body}");
+    let h: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        h.get("points").is_none(),
+        "hours in place of the board's points"
+    );
+    assert_eq!(h["hourly"].as_array().unwrap().len(), 3);
+    assert_eq!(h["hourly"][0]["kept"], "aggregate");
+    assert_eq!(h["hourly"][2]["kept"], "rows");
+    assert_eq!(h["hourly"][2]["median"], 3e9);
+    // The aggregates end where the newest of them ends; the rows follow.
+    assert_eq!(h["aggregates_until"], 14_400.0);
+    assert_eq!(h["days"], 30);
+    assert_eq!(h["key"]["dst"], "b");
+    let asked = past.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(
+        (asked[0].0.src.as_str(), asked[0].0.dst.as_str()),
+        ("a", "b")
+    );
+    let span = before - asked[0].1;
+    assert!(
+        (30.0 * 86_400.0 - 60.0..=30.0 * 86_400.0).contains(&span),
+        "{span}"
+    );
+    // Without days: the board's recent points, the store not asked.
+    let (code, body) = http_get(addr, "/api/history?test=tput&src=a&dst=b");
+    assert_eq!(code, 200);
+    assert!(body.contains("\"points\""), "{body}");
+    assert_eq!(past.asked.lock().unwrap().len(), 1);
+    // A span out of bounds, a pair the board does not know and a store that fails are
+    // each one clear line, and the listener serves on.
+    for (target, says) in [
+        ("/api/history?test=tput&src=a&dst=b&days=0", "days=0"),
+        ("/api/history?test=tput&src=a&dst=b&days=401", "days=401"),
+        ("/api/history?test=tput&src=a&dst=b&days=x", "days=x"),
+        ("/api/history?test=tput&src=a&dst=z&days=7", "no series"),
+        (
+            "/api/history?test=tput&src=a&dst=broken&days=7",
+            "the store is down",
+        ),
+    ] {
+        let (code, body) = http_get(addr, target);
+        assert_eq!(code, 400, "{target}: {body}");
+        assert!(
+            body.contains(says) && body.lines().count() == 1,
+            "{target}: {body}"
+        );
+    }
+    assert_eq!(http_get(addr, "/api/grid").0, 200);
+}
+
+#[test]
+fn a_plot_span_is_whole_days_within_bounds() {
+    use crate::past::{days_of, MAX_DAYS};
+    assert_eq!(days_of("test=a&src=b&dst=c"), Ok(None));
+    assert_eq!(days_of("days=1&test=a"), Ok(Some(1)));
+    assert_eq!(days_of(&format!("days={MAX_DAYS}")), Ok(Some(MAX_DAYS)));
+    for bad in ["days=0", "days=-1", "days=1.5", "days=", "days=99999999999"] {
+        assert!(days_of(bad).is_err(), "{bad}");
+    }
+}

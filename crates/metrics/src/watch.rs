@@ -40,6 +40,8 @@ pub struct WatchSpec<'a> {
     pub grid_url: Option<String>,
     /// The store writer's counts, read at each scrape.
     pub store: Option<std::sync::Arc<dyn Fn() -> crate::board::StoreCounts + Send + Sync>>,
+    /// The store's pairs' past, for the grid's plot over days.
+    pub past_source: Option<Arc<dyn crate::past::PastSource>>,
 }
 
 /// Which part of a watch could not start, and why.
@@ -80,8 +82,14 @@ impl Watch {
         let board = Arc::new(Mutex::new(board));
         let server = match spec.metrics {
             Some(addr) => Some(
-                crate::server::start(addr, board.clone(), spec.mesh, spec.thresholds)
-                    .map_err(|why| WatchError::Metrics { addr, why })?,
+                crate::server::start(
+                    addr,
+                    board.clone(),
+                    spec.mesh,
+                    spec.thresholds,
+                    spec.past_source.clone(),
+                )
+                .map_err(|why| WatchError::Metrics { addr, why })?,
             ),
             None => None,
         };

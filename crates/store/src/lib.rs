@@ -219,6 +219,27 @@ pub trait MeshArchive {
         }
         Ok(())
     }
+    /// A pair's rows since `query.since` and the hourly aggregates that stand for the
+    /// rows retention removed (the grid's long plot, `mesh history`).
+    fn pair_history(
+        &mut self,
+        query: &prune::PairQuery<'_>,
+    ) -> Result<prune::PairHistory, StoreError> {
+        let rows = self
+            .mesh_rows(query.mesh, false)?
+            .into_iter()
+            .filter(|r| {
+                r.src == query.src
+                    && r.dst == query.dst
+                    && query.test.is_none_or(|t| r.test == t)
+                    && r.started_at >= query.since
+            })
+            .collect();
+        Ok(prune::PairHistory {
+            rows,
+            hourly: Vec::new(),
+        })
+    }
     /// Where it is, for messages.
     fn location(&self) -> String;
     /// One small step of a mesh's retention (crate::prune::RetainStep): rows that
@@ -261,6 +282,12 @@ impl MeshArchive for Store {
     ) -> Result<(), StoreError> {
         Store::recent_rows_each(self, mesh, per_pair, each)
     }
+    fn pair_history(
+        &mut self,
+        query: &prune::PairQuery<'_>,
+    ) -> Result<prune::PairHistory, StoreError> {
+        Store::pair_history(self, query)
+    }
     fn location(&self) -> String {
         self.path.clone()
     }
@@ -299,6 +326,12 @@ impl MeshArchive for archive::Archive {
         each: &mut dyn FnMut(Vec<MeshRow>),
     ) -> Result<(), StoreError> {
         archive::Archive::recent_rows_each(self, mesh, per_pair, each)
+    }
+    fn pair_history(
+        &mut self,
+        query: &prune::PairQuery<'_>,
+    ) -> Result<prune::PairHistory, StoreError> {
+        archive::Archive::pair_history(self, query)
     }
     fn location(&self) -> String {
         self.url().to_string()

@@ -90,6 +90,43 @@ pub struct PairHistory {
     pub hourly: Vec<Aggregate>,
 }
 
+impl PairHistory {
+    /// Every hour of it as an aggregate, oldest first, each said to be summed up from the
+    /// rows here (`true`) or kept by retention (`false`): the rows summed up by the hour
+    /// as retention would, after the aggregates that stand for removed rows.
+    pub fn by_hour(&self) -> Vec<(Aggregate, bool)> {
+        let mut hours: BTreeMap<i64, Vec<RawRow>> = BTreeMap::new();
+        for row in &self.rows {
+            let labels = [
+                row.mesh.clone(),
+                row.src.clone(),
+                row.dst.clone(),
+                row.test.clone(),
+                row.direction.clone(),
+                row.protocol.clone(),
+            ];
+            let hour = (row.started_at / HOUR).floor() as i64;
+            hours.entry(hour).or_default().push((
+                labels,
+                row.outcome.name().to_string(),
+                row.headline,
+            ));
+        }
+        let summed = hours
+            .into_iter()
+            .flat_map(|(hour, rows)| aggregate(hour as f64 * HOUR, rows));
+        let mut all: Vec<(Aggregate, bool)> = self
+            .hourly
+            .iter()
+            .cloned()
+            .map(|a| (a, false))
+            .chain(summed.map(|a| (a, true)))
+            .collect();
+        all.sort_by(|a, b| a.0.hour.total_cmp(&b.0.hour));
+        all
+    }
+}
+
 /// An aggregate from its columns (mesh, src, dst, test, direction, protocol, hour,
 /// count, ok, failed, skipped, figures, min, median, p95, max, mean).
 fn aggregate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Aggregate> {

@@ -15,7 +15,7 @@
 //! bounded in bytes: at its bound the oldest results' documents go first, then, where
 //! only rows are left, the oldest rows; each loss is counted and said.
 
-use crate::prune::RetainStep;
+use crate::prune::{PairHistory, PairQuery, RetainStep};
 use crate::{now, MeshArchive, StoreError};
 use linerate_model::mesh_row::{MeshRow, Outcome, StoreCounts};
 use linerate_report::document::Document;
@@ -476,6 +476,72 @@ enum Request {
         per_pair: usize,
         reply: mpsc::SyncSender<Result<Vec<MeshRow>, StoreError>>,
     },
+    /// A pair's history (a [`StoreReader`]'s question: the grid's long plot).
+    History {
+        query: OwnedPairQuery,
+        reply: mpsc::Sender<Result<PairHistory, StoreError>>,
+    },
+    /// The end: what waits is written once and the thread ends (readers may still hold
+    /// senders, so the channel's end alone does not say it).
+    Stop,
+}
+
+/// A [`PairQuery`] that can travel to the writer's thread.
+#[derive(Debug, Clone)]
+struct OwnedPairQuery {
+    mesh: String,
+    src: String,
+    dst: String,
+    test: Option<String>,
+    since: f64,
+}
+
+/// Reads through a [`Writer`]'s thread from anywhere (the metrics listener's grid): the
+/// question waits its turn between writes, so that the store has one connection and a
+/// reader sees what was handed over before it asked. Answers nothing once the writer
+/// has stopped.
+#[derive(Clone)]
+pub struct StoreReader {
+    queue: SyncSender<Request>,
+    location: String,
+}
+
+/// The longest a reader waits for its answer (a store that hangs).
+const READ_WAIT: Duration = Duration::from_secs(10);
+
+impl StoreReader {
+    /// A pair's rows since `query.since` and the hourly aggregates before them.
+    pub fn pair_history(&self, query: &PairQuery<'_>) -> Result<PairHistory, StoreError> {
+        let stopped = || StoreError::Archive {
+            url: self.location.clone(),
+            why: "the store's writer stopped".into(),
+        };
+        let (reply, answer) = mpsc::channel();
+        let query = OwnedPairQuery {
+            mesh: query.mesh.to_string(),
+            src: query.src.to_string(),
+            dst: query.dst.to_string(),
+            test: query.test.map(str::to_string),
+            since: query.since,
+        };
+        self.queue
+            .try_send(Request::History { query, reply })
+            .map_err(|e| match e {
+                TrySendError::Full(_) => StoreError::Archive {
+                    url: self.location.clone(),
+                    why: format!("{QUEUE} requests wait for the store's writer"),
+                },
+                TrySendError::Disconnected(_) => stopped(),
+            })?;
+        match answer.recv_timeout(READ_WAIT) {
+            Ok(found) => found,
+            Err(RecvTimeoutError::Timeout) => Err(StoreError::Archive {
+                url: self.location.clone(),
+                why: format!("no answer within {} s", READ_WAIT.as_secs()),
+            }),
+            Err(RecvTimeoutError::Disconnected) => Err(stopped()),
+        }
+    }
 }
 
 /// Results handed over and not yet taken by the writer, at most: beyond it (the store
@@ -557,6 +623,14 @@ impl Writer {
 
     pub fn counts(&self) -> Arc<SpoolCounts> {
         self.counts.clone()
+    }
+
+    /// A handle that reads through this writer from another thread.
+    pub fn reader(&self) -> StoreReader {
+        StoreReader {
+            queue: self.queue.clone().expect("set until drop"),
+            location: self.location.clone(),
+        }
     }
 
     /// The counts as the metrics read them.
@@ -695,6 +769,10 @@ impl MeshArchive for Writer {
         Ok(())
     }
 
+    fn pair_history(&mut self, query: &PairQuery<'_>) -> Result<PairHistory, StoreError> {
+        self.reader().pair_history(query)
+    }
+
     fn location(&self) -> String {
         self.location.clone()
     }
@@ -704,7 +782,10 @@ impl Drop for Writer {
     /// Writes what waits, once, then stops: a file spool keeps what is left for the next
     /// start; what waits in memory and cannot be written is said to be lost.
     fn drop(&mut self) {
-        self.queue = None;
+        if let Some(queue) = self.queue.take() {
+            // Behind whatever waits in the queue, which is written first.
+            let _ = queue.send(Request::Stop);
+        }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -769,8 +850,21 @@ impl WriterThread {
                         let _ = reply.send(Err(e));
                     }
                 }
+                Ok(Request::History { query, reply }) => {
+                    if self.failing.is_none() {
+                        self.replay(usize::MAX);
+                    }
+                    let query = PairQuery {
+                        mesh: &query.mesh,
+                        src: &query.src,
+                        dst: &query.dst,
+                        test: query.test.as_deref(),
+                        since: query.since,
+                    };
+                    let _ = reply.send(self.store.pair_history(&query));
+                }
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
+                Ok(Request::Stop) | Err(RecvTimeoutError::Disconnected) => {
                     self.finish();
                     return;
                 }

@@ -749,6 +749,34 @@ fn a_mesh_retention_step_by_step_keeps_its_span_and_touches_nothing_else() {
         .retain_step("m", raw_before, Some(hourly_before), 3)
         .unwrap();
     assert_eq!(again, RetainStep::default());
+    // A pair's hours over 30 days (the grid's plot over days): the stored aggregates
+    // where the rows went, then the rows summed up by the hour, each as its rows said,
+    // each hour once.
+    let history = store
+        .pair_history(&crate::prune::PairQuery {
+            mesh: "m",
+            src: "a",
+            dst: "c",
+            test: Some("lat"),
+            since: hourly_before,
+        })
+        .unwrap();
+    let hours = history.by_hour();
+    assert!(hours.windows(2).all(|w| w[0].0.hour < w[1].0.hour));
+    let kept: Vec<_> = hours.iter().filter(|h| !h.1).map(|h| h.0.clone()).collect();
+    let stored: Vec<_> = aggregates.into_iter().filter(|a| a.src == "a").collect();
+    assert_eq!(kept, stored);
+    let summed: Vec<_> = hours.iter().filter(|h| h.1).map(|h| h.0.clone()).collect();
+    let mut raw: BTreeMap<(String, i64), Vec<&MeshRow>> = BTreeMap::new();
+    for row in rows
+        .iter()
+        .filter(|r| r.src == "a" && r.started_at >= last_hour)
+    {
+        let hour = (row.started_at / HOUR).floor() as i64;
+        raw.entry((row.src.clone(), hour)).or_default().push(row);
+    }
+    assert!(summed.iter().all(|a| a.hour >= last_hour));
+    assert_aggregates_match(&summed, &raw);
 }
 
 /// The nearest-rank percentile: the smallest value with at least that share at or below.
