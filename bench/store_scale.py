@@ -108,12 +108,20 @@ def seed_postgres(url, psql, rows, days):
                true, '', 0.001 + (i % 7) * 1e-4, '1.00 ms', 'ok', NULL, 'big/' || p || '/' || k
         FROM (SELECT i, i % {PAIRS} AS p, i / {PAIRS} AS k
               FROM generate_series(0::BIGINT, {rows - 1}) AS i) AS q;
-        INSERT INTO linerate_mesh_latest (mesh, src, dst, test, result_id, started_at)
-        SELECT DISTINCT ON (mesh, src, dst, test) mesh, src, dst, test, id, started_at
+        INSERT INTO linerate_mesh_latest (mesh, src, dst, test, result_id, started_at,
+            run_id, direction, protocol, cycle, ended_at, outcome, reason, blamed, headline,
+            headline_text)
+        SELECT DISTINCT ON (mesh, src, dst, test) mesh, src, dst, test, id, started_at,
+            run_id, direction, protocol, cycle, ended_at, outcome, reason, blamed, headline,
+            headline_text
         FROM linerate_mesh_results WHERE mesh = 'big'
         ORDER BY mesh, src, dst, test, started_at DESC, id DESC
         ON CONFLICT (mesh, src, dst, test) DO UPDATE SET result_id = EXCLUDED.result_id,
-            started_at = EXCLUDED.started_at;
+            started_at = EXCLUDED.started_at, run_id = EXCLUDED.run_id,
+            direction = EXCLUDED.direction, protocol = EXCLUDED.protocol,
+            cycle = EXCLUDED.cycle, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome,
+            reason = EXCLUDED.reason, blamed = EXCLUDED.blamed, headline = EXCLUDED.headline,
+            headline_text = EXCLUDED.headline_text;
         COMMIT;
     """
     started = time.time()

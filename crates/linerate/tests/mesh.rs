@@ -1419,6 +1419,22 @@ fn a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql() {
         }
     });
     println!("{test}: archive seeded in {:?}", seeding.elapsed());
+    // The archive as version 5 left it (each pair's newest named by its id alone): the
+    // coordinator's start takes it to 6, filling each pair's newest row in.
+    let downgrade = Command::new("ip")
+        .args(["netns", "exec", &star.hosts[2]])
+        .arg(postgres.launch.bin.join("psql"))
+        .args(["-v", "ON_ERROR_STOP=1", "-d", &postgres.url, "-c"])
+        .arg(
+            "ALTER TABLE linerate_mesh_latest DROP COLUMN run_id, DROP COLUMN direction,
+                 DROP COLUMN protocol, DROP COLUMN cycle, DROP COLUMN ended_at,
+                 DROP COLUMN outcome, DROP COLUMN reason, DROP COLUMN blamed,
+                 DROP COLUMN headline, DROP COLUMN headline_text;
+             UPDATE linerate_schema SET version = 5;",
+        )
+        .output()
+        .unwrap();
+    assert!(downgrade.status.success(), "{}", stderr(&downgrade));
     // Each coordinator runs until it has applied the retention, then its grid's plot of
     // a -> c over 30 days is read.
     let run = |global: &[&str], local: &[&str]| {
@@ -1495,13 +1511,32 @@ fn a_mesh_retention_is_applied_by_its_coordinator_on_sqlite_and_postgresql() {
         sqlite.len()
     );
     let url = postgres.url.clone();
-    let (archive_rows, archived) = in_netns(&star.hosts[2], move || {
+    let (archive_rows, archived, archive_latest) = in_netns(&star.hosts[2], move || {
         let mut archive = linerate_store::archive::Archive::open(&url).unwrap();
         (
             archive.mesh_rows("retained", false).unwrap(),
             archive.mesh_hourly("retained").unwrap(),
+            archive.mesh_rows("retained", true).unwrap(),
         )
     });
+    // Each seeded pair's newest row, as seeded, in both stores (`mesh status`).
+    for src in ["a", "b"] {
+        let seeded = rows
+            .iter()
+            .filter(|r| r.src == src)
+            .max_by(|x, y| x.started_at.total_cmp(&y.started_at))
+            .unwrap();
+        for (store, latest) in [
+            ("sqlite", store.mesh_rows("retained", true).unwrap()),
+            ("postgres", archive_latest.clone()),
+        ] {
+            let found: Vec<_> = latest.iter().filter(|r| r.src == src).collect();
+            assert_eq!(found.len(), 1, "{store}: {found:?}");
+            let mut found = found[0].clone();
+            found.run_id = None;
+            assert_eq!(&found, seeded, "{store}");
+        }
+    }
     assert!(archive_rows.iter().all(|r| r.started_at >= last_hour));
     // The same hours summed up the same, where both stores' passes saw the same rows
     // (each pass's cutoff is its own moment: compare the hours both have).
