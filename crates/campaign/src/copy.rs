@@ -186,6 +186,7 @@ fn config_of(summary: &CopySummary, host: &str) -> TestConfig {
     TestConfig {
         quic: None,
         tls: None,
+        source: None,
         protocol: linerate_model::Protocol::Udp,
         target: host.to_string(),
         port: summary

@@ -43,6 +43,8 @@ impl SweepTest {
 pub struct SweepSpec {
     pub test: SweepTest,
     pub host: Option<String>,
+    /// Where the client's sockets leave from (`--bind`, `--bind-dev`).
+    pub source: Option<linerate_model::Source>,
     pub port: u16,
     pub parallel: Vec<u32>,
     /// `None` is `auto`: kernel autotuning left on.
@@ -384,6 +386,7 @@ fn base_request(spec: &SweepSpec) -> TestRequest {
         per_flow: false,
         connect_timeout_s: spec.connect_timeout_s,
         observe: true,
+        source: spec.source.clone(),
         kind,
     }
 }
@@ -395,6 +398,7 @@ mod tests {
 
     fn spec(test: SweepTest) -> SweepSpec {
         SweepSpec {
+            source: None,
             test,
             host: None,
             port: 5201,

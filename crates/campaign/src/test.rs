@@ -15,12 +15,33 @@ use std::sync::Arc;
 
 /// The first address of `host`.
 pub fn resolve_host(host: &str, port: u16) -> Result<SocketAddr> {
+    resolve_host_as(host, port, Family::Any)
+}
+
+/// Which IP version a client reaches its server over (`-4`, `-6`, or that of `--bind`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Family {
+    #[default]
+    Any,
+    V4,
+    V6,
+}
+
+/// [`resolve_host`], the first address of `family`.
+pub fn resolve_host_as(host: &str, port: u16, family: Family) -> Result<SocketAddr> {
     let mut addrs = (host, port)
         .to_socket_addrs()
         .with_context(|| format!("cannot resolve host '{host}'"))?;
-    addrs
-        .next()
-        .ok_or_else(|| anyhow!("host '{host}' has no address"))
+    let wanted = |a: &SocketAddr| match family {
+        Family::Any => true,
+        Family::V4 => a.is_ipv4(),
+        Family::V6 => a.is_ipv6(),
+    };
+    addrs.find(wanted).ok_or_else(|| match family {
+        Family::Any => anyhow!("host '{host}' has no address"),
+        Family::V4 => anyhow!("host '{host}' has no IPv4 address (-4, or --bind of IPv4)"),
+        Family::V6 => anyhow!("host '{host}' has no IPv6 address (-6, or --bind of IPv6)"),
+    })
 }
 
 /// Resolves a request on this machine (linerate-model's one resolver), with the path's

@@ -73,6 +73,8 @@ fn load_config(rr_config: &TestConfig, flows: u32) -> Result<TestConfig, ClientE
         connect_timeout_s: rr_config.connect_timeout_s,
         // The load beside a test: the test itself observes the host.
         observe: false,
+        // From where the test leaves.
+        source: rr_config.source.clone(),
         kind: TestKind::Stream(StreamRequest {
             direction: Direction::Forward,
             rate_bps: None,

@@ -108,6 +108,7 @@ pub(crate) fn connect(
     if data {
         sys::apply_options(&socket, config, true)?;
     }
+    sys::bind_source(&socket, config.source.as_ref(), addr)?;
     socket.connect_timeout(&addr.into(), timeout)?;
     Ok(socket.into())
 }
@@ -570,11 +571,6 @@ fn open_udp_flows(
     token: Token,
     ports: &[u16],
 ) -> Result<Vec<(UdpSocket, Vec<u8>)>, ClientError> {
-    let unspecified: std::net::IpAddr = if addr.is_ipv4() {
-        std::net::Ipv4Addr::UNSPECIFIED.into()
-    } else {
-        std::net::Ipv6Addr::UNSPECIFIED.into()
-    };
     ports
         .iter()
         .enumerate()
@@ -586,7 +582,7 @@ fn open_udp_flows(
                 addr: target,
                 source,
             };
-            let socket = UdpSocket::bind(SocketAddr::new(unspecified, 0)).map_err(fail)?;
+            let socket = sys::udp_socket_from(config.source.as_ref(), target).map_err(fail)?;
             sys::apply_udp_options(&socket, config).map_err(fail)?;
             sys::apply_udp_receive_default(&socket, config).map_err(fail)?;
             socket.connect(target).map_err(fail)?;

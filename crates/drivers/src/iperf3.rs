@@ -54,6 +54,7 @@ pub fn config_of(
         connect_timeout_s: 10.0,
         // An iperf3 peer's results have no place for the host's counters.
         observe: false,
+        source: None,
         kind: TestKind::Stream(StreamRequest {
             direction: if params.bidirectional {
                 Direction::Bidir

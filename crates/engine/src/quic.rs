@@ -54,6 +54,8 @@ pub struct QuicPlan {
     /// `worker`, `worker + workers`, ...
     workers: u32,
     worker: u32,
+    /// Where the client's sockets leave from (`--bind`, `--bind-dev`).
+    pub source: Option<linerate_model::Source>,
 }
 
 impl QuicPlan {
@@ -73,6 +75,7 @@ impl QuicPlan {
             timeout,
             workers: 1,
             worker: 0,
+            source: config.source.clone(),
         }
     }
 
@@ -281,13 +284,8 @@ impl QuicSide {
             Arc::new(QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?);
         let mut workers = Vec::with_capacity(servers.len());
         for (index, &server) in servers.iter().enumerate() {
-            let unspecified: IpAddr = if server.is_ipv4() {
-                std::net::Ipv4Addr::UNSPECIFIED.into()
-            } else {
-                std::net::Ipv6Addr::UNSPECIFIED.into()
-            };
-            let socket =
-                UdpSocket::bind(SocketAddr::new(unspecified, 0)).map_err(|e| e.to_string())?;
+            let socket = crate::sys::udp_socket_from(plan.source.as_ref(), server)
+                .map_err(|e| e.to_string())?;
             socket_buffers(&socket, &plan);
             let crypto = Arc::new(AtomicU64::new(0));
             let timed: Arc<dyn quinn::crypto::ClientConfig> = Arc::new(timing::Client {
@@ -1106,6 +1104,7 @@ mod tests {
             timeout,
             workers: 1,
             worker: 0,
+            source: None,
         }
     }
 

@@ -1217,6 +1217,7 @@ fn connect_nonblocking(target: SocketAddr, config: &TestConfig) -> io::Result<Tc
     )?;
     socket.set_nonblocking(true)?;
     sys::apply_options(&socket, config, true)?;
+    sys::bind_source(&socket, config.source.as_ref(), target)?;
     match socket.connect(&target.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}

@@ -371,3 +371,57 @@ mod tests {
         assert_eq!(udp_receive_buffer(0), 4 << 20);
     }
 }
+
+/// Binds a client's socket where `source` says, before it connects to `peer`: to its
+/// device (SO_BINDTODEVICE: only that interface's or VRF's routes are used) and to its
+/// address (any port). An address of the other family than the peer's cannot reach it.
+pub fn bind_source(
+    socket: &socket2::Socket,
+    source: Option<&linerate_model::Source>,
+    peer: std::net::SocketAddr,
+) -> io::Result<()> {
+    let Some(source) = source else {
+        return Ok(());
+    };
+    if let Some(device) = &source.device {
+        socket
+            .bind_device(Some(device.as_bytes()))
+            .map_err(|e| io::Error::new(e.kind(), format!("--bind-dev {device}: {e}")))?;
+    }
+    if let Some(address) = source.address {
+        if address.is_ipv4() != peer.is_ipv4() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("--bind {address} cannot reach {peer} (another IP version)"),
+            ));
+        }
+        socket
+            .bind(&std::net::SocketAddr::new(address, 0).into())
+            .map_err(|e| io::Error::new(e.kind(), format!("--bind {address}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// A UDP socket to reach `peer` from where `source` says (else from any address of the
+/// peer's family), not yet connected.
+pub fn udp_socket_from(
+    source: Option<&linerate_model::Source>,
+    peer: std::net::SocketAddr,
+) -> io::Result<std::net::UdpSocket> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(peer),
+        socket2::Type::DGRAM,
+        None,
+    )?;
+    bind_source(&socket, source, peer)?;
+    if source.is_none_or(|s| s.address.is_none()) {
+        let any: IpAddr = if peer.is_ipv4() {
+            Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            Ipv6Addr::UNSPECIFIED.into()
+        };
+        socket.bind(&SocketAddr::new(any, 0).into())?;
+    }
+    Ok(socket.into())
+}

@@ -932,6 +932,84 @@ pub struct ServerArgs {
     /// Seconds to wait for each connection to be accepted
     #[arg(long, default_value_t = 5.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub connect_timeout: f64,
+    /// Leave from this local address (every connection and datagram of the test)
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Leave through this interface or VRF device (SO_BINDTODEVICE): only its routes are used
+    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
+    pub bind_dev: Option<String>,
+    /// Reach the server over IPv4 only
+    #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Reach the server over IPv6 only
+    #[arg(short = '6', long = "ipv6")]
+    pub ipv6: bool,
+}
+
+impl ServerArgs {
+    /// Where the test's sockets leave from, when the user said.
+    pub fn source(&self) -> Option<linerate_model::Source> {
+        (self.bind.is_some() || self.bind_dev.is_some()).then(|| linerate_model::Source {
+            address: self.bind,
+            device: self.bind_dev.clone(),
+        })
+    }
+
+    /// The IP version asked for: `-4`, `-6`, else that of `--bind`'s address.
+    pub fn family(&self) -> Result<linerate_campaign::test::Family, String> {
+        use linerate_campaign::test::Family;
+        let asked = match (self.ipv4, self.ipv6) {
+            (true, _) => Family::V4,
+            (_, true) => Family::V6,
+            _ => Family::Any,
+        };
+        let family = match (asked, self.bind) {
+            (Family::V4, Some(addr)) if addr.is_ipv6() => {
+                return Err(format!(
+                    "--bind {addr} is an IPv6 address and -4 asks for IPv4"
+                ))
+            }
+            (Family::V6, Some(addr)) if addr.is_ipv4() => {
+                return Err(format!(
+                    "--bind {addr} is an IPv4 address and -6 asks for IPv6"
+                ))
+            }
+            (Family::Any, Some(addr)) if addr.is_ipv4() => Family::V4,
+            (Family::Any, Some(_)) => Family::V6,
+            _ => asked,
+        };
+        // A server named by its address cannot be reached over the other IP version.
+        let literal = self
+            .host
+            .as_deref()
+            .and_then(|h| h.parse::<std::net::IpAddr>().ok());
+        match (family, literal) {
+            (Family::V4, Some(ip)) if ip.is_ipv6() => Err(format!(
+                "{ip} is an IPv6 address and {} asks for IPv4",
+                self.bind
+                    .map_or("-4".to_string(), |a| format!("--bind {a}"))
+            )),
+            (Family::V6, Some(ip)) if ip.is_ipv4() => Err(format!(
+                "{ip} is an IPv4 address and {} asks for IPv6",
+                self.bind
+                    .map_or("-6".to_string(), |a| format!("--bind {a}"))
+            )),
+            _ => Ok(family),
+        }
+    }
+}
+
+/// An interface's name as the kernel takes it: 1 to 15 bytes, no '/', ':' or blank.
+fn interface_name(text: &str) -> Result<String, String> {
+    let fits = (1..=15).contains(&text.len())
+        && !text
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
+    if fits {
+        Ok(text.to_string())
+    } else {
+        Err("an interface name is 1 to 15 characters without '/', ':' or spaces".into())
+    }
 }
 
 /// Which way a stream's data goes, defined once for `stream` and `sweep`.

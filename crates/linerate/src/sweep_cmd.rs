@@ -21,6 +21,7 @@ fn spec(args: &SweepArgs) -> SweepSpec {
             SweepTest::Crr => sweep::SweepTest::Crr,
         },
         host: args.server.host.clone(),
+        source: args.server.source(),
         port: args.server.port,
         parallel: args.parallel.clone(),
         window: args.window.clone(),
@@ -45,8 +46,9 @@ fn spec(args: &SweepArgs) -> SweepSpec {
 
 pub fn run(args: &SweepArgs, globals: &Globals) -> Outcome {
     check_secure_flags(&args.secure, false, false)?;
+    let family = args.server.family().map_err(Failure::Usage)?;
     let target = match &args.server.host {
-        Some(host) => Some(test::resolve_host(host, args.server.port)?),
+        Some(host) => Some(test::resolve_host_as(host, args.server.port, family)?),
         None => None,
     };
     let resolve = |request: &_| test::resolve_request(request, target);

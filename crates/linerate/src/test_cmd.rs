@@ -8,6 +8,7 @@ use crate::Globals;
 use anyhow::bail;
 use linerate_campaign::find_max::{self, FindMaxError};
 use linerate_campaign::sink::{self, Discard, Event, Sink, TextSink};
+use linerate_campaign::test::Family;
 use linerate_campaign::{baseline, cancel, repeat, test};
 use linerate_drivers::client::ClientOptions;
 use linerate_model::{
@@ -25,6 +26,8 @@ use std::net::SocketAddr;
 struct Shown<'a> {
     host: Option<&'a str>,
     port: u16,
+    /// The IP version the server is reached over (`-4`, `-6`, `--bind`).
+    family: Family,
     secure: &'a TlsArgs,
     plan: Option<RepeatPlan>,
     json: bool,
@@ -78,6 +81,7 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
         per_flow: args.per_flow,
         connect_timeout_s: args.server.connect_timeout,
         observe: !args.measure.no_observe,
+        source: args.server.source(),
         kind: TestKind::Stream(StreamRequest {
             direction,
             rate_bps: args.rate,
@@ -102,6 +106,7 @@ fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestReq
         per_flow: common.per_flow,
         connect_timeout_s: common.server.connect_timeout,
         observe: !common.measure.no_observe,
+        source: common.server.source(),
         kind: TestKind::Transactions(TransactionRequest {
             connect_each: rr.is_none(),
             udp: rr.is_some_and(|a| a.udp),
@@ -123,6 +128,7 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> Outcome {
     let shown = Shown {
         host: args.server.host.as_deref(),
         port: args.server.port,
+        family: args.server.family().map_err(Failure::Usage)?,
         secure: &args.secure,
         plan: RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence),
         json: args.output.json,
@@ -143,6 +149,7 @@ pub fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>, globals: &Glo
     let shown = Shown {
         host: common.server.host.as_deref(),
         port: common.server.port,
+        family: common.server.family().map_err(Failure::Usage)?,
         secure,
         plan: RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence),
         json: common.output.json,
@@ -172,7 +179,7 @@ fn resolved(
 fn target_of(shown: &Shown) -> anyhow::Result<Option<SocketAddr>> {
     shown
         .host
-        .map(|host| test::resolve_host(host, shown.port))
+        .map(|host| test::resolve_host_as(host, shown.port, shown.family))
         .transpose()
 }
 

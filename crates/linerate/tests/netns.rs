@@ -505,3 +505,183 @@ fn doctor_finds_a_token_bucket_on_the_egress() {
     );
     assert_eq!(num(&doc, "/target_bps"), 80e6);
 }
+
+/// Two links between the same two namespaces, the server on an address of its own that
+/// both reach (by the first link unless told), so that where a test's packets leave is
+/// told by the interfaces' counters alone.
+struct TwoLinks {
+    pair: VethPair,
+    second_a: String,
+    second_b: String,
+    /// The client's address on the second link.
+    second_addr_a: String,
+    /// The server's address, reached over either link.
+    server: String,
+}
+
+impl TwoLinks {
+    fn new(tag: &str) -> TwoLinks {
+        let pair = VethPair::new(tag);
+        let pid = std::process::id();
+        let n = pid % 250 + 1;
+        let (second_a, second_b) = (
+            format!("lrc{}", pid % 100_000),
+            format!("lrd{}", pid % 100_000),
+        );
+        let (second_addr_a, second_addr_b) = (format!("10.251.{n}.1"), format!("10.251.{n}.2"));
+        let server = format!("10.252.{n}.9");
+        run(
+            "ip",
+            &[
+                "link", "add", &second_a, "type", "veth", "peer", "name", &second_b,
+            ],
+        );
+        run("ip", &["link", "set", &second_a, "netns", &pair.ns_a]);
+        run("ip", &["link", "set", &second_b, "netns", &pair.ns_b]);
+        for (ns, dev, addr) in [
+            (&pair.ns_a, &second_a, &second_addr_a),
+            (&pair.ns_b, &second_b, &second_addr_b),
+        ] {
+            run(
+                "ip",
+                &["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev],
+            );
+            run("ip", &["-n", ns, "link", "set", dev, "up"]);
+        }
+        run(
+            "ip",
+            &[
+                "-n",
+                &pair.ns_b,
+                "addr",
+                "add",
+                &format!("{server}/32"),
+                "dev",
+                "lo",
+            ],
+        );
+        let route = |via: &str, dev: &str, metric: &str| {
+            run(
+                "ip",
+                &[
+                    "-n",
+                    &pair.ns_a,
+                    "route",
+                    "add",
+                    &format!("{server}/32"),
+                    "via",
+                    via,
+                    "dev",
+                    dev,
+                    "metric",
+                    metric,
+                ],
+            )
+        };
+        route(&pair.addr_b, &pair.dev_a, "10");
+        route(&second_addr_b, &second_a, "20");
+        TwoLinks {
+            pair,
+            second_a,
+            second_b,
+            second_addr_a,
+            server,
+        }
+    }
+
+    /// Runs `linerate COMMAND SERVER ... ARGS --json` from the client's namespace against
+    /// a fresh server: the result, and the bytes each of the client's two interfaces sent
+    /// meanwhile (first, second).
+    fn run_counting(&self, command: &str, args: &[&str]) -> (serde_json::Value, u64, u64) {
+        let p = &self.pair;
+        let server = ServeProcess::start_with(Some(&p.ns_b), &self.server, &[]);
+        let sent = || {
+            (
+                p.counter(&p.ns_a, &p.dev_a, "tx_bytes"),
+                p.counter(&p.ns_a, &self.second_a, "tx_bytes"),
+            )
+        };
+        let before = sent();
+        let port = server.port.to_string();
+        let mut all = vec![command, &self.server, "-p", &port, "--json"];
+        all.extend_from_slice(args);
+        let out = linerate_in(&p.ns_a, &all);
+        assert_eq!(out.status.code(), Some(0), "{all:?}: {}", stderr(&out));
+        let after = sent();
+        let _ = &self.second_b;
+        (json(&out), after.0 - before.0, after.1 - before.1)
+    }
+}
+
+/// `--bind-dev` (SO_BINDTODEVICE) sends every test's packets out of the interface named,
+/// TCP, UDP, QUIC and new connections alike: at least 99 % of the bytes the client's
+/// interfaces sent left on it, where without it the route's first choice carried them;
+/// `--bind` makes the test's connections leave from the address named, and the document
+/// keeps both.
+#[test]
+// Long: one topology, each protocol through it with and without the option.
+fn a_test_leaves_from_the_interface_and_the_address_it_is_told() {
+    let test = "a_test_leaves_from_the_interface_and_the_address_it_is_told";
+    if skip_unless_root(test) {
+        return;
+    }
+    let links = TwoLinks::new("src");
+    let share = |first: u64, second: u64| second as f64 / (first + second).max(1) as f64;
+    // The route's own choice: the first link.
+    let (_, first, second) = links.run_counting("stream", &["-t", "1"]);
+    assert!(
+        share(first, second) < 0.01,
+        "without --bind-dev: {first} and {second} bytes"
+    );
+    let dev = links.second_a.clone();
+    for (command, extra) in [
+        ("stream", vec!["-t", "1"]),
+        ("stream", vec!["-t", "1", "--udp", "-b", "200M"]),
+        ("stream", vec!["-t", "1", "--quic"]),
+        ("stream", vec!["-t", "1", "-R"]),
+        ("crr", vec!["-t", "1"]),
+        ("rr", vec!["-t", "1", "--udp"]),
+    ] {
+        let mut args = extra.clone();
+        args.extend(["--bind-dev", &dev]);
+        let (doc, first, second) = links.run_counting(command, &args);
+        assert!(
+            share(first, second) >= 0.99,
+            "{command} {extra:?}: {first} bytes on the first link, {second} on {dev}"
+        );
+        assert_eq!(
+            doc["config"]["source"]["device"],
+            dev.as_str(),
+            "{command} {extra:?}"
+        );
+    }
+    // --bind: the connections come from the address named (on the second link; the
+    // route still leaves by the first, as `ip route` says).
+    let addr = links.second_addr_a.clone();
+    for (command, extra) in [
+        ("stream", vec!["-t", "1", "-P", "2"]),
+        ("rr", vec!["-t", "1"]),
+    ] {
+        let mut args = extra.clone();
+        args.extend(["--bind", &addr]);
+        let (doc, _, _) = links.run_counting(command, &args);
+        let flows = doc["flows"].as_array().unwrap();
+        assert!(!flows.is_empty());
+        for flow in flows {
+            let local = flow["client"]["local_addr"].as_str().unwrap();
+            assert!(local.starts_with(&format!("{addr}:")), "{command}: {local}");
+        }
+        assert_eq!(doc["config"]["source"]["address"], addr.as_str());
+    }
+    // A source of the other IP version is one line and exit 2.
+    let out = linerate_in(
+        &links.pair.ns_a,
+        &["stream", &links.server, "--bind", "fd00::1", "-t", "1"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is an IPv4 address and --bind fd00::1 asks for IPv6"),
+        "{}",
+        stderr(&out)
+    );
+}

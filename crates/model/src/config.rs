@@ -226,6 +226,20 @@ pub struct TestConfig {
     /// QUIC streams (`protocol: "quic"`): how they map onto connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicSettings>,
+    /// Where the client's sockets leave from (`--bind`, `--bind-dev`); `None`: where
+    /// the routes say. The server has no use for it; the document keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+}
+
+/// Where a client's sockets leave from: a local address (`--bind`), an interface or VRF
+/// device (`--bind-dev`, SO_BINDTODEVICE), or both.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Source {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<std::net::IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 /// What a test's TLS is to be.

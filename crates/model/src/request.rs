@@ -79,6 +79,8 @@ pub struct TestRequest {
     pub observe: bool,
     /// Encrypt the data connections (`--tls`).
     pub tls: Option<crate::TlsSettings>,
+    /// Where the client's sockets leave from (`--bind`, `--bind-dev`).
+    pub source: Option<crate::Source>,
     pub kind: TestKind,
 }
 
@@ -184,6 +186,7 @@ impl TestConfig {
             observe: request.observe,
             tls: request.tls.clone(),
             quic: None,
+            source: request.source.clone(),
         };
         match &request.kind {
             TestKind::Stream(stream) => resolve_stream(&mut config, stream, environment)?,
@@ -356,6 +359,7 @@ impl TestRequest {
             connect_timeout_s: 10.0,
             observe: true,
             tls: None,
+            source: None,
             kind,
         }
     }
