@@ -687,6 +687,7 @@ mod tests {
     fn config(parallel: u32) -> TestConfig {
         TestConfig {
             quic: None,
+            source: None,
             tls: None,
             protocol: Protocol::Tcp,
             target: "test".into(),

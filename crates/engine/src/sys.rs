@@ -347,31 +347,6 @@ pub fn wall_clock_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cache_sizes_read_as_sysfs_writes_them() {
-        assert_eq!(parse_cache_size("512K\n"), Some(512 << 10));
-        assert_eq!(parse_cache_size("2048K"), Some(2 << 20));
-        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
-        assert_eq!(parse_cache_size("K"), None);
-        assert_eq!(parse_cache_size("512"), None);
-        assert_eq!(parse_cache_size("12G"), None);
-    }
-
-    #[test]
-    fn a_udp_receive_buffer_is_4_mib_shared_out_over_many_flows_within_bounds() {
-        assert_eq!(udp_receive_buffer(1), 4 << 20);
-        assert_eq!(udp_receive_buffer(16), 4 << 20);
-        assert_eq!(udp_receive_buffer(64), 1 << 20);
-        // Never under 256 KiB, more than the kernel's own default.
-        assert_eq!(udp_receive_buffer(4000), 256 << 10);
-        assert_eq!(udp_receive_buffer(0), 4 << 20);
-    }
-}
-
 /// Binds a client's socket where `source` says, before it connects to `peer`: to its
 /// device (SO_BINDTODEVICE: only that interface's or VRF's routes are used) and to its
 /// address (any port). An address of the other family than the peer's cannot reach it.
@@ -424,4 +399,29 @@ pub fn udp_socket_from(
         socket.bind(&SocketAddr::new(any, 0).into())?;
     }
     Ok(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_read_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("512K\n"), Some(512 << 10));
+        assert_eq!(parse_cache_size("2048K"), Some(2 << 20));
+        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
+        assert_eq!(parse_cache_size("K"), None);
+        assert_eq!(parse_cache_size("512"), None);
+        assert_eq!(parse_cache_size("12G"), None);
+    }
+
+    #[test]
+    fn a_udp_receive_buffer_is_4_mib_shared_out_over_many_flows_within_bounds() {
+        assert_eq!(udp_receive_buffer(1), 4 << 20);
+        assert_eq!(udp_receive_buffer(16), 4 << 20);
+        assert_eq!(udp_receive_buffer(64), 1 << 20);
+        // Never under 256 KiB, more than the kernel's own default.
+        assert_eq!(udp_receive_buffer(4000), 256 << 10);
+        assert_eq!(udp_receive_buffer(0), 4 << 20);
+    }
 }

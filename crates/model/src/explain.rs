@@ -155,6 +155,7 @@ mod tests {
             congestion: None,
             per_flow: false,
             connect_timeout_s: 5.0,
+            source: None,
             observe: false,
             tls: tls.then(|| crate::TlsSettings {
                 cipher: DEFAULT_CIPHER.into(),

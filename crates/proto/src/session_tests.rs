@@ -6,6 +6,7 @@ use linerate_model::{Direction, SideResult};
 fn config(parallel: u32) -> TestConfig {
     TestConfig {
         quic: None,
+        source: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "test".into(),

@@ -6,6 +6,7 @@ use linerate_model::{Direction, FlowSide, Role, TestConfig};
 pub(crate) fn config(direction: Direction, parallel: u32) -> TestConfig {
     TestConfig {
         quic: None,
+        source: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "loopback".into(),
