@@ -199,7 +199,7 @@ pub fn pair_of(query: &str) -> Result<(String, String, String), String> {
             "test" => test = Some(value),
             "src" => src = Some(value),
             "dst" => dst = Some(value),
-            // The span of the long plot (crate::past::days_of).
+            // The span of the plot over days, read by the past module.
             "days" => {}
             _ => return Err(format!("unknown parameter '{name}' (test, src, dst, days)")),
         }

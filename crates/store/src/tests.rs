@@ -674,6 +674,7 @@ fn assert_aggregates_match(
 /// the aggregates past 30 days removed too; another mesh's rows and the plain runs stay
 /// whatever their age. Each step did a bounded amount.
 #[test]
+// Long: one seeded store, its retention step by step, then what each reader finds in it.
 fn a_mesh_retention_step_by_step_keeps_its_span_and_touches_nothing_else() {
     use crate::prune::{RetainStep, HOUR};
     let dir = temp();
