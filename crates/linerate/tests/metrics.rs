@@ -393,17 +393,19 @@ fn prometheus_scrapes_a_mesh_and_receives_it_by_remote_write_as_stored() {
     );
     assert_eq!(from_serve[0]["metric"]["mesh"], "serve", "{from_serve:?}");
     std::thread::sleep(Duration::from_secs(2));
+    // Host 0's agent counts the mesh jobs it ran as their source, beside the native test:
+    // its last stream to host 1 is the goodput the coordinator stored for that job (the
+    // same receiver's count), and its rr probes have their round trips. Read while the
+    // mesh runs: a job the coordinator's stop cuts short ends failed at the agent, and a
+    // failed newest result has no goodput.
+    let (status, _, own) = http(&ns, "GET", &served, "/metrics", "");
+    assert_eq!(status, 200, "{own}");
     stop(&mut coordinator);
     let printed = rows.lock().unwrap().clone();
     let tput_rows: Vec<&serde_json::Value> = printed
         .iter()
         .filter(|r| r["test"] == "tput" && r["ok"] == true)
         .collect();
-    // Host 0's agent counts the mesh jobs it ran as their source, beside the native test:
-    // its last stream to host 1 is the goodput the coordinator stored for that job (the
-    // same receiver's count), and its rr probes have their round trips.
-    let (status, _, own) = http(&ns, "GET", &served, "/metrics", "");
-    assert_eq!(status, 200, "{own}");
     let (src, dst) = (
         format!("src=\"{}\"", star.addrs[0]),
         format!("dst=\"{}\"", star.addrs[1]),
