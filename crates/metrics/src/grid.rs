@@ -210,16 +210,22 @@ pub fn pair_of(query: &str) -> Result<(String, String, String), String> {
     }
 }
 
-/// One pair's history (every direction and protocol of it) with its baseline.
-pub fn history_json(board: &Board, query: &str, thresholds: &Thresholds) -> Result<Value, String> {
+/// The series the query's pair names (its first direction and protocol).
+pub fn pair_series<'a>(
+    board: &'a Board,
+    query: &str,
+) -> Result<(&'a Key, &'a crate::board::Series), String> {
     let (test, src, dst) = pair_of(query)?;
-    let found = board
+    board
         .series
         .iter()
-        .find(|(k, _)| k.test == test && k.src == src && k.dst == dst);
-    let Some((key, series)) = found else {
-        return Err(format!("no series {test} {src} -> {dst}"));
-    };
+        .find(|(k, _)| k.test == test && k.src == src && k.dst == dst)
+        .ok_or_else(|| format!("no series {test} {src} -> {dst}"))
+}
+
+/// One pair's history (every direction and protocol of it) with its baseline.
+pub fn history_json(board: &Board, query: &str, thresholds: &Thresholds) -> Result<Value, String> {
+    let (key, series) = pair_series(board, query)?;
     let a = assess(series, thresholds);
     Ok(json!({
         "key": key,

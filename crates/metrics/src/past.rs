@@ -66,11 +66,11 @@ pub fn long_history_json(
     past: &dyn PastSource,
     now: f64,
 ) -> Result<Value, String> {
-    let mut doc = {
+    let (mut doc, key) = {
         let board = board.lock().unwrap_or_else(|e| e.into_inner());
-        crate::grid::history_json(&board, query, thresholds)?
+        let key = crate::grid::pair_series(&board, query)?.0.clone();
+        (crate::grid::history_json(&board, query, thresholds)?, key)
     };
-    let key: Key = key_of(&doc).ok_or("the pair's key")?;
     let since = now - f64::from(days) * 86_400.0;
     let points = past
         .hourly(&key, since)
@@ -90,17 +90,4 @@ pub fn long_history_json(
         serde_json::to_value(&points).expect("points serialize"),
     );
     Ok(doc)
-}
-
-fn key_of(doc: &Value) -> Option<Key> {
-    let key = doc.get("key")?;
-    let field = |name: &str| key.get(name)?.as_str().map(str::to_string);
-    Some(Key {
-        mesh: field("mesh")?,
-        src: field("src")?,
-        dst: field("dst")?,
-        test: field("test")?,
-        direction: field("direction")?,
-        protocol: field("protocol")?,
-    })
 }
