@@ -12,6 +12,7 @@
 //!   flow through [`sink::Sink`]s (text, JSON, the results database, a progress bar).
 //! - [`mesh`]: the mesh coordinator: the scheduler's jobs run as profiles on the hosts'
 //!   agents, every result stored with its labels.
+//! - [`threads`]: the threads a mesh's jobs run on, kept between jobs.
 //! - [`storage`]: where runs are kept; [`cancel`]: Ctrl-C and SIGTERM as a stop flag.
 //!
 //! Nothing here parses flags or decides exit codes: that is the binary's.
@@ -29,3 +30,4 @@ pub mod sink;
 pub mod storage;
 pub mod sweep;
 pub mod test;
+pub mod threads;

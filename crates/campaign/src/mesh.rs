@@ -5,6 +5,7 @@
 //! scheduler how it ended. A job is a thread that waits on the agents; the scheduler's
 //! state lives on this one thread.
 
+use crate::threads::ThreadPool;
 use anyhow::{Context, Result};
 use linerate_drivers::profile::controller::{self, RunError, RunOptions};
 use linerate_drivers::profile::rpm_job::RpmJob;
@@ -463,6 +464,8 @@ struct Coordinator<'a> {
     results: mpsc::Sender<Finished>,
     finished: mpsc::Receiver<Finished>,
     jobs_stop: Arc<AtomicBool>,
+    /// The threads jobs run on.
+    job_threads: ThreadPool,
     /// Hosts found that the mesh moves to once the running jobs have ended.
     moving_to: Option<Mesh>,
     /// By host name: the stored failure that took the host down, which its skipped jobs'
@@ -535,6 +538,7 @@ impl<'a> Coordinator<'a> {
             results,
             finished,
             jobs_stop: Arc::new(AtomicBool::new(false)),
+            job_threads: ThreadPool::new("mesh-job"),
             moving_to: None,
             down_kept_in: BTreeMap::new(),
             told_waiting: None,
@@ -672,7 +676,7 @@ impl<'a> Coordinator<'a> {
         self.runs = vec![0; self.jobs.len()];
     }
 
-    /// Starts a job on a thread of its own, or keeps a skipped one's row.
+    /// Starts a job on a thread of the pool's, or keeps a skipped one's row.
     fn act(&mut self, action: Action, now: f64, each: &mut dyn FnMut(MeshEvent)) -> Result<()> {
         match action {
             Action::Start { job, cycle } => {
@@ -683,9 +687,8 @@ impl<'a> Coordinator<'a> {
                 );
                 let runner = self.runner.clone();
                 let spec = self.jobs[job];
-                std::thread::Builder::new()
-                    .name(format!("mesh-job-{job}"))
-                    .spawn(move || {
+                self.job_threads
+                    .run(move || {
                         let (outcome, result) = runner.run(&mesh, spec, cycle, &stop);
                         let _ = results.send((job, outcome, result));
                     })

@@ -230,6 +230,12 @@ pub struct Board {
     /// The coordinator's own queues (its store writer, remote write, alerts), read at
     /// each scrape.
     pub process: Option<ProcessSource>,
+    /// Each new series takes room for its whole history at once. A mesh's series each
+    /// get a result every interval and fill their history in hours; reserved up front,
+    /// a coordinator's memory is what it will be once its series exist, and a growth after
+    /// that is a leak, not a history filling. A server's board, whose clients may each
+    /// leave one result, grows as it goes.
+    pub reserve_history: bool,
 }
 
 pub use linerate_model::mesh_row::StoreCounts;
@@ -500,7 +506,12 @@ impl Board {
                 self.series.remove(&oldest);
             }
         }
-        let series = self.series.entry(key).or_default();
+        let reserve = self.reserve_history;
+        let series = self.series.entry(key).or_insert_with(|| Series {
+            // One more than kept: a result is pushed before the oldest goes.
+            history: VecDeque::with_capacity(if reserve { HISTORY + 1 } else { 0 }),
+            ..Series::default()
+        });
         if series.measure.is_none() {
             series.measure = declared;
         }

@@ -1,5 +1,5 @@
 use crate::assess::{assess, State, Thresholds};
-use crate::board::{Board, Key, Measure};
+use crate::board::{Board, Key, Measure, HISTORY};
 use crate::openmetrics::{Exposition, Format};
 use crate::{grid, openmetrics, server};
 use linerate_model::mesh_row::{MeshRow, Outcome};
@@ -112,6 +112,29 @@ fn the_board_keeps_each_series_newest_figures_and_adds_up_its_transactions() {
     assert_eq!(lat.totals.rtt_buckets[4], 10);
     let failed = &board.series[&key("b", "a", "lat")];
     assert_eq!((failed.totals.failed, failed.latest.ok), (1, false));
+}
+
+/// A mesh's board takes a series' whole history when the series first appears, and never
+/// grows it again: a coordinator's memory is flat once its series exist. A server's board
+/// takes what each series holds.
+#[test]
+fn a_mesh_board_reserves_each_series_history_once() {
+    let mut mesh = Board {
+        reserve_history: true,
+        ..Board::default()
+    };
+    let mut server = Board::default();
+    let key = Key::of(&row("a", "b", "tput", true, 0.0, 0.0));
+    mesh.record(&row("a", "b", "tput", true, 1e9, 1.0), None);
+    server.record(&row("a", "b", "tput", true, 1e9, 1.0), None);
+    let reserved = mesh.series[&key].history.capacity();
+    assert!(reserved > HISTORY, "reserved {reserved}");
+    assert!(server.series[&key].history.capacity() < HISTORY);
+    for at in 2..(3 * HISTORY) {
+        mesh.record(&row("a", "b", "tput", true, 1e9, at as f64), None);
+    }
+    assert_eq!(mesh.series[&key].history.len(), HISTORY);
+    assert_eq!(mesh.series[&key].history.capacity(), reserved);
 }
 
 /// A kept exposition re-encodes what changed and forgets what went: after every change

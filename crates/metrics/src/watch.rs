@@ -71,7 +71,10 @@ impl Watch {
     /// Starts everything that watches a mesh: the board with its past, the listener, the
     /// remote writer and the alerts' notifier.
     pub fn start(spec: WatchSpec<'_>) -> Result<Watch, WatchError> {
-        let mut board = Board::default();
+        let mut board = Board {
+            reserve_history: true,
+            ..Board::default()
+        };
         for host in &spec.hosts {
             board.declare_host(host);
         }
