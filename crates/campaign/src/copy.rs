@@ -187,6 +187,7 @@ fn config_of(summary: &CopySummary, host: &str) -> TestConfig {
         quic: None,
         tls: None,
         source: None,
+        marks: None,
         protocol: linerate_model::Protocol::Udp,
         target: host.to_string(),
         port: summary

@@ -45,6 +45,8 @@ pub struct SweepSpec {
     pub host: Option<String>,
     /// Where the client's sockets leave from (`--bind`, `--bind-dev`).
     pub source: Option<linerate_model::Source>,
+    /// The DSCP and ECN every point's packets carry (`--dscp`, `--ecn`).
+    pub marks: Option<linerate_model::marks::Marks>,
     pub port: u16,
     pub parallel: Vec<u32>,
     /// `None` is `auto`: kernel autotuning left on.
@@ -387,6 +389,7 @@ fn base_request(spec: &SweepSpec) -> TestRequest {
         connect_timeout_s: spec.connect_timeout_s,
         observe: true,
         source: spec.source.clone(),
+        marks: spec.marks,
         kind,
     }
 }
@@ -399,6 +402,7 @@ mod tests {
     fn spec(test: SweepTest) -> SweepSpec {
         SweepSpec {
             source: None,
+            marks: None,
             test,
             host: None,
             port: 5201,

@@ -72,8 +72,25 @@ pub fn resolve_explained(
     let environment = linerate_engine::sys::environment(probe);
     let config = TestConfig::resolve(request, &environment)?;
     within_bounds(&config)?;
+    check_tcp_ecn(&config, std::fs::read_to_string("/proc/sys/net/ipv4/tcp_ecn").ok())?;
     let choices = linerate_model::explain(request, &environment, &config);
     Ok((config, choices))
+}
+
+/// `--ecn` over TCP: Linux asks for ECN per host (`net.ipv4.tcp_ecn`), not per socket, so
+/// a host whose setting does not ask (2, the default, only answers) would run the test
+/// without it and say nothing. `setting` is the sysctl's text, where it could be read.
+fn check_tcp_ecn(config: &TestConfig, setting: Option<String>) -> std::result::Result<(), String> {
+    let asked = config.marks.is_some_and(|m| m.ecn);
+    if !asked || config.protocol.traits().datagrams {
+        return Ok(());
+    }
+    match setting.as_deref().map(str::trim) {
+        Some("1") | None => Ok(()),
+        Some(value) => Err(format!(
+            "'--ecn' over TCP needs net.ipv4.tcp_ecn=1 on this host (it is {value}: Linux asks for ECN per host, not per connection); set it (sysctl -w net.ipv4.tcp_ecn=1) or mark a UDP test"
+        )),
+    }
 }
 
 /// The bounds every server puts on a test (linerate-proto's `validate`), checked before
@@ -136,6 +153,22 @@ mod tests {
         assert!(resolve_request(&request, None).is_ok());
         request.time_s = f64::INFINITY;
         assert!(resolve_request(&request, None).is_err());
+    }
+
+    /// `--ecn` over TCP is refused, naming the setting, where the host does not ask for
+    /// ECN; UDP marks its own datagrams whatever the setting.
+    #[test]
+    fn ecn_over_tcp_needs_the_host_to_ask_for_it() {
+        let mut config = crate::fixtures::stream_config();
+        config.marks = Some(linerate_model::marks::Marks { dscp: 0, ecn: true });
+        let error = check_tcp_ecn(&config, Some("2\n".into())).unwrap_err();
+        assert!(error.contains("net.ipv4.tcp_ecn=1") && error.contains("it is 2"), "{error}");
+        assert!(check_tcp_ecn(&config, Some("1\n".into())).is_ok());
+        config.protocol = linerate_model::Protocol::Udp;
+        assert!(check_tcp_ecn(&config, Some("0".into())).is_ok());
+        config.protocol = linerate_model::Protocol::Tcp;
+        config.marks = Some(linerate_model::marks::Marks { dscp: 46, ecn: false });
+        assert!(check_tcp_ecn(&config, Some("0".into())).is_ok());
     }
 
     #[test]

@@ -75,6 +75,9 @@ fn load_config(rr_config: &TestConfig, flows: u32) -> Result<TestConfig, ClientE
         observe: false,
         // From where the test leaves.
         source: rr_config.source.clone(),
+        // Unmarked: the load is the bulk traffic the marked transactions compete with
+        // (an EF probe beside best-effort load is what a class is tested with).
+        marks: None,
         kind: TestKind::Stream(StreamRequest {
             direction: Direction::Forward,
             rate_bps: None,

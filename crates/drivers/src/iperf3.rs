@@ -55,6 +55,7 @@ pub fn config_of(
         // An iperf3 peer's results have no place for the host's counters.
         observe: false,
         source: None,
+        marks: None,
         kind: TestKind::Stream(StreamRequest {
             direction: if params.bidirectional {
                 Direction::Bidir
@@ -213,6 +214,8 @@ pub fn side_from_results(
                 datagrams_total: udp.map_or(0, |u| u.sent + u.received),
                 transactions: 0,
                 transactions_total: 0,
+                classes: None,
+                ecn: false,
             })
         })
         .collect();
@@ -308,6 +311,8 @@ mod tests {
             datagrams_total: 0,
             transactions: 0,
             transactions_total: 0,
+            classes: None,
+            ecn: false,
         }
     }
 

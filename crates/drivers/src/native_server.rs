@@ -504,6 +504,7 @@ fn wait_for_tcp(
                 sender,
                 tls: tls.clone(),
                 ktls: config.tls.as_ref().is_some_and(|t| t.ktls),
+                marks: config.marks,
             };
             shared
                 .tls_registry
@@ -688,6 +689,7 @@ mod tests {
         TestConfig {
             quic: None,
             source: None,
+            marks: None,
             tls: None,
             protocol: Protocol::Tcp,
             target: "test".into(),

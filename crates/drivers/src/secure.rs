@@ -94,10 +94,15 @@ pub struct TlsWaiting {
     pub sender: Sender<(u32, Result<FlowSocket, String>)>,
     pub tls: Arc<ServerTls>,
     pub ktls: bool,
+    /// The test's marks, set before the handshake so that its records carry them too.
+    pub marks: Option<linerate_model::marks::Marks>,
 }
 
 /// The server's end of one data connection's handshake, and kTLS if asked for.
 pub fn accept_data(stream: TcpStream, waiting: &TlsWaiting) -> Result<FlowSocket, String> {
+    if let Some(marks) = waiting.marks {
+        linerate_engine::sys::set_marks(&stream, marks).map_err(|e| e.to_string())?;
+    }
     let tls = linerate_tls::stream::accept(stream, waiting.tls.config.clone(), HANDSHAKE_TIMEOUT)
         .map_err(|e| e.to_string())?;
     finish(tls, waiting.ktls)

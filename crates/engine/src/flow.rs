@@ -222,6 +222,8 @@ pub struct FlowOutcome {
     pub transactions_total: u64,
     /// TLS flows: the suite, the handshake's time, whether the kernel held the records.
     pub tls: Option<linerate_tls::TlsFacts>,
+    /// UDP receivers of a marked test: the datagrams by the TOS byte they arrived with.
+    pub classes: Option<Vec<linerate_model::marks::ClassCount>>,
 }
 
 /// Everything a worker needs, read-only.
@@ -251,6 +253,8 @@ pub struct WorkerPlan {
     pub observe: bool,
     /// The socket buffer size the user set (`-w`), if any.
     pub window: Option<u64>,
+    /// UDP receivers count the marks their datagrams arrived with (`--dscp`, `--ecn`).
+    pub count_marks: bool,
     /// Asks for an end ahead of the schedule; shared by the plane's workers.
     pub end: Arc<EndSignal>,
     /// Flows of this role stop after moving this many bytes each.
@@ -287,6 +291,7 @@ impl WorkerPlan {
             peer_lead: Duration::ZERO,
             observe: false,
             window: None,
+            count_marks: false,
         }
     }
 
@@ -376,6 +381,7 @@ impl FlowOutcome {
             notes: Vec::new(),
             transactions_total: 0,
             tls: None,
+            classes: None,
         }
     }
 }

@@ -221,6 +221,7 @@ impl DataPlane {
                 peer_lead,
                 observe: config.observe,
                 window: config.window,
+                count_marks: config.marks.is_some(),
             };
             let sender = sender.clone();
             let stop = stop.clone();
@@ -627,6 +628,8 @@ impl DataPlane {
             datagrams_total: outcome.datagrams_total,
             transactions,
             transactions_total: outcome.transactions_total,
+            classes: outcome.classes.clone(),
+            ecn: outcome.info.ecn,
         }
     }
 

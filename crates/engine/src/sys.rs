@@ -36,8 +36,12 @@ pub fn apply_options<S: AsFd>(
     Ok(())
 }
 
-/// Applies the socket buffer sizes (`--window`), the options a UDP socket takes too.
+/// Applies the socket buffer sizes (`--window`) and the marks (`--dscp`, `--ecn`), the
+/// options a UDP socket takes too.
 pub fn apply_udp_options<S: AsFd>(socket: &S, config: &TestConfig) -> io::Result<()> {
+    if let Some(marks) = config.marks {
+        set_marks(socket, marks)?;
+    }
     if let Some(window) = config.window {
         let sock = SockRef::from(socket);
         let window = usize::try_from(window).unwrap_or(usize::MAX);
@@ -47,6 +51,36 @@ pub fn apply_udp_options<S: AsFd>(socket: &S, config: &TestConfig) -> io::Result
             .map_err(|e| context(e, &format!("SO_RCVBUF {window}")))?;
     }
     Ok(())
+}
+
+/// Sets the TOS byte (IPv4) or traffic class (IPv6) every packet of `socket` carries: on
+/// an IPv6 socket both, since one that reaches an IPv4-mapped address sends through the
+/// IPv4 code. On a TCP socket the kernel keeps the ECN field itself.
+pub fn set_marks<S: AsFd>(socket: &S, marks: linerate_model::marks::Marks) -> io::Result<()> {
+    let tos = libc::c_int::from(marks.tos());
+    let v6 = SockRef::from(socket).domain()? == socket2::Domain::IPV6;
+    let what = || format!("the DSCP and ECN field (TOS {:#04x})", marks.tos());
+    if v6 {
+        set_int_option(socket, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos)
+            .map_err(|e| context(e, &what()))?;
+        let _ = set_int_option(socket, libc::IPPROTO_IP, libc::IP_TOS, tos);
+        Ok(())
+    } else {
+        set_int_option(socket, libc::IPPROTO_IP, libc::IP_TOS, tos).map_err(|e| context(e, &what()))
+    }
+}
+
+/// Asks the kernel to say with each datagram received on `socket` the TOS byte or traffic
+/// class it arrived with (IP_RECVTOS, IPV6_RECVTCLASS).
+pub fn receive_marks<S: AsFd>(socket: &S) -> io::Result<()> {
+    if SockRef::from(socket).domain()? == socket2::Domain::IPV6 {
+        set_int_option(socket, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+        // An IPv4-mapped peer's datagrams come through the IPv4 code.
+        let _ = set_int_option(socket, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
+        Ok(())
+    } else {
+        set_int_option(socket, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+    }
 }
 
 /// A native UDP test's sockets without `--window`: a receive buffer of
@@ -112,6 +146,8 @@ pub struct TcpInfo {
     /// In bytes; 0 where the kernel's TCP_INFO predates it (Linux 5.4).
     pub snd_wnd: u32,
     pub pmtu: u32,
+    /// The handshake negotiated ECN (TCPI_OPT_ECN).
+    pub ecn: bool,
 }
 
 impl TcpInfo {
@@ -126,6 +162,9 @@ impl TcpInfo {
         }
     }
 }
+
+/// `tcpi_options`: the connection negotiated ECN (linux/tcp.h).
+const TCPI_OPT_ECN: u8 = 8;
 
 /// Reads TCP_INFO; zeros if the kernel refuses (the socket is gone).
 pub fn tcp_info<S: AsFd>(socket: &S) -> TcpInfo {
@@ -157,6 +196,7 @@ pub fn tcp_info<S: AsFd>(socket: &S) -> TcpInfo {
             snd_cwnd: basic.tcpi_snd_cwnd,
             snd_wnd: info.tcpi_snd_wnd,
             pmtu: basic.tcpi_pmtu,
+            ecn: basic.tcpi_options & TCPI_OPT_ECN != 0,
         }
     }
 }

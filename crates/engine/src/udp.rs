@@ -12,6 +12,7 @@ use crate::flow::{outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, F
 use crate::flow::{Sample, WorkerPlan};
 use crate::nap::Napper;
 use crate::pacer::Pacer;
+use linerate_model::marks::ClassTally;
 use linerate_model::{Role, UdpCounts};
 use linerate_proto::datagram::{is_hello, Framing, SequenceTracker};
 use std::io;
@@ -69,8 +70,9 @@ struct Batch {
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
     /// Receivers: room per message for its control messages (the kernel's receive
-    /// timestamp, and with UDP GRO the coalesced run's datagram size); empty for senders.
-    control: Vec<[u64; 8]>,
+    /// timestamp, with UDP GRO the coalesced run's datagram size, with marks counted the
+    /// TOS byte); empty for senders.
+    control: Vec<[u64; 12]>,
 }
 
 impl Batch {
@@ -91,7 +93,7 @@ impl Batch {
             iovecs,
             headers: Vec::with_capacity(messages),
             control: if receives {
-                vec![[0; 8]; messages]
+                vec![[0; 12]; messages]
             } else {
                 Vec::new()
             },
@@ -148,7 +150,7 @@ impl Batch {
         let control_len = if self.control.is_empty() {
             0
         } else {
-            std::mem::size_of::<[u64; 8]>()
+            std::mem::size_of::<[u64; 12]>()
         };
         for header in &mut self.headers {
             header.msg_hdr.msg_flags = 0;
@@ -223,6 +225,17 @@ impl Batch {
         (ns > 0).then_some(ns)
     }
 
+    /// The TOS byte (IPv4) or traffic class (IPv6) message `m` arrived with, where the
+    /// socket asked for it (a coalesced run's datagrams all carry the same: GRO merges
+    /// only datagrams whose headers agree).
+    fn tos(&self, m: usize) -> Option<u8> {
+        if let Some(tos) = self.control_data::<u8>(m, libc::IPPROTO_IP, libc::IP_TOS) {
+            return Some(tos);
+        }
+        let class: libc::c_int = self.control_data(m, libc::IPPROTO_IPV6, libc::IPV6_TCLASS)?;
+        u8::try_from(class).ok()
+    }
+
     /// The datagram size of a run the kernel coalesced into message `m` (UDP_GRO).
     fn gro_segment(&self, m: usize) -> Option<usize> {
         let size: libc::c_int = self.control_data(m, libc::SOL_UDP, libc::UDP_GRO)?;
@@ -252,6 +265,8 @@ struct UdpFlow {
     blocked: bool,
     pacer: Option<Pacer>,
     tracker: Option<SequenceTracker>,
+    /// Receiver of a marked test: its datagrams by the TOS byte they arrived with.
+    classes: Option<ClassTally>,
     done: bool,
     /// Bytes this flow moves before it stops (iperf3's `-n`), and whether it has.
     budget: Option<u64>,
@@ -612,7 +627,13 @@ impl UdpLoop {
                     // socket, the wall clock against the kernel's stamp.
                     let wall_now = crate::sys::wall_clock_ns();
                     let tracker = flow.tracker.as_mut().expect("receivers track");
+                    let classes = &mut flow.classes;
                     for m in 0..count {
+                        let tos = if classes.is_some() {
+                            self.receive_batch.tos(m)
+                        } else {
+                            None
+                        };
                         let arrival_ns = self
                             .receive_batch
                             .kernel_arrival_ns(m)
@@ -623,6 +644,9 @@ impl UdpLoop {
                             // Not a hello repeated while the flows were set up.
                             if !is_hello(d) {
                                 tracker.record(d, arrival_ns);
+                                if let (Some(classes), Some(tos)) = (classes.as_mut(), tos) {
+                                    classes.add(tos, 1);
+                                }
                             }
                         });
                     }
@@ -760,6 +784,7 @@ impl UdpLoop {
                 FlowOutcome {
                     bytes_total,
                     datagrams_total,
+                    classes: flow.classes.as_ref().map(ClassTally::counts),
                     ..flow.outcome
                 }
             })
@@ -827,6 +852,9 @@ impl UdpFlow {
             // The kernel's receive time of every datagram (see `receive_turn`); without
             // it, arrivals are stamped when read.
             let _ = crate::sys::set_int_option(&socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
+            if plan.count_marks {
+                crate::sys::receive_marks(&socket)?;
+            }
         }
         if spec.role == Role::Send {
             // Without IP_RECVERR the kernel swallows a drop by this host's own queue (it
@@ -854,6 +882,7 @@ impl UdpFlow {
             blocked: false,
             pacer,
             tracker: (spec.role == Role::Receive).then(|| SequenceTracker::new(spec.id, framing)),
+            classes: (spec.role == Role::Receive && plan.count_marks).then(ClassTally::default),
             done: false,
             budget: plan.budget_for(spec.role),
             spent: false,

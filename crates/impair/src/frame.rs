@@ -98,6 +98,62 @@ pub fn flow_key(frame: &[u8]) -> Option<u64> {
     Some(hash)
 }
 
+/// Sets the DSCP of an IP frame's header to `dscp` and keeps its ECN field (`--remark`):
+/// the IPv4 TOS byte, with the header checksum brought up to date (RFC 1624), or the IPv6
+/// traffic class. False for a frame that is not IP or already carries `dscp`.
+pub fn remark(frame: &mut [u8], dscp: u8) -> bool {
+    let mut at = ETHERNET_HEADER;
+    let Some(mut ethertype) = u16_at(frame, 12) else {
+        return false;
+    };
+    if ethertype == ETHERTYPE_VLAN {
+        let Some(inner) = u16_at(frame, 16) else {
+            return false;
+        };
+        ethertype = inner;
+        at += 4;
+    }
+    match ethertype {
+        ETHERTYPE_IPV4 => {
+            if frame.len() < at + 20 || frame[at] >> 4 != 4 {
+                return false;
+            }
+            let old = frame[at + 1];
+            let new = (dscp << 2) | (old & 0b11);
+            if old == new {
+                return false;
+            }
+            // The checksum covers 16-bit words: the TOS is the low byte of the first.
+            let old_word = u16::from_be_bytes([frame[at], old]);
+            let new_word = u16::from_be_bytes([frame[at], new]);
+            let checksum = u16::from_be_bytes([frame[at + 10], frame[at + 11]]);
+            // HC' = ~(~HC + ~m + m'), in ones' complement arithmetic.
+            let mut sum = u32::from(!checksum) + u32::from(!old_word) + u32::from(new_word);
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            frame[at + 1] = new;
+            frame[at + 10..at + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            true
+        }
+        ETHERTYPE_IPV6 => {
+            if frame.len() < at + 40 || frame[at] >> 4 != 6 {
+                return false;
+            }
+            // Version (4 bits), traffic class (8), flow label (20).
+            let class = (frame[at] << 4) | (frame[at + 1] >> 4);
+            let new = (dscp << 2) | (class & 0b11);
+            if class == new {
+                return false;
+            }
+            frame[at] = 0x60 | (new >> 4);
+            frame[at + 1] = (new << 4) | (frame[at + 1] & 0x0f);
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Flips the bit `pick` chooses (modulo the payload's bits); false for a frame without
 /// payload.
 pub fn flip_payload_bit(frame: &mut [u8], pick: u64) -> bool {
@@ -174,6 +230,63 @@ mod tests {
             .iter()
             .skip(15)
             .all(|&b| b == 0 || b == PROTOCOL_UDP));
+    }
+
+    /// The sum of an IPv4 header's 16-bit words in ones' complement: 0xffff when its
+    /// checksum is right.
+    fn header_sum(header: &[u8]) -> u16 {
+        let mut sum: u32 = header
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum as u16
+    }
+
+    proptest! {
+        /// A re-marked IPv4 header carries the new DSCP, its ECN field as it was, and a
+        /// checksum that is right again; every other byte is untouched.
+        #[test]
+        fn a_remarked_ipv4_header_keeps_its_ecn_field_and_a_right_checksum(
+            header in proptest::collection::vec(any::<u8>(), 20),
+            dscp in 0u8..64,
+        ) {
+            let mut f = udp_frame(4);
+            f[14..34].copy_from_slice(&header);
+            f[14] = 0x45;
+            f[24..26].fill(0);
+            let sum = !header_sum(&f[14..34]);
+            f[24..26].copy_from_slice(&sum.to_be_bytes());
+            prop_assert_eq!(header_sum(&f[14..34]), 0xffff);
+            let before = f.clone();
+            let changed = remark(&mut f, dscp);
+            prop_assert_eq!(changed, before[15] >> 2 != dscp);
+            prop_assert_eq!(f[15] >> 2, dscp);
+            prop_assert_eq!(f[15] & 3, before[15] & 3);
+            prop_assert_eq!(header_sum(&f[14..34]), 0xffff);
+            for i in (0..f.len()).filter(|i| ![15, 24, 25].contains(i)) {
+                prop_assert_eq!(f[i], before[i]);
+            }
+        }
+
+        /// Any bytes at all: re-marking reads nothing past the frame.
+        #[test]
+        fn remark_takes_any_bytes(mut bytes in proptest::collection::vec(any::<u8>(), 0..80), dscp in 0u8..64) {
+            remark(&mut bytes, dscp);
+        }
+    }
+
+    #[test]
+    fn a_remarked_ipv6_header_keeps_its_version_flow_label_and_ecn_field() {
+        let mut f = vec![0u8; 14 + 40 + 8];
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+        // Version 6, traffic class 0xb9 (EF, ECT(1)), flow label 0xabcde.
+        f[14..18].copy_from_slice(&[0x6b, 0x9a, 0xbc, 0xde]);
+        assert!(remark(&mut f, 0));
+        assert_eq!(&f[14..18], &[0x60, 0x1a, 0xbc, 0xde]);
+        assert!(!remark(&mut f, 0), "already BE");
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub trait Frame: Clone {
     /// Flips one bit of the payload chosen by `pick`; false when the frame has no byte to
     /// flip.
     fn flip_bit(&mut self, pick: u64) -> bool;
+    /// Sets the DSCP of its IP header (`--remark`); false when it is not IP or had it.
+    fn remark(&mut self, dscp: u8) -> bool;
     /// A key of the transport flow (addresses, protocol, ports) the frame belongs to;
     /// `None` for frames of no flow (neighbour discovery, ARP). Reordering is counted only
     /// between frames of one flow, as the flow's receiver sees it.
@@ -45,6 +47,10 @@ impl Frame for Vec<u8> {
 
     fn flip_bit(&mut self, pick: u64) -> bool {
         crate::frame::flip_payload_bit(self, pick)
+    }
+
+    fn remark(&mut self, dscp: u8) -> bool {
+        crate::frame::remark(self, dscp)
     }
 
     fn flow(&self) -> Option<u64> {
@@ -65,6 +71,14 @@ impl Frame for crate::frame::Offloaded {
     fn flip_bit(&mut self, pick: u64) -> bool {
         match self.0.get_mut(crate::ring::VNET_HEADER..) {
             Some(frame) => crate::frame::flip_payload_bit(frame, pick),
+            None => false,
+        }
+    }
+
+    /// The segment's one IP header, which the kernel copies into every frame it cuts.
+    fn remark(&mut self, dscp: u8) -> bool {
+        match self.0.get_mut(crate::ring::VNET_HEADER..) {
+            Some(frame) => crate::frame::remark(frame, dscp),
             None => false,
         }
     }
@@ -99,6 +113,9 @@ pub struct LinkCounters {
     pub corrupted: u64,
     /// Frames that left after a later frame.
     pub reordered: u64,
+    /// Frames whose DSCP the link set (`--remark`), of those it passed on.
+    #[serde(default)]
+    pub remarked: u64,
     /// Sum and maximum of the time frames spent in the link, nanoseconds.
     pub delay_sum_ns: u64,
     pub delay_max_ns: u64,
@@ -143,6 +160,7 @@ impl LinkCounters {
             duplicated,
             corrupted,
             reordered,
+            remarked,
             delay_sum_ns,
             delay_max_ns,
             late_sum_ns,
@@ -159,6 +177,7 @@ impl LinkCounters {
         self.duplicated += duplicated;
         self.corrupted += corrupted;
         self.reordered += reordered;
+        self.remarked += remarked;
         self.delay_sum_ns += delay_sum_ns;
         self.delay_max_ns = self.delay_max_ns.max(delay_max_ns);
         self.late_sum_ns += late_sum_ns;
@@ -278,6 +297,7 @@ impl<F: Frame> Link<F> {
             self.counters.lost += 1;
             return;
         }
+        let remarked = self.spec.remark.is_some_and(|dscp| frame.remark(dscp));
         let corrupted = self.chance(self.spec.corrupt) && {
             let pick = self.rng.gen::<u64>();
             frame.flip_bit(pick)
@@ -292,8 +312,10 @@ impl<F: Frame> Link<F> {
         }
         // Counted once it is on its way: a corrupted frame the queue then dropped never
         // reaches the receiver's checks, and counting it made the two disagree.
-        if self.enqueue(now_ns, frame, twin) && corrupted {
-            self.counters.corrupted += 1;
+        if self.enqueue(now_ns, frame, twin) {
+            self.counters.corrupted += u64::from(corrupted);
+            // A duplicate is a copy of the re-marked frame: it leaves re-marked too.
+            self.counters.remarked += u64::from(remarked) * (1 + u64::from(twin));
         }
     }
 
@@ -457,6 +479,9 @@ mod tests {
         fn flip_bit(&mut self, _pick: u64) -> bool {
             self.flipped = true;
             true
+        }
+        fn remark(&mut self, _dscp: u8) -> bool {
+            false
         }
         /// Odd lengths stand for frames of no flow (neighbour discovery).
         fn flow(&self) -> Option<u64> {

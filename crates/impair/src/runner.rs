@@ -198,7 +198,7 @@ pub fn summary(status: &Status) -> String {
         let c = &d.counters;
         text.push_str(&format!(
             "  {name}: {} frames in, {} passed{} ({:.1} Mbit/s), lost {}, queue drops {}, \
-             memory drops {}, oversize {}, refused {}, dropped by a full receive ring {}, duplicated {}, corrupted {}, reordered {}, \
+             memory drops {}, oversize {}, refused {}, dropped by a full receive ring {}, duplicated {}, corrupted {}, reordered {}, re-marked {}, \
              mean delay {:.3} ms, max {:.3} ms, {} frames left in the line; \
              released late by {:.3} ms on average, at most {:.3} ms, {} frames over {} us; \
              read {:.3} ms after the kernel took them on average, at most {:.3} ms; \
@@ -222,6 +222,7 @@ pub fn summary(status: &Status) -> String {
             c.duplicated,
             c.corrupted,
             c.reordered,
+            c.remarked,
             c.mean_delay_ms(),
             c.delay_max_ns as f64 / 1e6,
             d.queued_frames,

@@ -184,6 +184,8 @@ pub struct LinkSpec {
     pub queue_bytes: u64,
     /// Bytes the whole direction may hold; more is dropped and counted.
     pub limit_bytes: u64,
+    /// The DSCP every IP frame leaves with (`--remark`), its ECN field kept.
+    pub remark: Option<u8>,
 }
 
 impl LinkSpec {
@@ -200,6 +202,7 @@ impl LinkSpec {
             rate_bps: None,
             queue_bytes: u64::MAX,
             limit_bytes: DEFAULT_LIMIT_BYTES,
+            remark: None,
         }
     }
 
@@ -231,6 +234,7 @@ impl LinkSpec {
             rate_bps: impairment.rate_bps,
             queue_bytes,
             limit_bytes,
+            remark: impairment.remark_dscp,
         };
         if let Some(rate) = spec.rate_bps {
             let longest_ms = impairment.delay_ms + impairment.jitter_ms;
@@ -274,6 +278,7 @@ pub struct DirectionTexts {
     pub corrupt: Option<String>,
     pub rate: Option<String>,
     pub queue: Option<String>,
+    pub remark: Option<String>,
 }
 
 /// Both directions' impairments from the flags' values; `rtt` (lab) sets half of it
@@ -298,7 +303,7 @@ pub fn directions(
         }
     }
     type Setter = fn(&mut Impairment, &'static str, &str) -> Result<(), SpecError>;
-    let fields: [(&'static str, &Option<String>, Setter); 8] = [
+    let fields: [(&'static str, &Option<String>, Setter); 9] = [
         ("--delay", &args.delay, |d, f, v| {
             d.delay_ms = parse_duration_ms(f, v)?;
             Ok(())
@@ -329,6 +334,13 @@ pub fn directions(
         }),
         ("--rate", &args.rate, |d, f, v| {
             d.rate_bps = Some(parse_link_rate(f, v)?);
+            Ok(())
+        }),
+        ("--remark", &args.remark, |d, f, v| {
+            d.remark_dscp = Some(
+                linerate_model::units::parse_dscp(v)
+                    .ok_or_else(|| invalid(f, v, "give a DSCP: a name (BE, EF, CS0-CS7, AF11-AF43, VA, LE) or 0-63"))?,
+            );
             Ok(())
         }),
     ];

@@ -921,7 +921,8 @@ pub struct Iperf3Args {
     pub format: Scale,
 }
 
-/// The server a test runs against, defined once for `stream`, `rr`, `crr` and `sweep`.
+/// The server a test runs against, where its packets leave from and how they are marked,
+/// defined once for `stream`, `rr`, `crr` and `sweep`.
 #[derive(Debug, Clone, Args)]
 pub struct ServerArgs {
     /// Server to test against; without it, an in-process server on loopback measures this machine
@@ -944,9 +945,23 @@ pub struct ServerArgs {
     /// Reach the server over IPv6 only
     #[arg(short = '6', long = "ipv6")]
     pub ipv6: bool,
+    /// Mark every packet of the test, both ways, with this DSCP: a name (EF, AF41, CS1, LE, BE) or 0-63
+    #[arg(long, value_name = "NAME|N", value_parser = dscp)]
+    pub dscp: Option<u8>,
+    /// Send ECN-capable packets both ways: UDP datagrams carry ECT(0); TCP asks for ECN (needs net.ipv4.tcp_ecn=1 on the client)
+    #[arg(long)]
+    pub ecn: bool,
 }
 
 impl ServerArgs {
+    /// The marks the test's packets carry, when the user asked for any.
+    pub fn marks(&self) -> Option<linerate_model::marks::Marks> {
+        (self.dscp.is_some() || self.ecn).then(|| linerate_model::marks::Marks {
+            dscp: self.dscp.unwrap_or(0),
+            ecn: self.ecn,
+        })
+    }
+
     /// Where the test's sockets leave from, when the user said.
     pub fn source(&self) -> Option<linerate_model::Source> {
         (self.bind.is_some() || self.bind_dev.is_some()).then(|| linerate_model::Source {
@@ -1672,6 +1687,9 @@ pub struct ImpairmentArgs {
     /// Share of frames with one payload bit flipped
     #[arg(long, value_name = "P[,P]")]
     pub corrupt: Option<String>,
+    /// Re-mark every IP frame with this DSCP, its ECN field kept (a path that bleaches or re-classes)
+    #[arg(long, value_name = "DSCP[,DSCP]")]
+    pub remark: Option<String>,
     /// Bottleneck rate in bit/s of Ethernet frames (100M, 1G)
     #[arg(long, value_name = "R[,R]")]
     pub rate: Option<String>,

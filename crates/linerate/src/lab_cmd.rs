@@ -27,6 +27,7 @@ fn texts(args: &ImpairmentArgs) -> DirectionTexts {
         corrupt: args.corrupt.clone(),
         rate: args.rate.clone(),
         queue: args.queue.clone(),
+        remark: args.remark.clone(),
     }
 }
 

@@ -22,6 +22,7 @@ fn spec(args: &SweepArgs) -> SweepSpec {
         },
         host: args.server.host.clone(),
         source: args.server.source(),
+        marks: args.server.marks(),
         port: args.server.port,
         parallel: args.parallel.clone(),
         window: args.window.clone(),

@@ -82,6 +82,7 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
         connect_timeout_s: args.server.connect_timeout,
         observe: !args.measure.no_observe,
         source: args.server.source(),
+        marks: args.server.marks(),
         kind: TestKind::Stream(StreamRequest {
             direction,
             rate_bps: args.rate,
@@ -107,6 +108,7 @@ fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestReq
         connect_timeout_s: common.server.connect_timeout,
         observe: !common.measure.no_observe,
         source: common.server.source(),
+        marks: common.server.marks(),
         kind: TestKind::Transactions(TransactionRequest {
             connect_each: rr.is_none(),
             udp: rr.is_some_and(|a| a.udp),

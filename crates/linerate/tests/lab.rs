@@ -368,6 +368,55 @@ fn reorders_and_duplicates_are_counted_as_the_emulator_made_them() {
     assert_eq!(forward(&status, "lost"), 0.0);
 }
 
+/// A path that re-marks (`--remark`) is seen by the receivers as such, each way as the
+/// emulator did it: the forward way re-classed to CS1 with the ECN field kept, reported
+/// re-marked on every datagram; the way back left as sent (it already carried EF), kept.
+/// The emulator re-marked at least every datagram the receiver counted.
+#[test]
+fn a_path_that_remarks_is_reported_by_the_receiver() {
+    let test = "a_path_that_remarks_is_reported_by_the_receiver";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("remark");
+    let doc = lab_run_json(
+        &name,
+        &["--remark", "CS1,EF"],
+        &[
+            "stream", "server", "-u", "-b", "10M", "-l", "1000", "--bidir", "-t", "2", "--dscp",
+            "EF", "--ecn",
+        ],
+    );
+    let status = emulator_status(&name);
+    let arrived = doc["summary"]["marks"]["arrived"].as_array().expect("marks arrived");
+    let way = |direction: &str| {
+        arrived
+            .iter()
+            .find(|a| a["direction"] == direction)
+            .unwrap_or_else(|| panic!("no {direction} marks in {arrived:?}"))
+    };
+    let (there, back) = (way("forward"), way("reverse"));
+    assert_eq!(there["verdict"], "remarked", "{there}");
+    assert_eq!(there["remarked_pct"], 100.0, "{there}");
+    // CS1 (8) with ECT(0) kept.
+    assert_eq!(there["classes"], serde_json::json!([{"tos": (8 << 2) | 2, "datagrams": there["classes"][0]["datagrams"]}]));
+    assert_eq!(back["verdict"], "kept", "{back}");
+    assert_eq!(back["classes"][0]["tos"], (46 << 2) | 2, "{back}");
+    let received: f64 = there["classes"][0]["datagrams"].as_f64().unwrap();
+    assert!(received > 1000.0, "{there}");
+    assert!(
+        forward(&status, "remarked") >= received,
+        "the emulator re-marked {} frames, the receiver counted {received} re-marked datagrams",
+        forward(&status, "remarked")
+    );
+    // The way back carried EF already: nothing to re-mark but the control connection's
+    // and the kernel's own packets (class 0).
+    let back_remarked = num(&status, "/directions/1/counters/remarked");
+    let back_received = back["classes"][0]["datagrams"].as_f64().unwrap();
+    assert!(back_remarked < back_received / 10.0, "{back_remarked} re-marked on the way back");
+}
+
 #[test]
 fn rate_limit_holds_within_one_percent() {
     let test = "rate_limit_holds_within_one_percent";

@@ -685,3 +685,200 @@ fn a_test_leaves_from_the_interface_and_the_address_it_is_told() {
         stderr(&out)
     );
 }
+
+/// One IPv4 packet of a capture, as the marks test reads it.
+#[derive(Debug, Clone, Copy)]
+struct Captured {
+    tos: u8,
+    tcp: bool,
+    syn: bool,
+    from_port: u16,
+    to_port: u16,
+    /// Transport payload bytes.
+    payload: usize,
+    /// Sent by the client's namespace.
+    from_client: bool,
+}
+
+/// The IPv4 TCP and UDP packets of a pcap file (Ethernet framing, as a veth has).
+fn captured_packets(data: &[u8], client: std::net::Ipv4Addr) -> Vec<Captured> {
+    let u32le = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let be16 = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
+    let mut packets = Vec::new();
+    let mut at = 24;
+    while at + 16 <= data.len() {
+        let len = u32le(&data[at + 8..]) as usize;
+        let frame = &data[at + 16..(at + 16 + len).min(data.len())];
+        at += 16 + len;
+        if frame.len() < 14 + 20 || be16(&frame[12..]) != 0x0800 {
+            continue;
+        }
+        let ip = &frame[14..];
+        let header = usize::from(ip[0] & 15) * 4;
+        let total = usize::from(be16(&ip[2..]));
+        let (protocol, transport) = (ip[9], &ip[header.min(ip.len())..]);
+        if transport.len() < 8 || !(protocol == 6 || protocol == 17) {
+            continue;
+        }
+        let tcp = protocol == 6;
+        let transport_header = if tcp {
+            usize::from(transport[12] >> 4) * 4
+        } else {
+            8
+        };
+        packets.push(Captured {
+            tos: ip[1],
+            tcp,
+            syn: tcp && transport[13] & 0x02 != 0,
+            from_port: be16(transport),
+            to_port: be16(&transport[2..]),
+            payload: total.saturating_sub(header + transport_header),
+            from_client: ip[12..16] == client.octets(),
+        });
+    }
+    packets
+}
+
+/// `--dscp` and `--ecn` mark every data packet of a test both ways, the first included,
+/// as tcpdump sees them on the server's interface: TCP (forward and reverse, over TLS
+/// too, and crr's new connections), UDP both ways at once, and UDP rr's answers. The
+/// control connection is left as it was. Where a receiver reads the marks (UDP), its
+/// result says what arrived, and it is what the capture saw.
+#[test]
+// Long: one capture per test kind, each read packet by packet.
+fn marks_reach_the_wire_on_every_data_packet_both_ways() {
+    let test = "marks_reach_the_wire_on_every_data_packet_both_ways";
+    if skip_unless_root(test) || !have("tcpdump", test) {
+        return;
+    }
+    let pair = VethPair::new("marks");
+    // Linux asks for ECN per host: the client's namespace asks; the server's answers
+    // (the default, 2).
+    run(
+        "ip",
+        &["netns", "exec", &pair.ns_a, "sysctl", "-qw", "net.ipv4.tcp_ecn=1"],
+    );
+    let client: std::net::Ipv4Addr = pair.addr_a.parse().unwrap();
+    let af41_ect0 = (34 << 2) | 0b10;
+    for (args, tos, udp) in [
+        (vec!["stream", "-t", "1", "--dscp", "AF41", "--ecn"], af41_ect0, false),
+        (vec!["stream", "-t", "1", "-R", "--dscp", "AF41", "--ecn"], af41_ect0, false),
+        (vec!["stream", "-t", "1", "--tls", "-R", "--dscp", "CS1"], 8 << 2, false),
+        (vec!["crr", "-t", "1", "--dscp", "CS2"], 16 << 2, false),
+        (
+            vec!["stream", "-t", "1", "-u", "-b", "20M", "--bidir", "--dscp", "EF", "--ecn"],
+            (46 << 2) | 0b10,
+            true,
+        ),
+        (vec!["rr", "-t", "1", "--udp", "--dscp", "CS5"], 40 << 2, true),
+    ] {
+        let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
+        let port = server.port;
+        let pcap = std::env::temp_dir().join(format!("lr-marks-{}.pcap", std::process::id()));
+        let mut capture = std::process::Command::new("ip")
+            .args(["netns", "exec", &pair.ns_b, "tcpdump", "-i", &pair.dev_b, "-n", "-U", "-w"])
+            .arg(&pcap)
+            .arg(format!("host {} and (tcp or udp)", pair.addr_a))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start tcpdump");
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut all = args.clone();
+        let port_text = port.to_string();
+        all.extend([pair.addr_b.as_str(), "-p", &port_text, "--json"]);
+        let out = linerate_in(&pair.ns_a, &all);
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: SIGINT to the tcpdump this test started, by its PID, so that it flushes.
+        unsafe { libc::kill(capture.id() as i32, libc::SIGINT) };
+        let _ = capture.wait();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        let doc = json(&out);
+        let data = std::fs::read(&pcap).expect("tcpdump's capture");
+        let _ = std::fs::remove_file(&pcap);
+        let packets = captured_packets(&data, client);
+        // The control connection is the test's first: the client's port of the first SYN.
+        let control = packets
+            .iter()
+            .find(|p| p.syn && p.from_client && p.to_port == port)
+            .map(|p| p.from_port)
+            .expect("the control connection's SYN");
+        // By both ports: crr's thousands of connections reuse client ports.
+        let of_control = |p: &&Captured| {
+            p.tcp
+                && ((p.from_port == control && p.to_port == port)
+                    || (p.from_port == port && p.to_port == control))
+        };
+        let data: Vec<&Captured> = packets
+            .iter()
+            .filter(|p| !of_control(p) && p.payload > 0 && p.tcp != udp)
+            .collect();
+        for way in [true, false] {
+            let this_way: Vec<&&Captured> = data.iter().filter(|p| p.from_client == way).collect();
+            let name = if way { "client to server" } else { "server to client" };
+            if this_way.is_empty() {
+                // A one-way stream's other way carries acknowledgements alone: marked too
+                // (their DSCP: a bare ACK is never ECN-capable), but for the server's
+                // first, sent before the test's preface told it which test it serves.
+                let acks: Vec<&Captured> = packets
+                    .iter()
+                    .filter(|p| p.tcp && !of_control(p) && !p.syn && p.from_client == way)
+                    .collect();
+                let unmarked = acks.iter().filter(|p| p.tos >> 2 != tos >> 2).count();
+                assert!(
+                    acks.len() > 10 && unmarked <= 2,
+                    "{args:?}: {unmarked} of {} acknowledgements {name} not marked",
+                    acks.len()
+                );
+                continue;
+            }
+            // Every one carries the DSCP.
+            let other_class = this_way.iter().filter(|p| p.tos >> 2 != tos >> 2).count();
+            assert_eq!(
+                other_class,
+                0,
+                "{args:?}: {other_class} of {} data packets {name} without DSCP {} (first: {:?})",
+                this_way.len(),
+                tos >> 2,
+                this_way.iter().find(|p| p.tos >> 2 != tos >> 2)
+            );
+            // And, with --ecn, the ECN field asked for, but on TCP's retransmissions,
+            // which RFC 3168 (6.1.5) sends Not-ECT: no more of those than the senders
+            // retransmitted. (Without it, a TCP connection's ECN is the host's: this
+            // client's asks for it.)
+            if !args.contains(&"--ecn") {
+                continue;
+            }
+            let other_ecn = this_way.iter().filter(|p| p.tos & 3 != tos & 3).count() as f64;
+            let allowed = if udp { 0.0 } else { num(&doc, "/summary/retransmits") };
+            assert!(
+                other_ecn <= allowed,
+                "{args:?}: {other_ecn} of {} data packets {name} without ECN field {} ({allowed} retransmitted)",
+                this_way.len(),
+                tos & 3
+            );
+        }
+        // The control connection is not the test's: it keeps the default class.
+        assert!(
+            packets.iter().filter(of_control).all(|p| p.tos >> 2 == 0),
+            "{args:?}: the control connection was marked"
+        );
+        assert_eq!(doc["config"]["marks"]["dscp"], tos >> 2, "{args:?}");
+        if !udp && args.contains(&"--ecn") {
+            // The senders' TCP_INFO says ECN was negotiated, as the ECT on the wire shows.
+            let ecn = &doc["summary"]["marks"]["ecn_negotiated"];
+            assert!(ecn["connections"].as_u64() > Some(0), "{args:?}: {ecn}");
+            assert_eq!(ecn["negotiated"], ecn["connections"], "{args:?}");
+        }
+        if args[0] == "stream" && udp {
+            // The receivers' own reading, both ways, is what the wire carried.
+            let arrived = doc["summary"]["marks"]["arrived"].as_array().expect("marks arrived");
+            assert_eq!(arrived.len(), 2, "{args:?}: {arrived:?}");
+            for a in arrived {
+                assert_eq!(a["verdict"], "kept", "{a}");
+                assert_eq!(a["classes"].as_array().unwrap().len(), 1, "{a}");
+                assert_eq!(a["classes"][0]["tos"], tos, "{a}");
+            }
+        }
+    }
+}

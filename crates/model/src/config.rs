@@ -230,6 +230,10 @@ pub struct TestConfig {
     /// the routes say. The server has no use for it; the document keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<Source>,
+    /// The DSCP and ECN both ends set on every packet of the test (`--dscp`, `--ecn`);
+    /// `None`: the sockets' default (zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<crate::marks::Marks>,
 }
 
 /// Where a client's sockets leave from: a local address (`--bind`), an interface or VRF

@@ -156,6 +156,7 @@ mod tests {
             per_flow: false,
             connect_timeout_s: 5.0,
             source: None,
+            marks: None,
             observe: false,
             tls: tls.then(|| crate::TlsSettings {
                 cipher: DEFAULT_CIPHER.into(),

@@ -11,6 +11,7 @@ pub mod clock;
 mod config;
 mod explain;
 pub mod latency;
+pub mod marks;
 pub mod mesh_row;
 pub mod observe;
 mod path;

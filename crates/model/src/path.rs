@@ -38,6 +38,9 @@ pub struct Impairment {
     /// Drop-tail queue before the bottleneck, bytes (with a rate only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_bytes: Option<u64>,
+    /// The DSCP every IP frame leaves with (`--remark`), its ECN field kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remark_dscp: Option<u8>,
 }
 
 fn is_zero(value: &f64) -> bool {
@@ -134,6 +137,14 @@ impl PathFacts {
         pair("rate", rate(f), rate(r), " Mbit/s");
         let queue = |i: &Impairment| i.queue_bytes.map_or(0.0, |b| b as f64 / 1e3);
         pair("queue", queue(f), queue(r), " kB");
+        match (f.remark_dscp, r.remark_dscp) {
+            (None, None) => {}
+            (a, b) if a == b => parts.push(format!("re-marked to DSCP {}", a.unwrap_or(0))),
+            (a, b) => {
+                let dscp = |d: Option<u8>| d.map_or("none".into(), |d| d.to_string());
+                parts.push(format!("re-marked to DSCP {},{}", dscp(a), dscp(b)));
+            }
+        }
         if self.offloads {
             parts.push("offloaded segments up to 64 kB".into());
         }

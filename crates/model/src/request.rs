@@ -81,6 +81,8 @@ pub struct TestRequest {
     pub tls: Option<crate::TlsSettings>,
     /// Where the client's sockets leave from (`--bind`, `--bind-dev`).
     pub source: Option<crate::Source>,
+    /// The DSCP and ECN the test's packets carry both ways (`--dscp`, `--ecn`).
+    pub marks: Option<crate::marks::Marks>,
     pub kind: TestKind,
 }
 
@@ -187,6 +189,7 @@ impl TestConfig {
             tls: request.tls.clone(),
             quic: None,
             source: request.source.clone(),
+            marks: request.marks,
         };
         match &request.kind {
             TestKind::Stream(stream) => resolve_stream(&mut config, stream, environment)?,
@@ -207,6 +210,11 @@ impl TestConfig {
         config.threads = request.threads.unwrap_or_else(|| {
             u32::try_from(default_threads(flows as usize, environment.cpus)).unwrap_or(u32::MAX)
         });
+        if config.marks.is_some() && config.protocol == crate::Protocol::Quic {
+            // quinn sets each datagram's whole TOS byte to its ECN code point (a control
+            // message on every send), which would send the DSCP as zero.
+            return Err("'--dscp' and '--ecn' are not set on QUIC's packets; mark a TCP, TLS or UDP test".into());
+        }
         if let Some(quic) = config.quic.as_mut() {
             quic.workers = quic_workers(flows, config.threads, environment.cpus);
         }
@@ -360,6 +368,7 @@ impl TestRequest {
             observe: true,
             tls: None,
             source: None,
+            marks: None,
             kind,
         }
     }

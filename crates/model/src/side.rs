@@ -306,6 +306,13 @@ pub struct FlowSide {
     pub transactions: u64,
     #[serde(default)]
     pub transactions_total: u64,
+    /// UDP receivers of a marked test (`--dscp`, `--ecn`): the datagrams by the TOS byte
+    /// or traffic class they arrived with, over the flow's life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<Vec<crate::marks::ClassCount>>,
+    /// TCP senders: the connection's handshake negotiated ECN (TCP_INFO).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ecn: bool,
 }
 
 impl FlowSide {

@@ -7,6 +7,7 @@ fn config(parallel: u32) -> TestConfig {
     TestConfig {
         quic: None,
         source: None,
+        marks: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "test".into(),

@@ -379,6 +379,13 @@ fn summarize(
     });
     Summary {
         crypto: None,
+        marks: config.marks.and_then(|sent| {
+            let summary = MarksSummary {
+                arrived: marks_arrived(sent, local, remote).unwrap_or_default(),
+                ecn_negotiated: ecn_negotiated(sent, local, remote),
+            };
+            (!summary.arrived.is_empty() || summary.ecn_negotiated.is_some()).then_some(summary)
+        }),
         udp,
         duration_s,
         receiver_bytes: total.receiver_bytes,
@@ -405,10 +412,123 @@ fn summarize(
     }
 }
 
+/// `--ecn` over TCP: the sending connections of both ends whose handshake negotiated it;
+/// `None` without `--ecn` or where no TCP sender said (UDP, a peer that does not).
+fn ecn_negotiated(
+    sent: linerate_model::marks::Marks,
+    local: &SideResult,
+    remote: &SideResult,
+) -> Option<EcnNegotiated> {
+    let senders: Vec<&FlowSide> = local
+        .flows
+        .iter()
+        .chain(&remote.flows)
+        .filter(|f| f.role == Role::Send && f.udp.is_none() && f.mss > 0)
+        .collect();
+    (sent.ecn && !senders.is_empty()).then(|| EcnNegotiated {
+        negotiated: senders.iter().filter(|f| f.ecn).count() as u32,
+        connections: senders.len() as u32,
+    })
+}
+
+/// Per direction, what the receivers of a marked test found on their datagrams; `None`
+/// where no receiver could read them (TCP, or a peer that does not count them).
+fn marks_arrived(
+    sent: linerate_model::marks::Marks,
+    local: &SideResult,
+    remote: &SideResult,
+) -> Option<Vec<MarksArrived>> {
+    use linerate_model::marks::{verdict, ClassTally};
+    let mut arrived = Vec::new();
+    for direction in [Direction::Forward, Direction::Reverse] {
+        let mut tally: Option<ClassTally> = None;
+        for flow in local.flows.iter().chain(&remote.flows) {
+            if let (Role::Receive, Some(classes)) = (flow.role, &flow.classes) {
+                if flow.direction == direction {
+                    let tally = tally.get_or_insert_with(ClassTally::default);
+                    for class in classes {
+                        tally.add(class.tos, class.datagrams);
+                    }
+                }
+            }
+        }
+        if let Some(tally) = tally {
+            let classes = tally.counts();
+            let total: u64 = classes.iter().map(|c| c.datagrams).sum();
+            let remarked: u64 = classes
+                .iter()
+                .filter(|c| c.tos >> 2 != sent.dscp)
+                .map(|c| c.datagrams)
+                .sum();
+            arrived.push(MarksArrived {
+                direction,
+                remarked_pct: if total > 0 {
+                    remarked as f64 * 100.0 / total as f64
+                } else {
+                    0.0
+                },
+                verdict: verdict(sent, &classes),
+                classes,
+            });
+        }
+    }
+    (!arrived.is_empty()).then_some(arrived)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fixtures::{config, flow};
+
+    /// A bidir UDP test's receivers' marks add up per direction across both ends, each
+    /// judged against what was sent, and the text says it in one line a direction.
+    #[test]
+    fn marks_arrived_are_summed_per_direction_and_judged() {
+        use linerate_model::marks::{ClassCount, Marks, Verdict};
+        let mut config = config(Direction::Bidir, 2);
+        config.protocol = linerate_model::Protocol::Udp;
+        config.marks = Some(Marks { dscp: 46, ecn: true });
+        let class = |tos, datagrams| ClassCount { tos, datagrams };
+        let receiver = |id, direction, classes: Vec<ClassCount>| FlowSide {
+            direction,
+            classes: Some(classes),
+            ..flow(id, Role::Receive, 1000, 1.0, 0)
+        };
+        // The server receives forward: one flow re-marked to BE, one kept with a CE.
+        let remote = SideResult {
+            flows: vec![
+                receiver(0, Direction::Forward, vec![class(0x02, 300)]),
+                receiver(1, Direction::Forward, vec![class(0xba, 90), class(0xbb, 10)]),
+            ],
+            ..Default::default()
+        };
+        // The client receives the way back, kept.
+        let local = SideResult {
+            flows: vec![receiver(2, Direction::Reverse, vec![class(0xba, 400)])],
+            ..Default::default()
+        };
+        let arrived = marks_arrived(config.marks.unwrap(), &local, &remote).unwrap();
+        assert_eq!(arrived.len(), 2);
+        assert_eq!(arrived[0].direction, Direction::Forward);
+        assert_eq!(arrived[0].verdict, Verdict::Remarked);
+        assert_eq!(arrived[0].remarked_pct, 75.0);
+        assert_eq!(arrived[0].classes.len(), 3);
+        assert_eq!(arrived[1].verdict, Verdict::Kept);
+        let mut report = crate::fixtures::report(config);
+        report.summary.marks = Some(MarksSummary {
+            arrived,
+            ecn_negotiated: None,
+        });
+        let text = crate::text::render_summary(&report, crate::units::Scale::Adaptive, false);
+        assert!(text.contains("Marks:            sent EF ECT(0) both ways"), "{text}");
+        assert!(
+            text.contains("Marks forward:    received BE ECT(0) on 75.0 %, EF ECT(0) on 22.5 %, EF CE on 2.5 % (re-marked: 75.0 %)"),
+            "{text}"
+        );
+        assert!(text.contains("Marks reverse:    received EF ECT(0) on 100.0 % (kept)"), "{text}");
+        // Nothing read (a TCP test): no summary, and the text says why.
+        assert!(marks_arrived(Marks { dscp: 46, ecn: false }, &SideResult::default(), &SideResult::default()).is_none());
+    }
 
     #[test]
     fn a_pacing_target_not_reached_is_said_with_the_reason() {

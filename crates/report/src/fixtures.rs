@@ -7,6 +7,7 @@ pub(crate) fn config(direction: Direction, parallel: u32) -> TestConfig {
     TestConfig {
         quic: None,
         source: None,
+        marks: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "loopback".into(),
@@ -55,6 +56,8 @@ pub(crate) fn flow(id: u32, role: Role, bytes: u64, seconds: f64, retransmits: u
         datagrams_total: 0,
         transactions: 0,
         transactions_total: 0,
+        classes: None,
+        ecn: false,
     }
 }
 

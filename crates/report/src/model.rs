@@ -227,6 +227,40 @@ pub struct Summary {
     /// Encrypted tests (`--tls`, `--quic`): what the encryption cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crypto: Option<CryptoSummary>,
+    /// Marked UDP tests (`--dscp`, `--ecn`): per direction, the marks its receivers found
+    /// on the datagrams, against those `config.marks` says were sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<MarksSummary>,
+}
+
+/// What became of a marked test's marks (`--dscp`, `--ecn`), where the ends could tell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarksSummary {
+    /// UDP: per direction, what its receivers found on the datagrams they read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arrived: Vec<MarksArrived>,
+    /// TCP with `--ecn`: the sending connections whose handshake negotiated ECN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn_negotiated: Option<EcnNegotiated>,
+}
+
+/// Connections that negotiated ECN, of those that sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EcnNegotiated {
+    pub negotiated: u32,
+    pub connections: u32,
+}
+
+/// What one direction's receivers found on the datagrams they read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarksArrived {
+    pub direction: Direction,
+    /// The datagrams by the TOS byte (traffic class) they arrived with, over the flows'
+    /// lives.
+    pub classes: Vec<linerate_model::marks::ClassCount>,
+    /// The share of them with another DSCP than was sent, percent.
+    pub remarked_pct: f64,
+    pub verdict: linerate_model::marks::Verdict,
 }
 
 /// Reads a `summary` object. The UDP and request/response figures sit at its top level

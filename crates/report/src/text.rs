@@ -314,6 +314,12 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
             let _ = writeln!(out, "{line}");
         }
     }
+    if let Some(marks) = report.config.marks {
+        let datagrams = report.config.protocol.traits().datagrams;
+        for line in marks_lines(marks, s.marks.as_ref(), datagrams) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     if let Some(path) = report.path() {
         let _ = writeln!(out, "Path:             {}", path.summary());
     }
@@ -321,6 +327,66 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
         let _ = writeln!(out, "warning: {warning}");
     }
     out
+}
+
+/// The marks sent, and per direction what its receivers found: "received BE on 100.0 %
+/// (re-marked: 100.0 %)".
+fn marks_lines(
+    sent: linerate_model::marks::Marks,
+    summary: Option<&MarksSummary>,
+    datagrams: bool,
+) -> Vec<String> {
+    use linerate_model::marks::{Verdict, ECN_NAMES};
+    let class = |tos: u8| {
+        let ecn = tos & 0b11;
+        if ecn == 0 {
+            crate::stamp::dscp_name(tos >> 2)
+        } else {
+            format!("{} {}", crate::stamp::dscp_name(tos >> 2), ECN_NAMES[ecn as usize])
+        }
+    };
+    let mut lines = vec![format!("Marks:            sent {} both ways", class(sent.tos()))];
+    if let Some(ecn) = summary.and_then(|s| s.ecn_negotiated) {
+        let _ = write!(
+            lines[0],
+            "; ECN negotiated on {} of {} connections",
+            ecn.negotiated, ecn.connections
+        );
+    }
+    let arrived = summary.map_or(&[][..], |s| &s.arrived[..]);
+    if arrived.is_empty() {
+        lines[0].push_str(if datagrams {
+            "; the receivers did not say what arrived"
+        } else {
+            "; a TCP receiver cannot read them (a capture can)"
+        });
+        return lines;
+    }
+    for a in arrived {
+        let total: u64 = a.classes.iter().map(|c| c.datagrams).sum();
+        let seen: Vec<String> = a
+            .classes
+            .iter()
+            .map(|c| {
+                let pct = c.datagrams as f64 * 100.0 / total.max(1) as f64;
+                format!("{} on {pct:.1} %", class(c.tos))
+            })
+            .collect();
+        let verdict = match a.verdict {
+            Verdict::Kept => "kept".to_string(),
+            Verdict::Remarked => format!("re-marked: {:.1} %", a.remarked_pct),
+            Verdict::EcnBleached => "ECN field cleared".to_string(),
+        };
+        lines.push(format!(
+            "Marks {:<11} received {} ({verdict})",
+            match a.direction {
+                linerate_model::Direction::Reverse => "reverse:",
+                _ => "forward:",
+            },
+            if seen.is_empty() { "nothing".to_string() } else { seen.join(", ") }
+        ));
+    }
+    lines
 }
 
 /// The end-of-test table: each flow's lines when asked, then each direction's sums over
