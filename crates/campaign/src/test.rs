@@ -72,7 +72,10 @@ pub fn resolve_explained(
     let environment = linerate_engine::sys::environment(probe);
     let config = TestConfig::resolve(request, &environment)?;
     within_bounds(&config)?;
-    check_tcp_ecn(&config, std::fs::read_to_string("/proc/sys/net/ipv4/tcp_ecn").ok())?;
+    check_tcp_ecn(
+        &config,
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_ecn").ok(),
+    )?;
     let choices = linerate_model::explain(request, &environment, &config);
     Ok((config, choices))
 }
@@ -162,12 +165,18 @@ mod tests {
         let mut config = crate::fixtures::stream_config();
         config.marks = Some(linerate_model::marks::Marks { dscp: 0, ecn: true });
         let error = check_tcp_ecn(&config, Some("2\n".into())).unwrap_err();
-        assert!(error.contains("net.ipv4.tcp_ecn=1") && error.contains("it is 2"), "{error}");
+        assert!(
+            error.contains("net.ipv4.tcp_ecn=1") && error.contains("it is 2"),
+            "{error}"
+        );
         assert!(check_tcp_ecn(&config, Some("1\n".into())).is_ok());
         config.protocol = linerate_model::Protocol::Udp;
         assert!(check_tcp_ecn(&config, Some("0".into())).is_ok());
         config.protocol = linerate_model::Protocol::Tcp;
-        config.marks = Some(linerate_model::marks::Marks { dscp: 46, ecn: false });
+        config.marks = Some(linerate_model::marks::Marks {
+            dscp: 46,
+            ecn: false,
+        });
         assert!(check_tcp_ecn(&config, Some("0".into())).is_ok());
     }
 

@@ -1,9 +1,8 @@
 //! Threads kept between a mesh's jobs. A coordinator starts thousands of jobs an hour for
-//! months; a thread started for each and ended after it leaves glibc's allocator with
-//! ever more of its memory scattered over arenas and cached stacks (a soak measured the
-//! coordinator's RSS following its count of threads). A thread that ends a job waits for
-//! the next one instead, and goes only after [`ThreadPool::KEEP`] without one: a steady
-//! mesh keeps as many as it runs jobs at once.
+//! months; rather than a thread started for each and ended after it (a soak saw the
+//! coordinator's RSS follow its count of threads, sample to sample), a thread that ends a
+//! job waits for the next one, and goes only after [`ThreadPool::KEEP`] without one: a
+//! steady mesh keeps as many as it runs jobs at once, and its thread count stays flat.
 //!
 //! Not rayon's or a crate's pool: a job blocks for its whole run (a stream of seconds on
 //! an agent), so the pool must grow to as many jobs as run at once rather than queue them

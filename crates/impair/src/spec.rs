@@ -283,6 +283,8 @@ pub struct DirectionTexts {
 
 /// Both directions' impairments from the flags' values; `rtt` (lab) sets half of it
 /// each way.
+// Long: a table of every per-direction flag with its parser, then the queue that needs the
+// rate.
 pub fn directions(
     args: &DirectionTexts,
     rtt: Option<&str>,
@@ -337,10 +339,13 @@ pub fn directions(
             Ok(())
         }),
         ("--remark", &args.remark, |d, f, v| {
-            d.remark_dscp = Some(
-                linerate_model::units::parse_dscp(v)
-                    .ok_or_else(|| invalid(f, v, "give a DSCP: a name (BE, EF, CS0-CS7, AF11-AF43, VA, LE) or 0-63"))?,
-            );
+            d.remark_dscp = Some(linerate_model::units::parse_dscp(v).ok_or_else(|| {
+                invalid(
+                    f,
+                    v,
+                    "give a DSCP: a name (BE, EF, CS0-CS7, AF11-AF43, VA, LE) or 0-63",
+                )
+            })?);
             Ok(())
         }),
     ];

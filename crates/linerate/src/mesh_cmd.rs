@@ -232,8 +232,6 @@ fn key_of(mesh: &Mesh, globals: &Globals) -> Result<Option<Key>, Failure> {
         .map_err(|e| Failure::Usage(format!("the mesh's key {}: {e}", path.display())))
 }
 
-// Long: the coordinator's set-up in order (store, key, watch, signals, view), then the run
-// and its end.
 /// One allocator arena for the coordinator. Its jobs' threads allocate what its own thread
 /// keeps and frees (results, documents, links given back), and glibc gives threads up to
 /// eight arenas a CPU, each keeping its own fragments: a 30-minute soak measured the
@@ -249,6 +247,8 @@ fn one_allocator_arena() {
     }
 }
 
+// Long: the coordinator's set-up in order (store, key, watch, signals, view), then the run
+// and its end.
 fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     one_allocator_arena();
     let mesh = load(&args.file)?;

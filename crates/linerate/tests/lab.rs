@@ -389,7 +389,9 @@ fn a_path_that_remarks_is_reported_by_the_receiver() {
         ],
     );
     let status = emulator_status(&name);
-    let arrived = doc["summary"]["marks"]["arrived"].as_array().expect("marks arrived");
+    let arrived = doc["summary"]["marks"]["arrived"]
+        .as_array()
+        .expect("marks arrived");
     let way = |direction: &str| {
         arrived
             .iter()
@@ -400,7 +402,10 @@ fn a_path_that_remarks_is_reported_by_the_receiver() {
     assert_eq!(there["verdict"], "remarked", "{there}");
     assert_eq!(there["remarked_pct"], 100.0, "{there}");
     // CS1 (8) with ECT(0) kept.
-    assert_eq!(there["classes"], serde_json::json!([{"tos": (8 << 2) | 2, "datagrams": there["classes"][0]["datagrams"]}]));
+    assert_eq!(
+        there["classes"],
+        serde_json::json!([{"tos": (8 << 2) | 2, "datagrams": there["classes"][0]["datagrams"]}])
+    );
     assert_eq!(back["verdict"], "kept", "{back}");
     assert_eq!(back["classes"][0]["tos"], (46 << 2) | 2, "{back}");
     let received: f64 = there["classes"][0]["datagrams"].as_f64().unwrap();
@@ -414,7 +419,10 @@ fn a_path_that_remarks_is_reported_by_the_receiver() {
     // and the kernel's own packets (class 0).
     let back_remarked = num(&status, "/directions/1/counters/remarked");
     let back_received = back["classes"][0]["datagrams"].as_f64().unwrap();
-    assert!(back_remarked < back_received / 10.0, "{back_remarked} re-marked on the way back");
+    assert!(
+        back_remarked < back_received / 10.0,
+        "{back_remarked} re-marked on the way back"
+    );
 }
 
 #[test]

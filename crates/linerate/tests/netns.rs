@@ -756,27 +756,62 @@ fn marks_reach_the_wire_on_every_data_packet_both_ways() {
     // (the default, 2).
     run(
         "ip",
-        &["netns", "exec", &pair.ns_a, "sysctl", "-qw", "net.ipv4.tcp_ecn=1"],
+        &[
+            "netns",
+            "exec",
+            &pair.ns_a,
+            "sysctl",
+            "-qw",
+            "net.ipv4.tcp_ecn=1",
+        ],
     );
     let client: std::net::Ipv4Addr = pair.addr_a.parse().unwrap();
     let af41_ect0 = (34 << 2) | 0b10;
     for (args, tos, udp) in [
-        (vec!["stream", "-t", "1", "--dscp", "AF41", "--ecn"], af41_ect0, false),
-        (vec!["stream", "-t", "1", "-R", "--dscp", "AF41", "--ecn"], af41_ect0, false),
-        (vec!["stream", "-t", "1", "--tls", "-R", "--dscp", "CS1"], 8 << 2, false),
+        (
+            vec!["stream", "-t", "1", "--dscp", "AF41", "--ecn"],
+            af41_ect0,
+            false,
+        ),
+        (
+            vec!["stream", "-t", "1", "-R", "--dscp", "AF41", "--ecn"],
+            af41_ect0,
+            false,
+        ),
+        (
+            vec!["stream", "-t", "1", "--tls", "-R", "--dscp", "CS1"],
+            8 << 2,
+            false,
+        ),
         (vec!["crr", "-t", "1", "--dscp", "CS2"], 16 << 2, false),
         (
-            vec!["stream", "-t", "1", "-u", "-b", "20M", "--bidir", "--dscp", "EF", "--ecn"],
+            vec![
+                "stream", "-t", "1", "-u", "-b", "20M", "--bidir", "--dscp", "EF", "--ecn",
+            ],
             (46 << 2) | 0b10,
             true,
         ),
-        (vec!["rr", "-t", "1", "--udp", "--dscp", "CS5"], 40 << 2, true),
+        (
+            vec!["rr", "-t", "1", "--udp", "--dscp", "CS5"],
+            40 << 2,
+            true,
+        ),
     ] {
         let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
         let port = server.port;
         let pcap = std::env::temp_dir().join(format!("lr-marks-{}.pcap", std::process::id()));
         let mut capture = std::process::Command::new("ip")
-            .args(["netns", "exec", &pair.ns_b, "tcpdump", "-i", &pair.dev_b, "-n", "-U", "-w"])
+            .args([
+                "netns",
+                "exec",
+                &pair.ns_b,
+                "tcpdump",
+                "-i",
+                &pair.dev_b,
+                "-n",
+                "-U",
+                "-w",
+            ])
             .arg(&pcap)
             .arg(format!("host {} and (tcp or udp)", pair.addr_a))
             .stdout(std::process::Stdio::null())
@@ -815,7 +850,11 @@ fn marks_reach_the_wire_on_every_data_packet_both_ways() {
             .collect();
         for way in [true, false] {
             let this_way: Vec<&&Captured> = data.iter().filter(|p| p.from_client == way).collect();
-            let name = if way { "client to server" } else { "server to client" };
+            let name = if way {
+                "client to server"
+            } else {
+                "server to client"
+            };
             if this_way.is_empty() {
                 // A one-way stream's other way carries acknowledgements alone: marked too
                 // (their DSCP: a bare ACK is never ECN-capable), but for the server's
@@ -850,7 +889,11 @@ fn marks_reach_the_wire_on_every_data_packet_both_ways() {
                 continue;
             }
             let other_ecn = this_way.iter().filter(|p| p.tos & 3 != tos & 3).count() as f64;
-            let allowed = if udp { 0.0 } else { num(&doc, "/summary/retransmits") };
+            let allowed = if udp {
+                0.0
+            } else {
+                num(&doc, "/summary/retransmits")
+            };
             assert!(
                 other_ecn <= allowed,
                 "{args:?}: {other_ecn} of {} data packets {name} without ECN field {} ({allowed} retransmitted)",
@@ -872,7 +915,9 @@ fn marks_reach_the_wire_on_every_data_packet_both_ways() {
         }
         if args[0] == "stream" && udp {
             // The receivers' own reading, both ways, is what the wire carried.
-            let arrived = doc["summary"]["marks"]["arrived"].as_array().expect("marks arrived");
+            let arrived = doc["summary"]["marks"]["arrived"]
+                .as_array()
+                .expect("marks arrived");
             assert_eq!(arrived.len(), 2, "{args:?}: {arrived:?}");
             for a in arrived {
                 assert_eq!(a["verdict"], "kept", "{a}");

@@ -26,6 +26,20 @@ impl Marks {
     }
 }
 
+/// "EF", "CS1", "AF41" or the number.
+pub fn dscp_name(dscp: u8) -> String {
+    match dscp {
+        0 => "BE".into(),
+        46 => "EF".into(),
+        44 => "VA".into(),
+        8 | 16 | 24 | 32 | 40 | 48 | 56 => format!("CS{}", dscp / 8),
+        d if (10..=38).contains(&d) && d % 2 == 0 && (d >> 3) >= 1 && (d & 7) != 0 => {
+            format!("AF{}{}", d >> 3, (d & 7) / 2)
+        }
+        d => d.to_string(),
+    }
+}
+
 /// Received datagrams that carried one TOS byte.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClassCount {
@@ -93,19 +107,48 @@ mod tests {
 
     #[test]
     fn the_tos_byte_holds_the_dscp_above_the_ecn_field() {
-        assert_eq!(Marks { dscp: 46, ecn: true }.tos(), 0xba);
-        assert_eq!(Marks { dscp: 46, ecn: false }.tos(), 0xb8);
+        assert_eq!(
+            Marks {
+                dscp: 46,
+                ecn: true
+            }
+            .tos(),
+            0xba
+        );
+        assert_eq!(
+            Marks {
+                dscp: 46,
+                ecn: false
+            }
+            .tos(),
+            0xb8
+        );
         assert_eq!(Marks { dscp: 0, ecn: true }.tos(), 0x02);
     }
 
     #[test]
     fn a_verdict_names_a_remark_before_a_bleached_ecn_field_and_takes_ce_as_kept() {
-        let sent = Marks { dscp: 46, ecn: true };
+        let sent = Marks {
+            dscp: 46,
+            ecn: true,
+        };
         let class = |tos, datagrams| ClassCount { tos, datagrams };
-        assert_eq!(verdict(sent, &[class(0xba, 10), class(0xbb, 2)]), Verdict::Kept);
+        assert_eq!(
+            verdict(sent, &[class(0xba, 10), class(0xbb, 2)]),
+            Verdict::Kept
+        );
         assert_eq!(verdict(sent, &[class(0xb8, 1)]), Verdict::EcnBleached);
         assert_eq!(verdict(sent, &[class(0x02, 10)]), Verdict::Remarked);
-        assert_eq!(verdict(Marks { dscp: 46, ecn: false }, &[class(0xb8, 3)]), Verdict::Kept);
+        assert_eq!(
+            verdict(
+                Marks {
+                    dscp: 46,
+                    ecn: false
+                },
+                &[class(0xb8, 3)]
+            ),
+            Verdict::Kept
+        );
     }
 
     proptest! {

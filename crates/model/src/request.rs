@@ -213,7 +213,10 @@ impl TestConfig {
         if config.marks.is_some() && config.protocol == crate::Protocol::Quic {
             // quinn sets each datagram's whole TOS byte to its ECN code point (a control
             // message on every send), which would send the DSCP as zero.
-            return Err("'--dscp' and '--ecn' are not set on QUIC's packets; mark a TCP, TLS or UDP test".into());
+            return Err(
+                "'--dscp' and '--ecn' are not set on QUIC's packets; mark a TCP, TLS or UDP test"
+                    .into(),
+            );
         }
         if let Some(quic) = config.quic.as_mut() {
             quic.workers = quic_workers(flows, config.threads, environment.cpus);

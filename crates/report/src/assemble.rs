@@ -487,7 +487,10 @@ mod tests {
         use linerate_model::marks::{ClassCount, Marks, Verdict};
         let mut config = config(Direction::Bidir, 2);
         config.protocol = linerate_model::Protocol::Udp;
-        config.marks = Some(Marks { dscp: 46, ecn: true });
+        config.marks = Some(Marks {
+            dscp: 46,
+            ecn: true,
+        });
         let class = |tos, datagrams| ClassCount { tos, datagrams };
         let receiver = |id, direction, classes: Vec<ClassCount>| FlowSide {
             direction,
@@ -498,7 +501,11 @@ mod tests {
         let remote = SideResult {
             flows: vec![
                 receiver(0, Direction::Forward, vec![class(0x02, 300)]),
-                receiver(1, Direction::Forward, vec![class(0xba, 90), class(0xbb, 10)]),
+                receiver(
+                    1,
+                    Direction::Forward,
+                    vec![class(0xba, 90), class(0xbb, 10)],
+                ),
             ],
             ..Default::default()
         };
@@ -520,14 +527,28 @@ mod tests {
             ecn_negotiated: None,
         });
         let text = crate::text::render_summary(&report, crate::units::Scale::Adaptive, false);
-        assert!(text.contains("Marks:            sent EF ECT(0) both ways"), "{text}");
+        assert!(
+            text.contains("Marks:            sent EF ECT(0) both ways"),
+            "{text}"
+        );
         assert!(
             text.contains("Marks forward:    received BE ECT(0) on 75.0 %, EF ECT(0) on 22.5 %, EF CE on 2.5 % (re-marked: 75.0 %)"),
             "{text}"
         );
-        assert!(text.contains("Marks reverse:    received EF ECT(0) on 100.0 % (kept)"), "{text}");
+        assert!(
+            text.contains("Marks reverse:    received EF ECT(0) on 100.0 % (kept)"),
+            "{text}"
+        );
         // Nothing read (a TCP test): no summary, and the text says why.
-        assert!(marks_arrived(Marks { dscp: 46, ecn: false }, &SideResult::default(), &SideResult::default()).is_none());
+        assert!(marks_arrived(
+            Marks {
+                dscp: 46,
+                ecn: false
+            },
+            &SideResult::default(),
+            &SideResult::default()
+        )
+        .is_none());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use linerate_model::clock::ClockState;
 use linerate_model::latency::LatencySummary;
+use linerate_model::marks::dscp_name;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -200,20 +201,6 @@ fn pct(part: u64, whole: u64) -> f64 {
         0.0
     } else {
         part as f64 * 100.0 / whole as f64
-    }
-}
-
-/// "EF", "CS1", "AF41" or the number.
-pub fn dscp_name(dscp: u8) -> String {
-    match dscp {
-        0 => "BE".into(),
-        46 => "EF".into(),
-        44 => "VA".into(),
-        8 | 16 | 24 | 32 | 40 | 48 | 56 => format!("CS{}", dscp / 8),
-        d if (10..=38).contains(&d) && d % 2 == 0 && (d >> 3) >= 1 && (d & 7) != 0 => {
-            format!("AF{}{}", d >> 3, (d & 7) / 2)
-        }
-        d => d.to_string(),
     }
 }
 

@@ -340,12 +340,19 @@ fn marks_lines(
     let class = |tos: u8| {
         let ecn = tos & 0b11;
         if ecn == 0 {
-            crate::stamp::dscp_name(tos >> 2)
+            linerate_model::marks::dscp_name(tos >> 2)
         } else {
-            format!("{} {}", crate::stamp::dscp_name(tos >> 2), ECN_NAMES[ecn as usize])
+            format!(
+                "{} {}",
+                linerate_model::marks::dscp_name(tos >> 2),
+                ECN_NAMES[ecn as usize]
+            )
         }
     };
-    let mut lines = vec![format!("Marks:            sent {} both ways", class(sent.tos()))];
+    let mut lines = vec![format!(
+        "Marks:            sent {} both ways",
+        class(sent.tos())
+    )];
     if let Some(ecn) = summary.and_then(|s| s.ecn_negotiated) {
         let _ = write!(
             lines[0],
@@ -383,7 +390,11 @@ fn marks_lines(
                 linerate_model::Direction::Reverse => "reverse:",
                 _ => "forward:",
             },
-            if seen.is_empty() { "nothing".to_string() } else { seen.join(", ") }
+            if seen.is_empty() {
+                "nothing".to_string()
+            } else {
+                seen.join(", ")
+            }
         ));
     }
     lines
