@@ -32,6 +32,11 @@ fn assert_at_ceiling(doc: &serde_json::Value, ceiling: f64) -> f64 {
     goodput
 }
 
+/// Sets a sysctl inside namespace `ns` (`name=value`).
+fn sysctl_in(ns: &str, setting: &str) {
+    common::run("ip", &["netns", "exec", ns, "sysctl", "-qw", setting]);
+}
+
 fn skip_unless_root(test: &str) -> bool {
     if !is_root() {
         skip(test, "needs root for network namespaces");
@@ -166,17 +171,7 @@ fn crr_reports_ephemeral_port_exhaustion() {
     }
     let _turn = shaped_link_turn();
     let pair = VethPair::new("crr");
-    common::run(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &pair.ns_a,
-            "sysctl",
-            "-qw",
-            "net.ipv4.ip_local_port_range=40000 40049",
-        ],
-    );
+    sysctl_in(&pair.ns_a, "net.ipv4.ip_local_port_range=40000 40049");
     let doc = run_across(&pair, "crr", &["-t", "2", "-i", "0"]);
     let exhausted = doc["summary"]["port_exhausted"].as_f64().unwrap();
     let transactions = doc["summary"]["transactions"].as_f64().unwrap();
@@ -754,17 +749,7 @@ fn marks_reach_the_wire_on_every_data_packet_both_ways() {
     let pair = VethPair::new("marks");
     // Linux asks for ECN per host: the client's namespace asks; the server's answers
     // (the default, 2).
-    run(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &pair.ns_a,
-            "sysctl",
-            "-qw",
-            "net.ipv4.tcp_ecn=1",
-        ],
-    );
+    sysctl_in(&pair.ns_a, "net.ipv4.tcp_ecn=1");
     let client: std::net::Ipv4Addr = pair.addr_a.parse().unwrap();
     let af41_ect0 = (34 << 2) | 0b10;
     for (args, tos, udp) in [
