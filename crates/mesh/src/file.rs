@@ -29,6 +29,7 @@
 
 use crate::model::*;
 use linerate_model::units::{parse_dscp, parse_duration, parse_rate, parse_size};
+use linerate_model::marks::Marks;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use toml::Spanned;
@@ -134,8 +135,10 @@ struct RawTest {
     report: Option<Spanned<String>>,
     /// STAMP: the reflectors' port.
     port: Option<Spanned<u16>>,
-    /// STAMP: the probes' DSCP.
+    /// STAMP: the probes' DSCP; stream, rr, crr: the DSCP of every packet both ways.
     dscp: Option<Spanned<String>>,
+    /// Stream, rr, crr: ECN-capable packets both ways.
+    ecn: Option<Spanned<bool>>,
     jitter: Option<Spanned<String>>,
     exclusive: Option<bool>,
     pause_for_exclusive: Option<bool>,
@@ -669,18 +672,11 @@ fn read_stamp(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
         ),
         None => None,
     };
-    let dscp = match &raw.dscp {
-        Some(d) => Some(parse_dscp(d.get_ref()).ok_or_else(|| {
-            reader.at(
-                d,
-                format!(
-                    "dscp '{}' is not a DSCP: a name (BE, EF, CS0-CS7, AF11-AF43, VA) or 0-63",
-                    d.get_ref()
-                ),
-            )
-        })?),
-        None => None,
-    };
+    let dscp = raw
+        .dscp
+        .as_ref()
+        .map(|d| read_dscp(reader, d))
+        .transpose()?;
     Ok(TestKind::Stamp {
         rate_pps,
         size,
@@ -763,18 +759,38 @@ fn read_interval(
     Ok(interval_s)
 }
 
-/// The options one kind of test has, refused on the others: STAMP's report, dscp and port;
-/// RPM's max_connections and tls.
+/// A test's `dscp`: a name or a number.
+fn read_dscp(reader: &Reader, d: &Spanned<String>) -> Result<u8, MeshError> {
+    parse_dscp(d.get_ref()).ok_or_else(|| {
+        reader.at(
+            d,
+            format!(
+                "dscp '{}' is not a DSCP: a name (BE, EF, CS0-CS7, AF11-AF43, VA, LE) or 0-63",
+                d.get_ref()
+            ),
+        )
+    })
+}
+
+/// The options one kind of test has, refused on the others: STAMP's report and port; the
+/// marks (dscp: STAMP, stream, rr, crr; ecn: stream, rr, crr); RPM's max_connections and
+/// tls.
 fn refuse_options_of_other_runs(
     reader: &Reader,
     raw: &RawTest,
     name: &str,
     run: &str,
 ) -> Result<(), MeshError> {
-    if run != "stamp" {
-        for (value, what) in [(raw.report.as_ref(), "report"), (raw.dscp.as_ref(), "dscp")] {
-            not_an_option(reader, value, what, run)?;
+    if run == "rpm" {
+        not_an_option(reader, raw.dscp.as_ref(), "dscp", run)?;
+    }
+    if run == "rpm" || run == "stamp" {
+        if let Some(ecn) = &raw.ecn {
+            return Err(reader.at(ecn, format!("'ecn' is not an option of run = \"{run}\"")));
         }
+    }
+    if run != "stamp" {
+        not_an_option(reader, raw.report.as_ref(), "report", run)?;
         if let Some(p) = &raw.port {
             return Err(reader.at(p, format!("'port' is not an option of run = \"{run}\"")));
         }
@@ -868,9 +884,18 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
         kind,
         TestKind::Stream { .. } | TestKind::Rpm { .. }
     ));
+    // STAMP keeps its DSCP in its kind (its probes carry it in their own field too).
+    let marks = match run {
+        "stream" | "rr" | "crr" if raw.dscp.is_some() || raw.ecn.is_some() => Some(Marks {
+            dscp: raw.dscp.as_ref().map(|d| read_dscp(reader, d)).transpose()?.unwrap_or(0),
+            ecn: raw.ecn.as_ref().is_some_and(|e| *e.get_ref()),
+        }),
+        _ => None,
+    };
     Ok(MeshTest {
         name,
         kind,
+        marks,
         seconds,
         interval_s,
         jitter_s,

@@ -318,6 +318,8 @@ impl TestKind {
 pub struct MeshTest {
     pub name: String,
     pub kind: TestKind,
+    /// Stream, rr, crr: the DSCP and ECN every packet carries both ways (`dscp`, `ecn`).
+    pub marks: Option<linerate_model::marks::Marks>,
     pub seconds: f64,
     /// How often each of its jobs runs.
     pub interval_s: f64,

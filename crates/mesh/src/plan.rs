@@ -122,6 +122,7 @@ fn profile_of(mesh: &Mesh, job: &Job, kind: &TestKind) -> Profile {
         congestion: None,
         cipher: None,
         engine: None,
+        marks: test.marks,
     });
     let op = |action: Op| linerate_profile::Op { conn: None, action };
     let once = |action: Op| Transaction {

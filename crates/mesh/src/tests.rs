@@ -710,6 +710,54 @@ fn stamp_tests_run_all_the_time_and_reflector_hosts_only_answer() {
     assert_eq!(plan_of("h0", "h1"), ("10.0.0.2:862".into(), 60.0, 50.0));
 }
 
+/// A stream, rr or crr test's `dscp` and `ecn` mark the connection its profile opens (set
+/// at both ends); RPM takes neither, STAMP no `ecn` (its DSCP is its own field).
+#[test]
+fn marks_of_a_mesh_test_reach_its_jobs_connections() {
+    let text = mesh_text(2, true)
+        .replace("run = \"stream\"", "run = \"stream\"\ndscp = \"AF41\"\necn = true")
+        .replace("run = \"rr\"", "run = \"rr\"\ndscp = \"46\"");
+    let m = parse("m.toml", &text).unwrap();
+    let marks = |name: &str| m.tests.iter().find(|t| t.name == name).unwrap().marks;
+    assert_eq!(marks("tput"), Some(linerate_model::marks::Marks { dscp: 34, ecn: true }));
+    assert_eq!(marks("lat"), Some(linerate_model::marks::Marks { dscp: 46, ecn: false }));
+    for job in m.jobs() {
+        let plan::JobPlan::Profile(profile) = plan::job_plan(&m, &job) else {
+            panic!("a stream or rr job runs a profile");
+        };
+        let connects: Vec<_> = profile
+            .groups
+            .iter()
+            .flat_map(|g| &g.transactions)
+            .flat_map(|t| &t.ops)
+            .filter_map(|op| match &op.action {
+                linerate_profile::Action::Connect(e) => Some(e.marks),
+                _ => None,
+            })
+            .collect();
+        assert!(!connects.is_empty());
+        assert!(
+            connects.iter().all(|c| *c == m.tests[job.test].marks),
+            "{connects:?}"
+        );
+    }
+    let cases = [
+        (
+            mesh_text(2, false).replace("run = \"stream\"", "run = \"stream\"\ndscp = \"gold\""),
+            "dscp 'gold' is not a DSCP",
+        ),
+        (
+            mesh_text(2, false).replace("run = \"stream\"", "run = \"rpm\"\ndscp = \"EF\""),
+            "'dscp' is not an option of run = \"rpm\"",
+        ),
+        (
+            mesh_text(2, false).replace("run = \"stream\"\nduration = \"10s\"", "run = \"stamp\"\necn = true"),
+            "'ecn' is not an option of run = \"stamp\"",
+        ),
+    ];
+    assert_one_line_errors(&cases);
+}
+
 /// STAMP's options and their bounds, one line each.
 #[test]
 fn stamp_mistakes_in_a_mesh_file_are_one_line_too() {

@@ -4,14 +4,38 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The IP header's traffic class a test sets on its packets, both ways.
+/// The IP header's traffic class a test sets on its packets, both ways. A DSCP over 63
+/// is refused where it is read (a peer's test or profile).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "MarksRead")]
 pub struct Marks {
     /// Differentiated Services code point, 0 to 63.
     pub dscp: u8,
     /// ECN-capable transport: UDP datagrams carry ECT(0); TCP connections ask for ECN.
     #[serde(default)]
     pub ecn: bool,
+}
+
+/// [`Marks`] as read, before its DSCP is checked.
+#[derive(Deserialize)]
+struct MarksRead {
+    dscp: u8,
+    #[serde(default)]
+    ecn: bool,
+}
+
+impl TryFrom<MarksRead> for Marks {
+    type Error = String;
+
+    fn try_from(read: MarksRead) -> Result<Marks, String> {
+        if read.dscp > 63 {
+            return Err(format!("DSCP {} is over 63", read.dscp));
+        }
+        Ok(Marks {
+            dscp: read.dscp,
+            ecn: read.ecn,
+        })
+    }
 }
 
 /// The ECN field's code points, by the low two bits of the TOS byte.
@@ -152,6 +176,19 @@ mod tests {
     }
 
     proptest! {
+        /// Marks read from a peer: a DSCP up to 63 reads back as written, anything above
+        /// is refused.
+        #[test]
+        fn marks_are_bounded_where_they_are_read(dscp in any::<u8>(), ecn in any::<bool>()) {
+            let text = format!("{{\"dscp\":{dscp},\"ecn\":{ecn}}}");
+            let read: Result<Marks, _> = serde_json::from_str(&text);
+            if dscp <= 63 {
+                prop_assert_eq!(read.unwrap(), Marks { dscp, ecn });
+            } else {
+                prop_assert!(read.unwrap_err().to_string().contains("over 63"));
+            }
+        }
+
         /// Any byte tallied comes back once with its count.
         #[test]
         fn a_tally_gives_back_what_it_counted(bytes in proptest::collection::vec(any::<u8>(), 0..500)) {

@@ -341,6 +341,7 @@ fn build_op(filler: &Filler, raw: RawOp, group_remote: Option<&str>) -> Result<O
                 congestion,
                 cipher,
                 engine,
+                marks: None,
             };
             if kind == "connect" {
                 Action::Connect(endpoint)

@@ -178,6 +178,10 @@ pub struct Endpoint {
     /// TLS is rustls on the CPU whatever it says (docs/profiles.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
+    /// The DSCP and ECN the connection's packets carry, set at both ends (a mesh test's
+    /// `dscp` and `ecn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<linerate_model::marks::Marks>,
 }
 
 /// One data operation: `count` messages of `size` bytes.

@@ -406,6 +406,7 @@ mod round_trip {
             .prop_map(|(protocol, remote, window, nodelay, congestion)| Endpoint {
                 cipher: None,
                 engine: None,
+                marks: None,
                 protocol,
                 remote,
                 window,
@@ -525,6 +526,7 @@ mod round_trip {
                         action: Action::Connect(Endpoint {
                             cipher: None,
                             engine: None,
+                            marks: None,
                             protocol: Protocol::Tcp,
                             remote: None,
                             window: None,

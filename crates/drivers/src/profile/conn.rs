@@ -51,6 +51,9 @@ pub(crate) fn tcp_options(socket: &socket2::Socket, endpoint: &Endpoint) -> io::
         socket.set_recv_buffer_size(bytes)?;
     }
     socket.set_nodelay(endpoint.nodelay)?;
+    if let Some(marks) = endpoint.marks {
+        linerate_engine::sys::set_marks(socket, marks)?;
+    }
     if let Some(cc) = &endpoint.congestion {
         socket
             .set_tcp_congestion(cc.as_bytes())
@@ -60,6 +63,9 @@ pub(crate) fn tcp_options(socket: &socket2::Socket, endpoint: &Endpoint) -> io::
 }
 
 pub(crate) fn udp_options(socket: &socket2::Socket, endpoint: &Endpoint) -> io::Result<()> {
+    if let Some(marks) = endpoint.marks {
+        linerate_engine::sys::set_marks(socket, marks)?;
+    }
     if let Some(window) = endpoint.window {
         let bytes = usize::try_from(window).unwrap_or(usize::MAX);
         socket.set_send_buffer_size(bytes)?;
@@ -326,6 +332,50 @@ pub(crate) fn pause_until(at: Instant, busy: bool, give_up: &mut dyn FnMut() -> 
             std::hint::spin_loop();
         } else {
             std::thread::sleep((at - now).min(SLICE));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linerate_engine::sys::int_option;
+    use linerate_model::marks::Marks;
+    use linerate_profile::Protocol;
+
+    fn endpoint(protocol: Protocol, marks: Option<Marks>) -> Endpoint {
+        Endpoint {
+            protocol,
+            remote: None,
+            window: None,
+            nodelay: false,
+            congestion: None,
+            cipher: None,
+            engine: None,
+            marks,
+        }
+    }
+
+    /// A profile's endpoint with marks sets them on its TCP and UDP sockets, IPv4 and IPv6
+    /// (which both ends do, the dialer before it connects and the acceptor after); without
+    /// marks a socket keeps the default class.
+    #[test]
+    fn an_endpoints_marks_are_set_on_its_sockets() {
+        let marks = Marks { dscp: 46, ecn: true };
+        for (domain, level, option) in [
+            (socket2::Domain::IPV4, libc::IPPROTO_IP, libc::IP_TOS),
+            (socket2::Domain::IPV6, libc::IPPROTO_IPV6, libc::IPV6_TCLASS),
+        ] {
+            let tcp = socket2::Socket::new(domain, socket2::Type::STREAM, None).unwrap();
+            tcp_options(&tcp, &endpoint(Protocol::Tcp, Some(marks))).unwrap();
+            // On TCP the kernel keeps the ECN bits: the DSCP is what was set.
+            assert_eq!(int_option(&tcp, level, option).unwrap() >> 2, 46);
+            let udp = socket2::Socket::new(domain, socket2::Type::DGRAM, None).unwrap();
+            udp_options(&udp, &endpoint(Protocol::Udp, Some(marks))).unwrap();
+            assert_eq!(int_option(&udp, level, option).unwrap(), 0xba);
+            let plain = socket2::Socket::new(domain, socket2::Type::DGRAM, None).unwrap();
+            udp_options(&plain, &endpoint(Protocol::Udp, None)).unwrap();
+            assert_eq!(int_option(&plain, level, option).unwrap(), 0);
         }
     }
 }
