@@ -1246,6 +1246,7 @@ fn an_agent_never_sends_its_files_on_a_peers_word() {
         congestion: None,
         cipher: None,
         engine: None,
+        marks: None,
     });
     let sendfile = Action::Sendfile(FileSend {
         dir: "/etc".into(),

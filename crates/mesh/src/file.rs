@@ -28,8 +28,8 @@
 //! ```
 
 use crate::model::*;
-use linerate_model::units::{parse_dscp, parse_duration, parse_rate, parse_size};
 use linerate_model::marks::Marks;
+use linerate_model::units::{parse_dscp, parse_duration, parse_rate, parse_size};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use toml::Spanned;
@@ -887,7 +887,12 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
     // STAMP keeps its DSCP in its kind (its probes carry it in their own field too).
     let marks = match run {
         "stream" | "rr" | "crr" if raw.dscp.is_some() || raw.ecn.is_some() => Some(Marks {
-            dscp: raw.dscp.as_ref().map(|d| read_dscp(reader, d)).transpose()?.unwrap_or(0),
+            dscp: raw
+                .dscp
+                .as_ref()
+                .map(|d| read_dscp(reader, d))
+                .transpose()?
+                .unwrap_or(0),
             ecn: raw.ecn.as_ref().is_some_and(|e| *e.get_ref()),
         }),
         _ => None,

@@ -715,12 +715,27 @@ fn stamp_tests_run_all_the_time_and_reflector_hosts_only_answer() {
 #[test]
 fn marks_of_a_mesh_test_reach_its_jobs_connections() {
     let text = mesh_text(2, true)
-        .replace("run = \"stream\"", "run = \"stream\"\ndscp = \"AF41\"\necn = true")
+        .replace(
+            "run = \"stream\"",
+            "run = \"stream\"\ndscp = \"AF41\"\necn = true",
+        )
         .replace("run = \"rr\"", "run = \"rr\"\ndscp = \"46\"");
     let m = parse("m.toml", &text).unwrap();
     let marks = |name: &str| m.tests.iter().find(|t| t.name == name).unwrap().marks;
-    assert_eq!(marks("tput"), Some(linerate_model::marks::Marks { dscp: 34, ecn: true }));
-    assert_eq!(marks("lat"), Some(linerate_model::marks::Marks { dscp: 46, ecn: false }));
+    assert_eq!(
+        marks("tput"),
+        Some(linerate_model::marks::Marks {
+            dscp: 34,
+            ecn: true
+        })
+    );
+    assert_eq!(
+        marks("lat"),
+        Some(linerate_model::marks::Marks {
+            dscp: 46,
+            ecn: false
+        })
+    );
     for job in m.jobs() {
         let plan::JobPlan::Profile(profile) = plan::job_plan(&m, &job) else {
             panic!("a stream or rr job runs a profile");
@@ -751,7 +766,10 @@ fn marks_of_a_mesh_test_reach_its_jobs_connections() {
             "'dscp' is not an option of run = \"rpm\"",
         ),
         (
-            mesh_text(2, false).replace("run = \"stream\"\nduration = \"10s\"", "run = \"stamp\"\necn = true"),
+            mesh_text(2, false).replace(
+                "run = \"stream\"\nduration = \"10s\"",
+                "run = \"stamp\"\necn = true",
+            ),
             "'ecn' is not an option of run = \"stamp\"",
         ),
     ];

@@ -361,7 +361,10 @@ mod tests {
     /// marks a socket keeps the default class.
     #[test]
     fn an_endpoints_marks_are_set_on_its_sockets() {
-        let marks = Marks { dscp: 46, ecn: true };
+        let marks = Marks {
+            dscp: 46,
+            ecn: true,
+        };
         for (domain, level, option) in [
             (socket2::Domain::IPV4, libc::IPPROTO_IP, libc::IP_TOS),
             (socket2::Domain::IPV6, libc::IPPROTO_IPV6, libc::IPV6_TCLASS),

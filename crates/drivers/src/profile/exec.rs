@@ -587,6 +587,13 @@ impl Thread<'_> {
                         Conn::Tcp(stream)
                     }
                 }
+                Conn::Udp(socket) => {
+                    // The answers of a UDP exchange carry the marks too.
+                    if let Some(marks) = endpoint.marks {
+                        linerate_engine::sys::set_marks(&socket, marks)?;
+                    }
+                    Conn::Udp(socket)
+                }
                 other => other,
             }
         };
