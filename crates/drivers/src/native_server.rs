@@ -114,6 +114,14 @@ impl TestState {
                         Ok(socket) => socket,
                         Err(why) => return Some(Err(format!("data connection {flow}: {why}"))),
                     };
+                    // The test's options (its marks among them) hold from here: the
+                    // client sends once told the flows are ready, before this side's
+                    // plane starts, and the acknowledgements of that data carry them.
+                    if let (Some(stream), Some(config)) = (socket.tcp(), &self.config) {
+                        if let Err(e) = sys::apply_options(stream, config, false) {
+                            return Some(Err(format!("data connection {flow}: {e}")));
+                        }
+                    }
                     match slots.get_mut(flow as usize) {
                         Some(slot @ None) => *slot = Some(socket),
                         _ => shared.log(&format!("test {id}: refused data connection for flow {flow}: out of range or duplicate")),
@@ -607,10 +615,8 @@ fn start_plane(
         }
         Ready::Sockets { sockets, framing } => {
             udp_framing = framing;
+            // A TCP flow's options were set when it was taken in (take_flows).
             for (id, socket) in sockets.into_iter().enumerate() {
-                if let Some(stream) = socket.tcp() {
-                    sys::apply_options(stream, config, false)?;
-                }
                 specs.push(FlowSpec::new(config, id as u32, Side::Server, socket));
             }
         }

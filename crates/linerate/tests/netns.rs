@@ -848,10 +848,16 @@ fn marks_reach_the_wire_on_every_data_packet_both_ways() {
                     .iter()
                     .filter(|p| p.tcp && !of_control(p) && !p.syn && p.from_client == way)
                     .collect();
-                let unmarked = acks.iter().filter(|p| p.tos >> 2 != tos >> 2).count();
+                let unmarked: Vec<usize> = acks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.tos >> 2 != tos >> 2)
+                    .map(|(at, _)| at)
+                    .collect();
                 assert!(
-                    acks.len() > 10 && unmarked <= 2,
-                    "{args:?}: {unmarked} of {} acknowledgements {name} not marked",
+                    acks.len() > 10 && unmarked.len() <= 2,
+                    "{args:?}: {} of {} acknowledgements {name} not marked, at {unmarked:?}",
+                    unmarked.len(),
                     acks.len()
                 );
                 continue;
