@@ -102,6 +102,29 @@ pub fn flow_key(frame: &[u8]) -> Option<u64> {
 /// the IPv4 TOS byte, with the header checksum brought up to date (RFC 1624), or the IPv6
 /// traffic class. False for a frame that is not IP or already carries `dscp`.
 pub fn remark(frame: &mut [u8], dscp: u8) -> bool {
+    rewrite_traffic_class(frame, |old| (dscp << 2) | (old & 0b11))
+}
+
+/// Marks an ECN-capable IP frame Congestion Experienced (RFC 3168), as an AQM does in
+/// place of a drop; true when the frame is CE now (it was ECT(0), ECT(1) or CE), false
+/// for a frame that is not ECN-capable or not IP, which the AQM drops instead.
+pub fn mark_ce(frame: &mut [u8]) -> bool {
+    let mut capable = false;
+    rewrite_traffic_class(frame, |old| {
+        capable = old & 0b11 != 0;
+        if capable {
+            old | 0b11
+        } else {
+            old
+        }
+    });
+    capable
+}
+
+/// Rewrites the TOS byte (IPv4, its header checksum brought up to date by RFC 1624) or the
+/// traffic class (IPv6) as `to` says; false when the frame is not IP or `to` left it as
+/// it was.
+fn rewrite_traffic_class(frame: &mut [u8], mut to: impl FnMut(u8) -> u8) -> bool {
     let mut at = ETHERNET_HEADER;
     let Some(mut ethertype) = u16_at(frame, 12) else {
         return false;
@@ -119,7 +142,7 @@ pub fn remark(frame: &mut [u8], dscp: u8) -> bool {
                 return false;
             }
             let old = frame[at + 1];
-            let new = (dscp << 2) | (old & 0b11);
+            let new = to(old);
             if old == new {
                 return false;
             }
@@ -142,7 +165,7 @@ pub fn remark(frame: &mut [u8], dscp: u8) -> bool {
             }
             // Version (4 bits), traffic class (8), flow label (20).
             let class = (frame[at] << 4) | (frame[at + 1] >> 4);
-            let new = (dscp << 2) | (class & 0b11);
+            let new = to(class);
             if class == new {
                 return false;
             }
@@ -204,6 +227,90 @@ impl Offloaded {
 impl AsRef<[u8]> for Offloaded {
     fn as_ref(&self) -> &[u8] {
         &self.0
+    }
+}
+
+/// A frame the link carries: its length decides its time on the bottleneck; corruption
+/// flips one bit of its payload.
+pub trait Frame: Clone {
+    /// Bytes on the wire (Ethernet header included, no preamble or FCS).
+    fn wire_len(&self) -> usize;
+    /// Frames on the wire: more than one for a segment the kernel cuts into frames as it
+    /// leaves (offloads).
+    fn wire_frames(&self) -> usize {
+        1
+    }
+    /// Flips one bit of the payload chosen by `pick`; false when the frame has no byte to
+    /// flip.
+    fn flip_bit(&mut self, pick: u64) -> bool;
+    /// Sets the DSCP of its IP header (`--remark`); false when it is not IP or had it.
+    fn remark(&mut self, dscp: u8) -> bool;
+    /// Marks it Congestion Experienced (an AQM with ECN); false when it is not
+    /// ECN-capable, which the AQM then drops.
+    fn mark_ce(&mut self) -> bool;
+    /// A key of the transport flow (addresses, protocol, ports) the frame belongs to;
+    /// `None` for frames of no flow (neighbour discovery, ARP). Reordering is counted only
+    /// between frames of one flow, as the flow's receiver sees it.
+    fn flow(&self) -> Option<u64>;
+}
+
+impl Frame for Vec<u8> {
+    fn wire_len(&self) -> usize {
+        self.len()
+    }
+
+    fn flip_bit(&mut self, pick: u64) -> bool {
+        flip_payload_bit(self, pick)
+    }
+
+    fn remark(&mut self, dscp: u8) -> bool {
+        remark(self, dscp)
+    }
+
+    fn mark_ce(&mut self) -> bool {
+        mark_ce(self)
+    }
+
+    fn flow(&self) -> Option<u64> {
+        flow_key(self)
+    }
+}
+
+/// An offloaded segment is on the wire as the frames the kernel cuts it into.
+impl Frame for Offloaded {
+    fn wire_len(&self) -> usize {
+        self.frames().1
+    }
+
+    fn wire_frames(&self) -> usize {
+        self.frames().0
+    }
+
+    fn flip_bit(&mut self, pick: u64) -> bool {
+        match self.0.get_mut(crate::ring::VNET_HEADER..) {
+            Some(frame) => flip_payload_bit(frame, pick),
+            None => false,
+        }
+    }
+
+    /// The segment's one IP header, which the kernel copies into every frame it cuts.
+    fn remark(&mut self, dscp: u8) -> bool {
+        match self.0.get_mut(crate::ring::VNET_HEADER..) {
+            Some(frame) => remark(frame, dscp),
+            None => false,
+        }
+    }
+
+    /// The one IP header the kernel copies into every frame: all of them CE.
+    fn mark_ce(&mut self) -> bool {
+        match self.0.get_mut(crate::ring::VNET_HEADER..) {
+            Some(frame) => mark_ce(frame),
+            None => false,
+        }
+    }
+
+    fn flow(&self) -> Option<u64> {
+        flow_key(self.0.get(crate::ring::VNET_HEADER..)?)
     }
 }
 
@@ -275,6 +382,28 @@ mod tests {
         #[test]
         fn remark_takes_any_bytes(mut bytes in proptest::collection::vec(any::<u8>(), 0..80), dscp in 0u8..64) {
             remark(&mut bytes, dscp);
+            mark_ce(&mut bytes);
+        }
+
+        /// CE goes only on an ECN-capable header, whose DSCP and checksum stay right; a
+        /// Not-ECT one is left as it was, for the AQM to drop.
+        #[test]
+        fn only_an_ecn_capable_header_is_marked_ce(tos in any::<u8>(), id in any::<u16>()) {
+            let mut f = udp_frame(4);
+            f[15] = tos;
+            f[18..20].copy_from_slice(&id.to_be_bytes());
+            f[24..26].fill(0);
+            let sum = !header_sum(&f[14..34]);
+            f[24..26].copy_from_slice(&sum.to_be_bytes());
+            let before = f.clone();
+            let capable = tos & 3 != 0;
+            prop_assert_eq!(mark_ce(&mut f), capable);
+            if capable {
+                prop_assert_eq!(f[15], tos | 3);
+            } else {
+                prop_assert_eq!(&f, &before);
+            }
+            prop_assert_eq!(header_sum(&f[14..34]), 0xffff);
         }
     }
 

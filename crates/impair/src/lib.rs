@@ -9,6 +9,7 @@
 //! - `lab` builds a client, a router running the bridge, and a server in network
 //!   namespaces on this machine; `lab_run` runs a command there beside `linerate serve`.
 
+mod aqm;
 pub mod frame;
 mod link;
 pub mod spec;
@@ -21,5 +22,6 @@ pub mod lab;
 pub mod lab_run;
 mod ring;
 pub mod runner;
+pub mod sojourn;
 mod sys;
 mod wait;

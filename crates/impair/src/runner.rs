@@ -62,8 +62,13 @@ fn line(
         "{elapsed:7.1}s  {name:<22} {passed:>8} {:>9.1} {:>7} {:>7} {:>4} {:>8} {:>8} {:>8} {delay_ms:>9.3}",
         bits / seconds.max(1e-9) / 1e6,
         c.lost - b.lost,
-        (c.queue_drops + c.limit_drops + now.oversize + now.refused + now.ring_drops)
-            - (b.queue_drops + b.limit_drops + before.oversize + before.refused + before.ring_drops),
+        (c.queue_drops + c.aqm_drops + c.limit_drops + now.oversize + now.refused + now.ring_drops)
+            - (b.queue_drops
+                + b.aqm_drops
+                + b.limit_drops
+                + before.oversize
+                + before.refused
+                + before.ring_drops),
         c.duplicated - b.duplicated,
         c.corrupted - b.corrupted,
         c.reordered - b.reordered,
@@ -194,8 +199,23 @@ pub fn summary(status: &Status) -> String {
     let [a, b] = &status.interfaces;
     let names = [format!("{a} -> {b}"), format!("{b} -> {a}")];
     let mut text = format!("Summary over {:.1} s:\n", status.elapsed_s);
-    for (name, d) in names.iter().zip(&status.directions) {
+    let impairments = [&status.path.forward, &status.path.reverse];
+    for ((name, d), impairment) in names.iter().zip(&status.directions).zip(impairments) {
         let c = &d.counters;
+        if let Some(aqm) = impairment.aqm {
+            text.push_str(&format!(
+                "  {name}: {} dropped {}, marked CE {}\n",
+                aqm.kind.name(),
+                c.aqm_drops,
+                c.ce_marked
+            ));
+        }
+        if let (Some(p50), Some(p99)) = (c.sojourns.quantile_ms(0.5), c.sojourns.quantile_ms(0.99))
+        {
+            text.push_str(&format!(
+                "  {name}: waited in the queue before the bottleneck {p50:.2} ms at the median, {p99:.2} ms at the 99th percentile\n"
+            ));
+        }
         text.push_str(&format!(
             "  {name}: {} frames in, {} passed{} ({:.1} Mbit/s), lost {}, queue drops {}, \
              memory drops {}, oversize {}, refused {}, dropped by a full receive ring {}, duplicated {}, corrupted {}, reordered {}, re-marked {}, \

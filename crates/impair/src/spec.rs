@@ -186,6 +186,8 @@ pub struct LinkSpec {
     pub limit_bytes: u64,
     /// The DSCP every IP frame leaves with (`--remark`), its ECN field kept.
     pub remark: Option<u8>,
+    /// CoDel or FQ-CoDel in place of drop-tail (with a rate only).
+    pub aqm: Option<linerate_model::Aqm>,
 }
 
 impl LinkSpec {
@@ -203,6 +205,7 @@ impl LinkSpec {
             queue_bytes: u64::MAX,
             limit_bytes: DEFAULT_LIMIT_BYTES,
             remark: None,
+            aqm: None,
         }
     }
 
@@ -235,6 +238,7 @@ impl LinkSpec {
             queue_bytes,
             limit_bytes,
             remark: impairment.remark_dscp,
+            aqm: impairment.aqm,
         };
         if let Some(rate) = spec.rate_bps {
             let longest_ms = impairment.delay_ms + impairment.jitter_ms;
@@ -279,6 +283,9 @@ pub struct DirectionTexts {
     pub rate: Option<String>,
     pub queue: Option<String>,
     pub remark: Option<String>,
+    pub aqm: Option<String>,
+    /// The AQM marks ECN-capable frames CE instead of dropping them.
+    pub ecn: bool,
 }
 
 /// Both directions' impairments from the flags' values; `rtt` (lab) sets half of it
@@ -305,7 +312,7 @@ pub fn directions(
         }
     }
     type Setter = fn(&mut Impairment, &'static str, &str) -> Result<(), SpecError>;
-    let fields: [(&'static str, &Option<String>, Setter); 9] = [
+    let fields: [(&'static str, &Option<String>, Setter); 10] = [
         ("--delay", &args.delay, |d, f, v| {
             d.delay_ms = parse_duration_ms(f, v)?;
             Ok(())
@@ -348,6 +355,10 @@ pub fn directions(
             })?);
             Ok(())
         }),
+        ("--aqm", &args.aqm, |d, f, v| {
+            d.aqm = parse_aqm(f, v)?;
+            Ok(())
+        }),
     ];
     for (flag, value, set) in fields {
         if let Some(text) = value {
@@ -370,6 +381,7 @@ pub fn directions(
             d.queue_bytes = Some(limit.bytes_at(rate));
         }
     }
+    aqm_needs(&mut directions, args)?;
     if directions.iter().all(|d| d.loss_pct == 0.0) {
         if let Some(burst) = &args.loss_burst {
             return Err(SpecError::Value {
@@ -387,6 +399,57 @@ pub fn directions(
     }
     let [forward, reverse] = directions;
     Ok((forward, reverse))
+}
+
+/// CoDel's and FQ-CoDel's sojourn target and interval (RFC 8289 4.3, 4.4).
+pub const AQM_TARGET_MS: f64 = 5.0;
+pub const AQM_INTERVAL_MS: f64 = 100.0;
+
+/// `codel`, `fq_codel`, or `drop-tail` (none) for one direction.
+pub fn parse_aqm(flag: &'static str, text: &str) -> Result<Option<linerate_model::Aqm>, SpecError> {
+    use linerate_model::{Aqm, AqmKind};
+    let kind = match text.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+        "codel" => AqmKind::Codel,
+        "fq_codel" | "fqcodel" => AqmKind::FqCodel,
+        "drop_tail" | "droptail" | "none" => return Ok(None),
+        _ => return Err(invalid(flag, text, "use codel, fq_codel or drop-tail")),
+    };
+    Ok(Some(Aqm {
+        kind,
+        ecn: false,
+        target_ms: AQM_TARGET_MS,
+        interval_ms: AQM_INTERVAL_MS,
+    }))
+}
+
+/// An AQM manages the queue before a bottleneck, so it needs `--rate`; `--ecn` is what
+/// the AQM does in place of a drop, so it needs `--aqm`.
+fn aqm_needs(directions: &mut [Impairment; 2], args: &DirectionTexts) -> Result<(), SpecError> {
+    if let Some(text) = &args.aqm {
+        if directions
+            .iter()
+            .any(|d| d.aqm.is_some() && d.rate_bps.is_none())
+        {
+            return Err(invalid(
+                "--aqm",
+                text,
+                "needs --rate in the same direction (it manages the queue before the bottleneck)",
+            ));
+        }
+    }
+    if args.ecn {
+        if directions.iter().all(|d| d.aqm.is_none()) {
+            return Err(SpecError::Value {
+                flag: "--ecn",
+                value: "on".into(),
+                why: "needs --aqm (the AQM marks CE where it would drop)".into(),
+            });
+        }
+        for aqm in directions.iter_mut().filter_map(|d| d.aqm.as_mut()) {
+            aqm.ecn = true;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -451,5 +514,39 @@ mod tests {
         assert_eq!(fine.queue_bytes, Some(6_250_000));
         assert_eq!(spec.queue_bytes, 6_250_000);
         assert_eq!(spec.delay_ns, 100_000_000);
+    }
+
+    #[test]
+    fn an_aqm_needs_a_rate_and_ecn_needs_an_aqm() {
+        let texts = |aqm: &str, rate: Option<&str>, ecn: bool| DirectionTexts {
+            aqm: Some(aqm.into()),
+            rate: rate.map(str::to_string),
+            ecn,
+            ..Default::default()
+        };
+        let (f, r) = directions(&texts("fq_codel,drop-tail", Some("100M"), true), None).unwrap();
+        let aqm = f.aqm.expect("forward has fq_codel");
+        assert_eq!(aqm.kind, linerate_model::AqmKind::FqCodel);
+        assert!(aqm.ecn);
+        assert_eq!((aqm.target_ms, aqm.interval_ms), (5.0, 100.0));
+        assert_eq!(r.aqm, None, "the way back is drop-tail");
+        let e = directions(&texts("codel", None, false), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid --aqm 'codel': needs --rate"),
+            "{e}"
+        );
+        let e = directions(&texts("red", Some("1G"), false), None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --aqm 'red': use codel, fq_codel or drop-tail"
+        );
+        let no_aqm = DirectionTexts {
+            ecn: true,
+            ..Default::default()
+        };
+        let e = directions(&no_aqm, None).unwrap_err();
+        assert!(e.to_string().contains("--ecn"), "{e}");
+        assert!(e.to_string().contains("needs --aqm"), "{e}");
     }
 }

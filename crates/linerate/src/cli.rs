@@ -1645,6 +1645,7 @@ Examples:
   linerate impair --between eth1 eth2 --delay 25ms --rate 1G --queue 20ms --seed 7
   linerate impair --between eth1 eth2 --loss 1%,0 --loss-burst 3   bursts, first direction only
   linerate impair --between eth1 eth2 --reorder 0.5% --duplicate 0.1% --corrupt 0.01%
+  linerate impair --between eth1 eth2 --rate 100M --aqm fq_codel --ecn   CoDel per flow, marking
 A value applies to both directions; 'A,B' gives eth1->eth2 A and eth2->eth1 B.
 Runs until Ctrl-C (or -t), printing each direction's counters every second.";
 
@@ -1658,6 +1659,7 @@ Examples:
   linerate lab run --rtt 50ms --serve-args \"--max-tests 4\" -- linerate rr server
   linerate lab up --rtt 100ms --offloads --buffers 256M     10 Gbit/s and more, segments whole
   linerate lab up --rtt 100ms --loss 1% --threads 4         frames over 4 threads each way, flows spread
+  linerate lab run --rtt 40ms --rate 20M --queue 250ms --aqm fq_codel --ecn -- linerate rpm server
 Hosts: client 10.77.0.1, server 10.77.0.2 (names 'client' and 'server' resolve inside the
 lab; LINERATE_LAB_SERVER holds the server's address). The router between them runs
 'linerate impair'; --rtt is the added round trip, half each way.";
@@ -1694,9 +1696,16 @@ pub struct ImpairmentArgs {
     #[arg(long, value_name = "R[,R]")]
     pub rate: Option<String>,
     /// Drop-tail queue before the bottleneck, bytes (256k) or time at the rate (20ms);
-    /// default 50 ms at the rate
+    /// default 50 ms at the rate. With --aqm, the AQM's limit
     #[arg(long, value_name = "Q[,Q]")]
     pub queue: Option<String>,
+    /// Manage the queue before the bottleneck: codel (RFC 8289) or fq_codel (RFC 8290),
+    /// target 5 ms, interval 100 ms; drop-tail is the default. Needs --rate
+    #[arg(long, value_name = "AQM[,AQM]")]
+    pub aqm: Option<String>,
+    /// The AQM marks ECN-capable frames Congestion Experienced where it would drop them
+    #[arg(long)]
+    pub ecn: bool,
     /// Seed of every random choice: the same seed repeats a run's drop pattern
     #[arg(long)]
     pub seed: Option<u64>,

@@ -28,6 +28,8 @@ fn texts(args: &ImpairmentArgs) -> DirectionTexts {
         rate: args.rate.clone(),
         queue: args.queue.clone(),
         remark: args.remark.clone(),
+        aqm: args.aqm.clone(),
+        ecn: args.ecn,
     }
 }
 

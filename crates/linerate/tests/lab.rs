@@ -471,7 +471,25 @@ fn rate_limit_holds_within_one_percent() {
 
 /// A counter of a host's `/proc/net/snmp` row (`Tcp`, `OutSegs`), read inside the lab.
 fn snmp_counter(name: &str, host: &str, row: &str, column: &str) -> f64 {
-    let out = lab(&["exec", "--name", name, host, "--", "cat", "/proc/net/snmp"]);
+    proc_counter(name, host, "/proc/net/snmp", row, column)
+}
+
+/// A counter of the kernel's IPv6 table (/proc/net/snmp6: a name and a value a line).
+fn snmp6_counter(name: &str, host: &str, counter: &str) -> f64 {
+    let out = lab(&["exec", "--name", name, host, "--", "cat", "/proc/net/snmp6"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.lines()
+        .find_map(|l| {
+            let mut fields = l.split_whitespace();
+            (fields.next() == Some(counter)).then(|| fields.next()?.parse().ok())?
+        })
+        .expect("the counter")
+}
+
+/// A counter of one of the kernel's tables in `file` (/proc/net/snmp, /proc/net/netstat)
+/// on a lab host.
+fn proc_counter(name: &str, host: &str, file: &str, row: &str, column: &str) -> f64 {
+    let out = lab(&["exec", "--name", name, host, "--", "cat", file]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let rows: Vec<&str> = text
         .lines()
@@ -1963,6 +1981,162 @@ fn rpm_tells_a_deep_queue_from_a_short_one_by_the_emulators_own_queue() {
     assert!(grade(deep) > grade(short), "{deep}\n{short}");
     // A 5 ms queue adds at most its drain time (and the probes' own noise).
     assert!(num(short, "/added_latency_s") < 0.010, "{short}");
+}
+
+/// The wait at quantile `q`, milliseconds, of the emulator's sojourn buckets (docs/impair.md:
+/// bucket i holds waits from 2^(i/4) to 2^((i+1)/4) us), counted between two readings of
+/// its status.
+fn sojourn_quantile_ms(before: &serde_json::Value, after: &serde_json::Value, q: f64) -> f64 {
+    let counts = |status: &serde_json::Value| -> Vec<f64> {
+        status["directions"][0]["counters"]["sojourns"]
+            .as_array()
+            .map(|a| a.iter().map(|n| n.as_f64().unwrap()).collect())
+            .unwrap_or_default()
+    };
+    let (b, a) = (counts(before), counts(after));
+    let between: Vec<f64> = (0..a.len())
+        .map(|i| a[i] - b.get(i).copied().unwrap_or(0.0))
+        .collect();
+    let total: f64 = between.iter().sum();
+    assert!(total > 0.0, "no frame waited between the two readings");
+    let mut seen = 0.0;
+    for (i, n) in between.iter().enumerate() {
+        seen += n;
+        if seen >= q * total {
+            return if i == 0 {
+                0.0
+            } else {
+                2f64.powf((i as f64 + 0.5) / 4.0) / 1000.0
+            };
+        }
+    }
+    unreachable!("the quantile is within the counts")
+}
+
+/// Four cubic flows, ECN-capable, saturating a 20 Mbit/s bottleneck with a 250 ms queue:
+/// drop-tail lets the queue sit near its full depth; CoDel and FQ-CoDel hold the wait near
+/// their 5 ms target (the median within 2x), by the emulator's own count of each frame's
+/// wait once the flows are past their start. With ECN, every frame the AQM marked reaches
+/// the receiver marked: the server's kernel counts as many CE packets (IpExt InCEPkts) as
+/// the emulator says it marked.
+#[test]
+fn an_aqm_holds_the_queue_near_its_target_and_its_marks_are_the_receivers() {
+    let test = "an_aqm_holds_the_queue_near_its_target_and_its_marks_are_the_receivers";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    for (tag, aqm) in [
+        ("aqmtail", "drop-tail"),
+        ("aqmcodel", "codel"),
+        ("aqmfq", "fq_codel"),
+    ] {
+        let name = lab_name(tag);
+        let mut path = vec!["--rtt", "20ms", "--rate", "20M", "--queue", "250ms"];
+        if aqm != "drop-tail" {
+            path.extend(["--aqm", aqm, "--ecn"]);
+        }
+        let _guard = lab_up(&name, &path);
+        let mut serve = serve_in(&name);
+        // Linux asks for ECN per host: the client's namespace asks.
+        let client = format!(
+            "sysctl -qw net.ipv4.tcp_ecn=1 && exec {} --no-store stream server -t 14 -P 4 -C cubic --ecn -i 0 --json",
+            binary()
+        );
+        let run = Command::new(binary())
+            .env("LINERATE_DB", scratch_db())
+            .args([
+                "lab", "exec", "--name", &name, "client", "--", "sh", "-c", &client,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the stream");
+        // Past slow start and the first drops: the queue as the flows keep it.
+        std::thread::sleep(Duration::from_secs(5));
+        let steady = emulator_status(&name);
+        let out = run.wait_with_output().expect("the stream ends");
+        assert!(out.status.success(), "{aqm}: {}", stderr(&out));
+        // The status file is written every second.
+        std::thread::sleep(Duration::from_millis(1500));
+        let end = emulator_status(&name);
+        let _ = serve.kill();
+        let _ = serve.wait();
+        let p50 = sojourn_quantile_ms(&steady, &end, 0.5);
+        let marked = forward(&end, "ce_marked");
+        // The lab's names resolve to IPv6 and IPv4 addresses: both of the kernel's counts.
+        let received_ce = proc_counter(&name, "server", "/proc/net/netstat", "IpExt", "InCEPkts")
+            + snmp6_counter(&name, "server", "Ip6InCEPkts");
+        let doc = json(&out);
+        eprintln!(
+            "{aqm}: median wait {p50:.2} ms; AQM drops {}, marks {marked}; the server's kernel counted {received_ce} CE; goodput {:.1} Mbit/s",
+            forward(&end, "aqm_drops"),
+            num(&doc, "/summary/receiver_bps") / 1e6
+        );
+        assert_eq!(
+            received_ce, marked,
+            "{aqm}: CE counted by the receiver against the emulator's marks"
+        );
+        if aqm == "drop-tail" {
+            assert!(
+                p50 > 150.0,
+                "drop-tail: median wait {p50:.1} ms of a 250 ms queue"
+            );
+            assert_eq!(marked, 0.0);
+        } else {
+            assert!(p50 <= 10.0, "{aqm}: median wait {p50:.2} ms, target 5 ms");
+            assert!(marked > 0.0, "{aqm}: no frame marked");
+            // The path the result names is the one the emulator ran.
+            assert_eq!(
+                doc["host"]["local"]["path"]["forward"]["aqm"]["kind"], aqm,
+                "{}",
+                doc["host"]
+            );
+        }
+    }
+}
+
+/// `linerate rpm` through FQ-CoDel with a 250 ms limit grades at least two bands better
+/// than through a 250 ms drop-tail queue on the same 50 Mbit/s path: what an AQM buys.
+#[test]
+fn rpm_through_fq_codel_grades_two_bands_better_than_a_deep_drop_tail_queue() {
+    let test = "rpm_through_fq_codel_grades_two_bands_better_than_a_deep_drop_tail_queue";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let mut grades = Vec::new();
+    for (tag, aqm) in [("rpmtail", "drop-tail"), ("rpmfq", "fq_codel")] {
+        let name = lab_name(tag);
+        let _guard = lab_up(
+            &name,
+            &[
+                "--rtt", "20ms", "--rate", "50M", "--queue", "250ms", "--aqm", aqm,
+            ],
+        );
+        let (result, _) = rpm_over_lab(
+            &name,
+            &["http://server:8480/.well-known/nq", "--time", "12"],
+        );
+        let grade = GRADES
+            .iter()
+            .position(|g| result["grade"] == *g)
+            .expect("a grade");
+        eprintln!(
+            "{aqm}: {:.0} RPM, grade {}, +{:.1} ms",
+            num(&result, "/rpm"),
+            result["grade"],
+            num(&result, "/added_latency_s") * 1e3
+        );
+        grades.push((grade, result));
+    }
+    let (tail, fq) = (&grades[0], &grades[1]);
+    assert!(
+        tail.0 >= fq.0 + 2,
+        "drop-tail {}\nfq_codel {}",
+        tail.1,
+        fq.1
+    );
 }
 
 /// Cloudflare's mach (built from ../shared/peers, cached outside the repository) measures

@@ -41,6 +41,40 @@ pub struct Impairment {
     /// The DSCP every IP frame leaves with (`--remark`), its ECN field kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remark_dscp: Option<u8>,
+    /// The active queue manager at the bottleneck (`--aqm`); absent: drop-tail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aqm: Option<Aqm>,
+}
+
+/// An active queue manager in place of the bottleneck's drop-tail queue: CoDel (RFC 8289)
+/// or FQ-CoDel (RFC 8290), within the queue's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Aqm {
+    pub kind: AqmKind,
+    /// Marks ECN-capable packets Congestion Experienced where it would drop them.
+    #[serde(default)]
+    pub ecn: bool,
+    /// The sojourn time the queue keeps to, milliseconds (the RFCs' 5).
+    pub target_ms: f64,
+    /// The window over which the sojourn must stay above the target before a drop,
+    /// milliseconds (the RFCs' 100).
+    pub interval_ms: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AqmKind {
+    Codel,
+    FqCodel,
+}
+
+impl AqmKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            AqmKind::Codel => "codel",
+            AqmKind::FqCodel => "fq_codel",
+        }
+    }
 }
 
 fn is_zero(value: &f64) -> bool {
@@ -145,6 +179,18 @@ impl PathFacts {
                 parts.push(format!("re-marked to DSCP {},{}", dscp(a), dscp(b)));
             }
         }
+        let aqm = |i: &Impairment| {
+            i.aqm.map_or("drop-tail".to_string(), |a| {
+                format!("{}{}", a.kind.name(), if a.ecn { " with ECN" } else { "" })
+            })
+        };
+        if f.aqm.is_some() || r.aqm.is_some() {
+            if f.aqm == r.aqm {
+                parts.push(format!("{} each way", aqm(f)));
+            } else {
+                parts.push(format!("{}/{}", aqm(f), aqm(r)));
+            }
+        }
         if self.offloads {
             parts.push("offloaded segments up to 64 kB".into());
         }
@@ -171,6 +217,47 @@ fn number(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_names_the_aqm_of_each_direction() {
+        let fq = Aqm {
+            kind: AqmKind::FqCodel,
+            ecn: true,
+            target_ms: 5.0,
+            interval_ms: 100.0,
+        };
+        let managed = Impairment {
+            rate_bps: Some(20_000_000),
+            aqm: Some(fq),
+            ..Default::default()
+        };
+        let mut path = PathFacts {
+            emulator: "lab".into(),
+            lab: None,
+            forward: managed,
+            reverse: managed,
+            seed: 1,
+            offloads: false,
+            threads: 1,
+        };
+        assert!(
+            path.summary().contains("fq_codel with ECN each way"),
+            "{}",
+            path.summary()
+        );
+        path.reverse.aqm = None;
+        assert!(
+            path.summary().contains("fq_codel with ECN/drop-tail"),
+            "{}",
+            path.summary()
+        );
+        let text = serde_json::to_string(&path).unwrap();
+        assert!(
+            text.contains(r#""aqm":{"kind":"fq_codel","ecn":true"#),
+            "{text}"
+        );
+        assert_eq!(PathFacts::from_json(&text), Some(path));
+    }
 
     #[test]
     fn summary_names_what_differs_between_directions() {
