@@ -18,6 +18,7 @@ Needs root. Truth comes from outside the emulator:
 
     sudo python3 bench/impair.py [--time 4] [--only frames|offloads|threads] [--runs 3]
     sudo python3 bench/impair.py --only threads --threads 1,4   # forwarding threads
+    sudo python3 bench/impair.py --only aqm --runs 3            # CoDel, FQ-CoDel, drop-tail
 """
 
 import argparse
@@ -150,6 +151,10 @@ def flood(name, length, seconds, flows=1):
         "cpu_s_per_gbit": (cpu1 - cpu0) / gbits if gbits else float("nan"),
         "receiver_pps": doc["summary"]["receiver_pps"],
         "cpu_us_per_frame": (cpu1 - cpu0) / max(passed, 1) * 1e6,
+        # What every frame the emulator took in cost, dropped or passed.
+        "cpu_us_per_arrival": (cpu1 - cpu0) / max(arrived, 1) * 1e6,
+        "aqm_drops": c1.get("aqm_drops", 0) - c0.get("aqm_drops", 0),
+        "queue_drops": c1["queue_drops"] - c0["queue_drops"],
         "thread_passed": [b - a for a, b in zip(
             status0["directions"][0].get("thread_passed", [c0["passed"]]),
             status1["directions"][0].get("thread_passed", [c1["passed"]]))],
@@ -267,12 +272,50 @@ def threads(args):
               f"{median('cpu_us_per_frame'):.2f} us CPU a frame, own loss {median('own_loss')}")
 
 
+def aqm(args):
+    """The AQM's cost per frame against drop-tail's: 8 UDP flows of 1514-byte frames as
+    fast as the client sends, through a bottleneck above what they offer (the queue stays
+    empty: the cost of passing through the AQM's queue) and through one below it (the
+    queue full and managed: CoDel's drops, FQ-CoDel's queues), interleaved run by run.
+    CPU is the emulator's utime+stime over the flood, per frame it took in."""
+    kinds = ["drop-tail", "codel", "fq_codel"]
+    rates = [("10G", "an idle queue"), ("300M", "a full queue")]
+    rows = {(rate, kind): [] for rate, _ in rates for kind in kinds}
+    for run in range(args.runs):
+        for rate, _ in rates:
+            for kind in kinds:
+                name = f"aqm{run}"
+                lab("down", "--name", name, check=False)
+                lab("up", "--name", name, "--rate", rate, "--queue", "20ms", "--aqm", kind)
+                server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name,
+                                           "server", "--", BIN, "--no-store", "serve", "-q"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                try:
+                    time.sleep(0.5)
+                    r = flood(name, 1472, args.time, flows=8)
+                finally:
+                    server.terminate()
+                    server.wait()
+                    lab("down", "--name", name)
+                rows[(rate, kind)].append(r)
+                print(f"run {run + 1}, rate {rate}, {kind}: took in {r['frames_seen']} frames, "
+                      f"passed {r['gbit_s']:.2f} Gbit/s, AQM drops {r['aqm_drops']}, queue "
+                      f"drops {r['queue_drops']}, CPU {r['cpu_us_per_arrival']:.2f} us a frame "
+                      f"taken in", flush=True)
+    for rate, what in rates:
+        median = lambda kind: sorted(r["cpu_us_per_arrival"] for r in rows[(rate, kind)])[
+            len(rows[(rate, kind)]) // 2]
+        base = median("drop-tail")
+        print(f"median, rate {rate} ({what}): drop-tail {base:.2f} us a frame; " + "; ".join(
+            f"{kind} {median(kind):.2f} us ({median(kind) / base:.2f}x)" for kind in kinds[1:]))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--time", type=int, default=4)
-    parser.add_argument("--only", choices=["frames", "offloads", "threads"],
-                        help="only the frame-by-frame rows, only the whole-segment ones, or "
-                             "only forwarding threads against one")
+    parser.add_argument("--only", choices=["frames", "offloads", "threads", "aqm"],
+                        help="only the frame-by-frame rows, only the whole-segment ones, "
+                             "only forwarding threads against one, or only the AQMs' cost")
     parser.add_argument("--threads", default="1,2",
                         help="forwarding threads a direction to compare (--only threads)")
     parser.add_argument("--runs", type=int, default=3, help="runs of the whole-segment rows")
@@ -285,6 +328,9 @@ def main():
     name = "bench"
     if args.only == "threads":
         threads(args)
+        return
+    if args.only == "aqm":
+        aqm(args)
         return
     if args.only != "frames":
         offloads(name, args)

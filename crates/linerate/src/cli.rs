@@ -152,6 +152,65 @@ pub enum Command {
     /// Look after the results database: prune old runs, summing a mesh's up by the hour
     #[command(subcommand, after_help = STORE_EXAMPLES)]
     Store(StoreCommand),
+    /// Find which way the packets go: hop by hop, Paris-style (every probe of a flow keeps
+    /// its five-tuple), over -P flows to find the equal-cost branches a multi-flow test takes
+    #[command(after_help = TRACE_EXAMPLES)]
+    Trace(TraceArgs),
+}
+
+const TRACE_EXAMPLES: &str = "Examples:
+  linerate trace server1                      UDP probes to port 33434, 3 a hop
+  linerate trace server1 -P 8                 8 flows: the branches of equal-cost paths
+  linerate trace server1 --tcp -p 5201        TCP SYNs to the port a test uses (root)
+  linerate trace server1 --icmp --json        echo requests (root), the result as JSON
+
+Every probe of a flow has the same addresses, protocol and ports (Paris traceroute), so a
+load balancer that hashes them sends the flow one way; flows differ in their source port.
+UDP needs no privilege; --tcp and --icmp need CAP_NET_RAW. Routers rate-limit the ICMP they
+send (Linux: a burst of 6, then 1 a second to each source): with many flows, a hop may
+answer some probes only.";
+
+/// `linerate trace`.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// The destination: a name or an address
+    pub target: String,
+    /// Flows, each with its own source port (or ICMP identifier)
+    #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub parallel: u16,
+    /// Probes a hop and flow [default: 3 with one flow, 1 with more]
+    #[arg(short, long, value_parser = clap::value_parser!(u8).range(1..=10))]
+    pub queries: Option<u8>,
+    /// The farthest hop to probe
+    #[arg(short, long = "max-hops", default_value_t = 30, value_parser = clap::value_parser!(u8).range(1..=255))]
+    pub max_hops: u8,
+    /// The nearest hop to probe
+    #[arg(short, long = "first-hop", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=255))]
+    pub first_hop: u8,
+    /// TCP SYN probes (needs CAP_NET_RAW)
+    #[arg(long, conflicts_with = "icmp")]
+    pub tcp: bool,
+    /// ICMP echo probes (needs CAP_NET_RAW)
+    #[arg(long)]
+    pub icmp: bool,
+    /// The destination port of UDP and TCP probes [default: 33434 UDP, 80 TCP]
+    #[arg(short, long)]
+    pub port: Option<u16>,
+    /// How long a probe waits for its answer (e.g. 1s, 500ms)
+    #[arg(short, long, default_value = "1s", value_parser = probe_gap)]
+    pub wait: f64,
+    /// The gap between two probes (routers rate-limit their answers)
+    #[arg(long, default_value = "1ms", value_parser = probe_gap)]
+    pub gap: f64,
+    /// IPv4 only
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// IPv6 only
+    #[arg(short = '6')]
+    pub ipv6: bool,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 const STORE_EXAMPLES: &str = "Examples:

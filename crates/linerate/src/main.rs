@@ -19,6 +19,7 @@ mod stamp_cmd;
 mod store_cmd;
 mod sweep_cmd;
 mod test_cmd;
+mod trace_cmd;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -90,6 +91,7 @@ fn main() -> ExitCode {
         Command::Mesh(command) => mesh_cmd::run(command, g),
         Command::Rpm(args) => (args.json, rpm_cmd::run(&args, g)),
         Command::Stamp(args) => (args.json, stamp_cmd::run(&args, g)),
+        Command::Trace(args) => (args.json, trace_cmd::run(&args, g)),
         Command::Store(cli::StoreCommand::Prune(args)) => {
             (args.json, store_cmd::prune(&args, &g.storage))
         }

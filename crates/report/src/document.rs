@@ -18,6 +18,7 @@ pub enum Document {
     Profile(Box<crate::profile::ProfileReport>),
     Rpm(Box<crate::rpm::RpmReport>),
     Stamp(Box<crate::stamp::StampReport>),
+    Trace(Box<crate::trace::TraceReport>),
 }
 
 /// The `test` value of a sweep document, and of a `--find-max` search.
@@ -40,6 +41,7 @@ impl Document {
             }
             Some(crate::rpm::RPM) => Document::Rpm(Box::new(serde_json::from_value(value)?)),
             Some(crate::stamp::STAMP) => Document::Stamp(Box::new(serde_json::from_value(value)?)),
+            Some(crate::trace::TRACE) => Document::Trace(Box::new(serde_json::from_value(value)?)),
             _ => Document::Test(Box::new(serde_json::from_value(value)?)),
         })
     }
@@ -53,6 +55,7 @@ impl Document {
             Document::Profile(run) => serde_json::to_string_pretty(run),
             Document::Rpm(run) => serde_json::to_string_pretty(run),
             Document::Stamp(run) => serde_json::to_string_pretty(run),
+            Document::Trace(run) => serde_json::to_string_pretty(run),
         }
     }
 
@@ -66,6 +69,7 @@ impl Document {
             Document::Profile(run) => serde_json::to_string(run),
             Document::Rpm(run) => serde_json::to_string(run),
             Document::Stamp(run) => serde_json::to_string(run),
+            Document::Trace(run) => serde_json::to_string(run),
         }
     }
 
@@ -97,6 +101,7 @@ impl Document {
             Document::Profile(run) => &run.test,
             Document::Rpm(run) => &run.test,
             Document::Stamp(run) => &run.test,
+            Document::Trace(run) => &run.test,
         }
     }
 
@@ -119,6 +124,7 @@ impl Document {
             Document::Profile(_) => None,
             Document::Rpm(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
             Document::Stamp(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
+            Document::Trace(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
         };
         path.map_or("direct".into(), |p| p.brief())
     }
@@ -132,6 +138,7 @@ impl Document {
             Document::Profile(run) => &run.config.target,
             Document::Rpm(run) => &run.target,
             Document::Stamp(run) => &run.target,
+            Document::Trace(run) => &run.target,
         }
     }
 
@@ -143,6 +150,7 @@ impl Document {
             Document::Profile(run) => run.started_at,
             Document::Rpm(run) => run.started_at,
             Document::Stamp(run) => run.started_at,
+            Document::Trace(run) => run.started_at,
         }
     }
 
@@ -167,7 +175,7 @@ impl Document {
             }),
             Document::Rpm(run) => run.rpm.map(|rpm| (Headline::Rpm, rpm)),
             // Loss and delay have no one figure that ranks runs: listings use the text.
-            Document::Stamp(_) => None,
+            Document::Stamp(_) | Document::Trace(_) => None,
         }
     }
 
@@ -207,6 +215,7 @@ impl Document {
             }
             Document::Rpm(run) => run.headline_text(),
             Document::Stamp(run) => run.headline_text(),
+            Document::Trace(run) => run.headline_text(),
         }
     }
 
@@ -229,6 +238,7 @@ impl Document {
             Document::Profile(run) => run.render_text(scale),
             Document::Rpm(run) => run.render_text(),
             Document::Stamp(run) => run.render_text(),
+            Document::Trace(run) => run.render_text(),
         }
     }
 }
@@ -256,9 +266,11 @@ impl Document {
         match self {
             Document::Sweep(sweep) => warnings(&sweep.warnings),
             Document::FindMax(search) => text::render_find_max(search, scale),
-            Document::Test(_) | Document::Profile(_) | Document::Rpm(_) | Document::Stamp(_) => {
-                self.render_text(scale)
-            }
+            Document::Test(_)
+            | Document::Profile(_)
+            | Document::Rpm(_)
+            | Document::Stamp(_)
+            | Document::Trace(_) => self.render_text(scale),
         }
     }
 }

@@ -24,6 +24,7 @@ pub fn csv(document: &Document) -> Result<String, csv::Error> {
         Document::FindMax(search) => trial_rows(search),
         Document::Rpm(run) => run.rows(),
         Document::Stamp(run) => run.rows(),
+        Document::Trace(run) => run.rows(),
     };
     let mut writer = csv::Writer::from_writer(Vec::new());
     writer.write_record(&header)?;

@@ -577,6 +577,8 @@ fn run_section(id: i64, document: &Document) -> String {
         }
         Document::Rpm(run) => out.push_str(&rpm_charts(run)),
         Document::Stamp(run) => out.push_str(&stamp_charts(run)),
+        // A trace is its hop table: the text below.
+        Document::Trace(_) => {}
     }
     let _ = writeln!(
         out,

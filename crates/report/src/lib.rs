@@ -26,6 +26,7 @@ pub mod stamp;
 pub mod stats;
 pub mod sweep;
 pub mod text;
+pub mod trace;
 
 pub use linerate_model::{latency, units};
 pub use model::*;

@@ -1,0 +1,119 @@
+//! `linerate trace HOST`: which way the packets go (linerate_trace), its result printed,
+//! kept and shown as every other test's.
+
+use crate::cli::TraceArgs;
+use crate::failure::{Failure, Outcome};
+use crate::Globals;
+use linerate_campaign::{cancel, sink};
+use linerate_report::document::Document;
+use linerate_report::units::Scale;
+use linerate_trace::net::{self, Protocol, TraceError};
+use linerate_trace::prober::Plan;
+use std::io::IsTerminal;
+use std::net::{IpAddr, ToSocketAddrs};
+
+/// The UDP port traceroute starts at; no service listens there, so the destination
+/// answers port unreachable.
+pub const UDP_PORT: u16 = 33434;
+pub const TCP_PORT: u16 = 80;
+
+/// HOST as an address of the family asked (`-4`, `-6`), else the first the resolver gives.
+fn resolve(target: &str, args: &TraceArgs) -> Result<IpAddr, Failure> {
+    let bad =
+        |why: String| Failure::Usage(format!("invalid value '{target}' for '<TARGET>': {why}"));
+    let addresses: Vec<IpAddr> = match target.parse::<IpAddr>() {
+        Ok(ip) => vec![ip],
+        Err(_) => (target, 0)
+            .to_socket_addrs()
+            .map_err(|e| bad(e.to_string()))?
+            .map(|a| a.ip())
+            .collect(),
+    };
+    addresses
+        .into_iter()
+        .find(|a| (!args.ipv4 || a.is_ipv4()) && (!args.ipv6 || a.is_ipv6()))
+        .ok_or_else(|| {
+            bad(format!(
+                "no {} address",
+                if args.ipv4 {
+                    "IPv4"
+                } else if args.ipv6 {
+                    "IPv6"
+                } else {
+                    ""
+                }
+            ))
+        })
+}
+
+fn options(args: &TraceArgs) -> Result<net::Options, Failure> {
+    if args.first_hop > args.max_hops {
+        return Err(Failure::Usage(format!(
+            "invalid value '{}' for '--first-hop': beyond --max-hops {}",
+            args.first_hop, args.max_hops
+        )));
+    }
+    let protocol = if args.tcp {
+        Protocol::Tcp
+    } else if args.icmp {
+        Protocol::Icmp
+    } else {
+        Protocol::Udp
+    };
+    if protocol == Protocol::Icmp && args.port.is_some() {
+        return Err(Failure::Usage(
+            "--port is for UDP and TCP probes; ICMP echo has none".into(),
+        ));
+    }
+    let port = args.port.unwrap_or(match protocol {
+        Protocol::Tcp => TCP_PORT,
+        _ => UDP_PORT,
+    });
+    Ok(net::Options {
+        target: resolve(&args.target, args)?,
+        protocol,
+        port,
+        plan: Plan {
+            flows: args.parallel,
+            queries: args
+                .queries
+                .unwrap_or(if args.parallel == 1 { 3 } else { 1 }),
+            first_ttl: args.first_hop,
+            max_ttl: args.max_hops,
+            gap_ns: (args.gap * 1e9) as u64,
+            wait_ns: (args.wait * 1e9) as u64,
+        },
+    })
+}
+
+pub fn run(args: &TraceArgs, globals: &Globals) -> Outcome {
+    let options = options(args)?;
+    let store = globals.storage.open_for_run()?;
+    let stop = cancel::on_signals()?;
+    let raw_needed = |e: TraceError| match e {
+        // No privilege is the user's to fix: one line, exit 2.
+        TraceError::NeedsRaw { .. } => anyhow::Error::from(Failure::Usage(e.to_string())),
+        other => anyhow::Error::from(other),
+    };
+    let opened = net::open(&options).map_err(raw_needed)?;
+    if !args.json || std::io::stderr().is_terminal() {
+        eprintln!(
+            "linerate trace: {} ({}), {} probes, {} flow(s), up to {} hops",
+            args.target,
+            options.target,
+            options.protocol.name().to_uppercase(),
+            options.plan.flows,
+            options.plan.max_ttl
+        );
+    }
+    let started_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let traced = net::trace(opened, &options, &stop).map_err(raw_needed)?;
+    let mut report = linerate_trace::report(&args.target, &options, &traced, started_at);
+    report.host = Some(linerate_hostinfo::host_facts());
+    let document = Document::Trace(Box::new(report));
+    let text = sink::TextSink::new(std::io::stdout(), Scale::Adaptive);
+    sink::standard(args.json, text, store).finish_document(&document)?;
+    Ok(())
+}

@@ -1,0 +1,352 @@
+//! `linerate trace` over a topology of namespaces with four routers and two equal-cost
+//! paths, against Debian's traceroute and scamper over the same topology. Needs root;
+//! without it the tests count as skipped.
+
+mod common;
+use common::*;
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+/// The topology's tests take turns: they share its addresses.
+static TURN: Mutex<()> = Mutex::new(());
+
+/// client - r1 = (r2 | r3) = r4 - server: r1 spreads the server's prefix over r2 and r3
+/// by a hash of addresses and ports (a Linux multipath route with
+/// fib_multipath_hash_policy=1), so flows that differ in their source port take either
+/// branch and every packet of one flow takes the same one. Every router answers at once
+/// (no ICMP rate limit), as a trace of many flows needs.
+struct Topology {
+    names: Vec<String>,
+}
+
+/// The addresses the hops answer from, nearest first: r1; r2 or r3; r4; the server.
+const HOP1: &str = "10.91.1.2";
+const BRANCHES: [&str; 2] = ["10.91.2.2", "10.91.3.2"];
+const HOP3: &str = "10.91.4.2";
+const SERVER: &str = "10.91.6.2";
+
+impl Topology {
+    fn new() -> Topology {
+        let pid = std::process::id();
+        let name = |n: &str| format!("lr-tr-{pid}-{n}");
+        let nodes = ["c", "r1", "r2", "r3", "r4", "s"];
+        let topology = Topology {
+            names: nodes.iter().map(|n| name(n)).collect(),
+        };
+        for ns in &topology.names {
+            run("ip", &["netns", "add", ns]);
+            run("ip", &["-n", ns, "link", "set", "lo", "up"]);
+            for setting in [
+                "net.ipv4.ip_forward=1",
+                "net.ipv4.icmp_ratelimit=0",
+                "net.ipv4.icmp_msgs_per_sec=100000",
+                "net.ipv4.fib_multipath_hash_policy=1",
+            ] {
+                run("ip", &["netns", "exec", ns, "sysctl", "-qw", setting]);
+            }
+        }
+        // (a, b, subnet): a veth between nodes a and b, a at .1 and b at .2.
+        let links = [
+            ("c", "r1", 1),
+            ("r1", "r2", 2),
+            ("r1", "r3", 3),
+            ("r2", "r4", 4),
+            ("r3", "r4", 5),
+            ("r4", "s", 6),
+        ];
+        for (a, b, subnet) in links {
+            let (dev_a, dev_b) = (format!("t{pid}{a}{b}"), format!("t{pid}{b}{a}"));
+            let (dev_a, dev_b) = (short(&dev_a), short(&dev_b));
+            run(
+                "ip",
+                &[
+                    "link", "add", &dev_a, "type", "veth", "peer", "name", &dev_b,
+                ],
+            );
+            for (node, dev, host) in [(a, &dev_a, 1), (b, &dev_b, 2)] {
+                let ns = name(node);
+                run("ip", &["link", "set", dev, "netns", &ns]);
+                let addr = format!("10.91.{subnet}.{host}/24");
+                run("ip", &["-n", &ns, "addr", "add", &addr, "dev", dev]);
+                run("ip", &["-n", &ns, "link", "set", dev, "up"]);
+            }
+        }
+        let route = |node: &str, args: &[&str]| {
+            let ns = name(node);
+            let mut all = vec!["-n", ns.as_str(), "route", "add"];
+            all.extend_from_slice(args);
+            run("ip", &all);
+        };
+        route("c", &["default", "via", "10.91.1.2"]);
+        route(
+            "r1",
+            &[
+                "10.91.6.0/24",
+                "nexthop",
+                "via",
+                "10.91.2.2",
+                "nexthop",
+                "via",
+                "10.91.3.2",
+            ],
+        );
+        route("r1", &["10.91.4.0/24", "via", "10.91.2.2"]);
+        route("r1", &["10.91.5.0/24", "via", "10.91.3.2"]);
+        route("r2", &["default", "via", "10.91.2.1"]);
+        route("r2", &["10.91.6.0/24", "via", "10.91.4.2"]);
+        route("r3", &["default", "via", "10.91.3.1"]);
+        route("r3", &["10.91.6.0/24", "via", "10.91.5.2"]);
+        // The way back goes through r2 alone.
+        route("r4", &["default", "via", "10.91.4.1"]);
+        route("s", &["default", "via", "10.91.6.1"]);
+        topology
+    }
+
+    fn client(&self) -> &str {
+        &self.names[0]
+    }
+}
+
+/// Interface names are at most 15 bytes.
+fn short(name: &str) -> String {
+    name.chars()
+        .rev()
+        .take(15)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect()
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .output();
+        }
+    }
+}
+
+fn skip_unless_root(test: &str) -> bool {
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return true;
+    }
+    false
+}
+
+/// Each hop's addresses in a trace document, nearest first, to the deepest a flow reached.
+fn hops_of(doc: &serde_json::Value) -> Vec<BTreeSet<String>> {
+    doc["hops"]
+        .as_array()
+        .expect("hops")
+        .iter()
+        .map(|h| {
+            h["addresses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a["address"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+fn trace_json(topology: &Topology, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["trace", SERVER];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let out = linerate_in(topology.client(), &all);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    json(&out)
+}
+
+/// The hop addresses of a Debian traceroute run (`-n`, one address a line after the hop
+/// number; `*` for none).
+fn traceroute_hops(text: &str) -> Vec<BTreeSet<String>> {
+    text.lines()
+        .skip(1)
+        .map(|line| {
+            line.split_whitespace()
+                .skip(1)
+                .filter(|w| w.parse::<std::net::Ipv4Addr>().is_ok())
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn every_protocol_finds_the_hops_and_many_flows_find_both_branches() {
+    let test = "every_protocol_finds_the_hops_and_many_flows_find_both_branches";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let topology = Topology::new();
+    for protocol in [&[][..], &["--icmp"], &["--tcp", "-p", "5201"]] {
+        let doc = trace_json(&topology, protocol);
+        assert_eq!(doc["test"], "trace");
+        assert_eq!(doc["reached"], true, "{protocol:?}: {doc}");
+        let hops = hops_of(&doc);
+        assert_eq!(hops.len(), 4, "{protocol:?}: {hops:?}");
+        assert_eq!(hops[0], BTreeSet::from([HOP1.to_string()]), "{protocol:?}");
+        // One flow, one branch: every probe of it went the same way (Paris).
+        assert_eq!(hops[1].len(), 1, "{protocol:?}: {hops:?}");
+        assert!(BRANCHES.contains(&hops[1].iter().next().unwrap().as_str()));
+        assert_eq!(hops[2], BTreeSet::from([HOP3.to_string()]), "{protocol:?}");
+        assert_eq!(
+            hops[3],
+            BTreeSet::from([SERVER.to_string()]),
+            "{protocol:?}"
+        );
+        assert_eq!(doc["distinct_paths"], 1);
+        // Three queries a hop, all answered: no ICMP rate limit in this topology.
+        assert_eq!(doc["answered"], doc["sent"], "{protocol:?}: {doc}");
+    }
+    // Eight flows with different source ports: both branches, each flow on one.
+    let started = std::time::Instant::now();
+    let doc = trace_json(&topology, &["-P", "8"]);
+    let took = started.elapsed();
+    let hops = hops_of(&doc);
+    assert_eq!(
+        hops[1],
+        BRANCHES
+            .iter()
+            .map(|b| b.to_string())
+            .collect::<BTreeSet<_>>(),
+        "8 flows took one branch only (1 in 128 by chance): {doc}"
+    );
+    assert_eq!(doc["distinct_paths"], 2);
+    for path in doc["paths"].as_array().unwrap() {
+        assert_eq!(path["reached_ttl"], 4, "{path}");
+    }
+    // A quiet path: done as soon as the answers are in.
+    assert!(
+        num(&doc, "/duration_s") < 2.0,
+        "took {:.2} s (the run {took:?})",
+        num(&doc, "/duration_s")
+    );
+}
+
+/// The same hops as Debian's traceroute (UDP to a fixed port: one flow) and scamper
+/// (Paris UDP) over the same topology, each at every hop one of the addresses linerate's
+/// eight flows found there.
+#[test]
+fn hops_agree_with_traceroute_and_scamper() {
+    let test = "hops_agree_with_traceroute_and_scamper";
+    if skip_unless_root(test) || !have("traceroute", test) || !have("scamper", test) {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let topology = Topology::new();
+    let ours = hops_of(&trace_json(&topology, &["-P", "8"]));
+    let traceroute = run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            topology.client(),
+            "traceroute",
+            "-n",
+            "-U",
+            "-p",
+            "33434",
+            "-q",
+            "1",
+            SERVER,
+        ],
+    );
+    let theirs = traceroute_hops(&traceroute);
+    assert_eq!(
+        theirs.len(),
+        ours.len(),
+        "traceroute:\n{traceroute}\nours: {ours:?}"
+    );
+    for (hop, (t, o)) in theirs.iter().zip(&ours).enumerate() {
+        assert!(
+            t.len() == 1 && t.is_subset(o),
+            "hop {}: traceroute {t:?}, ours {o:?}",
+            hop + 1
+        );
+    }
+    let scamper = run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            topology.client(),
+            "scamper",
+            "-O",
+            "text",
+            "-c",
+            "trace -P udp-paris -q 1",
+            "-i",
+            SERVER,
+        ],
+    );
+    let theirs = traceroute_hops(&scamper);
+    assert_eq!(
+        theirs.len(),
+        ours.len(),
+        "scamper:\n{scamper}\nours: {ours:?}"
+    );
+    for (hop, (t, o)) in theirs.iter().zip(&ours).enumerate() {
+        assert!(
+            t.len() == 1 && t.is_subset(o),
+            "hop {}: scamper {t:?}, ours {o:?}",
+            hop + 1
+        );
+    }
+}
+
+#[test]
+fn raw_probes_without_privilege_say_so_and_offer_udp() {
+    // The check is the message: run as an unprivileged user where there is one.
+    let test = "raw_probes_without_privilege_say_so_and_offer_udp";
+    if skip_unless_root(test) {
+        return;
+    }
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(binary())
+        .args(["--no-store", "trace", "127.0.0.1", "--icmp"])
+        .output()
+        .expect("setpriv");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(
+        text.contains("CAP_NET_RAW") && text.contains("UDP"),
+        "{text}"
+    );
+    assert_eq!(text.trim().lines().count(), 1, "{text}");
+    // UDP runs unprivileged: loopback is one hop.
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(binary())
+        .args(["--no-store", "trace", "127.0.0.1", "--json"])
+        .output()
+        .expect("setpriv");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["reached"], true, "{doc}");
+    assert_eq!(
+        hops_of(&doc),
+        vec![BTreeSet::from(["127.0.0.1".to_string()])]
+    );
+}

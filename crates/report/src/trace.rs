@@ -1,0 +1,405 @@
+//! A path trace (`linerate trace`, docs/trace.md): the hops each flow's probes met, the
+//! addresses seen at each distance across flows (the equal-cost branches a multi-flow test
+//! takes), its text and CSV rows.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The `test` value of a trace document.
+pub const TRACE: &str = "trace";
+
+/// What answered one probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The address the answer came from.
+    pub address: String,
+    /// From the probe's leaving to the answer's arrival, milliseconds.
+    pub rtt_ms: f64,
+    /// "time exceeded" (a router on the way), "reached" (the destination: a port
+    /// unreachable, an echo reply, a SYN-ACK or RST), or why the path ended there
+    /// ("host unreachable", "network unreachable", "administratively prohibited", ...).
+    pub kind: String,
+}
+
+/// One distance (TTL or hop limit) of one flow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowHop {
+    pub ttl: u8,
+    /// Each query's answer, `None` for one that timed out.
+    pub answers: Vec<Option<Answer>>,
+}
+
+/// The hops one flow's probes met: every probe of a flow has the same five-tuple, so a
+/// load balancer sends them all one way (Paris traceroute).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowPath {
+    pub flow: u16,
+    /// The flow's source port (UDP, TCP) or ICMP identifier.
+    pub source_port: u16,
+    pub hops: Vec<FlowHop>,
+    /// The distance at which the destination answered; `None`: not reached.
+    pub reached_ttl: Option<u8>,
+}
+
+/// An address seen at one distance and the flows that met it there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HopAddress {
+    pub address: String,
+    pub flows: Vec<u16>,
+    pub rtt_min_ms: f64,
+    pub rtt_median_ms: f64,
+    pub rtt_max_ms: f64,
+}
+
+/// One distance across every flow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hop {
+    pub ttl: u8,
+    /// Sorted by address; empty when nothing answered at this distance.
+    pub addresses: Vec<HopAddress>,
+    /// Probes at this distance that got no answer.
+    pub unanswered: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceReport {
+    /// Always [`TRACE`].
+    pub test: String,
+    pub started_at: f64,
+    pub target: String,
+    pub address: String,
+    /// "udp", "tcp" or "icmp".
+    pub protocol: String,
+    /// The destination port of UDP and TCP probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    pub flows: u16,
+    pub queries: u8,
+    pub first_ttl: u8,
+    pub max_ttl: u8,
+    pub duration_s: f64,
+    pub sent: u64,
+    pub answered: u64,
+    /// Answers that matched no probe of this run (another program's, or too late).
+    pub unmatched: u64,
+    pub paths: Vec<FlowPath>,
+    pub hops: Vec<Hop>,
+    /// Whether every flow reached the destination.
+    pub reached: bool,
+    /// Distinct hop lists among the flows (unanswered hops are wildcards).
+    pub distinct_paths: usize,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    #[serde(default)]
+    pub host: Option<linerate_model::HostFacts>,
+}
+
+/// The addresses met at one distance: each with its flows and round trips.
+type AddressesAt = BTreeMap<String, (Vec<u16>, Vec<f64>)>;
+
+fn median(sorted: &[f64]) -> f64 {
+    sorted[sorted.len() / 2]
+}
+
+impl TraceReport {
+    /// The per-distance view from the flows' paths: at each TTL, every address with the
+    /// flows that met it; and how many distinct paths the flows took.
+    pub fn merge(paths: &[FlowPath]) -> (Vec<Hop>, usize) {
+        let mut by_ttl: BTreeMap<u8, (AddressesAt, u64)> = BTreeMap::new();
+        for path in paths {
+            for hop in &path.hops {
+                let (addresses, unanswered) = by_ttl.entry(hop.ttl).or_default();
+                for answer in &hop.answers {
+                    match answer {
+                        None => *unanswered += 1,
+                        Some(a) => {
+                            let (flows, rtts) = addresses.entry(a.address.clone()).or_default();
+                            if !flows.contains(&path.flow) {
+                                flows.push(path.flow);
+                            }
+                            rtts.push(a.rtt_ms);
+                        }
+                    }
+                }
+            }
+        }
+        let hops = by_ttl
+            .into_iter()
+            .map(|(ttl, (addresses, unanswered))| Hop {
+                ttl,
+                unanswered,
+                addresses: addresses
+                    .into_iter()
+                    .map(|(address, (flows, mut rtts))| {
+                        rtts.sort_by(f64::total_cmp);
+                        HopAddress {
+                            address,
+                            flows,
+                            rtt_min_ms: rtts[0],
+                            rtt_median_ms: median(&rtts),
+                            rtt_max_ms: rtts[rtts.len() - 1],
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        (hops, distinct_paths(paths))
+    }
+
+    /// "3 hops, 2 paths over 8 flows" or "not reached after 30 hops".
+    pub fn headline_text(&self) -> String {
+        let longest = self.paths.iter().filter_map(|p| p.reached_ttl).max();
+        let reach = match (self.reached, longest) {
+            (true, Some(ttl)) => format!("{ttl} hops"),
+            (false, Some(ttl)) => format!("{ttl} hops, not every flow reached it"),
+            _ => format!("not reached within {} hops", self.max_ttl),
+        };
+        let plural = if self.distinct_paths == 1 { "" } else { "s" };
+        format!(
+            "{reach}, {} path{plural} over {} flow{}",
+            self.distinct_paths,
+            self.flows,
+            if self.flows == 1 { "" } else { "s" }
+        )
+    }
+
+    /// traceroute's layout: a line per distance, an address a line where flows split.
+    pub fn render_text(&self) -> String {
+        let mut out = format!(
+            "trace to {} ({}), {} {}{}, {} flow{}, {} quer{} a hop\n",
+            self.target,
+            self.address,
+            self.protocol.to_uppercase(),
+            match self.port {
+                Some(port) => format!("port {port}"),
+                None => "echo".into(),
+            },
+            format_args!(", {} hops max", self.max_ttl),
+            self.flows,
+            if self.flows == 1 { "" } else { "s" },
+            self.queries,
+            if self.queries == 1 { "y" } else { "ies" },
+        );
+        let last = self
+            .paths
+            .iter()
+            .map(|p| p.reached_ttl.unwrap_or(self.max_ttl))
+            .max()
+            .unwrap_or(self.max_ttl);
+        for hop in self.hops.iter().filter(|h| h.ttl <= last) {
+            if hop.addresses.is_empty() {
+                let _ = writeln!(out, "{:>3}  *", hop.ttl);
+                continue;
+            }
+            for (i, a) in hop.addresses.iter().enumerate() {
+                let ttl = if i == 0 {
+                    format!("{:>3}", hop.ttl)
+                } else {
+                    "   ".into()
+                };
+                let flows = if self.flows > 1 && a.flows.len() < usize::from(self.flows) {
+                    let list: Vec<String> = a.flows.iter().map(u16::to_string).collect();
+                    format!("  [flows {}]", list.join(","))
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(
+                    out,
+                    "{ttl}  {:<39} {:.3} ms (min {:.3}, max {:.3}){flows}",
+                    a.address, a.rtt_median_ms, a.rtt_min_ms, a.rtt_max_ms
+                );
+            }
+            if hop.unanswered > 0 {
+                let _ = writeln!(out, "     {} probe(s) unanswered", hop.unanswered);
+            }
+        }
+        let _ = writeln!(out, "{}", self.headline_text());
+        for w in &self.warnings {
+            let _ = writeln!(out, "warning: {w}");
+        }
+        out
+    }
+
+    /// CSV: a row per flow, distance and query.
+    pub fn rows(&self) -> (Vec<String>, Vec<Vec<String>>) {
+        let header = [
+            "flow",
+            "source_port",
+            "ttl",
+            "query",
+            "address",
+            "rtt_ms",
+            "kind",
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut rows = Vec::new();
+        for path in &self.paths {
+            for hop in &path.hops {
+                for (query, answer) in hop.answers.iter().enumerate() {
+                    let (address, rtt, kind) = match answer {
+                        Some(a) => (
+                            a.address.clone(),
+                            format!("{:.3}", a.rtt_ms),
+                            a.kind.clone(),
+                        ),
+                        None => (String::new(), String::new(), "timeout".into()),
+                    };
+                    rows.push(vec![
+                        path.flow.to_string(),
+                        path.source_port.to_string(),
+                        hop.ttl.to_string(),
+                        query.to_string(),
+                        address,
+                        rtt,
+                        kind,
+                    ]);
+                }
+            }
+        }
+        (header, rows)
+    }
+
+    /// Each flow's hop list: one address per distance (the first that answered), `None`
+    /// where nothing did. What a path change is judged on.
+    pub fn hop_lists(&self) -> Vec<Vec<Option<String>>> {
+        self.paths.iter().map(hop_list).collect()
+    }
+}
+
+fn hop_list(path: &FlowPath) -> Vec<Option<String>> {
+    let last = path.reached_ttl.unwrap_or(u8::MAX);
+    path.hops
+        .iter()
+        .filter(|h| h.ttl <= last)
+        .map(|h| h.answers.iter().flatten().next().map(|a| a.address.clone()))
+        .collect()
+}
+
+/// Distinct hop lists, an unanswered hop matching any address.
+fn distinct_paths(paths: &[FlowPath]) -> usize {
+    let lists: Vec<Vec<Option<String>>> = paths.iter().map(hop_list).collect();
+    let mut distinct: Vec<&Vec<Option<String>>> = Vec::new();
+    for list in &lists {
+        let same = |other: &&Vec<Option<String>>| {
+            other.len() == list.len()
+                && other
+                    .iter()
+                    .zip(list.iter())
+                    .all(|(a, b)| a.is_none() || b.is_none() || a == b)
+        };
+        if !distinct.iter().any(same) {
+            distinct.push(list);
+        }
+    }
+    distinct.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(address: &str, rtt_ms: f64) -> Option<Answer> {
+        Some(Answer {
+            address: address.into(),
+            rtt_ms,
+            kind: "time exceeded".into(),
+        })
+    }
+
+    fn path(flow: u16, middle: &str) -> FlowPath {
+        FlowPath {
+            flow,
+            source_port: 40000 + flow,
+            hops: vec![
+                FlowHop {
+                    ttl: 1,
+                    answers: vec![answer("10.0.0.1", 0.1)],
+                },
+                FlowHop {
+                    ttl: 2,
+                    answers: vec![answer(middle, 0.2)],
+                },
+                FlowHop {
+                    ttl: 3,
+                    answers: vec![None],
+                },
+                FlowHop {
+                    ttl: 4,
+                    answers: vec![Some(Answer {
+                        address: "10.0.9.2".into(),
+                        rtt_ms: 0.4,
+                        kind: "reached".into(),
+                    })],
+                },
+            ],
+            reached_ttl: Some(4),
+        }
+    }
+
+    #[test]
+    fn flows_that_split_are_two_paths_and_each_address_names_its_flows() {
+        let paths = vec![
+            path(0, "10.0.1.2"),
+            path(1, "10.0.2.2"),
+            path(2, "10.0.1.2"),
+        ];
+        let (hops, distinct) = TraceReport::merge(&paths);
+        assert_eq!(distinct, 2);
+        assert_eq!(hops.len(), 4);
+        assert_eq!(hops[0].addresses.len(), 1);
+        assert_eq!(hops[0].addresses[0].flows, vec![0, 1, 2]);
+        let split: Vec<(&str, &Vec<u16>)> = hops[1]
+            .addresses
+            .iter()
+            .map(|a| (a.address.as_str(), &a.flows))
+            .collect();
+        assert_eq!(
+            split,
+            vec![("10.0.1.2", &vec![0, 2]), ("10.0.2.2", &vec![1])]
+        );
+        assert_eq!(hops[2].unanswered, 3);
+        let report = TraceReport {
+            test: TRACE.into(),
+            started_at: 0.0,
+            target: "server".into(),
+            address: "10.0.9.2".into(),
+            protocol: "udp".into(),
+            port: Some(33434),
+            flows: 3,
+            queries: 1,
+            first_ttl: 1,
+            max_ttl: 30,
+            duration_s: 0.1,
+            sent: 12,
+            answered: 9,
+            unmatched: 0,
+            paths,
+            hops,
+            reached: true,
+            distinct_paths: distinct,
+            warnings: Vec::new(),
+            host: None,
+        };
+        let text = report.render_text();
+        assert!(text.contains("  2  10.0.1.2"), "{text}");
+        assert!(text.contains("[flows 0,2]"), "{text}");
+        assert!(text.contains("  3  *"), "{text}");
+        assert!(text.contains("4 hops, 2 paths over 3 flows"), "{text}");
+        let (header, rows) = report.rows();
+        assert_eq!(header.len(), rows[0].len());
+        assert_eq!(rows.len(), 12);
+        let back: TraceReport =
+            serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+        assert_eq!(back, report);
+    }
+
+    #[test]
+    fn an_unanswered_hop_matches_any_address() {
+        let mut quiet = path(1, "10.0.1.2");
+        quiet.hops[1].answers = vec![None];
+        let (_, distinct) = TraceReport::merge(&[path(0, "10.0.1.2"), quiet]);
+        assert_eq!(distinct, 1);
+    }
+}

@@ -1,0 +1,570 @@
+//! The sockets that carry a trace. UDP needs no privilege: a socket per flow (its own
+//! source port) whose ICMP errors come back on its error queue (IP_RECVERR) with the
+//! payload the router quoted. ICMP and TCP need CAP_NET_RAW: raw sockets send the echo
+//! requests and SYNs and read every ICMP message, echo reply and TCP answer, which are
+//! matched by identifier, ports and sequence.
+
+// The driver of the sans-IO prober: reading the clock and waiting are its job.
+#![allow(clippy::disallowed_methods)]
+
+use crate::prober::{Outcome, Plan, ProbeId, Prober};
+use crate::wire;
+use socket2::{Domain, Protocol as SocketProtocol, SockAddr, Socket, Type};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Udp,
+    Tcp,
+    Icmp,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Udp => "udp",
+            Protocol::Tcp => "tcp",
+            Protocol::Icmp => "icmp",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error(
+        "trace --{protocol} needs CAP_NET_RAW (run as root), since it sends raw packets; \
+         UDP probes (the default) need no privilege"
+    )]
+    NeedsRaw { protocol: &'static str },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> TraceError {
+    let what = what.into();
+    move |source| TraceError::Io { what, source }
+}
+
+pub struct Options {
+    pub target: IpAddr,
+    pub protocol: Protocol,
+    /// The destination port of UDP and TCP probes.
+    pub port: u16,
+    pub plan: Plan,
+}
+
+/// What the sockets did.
+pub struct Traced {
+    pub prober: Prober,
+    /// Each flow's source port (UDP, TCP) or ICMP identifier.
+    pub source_ports: Vec<u16>,
+    pub elapsed_s: f64,
+}
+
+/// Sets the TTL (hop limit) the next packets of `socket` leave with.
+fn set_ttl(socket: &Socket, v6: bool, ttl: u8) -> io::Result<()> {
+    if v6 {
+        socket.set_unicast_hops_v6(u32::from(ttl))
+    } else {
+        socket.set_ttl(u32::from(ttl))
+    }
+}
+
+/// The source address this host uses towards `target`.
+fn source_toward(target: IpAddr) -> io::Result<IpAddr> {
+    let any: SocketAddr = match target {
+        IpAddr::V4(_) => "0.0.0.0:0".parse().expect("an address"),
+        IpAddr::V6(_) => "[::]:0".parse().expect("an address"),
+    };
+    let probe = std::net::UdpSocket::bind(any)?;
+    probe.connect((target, 9))?;
+    Ok(probe.local_addr()?.ip())
+}
+
+/// The sockets of a trace, open: what needs a privilege has it.
+pub struct Opened(Sockets);
+
+/// Opens the trace's sockets: `Err` names a missing privilege before anything is sent.
+pub fn open(options: &Options) -> Result<Opened, TraceError> {
+    Sockets::open(options).map(Opened)
+}
+
+/// Runs the trace until the prober is done or `stop` is set.
+pub fn trace(opened: Opened, options: &Options, stop: &AtomicBool) -> Result<Traced, TraceError> {
+    let Opened(mut sockets) = opened;
+    let mut prober = Prober::new(options.plan);
+    let start = Instant::now();
+    let now = || start.elapsed().as_nanos() as u64;
+    while !prober.done(now()) && !stop.load(Ordering::Relaxed) {
+        while let Some(id) = prober.poll_send(now()) {
+            sockets.send(options, id)?;
+            prober.sent(id, now());
+        }
+        let wake = prober.poll_timeout(now());
+        let wait_ms = (wake.saturating_sub(now()) / 1_000_000).min(100) as i32;
+        sockets.wait(wait_ms)?;
+        sockets.receive(options, &mut prober, now())?;
+    }
+    Ok(Traced {
+        prober,
+        source_ports: sockets.source_ports.clone(),
+        elapsed_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+struct Sockets {
+    v6: bool,
+    /// UDP: one a flow. TCP: the raw TCP socket. ICMP: the raw ICMP socket.
+    senders: Vec<Socket>,
+    /// ICMP messages (TCP's time exceeded); absent for UDP and ICMP, whose senders read.
+    icmp: Option<Socket>,
+    source_ports: Vec<u16>,
+    source: IpAddr,
+}
+
+fn raw(v6: bool, protocol: i32, name: &'static str) -> Result<Socket, TraceError> {
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    Socket::new(domain, Type::RAW, Some(SocketProtocol::from(protocol))).map_err(|e| {
+        if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) {
+            TraceError::NeedsRaw { protocol: name }
+        } else {
+            TraceError::Io {
+                what: format!("cannot open a raw {name} socket"),
+                source: e,
+            }
+        }
+    })
+}
+
+impl Sockets {
+    fn open(options: &Options) -> Result<Sockets, TraceError> {
+        let v6 = options.target.is_ipv6();
+        let flows = options.plan.flows;
+        let source = source_toward(options.target)
+            .map_err(io_error(format!("no route to {}", options.target)))?;
+        let icmp_protocol = if v6 {
+            libc::IPPROTO_ICMPV6
+        } else {
+            libc::IPPROTO_ICMP
+        };
+        let sockets = match options.protocol {
+            Protocol::Udp => {
+                let mut senders = Vec::new();
+                let mut ports = Vec::new();
+                for _ in 0..flows {
+                    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+                    let socket = Socket::new(domain, Type::DGRAM, Some(SocketProtocol::UDP))
+                        .map_err(io_error("cannot open a UDP socket"))?;
+                    let any = SocketAddr::new(source, 0);
+                    socket
+                        .bind(&any.into())
+                        .map_err(io_error("cannot bind a UDP socket"))?;
+                    socket
+                        .connect(&SocketAddr::new(options.target, options.port).into())
+                        .map_err(io_error(format!("cannot reach {}", options.target)))?;
+                    let (level, name) = if v6 {
+                        (libc::SOL_IPV6, libc::IPV6_RECVERR)
+                    } else {
+                        (libc::SOL_IP, libc::IP_RECVERR)
+                    };
+                    set_int(&socket, level, name, 1).map_err(io_error("IP_RECVERR"))?;
+                    socket
+                        .set_nonblocking(true)
+                        .map_err(io_error("O_NONBLOCK"))?;
+                    let port = socket
+                        .local_addr()
+                        .ok()
+                        .and_then(|a| a.as_socket())
+                        .map_or(0, |a| a.port());
+                    ports.push(port);
+                    senders.push(socket);
+                }
+                Sockets {
+                    v6,
+                    senders,
+                    icmp: None,
+                    source_ports: ports,
+                    source,
+                }
+            }
+            Protocol::Icmp => {
+                let socket = raw(v6, icmp_protocol, "icmp")?;
+                socket
+                    .set_nonblocking(true)
+                    .map_err(io_error("O_NONBLOCK"))?;
+                let base = (std::process::id() as u16).wrapping_mul(31);
+                Sockets {
+                    v6,
+                    senders: vec![socket],
+                    icmp: None,
+                    source_ports: (0..flows).map(|f| base.wrapping_add(f)).collect(),
+                    source,
+                }
+            }
+            Protocol::Tcp => {
+                let tcp = raw(v6, libc::IPPROTO_TCP, "tcp")?;
+                if v6 {
+                    // The kernel fills the checksum at this offset of what is sent.
+                    set_int(&tcp, libc::SOL_IPV6, libc::IPV6_CHECKSUM, 16)
+                        .map_err(io_error("IPV6_CHECKSUM"))?;
+                }
+                tcp.set_nonblocking(true).map_err(io_error("O_NONBLOCK"))?;
+                let icmp = raw(v6, icmp_protocol, "tcp")?;
+                icmp.set_nonblocking(true).map_err(io_error("O_NONBLOCK"))?;
+                // Source ports above the usual ephemeral range's start, apart per process.
+                let base = 33_000 + (std::process::id() % 20_000) as u16;
+                Sockets {
+                    v6,
+                    senders: vec![tcp],
+                    icmp: Some(icmp),
+                    source_ports: (0..flows).map(|f| base + f).collect(),
+                    source,
+                }
+            }
+        };
+        Ok(sockets)
+    }
+
+    fn send(&mut self, options: &Options, id: ProbeId) -> Result<(), TraceError> {
+        let v6 = self.v6;
+        let target = SockAddr::from(SocketAddr::new(options.target, 0));
+        let result = match options.protocol {
+            Protocol::Udp => {
+                let socket = &self.senders[usize::from(id.flow)];
+                set_ttl(socket, v6, id.ttl).map_err(io_error("IP_TTL"))?;
+                let payload = wire::udp_payload(id.tag());
+                // An ICMP error also sets the socket's pending error, which the next send
+                // returns once: send again.
+                socket.send(&payload).or_else(|_| socket.send(&payload))
+            }
+            Protocol::Icmp => {
+                let socket = &self.senders[0];
+                set_ttl(socket, v6, id.ttl).map_err(io_error("IP_TTL"))?;
+                let packet =
+                    wire::echo_request(v6, self.source_ports[usize::from(id.flow)], id.tag());
+                socket.send_to(&packet, &target)
+            }
+            Protocol::Tcp => {
+                let socket = &self.senders[0];
+                set_ttl(socket, v6, id.ttl).map_err(io_error("IP_TTL"))?;
+                let addresses = match (self.source, options.target) {
+                    (IpAddr::V4(a), IpAddr::V4(b)) => Some((a, b)),
+                    _ => None,
+                };
+                let segment = wire::tcp_syn(
+                    self.source_ports[usize::from(id.flow)],
+                    options.port,
+                    id.tag(),
+                    addresses,
+                );
+                socket.send_to(&segment, &target)
+            }
+        };
+        match result {
+            Ok(_) => Ok(()),
+            // Unreachable from here (no route, a local firewall): the probe is unanswered.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::ECONNREFUSED | libc::EPERM)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(TraceError::Io {
+                what: format!("cannot send a probe to {}", options.target),
+                source: e,
+            }),
+        }
+    }
+
+    fn fds(&self) -> Vec<RawFd> {
+        self.senders
+            .iter()
+            .chain(self.icmp.iter())
+            .map(|s| s.as_raw_fd())
+            .collect()
+    }
+
+    /// Waits until a socket has something (an error queued is POLLERR) or `ms` passes.
+    fn wait(&self, ms: i32) -> Result<(), TraceError> {
+        let mut fds: Vec<libc::pollfd> = self
+            .fds()
+            .into_iter()
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a valid array of pollfd of the length given.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms.max(0)) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(TraceError::Io {
+                    what: "poll".into(),
+                    source: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn receive(
+        &mut self,
+        options: &Options,
+        prober: &mut Prober,
+        now_ns: u64,
+    ) -> Result<(), TraceError> {
+        match options.protocol {
+            Protocol::Udp => {
+                for (flow, socket) in self.senders.iter().enumerate() {
+                    while let Some((from, origin_error, payload)) =
+                        read_error_queue(socket, self.v6)
+                    {
+                        let Some(tag) = wire::udp_tag(&payload) else {
+                            continue;
+                        };
+                        let outcome =
+                            match wire::error_words(self.v6, origin_error.0, origin_error.1) {
+                                None => Outcome::TimeExceeded,
+                                Some("reached") => Outcome::Reached,
+                                Some(why) => Outcome::Unreachable(why),
+                            };
+                        let id = ProbeId::from_tag(flow as u16, tag);
+                        prober.answered(id, from.to_string(), now_ns, outcome);
+                    }
+                }
+            }
+            Protocol::Icmp | Protocol::Tcp => {
+                let icmp = self.icmp.as_ref().unwrap_or(&self.senders[0]);
+                let mut buffer = [0u8; 1500];
+                while let Some((n, from)) = read_from(icmp, &mut buffer) {
+                    self.on_icmp(options, prober, &buffer[..n], from, now_ns);
+                }
+                if options.protocol == Protocol::Tcp {
+                    while let Some((n, from)) = read_from(&self.senders[0], &mut buffer) {
+                        self.on_tcp(options, prober, &buffer[..n], from, now_ns);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flow_of(&self, port: u16) -> Option<u16> {
+        self.source_ports
+            .iter()
+            .position(|p| *p == port)
+            .map(|f| f as u16)
+    }
+
+    fn on_icmp(
+        &self,
+        options: &Options,
+        prober: &mut Prober,
+        packet: &[u8],
+        from: IpAddr,
+        now_ns: u64,
+    ) {
+        match wire::parse_icmp(self.v6, packet) {
+            Some(wire::IcmpAnswer::EchoReply { id, tag })
+                if options.protocol == Protocol::Icmp && from == options.target =>
+            {
+                if let Some(flow) = self.flow_of(id) {
+                    prober.answered(
+                        ProbeId::from_tag(flow, tag),
+                        from.to_string(),
+                        now_ns,
+                        Outcome::Reached,
+                    );
+                }
+            }
+            Some(wire::IcmpAnswer::Error {
+                icmp_type,
+                code,
+                destination,
+                protocol,
+                transport,
+            }) => {
+                if destination != options.target {
+                    return;
+                }
+                let (flow_key, tag) = match (options.protocol, protocol as i32) {
+                    (Protocol::Icmp, libc::IPPROTO_ICMP | libc::IPPROTO_ICMPV6) => (
+                        u16::from_be_bytes([transport[4], transport[5]]),
+                        u16::from_be_bytes([transport[6], transport[7]]),
+                    ),
+                    (Protocol::Tcp, libc::IPPROTO_TCP) => {
+                        let sequence = u32::from_be_bytes([
+                            transport[4],
+                            transport[5],
+                            transport[6],
+                            transport[7],
+                        ]);
+                        if sequence & 0xffff_0000 != wire::TCP_SEQUENCE_HIGH {
+                            return;
+                        }
+                        (
+                            u16::from_be_bytes([transport[0], transport[1]]),
+                            sequence as u16,
+                        )
+                    }
+                    _ => return,
+                };
+                let Some(flow) = self.flow_of(flow_key) else {
+                    return;
+                };
+                let outcome = match wire::error_words(self.v6, icmp_type, code) {
+                    None => Outcome::TimeExceeded,
+                    Some("reached") => Outcome::Reached,
+                    Some(why) => Outcome::Unreachable(why),
+                };
+                prober.answered(
+                    ProbeId::from_tag(flow, tag),
+                    from.to_string(),
+                    now_ns,
+                    outcome,
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn on_tcp(
+        &self,
+        options: &Options,
+        prober: &mut Prober,
+        packet: &[u8],
+        from: IpAddr,
+        now_ns: u64,
+    ) {
+        let Some(segment) = wire::parse_tcp(self.v6, packet) else {
+            return;
+        };
+        if from != options.target
+            || segment.source_port != options.port
+            || !(segment.syn || segment.rst)
+            || !segment.ack_flag
+        {
+            return;
+        }
+        let Some(flow) = self.flow_of(segment.destination_port) else {
+            return;
+        };
+        let acked = segment.ack.wrapping_sub(1);
+        if acked & 0xffff_0000 != wire::TCP_SEQUENCE_HIGH {
+            return;
+        }
+        prober.answered(
+            ProbeId::from_tag(flow, acked as u16),
+            from.to_string(),
+            now_ns,
+            Outcome::Reached,
+        );
+    }
+}
+
+fn set_int(socket: &Socket, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: a valid descriptor and a pointer to an int of the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A datagram from a raw socket and its sender; `None` when none is waiting.
+fn read_from(socket: &Socket, buffer: &mut [u8]) -> Option<(usize, IpAddr)> {
+    // SAFETY: MaybeUninit<u8> has u8's layout; recv_from writes initialised bytes.
+    let uninit = unsafe { &mut *(buffer as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+    let (n, from) = socket.recv_from(uninit).ok()?;
+    Some((n, from.as_socket()?.ip()))
+}
+
+/// One message of a UDP socket's error queue: who sent the ICMP error (the offender),
+/// its type and code, and the payload it quoted; `None` when the queue is empty.
+fn read_error_queue(socket: &Socket, v6: bool) -> Option<(IpAddr, (u8, u8), Vec<u8>)> {
+    loop {
+        let mut payload = [0u8; 512];
+        let mut control = [0u64; 64];
+        let mut iov = libc::iovec {
+            iov_base: payload.as_mut_ptr().cast(),
+            iov_len: payload.len(),
+        };
+        // SAFETY: an all-zero msghdr is valid; its pointers are set below to live buffers.
+        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+        message.msg_iov = &mut iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = std::mem::size_of_val(&control);
+        // SAFETY: the descriptor is valid and the message points at buffers that outlive
+        // the call.
+        let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, libc::MSG_ERRQUEUE) };
+        if n < 0 {
+            return None;
+        }
+        if let Some((from, kind)) = extended_error(&message, v6) {
+            return Some((from, kind, payload[..n as usize].to_vec()));
+        }
+    }
+}
+
+/// The ICMP error of a message from the error queue: its offender and its type and code.
+fn extended_error(message: &libc::msghdr, v6: bool) -> Option<(IpAddr, (u8, u8))> {
+    let (level, kind, origin) = if v6 {
+        (libc::SOL_IPV6, libc::IPV6_RECVERR, libc::SO_EE_ORIGIN_ICMP6)
+    } else {
+        (libc::SOL_IP, libc::IP_RECVERR, libc::SO_EE_ORIGIN_ICMP)
+    };
+    // SAFETY: the message was filled by recvmsg; CMSG_* walk its control buffer within
+    // msg_controllen.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(message);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == level && (*cmsg).cmsg_type == kind {
+                let data = libc::CMSG_DATA(cmsg);
+                let error: libc::sock_extended_err = std::ptr::read_unaligned(data.cast());
+                if error.ee_origin != origin {
+                    return None;
+                }
+                // The offender's address follows the error (SO_EE_OFFENDER).
+                let offender = data.add(std::mem::size_of::<libc::sock_extended_err>());
+                let family = std::ptr::read_unaligned(offender.cast::<libc::sa_family_t>());
+                let from = match i32::from(family) {
+                    libc::AF_INET => {
+                        let a: libc::sockaddr_in = std::ptr::read_unaligned(offender.cast());
+                        IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes())
+                    }
+                    libc::AF_INET6 => {
+                        let a: libc::sockaddr_in6 = std::ptr::read_unaligned(offender.cast());
+                        IpAddr::from(a.sin6_addr.s6_addr)
+                    }
+                    _ => return None,
+                };
+                return Some((from, (error.ee_type, error.ee_code)));
+            }
+            cmsg = libc::CMSG_NXTHDR(message, cmsg);
+        }
+    }
+    None
+}
