@@ -104,7 +104,17 @@ pub(crate) fn connect(
     config: &TestConfig,
     data: bool,
 ) -> io::Result<TcpStream> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    let mptcp = data && config.source.as_ref().is_some_and(|s| s.mptcp);
+    let socket = if mptcp {
+        Socket::new(
+            Domain::for_address(addr),
+            Type::STREAM,
+            Some(socket2::Protocol::from(libc::IPPROTO_MPTCP)),
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("--mptcp: {}", sys::mptcp_refusal(&e))))?
+    } else {
+        Socket::new(Domain::for_address(addr), Type::STREAM, None)?
+    };
     if data {
         sys::apply_options(&socket, config, true)?;
     }
@@ -659,6 +669,7 @@ pub fn run_local(
         config.tls_identity = Arc::new(crate::secure::ServerIdentity::new(
             options.local_identity.clone(),
         ));
+        config.mptcp = options.config.source.as_ref().is_some_and(|s| s.mptcp);
     })
     .map_err(ClientError::LocalServer)?;
     let result = run(local.addr, options, cancel, progress);

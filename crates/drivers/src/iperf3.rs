@@ -216,6 +216,7 @@ pub fn side_from_results(
                 transactions_total: 0,
                 classes: None,
                 ecn: false,
+                mptcp: None,
             })
         })
         .collect();
@@ -313,6 +314,7 @@ mod tests {
             transactions_total: 0,
             classes: None,
             ecn: false,
+            mptcp: None,
         }
     }
 

@@ -71,11 +71,26 @@ struct Pending {
 
 impl Server {
     pub fn bind(config: ServerConfig) -> io::Result<Server> {
+        // An MPTCP listener takes plain TCP connections too (they fall back), but the
+        // kernel's MPTCP code then runs for every connection: asked for, not the default.
+        let protocol = config
+            .mptcp
+            .then(|| socket2::Protocol::from(libc::IPPROTO_MPTCP));
         let socket = socket2::Socket::new(
             socket2::Domain::for_address(config.listen),
             socket2::Type::STREAM,
-            None,
-        )?;
+            protocol,
+        )
+        .map_err(|e| {
+            if config.mptcp {
+                io::Error::new(
+                    e.kind(),
+                    format!("--mptcp: {}", linerate_engine::sys::mptcp_refusal(&e)),
+                )
+            } else {
+                e
+            }
+        })?;
         socket.set_reuse_address(true)?;
         if config.listen.is_ipv6() {
             // Serve IPv4 too on "::", as iperf3 does.

@@ -55,6 +55,9 @@ pub struct ServerConfig {
     /// controller listed for its own in-process server. Empty for `linerate serve`, which
     /// never sends its files on a peer's word.
     pub sendable_files: Arc<std::collections::BTreeSet<String>>,
+    /// Listen with IPPROTO_MPTCP (`--mptcp`): MPTCP clients get MPTCP connections, whose
+    /// subflows the path manager adds; plain TCP clients fall back to TCP.
+    pub mptcp: bool,
 }
 
 pub use linerate_model::{Served, ServedGroup, ServedTest};
@@ -106,6 +109,7 @@ impl ServerConfig {
             tls_mode: crate::secure::TlsMode::default(),
             tls_identity: Arc::new(crate::secure::ServerIdentity::default()),
             sendable_files: Arc::default(),
+            mptcp: false,
         }
     }
 }

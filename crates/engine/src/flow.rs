@@ -213,6 +213,8 @@ pub struct FlowOutcome {
     pub rcvbuf: u64,
     pub congestion: String,
     pub info: sys::TcpInfo,
+    /// MPTCP connections (`--mptcp`): subflows, or the fallback to TCP.
+    pub mptcp: Option<linerate_model::MptcpFacts>,
     pub error: Option<String>,
     /// UDP flows: datagrams over the flow's life (sent, or distinct received).
     pub datagrams_total: u64,
@@ -255,6 +257,8 @@ pub struct WorkerPlan {
     pub window: Option<u64>,
     /// UDP receivers count the marks their datagrams arrived with (`--dscp`, `--ecn`).
     pub count_marks: bool,
+    /// The test's connections are MPTCP: read their subflows at each boundary.
+    pub mptcp: bool,
     /// Asks for an end ahead of the schedule; shared by the plane's workers.
     pub end: Arc<EndSignal>,
     /// Flows of this role stop after moving this many bytes each.
@@ -292,6 +296,7 @@ impl WorkerPlan {
             observe: false,
             window: None,
             count_marks: false,
+            mptcp: false,
         }
     }
 
@@ -376,6 +381,7 @@ impl FlowOutcome {
             rcvbuf: 0,
             congestion: String::new(),
             info: sys::TcpInfo::default(),
+            mptcp: None,
             error: None,
             datagrams_total: 0,
             notes: Vec::new(),

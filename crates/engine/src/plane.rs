@@ -222,6 +222,7 @@ impl DataPlane {
                 observe: config.observe,
                 window: config.window,
                 count_marks: config.marks.is_some(),
+                mptcp: config.source.as_ref().is_some_and(|s| s.mptcp),
             };
             let sender = sender.clone();
             let stop = stop.clone();
@@ -630,6 +631,7 @@ impl DataPlane {
             transactions_total: outcome.transactions_total,
             classes: outcome.classes.clone(),
             ecn: outcome.info.ecn,
+            mptcp: outcome.mptcp,
         }
     }
 

@@ -201,6 +201,68 @@ pub fn tcp_info<S: AsFd>(socket: &S) -> TcpInfo {
     }
 }
 
+/// linux/mptcp.h: the MPTCP socket level, its MPTCP_INFO option and the flag that says
+/// the connection fell back to plain TCP.
+const SOL_MPTCP: libc::c_int = 284;
+const MPTCP_INFO: libc::c_int = 1;
+const MPTCP_INFO_FLAG_FALLBACK: u32 = 1;
+
+/// The head of `struct mptcp_info` (linux/mptcp.h); the kernel fills what it has of the
+/// rest.
+#[repr(C)]
+#[derive(Default)]
+struct MptcpInfo {
+    subflows: u8,
+    add_addr_signal: u8,
+    add_addr_accepted: u8,
+    subflows_max: u8,
+    add_addr_signal_max: u8,
+    add_addr_accepted_max: u8,
+    flags: u32,
+    token: u32,
+    rest: [u64; 16],
+}
+
+/// The subflows (the first among them) of a socket opened as MPTCP, or its fallback to
+/// plain TCP: the kernel refuses MPTCP_INFO on a connection that fell back (and on any
+/// plain TCP socket, so call it only where the test asked for MPTCP).
+pub fn mptcp_info<S: AsFd>(socket: &S) -> linerate_model::MptcpFacts {
+    use std::os::fd::AsRawFd;
+    let mut info = MptcpInfo::default();
+    let mut len = std::mem::size_of::<MptcpInfo>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the struct we own.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            SOL_MPTCP,
+            MPTCP_INFO,
+            (&mut info as *mut MptcpInfo).cast(),
+            &mut len,
+        )
+    };
+    // A connection that fell back is refused, says so in its flags, or fills nothing.
+    let fallback = rc != 0 || len == 0 || info.flags & MPTCP_INFO_FLAG_FALLBACK != 0;
+    linerate_model::MptcpFacts {
+        subflows: if fallback {
+            1
+        } else {
+            info.subflows.saturating_add(1)
+        },
+        fallback,
+    }
+}
+
+/// Why the kernel would not open an MPTCP socket, in words a user can act on.
+pub fn mptcp_refusal(error: &io::Error) -> String {
+    match error.raw_os_error() {
+        Some(libc::EPROTONOSUPPORT | libc::ENOPROTOOPT | libc::EINVAL) => {
+            "this kernel does not open MPTCP sockets (no MPTCP, or sysctl net.mptcp.enabled=0)"
+                .into()
+        }
+        _ => error.to_string(),
+    }
+}
+
 /// Sets an int-valued socket option (`setsockopt(level, option, value)`).
 pub fn set_int_option<S: AsFd>(
     socket: &S,

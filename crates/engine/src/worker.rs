@@ -208,6 +208,9 @@ impl Worker {
                     if sends {
                         flow.outcome.info = info;
                     }
+                    if self.plan.mptcp && !flow.done {
+                        flow.outcome.mptcp = Some(sys::mptcp_info(&flow.stream));
+                    }
                     FlowCount {
                         id: flow.id,
                         bytes: flow.bytes,

@@ -1010,6 +1010,10 @@ pub struct ServerArgs {
     /// Send ECN-capable packets both ways: UDP datagrams carry ECT(0); TCP asks for ECN (needs net.ipv4.tcp_ecn=1 on the client)
     #[arg(long)]
     pub ecn: bool,
+    /// Open the data connections as MPTCP (the kernel's path manager adds subflows over
+    /// the host's other addresses, `ip mptcp endpoint`); the server needs `serve --mptcp`
+    #[arg(long)]
+    pub mptcp: bool,
 }
 
 impl ServerArgs {
@@ -1023,9 +1027,12 @@ impl ServerArgs {
 
     /// Where the test's sockets leave from, when the user said.
     pub fn source(&self) -> Option<linerate_model::Source> {
-        (self.bind.is_some() || self.bind_dev.is_some()).then(|| linerate_model::Source {
-            address: self.bind,
-            device: self.bind_dev.clone(),
+        (self.bind.is_some() || self.bind_dev.is_some() || self.mptcp).then(|| {
+            linerate_model::Source {
+                address: self.bind,
+                device: self.bind_dev.clone(),
+                mptcp: self.mptcp,
+            }
         })
     }
 
@@ -1361,6 +1368,10 @@ pub struct ServeArgs {
     /// Address to listen on (default: every IPv6 and IPv4 address)
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::IpAddr>,
+    /// Accept MPTCP connections (IPPROTO_MPTCP): clients' `--mptcp` tests get their
+    /// subflows; plain TCP clients are served as before
+    #[arg(long)]
+    pub mptcp: bool,
     /// Serve the tests this server ran over HTTP on this address: OpenMetrics at /metrics
     /// (goodput it received, retransmits and CPU per gigabit when it sent), a grid at /
     #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]

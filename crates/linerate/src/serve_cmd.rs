@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
     let ip = args.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
     let mut config = ServerConfig::new(SocketAddr::new(ip, args.port));
+    config.mptcp = args.mptcp;
     config.limits = Limits {
         max_tests: args.max_tests,
         max_flows: args.max_flows,

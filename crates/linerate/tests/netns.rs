@@ -588,8 +588,18 @@ impl TwoLinks {
     /// a fresh server: the result, and the bytes each of the client's two interfaces sent
     /// meanwhile (first, second).
     fn run_counting(&self, command: &str, args: &[&str]) -> (serde_json::Value, u64, u64) {
+        self.run_counting_served(command, args, &[])
+    }
+
+    /// As [`TwoLinks::run_counting`], the server started with `serve_args`.
+    fn run_counting_served(
+        &self,
+        command: &str,
+        args: &[&str],
+        serve_args: &[&str],
+    ) -> (serde_json::Value, u64, u64) {
         let p = &self.pair;
-        let server = ServeProcess::start_with(Some(&p.ns_b), &self.server, &[]);
+        let server = ServeProcess::start_with(Some(&p.ns_b), &self.server, serve_args);
         let sent = || {
             (
                 p.counter(&p.ns_a, &p.dev_a, "tx_bytes"),
@@ -606,6 +616,100 @@ impl TwoLinks {
         let _ = &self.second_b;
         (json(&out), after.0 - before.0, after.1 - before.1)
     }
+}
+
+/// `--mptcp` over two links of 200 Mbit/s each (tbf on the client's two interfaces): the
+/// kernel's path manager adds a subflow over the second link (an `ip mptcp endpoint` on
+/// the client's second address), and the test carries at least 1.8 times what plain TCP
+/// carries over the first alone, in the same run, with both links' counters carrying a
+/// share; the result says 2 subflows. Against a server without `--mptcp` the connection
+/// falls back to TCP, and the result says so.
+#[test]
+fn mptcp_over_two_links_carries_nearly_twice_one_and_says_its_subflows() {
+    let test = "mptcp_over_two_links_carries_nearly_twice_one_and_says_its_subflows";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = shaped_link_turn();
+    let links = TwoLinks::new("mptcp");
+    let p = &links.pair;
+    for dev in [&p.dev_a, &links.second_a] {
+        common::run(
+            "ip",
+            &[
+                "netns", "exec", &p.ns_a, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                "200mbit", "burst", "64kb", "latency", "50ms",
+            ],
+        );
+    }
+    for ns in [&p.ns_a, &p.ns_b] {
+        common::run(
+            "ip",
+            &[
+                "-n",
+                ns,
+                "mptcp",
+                "limits",
+                "set",
+                "subflow",
+                "2",
+                "add_addr_accepted",
+                "2",
+            ],
+        );
+    }
+    common::run(
+        "ip",
+        &[
+            "-n",
+            &p.ns_a,
+            "mptcp",
+            "endpoint",
+            "add",
+            &links.second_addr_a,
+            "dev",
+            &links.second_a,
+            "subflow",
+        ],
+    );
+    let (plain, _, _) = links.run_counting("stream", &["-t", "3"]);
+    let (doc, first, second) =
+        links.run_counting_served("stream", &["-t", "3", "--mptcp"], &["--mptcp"]);
+    let (one, both) = (
+        num(&plain, "/summary/receiver_bps"),
+        num(&doc, "/summary/receiver_bps"),
+    );
+    eprintln!(
+        "plain TCP {:.1} Mbit/s; MPTCP {:.1} Mbit/s ({:.2}x); bytes on the links {first} and {second}",
+        one / 1e6,
+        both / 1e6,
+        both / one
+    );
+    assert!(
+        both >= 1.8 * one,
+        "MPTCP {both:.0} against one link's {one:.0} bit/s"
+    );
+    let share = second as f64 / (first + second) as f64;
+    assert!(
+        (0.3..0.7).contains(&share),
+        "the second link carried {share:.2} of the bytes"
+    );
+    assert_eq!(doc["config"]["source"]["mptcp"], true);
+    assert_eq!(
+        num(&doc, "/summary/mptcp/subflows"),
+        2.0,
+        "{}",
+        doc["summary"]
+    );
+    assert_eq!(num(&doc, "/summary/mptcp/fell_back"), 0.0);
+    // A server that does not take MPTCP: the connection is plain TCP, and says so.
+    let (fallen, _, _) = links.run_counting("stream", &["-t", "1", "--mptcp"]);
+    assert_eq!(
+        num(&fallen, "/summary/mptcp/fell_back"),
+        1.0,
+        "{}",
+        fallen["summary"]
+    );
 }
 
 /// `--bind-dev` (SO_BINDTODEVICE) sends every test's packets out of the interface named,

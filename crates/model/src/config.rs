@@ -244,6 +244,10 @@ pub struct Source {
     pub address: Option<std::net::IpAddr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
+    /// The data connections are MPTCP (`--mptcp`, IPPROTO_MPTCP): the kernel's path
+    /// manager may add subflows over the host's other addresses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mptcp: bool,
 }
 
 /// What a test's TLS is to be.

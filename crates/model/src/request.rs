@@ -218,6 +218,14 @@ impl TestConfig {
                     .into(),
             );
         }
+        if config.source.as_ref().is_some_and(|s| s.mptcp)
+            && (config.protocol != crate::Protocol::Tcp || config.workload == Workload::Crr)
+        {
+            return Err(
+                "'--mptcp' opens the data connections of a TCP (or TLS) stream or rr test as MPTCP; it does not go with --udp, --quic or crr"
+                    .into(),
+            );
+        }
         if let Some(quic) = config.quic.as_mut() {
             quic.workers = quic_workers(flows, config.threads, environment.cpus);
         }

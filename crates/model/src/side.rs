@@ -313,6 +313,18 @@ pub struct FlowSide {
     /// TCP senders: the connection's handshake negotiated ECN (TCP_INFO).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ecn: bool,
+    /// MPTCP connections (`--mptcp`): its subflows, or that it fell back to plain TCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mptcp: Option<MptcpFacts>,
+}
+
+/// What an MPTCP connection was at the end (MPTCP_INFO).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MptcpFacts {
+    /// Subflows open besides the first (mptcpi_subflows), plus the first.
+    pub subflows: u8,
+    /// The peer did not speak MPTCP: a plain TCP connection (mptcpi_flags' fallback).
+    pub fallback: bool,
 }
 
 impl FlowSide {

@@ -58,6 +58,7 @@ pub(crate) fn flow(id: u32, role: Role, bytes: u64, seconds: f64, retransmits: u
         transactions_total: 0,
         classes: None,
         ecn: false,
+        mptcp: None,
     }
 }
 

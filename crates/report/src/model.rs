@@ -231,6 +231,21 @@ pub struct Summary {
     /// on the datagrams, against those `config.marks` says were sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marks: Option<MarksSummary>,
+    /// MPTCP tests (`--mptcp`): what the client's connections became.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mptcp: Option<MptcpSummary>,
+}
+
+/// What an MPTCP test's connections were at the end, as this end's MPTCP_INFO said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MptcpSummary {
+    pub connections: u32,
+    /// Subflows of every connection together, the first of each among them.
+    pub subflows: u32,
+    /// The most subflows one connection had.
+    pub max_subflows: u8,
+    /// Connections that fell back to plain TCP: the server did not take MPTCP.
+    pub fell_back: u32,
 }
 
 /// What became of a marked test's marks (`--dscp`, `--ecn`), where the ends could tell.

@@ -197,6 +197,7 @@ fn summarize(
         },
         cpu_basis: Some(basis),
         rr: Some(rr),
+        mptcp: crate::assemble::mptcp_summary(local),
         ..Default::default()
     }
 }
@@ -351,6 +352,9 @@ pub fn render_rr_summary(report: &Report, per_flow: bool) -> String {
     }
     if let Some(crypto) = &report.summary.crypto {
         out.push_str(&crypto_line(crypto));
+    }
+    if let Some(mptcp) = &report.summary.mptcp {
+        let _ = writeln!(out, "{}", crate::text::mptcp_line(mptcp));
     }
     for flow in report.flows.iter().filter(|f| f.error.is_some()) {
         let _ = writeln!(

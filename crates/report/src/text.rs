@@ -320,6 +320,9 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
             let _ = writeln!(out, "{line}");
         }
     }
+    if let Some(mptcp) = &s.mptcp {
+        let _ = writeln!(out, "{}", mptcp_line(mptcp));
+    }
     if let Some(path) = report.path() {
         let _ = writeln!(out, "Path:             {}", path.summary());
     }
@@ -327,6 +330,28 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
         let _ = writeln!(out, "warning: {warning}");
     }
     out
+}
+
+/// "MPTCP: 2 subflows on each of 1 connection", or the fallback and its likely cause.
+pub fn mptcp_line(m: &crate::model::MptcpSummary) -> String {
+    let plural = |n: u32| if n == 1 { "" } else { "s" };
+    let mut line = format!(
+        "MPTCP:            {} subflow{} over {} connection{} (at most {} on one)",
+        m.subflows,
+        plural(m.subflows),
+        m.connections,
+        plural(m.connections),
+        m.max_subflows
+    );
+    if m.fell_back > 0 {
+        line = format!(
+            "MPTCP:            fell back to plain TCP on {} of {} connection{}: does the server take MPTCP (linerate serve --mptcp)?",
+            m.fell_back,
+            m.connections,
+            plural(m.connections)
+        );
+    }
+    line
 }
 
 /// The marks sent, and per direction what its receivers found: "received BE on 100.0 %
@@ -723,6 +748,23 @@ pub fn side_by_side(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mptcp_line_counts_subflows_or_names_the_fallback() {
+        let mut m = crate::model::MptcpSummary {
+            connections: 2,
+            subflows: 4,
+            max_subflows: 2,
+            fell_back: 0,
+        };
+        assert_eq!(
+            mptcp_line(&m),
+            "MPTCP:            4 subflows over 2 connections (at most 2 on one)"
+        );
+        m.fell_back = 1;
+        assert!(mptcp_line(&m).contains("fell back to plain TCP on 1 of 2 connections"));
+        assert!(mptcp_line(&m).contains("serve --mptcp"));
+    }
 
     /// A trial that lost its tail (sent at the end, never received, in no gap of the
     /// window) is judged and printed by that loss: once it read "0.000 %, passed" with
