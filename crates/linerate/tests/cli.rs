@@ -36,7 +36,10 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
         (vec!["frobnicate"], "'frobnicate'"),
         (vec!["stream", "-u", "--mptcp"], "'--mptcp'"),
         (vec!["crr", "--mptcp"], "'--mptcp'"),
-        (vec!["trace", "localhost", "-f", "9", "-m", "3"], "'--first-hop'"),
+        (
+            vec!["trace", "localhost", "-f", "9", "-m", "3"],
+            "'--first-hop'",
+        ),
         (vec!["trace", "localhost", "--icmp", "-p", "80"], "--port"),
         (vec!["trace", "localhost", "--tcp", "--icmp"], "--icmp"),
     ] {

@@ -1247,6 +1247,7 @@ fn an_agent_never_sends_its_files_on_a_peers_word() {
         cipher: None,
         engine: None,
         marks: None,
+        source: None,
     });
     let sendfile = Action::Sendfile(FileSend {
         dir: "/etc".into(),

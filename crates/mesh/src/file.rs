@@ -121,6 +121,10 @@ struct RawHost {
     labels: BTreeMap<String, String>,
     /// "stamp": the host runs no agent, only a STAMP reflector.
     reflector: Option<Spanned<String>>,
+    /// The local address its jobs' connections leave from.
+    source: Option<Spanned<String>>,
+    /// The interface or VRF device they leave through (SO_BINDTODEVICE).
+    source_dev: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -281,11 +285,13 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
                 ))
             }
         };
+        let source = host_source(&reader, host)?;
         hosts.push(Host {
             name: name.clone(),
             address: address.clone(),
             labels: host.labels.clone(),
             reflector_only,
+            source,
         });
     }
     let mut tests = Vec::new();
@@ -810,6 +816,47 @@ fn refuse_options_of_other_runs(
         }
     }
     Ok(())
+}
+
+/// A host's `source` (an address) and `source_dev` (an interface name, as the kernel
+/// takes it: 1 to 15 bytes, no '/', no whitespace).
+fn host_source(
+    reader: &Reader<'_>,
+    host: &RawHost,
+) -> Result<Option<linerate_model::Source>, MeshError> {
+    let address = match &host.source {
+        None => None,
+        Some(text) => Some(text.get_ref().parse::<std::net::IpAddr>().map_err(|_| {
+            reader.at(
+                text,
+                format!("source '{}' is not an IP address", text.get_ref()),
+            )
+        })?),
+    };
+    let device = match &host.source_dev {
+        None => None,
+        Some(text) => {
+            let name = text.get_ref();
+            if name.is_empty()
+                || name.len() > 15
+                || name.contains('/')
+                || name.chars().any(char::is_whitespace)
+            {
+                return Err(reader.at(
+                    text,
+                    format!("source_dev '{name}' is not an interface name (1 to 15 characters, no '/' or spaces)"),
+                ));
+            }
+            Some(name.clone())
+        }
+    };
+    Ok(
+        (address.is_some() || device.is_some()).then_some(linerate_model::Source {
+            address,
+            device,
+            mptcp: false,
+        }),
+    )
 }
 
 fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {

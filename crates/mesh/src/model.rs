@@ -199,6 +199,7 @@ impl Mesh {
                     address,
                     labels: discover.labels.clone(),
                     reflector_only: false,
+                    source: None,
                 });
             }
         }
@@ -222,6 +223,9 @@ pub struct Host {
     /// It runs no agent, only a STAMP reflector (`reflector = "stamp"`: a router, any RFC
     /// 8762 reflector): the destination of STAMP tests, and of nothing else.
     pub reflector_only: bool,
+    /// Where its jobs' connections leave from (`source`, `source_dev`); `None`: where
+    /// its routes say.
+    pub source: Option<linerate_model::Source>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -123,6 +123,7 @@ fn profile_of(mesh: &Mesh, job: &Job, kind: &TestKind) -> Profile {
         cipher: None,
         engine: None,
         marks: test.marks,
+        source: src.source.clone(),
     });
     let op = |action: Op| linerate_profile::Op { conn: None, action };
     let once = |action: Op| Transaction {

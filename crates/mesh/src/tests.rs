@@ -923,3 +923,56 @@ fn retention_reads_ages_and_refuses_what_cannot_hold() {
         }
     }
 }
+
+/// A host's `source` and `source_dev` go into every connection its jobs open (the source
+/// host's agent dials from there); another host's jobs leave as their routes say.
+#[test]
+fn a_hosts_source_is_where_its_jobs_connections_leave_from() {
+    let text = mesh_text(2, true).replace(
+        "address = \"10.0.0.1\"\n",
+        "address = \"10.0.0.1\"\nsource = \"192.0.2.7\"\nsource_dev = \"eth1\"\n",
+    );
+    let m = parse("m.toml", &text).unwrap();
+    let named = linerate_model::Source {
+        address: Some("192.0.2.7".parse().unwrap()),
+        device: Some("eth1".into()),
+        mptcp: false,
+    };
+    assert_eq!(m.hosts[0].source.as_ref(), Some(&named));
+    assert_eq!(m.hosts[1].source, None);
+    for job in m.jobs() {
+        let plan::JobPlan::Profile(profile) = plan::job_plan(&m, &job) else {
+            panic!("a stream or rr job runs a profile");
+        };
+        let sources: Vec<_> = profile
+            .groups
+            .iter()
+            .flat_map(|g| &g.transactions)
+            .flat_map(|t| &t.ops)
+            .filter_map(|op| match &op.action {
+                linerate_profile::Action::Connect(e) => Some(e.source.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(!sources.is_empty());
+        let expected = (job.src == 0).then(|| named.clone());
+        assert!(sources.iter().all(|s| *s == expected), "{sources:?}");
+    }
+    let cases = [
+        (
+            mesh_text(2, false).replace(
+                "address = \"10.0.0.1\"\n",
+                "address = \"10.0.0.1\"\nsource = \"here\"\n",
+            ),
+            "source 'here' is not an IP address",
+        ),
+        (
+            mesh_text(2, false).replace(
+                "address = \"10.0.0.1\"\n",
+                "address = \"10.0.0.1\"\nsource_dev = \"a/very/long/interface\"\n",
+            ),
+            "source_dev 'a/very/long/interface' is not an interface name",
+        ),
+    ];
+    assert_one_line_errors(&cases);
+}

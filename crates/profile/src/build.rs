@@ -342,6 +342,7 @@ fn build_op(filler: &Filler, raw: RawOp, group_remote: Option<&str>) -> Result<O
                 cipher,
                 engine,
                 marks: None,
+                source: None,
             };
             if kind == "connect" {
                 Action::Connect(endpoint)

@@ -182,6 +182,10 @@ pub struct Endpoint {
     /// `dscp` and `ecn`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marks: Option<linerate_model::marks::Marks>,
+    /// Where the connection leaves from: an address, a device or both (a mesh host's
+    /// `source` and `source_dev`); `None`: where the routes say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<linerate_model::Source>,
 }
 
 /// One data operation: `count` messages of `size` bytes.

@@ -83,6 +83,7 @@ pub(crate) fn dial_tcp(addr: SocketAddr, endpoint: &Endpoint, preface: &[u8]) ->
         None,
     )?;
     tcp_options(&socket, endpoint)?;
+    linerate_engine::sys::bind_source(&socket, endpoint.source.as_ref(), addr)?;
     socket.connect_timeout(&addr.into(), Duration::from_secs(5))?;
     let mut stream: TcpStream = socket.into();
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
@@ -101,19 +102,9 @@ pub(crate) fn dial_udp(
     flow: u32,
     give_up: &mut dyn FnMut() -> bool,
 ) -> io::Result<Conn> {
-    let local: SocketAddr = if addr.is_ipv4() {
-        "0.0.0.0:0".parse().expect("address")
-    } else {
-        "[::]:0".parse().expect("address")
-    };
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        None,
-    )?;
-    udp_options(&socket, endpoint)?;
-    socket.bind(&local.into())?;
-    let socket: UdpSocket = socket.into();
+    // From the host's `source` where the mesh names one, else any address.
+    let socket = linerate_engine::sys::udp_socket_from(endpoint.source.as_ref(), addr)?;
+    udp_options(&socket2::SockRef::from(&socket), endpoint)?;
     socket.set_read_timeout(Some(Duration::from_millis(200)))?;
     let mut answer = [0u8; 64];
     let mut hello: Vec<u8> = preface.to_vec();
@@ -353,7 +344,24 @@ mod tests {
             cipher: None,
             engine: None,
             marks,
+            source: None,
         }
+    }
+
+    /// An endpoint's source (a mesh host's `source`) is the address its connection leaves
+    /// from: the listener sees it as the peer.
+    #[test]
+    fn an_endpoints_source_is_where_its_connection_leaves_from() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut endpoint = endpoint(Protocol::Tcp, None);
+        endpoint.source = Some(linerate_model::Source {
+            address: Some("127.0.0.2".parse().unwrap()),
+            device: None,
+            mptcp: false,
+        });
+        let _conn = dial_tcp(listener.local_addr().unwrap(), &endpoint, b"x").unwrap();
+        let (_, peer) = listener.accept().unwrap();
+        assert_eq!(peer.ip().to_string(), "127.0.0.2");
     }
 
     /// A profile's endpoint with marks sets them on its TCP and UDP sockets, IPv4 and IPv6
