@@ -208,6 +208,12 @@ pub struct TraceArgs {
     /// IPv6 only
     #[arg(short = '6')]
     pub ipv6: bool,
+    /// Leave from this local address
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Leave through this interface or VRF device (SO_BINDTODEVICE)
+    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
+    pub bind_dev: Option<String>,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,

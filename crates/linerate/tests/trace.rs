@@ -185,7 +185,14 @@ fn every_protocol_finds_the_hops_and_many_flows_find_both_branches() {
     }
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let topology = Topology::new();
-    for protocol in [&[][..], &["--icmp"], &["--tcp", "-p", "5201"]] {
+    for protocol in [
+        &[][..],
+        &["--icmp"],
+        &["--tcp", "-p", "5201"],
+        // From the client's address, named: the same path.
+        &["--icmp", "-B", "10.91.1.1"],
+        &["-B", "10.91.1.1"],
+    ] {
         let doc = trace_json(&topology, protocol);
         assert_eq!(doc["test"], "trace");
         assert_eq!(doc["reached"], true, "{protocol:?}: {doc}");

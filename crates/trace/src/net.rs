@@ -59,6 +59,10 @@ pub struct Options {
     /// The destination port of UDP and TCP probes.
     pub port: u16,
     pub plan: Plan,
+    /// The probes leave from this address (`--bind`); `None`: the route's source.
+    pub bind: Option<IpAddr>,
+    /// And through this interface or VRF device (`--bind-dev`, SO_BINDTODEVICE).
+    pub device: Option<String>,
 }
 
 /// What the sockets did.
@@ -148,8 +152,34 @@ impl Sockets {
     fn open(options: &Options) -> Result<Sockets, TraceError> {
         let v6 = options.target.is_ipv6();
         let flows = options.plan.flows;
-        let source = source_toward(options.target)
-            .map_err(io_error(format!("no route to {}", options.target)))?;
+        let source = match options.bind {
+            Some(address) if address.is_ipv4() != v6 => address,
+            Some(address) => {
+                return Err(TraceError::Io {
+                    what: format!("--bind {address}"),
+                    source: io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("cannot reach {} (another IP version)", options.target),
+                    ),
+                })
+            }
+            None => source_toward(options.target)
+                .map_err(io_error(format!("no route to {}", options.target)))?,
+        };
+        // Every socket leaves from the source and, when told, through the device.
+        let place = |socket: &Socket, bind: bool| -> Result<(), TraceError> {
+            if let Some(device) = &options.device {
+                socket
+                    .bind_device(Some(device.as_bytes()))
+                    .map_err(io_error(format!("--bind-dev {device}")))?;
+            }
+            if bind {
+                socket
+                    .bind(&SocketAddr::new(source, 0).into())
+                    .map_err(io_error(format!("cannot bind to {source}")))?;
+            }
+            Ok(())
+        };
         let icmp_protocol = if v6 {
             libc::IPPROTO_ICMPV6
         } else {
@@ -163,10 +193,7 @@ impl Sockets {
                     let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
                     let socket = Socket::new(domain, Type::DGRAM, Some(SocketProtocol::UDP))
                         .map_err(io_error("cannot open a UDP socket"))?;
-                    let any = SocketAddr::new(source, 0);
-                    socket
-                        .bind(&any.into())
-                        .map_err(io_error("cannot bind a UDP socket"))?;
+                    place(&socket, true)?;
                     socket
                         .connect(&SocketAddr::new(options.target, options.port).into())
                         .map_err(io_error(format!("cannot reach {}", options.target)))?;
@@ -197,6 +224,7 @@ impl Sockets {
             }
             Protocol::Icmp => {
                 let socket = raw(v6, icmp_protocol, "icmp")?;
+                place(&socket, options.bind.is_some())?;
                 socket
                     .set_nonblocking(true)
                     .map_err(io_error("O_NONBLOCK"))?;
@@ -217,6 +245,7 @@ impl Sockets {
                         .map_err(io_error("IPV6_CHECKSUM"))?;
                 }
                 tcp.set_nonblocking(true).map_err(io_error("O_NONBLOCK"))?;
+                place(&tcp, options.bind.is_some())?;
                 let icmp = raw(v6, icmp_protocol, "tcp")?;
                 icmp.set_nonblocking(true).map_err(io_error("O_NONBLOCK"))?;
                 // Source ports above the usual ephemeral range's start, apart per process.
