@@ -270,6 +270,7 @@ const STAMP_EXAMPLES: &str = "Examples:
   linerate stamp router1 --count 1000 --interval 20ms --size 1400
   linerate stamp router1 --hmac-key-file stamp.key      authenticated mode (HMAC-SHA-256)
   linerate stamp server1 --json > stamp.json
+  linerate stamp router1 -B 192.0.2.7 --bind-dev eth1  from that address, through eth1
 
 Loss is split per direction from the reflector's Direct Measurement TLV (RFC 8972) or its
 own sequence numbers (a stateful reflector); otherwise only the round trip is known, and
@@ -302,6 +303,12 @@ pub struct StampArgs {
     /// AF11-AF43, VA; or 0-63); what arrived each way is reported
     #[arg(long, value_parser = dscp)]
     pub dscp: Option<u8>,
+    /// Leave from this local address
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Leave through this interface or VRF device (SO_BINDTODEVICE)
+    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
+    pub bind_dev: Option<String>,
     /// Authenticated mode: the HMAC-SHA-256 key in hexadecimal (at least 16 bytes; --key
     /// is linerate's own key file, not STAMP's)
     #[arg(long, value_name = "HEX", conflicts_with = "hmac_key_file")]

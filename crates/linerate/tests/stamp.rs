@@ -565,3 +565,34 @@ fn wire_round_trips(data: &[u8], port: u16) -> Vec<f64> {
     trips.sort_by(f64::total_cmp);
     trips
 }
+
+/// `-B` makes the probes leave from the address named: a socket standing in for the
+/// reflector sees them come from it. Another IP version is one line, exit 2.
+#[test]
+fn probes_leave_from_the_address_bound() {
+    let listener = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    listener
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let run = std::thread::spawn(move || {
+        stamp(&[
+            &target,
+            "-c",
+            "2",
+            "--timeout",
+            "0.2",
+            "-B",
+            "127.0.0.3",
+            "--json",
+        ])
+    });
+    let mut buffer = [0u8; 2048];
+    let (_, from) = listener.recv_from(&mut buffer).expect("a probe");
+    assert_eq!(from.ip().to_string(), "127.0.0.3");
+    let _ = run.join();
+    let out = stamp(&["127.0.0.1", "-B", "::1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("'--bind'"));
+}

@@ -29,6 +29,8 @@ pub struct Options {
     pub extensions: tlv::Request,
     /// The DSCP probes leave with (and ask of the answers).
     pub dscp: Option<u8>,
+    /// Where the probes leave from (`--bind`, `--bind-dev`); `None`: where the routes say.
+    pub source: Option<linerate_model::Source>,
     /// How long to wait for answers after the last probe.
     pub timeout: Duration,
     /// A live line every this often (0: none).
@@ -60,12 +62,41 @@ pub struct Pending {
 /// A socket for probes of one family and DSCP: nonblocking, with each arrival's TOS,
 /// TTL and time asked of the kernel, and each leaving's time where the kernel tells it.
 pub fn open_socket(v6: bool, dscp: Option<u8>) -> io::Result<UdpSocket> {
-    let local: SocketAddr = if v6 {
-        (Ipv6Addr::UNSPECIFIED, 0).into()
+    open_socket_from(v6, dscp, None)
+}
+
+/// [`open_socket`], leaving from `source`'s address and through its device when given.
+pub fn open_socket_from(
+    v6: bool,
+    dscp: Option<u8>,
+    source: Option<&linerate_model::Source>,
+) -> io::Result<UdpSocket> {
+    let any: IpAddr = if v6 {
+        Ipv6Addr::UNSPECIFIED.into()
     } else {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
+        Ipv4Addr::UNSPECIFIED.into()
     };
-    let socket = UdpSocket::bind(local)?;
+    let address = source.and_then(|s| s.address).unwrap_or(any);
+    if address.is_ipv6() != v6 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("--bind {address} cannot reach the reflector (another IP version)"),
+        ));
+    }
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(SocketAddr::new(address, 0)),
+        socket2::Type::DGRAM,
+        None,
+    )?;
+    if let Some(device) = source.and_then(|s| s.device.as_deref()) {
+        socket
+            .bind_device(Some(device.as_bytes()))
+            .map_err(|e| io::Error::new(e.kind(), format!("--bind-dev {device}: {e}")))?;
+    }
+    socket
+        .bind(&SocketAddr::new(address, 0).into())
+        .map_err(|e| io::Error::new(e.kind(), format!("--bind {address}: {e}")))?;
+    let socket: UdpSocket = socket.into();
     socket.set_nonblocking(true)?;
     sys::enable_meta(&socket, v6)?;
     sys::set_marks(&socket, v6, dscp.map_or(0, |d| d << 2))?;
@@ -115,7 +146,11 @@ impl Session {
     /// Opens the session's socket; its first probe is due at `first_ns` (a shared loop
     /// lines sessions of one rate up on one grid, so one wake-up serves them all).
     pub fn open(options: &Options, now_ns: u64, first_ns: u64) -> io::Result<Session> {
-        let socket = open_socket(options.addr.is_ipv6(), options.dscp)?;
+        let socket = open_socket_from(
+            options.addr.is_ipv6(),
+            options.dscp,
+            options.source.as_ref(),
+        )?;
         Ok(Session::new(options, Some(socket), now_ns, first_ns))
     }
 

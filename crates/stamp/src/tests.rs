@@ -586,6 +586,7 @@ fn many_sessions_on_one_prober(prober: &crate::prober::Prober) {
         duration: None,
         extensions: all_tlvs(),
         dscp,
+        source: None,
         timeout: Duration::from_secs(2),
         report_every: Duration::ZERO,
         same_clock: true,

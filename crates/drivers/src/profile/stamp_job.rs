@@ -136,6 +136,7 @@ pub(crate) fn start_source(
         duration: Some(job.window),
         extensions: request,
         dscp: job.dscp,
+        source: None,
         timeout: ANSWER_WAIT,
         report_every: Duration::ZERO,
         same_clock: sender::is_local(addr.ip()),
