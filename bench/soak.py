@@ -23,10 +23,13 @@ from mesh import PORT, Topology, cpu_model, sh, wait_listening
 
 
 def sample(pid):
-    """RSS (MiB), threads and open descriptors of `pid`."""
+    """RSS (MiB), threads, open descriptors of `pid`, and the RSS's parts (MiB): anonymous
+    memory (the heap, stacks), file pages (the binary's code as it is first run, mapped
+    files) and shared memory (SQLite's WAL index)."""
     status = open(f"/proc/{pid}/status").read()
     field = lambda name: int(status.split(f"{name}:")[1].split()[0])
-    return field("VmRSS") / 1024, field("Threads"), len(os.listdir(f"/proc/{pid}/fd"))
+    parts = tuple(field(name) / 1024 for name in ("RssAnon", "RssFile", "RssShmem"))
+    return (field("VmRSS") / 1024, field("Threads"), len(os.listdir(f"/proc/{pid}/fd"))) + parts
 
 
 def find_process(unique_argument, timeout_s=30.0):
@@ -91,6 +94,12 @@ def report(label, samples, warmup_s, window_s):
     rss = [s[0] for _, s in after]
     print(f"{label}: RSS {min(rss):.1f}-{max(rss):.1f} MiB after {warmup_s / 60:.0f} min, "
           f"fit {rss_fit:+.2f} MiB/hour (bound 1)")
+    parts = []
+    for index, name in ((3, "anonymous"), (4, "file"), (5, "shared")):
+        values = [s[index] for _, s in after]
+        parts.append(f"{name} {min(values):.1f}-{max(values):.1f} MiB, "
+                     f"fit {fit([(t, s[index]) for t, s in after]):+.2f} MiB/hour")
+    print("  of which " + "; ".join(parts))
     for index, name in ((1, "threads"), (2, "descriptors")):
         base = min(s[index] for _, s in after)
         windows = {}
