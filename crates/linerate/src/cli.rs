@@ -407,6 +407,12 @@ pub struct RpmArgs {
     /// Load-generating connections at most, each direction
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub max_connections: u32,
+    /// Leave from this local address (every connection)
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Leave through this interface or VRF device (SO_BINDTODEVICE)
+    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
+    pub bind_dev: Option<String>,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,

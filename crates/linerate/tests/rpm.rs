@@ -281,3 +281,39 @@ fn rpm_at_the_test_port_says_which_port_to_give() {
         "{err}"
     );
 }
+
+/// `-B` makes every connection leave from the address named: a listener standing in for
+/// the server sees the first one come from it.
+#[test]
+fn connections_leave_from_the_address_bound() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/.well-known/nq", listener.local_addr().unwrap());
+    let run = std::thread::spawn(move || {
+        linerate(&["rpm", &url, "-B", "127.0.0.3", "-t", "2", "--json"])
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (connection, peer) = loop {
+        match listener.accept() {
+            Ok(accepted) => break accepted,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no connection came: {}",
+                    if run.is_finished() {
+                        stderr(&run.join().unwrap())
+                    } else {
+                        String::new()
+                    }
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    assert_eq!(peer.ip().to_string(), "127.0.0.3");
+    drop(connection);
+    drop(listener);
+    let out = run.join().unwrap();
+    assert_ne!(out.status.code(), Some(0), "no server answered");
+}

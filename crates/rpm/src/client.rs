@@ -47,6 +47,10 @@ pub struct Options {
     pub probes_per_second: u32,
     /// Set from elsewhere to end the run at the next interval (a mesh that stops).
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Every connection leaves from this address (`--bind`)...
+    pub bind: Option<std::net::IpAddr>,
+    /// ...and through this interface or VRF device (`--bind-dev`, SO_BINDTODEVICE).
+    pub bind_device: Option<String>,
 }
 
 impl Options {
@@ -62,6 +66,8 @@ impl Options {
             tolerance: 0.05,
             probes_per_second: 10,
             cancel: None,
+            bind: None,
+            bind_device: None,
         }
     }
 }
@@ -80,6 +86,8 @@ struct Target {
     addr: SocketAddr,
     host: String,
     tls: Option<tokio_rustls::TlsConnector>,
+    bind: Option<std::net::IpAddr>,
+    bind_device: Option<String>,
 }
 
 /// Stages of a new connection, seconds.
@@ -102,7 +110,23 @@ impl Target {
     async fn open(&self) -> Result<Opened> {
         let start = Instant::now();
         let tcp = within("connecting", async {
-            tokio::net::TcpStream::connect(self.addr)
+            let socket = if self.addr.is_ipv4() {
+                tokio::net::TcpSocket::new_v4()?
+            } else {
+                tokio::net::TcpSocket::new_v6()?
+            };
+            if let Some(device) = &self.bind_device {
+                socket2::SockRef::from(&socket)
+                    .bind_device(Some(device.as_bytes()))
+                    .with_context(|| format!("--bind-dev {device}"))?;
+            }
+            if let Some(address) = self.bind {
+                socket
+                    .bind(SocketAddr::new(address, 0))
+                    .with_context(|| format!("--bind {address}"))?;
+            }
+            socket
+                .connect(self.addr)
                 .await
                 .with_context(|| format!("cannot connect to {}", self.addr))
         })
@@ -291,10 +315,15 @@ async fn run_async(
         (None, true) => bail!("https needs a way to check the certificate"),
         (_, false) => None,
     };
+    if let Some(bind) = options.bind.filter(|b| b.is_ipv4() != addr.is_ipv4()) {
+        bail!("--bind {bind} cannot reach {addr} (another IP version)");
+    }
     let target = Target {
         addr,
         host: host.clone(),
         tls: connector,
+        bind: options.bind,
+        bind_device: options.bind_device.clone(),
     };
     // The configuration must name this server: the loads and probes go to the address
     // it was fetched from, never to one a document merely names.
