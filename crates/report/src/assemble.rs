@@ -379,7 +379,7 @@ fn summarize(
     });
     Summary {
         crypto: None,
-        mptcp: mptcp_summary(local),
+        mptcp: crate::model::MptcpSummary::of(local),
         marks: config.marks.and_then(|sent| {
             let summary = MarksSummary {
                 arrived: marks_arrived(sent, local, remote).unwrap_or_default(),
@@ -411,19 +411,6 @@ fn summarize(
         pacing: None,
         rr: None,
     }
-}
-
-/// `--mptcp`: this end's connections, their subflows and fallbacks; `None` where no flow
-/// is MPTCP.
-pub(crate) fn mptcp_summary(local: &SideResult) -> Option<crate::model::MptcpSummary> {
-    let facts: Vec<linerate_model::MptcpFacts> =
-        local.flows.iter().filter_map(|f| f.mptcp).collect();
-    (!facts.is_empty()).then(|| crate::model::MptcpSummary {
-        connections: facts.len() as u32,
-        subflows: facts.iter().map(|f| u32::from(f.subflows)).sum(),
-        max_subflows: facts.iter().map(|f| f.subflows).max().unwrap_or(0),
-        fell_back: facts.iter().filter(|f| f.fallback).count() as u32,
-    })
 }
 
 /// `--ecn` over TCP: the sending connections of both ends whose handshake negotiated it;

@@ -248,6 +248,21 @@ pub struct MptcpSummary {
     pub fell_back: u32,
 }
 
+impl MptcpSummary {
+    /// `--mptcp`: this end's connections, their subflows and fallbacks; `None` where no
+    /// flow is MPTCP.
+    pub fn of(local: &linerate_model::SideResult) -> Option<MptcpSummary> {
+        let facts: Vec<linerate_model::MptcpFacts> =
+            local.flows.iter().filter_map(|f| f.mptcp).collect();
+        (!facts.is_empty()).then(|| MptcpSummary {
+            connections: facts.len() as u32,
+            subflows: facts.iter().map(|f| u32::from(f.subflows)).sum(),
+            max_subflows: facts.iter().map(|f| f.subflows).max().unwrap_or(0),
+            fell_back: facts.iter().filter(|f| f.fallback).count() as u32,
+        })
+    }
+}
+
 /// What became of a marked test's marks (`--dscp`, `--ecn`), where the ends could tell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MarksSummary {

@@ -197,7 +197,7 @@ fn summarize(
         },
         cpu_basis: Some(basis),
         rr: Some(rr),
-        mptcp: crate::assemble::mptcp_summary(local),
+        mptcp: crate::model::MptcpSummary::of(local),
         ..Default::default()
     }
 }
