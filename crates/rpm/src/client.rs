@@ -275,6 +275,7 @@ pub fn run(options: &Options, progress: &mut (dyn FnMut(&str) + Send)) -> Result
     })
 }
 
+// Long: the configuration fetched and checked, then each direction's leg and the report.
 async fn run_async(
     options: &Options,
     progress: &mut (dyn FnMut(&str) + Send),

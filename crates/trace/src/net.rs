@@ -149,6 +149,7 @@ fn raw(v6: bool, protocol: i32, name: &'static str) -> Result<Socket, TraceError
 }
 
 impl Sockets {
+    // Long: the source, then one arm per protocol, each opening and placing its sockets.
     fn open(options: &Options) -> Result<Sockets, TraceError> {
         let v6 = options.target.is_ipv6();
         let flows = options.plan.flows;
