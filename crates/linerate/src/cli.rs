@@ -170,6 +170,29 @@ UDP needs no privilege; --tcp and --icmp need CAP_NET_RAW. Routers rate-limit th
 send (Linux: a burst of 6, then 1 a second to each source): with many flows, a hop may
 answer some probes only.";
 
+/// Where a client's sockets leave from: `trace`, `stamp` and `rpm` take it as it is; the
+/// tests' own group (`ServerArgs`) adds `-4`, `-6`, marks and MPTCP.
+#[derive(Debug, Clone, Args)]
+pub struct BindArgs {
+    /// Leave from this local address
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Leave through this interface or VRF device (SO_BINDTODEVICE)
+    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
+    pub bind_dev: Option<String>,
+}
+
+impl BindArgs {
+    /// The source, when the user named any.
+    pub fn source(&self) -> Option<linerate_model::Source> {
+        (self.bind.is_some() || self.bind_dev.is_some()).then(|| linerate_model::Source {
+            address: self.bind,
+            device: self.bind_dev.clone(),
+            mptcp: false,
+        })
+    }
+}
+
 /// `linerate trace`.
 #[derive(Debug, Args)]
 pub struct TraceArgs {
@@ -208,12 +231,8 @@ pub struct TraceArgs {
     /// IPv6 only
     #[arg(short = '6')]
     pub ipv6: bool,
-    /// Leave from this local address
-    #[arg(short = 'B', long, value_name = "ADDR")]
-    pub bind: Option<std::net::IpAddr>,
-    /// Leave through this interface or VRF device (SO_BINDTODEVICE)
-    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
-    pub bind_dev: Option<String>,
+    #[command(flatten)]
+    pub source: BindArgs,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
@@ -303,12 +322,8 @@ pub struct StampArgs {
     /// AF11-AF43, VA; or 0-63); what arrived each way is reported
     #[arg(long, value_parser = dscp)]
     pub dscp: Option<u8>,
-    /// Leave from this local address
-    #[arg(short = 'B', long, value_name = "ADDR")]
-    pub bind: Option<std::net::IpAddr>,
-    /// Leave through this interface or VRF device (SO_BINDTODEVICE)
-    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
-    pub bind_dev: Option<String>,
+    #[command(flatten)]
+    pub source: BindArgs,
     /// Authenticated mode: the HMAC-SHA-256 key in hexadecimal (at least 16 bytes; --key
     /// is linerate's own key file, not STAMP's)
     #[arg(long, value_name = "HEX", conflicts_with = "hmac_key_file")]
@@ -407,12 +422,8 @@ pub struct RpmArgs {
     /// Load-generating connections at most, each direction
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub max_connections: u32,
-    /// Leave from this local address (every connection)
-    #[arg(short = 'B', long, value_name = "ADDR")]
-    pub bind: Option<std::net::IpAddr>,
-    /// Leave through this interface or VRF device (SO_BINDTODEVICE)
-    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
-    pub bind_dev: Option<String>,
+    #[command(flatten)]
+    pub source: BindArgs,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,

@@ -60,8 +60,8 @@ pub fn run(args: &RpmArgs, globals: &Globals) -> Outcome {
     options.target = args.target.clone();
     options.leg_limit = std::time::Duration::from_secs_f64(args.time);
     options.max_connections = args.max_connections as usize;
-    options.bind = args.bind;
-    options.bind_device = args.bind_dev.clone();
+    options.bind = args.source.bind;
+    options.bind_device = args.source.bind_dev.clone();
     // Progress on a terminal, or beside text; JSON alone when piped.
     let show = !args.json || std::io::stderr().is_terminal();
     let mut progress = |line: &str| {

@@ -74,7 +74,7 @@ pub fn read_key_file(path: &std::path::Path, flag: &str) -> Result<Key, String> 
 /// that makes `--size`.
 fn options(args: &StampArgs) -> Result<Options, Failure> {
     let addr = resolve(&args.target).map_err(Failure::Usage)?;
-    if let Some(bind) = args.bind.filter(|b| b.is_ipv4() != addr.is_ipv4()) {
+    if let Some(bind) = args.source.bind.filter(|b| b.is_ipv4() != addr.is_ipv4()) {
         return Err(Failure::Usage(format!(
             "invalid value '{bind}' for '--bind': the reflector {addr} is of the other IP version"
         )));
@@ -110,11 +110,7 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
         },
         extensions,
         dscp: args.dscp,
-        source: (args.bind.is_some() || args.bind_dev.is_some()).then(|| linerate_model::Source {
-            address: args.bind,
-            device: args.bind_dev.clone(),
-            mptcp: false,
-        }),
+        source: args.source.source(),
         timeout: Duration::from_secs_f64(args.timeout),
         report_every: Duration::from_secs_f64(args.interval_report),
         // In a lab (`lab run`, `lab exec` name the path they build), both ends are

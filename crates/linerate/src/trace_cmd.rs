@@ -34,7 +34,7 @@ fn resolve(target: &str, args: &TraceArgs) -> Result<IpAddr, Failure> {
         .find(|a| {
             (!args.ipv4 || a.is_ipv4())
                 && (!args.ipv6 || a.is_ipv6())
-                && args.bind.is_none_or(|b| b.is_ipv4() == a.is_ipv4())
+                && args.source.bind.is_none_or(|b| b.is_ipv4() == a.is_ipv4())
         })
         .ok_or_else(|| {
             bad(format!(
@@ -77,8 +77,8 @@ fn options(args: &TraceArgs) -> Result<net::Options, Failure> {
         target: resolve(&args.target, args)?,
         protocol,
         port,
-        bind: args.bind,
-        device: args.bind_dev.clone(),
+        bind: args.source.bind,
+        device: args.source.bind_dev.clone(),
         plan: Plan {
             flows: args.parallel,
             queries: args

@@ -308,14 +308,9 @@ fn hops_agree_with_traceroute_and_scamper() {
     }
 }
 
-#[test]
-fn raw_probes_without_privilege_say_so_and_offer_udp() {
-    // The check is the message: run as an unprivileged user where there is one.
-    let test = "raw_probes_without_privilege_say_so_and_offer_udp";
-    if skip_unless_root(test) {
-        return;
-    }
-    let out = std::process::Command::new("setpriv")
+/// `linerate trace 127.0.0.1 ARGS` as nobody, without capabilities.
+fn unprivileged(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("setpriv")
         .args([
             "--reuid",
             "65534",
@@ -325,9 +320,20 @@ fn raw_probes_without_privilege_say_so_and_offer_udp() {
             "--inh-caps=-all",
         ])
         .arg(binary())
-        .args(["--no-store", "trace", "127.0.0.1", "--icmp"])
+        .args(["--no-store", "trace", "127.0.0.1"])
+        .args(args)
         .output()
-        .expect("setpriv");
+        .expect("setpriv")
+}
+
+#[test]
+fn raw_probes_without_privilege_say_so_and_offer_udp() {
+    // The check is the message: run as an unprivileged user where there is one.
+    let test = "raw_probes_without_privilege_say_so_and_offer_udp";
+    if skip_unless_root(test) {
+        return;
+    }
+    let out = unprivileged(&["--icmp"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let text = stderr(&out);
     assert!(
@@ -336,19 +342,7 @@ fn raw_probes_without_privilege_say_so_and_offer_udp() {
     );
     assert_eq!(text.trim().lines().count(), 1, "{text}");
     // UDP runs unprivileged: loopback is one hop.
-    let out = std::process::Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(binary())
-        .args(["--no-store", "trace", "127.0.0.1", "--json"])
-        .output()
-        .expect("setpriv");
+    let out = unprivileged(&["--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc = json(&out);
     assert_eq!(doc["reached"], true, "{doc}");

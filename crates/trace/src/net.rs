@@ -365,12 +365,7 @@ impl Sockets {
                         let Some(tag) = wire::udp_tag(&payload) else {
                             continue;
                         };
-                        let outcome =
-                            match wire::error_words(self.v6, origin_error.0, origin_error.1) {
-                                None => Outcome::TimeExceeded,
-                                Some("reached") => Outcome::Reached,
-                                Some(why) => Outcome::Unreachable(why),
-                            };
+                        let outcome = outcome_of(self.v6, origin_error.0, origin_error.1);
                         let id = ProbeId::from_tag(flow as u16, tag);
                         prober.answered(id, from.to_string(), now_ns, outcome);
                     }
@@ -455,11 +450,7 @@ impl Sockets {
                 let Some(flow) = self.flow_of(flow_key) else {
                     return;
                 };
-                let outcome = match wire::error_words(self.v6, icmp_type, code) {
-                    None => Outcome::TimeExceeded,
-                    Some("reached") => Outcome::Reached,
-                    Some(why) => Outcome::Unreachable(why),
-                };
+                let outcome = outcome_of(self.v6, icmp_type, code);
                 prober.answered(
                     ProbeId::from_tag(flow, tag),
                     from.to_string(),
@@ -502,6 +493,15 @@ impl Sockets {
             now_ns,
             Outcome::Reached,
         );
+    }
+}
+
+/// What an ICMP error of `icmp_type` and `code` says of its probe.
+fn outcome_of(v6: bool, icmp_type: u8, code: u8) -> Outcome {
+    match wire::error_words(v6, icmp_type, code) {
+        None => Outcome::TimeExceeded,
+        Some("reached") => Outcome::Reached,
+        Some(why) => Outcome::Unreachable(why),
     }
 }
 
