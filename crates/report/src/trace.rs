@@ -150,9 +150,10 @@ impl TraceReport {
     /// "3 hops, 2 paths over 8 flows" or "not reached after 30 hops".
     pub fn headline_text(&self) -> String {
         let longest = self.paths.iter().filter_map(|p| p.reached_ttl).max();
+        let hops = |n: u8| format!("{n} hop{}", if n == 1 { "" } else { "s" });
         let reach = match (self.reached, longest) {
-            (true, Some(ttl)) => format!("{ttl} hops"),
-            (false, Some(ttl)) => format!("{ttl} hops, not every flow reached it"),
+            (true, Some(ttl)) => hops(ttl),
+            (false, Some(ttl)) => format!("{}, not every flow reached it", hops(ttl)),
             _ => format!("not reached within {} hops", self.max_ttl),
         };
         let plural = if self.distinct_paths == 1 { "" } else { "s" };
