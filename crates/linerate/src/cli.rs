@@ -1301,6 +1301,9 @@ pub struct CopyArgs {
     /// The server's port
     #[arg(short, long, default_value_t = 5201)]
     pub port: u16,
+    /// Leave from this local address: the control connection and the datagrams
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
     /// Send at this fixed rate instead of finding the path's [k|m|g suffixes, bit/s]
     #[arg(long, value_name = "RATE", value_parser = per_second)]
     pub rate: Option<u64>,

@@ -45,6 +45,7 @@ fn options(args: &CopyArgs, globals: &Globals) -> Result<CopyOptions, anyhow::Er
         encrypt: args.encrypt,
         // A tree brings its own directories, as scp -r does.
         mkdir: args.mkdir || args.recursive,
+        bind: args.bind,
     })
 }
 

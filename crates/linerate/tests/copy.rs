@@ -802,3 +802,45 @@ fn two_pushes_into_room_for_one_let_one_through_and_leave_nothing_of_the_other()
     };
     same_bytes(source, &small.join(name));
 }
+
+/// `-B` makes a copy leave from the address named: one with another key is refused, and
+/// the server's log names the address it came from; one with the right key arrives byte
+/// for byte (its datagrams take the control connection's address).
+#[test]
+fn a_copy_leaves_from_the_address_bound() {
+    let s = Scratch::new("bind");
+    let server = s.serve();
+    let source = s.file("src/bound.bin", 1024 * 1024 + 5, 3);
+    let out = copy(
+        &server,
+        &s.key(),
+        &[
+            source.to_str().unwrap(),
+            &remote("bound.bin"),
+            "-B",
+            "127.0.0.3",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    same_bytes(&source, &s.path("served/bound.bin"));
+    let other = s.path("other-key");
+    std::fs::write(&other, "another key, not the server's one\n").unwrap();
+    let refused = copy(
+        &server,
+        other.to_str().unwrap(),
+        &[
+            source.to_str().unwrap(),
+            &remote("refused.bin"),
+            "-B",
+            "127.0.0.3",
+            "-q",
+        ],
+    );
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(
+        server.wait_log("from 127.0.0.3:", Duration::from_secs(10)),
+        "{}",
+        server.log()
+    );
+}

@@ -69,6 +69,8 @@ pub struct CopyOptions {
     /// Create missing directories at the destination (`--mkdir`); a tree copied with
     /// `-r` creates its own either way.
     pub mkdir: bool,
+    /// Leave from this address (`-B`): the control connection and the datagrams.
+    pub bind: Option<std::net::IpAddr>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -146,7 +148,7 @@ pub fn copy(
         (Endpoint::Local(local), Endpoint::Remote { host, path }) => {
             let files = push_list(local, path, options.recursive)?;
             let server = resolve(host, options.port)?;
-            let mut session = connect(server, &options.key, options.block_cap)?;
+            let mut session = connect(server, &options.key, options.block_cap, options.bind)?;
             if options.no_checksum {
                 sys::no_udp_checksum(&session.session.udp)
                     .map_err(|e| TransferError::Local(format!("--no-udp-checksum: {e}")))?;
@@ -180,7 +182,7 @@ pub fn copy(
         }
         (Endpoint::Remote { host, path }, Endpoint::Local(local)) => {
             let server = resolve(host, options.port)?;
-            let mut session = connect(server, &options.key, options.block_cap)?;
+            let mut session = connect(server, &options.key, options.block_cap, options.bind)?;
             let plan = pull_list(&mut session, path, local, options)?;
             let mut copied = Vec::new();
             for (remote, local) in plan {

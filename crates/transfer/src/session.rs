@@ -99,15 +99,41 @@ impl ClientSession {
     }
 }
 
+/// The control connection to `server`, from `bind` when given.
+fn dial(server: SocketAddr, bind: Option<std::net::IpAddr>) -> Result<TcpStream, TransferError> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(server),
+        socket2::Type::STREAM,
+        None,
+    )
+    .map_err(|e| TransferError::Local(format!("cannot open a socket: {e}")))?;
+    if let Some(address) = bind {
+        if address.is_ipv4() != server.is_ipv4() {
+            return Err(TransferError::Local(format!(
+                "--bind {address} cannot reach {server} (another IP version)"
+            )));
+        }
+        socket
+            .bind(&SocketAddr::new(address, 0).into())
+            .map_err(|e| TransferError::Local(format!("--bind {address}: {e}")))?;
+    }
+    socket
+        .connect_timeout(&server.into(), SETUP_TIMEOUT)
+        .map_err(|e| TransferError::Peer(format!("cannot connect to {server}: {e}")))?;
+    Ok(socket.into())
+}
+
 /// Connects to a server's copy service.
+/// With `bind`, the control connection leaves from that address, and so do the
+/// datagrams, which take the control connection's local address.
 pub fn connect(
     server: SocketAddr,
     key: &Key,
     block_cap: Option<u32>,
+    bind: Option<std::net::IpAddr>,
 ) -> Result<ClientSession, TransferError> {
     let started = Instant::now();
-    let stream = TcpStream::connect_timeout(&server, SETUP_TIMEOUT)
-        .map_err(|e| TransferError::Peer(format!("cannot connect to {server}: {e}")))?;
+    let stream = dial(server, bind)?;
     let initial_rtt_ns = started.elapsed().as_nanos() as u64;
     let mut channel =
         Channel::new(stream, &[]).map_err(|e| setup_error("control connection", e))?;
