@@ -4,7 +4,9 @@
 In a lab (linerate lab up: client, router with the path emulator, server) every tool
 copies the same file from the client to the server, in interleaved rounds:
 
-- linerate copy (adaptive rate), disk to disk;
+- linerate copy (adaptive rate), disk to disk: `linerate` searches the path's rate from
+  scratch every run (--cold-start), `linerate-resumed` begins from what the copy before it
+  over this path found (the client's path memory, kept in a scratch XDG_STATE_HOME);
 - scp and rsync over OpenSSH (sshd started in the server namespace on port 2222);
 - uftp (UDP, fixed rate) and GridFTP (globus-url-copy, parallel TCP streams), when their
   Debian packages install and start; a row says why when they do not;
@@ -175,9 +177,10 @@ def commands(tool, source, key, args):
     """The client command for a tool and where its file lands."""
     dest = f"{SCRATCH}/dest/{tool}.bin"
     ssh_key = ["-i", f"{SCRATCH}/client_key"]
-    if tool == "linerate":
+    if tool in ("linerate", "linerate-resumed"):
+        cold = ["--cold-start"] if tool == "linerate" else []
         return in_ns(CLIENT, LINERATE, "--no-store", "copy", source, f"{SERVER_IP}:{tool}.bin",
-                     "--key", key, "-q", "--json"), dest
+                     "--key", key, "-q", "--json", *cold), dest
     if tool == "scp":
         return in_ns(CLIENT, "scp", "-P", "2222", *ssh_key, *SSH_OPTS, source,
                      f"root@{SERVER_IP}:{dest}"), dest
@@ -211,7 +214,8 @@ def run_tool(tool, source, size, key, args, servers):
     start = time.monotonic()
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=args.limit,
-                             env={**os.environ, "GLOBUS_HOSTNAME": "10.77.0.1"})
+                             env={**os.environ, "GLOBUS_HOSTNAME": "10.77.0.1",
+                                  "XDG_STATE_HOME": f"{SCRATCH}/state"})
         wall = time.monotonic() - start
         timed_out = False
     except subprocess.TimeoutExpired:
@@ -226,10 +230,11 @@ def run_tool(tool, source, size, key, args, servers):
     if dest:
         row["verified"] = (not timed_out and os.path.exists(dest) and sha256(dest) == args.source_sha)
         row["goodput_bps"] = size * 8 / wall if row["verified"] else None
-    if tool == "linerate" and out is not None:
+    if tool.startswith("linerate") and out is not None:
         doc = json.loads(out.stdout)
         copy = doc["copy"]
         row["claim_bps"] = copy["goodput_bps"]
+        row["resumed_from_bps"] = copy.get("resumed_from_bps")
         row["resent_share"] = copy["resent_bytes"] / max(copy["payload_bytes"], 1)
         row["limit"] = copy["diagnosis"]
         # The ramp: the first 100 ms slice at 90 % of the bottleneck, from the first data.
@@ -247,6 +252,23 @@ def fmt_rate(bps):
     if bps is None:
         return "-"
     return f"{bps / 1e9:.3f} Gbit/s" if bps >= 1e9 else f"{bps / 1e6:.1f} Mbit/s"
+
+
+def bound(args, size):
+    """The protocol's own bound (docs/performance.md, "Copy: a burst a wake-up"): every
+    1,514-byte frame carries 1,428 file bytes, each lost datagram is sent once more, and 3
+    round trips of set-up and one of tail come on top, with no rate search at all."""
+    rtt = parse_duration(args.rtt)
+    loss = float(args.loss.rstrip("%")) / 100
+    carried = args.rate_bps * 1428 / 1514 * (1 - loss)
+    return size * 8 / (size * 8 / carried + 4 * rtt)
+
+
+def parse_duration(text):
+    for suffix, scale in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * scale
+    return float(text)
 
 
 def lab_path(args):
@@ -323,6 +345,8 @@ def main():
     try:
         print(f"# {args.size} file, lab: RTT {args.rtt}, loss {args.loss}, bottleneck {args.rate}, "
               f"MTU 1500, TCP buffers 64M; {args.runs} interleaved rounds; {os.cpu_count()} CPUs")
+        print(f"# the protocol's own bound on this path: {fmt_rate(bound(args, size))}")
+        shutil.rmtree(f"{SCRATCH}/state", ignore_errors=True)
         for round_ in range(args.runs):
             for tool in tools:
                 row = run_tool(tool, args.source, size, key, args, servers)
@@ -355,6 +379,10 @@ def main():
                 notes.append(f"stopped after {args.limit:.0f} s")
             if "resent_share" in r:
                 notes.append(f"resent {r['resent_share'] * 100:.2f} %, ramp {r['ramp_s']} s")
+            if r.get("goodput_bps") and tool.startswith("linerate"):
+                notes.append(f"{r['goodput_bps'] / bound(args, size) * 100:.1f} % of the bound")
+            if r.get("resumed_from_bps"):
+                notes.append(f"began at {fmt_rate(r['resumed_from_bps'])}")
         verified = "-" if tool.startswith("tcp-") else f"{sum(bool(r.get('verified')) for r in rows)}/{len(rows)}"
         print(f"{tool:10} {fmt_rate(gp):>16} {fmt_rate(statistics.median(claim) if claim else None):>16} "
               f"{fmt_rate(statistics.median(wire)):>16} {verified:>9}  {ratio:>13}  {'; '.join(dict.fromkeys(notes))}")

@@ -176,6 +176,10 @@ fn copy_report(summary: &CopySummary, total: &FileOutcome, diagnosis: &Diagnosis
         min_rtt_ms: last.and_then(|o| o.min_rtt_ms),
         bottleneck_bps: last.and_then(|o| o.bottleneck_bps),
         random_loss: last.and_then(|o| o.random_loss),
+        resumed_from_bps: summary
+            .files
+            .first()
+            .and_then(|f| f.outcome.resumed_from_bps),
     }
 }
 

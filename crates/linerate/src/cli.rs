@@ -1310,6 +1310,10 @@ pub struct CopyArgs {
     /// Never send faster than this while finding the path's rate [bit/s]
     #[arg(long, value_name = "RATE", value_parser = per_second, conflicts_with = "rate")]
     pub max_rate: Option<u64>,
+    /// Find the path's rate from scratch, even where a copy over the same path in the last
+    /// hour left it (kept in $XDG_STATE_HOME/linerate/paths.json; pulls: by the server)
+    #[arg(long, conflicts_with = "rate")]
+    pub cold_start: bool,
     /// Chunk size: the unit hashed, written and resumed (a power of two, 64K to 64M)
     #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = chunk_size)]
     pub chunk: u64,

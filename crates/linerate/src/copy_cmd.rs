@@ -30,7 +30,7 @@ fn options(args: &CopyArgs, globals: &Globals) -> Result<CopyOptions, anyhow::Er
     })?;
     let rate = match (args.rate, args.max_rate) {
         (Some(bps), _) => RateConfig::Fixed { bps },
-        (None, max_bps) => RateConfig::Adaptive { max_bps },
+        (None, max_bps) => RateConfig::Adaptive { max_bps, resume: None },
     };
     Ok(CopyOptions {
         key,
@@ -46,6 +46,8 @@ fn options(args: &CopyArgs, globals: &Globals) -> Result<CopyOptions, anyhow::Er
         // A tree brings its own directories, as scp -r does.
         mkdir: args.mkdir || args.recursive,
         bind: args.bind,
+        path_book: linerate_transfer::path_memory::default_file(),
+        cold_start: args.cold_start,
     })
 }
 

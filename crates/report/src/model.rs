@@ -514,6 +514,10 @@ pub struct CopyReport {
     pub bottleneck_bps: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub random_loss: Option<f64>,
+    /// The rate the sender's search began from when it resumed from what an earlier copy
+    /// over the same path found (half of it), bit/s; absent for a search from scratch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from_bps: Option<f64>,
 }
 
 /// The figure that answers a test's question, in one unit.

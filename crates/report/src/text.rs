@@ -710,6 +710,13 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
     if let Some(root) = &copy.root {
         let _ = writeln!(out, "BLAKE3 root {root} (verified by both ends)");
     }
+    if let Some(bps) = copy.resumed_from_bps {
+        let _ = writeln!(
+            out,
+            "Rate: the search began at {}, half what the last copy over this path found (--cold-start searches from scratch)",
+            linerate_model::units::format_rate(bps, scale),
+        );
+    }
     let _ = writeln!(out, "Diagnosis: {}", copy.diagnosis);
     out
 }

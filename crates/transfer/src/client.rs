@@ -14,7 +14,8 @@ use crate::control::{Control, Entry};
 use crate::error::TransferError;
 use crate::layout::Layout;
 use crate::outcome::{FileOutcome, TransferProgress};
-use crate::rate::RateConfig;
+use crate::path_memory;
+use crate::rate::{RateConfig};
 use crate::receive_driver::{self, Target};
 use crate::seal::{Sealer, SEAL_TAG};
 use crate::service::{identity, initial_window, walk};
@@ -71,14 +72,69 @@ pub struct CopyOptions {
     pub mkdir: bool,
     /// Leave from this address (`-B`): the control connection and the datagrams.
     pub bind: Option<std::net::IpAddr>,
+    /// Where the client keeps what its copies learned of their paths (`path_memory`);
+    /// `None` keeps nothing.
+    pub path_book: Option<PathBuf>,
+    /// Search the path's rate from scratch even where the book remembers it
+    /// (`--cold-start`); what this copy learns is still kept.
+    pub cold_start: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    Push,
-    Pull,
+/// A push's memory of its path: recalled from the book when the copy starts, brought up
+/// to date by every file (the next file of a tree starts from what the last one found),
+/// and written back when the copy ends.
+struct PushMemory {
+    key: String,
+    current: Option<crate::rate::PathMemory>,
 }
+
+impl PushMemory {
+    fn recall(options: &CopyOptions, server: SocketAddr) -> PushMemory {
+        let key = path_memory::client_key(Direction::Push, server, options.bind);
+        let current = match (&options.path_book, options.cold_start) {
+            (Some(file), false) => path_memory::load(file)
+                .recall(&key, path_memory::now_unix_s())
+                .map(|r| r.memory),
+            _ => None,
+        };
+        PushMemory { key, current }
+    }
+
+    /// The rate for the next file: the user's, resumed from the memory when adaptive.
+    fn rate(&self, rate: RateConfig) -> RateConfig {
+        match rate {
+            RateConfig::Adaptive { max_bps, .. } => RateConfig::Adaptive {
+                max_bps,
+                resume: self.current,
+            },
+            fixed => fixed,
+        }
+    }
+
+    fn learn(&mut self, outcome: &FileOutcome) {
+        if let Some(memory) = path_memory::lesson(outcome) {
+            self.current = Some(memory);
+        }
+    }
+
+    /// Writes what was learned into the book (read again first: another copy may have
+    /// written it meanwhile). A book that cannot be written costs a note, not the copy.
+    fn keep(&self, options: &CopyOptions, events: &CopyEvents) {
+        let (Some(file), Some(memory)) = (&options.path_book, self.current) else {
+            return;
+        };
+        let mut book = path_memory::load(file);
+        book.remember(&self.key, memory, path_memory::now_unix_s());
+        if let Err(e) = path_memory::save(file, &book) {
+            (events.note)(&format!(
+                "could not keep the path's rate in {}: {e}",
+                file.display()
+            ));
+        }
+    }
+}
+
+pub use crate::outcome::Direction;
 
 /// One copied file.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -154,6 +210,7 @@ pub fn copy(
                     .map_err(|e| TransferError::Local(format!("--no-udp-checksum: {e}")))?;
             }
             let mut copied = Vec::new();
+            let mut memory = PushMemory::recall(options, server);
             for (local, remote) in files {
                 let outcome = push_file(
                     &mut session,
@@ -161,15 +218,18 @@ pub fn copy(
                     &local,
                     &remote,
                     options,
+                    memory.rate(options.rate),
                     events,
                     cancel,
                 )?;
+                memory.learn(&outcome);
                 copied.push(CopiedFile {
                     source: local.display().to_string(),
                     destination: format!("{host}:{remote}"),
                     outcome,
                 });
             }
+            memory.keep(options, events);
             Ok(finish(
                 session,
                 Direction::Push,
@@ -299,12 +359,14 @@ fn peer_error(e: impl std::fmt::Display) -> TransferError {
     TransferError::Peer(e.to_string())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn push_file(
     session: &mut ClientSession,
     file_index: u32,
     local: &Path,
     remote: &str,
     options: &CopyOptions,
+    rate: RateConfig,
     events: &CopyEvents,
     cancel: &AtomicBool,
 ) -> Result<FileOutcome, TransferError> {
@@ -363,7 +425,7 @@ fn push_file(
         layout,
         &have,
         window,
-        options.rate,
+        rate,
         session.initial_rtt_ns,
         sealer.as_ref(),
         cancel,
@@ -444,10 +506,11 @@ fn pull_file(
                 RateConfig::Adaptive { .. } => None,
             },
             max_rate_bps: match options.rate {
-                RateConfig::Adaptive { max_bps } => max_bps,
+                RateConfig::Adaptive { max_bps, .. } => max_bps,
                 RateConfig::Fixed { .. } => None,
             },
             encrypt: options.encrypt,
+            cold_start: options.cold_start,
         })
         .map_err(peer_error)?;
     session.prove_udp()?;

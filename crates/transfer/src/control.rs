@@ -75,6 +75,10 @@ pub struct SenderFigures {
     pub bottleneck_bps: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub random_loss: Option<f64>,
+    /// The rate the search began from when it resumed from an earlier copy over this
+    /// path (half what that copy found), bit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_bps: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +113,10 @@ pub enum Control {
         /// Seal the payloads (`--encrypt`).
         #[serde(default)]
         encrypt: bool,
+        /// Search the path's rate from scratch, not from what the server's last file to
+        /// this client found (`--cold-start`). Sent only when set.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cold_start: bool,
     },
     /// Client: list the files under this path (a directory pull).
     List { path: String },
@@ -251,7 +259,11 @@ impl EndStats {
         let sent = &self.sent;
         let w = &sent.waits;
         let waits = [w.pacing_s, w.window_s, w.receiver_s, w.reader_s, w.tail_s];
-        let optional = [sent.min_rtt_ms, sent.bottleneck_bps.map(|b| b / 1e6)];
+        let optional = [
+            sent.min_rtt_ms,
+            sent.bottleneck_bps.map(|b| b / 1e6),
+            sent.resumed_bps.map(|b| b / 1e6),
+        ];
         if fine(self.disk_busy_s)
             && fine(self.cpu_s)
             && fine(self.runqueue_wait_s)

@@ -4,13 +4,16 @@
 //! The cores are sans-IO: `wire` (datagram codecs), `layout` (chunks and blocks),
 //! `receiver` and `sender` (which blocks, which packet numbers, ACKs, loss detection),
 //! `rate` (pacing), `journal` (what a `.part` file already holds), `control` (the control
-//! connection's messages) and `confine` (which paths a server may touch). They take the
-//! time as an argument and never open a file or socket (`clippy.toml`).
+//! connection's messages), `confine` (which paths a server may touch) and `path_memory`
+//! (what earlier copies learned of their paths; its `load` and `save` are the one file
+//! access beside it). They take the time as an argument and never open a socket
+//! (`clippy.toml`).
 
 pub mod confine;
 pub mod control;
 pub mod journal;
 pub mod layout;
+pub mod path_memory;
 pub mod rate;
 pub mod receiver;
 pub mod seal;

@@ -3,6 +3,14 @@
 
 use crate::control::EndStats;
 
+/// Which way a copy went, seen from the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Push,
+    Pull,
+}
+
 /// A progress report, about ten a second.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TransferProgress {
@@ -45,6 +53,10 @@ pub struct FileOutcome {
     /// The rate model's bottleneck estimate at the end, bit/s.
     pub bottleneck_bps: Option<f64>,
     pub random_loss: Option<f64>,
+    /// The rate the sender's search began from, when it resumed from what an earlier
+    /// copy over this path found (half of that), bit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from_bps: Option<f64>,
     /// Per 100 ms: receiver-side goodput and retransmitted bytes (the sender's view).
     pub timeline: Vec<TimelinePoint>,
 }
@@ -60,6 +72,7 @@ impl FileOutcome {
         self.min_rtt_ms = sent.min_rtt_ms;
         self.bottleneck_bps = sent.bottleneck_bps;
         self.random_loss = sent.random_loss;
+        self.resumed_from_bps = sent.resumed_bps;
     }
 
     /// Adds `other`'s figures to these, as one transfer of both files: counts, times,
@@ -93,6 +106,8 @@ impl FileOutcome {
         self.bottleneck_bps = other.bottleneck_bps.or(self.bottleneck_bps);
         self.random_loss = other.random_loss.or(self.random_loss);
         self.min_rtt_ms = other.min_rtt_ms.or(self.min_rtt_ms);
+        // The first file's resume is the copy's: later files resume from the earlier ones.
+        self.resumed_from_bps = self.resumed_from_bps.or(other.resumed_from_bps);
     }
 }
 

@@ -15,14 +15,47 @@
 //! than the path's own loss (over twice it, and half a percent more) is congestion: the
 //! rate estimate is cut to what the round delivered, less a tenth, and the loss estimate
 //! halves, so a full queue never passes for random loss.
+//!
+//! A search may begin from what an earlier transfer over the same path learned (its
+//! [`PathMemory`]), as the IETF's Careful Resume (draft-ietf-tsvwg-careful-resume) lets a
+//! sender do: only when the path's round trip now is within a factor of two of the one
+//! remembered, it paces its first round trip at half the remembered rate instead of
+//! startup's 128 packets, and its own delivery samples decide the rate from the first
+//! one on. Losses that answer the jump are taken as congestion (the safe retreat): a
+//! path slower than remembered is cut to what it delivered, and the jump's overshoot
+//! never passes for the path's random loss.
+
+/// What a transfer learned of its path: the bottleneck rate (in the pacer's bytes) and the
+/// propagation delay, kept for the next transfer over the same path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PathMemory {
+    pub bottleneck_bps: u64,
+    pub min_rtt_ns: u64,
+}
+
+impl PathMemory {
+    /// What a finished transfer's figures say of its path, when they say enough.
+    pub fn of(bottleneck_bps: Option<f64>, min_rtt_ms: Option<f64>) -> Option<PathMemory> {
+        let bottleneck_bps = bottleneck_bps.filter(|b| b.is_finite() && *b >= 1e6)? as u64;
+        let min_rtt_ns = (min_rtt_ms.filter(|r| r.is_finite() && *r > 0.0)? * 1e6) as u64;
+        Some(PathMemory {
+            bottleneck_bps,
+            min_rtt_ns,
+        })
+    }
+}
 
 /// The user's choice of rate.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RateConfig {
     /// Pace at this many bits per second, whatever happens.
     Fixed { bps: u64 },
-    /// Find the rate; never above `max_bps` when given.
-    Adaptive { max_bps: Option<u64> },
+    /// Find the rate; never above `max_bps` when given; from `resume` when an earlier
+    /// transfer over this path left one (and the path's delay still matches it).
+    Adaptive {
+        max_bps: Option<u64>,
+        resume: Option<PathMemory>,
+    },
 }
 
 /// Startup's gain, 2 / ln 2: the rate doubles every round trip.
@@ -44,6 +77,10 @@ const MAX_LOSS_COMPENSATION: f64 = 0.25;
 /// Packets the window holds beyond twice the bandwidth-delay product (ACK aggregation,
 /// the receiver's ACK delay).
 const CWND_SLACK_PACKETS: u64 = 64;
+/// Rounds a resumed search's jump stands: the first ends at the first ACK, the second
+/// when what was sent after it is acknowledged, so the jump's own data and the round
+/// paced at it have answered. Their losses are the jump's.
+const JUMP_ROUNDS: u64 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -110,6 +147,11 @@ pub struct RateControl {
     pub restarts: u64,
     /// Rounds judged congested (for the diagnosis).
     pub congested_rounds: u64,
+    /// A resumed search's jump (half the remembered rate), bits per second; 0 without one.
+    jump_bps: u64,
+    /// The last round whose losses are taken as the jump's (0: no jump, or one already
+    /// retreated from).
+    jump_until_round: u64,
 }
 
 impl RateControl {
@@ -119,11 +161,21 @@ impl RateControl {
         let initial_rtt_ns = initial_rtt_ns.clamp(100_000, 1_000_000_000);
         // 128 packets a round trip to begin with (startup's gain on top), never below
         // 10 Mbit/s.
-        let initial_bps = (128 * packet * 8 * 1_000_000_000 / initial_rtt_ns).max(10_000_000);
+        let cold_bps = (128 * packet * 8 * 1_000_000_000 / initial_rtt_ns).max(10_000_000);
         let mode = match config {
             RateConfig::Fixed { .. } => Mode::Fixed,
             RateConfig::Adaptive { .. } => Mode::Startup,
         };
+        let jump_bps = match config {
+            RateConfig::Adaptive {
+                resume: Some(memory),
+                ..
+            } if Self::same_path(memory, initial_rtt_ns) => memory.bottleneck_bps / 2,
+            _ => 0,
+        };
+        // A jump paces at it, without startup's gain, until what it sent is acknowledged
+        // (Careful Resume's unvalidated phase).
+        let initial_bps = if jump_bps > 0 { jump_bps } else { cold_bps };
         RateControl {
             config,
             mode,
@@ -149,7 +201,28 @@ impl RateControl {
             startup_began_ns: 0,
             restarts: 0,
             congested_rounds: 0,
+            jump_bps,
+            jump_until_round: if jump_bps > 0 { JUMP_ROUNDS } else { 0 },
         }
+    }
+
+    /// Careful Resume's check: a round trip now within a factor of two of the one
+    /// remembered. A path that changed its delay is likely another path; its rate is
+    /// searched afresh.
+    fn same_path(memory: PathMemory, rtt_now_ns: u64) -> bool {
+        memory.min_rtt_ns > 0
+            && rtt_now_ns >= memory.min_rtt_ns / 2
+            && rtt_now_ns <= memory.min_rtt_ns.saturating_mul(2)
+    }
+
+    /// A jump not yet validated by the ACKs of what it sent, nor retreated from.
+    fn jump_stands(&self) -> bool {
+        self.round < self.jump_until_round
+    }
+
+    /// The rate a resumed search jumped to (half the remembered one), when it did.
+    pub fn resumed_bps(&self) -> Option<u64> {
+        (self.jump_bps > 0).then_some(self.jump_bps)
     }
 
     pub fn mode(&self) -> Mode {
@@ -171,6 +244,9 @@ impl RateControl {
             Mode::Fixed => 1.0,
             // A queue seen but not yet confirmed: hold the rate instead of doubling it.
             Mode::Startup if self.queued_samples > 0 => 1.0,
+            // A jump's first round paces at the jump itself (Careful Resume's unvalidated
+            // phase): nothing of this path has been seen yet.
+            Mode::Startup if self.jump_stands() => 1.0,
             // A search started again is near the bottleneck already: grow by half a round
             // trip's worth, not double, so that it overshoots less into the queue.
             Mode::Startup if self.restarts > 0 => RESTART_GAIN,
@@ -184,8 +260,22 @@ impl RateControl {
         let bps = bps.max(1_000_000.0) as u64;
         match self.config {
             RateConfig::Fixed { bps } => bps,
-            RateConfig::Adaptive { max_bps: Some(max) } => bps.min(max),
-            RateConfig::Adaptive { max_bps: None } => bps,
+            RateConfig::Adaptive {
+                max_bps: Some(max), ..
+            } => bps.min(max),
+            RateConfig::Adaptive { max_bps: None, .. } => bps,
+        }
+    }
+
+    /// The rate the gains multiply: the model's bottleneck, never below a jump that
+    /// stands (the first samples read low while the jump's pace fills the path), and the
+    /// first guess before any sample.
+    fn base_bps(&self) -> u64 {
+        let floor = if self.jump_stands() { self.jump_bps } else { 0 };
+        if self.btl_bw == 0 {
+            self.initial_bps.max(floor)
+        } else {
+            self.btl_bw.max(floor)
         }
     }
 
@@ -194,11 +284,7 @@ impl RateControl {
         if let RateConfig::Fixed { bps } = self.config {
             return bps;
         }
-        let base = if self.btl_bw == 0 {
-            self.initial_bps
-        } else {
-            self.btl_bw
-        };
+        let base = self.base_bps();
         let compensation = 1.0 / (1.0 - self.random_loss.min(MAX_LOSS_COMPENSATION));
         self.cap(base as f64 * self.gain() * compensation)
     }
@@ -211,11 +297,7 @@ impl RateControl {
             // is no delay to multiply by: flow control bounds what is in flight.
             return u64::MAX;
         }
-        let base = if self.btl_bw == 0 {
-            self.initial_bps
-        } else {
-            self.btl_bw
-        };
+        let base = self.base_bps();
         let compensation = 1.0 / (1.0 - self.random_loss.min(MAX_LOSS_COMPENSATION));
         let rtt = self.min_rtt_ns.max(1_000_000);
         let bdp = (base as u128 * rtt as u128 / 8_000_000_000) as f64 * compensation;
@@ -315,9 +397,14 @@ impl RateControl {
                 .saturating_add(self.min_rtt_ns / 8 + 1_000_000);
         // Congestion: a standing queue all round, and a loss clearly above the path's own
         // (twice it and half a percent more). A queue without such loss is left to the
-        // probing cycle's drain phase; loss without a queue is the path's.
-        let congested =
-            self.round_lost > 0 && !queue_seen_empty && loss > 2.0 * self.random_loss + 0.005;
+        // probing cycle's drain phase; loss without a queue is the path's. While a jump
+        // stands, its losses are taken as congestion whatever the queue showed (Careful
+        // Resume's safe retreat): the jump overshot a path slower than remembered, and
+        // its losses must not pass for the path's own.
+        let jumping = self.round <= self.jump_until_round;
+        let congested = self.round_lost > 0
+            && (!queue_seen_empty || jumping)
+            && loss > 2.0 * self.random_loss + 0.005;
         if sent > 0 {
             if congested {
                 self.congested_rounds += 1;
@@ -326,6 +413,7 @@ impl RateControl {
                 self.bw_samples.clear();
                 self.bw_samples.push((self.round, round_bps));
                 self.btl_bw = round_bps;
+                self.jump_until_round = 0;
             } else if sent >= 16 * self.packet {
                 self.random_loss += (loss - self.random_loss) / 8.0;
             }
@@ -413,6 +501,13 @@ mod tests {
 
     const PACKET: u64 = 1400;
 
+    fn adaptive() -> RateConfig {
+        RateConfig::Adaptive {
+            max_bps: None,
+            resume: None,
+        }
+    }
+
     fn ack(now_ns: u64, bps: u64, rtt_ns: u64, round_end: bool) -> AckEvent {
         AckEvent {
             now_ns,
@@ -437,7 +532,7 @@ mod tests {
     #[test]
     fn startup_ends_when_the_rate_stops_growing_and_cruises_at_the_bottleneck() {
         let mut rate =
-            RateControl::new(RateConfig::Adaptive { max_bps: None }, PACKET, 100_000_000);
+            RateControl::new(adaptive(), PACKET, 100_000_000);
         let mut now = 0;
         let mut bps = 10_000_000u64;
         for _ in 0..20 {
@@ -461,7 +556,7 @@ mod tests {
     #[test]
     fn random_loss_raises_the_pacing_rate_and_congestion_cuts_it() {
         let mut rate =
-            RateControl::new(RateConfig::Adaptive { max_bps: None }, PACKET, 100_000_000);
+            RateControl::new(adaptive(), PACKET, 100_000_000);
         let mut now = 0;
         for _ in 0..30 {
             now += 100_000_000;
@@ -496,7 +591,7 @@ mod tests {
     #[test]
     fn rounds_short_of_data_do_not_end_startup() {
         let mut rate =
-            RateControl::new(RateConfig::Adaptive { max_bps: None }, PACKET, 100_000_000);
+            RateControl::new(adaptive(), PACKET, 100_000_000);
         let mut now = 0;
         // Five rounds at a flat 50 Mbit/s while the sender waits for its disk.
         for _ in 0..5 {
@@ -520,11 +615,78 @@ mod tests {
         let mut rate = RateControl::new(
             RateConfig::Adaptive {
                 max_bps: Some(200_000_000),
+                resume: None,
             },
             PACKET,
             1_000_000,
         );
         rate.on_ack(&ack(1_000_000, 900_000_000, 1_000_000, true));
         assert_eq!(rate.pacing_bps(), 200_000_000);
+    }
+
+    fn resumed(bottleneck_bps: u64, remembered_rtt_ns: u64, rtt_now_ns: u64) -> RateControl {
+        RateControl::new(
+            RateConfig::Adaptive {
+                max_bps: None,
+                resume: Some(PathMemory {
+                    bottleneck_bps,
+                    min_rtt_ns: remembered_rtt_ns,
+                }),
+            },
+            PACKET,
+            rtt_now_ns,
+        )
+    }
+
+    #[test]
+    fn a_resumed_search_paces_its_first_round_at_half_the_remembered_rate() {
+        let cold = RateControl::new(adaptive(), PACKET, 100_000_000);
+        let rate = resumed(1_000_000_000, 100_000_000, 104_000_000);
+        assert_eq!(rate.resumed_bps(), Some(500_000_000));
+        assert_eq!(rate.pacing_bps(), 500_000_000);
+        assert!(cold.pacing_bps() < 50_000_000, "{}", cold.pacing_bps());
+        // A delay that changed by more than a factor of two is another path: a cold start.
+        for rtt_now in [40_000_000, 210_000_000] {
+            let other = resumed(1_000_000_000, 100_000_000, rtt_now);
+            assert_eq!(other.resumed_bps(), None);
+            let cold = RateControl::new(adaptive(), PACKET, rtt_now);
+            assert_eq!(other.pacing_bps(), cold.pacing_bps());
+        }
+    }
+
+    #[test]
+    fn a_resumed_search_holds_the_jump_until_it_is_acknowledged_then_doubles() {
+        let mut rate = resumed(1_000_000_000, 100_000_000, 100_000_000);
+        // The first ACK: its sample spans the time the jump took to fill the path and
+        // reads low; the jump stands, not yet multiplied.
+        rate.on_ack(&ack(100_000_000, 250_000_000, 100_000_000, true));
+        assert_eq!(rate.pacing_bps(), 500_000_000);
+        // What was paced at the jump came back in full: startup's gain from then on.
+        rate.on_ack(&ack(200_000_000, 500_000_000, 100_000_000, true));
+        assert_eq!(rate.mode(), Mode::Startup);
+        let paced = rate.pacing_bps();
+        assert!((1_400_000_000..1_500_000_000).contains(&paced), "{paced}");
+    }
+
+    #[test]
+    fn a_path_slower_than_remembered_is_cut_to_what_it_delivered() {
+        // Remembered 1 Gbit/s; the path now carries 200 Mbit/s with a standing queue and
+        // congestion losses.
+        let mut rate = resumed(1_000_000_000, 100_000_000, 100_000_000);
+        let mut now = 0;
+        for _ in 0..6 {
+            now += 150_000_000;
+            rate.on_loss(30 * PACKET);
+            rate.on_ack(&AckEvent {
+                acked: 70 * PACKET,
+                ..ack(now, 200_000_000, 150_000_000, true)
+            });
+        }
+        assert!(
+            rate.bottleneck_bps() <= 200_000_000,
+            "{}",
+            rate.bottleneck_bps()
+        );
+        assert_ne!(rate.mode(), Mode::Startup);
     }
 }

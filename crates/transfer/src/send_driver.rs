@@ -197,6 +197,7 @@ pub fn send_file(
             min_rtt_ms: sender.min_rtt_ns().map(|ns| ns as f64 / 1e6),
             bottleneck_bps: model.then(|| sender.rate().bottleneck_bps() as f64),
             random_loss: model.then(|| sender.rate().random_loss()),
+            resumed_bps: sender.rate().resumed_bps().map(|bps| bps as f64),
         },
     };
     sink.send(&Control::Closed { stats })

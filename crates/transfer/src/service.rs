@@ -13,6 +13,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use linerate_proto::auth::Key;
@@ -23,6 +24,7 @@ use crate::control::{Control, Entry, MAX_ENTRIES};
 use crate::datagrams::Session;
 use crate::layout::{Layout, DEFAULT_CHUNK};
 use crate::outcome::FileOutcome;
+use crate::path_memory::{self, PathBook};
 use crate::rate::RateConfig;
 use crate::receive_driver::{self, Target};
 use crate::seal::{Sealer, SEAL_TAG};
@@ -38,6 +40,10 @@ pub struct FileService {
     root: PathBuf,
     root_dir: OwnedFd,
     key: Key,
+    /// What the files this server sent learned of the paths to their clients, by client
+    /// address: the next pull by the same client resumes its rate search from it. Held
+    /// in memory, [`crate::path_memory::MAX_ENTRIES`] clients at most.
+    paths: Mutex<PathBook>,
 }
 
 impl std::fmt::Debug for FileService {
@@ -57,11 +63,17 @@ impl FileService {
             root,
             root_dir,
             key,
+            paths: Mutex::new(PathBook::default()),
         })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, PathBook> {
+        // A session that panicked while holding it left a book still whole.
+        self.paths.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Serves one control connection (its preface already read; `already` holds any
@@ -117,21 +129,24 @@ impl FileService {
                     rate_bps,
                     max_rate_bps,
                     encrypt,
+                    cold_start,
                 } => {
                     file_index += 1;
                     let rate = match rate_bps {
                         Some(bps) => RateConfig::Fixed { bps },
                         None => RateConfig::Adaptive {
                             max_bps: max_rate_bps,
+                            resume: None,
                         },
                     };
+                    let resume = !cold_start;
                     let sealer = encrypt.then(|| Sealer::new(&session.key));
                     self.send(
                         &mut channel,
                         &session,
                         file_index,
                         &path,
-                        rate,
+                        (rate, resume),
                         sealer.as_ref(),
                         &peer,
                         log,
@@ -287,7 +302,7 @@ impl FileService {
         session: &Session,
         file_index: u32,
         path: &str,
-        rate: RateConfig,
+        (rate, resume): (RateConfig, bool),
         sealer: Option<&Sealer>,
         peer: &str,
         log: &dyn Fn(&str),
@@ -339,6 +354,21 @@ impl FileService {
             Err(e) => return Err(e.to_string()),
         };
         let cancel = AtomicBool::new(false);
+        // The path back to this client, as the last file sent to it found it.
+        let path_key = peer
+            .parse::<std::net::SocketAddr>()
+            .map(|p| format!("to {}", p.ip()))
+            .ok();
+        let rate = match (rate, &path_key) {
+            (RateConfig::Adaptive { max_bps, .. }, Some(key)) if resume => RateConfig::Adaptive {
+                max_bps,
+                resume: self
+                    .book()
+                    .recall(key, path_memory::now_unix_s())
+                    .map(|r| r.memory),
+            },
+            (rate, _) => rate,
+        };
         let outcome = crate::send_driver::send_file(
             channel,
             session,
@@ -354,6 +384,10 @@ impl FileService {
             &|_| {},
         )
         .map_err(|e| format!("sending '{path}' failed: {e}"))?;
+        if let (Some(key), Some(memory)) = (&path_key, path_memory::lesson(&outcome)) {
+            self.book()
+                .remember(key, memory, path_memory::now_unix_s());
+        }
         log(&format!(
             "copy session from {peer}: sent {path}{}",
             summary(&outcome)
