@@ -633,8 +633,10 @@ Examples:
   linerate lab run --rtt 100ms --loss 1% --rate 1G --serve-args \"--files /tmp/in --key K\" -- \\
       linerate copy big.dat server:big.dat --key K
 Run again after an interruption and the copy resumes: only chunks not yet verified and
-synced at the destination move again. The summary names what limited the copy (the
-sender's disk, the network, the receiver's disk or CPU); --diagnose shows the split.";
+synced at the destination move again. A copy over a path copied in the last hour begins
+its rate search at half the rate that copy found (--cold-start searches from scratch).
+The summary names what limited the copy (the sender's disk, the network, the receiver's
+disk or CPU); --diagnose shows the split.";
 
 const DISK_EXAMPLES: &str = "\
 Examples:

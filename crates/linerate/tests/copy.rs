@@ -695,7 +695,7 @@ fn an_interrupted_copy_says_what_it_kept_and_resumes_with_the_same_command() {
         "40M",
     ];
     let child = Command::new(binary())
-        .env("LINERATE_DB", scratch_db())
+        .envs(scratch_env())
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -763,7 +763,7 @@ fn two_pushes_into_room_for_one_let_one_through_and_leave_nothing_of_the_other()
     let key = s.key();
     let push = |source: &Path, name: &str| {
         Command::new(binary())
-            .env("LINERATE_DB", scratch_db())
+            .envs(scratch_env())
             .args(["copy", "-p", &port, "--key", &key, "-q"])
             .args([source.to_str().unwrap(), &remote(name)])
             .stdout(Stdio::piped())

@@ -53,7 +53,7 @@ extern "C" fn forget_status_dirs() {
 
 fn lab(args: &[&str]) -> Output {
     Command::new(binary())
-        .env("LINERATE_DB", scratch_db())
+        .envs(scratch_env())
         .arg("lab")
         .args(args)
         .output()
@@ -1641,7 +1641,7 @@ fn lab_commands_naming_linerate_run_this_binary() {
     let name = lab_name("self");
     // A PATH without any linerate on it, as after `cargo build`.
     let output = Command::new(binary())
-        .env("LINERATE_DB", scratch_db())
+        .envs(scratch_env())
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .args(["lab", "run", "--name", &name, "--rtt", "2ms", "--"])
         .args([
@@ -1681,7 +1681,7 @@ fn lab_exec_passes_signals_on_and_lab_down_leaves_nothing() {
     };
     for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         let mut exec = Command::new(binary())
-            .env("LINERATE_DB", scratch_db())
+            .envs(scratch_env())
             .args(["lab", "exec", "--name", &name, "server", "--"])
             .args([binary(), "--no-store", "serve", "-q"])
             .spawn()
@@ -2044,7 +2044,7 @@ fn an_aqm_holds_the_queue_near_its_target_and_its_marks_are_the_receivers() {
             binary()
         );
         let run = Command::new(binary())
-            .env("LINERATE_DB", scratch_db())
+            .envs(scratch_env())
             .args([
                 "lab", "exec", "--name", &name, "client", "--", "sh", "-c", &client,
             ])
@@ -2922,4 +2922,90 @@ for = "3s"
     assert!(text.contains("loss"), "{text}{}", stderr(&status));
     eprintln!("{text}\n{alerts:#?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The first interval (its end, seconds from the first data) at which a copy's receiver
+/// goodput reached `level` bit/s.
+fn ramp_to(doc: &serde_json::Value, level: f64) -> Option<f64> {
+    doc["intervals"].as_array()?.iter().find_map(|iv| {
+        (iv["receiver_bps"].as_f64()? >= level).then(|| iv["end"].as_f64().unwrap_or(f64::MAX))
+    })
+}
+
+/// A copy over a path a copy crossed before begins its rate search from half the rate that
+/// copy found (Careful Resume), and so fills the path sooner than the cold one did; the
+/// client keeps what it learned in its state directory, the server what its sends learned
+/// per client, and `--cold-start` searches from scratch either way.
+#[test]
+fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
+    let test = "a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("resume");
+    let _guard = LabGuard(name.clone());
+    let (root, source) = copy_scratch("resume", 64 << 20);
+    let up = lab(&["up", "--name", &name, "--rtt", "100ms", "--rate", "600M"]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let key = root.join("key").display().to_string();
+    let mut serve = Command::new(binary())
+        .envs(scratch_env())
+        .args(["lab", "exec", "--name", &name, "server", "--", binary()])
+        .args(["--no-store", "serve", "--files"])
+        .args([root.join("served").to_str().unwrap(), "--key", &key])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    std::thread::sleep(Duration::from_millis(800));
+    let state = root.join("state");
+    let copy = |from: &str, to: &str, extra: &[&str]| {
+        let out = Command::new(binary())
+            .envs(scratch_env())
+            .env("XDG_STATE_HOME", &state)
+            .args(["lab", "exec", "--name", &name, "client", "--", binary()])
+            .args(["--no-store", "copy", from, to, "--key", &key, "-q", "--json"])
+            .args(extra)
+            .output()
+            .expect("copy");
+        assert!(out.status.success(), "{from} -> {to}: {}", stderr(&out));
+        json(&out)
+    };
+    let source = source.to_str().unwrap();
+    let cold = copy(source, "server:first.bin", &[]);
+    assert!(cold["copy"].get("resumed_from_bps").is_none(), "{}", cold["copy"]);
+    let found = num(&cold, "/copy/bottleneck_bps");
+    let book = std::fs::read_to_string(state.join("linerate/paths.json")).expect("the book");
+    assert!(book.contains("\"push to "), "{book}");
+    let warm = copy(source, "server:second.bin", &[]);
+    let resumed = num(&warm, "/copy/resumed_from_bps");
+    assert!(
+        (resumed - found / 2.0).abs() <= 1.0,
+        "began at {resumed}, the first copy found {found}"
+    );
+    // Both reach 40 % of the path; the resumed one is there from its first round trip,
+    // the cold one after doubling its way up for three or four.
+    let level = 0.4 * found;
+    let (cold_ramp, warm_ramp) = (ramp_to(&cold, level), ramp_to(&warm, level));
+    eprintln!("found {found:.0} bit/s; to {level:.0}: cold {cold_ramp:?} s, resumed {warm_ramp:?} s");
+    assert!(
+        warm_ramp.is_some() && cold_ramp.is_some() && warm_ramp < cold_ramp,
+        "to {level:.0} bit/s: resumed after {warm_ramp:?} s, cold after {cold_ramp:?} s"
+    );
+    let again = copy(source, "server:third.bin", &["--cold-start"]);
+    assert!(again["copy"].get("resumed_from_bps").is_none());
+    // Pulls: the server is the sender; the second pull by this client resumes from the
+    // first, and --cold-start reaches the server.
+    let pulled = root.join("pulled.bin").display().to_string();
+    let first = copy("server:first.bin", &pulled, &[]);
+    assert!(first["copy"].get("resumed_from_bps").is_none());
+    let second = copy("server:first.bin", &pulled, &[]);
+    assert!(num(&second, "/copy/resumed_from_bps") > 0.0, "{}", second["copy"]);
+    let third = copy("server:first.bin", &pulled, &["--cold-start"]);
+    assert!(third["copy"].get("resumed_from_bps").is_none());
+    assert_same_file(std::path::Path::new(source), std::path::Path::new(&pulled));
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let _ = std::fs::remove_dir_all(root);
 }

@@ -21,7 +21,7 @@ use crate::rate::PathMemory;
 /// Round trips a file's transfer must have lasted for its rate model to be worth
 /// remembering: a small file ends while the search still climbs, and its estimate says
 /// how far the search got, not what the path carries.
-pub const LESSON_ROUND_TRIPS: f64 = 20.0;
+pub const LESSON_ROUND_TRIPS: f64 = 10.0;
 
 /// What a finished file's transfer teaches of its path, if it lasted long enough to
 /// have found the rate.
@@ -214,6 +214,7 @@ mod tests {
             ..FileOutcome::default()
         };
         assert_eq!(lesson(&outcome(0.5)), None);
+        assert_eq!(lesson(&outcome(0.9)), None);
         assert_eq!(
             lesson(&outcome(2.0)),
             Some(PathMemory {

@@ -17,10 +17,23 @@ pub fn scratch_db() -> std::path::PathBuf {
     std::env::temp_dir().join("linerate-tests.db")
 }
 
+/// The environment every command of a test runs with: the scratch database, and a state
+/// directory of its own, so that no copy resumes its rate search from what another
+/// test's copy learned of another path (a test that wants a resume names its own).
+pub fn scratch_env() -> [(&'static str, std::path::PathBuf); 2] {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let state = std::env::temp_dir().join(format!(
+        "linerate-tests-state/{}-{n}",
+        std::process::id()
+    ));
+    [("LINERATE_DB", scratch_db()), ("XDG_STATE_HOME", state)]
+}
+
 /// The binary, with the scratch database.
 pub fn command() -> Command {
     let mut command = Command::new(binary());
-    command.env("LINERATE_DB", scratch_db());
+    command.envs(scratch_env());
     command
 }
 
@@ -51,7 +64,7 @@ impl ServeProcess {
             Some(ns) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", ns, binary()]);
-                c.env("LINERATE_DB", scratch_db());
+                c.envs(scratch_env());
                 c
             }
             None => command(),
@@ -171,7 +184,7 @@ impl Drop for ServeProcess {
 pub fn linerate_in(ns: &str, args: &[&str]) -> Output {
     Command::new("ip")
         .args(["netns", "exec", ns, binary()])
-        .env("LINERATE_DB", scratch_db())
+        .envs(scratch_env())
         .args(args)
         .output()
         .expect("run linerate in a namespace")
