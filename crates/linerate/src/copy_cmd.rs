@@ -30,7 +30,10 @@ fn options(args: &CopyArgs, globals: &Globals) -> Result<CopyOptions, anyhow::Er
     })?;
     let rate = match (args.rate, args.max_rate) {
         (Some(bps), _) => RateConfig::Fixed { bps },
-        (None, max_bps) => RateConfig::Adaptive { max_bps, resume: None },
+        (None, max_bps) => RateConfig::Adaptive {
+            max_bps,
+            resume: None,
+        },
     };
     Ok(CopyOptions {
         key,

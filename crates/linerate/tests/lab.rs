@@ -2965,7 +2965,16 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
             .envs(scratch_env())
             .env("XDG_STATE_HOME", &state)
             .args(["lab", "exec", "--name", &name, "client", "--", binary()])
-            .args(["--no-store", "copy", from, to, "--key", &key, "-q", "--json"])
+            .args([
+                "--no-store",
+                "copy",
+                from,
+                to,
+                "--key",
+                &key,
+                "-q",
+                "--json",
+            ])
             .args(extra)
             .output()
             .expect("copy");
@@ -2974,7 +2983,11 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
     };
     let source = source.to_str().unwrap();
     let cold = copy(source, "server:first.bin", &[]);
-    assert!(cold["copy"].get("resumed_from_bps").is_none(), "{}", cold["copy"]);
+    assert!(
+        cold["copy"].get("resumed_from_bps").is_none(),
+        "{}",
+        cold["copy"]
+    );
     let found = num(&cold, "/copy/bottleneck_bps");
     let book = std::fs::read_to_string(state.join("linerate/paths.json")).expect("the book");
     assert!(book.contains("\"push to "), "{book}");
@@ -2988,7 +3001,9 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
     // the cold one after doubling its way up for three or four.
     let level = 0.4 * found;
     let (cold_ramp, warm_ramp) = (ramp_to(&cold, level), ramp_to(&warm, level));
-    eprintln!("found {found:.0} bit/s; to {level:.0}: cold {cold_ramp:?} s, resumed {warm_ramp:?} s");
+    eprintln!(
+        "found {found:.0} bit/s; to {level:.0}: cold {cold_ramp:?} s, resumed {warm_ramp:?} s"
+    );
     assert!(
         warm_ramp.is_some() && cold_ramp.is_some() && warm_ramp < cold_ramp,
         "to {level:.0} bit/s: resumed after {warm_ramp:?} s, cold after {cold_ramp:?} s"
@@ -3001,7 +3016,11 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
     let first = copy("server:first.bin", &pulled, &[]);
     assert!(first["copy"].get("resumed_from_bps").is_none());
     let second = copy("server:first.bin", &pulled, &[]);
-    assert!(num(&second, "/copy/resumed_from_bps") > 0.0, "{}", second["copy"]);
+    assert!(
+        num(&second, "/copy/resumed_from_bps") > 0.0,
+        "{}",
+        second["copy"]
+    );
     let third = copy("server:first.bin", &pulled, &["--cold-start"]);
     assert!(third["copy"].get("resumed_from_bps").is_none());
     assert_same_file(std::path::Path::new(source), std::path::Path::new(&pulled));

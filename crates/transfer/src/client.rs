@@ -15,7 +15,7 @@ use crate::error::TransferError;
 use crate::layout::Layout;
 use crate::outcome::{FileOutcome, TransferProgress};
 use crate::path_memory;
-use crate::rate::{RateConfig};
+use crate::rate::RateConfig;
 use crate::receive_driver::{self, Target};
 use crate::seal::{Sealer, SEAL_TAG};
 use crate::service::{identity, initial_window, walk};

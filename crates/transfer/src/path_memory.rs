@@ -69,7 +69,8 @@ impl PathBook {
     /// A book from its file's text; anything unreadable is an empty book.
     pub fn parse(text: &str) -> PathBook {
         let mut book: PathBook = serde_json::from_str(text).unwrap_or_default();
-        book.paths.retain(|_, r| r.memory.bottleneck_bps > 0 && r.memory.min_rtt_ns > 0);
+        book.paths
+            .retain(|_, r| r.memory.bottleneck_bps > 0 && r.memory.min_rtt_ns > 0);
         book.trim();
         book
     }
@@ -117,8 +118,9 @@ impl PathBook {
 pub fn default_file() -> Option<PathBuf> {
     let state = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?)
-            .join(".local/state"),
+        None => {
+            PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".local/state")
+        }
     };
     Some(state.join("linerate").join("paths.json"))
 }
@@ -176,7 +178,8 @@ mod tests {
         let key = client_key(Direction::Push, "10.0.0.2:5201".parse().unwrap(), None);
         book.remember(&key, memory(1_000_000_000), 1_000_000);
         assert_eq!(
-            book.recall(&key, 1_000_000 + LIFETIME_S - 1).map(|r| r.memory),
+            book.recall(&key, 1_000_000 + LIFETIME_S - 1)
+                .map(|r| r.memory),
             Some(memory(1_000_000_000))
         );
         assert_eq!(book.recall(&key, 1_000_000 + LIFETIME_S), None);
@@ -197,7 +200,11 @@ mod tests {
     fn a_book_keeps_its_newest_entries_and_survives_its_file() {
         let mut book = PathBook::default();
         for i in 0..(MAX_ENTRIES as u64 + 10) {
-            book.remember(&format!("push to 10.0.0.{i}:5201"), memory(1_000_000 + i), i);
+            book.remember(
+                &format!("push to 10.0.0.{i}:5201"),
+                memory(1_000_000 + i),
+                i,
+            );
         }
         assert_eq!(book.paths.len(), MAX_ENTRIES);
         assert!(book.recall("push to 10.0.0.0:5201", 100).is_none());
@@ -242,7 +249,8 @@ mod tests {
             assert_eq!(PathBook::parse(text), PathBook::default(), "{text}");
         }
         // Zeros say nothing of a path.
-        let zero = "{\"paths\": {\"k\": {\"bottleneck_bps\": 0, \"min_rtt_ns\": 5, \"saved_unix_s\": 1}}}";
+        let zero =
+            "{\"paths\": {\"k\": {\"bottleneck_bps\": 0, \"min_rtt_ns\": 5, \"saved_unix_s\": 1}}}";
         assert!(PathBook::parse(zero).paths.is_empty());
     }
 

@@ -531,8 +531,7 @@ mod tests {
 
     #[test]
     fn startup_ends_when_the_rate_stops_growing_and_cruises_at_the_bottleneck() {
-        let mut rate =
-            RateControl::new(adaptive(), PACKET, 100_000_000);
+        let mut rate = RateControl::new(adaptive(), PACKET, 100_000_000);
         let mut now = 0;
         let mut bps = 10_000_000u64;
         for _ in 0..20 {
@@ -555,8 +554,7 @@ mod tests {
 
     #[test]
     fn random_loss_raises_the_pacing_rate_and_congestion_cuts_it() {
-        let mut rate =
-            RateControl::new(adaptive(), PACKET, 100_000_000);
+        let mut rate = RateControl::new(adaptive(), PACKET, 100_000_000);
         let mut now = 0;
         for _ in 0..30 {
             now += 100_000_000;
@@ -590,8 +588,7 @@ mod tests {
 
     #[test]
     fn rounds_short_of_data_do_not_end_startup() {
-        let mut rate =
-            RateControl::new(adaptive(), PACKET, 100_000_000);
+        let mut rate = RateControl::new(adaptive(), PACKET, 100_000_000);
         let mut now = 0;
         // Five rounds at a flat 50 Mbit/s while the sender waits for its disk.
         for _ in 0..5 {

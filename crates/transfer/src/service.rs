@@ -385,8 +385,7 @@ impl FileService {
         )
         .map_err(|e| format!("sending '{path}' failed: {e}"))?;
         if let (Some(key), Some(memory)) = (&path_key, path_memory::lesson(&outcome)) {
-            self.book()
-                .remember(key, memory, path_memory::now_unix_s());
+            self.book().remember(key, memory, path_memory::now_unix_s());
         }
         log(&format!(
             "copy session from {peer}: sent {path}{}",

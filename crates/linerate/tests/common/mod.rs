@@ -23,10 +23,8 @@ pub fn scratch_db() -> std::path::PathBuf {
 pub fn scratch_env() -> [(&'static str, std::path::PathBuf); 2] {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let state = std::env::temp_dir().join(format!(
-        "linerate-tests-state/{}-{n}",
-        std::process::id()
-    ));
+    let state =
+        std::env::temp_dir().join(format!("linerate-tests-state/{}-{n}", std::process::id()));
     [("LINERATE_DB", scratch_db()), ("XDG_STATE_HOME", state)]
 }
 
