@@ -7,6 +7,7 @@
 #   bash run.sh                  # 3 rounds of 3 s per test, about 3 minutes on 16 cores
 #   ROUNDS=5 TIME=5 bash run.sh
 #   TESTS="tcp1 tcp1-131072 quic8" bash run.sh   # tcpN-LENGTH: every tool writes LENGTH
+#   COPY_ARGS=--null TESTS=copy1g bash run.sh     # extra flags for the copies
 #
 # Each line: test, tool, receiver goodput (what the tool claims; iperf2 and nuttcp count
 # what their client wrote), truth (bytes `lo` counted over the client's wall time: every
@@ -162,7 +163,7 @@ copy_pair() {
         passed0=$(lab_passed "$name")
         out=$(XDG_STATE_HOME=$scratch/state linerate --no-store lab exec --name "$name" client -- \
             linerate --no-store copy "$scratch/source.bin" server:copy.bin --key "$scratch/key" -q --json \
-            $([[ $mode == cold ]] && echo --cold-start) 2> "$scratch/stderr")
+            $([[ $mode == cold ]] && echo --cold-start) ${COPY_ARGS:-} 2> "$scratch/stderr")
         # The emulator writes its status every second.
         sleep 1.2
         passed1=$(lab_passed "$name")
@@ -175,7 +176,7 @@ copy_pair() {
                 test, tool, claim / 1e9, (t > 0 ? passed * 8 / t / 1e9 : 0), "-", model, cpus
         }' | tee -a "$RESULTS"
         printf '%s\n' "$out" | tr -d '\n' | tr -s ' ' |
-            grep -o '"limit": *"[^"]*"\|"cpu_s": *{[^}]*}\|"diagnosis": *"[^"]*"\|"time_split_s": *{[^}]*}\|"resumed_from_bps": *[0-9.e+]*\|"resent_bytes": *[0-9]*\|"payload_bytes": *[0-9]*' |
+            grep -o '"limit": *"[^"]*"\|"cpu_s": *{[^}]*}\|"disk_busy_s": *{[^}]*}\|"diagnosis": *"[^"]*"\|"time_split_s": *{[^}]*}\|"resumed_from_bps": *[0-9.e+]*\|"resent_bytes": *[0-9]*\|"payload_bytes": *[0-9]*' |
             sed 's/^/    /'
     done
     kill "$serve" 2> /dev/null
