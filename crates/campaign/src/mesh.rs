@@ -238,6 +238,7 @@ fn run_job(
                 leg,
                 tls,
                 max_connections,
+                source: mesh.hosts[job.src].source.clone(),
             };
             let source = &mesh.hosts[job.src].address;
             let result = controller::run_rpm(source, &rpm, options, stop);
@@ -257,6 +258,7 @@ fn run_job(
                 rate_pps,
                 size,
                 dscp,
+                source: mesh.hosts[job.src].source.clone(),
             };
             let source = &mesh.hosts[job.src].address;
             let result = controller::run_stamp(source, &stamp, options, stop);

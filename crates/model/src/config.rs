@@ -250,6 +250,29 @@ pub struct Source {
     pub mptcp: bool,
 }
 
+impl Source {
+    /// Why a source read from the network cannot be used: a device name that is no
+    /// interface name (1 to 15 bytes, the kernel's IFNAMSIZ less its NUL; no '/', space or
+    /// control character).
+    pub fn check(&self) -> Result<(), String> {
+        match self.device.as_deref() {
+            Some(name)
+                if name.is_empty()
+                    || name.len() > 15
+                    || name
+                        .chars()
+                        .any(|c| c == '/' || c.is_whitespace() || c.is_control()) =>
+            {
+                Err(format!(
+                    "source device {:?} is not an interface name (1 to 15 characters, no '/' or spaces)",
+                    name.chars().take(32).collect::<String>()
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// What a test's TLS is to be.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TlsSettings {
@@ -409,6 +432,28 @@ impl TestConfig {
 
 #[cfg(test)]
 mod tests {
+
+    /// A source's device read from the network is an interface name, or refused.
+    #[test]
+    fn a_sources_device_must_be_an_interface_name() {
+        let with = |device: &str| Source {
+            address: None,
+            device: Some(device.into()),
+            mptcp: false,
+        };
+        assert_eq!(with("eth1").check(), Ok(()));
+        assert_eq!(with("vrf-blue").check(), Ok(()));
+        for bad in [
+            "",
+            "a-very-long-device-name",
+            "../eth0",
+            "eth 0",
+            "eth\u{0}",
+        ] {
+            assert!(with(bad).check().is_err(), "{bad:?}");
+        }
+    }
+
     use super::*;
 
     /// Stored results and the wire carry the protocol as its name; the type changed, the

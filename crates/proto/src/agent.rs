@@ -311,6 +311,10 @@ pub enum AgentRequest {
         /// Over TLS (the certificate pinned to the fingerprint its agent announced).
         tls: bool,
         max_connections: Loads,
+        /// Where the test's connections leave from (the mesh host's `source` and
+        /// `source_dev`); absent: where the routes say. Sent only when set.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<linerate_model::Source>,
     },
     /// RPM source to destination: serve the draft's endpoints for the dialer's address
     /// alone, until this connection closes or `limit_s` passes; answered by `rpm_ready`.
@@ -334,6 +338,9 @@ pub enum AgentRequest {
         /// older controller): every 2 s. The agent keeps it within 1 to 30 s.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         heartbeat_s: Option<Seconds>,
+        /// Where the probes leave from, as for `rpm`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<linerate_model::Source>,
     },
 }
 
@@ -453,6 +460,36 @@ pub fn estimate_offset(samples: &[ClockSample]) -> Option<ClockOffset> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A source rides on STAMP and RPM requests only when the mesh host names one, so an
+    /// older agent still takes the requests of hosts that name none; one that is named
+    /// arrives whole.
+    #[test]
+    fn a_stamp_or_rpm_requests_source_is_sent_only_when_named() {
+        let old = r#"{"type":"stamp","reflector":"192.0.2.1:862","window_s":60,"rate":10}"#;
+        let request: AgentRequest = serde_json::from_str(old).unwrap();
+        assert!(matches!(request, AgentRequest::Stamp { source: None, .. }));
+        assert!(!serde_json::to_string(&request).unwrap().contains("source"));
+        let source = linerate_model::Source {
+            address: Some("192.0.2.7".parse().unwrap()),
+            device: Some("eth1".into()),
+            mptcp: false,
+        };
+        let rpm = AgentRequest::Rpm {
+            remote: "192.0.2.2".into(),
+            leg_s: Seconds::clamped(10.0),
+            tls: false,
+            max_connections: Loads::new(8).unwrap(),
+            source: Some(source.clone()),
+        };
+        let text = serde_json::to_string(&rpm).unwrap();
+        assert!(
+            text.contains(r#""source":{"address":"192.0.2.7","device":"eth1"}"#),
+            "{text}"
+        );
+        let back: AgentRequest = serde_json::from_str(&text).unwrap();
+        assert!(matches!(back, AgentRequest::Rpm { source: Some(s), .. } if s == source));
+    }
 
     /// An older controller's STAMP request has no heartbeat and gets one every 2 s; a
     /// newer one's is kept within 1 to 30 s, whatever it says.

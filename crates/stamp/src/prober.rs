@@ -10,7 +10,7 @@
 //! share one. Each session keeps its own figures; the loop decides when each is looked
 //! at and carries its packets.
 
-use crate::sender::{open_socket, Options, Pending, Session};
+use crate::sender::{open_socket_from, Options, Pending, Session};
 use crate::sys::{self, ReceiveBatch, SendBatch};
 use crate::wire::{self, Mode};
 use linerate_report::stamp::StampReport;
@@ -117,6 +117,8 @@ struct Port {
     v6: bool,
     dscp: Option<u8>,
     mode: Mode,
+    /// Where the port's probes leave from (a mesh host's source), as the socket is bound.
+    source: Option<linerate_model::Source>,
     /// The reflector each session of this port probes, and the session's key.
     sessions: HashMap<SocketAddr, u64>,
     /// Each session's SSID, distinct on the port: a reflector answering from another of
@@ -138,12 +140,18 @@ const MOST_UNSTAMPED: usize = 65_536;
 const BATCH: usize = 128;
 
 impl Port {
-    fn open(v6: bool, dscp: Option<u8>, mode: Mode) -> io::Result<Port> {
+    fn open(
+        v6: bool,
+        dscp: Option<u8>,
+        mode: Mode,
+        source: Option<&linerate_model::Source>,
+    ) -> io::Result<Port> {
         Ok(Port {
-            socket: open_socket(v6, dscp)?,
+            socket: open_socket_from(v6, dscp, source)?,
             v6,
             dscp,
             mode,
+            source: source.cloned(),
             sessions: HashMap::new(),
             by_ssid: HashMap::new(),
             out: SendBatch::new(BATCH, wire::MAX_PACKET, v6, false),
@@ -155,10 +163,17 @@ impl Port {
 
     /// Whether a session to `addr` with these marks can use this port: one probe each of
     /// its sessions fits one batch.
-    fn fits(&self, addr: SocketAddr, dscp: Option<u8>, mode: Mode) -> bool {
+    fn fits(
+        &self,
+        addr: SocketAddr,
+        dscp: Option<u8>,
+        mode: Mode,
+        source: Option<&linerate_model::Source>,
+    ) -> bool {
         self.v6 == addr.is_ipv6()
             && self.dscp == dscp
             && self.mode == mode
+            && self.source.as_ref() == source
             && self.sessions.len() < BATCH
             && !self.sessions.contains_key(&addr)
     }
@@ -185,7 +200,7 @@ impl Loop {
         let first = on_grid(now, gap);
         let options = &mut start.options;
         let (session, port) = if self.share {
-            match self.port_for(options.addr, options.dscp, options.mode) {
+            match self.port_for(options) {
                 Ok(port) => {
                     // An SSID already on the port is drawn again (the next free one).
                     if let Some(p) = self.ports[port].as_ref() {
@@ -224,17 +239,19 @@ impl Loop {
         }
     }
 
-    /// The shared socket a new session to `addr` uses: one that has no session to that
-    /// address yet, or a new one.
-    fn port_for(&mut self, addr: SocketAddr, dscp: Option<u8>, mode: Mode) -> io::Result<usize> {
+    /// The shared socket a new session uses: one of its family, marks, mode and source
+    /// that has no session to its reflector's address yet, or a new one.
+    fn port_for(&mut self, options: &Options) -> io::Result<usize> {
+        let (addr, dscp, mode) = (options.addr, options.dscp, options.mode);
+        let source = options.source.as_ref();
         if let Some(i) = self
             .ports
             .iter()
-            .position(|p| p.as_ref().is_some_and(|p| p.fits(addr, dscp, mode)))
+            .position(|p| p.as_ref().is_some_and(|p| p.fits(addr, dscp, mode, source)))
         {
             return Ok(i);
         }
-        let port = Port::open(addr.is_ipv6(), dscp, mode)?;
+        let port = Port::open(addr.is_ipv6(), dscp, mode, source)?;
         match self.ports.iter().position(Option::is_none) {
             Some(i) => {
                 self.ports[i] = Some(port);

@@ -652,3 +652,71 @@ fn many_sessions_on_one_prober(prober: &crate::prober::Prober) {
         2
     );
 }
+
+/// A session with a source (a mesh host's `source`) sends from it, and never shares a
+/// socket with a session that has none: two silent reflectors, probed at once through
+/// the process's prober, each see only the address their session left from.
+#[test]
+fn the_prober_sends_each_sessions_probes_from_its_own_source() {
+    use crate::sender::Options;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let prober = crate::prober::shared().unwrap();
+    let reflectors = [
+        UdpSocket::bind("127.0.0.1:0").unwrap(),
+        UdpSocket::bind("127.0.0.1:0").unwrap(),
+    ];
+    let bound: IpAddr = Ipv4Addr::new(127, 0, 0, 3).into();
+    let session = |addr: SocketAddr, source: Option<linerate_model::Source>| Options {
+        target: addr.to_string(),
+        addr,
+        mode: Mode::Open,
+        key: None,
+        rate_pps: 100.0,
+        count: Some(5),
+        duration: None,
+        extensions: all_tlvs(),
+        dscp: None,
+        source,
+        timeout: Duration::from_millis(200),
+        report_every: Duration::ZERO,
+        same_clock: true,
+        ssid: 21,
+        started_at: 0.0,
+    };
+    let from_bound = Some(linerate_model::Source {
+        address: Some(bound),
+        device: None,
+        mptcp: false,
+    });
+    let outcomes = [
+        prober.probe(
+            session(reflectors[0].local_addr().unwrap(), from_bound),
+            Arc::new(AtomicBool::new(false)),
+        ),
+        prober.probe(
+            session(reflectors[1].local_addr().unwrap(), None),
+            Arc::new(AtomicBool::new(false)),
+        ),
+    ];
+    for outcome in outcomes {
+        let _ = outcome.unwrap().recv_timeout(Duration::from_secs(10));
+    }
+    let seen = |socket: &UdpSocket| {
+        socket.set_nonblocking(true).unwrap();
+        let mut from = std::collections::BTreeSet::new();
+        let mut buffer = [0u8; 2048];
+        let until = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < until {
+            if let Ok((_, peer)) = socket.recv_from(&mut buffer) {
+                from.insert(peer.ip());
+            }
+        }
+        from
+    };
+    let loopback: IpAddr = Ipv4Addr::LOCALHOST.into();
+    assert_eq!(seen(&reflectors[0]), [bound].into());
+    assert_eq!(seen(&reflectors[1]), [loopback].into());
+}

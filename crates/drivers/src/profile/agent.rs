@@ -465,6 +465,9 @@ impl Agent<'_> {
         if let Err(reason) = stamp_job::check(&job, limits.max_duration_s, limits.max_rate_bps) {
             return self.refuse("STAMP test", reason);
         }
+        if let Some(Err(reason)) = job.source.as_ref().map(linerate_model::Source::check) {
+            return self.refuse("STAMP test", reason);
+        }
         let taken = match TestSlot::take(self.shared) {
             Ok(taken) => taken,
             Err(reason) => return self.refuse("STAMP test", reason),
@@ -534,7 +537,8 @@ impl Agent<'_> {
                 leg_s,
                 tls,
                 max_connections,
-            } => self.rpm_source(remote, leg_s, tls, max_connections),
+                source,
+            } => self.rpm_source(remote, leg_s, tls, max_connections, source),
             AgentRequest::RpmServe { limit_s, tls } => self.rpm_serve(limit_s, tls),
             AgentRequest::Stamp {
                 reflector,
@@ -543,6 +547,7 @@ impl Agent<'_> {
                 size,
                 dscp,
                 heartbeat_s,
+                source,
             } => self.stamp_source(
                 StampJob {
                     reflector: reflector.into_string(),
@@ -550,6 +555,7 @@ impl Agent<'_> {
                     rate_pps: rate.get(),
                     size: size.map(u16::from),
                     dscp: dscp.map(u8::from),
+                    source,
                 },
                 linerate_proto::agent::stamp_heartbeat(heartbeat_s),
             ),
@@ -593,8 +599,18 @@ impl Agent<'_> {
     /// Runs the RPM client towards `remote`'s agent, as the controller asks.
     /// (The leg and the loads arrive bounded by their types; this server's own bounds
     /// are checked here.)
-    fn rpm_source(&mut self, remote: String, leg_s: Seconds, tls: bool, max_connections: Loads) {
+    fn rpm_source(
+        &mut self,
+        remote: String,
+        leg_s: Seconds,
+        tls: bool,
+        max_connections: Loads,
+        source: Option<linerate_model::Source>,
+    ) {
         if let Some(reason) = self.rpm_refusal(tls) {
+            return self.refuse("RPM test", reason);
+        }
+        if let Some(Err(reason)) = source.as_ref().map(linerate_model::Source::check) {
             return self.refuse("RPM test", reason);
         }
         let job = RpmJob {
@@ -602,6 +618,7 @@ impl Agent<'_> {
             leg: leg_s.duration(),
             tls,
             max_connections: max_connections.get(),
+            source,
         };
         let leg_s = leg_s.get();
         if let Err(reason) = rpm_job::check(&job, self.shared.config.limits.max_duration_s) {

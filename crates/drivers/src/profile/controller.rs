@@ -510,6 +510,7 @@ pub fn run_rpm(
         tls: job.tls,
         max_connections: Loads::new(job.max_connections)
             .map_err(|why| agent_failed(source, why))?,
+        source: job.source.clone(),
     };
     // Two directions, the idle phase and set-up; past it the run is abandoned.
     let limit = job.leg * 2 + Duration::from_secs_f64(rpm_job::SERVE_MARGIN_S);
@@ -554,6 +555,7 @@ pub fn run_stamp(
             .map_err(failed)?,
         dscp: job.dscp.map(Dscp::try_from).transpose().map_err(failed)?,
         heartbeat_s: Some(Seconds::clamped(STAMP_HEARTBEAT.as_secs_f64())),
+        source: job.source.clone(),
     };
     // The window, the wait for the last answers, set-up; past it the run is abandoned.
     let limit = job.window + super::stamp_job::ANSWER_WAIT + Duration::from_secs(30);

@@ -29,6 +29,8 @@ pub struct RpmJob {
     pub leg: Duration,
     pub tls: bool,
     pub max_connections: u32,
+    /// Where the test's connections leave from (a mesh host's `source`, `source_dev`).
+    pub source: Option<linerate_model::Source>,
 }
 
 /// The most loading connections a source opens.
@@ -153,6 +155,10 @@ fn run_source(
     options.leg_limit = job.leg;
     options.max_connections = job.max_connections as usize;
     options.cancel = Some(cancel);
+    if let Some(source) = &job.source {
+        options.bind = source.address;
+        options.bind_device = source.device.clone();
+    }
     // The link stays open while the client runs: the destination serves while it is.
     let report = linerate_rpm::client::run(&options, &mut |_| {}).map_err(|e| format!("{e:#}"));
     drop(link);
@@ -187,6 +193,7 @@ mod tests {
             leg: Duration::from_secs_f64(leg_s),
             tls: true,
             max_connections,
+            source: None,
         }
     }
 

@@ -26,6 +26,8 @@ pub struct StampJob {
     pub rate_pps: f64,
     pub size: Option<u16>,
     pub dscp: Option<u8>,
+    /// Where the probes leave from (a mesh host's `source`, `source_dev`).
+    pub source: Option<linerate_model::Source>,
 }
 
 /// How long a source waits for the last answers after a window.
@@ -136,7 +138,7 @@ pub(crate) fn start_source(
         duration: Some(job.window),
         extensions: request,
         dscp: job.dscp,
-        source: None,
+        source: job.source.clone(),
         timeout: ANSWER_WAIT,
         report_every: Duration::ZERO,
         same_clock: sender::is_local(addr.ip()),
