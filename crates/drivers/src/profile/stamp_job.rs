@@ -243,6 +243,7 @@ mod tests {
             rate_pps: rate,
             size,
             dscp: None,
+            source: None,
         }
     }
 
