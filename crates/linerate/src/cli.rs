@@ -1306,6 +1306,10 @@ pub struct CopyArgs {
     /// Leave from this local address: the control connection and the datagrams
     #[arg(short = 'B', long, value_name = "ADDR")]
     pub bind: Option<std::net::IpAddr>,
+    /// Leave through this interface or VRF device (SO_BINDTODEVICE): the control
+    /// connection and the datagrams
+    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
+    pub bind_dev: Option<String>,
     /// Send at this fixed rate instead of finding the path's [k|m|g suffixes, bit/s]
     #[arg(long, value_name = "RATE", value_parser = per_second)]
     pub rate: Option<u64>,

@@ -48,7 +48,10 @@ fn options(args: &CopyArgs, globals: &Globals) -> Result<CopyOptions, anyhow::Er
         encrypt: args.encrypt,
         // A tree brings its own directories, as scp -r does.
         mkdir: args.mkdir || args.recursive,
-        bind: args.bind,
+        bind: linerate_transfer::session::Bind {
+            address: args.bind,
+            device: args.bind_dev.clone(),
+        },
         path_book: linerate_transfer::path_memory::default_file(),
         cold_start: args.cold_start,
     })

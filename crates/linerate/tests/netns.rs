@@ -591,6 +591,53 @@ impl TwoLinks {
         self.run_counting_served(command, args, &[])
     }
 
+    /// A 4 MiB `linerate copy` to a server of files with `args`: the bytes the client's
+    /// first and second interfaces sent meanwhile, the file checked on arrival.
+    fn copy_counting(&self, args: &[&str]) -> (u64, u64) {
+        let p = &self.pair;
+        let dir = std::env::temp_dir().join(format!("linerate-netns-copy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("served")).unwrap();
+        let key = dir.join("key");
+        std::fs::write(&key, "the two-link copy test's key, 32+ bytes").unwrap();
+        let source = dir.join("source.bin");
+        let data: Vec<u8> = (0..4u32 << 20)
+            .map(|i| (i * 2_654_435_761 >> 24) as u8)
+            .collect();
+        std::fs::write(&source, &data).unwrap();
+        let (served, key) = (dir.join("served"), key.display().to_string());
+        let server = ServeProcess::start_with(
+            Some(&p.ns_b),
+            &self.server,
+            &["--files", served.to_str().unwrap(), "--key", &key],
+        );
+        let sent = || {
+            (
+                p.counter(&p.ns_a, &p.dev_a, "tx_bytes"),
+                p.counter(&p.ns_a, &self.second_a, "tx_bytes"),
+            )
+        };
+        let before = sent();
+        let (port, to) = (server.port.to_string(), format!("{}:got.bin", self.server));
+        let mut all = vec![
+            "copy",
+            source.to_str().unwrap(),
+            &to,
+            "-p",
+            &port,
+            "--key",
+            &key,
+        ];
+        all.extend_from_slice(args);
+        let out = linerate_in(&p.ns_a, &all);
+        assert_eq!(out.status.code(), Some(0), "{all:?}: {}", stderr(&out));
+        let after = sent();
+        assert!(std::fs::read(served.join("got.bin")).unwrap() == data);
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+        (after.0 - before.0, after.1 - before.1)
+    }
+
     /// As [`TwoLinks::run_counting`], the server started with `serve_args`.
     fn run_counting_served(
         &self,
@@ -754,6 +801,18 @@ fn a_test_leaves_from_the_interface_and_the_address_it_is_told() {
             "{command} {extra:?}"
         );
     }
+    // A copy: its control connection and its datagrams both keep to the device, where
+    // the route alone takes the first link.
+    let (first, second) = links.copy_counting(&[]);
+    assert!(
+        share(first, second) < 0.01,
+        "copy: {first} and {second} bytes"
+    );
+    let (first, second) = links.copy_counting(&["--bind-dev", &dev]);
+    assert!(
+        share(first, second) >= 0.99,
+        "copy --bind-dev: {first} bytes on the first link, {second} on {dev}"
+    );
     // --bind: the connections come from the address named (on the second link; the
     // route still leaves by the first, as `ip route` says).
     let addr = links.second_addr_a.clone();

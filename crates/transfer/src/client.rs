@@ -70,8 +70,9 @@ pub struct CopyOptions {
     /// Create missing directories at the destination (`--mkdir`); a tree copied with
     /// `-r` creates its own either way.
     pub mkdir: bool,
-    /// Leave from this address (`-B`): the control connection and the datagrams.
-    pub bind: Option<std::net::IpAddr>,
+    /// Leave from this address (`-B`) and through this device (`--bind-dev`): the control
+    /// connection and the datagrams.
+    pub bind: crate::session::Bind,
     /// Where the client keeps what its copies learned of their paths (`path_memory`);
     /// `None` keeps nothing.
     pub path_book: Option<PathBuf>,
@@ -90,7 +91,12 @@ struct PushMemory {
 
 impl PushMemory {
     fn recall(options: &CopyOptions, server: SocketAddr) -> PushMemory {
-        let key = path_memory::client_key(Direction::Push, server, options.bind);
+        let key = path_memory::client_key(
+            Direction::Push,
+            server,
+            options.bind.address,
+            options.bind.device.as_deref(),
+        );
         let current = match (&options.path_book, options.cold_start) {
             (Some(file), false) => path_memory::load(file)
                 .recall(&key, path_memory::now_unix_s())
@@ -204,7 +210,7 @@ pub fn copy(
         (Endpoint::Local(local), Endpoint::Remote { host, path }) => {
             let files = push_list(local, path, options.recursive)?;
             let server = resolve(host, options.port)?;
-            let mut session = connect(server, &options.key, options.block_cap, options.bind)?;
+            let mut session = connect(server, &options.key, options.block_cap, &options.bind)?;
             if options.no_checksum {
                 sys::no_udp_checksum(&session.session.udp)
                     .map_err(|e| TransferError::Local(format!("--no-udp-checksum: {e}")))?;
@@ -242,7 +248,7 @@ pub fn copy(
         }
         (Endpoint::Remote { host, path }, Endpoint::Local(local)) => {
             let server = resolve(host, options.port)?;
-            let mut session = connect(server, &options.key, options.block_cap, options.bind)?;
+            let mut session = connect(server, &options.key, options.block_cap, &options.bind)?;
             let plan = pull_list(&mut session, path, local, options)?;
             let mut copied = Vec::new();
             for (remote, local) in plan {

@@ -53,16 +53,25 @@ pub struct PathBook {
 }
 
 /// The key of a client's path: its direction, the server's address and port, and the
-/// source address it left from (a different source can be a different path).
-pub fn client_key(direction: Direction, server: SocketAddr, bind: Option<IpAddr>) -> String {
+/// source address and device it left from (a different source can be a different path).
+pub fn client_key(
+    direction: Direction,
+    server: SocketAddr,
+    bind: Option<IpAddr>,
+    device: Option<&str>,
+) -> String {
     let way = match direction {
         Direction::Push => "push to",
         Direction::Pull => "pull from",
     };
-    match bind {
-        Some(source) => format!("{way} {server} from {source}"),
-        None => format!("{way} {server}"),
+    let mut key = format!("{way} {server}");
+    if let Some(source) = bind {
+        key.push_str(&format!(" from {source}"));
     }
+    if let Some(device) = device {
+        key.push_str(&format!(" via {device}"));
+    }
+    key
 }
 
 impl PathBook {
@@ -175,7 +184,12 @@ mod tests {
     #[test]
     fn an_entry_is_recalled_within_the_hour_and_not_after() {
         let mut book = PathBook::default();
-        let key = client_key(Direction::Push, "10.0.0.2:5201".parse().unwrap(), None);
+        let key = client_key(
+            Direction::Push,
+            "10.0.0.2:5201".parse().unwrap(),
+            None,
+            None,
+        );
         book.remember(&key, memory(1_000_000_000), 1_000_000);
         assert_eq!(
             book.recall(&key, 1_000_000 + LIFETIME_S - 1)
@@ -185,14 +199,20 @@ mod tests {
         assert_eq!(book.recall(&key, 1_000_000 + LIFETIME_S), None);
         // One saved in the future (a clock set back) is not believed either.
         assert_eq!(book.recall(&key, 1_000_000 - 3600), None);
-        let other = client_key(Direction::Pull, "10.0.0.2:5201".parse().unwrap(), None);
+        let other = client_key(
+            Direction::Pull,
+            "10.0.0.2:5201".parse().unwrap(),
+            None,
+            None,
+        );
         assert_eq!(book.recall(&other, 1_000_000), None);
         let bound = client_key(
             Direction::Push,
             "10.0.0.2:5201".parse().unwrap(),
             Some("10.0.1.1".parse().unwrap()),
+            Some("vrf-blue"),
         );
-        assert_eq!(bound, "push to 10.0.0.2:5201 from 10.0.1.1");
+        assert_eq!(bound, "push to 10.0.0.2:5201 from 10.0.1.1 via vrf-blue");
         assert_eq!(book.recall(&bound, 1_000_000), None);
     }
 

@@ -99,15 +99,36 @@ impl ClientSession {
     }
 }
 
+/// Where a client's control connection and datagrams leave from (`-B`, `--bind-dev`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bind {
+    pub address: Option<std::net::IpAddr>,
+    /// An interface or VRF device (SO_BINDTODEVICE).
+    pub device: Option<String>,
+}
+
+impl Bind {
+    /// Keeps `socket` to the device's routes, when one is named.
+    pub fn to_device(&self, socket: &socket2::Socket) -> Result<(), TransferError> {
+        match &self.device {
+            Some(device) => socket
+                .bind_device(Some(device.as_bytes()))
+                .map_err(|e| TransferError::Local(format!("--bind-dev {device}: {e}"))),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The control connection to `server`, from `bind` when given.
-fn dial(server: SocketAddr, bind: Option<std::net::IpAddr>) -> Result<TcpStream, TransferError> {
+fn dial(server: SocketAddr, bind: &Bind) -> Result<TcpStream, TransferError> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(server),
         socket2::Type::STREAM,
         None,
     )
     .map_err(|e| TransferError::Local(format!("cannot open a socket: {e}")))?;
-    if let Some(address) = bind {
+    bind.to_device(&socket)?;
+    if let Some(address) = bind.address {
         if address.is_ipv4() != server.is_ipv4() {
             return Err(TransferError::Local(format!(
                 "--bind {address} cannot reach {server} (another IP version)"
@@ -130,7 +151,7 @@ pub fn connect(
     server: SocketAddr,
     key: &Key,
     block_cap: Option<u32>,
-    bind: Option<std::net::IpAddr>,
+    bind: &Bind,
 ) -> Result<ClientSession, TransferError> {
     let started = Instant::now();
     let stream = dial(server, bind)?;
@@ -176,6 +197,8 @@ pub fn connect(
     let datagram_key = keys.derive(DATAGRAM_KEY_CONTEXT);
     let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
         .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
+    // The datagrams keep to the control connection's device, as to its address.
+    bind.to_device(&udp)?;
     let server_udp = SocketAddr::new(channel.peer.ip(), udp_port);
     udp.connect(&server_udp.into())
         .map_err(|e| TransferError::Local(format!("cannot connect the UDP socket: {e}")))?;
