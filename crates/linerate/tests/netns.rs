@@ -602,7 +602,7 @@ impl TwoLinks {
         std::fs::write(&key, "the two-link copy test's key, 32+ bytes").unwrap();
         let source = dir.join("source.bin");
         let data: Vec<u8> = (0..4u32 << 20)
-            .map(|i| (i * 2_654_435_761 >> 24) as u8)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
             .collect();
         std::fs::write(&source, &data).unwrap();
         let (served, key) = (dir.join("served"), key.display().to_string());
