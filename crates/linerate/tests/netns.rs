@@ -1081,3 +1081,91 @@ fn marks_reach_the_wire_on_every_data_packet_both_ways() {
         }
     }
 }
+
+/// `copy --dscp` marks every packet of the copy both ways as tcpdump sees them on the
+/// server's interface: the client's control connection from its SYN on, every datagram
+/// each way (the data one way, the ACKs the other), and the server's control messages
+/// once the offer has asked for the mark.
+#[test]
+fn a_copy_marks_its_datagrams_and_its_control_connection_both_ways() {
+    let test = "a_copy_marks_its_datagrams_and_its_control_connection_both_ways";
+    if skip_unless_root(test) || !have("tcpdump", test) {
+        return;
+    }
+    let pair = VethPair::new("cmark");
+    let client: std::net::Ipv4Addr = pair.addr_a.parse().unwrap();
+    let dir = std::env::temp_dir().join(format!("linerate-copy-marks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("served")).unwrap();
+    let key = dir.join("key").display().to_string();
+    std::fs::write(&key, "the copy marks test's key, 32+ bytes").unwrap();
+    let source = dir.join("source.bin");
+    std::fs::write(&source, vec![5u8; 3 << 20]).unwrap();
+    let served = dir.join("served").display().to_string();
+    let server = ServeProcess::start_with(
+        Some(&pair.ns_b),
+        &pair.addr_b,
+        &["--files", &served, "--key", &key],
+    );
+    let pcap = dir.join("copy.pcap");
+    let mut capture = std::process::Command::new("ip")
+        .args(["netns", "exec", &pair.ns_b, "tcpdump", "-i", &pair.dev_b])
+        .args(["-n", "-U", "-w"])
+        .arg(&pcap)
+        .arg(format!("host {} and (tcp or udp)", pair.addr_a))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start tcpdump");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (port, to) = (server.port.to_string(), format!("{}:got.bin", pair.addr_b));
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "copy",
+            source.to_str().unwrap(),
+            &to,
+            "-p",
+            &port,
+            "--key",
+            &key,
+            "--dscp",
+            "AF21",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: SIGINT to the tcpdump this test started, by its PID, so that it flushes.
+    unsafe { libc::kill(capture.id() as i32, libc::SIGINT) };
+    let _ = capture.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let packets = captured_packets(&std::fs::read(&pcap).expect("the capture"), client);
+    let af21 = 18;
+    let datagrams: Vec<&Captured> = packets.iter().filter(|p| !p.tcp).collect();
+    for way in [true, false] {
+        let this_way: Vec<&&Captured> = datagrams.iter().filter(|p| p.from_client == way).collect();
+        let unmarked = this_way.iter().filter(|p| p.tos >> 2 != af21).count();
+        assert!(
+            this_way.len() > 20 && unmarked == 0,
+            "datagrams from the {}: {unmarked} of {} not AF21",
+            if way { "client" } else { "server" },
+            this_way.len()
+        );
+    }
+    let control: Vec<&Captured> = packets.iter().filter(|p| p.tcp && p.from_client).collect();
+    assert!(
+        control.first().is_some_and(|p| p.syn) && control.iter().all(|p| p.tos >> 2 == af21),
+        "the client's control packets: {control:?}"
+    );
+    // The server marks its control messages once the offer asked: its last ones (the
+    // verdict and the close) carry the mark.
+    let answers: Vec<&Captured> = packets
+        .iter()
+        .filter(|p| p.tcp && !p.from_client && p.payload > 0)
+        .collect();
+    assert!(
+        answers.last().is_some_and(|p| p.tos >> 2 == af21),
+        "the server's control messages: {answers:?}"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

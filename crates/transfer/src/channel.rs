@@ -63,6 +63,11 @@ pub struct Channel {
 const READ_SLICE: Duration = Duration::from_millis(100);
 
 impl Channel {
+    /// Marks what this end of the control connection sends with `dscp`.
+    pub fn set_dscp(&self, dscp: u8) -> std::io::Result<()> {
+        crate::sys::set_dscp(&self.stream, dscp)
+    }
+
     /// `already` holds bytes read past the preface.
     pub fn new(stream: TcpStream, already: &[u8]) -> io::Result<Channel> {
         stream.set_nodelay(true)?;

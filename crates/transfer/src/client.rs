@@ -79,6 +79,8 @@ pub struct CopyOptions {
     /// Search the path's rate from scratch even where the book remembers it
     /// (`--cold-start`); what this copy learns is still kept.
     pub cold_start: bool,
+    /// Mark every packet of the copy, both ways, with this DSCP (`--dscp`).
+    pub dscp: Option<u8>,
 }
 
 /// A push's memory of its path: recalled from the book when the copy starts, brought up
@@ -210,7 +212,13 @@ pub fn copy(
         (Endpoint::Local(local), Endpoint::Remote { host, path }) => {
             let files = push_list(local, path, options.recursive)?;
             let server = resolve(host, options.port)?;
-            let mut session = connect(server, &options.key, options.block_cap, &options.bind)?;
+            let mut session = connect(
+                server,
+                &options.key,
+                options.block_cap,
+                &options.bind,
+                options.dscp,
+            )?;
             if options.no_checksum {
                 sys::no_udp_checksum(&session.session.udp)
                     .map_err(|e| TransferError::Local(format!("--no-udp-checksum: {e}")))?;
@@ -248,7 +256,13 @@ pub fn copy(
         }
         (Endpoint::Remote { host, path }, Endpoint::Local(local)) => {
             let server = resolve(host, options.port)?;
-            let mut session = connect(server, &options.key, options.block_cap, &options.bind)?;
+            let mut session = connect(
+                server,
+                &options.key,
+                options.block_cap,
+                &options.bind,
+                options.dscp,
+            )?;
             let plan = pull_list(&mut session, path, local, options)?;
             let mut copied = Vec::new();
             for (remote, local) in plan {
@@ -396,6 +410,7 @@ fn push_file(
             discard: options.null,
             encrypted: options.encrypt,
             mkdir: options.mkdir,
+            dscp: options.dscp,
         })
         .map_err(peer_error)?;
     session.prove_udp()?;
@@ -517,6 +532,7 @@ fn pull_file(
             },
             encrypt: options.encrypt,
             cold_start: options.cold_start,
+            dscp: options.dscp,
         })
         .map_err(peer_error)?;
     session.prove_udp()?;

@@ -117,6 +117,9 @@ pub enum Control {
         /// this client found (`--cold-start`). Sent only when set.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         cold_start: bool,
+        /// As an offer's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dscp: Option<u8>,
     },
     /// Client: list the files under this path (a directory pull).
     List { path: String },
@@ -141,6 +144,10 @@ pub enum Control {
         /// brings its own). Without it a missing directory is an error, as for scp.
         #[serde(default)]
         mkdir: bool,
+        /// The client's `--dscp`: the server marks its datagrams and control messages
+        /// with it too (0 to 63). Sent only when set.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dscp: Option<u8>,
     },
     /// The receiving end: go ahead; these chunk ranges (both ends included) are already
     /// durable; this far into the file you may send.
@@ -195,8 +202,10 @@ impl Control {
                 path,
                 rate_bps,
                 max_rate_bps,
+                dscp,
                 ..
             } => {
+                dscp_in_range(*dscp)?;
                 if [rate_bps, max_rate_bps]
                     .into_iter()
                     .flatten()
@@ -222,8 +231,10 @@ impl Control {
                 chunk,
                 block,
                 identity,
+                dscp,
                 ..
             } => {
+                dscp_in_range(*dscp)?;
                 too_long("path", path, crate::confine::MAX_NAME)?;
                 too_long("identity", identity, 64)?;
                 crate::layout::Layout::new(*size, *chunk, *block)
@@ -298,6 +309,14 @@ pub fn decode(body: &[u8]) -> Result<Control, Invalid> {
     Ok(message)
 }
 
+/// A DSCP is six bits.
+fn dscp_in_range(dscp: Option<u8>) -> Result<(), Invalid> {
+    match dscp {
+        Some(d) if d > 63 => Err(Invalid(format!("a DSCP of {d} (0 to 63)"))),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,6 +334,7 @@ mod tests {
             discard: false,
             encrypted: true,
             mkdir: false,
+            dscp: Some(46),
         };
         let frame = encode(&offer);
         assert_eq!(decode(&frame[4..]), Ok(offer));

@@ -109,8 +109,10 @@ impl FileService {
                     discard,
                     encrypted,
                     mkdir,
+                    dscp,
                 } => {
                     file_index += 1;
+                    mark(&channel, &session, dscp, &peer, log);
                     let offer = Offer {
                         path,
                         size,
@@ -130,8 +132,10 @@ impl FileService {
                     max_rate_bps,
                     encrypt,
                     cold_start,
+                    dscp,
                 } => {
                     file_index += 1;
+                    mark(&channel, &session, dscp, &peer, log);
                     let rate = match rate_bps {
                         Some(bps) => RateConfig::Fixed { bps },
                         None => RateConfig::Adaptive {
@@ -340,6 +344,7 @@ impl FileService {
                 discard: false,
                 encrypted: sealer.is_some(),
                 mkdir: false,
+                dscp: None,
             })
             .map_err(|e| e.to_string())?;
         let (have, window) = match channel.receive(Duration::from_secs(60), None) {
@@ -505,6 +510,19 @@ fn describe(path: &str, error: &io::Error) -> String {
         Some(libc::ENOENT) => format!("'{path}': no such file or directory"),
         Some(libc::ENOTDIR) => format!("'{path}': a part of it is not a directory"),
         _ => format!("'{path}': {error}"),
+    }
+}
+
+/// Marks the session's datagrams and control messages from here on with the client's
+/// DSCP, when it asked for one; a socket that refuses is logged and left unmarked.
+fn mark(channel: &Channel, session: &Session, dscp: Option<u8>, peer: &str, log: &dyn Fn(&str)) {
+    let Some(dscp) = dscp else {
+        return;
+    };
+    if let Err(e) = sys::set_dscp(&session.udp, dscp).and_then(|()| channel.set_dscp(dscp)) {
+        log(&format!(
+            "copy session from {peer}: cannot mark with DSCP {dscp}: {e}"
+        ));
     }
 }
 

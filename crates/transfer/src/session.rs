@@ -119,8 +119,18 @@ impl Bind {
     }
 }
 
-/// The control connection to `server`, from `bind` when given.
-fn dial(server: SocketAddr, bind: &Bind) -> Result<TcpStream, TransferError> {
+/// `--dscp` on one of the client's sockets.
+fn mark(socket: &socket2::Socket, dscp: Option<u8>) -> Result<(), TransferError> {
+    match dscp {
+        Some(dscp) => sys::set_dscp(socket, dscp)
+            .map_err(|e| TransferError::Local(format!("--dscp {dscp}: {e}"))),
+        None => Ok(()),
+    }
+}
+
+/// The control connection to `server`, from `bind` when given, marked with `dscp` from
+/// its first packet.
+fn dial(server: SocketAddr, bind: &Bind, dscp: Option<u8>) -> Result<TcpStream, TransferError> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(server),
         socket2::Type::STREAM,
@@ -128,6 +138,7 @@ fn dial(server: SocketAddr, bind: &Bind) -> Result<TcpStream, TransferError> {
     )
     .map_err(|e| TransferError::Local(format!("cannot open a socket: {e}")))?;
     bind.to_device(&socket)?;
+    mark(&socket, dscp)?;
     if let Some(address) = bind.address {
         if address.is_ipv4() != server.is_ipv4() {
             return Err(TransferError::Local(format!(
@@ -152,9 +163,10 @@ pub fn connect(
     key: &Key,
     block_cap: Option<u32>,
     bind: &Bind,
+    dscp: Option<u8>,
 ) -> Result<ClientSession, TransferError> {
     let started = Instant::now();
-    let stream = dial(server, bind)?;
+    let stream = dial(server, bind, dscp)?;
     let initial_rtt_ns = started.elapsed().as_nanos() as u64;
     let mut channel =
         Channel::new(stream, &[]).map_err(|e| setup_error("control connection", e))?;
@@ -197,8 +209,10 @@ pub fn connect(
     let datagram_key = keys.derive(DATAGRAM_KEY_CONTEXT);
     let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
         .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
-    // The datagrams keep to the control connection's device, as to its address.
+    // The datagrams keep to the control connection's device, as to its address, and carry
+    // its marks.
     bind.to_device(&udp)?;
+    mark(&udp, dscp)?;
     let server_udp = SocketAddr::new(channel.peer.ip(), udp_port);
     udp.connect(&server_udp.into())
         .map_err(|e| TransferError::Local(format!("cannot connect the UDP socket: {e}")))?;

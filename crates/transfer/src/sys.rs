@@ -538,6 +538,21 @@ pub fn no_udp_checksum(socket: &Socket) -> io::Result<()> {
     .map(|_| ())
 }
 
+/// Marks every packet `socket` sends with the DSCP `dscp` (the ECN field left Not-ECT):
+/// IP_TOS, and on an IPv6 socket IPV6_TCLASS too (one that reaches an IPv4-mapped
+/// address sends through the IPv4 code).
+pub fn set_dscp<S: std::os::fd::AsFd>(socket: &S, dscp: u8) -> io::Result<()> {
+    let socket = socket2::SockRef::from(socket);
+    let tos = u32::from(dscp & 0x3f) << 2;
+    if socket.domain()? == Domain::IPV6 {
+        socket.set_tclass_v6(tos)?;
+        let _ = socket.set_tos(tos);
+        Ok(())
+    } else {
+        socket.set_tos(tos)
+    }
+}
+
 /// Bytes the file `name` in `dir` holds on disk (its allocated blocks), without following
 /// a symbolic link; an error when there is no such file.
 pub fn allocated_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<u64> {
