@@ -501,6 +501,58 @@ fn doctor_finds_a_token_bucket_on_the_egress() {
     assert_eq!(num(&doc, "/target_bps"), 80e6);
 }
 
+/// A `linerate serve --files` in a namespace, with a 4 MiB source file and the key, all
+/// in a scratch directory removed on drop.
+struct FileServer {
+    dir: std::path::PathBuf,
+    key: String,
+    data: Vec<u8>,
+    server: Option<ServeProcess>,
+}
+
+impl FileServer {
+    fn start(ns: &str, addr: &str, tag: &str) -> FileServer {
+        let dir = std::env::temp_dir().join(format!("linerate-netns-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("served")).unwrap();
+        let key = dir.join("key").display().to_string();
+        std::fs::write(&key, "the namespace copy tests' key, 32+ bytes").unwrap();
+        let data: Vec<u8> = (0..4u32 << 20)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        std::fs::write(dir.join("source.bin"), &data).unwrap();
+        let served = dir.join("served").display().to_string();
+        let server = ServeProcess::start_with(Some(ns), addr, &["--files", &served, "--key", &key]);
+        FileServer {
+            dir,
+            key,
+            data,
+            server: Some(server),
+        }
+    }
+
+    /// Pushes the source from namespace `ns` to the server at `addr` with `args`; the file
+    /// must arrive whole.
+    fn push(&self, ns: &str, addr: &str, args: &[&str]) {
+        let port = self.server.as_ref().unwrap().port.to_string();
+        let (source, to) = (self.dir.join("source.bin"), format!("{addr}:got.bin"));
+        let mut all = vec!["copy", source.to_str().unwrap(), &to, "-p", &port];
+        all.extend(["--key", &self.key]);
+        all.extend_from_slice(args);
+        let out = linerate_in(ns, &all);
+        assert_eq!(out.status.code(), Some(0), "{all:?}: {}", stderr(&out));
+        let got = std::fs::read(self.dir.join("served/got.bin")).unwrap();
+        assert!(got == self.data, "the file arrived changed");
+    }
+}
+
+impl Drop for FileServer {
+    fn drop(&mut self) {
+        drop(self.server.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// Two links between the same two namespaces, the server on an address of its own that
 /// both reach (by the first link unless told), so that where a test's packets leave is
 /// told by the interfaces' counters alone.
@@ -595,22 +647,7 @@ impl TwoLinks {
     /// first and second interfaces sent meanwhile, the file checked on arrival.
     fn copy_counting(&self, args: &[&str]) -> (u64, u64) {
         let p = &self.pair;
-        let dir = std::env::temp_dir().join(format!("linerate-netns-copy-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("served")).unwrap();
-        let key = dir.join("key");
-        std::fs::write(&key, "the two-link copy test's key, 32+ bytes").unwrap();
-        let source = dir.join("source.bin");
-        let data: Vec<u8> = (0..4u32 << 20)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
-            .collect();
-        std::fs::write(&source, &data).unwrap();
-        let (served, key) = (dir.join("served"), key.display().to_string());
-        let server = ServeProcess::start_with(
-            Some(&p.ns_b),
-            &self.server,
-            &["--files", served.to_str().unwrap(), "--key", &key],
-        );
+        let files = FileServer::start(&p.ns_b, &self.server, "links");
         let sent = || {
             (
                 p.counter(&p.ns_a, &p.dev_a, "tx_bytes"),
@@ -618,23 +655,8 @@ impl TwoLinks {
             )
         };
         let before = sent();
-        let (port, to) = (server.port.to_string(), format!("{}:got.bin", self.server));
-        let mut all = vec![
-            "copy",
-            source.to_str().unwrap(),
-            &to,
-            "-p",
-            &port,
-            "--key",
-            &key,
-        ];
-        all.extend_from_slice(args);
-        let out = linerate_in(&p.ns_a, &all);
-        assert_eq!(out.status.code(), Some(0), "{all:?}: {}", stderr(&out));
+        files.push(&p.ns_a, &self.server, args);
         let after = sent();
-        assert!(std::fs::read(served.join("got.bin")).unwrap() == data);
-        drop(server);
-        let _ = std::fs::remove_dir_all(&dir);
         (after.0 - before.0, after.1 - before.1)
     }
 
@@ -1094,20 +1116,8 @@ fn a_copy_marks_its_datagrams_and_its_control_connection_both_ways() {
     }
     let pair = VethPair::new("cmark");
     let client: std::net::Ipv4Addr = pair.addr_a.parse().unwrap();
-    let dir = std::env::temp_dir().join(format!("linerate-copy-marks-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("served")).unwrap();
-    let key = dir.join("key").display().to_string();
-    std::fs::write(&key, "the copy marks test's key, 32+ bytes").unwrap();
-    let source = dir.join("source.bin");
-    std::fs::write(&source, vec![5u8; 3 << 20]).unwrap();
-    let served = dir.join("served").display().to_string();
-    let server = ServeProcess::start_with(
-        Some(&pair.ns_b),
-        &pair.addr_b,
-        &["--files", &served, "--key", &key],
-    );
-    let pcap = dir.join("copy.pcap");
+    let files = FileServer::start(&pair.ns_b, &pair.addr_b, "marks");
+    let pcap = files.dir.join("copy.pcap");
     let mut capture = std::process::Command::new("ip")
         .args(["netns", "exec", &pair.ns_b, "tcpdump", "-i", &pair.dev_b])
         .args(["-n", "-U", "-w"])
@@ -1118,26 +1128,17 @@ fn a_copy_marks_its_datagrams_and_its_control_connection_both_ways() {
         .spawn()
         .expect("start tcpdump");
     std::thread::sleep(Duration::from_millis(1500));
-    let (port, to) = (server.port.to_string(), format!("{}:got.bin", pair.addr_b));
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "copy",
-            source.to_str().unwrap(),
-            &to,
-            "-p",
-            &port,
-            "--key",
-            &key,
-            "--dscp",
-            "AF21",
-        ],
-    );
+    // The capture ends whether or not the copy did.
+    let pushed = std::panic::catch_unwind(|| {
+        files.push(&pair.ns_a, &pair.addr_b, &["--dscp", "AF21"]);
+    });
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: SIGINT to the tcpdump this test started, by its PID, so that it flushes.
     unsafe { libc::kill(capture.id() as i32, libc::SIGINT) };
     let _ = capture.wait();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    if let Err(failed) = pushed {
+        std::panic::resume_unwind(failed);
+    }
     let packets = captured_packets(&std::fs::read(&pcap).expect("the capture"), client);
     let af21 = 18;
     let datagrams: Vec<&Captured> = packets.iter().filter(|p| !p.tcp).collect();
@@ -1166,6 +1167,4 @@ fn a_copy_marks_its_datagrams_and_its_control_connection_both_ways() {
         answers.last().is_some_and(|p| p.tos >> 2 == af21),
         "the server's control messages: {answers:?}"
     );
-    drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -199,6 +199,19 @@ fn base_name(path: &str) -> Option<&str> {
         .filter(|n| !n.is_empty() && *n != "." && *n != "..")
 }
 
+/// The server `host` names and a session with it, as `options` say.
+fn open(host: &str, options: &CopyOptions) -> Result<(SocketAddr, ClientSession), TransferError> {
+    let server = resolve(host, options.port)?;
+    let session = connect(
+        server,
+        &options.key,
+        options.block_cap,
+        &options.bind,
+        options.dscp,
+    )?;
+    Ok((server, session))
+}
+
 /// Copies according to SRC and DST.
 pub fn copy(
     source: &Endpoint,
@@ -211,14 +224,7 @@ pub fn copy(
     match (source, destination) {
         (Endpoint::Local(local), Endpoint::Remote { host, path }) => {
             let files = push_list(local, path, options.recursive)?;
-            let server = resolve(host, options.port)?;
-            let mut session = connect(
-                server,
-                &options.key,
-                options.block_cap,
-                &options.bind,
-                options.dscp,
-            )?;
+            let (server, mut session) = open(host, options)?;
             if options.no_checksum {
                 sys::no_udp_checksum(&session.session.udp)
                     .map_err(|e| TransferError::Local(format!("--no-udp-checksum: {e}")))?;
@@ -255,14 +261,7 @@ pub fn copy(
             ))
         }
         (Endpoint::Remote { host, path }, Endpoint::Local(local)) => {
-            let server = resolve(host, options.port)?;
-            let mut session = connect(
-                server,
-                &options.key,
-                options.block_cap,
-                &options.bind,
-                options.dscp,
-            )?;
+            let (server, mut session) = open(host, options)?;
             let plan = pull_list(&mut session, path, local, options)?;
             let mut copied = Vec::new();
             for (remote, local) in plan {
