@@ -10,12 +10,12 @@ use anyhow::{Context, Result};
 use linerate_drivers::profile::controller::{self, RunError, RunOptions};
 use linerate_drivers::profile::rpm_job::RpmJob;
 use linerate_drivers::profile::stamp_job::StampJob;
+use linerate_drivers::profile::trace_job::TraceJob;
 use linerate_mesh::{job_plan, Action, Job, JobPlan, Mesh, Outcome, Past, Scheduler, TestKind};
 use linerate_proto::text::printable;
 use linerate_report::document::Document;
 use linerate_report::headline::{self, Headline};
 use linerate_report::rpm::RpmReport;
-use linerate_report::stamp::StampReport;
 use linerate_store::{MeshArchive, MeshRow, Outcome as RowOutcome};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -159,6 +159,7 @@ fn figure(test: &linerate_mesh::MeshTest, document: &Document) -> (Option<f64>, 
         },
         TestKind::Rpm { .. } => Headline::Responsiveness,
         TestKind::Stamp { .. } => Headline::Loss,
+        TestKind::Trace { .. } => Headline::Hops,
     };
     headline::of(document, which)
 }
@@ -201,7 +202,7 @@ fn labelled(mesh: &Mesh, job: &Job, cycle: u64, started_at: f64, ended_at: f64) 
         dst: mesh.hosts[job.dst].name.clone(),
         test: test.name.clone(),
         direction: "forward".into(),
-        protocol: test.kind.protocol().name().into(),
+        protocol: test.kind.protocol_label().into(),
         cycle,
         started_at,
         ended_at,
@@ -261,9 +262,37 @@ fn run_job(
                 source: mesh.hosts[job.src].source.clone(),
             };
             let source = &mesh.hosts[job.src].address;
-            let result = controller::run_stamp(source, &stamp, options, stop);
+            let result = controller::run_stamp(source, &stamp, options, stop).map(|mut report| {
+                report.target = mesh.hosts[job.dst].name.clone();
+                Document::Stamp(Box::new(report))
+            });
             let ended_at = clock();
-            return stamp_ended(mesh, job, cycle, (started_at, ended_at), result);
+            return probe_ended(mesh, job, cycle, (started_at, ended_at), result);
+        }
+        JobPlan::Trace {
+            target,
+            probe,
+            flows,
+            max_hops,
+            port,
+            source_port,
+        } => {
+            let trace = TraceJob {
+                target,
+                probe,
+                flows,
+                max_hops,
+                port,
+                source_port: Some(source_port),
+                source: mesh.hosts[job.src].source.clone(),
+            };
+            let source = &mesh.hosts[job.src].address;
+            let result = controller::run_trace(source, &trace, options, stop).map(|mut report| {
+                report.target = mesh.hosts[job.dst].name.clone();
+                Document::Trace(Box::new(report))
+            });
+            let ended_at = clock();
+            return probe_ended(mesh, job, cycle, (started_at, ended_at), result);
         }
     };
     let ended_at = clock();
@@ -354,20 +383,19 @@ fn rpm_ended(
     (outcome, JobResult { row, document })
 }
 
-/// A STAMP window's outcome: done when anything was answered (loss, however much, is a
-/// figure, not a failure; nothing answered is the reflector's failure).
-fn stamp_ended(
+/// A STAMP window's or a trace's outcome: done when it ran. Loss, however much, is a
+/// figure, not a failure (nothing answered is the reflector's failure, an error); so is
+/// a destination a trace did not reach (its report says how far it got).
+fn probe_ended(
     mesh: &Mesh,
     job: Job,
     cycle: u64,
     (started_at, ended_at): (f64, f64),
-    result: Result<StampReport, RunError>,
+    result: Result<Document, RunError>,
 ) -> (Outcome, JobResult) {
     let mut row = labelled(mesh, &job, cycle, started_at, ended_at);
     let (outcome, document) = match result {
-        Ok(mut report) => {
-            report.target = mesh.hosts[job.dst].name.clone();
-            let document = Document::Stamp(Box::new(report));
+        Ok(document) => {
             let (headline, text) = figure(&mesh.tests[job.test], &document);
             row.headline = headline;
             row.headline_text = text;

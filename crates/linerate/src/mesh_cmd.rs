@@ -302,16 +302,15 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     let mut store: Option<&mut dyn linerate_store::MeshArchive> = writer
         .as_mut()
         .map(|w| w as &mut dyn linerate_store::MeshArchive);
-    // Loss alerts are printed even with nowhere else to send them: a soft failure is the
-    // reason to run STAMP in a mesh.
+    // Loss alerts and path changes are printed even with nowhere else to send them: a
+    // soft failure is the reason to run STAMP in a mesh, a path change to run traces.
     let watching = args.metrics.is_some()
         || args.remote_write.is_some()
         || mesh.alerts.alertmanager.is_some()
         || mesh.alerts.webhook.is_some()
-        || mesh
-            .tests
-            .iter()
-            .any(|t| matches!(t.kind, TestKind::Stamp { .. }));
+        || mesh.tests.iter().any(|t| {
+            matches!(t.kind, TestKind::Stamp { .. } | TestKind::Trace { .. })
+        });
     let mut watch = if watching {
         let watch = start_watch(args, &mesh, counts, past_source)?;
         // What the board keeps of each pair (its plot, its baseline), read a pair at a
@@ -350,11 +349,26 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     let mut out = Printer::new(&mesh, args.json);
     let mut each_event = |event: MeshEvent| match event {
         MeshEvent::Result(result) => {
-            let changes = watch
+            let recorded = watch
                 .as_mut()
                 .map(|w| w.record(&result.row, result.document.as_ref()))
                 .unwrap_or_default();
-            for change in changes {
+            if let Some(mark) = &recorded.path_change {
+                let text = format!("path change: {}", mark.describe());
+                let event = serde_json::json!({
+                    "event": "path_change",
+                    "mesh": result.row.mesh,
+                    "test": mark.test,
+                    "src": mark.src,
+                    "dst": mark.dst,
+                    "since": mark.since,
+                    "at": mark.at,
+                    "words": mark.words,
+                    "run_id": result.row.run_id,
+                });
+                out.note(&text, event);
+            }
+            for change in recorded.changes {
                 let (a, resolved) = match &change {
                     Change::Opened(a) => (a, false),
                     Change::Resolved(a) => (a, true),
@@ -422,8 +436,12 @@ fn alert_words(alert: &Alert) -> String {
         return alert.summary();
     }
     let k = &alert.key;
+    let path = alert
+        .path_change
+        .as_ref()
+        .map_or(String::new(), |p| format!("; {p}"));
     format!(
-        "{} {} -> {} {} (baseline {})",
+        "{} {} -> {} {} (baseline {}){path}",
         k.test, k.src, k.dst, alert.value, alert.baseline
     )
 }
@@ -508,6 +526,7 @@ fn start_watch(
                     TestKind::Rr { .. } | TestKind::Crr { .. } => Measure::Latency,
                     TestKind::Rpm { .. } => Measure::Responsiveness,
                     TestKind::Stamp { .. } => Measure::Loss,
+                    TestKind::Trace { .. } => Measure::Hops,
                 };
                 (test.name.as_str(), measure)
             })
@@ -823,7 +842,7 @@ fn history_units(file: Option<&Mesh>, rows: &[MeshRow]) -> HistoryUnits {
                 TestKind::Stream { .. } => FigureUnit::BitsPerSecond,
                 TestKind::Rr { .. } | TestKind::Crr { .. } => FigureUnit::Seconds,
                 TestKind::Rpm { .. } => FigureUnit::Rpm,
-                TestKind::Stamp { .. } => FigureUnit::Plain,
+                TestKind::Stamp { .. } | TestKind::Trace { .. } => FigureUnit::Plain,
             };
             units.insert(test.name.clone(), unit);
         }

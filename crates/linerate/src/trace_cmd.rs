@@ -79,6 +79,7 @@ fn options(args: &TraceArgs) -> Result<net::Options, Failure> {
         port,
         bind: args.source.bind,
         device: args.source.bind_dev.clone(),
+        source_port: None,
         plan: Plan {
             flows: args.parallel,
             queries: args

@@ -1130,8 +1130,22 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
             sum_s: 8e-4,
             ..Transactions::default()
         }),
+        traced: false,
     };
     board.record_figures(&row("t", "udp"), Some(&figures));
+    // A trace's series: its distance, and its count of path changes.
+    let trace = linerate_report::document::Document::Trace(Box::new(
+        serde_json::from_value(serde_json::json!({
+            "test": "trace", "started_at": 1.0, "target": "b", "address": "10.0.0.2",
+            "protocol": "udp", "port": 33434, "flows": 1, "queries": 1, "first_ttl": 1,
+            "max_ttl": 30, "duration_s": 0.1, "sent": 1, "answered": 1, "unmatched": 0,
+            "paths": [{"flow": 0, "source_port": 61000, "reached_ttl": 1, "hops": [
+                {"ttl": 1, "answers": [{"address": "10.0.0.2", "rtt_ms": 0.1, "kind": "reached"}]}]}],
+            "hops": [], "reached": true, "distinct_paths": 1
+        }))
+        .unwrap(),
+    ));
+    board.record(&row("path", "udp"), Some(&trace));
     let rpm = Figures {
         responsiveness: Some(Responsiveness {
             rpm: Some(1200.0),

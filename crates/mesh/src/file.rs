@@ -15,7 +15,7 @@
 //!
 //! [[test]]
 //! name = "throughput"
-//! run = "stream"                 # stream | rr | crr | rpm
+//! run = "stream"                 # stream | rr | crr | rpm | stamp | trace
 //! duration = "10s"
 //! interval = "4h"
 //! jitter = "10m"
@@ -153,6 +153,8 @@ struct RawTest {
     response: Option<Spanned<String>>,
     tls: Option<bool>,
     max_connections: Option<Spanned<u32>>,
+    /// Trace: the farthest distance probed.
+    max_hops: Option<Spanned<u8>>,
 }
 
 #[derive(Deserialize)]
@@ -694,6 +696,62 @@ fn read_stamp(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
     })
 }
 
+/// A trace's options: protocol (udp, tcp or icmp probes), parallel (flows, 1 to 16),
+/// max_hops (1 to 64), port.
+fn read_trace(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
+    for (value, what) in [
+        (raw.request.as_ref(), "request"),
+        (raw.response.as_ref(), "response"),
+        (raw.rate.as_ref(), "rate"),
+        (raw.size.as_ref(), "size"),
+    ] {
+        not_an_option(reader, value, what, "trace")?;
+    }
+    let probe = match raw.protocol.as_ref().map(|p| (p, p.get_ref().as_str())) {
+        None | Some((_, "udp")) => TraceProbe::Udp,
+        Some((_, "tcp")) => TraceProbe::Tcp,
+        Some((_, "icmp")) => TraceProbe::Icmp,
+        Some((p, other)) => {
+            return Err(reader.at(
+                p,
+                format!("protocol '{other}' is not udp, tcp or icmp"),
+            ))
+        }
+    };
+    let flows = match &raw.parallel {
+        Some(p) if (1..=u32::from(MAX_TRACE_FLOWS)).contains(p.get_ref()) => *p.get_ref() as u16,
+        Some(p) => {
+            return Err(reader.at(
+                p,
+                format!(
+                    "parallel {} must be between 1 and {MAX_TRACE_FLOWS} (the flows a trace sends)",
+                    p.get_ref()
+                ),
+            ))
+        }
+        None => 1,
+    };
+    let max_hops = match &raw.max_hops {
+        Some(h) if (1..=MAX_TRACE_HOPS).contains(h.get_ref()) => *h.get_ref(),
+        Some(h) => {
+            return Err(reader.at(
+                h,
+                format!("max_hops {} must be between 1 and {MAX_TRACE_HOPS}", h.get_ref()),
+            ))
+        }
+        None => DEFAULT_TRACE_HOPS,
+    };
+    if let (TraceProbe::Icmp, Some(p)) = (probe, &raw.port) {
+        return Err(reader.at(p, "'port' is for udp and tcp probes; ICMP echo has none"));
+    }
+    Ok(TestKind::Trace {
+        probe,
+        flows,
+        max_hops,
+        port: raw.port.as_ref().map(|p| *p.get_ref()),
+    })
+}
+
 /// An RPM test's options; `leg_s` is its `duration`, each direction's limit.
 fn read_rpm(reader: &Reader, raw: &RawTest, leg_s: f64) -> Result<TestKind, MeshError> {
     for (value, what) in [
@@ -790,13 +848,23 @@ fn refuse_options_of_other_runs(
     if run == "rpm" {
         not_an_option(reader, raw.dscp.as_ref(), "dscp", run)?;
     }
-    if run == "rpm" || run == "stamp" {
+    if run == "trace" {
+        not_an_option(reader, raw.dscp.as_ref(), "dscp", run)?;
+    }
+    if run == "rpm" || run == "stamp" || run == "trace" {
         if let Some(ecn) = &raw.ecn {
             return Err(reader.at(ecn, format!("'ecn' is not an option of run = \"{run}\"")));
         }
     }
+    if run != "trace" {
+        if let Some(h) = &raw.max_hops {
+            return Err(reader.at(h, format!("'max_hops' is not an option of run = \"{run}\"")));
+        }
+    }
     if run != "stamp" {
         not_an_option(reader, raw.report.as_ref(), "report", run)?;
+    }
+    if run != "stamp" && run != "trace" {
         if let Some(p) = &raw.port {
             return Err(reader.at(p, format!("'port' is not an option of run = \"{run}\"")));
         }
@@ -867,18 +935,24 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
             format!("test name '{name}' must be letters, digits, '-', '_' or '.'"),
         ));
     }
+    let run = raw.run.get_ref().as_str();
     let protocol = match raw.protocol.as_ref().map(|p| (p, p.get_ref().as_str())) {
         None | Some((_, "tcp")) => Transport::Tcp,
         Some((_, "udp")) => Transport::Udp,
+        // A trace's probes: read_trace reads them.
+        Some(_) if run == "trace" => Transport::Udp,
         Some((p, other)) => {
             return Err(reader.at(p, format!("protocol '{other}' is not tcp or udp")));
         }
     };
-    let run = raw.run.get_ref().as_str();
     let mut seconds = match &raw.duration {
         Some(d) if run == "stamp" => return Err(reader.at(
             d,
             "run = \"stamp\" runs all the time: give its window as report = \"1m\", not a duration",
+        )),
+        Some(d) if run == "trace" => return Err(reader.at(
+            d,
+            "run = \"trace\" ends when its probes are answered: it has no duration",
         )),
         Some(d) => reader.seconds(d, "duration", true)?,
         None if run == "rpm" => DEFAULT_RPM_LEG_SECONDS,
@@ -906,12 +980,23 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
             }
             read_stamp(reader, raw)?
         }
+        "trace" => {
+            let kind = read_trace(reader, raw)?;
+            if let TestKind::Trace {
+                flows, max_hops, ..
+            } = kind
+            {
+                // Its longest: every probe sent, the last one's wait, a second's set-up.
+                seconds = f64::from(flows) * f64::from(max_hops) * TRACE_GAP_S + TRACE_WAIT_S + 1.0;
+            }
+            kind
+        }
         "stream" => read_stream(reader, raw, protocol, &name)?,
         "rr" | "crr" => read_transactions(reader, raw, protocol, &name, run)?,
         other => {
             return Err(reader.at(
                 &raw.run,
-                format!("test '{name}': run '{other}' is not stream, rr, crr, rpm or stamp"),
+                format!("test '{name}': run '{other}' is not stream, rr, crr, rpm, stamp or trace"),
             ));
         }
     };

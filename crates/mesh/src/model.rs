@@ -15,6 +15,15 @@ pub const DEFAULT_STAMP_REPORT_SECONDS: f64 = 60.0;
 pub const DEFAULT_STAMP_PORT: u16 = 862;
 /// The most probes a second a mesh's STAMP test may send to one destination.
 pub const MAX_STAMP_RATE: f64 = 10_000.0;
+/// A trace's farthest distance when the file does not say (`max_hops`), as traceroute's.
+pub const DEFAULT_TRACE_HOPS: u8 = 30;
+/// The most flows (source ports) a mesh's trace may send, and the farthest distance.
+pub const MAX_TRACE_FLOWS: u16 = 16;
+pub const MAX_TRACE_HOPS: u8 = 64;
+/// A mesh trace's probes: one every 5 ms (kind to routers that rate-limit their ICMP),
+/// each waiting at most a second for its answer.
+pub const TRACE_GAP_S: f64 = 0.005;
+pub const TRACE_WAIT_S: f64 = 1.0;
 /// An RPM test's default time limit for each direction (as `linerate rpm --time`'s).
 pub const DEFAULT_RPM_LEG_SECONDS: f64 = 20.0;
 
@@ -292,7 +301,21 @@ pub enum TestKind {
         /// The reflectors' port where a host's address does not name one.
         port: u16,
     },
+    /// Which way the packets go: a Paris-style trace from the source's agent to the
+    /// destination's address (any host, one that only reflects too), its hop list kept,
+    /// and a change from the pair's last trace told.
+    Trace {
+        probe: TraceProbe,
+        /// Flows with different source ports, each kept from one trace to the next.
+        flows: u16,
+        max_hops: u8,
+        /// The destination port of UDP and TCP probes; `None`: traceroute's (33434 UDP,
+        /// 80 TCP).
+        port: Option<u16>,
+    },
 }
+
+pub use linerate_model::TraceProbe;
 
 /// An RPM test's time beyond its two directions: the configuration, the idle phase.
 pub const RPM_SETUP_S: f64 = 5.0;
@@ -303,10 +326,23 @@ impl TestKind {
             TestKind::Stream { protocol, .. } | TestKind::Rr { protocol, .. } => *protocol,
             TestKind::Crr { .. } | TestKind::Rpm { .. } => Transport::Tcp,
             TestKind::Stamp { .. } => Transport::Udp,
+            TestKind::Trace { probe, .. } => match probe {
+                TraceProbe::Tcp => Transport::Tcp,
+                TraceProbe::Udp | TraceProbe::Icmp => Transport::Udp,
+            },
         }
     }
 
-    /// "stream", "rr", "crr", "rpm" or "stamp".
+    /// The protocol a job's row is labelled with: "tcp", "udp", or "icmp" for a trace
+    /// of ICMP echoes.
+    pub fn protocol_label(&self) -> &'static str {
+        match self {
+            TestKind::Trace { probe, .. } => probe.name(),
+            other => other.protocol().name(),
+        }
+    }
+
+    /// "stream", "rr", "crr", "rpm", "stamp" or "trace".
     pub fn run(&self) -> &'static str {
         match self {
             TestKind::Stream { .. } => "stream",
@@ -314,6 +350,7 @@ impl TestKind {
             TestKind::Crr { .. } => "crr",
             TestKind::Rpm { .. } => "rpm",
             TestKind::Stamp { .. } => "stamp",
+            TestKind::Trace { .. } => "trace",
         }
     }
 }
@@ -380,11 +417,15 @@ impl Mesh {
             // which the rounds keep), each once: a bit per ordered pair says seen.
             let mut seen = vec![0u64; (hosts * hosts).div_ceil(64)];
             let mut ordered: Vec<Pair> = Vec::new();
-            let stamp = matches!(self.tests[test].kind, TestKind::Stamp { .. });
+            // STAMP and traces need nothing of their destination but its address.
+            let stamp = matches!(
+                self.tests[test].kind,
+                TestKind::Stamp { .. } | TestKind::Trace { .. }
+            );
             for group in self.groups.iter().filter(|g| g.tests.contains(&test)) {
                 for (a, b) in pairs_of(group) {
                     // A host that only reflects sends nothing, and is the destination of
-                    // STAMP tests alone.
+                    // STAMP tests and traces alone.
                     if self.hosts[a].reflector_only || (!stamp && self.hosts[b].reflector_only) {
                         continue;
                     }

@@ -32,31 +32,60 @@ pub enum JobPlan {
         size: Option<u16>,
         dscp: Option<u8>,
     },
+    /// A trace from the source's agent to the destination's address.
+    Trace {
+        /// The destination's address (no port), or its name.
+        target: String,
+        probe: crate::model::TraceProbe,
+        flows: u16,
+        max_hops: u8,
+        port: Option<u16>,
+        /// The first flow's source port: the pair's own, the same trace after trace, so
+        /// that a load balancer sends each flow the way it did before.
+        source_port: u16,
+    },
+}
+
+/// The first of the ports a pair's trace flows leave from: above Linux's ephemeral range
+/// (32768 to 60999), so that no connection of the host has taken it, and drawn from the
+/// pair and test (FNV-1a), so that the pairs of a source spread over the range.
+pub fn trace_source_port(mesh: &str, test: &str, src: &str, dst: &str, flows: u16) -> u16 {
+    const FIRST: u32 = 61_000;
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in [mesh, test, src, dst].join("\0").bytes() {
+        hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+    }
+    let room = 65_535 - FIRST + 1 - u32::from(flows);
+    (FIRST + hash % room) as u16
+}
+
+/// A host's address without its port: where a trace goes.
+pub fn address_of(host: &crate::model::Host) -> String {
+    let address = host.address.as_str();
+    if let Ok(addr) = address.parse::<std::net::SocketAddr>() {
+        addr.ip().to_string()
+    } else if let Ok(ip) = address.parse::<std::net::IpAddr>() {
+        ip.to_string()
+    } else {
+        match address.rsplit_once(':') {
+            Some((name, p)) if p.parse::<u16>().is_ok() => name.to_string(),
+            _ => address.to_string(),
+        }
+    }
 }
 
 /// Where `host`'s STAMP reflector answers: its address with `port` for a host that runs
 /// an agent (the address names the agent's port); a host that only reflects at the port
 /// its address names, else `port`.
 pub fn reflector_of(host: &crate::model::Host, port: u16) -> String {
-    let address = host.address.as_str();
-    let bare = if let Ok(addr) = address.parse::<std::net::SocketAddr>() {
-        if host.reflector_only {
-            return addr.to_string();
-        }
-        addr.ip().to_string()
-    } else if let Ok(ip) = address.parse::<std::net::IpAddr>() {
-        ip.to_string()
-    } else {
-        match address.rsplit_once(':') {
-            Some((name, p)) if p.parse::<u16>().is_ok() => {
-                if host.reflector_only {
-                    return address.to_string();
-                }
-                name.to_string()
-            }
-            _ => address.to_string(),
-        }
-    };
+    let bare = address_of(host);
+    if host.reflector_only && bare != host.address {
+        // Its address names the reflector's port.
+        return match host.address.parse::<std::net::SocketAddr>() {
+            Ok(addr) => addr.to_string(),
+            Err(_) => host.address.clone(),
+        };
+    }
     if bare.contains(':') {
         format!("[{bare}]:{port}")
     } else {
@@ -90,6 +119,22 @@ pub fn job_plan(mesh: &Mesh, job: &Job) -> JobPlan {
             size,
             dscp,
         },
+        TestKind::Trace {
+            probe,
+            flows,
+            max_hops,
+            port,
+        } => {
+            let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
+            JobPlan::Trace {
+                target: address_of(dst),
+                probe,
+                flows,
+                max_hops,
+                port,
+                source_port: trace_source_port(&mesh.name, &test.name, &src.name, &dst.name, flows),
+            }
+        }
         TestKind::Stream { .. } | TestKind::Rr { .. } | TestKind::Crr { .. } => {
             JobPlan::Profile(profile_of(mesh, job, &test.kind))
         }
@@ -173,7 +218,9 @@ fn profile_of(mesh: &Mesh, job: &Job, kind: &TestKind) -> Profile {
             ],
         ),
         // An RPM or STAMP test is no profile: job_plan makes it a JobPlan of its own.
-        TestKind::Rpm { .. } | TestKind::Stamp { .. } => (0, Vec::new()),
+        TestKind::Rpm { .. } | TestKind::Stamp { .. } | TestKind::Trace { .. } => {
+            (0, Vec::new())
+        }
         // Each transaction its own connection: the timed transaction holds the connect.
         TestKind::Crr {
             request,

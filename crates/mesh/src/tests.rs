@@ -252,7 +252,7 @@ fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
         ),
         (
             good.replace("run = \"rr\"", "run = \"ping\""),
-            "run 'ping' is not stream, rr, crr, rpm or stamp",
+            "run 'ping' is not stream, rr, crr, rpm, stamp or trace",
         ),
         (
             good.replace("run = \"rr\"", "run = \"rr\"\nrate = \"fast\""),
@@ -708,6 +708,78 @@ fn stamp_tests_run_all_the_time_and_reflector_hosts_only_answer() {
     };
     assert_eq!(plan_of("h0", "r1"), ("10.0.0.9:8620".into(), 60.0, 50.0));
     assert_eq!(plan_of("h0", "h1"), ("10.0.0.2:862".into(), 60.0, 50.0));
+}
+
+/// A trace is light (never exclusive), ends when answered (no duration; its job's
+/// length is every probe at 5 ms and a wait), goes to any host's address (one that only
+/// reflects too) and leaves each pair's flows from ports of the pair's own, the same
+/// every time, above the ephemeral range and apart between pairs.
+#[test]
+fn trace_tests_go_to_every_destination_from_the_pairs_own_ports() {
+    let text = format!(
+        "{}[[host]]\nname = \"r1\"\naddress = \"10.0.0.9:8620\"\nreflector = \"stamp\"\n\
+         [[test]]\nname = \"path\"\nrun = \"trace\"\nprotocol = \"icmp\"\nparallel = 4\n\
+         max_hops = 20\ninterval = \"5m\"\n\
+         [[group]]\nname = \"traces\"\ntests = [\"path\"]\n",
+        mesh_text(2, false)
+    );
+    let m = parse("m.toml", &text).unwrap();
+    let path = m.tests.iter().position(|t| t.name == "path").unwrap();
+    let test = &m.tests[path];
+    assert_eq!(
+        test.kind,
+        TestKind::Trace {
+            probe: TraceProbe::Icmp,
+            flows: 4,
+            max_hops: 20,
+            port: None
+        }
+    );
+    assert!(!test.exclusive);
+    assert!((test.seconds - (4.0 * 20.0 * TRACE_GAP_S + TRACE_WAIT_S + 1.0)).abs() < 1e-9);
+    assert_eq!(test.kind.protocol_label(), "icmp");
+    let jobs: Vec<Job> = m.jobs().into_iter().filter(|j| j.test == path).collect();
+    let name = |i: usize| m.hosts[i].name.as_str();
+    let pairs: BTreeSet<(&str, &str)> = jobs.iter().map(|j| (name(j.src), name(j.dst))).collect();
+    let expected: BTreeSet<(&str, &str)> =
+        [("h0", "h1"), ("h1", "h0"), ("h0", "r1"), ("h1", "r1")].into();
+    assert_eq!(pairs, expected);
+    let mut ports = BTreeSet::new();
+    for job in &jobs {
+        let plan::JobPlan::Trace {
+            target,
+            source_port,
+            ..
+        } = plan::job_plan(&m, job)
+        else {
+            panic!("not a trace");
+        };
+        assert!(!target.contains(':'), "{target}: the address alone");
+        assert!(source_port >= 61_000 && source_port <= 65_535 - 3, "{source_port}");
+        assert_eq!(plan::job_plan(&m, job), plan::job_plan(&m, job), "the same every time");
+        ports.insert(source_port);
+    }
+    assert_eq!(ports.len(), jobs.len(), "each pair its own ports");
+    let bad = |extra: &str| {
+        parse(
+            "m.toml",
+            &text.replace("max_hops = 20", extra),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    assert!(bad("max_hops = 65").contains("max_hops 65 must be between 1 and 64"));
+    assert!(bad("max_hops = 20\nport = 80").contains("ICMP echo has none"));
+    assert!(bad("max_hops = 20\nduration = \"5s\"").contains("it has no duration"));
+    assert!(bad("max_hops = 20\ndscp = \"EF\"").contains("'dscp' is not an option"));
+    assert!(parse("m.toml", &text.replace("parallel = 4", "parallel = 17"))
+        .unwrap_err()
+        .to_string()
+        .contains("between 1 and 16"));
+    assert!(parse("m.toml", &text.replace("\"icmp\"", "\"gre\""))
+        .unwrap_err()
+        .to_string()
+        .contains("is not udp, tcp or icmp"));
 }
 
 /// A stream, rr or crr test's `dscp` and `ecn` mark the connection its profile opens (set

@@ -95,6 +95,7 @@ fn filled_board(hosts: usize) -> Board {
                     }
                     Measure::Latency => 2.5e-4 + (s + d) as f64 * 1e-7,
                     Measure::Loss => (s + d) as f64 * 1e-6,
+                    Measure::Hops => (3 + (s + d) % 5) as f64,
                 };
                 let row = MeshRow {
                     run_id: Some((at * 1e3) as i64),
@@ -118,6 +119,10 @@ fn filled_board(hosts: usize) -> Board {
                     Measure::Latency => latency(value),
                     Measure::Loss => linerate_metrics::board::Figures {
                         loss_ratio: Some(value),
+                        ..Default::default()
+                    },
+                    Measure::Hops => linerate_metrics::board::Figures {
+                        traced: true,
                         ..Default::default()
                     },
                 };

@@ -27,6 +27,11 @@ pub struct Alert {
     pub started_at: f64,
     /// Set when it resolved.
     pub ended_at: Option<f64>,
+    /// When the series' result before the one that opened it ended: what it measured
+    /// changed between then and `started_at`.
+    pub since: f64,
+    /// A change of the pair's path in the same span, in words, where a trace saw one.
+    pub path_change: Option<String>,
 }
 
 impl Alert {
@@ -76,8 +81,12 @@ impl Alert {
         } else {
             0.0
         };
+        let path = self
+            .path_change
+            .as_ref()
+            .map_or(String::new(), |p| format!("; {p}"));
         format!(
-            "{} {} {} -> {} is {:+.0}% from its baseline",
+            "{} {} {} -> {} is {:+.0}% from its baseline{path}",
             k.test, self.what, k.src, k.dst, change
         )
     }
@@ -179,6 +188,8 @@ impl Alerts {
                     over_s: loss.then_some(t.loss_for_s),
                     started_at: now,
                     ended_at: None,
+                    since: now,
+                    path_change: None,
                 };
                 self.open.insert(key.clone(), alert.clone());
                 Some(Change::Opened(alert))
@@ -234,6 +245,9 @@ pub fn alertmanager_json(alert: &Alert, grid: Option<&str>, now: f64) -> Value {
         "startsAt": rfc3339(alert.started_at),
         "endsAt": rfc3339(ends),
     });
+    if let Some(path) = &alert.path_change {
+        body["annotations"]["path_change"] = json!(path);
+    }
     if let Some(grid) = grid {
         body["generatorURL"] = json!(format!(
             "{}/#test={}&src={}&dst={}",

@@ -69,7 +69,7 @@ pub struct Assessment {
     pub baseline: Option<Baseline>,
     /// The newest value relative to the baseline's median (0.5: half of it).
     pub ratio: Option<f64>,
-    /// Which figure: "goodput", "latency" or "responsiveness".
+    /// Which figure: "goodput", "latency", "responsiveness", "loss" or "hops".
     pub what: &'static str,
 }
 
@@ -81,6 +81,7 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
         Measure::Latency => "latency",
         Measure::Responsiveness => "responsiveness",
         Measure::Loss => "loss",
+        Measure::Hops => "hops",
     };
     if !latest.ok && !latest.skipped {
         return Assessment {
@@ -127,7 +128,7 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
         (Measure::Goodput, Some(r)) => r < 1.0 - t.goodput_drop,
         (Measure::Latency, Some(r)) => r > 1.0 + t.latency_rise,
         (Measure::Responsiveness, Some(r)) => r < 1.0 - t.responsiveness_drop,
-        (Measure::Loss, _) | (_, None) => false,
+        (Measure::Loss | Measure::Hops, _) | (_, None) => false,
     };
     Assessment {
         state: if worse { State::Worse } else { State::Normal },

@@ -58,6 +58,9 @@ pub enum Measure {
     /// The share of probes lost (STAMP), 0 to 1: above the mesh's `loss_above` for its
     /// `for` is worse, whatever the baseline.
     Loss,
+    /// A trace's distance to the destination: neither way is worse; a path change is
+    /// told as an event of its own ([`PathMark`]).
+    Hops,
 }
 
 /// Round-trip quantiles of one run, seconds.
@@ -94,6 +97,8 @@ pub struct Latest {
     pub responsiveness: Option<Responsiveness>,
     /// STAMP: the delay this way.
     pub one_way: Option<OneWayDelay>,
+    /// A trace: its distance to the destination (where a flow reached it).
+    pub traced: bool,
 }
 
 /// An RPM test's figures.
@@ -147,6 +152,10 @@ pub struct Totals {
     pub one_way_sum_s: f64,
     /// TCP retransmits of every result that counted them.
     pub retransmits: u64,
+    /// A trace series: the traces that ran, and the times one went another way than the
+    /// one before it.
+    pub traces: u64,
+    pub path_changes: u64,
 }
 
 /// One point of a pair's history.
@@ -175,7 +184,46 @@ pub struct Series {
     pub latest: Latest,
     pub totals: Totals,
     pub history: VecDeque<Point>,
+    /// A trace series: the way its newest trace went, which the next is compared with.
+    pub route: Option<linerate_report::trace::Route>,
 }
+
+/// A pair's path changed: a trace went another way than the pair's trace before it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PathMark {
+    /// The trace test that saw it, and its way (from `src` to `dst`).
+    pub test: String,
+    pub src: String,
+    pub dst: String,
+    /// The change happened after the trace before ended (`since`) and before the one that
+    /// saw it ended (`at`), Unix seconds.
+    pub since: f64,
+    pub at: f64,
+    /// "hop 2: 10.0.2.2 -> 10.0.3.2 (1 of 4 flows); was ..., now ...".
+    pub words: String,
+}
+
+impl PathMark {
+    /// "the path a -> b changed between 12:00:01 and 12:00:31 (trace 'path': hop 2: ...)".
+    pub fn describe(&self) -> String {
+        let time = |unix: f64| {
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(unix.max(0.0));
+            humantime::format_rfc3339_seconds(at).to_string()
+        };
+        format!(
+            "the path {} -> {} changed between {} and {} (trace '{}': {})",
+            self.src,
+            self.dst,
+            time(self.since),
+            time(self.at),
+            self.test,
+            self.words
+        )
+    }
+}
+
+/// The path changes a board keeps of each pair (the grid's marks, the alerts' windows).
+pub const MARKS: usize = 16;
 
 impl Series {
     /// The baseline from up to `window` successful results before the newest, once there
@@ -230,6 +278,9 @@ pub struct Board {
     /// The coordinator's own queues (its store writer, remote write, alerts), read at
     /// each scrape.
     pub process: Option<ProcessSource>,
+    /// Each pair's recent path changes, by (mesh, src, dst) as its traces went, newest
+    /// last, at most [`MARKS`] a pair.
+    pub path_marks: BTreeMap<(String, String, String), VecDeque<PathMark>>,
     /// Each new series takes room for its whole history at once. A mesh's series each
     /// get a result every interval and fill their history in hours; reserved up front,
     /// a coordinator's memory is what it will be once its series exist, and a growth after
@@ -336,6 +387,8 @@ pub struct Figures {
     pub one_way: Option<OneWayDelay>,
     pub one_way_histogram: Option<Transactions>,
     pub duration_s: f64,
+    /// A trace (its figure is the row's headline, the distance).
+    pub traced: bool,
 }
 
 /// Reads a mesh job's document: goodput for a stream, the timed transaction's latency for
@@ -344,6 +397,12 @@ pub struct Figures {
 pub fn figures_of(protocol: &str, document: &Document) -> Option<Figures> {
     if let Document::Stamp(report) = document {
         return Some(stamp_figures(report).0);
+    }
+    if let Document::Trace(_) = document {
+        return Some(Figures {
+            traced: true,
+            ..Figures::default()
+        });
     }
     if let Document::Rpm(report) = document {
         let legs = [&report.download, &report.upload];
@@ -477,8 +536,65 @@ impl Board {
             return vec![Key::of(&forward), Key::of(&reverse)];
         }
         let figures = document.and_then(|d| figures_of(&row.protocol, d));
+        let key = Key::of(row);
+        let since = self.series.get(&key).map(|s| s.latest.ended_at);
         self.record_figures(row, figures.as_ref());
-        vec![Key::of(row)]
+        if let Some(Document::Trace(report)) = document {
+            self.follow_route(&key, report, since.unwrap_or(row.started_at), row.ended_at);
+        }
+        vec![key]
+    }
+
+    /// A trace's way, against the way its pair's trace before went: a change is counted
+    /// and marked. Returns the mark.
+    fn follow_route(
+        &mut self,
+        key: &Key,
+        report: &linerate_report::trace::TraceReport,
+        since: f64,
+        at: f64,
+    ) -> Option<PathMark> {
+        let route = report.route();
+        let series = self.series.get_mut(key)?;
+        series.totals.traces += 1;
+        let change = series
+            .route
+            .as_ref()
+            .and_then(|before| route.change_from(before));
+        series.route = Some(route);
+        let change = change?;
+        series.totals.path_changes += 1;
+        let mark = PathMark {
+            test: key.test.clone(),
+            src: key.src.clone(),
+            dst: key.dst.clone(),
+            since,
+            at,
+            words: change.words(report.paths.len()),
+        };
+        let marks = self
+            .path_marks
+            .entry((key.mesh.clone(), key.src.clone(), key.dst.clone()))
+            .or_default();
+        marks.push_back(mark.clone());
+        while marks.len() > MARKS {
+            marks.pop_front();
+        }
+        Some(mark)
+    }
+
+    /// The path changes of `key`'s pair (either way) that may have happened between
+    /// `since` and `until`: those whose own span overlaps it.
+    pub fn path_changes_between(&self, key: &Key, since: f64, until: f64) -> Vec<&PathMark> {
+        let ways = [
+            (key.mesh.clone(), key.src.clone(), key.dst.clone()),
+            (key.mesh.clone(), key.dst.clone(), key.src.clone()),
+        ];
+        ways.iter()
+            .filter_map(|way| self.path_marks.get(way))
+            .flatten()
+            .filter(|m| m.since < until && m.at > since)
+            .collect()
     }
 
     /// Adds a result: its row and what it measured. Past [`MAX_SERIES`], the series whose
@@ -539,8 +655,11 @@ impl Board {
             latest.duration_s = Some(f.duration_s);
             latest.responsiveness = f.responsiveness;
             latest.one_way = f.one_way;
+            latest.traced = f.traced;
             if series.measure.is_none() {
-                series.measure = Some(if f.responsiveness.is_some() {
+                series.measure = Some(if f.traced {
+                    Measure::Hops
+                } else if f.responsiveness.is_some() {
                     Measure::Responsiveness
                 } else if f.rtt.is_some() {
                     Measure::Latency

@@ -79,7 +79,7 @@ fn rpm(latest: &Latest) -> Option<Responsiveness> {
 }
 
 /// The families, in the order a scrape writes them (after `linerate_build_info`).
-pub const FAMILIES: [Family; 16] = [
+pub const FAMILIES: [Family; 18] = [
     Family {
         name: "linerate_goodput_bytes_per_second",
         help: "A stream's newest goodput, counted at the destination",
@@ -236,6 +236,27 @@ pub const FAMILIES: [Family; 16] = [
                 })
                 .collect(),
             None => Vec::new(),
+        },
+    },
+    Family {
+        name: "linerate_path_hops",
+        help: "A trace's newest distance to the destination, in hops, where a flow reached it",
+        kind: Kind::Gauge,
+        read: |l, _| gauge(l.value.filter(|_| l.ok && l.traced)),
+    },
+    Family {
+        name: "linerate_path_changes",
+        help: "Traces of the series that went another way than the trace before them, since this process started",
+        kind: Kind::Counter,
+        // Every trace series has one, zero until its path changes: a rate over it is 0, not absent.
+        read: |_, t| {
+            if t.traces == 0 {
+                return Vec::new();
+            }
+            vec![Sample {
+                label: None,
+                value: Value::Counter(t.path_changes),
+            }]
         },
     },
 ];

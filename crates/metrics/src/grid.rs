@@ -35,6 +35,7 @@ fn measure_name(measure: Option<Measure>) -> &'static str {
         Some(Measure::Latency) => "latency",
         Some(Measure::Responsiveness) => "responsiveness",
         Some(Measure::Loss) => "loss",
+        Some(Measure::Hops) => "hops",
         _ => "goodput",
     }
 }
@@ -227,7 +228,10 @@ pub fn pair_series<'a>(
 pub fn history_json(board: &Board, query: &str, thresholds: &Thresholds) -> Result<Value, String> {
     let (key, series) = pair_series(board, query)?;
     let a = assess(series, thresholds);
+    let since = series.history.front().map_or(0.0, |p| p.at);
+    let path_changes = board.path_changes_between(key, since, f64::INFINITY);
     Ok(json!({
+        "path_changes": path_changes,
         "key": key,
         "measure": measure_name(series.measure),
         "points": series.history,

@@ -419,6 +419,142 @@ proptest! {
     }
 }
 
+/// A trace's document to 10.0.9.2: four hops, `middle` at the second.
+fn trace(middle: &str) -> Document {
+    let hop = |ttl: u8, address: &str, kind: &str| {
+        serde_json::json!({"ttl": ttl, "answers": [{"address": address, "rtt_ms": 0.1, "kind": kind}]})
+    };
+    let paths = serde_json::json!([{
+        "flow": 0, "source_port": 61000, "reached_ttl": 4,
+        "hops": [
+            hop(1, "10.0.1.2", "time exceeded"),
+            hop(2, middle, "time exceeded"),
+            hop(3, "10.0.4.2", "time exceeded"),
+            hop(4, "10.0.9.2", "reached"),
+        ],
+    }]);
+    let paths: Vec<linerate_report::trace::FlowPath> = serde_json::from_value(paths).unwrap();
+    let (hops, distinct_paths) = linerate_report::trace::TraceReport::merge(&paths);
+    Document::Trace(Box::new(linerate_report::trace::TraceReport {
+        test: "trace".into(),
+        started_at: 0.0,
+        target: "b".into(),
+        address: "10.0.9.2".into(),
+        protocol: "udp".into(),
+        port: Some(33434),
+        flows: 1,
+        queries: 1,
+        first_ttl: 1,
+        max_ttl: 30,
+        duration_s: 0.1,
+        sent: 4,
+        answered: 4,
+        unmatched: 0,
+        paths,
+        hops,
+        reached: true,
+        distinct_paths,
+        warnings: Vec::new(),
+        host: None,
+    }))
+}
+
+/// A watch of tput (goodput) and path (traces), nowhere to send.
+fn watch_of_traces() -> crate::watch::Watch {
+    crate::watch::Watch::start(crate::watch::WatchSpec {
+        mesh: "m",
+        hosts: vec!["a", "b"],
+        tests: vec![("tput", Measure::Goodput), ("path", Measure::Hops)],
+        past: &[],
+        thresholds: Thresholds::default(),
+        metrics: None,
+        remote_write: None,
+        alertmanager: None,
+        webhook: None,
+        grid_url: None,
+        store: None,
+        past_source: None,
+    })
+    .unwrap()
+}
+
+/// A trace that goes another way than the pair's trace before is a path change: told
+/// once (the same way again is none), counted, kept for the grid's plot; a goodput alert
+/// of the pair that opens after it names it, as does one already open when the change
+/// may have happened in its span. A change outside an alert's span is not named.
+#[test]
+fn a_path_change_is_counted_marked_and_named_by_its_pairs_alert() {
+    let mut watch = watch_of_traces();
+    let mut path = |at: f64, middle: &str| {
+        let mut r = row("a", "b", "path", true, 4.0, at);
+        r.protocol = "udp".into();
+        watch.record(&r, Some(&trace(middle))).path_change
+    };
+    assert_eq!(path(5.0, "10.0.2.2"), None, "the first trace sets the way");
+    assert_eq!(path(15.0, "10.0.2.2"), None, "the same way");
+    drop(path);
+    for at in [10.0, 20.0, 30.0] {
+        let told = watch.record(&row("a", "b", "tput", true, 8e9, at), Some(&stream(8e9)));
+        assert!(told.changes.is_empty() && told.path_change.is_none());
+    }
+    let mut r = row("a", "b", "path", true, 4.0, 45.0);
+    r.protocol = "udp".into();
+    let mark = watch
+        .record(&r, Some(&trace("10.0.3.2")))
+        .path_change
+        .expect("a path change");
+    assert_eq!((mark.since, mark.at), (15.0, 45.0));
+    assert!(
+        mark.words.starts_with("hop 2: 10.0.2.2 -> 10.0.3.2 (1 of 1 flow)"),
+        "{}",
+        mark.words
+    );
+    // The goodput of the pair drops at 50: its span (30, 50] meets the change's (15, 45].
+    let told = watch.record(&row("a", "b", "tput", true, 4e9, 50.0), Some(&stream(4e9)));
+    let [crate::alerts::Change::Opened(alert)] = told.changes.as_slice() else {
+        panic!("{:?}", told.changes);
+    };
+    let named = alert.path_change.as_deref().expect("the change named");
+    assert!(
+        named.starts_with("the path a -> b changed between 1970-01-01T00:00:15Z and 1970-01-01T00:00:45Z (trace 'path': hop 2"),
+        "{named}"
+    );
+    assert!(alert.summary().contains(named), "{}", alert.summary());
+    let json = crate::alerts::alertmanager_json(alert, None, 60.0);
+    assert_eq!(json["annotations"]["path_change"], named);
+    // The other way's goodput drops first (b -> a at 70, normal at 60: the change of
+    // (15, 45] is outside its span); a trace of a -> b at 80 sees the way change back:
+    // the open alert names it (the change's span, (45, 80], meets the alert's, (60, 70]).
+    for at in [50.0, 55.0, 60.0] {
+        watch.record(&row("b", "a", "tput", true, 8e9, at), Some(&stream(8e9)));
+    }
+    let told = watch.record(&row("b", "a", "tput", true, 2e9, 70.0), Some(&stream(2e9)));
+    assert!(matches!(told.changes.as_slice(), [crate::alerts::Change::Opened(a)] if a.path_change.is_none()));
+    let mut r = row("a", "b", "path", true, 4.0, 80.0);
+    r.protocol = "udp".into();
+    assert!(watch.record(&r, Some(&trace("10.0.2.2"))).path_change.is_some());
+    let open = &watch.alerts.open;
+    let back = open.values().find(|a| a.key.src == "b").unwrap();
+    assert!(
+        back.path_change.as_deref().is_some_and(|p| p.contains("between 1970-01-01T00:00:45Z and 1970-01-01T00:01:20Z")),
+        "{back:?}"
+    );
+    let out = open.values().find(|a| a.key.src == "a").unwrap();
+    assert!(out.path_change.as_deref().is_some_and(|p| p.contains("00:00:15Z")), "kept the first: {out:?}");
+    // Counted (two changes of the one trace series), its distance a gauge; both marks on
+    // the pair's plot.
+    let board = watch.board.clone();
+    let text = Exposition::new(board.clone()).render(Format::OpenMetrics);
+    assert!(text.contains("linerate_path_changes_total{mesh=\"m\",src=\"a\",dst=\"b\",test=\"path\",direction=\"forward\",protocol=\"udp\"} 2"), "{text}");
+    assert!(text.contains("linerate_path_hops{mesh=\"m\",src=\"a\",dst=\"b\",test=\"path\",direction=\"forward\",protocol=\"udp\"} 4"), "{text}");
+    assert!(!text.contains("linerate_path_changes_total{mesh=\"m\",src=\"a\",dst=\"b\",test=\"tput\""), "{text}");
+    let b = board.lock().unwrap();
+    let h = grid::history_json(&b, "test=tput&src=a&dst=b", &Thresholds::default()).unwrap();
+    let marks = h["path_changes"].as_array().unwrap();
+    assert_eq!(marks.len(), 2, "{h}");
+    assert_eq!((marks[0]["at"].as_f64(), marks[1]["at"].as_f64()), (Some(45.0), Some(80.0)));
+}
+
 /// A series line of an exposition as (name, sorted labels) and its value.
 fn scraped(text: &str) -> std::collections::BTreeMap<String, f64> {
     text.lines()
@@ -487,6 +623,7 @@ fn remote_write_sends_what_a_scrape_gives_series_by_series() {
             &row("a", "b", "stamp", true, 0.0, 12.5),
             Some(&stamp(600, 1, 0)),
         );
+        b.record(&row("a", "b", "path", true, 4.0, 12.7), Some(&trace("10.0.2.2")));
         b.record(&row("b", "a", "tput", false, 0.0, 13.0), None);
         let mut skipped = row("b", "a", "lat", false, 0.0, 14.0);
         skipped.outcome = Outcome::Skipped {

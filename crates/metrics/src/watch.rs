@@ -4,7 +4,7 @@
 
 use crate::alerts::{Alerts, Change, Notifier};
 use crate::assess::{assess, Thresholds};
-use crate::board::{Board, Measure, ProcessCounts, ProcessSource};
+use crate::board::{Board, Key, Measure, ProcessCounts, ProcessSource};
 use crate::remote_write::RemoteWriter;
 use crate::server::MetricsServer;
 use linerate_model::mesh_row::MeshRow;
@@ -134,11 +134,31 @@ impl Watch {
         })
     }
 
-    /// A finished job: on the board, sent on, and the alerts updated. The alerts' changes
-    /// are returned (the coordinator shows them).
-    pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) -> Vec<Change> {
+    /// A finished job: on the board, sent on, and the alerts updated. What changed is
+    /// returned (the coordinator shows it): the alerts opened and resolved, and the path
+    /// change a trace saw. An alert that opens names a path change of its pair (either
+    /// way) that may have happened since the series' result before; one already open
+    /// names a path change seen later that may have happened in its span (sent with the
+    /// open alerts' next re-send).
+    pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) -> Recorded {
         let mut board = self.board.lock().unwrap_or_else(|e| e.into_inner());
+        let own = Key::of(row);
+        let path_changes = |board: &Board| {
+            board
+                .series
+                .get(&own)
+                .map_or(0, |s| s.totals.path_changes)
+        };
+        let before = path_changes(&board);
         let keys = board.record(row, document);
+        let path_change = (path_changes(&board) > before)
+            .then(|| {
+                board
+                    .path_marks
+                    .get(&(own.mesh.clone(), own.src.clone(), own.dst.clone()))
+                    .and_then(|marks| marks.back().cloned())
+            })
+            .flatten();
         let mut changes = Vec::new();
         for key in keys {
             if let Some(remote) = &self.remote {
@@ -147,22 +167,64 @@ impl Watch {
             let Some(series) = board.series.get(&key) else {
                 continue;
             };
+            let since = series
+                .history
+                .iter()
+                .rev()
+                .nth(1)
+                .map_or(row.started_at, |p| p.at);
             let assessment = assess(series, &self.thresholds);
-            let change = self.alerts.update(
+            let mut change = self.alerts.update(
                 &key,
                 &assessment,
                 series.latest.value,
                 row.ended_at,
                 &self.thresholds,
             );
+            if let Some(Change::Opened(alert)) = change.as_mut() {
+                alert.since = since;
+                alert.path_change = board
+                    .path_changes_between(&key, since, alert.started_at)
+                    .last()
+                    .map(|mark| mark.describe());
+                if let Some(open) = self.alerts.open.get_mut(&key) {
+                    *open = alert.clone();
+                }
+            }
             if let (Some(notifier), Some(change)) = (&mut self.notifier, &change) {
                 notifier.send(change);
             }
             changes.extend(change);
         }
+        if let Some(mark) = &path_change {
+            for alert in self.alerts.open.values_mut() {
+                let k = &alert.key;
+                let pair = k.mesh == own.mesh
+                    && ((k.src == mark.src && k.dst == mark.dst)
+                        || (k.src == mark.dst && k.dst == mark.src));
+                if pair
+                    && alert.path_change.is_none()
+                    && mark.since < alert.started_at
+                    && mark.at > alert.since
+                {
+                    alert.path_change = Some(mark.describe());
+                }
+            }
+        }
         if let Some(notifier) = &mut self.notifier {
             notifier.keep_alive(&self.alerts);
         }
-        changes
+        Recorded {
+            changes,
+            path_change,
+        }
     }
+}
+
+/// What one result changed that the coordinator shows.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    pub changes: Vec<Change>,
+    /// A trace that went another way than the pair's trace before it.
+    pub path_change: Option<crate::board::PathMark>,
 }

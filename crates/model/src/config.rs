@@ -273,6 +273,25 @@ impl Source {
     }
 }
 
+/// A trace's probes: UDP (no privilege), TCP SYN or ICMP echo (CAP_NET_RAW).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceProbe {
+    Udp,
+    Tcp,
+    Icmp,
+}
+
+impl TraceProbe {
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceProbe::Udp => "udp",
+            TraceProbe::Tcp => "tcp",
+            TraceProbe::Icmp => "icmp",
+        }
+    }
+}
+
 /// What a test's TLS is to be.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TlsSettings {

@@ -161,6 +161,59 @@ impl From<ProbeRate> for f64 {
     }
 }
 
+/// The most flows and the farthest distance a trace request may ask of an agent.
+pub const MAX_TRACE_FLOWS: u16 = 16;
+pub const MAX_TRACE_HOPS: u8 = 64;
+
+/// A trace's flows (1 to [`MAX_TRACE_FLOWS`]) and its farthest distance (1 to
+/// [`MAX_TRACE_HOPS`]), refused out of bounds where they are decoded: an agent sends at
+/// most their product in probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "u16", into = "u16")]
+pub struct TraceFlows(u16);
+
+impl TryFrom<u16> for TraceFlows {
+    type Error = String;
+    fn try_from(flows: u16) -> Result<TraceFlows, String> {
+        if (1..=MAX_TRACE_FLOWS).contains(&flows) {
+            Ok(TraceFlows(flows))
+        } else {
+            Err(format!(
+                "a trace of {flows} flows asked; 1 to {MAX_TRACE_FLOWS} allowed"
+            ))
+        }
+    }
+}
+
+impl From<TraceFlows> for u16 {
+    fn from(flows: TraceFlows) -> u16 {
+        flows.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct TraceHops(u8);
+
+impl TryFrom<u8> for TraceHops {
+    type Error = String;
+    fn try_from(hops: u8) -> Result<TraceHops, String> {
+        if (1..=MAX_TRACE_HOPS).contains(&hops) {
+            Ok(TraceHops(hops))
+        } else {
+            Err(format!(
+                "a trace of {hops} hops asked; 1 to {MAX_TRACE_HOPS} allowed"
+            ))
+        }
+    }
+}
+
+impl From<TraceHops> for u8 {
+    fn from(hops: TraceHops) -> u8 {
+        hops.0
+    }
+}
+
 /// A STAMP probe's size (UDP payload, 44 to 9,000 octets) and DSCP (0 to 63), refused out
 /// of bounds where they are decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -342,6 +395,22 @@ pub enum AgentRequest {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         source: Option<linerate_model::Source>,
     },
+    /// Controller to the source of a trace: trace the way to `target` (an address or a
+    /// name, no port), each flow from `source_port` on where it is free; answered by
+    /// heartbeats, then `trace_result`. `abort` ends it.
+    Trace {
+        target: crate::text::PeerText,
+        probe: linerate_model::TraceProbe,
+        flows: TraceFlows,
+        max_hops: TraceHops,
+        /// The destination port of UDP and TCP probes; absent: traceroute's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        port: Option<u16>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source_port: Option<u16>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<linerate_model::Source>,
+    },
 }
 
 /// The heartbeat interval of a STAMP window, from a request's `heartbeat_s`: 2 s where
@@ -399,6 +468,9 @@ pub enum AgentReply {
     },
     StampResult {
         report: Box<linerate_report::stamp::StampReport>,
+    },
+    TraceResult {
+        report: Box<linerate_report::trace::TraceReport>,
     },
     Error {
         reason: crate::text::PeerText,
@@ -489,6 +561,39 @@ mod tests {
         );
         let back: AgentRequest = serde_json::from_str(&text).unwrap();
         assert!(matches!(back, AgentRequest::Rpm { source: Some(s), .. } if s == source));
+    }
+
+    /// A trace request's flows and distance are refused out of bounds where it is
+    /// decoded (an agent sends their product in probes); one within them arrives whole.
+    #[test]
+    fn a_trace_request_is_bounded_where_it_is_decoded() {
+        let asked = |flows: u32, hops: u32| {
+            serde_json::from_str::<AgentRequest>(&format!(
+                r#"{{"type":"trace","target":"192.0.2.1","probe":"udp","flows":{flows},"max_hops":{hops}}}"#
+            ))
+        };
+        assert!(asked(17, 30).is_err());
+        assert!(asked(0, 30).is_err());
+        assert!(asked(4, 65).is_err());
+        assert!(asked(4, 0).is_err());
+        assert!(asked(70_000, 30).is_err());
+        let request = asked(16, 64).unwrap();
+        let AgentRequest::Trace {
+            flows,
+            max_hops,
+            port,
+            source_port,
+            ..
+        } = &request
+        else {
+            panic!("not a trace request");
+        };
+        assert_eq!((u16::from(*flows), u8::from(*max_hops)), (16, 64));
+        assert_eq!((*port, *source_port), (None, None));
+        let text = serde_json::to_string(&request).unwrap();
+        assert_eq!(serde_json::from_str::<AgentRequest>(&text).unwrap(), request);
+        let icmp = r#"{"type":"trace","target":"192.0.2.1","probe":"gre","flows":1,"max_hops":30}"#;
+        assert!(serde_json::from_str::<AgentRequest>(icmp).is_err());
     }
 
     /// An older controller's STAMP request has no heartbeat and gets one every 2 s; a

@@ -17,6 +17,8 @@ pub enum Headline {
     Responsiveness,
     /// The share of STAMP probes lost (round trip), 0 to 1.
     Loss,
+    /// A trace's distance to the destination, where a flow reached it.
+    Hops,
 }
 
 /// The figure and its text, e.g. `(Some(9.4e9), "9.40 Gbits/sec")`; `None` and an empty
@@ -36,6 +38,15 @@ pub fn of(document: &Document, headline: Headline) -> (Option<f64>, String) {
         }
         (Document::Stamp(report), Headline::Loss) => (
             Some(report.loss.round_trip_pct / 100.0),
+            report.headline_text(),
+        ),
+        (Document::Trace(report), Headline::Hops) => (
+            report
+                .paths
+                .iter()
+                .filter_map(|p| p.reached_ttl)
+                .max()
+                .map(f64::from),
             report.headline_text(),
         ),
         (Document::Profile(report), Headline::Goodput) => (

@@ -263,9 +263,170 @@ impl TraceReport {
     }
 
     /// Each flow's hop list: one address per distance (the first that answered), `None`
-    /// where nothing did. What a path change is judged on.
+    /// where nothing did.
     pub fn hop_lists(&self) -> Vec<Vec<Option<String>>> {
         self.paths.iter().map(hop_list).collect()
+    }
+
+    /// The way each flow went, as a later trace of the same pair is compared with it.
+    pub fn route(&self) -> Route {
+        Route {
+            address: self.address.clone(),
+            flows: self
+                .paths
+                .iter()
+                .map(|path| {
+                    let last = path.reached_ttl.unwrap_or(u8::MAX);
+                    FlowRoute {
+                        source_port: path.source_port,
+                        reached_ttl: path.reached_ttl,
+                        hops: path
+                            .hops
+                            .iter()
+                            .filter(|h| h.ttl <= last)
+                            .map(|h| {
+                                let mut seen: Vec<String> = h
+                                    .answers
+                                    .iter()
+                                    .flatten()
+                                    .map(|a| a.address.clone())
+                                    .collect();
+                                seen.sort();
+                                seen.dedup();
+                                (h.ttl, seen)
+                            })
+                            .collect(),
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The way a trace's flows went: what a mesh keeps of each pair's last trace, to tell
+/// whether the next one went another way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Route {
+    /// The destination's address.
+    pub address: String,
+    pub flows: Vec<FlowRoute>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowRoute {
+    pub source_port: u16,
+    /// Each distance and the addresses that answered there (none: nothing did).
+    pub hops: Vec<(u8, Vec<String>)>,
+    pub reached_ttl: Option<u8>,
+}
+
+/// Where a trace went another way than the last one of its pair.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathChange {
+    /// The nearest distance at which the first changed flow met other routers (or, where
+    /// its way only got longer or shorter, the nearer of the two ends).
+    pub ttl: u8,
+    /// The distance the hop lists start at.
+    pub first_ttl: u8,
+    /// The flows that changed, by their number in the trace.
+    pub flows: Vec<u16>,
+    /// The first changed flow's hop list before and after ("*" for a distance where
+    /// nothing answered), to the destination.
+    pub before: Vec<String>,
+    pub after: Vec<String>,
+}
+
+impl PathChange {
+    /// "hop 2: 10.0.2.2 -> 10.0.3.2 (1 of 4 flows)".
+    pub fn words(&self, flows: usize) -> String {
+        let at = usize::from(self.ttl.saturating_sub(self.first_ttl));
+        let hop = |list: &[String]| list.get(at).cloned().unwrap_or_else(|| "(none)".into());
+        format!(
+            "hop {}: {} -> {} ({} of {flows} flow{}); was {}, now {}",
+            self.ttl,
+            hop(&self.before),
+            hop(&self.after),
+            self.flows.len(),
+            if flows == 1 { "" } else { "s" },
+            self.before.join(" "),
+            self.after.join(" "),
+        )
+    }
+}
+
+impl FlowRoute {
+    fn list(&self) -> Vec<String> {
+        self.hops
+            .iter()
+            .map(|(_, seen)| seen.first().cloned().unwrap_or_else(|| "*".into()))
+            .collect()
+    }
+
+    /// The nearest distance at which this flow went another way than `before` did: routers
+    /// that answered at the same distance in both and share no address, or a destination
+    /// reached in both at another distance. A distance unanswered in either proves
+    /// nothing (a router that rate-limits its answers), nor does a trace that did not
+    /// reach (a lost answer).
+    fn differs_from(&self, before: &FlowRoute) -> Option<u8> {
+        let before_at: BTreeMap<u8, &Vec<String>> =
+            before.hops.iter().map(|(ttl, seen)| (*ttl, seen)).collect();
+        let routers = |route: &FlowRoute, ttl: u8| route.reached_ttl.is_none_or(|r| ttl < r);
+        for (ttl, seen) in &self.hops {
+            let Some(was) = before_at.get(ttl) else {
+                continue;
+            };
+            if seen.is_empty() || was.is_empty() {
+                continue;
+            }
+            // Where one trace met a router and the other the destination, the lengths
+            // below tell it.
+            if routers(self, *ttl) != routers(before, *ttl) {
+                continue;
+            }
+            if !seen.iter().any(|a| was.contains(a)) {
+                return Some(*ttl);
+            }
+        }
+        match (self.reached_ttl, before.reached_ttl) {
+            (Some(now), Some(was)) if now != was => Some(now.min(was)),
+            _ => None,
+        }
+    }
+}
+
+impl Route {
+    /// Where this route (a pair's newest trace) went another way than `before` (the
+    /// pair's last), flow by flow: `None` when no flow did, or when the two cannot be
+    /// compared (another destination address). Flows are matched by their number; where
+    /// a flow's source port changed, the load balancers may send it elsewhere by right,
+    /// and it is left out.
+    pub fn change_from(&self, before: &Route) -> Option<PathChange> {
+        if self.address != before.address {
+            return None;
+        }
+        let mut change: Option<PathChange> = None;
+        for (flow, (now, was)) in self.flows.iter().zip(&before.flows).enumerate() {
+            if now.source_port != was.source_port {
+                continue;
+            }
+            let Some(ttl) = now.differs_from(was) else {
+                continue;
+            };
+            let flow = flow as u16;
+            match change.as_mut() {
+                Some(c) => c.flows.push(flow),
+                None => {
+                    change = Some(PathChange {
+                        ttl,
+                        first_ttl: now.hops.first().map_or(1, |(ttl, _)| *ttl),
+                        flows: vec![flow],
+                        before: was.list(),
+                        after: now.list(),
+                    })
+                }
+            }
+        }
+        change
     }
 }
 
@@ -402,5 +563,92 @@ mod tests {
         quiet.hops[1].answers = vec![None];
         let (_, distinct) = TraceReport::merge(&[path(0, "10.0.1.2"), quiet]);
         assert_eq!(distinct, 1);
+    }
+
+    fn route_of(paths: Vec<FlowPath>) -> Route {
+        let (hops, distinct_paths) = TraceReport::merge(&paths);
+        TraceReport {
+            test: TRACE.into(),
+            started_at: 0.0,
+            target: "server".into(),
+            address: "10.0.9.2".into(),
+            protocol: "udp".into(),
+            port: Some(33434),
+            flows: paths.len() as u16,
+            queries: 1,
+            first_ttl: 1,
+            max_ttl: 30,
+            duration_s: 0.1,
+            sent: 0,
+            answered: 0,
+            unmatched: 0,
+            paths,
+            hops,
+            reached: true,
+            distinct_paths,
+            warnings: Vec::new(),
+            host: None,
+        }
+        .route()
+    }
+
+    /// Another router at a distance where both traces met one is a change, named by its
+    /// distance, its flows and both hop lists; the same way is none.
+    #[test]
+    fn another_router_at_a_distance_is_a_path_change() {
+        let before = route_of(vec![path(0, "10.0.1.2"), path(1, "10.0.2.2")]);
+        assert_eq!(before.change_from(&before), None);
+        let after = route_of(vec![path(0, "10.0.1.2"), path(1, "10.0.3.2")]);
+        let change = after.change_from(&before).expect("a change");
+        assert_eq!((change.ttl, change.flows.clone()), (2, vec![1]));
+        assert_eq!(change.before, ["10.0.0.1", "10.0.2.2", "*", "10.0.9.2"]);
+        assert_eq!(change.after, ["10.0.0.1", "10.0.3.2", "*", "10.0.9.2"]);
+        let words = change.words(2);
+        assert!(
+            words.starts_with("hop 2: 10.0.2.2 -> 10.0.3.2 (1 of 2 flows)"),
+            "{words}"
+        );
+    }
+
+    /// What proves nothing is no change: a distance unanswered either time (a router
+    /// that rate-limits), a trace that did not reach (an answer lost), a flow whose
+    /// source port changed (a balancer may send it elsewhere by right), another
+    /// destination address.
+    #[test]
+    fn silence_a_lost_answer_or_another_five_tuple_is_no_change() {
+        let before = route_of(vec![path(0, "10.0.1.2")]);
+        let mut quiet = path(0, "10.0.1.2");
+        quiet.hops[1].answers = vec![None];
+        assert_eq!(route_of(vec![quiet]).change_from(&before), None);
+        let mut short = path(0, "10.0.1.2");
+        short.hops.truncate(3);
+        short.reached_ttl = None;
+        assert_eq!(route_of(vec![short]).change_from(&before), None);
+        let mut moved = path(0, "10.0.7.2");
+        moved.source_port += 100;
+        assert_eq!(route_of(vec![moved]).change_from(&before), None);
+        let mut elsewhere = route_of(vec![path(0, "10.0.7.2")]);
+        elsewhere.address = "10.0.9.3".into();
+        assert_eq!(elsewhere.change_from(&before), None);
+    }
+
+    /// A destination reached at another distance is a change even where every router
+    /// that answered is the same (a hop added that did not answer).
+    #[test]
+    fn a_longer_way_to_the_destination_is_a_change() {
+        let before = route_of(vec![path(0, "10.0.1.2")]);
+        let mut longer = path(0, "10.0.1.2");
+        let last = longer.hops.pop().unwrap();
+        longer.hops.push(FlowHop {
+            ttl: 4,
+            answers: vec![None],
+        });
+        longer.hops.push(FlowHop { ttl: 5, ..last });
+        longer.reached_ttl = Some(5);
+        let change = route_of(vec![longer])
+            .change_from(&before)
+            .expect("a change");
+        assert_eq!(change.ttl, 4);
+        assert_eq!(change.after.len(), 5);
     }
 }

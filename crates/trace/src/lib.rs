@@ -22,7 +22,7 @@ pub fn report(
     let paths = traced.prober.paths(&traced.source_ports);
     let (hops, distinct_paths) = TraceReport::merge(&paths);
     let reached = paths.iter().all(|p| p.reached_ttl.is_some());
-    let mut warnings = Vec::new();
+    let mut warnings = traced.warnings.clone();
     if !reached {
         warnings.push(format!(
             "{} of {} flows did not reach {} within {} hops: a firewall that drops the probes, \

@@ -63,6 +63,11 @@ pub struct Options {
     pub bind: Option<IpAddr>,
     /// And through this interface or VRF device (`--bind-dev`, SO_BINDTODEVICE).
     pub device: Option<String>,
+    /// The first flow's source port (UDP, TCP) or ICMP identifier, the next flows' the
+    /// ones after it: the same five-tuples trace after trace (a mesh's, which compares
+    /// one trace of a pair with the last), so that a load balancer sends each flow the
+    /// way it sent it before. `None`: the system's ports (UDP), ones of this process's.
+    pub source_port: Option<u16>,
 }
 
 /// What the sockets did.
@@ -71,6 +76,8 @@ pub struct Traced {
     /// Each flow's source port (UDP, TCP) or ICMP identifier.
     pub source_ports: Vec<u16>,
     pub elapsed_s: f64,
+    /// What did not go as asked (a source port taken, so another was used).
+    pub warnings: Vec<String>,
 }
 
 /// Sets the TTL (hop limit) the next packets of `socket` leave with.
@@ -121,6 +128,7 @@ pub fn trace(opened: Opened, options: &Options, stop: &AtomicBool) -> Result<Tra
         prober,
         source_ports: sockets.source_ports.clone(),
         elapsed_s: start.elapsed().as_secs_f64(),
+        warnings: sockets.warnings.clone(),
     })
 }
 
@@ -132,6 +140,7 @@ struct Sockets {
     icmp: Option<Socket>,
     source_ports: Vec<u16>,
     source: IpAddr,
+    warnings: Vec<String>,
 }
 
 fn raw(v6: bool, protocol: i32, name: &'static str) -> Result<Socket, TraceError> {
@@ -168,16 +177,31 @@ impl Sockets {
                 .map_err(io_error(format!("no route to {}", options.target)))?,
         };
         // Every socket leaves from the source and, when told, through the device.
-        let place = |socket: &Socket, bind: bool| -> Result<(), TraceError> {
+        let mut warnings = Vec::new();
+        // Every socket leaves from the source and, when told, through the device; a UDP
+        // flow's from its port where one is asked and free, else from one the system
+        // picks (said once).
+        let mut place = |socket: &Socket, bind: bool, port: u16| -> Result<(), TraceError> {
             if let Some(device) = &options.device {
                 socket
                     .bind_device(Some(device.as_bytes()))
                     .map_err(io_error(format!("--bind-dev {device}")))?;
             }
             if bind {
-                socket
-                    .bind(&SocketAddr::new(source, 0).into())
-                    .map_err(io_error(format!("cannot bind to {source}")))?;
+                let asked = socket.bind(&SocketAddr::new(source, port).into());
+                match asked {
+                    Err(e) if port != 0 && e.kind() == io::ErrorKind::AddrInUse => {
+                        if warnings.is_empty() {
+                            warnings.push(format!(
+                                "source port {port} is taken: a port the system picked was used, so this trace's flows may take other branches than the last one's"
+                            ));
+                        }
+                        socket
+                            .bind(&SocketAddr::new(source, 0).into())
+                            .map_err(io_error(format!("cannot bind to {source}")))?;
+                    }
+                    other => other.map_err(io_error(format!("cannot bind to {source}")))?,
+                }
             }
             Ok(())
         };
@@ -186,15 +210,16 @@ impl Sockets {
         } else {
             libc::IPPROTO_ICMP
         };
-        let sockets = match options.protocol {
+        let mut sockets = match options.protocol {
             Protocol::Udp => {
                 let mut senders = Vec::new();
                 let mut ports = Vec::new();
-                for _ in 0..flows {
+                for flow in 0..flows {
                     let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
                     let socket = Socket::new(domain, Type::DGRAM, Some(SocketProtocol::UDP))
                         .map_err(io_error("cannot open a UDP socket"))?;
-                    place(&socket, true)?;
+                    let port = options.source_port.map_or(0, |p| p.wrapping_add(flow));
+                    place(&socket, true, port)?;
                     socket
                         .connect(&SocketAddr::new(options.target, options.port).into())
                         .map_err(io_error(format!("cannot reach {}", options.target)))?;
@@ -221,21 +246,25 @@ impl Sockets {
                     icmp: None,
                     source_ports: ports,
                     source,
+                    warnings: Vec::new(),
                 }
             }
             Protocol::Icmp => {
                 let socket = raw(v6, icmp_protocol, "icmp")?;
-                place(&socket, options.bind.is_some())?;
+                place(&socket, options.bind.is_some(), 0)?;
                 socket
                     .set_nonblocking(true)
                     .map_err(io_error("O_NONBLOCK"))?;
-                let base = (std::process::id() as u16).wrapping_mul(31);
+                let base = options
+                    .source_port
+                    .unwrap_or((std::process::id() as u16).wrapping_mul(31));
                 Sockets {
                     v6,
                     senders: vec![socket],
                     icmp: None,
                     source_ports: (0..flows).map(|f| base.wrapping_add(f)).collect(),
                     source,
+                    warnings: Vec::new(),
                 }
             }
             Protocol::Tcp => {
@@ -246,20 +275,24 @@ impl Sockets {
                         .map_err(io_error("IPV6_CHECKSUM"))?;
                 }
                 tcp.set_nonblocking(true).map_err(io_error("O_NONBLOCK"))?;
-                place(&tcp, options.bind.is_some())?;
+                place(&tcp, options.bind.is_some(), 0)?;
                 let icmp = raw(v6, icmp_protocol, "tcp")?;
                 icmp.set_nonblocking(true).map_err(io_error("O_NONBLOCK"))?;
                 // Source ports above the usual ephemeral range's start, apart per process.
-                let base = 33_000 + (std::process::id() % 20_000) as u16;
+                let base = options
+                    .source_port
+                    .unwrap_or(33_000 + (std::process::id() % 20_000) as u16);
                 Sockets {
                     v6,
                     senders: vec![tcp],
                     icmp: Some(icmp),
-                    source_ports: (0..flows).map(|f| base + f).collect(),
+                    source_ports: (0..flows).map(|f| base.wrapping_add(f)).collect(),
                     source,
+                    warnings: Vec::new(),
                 }
             }
         };
+        sockets.warnings = warnings;
         Ok(sockets)
     }
 

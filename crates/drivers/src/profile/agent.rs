@@ -7,6 +7,7 @@ use super::link::unix_ns;
 use super::rendezvous::Rendezvous;
 use super::rpm_job::{self, RpmJob, SourcePolicy};
 use super::stamp_job::{self, StampJob};
+use super::trace_job::{self, TraceJob};
 use crate::access::Stage;
 use crate::control::Control;
 use crate::server_state::random_nonce;
@@ -248,6 +249,11 @@ enum Work {
         heartbeat: Duration,
         _held: Held,
     },
+    /// A trace, as its source: its thread reports here.
+    Trace {
+        outcome: Receiver<Result<linerate_report::trace::TraceReport, trace_job::SourceError>>,
+        _held: Held,
+    },
 }
 
 impl Work {
@@ -257,9 +263,11 @@ impl Work {
         match self {
             Work::Idle => false,
             Work::Prepared { held, .. } => held._slot.is_some(),
-            Work::Running { .. } | Work::Mirror { .. } | Work::Rpm { .. } | Work::Stamp { .. } => {
-                true
-            }
+            Work::Running { .. }
+            | Work::Mirror { .. }
+            | Work::Rpm { .. }
+            | Work::Stamp { .. }
+            | Work::Trace { .. } => true,
         }
     }
 }
@@ -294,7 +302,8 @@ impl Agent<'_> {
                 Work::Running { .. }
                 | Work::Mirror { .. }
                 | Work::Rpm { .. }
-                | Work::Stamp { .. } => true,
+                | Work::Stamp { .. }
+                | Work::Trace { .. } => true,
             };
             self.link.session.set_busy(Instant::now(), busy);
             if let Some(mark) = &self.mark {
@@ -309,6 +318,7 @@ impl Agent<'_> {
             self.poll_run();
             self.poll_rpm();
             self.poll_stamp();
+            self.poll_trace();
             let wait = self.wait();
             match self.link.recv(wait) {
                 Ok(Some(request)) => self.handle(request),
@@ -327,7 +337,9 @@ impl Agent<'_> {
     /// nothing to look at (idle, prepared, a mirror), it waits for the next request.
     fn wait(&self) -> Duration {
         match &self.work {
-            Work::Running { .. } | Work::Rpm { .. } => Duration::from_millis(50),
+            Work::Running { .. } | Work::Rpm { .. } | Work::Trace { .. } => {
+                Duration::from_millis(50)
+            }
             Work::Stamp { due, heartbeat, .. } => {
                 let beat = (self.last_beat + *heartbeat).saturating_duration_since(Instant::now());
                 let due = due.saturating_duration_since(Instant::now());
@@ -454,6 +466,64 @@ impl Agent<'_> {
         }
     }
 
+    /// Tells the controller how the trace this host runs ended, or that it is alive.
+    fn poll_trace(&mut self) {
+        let Work::Trace { outcome, .. } = &self.work else {
+            return;
+        };
+        let outcome = match outcome.try_recv() {
+            Ok(outcome) => outcome,
+            Err(TryRecvError::Empty) => return self.heartbeat(),
+            Err(TryRecvError::Disconnected) => Err(trace_job::SourceError {
+                reason: "the trace ended".into(),
+                unreachable: None,
+            }),
+        };
+        self.work = Work::Idle;
+        match outcome {
+            Ok(report) => self.link.reply(&AgentReply::TraceResult {
+                report: Box::new(report),
+            }),
+            Err(failed) => {
+                self.shared
+                    .log(&format!("trace from {}: {}", self.peer, failed.reason));
+                self.link.reply(&AgentReply::Error {
+                    reason: failed.reason.into(),
+                    unreachable: failed.unreachable.map(Into::into),
+                });
+            }
+        }
+    }
+
+    /// Traces the way to the target the controller names. (The flows and distances
+    /// arrive bounded by their types; the source is checked here.)
+    fn trace_source(&mut self, job: TraceJob) {
+        if let Some(reason) = self.has_work() {
+            return self.refuse("trace", reason.into());
+        }
+        if let Some(Err(reason)) = job.source.as_ref().map(linerate_model::Source::check) {
+            return self.refuse("trace", reason);
+        }
+        let taken = match TestSlot::take(self.shared) {
+            Ok(taken) => taken,
+            Err(reason) => return self.refuse("trace", reason),
+        };
+        let keyed = self.shared.config.key.is_some();
+        match trace_job::start_source(job, self.peer.ip(), keyed, self.stop.clone()) {
+            Ok(outcome) => {
+                self.last_beat = Instant::now();
+                self.work = Work::Trace {
+                    outcome,
+                    _held: Held::slot(taken),
+                }
+            }
+            Err(failed) => self.link.reply(&AgentReply::Error {
+                reason: failed.reason.into(),
+                unreachable: failed.unreachable.map(Into::into),
+            }),
+        }
+    }
+
     /// Probes the reflector the controller names for one window.
     /// (The window, rate, size and DSCP arrive bounded by their types; this server's own
     /// bounds are checked here.)
@@ -559,6 +629,23 @@ impl Agent<'_> {
                 },
                 linerate_proto::agent::stamp_heartbeat(heartbeat_s),
             ),
+            AgentRequest::Trace {
+                target,
+                probe,
+                flows,
+                max_hops,
+                port,
+                source_port,
+                source,
+            } => self.trace_source(TraceJob {
+                target: target.into_string(),
+                probe,
+                flows: flows.into(),
+                max_hops: max_hops.into(),
+                port,
+                source_port,
+                source,
+            }),
         }
     }
 
@@ -590,7 +677,7 @@ impl Agent<'_> {
             Work::Idle => None,
             Work::Prepared { .. } => Some("groups are already prepared on this connection"),
             Work::Running { .. } => Some("groups are already running on this connection"),
-            Work::Mirror { .. } | Work::Rpm { .. } | Work::Stamp { .. } => {
+            Work::Mirror { .. } | Work::Rpm { .. } | Work::Stamp { .. } | Work::Trace { .. } => {
                 Some("this connection already has work")
             }
         }
@@ -938,6 +1025,9 @@ impl Agent<'_> {
             Work::Stamp { .. } => self
                 .shared
                 .log(&format!("STAMP test for {peer}: ended: {why}")),
+            Work::Trace { .. } => self
+                .shared
+                .log(&format!("trace for {peer}: ended: {why}")),
             Work::Idle | Work::Prepared { .. } => {}
         }
     }

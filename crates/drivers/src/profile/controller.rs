@@ -580,6 +580,41 @@ pub fn run_stamp(
     super::stamp_job::within_bounds(*report, job).map_err(failed)
 }
 
+/// Runs one trace from the agent at `source` to `job`'s target.
+pub fn run_trace(
+    source: &str,
+    job: &super::trace_job::TraceJob,
+    options: &RunOptions,
+    stop: &AtomicBool,
+) -> Result<linerate_report::trace::TraceReport, RunError> {
+    use linerate_proto::agent::{TraceFlows, TraceHops};
+    let failed = |why: String| agent_failed(source, why);
+    let request = AgentRequest::Trace {
+        target: job.target.as_str().into(),
+        probe: job.probe,
+        flows: TraceFlows::try_from(job.flows).map_err(failed)?,
+        max_hops: TraceHops::try_from(job.max_hops).map_err(failed)?,
+        port: job.port,
+        source_port: job.source_port,
+        source: job.source.clone(),
+    };
+    // Every probe and its wait, set-up; past it the run is abandoned.
+    let limit = job.longest() + Duration::from_secs(30);
+    let report = ask_and_wait(
+        source,
+        request,
+        limit,
+        "trace",
+        (options, options.links.as_deref()),
+        stop,
+        |reply| match reply {
+            AgentReply::TraceResult { report } => Some(report),
+            _ => None,
+        },
+    )?;
+    super::trace_job::within_bounds(*report, job).map_err(failed)
+}
+
 fn agent_failed(source: &str, why: String) -> RunError {
     RunError::Agent {
         host: source.to_string(),

@@ -19,6 +19,7 @@ mod rendezvous;
 pub mod rpm_job;
 mod served;
 pub mod stamp_job;
+pub mod trace_job;
 
 pub use link::LinkPool;
 
