@@ -308,9 +308,10 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         || args.remote_write.is_some()
         || mesh.alerts.alertmanager.is_some()
         || mesh.alerts.webhook.is_some()
-        || mesh.tests.iter().any(|t| {
-            matches!(t.kind, TestKind::Stamp { .. } | TestKind::Trace { .. })
-        });
+        || mesh
+            .tests
+            .iter()
+            .any(|t| matches!(t.kind, TestKind::Stamp { .. } | TestKind::Trace { .. }));
     let mut watch = if watching {
         let watch = start_watch(args, &mesh, counts, past_source)?;
         // What the board keeps of each pair (its plot, its baseline), read a pair at a

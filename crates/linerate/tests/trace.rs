@@ -351,3 +351,143 @@ fn raw_probes_without_privilege_say_so_and_offer_udp() {
         vec![BTreeSet::from(["127.0.0.1".to_string()])]
     );
 }
+
+/// A mesh of two agents across the topology (the client's and the server's), tracing
+/// each way every 2 s from two flows. r4 then sends its traffic back through r3 instead
+/// of r2: the server's way to the client changes at hop 2, the client's way to the
+/// server (r1's two branches, each flow kept on its own by its fixed source port) does
+/// not, trace after trace. The coordinator tells exactly one path change, of server -> client, naming the
+/// hop and both routers, and the stored trace documents hold both ways.
+#[test]
+fn a_route_changed_mid_mesh_is_one_path_change_for_exactly_the_pair_it_moved() {
+    use std::io::BufRead;
+    let test = "a_route_changed_mid_mesh_is_one_path_change_for_exactly_the_pair_it_moved";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let topology = Topology::new();
+    // The routers answer from the address a probe came in on, as most routers do: what a
+    // trace sees of a hop is then the way the probes took, not the way the router's
+    // answers go back (which a route changed for one pair would change for the other).
+    for router in &topology.names[1..5] {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                router,
+                "sysctl",
+                "-qw",
+                "net.ipv4.icmp_errors_use_inbound_ifaddr=1",
+            ],
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("linerate-{}-trace-mesh", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("mesh.key");
+    std::fs::write(&key, "the trace mesh's agents' key\n").unwrap();
+    let key = key.display().to_string();
+    let server_ns = topology.names[5].clone();
+    let _agents = [
+        ServeProcess::start_at(
+            Some(topology.client()),
+            "10.91.1.1",
+            "5201",
+            &["--no-store", "--key", &key],
+        ),
+        ServeProcess::start_at(
+            Some(&server_ns),
+            SERVER,
+            "5201",
+            &["--no-store", "--key", &key],
+        ),
+    ];
+    let file = dir.join("mesh.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"paths\"\nkey = \"{key}\"\n\
+             [[host]]\nname = \"client\"\naddress = \"10.91.1.1:5201\"\n\
+             [[host]]\nname = \"server\"\naddress = \"{SERVER}:5201\"\n\
+             [[test]]\nname = \"path\"\nrun = \"trace\"\nparallel = 2\nmax_hops = 8\ninterval = \"2s\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"path\"]\n"
+        ),
+    )
+    .unwrap();
+    let db = dir.join("results.db").display().to_string();
+    let mut coordinator = std::process::Command::new("ip")
+        .args(["netns", "exec", topology.client(), binary()])
+        .args(["--db", &db, "mesh", "run", file.to_str().unwrap(), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(coordinator.stdout.take().unwrap()).lines();
+    // Until each way was traced `n` times in all, or a minute passes: the lines read.
+    let mut seen: Vec<serde_json::Value> = Vec::new();
+    let mut read_until = |n: usize, seen: &mut Vec<serde_json::Value>| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let traced = |seen: &Vec<serde_json::Value>, src: &str| {
+            seen.iter()
+                .filter(|l| l["src"] == src && l["test"] == "path" && l.get("event").is_none())
+                .count()
+        };
+        while traced(seen, "client") < n || traced(seen, "server") < n {
+            assert!(std::time::Instant::now() < deadline, "{seen:#?}");
+            let line = lines.next().expect("the coordinator runs").unwrap();
+            seen.push(serde_json::from_str(&line).unwrap_or(serde_json::json!({"text": line})));
+        }
+    };
+    read_until(3, &mut seen);
+    let events = |seen: &Vec<serde_json::Value>| -> Vec<serde_json::Value> {
+        seen.iter()
+            .filter(|l| l["event"] == "path_change")
+            .cloned()
+            .collect()
+    };
+    assert!(events(&seen).is_empty(), "no route moved yet: {seen:#?}");
+    run(
+        "ip",
+        &[
+            "-n",
+            &topology.names[4],
+            "route",
+            "replace",
+            "default",
+            "via",
+            "10.91.5.1",
+        ],
+    );
+    read_until(7, &mut seen);
+    // SAFETY: signals a child this test started and has not reaped.
+    unsafe { libc::kill(coordinator.id() as i32, libc::SIGTERM) };
+    let _ = coordinator.wait();
+    let changes = events(&seen);
+    assert_eq!(changes.len(), 1, "{seen:#?}");
+    let change = &changes[0];
+    assert_eq!(
+        (&change["src"], &change["dst"]),
+        (&"server".into(), &"client".into())
+    );
+    let words = change["words"].as_str().unwrap();
+    assert!(
+        words.starts_with("hop 2: 10.91.4.1 -> 10.91.5.1 (2 of 2 flows)"),
+        "{words}"
+    );
+    // Every trace ran, and reached its destination in four hops.
+    let rows: Vec<&serde_json::Value> = seen
+        .iter()
+        .filter(|l| l["test"] == "path" && l.get("event").is_none())
+        .collect();
+    assert!(rows.iter().all(|r| r["outcome"] == "ok"), "{rows:#?}");
+    assert!(rows.iter().all(|r| r["headline"] == 4.0), "{rows:#?}");
+    // The stored document of the change's trace holds the new way.
+    let id = change["run_id"].as_i64().expect("a stored run").to_string();
+    let shown = linerate_in(topology.client(), &["--db", &db, "show", &id, "--json"]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let hops = hops_of(&json(&shown));
+    assert!(hops[1].contains("10.91.5.1"), "{hops:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -712,10 +712,7 @@ fn read_trace(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
         Some((_, "tcp")) => TraceProbe::Tcp,
         Some((_, "icmp")) => TraceProbe::Icmp,
         Some((p, other)) => {
-            return Err(reader.at(
-                p,
-                format!("protocol '{other}' is not udp, tcp or icmp"),
-            ))
+            return Err(reader.at(p, format!("protocol '{other}' is not udp, tcp or icmp")))
         }
     };
     let flows = match &raw.parallel {
@@ -736,7 +733,10 @@ fn read_trace(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
         Some(h) => {
             return Err(reader.at(
                 h,
-                format!("max_hops {} must be between 1 and {MAX_TRACE_HOPS}", h.get_ref()),
+                format!(
+                    "max_hops {} must be between 1 and {MAX_TRACE_HOPS}",
+                    h.get_ref()
+                ),
             ))
         }
         None => DEFAULT_TRACE_HOPS,
@@ -950,10 +950,12 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
             d,
             "run = \"stamp\" runs all the time: give its window as report = \"1m\", not a duration",
         )),
-        Some(d) if run == "trace" => return Err(reader.at(
-            d,
-            "run = \"trace\" ends when its probes are answered: it has no duration",
-        )),
+        Some(d) if run == "trace" => {
+            return Err(reader.at(
+                d,
+                "run = \"trace\" ends when its probes are answered: it has no duration",
+            ))
+        }
         Some(d) => reader.seconds(d, "duration", true)?,
         None if run == "rpm" => DEFAULT_RPM_LEG_SECONDS,
         None if run == "stamp" => match &raw.report {

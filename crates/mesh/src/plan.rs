@@ -218,9 +218,7 @@ fn profile_of(mesh: &Mesh, job: &Job, kind: &TestKind) -> Profile {
             ],
         ),
         // An RPM or STAMP test is no profile: job_plan makes it a JobPlan of its own.
-        TestKind::Rpm { .. } | TestKind::Stamp { .. } | TestKind::Trace { .. } => {
-            (0, Vec::new())
-        }
+        TestKind::Rpm { .. } | TestKind::Stamp { .. } | TestKind::Trace { .. } => (0, Vec::new()),
         // Each transaction its own connection: the timed transaction holds the connect.
         TestKind::Crr {
             request,

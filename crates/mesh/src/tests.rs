@@ -755,27 +755,33 @@ fn trace_tests_go_to_every_destination_from_the_pairs_own_ports() {
             panic!("not a trace");
         };
         assert!(!target.contains(':'), "{target}: the address alone");
-        assert!(source_port >= 61_000 && source_port <= 65_535 - 3, "{source_port}");
-        assert_eq!(plan::job_plan(&m, job), plan::job_plan(&m, job), "the same every time");
+        assert!(
+            (61_000..=65_535 - 3).contains(&source_port),
+            "{source_port}"
+        );
+        assert_eq!(
+            plan::job_plan(&m, job),
+            plan::job_plan(&m, job),
+            "the same every time"
+        );
         ports.insert(source_port);
     }
     assert_eq!(ports.len(), jobs.len(), "each pair its own ports");
     let bad = |extra: &str| {
-        parse(
-            "m.toml",
-            &text.replace("max_hops = 20", extra),
-        )
-        .unwrap_err()
-        .to_string()
+        parse("m.toml", &text.replace("max_hops = 20", extra))
+            .unwrap_err()
+            .to_string()
     };
     assert!(bad("max_hops = 65").contains("max_hops 65 must be between 1 and 64"));
     assert!(bad("max_hops = 20\nport = 80").contains("ICMP echo has none"));
     assert!(bad("max_hops = 20\nduration = \"5s\"").contains("it has no duration"));
     assert!(bad("max_hops = 20\ndscp = \"EF\"").contains("'dscp' is not an option"));
-    assert!(parse("m.toml", &text.replace("parallel = 4", "parallel = 17"))
-        .unwrap_err()
-        .to_string()
-        .contains("between 1 and 16"));
+    assert!(
+        parse("m.toml", &text.replace("parallel = 4", "parallel = 17"))
+            .unwrap_err()
+            .to_string()
+            .contains("between 1 and 16")
+    );
     assert!(parse("m.toml", &text.replace("\"icmp\"", "\"gre\""))
         .unwrap_err()
         .to_string()

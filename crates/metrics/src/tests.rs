@@ -421,9 +421,7 @@ proptest! {
 
 /// A trace's document to 10.0.9.2: four hops, `middle` at the second.
 fn trace(middle: &str) -> Document {
-    let hop = |ttl: u8, address: &str, kind: &str| {
-        serde_json::json!({"ttl": ttl, "answers": [{"address": address, "rtt_ms": 0.1, "kind": kind}]})
-    };
+    let hop = |ttl: u8, address: &str, kind: &str| serde_json::json!({"ttl": ttl, "answers": [{"address": address, "rtt_ms": 0.1, "kind": kind}]});
     let paths = serde_json::json!([{
         "flow": 0, "source_port": 61000, "reached_ttl": 4,
         "hops": [
@@ -485,27 +483,30 @@ fn watch_of_traces() -> crate::watch::Watch {
 #[test]
 fn a_path_change_is_counted_marked_and_named_by_its_pairs_alert() {
     let mut watch = watch_of_traces();
-    let mut path = |at: f64, middle: &str| {
+    fn path(
+        watch: &mut crate::watch::Watch,
+        at: f64,
+        middle: &str,
+    ) -> Option<crate::board::PathMark> {
         let mut r = row("a", "b", "path", true, 4.0, at);
         r.protocol = "udp".into();
         watch.record(&r, Some(&trace(middle))).path_change
-    };
-    assert_eq!(path(5.0, "10.0.2.2"), None, "the first trace sets the way");
-    assert_eq!(path(15.0, "10.0.2.2"), None, "the same way");
-    drop(path);
+    }
+    assert_eq!(
+        path(&mut watch, 5.0, "10.0.2.2"),
+        None,
+        "the first trace sets the way"
+    );
+    assert_eq!(path(&mut watch, 15.0, "10.0.2.2"), None, "the same way");
     for at in [10.0, 20.0, 30.0] {
         let told = watch.record(&row("a", "b", "tput", true, 8e9, at), Some(&stream(8e9)));
         assert!(told.changes.is_empty() && told.path_change.is_none());
     }
-    let mut r = row("a", "b", "path", true, 4.0, 45.0);
-    r.protocol = "udp".into();
-    let mark = watch
-        .record(&r, Some(&trace("10.0.3.2")))
-        .path_change
-        .expect("a path change");
+    let mark = path(&mut watch, 45.0, "10.0.3.2").expect("a path change");
     assert_eq!((mark.since, mark.at), (15.0, 45.0));
     assert!(
-        mark.words.starts_with("hop 2: 10.0.2.2 -> 10.0.3.2 (1 of 1 flow)"),
+        mark.words
+            .starts_with("hop 2: 10.0.2.2 -> 10.0.3.2 (1 of 1 flow)"),
         "{}",
         mark.words
     );
@@ -529,30 +530,48 @@ fn a_path_change_is_counted_marked_and_named_by_its_pairs_alert() {
         watch.record(&row("b", "a", "tput", true, 8e9, at), Some(&stream(8e9)));
     }
     let told = watch.record(&row("b", "a", "tput", true, 2e9, 70.0), Some(&stream(2e9)));
-    assert!(matches!(told.changes.as_slice(), [crate::alerts::Change::Opened(a)] if a.path_change.is_none()));
+    assert!(
+        matches!(told.changes.as_slice(), [crate::alerts::Change::Opened(a)] if a.path_change.is_none())
+    );
     let mut r = row("a", "b", "path", true, 4.0, 80.0);
     r.protocol = "udp".into();
-    assert!(watch.record(&r, Some(&trace("10.0.2.2"))).path_change.is_some());
+    assert!(watch
+        .record(&r, Some(&trace("10.0.2.2")))
+        .path_change
+        .is_some());
     let open = &watch.alerts.open;
     let back = open.values().find(|a| a.key.src == "b").unwrap();
     assert!(
-        back.path_change.as_deref().is_some_and(|p| p.contains("between 1970-01-01T00:00:45Z and 1970-01-01T00:01:20Z")),
+        back.path_change
+            .as_deref()
+            .is_some_and(|p| p.contains("between 1970-01-01T00:00:45Z and 1970-01-01T00:01:20Z")),
         "{back:?}"
     );
     let out = open.values().find(|a| a.key.src == "a").unwrap();
-    assert!(out.path_change.as_deref().is_some_and(|p| p.contains("00:00:15Z")), "kept the first: {out:?}");
+    assert!(
+        out.path_change
+            .as_deref()
+            .is_some_and(|p| p.contains("00:00:15Z")),
+        "kept the first: {out:?}"
+    );
     // Counted (two changes of the one trace series), its distance a gauge; both marks on
     // the pair's plot.
     let board = watch.board.clone();
     let text = Exposition::new(board.clone()).render(Format::OpenMetrics);
     assert!(text.contains("linerate_path_changes_total{mesh=\"m\",src=\"a\",dst=\"b\",test=\"path\",direction=\"forward\",protocol=\"udp\"} 2"), "{text}");
     assert!(text.contains("linerate_path_hops{mesh=\"m\",src=\"a\",dst=\"b\",test=\"path\",direction=\"forward\",protocol=\"udp\"} 4"), "{text}");
-    assert!(!text.contains("linerate_path_changes_total{mesh=\"m\",src=\"a\",dst=\"b\",test=\"tput\""), "{text}");
+    assert!(
+        !text.contains("linerate_path_changes_total{mesh=\"m\",src=\"a\",dst=\"b\",test=\"tput\""),
+        "{text}"
+    );
     let b = board.lock().unwrap();
     let h = grid::history_json(&b, "test=tput&src=a&dst=b", &Thresholds::default()).unwrap();
     let marks = h["path_changes"].as_array().unwrap();
     assert_eq!(marks.len(), 2, "{h}");
-    assert_eq!((marks[0]["at"].as_f64(), marks[1]["at"].as_f64()), (Some(45.0), Some(80.0)));
+    assert_eq!(
+        (marks[0]["at"].as_f64(), marks[1]["at"].as_f64()),
+        (Some(45.0), Some(80.0))
+    );
 }
 
 /// A series line of an exposition as (name, sorted labels) and its value.
@@ -623,7 +642,10 @@ fn remote_write_sends_what_a_scrape_gives_series_by_series() {
             &row("a", "b", "stamp", true, 0.0, 12.5),
             Some(&stamp(600, 1, 0)),
         );
-        b.record(&row("a", "b", "path", true, 4.0, 12.7), Some(&trace("10.0.2.2")));
+        b.record(
+            &row("a", "b", "path", true, 4.0, 12.7),
+            Some(&trace("10.0.2.2")),
+        );
         b.record(&row("b", "a", "tput", false, 0.0, 13.0), None);
         let mut skipped = row("b", "a", "lat", false, 0.0, 14.0);
         skipped.outcome = Outcome::Skipped {

@@ -143,12 +143,8 @@ impl Watch {
     pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) -> Recorded {
         let mut board = self.board.lock().unwrap_or_else(|e| e.into_inner());
         let own = Key::of(row);
-        let path_changes = |board: &Board| {
-            board
-                .series
-                .get(&own)
-                .map_or(0, |s| s.totals.path_changes)
-        };
+        let path_changes =
+            |board: &Board| board.series.get(&own).map_or(0, |s| s.totals.path_changes);
         let before = path_changes(&board);
         let keys = board.record(row, document);
         let path_change = (path_changes(&board) > before)

@@ -591,7 +591,10 @@ mod tests {
         assert_eq!((u16::from(*flows), u8::from(*max_hops)), (16, 64));
         assert_eq!((*port, *source_port), (None, None));
         let text = serde_json::to_string(&request).unwrap();
-        assert_eq!(serde_json::from_str::<AgentRequest>(&text).unwrap(), request);
+        assert_eq!(
+            serde_json::from_str::<AgentRequest>(&text).unwrap(),
+            request
+        );
         let icmp = r#"{"type":"trace","target":"192.0.2.1","probe":"gre","flows":1,"max_hops":30}"#;
         assert!(serde_json::from_str::<AgentRequest>(icmp).is_err());
     }

@@ -220,9 +220,12 @@ impl Sockets {
                         .map_err(io_error("cannot open a UDP socket"))?;
                     let port = options.source_port.map_or(0, |p| p.wrapping_add(flow));
                     place(&socket, true, port)?;
-                    socket
-                        .connect(&SocketAddr::new(options.target, options.port).into())
-                        .map_err(io_error(format!("cannot reach {}", options.target)))?;
+                    // Not connected: a connected socket gets a random flow hash, which its
+                    // packets carry over a veth into the next namespace, where a multipath
+                    // route hashes it instead of the five-tuple, so a flow's branch would
+                    // change from one trace to the next with the same ports. Unconnected,
+                    // the routers hash the five-tuple as on a wire.
+
                     let (level, name) = if v6 {
                         (libc::SOL_IPV6, libc::IPV6_RECVERR)
                     } else {
@@ -304,9 +307,12 @@ impl Sockets {
                 let socket = &self.senders[usize::from(id.flow)];
                 set_ttl(socket, v6, id.ttl).map_err(io_error("IP_TTL"))?;
                 let payload = wire::udp_payload(id.tag());
-                // An ICMP error also sets the socket's pending error, which the next send
-                // returns once: send again.
-                socket.send(&payload).or_else(|_| socket.send(&payload))
+                let to = SockAddr::from(SocketAddr::new(options.target, options.port));
+                // An ICMP error may also set the socket's pending error, which the next
+                // send returns once: send again.
+                socket
+                    .send_to(&payload, &to)
+                    .or_else(|_| socket.send_to(&payload, &to))
             }
             Protocol::Icmp => {
                 let socket = &self.senders[0];
@@ -391,7 +397,11 @@ impl Sockets {
     ) -> Result<(), TraceError> {
         match options.protocol {
             Protocol::Udp => {
+                let mut discard = [0u8; 64];
                 for (flow, socket) in self.senders.iter().enumerate() {
+                    // An unconnected socket takes anyone's datagrams: none is an answer,
+                    // and left queued they would wake every wait.
+                    while read_from(socket, &mut discard).is_some() {}
                     while let Some((from, origin_error, payload)) =
                         read_error_queue(socket, self.v6)
                     {

@@ -1025,9 +1025,7 @@ impl Agent<'_> {
             Work::Stamp { .. } => self
                 .shared
                 .log(&format!("STAMP test for {peer}: ended: {why}")),
-            Work::Trace { .. } => self
-                .shared
-                .log(&format!("trace for {peer}: ended: {why}")),
+            Work::Trace { .. } => self.shared.log(&format!("trace for {peer}: ended: {why}")),
             Work::Idle | Work::Prepared { .. } => {}
         }
     }

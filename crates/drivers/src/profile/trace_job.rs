@@ -117,12 +117,14 @@ pub(crate) fn start_source(
 
 /// An agent's report, checked against what was asked: no more flows, distances or
 /// answers than the request allows; its words made printable and bounded.
-pub(crate) fn within_bounds(mut report: TraceReport, job: &TraceJob) -> Result<TraceReport, String> {
+pub(crate) fn within_bounds(
+    mut report: TraceReport,
+    job: &TraceJob,
+) -> Result<TraceReport, String> {
     let out_of_bounds = report.paths.len() > usize::from(job.flows)
         || report.hops.len() > usize::from(job.max_hops)
         || report.paths.iter().any(|p| {
-            p.hops.len() > usize::from(job.max_hops)
-                || p.hops.iter().any(|h| h.answers.len() > 3)
+            p.hops.len() > usize::from(job.max_hops) || p.hops.iter().any(|h| h.answers.len() > 3)
         })
         || report
             .hops
@@ -150,7 +152,11 @@ pub(crate) fn within_bounds(mut report: TraceReport, job: &TraceJob) -> Result<T
     report.warnings.truncate(8);
     report.warnings.iter_mut().for_each(printable);
     for path in &mut report.paths {
-        for answer in path.hops.iter_mut().flat_map(|h| h.answers.iter_mut().flatten()) {
+        for answer in path
+            .hops
+            .iter_mut()
+            .flat_map(|h| h.answers.iter_mut().flatten())
+        {
             printable(&mut answer.address);
             printable(&mut answer.kind);
         }
@@ -232,7 +238,10 @@ mod tests {
         let checked = within_bounds(report(2, 4, "10.0.0.1\u{1b}[2J"), &job()).unwrap();
         assert_eq!(checked.warnings.len(), 8);
         assert!(!checked.warnings[0].contains('\n'));
-        let address = &checked.paths[0].hops[0].answers[0].as_ref().unwrap().address;
+        let address = &checked.paths[0].hops[0].answers[0]
+            .as_ref()
+            .unwrap()
+            .address;
         assert!(!address.contains('\u{1b}'), "{address:?}");
         assert!(!checked.hops[0].addresses[0].address.contains('\u{1b}'));
         assert!(within_bounds(report(3, 4, "10.0.0.1"), &job()).is_err());
