@@ -15,6 +15,7 @@ use linerate_metrics::board::{Measure, StoreCounts};
 use linerate_metrics::past::{HourPoint, Kept, PastSource};
 use linerate_metrics::watch::{Watch, WatchError, WatchSpec};
 use linerate_proto::auth::Key;
+use linerate_report::document::Document;
 use linerate_store::prune::PairQuery;
 use linerate_store::spool::{Retention, Spool, SpoolCounts, StoreReader, Writer};
 use linerate_store::MeshRow;
@@ -317,11 +318,26 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         // What the board keeps of each pair (its plot, its baseline), read a pair at a
         // time: a large mesh's months of rows are never in memory together.
         if let Some(store) = store.as_mut() {
+            let traces: std::collections::BTreeSet<&str> = mesh
+                .tests
+                .iter()
+                .filter(|t| matches!(t.kind, TestKind::Trace { .. }))
+                .map(|t| t.name.as_str())
+                .collect();
+            let mut last_traces = Vec::new();
             store
                 .recent_rows_each(&mesh.name, linerate_metrics::board::HISTORY, &mut |rows| {
-                    watch.seed(&rows)
+                    watch.seed(&rows);
+                    if let Some(last) = rows
+                        .iter()
+                        .rev()
+                        .find(|r| traces.contains(r.test.as_str()) && r.run_id.is_some())
+                    {
+                        last_traces.push(last.clone());
+                    }
                 })
                 .context("reading the mesh's past results")?;
+            learn_routes(&mut **store, &watch, &last_traces);
         }
         Some(watch)
     } else {
@@ -430,6 +446,32 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         .into());
     }
     Ok(())
+}
+
+/// Each pair's way as its last stored trace went, so that a restarted coordinator tells
+/// a change from it (a document that cannot be read leaves its pair to learn its way
+/// from its next trace, said once).
+fn learn_routes(
+    store: &mut dyn linerate_store::MeshArchive,
+    watch: &linerate_metrics::watch::Watch,
+    last_traces: &[linerate_store::MeshRow],
+) {
+    let mut unread = 0;
+    for row in last_traces {
+        let document = row
+            .run_id
+            .and_then(|id| store.run_json(id).ok().flatten())
+            .and_then(|json| Document::from_json(&json).ok());
+        match document {
+            Some(Document::Trace(report)) => watch.learn_route(row, &report),
+            _ => unread += 1,
+        }
+    }
+    if unread > 0 {
+        eprintln!(
+            "linerate mesh: {unread} pair(s)' last trace could not be read: their next trace sets their way"
+        );
+    }
 }
 
 fn alert_words(alert: &Alert) -> String {

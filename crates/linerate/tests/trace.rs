@@ -356,8 +356,10 @@ fn raw_probes_without_privilege_say_so_and_offer_udp() {
 /// each way every 2 s from two flows. r4 then sends its traffic back through r3 instead
 /// of r2: the server's way to the client changes at hop 2, the client's way to the
 /// server (r1's two branches, each flow kept on its own by its fixed source port) does
-/// not, trace after trace. The coordinator tells exactly one path change, of server -> client, naming the
-/// hop and both routers, and the stored trace documents hold both ways.
+/// not, trace after trace. The coordinator tells exactly one path change, of server ->
+/// client, naming the hop and both routers, and the stored trace documents hold both
+/// ways. Stopped, the route put back, and started again, the coordinator compares its
+/// first traces with the stored ones: the one change back, told at once.
 #[test]
 fn a_route_changed_mid_mesh_is_one_path_change_for_exactly_the_pair_it_moved() {
     use std::io::BufRead;
@@ -417,53 +419,61 @@ fn a_route_changed_mid_mesh_is_one_path_change_for_exactly_the_pair_it_moved() {
     )
     .unwrap();
     let db = dir.join("results.db").display().to_string();
-    let mut coordinator = std::process::Command::new("ip")
-        .args(["netns", "exec", topology.client(), binary()])
-        .args(["--db", &db, "mesh", "run", file.to_str().unwrap(), "--json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(coordinator.stdout.take().unwrap()).lines();
-    // Until each way was traced `n` times in all, or a minute passes: the lines read.
-    let mut seen: Vec<serde_json::Value> = Vec::new();
-    let mut read_until = |n: usize, seen: &mut Vec<serde_json::Value>| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let traced = |seen: &Vec<serde_json::Value>, src: &str| {
-            seen.iter()
-                .filter(|l| l["src"] == src && l["test"] == "path" && l.get("event").is_none())
-                .count()
-        };
-        while traced(seen, "client") < n || traced(seen, "server") < n {
-            assert!(std::time::Instant::now() < deadline, "{seen:#?}");
-            let line = lines.next().expect("the coordinator runs").unwrap();
-            seen.push(serde_json::from_str(&line).unwrap_or(serde_json::json!({"text": line})));
-        }
-    };
-    read_until(3, &mut seen);
-    let events = |seen: &Vec<serde_json::Value>| -> Vec<serde_json::Value> {
+    let events = |seen: &[serde_json::Value]| -> Vec<serde_json::Value> {
         seen.iter()
             .filter(|l| l["event"] == "path_change")
             .cloned()
             .collect()
     };
-    assert!(events(&seen).is_empty(), "no route moved yet: {seen:#?}");
-    run(
-        "ip",
-        &[
-            "-n",
-            &topology.names[4],
-            "route",
-            "replace",
-            "default",
-            "via",
-            "10.91.5.1",
-        ],
-    );
-    read_until(7, &mut seen);
-    // SAFETY: signals a child this test started and has not reaped.
-    unsafe { libc::kill(coordinator.id() as i32, libc::SIGTERM) };
-    let _ = coordinator.wait();
+    let r4_back_via = |router: &str| {
+        run(
+            "ip",
+            &[
+                "-n",
+                &topology.names[4],
+                "route",
+                "replace",
+                "default",
+                "via",
+                router,
+            ],
+        );
+    };
+    // A coordinator, read until each way was traced `first` times (then `between` runs)
+    // and `then` times in all, or a minute passes each; then stopped. Its lines.
+    let coordinate = |first: usize, between: &dyn Fn(), then: usize| -> Vec<serde_json::Value> {
+        let mut coordinator = std::process::Command::new("ip")
+            .args(["netns", "exec", topology.client(), binary()])
+            .args(["--db", &db, "mesh", "run", file.to_str().unwrap(), "--json"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(coordinator.stdout.take().unwrap()).lines();
+        let mut seen: Vec<serde_json::Value> = Vec::new();
+        let mut read_until = |n: usize, seen: &mut Vec<serde_json::Value>| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let traced = |seen: &Vec<serde_json::Value>, src: &str| {
+                seen.iter()
+                    .filter(|l| l["src"] == src && l["test"] == "path" && l.get("event").is_none())
+                    .count()
+            };
+            while traced(seen, "client") < n || traced(seen, "server") < n {
+                assert!(std::time::Instant::now() < deadline, "{seen:#?}");
+                let line = lines.next().expect("the coordinator runs").unwrap();
+                seen.push(serde_json::from_str(&line).unwrap_or(serde_json::json!({"text": line})));
+            }
+        };
+        read_until(first, &mut seen);
+        assert!(events(&seen).is_empty(), "no route moved yet: {seen:#?}");
+        between();
+        read_until(then, &mut seen);
+        // SAFETY: signals a child this test started and has not reaped.
+        unsafe { libc::kill(coordinator.id() as i32, libc::SIGTERM) };
+        let _ = coordinator.wait();
+        seen
+    };
+    let seen = coordinate(3, &|| r4_back_via("10.91.5.1"), 7);
     let changes = events(&seen);
     assert_eq!(changes.len(), 1, "{seen:#?}");
     let change = &changes[0];
@@ -489,5 +499,18 @@ fn a_route_changed_mid_mesh_is_one_path_change_for_exactly_the_pair_it_moved() {
     assert!(shown.status.success(), "{}", stderr(&shown));
     let hops = hops_of(&json(&shown));
     assert!(hops[1].contains("10.91.5.1"), "{hops:?}");
+    // Stopped, the route put back, started again: the new coordinator knows each pair's
+    // way from its last stored trace, and its first trace of server -> client is the one
+    // change (back), client -> server none.
+    r4_back_via("10.91.4.1");
+    let again = coordinate(0, &|| {}, 3);
+    let changes = events(&again);
+    assert_eq!(changes.len(), 1, "{again:#?}");
+    assert_eq!(changes[0]["src"], "server");
+    let words = changes[0]["words"].as_str().unwrap();
+    assert!(
+        words.starts_with("hop 2: 10.91.5.1 -> 10.91.4.1 (2 of 2 flows)"),
+        "{words}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -583,6 +583,14 @@ impl Board {
         Some(mark)
     }
 
+    /// A restarted coordinator's knowledge of a pair's way: its last stored trace, which
+    /// the next is compared with (nothing counted or marked).
+    pub fn learn_route(&mut self, row: &MeshRow, report: &linerate_report::trace::TraceReport) {
+        if let Some(series) = self.series.get_mut(&Key::of(row)) {
+            series.route = Some(report.route());
+        }
+    }
+
     /// The path changes of `key`'s pair (either way) that may have happened between
     /// `since` and `until`: those whose own span overlaps it.
     pub fn path_changes_between(&self, key: &Key, since: f64, until: f64) -> Vec<&PathMark> {

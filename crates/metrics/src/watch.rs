@@ -68,6 +68,14 @@ impl Watch {
             .seed(rows);
     }
 
+    /// A pair's way as its last stored trace went (a restarted coordinator's).
+    pub fn learn_route(&self, row: &MeshRow, report: &linerate_report::trace::TraceReport) {
+        self.board
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .learn_route(row, report);
+    }
+
     /// Starts everything that watches a mesh: the board with its past, the listener, the
     /// remote writer and the alerts' notifier.
     pub fn start(spec: WatchSpec<'_>) -> Result<Watch, WatchError> {

@@ -219,6 +219,12 @@ pub trait MeshArchive {
         }
         Ok(())
     }
+    /// A stored run's document as it was stored (a restarted coordinator reads each
+    /// pair's last trace from it); `None` where this store keeps no documents.
+    fn run_json(&mut self, id: i64) -> Result<Option<String>, StoreError> {
+        let _ = id;
+        Ok(None)
+    }
     /// A pair's rows since `query.since` and the hourly aggregates that stand for the
     /// rows retention removed (the grid's long plot, `mesh history`).
     fn pair_history(
@@ -282,6 +288,9 @@ impl MeshArchive for Store {
     ) -> Result<(), StoreError> {
         Store::recent_rows_each(self, mesh, per_pair, each)
     }
+    fn run_json(&mut self, id: i64) -> Result<Option<String>, StoreError> {
+        self.get(id).map(|run| Some(run.json))
+    }
     fn pair_history(
         &mut self,
         query: &prune::PairQuery<'_>,
@@ -326,6 +335,9 @@ impl MeshArchive for archive::Archive {
         each: &mut dyn FnMut(Vec<MeshRow>),
     ) -> Result<(), StoreError> {
         archive::Archive::recent_rows_each(self, mesh, per_pair, each)
+    }
+    fn run_json(&mut self, id: i64) -> Result<Option<String>, StoreError> {
+        archive::Archive::run_json(self, id).map(Some)
     }
     fn pair_history(
         &mut self,

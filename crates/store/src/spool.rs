@@ -476,6 +476,11 @@ enum Request {
         per_pair: usize,
         reply: mpsc::SyncSender<Result<Vec<MeshRow>, StoreError>>,
     },
+    /// A stored run's document.
+    RunJson {
+        id: i64,
+        reply: mpsc::Sender<Result<Option<String>, StoreError>>,
+    },
     /// A pair's history (a [`StoreReader`]'s question: the grid's long plot).
     History {
         query: OwnedPairQuery,
@@ -769,6 +774,12 @@ impl MeshArchive for Writer {
         Ok(())
     }
 
+    fn run_json(&mut self, id: i64) -> Result<Option<String>, StoreError> {
+        let (reply, answer) = mpsc::channel();
+        self.ask(Request::RunJson { id, reply })?;
+        answer.recv().map_err(|_| self.stopped())?
+    }
+
     fn pair_history(&mut self, query: &PairQuery<'_>) -> Result<PairHistory, StoreError> {
         self.reader().pair_history(query)
     }
@@ -849,6 +860,12 @@ impl WriterThread {
                     if let Err(e) = self.store.recent_rows_each(&mesh, per_pair, &mut each) {
                         let _ = reply.send(Err(e));
                     }
+                }
+                Ok(Request::RunJson { id, reply }) => {
+                    if self.failing.is_none() {
+                        self.replay(usize::MAX);
+                    }
+                    let _ = reply.send(self.store.run_json(id));
                 }
                 Ok(Request::History { query, reply }) => {
                     if self.failing.is_none() {
