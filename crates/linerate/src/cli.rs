@@ -163,6 +163,7 @@ const TRACE_EXAMPLES: &str = "Examples:
   linerate trace server1 -P 8                 8 flows: the branches of equal-cost paths
   linerate trace server1 --tcp -p 5201        TCP SYNs to the port a test uses (root)
   linerate trace server1 --icmp --json        echo requests (root), the result as JSON
+  linerate trace server1 --mtu                each hop's MTU (tracepath's way)
 
 Every probe of a flow has the same addresses, protocol and ports (Paris traceroute), so a
 load balancer that hashes them sends the flow one way; flows differ in their source port.
@@ -210,6 +211,10 @@ pub struct TraceArgs {
     /// The nearest hop to probe
     #[arg(short, long = "first-hop", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=255))]
     pub first_hop: u8,
+    /// Find each hop's MTU as tracepath does: UDP probes as large as the path allows,
+    /// don't-fragment set, shrunk where a router says its next link is narrower
+    #[arg(long, conflicts_with_all = ["tcp", "icmp"])]
+    pub mtu: bool,
     /// TCP SYN probes (needs CAP_NET_RAW)
     #[arg(long, conflicts_with = "icmp")]
     pub tcp: bool,

@@ -80,6 +80,7 @@ fn options(args: &TraceArgs) -> Result<net::Options, Failure> {
         bind: args.source.bind,
         device: args.source.bind_dev.clone(),
         source_port: None,
+        mtu: args.mtu,
         plan: Plan {
             flows: args.parallel,
             queries: args

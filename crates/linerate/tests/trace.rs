@@ -514,3 +514,67 @@ fn a_route_changed_mid_mesh_is_one_path_change_for_exactly_the_pair_it_moved() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The links from r2 and r3 to r4 carry 1400 octets, the rest 1500: `--mtu` finds 1500
+/// at the first hop and 1400 from the third (the first beyond the narrower links) on
+/// every flow, reaching the server; Debian's tracepath ends at the same path MTU, and the
+/// kernel learned the same from the routers' answers (its route's cached MTU).
+#[test]
+fn each_hops_mtu_agrees_with_tracepath_and_the_kernel() {
+    let test = "each_hops_mtu_agrees_with_tracepath_and_the_kernel";
+    if skip_unless_root(test) || !have("tracepath", test) {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let topology = Topology::new();
+    let pid = std::process::id();
+    for (a, b) in [("r2", "r4"), ("r3", "r4")] {
+        for (node, dev) in [(a, format!("t{pid}{a}{b}")), (b, format!("t{pid}{b}{a}"))] {
+            let ns = format!("lr-tr-{pid}-{node}");
+            run(
+                "ip",
+                &["-n", &ns, "link", "set", "dev", &short(&dev), "mtu", "1400"],
+            );
+        }
+    }
+    run("ip", &["-n", topology.client(), "route", "flush", "cache"]);
+    let doc = trace_json(&topology, &["--mtu", "-P", "4"]);
+    assert_eq!(doc["reached"], true, "{doc}");
+    let hops = doc["hops"].as_array().unwrap();
+    assert_eq!(hops.len(), 4, "{doc}");
+    assert_eq!(hops[0]["mtu"], 1500, "{doc}");
+    assert_eq!(hops[2]["mtu"], 1400, "{doc}");
+    assert!(
+        hops[1].get("mtu").is_none() && hops[3].get("mtu").is_none(),
+        "{doc}"
+    );
+    for path in doc["paths"].as_array().unwrap() {
+        assert_eq!(
+            path["pmtu"],
+            serde_json::json!([{"ttl": 1, "mtu": 1500}, {"ttl": 3, "mtu": 1400}]),
+            "{doc}"
+        );
+        assert_eq!(path["reached_ttl"], 4, "{doc}");
+    }
+    let text = linerate_in(topology.client(), &["--no-store", "trace", SERVER, "--mtu"]);
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(text.contains("pmtu 1400"), "{text}");
+    let kernel = run("ip", &["-n", topology.client(), "route", "get", SERVER]);
+    assert!(kernel.contains("mtu 1400"), "the kernel's route: {kernel}");
+    run("ip", &["-n", topology.client(), "route", "flush", "cache"]);
+    let theirs = run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            topology.client(),
+            "tracepath",
+            "-n",
+            SERVER,
+        ],
+    );
+    assert!(
+        theirs.contains("Resume: pmtu 1400 hops 4"),
+        "tracepath:\n{theirs}"
+    );
+}

@@ -40,6 +40,17 @@ pub struct FlowPath {
     pub hops: Vec<FlowHop>,
     /// The distance at which the destination answered; `None`: not reached.
     pub reached_ttl: Option<u8>,
+    /// With the MTU probed (`--mtu`): the first hop's MTU, then each narrowing: the
+    /// distance of the first hop beyond the narrower link, and its MTU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pmtu: Vec<PathMtu>,
+}
+
+/// Probes from this distance on cross a link of at most this MTU (octets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathMtu {
+    pub ttl: u8,
+    pub mtu: u16,
 }
 
 /// An address seen at one distance and the flows that met it there.
@@ -60,6 +71,10 @@ pub struct Hop {
     pub addresses: Vec<HopAddress>,
     /// Probes at this distance that got no answer.
     pub unanswered: u64,
+    /// With the MTU probed: the path's MTU from this distance on, where a flow found it
+    /// changed here (the smallest among flows), the first hop's too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,11 +139,20 @@ impl TraceReport {
                 }
             }
         }
+        let mtu_at = |ttl: u8| {
+            paths
+                .iter()
+                .flat_map(|p| &p.pmtu)
+                .filter(|m| m.ttl == ttl)
+                .map(|m| m.mtu)
+                .min()
+        };
         let hops = by_ttl
             .into_iter()
             .map(|(ttl, (addresses, unanswered))| Hop {
                 ttl,
                 unanswered,
+                mtu: mtu_at(ttl),
                 addresses: addresses
                     .into_iter()
                     .map(|(address, (flows, mut rtts))| {
@@ -190,7 +214,8 @@ impl TraceReport {
             .unwrap_or(self.max_ttl);
         for hop in self.hops.iter().filter(|h| h.ttl <= last) {
             if hop.addresses.is_empty() {
-                let _ = writeln!(out, "{:>3}  *", hop.ttl);
+                let mtu = hop.mtu.map_or(String::new(), |m| format!("  pmtu {m}"));
+                let _ = writeln!(out, "{:>3}  *{mtu}", hop.ttl);
                 continue;
             }
             for (i, a) in hop.addresses.iter().enumerate() {
@@ -205,9 +230,13 @@ impl TraceReport {
                 } else {
                     String::new()
                 };
+                let mtu = match hop.mtu {
+                    Some(mtu) if i == 0 => format!("  pmtu {mtu}"),
+                    _ => String::new(),
+                };
                 let _ = writeln!(
                     out,
-                    "{ttl}  {:<39} {:.3} ms (min {:.3}, max {:.3}){flows}",
+                    "{ttl}  {:<39} {:.3} ms (min {:.3}, max {:.3}){flows}{mtu}",
                     a.address, a.rtt_median_ms, a.rtt_min_ms, a.rtt_max_ms
                 );
             }
@@ -497,6 +526,7 @@ mod tests {
                 },
             ],
             reached_ttl: Some(4),
+            pmtu: Vec::new(),
         }
     }
 

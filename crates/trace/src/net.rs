@@ -68,6 +68,9 @@ pub struct Options {
     /// one trace of a pair with the last), so that a load balancer sends each flow the
     /// way it sent it before. `None`: the system's ports (UDP), ones of this process's.
     pub source_port: Option<u16>,
+    /// Find each hop's MTU (UDP probes; tracepath's way): probes as large as the path
+    /// allows, with don't-fragment set.
+    pub mtu: bool,
 }
 
 /// What the sockets did.
@@ -100,6 +103,36 @@ fn source_toward(target: IpAddr) -> io::Result<IpAddr> {
     Ok(probe.local_addr()?.ip())
 }
 
+/// The MTU of this host's route towards `target` (through `device` when told): what a
+/// socket connected there learns (IP_MTU).
+fn route_mtu(target: IpAddr, device: Option<&str>) -> io::Result<u16> {
+    let (domain, level, name) = match target {
+        IpAddr::V4(_) => (Domain::IPV4, libc::SOL_IP, libc::IP_MTU),
+        IpAddr::V6(_) => (Domain::IPV6, libc::SOL_IPV6, libc::IPV6_MTU),
+    };
+    let socket = Socket::new(domain, Type::DGRAM, Some(SocketProtocol::UDP))?;
+    if let Some(device) = device {
+        socket.bind_device(Some(device.as_bytes()))?;
+    }
+    socket.connect(&SocketAddr::new(target, 9).into())?;
+    let mut mtu: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: a valid descriptor, and a pointer to an int with its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&mut mtu as *mut i32).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(mtu.clamp(0, i32::from(u16::MAX)) as u16)
+}
+
 /// The sockets of a trace, open: what needs a privilege has it.
 pub struct Opened(Sockets);
 
@@ -111,12 +144,15 @@ pub fn open(options: &Options) -> Result<Opened, TraceError> {
 /// Runs the trace until the prober is done or `stop` is set.
 pub fn trace(opened: Opened, options: &Options, stop: &AtomicBool) -> Result<Traced, TraceError> {
     let Opened(mut sockets) = opened;
-    let mut prober = Prober::new(options.plan);
+    let mut prober = match sockets.first_mtu {
+        Some(mtu) => Prober::with_mtu(options.plan, mtu),
+        None => Prober::new(options.plan),
+    };
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
     while !prober.done(now()) && !stop.load(Ordering::Relaxed) {
         while let Some(id) = prober.poll_send(now()) {
-            sockets.send(options, id)?;
+            sockets.send(options, id, prober.size(id.flow))?;
             prober.sent(id, now());
         }
         let wake = prober.poll_timeout(now());
@@ -141,6 +177,8 @@ struct Sockets {
     source_ports: Vec<u16>,
     source: IpAddr,
     warnings: Vec<String>,
+    /// With `--mtu`: the route's MTU towards the target, the first probes' size.
+    first_mtu: Option<u16>,
 }
 
 fn raw(v6: bool, protocol: i32, name: &'static str) -> Result<Socket, TraceError> {
@@ -250,6 +288,7 @@ impl Sockets {
                     source_ports: ports,
                     source,
                     warnings: Vec::new(),
+                    first_mtu: None,
                 }
             }
             Protocol::Icmp => {
@@ -268,6 +307,7 @@ impl Sockets {
                     source_ports: (0..flows).map(|f| base.wrapping_add(f)).collect(),
                     source,
                     warnings: Vec::new(),
+                    first_mtu: None,
                 }
             }
             Protocol::Tcp => {
@@ -292,21 +332,55 @@ impl Sockets {
                     source_ports: (0..flows).map(|f| base.wrapping_add(f)).collect(),
                     source,
                     warnings: Vec::new(),
+                    first_mtu: None,
                 }
             }
         };
         sockets.warnings = warnings;
+        if options.mtu {
+            let (level, name, probe) = if v6 {
+                (
+                    libc::SOL_IPV6,
+                    libc::IPV6_MTU_DISCOVER,
+                    libc::IPV6_PMTUDISC_PROBE,
+                )
+            } else {
+                (libc::SOL_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE)
+            };
+            for socket in &sockets.senders {
+                set_int(socket, level, name, probe).map_err(io_error("IP_MTU_DISCOVER"))?;
+            }
+            sockets.first_mtu = Some(
+                route_mtu(options.target, options.device.as_deref()).map_err(io_error(format!(
+                    "the MTU of the route to {}",
+                    options.target
+                )))?,
+            );
+        }
         Ok(sockets)
     }
 
-    fn send(&mut self, options: &Options, id: ProbeId) -> Result<(), TraceError> {
+    fn send(
+        &mut self,
+        options: &Options,
+        id: ProbeId,
+        size: Option<u16>,
+    ) -> Result<(), TraceError> {
         let v6 = self.v6;
         let target = SockAddr::from(SocketAddr::new(options.target, 0));
         let result = match options.protocol {
             Protocol::Udp => {
                 let socket = &self.senders[usize::from(id.flow)];
                 set_ttl(socket, v6, id.ttl).map_err(io_error("IP_TTL"))?;
-                let payload = wire::udp_payload(id.tag());
+                let tagged = wire::udp_payload(id.tag());
+                // With the MTU probed, padded to the size the path allows (the IP and UDP
+                // headers taken off).
+                let headers = if v6 { 48 } else { 28 };
+                let length = size.map_or(tagged.len(), |s| {
+                    usize::from(s).saturating_sub(headers).max(tagged.len())
+                });
+                let mut payload = vec![0u8; length];
+                payload[..tagged.len()].copy_from_slice(&tagged);
                 let to = SockAddr::from(SocketAddr::new(options.target, options.port));
                 // An ICMP error may also set the socket's pending error, which the next
                 // send returns once: send again.
@@ -341,6 +415,9 @@ impl Sockets {
             Ok(_) => Ok(()),
             // Unreachable from here (no route, a local firewall): the probe is unanswered.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            // Larger than this host's own link allows now (a route changed under way):
+            // the probe waits out unanswered.
+            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => Ok(()),
             Err(e)
                 if matches!(
                     e.raw_os_error(),
@@ -408,8 +485,20 @@ impl Sockets {
                         let Some(tag) = wire::udp_tag(&payload) else {
                             continue;
                         };
-                        let outcome = outcome_of(self.v6, origin_error.0, origin_error.1);
+                        let ((kind, code), info) = origin_error;
                         let id = ProbeId::from_tag(flow as u16, tag);
+                        // Fragmentation needed (ICMPv6: packet too big), with the MTU
+                        // of the router's next link: sent again smaller.
+                        let too_big = if self.v6 {
+                            kind == 2
+                        } else {
+                            (kind, code) == (3, 4)
+                        };
+                        if too_big && self.first_mtu.is_some() {
+                            prober.too_big(id, info.min(u32::from(u16::MAX)) as u16);
+                            continue;
+                        }
+                        let outcome = outcome_of(self.v6, kind, code);
                         prober.answered(id, from.to_string(), now_ns, outcome);
                     }
                 }
@@ -574,9 +663,13 @@ fn read_from(socket: &Socket, buffer: &mut [u8]) -> Option<(usize, IpAddr)> {
     Some((n, from.as_socket()?.ip()))
 }
 
+/// An ICMP error's type and code, and its information (a "too big"'s MTU).
+type IcmpError = ((u8, u8), u32);
+
 /// One message of a UDP socket's error queue: who sent the ICMP error (the offender),
-/// its type and code, and the payload it quoted; `None` when the queue is empty.
-fn read_error_queue(socket: &Socket, v6: bool) -> Option<(IpAddr, (u8, u8), Vec<u8>)> {
+/// its type, code and information, and the payload it quoted; `None` when the queue is
+/// empty.
+fn read_error_queue(socket: &Socket, v6: bool) -> Option<(IpAddr, IcmpError, Vec<u8>)> {
     loop {
         let mut payload = [0u8; 512];
         let mut control = [0u64; 64];
@@ -602,8 +695,9 @@ fn read_error_queue(socket: &Socket, v6: bool) -> Option<(IpAddr, (u8, u8), Vec<
     }
 }
 
-/// The ICMP error of a message from the error queue: its offender and its type and code.
-fn extended_error(message: &libc::msghdr, v6: bool) -> Option<(IpAddr, (u8, u8))> {
+/// The ICMP error of a message from the error queue: its offender, its type and code,
+/// and its information.
+fn extended_error(message: &libc::msghdr, v6: bool) -> Option<(IpAddr, IcmpError)> {
     let (level, kind, origin) = if v6 {
         (libc::SOL_IPV6, libc::IPV6_RECVERR, libc::SO_EE_ORIGIN_ICMP6)
     } else {
@@ -634,7 +728,7 @@ fn extended_error(message: &libc::msghdr, v6: bool) -> Option<(IpAddr, (u8, u8))
                     }
                     _ => return None,
                 };
-                return Some((from, (error.ee_type, error.ee_code)));
+                return Some((from, ((error.ee_type, error.ee_code), error.ee_info)));
             }
             cmsg = libc::CMSG_NXTHDR(message, cmsg);
         }

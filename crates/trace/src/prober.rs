@@ -7,8 +7,11 @@
 //! probe that matters (no farther than where its flow's destination answered) has its
 //! answer, or has waited [`Plan::wait_ns`].
 
-use linerate_report::trace::{Answer, FlowHop, FlowPath};
-use std::collections::HashMap;
+use linerate_report::trace::{Answer, FlowHop, FlowPath, PathMtu};
+use std::collections::{HashMap, VecDeque};
+
+/// The smallest MTU a router may name (IPv4's 68 octets): a smaller one is not believed.
+pub const MIN_MTU: u16 = 68;
 
 /// What to probe.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,7 +82,17 @@ pub struct Prober {
     order: Vec<ProbeId>,
     next: usize,
     next_send_ns: u64,
-    sent: HashMap<ProbeId, u64>,
+    /// When each probe left, and its size (with the MTU probed; else 0).
+    sent: HashMap<ProbeId, (u64, u16)>,
+    /// Probes a router refused as too big, to send again smaller, before the next new one.
+    retry: VecDeque<ProbeId>,
+    /// With the MTU probed: each flow's probe size now, and where it was lowered (the
+    /// distance of the first hop beyond the narrower link, and its MTU), the first
+    /// entry the first hop's.
+    sizes: Vec<u16>,
+    mtus: Vec<Vec<PathMtu>>,
+    /// Probes sent again after a "too big".
+    resent: u64,
     answers: HashMap<ProbeId, (String, u64, Outcome)>,
     /// Per flow, the nearest distance at which the path ended.
     ended_at: Vec<Option<u8>>,
@@ -104,10 +117,68 @@ impl Prober {
             next: 0,
             next_send_ns: 0,
             sent: HashMap::new(),
+            retry: VecDeque::new(),
+            sizes: Vec::new(),
+            mtus: Vec::new(),
+            resent: 0,
             answers: HashMap::new(),
             last_sent_ns: 0,
             unmatched: 0,
         }
+    }
+
+    /// A prober that also finds each hop's MTU (tracepath's way): every probe as large
+    /// as the path allows, starting at `first_mtu` (the route's), and a router's "too
+    /// big" (fragmentation needed, packet too big) naming a narrower link lowers the
+    /// flow's size and sends the probe again.
+    pub fn with_mtu(plan: Plan, first_mtu: u16) -> Prober {
+        let mut prober = Prober::new(plan);
+        let first_mtu = first_mtu.max(MIN_MTU);
+        prober.sizes = vec![first_mtu; usize::from(plan.flows)];
+        prober.mtus = vec![
+            vec![PathMtu {
+                ttl: plan.first_ttl,
+                mtu: first_mtu,
+            }];
+            usize::from(plan.flows)
+        ];
+        prober
+    }
+
+    /// The size (IP packet, octets) of `flow`'s next probe when the MTU is probed.
+    pub fn size(&self, flow: u16) -> Option<u16> {
+        self.sizes.get(usize::from(flow)).copied()
+    }
+
+    /// A router refused probe `id` as too big for its next link of `mtu`: the flow's
+    /// probes shrink to it from that distance on, and this probe goes again. False when
+    /// it matches no probe sent larger than `mtu` and unanswered (a stray or bogus
+    /// message).
+    pub fn too_big(&mut self, id: ProbeId, mtu: u16) -> bool {
+        let flow = usize::from(id.flow);
+        let Some(&(_, size)) = self.sent.get(&id) else {
+            self.unmatched += 1;
+            return false;
+        };
+        if self.answers.contains_key(&id)
+            || flow >= self.sizes.len()
+            || mtu >= size
+            || mtu < MIN_MTU
+        {
+            self.unmatched += 1;
+            return false;
+        }
+        if mtu < self.sizes[flow] {
+            self.sizes[flow] = mtu;
+            self.mtus[flow].push(PathMtu { ttl: id.ttl, mtu });
+        } else if let Some(known) = self.mtus[flow].iter_mut().find(|m| m.mtu == mtu) {
+            // Another probe of the same narrowing, nearer: the narrowing is there.
+            known.ttl = known.ttl.min(id.ttl);
+        }
+        self.sent.remove(&id);
+        self.retry.push_back(id);
+        self.resent += 1;
+        true
     }
 
     fn matters(&self, id: ProbeId) -> bool {
@@ -120,6 +191,11 @@ impl Prober {
         if now_ns < self.next_send_ns {
             return None;
         }
+        while let Some(id) = self.retry.pop_front() {
+            if self.matters(id) {
+                return Some(id);
+            }
+        }
         while let Some(&id) = self.order.get(self.next) {
             self.next += 1;
             if self.matters(id) {
@@ -130,7 +206,8 @@ impl Prober {
     }
 
     pub fn sent(&mut self, id: ProbeId, at_ns: u64) {
-        self.sent.insert(id, at_ns);
+        let size = self.size(id.flow).unwrap_or(0);
+        self.sent.insert(id, (at_ns, size));
         self.last_sent_ns = at_ns;
         self.next_send_ns = at_ns + self.plan.gap_ns;
     }
@@ -138,7 +215,7 @@ impl Prober {
     /// An answer to probe `id` from `from`, arrived at `at_ns`; false when it matches no
     /// probe sent (or one already answered).
     pub fn answered(&mut self, id: ProbeId, from: String, at_ns: u64, outcome: Outcome) -> bool {
-        let Some(&sent_at) = self.sent.get(&id) else {
+        let Some(&(sent_at, _)) = self.sent.get(&id) else {
             self.unmatched += 1;
             return false;
         };
@@ -157,29 +234,33 @@ impl Prober {
 
     /// Whether nothing is left: every probe that matters sent, and answered or waited out.
     pub fn done(&self, now_ns: u64) -> bool {
-        if self.order[self.next..].iter().any(|id| self.matters(*id)) {
+        if self.order[self.next..].iter().any(|id| self.matters(*id))
+            || self.retry.iter().any(|id| self.matters(*id))
+        {
             return false;
         }
-        self.sent.iter().all(|(id, at)| {
+        self.sent.iter().all(|(id, &(at, _))| {
             !self.matters(*id) || self.answers.contains_key(id) || now_ns >= at + self.plan.wait_ns
         })
     }
 
     /// When to call again at the latest: the next send, or the next probe's wait ending.
     pub fn poll_timeout(&self, now_ns: u64) -> u64 {
-        if self.order[self.next..].iter().any(|id| self.matters(*id)) {
+        if self.order[self.next..].iter().any(|id| self.matters(*id))
+            || self.retry.iter().any(|id| self.matters(*id))
+        {
             return self.next_send_ns.max(now_ns);
         }
         self.sent
             .iter()
             .filter(|(id, _)| self.matters(**id) && !self.answers.contains_key(id))
-            .map(|(_, at)| at + self.plan.wait_ns)
+            .map(|(_, &(at, _))| at + self.plan.wait_ns)
             .min()
             .unwrap_or(now_ns)
     }
 
     pub fn sent_count(&self) -> u64 {
-        self.sent.len() as u64
+        self.sent.len() as u64 + self.resent
     }
 
     pub fn answered_count(&self) -> u64 {
@@ -227,6 +308,11 @@ impl Prober {
                     source_port: source_ports.get(usize::from(flow)).copied().unwrap_or(0),
                     hops,
                     reached_ttl: end.filter(|_| reached),
+                    pmtu: self
+                        .mtus
+                        .get(usize::from(flow))
+                        .cloned()
+                        .unwrap_or_default(),
                 }
             })
             .collect()
@@ -361,5 +447,61 @@ mod tests {
             path.hops[1].answers[0].as_ref().unwrap().kind,
             "host unreachable"
         );
+    }
+
+    /// The link into hop 3 carries 1400 octets where the first carries 1500: the router
+    /// at hop 2 refuses the farther probes as too big, naming 1400; they go again at
+    /// 1400 and are answered, and the flow's MTUs say where it narrowed. A "too big"
+    /// that names no smaller size than the probe's, or matches nothing sent, is refused.
+    #[test]
+    fn a_narrower_link_shrinks_the_probes_from_its_hop_on() {
+        let mut p = Prober::with_mtu(plan(1, 1), 1500);
+        let mut now = 0;
+        let mut sizes = Vec::new();
+        while !p.done(now) {
+            if let Some(id) = p.poll_send(now) {
+                let size = p.size(id.flow).unwrap();
+                p.sent(id, now);
+                sizes.push((id.ttl, size));
+                if id.ttl >= 3 && size > 1400 {
+                    assert!(p.too_big(id, 1400));
+                } else {
+                    let (from, outcome) = answer_for(id, 5);
+                    assert!(p.answered(id, from, now + 100, outcome));
+                }
+            }
+            now = p.poll_timeout(now).max(now + 1_000);
+        }
+        assert_eq!(
+            sizes,
+            vec![
+                (1, 1500),
+                (2, 1500),
+                (3, 1500),
+                (3, 1400),
+                (4, 1400),
+                (5, 1400)
+            ]
+        );
+        let path = &p.paths(&[0])[0];
+        assert_eq!(path.reached_ttl, Some(5));
+        assert_eq!(
+            path.pmtu,
+            vec![PathMtu { ttl: 1, mtu: 1500 }, PathMtu { ttl: 3, mtu: 1400 }]
+        );
+        assert!(path.hops.iter().all(|h| h.answers[0].is_some()));
+        assert_eq!((p.sent_count(), p.answered_count()), (6, 5));
+        let id = ProbeId {
+            flow: 0,
+            ttl: 4,
+            query: 0,
+        };
+        assert!(!p.too_big(id, 1400), "answered already");
+        let mut q = Prober::with_mtu(plan(1, 1), 1500);
+        let first = q.poll_send(0).unwrap();
+        q.sent(first, 0);
+        assert!(!q.too_big(first, 1500), "no smaller than the probe");
+        assert!(!q.too_big(first, 20), "below any IP MTU");
+        assert_eq!(q.unmatched(), 2);
     }
 }

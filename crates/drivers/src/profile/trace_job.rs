@@ -92,6 +92,7 @@ pub(crate) fn start_source(
         bind: job.source.as_ref().and_then(|s| s.address),
         device: job.source.as_ref().and_then(|s| s.device.clone()),
         source_port: job.source_port,
+        mtu: false,
     };
     let said = |e: TraceError| failed(format!("trace to {}: {e}", job.target));
     let opened = net::open(&options).map_err(said)?;
@@ -204,6 +205,7 @@ mod tests {
                     })
                     .collect(),
                 reached_ttl: None,
+                pmtu: Vec::new(),
             })
             .collect();
         let (merged, distinct_paths) = TraceReport::merge(&paths);
