@@ -276,6 +276,7 @@ fn run_job(
             max_hops,
             port,
             source_port,
+            mtu,
         } => {
             let trace = TraceJob {
                 target,
@@ -284,6 +285,7 @@ fn run_job(
                 max_hops,
                 port,
                 source_port: Some(source_port),
+                mtu,
                 source: mesh.hosts[job.src].source.clone(),
             };
             let source = &mesh.hosts[job.src].address;

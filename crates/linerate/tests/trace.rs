@@ -413,7 +413,7 @@ fn a_route_changed_mid_mesh_is_one_path_change_for_exactly_the_pair_it_moved() {
             "name = \"paths\"\nkey = \"{key}\"\n\
              [[host]]\nname = \"client\"\naddress = \"10.91.1.1:5201\"\n\
              [[host]]\nname = \"server\"\naddress = \"{SERVER}:5201\"\n\
-             [[test]]\nname = \"path\"\nrun = \"trace\"\nparallel = 2\nmax_hops = 8\ninterval = \"2s\"\n\
+             [[test]]\nname = \"path\"\nrun = \"trace\"\nparallel = 2\nmax_hops = 8\nmtu = true\ninterval = \"2s\"\n\
              [[group]]\nname = \"all\"\ntests = [\"path\"]\n"
         ),
     )
@@ -497,8 +497,15 @@ fn a_route_changed_mid_mesh_is_one_path_change_for_exactly_the_pair_it_moved() {
     let id = change["run_id"].as_i64().expect("a stored run").to_string();
     let shown = linerate_in(topology.client(), &["--db", &db, "show", &id, "--json"]);
     assert!(shown.status.success(), "{}", stderr(&shown));
-    let hops = hops_of(&json(&shown));
+    let stored = json(&shown);
+    let hops = hops_of(&stored);
     assert!(hops[1].contains("10.91.5.1"), "{hops:?}");
+    // Each hop's MTU probed too (mtu = true): 1500 all the way, never a change.
+    assert_eq!(
+        stored["paths"][0]["pmtu"],
+        serde_json::json!([{"ttl": 1, "mtu": 1500}]),
+        "{stored}"
+    );
     // Stopped, the route put back, started again: the new coordinator knows each pair's
     // way from its last stored trace, and its first trace of server -> client is the one
     // change (back), client -> server none.

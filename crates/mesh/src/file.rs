@@ -153,8 +153,9 @@ struct RawTest {
     response: Option<Spanned<String>>,
     tls: Option<bool>,
     max_connections: Option<Spanned<u32>>,
-    /// Trace: the farthest distance probed.
+    /// Trace: the farthest distance probed, and each hop's MTU.
     max_hops: Option<Spanned<u8>>,
+    mtu: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -744,11 +745,17 @@ fn read_trace(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
     if let (TraceProbe::Icmp, Some(p)) = (probe, &raw.port) {
         return Err(reader.at(p, "'port' is for udp and tcp probes; ICMP echo has none"));
     }
+    let mtu = raw.mtu.as_ref().is_some_and(|m| *m.get_ref());
+    if let (true, TraceProbe::Tcp | TraceProbe::Icmp) = (mtu, probe) {
+        let at = raw.mtu.as_ref().expect("mtu was given");
+        return Err(reader.at(at, "'mtu' needs udp probes (as tracepath's)"));
+    }
     Ok(TestKind::Trace {
         probe,
         flows,
         max_hops,
         port: raw.port.as_ref().map(|p| *p.get_ref()),
+        mtu,
     })
 }
 
@@ -857,6 +864,9 @@ fn refuse_options_of_other_runs(
         }
     }
     if run != "trace" {
+        if let Some(m) = &raw.mtu {
+            return Err(reader.at(m, format!("'mtu' is not an option of run = \"{run}\"")));
+        }
         if let Some(h) = &raw.max_hops {
             return Err(reader.at(h, format!("'max_hops' is not an option of run = \"{run}\"")));
         }

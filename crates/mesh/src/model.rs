@@ -312,6 +312,8 @@ pub enum TestKind {
         /// The destination port of UDP and TCP probes; `None`: traceroute's (33434 UDP,
         /// 80 TCP).
         port: Option<u16>,
+        /// Each hop's MTU too (UDP probes, don't-fragment): a narrower link is a change.
+        mtu: bool,
     },
 }
 

@@ -43,6 +43,7 @@ pub enum JobPlan {
         /// The first flow's source port: the pair's own, the same trace after trace, so
         /// that a load balancer sends each flow the way it did before.
         source_port: u16,
+        mtu: bool,
     },
 }
 
@@ -124,6 +125,7 @@ pub fn job_plan(mesh: &Mesh, job: &Job) -> JobPlan {
             flows,
             max_hops,
             port,
+            mtu,
         } => {
             let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
             JobPlan::Trace {
@@ -132,6 +134,7 @@ pub fn job_plan(mesh: &Mesh, job: &Job) -> JobPlan {
                 flows,
                 max_hops,
                 port,
+                mtu,
                 source_port: trace_source_port(&mesh.name, &test.name, &src.name, &dst.name, flows),
             }
         }

@@ -732,7 +732,8 @@ fn trace_tests_go_to_every_destination_from_the_pairs_own_ports() {
             probe: TraceProbe::Icmp,
             flows: 4,
             max_hops: 20,
-            port: None
+            port: None,
+            mtu: false
         }
     );
     assert!(!test.exclusive);
@@ -776,6 +777,7 @@ fn trace_tests_go_to_every_destination_from_the_pairs_own_ports() {
     assert!(bad("max_hops = 20\nport = 80").contains("ICMP echo has none"));
     assert!(bad("max_hops = 20\nduration = \"5s\"").contains("it has no duration"));
     assert!(bad("max_hops = 20\ndscp = \"EF\"").contains("'dscp' is not an option"));
+    assert!(bad("max_hops = 20\nmtu = true").contains("'mtu' needs udp probes"));
     assert!(
         parse("m.toml", &text.replace("parallel = 4", "parallel = 17"))
             .unwrap_err()

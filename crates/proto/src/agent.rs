@@ -410,6 +410,9 @@ pub enum AgentRequest {
         source_port: Option<u16>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         source: Option<linerate_model::Source>,
+        /// Each hop's MTU too (UDP probes only).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        mtu: bool,
     },
 }
 

@@ -309,6 +309,7 @@ impl TraceReport {
                     FlowRoute {
                         source_port: path.source_port,
                         reached_ttl: path.reached_ttl,
+                        pmtu: path.pmtu.clone(),
                         hops: path
                             .hops
                             .iter()
@@ -347,6 +348,9 @@ pub struct FlowRoute {
     /// Each distance and the addresses that answered there (none: nothing did).
     pub hops: Vec<(u8, Vec<String>)>,
     pub reached_ttl: Option<u8>,
+    /// Where the MTU was probed: the first hop's and each narrowing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pmtu: Vec<PathMtu>,
 }
 
 /// Where a trace went another way than the last one of its pair.
@@ -363,11 +367,24 @@ pub struct PathChange {
     /// nothing answered), to the destination.
     pub before: Vec<String>,
     pub after: Vec<String>,
+    /// Where the way is the same but the path's MTU is not: before and now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<(u16, u16)>,
 }
 
 impl PathChange {
-    /// "hop 2: 10.0.2.2 -> 10.0.3.2 (1 of 4 flows)".
+    /// "hop 2: 10.0.2.2 -> 10.0.3.2 (1 of 4 flows); was ..., now ...", or "path MTU
+    /// 1500 -> 1400 from hop 3 (4 of 4 flows)".
     pub fn words(&self, flows: usize) -> String {
+        if let Some((was, now)) = self.mtu {
+            return format!(
+                "path MTU {was} -> {now} from hop {} ({} of {flows} flow{}); the way {}",
+                self.ttl,
+                self.flows.len(),
+                if flows == 1 { "" } else { "s" },
+                self.after.join(" ")
+            );
+        }
         let at = usize::from(self.ttl.saturating_sub(self.first_ttl));
         let hop = |list: &[String]| list.get(at).cloned().unwrap_or_else(|| "(none)".into());
         format!(
@@ -384,6 +401,17 @@ impl PathChange {
 }
 
 impl FlowRoute {
+    /// Where both traces probed the MTU and the path's (the narrowest link's) differs:
+    /// the distance it now narrows at (or did), and the MTU before and now.
+    fn mtu_change_from(&self, before: &FlowRoute) -> Option<(u8, (u16, u16))> {
+        let narrowest = |route: &FlowRoute| route.pmtu.iter().min_by_key(|m| m.mtu).copied();
+        let (now, was) = (narrowest(self)?, narrowest(before)?);
+        (now.mtu != was.mtu).then(|| {
+            let ttl = if now.mtu < was.mtu { now.ttl } else { was.ttl };
+            (ttl, (was.mtu, now.mtu))
+        })
+    }
+
     fn list(&self) -> Vec<String> {
         self.hops
             .iter()
@@ -438,8 +466,10 @@ impl Route {
             if now.source_port != was.source_port {
                 continue;
             }
-            let Some(ttl) = now.differs_from(was) else {
-                continue;
+            let (ttl, mtu) = match (now.differs_from(was), now.mtu_change_from(was)) {
+                (Some(ttl), _) => (ttl, None),
+                (None, Some((ttl, mtu))) => (ttl, Some(mtu)),
+                (None, None) => continue,
             };
             let flow = flow as u16;
             match change.as_mut() {
@@ -451,6 +481,7 @@ impl Route {
                         flows: vec![flow],
                         before: was.list(),
                         after: now.list(),
+                        mtu,
                     })
                 }
             }
@@ -680,5 +711,35 @@ mod tests {
             .expect("a change");
         assert_eq!(change.ttl, 4);
         assert_eq!(change.after.len(), 5);
+    }
+
+    /// The same routers with a narrower link on the way is a change of the path's MTU,
+    /// named with the hop it narrows at; where one trace did not probe the MTU nothing is
+    /// compared.
+    #[test]
+    fn a_narrower_link_on_the_same_way_is_a_change_of_mtu() {
+        let probed = |mtus: &[(u8, u16)]| {
+            let mut p = path(0, "10.0.1.2");
+            p.pmtu = mtus
+                .iter()
+                .map(|&(ttl, mtu)| PathMtu { ttl, mtu })
+                .collect();
+            route_of(vec![p])
+        };
+        let before = probed(&[(1, 1500)]);
+        let after = probed(&[(1, 1500), (3, 1400)]);
+        let change = after.change_from(&before).expect("a change");
+        assert_eq!((change.ttl, change.mtu), (3, Some((1500, 1400))));
+        assert!(
+            change
+                .words(1)
+                .starts_with("path MTU 1500 -> 1400 from hop 3 (1 of 1 flow)"),
+            "{}",
+            change.words(1)
+        );
+        assert_eq!(after.change_from(&after), None);
+        assert_eq!(after.change_from(&probed(&[])), None);
+        let back = before.change_from(&after).expect("wider again");
+        assert_eq!((back.ttl, back.mtu), (3, Some((1400, 1500))));
     }
 }

@@ -637,6 +637,7 @@ impl Agent<'_> {
                 port,
                 source_port,
                 source,
+                mtu,
             } => self.trace_source(TraceJob {
                 target: target.into_string(),
                 probe,
@@ -645,6 +646,7 @@ impl Agent<'_> {
                 port,
                 source_port,
                 source,
+                mtu,
             }),
         }
     }

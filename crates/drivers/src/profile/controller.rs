@@ -597,6 +597,7 @@ pub fn run_trace(
         port: job.port,
         source_port: job.source_port,
         source: job.source.clone(),
+        mtu: job.mtu,
     };
     // Every probe and its wait, set-up; past it the run is abandoned.
     let limit = job.longest() + Duration::from_secs(30);

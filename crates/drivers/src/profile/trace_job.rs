@@ -34,6 +34,8 @@ pub struct TraceJob {
     pub port: Option<u16>,
     /// The first flow's source port, where free.
     pub source_port: Option<u16>,
+    /// Each hop's MTU too (UDP probes).
+    pub mtu: bool,
     /// Where the probes leave from (a mesh host's `source`, `source_dev`).
     pub source: Option<linerate_model::Source>,
 }
@@ -92,7 +94,7 @@ pub(crate) fn start_source(
         bind: job.source.as_ref().and_then(|s| s.address),
         device: job.source.as_ref().and_then(|s| s.device.clone()),
         source_port: job.source_port,
-        mtu: false,
+        mtu: job.mtu && protocol == Protocol::Udp,
     };
     let said = |e: TraceError| failed(format!("trace to {}: {e}", job.target));
     let opened = net::open(&options).map_err(said)?;
@@ -186,6 +188,7 @@ mod tests {
             port: None,
             source_port: Some(61_000),
             source: None,
+            mtu: false,
         }
     }
 
