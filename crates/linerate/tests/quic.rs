@@ -197,8 +197,11 @@ fn a_paced_quic_stream_keeps_to_its_rate() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc = json(&out);
     let achieved = num(&doc, "/summary/pacing/achieved_pct");
+    // Never above the rate; below it only where other work kept the CPUs busy (which the
+    // result says).
+    assert!(achieved < 103.0, "achieved {achieved} % of 100 Mbit/s");
     assert!(
-        (97.0..103.0).contains(&achieved),
+        achieved >= 97.0 || host_was_busy(&doc),
         "achieved {achieved} % of 100 Mbit/s"
     );
     // The receiver got what the pacer let out.
