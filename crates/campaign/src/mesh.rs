@@ -216,6 +216,8 @@ fn labelled(mesh: &Mesh, job: &Job, cycle: u64, started_at: f64, ended_at: f64) 
 }
 
 /// Runs one job to its end; `(outcome, row, document)`.
+// Long: one arm per kind of job (a profile, RPM, a STAMP window, a trace), each building
+// its request from the plan and the source host.
 fn run_job(
     mesh: &Mesh,
     job: Job,

@@ -937,6 +937,8 @@ fn host_source(
     )
 }
 
+// Long: the fields every test has, read in order (name, protocol, duration, the kind's
+// own options, interval, jitter, marks), each mistake naming its place.
 fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
     let name = raw.name.get_ref().clone();
     if !is_name(&name) {
