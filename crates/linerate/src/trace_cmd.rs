@@ -12,11 +12,6 @@ use linerate_trace::prober::Plan;
 use std::io::IsTerminal;
 use std::net::{IpAddr, ToSocketAddrs};
 
-/// The UDP port traceroute starts at; no service listens there, so the destination
-/// answers port unreachable.
-pub const UDP_PORT: u16 = 33434;
-pub const TCP_PORT: u16 = 80;
-
 /// HOST as an address of the family asked (`-4`, `-6`), else the first the resolver gives.
 fn resolve(target: &str, args: &TraceArgs) -> Result<IpAddr, Failure> {
     let bad =
@@ -69,10 +64,7 @@ fn options(args: &TraceArgs) -> Result<net::Options, Failure> {
             "--port is for UDP and TCP probes; ICMP echo has none".into(),
         ));
     }
-    let port = args.port.unwrap_or(match protocol {
-        Protocol::Tcp => TCP_PORT,
-        _ => UDP_PORT,
-    });
+    let port = args.port.unwrap_or(protocol.default_port());
     Ok(net::Options {
         target: resolve(&args.target, args)?,
         protocol,

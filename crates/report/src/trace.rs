@@ -291,12 +291,6 @@ impl TraceReport {
         (header, rows)
     }
 
-    /// Each flow's hop list: one address per distance (the first that answered), `None`
-    /// where nothing did.
-    pub fn hop_lists(&self) -> Vec<Vec<Option<String>>> {
-        self.paths.iter().map(hop_list).collect()
-    }
-
     /// The way each flow went, as a later trace of the same pair is compared with it.
     pub fn route(&self) -> Route {
         Route {

@@ -24,6 +24,15 @@ pub enum Protocol {
 }
 
 impl Protocol {
+    /// Where UDP and TCP probes go when no port is named: traceroute's 33434 (no service
+    /// listens there, so the destination answers port unreachable), and 80 for SYNs.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Protocol::Tcp => 80,
+            Protocol::Udp | Protocol::Icmp => 33434,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Protocol::Udp => "udp",

@@ -424,10 +424,7 @@ impl Agent<'_> {
             Err(failed) => {
                 self.shared
                     .log(&format!("RPM test from {}: {}", self.peer, failed.reason));
-                self.link.reply(&AgentReply::Error {
-                    reason: failed.reason.into(),
-                    unreachable: failed.unreachable.map(Into::into),
-                });
+                self.failed(failed);
             }
         }
     }
@@ -458,10 +455,7 @@ impl Agent<'_> {
             Err(failed) => {
                 self.shared
                     .log(&format!("STAMP test from {}: {}", self.peer, failed.reason));
-                self.link.reply(&AgentReply::Error {
-                    reason: failed.reason.into(),
-                    unreachable: failed.unreachable.map(Into::into),
-                });
+                self.failed(failed);
             }
         }
     }
@@ -487,10 +481,7 @@ impl Agent<'_> {
             Err(failed) => {
                 self.shared
                     .log(&format!("trace from {}: {}", self.peer, failed.reason));
-                self.link.reply(&AgentReply::Error {
-                    reason: failed.reason.into(),
-                    unreachable: failed.unreachable.map(Into::into),
-                });
+                self.failed(failed);
             }
         }
     }
@@ -517,10 +508,7 @@ impl Agent<'_> {
                     _held: Held::slot(taken),
                 }
             }
-            Err(failed) => self.link.reply(&AgentReply::Error {
-                reason: failed.reason.into(),
-                unreachable: failed.unreachable.map(Into::into),
-            }),
+            Err(failed) => self.failed(failed),
         }
     }
 
@@ -556,10 +544,7 @@ impl Agent<'_> {
                     _held: Held::slot(taken),
                 }
             }
-            Err(failed) => self.link.reply(&AgentReply::Error {
-                reason: failed.reason.into(),
-                unreachable: failed.unreachable.map(Into::into),
-            }),
+            Err(failed) => self.failed(failed),
         }
     }
 
@@ -785,6 +770,15 @@ impl Agent<'_> {
     }
 
     /// Refuses a request, with one log line for the operator.
+    /// Tells the controller why the work a source started (or could not start) failed,
+    /// naming the peer to blame where there is one.
+    fn failed(&mut self, failed: rpm_job::SourceError) {
+        self.link.reply(&AgentReply::Error {
+            reason: failed.reason.into(),
+            unreachable: failed.unreachable.map(Into::into),
+        });
+    }
+
     fn refuse(&mut self, what: &str, reason: String) {
         self.shared.refused(self.peer, &format!("{what}: {reason}"));
         self.link.reply(&AgentReply::Error {

@@ -16,9 +16,6 @@ use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The UDP and TCP ports traceroute probes where a request names none.
-const UDP_PORT: u16 = 33434;
-const TCP_PORT: u16 = 80;
 /// Between two probes, and how long each waits for its answer.
 pub const GAP: Duration = Duration::from_millis(5);
 pub const WAIT: Duration = Duration::from_secs(1);
@@ -79,10 +76,7 @@ pub(crate) fn start_source(
     let options = net::Options {
         target: addr.ip(),
         protocol,
-        port: job.port.unwrap_or(match protocol {
-            Protocol::Tcp => TCP_PORT,
-            _ => UDP_PORT,
-        }),
+        port: job.port.unwrap_or(protocol.default_port()),
         plan: Plan {
             flows: job.flows,
             queries: 1,
@@ -218,7 +212,7 @@ mod tests {
             target: "b".into(),
             address: "10.0.0.2".into(),
             protocol: "udp".into(),
-            port: Some(UDP_PORT),
+            port: Some(Protocol::Udp.default_port()),
             flows,
             queries: 1,
             first_ttl: 1,
