@@ -94,6 +94,11 @@ def report(label, samples, warmup_s, window_s):
     rss = [s[0] for _, s in after]
     print(f"{label}: RSS {min(rss):.1f}-{max(rss):.1f} MiB after {warmup_s / 60:.0f} min, "
           f"fit {rss_fit:+.2f} MiB/hour (bound 1)")
+    # Whether the RSS levels off: the same fit over each half of what followed the warm-up.
+    middle = after[len(after) // 2][0]
+    halves = [[(t, s[0]) for t, s in after if t < middle], [(t, s[0]) for t, s in after if t >= middle]]
+    print(f"  fit over the first half {fit(halves[0]):+.2f}, over the second half "
+          f"{fit(halves[1]):+.2f} MiB/hour (from {middle / 60:.0f} min)")
     parts = []
     for index, name in ((3, "anonymous"), (4, "file"), (5, "shared")):
         values = [s[index] for _, s in after]
@@ -119,6 +124,9 @@ def main():
     ap.add_argument("--every", type=float, default=10.0, help="seconds between samples")
     ap.add_argument("--wrap", default="",
                     help="a command the coordinator runs under, e.g. 'heaptrack -o /tmp/coord'")
+    ap.add_argument("--samples", default="",
+                    help="a CSV file for every sample (seconds, process, RSS MiB, threads, fds, "
+                         "anonymous, file, shared MiB)")
     ap.add_argument("--no-metrics", action="store_true",
                     help="run the coordinator without --metrics (to split its parts)")
     args = ap.parse_args()
@@ -188,6 +196,13 @@ def main():
                       flush=True)
             time.sleep(max(0.0, args.every - (time.time() - started - t)))
         wall = time.time() - started
+        if args.samples:
+            with open(args.samples, "w") as out:
+                out.write("seconds,process,rss_mib,threads,fds,anon_mib,file_mib,shared_mib\n")
+                for label, samples in (("coordinator", coord_samples), ("agent", agent_samples)):
+                    for t, s in samples:
+                        out.write(f"{t:.1f},{label}," + ",".join(f"{v:.3f}" if isinstance(v, float)
+                                                                    else str(v) for v in s) + "\n")
         # The coordinator itself (not a wrapper, which may not pass the signal on).
         os.kill(coordinator_pid, 2)
         coordinator.wait(timeout=30)

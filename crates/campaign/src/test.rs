@@ -85,7 +85,8 @@ pub fn resolve_explained(
 /// without it and say nothing. `setting` is the sysctl's text, where it could be read.
 fn check_tcp_ecn(config: &TestConfig, setting: Option<String>) -> std::result::Result<(), String> {
     let asked = config.marks.is_some_and(|m| m.ecn);
-    if !asked || config.protocol.traits().datagrams {
+    // UDP sets ECT itself, and QUIC validates ECN per connection (RFC 9000 13.4).
+    if !asked || config.protocol != linerate_model::Protocol::Tcp {
         return Ok(());
     }
     match setting.as_deref().map(str::trim) {
@@ -159,7 +160,7 @@ mod tests {
     }
 
     /// `--ecn` over TCP is refused, naming the setting, where the host does not ask for
-    /// ECN; UDP marks its own datagrams whatever the setting.
+    /// ECN; UDP and QUIC mark their own datagrams whatever the setting.
     #[test]
     fn ecn_over_tcp_needs_the_host_to_ask_for_it() {
         let mut config = crate::fixtures::stream_config();
@@ -172,6 +173,8 @@ mod tests {
         assert!(check_tcp_ecn(&config, Some("1\n".into())).is_ok());
         config.protocol = linerate_model::Protocol::Udp;
         assert!(check_tcp_ecn(&config, Some("0".into())).is_ok());
+        config.protocol = linerate_model::Protocol::Quic;
+        assert!(check_tcp_ecn(&config, Some("2".into())).is_ok());
         config.protocol = linerate_model::Protocol::Tcp;
         config.marks = Some(linerate_model::marks::Marks {
             dscp: 46,

@@ -224,7 +224,10 @@ pub struct FlowOutcome {
     pub transactions_total: u64,
     /// TLS flows: the suite, the handshake's time, whether the kernel held the records.
     pub tls: Option<linerate_tls::TlsFacts>,
-    /// UDP receivers of a marked test: the datagrams by the TOS byte they arrived with.
+    /// A marked test: the datagrams by the TOS byte they arrived with. UDP: on each
+    /// receiving flow. QUIC: on a worker's first flow, everything its socket received
+    /// (data, acknowledgements, the handshake), which travelled towards this side whatever
+    /// the flow's own role.
     pub classes: Option<Vec<linerate_model::marks::ClassCount>>,
 }
 

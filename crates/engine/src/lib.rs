@@ -18,6 +18,7 @@ mod nap;
 pub mod pacer;
 pub mod plane;
 pub mod quic;
+mod quic_socket;
 pub mod rr;
 pub mod sys;
 pub mod udp;

@@ -20,6 +20,7 @@ use crate::flow::{
     send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, Sample, WorkerPlan, PATTERN_PERIOD,
 };
 use bytes::Bytes;
+use linerate_model::marks::ClassTally;
 use linerate_model::{Direction, Role};
 use linerate_proto::preface::{classify, data_preface, Preface, DATA_PREFACE_LEN};
 use linerate_proto::Token;
@@ -56,6 +57,9 @@ pub struct QuicPlan {
     worker: u32,
     /// Where the client's sockets leave from (`--bind`, `--bind-dev`).
     pub source: Option<linerate_model::Source>,
+    /// `--dscp`/`--ecn`: the endpoints send through [`crate::quic_socket::MarkedSocket`],
+    /// which marks every datagram and counts what arrives.
+    pub marks: Option<linerate_model::marks::Marks>,
 }
 
 impl QuicPlan {
@@ -76,6 +80,7 @@ impl QuicPlan {
             workers: 1,
             worker: 0,
             source: config.source.clone(),
+            marks: config.marks,
         }
     }
 
@@ -168,6 +173,8 @@ struct Setup {
     crypto: Arc<AtomicU64>,
     cipher: Cipher,
     congestion: String,
+    /// A marked test's count of the datagrams the endpoint received, by TOS byte.
+    arrived: Option<Arc<Mutex<ClassTally>>>,
 }
 
 fn transport(plan: &QuicPlan) -> Result<Arc<quinn::TransportConfig>, String> {
@@ -478,13 +485,33 @@ async fn set_up<Fut>(
 where
     Fut: std::future::Future<Output = Result<Opened, String>>,
 {
-    let mut endpoint = quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        parts.server,
-        parts.socket,
-        Arc::new(quinn::TokioRuntime),
-    )
-    .map_err(|e| format!("cannot open the QUIC endpoint: {e}"))?;
+    let cannot = |e: io::Error| format!("cannot open the QUIC endpoint: {e}");
+    let (mut endpoint, arrived) = match plan.marks {
+        Some(marks) => {
+            let arrived = Arc::new(Mutex::new(ClassTally::default()));
+            let socket =
+                crate::quic_socket::MarkedSocket::new(parts.socket, marks.dscp, arrived.clone())
+                    .map_err(cannot)?;
+            let endpoint = quinn::Endpoint::new_with_abstract_socket(
+                quinn::EndpointConfig::default(),
+                parts.server,
+                Arc::new(socket),
+                Arc::new(quinn::TokioRuntime),
+            )
+            .map_err(cannot)?;
+            (endpoint, Some(arrived))
+        }
+        None => {
+            let endpoint = quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                parts.server,
+                parts.socket,
+                Arc::new(quinn::TokioRuntime),
+            )
+            .map_err(cannot)?;
+            (endpoint, None)
+        }
+    };
     if let Some(client) = parts.client {
         endpoint.set_default_client_config(client);
     }
@@ -499,6 +526,7 @@ where
         crypto,
         cipher: plan.cipher,
         congestion: plan.congestion,
+        arrived,
     })
 }
 
@@ -644,6 +672,7 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
         crypto,
         cipher,
         congestion,
+        arrived,
         ..
     } = setup;
     let pattern = Bytes::from(crate::flow::pattern(plan.length));
@@ -798,6 +827,15 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
             });
         }
         outcomes.push(outcome);
+    }
+    // What arrived at the socket, once, on the worker's first flow: every datagram this
+    // side received travelled towards it (see `FlowOutcome::classes`).
+    if let (Some(arrived), Some(first)) = (arrived, outcomes.first_mut()) {
+        let counts = arrived
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .counts();
+        first.classes = Some(counts);
     }
     Ok(outcomes)
 }
@@ -1105,6 +1143,7 @@ mod tests {
             workers: 1,
             worker: 0,
             source: None,
+            marks: None,
         }
     }
 

@@ -1044,7 +1044,7 @@ pub struct ServerArgs {
     /// Mark every packet of the test, both ways, with this DSCP: a name (EF, AF41, CS1, LE, BE) or 0-63
     #[arg(long, value_name = "NAME|N", value_parser = dscp)]
     pub dscp: Option<u8>,
-    /// Send ECN-capable packets both ways: UDP datagrams carry ECT(0); TCP asks for ECN (needs net.ipv4.tcp_ecn=1 on the client)
+    /// Send ECN-capable packets both ways: UDP datagrams carry ECT(0); TCP asks for ECN (needs net.ipv4.tcp_ecn=1 on the client); QUIC sends ECT(0) while its ECN validation holds, with or without it
     #[arg(long)]
     pub ecn: bool,
     /// Open the data connections as MPTCP (the kernel's path manager adds subflows over

@@ -428,6 +428,68 @@ fn a_path_that_remarks_is_reported_by_the_receiver() {
     );
 }
 
+/// QUIC through a path that re-marks: the server's socket saw every datagram of the way
+/// there re-classed to CS1 (the ECN field as QUIC set it), the client's saw the
+/// acknowledgements of the way back as sent (EF); the emulator re-marked at least as many
+/// frames as the server counted.
+#[test]
+fn a_quic_path_that_remarks_is_reported_by_both_ends() {
+    let test = "a_quic_path_that_remarks_is_reported_by_both_ends";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("qremark");
+    let doc = lab_run_json(
+        &name,
+        &["--remark", "CS1,EF"],
+        &[
+            "stream", "server", "--quic", "-b", "10M", "-t", "2", "--dscp", "EF",
+        ],
+    );
+    let status = emulator_status(&name);
+    let arrived = doc["summary"]["marks"]["arrived"]
+        .as_array()
+        .expect("marks arrived");
+    let way = |direction: &str| {
+        arrived
+            .iter()
+            .find(|a| a["direction"] == direction)
+            .unwrap_or_else(|| panic!("no {direction} marks in {arrived:?}"))
+    };
+    let (there, back) = (way("forward"), way("reverse"));
+    let dscps = |a: &serde_json::Value| -> Vec<u64> {
+        a["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["tos"].as_u64().unwrap() >> 2)
+            .collect()
+    };
+    let datagrams = |a: &serde_json::Value| -> f64 {
+        a["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["datagrams"].as_f64().unwrap())
+            .sum()
+    };
+    assert_eq!(there["verdict"], "remarked", "{there}");
+    assert_eq!(there["remarked_pct"], 100.0, "{there}");
+    assert!(dscps(there).iter().all(|&d| d == 8), "{there}");
+    assert_eq!(back["verdict"], "kept", "{back}");
+    assert!(dscps(back).iter().all(|&d| d == 46), "{back}");
+    // 10 Mbit/s for 2 s is over 1,500 datagrams of at most 1,452 bytes.
+    let received = datagrams(there);
+    assert!(received > 1500.0, "{there}");
+    assert!(datagrams(back) > 10.0, "{back}");
+    assert!(
+        forward(&status, "remarked") >= received,
+        "the emulator re-marked {} frames, the server counted {received} re-marked datagrams",
+        forward(&status, "remarked")
+    );
+}
+
 #[test]
 fn rate_limit_holds_within_one_percent() {
     let test = "rate_limit_holds_within_one_percent";

@@ -921,14 +921,15 @@ fn captured_packets(data: &[u8], client: std::net::Ipv4Addr) -> Vec<Captured> {
 
 /// `--dscp` and `--ecn` mark every data packet of a test both ways, the first included,
 /// as tcpdump sees them on the server's interface: TCP (forward and reverse, over TLS
-/// too, and crr's new connections), UDP both ways at once, and UDP rr's answers. The
-/// control connection is left as it was. Where a receiver reads the marks (UDP), its
-/// result says what arrived, and it is what the capture saw.
+/// too, and crr's new connections), UDP both ways at once, UDP rr's answers and QUIC both
+/// ways (its handshake, data and acknowledgements). The control connection is left as it
+/// was. Where a receiver reads the marks (UDP, QUIC), its result says what arrived, and it
+/// is what the capture saw.
 #[test]
 // Long: one capture per test kind, each read packet by packet.
 fn marks_reach_the_wire_on_every_data_packet_both_ways() {
     let test = "marks_reach_the_wire_on_every_data_packet_both_ways";
-    if skip_unless_root(test) || !have("tcpdump", test) {
+    if skip_unless_root(test) || !have("tcpdump", test) || !have("ethtool", test) {
         return;
     }
     let pair = VethPair::new("marks");
@@ -966,7 +967,37 @@ fn marks_reach_the_wire_on_every_data_packet_both_ways() {
             40 << 2,
             true,
         ),
+        (
+            vec![
+                "stream", "-t", "1", "--quic", "-b", "50M", "--bidir", "--dscp", "AF31",
+            ],
+            26 << 2,
+            true,
+        ),
     ] {
+        // QUIC's senders hand the kernel runs of datagrams (UDP_SEGMENT): with the veths'
+        // segmentation off, the capture sees each datagram the sockets count.
+        let segmentation = if args.contains(&"--quic") {
+            "off"
+        } else {
+            "on"
+        };
+        for (ns, dev) in [(&pair.ns_a, &pair.dev_a), (&pair.ns_b, &pair.dev_b)] {
+            let ok = std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    ns,
+                    "ethtool",
+                    "-K",
+                    dev,
+                    "tx-udp-segmentation",
+                ])
+                .arg(segmentation)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "ethtool -K {dev} tx-udp-segmentation {segmentation}");
+        }
         let server = ServeProcess::start_with(Some(&pair.ns_b), &pair.addr_b, &[]);
         let port = server.port;
         let pcap = std::env::temp_dir().join(format!("lr-marks-{}.pcap", std::process::id()));
@@ -1089,7 +1120,39 @@ fn marks_reach_the_wire_on_every_data_packet_both_ways() {
             assert!(ecn["connections"].as_u64() > Some(0), "{args:?}: {ecn}");
             assert_eq!(ecn["negotiated"], ecn["connections"], "{args:?}");
         }
-        if args[0] == "stream" && udp {
+        if args.contains(&"--quic") {
+            // Each end's socket counted every datagram that reached it, by its TOS byte:
+            // the DSCP sent (with the ECN field QUIC chose), as many as the capture saw
+            // arrive or leave (the closing packets may come after the count).
+            let arrived = doc["summary"]["marks"]["arrived"]
+                .as_array()
+                .expect("marks arrived");
+            assert_eq!(arrived.len(), 2, "{args:?}: {arrived:?}");
+            for a in arrived {
+                assert_eq!(a["verdict"], "kept", "{a}");
+                let classes = a["classes"].as_array().unwrap();
+                assert!(
+                    classes
+                        .iter()
+                        .all(|c| c["tos"].as_u64().unwrap() >> 2 == u64::from(tos >> 2)),
+                    "{a}"
+                );
+                let counted: u64 = classes
+                    .iter()
+                    .map(|c| c["datagrams"].as_u64().unwrap())
+                    .sum();
+                let from_client = a["direction"] == "forward";
+                let seen = packets
+                    .iter()
+                    .filter(|p| !p.tcp && p.from_client == from_client)
+                    .count() as u64;
+                assert!(
+                    counted <= seen && counted * 100 >= seen * 95,
+                    "{args:?}: {} counted {counted} datagrams, the capture saw {seen}",
+                    a["direction"]
+                );
+            }
+        } else if args[0] == "stream" && udp {
             // The receivers' own reading, both ways, is what the wire carried.
             let arrived = doc["summary"]["marks"]["arrived"]
                 .as_array()

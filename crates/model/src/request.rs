@@ -210,14 +210,6 @@ impl TestConfig {
         config.threads = request.threads.unwrap_or_else(|| {
             u32::try_from(default_threads(flows as usize, environment.cpus)).unwrap_or(u32::MAX)
         });
-        if config.marks.is_some() && config.protocol == crate::Protocol::Quic {
-            // quinn sets each datagram's whole TOS byte to its ECN code point (a control
-            // message on every send), which would send the DSCP as zero.
-            return Err(
-                "'--dscp' and '--ecn' are not set on QUIC's packets; mark a TCP, TLS or UDP test"
-                    .into(),
-            );
-        }
         if config.source.as_ref().is_some_and(|s| s.mptcp)
             && (config.protocol != crate::Protocol::Tcp || config.workload == Workload::Crr)
         {

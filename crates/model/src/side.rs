@@ -306,8 +306,11 @@ pub struct FlowSide {
     pub transactions: u64,
     #[serde(default)]
     pub transactions_total: u64,
-    /// UDP receivers of a marked test (`--dscp`, `--ecn`): the datagrams by the TOS byte
-    /// or traffic class they arrived with, over the flow's life.
+    /// A marked test (`--dscp`, `--ecn`): the datagrams by the TOS byte or traffic class
+    /// they arrived with, over the flow's life. UDP: each receiving flow's. QUIC: a
+    /// worker's first flow carries everything its socket received (data,
+    /// acknowledgements, handshake), which travelled towards this end, whatever the
+    /// flow's role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<Vec<crate::marks::ClassCount>>,
     /// TCP senders: the connection's handshake negotiated ECN (TCP_INFO).

@@ -655,9 +655,6 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
         if marks.dscp > 63 {
             return invalid(format!("DSCP {} is over 63", marks.dscp));
         }
-        if config.protocol == linerate_model::Protocol::Quic {
-            return invalid("a QUIC test's packets are not marked".into());
-        }
     }
     if !config.connect_timeout_s.is_finite() || config.connect_timeout_s < 0.0 {
         return invalid("connect timeout must be finite and not negative".into());

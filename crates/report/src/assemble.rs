@@ -432,6 +432,18 @@ fn ecn_negotiated(
     })
 }
 
+/// The way the datagrams a flow's end counted had travelled: a UDP receiver's came its
+/// flow's way; a QUIC worker's socket counts all it received, so on a sending flow they
+/// are what came back (acknowledgements).
+fn arrived_way(flow: &FlowSide) -> Direction {
+    match (flow.role, flow.direction) {
+        (Role::Receive, way) => way,
+        (_, Direction::Forward) => Direction::Reverse,
+        (_, Direction::Reverse) => Direction::Forward,
+        (_, way) => way,
+    }
+}
+
 /// Per direction, what the receivers of a marked test found on their datagrams; `None`
 /// where no receiver could read them (TCP, or a peer that does not count them).
 fn marks_arrived(
@@ -444,8 +456,8 @@ fn marks_arrived(
     for direction in [Direction::Forward, Direction::Reverse] {
         let mut tally: Option<ClassTally> = None;
         for flow in local.flows.iter().chain(&remote.flows) {
-            if let (Role::Receive, Some(classes)) = (flow.role, &flow.classes) {
-                if flow.direction == direction {
+            if let Some(classes) = &flow.classes {
+                if arrived_way(flow) == direction {
                     let tally = tally.get_or_insert_with(ClassTally::default);
                     for class in classes {
                         tally.add(class.tos, class.datagrams);
@@ -550,6 +562,41 @@ mod tests {
             &SideResult::default()
         )
         .is_none());
+    }
+
+    /// A forward QUIC test's marks: the server's socket counted the data (forward), the
+    /// client's sending flow carries its socket's count of what came back (reverse).
+    #[test]
+    fn a_quic_senders_count_is_of_the_way_back() {
+        use linerate_model::marks::{ClassCount, Marks, Verdict};
+        let mut config = config(Direction::Forward, 1);
+        config.protocol = linerate_model::Protocol::Quic;
+        let sent = Marks {
+            dscp: 46,
+            ecn: false,
+        };
+        config.marks = Some(sent);
+        let counted = |role, tos, datagrams| FlowSide {
+            direction: Direction::Forward,
+            classes: Some(vec![ClassCount { tos, datagrams }]),
+            ..flow(0, role, 1000, 1.0, 0)
+        };
+        let local = SideResult {
+            flows: vec![counted(Role::Send, 0x00, 40)],
+            ..Default::default()
+        };
+        let remote = SideResult {
+            flows: vec![counted(Role::Receive, 0xba, 900)],
+            ..Default::default()
+        };
+        let arrived = marks_arrived(sent, &local, &remote).unwrap();
+        assert_eq!(arrived.len(), 2);
+        assert_eq!(arrived[0].direction, Direction::Forward);
+        assert_eq!(arrived[0].verdict, Verdict::Kept);
+        assert_eq!(arrived[0].classes[0].datagrams, 900);
+        assert_eq!(arrived[1].direction, Direction::Reverse);
+        assert_eq!(arrived[1].verdict, Verdict::Remarked);
+        assert_eq!(arrived[1].remarked_pct, 100.0);
     }
 
     #[test]
