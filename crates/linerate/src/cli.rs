@@ -211,9 +211,9 @@ pub struct TraceArgs {
     /// The nearest hop to probe
     #[arg(short, long = "first-hop", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=255))]
     pub first_hop: u8,
-    /// Find each hop's MTU as tracepath does: UDP probes as large as the path allows,
-    /// don't-fragment set, shrunk where a router says its next link is narrower
-    #[arg(long, conflicts_with_all = ["tcp", "icmp"])]
+    /// Find each hop's MTU as tracepath does: probes (UDP, TCP or ICMP) as large as the
+    /// path allows, don't-fragment set, shrunk where a router says its next link is narrower
+    #[arg(long)]
     pub mtu: bool,
     /// TCP SYN probes (needs CAP_NET_RAW)
     #[arg(long, conflicts_with = "icmp")]

@@ -524,7 +524,7 @@ fn a_route_changed_mid_mesh_is_one_path_change_for_exactly_the_pair_it_moved() {
 
 /// The links from r2 and r3 to r4 carry 1400 octets, the rest 1500: `--mtu` finds 1500
 /// at the first hop and 1400 from the third (the first beyond the narrower links) on
-/// every flow, reaching the server; Debian's tracepath ends at the same path MTU, and the
+/// every flow, reaching the server, with UDP, TCP SYN and ICMP echo probes alike; Debian's tracepath ends at the same path MTU, and the
 /// kernel learned the same from the routers' answers (its route's cached MTU).
 #[test]
 fn each_hops_mtu_agrees_with_tracepath_and_the_kernel() {
@@ -544,25 +544,31 @@ fn each_hops_mtu_agrees_with_tracepath_and_the_kernel() {
             );
         }
     }
-    run("ip", &["-n", topology.client(), "route", "flush", "cache"]);
-    let doc = trace_json(&topology, &["--mtu", "-P", "4"]);
-    assert_eq!(doc["reached"], true, "{doc}");
-    let hops = doc["hops"].as_array().unwrap();
-    assert_eq!(hops.len(), 4, "{doc}");
-    assert_eq!(hops[0]["mtu"], 1500, "{doc}");
-    assert_eq!(hops[2]["mtu"], 1400, "{doc}");
-    assert!(
-        hops[1].get("mtu").is_none() && hops[3].get("mtu").is_none(),
-        "{doc}"
-    );
-    for path in doc["paths"].as_array().unwrap() {
-        assert_eq!(
-            path["pmtu"],
-            serde_json::json!([{"ttl": 1, "mtu": 1500}, {"ttl": 3, "mtu": 1400}]),
-            "{doc}"
+    for probe in [&[][..], &["--tcp"][..], &["--icmp"][..]] {
+        // Each probe finds the MTUs afresh, not from the kernel's cache of the last's.
+        run("ip", &["-n", topology.client(), "route", "flush", "cache"]);
+        let mut args = vec!["--mtu", "-P", "4"];
+        args.extend_from_slice(probe);
+        let doc = trace_json(&topology, &args);
+        assert_eq!(doc["reached"], true, "{probe:?}: {doc}");
+        let hops = doc["hops"].as_array().unwrap();
+        assert_eq!(hops.len(), 4, "{probe:?}: {doc}");
+        assert_eq!(hops[0]["mtu"], 1500, "{probe:?}: {doc}");
+        assert_eq!(hops[2]["mtu"], 1400, "{probe:?}: {doc}");
+        assert!(
+            hops[1].get("mtu").is_none() && hops[3].get("mtu").is_none(),
+            "{probe:?}: {doc}"
         );
-        assert_eq!(path["reached_ttl"], 4, "{doc}");
+        for path in doc["paths"].as_array().unwrap() {
+            assert_eq!(
+                path["pmtu"],
+                serde_json::json!([{"ttl": 1, "mtu": 1500}, {"ttl": 3, "mtu": 1400}]),
+                "{probe:?}: {doc}"
+            );
+            assert_eq!(path["reached_ttl"], 4, "{probe:?}: {doc}");
+        }
     }
+    run("ip", &["-n", topology.client(), "route", "flush", "cache"]);
     let text = linerate_in(topology.client(), &["--no-store", "trace", SERVER, "--mtu"]);
     let text = String::from_utf8_lossy(&text.stdout).to_string();
     assert!(text.contains("pmtu 1400"), "{text}");

@@ -746,10 +746,6 @@ fn read_trace(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
         return Err(reader.at(p, "'port' is for udp and tcp probes; ICMP echo has none"));
     }
     let mtu = raw.mtu.as_ref().is_some_and(|m| *m.get_ref());
-    if let (true, TraceProbe::Tcp | TraceProbe::Icmp) = (mtu, probe) {
-        let at = raw.mtu.as_ref().expect("mtu was given");
-        return Err(reader.at(at, "'mtu' needs udp probes (as tracepath's)"));
-    }
     Ok(TestKind::Trace {
         probe,
         flows,

@@ -77,8 +77,8 @@ pub struct Options {
     /// one trace of a pair with the last), so that a load balancer sends each flow the
     /// way it sent it before. `None`: the system's ports (UDP), ones of this process's.
     pub source_port: Option<u16>,
-    /// Find each hop's MTU (UDP probes; tracepath's way): probes as large as the path
-    /// allows, with don't-fragment set.
+    /// Find each hop's MTU (tracepath's way, with any of the probes): probes as large as
+    /// the path allows, with don't-fragment set.
     pub mtu: bool,
 }
 
@@ -384,7 +384,7 @@ impl Sockets {
                 let tagged = wire::udp_payload(id.tag());
                 // With the MTU probed, padded to the size the path allows (the IP and UDP
                 // headers taken off).
-                let headers = if v6 { 48 } else { 28 };
+                let headers = ip_header(v6) + 8;
                 let length = size.map_or(tagged.len(), |s| {
                     usize::from(s).saturating_sub(headers).max(tagged.len())
                 });
@@ -400,8 +400,14 @@ impl Sockets {
             Protocol::Icmp => {
                 let socket = &self.senders[0];
                 set_ttl(socket, v6, id.ttl).map_err(io_error("IP_TTL"))?;
-                let packet =
-                    wire::echo_request(v6, self.source_ports[usize::from(id.flow)], id.tag());
+                // With the MTU probed, as long as the path allows (the IP header taken off).
+                let length = size.map_or(0, |s| usize::from(s).saturating_sub(ip_header(v6)));
+                let packet = wire::echo_request(
+                    v6,
+                    self.source_ports[usize::from(id.flow)],
+                    id.tag(),
+                    length,
+                );
                 socket.send_to(&packet, &target)
             }
             Protocol::Tcp => {
@@ -411,11 +417,13 @@ impl Sockets {
                     (IpAddr::V4(a), IpAddr::V4(b)) => Some((a, b)),
                     _ => None,
                 };
+                let padding = syn_padding(v6, size);
                 let segment = wire::tcp_syn(
                     self.source_ports[usize::from(id.flow)],
                     options.port,
                     id.tag(),
                     addresses,
+                    padding,
                 );
                 socket.send_to(&segment, &target)
             }
@@ -498,12 +506,7 @@ impl Sockets {
                         let id = ProbeId::from_tag(flow as u16, tag);
                         // Fragmentation needed (ICMPv6: packet too big), with the MTU
                         // of the router's next link: sent again smaller.
-                        let too_big = if self.v6 {
-                            kind == 2
-                        } else {
-                            (kind, code) == (3, 4)
-                        };
-                        if too_big && self.first_mtu.is_some() {
+                        if wire::too_big(self.v6, kind, code) && self.first_mtu.is_some() {
                             prober.too_big(id, info.min(u32::from(u16::MAX)) as u16);
                             continue;
                         }
@@ -562,6 +565,7 @@ impl Sockets {
                 destination,
                 protocol,
                 transport,
+                next_mtu,
             }) => {
                 if destination != options.target {
                     return;
@@ -591,6 +595,13 @@ impl Sockets {
                 let Some(flow) = self.flow_of(flow_key) else {
                     return;
                 };
+                let id = ProbeId::from_tag(flow, tag);
+                // Fragmentation needed (ICMPv6: packet too big), with the MTU of the
+                // router's next link: sent again smaller.
+                if wire::too_big(self.v6, icmp_type, code) && self.first_mtu.is_some() {
+                    prober.too_big(id, next_mtu.min(u32::from(u16::MAX)) as u16);
+                    return;
+                }
                 let outcome = outcome_of(self.v6, icmp_type, code);
                 prober.answered(
                     ProbeId::from_tag(flow, tag),
@@ -624,7 +635,15 @@ impl Sockets {
         let Some(flow) = self.flow_of(segment.destination_port) else {
             return;
         };
-        let acked = segment.ack.wrapping_sub(1);
+        // A SYN-ACK acknowledges the SYN alone (the data a large probe carries is not
+        // taken); a reset acknowledges the data too (RFC 9293 3.10.7.1), of the flow's
+        // present size: only probes of that size reach the destination.
+        let data = if segment.syn {
+            0
+        } else {
+            syn_padding(self.v6, prober.size(flow)) as u32
+        };
+        let acked = segment.ack.wrapping_sub(1).wrapping_sub(data);
         if acked & 0xffff_0000 != wire::TCP_SEQUENCE_HIGH {
             return;
         }
@@ -634,6 +653,21 @@ impl Sockets {
             now_ns,
             Outcome::Reached,
         );
+    }
+}
+
+/// The data a TCP probe of `size` octets (the IP packet, `--mtu`) carries after its
+/// header; none at the usual size.
+fn syn_padding(v6: bool, size: Option<u16>) -> usize {
+    size.map_or(0, |s| usize::from(s).saturating_sub(ip_header(v6) + 20))
+}
+
+/// The IP header's length on probes this host sends (no options).
+fn ip_header(v6: bool) -> usize {
+    if v6 {
+        40
+    } else {
+        20
     }
 }
 

@@ -51,8 +51,11 @@ pub fn checksum(parts: &[&[u8]]) -> u16 {
 /// probe of a flow has the same checksum as well as the same identifier: a router that
 /// hashes either sends them one way (Paris traceroute). The v4 checksum is filled in; the
 /// kernel fills the v6 one.
-pub fn echo_request(v6: bool, id: u16, tag: u16) -> Vec<u8> {
-    let mut packet = vec![0u8; 8 + PROBE_PAYLOAD];
+///
+/// `length` pads the message with zeros to that many bytes (`--mtu`'s large probes; the
+/// zeros leave the checksum as it was); under the probe's own size it is ignored.
+pub fn echo_request(v6: bool, id: u16, tag: u16, length: usize) -> Vec<u8> {
+    let mut packet = vec![0u8; length.max(8 + PROBE_PAYLOAD)];
     packet[0] = if v6 { 128 } else { 8 };
     packet[4..6].copy_from_slice(&id.to_be_bytes());
     packet[6..8].copy_from_slice(&tag.to_be_bytes());
@@ -68,13 +71,17 @@ pub fn echo_request(v6: bool, id: u16, tag: u16) -> Vec<u8> {
 
 /// A TCP SYN from `source_port` to `port` carrying `tag` in its sequence number. For IPv4
 /// the checksum needs the addresses (the pseudo-header); for IPv6 the kernel fills it.
+/// `padding` zero bytes of data follow the header (`--mtu`'s large probes: a SYN may
+/// carry data, which the destination acknowledges or drops; the routers forward it as any
+/// segment of that size).
 pub fn tcp_syn(
     source_port: u16,
     port: u16,
     tag: u16,
     addresses: Option<(std::net::Ipv4Addr, std::net::Ipv4Addr)>,
-) -> [u8; 20] {
-    let mut segment = [0u8; 20];
+    padding: usize,
+) -> Vec<u8> {
+    let mut segment = vec![0u8; 20 + padding];
     segment[0..2].copy_from_slice(&source_port.to_be_bytes());
     segment[2..4].copy_from_slice(&port.to_be_bytes());
     segment[4..8].copy_from_slice(&(TCP_SEQUENCE_HIGH | u32::from(tag)).to_be_bytes());
@@ -86,7 +93,8 @@ pub fn tcp_syn(
         pseudo[0..4].copy_from_slice(&source.octets());
         pseudo[4..8].copy_from_slice(&destination.octets());
         pseudo[9] = libc::IPPROTO_TCP as u8;
-        pseudo[10..12].copy_from_slice(&20u16.to_be_bytes());
+        let length = u16::try_from(segment.len()).unwrap_or(u16::MAX);
+        pseudo[10..12].copy_from_slice(&length.to_be_bytes());
         let sum = checksum(&[&pseudo, &segment]);
         segment[16..18].copy_from_slice(&sum.to_be_bytes());
     }
@@ -100,13 +108,16 @@ pub enum IcmpAnswer {
     EchoReply { id: u16, tag: u16 },
     /// An error quoting one of our probes: the probe's destination, its protocol and the
     /// first eight bytes of its transport header (ports and sequence, or the echo's
-    /// identifier and sequence), with the ICMP type and code.
+    /// identifier and sequence), with the ICMP type and code, and `next_mtu`: in a
+    /// "fragmentation needed" (v4) or "packet too big" (v6), the MTU of the router's next
+    /// link (0 where the router did not say; unused in other errors).
     Error {
         icmp_type: u8,
         code: u8,
         destination: std::net::IpAddr,
         protocol: u8,
         transport: [u8; 8],
+        next_mtu: u32,
     },
 }
 
@@ -136,6 +147,9 @@ pub fn parse_icmp(v6: bool, packet: &[u8]) -> Option<IcmpAnswer> {
     if !is_error {
         return None;
     }
+    // v4 keeps the next-hop MTU in the word's low half (RFC 1191), v6 in all of it.
+    let word = u32::from_be_bytes([*icmp.get(4)?, *icmp.get(5)?, *icmp.get(6)?, *icmp.get(7)?]);
+    let next_mtu = if v6 { word } else { word & 0xffff };
     let quoted = icmp.get(8..)?;
     let (destination, protocol, transport_at) = if v6 {
         if quoted.len() < 40 || quoted[0] >> 4 != 6 {
@@ -160,7 +174,18 @@ pub fn parse_icmp(v6: bool, packet: &[u8]) -> Option<IcmpAnswer> {
         destination,
         protocol,
         transport,
+        next_mtu,
     })
+}
+
+/// Whether an ICMP error of `icmp_type` and `code` says the probe was larger than a
+/// router's next link (v4: fragmentation needed and DF set; v6: packet too big).
+pub fn too_big(v6: bool, icmp_type: u8, code: u8) -> bool {
+    if v6 {
+        icmp_type == 2
+    } else {
+        (icmp_type, code) == (3, 4)
+    }
 }
 
 /// What an ICMP error's type and code say of the path: `None` for time exceeded (a
@@ -232,25 +257,35 @@ mod tests {
 
     #[test]
     fn an_echo_requests_checksum_is_right_and_the_same_for_every_sequence() {
-        let first = echo_request(false, 0x1234, 0x0100);
+        let first = echo_request(false, 0x1234, 0x0100, 0);
         assert_eq!(checksum(&[&first]), 0, "a right checksum sums to zero");
         for tag in [0u16, 1, 0x0203, 0xff00, 0xffff] {
-            let probe = echo_request(false, 0x1234, tag);
+            let probe = echo_request(false, 0x1234, tag, 0);
             assert_eq!(checksum(&[&probe]), 0);
             assert_eq!(probe[2..4], first[2..4], "tag {tag:#x}");
+            // Padded to a path's MTU: as long as asked, the same checksum, still right.
+            let large = echo_request(false, 0x1234, tag, 1472);
+            assert_eq!(large.len(), 1472);
+            assert_eq!(checksum(&[&large]), 0);
+            assert_eq!(large[..first.len()], probe[..]);
         }
     }
 
     #[test]
     fn a_syns_checksum_covers_the_pseudo_header() {
         let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        let syn = tcp_syn(40000, 80, 0x0301, Some((a, b)));
+        let syn = tcp_syn(40000, 80, 0x0301, Some((a, b)), 0);
         let mut pseudo = [0u8; 12];
         pseudo[0..4].copy_from_slice(&a.octets());
         pseudo[4..8].copy_from_slice(&b.octets());
         pseudo[9] = 6;
         pseudo[11] = 20;
         assert_eq!(checksum(&[&pseudo, &syn]), 0);
+        // With data to fill a 1500-byte packet, the pseudo-header counts it.
+        let large = tcp_syn(40000, 80, 0x0301, Some((a, b)), 1460);
+        assert_eq!(large.len(), 1480);
+        pseudo[10..12].copy_from_slice(&1480u16.to_be_bytes());
+        assert_eq!(checksum(&[&pseudo, &large]), 0);
         assert_eq!(
             u32::from_be_bytes([syn[4], syn[5], syn[6], syn[7]]) & 0xffff,
             0x0301
@@ -295,6 +330,45 @@ mod tests {
         for len in 0..whole.len() {
             assert_eq!(parse_icmp(false, &whole[..len]), None, "{len}");
         }
+    }
+
+    /// A router's "fragmentation needed" names its next link's MTU (v4: the word's low
+    /// half); a v6 "packet too big" the whole word.
+    #[test]
+    fn a_too_big_error_gives_the_next_links_mtu() {
+        let mut v4 = time_exceeded_v4();
+        v4[20] = 3;
+        v4[21] = 4;
+        v4[26..28].copy_from_slice(&1400u16.to_be_bytes());
+        let Some(IcmpAnswer::Error {
+            icmp_type,
+            code,
+            next_mtu,
+            ..
+        }) = parse_icmp(false, &v4)
+        else {
+            panic!("an error");
+        };
+        assert!(too_big(false, icmp_type, code));
+        assert_eq!(next_mtu, 1400);
+        assert!(!too_big(false, 11, 0));
+        // v6: no IP header in front (the raw socket strips it); the quoted v6 header.
+        let mut v6 = vec![0u8; 8 + 40 + 8];
+        v6[0] = 2;
+        v6[4..8].copy_from_slice(&1280u32.to_be_bytes());
+        v6[8] = 0x60;
+        v6[8 + 6] = 17;
+        let Some(IcmpAnswer::Error {
+            icmp_type,
+            code,
+            next_mtu,
+            ..
+        }) = parse_icmp(true, &v6)
+        else {
+            panic!("a v6 error");
+        };
+        assert!(too_big(true, icmp_type, code));
+        assert_eq!(next_mtu, 1280);
     }
 
     proptest! {

@@ -31,7 +31,7 @@ pub struct TraceJob {
     pub port: Option<u16>,
     /// The first flow's source port, where free.
     pub source_port: Option<u16>,
-    /// Each hop's MTU too (UDP probes).
+    /// Each hop's MTU too.
     pub mtu: bool,
     /// Where the probes leave from (a mesh host's `source`, `source_dev`).
     pub source: Option<linerate_model::Source>,
@@ -88,7 +88,7 @@ pub(crate) fn start_source(
         bind: job.source.as_ref().and_then(|s| s.address),
         device: job.source.as_ref().and_then(|s| s.device.clone()),
         source_port: job.source_port,
-        mtu: job.mtu && protocol == Protocol::Udp,
+        mtu: job.mtu,
     };
     let said = |e: TraceError| failed(format!("trace to {}: {e}", job.target));
     let opened = net::open(&options).map_err(said)?;
