@@ -180,6 +180,10 @@ fn copy_report(summary: &CopySummary, total: &FileOutcome, diagnosis: &Diagnosis
             .files
             .first()
             .and_then(|f| f.outcome.resumed_from_bps),
+        ecn: total.ecn.map(|e| linerate_report::model::CopyEcn {
+            ce_marked: e.ce_marked,
+            ce_rounds: e.ce_rounds,
+        }),
     }
 }
 

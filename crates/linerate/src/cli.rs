@@ -1316,10 +1316,14 @@ pub struct CopyArgs {
     #[arg(long, value_name = "IFACE", value_parser = interface_name)]
     pub bind_dev: Option<String>,
     /// Mark every packet of the copy both ways with this DSCP (EF, AF41, CS1, or 0-63):
-    /// the datagrams and the control connection, the server's too once asked. No --ecn:
-    /// the copy's rate control does not read CE marks, and ECT promises it would
+    /// the datagrams and the control connection, the server's too once asked
     #[arg(long, value_name = "NAME|N", value_parser = dscp)]
     pub dscp: Option<u8>,
+    /// ECN: the data datagrams carry ECT(0); the receiver counts those an AQM marked CE
+    /// and says so in its ACKs, and the sender takes a round with a mark as congested
+    /// (a cut of its rate, as for loss above the path's own)
+    #[arg(long)]
+    pub ecn: bool,
     /// Send at this fixed rate instead of finding the path's [k|m|g suffixes, bit/s]
     #[arg(long, value_name = "RATE", value_parser = per_second)]
     pub rate: Option<u64>,

@@ -55,6 +55,7 @@ fn options(args: &CopyArgs, globals: &Globals) -> Result<CopyOptions, anyhow::Er
         path_book: linerate_transfer::path_memory::default_file(),
         cold_start: args.cold_start,
         dscp: args.dscp,
+        ecn: args.ecn,
     })
 }
 

@@ -1170,7 +1170,8 @@ fn marks_reach_the_wire_on_every_data_packet_both_ways() {
 /// `copy --dscp` marks every packet of the copy both ways as tcpdump sees them on the
 /// server's interface: the client's control connection from its SYN on, every datagram
 /// each way (the data one way, the ACKs the other), and the server's control messages
-/// once the offer has asked for the mark.
+/// once the offer has asked for the mark. With `--ecn`, every data datagram carries
+/// ECT(0) beside the DSCP, and the ACKs do not.
 #[test]
 fn a_copy_marks_its_datagrams_and_its_control_connection_both_ways() {
     let test = "a_copy_marks_its_datagrams_and_its_control_connection_both_ways";
@@ -1193,7 +1194,7 @@ fn a_copy_marks_its_datagrams_and_its_control_connection_both_ways() {
     std::thread::sleep(Duration::from_millis(1500));
     // The capture ends whether or not the copy did.
     let pushed = std::panic::catch_unwind(|| {
-        files.push(&pair.ns_a, &pair.addr_b, &["--dscp", "AF21"]);
+        files.push(&pair.ns_a, &pair.addr_b, &["--dscp", "AF21", "--ecn"]);
     });
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: SIGINT to the tcpdump this test started, by its PID, so that it flushes.
@@ -1214,6 +1215,20 @@ fn a_copy_marks_its_datagrams_and_its_control_connection_both_ways() {
             if way { "client" } else { "server" },
             this_way.len()
         );
+        // The data (from the client: a push) is ECN-capable; the ACKs are not. The
+        // client's hello leaves before the offer asks for ECN.
+        let data = way;
+        let wrong = this_way
+            .iter()
+            .filter(|p| p.payload > 200)
+            .filter(|p| (p.tos & 3 == 2) != data)
+            .count();
+        assert!(
+            wrong == 0 && this_way.iter().any(|p| p.payload > 200) == data,
+            "datagrams from the {}: {wrong} with the wrong ECN field",
+            if way { "client" } else { "server" },
+        );
+        assert!(this_way.iter().all(|p| p.tos & 3 != 3), "a CE mark on a quiet veth");
     }
     let control: Vec<&Captured> = packets.iter().filter(|p| p.tcp && p.from_client).collect();
     assert!(

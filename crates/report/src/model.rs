@@ -518,6 +518,17 @@ pub struct CopyReport {
     /// over the same path found (half of it), bit/s; absent for a search from scratch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_from_bps: Option<f64>,
+    /// `--ecn`: what the path's AQMs said and what the sender did about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<CopyEcn>,
+}
+
+/// A copy with `--ecn`: the data datagrams the receiver found marked CE (congestion
+/// experienced), and the rounds the sender cut its rate for marks alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyEcn {
+    pub ce_marked: u64,
+    pub ce_rounds: u64,
 }
 
 /// The figure that answers a test's question, in one unit.

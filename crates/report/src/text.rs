@@ -717,6 +717,14 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
             linerate_model::units::format_rate(bps, scale),
         );
     }
+    if let Some(ecn) = copy.ecn {
+        let _ = writeln!(
+            out,
+            "ECN: {} arrived marked CE; the sender cut its rate for marks alone in {}",
+            crate::units::counted(ecn.ce_marked, "datagram", None),
+            crate::units::counted(ecn.ce_rounds, "round", None),
+        );
+    }
     let _ = writeln!(out, "Diagnosis: {}", copy.diagnosis);
     out
 }

@@ -81,6 +81,10 @@ pub struct CopyOptions {
     pub cold_start: bool,
     /// Mark every packet of the copy, both ways, with this DSCP (`--dscp`).
     pub dscp: Option<u8>,
+    /// ECN (`--ecn`): the data datagrams carry ECT(0), the receiver counts those that
+    /// arrive marked CE, and the sender's rate control takes each round with a mark as
+    /// congested.
+    pub ecn: bool,
 }
 
 /// A push's memory of its path: recalled from the book when the copy starts, brought up
@@ -410,8 +414,18 @@ fn push_file(
             encrypted: options.encrypt,
             mkdir: options.mkdir,
             dscp: options.dscp,
+            ecn: options.ecn,
         })
         .map_err(peer_error)?;
+    if options.ecn {
+        // This end sends the data: ECT(0) on its datagrams.
+        sys::set_marks(&session.session.udp, options.dscp.unwrap_or(0), true)
+            .map_err(|e| TransferError::Local(format!("--ecn: {e}")))?;
+        session
+            .session
+            .ecn
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     session.prove_udp()?;
     let (have, window) = match session
         .channel
@@ -532,8 +546,18 @@ fn pull_file(
             encrypt: options.encrypt,
             cold_start: options.cold_start,
             dscp: options.dscp,
+            ecn: options.ecn,
         })
         .map_err(peer_error)?;
+    if options.ecn {
+        // This end receives: it reads each datagram's marks.
+        sys::receive_tos(&session.session.udp)
+            .map_err(|e| TransferError::Local(format!("--ecn: {e}")))?;
+        session
+            .session
+            .ecn
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     session.prove_udp()?;
     let (layout, identity, mode, encrypted) = match session
         .channel

@@ -79,6 +79,17 @@ pub struct SenderFigures {
     /// path (half what that copy found), bit/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_bps: Option<f64>,
+    /// With `--ecn`: what the ACKs said of CE marks and what the rate control did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<EcnFigures>,
+}
+
+/// A copy's ECN (`--ecn`): the data datagrams the receiver found marked CE, and the
+/// rounds the sender's rate control took as congested for them alone (a cut each).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EcnFigures {
+    pub ce_marked: u64,
+    pub ce_rounds: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,6 +131,9 @@ pub enum Control {
         /// As an offer's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dscp: Option<u8>,
+        /// As an offer's (the server sends, with ECT(0)). Sent only when set.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ecn: bool,
     },
     /// Client: list the files under this path (a directory pull).
     List { path: String },
@@ -148,6 +162,10 @@ pub enum Control {
         /// with it too (0 to 63). Sent only when set.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dscp: Option<u8>,
+        /// The client's `--ecn`: the data datagrams carry ECT(0) and the receiving end
+        /// counts those marked CE in its ACKs. Sent only when set.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ecn: bool,
     },
     /// The receiving end: go ahead; these chunk ranges (both ends included) are already
     /// durable; this far into the file you may send.
@@ -335,6 +353,7 @@ mod tests {
             encrypted: true,
             mkdir: false,
             dscp: Some(46),
+            ecn: true,
         };
         let frame = encode(&offer);
         assert_eq!(decode(&frame[4..]), Ok(offer));

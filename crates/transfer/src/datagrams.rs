@@ -17,11 +17,20 @@ pub struct Session {
     pub id: u64,
     /// The largest payload a datagram carries on this path.
     pub block: u32,
+    /// `--ecn`: the sending end's data datagrams carry ECT(0), and the receiving end
+    /// counts those that arrive marked CE and says so in its ACKs. Set when the copy (the
+    /// client's options, the server's offer or pull) asks for it.
+    pub ecn: std::sync::atomic::AtomicBool,
 }
 
 impl Session {
     pub fn fd(&self) -> std::os::fd::RawFd {
         self.udp.as_raw_fd()
+    }
+
+    /// Whether this session's copies are ECN-capable.
+    pub fn ecn(&self) -> bool {
+        self.ecn.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -57,6 +57,10 @@ pub struct FileOutcome {
     /// copy over this path found (half of that), bit/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_from_bps: Option<f64>,
+    /// With `--ecn`: data datagrams that arrived marked CE (the receiver's count) and the
+    /// sender's rate cuts for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<crate::control::EcnFigures>,
     /// Per 100 ms: receiver-side goodput and retransmitted bytes (the sender's view).
     pub timeline: Vec<TimelinePoint>,
 }
@@ -73,6 +77,7 @@ impl FileOutcome {
         self.bottleneck_bps = sent.bottleneck_bps;
         self.random_loss = sent.random_loss;
         self.resumed_from_bps = sent.resumed_bps;
+        self.ecn = sent.ecn;
     }
 
     /// Adds `other`'s figures to these, as one transfer of both files: counts, times,
@@ -108,6 +113,13 @@ impl FileOutcome {
         self.min_rtt_ms = other.min_rtt_ms.or(self.min_rtt_ms);
         // The first file's resume is the copy's: later files resume from the earlier ones.
         self.resumed_from_bps = self.resumed_from_bps.or(other.resumed_from_bps);
+        self.ecn = match (self.ecn, other.ecn) {
+            (Some(a), Some(b)) => Some(crate::control::EcnFigures {
+                ce_marked: a.ce_marked + b.ce_marked,
+                ce_rounds: a.ce_rounds + b.ce_rounds,
+            }),
+            (a, b) => a.or(b),
+        };
     }
 }
 

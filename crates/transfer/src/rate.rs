@@ -109,6 +109,9 @@ pub struct AckEvent {
     pub round_end: bool,
     /// Bytes in flight after the ACK.
     pub in_flight: u64,
+    /// Data datagrams newly reported CE-marked (`--ecn`): a queue on the path is building
+    /// (an AQM marks instead of dropping).
+    pub ce_marked: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -129,6 +132,8 @@ pub struct RateControl {
     // This round's tallies.
     round_acked: u64,
     round_lost: u64,
+    /// Datagrams this round that arrived CE-marked.
+    round_ce: u64,
     round_min_rtt_ns: u64,
     round_start_ns: u64,
     /// The path's random loss, smoothed over rounds.
@@ -147,6 +152,8 @@ pub struct RateControl {
     pub restarts: u64,
     /// Rounds judged congested (for the diagnosis).
     pub congested_rounds: u64,
+    /// Of them, rounds judged so by CE marks alone (`--ecn`).
+    pub ce_rounds: u64,
     /// A resumed search's jump (half the remembered rate), bits per second; 0 without one.
     jump_bps: u64,
     /// The last round whose losses are taken as the jump's (0: no jump, or one already
@@ -191,6 +198,7 @@ impl RateControl {
             phase_start_ns: 0,
             round_acked: 0,
             round_lost: 0,
+            round_ce: 0,
             round_min_rtt_ns: u64::MAX,
             round_start_ns: 0,
             random_loss: 0.0,
@@ -201,6 +209,7 @@ impl RateControl {
             startup_began_ns: 0,
             restarts: 0,
             congested_rounds: 0,
+            ce_rounds: 0,
             jump_bps,
             jump_until_round: if jump_bps > 0 { JUMP_ROUNDS } else { 0 },
         }
@@ -314,6 +323,7 @@ impl RateControl {
             return;
         }
         self.round_acked += event.acked;
+        self.round_ce += event.ce_marked;
         if let Some(rtt) = event.rtt_ns {
             self.min_rtt_ns = self.min_rtt_ns.min(rtt);
             self.round_min_rtt_ns = self.round_min_rtt_ns.min(rtt);
@@ -402,12 +412,20 @@ impl RateControl {
         // Resume's safe retreat): the jump overshot a path slower than remembered, and
         // its losses must not pass for the path's own.
         let jumping = self.round <= self.jump_until_round;
-        let congested = self.round_lost > 0
+        let lossy = self.round_lost > 0
             && (!queue_seen_empty || jumping)
             && loss > 2.0 * self.random_loss + 0.005;
+        // A CE mark is never the path's own randomness: an AQM (RFC 3168, 8289) marked
+        // because its queue stood above its target, however short that queue is against
+        // the path's delay. One cut a round, as for loss.
+        let marked = self.round_ce > 0;
+        let congested = lossy || marked;
         if sent > 0 {
             if congested {
                 self.congested_rounds += 1;
+                if marked && !lossy {
+                    self.ce_rounds += 1;
+                }
                 self.random_loss *= 0.5;
                 let round_bps = self.round_delivery_cut(now_ns);
                 self.bw_samples.clear();
@@ -465,12 +483,14 @@ impl RateControl {
             if self.full_bw_rounds >= 3
                 || (loss > STARTUP_LOSS_EXIT && self.btl_bw > 0)
                 || (standing_queue && self.btl_bw > 0)
+                || (marked && self.btl_bw > 0)
             {
                 self.leave_startup();
             }
         }
         self.round_acked = 0;
         self.round_lost = 0;
+        self.round_ce = 0;
         self.round_app_limited = false;
         self.round_start_ns = now_ns;
         self.round_min_rtt_ns = u64::MAX;
@@ -517,7 +537,49 @@ mod tests {
             rtt_ns: Some(rtt_ns),
             round_end,
             in_flight: 0,
+            ce_marked: 0,
         }
+    }
+
+    /// A CE mark cuts the rate in a round whose queue, a few milliseconds, is no
+    /// standing queue by the delay's measure (an AQM holds it short), where the same
+    /// round without marks is left alone; and it ends startup.
+    #[test]
+    fn ce_marks_cut_the_rate_where_the_queue_is_short() {
+        let mut rate = RateControl::new(adaptive(), PACKET, 100_000_000);
+        let mut now = 0;
+        for _ in 0..30 {
+            now += 100_000_000;
+            rate.on_ack(&ack(now, 1_000_000_000, 100_000_000, true));
+        }
+        assert_eq!(rate.mode(), Mode::ProbeBw);
+        let before = rate.bottleneck_bps();
+        // RTTs 5 ms above the propagation delay (CoDel's target), unmarked: no cut.
+        for _ in 0..3 {
+            now += 105_000_000;
+            rate.on_ack(&ack(now, 1_000_000_000, 105_000_000, true));
+        }
+        assert_eq!(rate.congested_rounds, 0);
+        // The same rounds, two datagrams of each marked CE: a cut a round.
+        for _ in 0..3 {
+            now += 105_000_000;
+            rate.on_ack(&AckEvent {
+                ce_marked: 2,
+                ..ack(now, 1_000_000_000, 105_000_000, true)
+            });
+        }
+        assert_eq!((rate.congested_rounds, rate.ce_rounds), (3, 3));
+        assert!(rate.bottleneck_bps() < before, "{}", rate.bottleneck_bps());
+        assert_eq!(rate.random_loss(), 0.0);
+        // In startup, a round with a mark ends it.
+        let mut rate = RateControl::new(adaptive(), PACKET, 100_000_000);
+        rate.on_ack(&ack(100_000_000, 20_000_000, 100_000_000, true));
+        assert_eq!(rate.mode(), Mode::Startup);
+        rate.on_ack(&AckEvent {
+            ce_marked: 1,
+            ..ack(200_000_000, 40_000_000, 100_000_000, true)
+        });
+        assert_ne!(rate.mode(), Mode::Startup);
     }
 
     #[test]

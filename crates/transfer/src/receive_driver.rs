@@ -425,6 +425,9 @@ pub fn receive_file(
     let cpu_start = sys::thread_cpu_ns();
     let present: HashMap<u64, [u8; 32]> = prepared.have.iter().copied().collect();
     let mut receiver = Receiver::new(layout, window_chunks);
+    if session.ecn() {
+        receiver.count_ce();
+    }
     present
         .keys()
         .for_each(|&chunk| receiver.mark_present(chunk));
@@ -517,6 +520,13 @@ pub fn receive_file(
     };
     // Resends, losses and the sender's waits are the sender's own counts.
     outcome.take_sender_figures(&remote.sent);
+    // The CE marks are the receiver's: its own count, not the last ACK's that arrived.
+    if session.ecn() {
+        outcome.ecn = Some(crate::control::EcnFigures {
+            ce_marked: counters.ce_marked,
+            ..outcome.ecn.unwrap_or_default()
+        });
+    }
     Ok(outcome)
 }
 
@@ -641,13 +651,15 @@ fn receive_loop(
 ) -> Result<Option<WriterDone>, TransferError> {
     sys::tight_timer_slack();
     let layout = *receiver.layout();
+    let size = layout.block as usize + SEAL_TAG + wire::DATA_HEADER + 64;
     let mut state = ReceiveLoop {
+        batch: if io.session.ecn() {
+            RecvBatch::with_tos(RECEIVE_BATCH, size)
+        } else {
+            RecvBatch::new(RECEIVE_BATCH, size)
+        },
         io,
         layout,
-        batch: RecvBatch::new(
-            RECEIVE_BATCH,
-            layout.block as usize + SEAL_TAG + wire::DATA_HEADER + 64,
-        ),
         buffers: HashMap::new(),
         ack_bytes: Vec::with_capacity(1200),
         last_progress: 0,
@@ -705,6 +717,10 @@ impl ReceiveLoop<'_> {
             };
             if header.session != session.id || header.file != file_index {
                 continue;
+            }
+            // Congestion experienced: an AQM on the path marked it instead of dropping.
+            if self.batch.tos(i).is_some_and(|tos| tos & 0b11 == 0b11) {
+                receiver.on_ce();
             }
             self.last_datagram_ns = now;
             let plain_len = match self.io.sealer {

@@ -66,6 +66,9 @@ pub struct ReceiverCounters {
     /// Chunks whose hash failed and that were fetched again.
     pub refetched: u64,
     pub acks: u64,
+    /// With `--ecn`: data datagrams of this file that arrived marked CE, duplicates
+    /// included (each was a mark the path set).
+    pub ce_marked: u64,
 }
 
 #[derive(Debug)]
@@ -86,6 +89,8 @@ pub struct Receiver {
     last_ack_ns: u64,
     window_at_last_ack: u64,
     ack_seq: u64,
+    /// `--ecn`: the ACKs carry the count of CE marks.
+    counting_ce: bool,
     pub counters: ReceiverCounters,
 }
 
@@ -105,6 +110,7 @@ impl Receiver {
             last_ack_ns: 0,
             window_at_last_ack: 0,
             ack_seq: 0,
+            counting_ce: false,
             counters: ReceiverCounters::default(),
         };
         receiver.window_at_last_ack = receiver.window();
@@ -203,6 +209,17 @@ impl Receiver {
             (false, true) => self.pns[at].low = pn,
             (false, false) => self.pns.insert(at, PnRange { low: pn, high: pn }),
         }
+    }
+
+    /// The ACKs from now on carry the count of data datagrams that arrived marked CE
+    /// (`--ecn`), which the driver reports with [`on_ce`](Self::on_ce).
+    pub fn count_ce(&mut self) {
+        self.counting_ce = true;
+    }
+
+    /// A data datagram of this file arrived marked CE.
+    pub fn on_ce(&mut self) {
+        self.counters.ce_marked += 1;
     }
 
     /// A data datagram arrived.
@@ -327,6 +344,7 @@ impl Receiver {
                 .take(MAX_ACK_RANGES)
                 .copied()
                 .collect(),
+            ce: self.counting_ce.then_some(self.counters.ce_marked),
         })
     }
 }

@@ -198,6 +198,10 @@ pub fn send_file(
             bottleneck_bps: model.then(|| sender.rate().bottleneck_bps() as f64),
             random_loss: model.then(|| sender.rate().random_loss()),
             resumed_bps: sender.rate().resumed_bps().map(|bps| bps as f64),
+            ecn: session.ecn().then(|| crate::control::EcnFigures {
+                ce_marked: counters.ce_marked,
+                ce_rounds: sender.rate().ce_rounds,
+            }),
         },
     };
     sink.send(&Control::Closed { stats })

@@ -99,6 +99,8 @@ pub struct SenderCounters {
     /// Second copies of blocks resent in the tail (counted in the retransmitted figures
     /// too: they are bytes sent again).
     pub tail_copies: u64,
+    /// With `--ecn`: data datagrams the receiver said arrived marked CE.
+    pub ce_marked: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -149,6 +151,8 @@ pub struct Sender {
     next_pn: u64,
     largest_acked: Option<u64>,
     last_ack_seq: u64,
+    /// The receiver's CE count in the last ACK that carried one.
+    last_ce: u64,
     in_flight: u64,
     delivered: u64,
     /// Bytes acknowledged as the path carried them (payload and [`WIRE_OVERHEAD`]): the
@@ -190,6 +194,7 @@ impl Sender {
             next_pn: 0,
             largest_acked: None,
             last_ack_seq: 0,
+            last_ce: 0,
             in_flight: 0,
             delivered: 0,
             delivered_wire: 0,
@@ -546,9 +551,19 @@ impl Sender {
                 }
             }
         }
+        // The CE count only grows; never past the datagrams sent (a count beyond them is
+        // no mark the path set).
+        let ce = ack
+            .ce
+            .map_or(self.last_ce, |c| c.min(self.next_pn))
+            .max(self.last_ce);
+        let ce_marked = ce - self.last_ce;
+        self.last_ce = ce;
+        self.counters.ce_marked += ce_marked;
         let mut event = AckEvent {
             now_ns,
             acked: newly_acked,
+            ce_marked,
             ..AckEvent::default()
         };
         if let Some(newest) = newest {

@@ -110,9 +110,10 @@ impl FileService {
                     encrypted,
                     mkdir,
                     dscp,
+                    ecn,
                 } => {
                     file_index += 1;
-                    mark(&channel, &session, dscp, &peer, log);
+                    mark(&channel, &session, (dscp, ecn), Way::Receives, &peer, log);
                     let offer = Offer {
                         path,
                         size,
@@ -133,9 +134,10 @@ impl FileService {
                     encrypt,
                     cold_start,
                     dscp,
+                    ecn,
                 } => {
                     file_index += 1;
-                    mark(&channel, &session, dscp, &peer, log);
+                    mark(&channel, &session, (dscp, ecn), Way::Sends, &peer, log);
                     let rate = match rate_bps {
                         Some(bps) => RateConfig::Fixed { bps },
                         None => RateConfig::Adaptive {
@@ -335,6 +337,7 @@ impl FileService {
         };
         channel
             .send(&Control::Offer {
+                ecn: false,
                 path: String::new(),
                 size: layout.size,
                 chunk: layout.chunk,
@@ -513,13 +516,49 @@ fn describe(path: &str, error: &io::Error) -> String {
     }
 }
 
+/// What the server does with a file: which end of the copy's datagrams it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Sends,
+    Receives,
+}
+
 /// Marks the session's datagrams and control messages from here on with the client's
-/// DSCP, when it asked for one; a socket that refuses is logged and left unmarked.
-fn mark(channel: &Channel, session: &Session, dscp: Option<u8>, peer: &str, log: &dyn Fn(&str)) {
+/// DSCP, when it asked for one; with `ecn`, the server's data datagrams carry ECT(0)
+/// (`way` Sends) or it reads the marks of the client's (Receives). A socket that refuses
+/// is logged and left as it was.
+fn mark(
+    channel: &Channel,
+    session: &Session,
+    (dscp, ecn): (Option<u8>, bool),
+    way: Way,
+    peer: &str,
+    log: &dyn Fn(&str),
+) {
+    if ecn {
+        session
+            .ecn
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let result = match way {
+            Way::Sends => sys::set_marks(&session.udp, dscp.unwrap_or(0), true),
+            Way::Receives => sys::receive_tos(&session.udp),
+        };
+        if let Err(e) = result {
+            session
+                .ecn
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            log(&format!("copy session from {peer}: cannot use ECN: {e}"));
+        }
+    }
     let Some(dscp) = dscp else {
         return;
     };
-    if let Err(e) = sys::set_dscp(&session.udp, dscp).and_then(|()| channel.set_dscp(dscp)) {
+    let datagrams = if ecn && way == Way::Sends {
+        Ok(())
+    } else {
+        sys::set_dscp(&session.udp, dscp)
+    };
+    if let Err(e) = datagrams.and_then(|()| channel.set_dscp(dscp)) {
         log(&format!(
             "copy session from {peer}: cannot mark with DSCP {dscp}: {e}"
         ));

@@ -228,6 +228,7 @@ pub fn connect(
             key: datagram_key,
             id,
             block,
+            ecn: Default::default(),
         },
         initial_rtt_ns,
         unproven: Some(UdpHello {
@@ -364,6 +365,7 @@ pub fn accept(
             key: datagram_key,
             id,
             block,
+            ecn: Default::default(),
         },
     )))
 }

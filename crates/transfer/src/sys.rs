@@ -174,12 +174,37 @@ impl SendBatch {
     }
 }
 
+/// Asks the kernel to give each datagram `socket` receives with the TOS byte (IPv6:
+/// traffic class) it arrived with (IP_RECVTOS, IPV6_RECVTCLASS).
+pub fn receive_tos<S: std::os::fd::AsFd>(socket: &S) -> io::Result<()> {
+    let fd = std::os::fd::AsFd::as_fd(socket).as_raw_fd();
+    let on: libc::c_int = 1;
+    let set = |level, option| {
+        // SAFETY: setsockopt with an int option on a live socket.
+        check(unsafe { libc::setsockopt(fd, level, option, (&on as *const libc::c_int).cast(), 4) })
+    };
+    if socket2::SockRef::from(socket).domain()? == Domain::IPV6 {
+        set(libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS)?;
+        // An IPv4-mapped peer's datagrams come through the IPv4 code.
+        let _ = set(libc::IPPROTO_IP, libc::IP_RECVTOS);
+        Ok(())
+    } else {
+        set(libc::IPPROTO_IP, libc::IP_RECVTOS).map(|_| ())
+    }
+}
+
+/// Room for one datagram's control messages: its TOS byte or traffic class.
+const TOS_CONTROL: usize = 8;
+
 /// Reusable buffers and arrays for `recvmmsg`.
 pub struct RecvBatch {
     buffers: Vec<Vec<u8>>,
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
     lens: Vec<usize>,
+    /// With [`with_tos`](Self::with_tos): a control buffer a datagram (u64s: aligned for
+    /// `cmsghdr`).
+    controls: Vec<[u64; TOS_CONTROL]>,
 }
 
 // SAFETY: the raw pointers point into this struct's own buffers.
@@ -192,6 +217,16 @@ impl RecvBatch {
             iovecs: Vec::with_capacity(count),
             headers: Vec::with_capacity(count),
             lens: Vec::with_capacity(count),
+            controls: Vec::new(),
+        }
+    }
+
+    /// As [`new`](Self::new), each datagram read with its TOS byte (the socket must ask
+    /// for it: [`receive_tos`]); see [`tos`](Self::tos).
+    pub fn with_tos(count: usize, size: usize) -> RecvBatch {
+        RecvBatch {
+            controls: vec![[0; TOS_CONTROL]; count],
+            ..RecvBatch::new(count, size)
         }
     }
 
@@ -211,6 +246,10 @@ impl RecvBatch {
             let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
             header.msg_hdr.msg_iov = &mut self.iovecs[i];
             header.msg_hdr.msg_iovlen = 1;
+            if let Some(control) = self.controls.get_mut(i) {
+                header.msg_hdr.msg_control = control.as_mut_ptr().cast();
+                header.msg_hdr.msg_controllen = std::mem::size_of_val(control);
+            }
             self.headers.push(header);
         }
         // SAFETY: every header points at a live iovec over a live buffer.
@@ -241,6 +280,32 @@ impl RecvBatch {
 
     pub fn get(&self, i: usize) -> &[u8] {
         &self.buffers[i][..self.lens[i]]
+    }
+
+    /// The TOS byte (traffic class) datagram `i` arrived with, where the batch reads them.
+    pub fn tos(&self, i: usize) -> Option<u8> {
+        if self.controls.is_empty() {
+            return None;
+        }
+        let header = &self.headers.get(i)?.msg_hdr;
+        // SAFETY: the control buffer is this batch's own and the kernel set
+        // `msg_controllen` within it; IPv4's TOS comes as a byte, IPv6's class as an int.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(header);
+            while !cmsg.is_null() {
+                let data = libc::CMSG_DATA(cmsg);
+                match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
+                    (libc::IPPROTO_IP, libc::IP_TOS) => return Some(*data),
+                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                        let class = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                        return u8::try_from(class).ok();
+                    }
+                    _ => {}
+                }
+                cmsg = libc::CMSG_NXTHDR(header, cmsg);
+            }
+        }
+        None
     }
 }
 
@@ -542,8 +607,14 @@ pub fn no_udp_checksum(socket: &Socket) -> io::Result<()> {
 /// IP_TOS, and on an IPv6 socket IPV6_TCLASS too (one that reaches an IPv4-mapped
 /// address sends through the IPv4 code).
 pub fn set_dscp<S: std::os::fd::AsFd>(socket: &S, dscp: u8) -> io::Result<()> {
+    set_marks(socket, dscp, false)
+}
+
+/// As [`set_dscp`], with ECT(0) in the ECN field when `ect` (a UDP socket's datagrams:
+/// a copy's data with `--ecn`).
+pub fn set_marks<S: std::os::fd::AsFd>(socket: &S, dscp: u8, ect: bool) -> io::Result<()> {
     let socket = socket2::SockRef::from(socket);
-    let tos = u32::from(dscp & 0x3f) << 2;
+    let tos = (u32::from(dscp & 0x3f) << 2) | if ect { 0b10 } else { 0 };
     if socket.domain()? == Domain::IPV6 {
         socket.set_tclass_v6(tos)?;
         let _ = socket.set_tos(tos);

@@ -5,9 +5,9 @@
 //! ```text
 //! data   type=1 | flags | len u16 | file u32 | session u64 | pn u64 | offset u64
 //!        | crc32 u32 | tag 8 | payload
-//! ack    type=2 | 0 | ranges u16 | file u32 | session u64 | seq u64 | largest u64
+//! ack    type=2 | flags | ranges u16 | file u32 | session u64 | seq u64 | largest u64
 //!        | delay_us u32 | backlog u32 | window u64 | verified u64
-//!        | (gap u32, len u32) x ranges | mac 16
+//!        | (gap u32, len u32) x ranges | [ce u64 when flags has ECN] | mac 16
 //! hello  type=3 | 0 | 0 u16 | 0 u32 | session u64 | mac 16
 //! ```
 //!
@@ -33,6 +33,11 @@ pub const TAG_LEN: usize = 16;
 pub const HELLO_LEN: usize = field::hello::MAC.end;
 /// The most ranges one ACK carries (it stays under 1,100 bytes, below any path MTU).
 pub const MAX_ACK_RANGES: usize = 128;
+/// An ACK's flag: it carries the receiver's count of data datagrams that arrived marked
+/// CE (a copy with `--ecn`), after its ranges.
+pub const ACK_FLAG_ECN: u8 = 0x01;
+/// Bytes of that count.
+const ACK_CE: usize = 8;
 /// The largest payload a data datagram may carry (a loopback MTU of 64 KiB less headers).
 pub const MAX_PAYLOAD: usize = 65_000;
 
@@ -142,6 +147,10 @@ pub struct Ack {
     pub verified: u64,
     /// Received ranges, highest first, not overlapping; the first one ends at `largest`.
     pub ranges: Vec<PnRange>,
+    /// With `--ecn`: data datagrams that arrived marked CE (congestion experienced), over
+    /// the file so far, as QUIC's ECN counts are (RFC 9000 19.3.2): the sender reads the
+    /// growth.
+    pub ce: Option<u64>,
 }
 
 /// Why a datagram was dropped.
@@ -157,6 +166,8 @@ pub enum WireError {
     Ranges,
     #[error("too many ACK ranges")]
     TooManyRanges,
+    #[error("unknown ACK flags {0:#04x}")]
+    Flags(u8),
     #[error("authentication tag does not match")]
     Tag,
     #[error("payload CRC does not match (corrupted on the way)")]
@@ -220,7 +231,7 @@ pub fn encode_ack(ack: &Ack, key: &[u8; 32], out: &mut Vec<u8>) {
     out.clear();
     out.resize(ACK_HEADER + field::ack::RANGE * ack.ranges.len(), 0);
     out[field::TYPE] = TYPE_ACK;
-    out[field::FLAGS] = 0;
+    out[field::FLAGS] = if ack.ce.is_some() { ACK_FLAG_ECN } else { 0 };
     out[field::COUNT].copy_from_slice(&(ack.ranges.len() as u16).to_be_bytes());
     out[field::FILE].copy_from_slice(&ack.file.to_be_bytes());
     out[field::SESSION].copy_from_slice(&ack.session.to_be_bytes());
@@ -238,6 +249,9 @@ pub fn encode_ack(ack: &Ack, key: &[u8; 32], out: &mut Vec<u8>) {
         out[shifted(field::ack::GAP, at)].copy_from_slice(&(gap as u32).to_be_bytes());
         out[shifted(field::ack::LEN, at)].copy_from_slice(&(len as u32).to_be_bytes());
         previous_low = range.low;
+    }
+    if let Some(ce) = ack.ce {
+        out.extend_from_slice(&ce.to_be_bytes());
     }
     let mac = tag(key, out);
     out.extend_from_slice(&mac);
@@ -312,7 +326,13 @@ fn parse_ack(bytes: &[u8], key: &[u8; 32]) -> Result<Ack, WireError> {
     if count > MAX_ACK_RANGES {
         return Err(WireError::TooManyRanges);
     }
-    if bytes.len() != ACK_HEADER + field::ack::RANGE * count + TAG_LEN {
+    let flags = bytes[field::FLAGS];
+    if flags & !ACK_FLAG_ECN != 0 {
+        return Err(WireError::Flags(flags));
+    }
+    let ce_len = if flags & ACK_FLAG_ECN != 0 { ACK_CE } else { 0 };
+    let ranges_end = ACK_HEADER + field::ack::RANGE * count;
+    if bytes.len() != ranges_end + ce_len + TAG_LEN {
         return Err(WireError::Length);
     }
     let body = bytes.len() - TAG_LEN;
@@ -346,6 +366,7 @@ fn parse_ack(bytes: &[u8], key: &[u8; 32]) -> Result<Ack, WireError> {
         window: u64_at(bytes, field::ack::WINDOW),
         verified: u64_at(bytes, field::ack::VERIFIED),
         ranges,
+        ce: (ce_len > 0).then(|| u64_at(bytes, ranges_end..ranges_end + ACK_CE)),
     })
 }
 
@@ -367,7 +388,35 @@ mod tests {
             window: 1 << 30,
             verified: 1 << 20,
             ranges,
+            ce: None,
         }
+    }
+
+    /// With `--ecn` an ACK carries the CE count after its ranges, under the tag; a flag
+    /// this version does not know is refused, as is a count cut off or added.
+    #[test]
+    fn an_ack_carries_its_ce_count_when_flagged() {
+        let mut original = ack(vec![PnRange { low: 3, high: 9 }]);
+        original.ce = Some(41);
+        let mut bytes = Vec::new();
+        encode_ack(&original, &KEY, &mut bytes);
+        assert_eq!(bytes[1], ACK_FLAG_ECN);
+        assert_eq!(parse(&bytes, &KEY), Ok(Datagram::Ack(original.clone())));
+        // The flag cleared (and the tag made again): the count is now 8 bytes too many.
+        let mut unflagged = bytes[..bytes.len() - TAG_LEN].to_vec();
+        unflagged[1] = 0;
+        let mac = tag(&KEY, &unflagged);
+        unflagged.extend_from_slice(&mac);
+        assert_eq!(parse(&unflagged, &KEY), Err(WireError::Length));
+        let mut unknown = bytes[..bytes.len() - TAG_LEN].to_vec();
+        unknown[1] = 0x03;
+        let mac = tag(&KEY, &unknown);
+        unknown.extend_from_slice(&mac);
+        assert_eq!(parse(&unknown, &KEY), Err(WireError::Flags(0x03)));
+        original.ce = None;
+        encode_ack(&original, &KEY, &mut bytes);
+        assert_eq!(bytes[1], 0);
+        assert_eq!(parse(&bytes, &KEY), Ok(Datagram::Ack(original)));
     }
 
     #[test]
