@@ -204,10 +204,12 @@ fn a_paced_quic_stream_keeps_to_its_rate() {
         achieved >= 97.0 || host_was_busy(&doc),
         "achieved {achieved} % of 100 Mbit/s"
     );
-    // The receiver got what the pacer let out.
+    // The receiver got what the pacer let out: never more, and less only where the host
+    // was busy (as above).
     let received = num(&doc, "/summary/receiver_bps");
+    assert!(received < 1.05e8, "received {received} bit/s");
     assert!(
-        (received / 1e8 - 1.0).abs() < 0.05,
+        received > 0.95e8 || host_was_busy(&doc),
         "received {received} bit/s"
     );
 }
