@@ -1228,7 +1228,10 @@ fn a_copy_marks_its_datagrams_and_its_control_connection_both_ways() {
             "datagrams from the {}: {wrong} with the wrong ECN field",
             if way { "client" } else { "server" },
         );
-        assert!(this_way.iter().all(|p| p.tos & 3 != 3), "a CE mark on a quiet veth");
+        assert!(
+            this_way.iter().all(|p| p.tos & 3 != 3),
+            "a CE mark on a quiet veth"
+        );
     }
     let control: Vec<&Captured> = packets.iter().filter(|p| p.tcp && p.from_client).collect();
     assert!(

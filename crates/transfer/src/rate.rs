@@ -399,43 +399,11 @@ impl RateControl {
         } else {
             self.round_lost as f64 / sent as f64
         };
-        // An RTT within an eighth (and a millisecond) of the propagation delay: the queue
-        // drained at some point in this round.
-        let queue_seen_empty = self.round_min_rtt_ns
-            <= self
-                .min_rtt_ns
-                .saturating_add(self.min_rtt_ns / 8 + 1_000_000);
-        // Congestion: a standing queue all round, and a loss clearly above the path's own
-        // (twice it and half a percent more). A queue without such loss is left to the
-        // probing cycle's drain phase; loss without a queue is the path's. While a jump
-        // stands, its losses are taken as congestion whatever the queue showed (Careful
-        // Resume's safe retreat): the jump overshot a path slower than remembered, and
-        // its losses must not pass for the path's own.
-        let jumping = self.round <= self.jump_until_round;
-        let lossy = self.round_lost > 0
-            && (!queue_seen_empty || jumping)
-            && loss > 2.0 * self.random_loss + 0.005;
         // A CE mark is never the path's own randomness: an AQM (RFC 3168, 8289) marked
         // because its queue stood above its target, however short that queue is against
         // the path's delay. One cut a round, as for loss.
         let marked = self.round_ce > 0;
-        let congested = lossy || marked;
-        if sent > 0 {
-            if congested {
-                self.congested_rounds += 1;
-                if marked && !lossy {
-                    self.ce_rounds += 1;
-                }
-                self.random_loss *= 0.5;
-                let round_bps = self.round_delivery_cut(now_ns);
-                self.bw_samples.clear();
-                self.bw_samples.push((self.round, round_bps));
-                self.btl_bw = round_bps;
-                self.jump_until_round = 0;
-            } else if sent >= 16 * self.packet {
-                self.random_loss += (loss - self.random_loss) / 8.0;
-            }
-        }
+        self.judge_round(now_ns, sent, loss, marked);
         // Forget samples older than the window.
         let oldest = self.round.saturating_sub(BW_WINDOW_ROUNDS);
         self.bw_samples.retain(|&(round, _)| round >= oldest);
@@ -500,6 +468,44 @@ impl RateControl {
     /// bottleneck is busy and its queue empty.
     fn bdp(&self) -> u64 {
         (self.btl_bw as u128 * self.min_rtt_ns.min(10_000_000_000) as u128 / 8_000_000_000) as u64
+    }
+
+    /// Takes the round that just ended as congested (a cut to what it delivered, less a
+    /// tenth) or as the path's own loss (the random-loss estimate follows it).
+    fn judge_round(&mut self, now_ns: u64, sent: u64, loss: f64, marked: bool) {
+        // An RTT within an eighth (and a millisecond) of the propagation delay: the queue
+        // drained at some point in this round.
+        let queue_seen_empty = self.round_min_rtt_ns
+            <= self
+                .min_rtt_ns
+                .saturating_add(self.min_rtt_ns / 8 + 1_000_000);
+        // Congestion: a standing queue all round, and a loss clearly above the path's own
+        // (twice it and half a percent more). A queue without such loss is left to the
+        // probing cycle's drain phase; loss without a queue is the path's. While a jump
+        // stands, its losses are taken as congestion whatever the queue showed (Careful
+        // Resume's safe retreat): the jump overshot a path slower than remembered, and
+        // its losses must not pass for the path's own.
+        let jumping = self.round <= self.jump_until_round;
+        let lossy = self.round_lost > 0
+            && (!queue_seen_empty || jumping)
+            && loss > 2.0 * self.random_loss + 0.005;
+        if sent == 0 {
+            return;
+        }
+        if lossy || marked {
+            self.congested_rounds += 1;
+            if !lossy {
+                self.ce_rounds += 1;
+            }
+            self.random_loss *= 0.5;
+            let round_bps = self.round_delivery_cut(now_ns);
+            self.bw_samples.clear();
+            self.bw_samples.push((self.round, round_bps));
+            self.btl_bw = round_bps;
+            self.jump_until_round = 0;
+        } else if sent >= 16 * self.packet {
+            self.random_loss += (loss - self.random_loss) / 8.0;
+        }
     }
 
     fn leave_startup(&mut self) {
