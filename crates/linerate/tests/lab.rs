@@ -371,6 +371,21 @@ fn reorders_and_duplicates_are_counted_as_the_emulator_made_them() {
     assert_eq!(forward(&status, "lost"), 0.0);
 }
 
+/// What a marked test's receivers found, forward and reverse (`summary.marks.arrived`).
+fn marks_each_way(doc: &serde_json::Value) -> (serde_json::Value, serde_json::Value) {
+    let arrived = doc["summary"]["marks"]["arrived"]
+        .as_array()
+        .expect("marks arrived");
+    let way = |direction: &str| {
+        arrived
+            .iter()
+            .find(|a| a["direction"] == direction)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {direction} marks in {arrived:?}"))
+    };
+    (way("forward"), way("reverse"))
+}
+
 /// A path that re-marks (`--remark`) is seen by the receivers as such, each way as the
 /// emulator did it: the forward way re-classed to CS1 with the ECN field kept, reported
 /// re-marked on every datagram; the way back left as sent (it already carried EF), kept.
@@ -392,16 +407,8 @@ fn a_path_that_remarks_is_reported_by_the_receiver() {
         ],
     );
     let status = emulator_status(&name);
-    let arrived = doc["summary"]["marks"]["arrived"]
-        .as_array()
-        .expect("marks arrived");
-    let way = |direction: &str| {
-        arrived
-            .iter()
-            .find(|a| a["direction"] == direction)
-            .unwrap_or_else(|| panic!("no {direction} marks in {arrived:?}"))
-    };
-    let (there, back) = (way("forward"), way("reverse"));
+    let (there, back) = marks_each_way(&doc);
+    let (there, back) = (&there, &back);
     assert_eq!(there["verdict"], "remarked", "{there}");
     assert_eq!(there["remarked_pct"], 100.0, "{there}");
     // CS1 (8) with ECT(0) kept.
@@ -448,16 +455,8 @@ fn a_quic_path_that_remarks_is_reported_by_both_ends() {
         ],
     );
     let status = emulator_status(&name);
-    let arrived = doc["summary"]["marks"]["arrived"]
-        .as_array()
-        .expect("marks arrived");
-    let way = |direction: &str| {
-        arrived
-            .iter()
-            .find(|a| a["direction"] == direction)
-            .unwrap_or_else(|| panic!("no {direction} marks in {arrived:?}"))
-    };
-    let (there, back) = (way("forward"), way("reverse"));
+    let (there, back) = marks_each_way(&doc);
+    let (there, back) = (&there, &back);
     let dscps = |a: &serde_json::Value| -> Vec<u64> {
         a["classes"]
             .as_array()
