@@ -48,6 +48,9 @@ pub(crate) struct MarkedSocket {
     dscp_bits: u8,
     /// False once the device refused a segmented send: one datagram a send from then on.
     segmenting: AtomicBool,
+    /// An IPv6 socket, which reaches IPv4 peers at their IPv4-mapped addresses (known
+    /// once, not asked of the kernel a send).
+    ipv6: bool,
     arrived: Arc<Mutex<ClassTally>>,
 }
 
@@ -60,11 +63,13 @@ impl MarkedSocket {
         arrived: Arc<Mutex<ClassTally>>,
     ) -> io::Result<MarkedSocket> {
         let state = UdpSocketState::new((&socket).into())?;
+        let ipv6 = socket.local_addr()?.is_ipv6();
         Ok(MarkedSocket {
             io: tokio::net::UdpSocket::from_std(socket)?,
             state,
             dscp_bits: (dscp & 0x3f) << 2,
             segmenting: AtomicBool::new(true),
+            ipv6,
             arrived,
         })
     }
@@ -110,8 +115,8 @@ impl MarkedSocket {
     /// `to` as this socket's family addresses it: an IPv6 socket reaches an IPv4 peer at
     /// its IPv4-mapped address.
     fn destination(&self, to: SocketAddr) -> SocketAddr {
-        match (to, self.io.local_addr()) {
-            (SocketAddr::V4(v4), Ok(SocketAddr::V6(_))) => {
+        match to {
+            SocketAddr::V4(v4) if self.ipv6 => {
                 SocketAddr::new(IpAddr::V6(v4.ip().to_ipv6_mapped()), v4.port())
             }
             _ => to,
