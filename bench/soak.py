@@ -22,14 +22,43 @@ from common import LINERATE, build, free_port
 from mesh import PORT, Topology, cpu_model, sh, wait_listening
 
 
+def test_connections(pid):
+    """How many of `pid`'s descriptors are TCP connections to or from the agents' port: a
+    job's control and data connections, which come and go with the jobs in flight. The
+    descriptors besides them are what must stay at a baseline."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = open(f"/proc/{pid}/net/{table}").read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+            ports = (int(local.rsplit(":", 1)[1], 16), int(remote.rsplit(":", 1)[1], 16))
+            if state != "0A" and PORT in ports:  # 0A: listening
+                inodes.add(inode)
+    held = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            held += 1
+    return held
+
+
 def sample(pid):
     """RSS (MiB), threads, open descriptors of `pid`, and the RSS's parts (MiB): anonymous
     memory (the heap, stacks), file pages (the binary's code as it is first run, mapped
-    files) and shared memory (SQLite's WAL index)."""
+    files) and shared memory (SQLite's WAL index); then the descriptors that are test
+    connections (`test_connections`)."""
     status = open(f"/proc/{pid}/status").read()
     field = lambda name: int(status.split(f"{name}:")[1].split()[0])
     parts = tuple(field(name) / 1024 for name in ("RssAnon", "RssFile", "RssShmem"))
-    return (field("VmRSS") / 1024, field("Threads"), len(os.listdir(f"/proc/{pid}/fd"))) + parts
+    return ((field("VmRSS") / 1024, field("Threads"), len(os.listdir(f"/proc/{pid}/fd")))
+            + parts + (test_connections(pid),))
 
 
 def find_process(unique_argument, timeout_s=30.0):
@@ -105,14 +134,18 @@ def report(label, samples, warmup_s, window_s):
         parts.append(f"{name} {min(values):.1f}-{max(values):.1f} MiB, "
                      f"fit {fit([(t, s[index]) for t, s in after]):+.2f} MiB/hour")
     print("  of which " + "; ".join(parts))
-    for index, name in ((1, "threads"), (2, "descriptors")):
-        base = min(s[index] for _, s in after)
+    # The descriptors besides the jobs' connections: a descriptor leaked a cycle shows
+    # here even while jobs overlap without a pause.
+    counted = ((lambda s: s[1], "threads"), (lambda s: s[2], "descriptors"),
+               (lambda s: s[2] - s[6], "descriptors besides test connections"))
+    for value, name in counted:
+        base = min(value(s) for _, s in after)
         windows = {}
         for t, s in after:
             key = int((t - warmup_s) // window_s)
-            windows[key] = min(windows.get(key, s[index]), s[index])
+            windows[key] = min(windows.get(key, value(s)), value(s))
         lows = [windows[k] for k in sorted(windows)]
-        highs = max(s[index] for _, s in after)
+        highs = max(value(s) for _, s in after)
         print(f"  {name}: baseline {base}, the fewest in each {window_s / 60:.0f}-minute window "
               f"{lows} (most seen {highs}); above the baseline at the end: {lows[-1] - base}")
 
@@ -126,7 +159,10 @@ def main():
                     help="a command the coordinator runs under, e.g. 'heaptrack -o /tmp/coord'")
     ap.add_argument("--samples", default="",
                     help="a CSV file for every sample (seconds, process, RSS MiB, threads, fds, "
-                         "anonymous, file, shared MiB)")
+                         "anonymous, file, shared MiB, test connections)")
+    ap.add_argument("--binary", default="",
+                    help="a linerate binary to soak (e.g. one built with --features jemalloc) "
+                         "instead of building target/release/linerate")
     ap.add_argument("--no-metrics", action="store_true",
                     help="run the coordinator without --metrics (to split its parts)")
     args = ap.parse_args()
@@ -134,9 +170,13 @@ def main():
         sys.exit("bench/soak.py needs root (network namespaces)")
     if not shutil.which("ethtool"):
         subprocess.run(["apt-get", "install", "-y", "ethtool"], check=True, capture_output=True)
-    build()
+    linerate = args.binary or LINERATE
+    if not args.binary:
+        build()
     print(f"cpu: {cpu_model()}, {os.cpu_count()} CPUs; {args.hosts} hosts, "
-          f"{args.minutes:g} minutes", flush=True)
+          f"{args.minutes:g} minutes; {linerate}"
+          + (f", MALLOC_CONF={os.environ['MALLOC_CONF']}" if os.environ.get("MALLOC_CONF") else ""),
+          flush=True)
     work = tempfile.mkdtemp(prefix="linerate-soak-")
     key = os.path.join(work, "mesh.key")
     with open(key, "w") as f:
@@ -152,7 +192,7 @@ def main():
         for side in ("w", "e"):
             sh("ip", "-n", topo.wan, "link", "set", f"{topo.tag}{side}", "master", "br0")
         log = open(os.path.join(work, "agents.log"), "w")
-        agents = [topo.spawn(ns, [LINERATE, "serve", "--no-store", "--key", key, "--listen",
+        agents = [topo.spawn(ns, [linerate, "serve", "--no-store", "--key", key, "--listen",
                                   addr, "--port", str(PORT)], log)
                   for ns, addr in zip(topo.hosts, topo.addrs)]
         deadline = time.time() + 30
@@ -165,7 +205,7 @@ def main():
         db = os.path.join(work, "results.db")
         metrics_port = free_port()
         coord_log = open(os.path.join(work, "coordinator.log"), "w")
-        command = ["ip", "netns", "exec", topo.coord, *args.wrap.split(), LINERATE, "--db", db,
+        command = ["ip", "netns", "exec", topo.coord, *args.wrap.split(), linerate, "--db", db,
                    "mesh", "run", path]
         if not args.no_metrics:
             command += ["--metrics", f"127.0.0.1:{metrics_port}"]
@@ -198,7 +238,7 @@ def main():
         wall = time.time() - started
         if args.samples:
             with open(args.samples, "w") as out:
-                out.write("seconds,process,rss_mib,threads,fds,anon_mib,file_mib,shared_mib\n")
+                out.write("seconds,process,rss_mib,threads,fds,anon_mib,file_mib,shared_mib,test_connections\n")
                 for label, samples in (("coordinator", coord_samples), ("agent", agent_samples)):
                     for t, s in samples:
                         out.write(f"{t:.1f},{label}," + ",".join(f"{v:.3f}" if isinstance(v, float)

@@ -38,6 +38,12 @@ pub struct Globals {
     pub verbose: bool,
 }
 
+/// jemalloc in place of glibc's malloc, for every allocation in the process (SQLite's
+/// too), when built with `--features jemalloc`; its options come from `MALLOC_CONF`.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     // Output piped into `head` should end the process quietly, as for any command-line
     // tool. Sockets are unaffected: the standard library sends with MSG_NOSIGNAL.

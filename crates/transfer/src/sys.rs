@@ -110,15 +110,78 @@ pub fn path_mtu(socket: &Socket, ipv4: bool) -> io::Result<u32> {
     Ok(value as u32)
 }
 
-/// Reusable arrays for `sendmmsg`: two iovecs (header, payload) a datagram.
-#[derive(Default)]
+/// Most datagrams one segmented send carries (the kernel's UDP_MAX_SEGMENTS).
+const GSO_SEGMENTS: usize = 64;
+/// Most bytes one segmented send carries: a UDP datagram's 65,535 less its headers,
+/// IPv6's included.
+const GSO_BYTES: usize = 65_000;
+/// Room for one message's UDP_SEGMENT control message (a u16), in u64s so that the
+/// buffer is aligned as a `cmsghdr` must be.
+const GSO_CONTROL_WORDS: usize = 3;
+
+/// Reusable arrays for `sendmmsg`: two iovecs (header, payload) a datagram, and, while
+/// the socket takes them, runs of equal datagrams sent as one message with UDP_SEGMENT
+/// (generic segmentation offload): the kernel walks its UDP and IP send path once for
+/// the run and cuts it into datagrams at the device (or in software just before it).
+/// What arrives is the same datagrams as without it.
 pub struct SendBatch {
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
+    controls: Vec<[u64; GSO_CONTROL_WORDS]>,
+    /// How many datagrams each message carries.
+    runs: Vec<usize>,
+    /// Whether to segment: cleared for good when the socket refuses a segmented send
+    /// (no checksum offload on the route's device, IPsec, an old kernel).
+    gso: bool,
+}
+
+impl Default for SendBatch {
+    fn default() -> SendBatch {
+        SendBatch {
+            iovecs: Vec::new(),
+            headers: Vec::new(),
+            controls: Vec::new(),
+            runs: Vec::new(),
+            gso: true,
+        }
+    }
 }
 
 // SAFETY: the raw pointers only ever point into buffers of the call that filled them.
 unsafe impl Send for SendBatch {}
+
+/// Splits `lengths` into runs a segmented send may carry: equal lengths (the last may be
+/// shorter), at most [`GSO_SEGMENTS`] and [`GSO_BYTES`] a run. Without `gso`, one each.
+fn runs_of(lengths: impl Iterator<Item = usize>, gso: bool, runs: &mut Vec<usize>) {
+    runs.clear();
+    let mut current: Option<(usize, usize, usize)> = None; // (segment, count, bytes)
+    for len in lengths {
+        current = match current {
+            Some((segment, count, bytes))
+                if gso
+                    && len <= segment
+                    && count < GSO_SEGMENTS
+                    && bytes + len <= GSO_BYTES =>
+            {
+                if len < segment {
+                    // A shorter one ends its run.
+                    runs.push(count + 1);
+                    None
+                } else {
+                    Some((segment, count + 1, bytes + len))
+                }
+            }
+            Some((_, count, _)) => {
+                runs.push(count);
+                Some((len, 1, len))
+            }
+            None => Some((len, 1, len)),
+        };
+    }
+    if let Some((_, count, _)) = current {
+        runs.push(count);
+    }
+}
 
 impl SendBatch {
     /// Sends every datagram (header then payload) on a connected socket, waiting for
@@ -126,6 +189,24 @@ impl SendBatch {
     /// kernel refuses outright (EMSGSIZE: the path's MTU shrank) ends the batch early
     /// with the error.
     pub fn send(&mut self, fd: RawFd, datagrams: &[(&[u8], &[u8])]) -> io::Result<usize> {
+        let sent = self.send_runs(fd, datagrams)?;
+        if sent < datagrams.len() {
+            // A segmented send was refused: the rest one datagram a message.
+            return Ok(sent + self.send_runs(fd, &datagrams[sent..])?);
+        }
+        Ok(sent)
+    }
+
+    /// Whether runs of datagrams still go as one segmented message each.
+    pub fn segmenting(&self) -> bool {
+        self.gso
+    }
+
+    /// Sends `datagrams` in runs; returns early (fewer sent) when the socket refused a
+    /// segmented message, having cleared `gso`.
+    fn send_runs(&mut self, fd: RawFd, datagrams: &[(&[u8], &[u8])]) -> io::Result<usize> {
+        let lengths = datagrams.iter().map(|(h, p)| h.len() + p.len());
+        runs_of(lengths, self.gso, &mut self.runs);
         self.iovecs.clear();
         for (header, payload) in datagrams {
             self.iovecs.push(libc::iovec {
@@ -137,17 +218,40 @@ impl SendBatch {
                 iov_len: payload.len(),
             });
         }
+        self.controls.clear();
+        self.controls
+            .resize(self.runs.len(), [0; GSO_CONTROL_WORDS]);
         self.headers.clear();
-        for i in 0..datagrams.len() {
+        let mut first = 0;
+        for (i, &count) in self.runs.iter().enumerate() {
             // SAFETY: mmsghdr is plain data; zero is a valid empty value.
             let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            header.msg_hdr.msg_iov = self.iovecs[2 * i..].as_mut_ptr();
-            header.msg_hdr.msg_iovlen = 2;
+            header.msg_hdr.msg_iov = self.iovecs[2 * first..].as_mut_ptr();
+            header.msg_hdr.msg_iovlen = 2 * count;
+            if count > 1 {
+                let (h, p) = datagrams[first];
+                let segment = (h.len() + p.len()) as u16;
+                let control = &mut self.controls[i];
+                header.msg_hdr.msg_control = control.as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE is arithmetic.
+                header.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+                // SAFETY: the control buffer holds CMSG_SPACE(2) bytes (24 of 24),
+                // aligned for a cmsghdr; CMSG_FIRSTHDR points at its start.
+                unsafe {
+                    let cmsg = libc::CMSG_FIRSTHDR(&header.msg_hdr);
+                    (*cmsg).cmsg_level = libc::SOL_UDP;
+                    (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(2) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment);
+                }
+            }
             self.headers.push(header);
+            first += count;
         }
-        let mut at = 0;
+        let (mut at, mut sent) = (0, 0);
         while at < self.headers.len() {
-            // SAFETY: the headers from `at` point at live iovecs over live buffers.
+            // SAFETY: the headers from `at` point at live iovecs over live buffers and at
+            // their own control buffers.
             let n = unsafe {
                 libc::sendmmsg(
                     fd,
@@ -164,13 +268,23 @@ impl SendBatch {
                         wait(fd, libc::POLLOUT, Some(1_000_000))?;
                         continue;
                     }
+                    // The socket cannot segment (EIO: no checksum offload on the way;
+                    // EINVAL: a segment past the path's MTU or an old kernel): the rest
+                    // goes a datagram a message, now and from now on.
+                    Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
+                        if self.runs[at] > 1 =>
+                    {
+                        self.gso = false;
+                        return Ok(sent);
+                    }
                     // The peer's port is closed (an ICMP error came back): report it.
                     _ => return Err(error),
                 }
             }
+            sent += self.runs[at..at + n as usize].iter().sum::<usize>();
             at += n as usize;
         }
-        Ok(at)
+        Ok(sent)
     }
 }
 
@@ -650,4 +764,122 @@ pub fn free_bytes_at(dir: &OwnedFd) -> io::Result<u64> {
     // SAFETY: a live descriptor and a live statvfs buffer.
     check(unsafe { libc::fstatvfs(dir.as_raw_fd(), &mut stat) })?;
     Ok((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(lengths: &[usize], gso: bool) -> Vec<usize> {
+        let mut out = Vec::new();
+        runs_of(lengths.iter().copied(), gso, &mut out);
+        out
+    }
+
+    #[test]
+    fn equal_datagrams_go_in_runs_a_shorter_one_ends() {
+        assert_eq!(runs(&[1400; 5], true), vec![5]);
+        assert_eq!(runs(&[1400, 1400, 300, 1400], true), vec![3, 1]);
+        assert_eq!(runs(&[300, 1400, 1400], true), vec![1, 2]);
+        assert_eq!(runs(&[1400; 5], false), vec![1; 5]);
+        assert!(runs(&[], true).is_empty());
+    }
+
+    #[test]
+    fn a_run_stays_within_the_kernels_limits() {
+        // 64 segments at most.
+        assert_eq!(runs(&[100; 130], true), vec![64, 64, 2]);
+        // 65,000 bytes at most: 43 of 1,500.
+        assert_eq!(runs(&[1500; 50], true), vec![43, 7]);
+    }
+
+    /// A connected sender and its receiver on loopback.
+    fn pair() -> (Socket, Socket) {
+        let receiver = udp_socket("127.0.0.1:0".parse().unwrap()).unwrap();
+        let sender = udp_socket("127.0.0.1:0".parse().unwrap()).unwrap();
+        sender.connect(&receiver.local_addr().unwrap()).unwrap();
+        (sender, receiver)
+    }
+
+    /// 100 datagrams: an 8-byte header naming each and a payload of its own bytes, the
+    /// last one shorter.
+    fn datagrams() -> Vec<([u8; 8], Vec<u8>)> {
+        (0..100u64)
+            .map(|i| {
+                let len = if i == 99 { 300 } else { 1200 };
+                (i.to_be_bytes(), vec![i as u8; len])
+            })
+            .collect()
+    }
+
+    /// Reads every datagram that arrived, each as the kernel delivered it.
+    fn arrived(receiver: &Socket, count: usize) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut buffer = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+        while out.len() < count {
+            wait(receiver.as_raw_fd(), libc::POLLIN, Some(2_000_000_000)).unwrap();
+            let n = receiver.recv(&mut buffer).unwrap();
+            // SAFETY: recv initialised the first n bytes.
+            out.push(buffer[..n].iter().map(|b| unsafe { b.assume_init() }).collect());
+        }
+        out
+    }
+
+    fn send_and_check(sender: &Socket, receiver: &Socket) -> SendBatch {
+        let all = datagrams();
+        let views: Vec<(&[u8], &[u8])> = all.iter().map(|(h, p)| (&h[..], &p[..])).collect();
+        let mut batch = SendBatch::default();
+        assert_eq!(batch.send(sender.as_raw_fd(), &views).unwrap(), 100);
+        let got = arrived(receiver, 100);
+        for (i, (datagram, (header, payload))) in got.iter().zip(&all).enumerate() {
+            assert_eq!(datagram.len(), 8 + payload.len(), "datagram {i}");
+            assert_eq!(&datagram[..8], header, "datagram {i}");
+            assert_eq!(&datagram[8..], &payload[..], "datagram {i}");
+        }
+        batch
+    }
+
+    #[test]
+    fn segmented_runs_arrive_as_the_datagrams_they_were() {
+        let (sender, receiver) = pair();
+        let batch = send_and_check(&sender, &receiver);
+        // Loopback segments (checksum offload): the runs went whole.
+        assert!(batch.segmenting());
+    }
+
+    #[test]
+    fn a_run_leaves_as_one_message() {
+        // A receiver that takes segmented datagrams whole (UDP_GRO) is handed loopback's
+        // unsegmented run as one: the proof that it left as one.
+        let (sender, receiver) = pair();
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt with an int option on a live socket.
+        check(unsafe {
+            libc::setsockopt(
+                receiver.as_raw_fd(),
+                libc::SOL_UDP,
+                libc::UDP_GRO,
+                (&on as *const libc::c_int).cast(),
+                4,
+            )
+        })
+        .unwrap();
+        let header = [7u8; 8];
+        let payload = vec![1u8; 1200];
+        let views = vec![(&header[..], &payload[..]); 10];
+        let mut batch = SendBatch::default();
+        assert_eq!(batch.send(sender.as_raw_fd(), &views).unwrap(), 10);
+        let mut buffer = vec![std::mem::MaybeUninit::<u8>::uninit(); 65_536];
+        wait(receiver.as_raw_fd(), libc::POLLIN, Some(2_000_000_000)).unwrap();
+        assert_eq!(receiver.recv(&mut buffer).unwrap(), 10 * 1208);
+    }
+
+    #[test]
+    fn a_socket_that_cannot_segment_sends_a_datagram_a_message() {
+        // Without a UDP checksum the kernel refuses a segmented send (EINVAL).
+        let (sender, receiver) = pair();
+        no_udp_checksum(&sender).unwrap();
+        let batch = send_and_check(&sender, &receiver);
+        assert!(!batch.segmenting());
+    }
 }
