@@ -31,7 +31,8 @@ use crate::seal::{Sealer, SEAL_TAG};
 use crate::sys::{self, RecvBatch};
 use crate::wire::{self, Datagram};
 
-/// Datagrams taken per `recvmmsg`.
+/// Messages taken per `recvmmsg`: each a datagram, or a run of them where the path
+/// coalesces (UDP_GRO: up to 64 KiB each).
 const RECEIVE_BATCH: usize = 64;
 /// While a stream arrives, the receiving thread sleeps this long between batches.
 const RECEIVE_QUANTUM_NS: u64 = 250_000;
@@ -652,11 +653,17 @@ fn receive_loop(
     sys::tight_timer_slack();
     let layout = *receiver.layout();
     let size = layout.block as usize + SEAL_TAG + wire::DATA_HEADER + 64;
+    // Runs of datagrams that arrived together come as one message where the path
+    // coalesces (loopback, a NIC's GRO): a walk of the receive path a run, not a datagram.
+    // Off again at the end: the session's socket then hears small datagrams (ACKs when
+    // it sends, hellos) that must not be merged.
+    let coalescing = sys::receive_gro(&io.session.udp, true).is_ok();
+    let ecn = io.session.ecn();
     let mut state = ReceiveLoop {
-        batch: if io.session.ecn() {
-            RecvBatch::with_tos(RECEIVE_BATCH, size)
-        } else {
-            RecvBatch::new(RECEIVE_BATCH, size)
+        batch: match (coalescing, ecn) {
+            (true, tos) => RecvBatch::coalescing(RECEIVE_BATCH, tos),
+            (false, true) => RecvBatch::with_tos(RECEIVE_BATCH, size),
+            (false, false) => RecvBatch::new(RECEIVE_BATCH, size),
         },
         io,
         layout,
@@ -668,6 +675,9 @@ fn receive_loop(
         corrupted: 0,
     };
     let result = state.run(receiver, cancel);
+    if coalescing {
+        let _ = sys::receive_gro(&state.io.session.udp, false);
+    }
     *corrupted += state.corrupted;
     result.map(|()| state.finished)
 }
@@ -687,7 +697,7 @@ impl ReceiveLoop<'_> {
             }
             self.drive_acks(receiver, now);
             self.drive_progress(receiver, now);
-            self.sleep(receiver, now, received);
+            self.sleep(receiver, now, received, self.batch.full());
         }
         Ok(())
     }
@@ -835,14 +845,14 @@ impl ReceiveLoop<'_> {
     /// Sleeps until the next datagram or timer; while a stream is arriving, lets a batch
     /// gather in the socket instead of waking for every datagram (a wake-up costs more
     /// than the datagram).
-    fn sleep(&self, receiver: &Receiver, now: u64, received: usize) {
+    fn sleep(&self, receiver: &Receiver, now: u64, received: usize, full: bool) {
         let wait = receiver
             .next_timeout()
             .saturating_sub(now)
             .clamp(1, 2_000_000);
         if received == 0 {
             let _ = sys::wait(self.io.session.fd(), libc::POLLIN, Some(wait));
-        } else if received < RECEIVE_BATCH {
+        } else if !full {
             sys::sleep_ns(wait.min(RECEIVE_QUANTUM_NS));
         }
     }

@@ -158,10 +158,7 @@ fn runs_of(lengths: impl Iterator<Item = usize>, gso: bool, runs: &mut Vec<usize
     for len in lengths {
         current = match current {
             Some((segment, count, bytes))
-                if gso
-                    && len <= segment
-                    && count < GSO_SEGMENTS
-                    && bytes + len <= GSO_BYTES =>
+                if gso && len <= segment && count < GSO_SEGMENTS && bytes + len <= GSO_BYTES =>
             {
                 if len < segment {
                     // A shorter one ends its run.
@@ -307,18 +304,50 @@ pub fn receive_tos<S: std::os::fd::AsFd>(socket: &S) -> io::Result<()> {
     }
 }
 
-/// Room for one datagram's control messages: its TOS byte or traffic class.
-const TOS_CONTROL: usize = 8;
+/// Asks the kernel to hand `socket` a run of equal datagrams that arrived together as one
+/// message with their size (UDP_GRO), which [`RecvBatch::coalescing`] splits again; `on`
+/// false asks for them one by one again. Loopback and NICs with GRO coalesce; a socket
+/// that also receives small control datagrams should turn it off when the data ends.
+pub fn receive_gro<S: std::os::fd::AsFd>(socket: &S, on: bool) -> io::Result<()> {
+    let fd = std::os::fd::AsFd::as_fd(socket).as_raw_fd();
+    let value: libc::c_int = on.into();
+    // SAFETY: setsockopt with an int option on a live socket.
+    check(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&value as *const libc::c_int).cast(),
+            4,
+        )
+    })
+    .map(|_| ())
+}
+
+/// Room for one message's control messages: its TOS byte or traffic class and its
+/// UDP_GRO segment size (u64s: aligned for `cmsghdr`).
+const CONTROL_WORDS: usize = 8;
+/// A coalesced message's buffer: the most a UDP datagram carries.
+const COALESCED_BUFFER: usize = 65_536;
 
 /// Reusable buffers and arrays for `recvmmsg`.
 pub struct RecvBatch {
-    buffers: Vec<Vec<u8>>,
+    /// One slot of `slot` bytes a message, in one allocation: the kernel's zero pages
+    /// until written, so a 64 KiB slot holding one datagram costs a page.
+    buffer: Vec<u8>,
+    slot: usize,
+    count: usize,
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
-    lens: Vec<usize>,
-    /// With [`with_tos`](Self::with_tos): a control buffer a datagram (u64s: aligned for
-    /// `cmsghdr`).
-    controls: Vec<[u64; TOS_CONTROL]>,
+    /// Each datagram of the last receive: (message, start, length).
+    datagrams: Vec<(usize, usize, usize)>,
+    /// Messages the last receive took.
+    messages: usize,
+    /// With [`with_tos`](Self::with_tos) or [`coalescing`](Self::coalescing): a control
+    /// buffer a message.
+    controls: Vec<[u64; CONTROL_WORDS]>,
+    /// Whether each message's TOS byte is read.
+    read_tos: bool,
 }
 
 // SAFETY: the raw pointers point into this struct's own buffers.
@@ -327,11 +356,15 @@ unsafe impl Send for RecvBatch {}
 impl RecvBatch {
     pub fn new(count: usize, size: usize) -> RecvBatch {
         RecvBatch {
-            buffers: vec![vec![0u8; size]; count],
+            buffer: vec![0u8; count * size],
+            slot: size,
+            count,
             iovecs: Vec::with_capacity(count),
             headers: Vec::with_capacity(count),
-            lens: Vec::with_capacity(count),
+            datagrams: Vec::with_capacity(count),
+            messages: 0,
             controls: Vec::new(),
+            read_tos: false,
         }
     }
 
@@ -339,8 +372,20 @@ impl RecvBatch {
     /// for it: [`receive_tos`]); see [`tos`](Self::tos).
     pub fn with_tos(count: usize, size: usize) -> RecvBatch {
         RecvBatch {
-            controls: vec![[0; TOS_CONTROL]; count],
+            controls: vec![[0; CONTROL_WORDS]; count],
+            read_tos: true,
             ..RecvBatch::new(count, size)
+        }
+    }
+
+    /// For a socket that coalesces ([`receive_gro`]): `count` messages of up to 64 KiB,
+    /// each split into the datagrams it carries; with `tos`, as [`with_tos`](Self::with_tos)
+    /// (the kernel coalesces only datagrams of one TOS byte).
+    pub fn coalescing(count: usize, tos: bool) -> RecvBatch {
+        RecvBatch {
+            controls: vec![[0; CONTROL_WORDS]; count],
+            read_tos: tos,
+            ..RecvBatch::new(count, COALESCED_BUFFER)
         }
     }
 
@@ -349,13 +394,15 @@ impl RecvBatch {
     pub fn receive(&mut self, fd: RawFd) -> io::Result<usize> {
         self.iovecs.clear();
         self.headers.clear();
-        for buffer in &mut self.buffers {
+        self.datagrams.clear();
+        self.messages = 0;
+        for slot in self.buffer.chunks_exact_mut(self.slot) {
             self.iovecs.push(libc::iovec {
-                iov_base: buffer.as_mut_ptr().cast(),
-                iov_len: buffer.len(),
+                iov_base: slot.as_mut_ptr().cast(),
+                iov_len: slot.len(),
             });
         }
-        for i in 0..self.buffers.len() {
+        for i in 0..self.count {
             // SAFETY: plain data; zero is a valid empty value.
             let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
             header.msg_hdr.msg_iov = &mut self.iovecs[i];
@@ -385,36 +432,76 @@ impl RecvBatch {
                 _ => Err(error),
             };
         }
-        self.lens.clear();
-        for header in &self.headers[..n as usize] {
-            self.lens.push(header.msg_len as usize);
+        self.messages = n as usize;
+        for message in 0..self.messages {
+            let header = &self.headers[message];
+            let len = header.msg_len as usize;
+            match self.control(message, libc::SOL_UDP, libc::UDP_GRO) {
+                Some(segment) if segment > 0 => {
+                    let segment = segment as usize;
+                    // A coalesced message cut short by its buffer loses only its last,
+                    // partial datagram (a loss the sender resends), never a piece of one.
+                    let truncated = header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+                    let mut start = 0;
+                    while start < len {
+                        let take = segment.min(len - start);
+                        if take < segment && truncated {
+                            break;
+                        }
+                        self.datagrams.push((message, start, take));
+                        start += take;
+                    }
+                }
+                _ => self.datagrams.push((message, 0, len)),
+            }
         }
-        Ok(n as usize)
+        Ok(self.datagrams.len())
+    }
+
+    /// Whether the last receive took as many messages as it had room for (more may wait).
+    pub fn full(&self) -> bool {
+        self.messages == self.count
     }
 
     pub fn get(&self, i: usize) -> &[u8] {
-        &self.buffers[i][..self.lens[i]]
+        let (message, start, len) = self.datagrams[i];
+        let at = message * self.slot + start;
+        &self.buffer[at..at + len]
     }
 
     /// The TOS byte (traffic class) datagram `i` arrived with, where the batch reads them.
     pub fn tos(&self, i: usize) -> Option<u8> {
+        if !self.read_tos {
+            return None;
+        }
+        let (message, ..) = *self.datagrams.get(i)?;
+        self.control(message, libc::IPPROTO_IP, libc::IP_TOS)
+            .map(|tos| tos as u8)
+            .or_else(|| {
+                let class = self.control(message, libc::IPPROTO_IPV6, libc::IPV6_TCLASS)?;
+                u8::try_from(class).ok()
+            })
+    }
+
+    /// The value of control message (`level`, `kind`) of message `message` of the last
+    /// receive: IPv4's TOS comes as a byte, IPv6's class and UDP_GRO's size as an int.
+    fn control(&self, message: usize, level: libc::c_int, kind: libc::c_int) -> Option<i32> {
         if self.controls.is_empty() {
             return None;
         }
-        let header = &self.headers.get(i)?.msg_hdr;
+        let header = &self.headers.get(message)?.msg_hdr;
         // SAFETY: the control buffer is this batch's own and the kernel set
-        // `msg_controllen` within it; IPv4's TOS comes as a byte, IPv6's class as an int.
+        // `msg_controllen` within it.
         unsafe {
             let mut cmsg = libc::CMSG_FIRSTHDR(header);
             while !cmsg.is_null() {
-                let data = libc::CMSG_DATA(cmsg);
-                match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
-                    (libc::IPPROTO_IP, libc::IP_TOS) => return Some(*data),
-                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
-                        let class = std::ptr::read_unaligned(data.cast::<libc::c_int>());
-                        return u8::try_from(class).ok();
-                    }
-                    _ => {}
+                if ((*cmsg).cmsg_level, (*cmsg).cmsg_type) == (level, kind) {
+                    let data = libc::CMSG_DATA(cmsg);
+                    return Some(if (level, kind) == (libc::IPPROTO_IP, libc::IP_TOS) {
+                        i32::from(*data)
+                    } else {
+                        std::ptr::read_unaligned(data.cast::<libc::c_int>())
+                    });
                 }
                 cmsg = libc::CMSG_NXTHDR(header, cmsg);
             }
@@ -820,7 +907,12 @@ mod tests {
             wait(receiver.as_raw_fd(), libc::POLLIN, Some(2_000_000_000)).unwrap();
             let n = receiver.recv(&mut buffer).unwrap();
             // SAFETY: recv initialised the first n bytes.
-            out.push(buffer[..n].iter().map(|b| unsafe { b.assume_init() }).collect());
+            out.push(
+                buffer[..n]
+                    .iter()
+                    .map(|b| unsafe { b.assume_init() })
+                    .collect(),
+            );
         }
         out
     }
@@ -872,6 +964,51 @@ mod tests {
         let mut buffer = vec![std::mem::MaybeUninit::<u8>::uninit(); 65_536];
         wait(receiver.as_raw_fd(), libc::POLLIN, Some(2_000_000_000)).unwrap();
         assert_eq!(receiver.recv(&mut buffer).unwrap(), 10 * 1208);
+    }
+
+    #[test]
+    fn a_coalescing_receiver_splits_each_run_into_its_datagrams() {
+        let (sender, receiver) = pair();
+        receive_gro(&receiver, true).unwrap();
+        receive_tos(&receiver).unwrap();
+        set_marks(&sender, 46, true).unwrap();
+        let all = datagrams();
+        let views: Vec<(&[u8], &[u8])> = all.iter().map(|(h, p)| (&h[..], &p[..])).collect();
+        assert_eq!(
+            SendBatch::default()
+                .send(sender.as_raw_fd(), &views)
+                .unwrap(),
+            100
+        );
+        let mut batch = RecvBatch::coalescing(8, true);
+        let mut got = Vec::new();
+        let mut messages = 0;
+        while got.len() < 100 {
+            wait(receiver.as_raw_fd(), libc::POLLIN, Some(2_000_000_000)).unwrap();
+            let n = batch.receive(receiver.as_raw_fd()).unwrap();
+            messages += batch.messages;
+            for i in 0..n {
+                assert_eq!(batch.tos(i), Some(46 << 2 | 0b10), "datagram {}", got.len());
+                got.push(batch.get(i).to_vec());
+            }
+        }
+        // 99 datagrams of 1,208 bytes in runs of 53 (64,000 bytes), then the short one.
+        assert!(messages <= 3, "{messages} messages for 100 datagrams");
+        for (i, (datagram, (header, payload))) in got.iter().zip(&all).enumerate() {
+            assert_eq!(&datagram[..8], header, "datagram {i}");
+            assert_eq!(&datagram[8..], &payload[..], "datagram {i}");
+        }
+        // Turned off, datagrams come one a message again.
+        receive_gro(&receiver, false).unwrap();
+        assert_eq!(
+            SendBatch::default()
+                .send(sender.as_raw_fd(), &views[..10])
+                .unwrap(),
+            10
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(batch.receive(receiver.as_raw_fd()).unwrap(), 8);
+        assert!(batch.full());
     }
 
     #[test]
