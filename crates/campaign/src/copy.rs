@@ -163,6 +163,7 @@ fn copy_report(summary: &CopySummary, total: &FileOutcome, diagnosis: &Diagnosis
         block: summary.block,
         chunk: summary.chunk,
         encrypted: summary.encrypted,
+        lanes: (summary.lanes > 1).then_some(summary.lanes),
         wall_s: summary.wall_s,
         goodput_bps: (total.bytes - total.resumed_bytes) as f64 * 8.0 / summary.wall_s.max(1e-9),
         limit: serde_json::to_value(diagnosis.limit)
@@ -267,6 +268,7 @@ mod tests {
             chunk: 1 << 20,
             wall_s: 2.5,
             encrypted: false,
+            lanes: 1,
             files: vec![file(3_000_000, 5, 0.25), file(2_000_000, 7, 0.5)],
         }
     }

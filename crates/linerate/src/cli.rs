@@ -635,6 +635,7 @@ Examples:
   linerate copy -r results/ server:runs/ --key lab.key    a directory tree
   linerate copy big.dat server: --rate 800M --key lab.key a fixed rate (a dedicated circuit)
   linerate copy big.dat server: --null --key lab.key      memory to memory: nothing written
+  linerate copy big.dat server: --lanes 4 --key lab.key   over 4 UDP flows and 4 sending threads
   linerate lab run --rtt 100ms --loss 1% --rate 1G --serve-args \"--files /tmp/in --key K\" -- \\
       linerate copy big.dat server:big.dat --key K
 Run again after an interruption and the copy resumes: only chunks not yet verified and
@@ -1324,6 +1325,12 @@ pub struct CopyArgs {
     /// (a cut of its rate, as for loss above the path's own)
     #[arg(long)]
     pub ecn: bool,
+    /// Spread the datagrams over N UDP flows (lanes), each a pair of ports and a sending
+    /// thread of its own: for paths that keep a flow to one link, queue or policer (ECMP,
+    /// a LAG, per-flow limits) and senders one core cannot keep up with; one rate control
+    /// and one file either way
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub lanes: u8,
     /// Send at this fixed rate instead of finding the path's [k|m|g suffixes, bit/s]
     #[arg(long, value_name = "RATE", value_parser = per_second)]
     pub rate: Option<u64>,

@@ -56,6 +56,7 @@ fn options(args: &CopyArgs, globals: &Globals) -> Result<CopyOptions, anyhow::Er
         cold_start: args.cold_start,
         dscp: args.dscp,
         ecn: args.ecn,
+        lanes: args.lanes,
     })
 }
 

@@ -39,10 +39,17 @@ pub struct Globals {
 }
 
 /// jemalloc in place of glibc's malloc, for every allocation in the process (SQLite's
-/// too), when built with `--features jemalloc`; its options come from `MALLOC_CONF`.
+/// too), when built with `--features jemalloc`.
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read before `main`: a thread of its own hands pages freed a second
+/// ago back to the kernel (dirty, then at once as muzzy), so that what a burst of results
+/// touched does not stay resident. `MALLOC_CONF` in the environment is applied after it.
+#[cfg(feature = "jemalloc")]
+#[export_name = "malloc_conf"]
+static MALLOC_CONF: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 fn main() -> ExitCode {
     // Output piped into `head` should end the process quietly, as for any command-line

@@ -243,6 +243,62 @@ fn encrypted_copies_arrive_byte_for_byte_both_ways() {
     same_bytes(&source, &back);
 }
 
+/// `--lanes`: a push and a pull over four UDP flows each, plain and sealed, arrive byte
+/// for byte, and the result says over how many lanes; the server opened a socket a lane
+/// (its UDP ports seen in the kernel's table during a slow push).
+#[test]
+fn copies_over_lanes_arrive_byte_for_byte_both_ways() {
+    let s = Scratch::new("lanes");
+    let server = s.serve();
+    let source = s.file("src/lanes.bin", 6 * 1024 * 1024 + 1_001, 33);
+    for (name, extra) in [("plain", None), ("sealed", Some("--encrypt"))] {
+        let pushed = format!("{name}.bin");
+        let remote_pushed = remote(&pushed);
+        let mut args = vec![source.to_str().unwrap(), remote_pushed.as_str()];
+        args.extend(["--lanes", "4", "--json", "-q"]);
+        args.extend(extra);
+        let out = copy(&server, &s.key(), &args);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+        same_bytes(&source, &s.path(&format!("served/{pushed}")));
+        assert_eq!(num(&json(&out), "/copy/lanes"), 4.0, "{name}");
+        let back = s.path(&format!("back-{name}.bin"));
+        let mut args = vec![remote_pushed.as_str(), back.to_str().unwrap()];
+        args.extend(["--lanes", "3", "--json", "-q"]);
+        args.extend(extra);
+        let out = copy(&server, &s.key(), &args);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+        same_bytes(&source, &back);
+        assert_eq!(num(&json(&out), "/copy/lanes"), 3.0, "{name}");
+    }
+    // One lane is the default, and the result then says nothing of lanes.
+    let out = copy(
+        &server,
+        &s.key(),
+        &[source.to_str().unwrap(), &remote("one.bin"), "--json", "-q"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(json(&out)["copy"].get("lanes").is_none());
+    // A slow push over 5 lanes: the server holds the session's socket and 4 more.
+    let before = udp_ports_of(server.pid()).len();
+    let mut slow = std::process::Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["--no-store", "copy", "-p", &server.port.to_string(), "--key", &s.key()])
+        .args([source.to_str().unwrap(), &remote("slow.bin"), "--lanes", "5"])
+        .args(["--rate", "2M", "-q"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut during = before;
+    while std::time::Instant::now() < deadline && during < before + 5 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        during = udp_ports_of(server.pid()).len();
+    }
+    let _ = slow.kill();
+    let _ = slow.wait();
+    assert_eq!(during, before + 5, "the server's UDP sockets during a 5-lane push");
+}
+
 #[test]
 fn a_tree_is_copied_with_r_and_refused_without_it() {
     let s = Scratch::new("tree");
@@ -509,6 +565,18 @@ fn user_mistakes_are_one_line_and_exit_2() {
                 "3M",
             ],
             "'3M'",
+        ),
+        (
+            vec![
+                "copy",
+                source.to_str().unwrap(),
+                "h:b",
+                "--key",
+                &s.key(),
+                "--lanes",
+                "17",
+            ],
+            "'17'",
         ),
         (vec!["serve", "--files", &s.served()], "--key"),
         (vec!["disk", "/nonexistent"], "'/nonexistent'"),

@@ -1328,6 +1328,61 @@ fn a_copy_over_a_long_lossy_path_arrives_intact_resending_only_the_losses() {
     let _ = std::fs::remove_dir_all(root);
 }
 
+/// `copy --lanes 16` through an emulator with two forwarding threads a direction, 100 ms
+/// and 1 % loss: the lanes' five-tuples spread over both threads (each flow on one thread
+/// by its hash; all sixteen on one: 2 in 65,536), which reorders the lanes against each
+/// other, and the copy still resends only what the emulator dropped (a sender that judged
+/// its packets across lanes would read the reordering as loss), arrives intact, and says
+/// it ran over 16 lanes.
+#[test]
+fn a_copy_over_lanes_spreads_over_the_emulators_threads_and_resends_only_the_losses() {
+    let test = "a_copy_over_lanes_spreads_over_the_emulators_threads_and_resends_only_the_losses";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("copylanes");
+    let _guard = LabGuard(name.clone());
+    let (root, source, doc) = lab_copy(
+        &name,
+        "lanes",
+        48 << 20,
+        &["--rtt", "100ms", "--loss", "1%", "--threads", "2"],
+        "server:got.bin",
+        &["--lanes", "16", "--max-rate", "200M"],
+    );
+    assert_same_file(&source, &root.join("served/got.bin"));
+    assert_eq!(num(&doc, "/copy/lanes"), 16.0);
+    let status = emulator_status(&name);
+    let per_thread: Vec<f64> = status["directions"][0]["thread_passed"]
+        .as_array()
+        .expect("frames passed by each thread")
+        .iter()
+        .map(|n| n.as_f64().unwrap())
+        .collect();
+    let passed: f64 = per_thread.iter().sum();
+    assert!(
+        per_thread.len() == 2 && per_thread.iter().all(|n| *n > passed * 0.05),
+        "frames passed by each thread: {per_thread:?}"
+    );
+    let arrived = forward(&status, "arrived");
+    let dropped = (forward(&status, "lost") + forward(&status, "queue_drops")) / arrived;
+    let resent = num(&doc, "/copy/resent_bytes") / num(&doc, "/copy/payload_bytes");
+    eprintln!(
+        "copy --lanes 16: threads passed {per_thread:?}; the emulator dropped {dropped:.4}, the copy resent {resent:.4}; {:.1} Mbit/s",
+        num(&doc, "/copy/goodput_bps") / 1e6
+    );
+    assert!(
+        resent <= dropped + 0.005,
+        "resent {resent:.4} of the bytes for a path that dropped {dropped:.4}"
+    );
+    assert!(
+        resent >= dropped * 0.7,
+        "resent {resent:.4}, dropped {dropped:.4}"
+    );
+    let _ = std::fs::remove_dir_all(root);
+}
+
 /// Set-up is 3 round trips: TCP, the key exchange's challenge (which names the session's
 /// UDP port), and the client's proof sent with its UDP hello and its first request. A
 /// small file's whole copy takes about 5.3 of the path's 400 ms (6.3 with the 4-round-trip

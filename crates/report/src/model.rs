@@ -496,6 +496,9 @@ pub struct CopyReport {
     /// The payloads travelled sealed with ChaCha20-Poly1305 (`--encrypt`).
     #[serde(default)]
     pub encrypted: bool,
+    /// The UDP flows the data spread over (`--lanes`); absent for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<u8>,
     /// Wall time of the whole copy, set-up, sync and verification included.
     pub wall_s: f64,
     /// (bytes - resumed_bytes) over the wall time, bit/s.

@@ -710,6 +710,12 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
     if let Some(root) = &copy.root {
         let _ = writeln!(out, "BLAKE3 root {root} (verified by both ends)");
     }
+    if let Some(lanes) = copy.lanes {
+        let _ = writeln!(
+            out,
+            "Lanes: the datagrams spread over {lanes} UDP flows, each with its own sending thread"
+        );
+    }
     if let Some(bps) = copy.resumed_from_bps {
         let _ = writeln!(
             out,

@@ -85,6 +85,9 @@ pub struct CopyOptions {
     /// arrive marked CE, and the sender's rate control takes each round with a mark as
     /// congested.
     pub ecn: bool,
+    /// The UDP flows the datagrams spread over (`--lanes`, 1 to 16): each a pair of
+    /// ports of its own, with its own sending thread.
+    pub lanes: u8,
 }
 
 /// A push's memory of its path: recalled from the book when the copy starts, brought up
@@ -168,6 +171,8 @@ pub struct CopySummary {
     pub wall_s: f64,
     /// The payloads travelled sealed (`--encrypt`).
     pub encrypted: bool,
+    /// The UDP flows the datagrams spread over.
+    pub lanes: u8,
     pub files: Vec<CopiedFile>,
 }
 
@@ -206,13 +211,16 @@ fn base_name(path: &str) -> Option<&str> {
 /// The server `host` names and a session with it, as `options` say.
 fn open(host: &str, options: &CopyOptions) -> Result<(SocketAddr, ClientSession), TransferError> {
     let server = resolve(host, options.port)?;
-    let session = connect(
+    let mut session = connect(
         server,
         &options.key,
         options.block_cap,
         &options.bind,
         options.dscp,
     )?;
+    if options.lanes > 1 {
+        session.open_lanes(options.lanes, &options.bind, options.dscp)?;
+    }
     Ok((server, session))
 }
 
@@ -230,7 +238,10 @@ pub fn copy(
             let files = push_list(local, path, options.recursive)?;
             let (server, mut session) = open(host, options)?;
             if options.no_checksum {
-                sys::no_udp_checksum(&session.session.udp)
+                session
+                    .session
+                    .sockets()
+                    .try_for_each(sys::no_udp_checksum)
                     .map_err(|e| TransferError::Local(format!("--no-udp-checksum: {e}")))?;
             }
             let mut copied = Vec::new();
@@ -325,6 +336,7 @@ fn finish(
         chunk,
         wall_s: started.elapsed().as_secs_f64(),
         encrypted: options.encrypt,
+        lanes: session.session.lane_count() as u8,
         files,
     }
 }
@@ -419,7 +431,11 @@ fn push_file(
         .map_err(peer_error)?;
     if options.ecn {
         // This end sends the data: ECT(0) on its datagrams.
-        sys::set_marks(&session.session.udp, options.dscp.unwrap_or(0), true)
+        let dscp = options.dscp.unwrap_or(0);
+        session
+            .session
+            .sockets()
+            .try_for_each(|udp| sys::set_marks(udp, dscp, true))
             .map_err(|e| TransferError::Local(format!("--ecn: {e}")))?;
         session
             .session
@@ -551,7 +567,10 @@ fn pull_file(
         .map_err(peer_error)?;
     if options.ecn {
         // This end receives: it reads each datagram's marks.
-        sys::receive_tos(&session.session.udp)
+        session
+            .session
+            .sockets()
+            .try_for_each(sys::receive_tos)
             .map_err(|e| TransferError::Local(format!("--ecn: {e}")))?;
         session
             .session

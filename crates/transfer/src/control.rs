@@ -13,6 +13,8 @@ pub const MAX_FRAME: usize = 1 << 20;
 pub const MAX_ENTRIES: usize = 20_000;
 /// The most chunk ranges an `accept` lists.
 pub const MAX_HAVE_RANGES: usize = 50_000;
+/// The most UDP flows (lanes) a session's datagrams spread over (`--lanes`).
+pub const MAX_LANES: u8 = 16;
 
 /// One file of a directory listing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,6 +137,17 @@ pub enum Control {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         ecn: bool,
     },
+    /// Client: spread the session's datagrams over `count` UDP flows ("lanes", 2 to
+    /// [`MAX_LANES`]), each a pair of ports of its own, so that a path that keeps each
+    /// flow to one queue, link or thread (ECMP, a LAG, a per-flow policer, an emulator's
+    /// threads) carries the copy on several. Asked at most once, before any file.
+    Lanes { count: u8 },
+    /// Server: the UDP ports of lanes 1 to count - 1 (lane 0 is the session's). The client
+    /// sends a hello to each from a socket of its own; each is proven as the session's
+    /// first was.
+    LanePorts { ports: Vec<u16> },
+    /// Server: a hello came to every lane: the lanes are open both ways.
+    LanesReady,
     /// Client: list the files under this path (a directory pull).
     List { path: String },
     /// Server: the files under the path listed.
@@ -277,7 +290,29 @@ impl Control {
                 stats.validate()
             }
             Control::Closed { stats } => stats.validate(),
-            Control::UdpReady | Control::Refetch { .. } | Control::Bye => Ok(()),
+            Control::Lanes { count } => {
+                if (2..=MAX_LANES).contains(count) {
+                    Ok(())
+                } else {
+                    Err(Invalid(format!("{count} lanes (2 to {MAX_LANES})")))
+                }
+            }
+            Control::LanePorts { ports } => {
+                if ports.is_empty() || ports.len() >= usize::from(MAX_LANES) {
+                    return Err(Invalid(format!(
+                        "{} lane ports (1 to {})",
+                        ports.len(),
+                        MAX_LANES - 1
+                    )));
+                }
+                if ports.contains(&0) {
+                    return Err(Invalid("a lane port of 0".into()));
+                }
+                Ok(())
+            }
+            Control::UdpReady | Control::LanesReady | Control::Refetch { .. } | Control::Bye => {
+                Ok(())
+            }
         }
     }
 }
@@ -371,6 +406,18 @@ mod tests {
         assert!(decode(unknown).is_err());
         let nan = br#"{"type":"closed","stats":{"disk_busy_s":-1,"cpu_s":0,"wall_s":0}}"#;
         assert!(decode(nan).is_err());
+        for lanes in [
+            &br#"{"type":"lanes","count":1}"#[..],
+            br#"{"type":"lanes","count":17}"#,
+            br#"{"type":"lanes","count":300}"#,
+            br#"{"type":"lane_ports","ports":[]}"#,
+            br#"{"type":"lane_ports","ports":[5,0]}"#,
+            br#"{"type":"lane_ports","ports":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}"#,
+        ] {
+            assert!(decode(lanes).is_err(), "{}", String::from_utf8_lossy(lanes));
+        }
+        assert!(decode(br#"{"type":"lanes","count":16}"#).is_ok());
+        assert!(decode(br#"{"type":"lane_ports","ports":[40000,40001,40002]}"#).is_ok());
     }
 
     proptest! {

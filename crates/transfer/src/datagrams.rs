@@ -21,11 +21,25 @@ pub struct Session {
     /// counts those that arrive marked CE and says so in its ACKs. Set when the copy (the
     /// client's options, the server's offer or pull) asks for it.
     pub ecn: std::sync::atomic::AtomicBool,
+    /// Lanes 1 and on (`--lanes`), each connected to its own proven port of the peer's:
+    /// a file's data datagrams go over `udp` and these by packet number; the ACKs over
+    /// `udp` alone. Empty for a session of one lane.
+    pub lanes: Vec<Socket>,
 }
 
 impl Session {
     pub fn fd(&self) -> std::os::fd::RawFd {
         self.udp.as_raw_fd()
+    }
+
+    /// Every lane's socket, lane 0 (`udp`) first.
+    pub fn sockets(&self) -> impl Iterator<Item = &Socket> {
+        std::iter::once(&self.udp).chain(&self.lanes)
+    }
+
+    /// How many UDP flows the data datagrams spread over.
+    pub fn lane_count(&self) -> usize {
+        1 + self.lanes.len()
     }
 
     /// Whether this session's copies are ECN-capable.

@@ -32,6 +32,7 @@ pub mod channel;
 pub mod client;
 pub mod datagrams;
 pub mod disk;
+pub mod lanes;
 pub mod receive_driver;
 pub mod send_driver;
 pub mod service;

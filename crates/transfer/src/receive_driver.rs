@@ -642,6 +642,10 @@ struct ReceiveLoop<'a> {
     finished: Option<WriterDone>,
     /// Data datagrams damaged on the way (tag, CRC or seal failed).
     corrupted: u64,
+    /// Whether a lane's last receive filled its batch (more may wait).
+    lane_full: bool,
+    /// Every lane's socket, to wait on.
+    lane_fds: Vec<std::os::fd::RawFd>,
 }
 
 fn receive_loop(
@@ -657,7 +661,11 @@ fn receive_loop(
     // coalesces (loopback, a NIC's GRO): a walk of the receive path a run, not a datagram.
     // Off again at the end: the session's socket then hears small datagrams (ACKs when
     // it sends, hellos) that must not be merged.
-    let coalescing = sys::receive_gro(&io.session.udp, true).is_ok();
+    let coalescing = io
+        .session
+        .sockets()
+        .all(|lane| sys::receive_gro(lane, true).is_ok());
+    let lane_fds = io.session.sockets().map(|lane| lane.as_raw_fd()).collect();
     let ecn = io.session.ecn();
     let mut state = ReceiveLoop {
         batch: match (coalescing, ecn) {
@@ -673,10 +681,14 @@ fn receive_loop(
         last_datagram_ns: 0,
         finished: None,
         corrupted: 0,
+        lane_full: false,
+        lane_fds,
     };
     let result = state.run(receiver, cancel);
     if coalescing {
-        let _ = sys::receive_gro(&state.io.session.udp, false);
+        for lane in state.io.session.sockets() {
+            let _ = sys::receive_gro(lane, false);
+        }
     }
     *corrupted += state.corrupted;
     result.map(|()| state.finished)
@@ -697,22 +709,38 @@ impl ReceiveLoop<'_> {
             }
             self.drive_acks(receiver, now);
             self.drive_progress(receiver, now);
-            self.sleep(receiver, now, received, self.batch.full());
+            self.sleep(receiver, now, received, self.lane_full);
         }
         Ok(())
     }
 
-    /// Takes a batch of datagrams into their chunks' buffers; a filled chunk goes to the
-    /// writer. Returns the datagrams taken.
+    /// Takes a batch of datagrams from each lane into their chunks' buffers; a filled
+    /// chunk goes to the writer. Returns the datagrams taken.
     fn drive_datagrams(
         &mut self,
         receiver: &mut Receiver,
         now: u64,
     ) -> Result<usize, TransferError> {
+        let mut received = 0;
+        self.lane_full = false;
+        for lane in self.io.session.sockets() {
+            received += self.take_datagrams(receiver, now, lane.as_raw_fd())?;
+            self.lane_full |= self.batch.full();
+        }
+        Ok(received)
+    }
+
+    /// One batch from one lane's socket.
+    fn take_datagrams(
+        &mut self,
+        receiver: &mut Receiver,
+        now: u64,
+        fd: std::os::fd::RawFd,
+    ) -> Result<usize, TransferError> {
         let (session, file_index) = (self.io.session, self.io.file_index);
         let received = self
             .batch
-            .receive(session.fd())
+            .receive(fd)
             .map_err(|e| TransferError::Local(format!("cannot receive: {e}")))?;
         for i in 0..received {
             let (header, payload) = match wire::parse(self.batch.get(i), &session.key) {
@@ -851,7 +879,7 @@ impl ReceiveLoop<'_> {
             .saturating_sub(now)
             .clamp(1, 2_000_000);
         if received == 0 {
-            let _ = sys::wait(self.io.session.fd(), libc::POLLIN, Some(wait));
+            let _ = sys::wait_any(&self.lane_fds, libc::POLLIN, Some(wait));
         } else if !full {
             sys::sleep_ns(wait.min(RECEIVE_QUANTUM_NS));
         }

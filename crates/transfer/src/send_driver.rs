@@ -18,11 +18,12 @@ use crate::control::{Control, EndStats, SenderFigures};
 use crate::datagrams::{Clock, Session};
 use crate::error::TransferError;
 use crate::journal;
+use crate::lanes::{LaneSenders, Outgoing, Payload};
 use crate::layout::{root_hash, Layout};
 use crate::outcome::{FileOutcome, TimelinePoint, TransferProgress, Waits};
 use crate::rate::RateConfig;
 use crate::seal::Sealer;
-use crate::sender::{Blocked, Poll, Sender};
+use crate::sender::{Blocked, Poll, Sender, Transmit};
 use crate::sys::{self, RecvBatch, SendBatch};
 use crate::wire::{self, DataHeader, Datagram, DATA_HEADER};
 
@@ -111,6 +112,7 @@ pub fn send_file(
     let cpu_start = sys::thread_cpu_ns();
     let wait_start = sys::thread_runqueue_wait_ns();
     let mut sender = Sender::new(layout, rate, initial_rtt_ns);
+    sender.set_lanes(session.lane_count());
     let mut present = vec![false; layout.chunks() as usize];
     for chunk in crate::receive_driver::have_chunks(have, layout.chunks()) {
         present[chunk as usize] = true;
@@ -145,6 +147,13 @@ pub fn send_file(
                 return;
             }
         });
+        let (lanes, lane_threads) = match session.lane_count() {
+            1 => (None, Vec::new()),
+            _ => {
+                let (lanes, threads) = LaneSenders::start(scope, session)?;
+                (Some(lanes), threads)
+            }
+        };
         let inputs = SendInputs {
             session,
             file_index,
@@ -153,18 +162,25 @@ pub fn send_file(
             clock: &clock,
             sealer,
             progress,
+            lanes: lanes.as_ref(),
         };
         let result = send_loop(inputs, &mut sender, cancel);
         stop.store(true, Ordering::Relaxed);
+        // The lanes' threads end when their queues close.
+        drop(lanes);
+        let lanes_cpu_ns: u64 = lane_threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or(0))
+            .sum();
         // Unblock a reader waiting for room, then wait for both threads.
         while loaded_rx.try_recv().is_ok() {}
         drop(loaded_rx);
         let _ = reader.join();
         let _ = control.join();
-        result
+        result.map(|looped| (looped, lanes_cpu_ns))
     });
-    let mut looped = match result {
-        Ok(looped) => looped,
+    let (mut looped, lanes_cpu_ns) = match result {
+        Ok(done) => done,
         Err(e) => {
             if !matches!(e, TransferError::Remote(_)) {
                 let _ = sink.send(&Control::Failed {
@@ -185,7 +201,7 @@ pub fn send_file(
     let model = !matches!(rate, RateConfig::Fixed { .. });
     let stats = EndStats {
         disk_busy_s: looped.reader_busy_s,
-        cpu_s: (sys::thread_cpu_ns() - cpu_start) as f64 / 1e9 + looped.reader_cpu_s,
+        cpu_s: (sys::thread_cpu_ns() - cpu_start + lanes_cpu_ns) as f64 / 1e9 + looped.reader_cpu_s,
         wall_s: clock.now_ns() as f64 / 1e9,
         corrupted_datagrams: 0,
         runqueue_wait_s: sys::thread_runqueue_wait_ns().saturating_sub(wait_start) as f64 / 1e9,
@@ -233,6 +249,8 @@ struct SendInputs<'a> {
     clock: &'a Clock,
     sealer: Option<&'a Sealer>,
     progress: &'a dyn Fn(TransferProgress),
+    /// With more than one lane, their sending threads.
+    lanes: Option<&'a LaneSenders>,
 }
 
 /// The reader's last word: the file's root and its costs.
@@ -497,6 +515,9 @@ impl SendLoop<'_> {
         sender: &mut Sender,
         now: u64,
     ) -> Result<(usize, HeldBack), TransferError> {
+        if let Some(lanes) = self.io.lanes {
+            return self.transmit_over_lanes(sender, now, lanes);
+        }
         let (session, file_index) = (self.io.session, self.io.file_index);
         let layout = self.layout;
         let batch = &mut self.batch;
@@ -505,15 +526,10 @@ impl SendLoop<'_> {
         while batch.pending.len() < BATCH {
             match sender.poll_transmit(now) {
                 Poll::Send(t) => {
-                    let chunk = t.offset / layout.chunk;
-                    let Some(Some(data)) = chunk
-                        .checked_sub(self.base)
-                        .and_then(|i| self.chunks.get(i as usize))
+                    let Some((chunk, data, start)) = in_memory(&self.chunks, self.base, layout, &t)
                     else {
-                        // Not in memory (verified meanwhile): nothing to resend.
                         continue;
                     };
-                    let start = (t.offset - chunk * layout.chunk) as usize;
                     let i = batch.pending.len();
                     let plain = &data[start..start + t.len as usize];
                     let payload = match self.io.sealer {
@@ -560,15 +576,77 @@ impl SendLoop<'_> {
             .collect();
         match batch.send.send(session.fd(), &datagrams) {
             Ok(_) => Ok((datagrams.len(), why_not)),
-            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
-                Err(TransferError::Local(format!(
-                    "datagrams of {} bytes no longer fit the path (its MTU fell): {e}",
-                    layout.block as usize + DATA_HEADER
-                )))
-            }
-            // ICMP port unreachable and friends: the receiver went away.
-            Err(e) => Err(TransferError::Peer(format!("cannot send: {e}"))),
+            Err(e) => Err(send_error(e, layout)),
         }
+    }
+
+    /// As [`drive_transmit`](Self::drive_transmit), each datagram handed to its lane's
+    /// thread (tagged and sealed here, sent there).
+    fn transmit_over_lanes(
+        &mut self,
+        sender: &mut Sender,
+        now: u64,
+        lanes: &LaneSenders,
+    ) -> Result<(usize, HeldBack), TransferError> {
+        if let Some(e) = lanes.failure() {
+            return Err(send_error(e, self.layout));
+        }
+        let (session, file_index) = (self.io.session, self.io.file_index);
+        let mut work: Vec<Vec<Outgoing>> = Vec::new();
+        work.resize_with(session.lane_count(), Vec::new);
+        let (mut sent, mut why_not) = (0, None);
+        while sent < BATCH {
+            match sender.poll_transmit(now) {
+                Poll::Send(t) => {
+                    let Some((_, data, start)) =
+                        in_memory(&self.chunks, self.base, self.layout, &t)
+                    else {
+                        continue;
+                    };
+                    let plain = &data[start..start + t.len as usize];
+                    let payload = match self.io.sealer {
+                        Some(sealer) => {
+                            let mut sealed = Vec::new();
+                            sealer.seal(file_index, session.id, t.pn, t.offset, plain, &mut sealed);
+                            Payload::Sealed(sealed)
+                        }
+                        None => Payload::Chunk(data.clone(), start, t.len as usize),
+                    };
+                    let bytes = match &payload {
+                        Payload::Sealed(sealed) => &sealed[..],
+                        Payload::Chunk(..) => plain,
+                    };
+                    let mut header = [0u8; DATA_HEADER];
+                    DataHeader {
+                        file: file_index,
+                        session: session.id,
+                        pn: t.pn,
+                        offset: t.offset,
+                        len: bytes.len() as u16,
+                        crc: crc32fast::hash(bytes),
+                    }
+                    .encode(&mut header, &session.key);
+                    let lane = &mut work[t.lane];
+                    if lane.capacity() == 0 {
+                        *lane = lanes.batch();
+                    }
+                    lane.push(Outgoing { header, payload });
+                    sent += 1;
+                }
+                Poll::Wait { until, why } => {
+                    why_not = Some((until, why));
+                    break;
+                }
+            }
+        }
+        for (lane, batch) in work.into_iter().enumerate() {
+            if !batch.is_empty() {
+                lanes
+                    .send(lane, batch)
+                    .map_err(|e| TransferError::Local(format!("cannot send: {e}")))?;
+            }
+        }
+        Ok((sent, why_not))
     }
 
     /// Every 100 ms: a point of the timeline, the caller's progress, and the trace line.
@@ -628,6 +706,32 @@ impl SendLoop<'_> {
         } else {
             let _ = sys::wait(self.io.session.fd(), libc::POLLIN, Some(wait));
         }
+    }
+}
+
+/// The chunk transmit `t` sends from, when it is still in memory (a chunk verified
+/// meanwhile has nothing to resend): (chunk, its bytes, `t`'s start in them).
+fn in_memory<'a>(
+    chunks: &'a VecDeque<Option<Arc<Vec<u8>>>>,
+    base: u64,
+    layout: Layout,
+    t: &Transmit,
+) -> Option<(u64, &'a Arc<Vec<u8>>, usize)> {
+    let chunk = t.offset / layout.chunk;
+    let data = chunks.get(chunk.checked_sub(base)? as usize)?.as_ref()?;
+    Some((chunk, data, (t.offset - chunk * layout.chunk) as usize))
+}
+
+/// What a failed send means: a datagram too large for the path now (its MTU fell), or
+/// the receiver gone (ICMP port unreachable and friends).
+fn send_error(e: std::io::Error, layout: Layout) -> TransferError {
+    if e.raw_os_error() == Some(libc::EMSGSIZE) {
+        TransferError::Local(format!(
+            "datagrams of {} bytes no longer fit the path (its MTU fell): {e}",
+            layout.block as usize + DATA_HEADER
+        ))
+    } else {
+        TransferError::Peer(format!("cannot send: {e}"))
     }
 }
 

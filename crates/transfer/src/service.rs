@@ -86,7 +86,7 @@ impl FileService {
             Ok(channel) => channel,
             Err(e) => return log(&format!("copy session from {peer}: {e}")),
         };
-        let (mut channel, session) = match crate::session::accept(channel, &self.key, log) {
+        let (mut channel, mut session) = match crate::session::accept(channel, &self.key, log) {
             Ok(Some(ready)) => ready,
             Ok(None) => return,
             Err(e) => return log(&format!("copy session from {peer}: {e}")),
@@ -159,6 +159,11 @@ impl FileService {
                     )
                 }
                 Control::List { path } => self.list(&channel, &path, &peer, log),
+                // Lanes are the session's, set up before its first file, once.
+                Control::Lanes { count } if file_index == 0 && session.lanes.is_empty() => {
+                    crate::session::accept_lanes(&channel, &mut session, count)
+                        .map_err(|e| format!("--lanes {count}: {e}"))
+                }
                 Control::Bye => return,
                 other => {
                     log(&format!(
@@ -539,10 +544,10 @@ fn mark(
         session
             .ecn
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        let result = match way {
-            Way::Sends => sys::set_marks(&session.udp, dscp.unwrap_or(0), true),
-            Way::Receives => sys::receive_tos(&session.udp),
-        };
+        let result = session.sockets().try_for_each(|udp| match way {
+            Way::Sends => sys::set_marks(udp, dscp.unwrap_or(0), true),
+            Way::Receives => sys::receive_tos(udp),
+        });
         if let Err(e) = result {
             session
                 .ecn
@@ -556,7 +561,9 @@ fn mark(
     let datagrams = if ecn && way == Way::Sends {
         Ok(())
     } else {
-        sys::set_dscp(&session.udp, dscp)
+        session
+            .sockets()
+            .try_for_each(|udp| sys::set_dscp(udp, dscp))
     };
     if let Err(e) = datagrams.and_then(|()| channel.set_dscp(dscp)) {
         log(&format!(

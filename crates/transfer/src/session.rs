@@ -99,6 +99,125 @@ impl ClientSession {
     }
 }
 
+impl ClientSession {
+    /// Opens lanes 1 to `count` - 1 (`--lanes`): asks the server for their ports, opens a
+    /// socket for each (from the control connection's address and device, marked with
+    /// `dscp`), and sends each lane's hello until the server says every one came. Before
+    /// the first file.
+    pub fn open_lanes(
+        &mut self,
+        count: u8,
+        bind: &Bind,
+        dscp: Option<u8>,
+    ) -> Result<(), TransferError> {
+        self.channel
+            .send(&Control::Lanes { count })
+            .map_err(|e| setup_error("control connection", e))?;
+        self.prove_udp()?;
+        let ports = match self.channel.receive(SETUP_TIMEOUT, None) {
+            Ok(Control::LanePorts { ports }) if ports.len() + 1 == usize::from(count) => ports,
+            Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
+            Ok(other) => return Err(setup_error("unexpected answer", format!("{other:?}"))),
+            Err(e) => return Err(setup_error("no answer to --lanes", e)),
+        };
+        let hello = wire::encode_hello(self.session.id, &self.session.key);
+        for port in ports {
+            let udp = sys::udp_socket(SocketAddr::new(self.channel.local.ip(), 0))
+                .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
+            bind.to_device(&udp)?;
+            mark(&udp, dscp)?;
+            let to = SocketAddr::new(self.channel.peer.ip(), port);
+            udp.connect(&to.into())
+                .map_err(|e| TransferError::Local(format!("cannot connect the UDP socket: {e}")))?;
+            let _ = udp.send(&hello);
+            self.session.lanes.push(udp);
+        }
+        let deadline = Instant::now() + SETUP_TIMEOUT;
+        loop {
+            match self.channel.receive(Duration::from_millis(50), None) {
+                Ok(Control::LanesReady) => return Ok(()),
+                Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
+                Ok(other) => return Err(setup_error("unexpected answer", format!("{other:?}"))),
+                Err(crate::channel::ChannelError::Timeout(_)) if Instant::now() < deadline => {
+                    for lane in &self.session.lanes {
+                        let _ = lane.send(&hello);
+                    }
+                }
+                Err(e) => return Err(setup_error("the lanes' UDP ports were not reached", e)),
+            }
+        }
+    }
+}
+
+/// The server's half of `--lanes`: opens `count` - 1 sockets beside the session's, tells
+/// the client their ports, and connects each to the address its hello came from (tagged
+/// with the session's key, from the control connection's IP), as the session's own was.
+/// A lane without a hello within 10 s fails the session.
+pub fn accept_lanes(
+    channel: &Channel,
+    session: &mut Session,
+    count: u8,
+) -> Result<(), TransferError> {
+    let peer = channel.peer;
+    let mut lanes = Vec::new();
+    let mut ports = Vec::new();
+    for _ in 1..count {
+        let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
+            .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
+        let port = udp
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map(|a| a.port())
+            .ok_or_else(|| TransferError::Local("the UDP socket has no port".into()))?;
+        lanes.push(udp);
+        ports.push(port);
+    }
+    channel
+        .send(&Control::LanePorts { ports })
+        .map_err(|e| setup_error("control connection", e))?;
+    let deadline = Instant::now() + SETUP_TIMEOUT;
+    let mut proven = vec![false; lanes.len()];
+    let mut buffer = [0u8; 256];
+    while proven.contains(&false) {
+        if Instant::now() >= deadline {
+            return Err(TransferError::Peer(format!(
+                "{} of {} lanes sent no UDP hello within 10 s",
+                proven.iter().filter(|p| !**p).count(),
+                lanes.len()
+            )));
+        }
+        for (lane, udp) in lanes.iter().enumerate() {
+            if proven[lane] {
+                continue;
+            }
+            let _ = sys::wait(udp.as_raw_fd(), libc::POLLIN, Some(5_000_000));
+            // SAFETY: MaybeUninit over initialized bytes; recv_from writes at most its
+            // length.
+            let uninit =
+                unsafe { &mut *(&mut buffer[..] as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+            let Ok((n, from)) = udp.recv_from(uninit) else {
+                continue;
+            };
+            let Some(from) = from.as_socket() else {
+                continue;
+            };
+            if let Ok(Datagram::Hello { session: id }) = wire::parse(&buffer[..n], &session.key) {
+                if id == session.id && from.ip() == peer.ip() {
+                    udp.connect(&from.into()).map_err(|e| {
+                        TransferError::Local(format!("cannot connect the UDP socket: {e}"))
+                    })?;
+                    proven[lane] = true;
+                }
+            }
+        }
+    }
+    session.lanes = lanes;
+    channel
+        .send(&Control::LanesReady)
+        .map_err(|e| setup_error("control connection", e))
+}
+
 /// Where a client's control connection and datagrams leave from (`-B`, `--bind-dev`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Bind {
@@ -229,6 +348,7 @@ pub fn connect(
             id,
             block,
             ecn: Default::default(),
+            lanes: Vec::new(),
         },
         initial_rtt_ns,
         unproven: Some(UdpHello {
@@ -366,6 +486,7 @@ pub fn accept(
             id,
             block,
             ecn: Default::default(),
+            lanes: Vec::new(),
         },
     )))
 }

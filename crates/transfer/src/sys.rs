@@ -513,11 +513,25 @@ impl RecvBatch {
 /// Waits until `fd` has `events` or `timeout_ns` passes (`None`: no limit). A signal
 /// ends the wait early, which callers treat as a timeout.
 pub fn wait(fd: RawFd, events: libc::c_short, timeout_ns: Option<u64>) -> io::Result<bool> {
-    let mut poll = libc::pollfd {
-        fd,
-        events,
+    wait_any(&[fd], events, timeout_ns)
+}
+
+/// As [`wait`], for any of `fds` (a session's lanes: at most 16 are waited on).
+pub fn wait_any(fds: &[RawFd], events: libc::c_short, timeout_ns: Option<u64>) -> io::Result<bool> {
+    let empty = libc::pollfd {
+        fd: -1,
+        events: 0,
         revents: 0,
     };
+    let mut polls = [empty; 16];
+    let count = fds.len().min(polls.len());
+    for (poll, &fd) in polls.iter_mut().zip(&fds[..count]) {
+        *poll = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+    }
     let spec = timeout_ns.map(|ns| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
@@ -525,8 +539,15 @@ pub fn wait(fd: RawFd, events: libc::c_short, timeout_ns: Option<u64>) -> io::Re
     let spec_ptr = spec
         .as_ref()
         .map_or(std::ptr::null(), |s| s as *const libc::timespec);
-    // SAFETY: one live pollfd, an optional live timespec, no signal mask.
-    let n = unsafe { libc::ppoll(&mut poll, 1, spec_ptr, std::ptr::null()) };
+    // SAFETY: `count` live pollfds, an optional live timespec, no signal mask.
+    let n = unsafe {
+        libc::ppoll(
+            polls.as_mut_ptr(),
+            count as libc::nfds_t,
+            spec_ptr,
+            std::ptr::null(),
+        )
+    };
     if n < 0 {
         let error = io::Error::last_os_error();
         if error.kind() == io::ErrorKind::Interrupted {
