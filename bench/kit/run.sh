@@ -20,7 +20,7 @@ export LD_LIBRARY_PATH=$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$KIT/bin:$PATH
 ROUNDS=${ROUNDS:-3}
 TIME=${TIME:-3}
-TESTS=${TESTS:-"tcp1 tcp1-131072 tcp8 tcp16 quic1 quic8 quic8-connections lab copy copy1g"}
+TESTS=${TESTS:-"tcp1 tcp1-131072 tcp8 tcp16 quic1 quic8 quic8-connections lab copy copylanes copy1g"}
 CPU_MODEL=$(lscpu | awk -F: '/^Model name/ {sub(/^ +/, "", $2); print $2; exit}')
 CPUS=$(nproc)
 RESULTS=$(mktemp)
@@ -225,6 +225,16 @@ one_round() {
                 if [[ $(id -u) == 0 ]]; then
                     copy_pair copy-200ms-1% "${COPY_SIZE:-4G}" --delay 100ms --loss 1% --buffers 256M \
                         --threads "$(( CPUS / 4 > 1 ? CPUS / 4 : 1 ))"
+                fi ;;
+            copylanes)
+                # The same path with the copy over lanes (a UDP flow and a sending thread
+                # each): as many as the emulator has threads, and twice that.
+                if [[ $(id -u) == 0 ]]; then
+                    local threads=$(( CPUS / 4 > 1 ? CPUS / 4 : 1 )) lanes
+                    for lanes in $(printf '%s\n' "$(( threads > 1 ? threads : 2 ))" "$(( threads * 2 > 2 ? threads * 2 : 4 ))" | sort -un); do
+                        COPY_ARGS="${COPY_ARGS:-} --lanes $lanes" copy_pair "copy-200ms-1%-lanes$lanes" \
+                            "${COPY_SIZE:-4G}" --delay 100ms --loss 1% --buffers 256M --threads "$threads"
+                    done
                 fi ;;
             copy1g)
                 # The 1 Gbit/s path: 100 ms, 1 % loss, 1 GiB; the protocol's own
