@@ -281,8 +281,20 @@ fn copies_over_lanes_arrive_byte_for_byte_both_ways() {
     // A slow push over 5 lanes: the server holds the session's socket and 4 more.
     let before = udp_ports_of(server.pid()).len();
     let mut slow = std::process::Command::new(env!("CARGO_BIN_EXE_linerate"))
-        .args(["--no-store", "copy", "-p", &server.port.to_string(), "--key", &s.key()])
-        .args([source.to_str().unwrap(), &remote("slow.bin"), "--lanes", "5"])
+        .args([
+            "--no-store",
+            "copy",
+            "-p",
+            &server.port.to_string(),
+            "--key",
+            &s.key(),
+        ])
+        .args([
+            source.to_str().unwrap(),
+            &remote("slow.bin"),
+            "--lanes",
+            "5",
+        ])
         .args(["--rate", "2M", "-q"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -296,7 +308,11 @@ fn copies_over_lanes_arrive_byte_for_byte_both_ways() {
     }
     let _ = slow.kill();
     let _ = slow.wait();
-    assert_eq!(during, before + 5, "the server's UDP sockets during a 5-lane push");
+    assert_eq!(
+        during,
+        before + 5,
+        "the server's UDP sockets during a 5-lane push"
+    );
 }
 
 #[test]
@@ -540,6 +556,18 @@ fn hostile_names_are_refused_nothing_is_written_outside_and_the_server_serves_on
 fn user_mistakes_are_one_line_and_exit_2() {
     let s = Scratch::new("usage");
     let source = s.file("src/x.bin", 10, 1);
+    let (source_name, key) = (source.to_str().unwrap(), s.key());
+    let copy_with = |flag: &'static str, value: &'static str| {
+        vec![
+            "copy",
+            source_name,
+            "h:b",
+            "--key",
+            key.as_str(),
+            flag,
+            value,
+        ]
+    };
     for (args, names) in [
         (
             vec!["copy", "a", "b", "--key", &s.key()],
@@ -554,30 +582,8 @@ fn user_mistakes_are_one_line_and_exit_2() {
             "'/nonexistent/x'",
         ),
         (vec!["copy", source.to_str().unwrap(), "h:b"], "--key"),
-        (
-            vec![
-                "copy",
-                source.to_str().unwrap(),
-                "h:b",
-                "--key",
-                &s.key(),
-                "--chunk",
-                "3M",
-            ],
-            "'3M'",
-        ),
-        (
-            vec![
-                "copy",
-                source.to_str().unwrap(),
-                "h:b",
-                "--key",
-                &s.key(),
-                "--lanes",
-                "17",
-            ],
-            "'17'",
-        ),
+        (copy_with("--chunk", "3M"), "'3M'"),
+        (copy_with("--lanes", "17"), "'17'"),
         (vec!["serve", "--files", &s.served()], "--key"),
         (vec!["disk", "/nonexistent"], "'/nonexistent'"),
     ] {

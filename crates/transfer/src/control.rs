@@ -290,26 +290,8 @@ impl Control {
                 stats.validate()
             }
             Control::Closed { stats } => stats.validate(),
-            Control::Lanes { count } => {
-                if (2..=MAX_LANES).contains(count) {
-                    Ok(())
-                } else {
-                    Err(Invalid(format!("{count} lanes (2 to {MAX_LANES})")))
-                }
-            }
-            Control::LanePorts { ports } => {
-                if ports.is_empty() || ports.len() >= usize::from(MAX_LANES) {
-                    return Err(Invalid(format!(
-                        "{} lane ports (1 to {})",
-                        ports.len(),
-                        MAX_LANES - 1
-                    )));
-                }
-                if ports.contains(&0) {
-                    return Err(Invalid("a lane port of 0".into()));
-                }
-                Ok(())
-            }
+            Control::Lanes { count } => lanes_in_range(*count),
+            Control::LanePorts { ports } => lane_ports_valid(ports),
             Control::UdpReady | Control::LanesReady | Control::Refetch { .. } | Control::Bye => {
                 Ok(())
             }
@@ -360,6 +342,30 @@ pub fn decode(body: &[u8]) -> Result<Control, Invalid> {
         serde_json::from_slice(body).map_err(|e| Invalid(format!("malformed message: {e}")))?;
     message.validate()?;
     Ok(message)
+}
+
+/// A session's lanes: 2 to [`MAX_LANES`].
+fn lanes_in_range(count: u8) -> Result<(), Invalid> {
+    if (2..=MAX_LANES).contains(&count) {
+        Ok(())
+    } else {
+        Err(Invalid(format!("{count} lanes (2 to {MAX_LANES})")))
+    }
+}
+
+/// The ports of lanes 1 and on: 1 to [`MAX_LANES`] - 1 of them, none 0.
+fn lane_ports_valid(ports: &[u16]) -> Result<(), Invalid> {
+    if ports.is_empty() || ports.len() >= usize::from(MAX_LANES) {
+        return Err(Invalid(format!(
+            "{} lane ports (1 to {})",
+            ports.len(),
+            MAX_LANES - 1
+        )));
+    }
+    if ports.contains(&0) {
+        return Err(Invalid("a lane port of 0".into()));
+    }
+    Ok(())
 }
 
 /// A DSCP is six bits.

@@ -657,49 +657,12 @@ mod tests {
     /// Runs a sender against a receiver over a path that drops the datagrams `lose`
     /// picks, with a one-way delay; returns both ends when the receiver is whole.
     fn run(
-        mut sender: Sender,
-        mut receiver: Receiver,
+        sender: Sender,
+        receiver: Receiver,
         one_way_ns: u64,
-        mut lose: impl FnMut(u64) -> bool,
+        lose: impl FnMut(u64) -> bool,
     ) -> (Sender, Receiver, u64) {
-        sender.set_readable(u64::MAX);
-        sender.set_window(receiver.window());
-        let mut now = 0u64;
-        let mut to_receiver: VecDeque<(u64, Transmit)> = VecDeque::new();
-        let mut to_sender: VecDeque<(u64, Ack)> = VecDeque::new();
-        let mut sent_index = 0u64;
-        while !receiver.is_complete() {
-            assert!(now < 600_000 * MS, "no progress");
-            while let Poll::Send(t) = sender.poll_transmit(now) {
-                if !lose(sent_index) {
-                    to_receiver.push_back((now + one_way_ns, t));
-                }
-                sent_index += 1;
-            }
-            while to_receiver.front().is_some_and(|(at, _)| *at <= now) {
-                let (_, t) = to_receiver.pop_front().unwrap();
-                if let DataOutcome::Store {
-                    chunk,
-                    filled: true,
-                    ..
-                } = receiver.on_data(now, t.pn, t.offset, t.len as u16)
-                {
-                    receiver.chunk_checked(chunk, true);
-                }
-            }
-            if let Some(ack) = receiver.poll_ack(now, 0, 1) {
-                to_sender.push_back((now + one_way_ns, ack));
-            }
-            while to_sender.front().is_some_and(|(at, _)| *at <= now) {
-                let (_, ack) = to_sender.pop_front().unwrap();
-                sender.on_ack(now, &ack).unwrap();
-            }
-            if sender.next_timeout().is_some_and(|t| t <= now) {
-                sender.on_timeout(now);
-            }
-            now += 100_000;
-        }
-        (sender, receiver, now)
+        run_over_lanes(sender, receiver, (1, &|_| one_way_ns), one_way_ns, lose)
     }
 
     #[test]
@@ -788,19 +751,22 @@ mod tests {
         assert!(sender.counters.probe_timeouts >= 1);
     }
 
-    /// As [`run`], over a path whose delay is each lane's own (`lane_delay_ns`): the lanes
-    /// overtake each other, each keeps its order.
+    /// Runs a sender against a receiver over a path of `lanes` flows (a datagram's lane:
+    /// its packet number modulo them) with a one-way delay each (`lane_delay_ns`): the
+    /// lanes overtake each other, each keeps its order. The ACKs take `ack_ns`; `lose`
+    /// picks the datagrams dropped. Returns both ends and the time when the receiver is
+    /// whole.
     fn run_over_lanes(
         mut sender: Sender,
         mut receiver: Receiver,
-        lanes: usize,
-        lane_delay_ns: impl Fn(usize) -> u64,
+        (lanes, lane_delay_ns): (u64, &dyn Fn(u64) -> u64),
+        ack_ns: u64,
         mut lose: impl FnMut(u64) -> bool,
-    ) -> (Sender, Receiver) {
+    ) -> (Sender, Receiver, u64) {
         sender.set_readable(u64::MAX);
         sender.set_window(receiver.window());
         let mut now = 0u64;
-        // (arrival, order sent, datagram): arrivals in time order, sends in order.
+        // (arrival, order sent) -> datagram: arrivals in time order, sends in order.
         let mut to_receiver = std::collections::BTreeMap::new();
         let mut to_sender: VecDeque<(u64, Ack)> = VecDeque::new();
         let mut sent_index = 0u64;
@@ -808,9 +774,9 @@ mod tests {
             assert!(now < 600_000 * MS, "no progress");
             while let Poll::Send(t) = sender.poll_transmit(now) {
                 // The path's lanes are its own: a sender told of fewer still crosses them.
-                let lane = (t.pn % lanes as u64) as usize;
                 if !lose(sent_index) {
-                    to_receiver.insert((now + lane_delay_ns(lane), sent_index), t);
+                    let arrival = now + lane_delay_ns(t.pn % lanes);
+                    to_receiver.insert((arrival, sent_index), t);
                 }
                 sent_index += 1;
             }
@@ -829,7 +795,7 @@ mod tests {
                 }
             }
             if let Some(ack) = receiver.poll_ack(now, 0, 1) {
-                to_sender.push_back((now + 5 * MS, ack));
+                to_sender.push_back((now + ack_ns, ack));
             }
             while to_sender.front().is_some_and(|(at, _)| *at <= now) {
                 let (_, ack) = to_sender.pop_front().unwrap();
@@ -840,24 +806,26 @@ mod tests {
             }
             now += 100_000;
         }
-        (sender, receiver)
+        (sender, receiver, now)
     }
 
     #[test]
     fn lanes_that_overtake_each_other_are_not_read_as_loss() {
         // Two lanes, the second 0.6 ms slower: at 100 Mbit/s of 1,000-byte blocks its
         // datagrams arrive 7 or so behind the first lane's, past the packet threshold.
-        let slower = |lane: usize| 5 * MS + lane as u64 * 600_000;
+        let slower = |lane: u64| 5 * MS + lane * 600_000;
+        let path = (2, &slower as &dyn Fn(u64) -> u64);
         let mut sender = Sender::new(layout(), fixed(100_000_000), 10 * MS);
         sender.set_lanes(2);
-        let (sender, receiver) =
-            run_over_lanes(sender, Receiver::new(layout(), 8), 2, slower, |_| false);
+        let (sender, receiver, _) =
+            run_over_lanes(sender, Receiver::new(layout(), 8), path, 5 * MS, |_| false);
         assert_eq!(sender.counters.lost_packets, 0);
         assert_eq!(receiver.counters.duplicate_packets, 0);
         // A sender that judges every packet against all the others reads the overtaking
         // as loss: what the lanes' own thresholds are for.
         let sender = Sender::new(layout(), fixed(100_000_000), 10 * MS);
-        let (sender, _) = run_over_lanes(sender, Receiver::new(layout(), 8), 2, slower, |_| false);
+        let (sender, _, _) =
+            run_over_lanes(sender, Receiver::new(layout(), 8), path, 5 * MS, |_| false);
         assert!(
             sender.counters.lost_packets >= 10,
             "{}",
@@ -871,9 +839,10 @@ mod tests {
         // again, nothing else is, and no probe timeout is needed but for the tail.
         let mut sender = Sender::new(layout(), fixed(100_000_000), 10 * MS);
         sender.set_lanes(4);
-        let skewed = |lane: usize| 5 * MS + (3 - lane as u64) * 400_000;
-        let (sender, receiver) =
-            run_over_lanes(sender, Receiver::new(layout(), 8), 4, skewed, |i| {
+        let skewed = |lane: u64| 5 * MS + (3 - lane) * 400_000;
+        let path = (4, &skewed as &dyn Fn(u64) -> u64);
+        let (sender, receiver, _) =
+            run_over_lanes(sender, Receiver::new(layout(), 8), path, 5 * MS, |i| {
                 i % 40 == 9
             });
         let lost = sender.counters.lost_packets;

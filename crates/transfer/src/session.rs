@@ -178,7 +178,6 @@ pub fn accept_lanes(
         .map_err(|e| setup_error("control connection", e))?;
     let deadline = Instant::now() + SETUP_TIMEOUT;
     let mut proven = vec![false; lanes.len()];
-    let mut buffer = [0u8; 256];
     while proven.contains(&false) {
         if Instant::now() >= deadline {
             return Err(TransferError::Peer(format!(
@@ -192,23 +191,11 @@ pub fn accept_lanes(
                 continue;
             }
             let _ = sys::wait(udp.as_raw_fd(), libc::POLLIN, Some(5_000_000));
-            // SAFETY: MaybeUninit over initialized bytes; recv_from writes at most its
-            // length.
-            let uninit =
-                unsafe { &mut *(&mut buffer[..] as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
-            let Ok((n, from)) = udp.recv_from(uninit) else {
-                continue;
-            };
-            let Some(from) = from.as_socket() else {
-                continue;
-            };
-            if let Ok(Datagram::Hello { session: id }) = wire::parse(&buffer[..n], &session.key) {
-                if id == session.id && from.ip() == peer.ip() {
-                    udp.connect(&from.into()).map_err(|e| {
-                        TransferError::Local(format!("cannot connect the UDP socket: {e}"))
-                    })?;
-                    proven[lane] = true;
-                }
+            if let Heard::Hello(from) = heard(udp, &session.key, session.id, peer.ip()) {
+                udp.connect(&from.into()).map_err(|e| {
+                    TransferError::Local(format!("cannot connect the UDP socket: {e}"))
+                })?;
+                proven[lane] = true;
             }
         }
     }
@@ -359,6 +346,34 @@ pub fn connect(
     })
 }
 
+/// What one read of a session's unproven UDP socket found.
+enum Heard {
+    /// The session's hello (tagged with its key, naming its id) from the control
+    /// connection's IP: where the client receives.
+    Hello(SocketAddr),
+    /// A datagram that is not that, from here.
+    Other(SocketAddr),
+    Nothing,
+}
+
+/// Reads one datagram waiting on `udp` and says whether it is the session's hello.
+fn heard(udp: &socket2::Socket, key: &[u8; 32], id: u64, peer: IpAddr) -> Heard {
+    let mut buffer = [0u8; 256];
+    // SAFETY: MaybeUninit over initialized bytes; recv_from writes at most its length.
+    let uninit =
+        unsafe { &mut *(&mut buffer[..] as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+    let Ok((n, from)) = udp.recv_from(uninit) else {
+        return Heard::Nothing;
+    };
+    let Some(from) = from.as_socket() else {
+        return Heard::Nothing;
+    };
+    match wire::parse(&buffer[..n], key) {
+        Ok(Datagram::Hello { session }) if session == id && from.ip() == peer => Heard::Hello(from),
+        _ => Heard::Other(from),
+    }
+}
+
 fn is_mapped(ip: IpAddr) -> bool {
     matches!(ip, IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some())
 }
@@ -440,7 +455,6 @@ pub fn accept(
     let datagram_key = keys.derive(DATAGRAM_KEY_CONTEXT);
     // The client's hello: tagged with the session's key, from the control peer's IP.
     let deadline = Instant::now() + SETUP_TIMEOUT;
-    let mut buffer = [0u8; 256];
     let client_udp = loop {
         if Instant::now() >= deadline {
             log(&format!(
@@ -449,22 +463,12 @@ pub fn accept(
             return Err(TransferError::Peer("no UDP hello within 10 s".into()));
         }
         let _ = sys::wait(udp.as_raw_fd(), libc::POLLIN, Some(50_000_000));
-        // SAFETY: MaybeUninit over initialized bytes; recv_from writes at most its length.
-        let uninit =
-            unsafe { &mut *(&mut buffer[..] as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
-        let Ok((n, from)) = udp.recv_from(uninit) else {
-            continue;
-        };
-        let Some(from) = from.as_socket() else {
-            continue;
-        };
-        match wire::parse(&buffer[..n], &datagram_key) {
-            Ok(Datagram::Hello { session }) if session == id && from.ip() == peer.ip() => {
-                break from;
-            }
-            _ => log(&format!(
+        match heard(&udp, &datagram_key, id, peer.ip()) {
+            Heard::Hello(from) => break from,
+            Heard::Other(from) => log(&format!(
                 "copy session from {peer}: ignored a datagram from {from} that is not its hello"
             )),
+            Heard::Nothing => {}
         }
     };
     udp.connect(&client_udp.into())
