@@ -661,10 +661,15 @@ fn receive_loop(
     // coalesces (loopback, a NIC's GRO): a walk of the receive path a run, not a datagram.
     // Off again at the end: the session's socket then hears small datagrams (ACKs when
     // it sends, hellos) that must not be merged.
-    let coalescing = io
-        .session
-        .sockets()
-        .all(|lane| sys::receive_gro(lane, true).is_ok());
+    let coalescing = io.session.sockets().fold(true, |all, lane| {
+        sys::receive_gro(lane, true).is_ok() && all
+    });
+    if !coalescing {
+        // All lanes or none: a batch of one datagram a buffer would cut a run short.
+        for lane in io.session.sockets() {
+            let _ = sys::receive_gro(lane, false);
+        }
+    }
     let lane_fds = io.session.sockets().map(|lane| lane.as_raw_fd()).collect();
     let ecn = io.session.ecn();
     let mut state = ReceiveLoop {
