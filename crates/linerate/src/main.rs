@@ -39,7 +39,9 @@ pub struct Globals {
 }
 
 /// jemalloc in place of glibc's malloc, for every allocation in the process (SQLite's
-/// too), when built with `--features jemalloc`.
+/// too): a mesh coordinator left running keeps a flat resident size with it, where
+/// glibc's heap crept by 1-2 MiB an hour from fragments it cannot return
+/// (docs/performance.md). The `jemalloc` feature, on by default.
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

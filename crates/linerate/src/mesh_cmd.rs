@@ -233,22 +233,22 @@ fn key_of(mesh: &Mesh, globals: &Globals) -> Result<Option<Key>, Failure> {
         .map_err(|e| Failure::Usage(format!("the mesh's key {}: {e}", path.display())))
 }
 
-/// One allocator arena for the coordinator. Its jobs' threads allocate what its own thread
-/// keeps and frees (results, documents, links given back), and glibc gives threads up to
-/// eight arenas a CPU, each keeping its own fragments: a 30-minute soak measured the
-/// resident memory growing 6 MiB an hour, all of it in those arenas (docs/performance.md).
-/// One arena reuses what any thread freed. The coordinator moves no test data itself, so
-/// its threads allocate little and seldom contend for the arena's lock. Set before the
-/// first thread starts; an agent (`serve`), which does move data, keeps glibc's default.
+/// With glibc's allocator (a build without the `jemalloc` feature): one arena for the
+/// coordinator. Its jobs' threads allocate what its own thread keeps and frees (results,
+/// documents, links given back), and glibc gives threads up to eight arenas a CPU, each
+/// keeping its own fragments: a 30-minute soak measured the resident memory growing 6 MiB
+/// an hour, all of it in those arenas (docs/performance.md). One arena reuses what any
+/// thread freed. Set before the first thread starts. jemalloc, the default, returns freed
+/// pages by itself and needs neither this nor [`HeapTrim`].
 fn one_allocator_arena() {
-    #[cfg(target_env = "gnu")]
+    #[cfg(all(target_env = "gnu", not(feature = "jemalloc")))]
     // SAFETY: mallopt changes a glibc tunable; called before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 
-/// Hands the allocator's free pages back to the kernel once a minute. glibc returns only
+/// With glibc's allocator: hands its free pages back to the kernel once a minute. glibc returns only
 /// the top of its heap by itself; a burst of results (a cycle's jobs ending together)
 /// leaves free pages below live ones, which the resident size kept as growth. A heap
 /// profile of a 12-minute soak found the memory in use flat from the second minute
@@ -273,7 +273,7 @@ impl HeapTrim {
             return;
         }
         self.last = std::time::Instant::now();
-        #[cfg(target_env = "gnu")]
+        #[cfg(all(target_env = "gnu", not(feature = "jemalloc")))]
         // SAFETY: malloc_trim only releases memory the allocator holds free.
         unsafe {
             libc::malloc_trim(0);

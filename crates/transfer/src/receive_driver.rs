@@ -661,9 +661,10 @@ fn receive_loop(
     // coalesces (loopback, a NIC's GRO): a walk of the receive path a run, not a datagram.
     // Off again at the end: the session's socket then hears small datagrams (ACKs when
     // it sends, hellos) that must not be merged.
-    let coalescing = io.session.sockets().fold(true, |all, lane| {
-        sys::receive_gro(lane, true).is_ok() && all
-    });
+    let mut coalescing = true;
+    for lane in io.session.sockets() {
+        coalescing &= sys::receive_gro(lane, true).is_ok();
+    }
     if !coalescing {
         // All lanes or none: a batch of one datagram a buffer would cut a run short.
         for lane in io.session.sockets() {
