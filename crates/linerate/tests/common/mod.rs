@@ -136,10 +136,20 @@ impl ServeProcess {
             .unwrap_or(0)
     }
 
+    /// The server's threads, less the allocator's: jemalloc starts a thread of its own
+    /// ("jemalloc_bg_thd") for each arena that has pages to return, when the arena is
+    /// first used, and keeps it; it serves no request and is no leak.
     pub fn thread_count(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
-            .map(|d| d.count())
-            .unwrap_or(0)
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else {
+            return 0;
+        };
+        tasks
+            .flatten()
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .map_or(true, |name| name.trim() != "jemalloc_bg_thd")
+            })
+            .count()
     }
 
     /// Waits until the thread count is back to `baseline` at most; returns the last count.
