@@ -749,6 +749,11 @@ impl ReceiveLoop<'_> {
             .receive(fd)
             .map_err(|e| TransferError::Local(format!("cannot receive: {e}")))?;
         for i in 0..received {
+            // A coalesced batch holds thousands of datagrams: the ACKs due go out every 64
+            // of them, as after a batch of one datagram a message, not once at its end.
+            if i > 0 && i % RECEIVE_BATCH == 0 {
+                self.drive_acks(receiver, now);
+            }
             let (header, payload) = match wire::parse(self.batch.get(i), &session.key) {
                 Ok(Datagram::Data { header, payload }) => (header, payload),
                 // The socket is connected to the sender: a data datagram whose header tag
