@@ -1370,7 +1370,10 @@ fn a_copy_over_lanes_spreads_over_the_emulators_threads_and_resends_only_the_los
         per_thread.len() == 2 && per_thread.iter().all(|n| *n > passed * 0.05),
         "frames passed by each thread: {per_thread:?}"
     );
-    eprintln!("copy --lanes 16: {} / {}", doc["copy"]["limit"], doc["copy"]["diagnosis"]);
+    eprintln!(
+        "copy --lanes 16: {} / {}",
+        doc["copy"]["limit"], doc["copy"]["diagnosis"]
+    );
     let (dropped, resent) = resends_only_the_losses(&doc, &status);
     eprintln!(
         "copy --lanes 16: threads passed {per_thread:?}; the emulator dropped {dropped:.4}, the copy resent {resent:.4}; {:.1} Mbit/s",
