@@ -732,6 +732,9 @@ impl ReceiveLoop<'_> {
         for lane in self.io.session.sockets() {
             received += self.take_datagrams(receiver, now, lane.as_raw_fd())?;
             self.lane_full |= self.batch.full();
+            // The ACKs due after each lane's batch, not after all lanes': sixteen batches
+            // are a thousand datagrams, more late arrivals than one ACK has room for.
+            self.drive_acks(receiver, now);
         }
         Ok(received)
     }

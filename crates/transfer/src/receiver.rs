@@ -83,6 +83,14 @@ pub struct Receiver {
     held: u32,
     /// Packet numbers received, ascending, disjoint ranges within `PN_SPAN` of the largest.
     pns: VecDeque<PnRange>,
+    /// Packet numbers that arrived below the largest since the last ACK, and those before
+    /// it (at most MAX_ACK_RANGES each): an ACK describes their ranges even where more
+    /// ranges lie above them than it carries, so that a datagram of a lane far behind the
+    /// others is reported (twice, against a lost ACK) before later ones of its lane are.
+    late: Vec<u64>,
+    late_before: Vec<u64>,
+    /// The largest packet number the last ACK carried.
+    acked_largest: Option<u64>,
     largest_at_ns: u64,
     unacked: u32,
     first_unacked_ns: Option<u64>,
@@ -104,6 +112,9 @@ impl Receiver {
             done: 0,
             held: 0,
             pns: VecDeque::new(),
+            late: Vec::new(),
+            late_before: Vec::new(),
+            acked_largest: None,
             largest_at_ns: 0,
             unacked: 0,
             first_unacked_ns: None,
@@ -168,7 +179,9 @@ impl Receiver {
                 if high - pn >= PN_SPAN {
                     return;
                 }
-                self.insert_old_pn(pn);
+                if self.insert_old_pn(pn) && self.late.len() < MAX_ACK_RANGES {
+                    self.late.push(pn);
+                }
                 self.count_unacked(now_ns);
                 return;
             }
@@ -190,12 +203,13 @@ impl Receiver {
         self.first_unacked_ns.get_or_insert(now_ns);
     }
 
-    /// A packet number below the largest (reordered): rare, so a linear merge will do.
-    fn insert_old_pn(&mut self, pn: u64) {
+    /// A packet number below the largest (reordered, or of a lane behind the others);
+    /// false when it was seen before. Rare with one lane, so a linear merge will do.
+    fn insert_old_pn(&mut self, pn: u64) -> bool {
         let at = self.pns.partition_point(|r| r.high < pn);
         if let Some(range) = self.pns.get(at) {
             if range.low <= pn {
-                return; // already seen
+                return false; // already seen
             }
         }
         let joins_next = self.pns.get(at).is_some_and(|r| r.low == pn + 1);
@@ -209,6 +223,45 @@ impl Receiver {
             (false, true) => self.pns[at].low = pn,
             (false, false) => self.pns.insert(at, PnRange { low: pn, high: pn }),
         }
+        true
+    }
+
+    /// The ranges an ACK carries, highest first: all of them when they fit; else, in this
+    /// order until the room is full, those above the last ACK's largest (the one ending
+    /// at the largest first), those holding the late arrivals since the last ACK, those
+    /// holding the late arrivals before it, and the highest of the rest.
+    fn ack_ranges(&mut self) -> Vec<PnRange> {
+        let ranges = self.choose_ranges();
+        self.acked_largest = ranges.first().map(|r| r.high);
+        // This ACK's late arrivals become the ones before the next (the buffers reused).
+        std::mem::swap(&mut self.late, &mut self.late_before);
+        self.late.clear();
+        ranges
+    }
+
+    fn choose_ranges(&self) -> Vec<PnRange> {
+        if self.pns.len() <= MAX_ACK_RANGES {
+            return self.pns.iter().rev().copied().collect();
+        }
+        // Indexes into `pns` (ascending), kept sorted: at most MAX_ACK_RANGES of them.
+        let mut chosen: Vec<usize> = Vec::with_capacity(MAX_ACK_RANGES);
+        let from_the_top = (0..self.pns.len()).rev();
+        let new_at_the_top = from_the_top
+            .clone()
+            .take_while(|&at| self.acked_largest.is_none_or(|l| self.pns[at].high > l));
+        let late = self.late.iter().rev().chain(self.late_before.iter().rev());
+        let holding_late = late.map(|&pn| self.pns.partition_point(|r| r.high < pn));
+        for at in new_at_the_top.chain(holding_late).chain(from_the_top) {
+            if chosen.len() == MAX_ACK_RANGES {
+                break;
+            }
+            if at < self.pns.len() {
+                if let Err(slot) = chosen.binary_search(&at) {
+                    chosen.insert(slot, at);
+                }
+            }
+        }
+        chosen.iter().rev().map(|&at| self.pns[at]).collect()
     }
 
     /// The ACKs from now on carry the count of data datagrams that arrived marked CE
@@ -337,13 +390,7 @@ impl Receiver {
             backlog: self.held,
             window: self.window(),
             verified: self.verified_offset(),
-            ranges: self
-                .pns
-                .iter()
-                .rev()
-                .take(MAX_ACK_RANGES)
-                .copied()
-                .collect(),
+            ranges: self.ack_ranges(),
             ce: self.counting_ce.then_some(self.counters.ce_marked),
         })
     }
@@ -460,6 +507,57 @@ mod tests {
         let ack = receiver.poll_ack(10_000_000, 0, 1).unwrap();
         assert_eq!(ack.ranges.first(), Some(&PnRange { low: 44, high: 62 }));
         assert!(ack.seq > acks[0].seq);
+    }
+
+    #[test]
+    fn a_late_arrival_below_more_ranges_than_an_ack_carries_is_acknowledged_twice() {
+        use crate::wire::{encode_ack, parse, Datagram};
+        let layout = Layout::fitting(64 << 20, MIN_CHUNK, 1024).unwrap();
+        let mut receiver = Receiver::new(layout, 1024);
+        // Every other packet number up to 600: 300 ranges, more than an ACK carries.
+        for pn in (0..600u64).step_by(2) {
+            receiver.on_data(1_000, pn, pn * 1024, 1024);
+        }
+        let first = receiver.poll_ack(1_000 + MAX_ACK_DELAY_NS, 0, 1).unwrap();
+        assert_eq!(first.ranges.len(), MAX_ACK_RANGES);
+        assert_eq!(
+            first.ranges.last().unwrap().low,
+            600 - 2 * MAX_ACK_RANGES as u64
+        );
+        // A datagram of a lane far behind: 11, below the ranges the ACK had room for.
+        receiver.on_data(2_000, 11, 11 * 1024, 1024);
+        receiver.on_data(2_000, 601, 601 * 1024, 1024);
+        let mut acks = Vec::new();
+        for at in [2, 3, 4] {
+            acks.push(receiver.poll_ack(3 * at * MAX_ACK_DELAY_NS, 0, 1).unwrap());
+            let pn = 600 + at;
+            receiver.on_data(3 * at * MAX_ACK_DELAY_NS + 1, pn, pn * 1024, 1024);
+        }
+        let key = [3u8; 32];
+        for (i, ack) in acks.iter().enumerate() {
+            assert!(ack.ranges.len() <= MAX_ACK_RANGES);
+            assert_eq!(
+                ack.ranges[0].high, ack.largest,
+                "the first range ends at the largest"
+            );
+            // Highest first, disjoint: what the wire carries (gaps between them).
+            let mut bytes = Vec::new();
+            encode_ack(ack, &key, &mut bytes);
+            assert_eq!(parse(&bytes, &key), Ok(Datagram::Ack(ack.clone())));
+            let holds_11 = ack.ranges.contains(&PnRange { low: 10, high: 12 });
+            // The ACK after the arrival and the one after it (in case the first is lost)
+            // carry it; the third has the room for the highest ranges again.
+            assert_eq!(holds_11, i < 2, "ACK {i}: {:?}", ack.ranges.last());
+        }
+        // The highest ranges: 601 to 603, and the 127 single ones below it, down to 346.
+        assert_eq!(
+            acks[2].ranges[0],
+            PnRange {
+                low: 601,
+                high: 603
+            }
+        );
+        assert_eq!(acks[2].ranges.last().unwrap().low, 598 - 2 * 126);
     }
 
     #[test]

@@ -744,7 +744,7 @@ fn trace_line(sender: &Sender, now: u64, line: &mut Timeline) {
     line.trace_sent = sender.counters.bytes;
     eprint!("trace sent {sent_mbps:>6.0} M acked {acked_mbps:>6.0} M ");
     eprintln!(
-        "trace {:>7.3} s pacing {:>6} M bottleneck {:>6} M cwnd {:>10} in flight {:>10} {:?} random loss {:.4} srtt {:.1} ms min {:.1} ms lost {} congested rounds {}",
+        "trace {:>7.3} s pacing {:>6} M bottleneck {:>6} M cwnd {:>10} in flight {:>10} {:?} random loss {:.4} srtt {:.1} ms min {:.1} ms lost {} (by time {}, probes {}) congested rounds {}",
         now as f64 / 1e9,
         rate.pacing_bps() / 1_000_000,
         rate.bottleneck_bps() / 1_000_000,
@@ -755,6 +755,8 @@ fn trace_line(sender: &Sender, now: u64, line: &mut Timeline) {
         sender.srtt_ns() as f64 / 1e6,
         sender.min_rtt_ns().unwrap_or(0) as f64 / 1e6,
         sender.counters.lost_packets,
+        sender.counters.lost_by_time,
+        sender.counters.probe_timeouts,
         rate.congested_rounds,
     );
 }
