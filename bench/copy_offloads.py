@@ -72,6 +72,9 @@ def main():
     ap.add_argument("--baseline", default="", help="another linerate build, run interleaved")
     ap.add_argument("--lanes", default="1",
                     help="lane counts to run linerate with, e.g. 1,2,4 (the baseline: 1)")
+    ap.add_argument("--no-offloads", action="store_true",
+                    help="turn the veth pair's checksum offload and GRO off (the lab's links: "
+                         "a datagram a message both ways), to weigh the per-datagram costs")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/copy_offloads.py needs root (network namespaces)")
@@ -87,6 +90,11 @@ def main():
     servers = []
     try:
         link_up()
+        if args.no_offloads:
+            for ns, dev in ((CLIENT, "cli0"), (SERVER, "srv0")):
+                sh("ip", "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off", "rx", "off",
+                   "gro", "off", "gso", "off", "tso", "off")
+            print("offloads off: checksums in software, no GRO (a datagram a message)")
         os.makedirs(os.path.join(work, "dest"))
         # Each build copies to a server of its own build: both ends as they were.
         for i, (_, binary) in enumerate(binaries):
