@@ -48,6 +48,7 @@ fn read_chunks(
     present: &[bool],
     sink: &ControlWriter,
     out: mpsc::SyncSender<Loaded>,
+    spare: mpsc::Receiver<Vec<u8>>,
     stop: &AtomicBool,
 ) {
     let cpu_start = sys::thread_cpu_ns();
@@ -57,7 +58,17 @@ fn read_chunks(
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let mut bytes = vec![0u8; layout.chunk_len(chunk) as usize];
+        let len = layout.chunk_len(chunk) as usize;
+        // A buffer the sending loop is done with, else a new one: a new one is zeroed by
+        // the allocator and its pages by the kernel, 13 % of the sending process's CPU
+        // at 5 Gbit/s. The read overwrites every byte either way.
+        let mut bytes = match spare.try_recv() {
+            Ok(mut reused) => {
+                reused.resize(len, 0);
+                reused
+            }
+            Err(_) => vec![0u8; len],
+        };
         let started = Instant::now();
         if let Err(e) = file.read_exact_at(&mut bytes, chunk * layout.chunk) {
             let _ = out.send(Loaded::Failed(format!(
@@ -127,13 +138,23 @@ pub fn send_file(
     let sink = channel.sink();
     let result = std::thread::scope(|scope| {
         let (loaded_tx, loaded_rx) = mpsc::sync_channel(READ_AHEAD);
+        let (spare_tx, spare_rx) = mpsc::sync_channel(READ_AHEAD);
         let reader_stop = stop.clone();
         let reader_sink = sink.clone();
         let present = &present;
         let reader = std::thread::Builder::new()
             .name("copy-reader".into())
             .spawn_scoped(scope, move || {
-                read_chunks(file, layout, present, &reader_sink, loaded_tx, &reader_stop)
+                let (out, spare) = (loaded_tx, spare_rx);
+                read_chunks(
+                    file,
+                    layout,
+                    present,
+                    &reader_sink,
+                    out,
+                    spare,
+                    &reader_stop,
+                )
             })
             .map_err(|e| TransferError::Local(format!("cannot start the reader: {e}")))?;
         let (control_tx, control_rx) = mpsc::channel::<Result<Control, ChannelError>>();
@@ -158,6 +179,7 @@ pub fn send_file(
             session,
             file_index,
             loaded: &loaded_rx,
+            spare: &spare_tx,
             control: &control_rx,
             clock: &clock,
             sealer,
@@ -245,6 +267,8 @@ struct SendInputs<'a> {
     session: &'a Session,
     file_index: u32,
     loaded: &'a mpsc::Receiver<Loaded>,
+    /// Chunk buffers back to the reader once no lane holds them.
+    spare: &'a mpsc::SyncSender<Vec<u8>>,
     control: &'a mpsc::Receiver<Result<Control, ChannelError>>,
     clock: &'a Clock,
     sealer: Option<&'a Sealer>,
@@ -406,7 +430,11 @@ impl SendLoop<'_> {
             }
         }
         while self.base < window_chunk && !self.chunks.is_empty() {
-            self.chunks.pop_front();
+            if let Some(Some(bytes)) = self.chunks.pop_front() {
+                if let Ok(bytes) = Arc::try_unwrap(bytes) {
+                    let _ = self.io.spare.try_send(bytes);
+                }
+            }
             self.base += 1;
         }
         Ok(())
