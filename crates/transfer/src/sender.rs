@@ -870,17 +870,14 @@ mod tests {
         // of a late lane must still be acknowledged before its lane's later ones are, or
         // it is judged lost and sent again though it arrived.
         let layout = Layout::fitting(16 << 20, MIN_CHUNK, 1000).unwrap();
-        let mut sender = Sender::new(layout.clone(), fixed(1_000_000_000), 20 * MS);
+        let mut sender = Sender::new(layout, fixed(1_000_000_000), 20 * MS);
         sender.set_lanes(16);
         let staggered = |lane: u64| 5 * MS + (lane * 7 % 16) * 400_000;
         let path = (16, &staggered as &dyn Fn(u64) -> u64);
-        let (sender, receiver, _) = run_over_lanes(
-            sender,
-            Receiver::new(layout.clone(), 64),
-            path,
-            5 * MS,
-            |i| i % 97 == 11,
-        );
+        let (sender, receiver, _) =
+            run_over_lanes(sender, Receiver::new(layout, 64), path, 5 * MS, |i| {
+                i % 97 == 11
+            });
         let lost = sender.counters.lost_packets;
         assert!(lost >= layout.blocks() / 97, "lost {lost}");
         let copies = sender.counters.tail_copies;
