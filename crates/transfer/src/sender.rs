@@ -722,14 +722,20 @@ mod tests {
         let receiver = Receiver::new(layout(), 8);
         // Every 50th datagram lost, retransmissions included.
         let (sender, receiver, _) = run(sender, receiver, 5 * MS, |i| i % 50 == 7);
+        resends_only_the_losses(&sender, &receiver, layout().blocks() / 50);
+    }
+
+    /// At least `dropped` packets were judged lost, and only the lost blocks went again
+    /// (and those resent in the tail twice): every copy beyond them a duplicate at the
+    /// receiver, none judged lost that arrived.
+    fn resends_only_the_losses(sender: &Sender, receiver: &Receiver, dropped: u64) {
         let lost = sender.counters.lost_packets;
-        assert!(lost >= layout().blocks() / 50, "lost {lost}");
-        // Only the lost blocks went again, and those resent in the tail twice.
+        assert!(lost >= dropped, "lost {lost}, dropped {dropped}");
         let copies = sender.counters.tail_copies;
         assert_eq!(sender.counters.retransmitted_packets, lost + copies);
         assert!(
             receiver.counters.duplicate_packets <= copies,
-            "no spurious loss: {} duplicates, {copies} tail copies",
+            "no spurious loss: {} duplicates, {copies} tail copies, {lost} judged lost",
             receiver.counters.duplicate_packets
         );
     }
@@ -850,15 +856,7 @@ mod tests {
             run_over_lanes(sender, Receiver::new(layout(), 8), path, 5 * MS, |i| {
                 i % 40 == 9
             });
-        let lost = sender.counters.lost_packets;
-        assert!(lost >= layout().blocks() / 40, "lost {lost}");
-        let copies = sender.counters.tail_copies;
-        assert_eq!(sender.counters.retransmitted_packets, lost + copies);
-        assert!(
-            receiver.counters.duplicate_packets <= copies,
-            "no spurious loss: {} duplicates, {copies} tail copies",
-            receiver.counters.duplicate_packets
-        );
+        resends_only_the_losses(&sender, &receiver, layout().blocks() / 40);
     }
 
     #[test]
@@ -878,15 +876,7 @@ mod tests {
             run_over_lanes(sender, Receiver::new(layout, 64), path, 5 * MS, |i| {
                 i % 97 == 11
             });
-        let lost = sender.counters.lost_packets;
-        assert!(lost >= layout.blocks() / 97, "lost {lost}");
-        let copies = sender.counters.tail_copies;
-        assert_eq!(sender.counters.retransmitted_packets, lost + copies);
-        assert!(
-            receiver.counters.duplicate_packets <= copies,
-            "no spurious loss: {} duplicates, {copies} tail copies, {lost} judged lost",
-            receiver.counters.duplicate_packets
-        );
+        resends_only_the_losses(&sender, &receiver, layout.blocks() / 97);
     }
 
     #[test]
