@@ -51,11 +51,11 @@ def link_down():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def copy_once(binary, port, source, key, lanes):
+def copy_once(binary, port, source, key, lanes, extra=()):
     before, start = rx_bytes(), time.time()
     out = sh("ip", "netns", "exec", CLIENT, binary, "--no-store", "copy", source,
              f"{SERVER_IP}:x.bin", "-p", str(port), "--key", key, "-q", "--json", "--null",
-             *(["--lanes", str(lanes)] if lanes > 1 else []))
+             *(["--lanes", str(lanes)] if lanes > 1 else []), *extra)
     wall = time.time() - start
     wire = (rx_bytes() - before) * 8 / wall
     copy = json.loads(out.stdout)["copy"]
@@ -75,6 +75,8 @@ def main():
     ap.add_argument("--no-offloads", action="store_true",
                     help="turn the veth pair's checksum offload and GRO off (the lab's links: "
                          "a datagram a message both ways), to weigh the per-datagram costs")
+    ap.add_argument("--copy-args", default="",
+                    help="more options for every copy, e.g. --encrypt")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/copy_offloads.py needs root (network namespaces)")
@@ -110,7 +112,8 @@ def main():
         rows = {name: [] for name, *_ in runs}
         for round_ in range(args.runs):
             for name, binary, server, lanes in runs:
-                row = copy_once(binary, PORT + server, source, key, lanes)
+                row = copy_once(binary, PORT + server, source, key, lanes,
+                                args.copy_args.split())
                 rows[name].append(row)
                 print(f"round {round_ + 1} {name:18} {row['bps'] / 1e9:6.2f} Gbit/s "
                       f"(interface {row['wire'] / 1e9:.2f}), CPU s/Gbit sender "
