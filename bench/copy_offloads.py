@@ -71,7 +71,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--baseline", default="", help="another linerate build, run interleaved")
     ap.add_argument("--lanes", default="1",
-                    help="lane counts to run linerate with, e.g. 1,2,4 (the baseline: 1)")
+                    help="lane counts to run linerate (and the baseline) with, e.g. 1,2,4")
     ap.add_argument("--no-offloads", action="store_true",
                     help="turn the veth pair's checksum offload and GRO off (the lab's links: "
                          "a datagram a message both ways), to weigh the per-datagram costs")
@@ -108,7 +108,8 @@ def main():
         runs = [(f"linerate, {n} lane{'s' if n > 1 else ''}", LINERATE, 0, n)
                 for n in map(int, args.lanes.split(","))]
         if args.baseline:
-            runs.append(("baseline", args.baseline, 1, 1))
+            runs += [(f"baseline, {n} lane{'s' if n > 1 else ''}", args.baseline, 1, n)
+                     for n in map(int, args.lanes.split(","))]
         rows = {name: [] for name, *_ in runs}
         for round_ in range(args.runs):
             for name, binary, server, lanes in runs:

@@ -1,9 +1,10 @@
 //! The sending threads of a copy over several lanes (`--lanes`, docs/transfer-protocol.md
-//! 3): the sending loop runs the sender core, tags and seals each datagram, and hands it
-//! to its lane's thread, which sends it with `sendmmsg` on the lane's socket. What a send
-//! costs is mostly the kernel's (the UDP and IP path, and on a veth the receiving side's
-//! work too, run in the sender's context), and one thread a lane spreads it over cores as
-//! the lanes spread the datagrams over the path's queues.
+//! 3): the sending loop runs the sender core and hands each datagram (its packet number,
+//! offset and bytes) to its lane's thread, which seals it (`--encrypt`), sums and tags it,
+//! and sends it with `sendmmsg` on the lane's socket. The framing is most of what a
+//! datagram costs in user space and the send most of the kernel's (the UDP and IP path,
+//! and on a veth the receiving side's work too, run in the sender's context): one thread a
+//! lane spreads both over cores as the lanes spread the datagrams over the path's queues.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -15,33 +16,88 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use crate::datagrams::Session;
 use crate::error::TransferError;
+use crate::seal::Sealer;
 use crate::sys::{self, SendBatch};
-use crate::wire::DATA_HEADER;
+use crate::wire::{DataHeader, DATA_HEADER};
 
 /// Batches a lane's thread may have waiting: past them the sending loop waits for it
 /// (its socket's buffer is full, so the lane is as busy as it can be).
 const QUEUED_BATCHES: usize = 4;
 
-/// One datagram for a lane's thread: its header and its payload, owned.
+/// One datagram for a lane's thread: where its bytes are in a chunk in memory, and what
+/// its header says of them.
 pub struct Outgoing {
-    pub header: [u8; DATA_HEADER],
-    pub payload: Payload,
+    pub pn: u64,
+    pub offset: u64,
+    pub chunk: Arc<Vec<u8>>,
+    pub start: usize,
+    pub len: usize,
 }
 
-pub enum Payload {
-    /// Bytes of a chunk in memory: (chunk, start, length).
-    Chunk(Arc<Vec<u8>>, usize, usize),
-    /// A sealed copy (`--encrypt`).
-    Sealed(Vec<u8>),
+/// What every datagram of a file is framed with: the file's index, the session (its id
+/// and tag key), and with `--encrypt` its sealer (a key only read, so shared).
+#[derive(Clone, Copy)]
+pub struct Framing<'a> {
+    pub file: u32,
+    pub session: u64,
+    pub key: [u8; 32],
+    pub sealer: Option<&'a Sealer>,
 }
 
-impl Outgoing {
-    fn parts(&self) -> (&[u8], &[u8]) {
-        let payload = match &self.payload {
-            Payload::Chunk(data, start, len) => &data[*start..*start + *len],
-            Payload::Sealed(sealed) => &sealed[..],
-        };
-        (&self.header[..], payload)
+/// A lane thread's buffers for a batch's headers and sealed payloads, reused.
+#[derive(Default)]
+struct Framed {
+    headers: Vec<[u8; DATA_HEADER]>,
+    sealed: Vec<Vec<u8>>,
+}
+
+impl Framed {
+    /// Frames `batch`: each datagram sealed (with a sealer), summed and tagged.
+    fn frame(&mut self, framing: &Framing<'_>, batch: &[Outgoing]) {
+        self.headers.resize(batch.len(), [0; DATA_HEADER]);
+        if framing.sealer.is_some() && self.sealed.len() < batch.len() {
+            self.sealed.resize_with(batch.len(), Vec::new);
+        }
+        for (i, datagram) in batch.iter().enumerate() {
+            let plain = &datagram.chunk[datagram.start..datagram.start + datagram.len];
+            let bytes = match framing.sealer {
+                Some(sealer) => {
+                    let sealed = &mut self.sealed[i];
+                    let (file, session) = (framing.file, framing.session);
+                    sealer.seal(file, session, datagram.pn, datagram.offset, plain, sealed);
+                    &sealed[..]
+                }
+                None => plain,
+            };
+            DataHeader {
+                file: framing.file,
+                session: framing.session,
+                pn: datagram.pn,
+                offset: datagram.offset,
+                len: bytes.len() as u16,
+                crc: crc32fast::hash(bytes),
+            }
+            .encode(&mut self.headers[i], &framing.key);
+        }
+    }
+
+    /// The framed batch as (header, payload) pairs.
+    fn parts<'b>(
+        &'b self,
+        framing: &Framing<'_>,
+        batch: &'b [Outgoing],
+    ) -> Vec<(&'b [u8], &'b [u8])> {
+        batch
+            .iter()
+            .enumerate()
+            .map(|(i, datagram)| {
+                let payload = match framing.sealer {
+                    Some(_) => &self.sealed[i][..],
+                    None => &datagram.chunk[datagram.start..datagram.start + datagram.len],
+                };
+                (&self.headers[i][..], payload)
+            })
+            .collect()
     }
 }
 
@@ -62,6 +118,7 @@ impl LaneSenders {
     pub fn start<'scope>(
         scope: &'scope Scope<'scope, '_>,
         session: &Session,
+        framing: Framing<'scope>,
     ) -> Result<(LaneSenders, LaneThreads<'scope>), TransferError> {
         let failed = Arc::new(Mutex::new(None));
         let (spare_tx, spare) = mpsc::channel();
@@ -72,7 +129,9 @@ impl LaneSenders {
             let (fd, failed, spare_tx) = (socket.as_raw_fd(), failed.clone(), spare_tx.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("copy-lane-{lane}"))
-                .spawn_scoped(scope, move || send_lane(fd, work, spare_tx, &failed))
+                .spawn_scoped(scope, move || {
+                    send_lane(fd, framing, work, spare_tx, &failed)
+                })
                 .map_err(|e| TransferError::Local(format!("cannot start a lane's thread: {e}")))?;
             queues.push(queue);
             threads.push(thread);
@@ -105,19 +164,22 @@ impl LaneSenders {
     }
 }
 
-/// A lane's thread: sends each batch it is handed on its socket until the queue closes;
-/// after an error it only drains. Returns its CPU time.
+/// A lane's thread: frames and sends each batch it is handed on its socket until the
+/// queue closes; after an error it only drains. Returns its CPU time.
 fn send_lane(
     fd: RawFd,
+    framing: Framing<'_>,
     work: mpsc::Receiver<Vec<Outgoing>>,
     spare: mpsc::Sender<Vec<Outgoing>>,
     failed: &Mutex<Option<io::Error>>,
 ) -> u64 {
     let mut send = SendBatch::default();
+    let mut framed = Framed::default();
     let mut broken = false;
     for mut batch in work {
         if !broken {
-            let parts: Vec<(&[u8], &[u8])> = batch.iter().map(Outgoing::parts).collect();
+            framed.frame(&framing, &batch);
+            let parts = framed.parts(&framing, &batch);
             if let Err(e) = send.send(fd, &parts) {
                 broken = true;
                 *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);

@@ -18,7 +18,7 @@ use crate::control::{Control, EndStats, SenderFigures};
 use crate::datagrams::{Clock, Session};
 use crate::error::TransferError;
 use crate::journal;
-use crate::lanes::{LaneSenders, Outgoing, Payload};
+use crate::lanes::{Framing, LaneSenders, Outgoing};
 use crate::layout::{root_hash, Layout};
 use crate::outcome::{FileOutcome, TimelinePoint, TransferProgress, Waits};
 use crate::rate::RateConfig;
@@ -171,7 +171,13 @@ pub fn send_file(
         let (lanes, lane_threads) = match session.lane_count() {
             1 => (None, Vec::new()),
             _ => {
-                let (lanes, threads) = LaneSenders::start(scope, session)?;
+                let framing = Framing {
+                    file: file_index,
+                    session: session.id,
+                    key: session.key,
+                    sealer,
+                };
+                let (lanes, threads) = LaneSenders::start(scope, session, framing)?;
                 (Some(lanes), threads)
             }
         };
@@ -609,7 +615,7 @@ impl SendLoop<'_> {
     }
 
     /// As [`drive_transmit`](Self::drive_transmit), each datagram handed to its lane's
-    /// thread (tagged and sealed here, sent there).
+    /// thread (which seals, sums, tags and sends it).
     fn transmit_over_lanes(
         &mut self,
         sender: &mut Sender,
@@ -619,7 +625,7 @@ impl SendLoop<'_> {
         if let Some(e) = lanes.failure() {
             return Err(send_error(e, self.layout));
         }
-        let (session, file_index) = (self.io.session, self.io.file_index);
+        let session = self.io.session;
         let mut work: Vec<Vec<Outgoing>> = Vec::new();
         work.resize_with(session.lane_count(), Vec::new);
         let (mut sent, mut why_not) = (0, None);
@@ -631,34 +637,17 @@ impl SendLoop<'_> {
                     else {
                         continue;
                     };
-                    let plain = &data[start..start + t.len as usize];
-                    let payload = match self.io.sealer {
-                        Some(sealer) => {
-                            let mut sealed = Vec::new();
-                            sealer.seal(file_index, session.id, t.pn, t.offset, plain, &mut sealed);
-                            Payload::Sealed(sealed)
-                        }
-                        None => Payload::Chunk(data.clone(), start, t.len as usize),
-                    };
-                    let bytes = match &payload {
-                        Payload::Sealed(sealed) => &sealed[..],
-                        Payload::Chunk(..) => plain,
-                    };
-                    let mut header = [0u8; DATA_HEADER];
-                    DataHeader {
-                        file: file_index,
-                        session: session.id,
-                        pn: t.pn,
-                        offset: t.offset,
-                        len: bytes.len() as u16,
-                        crc: crc32fast::hash(bytes),
-                    }
-                    .encode(&mut header, &session.key);
                     let lane = &mut work[t.lane];
                     if lane.capacity() == 0 {
                         *lane = lanes.batch();
                     }
-                    lane.push(Outgoing { header, payload });
+                    lane.push(Outgoing {
+                        pn: t.pn,
+                        offset: t.offset,
+                        chunk: data.clone(),
+                        start,
+                        len: t.len as usize,
+                    });
                     sent += 1;
                 }
                 Poll::Wait { until, why } => {
