@@ -44,6 +44,36 @@ pub struct Framing<'a> {
     pub sealer: Option<&'a Sealer>,
 }
 
+impl Framing<'_> {
+    /// Frames one datagram: its payload sealed into `sealed` (with a sealer: then the
+    /// payload sent is `sealed`, else `plain`), its header summed and tagged.
+    pub fn frame(
+        &self,
+        pn: u64,
+        offset: u64,
+        plain: &[u8],
+        header: &mut [u8; DATA_HEADER],
+        sealed: Option<&mut Vec<u8>>,
+    ) {
+        let bytes = match (self.sealer, sealed) {
+            (Some(sealer), Some(sealed)) => {
+                sealer.seal(self.file, self.session, pn, offset, plain, sealed);
+                &sealed[..]
+            }
+            _ => plain,
+        };
+        DataHeader {
+            file: self.file,
+            session: self.session,
+            pn,
+            offset,
+            len: bytes.len() as u16,
+            crc: crc32fast::hash(bytes),
+        }
+        .encode(header, &self.key);
+    }
+}
+
 /// A lane thread's buffers for a batch's headers and sealed payloads, reused.
 #[derive(Default)]
 struct Framed {
@@ -60,24 +90,14 @@ impl Framed {
         }
         for (i, datagram) in batch.iter().enumerate() {
             let plain = &datagram.chunk[datagram.start..datagram.start + datagram.len];
-            let bytes = match framing.sealer {
-                Some(sealer) => {
-                    let sealed = &mut self.sealed[i];
-                    let (file, session) = (framing.file, framing.session);
-                    sealer.seal(file, session, datagram.pn, datagram.offset, plain, sealed);
-                    &sealed[..]
-                }
-                None => plain,
-            };
-            DataHeader {
-                file: framing.file,
-                session: framing.session,
-                pn: datagram.pn,
-                offset: datagram.offset,
-                len: bytes.len() as u16,
-                crc: crc32fast::hash(bytes),
-            }
-            .encode(&mut self.headers[i], &framing.key);
+            let sealed = self.sealed.get_mut(i);
+            framing.frame(
+                datagram.pn,
+                datagram.offset,
+                plain,
+                &mut self.headers[i],
+                sealed,
+            );
         }
     }
 

@@ -25,7 +25,7 @@ use crate::rate::RateConfig;
 use crate::seal::Sealer;
 use crate::sender::{Blocked, Poll, Sender, Transmit};
 use crate::sys::{self, RecvBatch, SendBatch};
-use crate::wire::{self, DataHeader, Datagram, DATA_HEADER};
+use crate::wire::{self, Datagram, DATA_HEADER};
 
 /// Chunks read ahead of the sending.
 const READ_AHEAD: usize = 16;
@@ -552,7 +552,13 @@ impl SendLoop<'_> {
         if let Some(lanes) = self.io.lanes {
             return self.transmit_over_lanes(sender, now, lanes);
         }
-        let (session, file_index) = (self.io.session, self.io.file_index);
+        let session = self.io.session;
+        let framing = Framing {
+            file: self.io.file_index,
+            session: session.id,
+            key: session.key,
+            sealer: self.io.sealer,
+        };
         let layout = self.layout;
         let batch = &mut self.batch;
         batch.pending.clear();
@@ -566,23 +572,8 @@ impl SendLoop<'_> {
                     };
                     let i = batch.pending.len();
                     let plain = &data[start..start + t.len as usize];
-                    let payload = match self.io.sealer {
-                        Some(sealer) => {
-                            let sealed = &mut batch.sealed[i];
-                            sealer.seal(file_index, session.id, t.pn, t.offset, plain, sealed);
-                            &sealed[..]
-                        }
-                        None => plain,
-                    };
-                    DataHeader {
-                        file: file_index,
-                        session: session.id,
-                        pn: t.pn,
-                        offset: t.offset,
-                        len: payload.len() as u16,
-                        crc: crc32fast::hash(payload),
-                    }
-                    .encode(&mut batch.headers[i], &session.key);
+                    let sealed = batch.sealed.get_mut(i);
+                    framing.frame(t.pn, t.offset, plain, &mut batch.headers[i], sealed);
                     batch.pending.push((chunk, start, t.len as usize));
                 }
                 Poll::Wait { until, why } => {
