@@ -72,6 +72,15 @@ impl Framing<'_> {
         }
         .encode(header, &self.key);
     }
+
+    /// The payload a datagram framed by [`frame`](Self::frame) carries: `sealed` with a
+    /// sealer, else `plain`.
+    pub fn payload<'b>(&self, plain: &'b [u8], sealed: &'b [u8]) -> &'b [u8] {
+        match self.sealer {
+            Some(_) => sealed,
+            None => plain,
+        }
+    }
 }
 
 /// A lane thread's buffers for a batch's headers and sealed payloads, reused.
@@ -111,11 +120,9 @@ impl Framed {
             .iter()
             .enumerate()
             .map(|(i, datagram)| {
-                let payload = match framing.sealer {
-                    Some(_) => &self.sealed[i][..],
-                    None => &datagram.chunk[datagram.start..datagram.start + datagram.len],
-                };
-                (&self.headers[i][..], payload)
+                let plain = &datagram.chunk[datagram.start..datagram.start + datagram.len];
+                let sealed = self.sealed.get(i).map_or(&[][..], |s| &s[..]);
+                (&self.headers[i][..], framing.payload(plain, sealed))
             })
             .collect()
     }
