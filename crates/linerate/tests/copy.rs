@@ -244,8 +244,9 @@ fn encrypted_copies_arrive_byte_for_byte_both_ways() {
 }
 
 /// `--lanes`: a push and a pull over four UDP flows each, plain and sealed, arrive byte
-/// for byte, and the result says over how many lanes; the server opened a socket a lane
-/// (its UDP ports seen in the kernel's table during a slow push).
+/// for byte, and the result says over how many lanes; the server opened a socket and a
+/// receiving thread a lane (its UDP ports seen in the kernel's table and its threads'
+/// names during a slow push).
 #[test]
 fn copies_over_lanes_arrive_byte_for_byte_both_ways() {
     let s = Scratch::new("lanes");
@@ -301,10 +302,11 @@ fn copies_over_lanes_arrive_byte_for_byte_both_ways() {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let mut during = before;
-    while std::time::Instant::now() < deadline && during < before + 5 {
+    let (mut during, mut receiving) = (before, 0);
+    while std::time::Instant::now() < deadline && (during < before + 5 || receiving < 5) {
         std::thread::sleep(std::time::Duration::from_millis(100));
         during = udp_ports_of(server.pid()).len();
+        receiving = threads_named(server.pid(), "copy-recv-");
     }
     let _ = slow.kill();
     let _ = slow.wait();
@@ -313,6 +315,26 @@ fn copies_over_lanes_arrive_byte_for_byte_both_ways() {
         before + 5,
         "the server's UDP sockets during a 5-lane push"
     );
+    // And a receiving thread a lane.
+    assert_eq!(
+        receiving, 5,
+        "the server's receiving threads during a 5-lane push"
+    );
+}
+
+/// How many of `pid`'s threads have a name beginning with `prefix`.
+fn threads_named(pid: u32, prefix: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter(|task| {
+                    std::fs::read_to_string(task.path().join("comm"))
+                        .is_ok_and(|name| name.starts_with(prefix))
+                })
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 #[test]

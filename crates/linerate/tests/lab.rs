@@ -1413,6 +1413,9 @@ fn a_small_copy_takes_a_three_round_trip_set_up() {
     let _ = std::fs::remove_dir_all(root);
 }
 
+/// Every datagram the emulator corrupted is counted by the receiver's checks: over one
+/// lane (the receiving loop checks), and over four lanes sealed (each lane's receiving
+/// thread checks, and opens the seals where they lie).
 #[test]
 fn a_copy_through_corruption_arrives_intact_and_counts_every_corrupted_datagram() {
     let test = "a_copy_through_corruption_arrives_intact_and_counts_every_corrupted_datagram";
@@ -1420,32 +1423,42 @@ fn a_copy_through_corruption_arrives_intact_and_counts_every_corrupted_datagram(
         return;
     }
     let _turn = turn();
-    let name = lab_name("ccor");
-    let _guard = LabGuard(name.clone());
-    // Without the UDP checksum every flipped bit reaches linerate's own checks.
-    let (root, source, doc) = lab_copy(
-        &name,
-        "corrupt",
-        24 << 20,
-        &["--rtt", "10ms", "--corrupt", "1%", "--rate", "200M"],
-        "10.77.0.2:got.bin",
-        &["--no-udp-checksum"],
-    );
-    assert_same_file(&source, &root.join("served/got.bin"));
-    let status = emulator_status(&name);
-    let corrupted = forward(&status, "corrupted");
-    let caught = num(&doc, "/copy/corrupted_datagrams");
-    assert!(corrupted > 50.0, "the emulator corrupted {corrupted}");
-    // Every corrupted frame was a datagram of the copy (the client sends nothing else but
-    // its hello), none is counted that was not corrupted, and every one was caught but
-    // those of the sender's tail that arrive once the file is whole and the receiver no
-    // longer reads them: a round trip holds about 175 datagrams at 200 Mbit/s and 10 ms,
-    // 2 of them corrupted on average (one CI run caught 184 of 188).
-    assert!(
-        caught <= corrupted && corrupted - caught <= (corrupted * 0.04).max(2.0),
-        "caught {caught} of {corrupted} corrupted datagrams"
-    );
-    let _ = std::fs::remove_dir_all(root);
+    for (tag, lanes) in [
+        ("ccor", &[][..]),
+        ("ccorl", &["--lanes", "4", "--encrypt"][..]),
+    ] {
+        let name = lab_name(tag);
+        let _guard = LabGuard(name.clone());
+        // Without the UDP checksum every flipped bit reaches linerate's own checks.
+        let mut extra = vec!["--no-udp-checksum"];
+        extra.extend(lanes);
+        let (root, source, doc) = lab_copy(
+            &name,
+            tag,
+            24 << 20,
+            &["--rtt", "10ms", "--corrupt", "1%", "--rate", "200M"],
+            "10.77.0.2:got.bin",
+            &extra,
+        );
+        assert_same_file(&source, &root.join("served/got.bin"));
+        let status = emulator_status(&name);
+        let corrupted = forward(&status, "corrupted");
+        let caught = num(&doc, "/copy/corrupted_datagrams");
+        assert!(
+            corrupted > 50.0,
+            "{tag}: the emulator corrupted {corrupted}"
+        );
+        // Every corrupted frame was a datagram of the copy (the client sends nothing else
+        // but its hello), none is counted that was not corrupted, and every one was caught
+        // but those of the sender's tail that arrive once the file is whole and the
+        // receiver no longer reads them: a round trip holds about 175 datagrams at 200
+        // Mbit/s and 10 ms, 2 of them corrupted on average (one CI run caught 184 of 188).
+        assert!(
+            caught <= corrupted && corrupted - caught <= (corrupted * 0.04).max(2.0),
+            "{tag}: caught {caught} of {corrupted} corrupted datagrams"
+        );
+        let _ = std::fs::remove_dir_all(root);
+    }
 }
 
 /// The seeds' scp story on a lab path: a small tcp_rmem on the receiving host caps a

@@ -34,6 +34,7 @@ pub mod datagrams;
 pub mod disk;
 pub mod lanes;
 pub mod receive_driver;
+pub mod receive_lanes;
 pub mod send_driver;
 pub mod service;
 pub mod session;

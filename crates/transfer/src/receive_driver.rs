@@ -26,6 +26,7 @@ use crate::error::TransferError;
 use crate::journal::{self, JournalHeader};
 use crate::layout::{chunk_buffer, root_hash, Layout};
 use crate::outcome::{FileOutcome, TransferProgress};
+use crate::receive_lanes::{BatchKind, Check, Checked, LaneReceivers, RECEIVE_QUANTUM_NS};
 use crate::receiver::{DataOutcome, Receiver};
 use crate::seal::{Sealer, SEAL_TAG};
 use crate::sys::{self, RecvBatch};
@@ -34,8 +35,6 @@ use crate::wire::{self, Datagram};
 /// Messages taken per `recvmmsg`: each a datagram, or a run of them where the path
 /// coalesces (UDP_GRO: up to 64 KiB each).
 const RECEIVE_BATCH: usize = 64;
-/// While a stream arrives, the receiving thread sleeps this long between batches.
-const RECEIVE_QUANTUM_NS: u64 = 250_000;
 
 /// Chunks synced and journaled at least this often...
 pub const JOURNAL_BYTES: u64 = 64 << 20;
@@ -443,7 +442,7 @@ pub fn receive_file(
     let writer = Writer::new(layout, prepared, present);
     let stop = Arc::new(AtomicBool::new(false));
     let sink = channel.sink();
-    let mut corrupted = 0u64;
+    let mut figures = LoopFigures::default();
     let outcome = std::thread::scope(|scope| {
         let writer_thread = std::thread::Builder::new()
             .name("copy-writer".into())
@@ -475,7 +474,7 @@ pub fn receive_file(
             sealer,
             progress,
         };
-        let result = receive_loop(inputs, &mut receiver, cancel, &mut corrupted);
+        let result = receive_loop(inputs, &mut receiver, cancel, &mut figures);
         drop(to_writer);
         let outcome = match result {
             Ok(Some(done)) => Ok(done),
@@ -499,9 +498,9 @@ pub fn receive_file(
     };
     let stats = EndStats {
         disk_busy_s: busy_s,
-        cpu_s: (sys::thread_cpu_ns() - cpu_start) as f64 / 1e9 + writer_cpu_s,
+        cpu_s: (sys::thread_cpu_ns() - cpu_start + figures.lane_cpu_ns) as f64 / 1e9 + writer_cpu_s,
         wall_s: clock.now_ns() as f64 / 1e9,
-        corrupted_datagrams: corrupted,
+        corrupted_datagrams: figures.corrupted,
         ..EndStats::default()
     };
     let root_hex = journal::hash_hex(&root);
@@ -637,12 +636,7 @@ struct ReceiveInputs<'a> {
 struct ReceiveLoop<'a> {
     io: ReceiveInputs<'a>,
     layout: Layout,
-    batch: RecvBatch,
-    /// Chunks being filled.
-    buffers: HashMap<u64, Vec<u8>>,
-    /// Chunk buffers the writer is done with, for the next chunks (zeroing new ones was
-    /// 4 % of the receiving process's CPU at 5 Gbit/s; `layout::chunk_buffer`).
-    spare: Vec<Vec<u8>>,
+    chunks: ChunkBuffers,
     ack_bytes: Vec<u8>,
     last_progress: u64,
     last_datagram_ns: u64,
@@ -654,13 +648,73 @@ struct ReceiveLoop<'a> {
     lane_full: bool,
     /// Every lane's socket, to wait on.
     lane_fds: Vec<std::os::fd::RawFd>,
+    /// CPU the lanes' receiving threads used (a copy over lanes).
+    lane_cpu_ns: u64,
+}
+
+/// The chunks being filled, and buffers the writer is done with for the next ones
+/// (zeroing new ones was 4 % of the receiving process's CPU at 5 Gbit/s;
+/// `layout::chunk_buffer`).
+#[derive(Default)]
+struct ChunkBuffers {
+    filling: HashMap<u64, Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+}
+
+impl ChunkBuffers {
+    /// Stores a datagram's `len` bytes where the receiver core says, by `fill` (a copy,
+    /// or a seal opened into its place; false: it did not open); a filled chunk goes to
+    /// the writer. Returns false where `fill` failed.
+    #[allow(clippy::too_many_arguments)]
+    fn store(
+        &mut self,
+        receiver: &mut Receiver,
+        layout: &Layout,
+        to_writer: &mpsc::Sender<ToWriter>,
+        now: u64,
+        pn: u64,
+        offset: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> bool {
+        let DataOutcome::Store {
+            chunk,
+            at,
+            fresh,
+            filled,
+        } = receiver.on_data(now, pn, offset, len as u16)
+        else {
+            return true;
+        };
+        if fresh {
+            let buffer = chunk_buffer(self.spare.pop(), layout.chunk_len(chunk) as usize);
+            self.filling.insert(chunk, buffer);
+        }
+        let stored = match self.filling.get_mut(&chunk) {
+            Some(buffer) => fill(&mut buffer[at..at + len]),
+            None => true,
+        };
+        if filled {
+            if let Some(buffer) = self.filling.remove(&chunk) {
+                let _ = to_writer.send(ToWriter::Filled(chunk, buffer));
+            }
+        }
+        stored
+    }
+}
+
+/// What the receiving loop leaves for the file's figures.
+#[derive(Default)]
+struct LoopFigures {
+    corrupted: u64,
+    lane_cpu_ns: u64,
 }
 
 fn receive_loop(
     io: ReceiveInputs<'_>,
     receiver: &mut Receiver,
     cancel: &AtomicBool,
-    corrupted: &mut u64,
+    figures: &mut LoopFigures,
 ) -> Result<Option<WriterDone>, TransferError> {
     sys::tight_timer_slack();
     let layout = *receiver.layout();
@@ -680,17 +734,16 @@ fn receive_loop(
         }
     }
     let lane_fds = io.session.sockets().map(|lane| lane.as_raw_fd()).collect();
-    let ecn = io.session.ecn();
+    let tos = io.session.ecn();
+    let kind = match coalescing {
+        true => BatchKind::Coalescing { tos },
+        false => BatchKind::Datagrams { size, tos },
+    };
+    let session = io.session;
     let mut state = ReceiveLoop {
-        batch: match (coalescing, ecn) {
-            (true, tos) => RecvBatch::coalescing(RECEIVE_BATCH, tos),
-            (false, true) => RecvBatch::with_tos(RECEIVE_BATCH, size),
-            (false, false) => RecvBatch::new(RECEIVE_BATCH, size),
-        },
         io,
         layout,
-        buffers: HashMap::new(),
-        spare: Vec::new(),
+        chunks: ChunkBuffers::default(),
         ack_bytes: Vec::with_capacity(1200),
         last_progress: 0,
         last_datagram_ns: 0,
@@ -698,66 +751,151 @@ fn receive_loop(
         corrupted: 0,
         lane_full: false,
         lane_fds,
+        lane_cpu_ns: 0,
     };
-    let result = state.run(receiver, cancel);
+    let result = match session.lane_count() {
+        1 => state.run(receiver, cancel, &mut kind.make(Some(RECEIVE_BATCH))),
+        _ => state.run_over_lanes(receiver, cancel, kind),
+    };
     if coalescing {
-        for lane in state.io.session.sockets() {
+        for lane in session.sockets() {
             let _ = sys::receive_gro(lane, false);
         }
     }
-    *corrupted += state.corrupted;
+    figures.corrupted += state.corrupted;
+    figures.lane_cpu_ns += state.lane_cpu_ns;
     result.map(|()| state.finished)
 }
 
 impl ReceiveLoop<'_> {
-    fn run(&mut self, receiver: &mut Receiver, cancel: &AtomicBool) -> Result<(), TransferError> {
+    /// One lane: this thread takes the datagrams from the socket itself.
+    fn run(
+        &mut self,
+        receiver: &mut Receiver,
+        cancel: &AtomicBool,
+        batch: &mut RecvBatch,
+    ) -> Result<(), TransferError> {
+        let fd = self.io.session.fd();
         while !receiver.is_complete() {
             if cancel.load(Ordering::Relaxed) {
                 return Err(TransferError::Interrupted);
             }
             let now = self.io.clock.now_ns();
-            let received = self.drive_datagrams(receiver, now)?;
-            self.drive_writer(receiver)?;
-            self.drive_control()?;
-            if now > self.last_datagram_ns + 60_000_000_000 {
-                return Err(TransferError::Peer("no data for 60 s".into()));
-            }
+            let received = self.take_datagrams(receiver, now, batch, fd)?;
+            self.lane_full = batch.full();
             self.drive_acks(receiver, now);
-            self.drive_progress(receiver, now);
+            self.drive_rest(receiver, now)?;
             self.sleep(receiver, now, received, self.lane_full);
         }
         Ok(())
     }
 
-    /// Takes a batch of datagrams from each lane into their chunks' buffers; a filled
-    /// chunk goes to the writer. Returns the datagrams taken.
-    fn drive_datagrams(
+    /// Several lanes: a thread a lane receives and checks (`receive_lanes`); this loop
+    /// stores what they pass, each lane's batch as it comes.
+    fn run_over_lanes(
         &mut self,
         receiver: &mut Receiver,
-        now: u64,
-    ) -> Result<usize, TransferError> {
-        let mut received = 0;
-        self.lane_full = false;
-        for lane in self.io.session.sockets() {
-            received += self.take_datagrams(receiver, now, lane.as_raw_fd())?;
-            self.lane_full |= self.batch.full();
-            // The ACKs due after each lane's batch, not after all lanes': sixteen batches
-            // are a thousand datagrams, more late arrivals than one ACK has room for.
-            self.drive_acks(receiver, now);
-        }
-        Ok(received)
+        cancel: &AtomicBool,
+        kind: BatchKind,
+    ) -> Result<(), TransferError> {
+        let session = self.io.session;
+        let check = Check {
+            file: self.io.file_index,
+            session: session.id,
+            key: &session.key,
+            sealer: self.io.sealer,
+        };
+        std::thread::scope(|scope| {
+            let mut lanes = LaneReceivers::start(scope, session, check, kind)?;
+            let result = self.drive_lanes(receiver, cancel, &lanes);
+            self.lane_cpu_ns = lanes.stop();
+            result
+        })
     }
 
-    /// One batch from one lane's socket.
+    fn drive_lanes(
+        &mut self,
+        receiver: &mut Receiver,
+        cancel: &AtomicBool,
+        lanes: &LaneReceivers<'_>,
+    ) -> Result<(), TransferError> {
+        while !receiver.is_complete() {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(TransferError::Interrupted);
+            }
+            let now = self.io.clock.now_ns();
+            let wait = receiver
+                .next_timeout()
+                .saturating_sub(now)
+                .clamp(1, 2_000_000);
+            let mut timeout = Some(wait);
+            // What the lanes have handed over (at most three batches a lane), the ACKs
+            // due after each lane's batch.
+            while let Some(checked) = lanes.next(timeout)? {
+                timeout = None;
+                self.store_checked(receiver, now, &checked);
+                lanes.give_back(checked);
+                self.drive_acks(receiver, now);
+            }
+            let now = self.io.clock.now_ns();
+            self.drive_acks(receiver, now);
+            self.drive_rest(receiver, now)?;
+        }
+        Ok(())
+    }
+
+    /// The writer, the control connection, the silence limit and progress.
+    fn drive_rest(&mut self, receiver: &mut Receiver, now: u64) -> Result<(), TransferError> {
+        self.drive_writer(receiver)?;
+        self.drive_control()?;
+        if now > self.last_datagram_ns + 60_000_000_000 {
+            return Err(TransferError::Peer("no data for 60 s".into()));
+        }
+        self.drive_progress(receiver, now);
+        Ok(())
+    }
+
+    /// Stores the datagrams of a lane's checked batch.
+    fn store_checked(&mut self, receiver: &mut Receiver, now: u64, checked: &Checked) {
+        self.corrupted += checked.corrupted;
+        for (i, datagram) in checked.accepted.iter().enumerate() {
+            // A coalesced batch holds hundreds of datagrams: the ACKs due go out every
+            // 64 of them.
+            if i > 0 && i % RECEIVE_BATCH == 0 {
+                self.drive_acks(receiver, now);
+            }
+            // Congestion experienced: an AQM on the path marked it instead of dropping.
+            if datagram.ce {
+                receiver.on_ce();
+            }
+            self.last_datagram_ns = now;
+            let plain = checked.plain(datagram);
+            self.chunks.store(
+                receiver,
+                &self.layout,
+                self.io.to_writer,
+                now,
+                datagram.pn,
+                datagram.offset,
+                plain.len(),
+                |slot| {
+                    slot.copy_from_slice(plain);
+                    true
+                },
+            );
+        }
+    }
+
+    /// One batch from the one lane's socket.
     fn take_datagrams(
         &mut self,
         receiver: &mut Receiver,
         now: u64,
+        batch: &mut RecvBatch,
         fd: std::os::fd::RawFd,
     ) -> Result<usize, TransferError> {
-        let (session, file_index) = (self.io.session, self.io.file_index);
-        let received = self
-            .batch
+        let (session, file_index, sealer) = (self.io.session, self.io.file_index, self.io.sealer);
+        let received = batch
             .receive(fd)
             .map_err(|e| TransferError::Local(format!("cannot receive: {e}")))?;
         for i in 0..received {
@@ -766,7 +904,7 @@ impl ReceiveLoop<'_> {
             if i > 0 && i % RECEIVE_BATCH == 0 {
                 self.drive_acks(receiver, now);
             }
-            let (header, payload) = match wire::parse(self.batch.get(i), &session.key) {
+            let (header, payload) = match wire::parse(batch.get(i), &session.key) {
                 Ok(Datagram::Data { header, payload }) => (header, payload),
                 // The socket is connected to the sender: a data datagram whose header tag
                 // or payload CRC fails was damaged on the way.
@@ -780,11 +918,11 @@ impl ReceiveLoop<'_> {
                 continue;
             }
             // Congestion experienced: an AQM on the path marked it instead of dropping.
-            if self.batch.tos(i).is_some_and(|tos| tos & 0b11 == 0b11) {
+            if batch.tos(i).is_some_and(|tos| tos & 0b11 == 0b11) {
                 receiver.on_ce();
             }
             self.last_datagram_ns = now;
-            let plain_len = match self.io.sealer {
+            let plain_len = match sealer {
                 Some(_) if payload.len() <= SEAL_TAG => {
                     self.corrupted += 1;
                     continue;
@@ -792,41 +930,29 @@ impl ReceiveLoop<'_> {
                 Some(_) => payload.len() - SEAL_TAG,
                 None => payload.len(),
             };
-            let DataOutcome::Store {
-                chunk,
-                at,
-                fresh,
-                filled,
-            } = receiver.on_data(now, header.pn, header.offset, plain_len as u16)
-            else {
-                continue;
-            };
-            if fresh {
-                let len = self.layout.chunk_len(chunk) as usize;
-                self.buffers
-                    .insert(chunk, chunk_buffer(self.spare.pop(), len));
-            }
-            if let Some(buffer) = self.buffers.get_mut(&chunk) {
-                let slot = &mut buffer[at..at + plain_len];
-                match self.io.sealer {
+            let (pn, offset) = (header.pn, header.offset);
+            let stored = self.chunks.store(
+                receiver,
+                &self.layout,
+                self.io.to_writer,
+                now,
+                pn,
+                offset,
+                plain_len,
+                |slot| match sealer {
                     // The header's tag and the CRC passed: a seal that does not open is
                     // a forgery by a key holder; the hole fails the chunk's hash.
-                    Some(sealer) => {
-                        let (pn, offset) = (header.pn, header.offset);
-                        if sealer
-                            .open_into(file_index, session.id, pn, offset, payload, slot)
-                            .is_err()
-                        {
-                            self.corrupted += 1;
-                        }
+                    Some(sealer) => sealer
+                        .open_into(file_index, session.id, pn, offset, payload, slot)
+                        .is_ok(),
+                    None => {
+                        slot.copy_from_slice(payload);
+                        true
                     }
-                    None => slot.copy_from_slice(payload),
-                }
-            }
-            if filled {
-                if let Some(buffer) = self.buffers.remove(&chunk) {
-                    let _ = self.io.to_writer.send(ToWriter::Filled(chunk, buffer));
-                }
+                },
+            );
+            if !stored {
+                self.corrupted += 1;
             }
         }
         Ok(received)
@@ -837,8 +963,8 @@ impl ReceiveLoop<'_> {
         while let Ok(event) = self.io.from_writer.try_recv() {
             match event {
                 FromWriter::Checked(chunk, ok, buffer) => {
-                    if self.spare.len() < MAX_SPARE_BUFFERS {
-                        self.spare.push(buffer);
+                    if self.chunks.spare.len() < MAX_SPARE_BUFFERS {
+                        self.chunks.spare.push(buffer);
                     }
                     receiver.chunk_checked(chunk, ok);
                     if !ok {

@@ -83,14 +83,45 @@ impl Sealer {
             return Err(Unopened);
         }
         let (cipher, tag) = sealed.split_at(sealed.len() - SEAL_TAG);
-        let tag = Tag::try_from(tag).map_err(|_| Unopened)?;
         plain.copy_from_slice(cipher);
+        self.open_cipher(file, session, pn, offset, tag, plain)
+    }
+
+    /// Opens a sealed payload where it lies (a receiving lane's batch): the plaintext
+    /// is then the first of `sealed`'s bytes; returns its length.
+    pub fn open_in_place(
+        &self,
+        file: u32,
+        session: u64,
+        pn: u64,
+        offset: u64,
+        sealed: &mut [u8],
+    ) -> Result<usize, Unopened> {
+        let Some(len) = sealed.len().checked_sub(SEAL_TAG) else {
+            return Err(Unopened);
+        };
+        let (cipher, tag) = sealed.split_at_mut(len);
+        self.open_cipher(file, session, pn, offset, tag, cipher)?;
+        Ok(len)
+    }
+
+    /// Opens `cipher` in place against its `tag`.
+    fn open_cipher(
+        &self,
+        file: u32,
+        session: u64,
+        pn: u64,
+        offset: u64,
+        tag: &[u8],
+        cipher: &mut [u8],
+    ) -> Result<(), Unopened> {
+        let tag = Tag::try_from(tag).map_err(|_| Unopened)?;
         self.0
             .open_in_place_separate_tag(
                 nonce(file, pn),
                 Aad::from(associated(file, session, pn, offset)),
                 tag,
-                plain,
+                cipher,
                 0..,
             )
             .map(|_| ())
@@ -132,6 +163,24 @@ mod tests {
         sealed[3] ^= 1;
         assert!(sealer
             .open_into(1, 9, 42, 4096, &sealed, &mut plain)
+            .is_err());
+    }
+
+    #[test]
+    fn a_payload_opened_in_place_is_the_plaintext_and_a_forgery_is_refused() {
+        let sealer = Sealer::new(&[5; 32]);
+        let mut sealed = Vec::new();
+        sealer.seal(2, 7, 11, 1408, b"bytes of a lane", &mut sealed);
+        let mut copy = sealed.clone();
+        assert_eq!(sealer.open_in_place(2, 7, 11, 1408, &mut copy), Ok(15));
+        assert_eq!(&copy[..15], b"bytes of a lane");
+        let mut moved = sealed.clone();
+        assert!(sealer.open_in_place(2, 7, 11, 2816, &mut moved).is_err());
+        let mut flipped = sealed.clone();
+        flipped[15] ^= 0x80;
+        assert!(sealer.open_in_place(2, 7, 11, 1408, &mut flipped).is_err());
+        assert!(sealer
+            .open_in_place(2, 7, 11, 1408, &mut sealed[..SEAL_TAG - 1])
             .is_err());
     }
 

@@ -469,6 +469,22 @@ impl RecvBatch {
         &self.buffer[at..at + len]
     }
 
+    /// Datagrams the last receive took.
+    pub fn len(&self) -> usize {
+        self.datagrams.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.datagrams.is_empty()
+    }
+
+    /// Datagram `i`, to change where it lies (a seal opened in place).
+    pub fn get_mut(&mut self, i: usize) -> &mut [u8] {
+        let (message, start, len) = self.datagrams[i];
+        let at = message * self.slot + start;
+        &mut self.buffer[at..at + len]
+    }
+
     /// The TOS byte (traffic class) datagram `i` arrived with, where the batch reads them.
     pub fn tos(&self, i: usize) -> Option<u8> {
         if !self.read_tos {
