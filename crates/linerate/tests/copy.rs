@@ -250,8 +250,14 @@ fn encrypted_copies_arrive_byte_for_byte_both_ways() {
 #[test]
 fn copies_over_lanes_arrive_byte_for_byte_both_ways() {
     let s = Scratch::new("lanes");
-    let server = s.serve();
+    // The server receives a push on a thread a lane, the client a pull in one loop over
+    // every lane, whatever the machine's CPUs (`receive_lanes::receive_threads`).
+    let server = ServeProcess::start_env(
+        &["--files", &s.served(), "--key", &s.key()],
+        &[("LINERATE_COPY_RECEIVE_THREADS", "1")],
+    );
     let source = s.file("src/lanes.bin", 6 * 1024 * 1024 + 1_001, 33);
+    let key = s.key();
     for (name, extra) in [("plain", None), ("sealed", Some("--encrypt"))] {
         let pushed = format!("{name}.bin");
         let remote_pushed = remote(&pushed);
@@ -266,7 +272,14 @@ fn copies_over_lanes_arrive_byte_for_byte_both_ways() {
         let mut args = vec![remote_pushed.as_str(), back.to_str().unwrap()];
         args.extend(["--lanes", "3", "--json", "-q"]);
         args.extend(extra);
-        let out = copy(&server, &s.key(), &args);
+        let port = server.port.to_string();
+        let mut all = vec!["copy", "-p", &port, "--key", &key];
+        all.extend_from_slice(&args);
+        let out = command()
+            .env("LINERATE_COPY_RECEIVE_THREADS", "0")
+            .args(&all)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
         same_bytes(&source, &back);
         assert_eq!(num(&json(&out), "/copy/lanes"), 3.0, "{name}");

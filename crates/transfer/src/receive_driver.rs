@@ -26,7 +26,9 @@ use crate::error::TransferError;
 use crate::journal::{self, JournalHeader};
 use crate::layout::{chunk_buffer, root_hash, Layout};
 use crate::outcome::{FileOutcome, TransferProgress};
-use crate::receive_lanes::{BatchKind, Check, Checked, LaneReceivers, RECEIVE_QUANTUM_NS};
+use crate::receive_lanes::{
+    receive_threads, BatchKind, Check, Checked, LaneReceivers, RECEIVE_QUANTUM_NS,
+};
 use crate::receiver::{DataOutcome, Receiver};
 use crate::seal::{Sealer, SEAL_TAG};
 use crate::sys::{self, RecvBatch};
@@ -753,9 +755,9 @@ fn receive_loop(
         lane_fds,
         lane_cpu_ns: 0,
     };
-    let result = match session.lane_count() {
-        1 => state.run(receiver, cancel, &mut kind.make(Some(RECEIVE_BATCH))),
-        _ => state.run_over_lanes(receiver, cancel, kind),
+    let result = match receive_threads(session.lane_count()) {
+        false => state.run(receiver, cancel, &mut kind.make(RECEIVE_BATCH)),
+        true => state.run_over_lanes(receiver, cancel, kind),
     };
     if coalescing {
         for lane in session.sockets() {
@@ -768,22 +770,29 @@ fn receive_loop(
 }
 
 impl ReceiveLoop<'_> {
-    /// One lane: this thread takes the datagrams from the socket itself.
+    /// This thread takes the datagrams from every lane's socket itself, a batch from each
+    /// a turn.
     fn run(
         &mut self,
         receiver: &mut Receiver,
         cancel: &AtomicBool,
         batch: &mut RecvBatch,
     ) -> Result<(), TransferError> {
-        let fd = self.io.session.fd();
         while !receiver.is_complete() {
             if cancel.load(Ordering::Relaxed) {
                 return Err(TransferError::Interrupted);
             }
             let now = self.io.clock.now_ns();
-            let received = self.take_datagrams(receiver, now, batch, fd)?;
-            self.lane_full = batch.full();
-            self.drive_acks(receiver, now);
+            let mut received = 0;
+            self.lane_full = false;
+            for lane in 0..self.lane_fds.len() {
+                received += self.take_datagrams(receiver, now, batch, self.lane_fds[lane])?;
+                self.lane_full |= batch.full();
+                // The ACKs due after each lane's batch, not after all lanes': sixteen
+                // batches are a thousand datagrams, more late arrivals than one ACK has
+                // room for.
+                self.drive_acks(receiver, now);
+            }
             self.drive_rest(receiver, now)?;
             self.sleep(receiver, now, received, self.lane_full);
         }
@@ -819,20 +828,32 @@ impl ReceiveLoop<'_> {
         cancel: &AtomicBool,
         lanes: &LaneReceivers<'_>,
     ) -> Result<(), TransferError> {
+        let mut received = false;
         while !receiver.is_complete() {
             if cancel.load(Ordering::Relaxed) {
                 return Err(TransferError::Interrupted);
             }
-            let now = self.io.clock.now_ns();
             let wait = receiver
                 .next_timeout()
-                .saturating_sub(now)
+                .saturating_sub(self.io.clock.now_ns())
                 .clamp(1, 2_000_000);
-            let mut timeout = Some(wait);
+            // While a stream arrives, the lanes' batches gather for a quantum and are
+            // taken together (a wake-up a batch was ten times the context switches of
+            // one lane); when none came, the wait is for the next.
+            let mut timeout = match received {
+                true => {
+                    sys::sleep_ns(wait.min(RECEIVE_QUANTUM_NS));
+                    None
+                }
+                false => Some(wait),
+            };
+            received = false;
+            let now = self.io.clock.now_ns();
             // What the lanes have handed over (at most three batches a lane), the ACKs
             // due after each lane's batch.
             while let Some(checked) = lanes.next(timeout)? {
                 timeout = None;
+                received = true;
                 self.store_checked(receiver, now, &checked);
                 lanes.give_back(checked);
                 self.drive_acks(receiver, now);

@@ -23,16 +23,37 @@ use crate::sys::{self, RecvBatch};
 use crate::wire::{self, Datagram, DATA_HEADER};
 
 /// Batches a lane's thread has: one it fills while the loop takes another, and one to
-/// spare. They bound the lanes' memory: 16 lanes of 3 coalescing batches are 24 MiB.
+/// spare.
 const BATCHES_A_LANE: usize = 3;
-/// Messages a lane's batch takes per `recvmmsg` where the path coalesces (each up to 64
-/// KiB, so eight hold hundreds of datagrams); a datagram a message otherwise.
-const COALESCED_MESSAGES: usize = 8;
+/// Messages a batch takes per `recvmmsg`: a datagram each, or where the socket coalesces
+/// a run of them in up to 64 KiB...
 const MESSAGES: usize = 64;
+/// ...so with coalescing the lanes' batches together hold at most this much (fewer
+/// messages a batch over many lanes: 16 lanes take 16 a batch). A coalescing socket on a
+/// path that does not coalesce (the lab's links, a NIC without GRO) still takes a
+/// datagram a message, so a batch is not cut smaller than that needs.
+const COALESCED_BYTES: usize = 48 << 20;
 /// While a stream arrives, a receiving thread sleeps this long between batches.
 pub const RECEIVE_QUANTUM_NS: u64 = 250_000;
-/// How long a lane's thread waits in one poll before it looks whether it should stop.
+/// The longest a lane's thread lets a batch gather: datagrams wait in the socket that
+/// long before they are acknowledged, which the sender reads as round-trip time.
+const MAX_LANE_QUANTUM_NS: u64 = 1_000_000;
+/// How long a lane's thread waits in one poll (its socket and the stop's eventfd) or for
+/// a batch back, before it looks again whether it should stop.
 const POLL_NS: u64 = 10_000_000;
+
+/// Whether a copy over `lanes` receives on a thread a lane: where the host has CPUs to
+/// spare for them (4 or more), or as `LINERATE_COPY_RECEIVE_THREADS` (`1` or `0`) says.
+/// On 2 CPUs the threads cost more than they spread: over a veth pair without offloads,
+/// 2 lanes took 14 % and 4 lanes 22 % more receiving CPU a Gbit than one loop reading
+/// every lane, and that CPU was the sender's (docs/performance.md).
+pub fn receive_threads(lanes: usize) -> bool {
+    match std::env::var("LINERATE_COPY_RECEIVE_THREADS").as_deref() {
+        Ok("1") => lanes > 1,
+        Ok("0") => false,
+        _ => lanes > 1 && std::thread::available_parallelism().map_or(1, |n| n.get()) >= 4,
+    }
+}
 
 /// How a lane's batches receive: runs the kernel coalesced (64 KiB a message), or a
 /// datagram of up to `size` bytes a message; `tos`: each message's TOS byte too (ECN).
@@ -43,19 +64,26 @@ pub enum BatchKind {
 }
 
 impl BatchKind {
-    /// A batch of this kind, of `count` messages (`None`: the lanes' own count).
-    pub fn make(self, count: Option<usize>) -> RecvBatch {
+    /// A batch of this kind of `count` messages.
+    pub fn make(self, count: usize) -> RecvBatch {
         match self {
-            BatchKind::Coalescing { tos } => {
-                RecvBatch::coalescing(count.unwrap_or(COALESCED_MESSAGES), tos)
-            }
-            BatchKind::Datagrams { size, tos: true } => {
-                RecvBatch::with_tos(count.unwrap_or(MESSAGES), size)
-            }
-            BatchKind::Datagrams { size, tos: false } => {
-                RecvBatch::new(count.unwrap_or(MESSAGES), size)
-            }
+            BatchKind::Coalescing { tos } => RecvBatch::coalescing(count, tos),
+            BatchKind::Datagrams { size, tos: true } => RecvBatch::with_tos(count, size),
+            BatchKind::Datagrams { size, tos: false } => RecvBatch::new(count, size),
         }
+    }
+
+    /// A lane's batch, of `lanes`: [`MESSAGES`] messages, fewer where coalescing would
+    /// take the lanes' batches past [`COALESCED_BYTES`].
+    fn for_lane(self, lanes: usize) -> RecvBatch {
+        let count = match self {
+            BatchKind::Coalescing { .. } => {
+                let room = COALESCED_BYTES / (lanes * BATCHES_A_LANE * sys::COALESCED_BUFFER);
+                room.clamp(8, MESSAGES)
+            }
+            BatchKind::Datagrams { .. } => MESSAGES,
+        };
+        self.make(count)
     }
 }
 
@@ -160,6 +188,8 @@ pub struct LaneReceivers<'scope> {
     /// A queue a lane, for its batches once the loop is done with them.
     returns: Vec<mpsc::Sender<Checked>>,
     stop: Arc<AtomicBool>,
+    /// Wakes the threads from their polls to see `stop`.
+    wakeup: Arc<sys::Wakeup>,
     threads: Vec<ScopedJoinHandle<'scope, u64>>,
 }
 
@@ -173,19 +203,26 @@ impl<'scope> LaneReceivers<'scope> {
     ) -> Result<LaneReceivers<'scope>, TransferError> {
         let (events_tx, events) = mpsc::sync_channel(session.lane_count() * BATCHES_A_LANE);
         let stop = Arc::new(AtomicBool::new(false));
+        let wakeup = sys::Wakeup::new()
+            .map(Arc::new)
+            .map_err(|e| TransferError::Local(format!("cannot make an eventfd: {e}")))?;
         let mut receivers = LaneReceivers {
             events,
             returns: Vec::new(),
             stop: stop.clone(),
+            wakeup: wakeup.clone(),
             threads: Vec::new(),
         };
+        let lanes = session.lane_count();
         for (lane, socket) in session.sockets().enumerate() {
             let (returns, returned) = mpsc::channel();
-            let (fd, events, stop) = (socket.as_raw_fd(), events_tx.clone(), stop.clone());
+            let fds = [socket.as_raw_fd(), wakeup.fd()];
+            let (events, stop, wakeup) = (events_tx.clone(), stop.clone(), wakeup.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("copy-recv-{lane}"))
                 .spawn_scoped(scope, move || {
-                    receive_lane(lane, fd, kind, check, &returned, &events, &stop)
+                    let _wakeup = wakeup;
+                    receive_lane(lane, lanes, fds, kind, check, &returned, &events, &stop)
                 });
             match spawned {
                 Ok(thread) => {
@@ -233,7 +270,7 @@ impl<'scope> LaneReceivers<'scope> {
     /// lane has at most [`BATCHES_A_LANE`] batches and the queue room for all of them, so
     /// no thread is blocked handing one over.)
     pub fn stop(&mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop_now();
         self.threads
             .drain(..)
             .map(|thread| thread.join().unwrap_or(0))
@@ -244,15 +281,27 @@ impl<'scope> LaneReceivers<'scope> {
 impl Drop for LaneReceivers<'_> {
     /// A loop that ends by an error still stops the threads (its scope then joins them).
     fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+impl LaneReceivers<'_> {
+    /// Tells the threads to stop and wakes them: from their polls by the eventfd, from
+    /// their waits for a batch back by closing the queues.
+    fn stop_now(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.wakeup.wake();
+        self.returns.clear();
     }
 }
 
 /// A lane's thread: receives a batch, checks it and hands it over, until told to stop or
 /// the loop is gone. Returns its CPU time.
+#[allow(clippy::too_many_arguments)]
 fn receive_lane(
     lane: usize,
-    fd: RawFd,
+    lanes: usize,
+    [fd, wakeup]: [RawFd; 2],
     kind: BatchKind,
     check: Check<'_>,
     returned: &mpsc::Receiver<Checked>,
@@ -260,6 +309,7 @@ fn receive_lane(
     stop: &AtomicBool,
 ) -> u64 {
     sys::tight_timer_slack();
+    let quantum = (RECEIVE_QUANTUM_NS * lanes as u64).min(MAX_LANE_QUANTUM_NS);
     let mut made = 0;
     let mut ready: Option<Checked> = None;
     while !stop.load(Ordering::Relaxed) {
@@ -267,14 +317,19 @@ fn receive_lane(
             Ok(checked) => checked,
             Err(_) if made < BATCHES_A_LANE => {
                 made += 1;
-                Checked::new(lane, kind.make(None))
+                Checked::new(lane, kind.for_lane(lanes))
             }
             Err(_) => match returned.recv_timeout(Duration::from_nanos(POLL_NS)) {
                 Ok(checked) => checked,
-                Err(_) => continue,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             },
         };
-        if !matches!(sys::wait_any(&[fd], libc::POLLIN, Some(POLL_NS)), Ok(true)) {
+        if !matches!(
+            sys::wait_any(&[fd, wakeup], libc::POLLIN, Some(POLL_NS)),
+            Ok(true)
+        ) || stop.load(Ordering::Relaxed)
+        {
             ready = Some(checked);
             continue;
         }
@@ -295,9 +350,10 @@ fn receive_lane(
             break;
         }
         // While a stream arrives, let a batch gather in the socket instead of waking for
-        // every datagram (a wake-up costs more than the datagram).
+        // every datagram (a wake-up costs more than the datagram): a lane carries a share
+        // of the stream, so it waits that many quanta for a batch as large as one lane's.
         if !full {
-            sys::sleep_ns(RECEIVE_QUANTUM_NS);
+            sys::sleep_ns(quantum);
         }
     }
     sys::thread_cpu_ns()
@@ -334,7 +390,7 @@ mod tests {
                 size: 2048,
                 tos: false,
             }
-            .make(None),
+            .make(MESSAGES),
         );
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while batch.batch.len() < datagrams.len() && std::time::Instant::now() < deadline {

@@ -328,7 +328,7 @@ pub fn receive_gro<S: std::os::fd::AsFd>(socket: &S, on: bool) -> io::Result<()>
 /// UDP_GRO segment size (u64s: aligned for `cmsghdr`).
 const CONTROL_WORDS: usize = 8;
 /// A coalesced message's buffer: the most a UDP datagram carries.
-const COALESCED_BUFFER: usize = 65_536;
+pub const COALESCED_BUFFER: usize = 65_536;
 
 /// Reusable buffers and arrays for `recvmmsg`.
 pub struct RecvBatch {
@@ -523,6 +523,34 @@ impl RecvBatch {
             }
         }
         None
+    }
+}
+
+/// An eventfd that threads waiting in [`wait_any`] on it and their sockets are woken by
+/// (a receiving lane told to stop at a file's end, at once rather than at its next
+/// timeout).
+pub struct Wakeup(OwnedFd);
+
+impl Wakeup {
+    pub fn new() -> io::Result<Wakeup> {
+        // SAFETY: plain integer arguments; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor this process owns and nothing else holds.
+        Ok(Wakeup(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Makes the eventfd readable (for good: nothing reads it).
+    pub fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: eight bytes from a live buffer to a live eventfd.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
     }
 }
 

@@ -56,8 +56,23 @@ impl ServeProcess {
         Self::start_at(netns, addr, "0", extra)
     }
 
+    /// As [`start`](Self::start), with environment variables `env` set.
+    pub fn start_env(extra: &[&str], env: &[(&str, &str)]) -> ServeProcess {
+        Self::start_command(None, "127.0.0.1", "0", extra, env)
+    }
+
     /// As [`start_with`](Self::start_with), on `port` (0: any).
     pub fn start_at(netns: Option<&str>, addr: &str, port: &str, extra: &[&str]) -> ServeProcess {
+        Self::start_command(netns, addr, port, extra, &[])
+    }
+
+    fn start_command(
+        netns: Option<&str>,
+        addr: &str,
+        port: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> ServeProcess {
         let mut command = match netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -67,6 +82,7 @@ impl ServeProcess {
             }
             None => command(),
         };
+        command.envs(env.iter().copied());
         command
             .args(["serve", "--listen", addr, "--port", port])
             .args(extra)
