@@ -309,6 +309,8 @@ struct SendLoop<'a> {
     waiting: Option<(Blocked, u64)>,
     timeline: Timeline,
     refetched: u64,
+    /// Over lanes: the batch being built for each lane's thread this turn.
+    lane_work: Vec<Vec<Outgoing>>,
 }
 
 /// One `sendmmsg` worth of datagrams being built.
@@ -358,6 +360,7 @@ fn send_loop(
         last_ack_ns: 0,
         waits: Waits::default(),
         waiting: None,
+        lane_work: Vec::new(),
         timeline: Timeline {
             trace: std::env::var_os("LINERATE_COPY_TRACE").is_some(),
             ..Timeline::default()
@@ -601,9 +604,8 @@ impl SendLoop<'_> {
         if let Some(e) = lanes.failure() {
             return Err(send_error(e, self.layout));
         }
-        let session = self.io.session;
-        let mut work: Vec<Vec<Outgoing>> = Vec::new();
-        work.resize_with(session.lane_count(), Vec::new);
+        let mut work = std::mem::take(&mut self.lane_work);
+        work.resize_with(self.io.session.lane_count(), Vec::new);
         let (mut sent, mut why_not) = (0, None);
         while sent < BATCH {
             match sender.poll_transmit(now) {
@@ -632,13 +634,14 @@ impl SendLoop<'_> {
                 }
             }
         }
-        for (lane, batch) in work.into_iter().enumerate() {
+        for (lane, batch) in work.iter_mut().enumerate() {
             if !batch.is_empty() {
                 lanes
-                    .send(lane, batch)
+                    .send(lane, std::mem::take(batch))
                     .map_err(|e| TransferError::Local(format!("cannot send: {e}")))?;
             }
         }
+        self.lane_work = work;
         Ok((sent, why_not))
     }
 
