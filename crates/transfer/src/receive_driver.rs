@@ -443,6 +443,9 @@ pub fn receive_file(
     let (writer_output, from_writer) = mpsc::channel::<FromWriter>();
     let writer = Writer::new(layout, prepared, present);
     let stop = Arc::new(AtomicBool::new(false));
+    // Wakes the control reader at the file's end (without it, it sees `stop` within its
+    // read's 100 ms).
+    let wakeup = sys::Wakeup::new().ok();
     let sink = channel.sink();
     let mut figures = LoopFigures::default();
     let outcome = std::thread::scope(|scope| {
@@ -456,6 +459,7 @@ pub fn receive_file(
         let stop_reading = stop.clone();
         let chunks = layout.chunks();
         let reader = &mut *channel;
+        let wakeup_reader = wakeup.as_ref();
         let control_thread = scope.spawn(move || {
             forward_control(
                 reader,
@@ -463,6 +467,7 @@ pub fn receive_file(
                 &hashes_to_writer,
                 &control_events,
                 &stop_reading,
+                wakeup_reader,
             )
         });
         let inputs = ReceiveInputs {
@@ -485,6 +490,9 @@ pub fn receive_file(
             Err(e) => Err(e),
         };
         stop.store(true, Ordering::Relaxed);
+        if let Some(wakeup) = &wakeup {
+            wakeup.wake();
+        }
         let _ = control_thread.join();
         let _ = writer_thread.join();
         outcome
@@ -566,9 +574,10 @@ fn forward_control(
     hashes_to_writer: &mpsc::Sender<ToWriter>,
     control_events: &mpsc::Sender<Result<Control, ChannelError>>,
     stop: &AtomicBool,
+    wakeup: Option<&sys::Wakeup>,
 ) {
     loop {
-        match reader.receive(Duration::from_secs(3600), Some(stop)) {
+        match reader.receive_woken(Duration::from_secs(3600), Some(stop), wakeup) {
             Ok(Control::Hash { chunk, hash }) if chunk < chunks => {
                 let hash = journal::parse_hash(&hash).expect("validated");
                 let _ = hashes_to_writer.send(ToWriter::Hash(chunk, hash));
