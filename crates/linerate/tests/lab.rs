@@ -1208,21 +1208,9 @@ fn assert_same_file(a: &std::path::Path, b: &std::path::Path) {
 }
 
 /// A copy of a `size`-byte scratch file across a lab path (`path`, a server with
-/// `--files`), pushed to `destination` with `extra` flags: the scratch root, the source
-/// and the client's result.
+/// `--files`), pushed to `destination` with `extra` flags and environment variables `env`
+/// on both ends: the scratch root, the source and the client's result.
 fn lab_copy(
-    name: &str,
-    tag: &str,
-    size: usize,
-    path: &[&str],
-    destination: &str,
-    extra: &[&str],
-) -> (std::path::PathBuf, std::path::PathBuf, serde_json::Value) {
-    lab_copy_env(name, tag, size, path, destination, extra, &[])
-}
-
-/// As [`lab_copy`], with environment variables `env` set on both ends.
-fn lab_copy_env(
     name: &str,
     tag: &str,
     size: usize,
@@ -1269,6 +1257,7 @@ fn a_copy_with_ecn_through_codel_is_held_by_marks_not_drops() {
         ],
         "server:got.bin",
         &["--ecn"],
+        &[],
     );
     assert_same_file(&source, &root.join("served/got.bin"));
     let status = emulator_status(&name);
@@ -1341,6 +1330,7 @@ fn a_copy_over_a_long_lossy_path_arrives_intact_resending_only_the_losses() {
         &["--rtt", "100ms", "--loss", "1%", "--rate", "200M"],
         "server:got.bin",
         &[],
+        &[],
     );
     assert_same_file(&source, &root.join("served/got.bin"));
     // The reference: what the emulator dropped of the datagrams the sender sent.
@@ -1385,6 +1375,7 @@ fn a_copy_over_lanes_spreads_over_the_emulators_threads_and_resends_only_the_los
         &["--rtt", "100ms", "--loss", "1%", "--threads", "2"],
         "server:got.bin",
         &["--lanes", "16", "--max-rate", "200M"],
+        &[],
     );
     assert_same_file(&source, &root.join("served/got.bin"));
     assert_eq!(num(&doc, "/copy/lanes"), 16.0);
@@ -1433,6 +1424,7 @@ fn a_small_copy_takes_a_three_round_trip_set_up() {
         &["--rtt", "400ms"],
         "server:got.bin",
         &[],
+        &[],
     );
     assert_same_file(&source, &root.join("served/got.bin"));
     let round_trips = num(&doc, "/copy/wall_s") / rtt;
@@ -1463,7 +1455,7 @@ fn a_copy_through_corruption_arrives_intact_and_counts_every_corrupted_datagram(
         // Without the UDP checksum every flipped bit reaches linerate's own checks.
         let mut extra = vec!["--no-udp-checksum"];
         extra.extend(lanes);
-        let (root, source, doc) = lab_copy_env(
+        let (root, source, doc) = lab_copy(
             &name,
             tag,
             24 << 20,
