@@ -31,8 +31,8 @@ use crate::receive_lanes::{
 };
 use crate::receiver::{DataOutcome, Receiver};
 use crate::seal::{Sealer, SEAL_TAG};
-use crate::sys::{self, RecvBatch};
-use crate::wire::{self, Datagram};
+use crate::sys;
+use crate::wire;
 
 /// Messages taken per `recvmmsg`: each a datagram, or a run of them where the path
 /// coalesces (UDP_GRO: up to 64 KiB each).
@@ -673,9 +673,8 @@ struct ChunkBuffers {
 }
 
 impl ChunkBuffers {
-    /// Stores a datagram's `len` bytes where the receiver core says, by `fill` (a copy,
-    /// or a seal opened into its place; false: it did not open); a filled chunk goes to
-    /// the writer. Returns false where `fill` failed.
+    /// Stores a datagram's plaintext where the receiver core says; a filled chunk goes to
+    /// the writer.
     #[allow(clippy::too_many_arguments)]
     fn store(
         &mut self,
@@ -685,9 +684,9 @@ impl ChunkBuffers {
         now: u64,
         pn: u64,
         offset: u64,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]) -> bool,
-    ) -> bool {
+        plain: &[u8],
+    ) {
+        let len = plain.len();
         let DataOutcome::Store {
             chunk,
             at,
@@ -695,22 +694,20 @@ impl ChunkBuffers {
             filled,
         } = receiver.on_data(now, pn, offset, len as u16)
         else {
-            return true;
+            return;
         };
         if fresh {
             let buffer = chunk_buffer(self.spare.pop(), layout.chunk_len(chunk) as usize);
             self.filling.insert(chunk, buffer);
         }
-        let stored = match self.filling.get_mut(&chunk) {
-            Some(buffer) => fill(&mut buffer[at..at + len]),
-            None => true,
-        };
+        if let Some(buffer) = self.filling.get_mut(&chunk) {
+            buffer[at..at + len].copy_from_slice(plain);
+        }
         if filled {
             if let Some(buffer) = self.filling.remove(&chunk) {
                 let _ = to_writer.send(ToWriter::Filled(chunk, buffer));
             }
         }
-        stored
     }
 }
 
@@ -764,9 +761,18 @@ fn receive_loop(
         lane_fds,
         lane_cpu_ns: 0,
     };
+    let check = Check {
+        file: state.io.file_index,
+        session: session.id,
+        key: &session.key,
+        sealer: state.io.sealer,
+    };
     let result = match receive_threads(session.lane_count()) {
-        false => state.run(receiver, cancel, &mut kind.make(RECEIVE_BATCH)),
-        true => state.run_over_lanes(receiver, cancel, kind),
+        false => {
+            let mut batch = Checked::new(0, kind.make(RECEIVE_BATCH));
+            state.run(receiver, cancel, &mut batch, &check)
+        }
+        true => state.run_over_lanes(receiver, cancel, kind, check),
     };
     if coalescing {
         for lane in session.sockets() {
@@ -780,12 +786,13 @@ fn receive_loop(
 
 impl ReceiveLoop<'_> {
     /// This thread takes the datagrams from every lane's socket itself, a batch from each
-    /// a turn.
+    /// a turn, checked as a lane's thread checks them.
     fn run(
         &mut self,
         receiver: &mut Receiver,
         cancel: &AtomicBool,
-        batch: &mut RecvBatch,
+        batch: &mut Checked,
+        check: &Check<'_>,
     ) -> Result<(), TransferError> {
         while !receiver.is_complete() {
             if cancel.load(Ordering::Relaxed) {
@@ -795,7 +802,10 @@ impl ReceiveLoop<'_> {
             let mut received = 0;
             self.lane_full = false;
             for lane in 0..self.lane_fds.len() {
-                received += self.take_datagrams(receiver, now, batch, self.lane_fds[lane])?;
+                received += batch
+                    .receive(self.lane_fds[lane], check)
+                    .map_err(|e| TransferError::Local(format!("cannot receive: {e}")))?;
+                self.store_checked(receiver, now, batch);
                 self.lane_full |= batch.full();
                 // The ACKs due after each lane's batch, not after all lanes': sixteen
                 // batches are a thousand datagrams, more late arrivals than one ACK has
@@ -815,14 +825,9 @@ impl ReceiveLoop<'_> {
         receiver: &mut Receiver,
         cancel: &AtomicBool,
         kind: BatchKind,
+        check: Check<'_>,
     ) -> Result<(), TransferError> {
         let session = self.io.session;
-        let check = Check {
-            file: self.io.file_index,
-            session: session.id,
-            key: &session.key,
-            sealer: self.io.sealer,
-        };
         std::thread::scope(|scope| {
             let mut lanes = LaneReceivers::start(scope, session, check, kind)?;
             let result = self.drive_lanes(receiver, cancel, &lanes);
@@ -899,7 +904,6 @@ impl ReceiveLoop<'_> {
                 receiver.on_ce();
             }
             self.last_datagram_ns = now;
-            let plain = checked.plain(datagram);
             self.chunks.store(
                 receiver,
                 &self.layout,
@@ -907,85 +911,9 @@ impl ReceiveLoop<'_> {
                 now,
                 datagram.pn,
                 datagram.offset,
-                plain.len(),
-                |slot| {
-                    slot.copy_from_slice(plain);
-                    true
-                },
+                checked.plain(datagram),
             );
         }
-    }
-
-    /// One batch from the one lane's socket.
-    fn take_datagrams(
-        &mut self,
-        receiver: &mut Receiver,
-        now: u64,
-        batch: &mut RecvBatch,
-        fd: std::os::fd::RawFd,
-    ) -> Result<usize, TransferError> {
-        let (session, file_index, sealer) = (self.io.session, self.io.file_index, self.io.sealer);
-        let received = batch
-            .receive(fd)
-            .map_err(|e| TransferError::Local(format!("cannot receive: {e}")))?;
-        for i in 0..received {
-            // A coalesced batch holds thousands of datagrams: the ACKs due go out every 64
-            // of them, as after a batch of one datagram a message, not once at its end.
-            if i > 0 && i % RECEIVE_BATCH == 0 {
-                self.drive_acks(receiver, now);
-            }
-            let (header, payload) = match wire::parse(batch.get(i), &session.key) {
-                Ok(Datagram::Data { header, payload }) => (header, payload),
-                // The socket is connected to the sender: a data datagram whose header tag
-                // or payload CRC fails was damaged on the way.
-                Err(wire::WireError::Corrupt | wire::WireError::Tag) => {
-                    self.corrupted += 1;
-                    continue;
-                }
-                _ => continue,
-            };
-            if header.session != session.id || header.file != file_index {
-                continue;
-            }
-            // Congestion experienced: an AQM on the path marked it instead of dropping.
-            if batch.tos(i).is_some_and(|tos| tos & 0b11 == 0b11) {
-                receiver.on_ce();
-            }
-            self.last_datagram_ns = now;
-            let plain_len = match sealer {
-                Some(_) if payload.len() <= SEAL_TAG => {
-                    self.corrupted += 1;
-                    continue;
-                }
-                Some(_) => payload.len() - SEAL_TAG,
-                None => payload.len(),
-            };
-            let (pn, offset) = (header.pn, header.offset);
-            let stored = self.chunks.store(
-                receiver,
-                &self.layout,
-                self.io.to_writer,
-                now,
-                pn,
-                offset,
-                plain_len,
-                |slot| match sealer {
-                    // The header's tag and the CRC passed: a seal that does not open is
-                    // a forgery by a key holder; the hole fails the chunk's hash.
-                    Some(sealer) => sealer
-                        .open_into(file_index, session.id, pn, offset, payload, slot)
-                        .is_ok(),
-                    None => {
-                        slot.copy_from_slice(payload);
-                        true
-                    }
-                },
-            );
-            if !stored {
-                self.corrupted += 1;
-            }
-        }
-        Ok(received)
     }
 
     /// Hears the writer: each chunk's check (a failed one is fetched again) and its end.

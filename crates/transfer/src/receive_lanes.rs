@@ -5,7 +5,9 @@
 //! plaintext into its chunk. The receive itself (the kernel's copy and, without offloads,
 //! its checksum) and the checks are most of what a datagram costs the receiving end: on
 //! threads of their own they spread over cores as the lanes spread the datagrams over the
-//! path's queues, and the one loop keeps only the core's bookkeeping and one copy.
+//! path's queues, and the one loop keeps only the core's bookkeeping and one copy. A
+//! host without CPUs to spare for them, and a copy of one lane, receive in the loop
+//! itself, checking each batch with the same [`Checked`].
 
 #![allow(clippy::disallowed_methods)]
 
@@ -119,7 +121,8 @@ pub struct Checked {
 }
 
 impl Checked {
-    fn new(lane: usize, batch: RecvBatch) -> Checked {
+    /// An empty batch of lane `lane` (0 for the one loop's, which reads every lane).
+    pub fn new(lane: usize, batch: RecvBatch) -> Checked {
         Checked {
             lane,
             batch,
@@ -131,6 +134,19 @@ impl Checked {
     /// The plaintext of a datagram that passed.
     pub fn plain(&self, datagram: &Accepted) -> &[u8] {
         &self.batch.get(datagram.index)[datagram.start..datagram.start + datagram.len]
+    }
+
+    /// Receives what waits on `fd` (without blocking) and checks it; returns the
+    /// datagrams received, whether they passed or not.
+    pub fn receive(&mut self, fd: RawFd, check: &Check<'_>) -> std::io::Result<usize> {
+        let received = self.batch.receive(fd)?;
+        self.check(check);
+        Ok(received)
+    }
+
+    /// Whether the last receive filled the batch (more may wait).
+    pub fn full(&self) -> bool {
+        self.batch.full()
     }
 
     /// Checks the datagrams of the last receive, opening seals in place.
@@ -333,7 +349,7 @@ fn receive_lane(
             ready = Some(checked);
             continue;
         }
-        match checked.batch.receive(fd) {
+        match checked.receive(fd, &check) {
             Ok(0) => {
                 ready = Some(checked);
                 continue;
@@ -344,8 +360,7 @@ fn receive_lane(
                 break;
             }
         }
-        checked.check(&check);
-        let full = checked.batch.full();
+        let full = checked.full();
         if events.send(Ok(checked)).is_err() {
             break;
         }

@@ -68,25 +68,6 @@ impl Sealer {
         out.extend_from_slice(tag.as_ref());
     }
 
-    /// Opens a sealed payload: `sealed` is the ciphertext and tag as received; the
-    /// plaintext is written to `plain` (as long as the ciphertext).
-    pub fn open_into(
-        &self,
-        file: u32,
-        session: u64,
-        pn: u64,
-        offset: u64,
-        sealed: &[u8],
-        plain: &mut [u8],
-    ) -> Result<(), Unopened> {
-        if sealed.len() < SEAL_TAG || plain.len() != sealed.len() - SEAL_TAG {
-            return Err(Unopened);
-        }
-        let (cipher, tag) = sealed.split_at(sealed.len() - SEAL_TAG);
-        plain.copy_from_slice(cipher);
-        self.open_cipher(file, session, pn, offset, tag, plain)
-    }
-
     /// Opens a sealed payload where it lies (a receiving lane's batch): the plaintext
     /// is then the first of `sealed`'s bytes; returns its length.
     pub fn open_in_place(
@@ -133,6 +114,23 @@ impl Sealer {
 mod tests {
     use super::*;
 
+    /// Opens `sealed` (left as it is) into `plain`, which must be as long as the
+    /// plaintext.
+    fn open_into(
+        sealer: &Sealer,
+        (file, session, pn, offset): (u32, u64, u64, u64),
+        sealed: &[u8],
+        plain: &mut [u8],
+    ) -> Result<(), Unopened> {
+        let mut opened = sealed.to_vec();
+        let len = sealer.open_in_place(file, session, pn, offset, &mut opened)?;
+        if len != plain.len() {
+            return Err(Unopened);
+        }
+        plain.copy_from_slice(&opened[..len]);
+        Ok(())
+    }
+
     #[test]
     fn a_sealed_payload_opens_only_where_it_was_sealed() {
         let sealer = Sealer::new(&[3; 32]);
@@ -142,28 +140,24 @@ mod tests {
         assert_ne!(&sealed[..16], b"the file's bytes");
         let mut plain = [0u8; 16];
         assert_eq!(
-            sealer.open_into(1, 9, 42, 4096, &sealed, &mut plain),
+            open_into(&sealer, (1, 9, 42, 4096), &sealed, &mut plain),
             Ok(())
         );
         assert_eq!(&plain, b"the file's bytes");
         // Another offset, packet number, file or key: it does not open.
-        assert!(sealer
-            .open_into(1, 9, 42, 8192, &sealed, &mut plain)
-            .is_err());
-        assert!(sealer
-            .open_into(1, 9, 43, 4096, &sealed, &mut plain)
-            .is_err());
-        assert!(sealer
-            .open_into(2, 9, 42, 4096, &sealed, &mut plain)
-            .is_err());
-        assert!(Sealer::new(&[4; 32])
-            .open_into(1, 9, 42, 4096, &sealed, &mut plain)
-            .is_err());
+        assert!(open_into(&sealer, (1, 9, 42, 8192), &sealed, &mut plain).is_err());
+        assert!(open_into(&sealer, (1, 9, 43, 4096), &sealed, &mut plain).is_err());
+        assert!(open_into(&sealer, (2, 9, 42, 4096), &sealed, &mut plain).is_err());
+        assert!(open_into(
+            &Sealer::new(&[4; 32]),
+            (1, 9, 42, 4096),
+            &sealed,
+            &mut plain
+        )
+        .is_err());
         // A flipped bit anywhere.
         sealed[3] ^= 1;
-        assert!(sealer
-            .open_into(1, 9, 42, 4096, &sealed, &mut plain)
-            .is_err());
+        assert!(open_into(&sealer, (1, 9, 42, 4096), &sealed, &mut plain).is_err());
     }
 
     #[test]
@@ -198,9 +192,13 @@ mod tests {
             "6b047cdb914e5e7f02f82a78e2943da72067c0f34992e723d8930b0c89a1029872458b8d367ba625e63e5e"
         );
         let mut opened = [0u8; 27];
-        sealer
-            .open_into(3, 0x0102_0304_0506_0708, 99, 1408 * 5, &sealed, &mut opened)
-            .unwrap();
+        open_into(
+            &sealer,
+            (3, 0x0102_0304_0506_0708, 99, 1408 * 5),
+            &sealed,
+            &mut opened,
+        )
+        .unwrap();
         assert_eq!(&opened, plain);
     }
 }
