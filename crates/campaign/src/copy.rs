@@ -155,6 +155,11 @@ fn copy_report(summary: &CopySummary, total: &FileOutcome, diagnosis: &Diagnosis
         payload_bytes: total.payload_bytes,
         resent_bytes: total.resent_bytes,
         refetched_chunks: total.refetched_chunks,
+        resume_checked_chunks: total.local.resume_checked_chunks
+            + total.remote.resume_checked_chunks,
+        resume_damaged_chunks: total.local.resume_damaged_chunks
+            + total.remote.resume_damaged_chunks,
+        resume_check_s: total.local.resume_check_s + total.remote.resume_check_s,
         corrupted_datagrams: total.local.corrupted_datagrams + total.remote.corrupted_datagrams,
         root: match summary.files.as_slice() {
             [one] => Some(one.outcome.root.clone()),

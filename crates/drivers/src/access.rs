@@ -15,7 +15,7 @@ use ipnet::IpNet;
 use linerate_proto::text::printable;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -321,6 +321,82 @@ impl Failures {
         let (since, count) = map.get(&client)?;
         let left = FAILURE_WINDOW.saturating_sub(now.duration_since(*since));
         (*count >= MAX_FAILURES && !left.is_zero()).then_some(left)
+    }
+}
+
+/// Copy handshakes under way (a hello taken, the key not yet proven): each holds a
+/// thread, a UDP socket and two descriptors for up to the handshake timeout, before the
+/// client has proven anything, so they are few: at most [`COPY_HANDSHAKES_PER_CLIENT`]
+/// from one client (an IPv4 address, an IPv6 prefix) and [`COPY_HANDSHAKES`] together.
+/// Once the key is proven the session's place is the listener's as every other.
+#[derive(Debug, Default)]
+pub struct Handshakes {
+    under_way: Mutex<(HashMap<IpAddr, u32>, u32)>,
+}
+
+pub const COPY_HANDSHAKES_PER_CLIENT: u32 = 8;
+pub const COPY_HANDSHAKES: u32 = 256;
+
+impl Handshakes {
+    /// A place for one handshake of `client`, or the limit that refuses it.
+    pub fn take(self: &Arc<Self>, client: IpAddr) -> Result<HandshakeSlot, &'static str> {
+        let mut guard = self.under_way.lock().unwrap_or_else(|p| p.into_inner());
+        let (per_client, total) = &mut *guard;
+        if *total >= COPY_HANDSHAKES {
+            return Err("copy handshakes under way at the server's limit");
+        }
+        let mine = per_client.entry(client).or_insert(0);
+        if *mine >= COPY_HANDSHAKES_PER_CLIENT {
+            return Err("copy handshakes under way at the client's limit");
+        }
+        *mine += 1;
+        *total += 1;
+        Ok(HandshakeSlot {
+            handshakes: self.clone(),
+            client,
+            released: AtomicBool::new(false),
+        })
+    }
+
+    /// Handshakes under way: (from `client`, in all).
+    pub fn under_way(&self, client: IpAddr) -> (u32, u32) {
+        let guard = self.under_way.lock().unwrap_or_else(|p| p.into_inner());
+        (guard.0.get(&client).copied().unwrap_or(0), guard.1)
+    }
+}
+
+/// One handshake's place, given back when the key is proven or the handshake ends.
+#[derive(Debug)]
+pub struct HandshakeSlot {
+    handshakes: Arc<Handshakes>,
+    client: IpAddr,
+    released: AtomicBool,
+}
+
+impl HandshakeSlot {
+    pub fn release(&self) {
+        if self.released.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let mut guard = self
+            .handshakes
+            .under_way
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (per_client, total) = &mut *guard;
+        *total = total.saturating_sub(1);
+        if let Some(mine) = per_client.get_mut(&self.client) {
+            *mine -= 1;
+            if *mine == 0 {
+                per_client.remove(&self.client);
+            }
+        }
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

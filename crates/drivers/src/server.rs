@@ -9,7 +9,7 @@
 //! The acceptor knows every handler ([`crate::native_server`], [`crate::iperf3_server`],
 //! the agent); they share [`crate::server_state`] and never import this module.
 
-use crate::access::{self, Admission, Held};
+use crate::access::{self, Admission, Held, Stage};
 use crate::native_server::serve_test;
 use crate::server_state::ServerState;
 pub use crate::server_state::{KeepReport, ReportKeeper, ServerConfig};
@@ -403,10 +403,65 @@ impl Server {
             return None;
         }
         match shared.config.files.clone() {
-            Some(service) => self.spawn_session("linerate-copy", peer, move |shared| {
-                let _held = held;
-                service.serve(stream, &bytes[12..], &|line| shared.log(line));
-            }),
+            Some(service) => {
+                // One lockout for every service: failed proofs of a stream, an iperf3
+                // login or a copy all count, and all are refused together.
+                // Told once per reason every ten seconds (with the count), not a few
+                // lines a second: a flood of refused handshakes writes a handful.
+                let client = shared.gate.policy.client(peer.ip());
+                let refuse = |stream, reason: &'static str, why: String, told: &str| {
+                    let line = format!("refused a copy session from {peer}: {why}");
+                    if let Some(line) = service.refusals().note(reason, &line, Instant::now()) {
+                        shared.log(&line);
+                    }
+                    linerate_transfer::service::refuse_unserved(stream, told);
+                };
+                if let Some(left) = shared.failures.blocked(client, Instant::now()) {
+                    refuse(
+                        stream,
+                        "failed proofs",
+                        format!(
+                            "{} failed proofs within {} s; refused for {:.0} s more",
+                            access::MAX_FAILURES,
+                            access::FAILURE_WINDOW.as_secs(),
+                            left.as_secs_f64()
+                        ),
+                        "too many failed proofs of the key from this client: try again in a minute",
+                    );
+                    return None;
+                }
+                let slot = match shared.copy_handshakes.take(client) {
+                    Ok(slot) => slot,
+                    Err(limit) => {
+                        refuse(
+                            stream,
+                            limit,
+                            limit.to_string(),
+                            "too many copy handshakes under way: try again shortly",
+                        );
+                        return None;
+                    }
+                };
+                // Until its key is proven the session may be closed to make room at
+                // --max-connections (docs/security.md), as an agent's is.
+                let mark = shared.gate.mark_session(peer.ip(), &stream);
+                self.spawn_session("linerate-copy", peer, move |shared| {
+                    let _held = held;
+                    let proven = || {
+                        slot.release();
+                        if let Some(mark) = &mark {
+                            mark.set(Stage::Busy);
+                        }
+                    };
+                    let admission = linerate_transfer::service::Admission {
+                        handshake: shared.config.timeouts.handshake,
+                        proven: &proven,
+                        failed_proof: &|| shared.failed_proof(peer),
+                        log: &|line| shared.log(line),
+                    };
+                    service.serve(stream, &bytes[12..], &admission);
+                })
+            }
             None => {
                 shared.refused(peer, "a copy session, but no --files");
                 linerate_transfer::service::refuse_unserved(

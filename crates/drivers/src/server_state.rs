@@ -123,6 +123,8 @@ pub(crate) struct ServerState {
     pub(crate) rates: Arc<RateBook>,
     /// Failed proofs of the key or of iperf3 credentials, per client.
     pub(crate) failures: access::Failures,
+    /// Copy handshakes under way, per client and in all.
+    pub(crate) copy_handshakes: Arc<access::Handshakes>,
     pub(crate) host: HostFacts,
     pub(crate) shutdown: Arc<AtomicBool>,
     pub(crate) running: AtomicUsize,
@@ -148,6 +150,7 @@ impl ServerState {
             operator_log: OperatorLog::new(config.log, config.log_format),
             rates: Arc::new(RateBook::default()),
             failures: access::Failures::default(),
+            copy_handshakes: Arc::default(),
             config,
             shutdown: Arc::new(AtomicBool::new(false)),
             running: AtomicUsize::new(0),

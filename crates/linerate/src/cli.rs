@@ -1554,6 +1554,10 @@ pub struct ServeArgs {
     /// new ones until one has been silent a minute
     #[arg(long, value_name = "N", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..=1_000_000), requires = "stamp")]
     pub stamp_sessions: u32,
+    /// STAMP: sessions one source (an IPv4 address, an IPv6 prefix of
+    /// --ipv6-client-prefix bits) may hold at once, so that no one source fills the table
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000), requires = "stamp")]
+    pub stamp_sessions_per_source: u32,
 }
 
 #[derive(Debug, Args)]

@@ -172,22 +172,27 @@ pub fn run(args: &StampArgs, globals: &Globals) -> Outcome {
         sender::run(&options, &stop, &mut live).with_context(|| format!("stamp to {addr}"))?;
     report.host = Some(linerate_hostinfo::host_facts());
     let silent = report.sent > 0 && report.answered == 0 && report.interrupted_after_s.is_none();
-    let document = Document::Stamp(Box::new(report));
-    let text = sink::TextSink::new(std::io::stdout(), Scale::Adaptive);
-    sink::standard(args.json, text, store).finish_document(&document)?;
-    // As ping: a run that heard nothing back ends in failure (exit 1), kept and printed.
+    // As ping: a run that heard nothing back ends in failure (exit 1), kept and printed,
+    // the reason inside the document (one JSON value either way).
     if silent {
         let key = if mode == Mode::Authenticated {
             " Does it hold the same key, and answer authenticated packets?"
         } else {
             ""
         };
-        anyhow::bail!(
+        report.error = Some(format!(
             "no answer from {addr}: is a reflector there ('linerate serve --stamp {}')? A firewall?{key}",
             addr.port()
-        );
+        ));
     }
-    Ok(())
+    let error = report.error.clone();
+    let document = Document::Stamp(Box::new(report));
+    let text = sink::TextSink::new(std::io::stdout(), Scale::Adaptive);
+    sink::standard(args.json, text, store).finish_document(&document)?;
+    match error {
+        Some(message) => Err(crate::failure::Failure::Partial(message).into()),
+        None => Ok(()),
+    }
 }
 
 /// A session identifier for this run: nonzero, drawn from the system's randomness.

@@ -474,6 +474,148 @@ fn kill_9_of_the_client_then_of_the_server_and_the_copy_resumes() {
     assert!(!journal.exists());
 }
 
+/// The chunks a journal records, in the order it records them.
+fn journaled_chunks(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// How a `.part` was damaged between two runs of the same copy.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    /// 8 bytes of a journaled chunk changed (another writer, a disk error).
+    Tampered,
+    /// The file cut short inside the journaled chunks.
+    Truncated,
+    /// A hole punched inside a journaled chunk: it reads as zeros.
+    Hole,
+    /// The journal records a chunk (with the source's true hash) whose bytes never
+    /// reached the disk: a power loss after the journal's sync and before the data's.
+    JournalAhead,
+}
+
+#[test]
+fn a_resumed_copy_reads_its_part_back_and_fetches_again_what_does_not_match() {
+    const MIB: u64 = 1024 * 1024;
+    for damage in [
+        Damage::Tampered,
+        Damage::Truncated,
+        Damage::Hole,
+        Damage::JournalAhead,
+    ] {
+        let s = Scratch::new(&format!("readback-{damage:?}"));
+        let server = s.serve();
+        let source = s.file("src/f.bin", 48 * MIB as usize, 17);
+        let part = s.path("served/f.bin.part");
+        let journal = s.path("served/f.bin.part.journal");
+        let mut client = slow_push(&server, &s, &source, "f.bin");
+        wait_for_journal(&journal, 9);
+        client.kill().unwrap();
+        client.wait().unwrap();
+        assert!(
+            server.wait_log("failed", Duration::from_secs(10)),
+            "{}",
+            server.log()
+        );
+        let mut journaled = journaled_chunks(&journal);
+        journaled.sort_unstable();
+        journaled.dedup();
+        assert!(
+            journaled.len() >= 8 && !journaled.contains(&47),
+            "{journaled:?}"
+        );
+        let file = std::fs::OpenOptions::new().write(true).open(&part).unwrap();
+        use std::os::unix::fs::FileExt;
+        let damaged: u64 = match damage {
+            Damage::Tampered => {
+                // Byte 4,097 of the file, inside chunk 0.
+                assert!(journaled.contains(&0), "{journaled:?}");
+                file.write_all_at(b"tampered", 4097).unwrap();
+                1
+            }
+            Damage::Truncated => {
+                let cut_chunk = journaled[journaled.len() / 2];
+                file.set_len(cut_chunk * MIB + 1000).unwrap();
+                journaled.iter().filter(|&&c| c >= cut_chunk).count() as u64
+            }
+            Damage::Hole => {
+                let chunk = journaled[journaled.len() / 2];
+                // SAFETY: fallocate on a live descriptor with plain integer arguments.
+                let punched = unsafe {
+                    libc::fallocate(
+                        std::os::fd::AsRawFd::as_raw_fd(&file),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        (chunk * MIB + 65536) as libc::off_t,
+                        4096,
+                    )
+                };
+                assert_eq!(punched, 0, "{}", std::io::Error::last_os_error());
+                1
+            }
+            Damage::JournalAhead => {
+                let chunk = 40;
+                assert!(!journaled.contains(&chunk));
+                let source_bytes = std::fs::read(&source).unwrap();
+                let start = (chunk * MIB) as usize;
+                let hash = blake3::hash(&source_bytes[start..start + MIB as usize]);
+                file.write_all_at(&vec![0u8; MIB as usize], chunk * MIB)
+                    .unwrap();
+                let mut lines = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&journal)
+                    .unwrap();
+                writeln!(lines, "{chunk} {}", hash.to_hex()).unwrap();
+                journaled.push(chunk);
+                1
+            }
+        };
+        drop(file);
+        let out = copy(
+            &server,
+            &s.key(),
+            &[source.to_str().unwrap(), &remote("f.bin"), "--json", "-q"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{damage:?}: {}", stderr(&out));
+        same_bytes(&source, &s.path("served/f.bin"));
+        let doc = json(&out);
+        assert_eq!(
+            num(&doc, "/copy/resume_checked_chunks") as usize,
+            journaled.len(),
+            "{damage:?}: every journaled chunk read back"
+        );
+        assert_eq!(
+            num(&doc, "/copy/resume_damaged_chunks") as u64,
+            damaged,
+            "{damage:?}: the damaged chunks counted"
+        );
+        assert_eq!(
+            num(&doc, "/copy/resumed_bytes") as u64,
+            (journaled.len() as u64 - damaged) * MIB,
+            "{damage:?}: only the chunks that read back as recorded were kept"
+        );
+        // The damaged chunks went again: the bytes sent for the first time are the
+        // rest of the file, the damaged chunks included.
+        let first_time =
+            num(&doc, "/copy/payload_bytes") as u64 - num(&doc, "/copy/resent_bytes") as u64;
+        assert_eq!(
+            first_time,
+            48 * MIB - num(&doc, "/copy/resumed_bytes") as u64,
+            "{damage:?}"
+        );
+        assert!(
+            server.log().contains("did not read back as recorded"),
+            "{damage:?}: {}",
+            server.log()
+        );
+        // The text report says it too.
+        assert!(!journal.exists());
+    }
+}
+
 #[test]
 fn a_pull_killed_midway_resumes_from_the_local_journal() {
     let s = Scratch::new("pullresume");
@@ -949,6 +1091,239 @@ fn a_copy_leaves_from_the_address_bound() {
     assert_ne!(refused.status.code(), Some(0));
     assert!(
         server.wait_log("from 127.0.0.3:", Duration::from_secs(10)),
+        "{}",
+        server.log()
+    );
+}
+
+/// One lockout for every service: ten wrong-key copies lock the client out of `stream`
+/// with the right key, and ten wrong-key streams lock it out of `copy`. An abandoned
+/// handshake (the key confirmation taken, no proof sent) counts as a failed guess too.
+#[test]
+fn guessing_the_key_over_copy_or_stream_locks_the_client_out_of_both() {
+    for guess_with in ["copy", "stream"] {
+        let s = Scratch::new(&format!("lockout-{guess_with}"));
+        let server = s.serve();
+        let port = server.port.to_string();
+        let source = s.file("src/small.bin", 10_000, 2);
+        for i in 0..10 {
+            let wrong = s.path(&format!("wrong{i}"));
+            std::fs::write(&wrong, format!("wrong key number {i} of many, 32b")).unwrap();
+            let wrong = wrong.display().to_string();
+            let out = if guess_with == "copy" {
+                copy(
+                    &server,
+                    &wrong,
+                    &[source.to_str().unwrap(), &remote("small.bin"), "-q"],
+                )
+            } else {
+                linerate(&[
+                    "stream",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-t",
+                    "0.2",
+                    "--key",
+                    &wrong,
+                ])
+            };
+            assert_ne!(out.status.code(), Some(0), "{guess_with} guess {i}");
+        }
+        let right_copy = copy(
+            &server,
+            &s.key(),
+            &[source.to_str().unwrap(), &remote("small.bin"), "-q"],
+        );
+        assert_eq!(right_copy.status.code(), Some(1), "{}", stderr(&right_copy));
+        assert!(
+            stderr(&right_copy).contains("failed proofs"),
+            "{}",
+            stderr(&right_copy)
+        );
+        let right_stream = linerate(&[
+            "stream",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "0.2",
+            "--key",
+            &s.key(),
+        ]);
+        assert_ne!(
+            right_stream.status.code(),
+            Some(0),
+            "{}",
+            stderr(&right_stream)
+        );
+        assert!(!s.path("served/small.bin").exists());
+    }
+}
+
+/// A hello of a copy session (nonce, SPAKE2 message) under a key of the flooder's own:
+/// made once (the test binary's curve arithmetic is unoptimised) and sent many times.
+fn flooders_hello() -> (String, String) {
+    let key = linerate_proto::auth::Key::from_file_contents(b"any key at all, the flooder's own")
+        .unwrap();
+    let auth = linerate_proto::auth::ClientAuth::new(&key, &linerate_proto::auth::Nonce([5; 32]));
+    (auth.nonce_hex(), auth.pake_hex())
+}
+
+/// A copy session's hello, the key confirmation awaited and never answered: what a
+/// keyless client can make a server hold.
+fn stalled_copy_handshake(
+    port: u16,
+    from: &str,
+    hello: &(String, String),
+) -> Option<linerate_transfer::channel::Channel> {
+    use linerate_transfer::control::{Control, COPY_VERSION};
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+    socket
+        .bind(
+            &format!("{from}:0")
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .ok()?;
+    socket
+        .connect(
+            &format!("127.0.0.1:{port}")
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .ok()?;
+    let channel = linerate_transfer::channel::Channel::new(socket.into(), &[]).ok()?;
+    let mut preface = linerate_proto::preface::COPY_MAGIC.to_vec();
+    preface.extend_from_slice(&COPY_VERSION.to_be_bytes());
+    channel.send_raw(&preface).ok()?;
+    channel
+        .send(&Control::Hello {
+            nonce: hello.0.clone(),
+            pake: hello.1.clone(),
+        })
+        .ok()?;
+    Some(channel)
+}
+
+/// A keyless flood of copy handshakes (a hello each, then silence) from one address
+/// holds at most a few of the server's threads: a copy from another address beside it
+/// completes within twice the time of the same copy without it, the flood's refusals
+/// are logged in a few lines, not one each.
+#[test]
+fn a_keyless_handshake_flood_leaves_room_for_a_real_copy() {
+    let s = Scratch::new("hsflood");
+    let server = s.serve();
+    let source = s.file("src/f.bin", 8 << 20, 9);
+    let timed_copy = |dest: &str| {
+        let started = Instant::now();
+        let out = copy(
+            &server,
+            &s.key(),
+            &[source.to_str().unwrap(), &remote(dest), "-q"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        same_bytes(&source, &s.path(&format!("served/{dest}")));
+        started.elapsed()
+    };
+    let alone = timed_copy("alone.bin");
+    // 2,000 handshakes from 127.0.0.2, held open for the copy's time.
+    let hello = flooders_hello();
+    let opening = Instant::now();
+    let held: Vec<_> = (0..2000)
+        .filter_map(|_| stalled_copy_handshake(server.port, "127.0.0.2", &hello))
+        .collect();
+    eprintln!(
+        "{} handshakes opened in {:?}",
+        held.len(),
+        opening.elapsed()
+    );
+    assert!(held.len() > 1000, "{} handshakes opened", held.len());
+    let beside = timed_copy("beside.bin");
+    assert!(
+        beside <= alone * 2 + Duration::from_millis(200),
+        "{beside:?} beside the flood, {alone:?} alone"
+    );
+    drop(held);
+    let log = server.log();
+    assert!(
+        log.contains("copy handshakes under way at the client's limit"),
+        "{log}"
+    );
+    // Told once per reason every ten seconds, with the count.
+    let refusal_lines = log.lines().filter(|l| l.contains("127.0.0.2")).count();
+    assert!(refusal_lines <= 6, "{refusal_lines} lines:\n{log}");
+}
+
+/// A client that takes a pull's offer with a window of 0 and never acknowledges a
+/// datagram is dropped by the server within its 60 s of silence, counted from the start
+/// of sending (it once held the session until the client gave up).
+#[test]
+fn a_silent_pull_is_dropped_after_the_ack_deadline() {
+    use linerate_transfer::control::{Control, COPY_VERSION};
+    let s = Scratch::new("silentpull");
+    let server = s.serve();
+    s.file("served/big.bin", 4 << 20, 3);
+    let key =
+        linerate_proto::auth::Key::from_file_contents(std::fs::read(s.key()).unwrap().as_slice())
+            .unwrap();
+    let mut client = linerate_transfer::session::connect(
+        format!("127.0.0.1:{}", server.port).parse().unwrap(),
+        &key,
+        None,
+        &linerate_transfer::session::Bind::default(),
+        None,
+    )
+    .expect("a session");
+    client
+        .channel
+        .send(&Control::Pull {
+            path: "big.bin".into(),
+            rate_bps: Some(10_000_000),
+            max_rate_bps: None,
+            dscp: None,
+            ecn: false,
+            encrypt: false,
+            cold_start: false,
+        })
+        .unwrap();
+    client.prove_udp().unwrap();
+    let offer = client
+        .channel
+        .receive(Duration::from_secs(10), None)
+        .unwrap();
+    assert!(matches!(offer, Control::Offer { .. }), "{offer:?}");
+    client
+        .channel
+        .send(&Control::Accept {
+            have: Vec::new(),
+            window: 0,
+        })
+        .unwrap();
+    let started = Instant::now();
+    let _ = COPY_VERSION;
+    // The server gives up: a failed message or the connection closed, within 60 s and
+    // a margin, never the 300 s a client might wait.
+    loop {
+        match client.channel.receive(Duration::from_secs(90), None) {
+            Ok(Control::Hash { .. }) => continue,
+            Ok(Control::Failed { message }) => {
+                assert!(message.contains("acknowledgement"), "{message}");
+                break;
+            }
+            Ok(other) => panic!("{other:?}"),
+            Err(_) => break,
+        }
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(59) && waited < Duration::from_secs(75),
+        "{waited:?}"
+    );
+    assert!(
+        server.wait_log("no acknowledgement for 60 s", Duration::from_secs(5)),
         "{}",
         server.log()
     );

@@ -618,3 +618,190 @@ fn probes_leave_from_the_address_bound() {
     assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
     assert!(stderr(&out).contains("'--bind'"));
 }
+
+/// An open STAMP test packet of 44 octets (RFC 8762's base): sequence number, a
+/// timestamp, an error estimate, the session identifier, zeros.
+fn open_probe(seq: u32, ssid: u16) -> [u8; 44] {
+    let mut packet = [0u8; 44];
+    packet[..4].copy_from_slice(&seq.to_be_bytes());
+    packet[4..8].copy_from_slice(&3_990_000_000u32.to_be_bytes());
+    packet[12..14].copy_from_slice(&0x0001u16.to_be_bytes());
+    packet[14..16].copy_from_slice(&ssid.to_be_bytes());
+    packet
+}
+
+/// One address opening 4,096 sessions (every session identifier from a few ports) and
+/// keeping them alive cannot lock a new sender out: it holds its share
+/// (`--stamp-sessions-per-source`), the rest of its sessions are refused and counted, and
+/// a sender from another address has every probe answered.
+#[test]
+fn one_address_filling_the_session_table_leaves_room_for_new_senders() {
+    let _loopback = alongside();
+    let (server, port, metrics) = reflector(&[]);
+    let target: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let sockets: Vec<std::net::UdpSocket> = (0..4)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.2:0").unwrap())
+        .collect();
+    let fill = |round: u32| {
+        for ssid in 0..1024u16 {
+            for socket in &sockets {
+                let _ = socket.send_to(&open_probe(round, ssid + 1), target);
+            }
+            // 4,096 a round in about half a second: under the source's rate.
+            if ssid % 64 == 63 {
+                std::thread::sleep(Duration::from_millis(30));
+            }
+        }
+    };
+    fill(0);
+    // A second round keeps them alive while the new sender runs.
+    let out = std::thread::scope(|scope| {
+        let keeper = scope.spawn(|| fill(1));
+        let out = stamp(&[
+            &target.to_string(),
+            "-c",
+            "50",
+            "--rate",
+            "50",
+            "--timeout",
+            "1",
+            "--json",
+        ]);
+        keeper.join().unwrap();
+        out
+    });
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(num(&doc, "/answered"), 50.0, "{doc}");
+    let refused = metric(
+        &metrics,
+        "linerate_stamp_refused_packets_total{reason=\"source_sessions\"}",
+    );
+    // Each round: 4,096 sessions asked, 64 held; a few probes may be lost on the way.
+    let asked_over = 2.0 * (4096.0 - 64.0);
+    assert!(
+        refused >= 0.9 * asked_over && refused <= asked_over,
+        "{refused} of {asked_over}"
+    );
+    assert!(metric(&metrics, "linerate_stamp_sessions") <= 64.0 + 1.0 + 1.0);
+    assert!(
+        server.wait_log("(source_sessions)", Duration::from_secs(2)),
+        "{}",
+        server.log()
+    );
+    assert!(server.log().matches("(source_sessions)").count() <= 2);
+}
+
+/// A raw socket that sends UDP datagrams from any source port (0 included): root only.
+struct RawUdp(std::os::fd::OwnedFd);
+
+impl RawUdp {
+    fn open() -> Option<RawUdp> {
+        // SAFETY: a plain socket call; the descriptor is owned at once.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+        (fd >= 0).then(|| RawUdp(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
+    }
+
+    /// One datagram from `from` to `to` (IPv4), UDP checksum 0 (none, as IPv4 allows).
+    fn send(&self, from: std::net::SocketAddrV4, to: std::net::SocketAddrV4, payload: &[u8]) {
+        let total = 20 + 8 + payload.len();
+        let mut packet = Vec::with_capacity(total);
+        packet.extend_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+        packet[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        packet.extend_from_slice(&from.ip().octets());
+        packet.extend_from_slice(&to.ip().octets());
+        packet.extend_from_slice(&from.port().to_be_bytes());
+        packet.extend_from_slice(&to.port().to_be_bytes());
+        packet.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        packet.extend_from_slice(&[0, 0]);
+        packet.extend_from_slice(payload);
+        let to_addr = socket2::SockAddr::from(std::net::SocketAddr::V4(to));
+        // SAFETY: a live descriptor, a live buffer and address of the lengths given.
+        unsafe {
+            libc::sendto(
+                std::os::fd::AsRawFd::as_raw_fd(&self.0),
+                packet.as_ptr().cast(),
+                packet.len(),
+                0,
+                to_addr.as_ptr().cast(),
+                to_addr.len(),
+            )
+        };
+    }
+}
+
+/// Probes from UDP source port 0 (which cannot be answered) cost a sender beside them
+/// nothing: its loss is no higher than the same sender's without them (plus 0.1 %), the
+/// probes are refused and counted as `unanswerable_source`, and the log tells of them in
+/// a line or two, not a line each.
+#[test]
+fn probes_from_port_zero_cost_other_senders_nothing() {
+    let _loopback = alongside();
+    let Some(raw) = RawUdp::open() else {
+        skip(
+            "probes_from_port_zero_cost_other_senders_nothing",
+            "a raw socket needs root",
+        );
+        return;
+    };
+    let (server, port, metrics) = reflector(&[]);
+    let target = format!("127.0.0.1:{port}");
+    let run = || {
+        let out = stamp(&[
+            &target,
+            "-c",
+            "3000",
+            "--rate",
+            "1000",
+            "--timeout",
+            "1",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let doc = json(&out);
+        (num(&doc, "/sent"), num(&doc, "/answered"))
+    };
+    let (sent, answered) = run();
+    let alone_loss = (sent - answered) / sent;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = stop.clone();
+    let to: std::net::SocketAddrV4 = target.parse().unwrap();
+    let flood = std::thread::spawn(move || {
+        let from = "127.0.0.3:0".parse().unwrap();
+        let mut sent = 0u64;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !stopping.load(std::sync::atomic::Ordering::Relaxed)
+            && std::time::Instant::now() < deadline
+        {
+            for _ in 0..10 {
+                raw.send(from, to, &open_probe(sent as u32, 9));
+                sent += 1;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        sent
+    });
+    let (sent, answered) = run();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flooded = flood.join().unwrap();
+    let beside_loss = (sent - answered) / sent;
+    assert!(
+        beside_loss <= alone_loss + 0.001,
+        "loss beside port-0 probes {beside_loss}, alone {alone_loss}"
+    );
+    let refused = metric(
+        &metrics,
+        "linerate_stamp_refused_packets_total{reason=\"unanswerable_source\"}",
+    );
+    assert!(
+        flooded > 1000 && refused >= flooded as f64 * 0.9,
+        "{refused} of {flooded}"
+    );
+    assert!(
+        server.wait_log("(unanswerable_source)", Duration::from_secs(2)),
+        "{}",
+        server.log()
+    );
+    let lines = server.log().lines().count();
+    assert!(lines < 20, "{}", server.log());
+}

@@ -753,7 +753,9 @@ fn stamp(sent: u64, out: u64, back: u64) -> Document {
         unrecognized_tlvs: Vec::new(),
         marks: None,
         intervals: Vec::new(),
+        impossible_timestamps: 0,
         warnings: Vec::new(),
+        error: None,
         interrupted_after_s: None,
         host: None,
     }))

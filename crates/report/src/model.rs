@@ -485,6 +485,15 @@ pub struct CopyReport {
     pub resent_bytes: u64,
     /// Chunks whose BLAKE3 failed at the receiver and were fetched again.
     pub refetched_chunks: u64,
+    /// A resumed copy: the chunks the receiver's journal recorded, each read back from
+    /// the `.part` and hashed before it was trusted; those whose bytes did not match
+    /// (fetched again); and the seconds the reading took.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resume_checked_chunks: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resume_damaged_chunks: u64,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub resume_check_s: f64,
     /// Datagrams the receiver dropped for a payload CRC that did not match.
     #[serde(default)]
     pub corrupted_datagrams: u64,

@@ -182,8 +182,18 @@ pub struct StampReport {
     pub marks: Option<Marks>,
     #[serde(default)]
     pub intervals: Vec<StampInterval>,
+    /// Answers whose reflector timestamps (T2, T3) fall outside what the run and the
+    /// clocks' error bounds allow (before the probe left or after the answer came, or a
+    /// hold longer than the round trip): counted, and left out of the one-way figures
+    /// and the reflector's hold.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub impossible_timestamps: u64,
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Why the run failed (nothing answered), inside the document so that `--json`
+    /// prints one value either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Cut short (Ctrl-C) after this many seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted_after_s: Option<f64>,
@@ -528,4 +538,8 @@ mod tests {
         assert_eq!(split.forward_pct, Some(0.7));
         assert_eq!(split.unattributed, Some(1));
     }
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }

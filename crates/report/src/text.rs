@@ -707,6 +707,19 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
         copy.corrupted_datagrams,
         crate::units::counted(copy.refetched_chunks, "chunk", None),
     );
+    if copy.resume_checked_chunks > 0 {
+        let _ = writeln!(
+            out,
+            "Resume: the receiver read back and hashed the {} its journal recorded in {:.2} s before trusting them; {} not match and came again",
+            crate::units::counted(copy.resume_checked_chunks, "chunk", None),
+            copy.resume_check_s,
+            match copy.resume_damaged_chunks {
+                0 => "all matched, none did".to_string(),
+                1 => "1 did".to_string(),
+                n => format!("{n} did"),
+            },
+        );
+    }
     if let Some(root) = &copy.root {
         let _ = writeln!(out, "BLAKE3 root {root} (verified by both ends)");
     }

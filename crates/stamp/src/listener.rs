@@ -159,6 +159,32 @@ impl RefusalLog {
     }
 }
 
+/// Answers the kernel would not send, told as refusals are: the first at once, then at
+/// most one line every ten seconds with the count since.
+#[derive(Default)]
+struct UnsentLog {
+    last: Option<Instant>,
+    since: u64,
+}
+
+impl UnsentLog {
+    fn note(&mut self, answers: u64, error: &io::Error, log: &LogLine) {
+        self.since += answers;
+        if self
+            .last
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+        {
+            log(&format!(
+                "stamp: could not send {} answer{}: {error}",
+                self.since,
+                if self.since == 1 { "" } else { "s" }
+            ));
+            self.since = 0;
+            self.last = Some(Instant::now());
+        }
+    }
+}
+
 fn serve(
     socket: &UdpSocket,
     v6: bool,
@@ -185,6 +211,7 @@ fn serve(
         last: vec![None; Refusal::ALL.len()],
         since: vec![0; Refusal::ALL.len()],
     };
+    let mut unsent = UnsentLog::default();
     while !stop.load(Ordering::Relaxed) {
         if clock_read.elapsed() >= Duration::from_secs(1) {
             reflector.set_clock(clock_estimate());
@@ -245,8 +272,11 @@ fn serve(
             match outbox.send(socket) {
                 Ok(n) => {
                     counters.answered.fetch_add(n as u64, Ordering::Relaxed);
+                    if let Some((failed, e)) = outbox.failures() {
+                        unsent.note(failed as u64, e, log);
+                    }
                 }
-                Err(e) => log(&format!("stamp: cannot answer: {e}")),
+                Err(e) => unsent.note(1, &e, log),
             }
             if received < BATCH {
                 break;

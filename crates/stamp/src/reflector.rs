@@ -23,10 +23,15 @@ pub struct Config {
     pub authenticated_only: bool,
     /// Sessions (source address and port, SSID) kept at once.
     pub max_sessions: usize,
+    /// Sessions one source (an IPv4 address, an IPv6 /64) may hold at once: far below
+    /// `max_sessions`, so that no one source can fill the table and lock new senders out.
+    pub max_sessions_per_source: usize,
     /// A session not heard from for this long may give its place to a new one.
     pub session_idle_ns: u64,
-    /// Test packets a second from one source (an IPv4 address, an IPv6 /64).
+    /// Test packets a second from one source (an IPv4 address, an IPv6 prefix).
     pub per_source_pps: u32,
+    /// The prefix length an IPv6 source is counted by (`serve --ipv6-client-prefix`).
+    pub ipv6_source_prefix: u8,
     /// Test packets a second from everybody.
     pub total_pps: u32,
 }
@@ -37,8 +42,10 @@ impl Default for Config {
             key: None,
             authenticated_only: false,
             max_sessions: 4_096,
+            max_sessions_per_source: 64,
             session_idle_ns: 60_000_000_000,
             per_source_pps: 10_000,
+            ipv6_source_prefix: 64,
             total_pps: 500_000,
         }
     }
@@ -56,6 +63,11 @@ pub enum Refusal {
     TotalRate,
     /// The session table (or the table of sources) is full of live entries.
     Full,
+    /// The source already holds its share of the session table, all live.
+    SourceSessions,
+    /// A source no answer can go to: port 0, an unspecified, multicast or broadcast
+    /// address (answering fails, or reaches others than the sender).
+    Unanswerable,
     /// Refused by `--allow`/`--deny` (the listener decides; counted here).
     Denied,
 }
@@ -69,12 +81,14 @@ impl Refusal {
             Refusal::SourceRate => "source_rate",
             Refusal::TotalRate => "total_rate",
             Refusal::Full => "sessions_full",
+            Refusal::SourceSessions => "source_sessions",
+            Refusal::Unanswerable => "unanswerable_source",
             Refusal::Denied => "denied",
         }
     }
 
     /// Every reason, in the order counters list them.
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 10] = [
         Refusal::Malformed(WireError::Short),
         Refusal::Malformed(WireError::Long),
         Refusal::Malformed(WireError::Integrity),
@@ -82,6 +96,8 @@ impl Refusal {
         Refusal::SourceRate,
         Refusal::TotalRate,
         Refusal::Full,
+        Refusal::SourceSessions,
+        Refusal::Unanswerable,
         Refusal::Denied,
     ];
 }
@@ -165,20 +181,44 @@ pub struct Reflector {
     config: Config,
     clock: ErrorEstimate,
     sessions: HashMap<SessionKey, Session>,
+    /// Live sessions of each source that holds any.
+    sessions_of: HashMap<IpAddr, usize>,
+    /// When a source at its session cap last had the idle sessions swept (at most one
+    /// sweep a second, so a source knocking at its cap costs no table walk a packet).
+    last_source_sweep_ns: Option<u64>,
     sources: HashMap<IpAddr, Bucket>,
     total: Bucket,
 }
 
-/// The source a rate is counted against: an IPv4 address (also when it arrives mapped
-/// into IPv6), an IPv6 address's /64.
-pub fn source_of(ip: IpAddr) -> IpAddr {
+/// Whether an answer to `from` can reach the sender and only it: port 0 cannot be sent
+/// to (the send fails), and an unspecified, multicast or broadcast source is not one
+/// sender (an answer would go to others, or nowhere).
+pub fn answerable(from: SocketAddr) -> bool {
+    if from.port() == 0 {
+        return false;
+    }
+    match from.ip() {
+        IpAddr::V4(v4) => !(v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast()),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => answerable(SocketAddr::new(IpAddr::V4(v4), from.port())),
+            None => !(v6.is_unspecified() || v6.is_multicast()),
+        },
+    }
+}
+
+/// The source a rate and a session share are counted against: an IPv4 address (also
+/// when it arrives mapped into IPv6), an IPv6 address's first `prefix` bits.
+pub fn source_of(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
             None => {
-                let mut segments = v6.segments();
-                segments[4..].fill(0);
-                IpAddr::V6(segments.into())
+                let bits = u128::from(v6);
+                let mask = match prefix.min(128) {
+                    0 => 0,
+                    n => u128::MAX << (128 - u32::from(n)),
+                };
+                IpAddr::V6((bits & mask).into())
             }
         },
         v4 => v4,
@@ -192,6 +232,8 @@ impl Reflector {
             config,
             clock: ErrorEstimate::new(false, false, 1.0),
             sessions: HashMap::new(),
+            sessions_of: HashMap::new(),
+            last_source_sweep_ns: None,
             sources: HashMap::new(),
             total,
         }
@@ -216,10 +258,16 @@ impl Reflector {
         if bytes.len() > wire::MAX_PACKET {
             return Err(Refusal::Malformed(WireError::Long));
         }
+        if !answerable(arrival.from) {
+            return Err(Refusal::Unanswerable);
+        }
         // Rates first: nothing below (an HMAC, a session) is spent on a flood. The
         // source's first, so that one source over its rate takes nothing of the total
         // that others share.
-        self.take_source(source_of(arrival.from.ip()), arrival.now_ns)?;
+        self.take_source(
+            source_of(arrival.from.ip(), self.config.ipv6_source_prefix),
+            arrival.now_ns,
+        )?;
         if !self.total.take(self.config.total_pps, arrival.now_ns) {
             return Err(Refusal::TotalRate);
         }
@@ -312,14 +360,50 @@ impl Reflector {
         }
     }
 
-    fn session(&mut self, key: SessionKey, now_ns: u64) -> Result<&mut Session, Refusal> {
-        if !self.sessions.contains_key(&key) && self.sessions.len() >= self.config.max_sessions {
-            let idle = self.config.session_idle_ns;
-            self.sessions
-                .retain(|_, s| now_ns.saturating_sub(s.last_ns) < idle);
-            if self.sessions.len() >= self.config.max_sessions {
-                return Err(Refusal::Full);
+    /// Drops the sessions not heard from for the idle time.
+    fn sweep(&mut self, now_ns: u64) {
+        let idle = self.config.session_idle_ns;
+        let prefix = self.config.ipv6_source_prefix;
+        let sessions_of = &mut self.sessions_of;
+        self.sessions.retain(|key, s| {
+            let source = source_of(key.from.ip(), prefix);
+            let live = now_ns.saturating_sub(s.last_ns) < idle;
+            if !live {
+                if let Some(n) = sessions_of.get_mut(&source) {
+                    *n -= 1;
+                    if *n == 0 {
+                        sessions_of.remove(&source);
+                    }
+                }
             }
+            live
+        });
+    }
+
+    fn session(&mut self, key: SessionKey, now_ns: u64) -> Result<&mut Session, Refusal> {
+        if !self.sessions.contains_key(&key) {
+            let prefix = self.config.ipv6_source_prefix;
+            let source = source_of(key.from.ip(), prefix);
+            let held = |r: &Reflector| r.sessions_of.get(&source).copied().unwrap_or(0);
+            if held(self) >= self.config.max_sessions_per_source {
+                let due = self
+                    .last_source_sweep_ns
+                    .is_none_or(|t| now_ns.saturating_sub(t) >= 1_000_000_000);
+                if due {
+                    self.last_source_sweep_ns = Some(now_ns);
+                    self.sweep(now_ns);
+                }
+                if held(self) >= self.config.max_sessions_per_source {
+                    return Err(Refusal::SourceSessions);
+                }
+            }
+            if self.sessions.len() >= self.config.max_sessions {
+                self.sweep(now_ns);
+                if self.sessions.len() >= self.config.max_sessions {
+                    return Err(Refusal::Full);
+                }
+            }
+            *self.sessions_of.entry(source).or_insert(0) += 1;
         }
         Ok(self.sessions.entry(key).or_insert(Session {
             next_seq: 0,

@@ -425,6 +425,10 @@ pub struct SendBatch {
     count: usize,
     v6: bool,
     segment: bool,
+    /// Messages of the last `send` refused for a reason of their own (not a full
+    /// buffer or an ICMP error), and the last such error: they cost only themselves.
+    failed: usize,
+    last_failure: Option<io::Error>,
 }
 
 // SAFETY: as for ReceiveBatch: the pointers are rebuilt into the batch's own buffers
@@ -451,6 +455,8 @@ impl SendBatch {
             count: 0,
             v6,
             segment,
+            failed: 0,
+            last_failure: None,
         }
     }
 
@@ -529,10 +535,22 @@ impl SendBatch {
         used
     }
 
-    /// Sends every answer pushed; how many left. The batch is empty afterwards.
+    /// The messages of the last `send` that failed for a reason of their own, and the
+    /// last such error (none when every message left or met only a full buffer or an
+    /// ICMP error).
+    pub fn failures(&self) -> Option<(usize, &io::Error)> {
+        self.last_failure.as_ref().map(|e| (self.failed, e))
+    }
+
+    /// Sends every answer pushed; how many left. The batch is empty afterwards. A
+    /// message the kernel refuses costs only its own datagrams: the rest of the batch
+    /// still goes ([`failures`](Self::failures) tells). An error only when nothing could
+    /// be sent at all for a reason of the socket's.
     pub fn send(&mut self, socket: &impl AsRawFd) -> io::Result<usize> {
         let count = std::mem::take(&mut self.count);
         self.left.iter_mut().for_each(|l| *l = false);
+        self.failed = 0;
+        self.last_failure = None;
         if count == 0 {
             return Ok(0);
         }
@@ -605,8 +623,14 @@ impl SendBatch {
                         at += 1;
                         continue;
                     }
-                    _ if delivered > 0 => return Ok(delivered),
-                    _ => return Err(e),
+                    _ => {
+                        // This message alone (port 0, an address the kernel will not
+                        // send to): skipped, the rest of the batch goes on.
+                        self.failed += 1;
+                        self.last_failure = Some(e);
+                        at += 1;
+                        continue;
+                    }
                 }
             }
             let carried: usize = self.carried[at..at + n as usize].iter().sum();
@@ -616,6 +640,12 @@ impl SendBatch {
                 .for_each(|l| *l = true);
             delivered += carried;
             at += n as usize;
+        }
+        if delivered == 0 && self.failed == messages {
+            if let Some(e) = self.last_failure.take() {
+                self.failed = 0;
+                return Err(e);
+            }
         }
         Ok(delivered)
     }

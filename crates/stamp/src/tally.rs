@@ -152,6 +152,13 @@ fn median(values: &mut [i64]) -> Option<i64> {
     Some(values[values.len() / 2])
 }
 
+/// An unsynchronised Linux clock's largest error (adjtimex's maxerror stops at 16 s):
+/// the sender's bound when its clock could not be read.
+const UNSYNCHRONISED_ERROR_S: f64 = 16.0;
+/// The two clocks' error bounds together are taken as at most this: an hour (a
+/// reflector may declare up to 2^39 s, which would make every timestamp possible).
+const MAX_CLOCK_ERROR_NS: i128 = 3_600_000_000_000;
+
 /// The interval being counted.
 #[derive(Debug, Default)]
 struct Current {
@@ -204,6 +211,8 @@ pub struct Tally {
     ttl: Option<u8>,
     unrecognized: BTreeSet<u8>,
     integrity_failures: u64,
+    /// Answers whose T2 or T3 the run and the clocks cannot explain.
+    impossible_timestamps: u64,
     /// Answers whose TLVs came back as sent.
     echoed: u64,
     marks_forward: BTreeMap<(u8, u8), u64>,
@@ -259,6 +268,7 @@ impl Tally {
             ttl: None,
             unrecognized: BTreeSet::new(),
             integrity_failures: 0,
+            impossible_timestamps: 0,
             echoed: 0,
             marks_forward: BTreeMap::new(),
             marks_reverse: BTreeMap::new(),
@@ -359,16 +369,20 @@ impl Tally {
         let t2 = a.receive.unix_ns(a.error.ptp());
         let t3 = a.timestamp.unix_ns(a.error.ptp());
         let t4 = reply.arrived_unix_ns;
-        let clamp = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
-        let (forward, reverse) = (clamp(t2 - t1), clamp(t4 - t3));
-        self.forward.record(forward);
-        self.reverse.record(reverse);
-        self.hold.record(clamp(t3 - t2));
-        self.current.forward.push(forward);
-        self.current.reverse.push(reverse);
-        self.forward_jitter.record(t2 - t1);
-        self.reverse_jitter.record(t4 - t3);
         self.reflector_clock = a.error;
+        if self.timestamps_possible(t1, t2, t3, t4, a.error) {
+            let clamp = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            let (forward, reverse) = (clamp(t2 - t1), clamp(t4 - t3));
+            self.forward.record(forward);
+            self.reverse.record(reverse);
+            self.hold.record(clamp(t3 - t2));
+            self.current.forward.push(forward);
+            self.current.reverse.push(reverse);
+            self.forward_jitter.record(t2 - t1);
+            self.reverse_jitter.record(t4 - t3);
+        } else {
+            self.impossible_timestamps += 1;
+        }
         self.ttl = Some(self.ttl.map_or(a.sender_ttl, |t| t.min(a.sender_ttl)));
 
         if a.seq != a.sender_seq {
@@ -496,6 +510,39 @@ impl Tally {
         }
     }
 
+    /// Whether the reflector's T2 and T3 fit the run: on one clock, T1 <= T2 <= T3 <= T4;
+    /// on two, the same widened by both clocks' error bounds (the sender's from
+    /// adjtimex, the reflector's as its answer declares it, together at most
+    /// [`MAX_CLOCK_ERROR_NS`], so a reflector cannot declare any timestamp possible); and
+    /// the hold, read on the reflector's one clock, no longer than the round trip. A
+    /// millisecond's slack on each side for timestamps taken in the kernel on one side
+    /// and in the program on the other.
+    fn timestamps_possible(
+        &self,
+        t1: i128,
+        t2: i128,
+        t3: i128,
+        t4: i128,
+        reflector: ErrorEstimate,
+    ) -> bool {
+        const SLACK_NS: i128 = 1_000_000;
+        let bound_ns = if self.settings.same_clock {
+            0
+        } else {
+            let sender_s = self
+                .settings
+                .sender_clock
+                .map_or(UNSYNCHRONISED_ERROR_S, |c| c.max_error_s);
+            let both_s = (sender_s + reflector.error_s()).min(MAX_CLOCK_ERROR_NS as f64 / 1e9);
+            (both_s.max(0.0) * 1e9) as i128
+        };
+        let widened = bound_ns + SLACK_NS;
+        t2 >= t1 - widened
+            && t3 >= t2 - SLACK_NS
+            && t3 <= t4 + widened
+            && t3 - t2 <= t4 - t1 + SLACK_NS
+    }
+
     /// Why an absolute one-way delay cannot be believed, if it cannot.
     fn withheld(&self, delay: &DelayFigures) -> Option<String> {
         if self.settings.same_clock {
@@ -550,6 +597,12 @@ impl Tally {
             warnings.push(format!(
                 "{} answers' HMAC TLV failed (the reflector flagged ours, or theirs did not check here)",
                 self.integrity_failures
+            ));
+        }
+        if self.impossible_timestamps > 0 {
+            warnings.push(format!(
+                "{} answers carried reflector timestamps the run and the clocks' error bounds cannot explain (before the probe left, after the answer came, or a hold longer than the round trip): left out of the one-way figures and the hold",
+                self.impossible_timestamps
             ));
         }
         if self.echoed > 0 {
@@ -607,7 +660,9 @@ impl Tally {
                 reverse: counts(&self.marks_reverse),
             }),
             intervals: self.closed.iter().map(|c| self.interval(c)).collect(),
+            impossible_timestamps: self.impossible_timestamps,
             warnings,
+            error: None,
             interrupted_after_s: interrupted.then_some(duration_s),
             host: None,
         }

@@ -335,6 +335,79 @@ fn a_full_session_table_refuses_newcomers_until_one_is_idle() {
     assert_eq!(go("192.0.2.3:1", 61_000_000_001, &mut reflector), Ok(0));
 }
 
+/// One source cannot hold the table: at its share it is refused (and only it), a new
+/// sender elsewhere is still answered, and once its sessions go idle it may open more.
+#[test]
+fn one_source_holds_at_most_its_share_of_the_sessions() {
+    let mut reflector = Reflector::new(
+        Config {
+            max_sessions: 16,
+            max_sessions_per_source: 4,
+            session_idle_ns: 60_000_000_000,
+            ..Config::default()
+        },
+        0,
+    );
+    let mut out = Vec::new();
+    let mut go = |from: &str, ssid: u16, now: u64, r: &mut Reflector| {
+        let mut bytes = probe(0, Mode::Open, None, &tlv::Request::default());
+        bytes[14..16].copy_from_slice(&ssid.to_be_bytes());
+        r.reflect(&arrival(from, &bytes, now), &mut out).map(|_| ())
+    };
+    // Four sessions (port and SSID) from one address, then a fifth is refused.
+    for ssid in 0..4u16 {
+        go("192.0.2.1:7", ssid, 1, &mut reflector).unwrap();
+    }
+    assert_eq!(
+        go("192.0.2.1:8", 9, 2, &mut reflector),
+        Err(Refusal::SourceSessions)
+    );
+    // An IPv6 source is its /64: other addresses of the prefix share its share.
+    for host in 1..=4 {
+        go(&format!("[2001:db8::{host}]:7"), 0, 3, &mut reflector).unwrap();
+    }
+    assert_eq!(
+        go("[2001:db8::ff]:7", 0, 4, &mut reflector),
+        Err(Refusal::SourceSessions)
+    );
+    // Its live sessions are answered; a newcomer from elsewhere too.
+    go("192.0.2.1:7", 2, 5, &mut reflector).unwrap();
+    go("198.51.100.9:7", 0, 6, &mut reflector).unwrap();
+    // A minute later the first source's sessions are idle: it may open new ones.
+    go("192.0.2.1:9", 0, 61_000_000_006, &mut reflector).unwrap();
+    assert!(reflector.sessions() <= 16);
+}
+
+/// Sources no answer can go to are refused before anything is spent on them.
+#[test]
+fn sources_that_cannot_be_answered_are_refused() {
+    let mut reflector = Reflector::new(Config::default(), 0);
+    let bytes = probe(0, Mode::Open, None, &tlv::Request::default());
+    let mut out = Vec::new();
+    for from in [
+        "192.0.2.1:0",
+        "0.0.0.0:5000",
+        "224.0.0.1:5000",
+        "255.255.255.255:5000",
+        "[::]:5000",
+        "[ff02::1]:5000",
+        "[::ffff:224.0.0.1]:5000",
+        "[2001:db8::1]:0",
+    ] {
+        assert_eq!(
+            reflector
+                .reflect(&arrival(from, &bytes, 1), &mut out)
+                .map(|_| ()),
+            Err(Refusal::Unanswerable),
+            "{from}"
+        );
+    }
+    assert_eq!(reflector.sessions(), 0);
+    reflector
+        .reflect(&arrival("192.0.2.1:5000", &bytes, 1), &mut out)
+        .unwrap();
+}
+
 /// A sender's run against this reflector with losses chosen each way: loss is split
 /// exactly by the Direct Measurement TLV, and without it by the reflector's sequence
 /// numbers; the figures count duplicates, reordering, and answers not of this run.
@@ -382,6 +455,71 @@ fn loss_splits_each_way_exactly() {
             "{}",
             report.rtt_us.p50
         );
+    }
+}
+
+/// Reflector timestamps the run cannot explain (from the past, the future, PTP's
+/// largest, a hold longer than the round trip) are counted and left out of the one-way
+/// figures, on one clock and on two; the plausible answers' figures stay as they were.
+#[test]
+fn impossible_reflector_timestamps_are_counted_and_left_out() {
+    for same_clock in [true, false] {
+        let mut tally = Tally::new(
+            Settings {
+                same_clock,
+                sender_clock: Some(linerate_model::clock::ClockState {
+                    synchronised: true,
+                    estimated_error_s: 0.001,
+                    max_error_s: 0.01,
+                }),
+                ..settings()
+            },
+            0,
+        );
+        let mut reflector = Reflector::new(Config::default(), 0);
+        reflector.set_clock(ErrorEstimate::new(true, false, 0.001));
+        let mut out = Vec::new();
+        // T1 = UNIX_2026 + seq ms; T4 = T1 + 600 us; plausible T2, T3 at +500, +510 us.
+        let lies: [(i128, i128); 4] = [
+            (-1_000_000_000, -1_000_000_000 + 10_000),
+            (
+                77 * 365 * 86_400 * 1_000_000_000,
+                77 * 365 * 86_400 * 1_000_000_000,
+            ),
+            (500_000, -4_300_000_000_000_000),
+            (i128::from(u32::MAX) * 1_000_000_000, 500_000),
+        ];
+        for seq in 0..20u32 {
+            let bytes = probe(seq, Mode::Open, None, &tlv::Request::default());
+            let sent = wire::decode_test(&bytes, Mode::Open, None).unwrap();
+            let t1 = UNIX_2026 + i128::from(seq) * 1_000_000;
+            tally.sent_probe(seq, u64::from(seq) * 1_000_000, sent.timestamp);
+            let (t2, t3) = lies
+                .get(seq as usize)
+                .copied()
+                .unwrap_or((500_000, 510_000));
+            let at = Arrival {
+                received: Timestamp::ntp_from_unix_ns(t1 + t2),
+                now: Timestamp::ntp_from_unix_ns(t1 + t3),
+                ..arrival("192.0.2.1:5000", &bytes, 1)
+            };
+            reflector.reflect(&at, &mut out).unwrap();
+            let mut answer = reply(&out, u64::from(seq) * 1_000_000 + 600_000);
+            answer.arrived_unix_ns = t1 + 600_000;
+            tally.answer(&answer);
+        }
+        let report = tally.finish(1_000_000_000, false);
+        assert_eq!(report.answered, 20);
+        assert_eq!(report.impossible_timestamps, 4, "same clock {same_clock}");
+        assert!(report.warnings.iter().any(|w| w.contains("4 answers")));
+        let hold = report.reflector_hold_us.unwrap();
+        assert!((hold - 10.0).abs() < 0.5, "{hold}");
+        for way in [&report.forward, &report.reverse] {
+            assert!(way.added_us.max.abs() < 1.0, "{:?}", way.added_us);
+            if let Some(delay) = &way.delay_us {
+                assert!(delay.min >= 0.0 && delay.max <= 600.0, "{delay:?}");
+            }
+        }
     }
 }
 

@@ -445,7 +445,7 @@ fn push_file(
     session.prove_udp()?;
     let (have, window) = match session
         .channel
-        .receive(Duration::from_secs(60), Some(cancel))
+        .receive(receive_driver::accept_deadline(layout.size), Some(cancel))
     {
         Ok(Control::Accept { have, window }) => (have, window),
         Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),

@@ -40,6 +40,15 @@ pub struct EndStats {
     /// Seconds the end's main thread waited, runnable, for a CPU (other work held them).
     #[serde(default)]
     pub runqueue_wait_s: f64,
+    /// A resuming receiver: chunks its journal recorded that it read back from the
+    /// `.part` and hashed before trusting them, how many of those did not match (fetched
+    /// again), and the seconds it took; 0 from a sender and from a fresh copy.
+    #[serde(default)]
+    pub resume_checked_chunks: u64,
+    #[serde(default)]
+    pub resume_damaged_chunks: u64,
+    #[serde(default)]
+    pub resume_check_s: f64,
     /// The sender's own view, so that a receiving end reports what the sender did (a
     /// receiver sees duplicates, not resends, and none of the sender's waits); zero from
     /// a receiver.

@@ -101,6 +101,9 @@ impl FileOutcome {
             sum.wall_s += part.wall_s;
             sum.corrupted_datagrams += part.corrupted_datagrams;
             sum.runqueue_wait_s += part.runqueue_wait_s;
+            sum.resume_checked_chunks += part.resume_checked_chunks;
+            sum.resume_damaged_chunks += part.resume_damaged_chunks;
+            sum.resume_check_s += part.resume_check_s;
         }
         let (waits, more) = (&mut self.waits, &other.waits);
         waits.pacing_s += more.pacing_s;

@@ -18,6 +18,10 @@ use crate::control::{Control, EndStats, SenderFigures};
 use crate::datagrams::{Clock, Session};
 use crate::error::TransferError;
 use crate::journal;
+
+/// A sending end gives up after this long without an acknowledgement, from the start of
+/// sending or from the last one.
+const ACK_SILENCE_NS: u64 = 60_000_000_000;
 use crate::lanes::{Framing, LaneSenders, Outgoing};
 use crate::layout::{chunk_buffer, root_hash, Layout};
 use crate::outcome::{FileOutcome, TimelinePoint, TransferProgress, Waits};
@@ -225,6 +229,10 @@ pub fn send_file(
         wall_s: clock.now_ns() as f64 / 1e9,
         corrupted_datagrams: 0,
         runqueue_wait_s: sys::thread_runqueue_wait_ns().saturating_sub(wait_start) as f64 / 1e9,
+        // Only a receiver reads a resumed file back.
+        resume_checked_chunks: 0,
+        resume_damaged_chunks: 0,
+        resume_check_s: 0.0,
         sent: SenderFigures {
             payload_bytes: counters.bytes,
             resent_bytes: counters.retransmitted_bytes,
@@ -303,6 +311,7 @@ struct SendLoop<'a> {
     reader: Option<ReaderEnd>,
     batch: Batch,
     acks: RecvBatch,
+    /// When the last ACK came (0: none yet, the clock's start, when sending began).
     last_ack_ns: u64,
     waits: Waits,
     /// What held the next datagram back, since when.
@@ -532,7 +541,13 @@ impl SendLoop<'_> {
         if sender.next_timeout().is_some_and(|t| t <= now) {
             sender.on_timeout(now);
         }
-        if self.last_ack_ns > 0 && now > self.last_ack_ns + 60_000_000_000 {
+        // Counted from the start of sending too (`last_ack_ns` starts at 0, the clock's
+        // start) while anything is still to be acknowledged: a receiver that accepts and
+        // then never acknowledges (a window of 0, no ACK ever) is dropped after 60 s, not
+        // held until the client gives up. A resume with nothing to send waits on the
+        // sender's own reading, not on ACKs.
+        let owed = self.last_ack_ns > 0 || !sender.all_acked();
+        if owed && now > self.last_ack_ns + ACK_SILENCE_NS {
             return Err(TransferError::Peer("no acknowledgement for 60 s".into()));
         }
         Ok(received)

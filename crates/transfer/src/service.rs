@@ -14,7 +14,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use linerate_proto::auth::Key;
 
@@ -26,7 +26,7 @@ use crate::layout::{Layout, DEFAULT_CHUNK};
 use crate::outcome::FileOutcome;
 use crate::path_memory::{self, PathBook};
 use crate::rate::RateConfig;
-use crate::receive_driver::{self, Target};
+use crate::receive_driver::{self, accept_deadline, Target};
 use crate::seal::{Sealer, SEAL_TAG};
 use crate::sys;
 
@@ -35,11 +35,66 @@ const IDLE: Duration = Duration::from_secs(600);
 /// Chunks a receiver lets the sender have outstanding (its memory: chunks × chunk size).
 pub const DEFAULT_WINDOW_CHUNKS: u64 = 256;
 
+/// What the server's listener lends one copy session: its handshake deadline and the
+/// hooks of its admission (docs/security.md).
+pub struct Admission<'a> {
+    /// The hello and the key's proof together must come within this.
+    pub handshake: Duration,
+    /// The key is proven: the session is no longer one that may be closed to make room.
+    pub proven: &'a dyn Fn(),
+    /// The client had the key confirmation and did not prove the key: one failure
+    /// toward its lockout, shared with every other service of the server.
+    pub failed_proof: &'a dyn Fn(),
+    /// The operator's log.
+    pub log: &'a dyn Fn(&str),
+}
+
+/// Refused handshakes, told at most once per reason every ten seconds with how many
+/// since, so that a flood of them cannot fill the log.
+#[derive(Debug, Default)]
+pub struct RefusalLog {
+    by_reason: Mutex<std::collections::HashMap<&'static str, (Instant, u64)>>,
+}
+
+/// How often a refusal's reason may be told.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl RefusalLog {
+    /// Counts a refusal; the line to write now, if one is due (with the count of those
+    /// not written since the last).
+    pub fn note(&self, reason: &'static str, line: &str, now: Instant) -> Option<String> {
+        let mut by_reason = self.by_reason.lock().unwrap_or_else(|p| p.into_inner());
+        match by_reason.get_mut(reason) {
+            Some((last, unsaid)) if now.duration_since(*last) < REFUSAL_LOG_EVERY => {
+                *unsaid += 1;
+                None
+            }
+            Some((last, unsaid)) => {
+                let more = std::mem::take(unsaid);
+                *last = now;
+                Some(if more > 0 {
+                    format!(
+                        "{line} ({more} more refused for this reason in the last {} s)",
+                        REFUSAL_LOG_EVERY.as_secs()
+                    )
+                } else {
+                    line.to_string()
+                })
+            }
+            None => {
+                by_reason.insert(reason, (now, 0));
+                Some(line.to_string())
+            }
+        }
+    }
+}
+
 /// The directory a server serves and the key a client must hold.
 pub struct FileService {
     root: PathBuf,
     root_dir: OwnedFd,
     key: Key,
+    refusals: RefusalLog,
     /// What the files this server sent learned of the paths to their clients, by client
     /// address: the next pull by the same client resumes its rate search from it. Held
     /// in memory, [`crate::path_memory::MAX_ENTRIES`] clients at most.
@@ -63,6 +118,7 @@ impl FileService {
             root,
             root_dir,
             key,
+            refusals: RefusalLog::default(),
             paths: Mutex::new(PathBook::default()),
         })
     }
@@ -71,14 +127,21 @@ impl FileService {
         &self.root
     }
 
+    /// The service's refusals, told at most once per reason every ten seconds (the
+    /// listener tells its own refusals of copy sessions there too).
+    pub fn refusals(&self) -> &RefusalLog {
+        &self.refusals
+    }
+
     fn book(&self) -> std::sync::MutexGuard<'_, PathBook> {
         // A session that panicked while holding it left a book still whole.
         self.paths.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Serves one control connection (its preface already read; `already` holds any
-    /// bytes read past it).
-    pub fn serve(&self, stream: TcpStream, already: &[u8], log: &dyn Fn(&str)) {
+    /// bytes read past it), within what the listener's `admission` lends it.
+    pub fn serve(&self, stream: TcpStream, already: &[u8], admission: &Admission) {
+        let log = admission.log;
         let peer = stream
             .peer_addr()
             .map_or_else(|_| "a client".to_string(), |p| p.to_string());
@@ -86,10 +149,20 @@ impl FileService {
             Ok(channel) => channel,
             Err(e) => return log(&format!("copy session from {peer}: {e}")),
         };
-        let (mut channel, mut session) = match crate::session::accept(channel, &self.key, log) {
-            Ok(Some(ready)) => ready,
-            Ok(None) => return,
-            Err(e) => return log(&format!("copy session from {peer}: {e}")),
+        let opened =
+            crate::session::accept(channel, &self.key, admission.handshake, admission.proven);
+        let (mut channel, mut session) = match opened {
+            Ok(ready) => ready,
+            Err(unopened) => {
+                if matches!(unopened, crate::session::Unopened::KeyNotProven(_)) {
+                    (admission.failed_proof)();
+                }
+                let line = format!("refused a copy session from {peer}: {unopened}");
+                if let Some(line) = self.refusals.note(unopened.reason(), &line, Instant::now()) {
+                    log(&line);
+                }
+                return;
+            }
         };
         let mut file_index = 0u32;
         loop {
@@ -355,7 +428,7 @@ impl FileService {
                 dscp: None,
             })
             .map_err(|e| e.to_string())?;
-        let (have, window) = match channel.receive(Duration::from_secs(60), None) {
+        let (have, window) = match channel.receive(accept_deadline(layout.size), None) {
             Ok(Control::Accept { have, window }) => (have, window),
             Ok(Control::Refused { message }) => {
                 log(&format!(

@@ -351,8 +351,8 @@ enum Heard {
     /// The session's hello (tagged with its key, naming its id) from the control
     /// connection's IP: where the client receives.
     Hello(SocketAddr),
-    /// A datagram that is not that, from here.
-    Other(SocketAddr),
+    /// A datagram that is not that.
+    Other,
     Nothing,
 }
 
@@ -370,7 +370,7 @@ fn heard(udp: &socket2::Socket, key: &[u8; 32], id: u64, peer: IpAddr) -> Heard 
     };
     match wire::parse(&buffer[..n], key) {
         Ok(Datagram::Hello { session }) if session == id && from.ip() == peer => Heard::Hello(from),
-        _ => Heard::Other(from),
+        _ => Heard::Other,
     }
 }
 
@@ -378,37 +378,47 @@ fn is_mapped(ip: IpAddr) -> bool {
     matches!(ip, IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some())
 }
 
-/// The server's half: authenticates the client and proves its UDP address. `Ok(None)`
-/// when the client was refused (already told why and logged by the caller's `log`).
+/// The server's half: authenticates the client and proves its UDP address; `proven` is
+/// called as soon as the key is (the listener stops treating the session as one it may
+/// close). A refusal says why, for the caller to count and log (the client was told).
 // Long: the server's half of the handshake in its order (key exchange, then the UDP
 // address proof), each failure its own message.
 pub fn accept(
     mut channel: Channel,
     key: &Key,
-    log: &dyn Fn(&str),
-) -> Result<Option<(Channel, Session)>, TransferError> {
+    handshake: Duration,
+    proven: &dyn Fn(),
+) -> Result<(Channel, Session), Unopened> {
     let peer = channel.peer;
-    let (client_nonce, client_pake) = match channel.receive(SETUP_TIMEOUT, None) {
+    // One deadline for the hello and the proof together: a client that trickles its
+    // handshake holds its place no longer than one that sends nothing.
+    let deadline = Instant::now() + handshake;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let (client_nonce, client_pake) = match channel.receive(left(), None) {
         Ok(Control::Hello { nonce, pake }) => (nonce, pake),
         Ok(other) => {
-            return Err(setup_error("expected a hello", format!("{other:?}")));
+            return Err(Unopened::Broken(format!(
+                "expected a hello, got {}",
+                control_name(&other)
+            )));
         }
-        Err(e) => return Err(setup_error("no hello", e)),
+        Err(e) => return Err(Unopened::Broken(format!("no hello: {e}"))),
     };
-    let server_nonce = Nonce(random().map_err(|e| TransferError::Local(e.to_string()))?);
+    let local = |e: String| Unopened::Local(TransferError::Local(e));
+    let server_nonce = Nonce(random().map_err(|e| local(e.to_string()))?);
     // The session's UDP socket and id go out with the challenge, so that the client sends
     // its proof, its UDP hello and its first request in one flight (3 round trips of
     // set-up, not 4). The socket receives nothing before the proof is checked, and sends
     // nothing before a hello under the session's key has come from the client.
-    let id = u64::from_be_bytes(random().map_err(|e| TransferError::Local(e.to_string()))?);
+    let id = u64::from_be_bytes(random().map_err(|e| local(e.to_string()))?);
     let udp = sys::udp_socket(SocketAddr::new(channel.local.ip(), 0))
-        .map_err(|e| TransferError::Local(format!("cannot open a UDP socket: {e}")))?;
+        .map_err(|e| local(format!("cannot open a UDP socket: {e}")))?;
     let udp_port = udp
         .local_addr()
         .ok()
         .and_then(|a| a.as_socket())
         .map(|a| a.port())
-        .ok_or_else(|| TransferError::Local("the UDP socket has no port".into()))?;
+        .ok_or_else(|| local("the UDP socket has no port".into()))?;
     let mut auth = ServerAuth::new(key.clone(), server_nonce);
     let bound = bound(udp_port, id);
     let challenge = match auth.handle_hello(Some(&client_nonce), Some(&client_pake), &bound) {
@@ -417,8 +427,7 @@ pub fn accept(
             let _ = channel.send(&Control::Refused {
                 message: e.to_string(),
             });
-            log(&format!("refused a copy session from {peer}: {e}"));
-            return Ok(None);
+            return Err(Unopened::Broken(e.to_string()));
         }
     };
     channel
@@ -429,17 +438,28 @@ pub fn accept(
             udp_port,
             session: id,
         })
-        .map_err(|e| setup_error("control connection", e))?;
-    let proof = match channel.receive(SETUP_TIMEOUT, None) {
+        .map_err(|e| Unopened::Broken(format!("control connection: {e}")))?;
+    // From here the client holds the server's key confirmation: it has tested one guess
+    // of the key whatever it does next, so anything but a good proof is a failed one
+    // (an abandoned handshake too, or one connection would test a guess for free).
+    let proof = match channel.receive(left(), None) {
         Ok(Control::Proof { proof }) => proof,
-        Ok(other) => return Err(setup_error("expected a proof", format!("{other:?}"))),
-        Err(crate::channel::ChannelError::Closed) => {
-            log(&format!(
-                "refused a copy session from {peer}: closed without proving the key (it holds another key)"
-            ));
-            return Ok(None);
+        Ok(other) => {
+            return Err(Unopened::KeyNotProven(format!(
+                "sent {} instead of a proof",
+                control_name(&other)
+            )))
         }
-        Err(e) => return Err(setup_error("no proof", e)),
+        Err(crate::channel::ChannelError::Closed) => {
+            return Err(Unopened::KeyNotProven(
+                "closed without proving the key (it holds another key)".into(),
+            ))
+        }
+        Err(e) => {
+            return Err(Unopened::KeyNotProven(format!(
+                "did not prove the key: {e}"
+            )))
+        }
     };
     let keys = match auth.handle_proof(&proof) {
         Ok(keys) => keys,
@@ -447,42 +467,47 @@ pub fn accept(
             let _ = channel.send(&Control::Refused {
                 message: e.to_string(),
             });
-            log(&format!("refused a copy session from {peer}: {e}"));
-            return Ok(None);
+            return Err(Unopened::KeyNotProven(e.to_string()));
         }
     };
+    proven();
     channel.seal(keys.seal_for(Role::Server));
     let datagram_key = keys.derive(DATAGRAM_KEY_CONTEXT);
     // The client's hello: tagged with the session's key, from the control peer's IP.
     let deadline = Instant::now() + SETUP_TIMEOUT;
+    // Datagrams that are not the hello (another source, a bad tag) are counted, and
+    // named once at the end: a flood of them writes no line each.
+    let mut strangers = 0u64;
     let client_udp = loop {
         if Instant::now() >= deadline {
-            log(&format!(
-                "copy session from {peer}: no UDP hello within 10 s"
-            ));
-            return Err(TransferError::Peer("no UDP hello within 10 s".into()));
+            return Err(Unopened::Broken(format!(
+                "no UDP hello within 10 s{}",
+                if strangers > 0 {
+                    format!(" ({strangers} other datagrams ignored)")
+                } else {
+                    String::new()
+                }
+            )));
         }
         let _ = sys::wait(udp.as_raw_fd(), libc::POLLIN, Some(50_000_000));
         match heard(&udp, &datagram_key, id, peer.ip()) {
             Heard::Hello(from) => break from,
-            Heard::Other(from) => log(&format!(
-                "copy session from {peer}: ignored a datagram from {from} that is not its hello"
-            )),
+            Heard::Other => strangers += 1,
             Heard::Nothing => {}
         }
     };
     udp.connect(&client_udp.into())
-        .map_err(|e| TransferError::Local(format!("cannot connect the UDP socket: {e}")))?;
+        .map_err(|e| local(format!("cannot connect the UDP socket: {e}")))?;
     channel
         .send(&Control::UdpReady)
-        .map_err(|e| setup_error("control connection", e))?;
+        .map_err(|e| Unopened::Broken(format!("control connection: {e}")))?;
     let block = block_for(
         &udp,
         client_udp.is_ipv4() || is_mapped(client_udp.ip()),
         None,
     )
-    .map_err(|e| TransferError::Local(format!("cannot read the path MTU: {e}")))?;
-    Ok(Some((
+    .map_err(|e| local(format!("cannot read the path MTU: {e}")))?;
+    Ok((
         channel,
         Session {
             udp,
@@ -492,7 +517,50 @@ pub fn accept(
             ecn: Default::default(),
             lanes: Vec::new(),
         },
-    )))
+    ))
+}
+
+/// Why a copy session did not open, as the server counts it.
+#[derive(Debug)]
+pub enum Unopened {
+    /// The client had the server's key confirmation and did not prove the key (a wrong
+    /// proof, or none before it closed or the deadline passed): a failed guess, counted
+    /// toward the client's lockout.
+    KeyNotProven(String),
+    /// A handshake that broke or stalled before the challenge, or a UDP hello that never
+    /// came: not a guess of the key.
+    Broken(String),
+    /// This end failed (no randomness, no socket).
+    Local(TransferError),
+}
+
+impl Unopened {
+    /// The reason's name, for counting refusals by reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Unopened::KeyNotProven(_) => "key not proven",
+            Unopened::Broken(_) => "handshake broken",
+            Unopened::Local(_) => "server error",
+        }
+    }
+}
+
+impl std::fmt::Display for Unopened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unopened::KeyNotProven(why) | Unopened::Broken(why) => f.write_str(why),
+            Unopened::Local(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A control message's type, as the wire names it (never its contents, which a peer
+/// chose).
+fn control_name(message: &Control) -> String {
+    serde_json::to_value(message)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "?".into())
 }
 
 #[cfg(test)]
