@@ -488,6 +488,10 @@ pub fn compare_text(runs: &[(i64, &StampReport)]) -> String {
     format!("{}\n", crate::text::side_by_side(&ids, figures, 3))
 }
 
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,8 +542,4 @@ mod tests {
         assert_eq!(split.forward_pct, Some(0.7));
         assert_eq!(split.unattributed, Some(1));
     }
-}
-
-fn is_zero(value: &u64) -> bool {
-    *value == 0
 }

@@ -172,7 +172,7 @@ impl UnsentLog {
         self.since += answers;
         if self
             .last
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+            .map_or(true, |t| t.elapsed() >= Duration::from_secs(10))
         {
             log(&format!(
                 "stamp: could not send {} answer{}: {error}",

@@ -388,7 +388,7 @@ impl Reflector {
             if held(self) >= self.config.max_sessions_per_source {
                 let due = self
                     .last_source_sweep_ns
-                    .is_none_or(|t| now_ns.saturating_sub(t) >= 1_000_000_000);
+                    .map_or(true, |t| now_ns.saturating_sub(t) >= 1_000_000_000);
                 if due {
                     self.last_source_sweep_ns = Some(now_ns);
                     self.sweep(now_ns);
