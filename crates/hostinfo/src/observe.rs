@@ -804,8 +804,12 @@ pub fn unusual(observation: &Observation) -> Vec<String> {
         "TcpExtTCPBacklogDrop",
         "TcpExtTCPRcvQDrop",
     ] {
+        // The kernel counts these for the whole host (its network namespace): every
+        // process's sockets, not only the test's.
         if let Some(count) = observation.counters.get(name) {
-            out.push(format!("{name}: {count}"));
+            out.push(format!(
+                "{name}: {count} (the host's count: every process's sockets)"
+            ));
         }
     }
     out

@@ -1558,6 +1558,12 @@ pub struct ServeArgs {
     /// --ipv6-client-prefix bits) may hold at once, so that no one source fills the table
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000), requires = "stamp")]
     pub stamp_sessions_per_source: u32,
+    /// STAMP: also answer TWAMP-light senders' short probes (14 to 43 octets, as
+    /// twampy's default) with RFC 5357's 41-octet reply, at most PPS a second in all
+    /// (1,000 when no value is given). Off by default: that reply is up to 2.9 times the
+    /// probe, the one answer that amplifies; padded probes (twampy --padding 30) need none
+    #[arg(long, value_name = "PPS", num_args = 0..=1, default_missing_value = "1000", value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "stamp")]
+    pub stamp_twamp_light: Option<u32>,
 }
 
 #[derive(Debug, Args)]

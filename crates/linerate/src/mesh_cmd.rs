@@ -484,8 +484,11 @@ fn alert_words(alert: &Alert) -> String {
         .as_ref()
         .map_or(String::new(), |p| format!("; {p}"));
     format!(
-        "{} {} -> {} {} (baseline {}){path}",
-        k.test, k.src, k.dst, alert.value, alert.baseline
+        "{} {} -> {} {}{path}",
+        k.test,
+        k.src,
+        k.dst,
+        alert.figures()
     )
 }
 
@@ -578,6 +581,7 @@ fn start_watch(
         thresholds: Thresholds {
             goodput_drop: rules.goodput_drop,
             latency_rise: rules.latency_rise,
+            latency_rise_min: rules.latency_rise_min_s,
             responsiveness_drop: rules.responsiveness_drop,
             loss_above: rules.loss_above,
             loss_for_s: rules.loss_for_s,

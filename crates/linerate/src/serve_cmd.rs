@@ -162,6 +162,7 @@ fn stamp_reflector(
         max_sessions: args.stamp_sessions as usize,
         max_sessions_per_source: args.stamp_sessions_per_source as usize,
         ipv6_source_prefix: args.ipv6_client_prefix,
+        twamp_light_pps: args.stamp_twamp_light,
         per_source_pps: args.stamp_rate_per_source,
         total_pps: args.stamp_rate,
         ..linerate_stamp::reflector::Config::default()

@@ -180,10 +180,17 @@ pub fn run(args: &StampArgs, globals: &Globals) -> Outcome {
         } else {
             ""
         };
-        report.error = Some(format!(
-            "no answer from {addr}: is a reflector there ('linerate serve --stamp {}')? A firewall?{key}",
-            addr.port()
-        ));
+        report.error = Some(if report.unreadable_answers > 0 {
+            format!(
+                "no answer from {addr} could be read: {} datagrams came back that are not STAMP answers (a TWAMP reflector that wants a control session? the same mode and key?)",
+                report.unreadable_answers
+            )
+        } else {
+            format!(
+                "no answer from {addr}: is a reflector there ('linerate serve --stamp {}')? A firewall?{key}",
+                addr.port()
+            )
+        });
     }
     let error = report.error.clone();
     let document = Document::Stamp(Box::new(report));

@@ -805,3 +805,112 @@ fn probes_from_port_zero_cost_other_senders_nothing() {
     let lines = server.log().lines().count();
     assert!(lines < 20, "{}", server.log());
 }
+
+/// A TWAMP-light sender of 14-octet probes (as twampy's default): refused as short by
+/// default, with one log line naming what works; answered with 41 octets under
+/// `--stamp-twamp-light`.
+#[test]
+fn twamp_light_probes_are_told_what_works_and_answered_when_asked() {
+    let _loopback = alongside();
+    let probe = |server_port: u16| {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut packet = [0u8; 14];
+        packet[..4].copy_from_slice(&1u32.to_be_bytes());
+        packet[4..8].copy_from_slice(&3_990_000_000u32.to_be_bytes());
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            socket.send_to(&packet, ("127.0.0.1", server_port)).unwrap();
+            let mut buffer = [0u8; 256];
+            if let Ok(n) = socket.recv(&mut buffer) {
+                answers.push(buffer[..n].to_vec());
+            }
+        }
+        answers
+    };
+    let (server, port, _metrics) = reflector(&[]);
+    assert!(probe(port).is_empty(), "a short probe was answered");
+    assert!(
+        server.wait_log("twampy --padding 30", Duration::from_secs(2)),
+        "{}",
+        server.log()
+    );
+    assert_eq!(
+        server.log().matches("--padding 30").count(),
+        1,
+        "{}",
+        server.log()
+    );
+    let (_server, port, _metrics) = reflector(&["--stamp-twamp-light"]);
+    let answers = probe(port);
+    assert_eq!(answers.len(), 3);
+    for answer in answers {
+        assert_eq!(answer.len(), 41);
+        assert_eq!(
+            &answer[24..28],
+            &1u32.to_be_bytes(),
+            "the sender's sequence number"
+        );
+    }
+}
+
+/// A TWAMP-light responder that answers in 38 octets (twampy's, no Sender TTL): the
+/// sender reads its answers, says so, and reports no hop count it cannot know.
+#[test]
+fn a_twamp_light_responders_short_answers_are_read_and_said() {
+    let _loopback = alongside();
+    let responder = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    responder
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let target = responder.local_addr().unwrap().to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = stop.clone();
+    let answering = std::thread::spawn(move || {
+        let mut answered = 0;
+        let mut buffer = [0u8; 2048];
+        while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            let Ok((n, from)) = responder.recv_from(&mut buffer) else {
+                continue;
+            };
+            if n < 14 {
+                continue;
+            }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            let ntp = ((now.as_secs() + 2_208_988_800) << 32)
+                | ((u64::from(now.subsec_nanos()) << 32) / 1_000_000_000);
+            let mut answer = [0u8; 38];
+            answer[..4].copy_from_slice(&(answered as u32).to_be_bytes());
+            answer[4..12].copy_from_slice(&ntp.to_be_bytes());
+            answer[12..14].copy_from_slice(&0x0001u16.to_be_bytes());
+            answer[16..24].copy_from_slice(&ntp.to_be_bytes());
+            answer[24..38].copy_from_slice(&buffer[..14]);
+            let _ = responder.send_to(&answer, from);
+            answered += 1;
+        }
+        answered
+    });
+    let out = stamp(&[
+        &target,
+        "-c",
+        "20",
+        "--rate",
+        "100",
+        "--timeout",
+        "0.5",
+        "--json",
+    ]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered = answering.join().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(num(&doc, "/answered"), 20.0, "{doc}");
+    assert_eq!(answered, 20);
+    assert_eq!(num(&doc, "/short_answers"), 20.0, "{doc}");
+    assert!(doc["hops"].is_null(), "{doc}");
+    assert!(doc["warnings"].to_string().contains("TWAMP-light"), "{doc}");
+}

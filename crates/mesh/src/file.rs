@@ -79,6 +79,7 @@ struct RawDiscover {
 struct RawAlerts {
     goodput_drop: Option<Spanned<String>>,
     latency_rise: Option<Spanned<String>>,
+    latency_rise_min: Option<Spanned<String>>,
     responsiveness_drop: Option<Spanned<String>>,
     loss_above: Option<Spanned<String>>,
     #[serde(rename = "for")]
@@ -435,6 +436,9 @@ fn alert_rules(reader: &Reader, raw: &RawAlerts) -> Result<AlertRules, MeshError
     }
     if let Some(v) = &raw.latency_rise {
         rules.latency_rise = share(reader, v, "latency_rise")?;
+    }
+    if let Some(v) = &raw.latency_rise_min {
+        rules.latency_rise_min_s = reader.seconds(v, "latency_rise_min", false)?;
     }
     if let Some(v) = &raw.responsiveness_drop {
         rules.responsiveness_drop = share(reader, v, "responsiveness_drop")?.min(1.0);

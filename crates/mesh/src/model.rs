@@ -121,8 +121,10 @@ impl StorePolicy {
 pub struct AlertRules {
     /// Goodput below the baseline's median by more than this share.
     pub goodput_drop: f64,
-    /// Transaction time above the baseline's median by more than this share.
+    /// Transaction time above the baseline's median by more than this share...
     pub latency_rise: f64,
+    /// ...and by at least this many seconds (`latency_rise_min`, 1 ms).
+    pub latency_rise_min_s: f64,
     /// Responsiveness (RPM) below the baseline's median by more than this share.
     pub responsiveness_drop: f64,
     /// STAMP: a direction losing more than this share of its probes...
@@ -146,6 +148,7 @@ impl Default for AlertRules {
         AlertRules {
             goodput_drop: 0.3,
             latency_rise: 0.5,
+            latency_rise_min_s: 0.001,
             responsiveness_drop: 0.3,
             loss_above: 0.001,
             loss_for_s: 300.0,

@@ -44,6 +44,27 @@ impl Alert {
         }
     }
 
+    /// The figure and its baseline with their units: "105 µs (baseline 44.1 µs)",
+    /// "412 Mbit/s (baseline 941 Mbit/s)", "850 RPM (baseline 1200 RPM)"; for loss, the
+    /// share against its bound.
+    pub fn figures(&self) -> String {
+        let show = |v: f64| match self.what {
+            "latency" => seconds(v),
+            "goodput" => {
+                linerate_model::units::format_rate(v, linerate_model::units::Scale::Adaptive)
+            }
+            "responsiveness" => format!("{v:.0} RPM"),
+            "loss" => format!("{:.3} %", v * 100.0),
+            _ => format!("{v}"),
+        };
+        let bound = if self.what == "loss" {
+            "above"
+        } else {
+            "baseline"
+        };
+        format!("{} ({bound} {})", show(self.value), show(self.baseline))
+    }
+
     /// The alert in a sentence: the pair, the way and the figure against its bound or
     /// baseline.
     pub fn summary(&self) -> String {
@@ -98,10 +119,18 @@ pub enum Change {
     Resolved(Alert),
 }
 
+/// A latency alert opens when this many of the series' last [`HELD_OF`] results were
+/// worse, and resolves when at most one of them was: one slow result among normal ones
+/// (a busy moment) opens nothing, and a series at the edge does not flap.
+pub const HELD_WORSE: usize = 3;
+pub const HELD_OF: usize = 5;
+
 /// The open alerts, by series.
 #[derive(Debug, Default)]
 pub struct Alerts {
     pub open: BTreeMap<Key, Alert>,
+    /// Latency series: whether each of the last [`HELD_OF`] results was worse.
+    pub recent: BTreeMap<Key, VecDeque<bool>>,
     /// Loss series: the windows of the last `loss_for_s` (their ends and loss ratios), and
     /// when the series' first window ended.
     pub spans: BTreeMap<Key, LossSpan>,
@@ -169,6 +198,31 @@ impl Alerts {
                 (state, Some(over))
             }
             (true, _, _) => return None,
+            (false, state, value) if a.what == "latency" => {
+                let recent = self.recent.entry(key.clone()).or_default();
+                match state {
+                    State::Worse | State::Normal => {
+                        recent.push_back(state == State::Worse);
+                        if recent.len() > HELD_OF {
+                            recent.pop_front();
+                        }
+                    }
+                    State::Failed | State::Learning => return None,
+                }
+                let worse = recent.iter().filter(|w| **w).count();
+                let held = if self.open.contains_key(key) {
+                    if worse <= 1 {
+                        State::Normal
+                    } else {
+                        State::Worse
+                    }
+                } else if worse >= HELD_WORSE && state == State::Worse {
+                    State::Worse
+                } else {
+                    State::Normal
+                };
+                (held, value)
+            }
             (false, state, value) => (state, value),
         };
         match state {
@@ -204,6 +258,17 @@ impl Alerts {
             }
             State::Failed | State::Learning => None,
         }
+    }
+}
+
+/// Seconds in the unit that reads best: "105 µs", "10.0 ms", "1.50 s".
+fn seconds(v: f64) -> String {
+    if v < 1e-3 {
+        format!("{:.0} µs", v * 1e6)
+    } else if v < 1.0 {
+        format!("{:.1} ms", v * 1e3)
+    } else {
+        format!("{v:.2} s")
     }
 }
 

@@ -10,8 +10,12 @@ use serde::Serialize;
 pub struct Thresholds {
     /// Goodput below the baseline by more than this share (0.3: 30 % down).
     pub goodput_drop: f64,
-    /// Transaction time above the baseline by more than this share (0.5: 50 % up).
+    /// Transaction time above the baseline by more than this share (0.5: 50 % up), and
+    /// by at least `latency_rise_min` seconds, and beyond the baseline's own spread
+    /// ([`LATENCY_SPREAD_MADS`] of its median absolute deviations): a rise of tens of
+    /// microseconds on a loopback that always wanders that much is no regression.
     pub latency_rise: f64,
+    pub latency_rise_min: f64,
     /// Responsiveness (RPM) below the baseline by more than this share.
     pub responsiveness_drop: f64,
     /// Probes lost above this share (STAMP; 0.0005: 0.05 %) is worse, baseline or not...
@@ -29,6 +33,7 @@ impl Default for Thresholds {
         Thresholds {
             goodput_drop: 0.3,
             latency_rise: 0.5,
+            latency_rise_min: 0.001,
             responsiveness_drop: 0.3,
             loss_above: 0.001,
             loss_for_s: 300.0,
@@ -37,6 +42,10 @@ impl Default for Thresholds {
         }
     }
 }
+
+/// A latency is worse only beyond this many of its baseline's median absolute
+/// deviations above the median.
+pub const LATENCY_SPREAD_MADS: f64 = 3.0;
 
 /// A series' state now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -126,7 +135,12 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
     let ratio = (base.median > 0.0).then(|| value / base.median);
     let worse = match (measure, ratio) {
         (Measure::Goodput, Some(r)) => r < 1.0 - t.goodput_drop,
-        (Measure::Latency, Some(r)) => r > 1.0 + t.latency_rise,
+        (Measure::Latency, Some(r)) => {
+            let above = value - base.median;
+            r > 1.0 + t.latency_rise
+                && above >= t.latency_rise_min
+                && above > LATENCY_SPREAD_MADS * base.mad
+        }
         (Measure::Responsiveness, Some(r)) => r < 1.0 - t.responsiveness_drop,
         (Measure::Loss | Measure::Hops, _) | (_, None) => false,
     };

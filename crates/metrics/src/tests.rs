@@ -276,10 +276,76 @@ fn a_series_is_worse_once_it_leaves_its_baseline_beyond_the_threshold() {
     }
     let lat = Key::of(&row("a", "b", "lat", true, 0.0, 0.0));
     assert_eq!(assess(&board.series[&lat], &t).state, State::Normal);
-    add(&mut board, "lat", 2e-3);
+    // 1.5 ms above a 1 ms baseline: over the share, the 1 ms floor and the spread.
+    add(&mut board, "lat", 2.5e-3);
     assert_eq!(assess(&board.series[&lat], &t).state, State::Worse);
     board.record(&row("a", "b", "lat", false, 0.0, 100.0), None);
     assert_eq!(assess(&board.series[&lat], &t).state, State::Failed);
+}
+
+/// A latency alert is judged as an operator would: a loopback pair wandering between
+/// 40 and 110 us (busy CPUs) opens none in 300 results; on a 10 ms path one slow result
+/// among normal ones opens none; a rise held for 3 of 5 results opens one, and it
+/// resolves once at most one of the last 5 is slow. The figures print with their units.
+#[test]
+fn a_latency_alert_needs_a_held_rise_beyond_the_spread_and_the_floor() {
+    let t = Thresholds::default();
+    let mut board = Board::default();
+    board.declare("lat", Measure::Latency);
+    let key = Key::of(&row("a", "b", "lat", true, 0.0, 0.0));
+    let mut alerts = crate::alerts::Alerts::default();
+    let mut at = 0.0;
+    let mut feed = |board: &mut Board, alerts: &mut crate::alerts::Alerts, v: f64| {
+        at += 1.0;
+        board.record(&row("a", "b", "lat", true, v, at), None);
+        let series = &board.series[&key];
+        let a = assess(series, &t);
+        alerts.update(&key, &a, series.latest.value, at, &t)
+    };
+    let mut state = 12345u64;
+    for _ in 0..300 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let jitter = (state % 1000) as f64 / 1000.0;
+        // Most near 44 us, one in five up to 110 us.
+        let v = if state % 5 == 0 {
+            60e-6 + 50e-6 * jitter
+        } else {
+            40e-6 + 8e-6 * jitter
+        };
+        assert_eq!(feed(&mut board, &mut alerts, v), None, "{v}");
+    }
+    board.declare("lat", Measure::Latency);
+    let key10 = Key::of(&row("c", "d", "lat", true, 0.0, 0.0));
+    let mut feed10 = |board: &mut Board, alerts: &mut crate::alerts::Alerts, v: f64| {
+        at += 1.0;
+        board.record(&row("c", "d", "lat", true, v, at), None);
+        let series = &board.series[&key10];
+        let a = assess(series, &t);
+        alerts.update(&key10, &a, series.latest.value, at, &t)
+    };
+    for _ in 0..20 {
+        assert_eq!(feed10(&mut board, &mut alerts, 10e-3), None);
+    }
+    for v in [25e-3, 10e-3, 10e-3, 10e-3, 10e-3] {
+        assert_eq!(feed10(&mut board, &mut alerts, v), None, "one slow result");
+    }
+    assert_eq!(feed10(&mut board, &mut alerts, 20e-3), None);
+    assert_eq!(feed10(&mut board, &mut alerts, 20e-3), None);
+    let Some(crate::alerts::Change::Opened(alert)) = feed10(&mut board, &mut alerts, 20e-3) else {
+        panic!("the third slow result of five opens the alert");
+    };
+    assert_eq!(alert.name(), "LinerateLatencyRise");
+    assert_eq!(alert.figures(), "20.0 ms (baseline 10.0 ms)");
+    // Back to normal: resolved once at most one of the last five is slow (the fourth).
+    for _ in 0..3 {
+        assert_eq!(feed10(&mut board, &mut alerts, 10e-3), None);
+    }
+    assert!(matches!(
+        feed10(&mut board, &mut alerts, 10e-3),
+        Some(crate::alerts::Change::Resolved(_))
+    ));
 }
 
 /// An RPM run: `rpm` round trips a minute, 40 Mbit/s down and 90 up, 30 ms added.
@@ -754,6 +820,8 @@ fn stamp(sent: u64, out: u64, back: u64) -> Document {
         marks: None,
         intervals: Vec::new(),
         impossible_timestamps: 0,
+        unreadable_answers: 0,
+        short_answers: 0,
         warnings: Vec::new(),
         error: None,
         interrupted_after_s: None,

@@ -295,13 +295,42 @@ fn render_test(report: &Report, scale: Scale) -> String {
 }
 
 /// `--observe`: the "Host" block, only what is unusual on either end (the JSON has all).
+/// Both ends on one host (one kernel, the same counters) are said once; a protocol's
+/// counters are shown only for a test of that protocol: a TCP test's report does not
+/// show UDP drops, which were other processes' (the JSON keeps every counter).
 fn host_block(report: &Report) -> String {
     let Some(observe) = &report.observe else {
         return String::new();
     };
+    let datagrams = report.config.protocol.traits().datagrams;
+    let shown = |line: &&String| {
+        let udp_counter = line.starts_with("Udp");
+        let tcp_counter = line.starts_with("Tcp");
+        !(udp_counter && !datagrams || tcp_counter && datagrams)
+    };
+    let lines = |o: &Option<linerate_model::observe::Observation>| -> Vec<String> {
+        o.iter()
+            .flat_map(|o| &o.unusual)
+            .filter(shown)
+            .cloned()
+            .collect()
+    };
+    let (client, server) = (lines(&observe.local), lines(&observe.remote));
+    let one_host = report.host.local.same_kernel(&report.host.remote)
+        && observe.local.as_ref().map(|o| &o.counters)
+            == observe.remote.as_ref().map(|o| &o.counters);
     let mut out = String::new();
-    for (side, observation) in [("client", &observe.local), ("server", &observe.remote)] {
-        for line in observation.iter().flat_map(|o| &o.unusual) {
+    if one_host {
+        for line in client
+            .iter()
+            .chain(server.iter().filter(|l| !client.contains(l)))
+        {
+            let _ = writeln!(out, "Host (client and server, one host): {line}");
+        }
+        return out;
+    }
+    for (side, said) in [("client", &client), ("server", &server)] {
+        for line in said {
             let _ = writeln!(out, "Host ({side}): {line}");
         }
     }
@@ -378,4 +407,51 @@ pub fn render_repetition(repetition: &crate::model::Repetition, scale: Scale) ->
         repetition.representative + 1
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PerSide;
+    use linerate_model::observe::Observation;
+    use linerate_model::{Direction, Protocol};
+
+    fn observed(lines: &[&str], counters: &[(&str, u64)]) -> Option<Observation> {
+        Some(Observation {
+            unusual: lines.iter().map(|l| l.to_string()).collect(),
+            counters: counters.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            ..Observation::default()
+        })
+    }
+
+    /// The "Host" block names whose counters it shows: one host's said once, another
+    /// protocol's counters left out of the text (they were other processes').
+    #[test]
+    fn the_host_block_says_each_hosts_counters_once_and_only_the_tests_protocols() {
+        let udp_line = "UdpRcvbufErrors: 2187165 (the host's count: every process's sockets)";
+        let drops = "eth0: 12 receive drops";
+        let mut report = crate::fixtures::report(crate::fixtures::config(Direction::Forward, 1));
+        report.host.local.boot_id = "b1".into();
+        report.host.remote.boot_id = "b1".into();
+        let counters = [("UdpRcvbufErrors", 2_187_165)];
+        report.observe = Some(PerSide {
+            local: observed(&[udp_line, drops], &counters),
+            remote: observed(&[udp_line, drops], &counters),
+        });
+        // A TCP test on one host: the drop once, the UDP counter not at all.
+        assert_eq!(
+            host_block(&report),
+            "Host (client and server, one host): eth0: 12 receive drops\n"
+        );
+        // A UDP test: its protocol's counter, once, with its owner.
+        report.config.protocol = Protocol::Udp;
+        let block = host_block(&report);
+        assert_eq!(block.matches("UdpRcvbufErrors").count(), 1, "{block}");
+        assert!(block.contains("every process's sockets"), "{block}");
+        // Two hosts (or two namespaces' counters): each end's own.
+        report.host.remote.boot_id = "b2".into();
+        let block = host_block(&report);
+        assert!(block.contains("Host (client): UdpRcvbufErrors"), "{block}");
+        assert!(block.contains("Host (server): UdpRcvbufErrors"), "{block}");
+    }
 }

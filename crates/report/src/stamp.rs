@@ -188,6 +188,13 @@ pub struct StampReport {
     /// and the reflector's hold.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub impossible_timestamps: u64,
+    /// Datagrams from the reflector that could not be read as answers (not counted as
+    /// answered), and answers read from a TWAMP-light responder's shorter packet (its
+    /// TTL unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unreadable_answers: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub short_answers: u64,
     #[serde(default)]
     pub warnings: Vec<String>,
     /// Why the run failed (nothing answered), inside the document so that `--json`

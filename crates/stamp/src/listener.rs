@@ -147,8 +147,16 @@ impl RefusalLog {
         self.since[i] += 1;
         let due = self.last[i].map_or(true, |t| t.elapsed() >= Duration::from_secs(10));
         if due {
+            // Short probes are most often a TWAMP-light sender's: say what works.
+            let hint = if refusal == Refusal::Malformed(crate::wire::WireError::Short) {
+                "; shorter than STAMP's 44 octets (RFC 8762), as a TWAMP-light sender's \
+                 14-octet probes are: pad them to 44 (twampy --padding 30, a router's \
+                 padding setting), or serve them with --stamp-twamp-light (docs/stamp.md)"
+            } else {
+                ""
+            };
             log(&format!(
-                "stamp: refused {} packet{} ({}), the latest from {from}",
+                "stamp: refused {} packet{} ({}), the latest from {from}{hint}",
                 self.since[i],
                 if self.since[i] == 1 { "" } else { "s" },
                 refusal.reason()

@@ -34,6 +34,11 @@ pub struct Config {
     pub ipv6_source_prefix: u8,
     /// Test packets a second from everybody.
     pub total_pps: u32,
+    /// Answer TWAMP-light test packets shorter than STAMP's base (14 to 43 octets, open
+    /// mode) with RFC 5357's 41-octet reply, at most this many a second in all. Off
+    /// (`None`) by default: the reply is up to 2.9 times the probe, so it is the one
+    /// answer that amplifies, and it is bounded on its own (`--stamp-twamp-light`).
+    pub twamp_light_pps: Option<u32>,
 }
 
 impl Default for Config {
@@ -47,6 +52,7 @@ impl Default for Config {
             per_source_pps: 10_000,
             ipv6_source_prefix: 64,
             total_pps: 500_000,
+            twamp_light_pps: None,
         }
     }
 }
@@ -188,6 +194,8 @@ pub struct Reflector {
     last_source_sweep_ns: Option<u64>,
     sources: HashMap<IpAddr, Bucket>,
     total: Bucket,
+    /// The TWAMP-light answers' own rate, where they are answered.
+    twamp_light: Bucket,
 }
 
 /// Whether an answer to `from` can reach the sender and only it: port 0 cannot be sent
@@ -228,7 +236,9 @@ pub fn source_of(ip: IpAddr, prefix: u8) -> IpAddr {
 impl Reflector {
     pub fn new(config: Config, now_ns: u64) -> Reflector {
         let total = Bucket::full(config.total_pps, now_ns);
+        let twamp_light = Bucket::full(config.twamp_light_pps.unwrap_or(0), now_ns);
         Reflector {
+            twamp_light,
             config,
             clock: ErrorEstimate::new(false, false, 1.0),
             sessions: HashMap::new(),
@@ -253,7 +263,12 @@ impl Reflector {
     pub fn reflect(&mut self, arrival: &Arrival, out: &mut Vec<u8>) -> Result<Answer, Refusal> {
         let bytes = arrival.bytes;
         if bytes.len() < wire::OPEN_BASE {
-            return Err(Refusal::Malformed(WireError::Short));
+            return match self.config.twamp_light_pps {
+                Some(rate) if bytes.len() >= wire::TWAMP_LIGHT_TEST => {
+                    self.reflect_twamp_light(arrival, rate, out)
+                }
+                _ => Err(Refusal::Malformed(WireError::Short)),
+            };
         }
         if bytes.len() > wire::MAX_PACKET {
             return Err(Refusal::Malformed(WireError::Long));
@@ -320,6 +335,69 @@ impl Reflector {
             len: out.len(),
             tos,
             mode,
+        })
+    }
+
+    /// A TWAMP-light probe (14 to 43 octets, `--stamp-twamp-light`): answered with RFC
+    /// 5357's reflected packet, 41 octets or the probe's length if longer, under the
+    /// source's and the total rate and a rate of its own; a session keyed as STAMP's with
+    /// SSID 0 (TWAMP-light has none). Only open mode: TWAMP's authenticated modes need a
+    /// control session.
+    fn reflect_twamp_light(
+        &mut self,
+        arrival: &Arrival,
+        rate: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<Answer, Refusal> {
+        if !answerable(arrival.from) {
+            return Err(Refusal::Unanswerable);
+        }
+        if self.config.authenticated_only {
+            return Err(Refusal::Unauthenticated);
+        }
+        self.take_source(
+            source_of(arrival.from.ip(), self.config.ipv6_source_prefix),
+            arrival.now_ns,
+        )?;
+        if !self.total.take(self.config.total_pps, arrival.now_ns)
+            || !self.twamp_light.take(rate, arrival.now_ns)
+        {
+            return Err(Refusal::TotalRate);
+        }
+        let bytes = arrival.bytes;
+        let session = self.session(
+            SessionKey {
+                from: arrival.from,
+                ssid: 0,
+            },
+            arrival.now_ns,
+        )?;
+        session.last_ns = arrival.now_ns;
+        let seq = session.next_seq;
+        session.next_seq = session.next_seq.wrapping_add(1);
+        let answer = Reflected {
+            seq,
+            timestamp: arrival.now,
+            error: self.clock,
+            ssid: 0,
+            receive: arrival.received,
+            sender_seq: u32::from_be_bytes(bytes[..4].try_into().expect("4 octets")),
+            sender_timestamp: Timestamp(u64::from_be_bytes(
+                bytes[4..12].try_into().expect("8 octets"),
+            )),
+            sender_error: ErrorEstimate(u16::from_be_bytes(
+                bytes[12..14].try_into().expect("2 octets"),
+            )),
+            sender_ttl: arrival.ttl,
+        };
+        out.clear();
+        out.resize(wire::OPEN_BASE, 0);
+        wire::encode_reflected(&answer, Mode::Open, None, &mut out[..]);
+        out.truncate(bytes.len().max(wire::TWAMP_LIGHT_REFLECTED));
+        Ok(Answer {
+            len: out.len(),
+            tos: 0,
+            mode: Mode::Open,
         })
     }
 

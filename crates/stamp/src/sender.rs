@@ -370,10 +370,22 @@ impl Session {
         let now_unix = sys::unix_ns();
         let now_ns = epoch.elapsed().as_nanos() as u64;
         let options = &self.options;
-        let Ok(answer) = wire::decode_reflected(bytes, options.mode, options.key.as_ref()) else {
-            return;
+        let (answer, area) = match wire::decode_reflected(bytes, options.mode, options.key.as_ref())
+        {
+            Ok(answer) => (answer, &bytes[options.mode.base_len()..]),
+            // A TWAMP-light responder's shorter answer (twampy's 38 octets): every field
+            // up to the sender's error estimate is there; the TTL may not be.
+            Err(_) => match (options.mode, wire::decode_reflected_short(bytes)) {
+                (wire::Mode::Open, Some(answer)) => {
+                    self.tally.short_answer();
+                    (answer, &[][..])
+                }
+                _ => {
+                    self.tally.unreadable_answer();
+                    return;
+                }
+            },
         };
-        let area = &bytes[options.mode.base_len()..];
         let tlvs = tlv::Answer::read(area, &bytes[..4], options.key.as_ref());
         // The kernel's time of arrival: how long the answer waited in the socket is taken
         // off this loop's clock too, so the round trip is the network's and the

@@ -213,6 +213,10 @@ pub struct Tally {
     integrity_failures: u64,
     /// Answers whose T2 or T3 the run and the clocks cannot explain.
     impossible_timestamps: u64,
+    /// Datagrams from the reflector that could not be read as answers, and answers read
+    /// from a TWAMP-light responder's shorter packet.
+    unreadable_answers: u64,
+    short_answers: u64,
     /// Answers whose TLVs came back as sent.
     echoed: u64,
     marks_forward: BTreeMap<(u8, u8), u64>,
@@ -269,6 +273,8 @@ impl Tally {
             unrecognized: BTreeSet::new(),
             integrity_failures: 0,
             impossible_timestamps: 0,
+            unreadable_answers: 0,
+            short_answers: 0,
             echoed: 0,
             marks_forward: BTreeMap::new(),
             marks_reverse: BTreeMap::new(),
@@ -320,6 +326,17 @@ impl Tally {
             probe.sent_ns += after as u64;
             probe.left_unix_ns = Some(unix_ns);
         }
+    }
+
+    /// A datagram from the reflector that is not an answer this run can read (too short,
+    /// an HMAC that does not check).
+    pub fn unreadable_answer(&mut self) {
+        self.unreadable_answers += 1;
+    }
+
+    /// The next answer was read from a TWAMP-light responder's shorter packet.
+    pub fn short_answer(&mut self) {
+        self.short_answers += 1;
     }
 
     /// Takes an answer in: matched to its probe (by sequence number, SSID and the T1 it
@@ -605,6 +622,19 @@ impl Tally {
                 self.impossible_timestamps
             ));
         }
+        if self.unreadable_answers > 0 {
+            warnings.push(format!(
+                "{} datagrams came back that could not be read as STAMP answers (shorter than its {} octets, or an HMAC that does not check)",
+                self.unreadable_answers,
+                s.mode.base_len()
+            ));
+        }
+        if self.short_answers > 0 {
+            warnings.push(format!(
+                "{} answers were TWAMP-light packets shorter than STAMP's (a TWAMP-light responder): read up to the sender's error estimate; their TTL is unknown",
+                self.short_answers
+            ));
+        }
         if self.echoed > 0 {
             warnings.push(format!(
                 "{} answers carried our TLVs back unfilled: the reflector does not take RFC 8972's extensions",
@@ -661,6 +691,8 @@ impl Tally {
             }),
             intervals: self.closed.iter().map(|c| self.interval(c)).collect(),
             impossible_timestamps: self.impossible_timestamps,
+            unreadable_answers: self.unreadable_answers,
+            short_answers: self.short_answers,
             warnings,
             error: None,
             interrupted_after_s: interrupted.then_some(duration_s),

@@ -408,6 +408,73 @@ fn sources_that_cannot_be_answered_are_refused() {
         .unwrap();
 }
 
+/// TWAMP-light's 14-octet probes: refused as short by default (no answer longer than
+/// its probe), answered with RFC 5357's 41-octet reply under `twamp_light_pps`, their
+/// sequence number, timestamp and error echoed, at most the rate a second; and a
+/// TWAMP-light responder's 38-octet answer (no Sender TTL) reads back field by field.
+#[test]
+fn twamp_light_probes_are_answered_only_when_asked_and_within_their_rate() {
+    let probe = {
+        let mut p = [0u8; wire::TWAMP_LIGHT_TEST];
+        p[..4].copy_from_slice(&7u32.to_be_bytes());
+        p[4..12].copy_from_slice(&Timestamp::ntp_from_unix_ns(UNIX_2026).0.to_be_bytes());
+        p[12..14].copy_from_slice(&0x8001u16.to_be_bytes());
+        p
+    };
+    let mut out = Vec::new();
+    let mut closed = Reflector::new(Config::default(), 0);
+    assert_eq!(
+        closed
+            .reflect(&arrival("192.0.2.1:5000", &probe, 1), &mut out)
+            .map(|_| ()),
+        Err(Refusal::Malformed(WireError::Short))
+    );
+    let mut open = Reflector::new(
+        Config {
+            twamp_light_pps: Some(3),
+            ..Config::default()
+        },
+        0,
+    );
+    let answer = open
+        .reflect(&arrival("192.0.2.1:5000", &probe, 1), &mut out)
+        .unwrap();
+    assert_eq!(answer.len, wire::TWAMP_LIGHT_REFLECTED);
+    assert_eq!(out.len(), 41);
+    let read = wire::decode_reflected_short(&out[..wire::TWAMP_LIGHT_NO_TTL]).unwrap();
+    assert_eq!(read.sender_seq, 7);
+    assert_eq!(
+        read.sender_timestamp,
+        Timestamp::ntp_from_unix_ns(UNIX_2026)
+    );
+    assert_eq!(read.sender_error.0, 0x8001);
+    assert_eq!(
+        read.receive,
+        Timestamp::ntp_from_unix_ns(UNIX_2026 + 500_000)
+    );
+    assert_eq!(read.sender_ttl, 0, "no TTL in 38 octets");
+    assert_eq!(wire::decode_reflected_short(&out).unwrap().sender_ttl, 62);
+    // Three a second, then refused until the bucket fills again.
+    open.reflect(&arrival("192.0.2.1:5000", &probe, 2), &mut out)
+        .unwrap();
+    open.reflect(&arrival("192.0.2.2:5000", &probe, 3), &mut out)
+        .unwrap();
+    assert_eq!(
+        open.reflect(&arrival("192.0.2.3:5000", &probe, 4), &mut out)
+            .map(|_| ()),
+        Err(Refusal::TotalRate)
+    );
+    // Shorter than a TWAMP-light probe: still refused.
+    assert_eq!(
+        open.reflect(
+            &arrival("192.0.2.1:5000", &probe[..13], 2_000_000_000),
+            &mut out
+        )
+        .map(|_| ()),
+        Err(Refusal::Malformed(WireError::Short))
+    );
+}
+
 /// A sender's run against this reflector with losses chosen each way: loss is split
 /// exactly by the Direct Measurement TLV, and without it by the reflector's sequence
 /// numbers; the figures count duplicates, reordering, and answers not of this run.

@@ -431,6 +431,37 @@ pub fn decode_reflected(
     })
 }
 
+/// A TWAMP-light test packet's least (RFC 5357 4.1.2, unauthenticated, no padding):
+/// sequence number, timestamp and error estimate.
+pub const TWAMP_LIGHT_TEST: usize = 14;
+/// A TWAMP-light reflector's packet (RFC 5357 4.2.1): STAMP's reflected base less its
+/// last 3 octets (the SSID's place is MBZ there).
+pub const TWAMP_LIGHT_REFLECTED: usize = 41;
+/// What some TWAMP-light responders send (twampy's): the reflected packet up to the
+/// sender's error estimate, without the Sender TTL.
+pub const TWAMP_LIGHT_NO_TTL: usize = 38;
+
+/// Reads an open answer shorter than STAMP's base but long enough for every field up to
+/// the sender's error estimate (a TWAMP-light responder's, 38 to 43 octets): the Sender
+/// TTL is read where it is there, else unknown (0).
+pub fn decode_reflected_short(bytes: &[u8]) -> Option<Reflected> {
+    if !(TWAMP_LIGHT_NO_TTL..OPEN_BASE).contains(&bytes.len()) {
+        return None;
+    }
+    let l = &OPEN;
+    Some(Reflected {
+        seq: u32_at(bytes, l.seq),
+        timestamp: Timestamp(u64_at(bytes, l.timestamp)),
+        error: ErrorEstimate(u16_at(bytes, l.error)),
+        ssid: u16_at(bytes, l.ssid),
+        receive: Timestamp(u64_at(bytes, l.receive)),
+        sender_seq: u32_at(bytes, l.sender_seq),
+        sender_timestamp: Timestamp(u64_at(bytes, l.sender_timestamp)),
+        sender_error: ErrorEstimate(u16_at(bytes, l.sender_error)),
+        sender_ttl: bytes.get(l.sender_ttl).copied().unwrap_or(0),
+    })
+}
+
 /// The SSID a reflected packet of `mode` carries, without checking the rest of it (a
 /// loop that must find which session an answer is for before reading it whole).
 pub fn reflected_ssid(bytes: &[u8], mode: Mode) -> Option<u16> {
