@@ -761,8 +761,16 @@ impl<'a> Coordinator<'a> {
                 Err(_) => break,
             }
         }
+        let stopped = self.jobs_stop.load(Ordering::Relaxed);
         let (jobs, mut results): (Vec<(usize, Outcome)>, Vec<JobResult>) = finished
             .into_iter()
+            .map(|(job, outcome, result)| {
+                if stopped {
+                    interrupted(job, outcome, result)
+                } else {
+                    (job, outcome, result)
+                }
+            })
             .map(|(job, outcome, result)| ((job, outcome), result))
             .unzip();
         self.keep_all(&mut results)?;
@@ -800,6 +808,19 @@ impl<'a> Coordinator<'a> {
         }
         Ok(())
     }
+}
+
+/// A job that ended after the operator's stop: if it did not finish, the stop cut it
+/// short, and it is kept as interrupted (its reason kept), not as a failure of its pair;
+/// nor does it take a host down.
+fn interrupted(job: usize, outcome: Outcome, mut result: JobResult) -> (usize, Outcome, JobResult) {
+    let RowOutcome::Failed { reason, .. } = &result.row.outcome else {
+        return (job, outcome, result);
+    };
+    result.row.outcome = RowOutcome::Interrupted {
+        reason: format!("the coordinator was stopped while it ran: {reason}"),
+    };
+    (job, Outcome::Done, result)
 }
 
 /// Runs the mesh until `stop` (then ends the running jobs within [`STOP_GRACE`]) or
@@ -896,6 +917,42 @@ mod tests {
 
     fn two_hosts() -> Mesh {
         mesh_of(2, "lat", "rr", "10s")
+    }
+
+    /// A job that failed after the operator's stop is kept as interrupted and takes no
+    /// host down; one that finished is kept as it was.
+    #[test]
+    fn a_job_the_stop_cut_short_is_interrupted_not_failed() {
+        let mesh = two_hosts();
+        let job = Job {
+            src: 0,
+            dst: 1,
+            test: 0,
+            round: 0,
+        };
+        let mut result = JobResult {
+            row: labelled(&mesh, &job, 1, 0.0, 1.0),
+            document: None,
+        };
+        result.row.outcome = RowOutcome::Failed {
+            blamed: Some("h1".into()),
+            reason: "1 thread(s) stopped before the end of their transactions".into(),
+        };
+        let failed = Outcome::Failed {
+            hosts: vec![1],
+            reason: String::new(),
+        };
+        let (_, outcome, kept) = interrupted(0, failed, result);
+        assert!(matches!(outcome, Outcome::Done));
+        assert_eq!(kept.row.outcome.name(), "interrupted");
+        assert!(kept.row.outcome.reason().contains("stopped before the end"));
+        let mut done = JobResult {
+            row: labelled(&mesh, &job, 1, 0.0, 1.0),
+            document: None,
+        };
+        done.row.outcome = RowOutcome::Ok;
+        let (_, _, kept) = interrupted(0, Outcome::Done, done);
+        assert!(kept.row.outcome.is_ok());
     }
 
     #[test]

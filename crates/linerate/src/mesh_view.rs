@@ -73,6 +73,7 @@ fn cell(row: &MeshRow) -> String {
         Outcome::Ok => row.headline_text.clone(),
         Outcome::Skipped { .. } => "- skipped".into(),
         Outcome::Failed { .. } => "x failed".into(),
+        Outcome::Interrupted { .. } => "~ interrupted".into(),
     }
 }
 
@@ -139,7 +140,7 @@ pub struct LiveView {
     started: Instant,
     rows: Vec<MeshRow>,
     events: VecDeque<String>,
-    counts: [usize; 3],
+    counts: [usize; 4],
     drawn: Option<Instant>,
 }
 
@@ -151,7 +152,7 @@ impl LiveView {
             started: Instant::now(),
             rows: Vec::new(),
             events: VecDeque::new(),
-            counts: [0; 3],
+            counts: [0; 4],
             drawn: None,
         }
     }
@@ -170,6 +171,7 @@ impl LiveView {
             Outcome::Ok => 0,
             Outcome::Failed { .. } => 1,
             Outcome::Skipped { .. } => 2,
+            Outcome::Interrupted { .. } => 3,
         }] += 1;
         let what = if row.outcome.is_ok() {
             row.headline_text.clone()
@@ -191,9 +193,14 @@ impl LiveView {
 
     /// The whole view as text.
     pub fn render(&self) -> String {
-        let [ok, failed, skipped] = self.counts;
+        let [ok, failed, skipped, interrupted] = self.counts;
+        let interrupted = if interrupted > 0 {
+            format!(", {interrupted} interrupted")
+        } else {
+            String::new()
+        };
         let mut out = format!(
-            "Mesh '{}': {} hosts, running {}; {ok} ok, {failed} failed, {skipped} skipped (Ctrl-C stops within 10 s)\n",
+            "Mesh '{}': {} hosts, running {}; {ok} ok, {failed} failed, {skipped} skipped{interrupted} (Ctrl-C stops within 10 s)\n",
             self.mesh,
             self.hosts,
             humantime::format_duration(Duration::from_secs(self.started.elapsed().as_secs())),
@@ -259,7 +266,7 @@ impl Printer {
     }
 
     pub fn row(&mut self, row: &MeshRow) {
-        if !row.outcome.is_ok() {
+        if !row.outcome.is_ok() && !row.outcome.is_interrupted() {
             self.failures += 1;
         }
         if self.json {
@@ -299,7 +306,14 @@ impl Printer {
             print!("{}", tables(&self.mesh, &rows));
         }
         if !self.json && stopped {
-            eprintln!("linerate mesh: stopped; the results so far are kept");
+            eprintln!(
+                "linerate mesh: stopped; the results so far are kept (jobs the stop cut short as interrupted{})",
+                if self.failures > 0 {
+                    format!("; {} failed or were skipped before it", self.failures)
+                } else {
+                    String::new()
+                }
+            );
         }
         self.failures
     }

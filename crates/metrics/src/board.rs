@@ -524,6 +524,11 @@ impl Board {
     /// the series it changed: the row's, and for a STAMP window its way back too (the
     /// row's labels with `direction="reverse"`).
     pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) -> Vec<Key> {
+        // A job the operator's stop cut short says nothing of its pair: its last result,
+        // its baseline and its alerts stay as they were.
+        if row.outcome.is_interrupted() {
+            return Vec::new();
+        }
         if let Some(Document::Stamp(report)) = document {
             let (out, back) = stamp_figures(report);
             let mut forward = row.clone();
@@ -691,6 +696,7 @@ impl Board {
             Outcome::Ok => series.totals.ok += 1,
             Outcome::Skipped { .. } => series.totals.skipped += 1,
             Outcome::Failed { .. } => series.totals.failed += 1,
+            Outcome::Interrupted { .. } => {}
         }
         series.history.push_back(Point {
             at: row.ended_at,

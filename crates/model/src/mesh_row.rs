@@ -17,15 +17,20 @@ pub enum Outcome {
     /// It was not run: a host it needs is down (`reason` says which and where the failure
     /// that took it down is kept).
     Skipped { reason: String },
+    /// The operator's stop (SIGTERM, Ctrl-C) cut it short: kept and marked, as an
+    /// interrupted client run is, never counted as a failure of its pair.
+    Interrupted { reason: String },
 }
 
 impl Outcome {
-    /// The outcome's name as a column holds it: "ok", "failed" or "skipped".
+    /// The outcome's name as a column holds it: "ok", "failed", "skipped" or
+    /// "interrupted".
     pub fn name(&self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
             Outcome::Failed { .. } => "failed",
             Outcome::Skipped { .. } => "skipped",
+            Outcome::Interrupted { .. } => "interrupted",
         }
     }
 
@@ -35,6 +40,7 @@ impl Outcome {
         match name {
             "ok" => Outcome::Ok,
             "skipped" => Outcome::Skipped { reason },
+            "interrupted" => Outcome::Interrupted { reason },
             _ => Outcome::Failed { blamed, reason },
         }
     }
@@ -47,11 +53,17 @@ impl Outcome {
         matches!(self, Outcome::Skipped { .. })
     }
 
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, Outcome::Interrupted { .. })
+    }
+
     /// Why it failed or was skipped; empty for a success.
     pub fn reason(&self) -> &str {
         match self {
             Outcome::Ok => "",
-            Outcome::Failed { reason, .. } | Outcome::Skipped { reason } => reason,
+            Outcome::Failed { reason, .. }
+            | Outcome::Skipped { reason }
+            | Outcome::Interrupted { reason } => reason,
         }
     }
 
@@ -78,6 +90,7 @@ impl std::fmt::Display for Outcome {
                 reason,
             } => write!(f, "failed: {reason}"),
             Outcome::Skipped { reason } => write!(f, "skipped: {reason}"),
+            Outcome::Interrupted { reason } => write!(f, "interrupted: {reason}"),
         }
     }
 }
@@ -160,6 +173,9 @@ mod tests {
             },
             Outcome::Skipped {
                 reason: "host h2 is down".into(),
+            },
+            Outcome::Interrupted {
+                reason: "the coordinator was stopped".into(),
             },
         ] {
             let back = Outcome::from_columns(

@@ -172,6 +172,12 @@ pub const MIGRATIONS: &[&str] = &[
         headline_text = r.headline_text
         FROM linerate_mesh_results AS r WHERE r.id = l.result_id;
      DELETE FROM linerate_mesh_latest WHERE outcome IS NULL;",
+    // 7: 'interrupted' among the outcomes (as the SQLite store's step 10). The column's
+    // CHECK was added with the column in step 2, under PostgreSQL's name for it.
+    "ALTER TABLE linerate_mesh_results
+        DROP CONSTRAINT IF EXISTS linerate_mesh_results_outcome_check;
+     ALTER TABLE linerate_mesh_results ADD CONSTRAINT linerate_mesh_results_outcome_check
+        CHECK (outcome IN ('ok', 'failed', 'skipped', 'interrupted'));",
 ];
 
 /// An advisory lock's key: "LRAT", the store's application id.

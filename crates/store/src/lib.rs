@@ -128,6 +128,43 @@ pub const MIGRATIONS: &[&str] = &[
      INSERT INTO mesh_latest (mesh, src, dst, test, result_id, started_at)
         SELECT mesh, src, dst, test, id, MAX(started_at) FROM mesh_results
         GROUP BY mesh, src, dst, test;",
+    // 10: 'interrupted' among the outcomes (a job the operator's stop cut short, kept and
+    // marked, not a failure). SQLite cannot widen a CHECK in place: the table is made
+    // again with it, its rows (ids included) and indexes as they were.
+    "CREATE TABLE mesh_results_10 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id INTEGER REFERENCES runs (id),
+        mesh TEXT NOT NULL,
+        src TEXT NOT NULL,
+        dst TEXT NOT NULL,
+        test TEXT NOT NULL,
+        direction TEXT NOT NULL,
+        protocol TEXT NOT NULL,
+        cycle INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL NOT NULL,
+        ok INTEGER NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        headline REAL,
+        headline_text TEXT NOT NULL DEFAULT '',
+        outcome TEXT NOT NULL DEFAULT 'failed'
+            CHECK (outcome IN ('ok', 'failed', 'skipped', 'interrupted')),
+        blamed TEXT,
+        job_key TEXT
+     );
+     INSERT INTO mesh_results_10 (id, run_id, mesh, src, dst, test, direction, protocol,
+            cycle, started_at, ended_at, ok, reason, headline, headline_text, outcome,
+            blamed, job_key)
+        SELECT id, run_id, mesh, src, dst, test, direction, protocol, cycle, started_at,
+            ended_at, ok, reason, headline, headline_text, outcome, blamed, job_key
+        FROM mesh_results;
+     DROP TABLE mesh_results;
+     ALTER TABLE mesh_results_10 RENAME TO mesh_results;
+     CREATE INDEX mesh_results_pair ON mesh_results (mesh, src, dst, test, started_at);
+     CREATE INDEX mesh_results_run ON mesh_results (run_id);
+     CREATE INDEX mesh_results_started_at ON mesh_results (started_at);
+     CREATE UNIQUE INDEX mesh_results_job ON mesh_results (job_key) WHERE job_key IS NOT NULL;
+     CREATE INDEX mesh_results_mesh_started ON mesh_results (mesh, started_at);",
 ];
 
 /// The schema version this build writes.

@@ -183,6 +183,9 @@ pub fn aggregate(hour: f64, rows: impl IntoIterator<Item = RawRow>) -> Vec<Aggre
                 }
             }
             "skipped" => entry.3 += 1,
+            // Cut short by the operator's stop: counted among the hour's jobs, neither a
+            // success nor a failure.
+            "interrupted" => {}
             _ => entry.2 += 1,
         }
     }

@@ -417,6 +417,15 @@ fn mesh_rows_keep_their_runs_and_the_latest_per_pair() {
     assert_eq!(run.row.target, "a -> b");
     assert_eq!(run.row.command, "mesh lab test tput cycle 1");
     assert!(store.mesh_rows("other", true).unwrap().is_empty());
+    // A job the operator's stop cut short is kept as interrupted, and reads back so.
+    let mut cut = row("c", 2, 300.0, false);
+    cut.outcome = Outcome::Interrupted {
+        reason: "the coordinator was stopped while it ran: 1 thread(s) stopped".into(),
+    };
+    store.insert_mesh(&cut, None).unwrap();
+    let latest = store.mesh_rows("lab", true).unwrap();
+    let from_c = latest.iter().find(|r| r.src == "c").unwrap();
+    assert_eq!(from_c.outcome, cut.outcome);
 }
 
 /// Rows written together (one transaction) come back as written; each pair's newest is
