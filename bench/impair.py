@@ -39,7 +39,7 @@ def sh(*args, check=True, **kw):
 
 
 def lab(*args, check=True):
-    return sh(BIN, "--no-store", "lab", *args, check=check)
+    return sh(BIN, "lab", *args, check=check)
 
 
 def counter(ns, dev, name):
@@ -215,7 +215,7 @@ def offloads(name, args):
     frames against the client's OutSegs."""
     lab("down", "--name", name)
     lab("up", "--name", name, "--offloads")
-    server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name, "server", "--",
+    server = subprocess.Popen([BIN, "lab", "exec", "--name", name, "server", "--",
                                BIN, "--no-store", "serve", "-q"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -251,7 +251,7 @@ def threads(args):
             name = f"thr{t}"
             lab("down", "--name", name, check=False)
             lab("up", "--name", name, "--delay", "50ms", "--loss", "1%", "--threads", str(t))
-            server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name, "server",
+            server = subprocess.Popen([BIN, "lab", "exec", "--name", name, "server",
                                        "--", BIN, "--no-store", "serve", "-q"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
@@ -287,7 +287,7 @@ def aqm(args):
                 name = f"aqm{run}"
                 lab("down", "--name", name, check=False)
                 lab("up", "--name", name, "--rate", rate, "--queue", "20ms", "--aqm", kind)
-                server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name,
+                server = subprocess.Popen([BIN, "lab", "exec", "--name", name,
                                            "server", "--", BIN, "--no-store", "serve", "-q"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 try:
@@ -338,7 +338,7 @@ def main():
         return
     lab("down", "--name", name)
     lab("up", "--name", name)
-    server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name, "server", "--",
+    server = subprocess.Popen([BIN, "lab", "exec", "--name", name, "server", "--",
                                BIN, "--no-store", "serve", "-q"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -361,7 +361,7 @@ def main():
         server.wait()
         lab("down", "--name", name)
     lab("up", "--name", name, "--rtt", "100ms", "--rate", "1G", "--buffers", "64M")
-    server = subprocess.Popen([BIN, "--no-store", "lab", "exec", "--name", name, "server", "--",
+    server = subprocess.Popen([BIN, "lab", "exec", "--name", name, "server", "--",
                                BIN, "--no-store", "serve", "-q"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -166,7 +166,7 @@ def main():
         log = open(os.path.join(work, "agents.log"), "w")
         status = os.path.join(work, "wan.json")
         topo.spawn(topo.wan, [LINERATE, "impair", "--between", f"{topo.tag}w", f"{topo.tag}e",
-                              "--delay", args.delay, "--rate", args.rate, "--quiet", "--no-store",
+                              "--delay", args.delay, "--rate", args.rate, "--quiet",
                               "--status-file", status, "-t", "3600"], log)
         for ns, addr in zip(topo.hosts, topo.addrs):
             topo.spawn(ns, [LINERATE, "serve", "--no-store", "--key", key, "--listen", addr,

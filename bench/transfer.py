@@ -336,8 +336,8 @@ def main():
     args.source = f"{SCRATCH}/source.bin"
     make_source(args.source, size)
     args.source_sha = sha256(args.source)
-    sh(LINERATE, "--no-store", "lab", "down", "--name", LAB, check=False)
-    up = sh(LINERATE, "--no-store", "lab", "up", "--name", LAB, *lab_path(args),
+    sh(LINERATE, "lab", "down", "--name", LAB, check=False)
+    up = sh(LINERATE, "lab", "up", "--name", LAB, *lab_path(args),
             "--buffers", "64M")
     servers = Servers(key)
     tools = args.tools.split(",")
@@ -355,7 +355,7 @@ def main():
                     {k: v for k, v in row.items() if k != "tool"}), file=sys.stderr)
     finally:
         servers.stop()
-        sh(LINERATE, "--no-store", "lab", "down", "--name", LAB, check=False)
+        sh(LINERATE, "lab", "down", "--name", LAB, check=False)
     print(f"\n{'tool':10} {'goodput':>16} {'its claim':>16} {'iface rx':>16} {'verified':>9}  "
           f"{'linerate/tool':>13}  notes")
     lr = [r["goodput_bps"] for r in results.get("linerate", []) if r.get("goodput_bps")]

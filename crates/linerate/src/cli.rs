@@ -76,6 +76,65 @@ pub struct Cli {
     pub verbose: bool,
 }
 
+/// The top-level flags (`--db`, `--no-store`, `--key`, `--verbose`, by their ids) that
+/// each command reads. They may be given before the command or after it; a command's
+/// help shows only those it reads, and one it does not read is refused by name
+/// ([`unread_flag`]) rather than silently taken.
+pub fn reads(command: &str) -> &'static [&'static str] {
+    match command {
+        "stream" | "rr" | "crr" | "sweep" => &["db", "no_store", "key", "verbose"],
+        "serve" | "run" | "copy" | "mesh" => &["db", "no_store", "key"],
+        "iperf3" | "rpm" | "stamp" | "trace" => &["db", "no_store"],
+        "history" | "show" | "compare" | "export" | "report" | "store" => &["db"],
+        "doctor" => &["key"],
+        // profile, impair, lab, disk: nothing kept, no key.
+        _ => &[],
+    }
+}
+
+/// The top-level flags, their spelling, and why a command that does not read one has no
+/// use for it.
+const TOP_LEVEL: [(&str, &str, &str); 4] = [
+    ("db", "--db", "it keeps and reads no results"),
+    ("no_store", "--no-store", "it keeps no results"),
+    ("key", "--key", "it proves no key to anyone"),
+    ("verbose", "--verbose", "it has no choices to explain"),
+];
+
+/// The command line's definition, each command's help showing only the top-level flags
+/// it reads: a hidden copy of each of the others stands in its place (clap propagates a
+/// global flag only where the command has none of that name), so they still parse, to
+/// be refused by [`unread_flag`].
+pub fn command() -> clap::Command {
+    let root = <Cli as clap::CommandFactory>::command();
+    let globals: Vec<clap::Arg> = root
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .cloned()
+        .collect();
+    root.mut_subcommands(|sub| {
+        let read = reads(sub.get_name());
+        globals
+            .iter()
+            .filter(|g| !read.contains(&g.get_id().as_str()))
+            .fold(sub, |sub, g| sub.arg(g.clone().hide(true)))
+    })
+}
+
+/// A top-level flag given on the command line (not from the environment) to a command
+/// that does not read it: the message that refuses it.
+pub fn unread_flag(matches: &clap::ArgMatches) -> Option<String> {
+    let (name, _) = matches.subcommand()?;
+    let read = reads(name);
+    TOP_LEVEL
+        .iter()
+        .find(|(id, _, _)| {
+            !read.contains(id)
+                && matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+        })
+        .map(|(_, flag, why)| format!("'{flag}' means nothing to 'linerate {name}': {why}"))
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve tests from linerate clients (many at once, each isolated)

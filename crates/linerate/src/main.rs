@@ -21,7 +21,6 @@ mod sweep_cmd;
 mod test_cmd;
 mod trace_cmd;
 
-use clap::Parser;
 use cli::{Cli, Command};
 use failure::Failure;
 use linerate_campaign::storage::Storage;
@@ -58,11 +57,26 @@ fn main() -> ExitCode {
     // tool. Sockets are unaffected: the standard library sends with MSG_NOSIGNAL.
     // SAFETY: setting a signal's disposition before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let (cli, reads_key) = match cli::command().try_get_matches().and_then(|matches| {
+        use clap::FromArgMatches;
+        let reads_key = matches
+            .subcommand_name()
+            .is_some_and(|name| cli::reads(name).contains(&"key"));
+        Ok((
+            Cli::from_arg_matches(&matches)?,
+            reads_key,
+            cli::unread_flag(&matches),
+        ))
+    }) {
+        Ok((_, _, Some(unread))) => {
+            return failure::exit_code(Err(Failure::Usage(unread).into()), false)
+        }
+        Ok((cli, reads_key, None)) => (cli, reads_key),
         Err(error) => return failure::exit_code(Err(Failure::Flags(error).into()), false),
     };
-    let key = match cli.key.as_deref().map(read_key).transpose() {
+    // A key from LINERATE_KEY is read only by a command that proves it to someone.
+    let named_key = cli.key.as_deref().filter(|_| reads_key);
+    let key = match named_key.map(read_key).transpose() {
         Ok(key) => key,
         Err(message) => return failure::exit_code(Err(Failure::Usage(message).into()), false),
     };

@@ -243,3 +243,68 @@ fn verbose_says_what_was_chosen_for_this_machine_on_stderr() {
     let quiet = linerate(&["stream", "-t", "0.2", "-i", "0", "--json"]);
     assert!(!stderr(&quiet).contains("workers:"), "{}", stderr(&quiet));
 }
+
+/// A command's help shows the top-level flags it reads and no others; one it does not
+/// read is refused by name (exit 2), before or after the command, while the ones it
+/// reads work in either place and the environment's are left alone.
+#[test]
+fn each_command_shows_and_takes_only_the_top_level_flags_it_reads() {
+    let help = |args: &[&str]| String::from_utf8_lossy(&linerate(args).stdout).to_string();
+    let store = help(&["store", "prune", "--help"]);
+    assert!(store.contains("--db"), "{store}");
+    for unread in ["--no-store", "--key", "--verbose"] {
+        assert!(!store.contains(unread), "{unread} in:\n{store}");
+    }
+    let stream = help(&["stream", "--help"]);
+    for read in ["--db", "--no-store", "--key", "--verbose"] {
+        assert!(stream.contains(read), "{read} not in:\n{stream}");
+    }
+    let lab = help(&["lab", "up", "--help"]);
+    assert!(
+        !lab.contains("--no-store") && !lab.contains("--db"),
+        "{lab}"
+    );
+    for (args, flag) in [
+        (
+            vec!["store", "prune", "--older-than", "1d", "--key", "k"],
+            "'--key'",
+        ),
+        (vec!["--no-store", "history"], "'--no-store'"),
+        (
+            vec!["--verbose", "profile", "check", "p.toml"],
+            "'--verbose'",
+        ),
+        (
+            vec!["lab", "up", "--name", "x", "--no-store"],
+            "'--no-store'",
+        ),
+    ] {
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert!(
+            said.contains(flag) && said.contains("means nothing"),
+            "{said}"
+        );
+        assert_eq!(said.trim().lines().count(), 1, "{said}");
+    }
+    // Read where given, before or after the command.
+    let dir = std::env::temp_dir().join(format!("linerate-cli-reads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("r.db");
+    let db = db.to_str().unwrap();
+    let kept = linerate(&["--db", db, "rr", "-t", "0.3", "-i", "0", "--json"]);
+    assert_eq!(kept.status.code(), Some(0), "{}", stderr(&kept));
+    for args in [vec!["--db", db, "history"], vec!["history", "--db", db]] {
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    // LINERATE_KEY names a key for the commands that prove one; the others pass it by.
+    let out = command()
+        .env("LINERATE_KEY", dir.join("no-such-key"))
+        .args(["--db", db, "history"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -576,7 +576,7 @@ impl Drop for LabDown {
 
 fn lab_up(lab: &str, args: &[&str]) -> LabDown {
     let up = Command::new(binary())
-        .args(["--no-store", "lab", "up", "--name", lab])
+        .args(["lab", "up", "--name", lab])
         .args(args)
         .output()
         .unwrap();
@@ -657,7 +657,7 @@ fn restart_lab_emulator(lab: &str, impairments: &[&str]) -> Emulator {
             "to-server",
         ])
         .args(impairments)
-        .args(["--quiet", "--no-store"])
+        .args(["--quiet"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

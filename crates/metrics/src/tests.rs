@@ -292,16 +292,19 @@ fn a_latency_alert_needs_a_held_rise_beyond_the_spread_and_the_floor() {
     let t = Thresholds::default();
     let mut board = Board::default();
     board.declare("lat", Measure::Latency);
-    let key = Key::of(&row("a", "b", "lat", true, 0.0, 0.0));
     let mut alerts = crate::alerts::Alerts::default();
     let mut at = 0.0;
-    let mut feed = |board: &mut Board, alerts: &mut crate::alerts::Alerts, v: f64| {
-        at += 1.0;
-        board.record(&row("a", "b", "lat", true, v, at), None);
-        let series = &board.series[&key];
-        let a = assess(series, &t);
-        alerts.update(&key, &a, series.latest.value, at, &t)
-    };
+    // A result of the pair `src -> dst` on the board, then the alerts told of it.
+    let mut feed =
+        |src: &str, dst: &str, board: &mut Board, alerts: &mut crate::alerts::Alerts, v: f64| {
+            at += 1.0;
+            let row = row(src, dst, "lat", true, v, at);
+            board.record(&row, None);
+            let key = Key::of(&row);
+            let series = &board.series[&key];
+            let a = assess(series, &t);
+            alerts.update(&key, &a, series.latest.value, at, &t)
+        };
     let mut state = 12345u64;
     for _ in 0..300 {
         state ^= state << 13;
@@ -314,16 +317,10 @@ fn a_latency_alert_needs_a_held_rise_beyond_the_spread_and_the_floor() {
         } else {
             40e-6 + 8e-6 * jitter
         };
-        assert_eq!(feed(&mut board, &mut alerts, v), None, "{v}");
+        assert_eq!(feed("a", "b", &mut board, &mut alerts, v), None, "{v}");
     }
-    board.declare("lat", Measure::Latency);
-    let key10 = Key::of(&row("c", "d", "lat", true, 0.0, 0.0));
     let mut feed10 = |board: &mut Board, alerts: &mut crate::alerts::Alerts, v: f64| {
-        at += 1.0;
-        board.record(&row("c", "d", "lat", true, v, at), None);
-        let series = &board.series[&key10];
-        let a = assess(series, &t);
-        alerts.update(&key10, &a, series.latest.value, at, &t)
+        feed("c", "d", board, alerts, v)
     };
     for _ in 0..20 {
         assert_eq!(feed10(&mut board, &mut alerts, 10e-3), None);

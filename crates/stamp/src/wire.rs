@@ -417,8 +417,13 @@ pub fn decode_reflected(
     key: Option<&Key>,
 ) -> Result<Reflected, WireError> {
     check(bytes, mode, key)?;
-    let l = layout(mode);
-    Ok(Reflected {
+    Ok(read_reflected(bytes, layout(mode)))
+}
+
+/// An answer's fields where `l` places them; `bytes` reaches at least the sender's error
+/// estimate, and the Sender TTL reads as unknown (0) where the packet ends before it.
+fn read_reflected(bytes: &[u8], l: &Layout) -> Reflected {
+    Reflected {
         seq: u32_at(bytes, l.seq),
         timestamp: Timestamp(u64_at(bytes, l.timestamp)),
         error: ErrorEstimate(u16_at(bytes, l.error)),
@@ -427,8 +432,8 @@ pub fn decode_reflected(
         sender_seq: u32_at(bytes, l.sender_seq),
         sender_timestamp: Timestamp(u64_at(bytes, l.sender_timestamp)),
         sender_error: ErrorEstimate(u16_at(bytes, l.sender_error)),
-        sender_ttl: bytes[l.sender_ttl],
-    })
+        sender_ttl: bytes.get(l.sender_ttl).copied().unwrap_or(0),
+    }
 }
 
 /// A TWAMP-light test packet's least (RFC 5357 4.1.2, unauthenticated, no padding):
@@ -448,18 +453,7 @@ pub fn decode_reflected_short(bytes: &[u8]) -> Option<Reflected> {
     if !(TWAMP_LIGHT_NO_TTL..OPEN_BASE).contains(&bytes.len()) {
         return None;
     }
-    let l = &OPEN;
-    Some(Reflected {
-        seq: u32_at(bytes, l.seq),
-        timestamp: Timestamp(u64_at(bytes, l.timestamp)),
-        error: ErrorEstimate(u16_at(bytes, l.error)),
-        ssid: u16_at(bytes, l.ssid),
-        receive: Timestamp(u64_at(bytes, l.receive)),
-        sender_seq: u32_at(bytes, l.sender_seq),
-        sender_timestamp: Timestamp(u64_at(bytes, l.sender_timestamp)),
-        sender_error: ErrorEstimate(u16_at(bytes, l.sender_error)),
-        sender_ttl: bytes.get(l.sender_ttl).copied().unwrap_or(0),
-    })
+    Some(read_reflected(bytes, &OPEN))
 }
 
 /// The SSID a reflected packet of `mode` carries, without checking the rest of it (a
