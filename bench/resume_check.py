@@ -7,15 +7,17 @@ the chunks read back, the seconds the reading took and its rate, with the page c
 dropped first (the disk's rate) and with the chunks still cached, beside the resumed
 copy's wall time and a whole copy of the same file.
 
-    sudo python3 bench/resume_check.py [--size 1G] [--dir /var/tmp]
+    sudo python3 bench/resume_check.py [--size 1G] [--dir /var/tmp] [--binary PATH]
 
 Root is needed to drop the page cache; without it the cold run is skipped.
 """
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, time
 
-from common import LINERATE, build, free_port, machine
+import common
+from common import build, free_port, machine
 
 MIB = 1 << 20
+LINERATE = common.LINERATE
 
 
 def size_bytes(text):
@@ -65,8 +67,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="1G")
     parser.add_argument("--dir", default="/var/tmp")
+    parser.add_argument("--binary", help="a linerate built already (else target/release/linerate, built)")
     args = parser.parse_args()
-    build()
+    global LINERATE
+    if args.binary:
+        LINERATE = args.binary
+    else:
+        build()
     size = size_bytes(args.size)
     work = tempfile.mkdtemp(prefix="linerate-resume-", dir=args.dir)
     server = None

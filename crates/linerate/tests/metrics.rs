@@ -808,6 +808,102 @@ fn alertmanager_hears_of_a_halved_lab_path_and_of_its_return() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A latency alert is judged as an operator would: a 10 ms lab path's round trips,
+/// which wander by tens of microseconds, open nothing over a baseline's worth of results;
+/// its delay doubled opens `LinerateLatencyRise` once the rise has held for 3 of 5
+/// results, its figures printed with their units, and its return resolves it.
+#[test]
+fn a_doubled_lab_delay_opens_a_latency_alert_and_its_wander_none() {
+    let test = "a_doubled_lab_delay_opens_a_latency_alert_and_its_wander_none";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    let _turn = turn();
+    let lab = format!("l{}", std::process::id() % 100_000);
+    let _down = lab_up(&lab, &["--rtt", "10ms"]);
+    let (client, server) = (format!("lrlab-{lab}-client"), format!("lrlab-{lab}-server"));
+    let (client_ip, server_ip) = ("10.77.0.1", "10.77.0.2");
+    let dir = scratch("latency-alert");
+    let key = key_file(&dir);
+    let _agents = [
+        ServeProcess::start_at(
+            Some(&client),
+            client_ip,
+            PORT,
+            &["--no-store", "--key", &key],
+        ),
+        ServeProcess::start_at(
+            Some(&server),
+            server_ip,
+            PORT,
+            &["--no-store", "--key", &key],
+        ),
+    ];
+    // Alerts are judged where something listens for them: a webhook here.
+    let hook_addr = format!("{client_ip}:9098");
+    let _hooks = webhook(&client, &hook_addr);
+    let file = dir.join("mesh.toml");
+    let hosts = [
+        ("client".to_string(), client_ip.to_string()),
+        ("server".to_string(), server_ip.to_string()),
+    ];
+    std::fs::write(
+        &file,
+        mesh_text(
+            "lat",
+            &key,
+            &hosts,
+            &format!("[alerts]\nbaseline = 10\nat_least = 5\nwebhook = \"http://{hook_addr}/direct\"\n\
+             [[test]]\nname = \"lat\"\nrun = \"rr\"\nrate = \"50/s\"\nduration = \"1s\"\ninterval = \"1s\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"lat\"]\n"),
+        ),
+    )
+    .unwrap();
+    let (mut coordinator, rows) = coordinate(&client, &file);
+    let results = |rows: &[serde_json::Value]| rows.iter().filter(|r| r["test"] == "lat").count();
+    let alerts = |rows: &[serde_json::Value]| -> Vec<String> {
+        rows.iter()
+            .filter(|r| r["event"] == "alert")
+            .map(|r| r["text"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    wait_for("24 results at 10 ms", Duration::from_secs(120), || {
+        results(&rows.lock().unwrap()) >= 24
+    });
+    assert!(
+        alerts(&rows.lock().unwrap()).is_empty(),
+        "the path's own wander opened alerts: {:?}",
+        alerts(&rows.lock().unwrap())
+    );
+    let doubled = restart_lab_emulator(&lab, &["--delay", "10ms"]);
+    wait_for("the latency alert", Duration::from_secs(120), || {
+        alerts(&rows.lock().unwrap())
+            .iter()
+            .any(|a| a.starts_with("alert LinerateLatencyRise"))
+    });
+    let opened = alerts(&rows.lock().unwrap());
+    let line = opened
+        .iter()
+        .find(|a| a.starts_with("alert LinerateLatencyRise"))
+        .unwrap();
+    // "alert LinerateLatencyRise: lat client -> server 20.3 ms (baseline 10.2 ms)"
+    eprintln!("{line}");
+    assert!(
+        line.contains(" ms (baseline ") && line.ends_with(" ms)"),
+        "{line}"
+    );
+    drop(doubled);
+    let _restored = restart_lab_emulator(&lab, &["--delay", "5ms"]);
+    wait_for("the resolution", Duration::from_secs(120), || {
+        alerts(&rows.lock().unwrap())
+            .iter()
+            .any(|a| a.starts_with("resolved LinerateLatencyRise"))
+    });
+    stop(&mut coordinator);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn metrics_and_remote_write_mistakes_are_one_line_with_exit_2() {
     let dir = scratch("metricsbad");
