@@ -665,6 +665,27 @@ fn restart_lab_emulator(lab: &str, impairments: &[&str]) -> Emulator {
         .unwrap()
 }
 
+/// The key file in `dir` and an agent holding it in each of a lab's two hosts (the lab's
+/// client and server namespaces, on their addresses); the agents end when dropped.
+fn lab_agents(client: &str, server: &str, dir: &std::path::Path) -> (String, [ServeProcess; 2]) {
+    let key = key_file(dir);
+    let agents = [
+        ServeProcess::start_at(
+            Some(client),
+            "10.77.0.1",
+            PORT,
+            &["--no-store", "--key", &key],
+        ),
+        ServeProcess::start_at(
+            Some(server),
+            "10.77.0.2",
+            PORT,
+            &["--no-store", "--key", &key],
+        ),
+    ];
+    (key, agents)
+}
+
 #[test]
 fn alertmanager_hears_of_a_halved_lab_path_and_of_its_return() {
     let test = "alertmanager_hears_of_a_halved_lab_path_and_of_its_return";
@@ -681,21 +702,7 @@ fn alertmanager_hears_of_a_halved_lab_path_and_of_its_return() {
     let (client, server) = (format!("lrlab-{lab}-client"), format!("lrlab-{lab}-server"));
     let (client_ip, server_ip) = ("10.77.0.1", "10.77.0.2");
     let dir = scratch("alerts");
-    let key = key_file(&dir);
-    let _agents = [
-        ServeProcess::start_at(
-            Some(&client),
-            client_ip,
-            PORT,
-            &["--no-store", "--key", &key],
-        ),
-        ServeProcess::start_at(
-            Some(&server),
-            server_ip,
-            PORT,
-            &["--no-store", "--key", &key],
-        ),
-    ];
+    let (key, _agents) = lab_agents(&client, &server, &dir);
     let hook_addr = format!("{client_ip}:9099");
     let hooks = webhook(&client, &hook_addr);
     let am = format!("{client_ip}:9093");
@@ -825,21 +832,7 @@ fn a_doubled_lab_delay_opens_a_latency_alert_and_its_wander_none() {
     let (client, server) = (format!("lrlab-{lab}-client"), format!("lrlab-{lab}-server"));
     let (client_ip, server_ip) = ("10.77.0.1", "10.77.0.2");
     let dir = scratch("latency-alert");
-    let key = key_file(&dir);
-    let _agents = [
-        ServeProcess::start_at(
-            Some(&client),
-            client_ip,
-            PORT,
-            &["--no-store", "--key", &key],
-        ),
-        ServeProcess::start_at(
-            Some(&server),
-            server_ip,
-            PORT,
-            &["--no-store", "--key", &key],
-        ),
-    ];
+    let (key, _agents) = lab_agents(&client, &server, &dir);
     // Alerts are judged where something listens for them: a webhook here.
     let hook_addr = format!("{client_ip}:9098");
     let _hooks = webhook(&client, &hook_addr);
