@@ -13,6 +13,9 @@ pub struct Pacer {
     balance: f64,
     burst: f64,
     last: Instant,
+    /// Credit the bucket could not hold: earned while the sender was away (held off the
+    /// CPU, or blocked) for longer than its burst covers, and never sent.
+    forfeited: f64,
 }
 
 impl Pacer {
@@ -23,12 +26,18 @@ impl Pacer {
             balance: 0.0,
             burst: burst as f64,
             last: now,
+            forfeited: 0.0,
         }
     }
 
-    fn refill(&mut self, now: Instant) {
+    /// Brings the credit (and the lateness) up to `now`: to each interval's boundary
+    /// before lateness is read there, so a sender away across several boundaries is
+    /// counted late in each interval it missed. A time before the last is a no-op.
+    pub fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.last).as_nanos() as f64;
-        self.balance = (self.balance + elapsed * self.bytes_per_ns).min(self.burst);
+        let earned = self.balance + elapsed * self.bytes_per_ns;
+        self.forfeited += (earned - self.burst).max(0.0);
+        self.balance = earned.min(self.burst);
         self.last = now;
     }
 
@@ -57,6 +66,13 @@ impl Pacer {
     /// How long the bucket takes to earn `bytes` of credit.
     pub fn time_for(&self, bytes: usize) -> Duration {
         Duration::from_nanos((bytes as f64 / self.bytes_per_ns).ceil() as u64)
+    }
+
+    /// How long the sender has been late past its burst, in all: the forfeited credit as
+    /// time at the rate. A paced interval short of its target by this much was short
+    /// because the sender did not run, not because the pacer misjudged.
+    pub fn late(&self) -> Duration {
+        Duration::from_nanos((self.forfeited / self.bytes_per_ns) as u64)
     }
 
     /// Charges bytes that were written.
@@ -99,5 +115,22 @@ mod tests {
         assert!(pacer.delay(later).is_none());
         pacer.charge(10_000);
         assert!(pacer.delay(later).is_some());
+        // What it could not hold is the time the sender was away, less the burst's
+        // 10 ms: 990 ms.
+        assert_eq!(pacer.late().as_millis(), 990);
+    }
+
+    #[test]
+    fn a_sender_on_time_is_never_late() {
+        let start = Instant::now();
+        let mut now = start;
+        let mut pacer = Pacer::new(now, 8_000_000, 10_000);
+        for _ in 0..10_000 {
+            if pacer.delay(now).is_none() {
+                pacer.charge(1_000);
+            }
+            now += Duration::from_micros(500);
+        }
+        assert_eq!(pacer.late(), Duration::ZERO);
     }
 }

@@ -103,6 +103,7 @@ fn udp_delta(a: &UdpCounts, b: &UdpCounts) -> UdpCounts {
         transit_sum_ms: b.transit_sum_ms - a.transit_sum_ms,
         transit_samples: b.transit_samples - a.transit_samples,
         loss_events: b.loss_events - a.loss_events,
+        sender_late_us: b.sender_late_us.saturating_sub(a.sender_late_us),
     }
 }
 

@@ -303,6 +303,10 @@ impl UdpFlow {
                 sent: self.sequence,
                 send_errors: self.send_errors,
                 qdisc_drops: self.qdisc_drops,
+                sender_late_us: self
+                    .pacer
+                    .as_ref()
+                    .map_or(0, |p| p.late().as_micros() as u64),
                 ..Default::default()
             },
         }
@@ -473,6 +477,12 @@ impl UdpLoop {
             self.end_sending(now);
         }
         while self.next_boundary <= end_index && self.plan.is_due(self.next_boundary, since) {
+            // Lateness up to the boundary, not to now: a sender away across several
+            // boundaries is late in each interval it missed.
+            let boundary = (self.plan.start + self.plan.boundaries[self.next_boundary]).min(now);
+            for pacer in self.flows.iter_mut().filter_map(|f| f.pacer.as_mut()) {
+                pacer.refill(boundary);
+            }
             let counts = self
                 .flows
                 .iter()

@@ -71,9 +71,17 @@ fn pacing_shortfall(summary: &Summary) -> Option<String> {
         .local
         .busiest_core_pct
         .max(summary.cpu.remote.busiest_core_pct);
+    let late = if pacing.sender_late_ms > 0.0 {
+        format!(
+            ", senders late past their burst for {:.1} ms (not run by the host)",
+            pacing.sender_late_ms
+        )
+    } else {
+        String::new()
+    };
     Some(format!(
         "asked {:.1} Mbit/s per flow, the senders achieved {:.1} Mbit/s on average ({:.1} %); \
-         send errors {send_errors}{queue}, busiest core {busiest:.0} %",
+         send errors {send_errors}{queue}{late}, busiest core {busiest:.0} %",
         asked / 1e6,
         achieved / 1e6,
         achieved / asked * 100.0
@@ -113,7 +121,14 @@ fn pacing(
             variance.sqrt(),
         )
     };
+    let late_us: u64 = intervals
+        .iter()
+        .filter(|i| !i.omitted)
+        .filter_map(|i| i.udp.as_ref())
+        .map(|u| u.counts.sender_late_us)
+        .sum();
     Some(Pacing {
+        sender_late_ms: late_us as f64 / 1e3,
         target_bps: target,
         achieved_bps: achieved,
         achieved_pct: achieved / target * 100.0,

@@ -374,6 +374,11 @@ pub struct Pacing {
     pub interval_min_pct: f64,
     pub interval_max_pct: f64,
     pub interval_stddev_pct: f64,
+    /// Milliseconds the senders were late past their burst over the window (summed over
+    /// flows): the pacer earned credit it could not spend because the sender did not run.
+    /// A shortfall this explains is the sending host's, not the pacer's.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub sender_late_ms: f64,
 }
 
 /// The datagram figures of a UDP test over the window (docs/results.md).

@@ -301,6 +301,13 @@ pub fn render_summary(report: &Report, scale: Scale, per_flow: bool) -> String {
             p.interval_max_pct,
             p.interval_stddev_pct
         );
+        if p.sender_late_ms > 0.0 {
+            let _ = writeln!(
+                out,
+                "                  senders late past their burst for {:.1} ms in all (the host did not run them)",
+                p.sender_late_ms
+            );
+        }
     }
     let demand = PerSide {
         local: format!("{:.3} us/KB", s.service_demand_us_per_kb.local),
