@@ -9,7 +9,7 @@ use anyhow::Context;
 use linerate_campaign::cancel;
 use linerate_campaign::mesh::{self, MeshEvent, MeshOptions};
 use linerate_mesh::{Mesh, TestKind};
-use linerate_metrics::alerts::{Alert, Change};
+use linerate_metrics::alerts::Change;
 use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::{Measure, StoreCounts};
 use linerate_metrics::past::{HourPoint, Kept, PastSource};
@@ -391,7 +391,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
                     Change::Resolved(a) => (a, true),
                 };
                 let verb = if resolved { "resolved" } else { "alert" };
-                let text = format!("{verb} {}: {}", a.name(), alert_words(a));
+                let text = format!("{verb} {}: {}", a.name(), a.words());
                 let event =
                     serde_json::json!({ "event": "alert", "text": text, "resolved": resolved });
                 out.note(&text, event);
@@ -476,24 +476,6 @@ fn learn_routes(
             "linerate mesh: {unread} pair(s)' last trace could not be read: their next trace sets their way"
         );
     }
-}
-
-fn alert_words(alert: &Alert) -> String {
-    if alert.what == "loss" {
-        return alert.summary();
-    }
-    let k = &alert.key;
-    let path = alert
-        .path_change
-        .as_ref()
-        .map_or(String::new(), |p| format!("; {p}"));
-    format!(
-        "{} {} -> {} {}{path}",
-        k.test,
-        k.src,
-        k.dst,
-        alert.figures()
-    )
 }
 
 /// What watches the results: the board (seeded with what the store holds of the mesh),

@@ -4,7 +4,7 @@
 //! Prometheus does, so that Alertmanager does not time them out) and to a plain webhook.
 
 use crate::assess::{Assessment, State};
-use crate::board::Key;
+use crate::board::{Key, Measure};
 use crate::post::{target, Poster, Request, Target};
 use anyhow::Result;
 use serde_json::{json, Value};
@@ -15,8 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Alert {
     pub key: Key,
-    /// "goodput", "latency", "responsiveness" or "loss".
-    pub what: &'static str,
+    /// The figure that went wrong: goodput, latency, responsiveness or loss (hops never
+    /// opens one; a path change is told as an event of its own).
+    pub measure: Measure,
     /// The newest figure; for loss, the loss over the last `over_s`.
     pub value: f64,
     /// The baseline's median; for loss, the bound (`loss_above`).
@@ -36,11 +37,12 @@ pub struct Alert {
 
 impl Alert {
     pub fn name(&self) -> &'static str {
-        match self.what {
-            "latency" => "LinerateLatencyRise",
-            "responsiveness" => "LinerateResponsivenessDrop",
-            "loss" => "LinerateLossAbove",
-            _ => "LinerateGoodputDrop",
+        match self.measure {
+            Measure::Latency => "LinerateLatencyRise",
+            Measure::Responsiveness => "LinerateResponsivenessDrop",
+            Measure::Loss => "LinerateLossAbove",
+            Measure::Goodput => "LinerateGoodputDrop",
+            Measure::Hops => "LineratePathHops",
         }
     }
 
@@ -48,28 +50,36 @@ impl Alert {
     /// "412 Mbit/s (baseline 941 Mbit/s)", "850 RPM (baseline 1200 RPM)"; for loss, the
     /// share against its bound.
     pub fn figures(&self) -> String {
-        let show = |v: f64| match self.what {
-            "latency" => seconds(v),
-            "goodput" => {
-                linerate_model::units::format_rate(v, linerate_model::units::Scale::Adaptive)
-            }
-            "responsiveness" => format!("{v:.0} RPM"),
-            "loss" => format!("{:.3} %", v * 100.0),
-            _ => format!("{v}"),
+        let bound = match self.measure {
+            Measure::Loss => "above",
+            _ => "baseline",
         };
-        let bound = if self.what == "loss" {
-            "above"
-        } else {
-            "baseline"
-        };
-        format!("{} ({bound} {})", show(self.value), show(self.baseline))
+        format!(
+            "{} ({bound} {})",
+            self.measure.show(self.value),
+            self.measure.show(self.baseline)
+        )
+    }
+
+    /// The alert as a progress line says it: the pair and the figure against its
+    /// baseline (loss: its whole sentence), with a path change where a trace saw one.
+    pub fn words(&self) -> String {
+        if self.measure == Measure::Loss {
+            return self.summary();
+        }
+        let k = &self.key;
+        let path = self
+            .path_change
+            .as_ref()
+            .map_or(String::new(), |p| format!("; {p}"));
+        format!("{} {} -> {} {}{path}", k.test, k.src, k.dst, self.figures())
     }
 
     /// The alert in a sentence: the pair, the way and the figure against its bound or
     /// baseline.
     pub fn summary(&self) -> String {
         let k = &self.key;
-        if self.what == "loss" {
+        if self.measure == Measure::Loss {
             // The way the packets went, and which probes showed it: a reverse series is
             // the way back of its pair's probes.
             let (way, whose) = if k.direction == "reverse" {
@@ -108,7 +118,11 @@ impl Alert {
             .map_or(String::new(), |p| format!("; {p}"));
         format!(
             "{} {} {} -> {} is {:+.0}% from its baseline{path}",
-            k.test, self.what, k.src, k.dst, change
+            k.test,
+            self.measure.name(),
+            k.src,
+            k.dst,
+            change
         )
     }
 }
@@ -185,7 +199,7 @@ impl Alerts {
         now: f64,
         t: &crate::assess::Thresholds,
     ) -> Option<Change> {
-        let loss = a.what == "loss";
+        let loss = a.measure == Measure::Loss;
         let (state, value) = match (loss, a.state, value) {
             (true, State::Worse | State::Normal, Some(ratio)) => {
                 let span = self.spans.entry(key.clone()).or_default();
@@ -198,7 +212,7 @@ impl Alerts {
                 (state, Some(over))
             }
             (true, _, _) => return None,
-            (false, state, value) if a.what == "latency" => {
+            (false, state, value) if a.measure == Measure::Latency => {
                 let recent = self.recent.entry(key.clone()).or_default();
                 match state {
                     State::Worse | State::Normal => {
@@ -232,7 +246,7 @@ impl Alerts {
                 }
                 let alert = Alert {
                     key: key.clone(),
-                    what: a.what,
+                    measure: a.measure,
                     value: value?,
                     baseline: if loss {
                         t.loss_above
@@ -262,7 +276,7 @@ impl Alerts {
 }
 
 /// Seconds in the unit that reads best: "105 µs", "10.0 ms", "1.50 s".
-fn seconds(v: f64) -> String {
+pub(crate) fn seconds(v: f64) -> String {
     if v < 1e-3 {
         format!("{:.0} µs", v * 1e6)
     } else if v < 1.0 {

@@ -78,26 +78,21 @@ pub struct Assessment {
     pub baseline: Option<Baseline>,
     /// The newest value relative to the baseline's median (0.5: half of it).
     pub ratio: Option<f64>,
-    /// Which figure: "goodput", "latency", "responsiveness", "loss" or "hops".
-    pub what: &'static str,
+    /// Which figure (serialized as its name, "what": "goodput").
+    #[serde(rename = "what")]
+    pub measure: Measure,
 }
 
 pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
     let latest = &series.latest;
     let measure = series.measure.unwrap_or(Measure::Goodput);
-    let what = match measure {
-        Measure::Goodput => "goodput",
-        Measure::Latency => "latency",
-        Measure::Responsiveness => "responsiveness",
-        Measure::Loss => "loss",
-        Measure::Hops => "hops",
-    };
+    let what = measure;
     if !latest.ok && !latest.skipped {
         return Assessment {
             state: State::Failed,
             baseline: None,
             ratio: None,
-            what,
+            measure: what,
         };
     }
     // Loss is held to an absolute bound: a path that has always lost 0.2 % has always
@@ -109,7 +104,7 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
                 state: State::Learning,
                 baseline,
                 ratio: None,
-                what,
+                measure: what,
             };
         };
         return Assessment {
@@ -120,7 +115,7 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
             },
             baseline,
             ratio: (t.loss_above > 0.0).then(|| value / t.loss_above),
-            what,
+            measure: what,
         };
     }
     let baseline = series.baseline(t.window, t.at_least);
@@ -129,7 +124,7 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
             state: State::Learning,
             baseline,
             ratio: None,
-            what,
+            measure: what,
         };
     };
     let ratio = (base.median > 0.0).then(|| value / base.median);
@@ -148,6 +143,6 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
         state: if worse { State::Worse } else { State::Normal },
         baseline,
         ratio,
-        what,
+        measure: what,
     }
 }

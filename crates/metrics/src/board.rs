@@ -63,6 +63,33 @@ pub enum Measure {
     Hops,
 }
 
+impl Measure {
+    /// The figure's name where a sentence or a document says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Measure::Goodput => "goodput",
+            Measure::Latency => "latency",
+            Measure::Responsiveness => "responsiveness",
+            Measure::Loss => "loss",
+            Measure::Hops => "hops",
+        }
+    }
+
+    /// A figure of this measure with its unit: "105 µs", "412 Mbit/s", "850 RPM",
+    /// "0.100 %".
+    pub fn show(self, value: f64) -> String {
+        match self {
+            Measure::Latency => crate::alerts::seconds(value),
+            Measure::Goodput => {
+                linerate_model::units::format_rate(value, linerate_model::units::Scale::Adaptive)
+            }
+            Measure::Responsiveness => format!("{value:.0} RPM"),
+            Measure::Loss => format!("{:.3} %", value * 100.0),
+            Measure::Hops => format!("{value:.0} hops"),
+        }
+    }
+}
+
 /// Round-trip quantiles of one run, seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Quantiles {
