@@ -11,10 +11,10 @@ use linerate_drivers::profile::controller::{self, RunError, RunOptions};
 use linerate_drivers::profile::rpm_job::RpmJob;
 use linerate_drivers::profile::stamp_job::StampJob;
 use linerate_drivers::profile::trace_job::TraceJob;
-use linerate_mesh::{job_plan, Action, Job, JobPlan, Mesh, Outcome, Past, Scheduler, TestKind};
+use linerate_mesh::{job_plan, Action, Job, JobPlan, Mesh, Outcome, Past, Scheduler};
 use linerate_proto::text::printable;
 use linerate_report::document::Document;
-use linerate_report::headline::{self, Headline};
+use linerate_report::headline;
 use linerate_report::rpm::RpmReport;
 use linerate_store::{MeshArchive, MeshRow, Outcome as RowOutcome};
 use std::collections::BTreeMap;
@@ -147,20 +147,7 @@ impl JobRunner for AgentRunner {
 /// transaction for rr (after its connect) and crr (its only one, the connect in it), the
 /// responsiveness for rpm.
 fn figure(test: &linerate_mesh::MeshTest, document: &Document) -> (Option<f64>, String) {
-    let which = match test.kind {
-        TestKind::Stream { .. } => Headline::Goodput,
-        TestKind::Rr { .. } => Headline::Transaction {
-            index: 1,
-            label: "rtt",
-        },
-        TestKind::Crr { .. } => Headline::Transaction {
-            index: 0,
-            label: "connect+rr",
-        },
-        TestKind::Rpm { .. } => Headline::Responsiveness,
-        TestKind::Stamp { .. } => Headline::Loss,
-        TestKind::Trace { .. } => Headline::Hops,
-    };
+    let which = test.kind.kind().headline();
     headline::of(document, which)
 }
 

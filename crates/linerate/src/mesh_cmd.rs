@@ -8,7 +8,7 @@ use crate::Globals;
 use anyhow::Context;
 use linerate_campaign::cancel;
 use linerate_campaign::mesh::{self, MeshEvent, MeshOptions};
-use linerate_mesh::{Mesh, TestKind};
+use linerate_mesh::Mesh;
 use linerate_metrics::alerts::Change;
 use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::{Measure, StoreCounts};
@@ -312,7 +312,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         || mesh
             .tests
             .iter()
-            .any(|t| matches!(t.kind, TestKind::Stamp { .. } | TestKind::Trace { .. }));
+            .any(|t| t.kind.kind().measure().told_without_receivers());
     let mut watch = if watching {
         let watch = start_watch(args, &mesh, counts, past_source)?;
         // What the board keeps of each pair (its plot, its baseline), read a pair at a
@@ -321,7 +321,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
             let traces: std::collections::BTreeSet<&str> = mesh
                 .tests
                 .iter()
-                .filter(|t| matches!(t.kind, TestKind::Trace { .. }))
+                .filter(|t| t.kind.kind().measure() == Measure::Hops)
                 .map(|t| t.name.as_str())
                 .collect();
             let mut last_traces = Vec::new();
@@ -552,16 +552,7 @@ fn start_watch(
         tests: mesh
             .tests
             .iter()
-            .map(|test| {
-                let measure = match test.kind {
-                    TestKind::Stream { .. } => Measure::Goodput,
-                    TestKind::Rr { .. } | TestKind::Crr { .. } => Measure::Latency,
-                    TestKind::Rpm { .. } => Measure::Responsiveness,
-                    TestKind::Stamp { .. } => Measure::Loss,
-                    TestKind::Trace { .. } => Measure::Hops,
-                };
-                (test.name.as_str(), measure)
-            })
+            .map(|test| (test.name.as_str(), test.kind.kind().measure()))
             .collect(),
         past: &[],
         thresholds: Thresholds {
@@ -871,11 +862,11 @@ fn history_units(file: Option<&Mesh>, rows: &[MeshRow]) -> HistoryUnits {
     let mut units = BTreeMap::new();
     if let Some(mesh) = file {
         for test in &mesh.tests {
-            let unit = match test.kind {
-                TestKind::Stream { .. } => FigureUnit::BitsPerSecond,
-                TestKind::Rr { .. } | TestKind::Crr { .. } => FigureUnit::Seconds,
-                TestKind::Rpm { .. } => FigureUnit::Rpm,
-                TestKind::Stamp { .. } | TestKind::Trace { .. } => FigureUnit::Plain,
+            let unit = match test.kind.kind().measure() {
+                Measure::Goodput => FigureUnit::BitsPerSecond,
+                Measure::Latency => FigureUnit::Seconds,
+                Measure::Responsiveness => FigureUnit::Rpm,
+                Measure::Loss | Measure::Hops => FigureUnit::Plain,
             };
             units.insert(test.name.clone(), unit);
         }

@@ -27,9 +27,10 @@
 //! tests = ["throughput"]
 //! ```
 
+use crate::kinds;
 use crate::model::*;
 use linerate_model::marks::Marks;
-use linerate_model::units::{parse_dscp, parse_duration, parse_rate, parse_size};
+use linerate_model::units::{parse_dscp, parse_duration, parse_size};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use toml::Spanned;
@@ -130,33 +131,33 @@ struct RawHost {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawTest {
-    name: Spanned<String>,
-    run: Spanned<String>,
-    protocol: Option<Spanned<String>>,
-    duration: Option<Spanned<String>>,
-    interval: Option<Spanned<String>>,
+pub(crate) struct RawTest {
+    pub(crate) name: Spanned<String>,
+    pub(crate) run: Spanned<String>,
+    pub(crate) protocol: Option<Spanned<String>>,
+    pub(crate) duration: Option<Spanned<String>>,
+    pub(crate) interval: Option<Spanned<String>>,
     /// STAMP: the report window (each job's length).
-    report: Option<Spanned<String>>,
+    pub(crate) report: Option<Spanned<String>>,
     /// STAMP: the reflectors' port.
-    port: Option<Spanned<u16>>,
+    pub(crate) port: Option<Spanned<u16>>,
     /// STAMP: the probes' DSCP; stream, rr, crr: the DSCP of every packet both ways.
-    dscp: Option<Spanned<String>>,
+    pub(crate) dscp: Option<Spanned<String>>,
     /// Stream, rr, crr: ECN-capable packets both ways.
-    ecn: Option<Spanned<bool>>,
-    jitter: Option<Spanned<String>>,
-    exclusive: Option<bool>,
-    pause_for_exclusive: Option<bool>,
-    parallel: Option<Spanned<u32>>,
-    rate: Option<Spanned<String>>,
-    size: Option<Spanned<String>>,
-    request: Option<Spanned<String>>,
-    response: Option<Spanned<String>>,
-    tls: Option<bool>,
-    max_connections: Option<Spanned<u32>>,
+    pub(crate) ecn: Option<Spanned<bool>>,
+    pub(crate) jitter: Option<Spanned<String>>,
+    pub(crate) exclusive: Option<bool>,
+    pub(crate) pause_for_exclusive: Option<bool>,
+    pub(crate) parallel: Option<Spanned<u32>>,
+    pub(crate) rate: Option<Spanned<String>>,
+    pub(crate) size: Option<Spanned<String>>,
+    pub(crate) request: Option<Spanned<String>>,
+    pub(crate) response: Option<Spanned<String>>,
+    pub(crate) tls: Option<bool>,
+    pub(crate) max_connections: Option<Spanned<u32>>,
     /// Trace: the farthest distance probed, and each hop's MTU.
-    max_hops: Option<Spanned<u8>>,
-    mtu: Option<Spanned<bool>>,
+    pub(crate) max_hops: Option<Spanned<u8>>,
+    pub(crate) mtu: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -174,7 +175,7 @@ struct RawGroup {
 /// The longest interval or test a mesh may ask for: a week.
 const MAX_SECONDS: f64 = 7.0 * 86_400.0;
 
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     file: &'a str,
     text: &'a str,
 }
@@ -192,7 +193,7 @@ impl Reader<'_> {
         }
     }
 
-    fn at<T>(&self, value: &Spanned<T>, message: impl Into<String>) -> MeshError {
+    pub(crate) fn at<T>(&self, value: &Spanned<T>, message: impl Into<String>) -> MeshError {
         self.error(value.span().start, message)
     }
 
@@ -509,7 +510,7 @@ fn name_seed(name: &str) -> u64 {
 }
 
 /// `'WHAT' is not an option of run = "RUN"`, at the value, when it is given.
-fn not_an_option(
+pub(crate) fn not_an_option(
     reader: &Reader,
     value: Option<&Spanned<String>>,
     what: &str,
@@ -522,7 +523,7 @@ fn not_an_option(
 }
 
 /// A byte count between 1 and 1M, or `default` when not given.
-fn read_size(
+pub(crate) fn read_size(
     reader: &Reader,
     value: &Option<Spanned<String>>,
     what: &str,
@@ -538,266 +539,6 @@ fn read_size(
             )),
         },
     }
-}
-
-/// A stream test's options.
-fn read_stream(
-    reader: &Reader,
-    raw: &RawTest,
-    protocol: Transport,
-    name: &str,
-) -> Result<TestKind, MeshError> {
-    not_an_option(reader, raw.request.as_ref(), "request", "stream")?;
-    not_an_option(reader, raw.response.as_ref(), "response", "stream")?;
-    let rate_bps = match &raw.rate {
-        Some(r) => Some(
-            parse_rate(r.get_ref())
-                .ok()
-                .filter(|&bps| bps > 0)
-                .ok_or_else(|| {
-                    reader.at(r, format!("rate '{}' is not a rate like 100M", r.get_ref()))
-                })?,
-        ),
-        None => None,
-    };
-    if protocol == Transport::Udp && rate_bps.is_none() {
-        return Err(reader.at(
-            &raw.run,
-            format!("test '{name}': a UDP stream needs a rate (rate = \"100M\"): unpaced datagrams measure only what the sender's host drops"),
-        ));
-    }
-    let parallel = match &raw.parallel {
-        Some(p) if (1..=64).contains(p.get_ref()) => *p.get_ref(),
-        Some(p) => {
-            return Err(reader.at(
-                p,
-                format!("parallel {} must be between 1 and 64", p.get_ref()),
-            ))
-        }
-        None => 1,
-    };
-    let default_size = match protocol {
-        Transport::Tcp => linerate_model::DEFAULT_TCP_LENGTH,
-        Transport::Udp => 1400,
-    };
-    let size = read_size(reader, &raw.size, "size", default_size)?;
-    if protocol == Transport::Udp && size > 65_507 {
-        let at = raw.size.as_ref().expect("a UDP size over 65507 was given");
-        return Err(reader.at(at, format!("size {size} does not fit one UDP datagram")));
-    }
-    Ok(TestKind::Stream {
-        protocol,
-        parallel,
-        rate_bps,
-        size,
-    })
-}
-
-/// An rr or crr test's options (`run`).
-fn read_transactions(
-    reader: &Reader,
-    raw: &RawTest,
-    protocol: Transport,
-    name: &str,
-    run: &str,
-) -> Result<TestKind, MeshError> {
-    not_an_option(reader, raw.size.as_ref(), "size", run)?;
-    if protocol == Transport::Udp {
-        return Err(reader.at(
-            raw.protocol.as_ref().expect("udp was given"),
-            format!("test '{name}': {run} over udp does not run in a mesh yet (a lost datagram would hold its thread to the end of the test); use tcp"),
-        ));
-    }
-    if let Some(p) = &raw.parallel {
-        return Err(reader.at(p, format!("'parallel' is not an option of run = \"{run}\"")));
-    }
-    let per_second = match &raw.rate {
-        Some(r) => Some(transactions_per_second(r.get_ref()).ok_or_else(|| {
-            reader.at(
-                r,
-                format!(
-                    "rate '{}' is not transactions per second like \"10/s\" (from 0.01 to 1000000)",
-                    r.get_ref()
-                ),
-            )
-        })?),
-        None => None,
-    };
-    let (request, response) = (
-        read_size(reader, &raw.request, "request", 1)?,
-        read_size(reader, &raw.response, "response", 1)?,
-    );
-    Ok(if run == "rr" {
-        TestKind::Rr {
-            protocol,
-            request,
-            response,
-            per_second,
-        }
-    } else {
-        TestKind::Crr {
-            request,
-            response,
-            per_second,
-        }
-    })
-}
-
-/// A STAMP test's options: rate (probes a second, default 10/s, at most 10,000/s), size,
-/// dscp, port.
-fn read_stamp(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
-    for (value, what) in [
-        (raw.request.as_ref(), "request"),
-        (raw.response.as_ref(), "response"),
-        (raw.protocol.as_ref(), "protocol"),
-    ] {
-        not_an_option(reader, value, what, "stamp")?;
-    }
-    if let Some(p) = &raw.parallel {
-        return Err(reader.at(p, "'parallel' is not an option of run = \"stamp\""));
-    }
-    let rate_pps = match &raw.rate {
-        Some(r) => transactions_per_second(r.get_ref())
-            .filter(|r| (0.1..=MAX_STAMP_RATE).contains(r))
-            .ok_or_else(|| {
-                reader.at(
-                    r,
-                    format!(
-                        "rate '{}' is not probes a second like \"10/s\" (from 0.1 to {MAX_STAMP_RATE})",
-                        r.get_ref()
-                    ),
-                )
-            })?,
-        None => 10.0,
-    };
-    let size = match &raw.size {
-        Some(v) => Some(
-            parse_size(v.get_ref())
-                .ok()
-                .filter(|n| (44..=9000).contains(n))
-                .map(|n| n as u16)
-                .ok_or_else(|| {
-                    reader.at(
-                        v,
-                        format!("size '{}' must be from 44 to 9000 octets", v.get_ref()),
-                    )
-                })?,
-        ),
-        None => None,
-    };
-    let dscp = raw
-        .dscp
-        .as_ref()
-        .map(|d| read_dscp(reader, d))
-        .transpose()?;
-    Ok(TestKind::Stamp {
-        rate_pps,
-        size,
-        dscp,
-        port: raw
-            .port
-            .as_ref()
-            .map_or(DEFAULT_STAMP_PORT, |p| *p.get_ref()),
-    })
-}
-
-/// A trace's options: protocol (udp, tcp or icmp probes), parallel (flows, 1 to 16),
-/// max_hops (1 to 64), port.
-fn read_trace(reader: &Reader, raw: &RawTest) -> Result<TestKind, MeshError> {
-    for (value, what) in [
-        (raw.request.as_ref(), "request"),
-        (raw.response.as_ref(), "response"),
-        (raw.rate.as_ref(), "rate"),
-        (raw.size.as_ref(), "size"),
-    ] {
-        not_an_option(reader, value, what, "trace")?;
-    }
-    let probe = match raw.protocol.as_ref().map(|p| (p, p.get_ref().as_str())) {
-        None | Some((_, "udp")) => TraceProbe::Udp,
-        Some((_, "tcp")) => TraceProbe::Tcp,
-        Some((_, "icmp")) => TraceProbe::Icmp,
-        Some((p, other)) => {
-            return Err(reader.at(p, format!("protocol '{other}' is not udp, tcp or icmp")))
-        }
-    };
-    let flows = match &raw.parallel {
-        Some(p) if (1..=u32::from(MAX_TRACE_FLOWS)).contains(p.get_ref()) => *p.get_ref() as u16,
-        Some(p) => {
-            return Err(reader.at(
-                p,
-                format!(
-                    "parallel {} must be between 1 and {MAX_TRACE_FLOWS} (the flows a trace sends)",
-                    p.get_ref()
-                ),
-            ))
-        }
-        None => 1,
-    };
-    let max_hops = match &raw.max_hops {
-        Some(h) if (1..=MAX_TRACE_HOPS).contains(h.get_ref()) => *h.get_ref(),
-        Some(h) => {
-            return Err(reader.at(
-                h,
-                format!(
-                    "max_hops {} must be between 1 and {MAX_TRACE_HOPS}",
-                    h.get_ref()
-                ),
-            ))
-        }
-        None => DEFAULT_TRACE_HOPS,
-    };
-    if let (TraceProbe::Icmp, Some(p)) = (probe, &raw.port) {
-        return Err(reader.at(p, "'port' is for udp and tcp probes; ICMP echo has none"));
-    }
-    let mtu = raw.mtu.as_ref().is_some_and(|m| *m.get_ref());
-    Ok(TestKind::Trace {
-        probe,
-        flows,
-        max_hops,
-        port: raw.port.as_ref().map(|p| *p.get_ref()),
-        mtu,
-    })
-}
-
-/// An RPM test's options; `leg_s` is its `duration`, each direction's limit.
-fn read_rpm(reader: &Reader, raw: &RawTest, leg_s: f64) -> Result<TestKind, MeshError> {
-    for (value, what) in [
-        (raw.size.as_ref(), "size"),
-        (raw.request.as_ref(), "request"),
-        (raw.response.as_ref(), "response"),
-        (raw.rate.as_ref(), "rate"),
-        (raw.protocol.as_ref(), "protocol"),
-    ] {
-        not_an_option(reader, value, what, "rpm")?;
-    }
-    if let Some(p) = &raw.parallel {
-        return Err(reader.at(
-            p,
-            "'parallel' is not an option of run = \"rpm\" (max_connections bounds its loads)",
-        ));
-    }
-    let max_connections = match &raw.max_connections {
-        Some(n) if (1..=64).contains(n.get_ref()) => *n.get_ref(),
-        Some(n) => {
-            return Err(reader.at(
-                n,
-                format!("max_connections {} must be between 1 and 64", n.get_ref()),
-            ))
-        }
-        None => 16,
-    };
-    if leg_s < 2.0 {
-        let at = raw.duration.as_ref().expect("a short duration was given");
-        return Err(reader.at(
-            at,
-            "an RPM test's duration (each direction's limit) must be at least 2 s",
-        ));
-    }
-    Ok(TestKind::Rpm {
-        leg_s,
-        tls: raw.tls.unwrap_or(true),
-        max_connections,
-    })
 }
 
 /// How often each pair runs a test: the file's `interval`, or for STAMP (which runs all
@@ -831,7 +572,7 @@ fn read_interval(
 }
 
 /// A test's `dscp`: a name or a number.
-fn read_dscp(reader: &Reader, d: &Spanned<String>) -> Result<u8, MeshError> {
+pub(crate) fn read_dscp(reader: &Reader, d: &Spanned<String>) -> Result<u8, MeshError> {
     parse_dscp(d.get_ref()).ok_or_else(|| {
         reader.at(
             d,
@@ -957,7 +698,7 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
             return Err(reader.at(p, format!("protocol '{other}' is not tcp or udp")));
         }
     };
-    let mut seconds = match &raw.duration {
+    let seconds = match &raw.duration {
         Some(d) if run == "stamp" => return Err(reader.at(
             d,
             "run = \"stamp\" runs all the time: give its window as report = \"1m\", not a duration",
@@ -977,43 +718,18 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
         None => DEFAULT_TEST_SECONDS,
     };
     refuse_options_of_other_runs(reader, raw, &name, run)?;
-    let kind = match run {
-        "rpm" => {
-            let kind = read_rpm(reader, raw, seconds)?;
-            // Both directions and the set-up: what the schedule allows for a job.
-            seconds = 2.0 * seconds + RPM_SETUP_S;
-            kind
-        }
-        "stamp" => {
-            if seconds < 1.0 {
-                let at = raw
-                    .report
-                    .as_ref()
-                    .expect("a short report window was given");
-                return Err(reader.at(at, "a STAMP report window must be at least 1 s"));
-            }
-            read_stamp(reader, raw)?
-        }
-        "trace" => {
-            let kind = read_trace(reader, raw)?;
-            if let TestKind::Trace {
-                flows, max_hops, ..
-            } = kind
-            {
-                // Its longest: every probe sent, the last one's wait, a second's set-up.
-                seconds = f64::from(flows) * f64::from(max_hops) * TRACE_GAP_S + TRACE_WAIT_S + 1.0;
-            }
-            kind
-        }
-        "stream" => read_stream(reader, raw, protocol, &name)?,
-        "rr" | "crr" => read_transactions(reader, raw, protocol, &name, run)?,
-        other => {
-            return Err(reader.at(
-                &raw.run,
-                format!("test '{name}': run '{other}' is not stream, rr, crr, rpm, stamp or trace"),
-            ));
-        }
+    let Some((_, read_kind)) = kinds::KINDS.iter().find(|(kind, _)| *kind == run) else {
+        return Err(reader.at(
+            &raw.run,
+            format!("test '{name}': run '{run}' is not {}", kinds::names()),
+        ));
     };
+    let context = kinds::Context {
+        name: &name,
+        protocol,
+        seconds,
+    };
+    let (kind, seconds) = read_kind(reader, raw, &context)?;
     let interval_s = read_interval(reader, raw, &name, run, seconds)?;
     let jitter_s = match &raw.jitter {
         Some(j) => reader.seconds(j, "jitter", false)?,
@@ -1026,10 +742,9 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
             format!("jitter '{}' must be less than the interval", at.get_ref()),
         ));
     }
-    let exclusive = raw.exclusive.unwrap_or(matches!(
-        kind,
-        TestKind::Stream { .. } | TestKind::Rpm { .. }
-    ));
+    let exclusive = raw
+        .exclusive
+        .unwrap_or_else(|| kind.kind().exclusive_by_default());
     // STAMP keeps its DSCP in its kind (its probes carry it in their own field too).
     let marks = match run {
         "stream" | "rr" | "crr" if raw.dscp.is_some() || raw.ecn.is_some() => Some(Marks {
@@ -1195,7 +910,7 @@ fn read_group(
 }
 
 /// "10/s" or "10": transactions per second, from 0.01 to a million.
-fn transactions_per_second(text: &str) -> Option<f64> {
+pub(crate) fn transactions_per_second(text: &str) -> Option<f64> {
     let number = text.trim().strip_suffix("/s").unwrap_or(text.trim());
     number
         .trim()

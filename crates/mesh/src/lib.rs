@@ -6,11 +6,13 @@
 //! the jobs against the hosts' agents lives in linerate-campaign.
 
 pub mod file;
+pub mod kinds;
 pub mod model;
 pub mod plan;
 pub mod schedule;
 
 pub use file::{parse, MeshError};
+pub use kinds::Kind;
 pub use model::*;
 pub use plan::{job_plan, JobPlan, PlanSummary};
 pub use schedule::{Action, Down, Outcome, Past, Placed, Scheduler};

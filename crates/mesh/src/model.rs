@@ -1,6 +1,7 @@
 //! What a mesh is once its file was read: hosts, tests, groups, and the jobs they make
 //! (one test from one host to another).
 
+use crate::kinds::{self, Kind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -256,68 +257,15 @@ impl Transport {
     }
 }
 
+/// A test's kind with its options: one variant a module of [`crate::kinds`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum TestKind {
-    /// Bulk data from the source to the destination.
-    Stream {
-        protocol: Transport,
-        parallel: u32,
-        /// Per flow; required over UDP.
-        rate_bps: Option<u64>,
-        /// Bytes per write (TCP) or datagram (UDP).
-        size: u64,
-    },
-    /// Request/response transactions, one at a time.
-    Rr {
-        protocol: Transport,
-        request: u64,
-        response: u64,
-        /// Transactions per second (a probe at a low rate); `None`: back to back.
-        per_second: Option<f64>,
-    },
-    /// A new TCP connection per transaction: connect, request, response, close.
-    Crr {
-        request: u64,
-        response: u64,
-        per_second: Option<f64>,
-    },
-    /// Responsiveness under working conditions: the source's agent runs `linerate rpm`
-    /// against the destination's, downloading and uploading over HTTP/2.
-    Rpm {
-        /// Each direction's time limit.
-        leg_s: f64,
-        /// Over TLS, the certificate pinned to the one the destination's agent announced.
-        tls: bool,
-        /// Loading connections at most, each direction.
-        max_connections: u32,
-    },
-    /// STAMP probes (RFC 8762) from the source's agent to the destination's reflector
-    /// (`serve --stamp`, or a host that only reflects), all the time: each job is one
-    /// report window, and the next starts as it ends.
-    Stamp {
-        /// Probes a second.
-        rate_pps: f64,
-        /// Each probe's UDP payload, octets; `None`: the smallest.
-        size: Option<u16>,
-        /// The probes' DSCP, asked of the answers too.
-        dscp: Option<u8>,
-        /// The reflectors' port where a host's address does not name one.
-        port: u16,
-    },
-    /// Which way the packets go: a Paris-style trace from the source's agent to the
-    /// destination's address (any host, one that only reflects too), its hop list kept,
-    /// and a change from the pair's last trace told.
-    Trace {
-        probe: TraceProbe,
-        /// Flows with different source ports, each kept from one trace to the next.
-        flows: u16,
-        max_hops: u8,
-        /// The destination port of UDP and TCP probes; `None`: traceroute's (33434 UDP,
-        /// 80 TCP).
-        port: Option<u16>,
-        /// Each hop's MTU too (UDP probes, don't-fragment): a narrower link is a change.
-        mtu: bool,
-    },
+    Stream(kinds::Stream),
+    Rr(kinds::Rr),
+    Crr(kinds::Crr),
+    Rpm(kinds::Rpm),
+    Stamp(kinds::Stamp),
+    Trace(kinds::Trace),
 }
 
 pub use linerate_model::TraceProbe;
@@ -326,37 +274,31 @@ pub use linerate_model::TraceProbe;
 pub const RPM_SETUP_S: f64 = 5.0;
 
 impl TestKind {
-    pub fn protocol(&self) -> Transport {
+    /// What the kind says of itself: the one place a test's variant is matched.
+    pub fn kind(&self) -> &dyn Kind {
         match self {
-            TestKind::Stream { protocol, .. } | TestKind::Rr { protocol, .. } => *protocol,
-            TestKind::Crr { .. } | TestKind::Rpm { .. } => Transport::Tcp,
-            TestKind::Stamp { .. } => Transport::Udp,
-            TestKind::Trace { probe, .. } => match probe {
-                TraceProbe::Tcp => Transport::Tcp,
-                TraceProbe::Udp | TraceProbe::Icmp => Transport::Udp,
-            },
+            TestKind::Stream(kind) => kind,
+            TestKind::Rr(kind) => kind,
+            TestKind::Crr(kind) => kind,
+            TestKind::Rpm(kind) => kind,
+            TestKind::Stamp(kind) => kind,
+            TestKind::Trace(kind) => kind,
         }
+    }
+
+    pub fn protocol(&self) -> Transport {
+        self.kind().transport()
     }
 
     /// The protocol a job's row is labelled with: "tcp", "udp", or "icmp" for a trace
     /// of ICMP echoes.
     pub fn protocol_label(&self) -> &'static str {
-        match self {
-            TestKind::Trace { probe, .. } => probe.name(),
-            other => other.protocol().name(),
-        }
+        self.kind().protocol_label()
     }
 
     /// "stream", "rr", "crr", "rpm", "stamp" or "trace".
     pub fn run(&self) -> &'static str {
-        match self {
-            TestKind::Stream { .. } => "stream",
-            TestKind::Rr { .. } => "rr",
-            TestKind::Crr { .. } => "crr",
-            TestKind::Rpm { .. } => "rpm",
-            TestKind::Stamp { .. } => "stamp",
-            TestKind::Trace { .. } => "trace",
-        }
+        self.kind().run()
     }
 }
 
@@ -423,10 +365,7 @@ impl Mesh {
             let mut seen = vec![0u64; (hosts * hosts).div_ceil(64)];
             let mut ordered: Vec<Pair> = Vec::new();
             // STAMP and traces need nothing of their destination but its address.
-            let stamp = matches!(
-                self.tests[test].kind,
-                TestKind::Stamp { .. } | TestKind::Trace { .. }
-            );
+            let stamp = self.tests[test].kind.kind().address_only();
             for group in self.groups.iter().filter(|g| g.tests.contains(&test)) {
                 for (a, b) in pairs_of(group) {
                     // A host that only reflects sends nothing, and is the destination of

@@ -2,11 +2,9 @@
 //! is ([`job_plan`]), and the figures of a schedule simulated on a clock of its own
 //! ([`summary`], what `linerate mesh plan` prints).
 
-use crate::model::{Job, Mesh, TestKind, Transport};
+use crate::model::{Job, Mesh};
 use crate::schedule::simulate;
-use linerate_profile::{
-    Action as Op, Endpoint, Group, Profile, Protocol, Repeat, Size, Transaction, Transfer,
-};
+use linerate_profile::Profile;
 use std::time::Duration;
 
 /// How a job runs: a profile on the source's agent, or an RPM test between the two
@@ -94,164 +92,9 @@ pub fn reflector_of(host: &crate::model::Host, port: u16) -> String {
     }
 }
 
-/// What runs `job`.
+/// What runs `job`: its test's kind says.
 pub fn job_plan(mesh: &Mesh, job: &Job) -> JobPlan {
-    let test = &mesh.tests[job.test];
-    match test.kind {
-        TestKind::Rpm {
-            leg_s,
-            tls,
-            max_connections,
-        } => JobPlan::Rpm {
-            remote: mesh.hosts[job.dst].address.clone(),
-            leg: Duration::from_secs_f64(leg_s),
-            tls,
-            max_connections,
-        },
-        TestKind::Stamp {
-            rate_pps,
-            size,
-            dscp,
-            port,
-        } => JobPlan::Stamp {
-            reflector: reflector_of(&mesh.hosts[job.dst], port),
-            window: Duration::from_secs_f64(test.seconds),
-            rate_pps,
-            size,
-            dscp,
-        },
-        TestKind::Trace {
-            probe,
-            flows,
-            max_hops,
-            port,
-            mtu,
-        } => {
-            let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
-            JobPlan::Trace {
-                target: address_of(dst),
-                probe,
-                flows,
-                max_hops,
-                port,
-                mtu,
-                source_port: trace_source_port(&mesh.name, &test.name, &src.name, &dst.name, flows),
-            }
-        }
-        TestKind::Stream { .. } | TestKind::Rr { .. } | TestKind::Crr { .. } => {
-            JobPlan::Profile(profile_of(mesh, job, &test.kind))
-        }
-    }
-}
-
-/// The profile that runs `job`: one group on the source's agent, connecting to the
-/// destination's, for the test's duration.
-// Long: one match over the kinds of test, each its own profile.
-fn profile_of(mesh: &Mesh, job: &Job, kind: &TestKind) -> Profile {
-    let test = &mesh.tests[job.test];
-    let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
-    let protocol = match test.kind.protocol() {
-        Transport::Tcp => Protocol::Tcp,
-        Transport::Udp => Protocol::Udp,
-    };
-    let transfer = |size: u64, rate: Option<f64>| Transfer {
-        size: Size::Fixed(size),
-        rsize: None,
-        count: 1,
-        last: None,
-        rate,
-        canfail: protocol == Protocol::Udp,
-    };
-    let connect = Op::Connect(Endpoint {
-        protocol,
-        remote: Some(dst.address.clone()),
-        window: None,
-        nodelay: !matches!(test.kind, TestKind::Stream { .. }),
-        congestion: None,
-        cipher: None,
-        engine: None,
-        marks: test.marks,
-        source: src.source.clone(),
-    });
-    let op = |action: Op| linerate_profile::Op { conn: None, action };
-    let once = |action: Op| Transaction {
-        repeat: Repeat::Iterations(1),
-        rate: None,
-        ops: vec![op(action)],
-    };
-    let timed = |rate: Option<f64>, ops: Vec<Op>| Transaction {
-        repeat: Repeat::Duration(test.seconds),
-        rate,
-        ops: ops.into_iter().map(op).collect(),
-    };
-    let (threads, transactions) = match kind {
-        TestKind::Stream {
-            parallel,
-            rate_bps,
-            size,
-            ..
-        } => {
-            let per_second = rate_bps.map(|bps| bps as f64 / (*size as f64 * 8.0));
-            let send = match protocol {
-                Protocol::Udp => Op::Sendto(transfer(*size, per_second)),
-                _ => Op::Write(transfer(*size, per_second)),
-            };
-            (
-                *parallel,
-                vec![once(connect), timed(None, vec![send]), once(Op::Disconnect)],
-            )
-        }
-        TestKind::Rr {
-            request,
-            response,
-            per_second,
-            ..
-        } => (
-            1,
-            vec![
-                once(connect),
-                timed(
-                    *per_second,
-                    vec![
-                        Op::Write(transfer(*request, None)),
-                        Op::Read(transfer(*response, None)),
-                    ],
-                ),
-                once(Op::Disconnect),
-            ],
-        ),
-        // An RPM or STAMP test is no profile: job_plan makes it a JobPlan of its own.
-        TestKind::Rpm { .. } | TestKind::Stamp { .. } | TestKind::Trace { .. } => (0, Vec::new()),
-        // Each transaction its own connection: the timed transaction holds the connect.
-        TestKind::Crr {
-            request,
-            response,
-            per_second,
-        } => (
-            1,
-            vec![timed(
-                *per_second,
-                vec![
-                    connect,
-                    Op::Write(transfer(*request, None)),
-                    Op::Read(transfer(*response, None)),
-                    Op::Disconnect,
-                ],
-            )],
-        ),
-    };
-    Profile {
-        name: format!(
-            "mesh {} {} {} -> {}",
-            mesh.name, test.name, src.name, dst.name
-        ),
-        groups: vec![Group {
-            name: test.name.clone(),
-            threads,
-            host: Some(src.address.clone()),
-            transactions,
-        }],
-    }
+    mesh.tests[job.test].kind.kind().plan(mesh, job)
 }
 
 /// A schedule's figures per test.
@@ -333,6 +176,7 @@ pub fn summary(mesh: &Mesh, setup_s: f64) -> PlanSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use linerate_profile::Repeat;
 
     fn mesh(text: &str) -> Mesh {
         crate::parse("m.toml", text).unwrap()

@@ -111,11 +111,11 @@ fn rr_and_crr_probes_read_their_rate() {
     let crr = paced.tests.iter().find(|t| t.name == "lat").unwrap();
     assert_eq!(
         crr.kind,
-        TestKind::Crr {
+        TestKind::Crr(kinds::Crr {
             request: 1,
             response: 1,
             per_second: Some(20.0)
-        }
+        })
     );
     assert!(!crr.exclusive, "a probe is light unless the file says so");
     let plain = parse(
@@ -124,7 +124,7 @@ fn rr_and_crr_probes_read_their_rate() {
     )
     .unwrap();
     let rr = plain.tests.iter().find(|t| t.name == "lat").unwrap();
-    assert!(matches!(rr.kind, TestKind::Rr { per_second: Some(r), .. } if r == 0.5));
+    assert!(matches!(rr.kind, TestKind::Rr(kinds::Rr { per_second: Some(r), .. }) if r == 0.5));
 }
 
 /// An RPM test: exclusive (it saturates the path), over TLS, 16 loads at most and 20 s a
@@ -139,11 +139,11 @@ fn an_rpm_test_reads_its_defaults_and_is_scheduled_for_both_directions() {
     let rpm = m.tests.iter().find(|t| t.name == "lat").unwrap();
     assert_eq!(
         rpm.kind,
-        TestKind::Rpm {
+        TestKind::Rpm(kinds::Rpm {
             leg_s: DEFAULT_RPM_LEG_SECONDS,
             tls: true,
             max_connections: 16
-        }
+        })
     );
     assert!(rpm.exclusive, "an RPM test loads the path: exclusive");
     assert_eq!(rpm.seconds, 2.0 * DEFAULT_RPM_LEG_SECONDS + RPM_SETUP_S);
@@ -159,11 +159,11 @@ fn an_rpm_test_reads_its_defaults_and_is_scheduled_for_both_directions() {
     let rpm = m.tests.iter().find(|t| t.name == "lat").unwrap();
     assert_eq!(
         rpm.kind,
-        TestKind::Rpm {
+        TestKind::Rpm(kinds::Rpm {
             leg_s: 8.0,
             tls: false,
             max_connections: 4
-        }
+        })
     );
     assert!(!rpm.exclusive);
     // Exclusive RPM jobs never share a host with a stream in the simulated schedule.
@@ -664,12 +664,12 @@ fn stamp_tests_run_all_the_time_and_reflector_hosts_only_answer() {
     let test = &m.tests[loss];
     assert_eq!(
         test.kind,
-        TestKind::Stamp {
+        TestKind::Stamp(kinds::Stamp {
             rate_pps: 50.0,
             size: None,
             dscp: Some(46),
             port: DEFAULT_STAMP_PORT
-        }
+        })
     );
     assert_eq!((test.seconds, test.interval_s), (60.0, 60.0));
     assert!(!test.exclusive && !test.pause_for_exclusive);
@@ -728,13 +728,13 @@ fn trace_tests_go_to_every_destination_from_the_pairs_own_ports() {
     let test = &m.tests[path];
     assert_eq!(
         test.kind,
-        TestKind::Trace {
+        TestKind::Trace(kinds::Trace {
             probe: TraceProbe::Icmp,
             flows: 4,
             max_hops: 20,
             port: None,
             mtu: false
-        }
+        })
     );
     assert!(!test.exclusive);
     assert!((test.seconds - (4.0 * 20.0 * TRACE_GAP_S + TRACE_WAIT_S + 1.0)).abs() < 1e-9);

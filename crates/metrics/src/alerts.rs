@@ -275,17 +275,6 @@ impl Alerts {
     }
 }
 
-/// Seconds in the unit that reads best: "105 µs", "10.0 ms", "1.50 s".
-pub(crate) fn seconds(v: f64) -> String {
-    if v < 1e-3 {
-        format!("{:.0} µs", v * 1e6)
-    } else if v < 1.0 {
-        format!("{:.1} ms", v * 1e3)
-    } else {
-        format!("{v:.2} s")
-    }
-}
-
 fn rfc3339(unix: f64) -> String {
     let at = UNIX_EPOCH + Duration::from_secs_f64(unix.max(0.0));
     humantime::format_rfc3339_millis(at).to_string()

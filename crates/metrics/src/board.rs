@@ -45,50 +45,7 @@ impl Key {
     }
 }
 
-/// What kind of figure a test's headline is, which says which way is worse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Measure {
-    /// Bits per second: lower is worse.
-    Goodput,
-    /// Seconds per transaction: higher is worse.
-    Latency,
-    /// Round trips a minute under load (RPM): lower is worse.
-    Responsiveness,
-    /// The share of probes lost (STAMP), 0 to 1: above the mesh's `loss_above` for its
-    /// `for` is worse, whatever the baseline.
-    Loss,
-    /// A trace's distance to the destination: neither way is worse; a path change is
-    /// told as an event of its own ([`PathMark`]).
-    Hops,
-}
-
-impl Measure {
-    /// The figure's name where a sentence or a document says it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Measure::Goodput => "goodput",
-            Measure::Latency => "latency",
-            Measure::Responsiveness => "responsiveness",
-            Measure::Loss => "loss",
-            Measure::Hops => "hops",
-        }
-    }
-
-    /// A figure of this measure with its unit: "105 µs", "412 Mbit/s", "850 RPM",
-    /// "0.100 %".
-    pub fn show(self, value: f64) -> String {
-        match self {
-            Measure::Latency => crate::alerts::seconds(value),
-            Measure::Goodput => {
-                linerate_model::units::format_rate(value, linerate_model::units::Scale::Adaptive)
-            }
-            Measure::Responsiveness => format!("{value:.0} RPM"),
-            Measure::Loss => format!("{:.3} %", value * 100.0),
-            Measure::Hops => format!("{value:.0} hops"),
-        }
-    }
-}
+pub use linerate_model::measure::Measure;
 
 /// Round-trip quantiles of one run, seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]

@@ -425,7 +425,10 @@ fn an_rpm_series_shows_its_responsiveness_and_a_drop_is_worse() {
         .record(&row("a", "b", "rpm", true, 500.0, 9.0), Some(&rpm(500.0)));
     let b = board.lock().unwrap();
     let a = assess(&b.series[&key], &t);
-    assert_eq!((a.state, a.measure), (State::Worse, Measure::Responsiveness));
+    assert_eq!(
+        (a.state, a.measure),
+        (State::Worse, Measure::Responsiveness)
+    );
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod config;
 mod explain;
 pub mod latency;
 pub mod marks;
+pub mod measure;
 pub mod mesh_row;
 pub mod observe;
 mod path;

@@ -262,6 +262,17 @@ pub fn format_size_compact(bytes: u64) -> String {
     bytes.to_string()
 }
 
+/// Seconds in the unit that reads best: "105 µs", "10.0 ms", "1.50 s".
+pub fn format_seconds(v: f64) -> String {
+    if v < 1e-3 {
+        format!("{:.0} µs", v * 1e6)
+    } else if v < 1.0 {
+        format!("{:.1} ms", v * 1e3)
+    } else {
+        format!("{v:.2} s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,21 +5,7 @@
 use crate::document::Document;
 use crate::units::Scale;
 
-/// Which figure heads a result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Headline {
-    /// Bits per second counted by the receiver.
-    Goodput,
-    /// The median time of a profile's timed transaction (its first group's transaction
-    /// `index`), in seconds, shown with `label` ("rtt", "connect+rr").
-    Transaction { index: usize, label: &'static str },
-    /// Round trips a minute under load.
-    Responsiveness,
-    /// The share of STAMP probes lost (round trip), 0 to 1.
-    Loss,
-    /// A trace's distance to the destination, where a flow reached it.
-    Hops,
-}
+pub use linerate_model::measure::Headline;
 
 /// The figure and its text, e.g. `(Some(9.4e9), "9.40 Gbits/sec")`; `None` and an empty
 /// text when the document does not carry it.

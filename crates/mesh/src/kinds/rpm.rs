@@ -1,0 +1,98 @@
+//! `run = "rpm"`: responsiveness under working conditions: the source's agent runs
+//! `linerate rpm` against the destination's, downloading and uploading over HTTP/2.
+
+use super::{Context, Kind};
+use crate::file::{not_an_option, MeshError, RawTest, Reader};
+use crate::model::{Job, Mesh, TestKind, Transport, RPM_SETUP_S};
+use crate::plan::JobPlan;
+use linerate_model::measure::{Headline, Measure};
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rpm {
+    /// Each direction's time limit.
+    pub leg_s: f64,
+    /// Over TLS, the certificate pinned to the one the destination's agent announced.
+    pub tls: bool,
+    /// Loading connections at most, each direction.
+    pub max_connections: u32,
+}
+
+impl Kind for Rpm {
+    fn run(&self) -> &'static str {
+        "rpm"
+    }
+
+    fn transport(&self) -> Transport {
+        Transport::Tcp
+    }
+
+    fn measure(&self) -> Measure {
+        Measure::Responsiveness
+    }
+
+    fn headline(&self) -> Headline {
+        Headline::Responsiveness
+    }
+
+    fn exclusive_by_default(&self) -> bool {
+        true
+    }
+
+    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan {
+        JobPlan::Rpm {
+            remote: mesh.hosts[job.dst].address.clone(),
+            leg: Duration::from_secs_f64(self.leg_s),
+            tls: self.tls,
+            max_connections: self.max_connections,
+        }
+    }
+}
+
+/// An RPM test's options; its `duration` is each direction's limit.
+pub(super) fn read(
+    reader: &Reader,
+    raw: &RawTest,
+    context: &Context,
+) -> Result<(TestKind, f64), MeshError> {
+    let leg_s = context.seconds;
+    for (value, what) in [
+        (raw.size.as_ref(), "size"),
+        (raw.request.as_ref(), "request"),
+        (raw.response.as_ref(), "response"),
+        (raw.rate.as_ref(), "rate"),
+        (raw.protocol.as_ref(), "protocol"),
+    ] {
+        not_an_option(reader, value, what, "rpm")?;
+    }
+    if let Some(p) = &raw.parallel {
+        return Err(reader.at(
+            p,
+            "'parallel' is not an option of run = \"rpm\" (max_connections bounds its loads)",
+        ));
+    }
+    let max_connections = match &raw.max_connections {
+        Some(n) if (1..=64).contains(n.get_ref()) => *n.get_ref(),
+        Some(n) => {
+            return Err(reader.at(
+                n,
+                format!("max_connections {} must be between 1 and 64", n.get_ref()),
+            ))
+        }
+        None => 16,
+    };
+    if leg_s < 2.0 {
+        let at = raw.duration.as_ref().expect("a short duration was given");
+        return Err(reader.at(
+            at,
+            "an RPM test's duration (each direction's limit) must be at least 2 s",
+        ));
+    }
+    let kind = TestKind::Rpm(Rpm {
+        leg_s,
+        tls: raw.tls.unwrap_or(true),
+        max_connections,
+    });
+    // Both directions and the set-up: what the schedule allows for a job.
+    Ok((kind, 2.0 * leg_s + RPM_SETUP_S))
+}

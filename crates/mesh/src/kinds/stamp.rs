@@ -1,0 +1,125 @@
+//! `run = "stamp"`: STAMP probes (RFC 8762) from the source's agent to the
+//! destination's reflector (`serve --stamp`, or a host that only reflects), all the
+//! time: each job is one report window, and the next starts as it ends.
+
+use super::{Context, Kind};
+use crate::file::{not_an_option, read_dscp, transactions_per_second, MeshError, RawTest, Reader};
+use crate::model::{Job, Mesh, TestKind, Transport, DEFAULT_STAMP_PORT, MAX_STAMP_RATE};
+use crate::plan::{reflector_of, JobPlan};
+use linerate_model::measure::{Headline, Measure};
+use linerate_model::units::parse_size;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stamp {
+    /// Probes a second.
+    pub rate_pps: f64,
+    /// Each probe's UDP payload, octets; `None`: the smallest.
+    pub size: Option<u16>,
+    /// The probes' DSCP, asked of the answers too.
+    pub dscp: Option<u8>,
+    /// The reflectors' port where a host's address does not name one.
+    pub port: u16,
+}
+
+impl Kind for Stamp {
+    fn run(&self) -> &'static str {
+        "stamp"
+    }
+
+    fn transport(&self) -> Transport {
+        Transport::Udp
+    }
+
+    fn measure(&self) -> Measure {
+        Measure::Loss
+    }
+
+    fn headline(&self) -> Headline {
+        Headline::Loss
+    }
+
+    fn address_only(&self) -> bool {
+        true
+    }
+
+    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan {
+        JobPlan::Stamp {
+            reflector: reflector_of(&mesh.hosts[job.dst], self.port),
+            window: Duration::from_secs_f64(mesh.tests[job.test].seconds),
+            rate_pps: self.rate_pps,
+            size: self.size,
+            dscp: self.dscp,
+        }
+    }
+}
+
+/// A STAMP test's options: rate (probes a second, default 10/s, at most 10,000/s), size,
+/// dscp, port; its report window at least a second.
+pub(super) fn read(
+    reader: &Reader,
+    raw: &RawTest,
+    context: &Context,
+) -> Result<(TestKind, f64), MeshError> {
+    if context.seconds < 1.0 {
+        let at = raw
+            .report
+            .as_ref()
+            .expect("a short report window was given");
+        return Err(reader.at(at, "a STAMP report window must be at least 1 s"));
+    }
+    for (value, what) in [
+        (raw.request.as_ref(), "request"),
+        (raw.response.as_ref(), "response"),
+        (raw.protocol.as_ref(), "protocol"),
+    ] {
+        not_an_option(reader, value, what, "stamp")?;
+    }
+    if let Some(p) = &raw.parallel {
+        return Err(reader.at(p, "'parallel' is not an option of run = \"stamp\""));
+    }
+    let rate_pps = match &raw.rate {
+        Some(r) => transactions_per_second(r.get_ref())
+            .filter(|r| (0.1..=MAX_STAMP_RATE).contains(r))
+            .ok_or_else(|| {
+                reader.at(
+                    r,
+                    format!(
+                        "rate '{}' is not probes a second like \"10/s\" (from 0.1 to {MAX_STAMP_RATE})",
+                        r.get_ref()
+                    ),
+                )
+            })?,
+        None => 10.0,
+    };
+    let size = match &raw.size {
+        Some(v) => Some(
+            parse_size(v.get_ref())
+                .ok()
+                .filter(|n| (44..=9000).contains(n))
+                .map(|n| n as u16)
+                .ok_or_else(|| {
+                    reader.at(
+                        v,
+                        format!("size '{}' must be from 44 to 9000 octets", v.get_ref()),
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let dscp = raw
+        .dscp
+        .as_ref()
+        .map(|d| read_dscp(reader, d))
+        .transpose()?;
+    let kind = TestKind::Stamp(Stamp {
+        rate_pps,
+        size,
+        dscp,
+        port: raw
+            .port
+            .as_ref()
+            .map_or(DEFAULT_STAMP_PORT, |p| *p.get_ref()),
+    });
+    Ok((kind, context.seconds))
+}

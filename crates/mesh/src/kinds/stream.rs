@@ -1,0 +1,112 @@
+//! `run = "stream"`: bulk data from the source to the destination, TCP or paced UDP.
+
+use super::{profile_job, Context, Kind};
+use crate::file::{not_an_option, read_size, MeshError, RawTest, Reader};
+use crate::model::{Job, Mesh, TestKind, Transport};
+use crate::plan::JobPlan;
+use linerate_model::measure::{Headline, Measure};
+use linerate_model::units::parse_rate;
+use linerate_profile::{Action as Op, Protocol};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stream {
+    pub protocol: Transport,
+    pub parallel: u32,
+    /// Per flow; required over UDP.
+    pub rate_bps: Option<u64>,
+    /// Bytes per write (TCP) or datagram (UDP).
+    pub size: u64,
+}
+
+impl Kind for Stream {
+    fn run(&self) -> &'static str {
+        "stream"
+    }
+
+    fn transport(&self) -> Transport {
+        self.protocol
+    }
+
+    fn measure(&self) -> Measure {
+        Measure::Goodput
+    }
+
+    fn headline(&self) -> Headline {
+        Headline::Goodput
+    }
+
+    fn exclusive_by_default(&self) -> bool {
+        true
+    }
+
+    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan {
+        let per_second = self
+            .rate_bps
+            .map(|bps| bps as f64 / (self.size as f64 * 8.0));
+        profile_job(mesh, job, self.parallel, false, |parts| {
+            let send = match parts.protocol {
+                Protocol::Udp => Op::Sendto(parts.transfer(self.size, per_second)),
+                _ => Op::Write(parts.transfer(self.size, per_second)),
+            };
+            vec![
+                parts.once(parts.connect.clone()),
+                parts.timed(None, vec![send]),
+                parts.once(Op::Disconnect),
+            ]
+        })
+    }
+}
+
+/// A stream test's options.
+pub(super) fn read(
+    reader: &Reader,
+    raw: &RawTest,
+    context: &Context,
+) -> Result<(TestKind, f64), MeshError> {
+    let (protocol, name) = (context.protocol, context.name);
+    not_an_option(reader, raw.request.as_ref(), "request", "stream")?;
+    not_an_option(reader, raw.response.as_ref(), "response", "stream")?;
+    let rate_bps = match &raw.rate {
+        Some(r) => Some(
+            parse_rate(r.get_ref())
+                .ok()
+                .filter(|&bps| bps > 0)
+                .ok_or_else(|| {
+                    reader.at(r, format!("rate '{}' is not a rate like 100M", r.get_ref()))
+                })?,
+        ),
+        None => None,
+    };
+    if protocol == Transport::Udp && rate_bps.is_none() {
+        return Err(reader.at(
+            &raw.run,
+            format!("test '{name}': a UDP stream needs a rate (rate = \"100M\"): unpaced datagrams measure only what the sender's host drops"),
+        ));
+    }
+    let parallel = match &raw.parallel {
+        Some(p) if (1..=64).contains(p.get_ref()) => *p.get_ref(),
+        Some(p) => {
+            return Err(reader.at(
+                p,
+                format!("parallel {} must be between 1 and 64", p.get_ref()),
+            ))
+        }
+        None => 1,
+    };
+    let default_size = match protocol {
+        Transport::Tcp => linerate_model::DEFAULT_TCP_LENGTH,
+        Transport::Udp => 1400,
+    };
+    let size = read_size(reader, &raw.size, "size", default_size)?;
+    if protocol == Transport::Udp && size > 65_507 {
+        let at = raw.size.as_ref().expect("a UDP size over 65507 was given");
+        return Err(reader.at(at, format!("size {size} does not fit one UDP datagram")));
+    }
+    let kind = TestKind::Stream(Stream {
+        protocol,
+        parallel,
+        rate_bps,
+        size,
+    });
+    Ok((kind, context.seconds))
+}

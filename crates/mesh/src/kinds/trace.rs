@@ -1,0 +1,135 @@
+//! `run = "trace"`: which way the packets go: a Paris-style trace from the source's
+//! agent to the destination's address (any host, one that only reflects too), its hop
+//! list kept, and a change from the pair's last trace told.
+
+use super::{Context, Kind};
+use crate::file::{not_an_option, MeshError, RawTest, Reader};
+use crate::model::{
+    Job, Mesh, TestKind, TraceProbe, Transport, DEFAULT_TRACE_HOPS, MAX_TRACE_FLOWS,
+    MAX_TRACE_HOPS, TRACE_GAP_S, TRACE_WAIT_S,
+};
+use crate::plan::{address_of, trace_source_port, JobPlan};
+use linerate_model::measure::{Headline, Measure};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    pub probe: TraceProbe,
+    /// Flows with different source ports, each kept from one trace to the next.
+    pub flows: u16,
+    pub max_hops: u8,
+    /// The destination port of UDP and TCP probes; `None`: traceroute's (33434 UDP,
+    /// 80 TCP).
+    pub port: Option<u16>,
+    /// Each hop's MTU too (UDP probes, don't-fragment): a narrower link is a change.
+    pub mtu: bool,
+}
+
+impl Kind for Trace {
+    fn run(&self) -> &'static str {
+        "trace"
+    }
+
+    fn transport(&self) -> Transport {
+        match self.probe {
+            TraceProbe::Tcp => Transport::Tcp,
+            TraceProbe::Udp | TraceProbe::Icmp => Transport::Udp,
+        }
+    }
+
+    fn protocol_label(&self) -> &'static str {
+        self.probe.name()
+    }
+
+    fn measure(&self) -> Measure {
+        Measure::Hops
+    }
+
+    fn headline(&self) -> Headline {
+        Headline::Hops
+    }
+
+    fn address_only(&self) -> bool {
+        true
+    }
+
+    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan {
+        let test = &mesh.tests[job.test];
+        let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
+        JobPlan::Trace {
+            target: address_of(dst),
+            probe: self.probe,
+            flows: self.flows,
+            max_hops: self.max_hops,
+            port: self.port,
+            mtu: self.mtu,
+            source_port: trace_source_port(
+                &mesh.name, &test.name, &src.name, &dst.name, self.flows,
+            ),
+        }
+    }
+}
+
+/// A trace's options: protocol (udp, tcp or icmp probes), parallel (flows, 1 to 16),
+/// max_hops (1 to 64), port.
+pub(super) fn read(
+    reader: &Reader,
+    raw: &RawTest,
+    _: &Context,
+) -> Result<(TestKind, f64), MeshError> {
+    for (value, what) in [
+        (raw.request.as_ref(), "request"),
+        (raw.response.as_ref(), "response"),
+        (raw.rate.as_ref(), "rate"),
+        (raw.size.as_ref(), "size"),
+    ] {
+        not_an_option(reader, value, what, "trace")?;
+    }
+    let probe = match raw.protocol.as_ref().map(|p| (p, p.get_ref().as_str())) {
+        None | Some((_, "udp")) => TraceProbe::Udp,
+        Some((_, "tcp")) => TraceProbe::Tcp,
+        Some((_, "icmp")) => TraceProbe::Icmp,
+        Some((p, other)) => {
+            return Err(reader.at(p, format!("protocol '{other}' is not udp, tcp or icmp")))
+        }
+    };
+    let flows = match &raw.parallel {
+        Some(p) if (1..=u32::from(MAX_TRACE_FLOWS)).contains(p.get_ref()) => *p.get_ref() as u16,
+        Some(p) => {
+            return Err(reader.at(
+                p,
+                format!(
+                    "parallel {} must be between 1 and {MAX_TRACE_FLOWS} (the flows a trace sends)",
+                    p.get_ref()
+                ),
+            ))
+        }
+        None => 1,
+    };
+    let max_hops = match &raw.max_hops {
+        Some(h) if (1..=MAX_TRACE_HOPS).contains(h.get_ref()) => *h.get_ref(),
+        Some(h) => {
+            return Err(reader.at(
+                h,
+                format!(
+                    "max_hops {} must be between 1 and {MAX_TRACE_HOPS}",
+                    h.get_ref()
+                ),
+            ))
+        }
+        None => DEFAULT_TRACE_HOPS,
+    };
+    if let (TraceProbe::Icmp, Some(p)) = (probe, &raw.port) {
+        return Err(reader.at(p, "'port' is for udp and tcp probes; ICMP echo has none"));
+    }
+    let mtu = raw.mtu.as_ref().is_some_and(|m| *m.get_ref());
+    let kind = TestKind::Trace(Trace {
+        probe,
+        flows,
+        max_hops,
+        port: raw.port.as_ref().map(|p| *p.get_ref()),
+        mtu,
+    });
+    // Its longest: every probe sent, the last one's wait, a second's set-up.
+    let seconds = f64::from(flows) * f64::from(max_hops) * TRACE_GAP_S + TRACE_WAIT_S + 1.0;
+    Ok((kind, seconds))
+}

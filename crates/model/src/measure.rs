@@ -1,0 +1,71 @@
+//! What a test's headline figure is and which way is worse: the kinds of figure every
+//! output (the mesh's rows, its board, metrics and alerts) speaks of, named once.
+
+use serde::Serialize;
+
+/// What kind of figure a test's headline is, which says which way is worse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// Bits per second: lower is worse.
+    Goodput,
+    /// Seconds per transaction: higher is worse.
+    Latency,
+    /// Round trips a minute under load (RPM): lower is worse.
+    Responsiveness,
+    /// The share of probes lost (STAMP), 0 to 1: above the mesh's `loss_above` for its
+    /// `for` is worse, whatever the baseline.
+    Loss,
+    /// A trace's distance to the destination: neither way is worse; a path change is
+    /// told as an event of its own (a path mark).
+    Hops,
+}
+
+impl Measure {
+    /// The figure's name where a sentence or a document says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Measure::Goodput => "goodput",
+            Measure::Latency => "latency",
+            Measure::Responsiveness => "responsiveness",
+            Measure::Loss => "loss",
+            Measure::Hops => "hops",
+        }
+    }
+
+    /// Whether its results are watched even where nothing receives them (no metrics,
+    /// no alert receiver): a soft failure (loss) is the reason to run STAMP in a mesh, a
+    /// path change the reason to run traces, and the progress lines tell both.
+    pub fn told_without_receivers(self) -> bool {
+        matches!(self, Measure::Loss | Measure::Hops)
+    }
+
+    /// A figure of this measure with its unit: "105 µs", "412 Mbit/s", "850 RPM",
+    /// "0.100 %".
+    pub fn show(self, value: f64) -> String {
+        match self {
+            Measure::Latency => crate::units::format_seconds(value),
+            Measure::Goodput => crate::units::format_rate(value, crate::units::Scale::Adaptive),
+            Measure::Responsiveness => format!("{value:.0} RPM"),
+            Measure::Loss => format!("{:.3} %", value * 100.0),
+            Measure::Hops => format!("{value:.0} hops"),
+        }
+    }
+}
+
+/// Which figure heads a result where there is room for one: a mesh's row, its grid cell
+/// and its metrics (how it is read from a document is the report crate's `headline::of`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headline {
+    /// Bits per second counted by the receiver.
+    Goodput,
+    /// The median time of a profile's timed transaction (its first group's transaction
+    /// `index`), in seconds, shown with `label` ("rtt", "connect+rr").
+    Transaction { index: usize, label: &'static str },
+    /// Round trips a minute under load.
+    Responsiveness,
+    /// The share of STAMP probes lost (round trip), 0 to 1.
+    Loss,
+    /// A trace's distance to the destination, where a flow reached it.
+    Hops,
+}
