@@ -6,9 +6,11 @@
 //! the jobs against the hosts' agents lives in linerate-campaign.
 
 pub mod file;
+mod host;
 pub mod kinds;
 pub mod model;
 pub mod plan;
+mod reading;
 pub mod schedule;
 
 pub use file::{parse, MeshError};

@@ -1,8 +1,11 @@
 //! What a mesh is once its file was read: hosts, tests, groups, and the jobs they make
 //! (one test from one host to another).
 
-use crate::kinds::{self, Kind};
-use serde::{Deserialize, Serialize};
+pub use crate::host::{Host, Transport};
+pub use crate::kinds::{
+    TestKind, DEFAULT_STAMP_PORT, DEFAULT_TRACE_HOPS, MAX_STAMP_RATE, MAX_TRACE_FLOWS,
+    MAX_TRACE_HOPS, RPM_SETUP_S, TRACE_GAP_S, TRACE_WAIT_S,
+};
 use std::collections::BTreeMap;
 
 /// The most hosts one mesh may have, listed and discovered.
@@ -12,19 +15,6 @@ pub const MAX_HOSTS: usize = 4096;
 pub const DEFAULT_TEST_SECONDS: f64 = 10.0;
 /// A STAMP test's report window when the file does not say (`report`).
 pub const DEFAULT_STAMP_REPORT_SECONDS: f64 = 60.0;
-/// STAMP's port (RFC 8762 §4.1), where a host's reflector listens unless it says.
-pub const DEFAULT_STAMP_PORT: u16 = 862;
-/// The most probes a second a mesh's STAMP test may send to one destination.
-pub const MAX_STAMP_RATE: f64 = 10_000.0;
-/// A trace's farthest distance when the file does not say (`max_hops`), as traceroute's.
-pub const DEFAULT_TRACE_HOPS: u8 = 30;
-/// The most flows (source ports) a mesh's trace may send, and the farthest distance.
-pub const MAX_TRACE_FLOWS: u16 = 16;
-pub const MAX_TRACE_HOPS: u8 = 64;
-/// A mesh trace's probes: one every 5 ms (kind to routers that rate-limit their ICMP),
-/// each waiting at most a second for its answer.
-pub const TRACE_GAP_S: f64 = 0.005;
-pub const TRACE_WAIT_S: f64 = 1.0;
 /// An RPM test's default time limit for each direction (as `linerate rpm --time`'s).
 pub const DEFAULT_RPM_LEG_SECONDS: f64 = 20.0;
 
@@ -226,81 +216,7 @@ impl Mesh {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct Host {
-    pub name: String,
-    /// `host`, `host:port` or `[v6]:port`: where its `linerate serve` listens (for a
-    /// host that only reflects, its STAMP reflector).
-    pub address: String,
-    pub labels: BTreeMap<String, String>,
-    /// It runs no agent, only a STAMP reflector (`reflector = "stamp"`: a router, any RFC
-    /// 8762 reflector): the destination of STAMP tests, and of nothing else.
-    pub reflector_only: bool,
-    /// Where its jobs' connections leave from (`source`, `source_dev`); `None`: where
-    /// its routes say.
-    pub source: Option<linerate_model::Source>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    Tcp,
-    Udp,
-}
-
-impl Transport {
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::Tcp => "tcp",
-            Transport::Udp => "udp",
-        }
-    }
-}
-
-/// A test's kind with its options: one variant a module of [`crate::kinds`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum TestKind {
-    Stream(kinds::Stream),
-    Rr(kinds::Rr),
-    Crr(kinds::Crr),
-    Rpm(kinds::Rpm),
-    Stamp(kinds::Stamp),
-    Trace(kinds::Trace),
-}
-
 pub use linerate_model::TraceProbe;
-
-/// An RPM test's time beyond its two directions: the configuration, the idle phase.
-pub const RPM_SETUP_S: f64 = 5.0;
-
-impl TestKind {
-    /// What the kind says of itself: the one place a test's variant is matched.
-    pub fn kind(&self) -> &dyn Kind {
-        match self {
-            TestKind::Stream(kind) => kind,
-            TestKind::Rr(kind) => kind,
-            TestKind::Crr(kind) => kind,
-            TestKind::Rpm(kind) => kind,
-            TestKind::Stamp(kind) => kind,
-            TestKind::Trace(kind) => kind,
-        }
-    }
-
-    pub fn protocol(&self) -> Transport {
-        self.kind().transport()
-    }
-
-    /// The protocol a job's row is labelled with: "tcp", "udp", or "icmp" for a trace
-    /// of ICMP echoes.
-    pub fn protocol_label(&self) -> &'static str {
-        self.kind().protocol_label()
-    }
-
-    /// "stream", "rr", "crr", "rpm", "stamp" or "trace".
-    pub fn run(&self) -> &'static str {
-        self.kind().run()
-    }
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct MeshTest {

@@ -2,99 +2,23 @@
 //! is ([`job_plan`]), and the figures of a schedule simulated on a clock of its own
 //! ([`summary`], what `linerate mesh plan` prints).
 
+use crate::kinds::JobSite;
+pub use crate::kinds::{address_of, reflector_of, trace_source_port, JobPlan};
 use crate::model::{Job, Mesh};
 use crate::schedule::simulate;
-use linerate_profile::Profile;
-use std::time::Duration;
-
-/// How a job runs: a profile on the source's agent, or an RPM test between the two
-/// agents.
-#[derive(Debug, Clone, PartialEq)]
-pub enum JobPlan {
-    Profile(Profile),
-    Rpm {
-        /// The destination's agent.
-        remote: String,
-        /// Each direction's time limit.
-        leg: Duration,
-        tls: bool,
-        max_connections: u32,
-    },
-    /// STAMP probes from the source's agent to the destination's reflector for one report
-    /// window.
-    Stamp {
-        /// The reflector: `host:port`, `[v6]:port`.
-        reflector: String,
-        window: Duration,
-        rate_pps: f64,
-        size: Option<u16>,
-        dscp: Option<u8>,
-    },
-    /// A trace from the source's agent to the destination's address.
-    Trace {
-        /// The destination's address (no port), or its name.
-        target: String,
-        probe: crate::model::TraceProbe,
-        flows: u16,
-        max_hops: u8,
-        port: Option<u16>,
-        /// The first flow's source port: the pair's own, the same trace after trace, so
-        /// that a load balancer sends each flow the way it did before.
-        source_port: u16,
-        mtu: bool,
-    },
-}
-
-/// The first of the ports a pair's trace flows leave from: above Linux's ephemeral range
-/// (32768 to 60999), so that no connection of the host has taken it, and drawn from the
-/// pair and test (FNV-1a), so that the pairs of a source spread over the range.
-pub fn trace_source_port(mesh: &str, test: &str, src: &str, dst: &str, flows: u16) -> u16 {
-    const FIRST: u32 = 61_000;
-    let mut hash: u32 = 0x811c_9dc5;
-    for byte in [mesh, test, src, dst].join("\0").bytes() {
-        hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
-    }
-    let room = 65_535 - FIRST + 1 - u32::from(flows);
-    (FIRST + hash % room) as u16
-}
-
-/// A host's address without its port: where a trace goes.
-pub fn address_of(host: &crate::model::Host) -> String {
-    let address = host.address.as_str();
-    if let Ok(addr) = address.parse::<std::net::SocketAddr>() {
-        addr.ip().to_string()
-    } else if let Ok(ip) = address.parse::<std::net::IpAddr>() {
-        ip.to_string()
-    } else {
-        match address.rsplit_once(':') {
-            Some((name, p)) if p.parse::<u16>().is_ok() => name.to_string(),
-            _ => address.to_string(),
-        }
-    }
-}
-
-/// Where `host`'s STAMP reflector answers: its address with `port` for a host that runs
-/// an agent (the address names the agent's port); a host that only reflects at the port
-/// its address names, else `port`.
-pub fn reflector_of(host: &crate::model::Host, port: u16) -> String {
-    let bare = address_of(host);
-    if host.reflector_only && bare != host.address {
-        // Its address names the reflector's port.
-        return match host.address.parse::<std::net::SocketAddr>() {
-            Ok(addr) => addr.to_string(),
-            Err(_) => host.address.clone(),
-        };
-    }
-    if bare.contains(':') {
-        format!("[{bare}]:{port}")
-    } else {
-        format!("{bare}:{port}")
-    }
-}
 
 /// What runs `job`: its test's kind says.
 pub fn job_plan(mesh: &Mesh, job: &Job) -> JobPlan {
-    mesh.tests[job.test].kind.kind().plan(mesh, job)
+    let test = &mesh.tests[job.test];
+    let site = JobSite {
+        mesh: &mesh.name,
+        test: &test.name,
+        seconds: test.seconds,
+        marks: test.marks,
+        src: &mesh.hosts[job.src],
+        dst: &mesh.hosts[job.dst],
+    };
+    test.kind.kind().plan(&site)
 }
 
 /// A schedule's figures per test.
@@ -177,6 +101,7 @@ pub fn summary(mesh: &Mesh, setup_s: f64) -> PlanSummary {
 mod tests {
     use super::*;
     use linerate_profile::Repeat;
+    use std::time::Duration;
 
     fn mesh(text: &str) -> Mesh {
         crate::parse("m.toml", text).unwrap()

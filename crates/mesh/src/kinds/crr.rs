@@ -2,10 +2,8 @@
 //! close (its options are rr's).
 
 use super::rr::read_transactions;
-use super::{profile_job, Context, Kind};
-use crate::file::{MeshError, RawTest, Reader};
-use crate::model::{Job, Mesh, TestKind, Transport};
-use crate::plan::JobPlan;
+use super::{profile_job, Context, JobPlan, JobSite, Kind, TestKind, Transport};
+use crate::reading::{MeshError, RawTest, Reader};
 use linerate_model::measure::{Headline, Measure};
 use linerate_profile::Action as Op;
 
@@ -36,9 +34,9 @@ impl Kind for Crr {
         }
     }
 
-    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan {
+    fn plan(&self, site: &JobSite) -> JobPlan {
         // Each transaction its own connection: the timed transaction holds the connect.
-        profile_job(mesh, job, 1, true, |parts| {
+        profile_job(site, self.transport(), 1, true, |parts| {
             vec![parts.timed(
                 self.per_second,
                 vec![

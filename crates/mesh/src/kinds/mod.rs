@@ -4,7 +4,7 @@
 //! coordinator, the board and the metrics ask a test's [`Kind`] and never name one.
 //!
 //! To add a kind: a module here with its options struct, its `read` and its `impl Kind`,
-//! and its line in [`KINDS`] and in [`crate::model::TestKind`].
+//! and its line in [`KINDS`] and in [`TestKind`].
 
 mod crr;
 mod rpm;
@@ -14,19 +14,63 @@ mod stream;
 mod trace;
 
 pub use crr::Crr;
-pub use rpm::Rpm;
+pub use rpm::{Rpm, RPM_SETUP_S};
 pub use rr::Rr;
-pub use stamp::Stamp;
+pub use stamp::{Stamp, DEFAULT_STAMP_PORT, MAX_STAMP_RATE};
 pub use stream::Stream;
-pub use trace::Trace;
+pub use trace::{
+    Trace, DEFAULT_TRACE_HOPS, MAX_TRACE_FLOWS, MAX_TRACE_HOPS, TRACE_GAP_S, TRACE_WAIT_S,
+};
 
-use crate::file::{MeshError, RawTest, Reader};
-use crate::model::{Job, Mesh, TestKind, Transport};
-use crate::plan::JobPlan;
+use crate::host::{Host, Transport};
+use crate::reading::{MeshError, RawTest, Reader};
+use linerate_model::marks::Marks;
 use linerate_model::measure::{Headline, Measure};
+use linerate_model::TraceProbe;
 use linerate_profile::{
     Action as Op, Endpoint, Group, Profile, Protocol, Repeat, Size, Transaction, Transfer,
 };
+use std::time::Duration;
+
+/// A test's kind with its options: one variant a module of this one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TestKind {
+    Stream(Stream),
+    Rr(Rr),
+    Crr(Crr),
+    Rpm(Rpm),
+    Stamp(Stamp),
+    Trace(Trace),
+}
+
+impl TestKind {
+    /// What the kind says of itself: the one place a test's variant is matched.
+    pub fn kind(&self) -> &dyn Kind {
+        match self {
+            TestKind::Stream(kind) => kind,
+            TestKind::Rr(kind) => kind,
+            TestKind::Crr(kind) => kind,
+            TestKind::Rpm(kind) => kind,
+            TestKind::Stamp(kind) => kind,
+            TestKind::Trace(kind) => kind,
+        }
+    }
+
+    pub fn protocol(&self) -> Transport {
+        self.kind().transport()
+    }
+
+    /// The protocol a job's row is labelled with: "tcp", "udp", or "icmp" for a trace
+    /// of ICMP echoes.
+    pub fn protocol_label(&self) -> &'static str {
+        self.kind().protocol_label()
+    }
+
+    /// "stream", "rr", "crr", "rpm", "stamp" or "trace".
+    pub fn run(&self) -> &'static str {
+        self.kind().run()
+    }
+}
 
 /// What every kind of mesh test says of itself.
 pub trait Kind {
@@ -53,8 +97,104 @@ pub trait Kind {
     fn address_only(&self) -> bool {
         false
     }
-    /// What runs `job` of this test.
-    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan;
+    /// What runs a job of this test.
+    fn plan(&self, site: &JobSite) -> JobPlan;
+}
+
+/// Where a job runs and what of its test it needs: its mesh's and test's names (a
+/// profile's name, a trace's source port), the test's length and marks, its two hosts.
+pub struct JobSite<'a> {
+    pub mesh: &'a str,
+    pub test: &'a str,
+    pub seconds: f64,
+    pub marks: Option<Marks>,
+    pub src: &'a Host,
+    pub dst: &'a Host,
+}
+
+/// How a job runs: a profile on the source's agent, or an RPM test between the two
+/// agents.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobPlan {
+    Profile(Profile),
+    Rpm {
+        /// The destination's agent.
+        remote: String,
+        /// Each direction's time limit.
+        leg: Duration,
+        tls: bool,
+        max_connections: u32,
+    },
+    /// STAMP probes from the source's agent to the destination's reflector for one report
+    /// window.
+    Stamp {
+        /// The reflector: `host:port`, `[v6]:port`.
+        reflector: String,
+        window: Duration,
+        rate_pps: f64,
+        size: Option<u16>,
+        dscp: Option<u8>,
+    },
+    /// A trace from the source's agent to the destination's address.
+    Trace {
+        /// The destination's address (no port), or its name.
+        target: String,
+        probe: TraceProbe,
+        flows: u16,
+        max_hops: u8,
+        port: Option<u16>,
+        /// The first flow's source port: the pair's own, the same trace after trace, so
+        /// that a load balancer sends each flow the way it did before.
+        source_port: u16,
+        mtu: bool,
+    },
+}
+
+/// The first of the ports a pair's trace flows leave from: above Linux's ephemeral range
+/// (32768 to 60999), so that no connection of the host has taken it, and drawn from the
+/// pair and test (FNV-1a), so that the pairs of a source spread over the range.
+pub fn trace_source_port(mesh: &str, test: &str, src: &str, dst: &str, flows: u16) -> u16 {
+    const FIRST: u32 = 61_000;
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in [mesh, test, src, dst].join("\0").bytes() {
+        hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+    }
+    let room = 65_535 - FIRST + 1 - u32::from(flows);
+    (FIRST + hash % room) as u16
+}
+
+/// A host's address without its port: where a trace goes.
+pub fn address_of(host: &Host) -> String {
+    let address = host.address.as_str();
+    if let Ok(addr) = address.parse::<std::net::SocketAddr>() {
+        addr.ip().to_string()
+    } else if let Ok(ip) = address.parse::<std::net::IpAddr>() {
+        ip.to_string()
+    } else {
+        match address.rsplit_once(':') {
+            Some((name, p)) if p.parse::<u16>().is_ok() => name.to_string(),
+            _ => address.to_string(),
+        }
+    }
+}
+
+/// Where `host`'s STAMP reflector answers: its address with `port` for a host that runs
+/// an agent (the address names the agent's port); a host that only reflects at the port
+/// its address names, else `port`.
+pub fn reflector_of(host: &Host, port: u16) -> String {
+    let bare = address_of(host);
+    if host.reflector_only && bare != host.address {
+        // Its address names the reflector's port.
+        return match host.address.parse::<std::net::SocketAddr>() {
+            Ok(addr) => addr.to_string(),
+            Err(_) => host.address.clone(),
+        };
+    }
+    if bare.contains(':') {
+        format!("[{bare}]:{port}")
+    } else {
+        format!("{bare}:{port}")
+    }
 }
 
 /// What every test's reader is given besides its own table.
@@ -94,15 +234,14 @@ pub(crate) fn names() -> String {
 /// source's agent, its `transactions` made by `shape` from the connect to the
 /// destination's agent (Nagle off where `nodelay`) and the test's timed transaction.
 pub(crate) fn profile_job(
-    mesh: &Mesh,
-    job: &Job,
+    site: &JobSite,
+    transport: Transport,
     threads: u32,
     nodelay: bool,
     shape: impl FnOnce(&ProfileParts) -> Vec<Transaction>,
 ) -> JobPlan {
-    let test = &mesh.tests[job.test];
-    let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
-    let protocol = match test.kind.kind().transport() {
+    let (src, dst) = (site.src, site.dst);
+    let protocol = match transport {
         Transport::Tcp => Protocol::Tcp,
         Transport::Udp => Protocol::Udp,
     };
@@ -114,21 +253,21 @@ pub(crate) fn profile_job(
         congestion: None,
         cipher: None,
         engine: None,
-        marks: test.marks,
+        marks: site.marks,
         source: src.source.clone(),
     });
     let parts = ProfileParts {
         protocol,
         connect,
-        seconds: test.seconds,
+        seconds: site.seconds,
     };
     JobPlan::Profile(Profile {
         name: format!(
             "mesh {} {} {} -> {}",
-            mesh.name, test.name, src.name, dst.name
+            site.mesh, site.test, src.name, dst.name
         ),
         groups: vec![Group {
-            name: test.name.clone(),
+            name: site.test.to_string(),
             threads,
             host: Some(src.address.clone()),
             transactions: shape(&parts),

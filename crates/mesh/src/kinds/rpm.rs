@@ -1,12 +1,13 @@
 //! `run = "rpm"`: responsiveness under working conditions: the source's agent runs
 //! `linerate rpm` against the destination's, downloading and uploading over HTTP/2.
 
-use super::{Context, Kind};
-use crate::file::{not_an_option, MeshError, RawTest, Reader};
-use crate::model::{Job, Mesh, TestKind, Transport, RPM_SETUP_S};
-use crate::plan::JobPlan;
+use super::{Context, JobPlan, JobSite, Kind, TestKind, Transport};
+use crate::reading::{not_an_option, MeshError, RawTest, Reader};
 use linerate_model::measure::{Headline, Measure};
 use std::time::Duration;
+
+/// An RPM test's time beyond its two directions: the configuration, the idle phase.
+pub const RPM_SETUP_S: f64 = 5.0;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rpm {
@@ -39,9 +40,9 @@ impl Kind for Rpm {
         true
     }
 
-    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan {
+    fn plan(&self, site: &JobSite) -> JobPlan {
         JobPlan::Rpm {
-            remote: mesh.hosts[job.dst].address.clone(),
+            remote: site.dst.address.clone(),
             leg: Duration::from_secs_f64(self.leg_s),
             tls: self.tls,
             max_connections: self.max_connections,

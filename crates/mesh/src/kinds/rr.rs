@@ -1,10 +1,10 @@
 //! `run = "rr"`: request/response transactions over one connection, one at a time;
 //! `crr` shares its options (its reader is here).
 
-use super::{profile_job, Context, Kind};
-use crate::file::{not_an_option, read_size, transactions_per_second, MeshError, RawTest, Reader};
-use crate::model::{Job, Mesh, TestKind, Transport};
-use crate::plan::JobPlan;
+use super::{profile_job, Context, JobPlan, JobSite, Kind, TestKind, Transport};
+use crate::reading::{
+    not_an_option, read_size, transactions_per_second, MeshError, RawTest, Reader,
+};
 use linerate_model::measure::{Headline, Measure};
 use linerate_profile::Action as Op;
 
@@ -37,8 +37,8 @@ impl Kind for Rr {
         }
     }
 
-    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan {
-        profile_job(mesh, job, 1, true, |parts| {
+    fn plan(&self, site: &JobSite) -> JobPlan {
+        profile_job(site, self.transport(), 1, true, |parts| {
             vec![
                 parts.once(parts.connect.clone()),
                 parts.timed(

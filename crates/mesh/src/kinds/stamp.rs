@@ -2,13 +2,18 @@
 //! destination's reflector (`serve --stamp`, or a host that only reflects), all the
 //! time: each job is one report window, and the next starts as it ends.
 
-use super::{Context, Kind};
-use crate::file::{not_an_option, read_dscp, transactions_per_second, MeshError, RawTest, Reader};
-use crate::model::{Job, Mesh, TestKind, Transport, DEFAULT_STAMP_PORT, MAX_STAMP_RATE};
-use crate::plan::{reflector_of, JobPlan};
+use super::{reflector_of, Context, JobPlan, JobSite, Kind, TestKind, Transport};
+use crate::reading::{
+    not_an_option, read_dscp, transactions_per_second, MeshError, RawTest, Reader,
+};
 use linerate_model::measure::{Headline, Measure};
 use linerate_model::units::parse_size;
 use std::time::Duration;
+
+/// STAMP's port (RFC 8762 §4.1), where a host's reflector listens unless it says.
+pub const DEFAULT_STAMP_PORT: u16 = 862;
+/// The most probes a second a mesh's STAMP test may send to one destination.
+pub const MAX_STAMP_RATE: f64 = 10_000.0;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stamp {
@@ -43,10 +48,10 @@ impl Kind for Stamp {
         true
     }
 
-    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan {
+    fn plan(&self, site: &JobSite) -> JobPlan {
         JobPlan::Stamp {
-            reflector: reflector_of(&mesh.hosts[job.dst], self.port),
-            window: Duration::from_secs_f64(mesh.tests[job.test].seconds),
+            reflector: reflector_of(site.dst, self.port),
+            window: Duration::from_secs_f64(site.seconds),
             rate_pps: self.rate_pps,
             size: self.size,
             dscp: self.dscp,

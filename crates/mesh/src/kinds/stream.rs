@@ -1,9 +1,7 @@
 //! `run = "stream"`: bulk data from the source to the destination, TCP or paced UDP.
 
-use super::{profile_job, Context, Kind};
-use crate::file::{not_an_option, read_size, MeshError, RawTest, Reader};
-use crate::model::{Job, Mesh, TestKind, Transport};
-use crate::plan::JobPlan;
+use super::{profile_job, Context, JobPlan, JobSite, Kind, TestKind, Transport};
+use crate::reading::{not_an_option, read_size, MeshError, RawTest, Reader};
 use linerate_model::measure::{Headline, Measure};
 use linerate_model::units::parse_rate;
 use linerate_profile::{Action as Op, Protocol};
@@ -39,11 +37,11 @@ impl Kind for Stream {
         true
     }
 
-    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan {
+    fn plan(&self, site: &JobSite) -> JobPlan {
         let per_second = self
             .rate_bps
             .map(|bps| bps as f64 / (self.size as f64 * 8.0));
-        profile_job(mesh, job, self.parallel, false, |parts| {
+        profile_job(site, self.transport(), self.parallel, false, |parts| {
             let send = match parts.protocol {
                 Protocol::Udp => Op::Sendto(parts.transfer(self.size, per_second)),
                 _ => Op::Write(parts.transfer(self.size, per_second)),

@@ -2,14 +2,20 @@
 //! agent to the destination's address (any host, one that only reflects too), its hop
 //! list kept, and a change from the pair's last trace told.
 
-use super::{Context, Kind};
-use crate::file::{not_an_option, MeshError, RawTest, Reader};
-use crate::model::{
-    Job, Mesh, TestKind, TraceProbe, Transport, DEFAULT_TRACE_HOPS, MAX_TRACE_FLOWS,
-    MAX_TRACE_HOPS, TRACE_GAP_S, TRACE_WAIT_S,
-};
-use crate::plan::{address_of, trace_source_port, JobPlan};
+use super::{address_of, trace_source_port, Context, JobPlan, JobSite, Kind, TestKind, Transport};
+use crate::reading::{not_an_option, MeshError, RawTest, Reader};
 use linerate_model::measure::{Headline, Measure};
+use linerate_model::TraceProbe;
+
+/// A trace's farthest distance when the file does not say (`max_hops`), as traceroute's.
+pub const DEFAULT_TRACE_HOPS: u8 = 30;
+/// The most flows (source ports) a mesh's trace may send, and the farthest distance.
+pub const MAX_TRACE_FLOWS: u16 = 16;
+pub const MAX_TRACE_HOPS: u8 = 64;
+/// A mesh trace's probes: one every 5 ms (kind to routers that rate-limit their ICMP),
+/// each waiting at most a second for its answer.
+pub const TRACE_GAP_S: f64 = 0.005;
+pub const TRACE_WAIT_S: f64 = 1.0;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trace {
@@ -52,9 +58,8 @@ impl Kind for Trace {
         true
     }
 
-    fn plan(&self, mesh: &Mesh, job: &Job) -> JobPlan {
-        let test = &mesh.tests[job.test];
-        let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
+    fn plan(&self, site: &JobSite) -> JobPlan {
+        let (src, dst) = (site.src, site.dst);
         JobPlan::Trace {
             target: address_of(dst),
             probe: self.probe,
@@ -62,9 +67,7 @@ impl Kind for Trace {
             max_hops: self.max_hops,
             port: self.port,
             mtu: self.mtu,
-            source_port: trace_source_port(
-                &mesh.name, &test.name, &src.name, &dst.name, self.flows,
-            ),
+            source_port: trace_source_port(site.mesh, site.test, &src.name, &dst.name, self.flows),
         }
     }
 }
