@@ -467,11 +467,6 @@ fn refuse_options_of_other_runs(
     if run == "trace" {
         not_an_option(reader, raw.dscp.as_ref(), "dscp", run)?;
     }
-    if run == "rpm" || run == "stamp" || run == "trace" {
-        if let Some(ecn) = &raw.ecn {
-            return Err(reader.at(ecn, format!("'ecn' is not an option of run = \"{run}\"")));
-        }
-    }
     if run != "trace" {
         if let Some(m) = &raw.mtu {
             return Err(reader.at(m, format!("'mtu' is not an option of run = \"{run}\"")));
@@ -614,8 +609,9 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
         .exclusive
         .unwrap_or_else(|| kind.kind().exclusive_by_default());
     // STAMP keeps its DSCP in its kind (its probes carry it in their own field too).
-    let marks = match run {
-        "stream" | "rr" | "crr" if raw.dscp.is_some() || raw.ecn.is_some() => Some(Marks {
+    let marked = raw.dscp.is_some() || raw.ecn.is_some();
+    let marks = match kind.kind().marks_packets() {
+        true if marked => Some(Marks {
             dscp: raw
                 .dscp
                 .as_ref()
@@ -624,7 +620,15 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
                 .unwrap_or(0),
             ecn: raw.ecn.as_ref().is_some_and(|e| *e.get_ref()),
         }),
-        _ => None,
+        true => None,
+        false => {
+            // A kind that neither marks nor reads them itself (its module refuses or
+            // takes `dscp`): `ecn` has no place.
+            if let Some(ecn) = &raw.ecn {
+                return Err(reader.at(ecn, format!("'ecn' is not an option of run = \"{run}\"")));
+            }
+            None
+        }
     };
     Ok(MeshTest {
         name,

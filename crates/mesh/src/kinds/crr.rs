@@ -34,6 +34,10 @@ impl Kind for Crr {
         }
     }
 
+    fn marks_packets(&self) -> bool {
+        true
+    }
+
     fn plan(&self, site: &JobSite) -> JobPlan {
         // Each transaction its own connection: the timed transaction holds the connect.
         profile_job(site, self.transport(), 1, true, |parts| {

@@ -97,6 +97,11 @@ pub trait Kind {
     fn address_only(&self) -> bool {
         false
     }
+    /// Whether its packets carry the test's `dscp` and `ecn` both ways (a kind that
+    /// reads a DSCP for a field of its own, as STAMP, says no).
+    fn marks_packets(&self) -> bool {
+        false
+    }
     /// What runs a job of this test.
     fn plan(&self, site: &JobSite) -> JobPlan;
 }

@@ -37,6 +37,10 @@ impl Kind for Rr {
         }
     }
 
+    fn marks_packets(&self) -> bool {
+        true
+    }
+
     fn plan(&self, site: &JobSite) -> JobPlan {
         profile_job(site, self.transport(), 1, true, |parts| {
             vec![

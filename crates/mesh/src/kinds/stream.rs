@@ -37,6 +37,10 @@ impl Kind for Stream {
         true
     }
 
+    fn marks_packets(&self) -> bool {
+        true
+    }
+
     fn plan(&self, site: &JobSite) -> JobPlan {
         let per_second = self
             .rate_bps
