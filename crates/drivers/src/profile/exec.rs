@@ -328,7 +328,13 @@ impl Thread<'_> {
         let counts = &mut outcome.transactions[ti];
         counts.iterations += done;
         counts.last_end = Some(Instant::now());
-        if !mirror && txn.ops.iter().any(|op| op.action.sends().is_some()) {
+        // The mirror keeps step while the transaction moves data or opens connections
+        // (each iteration's connect is an accept there): it stops at this count.
+        let mirrored = txn
+            .ops
+            .iter()
+            .any(|op| op.action.sends().is_some() || matches!(op.action, Action::Connect(_)));
+        if !mirror && mirrored {
             self.report_count(ti, done);
         }
         result
