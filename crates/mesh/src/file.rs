@@ -15,7 +15,7 @@
 //!
 //! [[test]]
 //! name = "throughput"
-//! run = "stream"                 # stream | rr | crr | rpm | stamp | trace
+//! run = "stream"                 # a kind of test: one module of src/kinds/ each
 //! duration = "10s"
 //! interval = "4h"
 //! jitter = "10m"
@@ -453,7 +453,7 @@ fn read_interval(
 }
 
 /// The options one kind of test has, refused on the others: STAMP's report and port; the
-/// marks (dscp: STAMP, stream, rr, crr; ecn: stream, rr, crr); RPM's max_connections and
+/// marks (dscp: STAMP's own; dscp and ecn: the kinds that mark their packets); RPM's max_connections and
 /// tls.
 fn refuse_options_of_other_runs(
     reader: &Reader,

@@ -222,7 +222,8 @@ pub use linerate_model::TraceProbe;
 pub struct MeshTest {
     pub name: String,
     pub kind: TestKind,
-    /// Stream, rr, crr: the DSCP and ECN every packet carries both ways (`dscp`, `ecn`).
+    /// Kinds that mark their packets: the DSCP and ECN every packet carries both ways
+    /// (`dscp`, `ecn`).
     pub marks: Option<linerate_model::marks::Marks>,
     pub seconds: f64,
     /// How often each of its jobs runs.

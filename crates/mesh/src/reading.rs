@@ -28,9 +28,9 @@ pub(crate) struct RawTest {
     pub(crate) report: Option<Spanned<String>>,
     /// STAMP: the reflectors' port.
     pub(crate) port: Option<Spanned<u16>>,
-    /// STAMP: the probes' DSCP; stream, rr, crr: the DSCP of every packet both ways.
+    /// STAMP: the probes' DSCP; kinds that mark their packets: every packet's, both ways.
     pub(crate) dscp: Option<Spanned<String>>,
-    /// Stream, rr, crr: ECN-capable packets both ways.
+    /// Kinds that mark their packets: ECN-capable packets both ways.
     pub(crate) ecn: Option<Spanned<bool>>,
     pub(crate) jitter: Option<Spanned<String>>,
     pub(crate) exclusive: Option<bool>,
