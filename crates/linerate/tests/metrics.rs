@@ -1482,3 +1482,86 @@ fn alertmanager_hears_of_steady_stamp_loss_for_exactly_the_ways_that_cross_it() 
     drop(alertmanager);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A mesh's connect test over a 20 ms lab path: its headline, the median time to open a
+/// connection, is one round trip as ping measures it over the same path in the same run
+/// (the SYN and its answer), and never less than ping's least.
+#[test]
+fn a_mesh_connect_test_times_one_round_trip_as_ping_does() {
+    let test = "a_mesh_connect_test_times_one_round_trip_as_ping_does";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    if !have("ping", test) {
+        return;
+    }
+    let _turn = turn();
+    let lab = format!("c{}", std::process::id() % 100_000);
+    let _down = lab_up(&lab, &["--rtt", "20ms"]);
+    let (client, server) = (format!("lrlab-{lab}-client"), format!("lrlab-{lab}-server"));
+    let dir = scratch("connect");
+    let (key, _agents) = lab_agents(&client, &server, &dir);
+    let hosts = [
+        ("client".to_string(), "10.77.0.1".to_string()),
+        ("server".to_string(), "10.77.0.2".to_string()),
+    ];
+    let file = dir.join("mesh.toml");
+    std::fs::write(
+        &file,
+        mesh_text(
+            "open",
+            &key,
+            &hosts,
+            "[[test]]\nname = \"open\"\nrun = \"connect\"\nrate = \"20/s\"\nduration = \"3s\"\ninterval = \"1m\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"open\"]\n",
+        ),
+    )
+    .unwrap();
+    let ping = Command::new("ip")
+        .args([
+            "netns", "exec", &client, "ping", "-n", "-c", "40", "-i", "0.05",
+        ])
+        .arg("10.77.0.2")
+        .output()
+        .unwrap();
+    assert!(ping.status.success(), "{}", stderr(&ping));
+    let mut times: Vec<f64> = String::from_utf8_lossy(&ping.stdout)
+        .lines()
+        .filter_map(|line| line.split("time=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        // The first carries the neighbour lookup.
+        .skip(1)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    assert!(times.len() >= 30, "{times:?}");
+    let (ping_min, ping_p50) = (times[0], times[times.len() / 2]);
+    let out = Command::new("ip")
+        .args(["netns", "exec", &client, binary()])
+        .args(["--no-store", "mesh", "run", file.to_str().unwrap()])
+        .args(["--cycles", "1", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|row| row["test"] == "open")
+        .collect();
+    assert_eq!(rows.len(), 2, "both ways: {rows:?}");
+    for row in &rows {
+        assert_eq!(row["outcome"], "ok", "{row}");
+        assert_eq!(row["protocol"], "tcp", "{row}");
+        let text = row["headline_text"].as_str().unwrap();
+        assert!(text.starts_with("connect p50 "), "{text}");
+        let p50 = num(row, "/headline") * 1e3;
+        eprintln!(
+            "{}: connect p50 {p50:.3} ms; ping least {ping_min:.3} ms, median {ping_p50:.3} ms",
+            row["src"]
+        );
+        assert!(
+            p50 >= ping_min - 0.2 && (p50 - ping_p50).abs() <= 2.0,
+            "connect p50 {p50:.3} ms, ping's least {ping_min:.3} ms and median {ping_p50:.3} ms"
+        );
+    }
+}

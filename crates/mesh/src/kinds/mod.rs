@@ -6,6 +6,7 @@
 //! To add a kind: a module here with its options struct, its `read` and its `impl Kind`,
 //! and its line in [`KINDS`] and in [`TestKind`].
 
+mod connect;
 mod crr;
 mod rpm;
 mod rr;
@@ -13,6 +14,7 @@ mod stamp;
 mod stream;
 mod trace;
 
+pub use connect::Connect;
 pub use crr::Crr;
 pub use rpm::{Rpm, RPM_SETUP_S};
 pub use rr::Rr;
@@ -41,6 +43,7 @@ pub enum TestKind {
     Rpm(Rpm),
     Stamp(Stamp),
     Trace(Trace),
+    Connect(Connect),
 }
 
 impl TestKind {
@@ -53,6 +56,7 @@ impl TestKind {
             TestKind::Rpm(kind) => kind,
             TestKind::Stamp(kind) => kind,
             TestKind::Trace(kind) => kind,
+            TestKind::Connect(kind) => kind,
         }
     }
 
@@ -224,6 +228,7 @@ pub(crate) const KINDS: &[(&str, ReadKind)] = &[
     ("rpm", rpm::read),
     ("stamp", stamp::read),
     ("trace", trace::read),
+    ("connect", connect::read),
 ];
 
 /// The kinds' names as a message lists them: "stream, rr, crr, rpm, stamp or trace".
