@@ -12,6 +12,8 @@
 //!   flow through [`sink::Sink`]s (text, JSON, the results database, a progress bar).
 //! - [`mesh`]: the mesh coordinator: the scheduler's jobs run as profiles on the hosts'
 //!   agents, every result stored with its labels.
+//! - [`coordinator`]: `linerate mesh run`'s coordinator started from a spec: the store's
+//!   writer and spool, the watch (board, metrics, alerts), its notes for the printer.
 //! - [`threads`]: the threads a mesh's jobs run on, kept between jobs.
 //! - [`storage`]: where runs are kept; [`cancel`]: Ctrl-C and SIGTERM as a stop flag.
 //!
@@ -19,6 +21,7 @@
 
 pub mod baseline;
 pub mod cancel;
+pub mod coordinator;
 pub mod copy;
 pub mod find_max;
 #[cfg(test)]

@@ -7,20 +7,16 @@ use crate::mesh_view::{row_json, tables, Printer, RowJson};
 use crate::Globals;
 use anyhow::Context;
 use linerate_campaign::cancel;
-use linerate_campaign::mesh::{self, MeshEvent, MeshOptions};
+use linerate_campaign::coordinator::{
+    self, Coordinator, CoordinatorSpec, Note, SpoolPlace, StartError, StoreSpec,
+};
+use linerate_campaign::mesh::{self, MeshOptions};
 use linerate_mesh::Mesh;
-use linerate_metrics::alerts::Change;
-use linerate_metrics::assess::Thresholds;
-use linerate_metrics::board::{Measure, StoreCounts};
-use linerate_metrics::past::{HourPoint, Kept, PastSource};
-use linerate_metrics::watch::{Watch, WatchError, WatchSpec};
+use linerate_metrics::board::Measure;
 use linerate_proto::auth::Key;
-use linerate_report::document::Document;
 use linerate_store::prune::PairQuery;
-use linerate_store::spool::{Retention, Spool, SpoolCounts, StoreReader, Writer};
 use linerate_store::MeshRow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What a job costs beyond its test's duration, for the plan: reaching the source's
@@ -233,58 +229,10 @@ fn key_of(mesh: &Mesh, globals: &Globals) -> Result<Option<Key>, Failure> {
         .map_err(|e| Failure::Usage(format!("the mesh's key {}: {e}", path.display())))
 }
 
-/// With glibc's allocator (a build without the `jemalloc` feature): one arena for the
-/// coordinator. Its jobs' threads allocate what its own thread keeps and frees (results,
-/// documents, links given back), and glibc gives threads up to eight arenas a CPU, each
-/// keeping its own fragments: a 30-minute soak measured the resident memory growing 6 MiB
-/// an hour, all of it in those arenas (docs/performance.md). One arena reuses what any
-/// thread freed. Set before the first thread starts. jemalloc, the default, returns freed
-/// pages by itself and needs neither this nor [`HeapTrim`].
-fn one_allocator_arena() {
-    #[cfg(all(target_env = "gnu", not(feature = "jemalloc")))]
-    // SAFETY: mallopt changes a glibc tunable; called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
-}
-
-/// With glibc's allocator: hands its free pages back to the kernel once a minute. glibc returns only
-/// the top of its heap by itself; a burst of results (a cycle's jobs ending together)
-/// leaves free pages below live ones, which the resident size kept as growth. A heap
-/// profile of a 12-minute soak found the memory in use flat from the second minute
-/// while the resident size still rose (docs/performance.md).
-struct HeapTrim {
-    last: std::time::Instant,
-}
-
-impl HeapTrim {
-    const EVERY: Duration = Duration::from_secs(60);
-
-    fn new() -> HeapTrim {
-        HeapTrim {
-            last: std::time::Instant::now(),
-        }
-    }
-
-    /// Trims when a minute has passed since the last time: a walk of the heap's free
-    /// chunks, a millisecond or so at the coordinator's size.
-    fn now_and_then(&mut self) {
-        if self.last.elapsed() < Self::EVERY {
-            return;
-        }
-        self.last = std::time::Instant::now();
-        #[cfg(all(target_env = "gnu", not(feature = "jemalloc")))]
-        // SAFETY: malloc_trim only releases memory the allocator holds free.
-        unsafe {
-            libc::malloc_trim(0);
-        }
-    }
-}
-
-// Long: the coordinator's set-up in order (store, key, watch, signals, view), then the run
-// and its end.
+/// `linerate mesh run`: the coordinator's spec from the flags and the file, its notes
+/// printed.
 fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
-    one_allocator_arena();
+    coordinator::one_allocator_arena();
     let mesh = load(&args.file)?;
     let key = key_of(&mesh, globals)?;
     if key.is_none() {
@@ -295,55 +243,19 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         ))
         .into());
     }
-    let mut writer = store_writer(args, globals, &mesh)?;
-    let counts = writer.as_ref().map(|w| w.counts());
-    let past_source = writer
-        .as_ref()
-        .map(|w| Arc::new(StorePast { reader: w.reader() }) as Arc<dyn PastSource>);
-    let mut store: Option<&mut dyn linerate_store::MeshArchive> = writer
-        .as_mut()
-        .map(|w| w as &mut dyn linerate_store::MeshArchive);
-    // Loss alerts and path changes are printed even with nowhere else to send them: a
-    // soft failure is the reason to run STAMP in a mesh, a path change to run traces.
-    let watching = args.metrics.is_some()
-        || args.remote_write.is_some()
-        || mesh.alerts.alertmanager.is_some()
-        || mesh.alerts.webhook.is_some()
-        || mesh
-            .tests
-            .iter()
-            .any(|t| t.kind.kind().measure().told_without_receivers());
-    let mut watch = if watching {
-        let watch = start_watch(args, &mesh, counts, past_source)?;
-        // What the board keeps of each pair (its plot, its baseline), read a pair at a
-        // time: a large mesh's months of rows are never in memory together.
-        if let Some(store) = store.as_mut() {
-            let traces: std::collections::BTreeSet<&str> = mesh
-                .tests
-                .iter()
-                .filter(|t| t.kind.kind().measure() == Measure::Hops)
-                .map(|t| t.name.as_str())
-                .collect();
-            let mut last_traces = Vec::new();
-            store
-                .recent_rows_each(&mesh.name, linerate_metrics::board::HISTORY, &mut |rows| {
-                    watch.seed(&rows);
-                    if let Some(last) = rows
-                        .iter()
-                        .rev()
-                        .find(|r| traces.contains(r.test.as_str()) && r.run_id.is_some())
-                    {
-                        last_traces.push(last.clone());
-                    }
-                })
-                .context("reading the mesh's past results")?;
-            learn_routes(&mut **store, &watch, &last_traces);
-        }
-        Some(watch)
-    } else {
-        None
+    let store = match &args.store {
+        Some(url) => Some(StoreSpec {
+            store: Box::new(open_archive(url, args.store_password_file.as_deref())?),
+            spool: match &mesh.store.spool {
+                Some(path) => SpoolPlace::File(path.clone()),
+                None => SpoolPlace::Default,
+            },
+        }),
+        None => globals.storage.open_for_run()?.map(|sqlite| StoreSpec {
+            store: Box::new(sqlite),
+            spool: SpoolPlace::Memory,
+        }),
     };
-    let stop = cancel::on_signals()?;
     let options = MeshOptions {
         cycles: args.cycles,
         key,
@@ -351,6 +263,23 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         lead: Duration::from_millis(500),
         rediscover: rediscover(&args.file)?,
     };
+    let spec = CoordinatorSpec {
+        mesh,
+        file: args.file.clone(),
+        options,
+        store,
+        metrics: args.metrics,
+        remote_write: args.remote_write.clone(),
+    };
+    let coordinator = Coordinator::start(spec).map_err(|e| match e {
+        StartError::Usage(message) => anyhow::Error::from(Failure::Usage(message)),
+        StartError::Other(error) => error,
+    })?;
+    for notice in &coordinator.notices {
+        eprintln!("{notice}");
+    }
+    let stop = cancel::on_signals()?;
+    let mesh = coordinator.mesh().clone();
     if !args.json {
         eprintln!(
             "Mesh '{}': {} hosts, {} jobs{}",
@@ -364,80 +293,10 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         );
     }
     let mut out = Printer::new(&mesh, args.json);
-    let mut each_event = |event: MeshEvent| match event {
-        MeshEvent::Result(result) => {
-            let recorded = watch
-                .as_mut()
-                .map(|w| w.record(&result.row, result.document.as_ref()))
-                .unwrap_or_default();
-            if let Some(mark) = &recorded.path_change {
-                let text = format!("path change: {}", mark.describe());
-                let event = serde_json::json!({
-                    "event": "path_change",
-                    "mesh": result.row.mesh,
-                    "test": mark.test,
-                    "src": mark.src,
-                    "dst": mark.dst,
-                    "since": mark.since,
-                    "at": mark.at,
-                    "words": mark.words,
-                    "run_id": result.row.run_id,
-                });
-                out.note(&text, event);
-            }
-            for change in recorded.changes {
-                let (a, resolved) = match &change {
-                    Change::Opened(a) => (a, false),
-                    Change::Resolved(a) => (a, true),
-                };
-                let verb = if resolved { "resolved" } else { "alert" };
-                let text = format!("{verb} {}: {}", a.name(), a.words());
-                let event =
-                    serde_json::json!({ "event": "alert", "text": text, "resolved": resolved });
-                out.note(&text, event);
-            }
-            out.row(&result.row);
-        }
-        MeshEvent::Hosts { added, removed } => {
-            let text = format!(
-                "hosts changed: {} added [{}], {} removed [{}]; the schedule carries on over them once the running jobs end",
-                added.len(),
-                added.join(", "),
-                removed.len(),
-                removed.join(", ")
-            );
-            let event = serde_json::json!({ "event": "hosts", "added": added, "removed": removed });
-            out.note(&text, event);
-        }
-        MeshEvent::Waiting { until } => {
-            let at = UNIX_EPOCH + Duration::from_secs_f64(until.max(0.0));
-            let left = Duration::from_secs(
-                (until
-                    - SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map_or(0.0, |d| d.as_secs_f64()))
-                .max(0.0) as u64,
-            );
-            let text = format!(
-                "nothing runs until {} (in {}): the next job is due then",
-                humantime::format_rfc3339_seconds(at),
-                humantime::format_duration(left)
-            );
-            let event = serde_json::json!({ "event": "waiting", "until": until });
-            out.note(&text, event);
-        }
-        MeshEvent::DiscoveryFailed(why) => {
-            let text = format!("discovery failed, hosts kept: {why}");
-            let event = serde_json::json!({ "event": "discovery_failed", "why": why });
-            out.note(&text, event);
-        }
-    };
-    let mut trim = HeapTrim::new();
-    let mut each = |event: MeshEvent| {
-        trim.now_and_then();
-        each_event(event)
-    };
-    mesh::run(&mesh, options, store, &stop, &mut each)?;
+    coordinator.run(&stop, &mut |note| match note {
+        Note::Row(row) => out.row(row),
+        Note::Line { text, event } => out.note(&text, event),
+    })?;
     let stopped = stop.load(std::sync::atomic::Ordering::Relaxed);
     let failures = out.finish(stopped);
     // A stop is the operator's (SIGTERM from `systemctl stop`, Ctrl-C): the run did what
@@ -450,185 +309,6 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
         .into());
     }
     Ok(())
-}
-
-/// Each pair's way as its last stored trace went, so that a restarted coordinator tells
-/// a change from it (a document that cannot be read leaves its pair to learn its way
-/// from its next trace, said once).
-fn learn_routes(
-    store: &mut dyn linerate_store::MeshArchive,
-    watch: &linerate_metrics::watch::Watch,
-    last_traces: &[linerate_store::MeshRow],
-) {
-    let mut unread = 0;
-    for row in last_traces {
-        let document = row
-            .run_id
-            .and_then(|id| store.run_json(id).ok().flatten())
-            .and_then(|json| Document::from_json(&json).ok());
-        match document {
-            Some(Document::Trace(report)) => watch.learn_route(row, &report),
-            _ => unread += 1,
-        }
-    }
-    if unread > 0 {
-        eprintln!(
-            "linerate mesh: {unread} pair(s)' last trace could not be read: their next trace sets their way"
-        );
-    }
-}
-
-/// What watches the results: the board (seeded with what the store holds of the mesh),
-/// the HTTP listener of `--metrics`, `--remote-write` and the file's alert receivers.
-/// How long the coordinator waits for a result to be written (and its run id known)
-/// before it goes on: a slow store holds the schedule up no longer.
-const STORE_WAIT: Duration = Duration::from_secs(2);
-
-/// The mesh's store behind its writer: the PostgreSQL archive (`--store`) with a spool
-/// file beside the coordinator, or the SQLite results database with a spool in memory
-/// (a file on the same disk would fill with it).
-fn store_writer(
-    args: &MeshRunArgs,
-    globals: &Globals,
-    mesh: &Mesh,
-) -> anyhow::Result<Option<Writer>> {
-    let bound = mesh.store.spool_bound();
-    let fresh = || Arc::new(SpoolCounts::default());
-    let (store, spool): (Box<dyn linerate_store::MeshArchive + Send>, Spool) = match &args.store {
-        Some(url) => {
-            let archive = open_archive(url, args.store_password_file.as_deref())?;
-            let spool = match &mesh.store.spool {
-                Some(path) => Spool::open(Some(path), bound, fresh()).map_err(|e| {
-                    Failure::Usage(format!("{}: [store] spool: {e}", args.file.display()))
-                })?,
-                None => {
-                    let path = linerate_store::spool::default_spool_path(&mesh.name);
-                    match Spool::open(path.as_deref(), bound, fresh()) {
-                        Ok(spool) => spool,
-                        Err(e) => {
-                            eprintln!(
-                                "linerate mesh: warning: no spool file ({e}); results the archive cannot take wait in memory (set [store] spool = \"PATH\")"
-                            );
-                            Spool::open(None, bound, fresh())?
-                        }
-                    }
-                }
-            };
-            if !spool.is_empty() {
-                eprintln!(
-                    "linerate mesh: {} result(s) left in the spool {} are written first",
-                    spool.len(),
-                    spool.place()
-                );
-            }
-            (Box::new(archive), spool)
-        }
-        None => match globals.storage.open_for_run()? {
-            Some(sqlite) => (Box::new(sqlite), Spool::open(None, bound, fresh())?),
-            None => return Ok(None),
-        },
-    };
-    let retention = mesh.retention.map(|r| Retention {
-        mesh: mesh.name.clone(),
-        raw_s: r.raw_s,
-        hourly_s: r.hourly_s,
-    });
-    Ok(Some(
-        Writer::start(store, spool, STORE_WAIT, retention)
-            .context("starting the store's writer")?,
-    ))
-}
-
-fn start_watch(
-    args: &MeshRunArgs,
-    mesh: &Mesh,
-    store: Option<Arc<SpoolCounts>>,
-    past_source: Option<Arc<dyn PastSource>>,
-) -> anyhow::Result<Watch> {
-    let rules = &mesh.alerts;
-    let spec = WatchSpec {
-        mesh: &mesh.name,
-        hosts: mesh.hosts.iter().map(|h| h.name.as_str()).collect(),
-        tests: mesh
-            .tests
-            .iter()
-            .map(|test| (test.name.as_str(), test.kind.kind().measure()))
-            .collect(),
-        past: &[],
-        thresholds: Thresholds {
-            goodput_drop: rules.goodput_drop,
-            latency_rise: rules.latency_rise,
-            latency_rise_min: rules.latency_rise_min_s,
-            responsiveness_drop: rules.responsiveness_drop,
-            loss_above: rules.loss_above,
-            loss_for_s: rules.loss_for_s,
-            window: rules.baseline,
-            at_least: rules.at_least,
-        },
-        metrics: args.metrics,
-        remote_write: args.remote_write.as_deref(),
-        alertmanager: rules.alertmanager.as_deref(),
-        webhook: rules.webhook.as_deref(),
-        grid_url: rules.grid_url.clone(),
-        store: store.map(|counts| {
-            Arc::new(move || Writer::snapshot(&counts))
-                as Arc<dyn Fn() -> StoreCounts + Send + Sync>
-        }),
-        past_source,
-    };
-    let watch = Watch::start(spec).map_err(|e| match e {
-        WatchError::Alerts(_) => Failure::Usage(format!("{}: {e}", args.file.display())),
-        _ => Failure::Usage(e.to_string()),
-    })?;
-    if let Some(server) = &watch.server {
-        eprintln!(
-            "linerate mesh: metrics at http://{}/metrics, the grid at http://{}/",
-            server.addr, server.addr
-        );
-    }
-    Ok(watch)
-}
-
-/// The grid's plot over days, read from the mesh's store through its writer.
-struct StorePast {
-    reader: StoreReader,
-}
-
-impl PastSource for StorePast {
-    fn hourly(
-        &self,
-        key: &linerate_metrics::board::Key,
-        since: f64,
-    ) -> Result<Vec<HourPoint>, String> {
-        let found = self
-            .reader
-            .pair_history(&PairQuery {
-                mesh: &key.mesh,
-                src: &key.src,
-                dst: &key.dst,
-                test: Some(&key.test),
-                since,
-            })
-            .map_err(|e| e.to_string())?;
-        Ok(found
-            .by_hour()
-            .into_iter()
-            .filter(|(a, _)| a.direction == key.direction && a.protocol == key.protocol)
-            .map(|(a, from_rows)| HourPoint {
-                at: a.hour,
-                count: a.count,
-                ok: a.ok,
-                min: a.min,
-                median: a.median,
-                max: a.max,
-                kept: if from_rows {
-                    Kept::Rows
-                } else {
-                    Kept::Aggregate
-                },
-            })
-            .collect())
-    }
 }
 
 fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
