@@ -3,6 +3,9 @@
 //! TOS asked. Refusals are counted by reason and logged at most once per reason every ten
 //! seconds (with how many since), so a flood cannot fill the log.
 
+// A socket loop reads the clock; the sans-IO parts (wire, reflector, tally) take it.
+#![allow(clippy::disallowed_methods)]
+
 use crate::reflector::{Arrival, Config, Reflector, Refusal};
 use crate::sys;
 use crate::wire::{self, ErrorEstimate, Timestamp};

@@ -4,6 +4,9 @@
 //! IP_TOS or IPV6_TCLASS). std's UdpSocket has none of these; socket2 has no control
 //! messages on receive, so the few calls are written here.
 
+// A socket loop reads the clock; the sans-IO parts (wire, reflector, tally) take it.
+#![allow(clippy::disallowed_methods)]
+
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
