@@ -13,7 +13,8 @@
 //! - [`mesh`]: the mesh coordinator: the scheduler's jobs run as profiles on the hosts'
 //!   agents, every result stored with its labels.
 //! - [`coordinator`]: `linerate mesh run`'s coordinator started from a spec: the store's
-//!   writer and spool, the watch (board, metrics, alerts), its notes for the printer.
+//!   writer and spool, the watch (board, metrics, alerts), its notes for the printer;
+//!   [`mesh_view`]: how a mesh's rows are shown (tables, JSON, the live view).
 //! - [`threads`]: the threads a mesh's jobs run on, kept between jobs.
 //! - [`storage`]: where runs are kept; [`cancel`]: Ctrl-C and SIGTERM as a stop flag.
 //!
@@ -27,6 +28,7 @@ pub mod find_max;
 #[cfg(test)]
 mod fixtures;
 pub mod mesh;
+pub mod mesh_view;
 pub mod repeat;
 pub mod search;
 pub mod sink;

@@ -3,7 +3,7 @@
 //! terminal as results arrive.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use linerate_store::{MeshRow, Outcome};
+use linerate_model::mesh_row::{MeshRow, Outcome};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -243,12 +243,12 @@ pub struct Printer {
 }
 
 impl Printer {
-    pub fn new(mesh: &linerate_mesh::Mesh, json: bool) -> Printer {
+    /// The printer of mesh `name` of `hosts` hosts.
+    pub fn new(name: &str, hosts: usize, json: bool) -> Printer {
         use std::io::IsTerminal;
-        let live = (!json && std::io::stdout().is_terminal())
-            .then(|| LiveView::new(&mesh.name, mesh.hosts.len()));
+        let live = (!json && std::io::stdout().is_terminal()).then(|| LiveView::new(name, hosts));
         Printer {
-            mesh: mesh.name.clone(),
+            mesh: name.to_string(),
             json,
             live,
             newest: BTreeMap::new(),

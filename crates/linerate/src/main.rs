@@ -11,7 +11,6 @@ mod failure;
 mod iperf3_cmd;
 mod lab_cmd;
 mod mesh_cmd;
-mod mesh_view;
 mod rpm_cmd;
 mod run_cmd;
 mod serve_cmd;

@@ -3,7 +3,6 @@
 
 use crate::cli::{MeshCommand, MeshHistoryArgs, MeshPlanArgs, MeshRunArgs, MeshStatusArgs};
 use crate::failure::{Failure, Outcome};
-use crate::mesh_view::{row_json, tables, Printer, RowJson};
 use crate::Globals;
 use anyhow::Context;
 use linerate_campaign::cancel;
@@ -11,6 +10,7 @@ use linerate_campaign::coordinator::{
     self, Coordinator, CoordinatorSpec, Note, SpoolPlace, StartError, StoreSpec,
 };
 use linerate_campaign::mesh::{self, MeshOptions};
+use linerate_campaign::mesh_view::{row_json, tables, Printer, RowJson};
 use linerate_mesh::Mesh;
 use linerate_metrics::board::Measure;
 use linerate_proto::auth::Key;
@@ -292,7 +292,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
             }
         );
     }
-    let mut out = Printer::new(&mesh, args.json);
+    let mut out = Printer::new(&mesh.name, mesh.hosts.len(), args.json);
     coordinator.run(&stop, &mut |note| match note {
         Note::Row(row) => out.row(row),
         Note::Line { text, event } => out.note(&text, event),
