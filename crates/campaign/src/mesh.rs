@@ -11,12 +11,12 @@ use linerate_drivers::profile::controller::{self, RunError, RunOptions};
 use linerate_drivers::profile::rpm_job::RpmJob;
 use linerate_drivers::profile::stamp_job::StampJob;
 use linerate_drivers::profile::trace_job::TraceJob;
-use linerate_mesh::{job_plan, Action, Job, JobPlan, Mesh, Outcome, Past, Scheduler};
+use linerate_mesh::{job_plan, Action, Job, JobEnd, JobPlan, Mesh, Past, Scheduler};
 use linerate_proto::text::printable;
 use linerate_report::document::Document;
 use linerate_report::headline;
 use linerate_report::rpm::RpmReport;
-use linerate_store::{MeshArchive, MeshRow, Outcome as RowOutcome};
+use linerate_store::{MeshArchive, MeshRow, Outcome};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -127,7 +127,7 @@ impl Clock {
 /// Runs one job to its end on the thread the coordinator gives it: the agents' way
 /// ([`AgentRunner`]), or a test's.
 pub trait JobRunner: Send + Sync {
-    fn run(&self, mesh: &Mesh, job: Job, cycle: u64, stop: &AtomicBool) -> (Outcome, JobResult);
+    fn run(&self, mesh: &Mesh, job: Job, cycle: u64, stop: &AtomicBool) -> (JobEnd, JobResult);
 }
 
 /// The jobs as the agents run them: a profile on the source's agent, or an RPM test
@@ -138,7 +138,7 @@ pub struct AgentRunner {
 }
 
 impl JobRunner for AgentRunner {
-    fn run(&self, mesh: &Mesh, job: Job, cycle: u64, stop: &AtomicBool) -> (Outcome, JobResult) {
+    fn run(&self, mesh: &Mesh, job: Job, cycle: u64, stop: &AtomicBool) -> (JobEnd, JobResult) {
         run_job(mesh, job, cycle, &self.options, stop, &*self.clock.now)
     }
 }
@@ -169,10 +169,10 @@ fn failed_hosts(mesh: &Mesh, job: &Job, error: &RunError) -> Vec<usize> {
 
 /// How a job ended as its row keeps it: the scheduler's outcome with the blamed host by
 /// name (a failure blames at most one: the destination or the source).
-fn row_outcome(mesh: &Mesh, outcome: &Outcome) -> RowOutcome {
+fn row_outcome(mesh: &Mesh, outcome: &JobEnd) -> Outcome {
     match outcome {
-        Outcome::Done => RowOutcome::Ok,
-        Outcome::Failed { hosts, reason } => RowOutcome::Failed {
+        JobEnd::Done => Outcome::Ok,
+        JobEnd::Failed { hosts, reason } => Outcome::Failed {
             blamed: hosts.first().map(|&h| mesh.hosts[h].name.clone()),
             reason: reason.clone(),
         },
@@ -193,7 +193,7 @@ fn labelled(mesh: &Mesh, job: &Job, cycle: u64, started_at: f64, ended_at: f64) 
         cycle,
         started_at,
         ended_at,
-        outcome: RowOutcome::Failed {
+        outcome: Outcome::Failed {
             blamed: None,
             reason: String::new(),
         },
@@ -212,7 +212,7 @@ fn run_job(
     options: &RunOptions,
     stop: &AtomicBool,
     clock: &dyn Fn() -> f64,
-) -> (Outcome, JobResult) {
+) -> (JobEnd, JobResult) {
     let test = &mesh.tests[job.test];
     let started_at = clock();
     let result = match job_plan(mesh, &job) {
@@ -298,9 +298,9 @@ fn run_job(
             row.headline = headline;
             row.headline_text = text;
             let outcome = if complete {
-                Outcome::Done
+                JobEnd::Done
             } else {
-                Outcome::Failed {
+                JobEnd::Failed {
                     hosts: Vec::new(),
                     reason,
                 }
@@ -315,7 +315,7 @@ fn run_job(
             )
         }
         Err(error) => {
-            let outcome = Outcome::Failed {
+            let outcome = JobEnd::Failed {
                 hosts: failed_hosts(mesh, &job, &error),
                 reason: printable(&error.to_string()),
             };
@@ -338,7 +338,7 @@ fn rpm_ended(
     cycle: u64,
     (started_at, ended_at): (f64, f64),
     result: Result<RpmReport, RunError>,
-) -> (Outcome, JobResult) {
+) -> (JobEnd, JobResult) {
     let mut row = labelled(mesh, &job, cycle, started_at, ended_at);
     let (hosts, reason, document) = match result {
         Ok(mut report) => {
@@ -366,9 +366,9 @@ fn rpm_ended(
         ),
     };
     let outcome = if reason.is_empty() {
-        Outcome::Done
+        JobEnd::Done
     } else {
-        Outcome::Failed { hosts, reason }
+        JobEnd::Failed { hosts, reason }
     };
     row.outcome = row_outcome(mesh, &outcome);
     (outcome, JobResult { row, document })
@@ -383,17 +383,17 @@ fn probe_ended(
     cycle: u64,
     (started_at, ended_at): (f64, f64),
     result: Result<Document, RunError>,
-) -> (Outcome, JobResult) {
+) -> (JobEnd, JobResult) {
     let mut row = labelled(mesh, &job, cycle, started_at, ended_at);
     let (outcome, document) = match result {
         Ok(document) => {
             let (headline, text) = figure(&mesh.tests[job.test], &document);
             row.headline = headline;
             row.headline_text = text;
-            (Outcome::Done, Some(document))
+            (JobEnd::Done, Some(document))
         }
         Err(error) => (
-            Outcome::Failed {
+            JobEnd::Failed {
                 hosts: failed_hosts(mesh, &job, &error),
                 reason: printable(&error.to_string()),
             },
@@ -460,7 +460,7 @@ fn failure_place(row: &MeshRow) -> String {
 }
 
 /// A finished job as its thread hands it back: the job, how it ended, its result.
-type Finished = (usize, Outcome, JobResult);
+type Finished = (usize, JobEnd, JobResult);
 
 /// Each job's newest row, by (test, src, dst): what the schedule resumes from when the
 /// hosts change.
@@ -719,7 +719,7 @@ impl<'a> Coordinator<'a> {
                 let kept_in = self.down_kept_in.get(&down.name).map(String::as_str);
                 let mut result = JobResult {
                     row: MeshRow {
-                        outcome: RowOutcome::Skipped {
+                        outcome: Outcome::Skipped {
                             reason: down.describe(kept_in),
                         },
                         ..labelled(&self.mesh, &self.jobs[job], cycle, now, now)
@@ -749,7 +749,7 @@ impl<'a> Coordinator<'a> {
             }
         }
         let stopped = self.jobs_stop.load(Ordering::Relaxed);
-        let (jobs, mut results): (Vec<(usize, Outcome)>, Vec<JobResult>) = finished
+        let (jobs, mut results): (Vec<(usize, JobEnd)>, Vec<JobResult>) = finished
             .into_iter()
             .map(|(job, outcome, result)| {
                 if stopped {
@@ -762,7 +762,7 @@ impl<'a> Coordinator<'a> {
             .unzip();
         self.keep_all(&mut results)?;
         for ((job, outcome), result) in jobs.into_iter().zip(&results) {
-            if let Outcome::Failed { hosts, .. } = &outcome {
+            if let JobEnd::Failed { hosts, .. } = &outcome {
                 // Kept only where a store holds the row it names.
                 if self.store.is_some() {
                     let place = failure_place(&result.row);
@@ -800,14 +800,14 @@ impl<'a> Coordinator<'a> {
 /// A job that ended after the operator's stop: if it did not finish, the stop cut it
 /// short, and it is kept as interrupted (its reason kept), not as a failure of its pair;
 /// nor does it take a host down.
-fn interrupted(job: usize, outcome: Outcome, mut result: JobResult) -> (usize, Outcome, JobResult) {
-    let RowOutcome::Failed { reason, .. } = &result.row.outcome else {
+fn interrupted(job: usize, outcome: JobEnd, mut result: JobResult) -> (usize, JobEnd, JobResult) {
+    let Outcome::Failed { reason, .. } = &result.row.outcome else {
         return (job, outcome, result);
     };
-    result.row.outcome = RowOutcome::Interrupted {
+    result.row.outcome = Outcome::Interrupted {
         reason: format!("the coordinator was stopped while it ran: {reason}"),
     };
-    (job, Outcome::Done, result)
+    (job, JobEnd::Done, result)
 }
 
 /// Runs the mesh until `stop` (then ends the running jobs within [`STOP_GRACE`]) or
@@ -921,24 +921,24 @@ mod tests {
             row: labelled(&mesh, &job, 1, 0.0, 1.0),
             document: None,
         };
-        result.row.outcome = RowOutcome::Failed {
+        result.row.outcome = Outcome::Failed {
             blamed: Some("h1".into()),
             reason: "1 thread(s) stopped before the end of their transactions".into(),
         };
-        let failed = Outcome::Failed {
+        let failed = JobEnd::Failed {
             hosts: vec![1],
             reason: String::new(),
         };
         let (_, outcome, kept) = interrupted(0, failed, result);
-        assert!(matches!(outcome, Outcome::Done));
+        assert!(matches!(outcome, JobEnd::Done));
         assert_eq!(kept.row.outcome.name(), "interrupted");
         assert!(kept.row.outcome.reason().contains("stopped before the end"));
         let mut done = JobResult {
             row: labelled(&mesh, &job, 1, 0.0, 1.0),
             document: None,
         };
-        done.row.outcome = RowOutcome::Ok;
-        let (_, _, kept) = interrupted(0, Outcome::Done, done);
+        done.row.outcome = Outcome::Ok;
+        let (_, _, kept) = interrupted(0, JobEnd::Done, done);
         assert!(kept.row.outcome.is_ok());
     }
 
@@ -1024,7 +1024,7 @@ mod tests {
     }
 
     impl JobRunner for Fake {
-        fn run(&self, mesh: &Mesh, job: Job, cycle: u64, _: &AtomicBool) -> (Outcome, JobResult) {
+        fn run(&self, mesh: &Mesh, job: Job, cycle: u64, _: &AtomicBool) -> (JobEnd, JobResult) {
             let now = self.clock.read();
             let mut row = labelled(mesh, &job, cycle, now, now + 1.0);
             let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
@@ -1044,11 +1044,11 @@ mod tests {
                 None
             };
             let outcome = match error {
-                Some(error) => Outcome::Failed {
+                Some(error) => JobEnd::Failed {
                     hosts: failed_hosts(mesh, &job, &error),
                     reason: printable(&error.to_string()),
                 },
-                None => Outcome::Done,
+                None => JobEnd::Done,
             };
             row.outcome = row_outcome(mesh, &outcome);
             let result = JobResult {
@@ -1228,7 +1228,7 @@ mod tests {
         }
         let failed: Vec<&MeshRow> = printed
             .iter()
-            .filter(|r| matches!(r.outcome, RowOutcome::Failed { .. }))
+            .filter(|r| matches!(r.outcome, Outcome::Failed { .. }))
             .collect();
         let skipped: Vec<&MeshRow> = printed.iter().filter(|r| r.outcome.is_skipped()).collect();
         assert!(!failed.is_empty() && !skipped.is_empty(), "{printed:#?}");
@@ -1352,7 +1352,7 @@ mod tests {
             kept.row.outcome.blamed(),
             Some(mesh.hosts[job.src].name.as_str())
         );
-        let Outcome::Failed { hosts, reason } = outcome else {
+        let JobEnd::Failed { hosts, reason } = outcome else {
             panic!("a failure")
         };
         assert_eq!(hosts, vec![job.src]);

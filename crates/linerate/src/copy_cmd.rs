@@ -17,7 +17,7 @@ use linerate_transfer::outcome::TransferProgress;
 use linerate_transfer::rate::RateConfig;
 
 use crate::cli::{CopyArgs, DiskArgs};
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 
 fn usage(message: String) -> anyhow::Error {
@@ -103,7 +103,7 @@ impl Bar {
     }
 }
 
-pub fn copy(args: &CopyArgs, globals: &Globals) -> Outcome {
+pub fn copy(args: &CopyArgs, globals: &Globals) -> CommandResult {
     let options = options(args, globals)?;
     let source = client::parse_endpoint(&args.source);
     let destination = client::parse_endpoint(&args.destination);
@@ -228,7 +228,7 @@ fn rate_text(bps: f64) -> String {
     }
 }
 
-pub fn disk(args: &DiskArgs) -> Outcome {
+pub fn disk(args: &DiskArgs) -> CommandResult {
     if !args.path.is_dir() {
         return Err(usage(format!(
             "invalid value '{}' for 'PATH': not a directory",

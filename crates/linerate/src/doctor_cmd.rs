@@ -3,7 +3,7 @@
 //! the sysctls they name, printing each old value for undo.
 
 use crate::cli::DoctorArgs;
-use crate::failure::Outcome;
+use crate::failure::CommandResult;
 use linerate_hostinfo::doctor::{apply_sysctls, diagnose, render_text, Facts, SysctlChange};
 use linerate_hostinfo::observe::{read_settings, HostReading};
 use linerate_hostinfo::source::Root;
@@ -11,7 +11,7 @@ use linerate_model::observe::Diagnosis;
 use linerate_proto::auth::Key;
 use std::time::Duration;
 
-pub fn run(args: &DoctorArgs, key: Option<Key>) -> Outcome {
+pub fn run(args: &DoctorArgs, key: Option<Key>) -> CommandResult {
     let path = match &args.host {
         Some(host) => {
             let mut path =

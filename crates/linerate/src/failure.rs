@@ -33,12 +33,12 @@ impl std::fmt::Display for Failure {
 impl std::error::Error for Failure {}
 
 /// What a command returns.
-pub type Outcome = anyhow::Result<()>;
+pub type CommandResult = anyhow::Result<()>;
 
 /// The exit code of `outcome`, after saying why on stderr. With `json`, a command that
 /// could not finish also prints `{"error": ...}` on stdout, so a script reading the
 /// document gets one either way.
-pub fn exit_code(outcome: Outcome, json: bool) -> ExitCode {
+pub fn exit_code(outcome: CommandResult, json: bool) -> ExitCode {
     let Err(error) = outcome else {
         return ExitCode::SUCCESS;
     };

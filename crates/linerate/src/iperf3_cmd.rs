@@ -2,7 +2,7 @@
 //! for serving iperf3 clients (`-s`, the same server as `linerate serve`).
 
 use crate::cli::{Iperf3Args, ServeArgs};
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use anyhow::Context;
 use clap::Parser;
@@ -38,7 +38,7 @@ fn serve_args(args: &Iperf3Args) -> ServeArgs {
     serve
 }
 
-pub fn run(args: &Iperf3Args, globals: &Globals) -> Outcome {
+pub fn run(args: &Iperf3Args, globals: &Globals) -> CommandResult {
     let Some(host) = &args.client else {
         return crate::serve_cmd::serve(&serve_args(args), globals);
     };
@@ -145,7 +145,7 @@ fn print_outcome(
     outcome: &iperf3_client::Iperf3Outcome,
     asked: &dyn Fn(String, u32) -> iperf3_json::Iperf3Start,
     say: &dyn Fn(&str),
-) -> Outcome {
+) -> CommandResult {
     let server_output = outcome.server.server_output_text.as_deref();
     if args.iperf3_json {
         let output = server_output_of(&outcome.server);

@@ -1,7 +1,7 @@
 //! `linerate impair` and `linerate lab`: flag values into a path, and the lab's commands.
 
 use crate::cli::{ImpairArgs, ImpairmentArgs, LabCommand, LabPathArgs, LabRunArgs};
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use anyhow::Context;
 use linerate_impair::lab::{self, Lab, LabError, UpOptions};
 use linerate_impair::lab_run::{self, RunEnd};
@@ -148,7 +148,7 @@ fn rand_seed() -> u64 {
     u64::from_le_bytes(bytes) >> 16
 }
 
-pub fn impair(args: &ImpairArgs) -> Outcome {
+pub fn impair(args: &ImpairArgs) -> CommandResult {
     let (path, forward, reverse) = match &args.path_json {
         Some(json) => {
             let mut path = PathFacts::from_json(json)
@@ -222,7 +222,7 @@ fn up(lab: &Lab, path_args: &LabPathArgs) -> anyhow::Result<PathFacts> {
     Ok(path)
 }
 
-fn exit_status(status: std::process::ExitStatus) -> Outcome {
+fn exit_status(status: std::process::ExitStatus) -> CommandResult {
     use std::os::unix::process::ExitStatusExt;
     match status.code() {
         Some(0) => Ok(()),
@@ -231,7 +231,7 @@ fn exit_status(status: std::process::ExitStatus) -> Outcome {
     }
 }
 
-pub fn run(command: &LabCommand) -> Outcome {
+pub fn run(command: &LabCommand) -> CommandResult {
     match command {
         LabCommand::Up(args) => {
             let lab = Lab::new(&args.lab.name).map_err(lab_error)?;
@@ -304,7 +304,7 @@ pub fn run(command: &LabCommand) -> Outcome {
     }
 }
 
-fn lab_run(args: &LabRunArgs) -> Outcome {
+fn lab_run(args: &LabRunArgs) -> CommandResult {
     let serve_words =
         lab_run::split_words(args.serve_args.as_deref().unwrap_or("")).map_err(usage)?;
     let port = lab_run::serve_port(&serve_words).map_err(usage)?;

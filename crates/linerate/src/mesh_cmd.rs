@@ -2,7 +2,7 @@
 //! run by the coordinator (linerate_campaign::mesh), and its last figures shown.
 
 use crate::cli::{MeshCommand, MeshHistoryArgs, MeshPlanArgs, MeshRunArgs, MeshStatusArgs};
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use anyhow::Context;
 use linerate_campaign::cancel;
@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// agent, its clock samples, the destination's preparation and the lead to the start.
 const SETUP_S: f64 = 1.0;
 
-pub fn run(command: MeshCommand, globals: &Globals) -> (bool, Outcome) {
+pub fn run(command: MeshCommand, globals: &Globals) -> (bool, CommandResult) {
     match command {
         MeshCommand::Plan(args) => (args.json, plan(&args)),
         MeshCommand::Run(args) => (args.json, run_mesh(&args, globals)),
@@ -140,7 +140,7 @@ fn plan_json(mesh: &Mesh, plan: &linerate_mesh::PlanSummary) -> serde_json::Valu
     })
 }
 
-fn plan(args: &MeshPlanArgs) -> Outcome {
+fn plan(args: &MeshPlanArgs) -> CommandResult {
     let mesh = load(&args.file)?;
     let plan = linerate_mesh::plan::summary(&mesh, SETUP_S);
     if args.json {
@@ -231,7 +231,7 @@ fn key_of(mesh: &Mesh, globals: &Globals) -> Result<Option<Key>, Failure> {
 
 /// `linerate mesh run`: the coordinator's spec from the flags and the file, its notes
 /// printed.
-fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
+fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> CommandResult {
     coordinator::one_allocator_arena();
     let mesh = load(&args.file)?;
     let key = key_of(&mesh, globals)?;
@@ -311,7 +311,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> Outcome {
     Ok(())
 }
 
-fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
+fn status(args: &MeshStatusArgs, globals: &Globals) -> CommandResult {
     // A file names its mesh; anything else is the name.
     let path = std::path::Path::new(&args.mesh);
     let name = if path.is_file() {
@@ -356,7 +356,7 @@ fn status(args: &MeshStatusArgs, globals: &Globals) -> Outcome {
 
 /// `mesh history`: a pair's rows since `--since`, and before them the hourly aggregates
 /// that stand for the rows retention removed, each line saying which it is.
-fn history(args: &MeshHistoryArgs, globals: &Globals) -> Outcome {
+fn history(args: &MeshHistoryArgs, globals: &Globals) -> CommandResult {
     let path = std::path::Path::new(&args.mesh);
     let file = if path.is_file() {
         Some(load(path)?)

@@ -2,7 +2,7 @@
 //! draft (linerate_rpm::client), printed as networkQuality prints it, or as JSON.
 
 use crate::cli::RpmArgs;
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use linerate_campaign::sink::{self, TextSink};
 use linerate_report::document::Document;
@@ -46,7 +46,7 @@ fn trust(args: &RpmArgs) -> Result<Option<Arc<linerate_rpm::tls::ClientConfig>>,
         .map_err(|e| Failure::Usage(format!("TLS: {e}")))
 }
 
-pub fn run(args: &RpmArgs, globals: &Globals) -> Outcome {
+pub fn run(args: &RpmArgs, globals: &Globals) -> CommandResult {
     let url = config_url(&args.target, args.http).map_err(Failure::Usage)?;
     let tls = trust(args)?;
     if url.starts_with("https://") && tls.is_none() {

@@ -1,7 +1,7 @@
 //! `linerate run` and `linerate profile`: profiles read, checked and run.
 
 use crate::cli::{ProfileCommand, RunArgs, SetArgs};
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use anyhow::Result;
 use linerate_campaign::cancel;
@@ -40,7 +40,7 @@ fn load(path: &std::path::Path, set: &SetArgs) -> Result<(Profile, Format)> {
     Ok((profile, format))
 }
 
-pub fn run(args: &RunArgs, globals: &Globals) -> Outcome {
+pub fn run(args: &RunArgs, globals: &Globals) -> CommandResult {
     let (profile, format) = load(&args.profile, &args.set)?;
     let store = globals.storage.open_for_run()?;
     let stop = cancel::on_signals()?;
@@ -66,7 +66,7 @@ pub fn run(args: &RunArgs, globals: &Globals) -> Outcome {
     Ok(())
 }
 
-pub fn profile(command: &ProfileCommand) -> Outcome {
+pub fn profile(command: &ProfileCommand) -> CommandResult {
     match command {
         ProfileCommand::Convert(args) => {
             let (profile, _) = load(&args.profile, &args.set)?;

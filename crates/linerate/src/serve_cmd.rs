@@ -2,7 +2,7 @@
 //! SIGINT or SIGTERM.
 
 use crate::cli::ServeArgs;
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use anyhow::{anyhow, Context};
 use linerate_campaign::{cancel, storage};
@@ -17,7 +17,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-pub fn serve(args: &ServeArgs, globals: &Globals) -> Outcome {
+pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     let ip = args.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
     let mut config = ServerConfig::new(SocketAddr::new(ip, args.port));
     config.mptcp = args.mptcp;

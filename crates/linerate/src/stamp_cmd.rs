@@ -2,7 +2,7 @@
 //! reflector, its result printed, kept and shown as every other test's.
 
 use crate::cli::StampArgs;
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use anyhow::Context;
 use linerate_campaign::{cancel, sink};
@@ -138,7 +138,7 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
     Ok(options)
 }
 
-pub fn run(args: &StampArgs, globals: &Globals) -> Outcome {
+pub fn run(args: &StampArgs, globals: &Globals) -> CommandResult {
     let options = options(args)?;
     let (addr, mode, rate_pps) = (options.addr, options.mode, options.rate_pps);
     let store = globals.storage.open_for_run()?;

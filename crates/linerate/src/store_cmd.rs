@@ -4,7 +4,7 @@
 use crate::cli::{
     CompareArgs, ExportArgs, ExportFormat, HistoryArgs, PruneArgs, ReportArgs, ShowArgs,
 };
-use crate::failure::Outcome;
+use crate::failure::CommandResult;
 use anyhow::{anyhow, bail, Context, Result};
 use linerate_campaign::storage::Storage;
 use linerate_report::document::Document;
@@ -17,7 +17,7 @@ fn when(epoch_s: f64) -> String {
     humantime::format_rfc3339_seconds(time).to_string()
 }
 
-pub fn history(args: &HistoryArgs, storage: &Storage) -> Outcome {
+pub fn history(args: &HistoryArgs, storage: &Storage) -> CommandResult {
     let store = storage.open_to_read()?;
     let rows = store
         .list(&Filter {
@@ -69,7 +69,7 @@ fn row_json(row: &RunRow) -> serde_json::Value {
     })
 }
 
-pub fn show(args: &ShowArgs, storage: &Storage) -> Outcome {
+pub fn show(args: &ShowArgs, storage: &Storage) -> CommandResult {
     let store = storage.open_to_read()?;
     let run = store.get(args.id).map_err(|e| anyhow!(e))?;
     if args.json {
@@ -109,7 +109,7 @@ fn every<'a, T>(
     picked.filter(|p| !p.is_empty())
 }
 
-pub fn compare(args: &CompareArgs, storage: &Storage) -> Outcome {
+pub fn compare(args: &CompareArgs, storage: &Storage) -> CommandResult {
     let runs = fetch(storage, &args.ids)?;
     // Profile, RPM and STAMP runs ran once each: their own side-by-side tables, text only.
     if !args.json {
@@ -157,7 +157,7 @@ pub fn compare(args: &CompareArgs, storage: &Storage) -> Outcome {
     Ok(())
 }
 
-pub fn export(args: &ExportArgs, storage: &Storage) -> Outcome {
+pub fn export(args: &ExportArgs, storage: &Storage) -> CommandResult {
     let run = fetch(storage, &[args.id])?.remove(0);
     let text = match args.format {
         ExportFormat::Json => format!("{}\n", run.json),
@@ -168,7 +168,7 @@ pub fn export(args: &ExportArgs, storage: &Storage) -> Outcome {
     write_out(args.output.as_deref(), &text)
 }
 
-pub fn report(args: &ReportArgs, storage: &Storage) -> Outcome {
+pub fn report(args: &ReportArgs, storage: &Storage) -> CommandResult {
     let runs = fetch(storage, &args.ids)?;
     let documents: Vec<(i64, &Document)> = runs.iter().map(|r| (r.row.id, &r.document)).collect();
     let tool = format!("linerate {}", env!("CARGO_PKG_VERSION"));
@@ -186,7 +186,7 @@ pub fn report(args: &ReportArgs, storage: &Storage) -> Outcome {
 
 /// Writes to a file (through a temporary beside it, so a failed write leaves no half
 /// file) or to stdout.
-fn write_out(path: Option<&std::path::Path>, text: &str) -> Outcome {
+fn write_out(path: Option<&std::path::Path>, text: &str) -> CommandResult {
     let Some(path) = path else {
         print!("{text}");
         return Ok(());
@@ -206,7 +206,7 @@ fn write_out(path: Option<&std::path::Path>, text: &str) -> Outcome {
 
 /// `store prune`: the runs older than the age asked leave, a mesh's rows summed up by the
 /// hour first; a line an hour of mesh rows on a terminal, the totals at the end.
-pub fn prune(args: &PruneArgs, storage: &Storage) -> Outcome {
+pub fn prune(args: &PruneArgs, storage: &Storage) -> CommandResult {
     let mut store = storage.open_to_read()?;
     let now = std::time::SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -2,7 +2,7 @@
 //! ends, and one document holding every point's full result.
 
 use crate::cli::{SweepArgs, SweepTest};
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use crate::test_cmd::{check_secure_flags, client_options};
 use crate::Globals;
 use linerate_campaign::sink::{self, Event, Sink, Sinks, SweepBar, TextSink};
@@ -45,7 +45,7 @@ fn spec(args: &SweepArgs) -> SweepSpec {
     }
 }
 
-pub fn run(args: &SweepArgs, globals: &Globals) -> Outcome {
+pub fn run(args: &SweepArgs, globals: &Globals) -> CommandResult {
     check_secure_flags(&args.secure, false, false)?;
     let family = args.server.family().map_err(Failure::Usage)?;
     let target = match &args.server.host {

@@ -3,7 +3,7 @@
 //! standard sinks.
 
 use crate::cli::{RrArgs, StreamArgs, TlsArgs, TransactionArgs};
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use anyhow::bail;
 use linerate_campaign::find_max::{self, FindMaxError};
@@ -125,7 +125,7 @@ fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestReq
 }
 
 /// `linerate stream`.
-pub fn stream(args: &StreamArgs, globals: &Globals) -> Outcome {
+pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
     check_secure_flags(&args.secure, args.quic, args.baseline)?;
     let shown = Shown {
         host: args.server.host.as_deref(),
@@ -144,7 +144,11 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> Outcome {
 }
 
 /// `linerate rr` (with its own flags) and `linerate crr` (`rr` is `None`).
-pub fn transactions(common: &TransactionArgs, rr: Option<&RrArgs>, globals: &Globals) -> Outcome {
+pub fn transactions(
+    common: &TransactionArgs,
+    rr: Option<&RrArgs>,
+    globals: &Globals,
+) -> CommandResult {
     let default_secure = TlsArgs::default();
     let secure = rr.map_or(&default_secure, |a| &a.secure);
     check_secure_flags(secure, false, false)?;
@@ -187,7 +191,12 @@ fn target_of(shown: &Shown) -> anyhow::Result<Option<SocketAddr>> {
 
 /// Runs one test command: the baseline first when asked, then the test (repeated as the
 /// plan says), its result shown and kept.
-fn run(request: &TestRequest, shown: &Shown, with_baseline: bool, globals: &Globals) -> Outcome {
+fn run(
+    request: &TestRequest,
+    shown: &Shown,
+    with_baseline: bool,
+    globals: &Globals,
+) -> CommandResult {
     let target = target_of(shown)?;
     let config = resolved(request, target, globals)?;
     let store = globals.storage.open_for_run()?;
@@ -233,7 +242,7 @@ fn run(request: &TestRequest, shown: &Shown, with_baseline: bool, globals: &Glob
 
 /// `--find-max`: its trials shown one line each as they end, then the highest rate whose
 /// receiver-side loss stayed within `--max-loss` and what stopped it.
-fn search(args: &StreamArgs, shown: &Shown, globals: &Globals) -> Outcome {
+fn search(args: &StreamArgs, shown: &Shown, globals: &Globals) -> CommandResult {
     let target = target_of(shown)?;
     let config = resolved(&stream_request(args), target, globals)?;
     let store = globals.storage.open_for_run()?;

@@ -2,7 +2,7 @@
 //! kept and shown as every other test's.
 
 use crate::cli::TraceArgs;
-use crate::failure::{Failure, Outcome};
+use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use linerate_campaign::{cancel, sink};
 use linerate_report::document::Document;
@@ -86,7 +86,7 @@ fn options(args: &TraceArgs) -> Result<net::Options, Failure> {
     })
 }
 
-pub fn run(args: &TraceArgs, globals: &Globals) -> Outcome {
+pub fn run(args: &TraceArgs, globals: &Globals) -> CommandResult {
     let options = options(args)?;
     let store = globals.storage.open_for_run()?;
     let stop = cancel::on_signals()?;

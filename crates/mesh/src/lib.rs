@@ -17,7 +17,7 @@ pub use file::{parse, MeshError};
 pub use kinds::Kind;
 pub use model::*;
 pub use plan::{job_plan, JobPlan, PlanSummary};
-pub use schedule::{Action, Down, Outcome, Past, Placed, Scheduler};
+pub use schedule::{Action, Down, JobEnd, Past, Placed, Scheduler};
 
 #[cfg(test)]
 mod tests;

@@ -81,7 +81,7 @@ impl std::fmt::Display for Down {
 
 /// How a started job ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub enum JobEnd {
     Done,
     /// `hosts`: those the failure is laid at (unreachable, refused), which go down.
     Failed {
@@ -435,7 +435,7 @@ impl Scheduler {
     }
 
     /// A started job ended at `now`.
-    pub fn finished(&mut self, job: usize, now: f64, outcome: Outcome) {
+    pub fn finished(&mut self, job: usize, now: f64, outcome: JobEnd) {
         if !std::mem::take(&mut self.running[job]) {
             return;
         }
@@ -456,12 +456,12 @@ impl Scheduler {
             }
         }
         match outcome {
-            Outcome::Done => {
+            JobEnd::Done => {
                 for host in [src, dst] {
                     self.health[host] = Health::default();
                 }
             }
-            Outcome::Failed { hosts, reason } => {
+            JobEnd::Failed { hosts, reason } => {
                 for host in hosts {
                     let health = &mut self.health[host];
                     health.failures += 1;
@@ -673,7 +673,7 @@ pub fn simulate(mesh: &Mesh, cycles: u64, mut seconds: impl FnMut(&Job) -> f64) 
         now = next.max(now);
         ends.retain(|&(end, job)| {
             if end <= now {
-                scheduler.finished(job, now, Outcome::Done);
+                scheduler.finished(job, now, JobEnd::Done);
                 false
             } else {
                 true

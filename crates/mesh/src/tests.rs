@@ -430,12 +430,12 @@ fn run_with_failures(m: &Mesh, dead: usize, revive: f64, until: f64) -> (Vec<Pla
                 return true;
             }
             let outcome = if fails {
-                Outcome::Failed {
+                JobEnd::Failed {
                     hosts: vec![dead],
                     reason: "connection refused".into(),
                 }
             } else {
-                Outcome::Done
+                JobEnd::Done
             };
             s.finished(job, now, outcome);
             false

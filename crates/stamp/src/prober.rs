@@ -27,12 +27,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// A session's outcome, sent once.
-pub type Outcome = io::Result<StampReport>;
+pub type SessionResult = io::Result<StampReport>;
 
 struct Start {
     options: Options,
     cancel: Arc<AtomicBool>,
-    done: Sender<Outcome>,
+    done: Sender<SessionResult>,
 }
 
 /// The loop's mailbox and the descriptor that wakes it.
@@ -77,7 +77,7 @@ impl Prober {
         &self,
         options: Options,
         cancel: Arc<AtomicBool>,
-    ) -> io::Result<Receiver<Outcome>> {
+    ) -> io::Result<Receiver<SessionResult>> {
         let (done, outcome) = channel();
         self.commands
             .lock()
@@ -101,7 +101,7 @@ struct Running {
     /// when it has its own.
     port: Option<usize>,
     cancel: Arc<AtomicBool>,
-    done: Sender<Outcome>,
+    done: Sender<SessionResult>,
 }
 
 /// The first instant on the grid of `gap_ns` at or after `now_ns`.

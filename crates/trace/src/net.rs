@@ -7,7 +7,7 @@
 // The driver of the sans-IO prober: reading the clock and waiting are its job.
 #![allow(clippy::disallowed_methods)]
 
-use crate::prober::{Outcome, Plan, ProbeId, Prober};
+use crate::prober::{Plan, ProbeId, Prober, Reply};
 use crate::wire;
 use socket2::{Domain, Protocol as SocketProtocol, SockAddr, Socket, Type};
 use std::io;
@@ -555,7 +555,7 @@ impl Sockets {
                         ProbeId::from_tag(flow, tag),
                         from.to_string(),
                         now_ns,
-                        Outcome::Reached,
+                        Reply::Reached,
                     );
                 }
             }
@@ -651,7 +651,7 @@ impl Sockets {
             ProbeId::from_tag(flow, acked as u16),
             from.to_string(),
             now_ns,
-            Outcome::Reached,
+            Reply::Reached,
         );
     }
 }
@@ -672,11 +672,11 @@ fn ip_header(v6: bool) -> usize {
 }
 
 /// What an ICMP error of `icmp_type` and `code` says of its probe.
-fn outcome_of(v6: bool, icmp_type: u8, code: u8) -> Outcome {
+fn outcome_of(v6: bool, icmp_type: u8, code: u8) -> Reply {
     match wire::error_words(v6, icmp_type, code) {
-        None => Outcome::TimeExceeded,
-        Some("reached") => Outcome::Reached,
-        Some(why) => Outcome::Unreachable(why),
+        None => Reply::TimeExceeded,
+        Some("reached") => Reply::Reached,
+        Some(why) => Reply::Unreachable(why),
     }
 }
 

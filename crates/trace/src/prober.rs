@@ -52,7 +52,7 @@ impl ProbeId {
 
 /// What an answer says of its probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Reply {
     /// A router at this distance: ICMP time exceeded.
     TimeExceeded,
     /// The destination: port unreachable (UDP), echo reply (ICMP), SYN-ACK or RST (TCP).
@@ -61,18 +61,18 @@ pub enum Outcome {
     Unreachable(&'static str),
 }
 
-impl Outcome {
+impl Reply {
     fn words(self) -> String {
         match self {
-            Outcome::TimeExceeded => "time exceeded".into(),
-            Outcome::Reached => "reached".into(),
-            Outcome::Unreachable(why) => why.into(),
+            Reply::TimeExceeded => "time exceeded".into(),
+            Reply::Reached => "reached".into(),
+            Reply::Unreachable(why) => why.into(),
         }
     }
 
     /// Whether the path goes no farther than this answer.
     fn ends(self) -> bool {
-        !matches!(self, Outcome::TimeExceeded)
+        !matches!(self, Reply::TimeExceeded)
     }
 }
 
@@ -93,7 +93,7 @@ pub struct Prober {
     mtus: Vec<Vec<PathMtu>>,
     /// Probes sent again after a "too big".
     resent: u64,
-    answers: HashMap<ProbeId, (String, u64, Outcome)>,
+    answers: HashMap<ProbeId, (String, u64, Reply)>,
     /// Per flow, the nearest distance at which the path ended.
     ended_at: Vec<Option<u8>>,
     last_sent_ns: u64,
@@ -214,7 +214,7 @@ impl Prober {
 
     /// An answer to probe `id` from `from`, arrived at `at_ns`; false when it matches no
     /// probe sent (or one already answered).
-    pub fn answered(&mut self, id: ProbeId, from: String, at_ns: u64, outcome: Outcome) -> bool {
+    pub fn answered(&mut self, id: ProbeId, from: String, at_ns: u64, outcome: Reply) -> bool {
         let Some(&(sent_at, _)) = self.sent.get(&id) else {
             self.unmatched += 1;
             return false;
@@ -300,7 +300,7 @@ impl Prober {
                     end.is_some_and(|ttl| {
                         self.answers
                             .get(&ProbeId { flow, ttl, query })
-                            .is_some_and(|a| a.2 == Outcome::Reached)
+                            .is_some_and(|a| a.2 == Reply::Reached)
                     })
                 });
                 FlowPath {
@@ -335,11 +335,11 @@ mod tests {
     }
 
     /// A path of `length` hops: router i at 10.0.i.1, the destination 10.9.9.9.
-    fn answer_for(id: ProbeId, length: u8) -> (String, Outcome) {
+    fn answer_for(id: ProbeId, length: u8) -> (String, Reply) {
         if id.ttl >= length {
-            ("10.9.9.9".into(), Outcome::Reached)
+            ("10.9.9.9".into(), Reply::Reached)
         } else {
-            (format!("10.0.{}.1", id.ttl), Outcome::TimeExceeded)
+            (format!("10.0.{}.1", id.ttl), Reply::TimeExceeded)
         }
     }
 
@@ -418,11 +418,11 @@ mod tests {
             },
             "x".into(),
             5,
-            Outcome::Reached
+            Reply::Reached
         ));
         p.sent(id, 0);
-        assert!(p.answered(id, "10.0.1.1".into(), 5, Outcome::TimeExceeded));
-        assert!(!p.answered(id, "10.0.1.1".into(), 6, Outcome::TimeExceeded));
+        assert!(p.answered(id, "10.0.1.1".into(), 5, Reply::TimeExceeded));
+        assert!(!p.answered(id, "10.0.1.1".into(), 6, Reply::TimeExceeded));
         assert_eq!(p.unmatched(), 2);
     }
 
@@ -433,9 +433,9 @@ mod tests {
         while let Some(id) = p.poll_send(now) {
             p.sent(id, now);
             let outcome = if id.ttl == 2 {
-                Outcome::Unreachable("host unreachable")
+                Reply::Unreachable("host unreachable")
             } else {
-                Outcome::TimeExceeded
+                Reply::TimeExceeded
             };
             p.answered(id, format!("10.0.{}.1", id.ttl), now + 1, outcome);
             now += 1_000;

@@ -241,7 +241,7 @@ enum Work {
     },
     /// A STAMP window, as its source: a session on the process's prober.
     Stamp {
-        outcome: Receiver<linerate_stamp::prober::Outcome>,
+        outcome: Receiver<linerate_stamp::prober::SessionResult>,
         reflector: String,
         /// When the window's outcome is due: its end and the wait for its last answers.
         due: Instant,

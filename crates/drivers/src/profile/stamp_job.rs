@@ -108,7 +108,7 @@ pub(crate) fn start_source(
     requester: IpAddr,
     keyed: bool,
     cancel: Arc<AtomicBool>,
-) -> Result<Receiver<linerate_stamp::prober::Outcome>, SourceError> {
+) -> Result<Receiver<linerate_stamp::prober::SessionResult>, SourceError> {
     let blame = |reason: String| SourceError {
         reason,
         unreachable: Some(job.reflector.clone()),
