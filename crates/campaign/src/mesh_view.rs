@@ -1,12 +1,15 @@
 //! How a mesh's rows are shown: the last figure of every pair as a table per test
 //! (sources down, destinations across), and the live view `mesh run` redraws in a
-//! terminal as results arrive.
+//! terminal as results arrive; what `mesh plan` and `mesh history` print.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use linerate_mesh::{Mesh, PlanSummary};
+use linerate_metrics::board::Measure;
 use linerate_model::mesh_row::{MeshRow, Outcome};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// Above this many hosts a test's grid no longer fits a terminal: the live view shows
 /// counts and the failing pairs instead.
@@ -421,4 +424,261 @@ mod tests {
         assert!(text.contains("x h7 -> h0: failed: refused"), "{text}");
         assert!(!text.contains("from \\ to"), "{text}");
     }
+}
+
+/// `mesh plan --json`: each test's figures and the first cycle's slots.
+pub fn plan_json(mesh: &Mesh, plan: &PlanSummary) -> serde_json::Value {
+    let tests: Vec<serde_json::Value> = plan
+        .tests
+        .iter()
+        .map(|t| {
+            let test = &mesh.tests[t.test];
+            serde_json::json!({
+                "test": test.name,
+                "run": test.kind.run(),
+                "protocol": test.kind.protocol().name(),
+                "exclusive": test.exclusive,
+                "jobs": t.jobs,
+                "rounds": t.rounds,
+                "interval_s": test.interval_s,
+                "cycle_s": t.cycle_s,
+            })
+        })
+        .collect();
+    let schedule: Vec<serde_json::Value> = plan
+        .first_cycle
+        .iter()
+        .map(|slot| {
+            let job = slot.job;
+            serde_json::json!({
+                "test": mesh.tests[job.test].name,
+                "src": mesh.hosts[job.src].name,
+                "dst": mesh.hosts[job.dst].name,
+                "round": job.round + 1,
+                "start_s": slot.start_s,
+                "end_s": slot.end_s,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "mesh": mesh.name,
+        "hosts": mesh.hosts.len(),
+        "tests": tests,
+        "schedule": schedule,
+    })
+}
+
+/// `mesh plan`'s text: each test's figures and the first cycle of the exclusive tests,
+/// round by round; `setup_s` is what a job costs beyond its test's time.
+pub fn plan_text(mesh: &Mesh, plan: &PlanSummary, setup_s: f64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Mesh '{}': {} hosts, {} jobs (each its test's time plus about {setup_s:.0} s to set up)",
+        mesh.name,
+        mesh.hosts.len(),
+        plan.jobs
+    );
+    for figures in &plan.tests {
+        let test = &mesh.tests[figures.test];
+        let every = humantime::format_duration(Duration::from_secs_f64(test.interval_s));
+        match (figures.rounds, figures.cycle_s) {
+            (Some(rounds), Some(cycle_s)) => {
+                let _ = writeln!(
+        out,
+                    "  {} ({} {}, {:.0} s, exclusive): {} jobs in {rounds} rounds, a cycle of {cycle_s:.0} s, every {every}",
+                    test.name,
+                    test.kind.run(),
+                    test.kind.protocol().name(),
+                    test.seconds,
+                    figures.jobs,
+                );
+                if cycle_s > test.interval_s {
+                    let _ = writeln!(out, "    note: a cycle takes longer than its interval; cycles will run back to back");
+                }
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "  {} ({} {}, {:.0} s, light{}): {} jobs, each every {every} at its own phase",
+                    test.name,
+                    test.kind.run(),
+                    test.kind.protocol().name(),
+                    test.seconds,
+                    if test.pause_for_exclusive {
+                        ", paused beside exclusive tests"
+                    } else {
+                        ""
+                    },
+                    figures.jobs,
+                );
+            }
+        }
+    }
+    // The first cycle of the exclusive tests, round by round.
+    let mut by_start: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for slot in &plan.first_cycle {
+        let job = slot.job;
+        by_start
+            .entry((slot.start_s * 1000.0).round() as u64)
+            .or_default()
+            .push(format!(
+                "{} {}->{}",
+                mesh.tests[job.test].name, mesh.hosts[job.src].name, mesh.hosts[job.dst].name
+            ));
+    }
+    if !by_start.is_empty() {
+        let _ = writeln!(out, "First cycle:");
+        for (ms, pairs) in by_start {
+            let _ = writeln!(
+                out,
+                "  +{:>6.0} s  {}",
+                ms as f64 / 1000.0,
+                pairs.join(", ")
+            );
+        }
+    }
+    out
+}
+
+/// `mesh history`'s table: the hours, then the rows, each line saying which it is.
+pub fn history_table(
+    found: &linerate_store::prune::PairHistory,
+    units: &HistoryUnits,
+) -> comfy_table::Table {
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    table.set_header(["when (UTC)", "test", "kept as", "figure", "jobs"]);
+    for a in &found.hourly {
+        let show = |v: Option<f64>| v.map_or("-".into(), |v| units.text(&a.test, v));
+        let figure = match a.median {
+            Some(_) => format!(
+                "median {} (p95 {}, {} to {})",
+                show(a.median),
+                show(a.p95),
+                show(a.min),
+                show(a.max)
+            ),
+            None => "-".into(),
+        };
+        let mut jobs = format!("{}/{} ok", a.ok, a.count);
+        if a.failed > 0 {
+            jobs += &format!(", {} failed", a.failed);
+        }
+        if a.skipped > 0 {
+            jobs += &format!(", {} skipped", a.skipped);
+        }
+        table.add_row([utc(a.hour), a.test.clone(), "hour".into(), figure, jobs]);
+    }
+    for r in &found.rows {
+        let figure = if r.outcome.is_ok() {
+            r.headline_text.clone()
+        } else {
+            "-".into()
+        };
+        table.add_row([
+            utc(r.started_at),
+            r.test.clone(),
+            "row".into(),
+            figure,
+            r.outcome.to_string(),
+        ]);
+    }
+    table
+}
+
+/// `mesh history --json`: every point, each with its `source` (`hourly` or `row`).
+pub fn history_json(
+    name: &str,
+    (src, dst, test): (&str, &str, Option<&str>),
+    since: f64,
+    found: &linerate_store::prune::PairHistory,
+) -> serde_json::Value {
+    let hourly = found.hourly.iter().map(|a| {
+        serde_json::json!({
+            "source": "hourly", "at": a.hour, "test": a.test,
+            "direction": a.direction, "protocol": a.protocol,
+            "count": a.count, "ok": a.ok, "failed": a.failed, "skipped": a.skipped,
+            "figures": a.figures, "min": a.min, "median": a.median, "p95": a.p95,
+            "max": a.max, "mean": a.mean,
+        })
+    });
+    let rows = found.rows.iter().map(|r| {
+        let mut v = row_json(r);
+        v["source"] = "row".into();
+        v["at"] = r.started_at.into();
+        v
+    });
+    serde_json::json!({
+        "mesh": name, "src": src, "dst": dst, "test": test,
+        "since": since,
+        "rows_from": found.rows.first().map(|r| r.started_at),
+        "points": hourly.chain(rows).collect::<Vec<_>>(),
+    })
+}
+
+/// A time as `2026-11-27 21:00:05`, UTC.
+pub fn utc(at: f64) -> String {
+    let at = UNIX_EPOCH + Duration::from_secs_f64(at.max(0.0));
+    humantime::format_rfc3339_seconds(at)
+        .to_string()
+        .replace('T', " ")
+        .trim_end_matches('Z')
+        .to_string()
+}
+
+/// How each test's figure is written: the mesh file's kinds when it was given, else what
+/// the pair's rows wrote.
+pub struct HistoryUnits(BTreeMap<String, FigureUnit>);
+
+#[derive(Clone, Copy)]
+enum FigureUnit {
+    BitsPerSecond,
+    Seconds,
+    Rpm,
+    Plain,
+}
+
+impl HistoryUnits {
+    fn text(&self, test: &str, value: f64) -> String {
+        match self.0.get(test).copied().unwrap_or(FigureUnit::Plain) {
+            FigureUnit::BitsPerSecond => {
+                linerate_model::units::format_rate(value, linerate_model::units::Scale::Adaptive)
+            }
+            FigureUnit::Seconds if value < 1e-3 => format!("{:.1} us", value * 1e6),
+            FigureUnit::Seconds if value < 1.0 => format!("{:.3} ms", value * 1e3),
+            FigureUnit::Seconds => format!("{value:.3} s"),
+            FigureUnit::Rpm => format!("{value:.0} RPM"),
+            FigureUnit::Plain => format!("{value:.6}"),
+        }
+    }
+}
+
+pub fn history_units(file: Option<&Mesh>, rows: &[MeshRow]) -> HistoryUnits {
+    let mut units = BTreeMap::new();
+    if let Some(mesh) = file {
+        for test in &mesh.tests {
+            let unit = match test.kind.kind().measure() {
+                Measure::Goodput => FigureUnit::BitsPerSecond,
+                Measure::Latency => FigureUnit::Seconds,
+                Measure::Responsiveness => FigureUnit::Rpm,
+                Measure::Loss | Measure::Hops => FigureUnit::Plain,
+            };
+            units.insert(test.name.clone(), unit);
+        }
+    }
+    for row in rows.iter().filter(|r| r.outcome.is_ok()) {
+        let text = &row.headline_text;
+        let unit = if text.contains("bits") {
+            FigureUnit::BitsPerSecond
+        } else if text.contains("RPM") {
+            FigureUnit::Rpm
+        } else if text.ends_with('s') {
+            FigureUnit::Seconds
+        } else {
+            continue;
+        };
+        units.entry(row.test.clone()).or_insert(unit);
+    }
+    HistoryUnits(units)
 }
