@@ -6,8 +6,9 @@ use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
 use super::link::unix_ns;
 use super::rendezvous::Rendezvous;
 use super::rpm_job::{self, RpmJob, SourcePolicy};
-use super::stamp_job::{self, StampJob};
-use super::trace_job::{self, TraceJob};
+use super::source_job::{Bounds, SourceJob, SourceRun};
+use super::stamp_job::{StampJob, StampSource};
+use super::trace_job::TraceJob;
 use crate::access::Stage;
 use crate::control::Control;
 use crate::server_state::random_nonce;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a running agent tells its controller it is alive.
-const HEARTBEAT: Duration = Duration::from_millis(500);
+pub(crate) const HEARTBEAT: Duration = Duration::from_millis(500);
 /// How long after the start the CPUs stay held awake: every thread is released by then.
 const START_HOLD: Duration = Duration::from_millis(100);
 /// The furthest ahead a start may be set (the controller's lead is half a second plus two
@@ -239,19 +240,11 @@ enum Work {
         state: RpmState,
         _held: Held,
     },
-    /// A STAMP window, as its source: a session on the process's prober.
-    Stamp {
-        outcome: Receiver<linerate_stamp::prober::SessionResult>,
-        reflector: String,
-        /// When the window's outcome is due: its end and the wait for its last answers.
-        due: Instant,
-        /// How often it says it is alive meanwhile: what the controller asked.
-        heartbeat: Duration,
-        _held: Held,
-    },
-    /// A trace, as its source: its thread reports here.
-    Trace {
-        outcome: Receiver<Result<linerate_report::trace::TraceReport, trace_job::SourceError>>,
+    /// A job this host runs as the source of a mesh test and reports once (a STAMP
+    /// window, a trace): `what` its logs call it.
+    Source {
+        run: Box<dyn SourceRun>,
+        what: &'static str,
         _held: Held,
     },
 }
@@ -263,11 +256,9 @@ impl Work {
         match self {
             Work::Idle => false,
             Work::Prepared { held, .. } => held._slot.is_some(),
-            Work::Running { .. }
-            | Work::Mirror { .. }
-            | Work::Rpm { .. }
-            | Work::Stamp { .. }
-            | Work::Trace { .. } => true,
+            Work::Running { .. } | Work::Mirror { .. } | Work::Rpm { .. } | Work::Source { .. } => {
+                true
+            }
         }
     }
 }
@@ -302,8 +293,7 @@ impl Agent<'_> {
                 Work::Running { .. }
                 | Work::Mirror { .. }
                 | Work::Rpm { .. }
-                | Work::Stamp { .. }
-                | Work::Trace { .. } => true,
+                | Work::Source { .. } => true,
             };
             self.link.session.set_busy(Instant::now(), busy);
             if let Some(mark) = &self.mark {
@@ -317,8 +307,7 @@ impl Agent<'_> {
             }
             self.poll_run();
             self.poll_rpm();
-            self.poll_stamp();
-            self.poll_trace();
+            self.poll_source();
             let wait = self.wait();
             match self.link.recv(wait) {
                 Ok(Some(request)) => self.handle(request),
@@ -337,15 +326,17 @@ impl Agent<'_> {
     /// nothing to look at (idle, prepared, a mirror), it waits for the next request.
     fn wait(&self) -> Duration {
         match &self.work {
-            Work::Running { .. } | Work::Rpm { .. } | Work::Trace { .. } => {
-                Duration::from_millis(50)
-            }
-            Work::Stamp { due, heartbeat, .. } => {
-                let beat = (self.last_beat + *heartbeat).saturating_duration_since(Instant::now());
-                let due = due.saturating_duration_since(Instant::now());
-                // Once due, the outcome is looked for every 50 ms until it comes.
-                beat.min(due).max(Duration::from_millis(50))
-            }
+            Work::Running { .. } | Work::Rpm { .. } => Duration::from_millis(50),
+            Work::Source { run, .. } => match run.due() {
+                Some(due) => {
+                    let beat = (self.last_beat + run.heartbeat())
+                        .saturating_duration_since(Instant::now());
+                    let due = due.saturating_duration_since(Instant::now());
+                    // Once due, the outcome is looked for every 50 ms until it comes.
+                    beat.min(due).max(Duration::from_millis(50))
+                }
+                None => Duration::from_millis(50),
+            },
             Work::Idle | Work::Prepared { .. } | Work::Mirror { .. } => Duration::from_secs(1),
         }
     }
@@ -429,118 +420,54 @@ impl Agent<'_> {
         }
     }
 
-    /// Tells the controller how the STAMP window this host probes ended, or that it is
+    /// Tells the controller how the job this host runs as a source ended, or that it is
     /// alive.
-    fn poll_stamp(&mut self) {
-        let Work::Stamp {
-            outcome,
-            reflector,
-            heartbeat,
-            ..
-        } = &self.work
-        else {
+    fn poll_source(&mut self) {
+        let Work::Source { run, what, .. } = &mut self.work else {
             return;
         };
-        let heartbeat = *heartbeat;
-        let outcome = match outcome.try_recv() {
-            Ok(outcome) => stamp_job::outcome(Some(outcome), reflector),
-            Err(TryRecvError::Empty) => return self.heartbeat_every(heartbeat),
-            Err(TryRecvError::Disconnected) => stamp_job::outcome(None, reflector),
+        let Some(result) = run.poll() else {
+            let every = run.heartbeat();
+            return self.heartbeat_every(every);
         };
+        let what = *what;
         self.work = Work::Idle;
-        match outcome {
-            Ok(report) => self.link.reply(&AgentReply::StampResult {
-                report: Box::new(report),
-            }),
+        match result {
+            Ok(reply) => self.link.reply(&reply),
             Err(failed) => {
                 self.shared
-                    .log(&format!("STAMP test from {}: {}", self.peer, failed.reason));
+                    .log(&format!("{what} from {}: {}", self.peer, failed.reason));
                 self.failed(failed);
             }
         }
     }
 
-    /// Tells the controller how the trace this host runs ended, or that it is alive.
-    fn poll_trace(&mut self) {
-        let Work::Trace { outcome, .. } = &self.work else {
-            return;
-        };
-        let outcome = match outcome.try_recv() {
-            Ok(outcome) => outcome,
-            Err(TryRecvError::Empty) => return self.heartbeat(),
-            Err(TryRecvError::Disconnected) => Err(trace_job::SourceError {
-                reason: "the trace ended".into(),
-                unreachable: None,
-            }),
-        };
-        self.work = Work::Idle;
-        match outcome {
-            Ok(report) => self.link.reply(&AgentReply::TraceResult {
-                report: Box::new(report),
-            }),
-            Err(failed) => {
-                self.shared
-                    .log(&format!("trace from {}: {}", self.peer, failed.reason));
-                self.failed(failed);
-            }
-        }
-    }
-
-    /// Traces the way to the target the controller names. (The flows and distances
-    /// arrive bounded by their types; the source is checked here.)
-    fn trace_source(&mut self, job: TraceJob) {
+    /// Runs the job the controller asks of this host as a source, within this server's
+    /// bounds and its place among the server's tests.
+    fn source(&mut self, job: Box<dyn SourceJob>) {
+        let what = job.what();
         if let Some(reason) = self.has_work() {
-            return self.refuse("trace", reason.into());
-        }
-        if let Some(Err(reason)) = job.source.as_ref().map(linerate_model::Source::check) {
-            return self.refuse("trace", reason);
-        }
-        let taken = match TestSlot::take(self.shared) {
-            Ok(taken) => taken,
-            Err(reason) => return self.refuse("trace", reason),
-        };
-        let keyed = self.shared.config.key.is_some();
-        match trace_job::start_source(job, self.peer.ip(), keyed, self.stop.clone()) {
-            Ok(outcome) => {
-                self.last_beat = Instant::now();
-                self.work = Work::Trace {
-                    outcome,
-                    _held: Held::slot(taken),
-                }
-            }
-            Err(failed) => self.failed(failed),
-        }
-    }
-
-    /// Probes the reflector the controller names for one window.
-    /// (The window, rate, size and DSCP arrive bounded by their types; this server's own
-    /// bounds are checked here.)
-    fn stamp_source(&mut self, job: StampJob, heartbeat: Duration) {
-        if let Some(reason) = self.has_work() {
-            return self.refuse("STAMP test", reason.into());
+            return self.refuse(what, reason.into());
         }
         let limits = &self.shared.config.limits;
-        if let Err(reason) = stamp_job::check(&job, limits.max_duration_s, limits.max_rate_bps) {
-            return self.refuse("STAMP test", reason);
-        }
-        if let Some(Err(reason)) = job.source.as_ref().map(linerate_model::Source::check) {
-            return self.refuse("STAMP test", reason);
+        let bounds = Bounds {
+            max_duration_s: limits.max_duration_s,
+            max_rate_bps: limits.max_rate_bps,
+        };
+        if let Err(reason) = job.check(&bounds) {
+            return self.refuse(what, reason);
         }
         let taken = match TestSlot::take(self.shared) {
             Ok(taken) => taken,
-            Err(reason) => return self.refuse("STAMP test", reason),
+            Err(reason) => return self.refuse(what, reason),
         };
         let keyed = self.shared.config.key.is_some();
-        let reflector = job.reflector.clone();
-        let due = Instant::now() + job.window + stamp_job::ANSWER_WAIT;
-        match stamp_job::start_source(job, self.peer.ip(), keyed, self.stop.clone()) {
-            Ok(outcome) => {
+        match job.start(self.peer.ip(), keyed, self.stop.clone()) {
+            Ok(run) => {
                 self.last_beat = Instant::now();
-                self.work = Work::Stamp {
-                    outcome,
-                    reflector,
-                    due,
-                    heartbeat,
+                self.work = Work::Source {
+                    run,
+                    what,
                     _held: Held::slot(taken),
                 }
             }
@@ -603,8 +530,8 @@ impl Agent<'_> {
                 dscp,
                 heartbeat_s,
                 source,
-            } => self.stamp_source(
-                StampJob {
+            } => self.source(Box::new(StampSource {
+                job: StampJob {
                     reflector: reflector.into_string(),
                     window: window_s.duration(),
                     rate_pps: rate.get(),
@@ -612,8 +539,8 @@ impl Agent<'_> {
                     dscp: dscp.map(u8::from),
                     source,
                 },
-                linerate_proto::agent::stamp_heartbeat(heartbeat_s),
-            ),
+                heartbeat: linerate_proto::agent::stamp_heartbeat(heartbeat_s),
+            })),
             AgentRequest::Trace {
                 target,
                 probe,
@@ -623,7 +550,7 @@ impl Agent<'_> {
                 source_port,
                 source,
                 mtu,
-            } => self.trace_source(TraceJob {
+            } => self.source(Box::new(TraceJob {
                 target: target.into_string(),
                 probe,
                 flows: flows.into(),
@@ -632,7 +559,7 @@ impl Agent<'_> {
                 source_port,
                 source,
                 mtu,
-            }),
+            })),
         }
     }
 
@@ -664,7 +591,7 @@ impl Agent<'_> {
             Work::Idle => None,
             Work::Prepared { .. } => Some("groups are already prepared on this connection"),
             Work::Running { .. } => Some("groups are already running on this connection"),
-            Work::Mirror { .. } | Work::Rpm { .. } | Work::Stamp { .. } | Work::Trace { .. } => {
+            Work::Mirror { .. } | Work::Rpm { .. } | Work::Source { .. } => {
                 Some("this connection already has work")
             }
         }
@@ -1018,10 +945,9 @@ impl Agent<'_> {
             Work::Rpm { .. } => self
                 .shared
                 .log(&format!("RPM test with {peer}: ended: {why}")),
-            Work::Stamp { .. } => self
-                .shared
-                .log(&format!("STAMP test for {peer}: ended: {why}")),
-            Work::Trace { .. } => self.shared.log(&format!("trace for {peer}: ended: {why}")),
+            Work::Source { what, .. } => {
+                self.shared.log(&format!("{what} for {peer}: ended: {why}"))
+            }
             Work::Idle | Work::Prepared { .. } => {}
         }
     }

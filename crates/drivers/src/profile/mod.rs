@@ -18,6 +18,7 @@ pub(crate) mod link;
 mod rendezvous;
 pub mod rpm_job;
 mod served;
+mod source_job;
 pub mod stamp_job;
 pub mod trace_job;
 

@@ -7,12 +7,13 @@
 //! small, paced and bounded here: at most 10,000 a second of at most 9,000 octets, within
 //! `--max-rate`); without a key, only the requester's own address, as a profile's peers.
 
+use linerate_proto::agent::AgentReply;
 use linerate_report::stamp::StampReport;
 use linerate_stamp::sender::{self, Options};
 use linerate_stamp::wire::{tlv, Mode};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -291,5 +292,75 @@ mod tests {
         );
         assert!(check(&job(60.0, 10.0, Some(50)), 300.0, None).is_err());
         assert_eq!(check(&job(60.0, 10.0, Some(1400)), 300.0, None), Ok(()));
+    }
+}
+
+/// A STAMP window as a controller asked for it, with how often its agent says it is
+/// alive while it runs.
+pub(crate) struct StampSource {
+    pub job: StampJob,
+    pub heartbeat: Duration,
+}
+
+impl super::source_job::SourceJob for StampSource {
+    fn what(&self) -> &'static str {
+        "STAMP test"
+    }
+
+    fn check(&self, bounds: &super::source_job::Bounds) -> Result<(), String> {
+        check(&self.job, bounds.max_duration_s, bounds.max_rate_bps)?;
+        match self.job.source.as_ref().map(linerate_model::Source::check) {
+            Some(Err(reason)) => Err(reason),
+            _ => Ok(()),
+        }
+    }
+
+    fn start(
+        self: Box<Self>,
+        requester: IpAddr,
+        keyed: bool,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Box<dyn super::source_job::SourceRun>, SourceError> {
+        let reflector = self.job.reflector.clone();
+        let due = std::time::Instant::now() + self.job.window + ANSWER_WAIT;
+        let outcome = start_source(self.job, requester, keyed, stop)?;
+        Ok(Box::new(StampRun {
+            outcome,
+            reflector,
+            due,
+            heartbeat: self.heartbeat,
+        }))
+    }
+}
+
+/// A window on the process's prober: its outcome arrives once, when it is due.
+struct StampRun {
+    outcome: Receiver<linerate_stamp::prober::SessionResult>,
+    /// As the request named it, for the blame.
+    reflector: String,
+    due: std::time::Instant,
+    heartbeat: Duration,
+}
+
+impl super::source_job::SourceRun for StampRun {
+    fn poll(&mut self) -> Option<Result<AgentReply, SourceError>> {
+        let result = match self.outcome.try_recv() {
+            Ok(result) => Some(result),
+            Err(TryRecvError::Empty) => return None,
+            Err(TryRecvError::Disconnected) => None,
+        };
+        Some(
+            outcome(result, &self.reflector).map(|report| AgentReply::StampResult {
+                report: Box::new(report),
+            }),
+        )
+    }
+
+    fn due(&self) -> Option<std::time::Instant> {
+        Some(self.due)
+    }
+
+    fn heartbeat(&self) -> Duration {
+        self.heartbeat
     }
 }

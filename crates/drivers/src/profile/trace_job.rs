@@ -7,6 +7,7 @@
 //! at most 16 flows of 64 distances, one probe every 5 ms); without a key, only the
 //! requester's own address, as a profile's peers.
 
+use linerate_proto::agent::AgentReply;
 use linerate_report::trace::TraceReport;
 use linerate_trace::net::{self, Protocol, TraceError};
 use linerate_trace::prober::Plan;
@@ -251,5 +252,50 @@ mod tests {
     #[test]
     fn a_traces_longest_is_its_probes_and_one_wait() {
         assert_eq!(job().longest(), GAP * 8 + WAIT);
+    }
+}
+
+impl super::source_job::SourceJob for TraceJob {
+    fn what(&self) -> &'static str {
+        "trace"
+    }
+
+    /// (The flows and distances arrive bounded by their types; the source is checked
+    /// here.)
+    fn check(&self, _: &super::source_job::Bounds) -> Result<(), String> {
+        match self.source.as_ref().map(linerate_model::Source::check) {
+            Some(Err(reason)) => Err(reason),
+            _ => Ok(()),
+        }
+    }
+
+    fn start(
+        self: Box<Self>,
+        requester: IpAddr,
+        keyed: bool,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Box<dyn super::source_job::SourceRun>, SourceError> {
+        let outcome = start_source(*self, requester, keyed, stop)?;
+        Ok(Box::new(TraceRun { outcome }))
+    }
+}
+
+/// A trace on its thread: its report (or why not) arrives once.
+struct TraceRun {
+    outcome: Receiver<Result<TraceReport, SourceError>>,
+}
+
+impl super::source_job::SourceRun for TraceRun {
+    fn poll(&mut self) -> Option<Result<AgentReply, SourceError>> {
+        match self.outcome.try_recv() {
+            Ok(outcome) => Some(outcome.map(|report| AgentReply::TraceResult {
+                report: Box::new(report),
+            })),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(Err(SourceError {
+                reason: "the trace ended".into(),
+                unreachable: None,
+            })),
+        }
     }
 }

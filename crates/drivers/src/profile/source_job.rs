@@ -1,0 +1,48 @@
+//! A job an agent runs as the source of a mesh test and reports once: a STAMP window, a
+//! trace, and the kinds to come. The agent's connection holds one as its work, looks at
+//! it as often as it asks, says it is alive meanwhile, and sends its reply (or why it
+//! failed) when it ends; the connection never names a kind of job.
+
+use super::rpm_job::SourceError;
+use linerate_proto::agent::AgentReply;
+use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the agent's server allows any job (`serve`'s limits).
+pub(crate) struct Bounds {
+    pub max_duration_s: f64,
+    pub max_rate_bps: Option<u64>,
+}
+
+/// A job as a controller asked for it, before it runs.
+pub(crate) trait SourceJob: Send {
+    /// What logs and refusals call it: "STAMP test", "trace".
+    fn what(&self) -> &'static str;
+    /// This server's own bounds on it and its source's checks; why not, if it may not run.
+    fn check(&self, bounds: &Bounds) -> Result<(), String>;
+    /// Starts it for `requester` (whom its destination must be allowed for, `keyed` where
+    /// this server holds a key); it ends early when `stop` is set.
+    fn start(
+        self: Box<Self>,
+        requester: IpAddr,
+        keyed: bool,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Box<dyn SourceRun>, SourceError>;
+}
+
+/// A job under way.
+pub(crate) trait SourceRun: Send {
+    /// Its reply once it ended; `None` while it runs.
+    fn poll(&mut self) -> Option<Result<AgentReply, SourceError>>;
+    /// When its outcome is due, where it knows: the agent sleeps until then (or its next
+    /// heartbeat) instead of looking 20 times a second.
+    fn due(&self) -> Option<Instant> {
+        None
+    }
+    /// How often the agent says it is alive meanwhile.
+    fn heartbeat(&self) -> Duration {
+        super::agent::HEARTBEAT
+    }
+}
