@@ -6,7 +6,7 @@ use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
 use super::link::unix_ns;
 use super::rendezvous::Rendezvous;
 use super::rpm_job::{self, RpmJob, SourcePolicy};
-use super::source_job::{Bounds, SourceJob, SourceRun};
+use super::source_job::{Bounds, SourceJob, SourceRun, HEARTBEAT};
 use super::stamp_job::{StampJob, StampSource};
 use super::trace_job::TraceJob;
 use crate::access::Stage;
@@ -26,8 +26,6 @@ use std::sync::mpsc::{channel, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How often a running agent tells its controller it is alive.
-pub(crate) const HEARTBEAT: Duration = Duration::from_millis(500);
 /// How long after the start the CPUs stay held awake: every thread is released by then.
 const START_HOLD: Duration = Duration::from_millis(100);
 /// The furthest ahead a start may be set (the controller's lead is half a second plus two

@@ -10,6 +10,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How often a running agent tells its controller it is alive.
+pub(crate) const HEARTBEAT: Duration = Duration::from_millis(500);
+
 /// What the agent's server allows any job (`serve`'s limits).
 pub(crate) struct Bounds {
     pub max_duration_s: f64,
@@ -43,6 +46,6 @@ pub(crate) trait SourceRun: Send {
     }
     /// How often the agent says it is alive meanwhile.
     fn heartbeat(&self) -> Duration {
-        super::agent::HEARTBEAT
+        HEARTBEAT
     }
 }
