@@ -6,8 +6,9 @@
 //! builds SQL from values.
 
 use crate::connection::{self, Credentials, SslMode};
+use crate::mesh_columns::{mesh_row, MESH_COLUMNS};
 use crate::prune::{aggregate, Aggregate, PairHistory, PairQuery, RawRow, RetainStep, HOUR};
-use crate::{now, Listed, MeshRow, Outcome, StoreError};
+use crate::{now, Listed, MeshRow, StoreError};
 use linerate_report::document::Document;
 use postgres::{Client, NoTls};
 
@@ -689,33 +690,15 @@ impl Archive {
         values: &[&(dyn postgres::types::ToSql + Sync)],
     ) -> Result<Vec<MeshRow>, StoreError> {
         self.reconnect_if_closed()?;
-        let sql = format!(
-            "SELECT run_id, mesh, src, dst, test, direction, protocol, cycle,
-                    started_at, ended_at, outcome, reason, blamed, headline, headline_text
-             FROM {table} WHERE {filter}"
-        );
+        let sql = format!("SELECT run_id, {MESH_COLUMNS} FROM {table} WHERE {filter}");
         let rows = self
             .client
             .query(sql.as_str(), values)
             .map_err(|e| self.error(e))?;
-        Ok(rows
-            .iter()
-            .map(|r| MeshRow {
-                run_id: r.get(0),
-                mesh: r.get(1),
-                src: r.get(2),
-                dst: r.get(3),
-                test: r.get(4),
-                direction: r.get(5),
-                protocol: r.get(6),
-                cycle: r.get::<_, i64>(7) as u64,
-                started_at: r.get(8),
-                ended_at: r.get(9),
-                outcome: Outcome::from_columns(r.get(10), r.get(11), r.get(12)),
-                headline: r.get(13),
-                headline_text: r.get(14),
-            })
-            .collect())
+        rows.iter()
+            .map(|r| mesh_row(r, 1, r.try_get(0)?))
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.error(e))
     }
 
     /// One pair's history, as the SQLite store's ([`crate::Store::pair_history`]).

@@ -9,11 +9,13 @@
 
 pub mod archive;
 pub mod connection;
+mod mesh_columns;
 pub mod prune;
 pub mod spool;
 
 pub use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
+use mesh_columns::{mesh_row, MESH_COLUMNS};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -830,34 +832,10 @@ impl Store {
         filter: &str,
         values: impl rusqlite::Params,
     ) -> Result<Vec<MeshRow>, StoreError> {
-        let sql = format!(
-            "SELECT run_id, mesh, src, dst, test, direction, protocol, cycle, started_at,
-                    ended_at, outcome, reason, blamed, headline, headline_text
-             FROM mesh_results AS m WHERE {filter}"
-        );
+        let sql = format!("SELECT run_id, {MESH_COLUMNS} FROM mesh_results AS m WHERE {filter}");
         let mut statement = self.conn.prepare(&sql).map_err(|e| self.sqlite(e))?;
         let rows = statement
-            .query_map(values, |r| {
-                Ok(MeshRow {
-                    run_id: r.get(0)?,
-                    mesh: r.get(1)?,
-                    src: r.get(2)?,
-                    dst: r.get(3)?,
-                    test: r.get(4)?,
-                    direction: r.get(5)?,
-                    protocol: r.get(6)?,
-                    cycle: r.get::<_, i64>(7)? as u64,
-                    started_at: r.get(8)?,
-                    ended_at: r.get(9)?,
-                    outcome: Outcome::from_columns(
-                        &r.get::<_, String>(10)?,
-                        r.get(11)?,
-                        r.get(12)?,
-                    ),
-                    headline: r.get(13)?,
-                    headline_text: r.get(14)?,
-                })
-            })
+            .query_map(values, |r| mesh_row(r, 1, r.get(0)?))
             .map_err(|e| self.sqlite(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sqlite(e))
     }

@@ -15,9 +15,10 @@
 //! bounded in bytes: at its bound the oldest results' documents go first, then, where
 //! only rows are left, the oldest rows; each loss is counted and said.
 
+use crate::mesh_columns::{mesh_row, MESH_COLUMNS};
 use crate::prune::{PairHistory, PairQuery, RetainStep};
 use crate::{now, MeshArchive, StoreError};
-use linerate_model::mesh_row::{MeshRow, Outcome, StoreCounts};
+use linerate_model::mesh_row::{MeshRow, StoreCounts};
 use linerate_report::document::Document;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::VecDeque;
@@ -198,10 +199,7 @@ impl SpoolFile {
     fn oldest(&self) -> rusqlite::Result<Option<(i64, Pending)>> {
         self.conn
             .query_row(
-                "SELECT seq, queued_at, mesh, src, dst, test, direction, protocol, cycle,
-                        started_at, ended_at, outcome, reason, blamed, headline,
-                        headline_text, document
-                 FROM spooled ORDER BY seq LIMIT 1",
+                &format!("SELECT seq, queued_at, {MESH_COLUMNS}, document FROM spooled ORDER BY seq LIMIT 1"),
                 [],
                 |r| {
                     let json: Option<String> = r.get(16)?;
@@ -213,25 +211,7 @@ impl SpoolFile {
                         r.get(0)?,
                         Pending {
                             queued_at: r.get(1)?,
-                            row: MeshRow {
-                                run_id: None,
-                                mesh: r.get(2)?,
-                                src: r.get(3)?,
-                                dst: r.get(4)?,
-                                test: r.get(5)?,
-                                direction: r.get(6)?,
-                                protocol: r.get(7)?,
-                                cycle: r.get::<_, i64>(8)? as u64,
-                                started_at: r.get(9)?,
-                                ended_at: r.get(10)?,
-                                outcome: Outcome::from_columns(
-                                    &r.get::<_, String>(11)?,
-                                    r.get(12)?,
-                                    r.get(13)?,
-                                ),
-                                headline: r.get(14)?,
-                                headline_text: r.get(15)?,
-                            },
+                            row: mesh_row(r, 2, None)?,
                             document,
                         },
                     ))

@@ -1,5 +1,6 @@
 use super::*;
 use crate::Store;
+use linerate_model::mesh_row::Outcome;
 use std::sync::Mutex;
 
 const STREAM: &str = include_str!("../testdata/tcp_stream.json");
