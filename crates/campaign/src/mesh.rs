@@ -203,8 +203,6 @@ fn labelled(mesh: &Mesh, job: &Job, cycle: u64, started_at: f64, ended_at: f64) 
 }
 
 /// Runs one job to its end; `(outcome, row, document)`.
-// Long: one arm per kind of job (a profile, RPM, a STAMP window, a trace), each building
-// its request from the plan and the source host.
 fn run_job(
     mesh: &Mesh,
     job: Job,
@@ -213,10 +211,14 @@ fn run_job(
     stop: &AtomicBool,
     clock: &dyn Fn() -> f64,
 ) -> (JobEnd, JobResult) {
-    let test = &mesh.tests[job.test];
     let started_at = clock();
-    let result = match job_plan(mesh, &job) {
-        JobPlan::Profile(profile) => controller::run(&profile, options, stop),
+    let src = &mesh.hosts[job.src];
+    let source = src.source.clone();
+    match job_plan(mesh, &job) {
+        JobPlan::Profile(profile) => {
+            let result = controller::run(&profile, options, stop);
+            profile_ended(mesh, job, cycle, (started_at, clock()), result)
+        }
         JobPlan::Rpm {
             remote,
             leg,
@@ -228,12 +230,10 @@ fn run_job(
                 leg,
                 tls,
                 max_connections,
-                source: mesh.hosts[job.src].source.clone(),
+                source,
             };
-            let source = &mesh.hosts[job.src].address;
-            let result = controller::run_rpm(source, &rpm, options, stop);
-            let ended_at = clock();
-            return rpm_ended(mesh, job, cycle, (started_at, ended_at), result);
+            let result = controller::run_rpm(&src.address, &rpm, options, stop);
+            rpm_ended(mesh, job, cycle, (started_at, clock()), result)
         }
         JobPlan::Stamp {
             reflector,
@@ -248,15 +248,14 @@ fn run_job(
                 rate_pps,
                 size,
                 dscp,
-                source: mesh.hosts[job.src].source.clone(),
+                source,
             };
-            let source = &mesh.hosts[job.src].address;
-            let result = controller::run_stamp(source, &stamp, options, stop).map(|mut report| {
-                report.target = mesh.hosts[job.dst].name.clone();
-                Document::Stamp(Box::new(report))
-            });
-            let ended_at = clock();
-            return probe_ended(mesh, job, cycle, (started_at, ended_at), result);
+            let result =
+                controller::run_stamp(&src.address, &stamp, options, stop).map(|mut report| {
+                    report.target = mesh.hosts[job.dst].name.clone();
+                    Document::Stamp(Box::new(report))
+                });
+            probe_ended(mesh, job, cycle, (started_at, clock()), result)
         }
         JobPlan::Trace {
             target,
@@ -275,18 +274,28 @@ fn run_job(
                 port,
                 source_port: Some(source_port),
                 mtu,
-                source: mesh.hosts[job.src].source.clone(),
+                source,
             };
-            let source = &mesh.hosts[job.src].address;
-            let result = controller::run_trace(source, &trace, options, stop).map(|mut report| {
-                report.target = mesh.hosts[job.dst].name.clone();
-                Document::Trace(Box::new(report))
-            });
-            let ended_at = clock();
-            return probe_ended(mesh, job, cycle, (started_at, ended_at), result);
+            let result =
+                controller::run_trace(&src.address, &trace, options, stop).map(|mut report| {
+                    report.target = mesh.hosts[job.dst].name.clone();
+                    Document::Trace(Box::new(report))
+                });
+            probe_ended(mesh, job, cycle, (started_at, clock()), result)
         }
-    };
-    let ended_at = clock();
+    }
+}
+
+/// A profile job's outcome: done when its report is complete, else failed with the
+/// report's reason; a run that could not start is laid at the host it names.
+fn profile_ended(
+    mesh: &Mesh,
+    job: Job,
+    cycle: u64,
+    (started_at, ended_at): (f64, f64),
+    result: Result<linerate_report::profile::ProfileReport, RunError>,
+) -> (JobEnd, JobResult) {
+    let test = &mesh.tests[job.test];
     let mut row = labelled(mesh, &job, cycle, started_at, ended_at);
     match result {
         Ok(mut report) => {

@@ -5,6 +5,9 @@
 //! `cargo run --release -p linerate-mesh --example plan_scale -- 1000` (one N per process,
 //! so that the peak memory is that N's).
 
+// A benchmark or test times itself on the wall clock.
+#![allow(clippy::disallowed_methods)]
+
 use linerate_mesh::schedule::simulate;
 use std::time::Instant;
 

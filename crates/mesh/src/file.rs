@@ -134,8 +134,6 @@ struct RawGroup {
 }
 
 /// Reads a mesh file; `file` names it in errors.
-// Long: the file's tables read in order (hosts, tests, groups, discovery, alerts), each
-// mistake naming its position.
 pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
     let reader = Reader { file, text };
     let raw: RawMesh = toml::from_str(text).map_err(|e| {
@@ -145,73 +143,8 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
     if raw.host.is_empty() && raw.discover.is_empty() {
         return Err(reader.error(0, "the mesh names no [[host]] and no [[discover]]"));
     }
-    let mut discover = Vec::new();
-    for spanned in &raw.discover {
-        let d = spanned.get_ref();
-        let name = d.name.get_ref();
-        if name.is_empty() || name.chars().any(char::is_whitespace) || name.contains(':') {
-            return Err(reader.at(
-                &d.name,
-                format!("discover '{name}' is not a DNS name (give the port as port = N)"),
-            ));
-        }
-        let every_s = match &d.every {
-            Some(every) => reader.seconds(every, "every", true)?.max(1.0),
-            None => DEFAULT_DISCOVER_SECONDS,
-        };
-        discover.push(Discover {
-            name: name.clone(),
-            port: d.port.unwrap_or(5201),
-            every_s,
-            labels: d.labels.clone(),
-        });
-    }
-    if raw.host.len() > MAX_HOSTS {
-        return Err(reader.error(
-            raw.host[MAX_HOSTS].span().start,
-            format!("more than {MAX_HOSTS} hosts"),
-        ));
-    }
-    let mut hosts = Vec::new();
-    let mut host_index = BTreeMap::new();
-    for spanned in &raw.host {
-        let host = spanned.get_ref();
-        let name = host.name.get_ref();
-        if !is_name(name) {
-            return Err(reader.at(
-                &host.name,
-                format!("host name '{name}' must be letters, digits, '-', '_' or '.'"),
-            ));
-        }
-        let address = host.address.get_ref();
-        if address.is_empty() || address.chars().any(char::is_whitespace) {
-            return Err(reader.at(
-                &host.address,
-                format!("address '{address}' is not a host name or address"),
-            ));
-        }
-        if host_index.insert(name.clone(), hosts.len()).is_some() {
-            return Err(reader.at(&host.name, format!("host '{name}' is named twice")));
-        }
-        let reflector_only = match &host.reflector {
-            None => false,
-            Some(r) if r.get_ref() == "stamp" => true,
-            Some(r) => {
-                return Err(reader.at(
-                    r,
-                    format!("reflector '{}' is not \"stamp\" (the only reflector a host without an agent can be)", r.get_ref()),
-                ))
-            }
-        };
-        let source = host_source(&reader, host)?;
-        hosts.push(Host {
-            name: name.clone(),
-            address: address.clone(),
-            labels: host.labels.clone(),
-            reflector_only,
-            source,
-        });
-    }
+    let discover = read_discover(&reader, &raw.discover)?;
+    let (hosts, host_index) = read_hosts(&reader, &raw.host)?;
     let mut tests = Vec::new();
     let mut test_index = BTreeMap::new();
     for spanned in &raw.test {
@@ -261,8 +194,116 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
         Some(a) => alert_rules(&reader, a)?,
         None => AlertRules::default(),
     };
+    let store = match &raw.store {
+        Some(raw_store) => store_policy(&reader, raw_store)?,
+        None => StorePolicy::default(),
+    };
+    let retention = match &raw.retention {
+        Some(r) => Some(retention(&reader, r)?),
+        None => None,
+    };
+    Ok(Mesh {
+        alerts,
+        store,
+        retention,
+        seed: raw.seed.map_or_else(|| name_seed(&name), |s| *s.get_ref()),
+        name,
+        key: raw.key.map(|k| k.into_inner().into()),
+        max_exclusive,
+        hosts,
+        tests,
+        groups,
+        discover,
+    })
+}
+
+/// `[[discover]]`: DNS names whose addresses are hosts too.
+fn read_discover(
+    reader: &Reader<'_>,
+    raw: &[Spanned<RawDiscover>],
+) -> Result<Vec<Discover>, MeshError> {
+    let mut discover = Vec::new();
+    for spanned in raw {
+        let d = spanned.get_ref();
+        let name = d.name.get_ref();
+        if name.is_empty() || name.chars().any(char::is_whitespace) || name.contains(':') {
+            return Err(reader.at(
+                &d.name,
+                format!("discover '{name}' is not a DNS name (give the port as port = N)"),
+            ));
+        }
+        let every_s = match &d.every {
+            Some(every) => reader.seconds(every, "every", true)?.max(1.0),
+            None => DEFAULT_DISCOVER_SECONDS,
+        };
+        discover.push(Discover {
+            name: name.clone(),
+            port: d.port.unwrap_or(5201),
+            every_s,
+            labels: d.labels.clone(),
+        });
+    }
+    Ok(discover)
+}
+
+/// `[[host]]`: each host, and where it is in the list by name.
+fn read_hosts(
+    reader: &Reader<'_>,
+    raw: &[Spanned<RawHost>],
+) -> Result<(Vec<Host>, BTreeMap<String, usize>), MeshError> {
+    if raw.len() > MAX_HOSTS {
+        return Err(reader.error(
+            raw[MAX_HOSTS].span().start,
+            format!("more than {MAX_HOSTS} hosts"),
+        ));
+    }
+    let mut hosts = Vec::new();
+    let mut host_index = BTreeMap::new();
+    for spanned in raw {
+        let host = spanned.get_ref();
+        let name = host.name.get_ref();
+        if !is_name(name) {
+            return Err(reader.at(
+                &host.name,
+                format!("host name '{name}' must be letters, digits, '-', '_' or '.'"),
+            ));
+        }
+        let address = host.address.get_ref();
+        if address.is_empty() || address.chars().any(char::is_whitespace) {
+            return Err(reader.at(
+                &host.address,
+                format!("address '{address}' is not a host name or address"),
+            ));
+        }
+        if host_index.insert(name.clone(), hosts.len()).is_some() {
+            return Err(reader.at(&host.name, format!("host '{name}' is named twice")));
+        }
+        let reflector_only = match &host.reflector {
+            None => false,
+            Some(r) if r.get_ref() == "stamp" => true,
+            Some(r) => {
+                return Err(reader.at(
+                    r,
+                    format!("reflector '{}' is not \"stamp\" (the only reflector a host without an agent can be)", r.get_ref()),
+                ))
+            }
+        };
+        let source = host_source(reader, host)?;
+        hosts.push(Host {
+            name: name.clone(),
+            address: address.clone(),
+            labels: host.labels.clone(),
+            reflector_only,
+            source,
+        });
+    }
+    Ok((hosts, host_index))
+}
+
+/// `[store]`: how much of each job's document is kept, and the spool.
+fn store_policy(reader: &Reader<'_>, raw_store: &RawStore) -> Result<StorePolicy, MeshError> {
     let mut store = StorePolicy::default();
-    if let Some(raw_store) = &raw.store {
+    {
         if let Some(detail) = &raw_store.detail {
             store.detail = match detail.get_ref().as_str() {
                 "none" => Detail::None,
@@ -290,23 +331,7 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
             };
         }
     }
-    let retention = match &raw.retention {
-        Some(r) => Some(retention(&reader, r)?),
-        None => None,
-    };
-    Ok(Mesh {
-        alerts,
-        store,
-        retention,
-        seed: raw.seed.map_or_else(|| name_seed(&name), |s| *s.get_ref()),
-        name,
-        key: raw.key.map(|k| k.into_inner().into()),
-        max_exclusive,
-        hosts,
-        tests,
-        groups,
-        discover,
-    })
+    Ok(store)
 }
 
 /// "30%" or "0.3": a share from 0 to 10 (1000 %).

@@ -6,6 +6,9 @@
 //!
 //!     cargo run --release -p linerate-metrics --example scrape_scale -- 100
 
+// A benchmark or test times itself on the wall clock.
+#![allow(clippy::disallowed_methods)]
+
 use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::{Board, Figures, Measure, Quantiles, Transactions};
 use linerate_metrics::{grid, openmetrics};

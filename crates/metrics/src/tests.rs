@@ -1,3 +1,6 @@
+// A benchmark or test times itself on the wall clock.
+#![allow(clippy::disallowed_methods)]
+
 use crate::assess::{assess, State, Thresholds};
 use crate::board::{Board, Key, Measure, HISTORY};
 use crate::openmetrics::{Exposition, Format};

@@ -1,6 +1,9 @@
 //! The codec, the reflector and the sender's figures against each other and against what
 //! RFC 8762 and RFC 8972 say, with time injected; property tests over any bytes.
 
+// A benchmark or test times itself on the wall clock.
+#![allow(clippy::disallowed_methods)]
+
 use crate::reflector::{Arrival, Config, Reflector, Refusal};
 use crate::tally::{Reply, Settings, Tally};
 use crate::wire::{self, tlv, ErrorEstimate, Key, Mode, TestPacket, Timestamp, WireError};

@@ -233,68 +233,6 @@ pub(crate) fn within_bounds(
     Ok(report)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn job(window_s: f64, rate: f64, size: Option<u16>) -> StampJob {
-        StampJob {
-            reflector: "10.0.0.2:862".into(),
-            window: Duration::from_secs_f64(window_s),
-            rate_pps: rate,
-            size,
-            dscp: None,
-            source: None,
-        }
-    }
-
-    /// An agent's report is held to its window's probes, and its words are escaped and
-    /// few before they reach a row, a log or a terminal.
-    #[test]
-    fn an_agents_report_is_bounded_and_printable() {
-        let settings = linerate_stamp::tally::Settings {
-            target: "r\u{1b}[2J".into(),
-            address: "10.0.0.2:862".into(),
-            mode: Mode::Open,
-            rate_pps: 10.0,
-            size: 60,
-            dscp: None,
-            ssid: 1,
-            same_clock: false,
-            sender_clock: None,
-            started_at: 0.0,
-        };
-        let mut report = linerate_stamp::tally::Tally::new(settings, 0).finish(1, false);
-        report.warnings = vec!["line\nforged".into(); 100];
-        let checked = within_bounds(report.clone(), &job(60.0, 10.0, None)).unwrap();
-        assert_eq!(checked.warnings.len(), 8);
-        assert!(
-            !checked.warnings[0].contains('\n'),
-            "{:?}",
-            checked.warnings[0]
-        );
-        assert!(!checked.target.contains('\u{1b}'), "{:?}", checked.target);
-        report.sent = 10_000;
-        assert!(within_bounds(report, &job(60.0, 10.0, None)).is_err());
-    }
-
-    /// The window must fit --max-duration, the probes --max-rate, and a size its TLVs.
-    #[test]
-    fn a_stamp_request_is_held_to_the_servers_bounds() {
-        assert_eq!(check(&job(60.0, 10.0, None), 300.0, None), Ok(()));
-        assert!(check(&job(600.0, 10.0, None), 300.0, None)
-            .unwrap_err()
-            .contains("--max-duration"));
-        assert!(
-            check(&job(60.0, 10_000.0, Some(9000)), 300.0, Some(100_000_000))
-                .unwrap_err()
-                .contains("--max-rate")
-        );
-        assert!(check(&job(60.0, 10.0, Some(50)), 300.0, None).is_err());
-        assert_eq!(check(&job(60.0, 10.0, Some(1400)), 300.0, None), Ok(()));
-    }
-}
-
 /// A STAMP window as a controller asked for it, with how often its agent says it is
 /// alive while it runs.
 pub(crate) struct StampSource {
@@ -362,5 +300,67 @@ impl super::source_job::SourceRun for StampRun {
 
     fn heartbeat(&self) -> Duration {
         self.heartbeat
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(window_s: f64, rate: f64, size: Option<u16>) -> StampJob {
+        StampJob {
+            reflector: "10.0.0.2:862".into(),
+            window: Duration::from_secs_f64(window_s),
+            rate_pps: rate,
+            size,
+            dscp: None,
+            source: None,
+        }
+    }
+
+    /// An agent's report is held to its window's probes, and its words are escaped and
+    /// few before they reach a row, a log or a terminal.
+    #[test]
+    fn an_agents_report_is_bounded_and_printable() {
+        let settings = linerate_stamp::tally::Settings {
+            target: "r\u{1b}[2J".into(),
+            address: "10.0.0.2:862".into(),
+            mode: Mode::Open,
+            rate_pps: 10.0,
+            size: 60,
+            dscp: None,
+            ssid: 1,
+            same_clock: false,
+            sender_clock: None,
+            started_at: 0.0,
+        };
+        let mut report = linerate_stamp::tally::Tally::new(settings, 0).finish(1, false);
+        report.warnings = vec!["line\nforged".into(); 100];
+        let checked = within_bounds(report.clone(), &job(60.0, 10.0, None)).unwrap();
+        assert_eq!(checked.warnings.len(), 8);
+        assert!(
+            !checked.warnings[0].contains('\n'),
+            "{:?}",
+            checked.warnings[0]
+        );
+        assert!(!checked.target.contains('\u{1b}'), "{:?}", checked.target);
+        report.sent = 10_000;
+        assert!(within_bounds(report, &job(60.0, 10.0, None)).is_err());
+    }
+
+    /// The window must fit --max-duration, the probes --max-rate, and a size its TLVs.
+    #[test]
+    fn a_stamp_request_is_held_to_the_servers_bounds() {
+        assert_eq!(check(&job(60.0, 10.0, None), 300.0, None), Ok(()));
+        assert!(check(&job(600.0, 10.0, None), 300.0, None)
+            .unwrap_err()
+            .contains("--max-duration"));
+        assert!(
+            check(&job(60.0, 10_000.0, Some(9000)), 300.0, Some(100_000_000))
+                .unwrap_err()
+                .contains("--max-rate")
+        );
+        assert!(check(&job(60.0, 10.0, Some(50)), 300.0, None).is_err());
+        assert_eq!(check(&job(60.0, 10.0, Some(1400)), 300.0, None), Ok(()));
     }
 }

@@ -169,6 +169,51 @@ pub(crate) fn within_bounds(
     Ok(report)
 }
 
+impl super::source_job::SourceJob for TraceJob {
+    fn what(&self) -> &'static str {
+        "trace"
+    }
+
+    /// (The flows and distances arrive bounded by their types; the source is checked
+    /// here.)
+    fn check(&self, _: &super::source_job::Bounds) -> Result<(), String> {
+        match self.source.as_ref().map(linerate_model::Source::check) {
+            Some(Err(reason)) => Err(reason),
+            _ => Ok(()),
+        }
+    }
+
+    fn start(
+        self: Box<Self>,
+        requester: IpAddr,
+        keyed: bool,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Box<dyn super::source_job::SourceRun>, SourceError> {
+        let outcome = start_source(*self, requester, keyed, stop)?;
+        Ok(Box::new(TraceRun { outcome }))
+    }
+}
+
+/// A trace on its thread: its report (or why not) arrives once.
+struct TraceRun {
+    outcome: Receiver<Result<TraceReport, SourceError>>,
+}
+
+impl super::source_job::SourceRun for TraceRun {
+    fn poll(&mut self) -> Option<Result<AgentReply, SourceError>> {
+        match self.outcome.try_recv() {
+            Ok(outcome) => Some(outcome.map(|report| AgentReply::TraceResult {
+                report: Box::new(report),
+            })),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(Err(SourceError {
+                reason: "the trace ended".into(),
+                unreachable: None,
+            })),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,50 +297,5 @@ mod tests {
     #[test]
     fn a_traces_longest_is_its_probes_and_one_wait() {
         assert_eq!(job().longest(), GAP * 8 + WAIT);
-    }
-}
-
-impl super::source_job::SourceJob for TraceJob {
-    fn what(&self) -> &'static str {
-        "trace"
-    }
-
-    /// (The flows and distances arrive bounded by their types; the source is checked
-    /// here.)
-    fn check(&self, _: &super::source_job::Bounds) -> Result<(), String> {
-        match self.source.as_ref().map(linerate_model::Source::check) {
-            Some(Err(reason)) => Err(reason),
-            _ => Ok(()),
-        }
-    }
-
-    fn start(
-        self: Box<Self>,
-        requester: IpAddr,
-        keyed: bool,
-        stop: Arc<AtomicBool>,
-    ) -> Result<Box<dyn super::source_job::SourceRun>, SourceError> {
-        let outcome = start_source(*self, requester, keyed, stop)?;
-        Ok(Box::new(TraceRun { outcome }))
-    }
-}
-
-/// A trace on its thread: its report (or why not) arrives once.
-struct TraceRun {
-    outcome: Receiver<Result<TraceReport, SourceError>>,
-}
-
-impl super::source_job::SourceRun for TraceRun {
-    fn poll(&mut self) -> Option<Result<AgentReply, SourceError>> {
-        match self.outcome.try_recv() {
-            Ok(outcome) => Some(outcome.map(|report| AgentReply::TraceResult {
-                report: Box::new(report),
-            })),
-            Err(mpsc::TryRecvError::Empty) => None,
-            Err(mpsc::TryRecvError::Disconnected) => Some(Err(SourceError {
-                reason: "the trace ended".into(),
-                unreachable: None,
-            })),
-        }
     }
 }
