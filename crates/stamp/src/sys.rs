@@ -557,6 +557,22 @@ impl SendBatch {
         if count == 0 {
             return Ok(0);
         }
+        self.build_messages(count);
+        let messages = self.headers.len();
+        let delivered = self.transmit(socket);
+        if delivered == 0 && self.failed == messages {
+            if let Some(e) = self.last_failure.take() {
+                self.failed = 0;
+                return Err(e);
+            }
+        }
+        Ok(delivered)
+    }
+
+    /// The batch's `count` answers as messages: one a datagram, or a run of answers of
+    /// one size to one destination with one TOS as a single GSO message where the socket
+    /// segments.
+    fn build_messages(&mut self, count: usize) {
         self.iovs.clear();
         for i in 0..count {
             self.iovs.push(libc::iovec {
@@ -598,6 +614,11 @@ impl SendBatch {
             self.carried.push(j - i);
             i = j;
         }
+    }
+
+    /// Sends the built messages, on past a message the kernel refuses; how many answers
+    /// left.
+    fn transmit(&mut self, socket: &impl AsRawFd) -> usize {
         let messages = self.headers.len();
         let (mut at, mut delivered) = (0, 0);
         while at < messages {
@@ -644,13 +665,7 @@ impl SendBatch {
             delivered += carried;
             at += n as usize;
         }
-        if delivered == 0 && self.failed == messages {
-            if let Some(e) = self.last_failure.take() {
-                self.failed = 0;
-                return Err(e);
-            }
-        }
-        Ok(delivered)
+        delivered
     }
 }
 
