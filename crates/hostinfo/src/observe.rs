@@ -713,59 +713,7 @@ const ONE_QUEUE_SHARE: f64 = 0.6;
 pub fn unusual(observation: &Observation) -> Vec<String> {
     let mut out = Vec::new();
     for interface in &observation.interfaces {
-        for (receive, queues, what) in [
-            (true, &interface.rx_queues, "received"),
-            (false, &interface.tx_queues, "sent"),
-        ] {
-            let counted: Vec<&QueueView> = queues.iter().filter(|q| q.packets.is_some()).collect();
-            let total: u64 = counted.iter().filter_map(|q| q.packets).sum();
-            if counted.len() >= 2 && total >= QUEUE_EVIDENCE {
-                if let Some(top) = counted
-                    .iter()
-                    .filter(|q| q.share.unwrap_or(0.0) > ONE_QUEUE_SHARE)
-                    .max_by(|a, b| {
-                        a.share
-                            .partial_cmp(&b.share)
-                            .unwrap_or(std::cmp::Ordering::Equal)
-                    })
-                {
-                    out.push(format!(
-                        "{}: {} queue {} carried {:.0} % of the packets {what} ({} queues)",
-                        interface.name,
-                        if receive { "rx" } else { "tx" },
-                        top.queue,
-                        top.share.unwrap_or(0.0) * 100.0,
-                        counted.len()
-                    ));
-                }
-            }
-        }
-        let irq_cpus: Vec<u32> = interface
-            .rx_queues
-            .iter()
-            .filter_map(|q| q.irq_cpu)
-            .collect();
-        if irq_cpus.len() >= 2
-            && observation.cpus.len() >= 2
-            && irq_cpus.iter().all(|&c| c == irq_cpus[0])
-        {
-            out.push(format!(
-                "{}: the interrupts of all {} receive queues went to CPU {}",
-                interface.name,
-                irq_cpus.len(),
-                irq_cpus[0]
-            ));
-        }
-        for (count, what) in [
-            (interface.rx_dropped, "receive drops"),
-            (interface.tx_dropped, "transmit drops"),
-            (interface.rx_errors, "receive errors"),
-            (interface.tx_errors, "transmit errors"),
-        ] {
-            if count > 0 {
-                out.push(format!("{}: {count} {what}", interface.name));
-            }
-        }
+        interface_unusual(observation, interface, &mut out);
     }
     for cpu in &observation.cpus {
         if cpu.dropped > 0 {
@@ -813,6 +761,68 @@ pub fn unusual(observation: &Observation) -> Vec<String> {
         }
     }
     out
+}
+
+/// What is unusual about one interface: one queue carrying most packets, all its receive
+/// queues' interrupts on one CPU, its drops and errors.
+fn interface_unusual(
+    observation: &Observation,
+    interface: &linerate_model::observe::InterfaceView,
+    out: &mut Vec<String>,
+) {
+    for (receive, queues, what) in [
+        (true, &interface.rx_queues, "received"),
+        (false, &interface.tx_queues, "sent"),
+    ] {
+        let counted: Vec<&QueueView> = queues.iter().filter(|q| q.packets.is_some()).collect();
+        let total: u64 = counted.iter().filter_map(|q| q.packets).sum();
+        if counted.len() >= 2 && total >= QUEUE_EVIDENCE {
+            if let Some(top) = counted
+                .iter()
+                .filter(|q| q.share.unwrap_or(0.0) > ONE_QUEUE_SHARE)
+                .max_by(|a, b| {
+                    a.share
+                        .partial_cmp(&b.share)
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                })
+            {
+                out.push(format!(
+                    "{}: {} queue {} carried {:.0} % of the packets {what} ({} queues)",
+                    interface.name,
+                    if receive { "rx" } else { "tx" },
+                    top.queue,
+                    top.share.unwrap_or(0.0) * 100.0,
+                    counted.len()
+                ));
+            }
+        }
+    }
+    let irq_cpus: Vec<u32> = interface
+        .rx_queues
+        .iter()
+        .filter_map(|q| q.irq_cpu)
+        .collect();
+    if irq_cpus.len() >= 2
+        && observation.cpus.len() >= 2
+        && irq_cpus.iter().all(|&c| c == irq_cpus[0])
+    {
+        out.push(format!(
+            "{}: the interrupts of all {} receive queues went to CPU {}",
+            interface.name,
+            irq_cpus.len(),
+            irq_cpus[0]
+        ));
+    }
+    for (count, what) in [
+        (interface.rx_dropped, "receive drops"),
+        (interface.tx_dropped, "transmit drops"),
+        (interface.rx_errors, "receive errors"),
+        (interface.tx_errors, "transmit errors"),
+    ] {
+        if count > 0 {
+            out.push(format!("{}: {count} {what}", interface.name));
+        }
+    }
 }
 
 #[cfg(test)]
