@@ -145,24 +145,8 @@ impl FileService {
         let peer = stream
             .peer_addr()
             .map_or_else(|_| "a client".to_string(), |p| p.to_string());
-        let channel = match Channel::new(stream, already) {
-            Ok(channel) => channel,
-            Err(e) => return log(&format!("copy session from {peer}: {e}")),
-        };
-        let opened =
-            crate::session::accept(channel, &self.key, admission.handshake, admission.proven);
-        let (mut channel, mut session) = match opened {
-            Ok(ready) => ready,
-            Err(unopened) => {
-                if matches!(unopened, crate::session::Unopened::KeyNotProven(_)) {
-                    (admission.failed_proof)();
-                }
-                let line = format!("refused a copy session from {peer}: {unopened}");
-                if let Some(line) = self.refusals.note(unopened.reason(), &line, Instant::now()) {
-                    log(&line);
-                }
-                return;
-            }
+        let Some((mut channel, mut session)) = self.open(stream, already, admission, &peer) else {
+            return;
         };
         let mut file_index = 0u32;
         loop {
@@ -248,6 +232,40 @@ impl FileService {
             };
             if let Err(ended) = result {
                 return log(&format!("copy session from {peer}: {ended}"));
+            }
+        }
+    }
+
+    /// The session's channel and its proven key, or `None` (said in the log, a failed
+    /// proof counted against the client) when it did not open.
+    fn open(
+        &self,
+        stream: TcpStream,
+        already: &[u8],
+        admission: &Admission,
+        peer: &str,
+    ) -> Option<(Channel, crate::datagrams::Session)> {
+        let log = admission.log;
+        let channel = match Channel::new(stream, already) {
+            Ok(channel) => channel,
+            Err(e) => {
+                log(&format!("copy session from {peer}: {e}"));
+                return None;
+            }
+        };
+        let opened =
+            crate::session::accept(channel, &self.key, admission.handshake, admission.proven);
+        match opened {
+            Ok(ready) => Some(ready),
+            Err(unopened) => {
+                if matches!(unopened, crate::session::Unopened::KeyNotProven(_)) {
+                    (admission.failed_proof)();
+                }
+                let line = format!("refused a copy session from {peer}: {unopened}");
+                if let Some(line) = self.refusals.note(unopened.reason(), &line, Instant::now()) {
+                    log(&line);
+                }
+                None
             }
         }
     }
