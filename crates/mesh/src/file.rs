@@ -667,8 +667,7 @@ fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
     })
 }
 
-// Long: a group's fields read in order, each mistake naming its line and column; the parts
-// share the reader and the raw group.
+/// A group's fields read in order, each mistake naming its line and column.
 fn read_group(
     reader: &Reader,
     spanned: &Spanned<RawGroup>,
@@ -711,6 +710,58 @@ fn read_group(
             hosts
         }
     };
+    let shape = group_shape(reader, raw, &name, &hosts, &host)?;
+    // Every host, discovered ones included, may be more than two once they are known.
+    if matches!(shape, Shape::Full | Shape::Star { .. }) && hosts.len() < 2 && !every_host {
+        return Err(reader.at(&raw.name, format!("group '{name}' needs two hosts or more")));
+    }
+    let both_ways = match raw.directions.as_ref().map(|d| (d, d.get_ref().as_str())) {
+        None | Some((_, "both")) => true,
+        Some((_, "one")) => false,
+        Some((d, other)) => {
+            return Err(reader.at(
+                d,
+                format!("group '{name}': directions '{other}' is not both or one"),
+            ));
+        }
+    };
+    if raw.tests.is_empty() {
+        return Err(reader.at(&raw.name, format!("group '{name}' runs no tests")));
+    }
+    let mut tests = Vec::new();
+    for value in &raw.tests {
+        let index = test_index.get(value.get_ref()).copied().ok_or_else(|| {
+            reader.at(
+                value,
+                format!(
+                    "group '{name}': unknown test '{}' (no [[test]] has that name)",
+                    value.get_ref()
+                ),
+            )
+        })?;
+        if !tests.contains(&index) {
+            tests.push(index);
+        }
+    }
+    Ok(MeshGroup {
+        name,
+        hosts,
+        every_host,
+        shape,
+        both_ways,
+        tests,
+    })
+}
+
+/// A group's `shape` (full, a star round its `center`, or its `pairs`) over its `hosts`;
+/// `host` finds a host named in it.
+fn group_shape(
+    reader: &Reader,
+    raw: &RawGroup,
+    name: &str,
+    hosts: &[usize],
+    host: &dyn Fn(&Spanned<String>) -> Result<usize, MeshError>,
+) -> Result<Shape, MeshError> {
     let shape = match raw.shape.as_ref().map(|s| s.get_ref().as_str()) {
         None | Some("full") => Shape::Full,
         Some("star") => {
@@ -764,46 +815,7 @@ fn read_group(
             ));
         }
     };
-    // Every host, discovered ones included, may be more than two once they are known.
-    if matches!(shape, Shape::Full | Shape::Star { .. }) && hosts.len() < 2 && !every_host {
-        return Err(reader.at(&raw.name, format!("group '{name}' needs two hosts or more")));
-    }
-    let both_ways = match raw.directions.as_ref().map(|d| (d, d.get_ref().as_str())) {
-        None | Some((_, "both")) => true,
-        Some((_, "one")) => false,
-        Some((d, other)) => {
-            return Err(reader.at(
-                d,
-                format!("group '{name}': directions '{other}' is not both or one"),
-            ));
-        }
-    };
-    if raw.tests.is_empty() {
-        return Err(reader.at(&raw.name, format!("group '{name}' runs no tests")));
-    }
-    let mut tests = Vec::new();
-    for value in &raw.tests {
-        let index = test_index.get(value.get_ref()).copied().ok_or_else(|| {
-            reader.at(
-                value,
-                format!(
-                    "group '{name}': unknown test '{}' (no [[test]] has that name)",
-                    value.get_ref()
-                ),
-            )
-        })?;
-        if !tests.contains(&index) {
-            tests.push(index);
-        }
-    }
-    Ok(MeshGroup {
-        name,
-        hosts,
-        every_host,
-        shape,
-        both_ways,
-        tests,
-    })
+    Ok(shape)
 }
 
 /// `[retention]`: ages of at least an hour (the aggregates' unit), the aggregates kept
