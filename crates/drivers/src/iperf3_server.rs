@@ -152,17 +152,7 @@ pub(crate) fn serve(
             .served
             .step(shared, &format!("iperf3 test {id}"), peer, test.ending)
         {
-            Step::Finished(side) => {
-                let params = session.params().cloned().unwrap_or_default();
-                let output = params.get_server_output.then(|| {
-                    output_text(
-                        &side,
-                        &format!("linerate server, iperf3 test {id} from {peer}"),
-                    )
-                });
-                session.finish(Instant::now(), results_of(&side, params.transport, output));
-                served = Some(*side);
-            }
+            Step::Finished(side) => served = Some(finish(&mut session, *side, id, peer)),
             Step::Stop(why) => session.terminate(why),
             Step::Running => {}
         }
@@ -183,6 +173,20 @@ pub(crate) fn serve(
         Ok(()) => shared.log(&format!("iperf3 test {id} from {peer}: ended")),
         Err(e) => shared.log(&format!("iperf3 test {id} from {peer}: ended: {e}")),
     }
+}
+
+/// The plane finished: the session sends its results (and this side's text, where the
+/// client asked for it); the side's figures are kept for the report.
+fn finish(session: &mut Iperf3Server, side: SideResult, id: u64, peer: SocketAddr) -> SideResult {
+    let params = session.params().cloned().unwrap_or_default();
+    let output = params.get_server_output.then(|| {
+        output_text(
+            &side,
+            &format!("linerate server, iperf3 test {id} from {peer}"),
+        )
+    });
+    session.finish(Instant::now(), results_of(&side, params.transport, output));
+    side
 }
 
 /// The client asked to end the test: the plane ends now, or the test never started.
