@@ -275,57 +275,19 @@ pub fn run(options: &Options, progress: &mut (dyn FnMut(&str) + Send)) -> Result
     })
 }
 
-// Long: the configuration fetched and checked, then each direction's leg and the report.
+/// The configuration fetched and checked, then each direction's leg and the report.
 async fn run_async(
     options: &Options,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<RpmReport> {
     let started_at = unix_now();
-    let config: hyper::Uri = options
-        .config_url
-        .parse()
-        .with_context(|| format!("{}: not a URL", options.config_url))?;
-    let tls = match config.scheme_str() {
-        Some("https") => true,
-        Some("http") => false,
-        _ => bail!(
-            "{}: the URL must be http:// or https://",
-            options.config_url
-        ),
-    };
-    let host = config
-        .host()
-        .ok_or_else(|| anyhow!("{}: no host", options.config_url))?
-        .trim_matches(|c| c == '[' || c == ']')
-        .to_string();
-    let port = config.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let addr = within("resolving", async {
-        tokio::net::lookup_host((host.as_str(), port))
-            .await
-            .with_context(|| format!("cannot resolve {host}"))?
-            .next()
-            .ok_or_else(|| anyhow!("{host} has no address"))
-    })
-    .await?;
-    let connector = match (&options.tls, tls) {
-        (Some(config), true) => {
-            let mut config = (**config).clone();
-            config.alpn_protocols = vec![b"h2".to_vec()];
-            Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
-        }
-        (None, true) => bail!("https needs a way to check the certificate"),
-        (_, false) => None,
-    };
-    if let Some(bind) = options.bind.filter(|b| b.is_ipv4() != addr.is_ipv4()) {
-        bail!("--bind {bind} cannot reach {addr} (another IP version)");
-    }
-    let target = Target {
-        addr,
-        host: host.clone(),
-        tls: connector,
-        bind: options.bind,
-        bind_device: options.bind_device.clone(),
-    };
+    let Reached {
+        config,
+        tls,
+        port,
+        target,
+    } = reach(options).await?;
+    let (host, addr) = (target.host.clone(), target.addr);
     // The configuration must name this server: the loads and probes go to the address
     // it was fetched from, never to one a document merely names.
     let mut control = target.open().await?;
@@ -376,6 +338,68 @@ async fn run_async(
         idle_spread: ProbeSpread::of(&idle.round_trips),
         idle_connect_spread: ProbeSpread::of(&idle.connects),
         host: Some(linerate_hostinfo::host_facts()),
+    })
+}
+
+/// The server the configuration URL names: its address resolved, its TLS set up.
+struct Reached {
+    config: hyper::Uri,
+    tls: bool,
+    port: u16,
+    target: Target,
+}
+
+async fn reach(options: &Options) -> Result<Reached> {
+    let config: hyper::Uri = options
+        .config_url
+        .parse()
+        .with_context(|| format!("{}: not a URL", options.config_url))?;
+    let tls = match config.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => bail!(
+            "{}: the URL must be http:// or https://",
+            options.config_url
+        ),
+    };
+    let host = config
+        .host()
+        .ok_or_else(|| anyhow!("{}: no host", options.config_url))?
+        .trim_matches(|c| c == '[' || c == ']')
+        .to_string();
+    let port = config.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let addr = within("resolving", async {
+        tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .with_context(|| format!("cannot resolve {host}"))?
+            .next()
+            .ok_or_else(|| anyhow!("{host} has no address"))
+    })
+    .await?;
+    let connector = match (&options.tls, tls) {
+        (Some(config), true) => {
+            let mut config = (**config).clone();
+            config.alpn_protocols = vec![b"h2".to_vec()];
+            Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
+        }
+        (None, true) => bail!("https needs a way to check the certificate"),
+        (_, false) => None,
+    };
+    if let Some(bind) = options.bind.filter(|b| b.is_ipv4() != addr.is_ipv4()) {
+        bail!("--bind {bind} cannot reach {addr} (another IP version)");
+    }
+    let target = Target {
+        addr,
+        host: host.clone(),
+        tls: connector,
+        bind: options.bind,
+        bind_device: options.bind_device.clone(),
+    };
+    Ok(Reached {
+        config,
+        tls,
+        port,
+        target,
     })
 }
 
