@@ -288,25 +288,46 @@ pub struct DirectionTexts {
     pub ecn: bool,
 }
 
+/// `--rtt`: one round trip (the same both ways, if given as a pair), in milliseconds.
+fn parse_rtt_ms(text: &str) -> Result<f64, SpecError> {
+    let (a, b) = split_pair("--rtt", text)?;
+    if a != b {
+        return Err(SpecError::Value {
+            flag: "--rtt",
+            value: text.into(),
+            why: "is one round trip; give --delay A,B for different directions".into(),
+        });
+    }
+    parse_duration_ms("--rtt", a)
+}
+
+/// `--queue`: each direction's queue before its bottleneck, which needs its `--rate`.
+fn queues(directions: &mut [Impairment; 2], text: &str) -> Result<(), SpecError> {
+    let (a, b) = split_pair("--queue", text)?;
+    for (d, v) in directions.iter_mut().zip([a, b]) {
+        let limit = parse_queue("--queue", v)?;
+        let Some(rate) = d.rate_bps else {
+            return Err(SpecError::Value {
+                flag: "--queue",
+                value: text.to_string(),
+                why: "needs --rate (the queue is the one before the bottleneck)".into(),
+            });
+        };
+        d.queue_bytes = Some(limit.bytes_at(rate));
+    }
+    Ok(())
+}
+
 /// Both directions' impairments from the flags' values; `rtt` (lab) sets half of it
-/// each way.
-// Long: a table of every per-direction flag with its parser, then the queue that needs the
-// rate.
+/// each way: a table of every per-direction flag with its parser, then the queue that
+/// needs the rate.
 pub fn directions(
     args: &DirectionTexts,
     rtt: Option<&str>,
 ) -> Result<(Impairment, Impairment), SpecError> {
     let mut directions = [Impairment::default(), Impairment::default()];
     if let Some(text) = rtt {
-        let (a, b) = split_pair("--rtt", text)?;
-        if a != b {
-            return Err(SpecError::Value {
-                flag: "--rtt",
-                value: text.into(),
-                why: "is one round trip; give --delay A,B for different directions".into(),
-            });
-        }
-        let ms = parse_duration_ms("--rtt", a)?;
+        let ms = parse_rtt_ms(text)?;
         for d in &mut directions {
             d.delay_ms = ms / 2.0;
         }
@@ -368,18 +389,7 @@ pub fn directions(
         }
     }
     if let Some(text) = &args.queue {
-        let (a, b) = split_pair("--queue", text)?;
-        for (d, v) in directions.iter_mut().zip([a, b]) {
-            let limit = parse_queue("--queue", v)?;
-            let Some(rate) = d.rate_bps else {
-                return Err(SpecError::Value {
-                    flag: "--queue",
-                    value: text.clone(),
-                    why: "needs --rate (the queue is the one before the bottleneck)".into(),
-                });
-            };
-            d.queue_bytes = Some(limit.bytes_at(rate));
-        }
+        queues(&mut directions, text)?;
     }
     aqm_needs(&mut directions, args)?;
     if directions.iter().all(|d| d.loss_pct == 0.0) {
