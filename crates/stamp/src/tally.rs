@@ -340,9 +340,9 @@ impl Tally {
     }
 
     /// Takes an answer in: matched to its probe (by sequence number, SSID and the T1 it
-    /// echoes, so a stray or forged answer is not counted), or counted as not this run's.
-    // Long: one answer's every figure (round trip, each way's delay and jitter, the
-    // counts each way, the marks) in the order RFC 8762 and 8972 give them.
+    /// echoes, so a stray or forged answer is not counted), or counted as not this run's;
+    /// then its every figure (round trip, each way's delay and jitter, the counts each
+    /// way, the marks) in the order RFC 8762 and 8972 give them.
     pub fn answer(&mut self, reply: &Reply) {
         let a = &reply.answer;
         let slots = self.window.len();
@@ -380,26 +380,7 @@ impl Tally {
         self.current.rtt.push(rtt as i64);
         self.rtt_jitter.record(i128::from(rtt));
 
-        // One-way delays: each timestamp read in the format its own error estimate says.
-        self.kernel_sent_times += u64::from(left_unix_ns.is_some());
-        let t1 = left_unix_ns.unwrap_or_else(|| a.sender_timestamp.unix_ns(a.sender_error.ptp()));
-        let t2 = a.receive.unix_ns(a.error.ptp());
-        let t3 = a.timestamp.unix_ns(a.error.ptp());
-        let t4 = reply.arrived_unix_ns;
-        self.reflector_clock = a.error;
-        if self.timestamps_possible(t1, t2, t3, t4, a.error) {
-            let clamp = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
-            let (forward, reverse) = (clamp(t2 - t1), clamp(t4 - t3));
-            self.forward.record(forward);
-            self.reverse.record(reverse);
-            self.hold.record(clamp(t3 - t2));
-            self.current.forward.push(forward);
-            self.current.reverse.push(reverse);
-            self.forward_jitter.record(t2 - t1);
-            self.reverse_jitter.record(t4 - t3);
-        } else {
-            self.impossible_timestamps += 1;
-        }
+        self.record_one_way(reply, left_unix_ns);
         self.ttl = Some(self.ttl.map_or(a.sender_ttl, |t| t.min(a.sender_ttl)));
 
         if a.seq != a.sender_seq {
@@ -446,6 +427,32 @@ impl Tally {
         }
         if let (Some(_), Some(tos)) = (self.settings.dscp, reply.tos) {
             *self.marks_reverse.entry((tos >> 2, tos & 3)).or_default() += 1;
+        }
+    }
+
+    /// An answer's one-way delays, each timestamp read in the format its own error
+    /// estimate says (the probe's kernel time of leaving, where there is one); four
+    /// times that cannot all be true are counted, not recorded.
+    fn record_one_way(&mut self, reply: &Reply, left_unix_ns: Option<i128>) {
+        let a = &reply.answer;
+        self.kernel_sent_times += u64::from(left_unix_ns.is_some());
+        let t1 = left_unix_ns.unwrap_or_else(|| a.sender_timestamp.unix_ns(a.sender_error.ptp()));
+        let t2 = a.receive.unix_ns(a.error.ptp());
+        let t3 = a.timestamp.unix_ns(a.error.ptp());
+        let t4 = reply.arrived_unix_ns;
+        self.reflector_clock = a.error;
+        if self.timestamps_possible(t1, t2, t3, t4, a.error) {
+            let clamp = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            let (forward, reverse) = (clamp(t2 - t1), clamp(t4 - t3));
+            self.forward.record(forward);
+            self.reverse.record(reverse);
+            self.hold.record(clamp(t3 - t2));
+            self.current.forward.push(forward);
+            self.current.reverse.push(reverse);
+            self.forward_jitter.record(t2 - t1);
+            self.reverse_jitter.record(t4 - t3);
+        } else {
+            self.impossible_timestamps += 1;
         }
     }
 
