@@ -447,8 +447,29 @@ impl Loop {
     }
 }
 
-// Long: the loop's one wait over every descriptor and what each wake-up does, read in
-// the order it happens.
+/// Waits up to `wait_ns` for any of `fds` to be readable (or to have an error queued);
+/// how many are.
+fn poll(fds: &mut [libc::pollfd], wait_ns: u64) -> i32 {
+    for fd in fds.iter_mut() {
+        fd.revents = 0;
+    }
+    let ts = libc::timespec {
+        tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `fds` is a live array of its length; a live timespec; no signal mask.
+    unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    }
+}
+
+/// The prober's loop: its one wait over every descriptor and what each wake-up does,
+/// read in the order it happens.
 fn run(inbox: &Receiver<Start>, wake: RawFd, share: bool) {
     let mut state = Loop {
         epoch: Instant::now(),
@@ -512,23 +533,7 @@ fn run(inbox: &Receiver<Start>, wake: RawFd, share: bool) {
         let now = state.mono();
         // Nothing waits past a second without a look.
         let wait_ns = due.saturating_sub(now).min(1_000_000_000);
-        for fd in &mut fds {
-            fd.revents = 0;
-        }
-        let ts = libc::timespec {
-            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: `fds` is a live array of its length; a live timespec; no signal mask.
-        let ready = unsafe {
-            libc::ppoll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                &ts,
-                std::ptr::null(),
-            )
-        };
-        if ready <= 0 {
+        if poll(&mut fds, wait_ns) <= 0 {
             continue;
         }
         for (fd, what) in fds.iter().zip(&polled) {
