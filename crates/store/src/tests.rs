@@ -683,7 +683,6 @@ fn assert_aggregates_match(
 /// the aggregates past 30 days removed too; another mesh's rows and the plain runs stay
 /// whatever their age. Each step did a bounded amount.
 #[test]
-// Long: one seeded store, its retention step by step, then what each reader finds in it.
 fn a_mesh_retention_step_by_step_keeps_its_span_and_touches_nothing_else() {
     use crate::prune::{RetainStep, HOUR};
     let dir = temp();
@@ -707,16 +706,9 @@ fn a_mesh_retention_step_by_step_keeps_its_span_and_touches_nothing_else() {
         .unwrap();
     let (raw_before, hourly_before) = (now - 14.0 * day, now - 30.0 * day);
     let last_hour = (raw_before / HOUR).floor() * HOUR;
-    let mut expected: BTreeMap<(String, i64), Vec<&MeshRow>> = BTreeMap::new();
-    for row in rows.iter().filter(|r| {
+    let expected = by_source_and_hour(rows.iter().filter(|r| {
         r.started_at < last_hour && (r.started_at / HOUR).floor() * HOUR >= hourly_before
-    }) {
-        let hour = (row.started_at / HOUR).floor() as i64;
-        expected
-            .entry((row.src.clone(), hour))
-            .or_default()
-            .push(row);
-    }
+    }));
     // Until done, as a coordinator does it: first with the aggregates kept forever,
     // then with a span of 30 days for them.
     let mut retain = |hourly_before: Option<f64>| {
@@ -777,16 +769,27 @@ fn a_mesh_retention_step_by_step_keeps_its_span_and_touches_nothing_else() {
     let stored: Vec<_> = aggregates.into_iter().filter(|a| a.src == "a").collect();
     assert_eq!(kept, stored);
     let summed: Vec<_> = hours.iter().filter(|h| h.1).map(|h| h.0.clone()).collect();
-    let mut raw: BTreeMap<(String, i64), Vec<&MeshRow>> = BTreeMap::new();
-    for row in rows
-        .iter()
-        .filter(|r| r.src == "a" && r.started_at >= last_hour)
-    {
-        let hour = (row.started_at / HOUR).floor() as i64;
-        raw.entry((row.src.clone(), hour)).or_default().push(row);
-    }
+    let raw = by_source_and_hour(
+        rows.iter()
+            .filter(|r| r.src == "a" && r.started_at >= last_hour),
+    );
     assert!(summed.iter().all(|a| a.hour >= last_hour));
     assert_aggregates_match(&summed, &raw);
+}
+
+/// Rows by their source and hour, as the hourly aggregates sum them up.
+fn by_source_and_hour<'a>(
+    rows: impl Iterator<Item = &'a MeshRow>,
+) -> BTreeMap<(String, i64), Vec<&'a MeshRow>> {
+    let mut by_hour: BTreeMap<(String, i64), Vec<&MeshRow>> = BTreeMap::new();
+    for row in rows {
+        let hour = (row.started_at / crate::prune::HOUR).floor() as i64;
+        by_hour
+            .entry((row.src.clone(), hour))
+            .or_default()
+            .push(row);
+    }
+    by_hour
 }
 
 /// The nearest-rank percentile: the smallest value with at least that share at or below.
