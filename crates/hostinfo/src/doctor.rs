@@ -579,7 +579,6 @@ fn busy_queue(interface: &InterfaceReading, out: &mut Vec<Scored>) {
 }
 
 /// Offloads that are off, rings below their maximum, stacked devices, the path's MTU.
-// Long: a rule table over the interfaces' facts.
 fn interfaces(facts: &Facts, out: &mut Vec<Scored>) {
     for interface in facts
         .reading
@@ -587,79 +586,7 @@ fn interfaces(facts: &Facts, out: &mut Vec<Scored>) {
         .iter()
         .filter(|i| physical(i) && on_the_path(facts, i))
     {
-        let off: Vec<&str> = [
-            ("tcp-segmentation-offload", "tso"),
-            ("generic-segmentation-offload", "gso"),
-            ("generic-receive-offload", "gro"),
-            ("rx-checksumming", "rx"),
-            ("tx-checksumming", "tx"),
-        ]
-        .iter()
-        .filter(|(name, _)| interface.offloads.get(*name) == Some(&false))
-        .map(|(_, short)| *short)
-        .collect();
-        if !off.is_empty() {
-            out.push(Scored {
-                factor: 2.0,
-                finding: Finding {
-                    topic: "offloads".into(),
-                    finding: format!(
-                        "{}: {} off: the CPU segments, checksums or coalesces every packet itself",
-                        interface.name,
-                        off.join(", ")
-                    ),
-                    evidence: vec![format!("ethtool features of {}", interface.name)],
-                    command: format!(
-                        "ethtool -K {} {}",
-                        interface.name,
-                        off.iter()
-                            .map(|o| format!("{o} on"))
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    ),
-                    effect:
-                        "CPU per Gbit; with checksums in software the seeds' UDP test was CPU-bound"
-                            .into(),
-                    ..Default::default()
-                },
-            });
-        }
-        if let Some([rx_usecs, _, adaptive]) = interface.coalesce {
-            if rx_usecs >= COALESCE_US && adaptive == 0 {
-                out.push(Scored {
-                    factor: 1.15,
-                    finding: Finding {
-                        topic: "interrupt coalescing".into(),
-                        finding: format!(
-                            "{} holds received packets up to {rx_usecs} us before it interrupts: a round trip can pay that at each end",
-                            interface.name
-                        ),
-                        evidence: vec![format!("ethtool coalescing of {}: rx-usecs {rx_usecs}, adaptive rx off", interface.name)],
-                        command: format!("ethtool -C {} adaptive-rx on", interface.name),
-                        effect: "request/response round trips (linerate rr), not bulk goodput".into(),
-                        ..Default::default()
-                    },
-                });
-            }
-        }
-        if let Some([rx, rx_max, tx, tx_max]) = interface.rings {
-            if rx < rx_max {
-                out.push(Scored {
-                    factor: 1.2,
-                    finding: Finding {
-                        topic: "rings".into(),
-                        finding: format!(
-                            "{}: receive ring {rx} of a possible {rx_max}: bursts overflow it sooner",
-                            interface.name
-                        ),
-                        evidence: vec![format!("ethtool rings: rx {rx}/{rx_max}, tx {tx}/{tx_max}")],
-                        command: format!("ethtool -G {} rx {rx_max} tx {tx_max}", interface.name),
-                        effect: "receive drops under bursts (rx_dropped, rx_missed)".into(),
-                        ..Default::default()
-                    },
-                });
-            }
-        }
+        interface_findings(interface, out);
     }
     let Some(path) = &facts.path else { return };
     if let Some(route) = facts.route_interface() {
@@ -698,6 +625,84 @@ fn interfaces(facts: &Facts, out: &mut Vec<Scored>) {
                     evidence: vec![format!("{name} mtu {mtu}; the kernel's path MTU to {} after a probe: {pmtu}", path.target)],
                     command: format!("ip link set dev {name} mtu {pmtu}"),
                     effect: "stalls and retransmissions of full-sized segments".into(),
+                    ..Default::default()
+                },
+            });
+        }
+    }
+}
+
+/// One interface on the path: its offloads that are off, coalescing that holds packets,
+/// a receive ring below its maximum.
+fn interface_findings(interface: &InterfaceReading, out: &mut Vec<Scored>) {
+    let off: Vec<&str> = [
+        ("tcp-segmentation-offload", "tso"),
+        ("generic-segmentation-offload", "gso"),
+        ("generic-receive-offload", "gro"),
+        ("rx-checksumming", "rx"),
+        ("tx-checksumming", "tx"),
+    ]
+    .iter()
+    .filter(|(name, _)| interface.offloads.get(*name) == Some(&false))
+    .map(|(_, short)| *short)
+    .collect();
+    if !off.is_empty() {
+        out.push(Scored {
+            factor: 2.0,
+            finding: Finding {
+                topic: "offloads".into(),
+                finding: format!(
+                    "{}: {} off: the CPU segments, checksums or coalesces every packet itself",
+                    interface.name,
+                    off.join(", ")
+                ),
+                evidence: vec![format!("ethtool features of {}", interface.name)],
+                command: format!(
+                    "ethtool -K {} {}",
+                    interface.name,
+                    off.iter()
+                        .map(|o| format!("{o} on"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+                effect:
+                    "CPU per Gbit; with checksums in software the seeds' UDP test was CPU-bound"
+                        .into(),
+                ..Default::default()
+            },
+        });
+    }
+    if let Some([rx_usecs, _, adaptive]) = interface.coalesce {
+        if rx_usecs >= COALESCE_US && adaptive == 0 {
+            out.push(Scored {
+                factor: 1.15,
+                finding: Finding {
+                    topic: "interrupt coalescing".into(),
+                    finding: format!(
+                        "{} holds received packets up to {rx_usecs} us before it interrupts: a round trip can pay that at each end",
+                        interface.name
+                    ),
+                    evidence: vec![format!("ethtool coalescing of {}: rx-usecs {rx_usecs}, adaptive rx off", interface.name)],
+                    command: format!("ethtool -C {} adaptive-rx on", interface.name),
+                    effect: "request/response round trips (linerate rr), not bulk goodput".into(),
+                    ..Default::default()
+                },
+            });
+        }
+    }
+    if let Some([rx, rx_max, tx, tx_max]) = interface.rings {
+        if rx < rx_max {
+            out.push(Scored {
+                factor: 1.2,
+                finding: Finding {
+                    topic: "rings".into(),
+                    finding: format!(
+                        "{}: receive ring {rx} of a possible {rx_max}: bursts overflow it sooner",
+                        interface.name
+                    ),
+                    evidence: vec![format!("ethtool rings: rx {rx}/{rx_max}, tx {tx}/{tx_max}")],
+                    command: format!("ethtool -G {} rx {rx_max} tx {tx_max}", interface.name),
+                    effect: "receive drops under bursts (rx_dropped, rx_missed)".into(),
                     ..Default::default()
                 },
             });
