@@ -954,9 +954,40 @@ mod tests {
         simulate_with_stall(size, link_bps, one_way_ns, loss, queue_ns, None, None)
     }
 
+    impl Simulated {
+        /// The run's figures on stderr, for a failing test's reader.
+        fn tell(&self, sender: &Sender) {
+            eprintln!(
+                "goodput {:.0} retransmitted {:.4} ramp {:?} ms, lost {} probes {} congested rounds {}",
+                self.goodput_bps,
+                self.retransmitted,
+                self.ramp_ns.map(|n| n / MS),
+                sender.counters.lost_packets,
+                sender.counters.probe_timeouts,
+                sender.rate().congested_rounds
+            );
+        }
+    }
+
+    /// A simulated window's line under TRACE_SIM: what arrived and the search's state.
+    fn trace_window(now: u64, bps: f64, sender: &Sender) {
+        eprintln!(
+            "{:>6} ms recv {:>5.0} M pacing {:>5} M btl {:>5} M cwnd {:>9} inflight {:>9} {:?} loss {:.3} srtt {}",
+            now / MS,
+            bps / 1e6,
+            sender.rate().pacing_bps() / 1_000_000,
+            sender.rate().bottleneck_bps() / 1_000_000,
+            sender.rate().cwnd(),
+            sender.in_flight(),
+            sender.rate().mode(),
+            sender.rate().random_loss(),
+            sender.srtt_ns() / MS,
+        );
+    }
+
     /// As `simulate`, with the receiver's ACKs held back for `(at, for)` nanoseconds (a
-    /// receiving thread descheduled), and the search resumed from `resume` when given.
-    // Long: a test's simulated path, step by step, in one place to read.
+    /// receiving thread descheduled), and the search resumed from `resume` when given:
+    /// a test's simulated path, step by step, in one place to read.
     fn simulate_with_stall(
         size: u64,
         link_bps: u64,
@@ -1018,18 +1049,7 @@ mod tests {
             if now >= window_start + 100 * MS {
                 let bps = window_bytes as f64 * 8.0 / 0.1;
                 if std::env::var_os("TRACE_SIM").is_some() {
-                    eprintln!(
-                        "{:>6} ms recv {:>5.0} M pacing {:>5} M btl {:>5} M cwnd {:>9} inflight {:>9} {:?} loss {:.3} srtt {}",
-                        now / MS,
-                        bps / 1e6,
-                        sender.rate().pacing_bps() / 1_000_000,
-                        sender.rate().bottleneck_bps() / 1_000_000,
-                        sender.rate().cwnd(),
-                        sender.in_flight(),
-                        sender.rate().mode(),
-                        sender.rate().random_loss(),
-                        sender.srtt_ns() / MS,
-                    );
+                    trace_window(now, bps, &sender);
                 }
                 if ramp_ns.is_none() && bps >= 0.9 * link_bps as f64 {
                     ramp_ns = Some(now);
@@ -1059,15 +1079,7 @@ mod tests {
             retransmitted: sender.counters.retransmitted_bytes as f64 / size as f64,
             ramp_ns,
         };
-        eprintln!(
-            "goodput {:.0} retransmitted {:.4} ramp {:?} ms, lost {} probes {} congested rounds {}",
-            simulated.goodput_bps,
-            simulated.retransmitted,
-            simulated.ramp_ns.map(|n| n / MS),
-            sender.counters.lost_packets,
-            sender.counters.probe_timeouts,
-            sender.rate().congested_rounds
-        );
+        simulated.tell(&sender);
         simulated
     }
 
