@@ -417,8 +417,8 @@ fn udp_stream(f: &FlowReport, duration: f64, sends: bool) -> Option<Value> {
     Some(Value::Object(u))
 }
 
-/// `end`: the sums, the streams, CPU, and the congestion control on each end.
-// Long: iperf3's "end" object written key by key in iperf3's own order.
+/// `end`: the sums, the streams, CPU, and the congestion control on each end, key by
+/// key in iperf3's own order.
 fn end(report: &Report) -> Map<String, Value> {
     let config = &report.config;
     let tcp = config.protocol.traits().kernel_tcp;
@@ -453,7 +453,6 @@ fn end(report: &Report) -> Map<String, Value> {
         sum_received.insert("sender".into(), (client_sends && tcp).into());
         (Value::Object(sum_sent), Value::Object(sum_received))
     };
-    let cpu = &s.cpu;
     let mut end = Map::new();
     // Bidir: iperf3 keeps the client's sending direction in sum_sent and sum_received and
     // the other in the *_bidir_reverse pair.
@@ -503,6 +502,16 @@ fn end(report: &Report) -> Map<String, Value> {
         }
     }
     end.insert("streams".into(), end_streams(report).into());
+    end_totals(report, &mut end);
+    end
+}
+
+/// `end`'s keys after the streams: the UDP sum, CPU and each end's congestion control.
+fn end_totals(report: &Report, end: &mut Map<String, Value>) {
+    let config = &report.config;
+    let tcp = config.protocol.traits().kernel_tcp;
+    let s = &report.summary;
+    let (duration, udp, cpu) = (s.duration_s, s.udp.as_ref(), &s.cpu);
     if let Some(udp) = udp {
         let mut sum = span(0.0, duration, s.receiver_bytes, s.receiver_bps);
         sum.insert("jitter_ms".into(), udp.jitter_ms.into());
@@ -542,7 +551,6 @@ fn end(report: &Report) -> Map<String, Value> {
         end.insert("sender_tcp_congestion".into(), sender.into());
         end.insert("receiver_tcp_congestion".into(), receiver.into());
     }
-    end
 }
 
 #[cfg(test)]
