@@ -378,8 +378,60 @@ pub(crate) fn run(
     (result, released)
 }
 
-// Long: a group's figures merged from its threads and its mirror, operation by operation
-// (the next to split).
+/// Transaction `ti`'s span over every thread: its first start to its last end, seconds.
+fn transaction_span_s(outcomes: &[ThreadOutcome], ti: usize) -> f64 {
+    let first = outcomes
+        .iter()
+        .filter_map(|o| o.transactions.get(ti)?.first_start)
+        .min();
+    let last = outcomes
+        .iter()
+        .filter_map(|o| o.transactions.get(ti)?.last_end)
+        .max();
+    match (first, last) {
+        (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+        _ => 0.0,
+    }
+}
+
+/// Operation `oi` of transaction `ti`: its counts summed over the threads.
+fn count_op(figures: &mut OpFigures, outcomes: &[ThreadOutcome], ti: usize, oi: usize) {
+    for outcome in outcomes {
+        if let Some(counts) = outcome.transactions.get(ti).and_then(|t| t.ops.get(oi)) {
+            figures.count += counts.count;
+            figures.bytes += counts.bytes;
+            figures.errors += counts.errors;
+        }
+    }
+}
+
+/// Each thread's figures, with what the mirrors received from it.
+fn thread_figures(outcomes: &[ThreadOutcome], mirrors: &[MirrorFigures]) -> Vec<ThreadFigures> {
+    let secs = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
+    outcomes
+        .iter()
+        .enumerate()
+        .map(|(t, o)| {
+            let peer: u64 = mirrors
+                .iter()
+                .map(|m| m.received_per_thread.get(t).copied().unwrap_or(0))
+                .sum();
+            ThreadFigures {
+                thread: t as u32,
+                iterations: o.transactions.iter().map(|x| x.iterations).sum(),
+                received_bytes: o.received + peer,
+                errors: o.errors,
+                elapsed_s: match (o.started, o.ended) {
+                    (Some(a), Some(b)) => secs(a, b),
+                    _ => 0.0,
+                },
+                failure: o.failure.clone(),
+            }
+        })
+        .collect()
+}
+
+/// A group's figures merged from its threads and its mirror, operation by operation.
 fn merge(
     part: &GroupPart,
     group: &Group,
@@ -405,18 +457,7 @@ fn merge(
     let mut transactions = Vec::new();
     let mut sent = 0u64;
     for (ti, txn) in group.transactions.iter().enumerate() {
-        let first = outcomes
-            .iter()
-            .filter_map(|o| o.transactions.get(ti)?.first_start)
-            .min();
-        let last = outcomes
-            .iter()
-            .filter_map(|o| o.transactions.get(ti)?.last_end)
-            .max();
-        let elapsed = match (first, last) {
-            (Some(a), Some(b)) => secs(a, b),
-            _ => 0.0,
-        };
+        let elapsed = transaction_span_s(outcomes, ti);
         let mut received = 0u64;
         let mut ops = Vec::new();
         let mut errors = 0;
@@ -428,13 +469,7 @@ fn merge(
                 latency_us: summary(&latency.ops[ti][oi], false),
                 ..OpFigures::default()
             };
-            for outcome in outcomes {
-                if let Some(counts) = outcome.transactions.get(ti).and_then(|t| t.ops.get(oi)) {
-                    figures.count += counts.count;
-                    figures.bytes += counts.bytes;
-                    figures.errors += counts.errors;
-                }
-            }
+            count_op(&mut figures, outcomes, ti, oi);
             match op.action.sends() {
                 Some(true) => {
                     received += figures.peer_bytes;
@@ -466,27 +501,7 @@ fn merge(
             ops,
         });
     }
-    let per_thread: Vec<ThreadFigures> = outcomes
-        .iter()
-        .enumerate()
-        .map(|(t, o)| {
-            let peer: u64 = mirrors
-                .iter()
-                .map(|m| m.received_per_thread.get(t).copied().unwrap_or(0))
-                .sum();
-            ThreadFigures {
-                thread: t as u32,
-                iterations: o.transactions.iter().map(|x| x.iterations).sum(),
-                received_bytes: o.received + peer,
-                errors: o.errors,
-                elapsed_s: match (o.started, o.ended) {
-                    (Some(a), Some(b)) => secs(a, b),
-                    _ => 0.0,
-                },
-                failure: o.failure.clone(),
-            }
-        })
-        .collect();
+    let per_thread = thread_figures(outcomes, mirrors);
     let ended = outcomes
         .iter()
         .filter_map(|o| o.ended)
