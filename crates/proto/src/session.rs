@@ -411,7 +411,17 @@ impl ServerSession {
     pub fn accept_offer(&mut self, now: Instant, test_id: u64, token: Token, offer: Offer) {
         let config = match self.take_state() {
             ServerState::Deciding(config) => config,
-            other => {
+            // Not deciding: the acceptance is late (the session failed meanwhile) and
+            // changes nothing.
+            other @ (ServerState::AwaitPreface
+            | ServerState::AwaitHello
+            | ServerState::AwaitAuth
+            | ServerState::AwaitSpec
+            | ServerState::AwaitFlows(_)
+            | ServerState::AwaitStart(_)
+            | ServerState::Running(_)
+            | ServerState::AwaitDone
+            | ServerState::Closed) => {
                 self.state = other;
                 return;
             }
@@ -453,7 +463,16 @@ impl ServerSession {
     pub fn flows_ready(&mut self, now: Instant) {
         let config = match self.take_state() {
             ServerState::AwaitFlows(config) => config,
-            other => {
+            // Not waiting for flows: the news is late and changes nothing.
+            other @ (ServerState::AwaitPreface
+            | ServerState::AwaitHello
+            | ServerState::AwaitAuth
+            | ServerState::AwaitSpec
+            | ServerState::Deciding(_)
+            | ServerState::AwaitStart(_)
+            | ServerState::Running(_)
+            | ServerState::AwaitDone
+            | ServerState::Closed) => {
                 self.state = other;
                 return;
             }
@@ -571,7 +590,15 @@ impl Machine for ServerSession {
             if now >= deadline {
                 let waited = match self.state {
                     ServerState::AwaitFlows(_) => self.timeouts.flows,
-                    _ => self.timeouts.handshake,
+                    ServerState::AwaitPreface
+                    | ServerState::AwaitHello
+                    | ServerState::AwaitAuth
+                    | ServerState::AwaitSpec
+                    | ServerState::Deciding(_)
+                    | ServerState::AwaitStart(_)
+                    | ServerState::Running(_)
+                    | ServerState::AwaitDone
+                    | ServerState::Closed => self.timeouts.handshake,
                 };
                 self.fail(SessionError::Timeout {
                     waiting: self.state.waiting_for(),
@@ -1273,7 +1300,11 @@ impl Machine for ClientSession {
             let seconds = match self.state {
                 ClientState::AwaitFlowsReady => self.timeouts.flows,
                 ClientState::Running => self.timeouts.results_grace,
-                _ => self.timeouts.handshake,
+                ClientState::AwaitWelcome
+                | ClientState::AwaitAccepted
+                | ClientState::ReadyToStart
+                | ClientState::HaveResults
+                | ClientState::Closed => self.timeouts.handshake,
             };
             self.fail(SessionError::Timeout {
                 waiting: self.state.waiting_for(),

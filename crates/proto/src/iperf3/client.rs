@@ -167,7 +167,13 @@ impl Iperf3Client {
                     let errno = self.take_i32();
                     return self.server_error(code, Some(errno));
                 }
-                _ => {
+                // A state byte from the server moves every other phase on.
+                Phase::AwaitParamExchange
+                | Phase::AwaitCreateStreams
+                | Phase::CreatingStreams
+                | Phase::Running
+                | Phase::AwaitExchange
+                | Phase::AwaitDisplay => {
                     let Some(byte) = self.raw.pop_front() else {
                         return;
                     };
@@ -261,7 +267,13 @@ impl Machine for Iperf3Client {
         match self.phase {
             Phase::AwaitServerResults => self.decoder.push(bytes),
             Phase::Closed => return,
-            _ => self.raw.extend(bytes),
+            Phase::AwaitParamExchange
+            | Phase::AwaitCreateStreams
+            | Phase::CreatingStreams
+            | Phase::Running
+            | Phase::AwaitExchange
+            | Phase::AwaitDisplay
+            | Phase::ServerError => self.raw.extend(bytes),
         }
         self.process(now);
     }

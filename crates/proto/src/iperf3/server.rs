@@ -175,7 +175,12 @@ impl Iperf3Server {
                     }
                 }
                 Phase::Closed => return,
-                _ => {
+                // A state byte from the client: the end, its done, or its termination.
+                Phase::Deciding
+                | Phase::CreatingStreams
+                | Phase::Running
+                | Phase::Ending
+                | Phase::AwaitDone => {
                     let Some(byte) = self.raw.pop_front() else {
                         return;
                     };
@@ -308,7 +313,11 @@ impl Machine for Iperf3Server {
         match self.phase {
             Phase::AwaitParams | Phase::AwaitClientResults => self.decoder.push(bytes),
             Phase::Closed => return,
-            _ => self.raw.extend(bytes),
+            Phase::Deciding
+            | Phase::CreatingStreams
+            | Phase::Running
+            | Phase::Ending
+            | Phase::AwaitDone => self.raw.extend(bytes),
         }
         self.process(now);
     }
@@ -317,7 +326,12 @@ impl Machine for Iperf3Server {
             // iperf3's server ends a test on IPERF_DONE or on the client's close alike.
             Phase::AwaitDone => self.close(Ok(())),
             Phase::Closed => {}
-            _ => {
+            Phase::AwaitParams
+            | Phase::Deciding
+            | Phase::CreatingStreams
+            | Phase::Running
+            | Phase::Ending
+            | Phase::AwaitClientResults => {
                 let why = format!(
                     "the client closed the control connection while {}",
                     self.describe()
