@@ -1640,19 +1640,6 @@ fn doctor_measures_the_paths_loss_against_the_emulators_count_and_ranks_it_first
     drop(serve);
 }
 
-/// The round-trip times of ping's replies in `text` (`time=20.4 ms`), less the first (the
-/// neighbour lookup rides on it), sorted.
-fn ping_times_ms(text: &str) -> Vec<f64> {
-    let mut times: Vec<f64> = text
-        .lines()
-        .filter_map(|line| line.split("time=").nth(1))
-        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
-        .skip(1)
-        .collect();
-    times.sort_by(f64::total_cmp);
-    times
-}
-
 /// rr's round trips against ping over the same 20 ms lab path, in the same run: every
 /// mode stamps a round trip's end after the read that returned the answer, so the least
 /// is no shorter than ping's and the median is ping's (a clock read before a blocking

@@ -1526,14 +1526,7 @@ fn a_mesh_connect_test_times_one_round_trip_as_ping_does() {
         .output()
         .unwrap();
     assert!(ping.status.success(), "{}", stderr(&ping));
-    let mut times: Vec<f64> = String::from_utf8_lossy(&ping.stdout)
-        .lines()
-        .filter_map(|line| line.split("time=").nth(1))
-        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
-        // The first carries the neighbour lookup.
-        .skip(1)
-        .collect();
-    times.sort_by(f64::total_cmp);
+    let times = ping_times_ms(&String::from_utf8_lossy(&ping.stdout));
     assert!(times.len() >= 30, "{times:?}");
     let (ping_min, ping_p50) = (times[0], times[times.len() / 2]);
     let out = Command::new("ip")

@@ -19,6 +19,12 @@ pub(crate) struct Bounds {
     pub max_rate_bps: Option<u64>,
 }
 
+/// The source a job's packets leave from, as a controller named it (`source`,
+/// `source_dev`): checked on this host before anything is sent.
+pub(crate) fn check_source(source: Option<&linerate_model::Source>) -> Result<(), String> {
+    source.map_or(Ok(()), linerate_model::Source::check)
+}
+
 /// A job as a controller asked for it, before it runs.
 pub(crate) trait SourceJob: Send {
     /// What logs and refusals call it: "STAMP test", "trace".

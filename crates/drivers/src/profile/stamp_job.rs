@@ -247,10 +247,7 @@ impl super::source_job::SourceJob for StampSource {
 
     fn check(&self, bounds: &super::source_job::Bounds) -> Result<(), String> {
         check(&self.job, bounds.max_duration_s, bounds.max_rate_bps)?;
-        match self.job.source.as_ref().map(linerate_model::Source::check) {
-            Some(Err(reason)) => Err(reason),
-            _ => Ok(()),
-        }
+        super::source_job::check_source(self.job.source.as_ref())
     }
 
     fn start(

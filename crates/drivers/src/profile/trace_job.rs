@@ -177,10 +177,7 @@ impl super::source_job::SourceJob for TraceJob {
     /// (The flows and distances arrive bounded by their types; the source is checked
     /// here.)
     fn check(&self, _: &super::source_job::Bounds) -> Result<(), String> {
-        match self.source.as_ref().map(linerate_model::Source::check) {
-            Some(Err(reason)) => Err(reason),
-            _ => Ok(()),
-        }
+        super::source_job::check_source(self.source.as_ref())
     }
 
     fn start(

@@ -799,3 +799,16 @@ pub fn chromium_screenshot(
         pixels,
     })
 }
+
+/// The round-trip times of ping's replies in `text` (`time=20.4 ms`), less the first (the
+/// neighbour lookup rides on it), sorted.
+pub fn ping_times_ms(text: &str) -> Vec<f64> {
+    let mut times: Vec<f64> = text
+        .lines()
+        .filter_map(|line| line.split("time=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .skip(1)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times
+}
