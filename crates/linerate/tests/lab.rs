@@ -1532,8 +1532,29 @@ fn doctor_finds_a_small_receive_window_and_its_fix_makes_the_next_run_faster() {
     let diagnosis = json(&found);
     let rtt = num(&diagnosis, "/path/rtt_ms");
     assert!((95.0..150.0).contains(&rtt), "round trip {rtt} ms");
-    let first = &diagnosis["findings"][0];
-    assert_eq!(first["topic"], "receive window", "{diagnosis}");
+    // The window comes first. Where doctor itself saw other work keep the CPUs busy
+    // while it looked (the same run's /proc/stat), the path's emulator is starved too and
+    // the loss doctor's probe measured is real: it may rank above the window, and nothing
+    // else may.
+    let findings = diagnosis["findings"].as_array().unwrap();
+    let topic = |f: &serde_json::Value| f["topic"].as_str().unwrap_or("").to_string();
+    let window_at = findings
+        .iter()
+        .position(|f| topic(f) == "receive window")
+        .unwrap_or_else(|| panic!("no receive window finding: {diagnosis}"));
+    let busy = findings.iter().any(|f| topic(f) == "other work");
+    assert!(
+        window_at == 0
+            || (busy
+                && findings[..window_at]
+                    .iter()
+                    .all(|f| ["path loss", "other work"].contains(&topic(f).as_str()))),
+        "{diagnosis}"
+    );
+    if window_at > 0 {
+        eprintln!("doctor saw other work; the window ranked {}", window_at + 1);
+    }
+    let first = &findings[window_at];
     assert!(
         first["finding"]
             .as_str()

@@ -812,3 +812,42 @@ pub fn ping_times_ms(text: &str) -> Vec<f64> {
     times.sort_by(f64::total_cmp);
     times
 }
+
+/// The CPU time (in cores) that work besides `run`'s children took while it ran, read from
+/// /proc/stat and this process's waited-for children's times: the same run's measure of a
+/// busy host, for a test that compares a paced figure with another tool's.
+pub fn others_cores_during<T>(run: impl FnOnce() -> T) -> (T, f64) {
+    fn busy_ticks() -> f64 {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let fields: Vec<f64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal: all but idle and iowait.
+        [0, 1, 2, 5, 6, 7]
+            .iter()
+            .filter_map(|&i| fields.get(i))
+            .sum()
+    }
+    fn children_ticks() -> f64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // The fields after the command's closing parenthesis; cutime and cstime are the
+        // 16th and 17th of the line.
+        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<f64> = rest
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        fields.get(13).unwrap_or(&0.0) + fields.get(14).unwrap_or(&0.0)
+    }
+    let (busy, children, began) = (busy_ticks(), children_ticks(), std::time::Instant::now());
+    let out = run();
+    let seconds = began.elapsed().as_secs_f64().max(0.01);
+    let others = (busy_ticks() - busy) - (children_ticks() - children);
+    // USER_HZ is 100 on Linux.
+    (out, (others / 100.0 / seconds).max(0.0))
+}
