@@ -223,15 +223,18 @@ fn real_iperf3_udp_tests_run_at_the_rate_asked() {
             "1400",
         ];
         args.extend_from_slice(extra);
-        let out = iperf3(&args);
+        let (out, others) = others_cores_during(|| iperf3(&args));
         let d = doc(&out);
         assert!(out.status.success(), "iperf3 -u {extra:?} failed: {d}");
         let streams = if extra.contains(&"-P") { 2.0 } else { 1.0 };
-        assert_close(
-            &format!("-u {extra:?} received rate"),
+        // A paced sender the host did not run forfeits what its burst cannot hold: short
+        // by up to 25 % only where other work took a core's worth of CPU (this run's
+        // measure), never over.
+        assert_near(
+            &format!("-u {extra:?} received rate (other work {others:.2} cores)"),
             f(&d, "/end/sum/bits_per_second"),
             40e6 * streams,
-            0.05,
+            if others > 1.0 { 0.25 } else { 0.05 },
         );
         assert!(f(&d, "/end/sum/packets") > 0.0, "{d}");
         assert!(f(&d, "/end/sum/lost_percent") < 2.0, "{d}");

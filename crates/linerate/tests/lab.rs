@@ -2475,10 +2475,16 @@ fn mach_measures_serve_https_and_agrees_with_linerate_rpm() {
         _ => "High",
     };
     let theirs = num(&peer, "/download/rpm").min(num(&peer, "/upload/rpm"));
-    assert_eq!(
-        band(theirs),
-        ours["band"].as_str().unwrap(),
-        "mach {theirs:.0}: {ours}"
+    let our_rpm = num(&ours, "/rpm");
+    // The same band, or two figures within a quarter of each other on either side of the
+    // band's edge (two tools near 300 RPM fall either way, run to run).
+    let straddle = [300.0, 1000.0]
+        .iter()
+        .any(|edge| (our_rpm - edge) * (theirs - edge) < 0.0);
+    assert!(
+        band(theirs) == ours["band"].as_str().unwrap()
+            || (straddle && (0.75..=1.0 / 0.75).contains(&(our_rpm / theirs))),
+        "mach {theirs:.0}, ours {our_rpm:.0}: {ours}"
     );
 }
 
