@@ -13,13 +13,14 @@ use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::{Measure, StoreCounts};
 use linerate_metrics::past::{HourPoint, Kept, PastSource};
 use linerate_metrics::watch::{Watch, WatchError, WatchSpec};
+use linerate_model::clock::UnixTime;
 use linerate_report::document::Document;
 use linerate_store::prune::PairQuery;
 use linerate_store::spool::{Retention, Spool, SpoolCounts, StoreReader, Writer};
 use linerate_store::{MeshArchive, MeshRow};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// How long the coordinator waits for a result to be written (and its run id known)
 /// before it goes on: a slow store holds the schedule up no longer.
@@ -219,14 +220,8 @@ fn notes<'a>(event: MeshEvent<'a>, watch: Option<&mut Watch>) -> Vec<Note<'a>> {
             );
         }
         MeshEvent::Waiting { until } => {
-            let at = UNIX_EPOCH + Duration::from_secs_f64(until.max(0.0));
-            let left = Duration::from_secs(
-                (until
-                    - SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map_or(0.0, |d| d.as_secs_f64()))
-                .max(0.0) as u64,
-            );
+            let at = UnixTime::from_seconds(until).system();
+            let left = Duration::from_secs((until - UnixTime::now().seconds()).max(0.0) as u64);
             let text = format!(
                 "nothing runs until {} (in {}): the next job is due then",
                 humantime::format_rfc3339_seconds(at),

@@ -3,6 +3,7 @@
 //! figures sit in `copy`. History, compare, show and the HTML report read it as they read
 //! any run.
 
+use linerate_model::clock::UnixTime;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
@@ -59,9 +60,7 @@ pub fn document(
     let report = Report {
         tool: format!("linerate {}", env!("CARGO_PKG_VERSION")),
         test: "copy".into(),
-        started_at: started_at
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64()),
+        started_at: UnixTime::from_system(started_at).seconds(),
         config: config_of(summary, host),
         host: PerSide {
             local: linerate_hostinfo::host_facts(),

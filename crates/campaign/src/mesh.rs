@@ -12,6 +12,7 @@ use linerate_drivers::profile::rpm_job::RpmJob;
 use linerate_drivers::profile::stamp_job::StampJob;
 use linerate_drivers::profile::trace_job::TraceJob;
 use linerate_mesh::{job_plan, Action, Job, JobEnd, JobPlan, Mesh, Past, Scheduler};
+use linerate_model::clock::UnixTime;
 use linerate_proto::text::printable;
 use linerate_report::document::Document;
 use linerate_report::headline;
@@ -21,7 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// A wait for the next job at least this long is told (`MeshEvent::Waiting`).
 const WAIT_WORTH_SAYING_S: f64 = 30.0;
@@ -76,12 +77,6 @@ pub struct JobResult {
     pub document: Option<Document>,
 }
 
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 /// The coordinator's clock: Unix seconds, and how long it waits in real time for a second
 /// of it. Injected, as the scheduler's time is, so that its decisions are tested without
 /// waiting.
@@ -98,7 +93,7 @@ impl Clock {
     /// operator's `date`) neither holds a cycle up for the hour nor runs one twice.
     pub fn system() -> Clock {
         let start = std::time::Instant::now();
-        Clock::anchored(unix_now(), move || start.elapsed())
+        Clock::anchored(UnixTime::now().seconds(), move || start.elapsed())
     }
 
     /// Unix seconds `wall` at the start, then `wall` plus what `elapsed` (a monotonic
@@ -114,7 +109,7 @@ impl Clock {
     /// host's clock, whatever the schedule's says.
     pub fn wall() -> Clock {
         Clock {
-            now: Arc::new(unix_now),
+            now: Arc::new(|| UnixTime::now().seconds()),
             pace: 1.0,
         }
     }
@@ -458,7 +453,7 @@ fn host_changes(old: &Mesh, new: &Mesh) -> (Vec<String>, Vec<String>) {
 /// Where a failed job's row is found: its test, pair and end time (`history` and the
 /// grid list rows by these).
 fn failure_place(row: &MeshRow) -> String {
-    let ended = UNIX_EPOCH + Duration::from_secs_f64(row.ended_at.max(0.0));
+    let ended = UnixTime::from_seconds(row.ended_at).system();
     format!(
         "the failed {} {} -> {} of {}",
         row.test,
@@ -1108,7 +1103,7 @@ mod tests {
         assert_eq!(clock.read(), 1.8e9 + 150.0);
         let system = Clock::system();
         let (a, b) = (system.read(), system.read());
-        assert!(b >= a && (a - unix_now()).abs() < 5.0);
+        assert!(b >= a && (a - UnixTime::now().seconds()).abs() < 5.0);
     }
 
     /// A clock that moves a second each time it is read, a second of it waited in a

@@ -5,11 +5,12 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use linerate_mesh::{Mesh, PlanSummary};
 use linerate_metrics::board::Measure;
+use linerate_model::clock::UnixTime;
 use linerate_model::mesh_row::{MeshRow, Outcome};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::io::Write;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Above this many hosts a test's grid no longer fits a terminal: the live view shows
 /// counts and the failing pairs instead.
@@ -619,7 +620,7 @@ pub fn history_json(
 
 /// A time as `2026-11-27 21:00:05`, UTC.
 pub fn utc(at: f64) -> String {
-    let at = UNIX_EPOCH + Duration::from_secs_f64(at.max(0.0));
+    let at = UnixTime::from_seconds(at).system();
     humantime::format_rfc3339_seconds(at)
         .to_string()
         .replace('T', " ")

@@ -4,6 +4,7 @@
 use crate::repeat::{check_flows, repeat};
 use crate::sink::{Discard, Event, Sink};
 use anyhow::Result;
+use linerate_model::clock::UnixTime;
 use linerate_model::{
     Direction, StreamRequest, StreamTransport, TestKind, TestRequest, TlsSettings,
     TransactionRequest,
@@ -13,7 +14,7 @@ use linerate_report::sweep::{product, SweepAxis, SweepParam, SweepPoint, SweepRe
 use linerate_report::{Report, TestConfig};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 /// Seconds a point takes beyond its measured time and warm-up (connecting, the results
 /// exchange), for the first time estimate before any point has ended.
@@ -149,9 +150,7 @@ impl Sweep {
         mut run_point: impl FnMut(&TestConfig) -> Result<Report>,
     ) -> SweepReport {
         let settings = self.settings();
-        let started_at = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        let started_at = UnixTime::now().seconds();
         let runs_per_point = self.plan.map_or(1, |p| p.min);
         let first_estimate =
             (self.base.omit_s + self.base.time_s + SETUP_ESTIMATE_S) * f64::from(runs_per_point);

@@ -11,6 +11,7 @@ use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{DataPlane, PlaneSetup};
 use linerate_engine::sys;
 use linerate_hostinfo::host_facts;
+use linerate_model::clock::UnixTime;
 use linerate_model::Protocol;
 use linerate_proto::datagram::{hello, tag_of, validated_hello, Framing, HELLO_LEN};
 use linerate_proto::preface::data_preface;
@@ -21,7 +22,7 @@ use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// Why a test could not run or finish.
@@ -156,9 +157,7 @@ pub fn run(
     cancel: &AtomicBool,
     progress: &mut dyn FnMut(TestUpdate),
 ) -> Result<Report, ClientError> {
-    let started_at = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let started_at = UnixTime::now().seconds();
     let mut test = ClientTest::open(addr, options)?;
     let mut ended: Option<Instant> = None;
     loop {

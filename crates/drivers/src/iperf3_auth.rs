@@ -25,10 +25,3 @@ pub fn load(
     Iperf3Auth::new(&pem, &users_text, skew_s, pkcs1)
         .map_err(|e| format!("{}: {e}", private_key.display()))
 }
-
-/// Seconds since the Unix epoch on this host's clock, as iperf3 stamps its tokens.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}

@@ -14,6 +14,7 @@ use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{DataPlane, PlaneSetup};
 use linerate_engine::sys;
 use linerate_hostinfo::host_facts;
+use linerate_model::clock::UnixTime;
 use linerate_proto::datagram::Framing;
 use linerate_proto::iperf3::client::{Event, Iperf3Client, Iperf3Error};
 use linerate_proto::iperf3::{
@@ -128,9 +129,7 @@ pub fn run(
     let mut session = Iperf3Client::new(Instant::now(), cookie, params.clone());
     // The cookie as iperf3's JSON shows it: without its terminating NUL.
     let cookie_text = String::from_utf8_lossy(&cookie[..COOKIE_LEN - 1]).into_owned();
-    let started_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let started_at = UnixTime::now().seconds();
     let mut streams: Vec<FlowSocket> = Vec::new();
     // Copies of the streams' sockets, closed only when the test is over: the workers drop
     // theirs at the end, while the server may still be sending until it reads TEST_END,

@@ -19,6 +19,7 @@ use crate::server_state::ServerState;
 use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{DataPlane, PlaneSetup};
 use linerate_engine::sys;
+use linerate_model::clock::UnixTime;
 use linerate_proto::datagram::Framing;
 use linerate_proto::iperf3::server::{Event, Iperf3Server, MAX_COUNTED_RUN};
 use linerate_proto::iperf3::{code, Params, Results, Transport, UDP_REPLY};
@@ -75,12 +76,6 @@ struct Test {
     ending: bool,
 }
 
-fn epoch_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 // Long: the iperf3 test thread's loop: one match over iperf3's states, then the plane's
 // step each turn.
 pub(crate) fn serve(
@@ -124,7 +119,7 @@ pub(crate) fn serve(
             match event {
                 Event::Closed(result) => closed = Some(result),
                 Event::Params(params) => {
-                    started_at = epoch_now();
+                    started_at = UnixTime::now().seconds();
                     accept(
                         shared,
                         &mut test,
@@ -262,7 +257,7 @@ fn accept(
         match auth.check(
             token,
             params.use_pkcs1_padding,
-            crate::iperf3_auth::unix_now(),
+            UnixTime::now().whole_seconds() as i64,
         ) {
             Ok(user) => shared.log(&format!(
                 "iperf3 test {id} from {peer}: authenticated as '{user}'"

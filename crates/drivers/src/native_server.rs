@@ -9,6 +9,7 @@ use crate::control::Control;
 use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{default_threads, DataPlane, PlaneSetup};
 use linerate_engine::sys;
+use linerate_model::clock::UnixTime;
 use linerate_model::Protocol;
 use linerate_proto::datagram::{parse_hello, parse_validated_hello, tag_of, Framing};
 use linerate_proto::{Machine, Offer, RefuseCode, ServerEvent, ServerSession, SessionError, Token};
@@ -270,9 +271,7 @@ pub(crate) fn serve_test(
                             local: state.local_ip,
                             config: config.clone(),
                             side: (*result).clone(),
-                            ended_at: std::time::SystemTime::now()
-                                .duration_since(std::time::UNIX_EPOCH)
-                                .map_or(0.0, |d| d.as_secs_f64()),
+                            ended_at: UnixTime::now().seconds(),
                         },
                     ));
                 }

@@ -441,14 +441,6 @@ pub fn route_mtu<S: AsFd>(socket: &S, ipv4: bool) -> io::Result<u64> {
     Ok(u64::try_from(int_option(socket, level, option)?).unwrap_or(0))
 }
 
-/// The wall clock now (CLOCK_REALTIME), nanoseconds since the Unix epoch: the clock the
-/// kernel stamps received datagrams with (SO_TIMESTAMPNS).
-pub fn wall_clock_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 /// Binds a client's socket where `source` says, before it connects to `peer`: to its
 /// device (SO_BINDTODEVICE: only that interface's or VRF's routes are used) and to its
 /// address (any port). An address of the other family than the peer's cannot reach it.

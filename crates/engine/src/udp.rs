@@ -12,6 +12,7 @@ use crate::flow::{outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, F
 use crate::flow::{Sample, WorkerPlan};
 use crate::nap::Napper;
 use crate::pacer::Pacer;
+use linerate_model::clock::UnixTime;
 use linerate_model::marks::ClassTally;
 use linerate_model::{Role, UdpCounts};
 use linerate_proto::datagram::{is_hello, Framing, SequenceTracker};
@@ -437,7 +438,7 @@ impl UdpLoop {
         // wall clock then is now plus the wait, not now. Taking now for both cases once
         // put each end's base off by its own wait, a clock offset of up to milliseconds
         // between sender and receiver in every one-way delay.
-        let (mono_now, wall_now) = (Instant::now(), crate::sys::wall_clock_ns());
+        let (mono_now, wall_now) = (Instant::now(), UnixTime::now().nanos());
         let wall_base_ns = if plan.start >= mono_now {
             wall_now + (plan.start - mono_now).as_nanos() as u64
         } else {
@@ -635,7 +636,7 @@ impl UdpLoop {
                     // got round to reading it (on a busy host, milliseconds later): its
                     // time on the test's clock is the read time less its wait in the
                     // socket, the wall clock against the kernel's stamp.
-                    let wall_now = crate::sys::wall_clock_ns();
+                    let wall_now = UnixTime::now().nanos();
                     let tracker = flow.tracker.as_mut().expect("receivers track");
                     let classes = &mut flow.classes;
                     for m in 0..count {

@@ -20,6 +20,7 @@ use crate::ring::RxRing;
 use crate::spec::LinkSpec;
 use crate::sys::{self, PacketSocket};
 use crate::wait::{self, Waiter};
+use linerate_model::clock::UnixTime;
 use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -493,7 +494,7 @@ impl<F: Carried> Direction<F> {
     /// Takes a batch of frames from the ring into the link: one copy each, into a buffer
     /// from the spare pool.
     fn receive(&mut self, spare: &mut Vec<Vec<u8>>, extra: &mut DirectionStatus) {
-        let (read, wall) = (self.now_ns(), sys::wall_clock_ns());
+        let (read, wall) = (self.now_ns(), UnixTime::now().nanos());
         let Direction {
             rx,
             link,

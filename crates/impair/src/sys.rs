@@ -351,14 +351,6 @@ impl BatchScratch {
     }
 }
 
-/// The wall clock now (CLOCK_REALTIME, the clock of kernel receive timestamps),
-/// nanoseconds since the Unix epoch.
-pub fn wall_clock_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 /// Sends every frame in one call where the kernel takes them all (sendmmsg), retrying the
 /// rest. Returns the frames the interface refused (too large for its MTU, or an error).
 pub fn send_batch<F: AsRef<[u8]>>(

@@ -2,6 +2,7 @@
 //! and the value, and exit code 2.
 
 use clap::{Args, Parser, Subcommand};
+use linerate_model::clock::UnixTime;
 use linerate_report::units::{self, Scale};
 use std::str::FromStr;
 
@@ -339,8 +340,8 @@ pub struct PruneArgs {
 
 /// An age: a while, more than nothing (30d, 12h).
 fn age(text: &str) -> Result<f64, String> {
-    match humantime::parse_duration(text) {
-        Ok(d) if d.as_secs_f64() > 0.0 => Ok(d.as_secs_f64()),
+    match linerate_model::units::parse_duration(text) {
+        Ok(seconds) if seconds > 0.0 => Ok(seconds),
         Ok(_) => Err(format!("'{text}' must be more than 0 (30d, 12h)")),
         Err(_) => Err(format!("'{text}' is not an age (30d, 12h, 2w)")),
     }
@@ -425,9 +426,7 @@ fn probe_rate(text: &str) -> Result<f64, String> {
 }
 
 fn probe_gap(text: &str) -> Result<f64, String> {
-    let seconds = humantime::parse_duration(text.trim())
-        .map(|d| d.as_secs_f64())
-        .or_else(|_| text.trim().parse::<f64>())
+    let seconds = linerate_model::units::parse_duration(text)
         .map_err(|_| format!("'{text}' is not a gap (e.g. 100ms, 1s)"))?;
     if seconds > 0.000_001 - 1e-12 && seconds <= 3600.0 {
         Ok(seconds)
@@ -1821,12 +1820,9 @@ fn window_or_auto(text: &str) -> Result<Option<u64>, String> {
 
 /// An RFC 3339 time or date, or a while ago ("2h", "7d"), as seconds since the epoch.
 fn since(text: &str) -> Result<f64, String> {
-    let epoch = |t: std::time::SystemTime| {
-        t.duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64())
-    };
-    if let Ok(ago) = humantime::parse_duration(text) {
-        return Ok(epoch(std::time::SystemTime::now()) - ago.as_secs_f64());
+    let epoch = |t| UnixTime::from_system(t).seconds();
+    if let Ok(ago) = linerate_model::units::parse_duration(text) {
+        return Ok(UnixTime::now().seconds() - ago);
     }
     let full = if text.len() == 10 {
         format!("{text}T00:00:00Z")

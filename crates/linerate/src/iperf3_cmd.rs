@@ -9,6 +9,7 @@ use clap::Parser;
 use linerate_campaign::sink::{Sinks, StoreSink};
 use linerate_campaign::{cancel, repeat, storage, test};
 use linerate_drivers::iperf3_client;
+use linerate_model::clock::UnixTime;
 use linerate_proto::iperf3::{Params, Transport, DEFAULT_TCP_BLOCK, DEFAULT_UDP_RATE};
 use linerate_report::document::Document;
 use linerate_report::live::TestUpdate;
@@ -83,9 +84,7 @@ pub fn run(args: &Iperf3Args, globals: &Globals) -> CommandResult {
         blocks: params.blockcount,
         target_bitrate: params.bandwidth,
     };
-    let started_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let started_at = UnixTime::now().seconds();
     let mut progress = |event: TestUpdate| match event {
         TestUpdate::Iperf3Streams {
             cookie,

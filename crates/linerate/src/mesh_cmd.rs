@@ -12,9 +12,10 @@ use linerate_campaign::coordinator::{
 use linerate_campaign::mesh::{self, MeshOptions};
 use linerate_campaign::mesh_view::{self, tables, Printer, RowJson};
 use linerate_mesh::Mesh;
+use linerate_model::clock::UnixTime;
 use linerate_proto::auth::Key;
 use linerate_store::prune::PairQuery;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// What a job costs beyond its test's duration, for the plan: reaching the source's
 /// agent, its clock samples, the destination's preparation and the lead to the start.
@@ -264,9 +265,7 @@ fn history(args: &MeshHistoryArgs, globals: &Globals) -> CommandResult {
         None
     };
     let name = file.as_ref().map_or(args.mesh.clone(), |m| m.name.clone());
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let now = UnixTime::now().seconds();
     let query = PairQuery {
         mesh: &name,
         src: &args.src,

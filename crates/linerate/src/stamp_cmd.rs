@@ -6,6 +6,7 @@ use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use anyhow::Context;
 use linerate_campaign::{cancel, sink};
+use linerate_model::clock::UnixTime;
 use linerate_report::document::Document;
 use linerate_report::units::Scale;
 use linerate_stamp::sender::{self, Options};
@@ -119,7 +120,7 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
             || sender::is_local(addr.ip())
             || std::env::var_os(linerate_model::PATH_ENV).is_some(),
         ssid: ssid(),
-        started_at: unix_now(),
+        started_at: UnixTime::now().seconds(),
     };
     if let Some(size) = args.size {
         let bare = options.size();
@@ -207,12 +208,6 @@ fn ssid() -> u16 {
     let mut bytes = [0u8; 2];
     let _ = getrandom::getrandom(&mut bytes);
     u16::from_be_bytes(bytes).max(1)
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]

@@ -7,13 +7,13 @@ use crate::cli::{
 use crate::failure::CommandResult;
 use anyhow::{anyhow, bail, Context, Result};
 use linerate_campaign::storage::Storage;
+use linerate_model::clock::UnixTime;
 use linerate_report::document::Document;
 use linerate_store::{Filter, RunRow, StoredRun};
-use std::time::{Duration, UNIX_EPOCH};
 
 /// A time as UTC, to the second: "2026-11-21T22:16:03Z".
 fn when(epoch_s: f64) -> String {
-    let time = UNIX_EPOCH + Duration::from_secs_f64(epoch_s.max(0.0));
+    let time = UnixTime::from_seconds(epoch_s).system();
     humantime::format_rfc3339_seconds(time).to_string()
 }
 
@@ -208,9 +208,7 @@ fn write_out(path: Option<&std::path::Path>, text: &str) -> CommandResult {
 /// hour first; a line an hour of mesh rows on a terminal, the totals at the end.
 pub fn prune(args: &PruneArgs, storage: &Storage) -> CommandResult {
     let mut store = storage.open_to_read()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let now = UnixTime::now().seconds();
     let cutoff = now - args.older_than;
     let live = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut progress = |p: &linerate_store::prune::Pruned| {

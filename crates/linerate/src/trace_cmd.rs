@@ -5,6 +5,7 @@ use crate::cli::TraceArgs;
 use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use linerate_campaign::{cancel, sink};
+use linerate_model::clock::UnixTime;
 use linerate_report::document::Document;
 use linerate_report::units::Scale;
 use linerate_trace::net::{self, Protocol, TraceError};
@@ -106,9 +107,7 @@ pub fn run(args: &TraceArgs, globals: &Globals) -> CommandResult {
             options.plan.max_ttl
         );
     }
-    let started_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let started_at = UnixTime::now().seconds();
     let traced = net::trace(opened, &options, &stop).map_err(raw_needed)?;
     let mut report = linerate_trace::report(&args.target, &options, &traced, started_at);
     report.host = Some(linerate_hostinfo::host_facts());

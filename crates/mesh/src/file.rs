@@ -822,8 +822,8 @@ fn group_shape(
 /// longer than the rows they sum up; `hourly = "forever"` keeps them for good.
 fn retention(reader: &Reader<'_>, raw: &RawRetention) -> Result<Retention, MeshError> {
     let age = |value: &Spanned<String>, key: &str| -> Result<f64, MeshError> {
-        match humantime::parse_duration(value.get_ref()) {
-            Ok(d) if d.as_secs_f64() >= 3600.0 => Ok(d.as_secs_f64()),
+        match linerate_model::units::parse_duration(value.get_ref()) {
+            Ok(seconds) if seconds >= 3600.0 => Ok(seconds),
             Ok(_) => Err(reader.at(
                 value,
                 format!("{key} '{}' must be at least 1h", value.get_ref()),

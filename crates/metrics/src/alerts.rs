@@ -7,9 +7,10 @@ use crate::assess::{Assessment, State};
 use crate::board::{Key, Measure};
 use crate::post::{target, Poster, Request, Target};
 use anyhow::Result;
+use linerate_model::clock::UnixTime;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// An open (or just resolved) alert.
 #[derive(Debug, Clone, PartialEq)]
@@ -276,16 +277,14 @@ impl Alerts {
 }
 
 fn rfc3339(unix: f64) -> String {
-    let at = UNIX_EPOCH + Duration::from_secs_f64(unix.max(0.0));
+    let at = UnixTime::from_seconds(unix).system();
     humantime::format_rfc3339_millis(at).to_string()
 }
 
 // The notifier's resends read the wall clock; Alerts::update is given the time.
 #[allow(clippy::disallowed_methods)]
 fn now_unix() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+    UnixTime::now().seconds()
 }
 
 /// How often open alerts are sent again, and how long Alertmanager keeps one without.

@@ -3,6 +3,7 @@
 //! mesh (or a server) measured them. Sans-IO: rows and documents go in, a scrape, the grid
 //! and the alerts read it out. A scrape never starts a test.
 
+use linerate_model::clock::UnixTime;
 use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
 use linerate_report::stamp::DELAY_BOUNDS_US;
@@ -191,7 +192,7 @@ impl PathMark {
     /// "the path a -> b changed between 12:00:01 and 12:00:31 (trace 'path': hop 2: ...)".
     pub fn describe(&self) -> String {
         let time = |unix: f64| {
-            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(unix.max(0.0));
+            let at = UnixTime::from_seconds(unix).system();
             humantime::format_rfc3339_seconds(at).to_string()
         };
         format!(

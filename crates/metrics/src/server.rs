@@ -18,6 +18,7 @@ use anyhow::{Context, Result};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
+use linerate_model::clock::UnixTime;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -256,9 +257,7 @@ fn long_history(shared: &Shared, request: &Request<Incoming>) -> Option<PastRead
     let past = shared.past.clone()?;
     let (board, thresholds) = (shared.board.clone(), shared.thresholds);
     Some(Box::new(move || {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        let now = UnixTime::now().seconds();
         match crate::past::long_history_json(&board, &query, days, &thresholds, &*past, now) {
             Ok(json) => reply(StatusCode::OK, "application/json", json.to_string()),
             Err(why) => reply(

@@ -72,34 +72,55 @@ pub fn parse_dscp(text: &str) -> Option<u8> {
     upper.parse::<u8>().ok().filter(|n| *n < 64)
 }
 
+/// Parses a time as seconds: the one reader of times linerate has, for flags, mesh files
+/// and profiles alike. A bare number is seconds (`10`, `1.5`); otherwise one or more
+/// numbers each with its unit (`250ms`, `2m`, `1h30m`, `14d`, `2w`): ns, us (µs), ms,
+/// s (sec), m (min), h (hour), d (day), w (week), plurals too. Callers bound the result.
 pub fn parse_duration(text: &str) -> Result<f64, UnitError> {
+    const HOW: &str = "use a number of seconds, or numbers with units (ns, us, ms, s, m, h, d, w)";
     let error = |why| UnitError {
         what: "a time",
         value: text.to_string(),
         why,
     };
     let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let scale = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "s" | "sec" => 1.0,
-        "ms" => 1e-3,
-        "us" | "µs" => 1e-6,
-        "ns" => 1e-9,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        _ => {
-            return Err(error(
-                "use a number of seconds, or one with ns, us, ms, s, m or h",
-            ))
-        }
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| error("use a number of seconds, or one with ns, us, ms, s, m or h"))?;
-    let seconds = value * scale;
+    if let Ok(bare) = t.parse::<f64>() {
+        return match bare {
+            s if s.is_finite() => Ok(s),
+            _ => Err(error("is not a finite time")),
+        };
+    }
+    let mut rest = t;
+    let mut seconds = 0.0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(digits);
+        let after = after.trim_start();
+        let letters = after
+            .find(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(letters);
+        // Units under a second divide, so that 86ms reads as the double nearest 0.086.
+        let (times, per) = match unit.to_ascii_lowercase().as_str() {
+            "ns" | "nsec" => (1.0, 1e9),
+            "us" | "µs" | "usec" => (1.0, 1e6),
+            "ms" | "msec" => (1.0, 1e3),
+            "s" | "sec" | "secs" | "second" | "seconds" => (1.0, 1.0),
+            "m" | "min" | "mins" | "minute" | "minutes" => (60.0, 1.0),
+            "h" | "hr" | "hour" | "hours" => (3600.0, 1.0),
+            "d" | "day" | "days" => (86_400.0, 1.0),
+            "w" | "week" | "weeks" => (604_800.0, 1.0),
+            _ => return Err(error(HOW)),
+        };
+        let value: f64 = number.parse().map_err(|_| error(HOW))?;
+        seconds += value * times / per;
+        rest = next.trim_start();
+    }
+    if t.is_empty() {
+        return Err(error(HOW));
+    }
     if !seconds.is_finite() {
         return Err(error("is not a finite time"));
     }
@@ -340,5 +361,12 @@ mod tests {
         assert!((parse_duration("500us").unwrap() - 5e-4).abs() < 1e-15);
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5 parsecs").is_err());
+        assert_eq!(parse_duration("1h30m").unwrap(), 5400.0);
+        assert_eq!(parse_duration("14d").unwrap(), 14.0 * 86_400.0);
+        assert_eq!(parse_duration("2w").unwrap(), 2.0 * 604_800.0);
+        assert_eq!(parse_duration("2 days").unwrap(), 2.0 * 86_400.0);
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("ms").is_err());
+        assert!(parse_duration("1e400").is_err());
     }
 }

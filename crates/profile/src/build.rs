@@ -540,14 +540,7 @@ fn parse_message_size(filler: &Filler, text: &Text) -> Result<Size> {
 /// `30s`, `100ms`, `1.5` (seconds), `2m`.
 pub(crate) fn parse_seconds(filler: &Filler, text: &Text, what: &str) -> Result<f64> {
     let value = text.value.trim();
-    let seconds = if let Ok(plain) = value.parse::<f64>() {
-        Some(plain)
-    } else {
-        humantime::parse_duration(value)
-            .ok()
-            .map(|d| d.as_secs_f64())
-    };
-    match seconds {
+    match linerate_model::units::parse_duration(value).ok() {
         Some(s) if s.is_finite() && s >= 0.0 => Ok(s),
         _ => Err(filler.error(
             text.pos,

@@ -10,6 +10,7 @@ use crate::model::{
     Direction, FlowIntervalReport, FlowReport, HostFacts, IntervalReport, Report, SideInterval,
     TestConfig,
 };
+use linerate_model::clock::UnixTime;
 use serde_json::{json, Map, Value};
 
 /// What iperf3 -J's `start` says that a report does not hold: the client's own facts of
@@ -78,8 +79,8 @@ fn span(start: f64, end: f64, bytes: u64, bps: f64) -> Map<String, Value> {
 
 /// The time as iperf3 writes `start.timestamp.time`: "Mon, 23 Nov 2026 09:12:29 GMT".
 fn http_date(unix_s: f64) -> String {
-    let secs = unix_s.max(0.0) as u64;
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    let at = UnixTime::from_seconds(unix_s.trunc());
+    let (secs, time) = (at.whole_seconds(), at.system());
     let text = humantime::format_rfc3339_seconds(time).to_string();
     // 2026-11-23T09:12:29Z
     let (date, clock) = text.split_once('T').unwrap_or((&text, "00:00:00Z"));

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Empty};
 use hyper::client::conn::http2::SendRequest;
 use hyper::Request;
+use linerate_model::clock::UnixTime;
 use linerate_report::rpm::{ProbeSpread, RpmInterval, RpmLeg, RpmReport, RPM};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,12 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 type Body = BoxBody<Bytes, std::convert::Infallible>;
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
 
 /// How a run goes.
 #[derive(Debug, Clone)]
@@ -280,7 +275,7 @@ async fn run_async(
     options: &Options,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<RpmReport> {
-    let started_at = unix_now();
+    let started_at = UnixTime::now().seconds();
     let Reached {
         config,
         tls,
@@ -644,7 +639,7 @@ async fn leg(
     let mut loads = vec![add_load(target, urls, download, &bytes, &stop, limit).await?];
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Probe>();
     let start = tokio::time::Instant::now();
-    let started_unix_s = unix_now();
+    let started_unix_s = UnixTime::now().seconds();
     let probe_every = Duration::from_secs_f64(1.0 / options.probes_per_second.max(1) as f64);
     let mut next_probe = start;
     let mut goodput = Saturation::new(options.window, options.tolerance);

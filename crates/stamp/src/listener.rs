@@ -9,6 +9,7 @@
 use crate::reflector::{Arrival, Config, Reflector, Refusal};
 use crate::sys;
 use crate::wire::{self, ErrorEstimate, Timestamp};
+use linerate_model::clock::UnixTime;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -247,7 +248,7 @@ fn serve(
                 let Some((bytes, truncated, from, meta)) = inbox.datagram(i) else {
                     continue;
                 };
-                let now_unix = sys::unix_ns();
+                let now_unix = i128::from(UnixTime::now().nanos());
                 let answer = outbox.next_buffer().expect("a slot per datagram received");
                 let decision = if truncated {
                     Err(Refusal::Malformed(wire::WireError::Long))
@@ -261,7 +262,9 @@ fn serve(
                                 received: Timestamp::ntp_from_unix_ns(
                                     meta.kernel_unix_ns.unwrap_or(now_unix),
                                 ),
-                                now: Timestamp::ntp_from_unix_ns(sys::unix_ns()),
+                                now: Timestamp::ntp_from_unix_ns(i128::from(
+                                    UnixTime::now().nanos(),
+                                )),
                                 now_ns: epoch.elapsed().as_nanos() as u64,
                                 tos: meta.tos.unwrap_or(0),
                                 ttl: meta.ttl.unwrap_or(0),

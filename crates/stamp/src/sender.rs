@@ -9,6 +9,7 @@
 use crate::sys;
 use crate::tally::{Reply, Settings, Tally};
 use crate::wire::{self, tlv, ErrorEstimate, Key, Mode, TestPacket, Timestamp};
+use linerate_model::clock::UnixTime;
 use linerate_report::stamp::{StampInterval, StampReport};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -306,7 +307,7 @@ impl Session {
         let seq = self.tally.next_seq();
         let probe = TestPacket {
             seq,
-            timestamp: Timestamp::ntp_from_unix_ns(sys::unix_ns()),
+            timestamp: Timestamp::ntp_from_unix_ns(i128::from(UnixTime::now().nanos())),
             error: self.error,
             ssid: self.options.ssid,
         };
@@ -370,7 +371,7 @@ impl Session {
     /// probes, or not (it is then counted as not of this run, or ignored when it does
     /// not parse). `meta` is what the kernel said of it on arrival.
     pub fn take_answer(&mut self, bytes: &[u8], meta: sys::Meta, epoch: &Instant) {
-        let now_unix = sys::unix_ns();
+        let now_unix = i128::from(UnixTime::now().nanos());
         let now_ns = epoch.elapsed().as_nanos() as u64;
         let options = &self.options;
         let (answer, area) = match wire::decode_reflected(bytes, options.mode, options.key.as_ref())

@@ -245,15 +245,6 @@ pub fn wait_readable(socket: &impl AsRawFd, timeout: Duration) -> io::Result<boo
     }
 }
 
-/// Unix nanoseconds now (CLOCK_REALTIME).
-pub fn unix_ns() -> i128 {
-    let now = std::time::SystemTime::now();
-    match now.duration_since(std::time::UNIX_EPOCH) {
-        Ok(d) => d.as_nanos() as i128,
-        Err(e) => -(e.duration().as_nanos() as i128),
-    }
-}
-
 /// Datagrams received a batch at a time (`recvmmsg`): one system call for up to as many
 /// datagrams as the batch holds, each with its source and metadata. The reflector reads
 /// this way: at 200,000 probes a second, a call each is most of a core.

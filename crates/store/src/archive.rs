@@ -8,7 +8,8 @@
 use crate::connection::{self, Credentials, SslMode};
 use crate::mesh_columns::{mesh_row, MESH_COLUMNS};
 use crate::prune::{aggregate, Aggregate, PairHistory, PairQuery, RawRow, RetainStep, HOUR};
-use crate::{now, Listed, MeshRow, StoreError};
+use crate::{Listed, MeshRow, StoreError};
+use linerate_model::clock::UnixTime;
 use linerate_report::document::Document;
 use postgres::{Client, NoTls};
 
@@ -26,7 +27,7 @@ fn insert_mesh_with(
     let run_columns = run.map(|(document, json)| {
         (
             document.started_at(),
-            now(),
+            UnixTime::now().seconds(),
             document.test().to_string(),
             document.kind(),
             document.path_brief(),

@@ -13,13 +13,14 @@ mod mesh_columns;
 pub mod prune;
 pub mod spool;
 
+use linerate_model::clock::UnixTime;
 pub use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
 use mesh_columns::{mesh_row, MESH_COLUMNS};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// "LRAT": marks a SQLite file as a linerate results database.
 pub const APPLICATION_ID: i32 = 0x4c52_4154;
@@ -555,7 +556,7 @@ fn insert_run(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             document.started_at(),
-            now(),
+            UnixTime::now().seconds(),
             document.test(),
             document.kind(),
             listed.target,
@@ -567,12 +568,6 @@ fn insert_run(
         ],
     )?;
     Ok(tx.last_insert_rowid())
-}
-
-pub(crate) fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Store {

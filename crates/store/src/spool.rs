@@ -17,7 +17,8 @@
 
 use crate::mesh_columns::{mesh_row, MESH_COLUMNS};
 use crate::prune::{PairHistory, PairQuery, RetainStep};
-use crate::{now, MeshArchive, StoreError};
+use crate::{MeshArchive, StoreError};
+use linerate_model::clock::UnixTime;
 use linerate_model::mesh_row::{MeshRow, StoreCounts};
 use linerate_report::document::Document;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -624,7 +625,7 @@ impl Writer {
         StoreCounts {
             waiting: load(&counts.waiting),
             waiting_bytes: load(&counts.waiting_bytes),
-            oldest_waiting_s: counts.oldest_age_s(now()),
+            oldest_waiting_s: counts.oldest_age_s(UnixTime::now().seconds()),
             writing: load(&counts.writing) == 1,
             write_failures: load(&counts.write_failures),
             replayed: load(&counts.replayed),
@@ -702,7 +703,7 @@ fn pending(row: &MeshRow, run: Option<(&Document, &str)>) -> Pending {
     Pending {
         row: row.clone(),
         document: run.map(|(d, json)| (d.clone(), json.to_string())),
-        queued_at: now(),
+        queued_at: UnixTime::now().seconds(),
     }
 }
 
@@ -887,7 +888,7 @@ impl WriterThread {
         let Some(policy) = &self.retention else {
             return;
         };
-        let now_s = now();
+        let now_s = UnixTime::now().seconds();
         let step = self.store.retain_step(
             &policy.mesh,
             now_s - policy.raw_s,
@@ -1034,7 +1035,7 @@ impl WriterThread {
             eprintln!(
                 "linerate mesh: the store still refuses ({why}); {} result(s) wait in the spool, the oldest {:.0} s",
                 self.spool.len(),
-                self.spool.counts.oldest_age_s(now())
+                self.spool.counts.oldest_age_s(UnixTime::now().seconds())
             );
             self.said_at = Some(Instant::now());
         }

@@ -165,9 +165,7 @@ pub fn save(file: &Path, book: &PathBook) -> io::Result<()> {
 /// Seconds since the Unix epoch now: the drivers' clock, for the book's ages.
 #[allow(clippy::disallowed_methods)]
 pub fn now_unix_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    linerate_model::clock::UnixTime::now().whole_seconds()
 }
 
 #[cfg(test)]

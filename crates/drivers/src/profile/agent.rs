@@ -3,7 +3,6 @@
 //! group's host (docs/protocol.md 7).
 
 use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
-use super::link::unix_ns;
 use super::rendezvous::Rendezvous;
 use super::rpm_job::{self, RpmJob, SourcePolicy};
 use super::source_job::{Bounds, SourceJob, SourceRun, HEARTBEAT};
@@ -15,6 +14,7 @@ use crate::server_state::random_nonce;
 use crate::server_state::ServerState;
 use linerate_hostinfo::observe::{observe, read_settings, HostReading};
 use linerate_hostinfo::source::Root;
+use linerate_model::clock::UnixTime;
 use linerate_model::observe::Observation;
 use linerate_proto::agent::{AgentReply, AgentRequest, GroupPart, Loads, MirrorSpec, Seconds};
 use linerate_proto::agent_session::{AgentEvent, AgentSession, AgentTimeouts};
@@ -348,7 +348,7 @@ impl Agent<'_> {
             Ok(RunEvent::Released(at)) => self.link.reply(&AgentReply::Started { at_unix_ns: at }),
             Ok(RunEvent::Done(groups, observe)) => {
                 if let Some(hook) = &self.shared.config.served_tests {
-                    let ended_at = unix_ns() as f64 / 1e9;
+                    let ended_at = UnixTime::now().nanos() as f64 / 1e9;
                     for result in &groups {
                         let Some(spec) = specs.iter().find(|s| s.name == result.name) else {
                             continue;
@@ -490,7 +490,7 @@ impl Agent<'_> {
             AgentRequest::Hello { .. } | AgentRequest::Auth { .. } => {}
             AgentRequest::Ping { seq } => self.link.reply(&AgentReply::Pong {
                 seq,
-                unix_ns: unix_ns(),
+                unix_ns: UnixTime::now().nanos(),
             }),
             AgentRequest::Prepare { parts, limit_s } => self.prepare(parts, limit_s),
             AgentRequest::Start { at_unix_ns } => self.start(at_unix_ns),
@@ -802,7 +802,7 @@ impl Agent<'_> {
         if !matches!(self.work, Work::Prepared { .. }) {
             return self.refuse("start", "nothing is prepared on this connection".into());
         }
-        let delay = match start_delay(at_unix_ns, unix_ns()) {
+        let delay = match start_delay(at_unix_ns, UnixTime::now().nanos()) {
             Ok(delay) => delay,
             Err(reason) => return self.refuse("start", reason),
         };

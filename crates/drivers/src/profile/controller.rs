@@ -2,9 +2,10 @@
 //! estimates each agent's clock offset, announces one start time, collects the results
 //! and merges them. Groups without a host run on the controller's own in-process agent.
 
-use super::link::{unix_ns, Link};
+use super::link::Link;
 use super::rpm_job::{self, RpmJob};
 use crate::server::LocalServer;
+use linerate_model::clock::UnixTime;
 use linerate_profile::{Profile, Repeat};
 use linerate_proto::agent::{
     estimate_offset, AgentReply, AgentRequest, ClockOffset, ClockSample, GroupPart, Loads, Seconds,
@@ -203,7 +204,7 @@ fn run_with(
     }
     prepare_all(&mut agents, options, limit)?;
     let slowest = agents.iter().map(|a| a.clock.rtt_ns).max().unwrap_or(0);
-    let start_ns = unix_ns() + options.lead.as_nanos() as u64 + 2 * slowest;
+    let start_ns = UnixTime::now().nanos() + options.lead.as_nanos() as u64 + 2 * slowest;
     let started_at = start_ns as f64 / 1e9;
     for agent in &mut agents {
         let at = agent.clock.to_agent(start_ns);
@@ -240,7 +241,7 @@ fn connect_agent(
         .map_err(|e| agent_error(host, format!("cannot connect to {addr}: {e}")))?;
     let mut samples = Vec::new();
     for seq in 0..options.clock_samples as u64 {
-        let sent = unix_ns();
+        let sent = UnixTime::now().nanos();
         link.send(&AgentRequest::Ping { seq })
             .map_err(|e| agent_error(host, e))?;
         match link.recv::<AgentReply>(options.control_timeout) {
@@ -250,7 +251,7 @@ fn connect_agent(
             })) if s == seq => samples.push(ClockSample {
                 sent_ns: sent,
                 agent_ns: agent,
-                received_ns: unix_ns(),
+                received_ns: UnixTime::now().nanos(),
             }),
             Ok(Some(AgentReply::Error {
                 reason,

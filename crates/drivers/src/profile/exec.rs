@@ -10,6 +10,7 @@
 use super::conn::{self, Conn, OpError};
 use super::files;
 use super::rendezvous::{flow, Rendezvous};
+use linerate_model::clock::UnixTime;
 use linerate_profile::{Action, Endpoint, Group, Protocol, Repeat, Size};
 use linerate_proto::preface::data_preface;
 use linerate_proto::Token;
@@ -209,7 +210,7 @@ impl Thread<'_> {
                 })
                 .collect(),
             started: Some(Instant::now()),
-            started_unix_ns: super::link::unix_ns(),
+            started_unix_ns: UnixTime::now().nanos(),
             ..ThreadOutcome::default()
         };
         let mut state = State {

@@ -207,13 +207,6 @@ impl std::fmt::Debug for LinkPool {
     }
 }
 
-/// Unix time in nanoseconds.
-pub(crate) fn unix_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

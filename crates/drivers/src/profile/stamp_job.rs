@@ -7,6 +7,7 @@
 //! small, paced and bounded here: at most 10,000 a second of at most 9,000 octets, within
 //! `--max-rate`); without a key, only the requester's own address, as a profile's peers.
 
+use linerate_model::clock::UnixTime;
 use linerate_proto::agent::AgentReply;
 use linerate_report::stamp::StampReport;
 use linerate_stamp::sender::{self, Options};
@@ -144,9 +145,7 @@ pub(crate) fn start_source(
         report_every: Duration::ZERO,
         same_clock: sender::is_local(addr.ip()),
         ssid: ssid(),
-        started_at: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64()),
+        started_at: UnixTime::now().seconds(),
     };
     let outcome = linerate_stamp::prober::shared()
         .and_then(|prober| prober.probe(options, cancel))

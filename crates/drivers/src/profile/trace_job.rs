@@ -7,6 +7,7 @@
 //! at most 16 flows of 64 distances, one probe every 5 ms); without a key, only the
 //! requester's own address, as a profile's peers.
 
+use linerate_model::clock::UnixTime;
 use linerate_proto::agent::AgentReply;
 use linerate_report::trace::TraceReport;
 use linerate_trace::net::{self, Protocol, TraceError};
@@ -98,9 +99,7 @@ pub(crate) fn start_source(
     std::thread::Builder::new()
         .name("agent-trace".into())
         .spawn(move || {
-            let started_at = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
+            let started_at = UnixTime::now().seconds();
             let result = net::trace(opened, &options, &cancel)
                 .map(|traced| linerate_trace::report(&target, &options, &traced, started_at))
                 .map_err(|e| SourceError {

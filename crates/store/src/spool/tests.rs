@@ -1,5 +1,6 @@
 use super::*;
 use crate::Store;
+use linerate_model::clock::UnixTime;
 use linerate_model::mesh_row::Outcome;
 use std::sync::Mutex;
 
@@ -27,7 +28,7 @@ fn pending(n: u64, with_document: bool) -> Pending {
     Pending {
         row: row(n),
         document: with_document.then(|| (Document::from_json(STREAM).unwrap(), STREAM.into())),
-        queued_at: now(),
+        queued_at: UnixTime::now().seconds(),
     }
 }
 
@@ -125,7 +126,7 @@ fn results_wait_while_the_store_refuses_and_are_written_once_in_order_after() {
     });
     assert!(counts.write_failures.load(Ordering::Relaxed) >= 1);
     assert_eq!(counts.writing.load(Ordering::Relaxed), 0);
-    assert!(counts.oldest_age_s(now()) >= 0.0);
+    assert!(counts.oldest_age_s(UnixTime::now().seconds()) >= 0.0);
     assert_eq!(state.lock().unwrap().kept.len(), 5, "nothing got through");
     {
         let mut state = state.lock().unwrap();
