@@ -298,9 +298,8 @@ pub struct TraceArgs {
     pub ipv6: bool,
     #[command(flatten)]
     pub source: BindArgs,
-    /// Print the result as JSON
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 const STORE_EXAMPLES: &str = "Examples:
@@ -333,9 +332,8 @@ pub struct PruneArgs {
     /// Rows removed per transaction: a writer beside waits for one batch at most
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub batch: u64,
-    /// Print what was done as JSON
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 /// An age: a while, more than nothing (30d, 12h).
@@ -410,9 +408,8 @@ pub struct StampArgs {
     /// A line every this many seconds while it runs (0: none)
     #[arg(short, long, default_value_t = 1.0, value_parser = non_negative_seconds)]
     pub interval_report: f64,
-    /// Print the result as JSON
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 fn probe_rate(text: &str) -> Result<f64, String> {
@@ -487,9 +484,8 @@ pub struct RpmArgs {
     pub max_connections: u32,
     #[command(flatten)]
     pub source: BindArgs,
-    /// Print the result as JSON
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 fn rpm_seconds(text: &str) -> Result<f64, String> {
@@ -560,18 +556,16 @@ pub struct MeshHistoryArgs {
     pub since: f64,
     #[command(flatten)]
     pub archive: ReadArchiveArgs,
-    /// Print the history as JSON
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 #[derive(Debug, Args)]
 pub struct MeshPlanArgs {
     /// The mesh file (TOML, docs/mesh.md)
     pub file: std::path::PathBuf,
-    /// Print the plan as JSON
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 #[derive(Debug, Args)]
@@ -591,9 +585,8 @@ pub struct MeshRunArgs {
     /// PGPASSFILE or ~/.pgpass), kept out of the command line that `ps` shows
     #[arg(long, value_name = "FILE")]
     pub store_password_file: Option<std::path::PathBuf>,
-    /// Print each result as a JSON line instead of text
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
     /// Serve the results over HTTP on this address: OpenMetrics at /metrics for Prometheus,
     /// the live grid at / (e.g. 0.0.0.0:9470, or :9470 for every address)
     #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
@@ -644,9 +637,8 @@ pub struct MeshStatusArgs {
     pub mesh: String,
     #[command(flatten)]
     pub archive: ReadArchiveArgs,
-    /// Print the rows as JSON
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 const SHOW_EXAMPLES: &str = "\
@@ -731,9 +723,8 @@ pub struct RunArgs {
     pub profile: std::path::PathBuf,
     #[command(flatten)]
     pub set: SetArgs,
-    /// Print the result as one JSON document
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
     /// The longest the run may take, in seconds [default: its timed transactions + 120]
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = positive_seconds)]
     pub limit: Option<f64>,
@@ -899,18 +890,16 @@ pub struct HistoryArgs {
     /// The most runs to list; 0 for all
     #[arg(short = 'n', long, default_value_t = 20)]
     pub limit: usize,
-    /// Print a JSON array instead of a table
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
     /// The run's id (see 'linerate history')
     pub id: i64,
-    /// Print the stored document exactly as the run's --json printed it
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
     /// Units of printed figures: a (adaptive), k, m, g
     #[arg(short, long, default_value = "a", value_parser = scale)]
     pub format: Scale,
@@ -924,9 +913,8 @@ pub struct CompareArgs {
     /// The confidence level of the significance test, in percent
     #[arg(long, default_value_t = 95.0, value_parser = level)]
     pub level: f64,
-    /// Print a JSON document instead of a table
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 /// What `export` writes.
@@ -1200,12 +1188,22 @@ pub struct DirectionArgs {
     pub bidir: bool,
 }
 
+/// `-J/--json`, defined once for every command that prints a result (`linerate iperf3`
+/// alone differs: its `-J` is iperf3's document and `--json` linerate's, as iperf3 users
+/// expect).
+#[derive(Debug, Clone, Args)]
+pub struct JsonFlag {
+    /// Print JSON instead of text (a run's document as docs/results.md defines it, or the
+    /// command's rows)
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
 /// How a test's result is printed, defined once for `stream`, `rr`, `crr` and `sweep`.
 #[derive(Debug, Clone, Args)]
 pub struct OutputArgs {
-    /// Print one JSON document (docs/results.md) instead of text
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
     /// Units of printed figures: a (adaptive), k, m, g
     #[arg(short, long, default_value = "a", value_parser = scale)]
     pub format: Scale,
@@ -1425,9 +1423,8 @@ pub struct CopyArgs {
     /// No progress bar
     #[arg(short, long)]
     pub quiet: bool,
-    /// Print the result document as JSON
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 /// `linerate doctor`.
@@ -1447,9 +1444,8 @@ pub struct DoctorArgs {
     /// Set the sysctls the findings name, printing the old values for undo
     #[arg(long)]
     pub apply: bool,
-    /// Print the findings as JSON
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 /// A round trip, in milliseconds, from a time ("100ms"; a bare number is seconds).
@@ -1472,9 +1468,8 @@ pub struct DiskArgs {
     /// Bytes to write and read back
     #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = count_bytes)]
     pub size: u64,
-    /// Print the figures as JSON
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 fn chunk_size(text: &str) -> Result<u64, String> {
@@ -1975,9 +1970,8 @@ pub struct LabNameArgs {
 pub struct LabStatusArgs {
     #[command(flatten)]
     pub lab: LabNameArgs,
-    /// Print the emulator's status as JSON (its counters per direction, lateness included)
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub print: JsonFlag,
 }
 
 #[derive(Debug, Clone, Args)]

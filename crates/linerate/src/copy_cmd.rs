@@ -136,7 +136,7 @@ pub fn copy(args: &CopyArgs, globals: &Globals) -> CommandResult {
     }
     let store = globals.storage.open_for_run()?;
     let cancel = cancel::on_signals()?;
-    let bar = Bar::new(args.quiet || args.json);
+    let bar = Bar::new(args.quiet || args.print.json);
     let notes = RefCell::new(Vec::<String>::new());
     let note = |line: &str| {
         bar.bar.suspend(|| eprintln!("linerate: {line}"));
@@ -180,7 +180,7 @@ pub fn copy(args: &CopyArgs, globals: &Globals) -> CommandResult {
         diagnosis: &diagnosis,
         detail: args.diagnose,
     };
-    let mut sinks = sink::standard(args.json, text, store);
+    let mut sinks = sink::standard(args.print.json, text, store);
     sinks.finish_document(&document)
 }
 
@@ -235,7 +235,7 @@ pub fn disk(args: &DiskArgs) -> CommandResult {
             args.path.display()
         )));
     }
-    let bar = Bar::new(args.json);
+    let bar = Bar::new(args.print.json);
     bar.start("write", args.size);
     let progress = |phase: &str, at: u64| {
         if bar.bar.message() != phase {
@@ -254,7 +254,7 @@ pub fn disk(args: &DiskArgs) -> CommandResult {
         Err(e) => return Err(anyhow!("measuring {}: {e}", args.path.display())),
     };
     bar.bar.finish_and_clear();
-    if args.json {
+    if args.print.json {
         println!("{}", serde_json::to_string_pretty(&rates)?);
     } else {
         println!(

@@ -17,7 +17,7 @@ pub fn run(args: &DoctorArgs, key: Option<Key>) -> CommandResult {
             let mut path =
                 linerate_drivers::doctor::probe_path(host, args.port, Duration::from_secs(3))
                     .map_err(anyhow::Error::msg)?;
-            if !args.json {
+            if !args.print.json {
                 eprintln!("linerate doctor: probing the path's loss for 2 s ...");
             }
             let address = linerate_campaign::test::resolve_host(host, args.port)?;
@@ -52,7 +52,7 @@ pub fn run(args: &DoctorArgs, key: Option<Key>) -> CommandResult {
         findings: diagnose(&facts),
         path: facts.path.clone(),
     };
-    if args.json {
+    if args.print.json {
         println!("{}", serde_json::to_string_pretty(&diagnosis)?);
     } else {
         print!("{}", render_text(&diagnosis, &facts, args.apply));

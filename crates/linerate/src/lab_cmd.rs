@@ -268,7 +268,7 @@ pub fn run(command: &LabCommand) -> CommandResult {
                 .with_context(|| format!("reading {}", lab.status_file().display()))?;
             let status: runner::Status = serde_json::from_str(&text)
                 .with_context(|| format!("reading {}", lab.status_file().display()))?;
-            if args.json {
+            if args.print.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
                 println!("lab '{}': {}", lab.name(), path.summary());

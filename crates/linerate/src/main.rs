@@ -90,38 +90,38 @@ fn main() -> ExitCode {
     let g = &globals;
     let (json, outcome) = match cli.command {
         Command::Serve(args) => (false, serve_cmd::serve(&args, g)),
-        Command::Stream(args) => (args.output.json, test_cmd::stream(&args, g)),
+        Command::Stream(args) => (args.output.print.json, test_cmd::stream(&args, g)),
         Command::Rr(args) => (
-            args.common.output.json,
+            args.common.output.print.json,
             test_cmd::transactions(&args.common, Some(&args), g),
         ),
         Command::Crr(args) => (
-            args.common.output.json,
+            args.common.output.print.json,
             test_cmd::transactions(&args.common, None, g),
         ),
         Command::Iperf3(args) => (
             args.json || args.iperf3_json || args.json_stream,
             iperf3_cmd::run(&args, g),
         ),
-        Command::Sweep(args) => (args.output.json, sweep_cmd::run(&args, g)),
-        Command::History(args) => (args.json, store_cmd::history(&args, &g.storage)),
-        Command::Show(args) => (args.json, store_cmd::show(&args, &g.storage)),
-        Command::Compare(args) => (args.json, store_cmd::compare(&args, &g.storage)),
+        Command::Sweep(args) => (args.output.print.json, sweep_cmd::run(&args, g)),
+        Command::History(args) => (args.print.json, store_cmd::history(&args, &g.storage)),
+        Command::Show(args) => (args.print.json, store_cmd::show(&args, &g.storage)),
+        Command::Compare(args) => (args.print.json, store_cmd::compare(&args, &g.storage)),
         Command::Export(args) => (false, store_cmd::export(&args, &g.storage)),
         Command::Report(args) => (false, store_cmd::report(&args, &g.storage)),
-        Command::Run(args) => (args.json, run_cmd::run(&args, g)),
+        Command::Run(args) => (args.print.json, run_cmd::run(&args, g)),
         Command::Profile(command) => (false, run_cmd::profile(&command)),
         Command::Impair(args) => (false, lab_cmd::impair(&args)),
         Command::Lab(command) => (false, lab_cmd::run(&command)),
-        Command::Copy(args) => (args.json, copy_cmd::copy(&args, g)),
-        Command::Disk(args) => (args.json, copy_cmd::disk(&args)),
-        Command::Doctor(args) => (args.json, doctor_cmd::run(&args, g.key.clone())),
+        Command::Copy(args) => (args.print.json, copy_cmd::copy(&args, g)),
+        Command::Disk(args) => (args.print.json, copy_cmd::disk(&args)),
+        Command::Doctor(args) => (args.print.json, doctor_cmd::run(&args, g.key.clone())),
         Command::Mesh(command) => mesh_cmd::run(command, g),
-        Command::Rpm(args) => (args.json, rpm_cmd::run(&args, g)),
-        Command::Stamp(args) => (args.json, stamp_cmd::run(&args, g)),
-        Command::Trace(args) => (args.json, trace_cmd::run(&args, g)),
+        Command::Rpm(args) => (args.print.json, rpm_cmd::run(&args, g)),
+        Command::Stamp(args) => (args.print.json, stamp_cmd::run(&args, g)),
+        Command::Trace(args) => (args.print.json, trace_cmd::run(&args, g)),
         Command::Store(cli::StoreCommand::Prune(args)) => {
-            (args.json, store_cmd::prune(&args, &g.storage))
+            (args.print.json, store_cmd::prune(&args, &g.storage))
         }
     };
     failure::exit_code(outcome, json)

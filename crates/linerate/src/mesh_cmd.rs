@@ -23,10 +23,10 @@ const SETUP_S: f64 = 1.0;
 
 pub fn run(command: MeshCommand, globals: &Globals) -> (bool, CommandResult) {
     match command {
-        MeshCommand::Plan(args) => (args.json, plan(&args)),
-        MeshCommand::Run(args) => (args.json, run_mesh(&args, globals)),
-        MeshCommand::Status(args) => (args.json, status(&args, globals)),
-        MeshCommand::History(args) => (args.json, history(&args, globals)),
+        MeshCommand::Plan(args) => (args.print.json, plan(&args)),
+        MeshCommand::Run(args) => (args.print.json, run_mesh(&args, globals)),
+        MeshCommand::Status(args) => (args.print.json, status(&args, globals)),
+        MeshCommand::History(args) => (args.print.json, history(&args, globals)),
     }
 }
 
@@ -99,7 +99,7 @@ fn rediscover(path: &std::path::Path) -> Result<Option<mesh::Rediscover>, Failur
 fn plan(args: &MeshPlanArgs) -> CommandResult {
     let mesh = load(&args.file)?;
     let plan = linerate_mesh::plan::summary(&mesh, SETUP_S);
-    if args.json {
+    if args.print.json {
         let doc = mesh_view::plan_json(&mesh, &plan);
         println!(
             "{}",
@@ -181,7 +181,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> CommandResult {
     }
     let stop = cancel::on_signals()?;
     let mesh = coordinator.mesh().clone();
-    if !args.json {
+    if !args.print.json {
         eprintln!(
             "Mesh '{}': {} hosts, {} jobs{}",
             mesh.name,
@@ -193,7 +193,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> CommandResult {
             }
         );
     }
-    let mut out = Printer::new(&mesh.name, mesh.hosts.len(), args.json);
+    let mut out = Printer::new(&mesh.name, mesh.hosts.len(), args.print.json);
     coordinator.run(&stop, &mut |note| match note {
         Note::Row(row) => out.row(row),
         Note::Line { text, event } => out.note(&text, event),
@@ -236,7 +236,7 @@ fn status(args: &MeshStatusArgs, globals: &Globals) -> CommandResult {
         ))
         .into());
     }
-    if args.json {
+    if args.print.json {
         let doc: Vec<RowJson> = rows.iter().map(RowJson::of).collect();
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         serde_json::to_writer_pretty(&mut out, &doc).context("encoding the rows")?;
@@ -296,7 +296,7 @@ fn history(args: &MeshHistoryArgs, globals: &Globals) -> CommandResult {
         .into());
     }
     let units = mesh_view::history_units(file.as_ref(), &found.rows);
-    if args.json {
+    if args.print.json {
         let doc = mesh_view::history_json(
             &name,
             (&args.src, &args.dst, args.test.as_deref()),

@@ -63,7 +63,7 @@ pub fn run(args: &RpmArgs, globals: &Globals) -> CommandResult {
     options.bind = args.source.bind;
     options.bind_device = args.source.bind_dev.clone();
     // Progress on a terminal, or beside text; JSON alone when piped.
-    let show = !args.json || std::io::stderr().is_terminal();
+    let show = !args.print.json || std::io::stderr().is_terminal();
     let mut progress = |line: &str| {
         if show {
             eprintln!("linerate rpm: {line}");
@@ -85,7 +85,7 @@ pub fn run(args: &RpmArgs, globals: &Globals) -> CommandResult {
     };
     let document = Document::Rpm(Box::new(report));
     let text = TextSink::new(std::io::stdout(), Scale::Adaptive);
-    sink::standard(args.json, text, store).finish_document(&document)?;
+    sink::standard(args.print.json, text, store).finish_document(&document)?;
     Ok(())
 }
 

@@ -59,7 +59,7 @@ pub fn run(args: &RunArgs, globals: &Globals) -> CommandResult {
     let complete = report.summary.complete;
     let document = Document::Profile(Box::new(report));
     let text = TextSink::new(std::io::stdout(), args.format);
-    sink::standard(args.json, text, store).finish_document(&document)?;
+    sink::standard(args.print.json, text, store).finish_document(&document)?;
     if !complete {
         return Err(Failure::Partial("the run is incomplete (see above)".into()).into());
     }

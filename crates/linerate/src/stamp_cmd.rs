@@ -144,7 +144,7 @@ pub fn run(args: &StampArgs, globals: &Globals) -> CommandResult {
     let (addr, mode, rate_pps) = (options.addr, options.mode, options.rate_pps);
     let store = globals.storage.open_for_run()?;
     let stop = cancel::on_signals()?;
-    let show = !args.json || std::io::stderr().is_terminal();
+    let show = !args.print.json || std::io::stderr().is_terminal();
     if show {
         eprintln!(
             "linerate stamp: {} ({addr}), {} mode, {:.0} probes/s of {} bytes",
@@ -196,7 +196,7 @@ pub fn run(args: &StampArgs, globals: &Globals) -> CommandResult {
     let error = report.error.clone();
     let document = Document::Stamp(Box::new(report));
     let text = sink::TextSink::new(std::io::stdout(), Scale::Adaptive);
-    sink::standard(args.json, text, store).finish_document(&document)?;
+    sink::standard(args.print.json, text, store).finish_document(&document)?;
     match error {
         Some(message) => Err(crate::failure::Failure::Partial(message).into()),
         None => Ok(()),

@@ -28,7 +28,7 @@ pub fn history(args: &HistoryArgs, storage: &Storage) -> CommandResult {
             limit: (args.limit > 0).then_some(args.limit),
         })
         .map_err(|e| anyhow!(e))?;
-    if args.json {
+    if args.print.json {
         let list: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
         println!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
@@ -72,7 +72,7 @@ fn row_json(row: &RunRow) -> serde_json::Value {
 pub fn show(args: &ShowArgs, storage: &Storage) -> CommandResult {
     let store = storage.open_to_read()?;
     let run = store.get(args.id).map_err(|e| anyhow!(e))?;
-    if args.json {
+    if args.print.json {
         println!("{}", run.json);
         return Ok(());
     }
@@ -112,7 +112,7 @@ fn every<'a, T>(
 pub fn compare(args: &CompareArgs, storage: &Storage) -> CommandResult {
     let runs = fetch(storage, &args.ids)?;
     // Profile, RPM and STAMP runs ran once each: their own side-by-side tables, text only.
-    if !args.json {
+    if !args.print.json {
         if let Some(profiles) = every(&runs, |d| match d {
             Document::Profile(report) => Some(report.as_ref()),
             _ => None,
@@ -149,7 +149,7 @@ pub fn compare(args: &CompareArgs, storage: &Storage) -> CommandResult {
     }
     let comparison =
         linerate_report::compare::compare(&tests, args.level).map_err(|e| anyhow!(e))?;
-    if args.json {
+    if args.print.json {
         println!("{}", serde_json::to_string_pretty(&comparison)?);
     } else {
         print!("{}", comparison.render_text());
@@ -210,7 +210,7 @@ pub fn prune(args: &PruneArgs, storage: &Storage) -> CommandResult {
     let mut store = storage.open_to_read()?;
     let now = UnixTime::now().seconds();
     let cutoff = now - args.older_than;
-    let live = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let live = !args.print.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut progress = |p: &linerate_store::prune::Pruned| {
         if live {
             eprint!(
@@ -228,7 +228,7 @@ pub fn prune(args: &PruneArgs, storage: &Storage) -> CommandResult {
     if args.vacuum && !args.dry_run {
         store.vacuum().map_err(|e| anyhow!(e))?;
     }
-    if args.json {
+    if args.print.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({

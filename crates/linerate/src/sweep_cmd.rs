@@ -61,9 +61,10 @@ pub fn run(args: &SweepArgs, globals: &Globals) -> CommandResult {
         .table(SweepTable::new(&sweep.base, &sweep.axes))
         .around(bar.bar());
     // The bar first, so that it is cleared before the result is printed.
-    let mut sinks = Sinks::new()
-        .with(bar)
-        .append(sink::standard(args.output.json, text, store));
+    let mut sinks =
+        Sinks::new()
+            .with(bar)
+            .append(sink::standard(args.output.print.json, text, store));
     let place = match &args.server.host {
         Some(host) => format!("against {host}"),
         None => "over loopback (in-process server)".to_string(),

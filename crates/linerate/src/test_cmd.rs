@@ -133,7 +133,7 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
         family: args.server.family().map_err(Failure::Usage)?,
         secure: &args.secure,
         plan: RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence),
-        json: args.output.json,
+        json: args.output.print.json,
         scale: args.output.format,
         per_flow: args.per_flow,
     };
@@ -158,7 +158,7 @@ pub fn transactions(
         family: common.server.family().map_err(Failure::Usage)?,
         secure,
         plan: RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence),
-        json: common.output.json,
+        json: common.output.print.json,
         scale: common.output.format,
         per_flow: common.per_flow,
     };

@@ -97,7 +97,7 @@ pub fn run(args: &TraceArgs, globals: &Globals) -> CommandResult {
         other => anyhow::Error::from(other),
     };
     let opened = net::open(&options).map_err(raw_needed)?;
-    if !args.json || std::io::stderr().is_terminal() {
+    if !args.print.json || std::io::stderr().is_terminal() {
         eprintln!(
             "linerate trace: {} ({}), {} probes, {} flow(s), up to {} hops",
             args.target,
@@ -113,6 +113,6 @@ pub fn run(args: &TraceArgs, globals: &Globals) -> CommandResult {
     report.host = Some(linerate_hostinfo::host_facts());
     let document = Document::Trace(Box::new(report));
     let text = sink::TextSink::new(std::io::stdout(), Scale::Adaptive);
-    sink::standard(args.json, text, store).finish_document(&document)?;
+    sink::standard(args.print.json, text, store).finish_document(&document)?;
     Ok(())
 }
