@@ -3,6 +3,7 @@
 //! The grid colours cells with it; the alerts open and resolve on its changes. Sans-IO.
 
 use crate::board::{Baseline, Measure, Series};
+use linerate_model::mesh_row::Outcome;
 use serde::Serialize;
 
 /// When a change is worth a colour and an alert (the mesh file's `[alerts]`).
@@ -87,7 +88,8 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
     let latest = &series.latest;
     let measure = series.measure.unwrap_or(Measure::Goodput);
     let what = measure;
-    if !latest.ok && !latest.skipped {
+    // An interrupted job assesses as a failed one, as the grid marks it.
+    if let Outcome::Failed { .. } | Outcome::Interrupted { .. } = latest.outcome {
         return Assessment {
             state: State::Failed,
             baseline: None,

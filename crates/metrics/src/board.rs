@@ -60,8 +60,10 @@ pub struct Quantiles {
 /// The newest result of a series.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Latest {
-    pub ok: bool,
-    pub skipped: bool,
+    /// How the job ended: the readers match on it (the grid's cell, the assessment, the
+    /// families that show a figure only where it was measured).
+    #[serde(skip)]
+    pub outcome: Outcome,
     pub cycle: u64,
     pub started_at: f64,
     pub ended_at: f64,
@@ -69,9 +71,6 @@ pub struct Latest {
     /// The headline: goodput (bit/s) or the median transaction time (s).
     pub value: Option<f64>,
     pub text: String,
-    pub reason: String,
-    /// The host a failure blames, when one was found.
-    pub blamed: Option<String>,
     pub goodput_bps: Option<f64>,
     /// Datagrams' bytes lost on the way: 1 - received / sent (UDP streams).
     pub loss_ratio: Option<f64>,
@@ -84,6 +83,13 @@ pub struct Latest {
     pub one_way: Option<OneWayDelay>,
     /// A trace: its distance to the destination (where a flow reached it).
     pub traced: bool,
+}
+
+impl Latest {
+    /// Whether the newest job measured: a figure is shown only then.
+    pub fn measured(&self) -> bool {
+        self.outcome.is_ok()
+    }
 }
 
 /// An RPM test's figures.
@@ -631,16 +637,13 @@ impl Board {
         }
         let ok = row.outcome.is_ok();
         let mut latest = Latest {
-            ok,
-            skipped: row.outcome.is_skipped(),
+            outcome: row.outcome.clone(),
             cycle: row.cycle,
             started_at: row.started_at,
             ended_at: row.ended_at,
             run_id: row.run_id,
             value: row.headline.filter(|_| ok),
             text: row.headline_text.clone(),
-            reason: row.outcome.reason().to_string(),
-            blamed: row.outcome.blamed().map(String::from),
             ..Latest::default()
         };
         if let Some(f) = figures {

@@ -75,7 +75,7 @@ fn histogram(buckets: &[u64], sum: f64, count: u64) -> Vec<Sample<'_>> {
 
 /// An RPM test's figures, when it succeeded.
 fn rpm(latest: &Latest) -> Option<Responsiveness> {
-    latest.responsiveness.filter(|_| latest.ok)
+    latest.responsiveness.filter(|_| latest.measured())
 }
 
 /// The families, in the order a scrape writes them (after `linerate_build_info`).
@@ -84,19 +84,19 @@ pub const FAMILIES: [Family; 18] = [
         name: "linerate_goodput_bytes_per_second",
         help: "A stream's newest goodput, counted at the destination",
         kind: Kind::Gauge,
-        read: |l, _| gauge(l.goodput_bps.filter(|_| l.ok).map(|bps| bps / 8.0)),
+        read: |l, _| gauge(l.goodput_bps.filter(|_| l.measured()).map(|bps| bps / 8.0)),
     },
     Family {
         name: "linerate_loss_ratio",
         help: "A UDP stream's newest share of bytes sent and not received",
         kind: Kind::Gauge,
-        read: |l, _| gauge(l.loss_ratio.filter(|_| l.ok)),
+        read: |l, _| gauge(l.loss_ratio.filter(|_| l.measured())),
     },
     Family {
         name: "linerate_last_rtt_seconds",
         help: "The newest rr or crr run's transaction time at a percentile (stat)",
         kind: Kind::Gauge,
-        read: |l, _| match l.rtt.filter(|_| l.ok) {
+        read: |l, _| match l.rtt.filter(|_| l.measured()) {
             Some(q) => [
                 ("p50", q.p50),
                 ("p90", q.p90),
@@ -122,13 +122,13 @@ pub const FAMILIES: [Family; 18] = [
         name: "linerate_cpu_seconds_per_gigabit",
         help: "CPU seconds the measuring host spent per gigabit its newest test moved",
         kind: Kind::Gauge,
-        read: |l, _| gauge(l.cpu_s_per_gbit.filter(|_| l.ok)),
+        read: |l, _| gauge(l.cpu_s_per_gbit.filter(|_| l.measured())),
     },
     Family {
         name: "linerate_last_result_ok",
         help: "1 when the newest test of the series succeeded, 0 when it failed or was skipped",
         kind: Kind::Gauge,
-        read: |l, _| gauge(Some(if l.ok { 1.0 } else { 0.0 })),
+        read: |l, _| gauge(Some(if l.measured() { 1.0 } else { 0.0 })),
     },
     Family {
         name: "linerate_last_result_timestamp_seconds",
@@ -210,7 +210,7 @@ pub const FAMILIES: [Family; 18] = [
         name: "linerate_last_one_way_delay_seconds",
         help: "A STAMP window's one-way delay this way at a percentile (stat), where both clocks could vouch for it",
         kind: Kind::Gauge,
-        read: |l, _| match l.one_way.filter(|_| l.ok) {
+        read: |l, _| match l.one_way.filter(|_| l.measured()) {
             Some(d) => [("p50", d.p50_s), ("p99", d.p99_s)]
                 .into_iter()
                 .filter_map(|(stat, v)| {
@@ -227,7 +227,7 @@ pub const FAMILIES: [Family; 18] = [
         name: "linerate_last_one_way_added_delay_seconds",
         help: "A STAMP window's delay this way above its minimum in the window, at a percentile (stat): needs no synchronised clocks",
         kind: Kind::Gauge,
-        read: |l, _| match l.one_way.filter(|_| l.ok) {
+        read: |l, _| match l.one_way.filter(|_| l.measured()) {
             Some(d) => [("p50", d.added_p50_s), ("p99", d.added_p99_s)]
                 .into_iter()
                 .map(|(stat, v)| Sample {
@@ -242,7 +242,7 @@ pub const FAMILIES: [Family; 18] = [
         name: "linerate_path_hops",
         help: "A trace's newest distance to the destination, in hops, where a flow reached it",
         kind: Kind::Gauge,
-        read: |l, _| gauge(l.value.filter(|_| l.ok && l.traced)),
+        read: |l, _| gauge(l.value.filter(|_| l.measured() && l.traced)),
     },
     Family {
         name: "linerate_path_changes",

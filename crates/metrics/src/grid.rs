@@ -4,6 +4,7 @@
 
 use crate::assess::{assess, State, Thresholds};
 use crate::board::{Board, Key, Measure};
+use linerate_model::mesh_row::Outcome;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -140,15 +141,20 @@ pub fn grid_view(board: &Board, thresholds: &Thresholds) -> GridView {
         };
         let state = assess(series, thresholds).state;
         let l = &series.latest;
-        let outcome = match (l.ok, l.skipped) {
-            (true, _) => 0,
-            (false, false) => 1,
-            (false, true) => 2,
+        // The cell's mark: an interrupted job shows as one that did not measure.
+        let outcome = match l.outcome {
+            Outcome::Ok => 0,
+            Outcome::Failed { .. } | Outcome::Interrupted { .. } => 1,
+            Outcome::Skipped { .. } => 2,
         };
         let state_index = STATES.iter().position(|s| *s == state).unwrap_or(0) as u8;
-        tabs[tab]
-            .cells
-            .push((src, dst, l.value.filter(|_| l.ok), state_index, outcome));
+        tabs[tab].cells.push((
+            src,
+            dst,
+            l.value.filter(|_| l.measured()),
+            state_index,
+            outcome,
+        ));
     }
     GridView {
         hosts: board.hosts.clone(),
@@ -240,7 +246,7 @@ pub fn history_json(board: &Board, query: &str, thresholds: &Thresholds) -> Resu
         "symbol": a.state.symbol(),
         "ratio": a.ratio,
         "text": series.latest.text,
-        "reason": series.latest.reason,
+        "reason": series.latest.outcome.reason(),
         "run_id": series.latest.run_id,
         "at": series.latest.ended_at,
     }))

@@ -114,7 +114,7 @@ fn the_board_keeps_each_series_newest_figures_and_adds_up_its_transactions() {
     assert_eq!(lat.totals.rtt_buckets[0], 20);
     assert_eq!(lat.totals.rtt_buckets[4], 10);
     let failed = &board.series[&key("b", "a", "lat")];
-    assert_eq!((failed.totals.failed, failed.latest.ok), (1, false));
+    assert_eq!((failed.totals.failed, failed.latest.measured()), (1, false));
 }
 
 /// A mesh's board takes a series' whole history when the series first appears, and never

@@ -22,6 +22,15 @@ pub enum Outcome {
     Interrupted { reason: String },
 }
 
+/// A series' newest job before any has ended: not measured, and not a failure.
+impl Default for Outcome {
+    fn default() -> Outcome {
+        Outcome::Skipped {
+            reason: "not measured yet".into(),
+        }
+    }
+}
+
 impl Outcome {
     /// The outcome's name as a column holds it: "ok", "failed", "skipped" or
     /// "interrupted".
