@@ -7,6 +7,7 @@
 
 use crate::connection::{self, Credentials, SslMode};
 use crate::mesh_columns::{mesh_row, MESH_COLUMNS};
+use crate::migrations::{self, Dialect};
 use crate::prune::{aggregate, Aggregate, PairHistory, PairQuery, RawRow, RetainStep, HOUR};
 use crate::{Listed, MeshRow, StoreError};
 use linerate_model::clock::UnixTime;
@@ -69,118 +70,6 @@ fn insert_mesh_with(
     )?;
     Ok(found.and_then(|r| r.get(0)))
 }
-
-/// The schema, one step per version: `MIGRATIONS[i]` takes version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[
-    // 1: runs with their documents, and a mesh's rows with their labels, indexed for
-    // "pair x test over time".
-    "CREATE TABLE linerate_runs (
-        id BIGSERIAL PRIMARY KEY,
-        started_at DOUBLE PRECISION NOT NULL,
-        stored_at DOUBLE PRECISION NOT NULL,
-        test TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        target TEXT NOT NULL,
-        headline DOUBLE PRECISION,
-        headline_text TEXT NOT NULL,
-        command TEXT NOT NULL,
-        path TEXT,
-        document TEXT NOT NULL
-     );
-     CREATE INDEX linerate_runs_started_at ON linerate_runs (started_at);
-     CREATE TABLE linerate_mesh_results (
-        id BIGSERIAL PRIMARY KEY,
-        run_id BIGINT REFERENCES linerate_runs (id),
-        mesh TEXT NOT NULL,
-        src TEXT NOT NULL,
-        dst TEXT NOT NULL,
-        test TEXT NOT NULL,
-        direction TEXT NOT NULL,
-        protocol TEXT NOT NULL,
-        cycle BIGINT NOT NULL,
-        started_at DOUBLE PRECISION NOT NULL,
-        ended_at DOUBLE PRECISION NOT NULL,
-        ok BOOLEAN NOT NULL,
-        reason TEXT NOT NULL,
-        headline DOUBLE PRECISION,
-        headline_text TEXT NOT NULL
-     );
-     CREATE INDEX linerate_mesh_pair ON linerate_mesh_results (mesh, src, dst, test, started_at);",
-    // 2: how a mesh job ended as a column of its own and the host a failure blames (as
-    // the SQLite store's step 5).
-    "ALTER TABLE linerate_mesh_results ADD COLUMN outcome TEXT NOT NULL DEFAULT 'failed'
-         CHECK (outcome IN ('ok', 'failed', 'skipped'));
-     ALTER TABLE linerate_mesh_results ADD COLUMN blamed TEXT;
-     UPDATE linerate_mesh_results SET
-         outcome = CASE WHEN ok THEN 'ok'
-                        WHEN reason LIKE 'skipped: %' THEN 'skipped'
-                        ELSE 'failed' END,
-         reason = CASE WHEN NOT ok AND reason LIKE 'skipped: %' THEN substr(reason, 10)
-                       ELSE reason END;",
-    // 3: each mesh job's own key (MeshRow::job_key), unique, so that a result written
-    // twice (a spool replayed, a commit whose answer was lost) is kept once.
-    "ALTER TABLE linerate_mesh_results ADD COLUMN job_key TEXT;
-     CREATE UNIQUE INDEX linerate_mesh_job ON linerate_mesh_results (job_key);",
-    // 4: retention, as the SQLite store's steps 6 and 8: each series' hours summed up
-    // before their rows go, and the indexes that find a mesh's oldest rows, a run's
-    // mesh row (a run's removal checks it) and a mesh's hours.
-    "CREATE TABLE linerate_mesh_hourly (
-        mesh TEXT NOT NULL,
-        src TEXT NOT NULL,
-        dst TEXT NOT NULL,
-        test TEXT NOT NULL,
-        direction TEXT NOT NULL,
-        protocol TEXT NOT NULL,
-        hour DOUBLE PRECISION NOT NULL,
-        count BIGINT NOT NULL,
-        ok BIGINT NOT NULL,
-        failed BIGINT NOT NULL,
-        skipped BIGINT NOT NULL,
-        figures BIGINT NOT NULL,
-        min DOUBLE PRECISION,
-        median DOUBLE PRECISION,
-        p95 DOUBLE PRECISION,
-        max DOUBLE PRECISION,
-        mean DOUBLE PRECISION,
-        PRIMARY KEY (mesh, src, dst, test, direction, protocol, hour)
-     );
-     CREATE INDEX linerate_mesh_hourly_hour ON linerate_mesh_hourly (mesh, hour);
-     CREATE INDEX linerate_mesh_started ON linerate_mesh_results (mesh, started_at);
-     CREATE INDEX linerate_mesh_run ON linerate_mesh_results (run_id);",
-    // 5: each pair's newest row, as the SQLite store's step 9.
-    "CREATE TABLE linerate_mesh_latest (
-        mesh TEXT NOT NULL,
-        src TEXT NOT NULL,
-        dst TEXT NOT NULL,
-        test TEXT NOT NULL,
-        result_id BIGINT NOT NULL,
-        started_at DOUBLE PRECISION NOT NULL,
-        PRIMARY KEY (mesh, src, dst, test)
-     );
-     INSERT INTO linerate_mesh_latest (mesh, src, dst, test, result_id, started_at)
-        SELECT DISTINCT ON (mesh, src, dst, test) mesh, src, dst, test, id, started_at
-        FROM linerate_mesh_results ORDER BY mesh, src, dst, test, started_at DESC, id DESC;",
-    // 6: the newest row's columns in the latest table, so that `mesh status` reads that
-    // table alone (19,800 probes into a ten-million-row table took 100 ms); a pair
-    // whose newest row retention removed has none.
-    "ALTER TABLE linerate_mesh_latest
-        ADD COLUMN run_id BIGINT, ADD COLUMN direction TEXT, ADD COLUMN protocol TEXT,
-        ADD COLUMN cycle BIGINT, ADD COLUMN ended_at DOUBLE PRECISION, ADD COLUMN outcome TEXT,
-        ADD COLUMN reason TEXT, ADD COLUMN blamed TEXT, ADD COLUMN headline DOUBLE PRECISION,
-        ADD COLUMN headline_text TEXT;
-     UPDATE linerate_mesh_latest AS l SET run_id = r.run_id, direction = r.direction,
-        protocol = r.protocol, cycle = r.cycle, ended_at = r.ended_at, outcome = r.outcome,
-        reason = r.reason, blamed = r.blamed, headline = r.headline,
-        headline_text = r.headline_text
-        FROM linerate_mesh_results AS r WHERE r.id = l.result_id;
-     DELETE FROM linerate_mesh_latest WHERE outcome IS NULL;",
-    // 7: 'interrupted' among the outcomes (as the SQLite store's step 10). The column's
-    // CHECK was added with the column in step 2, under PostgreSQL's name for it.
-    "ALTER TABLE linerate_mesh_results
-        DROP CONSTRAINT IF EXISTS linerate_mesh_results_outcome_check;
-     ALTER TABLE linerate_mesh_results ADD CONSTRAINT linerate_mesh_results_outcome_check
-        CHECK (outcome IN ('ok', 'failed', 'skipped', 'interrupted'));",
-];
 
 /// An advisory lock's key: "LRAT", the store's application id.
 const MIGRATION_LOCK: i64 = 0x4c52_4154;
@@ -453,7 +342,7 @@ impl Archive {
                 0
             }
         };
-        let known = MIGRATIONS.len() as i64;
+        let known = migrations::version(Dialect::Postgres);
         if version > known {
             return Err(StoreError::TooNew {
                 path: self.shown.clone(),
@@ -461,7 +350,11 @@ impl Archive {
                 known,
             });
         }
-        for (step, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        for (step, sql) in migrations::steps(Dialect::Postgres)
+            .into_iter()
+            .enumerate()
+            .skip(version as usize)
+        {
             tx.batch_execute(sql).map_err(failed)?;
             tx.execute(
                 "UPDATE linerate_schema SET version = $1",

@@ -10,6 +10,7 @@
 pub mod archive;
 pub mod connection;
 mod mesh_columns;
+pub mod migrations;
 pub mod prune;
 pub mod spool;
 
@@ -25,153 +26,8 @@ use std::time::Duration;
 /// "LRAT": marks a SQLite file as a linerate results database.
 pub const APPLICATION_ID: i32 = 0x4c52_4154;
 
-/// The schema, one step per version: `MIGRATIONS[i]` takes version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[
-    // 1: runs with their documents.
-    "CREATE TABLE runs (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        started_at REAL NOT NULL,
-        stored_at REAL NOT NULL,
-        test TEXT NOT NULL,
-        target TEXT NOT NULL,
-        headline REAL,
-        headline_text TEXT NOT NULL,
-        document TEXT NOT NULL
-    );",
-    // 2: what kind of run (a sweep names the test it swept), the command that made it,
-    // and an index for time-ordered listings. Older rows get their kind from their
-    // documents.
-    "ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT '';
-     ALTER TABLE runs ADD COLUMN command TEXT NOT NULL DEFAULT '';
-     UPDATE runs SET kind = CASE
-         WHEN test = 'sweep' THEN 'sweep of ' || json_extract(document, '$.sweep_of')
-         ELSE test END;
-     CREATE INDEX runs_started_at ON runs (started_at);",
-    // 3: the path a run crossed, in brief ("lab NAME: rtt +20 ms, loss 2% each way" or
-    // "direct"), for listings and filters. Older rows get theirs from their documents
-    // (`backfill_paths`).
-    "ALTER TABLE runs ADD COLUMN path TEXT;",
-    // 4: a mesh's results with their labels, one row per job run (or skipped), the run's
-    // document in `runs` when it ran; indexed for "pair x test over time".
-    "CREATE TABLE mesh_results (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        run_id INTEGER REFERENCES runs (id),
-        mesh TEXT NOT NULL,
-        src TEXT NOT NULL,
-        dst TEXT NOT NULL,
-        test TEXT NOT NULL,
-        direction TEXT NOT NULL,
-        protocol TEXT NOT NULL,
-        cycle INTEGER NOT NULL,
-        started_at REAL NOT NULL,
-        ended_at REAL NOT NULL,
-        ok INTEGER NOT NULL,
-        reason TEXT NOT NULL DEFAULT '',
-        headline REAL,
-        headline_text TEXT NOT NULL DEFAULT ''
-     );
-     CREATE INDEX mesh_results_pair ON mesh_results (mesh, src, dst, test, started_at);",
-    // 5: how a mesh job ended as a column of its own (ok, failed or skipped) and the host
-    // a failure blames, instead of a "skipped:" prefix on the reason. `ok` stays for
-    // readers of the older schema. Older rows get theirs from their reasons; their blame
-    // was not kept.
-    "ALTER TABLE mesh_results ADD COLUMN outcome TEXT NOT NULL DEFAULT 'failed'
-         CHECK (outcome IN ('ok', 'failed', 'skipped'));
-     ALTER TABLE mesh_results ADD COLUMN blamed TEXT;
-     UPDATE mesh_results SET
-         outcome = CASE WHEN ok THEN 'ok'
-                        WHEN reason LIKE 'skipped: %' THEN 'skipped'
-                        ELSE 'failed' END,
-         reason = CASE WHEN NOT ok AND reason LIKE 'skipped: %' THEN substr(reason, 10)
-                       ELSE reason END;",
-    // 6: a mesh's hourly aggregates, kept when its raw rows are pruned (`prune`): per
-    // series and hour, how many jobs and how they ended, and the figure's spread over
-    // the ok ones. And the indexes that find a run's mesh row and an hour's rows.
-    "CREATE TABLE mesh_hourly (
-        mesh TEXT NOT NULL,
-        src TEXT NOT NULL,
-        dst TEXT NOT NULL,
-        test TEXT NOT NULL,
-        direction TEXT NOT NULL,
-        protocol TEXT NOT NULL,
-        hour REAL NOT NULL,
-        count INTEGER NOT NULL,
-        ok INTEGER NOT NULL,
-        failed INTEGER NOT NULL,
-        skipped INTEGER NOT NULL,
-        figures INTEGER NOT NULL,
-        min REAL,
-        median REAL,
-        p95 REAL,
-        max REAL,
-        mean REAL,
-        PRIMARY KEY (mesh, src, dst, test, direction, protocol, hour)
-     );
-     CREATE INDEX mesh_results_run ON mesh_results (run_id);
-     CREATE INDEX mesh_results_started_at ON mesh_results (started_at);",
-    // 7: each mesh job's own key (MeshRow::job_key), unique, so that a result written
-    // twice (a spool replayed after a crash) is kept once.
-    "ALTER TABLE mesh_results ADD COLUMN job_key TEXT;
-     CREATE UNIQUE INDEX mesh_results_job ON mesh_results (job_key) WHERE job_key IS NOT NULL;",
-    // 8: a mesh's retention finds its oldest rows and its hours by the mesh.
-    "CREATE INDEX mesh_results_mesh_started ON mesh_results (mesh, started_at);
-     CREATE INDEX mesh_hourly_mesh_hour ON mesh_hourly (mesh, hour);",
-    // 9: each pair's newest row, kept as rows are written, so that a mesh's latest
-    // results (`mesh status`, a coordinator's restart) are read in time proportional to
-    // its pairs, not to the months of rows behind them. Filled from the rows there are.
-    "CREATE TABLE mesh_latest (
-        mesh TEXT NOT NULL,
-        src TEXT NOT NULL,
-        dst TEXT NOT NULL,
-        test TEXT NOT NULL,
-        result_id INTEGER NOT NULL,
-        started_at REAL NOT NULL,
-        PRIMARY KEY (mesh, src, dst, test)
-     ) WITHOUT ROWID;
-     INSERT INTO mesh_latest (mesh, src, dst, test, result_id, started_at)
-        SELECT mesh, src, dst, test, id, MAX(started_at) FROM mesh_results
-        GROUP BY mesh, src, dst, test;",
-    // 10: 'interrupted' among the outcomes (a job the operator's stop cut short, kept and
-    // marked, not a failure). SQLite cannot widen a CHECK in place: the table is made
-    // again with it, its rows (ids included) and indexes as they were.
-    "CREATE TABLE mesh_results_10 (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        run_id INTEGER REFERENCES runs (id),
-        mesh TEXT NOT NULL,
-        src TEXT NOT NULL,
-        dst TEXT NOT NULL,
-        test TEXT NOT NULL,
-        direction TEXT NOT NULL,
-        protocol TEXT NOT NULL,
-        cycle INTEGER NOT NULL,
-        started_at REAL NOT NULL,
-        ended_at REAL NOT NULL,
-        ok INTEGER NOT NULL,
-        reason TEXT NOT NULL DEFAULT '',
-        headline REAL,
-        headline_text TEXT NOT NULL DEFAULT '',
-        outcome TEXT NOT NULL DEFAULT 'failed'
-            CHECK (outcome IN ('ok', 'failed', 'skipped', 'interrupted')),
-        blamed TEXT,
-        job_key TEXT
-     );
-     INSERT INTO mesh_results_10 (id, run_id, mesh, src, dst, test, direction, protocol,
-            cycle, started_at, ended_at, ok, reason, headline, headline_text, outcome,
-            blamed, job_key)
-        SELECT id, run_id, mesh, src, dst, test, direction, protocol, cycle, started_at,
-            ended_at, ok, reason, headline, headline_text, outcome, blamed, job_key
-        FROM mesh_results;
-     DROP TABLE mesh_results;
-     ALTER TABLE mesh_results_10 RENAME TO mesh_results;
-     CREATE INDEX mesh_results_pair ON mesh_results (mesh, src, dst, test, started_at);
-     CREATE INDEX mesh_results_run ON mesh_results (run_id);
-     CREATE INDEX mesh_results_started_at ON mesh_results (started_at);
-     CREATE UNIQUE INDEX mesh_results_job ON mesh_results (job_key) WHERE job_key IS NOT NULL;
-     CREATE INDEX mesh_results_mesh_started ON mesh_results (mesh, started_at);",
-];
-
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+pub const SCHEMA_VERSION: i64 = migrations::version(migrations::Dialect::Sqlite);
 
 /// How long a writer waits for another to finish before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -686,7 +542,11 @@ impl Store {
             tx.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}"))
                 .map_err(failed)?;
         }
-        for (step, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        for (step, sql) in migrations::steps(migrations::Dialect::Sqlite)
+            .into_iter()
+            .enumerate()
+            .skip(version as usize)
+        {
             tx.execute_batch(sql).map_err(failed)?;
             tx.execute_batch(&format!("PRAGMA user_version = {}", step + 1))
                 .map_err(failed)?;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::migrations::{steps, Dialect};
 use std::collections::BTreeMap;
 
 const STREAM: &str = include_str!("testdata/tcp_stream.json");
@@ -119,7 +120,7 @@ fn a_version_one_database_is_migrated() {
         let conn = Connection::open(&path).unwrap();
         conn.execute_batch(&format!(
             "PRAGMA application_id = {APPLICATION_ID}; {} PRAGMA user_version = 1;",
-            MIGRATIONS[0]
+            steps(Dialect::Sqlite)[0]
         ))
         .unwrap();
         conn.execute(
@@ -154,7 +155,7 @@ fn a_version_four_mesh_gets_its_outcomes_from_its_reasons() {
         let conn = Connection::open(&path).unwrap();
         conn.execute_batch(&format!(
             "PRAGMA application_id = {APPLICATION_ID}; {} PRAGMA user_version = 4;",
-            MIGRATIONS[..4].join("\n")
+            steps(Dialect::Sqlite)[..4].join("\n")
         ))
         .unwrap();
         for (started_at, ok, reason) in [
@@ -233,7 +234,7 @@ fn a_failed_migration_changes_nothing() {
         conn.execute_batch(&format!(
             "PRAGMA application_id = {APPLICATION_ID}; {} ALTER TABLE runs ADD COLUMN command TEXT;
              PRAGMA user_version = 1;",
-            MIGRATIONS[0]
+            steps(Dialect::Sqlite)[0]
         ))
         .unwrap();
     }
