@@ -112,23 +112,8 @@ pub fn start(
     })
 }
 
-fn set_receive_buffer(socket: &UdpSocket, bytes: i32) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a live i32 of the size given.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&bytes as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+fn set_receive_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<()> {
+    socket2::SockRef::from(socket).set_recv_buffer_size(bytes)
 }
 
 /// The clock's error estimate as answers declare it.

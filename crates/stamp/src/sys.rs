@@ -21,6 +21,8 @@ pub struct Meta {
     pub kernel_unix_ns: Option<i128>,
 }
 
+/// An int socket option socket2 does not have (SO_TIMESTAMPNS, IP_RECVTTL,
+/// IPV6_RECVHOPLIMIT); the others go through socket2.
 fn setopt(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: the value is a live i32 of the size given.
     let rc = unsafe {
@@ -41,15 +43,16 @@ fn setopt(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
 
 /// Asks the kernel for each datagram's TOS, TTL and arrival time. An IPv6 socket asks
 /// for both families' (it receives IPv4 as mapped addresses).
-pub fn enable_meta(socket: &impl AsRawFd, v6: bool) -> io::Result<()> {
+pub fn enable_meta<S: AsRawFd + std::os::fd::AsFd>(socket: &S, v6: bool) -> io::Result<()> {
     let fd = socket.as_raw_fd();
+    let options = socket2::SockRef::from(socket);
     setopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
     let v4 = [
-        setopt(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1),
+        options.set_recv_tos(true),
         setopt(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, 1),
     ];
     if v6 {
-        setopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+        options.set_recv_tclass_v6(true)?;
         setopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
     } else {
         for result in v4 {
@@ -61,17 +64,17 @@ pub fn enable_meta(socket: &impl AsRawFd, v6: bool) -> io::Result<()> {
 
 /// Sets the TOS (or traffic class) every datagram of the socket leaves with, and a TTL of
 /// 255 (RFC 8762 §4.2: the reflector reports the TTL it saw, which counts the hops).
-pub fn set_marks(socket: &impl AsRawFd, v6: bool, tos: u8) -> io::Result<()> {
-    let fd = socket.as_raw_fd();
+pub fn set_marks(socket: &impl std::os::fd::AsFd, v6: bool, tos: u8) -> io::Result<()> {
+    let options = socket2::SockRef::from(socket);
     if v6 {
-        setopt(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, i32::from(tos))?;
-        setopt(fd, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, 255)?;
+        options.set_tclass_v6(u32::from(tos))?;
+        options.set_unicast_hops_v6(255)?;
         // IPv4 through a dual-stack socket.
-        let _ = setopt(fd, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos));
-        let _ = setopt(fd, libc::IPPROTO_IP, libc::IP_TTL, 255);
+        let _ = options.set_tos(u32::from(tos));
+        let _ = options.set_ttl(255);
     } else {
-        setopt(fd, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos))?;
-        setopt(fd, libc::IPPROTO_IP, libc::IP_TTL, 255)?;
+        options.set_tos(u32::from(tos))?;
+        options.set_ttl(255)?;
     }
     Ok(())
 }

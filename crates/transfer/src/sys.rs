@@ -32,33 +32,26 @@ const SOCKET_BUFFER: usize = 32 << 20;
 /// the path fails with EMSGSIZE instead of travelling in fragments.
 pub fn udp_socket(local: SocketAddr) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
-    for (force, plain) in [
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-    ] {
-        let size = SOCKET_BUFFER as libc::c_int;
+    // SO_SNDBUFFORCE and SO_RCVBUFFORCE (socket2 has only the plain options, which the
+    // sysctl limits cap: the fallback when not privileged).
+    let size = SOCKET_BUFFER as libc::c_int;
+    let force = |option| {
         // SAFETY: setsockopt with an int option on a live socket.
-        let forced = unsafe {
+        check(unsafe {
             libc::setsockopt(
                 socket.as_raw_fd(),
                 libc::SOL_SOCKET,
-                force,
+                option,
                 (&size as *const libc::c_int).cast(),
                 4,
             )
-        };
-        if forced != 0 {
-            // SAFETY: as above.
-            unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    plain,
-                    (&size as *const libc::c_int).cast(),
-                    4,
-                )
-            };
-        }
+        })
+    };
+    if force(libc::SO_SNDBUFFORCE).is_err() {
+        let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
+    }
+    if force(libc::SO_RCVBUFFORCE).is_err() {
+        let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
     }
     let (level, option, value) = if local.is_ipv4() {
         (
@@ -288,19 +281,14 @@ impl SendBatch {
 /// Asks the kernel to give each datagram `socket` receives with the TOS byte (IPv6:
 /// traffic class) it arrived with (IP_RECVTOS, IPV6_RECVTCLASS).
 pub fn receive_tos<S: std::os::fd::AsFd>(socket: &S) -> io::Result<()> {
-    let fd = std::os::fd::AsFd::as_fd(socket).as_raw_fd();
-    let on: libc::c_int = 1;
-    let set = |level, option| {
-        // SAFETY: setsockopt with an int option on a live socket.
-        check(unsafe { libc::setsockopt(fd, level, option, (&on as *const libc::c_int).cast(), 4) })
-    };
-    if socket2::SockRef::from(socket).domain()? == Domain::IPV6 {
-        set(libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS)?;
+    let options = socket2::SockRef::from(socket);
+    if options.domain()? == Domain::IPV6 {
+        options.set_recv_tclass_v6(true)?;
         // An IPv4-mapped peer's datagrams come through the IPv4 code.
-        let _ = set(libc::IPPROTO_IP, libc::IP_RECVTOS);
+        let _ = options.set_recv_tos(true);
         Ok(())
     } else {
-        set(libc::IPPROTO_IP, libc::IP_RECVTOS).map(|_| ())
+        options.set_recv_tos(true)
     }
 }
 
