@@ -24,11 +24,14 @@ pub mod baseline;
 pub mod cancel;
 pub mod coordinator;
 pub mod copy;
+pub mod copy_run;
+pub mod failure;
 pub mod find_max;
 #[cfg(test)]
 mod fixtures;
 pub mod mesh;
 pub mod mesh_view;
+pub mod records;
 pub mod repeat;
 pub mod search;
 pub mod sink;

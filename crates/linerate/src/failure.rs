@@ -5,32 +5,19 @@
 use clap::error::ErrorKind;
 use std::process::ExitCode;
 
-/// How a command failed, when that decides the exit code; carried inside the command's
-/// `anyhow::Error` (anything else that fails a command could not run or finish, exit 1).
-#[derive(Debug)]
-pub enum Failure {
-    /// A mistake in what the user asked: one line naming the value (exit 2).
-    Usage(String),
-    /// A flag clap refused, or help and version that clap prints.
-    Flags(clap::Error),
-    /// The command ran and printed its result, which says part of it failed (exit 1).
-    Partial(String),
-    /// A command run for the user (`lab exec`, `lab run`) ended with this status, which
-    /// becomes ours; it said why itself.
-    Status(u8),
-}
+pub use linerate_campaign::failure::Failure;
 
-impl std::fmt::Display for Failure {
+/// A flag clap refused, or help and version that clap prints.
+#[derive(Debug)]
+pub struct FlagsRefused(pub clap::Error);
+
+impl std::fmt::Display for FlagsRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Usage(message) | Failure::Partial(message) => f.write_str(message),
-            Failure::Flags(error) => write!(f, "{error}"),
-            Failure::Status(code) => write!(f, "exit status {code}"),
-        }
+        write!(f, "{}", self.0)
     }
 }
 
-impl std::error::Error for Failure {}
+impl std::error::Error for FlagsRefused {}
 
 /// What a command returns.
 pub type CommandResult = anyhow::Result<()>;
@@ -42,12 +29,14 @@ pub fn exit_code(outcome: CommandResult, json: bool) -> ExitCode {
     let Err(error) = outcome else {
         return ExitCode::SUCCESS;
     };
+    if let Some(FlagsRefused(error)) = error.downcast_ref::<FlagsRefused>() {
+        return flags(error);
+    }
     match error.downcast_ref::<Failure>() {
         Some(Failure::Usage(message)) => {
             eprintln!("linerate: error: {message} (see '{} --help')", typed_here());
             ExitCode::from(2)
         }
-        Some(Failure::Flags(error)) => flags(error),
         Some(Failure::Status(code)) => ExitCode::from(*code),
         Some(Failure::Partial(message)) => {
             eprintln!("linerate: error: {message}");

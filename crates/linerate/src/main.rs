@@ -71,7 +71,7 @@ fn main() -> ExitCode {
             return failure::exit_code(Err(Failure::Usage(unread).into()), false)
         }
         Ok((cli, reads_key, None)) => (cli, reads_key),
-        Err(error) => return failure::exit_code(Err(Failure::Flags(error).into()), false),
+        Err(error) => return failure::exit_code(Err(failure::FlagsRefused(error).into()), false),
     };
     // A key from LINERATE_KEY is read only by a command that proves it to someone.
     let named_key = cli.key.as_deref().filter(|_| reads_key);
