@@ -36,6 +36,7 @@ pub mod records;
 pub mod repeat;
 pub mod search;
 pub mod sink;
+pub mod stamp_run;
 pub mod storage;
 pub mod sweep;
 pub mod test;
