@@ -2,14 +2,20 @@
 //! (sources down, destinations across), and the live view `mesh run` redraws in a
 //! terminal as results arrive; what `mesh plan` and `mesh history` print.
 
+use crate::failure::usage;
+use crate::storage::Storage;
+use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use linerate_mesh::{Mesh, PlanSummary};
 use linerate_metrics::board::Measure;
 use linerate_model::clock::UnixTime;
 use linerate_model::mesh_row::{MeshRow, Outcome};
+use linerate_store::archive::Archive;
+use linerate_store::prune::PairQuery;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::io::Write;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Above this many hosts a test's grid no longer fits a terminal: the live view shows
@@ -320,6 +326,149 @@ impl Printer {
             );
         }
         self.failures
+    }
+}
+
+/// Where a mesh's rows are read from: the results database, or an archive.
+#[derive(Debug, Clone, Copy)]
+pub enum RowsFrom<'a> {
+    Store(&'a Storage),
+    Archive {
+        url: &'a str,
+        password_file: Option<&'a Path>,
+    },
+}
+
+/// `mesh status`: each pair's newest rows, as tables a test, then the jobs that did not
+/// measure and why; or the rows as JSON.
+pub fn status(name: &str, from: RowsFrom, json: bool) -> Result<()> {
+    let (rows, location) = match from {
+        RowsFrom::Archive { url, password_file } => {
+            let mut archive = open_archive(url, password_file)?;
+            (archive.mesh_rows(name, true)?, archive.url().to_string())
+        }
+        RowsFrom::Store(storage) => {
+            let store = storage.open_to_read()?;
+            (store.mesh_rows(name, true)?, store.path().to_string())
+        }
+    };
+    if rows.is_empty() {
+        return Err(usage(format!(
+            "no results of a mesh named '{name}' in {location} (run 'linerate mesh run FILE' first)"
+        )));
+    }
+    if json {
+        let doc: Vec<RowJson> = rows.iter().map(RowJson::of).collect();
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        serde_json::to_writer_pretty(&mut out, &doc).context("encoding the rows")?;
+        std::io::Write::write_all(&mut out, b"\n")
+            .and_then(|()| std::io::Write::flush(&mut out))
+            .context("writing the rows")?;
+        return Ok(());
+    }
+    print!("{}", tables(name, &rows));
+    for row in rows.iter().filter(|r| !r.outcome.is_ok()) {
+        println!(
+            "{} {} -> {} (cycle {}): {}",
+            row.test, row.src, row.dst, row.cycle, row.outcome
+        );
+    }
+    Ok(())
+}
+
+/// `mesh history`: a pair's rows since `--since`, and before them the hourly aggregates
+/// that stand for the rows retention removed, each line saying which it is.
+pub fn history(
+    name: &str,
+    file: Option<&Mesh>,
+    query: &PairQuery,
+    from: RowsFrom,
+    json: bool,
+) -> Result<()> {
+    let (found, location) = match from {
+        RowsFrom::Archive { url, password_file } => {
+            let mut archive = open_archive(url, password_file)?;
+            (archive.pair_history(query)?, archive.url().to_string())
+        }
+        RowsFrom::Store(storage) => {
+            let store = storage.open_to_read()?;
+            (store.pair_history(query)?, store.path().to_string())
+        }
+    };
+    if found.rows.is_empty() && found.hourly.is_empty() {
+        return Err(usage(format!(
+            "no results of {} -> {}{} in mesh '{name}' since {} in {location}",
+            query.src,
+            query.dst,
+            query.test.map_or(String::new(), |t| format!(" ({t})")),
+            utc(query.since)
+        )));
+    }
+    let units = history_units(file, &found.rows);
+    if json {
+        let doc = history_json(
+            name,
+            (query.src, query.dst, query.test),
+            query.since,
+            &found,
+        );
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).context("encoding the history")?
+        );
+        return Ok(());
+    }
+    println!(
+        "Mesh '{name}': {} -> {}, since {}",
+        query.src,
+        query.dst,
+        utc(query.since)
+    );
+    if let (Some(first), Some(last)) = (found.hourly.first(), found.hourly.last()) {
+        println!(
+            "Hourly aggregates (the rows were removed by retention): {} to {}",
+            utc(first.hour),
+            utc(last.hour + 3600.0)
+        );
+    }
+    if let Some(first) = found.rows.first() {
+        println!("Rows: from {}", utc(first.started_at));
+    }
+    println!("{}", history_table(&found, &units));
+    Ok(())
+}
+
+/// The archive at `url`: a connection string that is not PostgreSQL's is a usage error
+/// (exit 2) naming it without its password; one that carries a password works, with a
+/// warning that `ps` shows it.
+pub fn open_archive(url: &str, password_file: Option<&Path>) -> Result<Archive> {
+    let url = postgres_url(url).map_err(usage)?;
+    let target = linerate_store::connection::target(&url, &Default::default());
+    if target.is_ok_and(|t| t.config.get_password().is_some()) {
+        eprintln!(
+            "linerate: warning: the archive's password is on the command line, where every local user's ps shows it: give it with --store-password-file, PGPASSWORD or ~/.pgpass"
+        );
+    }
+    let credentials = linerate_store::connection::Credentials::from_env(
+        password_file.map(std::path::Path::to_path_buf),
+    );
+    Ok(Archive::open_with(&url, &credentials)?)
+}
+
+/// `--store URL` as PostgreSQL's connection string, checked by the command (a flag
+/// parser's error would echo the value, password and all): a URL, or libpq's key-value
+/// form; anything else is named without its password.
+pub fn postgres_url(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let url = text.starts_with("postgres://") || text.starts_with("postgresql://");
+    let key_values = !text.contains("://") && text.contains('=');
+    if url || key_values {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "--store {}: not a PostgreSQL connection string (postgres://USER@HOST[:PORT]/DB, or host=HOST dbname=DB); the results database is --db PATH",
+            linerate_store::connection::redact(text)
+        ))
     }
 }
 

@@ -507,22 +507,6 @@ Examples:
 Every host runs 'linerate serve --key KEY'; the agents dial each other, so a mesh needs the
 key (the file's key = PATH, or --key).";
 
-/// A PostgreSQL connection string, checked by the command (a parser's error would echo
-/// the value, password and all): a URL, or libpq's key-value form.
-pub fn postgres_url(text: &str) -> Result<String, String> {
-    let text = text.trim();
-    let url = text.starts_with("postgres://") || text.starts_with("postgresql://");
-    let key_values = !text.contains("://") && text.contains('=');
-    if url || key_values {
-        Ok(text.to_string())
-    } else {
-        Err(format!(
-            "--store {}: not a PostgreSQL connection string (postgres://USER@HOST[:PORT]/DB, or host=HOST dbname=DB); the results database is --db PATH",
-            linerate_store::connection::redact(text)
-        ))
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum MeshCommand {
     /// Print the schedule a mesh file makes and its cycle time, running nothing

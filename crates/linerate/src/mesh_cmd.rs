@@ -1,7 +1,9 @@
 //! `linerate mesh plan|run|status`: a mesh file read and checked, its schedule simulated,
 //! run by the coordinator (linerate_campaign::mesh), and its last figures shown.
 
-use crate::cli::{MeshCommand, MeshHistoryArgs, MeshPlanArgs, MeshRunArgs, MeshStatusArgs};
+use crate::cli::{
+    MeshCommand, MeshHistoryArgs, MeshPlanArgs, MeshRunArgs, MeshStatusArgs, ReadArchiveArgs,
+};
 use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use anyhow::Context;
@@ -10,7 +12,7 @@ use linerate_campaign::coordinator::{
     self, Coordinator, CoordinatorSpec, Note, SpoolPlace, StartError, StoreSpec,
 };
 use linerate_campaign::mesh::{self, MeshOptions};
-use linerate_campaign::mesh_view::{self, tables, Printer, RowJson};
+use linerate_campaign::mesh_view::{self, Printer, RowsFrom};
 use linerate_mesh::Mesh;
 use linerate_model::clock::UnixTime;
 use linerate_proto::auth::Key;
@@ -146,7 +148,10 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> CommandResult {
     }
     let store = match &args.store {
         Some(url) => Some(StoreSpec {
-            store: Box::new(open_archive(url, args.store_password_file.as_deref())?),
+            store: Box::new(mesh_view::open_archive(
+                url,
+                args.store_password_file.as_deref(),
+            )?),
             spool: match &mesh.store.spool {
                 Some(path) => SpoolPlace::File(path.clone()),
                 None => SpoolPlace::Default,
@@ -220,39 +225,7 @@ fn status(args: &MeshStatusArgs, globals: &Globals) -> CommandResult {
     } else {
         args.mesh.clone()
     };
-    let (rows, location) = match &args.archive.store {
-        Some(url) => {
-            let mut archive = open_archive(url, args.archive.store_password_file.as_deref())?;
-            (archive.mesh_rows(&name, true)?, archive.url().to_string())
-        }
-        None => {
-            let store = globals.storage.open_to_read()?;
-            (store.mesh_rows(&name, true)?, store.path().to_string())
-        }
-    };
-    if rows.is_empty() {
-        return Err(Failure::Usage(format!(
-            "no results of a mesh named '{name}' in {location} (run 'linerate mesh run FILE' first)"
-        ))
-        .into());
-    }
-    if args.print.json {
-        let doc: Vec<RowJson> = rows.iter().map(RowJson::of).collect();
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        serde_json::to_writer_pretty(&mut out, &doc).context("encoding the rows")?;
-        std::io::Write::write_all(&mut out, b"\n")
-            .and_then(|()| std::io::Write::flush(&mut out))
-            .context("writing the rows")?;
-        return Ok(());
-    }
-    print!("{}", tables(&name, &rows));
-    for row in rows.iter().filter(|r| !r.outcome.is_ok()) {
-        println!(
-            "{} {} -> {} (cycle {}): {}",
-            row.test, row.src, row.dst, row.cycle, row.outcome
-        );
-    }
-    Ok(())
+    mesh_view::status(&name, rows_from(&args.archive, globals), args.print.json)
 }
 
 /// `mesh history`: a pair's rows since `--since`, and before them the hourly aggregates
@@ -265,89 +238,23 @@ fn history(args: &MeshHistoryArgs, globals: &Globals) -> CommandResult {
         None
     };
     let name = file.as_ref().map_or(args.mesh.clone(), |m| m.name.clone());
-    let now = UnixTime::now().seconds();
     let query = PairQuery {
         mesh: &name,
         src: &args.src,
         dst: &args.dst,
         test: args.test.as_deref(),
-        since: now - args.since,
+        since: UnixTime::now().seconds() - args.since,
     };
-    let (found, location) = match &args.archive.store {
-        Some(url) => {
-            let mut archive = open_archive(url, args.archive.store_password_file.as_deref())?;
-            (archive.pair_history(&query)?, archive.url().to_string())
-        }
-        None => {
-            let store = globals.storage.open_to_read()?;
-            (store.pair_history(&query)?, store.path().to_string())
-        }
-    };
-    if found.rows.is_empty() && found.hourly.is_empty() {
-        return Err(Failure::Usage(format!(
-            "no results of {} -> {}{} in mesh '{name}' since {} in {location}",
-            args.src,
-            args.dst,
-            args.test
-                .as_deref()
-                .map_or(String::new(), |t| format!(" ({t})")),
-            mesh_view::utc(query.since)
-        ))
-        .into());
-    }
-    let units = mesh_view::history_units(file.as_ref(), &found.rows);
-    if args.print.json {
-        let doc = mesh_view::history_json(
-            &name,
-            (&args.src, &args.dst, args.test.as_deref()),
-            query.since,
-            &found,
-        );
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).context("encoding the history")?
-        );
-        return Ok(());
-    }
-    println!(
-        "Mesh '{name}': {} -> {}, since {}",
-        args.src,
-        args.dst,
-        mesh_view::utc(query.since)
-    );
-    if let (Some(first), Some(last)) = (found.hourly.first(), found.hourly.last()) {
-        println!(
-            "Hourly aggregates (the rows were removed by retention): {} to {}",
-            mesh_view::utc(first.hour),
-            mesh_view::utc(last.hour + 3600.0)
-        );
-    }
-    if let Some(first) = found.rows.first() {
-        println!("Rows: from {}", mesh_view::utc(first.started_at));
-    }
-    println!("{}", mesh_view::history_table(&found, &units));
-    Ok(())
+    let from = rows_from(&args.archive, globals);
+    mesh_view::history(&name, file.as_ref(), &query, from, args.print.json)
 }
 
-/// The archive at `url`: a connection string that is not PostgreSQL's is a usage error
-/// (exit 2) naming it without its password; one that carries a password works, with a
-/// warning that `ps` shows it.
-fn open_archive(
-    url: &str,
-    password_file: Option<&std::path::Path>,
-) -> anyhow::Result<linerate_store::archive::Archive> {
-    let url = crate::cli::postgres_url(url).map_err(Failure::Usage)?;
-    let target = linerate_store::connection::target(&url, &Default::default());
-    if target.is_ok_and(|t| t.config.get_password().is_some()) {
-        eprintln!(
-            "linerate: warning: the archive's password is on the command line, where every local user's ps shows it: give it with --store-password-file, PGPASSWORD or ~/.pgpass"
-        );
+fn rows_from<'a>(archive: &'a ReadArchiveArgs, globals: &'a Globals) -> RowsFrom<'a> {
+    match &archive.store {
+        Some(url) => RowsFrom::Archive {
+            url,
+            password_file: archive.store_password_file.as_deref(),
+        },
+        None => RowsFrom::Store(&globals.storage),
     }
-    let credentials = linerate_store::connection::Credentials::from_env(
-        password_file.map(std::path::Path::to_path_buf),
-    );
-    Ok(linerate_store::archive::Archive::open_with(
-        &url,
-        &credentials,
-    )?)
 }
