@@ -5,6 +5,7 @@
 //!   duplication, corruption, reordering and a rate-limited drop-tail queue. Seeded, O(1)
 //!   per frame, no clock inside (`clippy.toml` enforces it outside the drivers).
 //! - [`spec`] turns flag values into each direction's settings and refuses what cannot work.
+//! - [`path`] resolves a whole path from them, the two directions checked together.
 //! - `bridge` (Linux) drives two links between two interfaces over AF_PACKET sockets.
 //! - `lab` builds a client, a router running the bridge, and a server in network
 //!   namespaces on this machine; `lab_run` runs a command there beside `linerate serve`.
@@ -12,6 +13,7 @@
 mod aqm;
 pub mod frame;
 mod link;
+pub mod path;
 pub mod spec;
 
 pub use link::{Frame, Link, LinkCounters, REORDER_HOLD_NS};

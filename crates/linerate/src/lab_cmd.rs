@@ -5,8 +5,9 @@ use crate::failure::{CommandResult, Failure};
 use anyhow::Context;
 use linerate_impair::lab::{self, Lab, LabError, UpOptions};
 use linerate_impair::lab_run::{self, RunEnd};
+use linerate_impair::path::{self, PathAsk};
 use linerate_impair::runner::{self, RunOptions};
-use linerate_impair::spec::{self, DirectionTexts, LinkSpec};
+use linerate_impair::spec::{DirectionTexts, LinkSpec};
 use linerate_model::units::counted;
 use linerate_model::PathFacts;
 use std::time::Duration;
@@ -33,113 +34,23 @@ fn texts(args: &ImpairmentArgs) -> DirectionTexts {
     }
 }
 
-fn memory_limit(args: &ImpairmentArgs) -> anyhow::Result<u64> {
-    let limit = linerate_model::units::parse_size(&args.memory)
-        .map_err(|e| usage(format!("invalid --memory '{}': {}", args.memory, e.why)))?;
-    if limit < 1 << 20 {
-        return Err(usage(format!(
-            "invalid --memory '{}': must be at least 1M",
-            args.memory
-        )));
-    }
-    Ok(limit)
-}
-
-/// The path and each direction's resolved settings.
+/// The path the flags ask for, resolved by the emulator's spec.
 fn resolve_path(
     emulator: &str,
     lab: Option<&str>,
     args: &ImpairmentArgs,
     rtt: Option<&str>,
 ) -> anyhow::Result<(PathFacts, LinkSpec, LinkSpec)> {
-    let (mut forward, mut reverse) = spec::directions(&texts(args), rtt).map_err(usage)?;
-    if args.offloads && args.queue.is_none() {
-        // The default queue, but at least two whole segments.
-        for direction in [&mut forward, &mut reverse] {
-            if let Some(rate) = direction.rate_bps {
-                direction.queue_bytes =
-                    Some(spec::default_queue_bytes(rate).max(OFFLOADED_QUEUE_BYTES));
-            }
-        }
-    }
-    let limit = memory_limit(args)?;
-    let forward_spec = LinkSpec::resolve("forward", &mut forward, limit).map_err(usage)?;
-    let reverse_spec = LinkSpec::resolve("reverse", &mut reverse, limit).map_err(usage)?;
-    let path = PathFacts {
-        emulator: emulator.into(),
-        lab: lab.map(str::to_string),
-        forward,
-        reverse,
-        seed: args.seed.unwrap_or_else(rand_seed),
+    let ask = PathAsk {
+        texts: texts(args),
+        rtt,
+        memory: &args.memory,
         offloads: args.offloads,
-        threads: forwarding_threads(args, &forward, &reverse)?,
+        seed: args.seed.unwrap_or_else(rand_seed),
+        threads: args.threads,
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    if path.offloads {
-        if let Some(flag) = [path.forward, path.reverse]
-            .iter()
-            .find_map(per_frame_impairment)
-        {
-            return Err(usage(format!(
-                "--offloads carries the hosts' 64 KB segments whole, so {flag} (a per-frame \
-                 impairment) cannot apply; leave out one or the other"
-            )));
-        }
-        if let Some(queue) = [path.forward, path.reverse]
-            .iter()
-            .filter_map(|d| d.queue_bytes)
-            .find(|&q| q < OFFLOADED_QUEUE_BYTES)
-        {
-            return Err(usage(format!(
-                "invalid --queue: {queue} bytes cannot hold two whole segments with --offloads \
-                 (a 64 KB segment is up to 70 kB of frames); give --queue 128k or more"
-            )));
-        }
-    }
-    Ok((path, forward_spec, reverse_spec))
-}
-
-/// The least queue before a bottleneck with `--offloads`: two whole segments (a 64 KB
-/// segment leaves as up to 70 kB of frames), so that one fits behind another.
-const OFFLOADED_QUEUE_BYTES: u64 = 128 * 1024;
-
-/// The flag of an impairment that acts on single frames, if the direction has one.
-fn per_frame_impairment(i: &linerate_model::Impairment) -> Option<&'static str> {
-    [
-        (i.loss_pct, "--loss"),
-        (i.reorder_pct, "--reorder"),
-        (i.duplicate_pct, "--duplicate"),
-        (i.corrupt_pct, "--corrupt"),
-    ]
-    .into_iter()
-    .find(|(share, _)| *share > 0.0)
-    .map(|(_, flag)| flag)
-}
-
-/// Forwarding threads each way: as asked, or one per 4 CPUs (the hosts' stacks and the
-/// test's own threads need the rest); one where a direction has a bottleneck, which is one
-/// queue with one rate and cannot be split between threads.
-fn forwarding_threads(
-    args: &ImpairmentArgs,
-    forward: &linerate_model::Impairment,
-    reverse: &linerate_model::Impairment,
-) -> anyhow::Result<u32> {
-    let bottleneck = forward.rate_bps.is_some() || reverse.rate_bps.is_some();
-    match args.threads {
-        Some(0) | Some(65..) => Err(usage(format!(
-            "invalid --threads '{}': from 1 to 64 forwarding threads each way",
-            args.threads.unwrap_or_default()
-        ))),
-        Some(threads) if threads > 1 && bottleneck => Err(usage(format!(
-            "--threads {threads} cannot go with --rate: a bottleneck is one queue, forwarded \
-             by one thread; leave --threads out"
-        ))),
-        Some(threads) => Ok(threads),
-        None if bottleneck => Ok(1),
-        None => {
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            Ok(u32::try_from(cpus / 4).unwrap_or(1).clamp(1, 64))
-        }
-    }
+    path::resolve_path(emulator, lab, &ask).map_err(usage)
 }
 
 fn rand_seed() -> u64 {
@@ -153,7 +64,7 @@ pub fn impair(args: &ImpairArgs) -> CommandResult {
         Some(json) => {
             let mut path = PathFacts::from_json(json)
                 .ok_or_else(|| usage("invalid --path-json: not a path document"))?;
-            let limit = memory_limit(&args.impairment)?;
+            let limit = path::memory_limit(&args.impairment.memory).map_err(usage)?;
             let forward = LinkSpec::resolve("forward", &mut path.forward, limit).map_err(usage)?;
             let reverse = LinkSpec::resolve("reverse", &mut path.reverse, limit).map_err(usage)?;
             (path, forward, reverse)
