@@ -40,4 +40,5 @@ pub mod stamp_run;
 pub mod storage;
 pub mod sweep;
 pub mod test;
+pub mod test_run;
 pub mod threads;

@@ -3,7 +3,7 @@
 
 use crate::cli::{SweepArgs, SweepTest};
 use crate::failure::{CommandResult, Failure};
-use crate::test_cmd::{check_secure_flags, client_options};
+use crate::test_cmd::{check_secure_flags, trust};
 use crate::Globals;
 use linerate_campaign::sink::{self, Event, Sink, Sinks, SweepBar, TextSink};
 use linerate_campaign::sweep::{self, Sweep, SweepSpec};
@@ -71,7 +71,7 @@ pub fn run(args: &SweepArgs, globals: &Globals) -> CommandResult {
     };
     sinks.event(&Event::Note(&sweep.banner(&place)));
     let report = sweep.run(&cancel, &mut sinks, resolve, |config| {
-        let options = client_options(config, &args.secure, globals.key.clone());
+        let options = trust(&args.secure, globals.key.clone()).options(config);
         test::run(target, &options, &cancel, &mut sink::Discard)
     });
     let failed = sweep::failed_points(&report.points);

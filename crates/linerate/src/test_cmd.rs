@@ -5,35 +5,14 @@
 use crate::cli::{RrArgs, StreamArgs, TlsArgs, TransactionArgs};
 use crate::failure::{CommandResult, Failure};
 use crate::Globals;
-use anyhow::bail;
-use linerate_campaign::find_max::{self, FindMaxError};
-use linerate_campaign::sink::{self, Discard, Event, Sink, TextSink};
-use linerate_campaign::test::Family;
-use linerate_campaign::{baseline, cancel, repeat, test};
-use linerate_drivers::client::ClientOptions;
+use linerate_campaign::test_run::{self, Shown, Trust};
 use linerate_model::{
     StreamRequest, StreamTransport, TestKind, TestRequest, TransactionRequest, DEFAULT_TIME_S,
     FIND_MAX_TRIAL_S,
 };
 use linerate_proto::auth::Key;
-use linerate_report::document::Document;
 use linerate_report::stats::RepeatPlan;
-use linerate_report::units::Scale;
-use linerate_report::{Direction, TestConfig};
-use std::net::SocketAddr;
-
-/// How one test command shows and keeps its result.
-struct Shown<'a> {
-    host: Option<&'a str>,
-    port: u16,
-    /// The IP version the server is reached over (`-4`, `-6`, `--bind`).
-    family: Family,
-    secure: &'a TlsArgs,
-    plan: Option<RepeatPlan>,
-    json: bool,
-    scale: Scale,
-    per_flow: bool,
-}
+use linerate_report::Direction;
 
 /// The test `linerate stream`'s flags ask for.
 fn stream_request(args: &StreamArgs) -> TestRequest {
@@ -131,16 +110,18 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
         host: args.server.host.as_deref(),
         port: args.server.port,
         family: args.server.family().map_err(Failure::Usage)?,
-        secure: &args.secure,
+        trust: trust(&args.secure, globals.key.clone()),
         plan: RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence),
         json: args.output.print.json,
         scale: args.output.format,
         per_flow: args.per_flow,
+        verbose: globals.verbose,
     };
+    let request = stream_request(args);
     if args.find_max {
-        return search(args, &shown, globals);
+        return test_run::search(&request, args.max_loss, &shown, &globals.storage);
     }
-    run(&stream_request(args), &shown, args.baseline, globals)
+    test_run::run(&request, &shown, args.baseline, &globals.storage)
 }
 
 /// `linerate rr` (with its own flags) and `linerate crr` (`rr` is `None`).
@@ -156,133 +137,24 @@ pub fn transactions(
         host: common.server.host.as_deref(),
         port: common.server.port,
         family: common.server.family().map_err(Failure::Usage)?,
-        secure,
+        trust: trust(secure, globals.key.clone()),
         plan: RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence),
         json: common.output.print.json,
         scale: common.output.format,
         per_flow: common.per_flow,
+        verbose: globals.verbose,
     };
-    run(&transaction_request(common, rr), &shown, false, globals)
+    let request = transaction_request(common, rr);
+    test_run::run(&request, &shown, false, &globals.storage)
 }
 
-/// The request resolved on this machine; under `--verbose`, what it chose and why, on
-/// stderr (stdout may be a JSON document).
-fn resolved(
-    request: &TestRequest,
-    target: Option<SocketAddr>,
-    globals: &Globals,
-) -> Result<TestConfig, Failure> {
-    let (config, choices) = test::resolve_explained(request, target).map_err(Failure::Usage)?;
-    if globals.verbose {
-        for line in choices {
-            eprintln!("linerate: {line}");
-        }
+/// Who the client is and whom it trusts, from the TLS flags and the user's key.
+pub fn trust(secure: &TlsArgs, key: Option<Key>) -> Trust {
+    Trust {
+        key,
+        ca: secure.ca.clone(),
+        identity: secure.cert.clone().zip(secure.cert_key.clone()),
     }
-    Ok(config)
-}
-
-/// The address of the server named, resolved; `None` for the in-process one.
-fn target_of(shown: &Shown) -> anyhow::Result<Option<SocketAddr>> {
-    shown
-        .host
-        .map(|host| test::resolve_host_as(host, shown.port, shown.family))
-        .transpose()
-}
-
-/// Runs one test command: the baseline first when asked, then the test (repeated as the
-/// plan says), its result shown and kept.
-fn run(
-    request: &TestRequest,
-    shown: &Shown,
-    with_baseline: bool,
-    globals: &Globals,
-) -> CommandResult {
-    let target = target_of(shown)?;
-    let config = resolved(request, target, globals)?;
-    let store = globals.storage.open_for_run()?;
-    let cancel = cancel::on_signals()?;
-    let text = TextSink::new(std::io::stdout(), shown.scale).intervals(
-        &config,
-        shown.per_flow,
-        shown.plan.is_none(),
-    );
-    let mut sinks = sink::standard(shown.json, text, store);
-    let options = |config: &TestConfig| client_options(config, shown.secure, globals.key.clone());
-    let plain = if with_baseline {
-        Some(baseline::run_baseline(
-            &config,
-            shown.scale,
-            &mut sinks,
-            |plain| test::run(target, &options(plain), &cancel, &mut Discard),
-        )?)
-    } else {
-        None
-    };
-    sinks.event(&Event::Note(&test::banner(shown.host, target, &config)));
-    let report = repeat::repeat(shown.plan, &cancel, &mut sinks, |_, sink| {
-        let mut report = test::run(target, &options(&config), &cancel, sink)?;
-        if let Some(plain) = &plain {
-            baseline::compare(&mut report, plain);
-        }
-        Ok(report)
-    })?;
-    let failed = repeat::check_flows(&report);
-    let interrupted = report.interrupted;
-    sinks.finish_document(&Document::Test(Box::new(report)))?;
-    if let Some(mark) = interrupted {
-        // As iperf3: the part that ran is shown and kept; the status says it was cut.
-        eprintln!(
-            "linerate: interrupted after {:.2} s; the result covers that part",
-            mark.after_s
-        );
-        return Err(Failure::Status(130).into());
-    }
-    failed.map_err(|e| Failure::Partial(format!("{e:#}")).into())
-}
-
-/// `--find-max`: its trials shown one line each as they end, then the highest rate whose
-/// receiver-side loss stayed within `--max-loss` and what stopped it.
-fn search(args: &StreamArgs, shown: &Shown, globals: &Globals) -> CommandResult {
-    let target = target_of(shown)?;
-    let config = resolved(&stream_request(args), target, globals)?;
-    let store = globals.storage.open_for_run()?;
-    let cancel = cancel::on_signals()?;
-    let text = TextSink::new(std::io::stdout(), shown.scale);
-    let mut sinks = sink::standard(shown.json, text, store);
-    sinks.event(&Event::Note(&test::banner(shown.host, target, &config)));
-    sinks.event(&Event::Note(&format!(
-        "Searching for the highest rate with loss <= {}%, {} s trials",
-        args.max_loss, config.time_s
-    )));
-    let run_trial = |trial: &TestConfig| -> anyhow::Result<_> {
-        let options = client_options(trial, shown.secure, globals.key.clone());
-        let report = test::run(target, &options, &cancel, &mut Discard)?;
-        repeat::check_flows(&report)?;
-        Ok(report)
-    };
-    let report = match find_max::find_max(
-        config,
-        args.max_loss,
-        shown.scale,
-        &cancel,
-        &mut sinks,
-        run_trial,
-    ) {
-        Ok(report) => report,
-        Err(FindMaxError::Trial(error)) => return Err(error),
-        Err(FindMaxError::Interrupted) => bail!("interrupted before the first trial ended"),
-    };
-    sinks.finish_document(&Document::FindMax(Box::new(report)))
-}
-
-/// The client's options for `config`: the user's key, and the TLS trust and in-process
-/// certificate the flags name.
-pub fn client_options(config: &TestConfig, secure: &TlsArgs, key: Option<Key>) -> ClientOptions {
-    let mut options = ClientOptions::new(config.clone());
-    options.key = key;
-    options.ca = secure.ca.clone();
-    options.local_identity = secure.cert.clone().zip(secure.cert_key.clone());
-    options
 }
 
 /// Flags that mean something only for an encrypted test, given without one.
