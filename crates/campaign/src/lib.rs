@@ -35,6 +35,7 @@ pub mod mesh_view;
 pub mod records;
 pub mod repeat;
 pub mod search;
+pub mod serve_run;
 pub mod sink;
 pub mod stamp_run;
 pub mod storage;

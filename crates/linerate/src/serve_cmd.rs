@@ -4,18 +4,13 @@
 use crate::cli::ServeArgs;
 use crate::failure::{CommandResult, Failure};
 use crate::Globals;
-use anyhow::{anyhow, Context};
-use linerate_campaign::{cancel, storage};
+use linerate_campaign::serve_run::{self, Beside};
+use linerate_campaign::storage;
 use linerate_drivers::access::{AccessPolicy, LogFormat};
-use linerate_drivers::server::{Server, ServerConfig};
-use linerate_drivers::server_state::ServedTestHook;
-use linerate_metrics::assess::Thresholds;
-use linerate_metrics::board::{Board, ReflectorCounts, ReflectorSource};
-use linerate_metrics::served;
+use linerate_drivers::server::ServerConfig;
 use linerate_proto::Limits;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     let ip = args.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
@@ -77,78 +72,25 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     if let Some(store) = globals.storage.open_for_run()? {
         config.iperf3_reports = Some(storage::server_keeper(store, !args.quiet));
     }
-    // Kept until the server ends: dropped, the reflector stops.
-    let stamp = stamp_reflector(args, &config)?;
-    // Kept until the server ends: dropped, the listener stops.
-    let _metrics = metrics_listener(args, &mut config, stamp.as_ref())?;
-    // Kept until the server ends, as the metrics listener.
-    let _http = http_servers(args, &config)?;
-    let server = match Server::bind(config.clone()) {
-        Ok(server) => server,
-        // The port is taken: say so of the address asked for ([::], every address).
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            return Err(anyhow!(e).context(format!(
-                "cannot listen on {} (another server holds port {}: stop it, or give --port)",
-                config.listen, args.port
-            )))
-        }
-        // No IPv6 on this host: the default falls back to every IPv4 address.
-        Err(_) if args.listen.is_none() => {
-            config.listen = SocketAddr::from(([0, 0, 0, 0], args.port));
-            Server::bind(config.clone())
-                .with_context(|| format!("cannot listen on {}", config.listen))?
-        }
-        Err(e) => return Err(anyhow!(e).context(format!("cannot listen on {}", config.listen))),
+    let stamp = match args.stamp {
+        Some(addr) => Some((addr, stamp_reflector(args)?)),
+        None => None,
     };
-    cancel::set_on_signals(&server.shutdown_flag())?;
-    server.run().context("server failed")?;
-    Ok(())
+    let beside = Beside {
+        metrics: args.metrics,
+        stamp,
+        http: args.http,
+        https: args.https,
+        rpm_max_request_s: args.max_duration.clamp(10.0, 3600.0),
+        v6_prefix: args.ipv6_client_prefix,
+        default_listen: args.listen.is_none(),
+        port: args.port,
+    };
+    serve_run::run(config, &beside)
 }
 
-/// `--metrics`: the listener, the served tests on its board, and the STAMP reflector's
-/// counts read at each scrape.
-fn metrics_listener(
-    args: &ServeArgs,
-    config: &mut ServerConfig,
-    stamp: Option<&linerate_stamp::listener::Listener>,
-) -> Result<Option<linerate_metrics::server::MetricsServer>, Failure> {
-    let Some(addr) = args.metrics else {
-        return Ok(None);
-    };
-    let board = Arc::new(Mutex::new(Board::default()));
-    if let Some(listener) = stamp {
-        let counters = listener.counters.clone();
-        board.lock().unwrap_or_else(|e| e.into_inner()).reflector =
-            Some(ReflectorSource(Arc::new(move || ReflectorCounts {
-                answered: counters.answered.load(Ordering::Relaxed),
-                refused: counters.refused(),
-                sessions: counters.sessions.load(Ordering::Relaxed),
-            })));
-    }
-    let listener =
-        linerate_metrics::server::start(addr, board.clone(), "serve", Thresholds::default(), None)
-            .map_err(|e| Failure::Usage(format!("--metrics {addr}: {e:#}")))?;
-    eprintln!(
-        "linerate serve: metrics at http://{}/metrics",
-        listener.addr
-    );
-    config.served_tests = Some(ServedTestHook(Arc::new(move |served| {
-        let mut board = board.lock().unwrap_or_else(|e| e.into_inner());
-        for (row, figures) in served::rows_of_served(served) {
-            board.record_figures(&row, Some(&figures));
-        }
-    })));
-    Ok(Some(listener))
-}
-
-/// The STAMP reflector of `--stamp`, under the server's --allow and --deny.
-fn stamp_reflector(
-    args: &ServeArgs,
-    config: &ServerConfig,
-) -> Result<Option<linerate_stamp::listener::Listener>, Failure> {
-    let Some(addr) = args.stamp else {
-        return Ok(None);
-    };
+/// The STAMP reflector's settings, from `--stamp-*` and the server's.
+fn stamp_reflector(args: &ServeArgs) -> Result<linerate_stamp::reflector::Config, Failure> {
     let key = match &args.stamp_hmac_key_file {
         Some(path) => Some(
             crate::stamp_cmd::read_key_file(path, "--stamp-hmac-key-file")
@@ -156,7 +98,7 @@ fn stamp_reflector(
         ),
         None => None,
     };
-    let reflector = linerate_stamp::reflector::Config {
+    Ok(linerate_stamp::reflector::Config {
         key,
         authenticated_only: args.stamp_authenticated_only,
         max_sessions: args.stamp_sessions as usize,
@@ -166,67 +108,7 @@ fn stamp_reflector(
         per_source_pps: args.stamp_rate_per_source,
         total_pps: args.stamp_rate,
         ..linerate_stamp::reflector::Config::default()
-    };
-    let policy = config.access.clone();
-    let log = Arc::new(linerate_drivers::access::OperatorLog::new(
-        true,
-        config.log_format,
-    ));
-    let line = log.clone();
-    let listener = linerate_stamp::listener::start(
-        addr,
-        reflector,
-        Arc::new(move |ip| policy.permits(linerate_drivers::access::canonical(ip))),
-        Arc::new(move |message: &str| line.line(message)),
-    )
-    .map_err(|e| Failure::Usage(format!("--stamp {addr}: cannot listen: {e}")))?;
-    log.line(&format!(
-        "STAMP reflector on udp {}{}",
-        listener.addr,
-        if args.stamp_authenticated_only {
-            " (authenticated packets only)"
-        } else {
-            ""
-        }
-    ));
-    Ok(Some(listener))
-}
-
-/// The RPM servers of `--http` and `--https`.
-fn http_servers(
-    args: &ServeArgs,
-    config: &ServerConfig,
-) -> anyhow::Result<Vec<linerate_rpm::server::HttpServer>> {
-    let mut servers = Vec::new();
-    for (addr, tls, flag) in [(args.http, false, "--http"), (args.https, true, "--https")] {
-        let Some(addr) = addr else { continue };
-        let tls = if tls {
-            let identity = config
-                .tls_identity
-                .load()
-                .map_err(|why| Failure::Usage(format!("{flag}: {why}")))?;
-            eprintln!(
-                "linerate serve: the HTTPS certificate's SHA-256 fingerprint is {}",
-                identity.fingerprint
-            );
-            Some(identity.config.clone())
-        } else {
-            None
-        };
-        let limits = linerate_rpm::server::Limits {
-            max_request: std::time::Duration::from_secs_f64(args.max_duration.clamp(10.0, 3600.0)),
-            v6_prefix: args.ipv6_client_prefix,
-            ..Default::default()
-        };
-        let server = linerate_rpm::server::start(addr, tls, limits)
-            .map_err(|e| Failure::Usage(format!("{flag} {addr}: {e:#}")))?;
-        eprintln!(
-            "linerate serve: responsiveness (RPM) at {}",
-            server.config_url()
-        );
-        servers.push(server);
-    }
-    Ok(servers)
+    })
 }
 
 /// iperf3's authentication (`--rsa-private-key-path`, `--authorized-users-path`).

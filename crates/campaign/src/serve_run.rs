@@ -1,0 +1,174 @@
+//! `linerate serve` as it runs: the test server, and beside it the metrics listener,
+//! the STAMP reflector and the RPM servers, until a signal ends them.
+
+use crate::cancel;
+use crate::failure::usage;
+use anyhow::{anyhow, Context, Result};
+use linerate_drivers::server::{Server, ServerConfig};
+use linerate_drivers::server_state::ServedTestHook;
+use linerate_metrics::assess::Thresholds;
+use linerate_metrics::board::{Board, ReflectorCounts, ReflectorSource};
+use linerate_metrics::served;
+use linerate_stamp::reflector;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What `linerate serve` runs beside its test server, each kept until the server ends.
+#[derive(Debug, Clone)]
+pub struct Beside {
+    /// `--metrics`: OpenMetrics and the served tests' board.
+    pub metrics: Option<SocketAddr>,
+    /// `--stamp`: a STAMP reflector, under the server's --allow and --deny.
+    pub stamp: Option<(SocketAddr, reflector::Config)>,
+    /// `--http` and `--https`: the RPM servers.
+    pub http: Option<SocketAddr>,
+    pub https: Option<SocketAddr>,
+    /// An RPM request's bound, seconds.
+    pub rpm_max_request_s: f64,
+    pub v6_prefix: u8,
+    /// The address was the default ([::]): with no IPv6, every IPv4 address instead.
+    pub default_listen: bool,
+    pub port: u16,
+}
+
+/// `linerate serve`: the test server with what runs beside it, until a signal ends it.
+pub fn run(mut config: ServerConfig, beside: &Beside) -> Result<()> {
+    // Kept until the server ends: dropped, the reflector stops.
+    let stamp = stamp_reflector(beside, &config)?;
+    // Kept until the server ends: dropped, the listener stops.
+    let _metrics = metrics_listener(beside, &mut config, stamp.as_ref())?;
+    // Kept until the server ends, as the metrics listener.
+    let _http = http_servers(beside, &config)?;
+    let server = match Server::bind(config.clone()) {
+        Ok(server) => server,
+        // The port is taken: say so of the address asked for ([::], every address).
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(anyhow!(e).context(format!(
+                "cannot listen on {} (another server holds port {}: stop it, or give --port)",
+                config.listen, beside.port
+            )))
+        }
+        // No IPv6 on this host: the default falls back to every IPv4 address.
+        Err(_) if beside.default_listen => {
+            config.listen = SocketAddr::from(([0, 0, 0, 0], beside.port));
+            Server::bind(config.clone())
+                .with_context(|| format!("cannot listen on {}", config.listen))?
+        }
+        Err(e) => return Err(anyhow!(e).context(format!("cannot listen on {}", config.listen))),
+    };
+    cancel::set_on_signals(&server.shutdown_flag())?;
+    server.run().context("server failed")?;
+    Ok(())
+}
+
+/// `--metrics`: the listener, the served tests on its board, and the STAMP reflector's
+/// counts read at each scrape.
+fn metrics_listener(
+    beside: &Beside,
+    config: &mut ServerConfig,
+    stamp: Option<&linerate_stamp::listener::Listener>,
+) -> Result<Option<linerate_metrics::server::MetricsServer>> {
+    let Some(addr) = beside.metrics else {
+        return Ok(None);
+    };
+    let board = Arc::new(Mutex::new(Board::default()));
+    if let Some(listener) = stamp {
+        let counters = listener.counters.clone();
+        board.lock().unwrap_or_else(|e| e.into_inner()).reflector =
+            Some(ReflectorSource(Arc::new(move || ReflectorCounts {
+                answered: counters.answered.load(Ordering::Relaxed),
+                refused: counters.refused(),
+                sessions: counters.sessions.load(Ordering::Relaxed),
+            })));
+    }
+    let listener =
+        linerate_metrics::server::start(addr, board.clone(), "serve", Thresholds::default(), None)
+            .map_err(|e| usage(format!("--metrics {addr}: {e:#}")))?;
+    eprintln!(
+        "linerate serve: metrics at http://{}/metrics",
+        listener.addr
+    );
+    config.served_tests = Some(ServedTestHook(Arc::new(move |served| {
+        let mut board = board.lock().unwrap_or_else(|e| e.into_inner());
+        for (row, figures) in served::rows_of_served(served) {
+            board.record_figures(&row, Some(&figures));
+        }
+    })));
+    Ok(Some(listener))
+}
+
+/// The STAMP reflector of `--stamp`, under the server's --allow and --deny.
+fn stamp_reflector(
+    beside: &Beside,
+    config: &ServerConfig,
+) -> Result<Option<linerate_stamp::listener::Listener>> {
+    let Some((addr, reflector)) = beside.stamp.clone() else {
+        return Ok(None);
+    };
+    let authenticated_only = reflector.authenticated_only;
+    let policy = config.access.clone();
+    let log = Arc::new(linerate_drivers::access::OperatorLog::new(
+        true,
+        config.log_format,
+    ));
+    let line = log.clone();
+    let listener = linerate_stamp::listener::start(
+        addr,
+        reflector,
+        Arc::new(move |ip| policy.permits(linerate_drivers::access::canonical(ip))),
+        Arc::new(move |message: &str| line.line(message)),
+    )
+    .map_err(|e| usage(format!("--stamp {addr}: cannot listen: {e}")))?;
+    log.line(&format!(
+        "STAMP reflector on udp {}{}",
+        listener.addr,
+        if authenticated_only {
+            " (authenticated packets only)"
+        } else {
+            ""
+        }
+    ));
+    Ok(Some(listener))
+}
+
+/// The RPM servers of `--http` and `--https`.
+fn http_servers(
+    beside: &Beside,
+    config: &ServerConfig,
+) -> Result<Vec<linerate_rpm::server::HttpServer>> {
+    let mut servers = Vec::new();
+    for (addr, tls, flag) in [
+        (beside.http, false, "--http"),
+        (beside.https, true, "--https"),
+    ] {
+        let Some(addr) = addr else { continue };
+        let tls = if tls {
+            let identity = config
+                .tls_identity
+                .load()
+                .map_err(|why| usage(format!("{flag}: {why}")))?;
+            eprintln!(
+                "linerate serve: the HTTPS certificate's SHA-256 fingerprint is {}",
+                identity.fingerprint
+            );
+            Some(identity.config.clone())
+        } else {
+            None
+        };
+        let limits = linerate_rpm::server::Limits {
+            max_request: Duration::from_secs_f64(beside.rpm_max_request_s),
+            v6_prefix: beside.v6_prefix,
+            ..Default::default()
+        };
+        let server = linerate_rpm::server::start(addr, tls, limits)
+            .map_err(|e| usage(format!("{flag} {addr}: {e:#}")))?;
+        eprintln!(
+            "linerate serve: responsiveness (RPM) at {}",
+            server.config_url()
+        );
+        servers.push(server);
+    }
+    Ok(servers)
+}
