@@ -34,6 +34,7 @@ pub mod mesh;
 pub mod mesh_view;
 pub mod records;
 pub mod repeat;
+pub mod rpm_run;
 pub mod search;
 pub mod serve_run;
 pub mod sink;

@@ -18,6 +18,7 @@
 // A driver: the clock and sleeping are its job (the core modules stay sans-IO).
 #![allow(clippy::disallowed_methods)]
 
+use linerate_model::units::counted;
 use linerate_model::{PathFacts, PATH_ENV};
 use std::io;
 use std::path::PathBuf;
@@ -479,4 +480,41 @@ pub fn wait_listening(lab: &Lab, port: u16, within: Duration) -> Result<bool, La
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// What `lab up` prints: the path, the hosts' addresses and the commands to go on with.
+pub fn up_text(lab: &Lab, path: &PathFacts) -> String {
+    let name = if lab.name() == "lab" {
+        String::new()
+    } else {
+        format!(" --name {}", lab.name())
+    };
+    format!(
+        "lab '{}' is up: {}\n  client {CLIENT_V4} ({CLIENT_V6}), server {SERVER_V4} ({SERVER_V6}); \
+         the router runs the emulator\n  linerate lab exec{name} server -- linerate serve &\n  \
+         linerate lab exec{name} client -- linerate stream server -t 30\n  linerate lab down{name}\n",
+        lab.name(),
+        path.summary()
+    )
+}
+
+/// `lab down`: each lab named taken down, its records removed, a line each.
+pub fn down_each(names: &[String], say: &mut dyn FnMut(&str)) -> Result<(), LabError> {
+    if names.is_empty() {
+        say("no labs on this machine");
+    }
+    for name in names {
+        let lab = Lab::new(name)?;
+        let removed = down(&lab, Records::Remove)?;
+        if removed.namespaces == 0 {
+            say(&format!("no lab named '{name}'"));
+        } else {
+            say(&format!(
+                "lab '{name}' removed: {}, {} ended",
+                counted(removed.namespaces as u64, "namespace", None),
+                counted(removed.processes as u64, "process", Some("processes"))
+            ));
+        }
+    }
+    Ok(())
 }

@@ -8,7 +8,6 @@ use linerate_impair::lab_run::{self, RunEnd};
 use linerate_impair::path::{self, PathAsk};
 use linerate_impair::runner::{self, RunOptions};
 use linerate_impair::spec::{DirectionTexts, LinkSpec};
-use linerate_model::units::counted;
 use linerate_model::PathFacts;
 use std::time::Duration;
 
@@ -147,22 +146,7 @@ pub fn run(command: &LabCommand) -> CommandResult {
         LabCommand::Up(args) => {
             let lab = Lab::new(&args.lab.name).map_err(lab_error)?;
             let path = up(&lab, &args.path)?;
-            println!("lab '{}' is up: {}", lab.name(), path.summary());
-            println!(
-                "  client {} ({}), server {} ({}); the router runs the emulator",
-                lab::CLIENT_V4,
-                lab::CLIENT_V6,
-                lab::SERVER_V4,
-                lab::SERVER_V6
-            );
-            let name = if lab.name() == "lab" {
-                String::new()
-            } else {
-                format!(" --name {}", lab.name())
-            };
-            println!("  linerate lab exec{name} server -- linerate serve &");
-            println!("  linerate lab exec{name} client -- linerate stream server -t 30");
-            println!("  linerate lab down{name}");
+            print!("{}", lab::up_text(&lab, &path));
             Ok(())
         }
         LabCommand::Exec(args) => {
@@ -193,23 +177,7 @@ pub fn run(command: &LabCommand) -> CommandResult {
             } else {
                 vec![args.lab.name.clone()]
             };
-            if names.is_empty() {
-                println!("no labs on this machine");
-            }
-            for name in names {
-                let lab = Lab::new(&name).map_err(lab_error)?;
-                let removed = lab::down(&lab, lab::Records::Remove).map_err(lab_error)?;
-                if removed.namespaces == 0 {
-                    println!("no lab named '{name}'");
-                } else {
-                    println!(
-                        "lab '{name}' removed: {}, {} ended",
-                        counted(removed.namespaces as u64, "namespace", None),
-                        counted(removed.processes as u64, "process", Some("processes"))
-                    );
-                }
-            }
-            Ok(())
+            lab::down_each(&names, &mut |line| println!("{line}")).map_err(lab_error)
         }
         LabCommand::Run(args) => lab_run(args),
     }
