@@ -9,8 +9,6 @@ use crate::threads::ThreadPool;
 use anyhow::{Context, Result};
 use linerate_drivers::profile::controller::{self, RunError, RunOptions};
 use linerate_drivers::profile::rpm_job::RpmJob;
-use linerate_drivers::profile::stamp_job::StampJob;
-use linerate_drivers::profile::trace_job::TraceJob;
 use linerate_mesh::{job_plan, Action, Job, JobEnd, JobPlan, Mesh, Past, Scheduler};
 use linerate_model::clock::UnixTime;
 use linerate_proto::text::printable;
@@ -230,52 +228,15 @@ fn run_job(
             let result = controller::run_rpm(&src.address, &rpm, options, stop);
             rpm_ended(mesh, job, cycle, (started_at, clock()), result)
         }
-        JobPlan::Stamp {
-            reflector,
-            window,
-            rate_pps,
-            size,
-            dscp,
-        } => {
-            let stamp = StampJob {
-                reflector,
-                window,
-                rate_pps,
-                size,
-                dscp,
-                source,
-            };
-            let result =
-                controller::run_stamp(&src.address, &stamp, options, stop).map(|mut report| {
-                    report.target = mesh.hosts[job.dst].name.clone();
-                    Document::Stamp(Box::new(report))
-                });
-            probe_ended(mesh, job, cycle, (started_at, clock()), result)
-        }
-        JobPlan::Trace {
-            target,
-            probe,
-            flows,
-            max_hops,
-            port,
-            source_port,
-            mtu,
-        } => {
-            let trace = TraceJob {
-                target,
-                probe,
-                flows,
-                max_hops,
-                port,
-                source_port: Some(source_port),
-                mtu,
-                source,
-            };
-            let result =
-                controller::run_trace(&src.address, &trace, options, stop).map(|mut report| {
-                    report.target = mesh.hosts[job.dst].name.clone();
-                    Document::Trace(Box::new(report))
-                });
+        JobPlan::Source { kind, spec } => {
+            let target = &mesh.hosts[job.dst].name;
+            let result = controller::run_source(
+                &src.address,
+                (kind, &spec),
+                (source, target),
+                options,
+                stop,
+            );
             probe_ended(mesh, job, cycle, (started_at, clock()), result)
         }
     }

@@ -110,7 +110,7 @@ fn silent_agent_connections_are_closed_at_the_handshake_deadline() {
     healthy_test(&server, &[]);
     let threads = server.thread_count();
     let mut preface = b"LINEAGNT".to_vec();
-    preface.extend_from_slice(&2u32.to_be_bytes());
+    preface.extend_from_slice(&linerate_proto::agent::AGENT_VERSION.to_be_bytes());
     let mut silent: Vec<TcpStream> = (0..300)
         .map(|_| {
             let mut s = TcpStream::connect(server.addr()).unwrap();
@@ -547,7 +547,8 @@ fn hostile_mirror(server: &ServeProcess, threads: u32, seconds: u32) -> (TcpStre
         limit_s: linerate_proto::agent::Seconds::new(f64::from(seconds) + 5.0).unwrap(),
     };
     let mut link = TcpStream::connect(server.addr()).unwrap();
-    let mut opening = linerate_proto::agent::agent_preface(2).to_vec();
+    let mut opening =
+        linerate_proto::agent::agent_preface(linerate_proto::agent::AGENT_VERSION).to_vec();
     opening.extend(frame(br#"{"type":"hello"}"#));
     let request = linerate_proto::agent::AgentRequest::Mirror {
         spec: Box::new(spec),
@@ -642,7 +643,8 @@ fn a_mirror_sends_nothing_to_an_address_that_did_not_prove_it_receives_there() {
 /// An agent connection past its hello, from 127.0.0.1.
 fn agent_link(server: &ServeProcess) -> TcpStream {
     let mut link = TcpStream::connect(server.addr()).unwrap();
-    let mut opening = linerate_proto::agent::agent_preface(2).to_vec();
+    let mut opening =
+        linerate_proto::agent::agent_preface(linerate_proto::agent::AGENT_VERSION).to_vec();
     opening.extend(frame(br#"{"type":"hello"}"#));
     link.write_all(&opening).unwrap();
     let welcome = read_frame(&mut link);

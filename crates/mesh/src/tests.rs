@@ -698,12 +698,14 @@ fn stamp_tests_run_all_the_time_and_reflector_hosts_only_answer() {
             .find(|j| j.test == loss && name(j.src) == src && name(j.dst) == dst)
             .unwrap();
         match plan::job_plan(&m, job) {
-            plan::JobPlan::Stamp {
-                reflector,
-                window,
-                rate_pps,
-                ..
-            } => (reflector, window.as_secs_f64(), rate_pps),
+            plan::JobPlan::Source {
+                kind: "stamp",
+                spec,
+            } => (
+                spec["reflector"].as_str().unwrap().to_string(),
+                spec["window_s"].as_f64().unwrap(),
+                spec["rate"].as_f64().unwrap(),
+            ),
             other => panic!("{other:?}"),
         }
     };
@@ -748,14 +750,15 @@ fn trace_tests_go_to_every_destination_from_the_pairs_own_ports() {
     assert_eq!(pairs, expected);
     let mut ports = BTreeSet::new();
     for job in &jobs {
-        let plan::JobPlan::Trace {
-            target,
-            source_port,
-            ..
+        let plan::JobPlan::Source {
+            kind: "trace",
+            spec,
         } = plan::job_plan(&m, job)
         else {
             panic!("not a trace");
         };
+        let target = spec["target"].as_str().unwrap().to_string();
+        let source_port = spec["source_port"].as_u64().unwrap();
         assert!(!target.contains(':'), "{target}: the address alone");
         assert!(
             (61_000..=65_535 - 3).contains(&source_port),

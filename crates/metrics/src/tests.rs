@@ -1235,3 +1235,89 @@ fn a_plot_span_is_whole_days_within_bounds() {
         assert!(days_of(bad).is_err(), "{bad}");
     }
 }
+
+/// Compares `text` with the golden file `name` under `tests/golden/`; with
+/// `LINERATE_BLESS=1` writes it instead (an output changed on purpose). A missing file
+/// fails: a golden test never passes without its reference.
+fn golden(name: &str, text: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("LINERATE_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        return;
+    }
+    let kept = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (LINERATE_BLESS=1 cargo test -p linerate-metrics golden writes it)",
+            path.display()
+        )
+    });
+    if kept != text {
+        let differs = kept
+            .lines()
+            .zip(text.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(kept.lines().count().min(text.lines().count()));
+        panic!(
+            "{} differs from this output at line {}:\n  kept: {:?}\n  made: {:?}\n(an output changed on purpose: LINERATE_BLESS=1 cargo test -p linerate-metrics golden)",
+            path.display(),
+            differs + 1,
+            kept.lines().nth(differs),
+            text.lines().nth(differs)
+        );
+    }
+}
+
+/// One cycle of a mesh with a row of every kind and every outcome (a stream, a failed
+/// stream, rr, RPM, STAMP each way, a trace, a skipped and an interrupted job): the
+/// scrape in both text formats, the grid and a pair's history, byte for byte as the
+/// golden files keep them. Nothing in them is random or read from a clock, so any
+/// difference is a change of what users see: a refactor must leave them alone.
+#[test]
+fn one_mesh_cycle_renders_byte_for_byte_as_its_golden_files() {
+    let board = Arc::new(Mutex::new(Board::default()));
+    {
+        let mut b = board.lock().unwrap();
+        b.declare("owd", Measure::Loss);
+        b.record(&row("a", "b", "tput", true, 8e9, 10.0), Some(&stream(8e9)));
+        b.record(&row("b", "a", "tput", false, 0.0, 11.0), None);
+        b.record(&row("a", "b", "lat", true, 1e-4, 12.0), Some(&rr()));
+        b.record(
+            &row("a", "b", "rpm", true, 1500.0, 13.0),
+            Some(&rpm(1500.0)),
+        );
+        let mut probes = row("a", "b", "owd", true, 0.0, 14.0);
+        probes.protocol = "udp".into();
+        b.record(&probes, Some(&stamp(600, 3, 0)));
+        let mut path = row("a", "b", "path", true, 4.0, 15.0);
+        path.protocol = "udp".into();
+        b.record(&path, Some(&trace("10.0.2.2")));
+        let mut skipped = row("b", "a", "lat", false, 0.0, 16.0);
+        skipped.outcome = Outcome::Skipped {
+            reason: "b is down since 11.0 (agent: refused)".into(),
+        };
+        b.record(&skipped, None);
+        let mut interrupted = row("b", "a", "rpm", false, 0.0, 17.0);
+        interrupted.outcome = Outcome::Interrupted {
+            reason: "the coordinator was stopped".into(),
+        };
+        b.record(&interrupted, None);
+    }
+    let t = Thresholds::default();
+    golden(
+        "one_cycle.openmetrics",
+        &openmetrics::encode(board.clone(), Format::OpenMetrics),
+    );
+    golden(
+        "one_cycle.prom",
+        &openmetrics::encode(board.clone(), Format::Classic),
+    );
+    let b = board.lock().unwrap();
+    let pretty = |v: serde_json::Value| serde_json::to_string_pretty(&v).unwrap() + "\n";
+    let grid: serde_json::Value = serde_json::from_str(&grid::grid_json(&b, &t)).unwrap();
+    golden("one_cycle.grid.json", &pretty(grid));
+    let history = grid::history_json(&b, "test=lat&src=a&dst=b", &t).unwrap();
+    golden("one_cycle.history.json", &pretty(history));
+}

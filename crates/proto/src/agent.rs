@@ -30,8 +30,9 @@ use serde::{Deserialize, Serialize};
 /// Opens an agent connection.
 pub const AGENT_MAGIC: [u8; 8] = *b"LINEAGNT";
 /// The agent protocol version this build speaks (2: the dialer says hello first, and
-/// proves the key when the agent holds one).
-pub const AGENT_VERSION: u32 = 2;
+/// proves the key when the agent holds one; 3: a job an agent runs as a mesh test's
+/// source is one request, `source`, whatever its kind).
+pub const AGENT_VERSION: u32 = 3;
 
 /// The longest time limit a peer may send: a day.
 pub const MAX_SECONDS: f64 = 86_400.0;
@@ -375,45 +376,56 @@ pub enum AgentRequest {
         limit_s: Seconds,
         tls: bool,
     },
-    /// Controller to the source of a STAMP test: probe the reflector at `reflector`
-    /// (`host:port`) for `window_s`; answered by heartbeats, then `stamp_result`. `abort`
-    /// ends it.
-    Stamp {
-        reflector: crate::text::PeerText,
-        window_s: Seconds,
-        rate: ProbeRate,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        size: Option<ProbeSize>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        dscp: Option<Dscp>,
-        /// How often the agent sends its heartbeat during the window, the controller's
-        /// word (it waits three of them before it counts the agent lost). Absent (an
-        /// older controller): every 2 s. The agent keeps it within 1 to 30 s.
+    /// Controller to the source of a job the agent runs itself and reports once (a
+    /// STAMP window, a trace, and the kinds to come): `kind` names it among the agent's
+    /// kinds, `spec` is that kind's own request, read and bounded by the kind where it is
+    /// decoded; answered by heartbeats, then `source_result`. `abort` ends it.
+    Source {
+        kind: JobKind,
+        spec: serde_json::Value,
+        /// How often the agent sends its heartbeat meanwhile, the controller's word (it
+        /// waits three of them before it counts the agent lost); the kind keeps it within
+        /// its bounds, and says what it is when absent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         heartbeat_s: Option<Seconds>,
-        /// Where the probes leave from, as for `rpm`.
+        /// Where the job's packets leave from, as for `rpm`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         source: Option<linerate_model::Source>,
     },
-    /// Controller to the source of a trace: trace the way to `target` (an address or a
-    /// name, no port), each flow from `source_port` on where it is free; answered by
-    /// heartbeats, then `trace_result`. `abort` ends it.
-    Trace {
-        target: crate::text::PeerText,
-        probe: linerate_model::TraceProbe,
-        flows: TraceFlows,
-        max_hops: TraceHops,
-        /// The destination port of UDP and TCP probes; absent: traceroute's.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        port: Option<u16>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        source_port: Option<u16>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        source: Option<linerate_model::Source>,
-        /// Each hop's MTU too (UDP probes only).
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        mtu: bool,
-    },
+}
+
+/// The name of a kind of source job (`stamp`, `trace`): 1 to 32 of `a-z`, `0-9`, `_` and
+/// `-`, refused otherwise where it is decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JobKind(String);
+
+impl TryFrom<String> for JobKind {
+    type Error = String;
+    fn try_from(name: String) -> Result<JobKind, String> {
+        let allowed =
+            |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
+        if (1..=32).contains(&name.len()) && name.chars().all(allowed) {
+            Ok(JobKind(name))
+        } else {
+            Err(format!(
+                "a job kind of {} characters asked; 1 to 32 of a-z, 0-9, _ and - allowed",
+                name.len()
+            ))
+        }
+    }
+}
+
+impl From<JobKind> for String {
+    fn from(kind: JobKind) -> String {
+        kind.0
+    }
+}
+
+impl JobKind {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// The heartbeat interval of a STAMP window, from a request's `heartbeat_s`: 2 s where
@@ -469,11 +481,10 @@ pub enum AgentReply {
     RpmResult {
         report: Box<linerate_report::rpm::RpmReport>,
     },
-    StampResult {
-        report: Box<linerate_report::stamp::StampReport>,
-    },
-    TraceResult {
-        report: Box<linerate_report::trace::TraceReport>,
+    /// A source job's report, as its kind writes it; the controller's side of the kind
+    /// reads it and holds it to what was asked.
+    SourceResult {
+        report: serde_json::Value,
     },
     Error {
         reason: crate::text::PeerText,
@@ -536,15 +547,17 @@ pub fn estimate_offset(samples: &[ClockSample]) -> Option<ClockOffset> {
 mod tests {
     use super::*;
 
-    /// A source rides on STAMP and RPM requests only when the mesh host names one, so an
-    /// older agent still takes the requests of hosts that name none; one that is named
-    /// arrives whole.
+    /// A source rides on source-job and RPM requests only when the mesh host names one,
+    /// so an older agent still takes the requests of hosts that name none; one that is
+    /// named arrives whole.
     #[test]
-    fn a_stamp_or_rpm_requests_source_is_sent_only_when_named() {
-        let old = r#"{"type":"stamp","reflector":"192.0.2.1:862","window_s":60,"rate":10}"#;
-        let request: AgentRequest = serde_json::from_str(old).unwrap();
-        assert!(matches!(request, AgentRequest::Stamp { source: None, .. }));
-        assert!(!serde_json::to_string(&request).unwrap().contains("source"));
+    fn a_source_job_or_rpm_requests_source_is_sent_only_when_named() {
+        let bare = r#"{"type":"source","kind":"stamp","spec":{"reflector":"192.0.2.1:862"}}"#;
+        let request: AgentRequest = serde_json::from_str(bare).unwrap();
+        assert!(matches!(request, AgentRequest::Source { source: None, .. }));
+        assert!(!serde_json::to_string(&request)
+            .unwrap()
+            .contains("source\":{"));
         let source = linerate_model::Source {
             address: Some("192.0.2.7".parse().unwrap()),
             device: Some("eth1".into()),
@@ -566,54 +579,39 @@ mod tests {
         assert!(matches!(back, AgentRequest::Rpm { source: Some(s), .. } if s == source));
     }
 
-    /// A trace request's flows and distance are refused out of bounds where it is
-    /// decoded (an agent sends their product in probes); one within them arrives whole.
+    /// A job's kind is a short plain name, refused otherwise where it is decoded; its
+    /// spec travels as it was sent, for its kind to read.
     #[test]
-    fn a_trace_request_is_bounded_where_it_is_decoded() {
-        let asked = |flows: u32, hops: u32| {
+    fn a_source_jobs_kind_is_bounded_where_it_is_decoded() {
+        let asked = |kind: &str| {
             serde_json::from_str::<AgentRequest>(&format!(
-                r#"{{"type":"trace","target":"192.0.2.1","probe":"udp","flows":{flows},"max_hops":{hops}}}"#
+                r#"{{"type":"source","kind":"{kind}","spec":{{"flows":4}}}}"#
             ))
         };
-        assert!(asked(17, 30).is_err());
-        assert!(asked(0, 30).is_err());
-        assert!(asked(4, 65).is_err());
-        assert!(asked(4, 0).is_err());
-        assert!(asked(70_000, 30).is_err());
-        let request = asked(16, 64).unwrap();
-        let AgentRequest::Trace {
-            flows,
-            max_hops,
-            port,
-            source_port,
-            ..
-        } = &request
-        else {
-            panic!("not a trace request");
+        assert!(asked("").is_err());
+        assert!(asked(&"a".repeat(33)).is_err());
+        assert!(asked("Trace").is_err());
+        assert!(asked("tr\\u001bace").is_err());
+        let request = asked("trace").unwrap();
+        let AgentRequest::Source { kind, spec, .. } = &request else {
+            panic!("not a source job");
         };
-        assert_eq!((u16::from(*flows), u8::from(*max_hops)), (16, 64));
-        assert_eq!((*port, *source_port), (None, None));
+        assert_eq!(
+            (kind.as_str(), &spec["flows"]),
+            ("trace", &serde_json::json!(4))
+        );
         let text = serde_json::to_string(&request).unwrap();
         assert_eq!(
             serde_json::from_str::<AgentRequest>(&text).unwrap(),
             request
         );
-        let icmp = r#"{"type":"trace","target":"192.0.2.1","probe":"gre","flows":1,"max_hops":30}"#;
-        assert!(serde_json::from_str::<AgentRequest>(icmp).is_err());
     }
 
-    /// An older controller's STAMP request has no heartbeat and gets one every 2 s; a
-    /// newer one's is kept within 1 to 30 s, whatever it says.
+    /// A STAMP window's heartbeat: every 2 s when the request has none, else within 1 to
+    /// 30 s, whatever it says.
     #[test]
     fn a_stamp_windows_heartbeat_is_what_was_asked_within_bounds() {
-        let old = r#"{"type":"stamp","reflector":"192.0.2.1:862","window_s":60,"rate":10}"#;
-        let AgentRequest::Stamp { heartbeat_s, .. } = serde_json::from_str(old).unwrap() else {
-            panic!("not a stamp request");
-        };
-        assert_eq!(
-            stamp_heartbeat(heartbeat_s),
-            std::time::Duration::from_secs(2)
-        );
+        assert_eq!(stamp_heartbeat(None), std::time::Duration::from_secs(2));
         let asked = |s: f64| stamp_heartbeat(Some(Seconds::clamped(s))).as_secs_f64();
         assert_eq!(asked(10.0), 10.0);
         assert_eq!(asked(0.001), 1.0);

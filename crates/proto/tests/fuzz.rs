@@ -205,7 +205,8 @@ proptest! {
         json(&AgentRequest::Auth { proof: "11".repeat(32) }),
         json(&AgentRequest::Prepare { parts: vec![], limit_s: linerate_proto::agent::Seconds::new(5.0).unwrap() }),
         json(&AgentRequest::Start { at_unix_ns: 5 }),
-        json(&AgentReply::Welcome { version: 2, host: HostFacts::default(), auth: None }),
+        json(&AgentReply::Welcome { version: 3, host: HostFacts::default(), auth: None }),
+        json(&AgentRequest::Source { kind: "trace".to_string().try_into().unwrap(), spec: serde_json::json!({"target": "192.0.2.1", "probe": "udp", "flows": 4, "max_hops": 30}), heartbeat_s: None, source: None }),
     ])) {
         let peak = peak_of(|| {
             let _ = serde_json::from_slice::<AgentRequest>(&input);

@@ -6,8 +6,6 @@ use super::group::{self, DialPolicy, Mirror, PreparedGroup, WakeLatencyHold};
 use super::rendezvous::Rendezvous;
 use super::rpm_job::{self, RpmJob, SourcePolicy};
 use super::source_job::{Bounds, SourceJob, SourceRun, HEARTBEAT};
-use super::stamp_job::{StampJob, StampSource};
-use super::trace_job::TraceJob;
 use crate::access::Stage;
 use crate::control::Control;
 use crate::server_state::random_nonce;
@@ -520,44 +518,27 @@ impl Agent<'_> {
                 source,
             } => self.rpm_source(remote, leg_s, tls, max_connections, source),
             AgentRequest::RpmServe { limit_s, tls } => self.rpm_serve(limit_s, tls),
-            AgentRequest::Stamp {
-                reflector,
-                window_s,
-                rate,
-                size,
-                dscp,
+            AgentRequest::Source {
+                kind,
+                spec,
                 heartbeat_s,
                 source,
-            } => self.source(Box::new(StampSource {
-                job: StampJob {
-                    reflector: reflector.into_string(),
-                    window: window_s.duration(),
-                    rate_pps: rate.get(),
-                    size: size.map(u16::from),
-                    dscp: dscp.map(u8::from),
+            } => {
+                let Some(kind) = super::source_job::kind(kind.as_str()) else {
+                    let reason =
+                        format!("this agent runs no source job of kind '{}'", kind.as_str());
+                    return self.refuse("source job", reason);
+                };
+                let asked = super::source_job::Asked {
+                    spec,
+                    heartbeat_s,
                     source,
-                },
-                heartbeat: linerate_proto::agent::stamp_heartbeat(heartbeat_s),
-            })),
-            AgentRequest::Trace {
-                target,
-                probe,
-                flows,
-                max_hops,
-                port,
-                source_port,
-                source,
-                mtu,
-            } => self.source(Box::new(TraceJob {
-                target: target.into_string(),
-                probe,
-                flows: flows.into(),
-                max_hops: max_hops.into(),
-                port,
-                source_port,
-                source,
-                mtu,
-            })),
+                };
+                match (kind.read)(asked) {
+                    Ok(job) => self.source(job),
+                    Err(reason) => self.refuse(kind.what, reason),
+                }
+            }
         }
     }
 

@@ -530,91 +530,47 @@ pub fn run_rpm(
     rpm_job::within_bounds(*report, job).map_err(|why| agent_failed(source, why))
 }
 
-/// How often an agent probing a STAMP window is asked to say it is alive: a window lasts
-/// a minute and a hundred of them run at once on an agent probing a hundred peers, so a
-/// heartbeat every 10 s (10 a second in all) rather than every 2 s (50). An agent that
-/// dies is seen at once (its connection closes); one cut off, after three unheard (30 s).
-pub const STAMP_HEARTBEAT: Duration = Duration::from_secs(10);
-
-/// Runs one STAMP window from the agent at `source` to `job`'s reflector.
-pub fn run_stamp(
+/// Runs one job of the source kind `kind` (`stamp`, `trace`, ...) on the agent at
+/// `source`, as `spec` asks it, for the destination called `target`: the kind says how
+/// long to wait and how often the agent is heard meanwhile, and reads the answer's report
+/// into a document held to what was asked. An agent lost is seen after three heartbeats
+/// unheard.
+pub fn run_source(
     source: &str,
-    job: &super::stamp_job::StampJob,
+    (kind, spec): (&str, &serde_json::Value),
+    (from, target): (Option<linerate_model::Source>, &str),
     options: &RunOptions,
     stop: &AtomicBool,
-) -> Result<linerate_report::stamp::StampReport, RunError> {
-    use linerate_proto::agent::{Dscp, ProbeRate, ProbeSize};
+) -> Result<linerate_report::document::Document, RunError> {
     let failed = |why: String| agent_failed(source, why);
-    let request = AgentRequest::Stamp {
-        reflector: job.reflector.as_str().into(),
-        window_s: Seconds::clamped(job.window.as_secs_f64()),
-        rate: ProbeRate::new(job.rate_pps).map_err(failed)?,
-        size: job
-            .size
-            .map(ProbeSize::try_from)
-            .transpose()
-            .map_err(failed)?,
-        dscp: job.dscp.map(Dscp::try_from).transpose().map_err(failed)?,
-        heartbeat_s: Some(Seconds::clamped(STAMP_HEARTBEAT.as_secs_f64())),
-        source: job.source.clone(),
+    let kind = super::source_job::kind(kind)
+        .ok_or_else(|| failed(format!("no source job of kind '{kind}' in this build")))?;
+    let limit = (kind.limit)(spec).map_err(failed)?;
+    let request = AgentRequest::Source {
+        kind: linerate_proto::agent::JobKind::try_from(kind.name.to_string()).map_err(failed)?,
+        spec: spec.clone(),
+        heartbeat_s: kind.heartbeat.map(|h| Seconds::clamped(h.as_secs_f64())),
+        source: from,
     };
-    // The window, the wait for the last answers, set-up; past it the run is abandoned.
-    let limit = job.window + super::stamp_job::ANSWER_WAIT + Duration::from_secs(30);
-    // A pair's windows follow one another all the time: each takes the link the last
-    // one left, when there is one. The agent is lost after three heartbeats unheard.
     let options = RunOptions {
-        control_timeout: options.control_timeout.max(STAMP_HEARTBEAT * 3),
+        control_timeout: options
+            .control_timeout
+            .max(kind.heartbeat.unwrap_or_default() * 3),
         ..options.clone()
     };
     let report = ask_and_wait(
         source,
         request,
         limit,
-        "STAMP test",
+        kind.what,
         (&options, options.links.as_deref()),
         stop,
         |reply| match reply {
-            AgentReply::StampResult { report } => Some(report),
+            AgentReply::SourceResult { report } => Some(report),
             _ => None,
         },
     )?;
-    super::stamp_job::within_bounds(*report, job).map_err(failed)
-}
-
-/// Runs one trace from the agent at `source` to `job`'s target.
-pub fn run_trace(
-    source: &str,
-    job: &super::trace_job::TraceJob,
-    options: &RunOptions,
-    stop: &AtomicBool,
-) -> Result<linerate_report::trace::TraceReport, RunError> {
-    use linerate_proto::agent::{TraceFlows, TraceHops};
-    let failed = |why: String| agent_failed(source, why);
-    let request = AgentRequest::Trace {
-        target: job.target.as_str().into(),
-        probe: job.probe,
-        flows: TraceFlows::try_from(job.flows).map_err(failed)?,
-        max_hops: TraceHops::try_from(job.max_hops).map_err(failed)?,
-        port: job.port,
-        source_port: job.source_port,
-        source: job.source.clone(),
-        mtu: job.mtu,
-    };
-    // Every probe and its wait, set-up; past it the run is abandoned.
-    let limit = job.longest() + Duration::from_secs(30);
-    let report = ask_and_wait(
-        source,
-        request,
-        limit,
-        "trace",
-        (options, options.links.as_deref()),
-        stop,
-        |reply| match reply {
-            AgentReply::TraceResult { report } => Some(report),
-            _ => None,
-        },
-    )?;
-    super::trace_job::within_bounds(*report, job).map_err(failed)
+    (kind.answer)(spec, report, target).map_err(failed)
 }
 
 fn agent_failed(source: &str, why: String) -> RunError {

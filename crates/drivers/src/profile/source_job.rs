@@ -55,3 +55,44 @@ pub(crate) trait SourceRun: Send {
         HEARTBEAT
     }
 }
+
+/// What a source job's request carries besides its kind.
+pub(crate) struct Asked {
+    /// The kind's own request.
+    pub spec: serde_json::Value,
+    /// The heartbeat the controller asked, if it did.
+    pub heartbeat_s: Option<linerate_proto::agent::Seconds>,
+    pub source: Option<linerate_model::Source>,
+}
+
+/// A kind of job an agent runs as a mesh test's source, both of its sides in its job
+/// module: what the agent reads from a request and runs, and what the controller asks and
+/// reads back. The agent's connection and the coordinator find a kind in
+/// [`SOURCE_KINDS`] by its name and never name one.
+pub struct SourceKind {
+    /// Its name on the wire and in the mesh file (`run = "stamp"`).
+    pub name: &'static str,
+    /// What logs and refusals call its jobs: "STAMP test", "trace".
+    pub what: &'static str,
+    /// The agent's side: the job a request asks, its values bounded as they are read.
+    pub(crate) read: fn(Asked) -> Result<Box<dyn SourceJob>, String>,
+    /// The controller's side: the heartbeat it asks for (`None`: the agent's own), and
+    /// the longest it waits for the answer of a job `spec` asks.
+    pub(crate) heartbeat: Option<Duration>,
+    pub(crate) limit: fn(&serde_json::Value) -> Result<Duration, String>,
+    /// The controller's side: the answer's report, read and held to what `spec` asked,
+    /// as the result document of a job whose destination is called `target`.
+    pub(crate) answer: fn(
+        &serde_json::Value,
+        serde_json::Value,
+        &str,
+    ) -> Result<linerate_report::document::Document, String>,
+}
+
+/// Every kind of source job this build runs.
+pub static SOURCE_KINDS: &[&SourceKind] = &[&super::stamp_job::KIND, &super::trace_job::KIND];
+
+/// The kind called `name`.
+pub fn kind(name: &str) -> Option<&'static SourceKind> {
+    SOURCE_KINDS.iter().copied().find(|k| k.name == name)
+}

@@ -8,10 +8,13 @@
 //! `--max-rate`); without a key, only the requester's own address, as a profile's peers.
 
 use linerate_model::clock::UnixTime;
-use linerate_proto::agent::AgentReply;
+use linerate_proto::agent::{AgentReply, Dscp, ProbeRate, ProbeSize, Seconds};
+use linerate_proto::text::PeerText;
+use linerate_report::document::Document;
 use linerate_report::stamp::StampReport;
 use linerate_stamp::sender::{self, Options};
 use linerate_stamp::wire::{tlv, Mode};
+use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -232,6 +235,73 @@ pub(crate) fn within_bounds(
     Ok(report)
 }
 
+/// A STAMP window as a request carries it, each value bounded where it is decoded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Spec {
+    reflector: PeerText,
+    window_s: Seconds,
+    rate: ProbeRate,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    size: Option<ProbeSize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dscp: Option<Dscp>,
+}
+
+impl Spec {
+    fn read(spec: &serde_json::Value) -> Result<Spec, String> {
+        Spec::deserialize(spec).map_err(|e| format!("a STAMP request that does not read: {e}"))
+    }
+
+    fn job(self, source: Option<linerate_model::Source>) -> StampJob {
+        StampJob {
+            reflector: self.reflector.into_string(),
+            window: self.window_s.duration(),
+            rate_pps: self.rate.get(),
+            size: self.size.map(u16::from),
+            dscp: self.dscp.map(u8::from),
+            source,
+        }
+    }
+}
+
+/// How often the agent of a STAMP window says it is alive: a pair's windows follow one
+/// another all the time, and the controller counts an agent lost after three unheard.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// STAMP as a kind of source job: a window of probes to the destination's reflector.
+pub static KIND: super::source_job::SourceKind = super::source_job::SourceKind {
+    name: "stamp",
+    what: "STAMP test",
+    read: |asked| {
+        let job = Spec::read(&asked.spec)?.job(asked.source);
+        let heartbeat = linerate_proto::agent::stamp_heartbeat(asked.heartbeat_s);
+        Ok(Box::new(StampSource { job, heartbeat }))
+    },
+    heartbeat: Some(HEARTBEAT),
+    // The window, the wait for the last answers, set-up; past it the run is abandoned.
+    limit: |spec| Ok(Spec::read(spec)?.window_s.duration() + ANSWER_WAIT + Duration::from_secs(30)),
+    answer: |spec, report, target| {
+        let job = Spec::read(spec)?.job(None);
+        let report = StampReport::deserialize(report)
+            .map_err(|e| format!("a STAMP report that does not read: {e}"))?;
+        let mut report = within_bounds(report, &job)?;
+        report.target = target.to_string();
+        Ok(Document::Stamp(Box::new(report)))
+    },
+};
+
+/// The request a mesh's STAMP window sends (`JobPlan::Source`'s spec), for the tests.
+#[cfg(test)]
+pub(crate) fn spec_of(job: &StampJob) -> serde_json::Value {
+    serde_json::json!({
+        "reflector": job.reflector,
+        "window_s": job.window.as_secs_f64(),
+        "rate": job.rate_pps,
+        "size": job.size,
+        "dscp": job.dscp,
+    })
+}
+
 /// A STAMP window as a controller asked for it, with how often its agent says it is
 /// alive while it runs.
 pub(crate) struct StampSource {
@@ -283,11 +353,13 @@ impl super::source_job::SourceRun for StampRun {
             Err(TryRecvError::Empty) => return None,
             Err(TryRecvError::Disconnected) => None,
         };
-        Some(
-            outcome(result, &self.reflector).map(|report| AgentReply::StampResult {
-                report: Box::new(report),
-            }),
-        )
+        Some(outcome(result, &self.reflector).and_then(|report| {
+            let report = serde_json::to_value(report).map_err(|e| SourceError {
+                reason: format!("cannot encode the STAMP report: {e}"),
+                unreachable: None,
+            })?;
+            Ok(AgentReply::SourceResult { report })
+        }))
     }
 
     fn due(&self) -> Option<std::time::Instant> {
@@ -342,6 +414,37 @@ mod tests {
         assert!(!checked.target.contains('\u{1b}'), "{:?}", checked.target);
         report.sent = 10_000;
         assert!(within_bounds(report, &job(60.0, 10.0, None)).is_err());
+    }
+
+    /// A STAMP job's request reads back into the job it was made from; values out of
+    /// their bounds are refused where they are read, before anything runs.
+    #[test]
+    fn a_stamp_spec_reads_back_and_is_bounded_where_it_is_read() {
+        let asked = job(60.0, 50.0, Some(1400));
+        let spec = spec_of(&asked);
+        assert_eq!(Spec::read(&spec).unwrap().job(None), asked);
+        let limit = (KIND.limit)(&spec).unwrap();
+        assert_eq!(
+            limit,
+            Duration::from_secs(60) + ANSWER_WAIT + Duration::from_secs(30)
+        );
+        for (key, value) in [
+            ("rate", serde_json::json!(0)),
+            ("rate", serde_json::json!(1e9)),
+            ("size", serde_json::json!(20)),
+            ("dscp", serde_json::json!(64)),
+            ("window_s", serde_json::json!(-1)),
+            ("reflector", serde_json::json!(7)),
+        ] {
+            let mut bad = spec.clone();
+            bad[key] = value;
+            let read = (KIND.read)(super::super::source_job::Asked {
+                spec: bad,
+                heartbeat_s: None,
+                source: None,
+            });
+            assert!(read.is_err(), "{key} out of bounds was read");
+        }
     }
 
     /// The window must fit --max-duration, the probes --max-rate, and a size its TLVs.

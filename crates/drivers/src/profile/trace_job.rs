@@ -8,10 +8,13 @@
 //! requester's own address, as a profile's peers.
 
 use linerate_model::clock::UnixTime;
-use linerate_proto::agent::AgentReply;
+use linerate_proto::agent::{AgentReply, TraceFlows, TraceHops};
+use linerate_proto::text::PeerText;
+use linerate_report::document::Document;
 use linerate_report::trace::TraceReport;
 use linerate_trace::net::{self, Protocol, TraceError};
 use linerate_trace::prober::Plan;
+use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Receiver};
@@ -168,6 +171,62 @@ pub(crate) fn within_bounds(
     Ok(report)
 }
 
+/// A trace as a request carries it, each value bounded where it is decoded (an agent
+/// sends at most flows times distances probes).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Spec {
+    target: PeerText,
+    probe: linerate_model::TraceProbe,
+    flows: TraceFlows,
+    max_hops: TraceHops,
+    /// The destination port of UDP and TCP probes; absent: traceroute's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    source_port: Option<u16>,
+    /// Each hop's MTU too (UDP probes only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    mtu: bool,
+}
+
+impl Spec {
+    fn read(spec: &serde_json::Value) -> Result<Spec, String> {
+        Spec::deserialize(spec).map_err(|e| format!("a trace request that does not read: {e}"))
+    }
+
+    fn job(self, source: Option<linerate_model::Source>) -> TraceJob {
+        TraceJob {
+            target: self.target.into_string(),
+            probe: self.probe,
+            flows: self.flows.into(),
+            max_hops: self.max_hops.into(),
+            port: self.port,
+            source_port: self.source_port,
+            mtu: self.mtu,
+            source,
+        }
+    }
+}
+
+/// A trace as a kind of source job: which way the source's packets go to the
+/// destination's address.
+pub static KIND: super::source_job::SourceKind = super::source_job::SourceKind {
+    name: "trace",
+    what: "trace",
+    read: |asked| Ok(Box::new(Spec::read(&asked.spec)?.job(asked.source))),
+    heartbeat: None,
+    // Every probe and its wait, set-up; past it the run is abandoned.
+    limit: |spec| Ok(Spec::read(spec)?.job(None).longest() + Duration::from_secs(30)),
+    answer: |spec, report, target| {
+        let job = Spec::read(spec)?.job(None);
+        let report = TraceReport::deserialize(report)
+            .map_err(|e| format!("a trace report that does not read: {e}"))?;
+        let mut report = within_bounds(report, &job)?;
+        report.target = target.to_string();
+        Ok(Document::Trace(Box::new(report)))
+    },
+};
+
 impl super::source_job::SourceJob for TraceJob {
     fn what(&self) -> &'static str {
         "trace"
@@ -198,8 +257,12 @@ struct TraceRun {
 impl super::source_job::SourceRun for TraceRun {
     fn poll(&mut self) -> Option<Result<AgentReply, SourceError>> {
         match self.outcome.try_recv() {
-            Ok(outcome) => Some(outcome.map(|report| AgentReply::TraceResult {
-                report: Box::new(report),
+            Ok(outcome) => Some(outcome.and_then(|report| {
+                let report = serde_json::to_value(report).map_err(|e| SourceError {
+                    reason: format!("cannot encode the trace: {e}"),
+                    unreachable: None,
+                })?;
+                Ok(AgentReply::SourceResult { report })
             })),
             Err(mpsc::TryRecvError::Empty) => None,
             Err(mpsc::TryRecvError::Disconnected) => Some(Err(SourceError {
@@ -213,6 +276,35 @@ impl super::source_job::SourceRun for TraceRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A trace's flows and distance are refused out of bounds where its request is read
+    /// (an agent sends their product in probes); one within them arrives whole.
+    #[test]
+    fn a_trace_spec_is_bounded_where_it_is_read() {
+        let asked = |flows: u32, hops: u32| {
+            Spec::read(&serde_json::json!({
+                "target": "192.0.2.1", "probe": "udp", "flows": flows, "max_hops": hops,
+            }))
+        };
+        assert!(asked(17, 30).is_err());
+        assert!(asked(0, 30).is_err());
+        assert!(asked(4, 65).is_err());
+        assert!(asked(4, 0).is_err());
+        assert!(asked(70_000, 30).is_err());
+        let job = asked(16, 64).unwrap().job(None);
+        assert_eq!(
+            (job.flows, job.max_hops, job.port, job.source_port),
+            (16, 64, None, None)
+        );
+        let gre =
+            serde_json::json!({"target": "192.0.2.1", "probe": "gre", "flows": 1, "max_hops": 30});
+        assert!(Spec::read(&gre).is_err());
+        let limit = (KIND.limit)(&serde_json::json!({
+            "target": "192.0.2.1", "probe": "icmp", "flows": 4, "max_hops": 20,
+        }))
+        .unwrap();
+        assert_eq!(limit, GAP * 80 + WAIT + Duration::from_secs(30));
+    }
     use linerate_report::trace::{Answer, FlowHop, FlowPath, TRACE};
 
     fn job() -> TraceJob {

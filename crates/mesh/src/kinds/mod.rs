@@ -28,7 +28,6 @@ use crate::host::{Host, Transport};
 use crate::reading::{MeshError, RawTest, Reader};
 use linerate_model::marks::Marks;
 use linerate_model::measure::{Headline, Measure};
-use linerate_model::TraceProbe;
 use linerate_profile::{
     Action as Op, Endpoint, Group, Profile, Protocol, Repeat, Size, Transaction, Transfer,
 };
@@ -121,8 +120,8 @@ pub struct JobSite<'a> {
     pub dst: &'a Host,
 }
 
-/// How a job runs: a profile on the source's agent, or an RPM test between the two
-/// agents.
+/// How a job runs: a profile on the source's agent, an RPM test between the two agents,
+/// or a job the source's agent runs itself.
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobPlan {
     Profile(Profile),
@@ -134,28 +133,12 @@ pub enum JobPlan {
         tls: bool,
         max_connections: u32,
     },
-    /// STAMP probes from the source's agent to the destination's reflector for one report
-    /// window.
-    Stamp {
-        /// The reflector: `host:port`, `[v6]:port`.
-        reflector: String,
-        window: Duration,
-        rate_pps: f64,
-        size: Option<u16>,
-        dscp: Option<u8>,
-    },
-    /// A trace from the source's agent to the destination's address.
-    Trace {
-        /// The destination's address (no port), or its name.
-        target: String,
-        probe: TraceProbe,
-        flows: u16,
-        max_hops: u8,
-        port: Option<u16>,
-        /// The first flow's source port: the pair's own, the same trace after trace, so
-        /// that a load balancer sends each flow the way it did before.
-        source_port: u16,
-        mtu: bool,
+    /// A job the source's agent runs itself and reports once (a STAMP window, a trace):
+    /// its kind's name among the agent's source kinds, and the kind's own request. The
+    /// coordinator sends it as it is and never reads it.
+    Source {
+        kind: &'static str,
+        spec: serde_json::Value,
     },
 }
 

@@ -8,7 +8,6 @@ use crate::reading::{
 };
 use linerate_model::measure::{Headline, Measure};
 use linerate_model::units::parse_size;
-use std::time::Duration;
 
 /// STAMP's port (RFC 8762 §4.1), where a host's reflector listens unless it says.
 pub const DEFAULT_STAMP_PORT: u16 = 862;
@@ -49,12 +48,16 @@ impl Kind for Stamp {
     }
 
     fn plan(&self, site: &JobSite) -> JobPlan {
-        JobPlan::Stamp {
-            reflector: reflector_of(site.dst, self.port),
-            window: Duration::from_secs_f64(site.seconds),
-            rate_pps: self.rate_pps,
-            size: self.size,
-            dscp: self.dscp,
+        // What the agent's STAMP job reads (drivers' `stamp_job::Spec`).
+        JobPlan::Source {
+            kind: self.run(),
+            spec: serde_json::json!({
+                "reflector": reflector_of(site.dst, self.port),
+                "window_s": site.seconds,
+                "rate": self.rate_pps,
+                "size": self.size,
+                "dscp": self.dscp,
+            }),
         }
     }
 }

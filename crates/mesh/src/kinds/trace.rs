@@ -60,14 +60,18 @@ impl Kind for Trace {
 
     fn plan(&self, site: &JobSite) -> JobPlan {
         let (src, dst) = (site.src, site.dst);
-        JobPlan::Trace {
-            target: address_of(dst),
-            probe: self.probe,
-            flows: self.flows,
-            max_hops: self.max_hops,
-            port: self.port,
-            mtu: self.mtu,
-            source_port: trace_source_port(site.mesh, site.test, &src.name, &dst.name, self.flows),
+        // What the agent's trace job reads (drivers' `trace_job::Spec`).
+        JobPlan::Source {
+            kind: self.run(),
+            spec: serde_json::json!({
+                "target": address_of(dst),
+                "probe": self.probe,
+                "flows": self.flows,
+                "max_hops": self.max_hops,
+                "port": self.port,
+                "mtu": self.mtu,
+                "source_port": trace_source_port(site.mesh, site.test, &src.name, &dst.name, self.flows),
+            }),
         }
     }
 }
