@@ -524,7 +524,7 @@ impl Agent<'_> {
                 heartbeat_s,
                 source,
             } => {
-                let Some(kind) = super::source_job::kind(kind.as_str()) else {
+                let Some(kind) = super::source_kind(kind.as_str()) else {
                     let reason =
                         format!("this agent runs no source job of kind '{}'", kind.as_str());
                     return self.refuse("source job", reason);

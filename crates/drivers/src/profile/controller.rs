@@ -543,7 +543,7 @@ pub fn run_source(
     stop: &AtomicBool,
 ) -> Result<linerate_report::document::Document, RunError> {
     let failed = |why: String| agent_failed(source, why);
-    let kind = super::source_job::kind(kind)
+    let kind = super::source_kind(kind)
         .ok_or_else(|| failed(format!("no source job of kind '{kind}' in this build")))?;
     let limit = (kind.limit)(spec).map_err(failed)?;
     let request = AgentRequest::Source {

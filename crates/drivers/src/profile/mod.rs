@@ -24,6 +24,15 @@ pub mod trace_job;
 
 pub use link::LinkPool;
 
+/// Every kind of job an agent runs as a mesh test's source, each with both of its sides
+/// in its module (`source_job::SourceKind`).
+pub static SOURCE_KINDS: &[&source_job::SourceKind] = &[&stamp_job::KIND, &trace_job::KIND];
+
+/// The source kind called `name`.
+pub(crate) fn source_kind(name: &str) -> Option<&'static source_job::SourceKind> {
+    SOURCE_KINDS.iter().copied().find(|k| k.name == name)
+}
+
 use std::time::Duration;
 
 /// The longest a profile thread blocks before checking its stop conditions.

@@ -68,7 +68,7 @@ pub(crate) struct Asked {
 /// A kind of job an agent runs as a mesh test's source, both of its sides in its job
 /// module: what the agent reads from a request and runs, and what the controller asks and
 /// reads back. The agent's connection and the coordinator find a kind in
-/// [`SOURCE_KINDS`] by its name and never name one.
+/// [`super::SOURCE_KINDS`] by its name and never name one.
 pub struct SourceKind {
     /// Its name on the wire and in the mesh file (`run = "stamp"`).
     pub name: &'static str,
@@ -87,12 +87,4 @@ pub struct SourceKind {
         serde_json::Value,
         &str,
     ) -> Result<linerate_report::document::Document, String>,
-}
-
-/// Every kind of source job this build runs.
-pub static SOURCE_KINDS: &[&SourceKind] = &[&super::stamp_job::KIND, &super::trace_job::KIND];
-
-/// The kind called `name`.
-pub fn kind(name: &str) -> Option<&'static SourceKind> {
-    SOURCE_KINDS.iter().copied().find(|k| k.name == name)
 }
