@@ -131,6 +131,13 @@ struct RefusalLog {
 }
 
 impl RefusalLog {
+    fn new() -> RefusalLog {
+        RefusalLog {
+            last: vec![None; Refusal::ALL.len()],
+            since: vec![0; Refusal::ALL.len()],
+        }
+    }
+
     fn note(&mut self, refusal: Refusal, from: SocketAddr, log: &LogLine) {
         let i = Refusal::ALL.iter().position(|r| *r == refusal).unwrap_or(0);
         self.since[i] += 1;
@@ -204,10 +211,7 @@ fn serve(
         v6,
         sys::supports_segmentation(socket),
     );
-    let mut refusals = RefusalLog {
-        last: vec![None; Refusal::ALL.len()],
-        since: vec![0; Refusal::ALL.len()],
-    };
+    let mut refusals = RefusalLog::new();
     let mut unsent = UnsentLog::default();
     while !stop.load(Ordering::Relaxed) {
         if clock_read.elapsed() >= Duration::from_secs(1) {
@@ -247,9 +251,8 @@ fn serve(
                                 received: Timestamp::ntp_from_unix_ns(
                                     meta.kernel_unix_ns.unwrap_or(now_unix),
                                 ),
-                                now: Timestamp::ntp_from_unix_ns(i128::from(
-                                    UnixTime::now().nanos(),
-                                )),
+                                // The answer leaves at once: its send time is now too.
+                                now: Timestamp::ntp_from_unix_ns(now_unix),
                                 now_ns: epoch.elapsed().as_nanos() as u64,
                                 tos: meta.tos.unwrap_or(0),
                                 ttl: meta.ttl.unwrap_or(0),
