@@ -57,29 +57,31 @@ pub fn apply_udp_options<S: AsFd>(socket: &S, config: &TestConfig) -> io::Result
 /// an IPv6 socket both, since one that reaches an IPv4-mapped address sends through the
 /// IPv4 code. On a TCP socket the kernel keeps the ECN field itself.
 pub fn set_marks<S: AsFd>(socket: &S, marks: linerate_model::marks::Marks) -> io::Result<()> {
-    let tos = libc::c_int::from(marks.tos());
-    let v6 = SockRef::from(socket).domain()? == socket2::Domain::IPV6;
+    let tos = u32::from(marks.tos());
+    let options = SockRef::from(socket);
     let what = || format!("the DSCP and ECN field (TOS {:#04x})", marks.tos());
-    if v6 {
-        set_int_option(socket, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos)
+    if options.domain()? == socket2::Domain::IPV6 {
+        options
+            .set_tclass_v6(tos)
             .map_err(|e| context(e, &what()))?;
-        let _ = set_int_option(socket, libc::IPPROTO_IP, libc::IP_TOS, tos);
+        let _ = options.set_tos(tos);
         Ok(())
     } else {
-        set_int_option(socket, libc::IPPROTO_IP, libc::IP_TOS, tos).map_err(|e| context(e, &what()))
+        options.set_tos(tos).map_err(|e| context(e, &what()))
     }
 }
 
 /// Asks the kernel to say with each datagram received on `socket` the TOS byte or traffic
 /// class it arrived with (IP_RECVTOS, IPV6_RECVTCLASS).
 pub fn receive_marks<S: AsFd>(socket: &S) -> io::Result<()> {
-    if SockRef::from(socket).domain()? == socket2::Domain::IPV6 {
-        set_int_option(socket, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+    let options = SockRef::from(socket);
+    if options.domain()? == socket2::Domain::IPV6 {
+        options.set_recv_tclass_v6(true)?;
         // An IPv4-mapped peer's datagrams come through the IPv4 code.
-        let _ = set_int_option(socket, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
+        let _ = options.set_recv_tos(true);
         Ok(())
     } else {
-        set_int_option(socket, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+        options.set_recv_tos(true)
     }
 }
 
@@ -263,7 +265,10 @@ pub fn mptcp_refusal(error: &io::Error) -> String {
     }
 }
 
-/// Sets an int-valued socket option (`setsockopt(level, option, value)`).
+/// Sets an int-valued socket option (`setsockopt(level, option, value)`), for the options
+/// socket2 does not have: UDP_SEGMENT and UDP_GRO, SO_TIMESTAMPNS, IP_RECVERR and
+/// IPV6_RECVERR, SO_RCVLOWAT, SO_BUSY_POLL, IP_MTU_DISCOVER; each caller names its option.
+#[allow(clippy::disallowed_methods)]
 pub fn set_int_option<S: AsFd>(
     socket: &S,
     level: libc::c_int,

@@ -30,6 +30,8 @@ pub const NOTSENT_LOWAT: u32 = 128 * 1024;
 
 /// Sets [`NOTSENT_LOWAT`] on a TCP socket (best effort: a kernel without it buffers as it
 /// always did).
+// TCP_NOTSENT_LOWAT, which socket2 does not have.
+#[allow(clippy::disallowed_methods)]
 pub fn limit_unsent(socket: &impl std::os::fd::AsRawFd) {
     let value = NOTSENT_LOWAT as libc::c_int;
     // SAFETY: an int option on a socket this process owns.

@@ -17,6 +17,9 @@
 //! cargo run --release -p linerate-store --example write_rate -- postgres URL 20000 2000
 //! ```
 
+// An example is a program of its own: a usage mistake ends it with exit code 2.
+#![allow(clippy::disallowed_methods)]
+
 use linerate_model::mesh_row::{MeshRow, Outcome};
 use linerate_report::document::Document;
 use linerate_store::spool::{Spool, SpoolCounts, Writer};

@@ -36,6 +36,8 @@ pub fn available() -> Result<(), String> {
     }
 }
 
+// kTLS: TCP_ULP and SOL_TLS's TLS_TX/TLS_RX, which socket2 does not have.
+#[allow(clippy::disallowed_methods)]
 fn set_option(
     fd: libc::c_int,
     level: libc::c_int,

@@ -2,6 +2,7 @@
 //! stream, a writer that several threads share, reads that give up after a deadline or
 //! when the transfer is called off.
 
+// An I/O driver: its reads give up at deadlines read from the clock.
 #![allow(clippy::disallowed_methods)]
 
 use std::io::{self, Read, Write};

@@ -1,6 +1,7 @@
 //! `linerate copy SRC DST`: one side `HOST:PATH`, the other a local path, as scp has it.
 //! Files and (with `-r`) directory trees, pushed or pulled over one session.
 
+// An I/O driver: a copy's session and its wall time run on the clock.
 #![allow(clippy::disallowed_methods)]
 
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -1,6 +1,7 @@
 //! The session's datagram side (its connected UDP socket, key and block size) and the
 //! clock the sending and receiving loops read.
 
+// An I/O driver: the clock the sending and receiving loops read is read here.
 #![allow(clippy::disallowed_methods)]
 
 use std::os::fd::AsRawFd;

@@ -2,6 +2,7 @@
 //! would see on a file system, the way a copy does its I/O (1 MiB `pwrite`s then
 //! `fdatasync`; `pread`s after the file's pages are dropped from the cache).
 
+// An I/O driver: it times the file system's writes and reads on the clock.
 #![allow(clippy::disallowed_methods)]
 
 use std::io;

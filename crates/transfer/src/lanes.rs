@@ -6,6 +6,7 @@
 //! and on a veth the receiving side's work too, run in the sender's context): one thread a
 //! lane spreads both over cores as the lanes spread the datagrams over the path's queues.
 
+// An I/O driver: the lanes' threads wait and time their sends on the clock.
 #![allow(clippy::disallowed_methods)]
 
 use std::io;

@@ -6,6 +6,7 @@
 //! since the last sync appended to the journal (and it synced). At the end the file is
 //! `fsync`ed, renamed into place, the journal removed and the directory synced.
 
+// An I/O driver: the datagram loop, the journal's intervals and the ACKs' timing read the clock; the receiver core takes the time as an argument.
 #![allow(clippy::disallowed_methods)]
 
 use std::collections::HashMap;

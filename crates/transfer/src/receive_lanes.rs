@@ -9,6 +9,7 @@
 //! host without CPUs to spare for them, and a copy of one lane, receive in the loop
 //! itself, checking each batch with the same [`Checked`].
 
+// An I/O driver: the lanes' threads wait for batches on the clock.
 #![allow(clippy::disallowed_methods)]
 
 use std::os::fd::{AsRawFd, RawFd};

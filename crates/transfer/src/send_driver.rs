@@ -3,6 +3,7 @@
 //! (pacing, batches of up to 64 datagrams per `sendmmsg`, ACKs); and the time accounts
 //! that say what held the transfer back.
 
+// An I/O driver: the datagram loop paces and accounts its time on the clock; the sender core it drives takes the time as an argument.
 #![allow(clippy::disallowed_methods)]
 
 use std::collections::VecDeque;

@@ -4,6 +4,7 @@
 //! links); only regular files are read or written; a refusal is told to the client and
 //! logged, and the session goes on.
 
+// An I/O driver: the server's admission and deadlines read the clock.
 #![allow(clippy::disallowed_methods)]
 
 use std::ffi::OsString;

@@ -4,6 +4,7 @@
 //! source address only when its IP is the control connection's, and connects its socket
 //! there. A server never sends a datagram to an address a client merely named.
 
+// An I/O driver: the hellos are resent and the proof waited for on the clock.
 #![allow(clippy::disallowed_methods)]
 
 use std::io;
