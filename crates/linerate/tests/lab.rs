@@ -2932,34 +2932,62 @@ fn stamp_loss_and_delay_each_way_are_the_emulators() {
         );
     }
 
-    // A queue built one way only.
-    let name = lab_name("stampq");
+    // A queue built one way only. The stream that builds it is the test's set-up, not
+    // what it tests: on a busy host it may start late, which the emulator's own account
+    // shows (no queue), and the run is made again once.
     let binary = binary();
     let both = format!(
         "{binary} --no-store stream server -t 5 > /dev/null & sleep 0.5; \
          {binary} --no-store stamp server --rate 100 -t 4 -i 0 --json; wait"
     );
-    let doc = lab_run_json_sh(
-        &name,
-        &["--rate", "20M", "--serve-args", "--stamp 862"],
-        &both,
-    );
-    let out_p90 = num(&doc, "/forward/added_us/p90");
-    let back_p90 = num(&doc, "/reverse/added_us/p90");
-    // The emulator's own account of the queue: frames that went out waited in it.
-    let status = emulator_status(&name);
-    let queued_ms = num(&status, "/directions/0/counters/delay_sum_ns")
-        / num(&status, "/directions/0/counters/passed")
-        / 1e6;
+    let mut attempt = 0;
+    let (doc, status) = loop {
+        attempt += 1;
+        let name = lab_name(&format!("stq{attempt}"));
+        let doc = lab_run_json_sh(
+            &name,
+            &["--rate", "20M", "--serve-args", "--stamp 862"],
+            &both,
+        );
+        let status = emulator_status(&name);
+        if held_ms(&status, 0) > 1.0 || attempt == 2 {
+            break (doc, status);
+        }
+        eprintln!("the stream built no queue: once more");
+    };
+    // The emulator's own account each way: frames out waited in the queue; frames back
+    // had no delay asked, so what they were held is the emulator's lateness on a busy
+    // host, which delays the answers as a queue would.
+    let queued_ms = held_ms(&status, 0);
+    let back_late_us = late_ms(&status, 1) * 1e3;
     assert!(
         queued_ms > 1.0,
-        "the stream built no queue: {queued_ms:.3} ms"
+        "the stream built no queue in two runs: {queued_ms:.3} ms"
     );
+    let out = num(&doc, "/forward/added_us/mean");
+    let back = num(&doc, "/reverse/added_us/mean");
+    // Means against means: the way out carries the queue, the way back at most the
+    // emulator's lateness beside a tenth of it.
     assert!(
-        out_p90 > 1_000.0 && out_p90 > 10.0 * back_p90,
-        "a stream filling the queue out: added {out_p90:.0} us out, {back_p90:.0} us back \
-         (the emulator held frames out {queued_ms:.3} ms on average)"
+        out > 1_000.0 && out > 0.5 * queued_ms * 1e3 && back < out / 10.0 + back_late_us,
+        "a stream filling the queue out: added {out:.0} us out, {back:.0} us back on average \
+         (the emulator held frames out {queued_ms:.3} ms on average, and was {back_late_us:.0} us \
+         late back)"
     );
+}
+
+/// The mean time the emulator held a direction's frames (`held_ms`), and of it the time
+/// it was late (`late_ms`), from its status.
+fn held_ms(status: &serde_json::Value, way: usize) -> f64 {
+    num(status, &format!("/directions/{way}/counters/delay_sum_ns"))
+        / num(status, &format!("/directions/{way}/counters/passed"))
+        / 1e6
+}
+
+fn late_ms(status: &serde_json::Value, way: usize) -> f64 {
+    num(status, &format!("/directions/{way}/counters/late_sum_ns"))
+        / num(status, &format!("/directions/{way}/counters/passed"))
+        / 1e6
 }
 
 /// `lab run --name NAME PATH -- sh -c SCRIPT`: the script's JSON on stdout.
