@@ -79,6 +79,26 @@ fn target_of(shown: &Shown) -> Result<Option<SocketAddr>> {
         .transpose()
 }
 
+/// What every test command has before it runs: the server's address, the request
+/// resolved, the store to keep the run in, the operator's stop.
+type Prepared = (
+    Option<SocketAddr>,
+    TestConfig,
+    Option<linerate_store::Store>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+);
+
+fn prepare(request: &TestRequest, shown: &Shown, storage: &Storage) -> Result<Prepared> {
+    let target = target_of(shown)?;
+    let config = resolved(request, target, shown.verbose)?;
+    Ok((
+        target,
+        config,
+        storage.open_for_run()?,
+        cancel::on_signals()?,
+    ))
+}
+
 /// Runs one test command: the baseline first when asked, then the test (repeated as the
 /// plan says), its result shown and kept.
 pub fn run(
@@ -87,10 +107,7 @@ pub fn run(
     with_baseline: bool,
     storage: &Storage,
 ) -> Result<()> {
-    let target = target_of(shown)?;
-    let config = resolved(request, target, shown.verbose)?;
-    let store = storage.open_for_run()?;
-    let cancel = cancel::on_signals()?;
+    let (target, config, store, cancel) = prepare(request, shown, storage)?;
     let text = TextSink::new(std::io::stdout(), shown.scale).intervals(
         &config,
         shown.per_flow,
@@ -138,10 +155,7 @@ pub fn search(
     shown: &Shown,
     storage: &Storage,
 ) -> Result<()> {
-    let target = target_of(shown)?;
-    let config = resolved(request, target, shown.verbose)?;
-    let store = storage.open_for_run()?;
-    let cancel = cancel::on_signals()?;
+    let (target, config, store, cancel) = prepare(request, shown, storage)?;
     let text = TextSink::new(std::io::stdout(), shown.scale);
     let mut sinks = sink::standard(shown.json, text, store);
     sinks.event(&Event::Note(&test::banner(shown.host, target, &config)));
