@@ -2966,10 +2966,12 @@ fn stamp_loss_and_delay_each_way_are_the_emulators() {
     );
     let out = num(&doc, "/forward/added_us/mean");
     let back = num(&doc, "/reverse/added_us/mean");
-    // Means against means: the way out carries the queue, the way back at most the
+    // Means against means: the way out carries the queue (above a millisecond; the
+    // emulator's mean is over the stream's frames, which fill the queue, where the probes
+    // sample it evenly in time, so the two are not held equal), the way back at most the
     // emulator's lateness beside a tenth of it.
     assert!(
-        out > 1_000.0 && out > 0.5 * queued_ms * 1e3 && back < out / 10.0 + back_late_us,
+        out > 1_000.0 && back < out / 10.0 + back_late_us,
         "a stream filling the queue out: added {out:.0} us out, {back:.0} us back on average \
          (the emulator held frames out {queued_ms:.3} ms on average, and was {back_late_us:.0} us \
          late back)"
