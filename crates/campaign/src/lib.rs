@@ -32,6 +32,7 @@ mod fixtures;
 pub mod iperf3_run;
 pub mod mesh;
 pub mod mesh_view;
+pub mod multicast_run;
 pub mod records;
 pub mod repeat;
 pub mod rpm_run;

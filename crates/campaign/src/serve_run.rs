@@ -4,11 +4,13 @@
 use crate::cancel;
 use crate::failure::usage;
 use anyhow::{anyhow, Context, Result};
+use linerate_drivers::multicast::{ReceiveOptions, ReceiverEvent, Receivers};
 use linerate_drivers::server::{Server, ServerConfig};
 use linerate_drivers::server_state::ServedTestHook;
 use linerate_metrics::assess::Thresholds;
 use linerate_metrics::board::{Board, ReflectorCounts, ReflectorSource};
 use linerate_metrics::served;
+use linerate_model::multicast::Join;
 use linerate_stamp::reflector;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -31,6 +33,10 @@ pub struct Beside {
     /// The address was the default ([::]): with no IPv6, every IPv4 address instead.
     pub default_listen: bool,
     pub port: u16,
+    /// `--join`: the multicast groups to count senders' streams of, and how.
+    pub multicast: Option<(Vec<Join>, ReceiveOptions)>,
+    /// `--log-format json`: each multicast stream's figures as one JSON line.
+    pub json_lines: bool,
 }
 
 /// `linerate serve`: the test server with what runs beside it, until a signal ends it.
@@ -41,6 +47,9 @@ pub fn run(mut config: ServerConfig, beside: &Beside) -> Result<()> {
     let _metrics = metrics_listener(beside, &mut config, stamp.as_ref())?;
     // Kept until the server ends, as the metrics listener.
     let _http = http_servers(beside, &config)?;
+    // Kept until the server ends: dropped, the streams under way are told and the
+    // groups left.
+    let _multicast = multicast_receivers(beside, config.log)?;
     let server = match Server::bind(config.clone()) {
         Ok(server) => server,
         // The port is taken: say so of the address asked for ([::], every address).
@@ -61,6 +70,40 @@ pub fn run(mut config: ServerConfig, beside: &Beside) -> Result<()> {
     cancel::set_on_signals(&server.shutdown_flag())?;
     server.run().context("server failed")?;
     Ok(())
+}
+
+/// `--join`: the receivers of the groups the operator named, each stream's figures on
+/// standard output as it ends (a line, or with `--log-format json` a JSON object).
+fn multicast_receivers(beside: &Beside, log: bool) -> Result<Option<Receivers>> {
+    let Some((joins, options)) = &beside.multicast else {
+        return Ok(None);
+    };
+    let json = beside.json_lines;
+    let receivers = Receivers::start(joins, options.clone(), move |event| {
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        match event {
+            ReceiverEvent::Joined { join, port } if log => {
+                eprintln!("{now} joined multicast {} on port {port}", join.describe())
+            }
+            ReceiverEvent::Joined { .. } => {}
+            ReceiverEvent::Stream(stream) if json => {
+                let mut line = serde_json::json!({"time": now.to_string(), "event": "multicast_stream"});
+                line["stream"] = serde_json::to_value(&*stream).unwrap_or_default();
+                println!("{line}");
+            }
+            ReceiverEvent::Stream(stream) => {
+                println!("{now} {}", linerate_report::multicast::stream_line(&stream))
+            }
+            ReceiverEvent::Refused { join, datagrams } if log => eprintln!(
+                "{now} multicast {}: {datagrams} datagrams refused (from another source than the join's, or senders beyond {} at once)",
+                join.describe(),
+                linerate_proto::multicast::MAX_SENDERS
+            ),
+            ReceiverEvent::Refused { .. } => {}
+        }
+    })
+    .map_err(|e| usage(e.to_string()))?;
+    Ok(Some(receivers))
 }
 
 /// `--metrics`: the listener, the served tests on its board, and the STAMP reflector's

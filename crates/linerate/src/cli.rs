@@ -140,7 +140,7 @@ pub fn unread_flag(matches: &clap::ArgMatches) -> Option<String> {
 pub enum Command {
     /// Serve tests from linerate clients (many at once, each isolated)
     #[command(
-        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv\n  linerate serve --cert cert.pem --cert-key key.pem --require-tls\n  linerate serve --http :8080 --https :8443   responsiveness (RPM) for linerate rpm, networkQuality, mach and browsers"
+        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv\n  linerate serve --cert cert.pem --cert-key key.pem --require-tls\n  linerate serve --http :8080 --https :8443   responsiveness (RPM) for linerate rpm, networkQuality, mach and browsers\n  linerate serve --join 239.1.1.1 --join 232.1.1.1@192.0.2.7%eth1   count multicast streams (linerate's, iperf 2's)"
     )]
     Serve(ServeArgs),
     /// Measure TCP throughput to a server, or of this machine over loopback
@@ -239,7 +239,7 @@ pub struct BindArgs {
     #[arg(short = 'B', long, value_name = "ADDR")]
     pub bind: Option<std::net::IpAddr>,
     /// Leave through this interface or VRF device (SO_BINDTODEVICE)
-    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
+    #[arg(long, value_name = "IFACE", value_parser = linerate_model::interface_name)]
     pub bind_dev: Option<String>,
 }
 
@@ -1054,9 +1054,9 @@ pub struct Iperf3Args {
 pub struct ServerArgs {
     /// Server to test against; without it, an in-process server on loopback measures this machine
     pub host: Option<String>,
-    /// Server port
-    #[arg(short, long, default_value_t = 5201)]
-    pub port: u16,
+    /// Server port [default: 5201; to a multicast group, 5001 (iperf 2's)]
+    #[arg(short, long)]
+    pub port: Option<u16>,
     /// Seconds to wait for each connection to be accepted
     #[arg(long, default_value_t = 5.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub connect_timeout: f64,
@@ -1064,7 +1064,7 @@ pub struct ServerArgs {
     #[arg(short = 'B', long, value_name = "ADDR")]
     pub bind: Option<std::net::IpAddr>,
     /// Leave through this interface or VRF device (SO_BINDTODEVICE): only its routes are used
-    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
+    #[arg(long, value_name = "IFACE", value_parser = linerate_model::interface_name)]
     pub bind_dev: Option<String>,
     /// Reach the server over IPv4 only
     #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
@@ -1085,6 +1085,23 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
+    /// The server's port: `--port`, else linerate's.
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(5201)
+    }
+
+    /// The multicast group the host names, where it names one (`stream GROUP -u`).
+    pub fn multicast_group(&self) -> Option<std::net::IpAddr> {
+        let host = self.host.as_deref()?;
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        bare.parse::<std::net::IpAddr>()
+            .ok()
+            .filter(|ip| ip.is_multicast())
+    }
+
     /// The marks the test's packets carry, when the user asked for any.
     pub fn marks(&self) -> Option<linerate_model::marks::Marks> {
         (self.dscp.is_some() || self.ecn).then(|| linerate_model::marks::Marks {
@@ -1145,19 +1162,6 @@ impl ServerArgs {
             )),
             _ => Ok(family),
         }
-    }
-}
-
-/// An interface's name as the kernel takes it: 1 to 15 bytes, no '/', ':' or blank.
-fn interface_name(text: &str) -> Result<String, String> {
-    let fits = (1..=15).contains(&text.len())
-        && !text
-            .chars()
-            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
-    if fits {
-        Ok(text.to_string())
-    } else {
-        Err("an interface name is 1 to 15 characters without '/', ':' or spaces".into())
     }
 }
 
@@ -1354,7 +1358,7 @@ pub struct CopyArgs {
     pub bind: Option<std::net::IpAddr>,
     /// Leave through this interface or VRF device (SO_BINDTODEVICE): the control
     /// connection and the datagrams
-    #[arg(long, value_name = "IFACE", value_parser = interface_name)]
+    #[arg(long, value_name = "IFACE", value_parser = linerate_model::interface_name)]
     pub bind_dev: Option<String>,
     /// Mark every packet of the copy both ways with this DSCP (EF, AF41, CS1, or 0-63):
     /// the datagrams and the control connection, the server's too once asked
@@ -1569,6 +1573,21 @@ pub struct ServeArgs {
     /// Refuse plain tests: every test must ask for --tls or --quic
     #[arg(long)]
     pub require_tls: bool,
+    /// Join this multicast group and count every sender's stream to it (loss, order,
+    /// jitter, delay, join latency), one line each as it ends: GROUP (any source),
+    /// GROUP@SOURCE (source-specific, IGMPv3/MLDv2), either with %IFACE; repeat for more
+    #[arg(long, value_name = "GROUP[@SOURCE][%IFACE]", value_parser = multicast_join)]
+    pub join: Vec<linerate_model::multicast::Join>,
+    /// The UDP port the joined groups are heard on (iperf 2's)
+    #[arg(long, value_name = "PORT", default_value_t = linerate_model::multicast::DEFAULT_MULTICAST_PORT, requires = "join")]
+    pub join_port: u16,
+    /// A multicast stream ends after this long without a datagram (seconds, or 500ms)
+    #[arg(long, value_name = "DURATION", default_value = "2", value_parser = join_silence, requires = "join")]
+    pub join_silence: f64,
+    /// The multicast senders read this host's clock (one host, a lab's namespaces): give
+    /// their streams' one-way delay
+    #[arg(long, requires = "join")]
+    pub same_clock: bool,
     /// Answer STAMP test packets (RFC 8762, stateful, with RFC 8972's TLVs) on this UDP
     /// [ADDR:]PORT (862 is STAMP's; below 1024 needs root or CAP_NET_BIND_SERVICE)
     #[arg(long, value_name = "[ADDR:]PORT", value_parser = udp_listen_addr)]
@@ -1654,6 +1673,9 @@ pub struct StreamArgs {
     /// UDP: receive with coalescing (UDP_GRO): runs of datagrams per buffer
     #[arg(long, requires = "udp")]
     pub gro: bool,
+    /// To a multicast group: the TTL (IPv6 hop limit) of its datagrams, 1 (this link) to 255
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=255))]
+    pub ttl: Option<u32>,
     #[command(flatten)]
     pub output: OutputArgs,
     /// Show figures per flow, and keep them per interval in the result
@@ -1707,6 +1729,20 @@ fn interval(text: &str) -> Result<f64, String> {
         return Err(format!(
             "'{text}' must be 0 (no interval reports) or {MIN_INTERVAL_S} to {MAX_INTERVAL_S} seconds"
         ));
+    }
+    Ok(value)
+}
+
+/// A multicast group to join: GROUP[@SOURCE][%IFACE].
+fn multicast_join(text: &str) -> Result<linerate_model::multicast::Join, String> {
+    linerate_model::multicast::Join::parse(text)
+}
+
+/// How long a multicast stream may be silent before it is taken as ended: 0.1 s to 1 h.
+fn join_silence(text: &str) -> Result<f64, String> {
+    let value = seconds(text)?;
+    if !(0.1..=3600.0).contains(&value) {
+        return Err(format!("'{text}' must be 0.1 to 3600 seconds"));
     }
     Ok(value)
 }

@@ -85,6 +85,17 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
         v6_prefix: args.ipv6_client_prefix,
         default_listen: args.listen.is_none(),
         port: args.port,
+        multicast: (!args.join.is_empty()).then(|| {
+            (
+                args.join.clone(),
+                linerate_drivers::multicast::ReceiveOptions {
+                    port: args.join_port,
+                    silence: std::time::Duration::from_secs_f64(args.join_silence),
+                    same_clock: args.same_clock,
+                },
+            )
+        }),
+        json_lines: args.log_format == "json",
     };
     serve_run::run(config, &beside)
 }

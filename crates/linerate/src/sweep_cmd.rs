@@ -23,7 +23,7 @@ fn spec(args: &SweepArgs) -> SweepSpec {
         host: args.server.host.clone(),
         source: args.server.source(),
         marks: args.server.marks(),
-        port: args.server.port,
+        port: args.server.port(),
         parallel: args.parallel.clone(),
         window: args.window.clone(),
         length: args.length.clone(),
@@ -49,7 +49,7 @@ pub fn run(args: &SweepArgs, globals: &Globals) -> CommandResult {
     check_secure_flags(&args.secure, false, false)?;
     let family = args.server.family().map_err(Failure::Usage)?;
     let target = match &args.server.host {
-        Some(host) => Some(test::resolve_host_as(host, args.server.port, family)?),
+        Some(host) => Some(test::resolve_host_as(host, args.server.port(), family)?),
         None => None,
     };
     let resolve = |request: &_| test::resolve_request(request, target);

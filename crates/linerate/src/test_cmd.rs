@@ -45,7 +45,7 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
     TestRequest {
         tls: args.secure.settings(args.quic),
         target: args.server.host.clone(),
-        port: args.server.port,
+        port: args.server.port(),
         parallel: args.parallel,
         threads: args.measure.threads,
         time_s: args.time.unwrap_or(if args.find_max {
@@ -75,7 +75,7 @@ fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestReq
     TestRequest {
         tls: rr.and_then(|a| a.secure.settings(false)),
         target: common.server.host.clone(),
-        port: common.server.port,
+        port: common.server.port(),
         parallel: common.parallel,
         threads: common.measure.threads,
         time_s: common.time,
@@ -105,10 +105,19 @@ fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestReq
 
 /// `linerate stream`.
 pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
+    if let Some(group) = args.server.multicast_group() {
+        return multicast(args, group);
+    }
+    if args.ttl.is_some() {
+        return Err(Failure::Usage(
+            "'--ttl' is for a multicast group: the host is not one (224.0.0.0/4, ff00::/8)".into(),
+        )
+        .into());
+    }
     check_secure_flags(&args.secure, args.quic, args.baseline)?;
     let shown = Shown {
         host: args.server.host.as_deref(),
-        port: args.server.port,
+        port: args.server.port(),
         family: args.server.family().map_err(Failure::Usage)?,
         trust: trust(&args.secure, globals.key.clone()),
         plan: RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence),
@@ -124,6 +133,75 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
     test_run::run(&request, &shown, args.baseline, &globals.storage)
 }
 
+/// `linerate stream GROUP -u`: one paced sender to a multicast group (docs/multicast.md).
+/// What a group cannot be sent (TCP, a reply, several flows, a search) is refused by name.
+fn multicast(args: &StreamArgs, group: std::net::IpAddr) -> CommandResult {
+    let refused = [
+        (
+            !args.udp,
+            "multicast is UDP: add -u (a group cannot take a TCP connection)",
+        ),
+        (
+            args.quic,
+            "'--quic' needs a connection; a multicast group has none",
+        ),
+        (
+            args.direction.reverse || args.direction.bidir,
+            "'-R'/'--bidir': a multicast group cannot send back",
+        ),
+        (
+            args.parallel > 1,
+            "'-P': one sender a run to a multicast group (run more senders for more)",
+        ),
+        (
+            args.find_max,
+            "'--find-max' needs the receivers' loss, which a multicast sender does not hear",
+        ),
+        (
+            args.pps.is_some(),
+            "'--pps' is not taken for a multicast group: give -b",
+        ),
+        (
+            args.repeat.iterations.is_some() || args.repeat.confidence.is_some(),
+            "'--iterations'/'--confidence' are not taken for a multicast group",
+        ),
+        (args.server.mptcp, "'--mptcp' needs TCP"),
+    ];
+    if let Some((_, why)) = refused.iter().find(|(refuse, _)| *refuse) {
+        return Err(Failure::Usage(format!("to multicast group {group}: {why}")).into());
+    }
+    let spec = linerate_drivers::multicast::SendSpec {
+        group: std::net::SocketAddr::new(
+            group,
+            args.server
+                .port
+                .unwrap_or(linerate_model::multicast::DEFAULT_MULTICAST_PORT),
+        ),
+        ttl: args
+            .ttl
+            .unwrap_or(linerate_model::multicast::DEFAULT_MULTICAST_TTL),
+        interface: args.server.bind_dev.clone(),
+        bind: args.server.bind,
+        // iperf 2's default datagram: 1,470 bytes fit an Ethernet frame.
+        length: args.length.map_or(1470, |l| l as usize),
+        rate_bps: args.rate.filter(|r| *r > 0).unwrap_or(1_000_000),
+        duration: std::time::Duration::from_secs_f64(args.time.unwrap_or(DEFAULT_TIME_S)),
+    };
+    if !(linerate_drivers::multicast::MIN_LENGTH..=linerate_drivers::multicast::MAX_LENGTH)
+        .contains(&spec.length)
+    {
+        return Err(Failure::Usage(format!(
+            "'-l {}': a multicast datagram carries {} to {} bytes",
+            spec.length,
+            linerate_drivers::multicast::MIN_LENGTH,
+            linerate_drivers::multicast::MAX_LENGTH
+        ))
+        .into());
+    }
+    linerate_campaign::multicast_run::send(&spec, args.output.print.json)?;
+    Ok(())
+}
+
 /// `linerate rr` (with its own flags) and `linerate crr` (`rr` is `None`).
 pub fn transactions(
     common: &TransactionArgs,
@@ -135,7 +213,7 @@ pub fn transactions(
     check_secure_flags(secure, false, false)?;
     let shown = Shown {
         host: common.server.host.as_deref(),
-        port: common.server.port,
+        port: common.server.port(),
         family: common.server.family().map_err(Failure::Usage)?,
         trust: trust(secure, globals.key.clone()),
         plan: RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence),

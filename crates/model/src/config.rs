@@ -256,20 +256,29 @@ impl Source {
     /// control character).
     pub fn check(&self) -> Result<(), String> {
         match self.device.as_deref() {
-            Some(name)
-                if name.is_empty()
-                    || name.len() > 15
-                    || name
-                        .chars()
-                        .any(|c| c == '/' || c.is_whitespace() || c.is_control()) =>
-            {
-                Err(format!(
-                    "source device {:?} is not an interface name (1 to 15 characters, no '/' or spaces)",
-                    name.chars().take(32).collect::<String>()
-                ))
-            }
-            _ => Ok(()),
+            Some(name) => interface_name(name)
+                .map(|_| ())
+                .map_err(|why| format!("source device {why}")),
+            None => Ok(()),
         }
+    }
+}
+
+/// An interface's name as the kernel takes it (`dev_valid_name`): 1 to 15 bytes
+/// (IFNAMSIZ less its NUL), no '/', ':', blank or control character. The error quotes at
+/// most 32 characters of what it was given (a name may come from the network).
+pub fn interface_name(text: &str) -> Result<String, String> {
+    let fits = (1..=15).contains(&text.len())
+        && !text
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
+    if fits {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "{:?} is not an interface name (1 to 15 characters, no '/', ':' or spaces)",
+            text.chars().take(32).collect::<String>()
+        ))
     }
 }
 

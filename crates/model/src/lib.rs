@@ -14,6 +14,7 @@ pub mod latency;
 pub mod marks;
 pub mod measure;
 pub mod mesh_row;
+pub mod multicast;
 pub mod observe;
 mod path;
 pub mod profile;

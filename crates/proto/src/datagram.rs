@@ -37,6 +37,18 @@ mod field {
         pub const WIDE_NUMBER: Range<usize> = 8..16;
     }
 
+    /// iperf 2's header (its UDP datagram): the packet number's low 32 bits, the send time
+    /// as seconds and microseconds of the wall clock, the number's high 32 bits, then the
+    /// first word of its client header, whose flags say whether the number is 64 bits.
+    pub mod iperf2 {
+        use std::ops::Range;
+        pub const NUMBER_LOW: Range<usize> = 0..4;
+        pub const SECONDS: Range<usize> = 4..8;
+        pub const MICROS: Range<usize> = 8..12;
+        pub const NUMBER_HIGH: Range<usize> = 12..16;
+        pub const FLAGS: Range<usize> = 16..20;
+    }
+
     /// A UDP flow's hello.
     pub mod hello {
         use std::ops::Range;
@@ -92,7 +104,17 @@ pub enum Framing {
     /// number from 1, as u32 BE or, with `wide` (iperf3's 64-bit counters), u64 BE. Only
     /// differences of send times matter (jitter), so any steady clock will do.
     Iperf3 { wide: bool },
+    /// iperf 2's (docs/protocol.md, "iperf 2's datagrams"): the packet number from 1, its low
+    /// 32 bits first and its high 32 bits after the send time (seconds and microseconds of
+    /// the wall clock, which one-way delay needs); the stream's last datagrams carry the
+    /// number negated (see [`Framing::is_final`]). linerate writes the 64-bit flag in the
+    /// word after, where the datagram has room; a datagram without it has a 32-bit number.
+    Iperf2,
 }
+
+/// iperf 2's flag for 64-bit packet numbers (HEADER_SEQNO64B in its client header's
+/// first word).
+pub const IPERF2_SEQNO64: u32 = 0x0800_0000;
 
 impl Framing {
     /// The shortest datagram that carries the header.
@@ -101,7 +123,44 @@ impl Framing {
             Framing::Native { .. } => MIN_DATAGRAM,
             Framing::Iperf3 { wide: true } => field::iperf3::WIDE_NUMBER.end,
             Framing::Iperf3 { wide: false } => field::iperf3::NUMBER.end,
+            Framing::Iperf2 => field::iperf2::NUMBER_HIGH.end,
         }
+    }
+
+    /// iperf 2's signed packet number: 64 bits where the flags say so, else the low
+    /// word's 32 (an older sender leaves the high word to chance).
+    fn iperf2_number(datagram: &[u8]) -> i64 {
+        let low = u32_at(datagram, field::iperf2::NUMBER_LOW);
+        let wide = datagram.len() >= field::iperf2::FLAGS.end
+            && u32_at(datagram, field::iperf2::FLAGS) & IPERF2_SEQNO64 != 0;
+        if wide {
+            ((u64::from(u32_at(datagram, field::iperf2::NUMBER_HIGH)) << 32) | u64::from(low))
+                as i64
+        } else {
+            i64::from(low as i32)
+        }
+    }
+
+    /// Whether `datagram` ends its stream: iperf 2's last datagrams carry their packet
+    /// number negated (its sender repeats them, as UDP may lose one). Other framings end
+    /// over the control connection, never in a datagram.
+    pub fn is_final(&self, datagram: &[u8]) -> bool {
+        match self {
+            Framing::Iperf2 => {
+                datagram.len() >= self.min_len() && Framing::iperf2_number(datagram) < 0
+            }
+            Framing::Native { .. } | Framing::Iperf3 { .. } => false,
+        }
+    }
+
+    /// Writes iperf 2's final datagram after `sent` datagrams: the next packet number,
+    /// negated, with the send time (`sent_ns`, wall clock).
+    pub fn write_iperf2_final(datagram: &mut [u8], sent: u64, sent_ns: u64) {
+        Framing::Iperf2.write(datagram, sent, sent_ns, 0);
+        let negated = (-((sent + 1) as i64)) as u64;
+        datagram[field::iperf2::NUMBER_LOW].copy_from_slice(&(negated as u32).to_be_bytes());
+        datagram[field::iperf2::NUMBER_HIGH]
+            .copy_from_slice(&((negated >> 32) as u32).to_be_bytes());
     }
 
     /// Writes the header of datagram `sequence` (from 0) of `flow`.
@@ -118,6 +177,19 @@ impl Framing {
                     datagram[field::iperf3::WIDE_NUMBER].copy_from_slice(&number.to_be_bytes());
                 } else {
                     datagram[field::iperf3::NUMBER].copy_from_slice(&(number as u32).to_be_bytes());
+                }
+            }
+            Framing::Iperf2 => {
+                let number = sequence + 1;
+                let seconds = (sent_ns / 1_000_000_000) as u32;
+                let micros = ((sent_ns % 1_000_000_000) / 1000) as u32;
+                datagram[field::iperf2::NUMBER_LOW].copy_from_slice(&(number as u32).to_be_bytes());
+                datagram[field::iperf2::SECONDS].copy_from_slice(&seconds.to_be_bytes());
+                datagram[field::iperf2::MICROS].copy_from_slice(&micros.to_be_bytes());
+                datagram[field::iperf2::NUMBER_HIGH]
+                    .copy_from_slice(&((number >> 32) as u32).to_be_bytes());
+                if datagram.len() >= field::iperf2::FLAGS.end {
+                    datagram[field::iperf2::FLAGS].copy_from_slice(&IPERF2_SEQNO64.to_be_bytes());
                 }
             }
         }
@@ -140,6 +212,21 @@ impl Framing {
                     + u64::from(u32_at(datagram, field::iperf3::MICROS)) * 1000;
                 Some(Header {
                     // Packet numbers start at 1: a 0 is no iperf3 datagram.
+                    sequence: number.checked_sub(1)?,
+                    sent_ns,
+                    flow: None,
+                    tag: None,
+                })
+            }
+            Framing::Iperf2 => {
+                if datagram.len() < self.min_len() {
+                    return None;
+                }
+                // From 1; a final (negative) number or a 0 is no test datagram.
+                let number = u64::try_from(Framing::iperf2_number(datagram)).ok()?;
+                let sent_ns = u64::from(u32_at(datagram, field::iperf2::SECONDS)) * 1_000_000_000
+                    + u64::from(u32_at(datagram, field::iperf2::MICROS)).min(999_999) * 1000;
+                Some(Header {
                     sequence: number.checked_sub(1)?,
                     sent_ns,
                     flow: None,
@@ -242,6 +329,10 @@ pub struct ArrivalCounts {
     /// and how many were summed: the one-way delay when both ends' clocks agree.
     pub transit_sum_ns: f64,
     pub transit_samples: u64,
+    /// The least and the most of those transit times, nanoseconds: the least is the
+    /// path's delay with no queue, the reference an added delay is measured from.
+    pub transit_min_ns: Option<f64>,
+    pub transit_max_ns: Option<f64>,
     /// Gaps in the sequence when they opened (a run of consecutive losses is one event):
     /// `lost / loss_events` is the mean burst length, where nothing arrived late.
     pub loss_events: u64,
@@ -308,7 +399,7 @@ impl SequenceTracker {
         };
         let tag = match self.framing {
             Framing::Native { tag } => Some(tag),
-            Framing::Iperf3 { .. } => None,
+            Framing::Iperf3 { .. } | Framing::Iperf2 => None,
         };
         if header.flow.is_some_and(|f| f != self.flow)
             || header
@@ -341,6 +432,17 @@ impl SequenceTracker {
             let transit = i128::from(arrival_ns) - i128::from(header.sent_ns);
             self.counts.transit_sum_ns += transit as f64;
             self.counts.transit_samples += 1;
+            let transit_ns = transit as f64;
+            self.counts.transit_min_ns = Some(
+                self.counts
+                    .transit_min_ns
+                    .map_or(transit_ns, |m| m.min(transit_ns)),
+            );
+            self.counts.transit_max_ns = Some(
+                self.counts
+                    .transit_max_ns
+                    .map_or(transit_ns, |m| m.max(transit_ns)),
+            );
             if let Some(last) = self.last_transit {
                 let d = (transit - last).unsigned_abs() as f64;
                 self.counts.jitter_ns += (d - self.counts.jitter_ns) / 16.0;
@@ -513,6 +615,65 @@ mod tests {
         for number in [1u32, 2, 4] {
             let mut d = vec![0u8; 100];
             d[8..12].copy_from_slice(&number.to_be_bytes());
+            t.record(&d, 0);
+        }
+        assert_eq!(
+            (t.counts().datagrams, t.counts().lost, t.expected()),
+            (3, 1, 4)
+        );
+    }
+
+    /// The first datagram iperf 2.1.8's client sent (`iperf -c 239.1.1.1 -u -e -l 200`,
+    /// as tcpdump showed it): packet 1, its wall-clock send time, and its client header,
+    /// whose flags (0x48010098) include the 64-bit packet number.
+    #[test]
+    fn iperf2_datagrams_read_as_iperf_2_wrote_them() {
+        let mut d = vec![0u8; 200];
+        d[..24].copy_from_slice(&[
+            0, 0, 0, 1, 0x6b, 0x10, 0x6a, 0x23, 0, 0x0d, 0x2b, 0x8e, 0, 0, 0, 0, 0x48, 1, 0, 0x98,
+            0, 0, 0, 1,
+        ]);
+        let h = Framing::Iperf2.read(&d).unwrap();
+        assert_eq!(h.sequence, 0, "iperf 2 counts from 1");
+        assert_eq!(h.sent_ns, 0x6b10_6a23 * 1_000_000_000 + 0x000d_2b8e * 1000);
+        assert!(!Framing::Iperf2.is_final(&d));
+        // Its stream's end: the number negated.
+        let mut last = d.clone();
+        last[..4].copy_from_slice(&(-1315i32).to_be_bytes());
+        last[12..16].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(Framing::Iperf2.is_final(&last));
+        assert!(Framing::Iperf2.read(&last).is_none(), "no test datagram");
+        // An older sender's 32-bit number: the high word is not read.
+        let mut old = vec![0u8; 16];
+        old[..4].copy_from_slice(&7u32.to_be_bytes());
+        old[12..16].copy_from_slice(&9u32.to_be_bytes());
+        assert_eq!(Framing::Iperf2.read(&old).unwrap().sequence, 6);
+        old[..4].copy_from_slice(&(-8i32).to_be_bytes());
+        assert!(Framing::Iperf2.is_final(&old));
+        assert!(!Framing::Native { tag: 1 }.is_final(&last));
+    }
+
+    #[test]
+    fn iperf2_headers_round_trip_with_64_bit_numbers_and_finals() {
+        for (sequence, len) in [(0u64, 16usize), (41, 64), ((1 << 33) + 5, 1470)] {
+            let mut d = vec![0u8; len];
+            Framing::Iperf2.write(&mut d, sequence, 1_700_000_000_123_456_789, 0);
+            let h = Framing::Iperf2.read(&d).unwrap();
+            let wide = len >= 20;
+            let expected = if wide {
+                sequence
+            } else {
+                sequence & 0xffff_ffff
+            };
+            assert_eq!(h.sequence, expected, "len {len}");
+            assert_eq!(h.sent_ns, 1_700_000_000_123_456_000);
+            Framing::write_iperf2_final(&mut d, sequence + 1, 5);
+            assert!(Framing::Iperf2.is_final(&d), "len {len}");
+        }
+        let mut t = SequenceTracker::new(0, Framing::Iperf2);
+        for sequence in [0u64, 1, 3] {
+            let mut d = vec![0u8; 100];
+            Framing::Iperf2.write(&mut d, sequence, 0, 0);
             t.record(&d, 0);
         }
         assert_eq!(

@@ -14,6 +14,7 @@ pub mod frame;
 pub mod iperf3;
 pub mod machine;
 pub mod message;
+pub mod multicast;
 pub mod preface;
 pub mod session;
 pub mod text;

@@ -303,12 +303,42 @@ proptest! {
     ])) {
         let _ = datagram::parse_hello(&input);
         let _ = datagram::read_header(&input);
-        for framing in [Framing::Native { tag: 5 }, Framing::Iperf3 { wide: false }, Framing::Iperf3 { wide: true }] {
+        for framing in [Framing::Native { tag: 5 }, Framing::Iperf3 { wide: false }, Framing::Iperf3 { wide: true }, Framing::Iperf2] {
             let _ = framing.read(&input);
+            let _ = framing.is_final(&input);
             let mut tracker = SequenceTracker::new(1, framing);
             tracker.record(&input, 10);
             tracker.record(&input, 5);
             let _ = tracker.counts();
+        }
+    }
+
+    /// A multicast group's accounting fed anything from a handful of senders: it never
+    /// panics, holds no more senders than its bound, and every stream it ends adds up
+    /// (received and lost are what the sender sent, as far as the receiver can tell).
+    #[test]
+    fn multicast_group_accounting(
+        datagrams in proptest::collection::vec(
+            (0u16..80, proptest::collection::vec(any::<u8>(), 0..40), 0u64..10_000),
+            0..200,
+        )
+    ) {
+        use linerate_proto::multicast::{GroupReceiver, MAX_SENDERS};
+        let join = linerate_model::multicast::Join::parse("239.1.1.1").unwrap();
+        let mut group = GroupReceiver::new(join, 5001, 0, 1_000_000, true);
+        let mut ended = Vec::new();
+        let mut mono = 0u64;
+        for (port, bytes, step) in datagrams {
+            mono += step;
+            let from = std::net::SocketAddr::from(([10, 0, 0, 1], port));
+            ended.extend(group.datagram(from, &bytes, mono, mono));
+            ended.extend(group.tick(mono));
+            prop_assert!(group.streams_on() <= MAX_SENDERS);
+        }
+        ended.extend(group.stop(mono + 1));
+        for stream in ended {
+            prop_assert_eq!(stream.datagrams + stream.lost, stream.expected);
+            prop_assert!(stream.loss_percent >= 0.0 && stream.loss_percent <= 100.0);
         }
     }
 }

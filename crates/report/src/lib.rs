@@ -18,6 +18,7 @@ pub mod html;
 pub mod iperf3_json;
 pub mod live;
 pub mod model;
+pub mod multicast;
 pub mod profile;
 pub mod rpm;
 pub mod rr;

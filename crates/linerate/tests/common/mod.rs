@@ -514,7 +514,7 @@ pub struct Star {
     pub hub: String,
     pub hosts: Vec<String>,
     pub addrs: Vec<String>,
-    devs: Vec<String>,
+    pub devs: Vec<String>,
     /// The bridge's port towards each host, in the hub.
     ports: Vec<String>,
 }

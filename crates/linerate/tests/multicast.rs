@@ -1,0 +1,415 @@
+//! Multicast (docs/multicast.md) between network namespaces on one bridge: linerate's
+//! sender and receivers, iperf 2's both ways, source-specific joins, and what a host that
+//! did not join gets. The references are the kernel's own counts in each receiver's
+//! namespace (/proc/net/snmp: datagrams delivered, receive-buffer drops) and the peer's
+//! own report. They need root; without it they are counted as skipped.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The final datagrams a linerate sender sends after its stream.
+const FINALS: u64 = 10;
+
+fn skip_unless_root(test: &str) -> bool {
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return true;
+    }
+    false
+}
+
+/// `linerate serve --join ...` in a namespace, its stream lines (JSON) collected.
+struct Receiver {
+    child: Child,
+    lines: Arc<Mutex<Vec<serde_json::Value>>>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Receiver {
+    fn start(ns: &str, joins: &[String], extra: &[&str]) -> Receiver {
+        let mut command = Command::new("ip");
+        command
+            .args([
+                "netns",
+                "exec",
+                ns,
+                binary(),
+                "serve",
+                "--port",
+                "0",
+                "--no-tls",
+            ])
+            .args(["--log-format", "json"])
+            .envs(scratch_env());
+        for join in joins {
+            command.args(["--join", join]);
+        }
+        let mut child = command
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start linerate serve --join");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) {
+                    sink.lock().unwrap().push(value);
+                }
+            }
+        });
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let receiver = Receiver { child, lines, log };
+        let until = Instant::now() + Duration::from_secs(10);
+        while receiver.log().matches("joined multicast").count() < joins.len() {
+            assert!(
+                Instant::now() < until,
+                "receiver did not join: {}",
+                receiver.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        receiver
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// The streams it has reported so far.
+    fn streams(&self) -> Vec<serde_json::Value> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l["event"] == "multicast_stream")
+            .map(|l| l["stream"].clone())
+            .collect()
+    }
+
+    /// Waits for `count` streams.
+    fn wait_streams(&self, count: usize) -> Vec<serde_json::Value> {
+        let until = Instant::now() + Duration::from_secs(15);
+        while self.streams().len() < count && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let streams = self.streams();
+        assert!(
+            streams.len() >= count,
+            "{} of {count} streams: {streams:?}\n{}",
+            streams.len(),
+            self.log()
+        );
+        streams
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The kernel's UDP counts in a namespace: datagrams delivered to sockets, and those a
+/// full receive buffer dropped.
+fn udp_counts(ns: &str) -> (u64, u64) {
+    (
+        snmp_counter(ns, "Udp", "InDatagrams"),
+        snmp_counter(ns, "Udp", "RcvbufErrors"),
+    )
+}
+
+/// `linerate stream GROUP -u` from host 0 of `star` through its interface; its document.
+fn send(star: &Star, group: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["stream", group, "-u", "--bind-dev", &star.devs[0], "--json"];
+    args.extend_from_slice(extra);
+    let output = linerate_in(&star.hosts[0], &args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    json(&output)
+}
+
+/// One sender, two hosts that joined and one that did not: each joined receiver counts
+/// every datagram the sender sent, less exactly what its own kernel dropped; the host
+/// that did not join is delivered nothing; the join's latency and, on one clock, the
+/// one-way delay are given.
+#[test]
+fn every_receiver_counts_the_senders_datagrams_less_its_own_kernels_drops() {
+    if skip_unless_root("multicast receivers test") {
+        return;
+    }
+    let star = Star::new("mcast", 4);
+    let group = "239.1.2.3";
+    let joined: Vec<Receiver> = [1, 2]
+        .iter()
+        .map(|&i| {
+            Receiver::start(
+                &star.hosts[i],
+                &[format!("{group}%{}", star.devs[i])],
+                &["--same-clock"],
+            )
+        })
+        .collect();
+    // Host 3 listens to another group on the same port.
+    let other = Receiver::start(
+        &star.hosts[3],
+        &[format!("239.9.9.9%{}", star.devs[3])],
+        &[],
+    );
+    let before: Vec<(u64, u64)> = (1..4).map(|i| udp_counts(&star.hosts[i])).collect();
+    let sent = send(&star, group, &["-b", "4M", "-t", "2", "-l", "1000"]);
+    let datagrams = sent["datagrams"].as_u64().unwrap();
+    assert!(datagrams > 900, "{sent}");
+    assert_eq!(sent["send_errors"], 0, "{sent}");
+    assert_eq!(sent["finals"], FINALS, "{sent}");
+    for (k, receiver) in joined.iter().enumerate() {
+        let stream = receiver.wait_streams(1).remove(0);
+        let (delivered, dropped) = {
+            let after = udp_counts(&star.hosts[k + 1]);
+            (after.0 - before[k].0, after.1 - before[k].1)
+        };
+        assert_eq!(stream["group"], group);
+        assert_eq!(stream["ended"], "final", "{stream}");
+        assert_eq!(stream["expected"], datagrams, "{stream}");
+        // Everything sent reached the receiver's UDP layer (the bridge drops nothing at
+        // this rate): delivered to the socket, or dropped by its full buffer.
+        assert_eq!(delivered + dropped, datagrams + FINALS, "{stream}");
+        let counted =
+            stream["datagrams"].as_u64().unwrap() + stream["duplicates"].as_u64().unwrap();
+        let finals_delivered = delivered - counted;
+        assert!(
+            finals_delivered <= FINALS,
+            "delivered {delivered}: {stream}"
+        );
+        assert_eq!(
+            stream["lost"].as_u64().unwrap(),
+            dropped - (FINALS - finals_delivered),
+            "the loss is what the kernel dropped of the stream ({dropped} in all): {stream}"
+        );
+        assert!(
+            stream["join_latency_ms"].as_f64().unwrap() > 0.0,
+            "{stream}"
+        );
+        let delay = &stream["one_way_delay"];
+        assert_eq!(delay["state"], "given", "{stream}");
+        let (min, mean, max) = (
+            num(delay, "/min_ms"),
+            num(delay, "/mean_ms"),
+            num(delay, "/max_ms"),
+        );
+        assert!(0.0 <= min && min <= mean && mean <= max, "{stream}");
+    }
+    // The host that joined another group: nothing delivered, nothing reported.
+    let (delivered, _) = udp_counts(&star.hosts[3]);
+    assert_eq!(
+        delivered, before[2].0,
+        "a host that did not join got datagrams"
+    );
+    assert!(other.streams().is_empty(), "{:?}", other.streams());
+}
+
+/// iperf 2 on either end: iperf 2's receiver counts linerate's stream (its total counts
+/// the final datagram, as it does its own client's), and linerate's receiver counts
+/// iperf 2's stream to the datagram iperf 2 says it wrote.
+#[test]
+fn iperf_2_receives_linerates_stream_and_linerate_receives_iperf_2s() {
+    if skip_unless_root("multicast iperf 2 test") || !have("iperf", "multicast iperf 2 test") {
+        return;
+    }
+    let star = Star::new("mcip", 3);
+    let group = "239.1.2.4";
+    // iperf 2's receiver in host 2: it joins through the route to the group.
+    common::run(
+        "ip",
+        &[
+            "-n",
+            &star.hosts[2],
+            "route",
+            "add",
+            "224.0.0.0/4",
+            "dev",
+            &star.devs[2],
+        ],
+    );
+    let iperf_receiver = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &star.hosts[2],
+            "timeout",
+            "20",
+            "iperf",
+            "-s",
+            "-u",
+        ])
+        .args(["-B", group, "-e"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start iperf -s");
+    let iperf_pid = iperf_receiver.id();
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = send(&star, group, &["-b", "2M", "-t", "1", "-l", "500"]);
+    let datagrams = sent["datagrams"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // iperf 2 ends its report when it is told to: SIGINT, then it prints and exits.
+    let _ = Command::new("kill")
+        .args(["-INT", &iperf_pid.to_string()])
+        .status();
+    let output = iperf_receiver.wait_with_output().expect("iperf -s ends");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let (lost, total) = text
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let field = l
+                .split_whitespace()
+                .find(|w| w.contains('/') && w.split('/').all(|n| n.parse::<u64>().is_ok()))?;
+            let (a, b) = field.split_once('/')?;
+            Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
+        })
+        .unwrap_or_else(|| panic!("no Lost/Total in iperf's report:\n{text}"));
+    assert_eq!(
+        total,
+        datagrams + 1,
+        "iperf 2 counts the final datagram:\n{text}"
+    );
+    assert_eq!(lost, 0, "{text}");
+
+    // iperf 2 sends; linerate's receiver in host 1 counts.
+    let receiver = Receiver::start(&star.hosts[1], &[format!("{group}%{}", star.devs[1])], &[]);
+    let client = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &star.hosts[0],
+            "timeout",
+            "20",
+            "iperf",
+            "-c",
+            group,
+        ])
+        .args(["-u", "-T", "1", "-t", "1", "-b", "1M", "-l", "400", "-e"])
+        .args(["-B", &star.addrs[0]])
+        .output()
+        .expect("iperf -c");
+    let text = String::from_utf8_lossy(&client.stdout);
+    assert!(client.status.success(), "{text}");
+    // "Write/Err" column: datagrams written, errors.
+    let written: u64 = text
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.split_whitespace()
+                .find(|w| w.ends_with("/0") && w.split('/').all(|n| n.parse::<u64>().is_ok()))
+                .and_then(|w| w.split('/').next()?.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no Write/Err in iperf's report:\n{text}"));
+    let stream = receiver.wait_streams(1).remove(0);
+    assert_eq!(stream["ended"], "final", "{stream}");
+    assert_eq!(stream["expected"], written, "{stream}\n{text}");
+    assert_eq!(
+        stream["datagrams"].as_u64().unwrap() + stream["lost"].as_u64().unwrap(),
+        written,
+        "{stream}"
+    );
+    assert_eq!(
+        stream["one_way_delay"]["state"], "withheld",
+        "no --same-clock"
+    );
+}
+
+/// A source-specific join hears its source alone: a stream from another host to that
+/// group is not delivered, the one from the named source is.
+#[test]
+fn a_source_specific_join_hears_its_source_alone() {
+    if skip_unless_root("multicast source-specific test") {
+        return;
+    }
+    let star = Star::new("mcssm", 3);
+    let (dev0, dev1) = (&star.devs[0], &star.devs[1]);
+    let receiver = Receiver::start(
+        &star.hosts[1],
+        &[
+            format!("232.1.1.1@{}%{dev1}", star.addrs[0]),
+            format!("232.1.1.2@{}%{dev1}", star.addrs[2]),
+        ],
+        &[],
+    );
+    let before = udp_counts(&star.hosts[1]);
+    // Host 0 sends to both groups; only the first names it as the source.
+    for group in ["232.1.1.1", "232.1.1.2"] {
+        let output = linerate_in(
+            &star.hosts[0],
+            &[
+                "stream",
+                group,
+                "-u",
+                "--bind-dev",
+                dev0,
+                "-b",
+                "1M",
+                "-t",
+                "0.5",
+                "--json",
+            ],
+        );
+        assert!(output.status.success(), "{}", stderr(&output));
+    }
+    let streams = receiver.wait_streams(1);
+    // Let anything late arrive before counting.
+    std::thread::sleep(Duration::from_millis(2500));
+    let streams_now = receiver.streams();
+    assert_eq!(streams_now.len(), 1, "{streams_now:?}");
+    assert_eq!(streams[0]["group"], "232.1.1.1");
+    assert_eq!(streams[0]["source"], star.addrs[0].as_str());
+    let delivered = udp_counts(&star.hosts[1]).0 - before.0;
+    let counted = streams[0]["datagrams"].as_u64().unwrap() + FINALS;
+    assert_eq!(
+        delivered, counted,
+        "the kernel delivered the source's stream alone"
+    );
+}
+
+/// What cannot be a multicast test is refused before anything is sent: one line naming
+/// the value, exit 2.
+#[test]
+fn a_join_or_a_send_that_cannot_be_is_one_line_and_exit_2() {
+    for (args, says) in [
+        (vec!["serve", "--join", "10.0.0.1"], "not a multicast group"),
+        (
+            vec!["serve", "--join", "232.1.1.1@239.0.0.1"],
+            "cannot send",
+        ),
+        (vec!["stream", "239.1.1.1"], "add -u"),
+        (vec!["stream", "239.1.1.1", "-u", "-R"], "cannot send back"),
+        (vec!["stream", "239.1.1.1", "-u", "-P", "2"], "one sender"),
+        (
+            vec!["stream", "239.1.1.1", "-u", "-l", "8"],
+            "carries 20 to",
+        ),
+        (
+            vec!["stream", "127.0.0.1", "--ttl", "4"],
+            "'--ttl' is for a multicast group",
+        ),
+    ] {
+        let output = linerate(&args);
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {text}");
+        assert!(text.contains(says), "{args:?}: {text}");
+        assert_eq!(text.trim().lines().count(), 1, "{args:?}: {text}");
+    }
+}
