@@ -36,8 +36,11 @@ const REFUSED_PAUSE: Duration = Duration::from_micros(200);
 /// What a multicast sender is asked.
 #[derive(Debug, Clone)]
 pub struct SendSpec {
-    /// The group and port.
+    /// The (first) group and port.
     pub group: SocketAddr,
+    /// Groups from `group` on (239.1.1.1, 239.1.1.2, ...), each sent `rate_bps`: one
+    /// stream per group, from one socket, taking turns.
+    pub groups: u32,
     pub ttl: u32,
     /// Leave through this interface (SO_BINDTODEVICE; for IPv6 also IPV6_MULTICAST_IF).
     pub interface: Option<String>,
@@ -71,8 +74,33 @@ fn sender_socket(spec: &SendSpec) -> io::Result<Socket> {
     } else {
         socket.set_multicast_hops_v6(spec.ttl)?;
     }
-    socket.connect(&SockAddr::from(spec.group))?;
     Ok(socket)
+}
+
+/// The `count` groups from `first` on, each a multicast address (an error names the one
+/// past the range).
+pub fn groups_from(first: SocketAddr, count: u32) -> io::Result<Vec<SockAddr>> {
+    (0..count)
+        .map(|i| {
+            let ip = match first.ip() {
+                IpAddr::V4(ip) => IpAddr::from((u32::from(ip)).wrapping_add(i).to_be_bytes()),
+                IpAddr::V6(ip) => {
+                    IpAddr::from((u128::from(ip)).wrapping_add(u128::from(i)).to_be_bytes())
+                }
+            };
+            if ip.is_multicast() {
+                Ok(SockAddr::from(SocketAddr::new(ip, first.port())))
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{count} groups from {} run past the multicast range ({ip})",
+                        first.ip()
+                    ),
+                ))
+            }
+        })
+        .collect()
 }
 
 /// Whether a send error is the kernel's queue being full (counted, not fatal).
@@ -84,15 +112,17 @@ fn queue_full(error: &io::Error) -> bool {
 /// `stop`), then its final datagram; what it sent.
 pub fn send(spec: &SendSpec, stop: &AtomicBool) -> io::Result<MulticastSent> {
     let socket = sender_socket(spec)?;
-    let local = socket.local_addr().ok().and_then(|a| a.as_socket());
+    let targets = groups_from(spec.group, spec.groups.max(1))?;
     let mut datagram = vec![0x5a_u8; spec.length.clamp(MIN_LENGTH, MAX_LENGTH)];
     let length = datagram.len();
     let start = Instant::now();
     let end = start + spec.duration;
-    // Credit for 4 ms (two datagrams at least): a sleep's overshoot is made up after it,
-    // and a sender held off the CPU longer does not burst.
-    let burst = (spec.rate_bps / 8 / 250).max(2 * length as u64);
-    let mut pacer = Pacer::new(start, spec.rate_bps, burst);
+    // The groups take turns under one pacer of their summed rate, so each gets its share
+    // exactly. Credit for 4 ms (two datagrams at least): a sleep's overshoot is made up
+    // after it, and a sender held off the CPU longer does not burst.
+    let rate = spec.rate_bps.saturating_mul(targets.len() as u64);
+    let burst = (rate / 8 / 250).max(2 * length as u64);
+    let mut pacer = Pacer::new(start, rate, burst);
     let (mut sent, mut errors) = (0u64, 0u64);
     let mut last_send = start;
     while !stop.load(Ordering::Relaxed) {
@@ -104,8 +134,10 @@ pub fn send(spec: &SendSpec, stop: &AtomicBool) -> io::Result<MulticastSent> {
             std::thread::sleep(wait.min(end - now));
             continue;
         }
-        Framing::Iperf2.write(&mut datagram, sent, UnixTime::now().nanos(), 0);
-        match socket.send(&datagram) {
+        let turn = (sent % targets.len() as u64) as usize;
+        let sequence = sent / targets.len() as u64;
+        Framing::Iperf2.write(&mut datagram, sequence, UnixTime::now().nanos(), 0);
+        match socket.send_to(&datagram, &targets[turn]) {
             Ok(_) => {
                 sent += 1;
                 pacer.charge(length);
@@ -118,17 +150,24 @@ pub fn send(spec: &SendSpec, stop: &AtomicBool) -> io::Result<MulticastSent> {
             Err(e) => return Err(e),
         }
     }
+    let local = socket.local_addr().ok().and_then(|a| a.as_socket());
     let duration_s = last_send.duration_since(start).as_secs_f64();
+    // Each group's final carries its own count: the turns it had.
     let mut finals = 0;
     for _ in 0..FINALS {
-        Framing::write_iperf2_final(&mut datagram, sent, UnixTime::now().nanos());
-        if socket.send(&datagram).is_ok() {
-            finals += 1;
+        let mut all = true;
+        for (turn, target) in targets.iter().enumerate() {
+            let count = sent / targets.len() as u64
+                + u64::from((turn as u64) < sent % targets.len() as u64);
+            Framing::write_iperf2_final(&mut datagram, count, UnixTime::now().nanos());
+            all &= socket.send_to(&datagram, target).is_ok();
         }
+        finals += u32::from(all);
         std::thread::sleep(FINAL_GAP);
     }
     Ok(MulticastSent {
         group: spec.group.ip(),
+        groups: targets.len() as u32,
         port: spec.group.port(),
         ttl: spec.ttl,
         interface: spec.interface.clone(),

@@ -1676,6 +1676,10 @@ pub struct StreamArgs {
     /// To a multicast group: the TTL (IPv6 hop limit) of its datagrams, 1 (this link) to 255
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=255))]
     pub ttl: Option<u32>,
+    /// To a multicast group: this many groups from it on (239.1.1.1, 239.1.1.2, ...), each
+    /// its own stream at -b, all from one socket
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub groups: u32,
     #[command(flatten)]
     pub output: OutputArgs,
     /// Show figures per flow, and keep them per interval in the result

@@ -108,9 +108,9 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
     if let Some(group) = args.server.multicast_group() {
         return multicast(args, group);
     }
-    if args.ttl.is_some() {
+    if args.ttl.is_some() || args.groups > 1 {
         return Err(Failure::Usage(
-            "'--ttl' is for a multicast group: the host is not one (224.0.0.0/4, ff00::/8)".into(),
+            "'--ttl' and '--groups' are for a multicast group: the host is not one (224.0.0.0/4, ff00::/8)".into(),
         )
         .into());
     }
@@ -177,6 +177,7 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr) -> CommandResult {
                 .port
                 .unwrap_or(linerate_model::multicast::DEFAULT_MULTICAST_PORT),
         ),
+        groups: args.groups,
         ttl: args
             .ttl
             .unwrap_or(linerate_model::multicast::DEFAULT_MULTICAST_TTL),
@@ -197,6 +198,9 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr) -> CommandResult {
             linerate_drivers::multicast::MAX_LENGTH
         ))
         .into());
+    }
+    if let Err(e) = linerate_drivers::multicast::groups_from(spec.group, spec.groups) {
+        return Err(Failure::Usage(format!("'--groups {}': {e}", spec.groups)).into());
     }
     linerate_campaign::multicast_run::send(&spec, args.output.print.json)?;
     Ok(())

@@ -221,6 +221,85 @@ fn every_receiver_counts_the_senders_datagrams_less_its_own_kernels_drops() {
     assert!(other.streams().is_empty(), "{:?}", other.streams());
 }
 
+/// A socket's drops as the kernel counts them (/proc/net/udp's last column), by the
+/// address it is bound to (`239.1.2.3:5001`), in namespace `ns`.
+fn socket_drops(ns: &str) -> std::collections::HashMap<String, u64> {
+    let text = common::run("ip", &["netns", "exec", ns, "cat", "/proc/net/udp"]);
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (ip, port) = fields.get(1)?.split_once(':')?;
+            // Little-endian hex of the address, big-endian hex of the port.
+            let ip = u32::from_str_radix(ip, 16).ok()?.to_le_bytes();
+            let port = u16::from_str_radix(port, 16).ok()?;
+            let drops = fields.last()?.parse().ok()?;
+            Some((
+                format!("{}.{}.{}.{}:{port}", ip[0], ip[1], ip[2], ip[3]),
+                drops,
+            ))
+        })
+        .collect()
+}
+
+/// One sender of ten groups, a hundred receivers (namespaces on one bridge) each joined
+/// to all ten: every receiver reports every group's stream, each stream's loss is what
+/// that receiver's socket for the group dropped (the kernel's own count, which may also
+/// hold the stream's repeated final datagrams), and each join's latency is given.
+#[test]
+fn a_hundred_receivers_of_ten_groups_each_lose_what_their_kernel_dropped() {
+    if skip_unless_root("multicast hundred receivers test") {
+        return;
+    }
+    const RECEIVERS: usize = 100;
+    const GROUPS: usize = 10;
+    let star = Star::new("mc100", RECEIVERS + 1);
+    let groups: Vec<String> = (1..=GROUPS).map(|i| format!("239.2.0.{i}")).collect();
+    let receivers: Vec<Receiver> = (1..=RECEIVERS)
+        .map(|i| {
+            let joins: Vec<String> = groups
+                .iter()
+                .map(|g| format!("{g}%{}", star.devs[i]))
+                .collect();
+            Receiver::start(&star.hosts[i], &joins, &[])
+        })
+        .collect();
+    let sent = send(
+        &star,
+        &groups[0],
+        &["--groups", "10", "-b", "400k", "-t", "2", "-l", "1000"],
+    );
+    assert_eq!(sent["groups"], GROUPS, "{sent}");
+    let total = sent["datagrams"].as_u64().unwrap();
+    for (i, receiver) in receivers.iter().enumerate() {
+        let streams = receiver.wait_streams(GROUPS);
+        let drops = socket_drops(&star.hosts[i + 1]);
+        let mut expected_sum = 0;
+        for stream in &streams {
+            let group = stream["group"].as_str().unwrap();
+            assert!(groups.iter().any(|g| g == group), "{stream}");
+            assert_eq!(stream["ended"], "final", "receiver {i}: {stream}");
+            let lost = stream["lost"].as_u64().unwrap();
+            let dropped = drops[&format!("{group}:5001")];
+            assert!(
+                lost <= dropped && dropped <= lost + FINALS,
+                "receiver {i} {group}: lost {lost}, its socket dropped {dropped}"
+            );
+            assert_eq!(
+                stream["datagrams"].as_u64().unwrap() + lost,
+                stream["expected"].as_u64().unwrap(),
+                "{stream}"
+            );
+            assert!(stream["join_latency_ms"].as_f64().is_some(), "{stream}");
+            expected_sum += stream["expected"].as_u64().unwrap();
+        }
+        assert_eq!(
+            expected_sum, total,
+            "receiver {i}: the groups' counts sum to what was sent"
+        );
+    }
+}
+
 /// iperf 2 on either end: iperf 2's receiver counts linerate's stream (its total counts
 /// the final datagram, as it does its own client's), and linerate's receiver counts
 /// iperf 2's stream to the datagram iperf 2 says it wrote.
@@ -403,7 +482,11 @@ fn a_join_or_a_send_that_cannot_be_is_one_line_and_exit_2() {
         ),
         (
             vec!["stream", "127.0.0.1", "--ttl", "4"],
-            "'--ttl' is for a multicast group",
+            "are for a multicast group",
+        ),
+        (
+            vec!["stream", "239.255.255.255", "-u", "--groups", "2"],
+            "past the multicast range",
         ),
     ] {
         let output = linerate(&args);

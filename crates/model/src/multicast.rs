@@ -100,7 +100,9 @@ fn bare_address(text: &str) -> &str {
 /// What a multicast sender did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MulticastSent {
+    /// The first group; with `groups` above one, the groups from it on, one stream each.
     pub group: IpAddr,
+    pub groups: u32,
     pub port: u16,
     /// The TTL (IPv6 hop limit) its datagrams carried.
     pub ttl: u32,
@@ -110,9 +112,10 @@ pub struct MulticastSent {
     pub local: Option<SocketAddr>,
     /// Payload bytes per datagram.
     pub length: usize,
-    /// The rate it was paced to, bit/s of payload.
+    /// The rate each group's stream was paced to, bit/s of payload.
     pub rate_bps: u64,
-    /// Datagrams the kernel took (the final datagrams not among them), and their bytes.
+    /// Datagrams the kernel took, all groups' (the final datagrams not among them), and
+    /// their bytes.
     pub datagrams: u64,
     pub bytes: u64,
     /// Sends the kernel refused (a full queue: ENOBUFS, EAGAIN), each counted, none retried.
@@ -120,7 +123,7 @@ pub struct MulticastSent {
     /// From the first send to the last, seconds, and the rate over it, bit/s of payload.
     pub duration_s: f64,
     pub sent_bps: f64,
-    /// Times the stream's final datagram was sent (UDP may lose one).
+    /// Times every stream's final datagram was sent (UDP may lose one).
     pub finals: u32,
 }
 

@@ -13,9 +13,14 @@ pub fn sent_text(sent: &MulticastSent) -> String {
         .interface
         .as_ref()
         .map_or_else(String::new, |name| format!(" through {name}"));
+    let groups = if sent.groups > 1 {
+        format!("{} groups from {}", sent.groups, sent.group)
+    } else {
+        sent.group.to_string()
+    };
+    let each = if sent.groups > 1 { " each" } else { "" };
     let mut text = format!(
-        "multicast to {} port {}{from}{through}, TTL {}, {}-byte datagrams paced to {}\n",
-        sent.group,
+        "multicast to {groups} port {}{from}{through}, TTL {}, {}-byte datagrams paced to {}{each}\n",
         sent.port,
         sent.ttl,
         sent.length,
