@@ -937,10 +937,23 @@ pub enum ClientEvent {
     Failed(SessionError),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A keyed server's welcome, held until its acceptance brings the host's facts (a
+/// keyed server names only its software before the key is proven).
+#[derive(Debug)]
+struct HeldWelcome {
+    software: String,
+    host: Box<HostFacts>,
+    limits: Limits,
+}
+
+#[derive(Debug)]
 enum ClientState {
     AwaitWelcome,
-    AwaitAccepted,
+    /// The spec is sent; a keyed server's welcome waits here to be told with the
+    /// acceptance.
+    AwaitAccepted {
+        held: Option<HeldWelcome>,
+    },
     AwaitFlowsReady,
     ReadyToStart,
     Running,
@@ -949,10 +962,10 @@ enum ClientState {
 }
 
 impl ClientState {
-    fn waiting_for(self) -> &'static str {
+    fn waiting_for(&self) -> &'static str {
         match self {
             ClientState::AwaitWelcome => "waiting for the server's welcome",
-            ClientState::AwaitAccepted => "waiting for the server to accept the test",
+            ClientState::AwaitAccepted { .. } => "waiting for the server to accept the test",
             ClientState::AwaitFlowsReady => "waiting for the server to see every data connection",
             ClientState::ReadyToStart => "about to start",
             ClientState::Running => "waiting for the server's results",
@@ -976,8 +989,6 @@ pub struct ClientSession {
     key: Option<ClientAuth>,
     /// Every frame after a keyed handshake is sealed (crate::auth).
     seal: Option<ControlSeal>,
-    /// A keyed server's welcome, told once its acceptance brings its host's facts.
-    welcomed: Option<ClientEvent>,
     outbox: Outbox<ClientEvent>,
 }
 
@@ -1018,7 +1029,6 @@ impl ClientSession {
             host,
             key: None,
             seal: None,
-            welcomed: None,
             outbox: {
                 let mut outbox = Outbox::new();
                 outbox.send(opening);
@@ -1043,11 +1053,11 @@ impl ClientSession {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.state == ClientState::Closed
+        matches!(self.state, ClientState::Closed)
     }
 
     fn fail(&mut self, error: SessionError) {
-        if self.state != ClientState::Closed {
+        if !matches!(self.state, ClientState::Closed) {
             self.state = ClientState::Closed;
             self.deadline = None;
             self.outbox.emit(ClientEvent::Failed(error));
@@ -1056,7 +1066,7 @@ impl ClientSession {
 
     // Long: one match over (state, message), every pair the protocol allows in one place.
     fn handle_message(&mut self, now: Instant, message: ServerMessage) {
-        match (self.state, message) {
+        match (&mut self.state, message) {
             (_, ServerMessage::Refuse { code, reason }) => {
                 let reason = reason.into_string();
                 let error = if code == RefuseCode::VersionMismatch {
@@ -1103,28 +1113,32 @@ impl ClientSession {
                         }
                     }
                 }
-                let welcomed = ClientEvent::Welcomed {
-                    software,
-                    host: Box::new(host),
-                    limits,
-                };
                 // A keyed server's facts come with its acceptance.
-                if self.seal.is_some() {
-                    self.welcomed = Some(welcomed);
+                let held = if self.seal.is_some() {
+                    Some(HeldWelcome {
+                        software,
+                        host: Box::new(host),
+                        limits,
+                    })
                 } else {
-                    self.outbox.emit(welcomed);
-                }
+                    self.outbox.emit(ClientEvent::Welcomed {
+                        software,
+                        host: Box::new(host),
+                        limits,
+                    });
+                    None
+                };
                 self.outbox.send(encode_with(
                     &mut self.seal,
                     &ClientMessage::Spec {
                         config: self.config.clone(),
                     },
                 ));
-                self.state = ClientState::AwaitAccepted;
+                self.state = ClientState::AwaitAccepted { held };
                 self.deadline = Some(now + self.timeouts.handshake);
             }
             (
-                ClientState::AwaitAccepted,
+                ClientState::AwaitAccepted { held },
                 ServerMessage::Accepted {
                     host: accepted_host,
                     test_id,
@@ -1136,11 +1150,11 @@ impl ClientSession {
                     quic_ports,
                 },
             ) => {
-                if let Some(ClientEvent::Welcomed {
+                if let Some(HeldWelcome {
                     software,
                     host,
                     limits,
-                }) = self.welcomed.take()
+                }) = held.take()
                 {
                     self.outbox.emit(ClientEvent::Welcomed {
                         software,
@@ -1205,17 +1219,19 @@ impl ClientSession {
                 self.state = ClientState::HaveResults;
                 self.deadline = None;
             }
-            (state, message) => self.fail(SessionError::Protocol(format!(
-                "unexpected {} while {}",
-                server_message_name(&message),
-                state.waiting_for()
-            ))),
+            (state, message) => {
+                let waiting = state.waiting_for();
+                self.fail(SessionError::Protocol(format!(
+                    "unexpected {} while {waiting}",
+                    server_message_name(&message),
+                )))
+            }
         }
     }
 
     /// Tells the server to start; the client starts its own clock at the same `now`.
     pub fn start(&mut self, now: Instant) {
-        if self.state != ClientState::ReadyToStart {
+        if !matches!(self.state, ClientState::ReadyToStart) {
             return;
         }
         self.outbox
@@ -1228,7 +1244,7 @@ impl ClientSession {
     /// Ends the running test now, ahead of its schedule (the user interrupted it): the
     /// server ends its side and its results come as usual.
     pub fn end(&mut self) {
-        if self.state == ClientState::Running {
+        if matches!(self.state, ClientState::Running) {
             self.outbox
                 .send(encode_with(&mut self.seal, &ClientMessage::End));
         }
@@ -1236,7 +1252,7 @@ impl ClientSession {
 
     /// Acknowledges the results; the session is over.
     pub fn done(&mut self) {
-        if self.state == ClientState::HaveResults {
+        if matches!(self.state, ClientState::HaveResults) {
             self.outbox
                 .send(encode_with(&mut self.seal, &ClientMessage::Done));
             self.state = ClientState::Closed;
@@ -1245,7 +1261,7 @@ impl ClientSession {
 
     /// Gives up (for example on Ctrl-C); the server frees the test.
     pub fn abort(&mut self, reason: &str) {
-        if self.state != ClientState::Closed {
+        if !matches!(self.state, ClientState::Closed) {
             self.outbox.send(encode_with(
                 &mut self.seal,
                 &ClientMessage::Abort {
@@ -1259,7 +1275,7 @@ impl ClientSession {
 
 impl Machine for ClientSession {
     fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
-        if self.state == ClientState::Closed {
+        if matches!(self.state, ClientState::Closed) {
             return;
         }
         self.decoder.push(bytes);
@@ -1282,14 +1298,14 @@ impl Machine for ClientSession {
                 }
             };
             self.handle_message(now, message);
-            if self.state == ClientState::Closed {
+            if matches!(self.state, ClientState::Closed) {
                 return;
             }
         }
     }
     fn handle_eof(&mut self, _now: Instant) {
         let during = self.state.waiting_for();
-        if self.state == ClientState::HaveResults {
+        if matches!(self.state, ClientState::HaveResults) {
             self.state = ClientState::Closed;
         } else {
             self.fail(SessionError::PeerClosed(during));
@@ -1301,7 +1317,7 @@ impl Machine for ClientSession {
                 ClientState::AwaitFlowsReady => self.timeouts.flows,
                 ClientState::Running => self.timeouts.results_grace,
                 ClientState::AwaitWelcome
-                | ClientState::AwaitAccepted
+                | ClientState::AwaitAccepted { .. }
                 | ClientState::ReadyToStart
                 | ClientState::HaveResults
                 | ClientState::Closed => self.timeouts.handshake,

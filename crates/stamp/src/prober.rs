@@ -97,11 +97,26 @@ impl Prober {
 
 struct Running {
     session: Session,
-    /// The shared socket the session's probes use (an index into the ports), or `None`
-    /// when it has its own.
-    port: Option<usize>,
+    via: Via,
     cancel: Arc<AtomicBool>,
     done: Sender<SessionResult>,
+}
+
+/// The socket a session's probes go through.
+enum Via {
+    /// A socket of its own.
+    Own(std::net::UdpSocket),
+    /// A socket shared with sessions to other reflectors: an index into the ports.
+    Port(usize),
+}
+
+impl Via {
+    fn port(&self) -> Option<usize> {
+        match self {
+            Via::Own(_) => None,
+            Via::Port(index) => Some(*index),
+        }
+    }
 }
 
 /// The first instant on the grid of `gap_ns` at or after `now_ns`.
@@ -202,7 +217,7 @@ impl Loop {
         let gap = (1e9 / start.options.rate_pps).max(1.0) as u64;
         let first = on_grid(now, gap);
         let options = &mut start.options;
-        let (session, port) = if self.share {
+        let via = if self.share {
             match self.port_for(options) {
                 Ok(port) => {
                     // An SSID already on the port is drawn again (the next free one).
@@ -211,18 +226,19 @@ impl Loop {
                             options.ssid = options.ssid.wrapping_add(1);
                         }
                     }
-                    (Ok(Session::open_shared(options, now, first)), Some(port))
+                    Ok(Via::Port(port))
                 }
-                Err(e) => (Err(e), None),
+                Err(e) => Err(e),
             }
         } else {
-            (Session::open(options, now, first), None)
+            Session::own_socket(options).map(Via::Own)
         };
-        match session {
-            Ok(session) => {
+        match via {
+            Ok(via) => {
+                let session = Session::new(options, now, first);
                 let key = self.next_key;
                 self.next_key += 1;
-                if let Some(p) = port.and_then(|p| self.ports[p].as_mut()) {
+                if let Some(p) = via.port().and_then(|p| self.ports[p].as_mut()) {
                     p.sessions.insert(start.options.addr, key);
                     p.by_ssid.insert(start.options.ssid, key);
                 }
@@ -230,7 +246,7 @@ impl Loop {
                     key,
                     Running {
                         session,
-                        port,
+                        via,
                         cancel: start.cancel,
                         done: start.done,
                     },
@@ -277,10 +293,16 @@ impl Loop {
             if running.cancel.load(Ordering::Relaxed) {
                 running.session.interrupt();
             }
-            let Some(port) = running.port.and_then(|p| self.ports[p].as_mut()) else {
-                if let Err(e) = running.session.tick(now, &self.epoch) {
-                    failed.push((key, e));
+            let index = match &running.via {
+                Via::Own(socket) => {
+                    if let Err(e) = running.session.tick(socket, now, &self.epoch) {
+                        failed.push((key, e));
+                    }
+                    continue;
                 }
+                Via::Port(index) => *index,
+            };
+            let Some(port) = self.ports[index].as_mut() else {
                 continue;
             };
             if !running.session.advance(now) {
@@ -296,7 +318,7 @@ impl Loop {
             port.next_id = port.next_id.wrapping_add(1);
             port.out
                 .push_stamped(len, running.session.options().addr, None, Some(id));
-            batched.push((running.port.unwrap_or(0), key, pending));
+            batched.push((index, key, pending));
         }
         for (key, e) in failed {
             self.fail(key, e);
@@ -433,7 +455,7 @@ impl Loop {
                 continue;
             };
             let _ = running.done.send(Ok(running.session.finish(now)));
-            if let Some(index) = running.port {
+            if let Some(index) = running.via.port() {
                 let options = running.session.options();
                 if let Some(port) = self.ports[index].as_mut() {
                     port.sessions.remove(&options.addr);
@@ -524,7 +546,7 @@ fn run(inbox: &Receiver<Start>, wake: RawFd, share: bool) {
                 }
             }
             for (&key, running) in &state.sessions {
-                if let Some(socket) = running.session.socket() {
+                if let Via::Own(socket) = &running.via {
                     watch(socket.as_raw_fd(), Polled::Own(key));
                 }
             }
@@ -555,7 +577,10 @@ fn run(inbox: &Receiver<Start>, wake: RawFd, share: bool) {
                     let Some(running) = state.sessions.get_mut(&key) else {
                         continue;
                     };
-                    if let Err(e) = running.session.drain(&mut buf, &epoch) {
+                    let Via::Own(socket) = &running.via else {
+                        continue;
+                    };
+                    if let Err(e) = running.session.drain(socket, &mut buf, &epoch) {
                         state.fail(key, e);
                     }
                 }

@@ -128,13 +128,13 @@ enum Phase {
     Done,
 }
 
-/// One STAMP session as a loop drives it: its socket, its probes and their answers. The
-/// times given are monotonic nanoseconds on the driver's clock (`epoch`).
+/// One STAMP session as a loop drives it: its probes and their answers. The socket is
+/// its driver's: one of the session's own ([`Session::own_socket`], driven with
+/// [`Session::tick`] and [`Session::drain`]), or one shared with sessions to other
+/// reflectors ([`Session::next_probe`], [`Session::take_answer`]). The times given are
+/// monotonic nanoseconds on the driver's clock (`epoch`).
 pub struct Session {
     options: Options,
-    /// The session's own socket; `None` where a driver sends and receives for it on a
-    /// socket shared with sessions to other reflectors ([`Session::open_shared`]).
-    socket: Option<UdpSocket>,
     v6: bool,
     error: ErrorEstimate,
     tally: Tally,
@@ -147,25 +147,18 @@ pub struct Session {
 }
 
 impl Session {
-    /// Opens the session's socket; its first probe is due at `first_ns` (a shared loop
-    /// lines sessions of one rate up on one grid, so one wake-up serves them all).
-    pub fn open(options: &Options, now_ns: u64, first_ns: u64) -> io::Result<Session> {
-        let socket = open_socket_from(
+    /// The socket of a session that has one of its own: its family, marks and source.
+    pub fn own_socket(options: &Options) -> io::Result<UdpSocket> {
+        open_socket_from(
             options.addr.is_ipv6(),
             options.dscp,
             options.source.as_ref(),
-        )?;
-        Ok(Session::new(options, Some(socket), now_ns, first_ns))
+        )
     }
 
-    /// A session without a socket of its own: its driver sends the probes it encodes
-    /// ([`Session::next_probe`]) on a socket it shares with sessions to other reflectors
-    /// and hands it the answers from its reflector ([`Session::take_answer`]).
-    pub fn open_shared(options: &Options, now_ns: u64, first_ns: u64) -> Session {
-        Session::new(options, None, now_ns, first_ns)
-    }
-
-    fn new(options: &Options, socket: Option<UdpSocket>, now_ns: u64, first_ns: u64) -> Session {
+    /// A session whose first probe is due at `first_ns` (a shared loop lines sessions of
+    /// one rate up on one grid, so one wake-up serves them all).
+    pub fn new(options: &Options, now_ns: u64, first_ns: u64) -> Session {
         let v6 = options.addr.is_ipv6();
         let clock = linerate_hostinfo::clock::read();
         let error = clock.map_or(ErrorEstimate::new(false, false, 1.0), |c| {
@@ -188,7 +181,6 @@ impl Session {
         );
         Session {
             options: options.clone(),
-            socket,
             v6,
             error,
             tally,
@@ -201,11 +193,6 @@ impl Session {
             packet: Vec::with_capacity(wire::MAX_PACKET),
             tlvs: Vec::with_capacity(wire::MAX_PACKET),
         }
-    }
-
-    /// The session's own socket, if it has one.
-    pub fn socket(&self) -> Option<&UdpSocket> {
-        self.socket.as_ref()
     }
 
     pub fn options(&self) -> &Options {
@@ -238,11 +225,11 @@ impl Session {
         }
     }
 
-    /// Does what is due at `now_ns`: the next probe, the end of sending, the end of the
-    /// wait for answers.
-    pub fn tick(&mut self, now_ns: u64, epoch: &Instant) -> io::Result<()> {
+    /// Does what is due at `now_ns` on the session's own `socket`: the next probe, the
+    /// end of sending, the end of the wait for answers.
+    pub fn tick(&mut self, socket: &UdpSocket, now_ns: u64, epoch: &Instant) -> io::Result<()> {
         if self.advance(now_ns) {
-            self.send_probe(epoch)?;
+            self.send_probe(socket, epoch)?;
         }
         Ok(())
     }
@@ -281,13 +268,9 @@ impl Session {
         due
     }
 
-    fn send_probe(&mut self, epoch: &Instant) -> io::Result<()> {
+    fn send_probe(&mut self, socket: &UdpSocket, epoch: &Instant) -> io::Result<()> {
         let mut packet = std::mem::take(&mut self.packet);
         let pending = self.next_probe(epoch, &mut packet);
-        let socket = self
-            .socket
-            .as_ref()
-            .expect("a session sending itself has a socket");
         let sent = sys::send(socket, &packet, self.options.addr, None, self.v6);
         self.packet = packet;
         match sent {
@@ -338,18 +321,15 @@ impl Session {
     }
 
     /// Takes the probes' times of leaving, then every answer waiting on the session's own
-    /// socket (a probe's time of leaving is queued before its answer can exist).
-    pub fn drain(&mut self, buf: &mut [u8], epoch: &Instant) -> io::Result<()> {
-        let Some(socket) = self.socket.take() else {
-            return Ok(());
-        };
+    /// `socket` (a probe's time of leaving is queued before its answer can exist).
+    pub fn drain(&mut self, socket: &UdpSocket, buf: &mut [u8], epoch: &Instant) -> io::Result<()> {
         let mut left = Vec::new();
-        let drained = sys::tx_timestamps(&socket, &mut left).and_then(|()| {
+        sys::tx_timestamps(socket, &mut left).and_then(|()| {
             for (seq, unix_ns) in left {
                 self.tally.left_at(seq, unix_ns);
             }
             loop {
-                match sys::recv(&socket, buf) {
+                match sys::recv(socket, buf) {
                     Ok((n, _from, meta)) => {
                         if n <= wire::MAX_PACKET {
                             self.take_answer(&buf[..n], meta, epoch);
@@ -362,9 +342,7 @@ impl Session {
                     Err(e) => return Err(e),
                 }
             }
-        });
-        self.socket = Some(socket);
-        drained
+        })
     }
 
     /// Takes one datagram from the reflector in: an answer to one of this session's
@@ -429,7 +407,8 @@ pub fn run(
 ) -> io::Result<StampReport> {
     let epoch = Instant::now();
     let mono = || epoch.elapsed().as_nanos() as u64;
-    let mut session = Session::open(options, 0, 0)?;
+    let socket = Session::own_socket(options)?;
+    let mut session = Session::new(options, 0, 0);
     let every_ns = options.report_every.as_nanos() as u64;
     let mut next_report = every_ns;
     let mut buf = vec![0u8; wire::MAX_PACKET + 1];
@@ -438,8 +417,8 @@ pub fn run(
             session.interrupt();
             break;
         }
-        session.tick(mono(), &epoch)?;
-        session.drain(&mut buf, &epoch)?;
+        session.tick(&socket, mono(), &epoch)?;
+        session.drain(&socket, &mut buf, &epoch)?;
         let now = mono();
         if every_ns > 0 && now >= next_report {
             live(&session.close_interval(now));
@@ -453,8 +432,8 @@ pub fn run(
         } else {
             until
         };
-        if let Some(socket) = session.socket().filter(|_| until > now) {
-            sys::wait_readable(socket, Duration::from_nanos(until - now))?;
+        if until > now {
+            sys::wait_readable(&socket, Duration::from_nanos(until - now))?;
         }
     }
     let end = mono();
