@@ -3,6 +3,7 @@
 
 use crate::cancel;
 use crate::failure::usage;
+use crate::storage::Storage;
 use anyhow::{anyhow, Context, Result};
 use linerate_drivers::multicast::{ReceiveOptions, ReceiverEvent, Receivers};
 use linerate_drivers::server::{Server, ServerConfig};
@@ -40,7 +41,7 @@ pub struct Beside {
 }
 
 /// `linerate serve`: the test server with what runs beside it, until a signal ends it.
-pub fn run(mut config: ServerConfig, beside: &Beside) -> Result<()> {
+pub fn run(mut config: ServerConfig, beside: &Beside, storage: &Storage) -> Result<()> {
     // Kept until the server ends: dropped, the reflector stops.
     let stamp = stamp_reflector(beside, &config)?;
     // Kept until the server ends: dropped, the listener stops.
@@ -49,7 +50,7 @@ pub fn run(mut config: ServerConfig, beside: &Beside) -> Result<()> {
     let _http = http_servers(beside, &config)?;
     // Kept until the server ends: dropped, the streams under way are told and the
     // groups left.
-    let _multicast = multicast_receivers(beside, config.log)?;
+    let _multicast = multicast_receivers(beside, config.log, storage)?;
     let server = match Server::bind(config.clone()) {
         Ok(server) => server,
         // The port is taken: say so of the address asked for ([::], every address).
@@ -73,33 +74,57 @@ pub fn run(mut config: ServerConfig, beside: &Beside) -> Result<()> {
 }
 
 /// `--join`: the receivers of the groups the operator named, each stream's figures on
-/// standard output as it ends (a line, or with `--log-format json` a JSON object).
-fn multicast_receivers(beside: &Beside, log: bool) -> Result<Option<Receivers>> {
+/// standard output as it ends (a line, or with `--log-format json` a JSON object) and
+/// kept as a run.
+fn multicast_receivers(beside: &Beside, log: bool, storage: &Storage) -> Result<Option<Receivers>> {
     let Some((joins, options)) = &beside.multicast else {
         return Ok(None);
     };
     let json = beside.json_lines;
+    let mut store = storage.open_for_run()?;
     let receivers = Receivers::start(joins, options.clone(), move |event| {
-        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
-        match event {
-            ReceiverEvent::Joined { join, port } if log => {
-                eprintln!("{now} joined multicast {} on port {port}", join.describe())
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        // The operator's log, as the server's own lines are written.
+        let say = |event: &str, message: String| {
+            if !log {
+                return;
             }
-            ReceiverEvent::Joined { .. } => {}
-            ReceiverEvent::Stream(stream) if json => {
-                let mut line = serde_json::json!({"time": now.to_string(), "event": "multicast_stream"});
-                line["stream"] = serde_json::to_value(&*stream).unwrap_or_default();
-                println!("{line}");
+            if json {
+                let line = serde_json::json!({"time": now, "event": event, "message": message});
+                eprintln!("{line}");
+            } else {
+                eprintln!("{now} {message}");
+            }
+        };
+        match event {
+            ReceiverEvent::Joined { join, port } => {
+                say("log", format!("joined multicast {} on port {port}", join.describe()))
             }
             ReceiverEvent::Stream(stream) => {
-                println!("{now} {}", linerate_report::multicast::stream_line(&stream))
+                if json {
+                    let mut line =
+                        serde_json::json!({"time": now, "event": "multicast_stream"});
+                    line["stream"] = serde_json::to_value(&*stream).unwrap_or_default();
+                    println!("{line}");
+                } else {
+                    println!("{now} {}", linerate_report::multicast::stream_line(&stream));
+                }
+                let about = format!("multicast {} from {}", stream.group, stream.sender);
+                if let Some(store) = store.as_mut() {
+                    match crate::multicast_run::keep_stream(store, &stream) {
+                        Ok(said) => say("log", format!("{about}: {said}")),
+                        Err(e) => say("log", format!("{about}: not stored: {e:#}")),
+                    }
+                }
             }
-            ReceiverEvent::Refused { join, datagrams } if log => eprintln!(
-                "{now} multicast {}: {datagrams} datagrams refused (from another source than the join's, or senders beyond {} at once)",
-                join.describe(),
-                linerate_proto::multicast::MAX_SENDERS
+            ReceiverEvent::Refused { join, datagrams } => say(
+                "refused",
+                format!(
+                    "multicast {}: {datagrams} datagrams refused (from another source than the join's, or senders beyond {} at once)",
+                    join.describe(),
+                    linerate_proto::multicast::MAX_SENDERS
+                ),
             ),
-            ReceiverEvent::Refused { .. } => {}
         }
     })
     .map_err(|e| usage(e.to_string()))?;

@@ -97,7 +97,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
         }),
         json_lines: args.log_format == "json",
     };
-    serve_run::run(config, &beside)
+    serve_run::run(config, &beside, &globals.storage)
 }
 
 /// The STAMP reflector's settings, from `--stamp-*` and the server's.

@@ -106,7 +106,7 @@ fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestReq
 /// `linerate stream`.
 pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
     if let Some(group) = args.server.multicast_group() {
-        return multicast(args, group);
+        return multicast(args, group, globals);
     }
     if args.ttl.is_some() || args.groups > 1 {
         return Err(Failure::Usage(
@@ -135,7 +135,7 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
 
 /// `linerate stream GROUP -u`: one paced sender to a multicast group (docs/multicast.md).
 /// What a group cannot be sent (TCP, a reply, several flows, a search) is refused by name.
-fn multicast(args: &StreamArgs, group: std::net::IpAddr) -> CommandResult {
+fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> CommandResult {
     let refused = [
         (
             !args.udp,
@@ -202,7 +202,7 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr) -> CommandResult {
     if let Err(e) = linerate_drivers::multicast::groups_from(spec.group, spec.groups) {
         return Err(Failure::Usage(format!("'--groups {}': {e}", spec.groups)).into());
     }
-    linerate_campaign::multicast_run::send(&spec, args.output.print.json)?;
+    linerate_campaign::multicast_run::send(&spec, args.output.print.json, &globals.storage)?;
     Ok(())
 }
 

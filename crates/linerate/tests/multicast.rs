@@ -139,7 +139,9 @@ fn send(star: &Star, group: &str, extra: &[&str]) -> serde_json::Value {
     args.extend_from_slice(extra);
     let output = linerate_in(&star.hosts[0], &args);
     assert!(output.status.success(), "{}", stderr(&output));
-    json(&output)
+    let document = json(&output);
+    assert_eq!(document["test"], "multicast", "{document}");
+    document["sent"].clone()
 }
 
 /// One sender, two hosts that joined and one that did not: each joined receiver counts
@@ -211,6 +213,18 @@ fn every_receiver_counts_the_senders_datagrams_less_its_own_kernels_drops() {
             num(delay, "/max_ms"),
         );
         assert!(0.0 <= min && min <= mean && mean <= max, "{stream}");
+        // The stream is kept as a run: `show` gives it back.
+        let log = receiver.log();
+        let id = log
+            .split("stored as run ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("not stored: {log}"));
+        let shown = linerate(&["show", id, "--json"]);
+        assert!(shown.status.success(), "{}", stderr(&shown));
+        let kept = json(&shown);
+        assert_eq!(kept["test"], "multicast", "{kept}");
+        assert_eq!(kept["received"], stream, "{kept}");
     }
     // The host that joined another group: nothing delivered, nothing reported.
     let (delivered, _) = udp_counts(&star.hosts[3]);

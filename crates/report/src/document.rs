@@ -19,6 +19,7 @@ pub enum Document {
     Rpm(Box<crate::rpm::RpmReport>),
     Stamp(Box<crate::stamp::StampReport>),
     Trace(Box<crate::trace::TraceReport>),
+    Multicast(Box<crate::multicast::MulticastReport>),
 }
 
 /// The `test` value of a sweep document, and of a `--find-max` search.
@@ -42,6 +43,9 @@ impl Document {
             Some(crate::rpm::RPM) => Document::Rpm(Box::new(serde_json::from_value(value)?)),
             Some(crate::stamp::STAMP) => Document::Stamp(Box::new(serde_json::from_value(value)?)),
             Some(crate::trace::TRACE) => Document::Trace(Box::new(serde_json::from_value(value)?)),
+            Some(crate::multicast::MULTICAST) => {
+                Document::Multicast(Box::new(serde_json::from_value(value)?))
+            }
             _ => Document::Test(Box::new(serde_json::from_value(value)?)),
         })
     }
@@ -56,6 +60,7 @@ impl Document {
             Document::Rpm(run) => serde_json::to_string_pretty(run),
             Document::Stamp(run) => serde_json::to_string_pretty(run),
             Document::Trace(run) => serde_json::to_string_pretty(run),
+            Document::Multicast(run) => serde_json::to_string_pretty(run),
         }
     }
 
@@ -70,6 +75,7 @@ impl Document {
             Document::Rpm(run) => serde_json::to_string(run),
             Document::Stamp(run) => serde_json::to_string(run),
             Document::Trace(run) => serde_json::to_string(run),
+            Document::Multicast(run) => serde_json::to_string(run),
         }
     }
 
@@ -102,6 +108,7 @@ impl Document {
             Document::Rpm(run) => &run.test,
             Document::Stamp(run) => &run.test,
             Document::Trace(run) => &run.test,
+            Document::Multicast(run) => &run.test,
         }
     }
 
@@ -125,6 +132,7 @@ impl Document {
             Document::Rpm(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
             Document::Stamp(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
             Document::Trace(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
+            Document::Multicast(_) => None,
         };
         path.map_or("direct".into(), |p| p.brief())
     }
@@ -139,6 +147,7 @@ impl Document {
             Document::Rpm(run) => &run.target,
             Document::Stamp(run) => &run.target,
             Document::Trace(run) => &run.target,
+            Document::Multicast(run) => &run.target,
         }
     }
 
@@ -151,6 +160,7 @@ impl Document {
             Document::Rpm(run) => run.started_at,
             Document::Stamp(run) => run.started_at,
             Document::Trace(run) => run.started_at,
+            Document::Multicast(run) => run.started_at,
         }
     }
 
@@ -175,7 +185,7 @@ impl Document {
             }),
             Document::Rpm(run) => run.rpm.map(|rpm| (Headline::Rpm, rpm)),
             // Loss and delay have no one figure that ranks runs: listings use the text.
-            Document::Stamp(_) | Document::Trace(_) => None,
+            Document::Stamp(_) | Document::Trace(_) | Document::Multicast(_) => None,
         }
     }
 
@@ -216,6 +226,7 @@ impl Document {
             Document::Rpm(run) => run.headline_text(),
             Document::Stamp(run) => run.headline_text(),
             Document::Trace(run) => run.headline_text(),
+            Document::Multicast(run) => run.headline_text(),
         }
     }
 
@@ -239,6 +250,7 @@ impl Document {
             Document::Rpm(run) => run.render_text(),
             Document::Stamp(run) => run.render_text(),
             Document::Trace(run) => run.render_text(),
+            Document::Multicast(run) => run.render_text(),
         }
     }
 }
@@ -270,7 +282,8 @@ impl Document {
             | Document::Profile(_)
             | Document::Rpm(_)
             | Document::Stamp(_)
-            | Document::Trace(_) => self.render_text(scale),
+            | Document::Trace(_)
+            | Document::Multicast(_) => self.render_text(scale),
         }
     }
 }

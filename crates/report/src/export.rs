@@ -25,6 +25,7 @@ pub fn csv(document: &Document) -> Result<String, csv::Error> {
         Document::Rpm(run) => run.rows(),
         Document::Stamp(run) => run.rows(),
         Document::Trace(run) => run.rows(),
+        Document::Multicast(run) => run.rows(),
     };
     let mut writer = csv::Writer::from_writer(Vec::new());
     writer.write_record(&header)?;

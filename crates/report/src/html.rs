@@ -577,8 +577,8 @@ fn run_section(id: i64, document: &Document) -> String {
         }
         Document::Rpm(run) => out.push_str(&rpm_charts(run)),
         Document::Stamp(run) => out.push_str(&stamp_charts(run)),
-        // A trace is its hop table: the text below.
-        Document::Trace(_) => {}
+        // A trace is its hop table, a multicast run its counts: the text below.
+        Document::Trace(_) | Document::Multicast(_) => {}
     }
     let _ = writeln!(
         out,

@@ -1,8 +1,130 @@
-//! A multicast test's text (docs/multicast.md): what a sender sent, and one line per
-//! sender's stream a receiver counted. Their JSON is the model's values as they are.
+//! A multicast test (docs/multicast.md) as the results database keeps it: a sender's run
+//! (what it sent) or one stream a receiver counted, with their text and CSV rows.
 
 use linerate_model::multicast::{MulticastSent, MulticastStream, OneWayDelay, StreamEnd};
 use linerate_model::units::{format_rate, Scale};
+use serde::{Deserialize, Serialize};
+
+/// The `test` value of a multicast document.
+pub const MULTICAST: &str = "multicast";
+
+/// One multicast run: a sender's (`sent`) or one stream a receiver counted (`received`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MulticastReport {
+    pub test: String,
+    pub started_at: f64,
+    /// The group and port ("239.1.1.1:5001"; "10 groups from 239.1.1.1:5001").
+    pub target: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<MulticastSent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received: Option<Box<MulticastStream>>,
+}
+
+impl MulticastReport {
+    /// A sender's run.
+    pub fn sender(sent: MulticastSent, started_at: f64) -> MulticastReport {
+        let group = std::net::SocketAddr::new(sent.group, sent.port);
+        MulticastReport {
+            test: MULTICAST.into(),
+            started_at,
+            target: if sent.groups > 1 {
+                format!("{} groups from {group}", sent.groups)
+            } else {
+                group.to_string()
+            },
+            sent: Some(sent),
+            received: None,
+        }
+    }
+
+    /// One stream a receiver counted, ending at `ended_at`.
+    pub fn receiver(stream: MulticastStream, ended_at: f64) -> MulticastReport {
+        MulticastReport {
+            test: MULTICAST.into(),
+            started_at: ended_at - stream.duration_s,
+            target: std::net::SocketAddr::new(stream.group, stream.port).to_string(),
+            sent: None,
+            received: Some(Box::new(stream)),
+        }
+    }
+
+    /// For listings: "sent 1.00 Mbits/sec" or "received 99.9 % from 10.0.0.1:40000".
+    pub fn headline_text(&self) -> String {
+        match (&self.sent, &self.received) {
+            (Some(sent), _) => format!(
+                "sent {} datagrams, {}",
+                sent.datagrams,
+                format_rate(sent.sent_bps, Scale::Adaptive)
+            ),
+            (None, Some(stream)) => format!(
+                "from {}: {} of {} datagrams, loss {:.3} %",
+                stream.sender, stream.datagrams, stream.expected, stream.loss_percent
+            ),
+            (None, None) => String::new(),
+        }
+    }
+
+    pub fn render_text(&self) -> String {
+        match (&self.sent, &self.received) {
+            (Some(sent), _) => sent_text(sent),
+            (None, Some(stream)) => stream_line(stream) + "\n",
+            (None, None) => String::new(),
+        }
+    }
+
+    /// `export --format csv`: one row, the run's counts.
+    pub fn rows(&self) -> (Vec<String>, Vec<Vec<String>>) {
+        let header = [
+            "side",
+            "group",
+            "port",
+            "peer",
+            "datagrams",
+            "expected",
+            "lost",
+            "out_of_order",
+            "duplicates",
+            "jitter_ms",
+            "duration_s",
+            "bps",
+        ]
+        .map(String::from)
+        .to_vec();
+        let row = match (&self.sent, &self.received) {
+            (Some(sent), _) => vec![
+                "sender".into(),
+                sent.group.to_string(),
+                sent.port.to_string(),
+                sent.local.map(|a| a.to_string()).unwrap_or_default(),
+                sent.datagrams.to_string(),
+                sent.datagrams.to_string(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!("{:.6}", sent.duration_s),
+                format!("{:.0}", sent.sent_bps),
+            ],
+            (None, Some(stream)) => vec![
+                "receiver".into(),
+                stream.group.to_string(),
+                stream.port.to_string(),
+                stream.sender.to_string(),
+                stream.datagrams.to_string(),
+                stream.expected.to_string(),
+                stream.lost.to_string(),
+                stream.out_of_order.to_string(),
+                stream.duplicates.to_string(),
+                format!("{:.6}", stream.jitter_ms),
+                format!("{:.6}", stream.duration_s),
+                format!("{:.0}", stream.received_bps),
+            ],
+            (None, None) => return (header, Vec::new()),
+        };
+        (header, vec![row])
+    }
+}
 
 /// What a sender prints when it is done.
 pub fn sent_text(sent: &MulticastSent) -> String {
