@@ -133,6 +133,18 @@ fn udp_counts(ns: &str) -> (u64, u64) {
     )
 }
 
+/// Packets the CPUs' input queues dropped (`/proc/net/softnet_stat`'s second column,
+/// summed): a bridge's copies wait there, and on a busy host some may be dropped before
+/// any socket sees them. The count is the host's, not a namespace's.
+fn backlog_drops() -> u64 {
+    std::fs::read_to_string("/proc/net/softnet_stat")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|hex| u64::from_str_radix(hex, 16).ok())
+        .sum()
+}
+
 /// `linerate stream GROUP -u` from host 0 of `star` through its interface; its document.
 fn send(star: &Star, group: &str, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["stream", group, "-u", "--bind-dev", &star.devs[0], "--json"];
@@ -172,6 +184,7 @@ fn every_receiver_counts_the_senders_datagrams_less_its_own_kernels_drops() {
         &[],
     );
     let before: Vec<(u64, u64)> = (1..4).map(|i| udp_counts(&star.hosts[i])).collect();
+    let backlog_before = backlog_drops();
     let sent = send(&star, group, &["-b", "4M", "-t", "2", "-l", "1000"]);
     let datagrams = sent["datagrams"].as_u64().unwrap();
     assert!(datagrams > 900, "{sent}");
@@ -186,21 +199,27 @@ fn every_receiver_counts_the_senders_datagrams_less_its_own_kernels_drops() {
         assert_eq!(stream["group"], group);
         assert_eq!(stream["ended"], "final", "{stream}");
         assert_eq!(stream["expected"], datagrams, "{stream}");
-        // Everything sent reached the receiver's UDP layer (the bridge drops nothing at
-        // this rate): delivered to the socket, or dropped by its full buffer.
-        assert_eq!(delivered + dropped, datagrams + FINALS, "{stream}");
         let counted =
             stream["datagrams"].as_u64().unwrap() + stream["duplicates"].as_u64().unwrap();
-        let finals_delivered = delivered - counted;
+        // The receiver counted every datagram its kernel delivered: the stream's, and
+        // the finals that came.
         assert!(
-            finals_delivered <= FINALS,
-            "delivered {delivered}: {stream}"
+            counted <= delivered && delivered <= counted + FINALS,
+            "counted {counted}, the kernel delivered {delivered}: {stream}"
         );
-        assert_eq!(
-            stream["lost"].as_u64().unwrap(),
-            dropped - (FINALS - finals_delivered),
-            "the loss is what the kernel dropped of the stream ({dropped} in all): {stream}"
-        );
+        let backlog = backlog_drops() - backlog_before;
+        if backlog == 0 {
+            // Nothing was dropped before the UDP layer (the CPUs' input queues): what
+            // was sent was delivered or dropped by the socket's full buffer, and the
+            // stream's loss is what the socket dropped of it.
+            assert_eq!(delivered + dropped, datagrams + FINALS, "{stream}");
+            let finals_delivered = delivered - counted;
+            assert_eq!(
+                stream["lost"].as_u64().unwrap(),
+                dropped - (FINALS - finals_delivered),
+                "the loss is what the kernel dropped of the stream ({dropped} in all): {stream}"
+            );
+        }
         assert!(
             stream["join_latency_ms"].as_f64().unwrap() > 0.0,
             "{stream}"
@@ -278,12 +297,14 @@ fn a_hundred_receivers_of_ten_groups_each_lose_what_their_kernel_dropped() {
             Receiver::start(&star.hosts[i], &joins, &[])
         })
         .collect();
+    let backlog_before = backlog_drops();
     let sent = send(
         &star,
         &groups[0],
         &["--groups", "10", "-b", "400k", "-t", "2", "-l", "1000"],
     );
     assert_eq!(sent["groups"], GROUPS, "{sent}");
+    let backlog = backlog_drops() - backlog_before;
     let total = sent["datagrams"].as_u64().unwrap();
     for (i, receiver) in receivers.iter().enumerate() {
         let streams = receiver.wait_streams(GROUPS);
@@ -295,9 +316,11 @@ fn a_hundred_receivers_of_ten_groups_each_lose_what_their_kernel_dropped() {
             assert_eq!(stream["ended"], "final", "receiver {i}: {stream}");
             let lost = stream["lost"].as_u64().unwrap();
             let dropped = drops[&format!("{group}:5001")];
+            // What the socket dropped (the stream's, perhaps finals), and on a busy host
+            // what the CPUs' input queues dropped before any socket saw it.
             assert!(
-                lost <= dropped && dropped <= lost + FINALS,
-                "receiver {i} {group}: lost {lost}, its socket dropped {dropped}"
+                lost <= dropped + backlog && dropped <= lost + FINALS,
+                "receiver {i} {group}: lost {lost}, its socket dropped {dropped}, the input queues {backlog}"
             );
             assert_eq!(
                 stream["datagrams"].as_u64().unwrap() + lost,
