@@ -533,3 +533,56 @@ fn a_join_or_a_send_that_cannot_be_is_one_line_and_exit_2() {
         assert_eq!(text.trim().lines().count(), 1, "{args:?}: {text}");
     }
 }
+
+/// IPv6: an any-source and a source-specific join (MLDv2) both count a sender's streams
+/// (its hop limit set, its interface named), each to the datagram it sent.
+#[test]
+fn ipv6_groups_are_joined_any_source_and_source_specific() {
+    if skip_unless_root("multicast IPv6 test") {
+        return;
+    }
+    let star = Star::new("mcv6", 2);
+    for (i, ns) in star.hosts.iter().enumerate() {
+        common::run(
+            "ip",
+            &[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("fd77::{}/64", i + 1),
+                "dev",
+                &star.devs[i],
+                "nodad",
+            ],
+        );
+    }
+    let receiver = Receiver::start(
+        &star.hosts[1],
+        &[
+            format!("ff3e::77%{}", star.devs[1]),
+            format!("[ff3e::78]@fd77::1%{}", star.devs[1]),
+        ],
+        &[],
+    );
+    let mut sent = Vec::new();
+    for group in ["ff3e::77", "[ff3e::78]"] {
+        let doc = send(&star, group, &["-b", "1M", "-t", "0.5", "--ttl", "4"]);
+        assert_eq!(doc["ttl"], 4, "{doc}");
+        sent.push(doc["datagrams"].as_u64().unwrap());
+    }
+    let mut streams = receiver.wait_streams(2);
+    streams.sort_by_key(|s| s["group"].as_str().unwrap_or_default().to_string());
+    assert_eq!(streams[0]["group"], "ff3e::77");
+    assert_eq!(streams[1]["group"], "ff3e::78");
+    assert_eq!(streams[1]["source"], "fd77::1");
+    for (stream, sent) in streams.iter().zip(sent) {
+        assert_eq!(stream["expected"], sent, "{stream}");
+        assert_eq!(
+            stream["datagrams"].as_u64().unwrap() + stream["lost"].as_u64().unwrap(),
+            sent,
+            "{stream}"
+        );
+        assert_eq!(stream["ended"], "final", "{stream}");
+    }
+}
