@@ -49,6 +49,8 @@ pub struct SendSpec {
     /// Payload bytes per datagram.
     pub length: usize,
     pub rate_bps: u64,
+    /// The DSCP and ECN its datagrams carry (`--dscp`, `--ecn`).
+    pub marks: Option<linerate_model::marks::Marks>,
     pub duration: Duration,
 }
 
@@ -69,10 +71,17 @@ fn sender_socket(spec: &SendSpec) -> io::Result<Socket> {
     if let Some(address) = spec.bind {
         socket.bind(&SockAddr::from(SocketAddr::new(address, 0)))?;
     }
+    let tos = spec.marks.map_or(0, |marks| u32::from(marks.tos()));
     if spec.group.is_ipv4() {
         socket.set_multicast_ttl_v4(spec.ttl)?;
+        if tos != 0 {
+            socket.set_tos(tos)?;
+        }
     } else {
         socket.set_multicast_hops_v6(spec.ttl)?;
+        if tos != 0 {
+            socket.set_tclass_v6(tos)?;
+        }
     }
     Ok(socket)
 }
@@ -170,6 +179,7 @@ pub fn send(spec: &SendSpec, stop: &AtomicBool) -> io::Result<MulticastSent> {
         groups: targets.len() as u32,
         port: spec.group.port(),
         ttl: spec.ttl,
+        marks: spec.marks,
         interface: spec.interface.clone(),
         local,
         length,

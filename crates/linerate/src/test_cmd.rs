@@ -186,6 +186,7 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
         // iperf 2's default datagram: 1,470 bytes fit an Ethernet frame.
         length: args.length.map_or(1470, |l| l as usize),
         rate_bps: args.rate.filter(|r| *r > 0).unwrap_or(1_000_000),
+        marks: args.server.marks(),
         duration: std::time::Duration::from_secs_f64(args.time.unwrap_or(DEFAULT_TIME_S)),
     };
     if !(linerate_drivers::multicast::MIN_LENGTH..=linerate_drivers::multicast::MAX_LENGTH)

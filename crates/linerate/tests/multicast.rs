@@ -586,3 +586,43 @@ fn ipv6_groups_are_joined_any_source_and_source_specific() {
         assert_eq!(stream["ended"], "final", "{stream}");
     }
 }
+
+/// `--dscp` and `--ecn` mark a multicast sender's datagrams as they mark any test's: the
+/// TOS byte on the wire (tcpdump on a host the bridge floods) is EF with ECT(0).
+#[test]
+fn a_multicast_senders_marks_are_on_the_wire() {
+    if skip_unless_root("multicast marks test") || !have("tcpdump", "multicast marks test") {
+        return;
+    }
+    let star = Star::new("mcdscp", 2);
+    let mut capture = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &star.hosts[1],
+            "timeout",
+            "20",
+            "tcpdump",
+            "-n",
+            "-v",
+        ])
+        .args(["-c", "3", "-i", &star.devs[1], "udp and dst 239.1.2.9"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tcpdump");
+    let mut errors = BufReader::new(capture.stderr.take().expect("piped stderr"));
+    let mut line = String::new();
+    while errors.read_line(&mut line).unwrap_or(0) > 0 && !line.contains("listening on") {
+        line.clear();
+    }
+    let doc = send(
+        &star,
+        "239.1.2.9",
+        &["-b", "100k", "-t", "0.3", "--dscp", "EF", "--ecn"],
+    );
+    assert_eq!(doc["marks"]["dscp"], 46, "{doc}");
+    let output = capture.wait_with_output().expect("tcpdump ends");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(text.matches("tos 0xba").count(), 3, "{text}");
+}

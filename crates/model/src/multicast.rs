@@ -106,6 +106,9 @@ pub struct MulticastSent {
     pub port: u16,
     /// The TTL (IPv6 hop limit) its datagrams carried.
     pub ttl: u32,
+    /// The DSCP and ECN they carried, where asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<crate::marks::Marks>,
     /// The interface they left through, where one was named.
     pub interface: Option<String>,
     /// The address and port they left from: what receivers see as the sender.
