@@ -7,7 +7,7 @@
 //! count iperf 2's. A receiver only ever joins the groups its operator named: what
 //! arrives cannot make it join, send or connect anywhere.
 
-use crate::sys::{interface_index, join_source_group, recv_stamped};
+use crate::sys::{interface_index, join_source_group};
 use linerate_engine::pacer::Pacer;
 use linerate_model::clock::UnixTime;
 use linerate_model::multicast::{Join, MulticastSent, MulticastStream};
@@ -248,7 +248,7 @@ fn joined_socket(join: &Join, port: u16) -> io::Result<Socket> {
     }
     socket.set_nonblocking(true)?;
     // The kernel's receive time on every datagram: delay and jitter are the path's.
-    linerate_engine::sys::set_int_option(&socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    linerate_stamp::sys::enable_meta(&socket, join.group.is_ipv6())?;
     // Room for a burst while the loop is away: 4 MiB, as far as the kernel allows.
     let _ = socket.set_recv_buffer_size(4 << 20);
     Ok(socket)
@@ -349,12 +349,17 @@ fn receive(
             }
             // A bounded batch a turn, so one busy group cannot starve the others.
             for _ in 0..256 {
-                let Ok((len, from, arrived)) = recv_stamped(socket, &mut buffer) else {
+                let Ok((len, from, meta)) = linerate_stamp::sys::recv(socket, &mut buffer) else {
                     break;
                 };
                 let mono_ns = clock.elapsed().as_nanos() as u64;
-                let wall_ns = arrived.unwrap_or_else(|| UnixTime::now().nanos());
-                if let Some(stream) = group.datagram(from, &buffer[..len], mono_ns, wall_ns) {
+                let wall_ns = meta
+                    .kernel_unix_ns
+                    .and_then(|ns| u64::try_from(ns).ok())
+                    .unwrap_or_else(|| UnixTime::now().nanos());
+                if let Some(stream) =
+                    group.datagram(from, &buffer[..len.min(buffer.len())], mono_ns, wall_ns)
+                {
                     report(ReceiverEvent::Stream(Box::new(stream)));
                 }
             }

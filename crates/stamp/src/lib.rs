@@ -7,14 +7,14 @@
 //! a bounded session table and rate caps) and `tally` (a sender's probes and answers into
 //! the figures of a [`linerate_report::stamp::StampReport`]). Time comes in as arguments.
 //! `sys` is the socket calls that carry the packets' metadata (TOS, TTL, the kernel's
-//! receive time); `sender` (one session, `linerate stamp`), `prober` (many sessions on one
+//! receive time; the multicast receivers read their datagrams with them too); `sender` (one session, `linerate stamp`), `prober` (many sessions on one
 //! thread, an agent's) and `listener` (the reflector) are the loops around them.
 
 pub mod listener;
 pub mod prober;
 pub mod reflector;
 pub mod sender;
-mod sys;
+pub mod sys;
 pub mod tally;
 pub mod wire;
 
