@@ -19,6 +19,7 @@ use linerate_store::Store;
 /// it sent. A sender whose every send the kernel refused has measured nothing: that is a
 /// failure.
 pub fn send(spec: &SendSpec, json: bool, storage: &Storage) -> Result<()> {
+    spec.check().map_err(crate::failure::usage)?;
     let store = storage.open_for_run()?;
     let stop = cancel::on_signals()?;
     if !json {

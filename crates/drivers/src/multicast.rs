@@ -54,7 +54,23 @@ pub struct SendSpec {
     pub duration: Duration,
 }
 
-/// The socket a sender sends from, connected to the group.
+impl SendSpec {
+    /// Why the spec cannot be sent, naming the flag: a datagram too short for iperf 2's
+    /// header or longer than UDP takes, groups that run past the multicast range.
+    pub fn check(&self) -> Result<(), String> {
+        if !(MIN_LENGTH..=MAX_LENGTH).contains(&self.length) {
+            return Err(format!(
+                "'-l {}': a multicast datagram carries {MIN_LENGTH} to {MAX_LENGTH} bytes",
+                self.length
+            ));
+        }
+        groups_from(self.group, self.groups)
+            .map(|_| ())
+            .map_err(|e| format!("'--groups {}': {e}", self.groups))
+    }
+}
+
+/// The socket a sender sends from.
 fn sender_socket(spec: &SendSpec) -> io::Result<Socket> {
     let socket = Socket::new(
         Domain::for_address(spec.group),

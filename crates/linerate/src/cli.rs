@@ -1092,14 +1092,7 @@ impl ServerArgs {
 
     /// The multicast group the host names, where it names one (`stream GROUP -u`).
     pub fn multicast_group(&self) -> Option<std::net::IpAddr> {
-        let host = self.host.as_deref()?;
-        let bare = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        bare.parse::<std::net::IpAddr>()
-            .ok()
-            .filter(|ip| ip.is_multicast())
+        linerate_model::multicast::group_named(self.host.as_deref()?)
     }
 
     /// The marks the test's packets carry, when the user asked for any.

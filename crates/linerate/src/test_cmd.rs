@@ -136,51 +136,40 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
 /// `linerate stream GROUP -u`: one paced sender to a multicast group (docs/multicast.md).
 /// What a group cannot be sent (TCP, a reply, several flows, a search) is refused by name.
 fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> CommandResult {
+    use linerate_model::multicast::{DEFAULT_MULTICAST_PORT, DEFAULT_MULTICAST_TTL};
+    let repeat = args.repeat.iterations.is_some() || args.repeat.confidence.is_some();
     let refused = [
         (
             !args.udp,
-            "multicast is UDP: add -u (a group cannot take a TCP connection)",
+            "multicast is UDP: add -u (a group takes no TCP connection)",
         ),
         (
             args.quic,
-            "'--quic' needs a connection; a multicast group has none",
+            "'--quic' needs a connection, and a group has none",
         ),
         (
             args.direction.reverse || args.direction.bidir,
-            "'-R'/'--bidir': a multicast group cannot send back",
+            "'-R'/'--bidir': a group cannot send back",
         ),
         (
             args.parallel > 1,
-            "'-P': one sender a run to a multicast group (run more senders for more)",
+            "'-P': one sender a run (run more senders for more)",
         ),
         (
             args.find_max,
-            "'--find-max' needs the receivers' loss, which a multicast sender does not hear",
+            "'--find-max' needs the receivers' loss, which a sender does not hear",
         ),
-        (
-            args.pps.is_some(),
-            "'--pps' is not taken for a multicast group: give -b",
-        ),
-        (
-            args.repeat.iterations.is_some() || args.repeat.confidence.is_some(),
-            "'--iterations'/'--confidence' are not taken for a multicast group",
-        ),
+        (args.pps.is_some(), "'--pps' is not taken: give -b"),
+        (repeat, "'--iterations'/'--confidence' are not taken"),
         (args.server.mptcp, "'--mptcp' needs TCP"),
     ];
     if let Some((_, why)) = refused.iter().find(|(refuse, _)| *refuse) {
         return Err(Failure::Usage(format!("to multicast group {group}: {why}")).into());
     }
     let spec = linerate_drivers::multicast::SendSpec {
-        group: std::net::SocketAddr::new(
-            group,
-            args.server
-                .port
-                .unwrap_or(linerate_model::multicast::DEFAULT_MULTICAST_PORT),
-        ),
+        group: std::net::SocketAddr::new(group, args.server.port.unwrap_or(DEFAULT_MULTICAST_PORT)),
         groups: args.groups,
-        ttl: args
-            .ttl
-            .unwrap_or(linerate_model::multicast::DEFAULT_MULTICAST_TTL),
+        ttl: args.ttl.unwrap_or(DEFAULT_MULTICAST_TTL),
         interface: args.server.bind_dev.clone(),
         bind: args.server.bind,
         // iperf 2's default datagram: 1,470 bytes fit an Ethernet frame.
@@ -189,20 +178,6 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
         marks: args.server.marks(),
         duration: std::time::Duration::from_secs_f64(args.time.unwrap_or(DEFAULT_TIME_S)),
     };
-    if !(linerate_drivers::multicast::MIN_LENGTH..=linerate_drivers::multicast::MAX_LENGTH)
-        .contains(&spec.length)
-    {
-        return Err(Failure::Usage(format!(
-            "'-l {}': a multicast datagram carries {} to {} bytes",
-            spec.length,
-            linerate_drivers::multicast::MIN_LENGTH,
-            linerate_drivers::multicast::MAX_LENGTH
-        ))
-        .into());
-    }
-    if let Err(e) = linerate_drivers::multicast::groups_from(spec.group, spec.groups) {
-        return Err(Failure::Usage(format!("'--groups {}': {e}", spec.groups)).into());
-    }
     linerate_campaign::multicast_run::send(&spec, args.output.print.json, &globals.storage)?;
     Ok(())
 }

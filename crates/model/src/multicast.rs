@@ -90,6 +90,14 @@ impl std::str::FromStr for Join {
     }
 }
 
+/// The multicast group `host` names, where it names one (`239.1.1.1`, `[ff3e::1]`).
+pub fn group_named(host: &str) -> Option<IpAddr> {
+    bare_address(host)
+        .parse::<IpAddr>()
+        .ok()
+        .filter(IpAddr::is_multicast)
+}
+
 /// An address as written, without the brackets an IPv6 address may carry.
 fn bare_address(text: &str) -> &str {
     text.strip_prefix('[')
