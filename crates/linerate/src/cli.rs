@@ -433,10 +433,7 @@ fn probe_gap(text: &str) -> Result<f64, String> {
 }
 
 fn non_negative_seconds(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
-        _ => Err(format!("'{text}' must be seconds, 0 or more")),
-    }
+    seconds_within(text, 0.0, 1e7)
 }
 
 /// A DSCP by its name or number.
@@ -489,10 +486,7 @@ pub struct RpmArgs {
 }
 
 fn rpm_seconds(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(s) if (2.0..=600.0).contains(&s) => Ok(s),
-        _ => Err(format!("'{text}' must be seconds from 2 to 600")),
-    }
+    seconds_within(text, 2.0, 600.0)
 }
 
 const MESH_EXAMPLES: &str = "\
@@ -1737,11 +1731,15 @@ fn multicast_join(text: &str) -> Result<linerate_model::multicast::Join, String>
 
 /// How long a multicast stream may be silent before it is taken as ended: 0.1 s to 1 h.
 fn join_silence(text: &str) -> Result<f64, String> {
-    let value = seconds(text)?;
-    if !(0.1..=3600.0).contains(&value) {
-        return Err(format!("'{text}' must be 0.1 to 3600 seconds"));
+    seconds_within(text, 0.1, 3600.0)
+}
+
+/// A time (the one reader of times: `30`, `500ms`, `1m30s`) from `least` to `most` seconds.
+fn seconds_within(text: &str, least: f64, most: f64) -> Result<f64, String> {
+    match seconds(text)? {
+        value if (least..=most).contains(&value) => Ok(value),
+        _ => Err(format!("'{text}' must be {least} to {most} seconds")),
     }
-    Ok(value)
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
