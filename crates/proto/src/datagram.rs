@@ -141,6 +141,18 @@ impl Framing {
         }
     }
 
+    /// The datagrams an iperf 2 final datagram says its stream sent (its number negated,
+    /// less one); `None` for any other datagram.
+    pub fn iperf2_sent(datagram: &[u8]) -> Option<u64> {
+        if datagram.len() < Framing::Iperf2.min_len() {
+            return None;
+        }
+        Framing::iperf2_number(datagram)
+            .checked_neg()?
+            .checked_sub(1)
+            .and_then(|n| u64::try_from(n).ok())
+    }
+
     /// Whether `datagram` ends its stream: iperf 2's last datagrams carry their packet
     /// number negated (its sender repeats them, as UDP may lose one). Other framings end
     /// over the control connection, never in a datagram.

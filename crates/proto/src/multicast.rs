@@ -239,22 +239,7 @@ impl GroupReceiver {
 
 /// The datagrams a final datagram says its stream sent: its number negated, less one.
 fn final_count(datagram: &[u8]) -> Option<u64> {
-    let mut copy = [0u8; 20];
-    let len = datagram.len().min(20);
-    copy[..len].copy_from_slice(&datagram[..len]);
-    // The number read as a header would read it, sign and all.
-    let low = u32::from_be_bytes(copy[0..4].try_into().ok()?);
-    let high = u32::from_be_bytes(copy[12..16].try_into().ok()?);
-    let flags = u32::from_be_bytes(copy[16..20].try_into().ok()?);
-    let number = if len >= 20 && flags & crate::datagram::IPERF2_SEQNO64 != 0 {
-        ((u64::from(high) << 32) | u64::from(low)) as i64
-    } else {
-        i64::from(low as i32)
-    };
-    number
-        .checked_neg()?
-        .checked_sub(1)
-        .and_then(|n| u64::try_from(n).ok())
+    Framing::iperf2_sent(datagram)
 }
 
 #[cfg(test)]
