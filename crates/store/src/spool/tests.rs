@@ -136,6 +136,10 @@ fn results_wait_while_the_store_refuses_and_are_written_once_in_order_after() {
     wait_for("the spool to drain", || {
         counts.waiting.load(Ordering::Relaxed) == 0
     });
+    // The writer marks the store writable just after the last result leaves the spool.
+    wait_for("the store to be marked writable", || {
+        counts.writing.load(Ordering::Relaxed) == 1
+    });
     let state = state.lock().unwrap();
     let cycles: Vec<u64> = state.kept.iter().map(|r| r.cycle).collect();
     assert_eq!(cycles, (0..25).collect::<Vec<_>>(), "each once, in order");
