@@ -185,6 +185,15 @@ fn copy_report(summary: &CopySummary, total: &FileOutcome, diagnosis: &Diagnosis
             .files
             .first()
             .and_then(|f| f.outcome.resumed_from_bps),
+        start_estimate: summary
+            .files
+            .first()
+            .and_then(|f| f.outcome.start_estimate)
+            .map(|t| linerate_report::model::CopyStartEstimate {
+                bps: t.bps,
+                after_ms: t.after_ms,
+                jumped_to_bps: t.jumped_to_bps,
+            }),
         ecn: total.ecn.map(|e| linerate_report::model::CopyEcn {
             ce_marked: e.ce_marked,
             ce_rounds: e.ce_rounds,

@@ -535,9 +535,24 @@ pub struct CopyReport {
     /// over the same path found (half of it), bit/s; absent for a search from scratch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_from_bps: Option<f64>,
+    /// A search from scratch: the rate the first datagrams, sent back to back, arrived
+    /// at (the receiver's timing of that packet train, bit/s), how long after the first
+    /// datagram the sender had it, and what the search jumped to (a share of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_estimate: Option<CopyStartEstimate>,
     /// `--ecn`: what the path's AQMs said and what the sender did about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecn: Option<CopyEcn>,
+}
+
+/// A cold copy's packet train: the path's rate by its arrival, when the sender had it,
+/// and the rate its search jumped to (absent where it already paced above that share).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CopyStartEstimate {
+    pub bps: f64,
+    pub after_ms: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jumped_to_bps: Option<f64>,
 }
 
 /// A copy with `--ecn`: the data datagrams the receiver found marked CE (congestion

@@ -743,6 +743,21 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
             linerate_model::units::format_rate(bps, scale),
         );
     }
+    if let Some(start) = copy.start_estimate {
+        let began = match start.jumped_to_bps {
+            Some(bps) => format!(
+                "the search began there at {}",
+                linerate_model::units::format_rate(bps, scale)
+            ),
+            None => "the search already paced faster".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "Rate: the first datagrams, sent back to back, arrived at {} ({:.0} ms in); {began}",
+            linerate_model::units::format_rate(start.bps, scale),
+            start.after_ms,
+        );
+    }
     if let Some(ecn) = copy.ecn {
         let _ = writeln!(
             out,

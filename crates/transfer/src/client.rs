@@ -19,6 +19,7 @@ use crate::path_memory;
 use crate::rate::RateConfig;
 use crate::receive_driver::{self, Target};
 use crate::seal::{Sealer, SEAL_TAG};
+use crate::sender::train_for;
 use crate::service::{identity, initial_window, walk};
 use crate::session::{connect, ClientSession};
 use crate::sys;
@@ -428,6 +429,7 @@ fn push_file(
             mkdir: options.mkdir,
             dscp: options.dscp,
             ecn: options.ecn,
+            train: train_for(&layout, rate, session.initial_rtt_ns),
         })
         .map_err(peer_error)?;
     if options.ecn {
@@ -579,7 +581,7 @@ fn pull_file(
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
     session.prove_udp()?;
-    let (layout, identity, mode, encrypted) = match session
+    let (layout, identity, mode, (encrypted, train)) = match session
         .channel
         .receive(Duration::from_secs(60), Some(cancel))
     {
@@ -590,12 +592,13 @@ fn pull_file(
             identity,
             mode,
             encrypted,
+            train,
             ..
         }) => (
             Layout::new(size, chunk, block).expect("validated"),
             identity,
             mode,
-            encrypted,
+            (encrypted, train),
         ),
         Ok(Control::Refused { message }) => return Err(TransferError::Remote(message)),
         Ok(other) => {
@@ -670,6 +673,7 @@ fn pull_file(
         layout,
         prepared,
         options.window_chunks,
+        train,
         sealer.as_ref(),
         cancel,
         events.progress,

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The copy protocol's version.
-pub const COPY_VERSION: u32 = 3;
+pub const COPY_VERSION: u32 = 4;
 /// The largest frame either end accepts.
 pub const MAX_FRAME: usize = 1 << 20;
 /// The most files one directory listing names.
@@ -90,9 +90,25 @@ pub struct SenderFigures {
     /// path (half what that copy found), bit/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_bps: Option<f64>,
+    /// A cold start: the packet train's estimate of the path (bit/s) and how long after
+    /// the first datagram it came (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train: Option<StartEstimate>,
     /// With `--ecn`: what the ACKs said of CE marks and what the rate control did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecn: Option<EcnFigures>,
+}
+
+/// A cold start's packet train as the sender took it: the path's rate by the train's
+/// arrival (wire bytes, bit/s), and the milliseconds from the first datagram to the ACK
+/// that carried it; the rate the search jumped to (absent where it already paced above
+/// it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StartEstimate {
+    pub bps: f64,
+    pub after_ms: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jumped_to_bps: Option<f64>,
 }
 
 /// A copy's ECN (`--ecn`): the data datagrams the receiver found marked CE, and the
@@ -188,6 +204,11 @@ pub enum Control {
         /// counts those marked CE in its ACKs. Sent only when set.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         ecn: bool,
+        /// A cold start: the first `train` datagrams (packet numbers 0 to train - 1) go
+        /// back to back; the receiving end times their arrival and its ACKs carry the rate
+        /// (`train.rs`). Sent only when set.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        train: Option<u32>,
     },
     /// The receiving end: go ahead; these chunk ranges (both ends included) are already
     /// durable; this far into the file you may send.
@@ -272,9 +293,18 @@ impl Control {
                 block,
                 identity,
                 dscp,
+                train,
                 ..
             } => {
                 dscp_in_range(*dscp)?;
+                let trains = 2..=crate::train::MAX_TRAIN_PACKETS;
+                if train.is_some_and(|packets| !trains.contains(&packets)) {
+                    return Err(Invalid(format!(
+                        "a packet train of {} datagrams (2 to {})",
+                        train.unwrap_or(0),
+                        crate::train::MAX_TRAIN_PACKETS
+                    )));
+                }
                 too_long("path", path, crate::confine::MAX_NAME)?;
                 too_long("identity", identity, 64)?;
                 crate::layout::Layout::new(*size, *chunk, *block)
@@ -318,6 +348,9 @@ impl EndStats {
             sent.min_rtt_ms,
             sent.bottleneck_bps.map(|b| b / 1e6),
             sent.resumed_bps.map(|b| b / 1e6),
+            sent.train.map(|t| t.bps / 1e6),
+            sent.train.map(|t| t.after_ms),
+            sent.train.and_then(|t| t.jumped_to_bps).map(|b| b / 1e6),
         ];
         if fine(self.disk_busy_s)
             && fine(self.cpu_s)
@@ -404,6 +437,7 @@ mod tests {
             mkdir: false,
             dscp: Some(46),
             ecn: true,
+            train: Some(64),
         };
         let frame = encode(&offer);
         assert_eq!(decode(&frame[4..]), Ok(offer));
@@ -413,6 +447,18 @@ mod tests {
     fn out_of_bounds_values_are_refused() {
         let bad_layout = br#"{"type":"offer","path":"x","size":1,"chunk":3,"block":1400,"identity":"","mode":0}"#;
         assert!(decode(bad_layout).is_err());
+        let offer = |train: u32| {
+            format!(
+                r#"{{"type":"offer","path":"x","size":1,"chunk":1048576,"block":1400,"identity":"","mode":0,"train":{train}}}"#
+            )
+        };
+        assert!(decode(offer(64).as_bytes()).is_ok());
+        for train in [0, 1, 257, u32::MAX] {
+            assert!(
+                decode(offer(train).as_bytes()).is_err(),
+                "a train of {train}"
+            );
+        }
         let bad_hash = br#"{"type":"hash","chunk":1,"hash":"zz"}"#;
         assert!(decode(bad_hash).is_err());
         let backwards = br#"{"type":"accept","have":[[5,1]],"window":0}"#;

@@ -48,6 +48,11 @@ pub struct Diagnosis {
     pub receiver_cpu_s: f64,
     /// Goodput of the bytes moved, bit/s.
     pub goodput_bps: f64,
+    /// Where the rate search began: a packet train's estimate, or a resumed search's jump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_estimate: Option<crate::control::StartEstimate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from_bps: Option<f64>,
 }
 
 /// A random loss share at or above this is a lossy path (0.1 %).
@@ -220,6 +225,8 @@ pub fn diagnose(outcome: &FileOutcome, sent_here: bool, fixed_rate: bool) -> Dia
         sender_cpu_s: sender.cpu_s,
         receiver_cpu_s: receiver.cpu_s,
         goodput_bps,
+        start_estimate: outcome.start_estimate,
+        resumed_from_bps: outcome.resumed_from_bps,
     }
 }
 
@@ -281,6 +288,24 @@ impl Diagnosis {
             self.sender_cpu_s * 1e9 / moved_bytes.max(1) as f64,
             self.receiver_cpu_s * 1e9 / moved_bytes.max(1) as f64
         );
+        if let Some(train) = self.start_estimate {
+            let began = match train.jumped_to_bps {
+                Some(bps) => format!("the search jumped to {}", rate_text(bps)),
+                None => "the search already paced above its share".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  rate search: a packet train read the path at {} after {:.1} ms; {began}",
+                rate_text(train.bps),
+                train.after_ms,
+            );
+        } else if let Some(bps) = self.resumed_from_bps {
+            let _ = writeln!(
+                out,
+                "  rate search: began at {}, half what the last copy over this path found",
+                rate_text(bps)
+            );
+        }
         out
     }
 }

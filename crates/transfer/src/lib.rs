@@ -3,10 +3,10 @@
 //!
 //! The cores are sans-IO: `wire` (datagram codecs), `layout` (chunks and blocks),
 //! `receiver` and `sender` (which blocks, which packet numbers, ACKs, loss detection),
-//! `rate` (pacing), `journal` (what a `.part` file already holds), `control` (the control
-//! connection's messages), `confine` (which paths a server may touch) and `path_memory`
-//! (what earlier copies learned of their paths; its `load` and `save` are the one file
-//! access beside it). They take the time as an argument and never open a socket
+//! `rate` (pacing), `train` (a cold start's packet train), `journal` (what a `.part` file
+//! already holds), `control` (the control connection's messages), `confine` (which paths a
+//! server may touch) and `path_memory` (what earlier copies learned of their paths; its
+//! `load` and `save` are the one file access beside it). They take the time as an argument and never open a socket
 //! (`clippy.toml`).
 
 pub mod confine;
@@ -18,6 +18,7 @@ pub mod rate;
 pub mod receiver;
 pub mod seal;
 pub mod sender;
+pub mod train;
 pub mod wire;
 
 // What the cores and drivers report: a file's figures and progress, why a transfer

@@ -57,6 +57,9 @@ pub struct FileOutcome {
     /// copy over this path found (half of that), bit/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_from_bps: Option<f64>,
+    /// A cold start: the packet train's estimate of the path and when it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_estimate: Option<crate::control::StartEstimate>,
     /// With `--ecn`: data datagrams that arrived marked CE (the receiver's count) and the
     /// sender's rate cuts for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,6 +80,7 @@ impl FileOutcome {
         self.bottleneck_bps = sent.bottleneck_bps;
         self.random_loss = sent.random_loss;
         self.resumed_from_bps = sent.resumed_bps;
+        self.start_estimate = sent.train;
         self.ecn = sent.ecn;
     }
 
@@ -116,6 +120,7 @@ impl FileOutcome {
         self.min_rtt_ms = other.min_rtt_ms.or(self.min_rtt_ms);
         // The first file's resume is the copy's: later files resume from the earlier ones.
         self.resumed_from_bps = self.resumed_from_bps.or(other.resumed_from_bps);
+        self.start_estimate = self.start_estimate.or(other.start_estimate);
         self.ecn = match (self.ecn, other.ecn) {
             (Some(a), Some(b)) => Some(crate::control::EcnFigures {
                 ce_marked: a.ce_marked + b.ce_marked,

@@ -24,6 +24,12 @@
 //! one on. Losses that answer the jump are taken as congestion (the safe retreat): a
 //! path slower than remembered is cut to what it delivered, and the jump's overshoot
 //! never passes for the path's random loss.
+//!
+//! A search with nothing remembered (or a path whose delay changed) starts from a packet
+//! train instead (`train.rs`): its first datagrams go back to back, the receiver times
+//! their spacing at the bottleneck and its ACKs carry the rate, and the search jumps to a
+//! share of that rate a round trip after it began, under the same rules as a resumed
+//! jump: held without gain until what it sent is acknowledged, its losses congestion.
 
 /// What a transfer learned of its path: the bottleneck rate (in the pacer's bytes) and the
 /// propagation delay, kept for the next transfer over the same path.
@@ -77,6 +83,11 @@ const MAX_LOSS_COMPENSATION: f64 = 0.25;
 /// Packets the window holds beyond twice the bandwidth-delay product (ACK aggregation,
 /// the receiver's ACK delay).
 const CWND_SLACK_PACKETS: u64 = 64;
+/// The share of a packet train's estimate a cold search jumps to. The train measures the
+/// bottleneck's rate, not what other flows leave of it: half, as Careful Resume jumps to
+/// half what it remembered, overloads a bottleneck that another flow fills by half for
+/// the round trip the jump stands, and still fills an idle one from the next.
+pub const TRAIN_JUMP_SHARE: f64 = 0.5;
 /// Rounds a resumed search's jump stands: the first ends at the first ACK, the second
 /// when what was sent after it is acknowledged, so the jump's own data and the round
 /// paced at it have answered. Their losses are the jump's.
@@ -154,8 +165,13 @@ pub struct RateControl {
     pub congested_rounds: u64,
     /// Of them, rounds judged so by CE marks alone (`--ecn`).
     pub ce_rounds: u64,
-    /// A resumed search's jump (half the remembered rate), bits per second; 0 without one.
+    /// A jump (half the remembered rate, or a share of a packet train's estimate) while it
+    /// stands or was taken, bits per second; 0 without one.
     jump_bps: u64,
+    /// The rate a resumed search began from (half the remembered one); 0 without one.
+    resumed_bps: u64,
+    /// A cold search's packet-train estimate of the path, bits per second; 0 without one.
+    train_bps: u64,
     /// The last round whose losses are taken as the jump's (0: no jump, or one already
     /// retreated from).
     jump_until_round: u64,
@@ -211,8 +227,60 @@ impl RateControl {
             congested_rounds: 0,
             ce_rounds: 0,
             jump_bps,
+            resumed_bps: jump_bps,
+            train_bps: 0,
             jump_until_round: if jump_bps > 0 { JUMP_ROUNDS } else { 0 },
         }
+    }
+
+    /// Whether a transfer under `config` begins with a packet train (of this many
+    /// datagrams of `wire_bytes`): an adaptive search that has no remembered rate to
+    /// resume from, or whose path's delay changed.
+    pub fn starts_with_train(
+        config: RateConfig,
+        initial_rtt_ns: u64,
+        wire_bytes: u64,
+    ) -> Option<u32> {
+        let initial_rtt_ns = initial_rtt_ns.clamp(100_000, 1_000_000_000);
+        match config {
+            RateConfig::Adaptive { resume, .. }
+                if resume.is_none_or(|memory| !Self::same_path(memory, initial_rtt_ns)) =>
+            {
+                Some(crate::train::train_packets(wire_bytes))
+            }
+            _ => None,
+        }
+    }
+
+    /// The receiver's estimate of the path's rate from the packet train (bits per second
+    /// of wire bytes): a cold search in its first startup jumps to [`TRAIN_JUMP_SHARE`] of
+    /// it, as a resumed one jumps to half what it remembered, when that is above what it
+    /// paces at now. Taken once; true when it jumped.
+    pub fn on_train_estimate(&mut self, bps: u64) -> bool {
+        if self.mode != Mode::Startup || self.train_bps > 0 || self.jump_bps > 0 {
+            return false;
+        }
+        let bps = bps.min(crate::train::MAX_ESTIMATE_BPS);
+        self.train_bps = bps;
+        let jump = (bps as f64 * TRAIN_JUMP_SHARE) as u64;
+        if self.restarts > 0 || jump <= self.base_bps() {
+            return false;
+        }
+        self.jump_bps = jump;
+        // The round in progress ends at the ACK of the first datagram paced at the jump;
+        // the next, when all it sent in its first round trip has answered.
+        self.jump_until_round = self.round + JUMP_ROUNDS;
+        true
+    }
+
+    /// What a cold search jumped to on its packet train's estimate, when it did.
+    pub fn train_jump_bps(&self) -> Option<u64> {
+        (self.train_bps > 0 && self.jump_bps > 0).then_some(self.jump_bps)
+    }
+
+    /// A cold search's packet-train estimate, when one came.
+    pub fn train_bps(&self) -> Option<u64> {
+        (self.train_bps > 0).then_some(self.train_bps)
     }
 
     /// Careful Resume's check: a round trip now within a factor of two of the one
@@ -231,7 +299,7 @@ impl RateControl {
 
     /// The rate a resumed search jumped to (half the remembered one), when it did.
     pub fn resumed_bps(&self) -> Option<u64> {
-        (self.jump_bps > 0).then_some(self.jump_bps)
+        (self.resumed_bps > 0).then_some(self.resumed_bps)
     }
 
     pub fn mode(&self) -> Mode {

@@ -110,6 +110,15 @@ pub struct Accepted {
     len: usize,
     /// Marked Congestion Experienced on the way.
     pub ce: bool,
+    /// When the kernel received it, where the socket was asked ([`sys::receive_timestamps`]).
+    pub arrived_ns: Option<u64>,
+}
+
+impl Accepted {
+    /// Bytes of its plaintext (a block of the file).
+    pub fn plain_len(&self) -> usize {
+        self.len
+    }
 }
 
 /// A lane's batch, checked: the datagrams that passed, and how many were damaged.
@@ -191,6 +200,7 @@ impl Checked {
                 start: DATA_HEADER,
                 len,
                 ce: self.batch.tos(index).is_some_and(|tos| tos & 0b11 == 0b11),
+                arrived_ns: self.batch.arrived_ns(index),
             });
         }
     }

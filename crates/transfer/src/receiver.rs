@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 
 use crate::layout::Layout;
+use crate::train::TrainMeter;
 use crate::wire::{Ack, PnRange, MAX_ACK_RANGES};
 
 /// Packet numbers the receiver remembers below the largest: an ACK reports ranges from
@@ -99,6 +100,8 @@ pub struct Receiver {
     ack_seq: u64,
     /// `--ecn`: the ACKs carry the count of CE marks.
     counting_ce: bool,
+    /// The sender's packet train, timed (a cold start): the ACKs carry its estimate.
+    train: Option<TrainMeter>,
     pub counters: ReceiverCounters,
 }
 
@@ -122,6 +125,7 @@ impl Receiver {
             window_at_last_ack: 0,
             ack_seq: 0,
             counting_ce: false,
+            train: None,
             counters: ReceiverCounters::default(),
         };
         receiver.window_at_last_ack = receiver.window();
@@ -270,6 +274,31 @@ impl Receiver {
         self.counting_ce = true;
     }
 
+    /// The sender's first `packets` datagrams come back to back (its offer said so): the
+    /// driver times their arrival with [`on_timed_arrival`](Self::on_timed_arrival) and
+    /// the ACKs carry the rate they arrived at, once they have.
+    pub fn time_train(&mut self, packets: u32) {
+        self.train = Some(TrainMeter::new(packets));
+    }
+
+    /// Whether arrivals are still timed for the train.
+    pub fn timing_train(&self) -> bool {
+        self.train.as_ref().is_some_and(|t| !t.ended())
+    }
+
+    /// Datagram `pn` (`wire_bytes` on the wire) arrived at `arrived_ns` by the kernel's
+    /// clock.
+    pub fn on_timed_arrival(&mut self, pn: u64, wire_bytes: u64, arrived_ns: u64) {
+        if let Some(train) = &mut self.train {
+            train.on_arrival(pn, wire_bytes, arrived_ns);
+        }
+    }
+
+    /// The train's estimate of the path's rate, bits per second, once it has ended.
+    pub fn train_estimate(&self) -> Option<u64> {
+        self.train.as_ref().and_then(TrainMeter::estimate)
+    }
+
     /// A data datagram of this file arrived marked CE.
     pub fn on_ce(&mut self) {
         self.counters.ce_marked += 1;
@@ -392,6 +421,8 @@ impl Receiver {
             verified: self.verified_offset(),
             ranges: self.ack_ranges(),
             ce: self.counting_ce.then_some(self.counters.ce_marked),
+            // Every ACK once it is known: a lost ACK must not cost the sender its jump.
+            train_bps: self.train_estimate(),
         })
     }
 }

@@ -243,6 +243,7 @@ pub fn send_file(
             bottleneck_bps: model.then(|| sender.rate().bottleneck_bps() as f64),
             random_loss: model.then(|| sender.rate().random_loss()),
             resumed_bps: sender.rate().resumed_bps().map(|bps| bps as f64),
+            train: sender.train_estimate(),
             ecn: session.ecn().then(|| crate::control::EcnFigures {
                 ce_marked: counters.ce_marked,
                 ce_rounds: sender.rate().ce_rounds,

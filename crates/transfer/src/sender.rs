@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 
+use crate::control::StartEstimate;
 use crate::layout::{Block, Layout};
 use crate::rate::{AckEvent, RateConfig, RateControl};
 use crate::wire::{Ack, DATA_HEADER};
@@ -19,6 +20,15 @@ pub const WIRE_OVERHEAD: u64 = DATA_HEADER as u64 + 28;
 fn wire_bytes(len: u32) -> u64 {
     u64::from(len) + WIRE_OVERHEAD
 }
+/// The packet train a transfer of `layout` under `rate` begins with (its datagrams), as
+/// its offer names it: a cold search's ([`RateControl::starts_with_train`]), never longer
+/// than the file.
+pub fn train_for(layout: &Layout, rate: RateConfig, initial_rtt_ns: u64) -> Option<u32> {
+    let packets = RateControl::starts_with_train(rate, initial_rtt_ns, wire_bytes(layout.block))?;
+    let packets = u64::from(packets).min(layout.blocks());
+    (packets >= 2).then_some(packets as u32)
+}
+
 /// The receiver's ACK delay the probe timeout allows for.
 const MAX_ACK_DELAY_NS: u64 = crate::receiver::MAX_ACK_DELAY_NS;
 
@@ -185,6 +195,12 @@ pub struct Sender {
     probe_credit: u32,
     rtt: Rtt,
     rate: RateControl,
+    /// Datagrams sent back to back at the start, a packet train the receiver times (a
+    /// cold start; 0 without one).
+    train_packets: u64,
+    /// When the first datagram left, and how long after it the train's estimate came.
+    started_ns: Option<u64>,
+    train_after_ns: Option<u64>,
     pub counters: SenderCounters,
 }
 
@@ -231,8 +247,27 @@ impl Sender {
                 sampled: false,
             },
             rate: RateControl::new(rate, u64::from(layout.block), initial_rtt_ns),
+            train_packets: train_for(&layout, rate, initial_rtt_ns).map_or(0, u64::from),
+            started_ns: None,
+            train_after_ns: None,
             counters: SenderCounters::default(),
         }
+    }
+
+    /// The datagrams this transfer sends back to back at its start for the receiver to
+    /// time (the offer names them), when it begins with a packet train.
+    pub fn train_packets(&self) -> Option<u32> {
+        (self.train_packets > 0).then_some(self.train_packets as u32)
+    }
+
+    /// The packet train's estimate of the path, how long after the first datagram it
+    /// came and what the search jumped to, when one came.
+    pub fn train_estimate(&self) -> Option<StartEstimate> {
+        Some(StartEstimate {
+            bps: self.rate.train_bps()? as f64,
+            after_ms: self.train_after_ns? as f64 / 1e6,
+            jumped_to_bps: self.rate.train_jump_bps().map(|bps| bps as f64),
+        })
     }
 
     /// Spreads the datagrams over `lanes` UDP flows (1 to 64), before the first is sent.
@@ -349,7 +384,9 @@ impl Sender {
             return self.wait(None, Blocked::Done);
         }
         let burst = self.burst_ns();
-        if now_ns + burst < self.next_send_ns {
+        // A packet train goes back to back, unpaced: the bottleneck spaces it.
+        let in_train = self.next_pn < self.train_packets;
+        if !in_train && now_ns + burst < self.next_send_ns {
             // Wake when the whole burst is due, not its first datagram: waking at
             // `next_send_ns - burst` would send one datagram a wake-up in the steady state.
             return self.wait(Some(self.next_send_ns), Blocked::Pacing);
@@ -401,6 +438,7 @@ impl Sender {
         self.probe_credit = self.probe_credit.saturating_sub(1);
         let pn = self.next_pn;
         self.next_pn += 1;
+        self.started_ns.get_or_insert(now_ns);
         if self.sent.is_empty() {
             self.first_pn = pn;
         }
@@ -422,7 +460,11 @@ impl Sender {
         self.last_activity_ns = now_ns;
         let wire = wire_bytes(block.len) * 8;
         let tx_ns = (wire as u128 * 1_000_000_000 / self.rate.pacing_bps().max(1) as u128) as u64;
-        self.next_send_ns = self.next_send_ns.max(now_ns.saturating_sub(burst)) + tx_ns;
+        self.next_send_ns = match in_train {
+            // The pacing begins after the train, as though it had not been sent.
+            true => now_ns,
+            false => self.next_send_ns.max(now_ns.saturating_sub(burst)) + tx_ns,
+        };
         self.counters.packets += 1;
         self.counters.bytes += u64::from(block.len);
         if retransmission {
@@ -638,6 +680,12 @@ impl Sender {
         self.detect_losses(now_ns);
         event.in_flight = self.in_flight;
         self.rate.on_ack(&event);
+        if let Some(bps) = ack.train_bps.filter(|_| self.train_packets > 0) {
+            if self.train_after_ns.is_none() {
+                self.train_after_ns = Some(now_ns.saturating_sub(self.started_ns.unwrap_or(0)));
+                self.rate.on_train_estimate(bps);
+            }
+        }
         Ok(())
     }
 }
@@ -646,7 +694,7 @@ impl Sender {
 mod tests {
     use super::*;
     use crate::layout::MIN_CHUNK;
-    use crate::rate::PathMemory;
+    use crate::rate::{PathMemory, TRAIN_JUMP_SHARE};
     use crate::receiver::{DataOutcome, Receiver};
 
     const MS: u64 = 1_000_000;
@@ -946,22 +994,56 @@ mod tests {
         retransmitted: f64,
         /// When the receiver's rate over 100 ms first reached 90 % of the link.
         ramp_ns: Option<u64>,
+        /// The packet train's estimate and when it came.
+        train: Option<StartEstimate>,
     }
 
     /// A transfer over a simulated path: a bottleneck of `link_bps` with a drop-tail
     /// queue of `queue_ns`, `loss` random loss before it, `one_way_ns` each way.
     fn simulate(size: u64, link_bps: u64, one_way_ns: u64, loss: f64, queue_ns: u64) -> Simulated {
-        simulate_with_stall(size, link_bps, one_way_ns, loss, queue_ns, None, None)
+        simulate_with(
+            size,
+            link_bps,
+            one_way_ns,
+            loss,
+            queue_ns,
+            Twists::default(),
+        )
+    }
+
+    /// What a simulated transfer meets besides its path.
+    struct Twists {
+        /// The receiver's ACKs held back for `(at, for)` nanoseconds (a receiving thread
+        /// descheduled).
+        stall: Option<(u64, u64)>,
+        /// The search resumed from what an earlier transfer found.
+        resume: Option<PathMemory>,
+        /// Whether the receiver times a cold start's packet train (an older receiver
+        /// does not), and by how much the estimate its ACKs carry is wrong.
+        train_timed: bool,
+        train_error: f64,
+    }
+
+    impl Default for Twists {
+        fn default() -> Twists {
+            Twists {
+                stall: None,
+                resume: None,
+                train_timed: true,
+                train_error: 1.0,
+            }
+        }
     }
 
     impl Simulated {
         /// The run's figures on stderr, for a failing test's reader.
         fn tell(&self, sender: &Sender) {
             eprintln!(
-                "goodput {:.0} retransmitted {:.4} ramp {:?} ms, lost {} probes {} congested rounds {}",
+                "goodput {:.0} retransmitted {:.4} ramp {:?} ms, train {:?}, lost {} probes {} congested rounds {}",
                 self.goodput_bps,
                 self.retransmitted,
                 self.ramp_ns.map(|n| n / MS),
+                self.train,
                 sender.counters.lost_packets,
                 sender.counters.probe_timeouts,
                 sender.rate().congested_rounds
@@ -985,18 +1067,22 @@ mod tests {
         );
     }
 
-    /// As `simulate`, with the receiver's ACKs held back for `(at, for)` nanoseconds (a
-    /// receiving thread descheduled), and the search resumed from `resume` when given:
-    /// a test's simulated path, step by step, in one place to read.
-    fn simulate_with_stall(
+    /// As `simulate`, with `twists`: a test's simulated path, step by step, in one place
+    /// to read.
+    fn simulate_with(
         size: u64,
         link_bps: u64,
         one_way_ns: u64,
         loss: f64,
         queue_ns: u64,
-        stall: Option<(u64, u64)>,
-        resume: Option<PathMemory>,
+        twists: Twists,
     ) -> Simulated {
+        let Twists {
+            stall,
+            resume,
+            train_timed,
+            train_error,
+        } = twists;
         let layout = Layout::new(size, 1 << 20, 1400).unwrap();
         let mut sender = Sender::new(
             layout,
@@ -1007,6 +1093,9 @@ mod tests {
             2 * one_way_ns,
         );
         let mut receiver = Receiver::new(layout, 256);
+        if let Some(packets) = sender.train_packets().filter(|_| train_timed) {
+            receiver.time_train(packets);
+        }
         sender.set_readable(u64::MAX);
         sender.set_window(receiver.window());
         let mut link_free = 0u64;
@@ -1035,8 +1124,10 @@ mod tests {
                 to_receiver.push_back((link_free + one_way_ns, t));
             }
             while to_receiver.front().is_some_and(|(at, _)| *at <= now) {
-                let (_, t) = to_receiver.pop_front().unwrap();
+                let (at, t) = to_receiver.pop_front().unwrap();
                 window_bytes += u64::from(t.len) + WIRE_OVERHEAD;
+                // The kernel's timestamp: the arrival itself, not this loop's step.
+                receiver.on_timed_arrival(t.pn, wire_bytes(t.len), at);
                 if let DataOutcome::Store {
                     chunk,
                     filled: true,
@@ -1057,7 +1148,8 @@ mod tests {
                 window_bytes = 0;
                 window_start = now;
             }
-            if let Some(ack) = receiver.poll_ack(now, 0, 1) {
+            if let Some(mut ack) = receiver.poll_ack(now, 0, 1) {
+                ack.train_bps = ack.train_bps.map(|bps| (bps as f64 * train_error) as u64);
                 // During a stall the ACKs are made but leave only when it ends.
                 let leaves = match stall {
                     Some((at, span)) if now >= at && now < at + span => at + span,
@@ -1078,6 +1170,7 @@ mod tests {
             goodput_bps: size as f64 * 8.0 / (now as f64 / 1e9),
             retransmitted: sender.counters.retransmitted_bytes as f64 / size as f64,
             ramp_ns,
+            train: sender.train_estimate(),
         };
         simulated.tell(&sender);
         simulated
@@ -1097,14 +1190,16 @@ mod tests {
     fn a_stalled_receiver_during_startup_does_not_leave_the_rate_low() {
         // The ACKs stop for 150 ms at 0.5 s (a descheduled receiving thread): the late
         // ACKs that follow look like a queue. The search must still find the bottleneck.
-        let run = simulate_with_stall(
+        let run = simulate_with(
             256 << 20,
             1_000_000_000,
             50 * MS,
             0.01,
             50 * MS,
-            Some((500 * MS, 150 * MS)),
-            None,
+            Twists {
+                stall: Some((500 * MS, 150 * MS)),
+                ..Twists::default()
+            },
         );
         assert!(
             run.ramp_ns.is_some_and(|ns| ns < 3_000 * MS),
@@ -1114,22 +1209,41 @@ mod tests {
         assert!(run.goodput_bps > 0.6e9, "{:.0}", run.goodput_bps);
     }
 
+    /// The lab's case: what a cold transfer over 1 Gbit/s, 100 ms, 1 % ended believing.
+    const LAB_MEMORY: PathMemory = PathMemory {
+        bottleneck_bps: 1_000_000_000,
+        min_rtt_ns: 100 * MS,
+    };
+
+    /// A cold start without the train's estimate (an older receiver): the search from
+    /// 128 datagrams a round trip.
+    fn ramp_only() -> Twists {
+        Twists {
+            train_timed: false,
+            ..Twists::default()
+        }
+    }
+
     #[test]
     fn a_search_resumed_from_the_last_transfer_fills_the_path_sooner() {
-        // The lab's case: what a cold transfer over 1 Gbit/s, 100 ms, 1 % ended believing.
-        let memory = PathMemory {
-            bottleneck_bps: 1_000_000_000,
-            min_rtt_ns: 100 * MS,
-        };
-        let cold = simulate(256 << 20, 1_000_000_000, 50 * MS, 0.01, 50 * MS);
-        let warm = simulate_with_stall(
+        let cold = simulate_with(
             256 << 20,
             1_000_000_000,
             50 * MS,
             0.01,
             50 * MS,
-            None,
-            Some(memory),
+            ramp_only(),
+        );
+        let warm = simulate_with(
+            256 << 20,
+            1_000_000_000,
+            50 * MS,
+            0.01,
+            50 * MS,
+            Twists {
+                resume: Some(LAB_MEMORY),
+                ..Twists::default()
+            },
         );
         let (cold_ramp, warm_ramp) = (cold.ramp_ns.unwrap(), warm.ramp_ns.unwrap());
         assert!(
@@ -1140,14 +1254,16 @@ mod tests {
         assert!(warm.retransmitted < 0.04, "{:.4}", warm.retransmitted);
         // The same memory over a path that now carries a quarter of it: the jump
         // overshoots for a round trip, then the transfer's own samples take over.
-        let slower = simulate_with_stall(
+        let slower = simulate_with(
             64 << 20,
             250_000_000,
             50 * MS,
             0.01,
             50 * MS,
-            None,
-            Some(memory),
+            Twists {
+                resume: Some(LAB_MEMORY),
+                ..Twists::default()
+            },
         );
         assert!(
             slower.goodput_bps > 0.6 * 250e6,
@@ -1155,6 +1271,78 @@ mod tests {
             slower.goodput_bps
         );
         assert!(slower.retransmitted < 0.10, "{:.4}", slower.retransmitted);
+    }
+
+    /// A cold start with the packet train: the receiver times the first datagrams' arrival
+    /// at the bottleneck's spacing, and the search jumps a round trip in, filling the path
+    /// within a round trip of a resumed one and long before the ramp alone would.
+    #[test]
+    fn a_cold_start_times_its_train_and_fills_the_path_as_a_resumed_one_does() {
+        let path = |twists| simulate_with(256 << 20, 1_000_000_000, 50 * MS, 0.01, 50 * MS, twists);
+        let ramp = path(ramp_only());
+        let train = path(Twists::default());
+        let warm = path(Twists {
+            resume: Some(LAB_MEMORY),
+            ..Twists::default()
+        });
+        let start = train.train.expect("an estimate");
+        let (estimate, after) = (start.bps as u64, (start.after_ms * 1e6) as u64);
+        assert_eq!(start.jumped_to_bps, Some(start.bps * TRAIN_JUMP_SHARE));
+        // The train's rate is the bottleneck's (the simulated receiver timestamps each
+        // arrival exactly; one datagram's spacing is 1.2 % of a 64-datagram train).
+        assert!(
+            (0.97e9..=1.0e9).contains(&(estimate as f64)),
+            "estimate {estimate}"
+        );
+        // A round trip, and the train's own time at the bottleneck.
+        assert!((100 * MS..105 * MS).contains(&after), "after {after}");
+        let (ramp_at, train_at, warm_at) = (
+            ramp.ramp_ns.unwrap(),
+            train.ramp_ns.unwrap(),
+            warm.ramp_ns.unwrap(),
+        );
+        assert!(
+            train_at + 300 * MS <= ramp_at,
+            "{train_at} against {ramp_at}"
+        );
+        assert!(
+            train_at <= warm_at + 150 * MS,
+            "{train_at} against {warm_at}"
+        );
+        assert!(train.goodput_bps > ramp.goodput_bps * 1.05);
+        assert!(train.retransmitted < 0.04, "{:.4}", train.retransmitted);
+        assert!(warm.train.is_none(), "a resumed search sends no train");
+    }
+
+    /// A wrong estimate costs a round trip, not the transfer: a train read four times too
+    /// fast (a receiving host that bunched it) over a path that the jump then overloads,
+    /// and one read a tenth of the truth, both end near the path's rate and resend little.
+    #[test]
+    fn a_wrong_train_estimate_costs_a_round_trip() {
+        let path = |error| {
+            simulate_with(
+                64 << 20,
+                250_000_000,
+                50 * MS,
+                0.01,
+                50 * MS,
+                Twists {
+                    train_error: error,
+                    ..Twists::default()
+                },
+            )
+        };
+        let right = path(1.0);
+        for error in [4.0, 0.1] {
+            let wrong = path(error);
+            assert!(
+                wrong.goodput_bps > 0.85 * right.goodput_bps,
+                "{error}: {:.0} against {:.0}",
+                wrong.goodput_bps,
+                right.goodput_bps
+            );
+            assert!(wrong.retransmitted < 0.10, "{:.4}", wrong.retransmitted);
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ use crate::path_memory::{self, PathBook};
 use crate::rate::RateConfig;
 use crate::receive_driver::{self, accept_deadline, Target};
 use crate::seal::{Sealer, SEAL_TAG};
+use crate::sender::train_for;
 use crate::sys;
 
 /// A session waits this long for its next request.
@@ -169,6 +170,7 @@ impl FileService {
                     mkdir,
                     dscp,
                     ecn,
+                    train,
                 } => {
                     file_index += 1;
                     mark(&channel, &session, (dscp, ecn), Way::Receives, &peer, log);
@@ -182,6 +184,7 @@ impl FileService {
                         discard,
                         encrypted,
                         mkdir,
+                        train,
                     };
                     self.receive(&mut channel, &session, file_index, offer, &peer, log)
                 }
@@ -385,6 +388,7 @@ impl FileService {
             layout,
             prepared,
             DEFAULT_WINDOW_CHUNKS,
+            offer.train,
             sealer.as_ref(),
             &cancel,
             &|_| {},
@@ -432,8 +436,25 @@ impl FileService {
             Ok(layout) => layout,
             Err(e) => return self.refuse(channel, peer, log, format!("'{path}': {e}")),
         };
+        // The path back to this client, as the last file sent to it found it.
+        let path_key = peer
+            .parse::<std::net::SocketAddr>()
+            .map(|p| format!("to {}", p.ip()))
+            .ok();
+        let rate = match (rate, &path_key) {
+            (RateConfig::Adaptive { max_bps, .. }, Some(key)) if resume => RateConfig::Adaptive {
+                max_bps,
+                resume: self
+                    .book()
+                    .recall(key, path_memory::now_unix_s())
+                    .map(|r| r.memory),
+            },
+            (rate, _) => rate,
+        };
+        let train = train_for(&layout, rate, channel.handshake_rtt_ns());
         channel
             .send(&Control::Offer {
+                train,
                 ecn: false,
                 path: String::new(),
                 size: layout.size,
@@ -459,21 +480,6 @@ impl FileService {
             Err(e) => return Err(e.to_string()),
         };
         let cancel = AtomicBool::new(false);
-        // The path back to this client, as the last file sent to it found it.
-        let path_key = peer
-            .parse::<std::net::SocketAddr>()
-            .map(|p| format!("to {}", p.ip()))
-            .ok();
-        let rate = match (rate, &path_key) {
-            (RateConfig::Adaptive { max_bps, .. }, Some(key)) if resume => RateConfig::Adaptive {
-                max_bps,
-                resume: self
-                    .book()
-                    .recall(key, path_memory::now_unix_s())
-                    .map(|r| r.memory),
-            },
-            (rate, _) => rate,
-        };
         let outcome = crate::send_driver::send_file(
             channel,
             session,
@@ -540,6 +546,7 @@ struct Offer {
     discard: bool,
     encrypted: bool,
     mkdir: bool,
+    train: Option<u32>,
 }
 
 /// The regular files under a directory, depth first, names sorted; links, devices and

@@ -108,6 +108,24 @@ const GSO_SEGMENTS: usize = 64;
 /// Most bytes one segmented send carries: a UDP datagram's 65,535 less its headers,
 /// IPv6's included.
 const GSO_BYTES: usize = 65_000;
+/// Asks the kernel to give each datagram `socket` receives with the time it arrived
+/// (SO_TIMESTAMPNS: the receive path's clock, not the reading thread's), or no longer.
+pub fn receive_timestamps<S: std::os::fd::AsFd>(socket: &S, on: bool) -> io::Result<()> {
+    let fd = std::os::fd::AsFd::as_fd(socket).as_raw_fd();
+    let value: libc::c_int = on.into();
+    // SAFETY: setsockopt with an int option on a live socket.
+    check(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&value as *const libc::c_int).cast(),
+            4,
+        )
+    })
+    .map(|_| ())
+}
+
 /// Room for one message's UDP_SEGMENT control message (a u16), in u64s so that the
 /// buffer is aligned as a `cmsghdr` must be.
 const GSO_CONTROL_WORDS: usize = 3;
@@ -312,9 +330,9 @@ pub fn receive_gro<S: std::os::fd::AsFd>(socket: &S, on: bool) -> io::Result<()>
     .map(|_| ())
 }
 
-/// Room for one message's control messages: its TOS byte or traffic class and its
-/// UDP_GRO segment size (u64s: aligned for `cmsghdr`).
-const CONTROL_WORDS: usize = 8;
+/// Room for one message's control messages: its TOS byte or traffic class, its UDP_GRO
+/// segment size and its arrival time (u64s: aligned for `cmsghdr`).
+const CONTROL_WORDS: usize = 12;
 /// A coalesced message's buffer: the most a UDP datagram carries.
 pub const COALESCED_BUFFER: usize = 65_536;
 
@@ -351,7 +369,8 @@ impl RecvBatch {
             headers: Vec::with_capacity(count),
             datagrams: Vec::with_capacity(count),
             messages: 0,
-            controls: Vec::new(),
+            // Every batch has room for the arrival times (a cold start's train).
+            controls: vec![[0; CONTROL_WORDS]; count],
             read_tos: false,
         }
     }
@@ -360,7 +379,6 @@ impl RecvBatch {
     /// for it: [`receive_tos`]); see [`tos`](Self::tos).
     pub fn with_tos(count: usize, size: usize) -> RecvBatch {
         RecvBatch {
-            controls: vec![[0; CONTROL_WORDS]; count],
             read_tos: true,
             ..RecvBatch::new(count, size)
         }
@@ -371,7 +389,6 @@ impl RecvBatch {
     /// (the kernel coalesces only datagrams of one TOS byte).
     pub fn coalescing(count: usize, tos: bool) -> RecvBatch {
         RecvBatch {
-            controls: vec![[0; CONTROL_WORDS]; count],
             read_tos: tos,
             ..RecvBatch::new(count, COALESCED_BUFFER)
         }
@@ -487,25 +504,48 @@ impl RecvBatch {
             })
     }
 
+    /// When the kernel received datagram `i` (SO_TIMESTAMPNS, the socket must ask for it:
+    /// [`receive_timestamps`]), nanoseconds on the wall clock; a coalesced run's datagrams
+    /// all carry their first one's arrival.
+    pub fn arrived_ns(&self, i: usize) -> Option<u64> {
+        let (message, ..) = *self.datagrams.get(i)?;
+        let at: libc::timespec =
+            self.control_data(message, libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS)?;
+        let ns = u64::try_from(at.tv_sec).ok()? * 1_000_000_000 + u64::try_from(at.tv_nsec).ok()?;
+        (ns > 0).then_some(ns)
+    }
+
     /// The value of control message (`level`, `kind`) of message `message` of the last
     /// receive: IPv4's TOS comes as a byte, IPv6's class and UDP_GRO's size as an int.
     fn control(&self, message: usize, level: libc::c_int, kind: libc::c_int) -> Option<i32> {
+        if (level, kind) == (libc::IPPROTO_IP, libc::IP_TOS) {
+            return self.control_data::<u8>(message, level, kind).map(i32::from);
+        }
+        self.control_data::<libc::c_int>(message, level, kind)
+    }
+
+    /// The data of control message (`level`, `kind`) of message `message`, read as a `T`.
+    fn control_data<T: Copy>(
+        &self,
+        message: usize,
+        level: libc::c_int,
+        kind: libc::c_int,
+    ) -> Option<T> {
         if self.controls.is_empty() {
             return None;
         }
         let header = &self.headers.get(message)?.msg_hdr;
         // SAFETY: the control buffer is this batch's own and the kernel set
-        // `msg_controllen` within it.
+        // `msg_controllen` within it; a message of (`level`, `kind`) holds a `T`, read
+        // only when its length says it is whole.
         unsafe {
             let mut cmsg = libc::CMSG_FIRSTHDR(header);
             while !cmsg.is_null() {
-                if ((*cmsg).cmsg_level, (*cmsg).cmsg_type) == (level, kind) {
-                    let data = libc::CMSG_DATA(cmsg);
-                    return Some(if (level, kind) == (libc::IPPROTO_IP, libc::IP_TOS) {
-                        i32::from(*data)
-                    } else {
-                        std::ptr::read_unaligned(data.cast::<libc::c_int>())
-                    });
+                if ((*cmsg).cmsg_level, (*cmsg).cmsg_type) == (level, kind)
+                    && (*cmsg).cmsg_len as usize
+                        >= libc::CMSG_LEN(std::mem::size_of::<T>() as u32) as usize
+                {
+                    return Some(std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<T>()));
                 }
                 cmsg = libc::CMSG_NXTHDR(header, cmsg);
             }

@@ -7,7 +7,8 @@
 //!        | crc32 u32 | tag 8 | payload
 //! ack    type=2 | flags | ranges u16 | file u32 | session u64 | seq u64 | largest u64
 //!        | delay_us u32 | backlog u32 | window u64 | verified u64
-//!        | (gap u32, len u32) x ranges | [ce u64 when flags has ECN] | mac 16
+//!        | (gap u32, len u32) x ranges | [ce u64 when flags has ECN]
+//!        | [train_bps u64 when flags has TRAIN] | mac 16
 //! hello  type=3 | 0 | 0 u16 | 0 u32 | session u64 | mac 16
 //! ```
 //!
@@ -38,6 +39,11 @@ pub const MAX_ACK_RANGES: usize = 128;
 pub const ACK_FLAG_ECN: u8 = 0x01;
 /// Bytes of that count.
 const ACK_CE: usize = 8;
+/// An ACK's flag: it carries the receiver's estimate of the path's rate from the sender's
+/// packet train (`train.rs`), bits per second, after the CE count.
+pub const ACK_FLAG_TRAIN: u8 = 0x02;
+/// Bytes of that estimate.
+const ACK_TRAIN: usize = 8;
 /// The largest payload a data datagram may carry (a loopback MTU of 64 KiB less headers).
 pub const MAX_PAYLOAD: usize = 65_000;
 
@@ -151,6 +157,9 @@ pub struct Ack {
     /// the file so far, as QUIC's ECN counts are (RFC 9000 19.3.2): the sender reads the
     /// growth.
     pub ce: Option<u64>,
+    /// The path's rate by the sender's packet train, bits per second of wire bytes (1 to
+    /// 10 Tbit/s), once the receiver has timed it.
+    pub train_bps: Option<u64>,
 }
 
 /// Why a datagram was dropped.
@@ -166,6 +175,8 @@ pub enum WireError {
     Ranges,
     #[error("too many ACK ranges")]
     TooManyRanges,
+    #[error("a packet train's estimate of 0 or over 10 Tbit/s")]
+    Train,
     #[error("unknown ACK flags {0:#04x}")]
     Flags(u8),
     #[error("authentication tag does not match")]
@@ -231,7 +242,12 @@ pub fn encode_ack(ack: &Ack, key: &[u8; 32], out: &mut Vec<u8>) {
     out.clear();
     out.resize(ACK_HEADER + field::ack::RANGE * ack.ranges.len(), 0);
     out[field::TYPE] = TYPE_ACK;
-    out[field::FLAGS] = if ack.ce.is_some() { ACK_FLAG_ECN } else { 0 };
+    out[field::FLAGS] = if ack.ce.is_some() { ACK_FLAG_ECN } else { 0 }
+        | if ack.train_bps.is_some() {
+            ACK_FLAG_TRAIN
+        } else {
+            0
+        };
     out[field::COUNT].copy_from_slice(&(ack.ranges.len() as u16).to_be_bytes());
     out[field::FILE].copy_from_slice(&ack.file.to_be_bytes());
     out[field::SESSION].copy_from_slice(&ack.session.to_be_bytes());
@@ -252,6 +268,9 @@ pub fn encode_ack(ack: &Ack, key: &[u8; 32], out: &mut Vec<u8>) {
     }
     if let Some(ce) = ack.ce {
         out.extend_from_slice(&ce.to_be_bytes());
+    }
+    if let Some(bps) = ack.train_bps {
+        out.extend_from_slice(&bps.to_be_bytes());
     }
     let mac = tag(key, out);
     out.extend_from_slice(&mac);
@@ -327,12 +346,17 @@ fn parse_ack(bytes: &[u8], key: &[u8; 32]) -> Result<Ack, WireError> {
         return Err(WireError::TooManyRanges);
     }
     let flags = bytes[field::FLAGS];
-    if flags & !ACK_FLAG_ECN != 0 {
+    if flags & !(ACK_FLAG_ECN | ACK_FLAG_TRAIN) != 0 {
         return Err(WireError::Flags(flags));
     }
     let ce_len = if flags & ACK_FLAG_ECN != 0 { ACK_CE } else { 0 };
+    let train_len = if flags & ACK_FLAG_TRAIN != 0 {
+        ACK_TRAIN
+    } else {
+        0
+    };
     let ranges_end = ACK_HEADER + field::ack::RANGE * count;
-    if bytes.len() != ranges_end + ce_len + TAG_LEN {
+    if bytes.len() != ranges_end + ce_len + train_len + TAG_LEN {
         return Err(WireError::Length);
     }
     let body = bytes.len() - TAG_LEN;
@@ -356,6 +380,11 @@ fn parse_ack(bytes: &[u8], key: &[u8; 32]) -> Result<Ack, WireError> {
         ranges.push(PnRange { low, high });
         bound = low;
     }
+    let train_at = ranges_end + ce_len;
+    let train_bps = (train_len > 0).then(|| u64_at(bytes, train_at..train_at + ACK_TRAIN));
+    if train_bps.is_some_and(|bps| bps == 0 || bps > crate::train::MAX_ESTIMATE_BPS) {
+        return Err(WireError::Train);
+    }
     Ok(Ack {
         file: u32_at(bytes, field::FILE),
         session: u64_at(bytes, field::SESSION),
@@ -367,6 +396,7 @@ fn parse_ack(bytes: &[u8], key: &[u8; 32]) -> Result<Ack, WireError> {
         verified: u64_at(bytes, field::ack::VERIFIED),
         ranges,
         ce: (ce_len > 0).then(|| u64_at(bytes, ranges_end..ranges_end + ACK_CE)),
+        train_bps,
     })
 }
 
@@ -389,6 +419,28 @@ mod tests {
             verified: 1 << 20,
             ranges,
             ce: None,
+            train_bps: None,
+        }
+    }
+
+    /// A cold start's ACKs carry the packet train's estimate after the CE count, under the
+    /// tag; an estimate of 0 or beyond the bound is refused where it is read.
+    #[test]
+    fn an_ack_carries_the_trains_estimate_when_flagged() {
+        let mut original = ack(vec![PnRange { low: 0, high: 70 }]);
+        for ce in [None, Some(3)] {
+            original.ce = ce;
+            original.train_bps = Some(987_654_321);
+            let mut bytes = Vec::new();
+            encode_ack(&original, &KEY, &mut bytes);
+            assert_eq!(bytes[1] & ACK_FLAG_TRAIN, ACK_FLAG_TRAIN);
+            assert_eq!(parse(&bytes, &KEY), Ok(Datagram::Ack(original.clone())));
+        }
+        for refused in [0, crate::train::MAX_ESTIMATE_BPS + 1] {
+            original.train_bps = Some(refused);
+            let mut bytes = Vec::new();
+            encode_ack(&original, &KEY, &mut bytes);
+            assert_eq!(parse(&bytes, &KEY), Err(WireError::Train));
         }
     }
 
@@ -409,10 +461,10 @@ mod tests {
         unflagged.extend_from_slice(&mac);
         assert_eq!(parse(&unflagged, &KEY), Err(WireError::Length));
         let mut unknown = bytes[..bytes.len() - TAG_LEN].to_vec();
-        unknown[1] = 0x03;
+        unknown[1] = 0x05;
         let mac = tag(&KEY, &unknown);
         unknown.extend_from_slice(&mac);
-        assert_eq!(parse(&unknown, &KEY), Err(WireError::Flags(0x03)));
+        assert_eq!(parse(&unknown, &KEY), Err(WireError::Flags(0x05)));
         original.ce = None;
         encode_ack(&original, &KEY, &mut bytes);
         assert_eq!(bytes[1], 0);
