@@ -193,6 +193,7 @@ fn copy_report(summary: &CopySummary, total: &FileOutcome, diagnosis: &Diagnosis
                 bps: t.bps,
                 after_ms: t.after_ms,
                 jumped_to_bps: t.jumped_to_bps,
+                sent_bps: t.sent_bps,
             }),
         ecn: total.ecn.map(|e| linerate_report::model::CopyEcn {
             ce_marked: e.ce_marked,

@@ -1403,6 +1403,34 @@ fn a_copy_over_lanes_spreads_over_the_emulators_threads_and_resends_only_the_los
     let _ = std::fs::remove_dir_all(root);
 }
 
+/// A cold copy over lanes sends its packet train over all of them (a datagram's lane is
+/// its packet number modulo the lanes), each lane's receiving socket times its part, and
+/// the one estimate reads the bottleneck the lanes share; `--diagnose` says what the
+/// train read and where the search began.
+#[test]
+fn a_cold_copy_over_lanes_reads_the_shared_bottleneck_from_its_train() {
+    let test = "a_cold_copy_over_lanes_reads_the_shared_bottleneck_from_its_train";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("copytrain");
+    let _guard = LabGuard(name.clone());
+    let (root, source, doc) = lab_copy(
+        &name,
+        "train",
+        24 << 20,
+        &["--rtt", "60ms", "--rate", "100M"],
+        "server:got.bin",
+        &["--lanes", "4", "--cold-start"],
+        &[],
+    );
+    assert_same_file(&source, &root.join("served/got.bin"));
+    assert_eq!(num(&doc, "/copy/lanes"), 4.0);
+    assert_train_read_the_path(&doc, 100e6, 0.25);
+    let _ = std::fs::remove_dir_all(root);
+}
+
 /// Set-up is 3 round trips: TCP, the key exchange's challenge (which names the session's
 /// UDP port), and the client's proof sent with its UDP hello and its first request. A
 /// small file's whole copy takes about 5.3 of the path's 400 ms (6.3 with the 4-round-trip
@@ -3196,6 +3224,39 @@ fn ramp_to(doc: &serde_json::Value, level: f64) -> Option<f64> {
     })
 }
 
+/// A cold copy's packet train read the lab's bottleneck of `rate_bps`: its estimate (IP
+/// bytes, so 1,500 of every 1,514-byte frame the emulator's rate counts) no more than a
+/// quarter above the rate the emulator was given (a busy host's forwarder hands frames on
+/// in bursts, which a 3 ms train averages out) and no more than `under` below it (a test
+/// build's emulator forwards a few hundred Mbit/s at most: a faster bottleneck is not the
+/// path's narrowest), a round trip after the first datagram, and the search jumped to half
+/// of it.
+fn assert_train_read_the_path(doc: &serde_json::Value, rate_bps: f64, under: f64) {
+    let start = &doc["copy"]["start_estimate"];
+    let bps = start["bps"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no estimate: {}", doc["copy"]));
+    let after_ms = start["after_ms"].as_f64().unwrap();
+    let ip_rate = rate_bps * 1_500.0 / 1_514.0;
+    // A sender slower than the path (a debug build's framing) sends a train the path does
+    // not space: it reads what the sender said it sent.
+    let sent = start["sent_bps"].as_f64().unwrap_or(f64::MAX);
+    eprintln!(
+        "the train read {bps:.0} bit/s after {after_ms:.1} ms; the path {ip_rate:.0}, the train left at {}",
+        start["sent_bps"]
+    );
+    assert!(
+        bps <= 1.25 * ip_rate && bps >= (1.0 - under) * ip_rate.min(sent),
+        "the train read {bps:.0} bit/s of a {ip_rate:.0} bit/s path, sent at {sent:.0}"
+    );
+    let rtt_ms = doc["copy"]["min_rtt_ms"].as_f64().unwrap();
+    assert!(
+        (rtt_ms..rtt_ms + 300.0).contains(&after_ms),
+        "{after_ms} ms after the first datagram, the round trip {rtt_ms} ms"
+    );
+    assert_eq!(start["jumped_to_bps"].as_f64(), Some((bps / 2.0).floor()));
+}
+
 /// A copy over a path a copy crossed before begins its rate search from half the rate that
 /// copy found (Careful Resume), and so fills the path sooner than the cold one did; the
 /// client keeps what it learned in its state directory, the server what its sends learned
@@ -3252,6 +3313,7 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
         "{}",
         cold["copy"]
     );
+    assert_train_read_the_path(&cold, 600e6, 0.5);
     let found = num(&cold, "/copy/bottleneck_bps");
     let book = std::fs::read_to_string(state.join("linerate/paths.json")).expect("the book");
     assert!(book.contains("\"push to "), "{book}");
@@ -3261,24 +3323,31 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
         (resumed - found / 2.0).abs() <= 1.0,
         "began at {resumed}, the first copy found {found}"
     );
+    assert!(
+        warm["copy"].get("start_estimate").is_none(),
+        "{}",
+        warm["copy"]
+    );
     // Both reach 40 % of the path; the resumed one is there from its first round trip,
-    // the cold one after doubling its way up for three or four.
+    // the cold one from its second (its packet train's estimate comes a round trip in).
     let level = 0.4 * found;
     let (cold_ramp, warm_ramp) = (ramp_to(&cold, level), ramp_to(&warm, level));
     eprintln!(
         "found {found:.0} bit/s; to {level:.0}: cold {cold_ramp:?} s, resumed {warm_ramp:?} s"
     );
     assert!(
-        warm_ramp.is_some() && cold_ramp.is_some() && warm_ramp < cold_ramp,
+        warm_ramp.is_some() && cold_ramp.is_some() && warm_ramp <= cold_ramp,
         "to {level:.0} bit/s: resumed after {warm_ramp:?} s, cold after {cold_ramp:?} s"
     );
     let again = copy(source, "server:third.bin", &["--cold-start"]);
     assert!(again["copy"].get("resumed_from_bps").is_none());
+    assert_train_read_the_path(&again, 600e6, 0.5);
     // Pulls: the server is the sender; the second pull by this client resumes from the
     // first, and --cold-start reaches the server.
     let pulled = root.join("pulled.bin").display().to_string();
     let first = copy("server:first.bin", &pulled, &[]);
     assert!(first["copy"].get("resumed_from_bps").is_none());
+    assert_train_read_the_path(&first, 600e6, 0.5);
     let second = copy("server:first.bin", &pulled, &[]);
     assert!(
         num(&second, "/copy/resumed_from_bps") > 0.0,

@@ -553,6 +553,10 @@ pub struct CopyStartEstimate {
     pub after_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jumped_to_bps: Option<f64>,
+    /// The rate the train left the sender at (absent where it left within one batch of
+    /// the sending loop): a train sent slower than the bottleneck reads the sender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_bps: Option<f64>,
 }
 
 /// A copy with `--ecn`: the data datagrams the receiver found marked CE (congestion

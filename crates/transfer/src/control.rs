@@ -109,6 +109,10 @@ pub struct StartEstimate {
     pub after_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jumped_to_bps: Option<f64>,
+    /// The rate the train left the sender at (absent where it left within one batch):
+    /// a train that left slower than the bottleneck reads the sender, not the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_bps: Option<f64>,
 }
 
 /// A copy's ECN (`--ecn`): the data datagrams the receiver found marked CE, and the
@@ -351,6 +355,7 @@ impl EndStats {
             sent.train.map(|t| t.bps / 1e6),
             sent.train.map(|t| t.after_ms),
             sent.train.and_then(|t| t.jumped_to_bps).map(|b| b / 1e6),
+            sent.train.and_then(|t| t.sent_bps).map(|b| b / 1e9),
         ];
         if fine(self.disk_busy_s)
             && fine(self.cpu_s)

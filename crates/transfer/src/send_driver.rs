@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -36,6 +37,9 @@ use crate::wire::{self, Datagram, DATA_HEADER};
 const READ_AHEAD: usize = 16;
 /// Datagrams per `sendmmsg`.
 const BATCH: usize = 64;
+/// A cold start's packet train is framed whole before its first datagram leaves, so that
+/// it leaves back to back however slow the framing (a debug build's is 40 us a datagram).
+const TRAIN_BATCH: usize = crate::train::MAX_TRAIN_PACKETS as usize;
 
 enum Loaded {
     Chunk(u64, Option<Arc<Vec<u8>>>),
@@ -322,13 +326,15 @@ struct SendLoop<'a> {
     refetched: u64,
     /// Over lanes: the batch being built for each lane's thread this turn.
     lane_work: Vec<Vec<Outgoing>>,
+    /// What the sender core let go this turn, before it is framed here.
+    polled: Vec<Transmit>,
 }
 
 /// One `sendmmsg` worth of datagrams being built.
 struct Batch {
     headers: Vec<[u8; DATA_HEADER]>,
-    /// (chunk, offset in it, length) of each datagram's plain payload.
-    pending: Vec<(u64, usize, usize)>,
+    /// (chunk, offset in it, length, lane) of each datagram's plain payload.
+    pending: Vec<(u64, usize, usize, usize)>,
     /// With --encrypt, each datagram's sealed payload (the chunk's bytes stay plain).
     sealed: Vec<Vec<u8>>,
     send: SendBatch,
@@ -362,9 +368,9 @@ fn send_loop(
         loaded_count: 0,
         reader: None,
         batch: Batch {
-            headers: vec![[0u8; DATA_HEADER]; BATCH],
-            pending: Vec::with_capacity(BATCH),
-            sealed: vec![Vec::new(); BATCH],
+            headers: vec![[0u8; DATA_HEADER]; TRAIN_BATCH],
+            pending: Vec::with_capacity(TRAIN_BATCH),
+            sealed: vec![Vec::new(); TRAIN_BATCH],
             send: SendBatch::default(),
         },
         acks: RecvBatch::new(16, 2048),
@@ -372,6 +378,7 @@ fn send_loop(
         waits: Waits::default(),
         waiting: None,
         lane_work: Vec::new(),
+        polled: Vec::with_capacity(TRAIN_BATCH),
         timeline: Timeline {
             trace: std::env::var_os("LINERATE_COPY_TRACE").is_some(),
             ..Timeline::default()
@@ -556,57 +563,73 @@ impl SendLoop<'_> {
     }
 
     /// Sends what the sender core lets go now, up to a batch; returns the datagrams sent
-    /// and, when it held some back, until when and why.
+    /// and, when it held some back, until when and why. A cold start's packet train goes
+    /// whole, from this thread, over every lane's socket: handed to the lanes' threads it
+    /// would leave as each is scheduled, slower than the bottleneck it is to measure.
     fn drive_transmit(
         &mut self,
         sender: &mut Sender,
         now: u64,
     ) -> Result<(usize, HeldBack), TransferError> {
-        if let Some(lanes) = self.io.lanes {
+        let train = sender.in_train();
+        if let Some(lanes) = self.io.lanes.filter(|_| !train) {
             return self.transmit_over_lanes(sender, now, lanes);
         }
-        let (session, framing) = (self.io.session, self.io.framing);
-        let layout = self.layout;
+        let mut polled = std::mem::take(&mut self.polled);
+        let why_not = match train {
+            true => poll_batch(sender, now, &mut polled, TRAIN_BATCH, Sender::in_train),
+            false => poll_batch(sender, now, &mut polled, BATCH, |_| true),
+        };
+        self.frame_here(&polled);
+        self.polled = polled;
+        let mut sent = 0;
+        for (lane, socket) in self.io.session.sockets().enumerate() {
+            sent += self.send_framed(socket.as_raw_fd(), lane)?;
+        }
+        Ok((sent, why_not))
+    }
+
+    /// Frames `transmits` in this thread, into the batch.
+    fn frame_here(&mut self, transmits: &[Transmit]) {
+        let framing = self.io.framing;
         let batch = &mut self.batch;
         batch.pending.clear();
-        let mut why_not = None;
-        while batch.pending.len() < BATCH {
-            match sender.poll_transmit(now) {
-                Poll::Send(t) => {
-                    let Some((chunk, data, start)) = in_memory(&self.chunks, self.base, layout, &t)
-                    else {
-                        continue;
-                    };
-                    let i = batch.pending.len();
-                    let plain = &data[start..start + t.len as usize];
-                    let sealed = batch.sealed.get_mut(i);
-                    framing.frame(t.pn, t.offset, plain, &mut batch.headers[i], sealed);
-                    batch.pending.push((chunk, start, t.len as usize));
-                }
-                Poll::Wait { until, why } => {
-                    why_not = Some((until, why));
-                    break;
-                }
-            }
+        for t in transmits {
+            let Some((chunk, data, start)) = in_memory(&self.chunks, self.base, self.layout, t)
+            else {
+                continue;
+            };
+            let i = batch.pending.len();
+            let plain = &data[start..start + t.len as usize];
+            let sealed = batch.sealed.get_mut(i);
+            framing.frame(t.pn, t.offset, plain, &mut batch.headers[i], sealed);
+            batch.pending.push((chunk, start, t.len as usize, t.lane));
         }
-        if batch.pending.is_empty() {
-            return Ok((0, why_not));
-        }
+    }
+
+    /// Sends the framed datagrams of lane `lane` on its socket `fd`, in one batch.
+    fn send_framed(&mut self, fd: RawFd, lane: usize) -> Result<usize, TransferError> {
+        let framing = self.io.framing;
+        let batch = &mut self.batch;
         let datagrams: Vec<(&[u8], &[u8])> = batch
             .pending
             .iter()
             .enumerate()
-            .map(|(i, &(chunk, start, len))| {
+            .filter(|(_, pending)| pending.3 == lane)
+            .map(|(i, &(chunk, start, len, _))| {
                 let data = self.chunks[(chunk - self.base) as usize]
                     .as_ref()
-                    .expect("checked above");
+                    .expect("framed from memory");
                 let payload = framing.payload(&data[start..start + len], &batch.sealed[i]);
                 (&batch.headers[i][..], payload)
             })
             .collect();
-        match batch.send.send(session.fd(), &datagrams) {
-            Ok(_) => Ok((datagrams.len(), why_not)),
-            Err(e) => Err(send_error(e, layout)),
+        if datagrams.is_empty() {
+            return Ok(0);
+        }
+        match batch.send.send(fd, &datagrams) {
+            Ok(_) => Ok(datagrams.len()),
+            Err(e) => Err(send_error(e, self.layout)),
         }
     }
 
@@ -733,6 +756,25 @@ fn in_memory<'a>(
     let chunk = t.offset / layout.chunk;
     let data = chunks.get(chunk.checked_sub(base)? as usize)?.as_ref()?;
     Some((chunk, data, (t.offset - chunk * layout.chunk) as usize))
+}
+
+/// Takes up to `most` of what the sender core lets go now, while `more` holds, into
+/// `polled`; returns until when and why it held the rest back, when it did.
+fn poll_batch(
+    sender: &mut Sender,
+    now: u64,
+    polled: &mut Vec<Transmit>,
+    most: usize,
+    more: impl Fn(&Sender) -> bool,
+) -> HeldBack {
+    polled.clear();
+    while polled.len() < most && more(sender) {
+        match sender.poll_transmit(now) {
+            Poll::Send(t) => polled.push(t),
+            Poll::Wait { until, why } => return Some((until, why)),
+        }
+    }
+    None
 }
 
 /// What a failed send means: a datagram too large for the path now (its MTU fell), or

@@ -198,8 +198,10 @@ pub struct Sender {
     /// Datagrams sent back to back at the start, a packet train the receiver times (a
     /// cold start; 0 without one).
     train_packets: u64,
-    /// When the first datagram left, and how long after it the train's estimate came.
+    /// When the first datagram left, when the train's last did (with the train's wire
+    /// bytes), and how long after the first the train's estimate came.
     started_ns: Option<u64>,
+    train_sent: (u64, u64),
     train_after_ns: Option<u64>,
     pub counters: SenderCounters,
 }
@@ -249,6 +251,7 @@ impl Sender {
             rate: RateControl::new(rate, u64::from(layout.block), initial_rtt_ns),
             train_packets: train_for(&layout, rate, initial_rtt_ns).map_or(0, u64::from),
             started_ns: None,
+            train_sent: (0, 0),
             train_after_ns: None,
             counters: SenderCounters::default(),
         }
@@ -260,13 +263,26 @@ impl Sender {
         (self.train_packets > 0).then_some(self.train_packets as u32)
     }
 
+    /// Whether the next datagram is one of the packet train's.
+    pub fn in_train(&self) -> bool {
+        self.next_pn < self.train_packets
+    }
+
     /// The packet train's estimate of the path, how long after the first datagram it
     /// came and what the search jumped to, when one came.
     pub fn train_estimate(&self) -> Option<StartEstimate> {
+        // The rate the train left at, from the first datagram's send to the last's (the
+        // bytes before the last over that span); none where it left within one instant of
+        // this clock (one batch of the sending loop).
+        let (last_ns, bytes) = self.train_sent;
+        let span = last_ns.saturating_sub(self.started_ns?);
+        let last = wire_bytes(self.layout.block);
+        let sent_bps = (span > 0).then(|| bytes.saturating_sub(last) as f64 * 8e9 / span as f64);
         Some(StartEstimate {
             bps: self.rate.train_bps()? as f64,
             after_ms: self.train_after_ns? as f64 / 1e6,
             jumped_to_bps: self.rate.train_jump_bps().map(|bps| bps as f64),
+            sent_bps,
         })
     }
 
@@ -439,6 +455,9 @@ impl Sender {
         let pn = self.next_pn;
         self.next_pn += 1;
         self.started_ns.get_or_insert(now_ns);
+        if in_train {
+            self.train_sent = (now_ns, self.train_sent.1 + wire_bytes(block.len));
+        }
         if self.sent.is_empty() {
             self.first_pn = pn;
         }
