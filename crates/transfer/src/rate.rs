@@ -88,6 +88,9 @@ const CWND_SLACK_PACKETS: u64 = 64;
 /// half what it remembered, overloads a bottleneck that another flow fills by half for
 /// the round trip the jump stands, and still fills an idle one from the next.
 pub const TRAIN_JUMP_SHARE: f64 = 0.5;
+/// The loss in a round of a jump that saw the queue empty above which the round is still
+/// taken as the jump's overshoot.
+const JUMP_EMPTY_QUEUE_LOSS: f64 = 0.05;
 /// Rounds a resumed search's jump stands: the first ends at the first ACK, the second
 /// when what was sent after it is acknowledged, so the jump's own data and the round
 /// paced at it have answered. Their losses are the jump's.
@@ -155,8 +158,9 @@ pub struct RateControl {
     round_app_limited: bool,
     /// The bottleneck estimate at the end of the last round.
     previous_btl_bw: u64,
-    /// The bottleneck estimate when startup last ended.
+    /// The bottleneck estimate when startup last ended, and the round it ended in.
     exit_btl_bw: u64,
+    exit_round: u64,
     /// When the current startup began (0, or the last restart).
     startup_began_ns: u64,
     /// Times the search started again after leaving startup too early.
@@ -222,6 +226,7 @@ impl RateControl {
             round_app_limited: false,
             previous_btl_bw: 0,
             exit_btl_bw: 0,
+            exit_round: 0,
             startup_began_ns: 0,
             restarts: 0,
             congested_rounds: 0,
@@ -267,9 +272,12 @@ impl RateControl {
             return false;
         }
         self.jump_bps = jump;
-        // The round in progress ends at the ACK of the first datagram paced at the jump;
-        // the next, when all it sent in its first round trip has answered.
-        self.jump_until_round = self.round + JUMP_ROUNDS;
+        // The round in progress ends at the ACK of the first datagram paced at the jump:
+        // from then on the ACKs say what the path delivers of it, and startup's gain
+        // applies to that (a resumed jump waits a round more: what it remembered may be
+        // old; the train measured this path a round trip ago). Its losses are judged as
+        // the jump's for a round more.
+        self.jump_until_round = self.round + 1;
         true
     }
 
@@ -487,8 +495,14 @@ impl RateControl {
         // startup ended: what a stall held back arrives over more than one round) means
         // the pipe was far from full: startup ended too early (a stalled receiver's late
         // ACKs look like a queue), so the search starts again.
+        // The first two rounds after startup are not judged: what startup had in flight
+        // when it ended is still being delivered, and the filter still climbing to it
+        // (a start that jumped leaves startup on a queue within a round of the path's
+        // rate) is no probe. Judged, it began the search again at once, and that restart's
+        // overshoot cost a 200 ms path 6,000 datagrams.
         let grew = |base: u64| base > 0 && self.btl_bw as f64 >= base as f64 * 1.2;
         if self.mode == Mode::ProbeBw
+            && self.round > self.exit_round + 2
             && !self.round_app_limited
             && (grew(self.previous_btl_bw) || grew(self.exit_btl_bw))
         {
@@ -553,9 +567,13 @@ impl RateControl {
         // stands, its losses are taken as congestion whatever the queue showed (Careful
         // Resume's safe retreat): the jump overshot a path slower than remembered, and
         // its losses must not pass for the path's own.
+        // A jump's round that saw the queue empty is congested only by a loss no random
+        // path has: a jump above the path's rate into a queue too short to show as delay
+        // loses what it sent too fast (a tenth or more), while a lossy path's own 1 % cut
+        // the jump to its first round's delivery and cost a 200 ms path a round trip.
         let jumping = self.round <= self.jump_until_round;
         let lossy = self.round_lost > 0
-            && (!queue_seen_empty || jumping)
+            && (!queue_seen_empty || (jumping && loss > JUMP_EMPTY_QUEUE_LOSS))
             && loss > 2.0 * self.random_loss + 0.005;
         if sent == 0 {
             return;
@@ -579,6 +597,7 @@ impl RateControl {
     fn leave_startup(&mut self) {
         self.mode = Mode::Drain;
         self.exit_btl_bw = self.btl_bw;
+        self.exit_round = self.round;
     }
 
     /// A congested round's rate: what it delivered (never above the filter), less a tenth.
