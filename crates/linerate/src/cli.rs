@@ -668,7 +668,8 @@ Examples:
       linerate copy big.dat server:big.dat --key K
 Run again after an interruption and the copy resumes: only chunks not yet verified and
 synced at the destination move again. A copy over a path copied in the last hour begins
-its rate search at half the rate that copy found (--cold-start searches from scratch).
+its rate search at half the rate that copy found; over a new path (or with --cold-start)
+it sends its first datagrams back to back and begins at half the rate they arrived at.
 The summary names what limited the copy (the sender's disk, the network, the receiver's
 disk or CPU); --diagnose shows the split.";
 
@@ -1368,8 +1369,9 @@ pub struct CopyArgs {
     /// Never send faster than this while finding the path's rate [bit/s]
     #[arg(long, value_name = "RATE", value_parser = per_second, conflicts_with = "rate")]
     pub max_rate: Option<u64>,
-    /// Find the path's rate from scratch, even where a copy over the same path in the last
-    /// hour left it (kept in $XDG_STATE_HOME/linerate/paths.json; pulls: by the server)
+    /// Find the path's rate from scratch (a packet train of the first datagrams, read a
+    /// round trip in), even where a copy over the same path in the last hour left it
+    /// (kept in $XDG_STATE_HOME/linerate/paths.json; pulls: by the server)
     #[arg(long, conflicts_with = "rate")]
     pub cold_start: bool,
     /// Chunk size: the unit hashed, written and resumed (a power of two, 64K to 64M)

@@ -301,14 +301,7 @@ impl Control {
                 ..
             } => {
                 dscp_in_range(*dscp)?;
-                let trains = 2..=crate::train::MAX_TRAIN_PACKETS;
-                if train.is_some_and(|packets| !trains.contains(&packets)) {
-                    return Err(Invalid(format!(
-                        "a packet train of {} datagrams (2 to {})",
-                        train.unwrap_or(0),
-                        crate::train::MAX_TRAIN_PACKETS
-                    )));
-                }
+                train_in_range(*train)?;
                 too_long("path", path, crate::confine::MAX_NAME)?;
                 too_long("identity", identity, 64)?;
                 crate::layout::Layout::new(*size, *chunk, *block)
@@ -416,6 +409,16 @@ fn lane_ports_valid(ports: &[u16]) -> Result<(), Invalid> {
 }
 
 /// A DSCP is six bits.
+fn train_in_range(train: Option<u32>) -> Result<(), Invalid> {
+    let most = crate::train::MAX_TRAIN_PACKETS;
+    match train {
+        Some(packets) if !(2..=most).contains(&packets) => Err(Invalid(format!(
+            "a packet train of {packets} datagrams (2 to {most})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn dscp_in_range(dscp: Option<u8>) -> Result<(), Invalid> {
     match dscp {
         Some(d) if d > 63 => Err(Invalid(format!("a DSCP of {d} (0 to 63)"))),

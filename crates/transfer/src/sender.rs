@@ -454,10 +454,7 @@ impl Sender {
         self.probe_credit = self.probe_credit.saturating_sub(1);
         let pn = self.next_pn;
         self.next_pn += 1;
-        self.started_ns.get_or_insert(now_ns);
-        if in_train {
-            self.train_sent = (now_ns, self.train_sent.1 + wire_bytes(block.len));
-        }
+        self.note_train(now_ns, in_train, block.len);
         if self.sent.is_empty() {
             self.first_pn = pn;
         }
@@ -479,11 +476,9 @@ impl Sender {
         self.last_activity_ns = now_ns;
         let wire = wire_bytes(block.len) * 8;
         let tx_ns = (wire as u128 * 1_000_000_000 / self.rate.pacing_bps().max(1) as u128) as u64;
-        self.next_send_ns = match in_train {
-            // The pacing begins after the train, as though it had not been sent.
-            true => now_ns,
-            false => self.next_send_ns.max(now_ns.saturating_sub(burst)) + tx_ns,
-        };
+        // The pacing begins after the train, as though it had not been sent.
+        let paced_from = self.next_send_ns.max(now_ns.saturating_sub(burst));
+        self.next_send_ns = if in_train { now_ns } else { paced_from + tx_ns };
         self.counters.packets += 1;
         self.counters.bytes += u64::from(block.len);
         if retransmission {
@@ -497,6 +492,25 @@ impl Sender {
             len: block.len,
             retransmission,
         })
+    }
+
+    /// When the first datagram left, and the train's last with the train's bytes.
+    fn note_train(&mut self, now_ns: u64, in_train: bool, len: u32) {
+        self.started_ns.get_or_insert(now_ns);
+        if in_train {
+            self.train_sent = (now_ns, self.train_sent.1 + wire_bytes(len));
+        }
+    }
+
+    /// The packet train's estimate, from the first ACK that carries it (once).
+    fn take_train_estimate(&mut self, now_ns: u64, ack: &Ack) {
+        let Some(bps) = ack.train_bps.filter(|_| self.train_packets > 0) else {
+            return;
+        };
+        if self.train_after_ns.is_none() {
+            self.train_after_ns = Some(now_ns.saturating_sub(self.started_ns.unwrap_or(0)));
+            self.rate.on_train_estimate(bps);
+        }
     }
 
     fn loss_delay_ns(&self) -> u64 {
@@ -699,12 +713,7 @@ impl Sender {
         self.detect_losses(now_ns);
         event.in_flight = self.in_flight;
         self.rate.on_ack(&event);
-        if let Some(bps) = ack.train_bps.filter(|_| self.train_packets > 0) {
-            if self.train_after_ns.is_none() {
-                self.train_after_ns = Some(now_ns.saturating_sub(self.started_ns.unwrap_or(0)));
-                self.rate.on_train_estimate(bps);
-            }
-        }
+        self.take_train_estimate(now_ns, ack);
         Ok(())
     }
 }
@@ -1096,23 +1105,15 @@ mod tests {
         queue_ns: u64,
         twists: Twists,
     ) -> Simulated {
-        let Twists {
-            stall,
-            resume,
-            train_timed,
-            train_error,
-        } = twists;
         let layout = Layout::new(size, 1 << 20, 1400).unwrap();
+        let (max_bps, resume) = (None, twists.resume);
         let mut sender = Sender::new(
             layout,
-            RateConfig::Adaptive {
-                max_bps: None,
-                resume,
-            },
+            RateConfig::Adaptive { max_bps, resume },
             2 * one_way_ns,
         );
         let mut receiver = Receiver::new(layout, 256);
-        if let Some(packets) = sender.train_packets().filter(|_| train_timed) {
+        if let Some(packets) = sender.train_packets().filter(|_| twists.train_timed) {
             receiver.time_train(packets);
         }
         sender.set_readable(u64::MAX);
@@ -1168,9 +1169,11 @@ mod tests {
                 window_start = now;
             }
             if let Some(mut ack) = receiver.poll_ack(now, 0, 1) {
-                ack.train_bps = ack.train_bps.map(|bps| (bps as f64 * train_error) as u64);
+                ack.train_bps = ack
+                    .train_bps
+                    .map(|bps| (bps as f64 * twists.train_error) as u64);
                 // During a stall the ACKs are made but leave only when it ends.
-                let leaves = match stall {
+                let leaves = match twists.stall {
                     Some((at, span)) if now >= at && now < at + span => at + span,
                     _ => now,
                 };

@@ -441,16 +441,7 @@ impl FileService {
             .parse::<std::net::SocketAddr>()
             .map(|p| format!("to {}", p.ip()))
             .ok();
-        let rate = match (rate, &path_key) {
-            (RateConfig::Adaptive { max_bps, .. }, Some(key)) if resume => RateConfig::Adaptive {
-                max_bps,
-                resume: self
-                    .book()
-                    .recall(key, path_memory::now_unix_s())
-                    .map(|r| r.memory),
-            },
-            (rate, _) => rate,
-        };
+        let rate = self.resumed(rate, resume, path_key.as_deref());
         let train = train_for(&layout, rate, channel.handshake_rtt_ns());
         channel
             .send(&Control::Offer {
@@ -532,6 +523,22 @@ impl FileService {
         channel
             .send(&Control::Entries { entries })
             .map_err(|e| e.to_string())
+    }
+}
+
+impl FileService {
+    /// `rate`, resumed from what the last file sent over path `key` found where `resume`.
+    fn resumed(&self, rate: RateConfig, resume: bool, key: Option<&str>) -> RateConfig {
+        match (rate, key) {
+            (RateConfig::Adaptive { max_bps, .. }, Some(key)) if resume => RateConfig::Adaptive {
+                max_bps,
+                resume: self
+                    .book()
+                    .recall(key, path_memory::now_unix_s())
+                    .map(|r| r.memory),
+            },
+            (rate, _) => rate,
+        }
     }
 }
 
