@@ -3284,7 +3284,7 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
     let name = lab_name("resume");
     let _guard = LabGuard(name.clone());
     let (root, source) = copy_scratch("resume", 64 << 20);
-    let up = lab(&["up", "--name", &name, "--rtt", "100ms", "--rate", "600M"]);
+    let up = lab(&["up", "--name", &name, "--rtt", "100ms", "--rate", "200M"]);
     assert!(up.status.success(), "{}", stderr(&up));
     let key = root.join("key").display().to_string();
     let mut serve = Command::new(binary())
