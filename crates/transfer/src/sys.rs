@@ -111,19 +111,21 @@ const GSO_BYTES: usize = 65_000;
 /// Asks the kernel to give each datagram `socket` receives with the time it arrived
 /// (SO_TIMESTAMPNS: the receive path's clock, not the reading thread's), or no longer.
 pub fn receive_timestamps<S: std::os::fd::AsFd>(socket: &S, on: bool) -> io::Result<()> {
+    set_flag(socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, on)
+}
+
+/// Turns an int socket option that is a flag on or off.
+fn set_flag<S: std::os::fd::AsFd>(
+    socket: &S,
+    level: libc::c_int,
+    name: libc::c_int,
+    on: bool,
+) -> io::Result<()> {
     let fd = std::os::fd::AsFd::as_fd(socket).as_raw_fd();
     let value: libc::c_int = on.into();
     // SAFETY: setsockopt with an int option on a live socket.
-    check(unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&value as *const libc::c_int).cast(),
-            4,
-        )
-    })
-    .map(|_| ())
+    check(unsafe { libc::setsockopt(fd, level, name, (&value as *const libc::c_int).cast(), 4) })
+        .map(|_| ())
 }
 
 /// Room for one message's UDP_SEGMENT control message (a u16), in u64s so that the
@@ -315,19 +317,7 @@ pub fn receive_tos<S: std::os::fd::AsFd>(socket: &S) -> io::Result<()> {
 /// false asks for them one by one again. Loopback and NICs with GRO coalesce; a socket
 /// that also receives small control datagrams should turn it off when the data ends.
 pub fn receive_gro<S: std::os::fd::AsFd>(socket: &S, on: bool) -> io::Result<()> {
-    let fd = std::os::fd::AsFd::as_fd(socket).as_raw_fd();
-    let value: libc::c_int = on.into();
-    // SAFETY: setsockopt with an int option on a live socket.
-    check(unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            (&value as *const libc::c_int).cast(),
-            4,
-        )
-    })
-    .map(|_| ())
+    set_flag(socket, libc::SOL_UDP, libc::UDP_GRO, on)
 }
 
 /// Room for one message's control messages: its TOS byte or traffic class, its UDP_GRO
