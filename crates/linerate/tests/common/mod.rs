@@ -813,6 +813,30 @@ pub fn ping_times_ms(text: &str) -> Vec<f64> {
     times
 }
 
+/// The share of the host's CPU time the hypervisor gave to other guests (steal, from
+/// /proc/stat) while `run` ran: a host short of CPU delays every process here, the lab's
+/// emulator and both ends alike, which no figure of ours can show.
+pub fn steal_share_during<T>(run: impl FnOnce() -> T) -> (T, f64) {
+    fn ticks() -> (f64, f64) {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let fields: Vec<f64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal (guest is within user).
+        let total: f64 = fields.iter().take(8).sum();
+        (fields.get(7).copied().unwrap_or(0.0), total)
+    }
+    let before = ticks();
+    let out = run();
+    let after = ticks();
+    (out, (after.0 - before.0) / (after.1 - before.1).max(1.0))
+}
+
 /// The CPU time (in cores) that work besides `run`'s children took while it ran, read from
 /// /proc/stat and this process's waited-for children's times: the same run's measure of a
 /// busy host, for a test that compares a paced figure with another tool's.
