@@ -3354,7 +3354,10 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
     );
     // Where the hypervisor held the host back (a CI run once: the resumed copy 0.3 s
     // behind the cold one, both short of the path), the comparison is the host's.
-    assert!(warm_ramp.is_some(), "the resumed copy never reached {level:.0} bit/s");
+    assert!(
+        warm_ramp.is_some(),
+        "the resumed copy never reached {level:.0} bit/s"
+    );
     assert!(
         matches!((warm_ramp, cold_ramp), (Some(w), Some(c)) if w <= c + 0.2) || steal > 0.03,
         "to {level:.0} bit/s: resumed after {warm_ramp:?} s, cold after {cold_ramp:?} s"

@@ -114,7 +114,10 @@ fn udp_reverse_and_bidir_count_at_the_right_end() {
             received <= 2100.0 && received + lost >= sent * 0.95,
             "{flow}"
         );
-        assert!(sent >= 1900.0 - 2.0 * late_ms || busy, "late {late_ms} ms: {flow}");
+        assert!(
+            sent >= 1900.0 - 2.0 * late_ms || busy,
+            "late {late_ms} ms: {flow}"
+        );
         assert!(received >= sent * 0.95 || busy, "{flow}");
     }
 }
