@@ -77,13 +77,13 @@ impl Storage {
 pub fn server_keeper(store: Store, log: bool) -> linerate_drivers::server::ReportKeeper {
     let store = std::sync::Mutex::new(store);
     linerate_drivers::server::ReportKeeper(std::sync::Arc::new(
-        move |test: u64, report: &Report| {
+        move |tool: linerate_drivers::server::ServedTool, test: u64, report: &Report| {
             let document = Document::Test(Box::new(report.clone()));
             let outcome = document
                 .to_json()
                 .map_err(|e| e.to_string())
                 .and_then(|json| {
-                    let command = format!("iperf3 client at {}", report.config.target);
+                    let command = format!("{} client at {}", tool.name(), report.config.target);
                     let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
                     store
                         .insert(&document, &json, &command)
@@ -93,10 +93,13 @@ pub fn server_keeper(store: Store, log: bool) -> linerate_drivers::server::Repor
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
             match outcome {
                 Ok((id, path)) if log => {
-                    eprintln!("{now} iperf3 test {test}: stored as run {id} in {path}")
+                    eprintln!(
+                        "{now} {} test {test}: stored as run {id} in {path}",
+                        tool.name()
+                    )
                 }
                 Ok(_) => {}
-                Err(e) => eprintln!("{now} iperf3 test {test}: not stored: {e}"),
+                Err(e) => eprintln!("{now} {} test {test}: not stored: {e}", tool.name()),
             }
         },
     ))

@@ -15,7 +15,7 @@ use crate::access::RateBook;
 use crate::control::Control;
 use crate::iperf3::{budget_of, config_of, output_text, results_of, side_from_results};
 use crate::served::{Served, Step};
-use crate::server_state::ServerState;
+use crate::server_state::{ServedTool, ServerState};
 use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{DataPlane, PlaneSetup};
 use linerate_engine::sys;
@@ -203,7 +203,7 @@ fn keep_report(
     ours: SideResult,
     theirs: &Results,
 ) {
-    let (Some(sink), Some(mut config)) = (&shared.config.iperf3_reports, test.config.clone())
+    let (Some(sink), Some(mut config)) = (&shared.config.foreign_reports, test.config.clone())
     else {
         return;
     };
@@ -226,7 +226,7 @@ fn keep_report(
         "served to an iperf3 client at {}: the client side's figures are what it reported",
         test.peer
     ));
-    (sink.0)(test.id, &report);
+    (sink.0)(ServedTool::Iperf3, test.id, &report);
 }
 
 fn unregister(shared: &ServerState, test: &mut Test) {

@@ -12,7 +12,7 @@
 use crate::access::{self, Admission, Held, Stage};
 use crate::native_server::serve_test;
 use crate::server_state::ServerState;
-pub use crate::server_state::{KeepReport, ReportKeeper, ServerConfig};
+pub use crate::server_state::{KeepReport, ReportKeeper, ServedTool, ServerConfig};
 use linerate_proto::preface::{self, Preface};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll};
@@ -57,6 +57,8 @@ impl LocalServer {
 /// A bound server, ready to [`run`](Server::run).
 pub struct Server {
     listener: TcpListener,
+    /// iperf 2's port, served by a thread of its own ([`crate::iperf2_server`]).
+    iperf2: Option<std::net::TcpListener>,
     shared: Arc<ServerState>,
 }
 
@@ -115,8 +117,31 @@ impl Server {
                 None
             }
         };
+        // iperf 2's port is the operator's to choose and must be had where chosen.
+        let iperf2 = match config.iperf2_port {
+            Some(port) => {
+                let addr = SocketAddr::new(config.listen.ip(), port);
+                match crate::iperf2_server::bind(addr) {
+                    Ok(listener) => Some(listener),
+                    Err(e) if config.iperf2_port_chosen => {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("--iperf2-port {port}: {e}"),
+                        ))
+                    }
+                    Err(e) => {
+                        if config.log {
+                            eprintln!("iperf 2's port {port} unavailable; iperf 2 clients are not served: {e}");
+                        }
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
         Ok(Server {
             listener,
+            iperf2,
             shared: Arc::new(ServerState::new(config, iperf3_udp)),
         })
     }
@@ -148,6 +173,10 @@ impl Server {
         let shared = self.shared.clone();
         let handshake = shared.config.timeouts.handshake;
         shared.log(&format!("listening on {}", self.listener.local_addr()?));
+        let iperf2 = match self.iperf2.take() {
+            Some(listener) => Some(crate::iperf2_server::spawn(shared.clone(), listener)?),
+            None => None,
+        };
 
         while !shared.shutdown.load(Ordering::Relaxed) {
             match poll.poll(&mut events, Some(Duration::from_millis(100))) {
@@ -205,6 +234,9 @@ impl Server {
         }
         shared.log("shutting down");
         drop(pending);
+        if let Some(iperf2) = iperf2 {
+            let _ = iperf2.join();
+        }
         for test in tests {
             let _ = test.join();
         }

@@ -29,8 +29,8 @@ pub struct ServerConfig {
     pub drain: Duration,
     /// Log test starts and ends to stderr.
     pub log: bool,
-    /// Hears the report of every iperf3 test served to its end, to keep it.
-    pub iperf3_reports: Option<ReportKeeper>,
+    /// Hears the report of every iperf3 and iperf 2 test served to its end, to keep it.
+    pub foreign_reports: Option<ReportKeeper>,
     /// Hears this side's result of every native test served to its end, and of every
     /// group its agent ran (`serve --metrics`).
     pub served_tests: Option<ServedTestHook>,
@@ -58,6 +58,12 @@ pub struct ServerConfig {
     /// Listen with IPPROTO_MPTCP (`--mptcp`): MPTCP clients get MPTCP connections, whose
     /// subflows the path manager adds; plain TCP clients fall back to TCP.
     pub mptcp: bool,
+    /// Serve iperf 2 clients on this port of the listening address (`--iperf2-port`);
+    /// `None`: not at all.
+    pub iperf2_port: Option<u16>,
+    /// The operator named the port: a port this server cannot have is an error, not a
+    /// line in the log.
+    pub iperf2_port_chosen: bool,
 }
 
 pub use linerate_model::{Served, ServedGroup, ServedTest};
@@ -75,13 +81,30 @@ impl std::fmt::Debug for ServedTestHook {
     }
 }
 
-/// Takes a finished test's report (with the server's test id). An iperf3 client keeps no
-/// linerate result of its own, so the server hands its tests over to be kept.
+/// Takes a finished test's report (with the client's tool and the server's test id). An
+/// iperf3 or iperf 2 client keeps no linerate result of its own, so the server hands its
+/// tests over to be kept.
 #[derive(Clone)]
 pub struct ReportKeeper(pub Arc<KeepReport>);
 
-/// What a [`ReportKeeper`] calls: the server's test id and the report.
-pub type KeepReport = dyn Fn(u64, &linerate_report::Report) + Send + Sync;
+/// Which foreign client a kept test served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServedTool {
+    Iperf3,
+    Iperf2,
+}
+
+impl ServedTool {
+    pub fn name(self) -> &'static str {
+        match self {
+            ServedTool::Iperf3 => "iperf3",
+            ServedTool::Iperf2 => "iperf 2",
+        }
+    }
+}
+
+/// What a [`ReportKeeper`] calls: the client's tool, the server's test id and the report.
+pub type KeepReport = dyn Fn(ServedTool, u64, &linerate_report::Report) + Send + Sync;
 
 impl std::fmt::Debug for ReportKeeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -98,7 +121,7 @@ impl ServerConfig {
             timeouts: Timeouts::default(),
             drain: Duration::from_secs(3),
             log: true,
-            iperf3_reports: None,
+            foreign_reports: None,
             served_tests: None,
             key: None,
             iperf3_auth: None,
@@ -110,6 +133,8 @@ impl ServerConfig {
             tls_identity: Arc::new(crate::secure::ServerIdentity::default()),
             sendable_files: Arc::default(),
             mptcp: false,
+            iperf2_port: None,
+            iperf2_port_chosen: false,
         }
     }
 }

@@ -333,7 +333,8 @@ impl WorkerPlan {
 }
 
 /// Sends the sample of boundary `index`, taken `since` the test's start. Worker 0 adds
-/// the host's counters at the window's edges.
+/// the host's counters at the window's edges: the schedule's, and an end asked for
+/// earlier (a peer that ended the test).
 pub(crate) fn send_sample(
     plan: &WorkerPlan,
     samples: &Sender<Sample>,
@@ -342,7 +343,8 @@ pub(crate) fn send_sample(
     flows: Vec<FlowCount>,
     rr: Option<Box<RrSample>>,
 ) {
-    let at_edge = plan.index == 0 && plan.cpu_boundaries.contains(&index);
+    let at_edge =
+        plan.index == 0 && (plan.cpu_boundaries.contains(&index) || index == plan.end_index());
     let proc_stat = at_edge.then(|| CpuSnapshot::read().ok()).flatten();
     let udp_kernel = (at_edge && plan.udp_framing.is_some())
         .then(|| read_udp_counters().ok())

@@ -491,9 +491,11 @@ fn run_blocking(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
         }
         if worker.flows[0].done {
             // Ended before the schedule did (the peer's clock runs a little ahead, or the
-            // flow failed): the remaining boundaries still get their samples.
+            // flow failed): the remaining boundaries still get their samples. An end
+            // asked for meanwhile (the peer closed first) must not wait for a boundary
+            // far ahead.
             match worker.next_boundary_at() {
-                Some(at) => std::thread::sleep(at.saturating_duration_since(now)),
+                Some(at) => std::thread::sleep(at.saturating_duration_since(now).min(END_CHECK)),
                 None => return Ok(()),
             }
             continue;

@@ -140,7 +140,7 @@ pub fn unread_flag(matches: &clap::ArgMatches) -> Option<String> {
 pub enum Command {
     /// Serve tests from linerate clients (many at once, each isolated)
     #[command(
-        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv\n  linerate serve --cert cert.pem --cert-key key.pem --require-tls\n  linerate serve --http :8080 --https :8443   responsiveness (RPM) for linerate rpm, networkQuality, mach and browsers\n  linerate serve --join 239.1.1.1 --join 232.1.1.1@192.0.2.7%eth1   count multicast streams (linerate's, iperf 2's)"
+        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv\n  linerate serve --cert cert.pem --cert-key key.pem --require-tls\n  linerate serve --http :8080 --https :8443   responsiveness (RPM) for linerate rpm, networkQuality, mach and browsers\n  linerate serve --join 239.1.1.1 --join 232.1.1.1@192.0.2.7%eth1   count multicast streams (linerate's, iperf 2's)\n  linerate serve --key lab.key --iperf2-port 5001   iperf 2 clients too (iperf -c HOST -P 4 -t 10)"
     )]
     Serve(ServeArgs),
     /// Measure TCP throughput to a server, or of this machine over loopback
@@ -1480,6 +1480,13 @@ pub struct ServeArgs {
     /// Port for control and data connections
     #[arg(short, long, default_value_t = 5201)]
     pub port: u16,
+    /// Serve iperf 2 clients' TCP tests on this port (default 5001, where free; with
+    /// --key only where this is given: iperf 2 cannot prove a key)
+    #[arg(long, value_name = "PORT", conflicts_with = "no_iperf2")]
+    pub iperf2_port: Option<u16>,
+    /// Do not serve iperf 2 clients
+    #[arg(long)]
+    pub no_iperf2: bool,
     /// Tests served at once; more are refused as busy
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_tests: u32,

@@ -62,6 +62,15 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     };
     config.iperf3_auth = iperf3_auth(args)?;
     config.files = file_service(args, config.key.clone())?;
+    // iperf 2 clients prove no key: with --key, only where the operator opened the port.
+    (config.iperf2_port, config.iperf2_port_chosen) = match (args.iperf2_port, args.no_iperf2) {
+        (_, true) => (None, false),
+        (Some(port), false) => (Some(port), true),
+        (None, false) if config.key.is_none() => {
+            (Some(linerate_proto::iperf2::DEFAULT_PORT), false)
+        }
+        (None, false) => (None, false),
+    };
     if config.key.is_none() {
         eprintln!(
             "linerate: warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)"
@@ -70,7 +79,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     // linerate clients keep their own results; iperf3 clients cannot, so their tests are
     // kept here.
     if let Some(store) = globals.storage.open_for_run()? {
-        config.iperf3_reports = Some(storage::server_keeper(store, !args.quiet));
+        config.foreign_reports = Some(storage::server_keeper(store, !args.quiet));
     }
     let stamp = match args.stamp {
         Some(addr) => Some((addr, stamp_reflector(args)?)),

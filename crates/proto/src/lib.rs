@@ -11,6 +11,7 @@ pub mod agent_session;
 pub mod auth;
 pub mod datagram;
 pub mod frame;
+pub mod iperf2;
 pub mod iperf3;
 pub mod machine;
 pub mod message;

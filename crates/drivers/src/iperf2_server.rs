@@ -1,0 +1,586 @@
+//! Serving iperf 2 clients on iperf 2's port (5001, `serve --iperf2-port`), TCP tests
+//! from client to server (docs/iperf2.md).
+//!
+//! iperf 2 has its own port and no cookie or control connection: each of a test's `-P`
+//! connections opens with the same header, and the listener here gathers the connections
+//! of one client address with one header into one test ([`Gathering`]). The test then runs
+//! on the same data plane as a native test's, measured at this end (the receiver), and
+//! ends when the client has shut down every connection and its bytes are read. iperf 2
+//! sends the server none of its own figures: the kept run has this side's only, and says
+//! so.
+//!
+//! The listener has its own thread: the server's gate admits its connections (allow,
+//! deny, per-address caps), a header must arrive within the handshake timeout, and the
+//! tests gathering at once are bounded.
+
+use crate::access::{self, Admission, Held, RateBook};
+use crate::served::{Served, Step};
+use crate::server_state::{ServedTool, ServerState};
+use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
+use linerate_engine::plane::{DataPlane, PlaneSetup};
+use linerate_engine::sys;
+use linerate_model::clock::UnixTime;
+use linerate_proto::iperf2::{self, Amount, ClientHeader, Gathered, Gathering};
+use linerate_proto::iperf3::server::MAX_COUNTED_RUN;
+use linerate_report::units::{format_rate, Scale};
+use linerate_report::{HostFacts, Report, SideResult, TestConfig};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a test's connections may take to arrive after its first.
+const GATHER_WAIT: Duration = Duration::from_secs(2);
+/// Tests gathering their connections at once.
+const MOST_GATHERING: usize = 64;
+/// How long receivers read on once every connection has been shut down.
+const DRAIN: Duration = Duration::from_millis(200);
+/// A timed test's schedule runs this far past the time it asked: the client's shutdown
+/// ends it, and the schedule only bounds a client that never shuts down.
+const SCHEDULE_SLACK_S: f64 = 5.0;
+/// How often the listener and a test's loop look again.
+const TICK: Duration = Duration::from_millis(10);
+
+/// A connection whose header is still arriving.
+struct Arriving {
+    stream: TcpStream,
+    peer: SocketAddr,
+    bytes: Vec<u8>,
+    deadline: Instant,
+    held: Held,
+}
+
+/// A connection of a test, with its place among the server's connections.
+struct Connection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    _held: Held,
+}
+
+/// Binds iperf 2's port on the server's address.
+pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        let _ = socket.set_only_v6(false);
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+/// Serves iperf 2 clients on `listener` until the server shuts down.
+pub(crate) fn spawn(shared: Arc<ServerState>, listener: TcpListener) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("linerate-iperf2".into())
+        .spawn(move || listen(&shared, &listener))
+}
+
+fn listen(shared: &Arc<ServerState>, listener: &TcpListener) {
+    if let Ok(addr) = listener.local_addr() {
+        shared.log(&format!("serving iperf 2 clients on {addr}"));
+    }
+    let began = Instant::now();
+    let mut arriving: Vec<Arriving> = Vec::new();
+    let mut gathering: Gathering<Connection> =
+        Gathering::new(GATHER_WAIT.as_nanos() as u64, MOST_GATHERING);
+    let mut tests: Vec<JoinHandle<()>> = Vec::new();
+    while !shared.shutdown.load(Ordering::Relaxed) {
+        accept_all(shared, listener, &mut arriving);
+        let now_ns = began.elapsed().as_nanos() as u64;
+        for (header, bytes, connection) in read_headers(shared, &mut arriving) {
+            let client = access::canonical(connection.peer.ip());
+            match gathering.arrive(client, &bytes, header, connection, now_ns) {
+                Ok(Some(test)) => tests.extend(start(shared, test)),
+                Ok(None) => {}
+                Err(connection) => shared.refused(
+                    connection.peer,
+                    &format!(
+                        "iperf 2: {MOST_GATHERING} tests are gathering their connections; closed"
+                    ),
+                ),
+            }
+        }
+        for test in gathering.expired(now_ns) {
+            let (asked, came) = (test.header.threads, test.connections.len());
+            if let Some(first) = test.connections.first() {
+                shared.log(&format!(
+                    "iperf 2 test from {}: {came} of its {asked} connections arrived within {} s; it runs with those",
+                    first.peer,
+                    GATHER_WAIT.as_secs()
+                ));
+            }
+            tests.extend(start(shared, test));
+        }
+        tests.retain(|t| !t.is_finished());
+        std::thread::sleep(TICK);
+    }
+    for test in tests {
+        let _ = test.join();
+    }
+}
+
+fn accept_all(shared: &ServerState, listener: &TcpListener, arriving: &mut Vec<Arriving>) {
+    loop {
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                shared.log(&format!("iperf 2: accept failed: {e}"));
+                return;
+            }
+        };
+        let ip = access::canonical(peer.ip());
+        match shared.gate.admit(ip, &[]) {
+            Admission::Refuse(why) => {
+                shared.refused(peer, why);
+                continue;
+            }
+            Admission::Admit | Admission::AdmitEvicting(_) | Admission::AdmitClosedSession(_) => {}
+        }
+        if stream.set_nonblocking(true).is_err() {
+            continue;
+        }
+        arriving.push(Arriving {
+            stream,
+            peer,
+            bytes: Vec::with_capacity(iperf2::HEADER_LEN),
+            deadline: Instant::now() + shared.config.timeouts.handshake,
+            held: shared.gate.hold(ip),
+        });
+    }
+}
+
+/// Reads what has arrived of each waiting connection's header; returns the connections
+/// whose header is whole and asks a test served here, each answered with iperf 2's
+/// acknowledgement. A header that is malformed, asks what is not served, or does not
+/// arrive in time closes its connection, logged.
+fn read_headers(
+    shared: &ServerState,
+    arriving: &mut Vec<Arriving>,
+) -> Vec<(ClientHeader, Vec<u8>, Connection)> {
+    let mut whole = Vec::new();
+    let now = Instant::now();
+    let mut i = 0;
+    while i < arriving.len() {
+        let conn = &mut arriving[i];
+        match read_header(conn) {
+            Ok(None) if now < conn.deadline => {
+                i += 1;
+                continue;
+            }
+            Ok(None) => {
+                let why = format!(
+                    "iperf 2: no header within {:.0} s; closed",
+                    shared.config.timeouts.handshake.as_secs_f64()
+                );
+                shared.refused(conn.peer, &why);
+            }
+            Err(why) => shared.refused(conn.peer, &format!("iperf 2: {why}; closed")),
+            Ok(Some(header)) => {
+                let conn = arriving.swap_remove(i);
+                if let Some(taken) = take(shared, conn, header) {
+                    whole.push(taken);
+                }
+                continue;
+            }
+        }
+        arriving.swap_remove(i);
+    }
+    whole
+}
+
+/// The header once it is whole; `Err` for a connection closed or a header refused.
+fn read_header(conn: &mut Arriving) -> Result<Option<ClientHeader>, String> {
+    let wanted = match iperf2::header_len(&conn.bytes) {
+        Some(len) => len,
+        None => iperf2::BASE_LEN,
+    };
+    while conn.bytes.len() < wanted {
+        let mut buf = [0u8; iperf2::HEADER_LEN];
+        let room = wanted - conn.bytes.len();
+        match conn.stream.read(&mut buf[..room]) {
+            Ok(0) => return Err("closed before its header".into()),
+            Ok(n) => conn.bytes.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    // The base header says whether the extended one follows.
+    if conn.bytes.len() == iperf2::BASE_LEN
+        && iperf2::header_len(&conn.bytes) == Some(iperf2::HEADER_LEN)
+    {
+        return read_header(conn);
+    }
+    match ClientHeader::decode(&conn.bytes) {
+        Ok(Some(header)) => Ok(Some(header)),
+        // An older client's plain test: what was read is its payload.
+        Ok(None) => Ok(Some(ClientHeader::plain(1, Amount::Unsaid))),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A whole header: refused where it asks what is not served, else acknowledged.
+fn take(
+    shared: &ServerState,
+    conn: Arriving,
+    header: ClientHeader,
+) -> Option<(ClientHeader, Vec<u8>, Connection)> {
+    let Arriving {
+        mut stream,
+        peer,
+        bytes,
+        held,
+        ..
+    } = conn;
+    if let Some(unserved) = header.unserved() {
+        shared.refused(
+            peer,
+            &format!(
+                "iperf 2: asked {}, which this server does not serve; closed",
+                unserved.flag()
+            ),
+        );
+        return None;
+    }
+    // 28 bytes on a fresh connection: the socket's buffer takes them at once.
+    if header.version.is_some() {
+        if let Err(e) = stream.write_all(&iperf2::ack()) {
+            shared.refused(
+                peer,
+                &format!("iperf 2: cannot acknowledge its header: {e}"),
+            );
+            return None;
+        }
+    }
+    let _ = stream.set_nonblocking(false);
+    Some((
+        header,
+        bytes,
+        Connection {
+            stream,
+            peer,
+            _held: held,
+        },
+    ))
+}
+
+fn start(shared: &Arc<ServerState>, test: Gathered<Connection>) -> Option<JoinHandle<()>> {
+    let peer = test.connections.first()?.peer;
+    let ours = shared.clone();
+    match std::thread::Builder::new()
+        .name("linerate-iperf2-test".into())
+        .spawn(move || serve(&ours, test))
+    {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            shared.log(&format!(
+                "iperf 2 test from {peer}: cannot start its thread: {e}"
+            ));
+            None
+        }
+    }
+}
+
+/// Runs one gathered test to its end and keeps its report.
+fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let Gathered {
+        header,
+        connections,
+    } = test;
+    let peer = connections[0].peer;
+    let label = format!("iperf 2 test {id}");
+    let mut served = Served::default();
+    let accepted = served
+        .take_place(shared)
+        .and_then(|()| check_limits(shared, &mut served, &header, connections.len(), peer))
+        .and_then(|()| config_of(shared, &header, connections.len(), &connections[0].stream));
+    let config = match accepted {
+        Ok(config) => config,
+        Err(why) => {
+            shared.refused(peer, &format!("{label}: {why}"));
+            served.end(shared);
+            return;
+        }
+    };
+    shared.log(&format!(
+        "{label} from {peer}: accepted: {} connection(s), {}{}",
+        connections.len(),
+        match header.amount {
+            Amount::Seconds(s) => format!("{s} s"),
+            Amount::Bytes(n) => format!("{n} bytes"),
+            Amount::Unsaid => "no header (an older client)".into(),
+        },
+        header
+            .release()
+            .map_or(String::new(), |r| format!(", iperf {r}"))
+    ));
+    let started_at = UnixTime::now().seconds();
+    let Some((held, ours)) = run(shared, &mut served, &config, connections, &label, peer) else {
+        served.end(shared);
+        return;
+    };
+    served.end(shared);
+    drop(held);
+    keep_report(shared, id, peer, &header, config, started_at, ours);
+}
+
+/// The data plane over the test's connections until the client has shut them all down
+/// (or the schedule, or the server, ends it); this side's figures, and the connections,
+/// held open until then so the client reads its end only once the test is over.
+fn run(
+    shared: &Arc<ServerState>,
+    served: &mut Served,
+    config: &TestConfig,
+    connections: Vec<Connection>,
+    label: &str,
+    peer: SocketAddr,
+) -> Option<(Vec<Connection>, SideResult)> {
+    let mut specs = Vec::with_capacity(connections.len());
+    let mut held = Vec::with_capacity(connections.len());
+    for (i, connection) in connections.into_iter().enumerate() {
+        let stream = connection.stream.try_clone().ok()?;
+        if let Err(e) = sys::apply_options(&stream, config, false) {
+            shared.log(&format!("{label} from {peer}: connection options: {e}"));
+            return None;
+        }
+        specs.push(FlowSpec::new(
+            config,
+            i as u32,
+            Side::Server,
+            FlowSocket::Tcp(stream),
+        ));
+        held.push(connection);
+    }
+    let setup = PlaneSetup {
+        // iperf 2's client ends its test by closing: its close is never early, so the
+        // tolerance for one covers the whole schedule.
+        peer_lead: Duration::from_secs_f64(config.time_s),
+        threads: shared.config.threads.unwrap_or(config.threads as usize),
+        drain: DRAIN,
+        udp_framing: None,
+        pin_cpus: Vec::new(),
+        budget: None,
+    };
+    match DataPlane::start(Instant::now(), config, specs, setup) {
+        Ok(plane) => served.plane = Some(plane),
+        Err(e) => {
+            shared.log(&format!(
+                "{label} from {peer}: cannot start the data plane: {e}"
+            ));
+            return None;
+        }
+    }
+    let mut ending = false;
+    loop {
+        match served.step(shared, label, peer, true) {
+            Step::Finished(side) => return Some((held, *side)),
+            Step::Stop(why) => {
+                shared.log(&format!("{label} from {peer}: stopped: {why}"));
+                return None;
+            }
+            Step::Running => {}
+        }
+        if !ending && held.iter().all(|c| shut_down_and_read(&c.stream)) {
+            ending = true;
+            if let Some(plane) = &served.plane {
+                plane.end_now();
+            }
+        }
+        std::thread::sleep(TICK);
+    }
+}
+
+/// Whether the client has shut its side of `stream` down and every byte it sent has been
+/// read: the end of an iperf 2 test (its client reports once the server closes).
+fn shut_down_and_read(stream: &TcpStream) -> bool {
+    let mut poll = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, valid for the call; a zero timeout.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    if ready <= 0 || poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0 {
+        return false;
+    }
+    let mut unread: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int.
+    let ok = unsafe { libc::ioctl(stream.as_raw_fd(), libc::FIONREAD, &mut unread) };
+    ok == 0 && unread == 0
+}
+
+/// The server's limits as they bind an iperf 2 client: `--max-duration` (a timed test
+/// over it is refused; a counted one is cut there), `--max-flows`, `--max-rate` and
+/// `--max-rate-per-ip` by the rate it asks (`-b`; an unlimited test is refused where a
+/// rate limit is set).
+fn check_limits(
+    shared: &ServerState,
+    served: &mut Served,
+    header: &ClientHeader,
+    connections: usize,
+    peer: SocketAddr,
+) -> Result<(), String> {
+    let limits = &shared.config.limits;
+    if let Amount::Seconds(asked) = header.amount {
+        if asked > limits.max_duration_s {
+            return Err(format!(
+                "{asked} s asked, the server allows {} s",
+                limits.max_duration_s
+            ));
+        }
+    }
+    if connections as u64 > u64::from(limits.max_flows) {
+        return Err(format!(
+            "{connections} connections asked, the server allows {}",
+            limits.max_flows
+        ));
+    }
+    let pps = header.ext_flags & iperf2::ext_flag::UNITS_PPS != 0;
+    let asked_bps = if pps {
+        0
+    } else {
+        header.rate.saturating_mul(connections as u64)
+    };
+    let unlimited = header.rate == 0 || pps;
+    if let Some(limit) = limits.max_rate_bps {
+        if unlimited || asked_bps > limit {
+            return Err(format!(
+                "{} asked, this server allows at most {} per test (ask with -b)",
+                if unlimited {
+                    "an unlimited rate".to_string()
+                } else {
+                    format!("{asked_bps} bit/s")
+                },
+                format_rate(limit as f64, Scale::Adaptive)
+            ));
+        }
+    }
+    if let Some(limit) = shared.config.max_rate_per_ip {
+        if unlimited {
+            return Err(
+                "an unlimited rate asked; this server limits each address's rate (ask with -b)"
+                    .into(),
+            );
+        }
+        let client = shared.gate.policy.client(peer.ip());
+        served.rate_share = Some(RateBook::reserve(
+            &shared.rates,
+            client,
+            asked_bps as f64,
+            limit,
+        )?);
+    }
+    Ok(())
+}
+
+/// The test as linerate describes it: TCP from the client to this server, as many flows
+/// as connections arrived, scheduled past the time asked (the client's shutdown ends it)
+/// or, for a count, to the server's cap.
+fn config_of(
+    shared: &ServerState,
+    header: &ClientHeader,
+    connections: usize,
+    first: &TcpStream,
+) -> Result<TestConfig, String> {
+    use linerate_model::{Environment, StreamRequest, StreamTransport, TestKind, TestRequest};
+    use linerate_report::Direction;
+    let cap = MAX_COUNTED_RUN
+        .as_secs_f64()
+        .min(shared.config.limits.max_duration_s);
+    let time_s = match header.amount {
+        Amount::Seconds(s) => (s + SCHEDULE_SLACK_S).min(cap.max(s)),
+        Amount::Bytes(_) | Amount::Unsaid => cap,
+    };
+    let peer = first.peer_addr().map_err(|e| e.to_string())?;
+    let port = first.local_addr().map_err(|e| e.to_string())?.port();
+    let request = TestRequest {
+        tls: None,
+        target: Some(access::canonical(peer.ip()).to_string()),
+        port,
+        parallel: connections as u32,
+        threads: None,
+        time_s,
+        omit_s: 0.0,
+        interval_s: 1.0,
+        window: None,
+        congestion: None,
+        per_flow: true,
+        connect_timeout_s: 10.0,
+        // iperf 2's client reports nothing of its host.
+        observe: false,
+        source: None,
+        marks: None,
+        kind: TestKind::Stream(StreamRequest {
+            direction: Direction::Forward,
+            rate_bps: (header.rate > 0 && header.ext_flags & iperf2::ext_flag::UNITS_PPS == 0)
+                .then_some(header.rate),
+            transport: StreamTransport::Tcp {
+                length: (header.write_len > 0).then_some(u64::from(header.write_len)),
+                mss: None,
+                nodelay: false,
+            },
+        }),
+    };
+    let environment = Environment {
+        cpus: sys::cpus(),
+        udp_length: None,
+    };
+    TestConfig::resolve(&request, &environment)
+}
+
+/// Hands the finished test's report to the server's report sink, when it has one.
+fn keep_report(
+    shared: &ServerState,
+    id: u64,
+    peer: SocketAddr,
+    header: &ClientHeader,
+    mut config: TestConfig,
+    started_at: f64,
+    ours: SideResult,
+) {
+    // The test lasted as long as the client sent, not as long as its schedule allowed.
+    config.time_s = ours.flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
+    let Some(sink) = &shared.config.foreign_reports else {
+        return;
+    };
+    let mut report = Report::assemble(
+        &config.test_name(),
+        &format!("linerate {}", env!("CARGO_PKG_VERSION")),
+        started_at,
+        config,
+        // The client's side: its software only, all iperf 2 tells.
+        SideResult {
+            host: HostFacts {
+                software: format!("iperf {}", header.release().as_deref().unwrap_or("2")),
+                ..HostFacts::default()
+            },
+            ..SideResult::default()
+        },
+        ours,
+    );
+    report.warnings.push(format!(
+        "served to an iperf 2 client{} at {peer}: iperf 2 sends the server none of its own figures, so only this side's (the receiver's) are here",
+        header
+            .release()
+            .map_or(String::new(), |r| format!(" ({r})"))
+    ));
+    if header.ext_flags & iperf2::ext_flag::TRIP_TIMES != 0 {
+        report.warnings.push(
+            "--trip-times: the writes' send times were not read; one-way delay is not measured by this server yet"
+                .into(),
+        );
+    }
+    (sink.0)(ServedTool::Iperf2, id, &report);
+}

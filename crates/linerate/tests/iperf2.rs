@@ -1,0 +1,252 @@
+//! Debian's iperf 2 (2.1.8) clients against `linerate serve` on iperf 2's port: each test
+//! compares what linerate counted with what the iperf 2 client counted of the same bytes,
+//! and the refusals with what the server's log says.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The iperf 2 client's header, which linerate reads and does not count as payload.
+const HEADER: f64 = 60.0;
+
+/// One test at a time: the loopback interface's counters referee each.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn iperf(args: &[&str]) -> Output {
+    iperf_within(60, args)
+}
+
+/// iperf 2, killed after `seconds` (2.1.8's isochronous and bounceback clients wait on
+/// forever for a server that closed).
+fn iperf_within(seconds: u32, args: &[&str]) -> Output {
+    Command::new("timeout")
+        .args(["-s", "KILL", &seconds.to_string(), "iperf"])
+        .args(args)
+        .output()
+        .expect("run iperf")
+}
+
+/// The bytes of each connection an iperf 2 client reported with `-y C` (its CSV lines:
+/// the 8th field), by its local port (the 3rd), the sum line left out.
+fn client_bytes(output: &Output) -> Vec<(u16, f64)> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            let id: i64 = fields.get(5)?.parse().ok()?;
+            (id > 0).then_some(())?;
+            Some((fields.get(2)?.parse().ok()?, fields.get(7)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The port the server's iperf 2 listener took (`--iperf2-port 0`).
+fn iperf2_port(server: &ServeProcess) -> String {
+    assert!(
+        server.wait_log("serving iperf 2 clients on", Duration::from_secs(5)),
+        "{}",
+        server.log()
+    );
+    let log = server.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("serving iperf 2 clients on"))
+        .unwrap();
+    line.rsplit(':').next().unwrap().trim().to_string()
+}
+
+fn lo_rx_bytes() -> f64 {
+    std::fs::read_to_string("/sys/class/net/lo/statistics/rx_bytes")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn kept(db: &str, id: usize) -> Value {
+    let out = linerate(&["show", &id.to_string(), "--json", "--db", db]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    json(&out)
+}
+
+/// A real iperf 2 client's timed `-P 2` test and its counted `-n` test: linerate keeps
+/// each as one run of as many flows as connections, every flow's bytes are the client's
+/// less its 60-byte header (TCP loses nothing: exact), and the loopback interface carried
+/// at least those bytes in the same run.
+#[test]
+fn real_iperf2_clients_are_served_and_every_byte_is_counted() {
+    if !have(
+        "iperf",
+        "real_iperf2_clients_are_served_and_every_byte_is_counted",
+    ) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("linerate-iperf2-{}", std::process::id()));
+    let db = dir.join("served.db").to_str().unwrap().to_string();
+    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
+    let port = iperf2_port(&server);
+    let runs: [&[&str]; 2] = [&["-t", "2", "-P", "2"], &["-n", "300M"]];
+    for (i, extra) in runs.iter().enumerate() {
+        let lo_before = lo_rx_bytes();
+        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-y", "C"];
+        args.extend_from_slice(extra);
+        let out = iperf(&args);
+        assert!(out.status.success(), "iperf {extra:?}: {}", stderr(&out));
+        let lo = lo_rx_bytes() - lo_before;
+        let theirs = client_bytes(&out);
+        let id = i + 1;
+        assert!(
+            server.wait_log(&format!("stored as run {id}"), Duration::from_secs(10)),
+            "{}",
+            server.log()
+        );
+        let run = kept(&db, id);
+        assert_eq!(run["test"], "tcp_stream");
+        assert_eq!(run["config"]["target"], "127.0.0.1");
+        assert_eq!(run["host"]["local"]["software"], "iperf 2.1.8");
+        let flows = run["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), theirs.len(), "{extra:?}: {}", run["flows"]);
+        // Each of our flows is one of the client's connections: by their byte counts.
+        let mut ours: Vec<f64> = (0..flows.len()).map(|f| flow_total(&run, f)).collect();
+        let mut client: Vec<f64> = theirs.iter().map(|(_, b)| b - HEADER).collect();
+        ours.sort_by(f64::total_cmp);
+        client.sort_by(f64::total_cmp);
+        assert_eq!(
+            ours, client,
+            "{extra:?}: linerate's flows against iperf 2's"
+        );
+        if *extra == ["-n", "300M"] {
+            assert_eq!(client.iter().sum::<f64>() + HEADER, 300.0 * 1024.0 * 1024.0);
+        }
+        let total: f64 = theirs.iter().map(|(_, b)| b).sum();
+        assert!(
+            lo >= total,
+            "{extra:?}: the loopback interface received {lo} bytes, iperf 2 sent {total}"
+        );
+        // Within the window: the receiver's rate from bytes it read in the time it read.
+        let bps = num(&run, "/summary/receiver_bps");
+        assert!(bps > 0.0 && run["flows"][0]["error"].is_null(), "{run}");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A flow's whole count: what its receiver read from the first byte to the close.
+fn flow_total(run: &Value, flow: usize) -> f64 {
+    num(run, &format!("/flows/{flow}/receiver_bytes_total"))
+}
+
+/// What this server does not serve yet (reverse, dual, tradeoff, full duplex, bounceback,
+/// isochronous), a header out of bounds, a test longer than --max-duration, and a
+/// connection that sends nothing: each is closed, logged with the reason, kept as no run,
+/// and the server serves the next client.
+#[test]
+fn iperf2_tests_not_served_are_refused_and_the_server_serves_on() {
+    if !have(
+        "iperf",
+        "iperf2_tests_not_served_are_refused_and_the_server_serves_on",
+    ) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let server = ServeProcess::start(&[
+        "--no-store",
+        "--iperf2-port",
+        "0",
+        "--max-duration",
+        "5",
+        "--handshake-timeout",
+        "1",
+    ]);
+    let port = iperf2_port(&server);
+    for (flag, named) in [
+        ("-R", "-R (reverse)"),
+        ("-d", "-d (dual)"),
+        ("-r", "-r (tradeoff)"),
+        ("--isochronous=60:20m,1m", "--isochronous"),
+        ("--bounceback", "--bounceback"),
+    ] {
+        let _ = iperf_within(5, &["-c", "127.0.0.1", "-p", &port, "-t", "1", flag]);
+        assert!(
+            server.wait_line(&["iperf 2: asked", named], Duration::from_secs(5)),
+            "{flag}: {}",
+            server.log()
+        );
+    }
+    let _ = iperf(&["-c", "127.0.0.1", "-p", &port, "-t", "10"]);
+    assert!(
+        server.wait_line(
+            &["iperf 2 test", "10 s asked, the server allows 5 s"],
+            Duration::from_secs(5)
+        ),
+        "{}",
+        server.log()
+    );
+    // A header asking no connections, by hand: closed at once.
+    let mut bad = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    let mut header = [0u8; 60];
+    header[0..4].copy_from_slice(&0x4000_0000u32.to_be_bytes());
+    header[20..24].copy_from_slice(&(-100i32).to_be_bytes());
+    bad.write_all(&header).unwrap();
+    bad.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    let _ = bad.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "answered a bad header with {rest:?}");
+    assert!(
+        server.wait_line(
+            &["iperf 2: an iperf 2 header asking 0 connections"],
+            Duration::from_secs(5)
+        ),
+        "{}",
+        server.log()
+    );
+    // Silent: closed after the handshake timeout.
+    let mut silent = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = silent.read_to_end(&mut rest);
+    assert!(
+        server.wait_line(&["iperf 2: no header within"], Duration::from_secs(5)),
+        "{}",
+        server.log()
+    );
+    // And the next client is served.
+    let out = iperf(&["-c", "127.0.0.1", "-p", &port, "-t", "1", "-y", "C"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(client_bytes(&out).len(), 1);
+    assert!(
+        server.wait_line(
+            &["iperf 2 test", "finished, received"],
+            Duration::from_secs(5)
+        ),
+        "{}",
+        server.log()
+    );
+}
+
+/// iperf 2 proves no key: a server that requires one opens iperf 2's port only where its
+/// operator names it.
+#[test]
+fn a_server_with_a_key_serves_iperf2_only_where_told() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("linerate-iperf2-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("key");
+    std::fs::write(&key, "c2VjcmV0IGtleSBvZiB0aGlydHktdHdvIGJ5dGVzIQ==\n").unwrap();
+    let key = key.to_str().unwrap();
+    let closed = ServeProcess::start(&["--no-store", "--key", key]);
+    assert!(closed.wait_log("listening on", Duration::from_secs(5)));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!closed.log().contains("iperf 2"), "{}", closed.log());
+    let open = ServeProcess::start(&["--no-store", "--key", key, "--iperf2-port", "0"]);
+    let _ = iperf2_port(&open);
+    let _ = std::fs::remove_dir_all(&dir);
+}

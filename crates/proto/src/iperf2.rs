@@ -1,0 +1,580 @@
+//! iperf 2's TCP test wire (docs/protocol.md, "iperf 2's wire"), sans-IO: the header an
+//! iperf 2 client opens each connection with, the acknowledgement a server answers it
+//! with, and the gathering of a `-P` test's connections into one test.
+//!
+//! iperf 2 has no specification of its wire; this follows what 2.1.8's clients and server
+//! put on it. All fields are big-endian 32-bit words. A 2.1 client's first write begins
+//! with the base header (6 words) and the extended one (9 words); a client before 2.0.14
+//! sends no header for a plain test (its first bytes are payload, digits in ASCII), which
+//! is a plain test here too.
+
+use std::collections::BTreeMap;
+
+/// The base header's flags word: which parts follow and what the test asks.
+pub mod flag {
+    /// The base header's settings ask for a test back (`-d` dual or `-r` tradeoff).
+    pub const VERSION1: u32 = 0x8000_0000;
+    /// The extended header follows the base one.
+    pub const EXTEND: u32 = 0x4000_0000;
+    /// A UDP test's header (in its first datagram).
+    pub const UDP_TESTS: u32 = 0x2000_0000;
+    /// Packet numbers are 64 bits.
+    pub const SEQNO64: u32 = 0x0800_0000;
+    /// `--bounceback`.
+    pub const BOUNCEBACK: u32 = 0x0080_0000;
+    /// With [`VERSION1`]: the test back runs at once (`-d`), not after this one (`-r`).
+    pub const RUN_NOW: u32 = 0x0000_0001;
+}
+
+/// The extended header's test flags (the upper half of its flags word).
+pub mod ext_flag {
+    /// `--isochronous`.
+    pub const ISOCHRONOUS: u16 = 0x0001;
+    /// `--trip-times`: every write carries its send time.
+    pub const TRIP_TIMES: u16 = 0x0010;
+    /// The rate is in packets per second.
+    pub const UNITS_PPS: u16 = 0x0080;
+    /// `-R`: the server sends.
+    pub const REVERSE: u16 = 0x0400;
+    /// `--full-duplex`: both send on the one connection.
+    pub const FULL_DUPLEX: u16 = 0x0800;
+    /// `--burst-period`.
+    pub const PERIODIC_BURST: u16 = 0x2000;
+}
+
+/// iperf 2's port.
+pub const DEFAULT_PORT: u16 = 5001;
+/// The base header's length in bytes.
+pub const BASE_LEN: usize = 24;
+/// The base and the extended header's length in bytes: what a 2.1 client's first write
+/// begins with and what a server reads before the payload.
+pub const HEADER_LEN: usize = 60;
+/// The acknowledgement a 2.1 server sends once it has read the header: a 2.1 client waits
+/// for it (up to about 2 s) after its last write before it reports.
+pub const ACK_LEN: usize = 28;
+/// The acknowledgement's message type (iperf 2's `CLIENTHDRACK`).
+const ACK_TYPE: u32 = 2;
+/// The version the acknowledgement names: the iperf 2 release whose wire this follows
+/// (2.1.8, a final release).
+const ACK_VERSION: (u32, u32) = (0x0002_0001, 0x0008_0003);
+
+/// The most connections one test may gather (`-P`); a header that asks more is refused.
+pub const MAX_THREADS: u32 = 4096;
+/// The longest write a header may name (`-l`), as iperf 2 bounds its buffer.
+pub const MAX_WRITE: u32 = 16 << 20;
+
+/// How much a test moves: for a time, or a count of bytes (`-t` or `-n`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Amount {
+    Seconds(f64),
+    Bytes(u64),
+    /// An older client's plain test sent no header: it sends until it stops.
+    Unsaid,
+}
+
+/// What the client asked that this server does not serve yet, named as iperf 2's flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unserved {
+    Dual,
+    Tradeoff,
+    Reverse,
+    FullDuplex,
+    Bounceback,
+    Isochronous,
+    Burst,
+}
+
+impl Unserved {
+    pub fn flag(self) -> &'static str {
+        match self {
+            Unserved::Dual => "-d (dual)",
+            Unserved::Tradeoff => "-r (tradeoff)",
+            Unserved::Reverse => "-R (reverse)",
+            Unserved::FullDuplex => "--full-duplex",
+            Unserved::Bounceback => "--bounceback",
+            Unserved::Isochronous => "--isochronous",
+            Unserved::Burst => "--burst-period",
+        }
+    }
+}
+
+/// A client's test header, decoded and bounded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientHeader {
+    pub flags: u32,
+    /// Connections the test opens (`-P`), 1 to [`MAX_THREADS`].
+    pub threads: u32,
+    /// The client's port for a test back (`-d`, `-r`).
+    pub port: u16,
+    /// The client's write length (`-l`); 0 where it did not say.
+    pub write_len: u32,
+    pub amount: Amount,
+    /// The extended header's test flags ([`ext_flag`]); 0 without one.
+    pub ext_flags: u16,
+    /// The client's release, major, minor and patch, from the extended header.
+    pub version: Option<(u16, u16, u16)>,
+    /// The rate asked (`-b`), bits (or packets, with [`ext_flag::UNITS_PPS`]) a second;
+    /// 0: unlimited.
+    pub rate: u64,
+}
+
+/// Why a header was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("an iperf 2 header of {0} bytes; it needs {BASE_LEN}")]
+    Short(usize),
+    #[error("an iperf 2 header asking {0} connections; at most {MAX_THREADS}")]
+    Threads(i32),
+    #[error("an iperf 2 header naming port {0}")]
+    Port(i32),
+    #[error("an iperf 2 header asking writes of {0} bytes; at most {MAX_WRITE}")]
+    WriteLen(i32),
+    #[error("an iperf 2 header asking {0} bytes")]
+    Amount(i32),
+}
+
+fn word(bytes: &[u8], index: usize) -> u32 {
+    let at = index * 4;
+    u32::from_be_bytes(bytes[at..at + 4].try_into().expect("four bytes"))
+}
+
+/// How many bytes of a connection's start the header takes, from its first
+/// [`BASE_LEN`]: the extended header's too where the flags say one follows, none where
+/// the client sent no header (the bytes are payload).
+pub fn header_len(base: &[u8]) -> Option<usize> {
+    let flags = word(base.get(..BASE_LEN)?, 0);
+    Some(if flags & flag::EXTEND != 0 {
+        HEADER_LEN
+    } else if flags & (flag::VERSION1 | flag::BOUNCEBACK) != 0 {
+        BASE_LEN
+    } else {
+        0
+    })
+}
+
+impl ClientHeader {
+    /// A plain test of `threads` connections for `seconds` (what a client without a
+    /// header, or `linerate iperf2 -c`, asks).
+    pub fn plain(threads: u32, amount: Amount) -> ClientHeader {
+        ClientHeader {
+            flags: flag::EXTEND,
+            threads,
+            port: 0,
+            write_len: 0,
+            amount,
+            ext_flags: 0,
+            version: None,
+            rate: 0,
+        }
+    }
+
+    /// Decodes a connection's first bytes; `Ok(None)`: the client sent no header.
+    /// Every field is bounded here, before anything reads it.
+    pub fn decode(bytes: &[u8]) -> Result<Option<ClientHeader>, HeaderError> {
+        if bytes.len() < BASE_LEN {
+            return Err(HeaderError::Short(bytes.len()));
+        }
+        let flags = word(bytes, 0);
+        if flags & (flag::EXTEND | flag::VERSION1) == 0 {
+            // A bounceback test's header is its own (its first word is its flags alone).
+            return Ok((flags & flag::BOUNCEBACK != 0).then(|| ClientHeader {
+                flags,
+                ..ClientHeader::plain(1, Amount::Unsaid)
+            }));
+        }
+        let signed = |index| word(bytes, index) as i32;
+        let threads = signed(1);
+        if !(1..=MAX_THREADS as i32).contains(&threads) {
+            return Err(HeaderError::Threads(threads));
+        }
+        let port = signed(2);
+        let port = u16::try_from(port).map_err(|_| HeaderError::Port(port))?;
+        let write_len = signed(3);
+        if !(0..=MAX_WRITE as i32).contains(&write_len) {
+            return Err(HeaderError::WriteLen(write_len));
+        }
+        // Negative: hundredths of a second; positive: bytes.
+        let amount = match signed(5) {
+            n if n < 0 => Amount::Seconds(-(i64::from(n)) as f64 / 100.0),
+            0 => return Err(HeaderError::Amount(0)),
+            n => Amount::Bytes(n as u64),
+        };
+        let extended = flags & flag::EXTEND != 0 && bytes.len() >= HEADER_LEN;
+        let (ext_flags, version, rate) = if extended {
+            let ext_flags = (word(bytes, 8) >> 16) as u16;
+            let (upper, lower) = (word(bytes, 9), word(bytes, 10));
+            let version = (
+                (upper >> 16) as u16,
+                (upper & 0xffff) as u16,
+                (lower >> 16) as u16,
+            );
+            let rate = u64::from(word(bytes, 12)) | (u64::from(word(bytes, 13)) << 32);
+            (ext_flags, Some(version), rate)
+        } else {
+            (0, None, 0)
+        };
+        Ok(Some(ClientHeader {
+            flags,
+            threads: threads as u32,
+            port,
+            write_len: write_len as u32,
+            amount,
+            ext_flags,
+            version,
+            rate,
+        }))
+    }
+
+    /// The header's bytes: the base and extended headers a 2.1 client sends.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        let amount: i32 = match self.amount {
+            Amount::Seconds(s) => -((s * 100.0).round().clamp(1.0, i32::MAX as f64) as i32),
+            Amount::Bytes(n) => n.clamp(1, i32::MAX as u64) as i32,
+            Amount::Unsaid => 0,
+        };
+        let version = self.version.unwrap_or((2, 1, 8));
+        let words: [u32; 15] = [
+            self.flags | flag::EXTEND,
+            self.threads,
+            u32::from(self.port),
+            self.write_len,
+            0,
+            amount as u32,
+            0,
+            0,
+            u32::from(self.ext_flags) << 16,
+            (u32::from(version.0) << 16) | u32::from(version.1),
+            (u32::from(version.2) << 16) | 3,
+            0,
+            self.rate as u32,
+            (self.rate >> 32) as u32,
+            0,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            out[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
+        }
+        out
+    }
+
+    /// What the header asks that this server does not serve yet; `None`: a test it
+    /// serves (one way, client to server, for a time or a count, paced or not).
+    pub fn unserved(&self) -> Option<Unserved> {
+        let ext = self.ext_flags;
+        if self.flags & flag::VERSION1 != 0 {
+            return Some(if self.flags & flag::RUN_NOW != 0 {
+                Unserved::Dual
+            } else {
+                Unserved::Tradeoff
+            });
+        }
+        if self.flags & flag::BOUNCEBACK != 0 {
+            return Some(Unserved::Bounceback);
+        }
+        [
+            (ext_flag::REVERSE, Unserved::Reverse),
+            (ext_flag::FULL_DUPLEX, Unserved::FullDuplex),
+            (ext_flag::ISOCHRONOUS, Unserved::Isochronous),
+            (ext_flag::PERIODIC_BURST, Unserved::Burst),
+        ]
+        .into_iter()
+        .find(|(bit, _)| ext & bit != 0)
+        .map(|(_, unserved)| unserved)
+    }
+
+    /// The client's release as iperf 2 prints it ("2.1.8"), where its header said.
+    pub fn release(&self) -> Option<String> {
+        self.version
+            .map(|(major, minor, patch)| format!("{major}.{minor}.{patch}"))
+    }
+}
+
+/// The acknowledgement a server sends after the header.
+pub fn ack() -> [u8; ACK_LEN] {
+    let mut out = [0u8; ACK_LEN];
+    let words = [
+        ACK_TYPE,
+        ACK_LEN as u32,
+        0,
+        ACK_VERSION.0,
+        ACK_VERSION.1,
+        0,
+        0,
+    ];
+    for (i, w) in words.iter().enumerate() {
+        out[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
+    }
+    out
+}
+
+/// Whether `bytes` begin with a server's acknowledgement.
+pub fn is_ack(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && word(bytes, 0) == ACK_TYPE && word(bytes, 1) as usize == ACK_LEN
+}
+
+/// The connections of `-P` tests arriving, gathered into tests: an iperf 2 client opens
+/// its `-P` connections one after another, each with the same header and no test
+/// identifier, so a test is the connections of one client address with one header that
+/// arrive within [`Gathering::wait_ns`] of its first. Sans-IO: `T` is whatever stands for
+/// a connection; times are nanoseconds of a steady clock.
+#[derive(Debug)]
+pub struct Gathering<T> {
+    wait_ns: u64,
+    /// Tests still gathering, by client address and header bytes.
+    open: BTreeMap<(std::net::IpAddr, Vec<u8>), Open<T>>,
+    /// The most tests gathering at once; a connection beyond is refused.
+    most: usize,
+}
+
+/// A test still gathering: the time of its first connection, its header, its
+/// connections so far.
+type Open<T> = (u64, ClientHeader, Vec<T>);
+
+/// A test gathered: its header and its connections (fewer than asked where the wait ran
+/// out).
+#[derive(Debug)]
+pub struct Gathered<T> {
+    pub header: ClientHeader,
+    pub connections: Vec<T>,
+}
+
+impl<T> Gathering<T> {
+    pub fn new(wait_ns: u64, most: usize) -> Gathering<T> {
+        Gathering {
+            wait_ns,
+            open: BTreeMap::new(),
+            most,
+        }
+    }
+
+    /// A connection from `client` whose header was `header_bytes`: the test it completes,
+    /// if it does; `Err` hands the connection back where too many tests are gathering.
+    pub fn arrive(
+        &mut self,
+        client: std::net::IpAddr,
+        header_bytes: &[u8],
+        header: ClientHeader,
+        connection: T,
+        now_ns: u64,
+    ) -> Result<Option<Gathered<T>>, T> {
+        let key = (client, header_bytes.to_vec());
+        if !self.open.contains_key(&key) && self.open.len() >= self.most {
+            return Err(connection);
+        }
+        let entry = self
+            .open
+            .entry(key.clone())
+            .or_insert_with(|| (now_ns, header, Vec::new()));
+        entry.2.push(connection);
+        if entry.2.len() as u32 >= entry.1.threads {
+            let (_, header, connections) = self.open.remove(&key).expect("present");
+            return Ok(Some(Gathered {
+                header,
+                connections,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// The tests whose wait ran out by `now_ns`, with the connections that arrived.
+    pub fn expired(&mut self, now_ns: u64) -> Vec<Gathered<T>> {
+        let wait = self.wait_ns;
+        let due: Vec<_> = self
+            .open
+            .iter()
+            .filter(|(_, (first, _, _))| now_ns.saturating_sub(*first) >= wait)
+            .map(|(key, _)| key.clone())
+            .collect();
+        due.into_iter()
+            .filter_map(|key| self.open.remove(&key))
+            .map(|(_, header, connections)| Gathered {
+                header,
+                connections,
+            })
+            .collect()
+    }
+
+    /// Connections waiting for the rest of their test.
+    pub fn waiting(&self) -> usize {
+        self.open.values().map(|(_, _, c)| c.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// The first 60 bytes iperf 2.1.8's client wrote for `iperf -c HOST -p 15001 -t 1`.
+    const IPERF_2_1_8_T1: &str =
+        "40010078 00000001 00003a99 00000000 00000000 ffffff9c 00000000 00000000 00000000 00020001 00080003 00000000 00000000 00000000 00000000";
+
+    fn hex(text: &str) -> Vec<u8> {
+        text.split_whitespace()
+            .flat_map(|w| u32::from_str_radix(w, 16).unwrap().to_be_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn a_2_1_8_clients_header_reads_as_it_asked() {
+        let bytes = hex(IPERF_2_1_8_T1);
+        assert_eq!(header_len(&bytes), Some(HEADER_LEN));
+        let header = ClientHeader::decode(&bytes).unwrap().unwrap();
+        assert_eq!(header.threads, 1);
+        assert_eq!(header.port, 15001);
+        assert_eq!(header.amount, Amount::Seconds(1.0));
+        assert_eq!(header.release().as_deref(), Some("2.1.8"));
+        assert_eq!(header.unserved(), None);
+        assert_eq!(header.rate, 0);
+    }
+
+    #[test]
+    fn what_2_1_8_clients_ask_reads_as_asked() {
+        // First words iperf 2.1.8's client wrote with -R, --trip-times, -b 10m,
+        // --isochronous, -d, -r and --bounceback.
+        let flags_of = |words: &str| ClientHeader::decode(&hex(words)).unwrap().unwrap();
+        let reverse = "44010078 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 04000000 00020001 00080003 00000000 00000000 00000000 00000000";
+        assert_eq!(flags_of(reverse).unserved(), Some(Unserved::Reverse));
+        let trip = "400100a0 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 00100000 00020001 00080003 00000000 00000000 00000000 00000000";
+        assert_eq!(flags_of(trip).ext_flags, ext_flag::TRIP_TIMES);
+        assert_eq!(flags_of(trip).unserved(), None);
+        let paced = "40010078 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 00000000 00020001 00080003 00000000 00989680 00000000 00000000";
+        assert_eq!(flags_of(paced).rate, 10_000_000);
+        let isochronous = "400100a0 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 00010000 00020001 00080003 00000000 00000000 00000000 00000000";
+        assert_eq!(
+            flags_of(isochronous).unserved(),
+            Some(Unserved::Isochronous)
+        );
+        let dual = "c0010079 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 00000000 00020001 00080003 00000000 00000000 00000000 00000000";
+        assert_eq!(flags_of(dual).unserved(), Some(Unserved::Dual));
+        let tradeoff = "c0010078 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 00000000 00020001 00080003 00000000 00000000 00000000 00000000";
+        assert_eq!(flags_of(tradeoff).unserved(), Some(Unserved::Tradeoff));
+        let bounceback = "00800000 00000064 00000001 80005a5a 00000000 6b10d716";
+        assert_eq!(header_len(&hex(bounceback)), Some(BASE_LEN));
+        assert_eq!(flags_of(bounceback).unserved(), Some(Unserved::Bounceback));
+    }
+
+    #[test]
+    fn payload_without_a_header_is_a_plain_test() {
+        let bytes = b"012345678901234567890123456789".to_vec();
+        assert_eq!(header_len(&bytes), Some(0));
+        assert_eq!(ClientHeader::decode(&bytes), Ok(None));
+    }
+
+    #[test]
+    fn modes_not_served_are_named() {
+        let mut header = ClientHeader::plain(1, Amount::Seconds(2.0));
+        for (ext, unserved) in [
+            (ext_flag::REVERSE, Unserved::Reverse),
+            (ext_flag::FULL_DUPLEX, Unserved::FullDuplex),
+            (ext_flag::ISOCHRONOUS, Unserved::Isochronous),
+        ] {
+            header.ext_flags = ext;
+            let back = ClientHeader::decode(&header.encode()).unwrap().unwrap();
+            assert_eq!(back.unserved(), Some(unserved));
+        }
+        header.ext_flags = ext_flag::TRIP_TIMES;
+        assert_eq!(header.unserved(), None, "trip times ride in the payload");
+        header.flags = flag::VERSION1 | flag::RUN_NOW;
+        assert_eq!(header.unserved(), Some(Unserved::Dual));
+        header.flags = flag::VERSION1;
+        assert_eq!(header.unserved(), Some(Unserved::Tradeoff));
+    }
+
+    #[test]
+    fn out_of_range_fields_are_refused() {
+        let mut bytes = hex(IPERF_2_1_8_T1);
+        bytes[4..8].copy_from_slice(&0i32.to_be_bytes());
+        assert_eq!(ClientHeader::decode(&bytes), Err(HeaderError::Threads(0)));
+        bytes[4..8].copy_from_slice(&1_000_000i32.to_be_bytes());
+        assert!(ClientHeader::decode(&bytes).is_err());
+        bytes[4..8].copy_from_slice(&1i32.to_be_bytes());
+        bytes[8..12].copy_from_slice(&70_000i32.to_be_bytes());
+        assert_eq!(ClientHeader::decode(&bytes), Err(HeaderError::Port(70_000)));
+        bytes[8..12].copy_from_slice(&5001i32.to_be_bytes());
+        bytes[12..16].copy_from_slice(&(-5i32).to_be_bytes());
+        assert_eq!(ClientHeader::decode(&bytes), Err(HeaderError::WriteLen(-5)));
+        assert_eq!(
+            ClientHeader::decode(&bytes[..10]),
+            Err(HeaderError::Short(10))
+        );
+    }
+
+    #[test]
+    fn the_ack_is_what_a_2_1_8_server_sends() {
+        // What iperf 2.1.8's server wrote to its client.
+        assert_eq!(
+            ack().to_vec(),
+            hex("00000002 0000001c 00000000 00020001 00080003 00000000 00000000")
+        );
+        assert!(is_ack(&ack()));
+        assert!(!is_ack(&hex(IPERF_2_1_8_T1)));
+    }
+
+    #[test]
+    fn a_tests_connections_are_gathered_and_a_late_one_starts_no_test_of_its_own() {
+        let client = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let header = ClientHeader::plain(3, Amount::Seconds(5.0));
+        let bytes = header.encode();
+        let mut gathering = Gathering::new(1_000, 4);
+        assert!(gathering
+            .arrive(client, &bytes, header.clone(), 'a', 0)
+            .unwrap()
+            .is_none());
+        assert!(gathering
+            .arrive(client, &bytes, header.clone(), 'b', 10)
+            .unwrap()
+            .is_none());
+        assert_eq!(gathering.waiting(), 2);
+        let test = gathering
+            .arrive(client, &bytes, header.clone(), 'c', 20)
+            .unwrap()
+            .expect("the third completes the test");
+        assert_eq!(test.connections, vec!['a', 'b', 'c']);
+        // Two of three arrive; the wait runs out with what came.
+        gathering
+            .arrive(client, &bytes, header.clone(), 'd', 100)
+            .unwrap();
+        assert!(gathering.expired(1_099).is_empty());
+        let late = gathering.expired(1_100);
+        assert_eq!(late.len(), 1);
+        assert_eq!(late[0].connections, vec!['d']);
+        // Bounded: a fifth test gathering at once is refused.
+        let mut full = Gathering::new(1_000, 1);
+        full.arrive(client, &bytes, header.clone(), 'e', 0).unwrap();
+        let other = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+        assert_eq!(full.arrive(other, &bytes, header, 'f', 0).unwrap_err(), 'f');
+    }
+
+    proptest! {
+        /// Any bytes decode to a bounded header, no header, or an error; never a panic.
+        #[test]
+        fn any_bytes_decode_within_bounds(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            if let Ok(Some(h)) = ClientHeader::decode(&bytes) {
+                prop_assert!((1..=MAX_THREADS).contains(&h.threads));
+                prop_assert!(h.write_len <= MAX_WRITE);
+                match h.amount {
+                    Amount::Seconds(s) => prop_assert!(s > 0.0 && s <= i32::MAX as f64 / 100.0 + 1.0),
+                    Amount::Bytes(n) => prop_assert!(n > 0 && n <= i32::MAX as u64),
+                    // Only a bounceback header (refused) leaves it unsaid.
+                    Amount::Unsaid => prop_assert!(h.unserved() == Some(Unserved::Bounceback)),
+                }
+            }
+            if bytes.len() >= BASE_LEN {
+                prop_assert!(header_len(&bytes).is_some());
+            }
+        }
+
+        /// What a client encodes, a server decodes as asked.
+        #[test]
+        fn headers_round_trip(threads in 1u32..=MAX_THREADS, hundredths in 1u32..1_000_000, rate in any::<u64>(), ext in any::<u16>()) {
+            let mut header = ClientHeader::plain(threads, Amount::Seconds(f64::from(hundredths) / 100.0));
+            header.rate = rate;
+            header.ext_flags = ext;
+            header.version = Some((2, 1, 8));
+            let back = ClientHeader::decode(&header.encode()).unwrap().unwrap();
+            prop_assert_eq!(back, header);
+        }
+    }
+}
