@@ -305,7 +305,18 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
     let accepted = served
         .take_place(shared)
         .and_then(|()| check_limits(shared, &mut served, &header, connections.len(), peer))
-        .and_then(|()| config_of(shared, &header, connections.len(), &connections[0].stream));
+        .and_then(|()| {
+            let stream = &connections[0].stream;
+            let local = stream.local_addr().map_err(|e| e.to_string())?;
+            config_of(
+                shared,
+                &header,
+                connections.len(),
+                peer,
+                local.port(),
+                false,
+            )
+        });
     let config = match accepted {
         Ok(config) => config,
         Err(why) => {
@@ -333,7 +344,14 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
     };
     served.end(shared);
     drop(held);
-    keep_report(shared, id, peer, &header, config, started_at, ours);
+    let finished = Finished {
+        id,
+        peer,
+        started_at,
+        theirs: Vec::new(),
+        ours,
+    };
+    keep_report(shared, &header, config, finished);
 }
 
 /// The data plane over the test's connections until the client has shut them all down
@@ -425,7 +443,7 @@ fn shut_down_and_read(stream: &TcpStream) -> bool {
 /// over it is refused; a counted one is cut there), `--max-flows`, `--max-rate` and
 /// `--max-rate-per-ip` by the rate it asks (`-b`; an unlimited test is refused where a
 /// rate limit is set).
-fn check_limits(
+pub(crate) fn check_limits(
     shared: &ServerState,
     served: &mut Served,
     header: &ClientHeader,
@@ -485,14 +503,16 @@ fn check_limits(
     Ok(())
 }
 
-/// The test as linerate describes it: TCP from the client to this server, as many flows
-/// as connections arrived, scheduled past the time asked (the client's shutdown ends it)
-/// or, for a count, to the server's cap.
-fn config_of(
+/// The test as linerate describes it: TCP (or UDP) from the client to this server, as
+/// many flows as connections arrived, scheduled past the time asked (the client's end
+/// ends it) or, for a count, to the server's cap.
+pub(crate) fn config_of(
     shared: &ServerState,
     header: &ClientHeader,
     connections: usize,
-    first: &TcpStream,
+    peer: SocketAddr,
+    local_port: u16,
+    udp: bool,
 ) -> Result<TestConfig, String> {
     use linerate_model::{Environment, StreamRequest, StreamTransport, TestKind, TestRequest};
     use linerate_report::Direction;
@@ -503,12 +523,12 @@ fn config_of(
         Amount::Seconds(s) => (s + SCHEDULE_SLACK_S).min(cap.max(s)),
         Amount::Bytes(_) | Amount::Unsaid => cap,
     };
-    let peer = first.peer_addr().map_err(|e| e.to_string())?;
-    let port = first.local_addr().map_err(|e| e.to_string())?.port();
+    let pps = header.ext_flags & iperf2::ext_flag::UNITS_PPS != 0;
+    let length = (header.write_len > 0).then_some(u64::from(header.write_len));
     let request = TestRequest {
         tls: None,
         target: Some(access::canonical(peer.ip()).to_string()),
-        port,
+        port: local_port,
         parallel: connections as u32,
         threads: None,
         time_s,
@@ -524,12 +544,20 @@ fn config_of(
         marks: None,
         kind: TestKind::Stream(StreamRequest {
             direction: Direction::Forward,
-            rate_bps: (header.rate > 0 && header.ext_flags & iperf2::ext_flag::UNITS_PPS == 0)
-                .then_some(header.rate),
-            transport: StreamTransport::Tcp {
-                length: (header.write_len > 0).then_some(u64::from(header.write_len)),
-                mss: None,
-                nodelay: false,
+            rate_bps: (header.rate > 0 && !pps).then_some(header.rate),
+            transport: if udp {
+                StreamTransport::Udp {
+                    length,
+                    pps: pps.then_some(header.rate),
+                    gso: false,
+                    gro: false,
+                }
+            } else {
+                StreamTransport::Tcp {
+                    length,
+                    mss: None,
+                    nodelay: false,
+                }
             },
         }),
     };
@@ -540,38 +568,58 @@ fn config_of(
     TestConfig::resolve(&request, &environment)
 }
 
+/// A test at its end: the server's id for it, its client, when it started, the client's
+/// flows as far as iperf 2 tells them, and this side's figures.
+pub(crate) struct Finished {
+    pub id: u64,
+    pub peer: SocketAddr,
+    pub started_at: f64,
+    pub theirs: Vec<linerate_report::FlowSide>,
+    pub ours: SideResult,
+}
+
 /// Hands the finished test's report to the server's report sink, when it has one.
-fn keep_report(
+pub(crate) fn keep_report(
     shared: &ServerState,
-    id: u64,
-    peer: SocketAddr,
     header: &ClientHeader,
     mut config: TestConfig,
-    started_at: f64,
-    ours: SideResult,
+    finished: Finished,
 ) {
+    let Finished {
+        id,
+        peer,
+        started_at,
+        theirs,
+        ours,
+    } = finished;
     // The test lasted as long as the client sent, not as long as its schedule allowed.
     config.time_s = ours.flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
     let Some(sink) = &shared.config.foreign_reports else {
         return;
+    };
+    let told = if theirs.is_empty() {
+        "iperf 2 told the server none of its own figures, so only this side's (the receiver's) are here"
+    } else {
+        "the sender's figures are the count its final datagram carried"
     };
     let mut report = Report::assemble(
         &config.test_name(),
         &format!("linerate {}", env!("CARGO_PKG_VERSION")),
         started_at,
         config,
-        // The client's side: its software only, all iperf 2 tells.
+        // The client's side: its software, and what its datagrams told.
         SideResult {
             host: HostFacts {
                 software: format!("iperf {}", header.release().as_deref().unwrap_or("2")),
                 ..HostFacts::default()
             },
+            flows: theirs,
             ..SideResult::default()
         },
         ours,
     );
     report.warnings.push(format!(
-        "served to an iperf 2 client{} at {peer}: iperf 2 sends the server none of its own figures, so only this side's (the receiver's) are here",
+        "served to an iperf 2 client{} at {peer}: {told}",
         header
             .release()
             .map_or(String::new(), |r| format!(" ({r})"))

@@ -5,7 +5,7 @@
 //!   connection in through the [`access`] gate, reads its preface and hands it to its
 //!   protocol's handler: [`native_server`] (linerate tests), [`iperf3_server`] (iperf3
 //!   clients), the agent ([`profile::agent`]), or a waiting test (data connections);
-//!   iperf 2's port has its own listener thread, [`iperf2_server`]. The
+//!   iperf 2's port has its own threads, [`iperf2_server`] (TCP) and [`iperf2_udp`]. The
 //!   acceptor knows the handlers; no handler imports the acceptor: what they share is in
 //!   [`server_state`].
 //! - [`client`]: a native test against a server (or an in-process one on loopback).
@@ -23,6 +23,7 @@ pub mod client;
 pub mod control;
 pub mod doctor;
 pub(crate) mod iperf2_server;
+pub(crate) mod iperf2_udp;
 pub mod iperf3;
 pub mod iperf3_auth;
 pub mod iperf3_client;

@@ -57,8 +57,9 @@ impl LocalServer {
 /// A bound server, ready to [`run`](Server::run).
 pub struct Server {
     listener: TcpListener,
-    /// iperf 2's port, served by a thread of its own ([`crate::iperf2_server`]).
-    iperf2: Option<std::net::TcpListener>,
+    /// iperf 2's port, TCP and UDP, each served by a thread of its own
+    /// ([`crate::iperf2_server`], [`crate::iperf2_udp`]).
+    iperf2: Option<(std::net::TcpListener, Option<std::net::UdpSocket>)>,
     shared: Arc<ServerState>,
 }
 
@@ -122,7 +123,20 @@ impl Server {
             Some(port) => {
                 let addr = SocketAddr::new(config.listen.ip(), port);
                 match crate::iperf2_server::bind(addr) {
-                    Ok(listener) => Some(listener),
+                    Ok(listener) => {
+                        // UDP on the port TCP got (the one asked, or any for 0).
+                        let bound = SocketAddr::new(addr.ip(), listener.local_addr()?.port());
+                        let udp = match crate::iperf2_udp::bind(bound) {
+                            Ok(socket) => Some(socket),
+                            Err(e) => {
+                                if config.log {
+                                    eprintln!("iperf 2's UDP port {} unavailable; iperf 2's UDP tests are not served: {e}", bound.port());
+                                }
+                                None
+                            }
+                        };
+                        Some((listener, udp))
+                    }
                     Err(e) if config.iperf2_port_chosen => {
                         return Err(io::Error::new(
                             e.kind(),
@@ -173,10 +187,13 @@ impl Server {
         let shared = self.shared.clone();
         let handshake = shared.config.timeouts.handshake;
         shared.log(&format!("listening on {}", self.listener.local_addr()?));
-        let iperf2 = match self.iperf2.take() {
-            Some(listener) => Some(crate::iperf2_server::spawn(shared.clone(), listener)?),
-            None => None,
-        };
+        let mut iperf2 = Vec::new();
+        if let Some((listener, udp)) = self.iperf2.take() {
+            iperf2.push(crate::iperf2_server::spawn(shared.clone(), listener)?);
+            if let Some(socket) = udp {
+                iperf2.push(crate::iperf2_udp::spawn(shared.clone(), socket)?);
+            }
+        }
 
         while !shared.shutdown.load(Ordering::Relaxed) {
             match poll.poll(&mut events, Some(Duration::from_millis(100))) {
@@ -234,8 +251,8 @@ impl Server {
         }
         shared.log("shutting down");
         drop(pending);
-        if let Some(iperf2) = iperf2 {
-            let _ = iperf2.join();
+        for thread in iperf2 {
+            let _ = thread.join();
         }
         for test in tests {
             let _ = test.join();

@@ -143,6 +143,92 @@ fn flow_total(run: &Value, flow: usize) -> f64 {
     num(run, &format!("/flows/{flow}/receiver_bytes_total"))
 }
 
+/// The figures of the server report an iperf 2 UDP client printed (`0/17010` after its
+/// "Server Report:" line): lost and total datagrams.
+fn server_report(output: &Output) -> Option<(f64, f64)> {
+    let text = String::from_utf8_lossy(&output.stdout);
+    let after = text.split("Server Report:").nth(1)?;
+    let counts = after
+        .split_whitespace()
+        .find(|w| w.contains('/') && w.chars().next().is_some_and(|c| c.is_ascii_digit()))?;
+    let (lost, total) = counts.split_once('/')?;
+    Some((lost.parse().ok()?, total.parse().ok()?))
+}
+
+/// The datagrams an iperf 2 UDP client says it sent (`Sent N datagrams`, its final
+/// among them).
+fn sent_datagrams(output: &Output) -> Option<f64> {
+    let text = String::from_utf8_lossy(&output.stdout);
+    let rest = text.split("Sent ").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// This host's `Udp: InDatagrams` (/proc/net/snmp).
+fn udp_in_datagrams() -> f64 {
+    let text = std::fs::read_to_string("/proc/net/snmp").unwrap();
+    let mut rows = text.lines().filter(|l| l.starts_with("Udp:"));
+    let names: Vec<&str> = rows.next().unwrap().split_whitespace().collect();
+    let values: Vec<&str> = rows.next().unwrap().split_whitespace().collect();
+    let at = names.iter().position(|n| *n == "InDatagrams").unwrap();
+    values[at].parse().unwrap()
+}
+
+/// Real iperf 2 UDP clients, paced in bits and in packets a second: each is answered with
+/// the server report it prints (no "did not receive ack"), every datagram it numbered is
+/// received or counted lost in the kept run, the kernel delivered at least what linerate
+/// counted, and the client's rate is what it asked.
+#[test]
+fn real_iperf2_udp_tests_are_counted_to_the_datagram() {
+    if !have("iperf", "real_iperf2_udp_tests_are_counted_to_the_datagram") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("linerate-iperf2-udp-{}", std::process::id()));
+    let db = dir.join("served.db").to_str().unwrap().to_string();
+    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
+    let port = iperf2_port(&server);
+    for (id, rate) in [(1, "50m"), (2, "2000pps")] {
+        let before = udp_in_datagrams();
+        let out = iperf(&["-c", "127.0.0.1", "-u", "-p", &port, "-t", "2", "-b", rate]);
+        let delivered = udp_in_datagrams() - before;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{text}{}", stderr(&out));
+        assert!(!text.contains("did not receive ack"), "{text}");
+        let (lost, total) = server_report(&out).unwrap_or_else(|| panic!("{text}"));
+        let sent = sent_datagrams(&out).unwrap_or_else(|| panic!("{text}"));
+        // The client's count takes in the finals it sent before the answer came (one
+        // try in ten); the report counts the test's numbered datagrams.
+        assert!(total < sent && sent <= total + 10.0, "{text}");
+        assert!(
+            server.wait_log(&format!("stored as run {id}"), Duration::from_secs(10)),
+            "{}",
+            server.log()
+        );
+        let run = kept(&db, id);
+        assert_eq!(run["test"], "udp_stream", "{}", run["test"]);
+        let received = num(&run, "/flows/0/udp/received");
+        assert_eq!(received + num(&run, "/flows/0/udp/lost"), total);
+        assert_eq!(num(&run, "/flows/0/udp/lost"), lost);
+        assert_eq!(num(&run, "/flows/0/udp/sent"), total);
+        assert!(
+            delivered >= received,
+            "the kernel delivered {delivered}, linerate counted {received}"
+        );
+        if rate == "2000pps" {
+            let pps = num(&run, "/flows/0/udp/receiver_pps");
+            assert!(
+                (1800.0..2100.0).contains(&pps) || lost > 0.0,
+                "{pps} datagrams/s"
+            );
+        } else {
+            let bps = num(&run, "/summary/receiver_bps");
+            assert!((45e6..52e6).contains(&bps) || lost > 0.0, "{bps} bit/s");
+        }
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// What this server does not serve yet (reverse, dual, tradeoff, full duplex, bounceback,
 /// isochronous), a header out of bounds, a test longer than --max-duration, and a
 /// connection that sends nothing: each is closed, logged with the reason, kept as no run,
@@ -184,6 +270,23 @@ fn iperf2_tests_not_served_are_refused_and_the_server_serves_on() {
     assert!(
         server.wait_line(
             &["iperf 2 test", "10 s asked, the server allows 5 s"],
+            Duration::from_secs(5)
+        ),
+        "{}",
+        server.log()
+    );
+    let udp = iperf_within(
+        10,
+        &["-c", "127.0.0.1", "-u", "-p", &port, "-t", "10", "-b", "1m"],
+    );
+    assert!(
+        server_report(&udp).is_none(),
+        "{}",
+        String::from_utf8_lossy(&udp.stdout)
+    );
+    assert!(
+        server.wait_line(
+            &["iperf 2 UDP test", "10 s asked, the server allows 5 s"],
             Duration::from_secs(5)
         ),
         "{}",

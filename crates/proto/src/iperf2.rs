@@ -8,6 +8,7 @@
 //! sends no header for a plain test (its first bytes are payload, digits in ASCII), which
 //! is a plain test here too.
 
+use crate::datagram::{Framing, SequenceTracker};
 use std::collections::BTreeMap;
 
 /// The base header's flags word: which parts follow and what the test asks.
@@ -312,6 +313,170 @@ pub fn is_ack(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && word(bytes, 0) == ACK_TYPE && word(bytes, 1) as usize == ACK_LEN
 }
 
+/// Where a UDP test's client header begins in its datagrams: after the datagram's own
+/// header (packet number and send time).
+pub const UDP_HEADER_AT: usize = 16;
+/// The report a server answers a UDP test's final datagram with.
+pub const REPORT_LEN: usize = 128;
+/// Final datagrams of one test answered at most.
+pub const MOST_REPLIES: u32 = 10;
+
+/// What a UDP test's receiver reports back to its client (iperf 2's server report): the
+/// client prints these as the server's figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServerReport {
+    pub bytes: u64,
+    /// From the first datagram to the last, nanoseconds.
+    pub duration_ns: u64,
+    pub lost: u64,
+    pub out_of_order: u64,
+    /// The datagrams the client sent, by their numbers.
+    pub datagrams: u64,
+    pub jitter_ns: f64,
+}
+
+impl ServerReport {
+    /// The report's bytes: the datagram header left zero, the report's base words with
+    /// 64-bit counts (their high words in the second extension).
+    pub fn encode(&self) -> [u8; REPORT_LEN] {
+        let mut out = [0u8; REPORT_LEN];
+        let mut put = |index: usize, value: u32| {
+            let at = UDP_HEADER_AT + index * 4;
+            out[at..at + 4].copy_from_slice(&value.to_be_bytes());
+        };
+        let seconds = self.duration_ns / 1_000_000_000;
+        let jitter_us = (self.jitter_ns / 1e3).round() as u64;
+        put(0, flag::VERSION1 | flag::SEQNO64);
+        put(1, (self.bytes >> 32) as u32);
+        put(2, self.bytes as u32);
+        put(3, seconds as u32);
+        put(4, ((self.duration_ns % 1_000_000_000) / 1_000) as u32);
+        put(5, self.lost as u32);
+        put(6, self.out_of_order as u32);
+        put(7, self.datagrams as u32);
+        put(8, (jitter_us / 1_000_000) as u32);
+        put(9, (jitter_us % 1_000_000) as u32);
+        // After the 15-word first extension: the counts' high words.
+        put(25, (self.lost >> 32) as u32);
+        put(26, (self.out_of_order >> 32) as u32);
+        put(27, (self.datagrams >> 32) as u32);
+        out
+    }
+
+    /// A report's figures, where `bytes` is one.
+    pub fn decode(bytes: &[u8]) -> Option<ServerReport> {
+        if bytes.len() < REPORT_LEN {
+            return None;
+        }
+        let body = &bytes[UDP_HEADER_AT..];
+        if word(body, 0) & flag::VERSION1 == 0 {
+            return None;
+        }
+        let wide = |high: usize, low: usize| {
+            (u64::from(word(body, high)) << 32) | u64::from(word(body, low))
+        };
+        Some(ServerReport {
+            bytes: wide(1, 2),
+            duration_ns: u64::from(word(body, 3)) * 1_000_000_000
+                + u64::from(word(body, 4)) * 1_000,
+            lost: wide(25, 5),
+            out_of_order: wide(26, 6),
+            datagrams: wide(27, 7),
+            jitter_ns: (f64::from(word(body, 8)) * 1e6 + f64::from(word(body, 9))) * 1e3,
+        })
+    }
+}
+
+/// One UDP test as its receiver counts it, sans-IO: its client's header, the datagrams,
+/// and the answers to its final datagrams. The answers are bounded so that a source
+/// address cannot be made to receive more than it sent: at most [`MOST_REPLIES`], and
+/// never more bytes in all than arrived from it.
+#[derive(Debug)]
+pub struct UdpTest {
+    pub header: ClientHeader,
+    tracker: SequenceTracker,
+    first_ns: u64,
+    last_ns: u64,
+    /// Every byte that arrived from the client, finals too.
+    arrived: u64,
+    /// The count the first final datagram carried; `Some` once the test has ended.
+    sent: Option<u64>,
+    replies: u32,
+}
+
+impl UdpTest {
+    /// A test whose first datagram (carrying `header`) arrived at `mono_ns`.
+    pub fn new(header: ClientHeader, mono_ns: u64) -> UdpTest {
+        UdpTest {
+            header,
+            tracker: SequenceTracker::new(0, Framing::Iperf2),
+            first_ns: mono_ns,
+            last_ns: mono_ns,
+            arrived: 0,
+            sent: None,
+            replies: 0,
+        }
+    }
+
+    /// Accounts one datagram; for a final one, the report to answer it with, where the
+    /// bounds allow one.
+    pub fn datagram(
+        &mut self,
+        datagram: &[u8],
+        mono_ns: u64,
+        wall_ns: u64,
+    ) -> Option<[u8; REPORT_LEN]> {
+        self.arrived += datagram.len() as u64;
+        if !Framing::Iperf2.is_final(datagram) {
+            if self.sent.is_none() {
+                self.last_ns = mono_ns;
+                self.tracker.record(datagram, wall_ns);
+            }
+            return None;
+        }
+        if self.sent.is_none() {
+            self.sent = Some(Framing::iperf2_sent(datagram).unwrap_or(0));
+        }
+        let allowed = self.replies < MOST_REPLIES
+            && (u64::from(self.replies) + 1) * REPORT_LEN as u64 <= self.arrived;
+        allowed.then(|| {
+            self.replies += 1;
+            self.report().encode()
+        })
+    }
+
+    /// Whether the client's final datagram has arrived.
+    pub fn ended(&self) -> bool {
+        self.sent.is_some()
+    }
+
+    /// When the last datagram of the test arrived (steady clock).
+    pub fn last_ns(&self) -> u64 {
+        self.last_ns
+    }
+
+    /// The tracker's counts.
+    pub fn counts(&self) -> crate::datagram::ArrivalCounts {
+        self.tracker.counts()
+    }
+
+    /// The test's figures so far: the datagrams after the last one seen count as lost
+    /// where the final says they were sent.
+    pub fn report(&self) -> ServerReport {
+        let counts = self.tracker.counts();
+        let seen = self.tracker.expected();
+        let expected = self.sent.map_or(seen, |sent| sent.max(seen));
+        ServerReport {
+            bytes: counts.bytes,
+            duration_ns: self.last_ns.saturating_sub(self.first_ns),
+            lost: counts.lost + (expected - seen),
+            out_of_order: counts.out_of_order,
+            datagrams: expected,
+            jitter_ns: counts.jitter_ns,
+        }
+    }
+}
+
 /// The connections of `-P` tests arriving, gathered into tests: an iperf 2 client opens
 /// its `-P` connections one after another, each with the same header and no test
 /// identifier, so a test is the connections of one client address with one header that
@@ -545,6 +710,60 @@ mod tests {
         full.arrive(client, &bytes, header.clone(), 'e', 0).unwrap();
         let other = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
         assert_eq!(full.arrive(other, &bytes, header, 'f', 0).unwrap_err(), 'f');
+    }
+
+    /// A 2.1.8 server's report of 128 datagrams of 200 bytes over 0.2 s (its words as
+    /// it wrote them, the extension's transit figures left out).
+    #[test]
+    fn a_report_reads_as_a_2_1_8_server_writes_it() {
+        let report = ServerReport {
+            bytes: 25_600,
+            duration_ns: 201_651_000,
+            lost: 0,
+            out_of_order: 0,
+            datagrams: 128,
+            jitter_ns: 4_000.0,
+        };
+        let bytes = report.encode();
+        assert_eq!(
+            bytes[16..56].to_vec(),
+            hex("88000000 00000000 00006400 00000000 000313b3 00000000 00000000 00000080 00000000 00000004")
+        );
+        assert_eq!(ServerReport::decode(&bytes), Some(report));
+    }
+
+    fn udp_datagram(sequence: u64, header: &ClientHeader) -> Vec<u8> {
+        let mut d = vec![0u8; 200];
+        Framing::Iperf2.write(&mut d, sequence, 1_000 * sequence, 0);
+        d[UDP_HEADER_AT..UDP_HEADER_AT + HEADER_LEN].copy_from_slice(&header.encode());
+        d
+    }
+
+    #[test]
+    fn a_udp_test_counts_its_losses_and_answers_its_finals_within_bounds() {
+        let header = ClientHeader::plain(1, Amount::Seconds(1.0));
+        let mut test = UdpTest::new(header.clone(), 0);
+        for n in [1u64, 2, 4, 5] {
+            assert!(test
+                .datagram(&udp_datagram(n, &header), n * 10, n * 10)
+                .is_none());
+        }
+        let mut last = vec![0u8; 200];
+        Framing::write_iperf2_final(&mut last, 6, 0);
+        let answer = test.datagram(&last, 100, 100).expect("answered");
+        let report = ServerReport::decode(&answer).unwrap();
+        // Sent 6: 3 and 6 lost.
+        assert_eq!((report.datagrams, report.lost, report.bytes), (6, 2, 800));
+        assert!(test.ended());
+        let answers = (0..20)
+            .filter(|_| test.datagram(&last, 110, 110).is_some())
+            .count();
+        assert_eq!(answers as u32, MOST_REPLIES - 1);
+        // A source that sent a 20-byte final alone is answered with no more than it sent.
+        let mut tiny = UdpTest::new(header, 0);
+        let mut short = vec![0u8; 20];
+        Framing::write_iperf2_final(&mut short, 1, 0);
+        assert!(tiny.datagram(&short, 1, 1).is_none());
     }
 
     proptest! {

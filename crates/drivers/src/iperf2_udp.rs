@@ -1,0 +1,347 @@
+//! Serving iperf 2 clients' UDP tests on iperf 2's port (docs/iperf2.md).
+//!
+//! An iperf 2 UDP test has no connection: its first datagram carries the client's header,
+//! every datagram its number and send time, and the last ones (finals, their numbers
+//! negated) ask the server for its report, which the client prints as the server's
+//! figures. One thread reads the port's socket; each client address (and port) is a test
+//! ([`UdpTest`], sans-IO), counted as the multicast receivers count iperf 2's datagrams.
+//!
+//! Bounds: the tests under way at once ([`MOST_TESTS`]); each test within the server's
+//! limits and places like a TCP test's; a test whose datagrams stop is ended after
+//! [`SILENCE`]; the answers to a test's finals never carry more bytes than arrived from
+//! its address (no reflection beyond what the source itself sent, docs/security.md).
+
+use crate::access;
+use crate::iperf2_server::{check_limits, config_of, keep_report, Finished};
+use crate::served::Served;
+use crate::server_state::ServerState;
+use linerate_model::clock::UnixTime;
+use linerate_proto::iperf2::{self, Amount, ClientHeader, UdpTest};
+use linerate_report::{Direction, FlowSide, Role, SideResult, UdpCounts};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Tests under way at once; datagrams of more are dropped, counted in the log.
+const MOST_TESTS: usize = 64;
+/// A test whose datagrams stop for this long has ended without its final.
+const SILENCE: Duration = Duration::from_secs(10);
+/// How long an ended test stays to answer its client's repeated finals.
+const ANSWERING: Duration = Duration::from_secs(5);
+/// The longest datagram read.
+const MAX_DATAGRAM: usize = 65_536;
+
+/// One client's test, with what it holds of the server.
+struct Entry {
+    test: UdpTest,
+    id: u64,
+    served: Served,
+    started_at: f64,
+    /// When its report was kept (its final, or the silence).
+    kept_at: Option<Instant>,
+    /// Refused: its datagrams are dropped until it has been silent a while.
+    refused: bool,
+}
+
+/// Binds iperf 2's port for UDP on the server's address.
+pub(crate) fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        None,
+    )?;
+    if addr.is_ipv6() {
+        let _ = socket.set_only_v6(false);
+    }
+    // Room for a fast test's burst while the thread accounts the last.
+    let _ = socket.set_recv_buffer_size(8 << 20);
+    socket.bind(&addr.into())?;
+    socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+    Ok(socket.into())
+}
+
+/// Serves iperf 2's UDP tests on `socket` until the server shuts down.
+pub(crate) fn spawn(shared: Arc<ServerState>, socket: UdpSocket) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("linerate-iperf2-udp".into())
+        .spawn(move || serve(&shared, &socket))
+}
+
+fn serve(shared: &Arc<ServerState>, socket: &UdpSocket) {
+    let began = Instant::now();
+    let mut tests: BTreeMap<SocketAddr, Entry> = BTreeMap::new();
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut crowded = 0u64;
+    let mut last_tick = Instant::now();
+    while !shared.shutdown.load(Ordering::Relaxed) {
+        match socket.recv_from(&mut buf) {
+            Ok((len, from)) => {
+                let mono_ns = began.elapsed().as_nanos() as u64;
+                let datagram = &buf[..len];
+                if !tests.contains_key(&from) {
+                    if tests.len() >= MOST_TESTS {
+                        crowded += 1;
+                        continue;
+                    }
+                    let Some(entry) = begin(shared, socket, datagram, from, mono_ns) else {
+                        continue;
+                    };
+                    tests.insert(from, entry);
+                }
+                let entry = tests.get_mut(&from).expect("present");
+                if entry.refused {
+                    continue;
+                }
+                let wall_ns = UnixTime::now().nanos();
+                if let Some(answer) = entry.test.datagram(datagram, mono_ns, wall_ns) {
+                    let _ = socket.send_to(&answer, from);
+                }
+                if entry.test.ended() && entry.kept_at.is_none() {
+                    finish(shared, socket, entry, from, None);
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                shared.log(&format!("iperf 2 UDP: receive failed: {e}"));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        if last_tick.elapsed() >= Duration::from_millis(100) {
+            last_tick = Instant::now();
+            let mono_ns = began.elapsed().as_nanos() as u64;
+            expire(shared, socket, &mut tests, mono_ns);
+            if crowded > 0 {
+                shared.log(&format!(
+                    "iperf 2 UDP: {crowded} datagrams dropped: {MOST_TESTS} tests under way"
+                ));
+                crowded = 0;
+            }
+        }
+    }
+    for (from, mut entry) in tests {
+        if entry.kept_at.is_none() && !entry.refused {
+            finish(
+                shared,
+                socket,
+                &mut entry,
+                from,
+                Some("the server shut down"),
+            );
+        }
+        entry.served.end(shared);
+    }
+}
+
+/// A new address's first datagram: a test where it carries a header the server serves,
+/// else refused (logged once; the address's datagrams dropped until it is silent).
+fn begin(
+    shared: &Arc<ServerState>,
+    socket: &UdpSocket,
+    datagram: &[u8],
+    from: SocketAddr,
+    mono_ns: u64,
+) -> Option<Entry> {
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let mut entry = Entry {
+        test: UdpTest::new(ClientHeader::plain(1, Amount::Unsaid), mono_ns),
+        id,
+        served: Served::default(),
+        started_at: UnixTime::now().seconds(),
+        kept_at: None,
+        refused: true,
+    };
+    if linerate_proto::datagram::Framing::Iperf2.is_final(datagram) {
+        // A straggler of a test already forgotten: nothing to answer.
+        return None;
+    }
+    let ip = access::canonical(from.ip());
+    if let Err(rule) = shared.gate.policy.permits(ip) {
+        shared.refused(from, rule);
+        return Some(entry);
+    }
+    let header = match datagram
+        .get(iperf2::UDP_HEADER_AT..)
+        .map(ClientHeader::decode)
+    {
+        Some(Ok(Some(header))) => header,
+        Some(Err(e)) => {
+            shared.refused(from, &format!("iperf 2 UDP: {e}"));
+            return Some(entry);
+        }
+        _ => {
+            shared.refused(from, "iperf 2 UDP: a first datagram without a test header");
+            return Some(entry);
+        }
+    };
+    if let Some(unserved) = header.unserved() {
+        let why = format!(
+            "iperf 2: asked {} over UDP, which this server does not serve",
+            unserved.flag()
+        );
+        shared.refused(from, &why);
+        return Some(entry);
+    }
+    let local_port = socket.local_addr().map(|a| a.port()).unwrap_or(0);
+    let accepted = entry
+        .served
+        .take_place(shared)
+        .and_then(|()| check_limits(shared, &mut entry.served, &header, 1, from))
+        .and_then(|()| config_of(shared, &header, 1, from, local_port, true).map(|_| ()));
+    if let Err(why) = accepted {
+        shared.refused(from, &format!("iperf 2 UDP test {id}: {why}"));
+        entry.served.end(shared);
+        return Some(entry);
+    }
+    shared.log(&format!(
+        "iperf 2 UDP test {id} from {from}: accepted: {}{}",
+        match header.amount {
+            Amount::Seconds(s) => format!("{s} s"),
+            Amount::Bytes(n) => format!("{n} bytes"),
+            Amount::Unsaid => "no amount".into(),
+        },
+        header
+            .release()
+            .map_or(String::new(), |r| format!(", iperf {r}"))
+    ));
+    entry.test = UdpTest::new(header, mono_ns);
+    entry.refused = false;
+    Some(entry)
+}
+
+/// Ends tests silent too long; forgets ended ones once their client has had its answers.
+fn expire(
+    shared: &Arc<ServerState>,
+    socket: &UdpSocket,
+    tests: &mut BTreeMap<SocketAddr, Entry>,
+    mono_ns: u64,
+) {
+    let silence = SILENCE.as_nanos() as u64;
+    for (from, entry) in tests.iter_mut() {
+        let quiet = mono_ns.saturating_sub(entry.test.last_ns()) >= silence;
+        if quiet && entry.kept_at.is_none() && !entry.refused {
+            let why = format!("no datagram for {} s and no final", SILENCE.as_secs());
+            finish(shared, socket, entry, *from, Some(&why));
+        }
+    }
+    tests.retain(|_, entry| {
+        let done = match entry.kept_at {
+            Some(at) => at.elapsed() >= ANSWERING,
+            None => entry.refused && mono_ns.saturating_sub(entry.test.last_ns()) >= silence,
+        };
+        if done {
+            entry.served.end(shared);
+        }
+        !done
+    });
+}
+
+/// The test's end: logged, its place given back, its run kept.
+fn finish(
+    shared: &Arc<ServerState>,
+    socket: &UdpSocket,
+    entry: &mut Entry,
+    from: SocketAddr,
+    cut: Option<&str>,
+) {
+    entry.kept_at = Some(Instant::now());
+    entry.served.end(shared);
+    let report = entry.test.report();
+    let seconds = report.duration_ns as f64 / 1e9;
+    let bps = if seconds > 0.0 {
+        report.bytes as f64 * 8.0 / seconds
+    } else {
+        0.0
+    };
+    shared.log(&format!(
+        "iperf 2 UDP test {} from {from}: {}, {} bytes in {seconds:.3} s ({:.1} Mbit/s), {} of {} datagrams lost, jitter {:.3} ms",
+        entry.id,
+        cut.map_or("ended".to_string(), |why| format!("cut: {why}")),
+        report.bytes,
+        bps / 1e6,
+        report.lost,
+        report.datagrams,
+        report.jitter_ns / 1e6
+    ));
+    let header = &entry.test.header;
+    let local = socket.local_addr().unwrap_or(from);
+    let Ok(config) = config_of(shared, header, 1, from, local.port(), true) else {
+        return;
+    };
+    let counts = entry.test.counts();
+    let flow = FlowSide {
+        id: 0,
+        direction: Direction::Forward,
+        role: Role::Receive,
+        local_addr: local.to_string(),
+        remote_addr: from.to_string(),
+        window_bytes: report.bytes,
+        window_s: seconds,
+        bytes_total: report.bytes,
+        retransmits: 0,
+        sndbuf: 0,
+        rcvbuf: 0,
+        mss: 0,
+        rtt_us: 0,
+        congestion: String::new(),
+        error: cut.map(str::to_string),
+        udp: Some(UdpCounts {
+            received: counts.datagrams,
+            lost: report.lost,
+            out_of_order: counts.out_of_order,
+            duplicates: counts.duplicates,
+            foreign: counts.foreign,
+            jitter_ms: counts.jitter_ns / 1e6,
+            loss_events: counts.loss_events,
+            ..UdpCounts::default()
+        }),
+        datagrams_total: counts.datagrams,
+        transactions: 0,
+        transactions_total: 0,
+        classes: None,
+        ecn: false,
+        mptcp: None,
+    };
+    // The client's count, from its final datagram: datagrams of the length that
+    // arrived.
+    let length = counts.bytes.checked_div(counts.datagrams).unwrap_or(0);
+    let sent = FlowSide {
+        role: Role::Send,
+        local_addr: from.to_string(),
+        remote_addr: local.to_string(),
+        window_bytes: report.datagrams * length,
+        bytes_total: report.datagrams * length,
+        error: None,
+        udp: Some(UdpCounts {
+            sent: report.datagrams,
+            ..UdpCounts::default()
+        }),
+        datagrams_total: report.datagrams,
+        ..flow.clone()
+    };
+    let ours = SideResult {
+        flows: vec![flow],
+        host: shared.host.clone(),
+        ..SideResult::default()
+    };
+    let finished = Finished {
+        id: entry.id,
+        peer: from,
+        started_at: entry.started_at,
+        theirs: if entry.test.ended() {
+            vec![sent]
+        } else {
+            Vec::new()
+        },
+        ours,
+    };
+    keep_report(shared, header, config, finished);
+}
