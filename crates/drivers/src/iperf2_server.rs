@@ -23,7 +23,7 @@ use linerate_model::clock::UnixTime;
 use linerate_proto::iperf2::{self, Amount, ClientHeader, Gathered, Gathering};
 use linerate_proto::iperf3::server::MAX_COUNTED_RUN;
 use linerate_report::units::{format_rate, Scale};
-use linerate_report::{HostFacts, Report, SideResult, TestConfig};
+use linerate_report::{HostFacts, Report, Role, SideResult, TestConfig};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -254,7 +254,8 @@ fn take(
         return None;
     }
     // 28 bytes on a fresh connection: the socket's buffer takes them at once.
-    if header.version.is_some() {
+    // A test the server sends (-R) begins with its payload, as 2.1.8's server's does.
+    if header.version.is_some() && !header.reverse() {
         if let Err(e) = stream.write_all(&iperf2::ack()) {
             shared.refused(
                 peer,
@@ -338,7 +339,15 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
             .map_or(String::new(), |r| format!(", iperf {r}"))
     ));
     let started_at = UnixTime::now().seconds();
-    let Some((held, ours)) = run(shared, &mut served, &config, connections, &label, peer) else {
+    let Some((held, ours)) = run(
+        shared,
+        &mut served,
+        &config,
+        &header,
+        connections,
+        &label,
+        peer,
+    ) else {
         served.end(shared);
         return;
     };
@@ -361,6 +370,7 @@ fn run(
     shared: &Arc<ServerState>,
     served: &mut Served,
     config: &TestConfig,
+    header: &ClientHeader,
     connections: Vec<Connection>,
     label: &str,
     peer: SocketAddr,
@@ -382,14 +392,22 @@ fn run(
         held.push(connection);
     }
     let setup = PlaneSetup {
-        // iperf 2's client ends its test by closing: its close is never early, so the
-        // tolerance for one covers the whole schedule.
-        peer_lead: Duration::from_secs_f64(config.time_s),
+        // iperf 2's client ends a test it sends by closing: its close is never early, so
+        // the tolerance for one covers the whole schedule. A test this side sends ends on
+        // this side's schedule or count.
+        peer_lead: if header.reverse() {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(config.time_s)
+        },
         threads: shared.config.threads.unwrap_or(config.threads as usize),
         drain: DRAIN,
         udp_framing: None,
         pin_cpus: Vec::new(),
-        budget: None,
+        budget: match header.amount {
+            Amount::Bytes(n) if header.reverse() => Some((Role::Send, n)),
+            _ => None,
+        },
     };
     match DataPlane::start(Instant::now(), config, specs, setup) {
         Ok(plane) => served.plane = Some(plane),
@@ -410,7 +428,8 @@ fn run(
             }
             Step::Running => {}
         }
-        if !ending && held.iter().all(|c| shut_down_and_read(&c.stream)) {
+        let client_sends = !header.reverse();
+        if client_sends && !ending && held.iter().all(|c| shut_down_and_read(&c.stream)) {
             ending = true;
             if let Some(plane) = &served.plane {
                 plane.end_now();
@@ -520,6 +539,7 @@ pub(crate) fn config_of(
         .as_secs_f64()
         .min(shared.config.limits.max_duration_s);
     let time_s = match header.amount {
+        Amount::Seconds(s) if header.reverse() => s,
         Amount::Seconds(s) => (s + SCHEDULE_SLACK_S).min(cap.max(s)),
         Amount::Bytes(_) | Amount::Unsaid => cap,
     };
@@ -543,7 +563,11 @@ pub(crate) fn config_of(
         source: None,
         marks: None,
         kind: TestKind::Stream(StreamRequest {
-            direction: Direction::Forward,
+            direction: if header.reverse() {
+                Direction::Reverse
+            } else {
+                Direction::Forward
+            },
             rate_bps: (header.rate > 0 && !pps).then_some(header.rate),
             transport: if udp {
                 StreamTransport::Udp {

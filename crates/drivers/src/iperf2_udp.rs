@@ -182,11 +182,12 @@ fn begin(
             return Some(entry);
         }
     };
-    if let Some(unserved) = header.unserved() {
-        let why = format!(
-            "iperf 2: asked {} over UDP, which this server does not serve",
-            unserved.flag()
-        );
+    let unserved = header
+        .unserved()
+        .map(|u| u.flag())
+        .or(header.reverse().then_some("-R (reverse)"));
+    if let Some(flag) = unserved {
+        let why = format!("iperf 2: asked {flag} over UDP, which this server does not serve");
         shared.refused(from, &why);
         return Some(entry);
     }

@@ -75,10 +75,10 @@ fn kept(db: &str, id: usize) -> Value {
     json(&out)
 }
 
-/// A real iperf 2 client's timed `-P 2` test and its counted `-n` test: linerate keeps
-/// each as one run of as many flows as connections, every flow's bytes are the client's
-/// less its 60-byte header (TCP loses nothing: exact), and the loopback interface carried
-/// at least those bytes in the same run.
+/// A real iperf 2 client's timed and counted tests, to the server and from it (`-R`):
+/// linerate keeps each as one run of as many flows as connections, every flow's bytes are
+/// the client's (less its 60-byte header where the client sends; TCP loses nothing: exact),
+/// and the loopback interface carried at least those bytes in the same run.
 #[test]
 fn real_iperf2_clients_are_served_and_every_byte_is_counted() {
     if !have(
@@ -92,7 +92,12 @@ fn real_iperf2_clients_are_served_and_every_byte_is_counted() {
     let db = dir.join("served.db").to_str().unwrap().to_string();
     let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
     let port = iperf2_port(&server);
-    let runs: [&[&str]; 2] = [&["-t", "2", "-P", "2"], &["-n", "300M"]];
+    let runs: [&[&str]; 4] = [
+        &["-t", "2", "-P", "2"],
+        &["-n", "300M"],
+        &["-t", "2", "-R"],
+        &["-n", "100M", "-R", "-P", "2"],
+    ];
     for (i, extra) in runs.iter().enumerate() {
         let lo_before = lo_rx_bytes();
         let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-y", "C"];
@@ -114,8 +119,17 @@ fn real_iperf2_clients_are_served_and_every_byte_is_counted() {
         let flows = run["flows"].as_array().unwrap();
         assert_eq!(flows.len(), theirs.len(), "{extra:?}: {}", run["flows"]);
         // Each of our flows is one of the client's connections: by their byte counts.
-        let mut ours: Vec<f64> = (0..flows.len()).map(|f| flow_total(&run, f)).collect();
-        let mut client: Vec<f64> = theirs.iter().map(|(_, b)| b - HEADER).collect();
+        // The server sends with -R: no header crosses that way.
+        let reverse = extra.contains(&"-R");
+        assert_eq!(
+            run["config"]["direction"],
+            if reverse { "reverse" } else { "forward" }
+        );
+        let mut ours: Vec<f64> = (0..flows.len())
+            .map(|f| flow_total(&run, f, reverse))
+            .collect();
+        let header = if reverse { 0.0 } else { HEADER };
+        let mut client: Vec<f64> = theirs.iter().map(|(_, b)| b - header).collect();
         ours.sort_by(f64::total_cmp);
         client.sort_by(f64::total_cmp);
         assert_eq!(
@@ -125,22 +139,37 @@ fn real_iperf2_clients_are_served_and_every_byte_is_counted() {
         if *extra == ["-n", "300M"] {
             assert_eq!(client.iter().sum::<f64>() + HEADER, 300.0 * 1024.0 * 1024.0);
         }
+        if reverse && extra.contains(&"-n") {
+            assert!(
+                client.iter().all(|b| *b == 100.0 * 1024.0 * 1024.0),
+                "{client:?}"
+            );
+        }
         let total: f64 = theirs.iter().map(|(_, b)| b).sum();
         assert!(
             lo >= total,
             "{extra:?}: the loopback interface received {lo} bytes, iperf 2 sent {total}"
         );
-        // Within the window: the receiver's rate from bytes it read in the time it read.
-        let bps = num(&run, "/summary/receiver_bps");
+        // Within the window: this side's rate from the bytes it moved in the time it did.
+        let bps = num(
+            &run,
+            if reverse {
+                "/summary/sender_bps"
+            } else {
+                "/summary/receiver_bps"
+            },
+        );
         assert!(bps > 0.0 && run["flows"][0]["error"].is_null(), "{run}");
     }
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A flow's whole count: what its receiver read from the first byte to the close.
-fn flow_total(run: &Value, flow: usize) -> f64 {
-    num(run, &format!("/flows/{flow}/receiver_bytes_total"))
+/// A flow's whole count at this server: what it read from the first byte to the close,
+/// or what it sent (`reverse`).
+fn flow_total(run: &Value, flow: usize, reverse: bool) -> f64 {
+    let end = if reverse { "sender" } else { "receiver" };
+    num(run, &format!("/flows/{flow}/{end}_bytes_total"))
 }
 
 /// The figures of the server report an iperf 2 UDP client printed (`0/17010` after its
@@ -229,7 +258,7 @@ fn real_iperf2_udp_tests_are_counted_to_the_datagram() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What this server does not serve yet (reverse, dual, tradeoff, full duplex, bounceback,
+/// What this server does not serve yet (dual, tradeoff, full duplex, bounceback,
 /// isochronous), a header out of bounds, a test longer than --max-duration, and a
 /// connection that sends nothing: each is closed, logged with the reason, kept as no run,
 /// and the server serves the next client.
@@ -253,7 +282,7 @@ fn iperf2_tests_not_served_are_refused_and_the_server_serves_on() {
     ]);
     let port = iperf2_port(&server);
     for (flag, named) in [
-        ("-R", "-R (reverse)"),
+        ("--full-duplex", "--full-duplex"),
         ("-d", "-d (dual)"),
         ("-r", "-r (tradeoff)"),
         ("--isochronous=60:20m,1m", "--isochronous"),

@@ -78,7 +78,6 @@ pub enum Amount {
 pub enum Unserved {
     Dual,
     Tradeoff,
-    Reverse,
     FullDuplex,
     Bounceback,
     Isochronous,
@@ -90,7 +89,6 @@ impl Unserved {
         match self {
             Unserved::Dual => "-d (dual)",
             Unserved::Tradeoff => "-r (tradeoff)",
-            Unserved::Reverse => "-R (reverse)",
             Unserved::FullDuplex => "--full-duplex",
             Unserved::Bounceback => "--bounceback",
             Unserved::Isochronous => "--isochronous",
@@ -258,8 +256,13 @@ impl ClientHeader {
         out
     }
 
+    /// Whether the server sends (`-R`).
+    pub fn reverse(&self) -> bool {
+        self.ext_flags & ext_flag::REVERSE != 0
+    }
+
     /// What the header asks that this server does not serve yet; `None`: a test it
-    /// serves (one way, client to server, for a time or a count, paced or not).
+    /// serves (one way, either way, for a time or a count, paced or not).
     pub fn unserved(&self) -> Option<Unserved> {
         let ext = self.ext_flags;
         if self.flags & flag::VERSION1 != 0 {
@@ -273,7 +276,6 @@ impl ClientHeader {
             return Some(Unserved::Bounceback);
         }
         [
-            (ext_flag::REVERSE, Unserved::Reverse),
             (ext_flag::FULL_DUPLEX, Unserved::FullDuplex),
             (ext_flag::ISOCHRONOUS, Unserved::Isochronous),
             (ext_flag::PERIODIC_BURST, Unserved::Burst),
@@ -600,7 +602,8 @@ mod tests {
         // --isochronous, -d, -r and --bounceback.
         let flags_of = |words: &str| ClientHeader::decode(&hex(words)).unwrap().unwrap();
         let reverse = "44010078 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 04000000 00020001 00080003 00000000 00000000 00000000 00000000";
-        assert_eq!(flags_of(reverse).unserved(), Some(Unserved::Reverse));
+        assert!(flags_of(reverse).reverse());
+        assert_eq!(flags_of(reverse).unserved(), None);
         let trip = "400100a0 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 00100000 00020001 00080003 00000000 00000000 00000000 00000000";
         assert_eq!(flags_of(trip).ext_flags, ext_flag::TRIP_TIMES);
         assert_eq!(flags_of(trip).unserved(), None);
@@ -631,7 +634,6 @@ mod tests {
     fn modes_not_served_are_named() {
         let mut header = ClientHeader::plain(1, Amount::Seconds(2.0));
         for (ext, unserved) in [
-            (ext_flag::REVERSE, Unserved::Reverse),
             (ext_flag::FULL_DUPLEX, Unserved::FullDuplex),
             (ext_flag::ISOCHRONOUS, Unserved::Isochronous),
         ] {
