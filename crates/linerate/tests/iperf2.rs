@@ -114,6 +114,15 @@ fn real_iperf2_clients_are_served_and_every_byte_is_counted() {
         );
         let run = kept(&db, id);
         assert_eq!(run["test"], "tcp_stream");
+        if !extra.contains(&"-R") {
+            // iperf 2 tells the server nothing of what it sent: no sender figures shown.
+            let text = linerate(&["show", &id.to_string(), "--db", &db]);
+            assert!(
+                String::from_utf8_lossy(&text.stdout).contains("Sender rate:      not reported"),
+                "{}",
+                String::from_utf8_lossy(&text.stdout)
+            );
+        }
         assert_eq!(run["config"]["target"], "127.0.0.1");
         assert_eq!(run["host"]["local"]["software"], "iperf 2.1.8");
         let flows = run["flows"].as_array().unwrap();

@@ -529,6 +529,11 @@ fn sum_table(report: &Report, scale: Scale, per_flow: bool) -> String {
 fn sender_lines(s: &Summary, scale: Scale) -> String {
     let mut out = String::new();
     match &s.udp {
+        // Bytes arrived that no sender counted: the sending side gave no figures (an
+        // iperf 2 client tells a server none of its own).
+        None if s.sender_bytes_total == 0 && s.receiver_bytes_total > 0 => {
+            out.push_str("Sender rate:      not reported (the sending side gave no figures)\n");
+        }
         None => {
             let _ = writeln!(
                 out,
