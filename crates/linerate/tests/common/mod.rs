@@ -813,20 +813,24 @@ pub fn ping_times_ms(text: &str) -> Vec<f64> {
     times
 }
 
+/// The host's CPU time by kind, in ticks: /proc/stat's first line.
+fn cpu_ticks() -> Vec<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    stat.lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect()
+}
+
 /// The share of the host's CPU time the hypervisor gave to other guests (steal, from
 /// /proc/stat) while `run` ran: a host short of CPU delays every process here, the lab's
 /// emulator and both ends alike, which no figure of ours can show.
 pub fn steal_share_during<T>(run: impl FnOnce() -> T) -> (T, f64) {
     fn ticks() -> (f64, f64) {
-        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-        let fields: Vec<f64> = stat
-            .lines()
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|v| v.parse().ok())
-            .collect();
+        let fields = cpu_ticks();
         // user nice system idle iowait irq softirq steal (guest is within user).
         let total: f64 = fields.iter().take(8).sum();
         (fields.get(7).copied().unwrap_or(0.0), total)
@@ -842,15 +846,7 @@ pub fn steal_share_during<T>(run: impl FnOnce() -> T) -> (T, f64) {
 /// busy host, for a test that compares a paced figure with another tool's.
 pub fn others_cores_during<T>(run: impl FnOnce() -> T) -> (T, f64) {
     fn busy_ticks() -> f64 {
-        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-        let fields: Vec<f64> = stat
-            .lines()
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|v| v.parse().ok())
-            .collect();
+        let fields = cpu_ticks();
         // user nice system idle iowait irq softirq steal: all but idle and iowait.
         [0, 1, 2, 5, 6, 7]
             .iter()
