@@ -62,15 +62,8 @@ struct Connection {
 
 /// Binds iperf 2's port on the server's address.
 pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        None,
-    )?;
+    let socket = crate::sys::dual_stack(addr, socket2::Type::STREAM)?;
     socket.set_reuse_address(true)?;
-    if addr.is_ipv6() {
-        let _ = socket.set_only_v6(false);
-    }
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
     socket.set_nonblocking(true)?;

@@ -49,14 +49,7 @@ struct Entry {
 
 /// Binds iperf 2's port for UDP on the server's address.
 pub(crate) fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        None,
-    )?;
-    if addr.is_ipv6() {
-        let _ = socket.set_only_v6(false);
-    }
+    let socket = crate::sys::dual_stack(addr, socket2::Type::DGRAM)?;
     // Room for a fast test's burst while the thread accounts the last.
     let _ = socket.set_recv_buffer_size(8 << 20);
     socket.bind(&addr.into())?;

@@ -43,19 +43,12 @@ const DRAIN: Duration = Duration::from_millis(200);
 /// connected to its client.
 pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     let socket = udp_socket(addr)?;
-    if addr.is_ipv6() {
-        let _ = socket.set_only_v6(false);
-    }
     socket.bind(&addr.into())?;
     Ok(socket.into())
 }
 
 fn udp_socket(addr: SocketAddr) -> io::Result<socket2::Socket> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        None,
-    )?;
+    let socket = crate::sys::dual_stack(addr, socket2::Type::DGRAM)?;
     socket.set_reuse_address(true)?;
     Ok(socket)
 }
@@ -530,9 +523,6 @@ fn take_udp_streams(
         }
         let socket = udp_socket(local)
             .and_then(|s| {
-                if local.is_ipv6() {
-                    let _ = s.set_only_v6(false);
-                }
                 s.bind(&local.into())?;
                 s.connect(&from.into())?;
                 Ok(UdpSocket::from(s))

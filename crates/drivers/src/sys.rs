@@ -1,7 +1,17 @@
 //! The socket calls socket2 lacks, each in one named function with the option's name.
 
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+
+/// A socket of `kind` for `addr` that, bound to "::", takes IPv4 too (as iperf3's and
+/// iperf 2's servers do).
+pub fn dual_stack(addr: SocketAddr, kind: socket2::Type) -> io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), kind, None)?;
+    if addr.is_ipv6() {
+        let _ = socket.set_only_v6(false);
+    }
+    Ok(socket)
+}
 
 /// The index of the interface named `name` (`if_nametoindex(3)`); an error naming it when
 /// the host has none of that name.
