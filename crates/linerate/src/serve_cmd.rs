@@ -66,7 +66,12 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     (config.iperf2_port, config.iperf2_port_chosen) = match (args.iperf2_port, args.no_iperf2) {
         (_, true) => (None, false),
         (Some(port), false) => (Some(port), true),
-        (None, false) if config.key.is_none() => {
+        // iperf 2's multicast receivers use its port too: `--join` on it keeps it.
+        (None, false)
+            if config.key.is_none()
+                && (args.join.is_empty()
+                    || args.join_port != linerate_proto::iperf2::DEFAULT_PORT) =>
+        {
             (Some(linerate_proto::iperf2::DEFAULT_PORT), false)
         }
         (None, false) => (None, false),
