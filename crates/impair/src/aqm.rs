@@ -32,6 +32,9 @@ pub struct Waiting<F> {
 pub struct AqmCounts {
     /// Dropped by CoDel's control law.
     pub dropped: u64,
+    /// Of `dropped`, those dropped with ECN on because they were not ECN-capable (a
+    /// TCP control connection beside an ECN copy): the ones that could not be marked.
+    pub dropped_not_ect: u64,
     /// Marked Congestion Experienced in place of a drop.
     pub marked: u64,
     /// Dropped because the queue held its limit.
@@ -143,6 +146,7 @@ impl Codel {
                     return Some(head);
                 }
                 counts.dropped += 1;
+                counts.dropped_not_ect += u64::from(p.ecn);
                 match self.take(fifo, backlog, now, p) {
                     None => {
                         self.dropping = false;
@@ -171,6 +175,7 @@ impl Codel {
             counts.marked += 1;
         } else {
             counts.dropped += 1;
+            counts.dropped_not_ect += u64::from(p.ecn);
             out = self.take(fifo, backlog, now, p).map(|(next, _)| next);
         }
         self.dropping = true;
@@ -537,6 +542,12 @@ mod tests {
         let mut plain = ManagedQueue::new(aqm(AqmKind::Codel, true), 312_500, 1);
         run(&mut plain, 10_000_000, &[12_000_000], 5.0, false);
         assert!(plain.counts().dropped > 10 && plain.counts().marked == 0);
+        // ... and counted as the drops marking could not replace.
+        assert_eq!(plain.counts().dropped_not_ect, plain.counts().dropped);
+        assert_eq!(counts.dropped_not_ect, 0);
+        let mut no_ecn = ManagedQueue::new(aqm(AqmKind::Codel, false), 312_500, 1);
+        run(&mut no_ecn, 10_000_000, &[12_000_000], 5.0, false);
+        assert!(no_ecn.counts().dropped > 10 && no_ecn.counts().dropped_not_ect == 0);
     }
 
     #[test]

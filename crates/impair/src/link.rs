@@ -42,6 +42,10 @@ pub struct LinkCounters {
     /// Frames the AQM (`--aqm`) dropped to keep the queue's wait near its target.
     #[serde(default)]
     pub aqm_drops: u64,
+    /// Of `aqm_drops`, frames dropped with `--ecn` because they were not ECN-capable
+    /// (an ECN-capable frame is marked, never dropped, while the queue holds it).
+    #[serde(default)]
+    pub aqm_drops_not_ect: u64,
     /// Frames the AQM marked Congestion Experienced in place of a drop (`--ecn`).
     #[serde(default)]
     pub ce_marked: u64,
@@ -100,6 +104,7 @@ impl LinkCounters {
             lost,
             queue_drops,
             aqm_drops,
+            aqm_drops_not_ect,
             ce_marked,
             limit_drops,
             duplicated,
@@ -120,6 +125,7 @@ impl LinkCounters {
         self.lost += lost;
         self.queue_drops += queue_drops;
         self.aqm_drops += aqm_drops;
+        self.aqm_drops_not_ect += aqm_drops_not_ect;
         self.ce_marked += ce_marked;
         self.sojourns.add(&sojourns);
         self.limit_drops += limit_drops;
@@ -208,6 +214,7 @@ impl<F: Frame> Link<F> {
         if let Some(managed) = &self.managed {
             let aqm = managed.counts();
             counters.aqm_drops = aqm.dropped;
+            counters.aqm_drops_not_ect = aqm.dropped_not_ect;
             counters.ce_marked = aqm.marked;
             counters.queue_drops += aqm.overflow;
         }
