@@ -211,6 +211,7 @@ fn config_of(summary: &CopySummary, host: &str) -> TestConfig {
         tls: None,
         source: None,
         marks: None,
+        call: None,
         protocol: linerate_model::Protocol::Udp,
         target: host.to_string(),
         port: summary

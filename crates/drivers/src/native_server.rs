@@ -695,6 +695,7 @@ mod tests {
             quic: None,
             source: None,
             marks: None,
+            call: None,
             tls: None,
             protocol: Protocol::Tcp,
             target: "test".into(),

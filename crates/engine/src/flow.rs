@@ -260,6 +260,9 @@ pub struct WorkerPlan {
     pub window: Option<u64>,
     /// UDP receivers count the marks their datagrams arrived with (`--dscp`, `--ecn`).
     pub count_marks: bool,
+    /// Calls (`--pattern voip`): UDP receivers judge each datagram against a jitter
+    /// buffer this long.
+    pub playout: Option<Duration>,
     /// The test's connections are MPTCP: read their subflows at each boundary.
     pub mptcp: bool,
     /// Asks for an end ahead of the schedule; shared by the plane's workers.
@@ -299,6 +302,7 @@ impl WorkerPlan {
             observe: false,
             window: None,
             count_marks: false,
+            playout: None,
             mptcp: false,
         }
     }

@@ -103,6 +103,7 @@ fn udp_delta(a: &UdpCounts, b: &UdpCounts) -> UdpCounts {
         transit_sum_ms: b.transit_sum_ms - a.transit_sum_ms,
         transit_samples: b.transit_samples - a.transit_samples,
         loss_events: b.loss_events - a.loss_events,
+        late: b.late - a.late,
         sender_late_us: b.sender_late_us.saturating_sub(a.sender_late_us),
     }
 }
@@ -223,6 +224,9 @@ impl DataPlane {
                 observe: config.observe,
                 window: config.window,
                 count_marks: config.marks.is_some(),
+                playout: config
+                    .call
+                    .map(|c| Duration::from_millis(u64::from(c.jitter_buffer_ms))),
                 mptcp: config.source.as_ref().is_some_and(|s| s.mptcp),
             };
             let sender = sender.clone();

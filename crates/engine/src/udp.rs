@@ -297,6 +297,7 @@ impl UdpFlow {
                     transit_sum_ms: c.transit_sum_ns / 1e6,
                     transit_samples: c.transit_samples,
                     loss_events: c.loss_events,
+                    late: c.late,
                     ..Default::default()
                 }
             }
@@ -892,7 +893,13 @@ impl UdpFlow {
             send_buffer,
             blocked: false,
             pacer,
-            tracker: (spec.role == Role::Receive).then(|| SequenceTracker::new(spec.id, framing)),
+            tracker: (spec.role == Role::Receive).then(|| {
+                let tracker = SequenceTracker::new(spec.id, framing);
+                match plan.playout {
+                    Some(buffer) => tracker.with_playout(buffer.as_nanos() as u64),
+                    None => tracker,
+                }
+            }),
             classes: (spec.role == Role::Receive && plan.count_marks).then(ClassTally::default),
             done: false,
             budget: plan.budget_for(spec.role),

@@ -83,7 +83,7 @@ pub struct Cli {
 /// ([`unread_flag`]) rather than silently taken.
 pub fn reads(command: &str) -> &'static [&'static str] {
     match command {
-        "stream" | "rr" | "crr" | "sweep" => &["db", "no_store", "key", "verbose"],
+        "stream" | "app" | "rr" | "crr" | "sweep" => &["db", "no_store", "key", "verbose"],
         "serve" | "run" | "copy" | "mesh" => &["db", "no_store", "key"],
         "iperf3" | "rpm" | "stamp" | "trace" => &["db", "no_store"],
         "history" | "show" | "compare" | "export" | "report" | "store" => &["db"],
@@ -146,6 +146,12 @@ pub enum Command {
     /// Measure TCP throughput to a server, or of this machine over loopback
     #[command(after_help = EXAMPLES)]
     Stream(StreamArgs),
+    /// Send traffic shaped like an application and score it as its users would: a call's
+    /// MOS each way
+    #[command(
+        after_help = "Examples:\n  linerate app 192.0.2.1 --pattern voip\n  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json"
+    )]
+    App(AppArgs),
     /// Measure request/response round trips and transaction rates (TCP or UDP)
     #[command(after_help = RR_EXAMPLES)]
     Rr(RrArgs),
@@ -1699,6 +1705,44 @@ pub struct StreamArgs {
     /// CPU per Gbit ("encryption costs N % more CPU per Gbit")
     #[arg(long)]
     pub baseline: bool,
+}
+
+/// `linerate app`: an application's traffic pattern, both ways, scored.
+#[derive(Args, Debug)]
+pub struct AppArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    #[command(flatten)]
+    pub measure: MeasureArgs,
+    /// The application: voip (a call: a codec frame each way every 20 ms in RTP-sized
+    /// datagrams, scored by the E-model of ITU-T G.107)
+    #[arg(long, value_enum)]
+    pub pattern: AppPattern,
+    /// The call's codec: g711 (with loss concealment), g711-no-plc, g729a
+    #[arg(long, default_value = "g711", value_parser = linerate_model::call::Codec::parse)]
+    pub codec: linerate_model::call::Codec,
+    /// The receivers' fixed jitter buffer: a datagram later than the first's delay by more
+    /// is played too late and counts as lost [default: 60ms, at most 1s]
+    #[arg(long, value_name = "TIME", default_value = "60ms", value_parser = jitter_buffer)]
+    pub jitter_buffer: u32,
+    /// Seconds to measure, after --omit
+    #[arg(short, long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = positive_seconds)]
+    pub time: f64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppPattern {
+    Voip,
+}
+
+/// A jitter buffer's depth in whole milliseconds, 0 to 1 s.
+fn jitter_buffer(text: &str) -> Result<u32, String> {
+    let ms = (seconds(text)? * 1e3).round();
+    linerate_model::call::CallSettings::checked(linerate_model::call::Codec::G711, ms as u32)
+        .map(|_| ms as u32)
+        .map_err(|_| format!("'{text}': a jitter buffer holds 0 to 1s"))
 }
 
 fn seconds(text: &str) -> Result<f64, String> {

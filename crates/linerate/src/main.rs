@@ -91,6 +91,7 @@ fn main() -> ExitCode {
     let (json, outcome) = match cli.command {
         Command::Serve(args) => (false, serve_cmd::serve(&args, g)),
         Command::Stream(args) => (args.output.print.json, test_cmd::stream(&args, g)),
+        Command::App(args) => (args.output.print.json, test_cmd::app(&args, g)),
         Command::Rr(args) => (
             args.common.output.print.json,
             test_cmd::transactions(&args.common, Some(&args), g),

@@ -2,7 +2,7 @@
 //! (a test, repeated or not, or `--find-max`'s search) with its results going through the
 //! standard sinks.
 
-use crate::cli::{RrArgs, StreamArgs, TlsArgs, TransactionArgs};
+use crate::cli::{AppArgs, AppPattern, RrArgs, StreamArgs, TlsArgs, TransactionArgs};
 use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use linerate_campaign::test_run::{self, Shown, Trust};
@@ -180,6 +180,47 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
     };
     linerate_campaign::multicast_run::send(&spec, args.output.print.json, &globals.storage)?;
     Ok(())
+}
+
+/// `linerate app --pattern voip`: a call both ways at once, scored each way.
+pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
+    let AppPattern::Voip = args.pattern;
+    let call = linerate_model::call::CallSettings::checked(args.codec, args.jitter_buffer)
+        .map_err(Failure::Usage)?;
+    let shown = Shown {
+        host: args.server.host.as_deref(),
+        port: args.server.port(),
+        family: args.server.family().map_err(Failure::Usage)?,
+        trust: trust(&TlsArgs::default(), globals.key.clone()),
+        plan: RepeatPlan::from_flags(None, None),
+        json: args.output.print.json,
+        scale: args.output.format,
+        per_flow: false,
+        verbose: globals.verbose,
+    };
+    let request = TestRequest {
+        tls: None,
+        target: args.server.host.clone(),
+        port: args.server.port(),
+        parallel: 1,
+        threads: args.measure.threads,
+        time_s: args.time,
+        omit_s: args.measure.omit,
+        interval_s: args.measure.interval,
+        window: args.measure.window,
+        congestion: None,
+        per_flow: false,
+        connect_timeout_s: args.server.connect_timeout,
+        observe: !args.measure.no_observe,
+        source: args.server.source(),
+        marks: args.server.marks(),
+        kind: TestKind::Stream(StreamRequest {
+            direction: Direction::Bidir,
+            rate_bps: None,
+            transport: StreamTransport::Call(call),
+        }),
+    };
+    test_run::run(&request, &shown, false, &globals.storage)
 }
 
 /// `linerate rr` (with its own flags) and `linerate crr` (`rr` is `None`).

@@ -3392,3 +3392,116 @@ fn a_copy_over_a_path_copied_before_resumes_its_rate_and_fills_it_sooner() {
     let _ = serve.wait();
     let _ = std::fs::remove_dir_all(root);
 }
+
+/// The E-model written apart from linerate's (tests/reference/emodel.py): R and MOS of a
+/// way with mouth-to-ear delay `ta` ms, loss `ppl` percent and burst ratio `burst_r`
+/// over a codec of impairment `ie` and robustness `bpl`.
+fn reference_e_model(ta: f64, ppl: f64, burst_r: f64, ie: f64, bpl: f64) -> (f64, f64) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/reference/emodel.py");
+    let output = Command::new("python3")
+        .arg(script)
+        .args([ta, ppl, burst_r, ie, bpl].map(|v| v.to_string()))
+        .output()
+        .expect("run python3");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    let mut values = text.split_whitespace().map(|v| v.parse::<f64>().unwrap());
+    (values.next().unwrap(), values.next().unwrap())
+}
+
+/// A call (`linerate app --pattern voip`) over a path of 20 ms one way and 40 ms back,
+/// dropping 1 % one way: each way's one-way delay is what the emulator held its frames
+/// (within 0.2 ms, the lab's own stacks), each way's loss is the emulator's drop count
+/// (less the few frames of the control connection it also dropped), nothing is late
+/// behind a 60 ms buffer on a path without jitter, and each way's R and MOS are what an
+/// E-model written apart (tests/reference/emodel.py) makes of the same delay and loss,
+/// to two decimals.
+#[test]
+fn a_call_is_scored_from_each_ways_delay_and_loss_as_the_emulator_made_them() {
+    let test = "a_call_is_scored_from_each_ways_delay_and_loss_as_the_emulator_made_them";
+    if skip_unless_root(test) || !have("python3", test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("call");
+    let _guard = LabGuard(name.clone());
+    let (doc, steal) = steal_share_during(|| {
+        lab_run_json_as(
+            &name,
+            &["--delay", "20ms,40ms", "--loss", "1%,0", "--seed", "5"],
+            &["nice", "-n", "-20"],
+            &["app", "server", "--pattern", "voip", "-t", "20", "-i", "0"],
+        )
+    });
+    let status = emulator_status(&name);
+    let way = |i: usize| {
+        doc.pointer(&format!("/summary/call/ways/{i}"))
+            .expect("a call way")
+    };
+    for (i, asked_ms) in [(0usize, 20.0), (1, 40.0)] {
+        let counters = |c: &str| num(&status, &format!("/directions/{i}/counters/{c}"));
+        let held_ms = counters("delay_sum_ns") / counters("passed") / 1e6;
+        let w = way(i);
+        let one_way = num(w, "/one_way_delay_ms");
+        let (lost, late, received) = (num(w, "/lost"), num(w, "/late"), num(w, "/received"));
+        eprintln!(
+            "way {i}: one-way {one_way:.3} ms, the emulator held {held_ms:.3} ms (asked {asked_ms}); \
+             lost {lost} late {late} of {}, the emulator dropped {}; R {:.2} MOS {:.2}; steal {:.1} %",
+            received + lost,
+            counters("lost"),
+            num(w, "/r"),
+            num(w, "/mos"),
+            steal * 100.0
+        );
+        assert!(received >= 900.0, "{received} datagrams of a 20 s call");
+        assert!(
+            held_ms >= asked_ms && held_ms < asked_ms + 1.0,
+            "the emulator held frames {held_ms:.3} ms, asked {asked_ms}"
+        );
+        if steal <= 0.03 {
+            assert!(
+                (one_way - held_ms).abs() < 0.2,
+                "one-way {one_way:.3} ms, the emulator held {held_ms:.3} ms"
+            );
+        }
+        // The control connection's segments cross the same lossy direction: the emulator
+        // may have dropped a few more frames than datagrams of the call.
+        let dropped = counters("lost");
+        assert!(
+            lost <= dropped && dropped - lost <= 3.0,
+            "the receiver counted {lost} lost, the emulator dropped {dropped}"
+        );
+        assert_eq!(
+            late, 0.0,
+            "late behind a 60 ms buffer on a path without jitter"
+        );
+        // The score, from the same inputs, by the reference.
+        let ta = num(w, "/mouth_to_ear_ms");
+        assert!(
+            (ta - (one_way + 60.0 + 20.0)).abs() < 1e-6,
+            "mouth to ear {ta}"
+        );
+        let ppl = (lost + late) * 100.0 / (received + lost);
+        assert!((num(w, "/loss_pct") - ppl).abs() < 1e-9);
+        let events = num(w, "/loss_events");
+        let burst_r = if lost > 0.0 {
+            lost / events * (1.0 - ppl / 100.0)
+        } else {
+            1.0
+        };
+        assert!((num(w, "/burst_ratio") - burst_r).abs() < 1e-9);
+        let (r, mos) = reference_e_model(ta, ppl, burst_r, 0.0, 25.1);
+        assert!(
+            (num(w, "/r") - r).abs() < 0.005 && (num(w, "/mos") - mos).abs() < 0.005,
+            "R {} MOS {}, the reference {r:.3} {mos:.3}",
+            num(w, "/r"),
+            num(w, "/mos")
+        );
+    }
+    // The lossy way sounds worse than the clean one, the longer delay notwithstanding.
+    assert!(
+        num(way(0), "/lost") > 0.0,
+        "1 % of 1,000 datagrams dropped none"
+    );
+    assert!(num(way(0), "/mos") < num(way(1), "/mos"));
+}

@@ -234,6 +234,10 @@ pub struct TestConfig {
     /// `None`: the sockets' default (zero).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marks: Option<crate::marks::Marks>,
+    /// A call-shaped test (`linerate app --pattern voip`): its codec and the receivers'
+    /// jitter buffer; scored each way by [`crate::call`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<crate::call::CallSettings>,
 }
 
 /// Where a client's sockets leave from: a local address (`--bind`), an interface or VRF

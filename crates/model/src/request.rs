@@ -127,6 +127,9 @@ pub enum StreamTransport {
         gso: bool,
         gro: bool,
     },
+    /// A call (`linerate app --pattern voip`): a frame of the codec each way every 20 ms,
+    /// in RTP-sized UDP datagrams, both ways at once.
+    Call(crate::call::CallSettings),
 }
 
 /// Request/response (`rr`) or connect/request/response/close (`crr`) transactions.
@@ -190,6 +193,7 @@ impl TestConfig {
             quic: None,
             source: request.source.clone(),
             marks: request.marks,
+            call: None,
         };
         match &request.kind {
             TestKind::Stream(stream) => resolve_stream(&mut config, stream, environment)?,
@@ -295,6 +299,17 @@ fn resolve_stream(
                 (None, Some(rate)) => Some(rate),
                 (None, None) => Some(DEFAULT_UDP_RATE),
             };
+        }
+        StreamTransport::Call(call) => {
+            if config.tls.is_some() {
+                return Err("'--tls' encrypts TCP connections; a call is UDP".into());
+            }
+            config.protocol = crate::Protocol::Udp;
+            config.direction = Direction::Bidir;
+            config.length = call.codec.datagram_bytes();
+            config.pps = Some(call.pps());
+            config.rate_bps = Some(call.pps() * config.length * 8);
+            config.call = Some(call);
         }
     }
     Ok(())

@@ -186,6 +186,10 @@ pub struct UdpCounts {
     /// Sequence gaps when they opened: a run of consecutive losses counts once.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub loss_events: u64,
+    /// Calls (`--pattern voip`): datagrams that arrived after the receiver's jitter
+    /// buffer would have played them (among `received`; a call counts them lost).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub late: u64,
     /// Paced senders: microseconds the sender was late past its burst (its pacer's credit
     /// overflowed while it did not run). An interval short of the rate by this much lost
     /// it to the sending host's scheduler, not to the pacer or the path.
@@ -207,6 +211,7 @@ impl UdpCounts {
         self.transit_sum_ms += other.transit_sum_ms;
         self.transit_samples += other.transit_samples;
         self.loss_events += other.loss_events;
+        self.late += other.late;
         self.sender_late_us += other.sender_late_us;
     }
 

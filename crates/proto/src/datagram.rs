@@ -348,6 +348,10 @@ pub struct ArrivalCounts {
     /// Gaps in the sequence when they opened (a run of consecutive losses is one event):
     /// `lost / loss_events` is the mean burst length, where nothing arrived late.
     pub loss_events: u64,
+    /// Calls (`--pattern voip`): datagrams that arrived after a fixed jitter buffer would
+    /// have played them: their transit exceeded the first datagram's by more than the
+    /// buffer. They count among `datagrams`, and a call counts them lost.
+    pub late: u64,
 }
 
 /// How far back the tracker remembers which sequence numbers it has seen.
@@ -364,6 +368,9 @@ pub struct SequenceTracker {
     seen: Vec<u64>,
     /// Transit time of the previous in-order datagram, for jitter.
     last_transit: Option<i128>,
+    /// A call's jitter buffer, nanoseconds, and the first datagram's transit it is set on.
+    playout_ns: Option<u64>,
+    first_transit: Option<i128>,
     counts: ArrivalCounts,
 }
 
@@ -375,7 +382,28 @@ impl SequenceTracker {
             next: 0,
             seen: vec![0; (HISTORY / 64) as usize],
             last_transit: None,
+            playout_ns: None,
+            first_transit: None,
             counts: ArrivalCounts::default(),
+        }
+    }
+
+    /// Also judges each datagram against a fixed jitter buffer of `buffer_ns` set on the
+    /// first datagram's transit (a call's receiver), counting the late ones.
+    pub fn with_playout(mut self, buffer_ns: u64) -> SequenceTracker {
+        self.playout_ns = Some(buffer_ns);
+        self
+    }
+
+    /// Counts a datagram with `transit` late where a jitter buffer is judged: one the
+    /// buffer set on the first datagram would have played before it arrived.
+    fn judge_playout(&mut self, transit: i128) {
+        let Some(buffer) = self.playout_ns else {
+            return;
+        };
+        let first = *self.first_transit.get_or_insert(transit);
+        if transit - first > i128::from(buffer) {
+            self.counts.late += 1;
         }
     }
 
@@ -423,6 +451,7 @@ impl SequenceTracker {
             return;
         }
         let sequence = header.sequence;
+        let transit = i128::from(arrival_ns) - i128::from(header.sent_ns);
         if sequence >= self.next {
             // In order, possibly after a gap. Forget the history the window slides past.
             let gap = sequence - self.next;
@@ -439,9 +468,9 @@ impl SequenceTracker {
             self.next = sequence + 1;
             self.counts.datagrams += 1;
             self.counts.bytes += datagram.len() as u64;
+            self.judge_playout(transit);
             // RFC 3550 6.4.1: J += (|D| - J) / 16, D the change in transit time between
             // consecutive in-order datagrams; the first datagram only sets the reference.
-            let transit = i128::from(arrival_ns) - i128::from(header.sent_ns);
             self.counts.transit_sum_ns += transit as f64;
             self.counts.transit_samples += 1;
             let transit_ns = transit as f64;
@@ -467,6 +496,7 @@ impl SequenceTracker {
             self.counts.lost = self.counts.lost.saturating_sub(1);
             self.counts.datagrams += 1;
             self.counts.bytes += datagram.len() as u64;
+            self.judge_playout(transit);
         } else if self.bit(sequence) {
             self.counts.duplicates += 1;
         } else {
@@ -476,6 +506,7 @@ impl SequenceTracker {
             self.counts.lost -= 1;
             self.counts.datagrams += 1;
             self.counts.bytes += datagram.len() as u64;
+            self.judge_playout(transit);
         }
     }
 }
@@ -607,6 +638,51 @@ mod tests {
         t.record(&datagram(1, 10 * ms, 64), 115 * ms);
         assert_eq!(t.counts().jitter_ns, 0.0);
         assert_eq!(t.counts().out_of_order, 1);
+    }
+
+    #[test]
+    fn a_jitter_buffer_set_on_the_first_datagram_counts_the_late_ones() {
+        let ms = 1_000_000u64;
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG }).with_playout(40 * ms);
+        // Transits 10, 30, 51 (late: 41 over the first), 50 (not: 40 is the buffer).
+        for (sequence, transit) in [(0u64, 10u64), (1, 30), (2, 51), (3, 50)] {
+            let sent = sequence * 20 * ms;
+            t.record(&datagram(sequence, sent, 64), sent + transit * ms);
+        }
+        assert_eq!(t.counts().late, 1);
+        // One that fills a gap is judged as well; a duplicate is not judged again.
+        t.record(&datagram(5, 100 * ms, 64), 110 * ms);
+        t.record(&datagram(4, 80 * ms, 64), 200 * ms);
+        t.record(&datagram(4, 80 * ms, 64), 200 * ms);
+        assert_eq!(t.counts().late, 2);
+        assert_eq!((t.counts().datagrams, t.counts().duplicates), (6, 1));
+        // Without a buffer nothing is judged late.
+        let mut plain = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
+        plain.record(&datagram(0, 0, 64), 10 * ms);
+        plain.record(&datagram(1, 0, 64), 900 * ms);
+        assert_eq!(plain.counts().late, 0);
+    }
+
+    proptest::proptest! {
+        /// Whatever a peer sends (numbers out of order, send times from the future or the
+        /// past), late datagrams are among those counted, and only where a buffer is set.
+        #[test]
+        fn late_datagrams_are_among_those_that_arrived(
+            arrivals in proptest::collection::vec((0u64..64, proptest::num::u64::ANY, 0u64..u64::MAX / 2), 0..200),
+            buffer in 0u64..100_000_000,
+        ) {
+            let mut judged = SequenceTracker::new(FLOW, Framing::Native { tag: TAG }).with_playout(buffer);
+            let mut plain = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
+            for &(sequence, sent, arrival) in &arrivals {
+                judged.record(&datagram(sequence, sent, 64), arrival);
+                plain.record(&datagram(sequence, sent, 64), arrival);
+            }
+            proptest::prop_assert!(judged.counts().late <= judged.counts().datagrams);
+            proptest::prop_assert_eq!(plain.counts().late, 0);
+            let mut same = judged.counts();
+            same.late = 0;
+            proptest::prop_assert_eq!(same, plain.counts());
+        }
     }
 
     #[test]

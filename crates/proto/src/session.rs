@@ -683,6 +683,13 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
             return invalid(format!("DSCP {} is over 63", marks.dscp));
         }
     }
+    if let Some(call) = config.call {
+        if config.protocol != linerate_model::Protocol::Udp {
+            return invalid("a call is a UDP test".into());
+        }
+        linerate_model::call::CallSettings::checked(call.codec, call.jitter_buffer_ms)
+            .map_err(|why| (RefuseCode::Invalid, why))?;
+    }
     if !config.connect_timeout_s.is_finite() || config.connect_timeout_s < 0.0 {
         return invalid("connect timeout must be finite and not negative".into());
     }

@@ -8,6 +8,7 @@ fn config(parallel: u32) -> TestConfig {
         quic: None,
         source: None,
         marks: None,
+        call: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "test".into(),
@@ -465,6 +466,26 @@ fn intervals_and_their_readings_are_bounded() {
     long.length = MAX_LENGTH;
     long.congestion = Some("x".repeat(200));
     assert!(validate(&long, &limits).is_err());
+}
+
+#[test]
+fn a_calls_settings_are_bounded_and_only_over_udp() {
+    use linerate_model::call::{CallSettings, Codec};
+    let limits = Limits::default();
+    let mut c = config(1);
+    c.call = Some(CallSettings {
+        codec: Codec::G711,
+        jitter_buffer_ms: 60,
+    });
+    assert!(validate(&c, &limits).unwrap_err().1.contains("UDP"));
+    c.protocol = linerate_model::Protocol::Udp;
+    c.length = 172;
+    assert!(validate(&c, &limits).is_ok());
+    c.call = Some(CallSettings {
+        codec: Codec::G711,
+        jitter_buffer_ms: u32::MAX,
+    });
+    assert_eq!(validate(&c, &limits).unwrap_err().0, RefuseCode::Invalid);
 }
 
 /// A bidirectional test of 2^31 flows once wrapped to 0 connections and passed

@@ -6,6 +6,7 @@
 
 use crate::model::*;
 use crate::sides::{observed, per_second, side_warnings, socket_facts};
+use linerate_model::call::{CallSettings, CallWayCounts};
 
 impl Report {
     /// Builds the report of a test from the client's (`local`) and the server's (`remote`)
@@ -393,6 +394,7 @@ fn summarize(
         }
     });
     Summary {
+        call: config.call.map(|call| call_summary(call, flows)),
         crypto: None,
         mptcp: crate::model::MptcpSummary::of(local),
         marks: config.marks.and_then(|sent| {
@@ -425,6 +427,47 @@ fn summarize(
         directions,
         pacing: None,
         rr: None,
+    }
+}
+
+/// A call's two ways, each from its receiving flows' window counts, scored.
+fn call_summary(call: CallSettings, flows: &[FlowReport]) -> CallSummary {
+    let ways = [Direction::Forward, Direction::Reverse]
+        .into_iter()
+        .map(|direction| {
+            let counts: Vec<UdpCounts> = flows
+                .iter()
+                .filter(|f| f.direction == Some(direction))
+                .filter_map(|f| f.udp.as_ref().map(|u| u.counts))
+                .collect();
+            let c = merge_udp(&counts);
+            let one_way_delay_ms = c.one_way_delay_ms();
+            let score = linerate_model::call::score(
+                &call,
+                &CallWayCounts {
+                    one_way_delay_ms: one_way_delay_ms.unwrap_or(0.0),
+                    received: c.received,
+                    lost: c.lost,
+                    late: c.late,
+                    loss_events: c.loss_events,
+                },
+            );
+            CallWay {
+                direction,
+                received: c.received,
+                lost: c.lost,
+                late: c.late,
+                loss_events: c.loss_events,
+                one_way_delay_ms,
+                jitter_ms: c.jitter_ms,
+                score,
+            }
+        })
+        .collect();
+    CallSummary {
+        codec: call.codec,
+        jitter_buffer_ms: call.jitter_buffer_ms,
+        ways,
     }
 }
 

@@ -8,6 +8,7 @@ pub(crate) fn config(direction: Direction, parallel: u32) -> TestConfig {
         quic: None,
         source: None,
         marks: None,
+        call: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "loopback".into(),

@@ -234,6 +234,34 @@ pub struct Summary {
     /// MPTCP tests (`--mptcp`): what the client's connections became.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mptcp: Option<MptcpSummary>,
+    /// Calls (`linerate app --pattern voip`): each way as its listener hears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<CallSummary>,
+}
+
+/// A call-shaped test, each way scored by the E-model (`linerate_model::call`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallSummary {
+    pub codec: linerate_model::call::Codec,
+    pub jitter_buffer_ms: u32,
+    /// Client to server, then server to client.
+    pub ways: Vec<CallWay>,
+}
+
+/// One way of a call: what its receiver counted in the window and the score it makes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallWay {
+    pub direction: Direction,
+    pub received: u64,
+    pub lost: u64,
+    /// Arrived after the jitter buffer played their turn (among `received`).
+    pub late: u64,
+    pub loss_events: u64,
+    /// Mean one-way delay, sender's clock to receiver's (true where they agree).
+    pub one_way_delay_ms: Option<f64>,
+    pub jitter_ms: f64,
+    #[serde(flatten)]
+    pub score: linerate_model::call::CallScore,
 }
 
 /// What an MPTCP test's connections were at the end, as this end's MPTCP_INFO said.

@@ -75,6 +75,8 @@ impl SweepParam {
                 StreamTransport::Tcp { length, .. }
                 | StreamTransport::Udp { length, .. }
                 | StreamTransport::Quic { length, .. } => *length = number.or(*length),
+                // A call's datagrams are its codec's frames.
+                StreamTransport::Call(_) => {}
             },
             (SweepParam::Rate, TestKind::Stream(stream)) => stream.rate_bps = number,
             (SweepParam::Rate, TestKind::Transactions(t)) => t.rate_tps = number.filter(|n| *n > 0),

@@ -588,6 +588,42 @@ fn sender_lines(s: &Summary, scale: Scale) -> String {
             );
         }
     }
+    if let Some(call) = &s.call {
+        out.push_str(&call_lines(call));
+    }
+    out
+}
+
+/// A call's two ways: the score each listener's ear gives, and what produced it.
+fn call_lines(call: &CallSummary) -> String {
+    let mut out = format!(
+        "Call:             {}, {} ms jitter buffer (E-model, ITU-T G.107 with G.113's values)\n",
+        call.codec.name(),
+        call.jitter_buffer_ms
+    );
+    for way in &call.ways {
+        let s = &way.score;
+        let _ = writeln!(
+            out,
+            "  {:<15} MOS {:.2} (R {:.1}): mouth to ear {:.1} ms (one-way {}), jitter {:.3} ms; \
+             lost {} and late {} of {} ({:.2} %, burst ratio {:.2})",
+            match way.direction {
+                linerate_model::Direction::Reverse => "server→client",
+                _ => "client→server",
+            },
+            s.mos,
+            s.r,
+            s.mouth_to_ear_ms,
+            way.one_way_delay_ms
+                .map_or("not measured".to_string(), |d| format!("{d:.3} ms")),
+            way.jitter_ms,
+            way.lost,
+            way.late,
+            way.received + way.lost,
+            s.loss_pct,
+            s.burst_ratio
+        );
+    }
     out
 }
 

@@ -1,0 +1,443 @@
+//! A call's quality as its two people hear it: the E-model of ITU-T G.107 (06/2015), with
+//! the codec impairment (Ie) and packet-loss robustness (Bpl) values of ITU-T G.113
+//! Appendix I, scored from what a call-shaped test (`linerate app --pattern voip`)
+//! counted at each receiver: one-way delay, loss, datagrams later than the jitter buffer
+//! holds, and how bursty the losses were.
+//!
+//! Sans IO: figures in, figures out. Every E-model parameter other than delay, loss and
+//! codec keeps G.107's default (Table 3), the planning values for a handset call with no
+//! echo problem; the figures that produced a score travel with it.
+
+use serde::{Deserialize, Serialize};
+
+/// Bytes of the RTP header before each frame's payload.
+pub const RTP_HEADER: u64 = 12;
+
+/// The longest jitter buffer a call may ask for: beyond it the delay alone rates a call
+/// as one nobody would hold (G.107's delay impairment passes 40 at about 400 ms).
+pub const MAX_JITTER_BUFFER_MS: u32 = 1_000;
+
+/// The voice codecs a call can carry, with G.113's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Codec {
+    /// G.711 (64 kbit/s PCM) with packet-loss concealment (G.711 Appendix I).
+    G711,
+    /// G.711 without packet-loss concealment: a lost frame is silence.
+    G711NoPlc,
+    /// G.729 Annex A (8 kbit/s) with voice activity detection.
+    G729a,
+}
+
+impl Codec {
+    pub const ALL: [Codec; 3] = [Codec::G711, Codec::G711NoPlc, Codec::G729a];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::G711 => "g711",
+            Codec::G711NoPlc => "g711-no-plc",
+            Codec::G729a => "g729a",
+        }
+    }
+
+    /// The codec named `name` (as `--codec` takes it).
+    pub fn parse(name: &str) -> Result<Codec, String> {
+        Codec::ALL
+            .into_iter()
+            .find(|c| c.name() == name)
+            .ok_or_else(|| {
+                format!(
+                    "invalid value '{name}' for '--codec': one of {}",
+                    Codec::ALL.map(Codec::name).join(", ")
+                )
+            })
+    }
+
+    /// Payload bytes of one 20 ms frame.
+    pub fn payload_bytes(self) -> u64 {
+        match self {
+            Codec::G711 | Codec::G711NoPlc => 160,
+            Codec::G729a => 20,
+        }
+    }
+
+    /// The UDP payload of one frame: RTP's header and the codec's bytes.
+    pub fn datagram_bytes(self) -> u64 {
+        RTP_HEADER + self.payload_bytes()
+    }
+
+    /// Equipment impairment factor Ie (G.113 Table I.1).
+    pub fn ie(self) -> f64 {
+        match self {
+            Codec::G711 | Codec::G711NoPlc => 0.0,
+            Codec::G729a => 11.0,
+        }
+    }
+
+    /// Packet-loss robustness factor Bpl for random loss (G.113 Table I.3).
+    pub fn bpl(self) -> f64 {
+        match self {
+            Codec::G711 => 25.1,
+            Codec::G711NoPlc => 4.3,
+            Codec::G729a => 19.0,
+        }
+    }
+
+    /// The codec's own delay beyond the frame: G.729's 5 ms look-ahead.
+    pub fn lookahead_ms(self) -> f64 {
+        match self {
+            Codec::G711 | Codec::G711NoPlc => 0.0,
+            Codec::G729a => 5.0,
+        }
+    }
+}
+
+/// Milliseconds of speech in each datagram: every codec here sends a frame per 20 ms.
+pub const FRAME_MS: u64 = 20;
+
+/// A call-shaped test: its codec and the receivers' jitter buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallSettings {
+    pub codec: Codec,
+    /// A fixed jitter buffer of this many milliseconds, set on the call's first datagram:
+    /// a datagram whose one-way delay exceeds the first's by more arrives too late to be
+    /// played and counts as lost (late loss).
+    pub jitter_buffer_ms: u32,
+}
+
+impl CallSettings {
+    /// Datagrams per second each way.
+    pub fn pps(&self) -> u64 {
+        1000 / FRAME_MS
+    }
+
+    /// The settings of `--codec` and `--jitter-buffer`, checked.
+    pub fn checked(codec: Codec, jitter_buffer_ms: u32) -> Result<CallSettings, String> {
+        if jitter_buffer_ms > MAX_JITTER_BUFFER_MS {
+            return Err(format!(
+                "invalid value '{jitter_buffer_ms}ms' for '--jitter-buffer': at most {MAX_JITTER_BUFFER_MS} ms"
+            ));
+        }
+        Ok(CallSettings {
+            codec,
+            jitter_buffer_ms,
+        })
+    }
+}
+
+/// What one way of a call delivered, as its receiver counted it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallWayCounts {
+    /// Mean one-way delay of the datagrams that arrived, milliseconds.
+    pub one_way_delay_ms: f64,
+    pub received: u64,
+    /// Never arrived (sequence gaps).
+    pub lost: u64,
+    /// Arrived after the jitter buffer played their turn.
+    pub late: u64,
+    /// Runs of consecutive losses.
+    pub loss_events: u64,
+}
+
+/// One way of a call, scored: the E-model's inputs and what it made of them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CallScore {
+    /// Mouth-to-ear delay Ta: the network's mean one-way delay, the jitter buffer, the
+    /// frame's 20 ms of packetisation and the codec's look-ahead, milliseconds.
+    pub mouth_to_ear_ms: f64,
+    /// Packet-loss probability Ppl: lost and late over those sent, percent.
+    pub loss_pct: f64,
+    /// BurstR: the mean length of the loss runs against that of random loss at the same
+    /// rate (1 random, above 1 bursty).
+    pub burst_ratio: f64,
+    /// The delay impairment Id and the effective equipment impairment Ie,eff.
+    pub delay_impairment: f64,
+    pub loss_impairment: f64,
+    /// The transmission rating factor R (0..100) and the mean opinion score (1..4.5).
+    pub r: f64,
+    pub mos: f64,
+}
+
+/// Scores one way of a call carried by `settings`' codec that delivered `counts`.
+pub fn score(settings: &CallSettings, counts: &CallWayCounts) -> CallScore {
+    let codec = settings.codec;
+    let mouth_to_ear_ms = counts.one_way_delay_ms.max(0.0)
+        + f64::from(settings.jitter_buffer_ms)
+        + FRAME_MS as f64
+        + codec.lookahead_ms();
+    let dropped = counts.lost + counts.late;
+    let sent = counts.received + counts.lost;
+    let loss = if sent > 0 {
+        dropped as f64 / sent as f64
+    } else {
+        0.0
+    };
+    // A late datagram is a loss run of its own unless it follows a gap (not known here):
+    // counted as one, which makes late loss look as random as it can.
+    let runs = counts.loss_events + counts.late;
+    let burst_ratio = if runs > 0 && loss < 1.0 {
+        (dropped as f64 / runs as f64) * (1.0 - loss)
+    } else {
+        1.0
+    };
+    let e = EModel::default();
+    let delay_impairment = e.delay_impairment(mouth_to_ear_ms);
+    let loss_impairment = effective_ie(codec.ie(), codec.bpl(), loss * 100.0, burst_ratio);
+    let r = e.ro_minus_is() - delay_impairment - loss_impairment;
+    CallScore {
+        mouth_to_ear_ms,
+        loss_pct: loss * 100.0,
+        burst_ratio,
+        delay_impairment,
+        loss_impairment,
+        r,
+        mos: mos(r),
+    }
+}
+
+/// G.107's effective equipment impairment: the codec's Ie raised by the loss `ppl`
+/// (percent) as its robustness `bpl` and the burstiness allow.
+pub fn effective_ie(ie: f64, bpl: f64, ppl: f64, burst_r: f64) -> f64 {
+    if ppl <= 0.0 {
+        return ie;
+    }
+    ie + (95.0 - ie) * ppl / (ppl / burst_r + bpl)
+}
+
+/// G.107's estimated mean opinion score (conversational quality) of a rating `r`.
+pub fn mos(r: f64) -> f64 {
+    if r <= 0.0 {
+        1.0
+    } else if r >= 100.0 {
+        4.5
+    } else {
+        1.0 + 0.035 * r + r * (r - 60.0) * (100.0 - r) * 7e-6
+    }
+}
+
+/// The E-model's parameters that are not the call's delay, loss or codec: G.107 Table 3's
+/// defaults.
+#[derive(Debug, Clone, Copy)]
+struct EModel {
+    /// Send and receive loudness ratings, dB.
+    slr: f64,
+    rlr: f64,
+    /// Sidetone masking and listener sidetone ratings, dB.
+    stmr: f64,
+    lstr: f64,
+    /// D-values of the telephones' send and receive sides.
+    ds: f64,
+    /// Talker echo loudness rating and weighted echo path loss, dB.
+    telr: f64,
+    wepl: f64,
+    /// Quantizing distortion units.
+    qdu: f64,
+    /// Circuit noise at the 0 dBr point and the noise floor at the receive side, dBm0p.
+    nc: f64,
+    nfor: f64,
+    /// Room noise at the send and receive sides, dB(A).
+    ps: f64,
+    pr: f64,
+}
+
+impl Default for EModel {
+    fn default() -> EModel {
+        EModel {
+            slr: 8.0,
+            rlr: 2.0,
+            stmr: 15.0,
+            lstr: 18.0,
+            ds: 3.0,
+            telr: 65.0,
+            wepl: 110.0,
+            qdu: 1.0,
+            nc: -70.0,
+            nfor: -64.0,
+            ps: 35.0,
+            pr: 35.0,
+        }
+    }
+}
+
+impl EModel {
+    fn olr(&self) -> f64 {
+        self.slr + self.rlr
+    }
+
+    /// The noise sum No (G.107 7.2), dBm0p.
+    fn noise(&self) -> f64 {
+        let nos = self.ps - self.slr - self.ds - 100.0
+            + 0.004 * (self.ps - self.olr() - self.ds - 14.0).powi(2);
+        let pre = self.pr + 10.0 * (1.0 + 10f64.powf((10.0 - self.lstr) / 10.0)).log10();
+        let nor = self.rlr - 121.0 + pre + 0.008 * (pre - 35.0).powi(2);
+        let nfo = self.nfor + self.rlr;
+        10.0 * [self.nc, nos, nor, nfo]
+            .iter()
+            .map(|n| 10f64.powf(n / 10.0))
+            .sum::<f64>()
+            .log10()
+    }
+
+    /// The basic signal-to-noise ratio Ro (G.107 7.2).
+    fn ro(&self) -> f64 {
+        15.0 - 1.5 * (self.slr + self.noise())
+    }
+
+    /// Ro less the simultaneous impairment Is (G.107 7.3): the rating of a call with no
+    /// delay and no loss over a codec without impairment.
+    fn ro_minus_is(&self) -> f64 {
+        let ro = self.ro();
+        let no = self.noise();
+        let xolr = self.olr() + 0.2 * (64.0 + no - self.rlr);
+        let iolr = 20.0 * ((1.0 + (xolr / 8.0).powi(8)).powf(1.0 / 8.0) - xolr / 8.0);
+        // STMRo's echo term (e^(-T/4) 10^(-TELR/10)) is left out: at the default TELR of
+        // 65 dB it moves STMRo by under 0.0001 dB at any delay.
+        let stmro = -10.0 * (10f64.powf(-self.stmr / 10.0)).log10();
+        let ist = 12.0 * (1.0 + ((stmro - 13.0) / 6.0).powi(8)).powf(1.0 / 8.0)
+            - 28.0 * (1.0 + ((stmro + 1.0) / 19.4).powi(35)).powf(1.0 / 35.0)
+            - 13.0 * (1.0 + ((stmro - 3.0) / 33.0).powi(13)).powf(1.0 / 13.0)
+            + 29.0;
+        let q = 37.0 - 15.0 * self.qdu.log10();
+        let g = 1.07 + 0.258 * q + 0.0602 * q * q;
+        let y = (ro - 100.0) / 15.0 + 46.0 / 8.4 - g / 9.0;
+        let z = 46.0 / 30.0 - g / 40.0;
+        let iq = 15.0 * (1.0 + 10f64.powf(y) + 10f64.powf(z)).log10();
+        ro - (iolr + ist + iq)
+    }
+
+    /// The delay impairment Id (G.107 7.4) of a mouth-to-ear delay `ta` ms, taking the
+    /// talker echo path's delay T as `ta` and the listener echo's round trip Tr as twice
+    /// it (one delay for the whole connection, G.107's planning assumption).
+    fn delay_impairment(&self, ta: f64) -> f64 {
+        let t = ta;
+        let tr = 2.0 * ta;
+        let ro = self.ro();
+        let no = self.noise();
+        let roe = -1.5 * (no - self.rlr);
+        let terv = self.telr - 40.0 * ((1.0 + t / 10.0) / (1.0 + t / 150.0)).log10()
+            + 6.0 * (-0.3 * t * t).exp();
+        let re = 80.0 + 2.5 * (terv - 14.0);
+        let idte = ((roe - re) / 2.0 + ((roe - re).powi(2) / 4.0 + 100.0).sqrt() - 1.0)
+            * (1.0 - (-t).exp());
+        let rle = 10.5 * (self.wepl + 7.0) * (tr + 1.0).powf(-0.25);
+        let idle = (ro - rle) / 2.0 + ((ro - rle).powi(2) / 4.0 + 169.0).sqrt();
+        let idd = if ta <= 100.0 {
+            0.0
+        } else {
+            let x = (ta / 100.0).log10() / 2f64.log10();
+            25.0 * ((1.0 + x.powi(6)).powf(1.0 / 6.0)
+                - 3.0 * (1.0 + (x / 3.0).powi(6)).powf(1.0 / 6.0)
+                + 2.0)
+        };
+        idte + idle + idd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn way(delay_ms: f64, received: u64, lost: u64, late: u64, events: u64) -> CallWayCounts {
+        CallWayCounts {
+            one_way_delay_ms: delay_ms,
+            received,
+            lost,
+            late,
+            loss_events: events,
+        }
+    }
+
+    #[test]
+    fn the_default_connection_rates_93_2() {
+        // G.107: with every parameter at its default, R = 93.2 (Ro 94.77, Is 1.41).
+        let e = EModel::default();
+        assert!((e.ro() - 94.77).abs() < 0.01, "Ro {}", e.ro());
+        let r = e.ro_minus_is() - e.delay_impairment(0.0);
+        assert!((r - 93.2).abs() < 0.05, "R {r}");
+        assert!((mos(r) - 4.41).abs() < 0.01, "MOS {}", mos(r));
+    }
+
+    #[test]
+    fn delay_costs_little_until_about_150_ms_then_much() {
+        let e = EModel::default();
+        let id = |ta| e.delay_impairment(ta);
+        assert!(id(50.0) < 2.0, "{}", id(50.0));
+        assert!(id(150.0) < 6.0, "{}", id(150.0));
+        // G.114's planning curve: near 400 ms a call rates about R 60.
+        let r400 = e.ro_minus_is() - id(400.0);
+        assert!((55.0..65.0).contains(&r400), "R at 400 ms {r400}");
+        assert!(id(100.0) < id(200.0) && id(200.0) < id(400.0));
+    }
+
+    #[test]
+    fn loss_raises_the_impairment_by_the_codecs_robustness() {
+        assert_eq!(effective_ie(0.0, 25.1, 0.0, 1.0), 0.0);
+        // G.711 with PLC, 1 % random loss: 95 * 1 / (1 + 25.1) = 3.64.
+        assert!((effective_ie(0.0, 25.1, 1.0, 1.0) - 3.640).abs() < 0.001);
+        // Bursty loss hurts more than random loss at the same rate.
+        assert!(effective_ie(0.0, 25.1, 2.0, 2.0) > effective_ie(0.0, 25.1, 2.0, 1.0));
+        // G.729A starts at its Ie of 11.
+        assert_eq!(effective_ie(11.0, 19.0, 0.0, 1.0), 11.0);
+    }
+
+    #[test]
+    fn mos_is_g107s_curve_and_bounded() {
+        assert_eq!(mos(-5.0), 1.0);
+        assert_eq!(mos(120.0), 4.5);
+        assert!((mos(50.0) - 2.58).abs() < 0.01, "{}", mos(50.0));
+        assert!((mos(80.0) - 4.02).abs() < 0.01, "{}", mos(80.0));
+    }
+
+    #[test]
+    fn a_call_is_scored_from_what_its_receiver_counted() {
+        let g711 = CallSettings::checked(Codec::G711, 40).unwrap();
+        let clean = score(&g711, &way(10.0, 500, 0, 0, 0));
+        assert_eq!(clean.mouth_to_ear_ms, 70.0);
+        assert_eq!(clean.loss_pct, 0.0);
+        assert!(clean.mos > 4.3, "{clean:?}");
+        // Random 1 % loss: runs of one, BurstR close to 1.
+        let lossy = score(&g711, &way(10.0, 495, 5, 0, 5));
+        assert!((lossy.loss_pct - 1.0).abs() < 1e-9);
+        assert!((lossy.burst_ratio - 0.99).abs() < 1e-9);
+        assert!(lossy.mos < clean.mos);
+        // Late datagrams count as lost.
+        let late = score(&g711, &way(10.0, 500, 0, 5, 0));
+        assert!((late.loss_pct - 1.0).abs() < 1e-9, "{late:?}");
+        assert!((late.r - lossy.r).abs() < 0.01);
+        // The same loss in bursts of five scores worse.
+        let bursty = score(&g711, &way(10.0, 495, 5, 0, 1));
+        assert!(
+            bursty.burst_ratio > 4.9 && bursty.mos < lossy.mos,
+            "{bursty:?}"
+        );
+        // G.729A: the codec's own impairment and look-ahead.
+        let g729 = score(
+            &CallSettings::checked(Codec::G729a, 40).unwrap(),
+            &way(10.0, 500, 0, 0, 0),
+        );
+        assert_eq!(g729.mouth_to_ear_ms, 75.0);
+        let extra_delay = g729.delay_impairment - clean.delay_impairment;
+        assert!(extra_delay > 0.0);
+        assert!(
+            (clean.r - g729.r - 11.0 - extra_delay).abs() < 1e-9,
+            "{clean:?} {g729:?}"
+        );
+        // Nothing arrived: every datagram lost, the rating at its floor.
+        let silent = score(&g711, &way(0.0, 0, 50, 0, 1));
+        assert_eq!(silent.loss_pct, 100.0);
+        assert!(silent.mos < 1.5, "{silent:?}");
+    }
+
+    #[test]
+    fn settings_are_checked_and_codecs_named() {
+        assert!(CallSettings::checked(Codec::G711, 1_001)
+            .unwrap_err()
+            .contains("'--jitter-buffer'"));
+        assert_eq!(Codec::parse("g729a"), Ok(Codec::G729a));
+        assert!(Codec::parse("opus")
+            .unwrap_err()
+            .contains("g711, g711-no-plc, g729a"));
+        assert_eq!(Codec::G711.datagram_bytes(), 172);
+        assert_eq!(Codec::G729a.datagram_bytes(), 32);
+    }
+}
