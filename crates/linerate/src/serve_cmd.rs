@@ -26,24 +26,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
         config.threads = Some(threads as usize);
     }
     config.log = !args.quiet;
-    config.tls_mode = if args.no_tls {
-        linerate_drivers::secure::TlsMode::Off
-    } else if args.require_tls {
-        linerate_drivers::secure::TlsMode::Required
-    } else {
-        linerate_drivers::secure::TlsMode::Offered
-    };
-    config.tls_identity = Arc::new(linerate_drivers::secure::ServerIdentity::new(
-        args.cert.clone().zip(args.cert_key.clone()),
-    ));
-    if args.cert.is_some() {
-        // A certificate that cannot be used is the operator's mistake, told at start.
-        if let Err(why) = config.tls_identity.load() {
-            return Err(
-                Failure::Usage(format!("invalid value for '--cert'/'--cert-key': {why}")).into(),
-            );
-        }
-    }
+    set_tls(args, &mut config)?;
     config.timeouts.handshake = std::time::Duration::from_secs_f64(args.handshake_timeout);
     config.timeouts.idle = std::time::Duration::from_secs_f64(args.idle_timeout);
     config.key = globals.key.clone();
@@ -62,20 +45,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     };
     config.iperf3_auth = iperf3_auth(args)?;
     config.files = file_service(args, config.key.clone())?;
-    // iperf 2 clients prove no key: with --key, only where the operator opened the port.
-    (config.iperf2_port, config.iperf2_port_chosen) = match (args.iperf2_port, args.no_iperf2) {
-        (_, true) => (None, false),
-        (Some(port), false) => (Some(port), true),
-        // iperf 2's multicast receivers use its port too: `--join` on it keeps it.
-        (None, false)
-            if config.key.is_none()
-                && (args.join.is_empty()
-                    || args.join_port != linerate_proto::iperf2::DEFAULT_PORT) =>
-        {
-            (Some(linerate_proto::iperf2::DEFAULT_PORT), false)
-        }
-        (None, false) => (None, false),
-    };
+    (config.iperf2_port, config.iperf2_port_chosen) = iperf2_port(args, config.key.is_some());
     if config.key.is_none() {
         eprintln!(
             "linerate: warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)"
@@ -112,6 +82,47 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
         json_lines: args.log_format == "json",
     };
     serve_run::run(config, &beside, &globals.storage)
+}
+
+/// `--no-tls`, `--require-tls` and the certificate, which must load when given.
+fn set_tls(args: &ServeArgs, config: &mut ServerConfig) -> Result<(), Failure> {
+    config.tls_mode = if args.no_tls {
+        linerate_drivers::secure::TlsMode::Off
+    } else if args.require_tls {
+        linerate_drivers::secure::TlsMode::Required
+    } else {
+        linerate_drivers::secure::TlsMode::Offered
+    };
+    config.tls_identity = Arc::new(linerate_drivers::secure::ServerIdentity::new(
+        args.cert.clone().zip(args.cert_key.clone()),
+    ));
+    if args.cert.is_some() {
+        // A certificate that cannot be used is the operator's mistake, told at start.
+        if let Err(why) = config.tls_identity.load() {
+            return Err(Failure::Usage(format!(
+                "invalid value for '--cert'/'--cert-key': {why}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// iperf 2's port, and whether the operator chose it. iperf 2 clients prove no key: with
+/// --key, served only where the operator opened the port.
+fn iperf2_port(args: &ServeArgs, keyed: bool) -> (Option<u16>, bool) {
+    match (args.iperf2_port, args.no_iperf2) {
+        (_, true) => (None, false),
+        (Some(port), false) => (Some(port), true),
+        // iperf 2's multicast receivers use its port too: `--join` on it keeps it.
+        (None, false)
+            if !keyed
+                && (args.join.is_empty()
+                    || args.join_port != linerate_proto::iperf2::DEFAULT_PORT) =>
+        {
+            (Some(linerate_proto::iperf2::DEFAULT_PORT), false)
+        }
+        (None, false) => (None, false),
+    }
 }
 
 /// The STAMP reflector's settings, from `--stamp-*` and the server's.
