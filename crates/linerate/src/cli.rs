@@ -1740,9 +1740,10 @@ pub enum AppPattern {
 /// A jitter buffer's depth in whole milliseconds, 0 to 1 s.
 fn jitter_buffer(text: &str) -> Result<u32, String> {
     let ms = (seconds(text)? * 1e3).round();
-    linerate_model::call::CallSettings::checked(linerate_model::call::Codec::G711, ms as u32)
-        .map(|_| ms as u32)
-        .map_err(|_| format!("'{text}': a jitter buffer holds 0 to 1s"))
+    if ms > f64::from(linerate_model::call::MAX_JITTER_BUFFER_MS) {
+        return Err("a jitter buffer holds 0 to 1s".into());
+    }
+    Ok(ms as u32)
 }
 
 fn seconds(text: &str) -> Result<f64, String> {
