@@ -16,6 +16,7 @@ pub mod marks;
 pub mod measure;
 pub mod mesh_row;
 pub mod multicast;
+pub mod ndt7;
 pub mod observe;
 mod path;
 pub mod profile;

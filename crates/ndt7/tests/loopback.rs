@@ -1,0 +1,142 @@
+//! The server and the client against each other over loopback, and the server against
+//! requests that are not ndt7 upgrades: counts that must agree byte for byte, and the
+//! statuses RFC 6455 and the spec give.
+
+use linerate_model::ndt7::{Subtest, SubtestEnd, SubtestResult};
+use linerate_ndt7::{client, server};
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn start(runtime_s: f64) -> (server::Ndt7Server, Arc<Mutex<Vec<SubtestResult>>>) {
+    let kept: Arc<Mutex<Vec<SubtestResult>>> = Arc::default();
+    let keep = kept.clone();
+    let limits = server::Limits {
+        runtime: Duration::from_secs_f64(runtime_s),
+        hard_bound: Duration::from_secs_f64(runtime_s + 3.0),
+        ..Default::default()
+    };
+    let server = server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        None,
+        limits,
+        Arc::new(move |result| keep.lock().unwrap().push(result)),
+    )
+    .unwrap();
+    (server, kept)
+}
+
+fn wait_for(kept: &Arc<Mutex<Vec<SubtestResult>>>, n: usize) -> Vec<SubtestResult> {
+    for _ in 0..100 {
+        if kept.lock().unwrap().len() >= n {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    kept.lock().unwrap().clone()
+}
+
+#[test]
+fn the_client_and_server_count_the_same_bytes_both_ways() {
+    let (server, kept) = start(1.5);
+    let options = client::Options {
+        target: client::Target::parse(&server.addr.to_string(), true).unwrap(),
+        subtests: vec![Subtest::Download, Subtest::Upload],
+        tls: None,
+        upload_runtime: Duration::from_secs_f64(1.5),
+    };
+    let ours = client::run(&options, &mut |_| {}).unwrap();
+    let theirs = wait_for(&kept, 2);
+    assert_eq!(theirs.len(), 2, "{theirs:?}");
+    let (down, up) = (&ours[0], &ours[1]);
+    let (served_down, served_up) = (&theirs[0], &theirs[1]);
+    // Download: the client received every payload byte the server sent, no more.
+    assert_eq!(down.subtest, Subtest::Download);
+    assert_eq!(down.ended, SubtestEnd::Completed, "{down:?}");
+    assert_eq!(served_down.ended, SubtestEnd::Completed, "{served_down:?}");
+    assert_eq!(down.app_bytes, served_down.app_bytes);
+    assert!(down.app_bytes > 1 << 20);
+    assert!(!down.server_measurements.is_empty());
+    // The server took the client's own count for its figure.
+    assert_eq!(served_down.counted_by, "client AppInfo");
+    assert_eq!(
+        served_down.metadata[0],
+        ("client_name".into(), "linerate".into())
+    );
+    // Upload: the server counted every byte the client sent, and the client's figure is
+    // the server's count.
+    assert_eq!(up.subtest, Subtest::Upload);
+    assert_eq!(up.counted_by, "server AppInfo");
+    let server_last = up.server_measurements.last().unwrap().app_info.unwrap();
+    assert_eq!(server_last.num_bytes as u64, served_up.app_bytes);
+    assert!(served_up.app_bytes <= up.app_bytes);
+    // What the client handed over past the server's runtime was in buffers, not counted.
+    assert!(served_up.app_bytes > 1 << 20, "{served_up:?}");
+    let tcp = down.server_measurements.last().unwrap().tcp_info.unwrap();
+    assert!(tcp.bytes_acked.unwrap() as u64 >= down.app_bytes);
+    assert!(down.min_rtt_ms.unwrap() > 0.0);
+}
+
+fn raw_request(addr: std::net::SocketAddr, head: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+        if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn requests_that_are_not_ndt7_upgrades_get_the_status_the_rfc_and_spec_give() {
+    let (server, _kept) = start(1.0);
+    let upgrade = |path: &str, extra: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{extra}\r\n"
+        )
+    };
+    let status = |head: String| {
+        let answer = raw_request(server.addr, &head);
+        answer.lines().next().unwrap_or("").to_string()
+    };
+    let protocol = "Sec-WebSocket-Protocol: net.measurementlab.ndt.v7\r\n";
+    assert!(
+        status(upgrade("/ndt/v7/download", "")).contains(" 400 "),
+        "no subprotocol"
+    );
+    assert!(status(upgrade("/elsewhere", protocol)).contains(" 404 "));
+    assert!(status("GET /ndt/v7/download HTTP/1.1\r\nHost: x\r\n\r\n".into()).contains(" 426 "));
+    let long = format!("/ndt/v7/upload?a={}", "b".repeat(5000));
+    assert!(
+        status(upgrade(&long, protocol)).contains(" 400 "),
+        "a query over 4096 bytes"
+    );
+    assert!(status(upgrade("/ndt/v7/upload?a=%ff", protocol)).contains(" 400 "));
+    let accepted = raw_request(server.addr, &upgrade("/ndt/v7/upload", protocol));
+    assert!(accepted.starts_with("HTTP/1.1 101"), "{accepted}");
+    // RFC 6455's own example key and its answer.
+    assert!(
+        accepted.contains("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+        "{accepted}"
+    );
+    assert!(accepted
+        .to_ascii_lowercase()
+        .contains("sec-websocket-protocol: net.measurementlab.ndt.v7"));
+    assert_eq!(
+        server
+            .counters
+            .bad_upgrades
+            .load(std::sync::atomic::Ordering::Relaxed),
+        5
+    );
+}
