@@ -33,6 +33,7 @@ pub mod iperf3_run;
 pub mod mesh;
 pub mod mesh_view;
 pub mod multicast_run;
+pub mod ndt7_run;
 pub mod records;
 pub mod repeat;
 pub mod rpm_run;

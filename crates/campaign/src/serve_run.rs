@@ -30,6 +30,8 @@ pub struct Beside {
     pub https: Option<SocketAddr>,
     /// An RPM request's bound, seconds.
     pub rpm_max_request_s: f64,
+    /// `--ndt7`: the ndt7 server, and whether it speaks cleartext (`--ndt7-cleartext`).
+    pub ndt7: Option<(SocketAddr, bool)>,
     pub v6_prefix: u8,
     /// The address was the default ([::]): with no IPv6, every IPv4 address instead.
     pub default_listen: bool,
@@ -48,6 +50,7 @@ pub fn run(mut config: ServerConfig, beside: &Beside, storage: &Storage) -> Resu
     let _metrics = metrics_listener(beside, &mut config, stamp.as_ref())?;
     // Kept until the server ends, as the metrics listener.
     let _http = http_servers(beside, &config)?;
+    let _ndt7 = ndt7_server(beside, &config, storage)?;
     // Kept until the server ends: dropped, the streams under way are told and the
     // groups left.
     let _multicast = multicast_receivers(beside, config.log, storage)?;
@@ -199,6 +202,39 @@ fn stamp_reflector(
         }
     ));
     Ok(Some(listener))
+}
+
+/// The ndt7 server of `--ndt7`: TLS with the server's identity, or cleartext.
+fn ndt7_server(
+    beside: &Beside,
+    config: &ServerConfig,
+    storage: &Storage,
+) -> Result<Option<linerate_ndt7::server::Ndt7Server>> {
+    let Some((addr, cleartext)) = beside.ndt7 else {
+        return Ok(None);
+    };
+    let tls = if cleartext {
+        None
+    } else {
+        let identity = config
+            .tls_identity
+            .load()
+            .map_err(|why| usage(format!("--ndt7: {why}")))?;
+        eprintln!(
+            "linerate serve: the ndt7 certificate's SHA-256 fingerprint is {}",
+            identity.fingerprint
+        );
+        Some(identity.config.clone())
+    };
+    let limits = linerate_ndt7::server::Limits {
+        v6_prefix: beside.v6_prefix,
+        ..Default::default()
+    };
+    let keep = crate::ndt7_run::server_keeper(storage.open_for_run()?, config.log);
+    let server = linerate_ndt7::server::start(addr, tls, limits, keep)
+        .map_err(|e| usage(format!("--ndt7 {addr}: {e:#}")))?;
+    eprintln!("linerate serve: ndt7 at {}", server.download_url());
+    Ok(Some(server))
 }
 
 /// The RPM servers of `--http` and `--https`.

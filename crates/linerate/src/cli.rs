@@ -85,7 +85,7 @@ pub fn reads(command: &str) -> &'static [&'static str] {
     match command {
         "stream" | "app" | "rr" | "crr" | "sweep" => &["db", "no_store", "key", "verbose"],
         "serve" | "run" | "copy" | "mesh" => &["db", "no_store", "key"],
-        "iperf3" | "rpm" | "stamp" | "trace" => &["db", "no_store"],
+        "iperf3" | "rpm" | "ndt7" | "stamp" | "trace" => &["db", "no_store"],
         "history" | "show" | "compare" | "export" | "report" | "store" => &["db"],
         "doctor" => &["key"],
         // profile, impair, lab, disk: nothing kept, no key.
@@ -211,6 +211,10 @@ pub enum Command {
     /// down and up capacity, idle latency, the latency load adds and its bufferbloat grade
     #[command(after_help = RPM_EXAMPLES)]
     Rpm(RpmArgs),
+    /// Run M-Lab's ndt7 speed test (download, then upload, 10 s each over one TCP
+    /// connection) against any ndt7 server or `linerate serve --ndt7`
+    #[command(after_help = NDT7_EXAMPLES)]
+    Ndt7(Ndt7Args),
     /// Measure loss and delay each way with STAMP (RFC 8762) probes to any reflector: a
     /// router, a TWAMP-light reflector, stamp-suite, or `linerate serve --stamp`
     #[command(after_help = STAMP_EXAMPLES)]
@@ -487,6 +491,44 @@ pub struct RpmArgs {
     pub max_connections: u32,
     #[command(flatten)]
     pub source: BindArgs,
+    #[command(flatten)]
+    pub print: JsonFlag,
+}
+
+const NDT7_EXAMPLES: &str = "Examples:
+  linerate serve --ndt7 :4443 &   then:
+  linerate ndt7 server1:4443 --insecure       wss://, any certificate (a lab's own)
+  linerate ndt7 server1:4443 --pin SHA256     the certificate serve printed
+  linerate ndt7 ws://server1:8080 --download  cleartext (serve --ndt7-cleartext), one subtest
+  linerate ndt7 server1:4443 --ca ca.pem --json
+
+The download is counted here as it arrives; the upload's figure is the server's own count
+(its measurement messages), as M-Lab's clients report them.";
+
+/// `linerate ndt7`.
+#[derive(Debug, Args)]
+pub struct Ndt7Args {
+    /// The server: HOST[:PORT] (wss:// on 443, or ws:// on 80 with --cleartext), or a
+    /// wss:// or ws:// URL
+    pub target: String,
+    /// HOST[:PORT] is ws://, not wss://
+    #[arg(long)]
+    pub cleartext: bool,
+    /// The download subtest only
+    #[arg(long, conflicts_with = "upload")]
+    pub download: bool,
+    /// The upload subtest only
+    #[arg(long)]
+    pub upload: bool,
+    /// Accept any certificate (a lab's self-signed one)
+    #[arg(long, conflicts_with_all = ["ca", "pin"])]
+    pub insecure: bool,
+    /// Check the certificate against the CA certificates in FILE (PEM)
+    #[arg(long, value_name = "FILE", conflicts_with = "pin")]
+    pub ca: Option<std::path::PathBuf>,
+    /// Accept exactly the certificate with this SHA-256 fingerprint (serve prints it)
+    #[arg(long, value_name = "SHA256")]
+    pub pin: Option<String>,
     #[command(flatten)]
     pub print: JsonFlag,
 }
@@ -1483,6 +1525,13 @@ pub struct ServeArgs {
     /// The same over TLS (--cert and --cert-key, else a self-signed certificate)
     #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
     pub https: Option<std::net::SocketAddr>,
+    /// Serve ndt7 (M-Lab's speed test: its browser library, ndt7-client, `linerate ndt7`)
+    /// on this address, over TLS as --https
+    #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
+    pub ndt7: Option<std::net::SocketAddr>,
+    /// --ndt7 in cleartext (ws://), for a lab
+    #[arg(long, requires = "ndt7", conflicts_with = "require_tls")]
+    pub ndt7_cleartext: bool,
     /// Port for control and data connections
     #[arg(short, long, default_value_t = 5201)]
     pub port: u16,

@@ -11,6 +11,7 @@ mod failure;
 mod iperf3_cmd;
 mod lab_cmd;
 mod mesh_cmd;
+mod ndt7_cmd;
 mod rpm_cmd;
 mod run_cmd;
 mod serve_cmd;
@@ -119,6 +120,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => (args.print.json, doctor_cmd::run(&args, g.key.clone())),
         Command::Mesh(command) => mesh_cmd::run(command, g),
         Command::Rpm(args) => (args.print.json, rpm_cmd::run(&args, g)),
+        Command::Ndt7(args) => (args.print.json, ndt7_cmd::run(&args, g)),
         Command::Stamp(args) => (args.print.json, stamp_cmd::run(&args, g)),
         Command::Trace(args) => (args.print.json, trace_cmd::run(&args, g)),
         Command::Store(cli::StoreCommand::Prune(args)) => {

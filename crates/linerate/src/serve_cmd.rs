@@ -66,6 +66,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
         http: args.http,
         https: args.https,
         rpm_max_request_s: args.max_duration.clamp(10.0, 3600.0),
+        ndt7: args.ndt7.map(|addr| (addr, args.ndt7_cleartext)),
         v6_prefix: args.ipv6_client_prefix,
         default_listen: args.listen.is_none(),
         port: args.port,

@@ -246,15 +246,15 @@ where
         keep_series: true,
         ..Listener::default()
     };
+    let mut own_tcp = None;
     let (app_bytes, data_s, ended, ended_why) = match subtest {
         Subtest::Download => download(ws, &mut listener, started).await,
-        Subtest::Upload => upload(ws, &mut listener, started, options.upload_runtime).await,
+        Subtest::Upload => {
+            let runtime = options.upload_runtime;
+            upload(ws, &mut listener, started, runtime, fd, &mut own_tcp).await
+        }
     };
     let server_last = listener.series.last().cloned();
-    let own_tcp = crate::kernel::tcp_info(
-        fd,
-        i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX),
-    );
     let server_tcp = server_last.as_ref().and_then(|m| m.tcp_info);
     let (goodput_bps, counted_by) = match subtest {
         Subtest::Download => (
@@ -373,6 +373,8 @@ async fn upload<S>(
     listener: &mut Listener,
     started: Instant,
     runtime: Duration,
+    fd: std::os::fd::RawFd,
+    own_tcp: &mut Option<spec::TcpInfo>,
 ) -> (u64, f64, SubtestEnd, Option<String>)
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -419,6 +421,9 @@ where
         }
     };
     let data_s = started.elapsed().as_secs_f64();
+    // This end's TCP, the sender's, while the connection is open.
+    let elapsed_us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
+    *own_tcp = crate::kernel::tcp_info(fd, elapsed_us);
     let (ended, why) = match early {
         None => {
             let mut after = 0;

@@ -20,6 +20,7 @@ pub enum Document {
     Stamp(Box<crate::stamp::StampReport>),
     Trace(Box<crate::trace::TraceReport>),
     Multicast(Box<crate::multicast::MulticastReport>),
+    Ndt7(Box<crate::ndt7::Ndt7Report>),
 }
 
 /// The `test` value of a sweep document, and of a `--find-max` search.
@@ -46,6 +47,7 @@ impl Document {
             Some(crate::multicast::MULTICAST) => {
                 Document::Multicast(Box::new(serde_json::from_value(value)?))
             }
+            Some(crate::ndt7::NDT7) => Document::Ndt7(Box::new(serde_json::from_value(value)?)),
             _ => Document::Test(Box::new(serde_json::from_value(value)?)),
         })
     }
@@ -61,6 +63,7 @@ impl Document {
             Document::Stamp(run) => serde_json::to_string_pretty(run),
             Document::Trace(run) => serde_json::to_string_pretty(run),
             Document::Multicast(run) => serde_json::to_string_pretty(run),
+            Document::Ndt7(run) => serde_json::to_string_pretty(run),
         }
     }
 
@@ -76,6 +79,7 @@ impl Document {
             Document::Stamp(run) => serde_json::to_string(run),
             Document::Trace(run) => serde_json::to_string(run),
             Document::Multicast(run) => serde_json::to_string(run),
+            Document::Ndt7(run) => serde_json::to_string(run),
         }
     }
 
@@ -109,6 +113,7 @@ impl Document {
             Document::Stamp(run) => &run.test,
             Document::Trace(run) => &run.test,
             Document::Multicast(run) => &run.test,
+            Document::Ndt7(run) => &run.test,
         }
     }
 
@@ -132,7 +137,7 @@ impl Document {
             Document::Rpm(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
             Document::Stamp(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
             Document::Trace(run) => run.host.as_ref().and_then(|h| h.path.as_deref()),
-            Document::Multicast(_) => None,
+            Document::Multicast(_) | Document::Ndt7(_) => None,
         };
         path.map_or("direct".into(), |p| p.brief())
     }
@@ -148,6 +153,7 @@ impl Document {
             Document::Stamp(run) => &run.target,
             Document::Trace(run) => &run.target,
             Document::Multicast(run) => &run.target,
+            Document::Ndt7(run) => &run.target,
         }
     }
 
@@ -161,6 +167,7 @@ impl Document {
             Document::Stamp(run) => run.started_at,
             Document::Trace(run) => run.started_at,
             Document::Multicast(run) => run.started_at,
+            Document::Ndt7(run) => run.started_at,
         }
     }
 
@@ -185,6 +192,10 @@ impl Document {
             }),
             Document::Rpm(run) => run.rpm.map(|rpm| (Headline::Rpm, rpm)),
             // Loss and delay have no one figure that ranks runs: listings use the text.
+            Document::Ndt7(run) => run
+                .subtests
+                .first()
+                .map(|s| (Headline::ReceiverBps, s.goodput_bps)),
             Document::Stamp(_) | Document::Trace(_) | Document::Multicast(_) => None,
         }
     }
@@ -227,6 +238,7 @@ impl Document {
             Document::Stamp(run) => run.headline_text(),
             Document::Trace(run) => run.headline_text(),
             Document::Multicast(run) => run.headline_text(),
+            Document::Ndt7(run) => run.headline_text(),
         }
     }
 
@@ -251,6 +263,7 @@ impl Document {
             Document::Stamp(run) => run.render_text(),
             Document::Trace(run) => run.render_text(),
             Document::Multicast(run) => run.render_text(),
+            Document::Ndt7(run) => run.render_text(),
         }
     }
 }
@@ -283,7 +296,8 @@ impl Document {
             | Document::Rpm(_)
             | Document::Stamp(_)
             | Document::Trace(_)
-            | Document::Multicast(_) => self.render_text(scale),
+            | Document::Multicast(_)
+            | Document::Ndt7(_) => self.render_text(scale),
         }
     }
 }

@@ -26,6 +26,7 @@ pub fn csv(document: &Document) -> Result<String, csv::Error> {
         Document::Stamp(run) => run.rows(),
         Document::Trace(run) => run.rows(),
         Document::Multicast(run) => run.rows(),
+        Document::Ndt7(run) => run.rows(),
     };
     let mut writer = csv::Writer::from_writer(Vec::new());
     writer.write_record(&header)?;

@@ -578,7 +578,7 @@ fn run_section(id: i64, document: &Document) -> String {
         Document::Rpm(run) => out.push_str(&rpm_charts(run)),
         Document::Stamp(run) => out.push_str(&stamp_charts(run)),
         // A trace is its hop table, a multicast run its counts: the text below.
-        Document::Trace(_) | Document::Multicast(_) => {}
+        Document::Trace(_) | Document::Multicast(_) | Document::Ndt7(_) => {}
     }
     let _ = writeln!(
         out,

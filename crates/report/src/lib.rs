@@ -19,6 +19,7 @@ pub mod iperf3_json;
 pub mod live;
 pub mod model;
 pub mod multicast;
+pub mod ndt7;
 pub mod profile;
 pub mod rpm;
 pub mod rr;
