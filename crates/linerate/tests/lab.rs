@@ -3537,3 +3537,264 @@ fn a_call_is_scored_from_each_ways_delay_and_loss_as_the_emulator_made_them() {
     );
     assert!(num(way(0), "/mos") < num(way(1), "/mos"));
 }
+
+/// One lab host's interface counter (`rx_bytes`, `rx_packets`).
+fn interface_counter(name: &str, host: &str, counter: &str) -> u64 {
+    let out = lab(&[
+        "exec",
+        "--name",
+        name,
+        host,
+        "--",
+        "cat",
+        &format!("/sys/class/net/eth0/statistics/{counter}"),
+    ]);
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{host}'s {counter}: {}", stderr(&out)))
+}
+
+/// The TCP payload that reached `host` while `run` ran, from its interface's counters:
+/// each frame carries 66 bytes of Ethernet, IPv4 and TCP (with timestamps) headers.
+fn payload_received_during<T>(name: &str, host: &str, run: impl FnOnce() -> T) -> (T, f64) {
+    let (bytes, packets) = (
+        interface_counter(name, host, "rx_bytes"),
+        interface_counter(name, host, "rx_packets"),
+    );
+    let out = run();
+    let bytes = interface_counter(name, host, "rx_bytes") - bytes;
+    let packets = interface_counter(name, host, "rx_packets") - packets;
+    (out, bytes as f64 - packets as f64 * 66.0)
+}
+
+/// A host's interface counters sampled every 20 ms while `run` runs: (seconds,
+/// rx_bytes, rx_packets), from a loop inside the host's namespace.
+fn interface_sampled_during<T>(
+    name: &str,
+    host: &str,
+    run: impl FnOnce() -> T,
+) -> (T, Vec<(f64, f64, f64)>) {
+    let file = std::env::temp_dir().join(format!("{name}-{host}-counters.txt"));
+    let script = format!(
+        "d=/sys/class/net/eth0/statistics; end=$(($(date +%s) + 60)); while [ $(date +%s) -lt $end ]; do echo $(date +%s.%N) $(cat $d/rx_bytes) $(cat $d/rx_packets); sleep 0.02; done > {}",
+        file.display()
+    );
+    let mut sampler = Command::new(binary())
+        .envs(scratch_env())
+        .args([
+            "lab", "exec", "--name", name, host, "--", "sh", "-c", &script,
+        ])
+        .spawn()
+        .expect("the counter sampler");
+    std::thread::sleep(Duration::from_millis(300));
+    let out = run();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = sampler.kill();
+    let _ = sampler.wait();
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    let samples = text
+        .lines()
+        .filter_map(|line| {
+            let v: Vec<f64> = line
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            (v.len() == 3).then(|| (v[0], v[1], v[2]))
+        })
+        .collect();
+    (out, samples)
+}
+
+/// The TCP payload among the samples over `span` seconds from the first sample where
+/// data (more than 100 kB in a sample) arrived: bytes less 66 of headers a frame.
+fn payload_over(samples: &[(f64, f64, f64)], span: f64) -> f64 {
+    let start = samples
+        .windows(2)
+        .position(|w| w[1].1 - w[0].1 > 100e3)
+        .expect("no data in the samples");
+    let (t0, b0, p0) = samples[start];
+    let end = samples
+        .iter()
+        .rev()
+        .find(|s| s.0 <= t0 + span)
+        .copied()
+        .unwrap_or(samples[samples.len() - 1]);
+    // Scaled to the span exactly (samples are 20 ms apart, their shell's timing looser).
+    let (bytes, packets, seconds) = (end.1 - b0, end.2 - p0, end.0 - t0);
+    (bytes - packets * 66.0) * span / seconds.max(1e-3)
+}
+
+/// The last measurement message of `origin` ("client", "server") in `test` among
+/// ndt7-client's JSON lines.
+fn ndt7_client_last(lines: &str, test: &str, origin: &str) -> serde_json::Value {
+    lines
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|v| v["Type"] == "Measurement" && v["Test"] == test)
+        .map(|v| v["Measurement"].clone())
+        .filter(|m| m["Origin"] == origin)
+        .last()
+        .unwrap_or_else(|| panic!("no {origin} measurement of the {test} in {lines}"))
+}
+
+#[test]
+fn ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7() {
+    let test = "ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7";
+    if skip_unless_root(test) {
+        return;
+    }
+    let Some(peer) = ndt7_client(test) else {
+        return;
+    };
+    let _turn = turn();
+    let name = lab_name("ndt7");
+    let _guard = lab_up(&name, &["--rtt", "20ms", "--rate", "100M"]);
+    let mut serve = serve_http_in(&name, &["--ndt7", ":4443"]);
+    let server = std::env::var("LINERATE_LAB_SERVER").unwrap_or_else(|_| "10.77.0.2".into());
+    let target = format!("{server}:4443");
+    let ndt7_client_run = |which: &str| {
+        let out = lab(&[
+            "exec",
+            "--name",
+            &name,
+            "client",
+            "--",
+            &peer,
+            "--server",
+            &target,
+            "--no-locate",
+            "--no-verify",
+            which,
+            "--format",
+            "json",
+        ]);
+        assert!(out.status.success(), "ndt7-client: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Each figure, counted at the end that received the data over that end's clock,
+    // against the TCP payload that end's interface received over as long a span from the
+    // first data (counters sampled every 20 ms; TLS and WebSocket framing is about 0.2 %).
+    let agrees = |what: &str, figure_bps: f64, samples: &[(f64, f64, f64)], span: f64| {
+        let wire_bps = payload_over(samples, span) * 8.0 / span;
+        eprintln!(
+            "{what}: {:.2} Mbit/s over {span:.3} s; the interface's TCP payload over as long: {:.2} Mbit/s",
+            figure_bps / 1e6,
+            wire_bps / 1e6
+        );
+        assert!(
+            (figure_bps / wire_bps - 1.0).abs() <= 0.02,
+            "{what}: {figure_bps:.0} against the interface's {wire_bps:.0}"
+        );
+    };
+    let app_rate = |m: &serde_json::Value| {
+        let span = num(m, "/AppInfo/ElapsedTime") / 1e6;
+        (num(m, "/AppInfo/NumBytes") * 8.0 / span, span)
+    };
+    // ndt7-client's download, by its own count.
+    let (lines, samples) =
+        interface_sampled_during(&name, "client", || ndt7_client_run("--no-upload"));
+    let (figure, span) = app_rate(&ndt7_client_last(&lines, "download", "client"));
+    agrees("ndt7-client download", figure, &samples, span);
+    // Its upload: its figure is serve's TCPInfo (BytesReceived over ElapsedTime), beside
+    // serve's own count of the payload.
+    let (lines, samples) =
+        interface_sampled_during(&name, "server", || ndt7_client_run("--no-download"));
+    let served = ndt7_client_last(&lines, "upload", "server");
+    let (figure, span) = app_rate(&served);
+    agrees(
+        "serve's count of ndt7-client's upload",
+        figure,
+        &samples,
+        span,
+    );
+    let tcp_figure =
+        num(&served, "/TCPInfo/BytesReceived") * 8.0 / (num(&served, "/TCPInfo/ElapsedTime") / 1e6);
+    assert!(
+        tcp_figure >= figure && tcp_figure <= figure * 1.02,
+        "serve's TCPInfo {tcp_figure:.0} against its count {figure:.0}"
+    );
+    // linerate ndt7 over the same path.
+    let ours = |which: &str, host: &str| {
+        interface_sampled_during(&name, host, || {
+            let out = lab(&[
+                "exec",
+                "--name",
+                &name,
+                "client",
+                "--",
+                binary(),
+                "--no-store",
+                "ndt7",
+                &target,
+                "--insecure",
+                which,
+                "--json",
+            ]);
+            assert!(out.status.success(), "linerate ndt7: {}", stderr(&out));
+            json(&out)
+        })
+    };
+    let (down, samples) = ours("--download", "client");
+    let subtest = &down["subtests"][0];
+    assert_eq!(subtest["ended"], "completed", "{down}");
+    assert_eq!(subtest["counted_by"], "client AppInfo");
+    let figure = num(subtest, "/goodput_bps");
+    agrees(
+        "linerate ndt7 download",
+        figure,
+        &samples,
+        num(subtest, "/app_bytes") * 8.0 / figure,
+    );
+    // The server's measurements carry the kernel's view: TCP acknowledged nearly all the
+    // payload by the last one (taken as the runtime ends, the tail still in flight), and
+    // BBR's estimates are there where the server runs BBR.
+    let last = subtest["server_measurements"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or_default();
+    let acked = num(&last, "/TCPInfo/BytesAcked");
+    assert!(
+        acked <= num(&last, "/TCPInfo/BytesSent") && acked >= 0.9 * num(subtest, "/app_bytes"),
+        "{last}"
+    );
+    let congestion = lab(&[
+        "exec",
+        "--name",
+        &name,
+        "server",
+        "--",
+        "sysctl",
+        "-n",
+        "net.ipv4.tcp_congestion_control",
+    ]);
+    if String::from_utf8_lossy(&congestion.stdout).trim() == "bbr" {
+        assert!(
+            num(&last, "/BBRInfo/BW") > 0.0,
+            "BBR runs but no BBRInfo: {last}"
+        );
+    }
+    let (up, samples) = ours("--upload", "server");
+    let subtest = &up["subtests"][0];
+    assert_eq!(subtest["counted_by"], "server AppInfo", "{up}");
+    let last = subtest["server_measurements"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or_default();
+    let (figure, span) = app_rate(&last);
+    assert!(
+        (num(subtest, "/goodput_bps") / figure - 1.0).abs() < 1e-9,
+        "{up}"
+    );
+    agrees(
+        "linerate ndt7 upload (serve's count)",
+        figure,
+        &samples,
+        span,
+    );
+    let _ = serve.kill();
+    let _ = serve.wait();
+}

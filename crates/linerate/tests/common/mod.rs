@@ -717,6 +717,26 @@ pub fn stamp_suite(test: &str) -> Option<String> {
     }
 }
 
+/// ndt7-client from crates.io (`LINERATE_NDT7_CLIENT`, or where scripts/test builds it),
+/// or the test skipped with the reason.
+pub fn ndt7_client(test: &str) -> Option<String> {
+    let path = std::env::var("LINERATE_NDT7_CLIENT").ok().or_else(|| {
+        let home = std::env::var("HOME").ok()?;
+        let cached = format!("{home}/.cache/linerate-peers/ndt7-client/bin/ndt7-client");
+        std::path::Path::new(&cached).exists().then_some(cached)
+    });
+    match path {
+        Some(p) if Command::new(&p).arg("--help").output().is_ok() => Some(p),
+        _ => {
+            skip(
+                test,
+                "ndt7-client is not installed (scripts/test builds it from crates.io)",
+            );
+            None
+        }
+    }
+}
+
 /// A page drawn by headless Chromium, as a screenshot's pixels.
 pub struct Screenshot {
     pub width: u32,
