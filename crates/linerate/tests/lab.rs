@@ -3538,36 +3538,6 @@ fn a_call_is_scored_from_each_ways_delay_and_loss_as_the_emulator_made_them() {
     assert!(num(way(0), "/mos") < num(way(1), "/mos"));
 }
 
-/// One lab host's interface counter (`rx_bytes`, `rx_packets`).
-fn interface_counter(name: &str, host: &str, counter: &str) -> u64 {
-    let out = lab(&[
-        "exec",
-        "--name",
-        name,
-        host,
-        "--",
-        "cat",
-        &format!("/sys/class/net/eth0/statistics/{counter}"),
-    ]);
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{host}'s {counter}: {}", stderr(&out)))
-}
-
-/// The TCP payload that reached `host` while `run` ran, from its interface's counters:
-/// each frame carries 66 bytes of Ethernet, IPv4 and TCP (with timestamps) headers.
-fn payload_received_during<T>(name: &str, host: &str, run: impl FnOnce() -> T) -> (T, f64) {
-    let (bytes, packets) = (
-        interface_counter(name, host, "rx_bytes"),
-        interface_counter(name, host, "rx_packets"),
-    );
-    let out = run();
-    let bytes = interface_counter(name, host, "rx_bytes") - bytes;
-    let packets = interface_counter(name, host, "rx_packets") - packets;
-    (out, bytes as f64 - packets as f64 * 66.0)
-}
-
 /// A host's interface counters sampled every 20 ms while `run` runs: (seconds,
 /// rx_bytes, rx_packets), from a loop inside the host's namespace.
 fn interface_sampled_during<T>(
@@ -3634,8 +3604,7 @@ fn ndt7_client_last(lines: &str, test: &str, origin: &str) -> serde_json::Value 
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter(|v| v["Type"] == "Measurement" && v["Test"] == test)
         .map(|v| v["Measurement"].clone())
-        .filter(|m| m["Origin"] == origin)
-        .last()
+        .rfind(|m| m["Origin"] == origin)
         .unwrap_or_else(|| panic!("no {origin} measurement of the {test} in {lines}"))
 }
 

@@ -11,7 +11,6 @@
 //! a client that sends what the protocol forbids is closed, counted and logged (at most
 //! once a second). Nothing is sent before a client has asked over a connection it opened.
 
-use crate::kernel;
 use crate::session::{self, Link};
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -452,30 +451,4 @@ fn refusal(status: StatusCode, why: &str) -> Reply {
     }
     linerate_http::secure(headers, None);
     reply
-}
-
-/// The spec's fields of one connection as its server sees it, for a measurement.
-pub(crate) fn measurement(
-    link: &Link,
-    subtest: Subtest,
-    started: Instant,
-    app_bytes: u64,
-) -> spec::Measurement {
-    let elapsed_us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
-    spec::Measurement {
-        app_info: Some(spec::AppInfo {
-            elapsed_us,
-            num_bytes: i64::try_from(app_bytes).unwrap_or(i64::MAX),
-        }),
-        connection_info: Some(spec::ConnectionInfo {
-            client: link.client.to_string(),
-            server: link.server.to_string(),
-            uuid: None,
-            start_time: None,
-        }),
-        origin: Some("server".into()),
-        test: Some(subtest.name().into()),
-        tcp_info: kernel::tcp_info(link.fd, elapsed_us),
-        bbr_info: kernel::bbr_info(link.fd, elapsed_us),
-    }
 }

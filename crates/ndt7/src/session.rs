@@ -2,7 +2,7 @@
 //! messages grown by the spec's rule, a measurement message every 250 ms), the
 //! receiver's count, the closing handshake, and the record of it.
 
-use crate::server::measurement;
+use crate::kernel;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use linerate_model::ndt7::{
@@ -280,9 +280,22 @@ where
             (end, Some(why))
         }
     };
+    download_record(link, started, sent, series, listener, ended, ended_why)
+}
+
+/// A served download's record: the figure as the receiver counted it where the client
+/// said (its AppInfo), else what TCP had acknowledged (bytes on the wire, framing
+/// included).
+fn download_record(
+    link: &Link,
+    started: Instant,
+    sent: u64,
+    series: Vec<Measurement>,
+    listener: Listener,
+    ended: SubtestEnd,
+    ended_why: Option<String>,
+) -> SubtestResult {
     let elapsed = started.elapsed().as_secs_f64();
-    // The figure as the receiver counted it where the client said (its AppInfo), else
-    // what TCP had acknowledged (bytes on the wire, framing included).
     let client_count = listener
         .last
         .as_ref()
@@ -428,5 +441,31 @@ impl Heard {
             Heard::Data(n) => Some(*n),
             _ => None,
         }
+    }
+}
+
+/// The spec's fields of one connection as its server sees it, for a measurement.
+pub(crate) fn measurement(
+    link: &Link,
+    subtest: Subtest,
+    started: Instant,
+    app_bytes: u64,
+) -> spec::Measurement {
+    let elapsed_us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
+    spec::Measurement {
+        app_info: Some(spec::AppInfo {
+            elapsed_us,
+            num_bytes: i64::try_from(app_bytes).unwrap_or(i64::MAX),
+        }),
+        connection_info: Some(spec::ConnectionInfo {
+            client: link.client.to_string(),
+            server: link.server.to_string(),
+            uuid: None,
+            start_time: None,
+        }),
+        origin: Some("server".into()),
+        test: Some(subtest.name().into()),
+        tcp_info: kernel::tcp_info(link.fd, elapsed_us),
+        bbr_info: kernel::bbr_info(link.fd, elapsed_us),
     }
 }
