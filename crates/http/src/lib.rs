@@ -26,6 +26,19 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+/// A nonblocking listener on `addr`; the unspecified IPv6 address falls back to every
+/// IPv4 address on a host without IPv6.
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(addr).or_else(|e| match addr.ip() {
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, addr.port()))
+        }
+        _ => Err(e),
+    })?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
 /// A client as the caps count it: an IPv4 address, or an IPv6 address cut to its prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ClientKey(IpAddr);

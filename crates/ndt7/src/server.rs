@@ -21,7 +21,7 @@ use hyper::header::{
 };
 use hyper::{Method, Request, Response, StatusCode};
 use linerate_model::ndt7::{self as spec, Subtest, SubtestResult};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -131,15 +131,8 @@ pub fn start(
     limits: Limits,
     keep: Keeper,
 ) -> Result<Ndt7Server> {
-    let listener = std::net::TcpListener::bind(addr)
-        .or_else(|e| match addr.ip() {
-            IpAddr::V6(ip) if ip.is_unspecified() => {
-                std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, addr.port()))
-            }
-            _ => Err(e),
-        })
-        .with_context(|| format!("cannot listen for ndt7 on {addr}"))?;
-    listener.set_nonblocking(true)?;
+    let listener =
+        linerate_http::listen(addr).with_context(|| format!("cannot listen for ndt7 on {addr}"))?;
     let addr = listener.local_addr()?;
     let acceptor = tls.map(|config| {
         let mut config = (*config).clone();

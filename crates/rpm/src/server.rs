@@ -127,15 +127,8 @@ pub fn start(
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: Limits,
 ) -> Result<HttpServer> {
-    let listener = std::net::TcpListener::bind(addr)
-        .or_else(|e| match addr.ip() {
-            IpAddr::V6(ip) if ip.is_unspecified() => {
-                std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, addr.port()))
-            }
-            _ => Err(e),
-        })
-        .with_context(|| format!("cannot listen for HTTP on {addr}"))?;
-    listener.set_nonblocking(true)?;
+    let listener =
+        linerate_http::listen(addr).with_context(|| format!("cannot listen for HTTP on {addr}"))?;
     let addr = listener.local_addr()?;
     let acceptor = tls.map(|config| {
         let mut config = (*config).clone();
