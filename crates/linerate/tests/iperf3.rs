@@ -223,23 +223,28 @@ fn real_iperf3_udp_tests_run_at_the_rate_asked() {
             "1400",
         ];
         args.extend_from_slice(extra);
-        let (out, others) = others_cores_during(|| iperf3(&args));
+        let ((out, others), steal) = steal_share_during(|| others_cores_during(|| iperf3(&args)));
+        // A host short of CPU (other work here, or the hypervisor's steal) is one case.
+        let starved = others > 1.0 || steal > 0.03;
         let d = doc(&out);
         assert!(out.status.success(), "iperf3 -u {extra:?} failed: {d}");
         let streams = if extra.contains(&"-P") { 2.0 } else { 1.0 };
         // A paced sender the host did not run forfeits what its burst cannot hold: short
-        // by up to 25 % only where other work took a core's worth of CPU (this run's
-        // measure), never over.
+        // by up to 25 % only where other work took a core's worth of CPU or the hypervisor
+        // stole over 3 % of it (this run's measures), never over.
         assert_near(
-            &format!("-u {extra:?} received rate (other work {others:.2} cores)"),
+            &format!(
+                "-u {extra:?} received rate (other work {others:.2} cores, steal {:.1} %)",
+                steal * 100.0
+            ),
             f(&d, "/end/sum/bits_per_second"),
             40e6 * streams,
-            if others > 1.0 { 0.25 } else { 0.05 },
+            if starved { 0.25 } else { 0.05 },
         );
         assert!(f(&d, "/end/sum/packets") > 0.0, "{d}");
         // The same for loss: a receiver the host did not run drops what its socket cannot
         // hold (2.8 % once under steal, where under 2 % is the rule).
-        let most_lost = if others > 1.0 { 10.0 } else { 2.0 };
+        let most_lost = if starved { 10.0 } else { 2.0 };
         assert!(f(&d, "/end/sum/lost_percent") < most_lost, "{d}");
     }
 }
