@@ -5,8 +5,10 @@
 use crate::sink::{self, TextSink};
 use crate::storage::Storage;
 use anyhow::Result;
+use linerate_drivers::server_state::ServedTestHook;
 use linerate_model::clock::UnixTime;
 use linerate_model::ndt7::SubtestResult;
+use linerate_model::Served;
 use linerate_ndt7::client::{self, Options};
 use linerate_report::document::Document;
 use linerate_report::ndt7::Ndt7Report;
@@ -36,11 +38,21 @@ pub fn run(options: &Options, target: &str, json: bool, storage: &Storage) -> Re
     Ok(())
 }
 
-/// What `serve --ndt7` does with each subtest it served: a line in the operator's log,
-/// and the subtest kept as a run.
-pub fn server_keeper(store: Option<Store>, log: bool) -> linerate_ndt7::server::Keeper {
+/// What `serve --ndt7` does with each subtest it served: a row on `--metrics`'s board
+/// (`board`), a line in the operator's log, and the subtest kept as a run.
+pub fn server_keeper(
+    store: Option<Store>,
+    log: bool,
+    board: Option<ServedTestHook>,
+) -> linerate_ndt7::server::Keeper {
     let store = Mutex::new(store);
     std::sync::Arc::new(move |subtest: SubtestResult| {
+        if let Some(hook) = &board {
+            (hook.0)(Served::Ndt7 {
+                subtest: &subtest,
+                ended_at: UnixTime::now().seconds(),
+            });
+        }
         let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
         let line = format!(
             "ndt7 {} of {}: {:.2} Mbit/s ({}), {:.2} s",

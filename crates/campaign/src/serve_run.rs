@@ -230,7 +230,11 @@ fn ndt7_server(
         v6_prefix: beside.v6_prefix,
         ..Default::default()
     };
-    let keep = crate::ndt7_run::server_keeper(storage.open_for_run()?, config.log);
+    let keep = crate::ndt7_run::server_keeper(
+        storage.open_for_run()?,
+        config.log,
+        config.served_tests.clone(),
+    );
     let server = linerate_ndt7::server::start(addr, tls, limits, keep)
         .map_err(|e| usage(format!("--ndt7 {addr}: {e:#}")))?;
     eprintln!("linerate serve: ndt7 at {}", server.download_url());

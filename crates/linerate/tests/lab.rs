@@ -3634,18 +3634,6 @@ fn payload_over(samples: &[(f64, f64, f64)], span: f64) -> f64 {
     (bytes - packets * 66.0) * span / seconds.max(1e-3)
 }
 
-/// The last measurement message of `origin` ("client", "server") in `test` among
-/// ndt7-client's JSON lines.
-fn ndt7_client_last(lines: &str, test: &str, origin: &str) -> serde_json::Value {
-    lines
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|v| v["Type"] == "Measurement" && v["Test"] == test)
-        .map(|v| v["Measurement"].clone())
-        .rfind(|m| m["Origin"] == origin)
-        .unwrap_or_else(|| panic!("no {origin} measurement of the {test} in {lines}"))
-}
-
 #[test]
 fn ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7() {
     let test = "ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7";

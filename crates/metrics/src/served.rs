@@ -6,6 +6,7 @@
 
 use crate::board::{Figures, Transactions};
 use linerate_model::mesh_row::{MeshRow, Outcome};
+use linerate_model::ndt7::{Subtest, SubtestEnd, SubtestResult};
 use linerate_model::{Direction, Role, Served, ServedGroup, ServedTest, Workload};
 
 /// What the board keeps of anything a server ran to its end.
@@ -13,7 +14,56 @@ pub fn rows_of_served(served: Served<'_>) -> Vec<(MeshRow, Figures)> {
     match served {
         Served::Test(test) => rows_of(test),
         Served::Group(group) => rows_of_group(group).into_iter().collect(),
+        Served::Ndt7 { subtest, ended_at } => vec![rows_of_ndt7(subtest, ended_at)],
     }
+}
+
+/// What the board keeps of an ndt7 subtest served: one row, the way its bytes went (a
+/// download from this server to the client, "reverse" as a served stream's would be; an
+/// upload "forward"), with the subtest's figure (counted where the data arrived: the
+/// client's own count of a download where it sent one, this server's of an upload).
+pub fn rows_of_ndt7(subtest: &SubtestResult, ended_at: f64) -> (MeshRow, Figures) {
+    let canonical = |addr: &str| {
+        addr.parse::<std::net::SocketAddr>()
+            .map_or_else(|_| addr.to_string(), |a| a.ip().to_canonical().to_string())
+    };
+    let (client, server) = (canonical(&subtest.client), canonical(&subtest.server));
+    let (src, dst, direction) = match subtest.subtest {
+        Subtest::Download => (server, client, "reverse"),
+        Subtest::Upload => (client, server, "forward"),
+    };
+    let outcome = match subtest.ended {
+        SubtestEnd::Completed => Outcome::Ok,
+        _ => Outcome::Failed {
+            blamed: None,
+            reason: subtest
+                .ended_why
+                .clone()
+                .unwrap_or_else(|| format!("{:?}", subtest.ended)),
+        },
+    };
+    let bps = (subtest.goodput_bps > 0.0).then_some(subtest.goodput_bps);
+    let row = MeshRow {
+        run_id: None,
+        mesh: "serve".into(),
+        src,
+        dst,
+        test: "ndt7".into(),
+        direction: direction.into(),
+        protocol: "tcp".into(),
+        cycle: 0,
+        started_at: ended_at - subtest.elapsed_s,
+        ended_at,
+        outcome,
+        headline: bps,
+        headline_text: String::new(),
+    };
+    let figures = Figures {
+        goodput_bps: bps,
+        duration_s: subtest.elapsed_s,
+        ..Figures::default()
+    };
+    (row, figures)
 }
 
 /// What the board keeps of a group this host's agent ran: one row, from this host to the

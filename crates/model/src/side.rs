@@ -458,4 +458,9 @@ pub enum Served<'a> {
     Test(&'a ServedTest),
     /// A group an agent ran for a controller.
     Group(&'a ServedGroup),
+    /// An ndt7 subtest (`serve --ndt7`), ended at `ended_at` (Unix seconds).
+    Ndt7 {
+        subtest: &'a crate::ndt7::SubtestResult,
+        ended_at: f64,
+    },
 }

@@ -5,6 +5,7 @@
 //! what moves the bytes, and what the kernel says of the connection.
 
 pub mod client;
+pub mod frames;
 pub mod kernel;
 pub mod server;
 mod session;

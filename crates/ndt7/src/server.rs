@@ -303,13 +303,13 @@ async fn serve_connection<S>(
     let Ok(upgraded) = accept.upgrade.await else {
         return;
     };
+    let started = Instant::now();
     let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-        hyper_util::rt::TokioIo::new(upgraded),
+        crate::frames::Watched::new(hyper_util::rt::TokioIo::new(upgraded), started),
         tokio_tungstenite::tungstenite::protocol::Role::Server,
         Some(session::websocket_config()),
     )
     .await;
-    let started = Instant::now();
     let bounds = session::Bounds {
         runtime: started + shared.limits.runtime,
         hard: started + shared.limits.hard_bound,

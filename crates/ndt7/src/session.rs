@@ -125,6 +125,10 @@ const MAX_SERIES: usize = 520;
 
 pub(crate) fn ended_by(error: WsError) -> (SubtestEnd, String) {
     match error {
+        // The frame watch's verdict (crate::frames).
+        WsError::Io(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            (SubtestEnd::Refused, format!("broke the protocol: {e}"))
+        }
         WsError::Protocol(
             tokio_tungstenite::tungstenite::error::ProtocolError::ResetWithoutClosingHandshake,
         )
@@ -172,8 +176,12 @@ pub(crate) async fn close<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    if let Err((end, why)) = send(sink, Message::Close(None), hard).await {
-        return (end, Some(why));
+    match send(sink, Message::Close(None), hard).await {
+        // The runtime had passed: a peer that went as the Close was sent (M-Lab's
+        // ndt7-client drops its end on the last measurement) had its whole subtest.
+        Err((SubtestEnd::Abrupt, _)) => return (SubtestEnd::Completed, None),
+        Err((end, why)) => return (end, Some(why)),
+        Ok(()) => {}
     }
     loop {
         let next = tokio::time::timeout_at(hard.into(), stream.next()).await;

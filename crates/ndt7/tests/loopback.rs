@@ -157,3 +157,120 @@ fn requests_that_are_not_ndt7_upgrades_get_the_status_the_rfc_and_spec_give() {
         5
     );
 }
+
+/// A connection upgraded to an ndt7 subtest by hand, its 101 read: what follows is raw
+/// WebSocket frames.
+fn upgraded(addr: std::net::SocketAddr, path: &str) -> std::net::TcpStream {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(8)))
+        .unwrap();
+    let head = format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: net.measurementlab.ndt.v7\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the upgrade's answer");
+        answer.push(byte[0]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 101"));
+    stream
+}
+
+/// A client frame's header: `masked` with an all-zero key (so the payload goes as is).
+fn frame_head(fin: bool, opcode: u8, len: u64, masked: bool) -> Vec<u8> {
+    let mask_bit = if masked { 0x80 } else { 0 };
+    let mut out = vec![u8::from(fin) << 7 | opcode];
+    match len {
+        0..=125 => out.push(mask_bit | len as u8),
+        126..=0xffff => {
+            out.push(mask_bit | 126);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            out.push(mask_bit | 127);
+            out.extend_from_slice(&len.to_be_bytes());
+        }
+    }
+    if masked {
+        out.extend_from_slice(&[0; 4]);
+    }
+    out
+}
+
+/// Reads until the server closes the connection (or the read times out); how long that
+/// took.
+fn until_closed(stream: &mut std::net::TcpStream) -> Duration {
+    let began = std::time::Instant::now();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+    }
+    began.elapsed()
+}
+
+/// Frames a client must not send: unmasked, longer than the spec's 16 MiB bound, and a
+/// message cut into a storm of one-byte fragments. Each upload is closed at once (well
+/// before its 5 s runtime), kept as refused with the reason, counted and logged; a proper
+/// subtest beside them runs to its end.
+#[test]
+fn frames_a_client_must_not_send_close_the_subtest_and_others_go_on() {
+    let (server, kept) = start(5.0);
+    let storm: Vec<u8> = (0..200)
+        .flat_map(|i| {
+            let mut f = frame_head(false, if i == 0 { 2 } else { 0 }, 1, true);
+            f.push(b'x');
+            f
+        })
+        .collect();
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        (
+            "unmasked",
+            [frame_head(true, 2, 4, false), b"abcd".to_vec()].concat(),
+            "unmasked",
+        ),
+        (
+            "oversize",
+            frame_head(true, 2, (16 << 20) + 1, true),
+            "too long",
+        ),
+        ("fragment storm", storm, "fragment storm"),
+    ];
+    for (i, (case, bytes, why)) in cases.iter().enumerate() {
+        let mut stream = upgraded(server.addr, linerate_model::ndt7::UPLOAD_PATH);
+        stream.write_all(bytes).unwrap();
+        let closed_after = until_closed(&mut stream);
+        assert!(
+            closed_after < Duration::from_secs(3),
+            "{case}: closed after {closed_after:?}"
+        );
+        let results = wait_for(&kept, i + 1);
+        let result = &results[i];
+        assert_eq!(result.ended, SubtestEnd::Refused, "{case}: {result:?}");
+        let ended_why = result.ended_why.clone().unwrap_or_default();
+        assert!(
+            ended_why.to_lowercase().contains(why),
+            "{case}: {ended_why}"
+        );
+    }
+    assert_eq!(
+        server
+            .counters
+            .closed_by_server
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
+    // The server serves on.
+    let options = client::Options {
+        target: client::Target::parse(&server.addr.to_string(), true).unwrap(),
+        subtests: vec![Subtest::Download],
+        tls: None,
+        upload_runtime: Duration::from_secs(1),
+    };
+    let ours = client::run(&options, &mut |_| {}).unwrap();
+    assert_eq!(ours[0].ended, SubtestEnd::Completed, "{ours:?}");
+}

@@ -737,6 +737,18 @@ pub fn ndt7_client(test: &str) -> Option<String> {
     }
 }
 
+/// The last measurement message of `origin` ("client", "server") in `test` among
+/// ndt7-client's JSON lines.
+pub fn ndt7_client_last(lines: &str, test: &str, origin: &str) -> serde_json::Value {
+    lines
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|v| v["Type"] == "Measurement" && v["Test"] == test)
+        .map(|v| v["Measurement"].clone())
+        .rfind(|m| m["Origin"] == origin)
+        .unwrap_or_else(|| panic!("no {origin} measurement of the {test} in {lines}"))
+}
+
 /// A page drawn by headless Chromium, as a screenshot's pixels.
 pub struct Screenshot {
     pub width: u32,
