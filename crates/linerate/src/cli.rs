@@ -501,6 +501,7 @@ const NDT7_EXAMPLES: &str = "Examples:
   linerate ndt7 server1:4443 --pin SHA256     the certificate serve printed
   linerate ndt7 ws://server1:8080 --download  cleartext (serve --ndt7-cleartext), one subtest
   linerate ndt7 server1:4443 --ca ca.pem --json
+  linerate ndt7 --mlab                          the nearest M-Lab server, by M-Lab's locate API
 
 The download is counted here as it arrives; the upload's figure is the server's own count
 (its measurement messages), as M-Lab's clients report them.";
@@ -510,8 +511,16 @@ The download is counted here as it arrives; the upload's figure is the server's 
 pub struct Ndt7Args {
     /// The server: HOST[:PORT] (wss:// on 443, or ws:// on 80 with --cleartext), or a
     /// wss:// or ws:// URL
-    pub target: String,
-    /// HOST[:PORT] is ws://, not wss://
+    #[arg(required_unless_present_any = ["mlab", "locate"])]
+    pub target: Option<String>,
+    /// Find the nearest M-Lab server through M-Lab's locate API (v2) and test against it;
+    /// its certificate is checked against the system's CA certificates unless --ca or --pin
+    #[arg(long, conflicts_with = "target")]
+    pub mlab: bool,
+    /// As --mlab, asking this locate service instead (one that answers as M-Lab's v2 does)
+    #[arg(long, value_name = "URL", conflicts_with = "target")]
+    pub locate: Option<String>,
+    /// HOST[:PORT] is ws://, not wss:// (with --mlab or --locate: the located server's ws:// URLs)
     #[arg(long)]
     pub cleartext: bool,
     /// The download subtest only

@@ -149,3 +149,263 @@ fn ndt7_client_in_cleartext_is_served_kept_and_scraped_with_the_same_counts() {
         );
     }
 }
+
+/// How one hand-made download client fared.
+enum Fared {
+    /// Upgraded, read the subtest to the server's Close and answered it: the payload
+    /// bytes it received.
+    Closed(u64),
+    /// Not upgraded: why (the server closed the connection, or answered otherwise).
+    Refused(String),
+}
+
+/// A download from `source`, written by hand over a blocking socket so a thousand fit in
+/// one test process: the upgrade, the server's frames read (unmasked, as a server's are)
+/// until its Close, which is answered.
+fn download_by_hand(server: std::net::SocketAddr, source: std::net::Ipv4Addr) -> Fared {
+    use std::io::{Read, Write};
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&std::net::SocketAddr::from((source, 0)).into())
+        .unwrap();
+    if let Err(e) = socket.connect_timeout(&server.into(), Duration::from_secs(20)) {
+        return Fared::Refused(format!("connect: {e}"));
+    }
+    let mut stream: std::net::TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = "GET /ndt/v7/download HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: net.measurementlab.ndt.v7\r\n\r\n";
+    if stream.write_all(head.as_bytes()).is_err() {
+        return Fared::Refused("the connection closed before the upgrade".into());
+    }
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => answer.push(byte[0]),
+            _ => return Fared::Refused("the connection closed before the upgrade".into()),
+        }
+    }
+    if !answer.starts_with(b"HTTP/1.1 101") {
+        return Fared::Refused(String::from_utf8_lossy(&answer).into_owned());
+    }
+    let mut payload = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let mut header = [0u8; 2];
+        if stream.read_exact(&mut header).is_err() {
+            // Upgraded, then cut off without a Close: neither outcome the server may give.
+            return Fared::Refused(format!("cut off after {payload} bytes"));
+        }
+        let len = match header[1] & 0x7f {
+            126 => {
+                let mut ext = [0u8; 2];
+                stream.read_exact(&mut ext).unwrap();
+                u64::from(u16::from_be_bytes(ext))
+            }
+            127 => {
+                let mut ext = [0u8; 8];
+                stream.read_exact(&mut ext).unwrap();
+                u64::from_be_bytes(ext)
+            }
+            short => u64::from(short),
+        };
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            stream.read_exact(&mut buf[..n]).unwrap();
+            left -= n as u64;
+        }
+        match header[0] & 0x0f {
+            0x2 => payload += len,
+            0x8 => {
+                // Our Close, masked (with a zero key) as a client's must be.
+                let _ = stream.write_all(&[0x88, 0x80, 0, 0, 0, 0]);
+                let _ = stream.read(&mut buf);
+                return Fared::Closed(payload);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The most memory a process has held (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap()
+        * 1024
+}
+
+/// A thousand downloads at once from forty addresses (25 each, within the per-client
+/// cap): the server holds them under 256 MiB at its peak, and every one runs to the
+/// server's Close, answered, and is kept; none is cut off.
+#[test]
+fn a_thousand_subtests_at_once_are_served_within_256_mib() {
+    assert!(
+        raise_descriptor_limit(4_000),
+        "this test holds 1,000 sockets"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("served.db").display().to_string();
+    let server = ServeProcess::start(&["--db", &db, "--ndt7", "127.0.0.1:0", "--ndt7-cleartext"]);
+    let addr: std::net::SocketAddr = announced(&server, "ndt7 at ").parse().unwrap();
+    let clients: Vec<_> = (0..1000u32)
+        .map(|i| {
+            let source = std::net::Ipv4Addr::new(127, 3, (i % 40) as u8, 1);
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || download_by_hand(addr, source))
+                .unwrap()
+        })
+        .collect();
+    let fared: Vec<Fared> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let peak = peak_rss(server.pid());
+    let closed: Vec<u64> = fared
+        .iter()
+        .filter_map(|f| match f {
+            Fared::Closed(bytes) => Some(*bytes),
+            Fared::Refused(_) => None,
+        })
+        .collect();
+    let refused: Vec<&String> = fared
+        .iter()
+        .filter_map(|f| match f {
+            Fared::Refused(why) => Some(why),
+            Fared::Closed(_) => None,
+        })
+        .collect();
+    eprintln!(
+        "{} downloads closed by the server ({} bytes each at least), {} refused; the server's peak RSS {:.1} MiB",
+        closed.len(),
+        closed.iter().min().unwrap_or(&0),
+        refused.len(),
+        peak as f64 / (1 << 20) as f64
+    );
+    assert!(
+        refused.is_empty(),
+        "refused: {:?}",
+        &refused[..refused.len().min(5)]
+    );
+    assert!(closed.iter().all(|&bytes| bytes > 0));
+    assert!(peak < 256 << 20, "the server's peak RSS {peak} bytes");
+    // Each is kept as a run: the log says so of each.
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    let kept = || server.log().matches("stored as run").count();
+    while kept() < 1000 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        kept(),
+        1000,
+        "{}",
+        server
+            .log()
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// A locate service on loopback: answers each request with `status` and `body`, as many
+/// times as asked, then ends.
+fn locate_service(status: &'static str, body: String, answers: usize) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(answers) {
+            let mut stream = stream.unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            assert!(head.starts_with(b"GET /v2/nearest/ndt/ndt7 HTTP/1.1"));
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}/v2/nearest/ndt/ndt7")
+}
+
+/// `--locate` (as `--mlab` asks M-Lab's): the nearest server's URLs, access tokens and
+/// all, are the ones the subtests use (the served subtest keeps the token as the query
+/// string's metadata); a locate service that fails or offers nothing usable is one line.
+#[test]
+fn a_located_server_is_tested_with_the_urls_the_locate_answer_gave() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("served.db").display().to_string();
+    let server = ServeProcess::start(&["--db", &db, "--ndt7", "127.0.0.1:0", "--ndt7-cleartext"]);
+    let ndt7 = announced(&server, "ndt7 at ");
+    let answer = format!(
+        r#"{{"results": [{{"machine": "mlab1-lab01.example", "location": {{"city": "Lab", "country": "ZZ"}},
+          "urls": {{"ws:///ndt/v7/download": "ws://{ndt7}/ndt/v7/download?access_token=DOWNTOKEN",
+                    "ws:///ndt/v7/upload": "ws://{ndt7}/ndt/v7/upload?access_token=UPTOKEN"}}}}]}}"#
+    );
+    let locate = locate_service("200 OK", answer, 1);
+    let out = linerate(&[
+        "--no-store",
+        "ndt7",
+        "--locate",
+        &locate,
+        "--cleartext",
+        "--download",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("mlab1-lab01.example (Lab, ZZ)"),
+        "{}",
+        stderr(&out)
+    );
+    let doc = json(&out);
+    assert_eq!(doc["target"], "mlab1-lab01.example");
+    assert_eq!(doc["subtests"][0]["ended"], "completed", "{doc}");
+    assert!(
+        server.wait_log("stored as run 1", Duration::from_secs(10)),
+        "{}",
+        server.log()
+    );
+    let kept = json(&linerate(&["show", "1", "--json", "--db", &db]));
+    let metadata = &kept["subtests"][0]["metadata"];
+    assert_eq!(
+        metadata[0],
+        serde_json::json!(["access_token", "DOWNTOKEN"]),
+        "{kept}"
+    );
+    assert_eq!(
+        metadata[1],
+        serde_json::json!(["client_name", "linerate"]),
+        "{kept}"
+    );
+    // A locate service that fails, and one with no server of the scheme asked.
+    let failing = locate_service("503 Service Unavailable", "{\"error\": \"busy\"}".into(), 1);
+    let out = linerate(&["--no-store", "ndt7", "--locate", &failing, "--cleartext"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("503"), "{}", stderr(&out));
+    let tls_only = locate_service(
+        "200 OK",
+        r#"{"results": [{"machine": "m", "urls": {"wss:///ndt/v7/download": "wss://h/ndt/v7/download", "wss:///ndt/v7/upload": "wss://h/ndt/v7/upload"}}]}"#.into(),
+        1,
+    );
+    let out = linerate(&["--no-store", "ndt7", "--locate", &tls_only, "--cleartext"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no server with ws://"),
+        "{}",
+        stderr(&out)
+    );
+    // Neither a target nor a locate service: the user's mistake.
+    let out = linerate(&["--no-store", "ndt7"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

@@ -283,22 +283,6 @@ fn a_keyed_server_serves_only_holders_of_its_key() {
     healthy_test(&server, &["--key", &good]);
 }
 
-/// Raises this process's descriptor limit for a test that holds thousands of sockets.
-fn raise_descriptor_limit(want: u64) -> bool {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_max < want {
-            return false;
-        }
-        limit.rlim_cur = limit.rlim_cur.max(want);
-        libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
-    }
-}
-
 #[test]
 fn a_connection_flood_is_capped_and_others_are_still_served() {
     assert!(

@@ -347,6 +347,99 @@ pub fn rtt_and_retransmission(tcp: &TcpInfo) -> (Option<f64>, Option<f64>) {
     (min_rtt, retrans)
 }
 
+/// M-Lab's locate API (v2): the nearest ndt7 servers, each with its subtests' URLs.
+pub const MLAB_LOCATE_URL: &str = "https://locate.measurementlab.net/v2/nearest/ndt/ndt7";
+/// The most of a locate answer read (M-Lab's is about 4 KiB for four servers).
+pub const MAX_LOCATE_ANSWER: usize = 256 * 1024;
+
+/// One server a locate answer offers: its name and place, and the two subtests' URLs
+/// (with the access tokens locate put in their query strings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocatedServer {
+    pub machine: String,
+    pub city: Option<String>,
+    pub country: Option<String>,
+    pub download_url: String,
+    pub upload_url: String,
+}
+
+impl LocatedServer {
+    pub fn url(&self, subtest: Subtest) -> &str {
+        match subtest {
+            Subtest::Download => &self.download_url,
+            Subtest::Upload => &self.upload_url,
+        }
+    }
+
+    /// "mlab1-lga05.mlab-oti.measurement-lab.org (New York, US)".
+    pub fn describe(&self) -> String {
+        let place: Vec<&str> = [&self.city, &self.country]
+            .into_iter()
+            .filter_map(|p| p.as_deref())
+            .collect();
+        if place.is_empty() {
+            self.machine.clone()
+        } else {
+            format!("{} ({})", self.machine, place.join(", "))
+        }
+    }
+}
+
+/// Reads a locate v2 answer: its `results`, nearest first, each with the `urls` keyed by
+/// scheme and path (`wss:///ndt/v7/download`; `ws:///…` where `tls` is false). A result
+/// without both URLs of the scheme, or with a URL of another scheme, host-less or of
+/// another path, is passed over; an answer with none left is an error, as is one over
+/// [`MAX_LOCATE_ANSWER`] or not JSON.
+pub fn parse_locate(answer: &[u8], tls: bool) -> Result<Vec<LocatedServer>, String> {
+    if answer.len() > MAX_LOCATE_ANSWER {
+        return Err(format!(
+            "the locate answer is over {MAX_LOCATE_ANSWER} bytes"
+        ));
+    }
+    let value: serde_json::Value = serde_json::from_slice(answer)
+        .map_err(|e| format!("the locate answer is not JSON: {e}"))?;
+    let results = value
+        .get("results")
+        .and_then(|r| r.as_array())
+        .ok_or("the locate answer has no results")?;
+    let scheme = if tls { "wss" } else { "ws" };
+    let string = |v: &serde_json::Value, key: &str| {
+        v.get(key)
+            .and_then(|s| s.as_str())
+            .filter(|s| !s.is_empty() && s.len() <= 4096)
+            .map(str::to_string)
+    };
+    let url_of = |result: &serde_json::Value, path: &str| {
+        let url = result
+            .get("urls")
+            .and_then(|u| string(u, &format!("{scheme}://{path}")))?;
+        let rest = url.strip_prefix(&format!("{scheme}://"))?;
+        let (authority, tail) = rest.split_at(rest.find('/')?);
+        let path_ok = tail.split('?').next() == Some(path);
+        (!authority.is_empty() && path_ok && !url.chars().any(char::is_whitespace)).then_some(url)
+    };
+    let servers: Vec<LocatedServer> = results
+        .iter()
+        .take(64)
+        .filter_map(|result| {
+            let location = result.get("location");
+            Some(LocatedServer {
+                machine: string(result, "machine")?,
+                city: location.and_then(|l| string(l, "city")),
+                country: location.and_then(|l| string(l, "country")),
+                download_url: url_of(result, DOWNLOAD_PATH)?,
+                upload_url: url_of(result, UPLOAD_PATH)?,
+            })
+        })
+        .collect();
+    if servers.is_empty() {
+        return Err(format!(
+            "the locate answer offers no server with {scheme}:// URLs for both subtests"
+        ));
+    }
+    Ok(servers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,6 +549,82 @@ mod tests {
             for _ in 0..steps {
                 prop_assert!((MIN_MESSAGE..=MAX_MESSAGE).contains(&sizer.size()));
                 sizer.sent();
+            }
+        }
+    }
+    /// An answer in the shape M-Lab's locate v2 gives (its documentation's example, with
+    /// a second server and one result that lacks the upload URL).
+    const LOCATE_ANSWER: &str = r#"{
+      "results": [
+        {"machine": "mlab3-lga05.mlab-oti.measurement-lab.org",
+         "location": {"city": "New York", "country": "US"},
+         "urls": {
+           "ws:///ndt/v7/download": "ws://ndt-mlab3-lga05.mlab-oti.measurement-lab.org/ndt/v7/download?access_token=T1",
+           "ws:///ndt/v7/upload": "ws://ndt-mlab3-lga05.mlab-oti.measurement-lab.org/ndt/v7/upload?access_token=T2",
+           "wss:///ndt/v7/download": "wss://ndt-mlab3-lga05.mlab-oti.measurement-lab.org/ndt/v7/download?access_token=T3",
+           "wss:///ndt/v7/upload": "wss://ndt-mlab3-lga05.mlab-oti.measurement-lab.org/ndt/v7/upload?access_token=T4"}},
+        {"machine": "mlab1-half.example", "urls": {
+           "wss:///ndt/v7/download": "wss://half.example/ndt/v7/download?access_token=X"}},
+        {"machine": "mlab2-ewr01.mlab-oti.measurement-lab.org",
+         "urls": {
+           "wss:///ndt/v7/download": "wss://ndt-mlab2-ewr01.mlab-oti.measurement-lab.org/ndt/v7/download?access_token=T5",
+           "wss:///ndt/v7/upload": "wss://ndt-mlab2-ewr01.mlab-oti.measurement-lab.org/ndt/v7/upload?access_token=T6"}}
+      ]
+    }"#;
+
+    #[test]
+    fn a_locate_answer_gives_the_servers_with_both_urls_nearest_first() {
+        let servers = parse_locate(LOCATE_ANSWER.as_bytes(), true).unwrap();
+        assert_eq!(servers.len(), 2);
+        assert_eq!(
+            servers[0].describe(),
+            "mlab3-lga05.mlab-oti.measurement-lab.org (New York, US)"
+        );
+        assert_eq!(
+            servers[0].url(Subtest::Upload),
+            "wss://ndt-mlab3-lga05.mlab-oti.measurement-lab.org/ndt/v7/upload?access_token=T4"
+        );
+        assert_eq!(
+            servers[1].machine,
+            "mlab2-ewr01.mlab-oti.measurement-lab.org"
+        );
+        let cleartext = parse_locate(LOCATE_ANSWER.as_bytes(), false).unwrap();
+        assert_eq!(cleartext.len(), 1);
+        assert!(cleartext[0].download_url.starts_with("ws://ndt-mlab3"));
+    }
+
+    #[test]
+    fn locate_answers_without_a_usable_server_are_errors() {
+        for (answer, why) in [
+            ("not json", "not JSON"),
+            ("{}", "no results"),
+            (r#"{"results": []}"#, "no server"),
+            (
+                r#"{"results": [{"machine": "m", "urls": {"wss:///ndt/v7/download": "wss://h/elsewhere", "wss:///ndt/v7/upload": "wss://h/ndt/v7/upload"}}]}"#,
+                "no server",
+            ),
+            (
+                r#"{"results": [{"machine": "m", "urls": {"wss:///ndt/v7/download": "https://h/ndt/v7/download", "wss:///ndt/v7/upload": "wss://h/ndt/v7/upload"}}]}"#,
+                "no server",
+            ),
+        ] {
+            let err = parse_locate(answer.as_bytes(), true).unwrap_err();
+            assert!(err.contains(why), "{answer}: {err}");
+        }
+        let huge = vec![b' '; MAX_LOCATE_ANSWER + 1];
+        assert!(parse_locate(&huge, true).unwrap_err().contains("over"));
+    }
+
+    proptest::proptest! {
+        /// Any bytes: servers or an error, never a panic; every server's URLs are of the
+        /// scheme asked and the spec's paths.
+        #[test]
+        fn any_locate_answer_is_read_or_refused(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            if let Ok(servers) = parse_locate(&bytes, true) {
+                for s in servers {
+                    proptest::prop_assert!(s.download_url.starts_with("wss://"));
+                    proptest::prop_assert!(s.upload_url.contains(UPLOAD_PATH));
+                }
             }
         }
     }

@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use linerate_model::ndt7::{
-    self as spec, Measurement, MessageSizer, Subtest, SubtestEnd, SubtestResult,
+    self as spec, LocatedServer, Measurement, MessageSizer, Subtest, SubtestEnd, SubtestResult,
 };
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -33,6 +33,8 @@ pub struct Target {
     pub port: u16,
     /// wss:// (TLS) or ws://.
     pub tls: bool,
+    /// A server a locate answer gave: its subtests' own URLs (with their access tokens).
+    pub located: Option<LocatedServer>,
 }
 
 impl Target {
@@ -78,11 +80,42 @@ impl Target {
                 None => (authority.to_string(), default_port),
             }
         };
-        Ok(Target { host, port, tls })
+        Ok(Target {
+            host,
+            port,
+            tls,
+            located: None,
+        })
+    }
+
+    /// A server a locate answer offered: both its URLs name one host and port.
+    pub fn located(server: LocatedServer) -> Result<Target, String> {
+        let download = Target::parse(&server.download_url, false)?;
+        let upload = Target::parse(&server.upload_url, false)?;
+        if (&download.host, download.port, download.tls) != (&upload.host, upload.port, upload.tls)
+        {
+            return Err(format!(
+                "{}: its download and upload URLs name different servers",
+                server.machine
+            ));
+        }
+        Ok(Target {
+            located: Some(server),
+            ..download
+        })
     }
 
     /// The subtest's URL, with the client's metadata in the query string.
     pub fn url(&self, subtest: Subtest) -> String {
+        let metadata = format!(
+            "client_name=linerate&client_version={}",
+            env!("CARGO_PKG_VERSION")
+        );
+        if let Some(server) = &self.located {
+            let url = server.url(subtest);
+            let joint = if url.contains('?') { '&' } else { '?' };
+            return format!("{url}{joint}{metadata}");
+        }
         let scheme = if self.tls { "wss" } else { "ws" };
         let host = if self.host.contains(':') {
             format!("[{}]", self.host)
@@ -90,12 +123,111 @@ impl Target {
             self.host.clone()
         };
         format!(
-            "{scheme}://{host}:{}{}?client_name=linerate&client_version={}",
+            "{scheme}://{host}:{}{}?{metadata}",
             self.port,
             subtest.path(),
-            env!("CARGO_PKG_VERSION")
         )
     }
+}
+
+/// Asks a locate service (M-Lab's v2, [`spec::MLAB_LOCATE_URL`], or one like it) for the
+/// nearest ndt7 servers: an HTTPS (or, for a lab's, HTTP) GET, its answer read within
+/// [`spec::MAX_LOCATE_ANSWER`] and [`HANDSHAKE_TIMEOUT`] for each step.
+pub fn locate(
+    url: &str,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    cleartext: bool,
+) -> Result<Vec<LocatedServer>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the locate client's runtime")?;
+    let answer = runtime.block_on(fetch(url, tls))?;
+    spec::parse_locate(&answer, !cleartext).map_err(|e| anyhow!("{url}: {e}"))
+}
+
+async fn fetch(url: &str, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Bytes> {
+    let uri: hyper::Uri = url.parse().with_context(|| format!("{url}: not a URL"))?;
+    let secure = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => bail!("{url}: a locate URL is https:// or http://"),
+    };
+    let host = uri
+        .host()
+        .ok_or_else(|| anyhow!("{url}: no host"))?
+        .trim_matches(['[', ']'])
+        .to_string();
+    let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    let step =
+        |what: &'static str| move |_| anyhow!("{url}: no {what} within {HANDSHAKE_TIMEOUT:?}");
+    let tcp = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await
+    .map_err(step("connection"))?
+    .with_context(|| format!("cannot connect to {host}:{port}"))?;
+    let request = hyper::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .header(
+            hyper::header::HOST,
+            uri.authority().map_or("", |a| a.as_str()),
+        )
+        .header(
+            hyper::header::USER_AGENT,
+            concat!("linerate/", env!("CARGO_PKG_VERSION")),
+        )
+        .body(http_body_util::Empty::<Bytes>::new())
+        .context("the locate request")?;
+    let response = if secure {
+        let mut config =
+            (*tls.ok_or_else(|| anyhow!("https:// needs a TLS configuration"))?).clone();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| anyhow!("{host}: not a name TLS can check: {e}"))?;
+        let stream = tokio::time::timeout(
+            HANDSHAKE_TIMEOUT,
+            tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp),
+        )
+        .await
+        .map_err(step("TLS handshake"))?
+        .context("the locate service's TLS handshake failed")?;
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, get(stream, request)).await
+    } else {
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, get(tcp, request)).await
+    };
+    response.map_err(step("answer"))?
+}
+
+/// One HTTP/1.1 request over `stream`; the answer's body within the locate bound, or
+/// why not.
+async fn get<S>(stream: S, request: hyper::Request<http_body_util::Empty<Bytes>>) -> Result<Bytes>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    use http_body_util::BodyExt;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .context("the locate service's HTTP")?;
+    tokio::spawn(connection);
+    let response = sender
+        .send_request(request)
+        .await
+        .context("the locate request")?;
+    let status = response.status();
+    let body = http_body_util::Limited::new(response.into_body(), spec::MAX_LOCATE_ANSWER)
+        .collect()
+        .await
+        .map_err(|e| anyhow!("the locate answer: {e}"))?
+        .to_bytes();
+    if !status.is_success() {
+        bail!(
+            "the locate service answered {status}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+        );
+    }
+    Ok(body)
 }
 
 fn parse_port(text: &str, port: &str) -> Result<u16, String> {
@@ -474,7 +606,8 @@ mod tests {
             Target {
                 host: "server".into(),
                 port: 443,
-                tls: true
+                tls: true,
+                located: None
             }
         );
         assert_eq!(
@@ -482,7 +615,8 @@ mod tests {
             Target {
                 host: "server".into(),
                 port: 3001,
-                tls: false
+                tls: false,
+                located: None
             }
         );
         assert_eq!(
@@ -490,7 +624,8 @@ mod tests {
             Target {
                 host: "2001:db8::1".into(),
                 port: 4443,
-                tls: true
+                tls: true,
+                located: None
             }
         );
         assert_eq!(
@@ -498,7 +633,8 @@ mod tests {
             Target {
                 host: "server".into(),
                 port: 80,
-                tls: false
+                tls: false,
+                located: None
             }
         );
         assert!(t("ftp://server", false).unwrap_err().contains("ftp://"));

@@ -307,7 +307,7 @@ async fn serve_connection<S>(
     let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
         crate::frames::Watched::new(hyper_util::rt::TokioIo::new(upgraded), started),
         tokio_tungstenite::tungstenite::protocol::Role::Server,
-        Some(session::websocket_config()),
+        Some(session::server_websocket_config(accept.subtest)),
     )
     .await;
     let bounds = session::Bounds {

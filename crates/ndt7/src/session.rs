@@ -39,6 +39,45 @@ pub fn websocket_config() -> WebSocketConfig {
         .max_frame_size(Some(spec::MAX_MESSAGE))
 }
 
+/// The server's framing for one subtest. A frame is copied whole into tungstenite's write
+/// buffer, which keeps its largest size, so the download writes each message as frames
+/// of [`DOWNLOAD_FRAME`] and straight out (no write buffer to fill); a download reads only
+/// the client's measurements, so its read buffer is small. A thousand downloads at once
+/// then hold tens of MiB where whole 1 MiB messages held over a GiB.
+pub fn server_websocket_config(subtest: Subtest) -> WebSocketConfig {
+    let config = websocket_config().write_buffer_size(0);
+    match subtest {
+        Subtest::Download => config.read_buffer_size(4 * 1024),
+        Subtest::Upload => config,
+    }
+}
+
+/// The most payload a download frame carries: a message over it goes as several frames
+/// (RFC 6455's fragmentation: the receiver sees the one message).
+pub const DOWNLOAD_FRAME: usize = 64 * 1024;
+
+/// One binary message as frames of at most [`DOWNLOAD_FRAME`], first to last.
+fn fragments(message: Bytes) -> impl Iterator<Item = Message> {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let len = message.len();
+    let count = len.div_ceil(DOWNLOAD_FRAME).max(1);
+    (0..count).map(move |i| {
+        let start = i * DOWNLOAD_FRAME;
+        let end = (start + DOWNLOAD_FRAME).min(len);
+        let opcode = if i == 0 {
+            OpCode::Data(Data::Binary)
+        } else {
+            OpCode::Data(Data::Continue)
+        };
+        Message::Frame(Frame::message(
+            message.slice(start..end),
+            opcode,
+            i + 1 == count,
+        ))
+    })
+}
+
 /// The most a measurement message is read as one (larger ones are counted, not parsed).
 const MAX_MEASUREMENT: usize = 64 * 1024;
 /// Text messages a peer may send: ten a second on average (the spec's "should not send
@@ -232,12 +271,9 @@ where
                     send(&mut sink, Message::Text(text.into()), bounds.hard).await?;
                 }
                 let size = sizer.size();
-                send(
-                    &mut sink,
-                    Message::Binary(payload.slice(..size)),
-                    bounds.hard,
-                )
-                .await?;
+                for frame in fragments(payload.slice(..size)) {
+                    send(&mut sink, frame, bounds.hard).await?;
+                }
                 sent += size as u64;
                 sizer.sent();
             }

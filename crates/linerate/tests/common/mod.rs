@@ -903,3 +903,19 @@ pub fn others_cores_during<T>(run: impl FnOnce() -> T) -> (T, f64) {
     // USER_HZ is 100 on Linux.
     (out, (others / 100.0 / seconds).max(0.0))
 }
+
+/// Raises this process's descriptor limit for a test that holds thousands of sockets.
+pub fn raise_descriptor_limit(want: u64) -> bool {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_max < want {
+            return false;
+        }
+        limit.rlim_cur = limit.rlim_cur.max(want);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+    }
+}
