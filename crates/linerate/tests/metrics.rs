@@ -944,15 +944,6 @@ fn metrics_and_remote_write_mistakes_are_one_line_with_exit_2() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The value of the one sample of `name` whose labels hold every `labels` pair.
-fn sample_of(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .find(|l| labels.iter().all(|want| l.contains(want)))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 /// `serve --metrics`: the goodput a server received, against its interface's own count,
 /// and the retransmits it sent with, against the kernel's; promtool accepts it.
 #[test]

@@ -21,15 +21,6 @@ fn announced(server: &ServeProcess, marker: &str) -> String {
     rest.split('/').next().unwrap().to_string()
 }
 
-/// The value of the one sample of `name` whose labels hold every `labels` pair.
-fn sample_of(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .find(|l| labels.iter().all(|want| l.contains(want)))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 fn get(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();

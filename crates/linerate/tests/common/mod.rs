@@ -919,3 +919,12 @@ pub fn raise_descriptor_limit(want: u64) -> bool {
         libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
     }
 }
+
+/// The value of the one sample of `name` whose labels hold every `labels` pair.
+pub fn sample_of(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
