@@ -29,6 +29,7 @@ pub mod failure;
 pub mod find_max;
 #[cfg(test)]
 mod fixtures;
+pub mod flag_values;
 pub mod iperf3_run;
 pub mod mesh;
 pub mod mesh_view;

@@ -2,8 +2,8 @@
 //! and the value, and exit code 2.
 
 use clap::{Args, Parser, Subcommand};
-use linerate_model::clock::UnixTime;
-use linerate_report::units::{self, Scale};
+use linerate_campaign::flag_values::*;
+use linerate_report::units::Scale;
 use std::str::FromStr;
 
 const EXAMPLES: &str = "\
@@ -346,15 +346,6 @@ pub struct PruneArgs {
     pub print: JsonFlag,
 }
 
-/// An age: a while, more than nothing (30d, 12h).
-fn age(text: &str) -> Result<f64, String> {
-    match linerate_model::units::parse_duration(text) {
-        Ok(seconds) if seconds > 0.0 => Ok(seconds),
-        Ok(_) => Err(format!("'{text}' must be more than 0 (30d, 12h)")),
-        Err(_) => Err(format!("'{text}' is not an age (30d, 12h, 2w)")),
-    }
-}
-
 const STAMP_EXAMPLES: &str = "Examples:
   linerate serve --stamp 862 &            then, from another host:
   linerate stamp server1                  10 probes/s for 10 s to server1:862
@@ -420,37 +411,6 @@ pub struct StampArgs {
     pub interval_report: f64,
     #[command(flatten)]
     pub print: JsonFlag,
-}
-
-fn probe_rate(text: &str) -> Result<f64, String> {
-    let number = text.trim().trim_end_matches("/s");
-    match number.parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 && r <= 1_000_000.0 => Ok(r),
-        _ => Err(format!(
-            "'{text}' must be probes a second, above 0 and at most 1000000 (e.g. 10 or 10/s)"
-        )),
-    }
-}
-
-fn probe_gap(text: &str) -> Result<f64, String> {
-    let seconds = linerate_model::units::parse_duration(text)
-        .map_err(|_| format!("'{text}' is not a gap (e.g. 100ms, 1s)"))?;
-    if seconds > 0.000_001 - 1e-12 && seconds <= 3600.0 {
-        Ok(seconds)
-    } else {
-        Err(format!("'{text}' must be from 1us to 1h"))
-    }
-}
-
-fn non_negative_seconds(text: &str) -> Result<f64, String> {
-    seconds_within(text, 0.0, 1e7)
-}
-
-/// A DSCP by its name or number.
-pub fn dscp(text: &str) -> Result<u8, String> {
-    linerate_model::units::parse_dscp(text).ok_or_else(|| {
-        format!("'{text}' is not a DSCP: give a name (BE, EF, CS0-CS7, AF11-AF43, VA) or 0-63")
-    })
 }
 
 const RPM_EXAMPLES: &str = "Examples:
@@ -542,10 +502,6 @@ pub struct Ndt7Args {
     pub print: JsonFlag,
 }
 
-fn rpm_seconds(text: &str) -> Result<f64, String> {
-    seconds_within(text, 2.0, 600.0)
-}
-
 const MESH_EXAMPLES: &str = "\
 Examples:
   linerate mesh plan mesh.toml                  the schedule and the cycle time, nothing run
@@ -630,27 +586,6 @@ pub struct MeshRunArgs {
     /// (http://HOST:9090/api/v1/write; Mimir, Thanos and VictoriaMetrics take it too)
     #[arg(long, value_name = "URL")]
     pub remote_write: Option<String>,
-}
-
-/// A listening address: HOST:PORT, or :PORT for every address.
-pub fn metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
-    let full = match text.strip_prefix(':') {
-        Some(port) => format!("[::]:{port}"),
-        None => text.to_string(),
-    };
-    full.parse().map_err(|_| {
-        format!("'{text}' is not an address to listen on (HOST:PORT or :PORT, e.g. 0.0.0.0:9470)")
-    })
-}
-
-/// PORT, :PORT (every address) or ADDR:PORT.
-pub fn udp_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
-    if let Ok(port) = text.trim().parse::<u16>() {
-        return Ok((std::net::Ipv6Addr::UNSPECIFIED, port).into());
-    }
-    metrics_addr(text).map_err(|_| {
-        format!("'{text}' is not an address to listen on (PORT, :PORT or ADDR:PORT, e.g. 862)")
-    })
 }
 
 /// Where `mesh status` and `mesh history` read a mesh's rows from.
@@ -792,18 +727,6 @@ pub struct ProfileFileArgs {
     pub profile: std::path::PathBuf,
     #[command(flatten)]
     pub set: SetArgs,
-}
-
-fn set_pair(text: &str) -> Result<(String, String), String> {
-    let (name, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("'{text}' is not NAME=VALUE"))?;
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(format!(
-            "'{name}' is not a variable name (letters, digits, _)"
-        ));
-    }
-    Ok((name.to_string(), value.to_string()))
 }
 
 const SWEEP_EXAMPLES: &str = "\
@@ -1482,18 +1405,6 @@ pub struct DoctorArgs {
     pub print: JsonFlag,
 }
 
-/// A round trip, in milliseconds, from a time ("100ms"; a bare number is seconds).
-fn positive_millis(text: &str) -> Result<f64, String> {
-    let value = linerate_model::units::parse_duration(text)
-        .map_err(|e| format!("'{text}' is not a round trip: {}", e.why))?;
-    match value * 1e3 {
-        ms if ms > 0.0 && ms <= 60_000.0 => Ok(ms),
-        _ => Err(format!(
-            "'{text}' must be a round trip above 0 and at most 60 s (a bare number is seconds: 100ms for 100 milliseconds)"
-        )),
-    }
-}
-
 /// `linerate disk`.
 #[derive(Debug, Args)]
 pub struct DiskArgs {
@@ -1504,14 +1415,6 @@ pub struct DiskArgs {
     pub size: u64,
     #[command(flatten)]
     pub print: JsonFlag,
-}
-
-fn chunk_size(text: &str) -> Result<u64, String> {
-    let value = units::parse_size(text).map_err(|e| e.to_string())?;
-    if !value.is_power_of_two() || !(64 << 10..=64 << 20).contains(&value) {
-        return Err(format!("'{text}' must be a power of two from 64K to 64M"));
-    }
-    Ok(value)
 }
 
 #[derive(Debug, Args)]
@@ -1793,171 +1696,6 @@ pub struct AppArgs {
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AppPattern {
     Voip,
-}
-
-/// A jitter buffer's depth in whole milliseconds, 0 to 1 s.
-fn jitter_buffer(text: &str) -> Result<u32, String> {
-    let ms = (seconds(text)? * 1e3).round();
-    if ms > f64::from(linerate_model::call::MAX_JITTER_BUFFER_MS) {
-        return Err("a jitter buffer holds 0 to 1s".into());
-    }
-    Ok(ms as u32)
-}
-
-fn seconds(text: &str) -> Result<f64, String> {
-    if text.trim_start().starts_with('-') {
-        return Err(format!("'{text}': a duration cannot be negative"));
-    }
-    let value = linerate_model::units::parse_duration(text)
-        .map_err(|e| format!("'{text}' is not a time: {}", e.why))?;
-    if !(0.0..=1e7).contains(&value) {
-        return Err(format!("'{text}' must be between 0 and 10000000 seconds"));
-    }
-    Ok(value)
-}
-
-/// An address range: "192.0.2.0/24", "2001:db8::/32", or one address.
-fn cidr(text: &str) -> Result<ipnet::IpNet, String> {
-    text.parse::<ipnet::IpNet>()
-        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-        .map(|net| net.trunc())
-        .map_err(|_| format!("'{text}' is not an address range such as 192.0.2.0/24"))
-}
-
-/// An interval between reports: 0 (none) or within the bounds every server enforces.
-fn interval(text: &str) -> Result<f64, String> {
-    use linerate_proto::session::{MAX_INTERVAL_S, MIN_INTERVAL_S};
-    let value = seconds(text)?;
-    if value != 0.0 && !(MIN_INTERVAL_S..=MAX_INTERVAL_S).contains(&value) {
-        return Err(format!(
-            "'{text}' must be 0 (no interval reports) or {MIN_INTERVAL_S} to {MAX_INTERVAL_S} seconds"
-        ));
-    }
-    Ok(value)
-}
-
-/// A multicast group to join: GROUP[@SOURCE][%IFACE].
-fn multicast_join(text: &str) -> Result<linerate_model::multicast::Join, String> {
-    linerate_model::multicast::Join::parse(text)
-}
-
-/// How long a multicast stream may be silent before it is taken as ended: 0.1 s to 1 h.
-fn join_silence(text: &str) -> Result<f64, String> {
-    seconds_within(text, 0.1, 3600.0)
-}
-
-/// A time (the one reader of times: `30`, `500ms`, `1m30s`) from `least` to `most` seconds.
-fn seconds_within(text: &str, least: f64, most: f64) -> Result<f64, String> {
-    match seconds(text)? {
-        value if (least..=most).contains(&value) => Ok(value),
-        _ => Err(format!("'{text}' must be {least} to {most} seconds")),
-    }
-}
-
-fn positive_seconds(text: &str) -> Result<f64, String> {
-    let value = seconds(text)?;
-    if value <= 0.0 {
-        return Err(format!("'{text}' must be more than 0 seconds"));
-    }
-    Ok(value)
-}
-
-fn length(text: &str) -> Result<u64, String> {
-    let value = units::parse_size(text).map_err(|e| e.to_string())?;
-    let most = linerate_proto::session::MAX_LENGTH;
-    if value == 0 || value > most {
-        return Err(format!(
-            "'{text}' must be between 1 byte and {}M",
-            most >> 20
-        ));
-    }
-    Ok(value)
-}
-
-fn count_bytes(text: &str) -> Result<u64, String> {
-    match units::parse_size(text).map_err(|e| e.to_string())? {
-        0 => Err(format!("'{text}' must be at least 1 byte")),
-        value => Ok(value),
-    }
-}
-
-fn message(text: &str) -> Result<u64, String> {
-    let value = units::parse_size(text).map_err(|e| e.to_string())?;
-    if value == 0 || value > 64 << 20 {
-        return Err(format!("'{text}' must be between 1 byte and 64M"));
-    }
-    Ok(value)
-}
-
-fn window(text: &str) -> Result<u64, String> {
-    let value = units::parse_size(text).map_err(|e| e.to_string())?;
-    if !(1024..=1 << 30).contains(&value) {
-        return Err(format!("'{text}' must be between 1K and 1G"));
-    }
-    Ok(value)
-}
-
-fn percent(text: &str) -> Result<f64, String> {
-    match text.trim_end_matches('%').parse::<f64>() {
-        Ok(value) if (0.0..100.0).contains(&value) => Ok(value),
-        _ => Err(format!("'{text}' is not a percentage from 0 to below 100")),
-    }
-}
-
-fn rate(text: &str) -> Result<u64, String> {
-    units::parse_rate(text).map_err(|e| e.to_string())
-}
-
-fn per_second(text: &str) -> Result<u64, String> {
-    match units::parse_rate(text).map_err(|e| e.to_string())? {
-        0 => Err(format!("'{text}' must be at least 1 per second")),
-        value => Ok(value),
-    }
-}
-
-fn confidence(text: &str) -> Result<linerate_report::stats::Confidence, String> {
-    linerate_report::stats::Confidence::parse(text)
-}
-
-fn level(text: &str) -> Result<f64, String> {
-    match text.trim_end_matches('%').parse::<f64>() {
-        Ok(value) if (50.0..100.0).contains(&value) => Ok(value),
-        _ => Err(format!("'{text}' is not a percentage from 50 to below 100")),
-    }
-}
-
-fn flows(text: &str) -> Result<u32, String> {
-    match text.trim().parse::<u32>() {
-        Ok(n) if (1..=4096).contains(&n) => Ok(n),
-        _ => Err(format!("'{text}' is not a flow count from 1 to 4096")),
-    }
-}
-
-fn window_or_auto(text: &str) -> Result<Option<u64>, String> {
-    if text.eq_ignore_ascii_case("auto") {
-        return Ok(None);
-    }
-    window(text).map(Some)
-}
-
-/// An RFC 3339 time or date, or a while ago ("2h", "7d"), as seconds since the epoch.
-fn since(text: &str) -> Result<f64, String> {
-    let epoch = |t| UnixTime::from_system(t).seconds();
-    if let Ok(ago) = linerate_model::units::parse_duration(text) {
-        return Ok(UnixTime::now().seconds() - ago);
-    }
-    let full = if text.len() == 10 {
-        format!("{text}T00:00:00Z")
-    } else {
-        text.to_string()
-    };
-    humantime::parse_rfc3339_weak(&full)
-        .map(epoch)
-        .map_err(|_| format!("'{text}' is neither a time (2026-11-01, 2026-11-01T08:00:00Z) nor a while ago (2h, 7d)"))
-}
-
-fn scale(text: &str) -> Result<Scale, String> {
-    Scale::parse(text).ok_or_else(|| format!("'{text}' is not one of a, k, m, g"))
 }
 
 const IMPAIR_EXAMPLES: &str = "\
