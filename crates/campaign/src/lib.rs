@@ -32,6 +32,7 @@ mod fixtures;
 pub mod flag_values;
 pub mod iperf3_run;
 pub mod mesh;
+pub mod mesh_file;
 pub mod mesh_view;
 pub mod multicast_run;
 pub mod ndt7_run;

@@ -425,15 +425,9 @@ RPM is round trips a minute while the path is busy (under 300 low, 300 to 1,000 
 above it high). The grade is of the latency load adds to a new connection's handshake:
 A+ under 5 ms, A under 30, B under 60, C under 200, D under 400, F from 400 ms.";
 
-/// `linerate rpm`.
+/// How a client checks the server's certificate (`rpm`, `ndt7`).
 #[derive(Debug, Args)]
-pub struct RpmArgs {
-    /// The server: HOST[:PORT] (https on 443 unless --http; port 80 then), or the
-    /// configuration's URL (http://HOST:PORT/.well-known/nq)
-    pub target: String,
-    /// HOST[:PORT] is cleartext HTTP/2 (prior knowledge), not TLS
-    #[arg(long)]
-    pub http: bool,
+pub struct TrustArgs {
     /// Accept any certificate (a lab's self-signed one)
     #[arg(long, conflicts_with_all = ["ca", "pin"])]
     pub insecure: bool,
@@ -443,6 +437,19 @@ pub struct RpmArgs {
     /// Accept exactly the certificate with this SHA-256 fingerprint (serve prints it)
     #[arg(long, value_name = "SHA256")]
     pub pin: Option<String>,
+}
+
+/// `linerate rpm`.
+#[derive(Debug, Args)]
+pub struct RpmArgs {
+    /// The server: HOST[:PORT] (https on 443 unless --http; port 80 then), or the
+    /// configuration's URL (http://HOST:PORT/.well-known/nq)
+    pub target: String,
+    /// HOST[:PORT] is cleartext HTTP/2 (prior knowledge), not TLS
+    #[arg(long)]
+    pub http: bool,
+    #[command(flatten)]
+    pub trust: TrustArgs,
     /// Each direction's time limit, seconds
     #[arg(short, long, default_value_t = 20.0, value_parser = rpm_seconds)]
     pub time: f64,
@@ -489,15 +496,8 @@ pub struct Ndt7Args {
     /// The upload subtest only
     #[arg(long)]
     pub upload: bool,
-    /// Accept any certificate (a lab's self-signed one)
-    #[arg(long, conflicts_with_all = ["ca", "pin"])]
-    pub insecure: bool,
-    /// Check the certificate against the CA certificates in FILE (PEM)
-    #[arg(long, value_name = "FILE", conflicts_with = "pin")]
-    pub ca: Option<std::path::PathBuf>,
-    /// Accept exactly the certificate with this SHA-256 fingerprint (serve prints it)
-    #[arg(long, value_name = "SHA256")]
-    pub pin: Option<String>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
     #[command(flatten)]
     pub print: JsonFlag,
 }

@@ -11,7 +11,8 @@ use linerate_campaign::cancel;
 use linerate_campaign::coordinator::{
     self, Coordinator, CoordinatorSpec, Note, SpoolPlace, StartError, StoreSpec,
 };
-use linerate_campaign::mesh::{self, MeshOptions};
+use linerate_campaign::mesh::MeshOptions;
+use linerate_campaign::mesh_file;
 use linerate_campaign::mesh_view::{self, Printer, RowsFrom};
 use linerate_mesh::Mesh;
 use linerate_model::clock::UnixTime;
@@ -33,69 +34,8 @@ pub fn run(command: MeshCommand, globals: &Globals) -> (bool, CommandResult) {
 }
 
 /// A mesh file that does not read is a usage error: one line naming file, line and value.
-/// Its `[[discover]]` names are resolved here, each address a host.
 fn load(path: &std::path::Path) -> Result<Mesh, Failure> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::Usage(format!("cannot read mesh file {name}: {e}")))?;
-    let mesh = linerate_mesh::parse(&name, &text).map_err(|e| Failure::Usage(e.to_string()))?;
-    let mesh = discovered(&name, mesh).map_err(Failure::Usage)?;
-    if mesh.hosts.len() < 2 {
-        return Err(Failure::Usage(format!(
-            "{name}: mesh '{}' has {} host(s): a mesh measures pairs",
-            mesh.name,
-            mesh.hosts.len()
-        )));
-    }
-    Ok(mesh)
-}
-
-/// `mesh` (as its file `name` reads) with its `[[discover]]` names resolved, each address
-/// a host; `Err` names the name that did not resolve.
-fn discovered(name: &str, mesh: Mesh) -> Result<Mesh, String> {
-    use std::net::ToSocketAddrs;
-    let mut found = Vec::new();
-    for discover in &mesh.discover {
-        let mut ips: Vec<std::net::IpAddr> = (discover.name.as_str(), discover.port)
-            .to_socket_addrs()
-            .map_err(|e| format!("{name}: discover '{}': {e}", discover.name))?
-            .map(|a| a.ip())
-            .collect();
-        ips.sort();
-        ips.dedup();
-        found.push(ips);
-    }
-    mesh.with_discovered(&found)
-        .map_err(|e| format!("{name}: {e}"))
-}
-
-/// The running mesh finds its hosts again as often as its `[[discover]]` names ask (the
-/// most often of them), from the file as it was read at the start.
-fn rediscover(path: &std::path::Path) -> Result<Option<mesh::Rediscover>, Failure> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::Usage(format!("cannot read mesh file {name}: {e}")))?;
-    let listed = linerate_mesh::parse(&name, &text).map_err(|e| Failure::Usage(e.to_string()))?;
-    let every = listed
-        .discover
-        .iter()
-        .map(|d| d.every_s)
-        .fold(f64::INFINITY, f64::min);
-    if !every.is_finite() {
-        return Ok(None);
-    }
-    Ok(Some(mesh::Rediscover {
-        every: Duration::from_secs_f64(every),
-        find: Box::new(move || {
-            let mesh = discovered(&name, listed.clone()).map_err(anyhow::Error::msg)?;
-            anyhow::ensure!(
-                mesh.hosts.len() >= 2,
-                "{name}: discovery found {} host(s); keeping the hosts the mesh has",
-                mesh.hosts.len()
-            );
-            Ok(mesh)
-        }),
-    }))
+    mesh_file::load(path).map_err(Failure::Usage)
 }
 
 fn plan(args: &MeshPlanArgs) -> CommandResult {
@@ -167,7 +107,7 @@ fn run_mesh(args: &MeshRunArgs, globals: &Globals) -> CommandResult {
         key,
         control_timeout: Duration::from_secs(5),
         lead: Duration::from_millis(500),
-        rediscover: rediscover(&args.file)?,
+        rediscover: mesh_file::rediscover(&args.file).map_err(Failure::Usage)?,
     };
     let spec = CoordinatorSpec {
         mesh,

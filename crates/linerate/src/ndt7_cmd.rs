@@ -60,39 +60,27 @@ pub fn run(args: &Ndt7Args, globals: &Globals) -> CommandResult {
 }
 
 /// The TLS client configuration the user's flags ask for; with `located` (a located
-/// public server) and none of them, the system's CA certificates.
+/// public server) and none of them, the system's CA certificates. The upgrade and the
+/// locate request are HTTP/1.1's: no h2 by ALPN.
 fn client_tls(
     args: &Ndt7Args,
     located: bool,
 ) -> Result<Option<Arc<linerate_rpm::tls::ClientConfig>>, anyhow::Error> {
-    let trust = if args.insecure {
-        Some(linerate_rpm::tls::any_certificate())
-    } else if let Some(ca) = &args.ca {
-        let trust = linerate_tls::verify::Trust::from_ca_file(ca)
-            .map_err(|e| Failure::Usage(format!("invalid value for '--ca': {e}")))?;
-        Some(linerate_rpm::tls::checked(&trust))
-    } else if let Some(pin) = &args.pin {
-        Some(linerate_rpm::tls::checked(
-            &linerate_tls::verify::Trust::Pinned(pin.to_lowercase()),
-        ))
-    } else if located {
+    let mut config = crate::rpm_cmd::client_tls(&args.trust)?;
+    if config.is_none() && located {
         let trust = linerate_tls::verify::Trust::from_ca_file(std::path::Path::new(SYSTEM_CA_FILE))
             .map_err(|e| {
                 Failure::Usage(format!(
                     "--mlab checks certificates against {SYSTEM_CA_FILE} ({e}): install ca-certificates, or give --ca FILE"
                 ))
             })?;
-        Some(linerate_rpm::tls::checked(&trust))
-    } else {
-        None
-    };
-    // The upgrade and the locate request are HTTP/1.1's: no h2 by ALPN.
-    Ok(trust
-        .transpose()
-        .map_err(|e| Failure::Usage(format!("TLS: {e}")))?
-        .map(|config| {
-            let mut config = (*config).clone();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Arc::new(config)
-        }))
+        let system =
+            linerate_rpm::tls::checked(&trust).map_err(|e| Failure::Usage(format!("TLS: {e}")))?;
+        config = Some(system);
+    }
+    Ok(config.map(|config| {
+        let mut config = (*config).clone();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(config)
+    }))
 }

@@ -1,7 +1,7 @@
 //! `linerate rpm TARGET`: responsiveness under working conditions against a server of the
 //! draft (linerate_rpm::client), printed as networkQuality prints it, or as JSON.
 
-use crate::cli::RpmArgs;
+use crate::cli::{RpmArgs, TrustArgs};
 use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use linerate_campaign::rpm_run;
@@ -26,7 +26,11 @@ pub fn config_url(target: &str, cleartext: bool) -> Result<String, String> {
     Ok(format!("{scheme}://{target}/.well-known/nq"))
 }
 
-fn trust(args: &RpmArgs) -> Result<Option<Arc<linerate_rpm::tls::ClientConfig>>, Failure> {
+/// The TLS client configuration `--insecure`, `--ca` or `--pin` asks for; `None` when
+/// none was given.
+pub fn client_tls(
+    args: &TrustArgs,
+) -> Result<Option<Arc<linerate_rpm::tls::ClientConfig>>, Failure> {
     let config = if args.insecure {
         linerate_rpm::tls::any_certificate()
     } else if let Some(ca) = &args.ca {
@@ -45,7 +49,7 @@ fn trust(args: &RpmArgs) -> Result<Option<Arc<linerate_rpm::tls::ClientConfig>>,
 
 pub fn run(args: &RpmArgs, globals: &Globals) -> CommandResult {
     let url = config_url(&args.target, args.http).map_err(Failure::Usage)?;
-    let tls = trust(args)?;
+    let tls = client_tls(&args.trust)?;
     if url.starts_with("https://") && tls.is_none() {
         return Err(Failure::Usage(format!(
             "{url}: give --insecure (any certificate), --ca FILE or --pin SHA256 to check the server's certificate, or --http for cleartext"

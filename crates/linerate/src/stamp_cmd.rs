@@ -8,34 +8,7 @@ use linerate_campaign::stamp_run;
 use linerate_model::clock::UnixTime;
 use linerate_stamp::sender::{self, Options};
 use linerate_stamp::wire::{tlv, Key, Mode};
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
-
-/// TARGET as an address: HOST, HOST:PORT, [V6]:PORT or a bare IPv6 address; port 862
-/// unless given.
-pub fn resolve(target: &str) -> Result<SocketAddr, String> {
-    let bad = |why: &str| format!("invalid value '{target}' for '<TARGET>': {why}");
-    if target.is_empty() || target.contains('/') || target.contains(char::is_whitespace) {
-        return Err(bad("give HOST or HOST:PORT"));
-    }
-    if let Ok(ip) = target.parse::<std::net::IpAddr>() {
-        return Ok(SocketAddr::new(ip, linerate_stamp::PORT));
-    }
-    let with_port = if target.starts_with('[')
-        || target
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-    {
-        target.to_string()
-    } else {
-        format!("{target}:{}", linerate_stamp::PORT)
-    };
-    with_port
-        .to_socket_addrs()
-        .map_err(|e| bad(&e.to_string()))?
-        .next()
-        .ok_or_else(|| bad("the name has no address"))
-}
 
 /// The key of --hmac-key or --hmac-key-file, when given.
 fn key(args: &StampArgs) -> Result<Option<Key>, Failure> {
@@ -52,25 +25,21 @@ fn key(args: &StampArgs) -> Result<Option<Key>, Failure> {
         .map_err(Failure::Usage)
 }
 
-/// A STAMP key file: hexadecimal text, or the raw bytes; at most 4 KiB.
+/// A STAMP key file (`linerate_stamp::wire::Key::from_file`), a mistake naming `flag`.
 pub fn read_key_file(path: &std::path::Path, flag: &str) -> Result<Key, String> {
-    let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("invalid value '{shown}' for '{flag}': {e}"))?;
-    if meta.len() > 4096 {
-        return Err(format!(
-            "invalid value '{shown}' for '{flag}': over 4096 bytes"
-        ));
-    }
-    let bytes =
-        std::fs::read(path).map_err(|e| format!("invalid value '{shown}' for '{flag}': {e}"))?;
-    Key::from_text(&bytes).map_err(|e| format!("invalid value '{shown}' for '{flag}': {e}"))
+    Key::from_file(path)
+        .map_err(|e| format!("invalid value '{}' for '{flag}': {e}", path.display()))
 }
 
 /// The run the flags ask for: the mode the key makes, the rate, the TLVs and the padding
 /// that makes `--size`.
 fn options(args: &StampArgs) -> Result<Options, Failure> {
-    let addr = resolve(&args.target).map_err(Failure::Usage)?;
+    let addr = linerate_stamp::resolve_reflector(&args.target).map_err(|why| {
+        Failure::Usage(format!(
+            "invalid value '{}' for '<TARGET>': {why}",
+            args.target
+        ))
+    })?;
     if let Some(bind) = args.source.bind.filter(|b| b.is_ipv4() != addr.is_ipv4()) {
         return Err(Failure::Usage(format!(
             "invalid value '{bind}' for '--bind': the reflector {addr} is of the other IP version"
@@ -115,7 +84,7 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
         same_clock: args.same_clock
             || sender::is_local(addr.ip())
             || std::env::var_os(linerate_model::PATH_ENV).is_some(),
-        ssid: ssid(),
+        ssid: linerate_stamp::random_ssid(),
         started_at: UnixTime::now().seconds(),
     };
     if let Some(size) = args.size {
@@ -137,35 +106,4 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
 
 pub fn run(args: &StampArgs, globals: &Globals) -> CommandResult {
     stamp_run::run(&options(args)?, args.print.json, &globals.storage)
-}
-
-/// A session identifier for this run: nonzero, drawn from the system's randomness.
-fn ssid() -> u16 {
-    let mut bytes = [0u8; 2];
-    let _ = getrandom::getrandom(&mut bytes);
-    u16::from_be_bytes(bytes).max(1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A bare host or address gets STAMP's port; a given port is kept; nonsense is one
-    /// line naming the value.
-    #[test]
-    fn targets_take_port_862_unless_given() {
-        assert_eq!(
-            resolve("127.0.0.1").unwrap(),
-            "127.0.0.1:862".parse().unwrap()
-        );
-        assert_eq!(
-            resolve("127.0.0.1:8620").unwrap(),
-            "127.0.0.1:8620".parse().unwrap()
-        );
-        assert_eq!(resolve("::1").unwrap(), "[::1]:862".parse().unwrap());
-        assert_eq!(resolve("[::1]:9").unwrap(), "[::1]:9".parse().unwrap());
-        assert_eq!(resolve("localhost").unwrap().port(), 862);
-        let e = resolve("a b").unwrap_err();
-        assert!(e.contains("'a b'"), "{e}");
-    }
 }

@@ -23,3 +23,37 @@ mod tests;
 
 /// STAMP's well-known port (RFC 8762 §4.1).
 pub const PORT: u16 = 862;
+
+/// A reflector named as users name one, as an address: HOST, HOST:PORT, [V6]:PORT or a
+/// bare IPv6 address, port 862 unless given. The error is the reason alone; the caller
+/// names the value.
+pub fn resolve_reflector(target: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{SocketAddr, ToSocketAddrs};
+    if target.is_empty() || target.contains('/') || target.contains(char::is_whitespace) {
+        return Err("give HOST or HOST:PORT".into());
+    }
+    if let Ok(ip) = target.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, PORT));
+    }
+    let with_port = if target.starts_with('[')
+        || target
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        target.to_string()
+    } else {
+        format!("{target}:{PORT}")
+    };
+    with_port
+        .to_socket_addrs()
+        .map_err(|e| e.to_string())?
+        .next()
+        .ok_or_else(|| "the name has no address".into())
+}
+
+/// A session identifier for a new session: nonzero, drawn from the system's randomness.
+pub fn random_ssid() -> u16 {
+    let mut bytes = [0u8; 2];
+    let _ = getrandom::getrandom(&mut bytes);
+    u16::from_be_bytes(bytes).max(1)
+}

@@ -928,3 +928,52 @@ fn the_prober_sends_each_sessions_probes_from_its_own_source() {
     assert_eq!(seen(&reflectors[0]), [bound].into());
     assert_eq!(seen(&reflectors[1]), [loopback].into());
 }
+
+/// A bare host or address gets STAMP's port; a given port is kept; nonsense is refused
+/// with its reason.
+#[test]
+fn reflectors_take_port_862_unless_given() {
+    use crate::resolve_reflector as resolve;
+    assert_eq!(
+        resolve("127.0.0.1").unwrap(),
+        "127.0.0.1:862".parse().unwrap()
+    );
+    assert_eq!(
+        resolve("127.0.0.1:8620").unwrap(),
+        "127.0.0.1:8620".parse().unwrap()
+    );
+    assert_eq!(resolve("::1").unwrap(), "[::1]:862".parse().unwrap());
+    assert_eq!(resolve("[::1]:9").unwrap(), "[::1]:9".parse().unwrap());
+    assert_eq!(resolve("localhost").unwrap().port(), 862);
+    assert_eq!(resolve("a b").unwrap_err(), "give HOST or HOST:PORT");
+}
+
+/// A key file is hexadecimal text or raw bytes, and a file over 4 KiB is not read.
+#[test]
+fn key_files_are_hex_or_bytes_and_small() {
+    let dir = std::env::temp_dir().join(format!("stamp-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hex = dir.join("hex");
+    std::fs::write(&hex, "00112233445566778899aabbccddeeff\n").unwrap();
+    let raw = dir.join("raw");
+    std::fs::write(
+        &raw,
+        [
+            0x00u8, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
+            0xee, 0xff,
+        ],
+    )
+    .unwrap();
+    let parts: [&[u8]; 1] = [b"probe"];
+    let by_hex = crate::wire::Key::from_file(&hex).unwrap().sign(&parts);
+    let by_raw = crate::wire::Key::from_file(&raw).unwrap().sign(&parts);
+    assert_eq!(by_hex, by_raw);
+    let big = dir.join("big");
+    std::fs::write(&big, vec![b'a'; 4097]).unwrap();
+    assert_eq!(
+        crate::wire::Key::from_file(&big).unwrap_err(),
+        "over 4096 bytes"
+    );
+    assert!(crate::wire::Key::from_file(&dir.join("absent")).is_err());
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -205,6 +205,16 @@ impl Key {
         Key::new(text)
     }
 
+    /// A key file: hexadecimal text, or the raw bytes; at most 4 KiB (a larger file is
+    /// not a key, and is not read).
+    pub fn from_file(path: &std::path::Path) -> Result<Key, String> {
+        let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+        if meta.len() > 4096 {
+            return Err("over 4096 bytes".into());
+        }
+        Key::from_text(&std::fs::read(path).map_err(|e| e.to_string())?)
+    }
+
     /// HMAC-SHA-256 over the parts in order, truncated to 16 octets.
     pub fn sign(&self, parts: &[&[u8]]) -> [u8; HMAC_LEN] {
         let mut context = ring::hmac::Context::with_key(&self.0);

@@ -147,7 +147,7 @@ pub(crate) fn start_source(
         timeout: ANSWER_WAIT,
         report_every: Duration::ZERO,
         same_clock: sender::is_local(addr.ip()),
-        ssid: ssid(),
+        ssid: linerate_stamp::random_ssid(),
         started_at: UnixTime::now().seconds(),
     };
     let outcome = linerate_stamp::prober::shared()
@@ -187,13 +187,6 @@ pub(crate) fn outcome(
             unreachable: None,
         }),
     }
-}
-
-/// A session identifier: nonzero, from the system's randomness.
-fn ssid() -> u16 {
-    let mut bytes = [0u8; 2];
-    let _ = getrandom::getrandom(&mut bytes);
-    u16::from_be_bytes(bytes).max(1)
 }
 
 /// An agent's report, checked against what was asked: no more probes than the window
