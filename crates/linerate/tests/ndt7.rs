@@ -304,6 +304,147 @@ fn a_thousand_subtests_at_once_are_served_within_256_mib() {
     );
 }
 
+/// An upload from `source` written by hand: binary messages of `message` bytes, each one
+/// masked frame written 64 KiB at a time, until the server's Close (then the message
+/// under way is finished and the Close answered). The payload bytes written, and the
+/// server's last count of them (its AppInfo's NumBytes), or why it was not served.
+fn upload_by_hand(
+    server: std::net::SocketAddr,
+    source: std::net::Ipv4Addr,
+    message: u64,
+) -> Result<(u64, u64), String> {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&std::net::SocketAddr::from((source, 0)).into())
+        .unwrap();
+    socket
+        .connect_timeout(&server.into(), Duration::from_secs(20))
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut stream: std::net::TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = "GET /ndt/v7/upload HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: net.measurementlab.ndt.v7\r\n\r\n";
+    stream
+        .write_all(head.as_bytes())
+        .map_err(|e| format!("upgrade: {e}"))?;
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => answer.push(byte[0]),
+            _ => return Err("the connection closed before the upgrade".into()),
+        }
+    }
+    if !answer.starts_with(b"HTTP/1.1 101") {
+        return Err(String::from_utf8_lossy(&answer).into_owned());
+    }
+    let closing = std::sync::Arc::new(AtomicBool::new(false));
+    let mut reader = stream.try_clone().unwrap();
+    let seen = closing.clone();
+    // The server's frames: its measurements (the last count kept) until its Close.
+    let counted = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let mut last = 0u64;
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let mut header = [0u8; 2];
+                if reader.read_exact(&mut header).is_err() {
+                    break;
+                }
+                let len = match header[1] & 0x7f {
+                    126 => {
+                        let mut ext = [0u8; 2];
+                        reader.read_exact(&mut ext).unwrap();
+                        usize::from(u16::from_be_bytes(ext))
+                    }
+                    short => usize::from(short),
+                };
+                reader.read_exact(&mut buf[..len]).unwrap();
+                match header[0] & 0x0f {
+                    0x1 => {
+                        let m: serde_json::Value = serde_json::from_slice(&buf[..len]).unwrap();
+                        last = m["AppInfo"]["NumBytes"].as_u64().unwrap_or(last);
+                    }
+                    0x8 => break,
+                    _ => {}
+                }
+            }
+            seen.store(true, Ordering::Relaxed);
+            last
+        })
+        .unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    let mut written = 0u64;
+    'messages: while !closing.load(Ordering::Relaxed) {
+        // FIN, binary; masked, a 64-bit length; a zero mask key (the payload as it is).
+        let mut frame = vec![0x82, 0x80 | 127];
+        frame.extend_from_slice(&message.to_be_bytes());
+        frame.extend_from_slice(&[0; 4]);
+        if stream.write_all(&frame).is_err() {
+            break;
+        }
+        let mut left = message;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            if stream.write_all(&chunk[..n]).is_err() {
+                break 'messages;
+            }
+            left -= n as u64;
+            written += n as u64;
+        }
+    }
+    let _ = stream.write_all(&[0x88, 0x80, 0, 0, 0, 0]);
+    let last = counted.join().unwrap();
+    Ok((written, last))
+}
+
+/// A hundred uploads at once, each sending 16 MiB messages (the most the spec allows, one
+/// frame each): the server counts their payload as it arrives and never assembles a
+/// message, so it holds them in under 256 MiB at its peak where whole messages would be
+/// 1.6 GiB; each upload's count is at least one whole message and no more than was sent.
+#[test]
+fn a_hundred_uploads_of_16_mib_messages_are_counted_within_256_mib() {
+    assert!(raise_descriptor_limit(1_000), "this test holds 200 sockets");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("served.db").display().to_string();
+    let server = ServeProcess::start(&["--db", &db, "--ndt7", "127.0.0.1:0", "--ndt7-cleartext"]);
+    let addr: std::net::SocketAddr = announced(&server, "ndt7 at ").parse().unwrap();
+    let message = linerate_model::ndt7::MAX_MESSAGE as u64;
+    let clients: Vec<_> = (0..100u32)
+        .map(|i| {
+            let source = std::net::Ipv4Addr::new(127, 4, (i % 5) as u8, 1);
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || upload_by_hand(addr, source, message))
+                .unwrap()
+        })
+        .collect();
+    let fared: Vec<Result<(u64, u64), String>> =
+        clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let peak = peak_rss(server.pid());
+    let served: Vec<(u64, u64)> = fared.iter().filter_map(|f| f.clone().ok()).collect();
+    let total: u64 = served.iter().map(|(written, _)| written).sum();
+    eprintln!(
+        "{} uploads served, {:.1} GiB written in 16 MiB messages; the server's peak RSS {:.1} MiB",
+        served.len(),
+        total as f64 / (1u64 << 30) as f64,
+        peak as f64 / (1 << 20) as f64
+    );
+    let refused: Vec<&String> = fared.iter().filter_map(|f| f.as_ref().err()).collect();
+    assert!(refused.is_empty(), "{:?}", &refused[..refused.len().min(5)]);
+    for (written, counted) in &served {
+        assert!(
+            *counted >= message && counted <= written,
+            "the server counted {counted} of {written} bytes"
+        );
+    }
+    assert!(peak < 256 << 20, "the server's peak RSS {peak} bytes");
+}
+
 /// A locate service on loopback: answers each request with `status` and `body`, as many
 /// times as asked, then ends.
 fn locate_service(status: &'static str, body: String, answers: usize) -> String {

@@ -1,15 +1,26 @@
 //! A watch on the client's WebSocket frames as their bytes arrive, before tungstenite
-//! reads them: the one abuse its message-level reading cannot see, a message cut into a
-//! storm of tiny fragments (each costs a wake-up and a header parse for a byte or two of
-//! data), and a storm of pings (each makes the server write a pong).
+//! reads them. It does two things tungstenite's message-level reading cannot:
 //!
-//! [`FrameWatch`] is sans IO: bytes in, a verdict out. [`Watched`] puts it in front of a
-//! connection's reads; a verdict against the peer reads as an `InvalidData` error, which
-//! the session reports as the protocol broken. Everything else about frames (masking,
-//! lengths over the bound, reserved bits, opcodes) is tungstenite's to refuse.
+//! - It takes the client's binary messages (an upload's data) out of the stream and
+//!   counts them, so that no message is ever assembled: an upload holds its read buffer,
+//!   not the up to 16 MiB message the spec lets a client send. A download's client sends
+//!   no binary message, and one is refused at its first byte.
+//! - It refuses the abuses that cost the server without moving data: a message cut into
+//!   a storm of tiny fragments (each costs a wake-up and a header parse for a byte or two)
+//!   and a storm of pings (each makes the server write a pong).
+//!
+//! [`FrameWatch`] is sans IO: bytes in, the bytes tungstenite is to see and a verdict out.
+//! [`Watched`] puts it in front of a connection's reads; a verdict against the peer reads
+//! as an `InvalidData` error, which the session reports as the protocol broken. The
+//! frames that pass (text, control) are tungstenite's to check further (masking, lengths
+//! over its bound, reserved bits, opcodes); the binary frames the watch counts it checks
+//! itself, as tungstenite would: masked, no reserved bits, a message within 16 MiB.
 
+use linerate_model::ndt7::MAX_MESSAGE;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -26,33 +37,48 @@ fn ping_allowance(elapsed: Duration) -> u64 {
     50 + (elapsed.as_secs_f64() * 10.0) as u64
 }
 
+/// What the watch does with the client's binary messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryFrames {
+    /// Counted and taken out of the stream (an upload's data).
+    Count,
+    /// Refused at once (a download's client sends only measurements).
+    Refuse,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Reading a frame's header: the bytes so far.
     Header { have: usize },
-    /// Skipping a frame's payload: the bytes left.
-    Payload { left: u64 },
+    /// A frame's payload: the bytes left, and whether they pass on to tungstenite.
+    Payload { left: u64, passes: bool },
+}
+
+/// The data message a continuation frame goes on with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Text,
+    /// A binary message and its payload so far.
+    Binary {
+        bytes: u64,
+    },
 }
 
 /// The state of the watch over one direction of one connection.
 #[derive(Debug, Clone)]
 pub struct FrameWatch {
+    binary: BinaryFrames,
     phase: Phase,
     header: [u8; 14],
-    /// Within a fragmented message: its small fragments so far.
-    in_message: Option<u32>,
+    /// Whether the frame whose header is being read passes on (all but binary data).
+    passes: bool,
+    open: Option<Open>,
+    /// The open message's small fragments so far.
+    small: u32,
     pings: u64,
-}
-
-impl Default for FrameWatch {
-    fn default() -> FrameWatch {
-        FrameWatch {
-            phase: Phase::Header { have: 0 },
-            header: [0; 14],
-            in_message: None,
-            pings: 0,
-        }
-    }
+    /// Binary payload counted, and when the last of it arrived.
+    data_bytes: u64,
+    last_data: Duration,
 }
 
 /// The length of a header whose second byte (mask bit and 7-bit length) is `second`.
@@ -67,29 +93,68 @@ fn header_len(second: u8) -> usize {
 }
 
 impl FrameWatch {
-    /// Takes the next bytes read from the peer, `elapsed` after the subtest began; an
-    /// error says why the peer is refused.
-    pub fn take(&mut self, mut bytes: &[u8], elapsed: Duration) -> Result<(), String> {
-        while !bytes.is_empty() {
+    pub fn new(binary: BinaryFrames) -> FrameWatch {
+        FrameWatch {
+            binary,
+            phase: Phase::Header { have: 0 },
+            header: [0; 14],
+            passes: true,
+            open: None,
+            small: 0,
+            pings: 0,
+            data_bytes: 0,
+            last_data: Duration::ZERO,
+        }
+    }
+
+    /// The binary payload counted so far, and how long after the start its last byte came.
+    pub fn data(&self) -> (u64, Duration) {
+        (self.data_bytes, self.last_data)
+    }
+
+    /// Takes the next bytes read from the peer, `elapsed` after the subtest began, and
+    /// leaves at the front of `bytes` those tungstenite is to read (every frame but the
+    /// binary ones): their length, or why the peer is refused.
+    pub fn take(&mut self, bytes: &mut [u8], elapsed: Duration) -> Result<usize, String> {
+        let (mut read, mut kept) = (0, 0);
+        while read < bytes.len() {
+            let available = bytes.len() - read;
             match self.phase {
-                Phase::Payload { left } => {
-                    let skip = left.min(bytes.len() as u64);
-                    bytes = &bytes[skip as usize..];
-                    self.phase = if left == skip {
+                Phase::Payload { left, passes } => {
+                    let n = left.min(available as u64) as usize;
+                    if passes {
+                        bytes.copy_within(read..read + n, kept);
+                        kept += n;
+                    } else {
+                        self.data_bytes += n as u64;
+                        self.last_data = elapsed;
+                    }
+                    read += n;
+                    self.phase = if left == n as u64 {
                         Phase::Header { have: 0 }
                     } else {
-                        Phase::Payload { left: left - skip }
+                        Phase::Payload {
+                            left: left - n as u64,
+                            passes,
+                        }
                     };
                 }
                 Phase::Header { have } => {
+                    if have == 0 {
+                        self.passes = self.passes_on(bytes[read])?;
+                    }
                     let need = if have < 2 {
                         2
                     } else {
                         header_len(self.header[1])
                     };
-                    let take = (need - have).min(bytes.len());
-                    self.header[have..have + take].copy_from_slice(&bytes[..take]);
-                    bytes = &bytes[take..];
+                    let take = (need - have).min(available);
+                    self.header[have..have + take].copy_from_slice(&bytes[read..read + take]);
+                    if self.passes {
+                        bytes.copy_within(read..read + take, kept);
+                        kept += take;
+                    }
+                    read += take;
                     let have = have + take;
                     self.phase = Phase::Header { have };
                     if have == 2 && header_len(self.header[1]) > 2 {
@@ -100,13 +165,30 @@ impl FrameWatch {
                         self.phase = if left == 0 {
                             Phase::Header { have: 0 }
                         } else {
-                            Phase::Payload { left }
+                            Phase::Payload {
+                                left,
+                                passes: self.passes,
+                            }
                         };
                     }
                 }
             }
         }
-        Ok(())
+        Ok(kept)
+    }
+
+    /// Whether a frame whose first byte is `first` passes on: all but binary data,
+    /// which is counted here, or refused where none may come.
+    fn passes_on(&self, first: u8) -> Result<bool, String> {
+        let binary = match first & 0x0f {
+            0x2 => true,
+            0x0 => matches!(self.open, Some(Open::Binary { .. })),
+            _ => false,
+        };
+        if binary && self.binary == BinaryFrames::Refuse {
+            return Err("a binary message the wrong way".into());
+        }
+        Ok(!binary)
     }
 
     /// A whole header is in: judges the frame, returns its payload's length.
@@ -120,10 +202,18 @@ impl FrameWatch {
         match opcode {
             // A data frame opens a message; a continuation goes on with one.
             0x0..=0x2 => {
+                let open = match (opcode, self.open) {
+                    (0x0, Some(open)) => open,
+                    (0x0, None) => return Err("a continuation frame with no message open".into()),
+                    (_, Some(_)) => return Err("a new message before the last one ended".into()),
+                    (0x1, None) => Open::Text,
+                    _ => Open::Binary { bytes: 0 },
+                };
                 let small = u32::from(len < SMALL_FRAGMENT && !fin);
-                let count = match (opcode, self.in_message) {
-                    (0x0, Some(count)) => count + small,
-                    _ => small,
+                let count = if opcode == 0x0 {
+                    self.small + small
+                } else {
+                    small
                 };
                 if count > MAX_SMALL_FRAGMENTS {
                     return Err(format!(
@@ -131,7 +221,14 @@ impl FrameWatch {
                          {SMALL_FRAGMENT} bytes in one message"
                     ));
                 }
-                self.in_message = (!fin).then_some(count);
+                let open = match open {
+                    Open::Binary { bytes } => Open::Binary {
+                        bytes: self.counted_frame(bytes, len)?,
+                    },
+                    text => text,
+                };
+                self.small = count;
+                self.open = (!fin).then_some(open);
             }
             0x9 => {
                 self.pings += 1;
@@ -147,22 +244,65 @@ impl FrameWatch {
         }
         Ok(len)
     }
+
+    /// A binary frame of `len` in a message that has `so_far`: checked as tungstenite
+    /// checks the frames it reads; the message's length with it.
+    fn counted_frame(&self, so_far: u64, len: u64) -> Result<u64, String> {
+        if self.header[1] & 0x80 == 0 {
+            return Err("an unmasked frame from the client".into());
+        }
+        if self.header[0] & 0x70 != 0 {
+            return Err("reserved bits set with no extension agreed".into());
+        }
+        match so_far.checked_add(len) {
+            Some(total) if total <= MAX_MESSAGE as u64 => Ok(total),
+            _ => Err(format!("a message too long: over {MAX_MESSAGE} bytes")),
+        }
+    }
 }
+
+/// The binary payload a [`Watched`] connection has counted, read from another task.
+#[derive(Debug, Default)]
+pub struct DataCount {
+    bytes: AtomicU64,
+    last_ns: AtomicU64,
+}
+
+impl DataCount {
+    /// The bytes so far, and how long after the start the last of them came.
+    pub fn get(&self) -> (u64, Duration) {
+        (
+            self.bytes.load(Ordering::Relaxed),
+            Duration::from_nanos(self.last_ns.load(Ordering::Relaxed)),
+        )
+    }
+}
+
+/// Reads that find only binary payload go on reading this many times before yielding to
+/// the other tasks (the payload is counted, so nothing is returned to tungstenite).
+const READS_BEFORE_YIELD: u32 = 16;
 
 /// A connection whose reads pass through a [`FrameWatch`] first.
 pub struct Watched<S> {
     inner: S,
     watch: FrameWatch,
+    count: Arc<DataCount>,
     started: Instant,
 }
 
 impl<S> Watched<S> {
-    pub fn new(inner: S, started: Instant) -> Watched<S> {
+    pub fn new(inner: S, started: Instant, binary: BinaryFrames) -> Watched<S> {
         Watched {
             inner,
-            watch: FrameWatch::default(),
+            watch: FrameWatch::new(binary),
+            count: Arc::new(DataCount::default()),
             started,
         }
+    }
+
+    /// Where the binary payload this connection counts can be read.
+    pub fn count(&self) -> Arc<DataCount> {
+        self.count.clone()
     }
 }
 
@@ -172,21 +312,38 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                let elapsed = this.started.elapsed();
-                match this.watch.take(&buf.filled()[before..], elapsed) {
-                    Ok(()) => Poll::Ready(Ok(())),
-                    Err(why) => Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, why))),
+        for _ in 0..READS_BEFORE_YIELD {
+            let before = buf.filled().len();
+            match Pin::new(&mut this.inner).poll_read(cx, buf) {
+                Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                    let elapsed = this.started.elapsed();
+                    let kept = match this.watch.take(&mut buf.filled_mut()[before..], elapsed) {
+                        Ok(kept) => kept,
+                        Err(why) => {
+                            return Poll::Ready(Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                why,
+                            )))
+                        }
+                    };
+                    buf.set_filled(before + kept);
+                    let (bytes, last) = this.watch.data();
+                    this.count.bytes.store(bytes, Ordering::Relaxed);
+                    this.count
+                        .last_ns
+                        .store(last.as_nanos() as u64, Ordering::Relaxed);
+                    if kept > 0 {
+                        return Poll::Ready(Ok(()));
+                    }
                 }
+                other => return other,
             }
-            other => other,
         }
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 }
-
 impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
@@ -240,74 +397,166 @@ mod tests {
 
     const T: Duration = Duration::from_secs(1);
 
+    /// What the watch passes on of `bytes`, or why it refused them.
+    fn take(watch: &mut FrameWatch, bytes: &[u8]) -> Result<Vec<u8>, String> {
+        let mut bytes = bytes.to_vec();
+        let kept = watch.take(&mut bytes, T)?;
+        bytes.truncate(kept);
+        Ok(bytes)
+    }
+
+    fn upload() -> FrameWatch {
+        FrameWatch::new(BinaryFrames::Count)
+    }
+
     #[test]
     fn whole_messages_and_large_fragments_pass_a_storm_does_not() {
-        let mut watch = FrameWatch::default();
+        let mut watch = upload();
         // A 1 MiB message in one frame, then one cut in 4 KiB frames (as a browser's
         // library might), then a ping.
-        watch.take(&frame(true, 2, 1 << 20), T).unwrap();
-        watch.take(&message(&[4096; 256]), T).unwrap();
-        watch.take(&frame(true, 9, 4), T).unwrap();
+        take(&mut watch, &frame(true, 2, 1 << 20)).unwrap();
+        take(&mut watch, &message(&[4096; 256])).unwrap();
+        take(&mut watch, &frame(true, 9, 4)).unwrap();
         // Small fragments up to the allowance in a message, then over it.
-        watch
-            .take(&message(&[10; MAX_SMALL_FRAGMENTS as usize + 1]), T)
-            .unwrap();
+        take(
+            &mut watch,
+            &message(&[10; MAX_SMALL_FRAGMENTS as usize + 1]),
+        )
+        .unwrap();
         let storm = message(&[1; MAX_SMALL_FRAGMENTS as usize + 2]);
-        let why = watch.take(&storm, T).unwrap_err();
+        let why = take(&mut watch, &storm).unwrap_err();
         assert!(why.contains("fragment storm"), "{why}");
     }
 
     #[test]
     fn the_count_starts_again_with_each_message() {
-        let mut watch = FrameWatch::default();
+        let mut watch = upload();
         for _ in 0..10 {
-            watch
-                .take(&message(&[1; MAX_SMALL_FRAGMENTS as usize + 1]), T)
-                .unwrap();
+            take(&mut watch, &message(&[1; MAX_SMALL_FRAGMENTS as usize + 1])).unwrap();
         }
     }
 
     #[test]
     fn pings_past_the_allowance_are_a_flood() {
-        let mut watch = FrameWatch::default();
+        let mut watch = upload();
         let pings: Vec<u8> = (0..70).flat_map(|_| frame(true, 9, 0)).collect();
-        assert!(watch.take(&pings, T).unwrap_err().contains("pings"));
-        let mut slow = FrameWatch::default();
-        slow.take(&pings, Duration::from_secs(10)).unwrap();
+        assert!(take(&mut watch, &pings).unwrap_err().contains("pings"));
+        let mut slow = upload();
+        let mut bytes = pings.clone();
+        slow.take(&mut bytes, Duration::from_secs(10)).unwrap();
+    }
+
+    /// An upload's binary messages are counted and taken out, whole or in fragments, with
+    /// pings between them; text and control frames pass on byte for byte, in order.
+    #[test]
+    fn binary_payload_is_counted_and_taken_out_the_rest_passes() {
+        let mut watch = upload();
+        let text = frame(true, 1, 30);
+        let ping = frame(true, 9, 3);
+        let bytes = [
+            frame(true, 2, 70_000),
+            text.clone(),
+            frame(false, 2, 5000),
+            ping.clone(),
+            frame(true, 0, 6000),
+            frame(true, 8, 2),
+        ]
+        .concat();
+        let passed = take(&mut watch, &bytes).unwrap();
+        assert_eq!(passed, [text, ping, frame(true, 8, 2)].concat());
+        assert_eq!(watch.data(), (70_000 + 5000 + 6000, T));
+    }
+
+    /// A download's client sends no binary message: the first byte of one is refused. A
+    /// binary frame the watch counts is checked as tungstenite would: masked, no reserved
+    /// bits, within the message bound, in a message that is open.
+    #[test]
+    fn binary_frames_the_wrong_way_or_malformed_are_refused() {
+        let mut download = FrameWatch::new(BinaryFrames::Refuse);
+        let why = take(&mut download, &frame(true, 2, 10)[..1]).unwrap_err();
+        assert!(why.contains("wrong way"), "{why}");
+        let mut text_ok = FrameWatch::new(BinaryFrames::Refuse);
+        assert_eq!(take(&mut text_ok, &frame(true, 1, 10)).unwrap().len(), 16);
+
+        let mut unmasked = frame(true, 2, 4);
+        unmasked[1] &= 0x7f;
+        unmasked.drain(2..6);
+        assert!(take(&mut upload(), &unmasked)
+            .unwrap_err()
+            .contains("unmasked"));
+        let mut reserved = frame(true, 2, 4);
+        reserved[0] |= 0x40;
+        assert!(take(&mut upload(), &reserved)
+            .unwrap_err()
+            .contains("reserved"));
+        let head = &frame(true, 2, MAX_MESSAGE + 1)[..14];
+        assert!(take(&mut upload(), head).unwrap_err().contains("too long"));
+        // Over the bound in fragments, each within it.
+        let mut watch = upload();
+        take(&mut watch, &frame(false, 2, MAX_MESSAGE - 10)).unwrap();
+        let why = take(&mut watch, &frame(true, 0, 11)[..14]).unwrap_err();
+        assert!(why.contains("too long"), "{why}");
+        assert!(take(&mut upload(), &frame(true, 0, 4))
+            .unwrap_err()
+            .contains("no message open"));
+        let mut watch = upload();
+        take(&mut watch, &frame(false, 2, 4)).unwrap();
+        assert!(take(&mut watch, &frame(true, 1, 4))
+            .unwrap_err()
+            .contains("before the last one ended"));
     }
 
     proptest! {
-        /// However the bytes are cut as they arrive, the watch reaches the same verdict
-        /// as when they come at once, and never panics on any bytes.
+        /// However the bytes are cut as they arrive, the watch reaches the same verdict,
+        /// passes on the same bytes and counts the same payload as when they come at
+        /// once, and never panics on any bytes.
         #[test]
         fn any_cut_gives_the_same_verdict(
             fragments in proptest::collection::vec(0usize..2000, 1..100),
             cuts in proptest::collection::vec(1usize..300, 1..50),
         ) {
-            let bytes = message(&fragments);
-            let whole = FrameWatch::default().take(&bytes, T).is_ok();
-            let mut watch = FrameWatch::default();
+            let text = frame(true, 1, 40);
+            let bytes = [message(&fragments), text.clone()].concat();
+            let mut at_once = upload();
+            let whole = take(&mut at_once, &bytes);
+            let mut watch = upload();
             let mut rest = &bytes[..];
             let mut verdict = Ok(());
+            let mut passed = Vec::new();
             for cut in cuts.iter().cycle() {
                 if rest.is_empty() || verdict.is_err() {
                     break;
                 }
                 let n = (*cut).min(rest.len());
-                verdict = watch.take(&rest[..n], T);
+                match take(&mut watch, &rest[..n]) {
+                    Ok(kept) => passed.extend(kept),
+                    Err(why) => verdict = Err(why),
+                }
                 rest = &rest[n..];
             }
-            prop_assert_eq!(verdict.is_ok(), whole);
+            prop_assert_eq!(verdict.is_ok(), whole.is_ok());
             let small = fragments[..fragments.len() - 1]
                 .iter()
                 .filter(|&&len| (len as u64) < SMALL_FRAGMENT)
                 .count();
-            prop_assert_eq!(whole, small <= MAX_SMALL_FRAGMENTS as usize);
+            prop_assert_eq!(whole.is_ok(), small <= MAX_SMALL_FRAGMENTS as usize);
+            if let Ok(kept) = whole {
+                prop_assert_eq!(&kept, &text);
+                prop_assert_eq!(&passed, &text);
+                let sum: usize = fragments.iter().sum();
+                prop_assert_eq!(watch.data().0, sum as u64);
+                prop_assert_eq!(at_once.data().0, sum as u64);
+            }
         }
 
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
-            let _ = FrameWatch::default().take(&bytes, T);
+            for binary in [BinaryFrames::Count, BinaryFrames::Refuse] {
+                let mut watch = FrameWatch::new(binary);
+                if let Ok(kept) = take(&mut watch, &bytes) {
+                    prop_assert!(kept.len() <= bytes.len());
+                }
+            }
         }
     }
 }

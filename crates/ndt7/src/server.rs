@@ -11,6 +11,7 @@
 //! a client that sends what the protocol forbids is closed, counted and logged (at most
 //! once a second). Nothing is sent before a client has asked over a connection it opened.
 
+use crate::frames::{BinaryFrames, Watched};
 use crate::session::{self, Link};
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -304,8 +305,16 @@ async fn serve_connection<S>(
         return;
     };
     let started = Instant::now();
+    // An upload's data is counted as it arrives and never assembled into messages; a
+    // download's client sends none (crate::frames).
+    let binary = match accept.subtest {
+        Subtest::Download => BinaryFrames::Refuse,
+        Subtest::Upload => BinaryFrames::Count,
+    };
+    let watched = Watched::new(hyper_util::rt::TokioIo::new(upgraded), started, binary);
+    let uploaded = watched.count();
     let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-        crate::frames::Watched::new(hyper_util::rt::TokioIo::new(upgraded), started),
+        watched,
         tokio_tungstenite::tungstenite::protocol::Role::Server,
         Some(session::server_websocket_config(accept.subtest)),
     )
@@ -318,7 +327,7 @@ async fn serve_connection<S>(
         Subtest::Download => {
             session::serve_download(ws, &link, shared.payload.clone(), started, bounds).await
         }
-        Subtest::Upload => session::serve_upload(ws, &link, started, bounds).await,
+        Subtest::Upload => session::serve_upload(ws, &link, &uploaded, started, bounds).await,
     };
     drop(accept.busy);
     result.metadata = accept.metadata;

@@ -2,6 +2,7 @@
 //! messages grown by the spec's rule, a measurement message every 250 ms), the
 //! receiver's count, the closing handshake, and the record of it.
 
+use crate::frames::DataCount;
 use crate::kernel;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -41,11 +42,16 @@ pub fn websocket_config() -> WebSocketConfig {
 
 /// The server's framing for one subtest. A frame is copied whole into tungstenite's write
 /// buffer, which keeps its largest size, so the download writes each message as frames
-/// of [`DOWNLOAD_FRAME`] and straight out (no write buffer to fill); a download reads only
-/// the client's measurements, so its read buffer is small. A thousand downloads at once
-/// then hold tens of MiB where whole 1 MiB messages held over a GiB.
+/// of [`DOWNLOAD_FRAME`] and straight out (no write buffer to fill). The client's binary
+/// messages never reach tungstenite here (an upload's are counted as they arrive,
+/// `crate::frames`), so what it reads is measurements and control frames, each bounded
+/// by [`MAX_MEASUREMENT`]; a download reads only those, so its read buffer is small. A
+/// thousand subtests at once then hold tens of MiB, where whole messages held over a GiB.
 pub fn server_websocket_config(subtest: Subtest) -> WebSocketConfig {
-    let config = websocket_config().write_buffer_size(0);
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_MEASUREMENT))
+        .max_frame_size(Some(MAX_MEASUREMENT))
+        .write_buffer_size(0);
     match subtest {
         Subtest::Download => config.read_buffer_size(4 * 1024),
         Subtest::Upload => config,
@@ -79,7 +85,7 @@ fn fragments(message: Bytes) -> impl Iterator<Item = Message> {
 }
 
 /// The most a measurement message is read as one (larger ones are counted, not parsed).
-const MAX_MEASUREMENT: usize = 64 * 1024;
+pub const MAX_MEASUREMENT: usize = 64 * 1024;
 /// Text messages a peer may send: ten a second on average (the spec's "should not send
 /// more"), with room for a burst, before it is closed as a flood.
 fn text_allowance(elapsed: Duration) -> u64 {
@@ -377,11 +383,13 @@ fn download_record(
     }
 }
 
-/// The server's upload: the client's binary messages counted for the runtime, a
-/// measurement of that count sent every 250 ms.
+/// The server's upload: the client's binary payload counted for the runtime as it
+/// arrives (`uploaded`, by the connection's frame watch), a measurement of that count
+/// sent every 250 ms.
 pub async fn serve_upload<S>(
     ws: WebSocketStream<S>,
     link: &Link,
+    uploaded: &DataCount,
     started: Instant,
     bounds: Bounds,
 ) -> SubtestResult
@@ -389,8 +397,6 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (mut sink, mut stream) = ws.split();
-    let mut received = 0u64;
-    let mut last_data_at = started;
     let mut series = Vec::new();
     let mut listener = Listener::default();
     let every = Duration::from_secs_f64(spec::MEASUREMENT_EVERY_S);
@@ -400,18 +406,15 @@ where
             break None;
         }
         tokio::select! {
-            message = stream.next() => match listener.hear(message, true, started) {
-                Ok(Heard::Data(n)) => {
-                    received += n as u64;
-                    last_data_at = Instant::now();
-                }
+            // The payload is counted as tungstenite reads; it hears the rest.
+            message = stream.next() => match listener.hear(message, false, started) {
                 Ok(Heard::Closed) => break Some((SubtestEnd::PeerClosed, "the client closed it".into())),
                 Ok(_) => {}
                 Err(end) => break Some(end),
             },
             _ = tokio::time::sleep_until(next_measure.into()) => {
                 next_measure += every;
-                let m = measurement(link, Subtest::Upload, started, received);
+                let m = measurement(link, Subtest::Upload, started, uploaded.get().0);
                 let text = serde_json::to_string(&m).unwrap_or_default();
                 series.push(m);
                 if let Err(end) = send(&mut sink, Message::Text(text.into()), bounds.hard).await {
@@ -421,6 +424,10 @@ where
             _ = tokio::time::sleep_until(bounds.runtime.into()) => break None,
         }
     };
+    // What arrived by the runtime (or the early end), and when its last byte came; what
+    // arrives after it is outside the subtest.
+    let (received, last_data) = uploaded.get();
+    let last_data = last_data.min(bounds.runtime - started);
     let (ended, ended_why) = match early {
         None => {
             let last = measurement(link, Subtest::Upload, started, received);
@@ -428,7 +435,6 @@ where
             series.push(last);
             let _ = send(&mut sink, Message::Text(text.into()), bounds.hard).await;
             {
-                // What arrives after the runtime is outside the subtest.
                 let mut after = 0;
                 close(
                     &mut sink,
@@ -465,7 +471,7 @@ where
         elapsed_s: elapsed,
         app_bytes: received,
         // Counted here, over the time the data took to arrive.
-        goodput_bps: received as f64 * 8.0 / (last_data_at - started).as_secs_f64().max(1e-9),
+        goodput_bps: received as f64 * 8.0 / last_data.as_secs_f64().max(1e-9),
         counted_by: "server AppInfo".into(),
         min_rtt_ms,
         retransmission_pct,
