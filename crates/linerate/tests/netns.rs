@@ -275,12 +275,35 @@ fn find_max_finds_the_shaped_ceiling() {
     // A 2 MiB receive buffer (80 ms at the ceiling): a receiver kept off its CPU for a
     // few milliseconds by other load would otherwise overflow the default 208 KiB, and
     // the search would rightly stop at the receiver instead of the path.
-    let doc = stream_across(
-        &pair,
-        &["--udp", "-l", "1400", "--find-max", "-t", "1", "-w", "2M"],
-    );
+    let (doc, steal) = steal_share_during(|| {
+        stream_across(
+            &pair,
+            &["--udp", "-l", "1400", "--find-max", "-t", "1", "-w", "2M"],
+        )
+    });
     let ceiling = 200e6 * 1400.0 / 1442.0;
     let found = num(&doc, "/result/receiver_bps");
+    // The search starts by sending as fast as the sender can. Where the hypervisor took
+    // the CPU (steal, measured over the run) and that first trial could not even offer
+    // the ceiling, the host cannot test the ceiling: the rate found is then the sender's,
+    // and the search must say so, never a figure above the path.
+    let first_sent = num(&doc, "/trials/0/summary/sender_bps");
+    if steal > 0.03 && first_sent < ceiling && found < ceiling * 0.94 {
+        eprintln!(
+            "find_max_finds_the_shaped_ceiling: the ceiling not checked: the hypervisor stole \
+             {:.0} % of the CPU and the unbounded trial sent {:.1} Mbit/s, under the \
+             {:.1} Mbit/s ceiling",
+            steal * 100.0,
+            first_sent / 1e6,
+            ceiling / 1e6
+        );
+        assert!(found <= first_sent * 1.01, "{}", doc["trials"]);
+        let limited_by = doc["result"]["limited_by"].as_str().unwrap();
+        assert!(limited_by.starts_with("sender"), "{limited_by}");
+        let limit = doc["limit"].as_str().unwrap();
+        assert!(!limit.contains("lost between the hosts"), "{limit}");
+        return;
+    }
     assert!(
         found <= ceiling * 1.01 && found >= ceiling * 0.94,
         "found {:.1} Mbit/s, ceiling {:.1} Mbit/s; trials: {}",
