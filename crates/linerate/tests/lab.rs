@@ -129,6 +129,35 @@ fn lab_up(name: &str, args: &[&str]) -> LabGuard {
     LabGuard(name.to_string())
 }
 
+/// Sets the congestion control the connections of the lab's two hosts start with. A new
+/// namespace takes the host's default, which may be BBR; a test whose premise is a
+/// loss-based sender filling a drop-tail queue (cubic, the kernel's own default) says so
+/// here, whatever the host runs: BBR keeps its queue near one round trip's worth, and a
+/// 250 ms queue never fills.
+///
+/// A namespace other than the host's may only choose an algorithm the host allows
+/// (`net.ipv4.tcp_allowed_congestion_control`, which holds the host's default and reno);
+/// where `algorithm` is not among them it is added there first, as set-up, and said.
+fn lab_congestion_control(name: &str, algorithm: &str) {
+    const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
+    let allowed = std::fs::read_to_string(ALLOWED).unwrap_or_default();
+    if !allowed.split_whitespace().any(|a| a == algorithm) {
+        let widened = format!("{} {algorithm}", allowed.trim());
+        std::fs::write(ALLOWED, &widened).expect("widening the allowed congestion controls");
+        eprintln!(
+            "set-up: {ALLOWED} was '{}', now '{widened}'",
+            allowed.trim()
+        );
+    }
+    let setting = format!("net.ipv4.tcp_congestion_control={algorithm}");
+    for host in ["client", "server"] {
+        let set = lab(&[
+            "exec", "--name", name, host, "--", "sysctl", "-qw", &setting,
+        ]);
+        assert!(set.status.success(), "{host}: {}", stderr(&set));
+    }
+}
+
 impl Drop for LabGuard {
     fn drop(&mut self) {
         let _ = lab(&["down", "--name", &self.0]);
@@ -2218,6 +2247,7 @@ fn rpm_tells_a_deep_queue_from_a_short_one_by_the_emulators_own_queue() {
     for (tag, queue) in [("rpmdeep", "250ms"), ("rpmshort", "5ms")] {
         let name = lab_name(tag);
         let _guard = lab_up(&name, &["--rtt", "20ms", "--rate", "50M", "--queue", queue]);
+        lab_congestion_control(&name, "cubic");
         let (result, log) = rpm_over_lab(
             &name,
             &["http://server:8480/.well-known/nq", "--time", "12"],
@@ -2423,6 +2453,7 @@ fn rpm_through_fq_codel_grades_two_bands_better_than_a_deep_drop_tail_queue() {
                 "--rtt", "20ms", "--rate", "50M", "--queue", "250ms", "--aqm", aqm,
             ],
         );
+        lab_congestion_control(&name, "cubic");
         let (result, _) = rpm_over_lab(
             &name,
             &["http://server:8480/.well-known/nq", "--time", "12"],
