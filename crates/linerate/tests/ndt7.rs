@@ -150,37 +150,52 @@ enum Fared {
     Refused(String),
 }
 
-/// A download from `source`, written by hand over a blocking socket so a thousand fit in
-/// one test process: the upgrade, the server's frames read (unmasked, as a server's are)
-/// until its Close, which is answered.
-fn download_by_hand(server: std::net::SocketAddr, source: std::net::Ipv4Addr) -> Fared {
+/// A connection from `source` upgraded to ndt7 at `path` by hand over a blocking socket
+/// (a thousand fit in one test process), or why the server did not upgrade it.
+fn upgraded_by_hand(
+    server: std::net::SocketAddr,
+    source: std::net::Ipv4Addr,
+    path: &str,
+) -> Result<std::net::TcpStream, String> {
     use std::io::{Read, Write};
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     socket
         .bind(&std::net::SocketAddr::from((source, 0)).into())
         .unwrap();
-    if let Err(e) = socket.connect_timeout(&server.into(), Duration::from_secs(20)) {
-        return Fared::Refused(format!("connect: {e}"));
-    }
+    socket
+        .connect_timeout(&server.into(), Duration::from_secs(20))
+        .map_err(|e| format!("connect: {e}"))?;
     let mut stream: std::net::TcpStream = socket.into();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let head = "GET /ndt/v7/download HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: net.measurementlab.ndt.v7\r\n\r\n";
+    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: net.measurementlab.ndt.v7\r\n\r\n");
     if stream.write_all(head.as_bytes()).is_err() {
-        return Fared::Refused("the connection closed before the upgrade".into());
+        return Err("the connection closed before the upgrade".into());
     }
     let mut answer = Vec::new();
     let mut byte = [0u8; 1];
     while !answer.ends_with(b"\r\n\r\n") {
         match stream.read(&mut byte) {
             Ok(1) => answer.push(byte[0]),
-            _ => return Fared::Refused("the connection closed before the upgrade".into()),
+            _ => return Err("the connection closed before the upgrade".into()),
         }
     }
     if !answer.starts_with(b"HTTP/1.1 101") {
-        return Fared::Refused(String::from_utf8_lossy(&answer).into_owned());
+        return Err(String::from_utf8_lossy(&answer).into_owned());
     }
+    Ok(stream)
+}
+
+/// A download from `source`, written by hand over a blocking socket so a thousand fit in
+/// one test process: the upgrade, the server's frames read (unmasked, as a server's are)
+/// until its Close, which is answered.
+fn download_by_hand(server: std::net::SocketAddr, source: std::net::Ipv4Addr) -> Fared {
+    use std::io::{Read, Write};
+    let mut stream = match upgraded_by_hand(server, source, "/ndt/v7/download") {
+        Ok(stream) => stream,
+        Err(why) => return Fared::Refused(why),
+    };
     let mut payload = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -315,32 +330,7 @@ fn upload_by_hand(
 ) -> Result<(u64, u64), String> {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicBool, Ordering};
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket
-        .bind(&std::net::SocketAddr::from((source, 0)).into())
-        .unwrap();
-    socket
-        .connect_timeout(&server.into(), Duration::from_secs(20))
-        .map_err(|e| format!("connect: {e}"))?;
-    let mut stream: std::net::TcpStream = socket.into();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let head = "GET /ndt/v7/upload HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: net.measurementlab.ndt.v7\r\n\r\n";
-    stream
-        .write_all(head.as_bytes())
-        .map_err(|e| format!("upgrade: {e}"))?;
-    let mut answer = Vec::new();
-    let mut byte = [0u8; 1];
-    while !answer.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => answer.push(byte[0]),
-            _ => return Err("the connection closed before the upgrade".into()),
-        }
-    }
-    if !answer.starts_with(b"HTTP/1.1 101") {
-        return Err(String::from_utf8_lossy(&answer).into_owned());
-    }
+    let mut stream = upgraded_by_hand(server, source, "/ndt/v7/upload")?;
     let closing = std::sync::Arc::new(AtomicBool::new(false));
     let mut reader = stream.try_clone().unwrap();
     let seen = closing.clone();
