@@ -132,8 +132,54 @@ pub struct AgentRunner {
 
 impl JobRunner for AgentRunner {
     fn run(&self, mesh: &Mesh, job: Job, cycle: u64, stop: &AtomicBool) -> (JobEnd, JobResult) {
-        run_job(mesh, job, cycle, &self.options, stop, &*self.clock.now)
+        let (outcome, result) = run_job(mesh, job, cycle, &self.options, stop, &*self.clock.now);
+        if stop.load(Ordering::Relaxed) {
+            return (outcome, result);
+        }
+        confirm_blame(mesh, outcome, result, &self.options)
     }
+}
+
+/// A failed job takes down only the blamed hosts that do not answer the coordinator's
+/// own dial either. The blame may be another agent's word (the source's agent could not
+/// reach or use the destination, a cause it keeps from the requester) or one handshake
+/// that timed out on a loaded host; a host that answers at once is up, and taking it
+/// down would skip its every job for the backoff. Its row then blames nobody and says
+/// why.
+fn confirm_blame(
+    mesh: &Mesh,
+    outcome: JobEnd,
+    mut result: JobResult,
+    options: &RunOptions,
+) -> (JobEnd, JobResult) {
+    let JobEnd::Failed { hosts, reason } = outcome else {
+        return (outcome, result);
+    };
+    let (gone, answering): (Vec<usize>, Vec<usize>) = hosts
+        .into_iter()
+        .partition(|&host| controller::agent_answers(&mesh.hosts[host].address, options).is_err());
+    if answering.is_empty() {
+        return (
+            JobEnd::Failed {
+                hosts: gone,
+                reason,
+            },
+            result,
+        );
+    }
+    let names: Vec<&str> = answering
+        .iter()
+        .map(|&host| mesh.hosts[host].name.as_str())
+        .collect();
+    let outcome = JobEnd::Failed {
+        hosts: gone,
+        reason: format!(
+            "{reason} ({} answered the coordinator right after, so it is not taken down)",
+            names.join(", ")
+        ),
+    };
+    result.row.outcome = row_outcome(mesh, &outcome);
+    (outcome, result)
 }
 
 /// The figure a job's row carries: goodput for a stream, the median time of the timed

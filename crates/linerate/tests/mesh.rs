@@ -407,29 +407,34 @@ fn a_host_killed_mid_cycle_of_twelve_is_reported_and_measured_again_once_back() 
     // Every job succeeds; where the hypervisor held the host back (a CI run once: 12
     // agents on 2 CPUs, handshakes between two hosts that were never killed timed out),
     // host 2 is still measured both ways, and nothing is skipped as if it were down.
-    // What this test is about is host 2's return. A job between two hosts that were never
-    // killed whose agent did not answer within the control timeout is the host's load on
-    // 2 CPUs (seen in CI with steal under 3 %: one light job of hundreds), not recovery:
-    // at most two such are allowed where the host was not stolen from, each printed.
-    let overloaded = |r: &serde_json::Value| {
-        r["src"] != "h2"
-            && r["dst"] != "h2"
-            && r["reason"]
-                .as_str()
-                .unwrap_or("")
-                .contains("did not answer as a linerate agent")
+    // What this test is about is host 2's return. On 12 agents and 2 CPUs a handshake can
+    // miss the control timeout where the host was not stolen from (CI, steal under 3 %:
+    // the coordinator's own dial, one light job of hundreds; another time an agent's dial
+    // of its peer, whose cause the agent keeps to itself): at most two such failures are
+    // allowed, each printed, and none may take a host down, since the coordinator dials a
+    // blamed host itself first and an answering one stays up (before, one such failure
+    // skipped some fifty jobs of two hosts that were never killed).
+    let loaded = |r: &serde_json::Value| {
+        let reason = r["reason"].as_str().unwrap_or("");
+        reason.contains("did not answer as a linerate agent")
+            || reason.contains("is not a linerate agent this agent may dial")
     };
-    let held_back = not_ok.iter().filter(|r| overloaded(r)).count();
-    if steal <= 0.03 && held_back < not_ok.len().max(1) {
+    let held_back = not_ok.iter().filter(|r| loaded(r)).count();
+    if steal <= 0.03 {
+        if !not_ok.is_empty() {
+            eprintln!("{held_back} job(s) missed a handshake's timeout: {not_ok:#?}");
+        }
         assert!(
-            out.status.success(),
+            held_back == not_ok.len() && held_back <= 2,
             "{}\nthe jobs that did not succeed: {not_ok:#?}",
             stderr(&out)
         );
-        assert!(tput.iter().all(|r| r["ok"] == true), "{tput:#?}");
-    } else if steal <= 0.03 {
-        eprintln!("{held_back} job(s) between hosts never killed timed out: {not_ok:#?}");
-        assert!(held_back <= 2, "{not_ok:#?}");
+        assert!(
+            tput.iter()
+                .filter(|r| r["src"] == "h2" || r["dst"] == "h2")
+                .all(|r| r["ok"] == true),
+            "{tput:#?}"
+        );
     } else {
         eprintln!(
             "steal {:.1} %: {} jobs did not succeed",
@@ -545,6 +550,91 @@ fn an_agent_restarted_mid_test_fails_that_job_only() {
         .collect();
     assert_eq!(after.len(), 2, "{lines:#?}");
     let _ = std::fs::remove_file(&db);
+}
+
+/// Two agents that cannot reach each other but both answer the coordinator: every job
+/// between them fails (the source's agent cannot use its peer), and no host is taken
+/// down for it, since the coordinator dials the blamed host itself and it answers; so no
+/// job is skipped as if a host were gone, and each row says why nobody is blamed.
+#[test]
+fn a_host_another_agent_cannot_reach_but_the_coordinator_can_is_not_taken_down() {
+    let test = "a_host_another_agent_cannot_reach_but_the_coordinator_can_is_not_taken_down";
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    let _turn = turn();
+    let star = Star::new("meshsplit", 3);
+    let key = key_file("meshsplit");
+    let _agents: Vec<ServeProcess> = (0..2).map(|i| agent(&star, i, &key)).collect();
+    // h0 has no route to h1 (nor back: h1's answers to h0 are unroutable in h0's
+    // namespace), while the coordinator on h2 reaches both.
+    let cut = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &star.hosts[0],
+            "ip",
+            "route",
+            "add",
+            "unreachable",
+        ])
+        .arg(format!("{}/32", star.addrs[1]))
+        .status()
+        .unwrap();
+    assert!(cut.success());
+    let mut text = format!("name = \"split\"\nkey = \"{key}\"\n");
+    for i in 0..2 {
+        text += &format!(
+            "[[host]]\nname = \"h{i}\"\naddress = \"{}:{PORT}\"\n",
+            star.addrs[i]
+        );
+    }
+    text += "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"2s\"\ninterval = \"1s\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"tput\"]\n";
+    let file = std::env::temp_dir().join(format!("linerate-{}-split.toml", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    let db = fresh_db("split");
+    let out = linerate_in(
+        &star.hosts[2],
+        &[
+            "--db",
+            &db,
+            "mesh",
+            "run",
+            file.to_str().unwrap(),
+            "--cycles",
+            "2",
+            "--json",
+        ],
+    );
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&db);
+    let lines = rows(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "jobs failed: exit 1; {lines:#?}"
+    );
+    assert_eq!(
+        lines.len(),
+        4,
+        "two cycles of two pairs, none skipped: {lines:#?}"
+    );
+    for row in &lines {
+        let reason = row["reason"].as_str().unwrap_or("");
+        assert_eq!(row["outcome"], "failed", "{row}");
+        assert!(row["blamed"].is_null(), "no host taken for down: {row}");
+        assert!(
+            reason.contains("answered the coordinator right after, so it is not taken down"),
+            "{row}"
+        );
+    }
+    let pairs: BTreeSet<(String, String)> = lines
+        .iter()
+        .map(|r| (r["src"].to_string(), r["dst"].to_string()))
+        .collect();
+    assert_eq!(pairs.len(), 2, "both directions tried: {lines:#?}");
 }
 
 #[test]

@@ -224,6 +224,18 @@ fn run_with(
     Ok(assemble(profile, agents, start_ns, started_at))
 }
 
+/// Whether the agent `host` answers this controller now: dialed, greeted and, holding
+/// the key, proven both ways, then left. A mesh asks it of a host a failed job blamed
+/// before it takes the host down: another agent's failure to reach a host (its cause kept
+/// from the requester) or one handshake that timed out on a loaded host is not the host
+/// being gone.
+pub fn agent_answers(host: &str, options: &RunOptions) -> Result<(), String> {
+    let addr = super::resolve(host).map_err(|e| e.to_string())?;
+    Link::dial(addr, options.control_timeout, options.key.as_ref())
+        .map(drop)
+        .map_err(|e| format!("{addr}: {e}"))
+}
+
 /// Dials the agent `host` (the controller's own for [`LOCAL`]), estimates its clock's
 /// offset, and picks the profile's groups it runs.
 fn connect_agent(
