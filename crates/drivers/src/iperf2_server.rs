@@ -357,6 +357,7 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
         started_at,
         theirs: Vec::new(),
         ours,
+        trip_times: None,
     };
     keep_report(shared, &header, config, finished);
 }
@@ -598,6 +599,8 @@ pub(crate) struct Finished {
     pub started_at: f64,
     pub theirs: Vec<linerate_report::FlowSide>,
     pub ours: SideResult,
+    /// What became of `--trip-times`'s one-way delays, where the test measured them.
+    pub trip_times: Option<String>,
 }
 
 /// Hands the finished test's report to the server's report sink, when it has one.
@@ -613,6 +616,7 @@ pub(crate) fn keep_report(
         started_at,
         theirs,
         ours,
+        trip_times,
     } = finished;
     // The test lasted as long as the client sent, not as long as its schedule allowed.
     config.time_s = ours.flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
@@ -646,11 +650,13 @@ pub(crate) fn keep_report(
             .release()
             .map_or(String::new(), |r| format!(" ({r})"))
     ));
-    if header.ext_flags & iperf2::ext_flag::TRIP_TIMES != 0 {
-        report.warnings.push(
-            "--trip-times: the writes' send times were not read; one-way delay is not measured by this server yet"
+    match trip_times {
+        Some(note) => report.warnings.push(note),
+        None if header.trip_times() => report.warnings.push(
+            "--trip-times: the writes' send times were not read; one-way delay over TCP is not measured by this server yet"
                 .into(),
-        );
+        ),
+        None => {}
     }
     (sink.0)(ServedTool::Iperf2, id, &report);
 }

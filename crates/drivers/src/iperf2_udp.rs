@@ -45,6 +45,9 @@ struct Entry {
     kept_at: Option<Instant>,
     /// Refused: its datagrams are dropped until it has been silent a while.
     refused: bool,
+    /// For a `--trip-times` test: whether the clocks allow its one-way delays (and how),
+    /// or why not.
+    clocks: Option<Result<String, String>>,
 }
 
 /// Binds iperf 2's port for UDP on the server's address.
@@ -151,6 +154,7 @@ fn begin(
         started_at: UnixTime::now().seconds(),
         kept_at: None,
         refused: true,
+        clocks: None,
     };
     if linerate_proto::datagram::Framing::Iperf2.is_final(datagram) {
         // A straggler of a test already forgotten: nothing to answer.
@@ -206,9 +210,36 @@ fn begin(
             .release()
             .map_or(String::new(), |r| format!(", iperf {r}"))
     ));
-    entry.test = UdpTest::new(header, mono_ns);
+    if header.trip_times() {
+        entry.clocks = Some(clocks_comparable(shared.config.same_clock, from.ip()));
+    }
+    let gives = matches!(entry.clocks, Some(Ok(_)));
+    entry.test = UdpTest::new(header, mono_ns).giving_transit(gives);
     entry.refused = false;
     Some(entry)
+}
+
+/// Whether this host's clock and `client`'s are on one time scale, as one-way delays need
+/// (docs/stamp.md's rule): `Ok` says how, `Err` why not. One clock where the client is
+/// one of this host's addresses or the operator says so (`--same-clock`: a lab's
+/// namespaces); else this host's clock must be kept by a time source, and the client,
+/// asking `--trip-times`, declares its own so (iperf 2 sends no state of its clock).
+fn clocks_comparable(same_clock: bool, client: std::net::IpAddr) -> Result<String, String> {
+    if same_clock {
+        return Ok("both ends read one clock (--same-clock)".into());
+    }
+    let own = client.is_loopback() || UdpSocket::bind(SocketAddr::new(client, 0)).is_ok();
+    if own {
+        return Ok("both ends read one clock (the client is this host)".into());
+    }
+    match linerate_hostinfo::clock::read() {
+        Some(state) if state.synchronised => Ok(format!(
+            "this host's clock {}; the client's as its --trip-times declares",
+            state.describe()
+        )),
+        Some(state) => Err(format!("this host's clock is {}", state.describe())),
+        None => Err("this host's clock discipline cannot be read".into()),
+    }
 }
 
 /// Ends tests silent too long; forgets ended ones once their client has had its answers.
@@ -295,6 +326,9 @@ fn finish(
             foreign: counts.foreign,
             jitter_ms: counts.jitter_ns / 1e6,
             loss_events: counts.loss_events,
+            // The one-way delay only where the clocks allow it.
+            transit_sum_ms: report.transit.map_or(0.0, |_| counts.transit_sum_ns / 1e6),
+            transit_samples: report.transit.map_or(0, |_| counts.transit_samples),
             ..UdpCounts::default()
         }),
         datagrams_total: counts.datagrams,
@@ -336,6 +370,20 @@ fn finish(
             Vec::new()
         },
         ours,
+        trip_times: entry.clocks.as_ref().map(|clocks| match clocks {
+            Ok(how) => match report.transit {
+                Some(transit) => format!(
+                    "--trip-times: one-way delay {:.3} ms mean ({:.3} to {:.3}, standard deviation {:.3}) over {} datagrams in order; {how}",
+                    transit.mean_ns / 1e6,
+                    transit.min_ns / 1e6,
+                    transit.max_ns / 1e6,
+                    transit.deviation_ns() / 1e6,
+                    transit.count
+                ),
+                None => format!("--trip-times: no datagram arrived in order; {how}"),
+            },
+            Err(why) => format!("--trip-times: one-way delay withheld: {why}"),
+        }),
     };
     keep_report(shared, header, config, finished);
 }

@@ -64,6 +64,9 @@ pub struct ServerConfig {
     /// The operator named the port: a port this server cannot have is an error, not a
     /// line in the log.
     pub iperf2_port_chosen: bool,
+    /// Clients read this host's clock (`--same-clock`: network namespaces of one host, a
+    /// lab): one-way delays need no time source then.
+    pub same_clock: bool,
 }
 
 pub use linerate_model::{Served, ServedGroup, ServedTest};
@@ -135,6 +138,7 @@ impl ServerConfig {
             mptcp: false,
             iperf2_port: None,
             iperf2_port_chosen: false,
+            same_clock: false,
         }
     }
 }

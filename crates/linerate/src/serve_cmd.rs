@@ -46,6 +46,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     config.iperf3_auth = iperf3_auth(args)?;
     config.files = file_service(args, config.key.clone())?;
     (config.iperf2_port, config.iperf2_port_chosen) = iperf2_port(args, config.key.is_some());
+    config.same_clock = args.same_clock;
     if config.key.is_none() {
         eprintln!(
             "linerate: warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)"

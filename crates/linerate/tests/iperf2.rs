@@ -267,6 +267,113 @@ fn real_iperf2_udp_tests_are_counted_to_the_datagram() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The four figures after "Latency avg/min/max/stdev" in the line that follows an iperf 2
+/// UDP client's "Server Report:", milliseconds.
+fn server_latency(output: &Output) -> Option<[f64; 4]> {
+    let text = String::from_utf8_lossy(&output.stdout);
+    let after = text.split("Server Report:").nth(1)?;
+    let figures = after
+        .split_whitespace()
+        .find(|w| w.matches('/').count() == 3 && w.starts_with(|c: char| c.is_ascii_digit()))?;
+    let parsed: Vec<f64> = figures.split('/').filter_map(|f| f.parse().ok()).collect();
+    parsed.try_into().ok()
+}
+
+/// The figures of a kept run's `--trip-times` note: mean, least, most and standard
+/// deviation, milliseconds.
+fn kept_latency(run: &Value) -> Option<[f64; 4]> {
+    let note = run["warnings"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|w| w.starts_with("--trip-times: one-way delay "))?;
+    let numbers: Vec<f64> = note
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    Some([numbers[0], numbers[1], numbers[2], numbers[3]])
+}
+
+/// A real iperf 2 client's `--trip-times` UDP test: linerate's server report carries the
+/// one-way delays, and the client prints them (its "Latency avg/min/max/stdev") as the
+/// kept run has them, its deviation included (the squared differences crossed the wire
+/// as 2.1.8 reads them); the client is this host, so one clock. Without `--trip-times`,
+/// none is given or kept.
+#[test]
+fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
+    let test = "an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server";
+    if !have("iperf", test) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("linerate-iperf2-trip-{}", std::process::id()));
+    let db = dir.join("served.db").to_str().unwrap().to_string();
+    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
+    let port = iperf2_port(&server);
+    let out = iperf(&[
+        "-c",
+        "127.0.0.1",
+        "-u",
+        "-p",
+        &port,
+        "-t",
+        "2",
+        "-b",
+        "2000pps",
+        "-e",
+        "--trip-times",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        server.wait_log("stored as run 1", Duration::from_secs(10)),
+        "{}",
+        server.log()
+    );
+    let run = kept(&db, 1);
+    let printed = server_latency(&out).unwrap_or_else(|| panic!("no latency printed: {text}"));
+    let ours = kept_latency(&run).unwrap_or_else(|| panic!("{}", run["warnings"]));
+    eprintln!("the client printed {printed:?} ms; the kept run {ours:?} ms");
+    for (what, (p, o)) in ["mean", "least", "most", "deviation"]
+        .iter()
+        .zip(printed.iter().zip(ours))
+    {
+        assert!(
+            (p - o).abs() <= 0.0011,
+            "{what}: printed {p}, kept {o}\n{text}"
+        );
+    }
+    let [mean, least, most, _] = ours;
+    assert!(0.0 <= least && least <= mean && mean <= most, "{ours:?}");
+    let summary = num(&run, "/summary/one_way_delay_ms");
+    assert!((summary - mean).abs() < 0.0006, "{summary} against {mean}");
+    assert!(
+        run["warnings"]
+            .to_string()
+            .contains("one clock (the client is this host)"),
+        "{}",
+        run["warnings"]
+    );
+    // Without --trip-times: nothing printed, nothing kept.
+    let out = iperf(&["-c", "127.0.0.1", "-u", "-p", &port, "-t", "1", "-e"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(server_report(&out).is_some(), "{text}");
+    assert!(server_latency(&out).is_none(), "{text}");
+    assert!(
+        server.wait_log("stored as run 2", Duration::from_secs(10)),
+        "{}",
+        server.log()
+    );
+    let run = kept(&db, 2);
+    assert!(
+        run["summary"]["one_way_delay_ms"].is_null(),
+        "{}",
+        run["summary"]
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// What this server does not serve yet (dual, tradeoff, full duplex, bounceback,
 /// isochronous), a header out of bounds, a test longer than --max-duration, and a
 /// connection that sends nothing: each is closed, logged with the reason, kept as no run,

@@ -345,6 +345,10 @@ pub struct ArrivalCounts {
     /// path's delay with no queue, the reference an added delay is measured from.
     pub transit_min_ns: Option<f64>,
     pub transit_max_ns: Option<f64>,
+    /// The sum of the squared differences of those transit times from their mean,
+    /// nanoseconds squared (Welford's running form, exact enough over millions): their
+    /// variance is this over `transit_samples - 1`.
+    pub transit_m2_ns2: f64,
     /// Gaps in the sequence when they opened (a run of consecutive losses is one event):
     /// `lost / loss_events` is the mean burst length, where nothing arrived late.
     pub loss_events: u64,
@@ -471,9 +475,16 @@ impl SequenceTracker {
             self.judge_playout(transit);
             // RFC 3550 6.4.1: J += (|D| - J) / 16, D the change in transit time between
             // consecutive in-order datagrams; the first datagram only sets the reference.
-            self.counts.transit_sum_ns += transit as f64;
-            self.counts.transit_samples += 1;
             let transit_ns = transit as f64;
+            let mean_before = if self.counts.transit_samples > 0 {
+                self.counts.transit_sum_ns / self.counts.transit_samples as f64
+            } else {
+                transit_ns
+            };
+            self.counts.transit_sum_ns += transit_ns;
+            self.counts.transit_samples += 1;
+            let mean_after = self.counts.transit_sum_ns / self.counts.transit_samples as f64;
+            self.counts.transit_m2_ns2 += (transit_ns - mean_before) * (transit_ns - mean_after);
             self.counts.transit_min_ns = Some(
                 self.counts
                     .transit_min_ns
@@ -554,6 +565,29 @@ mod tests {
         );
         assert_eq!(c.bytes, 5 * 64);
         assert_eq!(t.expected(), 5);
+    }
+
+    /// The squared differences from the mean, kept as datagrams arrive, are what they
+    /// are taken over all at once: a deviation of delays (iperf 2's `--trip-times`) needs
+    /// them, and a few milliseconds of delay squared over millions of datagrams would
+    /// lose its digits as a plain sum of squares.
+    #[test]
+    fn delays_spread_is_kept_as_they_arrive() {
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
+        let transits = [5_001_000u64, 5_003_000, 5_002_000, 5_010_000, 5_000_500];
+        for (s, transit) in transits.iter().enumerate() {
+            let sent = 1_000_000_000 + s as u64 * 1_000_000;
+            t.record(&datagram(s as u64, sent, 64), sent + transit);
+        }
+        let c = t.counts();
+        let mean = transits.iter().sum::<u64>() as f64 / transits.len() as f64;
+        let m2: f64 = transits.iter().map(|&x| (x as f64 - mean).powi(2)).sum();
+        assert_eq!(c.transit_samples, 5);
+        assert!(
+            (c.transit_m2_ns2 - m2).abs() < 1e-3 * m2,
+            "{} against {m2}",
+            c.transit_m2_ns2
+        );
     }
 
     #[test]

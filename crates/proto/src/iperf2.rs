@@ -256,6 +256,12 @@ impl ClientHeader {
         out
     }
 
+    /// Whether every write carries its send time for the receiver's one-way delay
+    /// (`--trip-times`).
+    pub fn trip_times(&self) -> bool {
+        self.ext_flags & ext_flag::TRIP_TIMES != 0
+    }
+
     /// Whether the server sends (`-R`).
     pub fn reverse(&self) -> bool {
         self.ext_flags & ext_flag::REVERSE != 0
@@ -335,6 +341,56 @@ pub struct ServerReport {
     /// The datagrams the client sent, by their numbers.
     pub datagrams: u64,
     pub jitter_ns: f64,
+    /// The one-way delays, where the test asked for them (`--trip-times`) and the
+    /// receiver gives them (its clock and the client's on one time scale).
+    pub transit: Option<Transit>,
+}
+
+/// A `--trip-times` test's one-way delays as its server report carries them (the client
+/// prints them as its server's "Latency avg/min/max/stdev" and NetPwr), nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Transit {
+    pub min_ns: f64,
+    pub max_ns: f64,
+    pub sum_ns: f64,
+    pub mean_ns: f64,
+    /// The sum of squared differences from the mean, nanoseconds squared.
+    pub m2_ns2: f64,
+    pub count: u64,
+    /// Datagrams received over the test's whole seconds: the client's packets a second.
+    pub received: u64,
+    pub whole_seconds: u32,
+}
+
+impl Transit {
+    /// The sample standard deviation of the delays, nanoseconds (0 for one).
+    pub fn deviation_ns(&self) -> f64 {
+        if self.count > 1 {
+            (self.m2_ns2.max(0.0) / (self.count - 1) as f64).sqrt()
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Where the report's first extension (fifteen words) begins, by word index after the
+/// datagram header: minimum, maximum, sum, mean, squared differences and a last delay
+/// change, each as two words; then the count, and the datagrams and seconds the client's
+/// packet rate is taken over.
+const TRANSIT_AT: usize = 10;
+
+/// A signed time as iperf 2's two words: whole seconds and microseconds, both carrying
+/// the sign (a delay read across two clocks can be below zero).
+fn seconds_and_micros(ns: f64) -> (u32, u32) {
+    let micros = (ns / 1e3).round() as i64;
+    (
+        (micros / 1_000_000) as i32 as u32,
+        (micros % 1_000_000) as i32 as u32,
+    )
+}
+
+fn from_seconds_and_micros(seconds: u32, micros: u32) -> f64 {
+    (f64::from(seconds as i32) * 1e6 + f64::from(micros as i32)) * 1e3
 }
 
 impl ServerReport {
@@ -358,6 +414,29 @@ impl ServerReport {
         put(7, self.datagrams as u32);
         put(8, (jitter_us / 1_000_000) as u32);
         put(9, (jitter_us % 1_000_000) as u32);
+        if let Some(transit) = &self.transit {
+            put(0, flag::VERSION1 | flag::EXTEND | flag::SEQNO64);
+            let mut at = TRANSIT_AT;
+            for ns in [
+                transit.min_ns,
+                transit.max_ns,
+                transit.sum_ns,
+                transit.mean_ns,
+            ] {
+                let (seconds, micros) = seconds_and_micros(ns);
+                put(at, seconds);
+                put(at + 1, micros);
+                at += 2;
+            }
+            // The squared differences in microseconds squared: the whole part, then the
+            // millionths (the client's deviation is the root of this over count - 1).
+            let m2_us2 = (transit.m2_ns2 / 1e6).max(0.0);
+            put(18, m2_us2.trunc().min(f64::from(u32::MAX)) as u32);
+            put(19, (m2_us2.fract() * 1e6) as u32);
+            put(22, transit.count.min(u64::from(u32::MAX)) as u32);
+            put(23, transit.received.min(u64::from(u32::MAX)) as u32);
+            put(24, transit.whole_seconds);
+        }
         // After the 15-word first extension: the counts' high words.
         put(25, (self.lost >> 32) as u32);
         put(26, (self.out_of_order >> 32) as u32);
@@ -385,6 +464,21 @@ impl ServerReport {
             out_of_order: wide(26, 6),
             datagrams: wide(27, 7),
             jitter_ns: (f64::from(word(body, 8)) * 1e6 + f64::from(word(body, 9))) * 1e3,
+            transit: (word(body, 0) & flag::EXTEND != 0).then(|| {
+                let at = |index: usize| {
+                    from_seconds_and_micros(word(body, index), word(body, index + 1))
+                };
+                Transit {
+                    min_ns: at(TRANSIT_AT),
+                    max_ns: at(TRANSIT_AT + 2),
+                    sum_ns: at(TRANSIT_AT + 4),
+                    mean_ns: at(TRANSIT_AT + 6),
+                    m2_ns2: (f64::from(word(body, 18)) + f64::from(word(body, 19)) / 1e6) * 1e6,
+                    count: u64::from(word(body, 22)),
+                    received: u64::from(word(body, 23)),
+                    whole_seconds: word(body, 24),
+                }
+            }),
         })
     }
 }
@@ -404,6 +498,8 @@ pub struct UdpTest {
     /// The count the first final datagram carried; `Some` once the test has ended.
     sent: Option<u64>,
     replies: u32,
+    /// Whether its report carries the one-way delays (asked, and the clocks allow).
+    gives_transit: bool,
 }
 
 impl UdpTest {
@@ -417,7 +513,16 @@ impl UdpTest {
             arrived: 0,
             sent: None,
             replies: 0,
+            gives_transit: false,
         }
+    }
+
+    /// Its report carries the one-way delays: the client asked (`--trip-times`) and the
+    /// receiver reads its clock on the client's time scale (one host, a lab, or clocks a
+    /// time source keeps; the caller's judgement).
+    pub fn giving_transit(mut self, give: bool) -> UdpTest {
+        self.gives_transit = give && self.header.trip_times();
+        self
     }
 
     /// Accounts one datagram; for a final one, the report to answer it with, where the
@@ -475,7 +580,26 @@ impl UdpTest {
             out_of_order: counts.out_of_order,
             datagrams: expected,
             jitter_ns: counts.jitter_ns,
+            transit: self.transit(&counts),
         }
+    }
+
+    fn transit(&self, counts: &crate::datagram::ArrivalCounts) -> Option<Transit> {
+        if !self.gives_transit {
+            return None;
+        }
+        let (min_ns, max_ns) = counts.transit_min_ns.zip(counts.transit_max_ns)?;
+        let seconds = self.last_ns.saturating_sub(self.first_ns) as f64 / 1e9;
+        Some(Transit {
+            min_ns,
+            max_ns,
+            sum_ns: counts.transit_sum_ns,
+            mean_ns: counts.transit_sum_ns / counts.transit_samples as f64,
+            m2_ns2: counts.transit_m2_ns2,
+            count: counts.transit_samples,
+            received: counts.datagrams,
+            whole_seconds: (seconds.round() as u32).max(1),
+        })
     }
 }
 
@@ -725,6 +849,7 @@ mod tests {
             out_of_order: 0,
             datagrams: 128,
             jitter_ns: 4_000.0,
+            transit: None,
         };
         let bytes = report.encode();
         assert_eq!(
@@ -732,6 +857,47 @@ mod tests {
             hex("88000000 00000000 00006400 00000000 000313b3 00000000 00000000 00000080 00000000 00000004")
         );
         assert_eq!(ServerReport::decode(&bytes), Some(report));
+    }
+
+    /// A 2.1.8 server's report of a `--trip-times` test on one host (89 datagrams, its
+    /// client printing "0.012/0.003/0.067/0.012 ms" and "86 pps"), captured with tcpdump:
+    /// read, and written back the same but for the two words of its last delay change,
+    /// which linerate leaves zero (its client prints nothing of them).
+    #[test]
+    fn a_trip_times_report_reads_and_writes_as_2_1_8_has_it() {
+        let words = "c8000000 00000000 0001ff0e 00000001 00005b6b 00000000 00000000 00000059 00000000 00000002 \
+                     00000000 00000003 00000000 00000043 00000000 00000436 00000000 0000000c 000033e5 0009c5c1 \
+                     00000000 fffffff7 00000059 00000056 00000001 00000000 00000000 00000000";
+        let mut bytes = vec![0u8; UDP_HEADER_AT];
+        bytes.extend(hex(words));
+        let report = ServerReport::decode(&bytes).unwrap();
+        let transit = report.transit.expect("the extension's delays");
+        assert_eq!((report.datagrams, report.bytes), (89, 130_830));
+        assert_eq!((transit.min_ns, transit.max_ns), (3_000.0, 67_000.0));
+        assert_eq!((transit.sum_ns, transit.mean_ns), (1_078_000.0, 12_000.0));
+        assert_eq!(
+            (transit.count, transit.received, transit.whole_seconds),
+            (89, 86, 1)
+        );
+        // The client's deviation, 0.012 ms: the root of 13,285.640449 us^2 over 88.
+        assert!(
+            (transit.deviation_ns() - 12_287.0).abs() < 1.0,
+            "{transit:?}"
+        );
+        let mut again = report.encode().to_vec();
+        assert_eq!(&again[96..104], &[0u8; 8], "the delay change left zero");
+        again[96..104].copy_from_slice(&bytes[96..104]);
+        assert_eq!(again, bytes);
+        // A delay below zero (two clocks apart) keeps its sign in both words.
+        let negative = ServerReport {
+            transit: Some(Transit {
+                min_ns: -1_500_000.0,
+                ..transit
+            }),
+            ..report
+        };
+        let read = ServerReport::decode(&negative.encode()).unwrap();
+        assert_eq!(read.transit.unwrap().min_ns, -1_500_000.0);
     }
 
     fn udp_datagram(sequence: u64, header: &ClientHeader) -> Vec<u8> {
