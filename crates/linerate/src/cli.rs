@@ -1547,9 +1547,10 @@ pub struct ServeArgs {
     /// A multicast stream ends after this long without a datagram (seconds, or 500ms)
     #[arg(long, value_name = "DURATION", default_value = "2", value_parser = join_silence, requires = "join")]
     pub join_silence: f64,
-    /// The multicast senders read this host's clock (one host, a lab's namespaces): give
-    /// their streams' one-way delay
-    #[arg(long, requires = "join")]
+    /// Clients and multicast senders read this host's clock (one host, a lab's
+    /// namespaces): give their one-way delays (iperf 2's --trip-times, multicast streams)
+    /// without a time source
+    #[arg(long)]
     pub same_clock: bool,
     /// Answer STAMP test packets (RFC 8762, stateful, with RFC 8972's TLVs) on this UDP
     /// [ADDR:]PORT (862 is STAMP's; below 1024 needs root or CAP_NET_BIND_SERVICE)

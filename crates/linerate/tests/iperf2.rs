@@ -267,16 +267,11 @@ fn real_iperf2_udp_tests_are_counted_to_the_datagram() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The four figures after "Latency avg/min/max/stdev" in the line that follows an iperf 2
-/// UDP client's "Server Report:", milliseconds.
+/// The latency an iperf 2 UDP client printed for its server (the line after "Server
+/// Report:").
 fn server_latency(output: &Output) -> Option<[f64; 4]> {
     let text = String::from_utf8_lossy(&output.stdout);
-    let after = text.split("Server Report:").nth(1)?;
-    let figures = after
-        .split_whitespace()
-        .find(|w| w.matches('/').count() == 3 && w.starts_with(|c: char| c.is_ascii_digit()))?;
-    let parsed: Vec<f64> = figures.split('/').filter_map(|f| f.parse().ok()).collect();
-    parsed.try_into().ok()
+    iperf2_latency(text.split("Server Report:").nth(1)?)
 }
 
 /// The figures of a kept run's `--trip-times` note: mean, least, most and standard

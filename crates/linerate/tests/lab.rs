@@ -3129,6 +3129,121 @@ fn stamp_loss_and_delay_each_way_are_the_emulators() {
     );
 }
 
+/// iperf 2's `--trip-times` over the lab, the emulator as the reference: a real 2.1.8
+/// client's UDP test to `linerate serve --same-clock` (the lab's namespaces read one
+/// clock) hears a one-way delay that is the emulator's own mean holding time on the way
+/// out (the 5 ms asked plus its reported lateness) within 0.2 ms, and so does the same
+/// client's test to iperf 2's own server over the same path in the same run; neither is
+/// the 25 ms of the way back.
+#[test]
+fn iperf2_trip_times_one_way_delay_is_the_emulators() {
+    let test = "iperf2_trip_times_one_way_delay_is_the_emulators";
+    if skip_unless_root(test) || !have("iperf", test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("trip");
+    let _guard = lab_up(&name, &["--delay", "5ms,25ms"]);
+    let mut serve = serve_http_in(&name, &["--same-clock"]);
+    let logs = tempfile::tempdir().unwrap();
+    let peer_log = logs.path().join("iperf-server.txt");
+    let mut peer = Command::new(binary())
+        .args(["lab", "exec", "--name", &name, "server", "--", "sh", "-c"])
+        .arg(format!(
+            "exec iperf -s -u -e -i 1 -p 5002 > {} 2>&1",
+            peer_log.display()
+        ))
+        .spawn()
+        .expect("iperf 2's server");
+    std::thread::sleep(Duration::from_millis(800));
+    let server = std::env::var("LINERATE_LAB_SERVER").unwrap_or_else(|_| "10.77.0.2".into());
+    // The client learns the server's link address first: else the first datagrams wait
+    // in its kernel for the answer (30 ms over this path), a delay that is real but
+    // before the emulator, whose holding time is the reference here (seen: a mean
+    // 0.19 ms above it, a most of 35.6 ms).
+    let resolved = Command::new(binary())
+        .args(["lab", "exec", "--name", &name, "client", "--"])
+        .args(["ping", "-c", "2", "-W", "2", &server])
+        .output()
+        .expect("ping");
+    assert!(resolved.status.success(), "{}", stderr(&resolved));
+    let client = |port: &str| {
+        Command::new(binary())
+            .args(["lab", "exec", "--name", &name, "client", "--"])
+            .args([
+                "timeout", "-s", "KILL", "30", "iperf", "-c", &server, "-u", "-p", port,
+            ])
+            .args(["--trip-times", "-e", "-t", "4", "-b", "500pps"])
+            .output()
+            .expect("iperf 2's client")
+    };
+    let ours = client("5001");
+    let theirs = client("5002");
+    // The status file is written every second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let status = emulator_status(&name);
+    for child in [&mut serve, &mut peer] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let ours_text = String::from_utf8_lossy(&ours.stdout).to_string();
+    let peer_text = std::fs::read_to_string(&peer_log).unwrap_or_default();
+    let linerate = ours_text
+        .split("Server Report:")
+        .nth(1)
+        .and_then(iperf2_latency)
+        .unwrap_or_else(|| {
+            panic!(
+                "no latency from linerate's report: {ours_text}{}",
+                stderr(&ours)
+            )
+        });
+    // iperf 2's server each second of the test (`-i 1`), not its whole-test line: that
+    // one counts the client's final datagrams too, which the client sends again with
+    // their first send time until an answer comes (seen here: a mean of 10.2 ms, a most
+    // of 2.6 s, over this 5 ms path).
+    let seconds: Vec<f64> = peer_text
+        .lines()
+        .filter(|line| {
+            let span = line.split_whitespace().find_map(|w| {
+                let (from, to) = w.split_once('-')?;
+                Some((from.parse::<f64>().ok()?, to.parse::<f64>().ok()?))
+            });
+            span.is_some_and(|(from, to)| to - from <= 1.01 && to <= 4.0)
+        })
+        .filter_map(|line| iperf2_latency(line).map(|figures| figures[0]))
+        .collect();
+    assert!(
+        seconds.len() >= 3,
+        "iperf 2's server: {peer_text}\nits client: {}",
+        String::from_utf8_lossy(&theirs.stdout)
+    );
+    let iperf2 = seconds.iter().sum::<f64>() / seconds.len() as f64;
+    let held = held_ms(&status, 0);
+    let late = late_ms(&status, 0);
+    eprintln!(
+        "one-way delay out: linerate {linerate:?} ms (avg/min/max/stdev), iperf 2's server {iperf2:.3} ms (the mean of its seconds {seconds:?}); \
+         the emulator held frames {held:.3} ms on average ({late:.3} ms of it late)"
+    );
+    assert!(
+        (held - late - 5.0).abs() < 0.01,
+        "the emulator held {held} ms"
+    );
+    for (who, mean) in [("linerate", linerate[0]), ("iperf 2", iperf2)] {
+        assert!(
+            (mean - held).abs() < 0.2,
+            "{who}: {mean:.3} ms mean against the emulator's {held:.3} ms ({late:.3} ms late)"
+        );
+    }
+    // No datagram arrived sooner than the path's delay allows.
+    assert!(linerate[1] >= 5.0 - 0.05, "least {} ms", linerate[1]);
+    assert!(
+        (linerate[0] - iperf2).abs() < 0.2,
+        "linerate {:.3} ms, iperf 2 {iperf2:.3} ms",
+        linerate[0]
+    );
+}
+
 /// The mean time the emulator held a direction's frames (`held_ms`), and of it the time
 /// it was late (`late_ms`), from its status.
 fn held_ms(status: &serde_json::Value, way: usize) -> f64 {

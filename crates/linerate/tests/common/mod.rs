@@ -928,3 +928,14 @@ pub fn sample_of(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// The first "avg/min/max/stdev" figures (milliseconds) iperf 2 prints in `text` for a
+/// `--trip-times` UDP test, its client for the server's report or its server for itself.
+#[allow(dead_code)]
+pub fn iperf2_latency(text: &str) -> Option<[f64; 4]> {
+    let figures = text
+        .split_whitespace()
+        .find(|w| w.matches('/').count() == 3 && w.starts_with(|c: char| c.is_ascii_digit()))?;
+    let parsed: Vec<f64> = figures.split('/').filter_map(|f| f.parse().ok()).collect();
+    parsed.try_into().ok()
+}
