@@ -242,6 +242,87 @@ fn clocks_comparable(same_clock: bool, client: std::net::IpAddr) -> Result<Strin
     }
 }
 
+/// The test's flow as this server received it, and as its client sent it (the count its
+/// final datagram carried, of datagrams of the length that arrived).
+fn flows_of(
+    test: &UdpTest,
+    report: &iperf2::ServerReport,
+    (local, from): (SocketAddr, SocketAddr),
+    cut: Option<&str>,
+) -> (FlowSide, FlowSide) {
+    let seconds = report.duration_ns as f64 / 1e9;
+    let counts = test.counts();
+    let flow = FlowSide {
+        id: 0,
+        direction: Direction::Forward,
+        role: Role::Receive,
+        local_addr: local.to_string(),
+        remote_addr: from.to_string(),
+        window_bytes: report.bytes,
+        window_s: seconds,
+        bytes_total: report.bytes,
+        retransmits: 0,
+        sndbuf: 0,
+        rcvbuf: 0,
+        mss: 0,
+        rtt_us: 0,
+        congestion: String::new(),
+        error: cut.map(str::to_string),
+        udp: Some(UdpCounts {
+            received: counts.datagrams,
+            lost: report.lost,
+            out_of_order: counts.out_of_order,
+            duplicates: counts.duplicates,
+            foreign: counts.foreign,
+            jitter_ms: counts.jitter_ns / 1e6,
+            loss_events: counts.loss_events,
+            // The one-way delay only where the clocks allow it.
+            transit_sum_ms: report.transit.map_or(0.0, |_| counts.transit_sum_ns / 1e6),
+            transit_samples: report.transit.map_or(0, |_| counts.transit_samples),
+            ..UdpCounts::default()
+        }),
+        datagrams_total: counts.datagrams,
+        transactions: 0,
+        transactions_total: 0,
+        classes: None,
+        ecn: false,
+        mptcp: None,
+    };
+    let length = counts.bytes.checked_div(counts.datagrams).unwrap_or(0);
+    let sent = FlowSide {
+        role: Role::Send,
+        local_addr: from.to_string(),
+        remote_addr: local.to_string(),
+        window_bytes: report.datagrams * length,
+        bytes_total: report.datagrams * length,
+        error: None,
+        udp: Some(UdpCounts {
+            sent: report.datagrams,
+            ..UdpCounts::default()
+        }),
+        datagrams_total: report.datagrams,
+        ..flow.clone()
+    };
+    (flow, sent)
+}
+
+/// What the kept run says of a `--trip-times` test's one-way delays: the figures and how
+/// the clocks were judged, or why they were withheld.
+fn trip_times_note(clocks: &Result<String, String>, transit: Option<&iperf2::Transit>) -> String {
+    match (clocks, transit) {
+        (Ok(how), Some(transit)) => format!(
+            "--trip-times: one-way delay {:.3} ms mean ({:.3} to {:.3}, standard deviation {:.3}) over {} datagrams in order; {how}",
+            transit.mean_ns / 1e6,
+            transit.min_ns / 1e6,
+            transit.max_ns / 1e6,
+            transit.deviation_ns() / 1e6,
+            transit.count
+        ),
+        (Ok(how), None) => format!("--trip-times: no datagram arrived in order; {how}"),
+        (Err(why), _) => format!("--trip-times: one-way delay withheld: {why}"),
+    }
+}
+
 /// Ends tests silent too long; forgets ended ones once their client has had its answers.
 fn expire(
     shared: &Arc<ServerState>,
@@ -301,60 +382,7 @@ fn finish(
     let Ok(config) = config_of(shared, header, 1, from, local.port(), true) else {
         return;
     };
-    let counts = entry.test.counts();
-    let flow = FlowSide {
-        id: 0,
-        direction: Direction::Forward,
-        role: Role::Receive,
-        local_addr: local.to_string(),
-        remote_addr: from.to_string(),
-        window_bytes: report.bytes,
-        window_s: seconds,
-        bytes_total: report.bytes,
-        retransmits: 0,
-        sndbuf: 0,
-        rcvbuf: 0,
-        mss: 0,
-        rtt_us: 0,
-        congestion: String::new(),
-        error: cut.map(str::to_string),
-        udp: Some(UdpCounts {
-            received: counts.datagrams,
-            lost: report.lost,
-            out_of_order: counts.out_of_order,
-            duplicates: counts.duplicates,
-            foreign: counts.foreign,
-            jitter_ms: counts.jitter_ns / 1e6,
-            loss_events: counts.loss_events,
-            // The one-way delay only where the clocks allow it.
-            transit_sum_ms: report.transit.map_or(0.0, |_| counts.transit_sum_ns / 1e6),
-            transit_samples: report.transit.map_or(0, |_| counts.transit_samples),
-            ..UdpCounts::default()
-        }),
-        datagrams_total: counts.datagrams,
-        transactions: 0,
-        transactions_total: 0,
-        classes: None,
-        ecn: false,
-        mptcp: None,
-    };
-    // The client's count, from its final datagram: datagrams of the length that
-    // arrived.
-    let length = counts.bytes.checked_div(counts.datagrams).unwrap_or(0);
-    let sent = FlowSide {
-        role: Role::Send,
-        local_addr: from.to_string(),
-        remote_addr: local.to_string(),
-        window_bytes: report.datagrams * length,
-        bytes_total: report.datagrams * length,
-        error: None,
-        udp: Some(UdpCounts {
-            sent: report.datagrams,
-            ..UdpCounts::default()
-        }),
-        datagrams_total: report.datagrams,
-        ..flow.clone()
-    };
+    let (flow, sent) = flows_of(&entry.test, &report, (local, from), cut);
     let ours = SideResult {
         flows: vec![flow],
         host: shared.host.clone(),
@@ -370,20 +398,10 @@ fn finish(
             Vec::new()
         },
         ours,
-        trip_times: entry.clocks.as_ref().map(|clocks| match clocks {
-            Ok(how) => match report.transit {
-                Some(transit) => format!(
-                    "--trip-times: one-way delay {:.3} ms mean ({:.3} to {:.3}, standard deviation {:.3}) over {} datagrams in order; {how}",
-                    transit.mean_ns / 1e6,
-                    transit.min_ns / 1e6,
-                    transit.max_ns / 1e6,
-                    transit.deviation_ns() / 1e6,
-                    transit.count
-                ),
-                None => format!("--trip-times: no datagram arrived in order; {how}"),
-            },
-            Err(why) => format!("--trip-times: one-way delay withheld: {why}"),
-        }),
+        trip_times: entry
+            .clocks
+            .as_ref()
+            .map(|clocks| trip_times_note(clocks, report.transit.as_ref())),
     };
     keep_report(shared, header, config, finished);
 }

@@ -311,6 +311,34 @@ fn the_shipped_kubernetes_mesh_file_reads() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `mesh run FILE --cycles N --json` on host `ns`, keeping to `db`.
+fn mesh_run(ns: &str, db: &str, file: &std::path::Path, cycles: u32) -> std::process::Output {
+    let cycles = cycles.to_string();
+    let file = file.to_str().unwrap();
+    linerate_in(
+        ns,
+        &[
+            "--db", db, "mesh", "run", file, "--cycles", &cycles, "--json",
+        ],
+    )
+}
+
+/// A mesh file of the star's first two hosts (agents on `PORT`, holding `key`) and
+/// `tests` (its tests and groups, as TOML), written to a temporary file.
+fn two_host_mesh(star: &Star, name: &str, key: &str, tests: &str) -> std::path::PathBuf {
+    let mut text = format!("name = \"{name}\"\nkey = \"{key}\"\n");
+    for i in 0..2 {
+        text += &format!(
+            "[[host]]\nname = \"h{i}\"\naddress = \"{}:{PORT}\"\n",
+            star.addrs[i]
+        );
+    }
+    text += tests;
+    let file = std::env::temp_dir().join(format!("linerate-{}-{name}.toml", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
 /// Twelve hosts, one killed mid-cycle: its jobs fail or are skipped, each with the
 /// reason, and the others go on; restarted, its pairs are measured again in the next
 /// run, which resumes the cycle count from the store.
@@ -472,17 +500,13 @@ fn an_agent_restarted_mid_test_fails_that_job_only() {
     let key = key_file("meshrestart");
     let mut agents: Vec<Option<ServeProcess>> =
         (0..2).map(|i| Some(agent(&star, i, &key))).collect();
-    let mut text = format!("name = \"restart\"\nkey = \"{key}\"\n");
-    for i in 0..2 {
-        text += &format!(
-            "[[host]]\nname = \"h{i}\"\naddress = \"{}:{PORT}\"\n",
-            star.addrs[i]
-        );
-    }
-    text += "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"6s\"\ninterval = \"1s\"\n\
-             [[group]]\nname = \"all\"\ntests = [\"tput\"]\n";
-    let file = std::env::temp_dir().join(format!("linerate-{}-restart.toml", std::process::id()));
-    std::fs::write(&file, text).unwrap();
+    let file = two_host_mesh(
+        &star,
+        "restart",
+        &key,
+        "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"6s\"\ninterval = \"1s\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"tput\"]\n",
+    );
     let db = fresh_db("restart");
     let mut coordinator = Command::new("ip")
         .args(["netns", "exec", &star.hosts[2], binary()])
@@ -583,31 +607,15 @@ fn a_host_another_agent_cannot_reach_but_the_coordinator_can_is_not_taken_down()
         .status()
         .unwrap();
     assert!(cut.success());
-    let mut text = format!("name = \"split\"\nkey = \"{key}\"\n");
-    for i in 0..2 {
-        text += &format!(
-            "[[host]]\nname = \"h{i}\"\naddress = \"{}:{PORT}\"\n",
-            star.addrs[i]
-        );
-    }
-    text += "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"2s\"\ninterval = \"1s\"\n\
-             [[group]]\nname = \"all\"\ntests = [\"tput\"]\n";
-    let file = std::env::temp_dir().join(format!("linerate-{}-split.toml", std::process::id()));
-    std::fs::write(&file, text).unwrap();
-    let db = fresh_db("split");
-    let out = linerate_in(
-        &star.hosts[2],
-        &[
-            "--db",
-            &db,
-            "mesh",
-            "run",
-            file.to_str().unwrap(),
-            "--cycles",
-            "2",
-            "--json",
-        ],
+    let file = two_host_mesh(
+        &star,
+        "split",
+        &key,
+        "[[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"2s\"\ninterval = \"1s\"\n\
+             [[group]]\nname = \"all\"\ntests = [\"tput\"]\n",
     );
+    let db = fresh_db("split");
+    let out = mesh_run(&star.hosts[2], &db, &file, 2);
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_file(&db);
     let lines = rows(&out.stdout);
@@ -2259,33 +2267,17 @@ fn a_mesh_keeps_compact_documents_and_the_whole_one_where_asked() {
     let star = Star::new("compact", 3);
     let key = key_file("compact");
     let _agents: Vec<ServeProcess> = (0..2).map(|i| agent(&star, i, &key)).collect();
-    let mut text = format!("name = \"compact\"\nkey = \"{key}\"\n");
-    for i in 0..2 {
-        text += &format!(
-            "[[host]]\nname = \"h{i}\"\naddress = \"{}:{PORT}\"\n",
-            star.addrs[i]
-        );
-    }
-    text += "[store]\ndetail_every = 4\n\
+    let file = two_host_mesh(
+        &star,
+        "compact",
+        &key,
+        "[store]\ndetail_every = 4\n\
              [[test]]\nname = \"lat\"\nrun = \"rr\"\nrate = \"20/s\"\nduration = \"1s\"\ninterval = \"1s\"\n\
              [[test]]\nname = \"tput\"\nrun = \"stream\"\nduration = \"1s\"\ninterval = \"2s\"\n\
-             [[group]]\nname = \"all\"\ntests = [\"lat\", \"tput\"]\n";
-    let file = std::env::temp_dir().join(format!("linerate-{}-compact.toml", std::process::id()));
-    std::fs::write(&file, text).unwrap();
-    let db = fresh_db("compact");
-    let out = linerate_in(
-        &star.hosts[2],
-        &[
-            "--db",
-            &db,
-            "mesh",
-            "run",
-            file.to_str().unwrap(),
-            "--cycles",
-            "3",
-            "--json",
-        ],
+             [[group]]\nname = \"all\"\ntests = [\"lat\", \"tput\"]\n",
     );
+    let db = fresh_db("compact");
+    let out = mesh_run(&star.hosts[2], &db, &file, 3);
     assert!(out.status.success(), "{}", stderr(&out));
     let conn = rusqlite::Connection::open(&db).unwrap();
     // (run id, test, stored document's length, whether it is whole), in the order kept.
