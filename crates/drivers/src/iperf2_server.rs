@@ -13,17 +13,16 @@
 //! deny, per-address caps), a header must arrive within the handshake timeout, and the
 //! tests gathering at once are bounded.
 
-use crate::access::{self, Admission, Held, RateBook};
+use crate::access::{self, Admission, Held};
+use crate::iperf2_kept::{check_limits, config_of, keep_report, Finished};
 use crate::served::{Served, Step};
-use crate::server_state::{ServedTool, ServerState};
+use crate::server_state::ServerState;
 use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{DataPlane, PlaneSetup};
 use linerate_engine::sys;
 use linerate_model::clock::UnixTime;
 use linerate_proto::iperf2::{self, Amount, ClientHeader, Gathered, Gathering};
-use linerate_proto::iperf3::server::MAX_COUNTED_RUN;
-use linerate_report::units::{format_rate, Scale};
-use linerate_report::{HostFacts, Report, Role, SideResult, TestConfig};
+use linerate_report::{Role, SideResult, TestConfig};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -38,9 +37,6 @@ const GATHER_WAIT: Duration = Duration::from_secs(2);
 const MOST_GATHERING: usize = 64;
 /// How long receivers read on once every connection has been shut down.
 const DRAIN: Duration = Duration::from_millis(200);
-/// A timed test's schedule runs this far past the time it asked: the client's shutdown
-/// ends it, and the schedule only bounds a client that never shuts down.
-const SCHEDULE_SLACK_S: f64 = 5.0;
 /// How often the listener and a test's loop look again.
 const TICK: Duration = Duration::from_millis(10);
 /// How often an idle listener looks for a connection (it waits in the backlog meanwhile).
@@ -92,6 +88,18 @@ fn listen(shared: &Arc<ServerState>, listener: &TcpListener) {
         accept_all(shared, listener, &mut arriving);
         let now_ns = began.elapsed().as_nanos() as u64;
         for (header, bytes, connection) in read_headers(shared, &mut arriving) {
+            if header.bounceback() {
+                let Connection {
+                    stream,
+                    peer,
+                    _held,
+                } = connection;
+                let connection = (stream, peer, _held);
+                tests.extend(crate::iperf2_bounceback::start(
+                    shared, connection, header, bytes,
+                ));
+                continue;
+            }
             let client = access::canonical(connection.peer.ip());
             match gathering.arrive(client, &bytes, header, connection, now_ns) {
                 Ok(Some(test)) => tests.extend(start(shared, test)),
@@ -119,11 +127,33 @@ fn listen(shared: &Arc<ServerState>, listener: &TcpListener) {
         // Idle, the listener looks ten times less often: a hundred servers in one host's
         // namespaces each woke a hundred times a second.
         let idle = arriving.is_empty() && gathering.waiting() == 0;
-        std::thread::sleep(if idle { IDLE_TICK } else { TICK });
+        wait_for_activity(listener, &arriving, if idle { IDLE_TICK } else { TICK });
     }
     for test in tests {
         let _ = test.join();
     }
+}
+
+/// Waits at most `tick` for a connection to arrive or a waiting one's header bytes: a
+/// client is not kept waiting a tick (a bounceback's first round trip would carry it),
+/// and an idle listener still sleeps.
+fn wait_for_activity(listener: &TcpListener, arriving: &[Arriving], tick: Duration) {
+    let mut polled: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+        .chain(arriving.iter().map(|a| a.stream.as_raw_fd()))
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `polled` is a live array of `len` pollfds for the duration of the call.
+    unsafe {
+        libc::poll(
+            polled.as_mut_ptr(),
+            polled.len() as libc::nfds_t,
+            tick.as_millis() as libc::c_int,
+        )
+    };
 }
 
 fn accept_all(shared: &ServerState, listener: &TcpListener, arriving: &mut Vec<Arriving>) {
@@ -241,7 +271,8 @@ fn take(
         held,
         ..
     } = conn;
-    if let Some(unserved) = header.unserved() {
+    let unserved = header.unserved().filter(|_| !header.bounceback());
+    if let Some(unserved) = unserved {
         shared.refused(
             peer,
             &format!(
@@ -357,7 +388,7 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
         started_at,
         theirs: Vec::new(),
         ours,
-        trip_times: None,
+        note: None,
     };
     keep_report(shared, &header, config, finished);
 }
@@ -455,208 +486,4 @@ fn shut_down_and_read(stream: &TcpStream) -> bool {
     // SAFETY: FIONREAD writes one c_int.
     let ok = unsafe { libc::ioctl(stream.as_raw_fd(), libc::FIONREAD, &mut unread) };
     ok == 0 && unread == 0
-}
-
-/// The server's limits as they bind an iperf 2 client: `--max-duration` (a timed test
-/// over it is refused; a counted one is cut there), `--max-flows`, `--max-rate` and
-/// `--max-rate-per-ip` by the rate it asks (`-b`; an unlimited test is refused where a
-/// rate limit is set).
-pub(crate) fn check_limits(
-    shared: &ServerState,
-    served: &mut Served,
-    header: &ClientHeader,
-    connections: usize,
-    peer: SocketAddr,
-) -> Result<(), String> {
-    let limits = &shared.config.limits;
-    if let Amount::Seconds(asked) = header.amount {
-        if asked > limits.max_duration_s {
-            return Err(format!(
-                "{asked} s asked, the server allows {} s",
-                limits.max_duration_s
-            ));
-        }
-    }
-    if connections as u64 > u64::from(limits.max_flows) {
-        return Err(format!(
-            "{connections} connections asked, the server allows {}",
-            limits.max_flows
-        ));
-    }
-    let pps = header.ext_flags & iperf2::ext_flag::UNITS_PPS != 0;
-    let asked_bps = if pps {
-        0
-    } else {
-        header.rate.saturating_mul(connections as u64)
-    };
-    let unlimited = header.rate == 0 || pps;
-    if let Some(limit) = limits.max_rate_bps {
-        if unlimited || asked_bps > limit {
-            return Err(format!(
-                "{} asked, this server allows at most {} per test (ask with -b)",
-                if unlimited {
-                    "an unlimited rate".to_string()
-                } else {
-                    format!("{asked_bps} bit/s")
-                },
-                format_rate(limit as f64, Scale::Adaptive)
-            ));
-        }
-    }
-    if let Some(limit) = shared.config.max_rate_per_ip {
-        if unlimited {
-            return Err(
-                "an unlimited rate asked; this server limits each address's rate (ask with -b)"
-                    .into(),
-            );
-        }
-        let client = shared.gate.policy.client(peer.ip());
-        served.rate_share = Some(RateBook::reserve(
-            &shared.rates,
-            client,
-            asked_bps as f64,
-            limit,
-        )?);
-    }
-    Ok(())
-}
-
-/// The test as linerate describes it: TCP (or UDP) from the client to this server, as
-/// many flows as connections arrived, scheduled past the time asked (the client's end
-/// ends it) or, for a count, to the server's cap.
-pub(crate) fn config_of(
-    shared: &ServerState,
-    header: &ClientHeader,
-    connections: usize,
-    peer: SocketAddr,
-    local_port: u16,
-    udp: bool,
-) -> Result<TestConfig, String> {
-    use linerate_model::{Environment, StreamRequest, StreamTransport, TestKind, TestRequest};
-    use linerate_report::Direction;
-    let cap = MAX_COUNTED_RUN
-        .as_secs_f64()
-        .min(shared.config.limits.max_duration_s);
-    let time_s = match header.amount {
-        Amount::Seconds(s) if header.reverse() => s,
-        Amount::Seconds(s) => (s + SCHEDULE_SLACK_S).min(cap.max(s)),
-        Amount::Bytes(_) | Amount::Unsaid => cap,
-    };
-    let pps = header.ext_flags & iperf2::ext_flag::UNITS_PPS != 0;
-    let length = (header.write_len > 0).then_some(u64::from(header.write_len));
-    let request = TestRequest {
-        tls: None,
-        target: Some(access::canonical(peer.ip()).to_string()),
-        port: local_port,
-        parallel: connections as u32,
-        threads: None,
-        time_s,
-        omit_s: 0.0,
-        interval_s: 1.0,
-        window: None,
-        congestion: None,
-        per_flow: true,
-        connect_timeout_s: 10.0,
-        // iperf 2's client reports nothing of its host.
-        observe: false,
-        source: None,
-        marks: None,
-        kind: TestKind::Stream(StreamRequest {
-            direction: if header.reverse() {
-                Direction::Reverse
-            } else {
-                Direction::Forward
-            },
-            rate_bps: (header.rate > 0 && !pps).then_some(header.rate),
-            transport: if udp {
-                StreamTransport::Udp {
-                    length,
-                    pps: pps.then_some(header.rate),
-                    gso: false,
-                    gro: false,
-                }
-            } else {
-                StreamTransport::Tcp {
-                    length,
-                    mss: None,
-                    nodelay: false,
-                }
-            },
-        }),
-    };
-    let environment = Environment {
-        cpus: sys::cpus(),
-        udp_length: None,
-    };
-    TestConfig::resolve(&request, &environment)
-}
-
-/// A test at its end: the server's id for it, its client, when it started, the client's
-/// flows as far as iperf 2 tells them, and this side's figures.
-pub(crate) struct Finished {
-    pub id: u64,
-    pub peer: SocketAddr,
-    pub started_at: f64,
-    pub theirs: Vec<linerate_report::FlowSide>,
-    pub ours: SideResult,
-    /// What became of `--trip-times`'s one-way delays, where the test measured them.
-    pub trip_times: Option<String>,
-}
-
-/// Hands the finished test's report to the server's report sink, when it has one.
-pub(crate) fn keep_report(
-    shared: &ServerState,
-    header: &ClientHeader,
-    mut config: TestConfig,
-    finished: Finished,
-) {
-    let Finished {
-        id,
-        peer,
-        started_at,
-        theirs,
-        ours,
-        trip_times,
-    } = finished;
-    // The test lasted as long as the client sent, not as long as its schedule allowed.
-    config.time_s = ours.flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
-    let Some(sink) = &shared.config.foreign_reports else {
-        return;
-    };
-    let told = if theirs.is_empty() {
-        "iperf 2 told the server none of its own figures, so only this side's (the receiver's) are here"
-    } else {
-        "the sender's figures are the count its final datagram carried"
-    };
-    let mut report = Report::assemble(
-        &config.test_name(),
-        &format!("linerate {}", env!("CARGO_PKG_VERSION")),
-        started_at,
-        config,
-        // The client's side: its software, and what its datagrams told.
-        SideResult {
-            host: HostFacts {
-                software: format!("iperf {}", header.release().as_deref().unwrap_or("2")),
-                ..HostFacts::default()
-            },
-            flows: theirs,
-            ..SideResult::default()
-        },
-        ours,
-    );
-    report.warnings.push(format!(
-        "served to an iperf 2 client{} at {peer}: {told}",
-        header
-            .release()
-            .map_or(String::new(), |r| format!(" ({r})"))
-    ));
-    match trip_times {
-        Some(note) => report.warnings.push(note),
-        None if header.trip_times() => report.warnings.push(
-            "--trip-times: the writes' send times were not read; one-way delay over TCP is not measured by this server yet"
-                .into(),
-        ),
-        None => {}
-    }
-    (sink.0)(ServedTool::Iperf2, id, &report);
 }

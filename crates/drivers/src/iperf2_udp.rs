@@ -12,12 +12,12 @@
 //! its address (no reflection beyond what the source itself sent, docs/security.md).
 
 use crate::access;
-use crate::iperf2_server::{check_limits, config_of, keep_report, Finished};
+use crate::iperf2_kept::{check_limits, config_of, keep_report, plain_flow, Finished};
 use crate::served::Served;
 use crate::server_state::ServerState;
 use linerate_model::clock::UnixTime;
 use linerate_proto::iperf2::{self, Amount, ClientHeader, UdpTest};
-use linerate_report::{Direction, FlowSide, Role, SideResult, UdpCounts};
+use linerate_report::{FlowSide, Role, SideResult, UdpCounts};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -253,21 +253,6 @@ fn flows_of(
     let seconds = report.duration_ns as f64 / 1e9;
     let counts = test.counts();
     let flow = FlowSide {
-        id: 0,
-        direction: Direction::Forward,
-        role: Role::Receive,
-        local_addr: local.to_string(),
-        remote_addr: from.to_string(),
-        window_bytes: report.bytes,
-        window_s: seconds,
-        bytes_total: report.bytes,
-        retransmits: 0,
-        sndbuf: 0,
-        rcvbuf: 0,
-        mss: 0,
-        rtt_us: 0,
-        congestion: String::new(),
-        error: cut.map(str::to_string),
         udp: Some(UdpCounts {
             received: counts.datagrams,
             lost: report.lost,
@@ -282,11 +267,13 @@ fn flows_of(
             ..UdpCounts::default()
         }),
         datagrams_total: counts.datagrams,
-        transactions: 0,
-        transactions_total: 0,
-        classes: None,
-        ecn: false,
-        mptcp: None,
+        ..plain_flow(
+            Role::Receive,
+            (local, from),
+            report.bytes,
+            seconds,
+            cut.map(str::to_string),
+        )
     };
     let length = counts.bytes.checked_div(counts.datagrams).unwrap_or(0);
     let sent = FlowSide {
@@ -398,7 +385,7 @@ fn finish(
             Vec::new()
         },
         ours,
-        trip_times: entry
+        note: entry
             .clocks
             .as_ref()
             .map(|clocks| trip_times_note(clocks, report.transit.as_ref())),

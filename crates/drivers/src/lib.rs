@@ -22,6 +22,8 @@ pub mod bulk_load;
 pub mod client;
 pub mod control;
 pub mod doctor;
+pub(crate) mod iperf2_bounceback;
+pub(crate) mod iperf2_kept;
 pub(crate) mod iperf2_server;
 pub(crate) mod iperf2_udp;
 pub mod iperf3;

@@ -1234,18 +1234,7 @@ mod tests {
     use std::sync::mpsc::channel;
 
     fn rr_plan() -> RrPlan {
-        let request = TestRequest::new(TestKind::Transactions(TransactionRequest {
-            connect_each: false,
-            udp: false,
-            request: 1,
-            response: 1,
-            outstanding: None,
-            rate_tps: None,
-            busy_poll_us: None,
-            cpus: Vec::new(),
-            load: 0,
-            keep_nagle: false,
-        }));
+        let request = TestRequest::new(TestKind::Transactions(TransactionRequest::tcp(1, 1)));
         let here = Environment {
             cpus: 2,
             udp_length: None,

@@ -369,8 +369,127 @@ fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What this server does not serve yet (dual, tradeoff, full duplex, bounceback,
-/// isochronous), a header out of bounds, a test longer than --max-duration, and a
+/// The "BB cnt=avg/min/max/stdev" figures of an iperf 2 bounceback client's last
+/// whole-test line: the round trips counted, then their mean, least, most and standard
+/// deviation in milliseconds.
+fn bounceback_figures(output: &Output) -> Option<(f64, [f64; 4])> {
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text
+        .lines()
+        .rfind(|l| l.contains("0.0000-") && !l.contains("PDF"))?;
+    let word = line
+        .split_whitespace()
+        .find(|w| w.contains('=') && w.contains('/'))?;
+    let (count, rest) = word.split_once('=')?;
+    Some((count.parse().ok()?, iperf2_latency(rest)?))
+}
+
+/// A real iperf 2 client's bounceback tests against linerate's server: without a hold,
+/// and holding each request 5 ms. The client counts as many round trips as the kept run
+/// counts requests answered (or one fewer: a request in flight when its test ended), of
+/// its size both ways; with the hold, every round trip the
+/// client timed is at least the 5 ms asked, and this server's own turnaround (read to
+/// write, the hold in it) is at least the hold and no more than the client's mean round
+/// trip, which contains it.
+#[test]
+fn iperf2_bounceback_clients_are_answered_and_counted() {
+    let test = "iperf2_bounceback_clients_are_answered_and_counted";
+    if !have("iperf", test) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("linerate-iperf2-bb-{}", std::process::id()));
+    let db = dir.join("served.db").to_str().unwrap().to_string();
+    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
+    let port = iperf2_port(&server);
+    for (id, hold) in [(1, "0"), (2, "5")] {
+        let out = iperf_within(
+            20,
+            &[
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "--bounceback",
+                "--bounceback-hold",
+                hold,
+                "-e",
+                "-t",
+                "2",
+                "-l",
+                "200",
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{text}{}", stderr(&out));
+        let (count, [mean, least, _, _]) =
+            bounceback_figures(&out).unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            server.wait_log(&format!("stored as run {id}"), Duration::from_secs(10)),
+            "{}",
+            server.log()
+        );
+        let run = kept(&db, id);
+        assert_eq!(run["test"], "tcp_rr", "{}", run["test"]);
+        let answered = num(&run, "/flows/0/transactions");
+        eprintln!("hold {hold} ms: the client timed {count} round trips, mean {mean} ms, least {least}; the server answered {answered}");
+        assert!(count >= 10.0, "{text}");
+        // The client may end its test with a request in flight and leave its answer
+        // unread: one answered that it never counted, never the other way.
+        assert!(answered == count || answered == count + 1, "{text}");
+        // Requests in, answers out: 200 bytes each way per round trip.
+        assert_eq!(num(&run, "/flows/0/receiver_bytes_total"), answered * 400.0);
+        let note = run["warnings"].to_string();
+        let turnaround_us: f64 = note
+            .split("it) ")
+            .nth(1)
+            .and_then(|rest| rest.split(" us mean").next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{note}"));
+        assert!(
+            turnaround_us / 1e3 <= mean,
+            "turnaround {turnaround_us} us, round trips {mean} ms"
+        );
+        if hold == "5" {
+            assert!(least >= 5.0, "{text}");
+            assert!(turnaround_us >= 5_000.0, "{note}");
+        }
+    }
+    // A request asking 4 GiB, and one asking a hold of an hour: refused where they are
+    // read, the connection closed with nothing answered and no run kept.
+    for (index, value, says) in [
+        (1, u32::MAX, "a bounceback request of 4294967295 bytes"),
+        (11, 3_600_000_000, "a bounceback hold of 3600000000 us"),
+    ] {
+        let mut request = vec![0u8; 48];
+        request[..4].copy_from_slice(&0x0080_0000u32.to_be_bytes());
+        request[4..8].copy_from_slice(&64u32.to_be_bytes());
+        request[index * 4..index * 4 + 4].copy_from_slice(&value.to_be_bytes());
+        let mut stream = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+        stream.write_all(&request).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        assert!(answer.is_empty(), "{} bytes answered", answer.len());
+        assert!(
+            server.wait_line(&["bounceback", says], Duration::from_secs(5)),
+            "{}",
+            server.log()
+        );
+    }
+    assert!(
+        !server.log().contains("stored as run 3"),
+        "{}",
+        server.log()
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What this server does not serve yet (dual, tradeoff, full duplex, isochronous), a
+/// header out of bounds, a test longer than --max-duration, and a
 /// connection that sends nothing: each is closed, logged with the reason, kept as no run,
 /// and the server serves the next client.
 #[test]
@@ -397,7 +516,6 @@ fn iperf2_tests_not_served_are_refused_and_the_server_serves_on() {
         ("-d", "-d (dual)"),
         ("-r", "-r (tradeoff)"),
         ("--isochronous=60:20m,1m", "--isochronous"),
-        ("--bounceback", "--bounceback"),
     ] {
         let _ = iperf_within(5, &["-c", "127.0.0.1", "-p", &port, "-t", "1", flag]);
         assert!(

@@ -153,6 +153,25 @@ pub struct TransactionRequest {
     pub keep_nagle: bool,
 }
 
+impl TransactionRequest {
+    /// TCP request/response of these sizes, one in flight, nothing else asked: every
+    /// other setting its default.
+    pub fn tcp(request: u64, response: u64) -> TransactionRequest {
+        TransactionRequest {
+            connect_each: false,
+            udp: false,
+            request,
+            response,
+            outstanding: None,
+            rate_tps: None,
+            busy_poll_us: None,
+            cpus: Vec::new(),
+            load: 0,
+            keep_nagle: false,
+        }
+    }
+}
+
 /// What the resolver needs to know of this machine and the path: facts, not choices.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Environment {
@@ -500,18 +519,7 @@ mod tests {
 
     #[test]
     fn transaction_defaults() {
-        let mut t = TransactionRequest {
-            connect_each: false,
-            udp: false,
-            request: 1,
-            response: 1,
-            outstanding: None,
-            rate_tps: None,
-            busy_poll_us: None,
-            cpus: Vec::new(),
-            load: 0,
-            keep_nagle: false,
-        };
+        let mut t = TransactionRequest::tcp(1, 1);
         let c = TestConfig::resolve(&TestRequest::new(TestKind::Transactions(t.clone())), &HERE)
             .unwrap();
         assert_eq!(c.workload, Workload::Rr);
@@ -531,16 +539,8 @@ mod tests {
     #[test]
     fn a_udp_message_over_one_datagram_and_a_cpu_not_here_are_named() {
         let t = TransactionRequest {
-            connect_each: false,
             udp: true,
-            request: 65_508,
-            response: 1,
-            outstanding: None,
-            rate_tps: None,
-            busy_poll_us: None,
-            cpus: Vec::new(),
-            load: 0,
-            keep_nagle: false,
+            ..TransactionRequest::tcp(65_508, 1)
         };
         let resolve = |t: &TransactionRequest| {
             TestConfig::resolve(&TestRequest::new(TestKind::Transactions(t.clone())), &HERE)

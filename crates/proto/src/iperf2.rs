@@ -256,6 +256,11 @@ impl ClientHeader {
         out
     }
 
+    /// Whether this is a bounceback test's first request (its fixed part follows).
+    pub fn bounceback(&self) -> bool {
+        self.flags & flag::BOUNCEBACK != 0 && self.flags & (flag::EXTEND | flag::VERSION1) == 0
+    }
+
     /// Whether every write carries its send time for the receiver's one-way delay
     /// (`--trip-times`).
     pub fn trip_times(&self) -> bool {
@@ -295,6 +300,71 @@ impl ClientHeader {
     pub fn release(&self) -> Option<String> {
         self.version
             .map(|(major, minor, patch)| format!("{major}.{minor}.{patch}"))
+    }
+}
+
+/// A bounceback request's fixed part, twelve words: flags, the request's size, two words
+/// of settings, a reserved one, the client's write time, the server's read time and write
+/// time (seconds and microseconds each; the client leaves the server's all ones), and the
+/// hold the client asks (microseconds). The rest of the request is filler. Read from
+/// 2.1.8's client and server in a capture (docs/iperf2.md).
+pub const BOUNCEBACK_LEN: usize = 48;
+/// The longest hold a bounceback request may ask (`--bounceback-hold`): ten seconds.
+pub const MAX_BOUNCEBACK_HOLD_US: u32 = 10_000_000;
+
+/// What one bounceback request asks of the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounceback {
+    /// The request's bytes, its fixed part included; the answer is as long.
+    pub size: u32,
+    /// How long the server holds the request before it answers, microseconds.
+    pub hold_us: u32,
+}
+
+/// Why a bounceback request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BouncebackError {
+    #[error("a bounceback request of {0} bytes; it needs {BOUNCEBACK_LEN}")]
+    Short(usize),
+    #[error("a bounceback request whose flags ({0:#010x}) are not a bounceback's")]
+    NotBounceback(u32),
+    #[error("a bounceback request of {0} bytes; from {BOUNCEBACK_LEN} to {MAX_WRITE}")]
+    Size(u32),
+    #[error("a bounceback hold of {0} us; at most {MAX_BOUNCEBACK_HOLD_US}")]
+    Hold(u32),
+}
+
+impl Bounceback {
+    /// Reads a request's fixed part, every field bounded.
+    pub fn decode(bytes: &[u8]) -> Result<Bounceback, BouncebackError> {
+        if bytes.len() < BOUNCEBACK_LEN {
+            return Err(BouncebackError::Short(bytes.len()));
+        }
+        let flags = word(bytes, 0);
+        if flags & flag::BOUNCEBACK == 0 || flags & (flag::EXTEND | flag::VERSION1) != 0 {
+            return Err(BouncebackError::NotBounceback(flags));
+        }
+        let size = word(bytes, 1);
+        if !(BOUNCEBACK_LEN as u32..=MAX_WRITE).contains(&size) {
+            return Err(BouncebackError::Size(size));
+        }
+        let hold_us = word(bytes, 11);
+        if hold_us > MAX_BOUNCEBACK_HOLD_US {
+            return Err(BouncebackError::Hold(hold_us));
+        }
+        Ok(Bounceback { size, hold_us })
+    }
+
+    /// Turns a whole request into its answer: the server's read and write times (wall
+    /// clock, nanoseconds since the epoch) in their words; the rest goes back as it came.
+    pub fn answer(request: &mut [u8], read_ns: u64, written_ns: u64) {
+        for (index, ns) in [(7, read_ns), (9, written_ns)] {
+            let at = index * 4;
+            let seconds = (ns / 1_000_000_000) as u32;
+            let micros = ((ns % 1_000_000_000) / 1_000) as u32;
+            request[at..at + 4].copy_from_slice(&seconds.to_be_bytes());
+            request[at + 4..at + 8].copy_from_slice(&micros.to_be_bytes());
+        }
     }
 }
 
@@ -900,6 +970,57 @@ mod tests {
         assert_eq!(read.transit.unwrap().min_ns, -1_500_000.0);
     }
 
+    /// A 2.1.8 client's bounceback request of 64 bytes with a 5 ms hold, and its server's
+    /// answer, as captured: the answer is the request with the server's read and write
+    /// times in their words.
+    #[test]
+    fn a_bounceback_request_is_answered_as_2_1_8_answers_it() {
+        let request = hex(
+            "00800000 00000040 00000001 80005a5a 00000000 6b118801 0005014f \
+             ffffffff ffffffff ffffffff ffffffff 00001388 5a5a5a5a 5a5a5a5a 5a5a5a5a 30313233",
+        );
+        let asked = Bounceback::decode(&request).unwrap();
+        assert_eq!(
+            asked,
+            Bounceback {
+                size: 64,
+                hold_us: 5_000
+            }
+        );
+        let mut answer = request.clone();
+        let second = |s: u64, us: u64| s * 1_000_000_000 + us * 1_000;
+        Bounceback::answer(
+            &mut answer,
+            second(0x6b11_8801, 0x0005_0181),
+            second(0x6b11_8801, 0x0005_165e),
+        );
+        let server = hex(
+            "00800000 00000040 00000001 80005a5a 00000000 6b118801 0005014f \
+             6b118801 00050181 6b118801 0005165e 00001388 5a5a5a5a 5a5a5a5a 5a5a5a5a 30313233",
+        );
+        assert_eq!(answer, server);
+        // Bounds: the size, the hold, the flags, the length.
+        let with = |index: usize, value: u32| {
+            let mut r = request.clone();
+            r[index * 4..index * 4 + 4].copy_from_slice(&value.to_be_bytes());
+            Bounceback::decode(&r)
+        };
+        assert_eq!(with(1, 47), Err(BouncebackError::Size(47)));
+        assert_eq!(
+            with(1, MAX_WRITE + 1),
+            Err(BouncebackError::Size(MAX_WRITE + 1))
+        );
+        assert_eq!(with(11, 10_000_001), Err(BouncebackError::Hold(10_000_001)));
+        assert!(matches!(
+            with(0, 0x4080_0000),
+            Err(BouncebackError::NotBounceback(_))
+        ));
+        assert_eq!(
+            Bounceback::decode(&request[..47]),
+            Err(BouncebackError::Short(47))
+        );
+    }
+
     fn udp_datagram(sequence: u64, header: &ClientHeader) -> Vec<u8> {
         let mut d = vec![0u8; 200];
         Framing::Iperf2.write(&mut d, sequence, 1_000 * sequence, 0);
@@ -950,6 +1071,21 @@ mod tests {
             }
             if bytes.len() >= BASE_LEN {
                 prop_assert!(header_len(&bytes).is_some());
+            }
+        }
+
+        /// Any bytes read as a bounded bounceback request or an error; never a panic.
+        #[test]
+        fn any_bounceback_request_decodes_within_bounds(bytes in proptest::collection::vec(any::<u8>(), 0..64), size in 0u32..=u32::MAX, hold in 0u32..=u32::MAX) {
+            let mut bytes = bytes;
+            if bytes.len() >= BOUNCEBACK_LEN {
+                bytes[..4].copy_from_slice(&flag::BOUNCEBACK.to_be_bytes());
+                bytes[4..8].copy_from_slice(&size.to_be_bytes());
+                bytes[44..48].copy_from_slice(&hold.to_be_bytes());
+            }
+            if let Ok(asked) = Bounceback::decode(&bytes) {
+                prop_assert!((BOUNCEBACK_LEN as u32..=MAX_WRITE).contains(&asked.size));
+                prop_assert!(asked.hold_us <= MAX_BOUNCEBACK_HOLD_US);
             }
         }
 

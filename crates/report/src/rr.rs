@@ -276,6 +276,12 @@ pub fn rr_interval_line(label: &str, interval: &SideInterval) -> Option<String> 
 }
 
 fn latency_lines(out: &mut String, name: &str, l: &LatencySummary) {
+    if l.count == 0 {
+        // A served test whose client times its own round trips (iperf 2's bounceback)
+        // leaves none here: said so, never printed as zeros.
+        let _ = writeln!(out, "{name} (round trip): none timed on this side");
+        return;
+    }
     let _ = writeln!(
         out,
         "{name} (round trip, {} samples): mean {} +/- {}, min {}, max {}",
@@ -386,6 +392,7 @@ fn loop_lines(rr: &RrSummary) -> String {
                 format_count(achieved)
             );
         }
+        _ if rr.latency_us.count == 0 => {}
         _ => {
             let _ = writeln!(
                 out,
@@ -508,6 +515,28 @@ mod tests {
         assert_eq!(report.summary.receiver_bytes, 40_000 * 1100);
         assert_eq!(report.flows[1].transactions, Some(30_000));
         assert_eq!(report.flows[1].transactions_per_s, Some(15_000.0));
+    }
+
+    /// A served test whose client keeps its round trips (iperf 2's bounceback) has none
+    /// on this side: the text says so instead of printing zeros and a loop achieved of 0.
+    #[test]
+    fn round_trips_not_timed_here_are_said_so_not_printed_as_zeros() {
+        let (mut local, remote) = sides(100_000);
+        local.rr = None;
+        let report = Report::assemble("t", "t", 0.0, rr_config(1, None), local, remote);
+        let text = render_rr_summary(&report, false);
+        assert!(
+            text.contains("Latency (round trip): none timed on this side"),
+            "{text}"
+        );
+        assert!(!text.contains("Closed loop"), "{text}");
+        let (local, remote) = sides(100_000);
+        let report = Report::assemble("t", "t", 0.0, rr_config(1, None), local, remote);
+        let text = render_rr_summary(&report, false);
+        assert!(
+            text.contains("Latency (round trip, 40000 samples)"),
+            "{text}"
+        );
     }
 
     #[test]
