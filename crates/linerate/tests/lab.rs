@@ -3880,9 +3880,32 @@ fn ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7() {
             json(&out)
         })
     };
-    let (down, samples) = ours("--download", "client");
+    let ((down, samples), steal) = steal_share_during(|| ours("--download", "client"));
     let subtest = &down["subtests"][0];
-    assert_eq!(subtest["ended"], "completed", "{down}");
+    if subtest["ended"] != "completed" {
+        // Seen once in CI: on a slow host the server's writes slowed (its BBR estimate fell
+        // from 103 to 12 Mbit/s), the client read the last bytes at 13.0 s, and the
+        // server's hard bound (13 s) cut the closing handshake: the client saw a reset.
+        // The subtest was whole, every byte the server sent having arrived, and that is
+        // what the figures below need; a subtest cut short is not allowed.
+        let sent = subtest["server_measurements"]
+            .as_array()
+            .and_then(|m| m.last())
+            .map_or(-1.0, |m| num(m, "/AppInfo/NumBytes"));
+        eprintln!(
+            "the download ended {} after {:.2} s (steal {:.1} %): {} of the {sent} bytes the server sent arrived",
+            subtest["ended"],
+            num(subtest, "/elapsed_s"),
+            steal * 100.0,
+            num(subtest, "/app_bytes")
+        );
+        assert!(
+            subtest["ended"] == "abrupt"
+                && num(subtest, "/elapsed_s") >= 12.5
+                && num(subtest, "/app_bytes") == sent,
+            "{down}"
+        );
+    }
     assert_eq!(subtest["counted_by"], "client AppInfo");
     let figure = num(subtest, "/goodput_bps");
     agrees(
