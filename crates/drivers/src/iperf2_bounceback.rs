@@ -29,8 +29,6 @@ use std::time::{Duration, Instant};
 
 /// A client silent this long between requests has ended its test.
 const IDLE: Duration = Duration::from_secs(10);
-/// How often a held request looks whether the server is shutting down.
-const HOLD_SLICE: Duration = Duration::from_millis(50);
 
 /// A bounceback connection whose first request's first bytes (`first`) were read as its
 /// header: served on a thread of its own.
@@ -182,7 +180,9 @@ fn answer_all(
         }
         let read_ns = UnixTime::now().nanos();
         let read_at = Instant::now();
-        hold(shared, Duration::from_micros(u64::from(asked.hold_us)));
+        // Held in slices that notice the server shutting down.
+        let hold = Duration::from_micros(u64::from(asked.hold_us));
+        crate::profile::group::wait_for(Instant::now() + hold, &shared.shutdown);
         let written_ns = UnixTime::now().nanos();
         Bounceback::answer(&mut request, read_ns, written_ns);
         stream.write_all(&request).map_err(|e| e.to_string())?;
@@ -229,18 +229,6 @@ fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, len: usize) -> Result<bool, S
         }
     }
     Ok(true)
-}
-
-/// Holds a request as long as it asked, in slices that notice the server shutting down.
-fn hold(shared: &ServerState, wait: Duration) {
-    let until = Instant::now() + wait;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() || shared.shutdown.load(Ordering::Relaxed) {
-            return;
-        }
-        std::thread::sleep(left.min(HOLD_SLICE));
-    }
 }
 
 /// The test as linerate describes it: TCP request/response of the client's size both

@@ -228,8 +228,7 @@ fn clocks_comparable(same_clock: bool, client: std::net::IpAddr) -> Result<Strin
     if same_clock {
         return Ok("both ends read one clock (--same-clock)".into());
     }
-    let own = client.is_loopback() || UdpSocket::bind(SocketAddr::new(client, 0)).is_ok();
-    if own {
+    if linerate_stamp::sender::is_local(client) {
         return Ok("both ends read one clock (the client is this host)".into());
     }
     match linerate_hostinfo::clock::read() {

@@ -92,7 +92,7 @@ fn summary(
 /// wait for the next scheduler tick. Prompt wake-ups come from [`WakeLatencyHold`].
 /// The sleep is cut into slices that check `stop`, so a run stopped before its start
 /// (its connection closed) leaves no thread asleep.
-fn wait_for(start: Instant, stop: &AtomicBool) {
+pub(crate) fn wait_for(start: Instant, stop: &AtomicBool) {
     loop {
         let left = start.saturating_duration_since(Instant::now());
         if left.is_zero() || stop.load(std::sync::atomic::Ordering::Relaxed) {

@@ -13,7 +13,7 @@ mod conn;
 pub mod controller;
 mod exec;
 pub mod files;
-mod group;
+pub(crate) mod group;
 pub(crate) mod link;
 mod rendezvous;
 pub mod rpm_job;
