@@ -138,22 +138,10 @@ fn listen(shared: &Arc<ServerState>, listener: &TcpListener) {
 /// client is not kept waiting a tick (a bounceback's first round trip would carry it),
 /// and an idle listener still sleeps.
 fn wait_for_activity(listener: &TcpListener, arriving: &[Arriving], tick: Duration) {
-    let mut polled: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+    let fds: Vec<_> = std::iter::once(listener.as_raw_fd())
         .chain(arriving.iter().map(|a| a.stream.as_raw_fd()))
-        .map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
         .collect();
-    // SAFETY: `polled` is a live array of `len` pollfds for the duration of the call.
-    unsafe {
-        libc::poll(
-            polled.as_mut_ptr(),
-            polled.len() as libc::nfds_t,
-            tick.as_millis() as libc::c_int,
-        )
-    };
+    crate::sys::wait_readable(&fds, tick);
 }
 
 fn accept_all(shared: &ServerState, listener: &TcpListener, arriving: &mut Vec<Arriving>) {

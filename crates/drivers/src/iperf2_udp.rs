@@ -21,6 +21,7 @@ use linerate_report::{FlowSide, Role, SideResult, UdpCounts};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -55,8 +56,13 @@ pub(crate) fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
     let socket = crate::sys::dual_stack(addr, socket2::Type::DGRAM)?;
     // Room for a fast test's burst while the thread accounts the last.
     let _ = socket.set_recv_buffer_size(8 << 20);
+    // A one-way delay is to the datagram's arrival at this host, not to when a busy host
+    // ran this thread to read it (iperf 2 reads the kernel's time too).
+    let _ = linerate_stamp::sys::enable_meta(&socket, addr.is_ipv6());
     socket.bind(&addr.into())?;
-    socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+    // Read without waiting (the receive takes the kernel's arrival time); the loop waits
+    // in poll.
+    socket.set_nonblocking(true)?;
     Ok(socket.into())
 }
 
@@ -74,10 +80,11 @@ fn serve(shared: &Arc<ServerState>, socket: &UdpSocket) {
     let mut crowded = 0u64;
     let mut last_tick = Instant::now();
     while !shared.shutdown.load(Ordering::Relaxed) {
-        match socket.recv_from(&mut buf) {
-            Ok((len, from)) => {
+        match linerate_stamp::sys::recv(socket, &mut buf) {
+            Ok((len, from, meta)) => {
                 let mono_ns = began.elapsed().as_nanos() as u64;
-                let datagram = &buf[..len];
+                // The kernel says a datagram's whole length even where it was cut short.
+                let datagram = &buf[..len.min(buf.len())];
                 if !tests.contains_key(&from) {
                     if tests.len() >= MOST_TESTS {
                         crowded += 1;
@@ -92,7 +99,10 @@ fn serve(shared: &Arc<ServerState>, socket: &UdpSocket) {
                 if entry.refused {
                     continue;
                 }
-                let wall_ns = UnixTime::now().nanos();
+                let wall_ns = meta
+                    .kernel_unix_ns
+                    .and_then(|ns| u64::try_from(ns).ok())
+                    .unwrap_or_else(|| UnixTime::now().nanos());
                 if let Some(answer) = entry.test.datagram(datagram, mono_ns, wall_ns) {
                     let _ = socket.send_to(&answer, from);
                 }
@@ -104,7 +114,10 @@ fn serve(shared: &Arc<ServerState>, socket: &UdpSocket) {
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) => {}
+                ) =>
+            {
+                crate::sys::wait_readable(&[socket.as_raw_fd()], Duration::from_millis(100));
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 shared.log(&format!("iperf 2 UDP: receive failed: {e}"));

@@ -68,3 +68,24 @@ pub fn join_source_group(
         Err(io::Error::last_os_error())
     }
 }
+
+/// Waits at most `tick` for any of `fds` to have something to read (`poll(2)`); returns
+/// early on a signal too, which callers treat as a tick.
+pub fn wait_readable(fds: &[std::os::fd::RawFd], tick: std::time::Duration) {
+    let mut polled: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `polled` is a live array of `len` pollfds for the duration of the call.
+    unsafe {
+        libc::poll(
+            polled.as_mut_ptr(),
+            polled.len() as libc::nfds_t,
+            tick.as_millis().min(i32::MAX as u128) as libc::c_int,
+        )
+    };
+}

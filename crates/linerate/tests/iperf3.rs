@@ -223,7 +223,9 @@ fn real_iperf3_udp_tests_run_at_the_rate_asked() {
             "1400",
         ];
         args.extend_from_slice(extra);
+        let drops_before = host_udp_receive_buffer_drops();
         let ((out, others), steal) = steal_share_during(|| others_cores_during(|| iperf3(&args)));
+        let kernel_dropped = host_udp_receive_buffer_drops() - drops_before;
         // A host short of CPU (other work here, or the hypervisor's steal) is one case.
         let starved = others > 1.0 || steal > 0.03;
         let d = doc(&out);
@@ -242,11 +244,35 @@ fn real_iperf3_udp_tests_run_at_the_rate_asked() {
             if starved { 0.25 } else { 0.05 },
         );
         assert!(f(&d, "/end/sum/packets") > 0.0, "{d}");
-        // The same for loss: a receiver the host did not run drops what its socket cannot
-        // hold (2.8 % once under steal, where under 2 % is the rule).
+        // Loopback loses nothing on the way: a datagram lost here is one the kernel
+        // dropped at a receiving socket whose process the host did not run in time, and
+        // counted (RcvbufErrors; 265 of 7137 once, with 0.6 cores of other work and no
+        // steal). So the loss is under 2 %, or under 10 % on a host this run measured as
+        // short of CPU, or else no more than the kernel's own count of such drops in the
+        // same seconds (the host's count: other tests' sockets are within it).
+        let lost = f(&d, "/end/sum/lost_packets");
         let most_lost = if starved { 10.0 } else { 2.0 };
-        assert!(f(&d, "/end/sum/lost_percent") < most_lost, "{d}");
+        assert!(
+            f(&d, "/end/sum/lost_percent") < most_lost || lost <= kernel_dropped as f64,
+            "-u {extra:?}: {lost} lost, the kernel dropped {kernel_dropped} at receive \
+             buffers (other work {others:.2} cores, steal {:.1} %): {d}",
+            steal * 100.0
+        );
     }
+}
+
+/// The datagrams the host's kernel dropped at full UDP receive buffers (Udp RcvbufErrors
+/// in /proc/net/snmp, IPv4: these tests run over 127.0.0.1).
+fn host_udp_receive_buffer_drops() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/snmp").expect("/proc/net/snmp");
+    let mut rows = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (rows.next().unwrap_or(""), rows.next().unwrap_or(""));
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "RcvbufErrors")
+        .and_then(|(_, value)| value.parse().ok())
+        .expect("Udp RcvbufErrors in /proc/net/snmp")
 }
 
 /// Two iperf3 clients at once: both are served (an iperf3 server would refuse one as
