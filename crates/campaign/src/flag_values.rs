@@ -354,3 +354,75 @@ mod tests {
         assert!(since("yesterday").is_err());
     }
 }
+
+/// A size as iperf 2 reads one (`-n`, `-l`, `-w`): lowercase k, m, g multiply by 1000,
+/// uppercase K, M, G by 1024; at least 1.
+pub fn iperf2_size(text: &str) -> Result<u64, String> {
+    let value = iperf2_number(text)?;
+    if value < 1.0 || value > u64::MAX as f64 {
+        return Err(format!("'{text}' must be at least 1"));
+    }
+    Ok(value as u64)
+}
+
+/// A number with iperf 2's suffixes: k, m, g (1000s) or K, M, G (1024s).
+fn iperf2_number(text: &str) -> Result<f64, String> {
+    let (digits, multiple) = match text.chars().last() {
+        Some('k') => (&text[..text.len() - 1], 1e3),
+        Some('m') => (&text[..text.len() - 1], 1e6),
+        Some('g') => (&text[..text.len() - 1], 1e9),
+        Some('K') => (&text[..text.len() - 1], 1024.0),
+        Some('M') => (&text[..text.len() - 1], 1024.0 * 1024.0),
+        Some('G') => (&text[..text.len() - 1], 1024.0 * 1024.0 * 1024.0),
+        _ => (text, 1.0),
+    };
+    match digits.parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 => Ok(value * multiple),
+        _ => Err(format!(
+            "'{text}' is not a number with iperf 2's suffixes (k, m, g: 1000s; K, M, G: 1024s)"
+        )),
+    }
+}
+
+/// iperf 2's `-b`: bits a second with its suffixes, or packets a second (`100pps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Iperf2RateValue {
+    Bits(u64),
+    Packets(u64),
+}
+
+pub fn iperf2_rate(text: &str) -> Result<Iperf2RateValue, String> {
+    if let Some(packets) = text.strip_suffix("pps") {
+        return match packets.parse::<u64>() {
+            Ok(n) if (1..=100_000_000).contains(&n) => Ok(Iperf2RateValue::Packets(n)),
+            _ => Err(format!(
+                "'{text}' must be 1 to 100000000 packets a second (e.g. 500pps)"
+            )),
+        };
+    }
+    let bits = iperf2_number(text)?;
+    if !(1.0..=1e12).contains(&bits) {
+        return Err(format!("'{text}' must be between 1 bit/s and 1000g"));
+    }
+    Ok(Iperf2RateValue::Bits(bits as u64))
+}
+
+#[cfg(test)]
+mod iperf2_value_tests {
+    use super::*;
+
+    #[test]
+    fn iperf2_suffixes_are_its_own() {
+        assert_eq!(iperf2_size("1470"), Ok(1470));
+        assert_eq!(iperf2_size("128K"), Ok(131_072));
+        assert_eq!(iperf2_size("2k"), Ok(2000));
+        assert_eq!(iperf2_size("1G"), Ok(1 << 30));
+        assert!(iperf2_size("0").is_err());
+        assert!(iperf2_size("12x").unwrap_err().contains("12x"));
+        assert_eq!(iperf2_rate("10m"), Ok(Iperf2RateValue::Bits(10_000_000)));
+        assert_eq!(iperf2_rate("1M"), Ok(Iperf2RateValue::Bits(1_048_576)));
+        assert_eq!(iperf2_rate("500pps"), Ok(Iperf2RateValue::Packets(500)));
+        assert!(iperf2_rate("0pps").is_err());
+        assert!(iperf2_rate("-5m").is_err());
+    }
+}

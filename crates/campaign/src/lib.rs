@@ -30,6 +30,7 @@ pub mod find_max;
 #[cfg(test)]
 mod fixtures;
 pub mod flag_values;
+pub mod iperf2_run;
 pub mod iperf3_run;
 pub mod mesh;
 pub mod mesh_file;

@@ -467,6 +467,7 @@ impl<'a> ClientTest<'a> {
             threads: config.threads as usize,
             drain: self.options.drain,
             udp_framing,
+            udp_template: Vec::new(),
             pin_cpus: pin.to_vec(),
             budget: None,
         };

@@ -421,6 +421,7 @@ fn run(
         threads: shared.config.threads.unwrap_or(config.threads as usize),
         drain: DRAIN,
         udp_framing: None,
+        udp_template: Vec::new(),
         pin_cpus: Vec::new(),
         budget: match header.amount {
             Amount::Bytes(n) if header.reverse() => Some((Role::Send, n)),

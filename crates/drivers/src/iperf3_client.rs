@@ -271,6 +271,7 @@ fn start_plane(
         udp_framing: (params.transport == Transport::Udp).then_some(Framing::Iperf3 {
             wide: params.udp_counters_64bit,
         }),
+        udp_template: Vec::new(),
         pin_cpus: Vec::new(),
         budget: budget_of(params),
     };

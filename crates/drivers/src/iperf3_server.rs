@@ -446,6 +446,7 @@ fn start(
         threads: shared.config.threads.unwrap_or(config.threads as usize),
         drain: DRAIN,
         udp_framing,
+        udp_template: Vec::new(),
         pin_cpus: Vec::new(),
         // The client ends the test; a server sending in reverse stops at the count too.
         budget: budget_of(params).filter(|(role, _)| *role == Role::Send && params.reverse),

@@ -23,6 +23,7 @@ pub mod client;
 pub mod control;
 pub mod doctor;
 pub(crate) mod iperf2_bounceback;
+pub mod iperf2_client;
 pub(crate) mod iperf2_kept;
 pub(crate) mod iperf2_server;
 pub(crate) mod iperf2_udp;

@@ -627,6 +627,7 @@ fn start_plane(
             .unwrap_or_else(|| default_threads(config.connections() as usize)),
         drain: shared.config.drain,
         udp_framing,
+        udp_template: Vec::new(),
         pin_cpus: Vec::new(),
         budget: None,
         peer_lead: state.ready_at.map_or(Duration::ZERO, |at| at.elapsed()),

@@ -246,6 +246,8 @@ pub struct WorkerPlan {
     pub drain: Duration,
     /// UDP tests: the tag every datagram of the test carries.
     pub udp_framing: Option<linerate_proto::datagram::Framing>,
+    /// UDP senders: what every datagram begins with (`PlaneSetup::udp_template`).
+    pub udp_template: Vec<u8>,
     /// UDP: senders use segmentation offload, receivers coalescing, where the kernel
     /// offers them.
     pub gso: bool,
@@ -292,6 +294,7 @@ impl WorkerPlan {
             rate_bps: None,
             drain,
             udp_framing: None,
+            udp_template: Vec::new(),
             gso: false,
             gro: false,
             rr: None,

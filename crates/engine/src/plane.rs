@@ -38,6 +38,10 @@ pub struct PlaneSetup {
     pub drain: Duration,
     /// UDP tests: how datagrams carry their header.
     pub udp_framing: Option<linerate_proto::datagram::Framing>,
+    /// UDP senders: the bytes every datagram begins with before its framing's fields are
+    /// written over them (iperf 2's client header rides in every datagram after its
+    /// numbers); empty: a constant filler.
+    pub udp_template: Vec<u8>,
     /// CPUs the workers are pinned to, in turn; empty: not pinned.
     pub pin_cpus: Vec<usize>,
     /// Flows of this role stop after moving this many bytes each, and the test ends when
@@ -171,6 +175,7 @@ impl DataPlane {
             threads,
             drain,
             udp_framing,
+            udp_template,
             pin_cpus,
             budget,
             peer_lead,
@@ -214,6 +219,7 @@ impl DataPlane {
                 rate_bps: config.rate_bps.filter(|r| *r > 0),
                 drain,
                 udp_framing,
+                udp_template: udp_template.clone(),
                 gso: config.gso,
                 gro: config.gro,
                 rr: rr.clone(),

@@ -112,6 +112,15 @@ impl Batch {
         batch
     }
 
+    /// Writes `template` (cut to the datagram size) at the start of every datagram, once:
+    /// the framing's fields are written over it at each send, the rest stays.
+    fn begin_each_with(&mut self, template: &[u8]) {
+        let len = template.len().min(self.size);
+        for i in 0..self.capacity() {
+            self.datagram(i)[..len].copy_from_slice(&template[..len]);
+        }
+    }
+
     /// Datagrams one call can carry.
     fn capacity(&self) -> usize {
         self.segments * self.headers.len()
@@ -400,7 +409,7 @@ impl UdpLoop {
         let mut notes = Vec::new();
         let sends = flows.iter().any(|f| f.role == Role::Send);
         let receives = flows.iter().any(|f| f.role == Role::Receive);
-        let send_batch = match (plan.gso && sends).then(|| enable_gso(&flows, size)) {
+        let mut send_batch = match (plan.gso && sends).then(|| enable_gso(&flows, size)) {
             Some(Ok(segments)) => Batch::new(size, segments, OFFLOAD_MESSAGES, false),
             Some(Err(note)) => {
                 notes.push(note);
@@ -408,6 +417,7 @@ impl UdpLoop {
             }
             None => Batch::new(size, 1, BATCH, false),
         };
+        send_batch.begin_each_with(&plan.udp_template);
         // Receive buffers take any datagram of the test (a longer one is cut and counted
         // foreign), or with GRO any coalesced run.
         let mut coalesced = false;

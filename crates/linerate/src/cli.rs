@@ -85,7 +85,7 @@ pub fn reads(command: &str) -> &'static [&'static str] {
     match command {
         "stream" | "app" | "rr" | "crr" | "sweep" => &["db", "no_store", "key", "verbose"],
         "serve" | "run" | "copy" | "mesh" => &["db", "no_store", "key"],
-        "iperf3" | "rpm" | "ndt7" | "stamp" | "trace" => &["db", "no_store"],
+        "iperf2" | "iperf3" | "rpm" | "ndt7" | "stamp" | "trace" => &["db", "no_store"],
         "history" | "show" | "compare" | "export" | "report" | "store" => &["db"],
         "doctor" => &["key"],
         // profile, impair, lab, disk: nothing kept, no key.
@@ -161,6 +161,9 @@ pub enum Command {
     /// Speak iperf3: test against a real iperf3 server (-c), or serve iperf3 clients (-s)
     #[command(after_help = IPERF3_EXAMPLES)]
     Iperf3(Iperf3Args),
+    /// Speak iperf 2: test against a real iperf 2 server (`iperf -s`), printed as iperf 2 prints it
+    #[command(after_help = IPERF2_EXAMPLES)]
+    Iperf2(Iperf2Args),
     /// Run a test at every combination of list-valued parameters, one row per point
     #[command(after_help = SWEEP_EXAMPLES)]
     Sweep(SweepArgs),
@@ -906,6 +909,21 @@ pub struct ReportArgs {
     pub html: std::path::PathBuf,
 }
 
+const IPERF2_EXAMPLES: &str = "\
+Examples:
+  linerate iperf2 -c server.example -P 4 -t 30        TCP, 4 connections, against iperf -s
+  linerate iperf2 -c server.example -u -b 100m        UDP at 100 Mbit/s (k, m, g: 1000s)
+  linerate iperf2 -c server.example -u -b 500pps --trip-times
+                                                      the server's one-way delays, in its report
+  linerate iperf2 -c server.example -n 1G -i 1        1 GiB (K, M, G: 1024s), a line a second
+  linerate iperf2 -c server.example --json            linerate's own result document
+
+The lines are iperf 2's plain client lines (its connections, its figures, a UDP flow's
+datagrams sent and its server's report), so scripts that read iperf 2's output read these;
+-e is taken and changes nothing (its write counts are not kept). An iperf 2 server tells a
+TCP client nothing: over TCP the figures are this side's, the sender's. Every run is kept
+like any other (history, show). iperf 2 servers are served by linerate serve (docs/iperf2.md).";
+
 const IPERF3_EXAMPLES: &str = "\
 Examples:
   linerate iperf3 -c server.example -P 4 -t 30   TCP, 4 streams, against an iperf3 server
@@ -917,6 +935,57 @@ Examples:
 
 Figures are linerate's: receiver figures come from the receiving end (the server's own
 counts in the results exchange when it receives), over the window after --omit.";
+
+/// iperf 2's own client flags, for a test against an iperf 2 server.
+#[derive(Debug, Args)]
+pub struct Iperf2Args {
+    /// Run as a client against the iperf 2 server at HOST
+    #[arg(short = 'c', long, value_name = "HOST", required = true)]
+    pub client: String,
+    /// Server port
+    #[arg(short, long, default_value_t = linerate_proto::iperf2::DEFAULT_PORT)]
+    pub port: u16,
+    /// UDP rather than TCP
+    #[arg(short, long)]
+    pub udp: bool,
+    /// Seconds to transmit (ignored with -n)
+    #[arg(short, long, default_value = "10", value_parser = |t: &str| seconds_within(t, 0.01, 86_400.0))]
+    pub time: f64,
+    /// Bytes to transmit per connection instead of a time [kmg: 1000s, KMG: 1024s]
+    #[arg(short = 'n', long = "num", value_parser = iperf2_size)]
+    pub num: Option<u64>,
+    /// Bytes a write or a datagram [kmKM] (iperf 2's defaults: TCP 128K, UDP 1470, 1450 over IPv6)
+    #[arg(short = 'l', long = "len", value_parser = iperf2_size)]
+    pub len: Option<u64>,
+    /// Rate in bits a second [kmgKMG], or packets a second (500pps); UDP's default 1m
+    #[arg(short = 'b', long = "bandwidth", value_parser = iperf2_rate)]
+    pub bandwidth: Option<Iperf2RateValue>,
+    /// Parallel connections
+    #[arg(short = 'P', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=128))]
+    pub parallel: u32,
+    /// Seconds between interval lines (0: none)
+    #[arg(short, long, default_value = "0", value_parser = interval)]
+    pub interval: f64,
+    /// Enhanced reports: taken, and the lines stay iperf 2's plain ones
+    #[arg(short = 'e', long)]
+    pub enhanced: bool,
+    /// Socket buffer size [KM]
+    #[arg(short = 'w', long, value_parser = iperf2_size)]
+    pub window: Option<u64>,
+    /// TCP_NODELAY
+    #[arg(short = 'N', long)]
+    pub nodelay: bool,
+    /// UDP: every datagram's send time is the server's to read one-way delays from (its
+    /// report carries them where it takes the two clocks as one)
+    #[arg(long)]
+    pub trip_times: bool,
+    /// Seconds to wait for each connection
+    #[arg(long, default_value = "10", value_parser = |t: &str| seconds_within(t, 0.1, 300.0))]
+    pub connect_timeout: f64,
+    /// Print linerate's JSON document instead of iperf 2's lines
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// iperf3's own flags, for a test against an iperf3 server or for serving iperf3 clients.
 #[derive(Debug, Args)]

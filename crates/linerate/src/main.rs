@@ -8,6 +8,7 @@ mod cli;
 mod copy_cmd;
 mod doctor_cmd;
 mod failure;
+mod iperf2_cmd;
 mod iperf3_cmd;
 mod lab_cmd;
 mod mesh_cmd;
@@ -101,6 +102,7 @@ fn main() -> ExitCode {
             args.common.output.print.json,
             test_cmd::transactions(&args.common, None, g),
         ),
+        Command::Iperf2(args) => (args.json, iperf2_cmd::run(&args, g)),
         Command::Iperf3(args) => (
             args.json || args.iperf3_json || args.json_stream,
             iperf3_cmd::run(&args, g),

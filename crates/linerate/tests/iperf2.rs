@@ -611,3 +611,171 @@ fn a_server_with_a_key_serves_iperf2_only_where_told() {
     let _ = iperf2_port(&open);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The fields of an iperf 2 server's `-y C` lines for connections (its sum lines, id -1,
+/// left out).
+fn csv_lines(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .map(|line| line.split(',').map(str::to_string).collect::<Vec<_>>())
+        .filter(|fields| fields.len() >= 9 && fields[5].parse::<i64>().is_ok_and(|id| id > 0))
+        .collect()
+}
+
+/// A child process ended when the test ends, passed or not.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `linerate iperf2 -c` against Debian's iperf 2 server (2.1.8) in another namespace,
+/// over a veth pair: a TCP test of two connections moves what the server counted, within
+/// one write a connection, and what the interface sent carries it; a UDP test's datagrams
+/// are the server's count exactly (its report, printed as iperf 2 prints it, and its own
+/// line), and the server's kernel took each of them; with `--trip-times` the server's
+/// report carries its one-way delays, and without it none.
+#[test]
+fn linerate_iperf2_client_is_counted_by_a_real_iperf2_server() {
+    let test = "linerate_iperf2_client_is_counted_by_a_real_iperf2_server";
+    if !have("iperf", test) {
+        return;
+    }
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    let pair = VethPair::new("ip2c");
+    let logs = tempfile::tempdir().unwrap();
+    let server = |udp: bool, tag: &str| {
+        let log = logs.path().join(format!("{tag}.csv"));
+        let child = Command::new("ip")
+            .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
+            .arg(format!(
+                "exec stdbuf -oL iperf -s {} -y C > {}",
+                if udp { "-u" } else { "" },
+                log.display()
+            ))
+            .spawn()
+            .expect("iperf -s");
+        (Killed(child), log)
+    };
+    let (tcp_server, tcp_log) = server(false, "tcp");
+    std::thread::sleep(Duration::from_millis(500));
+    let tx = || pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes") as f64;
+
+    let before = tx();
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "--no-store",
+            "iperf2",
+            "-c",
+            &pair.addr_b,
+            "-t",
+            "2",
+            "-P",
+            "2",
+            "--json",
+        ],
+    );
+    let sent_on_wire = tx() - before;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    std::thread::sleep(Duration::from_millis(500));
+    let counted = csv_lines(&std::fs::read_to_string(&tcp_log).unwrap());
+    assert_eq!(counted.len(), 2, "iperf 2's server lines: {counted:?}");
+    let mut ours_total = 0.0;
+    for flow in 0..2 {
+        let ours = num(&doc, &format!("/flows/{flow}/sender_bytes_total"));
+        let local = doc["flows"][flow]["client"]["local_addr"]
+            .as_str()
+            .unwrap_or("");
+        let port = local.rsplit(':').next().unwrap_or("").to_string();
+        // The server's line: the client's address and port first, then its own.
+        let theirs: f64 = counted
+            .iter()
+            .find(|fields| fields[2] == port)
+            .unwrap_or_else(|| panic!("no server line for port {port}: {counted:?}"))[7]
+            .parse()
+            .unwrap();
+        eprintln!(
+            "TCP connection {flow}: linerate sent {ours} bytes, iperf 2's server read {theirs}"
+        );
+        // The server counts the 60-byte header with the payload.
+        assert!(
+            (theirs - ours - HEADER).abs() <= 128.0 * 1024.0,
+            "connection {flow}: linerate {ours}, iperf 2 {theirs}"
+        );
+        ours_total += ours;
+    }
+    assert!(ours_total > 0.0);
+    assert!(
+        sent_on_wire >= ours_total && sent_on_wire <= ours_total * 1.06 + 65_536.0,
+        "the interface sent {sent_on_wire} bytes for linerate's {ours_total}"
+    );
+
+    drop(tcp_server);
+    // A UDP server each: Debian's 2.1.8 UDP server exits after its first test (seen here:
+    // the next client's datagrams met a closed port).
+    for trip_times in [false, true] {
+        let (udp_server, udp_log) = server(true, if trip_times { "trip" } else { "udp" });
+        std::thread::sleep(Duration::from_millis(500));
+        let delivered_before = pair.udp_counter(&pair.ns_b, "InDatagrams") as f64;
+        let mut args = vec![
+            "--no-store",
+            "iperf2",
+            "-c",
+            &pair.addr_b,
+            "-u",
+            "-b",
+            "2000pps",
+            "-t",
+            "2",
+        ];
+        if trip_times {
+            args.push("--trip-times");
+        }
+        let out = linerate_in(&pair.ns_a, &args);
+        let delivered = pair.udp_counter(&pair.ns_b, "InDatagrams") as f64 - delivered_before;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{text}{}", stderr(&out));
+        let (lost, total) = server_report(&out).unwrap_or_else(|| panic!("{text}"));
+        let sent = sent_datagrams(&out).unwrap_or_else(|| panic!("{text}"));
+        eprintln!(
+            "UDP{}: sent {sent}, the server's report {lost}/{total}, its kernel took {delivered}",
+            if trip_times { " --trip-times" } else { "" }
+        );
+        // As for iperf 2's own client: "Sent" counts the finals too, and iperf 2's server
+        // counts the first final among the test's datagrams.
+        assert!(total <= sent && sent <= total + 9.0, "{text}");
+        assert_eq!(lost, 0.0, "a veth pair loses nothing: {text}");
+        assert!((3000.0..=4400.0).contains(&sent), "{text}");
+        // Each datagram, and the finals until the report came (at most ten).
+        assert!(
+            delivered >= sent && delivered <= sent + 10.0,
+            "{delivered} for {sent}: {text}"
+        );
+        let latency = server_latency(&out);
+        if trip_times {
+            let [mean, least, most, _] = latency.unwrap_or_else(|| panic!("{text}"));
+            assert!(
+                least >= 0.0 && least <= mean && mean <= most && mean < 50.0,
+                "{text}"
+            );
+        } else {
+            assert!(latency.is_none(), "{text}");
+        }
+        // The server's own line: the same datagrams, none lost.
+        std::thread::sleep(Duration::from_millis(300));
+        let line = csv_lines(&std::fs::read_to_string(&udp_log).unwrap());
+        drop(udp_server);
+        let fields = line
+            .first()
+            .unwrap_or_else(|| panic!("no line from iperf 2's server: {line:?}"));
+        let (lost, count): (f64, f64) = (fields[10].parse().unwrap(), fields[11].parse().unwrap());
+        assert_eq!((lost, count), (0.0, total), "{fields:?}");
+    }
+}

@@ -359,6 +359,16 @@ fn a_host_killed_mid_cycle_of_twelve_is_reported_and_measured_again_once_back() 
     // The light test seldom: 132 pairs of it every 2 s would take the CPUs the
     // throughput tests are timed on.
     let file = mesh_file(&star, HOSTS, &key, "down", "60s");
+    // And the throughput tests paced: up to six run at once (no host shares a slot), and
+    // six unpaced debug-built streams on 2 CPUs left the agents' handshakes waiting past
+    // the control timeout (here: 188 of some 760 jobs failed after host 2 came back, five
+    // hosts that were never killed taken down, steal 4 %). What this test is about is a
+    // host's going and return, not how fast the others can send.
+    let paced = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("run = \"stream\"\n", "run = \"stream\"\nrate = \"100M\"\n");
+    assert!(paced.contains("rate = \"100M\""), "{paced}");
+    std::fs::write(&file, paced).unwrap();
     let db = fresh_db("down");
     let mut coordinator = Command::new("ip")
         .args(["netns", "exec", &star.hosts[HOSTS], binary()])

@@ -115,6 +115,8 @@ pub enum Framing {
 /// iperf 2's flag for 64-bit packet numbers (HEADER_SEQNO64B in its client header's
 /// first word).
 pub const IPERF2_SEQNO64: u32 = 0x0800_0000;
+/// iperf 2's flag for a UDP test's client header (HEADER_UDPTESTS).
+pub const IPERF2_UDP_TESTS: u32 = 0x2000_0000;
 
 impl Framing {
     /// The shortest datagram that carries the header.
@@ -200,7 +202,12 @@ impl Framing {
                 datagram[field::iperf2::MICROS].copy_from_slice(&micros.to_be_bytes());
                 datagram[field::iperf2::NUMBER_HIGH]
                     .copy_from_slice(&((number >> 32) as u32).to_be_bytes());
-                if datagram.len() >= field::iperf2::FLAGS.end {
+                // A datagram that carries a client's UDP header (its UDP_TESTS flag, which
+                // `linerate iperf2 -c` writes once into every datagram) keeps that flags
+                // word: it says 64-bit numbers itself.
+                if datagram.len() >= field::iperf2::FLAGS.end
+                    && u32_at(datagram, field::iperf2::FLAGS) & IPERF2_UDP_TESTS == 0
+                {
                     datagram[field::iperf2::FLAGS].copy_from_slice(&IPERF2_SEQNO64.to_be_bytes());
                 }
             }
@@ -773,6 +780,21 @@ mod tests {
         old[..4].copy_from_slice(&(-8i32).to_be_bytes());
         assert!(Framing::Iperf2.is_final(&old));
         assert!(!Framing::Native { tag: 1 }.is_final(&last));
+    }
+
+    /// A datagram that carries a client's UDP header (`linerate iperf2 -c` writes it once
+    /// into every datagram) keeps its flags word; one without gets the 64-bit flag alone.
+    #[test]
+    fn an_iperf2_client_header_in_a_datagram_keeps_its_flags() {
+        let flags = 0x4000_0000 | IPERF2_UDP_TESTS | IPERF2_SEQNO64;
+        let mut d = vec![0x5a_u8; 64];
+        d[16..20].copy_from_slice(&flags.to_be_bytes());
+        Framing::Iperf2.write(&mut d, 3, 1_000_000_000, 0);
+        assert_eq!(u32_at(&d, 16..20), flags);
+        assert_eq!(Framing::Iperf2.read(&d).unwrap().sequence, 3);
+        let mut plain = vec![0x5a_u8; 64];
+        Framing::Iperf2.write(&mut plain, 3, 1_000_000_000, 0);
+        assert_eq!(u32_at(&plain, 16..20), IPERF2_SEQNO64);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod export;
 mod fixtures;
 pub mod headline;
 pub mod html;
+pub mod iperf2_text;
 pub mod iperf3_json;
 pub mod live;
 pub mod model;

@@ -1,0 +1,133 @@
+//! `linerate iperf2 -c` as the user runs it: a test against an iperf 2 server, its lines
+//! as iperf 2's client prints them (or linerate's document), kept as linerate's.
+
+use crate::cancel;
+use crate::failure::{usage, Failure};
+use crate::sink::{Sinks, StoreSink};
+use crate::storage::{self, Storage};
+use anyhow::{Context, Result};
+use linerate_drivers::client::TestUpdate;
+use linerate_drivers::iperf2_client::{
+    self, Iperf2Ask, Iperf2ClientError, Iperf2Outcome, Iperf2Rate,
+};
+use linerate_report::document::Document;
+use linerate_report::iperf2_text::{self, ServerFigures};
+
+/// A run as `linerate iperf2 -c` asks it.
+pub struct Iperf2Run<'a> {
+    /// The server as the user named it.
+    pub host: &'a str,
+    pub ask: Iperf2Ask,
+    /// `--json`: linerate's document instead of iperf 2's lines.
+    pub json: bool,
+}
+
+/// `linerate iperf2 -c`: one test against an iperf 2 server on its wire, printed as iperf
+/// 2's client prints it (or linerate's document) and kept as linerate's document.
+pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
+    let ask = &run.ask;
+    let store = storage.open_for_run()?;
+    let cancel = cancel::on_signals()?;
+    let say = |line: &str| {
+        if !run.json {
+            println!("{line}");
+        }
+    };
+    let test = iperf2_client::open(ask).map_err(|e| match e {
+        Iperf2ClientError::Usage(message) => usage(message),
+        other => anyhow::Error::new(other),
+    })?;
+    let gap_us = match (ask.udp, ask.rate) {
+        (true, Some(Iperf2Rate::Packets(packets))) => Some(1e6 / packets as f64),
+        (true, Some(Iperf2Rate::Bits(bits))) => Some(f64::from(ask.length) * 8e6 / bits as f64),
+        _ => None,
+    };
+    for line in iperf2_text::banner(
+        run.host,
+        (ask.udp, ask.addr.port()),
+        ask.length,
+        gap_us,
+        test.buffer_bytes(),
+    ) {
+        say(&line);
+    }
+    for (id, (local, remote)) in test.connected().iter().enumerate() {
+        say(&iperf2_text::connected(id as u32 + 1, *local, *remote));
+    }
+    say(iperf2_text::FIGURES_HEADER);
+    let several = ask.parallel > 1;
+    let intervals = ask.interval_s > 0.0;
+    let mut progress = |event: TestUpdate| {
+        // Without -i the plane's one span is the whole test, printed at the end.
+        if let (TestUpdate::Interval(interval), true) = (event, intervals) {
+            let span = (interval.start, interval.end);
+            for flow in interval.flows.iter().flatten() {
+                say(&iperf2_text::figures(
+                    Some(flow.id + 1),
+                    span,
+                    flow.sent_bytes,
+                ));
+            }
+            if several {
+                say(&iperf2_text::figures(None, span, interval.sent_bytes));
+            }
+        }
+    };
+    let outcome = test.run(&cancel, &mut progress)?;
+    if run.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome.report).context("cannot encode the result")?
+        );
+    } else {
+        for line in closing_lines(ask, &outcome) {
+            say(&line);
+        }
+    }
+    if let Some(store) = store {
+        let command = storage::command_line();
+        let mut keeper = Sinks::new().with(StoreSink::new(store, command, std::io::stderr()));
+        keeper.finish_document(&Document::Test(Box::new(outcome.report.clone())))?;
+    }
+    crate::repeat::check_flows(&outcome.report)
+        .map_err(|e| Failure::Partial(format!("{e:#}")).into())
+}
+
+/// The whole test's lines: each connection's span and bytes (and their sum), and for UDP
+/// each flow's datagrams sent and its server's report.
+fn closing_lines(ask: &Iperf2Ask, outcome: &Iperf2Outcome) -> Vec<String> {
+    let flows = &outcome.sent;
+    let mut lines: Vec<String> = flows
+        .iter()
+        .map(|f| iperf2_text::figures(Some(f.id + 1), (0.0, f.window_s), f.bytes_total))
+        .collect();
+    if ask.parallel > 1 {
+        let longest = flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
+        let bytes = flows.iter().map(|f| f.bytes_total).sum();
+        lines.push(iperf2_text::figures(None, (0.0, longest), bytes));
+    }
+    if ask.udp {
+        for (i, flow) in flows.iter().enumerate() {
+            let server = outcome
+                .server_reports
+                .get(i)
+                .copied()
+                .flatten()
+                .map(|report| ServerFigures {
+                    bytes: report.bytes,
+                    seconds: report.duration_ns as f64 / 1e9,
+                    jitter_ms: report.jitter_ns / 1e6,
+                    lost: report.lost,
+                    datagrams: report.datagrams,
+                    latency_ms: report.transit.map(|t| {
+                        [t.mean_ns, t.min_ns, t.max_ns, t.deviation_ns()].map(|ns| ns / 1e6)
+                    }),
+                });
+            // As iperf 2 counts them: the test's datagrams and each final sent.
+            let sent = outcome.datagrams_sent.get(i).copied().unwrap_or(0)
+                + outcome.finals_sent.get(i).copied().unwrap_or(0);
+            lines.extend(iperf2_text::udp_closing(flow.id + 1, sent, server.as_ref()));
+        }
+    }
+    lines
+}

@@ -1,0 +1,550 @@
+//! `linerate iperf2 -c`: a test against a real iperf 2 server, on iperf 2's wire.
+//!
+//! Each TCP connection begins with the client header a 2.1 client writes (the base and
+//! extended headers, [`ClientHeader::encode`]) and then carries the test's writes; each UDP
+//! datagram carries iperf 2's numbers and send time, then the same header (written once
+//! into the data plane's buffers, `PlaneSetup::udp_template`). The data plane is the one
+//! a native test runs. At the end a UDP flow sends iperf 2's final datagram (its count,
+//! negated) until the server answers with its report, as iperf 2's client does; a TCP
+//! server tells its client nothing, so a TCP run holds this side's figures alone.
+
+use crate::client::{connect, connect_error, TestUpdate};
+use crate::iperf2_kept::plain_flow;
+use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
+use linerate_engine::plane::{DataPlane, PlaneSetup};
+use linerate_engine::sys;
+use linerate_hostinfo::host_facts;
+use linerate_model::clock::UnixTime;
+use linerate_proto::datagram::{Framing, IPERF2_SEQNO64, IPERF2_UDP_TESTS};
+use linerate_proto::iperf2::{
+    self, ext_flag, Amount, ClientHeader, ServerReport, REPORT_LEN, UDP_HEADER_AT,
+};
+use linerate_report::{FlowSide, HostFacts, Report, Role, SideResult, TestConfig, UdpCounts};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// The longest a byte-count test (`-n`) runs before this side ends it.
+const MAX_COUNTED_RUN: Duration = Duration::from_secs(3600);
+/// How often a UDP flow's final datagram goes out, and how long it waits each time for
+/// the server's report (iperf 2's client: ten tries, a quarter of a second apart).
+const FINAL_TRIES: u32 = 10;
+const FINAL_WAIT: Duration = Duration::from_millis(250);
+/// How long the end waits for a TCP server's acknowledgement of the header, where it has
+/// not come yet (2.1 servers send one; older ones none).
+const ACK_WAIT: Duration = Duration::from_millis(200);
+
+/// A rate as iperf 2's `-b` takes it: bits a second, or packets a second (`pps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Iperf2Rate {
+    Bits(u64),
+    Packets(u64),
+}
+
+/// One test as `linerate iperf2 -c` asks it.
+#[derive(Debug, Clone)]
+pub struct Iperf2Ask {
+    pub addr: SocketAddr,
+    /// The server as the user named it.
+    pub target: String,
+    pub udp: bool,
+    /// Connections (`-P`).
+    pub parallel: u32,
+    /// `-t` seconds, or `-n` bytes per connection.
+    pub amount: Amount,
+    /// Bytes a write or a datagram (`-l`).
+    pub length: u32,
+    pub rate: Option<Iperf2Rate>,
+    /// `--trip-times`: the server may read one-way delays from the send times (UDP).
+    pub trip_times: bool,
+    /// Seconds between interval figures (`-i`); 0 for none.
+    pub interval_s: f64,
+    /// `-w`: socket buffers.
+    pub window: Option<u64>,
+    /// `-N`: TCP_NODELAY.
+    pub nodelay: bool,
+    pub connect_timeout: Duration,
+}
+
+#[derive(Debug, Error)]
+pub enum Iperf2ClientError {
+    #[error("{0}")]
+    Connect(String),
+    #[error("cannot open connection {flow} to {addr}: {reason}")]
+    Stream {
+        flow: usize,
+        addr: SocketAddr,
+        reason: String,
+    },
+    #[error("the test was interrupted")]
+    Interrupted,
+    /// Settings linerate cannot run (a value out of range, a mode not sent yet).
+    #[error("{0}")]
+    Usage(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: &'static str,
+        source: io::Error,
+    },
+}
+
+/// A finished test against an iperf 2 server.
+#[derive(Debug, Clone)]
+pub struct Iperf2Outcome {
+    pub report: Report,
+    /// Each connection's addresses, (local, remote), in flow order.
+    pub connected: Vec<(SocketAddr, SocketAddr)>,
+    /// This side's flows as it sent them.
+    pub sent: Vec<FlowSide>,
+    /// UDP: each flow's server report, where the server answered its final datagram.
+    pub server_reports: Vec<Option<ServerReport>>,
+    /// UDP: the test's datagrams each flow sent.
+    pub datagrams_sent: Vec<u64>,
+    /// UDP: the final datagrams each flow sent before its server answered (iperf 2's
+    /// client counts them among those it sent; its server counts the first among the
+    /// test's, linerate's server none).
+    pub finals_sent: Vec<u64>,
+}
+
+/// The header every connection or datagram of the test carries.
+pub fn header_of(ask: &Iperf2Ask) -> ClientHeader {
+    let mut header = ClientHeader::plain(ask.parallel, ask.amount);
+    header.write_len = ask.length;
+    header.version = Some((2, 1, 8));
+    if ask.udp {
+        header.flags |= IPERF2_UDP_TESTS | IPERF2_SEQNO64;
+    }
+    match ask.rate {
+        Some(Iperf2Rate::Bits(bits)) => header.rate = bits,
+        Some(Iperf2Rate::Packets(packets)) => {
+            header.rate = packets;
+            header.ext_flags |= ext_flag::UNITS_PPS;
+        }
+        None => {}
+    }
+    if ask.trip_times {
+        header.ext_flags |= ext_flag::TRIP_TIMES;
+    }
+    header
+}
+
+/// The test's configuration as linerate's data plane runs it.
+pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
+    use linerate_model::{Environment, StreamRequest, StreamTransport, TestKind, TestRequest};
+    if ask.trip_times && !ask.udp {
+        return Err(
+            "--trip-times over TCP: linerate does not stamp TCP writes with their send times yet; over UDP (-u) every datagram carries its own"
+                .into(),
+        );
+    }
+    if ask.length > iperf2::MAX_WRITE {
+        return Err(format!(
+            "-l {}: iperf 2 servers take writes of at most {} bytes",
+            ask.length,
+            iperf2::MAX_WRITE
+        ));
+    }
+    let least = if ask.trip_times {
+        UDP_HEADER_AT + (START_WORD + 2) * 4
+    } else {
+        UDP_HEADER_AT + iperf2::HEADER_LEN
+    } as u32;
+    if ask.udp && ask.length < least {
+        return Err(format!(
+            "-l {}: a UDP datagram of iperf 2's needs at least {least} bytes for its numbers and header",
+            ask.length
+        ));
+    }
+    let time_s = match ask.amount {
+        Amount::Seconds(s) => s,
+        Amount::Bytes(_) | Amount::Unsaid => MAX_COUNTED_RUN.as_secs_f64(),
+    };
+    let (rate_bps, pps) = match ask.rate {
+        Some(Iperf2Rate::Bits(bits)) => (Some(bits), None),
+        Some(Iperf2Rate::Packets(packets)) => (None, Some(packets)),
+        None => (None, None),
+    };
+    let length = Some(u64::from(ask.length));
+    let request = TestRequest {
+        tls: None,
+        target: Some(ask.target.clone()),
+        port: ask.addr.port(),
+        parallel: ask.parallel,
+        threads: None,
+        time_s,
+        omit_s: 0.0,
+        interval_s: ask.interval_s,
+        window: ask.window,
+        congestion: None,
+        per_flow: true,
+        connect_timeout_s: ask.connect_timeout.as_secs_f64(),
+        observe: false,
+        source: None,
+        marks: None,
+        kind: TestKind::Stream(StreamRequest {
+            direction: linerate_report::Direction::Forward,
+            rate_bps,
+            transport: if ask.udp {
+                StreamTransport::Udp {
+                    length,
+                    pps,
+                    gso: false,
+                    gro: false,
+                }
+            } else {
+                StreamTransport::Tcp {
+                    length,
+                    mss: None,
+                    nodelay: ask.nodelay,
+                }
+            },
+        }),
+    };
+    let environment = Environment {
+        cpus: sys::cpus(),
+        udp_length: None,
+    };
+    TestConfig::resolve(&request, &environment)
+}
+
+/// A test whose connections are open (TCP: each has sent the header) and not started.
+pub struct Iperf2Test {
+    ask: Iperf2Ask,
+    config: TestConfig,
+    header: ClientHeader,
+    streams: Vec<FlowSocket>,
+    connected: Vec<(SocketAddr, SocketAddr)>,
+}
+
+/// Opens the test's connections to the iperf 2 server at `ask.addr`.
+pub fn open(ask: &Iperf2Ask) -> Result<Iperf2Test, Iperf2ClientError> {
+    let config = config_of(ask).map_err(Iperf2ClientError::Usage)?;
+    let header = header_of(ask);
+    let (streams, connected) = open_streams(ask, &config, &header)?;
+    Ok(Iperf2Test {
+        ask: ask.clone(),
+        config,
+        header,
+        streams,
+        connected,
+    })
+}
+
+impl Iperf2Test {
+    /// Each connection's addresses, (local, remote), in flow order.
+    pub fn connected(&self) -> &[(SocketAddr, SocketAddr)] {
+        &self.connected
+    }
+
+    /// The first connection's socket buffer as the kernel granted it: the receive buffer
+    /// of a TCP connection (iperf 2's "TCP window size"), the send buffer of a UDP socket.
+    pub fn buffer_bytes(&self) -> Option<u64> {
+        let (send, receive) = match self.streams.first()? {
+            FlowSocket::Tcp(stream) => sys::granted_buffers(stream),
+            FlowSocket::Udp(socket) => sys::granted_buffers(socket),
+            _ => return None,
+        };
+        Some(if self.ask.udp { send } else { receive })
+    }
+
+    /// Runs the test to its end: the data plane, then each UDP flow's final exchange.
+    pub fn run(
+        self,
+        cancel: &AtomicBool,
+        progress: &mut dyn FnMut(TestUpdate),
+    ) -> Result<Iperf2Outcome, Iperf2ClientError> {
+        let Iperf2Test {
+            ask,
+            config,
+            header,
+            streams,
+            connected,
+        } = self;
+        let started_at = UnixTime::now().seconds();
+        // Copies of the sockets, kept past the plane's end: a UDP flow's final datagrams
+        // and the server's report go through them, and a TCP server's acknowledgement is
+        // read.
+        let held: Vec<OwnedFd> = streams
+            .iter()
+            .filter_map(|s| match s {
+                FlowSocket::Tcp(stream) => stream.as_fd().try_clone_to_owned().ok(),
+                FlowSocket::Udp(socket) => socket.as_fd().try_clone_to_owned().ok(),
+                _ => None,
+            })
+            .collect();
+        let template = udp_template(&header, UnixTime::now().nanos());
+        progress(TestUpdate::Started);
+        let mut plane = start_plane(&ask, &config, &template, streams).map_err(|source| {
+            Iperf2ClientError::Io {
+                context: "starting the data plane",
+                source,
+            }
+        })?;
+        while !plane.is_finished() {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(Iperf2ClientError::Interrupted);
+            }
+            for interval in plane.poll_intervals(Duration::from_millis(50)) {
+                progress(TestUpdate::Interval(Box::new(interval)));
+            }
+        }
+        for interval in plane.poll_intervals(Duration::ZERO) {
+            progress(TestUpdate::Interval(Box::new(interval)));
+        }
+        let local = plane
+            .finish(host_facts())
+            .map_err(|source| Iperf2ClientError::Io {
+                context: "the data plane",
+                source,
+            })?;
+        let datagrams_sent: Vec<u64> = local
+            .flows
+            .iter()
+            .map(|f| f.udp.as_ref().map_or(0, |u| u.sent))
+            .collect();
+        let (server_reports, finals_sent) = if ask.udp {
+            held.into_iter()
+                .zip(&datagrams_sent)
+                .map(|(fd, &sent)| final_exchange(UdpSocket::from(fd), &template, ask.length, sent))
+                .unzip()
+        } else {
+            for fd in held {
+                read_acknowledgement(TcpStream::from(fd));
+            }
+            (Vec::new(), Vec::new())
+        };
+        let remote = server_side(&local, &connected, &server_reports);
+        let sent = local.flows.clone();
+        let tool = format!("linerate {}", env!("CARGO_PKG_VERSION"));
+        let mut report = Report::assemble(
+            &config.test_name(),
+            &tool,
+            started_at,
+            config.clone(),
+            local,
+            remote,
+        );
+        report.warnings.push(if ask.udp {
+            "against an iperf 2 server: the receiver's figures are its server reports".into()
+        } else {
+            "against an iperf 2 server: it tells its client nothing over TCP, so only this side's (the sender's) figures are here".into()
+        });
+        Ok(Iperf2Outcome {
+            report,
+            connected,
+            sent,
+            server_reports,
+            datagrams_sent,
+            finals_sent,
+        })
+    }
+}
+
+/// Opens the test's connections (TCP, each beginning with the header) or its sockets
+/// (UDP, connected to the server).
+#[allow(clippy::type_complexity)]
+fn open_streams(
+    ask: &Iperf2Ask,
+    config: &TestConfig,
+    header: &ClientHeader,
+) -> Result<(Vec<FlowSocket>, Vec<(SocketAddr, SocketAddr)>), Iperf2ClientError> {
+    let mut streams = Vec::new();
+    let mut connected = Vec::new();
+    for flow in 0..ask.parallel as usize {
+        let failed = |reason: String| Iperf2ClientError::Stream {
+            flow,
+            addr: ask.addr,
+            reason,
+        };
+        if ask.udp {
+            let socket = udp_socket(ask.addr, config).map_err(|e| failed(e.to_string()))?;
+            connected.push((
+                socket.local_addr().map_err(|e| failed(e.to_string()))?,
+                ask.addr,
+            ));
+            streams.push(FlowSocket::Udp(socket));
+        } else {
+            let mut stream = connect(ask.addr, ask.connect_timeout, config, true).map_err(|e| {
+                if flow == 0 {
+                    Iperf2ClientError::Connect(
+                        connect_error(ask.addr, &e, ask.connect_timeout, "an iperf 2 server")
+                            .to_string(),
+                    )
+                } else {
+                    failed(e.to_string())
+                }
+            })?;
+            stream
+                .write_all(&header.encode())
+                .map_err(|e| failed(format!("sending the test header: {e}")))?;
+            connected.push((
+                stream.local_addr().map_err(|e| failed(e.to_string()))?,
+                ask.addr,
+            ));
+            streams.push(FlowSocket::Tcp(stream));
+        }
+    }
+    Ok((streams, connected))
+}
+
+fn udp_socket(addr: SocketAddr, config: &TestConfig) -> io::Result<UdpSocket> {
+    let any: SocketAddr = if addr.is_ipv6() {
+        "[::]:0".parse().expect("literal")
+    } else {
+        "0.0.0.0:0".parse().expect("literal")
+    };
+    let socket = UdpSocket::bind(any)?;
+    sys::apply_udp_options(&socket, config)?;
+    socket.connect(addr)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+/// Where a UDP test's client header carries the test's start (seconds, microseconds of the
+/// wall clock), in words after the datagram's numbers: a 2.1.8 server takes `--trip-times`
+/// only with a start within 600 s of its clock (learned from a capture of 2.1.8's client).
+const START_WORD: usize = 24;
+
+/// The bytes every UDP datagram begins with: the numbers' room, then the header, and
+/// with `--trip-times` the test's start.
+fn udp_template(header: &ClientHeader, start_ns: u64) -> Vec<u8> {
+    let mut template = vec![0u8; UDP_HEADER_AT];
+    template.extend_from_slice(&header.encode());
+    if header.trip_times() {
+        let at = UDP_HEADER_AT + START_WORD * 4;
+        template.resize(at + 8, 0);
+        let seconds = (start_ns / 1_000_000_000) as u32;
+        let micros = ((start_ns % 1_000_000_000) / 1_000) as u32;
+        template[at..at + 4].copy_from_slice(&seconds.to_be_bytes());
+        template[at + 4..at + 8].copy_from_slice(&micros.to_be_bytes());
+    }
+    template
+}
+
+fn start_plane(
+    ask: &Iperf2Ask,
+    config: &TestConfig,
+    template: &[u8],
+    streams: Vec<FlowSocket>,
+) -> io::Result<DataPlane> {
+    let specs = streams
+        .into_iter()
+        .enumerate()
+        .map(|(i, socket)| FlowSpec::new(config, i as u32, Side::Client, socket))
+        .collect();
+    let budget = match ask.amount {
+        Amount::Bytes(bytes) => Some((Role::Send, bytes)),
+        Amount::Seconds(_) | Amount::Unsaid => None,
+    };
+    let setup = PlaneSetup {
+        threads: config.threads as usize,
+        drain: Duration::ZERO,
+        udp_framing: ask.udp.then_some(Framing::Iperf2),
+        udp_template: if ask.udp {
+            template.to_vec()
+        } else {
+            Vec::new()
+        },
+        pin_cpus: Vec::new(),
+        budget,
+        peer_lead: Duration::ZERO,
+    };
+    DataPlane::start(Instant::now(), config, specs, setup)
+}
+
+/// Sends a UDP flow's final datagram (its count of `sent`, negated) until the server
+/// answers with its report, at most [`FINAL_TRIES`] times: the report (`None` where none
+/// came) and the finals sent.
+fn final_exchange(
+    socket: UdpSocket,
+    template: &[u8],
+    length: u32,
+    sent: u64,
+) -> (Option<ServerReport>, u64) {
+    let mut last = template.to_vec();
+    last.resize((length as usize).max(last.len()), 0);
+    let _ = socket.set_nonblocking(false);
+    let _ = socket.set_read_timeout(Some(FINAL_WAIT));
+    let mut answer = vec![0u8; (length as usize).max(REPORT_LEN) + 64];
+    let mut finals = 0;
+    for _ in 0..FINAL_TRIES {
+        Framing::write_iperf2_final(&mut last, sent, UnixTime::now().nanos());
+        if socket.send(&last).is_err() {
+            return (None, finals);
+        }
+        finals += 1;
+        let deadline = Instant::now() + FINAL_WAIT;
+        while Instant::now() < deadline {
+            match socket.recv(&mut answer) {
+                Ok(n) => {
+                    if let Some(report) = ServerReport::decode(&answer[..n]) {
+                        return (Some(report), finals);
+                    }
+                }
+                // Port unreachable: no server there any more.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return (None, finals),
+                Err(_) => break,
+            }
+        }
+    }
+    (None, finals)
+}
+
+/// Reads a TCP server's acknowledgement of the header where one comes (a 2.1 server's),
+/// so that the connection closes without unread bytes, which would reset it.
+fn read_acknowledgement(mut stream: TcpStream) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(ACK_WAIT));
+    let mut ack = [0u8; iperf2::ACK_LEN];
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.read(&mut ack);
+}
+
+/// The server's side as it told it: for UDP, each flow's server report as a receiving
+/// flow; for TCP, nothing but its software.
+fn server_side(
+    local: &SideResult,
+    connected: &[(SocketAddr, SocketAddr)],
+    reports: &[Option<ServerReport>],
+) -> SideResult {
+    let flows = reports
+        .iter()
+        .zip(connected)
+        .zip(&local.flows)
+        .filter_map(|((report, (ours, theirs)), sent)| {
+            let report = report.as_ref()?;
+            let received = report.datagrams.saturating_sub(report.lost);
+            Some(FlowSide {
+                id: sent.id,
+                udp: Some(UdpCounts {
+                    received,
+                    lost: report.lost,
+                    out_of_order: report.out_of_order,
+                    jitter_ms: report.jitter_ns / 1e6,
+                    transit_sum_ms: report.transit.map_or(0.0, |t| t.sum_ns / 1e6),
+                    transit_samples: report.transit.map_or(0, |t| t.count),
+                    ..UdpCounts::default()
+                }),
+                datagrams_total: received,
+                ..plain_flow(
+                    Role::Receive,
+                    (*theirs, *ours),
+                    report.bytes,
+                    report.duration_ns as f64 / 1e9,
+                    None,
+                )
+            })
+        })
+        .collect();
+    SideResult {
+        host: HostFacts {
+            software: "iperf 2".into(),
+            ..HostFacts::default()
+        },
+        flows,
+        ..SideResult::default()
+    }
+}
