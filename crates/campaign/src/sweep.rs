@@ -342,20 +342,7 @@ fn base_request(spec: &SweepSpec) -> TestRequest {
                     Direction::Forward
                 },
                 rate_bps: first(&spec.rate),
-                transport: if spec.udp {
-                    StreamTransport::Udp {
-                        length,
-                        pps: None,
-                        gso: false,
-                        gro: false,
-                    }
-                } else {
-                    StreamTransport::Tcp {
-                        length,
-                        mss: None,
-                        nodelay: spec.nodelay,
-                    }
-                },
+                transport: StreamTransport::plain(spec.udp, length, None, spec.nodelay),
             })
         }
         SweepTest::Rr | SweepTest::Crr => TestKind::Transactions(TransactionRequest {

@@ -187,20 +187,7 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
         kind: TestKind::Stream(StreamRequest {
             direction: linerate_report::Direction::Forward,
             rate_bps,
-            transport: if ask.udp {
-                StreamTransport::Udp {
-                    length,
-                    pps,
-                    gso: false,
-                    gro: false,
-                }
-            } else {
-                StreamTransport::Tcp {
-                    length,
-                    mss: None,
-                    nodelay: ask.nodelay,
-                }
-            },
+            transport: StreamTransport::plain(ask.udp, length, pps, ask.nodelay),
         }),
     };
     let environment = Environment {

@@ -127,20 +127,7 @@ pub(crate) fn config_of(
                 Direction::Forward
             },
             rate_bps: (header.rate > 0 && !pps).then_some(header.rate),
-            transport: if udp {
-                StreamTransport::Udp {
-                    length,
-                    pps: pps.then_some(header.rate),
-                    gso: false,
-                    gro: false,
-                }
-            } else {
-                StreamTransport::Tcp {
-                    length,
-                    mss: None,
-                    nodelay: false,
-                }
-            },
+            transport: StreamTransport::plain(udp, length, pps.then_some(header.rate), false),
         }),
     };
     let environment = Environment {

@@ -132,6 +132,28 @@ pub enum StreamTransport {
     Call(crate::call::CallSettings),
 }
 
+impl StreamTransport {
+    /// UDP (`udp`) of `length`-byte datagrams at `pps` a second where paced so, without
+    /// offloads; or TCP of `length`-byte writes, the kernel's MSS, `nodelay` as given: the
+    /// transports of the tests that take no more than that (iperf 2's, a sweep's points).
+    pub fn plain(udp: bool, length: Option<u64>, pps: Option<u64>, nodelay: bool) -> Self {
+        if udp {
+            StreamTransport::Udp {
+                length,
+                pps,
+                gso: false,
+                gro: false,
+            }
+        } else {
+            StreamTransport::Tcp {
+                length,
+                mss: None,
+                nodelay,
+            }
+        }
+    }
+}
+
 /// Request/response (`rr`) or connect/request/response/close (`crr`) transactions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TransactionRequest {
