@@ -3,37 +3,25 @@
 //! connection lines, `[ ID] Interval Transfer Bandwidth` figures per connection and
 //! `[SUM]` over them, a UDP flow's datagrams sent and its server's report.
 
-/// A figure as iperf 2 scales it: three significant digits in a four-wide field, the unit
-/// after (`12.1 MBytes`, ` 101 Mbits/sec`).
-fn scaled(value: f64, base: f64, units: [&str; 4]) -> String {
-    let mut value = value;
-    let mut unit = 0;
-    while value.abs() >= base && unit < units.len() - 1 {
-        value /= base;
-        unit += 1;
+use crate::units::{format_bytes, format_rate, Scale};
+
+/// A figure of linerate's formatters (iperf3's three significant digits and units, which
+/// are iperf 2's too) in iperf 2's four-wide field (` 101 Mbits/sec`).
+fn four_wide(text: String) -> String {
+    match text.split_once(' ') {
+        Some((figure, unit)) => format!("{figure:>4} {unit}"),
+        None => text,
     }
-    let figure = if value.abs() < 9.995 {
-        format!("{value:4.2}")
-    } else if value.abs() < 99.95 {
-        format!("{value:4.1}")
-    } else {
-        format!("{value:4.0}")
-    };
-    format!("{figure} {}", units[unit])
 }
 
 /// Bytes as iperf 2's Transfer column has them (binary multiples).
 pub fn transfer(bytes: f64) -> String {
-    scaled(bytes, 1024.0, ["Bytes", "KBytes", "MBytes", "GBytes"])
+    four_wide(format_bytes(bytes, Scale::Adaptive))
 }
 
 /// Bits a second as iperf 2's Bandwidth column has them (decimal multiples).
 pub fn bandwidth(bits_per_second: f64) -> String {
-    scaled(
-        bits_per_second,
-        1000.0,
-        ["bits/sec", "Kbits/sec", "Mbits/sec", "Gbits/sec"],
-    )
+    four_wide(format_rate(bits_per_second, Scale::Adaptive))
 }
 
 /// A line's connection label: `[  1]` for connection 1, `[SUM]` for the sum.
