@@ -19,7 +19,7 @@
 //! on one side and megabytes on the other.
 //!
 //! The crypto's time is the thread's CPU time in the calls that seal and open records,
-//! sampled one call in [`SAMPLE_EVERY`] (`crate::cost`).
+//! sampled one call in [`SAMPLE_EVERY`] and charged by the byte (`crate::cost::PerByteCost`).
 
 use crate::handshake::{self, Handshaken};
 use crate::session::{Buffer, Session, MAX_RECORD};
@@ -87,9 +87,8 @@ pub struct TlsStream<S> {
     /// in memory sized to it.
     frugal: bool,
     write_limit: usize,
-    crypto: Duration,
-    /// Calls that sealed or opened records so far (which of them to time).
-    crypto_calls: u64,
+    /// The CPU time of the calls that sealed and opened records, estimated by the byte.
+    crypto: crate::cost::PerByteCost,
     facts: TlsFacts,
     /// What the user should know of how this connection runs (kTLS refused).
     note: Option<String>,
@@ -154,7 +153,7 @@ impl<S: Read + Write + AsFd + AsRawFd> TlsStream<S> {
 
     /// Time spent sealing and opening records so far.
     pub fn crypto_time(&self) -> Duration {
-        self.crypto
+        self.crypto.estimate()
     }
 
     pub fn set_note(&mut self, note: String) {
@@ -188,7 +187,6 @@ impl<S: Read + Write + AsFd + AsRawFd> TlsStream<S> {
             frugal: self.frugal,
             write_limit: self.write_limit,
             crypto: self.crypto,
-            crypto_calls: self.crypto_calls,
             facts: self.facts,
             note: self.note,
         }
@@ -262,11 +260,10 @@ impl<S: Read + Write + AsFd + AsRawFd> TlsStream<S> {
         };
         let session = &mut self.session;
         let unsent = &mut self.unsent;
-        let (opened, spent) = crate::cost::sampled(self.crypto_calls, SAMPLE_EVERY, || {
+        let ciphertext = incoming.filled().len();
+        let opened = self.crypto.time(ciphertext, SAMPLE_EVERY, || {
             session.open(incoming.filled_mut(), unsent, &mut deliver)
         });
-        self.crypto_calls += 1;
-        self.crypto += spent.unwrap_or_default();
         let opened = match opened {
             Ok(opened) => opened,
             Err(e) => {
@@ -337,11 +334,9 @@ impl<S: Read + Write + AsFd + AsRawFd> TlsStream<S> {
         let session = &mut self.session;
         let unopened = &mut self.carry;
         let out = into.unwrap_or(&mut self.unsent);
-        let (sealed, spent) = crate::cost::sampled(self.crypto_calls, SAMPLE_EVERY, || {
+        let sealed = self.crypto.time(plaintext.len(), SAMPLE_EVERY, || {
             session.seal(plaintext, unopened, out)
         });
-        self.crypto_calls += 1;
-        self.crypto += spent.unwrap_or_default();
         sealed.map_err(io::Error::other)
     }
 
@@ -416,8 +411,7 @@ fn established(
         broken: None,
         frugal: false,
         write_limit: DEFAULT_WRITE_LIMIT,
-        crypto: Duration::ZERO,
-        crypto_calls: 0,
+        crypto: crate::cost::PerByteCost::default(),
         note: None,
         facts: TlsFacts {
             cipher,
