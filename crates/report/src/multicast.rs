@@ -1,6 +1,7 @@
 //! A multicast test (docs/multicast.md) as the results database keeps it: a sender's run
 //! (what it sent) or one stream a receiver counted, with their text and CSV rows.
 
+use crate::result_kind::{ResultKind, Rows};
 use linerate_model::multicast::{MulticastSent, MulticastStream, OneWayDelay, StreamEnd};
 use linerate_model::units::{format_rate, Scale};
 use serde::{Deserialize, Serialize};
@@ -47,82 +48,6 @@ impl MulticastReport {
             sent: None,
             received: Some(Box::new(stream)),
         }
-    }
-
-    /// For listings: "sent 1.00 Mbits/sec" or "received 99.9 % from 10.0.0.1:40000".
-    pub fn headline_text(&self) -> String {
-        match (&self.sent, &self.received) {
-            (Some(sent), _) => format!(
-                "sent {} datagrams, {}",
-                sent.datagrams,
-                format_rate(sent.sent_bps, Scale::Adaptive)
-            ),
-            (None, Some(stream)) => format!(
-                "from {}: {} of {} datagrams, loss {:.3} %",
-                stream.sender, stream.datagrams, stream.expected, stream.loss_percent
-            ),
-            (None, None) => String::new(),
-        }
-    }
-
-    pub fn render_text(&self) -> String {
-        match (&self.sent, &self.received) {
-            (Some(sent), _) => sent_text(sent),
-            (None, Some(stream)) => stream_line(stream) + "\n",
-            (None, None) => String::new(),
-        }
-    }
-
-    /// `export --format csv`: one row, the run's counts.
-    pub fn rows(&self) -> (Vec<String>, Vec<Vec<String>>) {
-        let header = [
-            "side",
-            "group",
-            "port",
-            "peer",
-            "datagrams",
-            "expected",
-            "lost",
-            "out_of_order",
-            "duplicates",
-            "jitter_ms",
-            "duration_s",
-            "bps",
-        ]
-        .map(String::from)
-        .to_vec();
-        let row = match (&self.sent, &self.received) {
-            (Some(sent), _) => vec![
-                "sender".into(),
-                sent.group.to_string(),
-                sent.port.to_string(),
-                sent.local.map(|a| a.to_string()).unwrap_or_default(),
-                sent.datagrams.to_string(),
-                sent.datagrams.to_string(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                format!("{:.6}", sent.duration_s),
-                format!("{:.0}", sent.sent_bps),
-            ],
-            (None, Some(stream)) => vec![
-                "receiver".into(),
-                stream.group.to_string(),
-                stream.port.to_string(),
-                stream.sender.to_string(),
-                stream.datagrams.to_string(),
-                stream.expected.to_string(),
-                stream.lost.to_string(),
-                stream.out_of_order.to_string(),
-                stream.duplicates.to_string(),
-                format!("{:.6}", stream.jitter_ms),
-                format!("{:.6}", stream.duration_s),
-                format!("{:.0}", stream.received_bps),
-            ],
-            (None, None) => return (header, Vec::new()),
-        };
-        (header, vec![row])
     }
 }
 
@@ -198,6 +123,96 @@ pub fn stream_line(stream: &MulticastStream) -> String {
         stream.jitter_ms,
         stream.added_delay_ms,
     )
+}
+
+impl ResultKind for MulticastReport {
+    fn test(&self) -> &str {
+        &self.test
+    }
+
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn started_at(&self) -> f64 {
+        self.started_at
+    }
+
+    /// For listings: "sent 1.00 Mbits/sec" or "received 99.9 % from 10.0.0.1:40000".
+    fn headline_text(&self, _scale: Scale) -> String {
+        match (&self.sent, &self.received) {
+            (Some(sent), _) => format!(
+                "sent {} datagrams, {}",
+                sent.datagrams,
+                format_rate(sent.sent_bps, Scale::Adaptive)
+            ),
+            (None, Some(stream)) => format!(
+                "from {}: {} of {} datagrams, loss {:.3} %",
+                stream.sender, stream.datagrams, stream.expected, stream.loss_percent
+            ),
+            (None, None) => String::new(),
+        }
+    }
+
+    fn render_text(&self, _scale: Scale) -> String {
+        match (&self.sent, &self.received) {
+            (Some(sent), _) => sent_text(sent),
+            (None, Some(stream)) => stream_line(stream) + "\n",
+            (None, None) => String::new(),
+        }
+    }
+
+    /// `export --format csv`: one row, the run's counts.
+    fn rows(&self) -> Rows {
+        let header = [
+            "side",
+            "group",
+            "port",
+            "peer",
+            "datagrams",
+            "expected",
+            "lost",
+            "out_of_order",
+            "duplicates",
+            "jitter_ms",
+            "duration_s",
+            "bps",
+        ]
+        .map(String::from)
+        .to_vec();
+        let row = match (&self.sent, &self.received) {
+            (Some(sent), _) => vec![
+                "sender".into(),
+                sent.group.to_string(),
+                sent.port.to_string(),
+                sent.local.map(|a| a.to_string()).unwrap_or_default(),
+                sent.datagrams.to_string(),
+                sent.datagrams.to_string(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!("{:.6}", sent.duration_s),
+                format!("{:.0}", sent.sent_bps),
+            ],
+            (None, Some(stream)) => vec![
+                "receiver".into(),
+                stream.group.to_string(),
+                stream.port.to_string(),
+                stream.sender.to_string(),
+                stream.datagrams.to_string(),
+                stream.expected.to_string(),
+                stream.lost.to_string(),
+                stream.out_of_order.to_string(),
+                stream.duplicates.to_string(),
+                format!("{:.6}", stream.jitter_ms),
+                format!("{:.6}", stream.duration_s),
+                format!("{:.0}", stream.received_bps),
+            ],
+            (None, None) => return (header, Vec::new()),
+        };
+        (header, vec![row])
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! (`linerate ndt7`) or one subtest a server ran (`serve --ndt7`), with their text, as
 //! M-Lab's clients print them, and CSV rows.
 
+use crate::result_kind::{ResultKind, Rows};
 use linerate_model::ndt7::{Subtest, SubtestEnd, SubtestResult};
 use linerate_model::units::{format_rate, Scale};
 use serde::{Deserialize, Serialize};
@@ -40,81 +41,6 @@ impl Ndt7Report {
             side: "server".into(),
             subtests: vec![subtest],
         }
-    }
-
-    /// For listings: "download 94.1 Mbits/sec, upload 45.0 Mbits/sec".
-    pub fn headline_text(&self) -> String {
-        let parts: Vec<String> = self
-            .subtests
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} {}",
-                    s.subtest.name(),
-                    format_rate(s.goodput_bps, Scale::Adaptive)
-                )
-            })
-            .collect();
-        let served = if self.side == "server" { "served " } else { "" };
-        format!("{served}{}", parts.join(", "))
-    }
-
-    pub fn render_text(&self) -> String {
-        let mut out = String::new();
-        if self.side == "server" {
-            out.push_str(&format!("ndt7 subtest served to {}\n", self.target));
-        } else if let Some(first) = self.subtests.first() {
-            out.push_str(&format!(
-                "ndt7 against {} ({}), client {}\n",
-                self.target, first.server, first.client
-            ));
-        }
-        for s in &self.subtests {
-            out.push_str(&subtest_text(s));
-        }
-        out
-    }
-
-    /// `export --format csv`: one row a subtest.
-    pub fn rows(&self) -> (Vec<String>, Vec<Vec<String>>) {
-        let header = [
-            "side",
-            "subtest",
-            "client",
-            "server",
-            "bps",
-            "counted_by",
-            "app_bytes",
-            "elapsed_s",
-            "min_rtt_ms",
-            "retransmission_pct",
-            "congestion",
-            "ended",
-        ]
-        .map(String::from)
-        .to_vec();
-        let optional = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
-        let rows = self
-            .subtests
-            .iter()
-            .map(|s| {
-                vec![
-                    self.side.clone(),
-                    s.subtest.name().into(),
-                    s.client.clone(),
-                    s.server.clone(),
-                    format!("{:.0}", s.goodput_bps),
-                    s.counted_by.clone(),
-                    s.app_bytes.to_string(),
-                    format!("{:.6}", s.elapsed_s),
-                    optional(s.min_rtt_ms),
-                    optional(s.retransmission_pct),
-                    s.congestion.clone(),
-                    ended_word(s.ended).into(),
-                ]
-            })
-            .collect();
-        (header, rows)
     }
 }
 
@@ -170,6 +96,102 @@ pub fn subtest_text(s: &SubtestResult) -> String {
     out
 }
 
+impl ResultKind for Ndt7Report {
+    fn test(&self) -> &str {
+        &self.test
+    }
+
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn started_at(&self) -> f64 {
+        self.started_at
+    }
+
+    /// The first subtest's goodput.
+    fn headline(&self) -> Option<(crate::model::Headline, f64)> {
+        self.subtests
+            .first()
+            .map(|s| (crate::model::Headline::ReceiverBps, s.goodput_bps))
+    }
+
+    /// For listings: "download 94.1 Mbits/sec, upload 45.0 Mbits/sec".
+    fn headline_text(&self, _scale: Scale) -> String {
+        let parts: Vec<String> = self
+            .subtests
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s.subtest.name(),
+                    format_rate(s.goodput_bps, Scale::Adaptive)
+                )
+            })
+            .collect();
+        let served = if self.side == "server" { "served " } else { "" };
+        format!("{served}{}", parts.join(", "))
+    }
+
+    fn render_text(&self, _scale: Scale) -> String {
+        let mut out = String::new();
+        if self.side == "server" {
+            out.push_str(&format!("ndt7 subtest served to {}\n", self.target));
+        } else if let Some(first) = self.subtests.first() {
+            out.push_str(&format!(
+                "ndt7 against {} ({}), client {}\n",
+                self.target, first.server, first.client
+            ));
+        }
+        for s in &self.subtests {
+            out.push_str(&subtest_text(s));
+        }
+        out
+    }
+
+    /// `export --format csv`: one row a subtest.
+    fn rows(&self) -> Rows {
+        let header = [
+            "side",
+            "subtest",
+            "client",
+            "server",
+            "bps",
+            "counted_by",
+            "app_bytes",
+            "elapsed_s",
+            "min_rtt_ms",
+            "retransmission_pct",
+            "congestion",
+            "ended",
+        ]
+        .map(String::from)
+        .to_vec();
+        let optional = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
+        let rows = self
+            .subtests
+            .iter()
+            .map(|s| {
+                vec![
+                    self.side.clone(),
+                    s.subtest.name().into(),
+                    s.client.clone(),
+                    s.server.clone(),
+                    format!("{:.0}", s.goodput_bps),
+                    s.counted_by.clone(),
+                    s.app_bytes.to_string(),
+                    format!("{:.6}", s.elapsed_s),
+                    optional(s.min_rtt_ms),
+                    optional(s.retransmission_pct),
+                    s.congestion.clone(),
+                    ended_word(s.ended).into(),
+                ]
+            })
+            .collect();
+        (header, rows)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,7 +227,7 @@ mod tests {
                 subtest(Subtest::Upload, 45.1e6),
             ],
         );
-        let text = report.render_text();
+        let text = report.render_text(Scale::Adaptive);
         for part in [
             "Download\n  Throughput:      94.30 Mbit/s",
             "Upload\n  Throughput:      45.10 Mbit/s",
@@ -215,9 +237,11 @@ mod tests {
             assert!(text.contains(part), "{part:?} not in {text}");
         }
         assert!(
-            report.headline_text().starts_with("download 94.3"),
+            report
+                .headline_text(Scale::Adaptive)
+                .starts_with("download 94.3"),
             "{}",
-            report.headline_text()
+            report.headline_text(Scale::Adaptive)
         );
         let (header, rows) = report.rows();
         assert_eq!(rows.len(), 2);

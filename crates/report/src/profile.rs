@@ -5,8 +5,11 @@
 //! read them, its reads by the group itself. Latencies are per execution: one operation
 //! (all `count` messages of it) or one iteration of a transaction.
 
+use crate::model::Headline;
+use crate::result_kind::{number, ResultKind, Rows};
 use crate::units::{format_bytes, format_count, format_rate, Scale};
 use crate::HostFacts;
+use linerate_model::measure::Headline as MeshHeadline;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -176,79 +179,6 @@ impl ProfileReport {
             complete: self.incomplete.is_none(),
         };
     }
-
-    /// The end-of-run text.
-    pub fn render_text(&self, scale: Scale) -> String {
-        let mut out = String::new();
-        let s = &self.summary;
-        let _ = writeln!(
-            out,
-            "Profile '{}' ({}), {} group(s) on {} host(s), {:.2} s",
-            self.config.name,
-            self.config.format,
-            self.groups.len(),
-            self.hosts.len(),
-            s.duration_s
-        );
-        for group in &self.groups {
-            out.push_str(&group_text(group, scale));
-        }
-        let _ = writeln!(
-            out,
-            "\n{:<22} {:>14} {:>16} {:>12} {:>10} {:>10} {:>10}",
-            "host", "received", "goodput", "iterations", "offset ms", "rtt ms", "start ms"
-        );
-        for host in &self.hosts {
-            let _ = writeln!(
-                out,
-                "{:<22} {:>14} {:>16} {:>12} {:>10.3} {:>10.3} {:>10.3}{}",
-                host.host,
-                format_bytes(host.received_bytes as f64, scale),
-                format_rate(host.received_bps, scale),
-                host.iterations,
-                host.clock_offset_ms,
-                host.clock_rtt_ms,
-                host.start_delay_ms,
-                host.failure
-                    .as_ref()
-                    .map_or(String::new(), |f| format!("  LOST: {f}"))
-            );
-        }
-        let _ = writeln!(
-            out,
-            "{:<22} {:>14} {:>16} {:>12}",
-            "total",
-            format_bytes(s.received_bytes as f64, scale),
-            format_rate(s.received_bps, scale),
-            s.iterations
-        );
-        let _ = writeln!(
-            out,
-            "\n{} iterations/s, {} errors, start skew {:.3} ms",
-            format_count(s.iterations_per_s),
-            s.errors,
-            s.start_skew_ms
-        );
-        if let Some(why) = &self.incomplete {
-            let _ = writeln!(out, "INCOMPLETE: {why}");
-        }
-        for host in &self.hosts {
-            for line in host.observe.iter().flat_map(|o| &o.unusual) {
-                let _ = writeln!(out, "Host ({}): {line}", host.host);
-            }
-        }
-        for warning in &self.warnings {
-            let _ = writeln!(out, "warning: {warning}");
-        }
-        if !self.not_kept.is_empty() {
-            let _ = writeln!(
-                out,
-                "Not kept (a mesh job's compact result; [store] detail in the mesh file keeps them): {}",
-                self.not_kept.join(", ")
-            );
-        }
-        out
-    }
 }
 
 /// One group's lines: its totals, each transaction and its operations, its failures.
@@ -397,4 +327,206 @@ pub fn compare_text(runs: &[(i64, &ProfileReport)]) -> String {
     let ids: Vec<i64> = runs.iter().map(|(id, _)| *id).collect();
     let table = crate::text::side_by_side(&ids, figures, 2);
     format!("{table}\nProfile runs ran once each: differences are not judged for significance.\n")
+}
+
+impl ResultKind for ProfileReport {
+    fn test(&self) -> &str {
+        &self.test
+    }
+
+    fn kind(&self) -> String {
+        format!("profile {}", self.config.name)
+    }
+
+    fn target(&self) -> &str {
+        &self.config.target
+    }
+
+    fn started_at(&self) -> f64 {
+        self.started_at
+    }
+
+    /// The goodput where the profile moved data, else its transactions a second.
+    fn headline(&self) -> Option<(Headline, f64)> {
+        Some(if self.summary.received_bytes > 0 {
+            (Headline::ReceiverBps, self.summary.received_bps)
+        } else {
+            (Headline::TransactionsPerS, self.summary.iterations_per_s)
+        })
+    }
+
+    fn headline_text(&self, scale: Scale) -> String {
+        let figure = self
+            .headline()
+            .map(|(h, v)| h.format(v, scale))
+            .unwrap_or_default();
+        if self.summary.complete {
+            figure
+        } else {
+            format!("{figure} (incomplete)")
+        }
+    }
+
+    fn mesh_figure(&self, which: MeshHeadline) -> (Option<f64>, String) {
+        match which {
+            MeshHeadline::Goodput => (
+                Some(self.summary.received_bps),
+                format_rate(self.summary.received_bps, Scale::Adaptive),
+            ),
+            MeshHeadline::Transaction { index, label } => {
+                let timed = self
+                    .groups
+                    .first()
+                    .and_then(|g| g.transactions.get(index))
+                    .map(|t| (t.latency_us.p50, t.iterations_per_s));
+                match timed {
+                    Some((p50, rate)) => (
+                        Some(p50 / 1e6),
+                        format!(
+                            "{label} p50 {} ({rate:.0}/s)",
+                            linerate_model::units::format_micros(p50)
+                        ),
+                    ),
+                    None => (None, String::new()),
+                }
+            }
+            MeshHeadline::Responsiveness | MeshHeadline::Loss | MeshHeadline::Hops => {
+                (None, String::new())
+            }
+        }
+    }
+
+    /// The end-of-run text.
+    fn render_text(&self, scale: Scale) -> String {
+        let mut out = String::new();
+        let s = &self.summary;
+        let _ = writeln!(
+            out,
+            "Profile '{}' ({}), {} group(s) on {} host(s), {:.2} s",
+            self.config.name,
+            self.config.format,
+            self.groups.len(),
+            self.hosts.len(),
+            s.duration_s
+        );
+        for group in &self.groups {
+            out.push_str(&group_text(group, scale));
+        }
+        let _ = writeln!(
+            out,
+            "\n{:<22} {:>14} {:>16} {:>12} {:>10} {:>10} {:>10}",
+            "host", "received", "goodput", "iterations", "offset ms", "rtt ms", "start ms"
+        );
+        for host in &self.hosts {
+            let _ = writeln!(
+                out,
+                "{:<22} {:>14} {:>16} {:>12} {:>10.3} {:>10.3} {:>10.3}{}",
+                host.host,
+                format_bytes(host.received_bytes as f64, scale),
+                format_rate(host.received_bps, scale),
+                host.iterations,
+                host.clock_offset_ms,
+                host.clock_rtt_ms,
+                host.start_delay_ms,
+                host.failure
+                    .as_ref()
+                    .map_or(String::new(), |f| format!("  LOST: {f}"))
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{:<22} {:>14} {:>16} {:>12}",
+            "total",
+            format_bytes(s.received_bytes as f64, scale),
+            format_rate(s.received_bps, scale),
+            s.iterations
+        );
+        let _ = writeln!(
+            out,
+            "\n{} iterations/s, {} errors, start skew {:.3} ms",
+            format_count(s.iterations_per_s),
+            s.errors,
+            s.start_skew_ms
+        );
+        if let Some(why) = &self.incomplete {
+            let _ = writeln!(out, "INCOMPLETE: {why}");
+        }
+        for host in &self.hosts {
+            for line in host.observe.iter().flat_map(|o| &o.unusual) {
+                let _ = writeln!(out, "Host ({}): {line}", host.host);
+            }
+        }
+        for warning in &self.warnings {
+            let _ = writeln!(out, "warning: {warning}");
+        }
+        if !self.not_kept.is_empty() {
+            let _ = writeln!(
+                out,
+                "Not kept (a mesh job's compact result; [store] detail in the mesh file keeps them): {}",
+                self.not_kept.join(", ")
+            );
+        }
+        out
+    }
+
+    fn rows(&self) -> Rows {
+        profile_rows(self)
+    }
+}
+
+/// One row per operation of every transaction of every group, then one per transaction
+/// (its `op` empty).
+fn profile_rows(run: &ProfileReport) -> Rows {
+    let header = [
+        "group",
+        "host",
+        "transaction",
+        "op",
+        "conn",
+        "count",
+        "bytes",
+        "peer_bytes",
+        "errors",
+        "p50_us",
+        "p99_us",
+        "max_us",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut rows = Vec::new();
+    for group in &run.groups {
+        for (index, txn) in group.transactions.iter().enumerate() {
+            rows.push(vec![
+                group.name.clone(),
+                group.host.clone(),
+                (index + 1).to_string(),
+                String::new(),
+                String::new(),
+                txn.iterations.to_string(),
+                txn.received_bytes.to_string(),
+                String::new(),
+                txn.errors.to_string(),
+                number(txn.latency_us.p50),
+                number(txn.latency_us.p99),
+                number(txn.latency_us.max),
+            ]);
+            for op in &txn.ops {
+                rows.push(vec![
+                    group.name.clone(),
+                    group.host.clone(),
+                    (index + 1).to_string(),
+                    op.op.clone(),
+                    op.conn.clone().unwrap_or_default(),
+                    op.count.to_string(),
+                    op.bytes.to_string(),
+                    op.peer_bytes.to_string(),
+                    op.errors.to_string(),
+                    number(op.latency_us.p50),
+                    number(op.latency_us.p99),
+                    number(op.latency_us.max),
+                ]);
+            }
+        }
+    }
+    (header, rows)
 }

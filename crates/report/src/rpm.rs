@@ -1,6 +1,9 @@
 //! A responsiveness run (`linerate rpm`, docs/rpm.md): its figures as printed with
 //! `--json` and kept in the results database, its text, its CSV rows and its comparison.
 
+use crate::result_kind::{ResultKind, Rows};
+use crate::units::Scale;
+use linerate_model::measure::Headline as MeshHeadline;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -125,9 +128,80 @@ pub struct RpmReport {
     pub host: Option<linerate_model::HostFacts>,
 }
 
-impl RpmReport {
+/// Runs side by side: each figure, and each later run's change from the first.
+pub fn compare_text(runs: &[(i64, &RpmReport)]) -> String {
+    type Pick = fn(&RpmReport) -> Option<f64>;
+    let picks: [(&str, Pick); 8] = [
+        ("RPM", |r| r.rpm),
+        ("download RPM", |r| r.download.rpm),
+        ("upload RPM", |r| r.upload.rpm),
+        ("download Mbit/s", |r| Some(r.download.capacity_bps / 1e6)),
+        ("upload Mbit/s", |r| Some(r.upload.capacity_bps / 1e6)),
+        ("idle latency ms", |r| Some(r.idle_latency_s * 1e3)),
+        ("added latency ms", |r| r.added_latency_s.map(|a| a * 1e3)),
+        ("connections (down + up)", |r| {
+            Some((r.download.connections + r.upload.connections) as f64)
+        }),
+    ];
+    let figures = picks
+        .into_iter()
+        .map(|(name, pick)| {
+            (
+                name.to_string(),
+                runs.iter().map(|(_, r)| pick(r)).collect(),
+            )
+        })
+        .collect();
+    let ids: Vec<i64> = runs.iter().map(|(id, _)| *id).collect();
+    let mut table = crate::text::side_by_side(&ids, figures, 1);
+    let mut grades = vec!["grade".to_string()];
+    grades.extend(
+        runs.iter()
+            .map(|(_, r)| r.grade.clone().unwrap_or("-".into())),
+    );
+    grades.extend(runs.iter().skip(1).map(|_| String::new()));
+    table.add_row(grades);
+    format!("{table}\n")
+}
+
+impl ResultKind for RpmReport {
+    fn test(&self) -> &str {
+        &self.test
+    }
+
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn started_at(&self) -> f64 {
+        self.started_at
+    }
+
+    fn path(&self) -> Option<&linerate_model::PathFacts> {
+        self.host.as_ref().and_then(|h| h.path.as_deref())
+    }
+
+    fn headline(&self) -> Option<(crate::model::Headline, f64)> {
+        self.rpm.map(|rpm| (crate::model::Headline::Rpm, rpm))
+    }
+
+    fn mesh_figure(&self, which: MeshHeadline) -> (Option<f64>, String) {
+        if which != MeshHeadline::Responsiveness {
+            return (None, String::new());
+        }
+        let text = match (self.rpm, &self.grade) {
+            (Some(rpm), Some(grade)) => format!(
+                "RPM {rpm:.0} ({}), grade {grade}",
+                self.band.as_deref().unwrap_or("-")
+            ),
+            (Some(rpm), None) => format!("RPM {rpm:.0}"),
+            _ => String::new(),
+        };
+        (self.rpm, text)
+    }
+
     /// "221 RPM (Low), grade C, 46.9 Mbit/s down, 46.5 up".
-    pub fn headline_text(&self) -> String {
+    fn headline_text(&self, _scale: Scale) -> String {
         let rpm = self.rpm.map_or("no RPM".into(), |r| {
             format!("{r:.0} RPM ({})", self.band.as_deref().unwrap_or("-"))
         });
@@ -144,7 +218,7 @@ impl RpmReport {
 
     /// The result as networkQuality prints it: capacities, responsiveness, idle latency,
     /// the grade.
-    pub fn render_text(&self) -> String {
+    fn render_text(&self, _scale: Scale) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -195,7 +269,7 @@ impl RpmReport {
     }
 
     /// CSV: a row per interval of each direction.
-    pub fn rows(&self) -> (Vec<String>, Vec<Vec<String>>) {
+    fn rows(&self) -> Rows {
         let header = ["direction", "end_s", "connections", "goodput_bps", "rpm"]
             .map(String::from)
             .to_vec();
@@ -215,42 +289,6 @@ impl RpmReport {
             .collect();
         (header, rows)
     }
-}
-
-/// Runs side by side: each figure, and each later run's change from the first.
-pub fn compare_text(runs: &[(i64, &RpmReport)]) -> String {
-    type Pick = fn(&RpmReport) -> Option<f64>;
-    let picks: [(&str, Pick); 8] = [
-        ("RPM", |r| r.rpm),
-        ("download RPM", |r| r.download.rpm),
-        ("upload RPM", |r| r.upload.rpm),
-        ("download Mbit/s", |r| Some(r.download.capacity_bps / 1e6)),
-        ("upload Mbit/s", |r| Some(r.upload.capacity_bps / 1e6)),
-        ("idle latency ms", |r| Some(r.idle_latency_s * 1e3)),
-        ("added latency ms", |r| r.added_latency_s.map(|a| a * 1e3)),
-        ("connections (down + up)", |r| {
-            Some((r.download.connections + r.upload.connections) as f64)
-        }),
-    ];
-    let figures = picks
-        .into_iter()
-        .map(|(name, pick)| {
-            (
-                name.to_string(),
-                runs.iter().map(|(_, r)| pick(r)).collect(),
-            )
-        })
-        .collect();
-    let ids: Vec<i64> = runs.iter().map(|(id, _)| *id).collect();
-    let mut table = crate::text::side_by_side(&ids, figures, 1);
-    let mut grades = vec!["grade".to_string()];
-    grades.extend(
-        runs.iter()
-            .map(|(_, r)| r.grade.clone().unwrap_or("-".into())),
-    );
-    grades.extend(runs.iter().skip(1).map(|_| String::new()));
-    table.add_row(grades);
-    format!("{table}\n")
 }
 
 #[cfg(test)]
@@ -316,7 +354,7 @@ mod tests {
             idle_connect_spread: None,
             host: None,
         };
-        let text = report.render_text();
+        let text = report.render_text(Scale::Adaptive);
         assert!(text.contains("over  1 connection, "), "{text}");
         assert!(text.contains("over  4 connections, "), "{text}");
         assert!(

@@ -1,9 +1,12 @@
 //! A STAMP run (`linerate stamp`, docs/stamp.md): its figures as printed with `--json`
 //! and kept in the results database, its text, CSV rows and comparison.
 
+use crate::result_kind::{ResultKind, Rows};
+use crate::units::Scale;
 use linerate_model::clock::ClockState;
 use linerate_model::latency::LatencySummary;
 use linerate_model::marks::dscp_name;
+use linerate_model::measure::Headline as MeshHeadline;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -245,8 +248,153 @@ impl StampLoss {
 }
 
 impl StampReport {
+    fn loss_text(&self) -> String {
+        let l = &self.loss;
+        let mut out = format!(
+            "loss         {} of {} ({:.3} %) round trip",
+            l.round_trip, self.sent, l.round_trip_pct
+        );
+        match (l.forward, l.reverse) {
+            (Some(f), Some(r)) => {
+                let _ = write!(
+                    out,
+                    "; out {f} ({:.3} %), back {r} ({:.3} %)",
+                    l.forward_pct.unwrap_or(0.0),
+                    l.reverse_pct.unwrap_or(0.0)
+                );
+                if let Some(u) = l.unattributed.filter(|u| *u > 0) {
+                    let _ = write!(out, ", {u} at the ends unattributed");
+                }
+                let _ = writeln!(out, " [{}]", l.basis);
+            }
+            _ => {
+                let _ = writeln!(out, "; {}", l.basis);
+            }
+        }
+        out
+    }
+
+    fn clocks_text(&self) -> String {
+        let c = &self.clocks;
+        if c.same_clock {
+            return "one clock at both ends (one host)".into();
+        }
+        let sender = c.sender.map_or("unknown".into(), |s| s.describe());
+        let reflector = if c.reflector_synchronised {
+            format!(
+                "synchronised, error at most {:.3} ms",
+                c.reflector_error_s * 1e3
+            )
+        } else {
+            "not synchronised (its answers say)".into()
+        };
+        format!("here {sender}; reflector {reflector}")
+    }
+}
+
+fn marks_text(marks: &Marks) -> String {
+    let mut out = String::new();
+    let asked = dscp_name(marks.dscp);
+    for (name, counts) in [("out", &marks.forward), ("back", &marks.reverse)] {
+        let total: u64 = counts.iter().map(|c| c.2).sum();
+        if total == 0 {
+            continue;
+        }
+        let seen: Vec<String> = counts
+            .iter()
+            .map(|(dscp, ecn, n)| {
+                let ecn = match ecn {
+                    0 => "",
+                    1 => " ECT(1)",
+                    2 => " ECT(0)",
+                    _ => " CE",
+                };
+                format!("{}{ecn} on {:.1} %", dscp_name(*dscp), pct(*n, total))
+            })
+            .collect();
+        let remarked: u64 = counts
+            .iter()
+            .filter(|c| c.0 != marks.dscp)
+            .map(|c| c.2)
+            .sum();
+        let verdict = if remarked > 0 {
+            format!(" (re-marked: {:.1} %)", pct(remarked, total))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "marks {name}: sent {asked}, received {}{verdict}",
+            seen.join(", ")
+        );
+    }
+    out
+}
+
+/// Runs side by side: each figure, and each later run's change from the first.
+pub fn compare_text(runs: &[(i64, &StampReport)]) -> String {
+    type Pick = fn(&StampReport) -> Option<f64>;
+    let picks: [(&str, Pick); 9] = [
+        ("rtt p50 ms", |r| {
+            (r.rtt_us.count > 0).then_some(r.rtt_us.p50 / 1e3)
+        }),
+        ("rtt p99 ms", |r| {
+            (r.rtt_us.count > 0).then_some(r.rtt_us.p99 / 1e3)
+        }),
+        ("loss %", |r| Some(r.loss.round_trip_pct)),
+        ("loss out %", |r| r.loss.forward_pct),
+        ("loss back %", |r| r.loss.reverse_pct),
+        ("added out p99 ms", |r| Some(r.forward.added_us.p99 / 1e3)),
+        ("added back p99 ms", |r| Some(r.reverse.added_us.p99 / 1e3)),
+        ("jitter out ms", |r| Some(r.forward.jitter_us / 1e3)),
+        ("jitter back ms", |r| Some(r.reverse.jitter_us / 1e3)),
+    ];
+    let figures = picks
+        .into_iter()
+        .map(|(name, pick)| {
+            (
+                name.to_string(),
+                runs.iter().map(|(_, r)| pick(r)).collect(),
+            )
+        })
+        .collect();
+    let ids: Vec<i64> = runs.iter().map(|(id, _)| *id).collect();
+    format!("{}\n", crate::text::side_by_side(&ids, figures, 3))
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+impl ResultKind for StampReport {
+    fn test(&self) -> &str {
+        &self.test
+    }
+
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn started_at(&self) -> f64 {
+        self.started_at
+    }
+
+    fn path(&self) -> Option<&linerate_model::PathFacts> {
+        self.host.as_ref().and_then(|h| h.path.as_deref())
+    }
+
+    fn mesh_figure(&self, which: MeshHeadline) -> (Option<f64>, String) {
+        if which != MeshHeadline::Loss {
+            return (None, String::new());
+        }
+        (
+            Some(self.loss.round_trip_pct / 100.0),
+            self.headline_text(Scale::Adaptive),
+        )
+    }
+
     /// "rtt 0.412 ms, loss 0.10 % (0.10 % out, 0.00 % back)".
-    pub fn headline_text(&self) -> String {
+    fn headline_text(&self, _scale: Scale) -> String {
         let split = match (self.loss.forward_pct, self.loss.reverse_pct) {
             (Some(f), Some(r)) => format!(" ({f:.2} % out, {r:.2} % back)"),
             _ => String::new(),
@@ -262,7 +410,7 @@ impl StampReport {
         format!("{rtt}, loss {:.2} %{split}{cut}", self.loss.round_trip_pct)
     }
 
-    pub fn render_text(&self) -> String {
+    fn render_text(&self, _scale: Scale) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -351,51 +499,8 @@ impl StampReport {
         out
     }
 
-    fn loss_text(&self) -> String {
-        let l = &self.loss;
-        let mut out = format!(
-            "loss         {} of {} ({:.3} %) round trip",
-            l.round_trip, self.sent, l.round_trip_pct
-        );
-        match (l.forward, l.reverse) {
-            (Some(f), Some(r)) => {
-                let _ = write!(
-                    out,
-                    "; out {f} ({:.3} %), back {r} ({:.3} %)",
-                    l.forward_pct.unwrap_or(0.0),
-                    l.reverse_pct.unwrap_or(0.0)
-                );
-                if let Some(u) = l.unattributed.filter(|u| *u > 0) {
-                    let _ = write!(out, ", {u} at the ends unattributed");
-                }
-                let _ = writeln!(out, " [{}]", l.basis);
-            }
-            _ => {
-                let _ = writeln!(out, "; {}", l.basis);
-            }
-        }
-        out
-    }
-
-    fn clocks_text(&self) -> String {
-        let c = &self.clocks;
-        if c.same_clock {
-            return "one clock at both ends (one host)".into();
-        }
-        let sender = c.sender.map_or("unknown".into(), |s| s.describe());
-        let reflector = if c.reflector_synchronised {
-            format!(
-                "synchronised, error at most {:.3} ms",
-                c.reflector_error_s * 1e3
-            )
-        } else {
-            "not synchronised (its answers say)".into()
-        };
-        format!("here {sender}; reflector {reflector}")
-    }
-
     /// CSV: a row per interval.
-    pub fn rows(&self) -> (Vec<String>, Vec<Vec<String>>) {
+    fn rows(&self) -> Rows {
         let header = [
             "end_s",
             "sent",
@@ -423,80 +528,6 @@ impl StampReport {
             .collect();
         (header, rows)
     }
-}
-
-fn marks_text(marks: &Marks) -> String {
-    let mut out = String::new();
-    let asked = dscp_name(marks.dscp);
-    for (name, counts) in [("out", &marks.forward), ("back", &marks.reverse)] {
-        let total: u64 = counts.iter().map(|c| c.2).sum();
-        if total == 0 {
-            continue;
-        }
-        let seen: Vec<String> = counts
-            .iter()
-            .map(|(dscp, ecn, n)| {
-                let ecn = match ecn {
-                    0 => "",
-                    1 => " ECT(1)",
-                    2 => " ECT(0)",
-                    _ => " CE",
-                };
-                format!("{}{ecn} on {:.1} %", dscp_name(*dscp), pct(*n, total))
-            })
-            .collect();
-        let remarked: u64 = counts
-            .iter()
-            .filter(|c| c.0 != marks.dscp)
-            .map(|c| c.2)
-            .sum();
-        let verdict = if remarked > 0 {
-            format!(" (re-marked: {:.1} %)", pct(remarked, total))
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            out,
-            "marks {name}: sent {asked}, received {}{verdict}",
-            seen.join(", ")
-        );
-    }
-    out
-}
-
-/// Runs side by side: each figure, and each later run's change from the first.
-pub fn compare_text(runs: &[(i64, &StampReport)]) -> String {
-    type Pick = fn(&StampReport) -> Option<f64>;
-    let picks: [(&str, Pick); 9] = [
-        ("rtt p50 ms", |r| {
-            (r.rtt_us.count > 0).then_some(r.rtt_us.p50 / 1e3)
-        }),
-        ("rtt p99 ms", |r| {
-            (r.rtt_us.count > 0).then_some(r.rtt_us.p99 / 1e3)
-        }),
-        ("loss %", |r| Some(r.loss.round_trip_pct)),
-        ("loss out %", |r| r.loss.forward_pct),
-        ("loss back %", |r| r.loss.reverse_pct),
-        ("added out p99 ms", |r| Some(r.forward.added_us.p99 / 1e3)),
-        ("added back p99 ms", |r| Some(r.reverse.added_us.p99 / 1e3)),
-        ("jitter out ms", |r| Some(r.forward.jitter_us / 1e3)),
-        ("jitter back ms", |r| Some(r.reverse.jitter_us / 1e3)),
-    ];
-    let figures = picks
-        .into_iter()
-        .map(|(name, pick)| {
-            (
-                name.to_string(),
-                runs.iter().map(|(_, r)| pick(r)).collect(),
-            )
-        })
-        .collect();
-    let ids: Vec<i64> = runs.iter().map(|(id, _)| *id).collect();
-    format!("{}\n", crate::text::side_by_side(&ids, figures, 3))
-}
-
-fn is_zero(value: &u64) -> bool {
-    *value == 0
 }
 
 #[cfg(test)]

@@ -2,6 +2,9 @@
 //! addresses seen at each distance across flows (the equal-cost branches a multi-flow test
 //! takes), its text and CSV rows.
 
+use crate::result_kind::{ResultKind, Rows};
+use crate::units::Scale;
+use linerate_model::measure::Headline as MeshHeadline;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -169,126 +172,6 @@ impl TraceReport {
             })
             .collect();
         (hops, distinct_paths(paths))
-    }
-
-    /// "3 hops, 2 paths over 8 flows" or "not reached after 30 hops".
-    pub fn headline_text(&self) -> String {
-        let longest = self.paths.iter().filter_map(|p| p.reached_ttl).max();
-        let hops = |n: u8| format!("{n} hop{}", if n == 1 { "" } else { "s" });
-        let reach = match (self.reached, longest) {
-            (true, Some(ttl)) => hops(ttl),
-            (false, Some(ttl)) => format!("{}, not every flow reached it", hops(ttl)),
-            _ => format!("not reached within {} hops", self.max_ttl),
-        };
-        let plural = if self.distinct_paths == 1 { "" } else { "s" };
-        format!(
-            "{reach}, {} path{plural} over {} flow{}",
-            self.distinct_paths,
-            self.flows,
-            if self.flows == 1 { "" } else { "s" }
-        )
-    }
-
-    /// traceroute's layout: a line per distance, an address a line where flows split.
-    pub fn render_text(&self) -> String {
-        let mut out = format!(
-            "trace to {} ({}), {} {}{}, {} flow{}, {} quer{} a hop\n",
-            self.target,
-            self.address,
-            self.protocol.to_uppercase(),
-            match self.port {
-                Some(port) => format!("port {port}"),
-                None => "echo".into(),
-            },
-            format_args!(", {} hops max", self.max_ttl),
-            self.flows,
-            if self.flows == 1 { "" } else { "s" },
-            self.queries,
-            if self.queries == 1 { "y" } else { "ies" },
-        );
-        let last = self
-            .paths
-            .iter()
-            .map(|p| p.reached_ttl.unwrap_or(self.max_ttl))
-            .max()
-            .unwrap_or(self.max_ttl);
-        for hop in self.hops.iter().filter(|h| h.ttl <= last) {
-            if hop.addresses.is_empty() {
-                let mtu = hop.mtu.map_or(String::new(), |m| format!("  pmtu {m}"));
-                let _ = writeln!(out, "{:>3}  *{mtu}", hop.ttl);
-                continue;
-            }
-            for (i, a) in hop.addresses.iter().enumerate() {
-                let ttl = if i == 0 {
-                    format!("{:>3}", hop.ttl)
-                } else {
-                    "   ".into()
-                };
-                let flows = if self.flows > 1 && a.flows.len() < usize::from(self.flows) {
-                    let list: Vec<String> = a.flows.iter().map(u16::to_string).collect();
-                    format!("  [flows {}]", list.join(","))
-                } else {
-                    String::new()
-                };
-                let mtu = match hop.mtu {
-                    Some(mtu) if i == 0 => format!("  pmtu {mtu}"),
-                    _ => String::new(),
-                };
-                let _ = writeln!(
-                    out,
-                    "{ttl}  {:<39} {:.3} ms (min {:.3}, max {:.3}){flows}{mtu}",
-                    a.address, a.rtt_median_ms, a.rtt_min_ms, a.rtt_max_ms
-                );
-            }
-            if hop.unanswered > 0 {
-                let _ = writeln!(out, "     {} probe(s) unanswered", hop.unanswered);
-            }
-        }
-        let _ = writeln!(out, "{}", self.headline_text());
-        for w in &self.warnings {
-            let _ = writeln!(out, "warning: {w}");
-        }
-        out
-    }
-
-    /// CSV: a row per flow, distance and query.
-    pub fn rows(&self) -> (Vec<String>, Vec<Vec<String>>) {
-        let header = [
-            "flow",
-            "source_port",
-            "ttl",
-            "query",
-            "address",
-            "rtt_ms",
-            "kind",
-        ]
-        .map(String::from)
-        .to_vec();
-        let mut rows = Vec::new();
-        for path in &self.paths {
-            for hop in &path.hops {
-                for (query, answer) in hop.answers.iter().enumerate() {
-                    let (address, rtt, kind) = match answer {
-                        Some(a) => (
-                            a.address.clone(),
-                            format!("{:.3}", a.rtt_ms),
-                            a.kind.clone(),
-                        ),
-                        None => (String::new(), String::new(), "timeout".into()),
-                    };
-                    rows.push(vec![
-                        path.flow.to_string(),
-                        path.source_port.to_string(),
-                        hop.ttl.to_string(),
-                        query.to_string(),
-                        address,
-                        rtt,
-                        kind,
-                    ]);
-                }
-            }
-        }
-        (header, rows)
     }
 
     /// The way each flow went, as a later trace of the same pair is compared with it.
@@ -512,6 +395,152 @@ fn distinct_paths(paths: &[FlowPath]) -> usize {
     distinct.len()
 }
 
+impl ResultKind for TraceReport {
+    fn test(&self) -> &str {
+        &self.test
+    }
+
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn started_at(&self) -> f64 {
+        self.started_at
+    }
+
+    fn path(&self) -> Option<&linerate_model::PathFacts> {
+        self.host.as_ref().and_then(|h| h.path.as_deref())
+    }
+
+    fn mesh_figure(&self, which: MeshHeadline) -> (Option<f64>, String) {
+        if which != MeshHeadline::Hops {
+            return (None, String::new());
+        }
+        let farthest = self.paths.iter().filter_map(|p| p.reached_ttl).max();
+        (farthest.map(f64::from), self.headline_text(Scale::Adaptive))
+    }
+
+    /// "3 hops, 2 paths over 8 flows" or "not reached after 30 hops".
+    fn headline_text(&self, _scale: Scale) -> String {
+        let longest = self.paths.iter().filter_map(|p| p.reached_ttl).max();
+        let hops = |n: u8| format!("{n} hop{}", if n == 1 { "" } else { "s" });
+        let reach = match (self.reached, longest) {
+            (true, Some(ttl)) => hops(ttl),
+            (false, Some(ttl)) => format!("{}, not every flow reached it", hops(ttl)),
+            _ => format!("not reached within {} hops", self.max_ttl),
+        };
+        let plural = if self.distinct_paths == 1 { "" } else { "s" };
+        format!(
+            "{reach}, {} path{plural} over {} flow{}",
+            self.distinct_paths,
+            self.flows,
+            if self.flows == 1 { "" } else { "s" }
+        )
+    }
+
+    /// traceroute's layout: a line per distance, an address a line where flows split.
+    fn render_text(&self, _scale: Scale) -> String {
+        let mut out = format!(
+            "trace to {} ({}), {} {}{}, {} flow{}, {} quer{} a hop\n",
+            self.target,
+            self.address,
+            self.protocol.to_uppercase(),
+            match self.port {
+                Some(port) => format!("port {port}"),
+                None => "echo".into(),
+            },
+            format_args!(", {} hops max", self.max_ttl),
+            self.flows,
+            if self.flows == 1 { "" } else { "s" },
+            self.queries,
+            if self.queries == 1 { "y" } else { "ies" },
+        );
+        let last = self
+            .paths
+            .iter()
+            .map(|p| p.reached_ttl.unwrap_or(self.max_ttl))
+            .max()
+            .unwrap_or(self.max_ttl);
+        for hop in self.hops.iter().filter(|h| h.ttl <= last) {
+            if hop.addresses.is_empty() {
+                let mtu = hop.mtu.map_or(String::new(), |m| format!("  pmtu {m}"));
+                let _ = writeln!(out, "{:>3}  *{mtu}", hop.ttl);
+                continue;
+            }
+            for (i, a) in hop.addresses.iter().enumerate() {
+                let ttl = if i == 0 {
+                    format!("{:>3}", hop.ttl)
+                } else {
+                    "   ".into()
+                };
+                let flows = if self.flows > 1 && a.flows.len() < usize::from(self.flows) {
+                    let list: Vec<String> = a.flows.iter().map(u16::to_string).collect();
+                    format!("  [flows {}]", list.join(","))
+                } else {
+                    String::new()
+                };
+                let mtu = match hop.mtu {
+                    Some(mtu) if i == 0 => format!("  pmtu {mtu}"),
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    out,
+                    "{ttl}  {:<39} {:.3} ms (min {:.3}, max {:.3}){flows}{mtu}",
+                    a.address, a.rtt_median_ms, a.rtt_min_ms, a.rtt_max_ms
+                );
+            }
+            if hop.unanswered > 0 {
+                let _ = writeln!(out, "     {} probe(s) unanswered", hop.unanswered);
+            }
+        }
+        let _ = writeln!(out, "{}", self.headline_text(Scale::Adaptive));
+        for w in &self.warnings {
+            let _ = writeln!(out, "warning: {w}");
+        }
+        out
+    }
+
+    /// CSV: a row per flow, distance and query.
+    fn rows(&self) -> Rows {
+        let header = [
+            "flow",
+            "source_port",
+            "ttl",
+            "query",
+            "address",
+            "rtt_ms",
+            "kind",
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut rows = Vec::new();
+        for path in &self.paths {
+            for hop in &path.hops {
+                for (query, answer) in hop.answers.iter().enumerate() {
+                    let (address, rtt, kind) = match answer {
+                        Some(a) => (
+                            a.address.clone(),
+                            format!("{:.3}", a.rtt_ms),
+                            a.kind.clone(),
+                        ),
+                        None => (String::new(), String::new(), "timeout".into()),
+                    };
+                    rows.push(vec![
+                        path.flow.to_string(),
+                        path.source_port.to_string(),
+                        hop.ttl.to_string(),
+                        query.to_string(),
+                        address,
+                        rtt,
+                        kind,
+                    ]);
+                }
+            }
+        }
+        (header, rows)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -599,7 +628,7 @@ mod tests {
             warnings: Vec::new(),
             host: None,
         };
-        let text = report.render_text();
+        let text = report.render_text(Scale::Adaptive);
         assert!(text.contains("  2  10.0.1.2"), "{text}");
         assert!(text.contains("[flows 0,2]"), "{text}");
         assert!(text.contains("  3  *"), "{text}");

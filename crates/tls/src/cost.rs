@@ -134,7 +134,7 @@ mod tests {
     fn calls_of_unlike_sizes_are_estimated_by_their_bytes() {
         // Every eighth call is sixty-four times the others': scaling the timed calls by
         // eight would charge the big call's cost to all eight (about seven times the truth).
-        let size = |call: u64| if call % 8 == 0 { 64 } else { 1 };
+        let size = |call: u64| if call.is_multiple_of(8) { 64 } else { 1 };
         let mut every_call = Duration::ZERO;
         let mut estimate = PerByteCost::default();
         for call in 0..800u64 {
