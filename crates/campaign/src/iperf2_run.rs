@@ -51,25 +51,31 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
     ) {
         say(&line);
     }
-    for (id, (local, remote)) in test.connected().iter().enumerate() {
-        say(&iperf2_text::connected(id as u32 + 1, *local, *remote));
+    for (id, ends) in test.connected().iter().enumerate() {
+        say(&iperf2_text::connected(id as u32 + 1, *ends, ask.reverse));
     }
     say(iperf2_text::FIGURES_HEADER);
     let several = ask.parallel > 1;
     let intervals = ask.interval_s > 0.0;
+    let label = label_for(ask);
     let mut progress = |event: TestUpdate| {
-        // Without -i the plane's one span is the whole test, printed at the end.
+        // Without -i the plane's one span is the whole test, printed at the end. A flow
+        // only sends or only receives: its bytes are the sum of the two.
         if let (TestUpdate::Interval(interval), true) = (event, intervals) {
             let span = (interval.start, interval.end);
             for flow in interval.flows.iter().flatten() {
                 say(&iperf2_text::figures(
-                    Some(flow.id + 1),
+                    label(Some(flow.id + 1)),
                     span,
-                    flow.sent_bytes,
+                    flow.sent_bytes + flow.received_bytes,
                 ));
             }
             if several {
-                say(&iperf2_text::figures(None, span, interval.sent_bytes));
+                say(&iperf2_text::figures(
+                    label(None),
+                    span,
+                    interval.sent_bytes + interval.received_bytes,
+                ));
             }
         }
     };
@@ -96,15 +102,16 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
 /// The whole test's lines: each connection's span and bytes (and their sum), and for UDP
 /// each flow's datagrams sent and its server's report.
 fn closing_lines(ask: &Iperf2Ask, outcome: &Iperf2Outcome) -> Vec<String> {
-    let flows = &outcome.sent;
+    let flows = &outcome.flows;
+    let label = label_for(ask);
     let mut lines: Vec<String> = flows
         .iter()
-        .map(|f| iperf2_text::figures(Some(f.id + 1), (0.0, f.window_s), f.bytes_total))
+        .map(|f| iperf2_text::figures(label(Some(f.id + 1)), (0.0, f.window_s), f.bytes_total))
         .collect();
     if ask.parallel > 1 {
         let longest = flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
         let bytes = flows.iter().map(|f| f.bytes_total).sum();
-        lines.push(iperf2_text::figures(None, (0.0, longest), bytes));
+        lines.push(iperf2_text::figures(label(None), (0.0, longest), bytes));
     }
     if ask.udp {
         for (i, flow) in flows.iter().enumerate() {
@@ -130,4 +137,13 @@ fn closing_lines(ask: &Iperf2Ask, outcome: &Iperf2Outcome) -> Vec<String> {
         }
     }
     lines
+}
+
+/// How a figure line names its connection: `[  1]`, or `[ *1]` where the server sent.
+fn label_for(ask: &Iperf2Ask) -> fn(Option<u32>) -> String {
+    if ask.reverse {
+        iperf2_text::reverse_label
+    } else {
+        iperf2_text::label
+    }
 }

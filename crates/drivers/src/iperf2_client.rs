@@ -6,7 +6,10 @@
 //! into the data plane's buffers, `PlaneSetup::udp_template`). The data plane is the one
 //! a native test runs. At the end a UDP flow sends iperf 2's final datagram (its count,
 //! negated) until the server answers with its report, as iperf 2's client does; a TCP
-//! server tells its client nothing, so a TCP run holds this side's figures alone.
+//! server tells its client nothing, so a TCP run holds this side's figures alone. With
+//! `-R` (TCP) the header asks the server to send on the same connection: it begins with
+//! its payload (no acknowledgement) and ends the test by closing, and this side counts
+//! what it received to the server's close.
 
 use crate::client::{connect, connect_error, TestUpdate};
 use crate::iperf2_kept::plain_flow;
@@ -36,6 +39,8 @@ const FINAL_WAIT: Duration = Duration::from_millis(250);
 /// How long the end waits for a TCP server's acknowledgement of the header, where it has
 /// not come yet (2.1 servers send one; older ones none).
 const ACK_WAIT: Duration = Duration::from_millis(200);
+/// How long a reverse test (`-R`) waits past its end for the server's last bytes.
+const REVERSE_DRAIN: Duration = Duration::from_secs(3);
 
 /// A rate as iperf 2's `-b` takes it: bits a second, or packets a second (`pps`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +65,8 @@ pub struct Iperf2Ask {
     pub rate: Option<Iperf2Rate>,
     /// `--trip-times`: the server may read one-way delays from the send times (UDP).
     pub trip_times: bool,
+    /// `-R`: the server sends and this side receives (TCP).
+    pub reverse: bool,
     /// Seconds between interval figures (`-i`); 0 for none.
     pub interval_s: f64,
     /// `-w`: socket buffers.
@@ -97,8 +104,8 @@ pub struct Iperf2Outcome {
     pub report: Report,
     /// Each connection's addresses, (local, remote), in flow order.
     pub connected: Vec<(SocketAddr, SocketAddr)>,
-    /// This side's flows as it sent them.
-    pub sent: Vec<FlowSide>,
+    /// This side's flows as it counted them: sent, or received with `-R`.
+    pub flows: Vec<FlowSide>,
     /// UDP: each flow's server report, where the server answered its final datagram.
     pub server_reports: Vec<Option<ServerReport>>,
     /// UDP: the test's datagrams each flow sent.
@@ -128,6 +135,10 @@ pub fn header_of(ask: &Iperf2Ask) -> ClientHeader {
     if ask.trip_times {
         header.ext_flags |= ext_flag::TRIP_TIMES;
     }
+    if ask.reverse {
+        header.flags |= iperf2::flag::VERSION2;
+        header.ext_flags |= ext_flag::REVERSE;
+    }
     header
 }
 
@@ -137,6 +148,12 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
     if ask.trip_times && !ask.udp {
         return Err(
             "--trip-times over TCP: linerate does not stamp TCP writes with their send times yet; over UDP (-u) every datagram carries its own"
+                .into(),
+        );
+    }
+    if ask.reverse && ask.udp {
+        return Err(
+            "-R over UDP: linerate iperf2 -c receives from an iperf 2 server over TCP only yet; TCP (without -u) or a test this side sends"
                 .into(),
         );
     }
@@ -185,7 +202,11 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
         source: None,
         marks: None,
         kind: TestKind::Stream(StreamRequest {
-            direction: linerate_report::Direction::Forward,
+            direction: if ask.reverse {
+                linerate_report::Direction::Reverse
+            } else {
+                linerate_report::Direction::Forward
+            },
             rate_bps,
             transport: StreamTransport::plain(ask.udp, length, pps, ask.nodelay),
         }),
@@ -298,13 +319,16 @@ impl Iperf2Test {
                 .map(|(fd, &sent)| final_exchange(UdpSocket::from(fd), &template, ask.length, sent))
                 .unzip()
         } else {
-            for fd in held {
-                read_acknowledgement(TcpStream::from(fd));
+            // A test the server sent began with its payload: there is no acknowledgement.
+            if !ask.reverse {
+                for fd in held {
+                    read_acknowledgement(TcpStream::from(fd));
+                }
             }
             (Vec::new(), Vec::new())
         };
         let remote = server_side(&local, &connected, &server_reports);
-        let sent = local.flows.clone();
+        let flows = local.flows.clone();
         let tool = format!("linerate {}", env!("CARGO_PKG_VERSION"));
         let mut report = Report::assemble(
             &config.test_name(),
@@ -316,13 +340,15 @@ impl Iperf2Test {
         );
         report.warnings.push(if ask.udp {
             "against an iperf 2 server: the receiver's figures are its server reports".into()
+        } else if ask.reverse {
+            "against an iperf 2 server: it tells its client nothing over TCP, so only this side's (the receiver's) figures are here".into()
         } else {
             "against an iperf 2 server: it tells its client nothing over TCP, so only this side's (the sender's) figures are here".into()
         });
         Ok(Iperf2Outcome {
             report,
             connected,
-            sent,
+            flows,
             server_reports,
             datagrams_sent,
             finals_sent,
@@ -422,13 +448,24 @@ fn start_plane(
         .enumerate()
         .map(|(i, socket)| FlowSpec::new(config, i as u32, Side::Client, socket))
         .collect();
+    let this_side = if ask.reverse {
+        Role::Receive
+    } else {
+        Role::Send
+    };
     let budget = match ask.amount {
-        Amount::Bytes(bytes) => Some((Role::Send, bytes)),
+        Amount::Bytes(bytes) => Some((this_side, bytes)),
         Amount::Seconds(_) | Amount::Unsaid => None,
     };
     let setup = PlaneSetup {
         threads: config.threads as usize,
-        drain: Duration::ZERO,
+        // A server that sends ends its test on its own clock, which started when its
+        // header came: its last bytes are waited for, and its close is never early.
+        drain: if ask.reverse {
+            REVERSE_DRAIN
+        } else {
+            Duration::ZERO
+        },
         udp_framing: ask.udp.then_some(Framing::Iperf2),
         udp_template: if ask.udp {
             template.to_vec()
@@ -437,7 +474,11 @@ fn start_plane(
         },
         pin_cpus: Vec::new(),
         budget,
-        peer_lead: Duration::ZERO,
+        peer_lead: if ask.reverse {
+            Duration::from_secs_f64(config.time_s)
+        } else {
+            Duration::ZERO
+        },
     };
     DataPlane::start(Instant::now(), config, specs, setup)
 }

@@ -979,6 +979,9 @@ pub struct Iperf2Args {
     /// report carries them where it takes the two clocks as one)
     #[arg(long)]
     pub trip_times: bool,
+    /// The server sends and this side receives, on the same connections (TCP)
+    #[arg(short = 'R', long)]
+    pub reverse: bool,
     /// Seconds to wait for each connection
     #[arg(long, default_value = "10", value_parser = |t: &str| seconds_within(t, 0.1, 300.0))]
     pub connect_timeout: f64,

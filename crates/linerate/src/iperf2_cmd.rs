@@ -39,6 +39,7 @@ pub fn run(args: &Iperf2Args, globals: &Globals) -> CommandResult {
         length: u32::try_from(length).unwrap_or(u32::MAX),
         rate,
         trip_times: args.trip_times,
+        reverse: args.reverse,
         interval_s: args.interval,
         window: args.window,
         nodelay: args.nodelay,

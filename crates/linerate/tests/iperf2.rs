@@ -779,3 +779,90 @@ fn linerate_iperf2_client_is_counted_by_a_real_iperf2_server() {
         assert_eq!((lost, count), (0.0, total), "{fields:?}");
     }
 }
+
+/// `linerate iperf2 -c -R` against Debian's iperf 2 server (2.1.8) over a veth pair: the
+/// server sends on the connection the header came on, and this side counts exactly what
+/// the server says it wrote, for a time and for a count of bytes; the interface received
+/// at least that. `-R` over UDP is refused in one line, exit 2.
+#[test]
+fn linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends() {
+    let test = "linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends";
+    if !have("iperf", test) {
+        return;
+    }
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    let refused = linerate(&["--no-store", "iperf2", "-c", "127.0.0.1", "-u", "-R"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert_eq!(
+        stderr(&refused).trim().lines().count(),
+        1,
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        stderr(&refused).contains("-R over UDP"),
+        "{}",
+        stderr(&refused)
+    );
+
+    let pair = VethPair::new("ip2r");
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("reverse.csv");
+    let _server = Killed(
+        Command::new("ip")
+            .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
+            .arg(format!("exec stdbuf -oL iperf -s -y C > {}", log.display()))
+            .spawn()
+            .expect("iperf -s"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let rx = || pair.counter(&pair.ns_a, &pair.dev_a, "rx_bytes") as f64;
+    for (amount, value) in [("-t", "2"), ("-n", "8M")] {
+        let before = rx();
+        let out = linerate_in(
+            &pair.ns_a,
+            &[
+                "--no-store",
+                "iperf2",
+                "-c",
+                &pair.addr_b,
+                "-R",
+                amount,
+                value,
+                "--json",
+            ],
+        );
+        let received_on_wire = rx() - before;
+        assert!(out.status.success(), "{amount} {value}: {}", stderr(&out));
+        let doc = json(&out);
+        let ours = num(&doc, "/flows/0/receiver_bytes_total");
+        assert_eq!(num(&doc, "/flows/0/sender_bytes_total"), 0.0);
+        let local = doc["flows"][0]["client"]["local_addr"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let port = local.rsplit(':').next().unwrap_or("").to_string();
+        std::thread::sleep(Duration::from_millis(300));
+        let lines = csv_lines(&std::fs::read_to_string(&log).unwrap());
+        let theirs: f64 = lines
+            .iter()
+            .find(|fields| fields[2] == port || fields[4] == port)
+            .unwrap_or_else(|| panic!("no server line for port {port}: {lines:?}"))[7]
+            .parse()
+            .unwrap();
+        eprintln!(
+            "-R {amount} {value}: iperf 2's server wrote {theirs} bytes, linerate read {ours}, the interface received {received_on_wire}"
+        );
+        assert_eq!(ours, theirs, "{amount} {value}");
+        if amount == "-n" {
+            assert_eq!(ours, 8.0 * 1024.0 * 1024.0);
+        }
+        assert!(
+            received_on_wire >= ours && received_on_wire <= ours * 1.06 + 65_536.0,
+            "the interface received {received_on_wire} bytes for linerate's {ours}"
+        );
+    }
+}

@@ -21,6 +21,10 @@ pub mod flag {
     pub const UDP_TESTS: u32 = 0x2000_0000;
     /// Packet numbers are 64 bits.
     pub const SEQNO64: u32 = 0x0800_0000;
+    /// Set by a 2.1 client beside a test the server runs its side of (`-R`): 2.1.8's
+    /// server sends a reverse test only where it is set (seen here: the same header
+    /// without it got the acknowledgement and nothing more).
+    pub const VERSION2: u32 = 0x0400_0000;
     /// `--bounceback`.
     pub const BOUNCEBACK: u32 = 0x0080_0000;
     /// With [`VERSION1`]: the test back runs at once (`-d`), not after this one (`-r`).

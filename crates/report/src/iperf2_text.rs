@@ -29,6 +29,13 @@ pub fn label(id: Option<u32>) -> String {
     id.map_or("[SUM]".to_string(), |id| format!("[{id:3}]"))
 }
 
+/// A connection the server sends on (`-R`) is marked as 2.1.8's client marks it: `[ *1]`.
+pub fn reverse_label(id: Option<u32>) -> String {
+    id.map_or("[SUM]".to_string(), |id| {
+        format!("[{:>3}]", format!("*{id}"))
+    })
+}
+
 /// The banner before a client's connections; `gap_us`: a paced UDP test's time between
 /// datagrams.
 pub fn banner(
@@ -67,27 +74,33 @@ pub fn banner(
     lines
 }
 
-/// A connection's line: `[  1] local 10.0.0.1 port 41136 connected with 10.0.0.2 port 5001`.
-pub fn connected(id: u32, local: std::net::SocketAddr, remote: std::net::SocketAddr) -> String {
+/// A connection's line: `[  1] local 10.0.0.1 port 41136 connected with 10.0.0.2 port 5001`,
+/// and ` (reverse)` after it where the server sends.
+pub fn connected(
+    id: u32,
+    (local, remote): (std::net::SocketAddr, std::net::SocketAddr),
+    reverse: bool,
+) -> String {
     format!(
-        "{} local {} port {} connected with {} port {}",
+        "{} local {} port {} connected with {} port {}{}",
         label(Some(id)),
         local.ip(),
         local.port(),
         remote.ip(),
-        remote.port()
+        remote.port(),
+        if reverse { " (reverse)" } else { "" }
     )
 }
 
 /// The figures' column header.
 pub const FIGURES_HEADER: &str = "[ ID] Interval       Transfer     Bandwidth";
 
-/// A span's figures: `[  1] 0.0000-1.0221 sec  12.1 MBytes  99.5 Mbits/sec`.
-pub fn figures(id: Option<u32>, (start, end): (f64, f64), bytes: u64) -> String {
+/// A span's figures: `[  1] 0.0000-1.0221 sec  12.1 MBytes  99.5 Mbits/sec`; `label`
+/// is [`label`] or [`reverse_label`].
+pub fn figures(label: String, (start, end): (f64, f64), bytes: u64) -> String {
     let seconds = (end - start).max(f64::MIN_POSITIVE);
     format!(
-        "{} {start:.4}-{end:.4} sec  {}  {}",
-        label(id),
+        "{label} {start:.4}-{end:.4} sec  {}  {}",
         transfer(bytes as f64),
         bandwidth(bytes as f64 * 8.0 / seconds)
     )
@@ -127,7 +140,7 @@ pub fn udp_closing(id: u32, sent: u64, server: Option<&ServerFigures>) -> Vec<St
             .to_string();
     let mut line = format!(
         "{}  {:6.3} ms {}/{} ({}%)",
-        figures(Some(id), (0.0, server.seconds), server.bytes),
+        figures(label(Some(id)), (0.0, server.seconds), server.bytes),
         server.jitter_ms,
         server.lost,
         server.datagrams,
@@ -165,20 +178,40 @@ mod tests {
     #[test]
     fn figures_read_as_iperf_2_prints_them() {
         assert_eq!(
-            figures(Some(1), (0.0, 1.0221), 12_700_000),
+            figures(label(Some(1)), (0.0, 1.0221), 12_700_000),
             "[  1] 0.0000-1.0221 sec  12.1 MBytes  99.4 Mbits/sec"
         );
         assert_eq!(
-            figures(Some(2), (0.0, 0.5), 6 * 1024 * 1024),
+            figures(label(Some(2)), (0.0, 0.5), 6 * 1024 * 1024),
             "[  2] 0.0000-0.5000 sec  6.00 MBytes   101 Mbits/sec"
         );
         assert_eq!(
-            figures(None, (0.5, 1.0), 12 * 1024 * 1024),
+            figures(label(None), (0.5, 1.0), 12 * 1024 * 1024),
             "[SUM] 0.5000-1.0000 sec  12.0 MBytes   201 Mbits/sec"
         );
         assert_eq!(transfer(1.2 * 1048576.0), "1.20 MBytes");
         assert_eq!(bandwidth(10.0e6), "10.0 Mbits/sec");
         assert_eq!(bandwidth(999.0), " 999 bits/sec");
+    }
+
+    /// A test the server sent (`-R`), as 2.1.8's client printed it here.
+    #[test]
+    fn a_reverse_test_reads_as_iperf_2_prints_it() {
+        let ends = (
+            "127.0.0.1:55748".parse().unwrap(),
+            "127.0.0.1:15001".parse().unwrap(),
+        );
+        assert_eq!(
+            connected(1, ends, true),
+            "[  1] local 127.0.0.1 port 55748 connected with 127.0.0.1 port 15001 (reverse)"
+        );
+        assert!(!connected(1, ends, false).contains("reverse"));
+        assert_eq!(reverse_label(Some(1)), "[ *1]");
+        assert_eq!(reverse_label(Some(12)), "[*12]");
+        assert_eq!(
+            figures(reverse_label(Some(1)), (1.0, 2.0), 1_084_479_242),
+            "[ *1] 1.0000-2.0000 sec  1.01 GBytes  8.68 Gbits/sec"
+        );
     }
 
     #[test]
