@@ -54,7 +54,13 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
     for (id, ends) in test.connected().iter().enumerate() {
         say(&iperf2_text::connected(id as u32 + 1, *ends, ask.reverse));
     }
-    say(iperf2_text::FIGURES_HEADER);
+    // A UDP test this side receives has its receiver's columns.
+    let receives_udp = ask.udp && ask.reverse;
+    say(if receives_udp {
+        iperf2_text::UDP_FIGURES_HEADER
+    } else {
+        iperf2_text::FIGURES_HEADER
+    });
     let several = ask.parallel > 1;
     let intervals = ask.interval_s > 0.0;
     let label = label_for(ask);
@@ -64,11 +70,15 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
         if let (TestUpdate::Interval(interval), true) = (event, intervals) {
             let span = (interval.start, interval.end);
             for flow in interval.flows.iter().flatten() {
-                say(&iperf2_text::figures(
-                    label(Some(flow.id + 1)),
-                    span,
-                    flow.sent_bytes + flow.received_bytes,
-                ));
+                let bytes = flow.sent_bytes + flow.received_bytes;
+                let id = label(Some(flow.id + 1));
+                say(&if receives_udp {
+                    let datagrams = flow.received_datagrams + flow.lost_datagrams;
+                    let loss = (flow.jitter_ms, flow.lost_datagrams, datagrams);
+                    iperf2_text::udp_figures(id, span, bytes, loss)
+                } else {
+                    iperf2_text::figures(id, span, bytes)
+                });
             }
             if several {
                 say(&iperf2_text::figures(
@@ -106,14 +116,26 @@ fn closing_lines(ask: &Iperf2Ask, outcome: &Iperf2Outcome) -> Vec<String> {
     let label = label_for(ask);
     let mut lines: Vec<String> = flows
         .iter()
-        .map(|f| iperf2_text::figures(label(Some(f.id + 1)), (0.0, f.window_s), f.bytes_total))
+        .map(|f| {
+            let (id, span) = (label(Some(f.id + 1)), (0.0, f.window_s));
+            match (&f.udp, ask.reverse) {
+                // This side received: its own loss and jitter.
+                (Some(udp), true) => iperf2_text::udp_figures(
+                    id,
+                    span,
+                    f.bytes_total,
+                    (udp.jitter_ms, udp.lost, udp.received + udp.lost),
+                ),
+                _ => iperf2_text::figures(id, span, f.bytes_total),
+            }
+        })
         .collect();
     if ask.parallel > 1 {
         let longest = flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
         let bytes = flows.iter().map(|f| f.bytes_total).sum();
         lines.push(iperf2_text::figures(label(None), (0.0, longest), bytes));
     }
-    if ask.udp {
+    if ask.udp && !ask.reverse {
         for (i, flow) in flows.iter().enumerate() {
             let server = outcome
                 .server_reports

@@ -9,7 +9,11 @@
 //! server tells its client nothing, so a TCP run holds this side's figures alone. With
 //! `-R` (TCP) the header asks the server to send on the same connection: it begins with
 //! its payload (no acknowledgement) and ends the test by closing, and this side counts
-//! what it received to the server's close.
+//! what it received to the server's close. A UDP `-R` test begins with the header
+//! datagram, sent again every [`REQUEST_EVERY`] until the server's first datagram is
+//! waiting (as 2.1.8's client does), and ends on this side's schedule; a UDP server that
+//! sends does not exchange finals (2.1.8 logs it "no-udp-fin"), so the receiver's
+//! figures, loss and jitter among them, are this side's.
 
 use crate::client::{connect, connect_error, TestUpdate};
 use crate::iperf2_kept::plain_flow;
@@ -25,7 +29,7 @@ use linerate_proto::iperf2::{
 use linerate_report::{FlowSide, HostFacts, Report, Role, SideResult, TestConfig, UdpCounts};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -39,6 +43,8 @@ const FINAL_WAIT: Duration = Duration::from_millis(250);
 /// How long the end waits for a TCP server's acknowledgement of the header, where it has
 /// not come yet (2.1 servers send one; older ones none).
 const ACK_WAIT: Duration = Duration::from_millis(200);
+/// How often a UDP `-R` test's header datagram goes out until the server sends.
+const REQUEST_EVERY: Duration = Duration::from_millis(25);
 /// How long a reverse test (`-R`) waits past its end for the server's last bytes.
 const REVERSE_DRAIN: Duration = Duration::from_secs(3);
 
@@ -151,9 +157,9 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
                 .into(),
         );
     }
-    if ask.reverse && ask.udp {
+    if ask.reverse && ask.udp && matches!(ask.amount, Amount::Bytes(_)) {
         return Err(
-            "-R over UDP: linerate iperf2 -c receives from an iperf 2 server over TCP only yet; TCP (without -u) or a test this side sends"
+            "-n with -u -R: a datagram lost on the way would leave the count unmet and the test waiting; give a time (-t)"
                 .into(),
         );
     }
@@ -284,6 +290,13 @@ impl Iperf2Test {
             })
             .collect();
         let template = udp_template(&header, UnixTime::now().nanos());
+        if ask.udp && ask.reverse {
+            for stream in &streams {
+                if let FlowSocket::Udp(socket) = stream {
+                    ask_to_send(socket, &template, ask.length, ask.connect_timeout)?;
+                }
+            }
+        }
         progress(TestUpdate::Started);
         let mut plane = start_plane(&ask, &config, &template, streams).map_err(|source| {
             Iperf2ClientError::Io {
@@ -313,14 +326,14 @@ impl Iperf2Test {
             .iter()
             .map(|f| f.udp.as_ref().map_or(0, |u| u.sent))
             .collect();
-        let (server_reports, finals_sent) = if ask.udp {
+        let (server_reports, finals_sent) = if ask.udp && !ask.reverse {
             held.into_iter()
                 .zip(&datagrams_sent)
                 .map(|(fd, &sent)| final_exchange(UdpSocket::from(fd), &template, ask.length, sent))
                 .unzip()
         } else {
             // A test the server sent began with its payload: there is no acknowledgement.
-            if !ask.reverse {
+            if !ask.reverse && !ask.udp {
                 for fd in held {
                     read_acknowledgement(TcpStream::from(fd));
                 }
@@ -338,7 +351,9 @@ impl Iperf2Test {
             local,
             remote,
         );
-        report.warnings.push(if ask.udp {
+        report.warnings.push(if ask.udp && ask.reverse {
+            "against an iperf 2 server: it tells its client nothing of what it sent, so only this side's (the receiver's) figures are here".into()
+        } else if ask.udp {
             "against an iperf 2 server: the receiver's figures are its server reports".into()
         } else if ask.reverse {
             "against an iperf 2 server: it tells its client nothing over TCP, so only this side's (the receiver's) figures are here".into()
@@ -481,6 +496,57 @@ fn start_plane(
         },
     };
     DataPlane::start(Instant::now(), config, specs, setup)
+}
+
+/// Asks the server to send a UDP test (`-R`): the header datagram (number 1, as 2.1.8's
+/// client numbers it), again every [`REQUEST_EVERY`] until a datagram from the server is
+/// waiting (left in the socket for the data plane to count) or `timeout` has passed.
+fn ask_to_send(
+    socket: &UdpSocket,
+    template: &[u8],
+    length: u32,
+    timeout: Duration,
+) -> Result<(), Iperf2ClientError> {
+    let mut request = template.to_vec();
+    request.resize((length as usize).max(request.len()), 0);
+    let began = Instant::now();
+    loop {
+        Framing::Iperf2.write(&mut request, 0, UnixTime::now().nanos(), 0);
+        match socket.send(&request) {
+            Ok(_) => {}
+            // Port unreachable, from an earlier try: no server there.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Err(closed(socket)),
+            Err(e) => {
+                return Err(Iperf2ClientError::Io {
+                    context: "sending the UDP test's header",
+                    source: e,
+                })
+            }
+        }
+        if crate::sys::wait_readable(&[socket.as_raw_fd()], REQUEST_EVERY) {
+            // Readable for an error too: an earlier header met a closed port.
+            match socket.take_error() {
+                Ok(Some(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    return Err(closed(socket))
+                }
+                _ => return Ok(()),
+            }
+        }
+        if began.elapsed() >= timeout {
+            return Err(Iperf2ClientError::Connect(format!(
+                "the iperf 2 server at {} sent nothing within {:.1} s of the UDP test's header (-R)",
+                socket.peer_addr().map_or("?".into(), |a| a.to_string()),
+                timeout.as_secs_f64()
+            )));
+        }
+    }
+}
+
+fn closed(socket: &UdpSocket) -> Iperf2ClientError {
+    Iperf2ClientError::Connect(format!(
+        "no iperf 2 UDP server at {}: the port is closed",
+        socket.peer_addr().map_or("?".into(), |a| a.to_string())
+    ))
 }
 
 /// Sends a UDP flow's final datagram (its count of `sent`, negated) until the server

@@ -69,9 +69,9 @@ pub fn join_source_group(
     }
 }
 
-/// Waits at most `tick` for any of `fds` to have something to read (`poll(2)`); returns
-/// early on a signal too, which callers treat as a tick.
-pub fn wait_readable(fds: &[std::os::fd::RawFd], tick: std::time::Duration) {
+/// Waits at most `tick` for any of `fds` to have something to read (`poll(2)`): whether
+/// one has. Returns early on a signal too (false), which callers treat as a tick.
+pub fn wait_readable(fds: &[std::os::fd::RawFd], tick: std::time::Duration) -> bool {
     let mut polled: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -81,11 +81,12 @@ pub fn wait_readable(fds: &[std::os::fd::RawFd], tick: std::time::Duration) {
         })
         .collect();
     // SAFETY: `polled` is a live array of `len` pollfds for the duration of the call.
-    unsafe {
+    let ready = unsafe {
         libc::poll(
             polled.as_mut_ptr(),
             polled.len() as libc::nfds_t,
             tick.as_millis().min(i32::MAX as u128) as libc::c_int,
         )
     };
+    ready > 0
 }

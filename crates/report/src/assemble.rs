@@ -25,7 +25,18 @@ impl Report {
         let intervals = merge_intervals(&local.intervals, &remote.intervals);
         let flows = merge_flows(&config, &local.flows, &remote.flows);
         let mut summary = summarize(&config, &flows, &local, &remote);
-        summary.pacing = pacing(&config, &flows, &intervals);
+        // Pacing is the senders' to say: none where the sending side told nothing of its
+        // flows (an iperf 2 server that sent tells its client nothing).
+        let senders_told = match config.direction {
+            Direction::Forward => !local.flows.is_empty(),
+            Direction::Reverse => !remote.flows.is_empty(),
+            Direction::Bidir => true,
+        };
+        summary.pacing = if senders_told {
+            pacing(&config, &flows, &intervals)
+        } else {
+            None
+        };
         summary.crypto = crate::crypto::summarize(&local, &remote, &summary);
         let mut warnings = side_warnings(&local, &remote);
         warnings.extend(pacing_shortfall(&summary));

@@ -130,21 +130,12 @@ pub fn udp_closing(id: u32, sent: u64, server: Option<&ServerFigures>) -> Vec<St
         return lines;
     };
     lines.push(format!("{tag} Server Report:"));
-    let percent = if server.datagrams > 0 {
-        server.lost as f64 * 100.0 / server.datagrams as f64
-    } else {
-        0.0
-    };
-    let mut header =
-        "[ ID] Interval       Transfer     Bandwidth        Jitter   Lost/Total Datagrams"
-            .to_string();
-    let mut line = format!(
-        "{}  {:6.3} ms {}/{} ({}%)",
-        figures(label(Some(id)), (0.0, server.seconds), server.bytes),
-        server.jitter_ms,
-        server.lost,
-        server.datagrams,
-        trimmed_percent(percent)
+    let mut header = UDP_FIGURES_HEADER.to_string();
+    let mut line = udp_figures(
+        label(Some(id)),
+        (0.0, server.seconds),
+        server.bytes,
+        (server.jitter_ms, server.lost, server.datagrams),
     );
     if let Some([mean, least, most, deviation]) = server.latency_ms {
         header.push_str("  Latency avg/min/max/stdev");
@@ -155,6 +146,31 @@ pub fn udp_closing(id: u32, sent: u64, server: Option<&ServerFigures>) -> Vec<St
     lines.push(header);
     lines.push(line);
     lines
+}
+
+/// The column header of a UDP receiver's figures.
+pub const UDP_FIGURES_HEADER: &str =
+    "[ ID] Interval       Transfer     Bandwidth        Jitter   Lost/Total Datagrams";
+
+/// A UDP receiver's figures: a span's, then the jitter (ms), the datagrams lost and all
+/// the datagrams of the span (received and lost), with the share lost:
+/// `[ *1] 0.0000-2.0013 sec  2.39 MBytes  10.0 Mbits/sec   0.001 ms 0/1703 (0%)`.
+pub fn udp_figures(
+    label: String,
+    span: (f64, f64),
+    bytes: u64,
+    (jitter_ms, lost, datagrams): (f64, u64, u64),
+) -> String {
+    let percent = if datagrams > 0 {
+        lost as f64 * 100.0 / datagrams as f64
+    } else {
+        0.0
+    };
+    format!(
+        "{}  {jitter_ms:6.3} ms {lost}/{datagrams} ({}%)",
+        figures(label, span, bytes),
+        trimmed_percent(percent)
+    )
 }
 
 /// A loss percentage as iperf 2 prints it: whole where whole (`0%`), else up to four
@@ -211,6 +227,16 @@ mod tests {
         assert_eq!(
             figures(reverse_label(Some(1)), (1.0, 2.0), 1_084_479_242),
             "[ *1] 1.0000-2.0000 sec  1.01 GBytes  8.68 Gbits/sec"
+        );
+        // UDP: the receiver's own figures (2.1.8's client, -u -R -b 10m -t 2).
+        assert_eq!(
+            udp_figures(
+                reverse_label(Some(1)),
+                (0.0, 2.0013),
+                1703 * 1470,
+                (0.001, 0, 1703)
+            ),
+            "[ *1] 0.0000-2.0013 sec  2.39 MBytes  10.0 Mbits/sec   0.001 ms 0/1703 (0%)"
         );
     }
 
