@@ -979,7 +979,7 @@ pub struct Iperf2Args {
     /// report carries them where it takes the two clocks as one)
     #[arg(long)]
     pub trip_times: bool,
-    /// The server sends and this side receives, on the same connections (TCP)
+    /// The server sends and this side receives (over TCP on the same connections)
     #[arg(short = 'R', long)]
     pub reverse: bool,
     /// Seconds to wait for each connection
