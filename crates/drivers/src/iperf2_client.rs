@@ -326,20 +326,7 @@ impl Iperf2Test {
             .iter()
             .map(|f| f.udp.as_ref().map_or(0, |u| u.sent))
             .collect();
-        let (server_reports, finals_sent) = if ask.udp && !ask.reverse {
-            held.into_iter()
-                .zip(&datagrams_sent)
-                .map(|(fd, &sent)| final_exchange(UdpSocket::from(fd), &template, ask.length, sent))
-                .unzip()
-        } else {
-            // A test the server sent began with its payload: there is no acknowledgement.
-            if !ask.reverse && !ask.udp {
-                for fd in held {
-                    read_acknowledgement(TcpStream::from(fd));
-                }
-            }
-            (Vec::new(), Vec::new())
-        };
+        let (server_reports, finals_sent) = close(&ask, held, &template, &datagrams_sent);
         let remote = server_side(&local, &connected, &server_reports);
         let flows = local.flows.clone();
         let tool = format!("linerate {}", env!("CARGO_PKG_VERSION"));
@@ -351,15 +338,7 @@ impl Iperf2Test {
             local,
             remote,
         );
-        report.warnings.push(if ask.udp && ask.reverse {
-            "against an iperf 2 server: it tells its client nothing of what it sent, so only this side's (the receiver's) figures are here".into()
-        } else if ask.udp {
-            "against an iperf 2 server: the receiver's figures are its server reports".into()
-        } else if ask.reverse {
-            "against an iperf 2 server: it tells its client nothing over TCP, so only this side's (the receiver's) figures are here".into()
-        } else {
-            "against an iperf 2 server: it tells its client nothing over TCP, so only this side's (the sender's) figures are here".into()
-        });
+        report.warnings.push(whose_figures(&ask).into());
         Ok(Iperf2Outcome {
             report,
             connected,
@@ -496,6 +475,41 @@ fn start_plane(
         },
     };
     DataPlane::start(Instant::now(), config, specs, setup)
+}
+
+/// The test's end after the data plane's: a UDP flow this side sent exchanges finals for
+/// the server's report (the reports and the finals sent); a TCP connection this side sent
+/// on reads the server's acknowledgement. A test the server sent ends with its close.
+fn close(
+    ask: &Iperf2Ask,
+    held: Vec<OwnedFd>,
+    template: &[u8],
+    datagrams_sent: &[u64],
+) -> (Vec<Option<ServerReport>>, Vec<u64>) {
+    if ask.reverse {
+        return (Vec::new(), Vec::new());
+    }
+    if !ask.udp {
+        for fd in held {
+            read_acknowledgement(TcpStream::from(fd));
+        }
+        return (Vec::new(), Vec::new());
+    }
+    held.into_iter()
+        .zip(datagrams_sent)
+        .map(|(fd, &sent)| final_exchange(UdpSocket::from(fd), template, ask.length, sent))
+        .unzip()
+}
+
+/// Whose figures the report holds: an iperf 2 server tells its client only a UDP test's
+/// receiver figures, and only for a test the client sent.
+fn whose_figures(ask: &Iperf2Ask) -> &'static str {
+    match (ask.udp, ask.reverse) {
+        (true, false) => "against an iperf 2 server: the receiver's figures are its server reports",
+        (true, true) => "against an iperf 2 server: it tells its client nothing of what it sent, so only this side's (the receiver's) figures are here",
+        (false, true) => "against an iperf 2 server: it tells its client nothing over TCP, so only this side's (the receiver's) figures are here",
+        (false, false) => "against an iperf 2 server: it tells its client nothing over TCP, so only this side's (the sender's) figures are here",
+    }
 }
 
 /// Asks the server to send a UDP test (`-R`): the header datagram (number 1, as 2.1.8's
