@@ -928,16 +928,20 @@ fn linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends() {
     eprintln!(
         "-u -R: iperf 2's server sent {server_sent} (its final and one more among them), linerate received {received}, lost {lost}, its kernel took {delivered}"
     );
-    assert_eq!(lost, 0.0, "a veth pair loses nothing");
     assert!((3000.0..=4400.0).contains(&received), "{received}");
     // 2.1.8's count is its numbered datagrams and its final, and one more (seen here:
-    // 87 numbered and one final captured, "Sent 89").
+    // 87 numbered and one final captured, "Sent 89"). What linerate did not receive of
+    // the numbered ones it counts lost: a busy host's veth pair drops some (27 of 4,002
+    // once, while a build ran beside the test; none of them reached the kernel below).
+    // Never more than the server sent; less only by datagrams lost after the last one
+    // received (no gap follows them; a few at most, on a busy host).
+    let accounted = received + lost + 2.0;
     assert!(
-        received + 2.0 >= server_sent - 1.0 && received + 2.0 <= server_sent + 1.0,
-        "the server sent {server_sent}, linerate received {received}"
+        accounted <= server_sent + 1.0 && accounted >= server_sent - 10.0,
+        "the server sent {server_sent}, linerate received {received} and counted {lost} lost"
     );
-    // The kernel took every numbered datagram and the final, no more than one of which
-    // (the final) linerate did not count.
+    // The kernel took every numbered datagram that arrived and the final, no more than
+    // one of which (the final) linerate did not count.
     assert!(
         delivered >= received && delivered <= received + 2.0,
         "the kernel took {delivered} for linerate's {received}"
