@@ -95,6 +95,44 @@ fn every_cipher_carries_bytes_both_ways_with_the_pinned_certificate() {
     }
 }
 
+/// A request and its answer, a byte each, again and again (what `rr` does), both ends in
+/// this thread: the crypto time the two ends estimate is a part of what the thread spent.
+/// Seals and opens alternate; timed together one call in eight, only seals were timed
+/// and charged to every byte opened too, several times the thread's whole time.
+#[test]
+fn an_exchange_of_small_records_is_charged_no_more_than_its_thread_spent() {
+    let identity = Identity::self_signed(&["localhost".into()]).unwrap();
+    let pin = Trust::Pinned(identity.fingerprint.clone());
+    let (socket, listener) = pair();
+    let server = serve(listener, identity);
+    let cipher = Cipher::Aes256Gcm;
+    let mut client = connect(
+        socket,
+        client_config(cipher, &pin).unwrap(),
+        "127.0.0.1",
+        TIMEOUT,
+    )
+    .unwrap();
+    let mut server = server.join().unwrap().unwrap();
+    let mut buffer = [0u8; 64];
+    let began = linerate_tls::cost::thread_cpu();
+    for _ in 0..4000 {
+        client.write(b"q").unwrap();
+        client.send_records().unwrap();
+        assert_eq!(server.read(&mut buffer).unwrap(), 1);
+        server.write(b"a").unwrap();
+        server.send_records().unwrap();
+        assert_eq!(client.read(&mut buffer).unwrap(), 1);
+    }
+    let spent = linerate_tls::cost::thread_cpu() - began;
+    let crypto = client.crypto_time() + server.crypto_time();
+    eprintln!("4000 exchanges: crypto {crypto:?} of the thread's {spent:?}");
+    assert!(
+        crypto > Duration::ZERO && crypto < spent,
+        "crypto {crypto:?} of the thread's {spent:?}"
+    );
+}
+
 #[test]
 fn a_certificate_other_than_the_announced_one_is_refused() {
     let identity = Identity::self_signed(&["localhost".into()]).unwrap();
