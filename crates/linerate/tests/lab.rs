@@ -3730,9 +3730,19 @@ fn a_call_is_scored_from_each_ways_delay_and_loss_as_the_emulator_made_them() {
             lost <= dropped && dropped - lost <= 3.0,
             "the receiver counted {lost} lost, the emulator dropped {dropped}"
         );
-        assert_eq!(
-            late, 0.0,
-            "late behind a 60 ms buffer on a path without jitter"
+        // A path without jitter makes nothing late behind a 60 ms buffer, but the emulator
+        // the host does not run releases frames late by as much as it was kept waiting
+        // (its own account): only a wait of nearly the buffer (the first datagram's
+        // transit is the reference) makes a datagram late, and no more of them than the
+        // frames it released late. Seen in a whole run beside a build: 2 late.
+        let late_max_ms = counters("late_max_ns") / 1e6;
+        eprintln!(
+            "way {i}: the emulator released {} frames late, at most {late_max_ms:.3} ms",
+            counters("late_frames")
+        );
+        assert!(
+            late == 0.0 || (late_max_ms > 50.0 && late <= counters("late_frames")),
+            "{late} late behind a 60 ms buffer; the emulator was at most {late_max_ms:.3} ms late"
         );
         // The score, from the same inputs, by the reference.
         let ta = num(w, "/mouth_to_ear_ms");
