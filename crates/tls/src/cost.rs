@@ -63,6 +63,14 @@ fn clock_cost() -> Duration {
 /// Runs `work`, the `call`-th of its kind; when `call` is a multiple of `every`, also
 /// returns its CPU time scaled by `every` (the estimate of the calls it stands for).
 pub fn sampled<R>(call: u64, every: u64, work: impl FnOnce() -> R) -> (R, Option<Duration>) {
+    let (result, spent) = timed_in_turn(call, every, work);
+    let scale = u32::try_from(every).unwrap_or(u32::MAX);
+    (result, spent.map(|spent| spent * scale))
+}
+
+/// Runs `work`, the `call`-th of its kind; when `call` is a multiple of `every`, also
+/// returns its own CPU time, the clock's cost taken off.
+fn timed_in_turn<R>(call: u64, every: u64, work: impl FnOnce() -> R) -> (R, Option<Duration>) {
     if !call.is_multiple_of(every.max(1)) {
         return (work(), None);
     }
@@ -70,10 +78,7 @@ pub fn sampled<R>(call: u64, every: u64, work: impl FnOnce() -> R) -> (R, Option
     let began = thread_cpu();
     let result = work();
     let spent = thread_cpu().saturating_sub(began).saturating_sub(cost);
-    (
-        result,
-        Some(spent * u32::try_from(every).unwrap_or(u32::MAX)),
-    )
+    (result, Some(spent))
 }
 
 /// The CPU time of calls whose work grows with their bytes and whose bytes differ widely
@@ -95,12 +100,12 @@ pub struct PerByteCost {
 impl PerByteCost {
     /// Runs `work`, a call over `bytes`, and times it if its turn has come.
     pub fn time<R>(&mut self, bytes: usize, every: u64, work: impl FnOnce() -> R) -> R {
-        let (result, spent) = sampled(self.calls, every, work);
+        let (result, spent) = timed_in_turn(self.calls, every, work);
         self.calls += 1;
         self.bytes += bytes as u64;
         if let Some(spent) = spent {
-            // `sampled` scaled it for the calls it stands for; here the bytes do that.
-            self.timed += spent / u32::try_from(every.max(1)).unwrap_or(u32::MAX);
+            // Unscaled: the bytes stand for the calls not timed.
+            self.timed += spent;
             self.timed_bytes += bytes as u64;
             self.timed_calls += 1;
         }
