@@ -457,8 +457,8 @@ impl Agent<'_> {
             Ok(taken) => taken,
             Err(reason) => return self.refuse(what, reason),
         };
-        let keyed = self.shared.config.key.is_some();
-        match job.start(self.peer.ip(), keyed, self.stop.clone()) {
+        let key = self.shared.config.key.clone();
+        match job.start(self.peer.ip(), key, self.stop.clone()) {
             Ok(run) => {
                 self.last_beat = Instant::now();
                 self.work = Work::Source {

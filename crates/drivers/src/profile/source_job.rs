@@ -31,12 +31,13 @@ pub(crate) trait SourceJob: Send {
     fn what(&self) -> &'static str;
     /// This server's own bounds on it and its source's checks; why not, if it may not run.
     fn check(&self, bounds: &Bounds) -> Result<(), String>;
-    /// Starts it for `requester` (whom its destination must be allowed for, `keyed` where
-    /// this server holds a key); it ends early when `stop` is set.
+    /// Starts it for `requester` (whom its destination must be allowed for, any host where
+    /// this server holds a `key`, which a job that dials a linerate server proves to it);
+    /// it ends early when `stop` is set.
     fn start(
         self: Box<Self>,
         requester: IpAddr,
-        keyed: bool,
+        key: Option<linerate_proto::auth::Key>,
         stop: Arc<AtomicBool>,
     ) -> Result<Box<dyn SourceRun>, SourceError>;
 }

@@ -315,12 +315,12 @@ impl super::source_job::SourceJob for StampSource {
     fn start(
         self: Box<Self>,
         requester: IpAddr,
-        keyed: bool,
+        key: Option<linerate_proto::auth::Key>,
         stop: Arc<AtomicBool>,
     ) -> Result<Box<dyn super::source_job::SourceRun>, SourceError> {
         let reflector = self.job.reflector.clone();
         let due = std::time::Instant::now() + self.job.window + ANSWER_WAIT;
-        let outcome = start_source(self.job, requester, keyed, stop)?;
+        let outcome = start_source(self.job, requester, key.is_some(), stop)?;
         Ok(Box::new(StampRun {
             outcome,
             reflector,

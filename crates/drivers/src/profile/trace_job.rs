@@ -241,10 +241,10 @@ impl super::source_job::SourceJob for TraceJob {
     fn start(
         self: Box<Self>,
         requester: IpAddr,
-        keyed: bool,
+        key: Option<linerate_proto::auth::Key>,
         stop: Arc<AtomicBool>,
     ) -> Result<Box<dyn super::source_job::SourceRun>, SourceError> {
-        let outcome = start_source(*self, requester, keyed, stop)?;
+        let outcome = start_source(*self, requester, key.is_some(), stop)?;
         Ok(Box::new(TraceRun { outcome }))
     }
 }
