@@ -311,6 +311,8 @@ fn start_watch(
             responsiveness_drop: rules.responsiveness_drop,
             loss_above: rules.loss_above,
             loss_for_s: rules.loss_for_s,
+            mos_below: rules.mos_below,
+            mos_for_s: rules.mos_for_s,
             window: rules.baseline,
             at_least: rules.at_least,
         },

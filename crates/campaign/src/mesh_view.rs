@@ -812,7 +812,7 @@ pub fn history_units(file: Option<&Mesh>, rows: &[MeshRow]) -> HistoryUnits {
                 Measure::Goodput => FigureUnit::BitsPerSecond,
                 Measure::Latency => FigureUnit::Seconds,
                 Measure::Responsiveness => FigureUnit::Rpm,
-                Measure::Loss | Measure::Hops => FigureUnit::Plain,
+                Measure::Loss | Measure::Hops | Measure::Mos => FigureUnit::Plain,
             };
             units.insert(test.name.clone(), unit);
         }

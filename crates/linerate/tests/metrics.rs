@@ -1240,6 +1240,7 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
             ..Transactions::default()
         }),
         traced: false,
+        mos: Some(4.2),
     };
     board.record_figures(&row("t", "udp"), Some(&figures));
     // A trace's series: its distance, and its count of path changes.

@@ -77,6 +77,8 @@ struct RawAlerts {
     loss_above: Option<Spanned<String>>,
     #[serde(rename = "for")]
     loss_for: Option<Spanned<String>>,
+    mos_below: Option<Spanned<f64>>,
+    mos_for: Option<Spanned<String>>,
     baseline: Option<Spanned<u32>>,
     at_least: Option<Spanned<u32>>,
     alertmanager: Option<Spanned<String>>,
@@ -393,6 +395,21 @@ fn alert_rules(reader: &Reader, raw: &RawAlerts) -> Result<AlertRules, MeshError
     }
     if let Some(v) = &raw.loss_for {
         rules.loss_for_s = reader.seconds(v, "for", false)?;
+    }
+    if let Some(v) = &raw.mos_below {
+        rules.mos_below = *v.get_ref();
+        if !(1.0..=4.5).contains(&rules.mos_below) {
+            return Err(reader.at(
+                v,
+                format!(
+                    "mos_below {} must be from 1 to 4.5 (the E-model's MOS scale)",
+                    v.get_ref()
+                ),
+            ));
+        }
+    }
+    if let Some(v) = &raw.mos_for {
+        rules.mos_for_s = reader.seconds(v, "mos_for", false)?;
     }
     for (value, slot, what) in [
         (&raw.baseline, &mut rules.baseline, "baseline"),

@@ -122,6 +122,10 @@ pub struct AlertRules {
     pub loss_above: f64,
     /// ...for this long (seconds) opens an alert naming the pair and the direction.
     pub loss_for_s: f64,
+    /// A call: a way whose mean opinion score is below this (1 to 4.5)...
+    pub mos_below: f64,
+    /// ...over this long (seconds) opens an alert naming the pair and the way.
+    pub mos_for_s: f64,
     /// The baseline: the median of up to this many recent successful results...
     pub baseline: usize,
     /// ...once there are this many.
@@ -143,6 +147,8 @@ impl Default for AlertRules {
             responsiveness_drop: 0.3,
             loss_above: 0.001,
             loss_for_s: 300.0,
+            mos_below: 3.6,
+            mos_for_s: 300.0,
             baseline: 20,
             at_least: 3,
             alertmanager: None,

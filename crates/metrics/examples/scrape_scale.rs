@@ -99,6 +99,7 @@ fn filled_board(hosts: usize) -> Board {
                     Measure::Latency => 2.5e-4 + (s + d) as f64 * 1e-7,
                     Measure::Loss => (s + d) as f64 * 1e-6,
                     Measure::Hops => (3 + (s + d) % 5) as f64,
+                    Measure::Mos => 4.4 - (s + d) as f64 * 1e-4,
                 };
                 let row = MeshRow {
                     run_id: Some((at * 1e3) as i64),
@@ -126,6 +127,10 @@ fn filled_board(hosts: usize) -> Board {
                     },
                     Measure::Hops => linerate_metrics::board::Figures {
                         traced: true,
+                        ..Default::default()
+                    },
+                    Measure::Mos => linerate_metrics::board::Figures {
+                        mos: Some(value),
                         ..Default::default()
                     },
                 };

@@ -16,14 +16,14 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Alert {
     pub key: Key,
-    /// The figure that went wrong: goodput, latency, responsiveness or loss (hops never
-    /// opens one; a path change is told as an event of its own).
+    /// The figure that went wrong: goodput, latency, responsiveness, loss or a call's MOS
+    /// (hops never opens one; a path change is told as an event of its own).
     pub measure: Measure,
-    /// The newest figure; for loss, the loss over the last `over_s`.
+    /// The newest figure; for loss and MOS, their mean over the last `over_s`.
     pub value: f64,
-    /// The baseline's median; for loss, the bound (`loss_above`).
+    /// The baseline's median; for loss and MOS, the bound (`loss_above`, `mos_below`).
     pub baseline: f64,
-    /// Loss: the span its figure is over, seconds.
+    /// Loss and MOS: the span its figure is over, seconds.
     pub over_s: Option<f64>,
     /// Unix seconds.
     pub started_at: f64,
@@ -44,6 +44,7 @@ impl Alert {
             Measure::Loss => "LinerateLossAbove",
             Measure::Goodput => "LinerateGoodputDrop",
             Measure::Hops => "LineratePathHops",
+            Measure::Mos => "LinerateMosBelow",
         }
     }
 
@@ -53,6 +54,7 @@ impl Alert {
     pub fn figures(&self) -> String {
         let bound = match self.measure {
             Measure::Loss => "above",
+            Measure::Mos => "below",
             _ => "baseline",
         };
         format!(
@@ -65,7 +67,7 @@ impl Alert {
     /// The alert as a progress line says it: the pair and the figure against its
     /// baseline (loss: its whole sentence), with a path change where a trace saw one.
     pub fn words(&self) -> String {
-        if self.measure == Measure::Loss {
+        if self.measure.bounded() {
             return self.summary();
         }
         let k = &self.key;
@@ -80,18 +82,22 @@ impl Alert {
     /// baseline.
     pub fn summary(&self) -> String {
         let k = &self.key;
-        if self.measure == Measure::Loss {
-            // The way the packets went, and which probes showed it: a reverse series is
-            // the way back of its pair's probes.
+        if self.measure.bounded() {
+            // The way the packets went, and which probes (or call) showed it: a reverse
+            // series is the way back of its pair's.
+            let what = match self.measure {
+                Measure::Mos => "call",
+                _ => "probes",
+            };
             let (way, whose) = if k.direction == "reverse" {
                 (
                     format!("{} -> {}", k.dst, k.src),
-                    format!("the way back of {}'s probes to {}", k.src, k.dst),
+                    format!("the way back of {}'s {what} to {}", k.src, k.dst),
                 )
             } else {
                 (
                     format!("{} -> {}", k.src, k.dst),
-                    format!("the way out of {}'s probes to {}", k.src, k.dst),
+                    format!("the way out of {}'s {what} to {}", k.src, k.dst),
                 )
             };
             let over = self.over_s.map_or(String::new(), |s| {
@@ -101,6 +107,12 @@ impl Alert {
                     format!(" over {s}s")
                 }
             });
+            if self.measure == Measure::Mos {
+                return format!(
+                    "{}: {way} scores MOS {:.2}{over} (below {:.2}), {whose}",
+                    k.test, self.value, self.baseline
+                );
+            }
             return format!(
                 "{}: {way} loses {:.3}%{over} (above {:.3}%), {whose}",
                 k.test,
@@ -200,20 +212,20 @@ impl Alerts {
         now: f64,
         t: &crate::assess::Thresholds,
     ) -> Option<Change> {
-        let loss = a.measure == Measure::Loss;
-        let (state, value) = match (loss, a.state, value) {
-            (true, State::Worse | State::Normal, Some(ratio)) => {
+        let bound = t.bound(a.measure);
+        let (state, value) = match (bound, a.state, value) {
+            (Some(bound), State::Worse | State::Normal, Some(figure)) => {
                 let span = self.spans.entry(key.clone()).or_default();
-                let over = span.add(now, ratio, t.loss_for_s)?;
-                let state = if over > t.loss_above {
+                let over = span.add(now, figure, bound.span_s)?;
+                let state = if bound.crossed_by(over) {
                     State::Worse
                 } else {
                     State::Normal
                 };
                 (state, Some(over))
             }
-            (true, _, _) => return None,
-            (false, state, value) if a.measure == Measure::Latency => {
+            (Some(_), _, _) => return None,
+            (None, state, value) if a.measure == Measure::Latency => {
                 let recent = self.recent.entry(key.clone()).or_default();
                 match state {
                     State::Worse | State::Normal => {
@@ -238,7 +250,7 @@ impl Alerts {
                 };
                 (held, value)
             }
-            (false, state, value) => (state, value),
+            (None, state, value) => (state, value),
         };
         match state {
             State::Worse => {
@@ -249,12 +261,11 @@ impl Alerts {
                     key: key.clone(),
                     measure: a.measure,
                     value: value?,
-                    baseline: if loss {
-                        t.loss_above
-                    } else {
-                        a.baseline?.median
+                    baseline: match bound {
+                        Some(bound) => bound.limit,
+                        None => a.baseline?.median,
                     },
-                    over_s: loss.then_some(t.loss_for_s),
+                    over_s: bound.map(|b| b.span_s),
                     started_at: now,
                     ended_at: None,
                     since: now,

@@ -23,6 +23,10 @@ pub struct Thresholds {
     pub loss_above: f64,
     /// ...and an alert once it has been so for this long, seconds.
     pub loss_for_s: f64,
+    /// A call's way scoring a MOS below this (1 to 4.5) is worse, baseline or not...
+    pub mos_below: f64,
+    /// ...and an alert once its mean over this long, seconds, is.
+    pub mos_for_s: f64,
     /// The baseline: up to this many recent successful results...
     pub window: usize,
     /// ...once there are at least this many.
@@ -38,8 +42,48 @@ impl Default for Thresholds {
             responsiveness_drop: 0.3,
             loss_above: 0.001,
             loss_for_s: 300.0,
+            mos_below: 3.6,
+            mos_for_s: 300.0,
             window: 20,
             at_least: 3,
+        }
+    }
+}
+
+/// The absolute bound a measure is held to over a span, rather than to its baseline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bound {
+    pub limit: f64,
+    /// Worse above the limit (loss) or below it (a call's MOS).
+    pub above: bool,
+    pub span_s: f64,
+}
+
+impl Bound {
+    pub fn crossed_by(&self, value: f64) -> bool {
+        if self.above {
+            value > self.limit
+        } else {
+            value < self.limit
+        }
+    }
+}
+
+impl Thresholds {
+    /// The bound `measure` is held to, where it is held to one ([`Measure::bounded`]).
+    pub fn bound(&self, measure: Measure) -> Option<Bound> {
+        match measure {
+            Measure::Loss => Some(Bound {
+                limit: self.loss_above,
+                above: true,
+                span_s: self.loss_for_s,
+            }),
+            Measure::Mos => Some(Bound {
+                limit: self.mos_below,
+                above: false,
+                span_s: self.mos_for_s,
+            }),
+            Measure::Goodput | Measure::Latency | Measure::Responsiveness | Measure::Hops => None,
         }
     }
 }
@@ -97,9 +141,9 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
             measure: what,
         };
     }
-    // Loss is held to an absolute bound: a path that has always lost 0.2 % has always
-    // been broken, and a baseline would call it normal.
-    if measure == Measure::Loss {
+    // Loss and a call's score are held to absolute bounds: a path that has always lost
+    // 0.2 % has always been broken, and a baseline would call it normal.
+    if let Some(bound) = t.bound(measure) {
         let baseline = series.baseline(t.window, t.at_least);
         let Some(value) = latest.value else {
             return Assessment {
@@ -110,13 +154,13 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
             };
         };
         return Assessment {
-            state: if value > t.loss_above {
+            state: if bound.crossed_by(value) {
                 State::Worse
             } else {
                 State::Normal
             },
             baseline,
-            ratio: (t.loss_above > 0.0).then(|| value / t.loss_above),
+            ratio: (bound.limit > 0.0).then(|| value / bound.limit),
             measure: what,
         };
     }
@@ -139,7 +183,7 @@ pub fn assess(series: &Series, t: &Thresholds) -> Assessment {
                 && above > LATENCY_SPREAD_MADS * base.mad
         }
         (Measure::Responsiveness, Some(r)) => r < 1.0 - t.responsiveness_drop,
-        (Measure::Loss | Measure::Hops, _) | (_, None) => false,
+        (Measure::Loss | Measure::Mos | Measure::Hops, _) | (_, None) => false,
     };
     Assessment {
         state: if worse { State::Worse } else { State::Normal },

@@ -83,6 +83,8 @@ pub struct Latest {
     pub one_way: Option<OneWayDelay>,
     /// A trace: its distance to the destination (where a flow reached it).
     pub traced: bool,
+    /// A call: this way's mean opinion score.
+    pub mos: Option<f64>,
 }
 
 impl Latest {
@@ -380,6 +382,8 @@ pub struct Figures {
     pub duration_s: f64,
     /// A trace (its figure is the row's headline, the distance).
     pub traced: bool,
+    /// A call: this way's mean opinion score (the E-model's).
+    pub mos: Option<f64>,
 }
 
 /// Reads a mesh job's document: goodput for a stream, the timed transaction's latency for
@@ -453,6 +457,26 @@ fn add_buckets(slots: &mut [u64; RTT_BUCKETS.len() + 1], buckets: &[(f64, u64)])
     }
 }
 
+/// A call's figures each way: out (the row's own direction, the source's to the
+/// destination) and back; `None` for a test that is not a call.
+pub fn call_figures(report: &linerate_report::Report) -> Option<(Figures, Figures)> {
+    let call = report.summary.call.as_ref()?;
+    let way = |direction: linerate_model::Direction| {
+        let way = call.ways.iter().find(|w| w.direction == direction)?;
+        let sent = way.received + way.lost;
+        Some(Figures {
+            mos: Some(way.score.mos),
+            loss_ratio: (sent > 0).then(|| way.lost as f64 / sent as f64),
+            duration_s: report.summary.duration_s,
+            ..Figures::default()
+        })
+    };
+    Some((
+        way(linerate_model::Direction::Forward)?,
+        way(linerate_model::Direction::Reverse)?,
+    ))
+}
+
 pub fn stamp_figures(report: &linerate_report::stamp::StampReport) -> (Figures, Figures) {
     let sent = report.sent.max(1) as f64;
     let round_trip = report.loss.round_trip as f64 / sent;
@@ -512,21 +536,30 @@ pub fn stamp_figures(report: &linerate_report::stamp::StampReport) -> (Figures, 
 
 impl Board {
     /// Adds a finished (or skipped) job: its row, and its document when it ran. Returns
-    /// the series it changed: the row's, and for a STAMP window its way back too (the
-    /// row's labels with `direction="reverse"`).
+    /// the series it changed: the row's, and for a STAMP window or a call its way back
+    /// too (the row's labels with `direction="reverse"`).
     pub fn record(&mut self, row: &MeshRow, document: Option<&Document>) -> Vec<Key> {
         // A job the operator's stop cut short says nothing of its pair: its last result,
         // its baseline and its alerts stay as they were.
         if row.outcome.is_interrupted() {
             return Vec::new();
         }
-        if let Some(Document::Stamp(report)) = document {
-            let (out, back) = stamp_figures(report);
+        let ways = match document {
+            Some(Document::Stamp(report)) => {
+                let (out, back) = stamp_figures(report);
+                Some((out.loss_ratio, back.loss_ratio, out, back))
+            }
+            Some(Document::Test(report)) => {
+                call_figures(report).map(|(out, back)| (out.mos, back.mos, out, back))
+            }
+            _ => None,
+        };
+        if let Some((out_figure, back_figure, out, back)) = ways {
             let mut forward = row.clone();
-            forward.headline = out.loss_ratio.filter(|_| row.outcome.is_ok());
+            forward.headline = out_figure.filter(|_| row.outcome.is_ok());
             let mut reverse = row.clone();
             reverse.direction = "reverse".into();
-            reverse.headline = back.loss_ratio.filter(|_| row.outcome.is_ok());
+            reverse.headline = back_figure.filter(|_| row.outcome.is_ok());
             self.record_figures(&forward, Some(&out));
             self.record_figures(&reverse, Some(&back));
             return vec![Key::of(&forward), Key::of(&reverse)];
@@ -657,9 +690,12 @@ impl Board {
             latest.responsiveness = f.responsiveness;
             latest.one_way = f.one_way;
             latest.traced = f.traced;
+            latest.mos = f.mos;
             if series.measure.is_none() {
                 series.measure = Some(if f.traced {
                     Measure::Hops
+                } else if f.mos.is_some() {
+                    Measure::Mos
                 } else if f.responsiveness.is_some() {
                     Measure::Responsiveness
                 } else if f.rtt.is_some() {

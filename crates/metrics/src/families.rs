@@ -79,7 +79,7 @@ fn rpm(latest: &Latest) -> Option<Responsiveness> {
 }
 
 /// The families, in the order a scrape writes them (after `linerate_build_info`).
-pub const FAMILIES: [Family; 18] = [
+pub const FAMILIES: [Family; 19] = [
     Family {
         name: "linerate_goodput_bytes_per_second",
         help: "A stream's newest goodput, counted at the destination",
@@ -258,6 +258,12 @@ pub const FAMILIES: [Family; 18] = [
                 value: Value::Counter(t.path_changes),
             }]
         },
+    },
+    Family {
+        name: "linerate_call_mos",
+        help: "A call's newest mean opinion score this way (ITU-T G.107's E-model, 1 to 4.5)",
+        kind: Kind::Gauge,
+        read: |l, _| gauge(l.mos.filter(|_| l.measured())),
     },
 ];
 

@@ -32,13 +32,7 @@ pub fn page(title: &str, initial: &str) -> String {
 }
 
 fn measure_name(measure: Option<Measure>) -> &'static str {
-    match measure {
-        Some(Measure::Latency) => "latency",
-        Some(Measure::Responsiveness) => "responsiveness",
-        Some(Measure::Loss) => "loss",
-        Some(Measure::Hops) => "hops",
-        _ => "goodput",
-    }
+    measure.unwrap_or(Measure::Goodput).name()
 }
 
 /// A tab of the grid: a test (and its protocol, when the test has runs over more than

@@ -715,6 +715,14 @@ fn remote_write_sends_what_a_scrape_gives_series_by_series() {
             &row("a", "b", "path", true, 4.0, 12.7),
             Some(&trace("10.0.2.2")),
         );
+        b.record_figures(
+            &row("a", "b", "call", true, 4.3, 12.8),
+            Some(&crate::board::Figures {
+                mos: Some(4.3),
+                duration_s: 10.0,
+                ..Default::default()
+            }),
+        );
         b.record(&row("b", "a", "tput", false, 0.0, 13.0), None);
         let mut skipped = row("b", "a", "lat", false, 0.0, 14.0);
         skipped.outcome = Outcome::Skipped {
@@ -830,6 +838,90 @@ fn stamp(sent: u64, out: u64, back: u64) -> Document {
         interrupted_after_s: None,
         host: None,
     }))
+}
+
+/// A call's MOS is held to `mos_below` over `mos_for` as loss is to its bound: one poor
+/// call among good ones stays above it, a way that keeps scoring under it opens an alert
+/// for that way alone, and it resolves once the poor calls have left the span.
+#[test]
+fn a_way_whose_calls_keep_scoring_under_the_bound_opens_an_alert_for_that_way() {
+    let t = Thresholds {
+        mos_below: 3.6,
+        mos_for_s: 300.0,
+        ..Thresholds::default()
+    };
+    let board = Arc::new(Mutex::new(Board::default()));
+    board.lock().unwrap().declare("call", Measure::Mos);
+    let mut alerts = crate::alerts::Alerts::default();
+    let mut changes = Vec::new();
+    let call = |at: f64,
+                out: f64,
+                back: f64,
+                alerts: &mut crate::alerts::Alerts,
+                changes: &mut Vec<(f64, String, crate::alerts::Change)>| {
+        let mut b = board.lock().unwrap();
+        let mut keys = Vec::new();
+        for (direction, mos) in [("forward", out), ("reverse", back)] {
+            let mut r = row("a", "b", "call", true, mos, at);
+            r.protocol = "udp".into();
+            r.direction = direction.into();
+            let figures = crate::board::Figures {
+                mos: Some(mos),
+                duration_s: 10.0,
+                ..Default::default()
+            };
+            b.record_figures(&r, Some(&figures));
+            keys.push(crate::board::Key::of(&r));
+        }
+        for key in keys {
+            let series = &b.series[&key];
+            let a = assess(series, &t);
+            assert_eq!(a.measure, Measure::Mos);
+            if let Some(change) = alerts.update(&key, &a, series.latest.value, at, &t) {
+                changes.push((at, key.direction.clone(), change));
+            }
+        }
+    };
+    // A call a minute. Five good ones, then one poor way out (2.5): over five minutes a
+    // mean of 4.18, above the bound; nothing opens.
+    for at in [60.0, 120.0, 180.0, 240.0, 300.0] {
+        call(at, 4.4, 4.4, &mut alerts, &mut changes);
+    }
+    call(360.0, 2.5, 4.4, &mut alerts, &mut changes);
+    assert!(changes.is_empty(), "{changes:?}");
+    // The way out keeps scoring 3.0: the mean of the last five minutes' calls falls under
+    // 3.6 at the second (4.4, 4.4, 2.5, 3.0, 3.0: 3.46), that way alone.
+    for at in [420.0, 480.0, 540.0] {
+        call(at, 3.0, 4.4, &mut alerts, &mut changes);
+    }
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let (at, direction, change) = &changes[0];
+    assert_eq!((*at, direction.as_str()), (480.0, "forward"));
+    let crate::alerts::Change::Opened(alert) = change else {
+        panic!("{change:?}");
+    };
+    assert_eq!(alert.name(), "LinerateMosBelow");
+    let json = crate::alerts::alertmanager_json(alert, None, 600.0);
+    assert_eq!(json["labels"]["direction"], "forward");
+    assert_eq!(
+        json["annotations"]["summary"].as_str().unwrap(),
+        "call: a -> b scores MOS 3.46 over 5m (below 3.60), the way out of a's call to b"
+    );
+    // Good again: open while the span's mean stays under the bound (3.56 at 660 s),
+    // resolved at 720 s (3.0, 3.0 and three good calls: 3.84).
+    for at in [600.0, 660.0] {
+        call(at, 4.4, 4.4, &mut alerts, &mut changes);
+    }
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    call(720.0, 4.4, 4.4, &mut alerts, &mut changes);
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert!(
+        matches!(changes[1], (at, ref d, crate::alerts::Change::Resolved(_)) if at == 720.0 && d == "forward"),
+        "{changes:?}"
+    );
+    // The exposition carries each way's score.
+    let text = Exposition::new(board.clone()).render(Format::OpenMetrics);
+    assert!(text.contains("linerate_call_mos{mesh=\"m\",src=\"a\",dst=\"b\",test=\"call\",direction=\"reverse\",protocol=\"udp\"} 4.4"), "{text}");
 }
 
 /// A STAMP window makes two series, the pair's way out and its way back, each with its

@@ -19,6 +19,9 @@ pub enum Measure {
     /// A trace's distance to the destination: neither way is worse; a path change is
     /// told as an event of its own (a path mark).
     Hops,
+    /// A call's mean opinion score each way (ITU-T G.107's E-model), 1 to 4.5: below the
+    /// mesh's `mos_below` for its `mos_for` is worse, whatever the baseline.
+    Mos,
 }
 
 impl Measure {
@@ -30,14 +33,24 @@ impl Measure {
             Measure::Responsiveness => "responsiveness",
             Measure::Loss => "loss",
             Measure::Hops => "hops",
+            Measure::Mos => "mos",
         }
     }
 
     /// Whether its results are watched even where nothing receives them (no metrics,
-    /// no alert receiver): a soft failure (loss) is the reason to run STAMP in a mesh, a
-    /// path change the reason to run traces, and the progress lines tell both.
+    /// no alert receiver): a soft failure (loss, a call's poor score) is the reason to
+    /// run STAMP or calls in a mesh, a path change the reason to run traces, and the
+    /// progress lines tell them.
     pub fn told_without_receivers(self) -> bool {
-        matches!(self, Measure::Loss | Measure::Hops)
+        matches!(self, Measure::Loss | Measure::Hops | Measure::Mos)
+    }
+
+    /// Whether it is held to an absolute bound over a span (the mesh's `loss_above` and
+    /// `loss_for`, `mos_below` and `mos_for`) rather than to its baseline: a path that has
+    /// always lost 0.2 %, or a call that has always scored 3.1, has always been broken,
+    /// and a baseline would call it normal.
+    pub fn bounded(self) -> bool {
+        matches!(self, Measure::Loss | Measure::Mos)
     }
 
     /// A figure of this measure with its unit: "105 µs", "412 Mbit/s", "850 RPM",
@@ -49,6 +62,7 @@ impl Measure {
             Measure::Responsiveness => format!("{value:.0} RPM"),
             Measure::Loss => format!("{:.3} %", value * 100.0),
             Measure::Hops => format!("{value:.0} hops"),
+            Measure::Mos => format!("MOS {value:.2}"),
         }
     }
 }
@@ -68,4 +82,6 @@ pub enum Headline {
     Loss,
     /// A trace's distance to the destination, where a flow reached it.
     Hops,
+    /// A call's mean opinion score, the worse of its two ways.
+    Mos,
 }

@@ -50,6 +50,35 @@ impl ResultKind for Report {
         }
     }
 
+    /// A call's worse way's MOS, both ways in words ("MOS 4.21 out, 4.35 back"); a
+    /// native test heads no other mesh row.
+    fn mesh_figure(&self, which: linerate_model::measure::Headline) -> (Option<f64>, String) {
+        use linerate_model::measure::Headline as MeshHeadline;
+        let call = self.summary.call.as_ref().filter(|c| !c.ways.is_empty());
+        match (which, call) {
+            (MeshHeadline::Mos, Some(call)) => {
+                let worse = call
+                    .ways
+                    .iter()
+                    .map(|w| w.score.mos)
+                    .fold(f64::MAX, f64::min);
+                let ways: Vec<String> = call
+                    .ways
+                    .iter()
+                    .map(|w| {
+                        let way = match w.direction {
+                            linerate_model::Direction::Reverse => "back",
+                            _ => "out",
+                        };
+                        format!("{:.2} {way}", w.score.mos)
+                    })
+                    .collect();
+                (Some(worse), format!("MOS {}", ways.join(", ")))
+            }
+            _ => (None, String::new()),
+        }
+    }
+
     fn render_text(&self, scale: Scale) -> String {
         render_test(self, scale)
     }

@@ -390,9 +390,10 @@ impl ResultKind for ProfileReport {
                     None => (None, String::new()),
                 }
             }
-            MeshHeadline::Responsiveness | MeshHeadline::Loss | MeshHeadline::Hops => {
-                (None, String::new())
-            }
+            MeshHeadline::Responsiveness
+            | MeshHeadline::Loss
+            | MeshHeadline::Hops
+            | MeshHeadline::Mos => (None, String::new()),
         }
     }
 
