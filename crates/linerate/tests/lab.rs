@@ -3494,6 +3494,172 @@ for = "3s"
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Calls in a mesh (`run = "voip"`), over the lab with 20 ms one way and 40 ms back and
+/// 5 % of frames dropped from client to server only: a's agent calls b's server each
+/// cycle; each way's losses are the emulator's own drops (the calls' control connections
+/// cross the lossy way too, so it may have dropped a few frames more), the row heads the
+/// worse way's MOS, and the lossy way alone opens a `mos_below` alert, naming its way.
+#[test]
+fn a_mesh_calls_between_its_hosts_and_alerts_on_the_way_that_scores_under_the_bound() {
+    let test = "a_mesh_calls_between_its_hosts_and_alerts_on_the_way_that_scores_under_the_bound";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("meshcall");
+    let _lab = lab_up(
+        &name,
+        &["--delay", "20ms,40ms", "--loss", "5%,0", "--seed", "11"],
+    );
+    let dir = std::env::temp_dir().join(format!("lr-meshcall-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("mesh.key");
+    std::fs::write(&key, "the call mesh's shared key, for this test\n").unwrap();
+    let key = key.to_str().unwrap();
+    let serve = [binary(), "--no-store", "serve", "--key", key];
+    let _a = lab_spawn(&name, "client", &serve);
+    let _b = lab_spawn(&name, "server", &serve);
+    std::thread::sleep(Duration::from_millis(1500));
+    let file = dir.join("mesh.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"name = "calls"
+key = "{key}"
+[[host]]
+name = "a"
+address = "10.77.0.1"
+[[host]]
+name = "b"
+address = "10.77.0.2"
+[[test]]
+name = "call"
+run = "voip"
+duration = "10s"
+interval = "12s"
+[[group]]
+name = "one"
+shape = "pairs"
+pairs = [["a", "b"]]
+directions = "one"
+tests = ["call"]
+[alerts]
+mos_below = 4.15
+mos_for = "10s"
+"#
+        ),
+    )
+    .unwrap();
+    let db = dir.join("results.db");
+    let before = emulator_status(&name);
+    let out = lab(&[
+        "exec",
+        "--name",
+        &name,
+        "client",
+        "--",
+        binary(),
+        "--db",
+        db.to_str().unwrap(),
+        "mesh",
+        "run",
+        file.to_str().unwrap(),
+        "--cycles",
+        "3",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let after = emulator_status(&name);
+    let dropped = |way: usize| {
+        let path = format!("/directions/{way}/counters/lost");
+        num(&after, &path) - num(&before, &path)
+    };
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let rows: Vec<&serde_json::Value> = lines.iter().filter(|l| l.get("src").is_some()).collect();
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let (mut lost, mut scores) = ([0.0f64; 2], [Vec::new(), Vec::new()]);
+    for row in &rows {
+        assert_eq!(row["ok"], true, "{row}");
+        assert_eq!(
+            (row["src"].as_str(), row["dst"].as_str()),
+            (Some("a"), Some("b"))
+        );
+        assert_eq!(row["protocol"], "udp", "{row}");
+        let id = row["run_id"].as_i64().expect("a stored run").to_string();
+        let shown = lab(&[
+            "exec",
+            "--name",
+            &name,
+            "client",
+            "--",
+            binary(),
+            "--db",
+            db.to_str().unwrap(),
+            "show",
+            &id,
+            "--json",
+        ]);
+        assert!(shown.status.success(), "{}", stderr(&shown));
+        let doc: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+        let ways = doc["summary"]["call"]["ways"]
+            .as_array()
+            .expect("a call")
+            .clone();
+        assert_eq!(ways.len(), 2, "{doc}");
+        for (i, way) in ways.iter().enumerate() {
+            assert!(num(way, "/received") >= 400.0, "a 10 s call: {way}");
+            lost[i] += num(way, "/lost");
+            scores[i].push(num(way, "/mos"));
+        }
+        // The row heads the worse way's score and says both.
+        let worse = scores[0].last().unwrap().min(*scores[1].last().unwrap());
+        assert!(
+            (row["headline"].as_f64().unwrap() - worse).abs() < 1e-9,
+            "{row}"
+        );
+        let text = row["headline_text"].as_str().unwrap();
+        assert!(
+            text.starts_with("MOS ") && text.contains(" out, ") && text.ends_with(" back"),
+            "{text}"
+        );
+    }
+    eprintln!(
+        "calls: lost {lost:?}, the emulator dropped {} and {}; MOS out {:?}, back {:?}",
+        dropped(0),
+        dropped(1),
+        scores[0],
+        scores[1]
+    );
+    assert!(
+        lost[0] > 0.0 && lost[0] <= dropped(0) && dropped(0) - lost[0] <= 10.0,
+        "the receivers counted {} lost, the emulator dropped {}",
+        lost[0],
+        dropped(0)
+    );
+    assert_eq!((lost[1], dropped(1)), (0.0, 0.0));
+    assert!(scores[0].iter().all(|&m| m < 4.15), "{scores:?}");
+    assert!(scores[1].iter().all(|&m| m > 4.15), "{scores:?}");
+    let alerts: Vec<String> = lines
+        .iter()
+        .filter(|l| l["event"] == "alert" && l["resolved"] == false)
+        .map(|l| l["text"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!alerts.is_empty(), "no alert: {lines:#?}");
+    assert_eq!(alerts.len(), 1, "{alerts:#?}");
+    // Calls 12 s apart against a 10 s span: the figure is one call's score (the second's;
+    // the first is not yet a span's worth).
+    let one_of_them = scores[0].iter().any(|m| {
+        alerts[0].contains(&format!(
+            "call: a -> b scores MOS {m:.2} over 10s (below 4.15), the way out of a's call to b"
+        ))
+    });
+    assert!(one_of_them, "{alerts:#?} {scores:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The first interval (its end, seconds from the first data) at which a copy's receiver
 /// goodput reached `level` bit/s.
 fn ramp_to(doc: &serde_json::Value, level: f64) -> Option<f64> {

@@ -520,6 +520,10 @@ fn refuse_options_of_other_runs(
     if run != "stamp" {
         not_an_option(reader, raw.report.as_ref(), "report", run)?;
     }
+    if run != "voip" {
+        not_an_option(reader, raw.codec.as_ref(), "codec", run)?;
+        not_an_option(reader, raw.jitter_buffer.as_ref(), "jitter_buffer", run)?;
+    }
     if run != "stamp" && run != "trace" {
         if let Some(p) = &raw.port {
             return Err(reader.at(p, format!("'port' is not an option of run = \"{run}\"")));

@@ -45,6 +45,9 @@ pub(crate) struct RawTest {
     /// Trace: the farthest distance probed, and each hop's MTU.
     pub(crate) max_hops: Option<Spanned<u8>>,
     pub(crate) mtu: Option<Spanned<bool>>,
+    /// A call: its codec and the receivers' jitter buffer.
+    pub(crate) codec: Option<Spanned<String>>,
+    pub(crate) jitter_buffer: Option<Spanned<String>>,
 }
 
 /// The longest interval or test a mesh may ask for: a week.

@@ -1065,3 +1065,80 @@ fn a_hosts_source_is_where_its_jobs_connections_leave_from() {
     ];
     assert_one_line_errors(&cases);
 }
+
+/// A call between every pair: G.711 and a 60 ms jitter buffer unless the file says, a
+/// job that asks the source's agent to call the destination's server for the test's
+/// duration with the test's marks, and the `[alerts]` bound its score is held to.
+#[test]
+fn a_voip_test_calls_every_destinations_server_with_its_codec_and_marks() {
+    let voip = |options: &str| {
+        mesh_text(2, false).replace(
+            "run = \"stream\"\nduration = \"10s\"",
+            &format!("run = \"voip\"\nduration = \"30s\"{options}"),
+        )
+    };
+    let m = parse("m.toml", &voip("")).unwrap();
+    let test = &m.tests[0];
+    assert_eq!(
+        test.kind,
+        TestKind::Voip(kinds::Voip {
+            call: linerate_model::call::CallSettings {
+                codec: linerate_model::call::Codec::G711,
+                jitter_buffer_ms: 60
+            }
+        })
+    );
+    assert_eq!(test.kind.protocol_label(), "udp");
+    assert!(!test.exclusive, "a call is light");
+    assert_eq!((m.alerts.mos_below, m.alerts.mos_for_s), (3.6, 300.0));
+    let m = parse(
+        "m.toml",
+        &(voip("\ncodec = \"g729a\"\njitter_buffer = \"40ms\"\ndscp = \"ef\"")
+            + "[alerts]\nmos_below = 3.8\nmos_for = \"10m\"\n"),
+    )
+    .unwrap();
+    assert_eq!((m.alerts.mos_below, m.alerts.mos_for_s), (3.8, 600.0));
+    let jobs = m.jobs();
+    assert_eq!(jobs.len(), 2);
+    for job in &jobs {
+        let plan::JobPlan::Source { kind: "voip", spec } = plan::job_plan(&m, job) else {
+            panic!("not a call");
+        };
+        assert_eq!(spec["server"], m.hosts[job.dst].address.as_str());
+        assert_eq!(spec["seconds"], 30.0);
+        assert_eq!(spec["codec"], "g729a");
+        assert_eq!(spec["jitter_buffer_ms"], 40);
+        assert_eq!(spec["marks"]["dscp"], 46);
+    }
+    let cases = [
+        (
+            voip("\ncodec = \"opus\""),
+            "codec 'opus' is not one of g711",
+        ),
+        (
+            voip("\njitter_buffer = \"2s\""),
+            "jitter_buffer '2s' must be at most 1s",
+        ),
+        (
+            voip("\nparallel = 2"),
+            "'parallel' is not an option of run = \"voip\"",
+        ),
+        (
+            voip("\nsize = \"1k\""),
+            "'size' is not an option of run = \"voip\"",
+        ),
+        (
+            voip("").replace("duration = \"30s\"", "duration = \"500ms\""),
+            "a call must last at least 1 s",
+        ),
+        (
+            mesh_text(2, false).replace("run = \"stream\"", "run = \"stream\"\ncodec = \"g711\""),
+            "'codec' is not an option of run = \"stream\"",
+        ),
+        (
+            voip("") + "[alerts]\nmos_below = 4.6\n",
+            "mos_below 4.6 must be from 1 to 4.5",
+        ),
+    ];
+    assert_one_line_errors(&cases);
+}

@@ -16,6 +16,9 @@ pub const RTP_HEADER: u64 = 12;
 /// The longest jitter buffer a call may ask for: beyond it the delay alone rates a call
 /// as one nobody would hold (G.107's delay impairment passes 40 at about 400 ms).
 pub const MAX_JITTER_BUFFER_MS: u32 = 1_000;
+/// The jitter buffer a call has when nobody says: 60 ms, a common fixed buffer of VoIP
+/// phones and gateways.
+pub const DEFAULT_JITTER_BUFFER_MS: u32 = 60;
 
 /// The voice codecs a call can carry, with G.113's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

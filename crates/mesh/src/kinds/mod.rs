@@ -13,6 +13,7 @@ mod rr;
 mod stamp;
 mod stream;
 mod trace;
+mod voip;
 
 pub use connect::Connect;
 pub use crr::Crr;
@@ -23,6 +24,7 @@ pub use stream::Stream;
 pub use trace::{
     Trace, DEFAULT_TRACE_HOPS, MAX_TRACE_FLOWS, MAX_TRACE_HOPS, TRACE_GAP_S, TRACE_WAIT_S,
 };
+pub use voip::Voip;
 
 use crate::host::{Host, Transport};
 use crate::reading::{MeshError, RawTest, Reader};
@@ -43,6 +45,7 @@ pub enum TestKind {
     Stamp(Stamp),
     Trace(Trace),
     Connect(Connect),
+    Voip(Voip),
 }
 
 impl TestKind {
@@ -56,6 +59,7 @@ impl TestKind {
             TestKind::Stamp(kind) => kind,
             TestKind::Trace(kind) => kind,
             TestKind::Connect(kind) => kind,
+            TestKind::Voip(kind) => kind,
         }
     }
 
@@ -212,6 +216,7 @@ pub(crate) const KINDS: &[(&str, ReadKind)] = &[
     ("stamp", stamp::read),
     ("trace", trace::read),
     ("connect", connect::read),
+    ("voip", voip::read),
 ];
 
 /// The kinds' names as a message lists them: "stream, rr, crr, rpm, stamp or trace".

@@ -1,0 +1,291 @@
+//! A call from an agent (a mesh's `run = "voip"`): the controller asks the source's agent
+//! to call the destination's linerate server, as `linerate app --pattern voip` does: a
+//! codec frame each way every 20 ms, both ways at once, each way counted where it arrives
+//! and scored by the E-model. The agent runs the test on a thread of its own and answers
+//! with its report.
+//!
+//! Nobody is called on a name alone: with a key the destination is any linerate server
+//! that proves it (the test's handshake requires the proof of the server as of the
+//! client); without one, only the requester's own address, as a profile's peers.
+
+use super::rpm_job::SourceError;
+use super::source_job::{Asked, Bounds, SourceJob, SourceKind, SourceRun};
+use linerate_model::call::{CallSettings, Codec};
+use linerate_model::marks::Marks;
+use linerate_model::{Direction, StreamRequest, StreamTransport, TestKind, TestRequest};
+use linerate_proto::agent::{AgentReply, Seconds};
+use linerate_proto::auth::Key;
+use linerate_proto::text::PeerText;
+use linerate_report::document::Document;
+use linerate_report::Report;
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A call as a request carries it, each value bounded where it is decoded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Spec {
+    /// The destination's server: `host:port`, as the mesh file names its agent.
+    server: PeerText,
+    seconds: Seconds,
+    codec: Codec,
+    jitter_buffer_ms: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    marks: Option<Marks>,
+}
+
+impl Spec {
+    fn read(spec: &serde_json::Value) -> Result<Spec, String> {
+        let spec = Spec::deserialize(spec)
+            .map_err(|e| format!("a call request that does not read: {e}"))?;
+        CallSettings::checked(spec.codec, spec.jitter_buffer_ms)?;
+        Ok(spec)
+    }
+
+    fn settings(&self) -> CallSettings {
+        CallSettings {
+            codec: self.codec,
+            jitter_buffer_ms: self.jitter_buffer_ms,
+        }
+    }
+
+    /// The test this call is, as `linerate app --pattern voip` asks it.
+    fn request(&self, source: Option<linerate_model::Source>) -> TestRequest {
+        let mut request = TestRequest::new(TestKind::Stream(StreamRequest {
+            direction: Direction::Bidir,
+            rate_bps: None,
+            transport: StreamTransport::Call(self.settings()),
+        }));
+        request.target = Some(self.server.as_str().to_string());
+        request.time_s = self.seconds.get();
+        // One report for the window: a mesh row needs no intervals.
+        request.interval_s = 0.0;
+        request.observe = false;
+        request.source = source;
+        request.marks = self.marks;
+        request
+    }
+}
+
+/// A call asked of this agent, before it runs.
+struct CallJob {
+    spec: Spec,
+    source: Option<linerate_model::Source>,
+}
+
+/// A call as a kind of source job: a call both ways between the source and the
+/// destination's server, scored each way.
+pub static KIND: SourceKind = SourceKind {
+    name: "voip",
+    what: "call",
+    read: |asked: Asked| {
+        Ok(Box::new(CallJob {
+            spec: Spec::read(&asked.spec)?,
+            source: asked.source,
+        }))
+    },
+    heartbeat: None,
+    // The call, its drain and the exchange of both sides' results, set-up; past it the
+    // run is abandoned.
+    limit: |spec| Ok(Spec::read(spec)?.seconds.duration() + Duration::from_secs(30)),
+    answer: |spec, report, target| {
+        let spec = Spec::read(spec)?;
+        let report = Report::deserialize(report)
+            .map_err(|e| format!("a call report that does not read: {e}"))?;
+        let mut report = within_bounds(report, &spec)?;
+        report.config.target = target.to_string();
+        Ok(Document::Test(Box::new(report)))
+    },
+};
+
+/// An agent's report, checked against what was asked: a call of the asked codec, its two
+/// ways, no more datagrams each way than the call sends (twice over, for a clock that
+/// ran fast); its words made printable and few.
+fn within_bounds(mut report: Report, spec: &Spec) -> Result<Report, String> {
+    let Some(call) = report.summary.call.as_ref() else {
+        return Err("a call report without the call's scores".into());
+    };
+    let most = 2 * (spec.seconds.get().ceil() as u64 + 1) * spec.settings().pps();
+    let out_of_bounds = call.codec != spec.codec
+        || call.ways.len() != 2
+        || call
+            .ways
+            .iter()
+            .any(|w| w.received.saturating_add(w.lost) > most || w.late > w.received)
+        || report.flows.len() > 2
+        || report.intervals.len() > 1_000;
+    if out_of_bounds {
+        return Err(format!(
+            "a call report out of bounds: {} ways, {} flows, {} intervals (asked a {} call of {} s)",
+            call.ways.len(),
+            report.flows.len(),
+            report.intervals.len(),
+            spec.codec.name(),
+            spec.seconds.get()
+        ));
+    }
+    // Its words reach rows, logs and terminals: cut and escaped as every peer's text is.
+    let printable = |text: &mut String| *text = linerate_proto::text::printable(text);
+    printable(&mut report.test);
+    report.warnings.truncate(8);
+    report.warnings.iter_mut().for_each(printable);
+    Ok(report)
+}
+
+impl SourceJob for CallJob {
+    fn what(&self) -> &'static str {
+        "call"
+    }
+
+    fn check(&self, bounds: &Bounds) -> Result<(), String> {
+        super::source_job::check_source(self.source.as_ref())?;
+        let seconds = self.spec.seconds.get();
+        if seconds > bounds.max_duration_s {
+            return Err(format!(
+                "a call of {seconds:.0} s is longer than this server's {:.0} s (--max-duration)",
+                bounds.max_duration_s
+            ));
+        }
+        let settings = self.spec.settings();
+        let rate = settings.pps() * settings.codec.datagram_bytes() * 8;
+        match bounds.max_rate_bps {
+            Some(most) if rate > most => Err(format!(
+                "a call sends {rate} bit/s, above this server's {most} bit/s (--max-rate)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn start(
+        self: Box<Self>,
+        requester: IpAddr,
+        key: Option<Key>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Box<dyn SourceRun>, SourceError> {
+        let server = self.spec.server.as_str().to_string();
+        let failed = |reason: String| SourceError {
+            reason,
+            unreachable: None,
+        };
+        let addr = super::resolve(&server).map_err(|e| SourceError {
+            reason: format!("{server}: {e}"),
+            unreachable: Some(server.clone()),
+        })?;
+        super::group::may_dial(addr, requester, key.is_some()).map_err(failed)?;
+        let request = self.spec.request(self.source);
+        let environment = linerate_engine::sys::environment(None);
+        let config = linerate_model::TestConfig::resolve(&request, &environment).map_err(failed)?;
+        let mut options = crate::client::ClientOptions::new(config);
+        options.key = key;
+        let (tell, outcome) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("agent-call".into())
+            .spawn(move || {
+                let result = crate::client::run(addr, &options, &stop, &mut |_| {}).map_err(|e| {
+                    SourceError {
+                        reason: format!("call to {server}: {e}"),
+                        unreachable: None,
+                    }
+                });
+                let _ = tell.send(result);
+            })
+            .map_err(|e| failed(format!("cannot start a call: {e}")))?;
+        Ok(Box::new(CallRun { outcome }))
+    }
+}
+
+/// A call on its thread: its report (or why not) arrives once.
+struct CallRun {
+    outcome: Receiver<Result<Report, SourceError>>,
+}
+
+impl SourceRun for CallRun {
+    fn poll(&mut self) -> Option<Result<AgentReply, SourceError>> {
+        match self.outcome.try_recv() {
+            Ok(outcome) => Some(outcome.and_then(|report| {
+                let report = serde_json::to_value(report).map_err(|e| SourceError {
+                    reason: format!("cannot encode the call: {e}"),
+                    unreachable: None,
+                })?;
+                Ok(AgentReply::SourceResult { report })
+            })),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(Err(SourceError {
+                reason: "the call ended".into(),
+                unreachable: None,
+            })),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call's request is bounded where it is read: its length (a time limit), its
+    /// jitter buffer (at most a second), its codec by name.
+    #[test]
+    fn a_call_spec_is_bounded_where_it_is_read() {
+        let asked = |seconds: f64, codec: &str, buffer: u32| {
+            Spec::read(&serde_json::json!({
+                "server": "192.0.2.1:5201", "seconds": seconds, "codec": codec,
+                "jitter_buffer_ms": buffer,
+            }))
+        };
+        assert!(asked(0.0, "g711", 60).is_err());
+        assert!(asked(-1.0, "g711", 60).is_err());
+        assert!(asked(1e9, "g711", 60).is_err());
+        assert!(asked(10.0, "opus-ish", 60).is_err());
+        assert!(asked(10.0, "g711", 3_600_000).is_err());
+        let spec = asked(10.0, "g729a", 40).unwrap();
+        let request = spec.request(None);
+        assert_eq!(request.target.as_deref(), Some("192.0.2.1:5201"));
+        assert_eq!(request.time_s, 10.0);
+        let TestKind::Stream(stream) = request.kind else {
+            panic!("a call is a stream")
+        };
+        assert_eq!(stream.direction, Direction::Bidir);
+        assert_eq!(
+            stream.transport,
+            StreamTransport::Call(CallSettings {
+                codec: Codec::G729a,
+                jitter_buffer_ms: 40
+            })
+        );
+    }
+
+    /// A real call's report (1 s over loopback, against the in-process server) is taken;
+    /// the same report claiming more datagrams than the call sends, another codec, or no
+    /// scores is refused rather than stored.
+    #[test]
+    fn a_call_report_beyond_what_was_asked_is_refused() {
+        let spec = Spec::read(&serde_json::json!({
+            "server": "127.0.0.1:5201", "seconds": 1.0, "codec": "g711",
+            "jitter_buffer_ms": 60,
+        }))
+        .unwrap();
+        let environment = linerate_engine::sys::environment(None);
+        let config = linerate_model::TestConfig::resolve(&spec.request(None), &environment)
+            .expect("a call resolves");
+        let mut options = crate::client::ClientOptions::new(config);
+        options.drain = Duration::from_millis(300);
+        let report = crate::client::run_local(&options, &AtomicBool::new(false), &mut |_| {})
+            .expect("a call over loopback");
+        let call = report.summary.call.clone().expect("a call is scored");
+        assert_eq!(call.ways.len(), 2);
+        assert!(call.ways.iter().all(|w| w.received > 0), "{call:?}");
+        assert!(within_bounds(report.clone(), &spec).is_ok());
+        let mut inflated = report.clone();
+        inflated.summary.call.as_mut().unwrap().ways[1].received = 1_000;
+        assert!(within_bounds(inflated, &spec).is_err());
+        let mut other_codec = report.clone();
+        other_codec.summary.call.as_mut().unwrap().codec = Codec::G729a;
+        assert!(within_bounds(other_codec, &spec).is_err());
+        let mut unscored = report;
+        unscored.summary.call = None;
+        assert!(within_bounds(unscored, &spec).is_err());
+    }
+}

@@ -1,0 +1,101 @@
+//! `run = "voip"`: a call between every pair (`linerate app --pattern voip`): a codec
+//! frame each way every 20 ms, both ways at once, from the source's agent to the
+//! destination's server, each way counted where it arrives and scored by the E-model
+//! (ITU-T G.107 with G.113's values). The worse way's MOS heads the row; each way's is a
+//! series of its own, held to the mesh's `mos_below` over its `mos_for`.
+
+use super::{Context, JobPlan, JobSite, Kind, TestKind, Transport};
+use crate::reading::{not_an_option, MeshError, RawTest, Reader};
+use linerate_model::call::{CallSettings, Codec, DEFAULT_JITTER_BUFFER_MS};
+use linerate_model::measure::{Headline, Measure};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Voip {
+    pub call: CallSettings,
+}
+
+impl Kind for Voip {
+    fn run(&self) -> &'static str {
+        "voip"
+    }
+
+    fn transport(&self) -> Transport {
+        Transport::Udp
+    }
+
+    fn measure(&self) -> Measure {
+        Measure::Mos
+    }
+
+    fn headline(&self) -> Headline {
+        Headline::Mos
+    }
+
+    fn marks_packets(&self) -> bool {
+        true
+    }
+
+    fn plan(&self, site: &JobSite) -> JobPlan {
+        // What the agent's call job reads (drivers' `call_job::Spec`).
+        JobPlan::Source {
+            kind: self.run(),
+            spec: serde_json::json!({
+                "server": site.dst.address,
+                "seconds": site.seconds,
+                "codec": self.call.codec,
+                "jitter_buffer_ms": self.call.jitter_buffer_ms,
+                "marks": site.marks,
+            }),
+        }
+    }
+}
+
+/// A call's options: its codec (`g711`, `g711-no-plc`, `g729a`) and the receivers'
+/// jitter buffer (`"60ms"`, at most a second); its length is the test's duration.
+pub(super) fn read(
+    reader: &Reader,
+    raw: &RawTest,
+    context: &Context,
+) -> Result<(TestKind, f64), MeshError> {
+    for (value, what) in [
+        (raw.size.as_ref(), "size"),
+        (raw.request.as_ref(), "request"),
+        (raw.response.as_ref(), "response"),
+        (raw.rate.as_ref(), "rate"),
+        (raw.protocol.as_ref(), "protocol"),
+    ] {
+        not_an_option(reader, value, what, "voip")?;
+    }
+    if let Some(p) = &raw.parallel {
+        return Err(reader.at(
+            p,
+            "'parallel' is not an option of run = \"voip\": a call is one",
+        ));
+    }
+    if context.seconds < 1.0 {
+        let at = raw.duration.as_ref().expect("a short duration was given");
+        return Err(reader.at(at, "a call must last at least 1 s"));
+    }
+    let codec = match &raw.codec {
+        Some(c) => Codec::parse(c.get_ref()).ok().ok_or_else(|| {
+            let names: Vec<&str> = Codec::ALL.iter().map(|c| c.name()).collect();
+            reader.at(
+                c,
+                format!("codec '{}' is not one of {}", c.get_ref(), names.join(", ")),
+            )
+        })?,
+        None => Codec::G711,
+    };
+    let jitter_buffer_ms = match &raw.jitter_buffer {
+        Some(j) => (reader.seconds(j, "jitter_buffer", false)? * 1000.0).round() as u32,
+        None => DEFAULT_JITTER_BUFFER_MS,
+    };
+    let call = CallSettings::checked(codec, jitter_buffer_ms).map_err(|_| {
+        let at = raw.jitter_buffer.as_ref().expect("a long buffer was given");
+        reader.at(
+            at,
+            format!("jitter_buffer '{}' must be at most 1s", at.get_ref()),
+        )
+    })?;
+    Ok((TestKind::Voip(Voip { call }), context.seconds))
+}
