@@ -27,6 +27,59 @@ pub enum Family {
     V6,
 }
 
+impl Family {
+    /// The IP version the flags ask for: `-4` (`v4`), `-6` (`v6`), else that of `--bind`'s
+    /// address; a bind address or a server named by its address of the other version is
+    /// the user's mistake, told in words.
+    pub fn asked(
+        v4: bool,
+        v6: bool,
+        bind: Option<std::net::IpAddr>,
+        host: Option<&str>,
+    ) -> std::result::Result<Family, String> {
+        let asked = match (v4, v6) {
+            (true, _) => Family::V4,
+            (_, true) => Family::V6,
+            _ => Family::Any,
+        };
+        let flag = |family| match (bind, family) {
+            (Some(addr), _) => format!("--bind {addr}"),
+            (None, Family::V6) => "-6".to_string(),
+            (None, _) => "-4".to_string(),
+        };
+        let family = match (asked, bind) {
+            (Family::Any, Some(addr)) if addr.is_ipv4() => Family::V4,
+            (Family::Any, Some(_)) => Family::V6,
+            (Family::V4, Some(addr)) if addr.is_ipv6() => {
+                return Err(format!(
+                    "--bind {addr} is an IPv6 address and -4 asks for IPv4"
+                ))
+            }
+            (Family::V6, Some(addr)) if addr.is_ipv4() => {
+                return Err(format!(
+                    "--bind {addr} is an IPv4 address and -6 asks for IPv6"
+                ))
+            }
+            _ => asked,
+        };
+        // A server named by its address cannot be reached over the other IP version.
+        match (
+            family,
+            host.and_then(|h| h.parse::<std::net::IpAddr>().ok()),
+        ) {
+            (Family::V4, Some(ip)) if ip.is_ipv6() => Err(format!(
+                "{ip} is an IPv6 address and {} asks for IPv4",
+                flag(family)
+            )),
+            (Family::V6, Some(ip)) if ip.is_ipv4() => Err(format!(
+                "{ip} is an IPv4 address and {} asks for IPv6",
+                flag(family)
+            )),
+            _ => Ok(family),
+        }
+    }
+}
+
 /// [`resolve_host`], the first address of `family`.
 pub fn resolve_host_as(host: &str, port: u16, family: Family) -> Result<SocketAddr> {
     let mut addrs = (host, port)
@@ -141,6 +194,45 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// -4, -6 and --bind choose the IP version; a bind address or a server's address of
+    /// the other version is refused, naming the flag that asked.
+    #[test]
+    fn the_ip_version_is_the_flags_and_the_addresses_agree_with_it() {
+        let v4: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        let v6: std::net::IpAddr = "fd00::1".parse().unwrap();
+        assert_eq!(
+            Family::asked(false, false, None, Some("h")),
+            Ok(Family::Any)
+        );
+        assert_eq!(Family::asked(true, false, None, None), Ok(Family::V4));
+        assert_eq!(
+            Family::asked(false, true, None, Some("fd00::2")),
+            Ok(Family::V6)
+        );
+        assert_eq!(Family::asked(false, false, Some(v6), None), Ok(Family::V6));
+        assert_eq!(
+            Family::asked(false, false, Some(v4), Some("h")),
+            Ok(Family::V4)
+        );
+        let refused = |v4f, v6f, bind, host| Family::asked(v4f, v6f, bind, host).unwrap_err();
+        assert_eq!(
+            refused(true, false, Some(v6), None),
+            "--bind fd00::1 is an IPv6 address and -4 asks for IPv4"
+        );
+        assert_eq!(
+            refused(false, false, Some(v6), Some("192.0.2.9")),
+            "192.0.2.9 is an IPv4 address and --bind fd00::1 asks for IPv6"
+        );
+        assert_eq!(
+            refused(true, false, None, Some("fd00::2")),
+            "fd00::2 is an IPv6 address and -4 asks for IPv4"
+        );
+        assert_eq!(
+            refused(false, true, None, Some("192.0.2.9")),
+            "192.0.2.9 is an IPv4 address and -6 asks for IPv6"
+        );
+    }
 
     #[test]
     fn a_test_no_server_takes_is_refused_before_connecting() {

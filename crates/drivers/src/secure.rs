@@ -30,6 +30,17 @@ pub enum TlsMode {
     Required,
 }
 
+impl TlsMode {
+    /// The mode `--no-tls` and `--require-tls` ask for (the flags exclude each other).
+    pub fn from_flags(no_tls: bool, require_tls: bool) -> TlsMode {
+        match (no_tls, require_tls) {
+            (true, _) => TlsMode::Off,
+            (_, true) => TlsMode::Required,
+            _ => TlsMode::Offered,
+        }
+    }
+}
+
 /// How long a data connection's handshake may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 

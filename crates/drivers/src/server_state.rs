@@ -116,6 +116,13 @@ impl std::fmt::Debug for ReportKeeper {
 }
 
 impl ServerConfig {
+    /// Serves iperf 2 on the port the flags ask (`--iperf2-port`, `--no-iperf2`), with
+    /// this server's key and its multicast receivers' port (`join_port`) in mind.
+    pub fn serve_iperf2(&mut self, asked: Option<u16>, refused: bool, join_port: Option<u16>) {
+        (self.iperf2_port, self.iperf2_port_chosen) =
+            served_port(asked, refused, self.key.is_some(), join_port);
+    }
+
     pub fn new(listen: SocketAddr) -> ServerConfig {
         ServerConfig {
             listen,
@@ -330,4 +337,48 @@ pub(crate) fn side_figures(result: &SideResult) -> String {
         figures.push(format!("answered {answered} requests in the window"));
     }
     figures.join(", ")
+}
+
+/// iperf 2's port as a server serves it, and whether the operator chose it
+/// (`--iperf2-port`), from the flags: none with `--no-iperf2`; iperf 2's own unless the
+/// server holds a key (its clients prove none: opened only by name) or a multicast
+/// receiver joins on that port (`join_port`: iperf 2's groups use it too).
+fn served_port(
+    asked: Option<u16>,
+    refused: bool,
+    keyed: bool,
+    join_port: Option<u16>,
+) -> (Option<u16>, bool) {
+    match (asked, refused) {
+        (_, true) => (None, false),
+        (Some(port), false) => (Some(port), true),
+        (None, false) if !keyed && join_port != Some(linerate_proto::iperf2::DEFAULT_PORT) => {
+            (Some(linerate_proto::iperf2::DEFAULT_PORT), false)
+        }
+        (None, false) => (None, false),
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn iperf2s_port_is_served_unless_a_key_or_a_join_holds_it_or_it_is_refused() {
+    use linerate_proto::iperf2::DEFAULT_PORT;
+    assert_eq!(
+        served_port(None, false, false, None),
+        (Some(DEFAULT_PORT), false)
+    );
+    assert_eq!(served_port(None, false, true, None), (None, false));
+    assert_eq!(
+        served_port(Some(5002), false, true, None),
+        (Some(5002), true)
+    );
+    assert_eq!(served_port(Some(5002), true, false, None), (None, false));
+    assert_eq!(
+        served_port(None, false, false, Some(DEFAULT_PORT)),
+        (None, false)
+    );
+    assert_eq!(
+        served_port(None, false, false, Some(6000)),
+        (Some(DEFAULT_PORT), false)
+    );
 }

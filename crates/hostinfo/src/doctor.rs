@@ -25,6 +25,36 @@ pub struct Facts {
     pub others_busy_pct: Option<f64>,
 }
 
+impl Facts {
+    /// This host as it is now: its settings, one reading of its counters, and how busy
+    /// other work keeps its CPUs (half a second of them while doctor runs nothing); with
+    /// the path's facts where a server was probed.
+    pub fn of_this_host(
+        cpus: usize,
+        path: Option<PathFacts>,
+        assumed_rtt_ms: Option<f64>,
+        target_bps: Option<f64>,
+    ) -> Facts {
+        let root = crate::source::Root::live();
+        let window = std::time::Duration::from_millis(500);
+        let before = crate::CpuSnapshot::read().ok();
+        std::thread::sleep(window);
+        let after = crate::CpuSnapshot::read().ok();
+        let others_busy_pct = before
+            .zip(after)
+            .map(|(a, b)| crate::usage(&a, &b, std::time::Duration::ZERO, window).busy_pct);
+        Facts {
+            settings: crate::observe::read_settings(&root),
+            reading: HostReading::read(&root),
+            cpus,
+            path,
+            assumed_rtt_ms,
+            target_bps,
+            others_busy_pct,
+        }
+    }
+}
+
 /// The share of the receive buffer the kernel offers as window. Linux advertises part of
 /// the buffer (tcp_adv_win_scale, and since 6.x a measured payload-to-memory ratio); on
 /// 1500-byte frames that is about half. A conservative, documented assumption.
@@ -932,6 +962,20 @@ pub struct SysctlChange {
     /// namespace of its own).
     pub old: Option<String>,
     pub new: String,
+}
+
+impl SysctlChange {
+    /// The change as `doctor --apply` tells it: the old value and how to undo it, or why
+    /// it could not be set here.
+    pub fn words(&self) -> String {
+        let SysctlChange { name, old, new } = self;
+        match old {
+            Some(old) => format!("{name}: '{old}' -> '{new}'   (undo: sysctl -w {name}='{old}')"),
+            None => format!(
+                "{name}: not set: it is the host's, not this network namespace's; on the host: sysctl -w {name}='{new}'"
+            ),
+        }
+    }
 }
 
 /// Sets every sysctl the findings name (root only), in order; returns each change for

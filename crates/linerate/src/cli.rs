@@ -1163,45 +1163,12 @@ impl ServerArgs {
 
     /// The IP version asked for: `-4`, `-6`, else that of `--bind`'s address.
     pub fn family(&self) -> Result<linerate_campaign::test::Family, String> {
-        use linerate_campaign::test::Family;
-        let asked = match (self.ipv4, self.ipv6) {
-            (true, _) => Family::V4,
-            (_, true) => Family::V6,
-            _ => Family::Any,
-        };
-        let family = match (asked, self.bind) {
-            (Family::V4, Some(addr)) if addr.is_ipv6() => {
-                return Err(format!(
-                    "--bind {addr} is an IPv6 address and -4 asks for IPv4"
-                ))
-            }
-            (Family::V6, Some(addr)) if addr.is_ipv4() => {
-                return Err(format!(
-                    "--bind {addr} is an IPv4 address and -6 asks for IPv6"
-                ))
-            }
-            (Family::Any, Some(addr)) if addr.is_ipv4() => Family::V4,
-            (Family::Any, Some(_)) => Family::V6,
-            _ => asked,
-        };
-        // A server named by its address cannot be reached over the other IP version.
-        let literal = self
-            .host
-            .as_deref()
-            .and_then(|h| h.parse::<std::net::IpAddr>().ok());
-        match (family, literal) {
-            (Family::V4, Some(ip)) if ip.is_ipv6() => Err(format!(
-                "{ip} is an IPv6 address and {} asks for IPv4",
-                self.bind
-                    .map_or("-4".to_string(), |a| format!("--bind {a}"))
-            )),
-            (Family::V6, Some(ip)) if ip.is_ipv4() => Err(format!(
-                "{ip} is an IPv4 address and {} asks for IPv6",
-                self.bind
-                    .map_or("-6".to_string(), |a| format!("--bind {a}"))
-            )),
-            _ => Ok(family),
-        }
+        linerate_campaign::test::Family::asked(
+            self.ipv4,
+            self.ipv6,
+            self.bind,
+            self.host.as_deref(),
+        )
     }
 }
 

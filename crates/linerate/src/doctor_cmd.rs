@@ -4,9 +4,7 @@
 
 use crate::cli::DoctorArgs;
 use crate::failure::CommandResult;
-use linerate_hostinfo::doctor::{apply_sysctls, diagnose, render_text, Facts, SysctlChange};
-use linerate_hostinfo::observe::{read_settings, HostReading};
-use linerate_hostinfo::source::Root;
+use linerate_hostinfo::doctor::{apply_sysctls, diagnose, render_text, Facts};
 use linerate_model::observe::Diagnosis;
 use linerate_proto::auth::Key;
 use std::time::Duration;
@@ -29,24 +27,12 @@ pub fn run(args: &DoctorArgs, key: Option<Key>) -> CommandResult {
         }
         None => None,
     };
-    let root = Root::live();
-    // Half a second of the CPUs while doctor runs nothing: what other work takes.
-    let window = Duration::from_millis(500);
-    let before = linerate_hostinfo::CpuSnapshot::read().ok();
-    std::thread::sleep(window);
-    let after = linerate_hostinfo::CpuSnapshot::read().ok();
-    let others_busy_pct = before
-        .zip(after)
-        .map(|(a, b)| linerate_hostinfo::usage(&a, &b, Duration::ZERO, window).busy_pct);
-    let facts = Facts {
-        settings: read_settings(&root),
-        reading: HostReading::read(&root),
-        cpus: linerate_engine::sys::cpus(),
+    let facts = Facts::of_this_host(
+        linerate_engine::sys::cpus(),
         path,
-        assumed_rtt_ms: args.rtt,
-        target_bps: args.target.map(|t| t as f64),
-        others_busy_pct,
-    };
+        args.rtt,
+        args.target.map(|t| t as f64),
+    );
     let diagnosis = Diagnosis {
         target_bps: facts.target_bps(),
         findings: diagnose(&facts),
@@ -62,15 +48,8 @@ pub fn run(args: &DoctorArgs, key: Option<Key>) -> CommandResult {
         if changes.is_empty() {
             eprintln!("linerate doctor: no sysctl to set");
         }
-        for SysctlChange { name, old, new } in changes {
-            match old {
-                Some(old) => {
-                    eprintln!("{name}: '{old}' -> '{new}'   (undo: sysctl -w {name}='{old}')")
-                }
-                None => eprintln!(
-                    "{name}: not set: it is the host's, not this network namespace's; on the host: sysctl -w {name}='{new}'"
-                ),
-            }
+        for change in changes {
+            eprintln!("{}", change.words());
         }
     }
     Ok(())

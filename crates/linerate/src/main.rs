@@ -134,16 +134,5 @@ fn main() -> ExitCode {
 
 /// Reads a key file; a file that cannot be a key is the user's mistake, named in one line.
 fn read_key(path: &std::path::Path) -> Result<Key, String> {
-    let shown = path.display();
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("invalid value '{shown}' for '--key': {e}"))?;
-    if meta.len() > linerate_proto::auth::MAX_KEY_FILE as u64 {
-        return Err(format!(
-            "invalid value '{shown}' for '--key': over {} bytes",
-            linerate_proto::auth::MAX_KEY_FILE
-        ));
-    }
-    let bytes =
-        std::fs::read(path).map_err(|e| format!("invalid value '{shown}' for '--key': {e}"))?;
-    Key::from_file_contents(&bytes).map_err(|e| format!("invalid value '{shown}' for '--key': {e}"))
+    Key::from_path(path).map_err(|e| format!("invalid value '{}' for '--key': {e}", path.display()))
 }

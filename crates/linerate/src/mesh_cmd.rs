@@ -61,13 +61,7 @@ fn key_of(mesh: &Mesh, globals: &Globals) -> Result<Option<Key>, Failure> {
     let Some(path) = &mesh.key else {
         return Ok(None);
     };
-    let bytes = std::fs::read(path).map_err(|e| {
-        Failure::Usage(format!(
-            "cannot read the mesh's key {}: {e}",
-            path.display()
-        ))
-    })?;
-    Key::from_file_contents(&bytes)
+    Key::from_path(path)
         .map(Some)
         .map_err(|e| Failure::Usage(format!("the mesh's key {}: {e}", path.display())))
 }

@@ -45,7 +45,8 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     };
     config.iperf3_auth = iperf3_auth(args)?;
     config.files = file_service(args, config.key.clone())?;
-    (config.iperf2_port, config.iperf2_port_chosen) = iperf2_port(args, config.key.is_some());
+    let joins = (!args.join.is_empty()).then_some(args.join_port);
+    config.serve_iperf2(args.iperf2_port, args.no_iperf2, joins);
     config.same_clock = args.same_clock;
     if config.key.is_none() {
         eprintln!(
@@ -88,13 +89,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
 
 /// `--no-tls`, `--require-tls` and the certificate, which must load when given.
 fn set_tls(args: &ServeArgs, config: &mut ServerConfig) -> Result<(), Failure> {
-    config.tls_mode = if args.no_tls {
-        linerate_drivers::secure::TlsMode::Off
-    } else if args.require_tls {
-        linerate_drivers::secure::TlsMode::Required
-    } else {
-        linerate_drivers::secure::TlsMode::Offered
-    };
+    config.tls_mode = linerate_drivers::secure::TlsMode::from_flags(args.no_tls, args.require_tls);
     config.tls_identity = Arc::new(linerate_drivers::secure::ServerIdentity::new(
         args.cert.clone().zip(args.cert_key.clone()),
     ));
@@ -107,24 +102,6 @@ fn set_tls(args: &ServeArgs, config: &mut ServerConfig) -> Result<(), Failure> {
         }
     }
     Ok(())
-}
-
-/// iperf 2's port, and whether the operator chose it. iperf 2 clients prove no key: with
-/// --key, served only where the operator opened the port.
-fn iperf2_port(args: &ServeArgs, keyed: bool) -> (Option<u16>, bool) {
-    match (args.iperf2_port, args.no_iperf2) {
-        (_, true) => (None, false),
-        (Some(port), false) => (Some(port), true),
-        // iperf 2's multicast receivers use its port too: `--join` on it keeps it.
-        (None, false)
-            if !keyed
-                && (args.join.is_empty()
-                    || args.join_port != linerate_proto::iperf2::DEFAULT_PORT) =>
-        {
-            (Some(linerate_proto::iperf2::DEFAULT_PORT), false)
-        }
-        (None, false) => (None, false),
-    }
 }
 
 /// The STAMP reflector's settings, from `--stamp-*` and the server's.

@@ -88,18 +88,9 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
         started_at: UnixTime::now().seconds(),
     };
     if let Some(size) = args.size {
-        let bare = options.size();
-        let size = usize::from(size);
-        let padding = size.saturating_sub(bare);
-        if size < bare || (padding > 0 && padding < tlv::HEADER) {
-            return Err(Failure::Usage(format!(
-                "invalid value '{size}' for '--size': at least {bare} octets in {} mode{}, or {} and up",
-                mode.name(),
-                if args.no_tlvs { "" } else { " with its TLVs (--no-tlvs for less)" },
-                bare + tlv::HEADER
-            )));
-        }
-        options.extensions.padding = padding;
+        options
+            .pad_to(usize::from(size))
+            .map_err(|why| Failure::Usage(format!("invalid value '{size}' for '--size': {why}")))?;
     }
     Ok(options)
 }

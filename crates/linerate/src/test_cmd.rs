@@ -2,7 +2,10 @@
 //! (a test, repeated or not, or `--find-max`'s search) with its results going through the
 //! standard sinks.
 
-use crate::cli::{AppArgs, AppPattern, RrArgs, StreamArgs, TlsArgs, TransactionArgs};
+use crate::cli::{
+    AppArgs, AppPattern, MeasureArgs, OutputArgs, RrArgs, ServerArgs, StreamArgs, TlsArgs,
+    TransactionArgs,
+};
 use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use linerate_campaign::test_run::{self, Shown, Trust};
@@ -42,64 +45,95 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
             nodelay: args.nodelay,
         }
     };
+    let time_s = args.time.unwrap_or(if args.find_max {
+        FIND_MAX_TRIAL_S
+    } else {
+        DEFAULT_TIME_S
+    });
+    let kind = TestKind::Stream(StreamRequest {
+        direction,
+        rate_bps: args.rate,
+        transport,
+    });
     TestRequest {
         tls: args.secure.settings(args.quic),
-        target: args.server.host.clone(),
-        port: args.server.port(),
         parallel: args.parallel,
-        threads: args.measure.threads,
-        time_s: args.time.unwrap_or(if args.find_max {
-            FIND_MAX_TRIAL_S
-        } else {
-            DEFAULT_TIME_S
-        }),
-        omit_s: args.measure.omit,
-        interval_s: args.measure.interval,
-        window: args.measure.window,
         congestion: args.congestion.clone(),
         per_flow: args.per_flow,
-        connect_timeout_s: args.server.connect_timeout,
-        observe: !args.measure.no_observe,
-        source: args.server.source(),
-        marks: args.server.marks(),
-        kind: TestKind::Stream(StreamRequest {
-            direction,
-            rate_bps: args.rate,
-            transport,
-        }),
+        ..request_to(&args.server, &args.measure, time_s, kind)
     }
+}
+
+/// A request to the server the flags name, measured as they say: what every test
+/// command's request takes from its server and measurement flags alike.
+fn request_to(
+    server: &ServerArgs,
+    measure: &MeasureArgs,
+    time_s: f64,
+    kind: TestKind,
+) -> TestRequest {
+    TestRequest {
+        target: server.host.clone(),
+        port: server.port(),
+        threads: measure.threads,
+        time_s,
+        omit_s: measure.omit,
+        interval_s: measure.interval,
+        window: measure.window,
+        connect_timeout_s: server.connect_timeout,
+        observe: !measure.no_observe,
+        source: server.source(),
+        marks: server.marks(),
+        ..TestRequest::new(kind)
+    }
+}
+
+/// How a test command's run reaches its server and shows its result, from its flags.
+fn shown<'a>(
+    server: &'a ServerArgs,
+    output: &OutputArgs,
+    trust: Trust,
+    plan: Option<RepeatPlan>,
+    per_flow: bool,
+    verbose: bool,
+) -> Result<Shown<'a>, Failure> {
+    Ok(Shown {
+        host: server.host.as_deref(),
+        port: server.port(),
+        family: server.family().map_err(Failure::Usage)?,
+        trust,
+        plan,
+        json: output.print.json,
+        scale: output.format,
+        per_flow,
+        verbose,
+    })
 }
 
 /// The test `linerate rr` (with its own flags) or `linerate crr` (`rr` is `None`) asks for.
 fn transaction_request(common: &TransactionArgs, rr: Option<&RrArgs>) -> TestRequest {
     TestRequest {
         tls: rr.and_then(|a| a.secure.settings(false)),
-        target: common.server.host.clone(),
-        port: common.server.port(),
         parallel: common.parallel,
-        threads: common.measure.threads,
-        time_s: common.time,
-        omit_s: common.measure.omit,
-        interval_s: common.measure.interval,
-        window: common.measure.window,
         congestion: common.congestion.clone(),
         per_flow: common.per_flow,
-        connect_timeout_s: common.server.connect_timeout,
-        observe: !common.measure.no_observe,
-        source: common.server.source(),
-        marks: common.server.marks(),
-        kind: TestKind::Transactions(TransactionRequest {
-            connect_each: rr.is_none(),
-            udp: rr.is_some_and(|a| a.udp),
-            request: common.request,
-            response: common.response,
-            outstanding: rr.and_then(|a| a.outstanding),
-            rate_tps: rr.and_then(|a| a.rate),
-            busy_poll_us: common.busy_poll,
-            cpus: common.cpu.iter().map(|&c| usize::from(c)).collect(),
-            load: rr.map_or(0, |a| a.load),
-            keep_nagle: common.no_nodelay,
-        }),
+        ..request_to(
+            &common.server,
+            &common.measure,
+            common.time,
+            TestKind::Transactions(TransactionRequest {
+                connect_each: rr.is_none(),
+                udp: rr.is_some_and(|a| a.udp),
+                request: common.request,
+                response: common.response,
+                outstanding: rr.and_then(|a| a.outstanding),
+                rate_tps: rr.and_then(|a| a.rate),
+                busy_poll_us: common.busy_poll,
+                cpus: common.cpu.iter().map(|&c| usize::from(c)).collect(),
+                load: rr.map_or(0, |a| a.load),
+                keep_nagle: common.no_nodelay,
+            }),
+        )
     }
 }
 
@@ -115,17 +149,14 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
         .into());
     }
     check_secure_flags(&args.secure, args.quic, args.baseline)?;
-    let shown = Shown {
-        host: args.server.host.as_deref(),
-        port: args.server.port(),
-        family: args.server.family().map_err(Failure::Usage)?,
-        trust: trust(&args.secure, globals.key.clone()),
-        plan: RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence),
-        json: args.output.print.json,
-        scale: args.output.format,
-        per_flow: args.per_flow,
-        verbose: globals.verbose,
-    };
+    let shown = shown(
+        &args.server,
+        &args.output,
+        trust(&args.secure, globals.key.clone()),
+        RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence),
+        args.per_flow,
+        globals.verbose,
+    )?;
     let request = stream_request(args);
     if args.find_max {
         return test_run::search(&request, args.max_loss, &shown, &globals.storage);
@@ -187,39 +218,20 @@ pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
     let AppPattern::Voip = args.pattern;
     let call = linerate_model::call::CallSettings::checked(args.codec, args.jitter_buffer)
         .map_err(Failure::Usage)?;
-    let shown = Shown {
-        host: args.server.host.as_deref(),
-        port: args.server.port(),
-        family: args.server.family().map_err(Failure::Usage)?,
-        trust: trust(&TlsArgs::default(), globals.key.clone()),
-        plan: RepeatPlan::from_flags(None, None),
-        json: args.output.print.json,
-        scale: args.output.format,
-        per_flow: false,
-        verbose: globals.verbose,
-    };
-    let request = TestRequest {
-        tls: None,
-        target: args.server.host.clone(),
-        port: args.server.port(),
-        parallel: 1,
-        threads: args.measure.threads,
-        time_s: args.time,
-        omit_s: args.measure.omit,
-        interval_s: args.measure.interval,
-        window: args.measure.window,
-        congestion: None,
-        per_flow: false,
-        connect_timeout_s: args.server.connect_timeout,
-        observe: !args.measure.no_observe,
-        source: args.server.source(),
-        marks: args.server.marks(),
-        kind: TestKind::Stream(StreamRequest {
-            direction: Direction::Bidir,
-            rate_bps: None,
-            transport: StreamTransport::Call(call),
-        }),
-    };
+    let shown = shown(
+        &args.server,
+        &args.output,
+        trust(&TlsArgs::default(), globals.key.clone()),
+        RepeatPlan::from_flags(None, None),
+        false,
+        globals.verbose,
+    )?;
+    let kind = TestKind::Stream(StreamRequest {
+        direction: Direction::Bidir,
+        rate_bps: None,
+        transport: StreamTransport::Call(call),
+    });
+    let request = request_to(&args.server, &args.measure, args.time, kind);
     test_run::run(&request, &shown, false, &globals.storage)
 }
 
@@ -232,17 +244,14 @@ pub fn transactions(
     let default_secure = TlsArgs::default();
     let secure = rr.map_or(&default_secure, |a| &a.secure);
     check_secure_flags(secure, false, false)?;
-    let shown = Shown {
-        host: common.server.host.as_deref(),
-        port: common.server.port(),
-        family: common.server.family().map_err(Failure::Usage)?,
-        trust: trust(secure, globals.key.clone()),
-        plan: RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence),
-        json: common.output.print.json,
-        scale: common.output.format,
-        per_flow: common.per_flow,
-        verbose: globals.verbose,
-    };
+    let shown = shown(
+        &common.server,
+        &common.output,
+        trust(secure, globals.key.clone()),
+        RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence),
+        common.per_flow,
+        globals.verbose,
+    )?;
     let request = transaction_request(common, rr);
     test_run::run(&request, &shown, false, &globals.storage)
 }

@@ -11,39 +11,18 @@ use linerate_report::units::Scale;
 use linerate_trace::net::{self, Protocol, TraceError};
 use linerate_trace::prober::Plan;
 use std::io::IsTerminal;
-use std::net::{IpAddr, ToSocketAddrs};
+use std::net::IpAddr;
 
-/// HOST as an address of the family asked (`-4`, `-6`), else the first the resolver gives.
+/// HOST as an address of the family asked (`-4`, `-6`, `--bind`'s), else the first the
+/// resolver gives.
 fn resolve(target: &str, args: &TraceArgs) -> Result<IpAddr, Failure> {
+    use linerate_campaign::test::{resolve_host_as, Family};
     let bad =
         |why: String| Failure::Usage(format!("invalid value '{target}' for '<TARGET>': {why}"));
-    let addresses: Vec<IpAddr> = match target.parse::<IpAddr>() {
-        Ok(ip) => vec![ip],
-        Err(_) => (target, 0)
-            .to_socket_addrs()
-            .map_err(|e| bad(e.to_string()))?
-            .map(|a| a.ip())
-            .collect(),
-    };
-    addresses
-        .into_iter()
-        .find(|a| {
-            (!args.ipv4 || a.is_ipv4())
-                && (!args.ipv6 || a.is_ipv6())
-                && args.source.bind.is_none_or(|b| b.is_ipv4() == a.is_ipv4())
-        })
-        .ok_or_else(|| {
-            bad(format!(
-                "no {} address",
-                if args.ipv4 {
-                    "IPv4"
-                } else if args.ipv6 {
-                    "IPv6"
-                } else {
-                    ""
-                }
-            ))
-        })
+    let family =
+        Family::asked(args.ipv4, args.ipv6, args.source.bind, Some(target)).map_err(bad)?;
+    let addr = resolve_host_as(target, 0, family).map_err(|e| bad(format!("{e:#}")))?;
+    Ok(addr.ip())
 }
 
 fn options(args: &TraceArgs) -> Result<net::Options, Failure> {

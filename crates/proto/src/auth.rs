@@ -83,6 +83,20 @@ impl Key {
         }
         Ok(Key(blake3::derive_key(KEY_CONTEXT, trimmed)))
     }
+
+    /// A key from the key file at `path`, read no further than a key file may be long;
+    /// why not, in words, where it cannot be one.
+    pub fn from_path(path: &std::path::Path) -> Result<Key, String> {
+        use std::io::Read;
+        let mut contents = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|file| {
+                file.take(MAX_KEY_FILE as u64 + 1)
+                    .read_to_end(&mut contents)
+            })
+            .map_err(|e| e.to_string())?;
+        Key::from_file_contents(&contents).map_err(|e| e.to_string())
+    }
 }
 
 /// Which end a proof comes from.
@@ -517,6 +531,32 @@ impl ServerAuth {
 
 #[cfg(test)]
 mod tests {
+    /// A key file is read no further than a key may be long, and each reason it cannot be
+    /// one is told.
+    #[test]
+    fn a_key_file_is_read_within_its_bound() {
+        let dir = std::env::temp_dir().join(format!("linerate-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, contents: &[u8]| {
+            let path = dir.join(name);
+            std::fs::write(&path, contents).unwrap();
+            path
+        };
+        let good = file("good", b"a key of sixteen bytes or more\n");
+        assert_eq!(
+            super::Key::from_path(&good).unwrap(),
+            super::Key::from_file_contents(b"a key of sixteen bytes or more").unwrap()
+        );
+        let long = file("long", &vec![b'k'; super::MAX_KEY_FILE + 10]);
+        assert!(super::Key::from_path(&long).unwrap_err().contains("over"));
+        let short = file("short", b"short");
+        assert!(super::Key::from_path(&short)
+            .unwrap_err()
+            .contains("at least"));
+        assert!(super::Key::from_path(&dir.join("absent")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     use super::*;
 
     fn key(text: &str) -> Key {

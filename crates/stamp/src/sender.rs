@@ -53,6 +53,28 @@ impl Options {
             .encode(0, &[0; 4], self.key.as_ref(), &mut tlvs);
         self.mode.base_len() + tlvs.len()
     }
+
+    /// Pads each probe to `size` octets with an Extra Padding TLV: refused, in words, below
+    /// the probe's own size, or where the room left is less than a TLV's header.
+    pub fn pad_to(&mut self, size: usize) -> Result<(), String> {
+        let bare = self.size();
+        let padding = size.saturating_sub(bare);
+        if size < bare || (padding > 0 && padding < crate::wire::tlv::HEADER) {
+            let tlvs = self.extensions.direct_measurement || self.extensions.hmac;
+            return Err(format!(
+                "at least {bare} octets in {} mode{}, or {} and up",
+                self.mode.name(),
+                if tlvs {
+                    " with its TLVs (--no-tlvs for less)"
+                } else {
+                    ""
+                },
+                bare + crate::wire::tlv::HEADER
+            ));
+        }
+        self.extensions.padding = padding;
+        Ok(())
+    }
 }
 
 /// A probe written and not yet known to have left.
