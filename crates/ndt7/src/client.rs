@@ -3,6 +3,7 @@
 //! them: the download counted here as it arrives, the upload's figure the server's own
 //! count from its measurement messages.
 
+use crate::frames::{DataCount, Watched};
 use crate::session::{self, Heard, Listener};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
@@ -300,11 +301,15 @@ async fn one(options: &Options, subtest: Subtest, url: &str) -> Result<SubtestRe
         .await
         .map_err(|_| anyhow!("no TLS handshake within {HANDSHAKE_TIMEOUT:?}"))?
         .context("the TLS handshake failed")?;
-        let ws = upgrade(stream, url).await?;
-        Ok(subtest_over(ws, options, subtest, fd, local, remote).await)
+        let watched = Watched::of_server(stream, Instant::now());
+        let count = (subtest == Subtest::Download).then(|| (watched.count(), watched.started()));
+        let ws = upgrade(watched, url).await?;
+        Ok(subtest_over(ws, count, options, subtest, fd, local, remote).await)
     } else {
-        let ws = upgrade(tcp, url).await?;
-        Ok(subtest_over(ws, options, subtest, fd, local, remote).await)
+        let watched = Watched::of_server(tcp, Instant::now());
+        let count = (subtest == Subtest::Download).then(|| (watched.count(), watched.started()));
+        let ws = upgrade(watched, url).await?;
+        Ok(subtest_over(ws, count, options, subtest, fd, local, remote).await)
     }
 }
 
@@ -362,8 +367,11 @@ where
     Ok(ws)
 }
 
+/// A subtest over its upgraded connection; a download's payload counted by the
+/// connection's watch (`count`).
 async fn subtest_over<S>(
     ws: WebSocketStream<S>,
+    count: Option<(Arc<DataCount>, Instant)>,
     options: &Options,
     subtest: Subtest,
     fd: std::os::fd::RawFd,
@@ -380,7 +388,10 @@ where
     };
     let mut own_tcp = None;
     let (app_bytes, data_s, ended, ended_why) = match subtest {
-        Subtest::Download => download(ws, &mut listener, started).await,
+        Subtest::Download => {
+            let (count, counted_from) = count.unwrap_or_else(|| (Arc::default(), started));
+            download(ws, (&count, counted_from), &mut listener, started).await
+        }
         Subtest::Upload => {
             let runtime = options.upload_runtime;
             upload(ws, &mut listener, started, runtime, fd, &mut own_tcp).await
@@ -455,10 +466,12 @@ fn upload_figure(server: Option<&Measurement>) -> Option<(f64, String)> {
 }
 
 /// Reads the server's messages until it closes (or the client's bound), telling the
-/// server this end's count every 250 ms. The payload bytes, the seconds they took, how
-/// it ended.
+/// server this end's count every 250 ms. The payload is counted by the connection's
+/// watch as it arrives (`count`, its times from the watch's start, before the upgrade),
+/// and never reaches tungstenite. The payload bytes, the seconds they took, how it ended.
 async fn download<S>(
     ws: WebSocketStream<S>,
+    (count, counted_from): (&DataCount, Instant),
     listener: &mut Listener,
     started: Instant,
 ) -> (u64, f64, SubtestEnd, Option<String>)
@@ -469,7 +482,6 @@ where
     let every = Duration::from_secs_f64(spec::MEASUREMENT_EVERY_S);
     let mut next_measure = started + every;
     let bound = started + DOWNLOAD_BOUND;
-    let (mut received, mut last_data_at) = (0u64, started);
     let (ended, why) = loop {
         tokio::select! {
             message = tokio::time::timeout_at(bound.into(), stream.next()) => {
@@ -481,21 +493,21 @@ where
                         let _ = tokio::time::timeout(CLOSE_WAIT, sink.close()).await;
                         break (SubtestEnd::Completed, None);
                     }
-                    Ok(heard) => if let Some(n) = heard.data() {
-                        received += n as u64;
-                        last_data_at = Instant::now();
-                    },
+                    // The payload is counted before tungstenite reads; it hears the rest.
+                    Ok(_) => {}
                     Err((end, why)) => break (end, Some(why)),
                 }
             }
             _ = tokio::time::sleep_until(next_measure.into()) => {
                 next_measure += every;
-                let mine = client_measurement(Subtest::Download, started, received);
+                let mine = client_measurement(Subtest::Download, started, count.get().0);
                 let _ = session::send(&mut sink, Message::Text(mine.into()), bound).await;
             }
         }
     };
-    (received, (last_data_at - started).as_secs_f64(), ended, why)
+    let (received, last) = count.get();
+    let data_s = (counted_from + last).saturating_duration_since(started);
+    (received, data_s.as_secs_f64(), ended, why)
 }
 
 /// Sends binary messages (grown by the spec's rule) for `runtime`, reading the server's

@@ -9,6 +9,17 @@
 //!   a storm of tiny fragments (each costs a wake-up and a header parse for a byte or two)
 //!   and a storm of pings (each makes the server write a pong).
 //!
+//! A client's download uses the same watch the other way ([`FrameWatch::of_server`]): the
+//! server's binary messages are counted as they arrive and never assembled (tungstenite
+//! would copy each into a message buffer that grows as its fragments come), after the
+//! upgrade's HTTP response, which passes on whole.
+//!
+//! A server's download writes its binary messages the other way round: each is one frame
+//! written straight from the shared payload ([`RawFrames`]), a header and a slice of it,
+//! where tungstenite would copy every frame into a write buffer of its own that keeps the
+//! largest frame's size (a 1 MiB message a subtest, a GiB for a thousand subtests). Its
+//! own frames (measurements, pongs, the Close) go between them, never inside one.
+//!
 //! [`FrameWatch`] is sans IO: bytes in, the bytes tungstenite is to see and a verdict out.
 //! [`Watched`] puts it in front of a connection's reads; a verdict against the peer reads
 //! as an `InvalidData` error, which the session reports as the protocol broken. The
@@ -46,8 +57,22 @@ pub enum BinaryFrames {
     Refuse,
 }
 
+/// Which end's frames a watch reads: a client's are masked, a server's are not (RFC 6455
+/// section 5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FramesFrom {
+    Client,
+    Server,
+}
+
+/// The longest HTTP response head a client's watch lets pass before the frames begin.
+pub const MAX_HTTP_HEAD: usize = 16 * 1024;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
+    /// The upgrade's HTTP response head, passed on whole: how many bytes of it so far and
+    /// how many of its closing CR LF CR LF.
+    HttpHead { have: usize, matched: u8 },
     /// Reading a frame's header: the bytes so far.
     Header { have: usize },
     /// A frame's payload: the bytes left, and whether they pass on to tungstenite.
@@ -68,6 +93,7 @@ enum Open {
 #[derive(Debug, Clone)]
 pub struct FrameWatch {
     binary: BinaryFrames,
+    from: FramesFrom,
     phase: Phase,
     header: [u8; 14],
     /// Whether the frame whose header is being read passes on (all but binary data).
@@ -93,9 +119,11 @@ fn header_len(second: u8) -> usize {
 }
 
 impl FrameWatch {
+    /// A server's watch on its client's frames.
     pub fn new(binary: BinaryFrames) -> FrameWatch {
         FrameWatch {
             binary,
+            from: FramesFrom::Client,
             phase: Phase::Header { have: 0 },
             header: [0; 14],
             passes: true,
@@ -104,6 +132,19 @@ impl FrameWatch {
             pings: 0,
             data_bytes: 0,
             last_data: Duration::ZERO,
+        }
+    }
+
+    /// A client's watch on the server's frames from the upgrade's response on: the head
+    /// passes, then the binary payload is counted.
+    pub fn of_server() -> FrameWatch {
+        FrameWatch {
+            from: FramesFrom::Server,
+            phase: Phase::HttpHead {
+                have: 0,
+                matched: 0,
+            },
+            ..FrameWatch::new(BinaryFrames::Count)
         }
     }
 
@@ -120,6 +161,28 @@ impl FrameWatch {
         while read < bytes.len() {
             let available = bytes.len() - read;
             match self.phase {
+                Phase::HttpHead { have, matched } => {
+                    let byte = bytes[read];
+                    bytes[kept] = byte;
+                    kept += 1;
+                    read += 1;
+                    let expected = b"\r\n\r\n"[usize::from(matched)];
+                    let matched = match (byte == expected, byte == b'\r') {
+                        (true, _) => matched + 1,
+                        (false, true) => 1,
+                        (false, false) => 0,
+                    };
+                    self.phase = if matched == 4 {
+                        Phase::Header { have: 0 }
+                    } else if have + 1 >= MAX_HTTP_HEAD {
+                        return Err(format!("an HTTP response head over {MAX_HTTP_HEAD} bytes"));
+                    } else {
+                        Phase::HttpHead {
+                            have: have + 1,
+                            matched,
+                        }
+                    };
+                }
                 Phase::Payload { left, passes } => {
                     let n = left.min(available as u64) as usize;
                     if passes {
@@ -248,8 +311,11 @@ impl FrameWatch {
     /// A binary frame of `len` in a message that has `so_far`: checked as tungstenite
     /// checks the frames it reads; the message's length with it.
     fn counted_frame(&self, so_far: u64, len: u64) -> Result<u64, String> {
-        if self.header[1] & 0x80 == 0 {
-            return Err("an unmasked frame from the client".into());
+        let masked = self.header[1] & 0x80 != 0;
+        match (self.from, masked) {
+            (FramesFrom::Client, false) => return Err("an unmasked frame from the client".into()),
+            (FramesFrom::Server, true) => return Err("a masked frame from the server".into()),
+            _ => {}
         }
         if self.header[0] & 0x70 != 0 {
             return Err("reserved bits set with no extension agreed".into());
@@ -278,6 +344,106 @@ impl DataCount {
     }
 }
 
+/// Binary frames waiting to be written beside tungstenite's, each from its payload.
+#[derive(Debug, Default)]
+pub struct RawFrames {
+    queue: std::sync::Mutex<std::collections::VecDeque<RawFrame>>,
+}
+
+#[derive(Debug)]
+struct RawFrame {
+    header: [u8; 10],
+    header_len: usize,
+    payload: bytes::Bytes,
+    /// Bytes of header and payload written so far.
+    written: usize,
+}
+
+/// An unmasked frame's header (a server's) for `len` payload bytes: its bytes and length.
+pub fn server_frame_header(fin: bool, opcode: u8, len: usize) -> ([u8; 10], usize) {
+    let mut header = [0u8; 10];
+    header[0] = u8::from(fin) << 7 | (opcode & 0x0f);
+    let header_len = match len {
+        0..=125 => {
+            header[1] = len as u8;
+            2
+        }
+        126..=0xffff => {
+            header[1] = 126;
+            header[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+            4
+        }
+        _ => {
+            header[1] = 127;
+            header[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+            10
+        }
+    };
+    (header, header_len)
+}
+
+impl RawFrames {
+    /// Queues `payload` as one whole binary message, one frame, to go out at the next
+    /// write or flush of the connection.
+    pub fn push_binary(&self, payload: bytes::Bytes) {
+        let (header, header_len) = server_frame_header(true, 0x2, payload.len());
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(RawFrame {
+                header,
+                header_len,
+                payload,
+                written: 0,
+            });
+    }
+
+    /// Writes the queued frames to `inner` until done, or until it would block: as many
+    /// at once as one vectored write takes, so that a frame's tail and the next frame's
+    /// head fill segments together.
+    fn poll_drain<S: AsyncWrite + Unpin>(
+        &self,
+        inner: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        while !queue.is_empty() {
+            let mut slices = Vec::with_capacity(2 * queue.len().min(8));
+            for frame in queue.iter().take(8) {
+                if frame.written < frame.header_len {
+                    slices.push(io::IoSlice::new(
+                        &frame.header[frame.written..frame.header_len],
+                    ));
+                    slices.push(io::IoSlice::new(&frame.payload));
+                } else {
+                    let from = frame.written - frame.header_len;
+                    slices.push(io::IoSlice::new(&frame.payload[from..]));
+                }
+            }
+            let mut n = match Pin::new(&mut *inner).poll_write_vectored(cx, &slices) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            while n > 0 {
+                let Some(frame) = queue.front_mut() else {
+                    break;
+                };
+                let left = frame.header_len + frame.payload.len() - frame.written;
+                if n < left {
+                    frame.written += n;
+                    n = 0;
+                } else {
+                    n -= left;
+                    queue.pop_front();
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 /// Reads that find only binary payload go on reading this many times before yielding to
 /// the other tasks (the payload is counted, so nothing is returned to tungstenite).
 const READS_BEFORE_YIELD: u32 = 16;
@@ -285,19 +451,41 @@ const READS_BEFORE_YIELD: u32 = 16;
 /// A connection whose reads pass through a [`FrameWatch`] first.
 pub struct Watched<S> {
     inner: S,
+    raw: Arc<RawFrames>,
     watch: FrameWatch,
     count: Arc<DataCount>,
     started: Instant,
 }
 
 impl<S> Watched<S> {
+    /// A server's connection, its client's frames watched.
     pub fn new(inner: S, started: Instant, binary: BinaryFrames) -> Watched<S> {
+        Watched::with(inner, started, FrameWatch::new(binary))
+    }
+
+    /// A client's connection before its upgrade, the server's frames watched after it.
+    pub fn of_server(inner: S, started: Instant) -> Watched<S> {
+        Watched::with(inner, started, FrameWatch::of_server())
+    }
+
+    fn with(inner: S, started: Instant, watch: FrameWatch) -> Watched<S> {
         Watched {
             inner,
-            watch: FrameWatch::new(binary),
+            raw: Arc::default(),
+            watch,
             count: Arc::new(DataCount::default()),
             started,
         }
+    }
+
+    /// Where binary frames are queued to go out beside tungstenite's writes.
+    pub fn raw_frames(&self) -> Arc<RawFrames> {
+        self.raw.clone()
+    }
+
+    /// When the watch began: the times of its count are from it.
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     /// Where the binary payload this connection counts can be read.
@@ -344,17 +532,22 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         Poll::Pending
     }
 }
+/// Tungstenite's writes go out after the queued raw frames, never inside one.
 impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
+        let this = &mut *self;
+        std::task::ready!(this.raw.poll_drain(&mut this.inner, cx))?;
+        Pin::new(&mut this.inner).poll_write(cx, data)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let this = &mut *self;
+        std::task::ready!(this.raw.poll_drain(&mut this.inner, cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -506,6 +699,52 @@ mod tests {
             .contains("before the last one ended"));
     }
 
+    /// A server's frame as a client reads it: unmasked.
+    fn server_frame(fin: bool, opcode: u8, len: usize) -> Vec<u8> {
+        let mut out = frame(fin, opcode, len);
+        out[1] &= 0x7f;
+        let mask_at = match len {
+            0..=125 => 2,
+            126..=0xffff => 4,
+            _ => 10,
+        };
+        out.drain(mask_at..mask_at + 4);
+        out
+    }
+
+    /// A client's download: the upgrade's response passes whole, then the server's binary
+    /// messages are counted and taken out, text and control frames pass, and a masked
+    /// frame from the server is refused; a head that never ends is too.
+    #[test]
+    fn a_download_is_counted_after_the_upgrades_head() {
+        let head = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n".to_vec();
+        let text = server_frame(true, 1, 50);
+        let bytes = [
+            head.clone(),
+            server_frame(false, 2, 65_536),
+            server_frame(true, 0, 1000),
+            text.clone(),
+            server_frame(true, 2, 100),
+        ]
+        .concat();
+        for cut in [1usize, 7, 100, 4096, bytes.len()] {
+            let mut watch = FrameWatch::of_server();
+            let mut passed = Vec::new();
+            for piece in bytes.chunks(cut) {
+                passed.extend(take(&mut watch, piece).unwrap());
+            }
+            assert_eq!(passed, [head.clone(), text.clone()].concat(), "cut {cut}");
+            assert_eq!(watch.data().0, 65_536 + 1000 + 100, "cut {cut}");
+        }
+        let masked = [head.clone(), frame(true, 2, 10)].concat();
+        let why = take(&mut FrameWatch::of_server(), &masked).unwrap_err();
+        assert!(why.contains("masked frame from the server"), "{why}");
+        let endless = vec![b'x'; MAX_HTTP_HEAD + 1];
+        assert!(take(&mut FrameWatch::of_server(), &endless)
+            .unwrap_err()
+            .contains("HTTP response head"));
+    }
+
     proptest! {
         /// However the bytes are cut as they arrive, the watch reaches the same verdict,
         /// passes on the same bytes and counts the same payload as when they come at
@@ -551,8 +790,12 @@ mod tests {
 
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
-            for binary in [BinaryFrames::Count, BinaryFrames::Refuse] {
-                let mut watch = FrameWatch::new(binary);
+            let watches = [
+                FrameWatch::new(BinaryFrames::Count),
+                FrameWatch::new(BinaryFrames::Refuse),
+                FrameWatch::of_server(),
+            ];
+            for mut watch in watches {
                 if let Ok(kept) = take(&mut watch, &bytes) {
                     prop_assert!(kept.len() <= bytes.len());
                 }

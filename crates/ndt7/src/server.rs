@@ -313,6 +313,7 @@ async fn serve_connection<S>(
     };
     let watched = Watched::new(hyper_util::rt::TokioIo::new(upgraded), started, binary);
     let uploaded = watched.count();
+    let raw = watched.raw_frames();
     let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
         watched,
         tokio_tungstenite::tungstenite::protocol::Role::Server,
@@ -325,7 +326,8 @@ async fn serve_connection<S>(
     };
     let mut result = match accept.subtest {
         Subtest::Download => {
-            session::serve_download(ws, &link, shared.payload.clone(), started, bounds).await
+            let payload = shared.payload.clone();
+            session::serve_download(ws, &raw, &link, payload, started, bounds).await
         }
         Subtest::Upload => session::serve_upload(ws, &link, &uploaded, started, bounds).await,
     };

@@ -40,9 +40,10 @@ pub fn websocket_config() -> WebSocketConfig {
         .max_frame_size(Some(spec::MAX_MESSAGE))
 }
 
-/// The server's framing for one subtest. A frame is copied whole into tungstenite's write
-/// buffer, which keeps its largest size, so the download writes each message as frames
-/// of [`DOWNLOAD_FRAME`] and straight out (no write buffer to fill). The client's binary
+/// The server's framing for one subtest. Tungstenite writes only the server's own small
+/// frames (measurements, pongs, the Close), straight out: a download's data goes as
+/// frames written from the shared payload beside it (`crate::frames::RawFrames`), which
+/// tungstenite would copy whole into a write buffer that keeps its largest size. The client's binary
 /// messages never reach tungstenite here (an upload's are counted as they arrive,
 /// `crate::frames`), so what it reads is measurements and control frames, each bounded
 /// by [`MAX_MEASUREMENT`]; a download reads only those, so its read buffer is small. A
@@ -56,32 +57,6 @@ pub fn server_websocket_config(subtest: Subtest) -> WebSocketConfig {
         Subtest::Download => config.read_buffer_size(4 * 1024),
         Subtest::Upload => config,
     }
-}
-
-/// The most payload a download frame carries: a message over it goes as several frames
-/// (RFC 6455's fragmentation: the receiver sees the one message).
-pub const DOWNLOAD_FRAME: usize = 64 * 1024;
-
-/// One binary message as frames of at most [`DOWNLOAD_FRAME`], first to last.
-fn fragments(message: Bytes) -> impl Iterator<Item = Message> {
-    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
-    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
-    let len = message.len();
-    let count = len.div_ceil(DOWNLOAD_FRAME).max(1);
-    (0..count).map(move |i| {
-        let start = i * DOWNLOAD_FRAME;
-        let end = (start + DOWNLOAD_FRAME).min(len);
-        let opcode = if i == 0 {
-            OpCode::Data(Data::Binary)
-        } else {
-            OpCode::Data(Data::Continue)
-        };
-        Message::Frame(Frame::message(
-            message.slice(start..end),
-            opcode,
-            i + 1 == count,
-        ))
-    })
 }
 
 /// The most a measurement message is read as one (larger ones are counted, not parsed).
@@ -207,6 +182,25 @@ where
     }
 }
 
+/// Writes out what is queued (a raw frame, tungstenite's own), or says why the subtest
+/// ends, as [`send`] does.
+async fn flush<S>(
+    sink: &mut futures_util::stream::SplitSink<WebSocketStream<S>, Message>,
+    hard: Instant,
+) -> Result<(), (SubtestEnd, String)>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match tokio::time::timeout_at(hard.into(), sink.flush()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(ended_by(e)),
+        Err(_) => Err((
+            SubtestEnd::Bounded,
+            "the peer stopped reading: the subtest's hard bound passed".into(),
+        )),
+    }
+}
+
 /// The closing handshake after the runtime: a Close sent, the peer's awaited until the
 /// hard bound. How the subtest ended, given how the data phase did.
 pub(crate) async fn close<S>(
@@ -247,10 +241,12 @@ where
     }
 }
 
-/// The server's download: binary messages from `payload` for the runtime, measurements
+/// The server's download: binary messages from `payload` for the runtime, each one frame
+/// written from it beside tungstenite (`raw`, the connection's queue), measurements
 /// between them, the client's messages read beside.
 pub async fn serve_download<S>(
     ws: WebSocketStream<S>,
+    raw: &crate::frames::RawFrames,
     link: &Link,
     payload: Bytes,
     started: Instant,
@@ -277,9 +273,8 @@ where
                     send(&mut sink, Message::Text(text.into()), bounds.hard).await?;
                 }
                 let size = sizer.size();
-                for frame in fragments(payload.slice(..size)) {
-                    send(&mut sink, frame, bounds.hard).await?;
-                }
+                raw.push_binary(payload.slice(..size));
+                flush(&mut sink, bounds.hard).await?;
                 sent += size as u64;
                 sizer.sent();
             }
@@ -481,16 +476,6 @@ where
         server_measurements: series,
         client_last: listener.last,
         metadata: Vec::new(),
-    }
-}
-
-impl Heard {
-    /// The payload bytes of a data message.
-    pub(crate) fn data(&self) -> Option<usize> {
-        match self {
-            Heard::Data(n) => Some(*n),
-            _ => None,
-        }
     }
 }
 
