@@ -3494,6 +3494,144 @@ for = "3s"
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The page a browser runs M-Lab's library from: each subtest on demand (`run('download')`,
+/// `run('upload')`), its outcome in `window.result`.
+const NDT7_JS_PAGE: &str = r#"<!doctype html>
+<script src="ndt7.js"></script>
+<script>
+window.result = {};
+const server = new URLSearchParams(location.search).get('server');
+const urls = Promise.resolve({
+  '///ndt/v7/download': 'ws://' + server + '/ndt/v7/download',
+  '///ndt/v7/upload': 'ws://' + server + '/ndt/v7/upload',
+});
+const config = {
+  userAcceptedDataPolicy: true, server: server, protocol: 'ws',
+  downloadworkerfile: 'ndt7-download-worker.js', uploadworkerfile: 'ndt7-upload-worker.js',
+};
+function run(which) {
+  const callbacks = {
+    error: (e) => { window.result[which + 'Error'] = String(e); },
+    downloadComplete: (d) => { window.result.download = d; },
+    uploadComplete: (u) => { window.result.upload = u; },
+  };
+  const test = which === 'download' ? ndt7.downloadTest : ndt7.uploadTest;
+  test(config, callbacks, urls).then((code) => { window.result[which + 'Code'] = code; });
+  return 'started';
+}
+</script>
+"#;
+
+/// M-Lab's own browser library (@m-lab/ndt7 0.1.4 from npm) in headless Chromium, against
+/// `serve --ndt7 --ndt7-cleartext` over a lab path of 100 Mbit/s and 20 ms: its download
+/// figure (the library's last count, bytes over seconds from the WebSocket's open) and
+/// its upload figure (serve's last measurement, as the library shows it) are each within
+/// 2 % of the TCP payload the receiving host's interface counted over as long a span.
+#[test]
+fn mlabs_browser_library_in_chromium_agrees_with_the_interfaces_over_serve_ndt7() {
+    let test = "mlabs_browser_library_in_chromium_agrees_with_the_interfaces_over_serve_ndt7";
+    if skip_unless_root(test) || !have("chromium", test) || !have("python3", test) {
+        return;
+    }
+    let Some(library) = ndt7_js(test) else {
+        return;
+    };
+    let _turn = turn();
+    let name = lab_name("ndt7js");
+    let _guard = lab_up(&name, &["--rtt", "20ms", "--rate", "100M"]);
+    let mut serve = serve_http_in(&name, &["--ndt7", ":4480", "--ndt7-cleartext"]);
+    let server = std::env::var("LINERATE_LAB_SERVER").unwrap_or_else(|_| "10.77.0.2".into());
+    // The page and the library, served from the client's own namespace.
+    let site = tempfile::tempdir().unwrap();
+    for file in [
+        "ndt7.js",
+        "ndt7-download-worker.js",
+        "ndt7-upload-worker.js",
+    ] {
+        std::fs::copy(library.join(file), site.path().join(file)).unwrap();
+    }
+    std::fs::write(site.path().join("index.html"), NDT7_JS_PAGE).unwrap();
+    let site_dir = site.path().display().to_string();
+    let _pages = lab_spawn(
+        &name,
+        "client",
+        &[
+            "python3",
+            "-m",
+            "http.server",
+            "8088",
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            &site_dir,
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let mut browser = Browser::start(&format!("lrlab-{name}-client"));
+    browser.open(&format!(
+        "http://127.0.0.1:8088/index.html?server={server}:4480"
+    ));
+    let ready = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        browser.evaluate("typeof ndt7 === 'object' && typeof run === 'function'") == true
+    });
+    assert!(ready, "the page did not load the library");
+    let subtest = |browser: &mut Browser, which: &str| -> serde_json::Value {
+        assert_eq!(browser.evaluate(&format!("run('{which}')")), "started");
+        for _ in 0..200 {
+            std::thread::sleep(Duration::from_millis(100));
+            let result = browser.evaluate("JSON.stringify(window.result)");
+            let result: serde_json::Value =
+                serde_json::from_str(result.as_str().unwrap_or("{}")).unwrap();
+            assert!(
+                result.get(format!("{which}Error")).is_none(),
+                "the library's {which}: {result}"
+            );
+            if result.get(format!("{which}Code")).is_some() {
+                assert_eq!(result[format!("{which}Code")], 0, "{result}");
+                return result[which].clone();
+            }
+        }
+        panic!("the library's {which} did not end within 20 s");
+    };
+    let agrees = |what: &str, figure_bps: f64, samples: &[(f64, f64, f64)], span: f64| {
+        let wire_bps = payload_over(samples, span) * 8.0 / span;
+        eprintln!(
+            "{what}: {:.2} Mbit/s over {span:.3} s; the interface's TCP payload over as long: {:.2} Mbit/s",
+            figure_bps / 1e6,
+            wire_bps / 1e6
+        );
+        assert!(
+            (figure_bps / wire_bps - 1.0).abs() <= 0.02,
+            "{what}: {figure_bps:.0} against the interface's {wire_bps:.0}"
+        );
+    };
+    let (download, samples) =
+        interface_sampled_during(&name, "client", || subtest(&mut browser, "download"));
+    let client = &download["LastClientMeasurement"];
+    let span = num(client, "/ElapsedTime");
+    assert!(span > 8.0, "{download}");
+    agrees(
+        "the library's download",
+        num(client, "/NumBytes") * 8.0 / span,
+        &samples,
+        span,
+    );
+    let (upload, samples) =
+        interface_sampled_during(&name, "server", || subtest(&mut browser, "upload"));
+    let served = &upload["LastServerMeasurement"];
+    let span = num(served, "/AppInfo/ElapsedTime") / 1e6;
+    assert!(span > 8.0, "{upload}");
+    agrees(
+        "serve's count of the library's upload",
+        num(served, "/AppInfo/NumBytes") * 8.0 / span,
+        &samples,
+        span,
+    );
+    let _ = serve.kill();
+    let _ = serve.wait();
+}
+
 /// Calls in a mesh (`run = "voip"`), over the lab with 20 ms one way and 40 ms back and
 /// 5 % of frames dropped from client to server only: a's agent calls b's server each
 /// cycle; each way's losses are the emulator's own drops (the calls' control connections

@@ -737,6 +737,28 @@ pub fn ndt7_client(test: &str) -> Option<String> {
     }
 }
 
+/// M-Lab's ndt7 browser library (@m-lab/ndt7 from npm: `ndt7.js` and its two workers),
+/// where scripts/test fetched it (`LINERATE_NDT7_JS`, or the peers' cache), or the test
+/// skipped with the reason.
+pub fn ndt7_js(test: &str) -> Option<std::path::PathBuf> {
+    let dir = std::env::var("LINERATE_NDT7_JS").ok().or_else(|| {
+        let home = std::env::var("HOME").ok()?;
+        Some(format!("{home}/.cache/linerate-peers/ndt7-js/package/src"))
+    });
+    match dir.map(std::path::PathBuf::from) {
+        Some(d) if d.join("ndt7.js").is_file() && d.join("ndt7-upload-worker.js").is_file() => {
+            Some(d)
+        }
+        _ => {
+            skip(
+                test,
+                "@m-lab/ndt7 is not fetched (scripts/test fetches it from npm)",
+            );
+            None
+        }
+    }
+}
+
 /// The last measurement message of `origin` ("client", "server") in `test` among
 /// ndt7-client's JSON lines.
 pub fn ndt7_client_last(lines: &str, test: &str, origin: &str) -> serde_json::Value {
