@@ -268,6 +268,10 @@ fn http_servers(
         let limits = linerate_rpm::server::Limits {
             max_request: Duration::from_secs_f64(beside.rpm_max_request_s),
             v6_prefix: beside.v6_prefix,
+            // The page's ndt7 subtests go to this host's ndt7 port.
+            ndt7: beside
+                .ndt7
+                .map(|(addr, cleartext)| (addr.port(), !cleartext)),
             ..Default::default()
         };
         let server = linerate_rpm::server::start(addr, tls, limits)

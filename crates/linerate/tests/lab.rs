@@ -3526,10 +3526,13 @@ function run(which) {
 /// `serve --ndt7 --ndt7-cleartext` over a lab path of 100 Mbit/s and 20 ms: its download
 /// figure (the library's last count, bytes over seconds from the WebSocket's open) and
 /// its upload figure (serve's last measurement, as the library shows it) are each within
-/// 2 % of the TCP payload the receiving host's interface counted over as long a span.
+/// 2 % of the TCP payload the receiving host's interface counted over as long a span; and
+/// so are the ndt7 subtests of serve's own speed test page (`serve --http`), run by the
+/// same browser against the same server.
 #[test]
-fn mlabs_browser_library_in_chromium_agrees_with_the_interfaces_over_serve_ndt7() {
-    let test = "mlabs_browser_library_in_chromium_agrees_with_the_interfaces_over_serve_ndt7";
+fn mlabs_browser_library_and_the_speed_test_page_agree_with_the_interfaces_over_serve_ndt7() {
+    let test =
+        "mlabs_browser_library_and_the_speed_test_page_agree_with_the_interfaces_over_serve_ndt7";
     if skip_unless_root(test) || !have("chromium", test) || !have("python3", test) {
         return;
     }
@@ -3539,7 +3542,10 @@ fn mlabs_browser_library_in_chromium_agrees_with_the_interfaces_over_serve_ndt7(
     let _turn = turn();
     let name = lab_name("ndt7js");
     let _guard = lab_up(&name, &["--rtt", "20ms", "--rate", "100M"]);
-    let mut serve = serve_http_in(&name, &["--ndt7", ":4480", "--ndt7-cleartext"]);
+    let mut serve = serve_http_in(
+        &name,
+        &["--ndt7", ":4480", "--ndt7-cleartext", "--http", ":8480"],
+    );
     let server = std::env::var("LINERATE_LAB_SERVER").unwrap_or_else(|_| "10.77.0.2".into());
     // The page and the library, served from the client's own namespace.
     let site = tempfile::tempdir().unwrap();
@@ -3628,6 +3634,48 @@ fn mlabs_browser_library_in_chromium_agrees_with_the_interfaces_over_serve_ndt7(
         &samples,
         span,
     );
+    // serve's own page, its ndt7 subtests: the download counted by the client's interface,
+    // the upload by the server's, both sampled through the whole run.
+    browser.open(&format!("http://{server}:8480/#ndt7"));
+    let ((page, server_samples), client_samples) =
+        interface_sampled_during(&name, "client", || {
+            interface_sampled_during(&name, "server", || {
+                for _ in 0..400 {
+                    std::thread::sleep(Duration::from_millis(100));
+                    match browser.evaluate("document.body.dataset.state").as_str() {
+                        Some("done") => break,
+                        Some("failed") => panic!(
+                            "the page: {}",
+                            browser.evaluate("document.getElementById('phase').textContent")
+                        ),
+                        _ => {}
+                    }
+                }
+                let result = browser.evaluate("document.body.dataset.result || '{}'");
+                serde_json::from_str::<serde_json::Value>(result.as_str().unwrap()).unwrap()
+            })
+        });
+    assert_eq!(page["protocol"], "ndt7", "{page}");
+    let span = num(&page, "/download_seconds");
+    assert!(span > 8.0, "{page}");
+    agrees(
+        "the page's ndt7 download",
+        num(&page, "/download_bps"),
+        &client_samples,
+        span,
+    );
+    let span = num(&page, "/upload_seconds");
+    assert!(span > 8.0, "{page}");
+    agrees(
+        "serve's count of the page's ndt7 upload",
+        num(&page, "/upload_bps"),
+        &server_samples,
+        span,
+    );
+    // The server's minimum RTT of the download: the path's 20 ms (a BBR sender has read it
+    // a few ms under, docs/ndt7.md).
+    let rtt = num(&page, "/min_rtt_ms");
+    assert!(rtt > 10.0 && rtt < 40.0, "{page}");
     let _ = serve.kill();
     let _ = serve.wait();
 }

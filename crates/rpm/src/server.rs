@@ -44,6 +44,9 @@ pub struct Limits {
     pub only_from: Option<IpAddr>,
     /// The bits of an IPv6 address that name its client for `max_per_client`.
     pub v6_prefix: u8,
+    /// Where the page's ndt7 subtests go: the ndt7 server's port on this host, and whether
+    /// it speaks TLS (`serve --ndt7`); `None`, the page offers none.
+    pub ndt7: Option<(u16, bool)>,
 }
 
 impl Default for Limits {
@@ -55,6 +58,7 @@ impl Default for Limits {
             max_upload: 64 << 30,
             only_from: None,
             v6_prefix: 64,
+            ndt7: None,
         }
     }
 }
@@ -355,15 +359,28 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Reply {
         }
         (Method::GET | Method::HEAD, "/") => {
             let mut page = reply(StatusCode::OK, "text/html; charset=utf-8", SPEED_TEST_PAGE);
-            // Self-contained: nothing may load from anywhere else.
+            // Self-contained: nothing may load from anywhere else, and it connects only
+            // here (and to this host's ndt7 port, where there is one).
+            let ndt7 = shared.limits.ndt7.map_or(String::new(), |(port, _)| {
+                format!(" ws://*:{port} wss://*:{port}")
+            });
+            let policy = format!(
+                "default-src 'self'; connect-src 'self'{ndt7}; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
+            );
             page.headers_mut().insert(
                 "content-security-policy",
-                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
-                    .parse()
-                    .expect("a header value"),
+                policy.parse().expect("a header value"),
             );
             page
         }
+        (Method::GET | Method::HEAD, "/ndt7.json") => match shared.limits.ndt7 {
+            Some((port, tls)) => reply(
+                StatusCode::OK,
+                "application/json",
+                serde_json::json!({"port": port, "tls": tls}).to_string(),
+            ),
+            None => reply(StatusCode::NOT_FOUND, "text/plain", &b"no ndt7 here\n"[..]),
+        },
         (Method::GET | Method::HEAD, "/small") => {
             reply(StatusCode::OK, "application/octet-stream", &b"x"[..])
         }

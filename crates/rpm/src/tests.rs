@@ -302,3 +302,29 @@ fn an_upload_declaring_more_than_the_bound_gets_413_before_its_body() {
     assert!(text.contains("x-content-type-options: nosniff"), "{text}");
     assert_eq!(server.counters.uploaded.load(Ordering::Relaxed), 0);
 }
+
+/// The page learns where this host's ndt7 server is from `/ndt7.json`, and its security
+/// policy lets it connect there and nowhere else; without one, `/ndt7.json` is 404 and the
+/// page connects only to its own origin.
+#[test]
+fn the_page_is_told_of_the_ndt7_server_and_may_connect_to_it_alone() {
+    let with = Limits {
+        ndt7: Some((4480, false)),
+        ..Limits::default()
+    };
+    let server = server::start("127.0.0.1:0".parse().unwrap(), None, with).unwrap();
+    let place = get(server.addr, "/ndt7.json").unwrap();
+    assert!(place.starts_with("HTTP/1.1 200"), "{place}");
+    assert!(place.ends_with(r#"{"port":4480,"tls":false}"#), "{place}");
+    let page = get(server.addr, "/").unwrap().to_lowercase();
+    assert!(
+        page.contains("connect-src 'self' ws://*:4480 wss://*:4480;"),
+        "{page}"
+    );
+    let without = server::start("127.0.0.1:0".parse().unwrap(), None, Limits::default()).unwrap();
+    assert!(get(without.addr, "/ndt7.json")
+        .unwrap()
+        .starts_with("HTTP/1.1 404"));
+    let page = get(without.addr, "/").unwrap().to_lowercase();
+    assert!(page.contains("connect-src 'self';"), "{page}");
+}
