@@ -4167,11 +4167,17 @@ fn interface_sampled_during<T>(
 }
 
 /// The TCP payload among the samples over `span` seconds from the first sample where
-/// data (more than 100 kB in a sample) arrived: bytes less 66 of headers a frame.
+/// data (more than 100 kB in a sample, at over 20 Mbit/s) arrived: bytes less 66 of headers a frame.
 fn payload_over(samples: &[(f64, f64, f64)], span: f64) -> f64 {
+    // Data, not acknowledgements: over 100 kB in a sample and at over 20 Mbit/s. A
+    // direction's acknowledgements of a 100 Mbit/s flow come at about 2 Mbit/s, and a
+    // busy host's shell may leave a sample spanning half a second of them.
     let start = samples
         .windows(2)
-        .position(|w| w[1].1 - w[0].1 > 100e3)
+        .position(|w| {
+            let bytes = w[1].1 - w[0].1;
+            bytes > 100e3 && bytes * 8.0 / (w[1].0 - w[0].0).max(1e-3) > 20e6
+        })
         .expect("no data in the samples");
     let (t0, b0, p0) = samples[start];
     let end = samples
