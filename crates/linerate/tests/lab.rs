@@ -3322,6 +3322,34 @@ impl Drop for LabProcess {
     }
 }
 
+/// `mesh run FILE --cycles N --json` on the lab's client, keeping to `db`; it succeeded.
+fn lab_mesh_run(
+    name: &str,
+    db: &std::path::Path,
+    file: &std::path::Path,
+    cycles: u32,
+) -> std::process::Output {
+    let cycles = cycles.to_string();
+    let out = lab(&[
+        "exec",
+        "--name",
+        name,
+        "client",
+        "--",
+        binary(),
+        "--db",
+        db.to_str().unwrap(),
+        "mesh",
+        "run",
+        file.to_str().unwrap(),
+        "--cycles",
+        &cycles,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    out
+}
+
 fn lab_spawn(name: &str, host: &str, argv: &[&str]) -> LabProcess {
     let child = Command::new(binary())
         .args(["lab", "exec", "--name", name, host, "--"])
@@ -3413,23 +3441,7 @@ for = "3s"
     // Host b's agent is only dialled by the coordinator (a's probes to it are UDP): the
     // connections its namespace accepts are the coordinator's links to it.
     let opens_before = snmp_counter(&name, "server", "Tcp", "PassiveOpens");
-    let out = lab(&[
-        "exec",
-        "--name",
-        &name,
-        "client",
-        "--",
-        binary(),
-        "--db",
-        db.to_str().unwrap(),
-        "mesh",
-        "run",
-        file.to_str().unwrap(),
-        "--cycles",
-        "4",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = lab_mesh_run(&name, &db, &file, 4);
     let opens = snmp_counter(&name, "server", "Tcp", "PassiveOpens") - opens_before;
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -3600,24 +3612,12 @@ fn mlabs_browser_library_and_the_speed_test_page_agree_with_the_interfaces_over_
         }
         panic!("the library's {which} did not end within 20 s");
     };
-    let agrees = |what: &str, figure_bps: f64, samples: &[(f64, f64, f64)], span: f64| {
-        let wire_bps = payload_over(samples, span) * 8.0 / span;
-        eprintln!(
-            "{what}: {:.2} Mbit/s over {span:.3} s; the interface's TCP payload over as long: {:.2} Mbit/s",
-            figure_bps / 1e6,
-            wire_bps / 1e6
-        );
-        assert!(
-            (figure_bps / wire_bps - 1.0).abs() <= 0.02,
-            "{what}: {figure_bps:.0} against the interface's {wire_bps:.0}"
-        );
-    };
     let (download, samples) =
         interface_sampled_during(&name, "client", || subtest(&mut browser, "download"));
     let client = &download["LastClientMeasurement"];
     let span = num(client, "/ElapsedTime");
     assert!(span > 8.0, "{download}");
-    agrees(
+    agrees_with_interface(
         "the library's download",
         num(client, "/NumBytes") * 8.0 / span,
         &samples,
@@ -3628,7 +3628,7 @@ fn mlabs_browser_library_and_the_speed_test_page_agree_with_the_interfaces_over_
     let served = &upload["LastServerMeasurement"];
     let span = num(served, "/AppInfo/ElapsedTime") / 1e6;
     assert!(span > 8.0, "{upload}");
-    agrees(
+    agrees_with_interface(
         "serve's count of the library's upload",
         num(served, "/AppInfo/NumBytes") * 8.0 / span,
         &samples,
@@ -3658,7 +3658,7 @@ fn mlabs_browser_library_and_the_speed_test_page_agree_with_the_interfaces_over_
     assert_eq!(page["protocol"], "ndt7", "{page}");
     let span = num(&page, "/download_seconds");
     assert!(span > 8.0, "{page}");
-    agrees(
+    agrees_with_interface(
         "the page's ndt7 download",
         num(&page, "/download_bps"),
         &client_samples,
@@ -3666,7 +3666,7 @@ fn mlabs_browser_library_and_the_speed_test_page_agree_with_the_interfaces_over_
     );
     let span = num(&page, "/upload_seconds");
     assert!(span > 8.0, "{page}");
-    agrees(
+    agrees_with_interface(
         "serve's count of the page's ndt7 upload",
         num(&page, "/upload_bps"),
         &server_samples,
@@ -3738,23 +3738,7 @@ mos_for = "10s"
     .unwrap();
     let db = dir.join("results.db");
     let before = emulator_status(&name);
-    let out = lab(&[
-        "exec",
-        "--name",
-        &name,
-        "client",
-        "--",
-        binary(),
-        "--db",
-        db.to_str().unwrap(),
-        "mesh",
-        "run",
-        file.to_str().unwrap(),
-        "--cycles",
-        "3",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = lab_mesh_run(&name, &db, &file, 3);
     let after = emulator_status(&name);
     let dropped = |way: usize| {
         let path = format!("/directions/{way}/counters/lost");
@@ -4166,6 +4150,22 @@ fn interface_sampled_during<T>(
     (out, samples)
 }
 
+/// A figure, counted at the end that received the data over that end's clock, held within
+/// 2 % of the TCP payload that end's interface received over as long a span from the first
+/// data (counters sampled every 20 ms; TLS and WebSocket framing is about 0.2 %).
+fn agrees_with_interface(what: &str, figure_bps: f64, samples: &[(f64, f64, f64)], span: f64) {
+    let wire_bps = payload_over(samples, span) * 8.0 / span;
+    eprintln!(
+        "{what}: {:.2} Mbit/s over {span:.3} s; the interface's TCP payload over as long: {:.2} Mbit/s",
+        figure_bps / 1e6,
+        wire_bps / 1e6
+    );
+    assert!(
+        (figure_bps / wire_bps - 1.0).abs() <= 0.02,
+        "{what}: {figure_bps:.0} against the interface's {wire_bps:.0}"
+    );
+}
+
 /// The TCP payload among the samples over `span` seconds from the first sample where
 /// data (more than 100 kB in a sample, at over 20 Mbit/s) arrived: bytes less 66 of headers a frame.
 fn payload_over(samples: &[(f64, f64, f64)], span: f64) -> f64 {
@@ -4225,21 +4225,7 @@ fn ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7() {
         assert!(out.status.success(), "ndt7-client: {}", stderr(&out));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    // Each figure, counted at the end that received the data over that end's clock,
-    // against the TCP payload that end's interface received over as long a span from the
-    // first data (counters sampled every 20 ms; TLS and WebSocket framing is about 0.2 %).
-    let agrees = |what: &str, figure_bps: f64, samples: &[(f64, f64, f64)], span: f64| {
-        let wire_bps = payload_over(samples, span) * 8.0 / span;
-        eprintln!(
-            "{what}: {:.2} Mbit/s over {span:.3} s; the interface's TCP payload over as long: {:.2} Mbit/s",
-            figure_bps / 1e6,
-            wire_bps / 1e6
-        );
-        assert!(
-            (figure_bps / wire_bps - 1.0).abs() <= 0.02,
-            "{what}: {figure_bps:.0} against the interface's {wire_bps:.0}"
-        );
-    };
+    // Each figure against its receiving interface (agrees_with_interface).
     let app_rate = |m: &serde_json::Value| {
         let span = num(m, "/AppInfo/ElapsedTime") / 1e6;
         (num(m, "/AppInfo/NumBytes") * 8.0 / span, span)
@@ -4248,14 +4234,14 @@ fn ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7() {
     let (lines, samples) =
         interface_sampled_during(&name, "client", || ndt7_client_run("--no-upload"));
     let (figure, span) = app_rate(&ndt7_client_last(&lines, "download", "client"));
-    agrees("ndt7-client download", figure, &samples, span);
+    agrees_with_interface("ndt7-client download", figure, &samples, span);
     // Its upload: its figure is serve's TCPInfo (BytesReceived over ElapsedTime), beside
     // serve's own count of the payload.
     let (lines, samples) =
         interface_sampled_during(&name, "server", || ndt7_client_run("--no-download"));
     let served = ndt7_client_last(&lines, "upload", "server");
     let (figure, span) = app_rate(&served);
-    agrees(
+    agrees_with_interface(
         "serve's count of ndt7-client's upload",
         figure,
         &samples,
@@ -4316,7 +4302,7 @@ fn ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7() {
     }
     assert_eq!(subtest["counted_by"], "client AppInfo");
     let figure = num(subtest, "/goodput_bps");
-    agrees(
+    agrees_with_interface(
         "linerate ndt7 download",
         figure,
         &samples,
@@ -4364,7 +4350,7 @@ fn ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7() {
         (num(subtest, "/goodput_bps") / figure - 1.0).abs() < 1e-9,
         "{up}"
     );
-    agrees(
+    agrees_with_interface(
         "linerate ndt7 upload (serve's count)",
         figure,
         &samples,
