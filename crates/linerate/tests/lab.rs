@@ -246,13 +246,21 @@ fn delay_and_loss_are_what_was_asked() {
                 - forward(status, "delay_sum_ns") / forward(status, "passed") / 1e6
         };
         let (with_delay, without) = (stack_ms(&doc, &status), stack_ms(&base, &base_status));
-        if (with_delay - without).abs() < 0.2 {
+        // A host busy enough to hold the emulator back holds the stacks back too: the two
+        // runs may differ by what the emulator says it was late in both, beyond 0.2 ms
+        // (a quiet host: hundredths of a millisecond). Seen in a whole CI run: the
+        // receiver's 0.386 and 0.766 ms beside the emulator, which was 0.232 and 0.245 ms
+        // late in them.
+        let base_late_ms =
+            forward(&base_status, "late_sum_ns") / forward(&base_status, "passed") / 1e6;
+        if (with_delay - without).abs() < 0.2 + late_ms + base_late_ms {
             break (doc, status);
         }
         let miss = format!(
             "one-way delay {:.3} ms over the emulator's {emulated_ms:.3} ms, against {:.3} ms \
              over its {:.3} ms without impairment: the receiver's {with_delay:.3} ms and \
-             {without:.3} ms beside the emulator differ",
+             {without:.3} ms beside the emulator differ by more than 0.2 ms and the \
+             emulator's lateness ({late_ms:.3} and {base_late_ms:.3} ms)",
             num(&doc, "/summary/one_way_delay_ms"),
             num(&base, "/summary/one_way_delay_ms"),
             forward(&base_status, "delay_sum_ns") / forward(&base_status, "passed") / 1e6,
