@@ -398,47 +398,34 @@ impl RawFrames {
             });
     }
 
-    /// Writes the queued frames to `inner` until done, or until it would block: as many
-    /// at once as one vectored write takes, so that a frame's tail and the next frame's
-    /// head fill segments together.
+    /// Writes the queued frames to `inner`, first to last, until done or until it would
+    /// block: each frame's header and payload in one vectored write, no copy made.
     fn poll_drain<S: AsyncWrite + Unpin>(
         &self,
         inner: &mut S,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        while !queue.is_empty() {
-            let mut slices = Vec::with_capacity(2 * queue.len().min(8));
-            for frame in queue.iter().take(8) {
-                if frame.written < frame.header_len {
-                    slices.push(io::IoSlice::new(
+        while let Some(frame) = queue.front_mut() {
+            let whole = frame.header_len + frame.payload.len();
+            while frame.written < whole {
+                let (head, body) = if frame.written < frame.header_len {
+                    (
                         &frame.header[frame.written..frame.header_len],
-                    ));
-                    slices.push(io::IoSlice::new(&frame.payload));
+                        &frame.payload[..],
+                    )
                 } else {
-                    let from = frame.written - frame.header_len;
-                    slices.push(io::IoSlice::new(&frame.payload[from..]));
-                }
-            }
-            let mut n = match Pin::new(&mut *inner).poll_write_vectored(cx, &slices) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => n,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            };
-            while n > 0 {
-                let Some(frame) = queue.front_mut() else {
-                    break;
+                    (&[][..], &frame.payload[frame.written - frame.header_len..])
                 };
-                let left = frame.header_len + frame.payload.len() - frame.written;
-                if n < left {
-                    frame.written += n;
-                    n = 0;
-                } else {
-                    n -= left;
-                    queue.pop_front();
+                let slices = [io::IoSlice::new(head), io::IoSlice::new(body)];
+                match Pin::new(&mut *inner).poll_write_vectored(cx, &slices) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => frame.written += n,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
                 }
             }
+            queue.pop_front();
         }
         Poll::Ready(Ok(()))
     }
