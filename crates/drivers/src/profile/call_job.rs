@@ -13,7 +13,7 @@ use super::source_job::{Asked, Bounds, SourceJob, SourceKind, SourceRun};
 use linerate_model::call::{CallSettings, Codec};
 use linerate_model::marks::Marks;
 use linerate_model::{Direction, StreamRequest, StreamTransport, TestKind, TestRequest};
-use linerate_proto::agent::{AgentReply, Seconds};
+use linerate_proto::agent::Seconds;
 use linerate_proto::auth::Key;
 use linerate_proto::text::PeerText;
 use linerate_report::document::Document;
@@ -21,7 +21,7 @@ use linerate_report::Report;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -193,31 +193,10 @@ impl SourceJob for CallJob {
                 let _ = tell.send(result);
             })
             .map_err(|e| failed(format!("cannot start a call: {e}")))?;
-        Ok(Box::new(CallRun { outcome }))
-    }
-}
-
-/// A call on its thread: its report (or why not) arrives once.
-struct CallRun {
-    outcome: Receiver<Result<Report, SourceError>>,
-}
-
-impl SourceRun for CallRun {
-    fn poll(&mut self) -> Option<Result<AgentReply, SourceError>> {
-        match self.outcome.try_recv() {
-            Ok(outcome) => Some(outcome.and_then(|report| {
-                let report = serde_json::to_value(report).map_err(|e| SourceError {
-                    reason: format!("cannot encode the call: {e}"),
-                    unreachable: None,
-                })?;
-                Ok(AgentReply::SourceResult { report })
-            })),
-            Err(mpsc::TryRecvError::Empty) => None,
-            Err(mpsc::TryRecvError::Disconnected) => Some(Err(SourceError {
-                reason: "the call ended".into(),
-                unreachable: None,
-            })),
-        }
+        Ok(Box::new(super::source_job::ThreadRun {
+            what: "call",
+            outcome,
+        }))
     }
 }
 

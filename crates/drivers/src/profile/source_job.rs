@@ -89,3 +89,31 @@ pub struct SourceKind {
         &str,
     ) -> Result<linerate_report::document::Document, String>,
 }
+
+/// A job on a thread of its own whose report (or why not) arrives once: `what` names it
+/// where its report cannot be encoded or its thread ended without one.
+pub(crate) struct ThreadRun<R> {
+    pub what: &'static str,
+    pub outcome: std::sync::mpsc::Receiver<Result<R, SourceError>>,
+}
+
+impl<R: serde::Serialize + Send> SourceRun for ThreadRun<R> {
+    fn poll(&mut self) -> Option<Result<AgentReply, SourceError>> {
+        use std::sync::mpsc::TryRecvError;
+        let failed = |reason: String| SourceError {
+            reason,
+            unreachable: None,
+        };
+        match self.outcome.try_recv() {
+            Ok(outcome) => Some(outcome.and_then(|report| {
+                let report = serde_json::to_value(report)
+                    .map_err(|e| failed(format!("cannot encode the {}: {e}", self.what)))?;
+                Ok(AgentReply::SourceResult { report })
+            })),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => {
+                Some(Err(failed(format!("the {} ended", self.what))))
+            }
+        }
+    }
+}

@@ -8,7 +8,7 @@
 //! requester's own address, as a profile's peers.
 
 use linerate_model::clock::UnixTime;
-use linerate_proto::agent::{AgentReply, TraceFlows, TraceHops};
+use linerate_proto::agent::{TraceFlows, TraceHops};
 use linerate_proto::text::PeerText;
 use linerate_report::document::Document;
 use linerate_report::trace::TraceReport;
@@ -245,31 +245,10 @@ impl super::source_job::SourceJob for TraceJob {
         stop: Arc<AtomicBool>,
     ) -> Result<Box<dyn super::source_job::SourceRun>, SourceError> {
         let outcome = start_source(*self, requester, key.is_some(), stop)?;
-        Ok(Box::new(TraceRun { outcome }))
-    }
-}
-
-/// A trace on its thread: its report (or why not) arrives once.
-struct TraceRun {
-    outcome: Receiver<Result<TraceReport, SourceError>>,
-}
-
-impl super::source_job::SourceRun for TraceRun {
-    fn poll(&mut self) -> Option<Result<AgentReply, SourceError>> {
-        match self.outcome.try_recv() {
-            Ok(outcome) => Some(outcome.and_then(|report| {
-                let report = serde_json::to_value(report).map_err(|e| SourceError {
-                    reason: format!("cannot encode the trace: {e}"),
-                    unreachable: None,
-                })?;
-                Ok(AgentReply::SourceResult { report })
-            })),
-            Err(mpsc::TryRecvError::Empty) => None,
-            Err(mpsc::TryRecvError::Disconnected) => Some(Err(SourceError {
-                reason: "the trace ended".into(),
-                unreachable: None,
-            })),
-        }
+        Ok(Box::new(super::source_job::ThreadRun {
+            what: "trace",
+            outcome,
+        }))
     }
 }
 
