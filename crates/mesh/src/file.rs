@@ -30,7 +30,7 @@
 use crate::kinds;
 use crate::model::*;
 pub use crate::reading::MeshError;
-use crate::reading::{not_an_option, read_dscp, RawTest, Reader};
+use crate::reading::{read_dscp, Reader, TestTable};
 use linerate_model::marks::Marks;
 use linerate_model::units::parse_size;
 use serde::Deserialize;
@@ -50,7 +50,7 @@ struct RawMesh {
     #[serde(default)]
     host: Vec<Spanned<RawHost>>,
     #[serde(default)]
-    test: Vec<Spanned<RawTest>>,
+    test: Vec<Spanned<TestTable>>,
     #[serde(default)]
     group: Vec<Spanned<RawGroup>>,
     #[serde(default)]
@@ -149,13 +149,10 @@ pub fn parse(file: &str, text: &str) -> Result<Mesh, MeshError> {
     let (hosts, host_index) = read_hosts(&reader, &raw.host)?;
     let mut tests = Vec::new();
     let mut test_index = BTreeMap::new();
-    for spanned in &raw.test {
-        let test = read_test(&reader, spanned.get_ref())?;
+    for spanned in raw.test {
+        let (test, name) = read_test(&reader, spanned)?;
         if test_index.insert(test.name.clone(), tests.len()).is_some() {
-            return Err(reader.at(
-                &spanned.get_ref().name,
-                format!("test '{}' is named twice", test.name),
-            ));
+            return Err(reader.at(&name, format!("test '{}' is named twice", test.name)));
         }
         tests.push(test);
     }
@@ -464,86 +461,38 @@ fn name_seed(name: &str) -> u64 {
     })
 }
 
-/// How often each pair runs a test: the file's `interval`, or for STAMP (which runs all
-/// the time) its window; never shorter than a STAMP window.
+/// How often each pair runs a test: the file's `interval`, or for a kind that runs all
+/// the time (STAMP) its window; never shorter than such a window.
 fn read_interval(
     reader: &Reader,
-    raw: &RawTest,
-    name: &str,
-    run: &str,
+    table: &mut TestTable,
+    name: &Spanned<String>,
+    continuous: bool,
     seconds: f64,
 ) -> Result<f64, MeshError> {
-    let interval_s = match &raw.interval {
+    let interval = table.take::<String>(reader, "interval")?;
+    let interval_s = match &interval {
         Some(i) => reader.seconds(i, "interval", true)?,
-        // STAMP runs all the time: the next window starts as one ends.
-        None if run == "stamp" => seconds,
+        // The next window starts as one ends.
+        None if continuous => seconds,
         None => {
             return Err(reader.at(
-                &raw.name,
-                format!("test '{name}' needs an interval (how often each pair runs it, e.g. interval = \"1h\")"),
+                name,
+                format!(
+                "test '{}' needs an interval (how often each pair runs it, e.g. interval = \"1h\")",
+                name.get_ref()
+            ),
             ))
         }
     };
-    if run == "stamp" && interval_s < seconds {
-        let at = raw.interval.as_ref().expect("a short interval was given");
+    if continuous && interval_s < seconds {
+        let at = interval.as_ref().expect("a short interval was given");
         return Err(reader.at(
             at,
             format!("interval '{}' is shorter than the report window: one window would overlap the next", at.get_ref()),
         ));
     }
     Ok(interval_s)
-}
-
-/// The options one kind of test has, refused on the others: STAMP's report and port; the
-/// marks (dscp: STAMP's own; dscp and ecn: the kinds that mark their packets); RPM's max_connections and
-/// tls.
-fn refuse_options_of_other_runs(
-    reader: &Reader,
-    raw: &RawTest,
-    name: &str,
-    run: &str,
-) -> Result<(), MeshError> {
-    if run == "rpm" {
-        not_an_option(reader, raw.dscp.as_ref(), "dscp", run)?;
-    }
-    if run == "trace" {
-        not_an_option(reader, raw.dscp.as_ref(), "dscp", run)?;
-    }
-    if run != "trace" {
-        if let Some(m) = &raw.mtu {
-            return Err(reader.at(m, format!("'mtu' is not an option of run = \"{run}\"")));
-        }
-        if let Some(h) = &raw.max_hops {
-            return Err(reader.at(h, format!("'max_hops' is not an option of run = \"{run}\"")));
-        }
-    }
-    if run != "stamp" {
-        not_an_option(reader, raw.report.as_ref(), "report", run)?;
-    }
-    if run != "voip" {
-        not_an_option(reader, raw.codec.as_ref(), "codec", run)?;
-        not_an_option(reader, raw.jitter_buffer.as_ref(), "jitter_buffer", run)?;
-    }
-    if run != "stamp" && run != "trace" {
-        if let Some(p) = &raw.port {
-            return Err(reader.at(p, format!("'port' is not an option of run = \"{run}\"")));
-        }
-    }
-    if run != "rpm" {
-        if let Some(n) = &raw.max_connections {
-            return Err(reader.at(
-                n,
-                format!("'max_connections' is not an option of run = \"{run}\""),
-            ));
-        }
-        if raw.tls.is_some() {
-            return Err(reader.at(
-                &raw.run,
-                format!("test '{name}': 'tls' is an option of run = \"rpm\" only"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// A host's `source` (an address) and `source_dev` (an interface name, as the kernel
@@ -587,105 +536,98 @@ fn host_source(
     )
 }
 
-// Long: the fields every test has, read in order (name, protocol, duration, the kind's
-// own options, interval, jitter, marks), each mistake naming its place.
-fn read_test(reader: &Reader, raw: &RawTest) -> Result<MeshTest, MeshError> {
-    let name = raw.name.get_ref().clone();
-    if !is_name(&name) {
+/// A test's table read: its name and kind, the kind's own options (its module takes
+/// them), then what every test has (interval, jitter, exclusivity, marks); a key left
+/// over is not an option of that kind. Each mistake names its place. Returns the test
+/// and where its name is.
+fn read_test(
+    reader: &Reader,
+    spanned: Spanned<TestTable>,
+) -> Result<(MeshTest, Spanned<String>), MeshError> {
+    let start = spanned.span().start;
+    let mut table = spanned.into_inner();
+    let name = table.required::<String>(reader, "name", start)?;
+    if !is_name(name.get_ref()) {
         return Err(reader.at(
-            &raw.name,
-            format!("test name '{name}' must be letters, digits, '-', '_' or '.'"),
+            &name,
+            format!(
+                "test name '{}' must be letters, digits, '-', '_' or '.'",
+                name.get_ref()
+            ),
         ));
     }
-    let run = raw.run.get_ref().as_str();
-    let protocol = match raw.protocol.as_ref().map(|p| (p, p.get_ref().as_str())) {
-        None | Some((_, "tcp")) => Transport::Tcp,
-        Some((_, "udp")) => Transport::Udp,
-        // A trace's probes: read_trace reads them.
-        Some(_) if run == "trace" => Transport::Udp,
-        Some((p, other)) => {
-            return Err(reader.at(p, format!("protocol '{other}' is not tcp or udp")));
-        }
-    };
-    let seconds = match &raw.duration {
-        Some(d) if run == "stamp" => return Err(reader.at(
-            d,
-            "run = \"stamp\" runs all the time: give its window as report = \"1m\", not a duration",
-        )),
-        Some(d) if run == "trace" => {
-            return Err(reader.at(
-                d,
-                "run = \"trace\" ends when its probes are answered: it has no duration",
-            ))
-        }
-        Some(d) => reader.seconds(d, "duration", true)?,
-        None if run == "rpm" => DEFAULT_RPM_LEG_SECONDS,
-        None if run == "stamp" => match &raw.report {
-            Some(r) => reader.seconds(r, "report", true)?,
-            None => DEFAULT_STAMP_REPORT_SECONDS,
-        },
-        None => DEFAULT_TEST_SECONDS,
-    };
-    refuse_options_of_other_runs(reader, raw, &name, run)?;
+    let run_name = table.required::<String>(reader, "run", start)?;
+    let run = run_name.get_ref().as_str();
     let Some((_, read_kind)) = kinds::KINDS.iter().find(|(kind, _)| *kind == run) else {
         return Err(reader.at(
-            &raw.run,
-            format!("test '{name}': run '{run}' is not {}", kinds::names()),
+            &run_name,
+            format!(
+                "test '{}': run '{run}' is not {}",
+                name.get_ref(),
+                kinds::names()
+            ),
         ));
     };
     let context = kinds::Context {
-        name: &name,
-        protocol,
-        seconds,
+        name: name.get_ref(),
+        run: &run_name,
     };
-    let (kind, seconds) = read_kind(reader, raw, &context)?;
-    let interval_s = read_interval(reader, raw, &name, run, seconds)?;
-    let jitter_s = match &raw.jitter {
+    let (kind, seconds) = read_kind(reader, &mut table, &context)?;
+    let interval_s = read_interval(
+        reader,
+        &mut table,
+        &name,
+        kind.kind().runs_all_the_time(),
+        seconds,
+    )?;
+    let jitter = table.take::<String>(reader, "jitter")?;
+    let jitter_s = match &jitter {
         Some(j) => reader.seconds(j, "jitter", false)?,
         None => 0.0,
     };
     if jitter_s >= interval_s {
-        let at = raw.jitter.as_ref().expect("a jitter was given");
+        let at = jitter.as_ref().expect("a jitter was given");
         return Err(reader.at(
             at,
             format!("jitter '{}' must be less than the interval", at.get_ref()),
         ));
     }
-    let exclusive = raw
-        .exclusive
-        .unwrap_or_else(|| kind.kind().exclusive_by_default());
-    // STAMP keeps its DSCP in its kind (its probes carry it in their own field too).
-    let marked = raw.dscp.is_some() || raw.ecn.is_some();
-    let marks = match kind.kind().marks_packets() {
-        true if marked => Some(Marks {
-            dscp: raw
-                .dscp
-                .as_ref()
-                .map(|d| read_dscp(reader, d))
-                .transpose()?
-                .unwrap_or(0),
-            ecn: raw.ecn.as_ref().is_some_and(|e| *e.get_ref()),
-        }),
-        true => None,
-        false => {
-            // A kind that neither marks nor reads them itself (its module refuses or
-            // takes `dscp`): `ecn` has no place.
-            if let Some(ecn) = &raw.ecn {
-                return Err(reader.at(ecn, format!("'ecn' is not an option of run = \"{run}\"")));
-            }
-            None
+    let exclusive = table
+        .take::<bool>(reader, "exclusive")?
+        .map_or_else(|| kind.kind().exclusive_by_default(), |e| *e.get_ref());
+    let pause_for_exclusive = table
+        .take::<bool>(reader, "pause_for_exclusive")?
+        .is_some_and(|p| *p.get_ref());
+    // A kind that reads the marks itself (STAMP's DSCP) has taken them; one that neither
+    // marks nor reads them leaves them, refused below.
+    let marks = if kind.kind().marks_packets() {
+        let dscp = table.take::<String>(reader, "dscp")?;
+        let ecn = table.take::<bool>(reader, "ecn")?;
+        match (dscp, ecn) {
+            (None, None) => None,
+            (dscp, ecn) => Some(Marks {
+                dscp: dscp
+                    .map(|d| read_dscp(reader, &d))
+                    .transpose()?
+                    .unwrap_or(0),
+                ecn: ecn.is_some_and(|e| *e.get_ref()),
+            }),
         }
+    } else {
+        None
     };
-    Ok(MeshTest {
-        name,
+    table.refuse_the_rest(reader, run)?;
+    let test = MeshTest {
+        name: name.get_ref().clone(),
         kind,
         marks,
         seconds,
         interval_s,
         jitter_s,
         exclusive,
-        pause_for_exclusive: raw.pause_for_exclusive.unwrap_or(false),
-    })
+        pause_for_exclusive,
+    };
+    Ok((test, name))
 }
 
 /// A group's fields read in order, each mistake naming its line and column.

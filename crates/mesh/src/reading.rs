@@ -1,9 +1,12 @@
 //! What every part of the mesh file is read with: the reader that names a mistake's line
-//! and column, a test's raw table, and the checks its values share. Below the kinds,
+//! and column, a test's table (whose keys its readers take), and the checks its values share. Below the kinds,
 //! which read their own options with it, and the file, which reads the rest.
 
+use crate::host::Transport;
 use linerate_model::units::{parse_dscp, parse_duration, parse_size};
 use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::ops::Range;
 use toml::Spanned;
 
 /// A mesh file that cannot run: where, and what is wrong there.
@@ -16,38 +19,114 @@ pub struct MeshError {
     pub message: String,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawTest {
-    pub(crate) name: Spanned<String>,
-    pub(crate) run: Spanned<String>,
-    pub(crate) protocol: Option<Spanned<String>>,
-    pub(crate) duration: Option<Spanned<String>>,
-    pub(crate) interval: Option<Spanned<String>>,
-    /// STAMP: the report window (each job's length).
-    pub(crate) report: Option<Spanned<String>>,
-    /// STAMP: the reflectors' port.
-    pub(crate) port: Option<Spanned<u16>>,
-    /// STAMP: the probes' DSCP; kinds that mark their packets: every packet's, both ways.
-    pub(crate) dscp: Option<Spanned<String>>,
-    /// Kinds that mark their packets: ECN-capable packets both ways.
-    pub(crate) ecn: Option<Spanned<bool>>,
-    pub(crate) jitter: Option<Spanned<String>>,
-    pub(crate) exclusive: Option<bool>,
-    pub(crate) pause_for_exclusive: Option<bool>,
-    pub(crate) parallel: Option<Spanned<u32>>,
-    pub(crate) rate: Option<Spanned<String>>,
-    pub(crate) size: Option<Spanned<String>>,
-    pub(crate) request: Option<Spanned<String>>,
-    pub(crate) response: Option<Spanned<String>>,
-    pub(crate) tls: Option<bool>,
-    pub(crate) max_connections: Option<Spanned<u32>>,
-    /// Trace: the farthest distance probed, and each hop's MTU.
-    pub(crate) max_hops: Option<Spanned<u8>>,
-    pub(crate) mtu: Option<Spanned<bool>>,
-    /// A call: its codec and the receivers' jitter buffer.
-    pub(crate) codec: Option<Spanned<String>>,
-    pub(crate) jitter_buffer: Option<Spanned<String>>,
+/// A test's table as the file gives it: each key with its place. What reads the test
+/// takes the keys it knows (the file the fields every test has, the test's kind its own
+/// options); a key no one took is not an option of that kind, and is refused at its
+/// place. So a kind declares its options by reading them, in its own module.
+pub(crate) struct TestTable {
+    entries: BTreeMap<String, (Range<usize>, Spanned<toml::Value>)>,
+}
+
+impl<'de> Deserialize<'de> for TestTable {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = BTreeMap::<Spanned<String>, Spanned<toml::Value>>::deserialize(deserializer)?;
+        let entries = raw
+            .into_iter()
+            .map(|(key, value)| {
+                let span = key.span();
+                (key.into_inner(), (span, value))
+            })
+            .collect();
+        Ok(TestTable { entries })
+    }
+}
+
+impl TestTable {
+    /// The value of `key`, taken from the table, as a `T` at its place.
+    pub(crate) fn take<T: serde::de::DeserializeOwned>(
+        &mut self,
+        reader: &Reader,
+        key: &str,
+    ) -> Result<Option<Spanned<T>>, MeshError> {
+        let Some((_, value)) = self.entries.remove(key) else {
+            return Ok(None);
+        };
+        let span = value.span();
+        let typed = T::deserialize(value.into_inner()).map_err(|e| {
+            let why = e.message().lines().next().unwrap_or("").trim().to_string();
+            reader.error(span.start, format!("{key}: {why}"))
+        })?;
+        Ok(Some(Spanned::new(span, typed)))
+    }
+
+    /// `key`'s value, which every test has: missing, a mistake at the table's start.
+    pub(crate) fn required<T: serde::de::DeserializeOwned>(
+        &mut self,
+        reader: &Reader,
+        key: &str,
+        table_start: usize,
+    ) -> Result<Spanned<T>, MeshError> {
+        self.take(reader, key)?
+            .ok_or_else(|| reader.error(table_start, format!("a [[test]] needs a {key}")))
+    }
+
+    /// A time `key` in seconds, at its place (see [`Reader::seconds`]).
+    pub(crate) fn take_seconds(
+        &mut self,
+        reader: &Reader,
+        key: &str,
+        positive: bool,
+    ) -> Result<Option<Spanned<f64>>, MeshError> {
+        let Some(text) = self.take::<String>(reader, key)? else {
+            return Ok(None);
+        };
+        let seconds = reader.seconds(&text, key, positive)?;
+        Ok(Some(Spanned::new(text.span(), seconds)))
+    }
+
+    /// `duration`, in seconds: the length of one of the test's jobs, `default` unless
+    /// given.
+    pub(crate) fn duration(&mut self, reader: &Reader, default: f64) -> Result<f64, MeshError> {
+        Ok(self
+            .take_seconds(reader, "duration", true)?
+            .map_or(default, |d| *d.get_ref()))
+    }
+
+    /// `protocol`, for the kinds that run over TCP or UDP (TCP unless given).
+    pub(crate) fn take_transport(
+        &mut self,
+        reader: &Reader,
+    ) -> Result<Spanned<Transport>, MeshError> {
+        let Some(p) = self.take::<String>(reader, "protocol")? else {
+            return Ok(Spanned::new(0..0, Transport::Tcp));
+        };
+        let transport = match p.get_ref().as_str() {
+            "tcp" => Transport::Tcp,
+            "udp" => Transport::Udp,
+            other => return Err(reader.at(&p, format!("protocol '{other}' is not tcp or udp"))),
+        };
+        Ok(Spanned::new(p.span(), transport))
+    }
+
+    /// `key` refused with `why` where it is given: an option the kind has no use for
+    /// and a reason worth more than "not an option".
+    pub(crate) fn refuse(&self, reader: &Reader, key: &str, why: &str) -> Result<(), MeshError> {
+        match self.entries.get(key) {
+            Some((_, value)) => Err(reader.error(value.span().start, why)),
+            None => Ok(()),
+        }
+    }
+
+    /// The first key (in the file's order) no reader took: not an option of `run`.
+    pub(crate) fn refuse_the_rest(&self, reader: &Reader, run: &str) -> Result<(), MeshError> {
+        match self.entries.iter().min_by_key(|(_, (span, _))| span.start) {
+            Some((key, (span, _))) => Err(reader.error(
+                span.start,
+                format!("'{key}' is not an option of run = \"{run}\""),
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The longest interval or test a mesh may ask for: a week.
@@ -95,19 +174,6 @@ impl Reader<'_> {
             ));
         }
         Ok(seconds)
-    }
-}
-
-/// `'WHAT' is not an option of run = "RUN"`, at the value, when it is given.
-pub(crate) fn not_an_option(
-    reader: &Reader,
-    value: Option<&Spanned<String>>,
-    what: &str,
-    run: &str,
-) -> Result<(), MeshError> {
-    match value {
-        Some(v) => Err(reader.at(v, format!("'{what}' is not an option of run = \"{run}\""))),
-        None => Ok(()),
     }
 }
 

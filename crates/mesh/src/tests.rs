@@ -213,7 +213,8 @@ fn rpm_mistakes_in_a_mesh_file_are_one_line_too() {
         ),
         (
             good.replace("run = \"stream\"", "run = \"stream\"\ntls = false"),
-            "'tls' is an option of run = \"rpm\" only",
+            // Every kind takes its own options; what it leaves is refused at its place.
+            "14:1: 'tls' is not an option of run = \"stream\"",
         ),
     ];
     assert_one_line_errors(&cases);
@@ -281,7 +282,16 @@ fn mistakes_in_a_mesh_file_are_one_line_naming_the_place() {
         (
             good.replace("name = \"t\"", "name = \"t\"\ncolour = \"red\""),
             "unknown field `colour`",
+        ), // A key no reader of the test took, at its place; a value of the wrong type, named.
+        (
+            good.replace("duration = \"10s\"", "duraton = \"10s\""),
+            "'duraton' is not an option of run = \"stream\"",
         ),
+        (
+            good.replace("run = \"stream\"", "run = \"stream\"\nparallel = \"4\""),
+            "parallel: invalid type: string \"4\", expected u32",
+        ),
+        (good.replace("interval = \"1h\"\n", ""), "needs an interval"),
     ];
     assert_one_line_errors(&cases);
     // The position is the offending value's.
@@ -1101,9 +1111,14 @@ fn a_voip_test_calls_every_destinations_server_with_its_codec_and_marks() {
     let jobs = m.jobs();
     assert_eq!(jobs.len(), 2);
     for job in &jobs {
-        let plan::JobPlan::Source { kind: "voip", spec } = plan::job_plan(&m, job) else {
-            panic!("not a call");
+        let plan::JobPlan::Source {
+            kind: "client",
+            spec,
+        } = plan::job_plan(&m, job)
+        else {
+            panic!("not a client test");
         };
+        assert_eq!(spec["test"], "call");
         assert_eq!(spec["server"], m.hosts[job.dst].address.as_str());
         assert_eq!(spec["seconds"], 30.0);
         assert_eq!(spec["codec"], "g729a");

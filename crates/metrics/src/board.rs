@@ -417,6 +417,16 @@ pub fn figures_of(protocol: &str, document: &Document) -> Option<Figures> {
             ..Figures::default()
         });
     }
+    // A client test an agent ran (a stream): its goodput, counted at its receivers.
+    if let Document::Test(report) = document {
+        let stream = report.config.workload == linerate_report::model::Workload::Stream
+            && report.summary.call.is_none();
+        return stream.then(|| Figures {
+            goodput_bps: Some(report.summary.receiver_bps),
+            duration_s: report.summary.duration_s,
+            ..Figures::default()
+        });
+    }
     let Document::Profile(report) = document else {
         return None;
     };

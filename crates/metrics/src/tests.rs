@@ -117,6 +117,54 @@ fn the_board_keeps_each_series_newest_figures_and_adds_up_its_transactions() {
     assert_eq!((failed.totals.failed, failed.latest.measured()), (1, false));
 }
 
+/// A client test an agent ran (a mesh's QUIC stream) arrives as a test's own document:
+/// its goodput is what its receivers counted, as a profile's is.
+#[test]
+fn a_client_tests_stream_gives_the_board_its_receivers_goodput() {
+    use linerate_model::{StreamRequest, StreamTransport, TestConfig, TestKind, TestRequest};
+    let request = TestRequest::new(TestKind::Stream(StreamRequest {
+        direction: linerate_model::Direction::Forward,
+        rate_bps: None,
+        transport: StreamTransport::Quic {
+            length: None,
+            connection_per_flow: false,
+        },
+    }));
+    let here = linerate_model::Environment {
+        cpus: 2,
+        udp_length: Some(1472),
+    };
+    let config = TestConfig::resolve(&request, &here).unwrap();
+    let report = linerate_report::Report {
+        tool: "linerate test".into(),
+        test: config.test_name(),
+        started_at: 1.0,
+        config,
+        host: Default::default(),
+        intervals: Vec::new(),
+        flows: Vec::new(),
+        summary: linerate_report::Summary {
+            duration_s: 10.0,
+            receiver_bps: 3e8,
+            sender_bps: 3.1e8,
+            ..Default::default()
+        },
+        warnings: Vec::new(),
+        repetition: None,
+        copy: None,
+        observe: None,
+        interrupted: None,
+    };
+    let mut board = Board::default();
+    board.declare("q", Measure::Goodput);
+    let mut r = row("a", "b", "q", true, 3e8, 10.0);
+    r.protocol = "quic".into();
+    board.record(&r, Some(&Document::Test(Box::new(report))));
+    let series = &board.series[&Key::of(&r)];
+    assert_eq!(series.latest.goodput_bps, Some(3e8));
+    assert_eq!(series.latest.duration_s, Some(10.0));
+}
+
 /// A mesh's board takes a series' whole history when the series first appears, and never
 /// grows it again: a coordinator's memory is flat once its series exist. A server's board
 /// takes what each series holds.

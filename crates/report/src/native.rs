@@ -75,6 +75,11 @@ impl ResultKind for Report {
                     .collect();
                 (Some(worse), format!("MOS {}", ways.join(", ")))
             }
+            // A stream's goodput, counted at its receivers (a client test an agent ran).
+            (MeshHeadline::Goodput, None) if self.config.workload == Workload::Stream => (
+                Some(self.summary.receiver_bps),
+                crate::units::format_rate(self.summary.receiver_bps, Scale::Adaptive),
+            ),
             _ => (None, String::new()),
         }
     }

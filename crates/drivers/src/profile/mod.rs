@@ -9,7 +9,7 @@
 //! merged when they end.
 
 pub mod agent;
-mod call_job;
+mod client_job;
 mod conn;
 pub mod controller;
 mod exec;
@@ -28,7 +28,7 @@ pub use link::LinkPool;
 /// Every kind of job an agent runs as a mesh test's source, each with both of its sides
 /// in its module (`source_job::SourceKind`).
 pub static SOURCE_KINDS: &[&source_job::SourceKind] =
-    &[&stamp_job::KIND, &trace_job::KIND, &call_job::KIND];
+    &[&stamp_job::KIND, &trace_job::KIND, &client_job::KIND];
 
 /// The source kind called `name`.
 pub(crate) fn source_kind(name: &str) -> Option<&'static source_job::SourceKind> {

@@ -3,7 +3,8 @@
 //! the median of those times heads the result.
 
 use super::{profile_job, Context, JobPlan, JobSite, Kind, TestKind, Transport};
-use crate::reading::{not_an_option, transactions_per_second, MeshError, RawTest, Reader};
+use crate::model::DEFAULT_TEST_SECONDS;
+use crate::reading::{transactions_per_second, MeshError, Reader, TestTable};
 use linerate_model::measure::{Headline, Measure};
 use linerate_profile::Action as Op;
 
@@ -47,27 +48,20 @@ impl Kind for Connect {
 /// A connect test's options: rate (connections a second) and nothing of a transfer.
 pub(super) fn read(
     reader: &Reader,
-    raw: &RawTest,
-    context: &Context,
+    table: &mut TestTable,
+    _: &Context,
 ) -> Result<(TestKind, f64), MeshError> {
-    for (value, what) in [
-        (raw.size.as_ref(), "size"),
-        (raw.request.as_ref(), "request"),
-        (raw.response.as_ref(), "response"),
-    ] {
-        not_an_option(reader, value, what, "connect")?;
+    let protocol = table.take_transport(reader)?;
+    if *protocol.get_ref() == Transport::Udp {
+        return Err(reader.at(
+            &protocol,
+            "run = \"connect\" opens TCP connections: UDP has none",
+        ));
     }
-    if let Some(p) = &raw.parallel {
-        return Err(reader.at(p, "'parallel' is not an option of run = \"connect\""));
-    }
-    if context.protocol == Transport::Udp {
-        let at = raw.protocol.as_ref().expect("udp was given");
-        return Err(reader.at(at, "run = \"connect\" opens TCP connections: UDP has none"));
-    }
-    let per_second = match &raw.rate {
+    let per_second = match table.take::<String>(reader, "rate")? {
         Some(r) => Some(transactions_per_second(r.get_ref()).ok_or_else(|| {
             reader.at(
-                r,
+                &r,
                 format!(
                     "rate '{}' is not connections per second like \"10/s\" (from 0.01 to 1000000)",
                     r.get_ref()
@@ -76,7 +70,8 @@ pub(super) fn read(
         })?),
         None => None,
     };
-    Ok((TestKind::Connect(Connect { per_second }), context.seconds))
+    let seconds = table.duration(reader, DEFAULT_TEST_SECONDS)?;
+    Ok((TestKind::Connect(Connect { per_second }), seconds))
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 
 use super::rr::read_transactions;
 use super::{profile_job, Context, JobPlan, JobSite, Kind, TestKind, Transport};
-use crate::reading::{MeshError, RawTest, Reader};
+use crate::model::DEFAULT_TEST_SECONDS;
+use crate::reading::{MeshError, Reader, TestTable};
 use linerate_model::measure::{Headline, Measure};
 use linerate_profile::Action as Op;
 
@@ -56,14 +57,14 @@ impl Kind for Crr {
 
 pub(super) fn read(
     reader: &Reader,
-    raw: &RawTest,
+    table: &mut TestTable,
     context: &Context,
 ) -> Result<(TestKind, f64), MeshError> {
-    let (request, response, per_second) = read_transactions(reader, raw, context, "crr")?;
+    let (request, response, per_second) = read_transactions(reader, table, context, "crr")?;
     let kind = TestKind::Crr(Crr {
         request,
         response,
         per_second,
     });
-    Ok((kind, context.seconds))
+    Ok((kind, table.duration(reader, DEFAULT_TEST_SECONDS)?))
 }

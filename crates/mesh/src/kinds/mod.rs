@@ -3,8 +3,9 @@
 //! which way is worse) and what runs one of its jobs. The rest of the mesh crate, the
 //! coordinator, the board and the metrics ask a test's [`Kind`] and never name one.
 //!
-//! To add a kind: a module here with its options struct, its `read` and its `impl Kind`,
-//! and its line in [`KINDS`] and in [`TestKind`].
+//! To add a kind: a module here with its options struct, its `read` (which takes its
+//! options from the test's table: what it leaves is refused as not one of them) and its
+//! `impl Kind`, and its line in [`KINDS`] and in [`TestKind`].
 
 mod connect;
 mod crr;
@@ -27,7 +28,7 @@ pub use trace::{
 pub use voip::Voip;
 
 use crate::host::{Host, Transport};
-use crate::reading::{MeshError, RawTest, Reader};
+use crate::reading::{MeshError, Reader, TestTable};
 use linerate_model::marks::Marks;
 use linerate_model::measure::{Headline, Measure};
 use linerate_profile::{
@@ -97,6 +98,11 @@ pub trait Kind {
     /// Whether its jobs keep their hosts to themselves unless the file says otherwise
     /// (throughput: another test beside it would take its share).
     fn exclusive_by_default(&self) -> bool {
+        false
+    }
+    /// Whether it runs all the time, one window after another (STAMP): its interval is
+    /// its window unless the file gives a longer one.
+    fn runs_all_the_time(&self) -> bool {
         false
     }
     /// Whether it needs nothing of its destination but an address (a host that only
@@ -197,15 +203,15 @@ pub fn reflector_of(host: &Host, port: u16) -> String {
 pub(crate) struct Context<'a> {
     /// The test's name, for messages.
     pub name: &'a str,
-    /// `protocol`, where the kind takes tcp or udp.
-    pub protocol: Transport,
-    /// The test's `duration` (or its report window), seconds.
-    pub seconds: f64,
+    /// Its `run`, where a mistake of the test as a whole is shown.
+    pub run: &'a toml::Spanned<String>,
 }
 
-/// A kind's reader: its options from the test's table, and how long one of its jobs may
-/// take, seconds (its duration, unless the kind knows better).
-pub(crate) type ReadKind = fn(&Reader, &RawTest, &Context) -> Result<(TestKind, f64), MeshError>;
+/// A kind's reader: its options, taken from the test's table (a key it leaves is not one
+/// of its options, and the file refuses it), and how long one of its jobs may take,
+/// seconds (its duration, unless the kind knows better).
+pub(crate) type ReadKind =
+    fn(&Reader, &mut TestTable, &Context) -> Result<(TestKind, f64), MeshError>;
 
 /// Every kind, by its `run` name: the one table the mesh file is read through.
 pub(crate) const KINDS: &[(&str, ReadKind)] = &[

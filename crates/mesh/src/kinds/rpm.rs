@@ -2,7 +2,8 @@
 //! `linerate rpm` against the destination's, downloading and uploading over HTTP/2.
 
 use super::{Context, JobPlan, JobSite, Kind, TestKind, Transport};
-use crate::reading::{not_an_option, MeshError, RawTest, Reader};
+use crate::model::DEFAULT_RPM_LEG_SECONDS;
+use crate::reading::{MeshError, Reader, TestTable};
 use linerate_model::measure::{Headline, Measure};
 use std::time::Duration;
 
@@ -53,45 +54,40 @@ impl Kind for Rpm {
 /// An RPM test's options; its `duration` is each direction's limit.
 pub(super) fn read(
     reader: &Reader,
-    raw: &RawTest,
-    context: &Context,
+    table: &mut TestTable,
+    _: &Context,
 ) -> Result<(TestKind, f64), MeshError> {
-    let leg_s = context.seconds;
-    for (value, what) in [
-        (raw.size.as_ref(), "size"),
-        (raw.request.as_ref(), "request"),
-        (raw.response.as_ref(), "response"),
-        (raw.rate.as_ref(), "rate"),
-        (raw.protocol.as_ref(), "protocol"),
-    ] {
-        not_an_option(reader, value, what, "rpm")?;
-    }
-    if let Some(p) = &raw.parallel {
-        return Err(reader.at(
-            p,
-            "'parallel' is not an option of run = \"rpm\" (max_connections bounds its loads)",
-        ));
-    }
-    let max_connections = match &raw.max_connections {
+    table.refuse(
+        reader,
+        "parallel",
+        "'parallel' is not an option of run = \"rpm\" (max_connections bounds its loads)",
+    )?;
+    let max_connections = match table.take::<u32>(reader, "max_connections")? {
         Some(n) if (1..=64).contains(n.get_ref()) => *n.get_ref(),
         Some(n) => {
             return Err(reader.at(
-                n,
+                &n,
                 format!("max_connections {} must be between 1 and 64", n.get_ref()),
             ))
         }
         None => 16,
     };
-    if leg_s < 2.0 {
-        let at = raw.duration.as_ref().expect("a short duration was given");
-        return Err(reader.at(
-            at,
-            "an RPM test's duration (each direction's limit) must be at least 2 s",
-        ));
-    }
+    let leg_s = match table.take_seconds(reader, "duration", true)? {
+        Some(d) if *d.get_ref() < 2.0 => {
+            return Err(reader.at(
+                &d,
+                "an RPM test's duration (each direction's limit) must be at least 2 s",
+            ))
+        }
+        Some(d) => *d.get_ref(),
+        None => DEFAULT_RPM_LEG_SECONDS,
+    };
+    let tls = table
+        .take::<bool>(reader, "tls")?
+        .is_none_or(|t| *t.get_ref());
     let kind = TestKind::Rpm(Rpm {
         leg_s,
-        tls: raw.tls.unwrap_or(true),
+        tls,
         max_connections,
     });
     // Both directions and the set-up: what the schedule allows for a job.

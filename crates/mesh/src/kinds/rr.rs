@@ -2,9 +2,8 @@
 //! `crr` shares its options (its reader is here).
 
 use super::{profile_job, Context, JobPlan, JobSite, Kind, TestKind, Transport};
-use crate::reading::{
-    not_an_option, read_size, transactions_per_second, MeshError, RawTest, Reader,
-};
+use crate::model::DEFAULT_TEST_SECONDS;
+use crate::reading::{read_size, transactions_per_second, MeshError, Reader, TestTable};
 use linerate_model::measure::{Headline, Measure};
 use linerate_profile::Action as Op;
 
@@ -60,41 +59,37 @@ impl Kind for Rr {
 
 pub(super) fn read(
     reader: &Reader,
-    raw: &RawTest,
+    table: &mut TestTable,
     context: &Context,
 ) -> Result<(TestKind, f64), MeshError> {
-    let (request, response, per_second) = read_transactions(reader, raw, context, "rr")?;
+    let (request, response, per_second) = read_transactions(reader, table, context, "rr")?;
     let kind = TestKind::Rr(Rr {
-        protocol: context.protocol,
+        protocol: Transport::Tcp,
         request,
         response,
         per_second,
     });
-    Ok((kind, context.seconds))
+    Ok((kind, table.duration(reader, DEFAULT_TEST_SECONDS)?))
 }
 
 /// An rr or crr test's options (`run`): request, response and rate.
 pub(super) fn read_transactions(
     reader: &Reader,
-    raw: &RawTest,
+    table: &mut TestTable,
     context: &Context,
     run: &str,
 ) -> Result<(u64, u64, Option<f64>), MeshError> {
-    let (protocol, name) = (context.protocol, context.name);
-    not_an_option(reader, raw.size.as_ref(), "size", run)?;
-    if protocol == Transport::Udp {
+    let protocol = table.take_transport(reader)?;
+    if *protocol.get_ref() == Transport::Udp {
         return Err(reader.at(
-            raw.protocol.as_ref().expect("udp was given"),
-            format!("test '{name}': {run} over udp does not run in a mesh yet (a lost datagram would hold its thread to the end of the test); use tcp"),
+            &protocol,
+            format!("test '{}': {run} over udp does not run in a mesh yet (a lost datagram would hold its thread to the end of the test); use tcp", context.name),
         ));
     }
-    if let Some(p) = &raw.parallel {
-        return Err(reader.at(p, format!("'parallel' is not an option of run = \"{run}\"")));
-    }
-    let per_second = match &raw.rate {
+    let per_second = match table.take::<String>(reader, "rate")? {
         Some(r) => Some(transactions_per_second(r.get_ref()).ok_or_else(|| {
             reader.at(
-                r,
+                &r,
                 format!(
                     "rate '{}' is not transactions per second like \"10/s\" (from 0.01 to 1000000)",
                     r.get_ref()
@@ -104,8 +99,8 @@ pub(super) fn read_transactions(
         None => None,
     };
     let (request, response) = (
-        read_size(reader, &raw.request, "request", 1)?,
-        read_size(reader, &raw.response, "response", 1)?,
+        read_size(reader, &table.take(reader, "request")?, "request", 1)?,
+        read_size(reader, &table.take(reader, "response")?, "response", 1)?,
     );
     Ok((request, response, per_second))
 }

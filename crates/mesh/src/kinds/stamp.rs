@@ -3,9 +3,8 @@
 //! time: each job is one report window, and the next starts as it ends.
 
 use super::{reflector_of, Context, JobPlan, JobSite, Kind, TestKind, Transport};
-use crate::reading::{
-    not_an_option, read_dscp, transactions_per_second, MeshError, RawTest, Reader,
-};
+use crate::model::DEFAULT_STAMP_REPORT_SECONDS;
+use crate::reading::{read_dscp, transactions_per_second, MeshError, Reader, TestTable};
 use linerate_model::measure::{Headline, Measure};
 use linerate_model::units::parse_size;
 
@@ -29,6 +28,10 @@ pub struct Stamp {
 impl Kind for Stamp {
     fn run(&self) -> &'static str {
         "stamp"
+    }
+
+    fn runs_all_the_time(&self) -> bool {
+        true
     }
 
     fn transport(&self) -> Transport {
@@ -66,32 +69,27 @@ impl Kind for Stamp {
 /// dscp, port; its report window at least a second.
 pub(super) fn read(
     reader: &Reader,
-    raw: &RawTest,
-    context: &Context,
+    table: &mut TestTable,
+    _: &Context,
 ) -> Result<(TestKind, f64), MeshError> {
-    if context.seconds < 1.0 {
-        let at = raw
-            .report
-            .as_ref()
-            .expect("a short report window was given");
-        return Err(reader.at(at, "a STAMP report window must be at least 1 s"));
-    }
-    for (value, what) in [
-        (raw.request.as_ref(), "request"),
-        (raw.response.as_ref(), "response"),
-        (raw.protocol.as_ref(), "protocol"),
-    ] {
-        not_an_option(reader, value, what, "stamp")?;
-    }
-    if let Some(p) = &raw.parallel {
-        return Err(reader.at(p, "'parallel' is not an option of run = \"stamp\""));
-    }
-    let rate_pps = match &raw.rate {
+    table.refuse(
+        reader,
+        "duration",
+        "run = \"stamp\" runs all the time: give its window as report = \"1m\", not a duration",
+    )?;
+    let seconds = match table.take_seconds(reader, "report", true)? {
+        Some(r) if *r.get_ref() < 1.0 => {
+            return Err(reader.at(&r, "a STAMP report window must be at least 1 s"))
+        }
+        Some(r) => *r.get_ref(),
+        None => DEFAULT_STAMP_REPORT_SECONDS,
+    };
+    let rate_pps = match table.take::<String>(reader, "rate")? {
         Some(r) => transactions_per_second(r.get_ref())
             .filter(|r| (0.1..=MAX_STAMP_RATE).contains(r))
             .ok_or_else(|| {
                 reader.at(
-                    r,
+                    &r,
                     format!(
                         "rate '{}' is not probes a second like \"10/s\" (from 0.1 to {MAX_STAMP_RATE})",
                         r.get_ref()
@@ -100,7 +98,7 @@ pub(super) fn read(
             })?,
         None => 10.0,
     };
-    let size = match &raw.size {
+    let size = match table.take::<String>(reader, "size")? {
         Some(v) => Some(
             parse_size(v.get_ref())
                 .ok()
@@ -108,26 +106,23 @@ pub(super) fn read(
                 .map(|n| n as u16)
                 .ok_or_else(|| {
                     reader.at(
-                        v,
+                        &v,
                         format!("size '{}' must be from 44 to 9000 octets", v.get_ref()),
                     )
                 })?,
         ),
         None => None,
     };
-    let dscp = raw
-        .dscp
-        .as_ref()
-        .map(|d| read_dscp(reader, d))
+    let dscp = table
+        .take::<String>(reader, "dscp")?
+        .map(|d| read_dscp(reader, &d))
         .transpose()?;
+    let port = table.take::<u16>(reader, "port")?;
     let kind = TestKind::Stamp(Stamp {
         rate_pps,
         size,
         dscp,
-        port: raw
-            .port
-            .as_ref()
-            .map_or(DEFAULT_STAMP_PORT, |p| *p.get_ref()),
+        port: port.map_or(DEFAULT_STAMP_PORT, |p| *p.get_ref()),
     });
-    Ok((kind, context.seconds))
+    Ok((kind, seconds))
 }

@@ -1,7 +1,8 @@
 //! `run = "stream"`: bulk data from the source to the destination, TCP or paced UDP.
 
 use super::{profile_job, Context, JobPlan, JobSite, Kind, TestKind, Transport};
-use crate::reading::{not_an_option, read_size, MeshError, RawTest, Reader};
+use crate::model::DEFAULT_TEST_SECONDS;
+use crate::reading::{read_size, MeshError, Reader, TestTable};
 use linerate_model::measure::{Headline, Measure};
 use linerate_model::units::parse_rate;
 use linerate_profile::{Action as Op, Protocol};
@@ -62,34 +63,36 @@ impl Kind for Stream {
 /// A stream test's options.
 pub(super) fn read(
     reader: &Reader,
-    raw: &RawTest,
+    table: &mut TestTable,
     context: &Context,
 ) -> Result<(TestKind, f64), MeshError> {
-    let (protocol, name) = (context.protocol, context.name);
-    not_an_option(reader, raw.request.as_ref(), "request", "stream")?;
-    not_an_option(reader, raw.response.as_ref(), "response", "stream")?;
-    let rate_bps = match &raw.rate {
+    let protocol = *table.take_transport(reader)?.get_ref();
+    let seconds = table.duration(reader, DEFAULT_TEST_SECONDS)?;
+    let rate_bps = match table.take::<String>(reader, "rate")? {
         Some(r) => Some(
             parse_rate(r.get_ref())
                 .ok()
                 .filter(|&bps| bps > 0)
                 .ok_or_else(|| {
-                    reader.at(r, format!("rate '{}' is not a rate like 100M", r.get_ref()))
+                    reader.at(
+                        &r,
+                        format!("rate '{}' is not a rate like 100M", r.get_ref()),
+                    )
                 })?,
         ),
         None => None,
     };
     if protocol == Transport::Udp && rate_bps.is_none() {
         return Err(reader.at(
-            &raw.run,
-            format!("test '{name}': a UDP stream needs a rate (rate = \"100M\"): unpaced datagrams measure only what the sender's host drops"),
+            context.run,
+            format!("test '{}': a UDP stream needs a rate (rate = \"100M\"): unpaced datagrams measure only what the sender's host drops", context.name),
         ));
     }
-    let parallel = match &raw.parallel {
+    let parallel = match table.take::<u32>(reader, "parallel")? {
         Some(p) if (1..=64).contains(p.get_ref()) => *p.get_ref(),
         Some(p) => {
             return Err(reader.at(
-                p,
+                &p,
                 format!("parallel {} must be between 1 and 64", p.get_ref()),
             ))
         }
@@ -99,9 +102,10 @@ pub(super) fn read(
         Transport::Tcp => linerate_model::DEFAULT_TCP_LENGTH,
         Transport::Udp => 1400,
     };
-    let size = read_size(reader, &raw.size, "size", default_size)?;
+    let given = table.take::<String>(reader, "size")?;
+    let size = read_size(reader, &given, "size", default_size)?;
     if protocol == Transport::Udp && size > 65_507 {
-        let at = raw.size.as_ref().expect("a UDP size over 65507 was given");
+        let at = given.as_ref().expect("a UDP size over 65507 was given");
         return Err(reader.at(at, format!("size {size} does not fit one UDP datagram")));
     }
     let kind = TestKind::Stream(Stream {
@@ -110,5 +114,5 @@ pub(super) fn read(
         rate_bps,
         size,
     });
-    Ok((kind, context.seconds))
+    Ok((kind, seconds))
 }

@@ -3,7 +3,7 @@
 //! list kept, and a change from the pair's last trace told.
 
 use super::{address_of, trace_source_port, Context, JobPlan, JobSite, Kind, TestKind, Transport};
-use crate::reading::{not_an_option, MeshError, RawTest, Reader};
+use crate::reading::{MeshError, Reader, TestTable};
 use linerate_model::measure::{Headline, Measure};
 use linerate_model::TraceProbe;
 
@@ -80,30 +80,30 @@ impl Kind for Trace {
 /// max_hops (1 to 64), port.
 pub(super) fn read(
     reader: &Reader,
-    raw: &RawTest,
+    table: &mut TestTable,
     _: &Context,
 ) -> Result<(TestKind, f64), MeshError> {
-    for (value, what) in [
-        (raw.request.as_ref(), "request"),
-        (raw.response.as_ref(), "response"),
-        (raw.rate.as_ref(), "rate"),
-        (raw.size.as_ref(), "size"),
-    ] {
-        not_an_option(reader, value, what, "trace")?;
-    }
-    let probe = match raw.protocol.as_ref().map(|p| (p, p.get_ref().as_str())) {
-        None | Some((_, "udp")) => TraceProbe::Udp,
-        Some((_, "tcp")) => TraceProbe::Tcp,
-        Some((_, "icmp")) => TraceProbe::Icmp,
-        Some((p, other)) => {
-            return Err(reader.at(p, format!("protocol '{other}' is not udp, tcp or icmp")))
-        }
+    table.refuse(
+        reader,
+        "duration",
+        "run = \"trace\" ends when its probes are answered: it has no duration",
+    )?;
+    let probe = match table.take::<String>(reader, "protocol")? {
+        None => TraceProbe::Udp,
+        Some(p) => match p.get_ref().as_str() {
+            "udp" => TraceProbe::Udp,
+            "tcp" => TraceProbe::Tcp,
+            "icmp" => TraceProbe::Icmp,
+            other => {
+                return Err(reader.at(&p, format!("protocol '{other}' is not udp, tcp or icmp")))
+            }
+        },
     };
-    let flows = match &raw.parallel {
+    let flows = match table.take::<u32>(reader, "parallel")? {
         Some(p) if (1..=u32::from(MAX_TRACE_FLOWS)).contains(p.get_ref()) => *p.get_ref() as u16,
         Some(p) => {
             return Err(reader.at(
-                p,
+                &p,
                 format!(
                     "parallel {} must be between 1 and {MAX_TRACE_FLOWS} (the flows a trace sends)",
                     p.get_ref()
@@ -112,11 +112,11 @@ pub(super) fn read(
         }
         None => 1,
     };
-    let max_hops = match &raw.max_hops {
+    let max_hops = match table.take::<u8>(reader, "max_hops")? {
         Some(h) if (1..=MAX_TRACE_HOPS).contains(h.get_ref()) => *h.get_ref(),
         Some(h) => {
             return Err(reader.at(
-                h,
+                &h,
                 format!(
                     "max_hops {} must be between 1 and {MAX_TRACE_HOPS}",
                     h.get_ref()
@@ -125,15 +125,18 @@ pub(super) fn read(
         }
         None => DEFAULT_TRACE_HOPS,
     };
-    if let (TraceProbe::Icmp, Some(p)) = (probe, &raw.port) {
+    let port = table.take::<u16>(reader, "port")?;
+    if let (TraceProbe::Icmp, Some(p)) = (probe, &port) {
         return Err(reader.at(p, "'port' is for udp and tcp probes; ICMP echo has none"));
     }
-    let mtu = raw.mtu.as_ref().is_some_and(|m| *m.get_ref());
+    let mtu = table
+        .take::<bool>(reader, "mtu")?
+        .is_some_and(|m| *m.get_ref());
     let kind = TestKind::Trace(Trace {
         probe,
         flows,
         max_hops,
-        port: raw.port.as_ref().map(|p| *p.get_ref()),
+        port: port.map(|p| *p.get_ref()),
         mtu,
     });
     // Its longest: every probe sent, the last one's wait, a second's set-up.

@@ -5,7 +5,8 @@
 //! series of its own, held to the mesh's `mos_below` over its `mos_for`.
 
 use super::{Context, JobPlan, JobSite, Kind, TestKind, Transport};
-use crate::reading::{not_an_option, MeshError, RawTest, Reader};
+use crate::model::DEFAULT_TEST_SECONDS;
+use crate::reading::{MeshError, Reader, TestTable};
 use linerate_model::call::{CallSettings, Codec, DEFAULT_JITTER_BUFFER_MS};
 use linerate_model::measure::{Headline, Measure};
 
@@ -36,12 +37,13 @@ impl Kind for Voip {
     }
 
     fn plan(&self, site: &JobSite) -> JobPlan {
-        // What the agent's call job reads (drivers' `call_job::Spec`).
+        // What the agent's client job reads (drivers' `client_job::Spec`).
         JobPlan::Source {
-            kind: self.run(),
+            kind: "client",
             spec: serde_json::json!({
                 "server": site.dst.address,
                 "seconds": site.seconds,
+                "test": "call",
                 "codec": self.call.codec,
                 "jitter_buffer_ms": self.call.jitter_buffer_ms,
                 "marks": site.marks,
@@ -54,48 +56,40 @@ impl Kind for Voip {
 /// jitter buffer (`"60ms"`, at most a second); its length is the test's duration.
 pub(super) fn read(
     reader: &Reader,
-    raw: &RawTest,
-    context: &Context,
+    table: &mut TestTable,
+    _: &Context,
 ) -> Result<(TestKind, f64), MeshError> {
-    for (value, what) in [
-        (raw.size.as_ref(), "size"),
-        (raw.request.as_ref(), "request"),
-        (raw.response.as_ref(), "response"),
-        (raw.rate.as_ref(), "rate"),
-        (raw.protocol.as_ref(), "protocol"),
-    ] {
-        not_an_option(reader, value, what, "voip")?;
-    }
-    if let Some(p) = &raw.parallel {
-        return Err(reader.at(
-            p,
-            "'parallel' is not an option of run = \"voip\": a call is one",
-        ));
-    }
-    if context.seconds < 1.0 {
-        let at = raw.duration.as_ref().expect("a short duration was given");
-        return Err(reader.at(at, "a call must last at least 1 s"));
-    }
-    let codec = match &raw.codec {
+    table.refuse(
+        reader,
+        "parallel",
+        "'parallel' is not an option of run = \"voip\": a call is one",
+    )?;
+    let seconds = match table.take_seconds(reader, "duration", true)? {
+        Some(d) if *d.get_ref() < 1.0 => return Err(reader.at(&d, "a call must last at least 1 s")),
+        Some(d) => *d.get_ref(),
+        None => DEFAULT_TEST_SECONDS,
+    };
+    let codec = match table.take::<String>(reader, "codec")? {
         Some(c) => Codec::parse(c.get_ref()).ok().ok_or_else(|| {
             let names: Vec<&str> = Codec::ALL.iter().map(|c| c.name()).collect();
             reader.at(
-                c,
+                &c,
                 format!("codec '{}' is not one of {}", c.get_ref(), names.join(", ")),
             )
         })?,
         None => Codec::G711,
     };
-    let jitter_buffer_ms = match &raw.jitter_buffer {
+    let buffer = table.take::<String>(reader, "jitter_buffer")?;
+    let jitter_buffer_ms = match &buffer {
         Some(j) => (reader.seconds(j, "jitter_buffer", false)? * 1000.0).round() as u32,
         None => DEFAULT_JITTER_BUFFER_MS,
     };
     let call = CallSettings::checked(codec, jitter_buffer_ms).map_err(|_| {
-        let at = raw.jitter_buffer.as_ref().expect("a long buffer was given");
+        let at = buffer.as_ref().expect("a long buffer was given");
         reader.at(
             at,
             format!("jitter_buffer '{}' must be at most 1s", at.get_ref()),
         )
     })?;
-    Ok((TestKind::Voip(Voip { call }), context.seconds))
+    Ok((TestKind::Voip(Voip { call }), seconds))
 }

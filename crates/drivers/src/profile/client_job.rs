@@ -1,10 +1,13 @@
-//! A call from an agent (a mesh's `run = "voip"`): the controller asks the source's agent
-//! to call the destination's linerate server, as `linerate app --pattern voip` does: a
-//! codec frame each way every 20 ms, both ways at once, each way counted where it arrives
-//! and scored by the E-model. The agent runs the test on a thread of its own and answers
-//! with its report.
+//! A linerate client test from an agent: the controller asks the source's agent to run,
+//! against the destination's linerate server, the client test a mesh kind asks (a call,
+//! as `linerate app --pattern voip` makes one), and the agent runs it on a thread of its
+//! own and answers with its report, which the controller holds to what was asked.
 //!
-//! Nobody is called on a name alone: with a key the destination is any linerate server
+//! A mesh kind whose jobs are a client test plans a `source` job of kind "client" and
+//! adds its test here: a variant of [`ClientTest`] (its options, bounded as they are
+//! read), the request it is, the most it sends and what its report must hold.
+//!
+//! Nobody is tested on a name alone: with a key the destination is any linerate server
 //! that proves it (the test's handshake requires the proof of the server as of the
 //! client); without one, only the requester's own address, as a profile's peers.
 
@@ -25,40 +28,126 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A call as a request carries it, each value bounded where it is decoded.
+/// A client test as a request carries it, each value bounded where it is decoded.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Spec {
     /// The destination's server: `host:port`, as the mesh file names its agent.
     server: PeerText,
     seconds: Seconds,
-    codec: Codec,
-    jitter_buffer_ms: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     marks: Option<Marks>,
+    #[serde(flatten)]
+    test: ClientTest,
+}
+
+/// The client tests a mesh kind may ask of an agent, by `test`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "test", rename_all = "snake_case")]
+enum ClientTest {
+    /// A call both ways, scored each way by the E-model (a mesh's `run = "voip"`).
+    Call { codec: Codec, jitter_buffer_ms: u32 },
+}
+
+impl ClientTest {
+    /// What logs and refusals call it.
+    fn what(&self) -> &'static str {
+        match self {
+            ClientTest::Call { .. } => "call",
+        }
+    }
+
+    /// Its values within their bounds, or why not.
+    fn check(&self) -> Result<(), String> {
+        match self {
+            ClientTest::Call {
+                codec,
+                jitter_buffer_ms,
+            } => CallSettings::checked(*codec, *jitter_buffer_ms).map(|_| ()),
+        }
+    }
+
+    /// The test it is, as the command line asks it.
+    fn kind(&self) -> TestKind {
+        match self {
+            ClientTest::Call {
+                codec,
+                jitter_buffer_ms,
+            } => TestKind::Stream(StreamRequest {
+                direction: Direction::Bidir,
+                rate_bps: None,
+                transport: StreamTransport::Call(CallSettings {
+                    codec: *codec,
+                    jitter_buffer_ms: *jitter_buffer_ms,
+                }),
+            }),
+        }
+    }
+
+    /// The most it sends each way, bits a second: held to the agent's `--max-rate`.
+    fn most_bps(&self) -> u64 {
+        match self {
+            ClientTest::Call {
+                codec,
+                jitter_buffer_ms,
+            } => {
+                let settings = CallSettings {
+                    codec: *codec,
+                    jitter_buffer_ms: *jitter_buffer_ms,
+                };
+                settings.pps() * codec.datagram_bytes() * 8
+            }
+        }
+    }
+
+    /// Whether `report` is what a run of this test for `seconds` can be: for a call, its
+    /// codec, its two ways, no more datagrams each way than it sends (twice over, for a
+    /// clock that ran fast), no more late than received.
+    fn holds(&self, report: &Report, seconds: f64) -> Result<(), String> {
+        match self {
+            ClientTest::Call {
+                codec,
+                jitter_buffer_ms,
+            } => {
+                let Some(call) = report.summary.call.as_ref() else {
+                    return Err("a call report without the call's scores".into());
+                };
+                let settings = CallSettings {
+                    codec: *codec,
+                    jitter_buffer_ms: *jitter_buffer_ms,
+                };
+                let most = 2 * (seconds.ceil() as u64 + 1) * settings.pps();
+                let out_of_bounds = call.codec != *codec
+                    || call.ways.len() != 2
+                    || call
+                        .ways
+                        .iter()
+                        .any(|w| w.received.saturating_add(w.lost) > most || w.late > w.received)
+                    || report.flows.len() > 2;
+                match out_of_bounds {
+                    true => Err(format!(
+                        "a call report out of bounds: {} ways, {} flows (asked a {} call of {seconds} s)",
+                        call.ways.len(),
+                        report.flows.len(),
+                        codec.name(),
+                    )),
+                    false => Ok(()),
+                }
+            }
+        }
+    }
 }
 
 impl Spec {
     fn read(spec: &serde_json::Value) -> Result<Spec, String> {
         let spec = Spec::deserialize(spec)
-            .map_err(|e| format!("a call request that does not read: {e}"))?;
-        CallSettings::checked(spec.codec, spec.jitter_buffer_ms)?;
+            .map_err(|e| format!("a client test request that does not read: {e}"))?;
+        spec.test.check()?;
         Ok(spec)
     }
 
-    fn settings(&self) -> CallSettings {
-        CallSettings {
-            codec: self.codec,
-            jitter_buffer_ms: self.jitter_buffer_ms,
-        }
-    }
-
-    /// The test this call is, as `linerate app --pattern voip` asks it.
+    /// The request this test is, as the command line asks it.
     fn request(&self, source: Option<linerate_model::Source>) -> TestRequest {
-        let mut request = TestRequest::new(TestKind::Stream(StreamRequest {
-            direction: Direction::Bidir,
-            rate_bps: None,
-            transport: StreamTransport::Call(self.settings()),
-        }));
+        let mut request = TestRequest::new(self.test.kind());
         request.target = Some(self.server.as_str().to_string());
         request.time_s = self.seconds.get();
         // One report for the window: a mesh row needs no intervals.
@@ -70,61 +159,45 @@ impl Spec {
     }
 }
 
-/// A call asked of this agent, before it runs.
-struct CallJob {
+/// A client test asked of this agent, before it runs.
+struct ClientJob {
     spec: Spec,
     source: Option<linerate_model::Source>,
 }
 
-/// A call as a kind of source job: a call both ways between the source and the
-/// destination's server, scored each way.
+/// A client test as a kind of source job.
 pub static KIND: SourceKind = SourceKind {
-    name: "voip",
-    what: "call",
+    name: "client",
+    what: "client test",
     read: |asked: Asked| {
-        Ok(Box::new(CallJob {
+        Ok(Box::new(ClientJob {
             spec: Spec::read(&asked.spec)?,
             source: asked.source,
         }))
     },
     heartbeat: None,
-    // The call, its drain and the exchange of both sides' results, set-up; past it the
+    // The test, its drain and the exchange of both sides' results, set-up; past it the
     // run is abandoned.
     limit: |spec| Ok(Spec::read(spec)?.seconds.duration() + Duration::from_secs(30)),
     answer: |spec, report, target| {
         let spec = Spec::read(spec)?;
         let report = Report::deserialize(report)
-            .map_err(|e| format!("a call report that does not read: {e}"))?;
+            .map_err(|e| format!("a {} report that does not read: {e}", spec.test.what()))?;
         let mut report = within_bounds(report, &spec)?;
         report.config.target = target.to_string();
         Ok(Document::Test(Box::new(report)))
     },
 };
 
-/// An agent's report, checked against what was asked: a call of the asked codec, its two
-/// ways, no more datagrams each way than the call sends (twice over, for a clock that
-/// ran fast); its words made printable and few.
+/// An agent's report, checked against what was asked: what its test's report can hold,
+/// its intervals few; its words made printable and few.
 fn within_bounds(mut report: Report, spec: &Spec) -> Result<Report, String> {
-    let Some(call) = report.summary.call.as_ref() else {
-        return Err("a call report without the call's scores".into());
-    };
-    let most = 2 * (spec.seconds.get().ceil() as u64 + 1) * spec.settings().pps();
-    let out_of_bounds = call.codec != spec.codec
-        || call.ways.len() != 2
-        || call
-            .ways
-            .iter()
-            .any(|w| w.received.saturating_add(w.lost) > most || w.late > w.received)
-        || report.flows.len() > 2
-        || report.intervals.len() > 1_000;
-    if out_of_bounds {
+    spec.test.holds(&report, spec.seconds.get())?;
+    if report.intervals.len() > 1_000 {
         return Err(format!(
-            "a call report out of bounds: {} ways, {} flows, {} intervals (asked a {} call of {} s)",
-            call.ways.len(),
-            report.flows.len(),
-            report.intervals.len(),
-            spec.codec.name(),
-            spec.seconds.get()
+            "a {} report of {} intervals",
+            spec.test.what(),
+            report.intervals.len()
         ));
     }
     // Its words reach rows, logs and terminals: cut and escaped as every peer's text is.
@@ -135,25 +208,24 @@ fn within_bounds(mut report: Report, spec: &Spec) -> Result<Report, String> {
     Ok(report)
 }
 
-impl SourceJob for CallJob {
+impl SourceJob for ClientJob {
     fn what(&self) -> &'static str {
-        "call"
+        self.spec.test.what()
     }
 
     fn check(&self, bounds: &Bounds) -> Result<(), String> {
         super::source_job::check_source(self.source.as_ref())?;
-        let seconds = self.spec.seconds.get();
+        let (what, seconds) = (self.spec.test.what(), self.spec.seconds.get());
         if seconds > bounds.max_duration_s {
             return Err(format!(
-                "a call of {seconds:.0} s is longer than this server's {:.0} s (--max-duration)",
+                "a {what} of {seconds:.0} s is longer than this server's {:.0} s (--max-duration)",
                 bounds.max_duration_s
             ));
         }
-        let settings = self.spec.settings();
-        let rate = settings.pps() * settings.codec.datagram_bytes() * 8;
+        let rate = self.spec.test.most_bps();
         match bounds.max_rate_bps {
             Some(most) if rate > most => Err(format!(
-                "a call sends {rate} bit/s, above this server's {most} bit/s (--max-rate)"
+                "a {what} sends {rate} bit/s, above this server's {most} bit/s (--max-rate)"
             )),
             _ => Ok(()),
         }
@@ -166,6 +238,7 @@ impl SourceJob for CallJob {
         stop: Arc<AtomicBool>,
     ) -> Result<Box<dyn SourceRun>, SourceError> {
         let server = self.spec.server.as_str().to_string();
+        let what = self.spec.test.what();
         let failed = |reason: String| SourceError {
             reason,
             unreachable: None,
@@ -182,21 +255,18 @@ impl SourceJob for CallJob {
         options.key = key;
         let (tell, outcome) = mpsc::channel();
         std::thread::Builder::new()
-            .name("agent-call".into())
+            .name(format!("agent-{what}"))
             .spawn(move || {
                 let result = crate::client::run(addr, &options, &stop, &mut |_| {}).map_err(|e| {
                     SourceError {
-                        reason: format!("call to {server}: {e}"),
+                        reason: format!("{what} to {server}: {e}"),
                         unreachable: None,
                     }
                 });
                 let _ = tell.send(result);
             })
-            .map_err(|e| failed(format!("cannot start a call: {e}")))?;
-        Ok(Box::new(super::source_job::ThreadRun {
-            what: "call",
-            outcome,
-        }))
+            .map_err(|e| failed(format!("cannot start a {what}: {e}")))?;
+        Ok(Box::new(super::source_job::ThreadRun { what, outcome }))
     }
 }
 
@@ -210,8 +280,8 @@ mod tests {
     fn a_call_spec_is_bounded_where_it_is_read() {
         let asked = |seconds: f64, codec: &str, buffer: u32| {
             Spec::read(&serde_json::json!({
-                "server": "192.0.2.1:5201", "seconds": seconds, "codec": codec,
-                "jitter_buffer_ms": buffer,
+                "server": "192.0.2.1:5201", "seconds": seconds, "test": "call",
+                "codec": codec, "jitter_buffer_ms": buffer,
             }))
         };
         assert!(asked(0.0, "g711", 60).is_err());
@@ -242,7 +312,7 @@ mod tests {
     #[test]
     fn a_call_report_beyond_what_was_asked_is_refused() {
         let spec = Spec::read(&serde_json::json!({
-            "server": "127.0.0.1:5201", "seconds": 1.0, "codec": "g711",
+            "server": "127.0.0.1:5201", "seconds": 1.0, "test": "call", "codec": "g711",
             "jitter_buffer_ms": 60,
         }))
         .unwrap();
