@@ -3859,6 +3859,117 @@ mos_for = "10s"
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// QUIC streams in a mesh (`run = "quic"`), over the lab at 100 Mbit/s with 10 ms each
+/// way: a's agent runs two streams to b's server each cycle; each row heads the goodput
+/// b's server counted, and what the receivers counted over both cycles is the emulator's
+/// own count of the bytes it passed that way, less QUIC's, UDP's, IP's and Ethernet's
+/// headers (and any frames the queue dropped and QUIC sent again).
+#[test]
+fn a_mesh_runs_quic_streams_between_its_hosts_and_counts_what_the_emulator_passed() {
+    let test = "a_mesh_runs_quic_streams_between_its_hosts_and_counts_what_the_emulator_passed";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("meshquic");
+    let _lab = lab_up(&name, &["--delay", "10ms", "--rate", "100M"]);
+    let dir = std::env::temp_dir().join(format!("lr-meshquic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("mesh.key");
+    std::fs::write(&key, "the QUIC mesh's shared key, for this test\n").unwrap();
+    let key = key.to_str().unwrap();
+    let serve = [binary(), "--no-store", "serve", "--key", key];
+    let _a = lab_spawn(&name, "client", &serve);
+    let _b = lab_spawn(&name, "server", &serve);
+    std::thread::sleep(Duration::from_millis(1500));
+    let file = dir.join("mesh.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"name = "quic"
+key = "{key}"
+[[host]]
+name = "a"
+address = "10.77.0.1"
+[[host]]
+name = "b"
+address = "10.77.0.2"
+[[test]]
+name = "q"
+run = "quic"
+parallel = 2
+duration = "5s"
+interval = "8s"
+[[group]]
+name = "one"
+shape = "pairs"
+pairs = [["a", "b"]]
+directions = "one"
+tests = ["q"]
+"#
+        ),
+    )
+    .unwrap();
+    let db = dir.join("results.db");
+    let before = emulator_status(&name);
+    let out = lab_mesh_run(&name, &db, &file, 2);
+    // The status file is written every second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = emulator_status(&name);
+    let passed_bytes = num(&after, "/directions/0/counters/passed_bytes")
+        - num(&before, "/directions/0/counters/passed_bytes");
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l.get("src").is_some())
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    let mut received = 0.0;
+    for row in &rows {
+        assert_eq!(row["ok"], true, "{row}");
+        assert_eq!(row["protocol"], "quic", "{row}");
+        let id = row["run_id"].as_i64().expect("a stored run").to_string();
+        let shown = lab(&[
+            "exec",
+            "--name",
+            &name,
+            "client",
+            "--",
+            binary(),
+            "--db",
+            db.to_str().unwrap(),
+            "show",
+            &id,
+            "--json",
+        ]);
+        assert!(shown.status.success(), "{}", stderr(&shown));
+        let doc: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+        assert_eq!(doc["summary"]["flows"], 2, "{}", doc["summary"]);
+        let goodput = num(&doc, "/summary/receiver_bps");
+        // The row heads what b's server counted, and the path carries no more.
+        assert_eq!(row["headline"].as_f64(), Some(goodput), "{row}");
+        assert!(goodput > 50e6 && goodput < 100e6, "{row}");
+        // Unpaced, the sender hands QUIC more than the path drains in the window: the
+        // rest arrives after it, counted in the receivers' total (the figure compared
+        // below), not in the goodput.
+        eprintln!(
+            "row: {:.2} Mbit/s; {} bytes in the window, {} in all",
+            goodput / 1e6,
+            doc["summary"]["receiver_bytes"],
+            doc["summary"]["receiver_bytes_total"]
+        );
+        received += num(&doc, "/summary/receiver_bytes_total");
+    }
+    let share = received / passed_bytes;
+    eprintln!(
+        "QUIC in a mesh: the receivers counted {:.1} MB, the emulator passed {:.1} MB that way: {share:.3}",
+        received / 1e6,
+        passed_bytes / 1e6
+    );
+    assert!((0.85..=1.0).contains(&share), "{share}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The first interval (its end, seconds from the first data) at which a copy's receiver
 /// goodput reached `level` bit/s.
 fn ramp_to(doc: &serde_json::Value, level: f64) -> Option<f64> {

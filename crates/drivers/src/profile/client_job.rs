@@ -46,13 +46,24 @@ struct Spec {
 enum ClientTest {
     /// A call both ways, scored each way by the E-model (a mesh's `run = "voip"`).
     Call { codec: Codec, jitter_buffer_ms: u32 },
+    /// Bulk data over QUIC, `parallel` streams on one connection, unpaced (a mesh's
+    /// `run = "quic"`).
+    Quic { parallel: u32 },
 }
+
+/// The most streams a QUIC test asks (the mesh file's bound).
+const MAX_QUIC_STREAMS: u32 = 64;
+
+/// The most a receiver can count, bits a second: above any link a host has today, so
+/// that a report claiming more is a lie, not a fast path.
+const MOST_BPS: f64 = 1.6e12;
 
 impl ClientTest {
     /// What logs and refusals call it.
     fn what(&self) -> &'static str {
         match self {
             ClientTest::Call { .. } => "call",
+            ClientTest::Quic { .. } => "QUIC stream",
         }
     }
 
@@ -63,6 +74,12 @@ impl ClientTest {
                 codec,
                 jitter_buffer_ms,
             } => CallSettings::checked(*codec, *jitter_buffer_ms).map(|_| ()),
+            ClientTest::Quic { parallel } => match (1..=MAX_QUIC_STREAMS).contains(parallel) {
+                true => Ok(()),
+                false => Err(format!(
+                    "a QUIC test of {parallel} streams (1 to {MAX_QUIC_STREAMS})"
+                )),
+            },
         }
     }
 
@@ -80,6 +97,25 @@ impl ClientTest {
                     jitter_buffer_ms: *jitter_buffer_ms,
                 }),
             }),
+            ClientTest::Quic { .. } => TestKind::Stream(StreamRequest {
+                direction: Direction::Forward,
+                rate_bps: Some(0),
+                transport: StreamTransport::Quic {
+                    length: None,
+                    connection_per_flow: false,
+                },
+            }),
+        }
+    }
+
+    /// How it sets the request's flows and encryption (QUIC's TLS 1.3 inside).
+    fn shape(&self, request: &mut TestRequest) {
+        if let ClientTest::Quic { parallel } = self {
+            request.parallel = *parallel;
+            request.tls = Some(linerate_model::TlsSettings {
+                cipher: linerate_model::DEFAULT_CIPHER.into(),
+                ktls: false,
+            });
         }
     }
 
@@ -96,6 +132,8 @@ impl ClientTest {
                 };
                 settings.pps() * codec.datagram_bytes() * 8
             }
+            // Unpaced: as much as the path takes.
+            ClientTest::Quic { .. } => u64::MAX,
         }
     }
 
@@ -133,6 +171,24 @@ impl ClientTest {
                     false => Ok(()),
                 }
             }
+            ClientTest::Quic { parallel } => {
+                let summary = &report.summary;
+                let out_of_bounds = report.config.workload
+                    != linerate_report::model::Workload::Stream
+                    || summary.call.is_some()
+                    || summary.flows > *parallel
+                    || report.flows.len() > *parallel as usize
+                    || !(0.0..=MOST_BPS).contains(&summary.receiver_bps)
+                    || summary.receiver_bytes as f64 > MOST_BPS / 8.0 * (seconds + 1.0)
+                    || !(0.0..=seconds * 2.0 + 1.0).contains(&summary.duration_s);
+                match out_of_bounds {
+                    true => Err(format!(
+                        "a QUIC stream report out of bounds: {} flows, {:.0} bit/s over {:.1} s (asked {parallel} streams for {seconds} s)",
+                        summary.flows, summary.receiver_bps, summary.duration_s
+                    )),
+                    false => Ok(()),
+                }
+            }
         }
     }
 }
@@ -148,7 +204,19 @@ impl Spec {
     /// The request this test is, as the command line asks it.
     fn request(&self, source: Option<linerate_model::Source>) -> TestRequest {
         let mut request = TestRequest::new(self.test.kind());
-        request.target = Some(self.server.as_str().to_string());
+        self.test.shape(&mut request);
+        // The host as a name (QUIC's and TLS's server name), its port apart.
+        let server = self.server.as_str();
+        match server.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>())) {
+            // A bare IPv6 address has colons of its own: only a bracketed one has a port.
+            Some((host, Ok(port)))
+                if !host.is_empty() && (!host.contains(':') || host.starts_with('[')) =>
+            {
+                request.target = Some(host.trim_matches(['[', ']']).to_string());
+                request.port = port;
+            }
+            _ => request.target = Some(server.to_string()),
+        }
         request.time_s = self.seconds.get();
         // One report for the window: a mesh row needs no intervals.
         request.interval_s = 0.0;
@@ -224,6 +292,9 @@ impl SourceJob for ClientJob {
         }
         let rate = self.spec.test.most_bps();
         match bounds.max_rate_bps {
+            Some(most) if rate == u64::MAX => Err(format!(
+                "a {what} is unpaced, and this server sends at most {most} bit/s (--max-rate)"
+            )),
             Some(most) if rate > most => Err(format!(
                 "a {what} sends {rate} bit/s, above this server's {most} bit/s (--max-rate)"
             )),
@@ -291,7 +362,13 @@ mod tests {
         assert!(asked(10.0, "g711", 3_600_000).is_err());
         let spec = asked(10.0, "g729a", 40).unwrap();
         let request = spec.request(None);
-        assert_eq!(request.target.as_deref(), Some("192.0.2.1:5201"));
+        assert_eq!(request.target.as_deref(), Some("192.0.2.1"));
+        assert_eq!(request.port, 5201);
+        for (server, target) in [("[fd00::1]:5202", "fd00::1"), ("fd00::1", "fd00::1")] {
+            let mut v6 = spec.clone();
+            v6.server = serde_json::from_value(serde_json::json!(server)).unwrap();
+            assert_eq!(v6.request(None).target.as_deref(), Some(target), "{server}");
+        }
         assert_eq!(request.time_s, 10.0);
         let TestKind::Stream(stream) = request.kind else {
             panic!("a call is a stream")
@@ -336,5 +413,48 @@ mod tests {
         let mut unscored = report;
         unscored.summary.call = None;
         assert!(within_bounds(unscored, &spec).is_err());
+    }
+
+    /// A QUIC test's request is its streams, unpaced, encrypted; a real run's report (1 s
+    /// over loopback against the in-process server) is taken, and the same report with
+    /// more streams than asked or a rate no host reaches is refused.
+    #[test]
+    fn a_quic_tests_report_is_held_to_its_streams() {
+        let asked = |parallel: u32| {
+            Spec::read(&serde_json::json!({
+                "server": "127.0.0.1:5201", "seconds": 1.0, "test": "quic",
+                "parallel": parallel,
+            }))
+        };
+        assert!(asked(0).is_err());
+        assert!(asked(65).is_err());
+        let spec = asked(2).unwrap();
+        let request = spec.request(None);
+        assert_eq!(request.parallel, 2);
+        assert!(request.tls.is_some(), "QUIC is TLS 1.3 inside");
+        let bounds = Bounds {
+            max_duration_s: 60.0,
+            max_rate_bps: Some(1_000_000_000),
+        };
+        let job = ClientJob {
+            spec: spec.clone(),
+            source: None,
+        };
+        assert!(job.check(&bounds).unwrap_err().contains("unpaced"));
+        let environment = linerate_engine::sys::environment(None);
+        let config = linerate_model::TestConfig::resolve(&request, &environment)
+            .expect("a QUIC stream resolves");
+        let mut options = crate::client::ClientOptions::new(config);
+        options.drain = Duration::from_millis(300);
+        let report = crate::client::run_local(&options, &AtomicBool::new(false), &mut |_| {})
+            .expect("a QUIC stream over loopback");
+        assert!(report.summary.receiver_bps > 0.0, "{:?}", report.summary);
+        assert!(within_bounds(report.clone(), &spec).is_ok());
+        let mut more_streams = report.clone();
+        more_streams.summary.flows = 3;
+        assert!(within_bounds(more_streams, &spec).is_err());
+        let mut too_fast = report;
+        too_fast.summary.receiver_bps = 1e13;
+        assert!(within_bounds(too_fast, &spec).is_err());
     }
 }

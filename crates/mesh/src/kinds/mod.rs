@@ -9,6 +9,7 @@
 
 mod connect;
 mod crr;
+mod quic;
 mod rpm;
 mod rr;
 mod stamp;
@@ -18,6 +19,7 @@ mod voip;
 
 pub use connect::Connect;
 pub use crr::Crr;
+pub use quic::{Quic, MAX_QUIC_STREAMS};
 pub use rpm::{Rpm, RPM_SETUP_S};
 pub use rr::Rr;
 pub use stamp::{Stamp, DEFAULT_STAMP_PORT, MAX_STAMP_RATE};
@@ -47,6 +49,7 @@ pub enum TestKind {
     Trace(Trace),
     Connect(Connect),
     Voip(Voip),
+    Quic(Quic),
 }
 
 impl TestKind {
@@ -61,6 +64,7 @@ impl TestKind {
             TestKind::Trace(kind) => kind,
             TestKind::Connect(kind) => kind,
             TestKind::Voip(kind) => kind,
+            TestKind::Quic(kind) => kind,
         }
     }
 
@@ -223,6 +227,7 @@ pub(crate) const KINDS: &[(&str, ReadKind)] = &[
     ("trace", trace::read),
     ("connect", connect::read),
     ("voip", voip::read),
+    ("quic", quic::read),
 ];
 
 /// The kinds' names as a message lists them: "stream, rr, crr, rpm, stamp or trace".
