@@ -36,9 +36,11 @@ pub(crate) fn check_limits(
             ));
         }
     }
-    if connections as u64 > u64::from(limits.max_flows) {
+    // Both ends send on each connection of a --full-duplex test: two flows each.
+    let flows = connections * header.ways();
+    if flows as u64 > u64::from(limits.max_flows) {
         return Err(format!(
-            "{connections} connections asked, the server allows {}",
+            "{flows} flows asked ({connections} connections), the server allows {}",
             limits.max_flows
         ));
     }
@@ -46,7 +48,7 @@ pub(crate) fn check_limits(
     let asked_bps = if pps {
         0
     } else {
-        header.rate.saturating_mul(connections as u64)
+        header.rate.saturating_mul(flows as u64)
     };
     let unlimited = header.rate == 0 || pps;
     if let Some(limit) = limits.max_rate_bps {
@@ -97,7 +99,7 @@ pub(crate) fn config_of(
         .as_secs_f64()
         .min(shared.config.limits.max_duration_s);
     let time_s = match header.amount {
-        Amount::Seconds(s) if header.reverse() => s,
+        Amount::Seconds(s) if !header.client_sends() => s,
         Amount::Seconds(s) => (s + SCHEDULE_SLACK_S).min(cap.max(s)),
         Amount::Bytes(_) | Amount::Unsaid => cap,
     };
@@ -121,10 +123,10 @@ pub(crate) fn config_of(
         source: None,
         marks: None,
         kind: TestKind::Stream(StreamRequest {
-            direction: if header.reverse() {
-                Direction::Reverse
-            } else {
-                Direction::Forward
+            direction: match (header.full_duplex(), header.reverse()) {
+                (true, _) => Direction::Bidir,
+                (false, true) => Direction::Reverse,
+                (false, false) => Direction::Forward,
             },
             rate_bps: (header.rate > 0 && !pps).then_some(header.rate),
             transport: StreamTransport::plain(udp, length, pps.then_some(header.rate), false),

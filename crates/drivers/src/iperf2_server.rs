@@ -259,7 +259,10 @@ fn take(
         held,
         ..
     } = conn;
-    let unserved = header.unserved().filter(|_| !header.bounceback());
+    // Over TCP both ends may send on each connection (--full-duplex).
+    let unserved = header
+        .unserved()
+        .filter(|u| !header.bounceback() && *u != iperf2::Unserved::FullDuplex);
     if let Some(unserved) = unserved {
         shared.refused(
             peer,
@@ -271,8 +274,9 @@ fn take(
         return None;
     }
     // 28 bytes on a fresh connection: the socket's buffer takes them at once.
-    // A test the server sends (-R) begins with its payload, as 2.1.8's server's does.
-    if header.version.is_some() && !header.reverse() {
+    // A test the server sends (-R, --full-duplex) begins with its payload, as 2.1.8's
+    // server's does.
+    if header.version.is_some() && !header.server_sends() {
         if let Err(e) = stream.write_all(&iperf2::ack()) {
             shared.refused(
                 peer,
@@ -393,13 +397,26 @@ fn run(
     label: &str,
     peer: SocketAddr,
 ) -> Option<(Vec<Connection>, SideResult)> {
-    let mut specs = Vec::with_capacity(connections.len());
+    let count = connections.len() as u32;
+    let mut specs = Vec::with_capacity(connections.len() * header.ways());
     let mut held = Vec::with_capacity(connections.len());
     for (i, connection) in connections.into_iter().enumerate() {
         let stream = connection.stream.try_clone().ok()?;
         if let Err(e) = sys::apply_options(&stream, config, false) {
             shared.log(&format!("{label} from {peer}: connection options: {e}"));
             return None;
+        }
+        // Both ways on one connection (--full-duplex): this side's receiving flow i and
+        // its sending flow count + i (a both-ways test's second half) on two handles of
+        // the one socket.
+        if header.full_duplex() {
+            let sending = stream.try_clone().ok()?;
+            specs.push(FlowSpec::new(
+                config,
+                count + i as u32,
+                Side::Server,
+                FlowSocket::Tcp(sending),
+            ));
         }
         specs.push(FlowSpec::new(
             config,
@@ -413,7 +430,7 @@ fn run(
         // iperf 2's client ends a test it sends by closing: its close is never early, so
         // the tolerance for one covers the whole schedule. A test this side sends ends on
         // this side's schedule or count.
-        peer_lead: if header.reverse() {
+        peer_lead: if !header.client_sends() {
             Duration::ZERO
         } else {
             Duration::from_secs_f64(config.time_s)
@@ -424,7 +441,7 @@ fn run(
         udp_template: Vec::new(),
         pin_cpus: Vec::new(),
         budget: match header.amount {
-            Amount::Bytes(n) if header.reverse() => Some((Role::Send, n)),
+            Amount::Bytes(n) if header.server_sends() => Some((Role::Send, n)),
             _ => None,
         },
     };
@@ -447,8 +464,14 @@ fn run(
             }
             Step::Running => {}
         }
-        let client_sends = !header.reverse();
-        if client_sends && !ending && held.iter().all(|c| shut_down_and_read(&c.stream)) {
+        // A count this side sends too (--full-duplex -n) ends on its own count: the
+        // client's close ends this side's reading, not its sending.
+        let counted_back = header.server_sends() && matches!(header.amount, Amount::Bytes(_));
+        if header.client_sends()
+            && !counted_back
+            && !ending
+            && held.iter().all(|c| shut_down_and_read(&c.stream))
+        {
             ending = true;
             if let Some(plane) = &served.plane {
                 plane.end_now();

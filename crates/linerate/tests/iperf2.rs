@@ -174,6 +174,101 @@ fn real_iperf2_clients_are_served_and_every_byte_is_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A real iperf 2 client's `--full-duplex` tests, timed over two connections and counted
+/// over one: both ends send on each connection at once. linerate keeps each as one
+/// both-ways run, a flow each way a connection: what it received of each is what the
+/// client says it sent less its header, what it sent of each is what the client says it
+/// received (TCP loses nothing: exact), a counted test moves its count each way as iperf
+/// 2's own server does, and the loopback interface carried at least all of it.
+#[test]
+fn real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection() {
+    let test = "real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection";
+    if !have("iperf", test) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("linerate-iperf2-fd-{}", std::process::id()));
+    let db = dir.join("served.db").to_str().unwrap().to_string();
+    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
+    let port = iperf2_port(&server);
+    let runs: [&[&str]; 2] = [&["-t", "2", "-P", "2"], &["-n", "50M"]];
+    for (i, extra) in runs.iter().enumerate() {
+        let lo_before = lo_rx_bytes();
+        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-y", "C", "--full-duplex"];
+        args.extend_from_slice(extra);
+        let out = iperf(&args);
+        assert!(out.status.success(), "iperf {extra:?}: {}", stderr(&out));
+        let lo = lo_rx_bytes() - lo_before;
+        // The client's lines: what it sent on a connection (its own port first) and what
+        // it received on one (the server's port first), the sum lines left out.
+        let (mut sent, mut received) = (Vec::new(), Vec::new());
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let fields: Vec<&str> = line.split(',').collect();
+            let (Some(local_port), Some(id), Some(bytes)) = (
+                fields.get(2),
+                fields.get(5).and_then(|f| f.parse::<i64>().ok()),
+                fields.get(7).and_then(|f| f.parse::<f64>().ok()),
+            ) else {
+                continue;
+            };
+            if id <= 0 {
+                continue;
+            }
+            if *local_port == port {
+                received.push(bytes);
+            } else {
+                sent.push(bytes - HEADER);
+            }
+        }
+        let connections = if extra.contains(&"-P") { 2 } else { 1 };
+        assert_eq!(
+            (sent.len(), received.len()),
+            (connections, connections),
+            "{out:?}"
+        );
+        let id = i + 1;
+        assert!(
+            server.wait_log(&format!("stored as run {id}"), Duration::from_secs(10)),
+            "{}",
+            server.log()
+        );
+        let run = kept(&db, id);
+        assert_eq!(run["config"]["direction"], "bidir", "{}", run["config"]);
+        let flows = run["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), 2 * connections, "{}", run["flows"]);
+        let (mut ours_in, mut ours_out) = (Vec::new(), Vec::new());
+        for (f, flow) in flows.iter().enumerate() {
+            match flow["direction"].as_str() {
+                Some("forward") => ours_in.push(flow_total(&run, f, false)),
+                Some("reverse") => ours_out.push(flow_total(&run, f, true)),
+                other => panic!("flow {f}: {other:?}"),
+            }
+        }
+        for list in [&mut sent, &mut received, &mut ours_in, &mut ours_out] {
+            list.sort_by(f64::total_cmp);
+        }
+        eprintln!("{extra:?}: iperf 2 sent {sent:?}, received {received:?}; linerate received {ours_in:?}, sent {ours_out:?}");
+        assert_eq!(
+            ours_in, sent,
+            "{extra:?}: what linerate received of each connection"
+        );
+        assert_eq!(ours_out, received, "{extra:?}: what linerate sent on each");
+        if extra.contains(&"-n") {
+            // A count each way, as 2.1.8's own server sends it: the client's 50 MiB with
+            // its header, and the server's 50 MiB.
+            assert_eq!(sent, [50.0 * 1024.0 * 1024.0 - HEADER]);
+            assert_eq!(received, [50.0 * 1024.0 * 1024.0]);
+        }
+        let total: f64 = sent.iter().chain(&received).sum();
+        assert!(
+            lo >= total,
+            "{extra:?}: the loopback interface received {lo} bytes, both ends moved {total}"
+        );
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A flow's whole count at this server: what it read from the first byte to the close,
 /// or what it sent (`reverse`).
 fn flow_total(run: &Value, flow: usize, reverse: bool) -> f64 {
@@ -488,7 +583,7 @@ fn iperf2_bounceback_clients_are_answered_and_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What this server does not serve yet (dual, tradeoff, full duplex, isochronous), a
+/// What this server does not serve yet (dual, tradeoff, full duplex over UDP, isochronous), a
 /// header out of bounds, a test longer than --max-duration, and a
 /// connection that sends nothing: each is closed, logged with the reason, kept as no run,
 /// and the server serves the next client.
@@ -511,13 +606,16 @@ fn iperf2_tests_not_served_are_refused_and_the_server_serves_on() {
         "1",
     ]);
     let port = iperf2_port(&server);
+    // --full-duplex is served over TCP (its own test above), not over UDP.
     for (flag, named) in [
-        ("--full-duplex", "--full-duplex"),
+        ("-u --full-duplex", "--full-duplex over UDP"),
         ("-d", "-d (dual)"),
         ("-r", "-r (tradeoff)"),
         ("--isochronous=60:20m,1m", "--isochronous"),
     ] {
-        let _ = iperf_within(5, &["-c", "127.0.0.1", "-p", &port, "-t", "1", flag]);
+        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-t", "1"];
+        args.extend(flag.split(' '));
+        let _ = iperf_within(5, &args);
         assert!(
             server.wait_line(&["iperf 2: asked", named], Duration::from_secs(5)),
             "{flag}: {}",

@@ -276,6 +276,30 @@ impl ClientHeader {
         self.ext_flags & ext_flag::REVERSE != 0
     }
 
+    /// Whether both ends send on each connection (`--full-duplex`).
+    pub fn full_duplex(&self) -> bool {
+        self.ext_flags & ext_flag::FULL_DUPLEX != 0
+    }
+
+    /// Whether the client sends on the test's connections: every test but `-R` alone.
+    pub fn client_sends(&self) -> bool {
+        !self.reverse() || self.full_duplex()
+    }
+
+    /// Whether the server sends on them: `-R` or `--full-duplex`.
+    pub fn server_sends(&self) -> bool {
+        self.reverse() || self.full_duplex()
+    }
+
+    /// The flows each connection carries: two where both ends send.
+    pub fn ways(&self) -> usize {
+        if self.full_duplex() {
+            2
+        } else {
+            1
+        }
+    }
+
     /// What the header asks that this server does not serve yet; `None`: a test it
     /// serves (one way, either way, for a time or a count, paced or not).
     pub fn unserved(&self) -> Option<Unserved> {
@@ -796,12 +820,20 @@ mod tests {
 
     #[test]
     fn what_2_1_8_clients_ask_reads_as_asked() {
-        // First words iperf 2.1.8's client wrote with -R, --trip-times, -b 10m,
-        // --isochronous, -d, -r and --bounceback.
+        // First words iperf 2.1.8's client wrote with -R, --full-duplex, --trip-times,
+        // -b 10m, --isochronous, -d, -r and --bounceback.
         let flags_of = |words: &str| ClientHeader::decode(&hex(words)).unwrap().unwrap();
         let reverse = "44010078 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 04000000 00020001 00080003 00000000 00000000 00000000 00000000";
         assert!(flags_of(reverse).reverse());
         assert_eq!(flags_of(reverse).unserved(), None);
+        assert!(!flags_of(reverse).client_sends() && flags_of(reverse).server_sends());
+        // --full-duplex -t 200 (the words 2.1.8's client wrote): both send, two flows a
+        // connection; unserved over UDP, which the server names (TCP serves it).
+        let both = "44010078 00000001 00001393 00000000 00000000 ffffff38 00000000 00000000 08000000 00020001 00080003 00000000 00000000 00000000 00000000";
+        let both = flags_of(both);
+        assert!(both.full_duplex() && both.client_sends() && both.server_sends());
+        assert_eq!((both.ways(), flags_of(reverse).ways()), (2, 1));
+        assert_eq!(both.unserved(), Some(Unserved::FullDuplex));
         let trip = "400100a0 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 00100000 00020001 00080003 00000000 00000000 00000000 00000000";
         assert_eq!(flags_of(trip).ext_flags, ext_flag::TRIP_TIMES);
         assert_eq!(flags_of(trip).unserved(), None);
