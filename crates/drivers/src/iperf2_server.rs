@@ -1,5 +1,7 @@
 //! Serving iperf 2 clients on iperf 2's port (5001, `serve --iperf2-port`), TCP tests
-//! from client to server (docs/iperf2.md).
+//! from client to server, from server to client (`-R`), both ways on each connection
+//! (`--full-duplex`), and a test back on connections to the client's own address (`-d`,
+//! `-r`) (docs/iperf2.md).
 //!
 //! iperf 2 has its own port and no cookie or control connection: each of a test's `-P`
 //! connections opens with the same header, and the listener here gathers the connections
@@ -259,10 +261,23 @@ fn take(
         held,
         ..
     } = conn;
-    // Over TCP both ends may send on each connection (--full-duplex).
+    // Over TCP both ends may send on each connection (--full-duplex), and this server
+    // sends a test back (-d, -r) to the client's own address.
+    let served_over_tcp = [
+        iperf2::Unserved::FullDuplex,
+        iperf2::Unserved::Dual,
+        iperf2::Unserved::Tradeoff,
+    ];
     let unserved = header
         .unserved()
-        .filter(|u| !header.bounceback() && *u != iperf2::Unserved::FullDuplex);
+        .filter(|u| !header.bounceback() && !served_over_tcp.contains(u));
+    if (header.dual() || header.tradeoff()) && header.port == 0 {
+        shared.refused(
+            peer,
+            "iperf 2: asked a test back (-d, -r) to port 0; closed",
+        );
+        return None;
+    }
     if let Some(unserved) = unserved {
         shared.refused(
             peer,
@@ -360,7 +375,15 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
             .map_or(String::new(), |r| format!(", iperf {r}"))
     ));
     let started_at = UnixTime::now().seconds();
-    let Some((held, ours)) = run(
+    let count = connections.len();
+    // -d: the test back runs beside this one, on a thread of its own.
+    let dual = header.dual().then(|| {
+        let (ours, back) = (shared.clone(), header.clone());
+        std::thread::Builder::new()
+            .name("linerate-iperf2-back".into())
+            .spawn(move || serve_back(&ours, &back, count, peer))
+    });
+    let ran = run(
         shared,
         &mut served,
         &config,
@@ -368,7 +391,11 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
         connections,
         &label,
         peer,
-    ) else {
+    );
+    if let Some(Ok(back)) = dual {
+        let _ = back.join();
+    }
+    let Some((held, ours)) = ran else {
         served.end(shared);
         return;
     };
@@ -383,6 +410,70 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
         note: None,
     };
     keep_report(shared, &header, config, finished);
+    // -r: the test back once this one has ended.
+    if header.tradeoff() {
+        serve_back(shared, &header, count, peer);
+    }
+}
+
+/// How long the connections of a test back may take to open.
+const CONNECT_BACK_WAIT: Duration = Duration::from_secs(3);
+
+/// The test back that `-d` or `-r` asks: `count` connections from this server to the
+/// client's listening port at the address the test came from (never another, and once a
+/// test), and this side sends on them for the time or count the test asked, at its rate,
+/// measured and kept as a test of its own (the server sends, as with `-R`).
+fn serve_back(shared: &Arc<ServerState>, header: &ClientHeader, count: usize, peer: SocketAddr) {
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let label = format!("iperf 2 test {id} (back)");
+    let back = header.back();
+    let to = SocketAddr::new(access::canonical(peer.ip()), header.port);
+    let mut connections = Vec::with_capacity(count);
+    for _ in 0..count {
+        match TcpStream::connect_timeout(&to, CONNECT_BACK_WAIT) {
+            Ok(stream) => connections.push(Connection {
+                stream,
+                peer: to,
+                _held: shared.gate.hold(to.ip()),
+            }),
+            Err(e) => {
+                shared.log(&format!("{label} to {to}: cannot connect: {e}"));
+                return;
+            }
+        }
+    }
+    let mut served = Served::default();
+    let accepted = served
+        .take_place(shared)
+        .and_then(|()| config_of(shared, &back, count, to, to.port(), false));
+    let config = match accepted {
+        Ok(config) => config,
+        Err(why) => {
+            shared.refused(to, &format!("{label}: {why}"));
+            served.end(shared);
+            return;
+        }
+    };
+    shared.log(&format!(
+        "{label} to {to}: {} connection(s), as the test from {peer} asked",
+        count
+    ));
+    let started_at = UnixTime::now().seconds();
+    let ran = run(shared, &mut served, &config, &back, connections, &label, to);
+    served.end(shared);
+    let Some((held, ours)) = ran else {
+        return;
+    };
+    drop(held);
+    let finished = Finished {
+        id,
+        peer: to,
+        started_at,
+        theirs: Vec::new(),
+        ours,
+        note: None,
+    };
+    keep_report(shared, &back, config, finished);
 }
 
 /// The data plane over the test's connections until the client has shut them all down

@@ -269,6 +269,115 @@ fn real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A real iperf 2 client's tests back (`-d`, at once; `-r`, after), its listener on a port
+/// of its own (`-L`): linerate connects to that port at the address the test came from and
+/// sends for the time or count asked. Each way is a run of its own: what linerate received
+/// on each connection is what the client says it sent less its header, what it sent on
+/// each connection back is what the client says it received (exactly), a counted test back
+/// sends its count on each, and the loopback interface carried at least all of it.
+#[test]
+fn real_iperf2_tests_back_are_sent_to_the_clients_own_address() {
+    let test = "real_iperf2_tests_back_are_sent_to_the_clients_own_address";
+    if !have("iperf", test) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("linerate-iperf2-back-{}", std::process::id()));
+    let db = dir.join("served.db").to_str().unwrap().to_string();
+    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
+    let port = iperf2_port(&server);
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+            .to_string()
+    };
+    let runs: [&[&str]; 2] = [&["-d", "-t", "2"], &["-r", "-n", "20M", "-P", "2"]];
+    let mut stored = 0;
+    for extra in runs {
+        let listen = free_port();
+        let lo_before = lo_rx_bytes();
+        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-y", "C", "-L", &listen];
+        args.extend_from_slice(extra);
+        let out = iperf(&args);
+        assert!(out.status.success(), "iperf {extra:?}: {}", stderr(&out));
+        let lo = lo_rx_bytes() - lo_before;
+        // The client's lines: what it sent to the server's port, and what it received on
+        // its listener (the connection's far port is the listener's), sums left out.
+        let (mut sent, mut received) = (Vec::new(), Vec::new());
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let fields: Vec<&str> = line.split(',').collect();
+            let (Some(far_port), Some(id), Some(bytes)) = (
+                fields.get(4),
+                fields.get(5).and_then(|f| f.parse::<i64>().ok()),
+                fields.get(7).and_then(|f| f.parse::<f64>().ok()),
+            ) else {
+                continue;
+            };
+            match (id > 0, *far_port) {
+                (true, p) if p == port => sent.push(bytes - HEADER),
+                (true, p) if p == listen => received.push(bytes),
+                _ => {}
+            }
+        }
+        let connections = if extra.contains(&"-P") { 2 } else { 1 };
+        assert_eq!(
+            (sent.len(), received.len()),
+            (connections, connections),
+            "{out:?}"
+        );
+        let (mut ours_in, mut ours_out) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            stored += 1;
+            assert!(
+                server.wait_log(&format!("stored as run {stored}"), Duration::from_secs(10)),
+                "{}",
+                server.log()
+            );
+            let run = kept(&db, stored);
+            let reverse = run["config"]["direction"] == "reverse";
+            assert_eq!(run["flows"].as_array().unwrap().len(), connections, "{run}");
+            for f in 0..connections {
+                let total = flow_total(&run, f, reverse);
+                if reverse {
+                    ours_out.push(total);
+                } else {
+                    ours_in.push(total);
+                }
+            }
+        }
+        for list in [&mut sent, &mut received, &mut ours_in, &mut ours_out] {
+            list.sort_by(f64::total_cmp);
+        }
+        eprintln!("{extra:?}: iperf 2 sent {sent:?}, received {received:?}; linerate received {ours_in:?}, sent back {ours_out:?}");
+        assert_eq!(ours_in, sent, "{extra:?}: what linerate received");
+        assert_eq!(ours_out, received, "{extra:?}: what linerate sent back");
+        if extra.contains(&"-n") {
+            assert!(
+                received.iter().all(|b| *b == 20.0 * 1024.0 * 1024.0),
+                "{received:?}"
+            );
+        }
+        let total: f64 = sent.iter().chain(&received).sum();
+        assert!(
+            lo >= total,
+            "{extra:?}: the interface received {lo}, both ways moved {total}"
+        );
+        // The connections back went to the client's own address, its listener's port.
+        assert!(
+            server
+                .log()
+                .contains(&format!("(back) to 127.0.0.1:{listen}")),
+            "{}",
+            server.log()
+        );
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A flow's whole count at this server: what it read from the first byte to the close,
 /// or what it sent (`reverse`).
 fn flow_total(run: &Value, flow: usize, reverse: bool) -> f64 {
@@ -583,7 +692,7 @@ fn iperf2_bounceback_clients_are_answered_and_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What this server does not serve yet (dual, tradeoff, full duplex over UDP, isochronous), a
+/// What this server does not serve yet (dual and full duplex over UDP, isochronous), a
 /// header out of bounds, a test longer than --max-duration, and a
 /// connection that sends nothing: each is closed, logged with the reason, kept as no run,
 /// and the server serves the next client.
@@ -606,11 +715,11 @@ fn iperf2_tests_not_served_are_refused_and_the_server_serves_on() {
         "1",
     ]);
     let port = iperf2_port(&server);
-    // --full-duplex is served over TCP (its own test above), not over UDP.
+    // --full-duplex, -d and -r are served over TCP (their own tests above), not over
+    // UDP.
     for (flag, named) in [
         ("-u --full-duplex", "--full-duplex over UDP"),
-        ("-d", "-d (dual)"),
-        ("-r", "-r (tradeoff)"),
+        ("-u -d", "-d (dual) over UDP"),
         ("--isochronous=60:20m,1m", "--isochronous"),
     ] {
         let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-t", "1"];

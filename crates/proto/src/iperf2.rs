@@ -291,9 +291,30 @@ impl ClientHeader {
         self.reverse() || self.full_duplex()
     }
 
-    /// The flows each connection carries: two where both ends send.
+    /// `-d` (dual): a test back from the server, on connections of its own to the
+    /// client's `port`, at once.
+    pub fn dual(&self) -> bool {
+        self.flags & (flag::VERSION1 | flag::RUN_NOW) == flag::VERSION1 | flag::RUN_NOW
+    }
+
+    /// `-r` (tradeoff): a test back from the server once this one has ended.
+    pub fn tradeoff(&self) -> bool {
+        self.flags & (flag::VERSION1 | flag::RUN_NOW) == flag::VERSION1
+    }
+
+    /// The test back that `-d` or `-r` asks, as a header of its own: the server sends,
+    /// for the time or count this one asked, at its rate, on as many connections.
+    pub fn back(&self) -> ClientHeader {
+        let mut back = self.clone();
+        back.flags &= !(flag::VERSION1 | flag::RUN_NOW);
+        back.ext_flags = (back.ext_flags | ext_flag::REVERSE) & !ext_flag::FULL_DUPLEX;
+        back
+    }
+
+    /// The flows each connection carries at once: two where both ends send
+    /// (`--full-duplex`, or `-d` on connections of its own).
     pub fn ways(&self) -> usize {
-        if self.full_duplex() {
+        if self.full_duplex() || self.dual() {
             2
         } else {
             1
@@ -848,6 +869,16 @@ mod tests {
         assert_eq!(flags_of(dual).unserved(), Some(Unserved::Dual));
         let tradeoff = "c0010078 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 00000000 00020001 00080003 00000000 00000000 00000000 00000000";
         assert_eq!(flags_of(tradeoff).unserved(), Some(Unserved::Tradeoff));
+        // A test back: at once (-d, two flows a connection) or after (-r), from the
+        // server, for the time asked, to the client's port (0x3aa1: 15009).
+        let (dual, tradeoff) = (flags_of(dual), flags_of(tradeoff));
+        assert!(dual.dual() && !dual.tradeoff() && tradeoff.tradeoff() && !tradeoff.dual());
+        assert_eq!((dual.ways(), tradeoff.ways()), (2, 1));
+        assert_eq!(dual.port, 15009);
+        for back in [dual.back(), tradeoff.back()] {
+            assert!(back.reverse() && !back.dual() && !back.tradeoff());
+            assert_eq!((back.amount, back.unserved()), (dual.amount, None));
+        }
         let bounceback = "00800000 00000064 00000001 80005a5a 00000000 6b10d716";
         assert_eq!(header_len(&hex(bounceback)), Some(BASE_LEN));
         assert_eq!(flags_of(bounceback).unserved(), Some(Unserved::Bounceback));
