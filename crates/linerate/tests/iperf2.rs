@@ -32,16 +32,37 @@ fn iperf_within(seconds: u32, args: &[&str]) -> Output {
         .expect("run iperf")
 }
 
-/// The bytes of each connection an iperf 2 client reported with `-y C` (its CSV lines:
-/// the 8th field), by its local port (the 3rd), the sum line left out.
+/// The bytes of each connection an iperf 2 client reported with `-y C`, by its local port,
+/// the sum line left out.
 fn client_bytes(output: &Output) -> Vec<(u16, f64)> {
+    csv_connections(output)
+        .into_iter()
+        .filter_map(|c| Some((c.local_port.parse().ok()?, c.bytes)))
+        .collect()
+}
+
+/// One connection's line of an iperf 2 client's `-y C` output: its two ports as printed
+/// (the 3rd and 5th fields) and its bytes (the 8th).
+struct CsvConnection {
+    local_port: String,
+    far_port: String,
+    bytes: f64,
+}
+
+/// Every connection's line an iperf 2 client printed with `-y C`, the sum lines (an id of
+/// 0 or below) left out.
+fn csv_connections(output: &Output) -> Vec<CsvConnection> {
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| {
             let fields: Vec<&str> = line.split(',').collect();
             let id: i64 = fields.get(5)?.parse().ok()?;
             (id > 0).then_some(())?;
-            Some((fields.get(2)?.parse().ok()?, fields.get(7)?.parse().ok()?))
+            Some(CsvConnection {
+                local_port: fields.get(2)?.to_string(),
+                far_port: fields.get(4)?.to_string(),
+                bytes: fields.get(7)?.parse().ok()?,
+            })
         })
         .collect()
 }
@@ -200,24 +221,13 @@ fn real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection() {
         assert!(out.status.success(), "iperf {extra:?}: {}", stderr(&out));
         let lo = lo_rx_bytes() - lo_before;
         // The client's lines: what it sent on a connection (its own port first) and what
-        // it received on one (the server's port first), the sum lines left out.
+        // it received on one (the server's port first).
         let (mut sent, mut received) = (Vec::new(), Vec::new());
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let fields: Vec<&str> = line.split(',').collect();
-            let (Some(local_port), Some(id), Some(bytes)) = (
-                fields.get(2),
-                fields.get(5).and_then(|f| f.parse::<i64>().ok()),
-                fields.get(7).and_then(|f| f.parse::<f64>().ok()),
-            ) else {
-                continue;
-            };
-            if id <= 0 {
-                continue;
-            }
-            if *local_port == port {
-                received.push(bytes);
+        for line in csv_connections(&out) {
+            if line.local_port == port {
+                received.push(line.bytes);
             } else {
-                sent.push(bytes - HEADER);
+                sent.push(line.bytes - HEADER);
             }
         }
         let connections = if extra.contains(&"-P") { 2 } else { 1 };
@@ -305,21 +315,13 @@ fn real_iperf2_tests_back_are_sent_to_the_clients_own_address() {
         assert!(out.status.success(), "iperf {extra:?}: {}", stderr(&out));
         let lo = lo_rx_bytes() - lo_before;
         // The client's lines: what it sent to the server's port, and what it received on
-        // its listener (the connection's far port is the listener's), sums left out.
+        // its listener (the connection's far port is the listener's).
         let (mut sent, mut received) = (Vec::new(), Vec::new());
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let fields: Vec<&str> = line.split(',').collect();
-            let (Some(far_port), Some(id), Some(bytes)) = (
-                fields.get(4),
-                fields.get(5).and_then(|f| f.parse::<i64>().ok()),
-                fields.get(7).and_then(|f| f.parse::<f64>().ok()),
-            ) else {
-                continue;
-            };
-            match (id > 0, *far_port) {
-                (true, p) if p == port => sent.push(bytes - HEADER),
-                (true, p) if p == listen => received.push(bytes),
-                _ => {}
+        for line in csv_connections(&out) {
+            if line.far_port == port {
+                sent.push(line.bytes - HEADER);
+            } else if line.far_port == listen {
+                received.push(line.bytes);
             }
         }
         let connections = if extra.contains(&"-P") { 2 } else { 1 };

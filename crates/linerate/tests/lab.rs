@@ -3379,6 +3379,82 @@ fn lab_mesh_run(
     out
 }
 
+/// A mesh over a lab's two hosts, an agent on each (`serve --key`, one key): its file
+/// (the hosts, `tables` of tests and anything after, and a group of the pair a to b, one
+/// way, running `test`) and results database in a directory of its own.
+struct LabMesh {
+    dir: std::path::PathBuf,
+    file: std::path::PathBuf,
+    db: std::path::PathBuf,
+    _agents: [LabProcess; 2],
+}
+
+fn lab_mesh(name: &str, test: &str, tables: &str) -> LabMesh {
+    let dir = std::env::temp_dir().join(format!("lr-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("mesh.key");
+    std::fs::write(
+        &key,
+        format!("the shared key of mesh {name}, for this test\n"),
+    )
+    .unwrap();
+    let key = key.to_str().unwrap().to_string();
+    let serve = [binary(), "--no-store", "serve", "--key", &key];
+    let agents = [
+        lab_spawn(name, "client", &serve),
+        lab_spawn(name, "server", &serve),
+    ];
+    std::thread::sleep(Duration::from_millis(1500));
+    let (group, rest) = match tables.split_once("[alerts]") {
+        Some((tests, alerts)) => (tests, format!("[alerts]{alerts}")),
+        None => (tables, String::new()),
+    };
+    let text = format!(
+        "name = \"{test}s\"\nkey = \"{key}\"\n\
+         [[host]]\nname = \"a\"\naddress = \"10.77.0.1\"\n\
+         [[host]]\nname = \"b\"\naddress = \"10.77.0.2\"\n\
+         {group}\
+         [[group]]\nname = \"one\"\nshape = \"pairs\"\npairs = [[\"a\", \"b\"]]\n\
+         directions = \"one\"\ntests = [\"{test}\"]\n{rest}"
+    );
+    let file = dir.join("mesh.toml");
+    std::fs::write(&file, text).unwrap();
+    LabMesh {
+        db: dir.join("results.db"),
+        file,
+        dir,
+        _agents: agents,
+    }
+}
+
+impl LabMesh {
+    /// The whole document a mesh row's run was kept with (`show ID --json`).
+    fn stored(&self, name: &str, row: &serde_json::Value) -> serde_json::Value {
+        let id = row["run_id"].as_i64().expect("a stored run").to_string();
+        let shown = lab(&[
+            "exec",
+            "--name",
+            name,
+            "client",
+            "--",
+            binary(),
+            "--db",
+            self.db.to_str().unwrap(),
+            "show",
+            &id,
+            "--json",
+        ]);
+        assert!(shown.status.success(), "{}", stderr(&shown));
+        serde_json::from_slice(&shown.stdout).unwrap()
+    }
+}
+
+impl Drop for LabMesh {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn lab_spawn(name: &str, host: &str, argv: &[&str]) -> LabProcess {
     let child = Command::new(binary())
         .args(["lab", "exec", "--name", name, host, "--"])
@@ -3726,48 +3802,21 @@ fn a_mesh_calls_between_its_hosts_and_alerts_on_the_way_that_scores_under_the_bo
         &name,
         &["--delay", "20ms,40ms", "--loss", "5%,0", "--seed", "11"],
     );
-    let dir = std::env::temp_dir().join(format!("lr-meshcall-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = dir.join("mesh.key");
-    std::fs::write(&key, "the call mesh's shared key, for this test\n").unwrap();
-    let key = key.to_str().unwrap();
-    let serve = [binary(), "--no-store", "serve", "--key", key];
-    let _a = lab_spawn(&name, "client", &serve);
-    let _b = lab_spawn(&name, "server", &serve);
-    std::thread::sleep(Duration::from_millis(1500));
-    let file = dir.join("mesh.toml");
-    std::fs::write(
-        &file,
-        format!(
-            r#"name = "calls"
-key = "{key}"
-[[host]]
-name = "a"
-address = "10.77.0.1"
-[[host]]
-name = "b"
-address = "10.77.0.2"
-[[test]]
+    let mesh = lab_mesh(
+        &name,
+        "call",
+        r#"[[test]]
 name = "call"
 run = "voip"
 duration = "10s"
 interval = "12s"
-[[group]]
-name = "one"
-shape = "pairs"
-pairs = [["a", "b"]]
-directions = "one"
-tests = ["call"]
 [alerts]
 mos_below = 4.15
 mos_for = "10s"
-"#
-        ),
-    )
-    .unwrap();
-    let db = dir.join("results.db");
+"#,
+    );
     let before = emulator_status(&name);
-    let out = lab_mesh_run(&name, &db, &file, 3);
+    let out = lab_mesh_run(&name, &mesh.db, &mesh.file, 3);
     let after = emulator_status(&name);
     let dropped = |way: usize| {
         let path = format!("/directions/{way}/counters/lost");
@@ -3787,22 +3836,7 @@ mos_for = "10s"
             (Some("a"), Some("b"))
         );
         assert_eq!(row["protocol"], "udp", "{row}");
-        let id = row["run_id"].as_i64().expect("a stored run").to_string();
-        let shown = lab(&[
-            "exec",
-            "--name",
-            &name,
-            "client",
-            "--",
-            binary(),
-            "--db",
-            db.to_str().unwrap(),
-            "show",
-            &id,
-            "--json",
-        ]);
-        assert!(shown.status.success(), "{}", stderr(&shown));
-        let doc: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+        let doc = mesh.stored(&name, row);
         let ways = doc["summary"]["call"]["ways"]
             .as_array()
             .expect("a call")
@@ -3856,7 +3890,6 @@ mos_for = "10s"
         ))
     });
     assert!(one_of_them, "{alerts:#?} {scores:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// QUIC streams in a mesh (`run = "quic"`), over the lab at 100 Mbit/s with 10 ms each
@@ -3873,46 +3906,19 @@ fn a_mesh_runs_quic_streams_between_its_hosts_and_counts_what_the_emulator_passe
     let _turn = turn();
     let name = lab_name("meshquic");
     let _lab = lab_up(&name, &["--delay", "10ms", "--rate", "100M"]);
-    let dir = std::env::temp_dir().join(format!("lr-meshquic-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = dir.join("mesh.key");
-    std::fs::write(&key, "the QUIC mesh's shared key, for this test\n").unwrap();
-    let key = key.to_str().unwrap();
-    let serve = [binary(), "--no-store", "serve", "--key", key];
-    let _a = lab_spawn(&name, "client", &serve);
-    let _b = lab_spawn(&name, "server", &serve);
-    std::thread::sleep(Duration::from_millis(1500));
-    let file = dir.join("mesh.toml");
-    std::fs::write(
-        &file,
-        format!(
-            r#"name = "quic"
-key = "{key}"
-[[host]]
-name = "a"
-address = "10.77.0.1"
-[[host]]
-name = "b"
-address = "10.77.0.2"
-[[test]]
+    let mesh = lab_mesh(
+        &name,
+        "q",
+        r#"[[test]]
 name = "q"
 run = "quic"
 parallel = 2
 duration = "5s"
 interval = "8s"
-[[group]]
-name = "one"
-shape = "pairs"
-pairs = [["a", "b"]]
-directions = "one"
-tests = ["q"]
-"#
-        ),
-    )
-    .unwrap();
-    let db = dir.join("results.db");
+"#,
+    );
     let before = emulator_status(&name);
-    let out = lab_mesh_run(&name, &db, &file, 2);
+    let out = lab_mesh_run(&name, &mesh.db, &mesh.file, 2);
     // The status file is written every second.
     std::thread::sleep(Duration::from_millis(1500));
     let after = emulator_status(&name);
@@ -3928,22 +3934,7 @@ tests = ["q"]
     for row in &rows {
         assert_eq!(row["ok"], true, "{row}");
         assert_eq!(row["protocol"], "quic", "{row}");
-        let id = row["run_id"].as_i64().expect("a stored run").to_string();
-        let shown = lab(&[
-            "exec",
-            "--name",
-            &name,
-            "client",
-            "--",
-            binary(),
-            "--db",
-            db.to_str().unwrap(),
-            "show",
-            &id,
-            "--json",
-        ]);
-        assert!(shown.status.success(), "{}", stderr(&shown));
-        let doc: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+        let doc = mesh.stored(&name, row);
         assert_eq!(doc["summary"]["flows"], 2, "{}", doc["summary"]);
         let goodput = num(&doc, "/summary/receiver_bps");
         // The row heads what b's server counted, and the path carries no more.
@@ -3967,7 +3958,6 @@ tests = ["q"]
         passed_bytes / 1e6
     );
     assert!((0.85..=1.0).contains(&share), "{share}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The first interval (its end, seconds from the first data) at which a copy's receiver
