@@ -52,7 +52,12 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
         say(&line);
     }
     for (id, ends) in test.connected().iter().enumerate() {
-        say(&iperf2_text::connected(id as u32 + 1, *ends, ask.reverse));
+        let line = iperf2_text::connected(id as u32 + 1, *ends, ask.reverse);
+        say(&if ask.full_duplex {
+            format!("{line} (full-duplex)")
+        } else {
+            line
+        });
     }
     // A UDP test this side receives has its receiver's columns.
     let receives_udp = ask.udp && ask.reverse;
@@ -71,7 +76,7 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
             let span = (interval.start, interval.end);
             for flow in interval.flows.iter().flatten() {
                 let bytes = flow.sent_bytes + flow.received_bytes;
-                let id = label(Some(flow.id + 1));
+                let id = label(Some(flow.id));
                 say(&if receives_udp {
                     let datagrams = flow.received_datagrams + flow.lost_datagrams;
                     let loss = (flow.jitter_ms, flow.lost_datagrams, datagrams);
@@ -117,7 +122,7 @@ fn closing_lines(ask: &Iperf2Ask, outcome: &Iperf2Outcome) -> Vec<String> {
     let mut lines: Vec<String> = flows
         .iter()
         .map(|f| {
-            let (id, span) = (label(Some(f.id + 1)), (0.0, f.window_s));
+            let (id, span) = (label(Some(f.id)), (0.0, f.window_s));
             match (&f.udp, ask.reverse) {
                 // This side received: its own loss and jitter.
                 (Some(udp), true) => iperf2_text::udp_figures(
@@ -161,11 +166,17 @@ fn closing_lines(ask: &Iperf2Ask, outcome: &Iperf2Outcome) -> Vec<String> {
     lines
 }
 
-/// How a figure line names its connection: `[  1]`, or `[ *1]` where the server sent.
-fn label_for(ask: &Iperf2Ask) -> fn(Option<u32>) -> String {
-    if ask.reverse {
-        iperf2_text::reverse_label
-    } else {
-        iperf2_text::label
+/// How a flow (its id, from 0) or the sum (`None`) is labelled, as 2.1.8's client
+/// labels them: `[  1]` for a connection this side sends on, `[ *1]` for one the server
+/// sends on (`-R`, and each `--full-duplex` connection's receiving flow).
+fn label_for(ask: &Iperf2Ask) -> impl Fn(Option<u32>) -> String {
+    let (reverse, full_duplex, parallel) = (ask.reverse, ask.full_duplex, ask.parallel);
+    move |flow| match flow {
+        None => iperf2_text::label(None),
+        Some(id) if full_duplex && id >= parallel => {
+            iperf2_text::reverse_label(Some(id - parallel + 1))
+        }
+        Some(id) if reverse => iperf2_text::reverse_label(Some(id + 1)),
+        Some(id) => iperf2_text::label(Some(id + 1)),
     }
 }

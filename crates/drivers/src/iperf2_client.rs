@@ -9,7 +9,8 @@
 //! server tells its client nothing, so a TCP run holds this side's figures alone. With
 //! `-R` (TCP) the header asks the server to send on the same connection: it begins with
 //! its payload (no acknowledgement) and ends the test by closing, and this side counts
-//! what it received to the server's close. A UDP `-R` test begins with the header
+//! what it received to the server's close; with `--full-duplex` both at once, a sending
+//! and a receiving flow on each connection. A UDP `-R` test begins with the header
 //! datagram, sent again every [`REQUEST_EVERY`] until the server's first datagram is
 //! waiting (as 2.1.8's client does), and ends on this side's schedule; a UDP server that
 //! sends does not exchange finals (2.1.8 logs it "no-udp-fin"), so the receiver's
@@ -73,6 +74,8 @@ pub struct Iperf2Ask {
     pub trip_times: bool,
     /// `-R`: the server sends and this side receives (TCP).
     pub reverse: bool,
+    /// `--full-duplex`: both ends send on each connection at once (TCP).
+    pub full_duplex: bool,
     /// Seconds between interval figures (`-i`); 0 for none.
     pub interval_s: f64,
     /// `-w`: socket buffers.
@@ -110,7 +113,8 @@ pub struct Iperf2Outcome {
     pub report: Report,
     /// Each connection's addresses, (local, remote), in flow order.
     pub connected: Vec<(SocketAddr, SocketAddr)>,
-    /// This side's flows as it counted them: sent, or received with `-R`.
+    /// This side's flows as it counted them: sent, or received with `-R`, or both with
+    /// `--full-duplex` (the sending flows first).
     pub flows: Vec<FlowSide>,
     /// UDP: each flow's server report, where the server answered its final datagram.
     pub server_reports: Vec<Option<ServerReport>>,
@@ -145,6 +149,10 @@ pub fn header_of(ask: &Iperf2Ask) -> ClientHeader {
         header.flags |= iperf2::flag::VERSION2;
         header.ext_flags |= ext_flag::REVERSE;
     }
+    if ask.full_duplex {
+        header.flags |= iperf2::flag::VERSION2;
+        header.ext_flags |= ext_flag::FULL_DUPLEX;
+    }
     header
 }
 
@@ -156,6 +164,12 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
             "--trip-times over TCP: linerate does not stamp TCP writes with their send times yet; over UDP (-u) every datagram carries its own"
                 .into(),
         );
+    }
+    if ask.full_duplex && (ask.udp || ask.reverse) {
+        return Err(format!(
+            "--full-duplex with {}: both ends send on each TCP connection already",
+            if ask.udp { "-u" } else { "-R" }
+        ));
     }
     if ask.reverse && ask.udp && matches!(ask.amount, Amount::Bytes(_)) {
         return Err(
@@ -208,10 +222,10 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
         source: None,
         marks: None,
         kind: TestKind::Stream(StreamRequest {
-            direction: if ask.reverse {
-                linerate_report::Direction::Reverse
-            } else {
-                linerate_report::Direction::Forward
+            direction: match (ask.full_duplex, ask.reverse) {
+                (true, _) => linerate_report::Direction::Bidir,
+                (false, true) => linerate_report::Direction::Reverse,
+                (false, false) => linerate_report::Direction::Forward,
             },
             rate_bps,
             transport: StreamTransport::plain(ask.udp, length, pps, ask.nodelay),
@@ -437,11 +451,22 @@ fn start_plane(
     template: &[u8],
     streams: Vec<FlowSocket>,
 ) -> io::Result<DataPlane> {
-    let specs = streams
-        .into_iter()
-        .enumerate()
-        .map(|(i, socket)| FlowSpec::new(config, i as u32, Side::Client, socket))
-        .collect();
+    let count = streams.len() as u32;
+    let mut specs = Vec::with_capacity(streams.len() * 2);
+    for (i, socket) in streams.into_iter().enumerate() {
+        // Both ways on each connection (--full-duplex): this side's sending flow i and
+        // its receiving flow count + i on two handles of the one socket.
+        if let (true, FlowSocket::Tcp(stream)) = (ask.full_duplex, &socket) {
+            let receiving = stream.try_clone()?;
+            specs.push(FlowSpec::new(
+                config,
+                count + i as u32,
+                Side::Client,
+                FlowSocket::Tcp(receiving),
+            ));
+        }
+        specs.push(FlowSpec::new(config, i as u32, Side::Client, socket));
+    }
     let this_side = if ask.reverse {
         Role::Receive
     } else {
@@ -455,7 +480,7 @@ fn start_plane(
         threads: config.threads as usize,
         // A server that sends ends its test on its own clock, which started when its
         // header came: its last bytes are waited for, and its close is never early.
-        drain: if ask.reverse {
+        drain: if ask.reverse || ask.full_duplex {
             REVERSE_DRAIN
         } else {
             Duration::ZERO
@@ -468,7 +493,7 @@ fn start_plane(
         },
         pin_cpus: Vec::new(),
         budget,
-        peer_lead: if ask.reverse {
+        peer_lead: if ask.reverse || ask.full_duplex {
             Duration::from_secs_f64(config.time_s)
         } else {
             Duration::ZERO
@@ -479,14 +504,15 @@ fn start_plane(
 
 /// The test's end after the data plane's: a UDP flow this side sent exchanges finals for
 /// the server's report (the reports and the finals sent); a TCP connection this side sent
-/// on reads the server's acknowledgement. A test the server sent ends with its close.
+/// on reads the server's acknowledgement. A test the server sent (`-R`, `--full-duplex`:
+/// its payload came instead of an acknowledgement) ends with its close.
 fn close(
     ask: &Iperf2Ask,
     held: Vec<OwnedFd>,
     template: &[u8],
     datagrams_sent: &[u64],
 ) -> (Vec<Option<ServerReport>>, Vec<u64>) {
-    if ask.reverse {
+    if ask.reverse || ask.full_duplex {
         return (Vec::new(), Vec::new());
     }
     if !ask.udp {
@@ -504,6 +530,9 @@ fn close(
 /// Whose figures the report holds: an iperf 2 server tells its client only a UDP test's
 /// receiver figures, and only for a test the client sent.
 fn whose_figures(ask: &Iperf2Ask) -> &'static str {
+    if ask.full_duplex {
+        return "against an iperf 2 server: it tells its client nothing over TCP, so only this side's figures are here, both ways (what it sent and what it received)";
+    }
     match (ask.udp, ask.reverse) {
         (true, false) => "against an iperf 2 server: the receiver's figures are its server reports",
         (true, true) => "against an iperf 2 server: it tells its client nothing of what it sent, so only this side's (the receiver's) figures are here",

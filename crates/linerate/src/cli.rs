@@ -982,6 +982,9 @@ pub struct Iperf2Args {
     /// The server sends and this side receives (over TCP on the same connections)
     #[arg(short = 'R', long)]
     pub reverse: bool,
+    /// Both ends send on each TCP connection at once
+    #[arg(long, conflicts_with_all = ["reverse", "udp"])]
+    pub full_duplex: bool,
     /// Seconds to wait for each connection
     #[arg(long, default_value = "10", value_parser = |t: &str| seconds_within(t, 0.1, 300.0))]
     pub connect_timeout: f64,

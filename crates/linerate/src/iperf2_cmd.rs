@@ -40,6 +40,7 @@ pub fn run(args: &Iperf2Args, globals: &Globals) -> CommandResult {
         rate,
         trip_times: args.trip_times,
         reverse: args.reverse,
+        full_duplex: args.full_duplex,
         interval_s: args.interval,
         window: args.window,
         nodelay: args.nodelay,

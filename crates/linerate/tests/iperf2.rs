@@ -195,6 +195,43 @@ fn real_iperf2_clients_are_served_and_every_byte_is_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A server that keeps its iperf 2 tests in a database of its own, one test at a time
+/// (the loopback interface's counters referee each); its directory removed at the end.
+struct Kept {
+    server: ServeProcess,
+    port: String,
+    db: String,
+    dir: std::path::PathBuf,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Kept {
+    /// The server for `test`, or `None` (the test skipped, said) without iperf 2.
+    fn serve(test: &str) -> Option<Kept> {
+        if !have("iperf", test) {
+            return None;
+        }
+        let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = std::env::temp_dir().join(format!("{test}-{}", std::process::id()));
+        let db = dir.join("served.db").to_str().unwrap().to_string();
+        let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
+        let port = iperf2_port(&server);
+        Some(Kept {
+            server,
+            port,
+            db,
+            dir,
+            _one: one,
+        })
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A real iperf 2 client's `--full-duplex` tests, timed over two connections and counted
 /// over one: both ends send on each connection at once. linerate keeps each as one
 /// both-ways run, a flow each way a connection: what it received of each is what the
@@ -203,15 +240,12 @@ fn real_iperf2_clients_are_served_and_every_byte_is_counted() {
 /// 2's own server does, and the loopback interface carried at least all of it.
 #[test]
 fn real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection() {
-    let test = "real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection";
-    if !have("iperf", test) {
+    let Some(served) =
+        Kept::serve("real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection")
+    else {
         return;
-    }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!("linerate-iperf2-fd-{}", std::process::id()));
-    let db = dir.join("served.db").to_str().unwrap().to_string();
-    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
-    let port = iperf2_port(&server);
+    };
+    let (server, port, db) = (&served.server, &served.port, &served.db);
     let runs: [&[&str]; 2] = [&["-t", "2", "-P", "2"], &["-n", "50M"]];
     for (i, extra) in runs.iter().enumerate() {
         let lo_before = lo_rx_bytes();
@@ -224,7 +258,7 @@ fn real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection() {
         // it received on one (the server's port first).
         let (mut sent, mut received) = (Vec::new(), Vec::new());
         for line in csv_connections(&out) {
-            if line.local_port == port {
+            if line.local_port == *port {
                 received.push(line.bytes);
             } else {
                 sent.push(line.bytes - HEADER);
@@ -242,7 +276,7 @@ fn real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection() {
             "{}",
             server.log()
         );
-        let run = kept(&db, id);
+        let run = kept(db, id);
         assert_eq!(run["config"]["direction"], "bidir", "{}", run["config"]);
         let flows = run["flows"].as_array().unwrap();
         assert_eq!(flows.len(), 2 * connections, "{}", run["flows"]);
@@ -275,8 +309,6 @@ fn real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection() {
             "{extra:?}: the loopback interface received {lo} bytes, both ends moved {total}"
         );
     }
-    drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A real iperf 2 client's tests back (`-d`, at once; `-r`, after), its listener on a port
@@ -287,15 +319,11 @@ fn real_iperf2_full_duplex_clients_are_served_both_ways_on_each_connection() {
 /// sends its count on each, and the loopback interface carried at least all of it.
 #[test]
 fn real_iperf2_tests_back_are_sent_to_the_clients_own_address() {
-    let test = "real_iperf2_tests_back_are_sent_to_the_clients_own_address";
-    if !have("iperf", test) {
+    let Some(served) = Kept::serve("real_iperf2_tests_back_are_sent_to_the_clients_own_address")
+    else {
         return;
-    }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!("linerate-iperf2-back-{}", std::process::id()));
-    let db = dir.join("served.db").to_str().unwrap().to_string();
-    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
-    let port = iperf2_port(&server);
+    };
+    let (server, port, db) = (&served.server, &served.port, &served.db);
     let free_port = || {
         std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -318,7 +346,7 @@ fn real_iperf2_tests_back_are_sent_to_the_clients_own_address() {
         // its listener (the connection's far port is the listener's).
         let (mut sent, mut received) = (Vec::new(), Vec::new());
         for line in csv_connections(&out) {
-            if line.far_port == port {
+            if line.far_port == *port {
                 sent.push(line.bytes - HEADER);
             } else if line.far_port == listen {
                 received.push(line.bytes);
@@ -338,7 +366,7 @@ fn real_iperf2_tests_back_are_sent_to_the_clients_own_address() {
                 "{}",
                 server.log()
             );
-            let run = kept(&db, stored);
+            let run = kept(db, stored);
             let reverse = run["config"]["direction"] == "reverse";
             assert_eq!(run["flows"].as_array().unwrap().len(), connections, "{run}");
             for f in 0..connections {
@@ -376,8 +404,6 @@ fn real_iperf2_tests_back_are_sent_to_the_clients_own_address() {
             server.log()
         );
     }
-    drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A flow's whole count at this server: what it read from the first byte to the close,
@@ -986,6 +1012,104 @@ fn linerate_iperf2_client_is_counted_by_a_real_iperf2_server() {
             .unwrap_or_else(|| panic!("no line from iperf 2's server: {line:?}"));
         let (lost, count): (f64, f64) = (fields[10].parse().unwrap(), fields[11].parse().unwrap());
         assert_eq!((lost, count), (0.0, total), "{fields:?}");
+    }
+}
+
+/// `linerate iperf2 -c --full-duplex` against Debian's iperf 2 server (2.1.8) over a veth
+/// pair: both ends send on the one connection at once. This side read exactly what the
+/// server says it wrote, and the server read what this side sent (its header too, and
+/// within a write of the end's race for a timed test); a counted test moves its count each
+/// way; the interface carried at least both. `--full-duplex` with `-R` or `-u` is refused,
+/// exit 2.
+#[test]
+fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server() {
+    let test = "linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server";
+    if !have("iperf", test) {
+        return;
+    }
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return;
+    }
+    for other in ["-R", "-u"] {
+        let refused = linerate(&[
+            "--no-store",
+            "iperf2",
+            "-c",
+            "127.0.0.1",
+            "--full-duplex",
+            other,
+        ]);
+        assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    }
+    let pair = VethPair::new("ip2fd");
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("full-duplex.csv");
+    let _server = Killed(
+        Command::new("ip")
+            .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
+            .arg(format!("exec stdbuf -oL iperf -s -y C > {}", log.display()))
+            .spawn()
+            .expect("iperf -s"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let rx = || pair.counter(&pair.ns_a, &pair.dev_a, "rx_bytes") as f64;
+    let tx = || pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes") as f64;
+    let mut seen = 0;
+    for (amount, value) in [("-t", "2"), ("-n", "8M")] {
+        let (rx_before, tx_before) = (rx(), tx());
+        let out = linerate_in(
+            &pair.ns_a,
+            &[
+                "--no-store",
+                "iperf2",
+                "-c",
+                &pair.addr_b,
+                "--full-duplex",
+                amount,
+                value,
+                "--json",
+            ],
+        );
+        let (rx_wire, tx_wire) = (rx() - rx_before, tx() - tx_before);
+        assert!(out.status.success(), "{amount} {value}: {}", stderr(&out));
+        let doc = json(&out);
+        assert_eq!(doc["config"]["direction"], "bidir", "{}", doc["config"]);
+        let sent = num(&doc, "/flows/0/sender_bytes_total");
+        let received = num(&doc, "/flows/1/receiver_bytes_total");
+        std::thread::sleep(Duration::from_millis(300));
+        // The server's lines of this test: the two it printed since the last.
+        let lines = csv_lines(&std::fs::read_to_string(&log).unwrap());
+        let mut theirs: Vec<f64> = lines[seen..]
+            .iter()
+            .map(|fields| fields[7].parse().unwrap())
+            .collect();
+        seen = lines.len();
+        assert_eq!(theirs.len(), 2, "{lines:?}");
+        eprintln!(
+            "--full-duplex {amount} {value}: linerate sent {sent} and read {received}; iperf 2's server {theirs:?}; the interface sent {tx_wire}, received {rx_wire}"
+        );
+        // What the server wrote is what this side read, exactly; what it read is what
+        // this side sent with its header.
+        let at = theirs
+            .iter()
+            .position(|&t| t == received)
+            .unwrap_or_else(|| panic!("linerate read {received}, the server wrote {theirs:?}"));
+        let read = theirs.remove(at);
+        assert!(
+            (theirs[0] - sent - HEADER).abs() <= 128.0 * 1024.0,
+            "linerate sent {sent}, the server read {}",
+            theirs[0]
+        );
+        if amount == "-n" {
+            // The count each way: this side's payload after its header, and the server's.
+            let count = 8.0 * 1024.0 * 1024.0;
+            assert_eq!((sent, read, theirs[0]), (count, count, count + HEADER));
+        }
+        assert!(
+            rx_wire >= received && tx_wire >= sent,
+            "{rx_wire} {tx_wire}"
+        );
     }
 }
 

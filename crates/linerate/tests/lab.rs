@@ -3359,7 +3359,19 @@ fn lab_mesh_run(
     cycles: u32,
 ) -> std::process::Output {
     let cycles = cycles.to_string();
-    let out = lab(&[
+    let file = file.to_str().unwrap();
+    let out = linerate_on_client(
+        name,
+        db,
+        &["mesh", "run", file, "--cycles", &cycles, "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    out
+}
+
+/// linerate on a lab's client host with results database `db`, asked `args`.
+fn linerate_on_client(name: &str, db: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec![
         "exec",
         "--name",
         name,
@@ -3368,15 +3380,9 @@ fn lab_mesh_run(
         binary(),
         "--db",
         db.to_str().unwrap(),
-        "mesh",
-        "run",
-        file.to_str().unwrap(),
-        "--cycles",
-        &cycles,
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    out
+    ];
+    all.extend_from_slice(args);
+    lab(&all)
 }
 
 /// A mesh over a lab's two hosts, an agent on each (`serve --key`, one key): its file
@@ -3431,19 +3437,7 @@ impl LabMesh {
     /// The whole document a mesh row's run was kept with (`show ID --json`).
     fn stored(&self, name: &str, row: &serde_json::Value) -> serde_json::Value {
         let id = row["run_id"].as_i64().expect("a stored run").to_string();
-        let shown = lab(&[
-            "exec",
-            "--name",
-            name,
-            "client",
-            "--",
-            binary(),
-            "--db",
-            self.db.to_str().unwrap(),
-            "show",
-            &id,
-            "--json",
-        ]);
+        let shown = linerate_on_client(name, &self.db, &["show", &id, "--json"]);
         assert!(shown.status.success(), "{}", stderr(&shown));
         serde_json::from_slice(&shown.stdout).unwrap()
     }
