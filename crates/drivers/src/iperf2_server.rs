@@ -395,21 +395,8 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
     if let Some(Ok(back)) = dual {
         let _ = back.join();
     }
-    let Some((held, ours)) = ran else {
-        served.end(shared);
-        return;
-    };
     served.end(shared);
-    drop(held);
-    let finished = Finished {
-        id,
-        peer,
-        started_at,
-        theirs: Vec::new(),
-        ours,
-        note: None,
-    };
-    keep_report(shared, &header, config, finished);
+    keep_run(shared, &header, config, (id, peer, started_at), ran);
     // -r: the test back once this one has ended.
     if header.tradeoff() {
         serve_back(shared, &header, count, peer);
@@ -461,19 +448,31 @@ fn serve_back(shared: &Arc<ServerState>, header: &ClientHeader, count: usize, pe
     let started_at = UnixTime::now().seconds();
     let ran = run(shared, &mut served, &config, &back, connections, &label, to);
     served.end(shared);
+    keep_run(shared, &back, config, (id, to, started_at), ran);
+}
+
+/// Keeps a run that ended (test `id` with `peer`, started at `started_at`): its
+/// connections closed first, so the client reads its end; nothing where it did not run.
+fn keep_run(
+    shared: &ServerState,
+    header: &ClientHeader,
+    config: TestConfig,
+    (id, peer, started_at): (u64, SocketAddr, f64),
+    ran: Option<(Vec<Connection>, SideResult)>,
+) {
     let Some((held, ours)) = ran else {
         return;
     };
     drop(held);
     let finished = Finished {
         id,
-        peer: to,
+        peer,
         started_at,
         theirs: Vec::new(),
         ours,
         note: None,
     };
-    keep_report(shared, &back, config, finished);
+    keep_report(shared, header, config, finished);
 }
 
 /// The data plane over the test's connections until the client has shut them all down

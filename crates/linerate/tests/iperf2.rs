@@ -856,6 +856,26 @@ fn csv_lines(text: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Debian's iperf 2 server (`iperf -s`, with `flags`) in the pair's second namespace,
+/// printing its CSV lines (`-y C`) to `TAG.csv` in `logs` as it goes; ended with the test.
+fn iperf2_server_in(
+    pair: &VethPair,
+    logs: &tempfile::TempDir,
+    flags: &str,
+    tag: &str,
+) -> (Killed, std::path::PathBuf) {
+    let log = logs.path().join(format!("{tag}.csv"));
+    let child = Command::new("ip")
+        .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
+        .arg(format!(
+            "exec stdbuf -oL iperf -s {flags} -y C > {}",
+            log.display()
+        ))
+        .spawn()
+        .expect("iperf -s");
+    (Killed(child), log)
+}
+
 /// A child process ended when the test ends, passed or not.
 struct Killed(std::process::Child);
 
@@ -884,19 +904,8 @@ fn linerate_iperf2_client_is_counted_by_a_real_iperf2_server() {
     }
     let pair = VethPair::new("ip2c");
     let logs = tempfile::tempdir().unwrap();
-    let server = |udp: bool, tag: &str| {
-        let log = logs.path().join(format!("{tag}.csv"));
-        let child = Command::new("ip")
-            .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
-            .arg(format!(
-                "exec stdbuf -oL iperf -s {} -y C > {}",
-                if udp { "-u" } else { "" },
-                log.display()
-            ))
-            .spawn()
-            .expect("iperf -s");
-        (Killed(child), log)
-    };
+    let server =
+        |udp: bool, tag: &str| iperf2_server_in(&pair, &logs, if udp { "-u" } else { "" }, tag);
     let (tcp_server, tcp_log) = server(false, "tcp");
     std::thread::sleep(Duration::from_millis(500));
     let tx = || pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes") as f64;
@@ -1044,14 +1053,7 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
     }
     let pair = VethPair::new("ip2fd");
     let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("full-duplex.csv");
-    let _server = Killed(
-        Command::new("ip")
-            .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
-            .arg(format!("exec stdbuf -oL iperf -s -y C > {}", log.display()))
-            .spawn()
-            .expect("iperf -s"),
-    );
+    let (_server, log) = iperf2_server_in(&pair, &logs, "", "full-duplex");
     std::thread::sleep(Duration::from_millis(500));
     let rx = || pair.counter(&pair.ns_a, &pair.dev_a, "rx_bytes") as f64;
     let tx = || pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes") as f64;
@@ -1154,14 +1156,7 @@ fn linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends() {
 
     let pair = VethPair::new("ip2r");
     let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("reverse.csv");
-    let _server = Killed(
-        Command::new("ip")
-            .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
-            .arg(format!("exec stdbuf -oL iperf -s -y C > {}", log.display()))
-            .spawn()
-            .expect("iperf -s"),
-    );
+    let (_server, log) = iperf2_server_in(&pair, &logs, "", "reverse");
     std::thread::sleep(Duration::from_millis(500));
     let rx = || pair.counter(&pair.ns_a, &pair.dev_a, "rx_bytes") as f64;
     for (amount, value) in [("-t", "2"), ("-n", "8M")] {
