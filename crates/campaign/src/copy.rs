@@ -212,6 +212,7 @@ fn config_of(summary: &CopySummary, host: &str) -> TestConfig {
         source: None,
         marks: None,
         call: None,
+        video: None,
         protocol: linerate_model::Protocol::Udp,
         target: host.to_string(),
         port: summary

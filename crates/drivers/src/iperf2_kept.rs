@@ -243,6 +243,7 @@ pub(crate) fn plain_flow(
         transactions: 0,
         transactions_total: 0,
         classes: None,
+        frames: None,
         ecn: false,
         mptcp: None,
     }

@@ -215,6 +215,7 @@ pub fn side_from_results(
                 transactions: 0,
                 transactions_total: 0,
                 classes: None,
+                frames: None,
                 ecn: false,
                 mptcp: None,
             })
@@ -313,6 +314,7 @@ mod tests {
             transactions: 0,
             transactions_total: 0,
             classes: None,
+            frames: None,
             ecn: false,
             mptcp: None,
         }

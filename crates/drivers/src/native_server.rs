@@ -697,6 +697,7 @@ mod tests {
             source: None,
             marks: None,
             call: None,
+            video: None,
             tls: None,
             protocol: Protocol::Tcp,
             target: "test".into(),

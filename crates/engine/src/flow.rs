@@ -229,6 +229,8 @@ pub struct FlowOutcome {
     /// (data, acknowledgements, the handshake), which travelled towards this side whatever
     /// the flow's own role.
     pub classes: Option<Vec<linerate_model::marks::ClassCount>>,
+    /// Video flows: the frames sent, or put back together from the datagrams received.
+    pub frames: Option<linerate_model::video::FrameCounts>,
 }
 
 /// Everything a worker needs, read-only.
@@ -265,6 +267,8 @@ pub struct WorkerPlan {
     /// Calls (`--pattern voip`): UDP receivers judge each datagram against a jitter
     /// buffer this long.
     pub playout: Option<Duration>,
+    /// Video tests: UDP senders send frames on this plan, receivers count them.
+    pub video: Option<linerate_model::video::VideoSettings>,
     /// The test's connections are MPTCP: read their subflows at each boundary.
     pub mptcp: bool,
     /// Asks for an end ahead of the schedule; shared by the plane's workers.
@@ -306,6 +310,7 @@ impl WorkerPlan {
             window: None,
             count_marks: false,
             playout: None,
+            video: None,
             mptcp: false,
         }
     }
@@ -400,6 +405,7 @@ impl FlowOutcome {
             transactions_total: 0,
             tls: None,
             classes: None,
+            frames: None,
         }
     }
 }

@@ -22,4 +22,5 @@ mod quic_socket;
 pub mod rr;
 pub mod sys;
 pub mod udp;
+mod video;
 pub mod worker;

@@ -233,6 +233,7 @@ impl DataPlane {
                 playout: config
                     .call
                     .map(|c| Duration::from_millis(u64::from(c.jitter_buffer_ms))),
+                video: config.video,
                 mptcp: config.source.as_ref().is_some_and(|s| s.mptcp),
             };
             let sender = sender.clone();
@@ -641,6 +642,7 @@ impl DataPlane {
             transactions,
             transactions_total: outcome.transactions_total,
             classes: outcome.classes.clone(),
+            frames: outcome.frames.clone(),
             ecn: outcome.info.ecn,
             mptcp: outcome.mptcp,
         }

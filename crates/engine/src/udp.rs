@@ -12,6 +12,7 @@ use crate::flow::{outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, F
 use crate::flow::{Sample, WorkerPlan};
 use crate::nap::Napper;
 use crate::pacer::Pacer;
+use crate::video::FrameSender;
 use linerate_model::clock::UnixTime;
 use linerate_model::marks::ClassTally;
 use linerate_model::{Role, UdpCounts};
@@ -136,6 +137,23 @@ impl Batch {
         for (m, iovec) in self.iovecs[..messages].iter_mut().enumerate() {
             iovec.iov_len = (count - m * self.segments).min(self.segments) * self.size;
         }
+        let sent = self.send_messages(socket, messages)?;
+        // Only the last message can be short, so whole messages are whole runs.
+        Ok((sent * self.segments).min(count))
+    }
+
+    /// Sends one datagram of each of `lengths` bytes (at most the datagram size; a batch
+    /// without GSO); the number the kernel took.
+    fn send_lengths(&mut self, socket: &UdpSocket, lengths: &[usize]) -> io::Result<usize> {
+        debug_assert_eq!(self.segments, 1);
+        for (iovec, len) in self.iovecs.iter_mut().zip(lengths) {
+            iovec.iov_len = (*len).min(self.size);
+        }
+        self.send_messages(socket, lengths.len().min(self.headers.len()))
+    }
+
+    /// `sendmmsg` of the first `messages` messages as their iovecs stand.
+    fn send_messages(&mut self, socket: &UdpSocket, messages: usize) -> io::Result<usize> {
         // SAFETY: `headers[..messages]` point at live iovecs and buffers owned by `self`.
         let sent = unsafe {
             libc::sendmmsg(
@@ -148,8 +166,7 @@ impl Batch {
         if sent < 0 {
             Err(io::Error::last_os_error())
         } else {
-            // Only the last message can be short, so whole messages are whole runs.
-            Ok((sent as usize * self.segments).min(count))
+            Ok(sent as usize)
         }
     }
 
@@ -274,6 +291,8 @@ struct UdpFlow {
     /// Sender: the socket buffer is full; wait until poll says it is writable.
     blocked: bool,
     pacer: Option<Pacer>,
+    /// Sender of a video test: its frames, in place of the pacer.
+    frames: Option<FrameSender>,
     tracker: Option<SequenceTracker>,
     /// Receiver of a marked test: its datagrams by the TOS byte they arrived with.
     classes: Option<ClassTally>,
@@ -409,7 +428,9 @@ impl UdpLoop {
         let mut notes = Vec::new();
         let sends = flows.iter().any(|f| f.role == Role::Send);
         let receives = flows.iter().any(|f| f.role == Role::Receive);
-        let mut send_batch = match (plan.gso && sends).then(|| enable_gso(&flows, size)) {
+        // A video frame's last datagram is shorter than the rest: no GSO run can carry it.
+        let gso = plan.gso && sends && plan.video.is_none();
+        let mut send_batch = match gso.then(|| enable_gso(&flows, size)) {
             Some(Ok(segments)) => Batch::new(size, segments, OFFLOAD_MESSAGES, false),
             Some(Err(note)) => {
                 notes.push(note);
@@ -455,6 +476,11 @@ impl UdpLoop {
         } else {
             wall_now.saturating_sub((mono_now - plan.start).as_nanos() as u64)
         };
+        if let Some(video) = plan.video {
+            for flow in flows.iter_mut().filter(|f| f.role == Role::Send) {
+                flow.frames = Some(FrameSender::new(&video, size, wall_base_ns));
+            }
+        }
         Ok(UdpLoop {
             wall_base_ns,
             plan,
@@ -536,11 +562,13 @@ impl UdpLoop {
                 continue;
             }
             match self.flows[index].role {
-                Role::Send if !self.flows[index].blocked => {
-                    self.send_turn(index, now, since, since_ns, &mut turn)
+                Role::Send if self.flows[index].blocked => {}
+                Role::Send if self.flows[index].frames.is_some() => {
+                    self.send_frames(index, now, since, since_ns, &mut turn)
                 }
+                Role::Send => self.send_turn(index, now, since, since_ns, &mut turn),
                 // Request/response flows run in `crate::rr`, never here.
-                Role::Send | Role::Request | Role::Respond => {}
+                Role::Request | Role::Respond => {}
                 Role::Receive => self.receive_turn(index, since, &mut turn),
             }
         }
@@ -623,6 +651,71 @@ impl UdpLoop {
                         break;
                     }
                     // ECONNREFUSED: the peer's port is closed (ICMP).
+                    _ => {
+                        flow.outcome.error =
+                            Some(format!("send failed at {:.3} s: {e}", since.as_secs_f64()));
+                        flow.done = true;
+                        break;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Up to [`CALLS_PER_TURN`] batches of video sender `index`'s frames, as its schedule
+    /// lets them go.
+    fn send_frames(
+        &mut self,
+        index: usize,
+        now: Instant,
+        since: Duration,
+        since_ns: u64,
+        turn: &mut Turn,
+    ) {
+        let flow = &mut self.flows[index];
+        let elapsed_ns = since.as_nanos() as u64;
+        let mut planned = Vec::with_capacity(BATCH);
+        let mut lengths = Vec::with_capacity(BATCH);
+        for _ in 0..CALLS_PER_TURN {
+            let frames = flow.frames.as_mut().expect("a video sender");
+            if let Err(next_ns) = frames.plan(elapsed_ns, self.send_batch.capacity(), &mut planned)
+            {
+                let at = self.plan.start + Duration::from_nanos(next_ns);
+                turn.next_send = Some(turn.next_send.map_or(at, |n| n.min(at)));
+                break;
+            }
+            lengths.clear();
+            for (i, (len, fields)) in planned.iter().enumerate() {
+                let datagram = &mut self.send_batch.datagram(i)[..*len];
+                self.framing
+                    .write(datagram, flow.sequence + i as u64, since_ns, flow.id);
+                fields.write(datagram);
+                lengths.push(*len);
+            }
+            match self.send_batch.send_lengths(&flow.socket, &lengths) {
+                Ok(sent) => {
+                    flow.sequence += sent as u64;
+                    flow.sent_bytes += lengths[..sent].iter().sum::<usize>() as u64;
+                    if let Some(frames) = flow.frames.as_mut() {
+                        frames.sent(&planned, sent, elapsed_ns);
+                    }
+                    turn.busy = true;
+                    if sent < lengths.len() {
+                        let full = flow.send_buffer_full(self.size);
+                        flow.refused(full, 1, now, turn);
+                        break;
+                    }
+                }
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EAGAIN) => {
+                        flow.refused(true, 1, now, turn);
+                        break;
+                    }
+                    Some(libc::ENOBUFS) => {
+                        flow.refused(false, 1, now, turn);
+                        break;
+                    }
+                    Some(libc::EINTR) => {}
                     _ => {
                         flow.outcome.error =
                             Some(format!("send failed at {:.3} s: {e}", since.as_secs_f64()));
@@ -803,9 +896,15 @@ impl UdpLoop {
                     Some(t) => t.counts().datagrams,
                     None => flow.sequence,
                 };
+                let frames = match (&flow.tracker, &flow.frames) {
+                    (Some(tracker), _) => tracker.frame_counts(),
+                    (None, Some(sender)) => Some(sender.counts()),
+                    (None, None) => None,
+                };
                 FlowOutcome {
                     bytes_total,
                     datagrams_total,
+                    frames,
                     classes: flow.classes.as_ref().map(ClassTally::counts),
                     ..flow.outcome
                 }
@@ -859,7 +958,7 @@ impl UdpFlow {
         };
         socket.set_nonblocking(true)?;
         let outcome = outcome_of(&socket, spec.id, spec.direction, spec.role);
-        let pacer = match (spec.role, plan.rate_bps) {
+        let pacer = match (spec.role, plan.rate_bps.filter(|_| plan.video.is_none())) {
             // Credit for 5 ms of rate or one datagram, whichever is larger: bursts stay
             // far below a 100 ms interval.
             (Role::Send, Some(rate)) => Some(Pacer::new(
@@ -903,12 +1002,16 @@ impl UdpFlow {
             send_buffer,
             blocked: false,
             pacer,
+            frames: None,
             tracker: (spec.role == Role::Receive).then(|| {
-                let tracker = SequenceTracker::new(spec.id, framing);
-                match plan.playout {
-                    Some(buffer) => tracker.with_playout(buffer.as_nanos() as u64),
-                    None => tracker,
+                let mut tracker = SequenceTracker::new(spec.id, framing);
+                if let Some(buffer) = plan.playout {
+                    tracker = tracker.with_playout(buffer.as_nanos() as u64);
                 }
+                if let Some(video) = plan.video {
+                    tracker = tracker.with_frames(video.period_ns());
+                }
+                tracker
             }),
             classes: (spec.role == Role::Receive && plan.count_marks).then(ClassTally::default),
             done: false,

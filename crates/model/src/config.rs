@@ -238,6 +238,10 @@ pub struct TestConfig {
     /// jitter buffer; scored each way by [`crate::call`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call: Option<crate::call::CallSettings>,
+    /// A video-shaped test (`--isochronous`, `linerate app --pattern video`): frames at a
+    /// rate, of log-normal sizes (crate::video).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub video: Option<crate::video::VideoSettings>,
 }
 
 /// Where a client's sockets leave from: a local address (`--bind`), an interface or VRF

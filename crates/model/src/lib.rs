@@ -23,6 +23,7 @@ pub mod profile;
 mod request;
 mod side;
 pub mod units;
+pub mod video;
 
 pub use config::*;
 pub use explain::explain;

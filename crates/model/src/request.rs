@@ -37,6 +37,9 @@ pub const DEFAULT_CIPHER: &str = "aes256-gcm";
 pub const CIPHERS: [&str; 3] = ["aes128-gcm", "aes256-gcm", "chacha20-poly1305"];
 /// The smallest and largest UDP payloads.
 pub const UDP_LENGTH: std::ops::RangeInclusive<u64> = 16..=65_507;
+/// A video datagram's payload: its header and frame fields (crate::video) at least.
+pub const VIDEO_LENGTH: std::ops::RangeInclusive<u64> =
+    crate::video::DATAGRAM_HEADER_BYTES..=65_507;
 
 /// Workers for `flows` connections on a machine with `cpus` CPUs when the user did not
 /// say: one per flow while there are few (each then runs its flow with blocking calls, the
@@ -130,6 +133,12 @@ pub enum StreamTransport {
     /// A call (`linerate app --pattern voip`): a frame of the codec each way every 20 ms,
     /// in RTP-sized UDP datagrams, both ways at once.
     Call(crate::call::CallSettings),
+    /// Video frames (`--isochronous`, `linerate app --pattern video`): UDP datagrams of
+    /// `length` bytes (`None`: as `Udp`'s), a frame of them every period.
+    Video {
+        settings: crate::video::VideoSettings,
+        length: Option<u64>,
+    },
 }
 
 impl StreamTransport {
@@ -235,6 +244,7 @@ impl TestConfig {
             source: request.source.clone(),
             marks: request.marks,
             call: None,
+            video: None,
         };
         match &request.kind {
             TestKind::Stream(stream) => resolve_stream(&mut config, stream, environment)?,
@@ -351,6 +361,36 @@ fn resolve_stream(
             config.pps = Some(call.pps());
             config.rate_bps = Some(call.pps() * config.length * 8);
             config.call = Some(call);
+        }
+        StreamTransport::Video { settings, length } => {
+            if config.tls.is_some() {
+                return Err("'--tls' encrypts TCP connections; video frames are UDP".into());
+            }
+            let settings = settings.checked().map_err(|why| {
+                format!(
+                    "invalid value '{}' for '--isochronous': {why}",
+                    settings.spec()
+                )
+            })?;
+            let length = match length {
+                Some(length) if !VIDEO_LENGTH.contains(&length) => {
+                    return Err(format!(
+                        "invalid value '{length}' for '--length': a video datagram carries {} to {} bytes",
+                        VIDEO_LENGTH.start(),
+                        VIDEO_LENGTH.end()
+                    ));
+                }
+                Some(length) => length,
+                None => environment
+                    .udp_length
+                    .unwrap_or(FALLBACK_UDP_LENGTH)
+                    .clamp(*VIDEO_LENGTH.start(), *VIDEO_LENGTH.end()),
+            };
+            config.protocol = crate::Protocol::Udp;
+            config.length = length;
+            // The mean load: what a server's rate limit weighs; the frames pace themselves.
+            config.rate_bps = Some(settings.mean_bps);
+            config.video = Some(settings);
         }
     }
     Ok(())

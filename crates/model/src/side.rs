@@ -324,6 +324,9 @@ pub struct FlowSide {
     /// flow's role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<Vec<crate::marks::ClassCount>>,
+    /// Video flows: the frames this end sent or put back together (crate::video).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<crate::video::FrameCounts>,
     /// TCP senders: the connection's handshake negotiated ECN (TCP_INFO).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ecn: bool,

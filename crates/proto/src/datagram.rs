@@ -382,6 +382,8 @@ pub struct SequenceTracker {
     /// A call's jitter buffer, nanoseconds, and the first datagram's transit it is set on.
     playout_ns: Option<u64>,
     first_transit: Option<i128>,
+    /// A video flow's frames, put back together from its distinct datagrams.
+    frames: Option<crate::video::FrameTracker>,
     counts: ArrivalCounts,
 }
 
@@ -395,7 +397,26 @@ impl SequenceTracker {
             last_transit: None,
             playout_ns: None,
             first_transit: None,
+            frames: None,
             counts: ArrivalCounts::default(),
+        }
+    }
+
+    /// Also puts a video flow's datagrams back into frames due every `period_ns`.
+    pub fn with_frames(mut self, period_ns: u64) -> SequenceTracker {
+        self.frames = Some(crate::video::FrameTracker::new(period_ns));
+        self
+    }
+
+    /// A video flow's frames so far; `None` for any other flow.
+    pub fn frame_counts(&self) -> Option<linerate_model::video::FrameCounts> {
+        self.frames.as_ref().map(crate::video::FrameTracker::counts)
+    }
+
+    /// A distinct datagram of this flow arrived: the frame it belongs to has it.
+    fn judge_frame(&mut self, datagram: &[u8], arrival_ns: u64) {
+        if let Some(frames) = self.frames.as_mut() {
+            frames.record(datagram, arrival_ns);
         }
     }
 
@@ -480,6 +501,7 @@ impl SequenceTracker {
             self.counts.datagrams += 1;
             self.counts.bytes += datagram.len() as u64;
             self.judge_playout(transit);
+            self.judge_frame(datagram, arrival_ns);
             // RFC 3550 6.4.1: J += (|D| - J) / 16, D the change in transit time between
             // consecutive in-order datagrams; the first datagram only sets the reference.
             let transit_ns = transit as f64;
@@ -515,6 +537,7 @@ impl SequenceTracker {
             self.counts.datagrams += 1;
             self.counts.bytes += datagram.len() as u64;
             self.judge_playout(transit);
+            self.judge_frame(datagram, arrival_ns);
         } else if self.bit(sequence) {
             self.counts.duplicates += 1;
         } else {
@@ -525,6 +548,7 @@ impl SequenceTracker {
             self.counts.datagrams += 1;
             self.counts.bytes += datagram.len() as u64;
             self.judge_playout(transit);
+            self.judge_frame(datagram, arrival_ns);
         }
     }
 }

@@ -20,6 +20,7 @@ pub mod preface;
 pub mod session;
 pub mod text;
 pub mod transaction;
+pub mod video;
 
 pub use machine::{Machine, Outbox};
 pub use message::{ClientMessage, Limits, RefuseCode, ServerMessage};

@@ -690,6 +690,21 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
         linerate_model::call::CallSettings::checked(call.codec, call.jitter_buffer_ms)
             .map_err(|why| (RefuseCode::Invalid, why))?;
     }
+    if let Some(video) = config.video {
+        if config.protocol != linerate_model::Protocol::Udp {
+            return invalid("video frames are a UDP test".into());
+        }
+        if config.length < crate::video::VIDEO_HEADER as u64 {
+            return invalid(format!(
+                "a video datagram of {} bytes cannot carry its {}-byte header",
+                config.length,
+                crate::video::VIDEO_HEADER
+            ));
+        }
+        video
+            .checked()
+            .map_err(|why| (RefuseCode::Invalid, format!("video frames: {why}")))?;
+    }
     if !config.connect_timeout_s.is_finite() || config.connect_timeout_s < 0.0 {
         return invalid("connect timeout must be finite and not negative".into());
     }

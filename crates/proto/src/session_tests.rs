@@ -9,6 +9,7 @@ fn config(parallel: u32) -> TestConfig {
         source: None,
         marks: None,
         call: None,
+        video: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "test".into(),
@@ -618,4 +619,46 @@ fn quic_ports_offered_are_one_per_worker_and_no_more_than_asked() {
         quic_ports_offered(&config(1), None, vec![1, 2, 3]),
         Ok(vec![])
     );
+}
+
+/// A video test's frames are bounded where the server reads them: UDP only, datagrams
+/// that hold the frame fields, a frame rate and size within the limits.
+#[test]
+fn a_video_tests_frames_are_bounded_and_only_over_udp() {
+    use linerate_model::video::VideoSettings;
+    let limits = Limits::default();
+    let mut c = config(1);
+    c.video = Some(VideoSettings::parse("60:20m,1m").unwrap());
+    assert!(validate(&c, &limits).unwrap_err().1.contains("UDP"));
+    c.protocol = linerate_model::Protocol::Udp;
+    c.length = 40;
+    assert!(validate(&c, &limits)
+        .unwrap_err()
+        .1
+        .contains("56-byte header"));
+    c.length = 1200;
+    assert!(validate(&c, &limits).is_ok());
+    for forged in [
+        VideoSettings {
+            fps: 1e9,
+            ..c.video.unwrap()
+        },
+        VideoSettings {
+            fps: f64::NAN,
+            ..c.video.unwrap()
+        },
+        VideoSettings {
+            mean_bps: u64::MAX,
+            ..c.video.unwrap()
+        },
+        VideoSettings {
+            gap_us: u32::MAX,
+            ..c.video.unwrap()
+        },
+    ] {
+        c.video = Some(forged);
+        let (code, why) = validate(&c, &limits).unwrap_err();
+        assert_eq!(code, RefuseCode::Invalid, "{why}");
+        assert!(why.starts_with("video frames: "), "{why}");
+    }
 }

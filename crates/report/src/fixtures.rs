@@ -9,6 +9,7 @@ pub(crate) fn config(direction: Direction, parallel: u32) -> TestConfig {
         source: None,
         marks: None,
         call: None,
+        video: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "loopback".into(),
@@ -58,6 +59,7 @@ pub(crate) fn flow(id: u32, role: Role, bytes: u64, seconds: f64, retransmits: u
         transactions: 0,
         transactions_total: 0,
         classes: None,
+        frames: None,
         ecn: false,
         mptcp: None,
     }

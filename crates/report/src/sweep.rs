@@ -74,7 +74,8 @@ impl SweepParam {
             (SweepParam::Length, TestKind::Stream(stream)) => match &mut stream.transport {
                 StreamTransport::Tcp { length, .. }
                 | StreamTransport::Udp { length, .. }
-                | StreamTransport::Quic { length, .. } => *length = number.or(*length),
+                | StreamTransport::Quic { length, .. }
+                | StreamTransport::Video { length, .. } => *length = number.or(*length),
                 // A call's datagrams are its codec's frames.
                 StreamTransport::Call(_) => {}
             },

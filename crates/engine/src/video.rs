@@ -1,0 +1,192 @@
+//! A video sender's schedule: which frame is due, how large it is, and which of its
+//! datagrams may go now (`--isochronous`, `app --pattern video`).
+//!
+//! Sans IO: the UDP loop (crate::udp) gives it the time since the test's start and sends
+//! what it plans; it is told how many the kernel took. A frame goes as a burst of
+//! datagrams as large as the test's (the last shorter), or with the settings' gap between
+//! them; a sender that comes back after a frame's time has passed skips it
+//! (`linerate_model::video::FrameClock`).
+
+use linerate_model::video::{FrameClock, FrameCounts, FrameSizes, VideoSettings};
+use linerate_proto::video::{FrameFields, VIDEO_HEADER};
+
+/// The frame being sent: its fields (`remaining` counts down as datagrams go) and when
+/// its next datagram may go, nanoseconds from the start.
+struct Current {
+    fields: FrameFields,
+    next_ns: u64,
+}
+
+pub(crate) struct FrameSender {
+    clock: FrameClock,
+    sizes: FrameSizes,
+    gap_ns: u64,
+    /// Bytes per datagram (the last of a frame may be shorter).
+    size: usize,
+    /// The sender's wall clock at the start, for the frames' due times.
+    wall_base_ns: u64,
+    current: Option<Current>,
+    counts: FrameCounts,
+}
+
+impl FrameSender {
+    pub(crate) fn new(settings: &VideoSettings, size: usize, wall_base_ns: u64) -> FrameSender {
+        let size = size.max(VIDEO_HEADER);
+        FrameSender {
+            clock: FrameClock::new(settings.period_ns()),
+            // A frame is at least one datagram's header.
+            sizes: FrameSizes::new(settings, VIDEO_HEADER as u32),
+            gap_ns: u64::from(settings.gap_us) * 1_000,
+            size,
+            wall_base_ns,
+            current: None,
+            counts: FrameCounts::default(),
+        }
+    }
+
+    /// The datagrams that may go at `elapsed_ns` from the start, at most `most`: each one's
+    /// length and frame fields, into `out`. `Err` with the time (from the start) at which
+    /// the next may go when none may now.
+    pub(crate) fn plan(
+        &mut self,
+        elapsed_ns: u64,
+        most: usize,
+        out: &mut Vec<(usize, FrameFields)>,
+    ) -> Result<(), u64> {
+        out.clear();
+        if self.current.is_none() {
+            let Some(due) = self.clock.due(elapsed_ns) else {
+                return Err(self.clock.next_due_ns());
+            };
+            let bytes = self.sizes.next_bytes();
+            self.counts.sent += 1;
+            self.counts.start_late_max_us = self
+                .counts
+                .start_late_max_us
+                .max(elapsed_ns.saturating_sub(due.due_ns) / 1_000);
+            self.current = Some(Current {
+                fields: FrameFields {
+                    id: due.id,
+                    previous: due.previous,
+                    bytes,
+                    remaining: bytes,
+                    first_write_ns: self.wall_base_ns + elapsed_ns,
+                    due_ns: self.wall_base_ns + due.due_ns,
+                },
+                next_ns: elapsed_ns,
+            });
+        }
+        let current = self.current.as_ref().expect("a frame is being sent");
+        if elapsed_ns < current.next_ns {
+            return Err(current.next_ns);
+        }
+        let most = if self.gap_ns > 0 { 1 } else { most };
+        let mut fields = current.fields;
+        while out.len() < most && fields.remaining > 0 {
+            let len = (fields.remaining as usize).min(self.size);
+            out.push((len, fields));
+            fields.remaining -= len as u32;
+        }
+        Ok(())
+    }
+
+    /// The first `taken` of the datagrams last planned went at `elapsed_ns`.
+    pub(crate) fn sent(&mut self, planned: &[(usize, FrameFields)], taken: usize, elapsed_ns: u64) {
+        let Some(current) = self.current.as_mut() else {
+            return;
+        };
+        let bytes: usize = planned[..taken].iter().map(|(len, _)| len).sum();
+        current.fields.remaining -= bytes as u32;
+        current.next_ns = elapsed_ns + self.gap_ns;
+        if current.fields.remaining == 0 {
+            self.current = None;
+        }
+    }
+
+    pub(crate) fn counts(&self) -> FrameCounts {
+        FrameCounts {
+            skipped: self.clock.skipped,
+            slips: self.clock.slips,
+            cut: self.sizes.cut,
+            ..self.counts.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(spec: &str, gap_us: u32) -> VideoSettings {
+        VideoSettings {
+            gap_us,
+            ..VideoSettings::parse(spec).unwrap()
+        }
+    }
+
+    /// 100 frames a second of 2,500 bytes (2 Mbit/s) in 1,000-byte datagrams: each frame
+    /// is two full datagrams and one of 500 at its due time, its fields counting down.
+    #[test]
+    fn a_frame_goes_as_a_burst_at_its_due_time() {
+        let mut sender = FrameSender::new(&settings("100:2m", 0), 1_000, 5_000);
+        let mut out = Vec::new();
+        sender.plan(0, 64, &mut out).unwrap();
+        let lens: Vec<usize> = out.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lens, [1_000, 1_000, 500]);
+        let remaining: Vec<u32> = out.iter().map(|(_, f)| f.remaining).collect();
+        assert_eq!(remaining, [2_500, 1_500, 500]);
+        assert!(out
+            .iter()
+            .all(|(_, f)| f.id == 1 && f.bytes == 2_500 && f.due_ns == 5_000));
+        let planned = out.clone();
+        sender.sent(&planned, 3, 10);
+        assert_eq!(sender.plan(20, 64, &mut out), Err(10_000_000));
+        sender.plan(10_000_100, 64, &mut out).unwrap();
+        assert_eq!((out[0].1.id, out[0].1.previous), (2, 1));
+        assert_eq!(out[0].1.first_write_ns, 5_000 + 10_000_100);
+        assert_eq!(sender.counts().start_late_max_us, 0);
+    }
+
+    /// A kernel that takes part of a burst leaves the rest for the next call; a gap sends
+    /// one datagram at a time.
+    #[test]
+    fn a_partly_taken_burst_goes_on_and_a_gap_spaces_the_datagrams() {
+        let mut sender = FrameSender::new(&settings("100:2m", 0), 1_000, 0);
+        let mut out = Vec::new();
+        sender.plan(0, 64, &mut out).unwrap();
+        let planned = out.clone();
+        sender.sent(&planned, 1, 0);
+        sender.plan(1, 64, &mut out).unwrap();
+        assert_eq!(
+            out.iter().map(|(_, f)| f.remaining).collect::<Vec<_>>(),
+            [1_500, 500]
+        );
+
+        let mut spaced = FrameSender::new(&settings("100:2m", 300), 1_000, 0);
+        spaced.plan(0, 64, &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        let planned = out.clone();
+        spaced.sent(&planned, 1, 0);
+        assert_eq!(spaced.plan(100_000, 64, &mut out), Err(300_000));
+        spaced.plan(300_000, 64, &mut out).unwrap();
+        assert_eq!(out[0].1.remaining, 1_500);
+    }
+
+    /// A sender back 35 ms into a 10 ms schedule skips frames 2 to 3 and sends frame 4,
+    /// 5 ms after its due time.
+    #[test]
+    fn a_late_sender_skips_frames_and_says_how_late_it_started() {
+        let mut sender = FrameSender::new(&settings("100:2m", 0), 3_000, 0);
+        let mut out = Vec::new();
+        sender.plan(0, 64, &mut out).unwrap();
+        let planned = out.clone();
+        sender.sent(&planned, 1, 0);
+        sender.plan(35_000_000, 64, &mut out).unwrap();
+        assert_eq!((out[0].1.id, out[0].1.previous), (4, 1));
+        let c = sender.counts();
+        assert_eq!(
+            (c.sent, c.skipped, c.slips, c.start_late_max_us),
+            (2, 2, 1, 5_000)
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! Video-shaped traffic, as iperf 2's `--isochronous=FPS:MEAN,STDEV` defines it: a frame
+//! every 1/FPS seconds, its size drawn so that the load per frame is log-normal with mean
+//! MEAN and standard deviation STDEV bits a second, sent as a burst of datagrams (with an
+//! optional gap between them). The receiver counts, per frame, the time from its first
+//! write to its last byte read, and whether it was whole in time to be shown.
+//!
+//! Sans IO: the settings, the seeded frame sizes, the frame clock (which frames are due at
+//! a time the caller gives, and which ones the sender skipped because it ran late) and the
+//! counts both ends report. The datagrams' fields are `linerate_proto::video`'s.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, LogNormal};
+use serde::{Deserialize, Serialize};
+
+/// Frames a second: at most 1,000 (a frame a millisecond; iperf 2's frame clock counts
+/// in whole microseconds) and at least one a minute.
+pub const MAX_FPS: f64 = 1_000.0;
+pub const MIN_FPS: f64 = 1.0 / 60.0;
+/// The largest frame a sender may draw (16 MiB, an 8K key frame's order): a draw above it
+/// is cut to it and counted, so one unlucky draw cannot make a burst of gigabytes.
+pub const MAX_FRAME_BYTES: u32 = 16 << 20;
+/// Bytes before a video datagram's payload: linerate's header and the frame's fields
+/// (`linerate_proto::video::VIDEO_HEADER`).
+pub const DATAGRAM_HEADER_BYTES: u64 = 56;
+/// iperf 2's `--isochronous` with no value: 60 frames a second, 20 Mbit/s, no spread.
+pub const DEFAULT_SPEC: &str = "60:20m,0";
+
+/// A video test's frame plan (`--isochronous FPS:MEAN[,STDEV]`, `--frame-gap`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct VideoSettings {
+    /// Frames a second.
+    pub fps: f64,
+    /// The mean load, bits a second: a frame's mean size is this over 8 x `fps` bytes.
+    pub mean_bps: u64,
+    /// The standard deviation of the load per frame, bits a second (0: every frame the
+    /// mean's size).
+    pub stdev_bps: u64,
+    /// Microseconds between the datagrams of one frame (0: the frame in one burst, as an
+    /// encoder hands it to the socket).
+    #[serde(default)]
+    pub gap_us: u32,
+    /// The seed of the frame sizes: the same seed, the same frames.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+impl VideoSettings {
+    /// Reads `FPS:MEAN[,STDEV]` (iperf 2's `--isochronous` value; MEAN and STDEV as rates,
+    /// `20m`, `1.5m`), checked.
+    pub fn parse(text: &str) -> Result<VideoSettings, String> {
+        let bad = |why: &str| format!("invalid value '{text}' for '--isochronous': {why}");
+        let (fps, load) = text
+            .split_once(':')
+            .ok_or_else(|| bad("expected FPS:MEAN[,STDEV], as 60:20m,1m"))?;
+        let fps: f64 = fps
+            .trim()
+            .parse()
+            .map_err(|_| bad("frames a second must be a number"))?;
+        let (mean, stdev) = load.split_once(',').unwrap_or((load, "0"));
+        let rate =
+            |part: &str| crate::units::parse_rate(part.trim()).map_err(|e| bad(&e.to_string()));
+        VideoSettings {
+            fps,
+            mean_bps: rate(mean)?,
+            stdev_bps: rate(stdev)?,
+            gap_us: 0,
+            seed: 0,
+        }
+        .checked()
+        .map_err(|why| bad(&why))
+    }
+
+    /// The settings, or why they cannot be run: a frame rate outside 1/60 to 1,000, no
+    /// load, a mean frame larger than a frame may be, a spread over ten times the mean,
+    /// or a gap that would not let a frame's datagrams start within its period.
+    pub fn checked(self) -> Result<VideoSettings, String> {
+        if !self.fps.is_finite() || !(MIN_FPS..=MAX_FPS).contains(&self.fps) {
+            return Err(format!(
+                "{} frames a second is outside {MIN_FPS:.3} to {MAX_FPS}",
+                self.fps
+            ));
+        }
+        if self.mean_bps == 0 {
+            return Err("the mean load must be above 0".into());
+        }
+        if self.mean_frame_bytes() > f64::from(MAX_FRAME_BYTES) {
+            return Err(format!(
+                "a mean frame of {:.0} bytes is over the {MAX_FRAME_BYTES} a frame may be",
+                self.mean_frame_bytes()
+            ));
+        }
+        if self.stdev_bps > self.mean_bps.saturating_mul(10) {
+            return Err("the standard deviation may be at most ten times the mean".into());
+        }
+        if u64::from(self.gap_us) * 1_000 >= self.period_ns() {
+            return Err(format!(
+                "a gap of {} us between a frame's datagrams is not under its period ({:.0} us)",
+                self.gap_us,
+                self.period_ns() as f64 / 1e3
+            ));
+        }
+        Ok(self)
+    }
+
+    /// Nanoseconds from one frame's start to the next's.
+    pub fn period_ns(&self) -> u64 {
+        (1e9 / self.fps).round() as u64
+    }
+
+    /// A frame's mean size in bytes.
+    pub fn mean_frame_bytes(&self) -> f64 {
+        self.mean_bps as f64 / (8.0 * self.fps)
+    }
+
+    /// As the user wrote it: `60:20m,1m`.
+    pub fn spec(&self) -> String {
+        let rate = |bps: u64| crate::units::format_rate(bps as f64, crate::units::Scale::Adaptive);
+        format!(
+            "{}:{},{}",
+            self.fps,
+            rate(self.mean_bps).replace(' ', ""),
+            rate(self.stdev_bps).replace(' ', "")
+        )
+    }
+}
+
+/// Frame sizes, drawn from a seeded generator: the load of each frame log-normal with the
+/// settings' mean and standard deviation, over 8 x FPS, at least `least` bytes (a frame
+/// is at least one datagram's header) and at most [`MAX_FRAME_BYTES`].
+pub struct FrameSizes {
+    draw: Option<LogNormal<f64>>,
+    mean_bps: f64,
+    bits_per_frame: f64,
+    least: u32,
+    rng: ChaCha8Rng,
+    /// Draws cut to [`MAX_FRAME_BYTES`].
+    pub cut: u64,
+}
+
+impl FrameSizes {
+    pub fn new(settings: &VideoSettings, least: u32) -> FrameSizes {
+        let (mean, stdev) = (settings.mean_bps as f64, settings.stdev_bps as f64);
+        // A log-normal variable with mean m and standard deviation s has sigma^2 =
+        // ln(1 + s^2/m^2) and mu = ln m - sigma^2/2.
+        let draw = (stdev > 0.0).then(|| {
+            let sigma2 = (1.0 + (stdev / mean).powi(2)).ln();
+            LogNormal::new(mean.ln() - sigma2 / 2.0, sigma2.sqrt())
+                .expect("a finite, non-negative sigma")
+        });
+        FrameSizes {
+            draw,
+            mean_bps: mean,
+            bits_per_frame: 8.0 * settings.fps,
+            least,
+            rng: ChaCha8Rng::seed_from_u64(settings.seed),
+            cut: 0,
+        }
+    }
+
+    /// The next frame's size in bytes.
+    pub fn next_bytes(&mut self) -> u32 {
+        let load = match &self.draw {
+            Some(draw) => draw.sample(&mut self.rng),
+            None => self.mean_bps,
+        };
+        let bytes = (load / self.bits_per_frame).round();
+        if bytes > f64::from(MAX_FRAME_BYTES) {
+            self.cut += 1;
+            return MAX_FRAME_BYTES;
+        }
+        (bytes as u32).max(self.least)
+    }
+}
+
+/// A frame the clock says is due: its number (from 1), the number of the frame sent
+/// before it (0 for the first), and when it was due, in nanoseconds from the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueFrame {
+    pub id: u32,
+    pub previous: u32,
+    pub due_ns: u64,
+}
+
+/// Which frame is due when: frame k starts (k - 1) periods after the start. A sender that
+/// comes back more than a period late skips the frames whose time passed, as a live
+/// encoder drops them, and says how many (iperf 2's slips).
+#[derive(Debug, Clone)]
+pub struct FrameClock {
+    period_ns: u64,
+    last: u32,
+    /// Frames whose time passed before the sender came back for them.
+    pub skipped: u64,
+    /// Times the sender came back more than a period late.
+    pub slips: u64,
+}
+
+impl FrameClock {
+    pub fn new(period_ns: u64) -> FrameClock {
+        FrameClock {
+            period_ns: period_ns.max(1),
+            last: 0,
+            skipped: 0,
+            slips: 0,
+        }
+    }
+
+    /// The frame due at `elapsed_ns` from the start that has not been given yet: the
+    /// latest whose time has come (earlier ones not given are skipped); `None` when the
+    /// last one given is still the latest.
+    pub fn due(&mut self, elapsed_ns: u64) -> Option<DueFrame> {
+        let current = u32::try_from(elapsed_ns / self.period_ns + 1).unwrap_or(u32::MAX);
+        if current <= self.last {
+            return None;
+        }
+        let passed = current - self.last - 1;
+        if passed > 0 {
+            self.skipped += u64::from(passed);
+            self.slips += 1;
+        }
+        let frame = DueFrame {
+            id: current,
+            previous: self.last,
+            due_ns: u64::from(current - 1) * self.period_ns,
+        };
+        self.last = current;
+        Some(frame)
+    }
+
+    /// When the next frame is due, nanoseconds from the start.
+    pub fn next_due_ns(&self) -> u64 {
+        u64::from(self.last) * self.period_ns
+    }
+}
+
+/// What one end counted of a video flow's frames (docs/results.md, `frames`): a sender's
+/// frames sent and skipped, a receiver's frames whole, in part and late, with the
+/// latency of the whole ones.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FrameCounts {
+    /// Sender: frames it began to send.
+    #[serde(default)]
+    pub sent: u64,
+    /// Sender: frames whose time passed before it could send them, and the times that
+    /// happened (iperf 2's slips).
+    #[serde(default)]
+    pub skipped: u64,
+    #[serde(default)]
+    pub slips: u64,
+    /// Sender: frame sizes cut to the largest a frame may be.
+    #[serde(default)]
+    pub cut: u64,
+    /// Sender: the most a frame's first write came after its due time, microseconds.
+    #[serde(default)]
+    pub start_late_max_us: u64,
+    /// Receiver: frames whose every byte arrived.
+    #[serde(default)]
+    pub whole: u64,
+    /// Receiver: frames of which some bytes arrived, never all.
+    #[serde(default)]
+    pub partial: u64,
+    /// Receiver: whole frames that were whole after their turn to be shown: later than
+    /// the first whole frame's latency (from its due time) plus one period.
+    #[serde(default)]
+    pub late: u64,
+    /// Receiver: datagrams whose frame fields made no sense (a size over the limit, more
+    /// remaining than the frame, a frame that changed size, frame 0); not counted in any
+    /// frame.
+    #[serde(default)]
+    pub malformed: u64,
+    /// Receiver: whole frames whose first write the sender's clock put after their last
+    /// byte's arrival here (clocks that disagree): counted whole, their latency not.
+    #[serde(default)]
+    pub clock_ahead: u64,
+    /// Receiver: each whole frame's latency from its first write to its last byte read,
+    /// microseconds (true where the two ends' clocks agree, as one-way delay).
+    #[serde(default)]
+    pub latency_us: crate::latency::LatencySummary,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iperf2s_spec_reads_and_bad_ones_name_the_value() {
+        let s = VideoSettings::parse("60:20m,1m").unwrap();
+        assert_eq!(
+            (s.fps, s.mean_bps, s.stdev_bps),
+            (60.0, 20_000_000, 1_000_000)
+        );
+        assert_eq!(s.period_ns(), 16_666_667);
+        assert!((s.mean_frame_bytes() - 41_666.67).abs() < 0.01);
+        let s = VideoSettings::parse("30:4m").unwrap();
+        assert_eq!((s.fps, s.mean_bps, s.stdev_bps), (30.0, 4_000_000, 0));
+        for (bad, says) in [
+            ("60", "expected FPS:MEAN"),
+            ("0:20m", "frames a second is outside"),
+            ("5000:20m", "frames a second is outside"),
+            ("x:20m", "must be a number"),
+            ("60:0", "above 0"),
+            ("1:1000g", "over the 16777216"),
+            ("60:1m,20m", "ten times the mean"),
+            ("60:fast", "--isochronous"),
+        ] {
+            let e = VideoSettings::parse(bad).unwrap_err();
+            assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
+        }
+        let gap = VideoSettings {
+            gap_us: 20_000,
+            ..VideoSettings::parse("60:20m").unwrap()
+        };
+        assert!(gap.checked().unwrap_err().contains("not under its period"));
+    }
+
+    /// Over many frames the sizes' mean and spread are the settings' (as loads), the same
+    /// seed draws the same frames, and a spread of zero gives every frame the mean.
+    #[test]
+    fn frame_sizes_are_log_normal_with_the_asked_mean_and_spread() {
+        let settings = VideoSettings::parse("60:20m,5m").unwrap();
+        let mut sizes = FrameSizes::new(&settings, 56);
+        let n = 200_000;
+        let loads: Vec<f64> = (0..n)
+            .map(|_| f64::from(sizes.next_bytes()) * 8.0 * 60.0)
+            .collect();
+        let mean = loads.iter().sum::<f64>() / n as f64;
+        let var = loads.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        assert!((mean / 20e6 - 1.0).abs() < 0.005, "mean load {mean}");
+        assert!(
+            (var.sqrt() / 5e6 - 1.0).abs() < 0.03,
+            "spread {}",
+            var.sqrt()
+        );
+        // Log-normal: skewed right, the median under the mean.
+        let mut sorted = loads.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert!(sorted[n / 2] < mean);
+        let mut again = FrameSizes::new(&settings, 56);
+        let first: Vec<u32> = (0..10).map(|_| again.next_bytes()).collect();
+        let mut third = FrameSizes::new(&settings, 56);
+        assert_eq!(
+            first,
+            (0..10).map(|_| third.next_bytes()).collect::<Vec<_>>()
+        );
+        let mut flat = FrameSizes::new(&VideoSettings::parse("50:4m").unwrap(), 56);
+        assert!((0..100).all(|_| flat.next_bytes() == 10_000));
+        // A frame is never under a datagram's header, nor over the limit.
+        let mut tiny = FrameSizes::new(&VideoSettings::parse("1000:8k").unwrap(), 56);
+        assert_eq!(tiny.next_bytes(), 56);
+    }
+
+    #[test]
+    fn a_late_sender_skips_the_frames_whose_time_passed_and_counts_a_slip() {
+        let mut clock = FrameClock::new(10);
+        let first = clock.due(0).unwrap();
+        assert_eq!((first.id, first.previous, first.due_ns), (1, 0, 0));
+        assert_eq!(clock.due(5), None);
+        assert_eq!(clock.next_due_ns(), 10);
+        let second = clock.due(12).unwrap();
+        assert_eq!((second.id, second.previous, second.due_ns), (2, 1, 10));
+        // Back at 47: frames 3 and 4 (due at 20 and 30) passed; 5 (due at 40) is sent.
+        let fifth = clock.due(47).unwrap();
+        assert_eq!((fifth.id, fifth.previous, fifth.due_ns), (5, 2, 40));
+        assert_eq!((clock.skipped, clock.slips), (2, 1));
+        assert_eq!(clock.next_due_ns(), 50);
+    }
+}
