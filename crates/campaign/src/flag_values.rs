@@ -118,6 +118,21 @@ pub fn jitter_buffer(text: &str) -> Result<u32, String> {
     Ok(ms as u32)
 }
 
+/// Video frames, iperf 2's way (`--isochronous 60:20m,1m`).
+pub fn isochronous(text: &str) -> Result<linerate_model::video::VideoSettings, String> {
+    linerate_model::video::VideoSettings::parse(text)
+}
+
+/// The gap between a video frame's datagrams (`--frame-gap 100us`), in microseconds: at
+/// most a second (a frame's period, checked with the frame rate, is the real bound).
+pub fn frame_gap(text: &str) -> Result<u32, String> {
+    let us = (seconds(text)? * 1e6).round();
+    if us > 1e6 {
+        return Err("a frame's datagrams are at most 1s apart".into());
+    }
+    Ok(us as u32)
+}
+
 /// A time (`30`, `500ms`, `1m30s`): 0 to 10,000,000 seconds, never negative.
 pub fn seconds(text: &str) -> Result<f64, String> {
     if text.trim_start().starts_with('-') {

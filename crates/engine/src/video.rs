@@ -83,7 +83,14 @@ impl FrameSender {
         let most = if self.gap_ns > 0 { 1 } else { most };
         let mut fields = current.fields;
         while out.len() < most && fields.remaining > 0 {
-            let len = (fields.remaining as usize).min(self.size);
+            // Every datagram carries the frame's fields: one that would leave a last
+            // shorter than them leaves exactly them instead (a frame is never shorter).
+            let remaining = fields.remaining as usize;
+            let len = if remaining <= self.size {
+                remaining
+            } else {
+                self.size.min(remaining - VIDEO_HEADER)
+            };
             out.push((len, fields));
             fields.remaining -= len as u32;
         }
@@ -145,6 +152,17 @@ mod tests {
         assert_eq!((out[0].1.id, out[0].1.previous), (2, 1));
         assert_eq!(out[0].1.first_write_ns, 5_000 + 10_000_100);
         assert_eq!(sender.counts().start_late_max_us, 0);
+    }
+
+    /// A frame that would end in a datagram shorter than the frame fields ends in one that
+    /// holds them: 2,030 bytes in 1,000-byte datagrams go as 1,000, 974 and 56.
+    #[test]
+    fn every_datagram_of_a_frame_holds_its_fields() {
+        let mut sender = FrameSender::new(&settings("100:1624k", 0), 1_000, 0);
+        let mut out = Vec::new();
+        sender.plan(0, 64, &mut out).unwrap();
+        let lens: Vec<usize> = out.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lens, [1_000, 974, 56]);
     }
 
     /// A kernel that takes part of a burst leaves the rest for the next call; a gap sends

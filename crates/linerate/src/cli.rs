@@ -149,7 +149,7 @@ pub enum Command {
     /// Send traffic shaped like an application and score it as its users would: a call's
     /// MOS each way
     #[command(
-        after_help = "Examples:\n  linerate app 192.0.2.1 --pattern voip\n  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json"
+        after_help = "Examples:\n  linerate app 192.0.2.1 --pattern voip\n  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern video --isochronous 60:8m,2m"
     )]
     App(AppArgs),
     /// Measure request/response round trips and transaction rates (TCP or UDP)
@@ -1676,6 +1676,16 @@ pub struct StreamArgs {
     /// UDP: send with segmentation offload (UDP_SEGMENT): up to 64 datagrams per buffer
     #[arg(long, requires = "udp")]
     pub gso: bool,
+    /// UDP video frames, as iperf 2's --isochronous: FPS frames a second whose sizes make a
+    /// log-normal load of MEAN bits/s with standard deviation STDEV, each frame a burst of
+    /// datagrams; the receiver reports each frame's latency, frames whole, lost and late
+    /// [default: 60:20m,0]
+    #[arg(long, value_name = "FPS:MEAN[,STDEV]", num_args = 0..=1, default_missing_value = linerate_model::video::DEFAULT_SPEC, value_parser = isochronous, requires = "udp", conflicts_with_all = ["rate", "pps", "find_max", "gso"])]
+    pub isochronous: Option<linerate_model::video::VideoSettings>,
+    /// With --isochronous: the time between a frame's datagrams (iperf 2's --ipg)
+    /// [default: 0, the frame in one burst]
+    #[arg(long, value_name = "TIME", requires = "isochronous", value_parser = frame_gap)]
+    pub frame_gap: Option<u32>,
     /// UDP: receive with coalescing (UDP_GRO): runs of datagrams per buffer
     #[arg(long, requires = "udp")]
     pub gro: bool,
@@ -1719,9 +1729,14 @@ pub struct AppArgs {
     #[command(flatten)]
     pub measure: MeasureArgs,
     /// The application: voip (a call: a codec frame each way every 20 ms in RTP-sized
-    /// datagrams, scored by the E-model of ITU-T G.107)
+    /// datagrams, scored by the E-model of ITU-T G.107); video (the far end streams video
+    /// frames to this one: each frame's latency, frames lost and late)
     #[arg(long, value_enum)]
     pub pattern: AppPattern,
+    /// video: the frames, as iperf 2's --isochronous: FPS:MEAN[,STDEV] (a 1080p stream's
+    /// order by default)
+    #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = "30:5m,1m", value_parser = isochronous)]
+    pub isochronous: linerate_model::video::VideoSettings,
     /// The call's codec: g711 (with loss concealment), g711-no-plc, g729a
     #[arg(long, default_value = "g711", value_parser = linerate_model::call::Codec::parse)]
     pub codec: linerate_model::call::Codec,
@@ -1739,6 +1754,7 @@ pub struct AppArgs {
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AppPattern {
     Voip,
+    Video,
 }
 
 const IMPAIR_EXAMPLES: &str = "\

@@ -31,6 +31,14 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
             length: args.length,
             connection_per_flow: args.connections,
         }
+    } else if let Some(video) = args.isochronous {
+        StreamTransport::Video {
+            settings: linerate_model::video::VideoSettings {
+                gap_us: args.frame_gap.unwrap_or(0),
+                ..video
+            },
+            length: args.length,
+        }
     } else if args.udp {
         StreamTransport::Udp {
             length: args.length,
@@ -213,11 +221,26 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
     Ok(())
 }
 
-/// `linerate app --pattern voip`: a call both ways at once, scored each way.
+/// `linerate app --pattern voip`: a call both ways at once, scored each way;
+/// `--pattern video`: video frames from the far end, counted frame by frame.
 pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
-    let AppPattern::Voip = args.pattern;
-    let call = linerate_model::call::CallSettings::checked(args.codec, args.jitter_buffer)
-        .map_err(Failure::Usage)?;
+    let (direction, transport) = match args.pattern {
+        AppPattern::Voip => (
+            Direction::Bidir,
+            StreamTransport::Call(
+                linerate_model::call::CallSettings::checked(args.codec, args.jitter_buffer)
+                    .map_err(Failure::Usage)?,
+            ),
+        ),
+        // What a viewer gets: the far end streams, this end counts the frames.
+        AppPattern::Video => (
+            Direction::Reverse,
+            StreamTransport::Video {
+                settings: args.isochronous,
+                length: None,
+            },
+        ),
+    };
     let shown = shown(
         &args.server,
         &args.output,
@@ -227,9 +250,9 @@ pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
         globals.verbose,
     )?;
     let kind = TestKind::Stream(StreamRequest {
-        direction: Direction::Bidir,
+        direction,
         rate_bps: None,
-        transport: StreamTransport::Call(call),
+        transport,
     });
     let request = request_to(&args.server, &args.measure, args.time, kind);
     test_run::run(&request, &shown, false, &globals.storage)

@@ -192,11 +192,12 @@ impl FrameTracker {
         self.closed = self.closed.split_off(&oldest);
     }
 
-    /// The counts so far, frames still open counted as partial.
+    /// The counts so far, frames still open counted as partial; the latencies with their
+    /// buckets, so that the ways' figures can be merged from every receiver's.
     pub fn counts(&self) -> FrameCounts {
         FrameCounts {
             partial: self.counts.partial + self.open.len() as u64,
-            latency_us: self.latency.summary(false),
+            latency_us: self.latency.summary(true),
             ..self.counts.clone()
         }
     }

@@ -406,6 +406,9 @@ fn summarize(
     });
     Summary {
         call: config.call.map(|call| call_summary(call, flows)),
+        video: config
+            .video
+            .map(|settings| video_summary(settings, local, remote)),
         crypto: None,
         mptcp: crate::model::MptcpSummary::of(local),
         marks: config.marks.and_then(|sent| {
@@ -480,6 +483,60 @@ fn call_summary(call: CallSettings, flows: &[FlowReport]) -> CallSummary {
         jitter_buffer_ms: call.jitter_buffer_ms,
         ways,
     }
+}
+
+/// A video test's ways: per direction, its sending flows' frame counts beside its
+/// receiving flows' (each end counts only what it can know).
+fn video_summary(
+    settings: linerate_model::video::VideoSettings,
+    local: &SideResult,
+    remote: &SideResult,
+) -> VideoSummary {
+    let ways = [Direction::Forward, Direction::Reverse]
+        .into_iter()
+        .filter_map(|direction| {
+            let counts_of = |role: Role| {
+                local
+                    .flows
+                    .iter()
+                    .chain(&remote.flows)
+                    .filter(move |f| f.role == role && f.direction == direction)
+                    .filter_map(|f| f.frames.clone())
+            };
+            let mut sent = counts_of(Role::Send).peekable();
+            let mut received = counts_of(Role::Receive).peekable();
+            if sent.peek().is_none() && received.peek().is_none() {
+                return None;
+            }
+            let mut counts = linerate_model::video::FrameCounts::default();
+            for s in sent {
+                counts.sent += s.sent;
+                counts.skipped += s.skipped;
+                counts.slips += s.slips;
+                counts.cut += s.cut;
+                counts.start_late_max_us = counts.start_late_max_us.max(s.start_late_max_us);
+            }
+            let mut latency = linerate_model::latency::LatencyHistogram::new();
+            for r in received {
+                counts.whole += r.whole;
+                counts.partial += r.partial;
+                counts.late += r.late;
+                counts.malformed += r.malformed;
+                counts.clock_ahead += r.clock_ahead;
+                // Each receiver's latencies travel as buckets: the way's are all of them.
+                latency.merge(&linerate_model::latency::LatencyHistogram::from_buckets(
+                    &r.latency_us.histogram,
+                ));
+            }
+            counts.latency_us = latency.summary(false);
+            Some(VideoWay {
+                direction,
+                lost: counts.sent.saturating_sub(counts.whole + counts.partial),
+                counts,
+            })
+        })
+        .collect();
+    VideoSummary { settings, ways }
 }
 
 /// `--ecn` over TCP: the sending connections of both ends whose handshake negotiated it;

@@ -237,6 +237,31 @@ pub struct Summary {
     /// Calls (`linerate app --pattern voip`): each way as its listener hears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call: Option<CallSummary>,
+    /// Video frames (`--isochronous`, `linerate app --pattern video`): each way's frames
+    /// as its sender sent them and its receiver put them back together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub video: Option<VideoSummary>,
+}
+
+/// A video test's frames, each way (`linerate_model::video`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VideoSummary {
+    pub settings: linerate_model::video::VideoSettings,
+    /// Each way that carried frames: client to server, then server to client.
+    pub ways: Vec<VideoWay>,
+}
+
+/// One way's frames: the sender's counts, the receiver's, and what neither saw whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VideoWay {
+    pub direction: Direction,
+    /// Frames the sender began, less those whose every byte or some of whose bytes the
+    /// receiver had: frames that never arrived at all.
+    pub lost: u64,
+    /// The sender's counts (sent, skipped, slips, cut, start_late_max_us) and the
+    /// receiver's (whole, partial, late, malformed, clock_ahead, latency_us) together.
+    #[serde(flatten)]
+    pub counts: linerate_model::video::FrameCounts,
 }
 
 /// A call-shaped test, each way scored by the E-model (`linerate_model::call`).

@@ -591,6 +591,53 @@ fn sender_lines(s: &Summary, scale: Scale) -> String {
     if let Some(call) = &s.call {
         out.push_str(&call_lines(call));
     }
+    if let Some(video) = &s.video {
+        out.push_str(&video_lines(video));
+    }
+    out
+}
+
+/// A video test's ways: frames whole, in part, lost and late, and how long a whole one
+/// took from its first write to its last byte.
+fn video_lines(video: &VideoSummary) -> String {
+    let v = &video.settings;
+    let mut out = format!(
+        "Video:            {} frames/s, {} mean, {} sd per frame (log-normal sizes, iperf 2's isochronous)\n",
+        v.fps,
+        format_rate(v.mean_bps as f64, Scale::Adaptive),
+        format_rate(v.stdev_bps as f64, Scale::Adaptive),
+    );
+    for way in &video.ways {
+        let c = &way.counts;
+        let latency = if c.latency_us.count == 0 {
+            "frame latency not measured".to_string()
+        } else {
+            let ms = |us: f64| format!("{:.3}", us / 1e3);
+            format!(
+                "frame latency {} ms mean, p50 {}, p99 {}, max {} ms",
+                ms(c.latency_us.mean),
+                ms(c.latency_us.p50),
+                ms(c.latency_us.p99),
+                ms(c.latency_us.max)
+            )
+        };
+        let _ = writeln!(
+            out,
+            "  {:<15} {} sent: {} whole, {} in part, {} lost, {} late; {latency}; \
+             sender skipped {} (at most {:.3} ms late to start one)",
+            match way.direction {
+                linerate_model::Direction::Reverse => "server→client",
+                _ => "client→server",
+            },
+            c.sent,
+            c.whole,
+            c.partial,
+            way.lost,
+            c.late,
+            c.skipped,
+            c.start_late_max_us as f64 / 1e3
+        );
+    }
     out
 }
 
