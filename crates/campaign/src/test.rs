@@ -116,7 +116,8 @@ pub fn resolve_explained(
     let udp_stream = matches!(
         &request.kind,
         TestKind::Stream(StreamRequest {
-            transport: StreamTransport::Udp { length: None, .. },
+            transport: StreamTransport::Udp { length: None, .. }
+                | StreamTransport::Video { length: None, .. },
             ..
         })
     );

@@ -17,6 +17,7 @@ use linerate_model::clock::UnixTime;
 use linerate_model::marks::ClassTally;
 use linerate_model::{Role, UdpCounts};
 use linerate_proto::datagram::{is_hello, Framing, SequenceTracker};
+use linerate_proto::video::FrameFields;
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
@@ -691,6 +692,17 @@ impl UdpLoop {
                     .write(datagram, flow.sequence + i as u64, since_ns, flow.id);
                 fields.write(datagram);
                 lengths.push(*len);
+            }
+            // A frame's first write is when its first datagram goes to the kernel, not
+            // when the turn began: the headers above take tens of microseconds to write
+            // in a debug build, which the latency would otherwise count.
+            if let Some(frames) = flow.frames.as_mut() {
+                let write_ns = self.wall_base_ns + self.plan.start.elapsed().as_nanos() as u64;
+                if frames.first_written(write_ns) {
+                    for i in 0..planned.len() {
+                        FrameFields::set_first_write(self.send_batch.datagram(i), write_ns);
+                    }
+                }
             }
             match self.send_batch.send_lengths(&flow.socket, &lengths) {
                 Ok(sent) => {

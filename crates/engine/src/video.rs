@@ -15,6 +15,8 @@ use linerate_proto::video::{FrameFields, VIDEO_HEADER};
 struct Current {
     fields: FrameFields,
     next_ns: u64,
+    /// Its first datagram has gone to the kernel: `fields.first_write_ns` is when.
+    written: bool,
 }
 
 pub(crate) struct FrameSender {
@@ -60,10 +62,6 @@ impl FrameSender {
             };
             let bytes = self.sizes.next_bytes();
             self.counts.sent += 1;
-            self.counts.start_late_max_us = self
-                .counts
-                .start_late_max_us
-                .max(elapsed_ns.saturating_sub(due.due_ns) / 1_000);
             self.current = Some(Current {
                 fields: FrameFields {
                     id: due.id,
@@ -74,6 +72,7 @@ impl FrameSender {
                     due_ns: self.wall_base_ns + due.due_ns,
                 },
                 next_ns: elapsed_ns,
+                written: false,
             });
         }
         let current = self.current.as_ref().expect("a frame is being sent");
@@ -95,6 +94,22 @@ impl FrameSender {
             fields.remaining -= len as u32;
         }
         Ok(())
+    }
+
+    /// The datagrams planned are about to go to the kernel at `write_ns` (wall clock):
+    /// where they begin their frame, that is its first write, and `true` says the
+    /// planned datagrams must carry it.
+    pub(crate) fn first_written(&mut self, write_ns: u64) -> bool {
+        match self.current.as_mut() {
+            Some(current) if !current.written => {
+                current.fields.first_write_ns = write_ns;
+                current.written = true;
+                let late_us = write_ns.saturating_sub(current.fields.due_ns) / 1_000;
+                self.counts.start_late_max_us = self.counts.start_late_max_us.max(late_us);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The first `taken` of the datagrams last planned went at `elapsed_ns`.
@@ -146,12 +161,17 @@ mod tests {
             .iter()
             .all(|(_, f)| f.id == 1 && f.bytes == 2_500 && f.due_ns == 5_000));
         let planned = out.clone();
+        // Its first write is when the first datagram goes, once; the rest carry it.
+        assert!(sender.first_written(5_010));
+        assert!(!sender.first_written(5_020));
         sender.sent(&planned, 3, 10);
         assert_eq!(sender.plan(20, 64, &mut out), Err(10_000_000));
         sender.plan(10_000_100, 64, &mut out).unwrap();
         assert_eq!((out[0].1.id, out[0].1.previous), (2, 1));
         assert_eq!(out[0].1.first_write_ns, 5_000 + 10_000_100);
         assert_eq!(sender.counts().start_late_max_us, 0);
+        assert!(sender.first_written(5_000 + 10_300_000));
+        assert_eq!(sender.counts().start_late_max_us, 300);
     }
 
     /// A frame that would end in a datagram shorter than the frame fields ends in one that
@@ -190,8 +210,8 @@ mod tests {
         assert_eq!(out[0].1.remaining, 1_500);
     }
 
-    /// A sender back 35 ms into a 10 ms schedule skips frames 2 to 3 and sends frame 4,
-    /// 5 ms after its due time.
+    /// A sender back 35 ms into a 10 ms schedule skips frames 2 to 3 and sends frame 4;
+    /// its lateness is its first write's, not its plan's.
     #[test]
     fn a_late_sender_skips_frames_and_says_how_late_it_started() {
         let mut sender = FrameSender::new(&settings("100:2m", 0), 3_000, 0);
@@ -201,10 +221,12 @@ mod tests {
         sender.sent(&planned, 1, 0);
         sender.plan(35_000_000, 64, &mut out).unwrap();
         assert_eq!((out[0].1.id, out[0].1.previous), (4, 1));
+        // Its first datagram goes to the kernel at 35.2 ms: 5.2 ms after its due time.
+        assert!(sender.first_written(35_200_000));
         let c = sender.counts();
         assert_eq!(
             (c.sent, c.skipped, c.slips, c.start_late_max_us),
-            (2, 2, 1, 5_000)
+            (2, 2, 1, 5_200)
         );
     }
 }

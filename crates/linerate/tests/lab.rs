@@ -4483,3 +4483,214 @@ fn ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7() {
     let _ = serve.kill();
     let _ = serve.wait();
 }
+
+/// One capture's video datagrams: (capture time in ns, frame number, frame bytes,
+/// remaining bytes, payload bytes), read from a nanosecond pcap of Ethernet frames.
+fn video_datagrams_captured(pcap: &std::path::Path) -> Vec<(u64, u32, u32, u32, usize)> {
+    let data = std::fs::read(pcap).expect("the capture");
+    assert!(data.len() >= 24, "a pcap header");
+    assert_eq!(
+        u32::from_le_bytes(data[0..4].try_into().unwrap()),
+        0xa1b2_3c4d,
+        "a nanosecond pcap"
+    );
+    let be32 = |b: &[u8]| u32::from_be_bytes(b[..4].try_into().unwrap());
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= data.len() {
+        let le32 = |o: usize| u32::from_le_bytes(data[at + o..at + o + 4].try_into().unwrap());
+        let (seconds, nanos, caught, wire) = (le32(0), le32(4), le32(8) as usize, le32(12));
+        let packet = &data[at + 16..(at + 16 + caught).min(data.len())];
+        at += 16 + caught;
+        // Ethernet, then IPv4 (its header's own length) or IPv6 (no extension headers:
+        // a fragment's would be one), then UDP.
+        let ip_header = match packet.get(12..14) {
+            Some([0x08, 0x00]) if packet.len() >= 34 && packet[23] == 17 => {
+                usize::from(packet[14] & 0x0f) * 4
+            }
+            Some([0x86, 0xdd]) if packet.len() >= 54 && packet[20] == 17 => 40,
+            _ => continue,
+        };
+        let payload_at = 14 + ip_header + 8;
+        let payload_len = wire as usize - payload_at;
+        if payload_len < 56 || packet.len() < payload_at + 40 {
+            continue;
+        }
+        let p = &packet[payload_at..];
+        out.push((
+            u64::from(seconds) * 1_000_000_000 + u64::from(nanos),
+            be32(&p[24..]),
+            be32(&p[32..]),
+            be32(&p[36..]),
+            payload_len,
+        ));
+    }
+    out
+}
+
+/// Video frames over a lab path of 10 ms and 40 Mbit/s (a 30 frames/s stream of 8 Mbit/s,
+/// frames of log-normal size, so a frame's latency is the path's delay plus its own
+/// serialisation), against captures on the client's and the server's interfaces (one
+/// clock): each frame's latency, its first datagram on the client's wire to its last on
+/// the server's, matches linerate's first write to last byte read within 50 us on the
+/// mean and the median (the time between the socket calls and the wires is all that
+/// differs); every frame the server's capture saw whole, linerate counted whole, and none
+/// other; and no frame left the client later than its plan by more than the lateness the
+/// sender reported.
+#[test]
+fn video_frames_latency_is_what_captures_at_both_ends_saw() {
+    let test = "video_frames_latency_is_what_captures_at_both_ends_saw";
+    if skip_unless_root(test) || !have("tcpdump", test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("video");
+    let _lab = lab_up(&name, &["--delay", "10ms", "--rate", "40M", "--seed", "3"]);
+    let dir = std::env::temp_dir().join(format!("lr-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = |host: &str| dir.join(format!("{host}.pcap"));
+    let captures: Vec<std::process::Child> = ["client", "server"]
+        .iter()
+        .map(|host| {
+            Command::new(binary())
+                .args(["lab", "exec", "--name", &name, host, "--", "tcpdump"])
+                .args(["-i", "eth0", "-n", "-U", "-s", "128"])
+                .args(["--time-stamp-precision", "nano", "-w"])
+                .arg(pcap(host))
+                .arg("udp")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start tcpdump")
+        })
+        .collect();
+    let _server = lab_spawn(&name, "server", &[binary(), "--no-store", "serve"]);
+    std::thread::sleep(Duration::from_millis(1_500));
+    let (run, steal) = steal_share_during(|| {
+        lab(&[
+            "exec",
+            "--name",
+            &name,
+            "client",
+            "--",
+            binary(),
+            "--no-store",
+            "stream",
+            "server",
+            "-u",
+            "--isochronous",
+            "30:8m,3m",
+            "-t",
+            "4",
+            "-i",
+            "0",
+            "--json",
+        ])
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    for mut capture in captures {
+        // SAFETY: SIGINT to the `lab exec` this test started, by its PID: it passes the
+        // signal to its tcpdump, which flushes and ends.
+        unsafe { libc::kill(capture.id() as libc::pid_t, libc::SIGINT) };
+        let _ = capture.wait();
+    }
+    assert!(run.status.success(), "{}", stderr(&run));
+    let doc = json(&run);
+    let way = doc
+        .pointer("/summary/video/ways/0")
+        .expect("the video way")
+        .clone();
+    let sent_frames: Vec<_> = video_datagrams_captured(&pcap("client"));
+    let arrived: Vec<_> = video_datagrams_captured(&pcap("server"));
+    eprintln!(
+        "captured {} datagrams leaving, {} arriving",
+        sent_frames.len(),
+        arrived.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    // Per frame: its first datagram on the client's wire; its bytes and last datagram on
+    // the server's.
+    let mut first_out = std::collections::BTreeMap::new();
+    for &(t, id, bytes, remaining, _) in &sent_frames {
+        if remaining == bytes {
+            first_out.entry(id).or_insert(t);
+        }
+    }
+    let mut landed: std::collections::BTreeMap<u32, (u32, u64, u64)> = Default::default();
+    for &(t, id, bytes, _, len) in &arrived {
+        let entry = landed.entry(id).or_insert((bytes, 0, 0));
+        entry.1 += len as u64;
+        entry.2 = entry.2.max(t);
+    }
+    let mut latencies_ms: Vec<f64> = landed
+        .iter()
+        .filter(|(_, (bytes, got, _))| u64::from(*bytes) == *got)
+        .filter_map(|(id, (_, _, last))| Some((*last - first_out.get(id)?) as f64 / 1e6))
+        .collect();
+    latencies_ms.sort_by(f64::total_cmp);
+    let whole_on_the_wire = landed
+        .values()
+        .filter(|(bytes, got, _)| u64::from(*bytes) == *got)
+        .count() as f64;
+    let mean_wire = latencies_ms.iter().sum::<f64>() / latencies_ms.len().max(1) as f64;
+    let median_wire = latencies_ms[latencies_ms.len() / 2];
+    let ours = |field: &str| num(&way, &format!("/latency_us/{field}")) / 1e3;
+    eprintln!(
+        "frames: {} sent, {} whole (the server's wire: {whole_on_the_wire}), {} late, {} lost; \
+         latency mean {:.3} ms (wires {mean_wire:.3}), median {:.3} (wires {median_wire:.3}), \
+         min {:.3} max {:.3} (wires {:.3} to {:.3}); sender at most {} us late; steal {:.1} %",
+        num(&way, "/sent"),
+        num(&way, "/whole"),
+        num(&way, "/late"),
+        num(&way, "/lost"),
+        ours("mean"),
+        ours("p50"),
+        ours("min"),
+        ours("max"),
+        latencies_ms[0],
+        latencies_ms[latencies_ms.len() - 1],
+        num(&way, "/start_late_max_us"),
+        steal * 100.0
+    );
+    // About 120 frames of 4 s, all whole: the path drops nothing.
+    assert!(num(&way, "/sent") >= 110.0, "{way}");
+    assert_eq!(num(&way, "/whole"), whole_on_the_wire, "{way}");
+    assert_eq!(
+        num(&way, "/sent"),
+        num(&way, "/whole") + num(&way, "/partial") + num(&way, "/lost")
+    );
+    assert_eq!(latencies_ms.len() as f64, num(&way, "/latency_us/count"));
+    // The path's 10 ms plus a frame's serialisation at 40 Mbit/s (a mean frame of 33 KB
+    // takes 6.7 ms): larger frames take longer.
+    assert!(
+        latencies_ms[0] >= 10.0 && mean_wire > 12.0,
+        "{latencies_ms:?}"
+    );
+    let tolerance_ms = if steal <= 0.03 { 0.05 } else { 0.5 };
+    for (what, ours, wires) in [
+        ("mean", ours("mean"), mean_wire),
+        ("median", ours("p50"), median_wire),
+    ] {
+        assert!(
+            (ours - wires).abs() <= tolerance_ms,
+            "the frames' {what} latency {ours:.3} ms, {wires:.3} ms between the wires"
+        );
+    }
+    // Each frame's first datagram left on its plan (frame k, (k - 1) periods after the
+    // first frame's plan), no later than the sender said its latest start was.
+    let period_ns = 1e9 / 30.0;
+    let offsets: Vec<f64> = first_out
+        .iter()
+        .map(|(id, t)| *t as f64 - f64::from(id - 1) * period_ns)
+        .collect();
+    let earliest = offsets.iter().copied().fold(f64::INFINITY, f64::min);
+    let latest_start_us = offsets
+        .iter()
+        .map(|o| (o - earliest) / 1e3)
+        .fold(0.0, f64::max);
+    assert!(
+        latest_start_us <= num(&way, "/start_late_max_us") + 500.0,
+        "a frame left {latest_start_us:.0} us behind its plan; the sender said at most {} us",
+        num(&way, "/start_late_max_us")
+    );
+}

@@ -61,6 +61,12 @@ impl FrameFields {
         datagram[field::DUE_NS].copy_from_slice(&self.due_ns.to_be_bytes());
     }
 
+    /// Writes the frame's first write into a datagram whose fields are written: the
+    /// sender knows it only once the frame's first datagram goes to the kernel.
+    pub fn set_first_write(datagram: &mut [u8], first_write_ns: u64) {
+        datagram[field::FIRST_WRITE_NS].copy_from_slice(&first_write_ns.to_be_bytes());
+    }
+
     /// The fields of `datagram`, if they make sense: a frame number from 1, a size from 1
     /// to the limit, no more remaining than the frame and no less than this datagram.
     pub fn read(datagram: &[u8]) -> Option<FrameFields> {
