@@ -419,6 +419,9 @@ pub fn figures_of(protocol: &str, document: &Document) -> Option<Figures> {
     }
     // A client test an agent ran (a stream): its goodput, counted at its receivers.
     if let Document::Test(report) = document {
+        if let Some(way) = report.summary.video.as_ref().and_then(|v| v.ways.first()) {
+            return Some(video_figures(report, way));
+        }
         let stream = report.config.workload == linerate_report::model::Workload::Stream
             && report.summary.call.is_none();
         return stream.then(|| Figures {
@@ -464,6 +467,23 @@ fn add_buckets(slots: &mut [u64; RTT_BUCKETS.len() + 1], buckets: &[(f64, u64)])
             .position(|&bound| le <= bound * (1.0 + 1e-9))
             .unwrap_or(RTT_BUCKETS.len());
         slots[slot] += n;
+    }
+}
+
+/// Video frames: each frame's latency as a timed transaction's, the frames not shown in
+/// time (never whole, or whole after their turn) as the loss, the goodput beside.
+fn video_figures(
+    report: &linerate_report::Report,
+    way: &linerate_report::model::VideoWay,
+) -> Figures {
+    let c = &way.counts;
+    Figures {
+        goodput_bps: Some(report.summary.receiver_bps),
+        loss_ratio: (c.sent > 0)
+            .then(|| ((way.lost + c.partial + c.late) as f64 / c.sent as f64).min(1.0)),
+        rtt: (c.latency_us.count > 0).then(|| Transactions::of(&c.latency_us)),
+        duration_s: report.summary.duration_s,
+        ..Figures::default()
     }
 }
 

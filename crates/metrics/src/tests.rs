@@ -117,25 +117,24 @@ fn the_board_keeps_each_series_newest_figures_and_adds_up_its_transactions() {
     assert_eq!((failed.totals.failed, failed.latest.measured()), (1, false));
 }
 
-/// A client test an agent ran (a mesh's QUIC stream) arrives as a test's own document:
-/// its goodput is what its receivers counted, as a profile's is.
-#[test]
-fn a_client_tests_stream_gives_the_board_its_receivers_goodput() {
-    use linerate_model::{StreamRequest, StreamTransport, TestConfig, TestKind, TestRequest};
+/// A client test's report as an agent answers it: `transport` resolved as the command
+/// line would, its summary as given.
+fn client_report(
+    transport: linerate_model::StreamTransport,
+    summary: linerate_report::Summary,
+) -> linerate_report::Report {
+    use linerate_model::{StreamRequest, TestConfig, TestKind, TestRequest};
     let request = TestRequest::new(TestKind::Stream(StreamRequest {
         direction: linerate_model::Direction::Forward,
         rate_bps: None,
-        transport: StreamTransport::Quic {
-            length: None,
-            connection_per_flow: false,
-        },
+        transport,
     }));
     let here = linerate_model::Environment {
         cpus: 2,
         udp_length: Some(1472),
     };
     let config = TestConfig::resolve(&request, &here).unwrap();
-    let report = linerate_report::Report {
+    linerate_report::Report {
         tool: "linerate test".into(),
         test: config.test_name(),
         started_at: 1.0,
@@ -143,18 +142,31 @@ fn a_client_tests_stream_gives_the_board_its_receivers_goodput() {
         host: Default::default(),
         intervals: Vec::new(),
         flows: Vec::new(),
-        summary: linerate_report::Summary {
-            duration_s: 10.0,
-            receiver_bps: 3e8,
-            sender_bps: 3.1e8,
-            ..Default::default()
-        },
+        summary,
         warnings: Vec::new(),
         repetition: None,
         copy: None,
         observe: None,
         interrupted: None,
-    };
+    }
+}
+
+/// A client test an agent ran (a mesh's QUIC stream) arrives as a test's own document:
+/// its goodput is what its receivers counted, as a profile's is.
+#[test]
+fn a_client_tests_stream_gives_the_board_its_receivers_goodput() {
+    let report = client_report(
+        linerate_model::StreamTransport::Quic {
+            length: None,
+            connection_per_flow: false,
+        },
+        linerate_report::Summary {
+            duration_s: 10.0,
+            receiver_bps: 3e8,
+            sender_bps: 3.1e8,
+            ..Default::default()
+        },
+    );
     let mut board = Board::default();
     board.declare("q", Measure::Goodput);
     let mut r = row("a", "b", "q", true, 3e8, 10.0);
@@ -163,6 +175,63 @@ fn a_client_tests_stream_gives_the_board_its_receivers_goodput() {
     let series = &board.series[&Key::of(&r)];
     assert_eq!(series.latest.goodput_bps, Some(3e8));
     assert_eq!(series.latest.duration_s, Some(10.0));
+}
+
+/// A video test's document (a mesh's `run = "video"`): its frames' latency is the
+/// series' timed transaction (quantiles and buckets), the frames not shown in time its
+/// loss, and its measure latency.
+#[test]
+fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() {
+    use linerate_model::latency::LatencyHistogram;
+    use linerate_model::video::{FrameCounts, VideoSettings};
+    use linerate_report::model::{VideoSummary, VideoWay};
+    let mut latency = LatencyHistogram::new();
+    for ms in [10, 12, 14, 40] {
+        latency.record(ms * 1_000_000);
+    }
+    let way = VideoWay {
+        direction: linerate_model::Direction::Forward,
+        lost: 1,
+        counts: FrameCounts {
+            sent: 20,
+            whole: 18,
+            partial: 1,
+            late: 2,
+            latency_us: latency.summary(true),
+            ..Default::default()
+        },
+    };
+    let settings = VideoSettings::parse("4:4m").unwrap();
+    let report = client_report(
+        linerate_model::StreamTransport::Video {
+            settings,
+            length: None,
+        },
+        linerate_report::Summary {
+            duration_s: 5.0,
+            receiver_bps: 4e6,
+            video: Some(VideoSummary {
+                settings,
+                ways: vec![way],
+            }),
+            ..Default::default()
+        },
+    );
+    let mut board = Board::default();
+    let mut r = row("a", "b", "video", true, 0.0, 5.0);
+    r.protocol = "udp".into();
+    board.record(&r, Some(&Document::Test(Box::new(report))));
+    let series = &board.series[&Key::of(&r)];
+    assert_eq!(series.measure, Some(Measure::Latency));
+    assert_eq!(
+        series.latest.loss_ratio,
+        Some(4.0 / 20.0),
+        "1 lost, 1 in part, 2 late"
+    );
+    let rtt = series.latest.rtt.expect("frame latency");
+    assert!((rtt.p50 - 0.012).abs() < 1e-4, "{rtt:?}");
+    assert_eq!(series.totals.rtt_count, 4);
+    assert_eq!(series.latest.goodput_bps, Some(4e6));
 }
 
 /// A mesh's board takes a series' whole history when the series first appears, and never

@@ -528,7 +528,8 @@ fn video_summary(
                     &r.latency_us.histogram,
                 ));
             }
-            counts.latency_us = latency.summary(false);
+            // With its buckets: the metrics' histogram of frame latency is made of them.
+            counts.latency_us = latency.summary(true);
             Some(VideoWay {
                 direction,
                 lost: counts.sent.saturating_sub(counts.whole + counts.partial),
@@ -618,6 +619,91 @@ fn marks_arrived(
 mod tests {
     use super::*;
     use crate::fixtures::{config, flow};
+
+    /// A video test's way joins the sender's frame counts with the receivers' (two flows,
+    /// their latencies merged from their buckets), counts as lost the frames neither
+    /// whole nor in part, and heads a mesh row with the median frame's latency.
+    #[test]
+    fn a_video_way_joins_the_senders_frames_with_the_receivers() {
+        use linerate_model::latency::LatencyHistogram;
+        use linerate_model::video::{FrameCounts, VideoSettings};
+        let settings = VideoSettings::parse("30:4m,1m").unwrap();
+        let mut config = config(Direction::Forward, 2);
+        config.protocol = linerate_model::Protocol::Udp;
+        config.video = Some(settings);
+        let latencies = |ms: &[u64]| {
+            let mut h = LatencyHistogram::new();
+            ms.iter().for_each(|ms| h.record(ms * 1_000_000));
+            h.summary(true)
+        };
+        let sender = |id, sent, skipped| FlowSide {
+            frames: Some(FrameCounts {
+                sent,
+                skipped,
+                start_late_max_us: 100 * u64::from(id + 1),
+                ..Default::default()
+            }),
+            ..flow(id, Role::Send, 1000, 1.0, 0)
+        };
+        let receiver = |id, whole, partial, late, ms: &[u64]| FlowSide {
+            frames: Some(FrameCounts {
+                whole,
+                partial,
+                late,
+                latency_us: latencies(ms),
+                ..Default::default()
+            }),
+            ..flow(id, Role::Receive, 1000, 1.0, 0)
+        };
+        let local = SideResult {
+            flows: vec![sender(0, 60, 1), sender(1, 60, 0)],
+            ..Default::default()
+        };
+        let remote = SideResult {
+            flows: vec![
+                receiver(0, 57, 1, 2, &[10, 11, 12]),
+                receiver(1, 60, 0, 0, &[20, 21]),
+            ],
+            ..Default::default()
+        };
+        let video = video_summary(settings, &local, &remote);
+        assert_eq!(video.ways.len(), 1, "one way carried frames");
+        let way = &video.ways[0];
+        let c = &way.counts;
+        assert_eq!((c.sent, c.skipped, c.start_late_max_us), (120, 1, 200));
+        assert_eq!((c.whole, c.partial, c.late, way.lost), (117, 1, 2, 2));
+        assert_eq!(c.latency_us.count, 5);
+        assert!(
+            (c.latency_us.max / 1e3 - 21.0).abs() < 0.05,
+            "{:?}",
+            c.latency_us
+        );
+        assert!(
+            (c.latency_us.p50 / 1e3 - 12.0).abs() < 0.05,
+            "{:?}",
+            c.latency_us
+        );
+        let mut report = crate::fixtures::report(config);
+        report.summary.video = Some(video);
+        let text = crate::text::render_summary(&report, crate::units::Scale::Adaptive, false);
+        assert!(
+            text.contains(
+                "client→server   120 sent: 117 whole, 1 in part, 2 lost, 2 late; frame latency"
+            ),
+            "{text}"
+        );
+        let headline = linerate_model::measure::Headline::Transaction {
+            index: 0,
+            label: "frame",
+        };
+        let document = crate::document::Document::Test(Box::new(report));
+        let (value, words) = crate::headline::of(&document, headline);
+        assert!((value.unwrap() - 0.012).abs() < 1e-4, "{value:?}");
+        assert!(
+            words.starts_with("frame p50 12.0") && words.ends_with("(2 late, 3 lost of 120)"),
+            "{words}"
+        );
+    }
 
     /// A bidir UDP test's receivers' marks add up per direction across both ends, each
     /// judged against what was sent, and the text says it in one line a direction.

@@ -50,8 +50,8 @@ impl ResultKind for Report {
         }
     }
 
-    /// A call's worse way's MOS, both ways in words ("MOS 4.21 out, 4.35 back"); a
-    /// native test heads no other mesh row.
+    /// A call's worse way's MOS, both ways in words ("MOS 4.21 out, 4.35 back"); video
+    /// frames' median latency; a stream's goodput.
     fn mesh_figure(&self, which: linerate_model::measure::Headline) -> (Option<f64>, String) {
         use linerate_model::measure::Headline as MeshHeadline;
         let call = self.summary.call.as_ref().filter(|c| !c.ways.is_empty());
@@ -74,6 +74,27 @@ impl ResultKind for Report {
                     })
                     .collect();
                 (Some(worse), format!("MOS {}", ways.join(", ")))
+            }
+            // Video frames: the median frame's latency, with the frames that were not
+            // shown in time beside it.
+            (MeshHeadline::Transaction { label, .. }, None) => {
+                let way = self.summary.video.as_ref().and_then(|v| v.ways.first());
+                match way.filter(|w| w.counts.latency_us.count > 0) {
+                    Some(w) => {
+                        let c = &w.counts;
+                        (
+                            Some(c.latency_us.p50 / 1e6),
+                            format!(
+                                "{label} p50 {} ({} late, {} lost of {})",
+                                crate::units::format_micros(c.latency_us.p50),
+                                c.late,
+                                w.lost + c.partial,
+                                c.sent
+                            ),
+                        )
+                    }
+                    None => (None, String::new()),
+                }
             }
             // A stream's goodput, counted at its receivers (a client test an agent ran).
             (MeshHeadline::Goodput, None) if self.config.workload == Workload::Stream => (
