@@ -15,6 +15,7 @@ use super::rpm_job::SourceError;
 use super::source_job::{Asked, Bounds, SourceJob, SourceKind, SourceRun};
 use linerate_model::call::{CallSettings, Codec};
 use linerate_model::marks::Marks;
+use linerate_model::video::VideoSettings;
 use linerate_model::{Direction, StreamRequest, StreamTransport, TestKind, TestRequest};
 use linerate_proto::agent::Seconds;
 use linerate_proto::auth::Key;
@@ -49,6 +50,9 @@ enum ClientTest {
     /// Bulk data over QUIC, `parallel` streams on one connection, unpaced (a mesh's
     /// `run = "quic"`).
     Quic { parallel: u32 },
+    /// Video frames to the destination, as `stream -u --isochronous` sends them (a mesh's
+    /// `run = "video"`).
+    Video { frames: VideoSettings },
 }
 
 /// The most streams a QUIC test asks (the mesh file's bound).
@@ -64,6 +68,7 @@ impl ClientTest {
         match self {
             ClientTest::Call { .. } => "call",
             ClientTest::Quic { .. } => "QUIC stream",
+            ClientTest::Video { .. } => "video",
         }
     }
 
@@ -80,6 +85,7 @@ impl ClientTest {
                     "a QUIC test of {parallel} streams (1 to {MAX_QUIC_STREAMS})"
                 )),
             },
+            ClientTest::Video { frames } => frames.checked().map(|_| ()),
         }
     }
 
@@ -103,6 +109,14 @@ impl ClientTest {
                 transport: StreamTransport::Quic {
                     length: None,
                     connection_per_flow: false,
+                },
+            }),
+            ClientTest::Video { frames } => TestKind::Stream(StreamRequest {
+                direction: Direction::Forward,
+                rate_bps: None,
+                transport: StreamTransport::Video {
+                    settings: *frames,
+                    length: None,
                 },
             }),
         }
@@ -134,6 +148,8 @@ impl ClientTest {
             }
             // Unpaced: as much as the path takes.
             ClientTest::Quic { .. } => u64::MAX,
+            // Its mean load, as a server's rate limit weighs it.
+            ClientTest::Video { frames } => frames.mean_bps,
         }
     }
 
@@ -185,6 +201,32 @@ impl ClientTest {
                     true => Err(format!(
                         "a QUIC stream report out of bounds: {} flows, {:.0} bit/s over {:.1} s (asked {parallel} streams for {seconds} s)",
                         summary.flows, summary.receiver_bps, summary.duration_s
+                    )),
+                    false => Ok(()),
+                }
+            }
+            ClientTest::Video { frames } => {
+                let Some(video) = report.summary.video.as_ref() else {
+                    return Err("a video report without its frames".into());
+                };
+                // Twice the frames its time holds, for a clock that ran fast.
+                let most = (2.0 * frames.fps * (seconds + 1.0)).ceil() as u64;
+                let out_of_bounds = video.settings != *frames
+                    || video.ways.len() > 1
+                    || video.ways.iter().any(|w| {
+                        let c = &w.counts;
+                        c.sent > most
+                            || c.whole.saturating_add(c.partial) > most
+                            || c.late > c.whole
+                            || c.latency_us.count > c.whole
+                    })
+                    || report.flows.len() > 1;
+                match out_of_bounds {
+                    true => Err(format!(
+                        "a video report out of bounds: {} ways, {} flows (asked {} for {seconds} s)",
+                        video.ways.len(),
+                        report.flows.len(),
+                        frames.spec()
                     )),
                     false => Ok(()),
                 }
@@ -456,5 +498,59 @@ mod tests {
         let mut too_fast = report;
         too_fast.summary.receiver_bps = 1e13;
         assert!(within_bounds(too_fast, &spec).is_err());
+    }
+
+    /// A video test's request is its frames, bounded where they are read; a real run's
+    /// report (2 s over loopback against the in-process server) is taken, and the same
+    /// report with more frames than the time holds, other frames, or none is refused.
+    #[test]
+    fn a_video_tests_report_is_held_to_its_frames() {
+        let asked = |frames: serde_json::Value| {
+            Spec::read(&serde_json::json!({
+                "server": "127.0.0.1:5201", "seconds": 2.0, "test": "video", "frames": frames,
+            }))
+        };
+        let frames =
+            |fps: f64, mean: u64| serde_json::json!({"fps": fps, "mean_bps": mean, "stdev_bps": 0});
+        assert!(asked(frames(5_000.0, 1_000_000)).is_err());
+        assert!(asked(frames(30.0, 0)).is_err());
+        assert!(
+            asked(serde_json::json!("30:4m")).is_err(),
+            "settings, not a flag's text"
+        );
+        let spec = asked(frames(30.0, 4_000_000)).unwrap();
+        let bounds = Bounds {
+            max_duration_s: 60.0,
+            max_rate_bps: Some(1_000_000),
+        };
+        let job = ClientJob {
+            spec: spec.clone(),
+            source: None,
+        };
+        assert!(
+            job.check(&bounds).is_err(),
+            "4 Mbit/s over a 1 Mbit/s limit"
+        );
+        let environment = linerate_engine::sys::environment(None);
+        let config = linerate_model::TestConfig::resolve(&spec.request(None), &environment)
+            .expect("a video resolves");
+        let mut options = crate::client::ClientOptions::new(config);
+        options.drain = Duration::from_millis(300);
+        let report = crate::client::run_local(&options, &AtomicBool::new(false), &mut |_| {})
+            .expect("video over loopback");
+        let way = &report.summary.video.as_ref().expect("frames counted").ways[0];
+        assert!(way.counts.sent >= 50 && way.counts.whole > 0, "{way:?}");
+        assert!(within_bounds(report.clone(), &spec).is_ok());
+        let mut inflated = report.clone();
+        inflated.summary.video.as_mut().unwrap().ways[0]
+            .counts
+            .whole = 1_000;
+        assert!(within_bounds(inflated, &spec).is_err());
+        let mut other = report.clone();
+        other.summary.video.as_mut().unwrap().settings.fps = 60.0;
+        assert!(within_bounds(other, &spec).is_err());
+        let mut none = report;
+        none.summary.video = None;
+        assert!(within_bounds(none, &spec).is_err());
     }
 }

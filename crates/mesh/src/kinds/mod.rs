@@ -15,6 +15,7 @@ mod rr;
 mod stamp;
 mod stream;
 mod trace;
+mod video;
 mod voip;
 
 pub use connect::Connect;
@@ -27,6 +28,7 @@ pub use stream::Stream;
 pub use trace::{
     Trace, DEFAULT_TRACE_HOPS, MAX_TRACE_FLOWS, MAX_TRACE_HOPS, TRACE_GAP_S, TRACE_WAIT_S,
 };
+pub use video::Video;
 pub use voip::Voip;
 
 use crate::host::{Host, Transport};
@@ -50,6 +52,7 @@ pub enum TestKind {
     Connect(Connect),
     Voip(Voip),
     Quic(Quic),
+    Video(Video),
 }
 
 impl TestKind {
@@ -65,6 +68,7 @@ impl TestKind {
             TestKind::Connect(kind) => kind,
             TestKind::Voip(kind) => kind,
             TestKind::Quic(kind) => kind,
+            TestKind::Video(kind) => kind,
         }
     }
 
@@ -228,6 +232,7 @@ pub(crate) const KINDS: &[(&str, ReadKind)] = &[
     ("connect", connect::read),
     ("voip", voip::read),
     ("quic", quic::read),
+    ("video", video::read),
 ];
 
 /// The kinds' names as a message lists them: "stream, rr, crr, rpm, stamp or trace".
