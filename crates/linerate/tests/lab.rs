@@ -3886,6 +3886,88 @@ mos_for = "10s"
     assert!(one_of_them, "{alerts:#?} {scores:?}");
 }
 
+/// Video in a mesh (`run = "video"`), over the lab at 50 Mbit/s with 10 ms each way and
+/// 2 % of frames dropped on the way out: a's agent sends 30 frames a second of 8 Mbit/s
+/// to b's server each cycle. Each row heads the median frame's latency b's server
+/// measured; no frame arrives sooner than the path's 10 ms; and the datagrams b counted
+/// lost, and the frames it could not put together, are no more than the emulator's own
+/// drops that way (which also hit the control connection's segments), nor fewer than its
+/// drops less those few.
+#[test]
+fn a_mesh_runs_video_between_its_hosts_and_loses_the_frames_the_emulator_dropped() {
+    let test = "a_mesh_runs_video_between_its_hosts_and_loses_the_frames_the_emulator_dropped";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("meshvideo");
+    let _lab = lab_up(
+        &name,
+        &[
+            "--delay", "10ms", "--rate", "50M", "--loss", "2%,0", "--seed", "11",
+        ],
+    );
+    let mesh = lab_mesh(
+        &name,
+        "v",
+        r#"[[test]]
+name = "v"
+run = "video"
+frames = "30:8m,2m"
+duration = "4s"
+interval = "7s"
+"#,
+    );
+    let before = emulator_status(&name);
+    let out = lab_mesh_run(&name, &mesh.db, &mesh.file, 2);
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = emulator_status(&name);
+    let dropped =
+        num(&after, "/directions/0/counters/lost") - num(&before, "/directions/0/counters/lost");
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l.get("src").is_some())
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    let (mut lost_datagrams, mut frames_not_whole, mut frames_sent) = (0.0, 0.0, 0.0);
+    for row in &rows {
+        assert_eq!(row["ok"], true, "{row}");
+        assert_eq!(row["protocol"], "udp", "{row}");
+        let doc = mesh.stored(&name, row);
+        let way = &doc["summary"]["video"]["ways"][0];
+        let p50_s = num(way, "/latency_us/p50") / 1e6;
+        assert_eq!(row["headline"].as_f64(), Some(p50_s), "{row}");
+        assert!(num(way, "/latency_us/min") >= 10_000.0, "{way}");
+        eprintln!(
+            "row: {}; {} frames sent, {} whole, {} in part, {} lost, {} late; datagrams lost {}",
+            row["headline_text"],
+            way["sent"],
+            way["whole"],
+            way["partial"],
+            way["lost"],
+            way["late"],
+            doc["summary"]["lost"]
+        );
+        frames_sent += num(way, "/sent");
+        frames_not_whole += num(way, "/partial") + num(way, "/lost");
+        lost_datagrams += num(&doc, "/summary/lost");
+    }
+    eprintln!(
+        "video in a mesh: {frames_sent} frames sent, {frames_not_whole} not whole; {lost_datagrams} datagrams lost, the emulator dropped {dropped}"
+    );
+    assert!(frames_sent >= 220.0, "two cycles of 4 s at 30 a second");
+    assert!(dropped > 10.0, "2 % of about 6,000 datagrams: {dropped}");
+    assert!(
+        lost_datagrams <= dropped && dropped - lost_datagrams <= 6.0,
+        "b counted {lost_datagrams} datagrams lost, the emulator dropped {dropped}"
+    );
+    assert!(
+        frames_not_whole >= 1.0 && frames_not_whole <= lost_datagrams,
+        "{frames_not_whole} frames not whole of {lost_datagrams} datagrams lost"
+    );
+}
+
 /// QUIC streams in a mesh (`run = "quic"`), over the lab at 100 Mbit/s with 10 ms each
 /// way: a's agent runs two streams to b's server each cycle; each row heads the goodput
 /// b's server counted, and what the receivers counted over both cycles is the emulator's

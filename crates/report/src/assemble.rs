@@ -700,7 +700,7 @@ mod tests {
         let (value, words) = crate::headline::of(&document, headline);
         assert!((value.unwrap() - 0.012).abs() < 1e-4, "{value:?}");
         assert!(
-            words.starts_with("frame p50 12.0") && words.ends_with("(2 late, 3 lost of 120)"),
+            words.starts_with("frame p50 12.0") && words.ends_with("(2 late, 3 not whole of 120)"),
             "{words}"
         );
     }

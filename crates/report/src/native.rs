@@ -85,7 +85,7 @@ impl ResultKind for Report {
                         (
                             Some(c.latency_us.p50 / 1e6),
                             format!(
-                                "{label} p50 {} ({} late, {} lost of {})",
+                                "{label} p50 {} ({} late, {} not whole of {})",
                                 crate::units::format_micros(c.latency_us.p50),
                                 c.late,
                                 w.lost + c.partial,
