@@ -192,8 +192,11 @@ fn begin(
             return Some(entry);
         }
     };
+    // Video frames (`--isochronous`) are served over UDP: the receiver puts them back
+    // together (linerate_proto::video).
     let unserved = header
         .unserved()
+        .filter(|u| *u != iperf2::Unserved::Isochronous)
         .map(|u| u.flag())
         .or(header.reverse().then_some("-R (reverse)"));
     if let Some(flag) = unserved {
@@ -264,7 +267,9 @@ fn flows_of(
 ) -> (FlowSide, FlowSide) {
     let seconds = report.duration_ns as f64 / 1e9;
     let counts = test.counts();
+    let frames = test.frames();
     let flow = FlowSide {
+        frames: frames.map(|f| f.counts()),
         udp: Some(UdpCounts {
             received: counts.datagrams,
             lost: report.lost,
@@ -300,9 +305,52 @@ fn flows_of(
             ..UdpCounts::default()
         }),
         datagrams_total: report.datagrams,
+        // The frames its numbers say it sent and skipped: iperf 2 says no more.
+        frames: frames.map(|f| f.numbered()),
         ..flow.clone()
     };
     (flow, sent)
+}
+
+/// An iperf 2 `--isochronous` stream's frames as its run keeps them: the rate its period
+/// says, the load its frames' sizes made (iperf 2 sends neither its mean nor its spread);
+/// `None` before a frame arrived.
+fn frames_asked(
+    frames: &linerate_proto::video::FrameTracker,
+) -> Option<linerate_model::video::VideoSettings> {
+    let period_ns = frames.period_ns();
+    if period_ns == 0 {
+        return None;
+    }
+    // Its period is whole microseconds: 30 a second is 33,333 us, 30.0003 a second.
+    let fps = (1e12 / period_ns as f64).round() / 1e3;
+    let (mean, spread) = frames.declared_load_bps(fps);
+    Some(linerate_model::video::VideoSettings {
+        fps,
+        mean_bps: mean.round() as u64,
+        stdev_bps: spread.round() as u64,
+        gap_us: 0,
+        seed: 0,
+    })
+}
+
+/// What the kept run says of an `--isochronous` stream's figures.
+fn config_video_note(frames: Option<&linerate_proto::video::FrameTracker>) -> Option<String> {
+    frames.map(|_| {
+        "--isochronous: iperf 2 sends neither its frames' mean nor their spread: the run's are \
+         its frames' own sizes; it sends no frame's first write either, so each frame's \
+         latency counts from its due time (its stream's start and period), as iperf 2's own \
+         server counts it"
+            .to_string()
+    })
+}
+
+/// Notes joined into one.
+fn notes(first: Option<String>, second: Option<String>) -> Option<String> {
+    match (first, second) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    }
 }
 
 /// What the kept run says of a `--trip-times` test's one-way delays: the figures and how
@@ -378,9 +426,14 @@ fn finish(
     ));
     let header = &entry.test.header;
     let local = socket.local_addr().unwrap_or(from);
-    let Ok(config) = config_of(shared, header, 1, from, local.port(), true) else {
+    let Ok(mut config) = config_of(shared, header, 1, from, local.port(), true) else {
         return;
     };
+    config.video = entry.test.frames().and_then(frames_asked);
+    if let Some(video) = config.video {
+        // The load its frames made, not the pace of a plain UDP test (iperf 2's default).
+        config.rate_bps = Some(video.mean_bps);
+    }
     let (flow, sent) = flows_of(&entry.test, &report, (local, from), cut);
     let ours = SideResult {
         flows: vec![flow],
@@ -397,10 +450,13 @@ fn finish(
             Vec::new()
         },
         ours,
-        note: entry
-            .clocks
-            .as_ref()
-            .map(|clocks| trip_times_note(clocks, report.transit.as_ref())),
+        note: notes(
+            entry
+                .clocks
+                .as_ref()
+                .map(|clocks| trip_times_note(clocks, report.transit.as_ref())),
+            config_video_note(entry.test.frames()),
+        ),
     };
     keep_report(shared, header, config, finished);
 }

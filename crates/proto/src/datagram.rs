@@ -408,9 +408,20 @@ impl SequenceTracker {
         self
     }
 
+    /// Also puts an iperf 2 `--isochronous` stream's datagrams back into frames.
+    pub fn with_iperf2_frames(mut self) -> SequenceTracker {
+        self.frames = Some(crate::video::FrameTracker::iperf2());
+        self
+    }
+
     /// A video flow's frames so far; `None` for any other flow.
     pub fn frame_counts(&self) -> Option<linerate_model::video::FrameCounts> {
         self.frames.as_ref().map(crate::video::FrameTracker::counts)
+    }
+
+    /// A video flow's frame tracker; `None` for any other flow.
+    pub fn frames(&self) -> Option<&crate::video::FrameTracker> {
+        self.frames.as_ref()
     }
 
     /// A distinct datagram of this flow arrived: the frame it belongs to has it.

@@ -345,6 +345,11 @@ impl ClientHeader {
         .map(|(_, unserved)| unserved)
     }
 
+    /// Whether it asks `--isochronous`: video frames.
+    pub fn isochronous(&self) -> bool {
+        self.ext_flags & ext_flag::ISOCHRONOUS != 0
+    }
+
     /// The client's release as iperf 2 prints it ("2.1.8"), where its header said.
     pub fn release(&self) -> Option<String> {
         self.version
@@ -624,9 +629,14 @@ pub struct UdpTest {
 impl UdpTest {
     /// A test whose first datagram (carrying `header`) arrived at `mono_ns`.
     pub fn new(header: ClientHeader, mono_ns: u64) -> UdpTest {
+        let tracker = SequenceTracker::new(0, Framing::Iperf2);
         UdpTest {
+            // An `--isochronous` stream's datagrams are frames too.
+            tracker: match header.isochronous() {
+                true => tracker.with_iperf2_frames(),
+                false => tracker,
+            },
             header,
-            tracker: SequenceTracker::new(0, Framing::Iperf2),
             first_ns: mono_ns,
             last_ns: mono_ns,
             arrived: 0,
@@ -679,6 +689,11 @@ impl UdpTest {
     /// When the last datagram of the test arrived (steady clock).
     pub fn last_ns(&self) -> u64 {
         self.last_ns
+    }
+
+    /// An `--isochronous` stream's frames; `None` for any other test.
+    pub fn frames(&self) -> Option<&crate::video::FrameTracker> {
+        self.tracker.frames()
     }
 
     /// The tracker's counts.

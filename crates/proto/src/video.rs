@@ -24,6 +24,21 @@ use linerate_model::video::{FrameCounts, MAX_FRAME_BYTES};
 
 mod field {
     use std::ops::Range;
+
+    /// iperf 2's frame fields in its UDP datagrams (`--isochronous`), after its datagram
+    /// header, client header and UDP test header: read from 2.1.8's datagrams on the wire
+    /// (`iperf2_isochronous_fields_read_as_2_1_8_writes_them`).
+    pub mod iperf2 {
+        use std::ops::Range;
+        pub const PERIOD_US: Range<usize> = 76..80;
+        pub const START_SECONDS: Range<usize> = 80..84;
+        pub const START_MICROS: Range<usize> = 84..88;
+        pub const PREVIOUS: Range<usize> = 88..92;
+        pub const ID: Range<usize> = 92..96;
+        pub const BYTES: Range<usize> = 96..100;
+        pub const REMAINING: Range<usize> = 100..104;
+    }
+
     pub const ID: Range<usize> = 24..28;
     pub const PREVIOUS: Range<usize> = 28..32;
     pub const BYTES: Range<usize> = 32..36;
@@ -38,6 +53,19 @@ pub const VIDEO_HEADER: usize = field::DUE_NS.end;
 /// Frames open at once: a frame more than this many numbers behind the newest is given up
 /// as partial (at 60 frames a second, about a second of frames).
 pub const WINDOW: u32 = 64;
+
+/// Whose frame fields a flow's datagrams carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameWire {
+    /// linerate's (the table above).
+    Native,
+    /// iperf 2's (`iperf -u --isochronous`): the frame's number, the previous one's, its
+    /// bytes and the bytes left, the period and the stream's start, from which a frame's
+    /// due time is the start plus a period a frame before it. iperf 2 says no frame's
+    /// first write: its latency counts from its due time, as iperf 2's own server counts
+    /// it. Its first datagram (the test's header) carries none (frame 0).
+    Iperf2,
+}
 
 /// One datagram's frame fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,42 +101,161 @@ impl FrameFields {
         if datagram.len() < VIDEO_HEADER {
             return None;
         }
-        let u32_at = |at: std::ops::Range<usize>| {
-            u32::from_be_bytes(datagram[at].try_into().expect("four bytes"))
-        };
-        let u64_at = |at: std::ops::Range<usize>| {
-            u64::from_be_bytes(datagram[at].try_into().expect("eight bytes"))
-        };
+        FrameFields {
+            id: u32_at(datagram, field::ID),
+            previous: u32_at(datagram, field::PREVIOUS),
+            bytes: u32_at(datagram, field::BYTES),
+            remaining: u32_at(datagram, field::REMAINING),
+            first_write_ns: u64_at(datagram, field::FIRST_WRITE_NS),
+            due_ns: u64_at(datagram, field::DUE_NS),
+        }
+        .sane(datagram.len())
+    }
+
+    /// The frame fields of an iperf 2 datagram and its frame period in nanoseconds, if
+    /// they make sense as [`FrameFields::read`]'s do and the period is one of a frame
+    /// rate linerate sends (1/60 to 1,000 a second); `None` also for iperf 2's first
+    /// datagram (frame 0).
+    pub fn read_iperf2(datagram: &[u8]) -> Option<(FrameFields, u64)> {
+        use field::iperf2 as at;
+        if datagram.len() < at::REMAINING.end {
+            return None;
+        }
+        let period_ns = u64::from(u32_at(datagram, at::PERIOD_US)) * 1_000;
+        let fastest = (1e9 / linerate_model::video::MAX_FPS) as u64;
+        let slowest = (1e9 / linerate_model::video::MIN_FPS) as u64;
+        if !(fastest..=slowest).contains(&period_ns) {
+            return None;
+        }
+        let start_ns = u64::from(u32_at(datagram, at::START_SECONDS)) * 1_000_000_000
+            + u64::from(u32_at(datagram, at::START_MICROS).min(999_999)) * 1_000;
+        let id = u32_at(datagram, at::ID);
+        let due_ns = start_ns + period_ns * u64::from(id.saturating_sub(1));
         let fields = FrameFields {
-            id: u32_at(field::ID),
-            previous: u32_at(field::PREVIOUS),
-            bytes: u32_at(field::BYTES),
-            remaining: u32_at(field::REMAINING),
-            first_write_ns: u64_at(field::FIRST_WRITE_NS),
-            due_ns: u64_at(field::DUE_NS),
+            id,
+            previous: u32_at(datagram, at::PREVIOUS),
+            bytes: u32_at(datagram, at::BYTES),
+            remaining: u32_at(datagram, at::REMAINING),
+            first_write_ns: due_ns,
+            due_ns,
         };
+        Some((fields.sane(datagram.len())?, period_ns))
+    }
+
+    fn sane(self, len: usize) -> Option<FrameFields> {
+        let fields = self;
         let sane = fields.id > 0
             && fields.previous < fields.id
             && (1..=MAX_FRAME_BYTES).contains(&fields.bytes)
             && fields.remaining <= fields.bytes
-            && datagram.len() as u64 <= u64::from(fields.remaining);
+            && len as u64 <= u64::from(fields.remaining);
         sane.then_some(fields)
     }
 }
 
+fn u32_at(datagram: &[u8], at: std::ops::Range<usize>) -> u32 {
+    u32::from_be_bytes(datagram[at].try_into().expect("four bytes"))
+}
+
+fn u64_at(datagram: &[u8], at: std::ops::Range<usize>) -> u64 {
+    u64::from_be_bytes(datagram[at].try_into().expect("eight bytes"))
+}
+
 #[derive(Debug, Clone)]
 struct OpenFrame {
+    /// Its size; 0 for an iperf 2 frame until a piece before its tail says it.
     bytes: u32,
     got: u64,
     first_write_ns: u64,
     due_ns: u64,
     last_arrival_ns: u64,
+    /// iperf 2: the pieces before the tail that arrived, their length, and whether the
+    /// tail (the datagram whose remaining bytes are its own) has.
+    pieces: u32,
+    piece_len: u64,
+    tail: bool,
+    /// Its size is among the sizes declared.
+    declared: bool,
+}
+
+/// What a datagram did to its frame.
+enum Piece {
+    Malformed,
+    Taken,
+    Whole,
+}
+
+impl OpenFrame {
+    /// Takes one datagram of `len` bytes with `fields` into the frame.
+    ///
+    /// iperf 2 sends a frame as datagrams of its length while more than one datagram's
+    /// worth remains, then a tail that says only itself (2.1.8: a frame of 24,999 bytes
+    /// goes as 17 datagrams of 1,470 and one of 108 whose size and remaining bytes are
+    /// 108): its frame is whole with the tail and every piece before it, as many as its
+    /// size leaves more than a datagram's worth behind. A frame whose pieces all miss but
+    /// its tail, or come after it, cannot be told from a frame of the tail's size.
+    fn take(&mut self, wire: FrameWire, fields: &FrameFields, len: u64) -> Piece {
+        match wire {
+            FrameWire::Native => {
+                if self.bytes != fields.bytes || self.got + len > u64::from(self.bytes) {
+                    return Piece::Malformed;
+                }
+                self.got += len;
+            }
+            FrameWire::Iperf2 if u64::from(fields.remaining) == len => {
+                if self.tail {
+                    return Piece::Malformed;
+                }
+                self.tail = true;
+                self.got += len;
+            }
+            FrameWire::Iperf2 => {
+                if self.piece_len == 0 {
+                    (self.bytes, self.piece_len) = (fields.bytes, len);
+                }
+                if fields.bytes != self.bytes
+                    || len != self.piece_len
+                    || self.pieces >= self.pieces_before_tail()
+                {
+                    return Piece::Malformed;
+                }
+                self.pieces += 1;
+                self.got += len;
+            }
+        }
+        let whole = match wire {
+            FrameWire::Native => self.got == u64::from(self.bytes),
+            FrameWire::Iperf2 => self.tail && self.pieces == self.pieces_before_tail(),
+        };
+        if whole {
+            Piece::Whole
+        } else {
+            Piece::Taken
+        }
+    }
+
+    /// iperf 2: the datagrams of its length a frame of `bytes` goes as before its tail.
+    fn pieces_before_tail(&self) -> u32 {
+        match (u64::from(self.bytes), self.piece_len) {
+            (0, _) | (_, 0) => 0,
+            (bytes, len) => (bytes.saturating_sub(len).div_ceil(len)) as u32,
+        }
+    }
 }
 
 /// One video flow's frames as they arrive.
 #[derive(Debug, Clone)]
 pub struct FrameTracker {
+    wire: FrameWire,
+    /// 0 until an iperf 2 stream's first frame says it.
     period_ns: u64,
+    /// The frames as their sender numbered them: the highest number seen, and the numbers
+    /// the sender said it skipped (a frame's previous number short of one before it).
+    numbered: u32,
+    skipped_by_sender: u64,
+    /// The sizes the frames declared (their count, sum and sum of squares): an iperf 2
+    /// stream's load, which its header does not say.
+    declared: (u64, f64, f64),
     open: BTreeMap<u32, OpenFrame>,
     /// Frames closed (whole or given up) within [`WINDOW`] of the newest: a datagram that
     /// names one again is not a new frame.
@@ -123,8 +270,21 @@ pub struct FrameTracker {
 
 impl FrameTracker {
     pub fn new(period_ns: u64) -> FrameTracker {
+        FrameTracker::on(FrameWire::Native, period_ns)
+    }
+
+    /// Frames of an iperf 2 stream: their period learnt from their first frame.
+    pub fn iperf2() -> FrameTracker {
+        FrameTracker::on(FrameWire::Iperf2, 0)
+    }
+
+    fn on(wire: FrameWire, period_ns: u64) -> FrameTracker {
         FrameTracker {
+            wire,
             period_ns,
+            numbered: 0,
+            skipped_by_sender: 0,
+            declared: (0, 0.0, 0.0),
             open: BTreeMap::new(),
             closed: BTreeSet::new(),
             newest: 0,
@@ -137,7 +297,24 @@ impl FrameTracker {
     /// Counts one distinct datagram (the sequence tracker has already set duplicates and
     /// other flows' datagrams aside) that arrived at `arrival_ns` (receiver's wall clock).
     pub fn record(&mut self, datagram: &[u8], arrival_ns: u64) {
-        let Some(fields) = FrameFields::read(datagram) else {
+        let fields = match self.wire {
+            FrameWire::Native => FrameFields::read(datagram),
+            // iperf 2's first datagram is its test's header, of no frame.
+            FrameWire::Iperf2
+                if datagram.len() >= field::iperf2::ID.end
+                    && u32_at(datagram, field::iperf2::ID) == 0 =>
+            {
+                return
+            }
+            FrameWire::Iperf2 => FrameFields::read_iperf2(datagram).map(|(fields, period)| {
+                // The period of the stream's first frame is the stream's.
+                if self.period_ns == 0 {
+                    self.period_ns = period;
+                }
+                fields
+            }),
+        };
+        let Some(fields) = fields else {
             self.counts.malformed += 1;
             return;
         };
@@ -146,22 +323,48 @@ impl FrameTracker {
             self.counts.malformed += 1;
             return;
         }
+        if fields.id > self.numbered {
+            let said_skipped = fields.id - 1 - fields.previous.max(self.numbered);
+            self.skipped_by_sender += u64::from(said_skipped);
+            self.numbered = fields.id;
+        }
+        let len = datagram.len() as u64;
+        let wire = self.wire;
         let frame = self.open.entry(fields.id).or_insert(OpenFrame {
-            bytes: fields.bytes,
+            // An iperf 2 tail says only its own size.
+            bytes: match wire {
+                FrameWire::Iperf2 if u64::from(fields.remaining) == len => 0,
+                _ => fields.bytes,
+            },
             got: 0,
             first_write_ns: fields.first_write_ns,
             due_ns: fields.due_ns,
             last_arrival_ns: arrival_ns,
+            pieces: 0,
+            piece_len: 0,
+            tail: false,
+            declared: false,
         });
-        let fits = frame.bytes == fields.bytes
-            && frame.got + datagram.len() as u64 <= u64::from(frame.bytes);
-        if !fits {
-            self.counts.malformed += 1;
-            return;
-        }
-        frame.got += datagram.len() as u64;
+        let piece = frame.take(wire, &fields, len);
         frame.last_arrival_ns = frame.last_arrival_ns.max(arrival_ns);
-        if frame.got == u64::from(frame.bytes) {
+        if frame.bytes > 0 && !frame.declared {
+            frame.declared = true;
+            let bytes = f64::from(frame.bytes);
+            self.declared = (
+                self.declared.0 + 1,
+                self.declared.1 + bytes,
+                self.declared.2 + bytes * bytes,
+            );
+        }
+        match piece {
+            Piece::Malformed => {
+                self.counts.malformed += 1;
+                return;
+            }
+            Piece::Taken => {}
+            Piece::Whole => {}
+        }
+        if let Piece::Whole = piece {
             let whole = self
                 .open
                 .remove(&fields.id)
@@ -196,6 +399,34 @@ impl FrameTracker {
         self.counts.partial += self.open.len() as u64;
         self.open = kept;
         self.closed = self.closed.split_off(&oldest);
+    }
+
+    /// The frame period: as set, or as an iperf 2 stream's first frame said (0 before).
+    pub fn period_ns(&self) -> u64 {
+        self.period_ns
+    }
+
+    /// The sender's side as its frames' numbers show it: frames it sent (the highest
+    /// number less those it said it skipped) and skipped. For a sender that says nothing
+    /// else of itself (iperf 2).
+    pub fn numbered(&self) -> FrameCounts {
+        FrameCounts {
+            sent: u64::from(self.numbered).saturating_sub(self.skipped_by_sender),
+            skipped: self.skipped_by_sender,
+            ..FrameCounts::default()
+        }
+    }
+
+    /// The mean and standard deviation of the frames' load, bits a second, from the sizes
+    /// they declared, at `fps`.
+    pub fn declared_load_bps(&self, fps: f64) -> (f64, f64) {
+        let (n, sum, squares) = self.declared;
+        if n == 0 {
+            return (0.0, 0.0);
+        }
+        let mean = sum / n as f64;
+        let variance = (squares / n as f64 - mean * mean).max(0.0);
+        (mean * 8.0 * fps, variance.sqrt() * 8.0 * fps)
     }
 
     /// The counts so far, frames still open counted as partial; the latencies with their
@@ -236,6 +467,91 @@ mod tests {
             remaining -= len;
         }
         out
+    }
+
+    /// The second datagram of `iperf -c HOST -u --isochronous=10:2m,0 -e` (2.1.8) as it
+    /// crossed loopback: frame 1 of 24,999 bytes (2 Mbit/s over 10 frames a second), its
+    /// first datagram, the period 100 ms; the first datagram (the header) has frame 0.
+    #[test]
+    fn iperf2_isochronous_fields_read_as_2_1_8_writes_them() {
+        let words = "00000002 6b127542 000bf81d 00000000 680100d8 00000001 000015df 00000000 \
+                     00000000 ffffff9c 00000000 00000000 00010000 00020001 00080003 00000000 \
+                     00100000 00000000 00000000 000186a0 6b127542 000bf81d 00000000 00000001 \
+                     000061a7 000061a7 00000000";
+        let mut datagram: Vec<u8> = words
+            .split_whitespace()
+            .flat_map(|w| u32::from_str_radix(w, 16).unwrap().to_be_bytes())
+            .collect();
+        datagram.resize(1470, 0);
+        let (fields, period_ns) = FrameFields::read_iperf2(&datagram).unwrap();
+        assert_eq!(period_ns, 100_000_000);
+        let start_ns = 0x6b12_7542_u64 * 1_000_000_000 + 0x000b_f81d * 1_000;
+        assert_eq!(
+            fields,
+            FrameFields {
+                id: 1,
+                previous: 0,
+                bytes: 24_999,
+                remaining: 24_999,
+                first_write_ns: start_ns,
+                due_ns: start_ns,
+            }
+        );
+        // A tracker of iperf 2's frames learns the period, skips the header datagram, and
+        // counts the frame whole from its due time; a datagram's forged period is refused.
+        let mut t = FrameTracker::iperf2();
+        let mut header = datagram.clone();
+        header[92..96].copy_from_slice(&0u32.to_be_bytes());
+        t.record(&header, start_ns);
+        // As 2.1.8 sends it: 17 datagrams of 1,470 while more than 1,470 remain, then a
+        // tail of 108 that says 108 of 108.
+        let piece = |remaining: u32, bytes: u32, len: usize| {
+            let mut d = datagram.clone();
+            d.truncate(len);
+            d[96..100].copy_from_slice(&bytes.to_be_bytes());
+            d[100..104].copy_from_slice(&remaining.to_be_bytes());
+            d
+        };
+        for k in 0..17 {
+            t.record(
+                &piece(24_999 - k * 1_470, 24_999, 1_470),
+                start_ns + 6_000_000,
+            );
+            assert_eq!(t.counts().whole, 0);
+        }
+        t.record(&piece(108, 108, 108), start_ns + 7_000_000);
+        let c = t.counts();
+        assert_eq!((c.whole, c.malformed, t.period_ns()), (1, 0, 100_000_000));
+        assert!(
+            (c.latency_us.p50 - 7_000.0).abs() < 8.0,
+            "{:?}",
+            c.latency_us
+        );
+        assert_eq!((t.numbered().sent, t.numbered().skipped), (1, 0));
+        let (mean, spread) = t.declared_load_bps(10.0);
+        assert_eq!((mean, spread), (1_999_920.0, 0.0));
+        datagram[76..80].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(FrameFields::read_iperf2(&datagram).is_none());
+    }
+
+    /// A sender's numbering: frames it said it skipped are not counted as sent.
+    #[test]
+    fn the_senders_numbering_counts_what_it_sent_and_skipped() {
+        let mut t = FrameTracker::new(PERIOD);
+        for (id, previous) in [(1, 0), (2, 1), (5, 2), (6, 5)] {
+            let mut d = vec![0u8; 100];
+            FrameFields {
+                id,
+                previous,
+                bytes: 100,
+                remaining: 100,
+                first_write_ns: 0,
+                due_ns: 0,
+            }
+            .write(&mut d);
+            t.record(&d, 1);
+        }
+        assert_eq!((t.numbered().sent, t.numbered().skipped), (4, 2));
     }
 
     #[test]
@@ -345,6 +661,33 @@ mod tests {
                 prop_assert!(t.open.len() <= WINDOW as usize);
                 prop_assert!(t.closed.len() <= WINDOW as usize + 1);
                 prop_assert!(t.open.values().all(|f| f.got <= u64::from(f.bytes)));
+            }
+            let c = t.counts();
+            prop_assert_eq!(c.latency_us.count + c.clock_ahead, c.whole);
+        }
+
+        /// The same of iperf 2's fields: forged periods, numbers, sizes and tails keep the
+        /// tracker within its window, and no frame takes more pieces than its size has.
+        #[test]
+        fn forged_iperf2_fields_are_bounded_and_never_trusted(
+            datagrams in proptest::collection::vec(
+                (any::<[u32; 7]>(), 104usize..1500, any::<u64>()),
+                1..300,
+            )
+        ) {
+            let mut t = FrameTracker::iperf2();
+            for (words, len, arrival) in datagrams {
+                let mut d = vec![0u8; len];
+                let [period, start, micros, previous, id, bytes, remaining] = words;
+                for (at, word) in [period % 2_000_000, start, micros, previous, id % 200, bytes % 8_000, remaining % 8_000]
+                    .into_iter()
+                    .enumerate()
+                {
+                    d[76 + 4 * at..80 + 4 * at].copy_from_slice(&word.to_be_bytes());
+                }
+                t.record(&d, arrival);
+                prop_assert!(t.open.len() <= WINDOW as usize);
+                prop_assert!(t.open.values().all(|f| f.pieces <= f.pieces_before_tail()));
             }
             let c = t.counts();
             prop_assert_eq!(c.latency_us.count + c.clock_ahead, c.whole);
