@@ -118,6 +118,15 @@ pub fn jitter_buffer(text: &str) -> Result<u32, String> {
     Ok(ms as u32)
 }
 
+/// A lab host's largest TCP buffers (`--buffers 64M`): 64 KiB to 1 GiB.
+pub fn lab_buffers(text: &str) -> Result<u64, String> {
+    let bytes = linerate_model::units::parse_size(text).map_err(|e| e.why.to_string())?;
+    if !(64 * 1024..=1 << 30).contains(&bytes) {
+        return Err("must be between 64K and 1G".into());
+    }
+    Ok(bytes)
+}
+
 /// Video frames, iperf 2's way (`--isochronous 60:20m,1m`).
 pub fn isochronous(text: &str) -> Result<linerate_model::video::VideoSettings, String> {
     linerate_model::video::VideoSettings::parse(text)

@@ -56,6 +56,19 @@ pub enum Iperf2Rate {
     Packets(u64),
 }
 
+/// iperf 2's UDP rate where `-b` is not given: 1 Mbit/s.
+pub const DEFAULT_UDP_RATE: u64 = 1_000_000;
+
+/// iperf 2's write or datagram where `-l` is not given: 128 KiB a TCP write; datagrams of
+/// 1,470 bytes over IPv4 and 1,450 over IPv6 (each fits an Ethernet frame).
+pub fn default_length(udp: bool, ipv6: bool) -> u64 {
+    match (udp, ipv6) {
+        (false, _) => 128 * 1024,
+        (true, false) => 1470,
+        (true, true) => 1450,
+    }
+}
+
 /// One test as `linerate iperf2 -c` asks it.
 #[derive(Debug, Clone)]
 pub struct Iperf2Ask {

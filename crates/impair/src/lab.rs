@@ -121,6 +121,16 @@ impl Lab {
             .ok_or_else(|| LabError::Emulator(format!("{} is damaged", self.path_file().display())))
     }
 
+    /// What the lab's emulator last wrote of itself (its status file, every second).
+    pub fn status(&self) -> Result<crate::runner::Status, LabError> {
+        let damaged = |why: String| {
+            LabError::Emulator(format!("reading {}: {why}", self.status_file().display()))
+        };
+        let text =
+            std::fs::read_to_string(self.status_file()).map_err(|e| damaged(e.to_string()))?;
+        serde_json::from_str(&text).map_err(|e| damaged(e.to_string()))
+    }
+
     /// Whether any of the lab's namespaces exists.
     pub fn exists(&self) -> bool {
         HOSTS.iter().any(|h| {
@@ -371,9 +381,25 @@ fn pids_in(ns: &str) -> Vec<i32> {
         .unwrap_or_default()
 }
 
-/// Removes the lab: ends every process inside its namespaces (TERM, then KILL after two
-/// seconds), deletes the namespaces (and with them the veths), the hosts files and the
-/// state directory. Removing a lab that is not there is not an error.
+/// Takes down the lab a `lab run` built: a lab named for this run alone leaves nothing
+/// behind when its command succeeded; a named lab's records, or a failed run's, are kept
+/// for a look. The lines to tell the user (a warning, or where the records are).
+pub fn down_after_run(lab: &Lab, named: bool, succeeded: bool) -> Vec<String> {
+    let records = if !named && succeeded {
+        Records::Remove
+    } else {
+        Records::Keep
+    };
+    match down(lab, records) {
+        Err(error) => vec![format!("warning: removing lab '{}': {error}", lab.name())],
+        Ok(_) if records == Records::Keep && lab.state_dir().exists() => vec![format!(
+            "the lab's records (the emulator's status and log) are kept in {}",
+            lab.state_dir().display()
+        )],
+        Ok(_) => Vec::new(),
+    }
+}
+
 /// What `down` leaves behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Records {
@@ -384,6 +410,9 @@ pub enum Records {
     Keep,
 }
 
+/// Removes the lab: ends every process inside its namespaces (TERM, then KILL after two
+/// seconds), deletes the namespaces (and with them the veths), the hosts files and the
+/// state directory. Removing a lab that is not there is not an error.
 pub fn down(lab: &Lab, records: Records) -> Result<Removed, LabError> {
     let mut removed = Removed::default();
     let namespaces: Vec<String> = HOSTS.iter().filter_map(|h| lab.namespace(h).ok()).collect();

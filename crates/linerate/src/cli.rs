@@ -1907,8 +1907,8 @@ pub struct LabPathArgs {
     pub impairment: ImpairmentArgs,
     /// Largest TCP buffers the lab's hosts autotune to (net.ipv4.tcp_rmem and tcp_wmem
     /// maximum, 64M for a 1 Gbit/s, 100 ms path); default: this host's settings
-    #[arg(long, value_name = "SIZE")]
-    pub buffers: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = lab_buffers)]
+    pub buffers: Option<u64>,
     /// MTU of the lab's links
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..=9000))]
     pub mtu: u16,

@@ -6,28 +6,17 @@ use crate::Globals;
 use linerate_campaign::flag_values::Iperf2RateValue;
 use linerate_campaign::iperf2_run::{self, Iperf2Run};
 use linerate_campaign::test;
-use linerate_drivers::iperf2_client::{Iperf2Ask, Iperf2Rate};
+use linerate_drivers::iperf2_client::{self, Iperf2Ask, Iperf2Rate};
 use linerate_proto::iperf2::Amount;
 use std::time::Duration;
 
-/// iperf 2's defaults: 128 KiB a TCP write; 1470-byte datagrams over IPv4, 1450 over IPv6.
-const TCP_WRITE: u64 = 128 * 1024;
-const UDP_DATAGRAM_V4: u64 = 1470;
-const UDP_DATAGRAM_V6: u64 = 1450;
-/// iperf 2's UDP rate where `-b` is not given: 1 Mbit/s.
-const UDP_RATE: u64 = 1_000_000;
-
 pub fn run(args: &Iperf2Args, globals: &Globals) -> CommandResult {
     let addr = test::resolve_host(&args.client, args.port)?;
-    let length = args.len.unwrap_or(match (args.udp, addr.is_ipv6()) {
-        (false, _) => TCP_WRITE,
-        (true, false) => UDP_DATAGRAM_V4,
-        (true, true) => UDP_DATAGRAM_V6,
-    });
+    let length = (args.len).unwrap_or(iperf2_client::default_length(args.udp, addr.is_ipv6()));
     let rate = match args.bandwidth {
         Some(Iperf2RateValue::Bits(bits)) => Some(Iperf2Rate::Bits(bits)),
         Some(Iperf2RateValue::Packets(packets)) => Some(Iperf2Rate::Packets(packets)),
-        None if args.udp => Some(Iperf2Rate::Bits(UDP_RATE)),
+        None if args.udp => Some(Iperf2Rate::Bits(iperf2_client::DEFAULT_UDP_RATE)),
         None => None,
     };
     let ask = Iperf2Ask {

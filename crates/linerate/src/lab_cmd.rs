@@ -109,23 +109,10 @@ fn up(lab: &Lab, path_args: &LabPathArgs) -> anyhow::Result<PathFacts> {
         &path_args.impairment,
         path_args.rtt.as_deref(),
     )?;
-    let buffers = match &path_args.buffers {
-        None => None,
-        Some(text) => {
-            let bytes = linerate_model::units::parse_size(text)
-                .map_err(|e| usage(format!("invalid --buffers '{text}': {}", e.why)))?;
-            if !(64 * 1024..=1 << 30).contains(&bytes) {
-                return Err(usage(format!(
-                    "invalid --buffers '{text}': must be between 64K and 1G"
-                )));
-            }
-            Some(bytes)
-        }
-    };
     let options = UpOptions {
         path: path.clone(),
         mtu: usize::from(path_args.mtu),
-        buffers,
+        buffers: path_args.buffers,
         exe: std::env::current_exe().context("finding this program's path")?,
     };
     lab::up(lab, &options).map_err(lab_error)?;
@@ -159,10 +146,7 @@ pub fn run(command: &LabCommand) -> CommandResult {
         LabCommand::Status(args) => {
             let lab = Lab::new(&args.lab.name).map_err(lab_error)?;
             let path = lab.path().map_err(lab_error)?;
-            let text = std::fs::read_to_string(lab.status_file())
-                .with_context(|| format!("reading {}", lab.status_file().display()))?;
-            let status: runner::Status = serde_json::from_str(&text)
-                .with_context(|| format!("reading {}", lab.status_file().display()))?;
+            let status = lab.status().map_err(lab_error)?;
             if args.print.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
@@ -198,22 +182,9 @@ fn lab_run(args: &LabRunArgs) -> CommandResult {
     up(&lab, &args.path)?;
     let command = this_binary_for_linerate(&args.command)?;
     let outcome = lab_run::run_beside_server(&lab, &exe, &serve_words, port, &command, &stop);
-    // A lab named for this run alone leaves nothing behind when the command succeeded;
-    // a named lab's records, or a failed run's, are kept for a look (and said where).
     let succeeded = matches!(&outcome, Ok(RunEnd::Exited(status)) if status.success());
-    let records = if args.name.is_none() && succeeded {
-        lab::Records::Remove
-    } else {
-        lab::Records::Keep
-    };
-    let removed = lab::down(&lab, records);
-    if let Err(error) = removed {
-        eprintln!("linerate: warning: removing lab '{name}': {error}");
-    } else if records == lab::Records::Keep && lab.state_dir().exists() {
-        eprintln!(
-            "linerate: the lab's records (the emulator's status and log) are kept in {}",
-            lab.state_dir().display()
-        );
+    for line in lab::down_after_run(&lab, args.name.is_some(), succeeded) {
+        eprintln!("linerate: {line}");
     }
     match outcome.map_err(lab_error)? {
         RunEnd::Exited(status) => exit_status(status),
