@@ -1,7 +1,7 @@
 //! A video sender's schedule: which frame is due, how large it is, and which of its
 //! datagrams may go now (`--isochronous`, `app --pattern video`).
 //!
-//! Sans IO: the UDP loop (crate::udp) gives it the time since the test's start and sends
+//! Sans IO: the UDP loop gives it the time since the test's start and sends
 //! what it plans; it is told how many the kernel took. A frame goes as a burst of
 //! datagrams as large as the test's (the last shorter), or with the settings' gap between
 //! them; a sender that comes back after a frame's time has passed skips it

@@ -363,36 +363,48 @@ fn resolve_stream(
             config.call = Some(call);
         }
         StreamTransport::Video { settings, length } => {
-            if config.tls.is_some() {
-                return Err("'--tls' encrypts TCP connections; video frames are UDP".into());
-            }
-            let settings = settings.checked().map_err(|why| {
-                format!(
-                    "invalid value '{}' for '--isochronous': {why}",
-                    settings.spec()
-                )
-            })?;
-            let length = match length {
-                Some(length) if !VIDEO_LENGTH.contains(&length) => {
-                    return Err(format!(
-                        "invalid value '{length}' for '--length': a video datagram carries {} to {} bytes",
-                        VIDEO_LENGTH.start(),
-                        VIDEO_LENGTH.end()
-                    ));
-                }
-                Some(length) => length,
-                None => environment
-                    .udp_length
-                    .unwrap_or(FALLBACK_UDP_LENGTH)
-                    .clamp(*VIDEO_LENGTH.start(), *VIDEO_LENGTH.end()),
-            };
-            config.protocol = crate::Protocol::Udp;
-            config.length = length;
-            // The mean load: what a server's rate limit weighs; the frames pace themselves.
-            config.rate_bps = Some(settings.mean_bps);
-            config.video = Some(settings);
+            resolve_video(config, settings, length, environment)?
         }
     }
+    Ok(())
+}
+
+/// A video test: UDP datagrams of `length` bytes (the path's largest by default, never
+/// less than the frame fields), paced by its frames, its mean load the rate a server
+/// weighs.
+fn resolve_video(
+    config: &mut TestConfig,
+    settings: crate::video::VideoSettings,
+    length: Option<u64>,
+    environment: &Environment,
+) -> Result<(), String> {
+    if config.tls.is_some() {
+        return Err("'--tls' encrypts TCP connections; video frames are UDP".into());
+    }
+    let settings = settings.checked().map_err(|why| {
+        format!(
+            "invalid value '{}' for '--isochronous': {why}",
+            settings.spec()
+        )
+    })?;
+    let length = match length {
+        Some(length) if !VIDEO_LENGTH.contains(&length) => {
+            return Err(format!(
+                "invalid value '{length}' for '--length': a video datagram carries {} to {} bytes",
+                VIDEO_LENGTH.start(),
+                VIDEO_LENGTH.end()
+            ));
+        }
+        Some(length) => length,
+        None => environment
+            .udp_length
+            .unwrap_or(FALLBACK_UDP_LENGTH)
+            .clamp(*VIDEO_LENGTH.start(), *VIDEO_LENGTH.end()),
+    };
+    config.protocol = crate::Protocol::Udp;
+    config.length = length;
+    config.rate_bps = Some(settings.mean_bps);
+    config.video = Some(settings);
     Ok(())
 }
 

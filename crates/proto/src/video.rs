@@ -1,7 +1,7 @@
 //! A video test's frames on the wire and at the receiver (docs/protocol.md 5, docs/app.md).
 //!
 //! Every datagram of a video flow (`--isochronous`, `app --pattern video`) carries, after
-//! linerate's 24-byte header (crate::datagram), its frame's fields in network byte order:
+//! linerate's 24-byte header (docs/protocol.md 5), its frame's fields in network byte order:
 //!
 //! | bytes  | field                                                             |
 //! |--------|-------------------------------------------------------------------|

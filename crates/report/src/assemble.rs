@@ -411,13 +411,9 @@ fn summarize(
             .map(|settings| video_summary(settings, local, remote)),
         crypto: None,
         mptcp: crate::model::MptcpSummary::of(local),
-        marks: config.marks.and_then(|sent| {
-            let summary = MarksSummary {
-                arrived: marks_arrived(sent, local, remote).unwrap_or_default(),
-                ecn_negotiated: ecn_negotiated(sent, local, remote),
-            };
-            (!summary.arrived.is_empty() || summary.ecn_negotiated.is_some()).then_some(summary)
-        }),
+        marks: config
+            .marks
+            .and_then(|sent| marks_summary(sent, local, remote)),
         udp,
         duration_s,
         receiver_bytes: total.receiver_bytes,
@@ -442,6 +438,20 @@ fn summarize(
         pacing: None,
         rr: None,
     }
+}
+
+/// A marked test's marks as its receivers found them and its connections negotiated
+/// ECN; `None` where no end could tell.
+fn marks_summary(
+    sent: linerate_model::marks::Marks,
+    local: &SideResult,
+    remote: &SideResult,
+) -> Option<MarksSummary> {
+    let summary = MarksSummary {
+        arrived: marks_arrived(sent, local, remote).unwrap_or_default(),
+        ecn_negotiated: ecn_negotiated(sent, local, remote),
+    };
+    (!summary.arrived.is_empty() || summary.ecn_negotiated.is_some()).then_some(summary)
 }
 
 /// A call's two ways, each from its receiving flows' window counts, scored.
