@@ -213,6 +213,7 @@ fn config_of(summary: &CopySummary, host: &str) -> TestConfig {
         marks: None,
         call: None,
         video: None,
+        video_back: None,
         protocol: linerate_model::Protocol::Udp,
         target: host.to_string(),
         port: summary

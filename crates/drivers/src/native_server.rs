@@ -698,6 +698,7 @@ mod tests {
             marks: None,
             call: None,
             video: None,
+            video_back: None,
             tls: None,
             protocol: Protocol::Tcp,
             target: "test".into(),

@@ -269,6 +269,8 @@ pub struct WorkerPlan {
     pub playout: Option<Duration>,
     /// Video tests: UDP senders send frames on this plan, receivers count them.
     pub video: Option<linerate_model::video::VideoSettings>,
+    /// The frames the server sends where they differ (`TestConfig::video_back`).
+    pub video_back: Option<linerate_model::video::VideoSettings>,
     /// The test's connections are MPTCP: read their subflows at each boundary.
     pub mptcp: bool,
     /// Asks for an end ahead of the schedule; shared by the plane's workers.
@@ -280,6 +282,14 @@ pub struct WorkerPlan {
 }
 
 impl WorkerPlan {
+    /// The frames the flows of `direction` carry (`TestConfig::video_of`).
+    pub fn video_of(&self, direction: Direction) -> Option<linerate_model::video::VideoSettings> {
+        match direction {
+            Direction::Reverse => self.video_back.or(self.video),
+            _ => self.video,
+        }
+    }
+
     /// A plan for one worker that is not worker 0 (no `/proc` reads), running from
     /// `start` to `end` with no intervals; for tests of a worker alone.
     #[cfg(test)]
@@ -311,6 +321,7 @@ impl WorkerPlan {
             count_marks: false,
             playout: None,
             video: None,
+            video_back: None,
             mptcp: false,
         }
     }

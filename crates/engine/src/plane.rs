@@ -234,6 +234,7 @@ impl DataPlane {
                     .call
                     .map(|c| Duration::from_millis(u64::from(c.jitter_buffer_ms))),
                 video: config.video,
+                video_back: config.video_back,
                 mptcp: config.source.as_ref().is_some_and(|s| s.mptcp),
             };
             let sender = sender.clone();

@@ -477,8 +477,8 @@ impl UdpLoop {
         } else {
             wall_now.saturating_sub((mono_now - plan.start).as_nanos() as u64)
         };
-        if let Some(video) = plan.video {
-            for flow in flows.iter_mut().filter(|f| f.role == Role::Send) {
+        for flow in flows.iter_mut().filter(|f| f.role == Role::Send) {
+            if let Some(video) = plan.video_of(flow.outcome.direction) {
                 flow.frames = Some(FrameSender::new(&video, size, wall_base_ns));
             }
         }
@@ -1020,7 +1020,7 @@ impl UdpFlow {
                 if let Some(buffer) = plan.playout {
                     tracker = tracker.with_playout(buffer.as_nanos() as u64);
                 }
-                if let Some(video) = plan.video {
+                if let Some(video) = plan.video_of(spec.direction) {
                     tracker = tracker.with_frames(video.period_ns());
                 }
                 tracker

@@ -149,7 +149,7 @@ pub enum Command {
     /// Send traffic shaped like an application and score it as its users would: a call's
     /// MOS each way
     #[command(
-        after_help = "Examples:\n  linerate app 192.0.2.1 --pattern voip\n  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern video --isochronous 60:8m,2m"
+        after_help = "Examples:\n  linerate app 192.0.2.1 --pattern voip\n  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern video --isochronous 60:8m,2m\n  linerate app 192.0.2.1 --pattern game --state 128:1m,300k"
     )]
     App(AppArgs),
     /// Measure request/response round trips and transaction rates (TCP or UDP)
@@ -1730,13 +1730,20 @@ pub struct AppArgs {
     pub measure: MeasureArgs,
     /// The application: voip (a call: a codec frame each way every 20 ms in RTP-sized
     /// datagrams, scored by the E-model of ITU-T G.107); video (the far end streams video
-    /// frames to this one: each frame's latency, frames lost and late)
+    /// frames to this one: each frame's latency, frames lost and late); game (inputs to the
+    /// far end and its state back each tick, each way counted as video's frames)
     #[arg(long, value_enum)]
     pub pattern: AppPattern,
     /// video: the frames, as iperf 2's --isochronous: FPS:MEAN[,STDEV] (a 1080p stream's
     /// order by default)
     #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = "30:5m,1m", value_parser = isochronous)]
     pub isochronous: linerate_model::video::VideoSettings,
+    /// game: the client's inputs, FPS:MEAN[,STDEV] (120 bytes 64 times a second by default)
+    #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = linerate_model::video::GAME_INPUTS, value_parser = isochronous)]
+    pub inputs: linerate_model::video::VideoSettings,
+    /// game: the server's state each tick, FPS:MEAN[,STDEV] (1,200 bytes 64 times a second)
+    #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = linerate_model::video::GAME_STATE, value_parser = isochronous)]
+    pub state: linerate_model::video::VideoSettings,
     /// The call's codec: g711 (with loss concealment), g711-no-plc, g729a
     #[arg(long, default_value = "g711", value_parser = linerate_model::call::Codec::parse)]
     pub codec: linerate_model::call::Codec,
@@ -1755,6 +1762,7 @@ pub struct AppArgs {
 pub enum AppPattern {
     Voip,
     Video,
+    Game,
 }
 
 const IMPAIR_EXAMPLES: &str = "\

@@ -38,6 +38,7 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
                 ..video
             },
             length: args.length,
+            back: None,
         }
     } else if args.udp {
         StreamTransport::Udp {
@@ -201,6 +202,10 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
         (args.pps.is_some(), "'--pps' is not taken: give -b"),
         (repeat, "'--iterations'/'--confidence' are not taken"),
         (args.server.mptcp, "'--mptcp' needs TCP"),
+        (
+            args.isochronous.is_some(),
+            "'--isochronous' frames go to a server",
+        ),
     ];
     if let Some((_, why)) = refused.iter().find(|(refuse, _)| *refuse) {
         return Err(Failure::Usage(format!("to multicast group {group}: {why}")).into());
@@ -221,25 +226,19 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
     Ok(())
 }
 
-/// `linerate app --pattern voip`: a call both ways at once, scored each way;
-/// `--pattern video`: video frames from the far end, counted frame by frame.
+/// `linerate app --pattern voip|video|game`: an application's traffic (docs/app.md).
 pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
-    let (direction, transport) = match args.pattern {
-        AppPattern::Voip => (
-            Direction::Bidir,
-            StreamTransport::Call(
-                linerate_model::call::CallSettings::checked(args.codec, args.jitter_buffer)
-                    .map_err(Failure::Usage)?,
-            ),
+    use linerate_model::app::Pattern;
+    let pattern = match args.pattern {
+        AppPattern::Voip => Pattern::Voip(
+            linerate_model::call::CallSettings::checked(args.codec, args.jitter_buffer)
+                .map_err(Failure::Usage)?,
         ),
-        // What a viewer gets: the far end streams, this end counts the frames.
-        AppPattern::Video => (
-            Direction::Reverse,
-            StreamTransport::Video {
-                settings: args.isochronous,
-                length: None,
-            },
-        ),
+        AppPattern::Video => Pattern::Video(args.isochronous),
+        AppPattern::Game => Pattern::Game {
+            inputs: args.inputs,
+            state: args.state,
+        },
     };
     let shown = shown(
         &args.server,
@@ -249,11 +248,7 @@ pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
         false,
         globals.verbose,
     )?;
-    let kind = TestKind::Stream(StreamRequest {
-        direction,
-        rate_bps: None,
-        transport,
-    });
+    let kind = TestKind::Stream(pattern.stream());
     let request = request_to(&args.server, &args.measure, args.time, kind);
     test_run::run(&request, &shown, false, &globals.storage)
 }

@@ -3886,6 +3886,59 @@ mos_for = "10s"
     assert!(one_of_them, "{alerts:#?} {scores:?}");
 }
 
+/// A game (`app --pattern game`) over a lab path of 10 ms out and 30 ms back at 20 Mbit/s:
+/// the client's inputs go out and the server's state comes back 64 times a second, and
+/// each way's frames take what the emulator held them that way, plus a frame's
+/// serialisation (a 1,200-byte state: half a millisecond) and the hosts' own stacks:
+/// each way's median latency is within 1.5 ms above the emulator's own mean holding time
+/// that way, and never under it by more than the emulator's timer slack; the path drops
+/// nothing, so every frame sent arrived whole.
+#[test]
+fn a_games_inputs_and_state_take_what_the_emulator_held_them_each_way() {
+    let test = "a_games_inputs_and_state_take_what_the_emulator_held_them_each_way";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("game");
+    let _guard = LabGuard(name.clone());
+    let (doc, steal) = steal_share_during(|| {
+        lab_run_json(
+            &name,
+            &["--delay", "10ms,30ms", "--rate", "20M", "--seed", "4"],
+            &["app", "server", "--pattern", "game", "-t", "4", "-i", "0"],
+        )
+    });
+    let status = emulator_status(&name);
+    for (i, asked_ms) in [(0usize, 10.0), (1, 30.0)] {
+        let counters = |c: &str| num(&status, &format!("/directions/{i}/counters/{c}"));
+        let held_ms = counters("delay_sum_ns") / counters("passed") / 1e6;
+        let way = doc
+            .pointer(&format!("/summary/video/ways/{i}"))
+            .expect("a way of the game");
+        let p50_ms = num(way, "/latency_us/p50") / 1e3;
+        let min_ms = num(way, "/latency_us/min") / 1e3;
+        eprintln!(
+            "way {i}: {} frames sent, {} whole, {} late; latency p50 {p50_ms:.3} ms (least {min_ms:.3}), \
+             the emulator held {held_ms:.3} ms (asked {asked_ms}); steal {:.1} %",
+            way["sent"],
+            way["whole"],
+            way["late"],
+            steal * 100.0
+        );
+        assert!(num(way, "/sent") >= 240.0, "4 s at 64 a second: {way}");
+        assert_eq!(num(way, "/whole"), num(way, "/sent"), "{way}");
+        assert!(
+            min_ms >= held_ms - 0.5,
+            "a frame faster than the path: {min_ms} < {held_ms}"
+        );
+        assert!(
+            p50_ms <= held_ms + 1.5,
+            "{p50_ms} ms against {held_ms} held"
+        );
+    }
+}
+
 /// Video in a mesh (`run = "video"`), over the lab at 50 Mbit/s with 10 ms each way and
 /// 2 % of frames dropped on the way out: a's agent sends 30 frames a second of 8 Mbit/s
 /// to b's server each cycle. Each row heads the median frame's latency b's server

@@ -206,12 +206,14 @@ fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() 
         linerate_model::StreamTransport::Video {
             settings,
             length: None,
+            back: None,
         },
         linerate_report::Summary {
             duration_s: 5.0,
             receiver_bps: 4e6,
             video: Some(VideoSummary {
                 settings,
+                back: None,
                 ways: vec![way],
             }),
             ..Default::default()

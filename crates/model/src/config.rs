@@ -242,6 +242,10 @@ pub struct TestConfig {
     /// rate, of log-normal sizes (crate::video).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub video: Option<crate::video::VideoSettings>,
+    /// The frames the server sends where they differ from `video` (a game's state
+    /// against its inputs); `None`: `video` both ways.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub video_back: Option<crate::video::VideoSettings>,
 }
 
 /// Where a client's sockets leave from: a local address (`--bind`), an interface or VRF
@@ -347,6 +351,17 @@ fn observing() -> bool {
 
 fn is_observing(observe: &bool) -> bool {
     *observe
+}
+
+impl TestConfig {
+    /// The frames the flows of `direction` carry: the client's (`video`) forward, the
+    /// server's (`video_back`, else `video`) in reverse.
+    pub fn video_of(&self, direction: crate::Direction) -> Option<crate::video::VideoSettings> {
+        match direction {
+            crate::Direction::Reverse => self.video_back.or(self.video),
+            _ => self.video,
+        }
+    }
 }
 
 impl TestConfig {

@@ -7,6 +7,7 @@
 //! merges and renders them. No I/O, no clock, no renderer lives here, so the protocol
 //! crate builds without the report's plotting, CSV and statistics dependencies.
 
+pub mod app;
 pub mod call;
 pub mod clock;
 mod config;

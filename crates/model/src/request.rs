@@ -138,6 +138,9 @@ pub enum StreamTransport {
     Video {
         settings: crate::video::VideoSettings,
         length: Option<u64>,
+        /// The frames the server sends, where they differ from the client's (a game's
+        /// state against its inputs); `None`: `settings` both ways.
+        back: Option<crate::video::VideoSettings>,
     },
 }
 
@@ -245,6 +248,7 @@ impl TestConfig {
             marks: request.marks,
             call: None,
             video: None,
+            video_back: None,
         };
         match &request.kind {
             TestKind::Stream(stream) => resolve_stream(&mut config, stream, environment)?,
@@ -362,9 +366,11 @@ fn resolve_stream(
             config.rate_bps = Some(call.pps() * config.length * 8);
             config.call = Some(call);
         }
-        StreamTransport::Video { settings, length } => {
-            resolve_video(config, settings, length, environment)?
-        }
+        StreamTransport::Video {
+            settings,
+            length,
+            back,
+        } => resolve_video(config, (settings, back), length, environment)?,
     }
     Ok(())
 }
@@ -374,19 +380,26 @@ fn resolve_stream(
 /// weighs.
 fn resolve_video(
     config: &mut TestConfig,
-    settings: crate::video::VideoSettings,
+    (settings, back): (
+        crate::video::VideoSettings,
+        Option<crate::video::VideoSettings>,
+    ),
     length: Option<u64>,
     environment: &Environment,
 ) -> Result<(), String> {
     if config.tls.is_some() {
         return Err("'--tls' encrypts TCP connections; video frames are UDP".into());
     }
-    let settings = settings.checked().map_err(|why| {
-        format!(
-            "invalid value '{}' for '--isochronous': {why}",
-            settings.spec()
-        )
-    })?;
+    let checked = |settings: crate::video::VideoSettings| {
+        settings.checked().map_err(|why| {
+            format!(
+                "invalid value '{}' for '--isochronous': {why}",
+                settings.spec()
+            )
+        })
+    };
+    let settings = checked(settings)?;
+    let back = back.map(checked).transpose()?;
     let length = match length {
         Some(length) if !VIDEO_LENGTH.contains(&length) => {
             return Err(format!(
@@ -403,8 +416,10 @@ fn resolve_video(
     };
     config.protocol = crate::Protocol::Udp;
     config.length = length;
-    config.rate_bps = Some(settings.mean_bps);
+    // The larger way's mean load: what a server's rate limit weighs.
+    config.rate_bps = Some(settings.mean_bps.max(back.map_or(0, |b| b.mean_bps)));
     config.video = Some(settings);
+    config.video_back = back;
     Ok(())
 }
 

@@ -26,6 +26,15 @@ pub const DATAGRAM_HEADER_BYTES: u64 = 56;
 /// iperf 2's `--isochronous` with no value: 60 frames a second, 20 Mbit/s, no spread.
 pub const DEFAULT_SPEC: &str = "60:20m,0";
 
+/// A game (`linerate app --pattern game`): the client's inputs, 120 bytes (spread 30) 64
+/// times a second, and the server's state each tick, 1,200 bytes (spread 400) as a burst of
+/// datagrams of [`GAME_DATAGRAM`]: a fast online game's order (64 ticks a second, as many
+/// shooters' servers run; every value can be given).
+pub const GAME_INPUTS: &str = "64:61440,15360";
+pub const GAME_STATE: &str = "64:614400,204800";
+/// A game's datagrams: a tick's state of 1,200 bytes goes as two or three.
+pub const GAME_DATAGRAM: u64 = 600;
+
 /// A video test's frame plan (`--isochronous FPS:MEAN[,STDEV]`, `--frame-gap`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct VideoSettings {

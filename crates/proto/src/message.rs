@@ -62,7 +62,8 @@ pub enum ClientMessage {
         proof: String,
     },
     Spec {
-        config: TestConfig,
+        // Boxed: a configuration is far larger than the other messages.
+        config: Box<TestConfig>,
     },
     Start,
     /// Ends the running test now, ahead of its schedule (the user interrupted it): the

@@ -354,7 +354,6 @@ impl ServerSession {
             (ServerState::AwaitSpec, ClientMessage::Spec { config }) => {
                 match validate(&config, &self.limits) {
                     Ok(()) => {
-                        let config = Box::new(config);
                         self.state = ServerState::Deciding(config.clone());
                         self.deadline = None;
                         self.outbox.emit(ServerEvent::TestRequested(config));
@@ -690,7 +689,7 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
         linerate_model::call::CallSettings::checked(call.codec, call.jitter_buffer_ms)
             .map_err(|why| (RefuseCode::Invalid, why))?;
     }
-    if let Some(video) = config.video {
+    for video in [config.video, config.video_back].into_iter().flatten() {
         if config.protocol != linerate_model::Protocol::Udp {
             return invalid("video frames are a UDP test".into());
         }
@@ -1153,7 +1152,7 @@ impl ClientSession {
                 self.outbox.send(encode_with(
                     &mut self.seal,
                     &ClientMessage::Spec {
-                        config: self.config.clone(),
+                        config: Box::new(self.config.clone()),
                     },
                 ));
                 self.state = ClientState::AwaitAccepted { held };

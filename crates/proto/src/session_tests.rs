@@ -10,6 +10,7 @@ fn config(parallel: u32) -> TestConfig {
         marks: None,
         call: None,
         video: None,
+        video_back: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "test".into(),

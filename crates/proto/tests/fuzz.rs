@@ -167,7 +167,7 @@ proptest! {
     fn native_server_session(input in mutated(vec![
         framed(&ClientMessage::Hello { software: "x".into(), host: HostFacts::default(), nonce: Some("ab".repeat(32)), pake: Some(format!("41{}", "ab".repeat(32))) }),
         [framed(&ClientMessage::Hello { software: "x".into(), host: HostFacts::default(), nonce: None, pake: None }),
-         framed(&ClientMessage::Spec { config: sample_config() })].concat(),
+         framed(&ClientMessage::Spec { config: Box::new(sample_config()) })].concat(),
         framed(&ClientMessage::Auth { proof: "00".repeat(32) }),
     ]), keyed in any::<bool>()) {
         let peak = peak_of(|| drive_server(&input, keyed));

@@ -32,7 +32,8 @@ impl Report {
             Direction::Reverse => !remote.flows.is_empty(),
             Direction::Bidir => true,
         };
-        summary.pacing = if senders_told {
+        // A video's frames pace themselves: their sizes are drawn, not a rate kept to.
+        summary.pacing = if senders_told && config.video.is_none() {
             pacing(&config, &flows, &intervals)
         } else {
             None
@@ -406,9 +407,10 @@ fn summarize(
     });
     Summary {
         call: config.call.map(|call| call_summary(call, flows)),
-        video: config
-            .video
-            .map(|settings| video_summary(settings, local, remote)),
+        video: config.video.map(|settings| VideoSummary {
+            back: config.video_back,
+            ..video_summary(settings, local, remote)
+        }),
         crypto: None,
         mptcp: crate::model::MptcpSummary::of(local),
         marks: config
@@ -547,7 +549,11 @@ fn video_summary(
             })
         })
         .collect();
-    VideoSummary { settings, ways }
+    VideoSummary {
+        settings,
+        back: None,
+        ways,
+    }
 }
 
 /// `--ecn` over TCP: the sending connections of both ends whose handshake negotiated it;

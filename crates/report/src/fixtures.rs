@@ -10,6 +10,7 @@ pub(crate) fn config(direction: Direction, parallel: u32) -> TestConfig {
         marks: None,
         call: None,
         video: None,
+        video_back: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "loopback".into(),

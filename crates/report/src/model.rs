@@ -247,6 +247,9 @@ pub struct Summary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VideoSummary {
     pub settings: linerate_model::video::VideoSettings,
+    /// The server's frames where they differ from `settings` (a game's state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub back: Option<linerate_model::video::VideoSettings>,
     /// Each way that carried frames: client to server, then server to client.
     pub ways: Vec<VideoWay>,
 }

@@ -600,13 +600,25 @@ fn sender_lines(s: &Summary, scale: Scale) -> String {
 /// A video test's ways: frames whole, in part, lost and late, and how long a whole one
 /// took from its first write to its last byte.
 fn video_lines(video: &VideoSummary) -> String {
-    let v = &video.settings;
-    let mut out = format!(
-        "Video:            {} frames/s, {} mean, {} sd per frame (log-normal sizes, iperf 2's isochronous)\n",
-        v.fps,
-        format_rate(v.mean_bps as f64, Scale::Adaptive),
-        format_rate(v.stdev_bps as f64, Scale::Adaptive),
-    );
+    let words = |v: &linerate_model::video::VideoSettings| {
+        format!(
+            "{} frames/s, {} mean, {} sd",
+            v.fps,
+            format_rate(v.mean_bps as f64, Scale::Adaptive),
+            format_rate(v.stdev_bps as f64, Scale::Adaptive)
+        )
+    };
+    let mut out = match &video.back {
+        None => format!(
+            "Video:            {} per frame (log-normal sizes, iperf 2's isochronous)\n",
+            words(&video.settings)
+        ),
+        Some(back) => format!(
+            "Frames:           client→server {}, server→client {} (log-normal sizes)\n",
+            words(&video.settings),
+            words(back)
+        ),
+    };
     for way in &video.ways {
         let c = &way.counts;
         let latency = if c.latency_us.count == 0 {

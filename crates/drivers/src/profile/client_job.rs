@@ -117,6 +117,7 @@ impl ClientTest {
                 transport: StreamTransport::Video {
                     settings: *frames,
                     length: None,
+                    back: None,
                 },
             }),
         }

@@ -1,0 +1,86 @@
+//! The application patterns of `linerate app` (docs/app.md) as the streams they are: which
+//! way each goes and what it carries. A pattern is data; the data plane, the receivers'
+//! counts and the scores are the call's (`crate::call`) and video's (`crate::video`).
+
+use crate::call::CallSettings;
+use crate::video::{VideoSettings, GAME_DATAGRAM};
+use crate::{Direction, StreamRequest, StreamTransport};
+
+/// An application's traffic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pattern {
+    /// A call: a codec frame each way every 20 ms, both ways at once.
+    Voip(CallSettings),
+    /// Video frames from the far end: what a viewer gets.
+    Video(VideoSettings),
+    /// A game: the client's inputs to the far end and its state back each tick, both ways
+    /// at once, in datagrams of [`GAME_DATAGRAM`] so a tick's state goes as a burst.
+    Game {
+        inputs: VideoSettings,
+        state: VideoSettings,
+    },
+}
+
+impl Pattern {
+    /// The stream the pattern is.
+    pub fn stream(self) -> StreamRequest {
+        let (direction, transport) = match self {
+            Pattern::Voip(call) => (Direction::Bidir, StreamTransport::Call(call)),
+            Pattern::Video(frames) => (
+                Direction::Reverse,
+                StreamTransport::Video {
+                    settings: frames,
+                    length: None,
+                    back: None,
+                },
+            ),
+            Pattern::Game { inputs, state } => (
+                Direction::Bidir,
+                StreamTransport::Video {
+                    settings: inputs,
+                    length: Some(GAME_DATAGRAM),
+                    back: Some(state),
+                },
+            ),
+        };
+        StreamRequest {
+            direction,
+            rate_bps: None,
+            transport,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Environment, TestConfig, TestKind, TestRequest};
+
+    /// A game resolves to both ways at once, the client's inputs forward and the server's
+    /// state back, in 600-byte datagrams, the larger way's load the rate a server weighs;
+    /// a video resolves to the far end sending.
+    #[test]
+    fn a_game_is_inputs_out_and_state_back() {
+        let inputs = VideoSettings::parse(crate::video::GAME_INPUTS).unwrap();
+        let state = VideoSettings::parse(crate::video::GAME_STATE).unwrap();
+        let here = Environment {
+            cpus: 2,
+            udp_length: Some(1472),
+        };
+        let request = TestRequest::new(TestKind::Stream(Pattern::Game { inputs, state }.stream()));
+        let config = TestConfig::resolve(&request, &here).unwrap();
+        assert_eq!(config.direction, Direction::Bidir);
+        assert_eq!(config.length, 600);
+        assert_eq!(config.video_of(Direction::Forward), Some(inputs));
+        assert_eq!(config.video_of(Direction::Reverse), Some(state));
+        assert_eq!(config.rate_bps, Some(614_400));
+        assert!((inputs.mean_frame_bytes() - 120.0).abs() < 1e-9);
+        assert!((state.mean_frame_bytes() - 1_200.0).abs() < 1e-9);
+        let video = Pattern::Video(inputs).stream();
+        assert_eq!(video.direction, Direction::Reverse);
+        let config =
+            TestConfig::resolve(&TestRequest::new(TestKind::Stream(video)), &here).unwrap();
+        assert_eq!(config.video_of(Direction::Reverse), Some(inputs));
+        assert_eq!(config.length, 1472);
+    }
+}
