@@ -27,8 +27,14 @@ pub(crate) struct FrameSender {
     size: usize,
     /// The sender's wall clock at the start, for the frames' due times.
     wall_base_ns: u64,
+    /// When the schedule began, nanoseconds from the start: the sender's first turn. The
+    /// test's start is also when worker 0 takes its first readings of the host (`/proc`),
+    /// which would make every first frame late by what they cost.
+    origin_ns: Option<u64>,
     current: Option<Current>,
     counts: FrameCounts,
+    /// Each frame's first write after its due time.
+    lateness: linerate_model::latency::LatencyHistogram,
 }
 
 impl FrameSender {
@@ -41,8 +47,10 @@ impl FrameSender {
             gap_ns: u64::from(settings.gap_us) * 1_000,
             size,
             wall_base_ns,
+            origin_ns: None,
             current: None,
             counts: FrameCounts::default(),
+            lateness: linerate_model::latency::LatencyHistogram::new(),
         }
     }
 
@@ -56,10 +64,12 @@ impl FrameSender {
         out: &mut Vec<(usize, FrameFields)>,
     ) -> Result<(), u64> {
         out.clear();
+        let origin = *self.origin_ns.get_or_insert(elapsed_ns);
         if self.current.is_none() {
-            let Some(due) = self.clock.due(elapsed_ns) else {
-                return Err(self.clock.next_due_ns());
+            let Some(mut due) = self.clock.due(elapsed_ns - origin) else {
+                return Err(origin + self.clock.next_due_ns());
             };
+            due.due_ns += origin;
             let bytes = self.sizes.next_bytes();
             self.counts.sent += 1;
             self.current = Some(Current {
@@ -104,7 +114,9 @@ impl FrameSender {
             Some(current) if !current.written => {
                 current.fields.first_write_ns = write_ns;
                 current.written = true;
-                let late_us = write_ns.saturating_sub(current.fields.due_ns) / 1_000;
+                let late_ns = write_ns.saturating_sub(current.fields.due_ns);
+                self.lateness.record(late_ns);
+                let late_us = late_ns / 1_000;
                 self.counts.start_late_max_us = self.counts.start_late_max_us.max(late_us);
                 true
             }
@@ -130,6 +142,7 @@ impl FrameSender {
             skipped: self.clock.skipped,
             slips: self.clock.slips,
             cut: self.sizes.cut,
+            start_late_us: self.lateness.summary(true),
             ..self.counts.clone()
         }
     }
@@ -183,6 +196,23 @@ mod tests {
         sender.plan(0, 64, &mut out).unwrap();
         let lens: Vec<usize> = out.iter().map(|(l, _)| *l).collect();
         assert_eq!(lens, [1_000, 974, 56]);
+    }
+
+    /// The schedule begins at the sender's first turn (7 ms after the test's start here):
+    /// frame 1 is due then, frame 2 a period later, and neither is late.
+    #[test]
+    fn the_schedule_begins_at_the_senders_first_turn() {
+        let mut sender = FrameSender::new(&settings("100:2m", 0), 3_000, 0);
+        let mut out = Vec::new();
+        sender.plan(7_000_000, 64, &mut out).unwrap();
+        assert_eq!(out[0].1.due_ns, 7_000_000);
+        assert!(sender.first_written(7_000_000));
+        let planned = out.clone();
+        sender.sent(&planned, 1, 7_000_000);
+        assert_eq!(sender.plan(16_000_000, 64, &mut out), Err(17_000_000));
+        sender.plan(17_000_000, 64, &mut out).unwrap();
+        assert_eq!((out[0].1.id, out[0].1.due_ns), (2, 17_000_000));
+        assert_eq!(sender.counts().start_late_max_us, 0);
     }
 
     /// A kernel that takes part of a burst leaves the rest for the next call; a gap sends

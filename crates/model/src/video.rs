@@ -262,6 +262,10 @@ pub struct FrameCounts {
     /// Sender: the most a frame's first write came after its due time, microseconds.
     #[serde(default)]
     pub start_late_max_us: u64,
+    /// Sender: how late each frame's first write came after its due time, microseconds,
+    /// with its buckets (the schedule's own account: a busy host's frames start late).
+    #[serde(default)]
+    pub start_late_us: crate::latency::LatencySummary,
     /// Receiver: frames whose every byte arrived.
     #[serde(default)]
     pub whole: u64,

@@ -521,7 +521,11 @@ fn video_summary(
                 return None;
             }
             let mut counts = linerate_model::video::FrameCounts::default();
+            let mut lateness = linerate_model::latency::LatencyHistogram::new();
             for s in sent {
+                lateness.merge(&linerate_model::latency::LatencyHistogram::from_buckets(
+                    &s.start_late_us.histogram,
+                ));
                 counts.sent += s.sent;
                 counts.skipped += s.skipped;
                 counts.slips += s.slips;
@@ -542,6 +546,7 @@ fn video_summary(
             }
             // With its buckets: the metrics' histogram of frame latency is made of them.
             counts.latency_us = latency.summary(true);
+            counts.start_late_us = lateness.summary(false);
             Some(VideoWay {
                 direction,
                 lost: counts.sent.saturating_sub(counts.whole + counts.partial),

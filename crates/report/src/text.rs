@@ -636,7 +636,7 @@ fn video_lines(video: &VideoSummary) -> String {
         let _ = writeln!(
             out,
             "  {:<15} {} sent: {} whole, {} in part, {} lost, {} late; {latency}; \
-             sender skipped {} (at most {:.3} ms late to start one)",
+             sender skipped {}, started them {} ms late at p99 (at most {:.3})",
             match way.direction {
                 linerate_model::Direction::Reverse => "server→client",
                 _ => "client→server",
@@ -647,6 +647,11 @@ fn video_lines(video: &VideoSummary) -> String {
             way.lost,
             c.late,
             c.skipped,
+            if c.start_late_us.count > 0 {
+                format!("{:.3}", c.start_late_us.p99 / 1e3)
+            } else {
+                "-".to_string()
+            },
             c.start_late_max_us as f64 / 1e3
         );
     }
