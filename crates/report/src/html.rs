@@ -823,6 +823,30 @@ fn test_charts(report: &Report) -> String {
             )));
         }
     }
+    if let Some(video) = &report.summary.video {
+        // Each way's frames: how long a frame took from its first write to its last byte.
+        let curves: Vec<Series> = video
+            .ways
+            .iter()
+            .filter(|w| w.counts.latency_us.count > 0)
+            .map(|w| {
+                let way = match w.direction {
+                    linerate_model::Direction::Reverse => "server→client",
+                    _ => "client→server",
+                };
+                percentile_curve(way, &w.counts.latency_us)
+            })
+            .collect();
+        if !curves.is_empty() {
+            out.push_str(&figure(line_chart(
+                "Frame latency by percentile, first write to last byte",
+                "percentile",
+                "µs",
+                XAxis::Nines,
+                &curves,
+            )));
+        }
+    }
     if let Some(repetition) = &report.repetition {
         let max = repetition.values.iter().copied().fold(0.0, f64::max);
         let (divisor, unit) = headline_unit(repetition.metric, max);
@@ -953,6 +977,38 @@ mod tests {
         let categories = XAxis::Categories(vec!["8".into(), "32".into()]);
         assert_eq!(x_label(&categories, 1.0), "32");
         assert_eq!(x_label(&categories, 0.5), "");
+    }
+
+    /// A video run draws each way's frame latency by percentile, from its buckets.
+    #[test]
+    fn a_video_run_draws_each_ways_frame_latency() {
+        use crate::model::{VideoSummary, VideoWay};
+        use linerate_model::video::{FrameCounts, VideoSettings};
+        let mut latency = linerate_model::latency::LatencyHistogram::new();
+        (1..=100).for_each(|ms| latency.record(ms * 1_000_000));
+        let way = |direction| VideoWay {
+            direction,
+            lost: 0,
+            counts: FrameCounts {
+                sent: 100,
+                whole: 100,
+                latency_us: latency.summary(true),
+                ..Default::default()
+            },
+        };
+        let mut report =
+            crate::fixtures::report(crate::fixtures::config(linerate_model::Direction::Bidir, 1));
+        report.summary.video = Some(VideoSummary {
+            settings: VideoSettings::parse("64:61440").unwrap(),
+            back: None,
+            ways: vec![
+                way(linerate_model::Direction::Forward),
+                way(linerate_model::Direction::Reverse),
+            ],
+        });
+        let html = test_charts(&report);
+        assert!(html.contains("Frame latency by percentile"), "{html}");
+        assert!(html.contains("client→server") && html.contains("server→client"));
     }
 
     #[test]
