@@ -42,6 +42,36 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
         ),
         (vec!["trace", "localhost", "--icmp", "-p", "80"], "--port"),
         (vec!["trace", "localhost", "--tcp", "--icmp"], "--icmp"),
+        // Video frames: an impossible frame rate, a frame over the budget, a gap over
+        // the period, frames over TCP, an iperf 2 value that is not one.
+        (
+            vec!["stream", "-u", "--isochronous", "5000:20m"],
+            "'5000:20m'",
+        ),
+        (vec!["stream", "-u", "--isochronous", "1:1000g"], "16777216"),
+        (vec!["stream", "-u", "--isochronous", "60"], "FPS:MEAN"),
+        (vec!["stream", "--isochronous", "60:20m"], "--udp"),
+        (vec!["stream", "-u", "--isochronous", "-b", "1m"], "--rate"),
+        (
+            vec![
+                "app",
+                "h",
+                "--pattern",
+                "video",
+                "--isochronous",
+                "60:1m,20m",
+            ],
+            "ten times the mean",
+        ),
+        (
+            vec!["app", "h", "--pattern", "game", "--state", "0:1m"],
+            "'0:1m'",
+        ),
+        (
+            vec!["app", "h", "--pattern", "voip", "--jitter-buffer", "1h"],
+            "'1h'",
+        ),
+        (vec!["app", "h", "--pattern", "chess"], "'chess'"),
     ] {
         let out = linerate(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

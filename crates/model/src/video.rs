@@ -122,14 +122,20 @@ impl VideoSettings {
         self.mean_bps as f64 / (8.0 * self.fps)
     }
 
-    /// As the user wrote it: `60:20m,1m`.
+    /// As iperf 2's value writes it: `60:20m,1m`.
     pub fn spec(&self) -> String {
-        let rate = |bps: u64| crate::units::format_rate(bps as f64, crate::units::Scale::Adaptive);
+        let rate = |bps: u64| match bps {
+            0 => "0".to_string(),
+            b if b % 1_000_000_000 == 0 => format!("{}g", b / 1_000_000_000),
+            b if b % 1_000_000 == 0 => format!("{}m", b / 1_000_000),
+            b if b % 1_000 == 0 => format!("{}k", b / 1_000),
+            b => b.to_string(),
+        };
         format!(
             "{}:{},{}",
             self.fps,
-            rate(self.mean_bps).replace(' ', ""),
-            rate(self.stdev_bps).replace(' ', "")
+            rate(self.mean_bps),
+            rate(self.stdev_bps)
         )
     }
 }
@@ -306,6 +312,15 @@ mod tests {
         assert!((s.mean_frame_bytes() - 41_666.67).abs() < 0.01);
         let s = VideoSettings::parse("30:4m").unwrap();
         assert_eq!((s.fps, s.mean_bps, s.stdev_bps), (30.0, 4_000_000, 0));
+        assert_eq!(s.spec(), "30:4m,0");
+        assert_eq!(
+            VideoSettings::parse("64:61440,15360").unwrap().spec(),
+            "64:61440,15360"
+        );
+        assert_eq!(
+            VideoSettings::parse("60:1.5m,250k").unwrap().spec(),
+            "60:1500k,250k"
+        );
         for (bad, says) in [
             ("60", "expected FPS:MEAN"),
             ("0:20m", "frames a second is outside"),
