@@ -634,31 +634,12 @@ impl UdpLoop {
                         break;
                     }
                 }
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EAGAIN) => {
-                        flow.refused(true, refused, now, turn);
+                Err(e) => {
+                    let gso = self.send_batch.segments > 1;
+                    if flow.send_failed(e, (refused, gso), (now, since), turn) {
                         break;
                     }
-                    // This host's queue dropped it: count it and try again shortly.
-                    Some(libc::ENOBUFS) => {
-                        flow.refused(false, refused, now, turn);
-                        break;
-                    }
-                    Some(libc::EINTR) => {}
-                    // The route's device cannot checksum a GSO buffer: go on without GSO,
-                    // and say so.
-                    Some(libc::EIO) if self.send_batch.segments > 1 => {
-                        turn.gso_refused = Some(e);
-                        break;
-                    }
-                    // ECONNREFUSED: the peer's port is closed (ICMP).
-                    _ => {
-                        flow.outcome.error =
-                            Some(format!("send failed at {:.3} s: {e}", since.as_secs_f64()));
-                        flow.done = true;
-                        break;
-                    }
-                },
+                }
             }
         }
     }
@@ -718,23 +699,11 @@ impl UdpLoop {
                         break;
                     }
                 }
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EAGAIN) => {
-                        flow.refused(true, 1, now, turn);
+                Err(e) => {
+                    if flow.send_failed(e, (1, false), (now, since), turn) {
                         break;
                     }
-                    Some(libc::ENOBUFS) => {
-                        flow.refused(false, 1, now, turn);
-                        break;
-                    }
-                    Some(libc::EINTR) => {}
-                    _ => {
-                        flow.outcome.error =
-                            Some(format!("send failed at {:.3} s: {e}", since.as_secs_f64()));
-                        flow.done = true;
-                        break;
-                    }
-                },
+                }
             }
         }
     }
@@ -951,6 +920,34 @@ impl UdpFlow {
             let at = now + QDISC_RETRY;
             turn.next_send = Some(turn.next_send.map_or(at, |n| n.min(at)));
         }
+    }
+
+    /// A send call that failed with `e`, having offered `refused` datagrams in its first
+    /// message (GSO runs where `gso`): the buffer full or this host's queue dropping them
+    /// (counted, tried again), an interruption (tried again at once), a device that cannot
+    /// take GSO (the loop goes on without), or the flow's end (ECONNREFUSED: the peer's
+    /// port is closed). Whether the turn stops here.
+    fn send_failed(
+        &mut self,
+        e: io::Error,
+        (refused, gso): (usize, bool),
+        (now, since): (Instant, Duration),
+        turn: &mut Turn,
+    ) -> bool {
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) => self.refused(true, refused, now, turn),
+            // This host's queue dropped it: count it and try again shortly.
+            Some(libc::ENOBUFS) => self.refused(false, refused, now, turn),
+            Some(libc::EINTR) => return false,
+            // The route's device cannot checksum a GSO buffer: go on without GSO, and say so.
+            Some(libc::EIO) if gso => turn.gso_refused = Some(e),
+            _ => {
+                self.outcome.error =
+                    Some(format!("send failed at {:.3} s: {e}", since.as_secs_f64()));
+                self.done = true;
+            }
+        }
+        true
     }
 
     /// Whether the socket's send queue is too full to take one more `size`-byte datagram

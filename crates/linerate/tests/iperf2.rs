@@ -518,21 +518,18 @@ fn isochronous_frames(output: &Output) -> Option<[f64; 3]> {
 /// every datagram is counted as for any UDP test.
 #[test]
 fn a_real_iperf2_isochronous_client_is_served_and_its_frames_counted() {
-    let test = "a_real_iperf2_isochronous_client_is_served_and_its_frames_counted";
-    if !have("iperf", test) {
+    let Some(served) =
+        Kept::serve("a_real_iperf2_isochronous_client_is_served_and_its_frames_counted")
+    else {
         return;
-    }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!("linerate-iperf2-isoch-{}", std::process::id()));
-    let db = dir.join("served.db").to_str().unwrap().to_string();
-    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
-    let port = iperf2_port(&server);
+    };
+    let (server, port, db) = (&served.server, &served.port, &served.db);
     let out = iperf(&[
         "-c",
         "127.0.0.1",
         "-u",
         "-p",
-        &port,
+        port,
         "-t",
         "2",
         "-e",
@@ -547,7 +544,7 @@ fn a_real_iperf2_isochronous_client_is_served_and_its_frames_counted() {
         "{}",
         server.log()
     );
-    let run = kept(&db, 1);
+    let run = kept(db, 1);
     let way = &run["summary"]["video"]["ways"][0];
     eprintln!("the client: {tx} frames sent, {slips} slips; the kept run: {way}");
     assert!((55.0..=65.0).contains(&tx), "{text}");
@@ -572,8 +569,6 @@ fn a_real_iperf2_isochronous_client_is_served_and_its_frames_counted() {
         total
     );
     assert_eq!(num(&run, "/flows/0/udp/lost"), lost);
-    drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The latency an iperf 2 UDP client printed for its server (the line after "Server

@@ -84,6 +84,22 @@ impl TestTable {
         Ok(Some(Spanned::new(text.span(), seconds)))
     }
 
+    /// A time `key` of at least `least` seconds (`why` says so where it is less), `default`
+    /// unless given.
+    pub(crate) fn seconds_at_least(
+        &mut self,
+        reader: &Reader,
+        key: &str,
+        (least, why): (f64, &str),
+        default: f64,
+    ) -> Result<f64, MeshError> {
+        match self.take_seconds(reader, key, true)? {
+            Some(s) if *s.get_ref() < least => Err(reader.at(&s, why)),
+            Some(s) => Ok(*s.get_ref()),
+            None => Ok(default),
+        }
+    }
+
     /// `duration`, in seconds: the length of one of the test's jobs, `default` unless
     /// given.
     pub(crate) fn duration(&mut self, reader: &Reader, default: f64) -> Result<f64, MeshError> {

@@ -72,16 +72,15 @@ pub(super) fn read(
         }
         None => 16,
     };
-    let leg_s = match table.take_seconds(reader, "duration", true)? {
-        Some(d) if *d.get_ref() < 2.0 => {
-            return Err(reader.at(
-                &d,
-                "an RPM test's duration (each direction's limit) must be at least 2 s",
-            ))
-        }
-        Some(d) => *d.get_ref(),
-        None => DEFAULT_RPM_LEG_SECONDS,
-    };
+    let leg_s = table.seconds_at_least(
+        reader,
+        "duration",
+        (
+            2.0,
+            "an RPM test's duration (each direction's limit) must be at least 2 s",
+        ),
+        DEFAULT_RPM_LEG_SECONDS,
+    )?;
     let tls = table
         .take::<bool>(reader, "tls")?
         .is_none_or(|t| *t.get_ref());

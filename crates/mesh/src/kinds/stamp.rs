@@ -77,13 +77,12 @@ pub(super) fn read(
         "duration",
         "run = \"stamp\" runs all the time: give its window as report = \"1m\", not a duration",
     )?;
-    let seconds = match table.take_seconds(reader, "report", true)? {
-        Some(r) if *r.get_ref() < 1.0 => {
-            return Err(reader.at(&r, "a STAMP report window must be at least 1 s"))
-        }
-        Some(r) => *r.get_ref(),
-        None => DEFAULT_STAMP_REPORT_SECONDS,
-    };
+    let seconds = table.seconds_at_least(
+        reader,
+        "report",
+        (1.0, "a STAMP report window must be at least 1 s"),
+        DEFAULT_STAMP_REPORT_SECONDS,
+    )?;
     let rate_pps = match table.take::<String>(reader, "rate")? {
         Some(r) => transactions_per_second(r.get_ref())
             .filter(|r| (0.1..=MAX_STAMP_RATE).contains(r))

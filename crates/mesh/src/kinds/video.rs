@@ -72,13 +72,12 @@ pub(super) fn read(
         "parallel",
         "'parallel' is not an option of run = \"video\": a video is one stream of frames",
     )?;
-    let seconds = match table.take_seconds(reader, "duration", true)? {
-        Some(d) if *d.get_ref() < 1.0 => {
-            return Err(reader.at(&d, "a video must last at least 1 s"))
-        }
-        Some(d) => *d.get_ref(),
-        None => DEFAULT_TEST_SECONDS,
-    };
+    let seconds = table.seconds_at_least(
+        reader,
+        "duration",
+        (1.0, "a video must last at least 1 s"),
+        DEFAULT_TEST_SECONDS,
+    )?;
     let given = table.take::<String>(reader, "frames")?;
     let mut frames = match &given {
         Some(f) => VideoSettings::parse(f.get_ref())

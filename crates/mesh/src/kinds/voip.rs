@@ -64,11 +64,12 @@ pub(super) fn read(
         "parallel",
         "'parallel' is not an option of run = \"voip\": a call is one",
     )?;
-    let seconds = match table.take_seconds(reader, "duration", true)? {
-        Some(d) if *d.get_ref() < 1.0 => return Err(reader.at(&d, "a call must last at least 1 s")),
-        Some(d) => *d.get_ref(),
-        None => DEFAULT_TEST_SECONDS,
-    };
+    let seconds = table.seconds_at_least(
+        reader,
+        "duration",
+        (1.0, "a call must last at least 1 s"),
+        DEFAULT_TEST_SECONDS,
+    )?;
     let codec = match table.take::<String>(reader, "codec")? {
         Some(c) => Codec::parse(c.get_ref()).ok().ok_or_else(|| {
             let names: Vec<&str> = Codec::ALL.iter().map(|c| c.name()).collect();
