@@ -824,28 +824,7 @@ fn test_charts(report: &Report) -> String {
         }
     }
     if let Some(video) = &report.summary.video {
-        // Each way's frames: how long a frame took from its first write to its last byte.
-        let curves: Vec<Series> = video
-            .ways
-            .iter()
-            .filter(|w| w.counts.latency_us.count > 0)
-            .map(|w| {
-                let way = match w.direction {
-                    linerate_model::Direction::Reverse => "server→client",
-                    _ => "client→server",
-                };
-                percentile_curve(way, &w.counts.latency_us)
-            })
-            .collect();
-        if !curves.is_empty() {
-            out.push_str(&figure(line_chart(
-                "Frame latency by percentile, first write to last byte",
-                "percentile",
-                "µs",
-                XAxis::Nines,
-                &curves,
-            )));
-        }
+        out.push_str(&video_chart(video));
     }
     if let Some(repetition) = &report.repetition {
         let max = repetition.values.iter().copied().fold(0.0, f64::max);
@@ -872,6 +851,33 @@ fn test_charts(report: &Report) -> String {
         )));
     }
     out
+}
+
+/// Each way's frames: how long a frame took from its first write to its last byte, by
+/// percentile; empty where no frame was whole.
+fn video_chart(video: &crate::model::VideoSummary) -> String {
+    let curves: Vec<Series> = video
+        .ways
+        .iter()
+        .filter(|w| w.counts.latency_us.count > 0)
+        .map(|w| {
+            let way = match w.direction {
+                linerate_model::Direction::Reverse => "server→client",
+                _ => "client→server",
+            };
+            percentile_curve(way, &w.counts.latency_us)
+        })
+        .collect();
+    if curves.is_empty() {
+        return String::new();
+    }
+    figure(line_chart(
+        "Frame latency by percentile, first write to last byte",
+        "percentile",
+        "µs",
+        XAxis::Nines,
+        &curves,
+    ))
 }
 
 /// The latency at each percentile, from the full histogram when it was kept.
