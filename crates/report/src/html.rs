@@ -827,30 +827,35 @@ fn test_charts(report: &Report) -> String {
         out.push_str(&video_chart(video));
     }
     if let Some(repetition) = &report.repetition {
-        let max = repetition.values.iter().copied().fold(0.0, f64::max);
-        let (divisor, unit) = headline_unit(repetition.metric, max);
-        let bars: Vec<(String, f64, Option<f64>)> = repetition
-            .values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (format!("{}", i + 1), v / divisor, None))
-            .chain(std::iter::once((
-                "mean".to_string(),
-                repetition.estimate.mean / divisor,
-                Some(repetition.estimate.half_width / divisor),
-            )))
-            .collect();
-        out.push_str(&figure(bar_chart(
-            &format!(
-                "{} per iteration, mean with its {}% interval",
-                repetition.metric.label(),
-                repetition.estimate.level_pct
-            ),
-            unit,
-            &bars,
-        )));
+        out.push_str(&repetition_chart(repetition));
     }
     out
+}
+
+/// A repeated test's headline per iteration, and their mean with its interval.
+fn repetition_chart(repetition: &crate::model::Repetition) -> String {
+    let max = repetition.values.iter().copied().fold(0.0, f64::max);
+    let (divisor, unit) = headline_unit(repetition.metric, max);
+    let bars: Vec<(String, f64, Option<f64>)> = repetition
+        .values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (format!("{}", i + 1), v / divisor, None))
+        .chain(std::iter::once((
+            "mean".to_string(),
+            repetition.estimate.mean / divisor,
+            Some(repetition.estimate.half_width / divisor),
+        )))
+        .collect();
+    figure(bar_chart(
+        &format!(
+            "{} per iteration, mean with its {}% interval",
+            repetition.metric.label(),
+            repetition.estimate.level_pct
+        ),
+        unit,
+        &bars,
+    ))
 }
 
 /// Each way's frames: how long a frame took from its first write to its last byte, by
