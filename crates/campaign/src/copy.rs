@@ -153,6 +153,7 @@ fn copy_report(summary: &CopySummary, total: &FileOutcome, diagnosis: &Diagnosis
         resumed_bytes: total.resumed_bytes,
         payload_bytes: total.payload_bytes,
         resent_bytes: total.resent_bytes,
+        tail_copy_bytes: total.tail_copy_bytes,
         refetched_chunks: total.refetched_chunks,
         resume_checked_chunks: total.local.resume_checked_chunks
             + total.remote.resume_checked_chunks,
@@ -160,6 +161,7 @@ fn copy_report(summary: &CopySummary, total: &FileOutcome, diagnosis: &Diagnosis
             + total.remote.resume_damaged_chunks,
         resume_check_s: total.local.resume_check_s + total.remote.resume_check_s,
         corrupted_datagrams: total.local.corrupted_datagrams + total.remote.corrupted_datagrams,
+        rcvbuf_errors: total.local.rcvbuf_errors + total.remote.rcvbuf_errors,
         root: match summary.files.as_slice() {
             [one] => Some(one.outcome.root.clone()),
             _ => None,

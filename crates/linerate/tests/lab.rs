@@ -1363,9 +1363,12 @@ fn a_copy_with_ecn_through_codel_is_held_by_marks_not_drops() {
     );
 }
 
-/// A copy's resent share of its payload against what the emulator dropped toward the
-/// receiver (at random and at its bottleneck queue, the rate search's overshoot while
-/// starting): no more than that and half a percent, no less than 70 % of it. Returns both.
+/// A copy's resent share of its payload against what was dropped toward the receiver:
+/// by the emulator (at random, at its bottleneck queue in the rate search's overshoot
+/// while starting, and by the kernel at its capture ring) and by the receiving host's
+/// kernel at the socket's full buffer (`RcvbufErrors`, which the copy reports from the
+/// receiving end): no more than that and half a percent, no less than 70 % of it.
+/// Returns both.
 /// The upper bound (resends of datagrams that were only late) stands aside where the
 /// hypervisor stole more than 3 % of the CPU during the copy (`steal`): a receiver kept
 /// from running acknowledges late, and a CI run resent 0.0492 for 0.0438 dropped so.
@@ -1375,15 +1378,27 @@ fn resends_only_the_losses(
     steal: f64,
 ) -> (f64, f64) {
     let arrived = forward(status, "arrived");
-    let dropped = (forward(status, "lost") + forward(status, "queue_drops")) / arrived;
-    let resent = num(doc, "/copy/resent_bytes") / num(doc, "/copy/payload_bytes");
+    let at_host = doc["copy"]["rcvbuf_errors"].as_f64().unwrap_or(0.0);
+    let dropped = (forward(status, "lost")
+        + forward(status, "queue_drops")
+        + num(status, "/directions/0/ring_drops")
+        + at_host)
+        / arrived;
+    let payload = num(doc, "/copy/payload_bytes");
+    let resent = num(doc, "/copy/resent_bytes") / payload;
+    // The tail's second copies go by design, one for a resend of a block found lost near
+    // the end: more of them the more the path dropped (a CI run whose rate search
+    // overflowed the queue, 4.7 % dropped, resent 5.4 %).
+    let copies = doc["copy"]["tail_copy_bytes"].as_f64().unwrap_or(0.0) / payload;
     let needless = format!(
-        "resent {resent:.4} of the bytes for a path that dropped {dropped:.4} (steal {:.1} %)",
-        steal * 100.0
+        "resent {resent:.4} of the bytes ({copies:.4} the tail's second copies) for a path that dropped {dropped:.4} ({at_host} at the receiving host's socket; steal {:.1} %): {}",
+        steal * 100.0,
+        doc["copy"]
     );
     if steal <= 0.03 {
-        assert!(resent <= dropped + 0.005, "{needless}");
-    } else if resent > dropped + 0.005 {
+        assert!(resent - copies <= dropped + 0.005, "{needless}");
+        assert!(copies <= dropped, "{needless}");
+    } else if resent - copies > dropped + 0.005 {
         eprintln!("{needless}: the host, not the copy; not compared");
     }
     assert!(

@@ -544,6 +544,10 @@ pub struct CopyReport {
     /// Datagram payload bytes the sender sent, and how many of them again.
     pub payload_bytes: u64,
     pub resent_bytes: u64,
+    /// Of the resent bytes, second copies of blocks resent in the tail, sent twice by
+    /// design (a lost resend there has nothing after it to reveal it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tail_copy_bytes: u64,
     /// Chunks whose BLAKE3 failed at the receiver and were fetched again.
     pub refetched_chunks: u64,
     /// A resumed copy: the chunks the receiver's journal recorded, each read back from
@@ -558,6 +562,10 @@ pub struct CopyReport {
     /// Datagrams the receiver dropped for a payload CRC that did not match.
     #[serde(default)]
     pub corrupted_datagrams: u64,
+    /// Datagrams the receiving host's kernel dropped at a full socket buffer during the
+    /// copy (`RcvbufErrors`, host-wide): lost on the host, not on the path.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rcvbuf_errors: u64,
     /// The file's BLAKE3 root both ends agreed on (one file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,

@@ -808,7 +808,7 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
     );
     let _ = writeln!(
         out,
-        "Datagrams: {} payload bytes, {} again ({:.3} %), {} corrupted on the way; {} whose hash failed came again",
+        "Datagrams: {} payload bytes, {} again ({:.3} %{}), {} corrupted on the way; {} whose hash failed came again",
         copy.payload_bytes,
         copy.resent_bytes,
         if copy.payload_bytes > 0 {
@@ -816,9 +816,20 @@ pub fn render_copy(copy: &crate::model::CopyReport, scale: Scale) -> String {
         } else {
             0.0
         },
+        match copy.tail_copy_bytes {
+            0 => String::new(),
+            bytes => format!("; {bytes} of them second copies in the tail"),
+        },
         copy.corrupted_datagrams,
         crate::units::counted(copy.refetched_chunks, "chunk", None),
     );
+    if copy.rcvbuf_errors > 0 {
+        let _ = writeln!(
+            out,
+            "Receiving host: its kernel dropped {} at a full socket buffer (RcvbufErrors): lost on the host, not the path",
+            crate::units::counted(copy.rcvbuf_errors, "datagram", None),
+        );
+    }
     if copy.resume_checked_chunks > 0 {
         let _ = writeln!(
             out,

@@ -37,6 +37,11 @@ pub struct EndStats {
     /// the way); 0 from a sender.
     #[serde(default)]
     pub corrupted_datagrams: u64,
+    /// Datagrams the receiving host's kernel dropped at a full socket buffer while the
+    /// copy ran (`RcvbufErrors` of /proc/net/snmp, host-wide: a receiver kept from
+    /// running loses them though the path carried them); 0 from a sender.
+    #[serde(default)]
+    pub rcvbuf_errors: u64,
     /// Seconds the end's main thread waited, runnable, for a CPU (other work held them).
     #[serde(default)]
     pub runqueue_wait_s: f64,
@@ -78,6 +83,10 @@ pub struct SenderFigures {
     pub payload_bytes: u64,
     pub resent_bytes: u64,
     pub lost_packets: u64,
+    /// Of the resent bytes, second copies of blocks resent in the tail (by design: a
+    /// lost resend there has nothing sent after it to reveal it).
+    #[serde(default)]
+    pub tail_copy_bytes: u64,
     pub waits: Waits,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_rtt_ms: Option<f64>,

@@ -37,6 +37,9 @@ pub struct FileOutcome {
     /// sender's own counts on both ends (a receiver has them from the sender's close).
     pub resent_bytes: u64,
     pub lost_packets: u64,
+    /// Of the resent bytes, the tail's second copies (see `SenderFigures`).
+    #[serde(default)]
+    pub tail_copy_bytes: u64,
     /// Receiver: payload bytes that arrived twice (a resend of a datagram that was only
     /// late, not lost); 0 on the sender.
     #[serde(default)]
@@ -75,6 +78,7 @@ impl FileOutcome {
         self.payload_bytes = sent.payload_bytes;
         self.resent_bytes = sent.resent_bytes;
         self.lost_packets = sent.lost_packets;
+        self.tail_copy_bytes = sent.tail_copy_bytes;
         self.waits = sent.waits;
         self.min_rtt_ms = sent.min_rtt_ms;
         self.bottleneck_bps = sent.bottleneck_bps;
@@ -93,6 +97,7 @@ impl FileOutcome {
         self.wall_s += other.wall_s;
         self.payload_bytes += other.payload_bytes;
         self.resent_bytes += other.resent_bytes;
+        self.tail_copy_bytes += other.tail_copy_bytes;
         self.lost_packets += other.lost_packets;
         self.duplicate_bytes += other.duplicate_bytes;
         self.refetched_chunks += other.refetched_chunks;
@@ -104,6 +109,7 @@ impl FileOutcome {
             sum.cpu_s += part.cpu_s;
             sum.wall_s += part.wall_s;
             sum.corrupted_datagrams += part.corrupted_datagrams;
+            sum.rcvbuf_errors += part.rcvbuf_errors;
             sum.runqueue_wait_s += part.runqueue_wait_s;
             sum.resume_checked_chunks += part.resume_checked_chunks;
             sum.resume_damaged_chunks += part.resume_damaged_chunks;

@@ -497,6 +497,7 @@ pub fn receive_file(
 ) -> Result<FileOutcome, TransferError> {
     let clock = Clock::start();
     let cpu_start = sys::thread_cpu_ns();
+    let udp_start = linerate_hostinfo::read_udp_counters().ok();
     let present: HashMap<u64, [u8; 32]> = prepared.have.iter().copied().collect();
     let read_back = prepared.read_back;
     let mut receiver = Receiver::new(layout, window_chunks);
@@ -582,6 +583,9 @@ pub fn receive_file(
         cpu_s: (sys::thread_cpu_ns() - cpu_start + figures.lane_cpu_ns) as f64 / 1e9 + writer_cpu_s,
         wall_s: clock.now_ns() as f64 / 1e9,
         corrupted_datagrams: figures.corrupted,
+        rcvbuf_errors: udp_start
+            .zip(linerate_hostinfo::read_udp_counters().ok())
+            .map_or(0, |(start, end)| start.delta(&end).rcvbuf_errors),
         resume_checked_chunks: read_back.checked,
         resume_damaged_chunks: read_back.damaged,
         resume_check_s: read_back.seconds,

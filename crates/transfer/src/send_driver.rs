@@ -233,6 +233,7 @@ pub fn send_file(
         cpu_s: (sys::thread_cpu_ns() - cpu_start + lanes_cpu_ns) as f64 / 1e9 + looped.reader_cpu_s,
         wall_s: clock.now_ns() as f64 / 1e9,
         corrupted_datagrams: 0,
+        rcvbuf_errors: 0,
         runqueue_wait_s: sys::thread_runqueue_wait_ns().saturating_sub(wait_start) as f64 / 1e9,
         // Only a receiver reads a resumed file back.
         resume_checked_chunks: 0,
@@ -242,6 +243,7 @@ pub fn send_file(
             payload_bytes: counters.bytes,
             resent_bytes: counters.retransmitted_bytes,
             lost_packets: counters.lost_packets,
+            tail_copy_bytes: counters.tail_copy_bytes,
             waits: looped.outcome.waits,
             min_rtt_ms: sender.min_rtt_ns().map(|ns| ns as f64 / 1e6),
             bottleneck_bps: model.then(|| sender.rate().bottleneck_bps() as f64),

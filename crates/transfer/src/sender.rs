@@ -114,6 +114,7 @@ pub struct SenderCounters {
     /// Second copies of blocks resent in the tail (counted in the retransmitted figures
     /// too: they are bytes sent again).
     pub tail_copies: u64,
+    pub tail_copy_bytes: u64,
     /// With `--ecn`: data datagrams the receiver said arrived marked CE.
     pub ce_marked: u64,
 }
@@ -418,6 +419,7 @@ impl Sender {
                     continue;
                 }
                 self.counters.tail_copies += 1;
+                self.counters.tail_copy_bytes += u64::from(block.len);
                 break (block, true);
             }
             if let Some(block) = self.retransmit.pop_front() {
