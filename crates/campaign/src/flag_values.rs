@@ -132,6 +132,11 @@ pub fn isochronous(text: &str) -> Result<linerate_model::video::VideoSettings, S
     linerate_model::video::VideoSettings::parse(text)
 }
 
+/// Key frames of a video (`--key-frames 60:8`).
+pub fn key_frames(text: &str) -> Result<linerate_model::video::KeyFrames, String> {
+    linerate_model::video::KeyFrames::parse(text)
+}
+
 /// The gap between a video frame's datagrams (`--frame-gap 100us`), in microseconds: at
 /// most a second (a frame's period, checked with the frame rate, is the real bound).
 pub fn frame_gap(text: &str) -> Result<u32, String> {

@@ -334,13 +334,7 @@ fn base_request(spec: &SweepSpec) -> TestRequest {
         SweepTest::Stream => {
             let length = first(&spec.length);
             TestKind::Stream(StreamRequest {
-                direction: if spec.bidir {
-                    Direction::Bidir
-                } else if spec.reverse {
-                    Direction::Reverse
-                } else {
-                    Direction::Forward
-                },
+                direction: Direction::from_flags(spec.reverse, spec.bidir),
                 rate_bps: first(&spec.rate),
                 transport: StreamTransport::plain(spec.udp, length, None, spec.nodelay),
             })

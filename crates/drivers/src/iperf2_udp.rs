@@ -331,6 +331,7 @@ fn frames_asked(
         stdev_bps: spread.round() as u64,
         gap_us: 0,
         seed: 0,
+        key_frames: None,
     })
 }
 

@@ -70,7 +70,7 @@ impl FrameSender {
                 return Err(origin + self.clock.next_due_ns());
             };
             due.due_ns += origin;
-            let bytes = self.sizes.next_bytes();
+            let bytes = self.sizes.next_bytes(due.id);
             self.counts.sent += 1;
             self.current = Some(Current {
                 fields: FrameFields {

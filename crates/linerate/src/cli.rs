@@ -1686,6 +1686,9 @@ pub struct StreamArgs {
     /// [default: 0, the frame in one burst]
     #[arg(long, value_name = "TIME", requires = "isochronous", value_parser = frame_gap)]
     pub frame_gap: Option<u32>,
+    /// With --isochronous: a key frame every EVERY frames, SCALE (8) times the others' mean
+    #[arg(long, value_name = "EVERY[:SCALE]", requires = "isochronous", value_parser = key_frames)]
+    pub key_frames: Option<linerate_model::video::KeyFrames>,
     /// UDP: receive with coalescing (UDP_GRO): runs of datagrams per buffer
     #[arg(long, requires = "udp")]
     pub gro: bool,
@@ -1738,6 +1741,9 @@ pub struct AppArgs {
     /// order by default)
     #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = "30:5m,1m", value_parser = isochronous)]
     pub isochronous: linerate_model::video::VideoSettings,
+    /// video: a key frame every EVERY frames, SCALE (8) times the others' mean
+    #[arg(long, value_name = "EVERY[:SCALE]", value_parser = key_frames)]
+    pub key_frames: Option<linerate_model::video::KeyFrames>,
     /// game: the client's inputs, FPS:MEAN[,STDEV] (120 bytes 64 times a second by default)
     #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = linerate_model::video::GAME_INPUTS, value_parser = isochronous)]
     pub inputs: linerate_model::video::VideoSettings,

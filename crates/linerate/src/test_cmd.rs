@@ -19,13 +19,7 @@ use linerate_report::Direction;
 
 /// The test `linerate stream`'s flags ask for.
 fn stream_request(args: &StreamArgs) -> TestRequest {
-    let direction = if args.direction.bidir {
-        Direction::Bidir
-    } else if args.direction.reverse {
-        Direction::Reverse
-    } else {
-        Direction::Forward
-    };
+    let direction = Direction::from_flags(args.direction.reverse, args.direction.bidir);
     let transport = if args.quic {
         StreamTransport::Quic {
             length: args.length,
@@ -35,6 +29,7 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
         StreamTransport::Video {
             settings: linerate_model::video::VideoSettings {
                 gap_us: args.frame_gap.unwrap_or(0),
+                key_frames: args.key_frames,
                 ..video
             },
             length: args.length,
@@ -234,7 +229,7 @@ pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
             linerate_model::call::CallSettings::checked(args.codec, args.jitter_buffer)
                 .map_err(Failure::Usage)?,
         ),
-        AppPattern::Video => Pattern::Video(args.isochronous),
+        AppPattern::Video => Pattern::video(args.isochronous, args.key_frames),
         AppPattern::Game => Pattern::Game {
             inputs: args.inputs,
             state: args.state,

@@ -52,6 +52,29 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
         (vec!["stream", "-u", "--isochronous", "60"], "FPS:MEAN"),
         (vec!["stream", "--isochronous", "60:20m"], "--udp"),
         (vec!["stream", "-u", "--isochronous", "-b", "1m"], "--rate"),
+        // Key frames: every frame one, a scale of 1 or less, one over the frame budget,
+        // without frames.
+        (
+            vec!["stream", "-u", "--isochronous", "--key-frames", "1"],
+            "outside 2 to",
+        ),
+        (
+            vec!["app", "h", "--pattern", "video", "--key-frames", "30:0.5"],
+            "'30:0.5'",
+        ),
+        (
+            vec![
+                "stream",
+                "127.0.0.1",
+                "-u",
+                "--isochronous",
+                "1:100m",
+                "--key-frames",
+                "1000:100",
+            ],
+            "with --key-frames 1000:100, a key frame of",
+        ),
+        (vec!["stream", "-u", "--key-frames", "60"], "--isochronous"),
         (
             vec![
                 "app",

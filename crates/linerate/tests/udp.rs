@@ -520,3 +520,53 @@ fn udp_interval_lines_are_not_headed_by_retransmits() {
     assert!(headers.iter().all(|h| !h.contains("Retr")), "{text}");
     assert!(text.contains("datagrams"), "{text}");
 }
+
+/// `--key-frames 10:8` on 30 frames a second of 4 Mbit/s over loopback: frame 1 and every
+/// tenth after it is 8 times the others' mean (a spread of 0 draws every other frame at
+/// that mean), the stream's load still the asked 4 Mbit/s: the receiver's largest whole
+/// frame is the key frame's size (16,667 bytes without key frames), the bytes it read are
+/// the key and other frames' sizes to the byte, and over whole groups of ten they make
+/// the asked mean frame.
+#[test]
+fn key_frames_arrive_at_their_size_and_keep_the_asked_load() {
+    let _cpus = beside_others();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "stream",
+            "-u",
+            "--isochronous",
+            "30:4m",
+            "-t",
+            "2",
+            "-i",
+            "0",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json(&out)
+    };
+    let keyed = run(&["--key-frames", "10:8"]);
+    let way = &keyed["summary"]["video"]["ways"][0];
+    let (sent, whole) = (num(way, "/sent"), num(way, "/whole"));
+    assert!(sent >= 50.0 && whole == sent, "{way}");
+    // The others' mean: 16,666.7 x 10 / 17 bytes, 9,804; a key frame 8 times it.
+    assert_eq!(num(way, "/largest_whole_bytes"), 78_431.0, "{way}");
+    assert_eq!(
+        keyed["config"]["video"]["key_frames"],
+        serde_json::json!({"every": 10, "scale": 8.0})
+    );
+    // Every frame arrived whole (loopback lost none): the receiver's bytes are frames 1,
+    // 11, 21... at the key frame's size and the rest at the others'.
+    let keys = (whole / 10.0).ceil();
+    let received = num(&keyed, "/summary/receiver_bytes");
+    assert_eq!(received, keys * 78_431.0 + (whole - keys) * 9_804.0);
+    if whole % 10.0 == 0.0 {
+        let mean = received / whole;
+        assert!((mean - 16_666.67).abs() < 1.0, "mean frame {mean:.1}");
+    }
+    let plain = run(&[]);
+    let way = &plain["summary"]["video"]["ways"][0];
+    assert_eq!(num(way, "/largest_whole_bytes"), 16_667.0, "{way}");
+}

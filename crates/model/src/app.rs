@@ -3,7 +3,7 @@
 //! counts and the scores are the call's (`crate::call`) and video's (`crate::video`).
 
 use crate::call::CallSettings;
-use crate::video::{VideoSettings, GAME_DATAGRAM};
+use crate::video::{KeyFrames, VideoSettings, GAME_DATAGRAM};
 use crate::{Direction, StreamRequest, StreamTransport};
 
 /// An application's traffic.
@@ -22,6 +22,14 @@ pub enum Pattern {
 }
 
 impl Pattern {
+    /// A video stream of `frames`, with `key_frames` where asked.
+    pub fn video(frames: VideoSettings, key_frames: Option<KeyFrames>) -> Pattern {
+        Pattern::Video(VideoSettings {
+            key_frames,
+            ..frames
+        })
+    }
+
     /// The stream the pattern is.
     pub fn stream(self) -> StreamRequest {
         let (direction, transport) = match self {

@@ -15,6 +15,17 @@ pub enum Direction {
     Bidir,
 }
 
+impl Direction {
+    /// The way iperf3's flags ask (`-R`, `--bidir`; both: both ways).
+    pub fn from_flags(reverse: bool, bidir: bool) -> Direction {
+        match (reverse, bidir) {
+            (_, true) => Direction::Bidir,
+            (true, false) => Direction::Reverse,
+            (false, false) => Direction::Forward,
+        }
+    }
+}
+
 /// What one end does on one flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

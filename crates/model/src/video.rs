@@ -52,6 +52,83 @@ pub struct VideoSettings {
     /// The seed of the frame sizes: the same seed, the same frames.
     #[serde(default)]
     pub seed: u64,
+    /// Key frames (`--key-frames`): absent, every frame is drawn alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_frames: Option<KeyFrames>,
+}
+
+/// A key frame's size over the other frames' mean when `--key-frames` gives none: an
+/// encoder's intra frame carries the whole picture, several times a predicted frame.
+pub const DEFAULT_KEY_SCALE: f64 = 8.0;
+/// The most a key frame may be over the other frames' mean.
+pub const MAX_KEY_SCALE: f64 = 100.0;
+
+/// Key frames, as an encoder's group of pictures makes them (`--key-frames EVERY[:SCALE]`):
+/// frame 1 and every EVERY-th after it is a key frame of SCALE times the other frames'
+/// mean size, without spread (its size is the picture's, not the motion's). The stream's
+/// mean load stays the one asked, as an encoder's target bit rate does: the other frames
+/// are drawn smaller by the share the key frames take, their spread with them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct KeyFrames {
+    pub every: u32,
+    pub scale: f64,
+}
+
+impl KeyFrames {
+    /// Reads `EVERY[:SCALE]` (`60`, `120:10`), checked; the error says why.
+    pub fn parse(text: &str) -> Result<KeyFrames, String> {
+        let (every, scale) = match text.split_once(':') {
+            Some((every, scale)) => (every, Some(scale)),
+            None => (text, None),
+        };
+        let every = every
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| "expected EVERY[:SCALE], as 60 or 60:8".to_string())?;
+        let scale = match scale {
+            Some(scale) => scale
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| "a key frame's scale must be a number".to_string())?,
+            None => DEFAULT_KEY_SCALE,
+        };
+        KeyFrames { every, scale }.checked()
+    }
+
+    /// The key frames, or why not: a key frame at most every second frame (every frame a
+    /// key frame is no key frame), one in a million at least, a scale above 1 and at
+    /// most [`MAX_KEY_SCALE`].
+    pub fn checked(self) -> Result<KeyFrames, String> {
+        if !(2..=1_000_000).contains(&self.every) {
+            return Err(format!(
+                "a key frame every {} frames is outside 2 to 1000000",
+                self.every
+            ));
+        }
+        if !self.scale.is_finite() || self.scale <= 1.0 || self.scale > MAX_KEY_SCALE {
+            return Err(format!(
+                "a key frame {} times the others is outside above 1 to {MAX_KEY_SCALE}",
+                self.scale
+            ));
+        }
+        Ok(self)
+    }
+
+    /// Whether frame `id` (from 1) is a key frame.
+    pub fn is_key(&self, id: u32) -> bool {
+        id.saturating_sub(1).is_multiple_of(self.every)
+    }
+
+    /// The share of a group of pictures' mean frame that each other frame's mean is:
+    /// EVERY / (EVERY - 1 + SCALE), so that the group's mean is the asked one.
+    pub fn others_share(&self) -> f64 {
+        f64::from(self.every) / (f64::from(self.every) - 1.0 + self.scale)
+    }
+
+    /// As the flag writes it: `60:8`.
+    pub fn spec(&self) -> String {
+        format!("{}:{}", self.every, self.scale)
+    }
 }
 
 impl VideoSettings {
@@ -75,6 +152,7 @@ impl VideoSettings {
             stdev_bps: rate(stdev)?,
             gap_us: 0,
             seed: 0,
+            key_frames: None,
         }
         .checked()
         .map_err(|why| bad(&why))
@@ -102,6 +180,17 @@ impl VideoSettings {
         if self.stdev_bps > self.mean_bps.saturating_mul(10) {
             return Err("the standard deviation may be at most ten times the mean".into());
         }
+        if let Some(key) = self.key_frames {
+            let key = key.checked()?;
+            let bytes = self.key_frame_bytes(&key);
+            if bytes > f64::from(MAX_FRAME_BYTES) {
+                return Err(format!(
+                    "with --key-frames {}, a key frame of {bytes:.0} bytes is over the \
+                     {MAX_FRAME_BYTES} a frame may be",
+                    key.spec()
+                ));
+            }
+        }
         if u64::from(self.gap_us) * 1_000 >= self.period_ns() {
             return Err(format!(
                 "a gap of {} us between a frame's datagrams is not under its period ({:.0} us)",
@@ -120,6 +209,11 @@ impl VideoSettings {
     /// A frame's mean size in bytes.
     pub fn mean_frame_bytes(&self) -> f64 {
         self.mean_bps as f64 / (8.0 * self.fps)
+    }
+
+    /// A key frame's size in bytes: `key`'s scale times the other frames' mean.
+    pub fn key_frame_bytes(&self, key: &KeyFrames) -> f64 {
+        key.scale * key.others_share() * self.mean_frame_bytes()
     }
 
     /// As iperf 2's value writes it: `60:20m,1m`.
@@ -142,12 +236,14 @@ impl VideoSettings {
 
 /// Frame sizes, drawn from a seeded generator: the load of each frame log-normal with the
 /// settings' mean and standard deviation, over 8 x FPS, at least `least` bytes (a frame
-/// is at least one datagram's header) and at most [`MAX_FRAME_BYTES`].
+/// is at least one datagram's header) and at most [`MAX_FRAME_BYTES`]. With key frames,
+/// those are their fixed size and the others are drawn by their share ([`KeyFrames`]).
 pub struct FrameSizes {
     draw: Option<LogNormal<f64>>,
     mean_bps: f64,
     bits_per_frame: f64,
     least: u32,
+    key: Option<(KeyFrames, u32)>,
     rng: ChaCha8Rng,
     /// Draws cut to [`MAX_FRAME_BYTES`].
     pub cut: u64,
@@ -155,7 +251,11 @@ pub struct FrameSizes {
 
 impl FrameSizes {
     pub fn new(settings: &VideoSettings, least: u32) -> FrameSizes {
-        let (mean, stdev) = (settings.mean_bps as f64, settings.stdev_bps as f64);
+        let share = settings.key_frames.map_or(1.0, |key| key.others_share());
+        let (mean, stdev) = (
+            settings.mean_bps as f64 * share,
+            settings.stdev_bps as f64 * share,
+        );
         // A log-normal variable with mean m and standard deviation s has sigma^2 =
         // ln(1 + s^2/m^2) and mu = ln m - sigma^2/2.
         let draw = (stdev > 0.0).then(|| {
@@ -168,13 +268,25 @@ impl FrameSizes {
             mean_bps: mean,
             bits_per_frame: 8.0 * settings.fps,
             least,
+            key: settings.key_frames.map(|key| {
+                let bytes = settings.key_frame_bytes(&key).round();
+                (
+                    key,
+                    (bytes.min(f64::from(MAX_FRAME_BYTES)) as u32).max(least),
+                )
+            }),
             rng: ChaCha8Rng::seed_from_u64(settings.seed),
             cut: 0,
         }
     }
 
-    /// The next frame's size in bytes.
-    pub fn next_bytes(&mut self) -> u32 {
+    /// Frame `id`'s size in bytes (called once a frame sent, in order).
+    pub fn next_bytes(&mut self, id: u32) -> u32 {
+        if let Some((key, bytes)) = self.key {
+            if key.is_key(id) {
+                return bytes;
+            }
+        }
         let load = match &self.draw {
             Some(draw) => draw.sample(&mut self.rng),
             None => self.mean_bps,
@@ -275,6 +387,9 @@ pub struct FrameCounts {
     /// Receiver: frames whose every byte arrived.
     #[serde(default)]
     pub whole: u64,
+    /// Receiver: the largest whole frame's bytes (a key frame where there are some).
+    #[serde(default)]
+    pub largest_whole_bytes: u64,
     /// Receiver: frames of which some bytes arrived, never all.
     #[serde(default)]
     pub partial: u64,
@@ -348,8 +463,8 @@ mod tests {
         let settings = VideoSettings::parse("60:20m,5m").unwrap();
         let mut sizes = FrameSizes::new(&settings, 56);
         let n = 200_000;
-        let loads: Vec<f64> = (0..n)
-            .map(|_| f64::from(sizes.next_bytes()) * 8.0 * 60.0)
+        let loads: Vec<f64> = (0..n as u32)
+            .map(|id| f64::from(sizes.next_bytes(id + 1)) * 8.0 * 60.0)
             .collect();
         let mean = loads.iter().sum::<f64>() / n as f64;
         let var = loads.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
@@ -364,17 +479,71 @@ mod tests {
         sorted.sort_by(f64::total_cmp);
         assert!(sorted[n / 2] < mean);
         let mut again = FrameSizes::new(&settings, 56);
-        let first: Vec<u32> = (0..10).map(|_| again.next_bytes()).collect();
+        let first: Vec<u32> = (1..11).map(|id| again.next_bytes(id)).collect();
         let mut third = FrameSizes::new(&settings, 56);
         assert_eq!(
             first,
-            (0..10).map(|_| third.next_bytes()).collect::<Vec<_>>()
+            (1..11).map(|id| third.next_bytes(id)).collect::<Vec<_>>()
         );
         let mut flat = FrameSizes::new(&VideoSettings::parse("50:4m").unwrap(), 56);
-        assert!((0..100).all(|_| flat.next_bytes() == 10_000));
+        assert!((1..101).all(|id| flat.next_bytes(id) == 10_000));
         // A frame is never under a datagram's header, nor over the limit.
         let mut tiny = FrameSizes::new(&VideoSettings::parse("1000:8k").unwrap(), 56);
-        assert_eq!(tiny.next_bytes(), 56);
+        assert_eq!(tiny.next_bytes(1), 56);
+    }
+
+    /// Key frames: frame 1 and every EVERY-th after it, SCALE times the others' mean, and
+    /// the stream's mean load still the one asked; bad values name why.
+    #[test]
+    fn key_frames_come_every_n_frames_and_keep_the_asked_mean_load() {
+        let key = KeyFrames::parse("30").unwrap();
+        assert_eq!((key.every, key.scale), (30, DEFAULT_KEY_SCALE));
+        assert_eq!(KeyFrames::parse("60:10").unwrap().spec(), "60:10");
+        assert!(key.is_key(1) && key.is_key(31) && !key.is_key(30) && !key.is_key(2));
+        let settings = VideoSettings {
+            key_frames: Some(key),
+            ..VideoSettings::parse("30:6m,2m").unwrap()
+        };
+        // The others' mean: 25,000 bytes x 30 / 37; a key frame 8 times that.
+        let key_bytes = settings.key_frame_bytes(&key);
+        assert!((key_bytes - 8.0 * 25_000.0 * 30.0 / 37.0).abs() < 1e-6);
+        let mut sizes = FrameSizes::new(&settings, 56);
+        let n = 300_000u32;
+        let (mut keys, mut others, mut total) = (0u64, Vec::new(), 0f64);
+        for id in 1..=n {
+            let bytes = sizes.next_bytes(id);
+            total += f64::from(bytes);
+            if key.is_key(id) {
+                keys += 1;
+                assert_eq!(f64::from(bytes), key_bytes.round(), "frame {id}");
+            } else {
+                others.push(f64::from(bytes));
+            }
+        }
+        assert_eq!(keys, u64::from(n / 30));
+        let mean_load = total / f64::from(n) * 8.0 * 30.0;
+        assert!(
+            (mean_load / 6e6 - 1.0).abs() < 0.01,
+            "mean load {mean_load}"
+        );
+        let others_mean = others.iter().sum::<f64>() / others.len() as f64;
+        assert!((key_bytes / others_mean / 8.0 - 1.0).abs() < 0.01);
+        for (bad, says) in [
+            ("1", "outside 2 to"),
+            ("x", "expected EVERY"),
+            ("30:1", "outside above 1"),
+            ("30:101", "outside above 1"),
+            ("30:big", "must be a number"),
+        ] {
+            let e = KeyFrames::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        // A key frame over the largest a frame may be is refused with the settings.
+        let huge = VideoSettings {
+            key_frames: Some(KeyFrames::parse("1000:100").unwrap()),
+            ..VideoSettings::parse("1:100m").unwrap()
+        };
+        assert!(huge.checked().unwrap_err().contains("a key frame of"));
     }
 
     #[test]

@@ -380,6 +380,7 @@ impl FrameTracker {
 
     fn close_whole(&mut self, frame: &OpenFrame) {
         self.counts.whole += 1;
+        self.counts.largest_whole_bytes = self.counts.largest_whole_bytes.max(frame.got);
         let latency = i128::from(frame.last_arrival_ns) - i128::from(frame.first_write_ns);
         match u64::try_from(latency) {
             Ok(ns) => self.latency.record(ns),
@@ -579,6 +580,7 @@ mod tests {
         }
         let c = t.counts();
         assert_eq!((c.whole, c.partial, c.late, c.malformed), (2, 1, 0, 0));
+        assert_eq!(c.largest_whole_bytes, 3_000);
         assert_eq!(c.latency_us.count, 2);
         assert!(
             (c.latency_us.min - 1_900.0).abs() < 2.0,

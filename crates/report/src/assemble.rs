@@ -539,6 +539,7 @@ fn video_summary(
                 counts.late += r.late;
                 counts.malformed += r.malformed;
                 counts.clock_ahead += r.clock_ahead;
+                counts.largest_whole_bytes = counts.largest_whole_bytes.max(r.largest_whole_bytes);
                 // Each receiver's latencies travel as buckets: the way's are all of them.
                 latency.merge(&linerate_model::latency::LatencyHistogram::from_buckets(
                     &r.latency_us.histogram,

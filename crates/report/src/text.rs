@@ -602,10 +602,19 @@ fn sender_lines(s: &Summary, scale: Scale) -> String {
 fn video_lines(video: &VideoSummary) -> String {
     let words = |v: &linerate_model::video::VideoSettings| {
         format!(
-            "{} frames/s, {} mean, {} sd",
+            "{} frames/s, {} mean, {} sd{}",
             v.fps,
             format_rate(v.mean_bps as f64, Scale::Adaptive),
-            format_rate(v.stdev_bps as f64, Scale::Adaptive)
+            format_rate(v.stdev_bps as f64, Scale::Adaptive),
+            match v.key_frames {
+                Some(key) => format!(
+                    ", a key frame every {} ({:.0} bytes, {} times the others' mean)",
+                    key.every,
+                    v.key_frame_bytes(&key),
+                    key.scale
+                ),
+                None => String::new(),
+            }
         )
     };
     let mut out = match &video.back {
@@ -635,7 +644,7 @@ fn video_lines(video: &VideoSummary) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<15} {} sent: {} whole, {} in part, {} lost, {} late; {latency}; \
+            "  {:<15} {} sent: {} whole{}, {} in part, {} lost, {} late; {latency}; \
              sender skipped {}, started them {} ms late at p99 (at most {:.3})",
             match way.direction {
                 linerate_model::Direction::Reverse => "server→client",
@@ -643,12 +652,20 @@ fn video_lines(video: &VideoSummary) -> String {
             },
             c.sent,
             c.whole,
+            match c.largest_whole_bytes {
+                0 => String::new(),
+                bytes => format!(" (the largest {bytes} bytes)"),
+            },
             c.partial,
             way.lost,
             c.late,
             c.skipped,
             if c.start_late_us.count > 0 {
-                format!("{:.3}", c.start_late_us.p99 / 1e3)
+                // A percentile is its bucket's upper edge: never above the most.
+                format!(
+                    "{:.3}",
+                    c.start_late_us.p99.min(c.start_late_max_us as f64) / 1e3
+                )
             } else {
                 "-".to_string()
             },

@@ -61,7 +61,8 @@ impl Kind for Video {
 
 /// A video test's options: its `frames` as iperf 2's `--isochronous` value
 /// (`"60:20m,1m"`: frames a second, mean load, its spread), the gap between a frame's
-/// datagrams (`frame_gap`, `"100us"`; none by default), its `duration`.
+/// datagrams (`frame_gap`, `"100us"`; none by default), its key frames (`key_frames`,
+/// `"60:8"` as `--key-frames`; none by default), its `duration`.
 pub(super) fn read(
     reader: &Reader,
     table: &mut TestTable,
@@ -90,6 +91,12 @@ pub(super) fn read(
             .checked()
             .map_err(|why| reader.at(&gap, format!("frame_gap '{}': {why}", gap.get_ref())))?;
     }
+    if let Some(key) = table.take::<String>(reader, "key_frames")? {
+        let why = |why: String| reader.at(&key, format!("key_frames '{}': {why}", key.get_ref()));
+        frames.key_frames =
+            Some(linerate_model::video::KeyFrames::parse(key.get_ref()).map_err(why)?);
+        frames = frames.checked().map_err(why)?;
+    }
     Ok((TestKind::Video(Video { frames }), seconds))
 }
 
@@ -103,7 +110,7 @@ mod tests {
     const MESH: &str = "name = \"m\"\n\
         [[host]]\nname = \"a\"\naddress = \"10.0.0.1:5201\"\n\
         [[host]]\nname = \"b\"\naddress = \"10.0.0.2:5201\"\n\
-        [[test]]\nname = \"v\"\nrun = \"video\"\nduration = \"6s\"\ninterval = \"1h\"\nframes = \"60:8m,2m\"\nframe_gap = \"50us\"\ndscp = \"AF41\"\n\
+        [[test]]\nname = \"v\"\nrun = \"video\"\nduration = \"6s\"\ninterval = \"1h\"\nframes = \"60:8m,2m\"\nframe_gap = \"50us\"\nkey_frames = \"60:8\"\ndscp = \"AF41\"\n\
         [[group]]\nname = \"all\"\nhosts = [\"*\"]\ntests = [\"v\"]\n";
 
     /// The file's table becomes video frames the source's agent sends to the destination's
@@ -114,6 +121,10 @@ mod tests {
         let test = &mesh.tests[0];
         let frames = VideoSettings {
             gap_us: 50,
+            key_frames: Some(linerate_model::video::KeyFrames {
+                every: 60,
+                scale: 8.0,
+            }),
             ..VideoSettings::parse("60:8m,2m").unwrap()
         };
         assert_eq!(test.kind, TestKind::Video(Video { frames }));
@@ -132,6 +143,7 @@ mod tests {
             assert_eq!(spec["frames"]["fps"], 60.0);
             assert_eq!(spec["frames"]["mean_bps"], 8_000_000);
             assert_eq!(spec["frames"]["gap_us"], 50);
+            assert_eq!(spec["frames"]["key_frames"]["every"], 60);
             assert_eq!(spec["marks"]["dscp"], 34);
             assert_eq!(spec["seconds"], 6.0);
             assert_eq!(spec["server"], mesh.hosts[job.dst].address.as_str());
@@ -152,6 +164,8 @@ mod tests {
             ("frames = \"60:8m,2m\"", "frames = \"5000:8m\""),
             ("frames = \"60:8m,2m\"", "frames = \"fast\""),
             ("frame_gap = \"50us\"", "frame_gap = \"1s\""),
+            ("key_frames = \"60:8\"", "key_frames = \"1\""),
+            ("key_frames = \"60:8\"", "key_frames = \"2:0.5\""),
             ("frame_gap = \"50us\"", "parallel = 2"),
             ("frame_gap = \"50us\"", "rate = \"1G\""),
             ("duration = \"6s\"", "duration = \"0s\""),
