@@ -420,6 +420,15 @@ pub enum Iperf2RateValue {
     Packets(u64),
 }
 
+impl From<Iperf2RateValue> for linerate_drivers::iperf2_client::Iperf2Rate {
+    fn from(value: Iperf2RateValue) -> Self {
+        match value {
+            Iperf2RateValue::Bits(bits) => Self::Bits(bits),
+            Iperf2RateValue::Packets(packets) => Self::Packets(packets),
+        }
+    }
+}
+
 pub fn iperf2_rate(text: &str) -> Result<Iperf2RateValue, String> {
     if let Some(packets) = text.strip_suffix("pps") {
         return match packets.parse::<u64>() {

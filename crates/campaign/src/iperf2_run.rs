@@ -59,10 +59,13 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
             line
         });
     }
-    // A UDP test this side receives has its receiver's columns.
+    // A UDP test this side receives has its receiver's columns; video frames their own.
     let receives_udp = ask.udp && ask.reverse;
+    let isochronous = ask.isochronous.is_some();
     say(if receives_udp {
         iperf2_text::UDP_FIGURES_HEADER
+    } else if isochronous {
+        iperf2_text::ISOCH_FIGURES_HEADER
     } else {
         iperf2_text::FIGURES_HEADER
     });
@@ -81,6 +84,9 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
                     let datagrams = flow.received_datagrams + flow.lost_datagrams;
                     let loss = (flow.jitter_ms, flow.lost_datagrams, datagrams);
                     iperf2_text::udp_figures(id, span, bytes, loss)
+                } else if isochronous {
+                    let written = (flow.sent_datagrams, 0);
+                    iperf2_text::isoch_figures(id, span, bytes, written, None)
                 } else {
                     iperf2_text::figures(id, span, bytes)
                 });
@@ -123,13 +129,20 @@ fn closing_lines(ask: &Iperf2Ask, outcome: &Iperf2Outcome) -> Vec<String> {
         .iter()
         .map(|f| {
             let (id, span) = (label(Some(f.id)), (0.0, f.window_s));
-            match (&f.udp, ask.reverse) {
+            match (&f.udp, ask.reverse, &f.frames) {
                 // This side received: its own loss and jitter.
-                (Some(udp), true) => iperf2_text::udp_figures(
+                (Some(udp), true, _) => iperf2_text::udp_figures(
                     id,
                     span,
                     f.bytes_total,
                     (udp.jitter_ms, udp.lost, udp.received + udp.lost),
+                ),
+                (Some(udp), false, Some(frames)) => iperf2_text::isoch_figures(
+                    id,
+                    span,
+                    f.bytes_total,
+                    (udp.sent, udp.send_errors),
+                    Some([frames.sent, frames.skipped, frames.slips]),
                 ),
                 _ => iperf2_text::figures(id, span, f.bytes_total),
             }

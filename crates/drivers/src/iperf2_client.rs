@@ -85,6 +85,8 @@ pub struct Iperf2Ask {
     pub rate: Option<Iperf2Rate>,
     /// `--trip-times`: the server may read one-way delays from the send times (UDP).
     pub trip_times: bool,
+    /// `--isochronous`: video frames (UDP), their fields as iperf 2 carries them.
+    pub isochronous: Option<linerate_model::video::VideoSettings>,
     /// `-R`: the server sends and this side receives (TCP).
     pub reverse: bool,
     /// `--full-duplex`: both ends send on each connection at once (TCP).
@@ -158,6 +160,10 @@ pub fn header_of(ask: &Iperf2Ask) -> ClientHeader {
     if ask.trip_times {
         header.ext_flags |= ext_flag::TRIP_TIMES;
     }
+    if let Some(frames) = ask.isochronous {
+        header.ext_flags |= ext_flag::ISOCHRONOUS;
+        header.rate = frames.mean_bps;
+    }
     if ask.reverse {
         header.flags |= iperf2::flag::VERSION2;
         header.ext_flags |= ext_flag::REVERSE;
@@ -199,6 +205,8 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
     }
     let least = if ask.trip_times {
         UDP_HEADER_AT + (START_WORD + 2) * 4
+    } else if ask.isochronous.is_some() {
+        linerate_proto::video::FrameWire::Iperf2.header_len()
     } else {
         UDP_HEADER_AT + iperf2::HEADER_LEN
     } as u32;
@@ -218,6 +226,14 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
         None => (None, None),
     };
     let length = Some(u64::from(ask.length));
+    let transport = match ask.isochronous {
+        Some(frames) => StreamTransport::Video {
+            settings: iperf2_frames(frames, ask)?,
+            length,
+            back: None,
+        },
+        None => StreamTransport::plain(ask.udp, length, pps, ask.nodelay),
+    };
     let request = TestRequest {
         tls: None,
         target: Some(ask.target.clone()),
@@ -240,8 +256,8 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
                 (false, true) => linerate_report::Direction::Reverse,
                 (false, false) => linerate_report::Direction::Forward,
             },
-            rate_bps,
-            transport: StreamTransport::plain(ask.udp, length, pps, ask.nodelay),
+            rate_bps: rate_bps.filter(|_| ask.isochronous.is_none()),
+            transport,
         }),
     };
     let environment = Environment {
@@ -249,6 +265,34 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
         udp_length: None,
     };
     TestConfig::resolve(&request, &environment)
+}
+
+/// `--isochronous` frames as iperf 2 carries them: over UDP, this way, for a time, their
+/// period whole microseconds (its frame fields say the period so: 30 a second is 33,333
+/// us, as iperf 2's own client sends it), the frames' load its rate.
+fn iperf2_frames(
+    frames: linerate_model::video::VideoSettings,
+    ask: &Iperf2Ask,
+) -> Result<linerate_model::video::VideoSettings, String> {
+    let refused = |why: &str| Err(format!("--isochronous {why}"));
+    if !ask.udp {
+        return refused("over TCP: linerate sends video frames over UDP (-u)");
+    }
+    if ask.reverse || ask.full_duplex {
+        return refused(
+            "with -R or --full-duplex: linerate sends frames to an iperf 2 server, not back",
+        );
+    }
+    if matches!(ask.amount, Amount::Bytes(_)) {
+        return refused("with -n: frames are sent for a time (-t)");
+    }
+    let period_us = (1e6 / frames.fps).round().max(1.0);
+    linerate_model::video::VideoSettings {
+        fps: 1e6 / period_us,
+        ..frames
+    }
+    .checked()
+    .map_err(|why| format!("--isochronous {}: {why}", frames.spec()))
 }
 
 /// A test whose connections are open (TCP: each has sent the header) and not started.

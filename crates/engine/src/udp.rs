@@ -17,7 +17,7 @@ use linerate_model::clock::UnixTime;
 use linerate_model::marks::ClassTally;
 use linerate_model::{Role, UdpCounts};
 use linerate_proto::datagram::{is_hello, Framing, SequenceTracker};
-use linerate_proto::video::FrameFields;
+use linerate_proto::video::{FrameFields, FrameWire};
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
@@ -418,6 +418,14 @@ struct UdpLoop {
     wall_base_ns: u64,
 }
 
+/// Whose frame fields a video flow's datagrams carry: iperf 2's with its framing.
+fn frame_wire(framing: Framing) -> FrameWire {
+    match framing {
+        Framing::Iperf2 => FrameWire::Iperf2,
+        Framing::Native { .. } | Framing::Iperf3 { .. } => FrameWire::Native,
+    }
+}
+
 impl UdpLoop {
     fn new(plan: WorkerPlan, specs: Vec<FlowSpec>, samples: Sender<Sample>) -> io::Result<Self> {
         let framing = plan.udp_framing.unwrap_or(Framing::Native { tag: 0 });
@@ -479,7 +487,12 @@ impl UdpLoop {
         };
         for flow in flows.iter_mut().filter(|f| f.role == Role::Send) {
             if let Some(video) = plan.video_of(flow.outcome.direction) {
-                flow.frames = Some(FrameSender::new(&video, size, wall_base_ns));
+                // iperf 2's frames are carried after its client header (and the test's
+                // start with its --trip-times): every datagram holds the template.
+                let least = frame_wire(framing)
+                    .header_len()
+                    .max(plan.udp_template.len());
+                flow.frames = Some(FrameSender::new(&video, size, least, wall_base_ns));
             }
         }
         Ok(UdpLoop {
@@ -667,11 +680,12 @@ impl UdpLoop {
                 break;
             }
             lengths.clear();
+            let (wire, period_ns) = (frame_wire(self.framing), frames.period_ns());
             for (i, (len, fields)) in planned.iter().enumerate() {
                 let datagram = &mut self.send_batch.datagram(i)[..*len];
                 self.framing
                     .write(datagram, flow.sequence + i as u64, since_ns, flow.id);
-                fields.write(datagram);
+                fields.write_on(wire, datagram, period_ns);
                 lengths.push(*len);
             }
             // A frame's first write is when its first datagram goes to the kernel, not
@@ -679,7 +693,9 @@ impl UdpLoop {
             // in a debug build, which the latency would otherwise count.
             if let Some(frames) = flow.frames.as_mut() {
                 let write_ns = self.wall_base_ns + self.plan.start.elapsed().as_nanos() as u64;
-                if frames.first_written(write_ns) {
+                // iperf 2's fields have no first write: its frames count from their due
+                // time.
+                if frames.first_written(write_ns) && wire == FrameWire::Native {
                     for i in 0..planned.len() {
                         FrameFields::set_first_write(self.send_batch.datagram(i), write_ns);
                     }

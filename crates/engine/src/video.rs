@@ -23,8 +23,11 @@ pub(crate) struct FrameSender {
     clock: FrameClock,
     sizes: FrameSizes,
     gap_ns: u64,
-    /// Bytes per datagram (the last of a frame may be shorter).
+    /// Bytes per datagram (the last of a frame may be shorter)...
     size: usize,
+    /// ...but never shorter than the header and the frame's fields (iperf 2's, and with
+    /// its `--trip-times` the test's start after them).
+    least: usize,
     /// The sender's wall clock at the start, for the frames' due times.
     wall_base_ns: u64,
     /// When the schedule began, nanoseconds from the start: the sender's first turn. The
@@ -38,14 +41,23 @@ pub(crate) struct FrameSender {
 }
 
 impl FrameSender {
-    pub(crate) fn new(settings: &VideoSettings, size: usize, wall_base_ns: u64) -> FrameSender {
-        let size = size.max(VIDEO_HEADER);
+    /// A sender of `settings`' frames in datagrams of `size` bytes, none shorter than
+    /// `least` (at least [`VIDEO_HEADER`]).
+    pub(crate) fn new(
+        settings: &VideoSettings,
+        size: usize,
+        least: usize,
+        wall_base_ns: u64,
+    ) -> FrameSender {
+        let least = least.max(VIDEO_HEADER);
+        let size = size.max(least);
         FrameSender {
             clock: FrameClock::new(settings.period_ns()),
             // A frame is at least one datagram's header.
-            sizes: FrameSizes::new(settings, VIDEO_HEADER as u32),
+            sizes: FrameSizes::new(settings, least as u32),
             gap_ns: u64::from(settings.gap_us) * 1_000,
             size,
+            least,
             wall_base_ns,
             origin_ns: None,
             current: None,
@@ -98,7 +110,7 @@ impl FrameSender {
             let len = if remaining <= self.size {
                 remaining
             } else {
-                self.size.min(remaining - VIDEO_HEADER)
+                self.size.min(remaining - self.least)
             };
             out.push((len, fields));
             fields.remaining -= len as u32;
@@ -137,6 +149,11 @@ impl FrameSender {
         }
     }
 
+    /// Nanoseconds from one frame's due time to the next's.
+    pub(crate) fn period_ns(&self) -> u64 {
+        self.clock.period_ns()
+    }
+
     pub(crate) fn counts(&self) -> FrameCounts {
         FrameCounts {
             skipped: self.clock.skipped,
@@ -163,7 +180,7 @@ mod tests {
     /// is two full datagrams and one of 500 at its due time, its fields counting down.
     #[test]
     fn a_frame_goes_as_a_burst_at_its_due_time() {
-        let mut sender = FrameSender::new(&settings("100:2m", 0), 1_000, 5_000);
+        let mut sender = FrameSender::new(&settings("100:2m", 0), 1_000, VIDEO_HEADER, 5_000);
         let mut out = Vec::new();
         sender.plan(0, 64, &mut out).unwrap();
         let lens: Vec<usize> = out.iter().map(|(l, _)| *l).collect();
@@ -191,7 +208,7 @@ mod tests {
     /// holds them: 2,030 bytes in 1,000-byte datagrams go as 1,000, 974 and 56.
     #[test]
     fn every_datagram_of_a_frame_holds_its_fields() {
-        let mut sender = FrameSender::new(&settings("100:1624k", 0), 1_000, 0);
+        let mut sender = FrameSender::new(&settings("100:1624k", 0), 1_000, VIDEO_HEADER, 0);
         let mut out = Vec::new();
         sender.plan(0, 64, &mut out).unwrap();
         let lens: Vec<usize> = out.iter().map(|(l, _)| *l).collect();
@@ -202,7 +219,7 @@ mod tests {
     /// frame 1 is due then, frame 2 a period later, and neither is late.
     #[test]
     fn the_schedule_begins_at_the_senders_first_turn() {
-        let mut sender = FrameSender::new(&settings("100:2m", 0), 3_000, 0);
+        let mut sender = FrameSender::new(&settings("100:2m", 0), 3_000, VIDEO_HEADER, 0);
         let mut out = Vec::new();
         sender.plan(7_000_000, 64, &mut out).unwrap();
         assert_eq!(out[0].1.due_ns, 7_000_000);
@@ -219,7 +236,7 @@ mod tests {
     /// one datagram at a time.
     #[test]
     fn a_partly_taken_burst_goes_on_and_a_gap_spaces_the_datagrams() {
-        let mut sender = FrameSender::new(&settings("100:2m", 0), 1_000, 0);
+        let mut sender = FrameSender::new(&settings("100:2m", 0), 1_000, VIDEO_HEADER, 0);
         let mut out = Vec::new();
         sender.plan(0, 64, &mut out).unwrap();
         let planned = out.clone();
@@ -230,7 +247,7 @@ mod tests {
             [1_500, 500]
         );
 
-        let mut spaced = FrameSender::new(&settings("100:2m", 300), 1_000, 0);
+        let mut spaced = FrameSender::new(&settings("100:2m", 300), 1_000, VIDEO_HEADER, 0);
         spaced.plan(0, 64, &mut out).unwrap();
         assert_eq!(out.len(), 1);
         let planned = out.clone();
@@ -244,7 +261,7 @@ mod tests {
     /// its lateness is its first write's, not its plan's.
     #[test]
     fn a_late_sender_skips_frames_and_says_how_late_it_started() {
-        let mut sender = FrameSender::new(&settings("100:2m", 0), 3_000, 0);
+        let mut sender = FrameSender::new(&settings("100:2m", 0), 3_000, VIDEO_HEADER, 0);
         let mut out = Vec::new();
         sender.plan(0, 64, &mut out).unwrap();
         let planned = out.clone();

@@ -979,6 +979,9 @@ pub struct Iperf2Args {
     /// report carries them where it takes the two clocks as one)
     #[arg(long)]
     pub trip_times: bool,
+    /// UDP video frames, as iperf 2's --isochronous[=FPS:MEAN,STDEV] [default: 60:20m,0]
+    #[arg(long, value_name = "FPS:MEAN[,STDEV]", num_args = 0..=1, require_equals = true, default_missing_value = linerate_model::video::DEFAULT_SPEC, value_parser = isochronous, requires = "udp")]
+    pub isochronous: Option<linerate_model::video::VideoSettings>,
     /// The server sends and this side receives (over TCP on the same connections)
     #[arg(short = 'R', long)]
     pub reverse: bool,

@@ -3,7 +3,6 @@
 use crate::cli::Iperf2Args;
 use crate::failure::CommandResult;
 use crate::Globals;
-use linerate_campaign::flag_values::Iperf2RateValue;
 use linerate_campaign::iperf2_run::{self, Iperf2Run};
 use linerate_campaign::test;
 use linerate_drivers::iperf2_client::{self, Iperf2Ask, Iperf2Rate};
@@ -13,12 +12,9 @@ use std::time::Duration;
 pub fn run(args: &Iperf2Args, globals: &Globals) -> CommandResult {
     let addr = test::resolve_host(&args.client, args.port)?;
     let length = (args.len).unwrap_or(iperf2_client::default_length(args.udp, addr.is_ipv6()));
-    let rate = match args.bandwidth {
-        Some(Iperf2RateValue::Bits(bits)) => Some(Iperf2Rate::Bits(bits)),
-        Some(Iperf2RateValue::Packets(packets)) => Some(Iperf2Rate::Packets(packets)),
-        None if args.udp => Some(Iperf2Rate::Bits(iperf2_client::DEFAULT_UDP_RATE)),
-        None => None,
-    };
+    let rate = (args.bandwidth.map(Iperf2Rate::from)).or(args
+        .udp
+        .then_some(Iperf2Rate::Bits(iperf2_client::DEFAULT_UDP_RATE)));
     let ask = Iperf2Ask {
         addr,
         target: args.client.clone(),
@@ -28,6 +24,7 @@ pub fn run(args: &Iperf2Args, globals: &Globals) -> CommandResult {
         length: u32::try_from(length).unwrap_or(u32::MAX),
         rate,
         trip_times: args.trip_times,
+        isochronous: args.isochronous,
         reverse: args.reverse,
         full_duplex: args.full_duplex,
         interval_s: args.interval,

@@ -354,6 +354,11 @@ impl FrameClock {
         Some(frame)
     }
 
+    /// Nanoseconds from one frame's due time to the next's.
+    pub fn period_ns(&self) -> u64 {
+        self.period_ns
+    }
+
     /// When the next frame is due, nanoseconds from the start.
     pub fn next_due_ns(&self) -> u64 {
         u64::from(self.last) * self.period_ns

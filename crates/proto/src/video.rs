@@ -78,7 +78,51 @@ pub struct FrameFields {
     pub due_ns: u64,
 }
 
+impl FrameWire {
+    /// The shortest datagram that carries the fields: linerate's header and its fields,
+    /// or iperf 2's numbers, client header and fields.
+    pub fn header_len(self) -> usize {
+        match self {
+            FrameWire::Native => VIDEO_HEADER,
+            FrameWire::Iperf2 => field::iperf2::REMAINING.end,
+        }
+    }
+}
+
 impl FrameFields {
+    /// Writes the fields into `datagram` as `wire` carries them, for a stream of frames
+    /// `period_ns` apart. iperf 2's say the stream's start (frame 1's due time) and the
+    /// period in whole microseconds, and no first write.
+    pub fn write_on(&self, wire: FrameWire, datagram: &mut [u8], period_ns: u64) {
+        use field::iperf2 as at;
+        match wire {
+            FrameWire::Native => self.write(datagram),
+            FrameWire::Iperf2 => {
+                let start_ns = self
+                    .due_ns
+                    .saturating_sub(period_ns * u64::from(self.id.saturating_sub(1)));
+                let put = |d: &mut [u8], at: std::ops::Range<usize>, v: u32| {
+                    d[at].copy_from_slice(&v.to_be_bytes())
+                };
+                put(datagram, at::PERIOD_US, (period_ns / 1_000) as u32);
+                put(
+                    datagram,
+                    at::START_SECONDS,
+                    (start_ns / 1_000_000_000) as u32,
+                );
+                put(
+                    datagram,
+                    at::START_MICROS,
+                    ((start_ns % 1_000_000_000) / 1_000) as u32,
+                );
+                put(datagram, at::PREVIOUS, self.previous);
+                put(datagram, at::ID, self.id);
+                put(datagram, at::BYTES, self.bytes);
+                put(datagram, at::REMAINING, self.remaining);
+            }
+        }
+    }
+
     /// Writes the fields into `datagram` (at least [`VIDEO_HEADER`] bytes).
     pub fn write(&self, datagram: &mut [u8]) {
         datagram[field::ID].copy_from_slice(&self.id.to_be_bytes());
@@ -486,6 +530,12 @@ mod tests {
         datagram.resize(1470, 0);
         let (fields, period_ns) = FrameFields::read_iperf2(&datagram).unwrap();
         assert_eq!(period_ns, 100_000_000);
+        // Written back as iperf 2 carries them: the same words.
+        let mut written = datagram.clone();
+        written[76..104].fill(0);
+        fields.write_on(FrameWire::Iperf2, &mut written, period_ns);
+        assert_eq!(written, datagram);
+        assert_eq!(FrameWire::Iperf2.header_len(), 104);
         let start_ns = 0x6b12_7542_u64 * 1_000_000_000 + 0x000b_f81d * 1_000;
         assert_eq!(
             fields,

@@ -106,6 +106,32 @@ pub fn figures(label: String, (start, end): (f64, f64), bytes: u64) -> String {
     )
 }
 
+/// The figures' column header of an `--isochronous` sender, as iperf 2's client prints it.
+pub const ISOCH_FIGURES_HEADER: &str =
+    "[ ID] Interval            Transfer     Bandwidth      Write/Err  PPS  isoch:tx/miss/slip";
+
+/// An `--isochronous` sender's figures: a span's, its datagrams written and refused, their
+/// rate, and its frames sent, missed (whose time passed) and its slips (`None` within the
+/// test: frames are counted at its end, shown `-/-/-`):
+/// `[  1] 0.0000-1.0003 sec   515 KBytes  4.21 Mbits/sec  376/0      376 pps   31/0/0`.
+pub fn isoch_figures(
+    label: String,
+    span: (f64, f64),
+    bytes: u64,
+    (written, refused): (u64, u64),
+    frames: Option<[u64; 3]>,
+) -> String {
+    let seconds = (span.1 - span.0).max(f64::MIN_POSITIVE);
+    let pps = format!("{:.0}", written as f64 / seconds);
+    let frames = frames.map_or("-/-/-".to_string(), |[sent, missed, slips]| {
+        format!("{sent:>4}/{missed}/{slips}")
+    });
+    format!(
+        "{}  {written}/{refused} {pps:>8} pps  {frames}",
+        figures(label, span, bytes)
+    )
+}
+
 /// What a UDP test's server reported, as its report's lines show it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ServerFigures {
