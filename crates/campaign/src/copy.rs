@@ -216,6 +216,7 @@ fn config_of(summary: &CopySummary, host: &str) -> TestConfig {
         call: None,
         video: None,
         video_back: None,
+        qoo: None,
         protocol: linerate_model::Protocol::Udp,
         target: host.to_string(),
         port: summary

@@ -231,6 +231,7 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
             settings: iperf2_frames(frames, ask)?,
             length,
             back: None,
+            qoo: None,
         },
         None => StreamTransport::plain(ask.udp, length, pps, ask.nodelay),
     };

@@ -699,6 +699,7 @@ mod tests {
             call: None,
             video: None,
             video_back: None,
+            qoo: None,
             tls: None,
             protocol: Protocol::Tcp,
             target: "test".into(),

@@ -1734,10 +1734,9 @@ pub struct AppArgs {
     pub server: ServerArgs,
     #[command(flatten)]
     pub measure: MeasureArgs,
-    /// The application: voip (a call: a codec frame each way every 20 ms in RTP-sized
-    /// datagrams, scored by the E-model of ITU-T G.107); video (the far end streams video
-    /// frames to this one: each frame's latency, frames lost and late); game (inputs to the
-    /// far end and its state back each tick, each way counted as video's frames)
+    /// The application: voip (a codec frame each way every 20 ms, scored by ITU-T G.107's
+    /// E-model); video (the far end streams frames here: each frame's latency, frames lost
+    /// and late); game (inputs out and the state back each tick, counted as video's frames)
     #[arg(long, value_enum)]
     pub pattern: AppPattern,
     /// video: the frames, as iperf 2's --isochronous: FPS:MEAN[,STDEV] (a 1080p stream's
@@ -1753,6 +1752,9 @@ pub struct AppArgs {
     /// game: the server's state each tick, FPS:MEAN[,STDEV] (1,200 bytes 64 times a second)
     #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = linerate_model::video::GAME_STATE, value_parser = isochronous)]
     pub state: linerate_model::video::VideoSettings,
+    /// video, game: each way's Quality of Outcome requirement, as p99=150ms/400ms,loss=1%/5%
+    #[arg(long, value_name = "REQUIREMENT", value_parser = linerate_model::qoo::Requirement::parse)]
+    pub qoo: Option<linerate_model::qoo::Requirement>,
     /// The call's codec: g711 (with loss concealment), g711-no-plc, g729a
     #[arg(long, default_value = "g711", value_parser = linerate_model::call::Codec::parse)]
     pub codec: linerate_model::call::Codec,

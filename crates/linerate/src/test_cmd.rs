@@ -34,6 +34,7 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
             },
             length: args.length,
             back: None,
+            qoo: None,
         }
     } else if args.udp {
         StreamTransport::Udp {
@@ -230,10 +231,7 @@ pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
                 .map_err(Failure::Usage)?,
         ),
         AppPattern::Video => Pattern::video(args.isochronous, args.key_frames),
-        AppPattern::Game => Pattern::Game {
-            inputs: args.inputs,
-            state: args.state,
-        },
+        AppPattern::Game => Pattern::game(args.inputs, args.state),
     };
     let shown = shown(
         &args.server,
@@ -243,7 +241,8 @@ pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
         false,
         globals.verbose,
     )?;
-    let kind = TestKind::Stream(pattern.stream());
+    let stream = pattern.stream_scored(args.qoo.clone());
+    let kind = TestKind::Stream(stream.map_err(Failure::Usage)?);
     let request = request_to(&args.server, &args.measure, args.time, kind);
     test_run::run(&request, &shown, false, &globals.storage)
 }

@@ -570,3 +570,41 @@ fn key_frames_arrive_at_their_size_and_keep_the_asked_load() {
     let way = &plain["summary"]["video"]["ways"][0];
     assert_eq!(num(way, "/largest_whole_bytes"), 16_667.0, "{way}");
 }
+
+/// `app --pattern video` over loopback: its way is scored against the video call's own
+/// requirement (draft-ietf-ippm-qoo-09), all of it on a path that delays a frame by
+/// microseconds and loses none; against a requirement the user gives that loopback cannot
+/// meet (p99 optimal at 1 us, unacceptable at 2 us), nothing, its latency the part that
+/// scored worst; the score is the requirement applied to the way's own figures.
+#[test]
+fn an_apps_frames_are_scored_against_its_requirement() {
+    let _cpus = beside_others();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["app", "--pattern", "video", "-t", "2", "-i", "0", "--json"];
+        args.extend_from_slice(extra);
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json(&out)
+    };
+    let doc = run(&[]);
+    let way = &doc["summary"]["video"]["ways"][0];
+    let qoo = &way["qoo"];
+    assert_eq!(qoo["requirement"]["name"], "interactive video", "{qoo}");
+    assert!(num(way, "/whole") >= 50.0, "{way}");
+    assert_eq!(num(qoo, "/score"), 100.0, "{way}");
+    assert!(num(way, "/received_bps") > 0.0, "{way}");
+    let strict = run(&["--qoo", "p99=1us/2us,loss=0%/1%"]);
+    let way = &strict["summary"]["video"]["ways"][0];
+    let qoo = &way["qoo"];
+    assert_eq!(qoo["requirement"]["name"], "given");
+    assert_eq!(strict["config"]["qoo"], qoo["requirement"]);
+    // Loopback's 99th percentile is tens of microseconds: past the 2 us given.
+    assert!(num(way, "/latency_us/p99") >= 2.0, "{way}");
+    assert_eq!(
+        (num(qoo, "/latency"), num(qoo, "/score")),
+        (0.0, 0.0),
+        "{qoo}"
+    );
+    assert_eq!(num(qoo, "/worst_percentile"), 99.0);
+    assert_eq!(num(qoo, "/loss"), 100.0, "none lost: {way}");
+}

@@ -200,6 +200,8 @@ fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() 
             latency_us: latency.summary(true),
             ..Default::default()
         },
+        received_bps: 0.0,
+        qoo: None,
     };
     let settings = VideoSettings::parse("4:4m").unwrap();
     let report = client_report(
@@ -207,6 +209,7 @@ fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() 
             settings,
             length: None,
             back: None,
+            qoo: None,
         },
         linerate_report::Summary {
             duration_s: 5.0,

@@ -3,6 +3,7 @@
 //! counts and the scores are the call's (`crate::call`) and video's (`crate::video`).
 
 use crate::call::CallSettings;
+use crate::qoo::Requirement;
 use crate::video::{KeyFrames, VideoSettings, GAME_DATAGRAM};
 use crate::{Direction, StreamRequest, StreamTransport};
 
@@ -30,6 +31,28 @@ impl Pattern {
         })
     }
 
+    /// A game of `inputs` out and `state` back.
+    pub fn game(inputs: VideoSettings, state: VideoSettings) -> Pattern {
+        Pattern::Game { inputs, state }
+    }
+
+    /// The stream the pattern is, its frames scored against `qoo` where given (a call is
+    /// scored by the E-model: it takes none).
+    pub fn stream_scored(self, qoo: Option<Requirement>) -> Result<StreamRequest, String> {
+        let mut stream = self.stream();
+        match (&mut stream.transport, qoo) {
+            (_, None) => {}
+            (StreamTransport::Video { qoo: scored, .. }, given) => *scored = given,
+            (_, Some(_)) => {
+                return Err(
+                    "'--qoo' scores a video's or a game's frames; a call is scored by the E-model"
+                        .into(),
+                )
+            }
+        }
+        Ok(stream)
+    }
+
     /// The stream the pattern is.
     pub fn stream(self) -> StreamRequest {
         let (direction, transport) = match self {
@@ -40,6 +63,7 @@ impl Pattern {
                     settings: frames,
                     length: None,
                     back: None,
+                    qoo: None,
                 },
             ),
             Pattern::Game { inputs, state } => (
@@ -48,6 +72,7 @@ impl Pattern {
                     settings: inputs,
                     length: Some(GAME_DATAGRAM),
                     back: Some(state),
+                    qoo: None,
                 },
             ),
         };

@@ -257,6 +257,10 @@ pub struct TestConfig {
     /// against its inputs); `None`: `video` both ways.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub video_back: Option<crate::video::VideoSettings>,
+    /// The Quality of Outcome requirement a video's or a game's ways are scored against
+    /// (`--qoo`); `None`: the pattern's own (crate::qoo).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qoo: Option<crate::qoo::Requirement>,
 }
 
 /// Where a client's sockets leave from: a local address (`--bind`), an interface or VRF

@@ -21,6 +21,7 @@ pub mod ndt7;
 pub mod observe;
 mod path;
 pub mod profile;
+pub mod qoo;
 mod request;
 mod side;
 pub mod units;

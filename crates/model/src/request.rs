@@ -141,6 +141,9 @@ pub enum StreamTransport {
         /// The frames the server sends, where they differ from the client's (a game's
         /// state against its inputs); `None`: `settings` both ways.
         back: Option<crate::video::VideoSettings>,
+        /// The Quality of Outcome requirement its ways are scored against (`--qoo`);
+        /// `None`: the pattern's own (crate::qoo).
+        qoo: Option<crate::qoo::Requirement>,
     },
 }
 
@@ -249,6 +252,7 @@ impl TestConfig {
             call: None,
             video: None,
             video_back: None,
+            qoo: None,
         };
         match &request.kind {
             TestKind::Stream(stream) => resolve_stream(&mut config, stream, environment)?,
@@ -370,7 +374,15 @@ fn resolve_stream(
             settings,
             length,
             back,
-        } => resolve_video(config, (settings, back), length, environment)?,
+            ref qoo,
+        } => {
+            resolve_video(config, (settings, back), length, environment)?;
+            config.qoo = qoo
+                .clone()
+                .map(|q| q.checked())
+                .transpose()
+                .map_err(|why| format!("invalid value for '--qoo': {why}"))?;
+        }
     }
     Ok(())
 }

@@ -704,6 +704,16 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
             .checked()
             .map_err(|why| (RefuseCode::Invalid, format!("video frames: {why}")))?;
     }
+    // A client's own requirement is scored by both ends: held to its bounds (at most six
+    // latency bounds, finite values, a name of at most 64 bytes) where it is read.
+    if let Some(qoo) = &config.qoo {
+        if qoo.name.len() > 64 {
+            return invalid("a Quality of Outcome requirement's name of over 64 bytes".into());
+        }
+        qoo.clone()
+            .checked()
+            .map_err(|why| (RefuseCode::Invalid, format!("--qoo: {why}")))?;
+    }
     if !config.connect_timeout_s.is_finite() || config.connect_timeout_s < 0.0 {
         return invalid("connect timeout must be finite and not negative".into());
     }

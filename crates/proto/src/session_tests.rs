@@ -11,6 +11,7 @@ fn config(parallel: u32) -> TestConfig {
         call: None,
         video: None,
         video_back: None,
+        qoo: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "test".into(),

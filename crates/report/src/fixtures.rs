@@ -11,6 +11,7 @@ pub(crate) fn config(direction: Direction, parallel: u32) -> TestConfig {
         call: None,
         video: None,
         video_back: None,
+        qoo: None,
         tls: None,
         protocol: linerate_model::Protocol::Tcp,
         target: "loopback".into(),

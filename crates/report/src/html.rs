@@ -1006,6 +1006,8 @@ mod tests {
                 latency_us: latency.summary(true),
                 ..Default::default()
             },
+            received_bps: 0.0,
+            qoo: None,
         };
         let mut report =
             crate::fixtures::report(crate::fixtures::config(linerate_model::Direction::Bidir, 1));

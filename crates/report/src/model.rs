@@ -265,6 +265,13 @@ pub struct VideoWay {
     /// receiver's (whole, partial, late, malformed, clock_ahead, latency_us) together.
     #[serde(flatten)]
     pub counts: linerate_model::video::FrameCounts,
+    /// What the way's receivers read, bit/s over their window.
+    #[serde(default)]
+    pub received_bps: f64,
+    /// Its Quality of Outcome (draft-ietf-ippm-qoo-09): the frames' latency and those not
+    /// shown in time against the run's requirement (`config.qoo`) or the pattern's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qoo: Option<linerate_model::qoo::QooScore>,
 }
 
 /// A call-shaped test, each way scored by the E-model (`linerate_model::call`).

@@ -671,6 +671,9 @@ fn video_lines(video: &VideoSummary) -> String {
             },
             c.start_late_max_us as f64 / 1e3
         );
+        if let Some(qoo) = &way.qoo {
+            let _ = writeln!(out, "  {:<15} Quality of Outcome {}", "", qoo.words());
+        }
     }
     out
 }

@@ -118,6 +118,7 @@ impl ClientTest {
                     settings: *frames,
                     length: None,
                     back: None,
+                    qoo: None,
                 },
             }),
         }
