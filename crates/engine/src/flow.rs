@@ -267,6 +267,9 @@ pub struct WorkerPlan {
     /// Calls (`--pattern voip`): UDP receivers judge each datagram against a jitter
     /// buffer this long.
     pub playout: Option<Duration>,
+    /// A call whose codec sends only while its speaker talks: each sending flow's talk
+    /// spurts and pauses (linerate_model::call::TalkSpurts).
+    pub voice_activity: bool,
     /// Video tests: UDP senders send frames on this plan, receivers count them.
     pub video: Option<linerate_model::video::VideoSettings>,
     /// The frames the server sends where they differ (`TestConfig::video_back`).
@@ -320,6 +323,7 @@ impl WorkerPlan {
             window: None,
             count_marks: false,
             playout: None,
+            voice_activity: false,
             video: None,
             video_back: None,
             mptcp: false,

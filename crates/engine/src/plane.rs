@@ -109,6 +109,7 @@ fn udp_delta(a: &UdpCounts, b: &UdpCounts) -> UdpCounts {
         loss_events: b.loss_events - a.loss_events,
         late: b.late - a.late,
         sender_late_us: b.sender_late_us.saturating_sub(a.sender_late_us),
+        silent: b.silent.saturating_sub(a.silent),
     }
 }
 
@@ -233,6 +234,7 @@ impl DataPlane {
                 playout: config
                     .call
                     .map(|c| Duration::from_millis(u64::from(c.jitter_buffer_ms))),
+                voice_activity: config.call.is_some_and(|c| c.codec.voice_activity()),
                 video: config.video,
                 video_back: config.video_back,
                 mptcp: config.source.as_ref().is_some_and(|s| s.mptcp),

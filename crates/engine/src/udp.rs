@@ -294,6 +294,10 @@ struct UdpFlow {
     pacer: Option<Pacer>,
     /// Sender of a video test: its frames, in place of the pacer.
     frames: Option<FrameSender>,
+    /// Sender of a call whose codec has voice activity detection: its speaker's talk
+    /// spurts, and the frames of its pauses it did not send.
+    talk: Option<linerate_model::call::TalkSpurts>,
+    silent: u64,
     tracker: Option<SequenceTracker>,
     /// Receiver of a marked test: its datagrams by the TOS byte they arrived with.
     classes: Option<ClassTally>,
@@ -338,6 +342,7 @@ impl UdpFlow {
                     .pacer
                     .as_ref()
                     .map_or(0, |p| p.late().as_micros() as u64),
+                silent: self.silent,
                 ..Default::default()
             },
         }
@@ -622,6 +627,17 @@ impl UdpLoop {
             };
             if allowed == 0 {
                 break;
+            }
+            if let Some(talk) = flow.talk.as_mut() {
+                if !talk.talking(since.as_nanos() as u64) {
+                    // A pause: its frames are due and not sent, as a codec with voice
+                    // activity detection sends none; the pace goes on.
+                    if let Some(pacer) = flow.pacer.as_mut() {
+                        pacer.charge(allowed * size);
+                    }
+                    flow.silent += allowed as u64;
+                    continue;
+                }
             }
             for i in 0..allowed {
                 let sequence = flow.sequence + i as u64;
@@ -1028,6 +1044,12 @@ impl UdpFlow {
             blocked: false,
             pacer,
             frames: None,
+            // Each way its own speaker: the flow and its direction seed the conversation.
+            talk: (plan.voice_activity && spec.role == Role::Send).then(|| {
+                let way = u64::from(spec.direction == linerate_model::Direction::Reverse);
+                linerate_model::call::TalkSpurts::new((u64::from(spec.id) << 1) | way)
+            }),
+            silent: 0,
             tracker: (spec.role == Role::Receive).then(|| {
                 let mut tracker = SequenceTracker::new(spec.id, framing);
                 if let Some(buffer) = plan.playout {

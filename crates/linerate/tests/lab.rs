@@ -3954,6 +3954,52 @@ fn a_games_inputs_and_state_take_what_the_emulator_held_them_each_way() {
     }
 }
 
+/// A video call's picture over a path that holds it 275 ms one way (`--delay 1ms,275ms`,
+/// 100 Mbit/s, `app --pattern video`: the server streams): its Quality of Outcome is the
+/// video call's requirement (99th percentile optimal within 150 ms, unacceptable at 400)
+/// applied to the path: about halfway. The reference is the emulator's own holding time
+/// that way: the score lies between what the method gives for the held mean and for the
+/// held mean plus 10 ms (a frame's serialisation at the rate, a few milliseconds, and the
+/// emulator's reported lateness); nothing was lost, so the latency is what scored.
+#[test]
+fn a_video_calls_quality_of_outcome_is_what_the_paths_delay_makes_it() {
+    let test = "a_video_calls_quality_of_outcome_is_what_the_paths_delay_makes_it";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("qoo");
+    let _guard = LabGuard(name.clone());
+    let doc = lab_run_json(
+        &name,
+        &["--delay", "1ms,275ms", "--rate", "100M", "--seed", "5"],
+        &["app", "server", "--pattern", "video", "-t", "4", "-i", "0"],
+    );
+    let status = emulator_status(&name);
+    let counters = |c: &str| num(&status, &format!("/directions/1/counters/{c}"));
+    let held_ms = counters("delay_sum_ns") / counters("passed") / 1e6;
+    let late_max_ms = counters("late_max_ns") / 1e6;
+    let way = &doc["summary"]["video"]["ways"][0];
+    let qoo = &way["qoo"];
+    let p99_ms = num(way, "/latency_us/p99") / 1e3;
+    let score = |ms: f64| ((1.0 - (ms - 150.0) / 250.0) * 100.0).clamp(0.0, 100.0);
+    eprintln!(
+        "held {held_ms:.3} ms (lateness at most {late_max_ms:.3}); frame p99 {p99_ms:.3} ms; {qoo}"
+    );
+    assert_eq!(qoo["requirement"]["name"], "interactive video");
+    assert_eq!(num(way, "/whole"), num(way, "/sent"), "{way}");
+    assert_eq!((num(qoo, "/loss"), num(qoo, "/throughput")), (100.0, 100.0));
+    let got = num(qoo, "/score");
+    assert_eq!(got, num(qoo, "/latency"));
+    assert!(
+        got <= score(held_ms) + 1e-9 && got >= score(held_ms + 10.0 + late_max_ms),
+        "QoO {got:.2} for a path that held {held_ms:.3} ms: between {:.2} and {:.2}",
+        score(held_ms + 10.0 + late_max_ms),
+        score(held_ms)
+    );
+    assert!((40.0..=52.0).contains(&got), "{got}");
+}
+
 /// Video in a mesh (`run = "video"`), over the lab at 50 Mbit/s with 10 ms each way and
 /// 2 % of frames dropped on the way out: a's agent sends 30 frames a second of 8 Mbit/s
 /// to b's server each cycle. Each row heads the median frame's latency b's server

@@ -608,3 +608,56 @@ fn an_apps_frames_are_scored_against_its_requirement() {
     assert_eq!(num(qoo, "/worst_percentile"), 99.0);
     assert_eq!(num(qoo, "/loss"), 100.0, "none lost: {way}");
 }
+
+/// A call on G.729A, whose codec G.113 scores with voice activity detection, sends only
+/// while each way's speaker talks (ITU-T P.59's talk spurts and pauses): over 10 s each
+/// way's 500 frames are the ones sent and the ones of its pauses, some of each; the
+/// kernel's own count of the datagrams the host sent (OutDatagrams, both ends on this
+/// host) is what linerate says it sent, far under the 1,000 a call without pauses sends;
+/// nothing sent was lost, and no pacing shortfall is claimed for the pauses.
+#[test]
+fn a_g729a_call_sends_only_while_its_speakers_talk() {
+    let _cpus = alone();
+    let out = linerate(&[
+        "app",
+        "--pattern",
+        "voip",
+        "--codec",
+        "g729a",
+        "-t",
+        "10",
+        "-i",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    let mut sent = 0.0;
+    for way in doc["summary"]["call"]["ways"].as_array().unwrap() {
+        let (arrived, lost, silent) = (
+            num(way, "/received"),
+            num(way, "/lost"),
+            num(way, "/silent"),
+        );
+        let frames = arrived + lost + silent;
+        eprintln!(
+            "{}: {arrived} arrived, {lost} lost, {silent} in pauses",
+            way["direction"]
+        );
+        assert!((490.0..=505.0).contains(&frames), "{way}");
+        assert!(silent >= 50.0 && arrived >= 50.0, "{way}");
+        assert_eq!(lost, 0.0, "{way}");
+        sent += arrived + lost;
+    }
+    assert_eq!(num(&doc, "/summary/sent"), sent);
+    let kernel = num(&doc, "/summary/kernel/local/out_datagrams");
+    assert!(
+        (kernel - sent).abs() <= 5.0 && kernel < 900.0,
+        "the kernel sent {kernel} datagrams for linerate's {sent}"
+    );
+    assert!(
+        doc["summary"]["pacing"].is_null(),
+        "{}",
+        doc["summary"]["pacing"]
+    );
+}

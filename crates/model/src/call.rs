@@ -86,6 +86,12 @@ impl Codec {
         }
     }
 
+    /// Whether the codec sends only while its speaker talks (G.729A with VAD, as G.113
+    /// scores it): the frames of a pause are not sent ([`TalkSpurts`]).
+    pub fn voice_activity(self) -> bool {
+        matches!(self, Codec::G729a)
+    }
+
     /// The codec's own delay beyond the frame: G.729's 5 ms look-ahead.
     pub fn lookahead_ms(self) -> f64 {
         match self {
@@ -97,6 +103,68 @@ impl Codec {
 
 /// Milliseconds of speech in each datagram: every codec here sends a frame per 20 ms.
 pub const FRAME_MS: u64 = 20;
+
+/// A speaker's talk spurts and pauses, each of exponentially distributed length with
+/// ITU-T P.59's means for conversational speech (1.004 s of talk, 1.587 s of pause: a
+/// speaker talks 38.8 % of the time): what a codec with voice activity detection sends
+/// (frames) and does not (a pause's frames). Sans IO and seeded: the same seed, the same
+/// conversation. A call begins in a talk spurt.
+#[derive(Debug, Clone)]
+pub struct TalkSpurts {
+    rng: rand_chacha::ChaCha8Rng,
+    talk: rand_distr::Exp<f64>,
+    pause: rand_distr::Exp<f64>,
+    talking: bool,
+    /// When the current spurt or pause ends, nanoseconds from the start.
+    until_ns: u64,
+    /// Talk spurts begun, the first included.
+    pub spurts: u64,
+}
+
+/// P.59's mean talk spurt and pause, milliseconds.
+pub const MEAN_TALK_MS: f64 = 1_004.0;
+pub const MEAN_PAUSE_MS: f64 = 1_587.0;
+
+impl TalkSpurts {
+    pub fn new(seed: u64) -> TalkSpurts {
+        use rand::SeedableRng;
+        let exp = |mean_ms: f64| rand_distr::Exp::new(1.0 / (mean_ms * 1e6)).expect("a rate");
+        let mut spurts = TalkSpurts {
+            rng: rand_chacha::ChaCha8Rng::seed_from_u64(seed),
+            talk: exp(MEAN_TALK_MS),
+            pause: exp(MEAN_PAUSE_MS),
+            talking: true,
+            until_ns: 0,
+            spurts: 1,
+        };
+        spurts.until_ns = spurts.draw(true);
+        spurts
+    }
+
+    fn draw(&mut self, talking: bool) -> u64 {
+        use rand::distributions::Distribution;
+        let length = if talking {
+            self.talk.sample(&mut self.rng)
+        } else {
+            self.pause.sample(&mut self.rng)
+        };
+        // At least a frame: a spurt or pause shorter than 20 ms sends or holds nothing.
+        (length as u64).max(FRAME_MS * 1_000_000)
+    }
+
+    /// Whether the speaker talks at `elapsed_ns` from the start (called with times that
+    /// do not go back).
+    pub fn talking(&mut self, elapsed_ns: u64) -> bool {
+        while elapsed_ns >= self.until_ns {
+            self.talking = !self.talking;
+            if self.talking {
+                self.spurts += 1;
+            }
+            self.until_ns += self.draw(self.talking);
+        }
+        self.talking
+    }
+}
 
 /// A call-shaped test: its codec and the receivers' jitter buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -339,6 +407,33 @@ impl EModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Over an hour of 20 ms frames, a speaker talks P.59's share of the time (38.8 %) in
+    /// spurts of its mean length; the same seed is the same conversation, another seed
+    /// another.
+    #[test]
+    fn talk_spurts_have_p59s_means() {
+        let frames = 3_600 * 50u64;
+        let run = |seed| {
+            let mut spurts = TalkSpurts::new(seed);
+            let talked: Vec<bool> = (0..frames)
+                .map(|k| spurts.talking(k * FRAME_MS * 1_000_000))
+                .collect();
+            (talked, spurts.spurts)
+        };
+        let (talked, spurts) = run(7);
+        assert!(talked[0], "a call begins in a talk spurt");
+        let share = talked.iter().filter(|t| **t).count() as f64 / frames as f64;
+        let expected = MEAN_TALK_MS / (MEAN_TALK_MS + MEAN_PAUSE_MS);
+        assert!((share - expected).abs() < 0.03, "talked {share:.3}");
+        let mean_spurt_ms = share * 3_600_000.0 / spurts as f64;
+        assert!(
+            (mean_spurt_ms / MEAN_TALK_MS - 1.0).abs() < 0.08,
+            "{spurts} spurts of {mean_spurt_ms:.0} ms"
+        );
+        assert_eq!(run(7).0, talked);
+        assert_ne!(run(8).0, talked);
+    }
 
     fn way(delay_ms: f64, received: u64, lost: u64, late: u64, events: u64) -> CallWayCounts {
         CallWayCounts {

@@ -195,6 +195,10 @@ pub struct UdpCounts {
     /// it to the sending host's scheduler, not to the pacer or the path.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub sender_late_us: u64,
+    /// Calls whose codec has voice activity detection: the frames its sender did not send
+    /// because its speaker paused (crate::call::TalkSpurts); not among `sent`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub silent: u64,
 }
 
 impl UdpCounts {
@@ -213,6 +217,7 @@ impl UdpCounts {
         self.loss_events += other.loss_events;
         self.late += other.late;
         self.sender_late_us += other.sender_late_us;
+        self.silent += other.silent;
     }
 
     /// The mean one-way delay of the span's in-order datagrams, milliseconds (meaningful

@@ -32,8 +32,11 @@ impl Report {
             Direction::Reverse => !remote.flows.is_empty(),
             Direction::Bidir => true,
         };
-        // A video's frames pace themselves: their sizes are drawn, not a rate kept to.
-        summary.pacing = if senders_told && config.video.is_none() {
+        // A video's frames pace themselves: their sizes are drawn, not a rate kept to; a
+        // call with voice activity sends only while its speakers talk.
+        let paced =
+            config.video.is_none() && !config.call.is_some_and(|c| c.codec.voice_activity());
+        summary.pacing = if senders_told && paced {
             pacing(&config, &flows, &intervals)
         } else {
             None
@@ -297,6 +300,7 @@ fn merge_flows(config: &TestConfig, local: &[FlowSide], remote: &[FlowSide]) -> 
                     sent: sent.sent,
                     send_errors: sent.send_errors,
                     qdisc_drops: sent.qdisc_drops,
+                    silent: sent.silent,
                     ..received
                 };
                 UdpFlowReport {
@@ -488,6 +492,7 @@ fn call_summary(call: CallSettings, flows: &[FlowReport]) -> CallSummary {
                 lost: c.lost,
                 late: c.late,
                 loss_events: c.loss_events,
+                silent: c.silent,
                 one_way_delay_ms,
                 jitter_ms: c.jitter_ms,
                 score,

@@ -292,6 +292,10 @@ pub struct CallWay {
     /// Arrived after the jitter buffer played their turn (among `received`).
     pub late: u64,
     pub loss_events: u64,
+    /// A codec with voice activity detection (`g729a`): the frames its sender did not
+    /// send while its speaker paused (P.59's talk spurts and pauses); 0 for the others.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub silent: u64,
     /// Mean one-way delay, sender's clock to receiver's (true where they agree).
     pub one_way_delay_ms: Option<f64>,
     pub jitter_ms: f64,

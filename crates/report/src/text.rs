@@ -707,6 +707,16 @@ fn call_lines(call: &CallSummary) -> String {
             s.loss_pct,
             s.burst_ratio
         );
+        if way.silent > 0 {
+            let frames = way.received + way.lost + way.silent;
+            let _ = writeln!(
+                out,
+                "  {:<15} voice activity: {} of its {frames} frames sent ({:.1} %), the rest fell in its speaker's pauses (ITU-T P.59's talk spurts)",
+                "",
+                way.received + way.lost,
+                (way.received + way.lost) as f64 * 100.0 / frames.max(1) as f64
+            );
+        }
     }
     out
 }
