@@ -929,19 +929,33 @@ fn csv_lines(text: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Whether a test of Debian's iperf 2 over a veth pair can run here: iperf 2 installed
+/// and root for the namespaces (else skipped, with the reason).
+fn iperf2_over_veth(test: &str) -> bool {
+    if !have("iperf", test) {
+        return false;
+    }
+    if !is_root() {
+        skip(test, "needs root for network namespaces");
+        return false;
+    }
+    true
+}
+
 /// Debian's iperf 2 server (`iperf -s`, with `flags`) in the pair's second namespace,
-/// printing its CSV lines (`-y C`) to `TAG.csv` in `logs` as it goes; ended with the test.
+/// printing its lines (CSV with `-y C` among the flags) to `TAG.log` in `logs` as it goes;
+/// ended with the test.
 fn iperf2_server_in(
     pair: &VethPair,
     logs: &tempfile::TempDir,
     flags: &str,
     tag: &str,
 ) -> (Killed, std::path::PathBuf) {
-    let log = logs.path().join(format!("{tag}.csv"));
+    let log = logs.path().join(format!("{tag}.log"));
     let child = Command::new("ip")
         .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
         .arg(format!(
-            "exec stdbuf -oL iperf -s {flags} -y C > {}",
+            "exec stdbuf -oL iperf -s {flags} > {}",
             log.display()
         ))
         .spawn()
@@ -968,17 +982,14 @@ impl Drop for Killed {
 #[test]
 fn linerate_iperf2_client_is_counted_by_a_real_iperf2_server() {
     let test = "linerate_iperf2_client_is_counted_by_a_real_iperf2_server";
-    if !have("iperf", test) {
-        return;
-    }
-    if !is_root() {
-        skip(test, "needs root for network namespaces");
+    if !iperf2_over_veth(test) {
         return;
     }
     let pair = VethPair::new("ip2c");
     let logs = tempfile::tempdir().unwrap();
-    let server =
-        |udp: bool, tag: &str| iperf2_server_in(&pair, &logs, if udp { "-u" } else { "" }, tag);
+    let server = |udp: bool, tag: &str| {
+        iperf2_server_in(&pair, &logs, if udp { "-u -y C" } else { "-y C" }, tag)
+    };
     let (tcp_server, tcp_log) = server(false, "tcp");
     std::thread::sleep(Duration::from_millis(500));
     let tx = || pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes") as f64;
@@ -1121,26 +1132,12 @@ fn server_frames(text: &str) -> Option<(f64, f64, f64)> {
 #[test]
 fn linerate_iperf2_isochronous_frames_are_put_together_by_a_real_iperf2_server() {
     let test = "linerate_iperf2_isochronous_frames_are_put_together_by_a_real_iperf2_server";
-    if !have("iperf", test) {
-        return;
-    }
-    if !is_root() {
-        skip(test, "needs root for network namespaces");
+    if !iperf2_over_veth(test) {
         return;
     }
     let pair = VethPair::new("ip2v");
     let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("isoch.txt");
-    let server = Killed(
-        Command::new("ip")
-            .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
-            .arg(format!(
-                "exec stdbuf -oL iperf -s -u -e > {}",
-                log.display()
-            ))
-            .spawn()
-            .expect("iperf -s -u -e"),
-    );
+    let (server, log) = iperf2_server_in(&pair, &logs, "-u -e", "isoch");
     std::thread::sleep(Duration::from_millis(500));
     let out = linerate_in(
         &pair.ns_a,
@@ -1192,11 +1189,7 @@ fn linerate_iperf2_isochronous_frames_are_put_together_by_a_real_iperf2_server()
 #[test]
 fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server() {
     let test = "linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server";
-    if !have("iperf", test) {
-        return;
-    }
-    if !is_root() {
-        skip(test, "needs root for network namespaces");
+    if !iperf2_over_veth(test) {
         return;
     }
     for other in ["-R", "-u"] {
@@ -1212,7 +1205,7 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
     }
     let pair = VethPair::new("ip2fd");
     let logs = tempfile::tempdir().unwrap();
-    let (_server, log) = iperf2_server_in(&pair, &logs, "", "full-duplex");
+    let (_server, log) = iperf2_server_in(&pair, &logs, "-y C", "full-duplex");
     std::thread::sleep(Duration::from_millis(500));
     let rx = || pair.counter(&pair.ns_a, &pair.dev_a, "rx_bytes") as f64;
     let tx = || pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes") as f64;
@@ -1283,11 +1276,7 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
 #[test]
 fn linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends() {
     let test = "linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends";
-    if !have("iperf", test) {
-        return;
-    }
-    if !is_root() {
-        skip(test, "needs root for network namespaces");
+    if !iperf2_over_veth(test) {
         return;
     }
     let refused = linerate(&[
@@ -1315,7 +1304,7 @@ fn linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends() {
 
     let pair = VethPair::new("ip2r");
     let logs = tempfile::tempdir().unwrap();
-    let (_server, log) = iperf2_server_in(&pair, &logs, "", "reverse");
+    let (_server, log) = iperf2_server_in(&pair, &logs, "-y C", "reverse");
     std::thread::sleep(Duration::from_millis(500));
     let rx = || pair.counter(&pair.ns_a, &pair.dev_a, "rx_bytes") as f64;
     for (amount, value) in [("-t", "2"), ("-n", "8M")] {

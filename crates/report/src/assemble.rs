@@ -411,14 +411,9 @@ fn summarize(
     });
     Summary {
         call: config.call.map(|call| call_summary(call, flows)),
-        video: config.video.map(|settings| {
-            let mut video = VideoSummary {
-                back: config.video_back,
-                ..video_summary(settings, local, remote)
-            };
-            score_ways(&mut video, config.qoo.as_ref());
-            video
-        }),
+        video: config
+            .video
+            .map(|settings| scored_video(settings, config, local, remote)),
         crypto: None,
         mptcp: crate::model::MptcpSummary::of(local),
         marks: config
@@ -504,6 +499,21 @@ fn call_summary(call: CallSettings, flows: &[FlowReport]) -> CallSummary {
         jitter_buffer_ms: call.jitter_buffer_ms,
         ways,
     }
+}
+
+/// A video test's ways, each scored.
+fn scored_video(
+    settings: linerate_model::video::VideoSettings,
+    config: &TestConfig,
+    local: &SideResult,
+    remote: &SideResult,
+) -> VideoSummary {
+    let mut video = VideoSummary {
+        back: config.video_back,
+        ..video_summary(settings, local, remote)
+    };
+    score_ways(&mut video, config.qoo.as_ref());
+    video
 }
 
 /// Each way's Quality of Outcome: its frames' latency, and those not shown in time (never
