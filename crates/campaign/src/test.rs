@@ -117,7 +117,7 @@ pub fn resolve_explained(
         &request.kind,
         TestKind::Stream(StreamRequest {
             transport: StreamTransport::Udp { length: None, .. }
-                | StreamTransport::Video { length: None, .. },
+                | StreamTransport::Video(linerate_model::VideoStream { length: None, .. }),
             ..
         })
     );

@@ -227,12 +227,10 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
     };
     let length = Some(u64::from(ask.length));
     let transport = match ask.isochronous {
-        Some(frames) => StreamTransport::Video {
-            settings: iperf2_frames(frames, ask)?,
+        Some(frames) => StreamTransport::Video(linerate_model::VideoStream {
             length,
-            back: None,
-            qoo: None,
-        },
+            ..linerate_model::VideoStream::of(iperf2_frames(frames, ask)?)
+        }),
         None => StreamTransport::plain(ask.udp, length, pps, ask.nodelay),
     };
     let request = TestRequest {

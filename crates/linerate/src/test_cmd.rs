@@ -26,16 +26,14 @@ fn stream_request(args: &StreamArgs) -> TestRequest {
             connection_per_flow: args.connections,
         }
     } else if let Some(video) = args.isochronous {
-        StreamTransport::Video {
-            settings: linerate_model::video::VideoSettings {
+        StreamTransport::Video(linerate_model::VideoStream {
+            length: args.length,
+            ..linerate_model::VideoStream::of(linerate_model::video::VideoSettings {
                 gap_us: args.frame_gap.unwrap_or(0),
                 key_frames: args.key_frames,
                 ..video
-            },
-            length: args.length,
-            back: None,
-            qoo: None,
-        }
+            })
+        })
     } else if args.udp {
         StreamTransport::Udp {
             length: args.length,

@@ -205,12 +205,7 @@ fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() 
     };
     let settings = VideoSettings::parse("4:4m").unwrap();
     let report = client_report(
-        linerate_model::StreamTransport::Video {
-            settings,
-            length: None,
-            back: None,
-            qoo: None,
-        },
+        linerate_model::StreamTransport::Video(linerate_model::VideoStream::of(settings)),
         linerate_report::Summary {
             duration_s: 5.0,
             receiver_bps: 4e6,

@@ -5,7 +5,7 @@
 use crate::call::CallSettings;
 use crate::qoo::Requirement;
 use crate::video::{KeyFrames, VideoSettings, GAME_DATAGRAM};
-use crate::{Direction, StreamRequest, StreamTransport};
+use crate::{Direction, StreamRequest, StreamTransport, VideoStream};
 
 /// An application's traffic.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,7 +42,7 @@ impl Pattern {
         let mut stream = self.stream();
         match (&mut stream.transport, qoo) {
             (_, None) => {}
-            (StreamTransport::Video { qoo: scored, .. }, given) => *scored = given,
+            (StreamTransport::Video(video), given) => video.qoo = given,
             (_, Some(_)) => {
                 return Err(
                     "'--qoo' scores a video's or a game's frames; a call is scored by the E-model"
@@ -59,21 +59,15 @@ impl Pattern {
             Pattern::Voip(call) => (Direction::Bidir, StreamTransport::Call(call)),
             Pattern::Video(frames) => (
                 Direction::Reverse,
-                StreamTransport::Video {
-                    settings: frames,
-                    length: None,
-                    back: None,
-                    qoo: None,
-                },
+                StreamTransport::Video(VideoStream::of(frames)),
             ),
             Pattern::Game { inputs, state } => (
                 Direction::Bidir,
-                StreamTransport::Video {
-                    settings: inputs,
+                StreamTransport::Video(VideoStream {
                     length: Some(GAME_DATAGRAM),
                     back: Some(state),
-                    qoo: None,
-                },
+                    ..VideoStream::of(inputs)
+                }),
             ),
         };
         StreamRequest {

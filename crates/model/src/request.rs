@@ -133,18 +133,36 @@ pub enum StreamTransport {
     /// A call (`linerate app --pattern voip`): a frame of the codec each way every 20 ms,
     /// in RTP-sized UDP datagrams, both ways at once.
     Call(crate::call::CallSettings),
-    /// Video frames (`--isochronous`, `linerate app --pattern video`): UDP datagrams of
-    /// `length` bytes (`None`: as `Udp`'s), a frame of them every period.
-    Video {
-        settings: crate::video::VideoSettings,
-        length: Option<u64>,
-        /// The frames the server sends, where they differ from the client's (a game's
-        /// state against its inputs); `None`: `settings` both ways.
-        back: Option<crate::video::VideoSettings>,
-        /// The Quality of Outcome requirement its ways are scored against (`--qoo`);
-        /// `None`: the pattern's own (crate::qoo).
-        qoo: Option<crate::qoo::Requirement>,
-    },
+    /// Video frames (`--isochronous`, `linerate app --pattern video|game`).
+    Video(VideoStream),
+}
+
+/// A video-shaped stream: UDP datagrams of `length` bytes (`None`: as `Udp`'s), a frame
+/// of them every period. Built from [`VideoStream::of`] and what differs from it, so a
+/// setting added here is added here alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VideoStream {
+    pub settings: crate::video::VideoSettings,
+    pub length: Option<u64>,
+    /// The frames the server sends, where they differ from the client's (a game's state
+    /// against its inputs); `None`: `settings` both ways.
+    pub back: Option<crate::video::VideoSettings>,
+    /// The Quality of Outcome requirement its ways are scored against (`--qoo`); `None`:
+    /// the pattern's own (crate::qoo).
+    pub qoo: Option<crate::qoo::Requirement>,
+}
+
+impl VideoStream {
+    /// `settings`' frames both ways asked, in datagrams of the path's size, scored
+    /// against the pattern's own requirement.
+    pub fn of(settings: crate::video::VideoSettings) -> VideoStream {
+        VideoStream {
+            settings,
+            length: None,
+            back: None,
+            qoo: None,
+        }
+    }
 }
 
 impl StreamTransport {
@@ -370,14 +388,15 @@ fn resolve_stream(
             config.rate_bps = Some(call.pps() * config.length * 8);
             config.call = Some(call);
         }
-        StreamTransport::Video {
-            settings,
-            length,
-            back,
-            ref qoo,
-        } => {
-            resolve_video(config, (settings, back), length, environment)?;
-            config.qoo = qoo
+        StreamTransport::Video(ref video) => {
+            resolve_video(
+                config,
+                (video.settings, video.back),
+                video.length,
+                environment,
+            )?;
+            config.qoo = video
+                .qoo
                 .clone()
                 .map(|q| q.checked())
                 .transpose()

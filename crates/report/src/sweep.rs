@@ -75,7 +75,9 @@ impl SweepParam {
                 StreamTransport::Tcp { length, .. }
                 | StreamTransport::Udp { length, .. }
                 | StreamTransport::Quic { length, .. }
-                | StreamTransport::Video { length, .. } => *length = number.or(*length),
+                | StreamTransport::Video(linerate_model::VideoStream { length, .. }) => {
+                    *length = number.or(*length)
+                }
                 // A call's datagrams are its codec's frames.
                 StreamTransport::Call(_) => {}
             },

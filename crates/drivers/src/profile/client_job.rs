@@ -114,12 +114,7 @@ impl ClientTest {
             ClientTest::Video { frames } => TestKind::Stream(StreamRequest {
                 direction: Direction::Forward,
                 rate_bps: None,
-                transport: StreamTransport::Video {
-                    settings: *frames,
-                    length: None,
-                    back: None,
-                    qoo: None,
-                },
+                transport: StreamTransport::Video(linerate_model::VideoStream::of(*frames)),
             }),
         }
     }
