@@ -404,6 +404,10 @@ struct UdpLoop {
     /// What the loop had to do otherwise than asked (offloads refused), for the result.
     notes: Vec<String>,
     send_batch: Batch,
+    /// A video sender's datagrams planned for one call and their lengths: kept between
+    /// calls, so that a frame's turn allocates nothing.
+    frame_plan: Vec<(usize, FrameFields)>,
+    frame_lengths: Vec<usize>,
     /// A paced sender's batch (see [`UdpLoop::paced_batch`]).
     paced: usize,
     receive_batch: Batch,
@@ -509,6 +513,8 @@ impl UdpLoop {
             flows,
             notes,
             send_batch,
+            frame_plan: Vec::with_capacity(BATCH),
+            frame_lengths: Vec::with_capacity(BATCH),
             paced,
             receive_batch,
             next_boundary: 0,
@@ -685,12 +691,10 @@ impl UdpLoop {
     ) {
         let flow = &mut self.flows[index];
         let elapsed_ns = since.as_nanos() as u64;
-        let mut planned = Vec::with_capacity(BATCH);
-        let mut lengths = Vec::with_capacity(BATCH);
+        let (planned, lengths) = (&mut self.frame_plan, &mut self.frame_lengths);
         for _ in 0..CALLS_PER_TURN {
             let frames = flow.frames.as_mut().expect("a video sender");
-            if let Err(next_ns) = frames.plan(elapsed_ns, self.send_batch.capacity(), &mut planned)
-            {
+            if let Err(next_ns) = frames.plan(elapsed_ns, self.send_batch.capacity(), planned) {
                 let at = self.plan.start + Duration::from_nanos(next_ns);
                 turn.next_send = Some(turn.next_send.map_or(at, |n| n.min(at)));
                 break;
@@ -717,12 +721,12 @@ impl UdpLoop {
                     }
                 }
             }
-            match self.send_batch.send_lengths(&flow.socket, &lengths) {
+            match self.send_batch.send_lengths(&flow.socket, lengths) {
                 Ok(sent) => {
                     flow.sequence += sent as u64;
                     flow.sent_bytes += lengths[..sent].iter().sum::<usize>() as u64;
                     if let Some(frames) = flow.frames.as_mut() {
-                        frames.sent(&planned, sent, elapsed_ns);
+                        frames.sent(planned, sent, elapsed_ns);
                     }
                     turn.busy = true;
                     if sent < lengths.len() {

@@ -1135,6 +1135,9 @@ fn linerate_iperf2_isochronous_frames_are_put_together_by_a_real_iperf2_server()
     if !iperf2_over_veth(test) {
         return;
     }
+    // Alone: beside the served isochronous test on 2 CPUs, that test's frames came whole
+    // without a latency (two of three runs here).
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let pair = VethPair::new("ip2v");
     let logs = tempfile::tempdir().unwrap();
     let (server, log) = iperf2_server_in(&pair, &logs, "-u -e", "isoch");
