@@ -339,9 +339,9 @@ fn frames_asked(
 fn config_video_note(frames: Option<&linerate_proto::video::FrameTracker>) -> Option<String> {
     frames.map(|_| {
         "--isochronous: iperf 2 sends neither its frames' mean nor their spread: the run's are \
-         its frames' own sizes; it sends no frame's first write either, so each frame's \
-         latency counts from its due time (its stream's start and period), as iperf 2's own \
-         server counts it"
+         its frames' own sizes; each frame's latency counts from its first datagram's send \
+         time (iperf 2's frames carry no first write, and its stream's start lags its frame \
+         clock)"
             .to_string()
     })
 }

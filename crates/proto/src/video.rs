@@ -30,6 +30,10 @@ mod field {
     /// (`iperf2_isochronous_fields_read_as_2_1_8_writes_them`).
     pub mod iperf2 {
         use std::ops::Range;
+        /// The datagram's send time in iperf 2's datagram header (seconds, microseconds
+        /// of the wall clock; the datagram framing reads the same words).
+        pub const SENT_SECONDS: Range<usize> = 4..8;
+        pub const SENT_MICROS: Range<usize> = 8..12;
         pub const PERIOD_US: Range<usize> = 76..80;
         pub const START_SECONDS: Range<usize> = 80..84;
         pub const START_MICROS: Range<usize> = 84..88;
@@ -175,12 +179,24 @@ impl FrameFields {
             + u64::from(u32_at(datagram, at::START_MICROS).min(999_999)) * 1_000;
         let id = u32_at(datagram, at::ID);
         let due_ns = start_ns + period_ns * u64::from(id.saturating_sub(1));
+        let (bytes, remaining) = (u32_at(datagram, at::BYTES), u32_at(datagram, at::REMAINING));
+        // Every iperf 2 datagram carries its send time: a frame's first (all its bytes
+        // still to go) says when the frame began. Not its due time: the stream's start is
+        // when 2.1.8 sent its first frame, after its frame clock began, so every later
+        // frame is due that much early by it (a CI run read 59 of 60 frames arriving
+        // before their due time). Any other datagram says nothing of it.
+        let sent_ns = u64::from(u32_at(datagram, at::SENT_SECONDS)) * 1_000_000_000
+            + u64::from(u32_at(datagram, at::SENT_MICROS).min(999_999)) * 1_000;
         let fields = FrameFields {
             id,
             previous: u32_at(datagram, at::PREVIOUS),
-            bytes: u32_at(datagram, at::BYTES),
-            remaining: u32_at(datagram, at::REMAINING),
-            first_write_ns: due_ns,
+            bytes,
+            remaining,
+            first_write_ns: if remaining == bytes {
+                sent_ns
+            } else {
+                u64::MAX
+            },
             due_ns,
         };
         Some((fields.sane(datagram.len())?, period_ns))
@@ -391,6 +407,8 @@ impl FrameTracker {
         });
         let piece = frame.take(wire, &fields, len);
         frame.last_arrival_ns = frame.last_arrival_ns.max(arrival_ns);
+        // A frame's first write is its first datagram's (iperf 2's others say none).
+        frame.first_write_ns = frame.first_write_ns.min(fields.first_write_ns);
         if frame.bytes > 0 && !frame.declared {
             frame.declared = true;
             let bytes = f64::from(frame.bytes);
@@ -512,6 +530,43 @@ mod tests {
             remaining -= len;
         }
         out
+    }
+
+    /// 2.1.8's stream start is its first frame's send, after its frame clock began: each
+    /// later frame goes that lag before start + period x (k - 1). Each frame's latency
+    /// counts from its first datagram's send time, so none reads as arriving before it
+    /// was sent (counting from the due time read 4 of these 5 so).
+    #[test]
+    fn iperf2_frames_count_from_their_first_datagrams_send_time() {
+        let (period_ns, start_ns, lag_ns) =
+            (33_333_000u64, 1_700_000_000_000_000_000u64, 1_000_000);
+        let mut t = FrameTracker::iperf2();
+        for id in 1..=5u32 {
+            let sent_ns = match id {
+                1 => start_ns,
+                k => start_ns - lag_ns + period_ns * u64::from(k - 1),
+            };
+            let mut d = vec![0u8; 500];
+            let fields = FrameFields {
+                id,
+                previous: id - 1,
+                bytes: 500,
+                remaining: 500,
+                first_write_ns: 0,
+                due_ns: start_ns + period_ns * u64::from(id - 1),
+            };
+            fields.write_on(FrameWire::Iperf2, &mut d, period_ns);
+            d[4..8].copy_from_slice(&((sent_ns / 1_000_000_000) as u32).to_be_bytes());
+            d[8..12].copy_from_slice(&(((sent_ns % 1_000_000_000) / 1_000) as u32).to_be_bytes());
+            t.record(&d, sent_ns + 200_000);
+        }
+        let c = t.counts();
+        assert_eq!(
+            (c.whole, c.clock_ahead, c.latency_us.count),
+            (5, 0, 5),
+            "{c:?}"
+        );
+        assert!((c.latency_us.min - 200.0).abs() < 1.0 && (c.latency_us.max - 200.0).abs() < 1.0);
     }
 
     /// The second datagram of `iperf -c HOST -u --isochronous=10:2m,0 -e` (2.1.8) as it
