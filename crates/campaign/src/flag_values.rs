@@ -132,6 +132,34 @@ pub fn isochronous(text: &str) -> Result<linerate_model::video::VideoSettings, S
     linerate_model::video::VideoSettings::parse(text)
 }
 
+/// A STAMP key (`--hmac-key`): hexadecimal, at least 16 bytes.
+pub fn stamp_key(text: &str) -> Result<linerate_stamp::wire::Key, String> {
+    linerate_stamp::wire::Key::from_text(text.as_bytes())
+}
+
+/// A STAMP key file (`--hmac-key-file`, `--stamp-hmac-key-file`): hexadecimal text, or
+/// the raw bytes.
+pub fn stamp_key_file(path: &str) -> Result<linerate_stamp::wire::Key, String> {
+    linerate_stamp::wire::Key::from_file(std::path::Path::new(path))
+}
+
+/// irtt's key from a file (`--irtt-hmac-key-file`): its bytes, as irtt's `--hmac` takes
+/// its text, a final line end left off; 1 to 4,096 bytes.
+pub fn irtt_key_file(path: &str) -> Result<linerate_irtt::wire::HmacKey, String> {
+    let len = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    if len > 4096 {
+        return Err("over 4096 bytes".into());
+    }
+    let mut bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        bytes.pop();
+    }
+    if bytes.is_empty() {
+        return Err("the file is empty".into());
+    }
+    Ok(linerate_irtt::wire::HmacKey(bytes))
+}
+
 /// Key frames of a video (`--key-frames 60:8`).
 pub fn key_frames(text: &str) -> Result<linerate_model::video::KeyFrames, String> {
     linerate_model::video::KeyFrames::parse(text)

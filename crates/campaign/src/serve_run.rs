@@ -25,6 +25,9 @@ pub struct Beside {
     pub metrics: Option<SocketAddr>,
     /// `--stamp`: a STAMP reflector, under the server's --allow and --deny.
     pub stamp: Option<(SocketAddr, reflector::Config)>,
+    /// `--irtt`: an irtt server, with its key (`--irtt-hmac-key-file`), under the
+    /// server's --allow, --deny and --max-duration.
+    pub irtt: Option<(SocketAddr, Option<linerate_irtt::wire::HmacKey>)>,
     /// `--http` and `--https`: the RPM servers.
     pub http: Option<SocketAddr>,
     pub https: Option<SocketAddr>,
@@ -48,6 +51,8 @@ pub fn run(mut config: ServerConfig, beside: &Beside, storage: &Storage) -> Resu
     let stamp = stamp_reflector(beside, &config)?;
     // Kept until the server ends: dropped, the listener stops.
     let _metrics = metrics_listener(beside, &mut config, stamp.as_ref())?;
+    // Kept until the server ends, as the reflector.
+    let _irtt = irtt_server(beside, &config)?;
     // Kept until the server ends, as the metrics listener.
     let _http = http_servers(beside, &config)?;
     let _ndt7 = ndt7_server(beside, &config, storage)?;
@@ -197,6 +202,47 @@ fn stamp_reflector(
         listener.addr,
         if authenticated_only {
             " (authenticated packets only)"
+        } else {
+            ""
+        }
+    ));
+    Ok(Some(listener))
+}
+
+/// The irtt server of `--irtt`, under the server's --allow, --deny and --max-duration.
+fn irtt_server(
+    beside: &Beside,
+    config: &ServerConfig,
+) -> Result<Option<linerate_irtt::listener::Listener>> {
+    let Some((addr, key)) = beside.irtt.clone() else {
+        return Ok(None);
+    };
+    let keyed = key.is_some();
+    let irtt = linerate_irtt::server::Config {
+        key,
+        max_duration_ns: (config.limits.max_duration_s.min(86_400.0) * 1e9) as i64,
+        ipv6_source_prefix: beside.v6_prefix,
+        ..linerate_irtt::server::Config::default()
+    };
+    let policy = config.access.clone();
+    let log = Arc::new(linerate_drivers::access::OperatorLog::new(
+        true,
+        config.log_format,
+    ));
+    let line = log.clone();
+    let listener = linerate_irtt::listener::start(
+        addr,
+        irtt,
+        Arc::new(move |ip| policy.permits(linerate_drivers::access::canonical(ip))),
+        Arc::new(move |message: &str| line.line(message)),
+        config.log,
+    )
+    .map_err(|e| usage(format!("--irtt {addr}: cannot listen: {e}")))?;
+    log.line(&format!(
+        "irtt server on udp {}{}",
+        listener.addr,
+        if keyed {
+            " (HMAC-signed packets only)"
         } else {
             ""
         }

@@ -142,7 +142,7 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv\n  linerate serve --cert cert.pem --cert-key key.pem --require-tls\n  linerate serve --http :8080 --https :8443   responsiveness (RPM) for linerate rpm, networkQuality, mach and browsers\n  linerate serve --join 239.1.1.1 --join 232.1.1.1@192.0.2.7%eth1   count multicast streams (linerate's, iperf 2's)\n  linerate serve --key lab.key --iperf2-port 5001   iperf 2 clients too (iperf -c HOST -P 4 -t 10)"
     )]
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Measure TCP throughput to a server, or of this machine over loopback
     #[command(after_help = EXAMPLES)]
     Stream(StreamArgs),
@@ -393,11 +393,11 @@ pub struct StampArgs {
     pub source: BindArgs,
     /// Authenticated mode: the HMAC-SHA-256 key in hexadecimal (at least 16 bytes; --key
     /// is linerate's own key file, not STAMP's)
-    #[arg(long, value_name = "HEX", conflicts_with = "hmac_key_file")]
-    pub hmac_key: Option<String>,
+    #[arg(long, value_name = "HEX", conflicts_with = "hmac_key_file", value_parser = stamp_key)]
+    pub hmac_key: Option<linerate_stamp::wire::Key>,
     /// Authenticated mode: the key from FILE (hexadecimal text, or the raw bytes)
-    #[arg(long, value_name = "FILE")]
-    pub hmac_key_file: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "FILE", value_parser = stamp_key_file)]
+    pub hmac_key_file: Option<linerate_stamp::wire::Key>,
     /// Send the bare base packet: no Direct Measurement TLV (a reflector that echoes
     /// unknown octets wrongly, or a size below the default)
     #[arg(long)]
@@ -1603,8 +1603,8 @@ pub struct ServeArgs {
     pub stamp: Option<std::net::SocketAddr>,
     /// STAMP: the HMAC-SHA-256 key (hexadecimal text, or the raw bytes, in FILE) that
     /// authenticated test packets are checked and answered with
-    #[arg(long, value_name = "FILE", requires = "stamp")]
-    pub stamp_hmac_key_file: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "FILE", requires = "stamp", value_parser = stamp_key_file)]
+    pub stamp_hmac_key_file: Option<linerate_stamp::wire::Key>,
     /// STAMP: answer only authenticated test packets
     #[arg(long, requires = "stamp_hmac_key_file")]
     pub stamp_authenticated_only: bool,
@@ -1629,6 +1629,13 @@ pub struct ServeArgs {
     /// probe, the one answer that amplifies; padded probes (twampy --padding 30) need none
     #[arg(long, value_name = "PPS", num_args = 0..=1, default_missing_value = "1000", value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "stamp")]
     pub stamp_twamp_light: Option<u32>,
+    /// Answer irtt clients (irtt 0.9, flent's irtt tests) on this UDP [ADDR:]PORT (2112 is
+    /// irtt's), as `irtt server` does, under --max-duration and the access rules
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = udp_listen_addr)]
+    pub irtt: Option<std::net::SocketAddr>,
+    /// irtt: the key (irtt's --hmac, the file's bytes) every packet must be signed with
+    #[arg(long, value_name = "FILE", requires = "irtt", value_parser = irtt_key_file)]
+    pub irtt_hmac_key_file: Option<linerate_irtt::wire::HmacKey>,
 }
 
 #[derive(Debug, Args)]

@@ -58,13 +58,12 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     if let Some(store) = globals.storage.open_for_run()? {
         config.foreign_reports = Some(storage::server_keeper(store, !args.quiet));
     }
-    let stamp = match args.stamp {
-        Some(addr) => Some((addr, stamp_reflector(args)?)),
-        None => None,
-    };
     let beside = Beside {
         metrics: args.metrics,
-        stamp,
+        stamp: args.stamp.map(|addr| (addr, stamp_reflector(args))),
+        irtt: args
+            .irtt
+            .map(|addr| (addr, args.irtt_hmac_key_file.clone())),
         http: args.http,
         https: args.https,
         rpm_max_request_s: args.max_duration.clamp(10.0, 3600.0),
@@ -105,16 +104,9 @@ fn set_tls(args: &ServeArgs, config: &mut ServerConfig) -> Result<(), Failure> {
 }
 
 /// The STAMP reflector's settings, from `--stamp-*` and the server's.
-fn stamp_reflector(args: &ServeArgs) -> Result<linerate_stamp::reflector::Config, Failure> {
-    let key = match &args.stamp_hmac_key_file {
-        Some(path) => Some(
-            crate::stamp_cmd::read_key_file(path, "--stamp-hmac-key-file")
-                .map_err(Failure::Usage)?,
-        ),
-        None => None,
-    };
-    Ok(linerate_stamp::reflector::Config {
-        key,
+fn stamp_reflector(args: &ServeArgs) -> linerate_stamp::reflector::Config {
+    linerate_stamp::reflector::Config {
+        key: args.stamp_hmac_key_file.clone(),
         authenticated_only: args.stamp_authenticated_only,
         max_sessions: args.stamp_sessions as usize,
         max_sessions_per_source: args.stamp_sessions_per_source as usize,
@@ -123,7 +115,7 @@ fn stamp_reflector(args: &ServeArgs) -> Result<linerate_stamp::reflector::Config
         per_source_pps: args.stamp_rate_per_source,
         total_pps: args.stamp_rate,
         ..linerate_stamp::reflector::Config::default()
-    })
+    }
 }
 
 /// iperf3's authentication (`--rsa-private-key-path`, `--authorized-users-path`).

@@ -7,29 +7,8 @@ use crate::Globals;
 use linerate_campaign::stamp_run;
 use linerate_model::clock::UnixTime;
 use linerate_stamp::sender::{self, Options};
-use linerate_stamp::wire::{tlv, Key, Mode};
+use linerate_stamp::wire::{tlv, Mode};
 use std::time::Duration;
-
-/// The key of --hmac-key or --hmac-key-file, when given.
-fn key(args: &StampArgs) -> Result<Option<Key>, Failure> {
-    if let Some(hex) = &args.hmac_key {
-        return Key::from_text(hex.as_bytes())
-            .map(Some)
-            .map_err(|e| Failure::Usage(format!("invalid value for '--hmac-key': {e}")));
-    }
-    let Some(path) = &args.hmac_key_file else {
-        return Ok(None);
-    };
-    read_key_file(path, "--hmac-key-file")
-        .map(Some)
-        .map_err(Failure::Usage)
-}
-
-/// A STAMP key file (`linerate_stamp::wire::Key::from_file`), a mistake naming `flag`.
-pub fn read_key_file(path: &std::path::Path, flag: &str) -> Result<Key, String> {
-    Key::from_file(path)
-        .map_err(|e| format!("invalid value '{}' for '{flag}': {e}", path.display()))
-}
 
 /// The run the flags ask for: the mode the key makes, the rate, the TLVs and the padding
 /// that makes `--size`.
@@ -45,7 +24,7 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
             "invalid value '{bind}' for '--bind': the reflector {addr} is of the other IP version"
         )));
     }
-    let key = key(args)?;
+    let key = args.hmac_key.clone().or_else(|| args.hmac_key_file.clone());
     let mode = if key.is_some() {
         Mode::Authenticated
     } else {

@@ -147,22 +147,22 @@ struct Session {
     last_ns: u64,
 }
 
-/// A token bucket of one second's packets.
+/// A token bucket of one second's packets (irtt's server takes its opens through one).
 #[derive(Debug, Clone, Copy)]
-struct Bucket {
+pub struct Bucket {
     tokens: f64,
     last_ns: u64,
 }
 
 impl Bucket {
-    fn full(rate: u32, now_ns: u64) -> Bucket {
+    pub fn full(rate: u32, now_ns: u64) -> Bucket {
         Bucket {
             tokens: f64::from(rate),
             last_ns: now_ns,
         }
     }
 
-    fn take(&mut self, rate: u32, now_ns: u64) -> bool {
+    pub fn take(&mut self, rate: u32, now_ns: u64) -> bool {
         let elapsed = now_ns.saturating_sub(self.last_ns) as f64 / 1e9;
         self.last_ns = now_ns;
         self.tokens = (self.tokens + elapsed * f64::from(rate)).min(f64::from(rate));
@@ -175,7 +175,7 @@ impl Bucket {
     }
 
     /// Refilled to the brim: as good as new, so its place may go to another source.
-    fn idle(&self, rate: u32, now_ns: u64) -> bool {
+    pub fn idle(&self, rate: u32, now_ns: u64) -> bool {
         self.tokens + now_ns.saturating_sub(self.last_ns) as f64 / 1e9 * f64::from(rate)
             >= f64::from(rate)
     }

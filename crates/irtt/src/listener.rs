@@ -1,0 +1,296 @@
+//! `serve --irtt`: an irtt server on its own thread. One socket, one loop: datagrams in
+//! a batch with the kernel's arrival times, the access rules asked, the server's
+//! decisions, the answers out together with the TOS each session asked for. Refusals are
+//! counted by reason and logged at most once per reason every ten seconds; each session
+//! is logged once, as it ends.
+
+// A socket loop reads the clock; the sans-IO parts (wire, server) take it.
+#![allow(clippy::disallowed_methods)]
+
+use crate::server::{Config, EndReason, Ended, Refusal, Server};
+use crate::wire::Stamp;
+use linerate_stamp::sys;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Who may be answered: `Err` names the rule that refuses an address.
+pub type Permits = Arc<dyn Fn(IpAddr) -> Result<(), &'static str> + Send + Sync>;
+/// Where the operator's log lines go.
+pub type LogLine = Arc<dyn Fn(&str) + Send + Sync>;
+/// Datagrams read, and answers sent, per system call.
+const BATCH: usize = 64;
+
+/// What the server did, since it started.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub answered: AtomicU64,
+    pub refused: [AtomicU64; Refusal::ALL.len()],
+    pub sessions: AtomicU64,
+    pub sessions_ended: AtomicU64,
+}
+
+impl Counters {
+    fn refuse(&self, refusal: Refusal) {
+        if let Some(i) = Refusal::ALL.iter().position(|r| *r == refusal) {
+            self.refused[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// (reason, count) for every reason, in a fixed order.
+    pub fn refused(&self) -> Vec<(&'static str, u64)> {
+        Refusal::ALL
+            .iter()
+            .zip(&self.refused)
+            .map(|(r, c)| (r.reason(), c.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// A running server; stops when dropped.
+pub struct Listener {
+    pub addr: SocketAddr,
+    pub counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Binds `addr` (every IPv6 address falls back to every IPv4 one on a host without
+/// IPv6) and serves irtt clients there until dropped; `log_sessions`: a line for each
+/// session as it ends (refusals are logged whatever it says).
+pub fn start(
+    addr: SocketAddr,
+    config: Config,
+    permits: Permits,
+    log: LogLine,
+    log_sessions: bool,
+) -> io::Result<Listener> {
+    let socket = UdpSocket::bind(addr).or_else(|e| match addr.ip() {
+        IpAddr::V6(ip) if ip.is_unspecified() => UdpSocket::bind(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            addr.port(),
+        )),
+        _ => Err(e),
+    })?;
+    let local = socket.local_addr()?;
+    let v6 = local.is_ipv6();
+    sys::enable_meta(&socket, v6)?;
+    // Room for bursts of requests while the thread is off its CPU.
+    let _ = socket2::SockRef::from(&socket).set_recv_buffer_size(4 << 20);
+    let counters = Arc::new(Counters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (thread_counters, thread_stop) = (counters.clone(), stop.clone());
+    let thread = std::thread::Builder::new()
+        .name("irtt-server".into())
+        .spawn(move || {
+            let logs = Logs {
+                line: log.clone(),
+                sessions: log_sessions,
+            };
+            if let Err(e) = serve(
+                &socket,
+                v6,
+                config,
+                &permits,
+                &logs,
+                &thread_counters,
+                &thread_stop,
+            ) {
+                log(&format!("irtt server stopped: {e}"));
+            }
+        })?;
+    Ok(Listener {
+        addr: local,
+        counters,
+        stop,
+        thread: Some(thread),
+    })
+}
+
+/// Tokens from the system's randomness: a session's token proves its client receives at
+/// its address, so it must not be guessable.
+fn random_token() -> u64 {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::getrandom(&mut bytes);
+    u64::from_le_bytes(bytes)
+}
+
+fn unix_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// The server's two clocks now: the wall clock, and nanoseconds since it started (never
+/// 0: irtt reads a 0 stamp as none).
+fn stamp_now(epoch: Instant) -> Stamp {
+    Stamp {
+        wall: unix_ns(),
+        mono: epoch.elapsed().as_nanos() as i64 + 1,
+    }
+}
+
+/// One line per reason every ten seconds at most, with the count since the last.
+struct RefusalLog {
+    last: Vec<Option<Instant>>,
+    since: Vec<u64>,
+}
+
+impl RefusalLog {
+    fn note(&mut self, refusal: Refusal, from: SocketAddr, log: &LogLine) {
+        let i = Refusal::ALL.iter().position(|r| *r == refusal).unwrap_or(0);
+        self.since[i] += 1;
+        if self.last[i].map_or(true, |t| t.elapsed() >= Duration::from_secs(10)) {
+            let n = self.since[i];
+            log(&format!(
+                "irtt: refused {n} packet{} ({}), the latest from {from}",
+                if n == 1 { "" } else { "s" },
+                refusal.reason()
+            ));
+            self.since[i] = 0;
+            self.last[i] = Some(Instant::now());
+        }
+    }
+}
+
+/// A session's line as it ends.
+pub fn ended_line(ended: &Ended) -> String {
+    let why = match ended.why {
+        EndReason::Closed => "closed by the client",
+        EndReason::Duration => "past its duration, closed",
+        EndReason::Idle => "idle, ended",
+    };
+    format!(
+        "irtt: session from {} {why}: {} of {} requests answered over {:.1} s (interval {:.1} ms, {} bytes)",
+        ended.from,
+        ended.answered,
+        ended.received,
+        ended.active_ns as f64 / 1e9,
+        ended.params.interval_ns as f64 / 1e6,
+        ended.params.length,
+    )
+}
+
+/// Where the loop's lines go, and whether sessions are told as they end.
+struct Logs {
+    line: LogLine,
+    sessions: bool,
+}
+
+fn serve(
+    socket: &UdpSocket,
+    v6: bool,
+    config: Config,
+    permits: &Permits,
+    logs: &Logs,
+    counters: &Counters,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    let epoch = Instant::now();
+    let max_length = config.max_length;
+    let mut server = Server::new(config, Box::new(random_token), stamp_now(epoch).mono);
+    let mut inbox = sys::ReceiveBatch::new(BATCH, max_length + 1);
+    let mut outbox = sys::SendBatch::new(BATCH, max_length, v6, false);
+    let mut refusals = RefusalLog {
+        last: vec![None; Refusal::ALL.len()],
+        since: vec![0; Refusal::ALL.len()],
+    };
+    let mut unsent_logged: Option<Instant> = None;
+    let mut swept = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if swept.elapsed() >= Duration::from_secs(1) {
+            server.sweep(stamp_now(epoch).mono);
+            swept = Instant::now();
+        }
+        for ended in server.take_ended() {
+            counters.sessions_ended.fetch_add(1, Ordering::Relaxed);
+            if logs.sessions {
+                (logs.line)(&ended_line(&ended));
+            }
+        }
+        counters
+            .sessions
+            .store(server.sessions() as u64, Ordering::Relaxed);
+        if !sys::wait_readable(socket, Duration::from_millis(200))? {
+            continue;
+        }
+        loop {
+            let received = match inbox.recv(socket) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // An ICMP error for an earlier answer: nothing to do for it.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
+                Err(e) => return Err(e),
+            };
+            for i in 0..received {
+                let Some((bytes, truncated, from, meta)) = inbox.datagram(i) else {
+                    continue;
+                };
+                let now = stamp_now(epoch);
+                // The kernel's arrival time, on both clocks (the monotonic one by how long
+                // ago that was).
+                let arrived_wall = meta.kernel_unix_ns.map_or(now.wall, |ns| ns as i64);
+                let arrived = Stamp {
+                    wall: arrived_wall,
+                    mono: (now.mono - (now.wall - arrived_wall).max(0)).max(1),
+                };
+                let answer = outbox.next_buffer().expect("a slot per datagram received");
+                let decision = if truncated {
+                    crate::server::Decision {
+                        answer: None,
+                        refused: Some(Refusal::NotARequest),
+                    }
+                } else if permits(from.ip()).is_err() {
+                    crate::server::Decision {
+                        answer: None,
+                        refused: Some(Refusal::Denied),
+                    }
+                } else {
+                    server.handle(
+                        &crate::server::Arrival {
+                            from,
+                            bytes,
+                            received: arrived,
+                            now,
+                        },
+                        answer,
+                    )
+                };
+                if let Some(reply) = decision.answer {
+                    outbox.push(reply.len, from, (reply.tos != 0).then_some(reply.tos));
+                }
+                if let Some(refusal) = decision.refused {
+                    counters.refuse(refusal);
+                    refusals.note(refusal, from, &logs.line);
+                }
+            }
+            match outbox.send(socket) {
+                Ok(n) => {
+                    counters.answered.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    if unsent_logged.map_or(true, |t| t.elapsed() >= Duration::from_secs(10)) {
+                        (logs.line)(&format!("irtt: could not send answers: {e}"));
+                        unsent_logged = Some(Instant::now());
+                    }
+                }
+            }
+            if received < BATCH {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
