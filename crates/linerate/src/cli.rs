@@ -357,6 +357,7 @@ const STAMP_EXAMPLES: &str = "Examples:
   linerate stamp router1 --hmac-key-file stamp.key      authenticated mode (HMAC-SHA-256)
   linerate stamp server1 --json > stamp.json
   linerate stamp router1 -B 192.0.2.7 --bind-dev eth1  from that address, through eth1
+  linerate stamp server1 --irtt --interval 10ms -t 30  irtt's protocol to an irtt server (2112)
 
 Loss is split per direction from the reflector's Direct Measurement TLV (RFC 8972) or its
 own sequence numbers (a stateful reflector); otherwise only the round trip is known, and
@@ -367,8 +368,16 @@ its own minimum (added) needs no synchronised clocks and is always given.";
 /// `linerate stamp`.
 #[derive(Debug, Args)]
 pub struct StampArgs {
-    /// The reflector: HOST[:PORT] (port 862 unless given; [ADDR]:PORT for IPv6)
+    /// The reflector: HOST[:PORT] (port 862, with --irtt 2112, unless given; [ADDR]:PORT
+    /// for IPv6)
     pub target: String,
+    /// Speak irtt's protocol to an irtt server (`irtt server`, `linerate serve --irtt`):
+    /// the same figures, its loss split by the server's count; --size is irtt's --length
+    #[arg(long, conflicts_with_all = ["hmac_key", "hmac_key_file", "no_tlvs"])]
+    pub irtt: bool,
+    /// With --irtt: the key the server requires (irtt's --hmac, the file's bytes)
+    #[arg(long, value_name = "FILE", requires = "irtt", value_parser = irtt_key_file)]
+    pub irtt_hmac_key_file: Option<linerate_irtt::wire::HmacKey>,
     /// Probes a second (a number, or N/s); conflicts with --interval
     #[arg(short, long, value_parser = probe_rate, conflicts_with = "interval")]
     pub rate: Option<f64>,

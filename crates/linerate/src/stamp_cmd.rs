@@ -13,7 +13,12 @@ use std::time::Duration;
 /// The run the flags ask for: the mode the key makes, the rate, the TLVs and the padding
 /// that makes `--size`.
 fn options(args: &StampArgs) -> Result<Options, Failure> {
-    let addr = linerate_stamp::resolve_reflector(&args.target).map_err(|why| {
+    let port = if args.irtt {
+        linerate_irtt::wire::PORT
+    } else {
+        linerate_stamp::PORT
+    };
+    let addr = linerate_stamp::resolve_reflector_at(&args.target, port).map_err(|why| {
         Failure::Usage(format!(
             "invalid value '{}' for '<TARGET>': {why}",
             args.target
@@ -65,8 +70,9 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
             || std::env::var_os(linerate_model::PATH_ENV).is_some(),
         ssid: linerate_stamp::random_ssid(),
         started_at: UnixTime::now().seconds(),
+        wire: None,
     };
-    if let Some(size) = args.size {
+    if let Some(size) = args.size.filter(|_| !args.irtt) {
         options
             .pad_to(usize::from(size))
             .map_err(|why| Failure::Usage(format!("invalid value '{size}' for '--size': {why}")))?;
@@ -75,5 +81,9 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
 }
 
 pub fn run(args: &StampArgs, globals: &Globals) -> CommandResult {
-    stamp_run::run(&options(args)?, args.print.json, &globals.storage)
+    let irtt = args.irtt.then(|| linerate_irtt::client::Ask {
+        length: args.size.map_or(0, usize::from),
+        key: args.irtt_hmac_key_file.clone(),
+    });
+    stamp_run::run(&options(args)?, irtt, args.print.json, &globals.storage)
 }

@@ -189,3 +189,73 @@ fn an_irtt_client_asking_beyond_the_bounds_is_granted_them() {
     );
     assert_eq!(num(&doc, "/stats/server_packets_received"), sent);
 }
+
+/// `linerate stamp --irtt` against `serve --irtt` on loopback, signed with a shared key:
+/// every request answered and counted by the server (its log line), the figures of one
+/// clock (each way's one-way delay given, none below zero, within the round trip), and a
+/// wrong key refused at the open with the reason.
+#[test]
+fn stamp_irtt_measures_against_serve_irtt_with_a_key() {
+    let dir = std::env::temp_dir().join(format!("lr-irtt-stamp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("irtt.key");
+    let wrong = dir.join("wrong.key");
+    std::fs::write(&key, "shared\n").unwrap();
+    std::fs::write(&wrong, "other\n").unwrap();
+    let (server, addr) = irtt_server(&["--irtt-hmac-key-file", key.to_str().unwrap()]);
+    let out = linerate(&[
+        "--no-store",
+        "stamp",
+        &addr,
+        "--irtt",
+        "--irtt-hmac-key-file",
+        key.to_str().unwrap(),
+        "--interval",
+        "10ms",
+        "-t",
+        "1",
+        "--size",
+        "200",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}\n{}", stderr(&out), server.log());
+    let doc = json(&out);
+    assert_eq!(doc["protocol"], "irtt");
+    assert_eq!(doc["mode"], "authenticated");
+    assert_eq!(num(&doc, "/size"), 200.0);
+    let sent = num(&doc, "/sent");
+    assert!(sent >= 95.0, "{doc}");
+    assert_eq!(num(&doc, "/answered"), sent, "{doc}");
+    assert_eq!(num(&doc, "/loss/forward"), 0.0, "{}", doc["loss"]);
+    let said = format!("{n} of {n} requests answered", n = sent as u64);
+    assert!(
+        server.wait_line(&[&said], Duration::from_secs(5)),
+        "{}",
+        server.log()
+    );
+    let rtt_max = num(&doc, "/rtt_us/max");
+    for way in ["forward", "reverse"] {
+        let delay = &doc[way]["delay_us"];
+        assert!(
+            num(delay, "/min") >= 0.0 && num(delay, "/max") <= rtt_max,
+            "{way}: {delay}"
+        );
+    }
+    let refused = linerate(&[
+        "--no-store",
+        "stamp",
+        &addr,
+        "--irtt",
+        "--irtt-hmac-key-file",
+        wrong.to_str().unwrap(),
+        "-t",
+        "1",
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("The same key?"),
+        "{}",
+        stderr(&refused)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4948,3 +4948,98 @@ fn irtt_over_the_lab_sees_each_ways_delay_and_loss_as_the_emulator_made_them() {
     assert_eq!(heard, sent - dropped, "{stats}");
     assert_eq!(num(&stats, "/packets_received"), heard, "{stats}");
 }
+
+/// `linerate stamp --irtt` against Debian's `irtt server` over the lab (20 ms out, 40 ms
+/// back, 1 % lost out), and irtt's own client over the same path just before it: each
+/// way's median one-way delay is irtt's own within 0.1 ms, and the emulator's holding time
+/// plus what the hosts add (irtt's server stamps its receipt in user space after a
+/// wake-up); the requests linerate counts lost on the way out (by the server's count) are
+/// the emulator's drops that way, less at most the open and the close; none are lost back.
+#[test]
+fn stamp_irtt_against_irtts_server_agrees_with_irtts_client_and_the_emulator() {
+    let test = "stamp_irtt_against_irtts_server_agrees_with_irtts_client_and_the_emulator";
+    if skip_unless_root(test) || !have("irtt", test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("irttc");
+    let _lab = lab_up(
+        &name,
+        &["--delay", "20ms,40ms", "--loss", "1%,0", "--seed", "9"],
+    );
+    let mut server = Command::new(binary())
+        .args(["lab", "exec", "--name", &name, "server", "--"])
+        .args(["irtt", "server", "-b", ":2112"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("irtt server");
+    std::thread::sleep(Duration::from_millis(800));
+    let theirs = lab(&[
+        "exec", "--name", &name, "client", "--", "timeout", "-s", "KILL", "40", "irtt", "client",
+        "-Q", "-o", "-", "-d", "5s", "-i", "10ms", "server",
+    ]);
+    let before = emulator_status(&name);
+    let ours = lab(&[
+        "exec",
+        "--name",
+        &name,
+        "client",
+        "--",
+        binary(),
+        "--no-store",
+        "stamp",
+        "server",
+        "--irtt",
+        "--interval",
+        "10ms",
+        "-t",
+        "5",
+        "--json",
+    ]);
+    let after = emulator_status(&name);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(theirs.status.success(), "irtt: {}", stderr(&theirs));
+    assert!(ours.status.success(), "stamp --irtt: {}", stderr(&ours));
+    let (theirs, ours) = (json(&theirs)["stats"].clone(), json(&ours));
+    assert_eq!(ours["protocol"], "irtt", "{ours}");
+    let way = |i: usize, c: &str| {
+        let at = format!("/directions/{i}/counters/{c}");
+        num(&after, &at) - num(&before, &at)
+    };
+    for (i, ours_at, theirs_at) in [
+        (0, "forward", "send_delay"),
+        (1, "reverse", "receive_delay"),
+    ] {
+        let held_ms = way(i, "delay_sum_ns") / way(i, "passed") / 1e6;
+        let late_ms = num(&after, &format!("/directions/{i}/counters/late_max_ns")) / 1e6;
+        let ours_ms = num(&ours, &format!("/{ours_at}/delay_us/p50")) / 1e3;
+        let theirs_ms = num(&theirs, &format!("/{theirs_at}/median")) / 1e6;
+        eprintln!(
+            "{ours_at}: linerate p50 {ours_ms:.3} ms, irtt's median {theirs_ms:.3} ms, the emulator held {held_ms:.3} ms (late at most {late_ms:.3})"
+        );
+        assert!(
+            (ours_ms - theirs_ms).abs() <= 0.1,
+            "{ours_at}: linerate {ours_ms:.3} ms against irtt's {theirs_ms:.3} ms"
+        );
+        assert!(
+            ours_ms >= held_ms - 0.01 && ours_ms <= held_ms + 0.5 + late_ms,
+            "{ours_at}: linerate {ours_ms:.3} ms, the emulator held {held_ms:.3} ms"
+        );
+    }
+    let lost_out =
+        num(&ours, "/loss/forward") + ours["loss"]["unattributed"].as_f64().unwrap_or(0.0);
+    let dropped = way(0, "lost");
+    eprintln!(
+        "linerate: {lost_out} lost out, {} back; the emulator dropped {dropped} out",
+        ours["loss"]["reverse"]
+    );
+    assert!(dropped > 0.0, "1 % of {} and none dropped", ours["sent"]);
+    assert!(
+        lost_out <= dropped && dropped <= lost_out + 2.0,
+        "{lost_out} counted lost out, the emulator dropped {dropped}: {}",
+        ours["loss"]
+    );
+    assert_eq!(num(&ours, "/loss/reverse"), 0.0, "{}", ours["loss"]);
+}

@@ -890,6 +890,7 @@ fn stamp(sent: u64, out: u64, back: u64) -> Document {
     use linerate_report::stamp::{StampLoss, StampReport, STAMP};
     Document::Stamp(Box::new(StampReport {
         test: STAMP.into(),
+        protocol: Default::default(),
         started_at: 0.0,
         target: "b".into(),
         address: "192.0.2.2:862".into(),

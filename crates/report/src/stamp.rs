@@ -13,6 +13,25 @@ use std::fmt::Write as _;
 /// The `test` value of a STAMP document.
 pub const STAMP: &str = "stamp";
 
+/// The two-way protocol a run's probes spoke: STAMP's, or irtt's (to an irtt server,
+/// whose answers carry the same four times and a count of what it received).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    #[default]
+    Stamp,
+    Irtt,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Stamp => "STAMP",
+            Protocol::Irtt => "irtt",
+        }
+    }
+}
+
 /// Probes lost, split by direction where the reflector let it be told.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StampLoss {
@@ -140,6 +159,9 @@ pub struct StampInterval {
 pub struct StampReport {
     /// Always [`STAMP`]: tells the document's kind.
     pub test: String,
+    /// The probes' protocol (STAMP's unless said).
+    #[serde(default, skip_serializing_if = "is_stamp")]
+    pub protocol: Protocol,
     pub started_at: f64,
     /// The reflector as the user named it, and the address it resolved to.
     pub target: String,
@@ -209,6 +231,10 @@ pub struct StampReport {
     pub interrupted_after_s: Option<f64>,
     #[serde(default)]
     pub host: Option<linerate_model::HostFacts>,
+}
+
+fn is_stamp(protocol: &Protocol) -> bool {
+    *protocol == Protocol::Stamp
 }
 
 /// Microseconds as milliseconds with three decimals.
@@ -414,7 +440,8 @@ impl ResultKind for StampReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "STAMP to {} ({}), {} mode: {} probes of {} bytes at {:.0}/s over {:.2} s",
+            "{} to {} ({}), {} mode: {} probes of {} bytes at {:.0}/s over {:.2} s",
+            self.protocol.name(),
             self.target,
             self.address,
             self.mode,

@@ -28,12 +28,17 @@ pub const PORT: u16 = 862;
 /// bare IPv6 address, port 862 unless given. The error is the reason alone; the caller
 /// names the value.
 pub fn resolve_reflector(target: &str) -> Result<std::net::SocketAddr, String> {
+    resolve_reflector_at(target, PORT)
+}
+
+/// [`resolve_reflector`] with another protocol's port (irtt's 2112) where none is named.
+pub fn resolve_reflector_at(target: &str, port: u16) -> Result<std::net::SocketAddr, String> {
     use std::net::{SocketAddr, ToSocketAddrs};
     if target.is_empty() || target.contains('/') || target.contains(char::is_whitespace) {
         return Err("give HOST or HOST:PORT".into());
     }
     if let Ok(ip) = target.parse::<std::net::IpAddr>() {
-        return Ok(SocketAddr::new(ip, PORT));
+        return Ok(SocketAddr::new(ip, port));
     }
     let with_port = if target.starts_with('[')
         || target
@@ -42,7 +47,7 @@ pub fn resolve_reflector(target: &str) -> Result<std::net::SocketAddr, String> {
     {
         target.to_string()
     } else {
-        format!("{target}:{PORT}")
+        format!("{target}:{port}")
     };
     with_port
         .to_socket_addrs()

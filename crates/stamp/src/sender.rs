@@ -8,9 +8,9 @@
 
 use crate::sys;
 use crate::tally::{Reply, Settings, Tally};
-use crate::wire::{self, tlv, ErrorEstimate, Key, Mode, TestPacket, Timestamp};
+use crate::wire::{self, tlv, ErrorEstimate, Key, Mode, Reflected, TestPacket, Timestamp};
 use linerate_model::clock::UnixTime;
-use linerate_report::stamp::{StampInterval, StampReport};
+use linerate_report::stamp::{Protocol, StampInterval, StampReport};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,11 +43,34 @@ pub struct Options {
     /// The session's identifier (nonzero; drawn by the caller).
     pub ssid: u16,
     pub started_at: f64,
+    /// Another protocol's packets in place of STAMP's (an irtt session's, opened by its
+    /// caller); `None`: STAMP.
+    pub wire: Option<std::sync::Arc<dyn ForeignWire>>,
+}
+
+/// Another two-way protocol carried by a session (irtt's): its probes written and its
+/// answers read as STAMP's fields, so that one loop, one tally and one report serve both.
+pub trait ForeignWire: std::fmt::Debug + Send + Sync {
+    fn protocol(&self) -> Protocol;
+    /// Each probe's length, octets.
+    fn size(&self) -> usize;
+    /// Writes probe `seq` into `out` (cleared first).
+    fn encode(&self, seq: u32, out: &mut Vec<u8>);
+    /// Reads an answer: the sender's sequence number and the answerer's times and counts
+    /// as a reflected STAMP packet (the sender's time left for the tally to fill from the
+    /// probe it sent, where the protocol does not copy it back), or `None` where it is no
+    /// answer of this session.
+    fn decode(&self, bytes: &[u8]) -> Option<Reflected>;
+    /// Whether `bytes` says the answerer ended the session (no more probes are answered).
+    fn ends(&self, bytes: &[u8]) -> bool;
 }
 
 impl Options {
     /// The size of each probe, octets of UDP payload.
     pub fn size(&self) -> usize {
+        if let Some(wire) = &self.wire {
+            return wire.size();
+        }
         let mut tlvs = Vec::new();
         self.extensions
             .encode(0, &[0; 4], self.key.as_ref(), &mut tlvs);
@@ -164,6 +187,9 @@ pub struct Session {
     start_ns: u64,
     phase: Phase,
     interrupted: bool,
+    /// The answerer said the session is over (an irtt server past the session's
+    /// duration): no more probes go.
+    ended_by_answerer: bool,
     packet: Vec<u8>,
     tlvs: Vec<u8>,
 }
@@ -191,6 +217,10 @@ impl Session {
                 target: options.target.clone(),
                 address: options.addr.to_string(),
                 mode: options.mode,
+                protocol: options
+                    .wire
+                    .as_ref()
+                    .map_or(Protocol::Stamp, |w| w.protocol()),
                 rate_pps: options.rate_pps,
                 size: options.size(),
                 dscp: options.dscp,
@@ -212,6 +242,7 @@ impl Session {
                 next_ns: first_ns.max(now_ns),
             },
             interrupted: false,
+            ended_by_answerer: false,
             packet: Vec::with_capacity(wire::MAX_PACKET),
             tlvs: Vec::with_capacity(wire::MAX_PACKET),
         }
@@ -263,7 +294,8 @@ impl Session {
         let mut due = false;
         if let Phase::Sending { next_ns } = self.phase {
             let elapsed = now_ns.saturating_sub(self.start_ns);
-            let done = self.options.count.is_some_and(|c| self.tally.sent() >= c)
+            let done = self.ended_by_answerer
+                || self.options.count.is_some_and(|c| self.tally.sent() >= c)
                 || self
                     .options
                     .duration
@@ -310,6 +342,14 @@ impl Session {
     /// counted as sent, and its sequence number goes to the next.
     pub fn next_probe(&mut self, epoch: &Instant, packet: &mut Vec<u8>) -> Pending {
         let seq = self.tally.next_seq();
+        if let Some(wire) = &self.options.wire {
+            wire.encode(seq, packet);
+            return Pending {
+                seq,
+                timestamp: Timestamp::ntp_from_unix_ns(i128::from(UnixTime::now().nanos())),
+                sent_ns: epoch.elapsed().as_nanos() as u64,
+            };
+        }
         let probe = TestPacket {
             seq,
             timestamp: Timestamp::ntp_from_unix_ns(i128::from(UnixTime::now().nanos())),
@@ -374,6 +414,27 @@ impl Session {
         let now_unix = i128::from(UnixTime::now().nanos());
         let now_ns = epoch.elapsed().as_nanos() as u64;
         let options = &self.options;
+        if let Some(foreign) = &options.wire {
+            if foreign.ends(bytes) {
+                self.ended_by_answerer = true;
+            }
+            let Some(mut answer) = foreign.decode(bytes) else {
+                self.tally.unreadable_answer();
+                return;
+            };
+            if let Some(sent) = self.tally.probe_timestamp(answer.sender_seq) {
+                answer.sender_timestamp = sent;
+            }
+            let (arrived_unix_ns, arrived_ns) = arrival_times(meta, now_unix, now_ns);
+            self.tally.answer(&Reply {
+                answer,
+                tlvs: tlv::Answer::default(),
+                arrived_unix_ns,
+                arrived_ns,
+                tos: meta.tos,
+            });
+            return;
+        }
         let (answer, area) = match wire::decode_reflected(bytes, options.mode, options.key.as_ref())
         {
             Ok(answer) => (answer, &bytes[options.mode.base_len()..]),
@@ -391,15 +452,7 @@ impl Session {
             },
         };
         let tlvs = tlv::Answer::read(area, &bytes[..4], options.key.as_ref());
-        // The kernel's time of arrival: how long the answer waited in the socket is taken
-        // off this loop's clock too, so the round trip is the network's and the
-        // reflector's, not this loop's wake-up.
-        let (arrived_unix_ns, arrived_ns) = match meta.kernel_unix_ns {
-            Some(k) if (0..1_000_000_000).contains(&(now_unix - k)) => {
-                (k, now_ns.saturating_sub((now_unix - k) as u64))
-            }
-            _ => (now_unix, now_ns),
-        };
+        let (arrived_unix_ns, arrived_ns) = arrival_times(meta, now_unix, now_ns);
         self.tally.answer(&Reply {
             answer,
             tlvs,
@@ -427,9 +480,19 @@ pub fn run(
     stop: &AtomicBool,
     live: &mut dyn FnMut(&StampInterval),
 ) -> io::Result<StampReport> {
+    run_on(&Session::own_socket(options)?, options, stop, live)
+}
+
+/// [`run`] on a socket of the caller's ([`open_socket_from`]): one a protocol's session
+/// was opened on (irtt's answers go only to the address that opened it).
+pub fn run_on(
+    socket: &UdpSocket,
+    options: &Options,
+    stop: &AtomicBool,
+    live: &mut dyn FnMut(&StampInterval),
+) -> io::Result<StampReport> {
     let epoch = Instant::now();
     let mono = || epoch.elapsed().as_nanos() as u64;
-    let socket = Session::own_socket(options)?;
     let mut session = Session::new(options, 0, 0);
     let every_ns = options.report_every.as_nanos() as u64;
     let mut next_report = every_ns;
@@ -439,8 +502,8 @@ pub fn run(
             session.interrupt();
             break;
         }
-        session.tick(&socket, mono(), &epoch)?;
-        session.drain(&socket, &mut buf, &epoch)?;
+        session.tick(socket, mono(), &epoch)?;
+        session.drain(socket, &mut buf, &epoch)?;
         let now = mono();
         if every_ns > 0 && now >= next_report {
             live(&session.close_interval(now));
@@ -455,7 +518,7 @@ pub fn run(
             until
         };
         if until > now {
-            sys::wait_readable(&socket, Duration::from_nanos(until - now))?;
+            sys::wait_readable(socket, Duration::from_nanos(until - now))?;
         }
     }
     let end = mono();
@@ -463,6 +526,18 @@ pub fn run(
         live(&session.close_interval(end));
     }
     Ok(session.finish(end))
+}
+
+/// An answer's arrival on both clocks: the kernel's time of arrival, and how long the
+/// answer waited in the socket taken off this loop's clock too, so the round trip is the
+/// network's and the reflector's, not this loop's wake-up.
+fn arrival_times(meta: sys::Meta, now_unix: i128, now_ns: u64) -> (i128, u64) {
+    match meta.kernel_unix_ns {
+        Some(k) if (0..1_000_000_000).contains(&(now_unix - k)) => {
+            (k, now_ns.saturating_sub((now_unix - k) as u64))
+        }
+        _ => (now_unix, now_ns),
+    }
 }
 
 fn retry(e: &io::Error) -> bool {

@@ -8,8 +8,8 @@ use crate::wire::{tlv, ErrorEstimate, Reflected, Timestamp};
 use linerate_model::clock::ClockState;
 use linerate_model::latency::LatencyHistogram;
 use linerate_report::stamp::{
-    delay_bucket, Clocks, DelayFigures, Marks, OneWay, StampInterval, StampLoss, StampReport,
-    DELAY_BOUNDS_US, STAMP,
+    delay_bucket, Clocks, DelayFigures, Marks, OneWay, Protocol, StampInterval, StampLoss,
+    StampReport, DELAY_BOUNDS_US, STAMP,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +27,8 @@ pub struct Settings {
     pub target: String,
     pub address: String,
     pub mode: crate::wire::Mode,
+    /// STAMP's, or the protocol a [`crate::sender::ForeignWire`] speaks.
+    pub protocol: Protocol,
     pub rate_pps: f64,
     pub size: usize,
     pub dscp: Option<u8>,
@@ -294,6 +296,13 @@ impl Tally {
 
     pub fn answered(&self) -> u64 {
         self.answered
+    }
+
+    /// The time (T1) probe `seq` carried, while it is remembered: a protocol whose
+    /// answers do not copy it back (irtt's) is matched by its sequence number alone.
+    pub fn probe_timestamp(&self, seq: u32) -> Option<Timestamp> {
+        let slot = self.window[seq as usize % self.window.len()];
+        slot.filter(|p| p.seq == seq).map(|p| p.timestamp)
     }
 
     /// Notes a probe sent at `sent_ns` carrying `timestamp` (T1).
@@ -658,6 +667,7 @@ impl Tally {
         let counts = |m: &BTreeMap<(u8, u8), u64>| m.iter().map(|(k, n)| (k.0, k.1, *n)).collect();
         StampReport {
             test: STAMP.into(),
+            protocol: s.protocol,
             started_at: s.started_at,
             target: s.target.clone(),
             address: s.address.clone(),

@@ -665,6 +665,7 @@ fn settings() -> Settings {
         target: "t".into(),
         address: "192.0.2.1:862".into(),
         mode: Mode::Open,
+        protocol: Default::default(),
         rate_pps: 1000.0,
         size: 44,
         dscp: None,
@@ -800,6 +801,7 @@ fn many_sessions_on_one_prober(prober: &crate::prober::Prober) {
         same_clock: true,
         ssid,
         started_at: 0.0,
+        wire: None,
     };
     let runs = [
         // One SSID: only their ports tell these two apart.
@@ -893,6 +895,7 @@ fn the_prober_sends_each_sessions_probes_from_its_own_source() {
         same_clock: true,
         ssid: 21,
         started_at: 0.0,
+        wire: None,
     };
     let from_bound = Some(linerate_model::Source {
         address: Some(bound),

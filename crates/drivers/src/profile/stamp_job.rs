@@ -149,6 +149,7 @@ pub(crate) fn start_source(
         same_clock: sender::is_local(addr.ip()),
         ssid: linerate_stamp::random_ssid(),
         started_at: UnixTime::now().seconds(),
+        wire: None,
     };
     let outcome = linerate_stamp::prober::shared()
         .and_then(|prober| prober.probe(options, cancel))
@@ -387,6 +388,7 @@ mod tests {
             target: "r\u{1b}[2J".into(),
             address: "10.0.0.2:862".into(),
             mode: Mode::Open,
+            protocol: Default::default(),
             rate_pps: 10.0,
             size: 60,
             dscp: None,
