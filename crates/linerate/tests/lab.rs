@@ -4951,7 +4951,8 @@ fn irtt_over_the_lab_sees_each_ways_delay_and_loss_as_the_emulator_made_them() {
 
 /// `linerate stamp --irtt` against Debian's `irtt server` over the lab (20 ms out, 40 ms
 /// back, 1 % lost out), and irtt's own client over the same path just before it: each
-/// way's median one-way delay is irtt's own within 0.1 ms, and the emulator's holding time
+/// way's median one-way delay and mean IPDV are irtt's own within 0.1 ms, the delay the
+/// emulator's holding time
 /// plus what the hosts add (irtt's server stamps its receipt in user space after a
 /// wake-up); the requests linerate counts lost on the way out (by the server's count) are
 /// the emulator's drops that way, less at most the open and the close; none are lost back.
@@ -5008,6 +5009,15 @@ fn stamp_irtt_against_irtts_server_agrees_with_irtts_client_and_the_emulator() {
         let at = format!("/directions/{i}/counters/{c}");
         num(&after, &at) - num(&before, &at)
     };
+    for (ours_at, theirs_at) in [("forward", "ipdv_send"), ("reverse", "ipdv_receive")] {
+        let ours_ms = num(&ours, &format!("/{ours_at}/ipdv_us/mean")) / 1e3;
+        let theirs_ms = num(&theirs, &format!("/{theirs_at}/mean")) / 1e6;
+        eprintln!("{ours_at} IPDV: linerate mean {ours_ms:.3} ms, irtt's {theirs_ms:.3} ms");
+        assert!(
+            (ours_ms - theirs_ms).abs() <= 0.1,
+            "{ours_at} IPDV: linerate {ours_ms:.3} ms against irtt's {theirs_ms:.3} ms"
+        );
+    }
     for (i, ours_at, theirs_at) in [
         (0, "forward", "send_delay"),
         (1, "reverse", "receive_delay"),

@@ -65,6 +65,11 @@ pub struct OneWay {
     pub added_us: DelayFigures,
     /// RFC 3550's interarrival jitter of this direction, microseconds.
     pub jitter_us: f64,
+    /// IPDV (RFC 5481) between probes of consecutive sequence numbers this way, its
+    /// magnitude, microseconds (irtt's "IPDV"): needs no synchronised clocks; `None`
+    /// until two neighbours are answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipdv_us: Option<DelayFigures>,
     /// Every answered probe's one-way delay this way, counted into [`DELAY_BOUNDS_US`]
     /// (not cumulative; one more count past the last bound); empty when the delay is
     /// withheld. Their sum, microseconds, for a histogram's `_sum`.
@@ -485,9 +490,12 @@ impl ResultKind for StampReport {
                     (None, Some(_)) => "one-way withheld, ".into(),
                     (None, None) => String::new(),
                 };
+                let ipdv = way.ipdv_us.as_ref().map_or(String::new(), |i| {
+                    format!(", ipdv mean {} p99 {}", ms(i.mean), ms(i.p99))
+                });
                 let _ = writeln!(
                     out,
-                    "{name:<4} {delay}added p50 {} p99 {} max {}, jitter {}",
+                    "{name:<4} {delay}added p50 {} p99 {} max {}, jitter {}{ipdv}",
                     ms(added.p50),
                     ms(added.p99),
                     ms(added.max),

@@ -61,6 +61,9 @@ struct Probe {
     /// When the kernel sent it (Unix nanoseconds), where it said: T1 on the wire.
     left_unix_ns: Option<i128>,
     answered: bool,
+    /// Its one-way delays (out, back; clock offsets in them), once answered with
+    /// timestamps that are possible: its neighbours' IPDV is taken against them.
+    transit: Option<(i64, i64)>,
 }
 
 /// The counts an answer carries, for splitting loss by direction.
@@ -205,6 +208,10 @@ pub struct Tally {
     rtt_jitter: Jitter,
     forward_jitter: Jitter,
     reverse_jitter: Jitter,
+    /// RFC 5481's IPDV each way between probes of consecutive sequence numbers, both
+    /// answered, its magnitude (as irtt reports it).
+    forward_ipdv: Delays,
+    reverse_ipdv: Delays,
     by_seq: Option<(Counts, Counts)>,
     by_direct: Option<(Counts, Counts)>,
     every_answer_direct: bool,
@@ -266,6 +273,8 @@ impl Tally {
             rtt_jitter: Jitter::default(),
             forward_jitter: Jitter::default(),
             reverse_jitter: Jitter::default(),
+            forward_ipdv: Delays::default(),
+            reverse_ipdv: Delays::default(),
             by_seq: None,
             by_direct: None,
             every_answer_direct: true,
@@ -314,6 +323,7 @@ impl Tally {
             timestamp,
             left_unix_ns: None,
             answered: false,
+            transit: None,
         });
         self.sent += 1;
         self.current.sent += 1;
@@ -389,7 +399,9 @@ impl Tally {
         self.current.rtt.push(rtt as i64);
         self.rtt_jitter.record(i128::from(rtt));
 
-        self.record_one_way(reply, left_unix_ns);
+        if let Some(transit) = self.record_one_way(reply, left_unix_ns) {
+            self.record_ipdv(a.sender_seq, transit);
+        }
         self.ttl = Some(self.ttl.map_or(a.sender_ttl, |t| t.min(a.sender_ttl)));
 
         if a.seq != a.sender_seq {
@@ -442,7 +454,7 @@ impl Tally {
     /// An answer's one-way delays, each timestamp read in the format its own error
     /// estimate says (the probe's kernel time of leaving, where there is one); four
     /// times that cannot all be true are counted, not recorded.
-    fn record_one_way(&mut self, reply: &Reply, left_unix_ns: Option<i128>) {
+    fn record_one_way(&mut self, reply: &Reply, left_unix_ns: Option<i128>) -> Option<(i64, i64)> {
         let a = &reply.answer;
         self.kernel_sent_times += u64::from(left_unix_ns.is_some());
         let t1 = left_unix_ns.unwrap_or_else(|| a.sender_timestamp.unix_ns(a.sender_error.ptp()));
@@ -460,8 +472,33 @@ impl Tally {
             self.current.reverse.push(reverse);
             self.forward_jitter.record(t2 - t1);
             self.reverse_jitter.record(t4 - t3);
+            Some((forward, reverse))
         } else {
             self.impossible_timestamps += 1;
+            None
+        }
+    }
+
+    /// Keeps probe `seq`'s one-way delays and takes the IPDV against each neighbour
+    /// (the one before and the one after) already answered: each pair once, whichever
+    /// of the two came back last.
+    fn record_ipdv(&mut self, seq: u32, transit: (i64, i64)) {
+        let slots = self.window.len();
+        if let Some(probe) = self.window[seq as usize % slots]
+            .as_mut()
+            .filter(|p| p.seq == seq)
+        {
+            probe.transit = Some(transit);
+        }
+        for neighbour in [seq.wrapping_sub(1), seq.wrapping_add(1)] {
+            let Some(other) = self.window[neighbour as usize % slots]
+                .filter(|p| p.seq == neighbour)
+                .and_then(|p| p.transit)
+            else {
+                continue;
+            };
+            self.forward_ipdv.record((transit.0 - other.0).abs());
+            self.reverse_ipdv.record((transit.1 - other.1).abs());
         }
     }
 
@@ -599,7 +636,7 @@ impl Tally {
         })
     }
 
-    fn one_way(&self, delays: &Delays, jitter: &Jitter) -> OneWay {
+    fn one_way(&self, delays: &Delays, jitter: &Jitter, ipdv: &Delays) -> OneWay {
         let absolute = delays.figures(0);
         let withheld = self.withheld(&absolute);
         let told = withheld.is_none() && delays.seen > 0;
@@ -608,6 +645,7 @@ impl Tally {
             withheld,
             added_us: delays.figures(delays.min.unwrap_or(0)),
             jitter_us: jitter.estimate / 1e3,
+            ipdv_us: (ipdv.seen > 0).then(|| ipdv.figures(0)),
             histogram: if told {
                 delays.buckets.to_vec()
             } else {
@@ -690,8 +728,8 @@ impl Tally {
             rtt_us: self.rtt.summary(false),
             reflector_hold_us: (self.answered > 0).then(|| self.hold.figures(0).p50),
             rtt_jitter_us: self.rtt_jitter.estimate / 1e3,
-            forward: self.one_way(&self.forward, &self.forward_jitter),
-            reverse: self.one_way(&self.reverse, &self.reverse_jitter),
+            forward: self.one_way(&self.forward, &self.forward_jitter, &self.forward_ipdv),
+            reverse: self.one_way(&self.reverse, &self.reverse_jitter, &self.reverse_ipdv),
             clocks: Clocks {
                 same_clock: s.same_clock,
                 sender: s.sender_clock,

@@ -980,3 +980,51 @@ fn key_files_are_hex_or_bytes_and_small() {
     assert!(crate::wire::Key::from_file(&dir.join("absent")).is_err());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// IPDV is taken between answered probes of consecutive sequence numbers, each pair
+/// once whichever came back last, its magnitude each way: probes 0, 1 and 3 answered in
+/// turn and 2 late give the pairs (0, 1), (1, 2) and (2, 3), and none across the gap.
+#[test]
+fn ipdv_pairs_consecutive_sequence_numbers_whatever_order_their_answers_come_in() {
+    let mut tally = Tally::new(settings(), 0);
+    let ms = |v: i128| v * 1_000_000;
+    // (seq, out ms, back ms)
+    let probes = [(0u32, 10, 20), (1, 12, 21), (3, 11, 20), (2, 15, 24)];
+    for seq in 0..4u32 {
+        let t1 = Timestamp::ntp_from_unix_ns(UNIX_2026 + ms(i128::from(seq) * 100));
+        tally.sent_probe(seq, u64::from(seq) * 100_000_000, t1);
+    }
+    for (seq, out, back) in probes {
+        let t1 = UNIX_2026 + ms(i128::from(seq) * 100);
+        let (t2, t3) = (t1 + ms(out), t1 + ms(out) + 1_000);
+        let unknown = ErrorEstimate::new(false, false, 0.0);
+        tally.answer(&Reply {
+            answer: wire::Reflected {
+                seq,
+                timestamp: Timestamp::ntp_from_unix_ns(t3),
+                error: unknown,
+                ssid: 7,
+                receive: Timestamp::ntp_from_unix_ns(t2),
+                sender_seq: seq,
+                sender_timestamp: Timestamp::ntp_from_unix_ns(t1),
+                sender_error: unknown,
+                sender_ttl: 64,
+            },
+            tlvs: tlv::Answer::default(),
+            arrived_unix_ns: t3 + ms(back),
+            arrived_ns: (t3 + ms(back) - UNIX_2026) as u64,
+            tos: None,
+        });
+    }
+    let report = tally.finish(1_000_000_000, false);
+    let out = report.forward.ipdv_us.expect("IPDV out");
+    let back = report.reverse.ipdv_us.expect("IPDV back");
+    // Out: |12-10|, |15-12|, |11-15|; back: |21-20|, |24-21|, |20-24| (ms).
+    // NTP timestamps keep a nanosecond at most off.
+    let near = |a: f64, b: f64| (a - b).abs() < 0.01;
+    assert!(
+        near(out.mean, 3_000.0) && near(out.min, 2_000.0) && near(out.max, 4_000.0),
+        "{out:?}"
+    );
+    assert!(near(back.mean, 8_000.0 / 3.0), "{back:?}");
+}
