@@ -7,7 +7,7 @@
 // A socket loop reads the clock; the sans-IO parts (wire, server) take it.
 #![allow(clippy::disallowed_methods)]
 
-use crate::server::{Config, EndReason, Ended, Refusal, Server};
+use crate::server::{Arrival, Config, Decision, EndReason, Ended, Refusal, Server};
 use crate::wire::Stamp;
 use linerate_stamp::sys;
 use std::io;
@@ -188,6 +188,29 @@ struct Logs {
     sessions: bool,
 }
 
+/// The kernel's arrival time of a datagram, on both clocks (the monotonic one by how
+/// long ago that was).
+fn arrived(meta: sys::Meta, now: Stamp) -> Stamp {
+    let wall = meta.kernel_unix_ns.map_or(now.wall, |ns| ns as i64);
+    Stamp {
+        wall,
+        mono: (now.mono - (now.wall - wall).max(0)).max(1),
+    }
+}
+
+/// Counts (and logs, where asked) the sessions that ended, and those live.
+fn tell_ended(server: &mut Server, counters: &Counters, logs: &Logs) {
+    for ended in server.take_ended() {
+        counters.sessions_ended.fetch_add(1, Ordering::Relaxed);
+        if logs.sessions {
+            (logs.line)(&ended_line(&ended));
+        }
+    }
+    counters
+        .sessions
+        .store(server.sessions() as u64, Ordering::Relaxed);
+}
+
 fn serve(
     socket: &UdpSocket,
     v6: bool,
@@ -213,15 +236,7 @@ fn serve(
             server.sweep(stamp_now(epoch).mono);
             swept = Instant::now();
         }
-        for ended in server.take_ended() {
-            counters.sessions_ended.fetch_add(1, Ordering::Relaxed);
-            if logs.sessions {
-                (logs.line)(&ended_line(&ended));
-            }
-        }
-        counters
-            .sessions
-            .store(server.sessions() as u64, Ordering::Relaxed);
+        tell_ended(&mut server, counters, logs);
         if !sys::wait_readable(socket, Duration::from_millis(200))? {
             continue;
         }
@@ -238,35 +253,20 @@ fn serve(
                 let Some((bytes, truncated, from, meta)) = inbox.datagram(i) else {
                     continue;
                 };
-                let now = stamp_now(epoch);
-                // The kernel's arrival time, on both clocks (the monotonic one by how long
-                // ago that was).
-                let arrived_wall = meta.kernel_unix_ns.map_or(now.wall, |ns| ns as i64);
-                let arrived = Stamp {
-                    wall: arrived_wall,
-                    mono: (now.mono - (now.wall - arrived_wall).max(0)).max(1),
-                };
                 let answer = outbox.next_buffer().expect("a slot per datagram received");
                 let decision = if truncated {
-                    crate::server::Decision {
-                        answer: None,
-                        refused: Some(Refusal::NotARequest),
-                    }
+                    Decision::refused(Refusal::NotARequest)
                 } else if permits(from.ip()).is_err() {
-                    crate::server::Decision {
-                        answer: None,
-                        refused: Some(Refusal::Denied),
-                    }
+                    Decision::refused(Refusal::Denied)
                 } else {
-                    server.handle(
-                        &crate::server::Arrival {
-                            from,
-                            bytes,
-                            received: arrived,
-                            now,
-                        },
-                        answer,
-                    )
+                    let now = stamp_now(epoch);
+                    let arrival = Arrival {
+                        from,
+                        bytes,
+                        received: arrived(meta, now),
+                        now,
+                    };
+                    server.handle(&arrival, answer)
                 };
                 if let Some(reply) = decision.answer {
                     outbox.push(reply.len, from, (reply.tos != 0).then_some(reply.tos));

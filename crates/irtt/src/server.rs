@@ -159,7 +159,7 @@ impl Decision {
             refused: None,
         }
     }
-    fn refused(refusal: Refusal) -> Decision {
+    pub fn refused(refusal: Refusal) -> Decision {
         Decision {
             answer: None,
             refused: Some(refusal),

@@ -27,7 +27,7 @@ pub struct Settings {
     pub target: String,
     pub address: String,
     pub mode: crate::wire::Mode,
-    /// STAMP's, or the protocol a [`crate::sender::ForeignWire`] speaks.
+    /// STAMP's, or the protocol of the foreign wire the sender carries.
     pub protocol: Protocol,
     pub rate_pps: f64,
     pub size: usize,
