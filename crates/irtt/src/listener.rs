@@ -9,62 +9,30 @@
 
 use crate::server::{Arrival, Config, Decision, EndReason, Ended, Refusal, Server};
 use crate::wire::Stamp;
+use linerate_stamp::listener::{send_answers, Reasons, RefusalLog, UnsentLog};
 use linerate_stamp::sys;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Who may be answered: `Err` names the rule that refuses an address.
-pub type Permits = Arc<dyn Fn(IpAddr) -> Result<(), &'static str> + Send + Sync>;
-/// Where the operator's log lines go.
-pub type LogLine = Arc<dyn Fn(&str) + Send + Sync>;
+/// Who may be answered, and where the operator's log lines go: as the STAMP reflector's.
+pub use linerate_stamp::listener::{LogLine, Permits};
 /// Datagrams read, and answers sent, per system call.
 const BATCH: usize = 64;
 
 /// What the server did, since it started.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub answered: AtomicU64,
-    pub refused: [AtomicU64; Refusal::ALL.len()],
-    pub sessions: AtomicU64,
-    pub sessions_ended: AtomicU64,
-}
+pub type Counters = linerate_stamp::listener::Counters<Refusal>;
 
-impl Counters {
-    fn refuse(&self, refusal: Refusal) {
-        if let Some(i) = Refusal::ALL.iter().position(|r| *r == refusal) {
-            self.refused[i].fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// (reason, count) for every reason, in a fixed order.
-    pub fn refused(&self) -> Vec<(&'static str, u64)> {
-        Refusal::ALL
-            .iter()
-            .zip(&self.refused)
-            .map(|(r, c)| (r.reason(), c.load(Ordering::Relaxed)))
-            .collect()
+impl Reasons for Refusal {
+    const EVERY: &'static [Refusal] = &Refusal::ALL;
+    fn reason(self) -> &'static str {
+        Refusal::reason(self)
     }
 }
 
-/// A running server; stops when dropped.
-pub struct Listener {
-    pub addr: SocketAddr,
-    pub counters: Arc<Counters>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
+/// A running server.
+pub type Listener = linerate_stamp::listener::Running<Counters>;
 
 /// Binds `addr` (every IPv6 address falls back to every IPv4 one on a host without
 /// IPv6) and serves irtt clients there until dropped; `log_sessions`: a line for each
@@ -76,46 +44,18 @@ pub fn start(
     log: LogLine,
     log_sessions: bool,
 ) -> io::Result<Listener> {
-    let socket = UdpSocket::bind(addr).or_else(|e| match addr.ip() {
-        IpAddr::V6(ip) if ip.is_unspecified() => UdpSocket::bind(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            addr.port(),
-        )),
-        _ => Err(e),
-    })?;
-    let local = socket.local_addr()?;
-    let v6 = local.is_ipv6();
-    sys::enable_meta(&socket, v6)?;
-    // Room for bursts of requests while the thread is off its CPU.
-    let _ = socket2::SockRef::from(&socket).set_recv_buffer_size(4 << 20);
-    let counters = Arc::new(Counters::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let (thread_counters, thread_stop) = (counters.clone(), stop.clone());
-    let thread = std::thread::Builder::new()
-        .name("irtt-server".into())
-        .spawn(move || {
-            let logs = Logs {
-                line: log.clone(),
-                sessions: log_sessions,
-            };
-            if let Err(e) = serve(
-                &socket,
-                v6,
-                config,
-                &permits,
-                &logs,
-                &thread_counters,
-                &thread_stop,
-            ) {
-                log(&format!("irtt server stopped: {e}"));
-            }
-        })?;
-    Ok(Listener {
-        addr: local,
-        counters,
-        stop,
-        thread: Some(thread),
-    })
+    let logs = Logs {
+        line: log.clone(),
+        sessions: log_sessions,
+    };
+    linerate_stamp::listener::run_udp(
+        addr,
+        "irtt-server",
+        log,
+        Box::new(move |socket, v6, counters, stop| {
+            serve(socket, v6, config, &permits, &logs, counters, stop)
+        }),
+    )
 }
 
 /// Tokens from the system's randomness: a session's token proves its client receives at
@@ -138,29 +78,6 @@ fn stamp_now(epoch: Instant) -> Stamp {
     Stamp {
         wall: unix_ns(),
         mono: epoch.elapsed().as_nanos() as i64 + 1,
-    }
-}
-
-/// One line per reason every ten seconds at most, with the count since the last.
-struct RefusalLog {
-    last: Vec<Option<Instant>>,
-    since: Vec<u64>,
-}
-
-impl RefusalLog {
-    fn note(&mut self, refusal: Refusal, from: SocketAddr, log: &LogLine) {
-        let i = Refusal::ALL.iter().position(|r| *r == refusal).unwrap_or(0);
-        self.since[i] += 1;
-        if self.last[i].map_or(true, |t| t.elapsed() >= Duration::from_secs(10)) {
-            let n = self.since[i];
-            log(&format!(
-                "irtt: refused {n} packet{} ({}), the latest from {from}",
-                if n == 1 { "" } else { "s" },
-                refusal.reason()
-            ));
-            self.since[i] = 0;
-            self.last[i] = Some(Instant::now());
-        }
     }
 }
 
@@ -201,7 +118,7 @@ fn arrived(meta: sys::Meta, now: Stamp) -> Stamp {
 /// Counts (and logs, where asked) the sessions that ended, and those live.
 fn tell_ended(server: &mut Server, counters: &Counters, logs: &Logs) {
     for ended in server.take_ended() {
-        counters.sessions_ended.fetch_add(1, Ordering::Relaxed);
+        counters.ended.fetch_add(1, Ordering::Relaxed);
         if logs.sessions {
             (logs.line)(&ended_line(&ended));
         }
@@ -225,11 +142,8 @@ fn serve(
     let mut server = Server::new(config, Box::new(random_token), stamp_now(epoch).mono);
     let mut inbox = sys::ReceiveBatch::new(BATCH, max_length + 1);
     let mut outbox = sys::SendBatch::new(BATCH, max_length, v6, false);
-    let mut refusals = RefusalLog {
-        last: vec![None; Refusal::ALL.len()],
-        since: vec![0; Refusal::ALL.len()],
-    };
-    let mut unsent_logged: Option<Instant> = None;
+    let mut refusals = RefusalLog::new("irtt");
+    let mut unsent = UnsentLog::new("irtt");
     let mut swept = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         if swept.elapsed() >= Duration::from_secs(1) {
@@ -241,14 +155,10 @@ fn serve(
             continue;
         }
         loop {
-            let received = match inbox.recv(socket) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // An ICMP error for an earlier answer: nothing to do for it.
-                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
-                Err(e) => return Err(e),
-            };
+            let received = inbox.recv_waiting(socket)?;
+            if received == 0 {
+                break;
+            }
             for i in 0..received {
                 let Some((bytes, truncated, from, meta)) = inbox.datagram(i) else {
                     continue;
@@ -276,17 +186,7 @@ fn serve(
                     refusals.note(refusal, from, &logs.line);
                 }
             }
-            match outbox.send(socket) {
-                Ok(n) => {
-                    counters.answered.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    if unsent_logged.map_or(true, |t| t.elapsed() >= Duration::from_secs(10)) {
-                        (logs.line)(&format!("irtt: could not send answers: {e}"));
-                        unsent_logged = Some(Instant::now());
-                    }
-                }
-            }
+            send_answers(&mut outbox, socket, counters, &mut unsent, &logs.line);
             if received < BATCH {
                 break;
             }

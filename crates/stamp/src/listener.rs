@@ -24,24 +24,67 @@ const BATCH: usize = 64;
 /// Where the operator's log lines go.
 pub type LogLine = Arc<dyn Fn(&str) + Send + Sync>;
 
-/// What the reflector did, since it started.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub answered: AtomicU64,
-    pub refused: [AtomicU64; Refusal::ALL.len()],
-    pub sessions: AtomicU64,
+/// The reasons a UDP service refuses a datagram, every one in a fixed order.
+pub trait Reasons: Copy + PartialEq + Send + Sync + 'static {
+    const EVERY: &'static [Self];
+    fn reason(self) -> &'static str;
+    /// What the log line of such a refusal adds (what works instead), if anything.
+    fn hint(self) -> &'static str {
+        ""
+    }
+    fn index(self) -> usize {
+        Self::EVERY.iter().position(|r| *r == self).unwrap_or(0)
+    }
 }
 
-impl Counters {
-    fn refuse(&self, refusal: Refusal) {
-        if let Some(i) = Refusal::ALL.iter().position(|r| *r == refusal) {
-            self.refused[i].fetch_add(1, Ordering::Relaxed);
+impl Reasons for Refusal {
+    const EVERY: &'static [Refusal] = &Refusal::ALL;
+    fn reason(self) -> &'static str {
+        Refusal::reason(self)
+    }
+    fn hint(self) -> &'static str {
+        // Short probes are most often a TWAMP-light sender's: say what works.
+        if self == Refusal::Malformed(crate::wire::WireError::Short) {
+            "; shorter than STAMP's 44 octets (RFC 8762), as a TWAMP-light sender's \
+             14-octet probes are: pad them to 44 (twampy --padding 30, a router's \
+             padding setting), or serve them with --stamp-twamp-light (docs/stamp.md)"
+        } else {
+            ""
         }
+    }
+}
+
+/// What a UDP service did, since it started.
+#[derive(Debug)]
+pub struct Counters<R = Refusal> {
+    pub answered: AtomicU64,
+    refused: Vec<AtomicU64>,
+    /// Sessions held now, and ended since the start.
+    pub sessions: AtomicU64,
+    pub ended: AtomicU64,
+    reasons: std::marker::PhantomData<R>,
+}
+
+impl<R: Reasons> Default for Counters<R> {
+    fn default() -> Counters<R> {
+        Counters {
+            answered: AtomicU64::new(0),
+            refused: R::EVERY.iter().map(|_| AtomicU64::new(0)).collect(),
+            sessions: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
+            reasons: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<R: Reasons> Counters<R> {
+    pub fn refuse(&self, refusal: R) {
+        self.refused[refusal.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// (reason, count) for every reason, in a fixed order.
     pub fn refused(&self) -> Vec<(&'static str, u64)> {
-        Refusal::ALL
+        R::EVERY
             .iter()
             .zip(&self.refused)
             .map(|(r, c)| (r.reason(), c.load(Ordering::Relaxed)))
@@ -49,15 +92,16 @@ impl Counters {
     }
 }
 
-/// A running reflector; stops when dropped.
-pub struct Listener {
+/// A UDP service on a thread of its own (the STAMP reflector, an irtt server): its
+/// address, its counters; it stops when dropped.
+pub struct Running<C> {
     pub addr: SocketAddr,
-    pub counters: Arc<Counters>,
+    pub counters: Arc<C>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Drop for Listener {
+impl<C> Drop for Running<C> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
@@ -66,14 +110,23 @@ impl Drop for Listener {
     }
 }
 
+/// A running reflector.
+pub type Listener = Running<Counters>;
+
+/// The body of a UDP service's thread: its socket (bound, with each datagram's metadata
+/// asked), whether it is IPv6, its counters and the flag that stops it.
+pub type Serve<C> = Box<dyn FnOnce(&UdpSocket, bool, &C, &AtomicBool) -> io::Result<()> + Send>;
+
 /// Binds `addr` (every IPv6 address falls back to every IPv4 one on a host without
-/// IPv6) and answers there until dropped.
-pub fn start(
+/// IPv6) with each datagram's metadata asked and room for bursts while the thread is off
+/// its CPU, and runs `serve` on a thread named `name` until dropped; an error that ends
+/// it goes to `log`.
+pub fn run_udp<C: Default + Send + Sync + 'static>(
     addr: SocketAddr,
-    config: Config,
-    permits: Permits,
+    name: &str,
     log: LogLine,
-) -> io::Result<Listener> {
+    serve: Serve<C>,
+) -> io::Result<Running<C>> {
     let socket = UdpSocket::bind(addr).or_else(|e| match addr.ip() {
         IpAddr::V6(ip) if ip.is_unspecified() => UdpSocket::bind(SocketAddr::new(
             IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -84,32 +137,42 @@ pub fn start(
     let local = socket.local_addr()?;
     let v6 = local.is_ipv6();
     sys::enable_meta(&socket, v6)?;
-    // Room for bursts of probes while the thread is off its CPU.
     let _ = set_receive_buffer(&socket, 4 << 20);
-    let counters = Arc::new(Counters::default());
+    let counters = Arc::new(C::default());
     let stop = Arc::new(AtomicBool::new(false));
     let (thread_counters, thread_stop) = (counters.clone(), stop.clone());
+    let what = name.to_string();
     let thread = std::thread::Builder::new()
-        .name("stamp-reflector".into())
+        .name(name.into())
         .spawn(move || {
-            if let Err(e) = serve(
-                &socket,
-                v6,
-                config,
-                &permits,
-                &log,
-                &thread_counters,
-                &thread_stop,
-            ) {
-                log(&format!("stamp reflector stopped: {e}"));
+            if let Err(e) = serve(&socket, v6, &thread_counters, &thread_stop) {
+                log(&format!("{what} stopped: {e}"));
             }
         })?;
-    Ok(Listener {
+    Ok(Running {
         addr: local,
         counters,
         stop,
         thread: Some(thread),
     })
+}
+
+/// Binds `addr` and answers there until dropped.
+pub fn start(
+    addr: SocketAddr,
+    config: Config,
+    permits: Permits,
+    log: LogLine,
+) -> io::Result<Listener> {
+    let line = log.clone();
+    run_udp(
+        addr,
+        "stamp-reflector",
+        log,
+        Box::new(move |socket, v6, counters, stop| {
+            serve(socket, v6, config, &permits, &line, counters, stop)
+        }),
+    )
 }
 
 fn set_receive_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<()> {
@@ -125,37 +188,36 @@ fn clock_estimate() -> ErrorEstimate {
 
 /// Refusals told in the log: the first of a reason at once, then at most one line per
 /// reason every ten seconds with the count since.
-struct RefusalLog {
+pub struct RefusalLog<R> {
+    /// The service, as its lines begin ("stamp", "irtt").
+    what: &'static str,
     last: Vec<Option<Instant>>,
     since: Vec<u64>,
+    reasons: std::marker::PhantomData<R>,
 }
 
-impl RefusalLog {
-    fn new() -> RefusalLog {
+impl<R: Reasons> RefusalLog<R> {
+    pub fn new(what: &'static str) -> RefusalLog<R> {
         RefusalLog {
-            last: vec![None; Refusal::ALL.len()],
-            since: vec![0; Refusal::ALL.len()],
+            what,
+            last: vec![None; R::EVERY.len()],
+            since: vec![0; R::EVERY.len()],
+            reasons: std::marker::PhantomData,
         }
     }
 
-    fn note(&mut self, refusal: Refusal, from: SocketAddr, log: &LogLine) {
-        let i = Refusal::ALL.iter().position(|r| *r == refusal).unwrap_or(0);
+    pub fn note(&mut self, refusal: R, from: SocketAddr, log: &LogLine) {
+        let i = refusal.index();
         self.since[i] += 1;
         let due = self.last[i].map_or(true, |t| t.elapsed() >= Duration::from_secs(10));
         if due {
-            // Short probes are most often a TWAMP-light sender's: say what works.
-            let hint = if refusal == Refusal::Malformed(crate::wire::WireError::Short) {
-                "; shorter than STAMP's 44 octets (RFC 8762), as a TWAMP-light sender's \
-                 14-octet probes are: pad them to 44 (twampy --padding 30, a router's \
-                 padding setting), or serve them with --stamp-twamp-light (docs/stamp.md)"
-            } else {
-                ""
-            };
             log(&format!(
-                "stamp: refused {} packet{} ({}), the latest from {from}{hint}",
+                "{}: refused {} packet{} ({}), the latest from {from}{}",
+                self.what,
                 self.since[i],
                 if self.since[i] == 1 { "" } else { "s" },
-                refusal.reason()
+                refusal.reason(),
+                refusal.hint()
             ));
             self.since[i] = 0;
             self.last[i] = Some(Instant::now());
@@ -165,13 +227,22 @@ impl RefusalLog {
 
 /// Answers the kernel would not send, told as refusals are: the first at once, then at
 /// most one line every ten seconds with the count since.
-#[derive(Default)]
-struct UnsentLog {
+pub struct UnsentLog {
+    /// The service, as its lines begin.
+    what: &'static str,
     last: Option<Instant>,
     since: u64,
 }
 
 impl UnsentLog {
+    pub fn new(what: &'static str) -> UnsentLog {
+        UnsentLog {
+            what,
+            last: None,
+            since: 0,
+        }
+    }
+
     fn note(&mut self, answers: u64, error: &io::Error, log: &LogLine) {
         self.since += answers;
         if self
@@ -179,13 +250,34 @@ impl UnsentLog {
             .map_or(true, |t| t.elapsed() >= Duration::from_secs(10))
         {
             log(&format!(
-                "stamp: could not send {} answer{}: {error}",
+                "{}: could not send {} answer{}: {error}",
+                self.what,
                 self.since,
                 if self.since == 1 { "" } else { "s" }
             ));
             self.since = 0;
             self.last = Some(Instant::now());
         }
+    }
+}
+
+/// Sends a batch's answers: those that left counted, those the kernel would not send
+/// told.
+pub fn send_answers<R: Reasons>(
+    outbox: &mut sys::SendBatch,
+    socket: &UdpSocket,
+    counters: &Counters<R>,
+    unsent: &mut UnsentLog,
+    log: &LogLine,
+) {
+    match outbox.send(socket) {
+        Ok(n) => {
+            counters.answered.fetch_add(n as u64, Ordering::Relaxed);
+            if let Some((failed, e)) = outbox.failures() {
+                unsent.note(failed as u64, e, log);
+            }
+        }
+        Err(e) => unsent.note(1, &e, log),
     }
 }
 
@@ -211,8 +303,8 @@ fn serve(
         v6,
         sys::supports_segmentation(socket),
     );
-    let mut refusals = RefusalLog::new();
-    let mut unsent = UnsentLog::default();
+    let mut refusals = RefusalLog::new("stamp");
+    let mut unsent = UnsentLog::new("stamp");
     while !stop.load(Ordering::Relaxed) {
         if clock_read.elapsed() >= Duration::from_secs(1) {
             reflector.set_clock(clock_estimate());
@@ -225,14 +317,10 @@ fn serve(
             continue;
         }
         loop {
-            let received = match inbox.recv(socket) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // An ICMP error for an earlier answer: nothing to do for it.
-                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
-                Err(e) => return Err(e),
-            };
+            let received = inbox.recv_waiting(socket)?;
+            if received == 0 {
+                break;
+            }
             for i in 0..received {
                 let Some((bytes, truncated, from, meta)) = inbox.datagram(i) else {
                     continue;
@@ -271,15 +359,7 @@ fn serve(
                     }
                 }
             }
-            match outbox.send(socket) {
-                Ok(n) => {
-                    counters.answered.fetch_add(n as u64, Ordering::Relaxed);
-                    if let Some((failed, e)) = outbox.failures() {
-                        unsent.note(failed as u64, e, log);
-                    }
-                }
-                Err(e) => unsent.note(1, &e, log),
-            }
+            send_answers(&mut outbox, socket, counters, &mut unsent, log);
             if received < BATCH {
                 break;
             }

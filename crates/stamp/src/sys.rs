@@ -296,6 +296,18 @@ impl ReceiveBatch {
         self.recv_with(socket, libc::MSG_DONTWAIT)
     }
 
+    /// As [`recv`](Self::recv), going on past an interrupted call and an ICMP error for
+    /// an earlier answer (nothing is to be done for it): 0 when nothing is waiting.
+    pub fn recv_waiting(&mut self, socket: &impl AsRawFd) -> io::Result<usize> {
+        loop {
+            match self.recv(socket) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
+                other => return other,
+            }
+        }
+    }
+
     /// Takes the transmit times waiting on the socket's error queue, a batch a call, into
     /// `out` as [`tx_timestamps`] does.
     pub fn tx_timestamps(
