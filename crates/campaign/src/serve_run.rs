@@ -9,9 +9,10 @@ use linerate_drivers::multicast::{ReceiveOptions, ReceiverEvent, Receivers};
 use linerate_drivers::server::{Server, ServerConfig};
 use linerate_drivers::server_state::ServedTestHook;
 use linerate_metrics::assess::Thresholds;
-use linerate_metrics::board::{Board, ReflectorCounts, ReflectorSource};
+use linerate_metrics::board::{Board, Reflector, ReflectorCounts, ReflectorSource};
 use linerate_metrics::served;
 use linerate_model::multicast::Join;
+use linerate_stamp::listener::{Counters, Reasons};
 use linerate_stamp::reflector;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -47,12 +48,22 @@ pub struct Beside {
 
 /// `linerate serve`: the test server with what runs beside it, until a signal ends it.
 pub fn run(mut config: ServerConfig, beside: &Beside, storage: &Storage) -> Result<()> {
-    // Kept until the server ends: dropped, the reflector stops.
+    // Kept until the server ends: dropped, the reflector and the irtt server stop.
     let stamp = stamp_reflector(beside, &config)?;
+    let irtt = irtt_server(beside, &config)?;
+    let answering = [
+        stamp
+            .as_ref()
+            .map(|s| (Reflector::Stamp, counts_of(&s.counters))),
+        irtt.as_ref()
+            .map(|s| (Reflector::Irtt, counts_of(&s.counters))),
+    ];
     // Kept until the server ends: dropped, the listener stops.
-    let _metrics = metrics_listener(beside, &mut config, stamp.as_ref())?;
-    // Kept until the server ends, as the reflector.
-    let _irtt = irtt_server(beside, &config)?;
+    let _metrics = metrics_listener(
+        beside,
+        &mut config,
+        answering.into_iter().flatten().collect(),
+    )?;
     // Kept until the server ends, as the metrics listener.
     let _http = http_servers(beside, &config)?;
     let _ndt7 = ndt7_server(beside, &config, storage)?;
@@ -139,26 +150,28 @@ fn multicast_receivers(beside: &Beside, log: bool, storage: &Storage) -> Result<
     Ok(Some(receivers))
 }
 
-/// `--metrics`: the listener, the served tests on its board, and the STAMP reflector's
-/// counts read at each scrape.
+/// Reads an answering service's counters at each scrape.
+fn counts_of<R: Reasons>(counters: &Arc<Counters<R>>) -> ReflectorSource {
+    let counters = counters.clone();
+    ReflectorSource(Arc::new(move || ReflectorCounts {
+        answered: counters.answered.load(Ordering::Relaxed),
+        refused: counters.refused(),
+        sessions: counters.sessions.load(Ordering::Relaxed),
+    }))
+}
+
+/// `--metrics`: the listener, the served tests on its board, and the answering services'
+/// counts (the STAMP reflector's, the irtt server's) read at each scrape.
 fn metrics_listener(
     beside: &Beside,
     config: &mut ServerConfig,
-    stamp: Option<&linerate_stamp::listener::Listener>,
+    answering: Vec<(Reflector, ReflectorSource)>,
 ) -> Result<Option<linerate_metrics::server::MetricsServer>> {
     let Some(addr) = beside.metrics else {
         return Ok(None);
     };
     let board = Arc::new(Mutex::new(Board::default()));
-    if let Some(listener) = stamp {
-        let counters = listener.counters.clone();
-        board.lock().unwrap_or_else(|e| e.into_inner()).reflector =
-            Some(ReflectorSource(Arc::new(move || ReflectorCounts {
-                answered: counters.answered.load(Ordering::Relaxed),
-                refused: counters.refused(),
-                sessions: counters.sessions.load(Ordering::Relaxed),
-            })));
-    }
+    board.lock().unwrap_or_else(|e| e.into_inner()).reflectors = answering;
     let listener =
         linerate_metrics::server::start(addr, board.clone(), "serve", Thresholds::default(), None)
             .map_err(|e| usage(format!("--metrics {addr}: {e:#}")))?;

@@ -29,6 +29,9 @@ impl Reasons for Refusal {
     fn reason(self) -> &'static str {
         Refusal::reason(self)
     }
+    fn label(self) -> &'static str {
+        Refusal::label(self)
+    }
 }
 
 /// A running server.
@@ -117,15 +120,16 @@ fn arrived(meta: sys::Meta, now: Stamp) -> Stamp {
 
 /// Counts (and logs, where asked) the sessions that ended, and those live.
 fn tell_ended(server: &mut Server, counters: &Counters, logs: &Logs) {
+    // Counted before any line is written: a reader of the line finds the count with it.
+    counters
+        .sessions
+        .store(server.sessions() as u64, Ordering::Relaxed);
     for ended in server.take_ended() {
         counters.ended.fetch_add(1, Ordering::Relaxed);
         if logs.sessions {
             (logs.line)(&ended_line(&ended));
         }
     }
-    counters
-        .sessions
-        .store(server.sessions() as u64, Ordering::Relaxed);
 }
 
 fn serve(

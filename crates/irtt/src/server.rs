@@ -111,6 +111,28 @@ impl Refusal {
         Refusal::SourceFull,
     ];
 
+    /// The reason as a metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Denied => "denied",
+            Refusal::Unanswerable => "unanswerable_source",
+            Refusal::Malformed(WireError::Short) => "short",
+            Refusal::Malformed(WireError::Magic) => "magic",
+            Refusal::Malformed(WireError::Flags) => "flags",
+            Refusal::Malformed(WireError::NoHmac) => "unauthenticated",
+            Refusal::Malformed(WireError::BadHmac) => "hmac",
+            Refusal::Malformed(WireError::UnexpectedHmac) => "unexpected_hmac",
+            Refusal::Malformed(WireError::Params) => "params",
+            Refusal::NotARequest => "not_a_request",
+            Refusal::UnknownToken => "unknown_token",
+            Refusal::WrongAddress => "wrong_address",
+            Refusal::TooSoon => "interval",
+            Refusal::OpenRate => "open_rate",
+            Refusal::Full => "sessions_full",
+            Refusal::SourceFull => "source_sessions",
+        }
+    }
+
     pub fn reason(self) -> &'static str {
         match self {
             Refusal::Denied => "denied by --allow/--deny",

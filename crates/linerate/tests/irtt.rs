@@ -46,8 +46,8 @@ fn wall(stamp: &Value) -> i64 {
 }
 
 /// 2 s of 172-byte requests every 10 ms, random fill both ways: every request answered
-/// (loopback loses none), the server's received count (irtt's "server packets received")
-/// and its own log line agree with what the client sent, each answer is the request's
+/// (loopback loses none), the server's received count (irtt's "server packets received"),
+/// its own log line and its /metrics agree with what the client sent, each answer is the request's
 /// length, and on the one clock of one host each server stamp lies between the client's
 /// send and receive of that round trip, the receive before the send, the server's two
 /// clocks agreeing on the time between.
@@ -57,7 +57,15 @@ fn a_real_irtt_client_is_answered_and_each_round_trip_stamped_within_it() {
     if !have("irtt", test) {
         return;
     }
-    let (server, addr) = irtt_server(&[]);
+    let (server, addr) = irtt_server(&["--metrics", "127.0.0.1:0"]);
+    assert!(server.wait_log("metrics at http://", Duration::from_secs(5)));
+    let metrics = server
+        .log()
+        .split("metrics at http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("the metrics address")
+        .to_string();
     let out = irtt_client(
         &addr,
         &[
@@ -91,6 +99,12 @@ fn a_real_irtt_client_is_answered_and_each_round_trip_stamped_within_it() {
         "{}",
         server.log()
     );
+    // The open's answer and every echo's.
+    assert_eq!(
+        metric(&metrics, "linerate_irtt_answered_packets_total"),
+        sent + 1.0
+    );
+    assert_eq!(metric(&metrics, "linerate_irtt_sessions"), 0.0);
     let trips = doc["round_trips"].as_array().expect("round trips");
     for trip in trips {
         let client = &trip["timestamps"]["client"];

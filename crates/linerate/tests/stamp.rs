@@ -5,8 +5,6 @@
 
 mod common;
 use common::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -59,27 +57,6 @@ fn reflector(extra: &[&str]) -> (ServeProcess, u16, String) {
         .expect("the metrics address")
         .to_string();
     (server, port, metrics)
-}
-
-/// The value of a sample line of /metrics (`name{labels}` as written).
-fn metric(addr: &str, series: &str) -> f64 {
-    let mut stream = TcpStream::connect(addr).expect("connect to metrics");
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
 }
 
 fn stamp(args: &[&str]) -> std::process::Output {

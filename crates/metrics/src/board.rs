@@ -266,8 +266,9 @@ pub struct Board {
     pub measures: BTreeMap<String, Measure>,
     /// Results recorded so far (each series' revision is this count at its newest).
     pub results: u64,
-    /// A STAMP reflector's counts, read at each scrape (`serve --stamp`).
-    pub reflector: Option<ReflectorSource>,
+    /// The answering services' counts, read at each scrape: a STAMP reflector (`serve
+    /// --stamp`), an irtt server (`serve --irtt`).
+    pub reflectors: Vec<(Reflector, ReflectorSource)>,
     /// The coordinator's own queues (its store writer, remote write, alerts), read at
     /// each scrape.
     pub process: Option<ProcessSource>,
@@ -305,7 +306,24 @@ impl std::fmt::Debug for ProcessSource {
     }
 }
 
-/// What a STAMP reflector did since it started.
+/// A service that answers test packets, as its metric families are named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reflector {
+    Stamp,
+    Irtt,
+}
+
+impl Reflector {
+    /// The families' prefix, after `linerate_`, and the packets' name in their help.
+    pub fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Reflector::Stamp => ("stamp", "STAMP test packets"),
+            Reflector::Irtt => ("irtt", "irtt requests (opens and echoes)"),
+        }
+    }
+}
+
+/// What a reflector did since it started.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReflectorCounts {
     pub answered: u64,

@@ -180,26 +180,36 @@ fn build_info() -> String {
 
 /// A STAMP reflector's families, OpenMetrics text without `# EOF`: the test packets it
 /// answered, those it refused by reason, and the sessions it keeps.
-pub fn reflector_families(counts: &crate::board::ReflectorCounts) -> String {
+pub fn reflector_families(
+    reflector: crate::board::Reflector,
+    counts: &crate::board::ReflectorCounts,
+) -> String {
+    let (name, packets) = reflector.names();
     let mut out = String::new();
-    out.push_str(
-        "# HELP linerate_stamp_answered_packets STAMP test packets the reflector answered\n",
-    );
-    out.push_str("# TYPE linerate_stamp_answered_packets counter\n");
     out.push_str(&format!(
-        "linerate_stamp_answered_packets_total {}\n",
+        "# HELP linerate_{name}_answered_packets {packets} answered\n"
+    ));
+    out.push_str(&format!(
+        "# TYPE linerate_{name}_answered_packets counter\n"
+    ));
+    out.push_str(&format!(
+        "linerate_{name}_answered_packets_total {}\n",
         counts.answered
     ));
-    out.push_str("# HELP linerate_stamp_refused_packets STAMP test packets the reflector refused, by reason\n");
-    out.push_str("# TYPE linerate_stamp_refused_packets counter\n");
+    out.push_str(&format!(
+        "# HELP linerate_{name}_refused_packets {packets} refused, by reason\n"
+    ));
+    out.push_str(&format!("# TYPE linerate_{name}_refused_packets counter\n"));
     for (reason, count) in &counts.refused {
         out.push_str(&format!(
-            "linerate_stamp_refused_packets_total{{reason=\"{reason}\"}} {count}\n"
+            "linerate_{name}_refused_packets_total{{reason=\"{reason}\"}} {count}\n"
         ));
     }
-    out.push_str("# HELP linerate_stamp_sessions STAMP sessions the reflector keeps now\n");
-    out.push_str("# TYPE linerate_stamp_sessions gauge\n");
-    out.push_str(&format!("linerate_stamp_sessions {}\n", counts.sessions));
+    out.push_str(&format!(
+        "# HELP linerate_{name}_sessions {name} sessions kept now\n"
+    ));
+    out.push_str(&format!("# TYPE linerate_{name}_sessions gauge\n"));
+    out.push_str(&format!("linerate_{name}_sessions {}\n", counts.sessions));
     out
 }
 
@@ -282,7 +292,7 @@ impl Exposition {
             let shared = self.board.clone();
             let board = shared.lock().unwrap_or_else(|e| e.into_inner());
             self.refresh(&board);
-            (board.reflector.clone(), board.process.clone())
+            (board.reflectors.clone(), board.process.clone())
         };
         let mut size = 0;
         let mut put = |text: &str| {
@@ -293,8 +303,8 @@ impl Exposition {
             Format::OpenMetrics => put(&self.build_info)?,
             Format::Classic => put(&classic(&self.build_info))?,
         }
-        if let Some(source) = reflector {
-            let text = reflector_families(&(source.0)());
+        for (which, source) in reflector {
+            let text = reflector_families(which, &(source.0)());
             match format {
                 Format::OpenMetrics => put(&text)?,
                 Format::Classic => put(&classic(&text))?,

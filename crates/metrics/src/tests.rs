@@ -1152,13 +1152,14 @@ fn steady_loss_one_way_opens_an_alert_for_that_way_after_its_time() {
 #[test]
 fn reflector_counts_are_counters_by_reason() {
     let board = Arc::new(Mutex::new(Board::default()));
-    board.lock().unwrap().reflector = Some(crate::board::ReflectorSource(Arc::new(|| {
-        crate::board::ReflectorCounts {
+    board.lock().unwrap().reflectors = vec![(
+        crate::board::Reflector::Stamp,
+        crate::board::ReflectorSource(Arc::new(|| crate::board::ReflectorCounts {
             answered: 7,
             refused: vec![("source_rate", 3), ("denied", 0)],
             sessions: 2,
-        }
-    })));
+        })),
+    )];
     let text = Exposition::new(board.clone()).render(Format::OpenMetrics);
     assert!(
         text.contains("linerate_stamp_answered_packets_total 7\n"),

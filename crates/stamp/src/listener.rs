@@ -27,7 +27,12 @@ pub type LogLine = Arc<dyn Fn(&str) + Send + Sync>;
 /// The reasons a UDP service refuses a datagram, every one in a fixed order.
 pub trait Reasons: Copy + PartialEq + Send + Sync + 'static {
     const EVERY: &'static [Self];
+    /// The reason as the log says it.
     fn reason(self) -> &'static str;
+    /// The reason as a metric label (`snake_case`).
+    fn label(self) -> &'static str {
+        self.reason()
+    }
     /// What the log line of such a refusal adds (what works instead), if anything.
     fn hint(self) -> &'static str {
         ""
@@ -87,7 +92,7 @@ impl<R: Reasons> Counters<R> {
         R::EVERY
             .iter()
             .zip(&self.refused)
-            .map(|(r, c)| (r.reason(), c.load(Ordering::Relaxed)))
+            .map(|(r, c)| (r.label(), c.load(Ordering::Relaxed)))
             .collect()
     }
 }

@@ -470,3 +470,15 @@ mod property {
         }
     }
 }
+
+#[test]
+fn every_refusal_has_its_own_label_in_snake_case() {
+    let labels: std::collections::BTreeSet<&str> = Refusal::ALL.iter().map(|r| r.label()).collect();
+    assert_eq!(labels.len(), Refusal::ALL.len());
+    for label in labels {
+        assert!(
+            label.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+            "{label}"
+        );
+    }
+}

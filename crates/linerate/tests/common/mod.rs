@@ -961,3 +961,25 @@ pub fn iperf2_latency(text: &str) -> Option<[f64; 4]> {
     let parsed: Vec<f64> = figures.split('/').filter_map(|f| f.parse().ok()).collect();
     parsed.try_into().ok()
 }
+
+/// The value of a sample line of /metrics (`name{labels}` as written).
+pub fn metric(addr: &str, series: &str) -> f64 {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to metrics");
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+}
