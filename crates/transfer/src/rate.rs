@@ -72,6 +72,12 @@ const RESTART_GAIN: f64 = 1.5;
 const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
 /// The cycle's phase that drains the queue its probe made.
 const DRAIN_PHASE: usize = 1;
+/// The cycle's probing phase, and the longest it lasts: at its gain of 1.25 it adds a
+/// quarter of its length to the bottleneck's queue, so a round trip's probe over a 200 ms
+/// path adds 50 ms, a lab's default queue whole (its overflow is resent bytes); capped,
+/// it adds at most 25 ms on any path, and a path up to 100 ms probes as before.
+const PROBE_PHASE: usize = 0;
+const MAX_PROBE_NS: u64 = 100_000_000;
 /// Round trips the bottleneck-rate filter remembers.
 const BW_WINDOW_ROUNDS: u64 = 10;
 /// RTT samples in a row that must show a queue to end startup.
@@ -451,6 +457,11 @@ impl RateControl {
             }
             Mode::ProbeBw => {
                 let phase_len = self.min_rtt_ns.clamp(1_000_000, 1_000_000_000);
+                let phase_len = if self.phase == PROBE_PHASE {
+                    phase_len.min(MAX_PROBE_NS)
+                } else {
+                    phase_len
+                };
                 let elapsed = event.now_ns.saturating_sub(self.phase_start_ns);
                 // The draining phase lasts until what is in flight fits the path without a
                 // queue (at most four of its lengths): a queue left standing fills with
