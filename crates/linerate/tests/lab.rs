@@ -4899,7 +4899,8 @@ fn video_frames_latency_is_what_captures_at_both_ends_saw() {
 /// against the client's; the lab's hosts are namespaces of one host, one clock) are the
 /// emulator's mean holding time each way, to within what the two hosts add (the server
 /// stamps its receipt in the kernel, irtt its own in user space after a wake-up: at most
-/// 0.5 ms, more by the emulator's own lateness, never less); the requests the server counted
+/// 0.5 ms, more by the emulator's own lateness and the host's timing as irtt's own IPDV
+/// measures it, never less); the requests the server counted
 /// (irtt's "server packets received", from the server's received count) are what the
 /// client sent less the emulator's drops on the way out, and none are lost on the way
 /// back.
@@ -4930,13 +4931,19 @@ fn irtt_over_the_lab_sees_each_ways_delay_and_loss_as_the_emulator_made_them() {
         let at = format!("/directions/{i}/counters/{c}");
         num(&after, &at) - num(&before, &at)
     };
-    for (i, delay) in [(0, "send_delay"), (1, "receive_delay")] {
+    for (i, delay, ipdv) in [
+        (0, "send_delay", "ipdv_send"),
+        (1, "receive_delay", "ipdv_receive"),
+    ] {
         let held_ms = way(i, "delay_sum_ns") / way(i, "passed") / 1e6;
         let late_ms = num(&after, &format!("/directions/{i}/counters/late_max_ns")) / 1e6;
         let irtt_ms = num(&stats, &format!("/{delay}/median")) / 1e6;
-        eprintln!("{delay}: irtt's median {irtt_ms:.3} ms, the emulator held {held_ms:.3} ms (late at most {late_ms:.3})");
+        // On a fixed-delay path irtt's IPDV is the hosts' timing (its own user-space
+        // stamps): a busy host's late wake-ups move its delays by about that.
+        let noise_ms = num(&stats, &format!("/{ipdv}/median")) / 1e6;
+        eprintln!("{delay}: irtt's median {irtt_ms:.3} ms, the emulator held {held_ms:.3} ms (late at most {late_ms:.3}); irtt's median IPDV {noise_ms:.3} ms");
         assert!(
-            irtt_ms >= held_ms - 0.01 && irtt_ms <= held_ms + 0.5 + late_ms,
+            irtt_ms >= held_ms - 0.01 && irtt_ms <= held_ms + 0.5 + late_ms + 2.0 * noise_ms,
             "{delay}: irtt's median {irtt_ms:.3} ms, the emulator held {held_ms:.3} ms"
         );
     }
@@ -4950,12 +4957,13 @@ fn irtt_over_the_lab_sees_each_ways_delay_and_loss_as_the_emulator_made_them() {
 }
 
 /// `linerate stamp --irtt` against Debian's `irtt server` over the lab (20 ms out, 40 ms
-/// back, 1 % lost out), and irtt's own client over the same path just before it: each
-/// way's median one-way delay and mean IPDV are irtt's own within 0.1 ms, the delay the
-/// emulator's holding time
-/// plus what the hosts add (irtt's server stamps its receipt in user space after a
-/// wake-up); the requests linerate counts lost on the way out (by the server's count) are
-/// the emulator's drops that way, less at most the open and the close; none are lost back.
+/// back, 1 % lost out), and irtt's own client over the same path at the same time: each
+/// way's median one-way delay is irtt's own within 0.1 ms (and the hosts' timing, as
+/// each run's median IPDV measures it: on a quiet host tens of microseconds), the median
+/// IPDVs agree as closely, and the delay is the emulator's holding time plus what the
+/// hosts add; the requests the two count lost on the way out (by the server's count) are
+/// the emulator's drops that way, less at most the opens and the closes; none are lost
+/// back.
 #[test]
 fn stamp_irtt_against_irtts_server_agrees_with_irtts_client_and_the_emulator() {
     let test = "stamp_irtt_against_irtts_server_agrees_with_irtts_client_and_the_emulator";
@@ -4976,11 +4984,18 @@ fn stamp_irtt_against_irtts_server_agrees_with_irtts_client_and_the_emulator() {
         .spawn()
         .expect("irtt server");
     std::thread::sleep(Duration::from_millis(800));
-    let theirs = lab(&[
-        "exec", "--name", &name, "client", "--", "timeout", "-s", "KILL", "40", "irtt", "client",
-        "-Q", "-o", "-", "-d", "5s", "-i", "10ms", "server",
-    ]);
     let before = emulator_status(&name);
+    // Both at once: the same path, and the same host timing, for both.
+    let theirs = Command::new(binary())
+        .args(["lab", "exec", "--name", &name, "client", "--"])
+        .args([
+            "timeout", "-s", "KILL", "40", "irtt", "client", "-Q", "-o", "-",
+        ])
+        .args(["-d", "5s", "-i", "10ms", "server"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("irtt client");
     let ours = lab(&[
         "exec",
         "--name",
@@ -4998,6 +5013,7 @@ fn stamp_irtt_against_irtts_server_agrees_with_irtts_client_and_the_emulator() {
         "5",
         "--json",
     ]);
+    let theirs = theirs.wait_with_output().expect("irtt client");
     let after = emulator_status(&name);
     let _ = server.kill();
     let _ = server.wait();
@@ -5009,46 +5025,60 @@ fn stamp_irtt_against_irtts_server_agrees_with_irtts_client_and_the_emulator() {
         let at = format!("/directions/{i}/counters/{c}");
         num(&after, &at) - num(&before, &at)
     };
-    for (ours_at, theirs_at) in [("forward", "ipdv_send"), ("reverse", "ipdv_receive")] {
-        let ours_ms = num(&ours, &format!("/{ours_at}/ipdv_us/mean")) / 1e3;
-        let theirs_ms = num(&theirs, &format!("/{theirs_at}/mean")) / 1e6;
-        eprintln!("{ours_at} IPDV: linerate mean {ours_ms:.3} ms, irtt's {theirs_ms:.3} ms");
-        assert!(
-            (ours_ms - theirs_ms).abs() <= 0.1,
-            "{ours_at} IPDV: linerate {ours_ms:.3} ms against irtt's {theirs_ms:.3} ms"
-        );
-    }
-    for (i, ours_at, theirs_at) in [
-        (0, "forward", "send_delay"),
-        (1, "reverse", "receive_delay"),
+    // The path's delay is fixed: what varies from one answer to the next is the hosts'
+    // timing (irtt's server stamps its receipt in user space after a wake-up, and on a busy
+    // host a wake-up comes late). Each run measures that itself as its median IPDV; two
+    // runs agree to within 0.1 ms and what the busier of them saw, and the delay is the
+    // emulator's holding time plus what the hosts add and that.
+    for (i, ours_at, delay_at, ipdv_at) in [
+        (0, "forward", "send_delay", "ipdv_send"),
+        (1, "reverse", "receive_delay", "ipdv_receive"),
     ] {
+        let ours_ipdv = num(&ours, &format!("/{ours_at}/ipdv_us/p50")) / 1e3;
+        let theirs_ipdv = num(&theirs, &format!("/{ipdv_at}/median")) / 1e6;
+        let noise = ours_ipdv.max(theirs_ipdv);
         let held_ms = way(i, "delay_sum_ns") / way(i, "passed") / 1e6;
         let late_ms = num(&after, &format!("/directions/{i}/counters/late_max_ns")) / 1e6;
         let ours_ms = num(&ours, &format!("/{ours_at}/delay_us/p50")) / 1e3;
-        let theirs_ms = num(&theirs, &format!("/{theirs_at}/median")) / 1e6;
+        let theirs_ms = num(&theirs, &format!("/{delay_at}/median")) / 1e6;
         eprintln!(
-            "{ours_at}: linerate p50 {ours_ms:.3} ms, irtt's median {theirs_ms:.3} ms, the emulator held {held_ms:.3} ms (late at most {late_ms:.3})"
+            "{ours_at}: linerate p50 {ours_ms:.3} ms, irtt's median {theirs_ms:.3} ms, the emulator held {held_ms:.3} ms (late at most {late_ms:.3}); median IPDV linerate {ours_ipdv:.3} ms, irtt {theirs_ipdv:.3} ms"
+        );
+        // Out, both clients stamp their sending in user space before the send and the
+        // one server its receipt: the same sources of variation, so the IPDVs agree. Back,
+        // linerate stamps its receipt in the kernel and irtt's client in user space after a
+        // wake-up: linerate's sees no more variation than irtt's, and irtt's adds its own.
+        let agree = match i {
+            0 => (ours_ipdv - theirs_ipdv).abs() <= 0.1 + ours_ipdv.min(theirs_ipdv),
+            _ => ours_ipdv <= theirs_ipdv + 0.1,
+        };
+        assert!(
+            agree,
+            "{ours_at} IPDV: linerate {ours_ipdv:.3} ms against irtt's {theirs_ipdv:.3} ms"
         );
         assert!(
-            (ours_ms - theirs_ms).abs() <= 0.1,
+            (ours_ms - theirs_ms).abs() <= 0.1 + 2.0 * noise,
             "{ours_at}: linerate {ours_ms:.3} ms against irtt's {theirs_ms:.3} ms"
         );
         assert!(
-            ours_ms >= held_ms - 0.01 && ours_ms <= held_ms + 0.5 + late_ms,
+            ours_ms >= held_ms - 0.01 && ours_ms <= held_ms + 0.5 + late_ms + 2.0 * ours_ipdv,
             "{ours_at}: linerate {ours_ms:.3} ms, the emulator held {held_ms:.3} ms"
         );
     }
+    // The emulator's drops out are both sessions': irtt's own are what it sent less what
+    // its server counted.
     let lost_out =
         num(&ours, "/loss/forward") + ours["loss"]["unattributed"].as_f64().unwrap_or(0.0);
+    let theirs_out = num(&theirs, "/packets_sent") - num(&theirs, "/server_packets_received");
     let dropped = way(0, "lost");
     eprintln!(
-        "linerate: {lost_out} lost out, {} back; the emulator dropped {dropped} out",
+        "linerate: {lost_out} lost out, {} back; irtt {theirs_out} out; the emulator dropped {dropped} out",
         ours["loss"]["reverse"]
     );
     assert!(dropped > 0.0, "1 % of {} and none dropped", ours["sent"]);
     assert!(
-        lost_out <= dropped && dropped <= lost_out + 2.0,
-        "{lost_out} counted lost out, the emulator dropped {dropped}: {}",
+        lost_out + theirs_out <= dropped && dropped <= lost_out + theirs_out + 4.0,
+        "{lost_out} and {theirs_out} counted lost out, the emulator dropped {dropped}: {}",
         ours["loss"]
     );
     assert_eq!(num(&ours, "/loss/reverse"), 0.0, "{}", ours["loss"]);
