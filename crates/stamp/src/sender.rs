@@ -523,7 +523,12 @@ pub fn run_on(
     }
     let end = mono();
     if every_ns > 0 && end > next_report.saturating_sub(every_ns) {
-        live(&session.close_interval(end));
+        // The last, partial interval: told where anything happened in it (a run that
+        // ends on an interval's edge leaves an empty one).
+        let last = session.close_interval(end);
+        if last.sent > 0 || last.answered > 0 {
+            live(&last);
+        }
     }
     Ok(session.finish(end))
 }
