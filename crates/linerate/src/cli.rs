@@ -1638,9 +1638,10 @@ pub struct ServeArgs {
     /// probe, the one answer that amplifies; padded probes (twampy --padding 30) need none
     #[arg(long, value_name = "PPS", num_args = 0..=1, default_missing_value = "1000", value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "stamp")]
     pub stamp_twamp_light: Option<u32>,
-    /// Answer irtt clients (irtt 0.9, flent's irtt tests) on this UDP [ADDR:]PORT (2112 is
-    /// irtt's), as `irtt server` does, under --max-duration and the access rules
-    #[arg(long, value_name = "[ADDR:]PORT", value_parser = udp_listen_addr)]
+    /// Answer irtt clients (irtt 0.9, flent's irtt tests) on this UDP [ADDR:]PORT (2112,
+    /// irtt's, when none is given), as `irtt server` does, under --max-duration and the
+    /// access rules
+    #[arg(long, value_name = "[ADDR:]PORT", num_args = 0..=1, default_missing_value = "2112", value_parser = udp_listen_addr)]
     pub irtt: Option<std::net::SocketAddr>,
     /// irtt: the key (irtt's --hmac, the file's bytes) every packet must be signed with
     #[arg(long, value_name = "FILE", requires = "irtt", value_parser = irtt_key_file)]
