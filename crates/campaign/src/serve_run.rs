@@ -188,6 +188,29 @@ fn metrics_listener(
     Ok(Some(listener))
 }
 
+/// What a UDP service beside the server answers under: the server's --allow and --deny,
+/// and the operator's log (its refusals told whatever `-q` says), with the log itself for
+/// the service's own first line.
+fn access_of(
+    config: &ServerConfig,
+) -> (
+    linerate_stamp::listener::Permits,
+    linerate_stamp::listener::LogLine,
+    Arc<linerate_drivers::access::OperatorLog>,
+) {
+    let policy = config.access.clone();
+    let log = Arc::new(linerate_drivers::access::OperatorLog::new(
+        true,
+        config.log_format,
+    ));
+    let line = log.clone();
+    (
+        Arc::new(move |ip| policy.permits(linerate_drivers::access::canonical(ip))),
+        Arc::new(move |message: &str| line.line(message)),
+        log,
+    )
+}
+
 /// The STAMP reflector of `--stamp`, under the server's --allow and --deny.
 fn stamp_reflector(
     beside: &Beside,
@@ -197,19 +220,9 @@ fn stamp_reflector(
         return Ok(None);
     };
     let authenticated_only = reflector.authenticated_only;
-    let policy = config.access.clone();
-    let log = Arc::new(linerate_drivers::access::OperatorLog::new(
-        true,
-        config.log_format,
-    ));
-    let line = log.clone();
-    let listener = linerate_stamp::listener::start(
-        addr,
-        reflector,
-        Arc::new(move |ip| policy.permits(linerate_drivers::access::canonical(ip))),
-        Arc::new(move |message: &str| line.line(message)),
-    )
-    .map_err(|e| usage(format!("--stamp {addr}: cannot listen: {e}")))?;
+    let (permits, line, log) = access_of(config);
+    let listener = linerate_stamp::listener::start(addr, reflector, permits, line)
+        .map_err(|e| usage(format!("--stamp {addr}: cannot listen: {e}")))?;
     log.line(&format!(
         "STAMP reflector on udp {}{}",
         listener.addr,
@@ -237,20 +250,9 @@ fn irtt_server(
         ipv6_source_prefix: beside.v6_prefix,
         ..linerate_irtt::server::Config::default()
     };
-    let policy = config.access.clone();
-    let log = Arc::new(linerate_drivers::access::OperatorLog::new(
-        true,
-        config.log_format,
-    ));
-    let line = log.clone();
-    let listener = linerate_irtt::listener::start(
-        addr,
-        irtt,
-        Arc::new(move |ip| policy.permits(linerate_drivers::access::canonical(ip))),
-        Arc::new(move |message: &str| line.line(message)),
-        config.log,
-    )
-    .map_err(|e| usage(format!("--irtt {addr}: cannot listen: {e}")))?;
+    let (permits, line, log) = access_of(config);
+    let listener = linerate_irtt::listener::start(addr, irtt, permits, line, config.log)
+        .map_err(|e| usage(format!("--irtt {addr}: cannot listen: {e}")))?;
     log.line(&format!(
         "irtt server on udp {}{}",
         listener.addr,
