@@ -120,7 +120,10 @@ impl Clock {
 /// Runs one job to its end on the thread the coordinator gives it: the agents' way
 /// ([`AgentRunner`]), or a test's.
 pub trait JobRunner: Send + Sync {
-    fn run(&self, mesh: &Mesh, job: Job, cycle: u64, stop: &AtomicBool) -> (JobEnd, JobResult);
+    /// How the job ended and its results: one, or for a job that fans out one per
+    /// receiver.
+    fn run(&self, mesh: &Mesh, job: Job, cycle: u64, stop: &AtomicBool)
+        -> (JobEnd, Vec<JobResult>);
 }
 
 /// The jobs as the agents run them: a profile on the source's agent, or an RPM test
@@ -131,12 +134,18 @@ pub struct AgentRunner {
 }
 
 impl JobRunner for AgentRunner {
-    fn run(&self, mesh: &Mesh, job: Job, cycle: u64, stop: &AtomicBool) -> (JobEnd, JobResult) {
-        let (outcome, result) = run_job(mesh, job, cycle, &self.options, stop, &*self.clock.now);
+    fn run(
+        &self,
+        mesh: &Mesh,
+        job: Job,
+        cycle: u64,
+        stop: &AtomicBool,
+    ) -> (JobEnd, Vec<JobResult>) {
+        let (outcome, results) = run_job(mesh, job, cycle, &self.options, stop, &*self.clock.now);
         if stop.load(Ordering::Relaxed) {
-            return (outcome, result);
+            return (outcome, results);
         }
-        confirm_blame(mesh, outcome, result, &self.options)
+        confirm_blame(mesh, outcome, results, &self.options)
     }
 }
 
@@ -149,11 +158,11 @@ impl JobRunner for AgentRunner {
 fn confirm_blame(
     mesh: &Mesh,
     outcome: JobEnd,
-    mut result: JobResult,
+    mut results: Vec<JobResult>,
     options: &RunOptions,
-) -> (JobEnd, JobResult) {
+) -> (JobEnd, Vec<JobResult>) {
     let JobEnd::Failed { hosts, reason } = outcome else {
-        return (outcome, result);
+        return (outcome, results);
     };
     let (gone, answering): (Vec<usize>, Vec<usize>) = hosts
         .into_iter()
@@ -164,22 +173,31 @@ fn confirm_blame(
                 hosts: gone,
                 reason,
             },
-            result,
+            results,
         );
     }
     let names: Vec<&str> = answering
         .iter()
         .map(|&host| mesh.hosts[host].name.as_str())
         .collect();
+    let cleared = format!(
+        " ({} answered the coordinator right after, so it is not taken down)",
+        names.join(", ")
+    );
+    // Each row that blamed a host that answered blames nobody, and says why.
+    for result in &mut results {
+        if let Outcome::Failed { blamed, reason } = &mut result.row.outcome {
+            if blamed.as_deref().is_some_and(|name| names.contains(&name)) {
+                *blamed = None;
+                reason.push_str(&cleared);
+            }
+        }
+    }
     let outcome = JobEnd::Failed {
         hosts: gone,
-        reason: format!(
-            "{reason} ({} answered the coordinator right after, so it is not taken down)",
-            names.join(", ")
-        ),
+        reason: format!("{reason}{cleared}"),
     };
-    result.row.outcome = row_outcome(mesh, &outcome);
-    (outcome, result)
+    (outcome, results)
 }
 
 /// The figure a job's row carries: goodput for a stream, the median time of the timed
@@ -220,12 +238,23 @@ fn row_outcome(mesh: &Mesh, outcome: &JobEnd) -> Outcome {
 
 /// A job's row with its labels and times, not (yet) a success.
 fn labelled(mesh: &Mesh, job: &Job, cycle: u64, started_at: f64, ended_at: f64) -> MeshRow {
+    labelled_to(mesh, job, job.dst, cycle, (started_at, ended_at))
+}
+
+/// A row of `job` to `dst` (a receiver, for a job that fans out).
+fn labelled_to(
+    mesh: &Mesh,
+    job: &Job,
+    dst: usize,
+    cycle: u64,
+    (started_at, ended_at): (f64, f64),
+) -> MeshRow {
     let test = &mesh.tests[job.test];
     MeshRow {
         run_id: None,
         mesh: mesh.name.clone(),
         src: mesh.hosts[job.src].name.clone(),
-        dst: mesh.hosts[job.dst].name.clone(),
+        dst: mesh.hosts[dst].name.clone(),
         test: test.name.clone(),
         direction: "forward".into(),
         protocol: test.kind.protocol_label().into(),
@@ -241,7 +270,7 @@ fn labelled(mesh: &Mesh, job: &Job, cycle: u64, started_at: f64, ended_at: f64) 
     }
 }
 
-/// Runs one job to its end; `(outcome, row, document)`.
+/// Runs one job to its end; how it ended and its results (one, or one per receiver).
 fn run_job(
     mesh: &Mesh,
     job: Job,
@@ -249,14 +278,21 @@ fn run_job(
     options: &RunOptions,
     stop: &AtomicBool,
     clock: &dyn Fn() -> f64,
-) -> (JobEnd, JobResult) {
+) -> (JobEnd, Vec<JobResult>) {
     let started_at = clock();
     let src = &mesh.hosts[job.src];
     let source = src.source.clone();
+    let one = |(outcome, result): (JobEnd, JobResult)| (outcome, vec![result]);
     match job_plan(mesh, &job) {
         JobPlan::Profile(profile) => {
             let result = controller::run(&profile, options, stop);
-            profile_ended(mesh, job, cycle, (started_at, clock()), result)
+            one(profile_ended(
+                mesh,
+                job,
+                cycle,
+                (started_at, clock()),
+                result,
+            ))
         }
         JobPlan::Rpm {
             remote,
@@ -272,7 +308,7 @@ fn run_job(
                 source,
             };
             let result = controller::run_rpm(&src.address, &rpm, options, stop);
-            rpm_ended(mesh, job, cycle, (started_at, clock()), result)
+            one(rpm_ended(mesh, job, cycle, (started_at, clock()), result))
         }
         JobPlan::Source { kind, spec } => {
             let target = &mesh.hosts[job.dst].name;
@@ -283,9 +319,102 @@ fn run_job(
                 options,
                 stop,
             );
-            probe_ended(mesh, job, cycle, (started_at, clock()), result)
+            one(probe_ended(mesh, job, cycle, (started_at, clock()), result))
+        }
+        JobPlan::Fanout { send, receive } => {
+            let receivers = mesh.receivers(&job);
+            let host = |h: usize| controller::FanoutHost {
+                name: mesh.hosts[h].name.clone(),
+                address: mesh.hosts[h].address.clone(),
+                source: mesh.hosts[h].source.clone(),
+            };
+            let hosts: Vec<controller::FanoutHost> = receivers.iter().map(|&h| host(h)).collect();
+            let result = controller::run_fanout(
+                &host(job.src),
+                ((send.0, &send.1), (receive.0, &receive.1)),
+                &hosts,
+                options,
+                stop,
+            );
+            fanout_ended(mesh, job, cycle, &receivers, (started_at, clock()), result)
         }
     }
+}
+
+/// A fan-out job's outcome: a row per receiver, done where that receiver counted (what
+/// it lost is a figure, not a failure); a source that failed fails every row, laid at the
+/// source, and a receiver's agent that failed is laid at that receiver.
+fn fanout_ended(
+    mesh: &Mesh,
+    job: Job,
+    cycle: u64,
+    receivers: &[usize],
+    times: (f64, f64),
+    result: Result<Vec<Result<Document, RunError>>, RunError>,
+) -> (JobEnd, Vec<JobResult>) {
+    let rows = |outcome: &JobEnd| -> Vec<JobResult> {
+        receivers
+            .iter()
+            .map(|&dst| JobResult {
+                row: MeshRow {
+                    outcome: row_outcome(mesh, outcome),
+                    ..labelled_to(mesh, &job, dst, cycle, times)
+                },
+                document: None,
+            })
+            .collect()
+    };
+    let received = match result {
+        Ok(received) => received,
+        Err(error) => {
+            let outcome = JobEnd::Failed {
+                hosts: failed_hosts(mesh, &job, &error),
+                reason: printable(&error.to_string()),
+            };
+            let results = rows(&outcome);
+            return (outcome, results);
+        }
+    };
+    // The receivers whose own agents failed them, and the first reason.
+    let (mut blamed, mut first_reason) = (Vec::new(), None);
+    let mut results = Vec::with_capacity(receivers.len());
+    for (&dst, document) in receivers.iter().zip(received) {
+        let mut row = labelled_to(mesh, &job, dst, cycle, times);
+        let document = match document {
+            Ok(document) => {
+                let (headline, text) = figure(&mesh.tests[job.test], &document);
+                row.headline = headline;
+                row.headline_text = text;
+                row.outcome = Outcome::Ok;
+                Some(document)
+            }
+            Err(error) => {
+                let hosts = match &error {
+                    RunError::Agent { .. } => vec![dst],
+                    RunError::Lost { .. } | RunError::Local(_) => Vec::new(),
+                };
+                let outcome = JobEnd::Failed {
+                    hosts: hosts.clone(),
+                    reason: printable(&error.to_string()),
+                };
+                row.outcome = row_outcome(mesh, &outcome);
+                blamed.extend(hosts);
+                if let JobEnd::Failed { reason, .. } = outcome {
+                    first_reason.get_or_insert(reason);
+                }
+                None
+            }
+        };
+        results.push(JobResult { row, document });
+    }
+    let outcome = match first_reason {
+        Some(reason) => JobEnd::Failed {
+            hosts: blamed,
+            reason,
+        },
+        None => JobEnd::Done,
+    };
+    (outcome, results)
 }
 
 /// A profile job's outcome: done when its report is complete, else failed with the
@@ -418,18 +547,21 @@ fn probe_ended(
 /// What the store holds of `mesh`, as the scheduler resumes from it.
 pub fn past_of(mesh: &Mesh, rows: &[MeshRow]) -> Vec<Past> {
     let jobs = mesh.jobs();
+    // A job that fans out is found by any of its receivers' rows.
     let index: BTreeMap<(&str, &str, &str), usize> = jobs
         .iter()
         .enumerate()
-        .map(|(i, j)| {
-            (
+        .flat_map(|(i, j)| {
+            mesh.receivers(j).into_iter().map(move |dst| {
                 (
-                    mesh.tests[j.test].name.as_str(),
-                    mesh.hosts[j.src].name.as_str(),
-                    mesh.hosts[j.dst].name.as_str(),
-                ),
-                i,
-            )
+                    (
+                        mesh.tests[j.test].name.as_str(),
+                        mesh.hosts[j.src].name.as_str(),
+                        mesh.hosts[dst].name.as_str(),
+                    ),
+                    i,
+                )
+            })
         })
         .collect();
     rows.iter()
@@ -470,8 +602,8 @@ fn failure_place(row: &MeshRow) -> String {
     )
 }
 
-/// A finished job as its thread hands it back: the job, how it ended, its result.
-type Finished = (usize, JobEnd, JobResult);
+/// A finished job as its thread hands it back: the job, how it ended, its results.
+type Finished = (usize, JobEnd, Vec<JobResult>);
 
 /// Each job's newest row, by (test, src, dst): what the schedule resumes from when the
 /// hosts change.
@@ -621,11 +753,6 @@ impl<'a> Coordinator<'a> {
         }
     }
 
-    /// Stores a result (its run id set) and notes it as its job's newest.
-    fn keep(&mut self, result: &mut JobResult) -> Result<()> {
-        self.keep_all(std::slice::from_mut(result))
-    }
-
     /// Stores results together (one transaction: a busy mesh's results share a commit)
     /// with their run ids set, and notes each as its job's newest. A document goes in
     /// compact unless `[store]` keeps this one whole; the result reported on (to the
@@ -721,29 +848,38 @@ impl<'a> Coordinator<'a> {
                 let spec = self.jobs[job];
                 self.job_threads
                     .run(move || {
-                        let (outcome, result) = runner.run(&mesh, spec, cycle, &stop);
-                        let _ = results.send((job, outcome, result));
+                        let (outcome, ran) = runner.run(&mesh, spec, cycle, &stop);
+                        let _ = results.send((job, outcome, ran));
                     })
                     .context("starting a job's thread")?;
             }
             Action::Skip { job, cycle, down } => {
                 let kept_in = self.down_kept_in.get(&down.name).map(String::as_str);
-                let mut result = JobResult {
-                    row: MeshRow {
-                        outcome: Outcome::Skipped {
-                            reason: down.describe(kept_in),
+                let spec = self.jobs[job];
+                // A row per receiver, as the job would have made.
+                let mut results: Vec<JobResult> = self
+                    .mesh
+                    .receivers(&spec)
+                    .into_iter()
+                    .map(|dst| JobResult {
+                        row: MeshRow {
+                            outcome: Outcome::Skipped {
+                                reason: down.describe(kept_in),
+                            },
+                            ..labelled_to(&self.mesh, &spec, dst, cycle, (now, now))
                         },
-                        ..labelled(&self.mesh, &self.jobs[job], cycle, now, now)
-                    },
-                    document: None,
-                };
-                self.keep(&mut result)?;
+                        document: None,
+                    })
+                    .collect();
+                self.keep_all(&mut results)?;
                 // A skipped job had its turn: `--cycles` counts it, or a light job of a
                 // host that stays down would keep the run from ending.
                 if let Some(runs) = self.runs.get_mut(job) {
                     *runs += 1;
                 }
-                each(MeshEvent::Result(&result));
+                for result in &results {
+                    each(MeshEvent::Result(result));
+                }
             }
         }
         Ok(())
@@ -760,26 +896,37 @@ impl<'a> Coordinator<'a> {
             }
         }
         let stopped = self.jobs_stop.load(Ordering::Relaxed);
-        let (jobs, mut results): (Vec<(usize, JobEnd)>, Vec<JobResult>) = finished
-            .into_iter()
-            .map(|(job, outcome, result)| {
-                if stopped {
-                    interrupted(job, outcome, result)
-                } else {
-                    (job, outcome, result)
-                }
-            })
-            .map(|(job, outcome, result)| ((job, outcome), result))
-            .unzip();
+        let mut jobs: Vec<(usize, JobEnd, usize)> = Vec::with_capacity(finished.len());
+        let mut results: Vec<JobResult> = Vec::new();
+        for (job, outcome, ran) in finished {
+            let (job, outcome, ran) = if stopped {
+                interrupted(job, outcome, ran)
+            } else {
+                (job, outcome, ran)
+            };
+            jobs.push((job, outcome, ran.len()));
+            results.extend(ran);
+        }
         self.keep_all(&mut results)?;
-        for ((job, outcome), result) in jobs.into_iter().zip(&results) {
+        let mut rest = results.as_slice();
+        for (job, outcome, count) in jobs {
+            let (mine, after) = rest.split_at(count);
+            rest = after;
             if let JobEnd::Failed { hosts, .. } = &outcome {
-                // Kept only where a store holds the row it names.
+                // Kept only where a store holds the row it names: the row that blames
+                // the host, else the job's first.
                 if self.store.is_some() {
-                    let place = failure_place(&result.row);
                     for &host in hosts {
                         let name = self.mesh.hosts[host].name.clone();
-                        self.down_kept_in.insert(name, place.clone());
+                        let row = mine
+                            .iter()
+                            .find(|r| {
+                                matches!(&r.row.outcome, Outcome::Failed { blamed: Some(b), .. } if *b == name)
+                            })
+                            .or(mine.first());
+                        if let Some(result) = row {
+                            self.down_kept_in.insert(name, failure_place(&result.row));
+                        }
                     }
                 }
             }
@@ -787,7 +934,9 @@ impl<'a> Coordinator<'a> {
             if let Some(runs) = self.runs.get_mut(job) {
                 *runs += 1;
             }
-            each(MeshEvent::Result(result));
+            for result in mine {
+                each(MeshEvent::Result(result));
+            }
         }
         Ok(())
     }
@@ -811,14 +960,25 @@ impl<'a> Coordinator<'a> {
 /// A job that ended after the operator's stop: if it did not finish, the stop cut it
 /// short, and it is kept as interrupted (its reason kept), not as a failure of its pair;
 /// nor does it take a host down.
-fn interrupted(job: usize, outcome: JobEnd, mut result: JobResult) -> (usize, JobEnd, JobResult) {
-    let Outcome::Failed { reason, .. } = &result.row.outcome else {
-        return (job, outcome, result);
-    };
-    result.row.outcome = Outcome::Interrupted {
-        reason: format!("the coordinator was stopped while it ran: {reason}"),
-    };
-    (job, JobEnd::Done, result)
+fn interrupted(
+    job: usize,
+    outcome: JobEnd,
+    mut results: Vec<JobResult>,
+) -> (usize, JobEnd, Vec<JobResult>) {
+    let mut cut = false;
+    for result in &mut results {
+        if let Outcome::Failed { reason, .. } = &result.row.outcome {
+            result.row.outcome = Outcome::Interrupted {
+                reason: format!("the coordinator was stopped while it ran: {reason}"),
+            };
+            cut = true;
+        }
+    }
+    if cut {
+        (job, JobEnd::Done, results)
+    } else {
+        (job, outcome, results)
+    }
 }
 
 /// Runs the mesh until `stop` (then ends the running jobs within [`STOP_GRACE`]) or
@@ -940,17 +1100,105 @@ mod tests {
             hosts: vec![1],
             reason: String::new(),
         };
-        let (_, outcome, kept) = interrupted(0, failed, result);
+        let (_, outcome, kept) = interrupted(0, failed, vec![result]);
         assert!(matches!(outcome, JobEnd::Done));
-        assert_eq!(kept.row.outcome.name(), "interrupted");
-        assert!(kept.row.outcome.reason().contains("stopped before the end"));
+        assert_eq!(kept[0].row.outcome.name(), "interrupted");
+        assert!(kept[0]
+            .row
+            .outcome
+            .reason()
+            .contains("stopped before the end"));
         let mut done = JobResult {
             row: labelled(&mesh, &job, 1, 0.0, 1.0),
             document: None,
         };
         done.row.outcome = Outcome::Ok;
-        let (_, _, kept) = interrupted(0, JobEnd::Done, done);
-        assert!(kept.row.outcome.is_ok());
+        let (_, _, kept) = interrupted(0, JobEnd::Done, vec![done]);
+        assert!(kept[0].row.outcome.is_ok());
+    }
+
+    /// A multicast job from a to b, c and d is a row per receiver: each that counted is
+    /// done with its own figure, one whose agent failed is failed and laid at that
+    /// receiver alone (the job's failure takes only it down); a source that failed fails
+    /// every row, laid at the source.
+    #[test]
+    fn a_fan_out_job_is_a_row_per_receiver_each_blamed_on_its_own() {
+        let mut text = "name = \"m\"\n".to_string();
+        for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
+            text += &format!(
+                "[[host]]\nname = \"{name}\"\naddress = \"10.0.0.{}:5201\"\n",
+                i + 1
+            );
+        }
+        text += "[[test]]\nname = \"tv\"\nrun = \"multicast\"\ngroup = \"239.1.1.1\"\ninterval = \"1m\"\n\
+                 [[group]]\nname = \"all\"\nshape = \"star\"\ncenter = \"a\"\ndirections = \"one\"\ntests = [\"tv\"]\n";
+        let mesh = linerate_mesh::parse("mesh.toml", &text).unwrap();
+        let job = mesh.jobs()[0];
+        let receivers = mesh.receivers(&job);
+        assert_eq!(receivers, [1, 2, 3]);
+        let report = |lost: u64| {
+            let mut doc: linerate_report::multicast::MulticastReport = serde_json::from_value(
+                serde_json::json!({"test": "multicast", "started_at": 0.0, "target": "239.1.1.1:5001",
+                    "receiver": "b"}),
+            )
+            .unwrap();
+            doc.sent = Some(serde_json::from_value(serde_json::json!({
+                "group": "239.1.1.1", "groups": 1, "port": 5001, "ttl": 1, "interface": null,
+                "local": null, "length": 1000, "rate_bps": 1000000, "datagrams": 1000,
+                "bytes": 1000000, "send_errors": 0, "duration_s": 8.0, "sent_bps": 1e6, "finals": 10
+            })).unwrap());
+            doc.received = Some(Box::new(
+                serde_json::from_value(serde_json::json!({
+                    "group": "239.1.1.1", "port": 5001, "source": null, "sender": "10.0.0.1:40000",
+                    "datagrams": 1000 - lost, "bytes": (1000 - lost) * 1000, "lost": lost,
+                    "expected": 1000, "loss_percent": lost as f64 / 10.0, "out_of_order": 0,
+                    "duplicates": 0, "foreign": 0, "jitter_ms": 0.1, "duration_s": 8.0,
+                    "received_bps": 1e6, "join_latency_ms": 1.0,
+                    "one_way_delay": {"state": "withheld", "reason": "clocks"},
+                    "added_delay_ms": 0.0, "ended": "final"
+                }))
+                .unwrap(),
+            ));
+            Document::Multicast(Box::new(doc))
+        };
+        let refused = RunError::Agent {
+            host: "10.0.0.3:5201".into(),
+            why: "cannot join 239.1.1.1".into(),
+            unreachable: None,
+        };
+        let (outcome, rows) = fanout_ended(
+            &mesh,
+            job,
+            1,
+            &receivers,
+            (0.0, 10.0),
+            Ok(vec![Ok(report(0)), Err(refused), Ok(report(50))]),
+        );
+        let JobEnd::Failed { hosts, reason } = outcome else {
+            panic!("a receiver failed")
+        };
+        assert_eq!(hosts, [2]);
+        assert!(reason.contains("cannot join"), "{reason}");
+        let dsts: Vec<&str> = rows.iter().map(|r| r.row.dst.as_str()).collect();
+        assert_eq!(dsts, ["b", "c", "d"]);
+        assert!(rows.iter().all(|r| r.row.src == "a"));
+        assert_eq!(rows[0].row.headline, Some(0.0));
+        assert_eq!(rows[2].row.headline, Some(0.05));
+        assert!(
+            matches!(&rows[1].row.outcome, Outcome::Failed { blamed: Some(c), .. } if c == "c")
+        );
+        assert!(rows[1].document.is_none());
+        let lost_source = RunError::Agent {
+            host: "10.0.0.1:5201".into(),
+            why: "no route to the group".into(),
+            unreachable: None,
+        };
+        let (outcome, rows) = fanout_ended(&mesh, job, 1, &receivers, (0.0, 1.0), Err(lost_source));
+        assert!(matches!(outcome, JobEnd::Failed { ref hosts, .. } if hosts == &[0]));
+        assert_eq!(rows.len(), 3);
+        assert!(rows.iter().all(
+            |r| matches!(&r.row.outcome, Outcome::Failed { blamed: Some(a), .. } if a == "a")
+        ));
     }
 
     #[test]
@@ -1035,7 +1283,13 @@ mod tests {
     }
 
     impl JobRunner for Fake {
-        fn run(&self, mesh: &Mesh, job: Job, cycle: u64, _: &AtomicBool) -> (JobEnd, JobResult) {
+        fn run(
+            &self,
+            mesh: &Mesh,
+            job: Job,
+            cycle: u64,
+            _: &AtomicBool,
+        ) -> (JobEnd, Vec<JobResult>) {
             let now = self.clock.read();
             let mut row = labelled(mesh, &job, cycle, now, now + 1.0);
             let (src, dst) = (&mesh.hosts[job.src], &mesh.hosts[job.dst]);
@@ -1066,7 +1320,7 @@ mod tests {
                 row,
                 document: None,
             };
-            (outcome, result)
+            (outcome, vec![result])
         }
     }
 
@@ -1191,9 +1445,9 @@ mod tests {
                 for action in c.scheduler.poll(clock.read()) {
                     if let Action::Start { job, cycle } = action {
                         let stop = AtomicBool::new(false);
-                        let (outcome, result) = runner.run(&mesh, c.jobs[job], cycle, &stop);
-                        sent.push((result.row.src.clone(), result.row.dst.clone()));
-                        c.results.send((job, outcome, result)).unwrap();
+                        let (outcome, ran) = runner.run(&mesh, c.jobs[job], cycle, &stop);
+                        sent.extend(ran.iter().map(|r| (r.row.src.clone(), r.row.dst.clone())));
+                        c.results.send((job, outcome, ran)).unwrap();
                     }
                 }
                 if sent.len() >= 4 {

@@ -269,6 +269,8 @@ pub struct MeshGroup {
 pub struct Job {
     pub test: usize,
     pub src: usize,
+    /// The destination; for a test that fans out (multicast), the source itself: its
+    /// receivers are [`Mesh::receivers`].
     pub dst: usize,
     /// Exclusive tests: the round of the test's cycle the job belongs in. Jobs of one
     /// round share no host, and a full mesh of n hosts (n even) needs 2(n - 1) rounds both
@@ -303,6 +305,25 @@ impl Mesh {
                     }
                 }
             }
+            if self.tests[test].kind.kind().fans_out() {
+                // One job per source, to every receiver its pairs name: the job's
+                // destination is its source (the scheduler places it by its source
+                // alone), its receivers are `receivers`.
+                let mut is_source = vec![false; hosts];
+                let mut sources: Vec<usize> = Vec::new();
+                for &(src, _) in &ordered {
+                    if !std::mem::replace(&mut is_source[src], true) {
+                        sources.push(src);
+                    }
+                }
+                jobs.extend(sources.into_iter().map(|src| Job {
+                    test,
+                    src,
+                    dst: src,
+                    round: 0,
+                }));
+                continue;
+            }
             let rounds = rounds(&ordered, hosts);
             // In round order (a counting sort), each round in the order it filled.
             let mut order: Vec<usize> = (0..ordered.len()).collect();
@@ -315,6 +336,25 @@ impl Mesh {
             }));
         }
         jobs
+    }
+}
+
+impl Mesh {
+    /// The hosts a job's results are counted at: its destination, or for a test that
+    /// fans out, every host its groups pair its source with, in the order they make them.
+    pub fn receivers(&self, job: &Job) -> Vec<usize> {
+        if !self.tests[job.test].kind.kind().fans_out() {
+            return vec![job.dst];
+        }
+        let mut receivers = Vec::new();
+        for group in self.groups.iter().filter(|g| g.tests.contains(&job.test)) {
+            for (a, b) in pairs_of(group) {
+                if a == job.src && !self.hosts[b].reflector_only && !receivers.contains(&b) {
+                    receivers.push(b);
+                }
+            }
+        }
+        receivers
     }
 }
 

@@ -417,6 +417,15 @@ pub fn figures_of(protocol: &str, document: &Document) -> Option<Figures> {
             ..Figures::default()
         });
     }
+    // A multicast receiver's row: the share of the source's datagrams it never got.
+    if let Document::Multicast(report) = document {
+        let (share, ..) = report.lost_share()?;
+        return Some(Figures {
+            loss_ratio: Some(share),
+            duration_s: report.sent.as_ref().map_or(0.0, |s| s.duration_s),
+            ..Figures::default()
+        });
+    }
     if let Document::Rpm(report) = document {
         let legs = [&report.download, &report.upload];
         return Some(Figures {

@@ -20,6 +20,11 @@ pub struct MulticastReport {
     pub sent: Option<MulticastSent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub received: Option<Box<MulticastStream>>,
+    /// The receiver whose count this is, where a mesh asked it to count (its row of the
+    /// pair source -> receiver): with `sent` beside it, what it never got is a figure
+    /// even when nothing at all arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<String>,
 }
 
 impl MulticastReport {
@@ -36,6 +41,7 @@ impl MulticastReport {
             },
             sent: Some(sent),
             received: None,
+            receiver: None,
         }
     }
 
@@ -47,7 +53,23 @@ impl MulticastReport {
             target: std::net::SocketAddr::new(stream.group, stream.port).to_string(),
             sent: None,
             received: Some(Box::new(stream)),
+            receiver: None,
         }
+    }
+}
+
+impl MulticastReport {
+    /// A mesh row's figure, where the document carries what the sender sent beside what
+    /// this receiver counted: the share of the sender's datagrams (by its own count) the
+    /// receiver never got, 0 to 1, with the two counts; `None` without the sender's count.
+    pub fn lost_share(&self) -> Option<(f64, u64, u64)> {
+        self.receiver.as_ref()?;
+        let sent = self.sent.as_ref()?.datagrams;
+        if sent == 0 {
+            return None;
+        }
+        let got = self.received.as_ref().map_or(0, |r| r.datagrams).min(sent);
+        Some(((sent - got) as f64 / sent as f64, got, sent))
     }
 }
 
@@ -140,6 +162,12 @@ impl ResultKind for MulticastReport {
 
     /// For listings: "sent 1.00 Mbits/sec" or "received 99.9 % from 10.0.0.1:40000".
     fn headline_text(&self, _scale: Scale) -> String {
+        if let (Some((share, got, sent)), Some(_)) = (self.lost_share(), &self.received) {
+            return format!(
+                "received {got} of {sent} datagrams sent, loss {:.3} %",
+                share * 100.0
+            );
+        }
         match (&self.sent, &self.received) {
             (Some(sent), _) => format!(
                 "sent {} datagrams, {}",
@@ -154,8 +182,36 @@ impl ResultKind for MulticastReport {
         }
     }
 
+    /// A mesh row's: the share of the sender's datagrams this receiver never got.
+    fn mesh_figure(&self, which: linerate_model::measure::Headline) -> (Option<f64>, String) {
+        let linerate_model::measure::Headline::Loss = which else {
+            return (None, String::new());
+        };
+        let Some((share, got, sent)) = self.lost_share() else {
+            return (None, String::new());
+        };
+        let text = match &self.received {
+            Some(stream) => {
+                let join = stream.join_latency_ms.map_or_else(String::new, |ms| {
+                    format!(", joined {ms:.1} ms before it came")
+                });
+                format!(
+                    "loss {:.3} % ({got} of {sent} received), jitter {:.3} ms{join}",
+                    share * 100.0,
+                    stream.jitter_ms
+                )
+            }
+            None => format!("nothing received of {sent} datagrams sent"),
+        };
+        (Some(share), text)
+    }
+
     fn render_text(&self, _scale: Scale) -> String {
         match (&self.sent, &self.received) {
+            (Some(sent), Some(stream)) => sent_text(sent) + &stream_line(stream) + "\n",
+            (Some(sent), None) if self.receiver.is_some() => {
+                sent_text(sent) + "nothing received of it\n"
+            }
             (Some(sent), _) => sent_text(sent),
             (None, Some(stream)) => stream_line(stream) + "\n",
             (None, None) => String::new(),
@@ -181,6 +237,20 @@ impl ResultKind for MulticastReport {
         .map(String::from)
         .to_vec();
         let row = match (&self.sent, &self.received) {
+            (Some(sent), Some(stream)) => vec![
+                "receiver".into(),
+                stream.group.to_string(),
+                stream.port.to_string(),
+                stream.sender.to_string(),
+                stream.datagrams.to_string(),
+                sent.datagrams.to_string(),
+                (sent.datagrams.saturating_sub(stream.datagrams)).to_string(),
+                stream.out_of_order.to_string(),
+                stream.duplicates.to_string(),
+                format!("{:.6}", stream.jitter_ms),
+                format!("{:.6}", stream.duration_s),
+                format!("{:.0}", stream.received_bps),
+            ],
             (Some(sent), _) => vec![
                 "sender".into(),
                 sent.group.to_string(),

@@ -294,6 +294,7 @@ pub static KIND: SourceKind = SourceKind {
         report.config.target = target.to_string();
         Ok(Document::Test(Box::new(report)))
     },
+    gather: None,
 };
 
 /// An agent's report, checked against what was asked: what its test's report can hold,

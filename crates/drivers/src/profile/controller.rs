@@ -585,6 +585,86 @@ pub fn run_source(
     (kind.answer)(spec, report, target).map_err(failed)
 }
 
+/// One host of a fan-out job as the controller asks it: its agent's address and where
+/// its packets leave from or arrive through (`source`, `source_dev`).
+pub struct FanoutHost {
+    /// Its name, as rows and documents say it.
+    pub name: String,
+    pub address: String,
+    pub source: Option<linerate_model::Source>,
+}
+
+/// Runs a fan-out job (multicast): every receiver's agent runs the source kind `receive`
+/// and the source's agent `send`, all at once (the sender's request makes it wait until
+/// the receivers are ready). Returns the source's failure, or each receiver's document
+/// gathered with the source's (or why that receiver failed), in `receivers`' order. A
+/// source that fails ends the receivers' waits; `stop` ends them all.
+pub fn run_fanout(
+    source: &FanoutHost,
+    (send, receive): ((&str, &serde_json::Value), (&str, &serde_json::Value)),
+    receivers: &[FanoutHost],
+    options: &RunOptions,
+    stop: &AtomicBool,
+) -> Result<Vec<Result<linerate_report::document::Document, RunError>>, RunError> {
+    let gather = super::source_kind(receive.0)
+        .and_then(|kind| kind.gather)
+        .ok_or_else(|| {
+            agent_failed(
+                &source.address,
+                format!("no fan-out receiver of kind '{}' in this build", receive.0),
+            )
+        })?;
+    let abandon = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    let (sent, received) = std::thread::scope(|scope| {
+        let waits: Vec<_> = receivers
+            .iter()
+            .map(|host| {
+                let abandon = &abandon;
+                scope.spawn(move || {
+                    let from = (host.source.clone(), host.name.as_str());
+                    run_source(&host.address, receive, from, options, abandon)
+                })
+            })
+            .collect();
+        let (done, abandon) = (&done, &abandon);
+        scope.spawn(move || {
+            // The operator's stop reaches the receivers too.
+            while !done.load(Ordering::Relaxed) {
+                if stop.load(Ordering::Relaxed) {
+                    abandon.store(true, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let from = (source.source.clone(), source.name.as_str());
+        let sent = run_source(&source.address, send, from, options, stop);
+        if sent.is_err() {
+            abandon.store(true, Ordering::Relaxed);
+        }
+        let received: Vec<_> = waits
+            .into_iter()
+            .map(|wait| {
+                wait.join().unwrap_or_else(|_| {
+                    Err(RunError::Local(std::io::Error::other(
+                        "a fan-out receiver's thread panicked",
+                    )))
+                })
+            })
+            .collect();
+        done.store(true, Ordering::Relaxed);
+        (sent, received)
+    });
+    let sent = sent?;
+    Ok(received
+        .into_iter()
+        .zip(receivers)
+        .map(|(document, host)| {
+            document.and_then(|d| gather(&sent, d).map_err(|why| agent_failed(&host.address, why)))
+        })
+        .collect())
+}
+
 fn agent_failed(source: &str, why: String) -> RunError {
     RunError::Agent {
         host: source.to_string(),

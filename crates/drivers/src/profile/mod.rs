@@ -16,6 +16,7 @@ mod exec;
 pub mod files;
 pub(crate) mod group;
 pub(crate) mod link;
+mod multicast_job;
 mod rendezvous;
 pub mod rpm_job;
 mod served;
@@ -27,8 +28,13 @@ pub use link::LinkPool;
 
 /// Every kind of job an agent runs as a mesh test's source, each with both of its sides
 /// in its module (`source_job::SourceKind`).
-pub static SOURCE_KINDS: &[&source_job::SourceKind] =
-    &[&stamp_job::KIND, &trace_job::KIND, &client_job::KIND];
+pub static SOURCE_KINDS: &[&source_job::SourceKind] = &[
+    &stamp_job::KIND,
+    &trace_job::KIND,
+    &client_job::KIND,
+    &multicast_job::SEND_KIND,
+    &multicast_job::RECEIVE_KIND,
+];
 
 /// The source kind called `name`.
 pub(crate) fn source_kind(name: &str) -> Option<&'static source_job::SourceKind> {

@@ -282,6 +282,7 @@ pub static KIND: super::source_job::SourceKind = super::source_job::SourceKind {
         report.target = target.to_string();
         Ok(Document::Stamp(Box::new(report)))
     },
+    gather: None,
 };
 
 /// The request a mesh's STAMP window sends (`JobPlan::Source`'s spec), for the tests.

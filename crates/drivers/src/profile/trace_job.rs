@@ -225,6 +225,7 @@ pub static KIND: super::source_job::SourceKind = super::source_job::SourceKind {
         report.target = target.to_string();
         Ok(Document::Trace(Box::new(report)))
     },
+    gather: None,
 };
 
 impl super::source_job::SourceJob for TraceJob {

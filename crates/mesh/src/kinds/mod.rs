@@ -9,6 +9,7 @@
 
 mod connect;
 mod crr;
+mod multicast;
 mod quic;
 mod rpm;
 mod rr;
@@ -20,6 +21,10 @@ mod voip;
 
 pub use connect::Connect;
 pub use crr::Crr;
+pub use multicast::{
+    Multicast, DEFAULT_MULTICAST_PORT, DEFAULT_MULTICAST_RATE_BPS, MULTICAST_LEAD_S,
+    MULTICAST_SILENCE_S,
+};
 pub use quic::{Quic, MAX_QUIC_STREAMS};
 pub use rpm::{Rpm, RPM_SETUP_S};
 pub use rr::Rr;
@@ -53,6 +58,7 @@ pub enum TestKind {
     Voip(Voip),
     Quic(Quic),
     Video(Video),
+    Multicast(Multicast),
 }
 
 impl TestKind {
@@ -69,6 +75,7 @@ impl TestKind {
             TestKind::Voip(kind) => kind,
             TestKind::Quic(kind) => kind,
             TestKind::Video(kind) => kind,
+            TestKind::Multicast(kind) => kind,
         }
     }
 
@@ -123,6 +130,13 @@ pub trait Kind {
     fn marks_packets(&self) -> bool {
         false
     }
+    /// Whether a job of it goes from one source to every receiver its groups pair the
+    /// source with, at once (multicast), rather than from a source to one destination:
+    /// the mesh makes one job per source, plans it as a
+    /// [`JobPlan::Fanout`], and keeps a row per receiver.
+    fn fans_out(&self) -> bool {
+        false
+    }
     /// What runs a job of this test.
     fn plan(&self, site: &JobSite) -> JobPlan;
 }
@@ -157,6 +171,14 @@ pub enum JobPlan {
     Source {
         kind: &'static str,
         spec: serde_json::Value,
+    },
+    /// A job from one source to many receivers at once: each receiver's agent runs the
+    /// `receive` source kind with its request, the source's agent `send` with its; each
+    /// receiver's result, gathered with the source's, is a row of its own (source ->
+    /// receiver). As with `Source`, the coordinator sends the requests as they are.
+    Fanout {
+        send: (&'static str, serde_json::Value),
+        receive: (&'static str, serde_json::Value),
     },
 }
 
@@ -233,6 +255,7 @@ pub(crate) const KINDS: &[(&str, ReadKind)] = &[
     ("voip", voip::read),
     ("quic", quic::read),
     ("video", video::read),
+    ("multicast", multicast::read),
 ];
 
 /// The kinds' names as a message lists them: "stream, rr, crr, rpm, stamp or trace".
