@@ -650,7 +650,7 @@ pub fn plan_text(mesh: &Mesh, plan: &PlanSummary, setup_s: f64) -> String {
             _ => {
                 let _ = writeln!(
                     out,
-                    "  {} ({} {}, {:.0} s, light{}): {} jobs, each every {every} at its own phase",
+                    "  {} ({} {}, {:.0} s, light{}): {} jobs{}, each every {every} at its own phase",
                     test.name,
                     test.kind.run(),
                     test.kind.protocol().name(),
@@ -661,6 +661,11 @@ pub fn plan_text(mesh: &Mesh, plan: &PlanSummary, setup_s: f64) -> String {
                         ""
                     },
                     figures.jobs,
+                    if test.kind.kind().fans_out() {
+                        format!(" (one a source, to {} receivers in all)", figures.rows)
+                    } else {
+                        String::new()
+                    },
                 );
             }
         }

@@ -626,3 +626,154 @@ fn a_multicast_senders_marks_are_on_the_wire() {
     let text = String::from_utf8_lossy(&output.stdout);
     assert_eq!(text.matches("tos 0xba").count(), 3, "{text}");
 }
+
+/// A mesh's multicast test (`run = "multicast"`, docs/mesh.md): host a's agent sends a
+/// stream to a group and the agents of b, c and d (a star around a) join it and count,
+/// one job a cycle and a row per receiver. The network limits what reaches c of the
+/// group's datagrams (a short FIFO of its own on the bridge's port towards c): c's loss
+/// is what that FIFO dropped of the stream (it may also drop some of the ten final
+/// datagrams, which no row counts), b's and d's are what their own kernels dropped
+/// (none, on a quiet host), the loss alert opens for a -> c alone, and each row's
+/// figure is its receiver's share of what a's agent said it sent.
+#[test]
+fn a_mesh_multicast_test_counts_each_receivers_loss_and_alerts_on_the_one_that_loses() {
+    if skip_unless_root("mesh multicast test") {
+        return;
+    }
+    let star = Star::new("mcmesh", 4);
+    for i in 0..4 {
+        // Each host's route to the groups: through its one interface.
+        common::run(
+            "ip",
+            &[
+                "-n",
+                &star.hosts[i],
+                "route",
+                "add",
+                "224.0.0.0/4",
+                "dev",
+                &star.devs[i],
+            ],
+        );
+    }
+    star.limit_udp_towards(2, 5001, "1600kbit");
+    let dir = std::env::temp_dir().join(format!("lr-mcmesh-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("mesh.key");
+    std::fs::write(&key, "the key of the multicast mesh, for this test\n").unwrap();
+    let key = key.to_str().unwrap().to_string();
+    let _agents: Vec<ServeProcess> = (0..4)
+        .map(|i| {
+            ServeProcess::start_at(
+                Some(&star.hosts[i]),
+                &star.addrs[i],
+                "5201",
+                &["--no-store", "--key", &key],
+            )
+        })
+        .collect();
+    let mut text = format!("name = \"tv\"\nkey = \"{key}\"\n");
+    for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
+        text += &format!(
+            "[[host]]\nname = \"{name}\"\naddress = \"{}:5201\"\n",
+            star.addrs[i]
+        );
+    }
+    text += "[[test]]\nname = \"channel\"\nrun = \"multicast\"\ngroup = \"239.7.7.7\"\n\
+             rate = \"2M\"\nsize = \"1000\"\nduration = \"4s\"\ninterval = \"9s\"\n\
+             [[group]]\nname = \"viewers\"\nshape = \"star\"\ncenter = \"a\"\n\
+             directions = \"one\"\ntests = [\"channel\"]\n\
+             [alerts]\nloss_above = \"1%\"\nfor = \"5s\"\n";
+    let file = dir.join("mesh.toml");
+    std::fs::write(&file, text).unwrap();
+    let db = dir.join("results.db");
+    let counts = |i: usize| udp_counts(&star.hosts[i]);
+    let before: Vec<(u64, u64)> = (1..4).map(counts).collect();
+    let backlog_before = backlog_drops();
+    let out = linerate_in(
+        &star.hosts[0],
+        &[
+            "--db",
+            db.to_str().unwrap(),
+            "mesh",
+            "run",
+            file.to_str().unwrap(),
+            "--cycles",
+            "2",
+            "--json",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let backlog = backlog_drops() - backlog_before;
+    let kernel_drops: Vec<u64> = (1..4).map(|i| counts(i).1 - before[i - 1].1).collect();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let rows: Vec<&serde_json::Value> = lines.iter().filter(|l| l.get("src").is_some()).collect();
+    assert_eq!(rows.len(), 6, "two jobs, three receivers each: {rows:#?}");
+    let mut lost = [0u64; 3];
+    for row in &rows {
+        assert_eq!(row["ok"], true, "{row}");
+        assert_eq!(row["src"], "a", "{row}");
+        assert_eq!(row["test"], "channel", "{row}");
+        let receiver = match row["dst"].as_str().unwrap() {
+            "b" => 0,
+            "c" => 1,
+            "d" => 2,
+            other => panic!("a row to {other}"),
+        };
+        let text = row["headline_text"].as_str().unwrap();
+        let (got, sent) = text
+            .split('(')
+            .nth(1)
+            .and_then(|t| t.split(" received").next())
+            .and_then(|t| t.split_once(" of "))
+            .map(|(g, s)| (g.parse::<u64>().unwrap(), s.parse::<u64>().unwrap()))
+            .unwrap_or_else(|| panic!("no counts in {text}"));
+        // 2 Mbit/s of 1,000-byte datagrams for 4 s: about 1,000 sent.
+        assert!(sent > 900, "{row}");
+        let share = row["headline"].as_f64().unwrap();
+        assert!(
+            (share - (sent - got) as f64 / sent as f64).abs() < 1e-9,
+            "the figure is the share of the sender's count never received: {row}"
+        );
+        lost[receiver] += sent - got;
+    }
+    let limited = star.limited_drops(2);
+    eprintln!(
+        "multicast mesh: lost {lost:?}; the FIFO towards c dropped {limited}; the receivers' kernels dropped {kernel_drops:?}, the input queues {backlog}"
+    );
+    // c: what the network's FIFO dropped of the two streams (and perhaps some of their
+    // twenty finals), plus what its own kernel dropped.
+    assert!(lost[1] > 0, "the limit towards c dropped nothing");
+    assert!(
+        lost[1] <= limited + kernel_drops[1] + backlog && limited <= lost[1] + 2 * FINALS,
+        "c lost {}, the FIFO towards it dropped {limited}, its kernel {}",
+        lost[1],
+        kernel_drops[1]
+    );
+    for (receiver, k) in [(0, 0), (2, 2)] {
+        assert!(
+            lost[receiver] <= kernel_drops[k] + backlog,
+            "receiver {receiver} lost {} where its kernel dropped {}",
+            lost[receiver],
+            kernel_drops[k]
+        );
+    }
+    let alerts: Vec<String> = lines
+        .iter()
+        .filter(|l| l["event"] == "alert" && l["resolved"] == false)
+        .map(|l| l["text"].as_str().unwrap().to_string())
+        .collect();
+    eprintln!("alerts: {alerts:?}");
+    assert!(
+        alerts.iter().any(|a| a.contains("a -> c loses")),
+        "no alert for a -> c: {alerts:#?}"
+    );
+    assert!(
+        alerts.iter().all(|a| a.contains("a -> c")),
+        "an alert for a receiver that lost nothing: {alerts:#?}"
+    );
+}

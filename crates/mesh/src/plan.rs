@@ -27,6 +27,9 @@ pub struct TestPlan {
     /// The test's index in the mesh.
     pub test: usize,
     pub jobs: usize,
+    /// The rows a run of each of its jobs makes: one a job, or for a test that fans
+    /// out, one per receiver.
+    pub rows: usize,
     /// Exclusive tests: the rounds of a cycle, and how long the first cycle takes.
     pub rounds: Option<u32>,
     pub cycle_s: Option<f64>,
@@ -73,9 +76,15 @@ pub fn summary(mesh: &Mesh, setup_s: f64) -> PlanSummary {
             .max()
             .unwrap_or(0)
             + 1;
+        let rows = jobs
+            .iter()
+            .filter(|j| j.test == index)
+            .map(|j| mesh.receivers(j).len())
+            .sum();
         tests.push(TestPlan {
             test: index,
             jobs: count,
+            rows,
             rounds: test.exclusive.then_some(rounds),
             cycle_s: (test.exclusive && !first.is_empty()).then_some(end - start),
         });

@@ -1532,3 +1532,48 @@ fn one_mesh_cycle_renders_byte_for_byte_as_its_golden_files() {
     let history = grid::history_json(&b, "test=lat&src=a&dst=b", &t).unwrap();
     golden("one_cycle.history.json", &pretty(history));
 }
+
+/// A multicast job's rows, one per receiver, are each their pair's loss series: the share
+/// of the source's datagrams that receiver never got, by the source's own count (b got
+/// all 1,000, c 900, d nothing at all), in the exposition as three series of a.
+#[test]
+fn a_multicast_jobs_receivers_are_each_their_pairs_loss() {
+    use linerate_report::multicast::MulticastReport;
+    let sent: linerate_model::multicast::MulticastSent =
+        serde_json::from_value(serde_json::json!({
+            "group": "239.1.1.1", "groups": 1, "port": 5001, "ttl": 1, "interface": null,
+            "local": "10.0.0.1:40000", "length": 1000, "rate_bps": 2000000, "datagrams": 1000,
+            "bytes": 1000000, "send_errors": 0, "duration_s": 4.0, "sent_bps": 2e6, "finals": 10
+        }))
+        .unwrap();
+    let received = |got: u64| {
+        serde_json::from_value::<linerate_model::multicast::MulticastStream>(serde_json::json!({
+            "group": "239.1.1.1", "port": 5001, "source": null, "sender": "10.0.0.1:40000",
+            "datagrams": got, "bytes": got * 1000, "lost": 1000 - got, "expected": 1000,
+            "loss_percent": (1000 - got) as f64 / 10.0, "out_of_order": 0, "duplicates": 0,
+            "foreign": 0, "jitter_ms": 0.1, "duration_s": 4.0, "received_bps": 2e6,
+            "join_latency_ms": 1000.0, "one_way_delay": {"state": "withheld", "reason": "clocks"},
+            "added_delay_ms": 0.0, "ended": "final"
+        }))
+        .unwrap()
+    };
+    let mut board = Board::default();
+    for (dst, got) in [("b", Some(1000)), ("c", Some(900)), ("d", None)] {
+        let document = Document::Multicast(Box::new(MulticastReport {
+            received: got.map(|g| Box::new(received(g))),
+            receiver: Some(dst.into()),
+            ..MulticastReport::sender(sent.clone(), 100.0)
+        }));
+        let (figure, text) =
+            linerate_report::headline::of(&document, linerate_model::measure::Headline::Loss);
+        let mut kept = row("a", dst, "channel", true, figure.unwrap(), 110.0);
+        kept.protocol = "udp".into();
+        kept.headline_text = text;
+        board.record(&kept, Some(&document));
+    }
+    let text = Exposition::new(Arc::new(Mutex::new(board))).render(Format::OpenMetrics);
+    for (dst, loss) in [("b", "0.0"), ("c", "0.1"), ("d", "1.0")] {
+        let series = format!("linerate_loss_ratio{{mesh=\"m\",src=\"a\",dst=\"{dst}\",test=\"channel\",direction=\"forward\",protocol=\"udp\"}} {loss}\n");
+        assert!(text.contains(&series), "{series} not in {text}");
+    }
+}

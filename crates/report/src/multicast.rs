@@ -191,16 +191,13 @@ impl ResultKind for MulticastReport {
             return (None, String::new());
         };
         let text = match &self.received {
-            Some(stream) => {
-                let join = stream.join_latency_ms.map_or_else(String::new, |ms| {
-                    format!(", joined {ms:.1} ms before it came")
-                });
-                format!(
-                    "loss {:.3} % ({got} of {sent} received), jitter {:.3} ms{join}",
-                    share * 100.0,
-                    stream.jitter_ms
-                )
-            }
+            // (Not its join latency: in a mesh the source waits for the receivers to
+            // join, so that is mostly the wait.)
+            Some(stream) => format!(
+                "loss {:.3} % ({got} of {sent} received), jitter {:.3} ms",
+                share * 100.0,
+                stream.jitter_ms
+            ),
             None => format!("nothing received of {sent} datagrams sent"),
         };
         (Some(share), text)

@@ -90,13 +90,14 @@ pub struct SourceKind {
     ) -> Result<linerate_report::document::Document, String>,
     /// A kind one receiver of a fan-out job runs (multicast): the controller's side, its
     /// document gathered with the source's into the row of the pair (source, receiver).
-    pub(crate) gather: Option<
-        fn(
-            &linerate_report::document::Document,
-            linerate_report::document::Document,
-        ) -> Result<linerate_report::document::Document, String>,
-    >,
+    pub(crate) gather: Option<Gather>,
 }
+
+/// How a fan-out receiver's document is gathered with its source's.
+pub(crate) type Gather = fn(
+    &linerate_report::document::Document,
+    linerate_report::document::Document,
+) -> Result<linerate_report::document::Document, String>;
 
 /// A job on a thread of its own whose report (or why not) arrives once: `what` names it
 /// where its report cannot be encoded or its thread ended without one.

@@ -587,6 +587,64 @@ impl Star {
         tbf(&self.hub, &self.ports[i], rate, ["limit", &limit]);
     }
 
+    /// Limits what host `i` receives of UDP datagrams to `port` (any address) to `rate`,
+    /// in the network, and nothing else: the bridge's port towards it gets an htb whose
+    /// one limited class takes those datagrams (a u32 filter) into a short FIFO of its own
+    /// (handle 10:, 16 packets), everything else passing unlimited. What that FIFO drops
+    /// is [`Star::limited_drops`].
+    pub fn limit_udp_towards(&self, i: usize, port: u16, rate: &str) {
+        let dev = self.ports[i].as_str();
+        let tc = |args: &[&str]| {
+            let mut all = vec!["-n", self.hub.as_str()];
+            all.extend_from_slice(args);
+            run("tc", &all);
+        };
+        tc(&[
+            "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "20",
+        ]);
+        tc(&[
+            "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", rate,
+            "ceil", rate,
+        ]);
+        tc(&[
+            "class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb", "rate", "10gbit",
+        ]);
+        tc(&[
+            "qdisc", "add", "dev", dev, "parent", "1:10", "handle", "10:", "pfifo", "limit", "16",
+        ]);
+        let port = port.to_string();
+        tc(&[
+            "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+            "match", "ip", "protocol", "17", "0xff", "match", "ip", "dport", &port, "0xffff",
+            "flowid", "1:10",
+        ]);
+    }
+
+    /// Packets the limited class towards host `i` dropped (its FIFO's "dropped N").
+    pub fn limited_drops(&self, i: usize) -> u64 {
+        let text = run(
+            "tc",
+            &[
+                "-n",
+                &self.hub,
+                "-s",
+                "qdisc",
+                "show",
+                "dev",
+                &self.ports[i],
+            ],
+        );
+        let fifo = text
+            .split("qdisc ")
+            .find(|q| q.starts_with("pfifo 10:"))
+            .unwrap_or_else(|| panic!("no limited FIFO in {text}"));
+        fifo.split("dropped ")
+            .nth(1)
+            .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no drop count in {fifo}"))
+    }
+
     /// Bytes the shaper towards host `i` has sent (`tc -s qdisc`: "Sent N bytes").
     pub fn shaped_sent(&self, i: usize) -> u64 {
         let text = run(
