@@ -14,7 +14,7 @@
 // A driver: the clock and sleeping are its job (the core modules stay sans-IO).
 #![allow(clippy::disallowed_methods)]
 
-use crate::sys::PacketSocket;
+use crate::sys::{set_packet_option, PacketSocket};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -108,7 +108,7 @@ impl RxRing {
         let vnet = if offloads { VNET_HEADER } else { 0 };
         if offloads {
             // Before the ring: the kernel refuses it once a ring exists.
-            set_option(fd, PACKET_VNET_HDR, &1 as &libc::c_int)?;
+            set_packet_option(fd, PACKET_VNET_HDR, &1 as &libc::c_int)?;
         }
         let frame_size = align(DATA_OFFSET + align(vnet) + frame_capacity);
         let block_size = BLOCK_BYTES.max(frame_size.next_power_of_two());
@@ -125,8 +125,8 @@ impl RxRing {
             frame_size: frame_size as u32,
             frame_nr: (frames_per_block * block_nr) as u32,
         };
-        set_option(fd, PACKET_VERSION, &TPACKET_V2)?;
-        set_option(fd, PACKET_RX_RING, &request)?;
+        set_packet_option(fd, PACKET_VERSION, &TPACKET_V2)?;
+        set_packet_option(fd, PACKET_RX_RING, &request)?;
         let map_len = block_size * block_nr;
         // SAFETY: maps the ring the kernel just allocated for this socket; checked below.
         let map = unsafe {
@@ -161,7 +161,7 @@ impl RxRing {
     /// frame of a flow comes to the same socket, in order. After the ring is set up.
     pub fn join_fanout(&self, group: u16) -> io::Result<()> {
         let argument = u32::from(group) | (PACKET_FANOUT_HASH << 16);
-        set_option(self.raw(), PACKET_FANOUT, &argument)
+        set_packet_option(self.raw(), PACKET_FANOUT, &argument)
     }
 
     /// The socket's descriptor, readable (poll) when a frame is in the ring.
@@ -261,24 +261,6 @@ impl Drop for RxRing {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`, unmapped once.
         unsafe { libc::munmap(self.map.cast(), self.map_len) };
-    }
-}
-
-fn set_option<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
-    // SAFETY: value is a live T of the size passed.
-    let result = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_PACKET,
-            name,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if result < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
     }
 }
 

@@ -395,3 +395,24 @@ pub fn send_batch<F: AsRef<[u8]>>(
     }
     Ok(refused)
 }
+
+/// Sets the AF_PACKET option `name` (`PACKET_VERSION`, `PACKET_RX_RING`,
+/// `PACKET_VNET_HDR`, `PACKET_FANOUT`: the ring's, which neither socket2 nor nix has) on
+/// `fd` to `value`, a live value of the type the kernel reads for it.
+pub(crate) fn set_packet_option<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: value is a live T of the size passed.
+    let result = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

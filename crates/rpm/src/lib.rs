@@ -14,6 +14,7 @@ pub mod body;
 pub mod client;
 pub mod method;
 pub mod server;
+mod sys;
 pub mod tls;
 
 #[cfg(test)]
@@ -28,20 +29,4 @@ pub use hyper::Uri;
 /// the network's.
 pub const NOTSENT_LOWAT: u32 = 128 * 1024;
 
-/// Sets [`NOTSENT_LOWAT`] on a TCP socket (best effort: a kernel without it buffers as it
-/// always did).
-// TCP_NOTSENT_LOWAT, which socket2 does not have.
-#[allow(clippy::disallowed_methods)]
-pub fn limit_unsent(socket: &impl std::os::fd::AsRawFd) {
-    let value = NOTSENT_LOWAT as libc::c_int;
-    // SAFETY: an int option on a socket this process owns.
-    unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
-}
+pub use sys::limit_unsent;

@@ -8,6 +8,7 @@
 
 pub mod net;
 pub mod prober;
+mod sys;
 pub mod wire;
 
 use linerate_report::trace::{TraceReport, TRACE};

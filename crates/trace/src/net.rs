@@ -8,6 +8,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use crate::prober::{Plan, ProbeId, Prober, Reply};
+use crate::sys;
 use crate::wire;
 use socket2::{Domain, Protocol as SocketProtocol, SockAddr, Socket, Type};
 use std::io;
@@ -273,12 +274,7 @@ impl Sockets {
                     // change from one trace to the next with the same ports. Unconnected,
                     // the routers hash the five-tuple as on a wire.
 
-                    let (level, name) = if v6 {
-                        (libc::SOL_IPV6, libc::IPV6_RECVERR)
-                    } else {
-                        (libc::SOL_IP, libc::IP_RECVERR)
-                    };
-                    set_int(&socket, level, name, 1).map_err(io_error("IP_RECVERR"))?;
+                    sys::set_recv_errors(&socket, v6).map_err(io_error("IP_RECVERR"))?;
                     socket
                         .set_nonblocking(true)
                         .map_err(io_error("O_NONBLOCK"))?;
@@ -323,8 +319,7 @@ impl Sockets {
                 let tcp = raw(v6, libc::IPPROTO_TCP, "tcp")?;
                 if v6 {
                     // The kernel fills the checksum at this offset of what is sent.
-                    set_int(&tcp, libc::SOL_IPV6, libc::IPV6_CHECKSUM, 16)
-                        .map_err(io_error("IPV6_CHECKSUM"))?;
+                    sys::set_ipv6_checksum_offset(&tcp, 16).map_err(io_error("IPV6_CHECKSUM"))?;
                 }
                 tcp.set_nonblocking(true).map_err(io_error("O_NONBLOCK"))?;
                 place(&tcp, options.bind.is_some(), 0)?;
@@ -347,17 +342,8 @@ impl Sockets {
         };
         sockets.warnings = warnings;
         if options.mtu {
-            let (level, name, probe) = if v6 {
-                (
-                    libc::SOL_IPV6,
-                    libc::IPV6_MTU_DISCOVER,
-                    libc::IPV6_PMTUDISC_PROBE,
-                )
-            } else {
-                (libc::SOL_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE)
-            };
             for socket in &sockets.senders {
-                set_int(socket, level, name, probe).map_err(io_error("IP_MTU_DISCOVER"))?;
+                sys::set_path_mtu_probe(socket, v6).map_err(io_error("IP_MTU_DISCOVER"))?;
             }
             sockets.first_mtu = Some(
                 route_mtu(options.target, options.device.as_deref()).map_err(io_error(format!(
@@ -677,24 +663,6 @@ fn outcome_of(v6: bool, icmp_type: u8, code: u8) -> Reply {
         None => Reply::TimeExceeded,
         Some("reached") => Reply::Reached,
         Some(why) => Reply::Unreachable(why),
-    }
-}
-
-fn set_int(socket: &Socket, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: a valid descriptor and a pointer to an int of the length given.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
