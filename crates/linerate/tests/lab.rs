@@ -4033,6 +4033,9 @@ run = "video"
 frames = "30:8m,2m"
 duration = "4s"
 interval = "7s"
+[alerts]
+loss_above = "10%"
+for = "7s"
 "#,
     );
     let before = emulator_status(&name);
@@ -4041,10 +4044,14 @@ interval = "7s"
     let after = emulator_status(&name);
     let dropped =
         num(&after, "/directions/0/counters/lost") - num(&before, "/directions/0/counters/lost");
-    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .collect();
+    let rows: Vec<serde_json::Value> = lines
+        .iter()
         .filter(|l| l.get("src").is_some())
+        .cloned()
         .collect();
     assert_eq!(rows.len(), 2, "{rows:#?}");
     let (mut lost_datagrams, mut frames_not_whole, mut frames_sent) = (0.0, 0.0, 0.0);
@@ -4082,6 +4089,25 @@ interval = "7s"
     assert!(
         frames_not_whole >= 1.0 && frames_not_whole <= lost_datagrams,
         "{frames_not_whole} frames not whole of {lost_datagrams} datagrams lost"
+    );
+    // Far more than a tenth of the frames not shown, over the span: the frames' loss
+    // alert opens for the way that drops (and the steady latency opens none).
+    let alerts: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["event"] == "alert" && l["resolved"] == false)
+        .filter_map(|l| l["text"].as_str())
+        .collect();
+    eprintln!("alerts: {alerts:?}");
+    assert!(
+        frames_not_whole / frames_sent > 0.1,
+        "{frames_not_whole} of {frames_sent} frames not whole"
+    );
+    assert_eq!(alerts.len(), 1, "{alerts:#?}");
+    assert!(
+        alerts[0].contains("LinerateLossAbove: v: a -> b loses")
+            && alerts[0]
+                .contains("of its frames over 7s (above 10.000%), the way out of a's video to b"),
+        "{alerts:#?}"
     );
 }
 

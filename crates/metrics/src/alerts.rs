@@ -34,6 +34,9 @@ pub struct Alert {
     pub since: f64,
     /// A change of the pair's path in the same span, in words, where a trace saw one.
     pub path_change: Option<String>,
+    /// A loss alert of a video's frames not shown in time (lost, in part, or late),
+    /// beside its series' latency: what is lost is frames, not probes.
+    pub of_frames: bool,
 }
 
 impl Alert {
@@ -85,8 +88,9 @@ impl Alert {
         if self.measure.bounded() {
             // The way the packets went, and which probes (or call) showed it: a reverse
             // series is the way back of its pair's.
-            let what = match self.measure {
-                Measure::Mos => "call",
+            let what = match (self.measure, self.of_frames) {
+                (Measure::Mos, _) => "call",
+                (_, true) => "video",
                 _ => "probes",
             };
             let (way, whose) = if k.direction == "reverse" {
@@ -113,8 +117,9 @@ impl Alert {
                     k.test, self.value, self.baseline
                 );
             }
+            let of = if self.of_frames { " of its frames" } else { "" };
             return format!(
-                "{}: {way} loses {:.3}%{over} (above {:.3}%), {whose}",
+                "{}: {way} loses {:.3}%{of}{over} (above {:.3}%), {whose}",
                 k.test,
                 self.value * 100.0,
                 self.baseline * 100.0
@@ -155,7 +160,9 @@ pub const HELD_OF: usize = 5;
 /// The open alerts, by series.
 #[derive(Debug, Default)]
 pub struct Alerts {
-    pub open: BTreeMap<Key, Alert>,
+    /// By series and the figure that went wrong: a video's series may have its latency's
+    /// alert and its frames' loss alert open at once.
+    pub open: BTreeMap<(Key, Measure), Alert>,
     /// Latency series: whether each of the last [`HELD_OF`] results was worse.
     pub recent: BTreeMap<Key, VecDeque<bool>>,
     /// Loss series: the windows of the last `loss_for_s` (their ends and loss ratios), and
@@ -237,7 +244,7 @@ impl Alerts {
                     State::Failed | State::Learning => return None,
                 }
                 let worse = recent.iter().filter(|w| **w).count();
-                let held = if self.open.contains_key(key) {
+                let held = if self.open.contains_key(&(key.clone(), a.measure)) {
                     if worse <= 1 {
                         State::Normal
                     } else {
@@ -254,7 +261,7 @@ impl Alerts {
         };
         match state {
             State::Worse => {
-                if self.open.contains_key(key) {
+                if self.open.contains_key(&(key.clone(), a.measure)) {
                     return None;
                 }
                 let alert = Alert {
@@ -270,12 +277,13 @@ impl Alerts {
                     ended_at: None,
                     since: now,
                     path_change: None,
+                    of_frames: false,
                 };
-                self.open.insert(key.clone(), alert.clone());
+                self.open.insert((key.clone(), a.measure), alert.clone());
                 Some(Change::Opened(alert))
             }
             State::Normal => {
-                let mut alert = self.open.remove(key)?;
+                let mut alert = self.open.remove(&(key.clone(), a.measure))?;
                 alert.ended_at = Some(now);
                 if let Some(v) = value {
                     alert.value = v;

@@ -177,11 +177,9 @@ fn a_client_tests_stream_gives_the_board_its_receivers_goodput() {
     assert_eq!(series.latest.duration_s, Some(10.0));
 }
 
-/// A video test's document (a mesh's `run = "video"`): its frames' latency is the
-/// series' timed transaction (quantiles and buckets), the frames not shown in time its
-/// loss, and its measure latency.
-#[test]
-fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() {
+/// A video test's document: of `sent` frames, `lost` never came, `partial` came in part
+/// and `late` whole but late; the latencies 10, 12, 14 and 40 ms.
+fn video(sent: u64, lost: u64, partial: u64, late: u64) -> linerate_report::Report {
     use linerate_model::latency::LatencyHistogram;
     use linerate_model::video::{FrameCounts, VideoSettings};
     use linerate_report::model::{VideoSummary, VideoWay};
@@ -191,12 +189,12 @@ fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() 
     }
     let way = VideoWay {
         direction: linerate_model::Direction::Forward,
-        lost: 1,
+        lost,
         counts: FrameCounts {
-            sent: 20,
-            whole: 18,
-            partial: 1,
-            late: 2,
+            sent,
+            whole: sent - lost - partial,
+            partial,
+            late,
             latency_us: latency.summary(true),
             ..Default::default()
         },
@@ -204,7 +202,7 @@ fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() 
         qoo: None,
     };
     let settings = VideoSettings::parse("4:4m").unwrap();
-    let report = client_report(
+    client_report(
         linerate_model::StreamTransport::Video(linerate_model::VideoStream::of(settings)),
         linerate_report::Summary {
             duration_s: 5.0,
@@ -216,7 +214,78 @@ fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() 
             }),
             ..Default::default()
         },
+    )
+}
+
+/// A video's frames not shown in time are held to the loss bound over its span beside its
+/// latency's baseline: a steady 20 % of frames not shown opens `LinerateLossAbove` for its
+/// way, said as frames, while its latency (steady) opens nothing; a clean span resolves
+/// it.
+#[test]
+fn a_videos_frames_not_shown_open_a_loss_alert_of_their_own() {
+    let mut watch = crate::watch::Watch::start(crate::watch::WatchSpec {
+        mesh: "m",
+        hosts: vec!["a", "b"],
+        tests: vec![("video", Measure::Latency)],
+        past: &[],
+        thresholds: Thresholds {
+            loss_above: 0.05,
+            loss_for_s: 10.0,
+            ..Thresholds::default()
+        },
+        metrics: None,
+        remote_write: None,
+        alertmanager: None,
+        webhook: None,
+        grid_url: None,
+        store: None,
+        past_source: None,
+    })
+    .unwrap();
+    let mut record = |at: f64, lost: u64| {
+        let mut r = row("a", "b", "video", true, 0.012, at);
+        r.protocol = "udp".into();
+        let report = video(20, lost, 1, 3);
+        watch
+            .record(&r, Some(&Document::Test(Box::new(report))))
+            .changes
+    };
+    let mut opened = Vec::new();
+    for at in [5.0, 10.0, 15.0, 20.0] {
+        opened.extend(record(at, 0));
+    }
+    let [crate::alerts::Change::Opened(alert)] = opened.as_slice() else {
+        panic!("{opened:?}")
+    };
+    assert_eq!(alert.name(), "LinerateLossAbove");
+    assert!(alert.of_frames);
+    assert_eq!(
+        alert.summary(),
+        "video: a -> b loses 20.000% of its frames over 10s (above 5.000%), the way out of a's video to b"
     );
+    let mut resolved = Vec::new();
+    for at in [25.0, 30.0, 35.0] {
+        let mut r = row("a", "b", "video", true, 0.012, at);
+        r.protocol = "udp".into();
+        let clean = video(20, 0, 0, 0);
+        resolved.extend(
+            watch
+                .record(&r, Some(&Document::Test(Box::new(clean))))
+                .changes,
+        );
+    }
+    assert!(
+        matches!(resolved.as_slice(), [crate::alerts::Change::Resolved(a)] if a.of_frames),
+        "{resolved:?}"
+    );
+}
+
+/// A video test's document (a mesh's `run = "video"`): its frames' latency is the
+/// series' timed transaction (quantiles and buckets), the frames not shown in time its
+/// loss, and its measure latency.
+#[test]
+fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() {
+    let report = video(20, 1, 1, 2);
     let mut board = Board::default();
     let mut r = row("a", "b", "video", true, 0.0, 5.0);
     r.protocol = "udp".into();

@@ -3,7 +3,7 @@
 //! as each job ends; open alerts are re-sent from there when it is time.
 
 use crate::alerts::{Alerts, Change, Notifier};
-use crate::assess::{assess, Thresholds};
+use crate::assess::{assess, Assessment, State, Thresholds};
 use crate::board::{Board, Key, Measure, ProcessCounts, ProcessSource};
 use crate::remote_write::RemoteWriter;
 use crate::server::MetricsServer;
@@ -178,27 +178,47 @@ impl Watch {
                 .nth(1)
                 .map_or(row.started_at, |p| p.at);
             let assessment = assess(series, &self.thresholds);
-            let mut change = self.alerts.update(
+            let mut found = vec![self.alerts.update(
                 &key,
                 &assessment,
                 series.latest.value,
                 row.ended_at,
                 &self.thresholds,
-            );
-            if let Some(Change::Opened(alert)) = change.as_mut() {
-                alert.since = since;
-                alert.path_change = board
-                    .path_changes_between(&key, since, alert.started_at)
-                    .last()
-                    .map(|mark| mark.describe());
-                if let Some(open) = self.alerts.open.get_mut(&key) {
-                    *open = alert.clone();
+            )];
+            // A video's frames not shown in time are held to the loss bound beside its
+            // latency's baseline: a second alert of its series.
+            if let Some(lost) = frames_lost(series) {
+                let frames = Assessment {
+                    state: State::Normal,
+                    baseline: None,
+                    ratio: None,
+                    measure: Measure::Loss,
+                };
+                let mut change =
+                    self.alerts
+                        .update(&key, &frames, Some(lost), row.ended_at, &self.thresholds);
+                match change.as_mut() {
+                    Some(Change::Opened(alert) | Change::Resolved(alert)) => alert.of_frames = true,
+                    None => {}
                 }
+                found.push(change);
             }
-            if let (Some(notifier), Some(change)) = (&mut self.notifier, &change) {
-                notifier.send(change);
+            for mut change in found.into_iter().flatten() {
+                if let Change::Opened(alert) = &mut change {
+                    alert.since = since;
+                    alert.path_change = board
+                        .path_changes_between(&key, since, alert.started_at)
+                        .last()
+                        .map(|mark| mark.describe());
+                    if let Some(open) = self.alerts.open.get_mut(&(key.clone(), alert.measure)) {
+                        *open = alert.clone();
+                    }
+                }
+                if let Some(notifier) = &mut self.notifier {
+                    notifier.send(&change);
+                }
+                changes.push(change);
             }
-            changes.extend(change);
         }
         if let Some(mark) = &path_change {
             for alert in self.alerts.open.values_mut() {
@@ -223,6 +243,14 @@ impl Watch {
             path_change,
         }
     }
+}
+
+/// A video's share of frames not shown in time, where its newest job ran: the loss
+/// ratio of a series whose headline is a frame's latency (the board keeps the frames not
+/// whole or late there).
+fn frames_lost(series: &crate::board::Series) -> Option<f64> {
+    let video = series.measure == Some(Measure::Latency) && series.latest.outcome.is_ok();
+    series.latest.loss_ratio.filter(|_| video)
 }
 
 /// What one result changed that the coordinator shows.

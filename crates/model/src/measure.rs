@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 /// What kind of figure a test's headline is, which says which way is worse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Measure {
     /// Bits per second: lower is worse.
