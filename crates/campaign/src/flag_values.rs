@@ -109,13 +109,24 @@ pub fn chunk_size(text: &str) -> Result<u64, String> {
     Ok(value)
 }
 
-/// A jitter buffer's depth in whole milliseconds, 0 to 1 s.
-pub fn jitter_buffer(text: &str) -> Result<u32, String> {
-    let ms = (seconds(text)? * 1e3).round();
-    if ms > f64::from(linerate_model::call::MAX_JITTER_BUFFER_MS) {
-        return Err("a jitter buffer holds 0 to 1s".into());
+/// A jitter buffer: fixed, its depth in whole milliseconds from 0 to 1 s, or `adaptive`
+/// with the most it grows to (`adaptive:300ms`; 200 ms unless given), 20 ms to 1 s.
+pub fn jitter_buffer(text: &str) -> Result<linerate_model::call::JitterBuffer, String> {
+    use linerate_model::call::{JitterBuffer, ADAPTIVE_LEAST_MS, MAX_JITTER_BUFFER_MS};
+    let buffer = JitterBuffer::parse(text, |time| {
+        Ok::<u32, String>((seconds(time)? * 1e3).round() as u32)
+    })?;
+    match buffer {
+        JitterBuffer::Fixed { ms } if ms > MAX_JITTER_BUFFER_MS => {
+            Err("a jitter buffer holds 0 to 1s".into())
+        }
+        JitterBuffer::Adaptive { most_ms }
+            if !(ADAPTIVE_LEAST_MS..=MAX_JITTER_BUFFER_MS).contains(&most_ms) =>
+        {
+            Err("an adaptive jitter buffer grows to from 20ms to 1s".into())
+        }
+        _ => Ok(buffer),
     }
-    Ok(ms as u32)
 }
 
 /// A lab host's largest TCP buffers (`--buffers 64M`): 64 KiB to 1 GiB.
@@ -364,8 +375,20 @@ mod tests {
         assert!(age("0").is_err() && age("30d").is_ok());
         assert_eq!(positive_millis("100ms"), Ok(100.0));
         assert!(positive_millis("61").is_err());
-        assert_eq!(jitter_buffer("60ms"), Ok(60));
+        use linerate_model::call::JitterBuffer;
+        assert_eq!(jitter_buffer("60ms"), Ok(JitterBuffer::Fixed { ms: 60 }));
         assert!(jitter_buffer("2s").is_err());
+        assert_eq!(
+            jitter_buffer("adaptive"),
+            Ok(JitterBuffer::Adaptive { most_ms: 200 })
+        );
+        assert_eq!(
+            jitter_buffer("adaptive:300ms"),
+            Ok(JitterBuffer::Adaptive { most_ms: 300 })
+        );
+        assert!(jitter_buffer("adaptive:5ms").is_err());
+        assert!(jitter_buffer("adaptive:2s").is_err());
+        assert!(jitter_buffer("elastic").is_err());
         assert!(probe_gap("0.5us").is_err() && probe_gap("1us").is_ok());
         assert!(interval("0").is_ok());
     }

@@ -264,9 +264,9 @@ pub struct WorkerPlan {
     pub window: Option<u64>,
     /// UDP receivers count the marks their datagrams arrived with (`--dscp`, `--ecn`).
     pub count_marks: bool,
-    /// Calls (`--pattern voip`): UDP receivers judge each datagram against a jitter
-    /// buffer this long.
-    pub playout: Option<Duration>,
+    /// Calls (`--pattern voip`): UDP receivers judge each datagram against this jitter
+    /// buffer (fixed or adaptive).
+    pub playout: Option<linerate_model::call::JitterBuffer>,
     /// A call whose codec sends only while its speaker talks: each sending flow's talk
     /// spurts and pauses (linerate_model::call::TalkSpurts).
     pub voice_activity: bool,

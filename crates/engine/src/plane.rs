@@ -108,6 +108,8 @@ fn udp_delta(a: &UdpCounts, b: &UdpCounts) -> UdpCounts {
         transit_samples: b.transit_samples - a.transit_samples,
         loss_events: b.loss_events - a.loss_events,
         late: b.late - a.late,
+        playout_judged: b.playout_judged.saturating_sub(a.playout_judged),
+        playout_depth_sum_ms: (b.playout_depth_sum_ms - a.playout_depth_sum_ms).max(0.0),
         sender_late_us: b.sender_late_us.saturating_sub(a.sender_late_us),
         silent: b.silent.saturating_sub(a.silent),
     }
@@ -231,9 +233,7 @@ impl DataPlane {
                 observe: config.observe,
                 window: config.window,
                 count_marks: config.marks.is_some(),
-                playout: config
-                    .call
-                    .map(|c| Duration::from_millis(u64::from(c.jitter_buffer_ms))),
+                playout: config.call.map(|c| c.buffer()),
                 voice_activity: config.call.is_some_and(|c| c.codec.voice_activity()),
                 video: config.video,
                 video_back: config.video_back,

@@ -13,6 +13,7 @@ use crate::flow::{Sample, WorkerPlan};
 use crate::nap::Napper;
 use crate::pacer::Pacer;
 use crate::video::FrameSender;
+use linerate_model::call::JitterBuffer;
 use linerate_model::clock::UnixTime;
 use linerate_model::marks::ClassTally;
 use linerate_model::{Role, UdpCounts};
@@ -331,6 +332,8 @@ impl UdpFlow {
                     transit_samples: c.transit_samples,
                     loss_events: c.loss_events,
                     late: c.late,
+                    playout_judged: c.playout_judged,
+                    playout_depth_sum_ms: c.playout_depth_sum_ns / 1e6,
                     ..Default::default()
                 }
             }
@@ -1056,8 +1059,14 @@ impl UdpFlow {
             silent: 0,
             tracker: (spec.role == Role::Receive).then(|| {
                 let mut tracker = SequenceTracker::new(spec.id, framing);
-                if let Some(buffer) = plan.playout {
-                    tracker = tracker.with_playout(buffer.as_nanos() as u64);
+                match plan.playout {
+                    Some(JitterBuffer::Fixed { ms }) => {
+                        tracker = tracker.with_playout(u64::from(ms) * 1_000_000);
+                    }
+                    Some(JitterBuffer::Adaptive { most_ms }) => {
+                        tracker = tracker.with_adaptive_playout(most_ms);
+                    }
+                    None => {}
                 }
                 if let Some(video) = plan.video_of(spec.direction) {
                     tracker = tracker.with_frames(video.period_ns());

@@ -1775,10 +1775,10 @@ pub struct AppArgs {
     /// The call's codec: g711 (with loss concealment), g711-no-plc, g729a
     #[arg(long, default_value = "g711", value_parser = linerate_model::call::Codec::parse)]
     pub codec: linerate_model::call::Codec,
-    /// The receivers' fixed jitter buffer: a datagram later than the first's delay by more
-    /// is played too late and counts as lost [default: 60ms, at most 1s]
+    /// The receivers' jitter buffer: fixed (a datagram later than the first's delay by more is
+    /// played too late, lost), or `adaptive[:MOST]` (follows the jitter) [default: 60ms]
     #[arg(long, value_name = "TIME", default_value = "60ms", value_parser = jitter_buffer)]
-    pub jitter_buffer: u32,
+    pub jitter_buffer: linerate_model::call::JitterBuffer,
     /// Seconds to measure, after --omit
     #[arg(short, long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub time: f64,

@@ -1094,7 +1094,8 @@ fn a_voip_test_calls_every_destinations_server_with_its_codec_and_marks() {
         TestKind::Voip(kinds::Voip {
             call: linerate_model::call::CallSettings {
                 codec: linerate_model::call::Codec::G711,
-                jitter_buffer_ms: 60
+                jitter_buffer_ms: 60,
+                adaptive: false,
             }
         })
     );

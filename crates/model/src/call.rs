@@ -172,8 +172,130 @@ pub struct CallSettings {
     pub codec: Codec,
     /// A fixed jitter buffer of this many milliseconds, set on the call's first datagram:
     /// a datagram whose one-way delay exceeds the first's by more arrives too late to be
-    /// played and counts as lost (late loss).
+    /// played and counts as lost (late loss). With `adaptive`, the most an adaptive
+    /// buffer grows to.
     pub jitter_buffer_ms: u32,
+    /// The buffer follows the way's jitter ([`AdaptivePlayout`]) instead of holding one
+    /// size.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adaptive: bool,
+}
+
+/// `--jitter-buffer`: a fixed size, or an adaptive buffer and the most it grows to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JitterBuffer {
+    Fixed { ms: u32 },
+    Adaptive { most_ms: u32 },
+}
+
+impl JitterBuffer {
+    /// The most an adaptive buffer grows to when `adaptive` names none.
+    pub const ADAPTIVE_MOST_MS: u32 = 200;
+
+    /// Reads `60ms`, `0.1s`, `adaptive` or `adaptive:300ms` (a time as `parse_ms` reads
+    /// one); the error names the value.
+    pub fn parse<E>(
+        text: &str,
+        parse_ms: impl Fn(&str) -> Result<u32, E>,
+    ) -> Result<JitterBuffer, E> {
+        match text.split_once(':') {
+            Some(("adaptive", most)) => Ok(JitterBuffer::Adaptive {
+                most_ms: parse_ms(most)?,
+            }),
+            None if text == "adaptive" => Ok(JitterBuffer::Adaptive {
+                most_ms: Self::ADAPTIVE_MOST_MS,
+            }),
+            _ => Ok(JitterBuffer::Fixed {
+                ms: parse_ms(text)?,
+            }),
+        }
+    }
+}
+
+/// An adaptive jitter buffer's smallest depth: one frame.
+pub const ADAPTIVE_LEAST_MS: u32 = FRAME_MS as u32;
+
+/// An adaptive jitter buffer (`--jitter-buffer adaptive`), sans IO: it follows each
+/// arriving datagram's transit with running estimates of its mean and of its mean
+/// deviation from that mean (gains of 1/16, RFC 3550's for jitter), and every
+/// [`AdaptivePlayout::EVERY`] datagrams (a second of frames: a buffer that stretches or
+/// shrinks its audio does so gradually) sets its depth to four mean deviations, at least
+/// one frame and at most its most. A datagram is late when its transit exceeds the mean
+/// estimate as last set by more than the depth (the point its turn was played). Its
+/// depth over the call, averaged over the datagrams judged, is what the listener waited:
+/// the E-model's mouth-to-ear delay takes it in place of a fixed buffer's size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptivePlayout {
+    most_ns: f64,
+    /// Running estimates: the mean transit and the mean deviation from it, nanoseconds.
+    mean_ns: Option<f64>,
+    deviation_ns: f64,
+    /// The playout point as last set: the mean and the depth past it.
+    set_mean_ns: f64,
+    depth_ns: f64,
+    judged: u64,
+    depth_sum_ns: f64,
+}
+
+impl AdaptivePlayout {
+    /// Datagrams between two settings of the depth: a second of 20 ms frames.
+    pub const EVERY: u64 = 1000 / FRAME_MS;
+
+    pub fn new(most_ms: u32) -> AdaptivePlayout {
+        let least = f64::from(ADAPTIVE_LEAST_MS) * 1e6;
+        AdaptivePlayout {
+            most_ns: (f64::from(most_ms) * 1e6).max(least),
+            mean_ns: None,
+            deviation_ns: 0.0,
+            set_mean_ns: 0.0,
+            depth_ns: least,
+            judged: 0,
+            depth_sum_ns: 0.0,
+        }
+    }
+
+    /// Judges a datagram that arrived with `transit_ns` (arrival less its send time):
+    /// whether it came after its turn was played.
+    pub fn late(&mut self, transit_ns: i128) -> bool {
+        let transit = transit_ns as f64;
+        let least = f64::from(ADAPTIVE_LEAST_MS) * 1e6;
+        let mean = match self.mean_ns {
+            None => {
+                // The first datagram sets the playout point: its transit, one frame deep.
+                self.set_mean_ns = transit;
+                transit
+            }
+            Some(mean) => mean,
+        };
+        let late = transit - self.set_mean_ns > self.depth_ns;
+        self.judged += 1;
+        self.depth_sum_ns += self.depth_ns;
+        // The estimates follow every arrival, late or not.
+        let deviation = (transit - mean).abs();
+        let mean = mean + (transit - mean) / 16.0;
+        self.deviation_ns += (deviation - self.deviation_ns) / 16.0;
+        self.mean_ns = Some(mean);
+        if self.judged.is_multiple_of(Self::EVERY) {
+            self.set_mean_ns = mean;
+            self.depth_ns = (4.0 * self.deviation_ns).clamp(least, self.most_ns);
+        }
+        late
+    }
+
+    /// The buffer's mean depth over the datagrams judged, nanoseconds.
+    pub fn mean_depth_ns(&self) -> f64 {
+        if self.judged == 0 {
+            self.depth_ns
+        } else {
+            self.depth_sum_ns / self.judged as f64
+        }
+    }
+
+    /// The datagrams judged and their depths' sum, nanoseconds: the counts a report
+    /// merges across flows.
+    pub fn depth_totals(&self) -> (u64, f64) {
+        (self.judged, self.depth_sum_ns)
+    }
 }
 
 impl CallSettings {
@@ -183,16 +305,39 @@ impl CallSettings {
     }
 
     /// The settings of `--codec` and `--jitter-buffer`, checked.
-    pub fn checked(codec: Codec, jitter_buffer_ms: u32) -> Result<CallSettings, String> {
+    pub fn checked(codec: Codec, buffer: JitterBuffer) -> Result<CallSettings, String> {
+        let (jitter_buffer_ms, adaptive) = match buffer {
+            JitterBuffer::Fixed { ms } => (ms, false),
+            JitterBuffer::Adaptive { most_ms } => (most_ms, true),
+        };
         if jitter_buffer_ms > MAX_JITTER_BUFFER_MS {
             return Err(format!(
                 "invalid value '{jitter_buffer_ms}ms' for '--jitter-buffer': at most {MAX_JITTER_BUFFER_MS} ms"
             ));
         }
+        if adaptive && jitter_buffer_ms < ADAPTIVE_LEAST_MS {
+            return Err(format!(
+                "invalid value 'adaptive:{jitter_buffer_ms}ms' for '--jitter-buffer': an adaptive buffer holds at least a frame ({ADAPTIVE_LEAST_MS} ms)"
+            ));
+        }
         Ok(CallSettings {
             codec,
             jitter_buffer_ms,
+            adaptive,
         })
+    }
+
+    /// The buffer as `--jitter-buffer` gave it.
+    pub fn buffer(&self) -> JitterBuffer {
+        if self.adaptive {
+            JitterBuffer::Adaptive {
+                most_ms: self.jitter_buffer_ms,
+            }
+        } else {
+            JitterBuffer::Fixed {
+                ms: self.jitter_buffer_ms,
+            }
+        }
     }
 }
 
@@ -208,6 +353,9 @@ pub struct CallWayCounts {
     pub late: u64,
     /// Runs of consecutive losses.
     pub loss_events: u64,
+    /// How long the jitter buffer held the datagrams, milliseconds: a fixed buffer's
+    /// size, an adaptive one's mean depth.
+    pub jitter_buffer_ms: f64,
 }
 
 /// One way of a call, scored: the E-model's inputs and what it made of them.
@@ -233,7 +381,7 @@ pub struct CallScore {
 pub fn score(settings: &CallSettings, counts: &CallWayCounts) -> CallScore {
     let codec = settings.codec;
     let mouth_to_ear_ms = counts.one_way_delay_ms.max(0.0)
-        + f64::from(settings.jitter_buffer_ms)
+        + counts.jitter_buffer_ms.max(0.0)
         + FRAME_MS as f64
         + codec.lookahead_ms();
     let dropped = counts.lost + counts.late;
@@ -442,6 +590,7 @@ mod tests {
             lost,
             late,
             loss_events: events,
+            jitter_buffer_ms: 40.0,
         }
     }
 
@@ -488,7 +637,7 @@ mod tests {
 
     #[test]
     fn a_call_is_scored_from_what_its_receiver_counted() {
-        let g711 = CallSettings::checked(Codec::G711, 40).unwrap();
+        let g711 = CallSettings::checked(Codec::G711, JitterBuffer::Fixed { ms: 40 }).unwrap();
         let clean = score(&g711, &way(10.0, 500, 0, 0, 0));
         assert_eq!(clean.mouth_to_ear_ms, 70.0);
         assert_eq!(clean.loss_pct, 0.0);
@@ -510,7 +659,7 @@ mod tests {
         );
         // G.729A: the codec's own impairment and look-ahead.
         let g729 = score(
-            &CallSettings::checked(Codec::G729a, 40).unwrap(),
+            &CallSettings::checked(Codec::G729a, JitterBuffer::Fixed { ms: 40 }).unwrap(),
             &way(10.0, 500, 0, 0, 0),
         );
         assert_eq!(g729.mouth_to_ear_ms, 75.0);
@@ -528,14 +677,107 @@ mod tests {
 
     #[test]
     fn settings_are_checked_and_codecs_named() {
-        assert!(CallSettings::checked(Codec::G711, 1_001)
-            .unwrap_err()
-            .contains("'--jitter-buffer'"));
+        assert!(
+            CallSettings::checked(Codec::G711, JitterBuffer::Fixed { ms: 1_001 })
+                .unwrap_err()
+                .contains("'--jitter-buffer'")
+        );
         assert_eq!(Codec::parse("g729a"), Ok(Codec::G729a));
         assert!(Codec::parse("opus")
             .unwrap_err()
             .contains("g711, g711-no-plc, g729a"));
         assert_eq!(Codec::G711.datagram_bytes(), 172);
         assert_eq!(Codec::G729a.datagram_bytes(), 32);
+    }
+
+    /// A steady path: nothing late, and the buffer stays one frame deep.
+    #[test]
+    fn an_adaptive_buffer_on_a_steady_path_holds_a_frame_and_drops_nothing() {
+        let mut playout = AdaptivePlayout::new(200);
+        let late = (0..500).filter(|_| playout.late(5_000_000)).count();
+        assert_eq!(late, 0);
+        assert!((playout.mean_depth_ns() - 20e6).abs() < 1.0);
+    }
+
+    /// Transits that wander uniformly over 60 ms (a seeded draw): a fixed 20 ms buffer set
+    /// on the first drops far more than the adaptive one, which settles near four mean
+    /// deviations (15 ms for a uniform spread of 60: 60 ms deep) within its bounds; held
+    /// to at most 20 ms it drops about the sixth of them that come over 20 ms past the
+    /// mean.
+    #[test]
+    fn an_adaptive_buffer_follows_the_jitter_within_its_bounds() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut draw = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % 60_000) as i128 * 1_000
+        };
+        let transits: Vec<i128> = (0..3000).map(|_| 10_000_000 + draw()).collect();
+        let mut adaptive = AdaptivePlayout::new(200);
+        let adaptive_late = transits.iter().filter(|&&t| adaptive.late(t)).count();
+        let first = transits[0];
+        let fixed_late = transits.iter().filter(|&&t| t - first > 20_000_000).count();
+        let depth_ms = adaptive.mean_depth_ns() / 1e6;
+        assert!(
+            adaptive_late * 10 < fixed_late,
+            "adaptive {adaptive_late} late, fixed 20 ms {fixed_late}"
+        );
+        assert!((45.0..=65.0).contains(&depth_ms), "{depth_ms:.1} ms deep");
+        let mut capped = AdaptivePlayout::new(20);
+        let capped_late = transits.iter().filter(|&&t| capped.late(t)).count();
+        assert!((capped.mean_depth_ns() - 20e6).abs() < 1.0);
+        assert!(
+            capped_late > 5 * adaptive_late.max(1) && (300..=800).contains(&capped_late),
+            "{capped_late} against {adaptive_late}"
+        );
+    }
+
+    /// A path whose delay steps up 50 ms (a new route): a fixed buffer of 40 ms plays
+    /// every datagram after the step too late; the adaptive one loses at most the second
+    /// before it next sets its depth and the few after, then none.
+    #[test]
+    fn an_adaptive_buffer_recovers_from_a_step_within_about_a_second() {
+        let transits: Vec<i128> = (0..1000)
+            .map(|i| if i < 400 { 10_000_000 } else { 60_000_000 })
+            .collect();
+        let mut adaptive = AdaptivePlayout::new(200);
+        let late: Vec<usize> = transits
+            .iter()
+            .enumerate()
+            .filter(|(_, &t)| adaptive.late(t))
+            .map(|(i, _)| i)
+            .collect();
+        assert!(
+            !late.is_empty() && late.len() <= 2 * AdaptivePlayout::EVERY as usize,
+            "{late:?}"
+        );
+        assert!(late
+            .iter()
+            .all(|&i| i >= 400 && i < 400 + 2 * AdaptivePlayout::EVERY as usize));
+        let fixed_late = transits
+            .iter()
+            .filter(|&&t| t - transits[0] > 40_000_000)
+            .count();
+        assert_eq!(fixed_late, 600);
+    }
+
+    /// The mouth-to-ear delay takes the buffer's depth as the way counted it: an adaptive
+    /// buffer 25 ms deep scores a call as a fixed one of 25 ms would.
+    #[test]
+    fn the_e_model_takes_the_buffers_depth_as_counted() {
+        let fixed = CallSettings::checked(Codec::G711, JitterBuffer::Fixed { ms: 25 }).unwrap();
+        let adaptive =
+            CallSettings::checked(Codec::G711, JitterBuffer::Adaptive { most_ms: 200 }).unwrap();
+        let counts = CallWayCounts {
+            jitter_buffer_ms: 25.0,
+            ..way(30.0, 1000, 5, 2, 3)
+        };
+        assert_eq!(score(&fixed, &counts), score(&adaptive, &counts));
+        assert!((score(&fixed, &counts).mouth_to_ear_ms - 75.0).abs() < 1e-9);
+        assert!(
+            CallSettings::checked(Codec::G711, JitterBuffer::Adaptive { most_ms: 10 }).is_err()
+        );
+        assert_eq!(adaptive.buffer(), JitterBuffer::Adaptive { most_ms: 200 });
     }
 }

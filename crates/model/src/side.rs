@@ -190,6 +190,12 @@ pub struct UdpCounts {
     /// buffer would have played them (among `received`; a call counts them lost).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub late: u64,
+    /// Calls: the datagrams the jitter buffer judged and the sum of its depth at each,
+    /// milliseconds (an adaptive buffer's mean depth is their quotient).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub playout_judged: u64,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub playout_depth_sum_ms: f64,
     /// Paced senders: microseconds the sender was late past its burst (its pacer's credit
     /// overflowed while it did not run). An interval short of the rate by this much lost
     /// it to the sending host's scheduler, not to the pacer or the path.
@@ -216,6 +222,8 @@ impl UdpCounts {
         self.transit_samples += other.transit_samples;
         self.loss_events += other.loss_events;
         self.late += other.late;
+        self.playout_judged += other.playout_judged;
+        self.playout_depth_sum_ms += other.playout_depth_sum_ms;
         self.sender_late_us += other.sender_late_us;
         self.silent += other.silent;
     }

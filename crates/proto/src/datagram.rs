@@ -359,10 +359,22 @@ pub struct ArrivalCounts {
     /// Gaps in the sequence when they opened (a run of consecutive losses is one event):
     /// `lost / loss_events` is the mean burst length, where nothing arrived late.
     pub loss_events: u64,
-    /// Calls (`--pattern voip`): datagrams that arrived after a fixed jitter buffer would
-    /// have played them: their transit exceeded the first datagram's by more than the
-    /// buffer. They count among `datagrams`, and a call counts them lost.
+    /// Calls (`--pattern voip`): datagrams that arrived after the jitter buffer would have
+    /// played them (a fixed one: their transit exceeded the first datagram's by more than
+    /// the buffer). They count among `datagrams`, and a call counts them lost.
     pub late: u64,
+    /// Calls: the datagrams the jitter buffer judged and the sum of its depth at each,
+    /// nanoseconds (a fixed buffer's size each time; an adaptive one's as it stood): the
+    /// mean depth is what the listener waited.
+    pub playout_judged: u64,
+    pub playout_depth_sum_ns: f64,
+}
+
+/// A call's jitter buffer, as a receiver judges datagrams against it.
+#[derive(Debug, Clone)]
+enum Playout {
+    Fixed(u64),
+    Adaptive(Box<linerate_model::call::AdaptivePlayout>),
 }
 
 /// How far back the tracker remembers which sequence numbers it has seen.
@@ -379,8 +391,9 @@ pub struct SequenceTracker {
     seen: Vec<u64>,
     /// Transit time of the previous in-order datagram, for jitter.
     last_transit: Option<i128>,
-    /// A call's jitter buffer, nanoseconds, and the first datagram's transit it is set on.
-    playout_ns: Option<u64>,
+    /// A call's jitter buffer: fixed (nanoseconds, set on the first datagram's transit),
+    /// or adaptive.
+    playout: Option<Playout>,
     first_transit: Option<i128>,
     /// A video flow's frames, put back together from its distinct datagrams.
     frames: Option<crate::video::FrameTracker>,
@@ -395,7 +408,7 @@ impl SequenceTracker {
             next: 0,
             seen: vec![0; (HISTORY / 64) as usize],
             last_transit: None,
-            playout_ns: None,
+            playout: None,
             first_transit: None,
             frames: None,
             counts: ArrivalCounts::default(),
@@ -434,20 +447,38 @@ impl SequenceTracker {
     /// Also judges each datagram against a fixed jitter buffer of `buffer_ns` set on the
     /// first datagram's transit (a call's receiver), counting the late ones.
     pub fn with_playout(mut self, buffer_ns: u64) -> SequenceTracker {
-        self.playout_ns = Some(buffer_ns);
+        self.playout = Some(Playout::Fixed(buffer_ns));
+        self
+    }
+
+    /// Also judges each datagram against an adaptive jitter buffer that grows to at most
+    /// `most_ms` (`linerate_model::call::AdaptivePlayout`), counting the late ones.
+    pub fn with_adaptive_playout(mut self, most_ms: u32) -> SequenceTracker {
+        self.playout = Some(Playout::Adaptive(Box::new(
+            linerate_model::call::AdaptivePlayout::new(most_ms),
+        )));
         self
     }
 
     /// Counts a datagram with `transit` late where a jitter buffer is judged: one the
-    /// buffer set on the first datagram would have played before it arrived.
+    /// buffer would have played before it arrived (a fixed one set on the first
+    /// datagram's transit; an adaptive one where it stood).
     fn judge_playout(&mut self, transit: i128) {
-        let Some(buffer) = self.playout_ns else {
-            return;
+        let (late, depth_ns) = match self.playout.as_mut() {
+            None => return,
+            Some(Playout::Fixed(buffer)) => {
+                let first = *self.first_transit.get_or_insert(transit);
+                (transit - first > i128::from(*buffer), *buffer as f64)
+            }
+            Some(Playout::Adaptive(adaptive)) => {
+                let (_, before) = adaptive.depth_totals();
+                let late = adaptive.late(transit);
+                (late, adaptive.depth_totals().1 - before)
+            }
         };
-        let first = *self.first_transit.get_or_insert(transit);
-        if transit - first > i128::from(buffer) {
-            self.counts.late += 1;
-        }
+        self.counts.late += u64::from(late);
+        self.counts.playout_judged += 1;
+        self.counts.playout_depth_sum_ns += depth_ns;
     }
 
     pub fn counts(&self) -> ArrivalCounts {
@@ -749,14 +780,26 @@ mod tests {
         ) {
             let mut judged = SequenceTracker::new(FLOW, Framing::Native { tag: TAG }).with_playout(buffer);
             let mut plain = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
+            let mut adaptive =
+                SequenceTracker::new(FLOW, Framing::Native { tag: TAG }).with_adaptive_playout(200);
             for &(sequence, sent, arrival) in &arrivals {
                 judged.record(&datagram(sequence, sent, 64), arrival);
                 plain.record(&datagram(sequence, sent, 64), arrival);
+                adaptive.record(&datagram(sequence, sent, 64), arrival);
             }
             proptest::prop_assert!(judged.counts().late <= judged.counts().datagrams);
+            let a = adaptive.counts();
+            proptest::prop_assert!(a.late <= a.datagrams && a.playout_judged <= a.datagrams);
+            // Its depth stays within one frame and its most, whatever the peer claims.
+            proptest::prop_assert!(
+                a.playout_depth_sum_ns <= a.playout_judged as f64 * 200e6 + 1.0
+                    && a.playout_depth_sum_ns >= a.playout_judged as f64 * 20e6 - 1.0
+            );
             proptest::prop_assert_eq!(plain.counts().late, 0);
             let mut same = judged.counts();
             same.late = 0;
+            same.playout_judged = 0;
+            same.playout_depth_sum_ns = 0.0;
             proptest::prop_assert_eq!(same, plain.counts());
         }
     }

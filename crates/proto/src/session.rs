@@ -686,7 +686,7 @@ pub fn validate(config: &TestConfig, limits: &Limits) -> Result<(), (RefuseCode,
         if config.protocol != linerate_model::Protocol::Udp {
             return invalid("a call is a UDP test".into());
         }
-        linerate_model::call::CallSettings::checked(call.codec, call.jitter_buffer_ms)
+        linerate_model::call::CallSettings::checked(call.codec, call.buffer())
             .map_err(|why| (RefuseCode::Invalid, why))?;
     }
     for video in [config.video, config.video_back].into_iter().flatten() {

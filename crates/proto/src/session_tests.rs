@@ -479,6 +479,7 @@ fn a_calls_settings_are_bounded_and_only_over_udp() {
     c.call = Some(CallSettings {
         codec: Codec::G711,
         jitter_buffer_ms: 60,
+        adaptive: false,
     });
     assert!(validate(&c, &limits).unwrap_err().1.contains("UDP"));
     c.protocol = linerate_model::Protocol::Udp;
@@ -487,6 +488,14 @@ fn a_calls_settings_are_bounded_and_only_over_udp() {
     c.call = Some(CallSettings {
         codec: Codec::G711,
         jitter_buffer_ms: u32::MAX,
+        adaptive: false,
+    });
+    assert_eq!(validate(&c, &limits).unwrap_err().0, RefuseCode::Invalid);
+    // An adaptive buffer of less than a frame.
+    c.call = Some(CallSettings {
+        codec: Codec::G711,
+        jitter_buffer_ms: 5,
+        adaptive: true,
     });
     assert_eq!(validate(&c, &limits).unwrap_err().0, RefuseCode::Invalid);
 }

@@ -471,6 +471,9 @@ fn call_summary(call: CallSettings, flows: &[FlowReport]) -> CallSummary {
                 .collect();
             let c = merge_udp(&counts);
             let one_way_delay_ms = c.one_way_delay_ms();
+            // An adaptive buffer's mean depth over the datagrams it judged.
+            let adapted_ms = (call.adaptive && c.playout_judged > 0)
+                .then(|| c.playout_depth_sum_ms / c.playout_judged as f64);
             let score = linerate_model::call::score(
                 &call,
                 &CallWayCounts {
@@ -479,6 +482,7 @@ fn call_summary(call: CallSettings, flows: &[FlowReport]) -> CallSummary {
                     lost: c.lost,
                     late: c.late,
                     loss_events: c.loss_events,
+                    jitter_buffer_ms: adapted_ms.unwrap_or(f64::from(call.jitter_buffer_ms)),
                 },
             );
             CallWay {
@@ -490,6 +494,7 @@ fn call_summary(call: CallSettings, flows: &[FlowReport]) -> CallSummary {
                 silent: c.silent,
                 one_way_delay_ms,
                 jitter_ms: c.jitter_ms,
+                jitter_buffer_ms: adapted_ms,
                 score,
             }
         })
@@ -497,6 +502,7 @@ fn call_summary(call: CallSettings, flows: &[FlowReport]) -> CallSummary {
     CallSummary {
         codec: call.codec,
         jitter_buffer_ms: call.jitter_buffer_ms,
+        adaptive: call.adaptive,
         ways,
     }
 }

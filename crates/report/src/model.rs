@@ -278,7 +278,11 @@ pub struct VideoWay {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallSummary {
     pub codec: linerate_model::call::Codec,
+    /// A fixed buffer's size; an adaptive one's most.
     pub jitter_buffer_ms: u32,
+    /// The buffer adapted to each way's jitter (`--jitter-buffer adaptive`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adaptive: bool,
     /// Client to server, then server to client.
     pub ways: Vec<CallWay>,
 }
@@ -299,6 +303,10 @@ pub struct CallWay {
     /// Mean one-way delay, sender's clock to receiver's (true where they agree).
     pub one_way_delay_ms: Option<f64>,
     pub jitter_ms: f64,
+    /// An adaptive buffer's mean depth this way, milliseconds: what its listener waited
+    /// (the mouth-to-ear delay takes it in place of a fixed size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_buffer_ms: Option<f64>,
     #[serde(flatten)]
     pub score: linerate_model::call::CallScore,
 }

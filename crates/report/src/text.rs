@@ -680,10 +680,17 @@ fn video_lines(video: &VideoSummary) -> String {
 
 /// A call's two ways: the score each listener's ear gives, and what produced it.
 fn call_lines(call: &CallSummary) -> String {
+    let buffer = if call.adaptive {
+        format!(
+            "adaptive jitter buffer (at most {} ms)",
+            call.jitter_buffer_ms
+        )
+    } else {
+        format!("{} ms jitter buffer", call.jitter_buffer_ms)
+    };
     let mut out = format!(
-        "Call:             {}, {} ms jitter buffer (E-model, ITU-T G.107 with G.113's values)\n",
+        "Call:             {}, {buffer} (E-model, ITU-T G.107 with G.113's values)\n",
         call.codec.name(),
-        call.jitter_buffer_ms
     );
     for way in &call.ways {
         let s = &way.score;
@@ -707,6 +714,13 @@ fn call_lines(call: &CallSummary) -> String {
             s.loss_pct,
             s.burst_ratio
         );
+        if let Some(depth) = way.jitter_buffer_ms {
+            let _ = writeln!(
+                out,
+                "  {:<15} adaptive jitter buffer: {depth:.1} ms deep on average",
+                ""
+            );
+        }
         if way.silent > 0 {
             let frames = way.received + way.lost + way.silent;
             let _ = writeln!(

@@ -45,14 +45,29 @@ struct Spec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "test", rename_all = "snake_case")]
 enum ClientTest {
-    /// A call both ways, scored each way by the E-model (a mesh's `run = "voip"`).
-    Call { codec: Codec, jitter_buffer_ms: u32 },
+    /// A call both ways, scored each way by the E-model (a mesh's `run = "voip"`): its
+    /// buffer fixed at `jitter_buffer_ms`, or adaptive up to it.
+    Call {
+        codec: Codec,
+        jitter_buffer_ms: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        adaptive: bool,
+    },
     /// Bulk data over QUIC, `parallel` streams on one connection, unpaced (a mesh's
     /// `run = "quic"`).
     Quic { parallel: u32 },
     /// Video frames to the destination, as `stream -u --isochronous` sends them (a mesh's
     /// `run = "video"`).
     Video { frames: VideoSettings },
+}
+
+/// A call's settings as a request names them.
+fn call_settings(codec: Codec, jitter_buffer_ms: u32, adaptive: bool) -> CallSettings {
+    CallSettings {
+        codec,
+        jitter_buffer_ms,
+        adaptive,
+    }
 }
 
 /// The most streams a QUIC test asks (the mesh file's bound).
@@ -78,7 +93,12 @@ impl ClientTest {
             ClientTest::Call {
                 codec,
                 jitter_buffer_ms,
-            } => CallSettings::checked(*codec, *jitter_buffer_ms).map(|_| ()),
+                adaptive,
+            } => CallSettings::checked(
+                *codec,
+                call_settings(*codec, *jitter_buffer_ms, *adaptive).buffer(),
+            )
+            .map(|_| ()),
             ClientTest::Quic { parallel } => match (1..=MAX_QUIC_STREAMS).contains(parallel) {
                 true => Ok(()),
                 false => Err(format!(
@@ -95,13 +115,15 @@ impl ClientTest {
             ClientTest::Call {
                 codec,
                 jitter_buffer_ms,
+                adaptive,
             } => TestKind::Stream(StreamRequest {
                 direction: Direction::Bidir,
                 rate_bps: None,
-                transport: StreamTransport::Call(CallSettings {
-                    codec: *codec,
-                    jitter_buffer_ms: *jitter_buffer_ms,
-                }),
+                transport: StreamTransport::Call(call_settings(
+                    *codec,
+                    *jitter_buffer_ms,
+                    *adaptive,
+                )),
             }),
             ClientTest::Quic { .. } => TestKind::Stream(StreamRequest {
                 direction: Direction::Forward,
@@ -136,11 +158,9 @@ impl ClientTest {
             ClientTest::Call {
                 codec,
                 jitter_buffer_ms,
+                adaptive,
             } => {
-                let settings = CallSettings {
-                    codec: *codec,
-                    jitter_buffer_ms: *jitter_buffer_ms,
-                };
+                let settings = call_settings(*codec, *jitter_buffer_ms, *adaptive);
                 settings.pps() * codec.datagram_bytes() * 8
             }
             // Unpaced: as much as the path takes.
@@ -158,14 +178,12 @@ impl ClientTest {
             ClientTest::Call {
                 codec,
                 jitter_buffer_ms,
+                adaptive,
             } => {
                 let Some(call) = report.summary.call.as_ref() else {
                     return Err("a call report without the call's scores".into());
                 };
-                let settings = CallSettings {
-                    codec: *codec,
-                    jitter_buffer_ms: *jitter_buffer_ms,
-                };
+                let settings = call_settings(*codec, *jitter_buffer_ms, *adaptive);
                 let most = 2 * (seconds.ceil() as u64 + 1) * settings.pps();
                 let out_of_bounds = call.codec != *codec
                     || call.ways.len() != 2
@@ -418,7 +436,8 @@ mod tests {
             stream.transport,
             StreamTransport::Call(CallSettings {
                 codec: Codec::G729a,
-                jitter_buffer_ms: 40
+                jitter_buffer_ms: 40,
+                adaptive: false,
             })
         );
     }

@@ -7,7 +7,7 @@
 use super::{Context, JobPlan, JobSite, Kind, TestKind, Transport};
 use crate::model::DEFAULT_TEST_SECONDS;
 use crate::reading::{MeshError, Reader, TestTable};
-use linerate_model::call::{CallSettings, Codec, DEFAULT_JITTER_BUFFER_MS};
+use linerate_model::call::{CallSettings, Codec, JitterBuffer, DEFAULT_JITTER_BUFFER_MS};
 use linerate_model::measure::{Headline, Measure};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +46,7 @@ impl Kind for Voip {
                 "test": "call",
                 "codec": self.call.codec,
                 "jitter_buffer_ms": self.call.jitter_buffer_ms,
+                "adaptive": self.call.adaptive,
                 "marks": site.marks,
             }),
         }
@@ -81,16 +82,22 @@ pub(super) fn read(
         None => Codec::G711,
     };
     let buffer = table.take::<String>(reader, "jitter_buffer")?;
-    let jitter_buffer_ms = match &buffer {
-        Some(j) => (reader.seconds(j, "jitter_buffer", false)? * 1000.0).round() as u32,
-        None => DEFAULT_JITTER_BUFFER_MS,
+    let jitter_buffer = match &buffer {
+        Some(j) => JitterBuffer::parse(j.get_ref(), |time| {
+            let time = toml::Spanned::new(j.span(), time.to_string());
+            Ok((reader.seconds(&time, "jitter_buffer", false)? * 1000.0).round() as u32)
+        })?,
+        None => JitterBuffer::Fixed {
+            ms: DEFAULT_JITTER_BUFFER_MS,
+        },
     };
-    let call = CallSettings::checked(codec, jitter_buffer_ms).map_err(|_| {
-        let at = buffer.as_ref().expect("a long buffer was given");
-        reader.at(
-            at,
-            format!("jitter_buffer '{}' must be at most 1s", at.get_ref()),
-        )
+    let call = CallSettings::checked(codec, jitter_buffer).map_err(|_| {
+        let at = buffer.as_ref().expect("a buffer out of bounds was given");
+        let bounds = match jitter_buffer {
+            JitterBuffer::Fixed { .. } => "must be at most 1s",
+            JitterBuffer::Adaptive { .. } => "may grow to from 20ms to 1s",
+        };
+        reader.at(at, format!("jitter_buffer '{}' {bounds}", at.get_ref()))
     })?;
     Ok((TestKind::Voip(Voip { call }), seconds))
 }
