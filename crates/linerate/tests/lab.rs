@@ -4460,6 +4460,186 @@ fn a_call_is_scored_from_each_ways_delay_and_loss_as_the_emulator_made_them() {
     assert!(num(way(0), "/mos") < num(way(1), "/mos"));
 }
 
+/// The call datagrams one capture saw going from `from` (an IPv4 address): (capture
+/// time in ns, flow, sequence), read from a nanosecond pcap of Ethernet frames; a call's
+/// 172-byte datagrams only (G.711's, not the flows' hellos).
+fn call_datagrams_captured(pcap: &std::path::Path, from: [u8; 4]) -> Vec<(u64, u32, u64)> {
+    let data = std::fs::read(pcap).expect("the capture");
+    assert!(data.len() >= 24, "a pcap header");
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= data.len() {
+        let le32 = |o: usize| u32::from_le_bytes(data[at + o..at + o + 4].try_into().unwrap());
+        let (seconds, nanos, caught) = (le32(0), le32(4), le32(8) as usize);
+        let packet = &data[at + 16..(at + 16 + caught).min(data.len())];
+        at += 16 + caught;
+        // Ethernet, IPv4 with UDP from `from`, a payload of 172 bytes.
+        if packet.len() < 42 || packet[12..14] != [0x08, 0x00] || packet[23] != 17 {
+            continue;
+        }
+        let payload_at = 14 + usize::from(packet[14] & 0x0f) * 4 + 8;
+        let udp_len = usize::from(u16::from_be_bytes([
+            packet[payload_at - 4],
+            packet[payload_at - 3],
+        ]));
+        if packet[26..30] != from || udp_len != 8 + 172 || packet.len() < payload_at + 24 {
+            continue;
+        }
+        let p = &packet[payload_at..];
+        if p.starts_with(b"LRUDPHEL") {
+            continue;
+        }
+        out.push((
+            u64::from(seconds) * 1_000_000_000 + u64::from(nanos),
+            u32::from_be_bytes(p[16..20].try_into().unwrap()),
+            u64::from_be_bytes(p[0..8].try_into().unwrap()),
+        ));
+    }
+    out
+}
+
+/// An adaptive jitter buffer (`--jitter-buffer adaptive`) on a call whose way out jitters
+/// (the lab's `--jitter 15ms` on 20 ms: never reordered), against captures on the
+/// client's and the server's interfaces (one clock): each datagram's transit from wire to
+/// wire, fed to a buffer written apart (tests/reference/playout.py, from docs/app.md),
+/// gives the late datagrams linerate's receiver counted (within the few whose transit the
+/// socket calls move across the playout point) and its mean depth within 0.5 ms; a fixed
+/// 20 ms buffer would have dropped many times more; and the way's mouth-to-ear delay takes
+/// the depth as counted.
+#[test]
+fn an_adaptive_jitter_buffer_drops_what_a_buffer_written_apart_drops_of_the_wires_datagrams() {
+    let test =
+        "an_adaptive_jitter_buffer_drops_what_a_buffer_written_apart_drops_of_the_wires_datagrams";
+    if skip_unless_root(test) || !have("tcpdump", test) || !have("python3", test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("jbuf");
+    let _lab = lab_up(
+        &name,
+        &["--delay", "20ms", "--jitter", "15ms,0", "--seed", "9"],
+    );
+    let dir = std::env::temp_dir().join(format!("lr-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = |host: &str| dir.join(format!("{host}.pcap"));
+    let captures: Vec<std::process::Child> = ["client", "server"]
+        .iter()
+        .map(|host| {
+            Command::new(binary())
+                .args(["lab", "exec", "--name", &name, host, "--", "tcpdump"])
+                .args(["-i", "eth0", "-n", "-U", "-s", "96"])
+                .args(["--time-stamp-precision", "nano", "-w"])
+                .arg(pcap(host))
+                .arg("udp")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start tcpdump")
+        })
+        .collect();
+    let _server = lab_spawn(&name, "server", &[binary(), "--no-store", "serve"]);
+    std::thread::sleep(Duration::from_millis(1_500));
+    let run = lab(&[
+        "exec",
+        "--name",
+        &name,
+        "client",
+        "--",
+        binary(),
+        "--no-store",
+        "app",
+        "server",
+        "--pattern",
+        "voip",
+        "--jitter-buffer",
+        "adaptive",
+        "-t",
+        "20",
+        "-i",
+        "0",
+        "--json",
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    for mut capture in captures {
+        // SAFETY: SIGINT to the `lab exec` this test started, by its PID: it passes the
+        // signal to its tcpdump, which flushes and ends.
+        unsafe { libc::kill(capture.id() as libc::pid_t, libc::SIGINT) };
+        let _ = capture.wait();
+    }
+    assert!(run.status.success(), "{}", stderr(&run));
+    let doc = json(&run);
+    let client: [u8; 4] = [10, 77, 0, 1];
+    let left = call_datagrams_captured(&pcap("client"), client);
+    let arrived = call_datagrams_captured(&pcap("server"), client);
+    let _ = std::fs::remove_dir_all(&dir);
+    let sent_at: std::collections::HashMap<(u32, u64), u64> = left
+        .iter()
+        .map(|&(t, flow, seq)| ((flow, seq), t))
+        .collect();
+    let transits: Vec<String> = arrived
+        .iter()
+        .filter_map(|&(t, flow, seq)| Some((t - sent_at.get(&(flow, seq))?).to_string()))
+        .collect();
+    assert_eq!(doc["summary"]["call"]["adaptive"], true, "{doc}");
+    let way = doc
+        .pointer("/summary/call/ways/0")
+        .expect("the way out")
+        .clone();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/reference/playout.py");
+    let mut reference = Command::new("python3")
+        .args([script, "200", "20"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    {
+        use std::io::Write;
+        let mut input = reference.stdin.take().unwrap();
+        input.write_all(transits.join("\n").as_bytes()).unwrap();
+    }
+    let output = reference.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    let figures: Vec<f64> = text
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let [late_ref, depth_ref, fixed_late, count] = figures[..] else {
+        panic!("the reference said {text:?}")
+    };
+    let (late, received) = (num(&way, "/late"), num(&way, "/received"));
+    let depth = num(&way, "/jitter_buffer_ms");
+    eprintln!(
+        "the way out: {late} of {received} late, {depth:.3} ms deep; the reference over the \
+         wires' {count} datagrams: {late_ref} late, {depth_ref:.3} ms deep; a fixed 20 ms \
+         buffer {fixed_late} late"
+    );
+    assert!(
+        received >= 900.0 && count >= received - 5.0,
+        "{received} received, {count} captured"
+    );
+    assert!(
+        (late - late_ref).abs() <= 3.0 + late_ref * 0.1,
+        "linerate {late} late, the reference {late_ref}"
+    );
+    assert!(
+        (depth - depth_ref).abs() < 0.5,
+        "{depth:.3} ms against {depth_ref:.3}"
+    );
+    assert!(
+        fixed_late > 5.0 * late.max(1.0),
+        "a fixed 20 ms buffer: {fixed_late} late"
+    );
+    let ta = num(&way, "/mouth_to_ear_ms");
+    let one_way = num(&way, "/one_way_delay_ms");
+    assert!(
+        (ta - (one_way + depth + 20.0)).abs() < 1e-6,
+        "mouth to ear {ta}"
+    );
+    // The way back has no jitter: its buffer stays a frame deep and nothing is late.
+    let back = doc.pointer("/summary/call/ways/1").expect("the way back");
+    assert!(num(back, "/jitter_buffer_ms") < 21.0, "{back}");
+}
+
 /// A host's interface counters sampled every 20 ms while `run` runs: (seconds,
 /// rx_bytes, rx_packets), from a loop inside the host's namespace.
 fn interface_sampled_during<T>(

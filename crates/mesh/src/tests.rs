@@ -1124,9 +1124,23 @@ fn a_voip_test_calls_every_destinations_server_with_its_codec_and_marks() {
         assert_eq!(spec["seconds"], 30.0);
         assert_eq!(spec["codec"], "g729a");
         assert_eq!(spec["jitter_buffer_ms"], 40);
+        assert_eq!(spec["adaptive"], false);
         assert_eq!(spec["marks"]["dscp"], 46);
     }
+    // An adaptive buffer and the most it grows to.
+    let m = parse("m.toml", &voip("\njitter_buffer = \"adaptive:300ms\"")).unwrap();
+    let plan::JobPlan::Source { spec, .. } = plan::job_plan(&m, &m.jobs()[0]) else {
+        panic!("not a client test");
+    };
+    assert_eq!(
+        (spec["adaptive"].clone(), spec["jitter_buffer_ms"].clone()),
+        (serde_json::json!(true), serde_json::json!(300))
+    );
     let cases = [
+        (
+            voip("\njitter_buffer = \"adaptive:5ms\""),
+            "jitter_buffer 'adaptive:5ms' may grow to from 20ms to 1s",
+        ),
         (
             voip("\ncodec = \"opus\""),
             "codec 'opus' is not one of g711",
