@@ -94,6 +94,9 @@ const CWND_SLACK_PACKETS: u64 = 64;
 /// half what it remembered, overloads a bottleneck that another flow fills by half for
 /// the round trip the jump stands, and still fills an idle one from the next.
 pub const TRAIN_JUMP_SHARE: f64 = 0.5;
+/// How far the delivery samples may exceed a packet train's estimate before a cold
+/// startup stops holding at it: the train read low.
+const TRAIN_CEILING_SLACK: f64 = 1.1;
 /// The loss in a round of a jump that saw the queue empty above which the round is still
 /// taken as the jump's overshoot.
 const JUMP_EMPTY_QUEUE_LOSS: f64 = 0.05;
@@ -377,7 +380,27 @@ impl RateControl {
         }
         let base = self.base_bps();
         let compensation = 1.0 / (1.0 - self.random_loss.min(MAX_LOSS_COMPENSATION));
-        self.cap(base as f64 * self.gain() * compensation)
+        self.cap(self.startup_ceiling(base as f64 * self.gain()) * compensation)
+    }
+
+    /// A cold search's first startup climbs to its packet train's estimate of the
+    /// bottleneck and no further: the train timed the bottleneck itself, so a doubling
+    /// past it only fills the queue, and over a long path the round trip before the queue
+    /// shows (sixteen samples) overflows it (a 200 ms path at 1 Gbit/s lost 1.3 % of a
+    /// copy to it, beside the path's own 1 %). Past the estimate only the delivery
+    /// samples lead: a search whose samples exceed it by a tenth (the train read low; a
+    /// tenth is more than ACK compression lifts a sample) is no longer
+    /// held, a restarted one never is, and probing after startup is the cycle's.
+    fn startup_ceiling(&self, bps: f64) -> f64 {
+        let held = self.mode == Mode::Startup
+            && self.restarts == 0
+            && self.train_bps > 0
+            && (self.btl_bw as f64) <= self.train_bps as f64 * TRAIN_CEILING_SLACK;
+        if held {
+            bps.min(self.train_bps as f64)
+        } else {
+            bps
+        }
     }
 
     /// The most bytes in flight allowed now: twice the bandwidth-delay product at the
@@ -684,6 +707,45 @@ mod tests {
             ..ack(200_000_000, 40_000_000, 100_000_000, true)
         });
         assert_ne!(rate.mode(), Mode::Startup);
+    }
+
+    /// A cold start's startup climbs to its packet train's estimate and holds there (a
+    /// path of 1 Gbit/s that the train read as such: paced at it, never doubled past it),
+    /// then leaves startup once the samples stop growing; samples above the estimate (a
+    /// train that read low) lift the ceiling.
+    #[test]
+    fn a_cold_startup_climbs_to_the_trains_estimate_and_no_further() {
+        let mut rate = RateControl::new(adaptive(), PACKET, 200_000_000);
+        let mut now = 0;
+        rate.on_ack(&ack(now + 1, 20_000_000, 200_000_000, false));
+        assert!(rate.on_train_estimate(1_000_000_000));
+        let mut most = 0;
+        let mut delivered = 20_000_000u64;
+        for _ in 0..8 {
+            now += 200_000_000;
+            rate.on_ack(&ack(now, delivered, 200_000_000, true));
+            let paced = rate.pacing_bps();
+            if rate.mode() == Mode::Startup {
+                most = most.max(paced);
+            }
+            delivered = paced.min(1_000_000_000);
+        }
+        assert!(most <= 1_000_000_000, "startup paced at {most}");
+        assert!(most >= 990_000_000, "startup reached only {most}");
+        assert_ne!(
+            rate.mode(),
+            Mode::Startup,
+            "left startup once the rate stopped growing"
+        );
+        // A train that read half the path: samples past it lift the ceiling.
+        let mut rate = RateControl::new(adaptive(), PACKET, 200_000_000);
+        rate.on_ack(&ack(1, 20_000_000, 200_000_000, false));
+        rate.on_train_estimate(400_000_000);
+        for (i, bps) in [200_000_000u64, 460_000_000].into_iter().enumerate() {
+            rate.on_ack(&ack((i as u64 + 1) * 200_000_000, bps, 200_000_000, true));
+        }
+        assert_eq!(rate.mode(), Mode::Startup);
+        assert!(rate.pacing_bps() > 1_000_000_000, "{}", rate.pacing_bps());
     }
 
     #[test]
