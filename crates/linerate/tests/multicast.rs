@@ -769,7 +769,8 @@ fn a_mesh_multicast_test_counts_each_receivers_loss_and_alerts_on_the_one_that_l
         .collect();
     eprintln!("alerts: {alerts:?}");
     assert!(
-        alerts.iter().any(|a| a.contains("a -> c loses")),
+        alerts.iter().any(|a| a.contains("channel: a -> c loses")
+            && a.contains("the way out of a's multicast stream to c")),
         "no alert for a -> c: {alerts:#?}"
     );
     assert!(

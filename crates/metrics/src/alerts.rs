@@ -34,9 +34,20 @@ pub struct Alert {
     pub since: f64,
     /// A change of the pair's path in the same span, in words, where a trace saw one.
     pub path_change: Option<String>,
-    /// A loss alert of a video's frames not shown in time (lost, in part, or late),
-    /// beside its series' latency: what is lost is frames, not probes.
-    pub of_frames: bool,
+    /// What a loss alert's loss is of: probes (STAMP), a video's frames not shown in
+    /// time (beside its series' latency alert), or a multicast stream's datagrams.
+    pub lost: LossOf,
+}
+
+/// What a loss alert's share is a share of, as its sentence says it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LossOf {
+    #[default]
+    Probes,
+    /// A video's frames not shown in time: lost, in part, or late.
+    Frames,
+    /// A multicast source's datagrams that one receiver never got.
+    MulticastStream,
 }
 
 impl Alert {
@@ -88,10 +99,11 @@ impl Alert {
         if self.measure.bounded() {
             // The way the packets went, and which probes (or call) showed it: a reverse
             // series is the way back of its pair's.
-            let what = match (self.measure, self.of_frames) {
+            let what = match (self.measure, self.lost) {
                 (Measure::Mos, _) => "call",
-                (_, true) => "video",
-                _ => "probes",
+                (_, LossOf::Frames) => "video",
+                (_, LossOf::MulticastStream) => "multicast stream",
+                (_, LossOf::Probes) => "probes",
             };
             let (way, whose) = if k.direction == "reverse" {
                 (
@@ -117,7 +129,11 @@ impl Alert {
                     k.test, self.value, self.baseline
                 );
             }
-            let of = if self.of_frames { " of its frames" } else { "" };
+            let of = if self.lost == LossOf::Frames {
+                " of its frames"
+            } else {
+                ""
+            };
             return format!(
                 "{}: {way} loses {:.3}%{of}{over} (above {:.3}%), {whose}",
                 k.test,
@@ -277,7 +293,7 @@ impl Alerts {
                     ended_at: None,
                     since: now,
                     path_change: None,
-                    of_frames: false,
+                    lost: LossOf::Probes,
                 };
                 self.open.insert((key.clone(), a.measure), alert.clone());
                 Some(Change::Opened(alert))

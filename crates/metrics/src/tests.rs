@@ -258,7 +258,7 @@ fn a_videos_frames_not_shown_open_a_loss_alert_of_their_own() {
         panic!("{opened:?}")
     };
     assert_eq!(alert.name(), "LinerateLossAbove");
-    assert!(alert.of_frames);
+    assert_eq!(alert.lost, crate::alerts::LossOf::Frames);
     assert_eq!(
         alert.summary(),
         "video: a -> b loses 20.000% of its frames over 10s (above 5.000%), the way out of a's video to b"
@@ -275,7 +275,7 @@ fn a_videos_frames_not_shown_open_a_loss_alert_of_their_own() {
         );
     }
     assert!(
-        matches!(resolved.as_slice(), [crate::alerts::Change::Resolved(a)] if a.of_frames),
+        matches!(resolved.as_slice(), [crate::alerts::Change::Resolved(a)] if a.lost == crate::alerts::LossOf::Frames),
         "{resolved:?}"
     );
 }

@@ -2,7 +2,7 @@
 //! listener reads, remote_write, and the alerts. The coordinator calls [`Watch::record`]
 //! as each job ends; open alerts are re-sent from there when it is time.
 
-use crate::alerts::{Alerts, Change, Notifier};
+use crate::alerts::{Alerts, Change, LossOf, Notifier};
 use crate::assess::{assess, Assessment, State, Thresholds};
 use crate::board::{Board, Key, Measure, ProcessCounts, ProcessSource};
 use crate::remote_write::RemoteWriter;
@@ -178,13 +178,20 @@ impl Watch {
                 .nth(1)
                 .map_or(row.started_at, |p| p.at);
             let assessment = assess(series, &self.thresholds);
-            let mut found = vec![self.alerts.update(
+            let mut change = self.alerts.update(
                 &key,
                 &assessment,
                 series.latest.value,
                 row.ended_at,
                 &self.thresholds,
-            )];
+            );
+            // A multicast receiver's loss is of its source's stream, not of probes.
+            if let (Some(Document::Multicast(_)), Some(Change::Opened(a) | Change::Resolved(a))) =
+                (document, change.as_mut())
+            {
+                a.lost = LossOf::MulticastStream;
+            }
+            let mut found = vec![change];
             // A video's frames not shown in time are held to the loss bound beside its
             // latency's baseline: a second alert of its series.
             if let Some(lost) = frames_lost(series) {
@@ -198,7 +205,9 @@ impl Watch {
                     self.alerts
                         .update(&key, &frames, Some(lost), row.ended_at, &self.thresholds);
                 match change.as_mut() {
-                    Some(Change::Opened(alert) | Change::Resolved(alert)) => alert.of_frames = true,
+                    Some(Change::Opened(alert) | Change::Resolved(alert)) => {
+                        alert.lost = LossOf::Frames
+                    }
                     None => {}
                 }
                 found.push(change);
