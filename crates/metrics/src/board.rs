@@ -85,6 +85,9 @@ pub struct Latest {
     pub traced: bool,
     /// A call: this way's mean opinion score.
     pub mos: Option<f64>,
+    /// A video: its way's Quality of Outcome score (draft-ietf-ippm-qoo-09), 0 to 100.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qoo: Option<f64>,
 }
 
 impl Latest {
@@ -402,6 +405,8 @@ pub struct Figures {
     pub traced: bool,
     /// A call: this way's mean opinion score (the E-model's).
     pub mos: Option<f64>,
+    /// A video: its way's Quality of Outcome score, 0 to 100.
+    pub qoo: Option<f64>,
 }
 
 /// Reads a mesh job's document: goodput for a stream, the timed transaction's latency for
@@ -510,6 +515,7 @@ fn video_figures(
             .then(|| ((way.lost + c.partial + c.late) as f64 / c.sent as f64).min(1.0)),
         rtt: (c.latency_us.count > 0).then(|| Transactions::of(&c.latency_us)),
         duration_s: report.summary.duration_s,
+        qoo: way.qoo.as_ref().map(|q| q.score),
         ..Figures::default()
     }
 }
@@ -748,6 +754,7 @@ impl Board {
             latest.one_way = f.one_way;
             latest.traced = f.traced;
             latest.mos = f.mos;
+            latest.qoo = f.qoo;
             if series.measure.is_none() {
                 series.measure = Some(if f.traced {
                     Measure::Hops

@@ -79,7 +79,7 @@ fn rpm(latest: &Latest) -> Option<Responsiveness> {
 }
 
 /// The families, in the order a scrape writes them (after `linerate_build_info`).
-pub const FAMILIES: [Family; 19] = [
+pub const FAMILIES: [Family; 20] = [
     Family {
         name: "linerate_goodput_bytes_per_second",
         help: "A stream's newest goodput, counted at the destination",
@@ -264,6 +264,12 @@ pub const FAMILIES: [Family; 19] = [
         help: "A call's newest mean opinion score this way (ITU-T G.107's E-model, 1 to 4.5)",
         kind: Kind::Gauge,
         read: |l, _| gauge(l.mos.filter(|_| l.measured())),
+    },
+    Family {
+        name: "linerate_qoo_score",
+        help: "A video's newest Quality of Outcome score this way (draft-ietf-ippm-qoo-09: its frames' latency and those not shown against its requirement, 0 to 100)",
+        kind: Kind::Gauge,
+        read: |l, _| gauge(l.qoo.filter(|_| l.measured())),
     },
 ];
 

@@ -301,6 +301,26 @@ fn a_video_tests_frames_give_the_board_their_latency_and_the_frames_not_shown() 
     assert!((rtt.p50 - 0.012).abs() < 1e-4, "{rtt:?}");
     assert_eq!(series.totals.rtt_count, 4);
     assert_eq!(series.latest.goodput_bps, Some(4e6));
+    // Its Quality of Outcome, where the way was scored, is a gauge of its own.
+    let mut report = video(20, 1, 1, 2);
+    let requirement =
+        linerate_model::qoo::Requirement::parse("p99=150ms/400ms,loss=1%/5%").unwrap();
+    report.summary.video.as_mut().unwrap().ways[0].qoo = Some(linerate_model::qoo::QooScore {
+        requirement,
+        score: 62.5,
+        latency: 62.5,
+        loss: 100.0,
+        throughput: 100.0,
+        worst_percentile: Some(99.0),
+    });
+    let mut later = row("a", "b", "video", true, 0.012, 6.0);
+    later.protocol = "udp".into();
+    board.record(&later, Some(&Document::Test(Box::new(report))));
+    let text = Exposition::new(Arc::new(Mutex::new(board))).render(Format::OpenMetrics);
+    assert!(
+        text.contains("linerate_qoo_score{mesh=\"m\",src=\"a\",dst=\"b\",test=\"video\",direction=\"forward\",protocol=\"udp\"} 62.5\n"),
+        "{text}"
+    );
 }
 
 /// A mesh's board takes a series' whole history when the series first appears, and never
@@ -905,6 +925,14 @@ fn remote_write_sends_what_a_scrape_gives_series_by_series() {
             &row("a", "b", "call", true, 4.3, 12.8),
             Some(&crate::board::Figures {
                 mos: Some(4.3),
+                duration_s: 10.0,
+                ..Default::default()
+            }),
+        );
+        b.record_figures(
+            &row("a", "b", "video", true, 0.012, 12.9),
+            Some(&crate::board::Figures {
+                qoo: Some(87.5),
                 duration_s: 10.0,
                 ..Default::default()
             }),
