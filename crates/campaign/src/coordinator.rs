@@ -114,7 +114,7 @@ impl Coordinator {
             || mesh
                 .tests
                 .iter()
-                .any(|t| t.kind.kind().measure().told_without_receivers());
+                .any(|t| t.kind.kind().told_without_receivers());
         let watch = if watching {
             let counts = writer.as_ref().map(|w| w.counts());
             let past_source = writer

@@ -1226,6 +1226,7 @@ fn the_grafana_dashboard_queries_only_series_the_endpoint_writes() {
             sum_s: 1e-3,
         }),
         duration_s: 1.0,
+        qoo: None,
         responsiveness: None,
         one_way: Some(linerate_metrics::board::OneWayDelay {
             p50_s: Some(1e-3),

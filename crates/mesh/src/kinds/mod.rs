@@ -137,6 +137,12 @@ pub trait Kind {
     fn fans_out(&self) -> bool {
         false
     }
+    /// Whether its results are watched where nothing receives them (no metrics, no
+    /// alert receiver): its measure's say, unless it is held to a bound its measure is not
+    /// (a video's frames not shown, beside its latency).
+    fn told_without_receivers(&self) -> bool {
+        self.measure().told_without_receivers()
+    }
     /// What runs a job of this test.
     fn plan(&self, site: &JobSite) -> JobPlan;
 }

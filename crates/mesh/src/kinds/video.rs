@@ -44,6 +44,11 @@ impl Kind for Video {
         true
     }
 
+    /// Its frames not shown in time are held to the mesh's loss bound, told as loss is.
+    fn told_without_receivers(&self) -> bool {
+        true
+    }
+
     fn plan(&self, site: &JobSite) -> JobPlan {
         // What the agent's client job reads (drivers' `client_job::Spec`).
         JobPlan::Source {
