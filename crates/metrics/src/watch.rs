@@ -191,28 +191,10 @@ impl Watch {
             {
                 a.lost = LossOf::MulticastStream;
             }
-            let mut found = vec![change];
-            // A video's frames not shown in time are held to the loss bound beside its
-            // latency's baseline: a second alert of its series.
-            if let Some(lost) = frames_lost(series) {
-                let frames = Assessment {
-                    state: State::Normal,
-                    baseline: None,
-                    ratio: None,
-                    measure: Measure::Loss,
-                };
-                let mut change =
-                    self.alerts
-                        .update(&key, &frames, Some(lost), row.ended_at, &self.thresholds);
-                match change.as_mut() {
-                    Some(Change::Opened(alert) | Change::Resolved(alert)) => {
-                        alert.lost = LossOf::Frames
-                    }
-                    None => {}
-                }
-                found.push(change);
-            }
-            for mut change in found.into_iter().flatten() {
+            let frames = frames_lost(series).and_then(|lost| {
+                frames_change(&mut self.alerts, &key, lost, row.ended_at, &self.thresholds)
+            });
+            for mut change in [change, frames].into_iter().flatten() {
                 if let Change::Opened(alert) = &mut change {
                     alert.since = since;
                     alert.path_change = board
@@ -252,6 +234,28 @@ impl Watch {
             path_change,
         }
     }
+}
+
+/// A video's frames not shown in time, `lost` of them, held to the loss bound beside its
+/// latency's baseline: the second alert of its series, said as frames.
+fn frames_change(
+    alerts: &mut Alerts,
+    key: &Key,
+    lost: f64,
+    at: f64,
+    thresholds: &Thresholds,
+) -> Option<Change> {
+    let frames = Assessment {
+        state: State::Normal,
+        baseline: None,
+        ratio: None,
+        measure: Measure::Loss,
+    };
+    let mut change = alerts.update(key, &frames, Some(lost), at, thresholds)?;
+    match &mut change {
+        Change::Opened(alert) | Change::Resolved(alert) => alert.lost = LossOf::Frames,
+    }
+    Some(change)
 }
 
 /// A video's share of frames not shown in time, where its newest job ran: the loss
