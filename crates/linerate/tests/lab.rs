@@ -4523,23 +4523,7 @@ fn an_adaptive_jitter_buffer_drops_what_a_buffer_written_apart_drops_of_the_wire
     let dir = std::env::temp_dir().join(format!("lr-{name}"));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = |host: &str| dir.join(format!("{host}.pcap"));
-    let captures: Vec<std::process::Child> = ["client", "server"]
-        .iter()
-        .map(|host| {
-            Command::new(binary())
-                .args(["lab", "exec", "--name", &name, host, "--", "tcpdump"])
-                .args(["-i", "eth0", "-n", "-U", "-s", "96"])
-                .args(["--time-stamp-precision", "nano", "-w"])
-                .arg(pcap(host))
-                .arg("udp")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start tcpdump")
-        })
-        .collect();
-    let _server = lab_spawn(&name, "server", &[binary(), "--no-store", "serve"]);
-    std::thread::sleep(Duration::from_millis(1_500));
+    let captures = UdpCaptures::start(&name, 96, pcap);
     // The server by its IPv4 address: the captures are read as IPv4 (its name resolves to
     // its IPv6 address first).
     let run = lab(&[
@@ -4563,12 +4547,7 @@ fn an_adaptive_jitter_buffer_drops_what_a_buffer_written_apart_drops_of_the_wire
         "--json",
     ]);
     std::thread::sleep(Duration::from_millis(500));
-    for mut capture in captures {
-        // SAFETY: SIGINT to the `lab exec` this test started, by its PID: it passes the
-        // signal to its tcpdump, which flushes and ends.
-        unsafe { libc::kill(capture.id() as libc::pid_t, libc::SIGINT) };
-        let _ = capture.wait();
-    }
+    captures.stop();
     assert!(run.status.success(), "{}", stderr(&run));
     let doc = json(&run);
     let client: [u8; 4] = [10, 77, 0, 1];
@@ -4899,6 +4878,49 @@ fn ndt7_client_and_linerate_ndt7_agree_with_the_interfaces_over_serve_ndt7() {
     let _ = serve.wait();
 }
 
+/// tcpdump of UDP on the lab's client and server interfaces (nanosecond times, `snap`
+/// bytes a packet, into `pcap(host)`), and a linerate server on the server host.
+struct UdpCaptures {
+    tcpdumps: Vec<std::process::Child>,
+    _server: LabProcess,
+}
+
+impl UdpCaptures {
+    fn start(name: &str, snap: u32, pcap: impl Fn(&str) -> std::path::PathBuf) -> UdpCaptures {
+        let tcpdumps = ["client", "server"]
+            .iter()
+            .map(|host| {
+                Command::new(binary())
+                    .args(["lab", "exec", "--name", name, host, "--", "tcpdump"])
+                    .args(["-i", "eth0", "-n", "-U", "-s", &snap.to_string()])
+                    .args(["--time-stamp-precision", "nano", "-w"])
+                    .arg(pcap(host))
+                    .arg("udp")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start tcpdump")
+            })
+            .collect();
+        let server = lab_spawn(name, "server", &[binary(), "--no-store", "serve"]);
+        std::thread::sleep(Duration::from_millis(1_500));
+        UdpCaptures {
+            tcpdumps,
+            _server: server,
+        }
+    }
+
+    /// Ends the captures, their files written whole.
+    fn stop(self) {
+        for mut capture in self.tcpdumps {
+            // SAFETY: SIGINT to the `lab exec` this test started, by its PID: it passes
+            // the signal to its tcpdump, which flushes and ends.
+            unsafe { libc::kill(capture.id() as libc::pid_t, libc::SIGINT) };
+            let _ = capture.wait();
+        }
+    }
+}
+
 /// One capture's video datagrams: (capture time in ns, frame number, frame bytes,
 /// remaining bytes, payload bytes), read from a nanosecond pcap of Ethernet frames.
 fn video_datagrams_captured(pcap: &std::path::Path) -> Vec<(u64, u32, u32, u32, usize)> {
@@ -4964,23 +4986,7 @@ fn video_frames_latency_is_what_captures_at_both_ends_saw() {
     let dir = std::env::temp_dir().join(format!("lr-{name}"));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = |host: &str| dir.join(format!("{host}.pcap"));
-    let captures: Vec<std::process::Child> = ["client", "server"]
-        .iter()
-        .map(|host| {
-            Command::new(binary())
-                .args(["lab", "exec", "--name", &name, host, "--", "tcpdump"])
-                .args(["-i", "eth0", "-n", "-U", "-s", "128"])
-                .args(["--time-stamp-precision", "nano", "-w"])
-                .arg(pcap(host))
-                .arg("udp")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start tcpdump")
-        })
-        .collect();
-    let _server = lab_spawn(&name, "server", &[binary(), "--no-store", "serve"]);
-    std::thread::sleep(Duration::from_millis(1_500));
+    let captures = UdpCaptures::start(&name, 128, pcap);
     let (run, steal) = steal_share_during(|| {
         lab(&[
             "exec",
@@ -5003,12 +5009,7 @@ fn video_frames_latency_is_what_captures_at_both_ends_saw() {
         ])
     });
     std::thread::sleep(Duration::from_millis(500));
-    for mut capture in captures {
-        // SAFETY: SIGINT to the `lab exec` this test started, by its PID: it passes the
-        // signal to its tcpdump, which flushes and ends.
-        unsafe { libc::kill(capture.id() as libc::pid_t, libc::SIGINT) };
-        let _ = capture.wait();
-    }
+    captures.stop();
     assert!(run.status.success(), "{}", stderr(&run));
     let doc = json(&run);
     let way = doc

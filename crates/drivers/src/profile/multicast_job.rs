@@ -37,6 +37,17 @@ fn refused(reason: String) -> SourceError {
     }
 }
 
+/// Either side runs only for a requester that proved this server's key: `what` is done
+/// for no one else.
+fn keyed(key: Option<&linerate_proto::auth::Key>, what: &str) -> Result<(), SourceError> {
+    match key {
+        Some(_) => Ok(()),
+        None => Err(refused(format!(
+            "{what} only for a requester that proved this server's key"
+        ))),
+    }
+}
+
 /// What a group is, checked where it is read: a multicast address.
 fn group_of(group: IpAddr) -> Result<IpAddr, String> {
     if group.is_multicast() {
@@ -142,12 +153,7 @@ impl SourceJob for SendJob {
         key: Option<linerate_proto::auth::Key>,
         stop: Arc<AtomicBool>,
     ) -> Result<Box<dyn SourceRun>, SourceError> {
-        if key.is_none() {
-            return Err(refused(
-                "a multicast stream is sent only for a requester that proved this server's key"
-                    .into(),
-            ));
-        }
+        keyed(key.as_ref(), "a multicast stream is sent")?;
         let spec = self.asked.spec(self.source.as_ref());
         spec.check().map_err(refused)?;
         let lead = Duration::from_secs_f64(self.asked.lead_s);
@@ -276,12 +282,7 @@ impl SourceJob for ReceiveJob {
         key: Option<linerate_proto::auth::Key>,
         stop: Arc<AtomicBool>,
     ) -> Result<Box<dyn SourceRun>, SourceError> {
-        if key.is_none() {
-            return Err(refused(
-                "a multicast group is joined only for a requester that proved this server's key"
-                    .into(),
-            ));
-        }
+        keyed(key.as_ref(), "a multicast group is joined")?;
         let join = self.asked.join(self.source.as_ref());
         let options = ReceiveOptions {
             port: self.asked.port,
