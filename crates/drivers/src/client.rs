@@ -463,6 +463,7 @@ impl<'a> ClientTest<'a> {
         let specs = flow_specs(config, sockets);
         let pin: &[usize] = config.rr.as_ref().map_or(&[], |rr| &rr.cpus);
         let setup = PlaneSetup {
+            trip_times: None,
             peer_lead: Duration::ZERO,
             threads: config.threads as usize,
             drain: self.options.drain,

@@ -533,6 +533,7 @@ fn start_plane(
         Amount::Seconds(_) | Amount::Unsaid => None,
     };
     let setup = PlaneSetup {
+        trip_times: None,
         threads: config.threads as usize,
         // A server that sends ends its test on its own clock, which started when its
         // header came: its last bytes are waited for, and its close is never early.

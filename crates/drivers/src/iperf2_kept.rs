@@ -201,13 +201,8 @@ pub(crate) fn keep_report(
             .release()
             .map_or(String::new(), |r| format!(" ({r})"))
     ));
-    match note {
-        Some(note) => report.warnings.push(note),
-        None if header.trip_times() => report.warnings.push(
-            "--trip-times: the writes' send times were not read; one-way delay over TCP is not measured by this server yet"
-                .into(),
-        ),
-        None => {}
+    if let Some(note) = note {
+        report.warnings.push(note);
     }
     (sink.0)(ServedTool::Iperf2, id, &report);
 }

@@ -19,17 +19,17 @@ use crate::access::{self, Admission, Held};
 use crate::iperf2_kept::{check_limits, config_of, keep_report, Finished};
 use crate::served::{Served, Step};
 use crate::server_state::ServerState;
-use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
+use linerate_engine::flow::{FlowSocket, FlowSpec, Side, TripTimes};
 use linerate_engine::plane::{DataPlane, PlaneSetup};
 use linerate_engine::sys;
 use linerate_model::clock::UnixTime;
-use linerate_proto::iperf2::{self, Amount, ClientHeader, Gathered, Gathering};
+use linerate_proto::iperf2::{self, Amount, BurstTracker, ClientHeader, Gathered, Gathering};
 use linerate_report::{Role, SideResult, TestConfig};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -383,11 +383,18 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
             .name("linerate-iperf2-back".into())
             .spawn(move || serve_back(&ours, &back, count, peer))
     });
+    // --trip-times over TCP: the client's writes carry their send times; this side's
+    // receiving flows time each to its last byte, where the clocks allow.
+    let clocks = (header.trip_times() && header.client_sends())
+        .then(|| crate::iperf2_udp::clocks_comparable(shared.config.same_clock, peer.ip()));
+    let trip_times: Option<TripTimes> = clocks
+        .as_ref()
+        .filter(|c| c.is_ok())
+        .map(|_| Arc::new(Mutex::new(BurstTracker::new())));
     let ran = run(
         shared,
         &mut served,
-        &config,
-        &header,
+        (&config, &header, trip_times.clone()),
         connections,
         &label,
         peer,
@@ -396,10 +403,41 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
         let _ = back.join();
     }
     served.end(shared);
-    keep_run(shared, &header, config, (id, peer, started_at), ran);
+    let note = clocks.map(|clocks| {
+        let tracked = trip_times.map(|t| t.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        trip_times_note(&clocks, tracked.as_ref())
+    });
+    keep_run(shared, &header, config, (id, peer, started_at), (ran, note));
     // -r: the test back once this one has ended.
     if header.tradeoff() {
         serve_back(shared, &header, count, peer);
+    }
+}
+
+/// What the kept run says of a `--trip-times` test over TCP: its writes' latency from
+/// each one's send time to the read of its last byte (iperf 2's server's "burst
+/// latency"), how the clocks were judged, or why it was withheld.
+fn trip_times_note(clocks: &Result<String, String>, tracked: Option<&BurstTracker>) -> String {
+    let how = match clocks {
+        Ok(how) => how,
+        Err(why) => return format!("--trip-times: the writes' latency withheld: {why}"),
+    };
+    match tracked {
+        Some(t) if t.lost_track() => format!(
+            "--trip-times: the client's writes did not read as iperf 2's --trip-times writes (a length or time out of range), so no latency is given; {how}"
+        ),
+        Some(t) => match t.transit() {
+            Some(transit) => format!(
+                "--trip-times: write latency {:.3} ms mean ({:.3} to {:.3}, standard deviation {:.3}) over {} writes, each from its send time to the read of its last byte; {how}",
+                transit.mean_ns / 1e6,
+                transit.min_ns / 1e6,
+                transit.max_ns / 1e6,
+                transit.deviation_ns() / 1e6,
+                transit.count
+            ),
+            None => format!("--trip-times: no write was read whole; {how}"),
+        },
+        None => format!("--trip-times: no write was followed; {how}"),
     }
 }
 
@@ -446,9 +484,16 @@ fn serve_back(shared: &Arc<ServerState>, header: &ClientHeader, count: usize, pe
         count
     ));
     let started_at = UnixTime::now().seconds();
-    let ran = run(shared, &mut served, &config, &back, connections, &label, to);
+    let ran = run(
+        shared,
+        &mut served,
+        (&config, &back, None),
+        connections,
+        &label,
+        to,
+    );
     served.end(shared);
-    keep_run(shared, &back, config, (id, to, started_at), ran);
+    keep_run(shared, &back, config, (id, to, started_at), (ran, None));
 }
 
 /// Keeps a run that ended (test `id` with `peer`, started at `started_at`): its
@@ -458,7 +503,7 @@ fn keep_run(
     header: &ClientHeader,
     config: TestConfig,
     (id, peer, started_at): (u64, SocketAddr, f64),
-    ran: Option<(Vec<Connection>, SideResult)>,
+    (ran, note): (Option<(Vec<Connection>, SideResult)>, Option<String>),
 ) {
     let Some((held, ours)) = ran else {
         return;
@@ -470,7 +515,7 @@ fn keep_run(
         started_at,
         theirs: Vec::new(),
         ours,
-        note: None,
+        note,
     };
     keep_report(shared, header, config, finished);
 }
@@ -481,8 +526,7 @@ fn keep_run(
 fn run(
     shared: &Arc<ServerState>,
     served: &mut Served,
-    config: &TestConfig,
-    header: &ClientHeader,
+    (config, header, trip_times): (&TestConfig, &ClientHeader, Option<TripTimes>),
     connections: Vec<Connection>,
     label: &str,
     peer: SocketAddr,
@@ -517,6 +561,7 @@ fn run(
         held.push(connection);
     }
     let setup = PlaneSetup {
+        trip_times,
         // iperf 2's client ends a test it sends by closing: its close is never early, so
         // the tolerance for one covers the whole schedule. A test this side sends ends on
         // this side's schedule or count.

@@ -240,7 +240,10 @@ fn begin(
 /// one of this host's addresses or the operator says so (`--same-clock`: a lab's
 /// namespaces); else this host's clock must be kept by a time source, and the client,
 /// asking `--trip-times`, declares its own so (iperf 2 sends no state of its clock).
-fn clocks_comparable(same_clock: bool, client: std::net::IpAddr) -> Result<String, String> {
+pub(crate) fn clocks_comparable(
+    same_clock: bool,
+    client: std::net::IpAddr,
+) -> Result<String, String> {
     if same_clock {
         return Ok("both ends read one clock (--same-clock)".into());
     }

@@ -265,6 +265,7 @@ fn start_plane(
         .map(|(i, socket)| FlowSpec::new(config, i as u32, Side::Client, socket))
         .collect();
     let setup = PlaneSetup {
+        trip_times: None,
         peer_lead: Duration::ZERO,
         threads: config.threads as usize,
         drain: DRAIN,

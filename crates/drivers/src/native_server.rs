@@ -621,6 +621,7 @@ fn start_plane(
         }
     }
     let setup = PlaneSetup {
+        trip_times: None,
         threads: shared
             .config
             .threads

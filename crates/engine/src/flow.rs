@@ -282,7 +282,14 @@ pub struct WorkerPlan {
     pub budget: Option<(Role, u64)>,
     /// The most the peer's schedule may lead this side's (`PlaneSetup::peer_lead`).
     pub peer_lead: Duration,
+    /// iperf 2 `--trip-times` over TCP (`PlaneSetup::trip_times`).
+    pub trip_times: Option<TripTimes>,
 }
+
+/// Where the receiving TCP flows of a served iperf 2 `--trip-times` test put the latency
+/// of the client's writes they followed (`linerate_proto::iperf2::BurstTracker`), each
+/// at its end.
+pub type TripTimes = Arc<std::sync::Mutex<linerate_proto::iperf2::BurstTracker>>;
 
 impl WorkerPlan {
     /// The frames the flows of `direction` carry (`TestConfig::video_of`).
@@ -327,6 +334,7 @@ impl WorkerPlan {
             video: None,
             video_back: None,
             mptcp: false,
+            trip_times: None,
         }
     }
 

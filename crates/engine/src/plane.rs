@@ -51,6 +51,9 @@ pub struct PlaneSetup {
     /// the client its flows were ready to starting here); added to the tolerance for a
     /// peer's close that comes before this side's end.
     pub peer_lead: Duration,
+    /// A served iperf 2 `--trip-times` test over TCP: the receiving flows follow the
+    /// client's writes and put their latencies here at their end.
+    pub trip_times: Option<crate::flow::TripTimes>,
 }
 
 /// The nominal timeline of a test, relative to its start.
@@ -182,6 +185,7 @@ impl DataPlane {
             pin_cpus,
             budget,
             peer_lead,
+            trip_times,
         } = setup;
         let budgeted = budget.map_or(0, |(role, _)| {
             flows.iter().filter(|f| f.role == role).count()
@@ -230,6 +234,7 @@ impl DataPlane {
                 end: end.clone(),
                 budget,
                 peer_lead,
+                trip_times: trip_times.clone(),
                 observe: config.observe,
                 window: config.window,
                 count_marks: config.marks.is_some(),

@@ -50,6 +50,9 @@ struct Flow {
     budget: Option<u64>,
     spent: bool,
     pacer: Option<Pacer>,
+    /// A receiving TCP flow of a served iperf 2 `--trip-times` test: the client's writes
+    /// followed, and where their latencies go at the end.
+    trip_times: Option<(linerate_proto::iperf2::BurstTracker, crate::flow::TripTimes)>,
     outcome: FlowOutcome,
 }
 
@@ -95,6 +98,11 @@ impl Flow {
             budget: plan.budget_for(spec.role),
             spent: false,
             pacer,
+            trip_times: plan
+                .trip_times
+                .clone()
+                .filter(|_| spec.role == Role::Receive)
+                .map(|shared| (linerate_proto::iperf2::BurstTracker::after_header(), shared)),
             outcome,
         }
     }
@@ -351,6 +359,11 @@ impl Worker {
                         }
                     }
                     flow.bytes += n as u64;
+                    if let Some((bursts, _)) = flow.trip_times.as_mut() {
+                        // The read's time on the wall clock, as the writes' send times are.
+                        let now = linerate_model::clock::UnixTime::now().nanos();
+                        bursts.feed(&self.receive_buffer[..n], now);
+                    }
                     Step::Moved {
                         short: n < self.receive_buffer.len() && flow.stream.short_means_drained(),
                     }
@@ -377,6 +390,12 @@ impl Worker {
             .into_iter()
             .map(|mut flow| {
                 flow.outcome.bytes_total = flow.bytes;
+                if let Some((bursts, shared)) = &flow.trip_times {
+                    shared
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .merge(bursts);
+                }
                 if flow.closing && flow.outcome.error.is_none() {
                     flow.outcome.error = Some(
                         "the receiver took no more data during the drain: the last sealed \

@@ -3331,6 +3331,141 @@ fn iperf2_trip_times_one_way_delay_is_the_emulators() {
     );
 }
 
+/// iperf 2's `--trip-times` over TCP (a real 2.1.8 client, paced writes of 16 KB at 20
+/// Mbit/s over the lab's `--delay 5ms,25ms`), served by linerate and by iperf 2's own
+/// server one after the other on the same path: linerate's server times every 16 KB
+/// write that arrived whole (iperf 2's server counts the same unit; 2.1.8's paced client
+/// makes each in two calls), none from its send time to the read of its last byte under
+/// the emulator's holding time, and the mean is iperf 2's own server's "burst latency"
+/// within 0.5 ms (both read the clock after their socket, and a write crosses the path in
+/// a dozen segments behind TCP's own pacing).
+#[test]
+fn iperf2_trip_times_over_tcp_times_each_write_as_iperf2s_server_does() {
+    let test = "iperf2_trip_times_over_tcp_times_each_write_as_iperf2s_server_does";
+    if skip_unless_root(test) || !have("iperf", test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("triptcp");
+    let _guard = lab_up(&name, &["--delay", "5ms,25ms"]);
+    let logs = tempfile::tempdir().unwrap();
+    let db = logs.path().join("served.db");
+    let mut serve = Command::new(binary())
+        .args(["lab", "exec", "--name", &name, "server", "--", binary()])
+        .args(["--db", db.to_str().unwrap(), "serve", "-q", "--same-clock"])
+        .spawn()
+        .expect("serve");
+    let peer_log = logs.path().join("iperf-server.txt");
+    let mut peer = Command::new(binary())
+        .args(["lab", "exec", "--name", &name, "server", "--", "sh", "-c"])
+        .arg(format!(
+            "exec iperf -s -e -p 5002 > {} 2>&1",
+            peer_log.display()
+        ))
+        .spawn()
+        .expect("iperf 2's server");
+    std::thread::sleep(Duration::from_millis(1000));
+    let server = std::env::var("LINERATE_LAB_SERVER").unwrap_or_else(|_| "10.77.0.2".into());
+    let client = |port: &str| {
+        Command::new(binary())
+            .args(["lab", "exec", "--name", &name, "client", "--"])
+            .args([
+                "timeout", "-s", "KILL", "30", "iperf", "-c", &server, "-p", port,
+            ])
+            .args(["--trip-times", "-e", "-t", "3", "-l", "16K", "-b", "20m"])
+            .output()
+            .expect("iperf 2's client")
+    };
+    let ours = client("5001");
+    let theirs = client("5002");
+    std::thread::sleep(Duration::from_millis(1500));
+    let status = emulator_status(&name);
+    for child in [&mut serve, &mut peer] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let ours_text = String::from_utf8_lossy(&ours.stdout).to_string();
+    // The client's writes: its whole-test line's "Write/Err" column.
+    let writes = ours_text
+        .lines()
+        .rfind(|l| l.contains(" sec "))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find(|w| w.contains('/') && !w.contains("sec"))
+        })
+        .and_then(|w| w.split('/').next()?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no write count: {ours_text}"));
+    let shown = Command::new(binary())
+        .args(["--db", db.to_str().unwrap(), "history", "--json"])
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap_or_default();
+    let id = listed
+        .as_array()
+        .and_then(|runs| runs.first())
+        .or_else(|| listed["runs"].as_array().and_then(|runs| runs.first()))
+        .map(|run| run["id"].to_string())
+        .unwrap_or_else(|| panic!("no kept run: {listed}"));
+    let kept = Command::new(binary())
+        .args(["--db", db.to_str().unwrap(), "show", &id, "--json"])
+        .output()
+        .unwrap();
+    let kept: serde_json::Value = serde_json::from_slice(&kept.stdout).unwrap();
+    let note = kept["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str())
+        .find(|w| w.starts_with("--trip-times"))
+        .unwrap_or_else(|| panic!("no --trip-times note: {kept}"))
+        .to_string();
+    let figure = |after: &str| -> f64 {
+        note.split(after)
+            .nth(1)
+            .and_then(|rest| {
+                rest.trim_start()
+                    .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no '{after}' in {note}"))
+    };
+    let (mean, least, counted) = (figure("latency"), figure("mean ("), figure("over"));
+    let peer_text = std::fs::read_to_string(&peer_log).unwrap_or_default();
+    let iperf2 = peer_text
+        .lines()
+        .rfind(|l| l.contains(" sec "))
+        .and_then(iperf2_latency)
+        .unwrap_or_else(|| {
+            panic!(
+                "iperf 2's server: {peer_text}\nits client: {}",
+                String::from_utf8_lossy(&theirs.stdout)
+            )
+        });
+    let held = held_ms(&status, 0);
+    eprintln!(
+        "writes over TCP: linerate {counted} of the client's {writes}, {mean:.3} ms mean, least \
+         {least:.3}; iperf 2's server {iperf2:?} (avg/min/max/stdev); the emulator held {held:.3} ms"
+    );
+    // Each 16 KB burst is one write of iperf 2's server's count (2.1.8's client makes it
+    // in two calls when paced): every whole burst that arrived was timed.
+    let bursts = (num(&kept, "/summary/receiver_bytes_total") - 20.0) / 16_384.0;
+    assert!(
+        (counted - bursts.floor()).abs() <= 1.0 && counted * 2.0 <= writes + 2.0,
+        "{counted} timed of {bursts:.2} bursts ({writes} client writes): {note}"
+    );
+    assert!(
+        least >= 5.0 - 0.05,
+        "a write in {least} ms over a 5 ms path"
+    );
+    assert!(
+        (mean - iperf2[0]).abs() < 0.5,
+        "linerate {mean:.3} ms, iperf 2 {:.3} ms",
+        iperf2[0]
+    );
+}
+
 /// The mean time the emulator held a direction's frames (`held_ms`), and of it the time
 /// it was late (`late_ms`), from its status.
 fn held_ms(status: &serde_json::Value, way: usize) -> f64 {

@@ -497,6 +497,171 @@ impl Transit {
     }
 }
 
+/// A `--trip-times` client's header is this much longer than [`HEADER_LEN`] (its test's
+/// start time; 2.1.8 sends 80 bytes before its first write), and a TCP test's first write
+/// follows it.
+pub const TRIP_TIMES_HEADER_EXTRA: usize = 20;
+
+/// Where a `--trip-times` TCP write's fields sit in the bytes that begin it (learned from
+/// 2.1.8's client; iperf 2 has no specification): its send time as seconds and
+/// microseconds of the sender's wall clock, and the write's length, header included.
+mod burst_field {
+    pub const SENT_SECONDS: usize = 20;
+    pub const SENT_MICROS: usize = 24;
+    pub const SIZE: usize = 48;
+    /// The bytes read before a write's fields are known.
+    pub const HEADER: usize = 56;
+}
+
+/// The one-way delay of an iperf 2 client's TCP writes (`--trip-times` over TCP), sans
+/// IO: each write begins with its send time and its length; the tracker follows the
+/// stream write by write and, when a write's last byte has been read, takes its latency
+/// from its send time to that read, as iperf 2's own server does ("burst latency"). A
+/// stream that stops making sense (a length under the fields' own or over
+/// [`MAX_WRITE`], microseconds past a second) is no longer followed: counted, never
+/// trusted.
+#[derive(Debug, Clone, Default)]
+pub struct BurstTracker {
+    /// Bytes before the first write (the rest of the client's header) still to pass.
+    skip: usize,
+    header: Vec<u8>,
+    /// Bytes of the write under way still to come, and its send time (Unix ns).
+    remaining: u64,
+    sent_ns: i128,
+    lost_track: bool,
+    /// Writes whose last byte came before their send time (clocks apart), not counted.
+    pub before_sent: u64,
+    count: u64,
+    min_ns: f64,
+    max_ns: f64,
+    mean_ns: f64,
+    m2_ns2: f64,
+}
+
+impl BurstTracker {
+    pub fn new() -> BurstTracker {
+        BurstTracker::default()
+    }
+
+    /// A tracker for a connection whose first writes come after what is left of the
+    /// client's header once [`HEADER_LEN`] was read: [`TRIP_TIMES_HEADER_EXTRA`].
+    pub fn after_header() -> BurstTracker {
+        BurstTracker {
+            skip: TRIP_TIMES_HEADER_EXTRA,
+            ..BurstTracker::default()
+        }
+    }
+
+    /// `bytes` were read at `arrival_ns` (Unix nanoseconds).
+    pub fn feed(&mut self, mut bytes: &[u8], arrival_ns: u64) {
+        let skipped = self.skip.min(bytes.len());
+        self.skip -= skipped;
+        bytes = &bytes[skipped..];
+        while !bytes.is_empty() && !self.lost_track {
+            if self.remaining == 0 {
+                // A write begins: its fields first.
+                let want = burst_field::HEADER - self.header.len();
+                let take = want.min(bytes.len());
+                self.header.extend_from_slice(&bytes[..take]);
+                bytes = &bytes[take..];
+                if self.header.len() < burst_field::HEADER {
+                    return;
+                }
+                let word = |at: usize| {
+                    u32::from_be_bytes(self.header[at..at + 4].try_into().expect("four bytes"))
+                };
+                let (seconds, micros, size) = (
+                    word(burst_field::SENT_SECONDS),
+                    word(burst_field::SENT_MICROS),
+                    word(burst_field::SIZE),
+                );
+                self.header.clear();
+                if micros >= 1_000_000 || (size as usize) < burst_field::HEADER || size > MAX_WRITE
+                {
+                    self.lost_track = true;
+                    return;
+                }
+                self.sent_ns = i128::from(seconds) * 1_000_000_000 + i128::from(micros) * 1000;
+                self.remaining = u64::from(size) - burst_field::HEADER as u64;
+                if self.remaining == 0 {
+                    self.ended(arrival_ns);
+                }
+                continue;
+            }
+            let take = (self.remaining as usize).min(bytes.len());
+            bytes = &bytes[take..];
+            self.remaining -= take as u64;
+            if self.remaining == 0 {
+                self.ended(arrival_ns);
+            }
+        }
+    }
+
+    /// A write's last byte was read at `arrival_ns`.
+    fn ended(&mut self, arrival_ns: u64) {
+        let latency = i128::from(arrival_ns) - self.sent_ns;
+        if latency < 0 {
+            self.before_sent += 1;
+            return;
+        }
+        let latency = latency as f64;
+        self.count += 1;
+        if self.count == 1 {
+            (self.min_ns, self.max_ns) = (latency, latency);
+        } else {
+            self.min_ns = self.min_ns.min(latency);
+            self.max_ns = self.max_ns.max(latency);
+        }
+        // Welford's running mean and squared differences.
+        let delta = latency - self.mean_ns;
+        self.mean_ns += delta / self.count as f64;
+        self.m2_ns2 += delta * (latency - self.mean_ns);
+    }
+
+    /// Whether the stream stopped making sense as `--trip-times` writes.
+    pub fn lost_track(&self) -> bool {
+        self.lost_track
+    }
+
+    /// The writes' latencies so far, where one was counted.
+    pub fn transit(&self) -> Option<Transit> {
+        (self.count > 0).then_some(Transit {
+            min_ns: self.min_ns,
+            max_ns: self.max_ns,
+            sum_ns: self.mean_ns * self.count as f64,
+            mean_ns: self.mean_ns,
+            m2_ns2: self.m2_ns2,
+            count: self.count,
+            received: self.count,
+            whole_seconds: 0,
+        })
+    }
+
+    /// Joins another connection's writes into these (Chan's parallel form).
+    pub fn merge(&mut self, other: &BurstTracker) {
+        if other.count == 0 {
+            self.before_sent += other.before_sent;
+            self.lost_track |= other.lost_track;
+            return;
+        }
+        if self.count == 0 {
+            let before = self.before_sent;
+            *self = other.clone();
+            self.before_sent += before;
+            return;
+        }
+        let n = (self.count + other.count) as f64;
+        let delta = other.mean_ns - self.mean_ns;
+        self.m2_ns2 += other.m2_ns2 + delta * delta * self.count as f64 * other.count as f64 / n;
+        self.mean_ns += delta * other.count as f64 / n;
+        self.count += other.count;
+        self.min_ns = self.min_ns.min(other.min_ns);
+        self.max_ns = self.max_ns.max(other.max_ns);
+        self.before_sent += other.before_sent;
+        self.lost_track |= other.lost_track;
+    }
+}
+
 /// Where the report's first extension (fifteen words) begins, by word index after the
 /// datagram header: minimum, maximum, sum, mean, squared differences and a last delay
 /// change, each as two words; then the count, and the datagrams and seconds the client's
@@ -1180,6 +1345,89 @@ mod tests {
             header.version = Some((2, 1, 8));
             let back = ClientHeader::decode(&header.encode()).unwrap().unwrap();
             prop_assert_eq!(back, header);
+        }
+    }
+
+    /// A `--trip-times` write as 2.1.8's client writes it: its send time at 20..28, its
+    /// length (header included) at 48..52, the rest filler.
+    fn trip_write(sent_ns: u64, size: u32) -> Vec<u8> {
+        let mut write = vec![0u8; size as usize];
+        write[0..4].copy_from_slice(&0x4001_00a0u32.to_be_bytes());
+        write[20..24].copy_from_slice(&((sent_ns / 1_000_000_000) as u32).to_be_bytes());
+        write[24..28].copy_from_slice(&((sent_ns % 1_000_000_000 / 1000) as u32).to_be_bytes());
+        write[48..52].copy_from_slice(&size.to_be_bytes());
+        write
+    }
+
+    /// Writes read whole, split at any byte, and several in one read: each write's
+    /// latency is from its send time to the read that brought its last byte.
+    #[test]
+    fn trip_times_writes_are_timed_to_their_last_byte() {
+        let base = 1_796_000_000_000_000_000u64;
+        let ms = 1_000_000u64;
+        let mut t = BurstTracker::new();
+        // Write 1 (2,000 bytes, sent at base) read in three pieces; its end at +5 ms.
+        let one = trip_write(base, 2000);
+        t.feed(&one[..30], base + ms);
+        t.feed(&one[30..1000], base + 2 * ms);
+        t.feed(&one[1000..], base + 5 * ms);
+        // Writes 2 and 3 (sent at +20, +21 ms) in one read at +30 ms.
+        let mut both = trip_write(base + 20 * ms, 2000);
+        both.extend(trip_write(base + 21 * ms, 2000));
+        t.feed(&both, base + 30 * ms);
+        let transit = t.transit().unwrap();
+        assert_eq!(transit.count, 3);
+        assert!((transit.min_ns - 5e6).abs() < 1.0, "{transit:?}");
+        assert!((transit.max_ns - 10e6).abs() < 1.0, "{transit:?}");
+        assert!((transit.mean_ns - 8e6).abs() < 1.0, "{transit:?}");
+        // Two connections' writes merge as one set.
+        let mut other = BurstTracker::new();
+        other.feed(&trip_write(base, 100), base + 7 * ms);
+        t.merge(&other);
+        let merged = t.transit().unwrap();
+        assert_eq!(merged.count, 4);
+        assert!((merged.mean_ns - 31e6 / 4.0).abs() < 1.0, "{merged:?}");
+        let spread = [5e6f64, 9e6, 10e6, 7e6];
+        let mean = spread.iter().sum::<f64>() / 4.0;
+        let m2: f64 = spread.iter().map(|x| (x - mean) * (x - mean)).sum();
+        assert!(
+            (merged.m2_ns2 - m2).abs() < 1e3,
+            "{} against {m2}",
+            merged.m2_ns2
+        );
+        // A write that says it is shorter than its own fields: no longer followed.
+        let mut lost = BurstTracker::new();
+        let mut short = trip_write(base, 100);
+        short[48..52].copy_from_slice(&10u32.to_be_bytes());
+        lost.feed(&short, base);
+        assert!(lost.lost_track() && lost.transit().is_none());
+        // After a header's last 20 bytes, as a served connection reads them.
+        let mut served = BurstTracker::after_header();
+        let mut stream = vec![7u8; TRIP_TIMES_HEADER_EXTRA];
+        stream.extend(trip_write(base, 300));
+        served.feed(&stream, base + 2 * ms);
+        assert_eq!(served.transit().map(|t| t.count), Some(1));
+        // A send time after the read (clocks apart): not counted.
+        let mut early = BurstTracker::new();
+        early.feed(&trip_write(base + ms, 100), base);
+        assert_eq!((early.before_sent, early.transit()), (1, None));
+    }
+
+    proptest! {
+        /// Whatever a client writes, the tracker counts no more writes than the bytes could
+        /// hold and never panics.
+        #[test]
+        fn trip_times_tracking_holds_against_any_bytes(
+            reads in proptest::collection::vec((proptest::collection::vec(any::<u8>(), 0..300), any::<u64>()), 0..40),
+        ) {
+            let mut t = BurstTracker::new();
+            let mut total = 0usize;
+            for (bytes, at) in &reads {
+                t.feed(bytes, *at);
+                total += bytes.len();
+            }
+            let counted = t.transit().map_or(0, |x| x.count) + t.before_sent;
+            prop_assert!(counted as usize <= total / 56 + 1);
         }
     }
 }
