@@ -291,10 +291,9 @@ impl AdaptivePlayout {
         }
     }
 
-    /// The datagrams judged and their depths' sum, nanoseconds: the counts a report
-    /// merges across flows.
-    pub fn depth_totals(&self) -> (u64, f64) {
-        (self.judged, self.depth_sum_ns)
+    /// The depth the next datagram is judged against, nanoseconds.
+    pub fn depth_ns(&self) -> f64 {
+        self.depth_ns
     }
 }
 

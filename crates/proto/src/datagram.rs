@@ -471,9 +471,8 @@ impl SequenceTracker {
                 (transit - first > i128::from(*buffer), *buffer as f64)
             }
             Some(Playout::Adaptive(adaptive)) => {
-                let (_, before) = adaptive.depth_totals();
-                let late = adaptive.late(transit);
-                (late, adaptive.depth_totals().1 - before)
+                let depth = adaptive.depth_ns();
+                (adaptive.late(transit), depth)
             }
         };
         self.counts.late += u64::from(late);
