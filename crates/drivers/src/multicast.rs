@@ -102,6 +102,17 @@ fn sender_socket(spec: &SendSpec) -> io::Result<Socket> {
     Ok(socket)
 }
 
+/// The address the stream will leave from, as the sender's socket would take it (its
+/// `bind`, else the route's to the group through its interface): what a receiver asked to
+/// count this sender's stream is told to look for. `None` where no route takes it.
+pub fn source_address(spec: &SendSpec) -> Option<IpAddr> {
+    let socket = sender_socket(spec).ok()?;
+    // A datagram socket's connect sends nothing: it only asks the route.
+    socket.connect(&SockAddr::from(spec.group)).ok()?;
+    let local = socket.local_addr().ok()?.as_socket()?.ip();
+    (!local.is_unspecified()).then_some(local)
+}
+
 /// The `count` groups from `first` on, each a multicast address (an error names the one
 /// past the range).
 pub fn groups_from(first: SocketAddr, count: u32) -> io::Result<Vec<SockAddr>> {

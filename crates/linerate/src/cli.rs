@@ -1719,6 +1719,10 @@ pub struct StreamArgs {
     /// its own stream at -b, all from one socket
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub groups: u32,
+    /// To a multicast group: ask these `serve --key` hosts to join and count the stream,
+    /// and gather each one's count in this run (needs --key)
+    #[arg(long, value_name = "HOST[:PORT],...", value_delimiter = ',')]
+    pub receivers: Vec<String>,
     #[command(flatten)]
     pub output: OutputArgs,
     /// Show figures per flow, and keep them per interval in the result

@@ -145,11 +145,9 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
     if let Some(group) = args.server.multicast_group() {
         return multicast(args, group, globals);
     }
-    if args.ttl.is_some() || args.groups > 1 {
-        return Err(Failure::Usage(
-            "'--ttl' and '--groups' are for a multicast group: the host is not one (224.0.0.0/4, ff00::/8)".into(),
-        )
-        .into());
+    if args.ttl.is_some() || args.groups > 1 || !args.receivers.is_empty() {
+        let why = "'--ttl', '--groups' and '--receivers' are for a multicast group: the host is not one (224.0.0.0/4, ff00::/8)";
+        return Err(Failure::Usage(why.into()).into());
     }
     check_secure_flags(&args.secure, args.quic, args.baseline)?;
     let shown = shown(
@@ -216,7 +214,16 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
         marks: args.server.marks(),
         duration: std::time::Duration::from_secs_f64(args.time.unwrap_or(DEFAULT_TIME_S)),
     };
-    linerate_campaign::multicast_run::send(&spec, args.output.print.json, &globals.storage)?;
+    let gather = linerate_campaign::multicast_run::Gather {
+        hosts: &args.receivers,
+        key: globals.key.clone(),
+    };
+    linerate_campaign::multicast_run::send(
+        &spec,
+        &gather,
+        args.output.print.json,
+        &globals.storage,
+    )?;
     Ok(())
 }
 

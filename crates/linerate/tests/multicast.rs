@@ -525,6 +525,14 @@ fn a_join_or_a_send_that_cannot_be_is_one_line_and_exit_2() {
             vec!["stream", "239.255.255.255", "-u", "--groups", "2"],
             "past the multicast range",
         ),
+        (
+            vec!["stream", "239.1.1.1", "-u", "--receivers", "10.0.0.2"],
+            "'--receivers' needs --key",
+        ),
+        (
+            vec!["stream", "127.0.0.1", "--receivers", "10.0.0.2"],
+            "are for a multicast group",
+        ),
     ] {
         let output = linerate(&args);
         let text = stderr(&output);
@@ -777,4 +785,120 @@ fn a_mesh_multicast_test_counts_each_receivers_loss_and_alerts_on_the_one_that_l
         alerts.iter().all(|a| a.contains("a -> c")),
         "an alert for a receiver that lost nothing: {alerts:#?}"
     );
+}
+
+/// `linerate stream GROUP -u --receivers`: the sender asks each receiver's `serve --key`
+/// to join and count its stream, and keeps each one's count in its own run. The receiver
+/// behind a limit loses what the limit's FIFO dropped (the qdisc's own count), the other
+/// what its kernel dropped (nothing, mostly); a receiver whose server holds another key
+/// refuses, is named in the run with why, never joins (its kernel is delivered nothing)
+/// and the stream goes on for the others.
+#[test]
+fn a_sender_gathers_each_receivers_count_of_its_stream() {
+    if skip_unless_root("multicast gathering test") {
+        return;
+    }
+    let star = Star::new("mcgath", 4);
+    for i in 0..4 {
+        let route = ["-n", &star.hosts[i], "route", "add", "224.0.0.0/4"];
+        common::run("ip", &[&route[..], &["dev", &star.devs[i]]].concat());
+    }
+    star.limit_udp_towards(2, 5001, "1600kbit");
+    let dir = std::env::temp_dir().join(format!("lr-mcgath-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("group.key");
+    std::fs::write(&key, "the key of the gathering sender, for this test\n").unwrap();
+    let other = dir.join("other.key");
+    std::fs::write(&other, "another key, which the sender does not hold\n").unwrap();
+    let (key, other) = (key.to_str().unwrap(), other.to_str().unwrap());
+    let _servers: Vec<ServeProcess> = [(1, key), (2, key), (3, other)]
+        .iter()
+        .map(|&(i, k)| {
+            ServeProcess::start_at(
+                Some(&star.hosts[i]),
+                &star.addrs[i],
+                "5201",
+                &["--no-store", "--key", k],
+            )
+        })
+        .collect();
+    let counts = |i: usize| udp_counts(&star.hosts[i]);
+    let before: Vec<(u64, u64)> = (1..4).map(counts).collect();
+    let backlog_before = backlog_drops();
+    let receivers = format!("{},{},{}", star.addrs[1], star.addrs[2], star.addrs[3]);
+    let out = linerate_in(
+        &star.hosts[0],
+        &[
+            "--key",
+            key,
+            "--no-store",
+            "stream",
+            "239.8.8.8",
+            "-u",
+            "-b",
+            "2M",
+            "-l",
+            "1000",
+            "-t",
+            "3",
+            "--bind-dev",
+            &star.devs[0],
+            "--receivers",
+            &receivers,
+            "--json",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let backlog = backlog_drops() - backlog_before;
+    let delivered: Vec<u64> = (1..4).map(|i| counts(i).0 - before[i - 1].0).collect();
+    let kernel_drops: Vec<u64> = (1..4).map(|i| counts(i).1 - before[i - 1].1).collect();
+    let document = json(&out);
+    let sent = document["sent"]["datagrams"].as_u64().unwrap();
+    assert!(
+        sent > 600,
+        "2 Mbit/s of 1,000-byte datagrams for 3 s: {document}"
+    );
+    let gathered = document["receivers"]
+        .as_array()
+        .expect("no receivers in the run");
+    assert_eq!(gathered.len(), 3, "{document}");
+    let lost = |i: usize| {
+        let count = &gathered[i];
+        assert_eq!(count["receiver"], star.addrs[i + 1], "{count}");
+        assert!(count.get("error").is_none(), "{count}");
+        let stream = &count["received"];
+        assert_eq!(stream["group"], "239.8.8.8", "{count}");
+        assert_eq!(
+            stream["sender"]
+                .as_str()
+                .unwrap()
+                .split(':')
+                .next()
+                .unwrap(),
+            star.addrs[0],
+            "the stream counted is the sender's own: {count}"
+        );
+        sent - stream["datagrams"].as_u64().unwrap().min(sent)
+    };
+    let limited = star.limited_drops(2);
+    let (lost_b, lost_c) = (lost(0), lost(1));
+    eprintln!(
+        "gathered: b lost {lost_b}, c lost {lost_c} of {sent}; the FIFO towards c dropped {limited}; kernels dropped {kernel_drops:?}, input queues {backlog}; delivered {delivered:?}"
+    );
+    assert!(lost_b <= kernel_drops[0] + backlog, "b lost {lost_b}");
+    assert!(lost_c > 0, "the limit towards c dropped nothing");
+    assert!(
+        lost_c <= limited + kernel_drops[1] + backlog && limited <= lost_c + FINALS,
+        "c lost {lost_c}, the FIFO towards it dropped {limited}, its kernel {}",
+        kernel_drops[1]
+    );
+    let refused = &gathered[2];
+    assert_eq!(refused["receiver"], star.addrs[3], "{refused}");
+    assert!(refused.get("received").is_none(), "{refused}");
+    assert!(
+        refused["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{refused}"
+    );
+    assert_eq!(delivered[2], 0, "a receiver that refused joined anyway");
 }

@@ -1659,6 +1659,7 @@ fn a_multicast_jobs_receivers_are_each_their_pairs_loss() {
         let document = Document::Multicast(Box::new(MulticastReport {
             received: got.map(|g| Box::new(received(g))),
             receiver: Some(dst.into()),
+            receivers: Vec::new(),
             ..MulticastReport::sender(sent.clone(), 100.0)
         }));
         let (figure, text) =

@@ -25,6 +25,52 @@ pub struct MulticastReport {
     /// even when nothing at all arrived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receiver: Option<String>,
+    /// What each receiver the sender asked (`stream GROUP -u --receivers`) counted of
+    /// this stream, or why it could not: the sender's run gathers them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub receivers: Vec<ReceiverCount>,
+}
+
+/// One receiver's count of a sender's stream, as the sender gathered it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReceiverCount {
+    /// The receiver as the sender named it.
+    pub receiver: String,
+    /// What reached it; `None` with no `error`: nothing did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received: Option<Box<MulticastStream>>,
+    /// Why it has no count (not reached, refused, its report held to another stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ReceiverCount {
+    /// Its line under the sender's: the datagrams of the `sent` that reached it.
+    pub fn line(&self, sent: u64) -> String {
+        match (&self.received, &self.error) {
+            (_, Some(why)) => format!("receiver {}: no count: {why}", self.receiver),
+            (None, None) => format!(
+                "receiver {}: nothing received of {sent} datagrams sent",
+                self.receiver
+            ),
+            (Some(stream), None) => {
+                let got = stream.datagrams.min(sent);
+                let lost = sent - got;
+                let share = if sent == 0 {
+                    0.0
+                } else {
+                    lost as f64 * 100.0 / sent as f64
+                };
+                let join = stream.join_latency_ms.map_or_else(String::new, |ms| {
+                    format!(", first datagram {ms:.1} ms after its join")
+                });
+                format!(
+                    "receiver {}: {got} of {sent} datagrams ({lost} lost, {share:.3}%), {} out of order, {} duplicates, jitter {:.3} ms{join}",
+                    self.receiver, stream.out_of_order, stream.duplicates, stream.jitter_ms
+                )
+            }
+        }
+    }
 }
 
 impl MulticastReport {
@@ -42,6 +88,7 @@ impl MulticastReport {
             sent: Some(sent),
             received: None,
             receiver: None,
+            receivers: Vec::new(),
         }
     }
 
@@ -54,6 +101,7 @@ impl MulticastReport {
             sent: None,
             received: Some(Box::new(stream)),
             receiver: None,
+            receivers: Vec::new(),
         }
     }
 }
@@ -104,9 +152,12 @@ pub fn sent_text(sent: &MulticastSent) -> String {
         sent.send_errors,
         sent.finals
     ));
-    text.push_str("each receiver counts what reached it: see its serve --join output\n");
+    text.push_str(SEE_RECEIVERS);
     text
 }
+
+/// A sender's last line where it gathered no receiver.
+const SEE_RECEIVERS: &str = "each receiver counts what reached it: see its serve --join output\n";
 
 /// One receiver's line for one sender's stream.
 pub fn stream_line(stream: &MulticastStream) -> String {
@@ -209,6 +260,13 @@ impl ResultKind for MulticastReport {
             (Some(sent), None) if self.receiver.is_some() => {
                 sent_text(sent) + "nothing received of it\n"
             }
+            (Some(sent), _) if !self.receivers.is_empty() => {
+                let mut text = sent_text(sent).replace(SEE_RECEIVERS, "");
+                for receiver in &self.receivers {
+                    text += &(receiver.line(sent.datagrams) + "\n");
+                }
+                text
+            }
             (Some(sent), _) => sent_text(sent),
             (None, Some(stream)) => stream_line(stream) + "\n",
             (None, None) => String::new(),
@@ -278,7 +336,39 @@ impl ResultKind for MulticastReport {
             ],
             (None, None) => return (header, Vec::new()),
         };
-        (header, vec![row])
+        let mut rows = vec![row];
+        // A sender's gathered receivers: a row each, counted against what it sent.
+        let sent = self.sent.as_ref().map_or(0, |s| s.datagrams);
+        for count in self.receivers.iter() {
+            let stream = count.received.as_deref();
+            let got = stream.map_or(0, |s| s.datagrams.min(sent));
+            let mut row = vec![format!("receiver {}", count.receiver)];
+            row.extend(stream.map_or_else(
+                || vec![String::new(); 3],
+                |s| {
+                    vec![
+                        s.group.to_string(),
+                        s.port.to_string(),
+                        s.sender.to_string(),
+                    ]
+                },
+            ));
+            row.extend([got.to_string(), sent.to_string(), (sent - got).to_string()]);
+            row.extend(stream.map_or_else(
+                || vec![String::new(); 5],
+                |s| {
+                    vec![
+                        s.out_of_order.to_string(),
+                        s.duplicates.to_string(),
+                        format!("{:.6}", s.jitter_ms),
+                        format!("{:.6}", s.duration_s),
+                        format!("{:.0}", s.received_bps),
+                    ]
+                },
+            ));
+            rows.push(row);
+        }
+        (header, rows)
     }
 }
 
@@ -324,5 +414,86 @@ mod tests {
         ] {
             assert!(line.contains(part), "{part:?} not in {line}");
         }
+    }
+
+    #[test]
+    fn a_gathering_senders_text_and_rows_have_a_line_for_each_receiver() {
+        let sent = MulticastSent {
+            group: "239.1.1.1".parse().unwrap(),
+            groups: 1,
+            port: 5001,
+            ttl: 1,
+            marks: None,
+            interface: None,
+            local: None,
+            length: 1000,
+            rate_bps: 1_000_000,
+            datagrams: 100,
+            bytes: 100_000,
+            send_errors: 0,
+            duration_s: 0.8,
+            sent_bps: 1_000_000.0,
+            finals: 10,
+        };
+        let stream = MulticastStream {
+            group: "239.1.1.1".parse().unwrap(),
+            port: 5001,
+            source: None,
+            sender: "10.0.0.1:40000".parse().unwrap(),
+            datagrams: 97,
+            bytes: 97_000,
+            lost: 3,
+            expected: 100,
+            loss_percent: 3.0,
+            out_of_order: 0,
+            duplicates: 0,
+            foreign: 0,
+            jitter_ms: 0.02,
+            duration_s: 0.8,
+            received_bps: 970_000.0,
+            join_latency_ms: Some(1000.5),
+            one_way_delay: OneWayDelay::Withheld {
+                reason: "clocks apart".into(),
+            },
+            added_delay_ms: 0.0,
+            ended: StreamEnd::Final,
+        };
+        let mut report = MulticastReport::sender(sent, 0.0);
+        report.receivers = vec![
+            ReceiverCount {
+                receiver: "b".into(),
+                received: Some(Box::new(stream)),
+                error: None,
+            },
+            ReceiverCount {
+                receiver: "c".into(),
+                received: None,
+                error: None,
+            },
+            ReceiverCount {
+                receiver: "d".into(),
+                received: None,
+                error: Some("the key is not this server's".into()),
+            },
+        ];
+        let text = report.render_text(Scale::Adaptive);
+        for line in [
+            "receiver b: 97 of 100 datagrams (3 lost, 3.000%)",
+            "first datagram 1000.5 ms after its join",
+            "receiver c: nothing received of 100 datagrams sent",
+            "receiver d: no count: the key is not this server's",
+        ] {
+            assert!(text.contains(line), "{line:?} not in {text}");
+        }
+        assert!(!text.contains("see its serve --join output"), "{text}");
+        let (header, rows) = report.rows();
+        assert_eq!(rows.len(), 4, "the sender's row and one a receiver");
+        assert!(rows.iter().all(|r| r.len() == header.len()), "{rows:?}");
+        let lost = header.iter().position(|h| h == "lost").unwrap();
+        let lost: Vec<&str> = rows[1..].iter().map(|r| r[lost].as_str()).collect();
+        assert_eq!(lost, ["3", "100", "100"]);
+        let back: MulticastReport =
+            serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+        assert_eq!(back, report);
     }
 }

@@ -25,6 +25,7 @@ pub mod stamp_job;
 pub mod trace_job;
 
 pub use link::LinkPool;
+pub use multicast_job::RECEIVE as MULTICAST_RECEIVE;
 
 /// Every kind of job an agent runs as a mesh test's source, each with both of its sides
 /// in its module (`source_job::SourceKind`).

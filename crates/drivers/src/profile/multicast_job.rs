@@ -312,6 +312,7 @@ impl SourceJob for ReceiveJob {
                         sent: None,
                         received: None,
                         receiver: None,
+                        receivers: Vec::new(),
                     },
                 };
                 let _ = tell.send(Ok(report));
@@ -363,9 +364,12 @@ fn listen(
         .max_by_key(|stream| stream.datagrams)
 }
 
+/// The receiver's kind by name: what a sender asks of the receivers it gathers.
+pub const RECEIVE: &str = "multicast_receive";
+
 /// A receiver's side as a kind of source job.
 pub static RECEIVE_KIND: SourceKind = SourceKind {
-    name: "multicast_receive",
+    name: RECEIVE,
     what: "multicast receiver",
     read: |asked| {
         Ok(Box::new(ReceiveJob {
@@ -552,6 +556,7 @@ mod tests {
             sent: None,
             received: None,
             receiver: Some("b".into()),
+            receivers: Vec::new(),
         }));
         let Document::Multicast(row) = gather(&sender, nothing).unwrap() else {
             panic!("a multicast document")
