@@ -186,7 +186,17 @@ pub fn send(spec: &SendSpec, stop: &AtomicBool) -> io::Result<MulticastSent> {
             Err(e) => return Err(e),
         }
     }
-    let local = socket.local_addr().ok().and_then(|a| a.as_socket());
+    // An unbound socket reads as the unspecified address: say the route's source.
+    let local = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map(
+            |local| match source_address(spec).filter(|_| local.ip().is_unspecified()) {
+                Some(ip) => SocketAddr::new(ip, local.port()),
+                None => local,
+            },
+        );
     let duration_s = last_send.duration_since(start).as_secs_f64();
     // Each group's final carries its own count: the turns it had.
     let mut finals = 0;

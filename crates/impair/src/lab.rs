@@ -7,6 +7,10 @@
 //!       fd77::1/64                                                        fd77::2/64
 //! ```
 //!
+//! With receivers (`--receivers N`), the router's server side is a port of a snooping
+//! bridge in a fourth namespace (`switch`), whose other ports are the server and the
+//! receivers rx1 to rxN ([`receiver`]); the bridge is the link's IGMP/MLD querier.
+//!
 //! Namespaces and veths are made with iproute2's `ip` (the one program the lab needs);
 //! offloads are switched off by ioctl so that a frame is one MTU and a loss of 1 % means
 //! 1 % of packets. The emulator runs as `linerate impair` inside the router namespace, in
@@ -39,6 +43,33 @@ pub const ROUTER_SERVER_SIDE: &str = "to-server";
 const STATE_ROOT: &str = "/run/linerate/lab";
 const PREFIX: &str = "lrlab-";
 const HOSTS: [&str; 3] = ["client", "router", "server"];
+/// The most receiver hosts a lab builds beside its server (`--receivers`).
+pub const MAX_RECEIVERS: u8 = 16;
+/// The namespace holding the bridge that joins the router's server side, the server and
+/// the receivers, where the lab has receivers.
+const SWITCH: &str = "switch";
+/// The bridge in the switch namespace: the kernel's, snooping IGMPv3 and MLDv2.
+const BRIDGE: &str = "br0";
+/// The switch's port towards the router (the emulator's server side).
+pub const SWITCH_UPLINK: &str = "to-router";
+
+/// Receiver `k`'s (1 to [`MAX_RECEIVERS`]) name and addresses: rx1 10.77.0.11 fd77::11.
+pub fn receiver(k: u8) -> (String, String, String) {
+    (
+        format!("rx{k}"),
+        format!("10.77.0.{}", 10 + u16::from(k)),
+        format!("fd77::{}", 10 + u16::from(k)),
+    )
+}
+
+/// Every host name a lab may have: the three always there, the switch and the receivers.
+fn every_host() -> impl Iterator<Item = String> {
+    HOSTS
+        .iter()
+        .map(|h| h.to_string())
+        .chain(std::iter::once(SWITCH.to_string()))
+        .chain((1..=MAX_RECEIVERS).map(|k| receiver(k).0))
+}
 
 #[derive(Debug, Error)]
 pub enum LabError {
@@ -87,9 +118,10 @@ impl Lab {
         &self.name
     }
 
-    /// The namespace of `host` (client, router or server).
+    /// The namespace of `host` (client, router, server; switch and rx1 to rx16 where the
+    /// lab has receivers).
     pub fn namespace(&self, host: &str) -> Result<String, LabError> {
-        if !HOSTS.contains(&host) {
+        if !every_host().any(|h| h == host) {
             return Err(LabError::Host(host.into()));
         }
         Ok(format!("{PREFIX}{}-{host}", self.name))
@@ -133,8 +165,8 @@ impl Lab {
 
     /// Whether any of the lab's namespaces exists.
     pub fn exists(&self) -> bool {
-        HOSTS.iter().any(|h| {
-            self.namespace(h)
+        every_host().any(|h| {
+            self.namespace(&h)
                 .map(|ns| PathBuf::from("/run/netns").join(ns).exists())
                 .unwrap_or(false)
         })
@@ -169,6 +201,9 @@ pub struct UpOptions {
     pub mtu: usize,
     /// The hosts' largest TCP buffers; `None`: this host's own settings.
     pub buffers: Option<u64>,
+    /// Receiver hosts (rx1, rx2, ...) on a snooping bridge beside the server, behind the
+    /// emulator as the server is (`--receivers`); 0: the server alone, on the router.
+    pub receivers: u8,
     pub exe: PathBuf,
 }
 
@@ -195,44 +230,54 @@ fn build(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
     std::fs::create_dir_all(lab.state_dir())?;
     let path_json = serde_json::to_string(&options.path).map_err(io::Error::other)?;
     std::fs::write(lab.path_file(), &path_json)?;
-    for ns in [&client, &router, &server] {
+    let receivers: Vec<(String, String, String)> = (1..=options.receivers.min(MAX_RECEIVERS))
+        .map(receiver)
+        .collect();
+    let mut hosts = format!(
+        "127.0.0.1 localhost\n::1 localhost\n{CLIENT_V4} client\n{SERVER_V4} server\n\
+         {CLIENT_V6} client\n{SERVER_V6} server\n"
+    );
+    for (name, v4, v6) in &receivers {
+        hosts += &format!("{v4} {name}\n{v6} {name}\n");
+    }
+    let mut namespaces = vec![client.clone(), router.clone(), server.clone()];
+    for name in receivers.iter().map(|r| r.0.as_str()) {
+        namespaces.push(lab.namespace(name)?);
+    }
+    for ns in &namespaces {
         ip(&["netns", "add", ns])?;
         ip(&["-n", ns, "link", "set", "lo", "up"])?;
         let etc = PathBuf::from("/etc/netns").join(ns);
         std::fs::create_dir_all(&etc)?;
-        std::fs::write(
-            etc.join("hosts"),
-            format!(
-                "127.0.0.1 localhost\n::1 localhost\n{CLIENT_V4} client\n{SERVER_V4} server\n\
-                 {CLIENT_V6} client\n{SERVER_V6} server\n"
-            ),
-        )?;
+        std::fs::write(etc.join("hosts"), &hosts)?;
     }
     let mtu = options.mtu.to_string();
-    for (host_ns, router_side) in [(&client, ROUTER_CLIENT_SIDE), (&server, ROUTER_SERVER_SIDE)] {
-        ip(&[
-            "link",
-            "add",
-            "eth0",
-            "netns",
-            host_ns,
-            "mtu",
-            &mtu,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            router_side,
-            "netns",
-            &router,
-            "mtu",
-            &mtu,
-        ])?;
+    let veth = |one: End<'_>, other: End<'_>| veth_pair(&mtu, one, other);
+    veth(("eth0", &client), (ROUTER_CLIENT_SIDE, &router))?;
+    let mut hosts_v: Vec<(String, String, String)> =
+        vec![(server.clone(), SERVER_V4.to_string(), SERVER_V6.to_string())];
+    if receivers.is_empty() {
+        veth(("eth0", &server), (ROUTER_SERVER_SIDE, &router))?;
+    } else {
+        let switch = lab.namespace(SWITCH)?;
+        let mut ports = vec![(
+            SWITCH_UPLINK.to_string(),
+            (ROUTER_SERVER_SIDE, router.as_str()),
+        )];
+        ports.push(("to-server".to_string(), ("eth0", server.as_str())));
+        for (k, (name, v4, v6)) in receivers.iter().enumerate() {
+            hosts_v.push((namespaces[3 + k].clone(), v4.clone(), v6.clone()));
+            ports.push((format!("to-{name}"), ("eth0", namespaces[3 + k].as_str())));
+        }
+        build_switch(&switch, &ports, &mtu, options.path.offloads)?;
     }
-    for (ns, v4, v6) in [
-        (&client, CLIENT_V4, CLIENT_V6),
-        (&server, SERVER_V4, SERVER_V6),
-    ] {
+    let mut ends: Vec<(&String, &str, &str)> = vec![(&client, CLIENT_V4, CLIENT_V6)];
+    ends.extend(
+        hosts_v
+            .iter()
+            .map(|(ns, v4, v6)| (ns, v4.as_str(), v6.as_str())),
+    );
+    for (ns, v4, v6) in ends {
         ip(&["-n", ns, "addr", "add", &format!("{v4}/24"), "dev", "eth0"])?;
         ip(&[
             "-n",
@@ -249,6 +294,10 @@ fn build(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
         let offloads = options.path.offloads;
         crate::sys::in_namespace(&name, move || crate::sys::set_offloads("eth0", offloads))?;
         set_tcp_buffers(ns, options.buffers)?;
+        if !receivers.is_empty() {
+            // Groups are reached through the one link: a sender and a join need no device.
+            ip(&["-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0"])?;
+        }
     }
     for side in [ROUTER_CLIENT_SIDE, ROUTER_SERVER_SIDE] {
         ip(&["-n", &router, "link", "set", side, "up"])?;
@@ -258,6 +307,70 @@ fn build(lab: &Lab, options: &UpOptions) -> Result<(), LabError> {
     }
     start_emulator(lab, options, &router, &path_json)
 }
+
+/// One end of a veth pair: its interface's name and its namespace.
+type End<'a> = (&'a str, &'a str);
+
+/// A veth pair of MTU `mtu` between two namespaces.
+fn veth_pair(
+    mtu: &str,
+    (one, one_ns): End<'_>,
+    (other, other_ns): End<'_>,
+) -> Result<(), LabError> {
+    ip(&[
+        "link", "add", one, "netns", one_ns, "mtu", mtu, "type", "veth", "peer", "name", other,
+        "netns", other_ns, "mtu", mtu,
+    ])
+}
+
+/// The switch namespace: a bridge of the kernel's that snoops IGMPv3 and MLDv2 (so that a
+/// source-specific join is one) and is the link's querier (without a querier the bridge
+/// floods every group), each host's port leaving a group at its host's leave
+/// (`fastleave`: one host a port), with a port to
+/// each of `ports` (its name here, and the other end's name and namespace).
+fn build_switch(
+    switch: &str,
+    ports: &[(String, End<'_>)],
+    mtu: &str,
+    offloads: bool,
+) -> Result<(), LabError> {
+    // Every name here is the lab's own (no spaces): a command reads as one line.
+    let ip_line = |line: String| ip(&line.split_whitespace().collect::<Vec<_>>());
+    ip(&["netns", "add", switch])?;
+    ip(&["-n", switch, "link", "set", "lo", "up"])?;
+    ip_line(format!(
+        "-n {switch} link add {BRIDGE} type bridge mcast_snooping 1 \
+         mcast_igmp_version 3 mcast_mld_version 2 mcast_query_response_interval 100"
+    ))?;
+    // Made the querier once its response interval is set: becoming one waits that long
+    // (the kernel reads the interval as the querier is turned on).
+    ip_line(format!(
+        "-n {switch} link set {BRIDGE} type bridge mcast_querier 1"
+    ))?;
+    for (port, other) in ports {
+        veth_pair(mtu, (port, switch), *other)?;
+        ip(&["-n", switch, "link", "set", port, "master", BRIDGE])?;
+        if port != SWITCH_UPLINK {
+            // One host behind each port: its leave ends the port's membership at once.
+            ip_line(format!(
+                "-n {switch} link set {port} type bridge_slave fastleave on"
+            ))?;
+        }
+        ip(&["-n", switch, "link", "set", port, "up"])?;
+        let (name, port) = (switch.to_string(), port.clone());
+        crate::sys::in_namespace(&name, move || crate::sys::set_offloads(&port, offloads))?;
+    }
+    ip(&["-n", switch, "link", "set", BRIDGE, "up"])?;
+    // A bridge that has just become the querier floods every group for one query
+    // response interval (it waits to hear of another querier first): the lab is up once
+    // that is over, so a host that did not join hears nothing from the start.
+    std::thread::sleep(QUERIER_WAIT);
+    Ok(())
+}
+
+/// The switch's query response interval (1 s, `mcast_query_response_interval 100`) and
+/// a little more.
+const QUERIER_WAIT: Duration = Duration::from_millis(1_200);
 
 /// A new namespace starts from the kernel's TCP buffer defaults, not this host's: the
 /// lab's hosts get this host's tcp_rmem and tcp_wmem (so a test in the lab behaves as
@@ -415,7 +528,9 @@ pub enum Records {
 /// state directory. Removing a lab that is not there is not an error.
 pub fn down(lab: &Lab, records: Records) -> Result<Removed, LabError> {
     let mut removed = Removed::default();
-    let namespaces: Vec<String> = HOSTS.iter().filter_map(|h| lab.namespace(h).ok()).collect();
+    let namespaces: Vec<String> = every_host()
+        .filter_map(|h| lab.namespace(&h).ok())
+        .collect();
     let mut pids: Vec<i32> = namespaces.iter().flat_map(|ns| pids_in(ns)).collect();
     pids.sort_unstable();
     pids.dedup();
@@ -466,8 +581,7 @@ pub fn list() -> Vec<String> {
                 .filter_map(|e| e.file_name().into_string().ok())
                 .filter_map(|n| {
                     let rest = n.strip_prefix(PREFIX)?;
-                    HOSTS
-                        .iter()
+                    every_host()
                         .find_map(|h| rest.strip_suffix(&format!("-{h}")))
                         .map(str::to_string)
                 })
@@ -512,15 +626,25 @@ pub fn wait_listening(lab: &Lab, port: u16, within: Duration) -> Result<bool, La
 }
 
 /// What `lab up` prints: the path, the hosts' addresses and the commands to go on with.
-pub fn up_text(lab: &Lab, path: &PathFacts) -> String {
+pub fn up_text(lab: &Lab, path: &PathFacts, receivers: u8) -> String {
     let name = if lab.name() == "lab" {
         String::new()
     } else {
         format!(" --name {}", lab.name())
     };
+    let receivers = match receivers {
+        0 => String::new(),
+        n => {
+            let (last, v4, _) = receiver(n);
+            format!(
+                "\n  receivers rx1 {} to {last} {v4} beside the server, on a bridge that snoops IGMPv3 and MLDv2",
+                receiver(1).1
+            )
+        }
+    };
     format!(
         "lab '{}' is up: {}\n  client {CLIENT_V4} ({CLIENT_V6}), server {SERVER_V4} ({SERVER_V6}); \
-         the router runs the emulator\n  linerate lab exec{name} server -- linerate serve &\n  \
+         the router runs the emulator{receivers}\n  linerate lab exec{name} server -- linerate serve &\n  \
          linerate lab exec{name} client -- linerate stream server -t 30\n  linerate lab down{name}\n",
         lab.name(),
         path.summary()

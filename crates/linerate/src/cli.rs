@@ -1952,6 +1952,10 @@ pub struct LabPathArgs {
     /// MTU of the lab's links
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..=9000))]
     pub mtu: u16,
+    /// Receiver hosts rx1 (10.77.0.11) to rxN beside the server, behind the emulator, on a
+    /// bridge snooping IGMPv3/MLDv2 (multicast: docs/multicast.md)
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=16))]
+    pub receivers: u8,
 }
 
 #[derive(Debug, Args)]

@@ -113,6 +113,7 @@ fn up(lab: &Lab, path_args: &LabPathArgs) -> anyhow::Result<PathFacts> {
         path: path.clone(),
         mtu: usize::from(path_args.mtu),
         buffers: path_args.buffers,
+        receivers: path_args.receivers,
         exe: std::env::current_exe().context("finding this program's path")?,
     };
     lab::up(lab, &options).map_err(lab_error)?;
@@ -133,7 +134,7 @@ pub fn run(command: &LabCommand) -> CommandResult {
         LabCommand::Up(args) => {
             let lab = Lab::new(&args.lab.name).map_err(lab_error)?;
             let path = up(&lab, &args.path)?;
-            print!("{}", lab::up_text(&lab, &path));
+            print!("{}", lab::up_text(&lab, &path, args.path.receivers));
             Ok(())
         }
         LabCommand::Exec(args) => {

@@ -902,3 +902,218 @@ fn a_sender_gathers_each_receivers_count_of_its_stream() {
     );
     assert_eq!(delivered[2], 0, "a receiver that refused joined anyway");
 }
+
+/// A capture's multicast datagrams to `group`: (capture time in ns since the epoch, the
+/// packet number iperf 2's header carries: negative for a final), from a nanosecond pcap
+/// of Ethernet frames carrying IPv4 and UDP.
+fn group_datagrams(pcap: &std::path::Path, group: [u8; 4]) -> Vec<(u64, i32)> {
+    let data = std::fs::read(pcap).expect("the capture");
+    assert!(data.len() >= 24, "a pcap header in {}", pcap.display());
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= data.len() {
+        let le32 = |o: usize| u32::from_le_bytes(data[at + o..at + o + 4].try_into().unwrap());
+        let (seconds, nanos, caught) = (le32(0), le32(4), le32(8) as usize);
+        let packet = &data[at + 16..(at + 16 + caught).min(data.len())];
+        at += 16 + caught;
+        let ipv4 = packet.len() >= 14 + 20 && packet[12..14] == [0x08, 0x00];
+        if !ipv4 || packet[14 + 9] != 17 || packet[14 + 16..14 + 20] != group {
+            continue;
+        }
+        let payload = 14 + usize::from(packet[14] & 0x0f) * 4 + 8;
+        if packet.len() >= payload + 4 {
+            let number = i32::from_be_bytes(packet[payload..payload + 4].try_into().unwrap());
+            out.push((
+                u64::from(seconds) * 1_000_000_000 + u64::from(nanos),
+                number,
+            ));
+        }
+    }
+    out
+}
+
+/// tcpdump on `dev` in namespace `ns`, writing the group's datagrams (the first 64 bytes
+/// of each) to `pcap` until it is sent SIGINT.
+fn capture_group(ns: &str, dev: &str, group: &str, pcap: &std::path::Path) -> Child {
+    Command::new("ip")
+        .args([
+            "netns", "exec", ns, "tcpdump", "-i", dev, "-n", "-U", "-s", "64",
+        ])
+        .args(["--time-stamp-precision", "nano", "-w"])
+        .arg(pcap)
+        .args(["udp", "and", "dst", "host", group])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start tcpdump")
+}
+
+/// The lab's receivers (`lab up --receivers 4`) behind its emulator, on its snooping
+/// bridge. A sender on the lab's client gathers two keyed receivers' counts: each lost
+/// exactly the datagrams the emulator did not pass (a capture on the bridge's port from
+/// the router is the reference: what the sender sent less what crossed there), less any
+/// its own kernel dropped, and the emulator's own loss count covers them. A third receiver
+/// (`serve --join`) hears the group until it leaves and nothing from 300 ms after; a fourth,
+/// which never joined, is delivered none of the group's datagrams.
+#[test]
+fn the_labs_receivers_lose_what_its_emulator_dropped_and_hear_the_group_only_while_joined() {
+    let test =
+        "the_labs_receivers_lose_what_its_emulator_dropped_and_hear_the_group_only_while_joined";
+    if skip_unless_root(test) || !have("tcpdump", test) {
+        return;
+    }
+    struct Down(&'static str);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = linerate(&["lab", "down", "--name", self.0]);
+        }
+    }
+    let name = "mclab";
+    let up = linerate(&[
+        "lab",
+        "up",
+        "--name",
+        name,
+        "--rtt",
+        "10ms",
+        "--loss",
+        "2%,0%",
+        "--seed",
+        "11",
+        "--receivers",
+        "4",
+    ]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let _down = Down(name);
+    let ns = |host: &str| format!("lrlab-{name}-{host}");
+    let dir = std::env::temp_dir().join(format!("lr-mclab-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("lab.key");
+    std::fs::write(&key, "the lab's multicast key, for this test alone\n").unwrap();
+    let key = key.to_str().unwrap().to_string();
+    let in_ns = |host: &str, args: &[&str]| {
+        Command::new("ip")
+            .args(["netns", "exec", &ns(host), binary()])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start linerate in the lab")
+    };
+    let mut agents: Vec<Child> = ["rx1", "rx2"]
+        .iter()
+        .map(|rx| in_ns(rx, &["--key", &key, "--no-store", "serve", "-q"]))
+        .collect();
+    let mut leaver = in_ns(
+        "rx3",
+        &["--no-store", "serve", "--no-iperf2", "--join", "239.9.9.9"],
+    );
+    let pcap = |what: &str| dir.join(format!("{what}.pcap"));
+    let group = "239.9.9.9";
+    let mut captures = vec![
+        capture_group(&ns("switch"), "to-router", group, &pcap("uplink")),
+        capture_group(&ns("rx3"), "eth0", group, &pcap("rx3")),
+        capture_group(&ns("rx4"), "eth0", group, &pcap("rx4")),
+    ];
+    std::thread::sleep(Duration::from_millis(1_500));
+    let drops = |rx: &str| snmp_counter(&ns(rx), "Udp", "RcvbufErrors");
+    let drops_before = [drops("rx1"), drops("rx2")];
+    let lost_before = emulator_lost(name);
+    let sender = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns("client"),
+            binary(),
+            "--key",
+            &key,
+            "--no-store",
+        ])
+        .args(["stream", group, "-u", "-b", "2M", "-l", "1000", "-t", "4"])
+        .args(["--receivers", "rx1,rx2", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the sender");
+    // The sender waits a second for its receivers, then sends for four: rx3 leaves two
+    // seconds into the stream.
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = leaver.kill();
+    let _ = leaver.wait();
+    let left_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let out = sender.wait_with_output().unwrap();
+    std::thread::sleep(Duration::from_millis(1_200));
+    let emulator_lost = emulator_lost(name) - lost_before;
+    for capture in &mut captures {
+        // SAFETY: SIGINT to the tcpdump this test started, by its PID: it flushes and ends.
+        unsafe { libc::kill(capture.id() as libc::pid_t, libc::SIGINT) };
+        let _ = capture.wait();
+    }
+    for agent in &mut agents {
+        let _ = agent.kill();
+        let _ = agent.wait();
+    }
+    let kernel_drops = [
+        drops("rx1") - drops_before[0],
+        drops("rx2") - drops_before[1],
+    ];
+    let octets = [239, 9, 9, 9];
+    let uplink = group_datagrams(&pcap("uplink"), octets);
+    let rx3 = group_datagrams(&pcap("rx3"), octets);
+    let rx4 = group_datagrams(&pcap("rx4"), octets);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let document = json(&out);
+    let sent = document["sent"]["datagrams"].as_u64().unwrap();
+    let passed = uplink.iter().filter(|(_, n)| *n >= 0).count() as u64;
+    let dropped = sent - passed;
+    let receivers = document["receivers"]
+        .as_array()
+        .expect("the receivers' counts");
+    let lost: Vec<u64> = receivers
+        .iter()
+        .map(|r| sent - r["received"]["datagrams"].as_u64().unwrap_or(0).min(sent))
+        .collect();
+    let late = left_at + 300_000_000;
+    let (heard, after) = (
+        rx3.iter().filter(|(at, _)| *at < late).count(),
+        rx3.iter().filter(|(at, _)| *at >= late).count(),
+    );
+    eprintln!(
+        "lab receivers: sent {sent}, crossed the emulator {passed} (it dropped {dropped}; its own loss count {emulator_lost}); lost {lost:?}, kernels dropped {kernel_drops:?}; rx3 heard {} and {} after its leave; rx4 heard {}",
+        heard,
+        after,
+        rx4.len()
+    );
+    assert!(dropped > 0, "2 % loss dropped nothing of {sent}");
+    assert!(
+        dropped <= emulator_lost,
+        "the emulator counted {emulator_lost} lost, the capture says {dropped}"
+    );
+    for (i, lost) in lost.iter().enumerate() {
+        assert!(
+            *lost >= dropped && *lost <= dropped + kernel_drops[i],
+            "rx{} lost {lost}: the emulator dropped {dropped}, its kernel {}: {}",
+            i + 1,
+            kernel_drops[i],
+            receivers[i]
+        );
+    }
+    assert!(heard > 100, "rx3 heard {heard} before it left");
+    assert_eq!(after, 0, "rx3 still heard the group after it left");
+    assert_eq!(rx4.len(), 0, "rx4 never joined and heard the group");
+}
+
+/// The lab emulator's frames lost at random, client to server, as its status file says.
+fn emulator_lost(name: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/run/linerate/lab/{name}/status.json"))
+        .expect("the emulator's status file");
+    let status: serde_json::Value = serde_json::from_str(&text).expect("status JSON");
+    status
+        .pointer("/directions/0/counters/lost")
+        .and_then(|v| v.as_u64())
+        .expect("the emulator's loss count")
+}
