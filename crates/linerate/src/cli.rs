@@ -1817,6 +1817,7 @@ Examples:
   linerate lab run --rtt 50ms --serve-args \"--max-tests 4\" -- linerate rr server
   linerate lab up --rtt 100ms --offloads --buffers 256M     10 Gbit/s and more, segments whole
   linerate lab up --rtt 100ms --loss 1% --threads 4         frames over 4 threads each way, flows spread
+  linerate lab up --rtt 10ms --receivers 4                  rx1..rx4 beside the server, a snooping bridge (multicast)
   linerate lab run --rtt 40ms --rate 20M --queue 250ms --aqm fq_codel --ecn -- linerate rpm server
 Hosts: client 10.77.0.1, server 10.77.0.2 (names 'client' and 'server' resolve inside the
 lab; LINERATE_LAB_SERVER holds the server's address). The router between them runs
