@@ -261,13 +261,22 @@ fn take(
         held,
         ..
     } = conn;
-    // Over TCP both ends may send on each connection (--full-duplex), and this server
-    // sends a test back (-d, -r) to the client's own address.
+    // Over TCP both ends may send on each connection (--full-duplex), this server
+    // sends a test back (-d, -r) to the client's own address, and a client's frames
+    // (--isochronous) are its writes.
     let served_over_tcp = [
         iperf2::Unserved::FullDuplex,
         iperf2::Unserved::Dual,
         iperf2::Unserved::Tradeoff,
+        iperf2::Unserved::Isochronous,
     ];
+    if header.isochronous() && !header.client_sends() {
+        shared.refused(
+            peer,
+            "iperf 2: asked --isochronous frames from the server (-R), which sends none; closed",
+        );
+        return None;
+    }
     let unserved = header
         .unserved()
         .filter(|u| !header.bounceback() && !served_over_tcp.contains(u));
@@ -384,13 +393,19 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
             .spawn(move || serve_back(&ours, &back, count, peer))
     });
     // --trip-times over TCP: the client's writes carry their send times; this side's
-    // receiving flows time each to its last byte, where the clocks allow.
-    let clocks = (header.trip_times() && header.client_sends())
-        .then(|| crate::iperf2_udp::clocks_comparable(shared.config.same_clock, peer.ip()));
-    let trip_times: Option<TripTimes> = clocks
-        .as_ref()
-        .filter(|c| c.is_ok())
-        .map(|_| Arc::new(Mutex::new(BurstTracker::new())));
+    // receiving flows time each to its last byte, where the clocks allow. With
+    // --isochronous each write is a frame, counted whatever the clocks.
+    let isochronous = header.isochronous() && header.client_sends();
+    let clocks = ((header.trip_times() || isochronous) && header.client_sends())
+        .then(|| frame_clocks(shared, &header, peer));
+    let trip_times: Option<TripTimes> = if isochronous {
+        Some(Arc::new(Mutex::new(BurstTracker::isochronous())))
+    } else {
+        clocks
+            .as_ref()
+            .filter(|c| c.is_ok())
+            .map(|_| Arc::new(Mutex::new(BurstTracker::new())))
+    };
     let ran = run(
         shared,
         &mut served,
@@ -403,15 +418,103 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
         let _ = back.join();
     }
     served.end(shared);
-    let note = clocks.map(|clocks| {
-        let tracked = trip_times.map(|t| t.lock().unwrap_or_else(|e| e.into_inner()).clone());
-        trip_times_note(&clocks, tracked.as_ref())
-    });
-    keep_run(shared, &header, config, (id, peer, started_at), (ran, note));
+    let tracked = trip_times.map(|t| t.lock().unwrap_or_else(|e| e.into_inner()).clone());
+    let (mut config, mut ran, mut theirs) = (config, ran, Vec::new());
+    let note = match (tracked.as_ref().and_then(|t| t.frames()), &clocks) {
+        (Some(frames), Some(clocks)) => {
+            theirs = with_frames(&mut config, ran.as_mut().map(|r| &mut r.1), frames, clocks);
+            Some(frames_note(clocks))
+        }
+        _ => clocks.map(|clocks| trip_times_note(&clocks, tracked.as_ref())),
+    };
+    keep_run(
+        shared,
+        &header,
+        config,
+        (id, peer, started_at),
+        (ran, theirs, note),
+    );
     // -r: the test back once this one has ended.
     if header.tradeoff() {
         serve_back(shared, &header, count, peer);
     }
+}
+
+/// Whether a test's writes may be timed against the client's clock: with `--trip-times`,
+/// as for its datagrams (the client declares its clock synchronised); without it (frames
+/// alone, `--isochronous`), only where both ends read one clock.
+fn frame_clocks(
+    shared: &ServerState,
+    header: &ClientHeader,
+    peer: SocketAddr,
+) -> Result<String, String> {
+    let same_clock = shared.config.same_clock;
+    if header.trip_times() || same_clock || linerate_stamp::sender::is_local(peer.ip()) {
+        return crate::iperf2_udp::clocks_comparable(same_clock, peer.ip());
+    }
+    Err("without --trip-times the client does not say its clock is synchronised".into())
+}
+
+/// A served `--isochronous` test over TCP as its run keeps it: the frames on this side's
+/// receiving flow (their latencies only where the clocks allow), the load and rate their
+/// period and sizes say in the config (iperf 2 sends neither), and the client's side as
+/// its frames' numbers show it (frames sent and skipped; the bytes are those that
+/// arrived: over TCP every byte written did).
+fn with_frames(
+    config: &mut TestConfig,
+    ours: Option<&mut SideResult>,
+    frames: &linerate_proto::video::FrameTracker,
+    clocks: &Result<String, String>,
+) -> Vec<linerate_report::FlowSide> {
+    config.video = crate::iperf2_udp::frames_asked(frames);
+    if let Some(video) = config.video {
+        config.rate_bps = Some(video.mean_bps);
+    }
+    let Some(ours) = ours else {
+        return Vec::new();
+    };
+    let mut counts = frames.counts();
+    if clocks.is_err() {
+        counts.latency_us = Default::default();
+        counts.clock_ahead = 0;
+    }
+    let Some(first) = ours.flows.iter_mut().find(|f| f.role == Role::Receive) else {
+        return Vec::new();
+    };
+    first.frames = Some(counts);
+    let bytes: u64 = ours
+        .flows
+        .iter()
+        .filter(|f| f.role == Role::Receive)
+        .map(|f| f.bytes_total)
+        .sum();
+    let first = ours
+        .flows
+        .iter()
+        .find(|f| f.role == Role::Receive)
+        .expect("found above");
+    vec![linerate_report::FlowSide {
+        role: Role::Send,
+        local_addr: first.remote_addr.clone(),
+        remote_addr: first.local_addr.clone(),
+        window_bytes: bytes,
+        bytes_total: bytes,
+        frames: Some(frames.numbered()),
+        ..first.clone()
+    }]
+}
+
+/// What the kept run says of a served `--isochronous` test over TCP.
+fn frames_note(clocks: &Result<String, String>) -> String {
+    let latency = match clocks {
+        Ok(how) => {
+            format!("each frame's latency from its send time to the read of its last byte; {how}")
+        }
+        Err(why) => format!("the frames' latency withheld: {why}"),
+    };
+    format!(
+        "--isochronous over TCP: each of the client's writes (iperf 2's bursts) a frame, numbered by its frame clock; iperf 2 sends neither its frames' mean nor their spread: the run's are its frames' own sizes; {latency}"
+    )
 }
 
 /// What the kept run says of a `--trip-times` test over TCP: its writes' latency from
@@ -493,17 +596,27 @@ fn serve_back(shared: &Arc<ServerState>, header: &ClientHeader, count: usize, pe
         to,
     );
     served.end(shared);
-    keep_run(shared, &back, config, (id, to, started_at), (ran, None));
+    keep_run(
+        shared,
+        &back,
+        config,
+        (id, to, started_at),
+        (ran, Vec::new(), None),
+    );
 }
 
 /// Keeps a run that ended (test `id` with `peer`, started at `started_at`): its
 /// connections closed first, so the client reads its end; nothing where it did not run.
+/// A test's run on the data plane: its connections, held open until it is kept, and this
+/// side's figures; `None` where it did not run.
+type Ran = Option<(Vec<Connection>, SideResult)>;
+
 fn keep_run(
     shared: &ServerState,
     header: &ClientHeader,
     config: TestConfig,
     (id, peer, started_at): (u64, SocketAddr, f64),
-    (ran, note): (Option<(Vec<Connection>, SideResult)>, Option<String>),
+    (ran, theirs, note): (Ran, Vec<linerate_report::FlowSide>, Option<String>),
 ) {
     let Some((held, ours)) = ran else {
         return;
@@ -513,7 +626,7 @@ fn keep_run(
         id,
         peer,
         started_at,
-        theirs: Vec::new(),
+        theirs,
         ours,
         note,
     };

@@ -318,7 +318,7 @@ fn flows_of(
 /// An iperf 2 `--isochronous` stream's frames as its run keeps them: the rate its period
 /// says, the load its frames' sizes made (iperf 2 sends neither its mean nor its spread);
 /// `None` before a frame arrived.
-fn frames_asked(
+pub(crate) fn frames_asked(
     frames: &linerate_proto::video::FrameTracker,
 ) -> Option<linerate_model::video::VideoSettings> {
     let period_ns = frames.period_ns();

@@ -792,9 +792,8 @@ fn iperf2_bounceback_clients_are_answered_and_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What this server does not serve yet (dual and full duplex over UDP, isochronous over
-/// TCP), a
-/// header out of bounds, a test longer than --max-duration, and a
+/// What this server does not serve (dual and full duplex over UDP, isochronous frames
+/// asked of the server with -R), a header out of bounds, a test longer than --max-duration, and a
 /// connection that sends nothing: each is closed, logged with the reason, kept as no run,
 /// and the server serves the next client.
 #[test]
@@ -821,7 +820,10 @@ fn iperf2_tests_not_served_are_refused_and_the_server_serves_on() {
     for (flag, named) in [
         ("-u --full-duplex", "--full-duplex over UDP"),
         ("-u -d", "-d (dual) over UDP"),
-        ("--isochronous=60:20m,1m", "--isochronous"),
+        (
+            "--isochronous=60:20m,1m -R",
+            "--isochronous frames from the server (-R)",
+        ),
     ] {
         let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-t", "1"];
         args.extend(flag.split(' '));

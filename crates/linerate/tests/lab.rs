@@ -3466,6 +3466,203 @@ fn iperf2_trip_times_over_tcp_times_each_write_as_iperf2s_server_does() {
     );
 }
 
+/// The frames of a `--isochronous` TCP stream as the server's interface saw them, from a
+/// nanosecond pcap of Ethernet, IPv4 and TCP: the connection to `port` reassembled from its
+/// segments (a byte's first arrival counts), its 80-byte header passed over, and each
+/// frame found by the size its burst header says: (its send time, the capture time of
+/// its last byte), both Unix ns.
+fn tcp_frames_captured(pcap: &std::path::Path, port: u16) -> Vec<(u64, u64)> {
+    let data = std::fs::read(pcap).expect("the capture");
+    assert!(data.len() >= 24, "a pcap header");
+    let be32 = |b: &[u8]| u32::from_be_bytes(b[..4].try_into().unwrap());
+    let mut start: Option<u32> = None;
+    // Each stretch of the stream: (offset, bytes, capture time).
+    let mut pieces: Vec<(u64, Vec<u8>, u64)> = Vec::new();
+    let mut at = 24;
+    while at + 16 <= data.len() {
+        let le32 = |o: usize| u32::from_le_bytes(data[at + o..at + o + 4].try_into().unwrap());
+        let (seconds, nanos, caught) = (le32(0), le32(4), le32(8) as usize);
+        let packet = &data[at + 16..(at + 16 + caught).min(data.len())];
+        at += 16 + caught;
+        if packet.len() < 14 + 20 + 20 || packet[12..14] != [0x08, 0x00] || packet[23] != 6 {
+            continue;
+        }
+        let ip = 14 + usize::from(packet[14] & 0x0f) * 4;
+        let total = 14 + usize::from(u16::from_be_bytes([packet[16], packet[17]]));
+        if u16::from_be_bytes([packet[ip + 2], packet[ip + 3]]) != port {
+            continue;
+        }
+        let seq = be32(&packet[ip + 4..]);
+        let flags = packet[ip + 13];
+        if flags & 0x02 != 0 {
+            start = Some(seq.wrapping_add(1));
+            continue;
+        }
+        let payload = ip + usize::from(packet[ip + 12] >> 4) * 4;
+        let Some(first) = start else { continue };
+        if total > payload && total <= packet.len() {
+            let time = u64::from(seconds) * 1_000_000_000 + u64::from(nanos);
+            let offset = u64::from(seq.wrapping_sub(first));
+            pieces.push((offset, packet[payload..total].to_vec(), time));
+        }
+    }
+    // The stream, and when each byte first arrived.
+    let end = pieces
+        .iter()
+        .map(|(o, b, _)| o + b.len() as u64)
+        .max()
+        .unwrap_or(0) as usize;
+    let mut stream = vec![0u8; end];
+    let mut arrived = vec![u64::MAX; end];
+    for (offset, bytes, time) in &pieces {
+        for (k, byte) in bytes.iter().enumerate() {
+            let i = *offset as usize + k;
+            if arrived[i] == u64::MAX {
+                (stream[i], arrived[i]) = (*byte, *time);
+            }
+        }
+    }
+    let mut frames = Vec::new();
+    let mut frame = 80;
+    while frame + 56 <= end && arrived[frame..frame + 56].iter().all(|t| *t != u64::MAX) {
+        let sent = u64::from(be32(&stream[frame + 20..])) * 1_000_000_000
+            + u64::from(be32(&stream[frame + 24..])) * 1_000;
+        let size = be32(&stream[frame + 48..]) as usize;
+        if size < 56 || frame + size > end {
+            break;
+        }
+        let last = arrived[frame..frame + size].iter().copied().max().unwrap();
+        frames.push((sent, last));
+        frame += size;
+    }
+    frames
+}
+
+/// iperf 2's `--isochronous` over TCP, served: 2.1.8's client sends 60 frames a second
+/// of log-normal sizes (each frame one write, its burst header first) over the lab's
+/// `--delay 5ms,25ms` to `serve --same-clock`, a capture on the server's interface
+/// beside it. The kept run is a video run: every frame the client wrote (its Write
+/// count) arrived whole; no frame took less than the 5 ms the path holds it; and the
+/// frames' latencies, from each one's send time to the read of its last byte, are the
+/// capture's (from the send time to its last byte's arrival at the interface) plus the
+/// moment the read takes: their medians within 0.5 ms, this side's never below.
+#[test]
+fn iperf2_isochronous_over_tcp_is_kept_as_frames_timed_as_the_capture_has_them() {
+    let test = "iperf2_isochronous_over_tcp_is_kept_as_frames_timed_as_the_capture_has_them";
+    if skip_unless_root(test) || !have("iperf", test) || !have("tcpdump", test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("isotcp");
+    let _guard = lab_up(&name, &["--delay", "5ms,25ms"]);
+    let logs = tempfile::tempdir().unwrap();
+    let db = logs.path().join("served.db");
+    let pcap = logs.path().join("server.pcap");
+    let mut capture = Command::new(binary())
+        .args(["lab", "exec", "--name", &name, "server", "--", "tcpdump"])
+        .args([
+            "-i",
+            "eth0",
+            "-n",
+            "-U",
+            "-s",
+            "0",
+            "--time-stamp-precision",
+            "nano",
+            "-w",
+        ])
+        .arg(&pcap)
+        .args(["tcp", "port", "5001"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start tcpdump");
+    let mut serve = Command::new(binary())
+        .args(["lab", "exec", "--name", &name, "server", "--", binary()])
+        .args(["--db", db.to_str().unwrap(), "serve", "-q", "--same-clock"])
+        .spawn()
+        .expect("serve");
+    std::thread::sleep(Duration::from_millis(1500));
+    let client = Command::new(binary())
+        .args(["lab", "exec", "--name", &name, "client", "--"])
+        .args(["timeout", "-s", "KILL", "30", "iperf", "-c", "10.77.0.2"])
+        .args(["--isochronous=60:8m,2m", "-e", "-t", "3"])
+        .output()
+        .expect("iperf 2's client");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = serve.kill();
+    let _ = serve.wait();
+    // SAFETY: SIGINT to the `lab exec` this test started, by its PID: it passes the
+    // signal to its tcpdump, which flushes and ends.
+    unsafe { libc::kill(capture.id() as libc::pid_t, libc::SIGINT) };
+    let _ = capture.wait();
+    let text = String::from_utf8_lossy(&client.stdout).to_string();
+    assert!(client.status.success(), "{text}{}", stderr(&client));
+    // The client's writes: its whole-test line's "Write/Err" column.
+    let writes = text
+        .lines()
+        .rfind(|l| l.contains(" sec "))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find(|w| w.contains('/') && !w.contains("sec"))
+        })
+        .and_then(|w| w.split('/').next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no write count: {text}"));
+    let listed = Command::new(binary())
+        .args(["--db", db.to_str().unwrap(), "history", "--json"])
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap_or_default();
+    let id = listed
+        .as_array()
+        .and_then(|runs| runs.first())
+        .or_else(|| listed["runs"].as_array().and_then(|runs| runs.first()))
+        .map(|run| run["id"].to_string())
+        .unwrap_or_else(|| panic!("no kept run: {listed}"));
+    let kept = Command::new(binary())
+        .args(["--db", db.to_str().unwrap(), "show", &id, "--json"])
+        .output()
+        .unwrap();
+    let kept: serde_json::Value = serde_json::from_slice(&kept.stdout).unwrap();
+    let way = &kept["summary"]["video"]["ways"][0];
+    let whole = way["whole"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no frames: {kept}"));
+    let latency = &way["latency_us"];
+    let (least, median) = (num(latency, "/min") / 1e3, num(latency, "/p50") / 1e3);
+    let mut captured: Vec<f64> = tcp_frames_captured(&pcap, 5001)
+        .iter()
+        .map(|(sent, last)| (*last as f64 - *sent as f64) / 1e6)
+        .collect();
+    captured.sort_by(f64::total_cmp);
+    assert!(!captured.is_empty(), "no frame in the capture");
+    let captured_median = captured[(captured.len() - 1) / 2];
+    eprintln!(
+        "isochronous over TCP: {whole} frames whole of the client's {writes} writes ({} in part); latency least {least:.3} ms, median {median:.3}, p99 {:.3}; the capture: {} frames, least {:.3}, median {captured_median:.3}",
+        way["partial"],
+        num(latency, "/p99") / 1e3,
+        captured.len(),
+        captured[0]
+    );
+    assert_eq!(whole, writes, "every frame written arrived whole: {way}");
+    assert_eq!(way["partial"], 0, "{way}");
+    assert_eq!(captured.len() as u64, whole, "the capture's frames");
+    assert_eq!(
+        kept["summary"]["video"]["settings"]["fps"]
+            .as_f64()
+            .map(f64::round),
+        Some(60.0)
+    );
+    assert!(
+        least >= 5.0 - 0.05,
+        "a frame in {least} ms over a 5 ms path"
+    );
+    assert!(
+        median >= captured_median - 0.05 && median <= captured_median + 0.5,
+        "the median frame took {median:.3} ms to be read, {captured_median:.3} ms to reach the interface"
+    );
+}
+
 /// The mean time the emulator held a direction's frames (`held_ms`), and of it the time
 /// it was late (`late_ms`), from its status.
 fn held_ms(status: &serde_json::Value, way: usize) -> f64 {

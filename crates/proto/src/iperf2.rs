@@ -506,6 +506,12 @@ pub const TRIP_TIMES_HEADER_EXTRA: usize = 20;
 /// 2.1.8's client; iperf 2 has no specification): its send time as seconds and
 /// microseconds of the sender's wall clock, and the write's length, header included.
 mod burst_field {
+    /// The stream's start, and (`--isochronous`) the frame period in microseconds and the
+    /// frame's number: the sender's frame clock's tick.
+    pub const START_SECONDS: usize = 12;
+    pub const START_MICROS: usize = 16;
+    pub const PERIOD_US: usize = 40;
+    pub const ID: usize = 44;
     pub const SENT_SECONDS: usize = 20;
     pub const SENT_MICROS: usize = 24;
     pub const SIZE: usize = 48;
@@ -528,6 +534,10 @@ pub struct BurstTracker {
     /// Bytes of the write under way still to come, and its send time (Unix ns).
     remaining: u64,
     sent_ns: i128,
+    /// `--isochronous`: each write is a frame, counted here as it ends whole; the frame
+    /// under way as its fields said it.
+    frames: Option<Box<crate::video::FrameTracker>>,
+    frame: Option<crate::video::StreamFrame>,
     lost_track: bool,
     /// Writes whose last byte came before their send time (clocks apart), not counted.
     pub before_sent: u64,
@@ -552,6 +562,33 @@ impl BurstTracker {
         }
     }
 
+    /// A tracker of `--isochronous` frames over TCP, each write (iperf 2's burst) a
+    /// frame, for the shared tracker a test's flows merge into.
+    pub fn isochronous() -> BurstTracker {
+        BurstTracker {
+            frames: Some(Box::new(crate::video::FrameTracker::iperf2())),
+            ..BurstTracker::default()
+        }
+    }
+
+    /// A tracker for one connection of the test this one gathers: its writes come
+    /// after the rest of the header ([`BurstTracker::after_header`]), and are frames
+    /// where this tracker counts frames.
+    pub fn for_a_connection(&self) -> BurstTracker {
+        BurstTracker {
+            frames: self
+                .frames
+                .as_ref()
+                .map(|_| Box::new(crate::video::FrameTracker::iperf2())),
+            ..BurstTracker::after_header()
+        }
+    }
+
+    /// The frames counted (`--isochronous`); `None` for plain `--trip-times` writes.
+    pub fn frames(&self) -> Option<&crate::video::FrameTracker> {
+        self.frames.as_deref()
+    }
+
     /// `bytes` were read at `arrival_ns` (Unix nanoseconds).
     pub fn feed(&mut self, mut bytes: &[u8], arrival_ns: u64) {
         let skipped = self.skip.min(bytes.len());
@@ -567,15 +604,15 @@ impl BurstTracker {
                 if self.header.len() < burst_field::HEADER {
                     return;
                 }
+                let header = std::mem::take(&mut self.header);
                 let word = |at: usize| {
-                    u32::from_be_bytes(self.header[at..at + 4].try_into().expect("four bytes"))
+                    u32::from_be_bytes(header[at..at + 4].try_into().expect("four bytes"))
                 };
                 let (seconds, micros, size) = (
                     word(burst_field::SENT_SECONDS),
                     word(burst_field::SENT_MICROS),
                     word(burst_field::SIZE),
                 );
-                self.header.clear();
                 if micros >= 1_000_000 || (size as usize) < burst_field::HEADER || size > MAX_WRITE
                 {
                     self.lost_track = true;
@@ -583,6 +620,20 @@ impl BurstTracker {
                 }
                 self.sent_ns = i128::from(seconds) * 1_000_000_000 + i128::from(micros) * 1000;
                 self.remaining = u64::from(size) - burst_field::HEADER as u64;
+                if self.frames.is_some() {
+                    let start_micros = u64::from(word(burst_field::START_MICROS).min(999_999));
+                    self.frame = Some(crate::video::StreamFrame {
+                        id: word(burst_field::ID),
+                        period_ns: u64::from(word(burst_field::PERIOD_US)) * 1_000,
+                        start_ns: u64::from(word(burst_field::START_SECONDS)) * 1_000_000_000
+                            + start_micros * 1_000,
+                        bytes: size,
+                        sent_ns: u64::from(seconds) * 1_000_000_000 + u64::from(micros) * 1_000,
+                    });
+                }
+                // The buffer is kept for the next write's fields.
+                self.header = header;
+                self.header.clear();
                 if self.remaining == 0 {
                     self.ended(arrival_ns);
                 }
@@ -599,6 +650,9 @@ impl BurstTracker {
 
     /// A write's last byte was read at `arrival_ns`.
     fn ended(&mut self, arrival_ns: u64) {
+        if let (Some(frames), Some(frame)) = (self.frames.as_mut(), self.frame.take()) {
+            frames.whole_frame(&frame, arrival_ns);
+        }
         let latency = i128::from(arrival_ns) - self.sent_ns;
         if latency < 0 {
             self.before_sent += 1;
@@ -639,6 +693,22 @@ impl BurstTracker {
 
     /// Joins another connection's writes into these (Chan's parallel form).
     pub fn merge(&mut self, other: &BurstTracker) {
+        let mut frames = self.frames.take();
+        match (frames.as_mut(), other.frames.as_deref()) {
+            (Some(ours), Some(theirs)) => ours.merge(theirs),
+            (None, Some(theirs)) => frames = Some(Box::new(theirs.clone())),
+            _ => {}
+        }
+        // A frame the other connection had begun and never read whole.
+        if let (Some(ours), Some(_)) = (frames.as_mut(), other.frame) {
+            ours.partial_frame();
+        }
+        self.merge_writes(other);
+        self.frames = frames;
+    }
+
+    /// The writes' latencies of [`BurstTracker::merge`].
+    fn merge_writes(&mut self, other: &BurstTracker) {
         if other.count == 0 {
             self.before_sent += other.before_sent;
             self.lost_track |= other.lost_track;
@@ -1413,6 +1483,64 @@ mod tests {
         assert_eq!((early.before_sent, early.transit()), (1, None));
     }
 
+    /// An `--isochronous` frame as 2.1.8's client writes it over TCP: a `--trip-times`
+    /// write that also says the stream's start (12..20), the period (40..44) and the
+    /// frame's number (44..48), as captured from 2.1.8 (`0000411a` is 16,666 us).
+    fn frame_write(id: u32, start_ns: u64, sent_ns: u64, size: u32) -> Vec<u8> {
+        let mut write = trip_write(sent_ns, size);
+        write[12..16].copy_from_slice(&((start_ns / 1_000_000_000) as u32).to_be_bytes());
+        write[16..20].copy_from_slice(&((start_ns % 1_000_000_000 / 1000) as u32).to_be_bytes());
+        write[40..44].copy_from_slice(&0x0000_411au32.to_be_bytes());
+        write[44..48].copy_from_slice(&id.to_be_bytes());
+        write
+    }
+
+    /// Over TCP each `--isochronous` burst is a frame: counted whole when its last byte is
+    /// read, its latency from its send time; a number past the next is a tick the sender
+    /// skipped; two connections' frames add up.
+    #[test]
+    fn isochronous_bursts_over_tcp_are_counted_as_frames() {
+        let start = 1_796_000_000_000_000_000u64;
+        let ms = 1_000_000u64;
+        let shared = BurstTracker::isochronous();
+        let mut one = shared.for_a_connection();
+        let mut stream = vec![7u8; TRIP_TIMES_HEADER_EXTRA];
+        stream.extend(frame_write(1, start, start + ms, 20_000));
+        // Frame 2 skipped by the sender; frame 3 read in two pieces, its end 30 ms after
+        // its send time.
+        let three = frame_write(3, start, start + 34 * ms, 5_000);
+        stream.extend(&three[..100]);
+        one.feed(&stream, start + 3 * ms);
+        one.feed(&three[100..], start + 64 * ms);
+        let frames = one.frames().expect("frames counted");
+        let counts = frames.counts();
+        assert_eq!(counts.whole, 2, "{counts:?}");
+        assert_eq!(counts.largest_whole_bytes, 20_000);
+        assert_eq!((frames.numbered().sent, frames.numbered().skipped), (2, 1));
+        assert_eq!(frames.period_ns(), 16_666_000);
+        assert_eq!(counts.latency_us.count, 2);
+        assert!(
+            (counts.latency_us.max - 30_000.0).abs() < 30.0,
+            "{counts:?}"
+        );
+        // Frame 3 was whole 64 ms after the start, due at 33.3 ms: later than frame 1's
+        // schedule (whole 3 ms after its due time) by more than a period.
+        assert_eq!(counts.late, 1);
+        let mut two = shared.for_a_connection();
+        let mut stream = vec![7u8; TRIP_TIMES_HEADER_EXTRA];
+        stream.extend(frame_write(1, start, start + ms, 900));
+        two.feed(&stream, start + 2 * ms);
+        let mut test = shared;
+        test.merge(&one);
+        test.merge(&two);
+        let all = test.frames().unwrap();
+        assert_eq!(all.counts().whole, 3);
+        assert_eq!((all.numbered().sent, all.numbered().skipped), (3, 1));
+        assert_eq!(test.transit().map(|t| t.count), Some(3));
+        // Plain --trip-times writes count no frames.
+        assert!(BurstTracker::new().for_a_connection().frames().is_none());
+    }
+
     proptest! {
         /// Whatever a client writes, the tracker counts no more writes than the bytes could
         /// hold and never panics.
@@ -1428,6 +1556,13 @@ mod tests {
             }
             let counted = t.transit().map_or(0, |x| x.count) + t.before_sent;
             prop_assert!(counted as usize <= total / 56 + 1);
+            // As frames too: none whole that the bytes could not hold.
+            let mut frames = BurstTracker::isochronous().for_a_connection();
+            for (bytes, at) in &reads {
+                frames.feed(bytes, *at);
+            }
+            let whole = frames.frames().map_or(0, |f| f.counts().whole);
+            prop_assert!(whole as usize <= total / 56 + 1);
         }
     }
 }

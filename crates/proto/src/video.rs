@@ -221,6 +221,19 @@ fn u64_at(datagram: &[u8], at: std::ops::Range<usize>) -> u64 {
     u64::from_be_bytes(datagram[at].try_into().expect("eight bytes"))
 }
 
+/// A frame as a byte stream's burst header says it (iperf 2's TCP `--isochronous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamFrame {
+    /// The sender's frame clock's tick it was sent on, from 1.
+    pub id: u32,
+    pub period_ns: u64,
+    /// The stream's start (Unix ns, the sender's clock): frame N is due N - 1 periods on.
+    pub start_ns: u64,
+    pub bytes: u32,
+    /// Its first write's send time (Unix ns, the sender's clock).
+    pub sent_ns: u64,
+}
+
 #[derive(Debug, Clone)]
 struct OpenFrame {
     /// Its size; 0 for an iperf 2 frame until a piece before its tail says it.
@@ -438,6 +451,83 @@ impl FrameTracker {
             self.newest = fields.id;
             self.give_up_before(self.newest.saturating_sub(WINDOW - 1));
         }
+    }
+
+    /// A frame that arrived whole over a byte stream (iperf 2's `--isochronous` over TCP:
+    /// each frame one burst whose first bytes say its number, size, period, the stream's
+    /// start and its first write's send time), its last byte read at `arrival_ns`. The
+    /// number is the sender's frame clock's tick, so a number past the next says the
+    /// sender skipped the ticks between. A number already seen, or out of the window, is
+    /// counted as malformed.
+    pub fn whole_frame(&mut self, frame: &StreamFrame, arrival_ns: u64) {
+        let fastest = (1e9 / linerate_model::video::MAX_FPS) as u64;
+        let slowest = (1e9 / linerate_model::video::MIN_FPS) as u64;
+        let sane = frame.id > 0 && (fastest..=slowest).contains(&frame.period_ns);
+        if !sane
+            || self.closed.contains(&frame.id)
+            || frame.id.saturating_add(WINDOW) <= self.newest
+        {
+            self.counts.malformed += 1;
+            return;
+        }
+        if self.period_ns == 0 {
+            self.period_ns = frame.period_ns;
+        }
+        if frame.id > self.numbered {
+            self.skipped_by_sender += u64::from(frame.id - 1 - self.numbered);
+            self.numbered = frame.id;
+        }
+        let bytes = f64::from(frame.bytes);
+        self.declared = (
+            self.declared.0 + 1,
+            self.declared.1 + bytes,
+            self.declared.2 + bytes * bytes,
+        );
+        self.close_whole(&OpenFrame {
+            bytes: frame.bytes,
+            got: u64::from(frame.bytes),
+            first_write_ns: frame.sent_ns,
+            due_ns: frame.start_ns + self.period_ns * u64::from(frame.id - 1),
+            last_arrival_ns: arrival_ns,
+            pieces: 0,
+            piece_len: 0,
+            tail: true,
+            declared: true,
+        });
+        self.closed.insert(frame.id);
+        if frame.id > self.newest {
+            self.newest = frame.id;
+            self.give_up_before(self.newest.saturating_sub(WINDOW - 1));
+        }
+    }
+
+    /// A frame of a byte stream begun and never read whole (its connection ended).
+    pub fn partial_frame(&mut self) {
+        self.counts.partial += 1;
+    }
+
+    /// Joins another stream's frames (another connection of the same test, each with its
+    /// own numbers) into these, once both have ended: counts and latencies add up.
+    pub fn merge(&mut self, other: &FrameTracker) {
+        if self.period_ns == 0 {
+            self.period_ns = other.period_ns;
+        }
+        self.numbered += other.numbered;
+        self.skipped_by_sender += other.skipped_by_sender;
+        self.declared = (
+            self.declared.0 + other.declared.0,
+            self.declared.1 + other.declared.1,
+            self.declared.2 + other.declared.2,
+        );
+        let theirs = other.counts();
+        let c = &mut self.counts;
+        c.whole += theirs.whole;
+        c.partial += theirs.partial;
+        c.late += theirs.late;
+        c.malformed += theirs.malformed;
+        c.clock_ahead += theirs.clock_ahead;
+        c.largest_whole_bytes = c.largest_whole_bytes.max(theirs.largest_whole_bytes);
+        self.latency.merge(&other.latency);
     }
 
     fn close_whole(&mut self, frame: &OpenFrame) {
