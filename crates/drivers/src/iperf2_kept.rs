@@ -239,6 +239,7 @@ pub(crate) fn plain_flow(
         transactions_total: 0,
         classes: None,
         frames: None,
+        one_way_delay_us: None,
         ecn: false,
         mptcp: None,
     }

@@ -529,16 +529,19 @@ fn trip_times_note(clocks: &Result<String, String>, tracked: Option<&BurstTracke
         Some(t) if t.lost_track() => format!(
             "--trip-times: the client's writes did not read as iperf 2's --trip-times writes (a length or time out of range), so no latency is given; {how}"
         ),
-        Some(t) => match t.transit() {
-            Some(transit) => format!(
-                "--trip-times: write latency {:.3} ms mean ({:.3} to {:.3}, standard deviation {:.3}) over {} writes, each from its send time to the read of its last byte; {how}",
+        Some(t) => match (t.transit(), t.percentiles()) {
+            (Some(transit), Some(p)) => format!(
+                "--trip-times: write latency {:.3} ms mean ({:.3} to {:.3}, standard deviation {:.3}; p50 {:.3}, p90 {:.3}, p99 {:.3}) over {} writes, each from its send time to the read of its last byte; {how}",
                 transit.mean_ns / 1e6,
                 transit.min_ns / 1e6,
                 transit.max_ns / 1e6,
                 transit.deviation_ns() / 1e6,
+                p.p50 / 1e3,
+                p.p90 / 1e3,
+                p.p99 / 1e3,
                 transit.count
             ),
-            None => format!("--trip-times: no write was read whole; {how}"),
+            _ => format!("--trip-times: no write was read whole; {how}"),
         },
         None => format!("--trip-times: no write was followed; {how}"),
     }

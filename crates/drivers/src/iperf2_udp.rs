@@ -273,6 +273,7 @@ fn flows_of(
     let frames = test.frames();
     let flow = FlowSide {
         frames: frames.map(|f| f.counts()),
+        one_way_delay_us: report.transit.and_then(|_| test.delays()),
         udp: Some(UdpCounts {
             received: counts.datagrams,
             lost: report.lost,

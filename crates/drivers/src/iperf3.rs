@@ -216,6 +216,7 @@ pub fn side_from_results(
                 transactions_total: 0,
                 classes: None,
                 frames: None,
+                one_way_delay_us: None,
                 ecn: false,
                 mptcp: None,
             })
@@ -315,6 +316,7 @@ mod tests {
             transactions_total: 0,
             classes: None,
             frames: None,
+            one_way_delay_us: None,
             ecn: false,
             mptcp: None,
         }

@@ -231,6 +231,8 @@ pub struct FlowOutcome {
     pub classes: Option<Vec<linerate_model::marks::ClassCount>>,
     /// Video flows: the frames sent, or put back together from the datagrams received.
     pub frames: Option<linerate_model::video::FrameCounts>,
+    /// A UDP receiver that timed every datagram (a call's): the one-way delays.
+    pub one_way_delay_us: Option<linerate_model::latency::LatencySummary>,
 }
 
 /// Everything a worker needs, read-only.
@@ -429,6 +431,7 @@ impl FlowOutcome {
             tls: None,
             classes: None,
             frames: None,
+            one_way_delay_us: None,
         }
     }
 }

@@ -651,6 +651,7 @@ impl DataPlane {
             transactions_total: outcome.transactions_total,
             classes: outcome.classes.clone(),
             frames: outcome.frames.clone(),
+            one_way_delay_us: outcome.one_way_delay_us.clone(),
             ecn: outcome.info.ecn,
             mptcp: outcome.mptcp,
         }

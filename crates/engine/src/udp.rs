@@ -925,6 +925,7 @@ impl UdpLoop {
                     bytes_total,
                     datagrams_total,
                     frames,
+                    one_way_delay_us: flow.tracker.as_ref().and_then(SequenceTracker::delays),
                     classes: flow.classes.as_ref().map(ClassTally::counts),
                     ..flow.outcome
                 }
@@ -1061,10 +1062,12 @@ impl UdpFlow {
                 let mut tracker = SequenceTracker::new(spec.id, framing);
                 match plan.playout {
                     Some(JitterBuffer::Fixed { ms }) => {
-                        tracker = tracker.with_playout(u64::from(ms) * 1_000_000);
+                        tracker = tracker
+                            .with_playout(u64::from(ms) * 1_000_000)
+                            .with_delays();
                     }
                     Some(JitterBuffer::Adaptive { most_ms }) => {
-                        tracker = tracker.with_adaptive_playout(most_ms);
+                        tracker = tracker.with_adaptive_playout(most_ms).with_delays();
                     }
                     None => {}
                 }

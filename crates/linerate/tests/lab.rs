@@ -4837,8 +4837,9 @@ fn call_datagrams_captured(pcap: &std::path::Path, from: [u8; 4]) -> Vec<(u64, u
 /// (tests/reference/playout.py, from docs/app.md), gives the late datagrams linerate's
 /// receiver counted (within the few whose transit the socket calls move across the
 /// playout point) and its mean depth within 0.5 ms; the same buffer free to grow to
-/// 200 ms drops a fifth as many or fewer; and the way's mouth-to-ear delay takes the depth
-/// as counted.
+/// 200 ms drops a fifth as many or fewer; the way's mouth-to-ear delay takes the depth
+/// as counted; its delays' median and 99th percentile are the wires'; and its Quality of
+/// Outcome as a voice call scores the late datagrams the reference counted.
 #[test]
 fn an_adaptive_jitter_buffer_drops_what_a_buffer_written_apart_drops_of_the_wires_datagrams() {
     let test =
@@ -4959,6 +4960,38 @@ fn an_adaptive_jitter_buffer_drops_what_a_buffer_written_apart_drops_of_the_wire
     // The way back does not wander: its buffer stays about a frame deep.
     let back = doc.pointer("/summary/call/ways/1").expect("the way back");
     assert!(num(back, "/jitter_buffer_ms") < 21.0, "{back}");
+    // The way's delays as a distribution: its median and 99th percentile are the wires'
+    // (within the histogram's resolution and the sender's own stack), and its Quality
+    // of Outcome's loss part is what the datagrams the reference played late make of a
+    // voice call's bounds (1 % optimal, 10 % unacceptable).
+    let mut wire: Vec<f64> = transits
+        .iter()
+        .map(|t| t.parse::<f64>().unwrap() / 1e6)
+        .collect();
+    wire.sort_by(f64::total_cmp);
+    let at = |p: f64| wire[((wire.len() - 1) as f64 * p).round() as usize];
+    let (p50, p99) = (
+        num(&way, "/one_way_delay_us/p50") / 1e3,
+        num(&way, "/one_way_delay_us/p99") / 1e3,
+    );
+    eprintln!(
+        "one-way delay p50 {p50:.3} ms, p99 {p99:.3}; the wires' {:.3} and {:.3}; QoO {}",
+        at(0.5),
+        at(0.99),
+        way["qoo"]
+    );
+    // The histogram's buckets are 0.1 % wide; the sender's stack adds its microseconds.
+    let near = |ours: f64, wires: f64| (ours - wires).abs() < 0.2 + wires * 0.001;
+    assert!(near(p50, at(0.5)), "p50 {p50:.3} against {:.3}", at(0.5));
+    assert!(near(p99, at(0.99)), "p99 {p99:.3} against {:.3}", at(0.99));
+    let loss_ref = late_ref / count;
+    let loss_score = ((0.10 - loss_ref) / (0.10 - 0.01)).clamp(0.0, 1.0) * 100.0;
+    assert!(
+        (num(&way, "/qoo/loss") - loss_score).abs() < 5.0,
+        "QoO loss {} against {loss_score:.1} from the reference's {late_ref} late",
+        way["qoo"]["loss"]
+    );
+    assert_eq!(num(&way, "/qoo/latency"), 100.0, "{way}");
 }
 
 /// A host's interface counters sampled every 20 ms while `run` runs: (seconds,

@@ -85,7 +85,8 @@ pub struct Latest {
     pub traced: bool,
     /// A call: this way's mean opinion score.
     pub mos: Option<f64>,
-    /// A video: its way's Quality of Outcome score (draft-ietf-ippm-qoo-09), 0 to 100.
+    /// A video or a call: its way's Quality of Outcome score (draft-ietf-ippm-qoo-09), 0
+    /// to 100.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qoo: Option<f64>,
 }
@@ -405,7 +406,7 @@ pub struct Figures {
     pub traced: bool,
     /// A call: this way's mean opinion score (the E-model's).
     pub mos: Option<f64>,
-    /// A video: its way's Quality of Outcome score, 0 to 100.
+    /// A video or a call: its way's Quality of Outcome score, 0 to 100.
     pub qoo: Option<f64>,
 }
 
@@ -531,6 +532,7 @@ pub fn call_figures(report: &linerate_report::Report) -> Option<(Figures, Figure
             mos: Some(way.score.mos),
             loss_ratio: (sent > 0).then(|| way.lost as f64 / sent as f64),
             duration_s: report.summary.duration_s,
+            qoo: way.qoo.as_ref().map(|q| q.score),
             ..Figures::default()
         })
     };

@@ -267,7 +267,7 @@ pub const FAMILIES: [Family; 20] = [
     },
     Family {
         name: "linerate_qoo_score",
-        help: "A video's newest Quality of Outcome score this way (draft-ietf-ippm-qoo-09: its frames' latency and those not shown against its requirement, 0 to 100)",
+        help: "A video's or a call's newest Quality of Outcome score this way (draft-ietf-ippm-qoo-09: its frames' or datagrams' latency and those not shown or played in time against its requirement, 0 to 100)",
         kind: Kind::Gauge,
         read: |l, _| gauge(l.qoo.filter(|_| l.measured())),
     },

@@ -1675,3 +1675,65 @@ fn a_multicast_jobs_receivers_are_each_their_pairs_loss() {
         assert!(text.contains(&series), "{series} not in {text}");
     }
 }
+
+/// A call's ways carry their Quality of Outcome, where the receivers timed every
+/// datagram, to the board's figures each way (the `linerate_qoo_score` gauge).
+#[test]
+fn a_calls_quality_of_outcome_is_each_ways_figure() {
+    use linerate_report::model::{CallSummary, CallWay};
+    let requirement = linerate_model::qoo::Requirement::voice();
+    let way = |direction, qoo: Option<f64>| CallWay {
+        direction,
+        received: 490,
+        lost: 10,
+        late: 0,
+        loss_events: 10,
+        silent: 0,
+        one_way_delay_ms: Some(20.0),
+        one_way_delay_us: None,
+        qoo: qoo.map(|score| linerate_model::qoo::QooScore {
+            requirement: requirement.clone(),
+            score,
+            latency: 100.0,
+            loss: score,
+            throughput: 100.0,
+            worst_percentile: Some(99.0),
+        }),
+        jitter_ms: 0.1,
+        jitter_buffer_ms: None,
+        score: linerate_model::call::CallScore {
+            mouth_to_ear_ms: 80.0,
+            loss_pct: 2.0,
+            burst_ratio: 1.0,
+            delay_impairment: 0.5,
+            loss_impairment: 10.0,
+            r: 83.0,
+            mos: 4.1,
+        },
+    };
+    let report = client_report(
+        linerate_model::StreamTransport::Udp {
+            length: None,
+            pps: None,
+            gso: false,
+            gro: false,
+        },
+        linerate_report::Summary {
+            duration_s: 10.0,
+            call: Some(CallSummary {
+                codec: linerate_model::call::Codec::G711,
+                jitter_buffer_ms: 60,
+                adaptive: false,
+                ways: vec![
+                    way(linerate_model::Direction::Forward, Some(88.9)),
+                    way(linerate_model::Direction::Reverse, None),
+                ],
+            }),
+            ..Default::default()
+        },
+    );
+    let (out, back) = crate::board::call_figures(&report).expect("a call");
+    assert_eq!(out.qoo, Some(88.9));
+    assert_eq!(back.qoo, None);
+    assert_eq!(out.loss_ratio, Some(10.0 / 500.0));
+}

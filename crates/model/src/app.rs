@@ -45,7 +45,7 @@ impl Pattern {
             (StreamTransport::Video(video), given) => video.qoo = given,
             (_, Some(_)) => {
                 return Err(
-                    "'--qoo' scores a video's or a game's frames; a call is scored by the E-model"
+                    "'--qoo' scores a video's or a game's frames; a call is scored by the E-model and a voice call's requirement"
                         .into(),
                 )
             }

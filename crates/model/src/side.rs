@@ -340,6 +340,11 @@ pub struct FlowSide {
     /// Video flows: the frames this end sent or put back together (crate::video).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frames: Option<crate::video::FrameCounts>,
+    /// UDP receivers that time every datagram (a call's, a served iperf 2
+    /// `--trip-times` test's): the one-way delays' distribution, microseconds, with its
+    /// buckets (true where the two ends' clocks agree, as `udp`'s mean).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_way_delay_us: Option<crate::latency::LatencySummary>,
     /// TCP senders: the connection's handshake negotiated ECN (TCP_INFO).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ecn: bool,

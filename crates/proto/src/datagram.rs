@@ -397,6 +397,11 @@ pub struct SequenceTracker {
     first_transit: Option<i128>,
     /// A video flow's frames, put back together from its distinct datagrams.
     frames: Option<crate::video::FrameTracker>,
+    /// Each distinct datagram's one-way delay (arrival less send time), where the flow's
+    /// delays are wanted as a distribution (calls, iperf 2's `--trip-times`); a delay
+    /// below zero (clocks apart) is counted in `delays_before_sent`, not recorded.
+    delays: Option<Box<linerate_model::latency::LatencyHistogram>>,
+    delays_before_sent: u64,
     counts: ArrivalCounts,
 }
 
@@ -411,6 +416,8 @@ impl SequenceTracker {
             playout: None,
             first_transit: None,
             frames: None,
+            delays: None,
+            delays_before_sent: 0,
             counts: ArrivalCounts::default(),
         }
     }
@@ -425,6 +432,36 @@ impl SequenceTracker {
     pub fn with_iperf2_frames(mut self) -> SequenceTracker {
         self.frames = Some(crate::video::FrameTracker::iperf2());
         self
+    }
+
+    /// Also keeps every distinct datagram's one-way delay as a distribution.
+    pub fn with_delays(mut self) -> SequenceTracker {
+        self.delays = Some(Box::new(linerate_model::latency::LatencyHistogram::new()));
+        self
+    }
+
+    /// The one-way delays so far, microseconds, with their buckets (so that flows'
+    /// distributions can be merged); `None` where the tracker keeps none, or none was
+    /// recorded.
+    pub fn delays(&self) -> Option<linerate_model::latency::LatencySummary> {
+        let delays = self.delays.as_ref()?;
+        let summary = delays.summary(true);
+        (summary.count > 0).then_some(summary)
+    }
+
+    /// Datagrams whose send time came after their arrival here (clocks apart): not
+    /// among [`SequenceTracker::delays`].
+    pub fn delays_before_sent(&self) -> u64 {
+        self.delays_before_sent
+    }
+
+    fn time_delay(&mut self, transit: i128) {
+        if let Some(delays) = self.delays.as_mut() {
+            match u64::try_from(transit) {
+                Ok(ns) => delays.record(ns),
+                Err(_) => self.delays_before_sent += 1,
+            }
+        }
     }
 
     /// A video flow's frames so far; `None` for any other flow.
@@ -542,6 +579,7 @@ impl SequenceTracker {
             self.counts.datagrams += 1;
             self.counts.bytes += datagram.len() as u64;
             self.judge_playout(transit);
+            self.time_delay(transit);
             self.judge_frame(datagram, arrival_ns);
             // RFC 3550 6.4.1: J += (|D| - J) / 16, D the change in transit time between
             // consecutive in-order datagrams; the first datagram only sets the reference.
@@ -578,6 +616,7 @@ impl SequenceTracker {
             self.counts.datagrams += 1;
             self.counts.bytes += datagram.len() as u64;
             self.judge_playout(transit);
+            self.time_delay(transit);
             self.judge_frame(datagram, arrival_ns);
         } else if self.bit(sequence) {
             self.counts.duplicates += 1;
@@ -589,6 +628,7 @@ impl SequenceTracker {
             self.counts.datagrams += 1;
             self.counts.bytes += datagram.len() as u64;
             self.judge_playout(transit);
+            self.time_delay(transit);
             self.judge_frame(datagram, arrival_ns);
         }
     }
@@ -637,6 +677,35 @@ mod tests {
         );
         assert_eq!(c.bytes, 5 * 64);
         assert_eq!(t.expected(), 5);
+    }
+
+    /// A tracker that keeps delays holds every distinct datagram's, late ones too, as a
+    /// distribution; a duplicate adds none, and one sent after its arrival (clocks apart)
+    /// is counted aside.
+    #[test]
+    fn delays_are_kept_as_a_distribution_where_asked() {
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG }).with_delays();
+        let ms = 1_000_000u64;
+        let base = 1_000_000_000u64;
+        // Transits 1..=100 ms, sequence 50 arriving after 51 (out of order), 10 twice.
+        for s in (0..100u64).filter(|s| *s != 50) {
+            t.record(&datagram(s, base, 64), base + (s + 1) * ms);
+            if s == 51 {
+                t.record(&datagram(50, base, 64), base + 51 * ms);
+            }
+        }
+        t.record(&datagram(10, base, 64), base + 500 * ms);
+        t.record(&datagram(100, base + ms, 64), base);
+        let d = t.delays().expect("delays kept");
+        assert_eq!(d.count, 100);
+        assert!((d.p50 / 1e3 - 50.0).abs() < 0.1, "{d:?}");
+        assert!((d.p99 / 1e3 - 99.0).abs() < 0.1, "{d:?}");
+        assert!(!d.histogram.is_empty());
+        assert_eq!(t.delays_before_sent(), 1);
+        // Not asked: none kept.
+        let mut plain = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
+        plain.record(&datagram(0, base, 64), base + ms);
+        assert!(plain.delays().is_none());
     }
 
     /// The squared differences from the mean, kept as datagrams arrive, are what they

@@ -546,6 +546,8 @@ pub struct BurstTracker {
     max_ns: f64,
     mean_ns: f64,
     m2_ns2: f64,
+    /// The writes' latencies as a distribution, for their percentiles.
+    latencies: linerate_model::latency::LatencyHistogram,
 }
 
 impl BurstTracker {
@@ -658,6 +660,7 @@ impl BurstTracker {
             self.before_sent += 1;
             return;
         }
+        self.latencies.record(latency as u64);
         let latency = latency as f64;
         self.count += 1;
         if self.count == 1 {
@@ -670,6 +673,11 @@ impl BurstTracker {
         let delta = latency - self.mean_ns;
         self.mean_ns += delta / self.count as f64;
         self.m2_ns2 += delta * (latency - self.mean_ns);
+    }
+
+    /// The writes' latencies' percentiles, microseconds; `None` before one was counted.
+    pub fn percentiles(&self) -> Option<linerate_model::latency::LatencySummary> {
+        (self.count > 0).then(|| self.latencies.summary(false))
     }
 
     /// Whether the stream stopped making sense as `--trip-times` writes.
@@ -709,6 +717,7 @@ impl BurstTracker {
 
     /// The writes' latencies of [`BurstTracker::merge`].
     fn merge_writes(&mut self, other: &BurstTracker) {
+        self.latencies.merge(&other.latencies);
         if other.count == 0 {
             self.before_sent += other.before_sent;
             self.lost_track |= other.lost_track;
@@ -886,7 +895,16 @@ impl UdpTest {
     /// time source keeps; the caller's judgement).
     pub fn giving_transit(mut self, give: bool) -> UdpTest {
         self.gives_transit = give && self.header.trip_times();
+        if self.gives_transit {
+            // The delays as a distribution too, for the kept run's percentiles.
+            self.tracker = self.tracker.with_delays();
+        }
         self
+    }
+
+    /// The one-way delays' distribution, where they are given.
+    pub fn delays(&self) -> Option<linerate_model::latency::LatencySummary> {
+        self.tracker.delays()
     }
 
     /// Accounts one datagram; for a final one, the report to answer it with, where the

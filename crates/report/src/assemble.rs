@@ -309,6 +309,7 @@ fn merge_flows(config: &TestConfig, local: &[FlowSide], remote: &[FlowSide]) -> 
                     sender_pps: per_second(counts.sent, sender.map_or(0.0, |f| f.window_s)),
                     sent_total: sender.map_or(0, |f| f.datagrams_total),
                     received_total: receiver.map_or(0, |f| f.datagrams_total),
+                    one_way_delay_us: receiver.and_then(|f| f.one_way_delay_us.clone()),
                     counts,
                 }
             });
@@ -398,6 +399,7 @@ fn summarize(
             loss_pct: total.loss_pct(),
             jitter_ms: total.jitter_ms,
             one_way_delay_ms: total.one_way_delay_ms(),
+            one_way_delay_us: delays_of(udp_flows.iter().copied()),
             loss_events: total.loss_events,
             lost_total: udp_flows
                 .iter()
@@ -410,7 +412,9 @@ fn summarize(
         }
     });
     Summary {
-        call: config.call.map(|call| call_summary(call, flows)),
+        call: config
+            .call
+            .map(|call| call_summary(call, flows, config.qoo.as_ref())),
         video: config
             .video
             .map(|settings| scored_video(settings, config, local, remote)),
@@ -459,17 +463,55 @@ fn marks_summary(
     (!summary.arrived.is_empty() || summary.ecn_negotiated.is_some()).then_some(summary)
 }
 
+/// The one-way delays of the flows whose receivers timed every datagram, as one
+/// distribution (each flow's travels as buckets); `None` where none did.
+fn delays_of<'a>(
+    flows: impl Iterator<Item = &'a UdpFlowReport>,
+) -> Option<linerate_model::latency::LatencySummary> {
+    let mut all: Option<linerate_model::latency::LatencyHistogram> = None;
+    for delays in flows.filter_map(|f| f.one_way_delay_us.as_ref()) {
+        all.get_or_insert_with(linerate_model::latency::LatencyHistogram::new)
+            .merge(&linerate_model::latency::LatencyHistogram::from_buckets(
+                &delays.histogram,
+            ));
+    }
+    all.map(|h| h.summary(false))
+}
+
 /// A call's two ways, each from its receiving flows' window counts, scored.
-fn call_summary(call: CallSettings, flows: &[FlowReport]) -> CallSummary {
+fn call_summary(
+    call: CallSettings,
+    flows: &[FlowReport],
+    given: Option<&linerate_model::qoo::Requirement>,
+) -> CallSummary {
     let ways = [Direction::Forward, Direction::Reverse]
         .into_iter()
         .map(|direction| {
-            let counts: Vec<UdpCounts> = flows
-                .iter()
-                .filter(|f| f.direction == Some(direction))
-                .filter_map(|f| f.udp.as_ref().map(|u| u.counts))
-                .collect();
+            let way = || {
+                flows
+                    .iter()
+                    .filter(move |f| f.direction == Some(direction))
+                    .filter_map(|f| f.udp.as_ref())
+            };
+            let counts: Vec<UdpCounts> = way().map(|u| u.counts).collect();
             let c = merge_udp(&counts);
+            let one_way_delay_us = delays_of(way());
+            let qoo = one_way_delay_us.as_ref().map(|latency_us| {
+                let sent = c.received + c.lost;
+                let missed = c.lost + c.late;
+                let requirement = given
+                    .cloned()
+                    .unwrap_or_else(linerate_model::qoo::Requirement::voice);
+                requirement.score(&linerate_model::qoo::Measured {
+                    latency_us,
+                    loss: if sent == 0 {
+                        1.0
+                    } else {
+                        missed as f64 / sent as f64
+                    },
+                    bps: 0.0,
+                })
+            });
             let one_way_delay_ms = c.one_way_delay_ms();
             // An adaptive buffer's mean depth over the datagrams it judged.
             let adapted_ms = (call.adaptive && c.playout_judged > 0)
@@ -493,6 +535,8 @@ fn call_summary(call: CallSettings, flows: &[FlowReport]) -> CallSummary {
                 loss_events: c.loss_events,
                 silent: c.silent,
                 one_way_delay_ms,
+                one_way_delay_us,
+                qoo,
                 jitter_ms: c.jitter_ms,
                 jitter_buffer_ms: adapted_ms,
                 score,

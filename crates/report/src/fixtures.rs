@@ -62,6 +62,7 @@ pub(crate) fn flow(id: u32, role: Role, bytes: u64, seconds: f64, retransmits: u
         transactions_total: 0,
         classes: None,
         frames: None,
+        one_way_delay_us: None,
         ecn: false,
         mptcp: None,
     }

@@ -98,6 +98,10 @@ pub struct UdpFlowReport {
     /// Over the whole test: datagrams sent, and distinct datagrams received.
     pub sent_total: u64,
     pub received_total: u64,
+    /// Where the receiver timed every datagram (a call's): the one-way delays,
+    /// microseconds, with their buckets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_way_delay_us: Option<linerate_model::latency::LatencySummary>,
 }
 
 /// One interval of the merged report: receiver figures from the receiving side's clock,
@@ -302,6 +306,15 @@ pub struct CallWay {
     pub silent: u64,
     /// Mean one-way delay, sender's clock to receiver's (true where they agree).
     pub one_way_delay_ms: Option<f64>,
+    /// The one-way delays' distribution, microseconds (its percentiles), where the
+    /// receivers timed every datagram.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_way_delay_us: Option<linerate_model::latency::LatencySummary>,
+    /// The way's Quality of Outcome (draft-ietf-ippm-qoo) against a voice call's needs
+    /// (`linerate_model::qoo::Requirement::voice`) or the run's `--qoo`: its delays'
+    /// percentiles, and the datagrams not played in time over those sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qoo: Option<linerate_model::qoo::QooScore>,
     pub jitter_ms: f64,
     /// An adaptive buffer's mean depth this way, milliseconds: what its listener waited
     /// (the mouth-to-ear delay takes it in place of a fixed size).
@@ -482,6 +495,10 @@ pub struct UdpSummary {
     /// a `linerate lab`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub one_way_delay_ms: Option<f64>,
+    /// The one-way delays' percentiles, microseconds, where the receivers timed every
+    /// datagram (calls, a served iperf 2 `--trip-times` test).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_way_delay_us: Option<linerate_model::latency::LatencySummary>,
     /// Runs of consecutive losses (a gap in the sequence counts once when it opens).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub loss_events: u64,

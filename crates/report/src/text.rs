@@ -580,6 +580,18 @@ fn sender_lines(s: &Summary, scale: Scale) -> String {
                     "One-way delay:    {delay:.3} ms mean (sender's clock to receiver's; true where they agree)"
                 );
             }
+            if let Some(d) = &u.one_way_delay_us {
+                let _ = writeln!(
+                    out,
+                    "                  p50 {:.3}, p90 {:.3}, p99 {:.3}, p99.9 {:.3}, max {:.3} ms over {} datagrams",
+                    d.p50 / 1e3,
+                    d.p90 / 1e3,
+                    d.p99 / 1e3,
+                    d.p999 / 1e3,
+                    d.max / 1e3,
+                    d.count
+                );
+            }
             let _ = writeln!(
                 out,
                 "Kernel UDP:       client {}; server {}",
@@ -720,6 +732,21 @@ fn call_lines(call: &CallSummary) -> String {
                 "  {:<15} adaptive jitter buffer: {depth:.1} ms deep on average",
                 ""
             );
+        }
+        if let Some(d) = &way.one_way_delay_us {
+            let _ = writeln!(
+                out,
+                "  {:<15} one-way delay p50 {:.3}, p90 {:.3}, p99 {:.3}, max {:.3} ms over {} datagrams",
+                "",
+                d.p50 / 1e3,
+                d.p90 / 1e3,
+                d.p99 / 1e3,
+                d.max / 1e3,
+                d.count
+            );
+        }
+        if let Some(qoo) = &way.qoo {
+            let _ = writeln!(out, "  {:<15} Quality of Outcome {}", "", qoo.words());
         }
         if way.silent > 0 {
             let frames = way.received + way.lost + way.silent;
