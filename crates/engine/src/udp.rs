@@ -1072,7 +1072,7 @@ impl UdpFlow {
                     None => {}
                 }
                 if let Some(video) = plan.video_of(spec.direction) {
-                    tracker = tracker.with_frames(video.period_ns());
+                    tracker = tracker.with_frames(video.period_ns(), video.key_frames);
                 }
                 tracker
             }),

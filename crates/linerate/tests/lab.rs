@@ -5337,8 +5337,8 @@ fn video_datagrams_captured(pcap: &std::path::Path) -> Vec<(u64, u32, u32, u32, 
 /// the server's, matches linerate's first write to last byte read within 50 us on the
 /// mean and the median (the time between the socket calls and the wires is all that
 /// differs); every frame the server's capture saw whole, linerate counted whole, and none
-/// other; and no frame left the client later than its plan by more than the lateness the
-/// sender reported.
+/// other; the key frames (`--key-frames 10:4`) on their own likewise; and no frame left
+/// the client later than its plan by more than the lateness the sender reported.
 #[test]
 fn video_frames_latency_is_what_captures_at_both_ends_saw() {
     let test = "video_frames_latency_is_what_captures_at_both_ends_saw";
@@ -5366,6 +5366,8 @@ fn video_frames_latency_is_what_captures_at_both_ends_saw() {
             "-u",
             "--isochronous",
             "30:8m,3m",
+            "--key-frames",
+            "10:4",
             "-t",
             "4",
             "-i",
@@ -5414,7 +5416,8 @@ fn video_frames_latency_is_what_captures_at_both_ends_saw() {
         .filter(|(bytes, got, _)| u64::from(*bytes) == *got)
         .count() as f64;
     let mean_wire = latencies_ms.iter().sum::<f64>() / latencies_ms.len().max(1) as f64;
-    let median_wire = latencies_ms[latencies_ms.len() / 2];
+    // The median as a histogram reads it: the value with half the frames at or below it.
+    let median_wire = latencies_ms[latencies_ms.len().div_ceil(2) - 1];
     let ours = |field: &str| num(&way, &format!("/latency_us/{field}")) / 1e3;
     eprintln!(
         "frames: {} sent, {} whole (the server's wire: {whole_on_the_wire}), {} late, {} lost; \
@@ -5457,6 +5460,27 @@ fn video_frames_latency_is_what_captures_at_both_ends_saw() {
             "the frames' {what} latency {ours:.3} ms, {wires:.3} ms between the wires"
         );
     }
+    // The key frames (every tenth from the first, four times the others' mean size) on
+    // their own: as many whole as the server's wire saw, their mean latency the wires'
+    // (a frame four times as large takes four times as long to cross 40 Mbit/s).
+    let key_wires: Vec<f64> = landed
+        .iter()
+        .filter(|(id, (bytes, got, _))| (*id - 1) % 10 == 0 && u64::from(*bytes) == *got)
+        .filter_map(|(id, (_, _, last))| Some((*last - first_out.get(id)?) as f64 / 1e6))
+        .collect();
+    let key_mean_wire = key_wires.iter().sum::<f64>() / key_wires.len().max(1) as f64;
+    let key_mean = num(&way, "/key_latency_us/mean") / 1e3;
+    eprintln!(
+        "key frames: {} whole (the wire: {}), latency mean {key_mean:.3} ms (wires {key_mean_wire:.3}), the others' median {median_wire:.3}",
+        num(&way, "/key_whole"),
+        key_wires.len()
+    );
+    assert_eq!(num(&way, "/key_whole"), key_wires.len() as f64, "{way}");
+    assert!(key_wires.len() >= 11, "{} key frames", key_wires.len());
+    assert!(
+        (key_mean - key_mean_wire).abs() <= tolerance_ms && key_mean_wire > median_wire,
+        "key frames' mean latency {key_mean:.3} ms, {key_mean_wire:.3} ms between the wires"
+    );
     // Each frame's first datagram left on its plan (frame k, (k - 1) periods after the
     // first frame's plan), no later than the sender said its latest start was.
     let period_ns = 1e9 / 30.0;

@@ -415,6 +415,20 @@ pub struct FrameCounts {
     /// microseconds (true where the two ends' clocks agree, as one-way delay).
     #[serde(default)]
     pub latency_us: crate::latency::LatencySummary,
+    /// Receiver, a stream with key frames (`--key-frames`): the key frames whole, and
+    /// their own latency (among `whole` and `latency_us`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub key_whole: u64,
+    #[serde(default, skip_serializing_if = "no_latency")]
+    pub key_latency_us: crate::latency::LatencySummary,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn no_latency(summary: &crate::latency::LatencySummary) -> bool {
+    summary.count == 0
 }
 
 #[cfg(test)]

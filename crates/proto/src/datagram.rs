@@ -422,9 +422,14 @@ impl SequenceTracker {
         }
     }
 
-    /// Also puts a video flow's datagrams back into frames due every `period_ns`.
-    pub fn with_frames(mut self, period_ns: u64) -> SequenceTracker {
-        self.frames = Some(crate::video::FrameTracker::new(period_ns));
+    /// Also puts a video flow's datagrams back into frames due every `period_ns`, the
+    /// key frames (`key`) counted apart too.
+    pub fn with_frames(
+        mut self,
+        period_ns: u64,
+        key: Option<linerate_model::video::KeyFrames>,
+    ) -> SequenceTracker {
+        self.frames = Some(crate::video::FrameTracker::new(period_ns).with_key_frames(key));
         self
     }
 

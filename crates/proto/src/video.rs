@@ -338,12 +338,26 @@ pub struct FrameTracker {
     /// its due time (any offset between the clocks is in it, and cancels).
     playout_ns: Option<i128>,
     latency: LatencyHistogram,
+    /// The stream's key frames (`--key-frames`: the frames their numbers make key), and
+    /// their own latency beside every frame's.
+    key_frames: Option<linerate_model::video::KeyFrames>,
+    key_latency: LatencyHistogram,
     counts: FrameCounts,
 }
 
 impl FrameTracker {
     pub fn new(period_ns: u64) -> FrameTracker {
         FrameTracker::on(FrameWire::Native, period_ns)
+    }
+
+    /// Also counts the key frames `key` makes of the stream's numbers apart: their own
+    /// whole count and latency (a key frame is several times the others' size).
+    pub fn with_key_frames(
+        mut self,
+        key: Option<linerate_model::video::KeyFrames>,
+    ) -> FrameTracker {
+        self.key_frames = key;
+        self
     }
 
     /// Frames of an iperf 2 stream: their period learnt from their first frame.
@@ -363,6 +377,8 @@ impl FrameTracker {
             newest: 0,
             playout_ns: None,
             latency: LatencyHistogram::new(),
+            key_frames: None,
+            key_latency: LatencyHistogram::new(),
             counts: FrameCounts::default(),
         }
     }
@@ -444,7 +460,7 @@ impl FrameTracker {
                 .open
                 .remove(&fields.id)
                 .expect("the frame just counted");
-            self.close_whole(&whole);
+            self.close_whole(fields.id, &whole);
             self.closed.insert(fields.id);
         }
         if fields.id > self.newest {
@@ -483,17 +499,20 @@ impl FrameTracker {
             self.declared.1 + bytes,
             self.declared.2 + bytes * bytes,
         );
-        self.close_whole(&OpenFrame {
-            bytes: frame.bytes,
-            got: u64::from(frame.bytes),
-            first_write_ns: frame.sent_ns,
-            due_ns: frame.start_ns + self.period_ns * u64::from(frame.id - 1),
-            last_arrival_ns: arrival_ns,
-            pieces: 0,
-            piece_len: 0,
-            tail: true,
-            declared: true,
-        });
+        self.close_whole(
+            frame.id,
+            &OpenFrame {
+                bytes: frame.bytes,
+                got: u64::from(frame.bytes),
+                first_write_ns: frame.sent_ns,
+                due_ns: frame.start_ns + self.period_ns * u64::from(frame.id - 1),
+                last_arrival_ns: arrival_ns,
+                pieces: 0,
+                piece_len: 0,
+                tail: true,
+                declared: true,
+            },
+        );
         self.closed.insert(frame.id);
         if frame.id > self.newest {
             self.newest = frame.id;
@@ -527,15 +546,24 @@ impl FrameTracker {
         c.malformed += theirs.malformed;
         c.clock_ahead += theirs.clock_ahead;
         c.largest_whole_bytes = c.largest_whole_bytes.max(theirs.largest_whole_bytes);
+        c.key_whole += theirs.key_whole;
         self.latency.merge(&other.latency);
+        self.key_latency.merge(&other.key_latency);
     }
 
-    fn close_whole(&mut self, frame: &OpenFrame) {
+    fn close_whole(&mut self, id: u32, frame: &OpenFrame) {
         self.counts.whole += 1;
         self.counts.largest_whole_bytes = self.counts.largest_whole_bytes.max(frame.got);
+        let key = self.key_frames.is_some_and(|k| k.is_key(id));
+        self.counts.key_whole += u64::from(key);
         let latency = i128::from(frame.last_arrival_ns) - i128::from(frame.first_write_ns);
         match u64::try_from(latency) {
-            Ok(ns) => self.latency.record(ns),
+            Ok(ns) => {
+                self.latency.record(ns);
+                if key {
+                    self.key_latency.record(ns);
+                }
+            }
             Err(_) => self.counts.clock_ahead += 1,
         }
         let since_due = i128::from(frame.last_arrival_ns) - i128::from(frame.due_ns);
@@ -588,6 +616,7 @@ impl FrameTracker {
         FrameCounts {
             partial: self.counts.partial + self.open.len() as u64,
             latency_us: self.latency.summary(true),
+            key_latency_us: self.key_latency.summary(true),
             ..self.counts.clone()
         }
     }

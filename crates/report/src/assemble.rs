@@ -628,7 +628,12 @@ fn video_summary(
                 counts.start_late_max_us = counts.start_late_max_us.max(s.start_late_max_us);
             }
             let mut latency = linerate_model::latency::LatencyHistogram::new();
+            let mut key_latency = linerate_model::latency::LatencyHistogram::new();
             for r in received {
+                counts.key_whole += r.key_whole;
+                key_latency.merge(&linerate_model::latency::LatencyHistogram::from_buckets(
+                    &r.key_latency_us.histogram,
+                ));
                 counts.whole += r.whole;
                 counts.partial += r.partial;
                 counts.late += r.late;
@@ -642,6 +647,7 @@ fn video_summary(
             }
             // With its buckets: the metrics' histogram of frame latency is made of them.
             counts.latency_us = latency.summary(true);
+            counts.key_latency_us = key_latency.summary(false);
             counts.start_late_us = lateness.summary(false);
             let receivers = || {
                 local

@@ -683,6 +683,19 @@ fn video_lines(video: &VideoSummary) -> String {
             },
             c.start_late_max_us as f64 / 1e3
         );
+        if c.key_latency_us.count > 0 {
+            let k = &c.key_latency_us;
+            let _ = writeln!(
+                out,
+                "  {:<15} key frames: {} whole, latency {:.3} ms mean, p50 {:.3}, p99 {:.3}, max {:.3} ms",
+                "",
+                c.key_whole,
+                k.mean / 1e3,
+                k.p50 / 1e3,
+                k.p99 / 1e3,
+                k.max / 1e3
+            );
+        }
         if let Some(qoo) = &way.qoo {
             let _ = writeln!(out, "  {:<15} Quality of Outcome {}", "", qoo.words());
         }
