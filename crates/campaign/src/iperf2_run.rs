@@ -101,23 +101,75 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
         }
     };
     let outcome = test.run(&cancel, &mut progress)?;
+    // A test back that did not come is said at the end (exit 1).
+    let back = match &outcome.back {
+        Some(Ok(back)) => Some(back.as_ref()),
+        _ => None,
+    };
     if run.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&outcome.report).context("cannot encode the result")?
-        );
+        // With a test back, both documents: the test out first.
+        let text = match back {
+            Some(back) => serde_json::to_string_pretty(&[&outcome.report, &back.report]),
+            None => serde_json::to_string_pretty(&outcome.report),
+        };
+        println!("{}", text.context("cannot encode the result")?);
     } else {
         for line in closing_lines(ask, &outcome) {
             say(&line);
+        }
+        if let Some(back) = back {
+            for line in back_lines(ask, back) {
+                say(&line);
+            }
         }
     }
     if let Some(store) = store {
         let command = storage::command_line();
         let mut keeper = Sinks::new().with(StoreSink::new(store, command, std::io::stderr()));
         keeper.finish_document(&Document::Test(Box::new(outcome.report.clone())))?;
+        if let Some(back) = back {
+            keeper.finish_document(&Document::Test(Box::new(back.report.clone())))?;
+        }
     }
     crate::repeat::check_flows(&outcome.report)
+        .and_then(|()| back.map_or(Ok(()), |b| crate::repeat::check_flows(&b.report)))
         .map_err(|e| Failure::Partial(format!("{e:#}")).into())
+        .and_then(|()| match &outcome.back {
+            Some(Err(why)) => {
+                Err(Failure::Partial(format!("the test back (-d, -r) did not run: {why}")).into())
+            }
+            _ => Ok(()),
+        })
+}
+
+/// The test back's lines, as 2.1.8's client prints a `-d` or `-r` test's: its
+/// connections numbered after the test out's, each with the server's address and port,
+/// then each one's bytes over its span (and their sum).
+fn back_lines(ask: &Iperf2Ask, back: &Iperf2Outcome) -> Vec<String> {
+    let first = ask.parallel + 1;
+    let mut lines: Vec<String> = back
+        .connected
+        .iter()
+        .enumerate()
+        .map(|(i, ends)| iperf2_text::connected(first + i as u32, *ends, false))
+        .collect();
+    for f in &back.flows {
+        lines.push(iperf2_text::figures(
+            iperf2_text::label(Some(first + f.id)),
+            (0.0, f.window_s),
+            f.bytes_total,
+        ));
+    }
+    if back.flows.len() > 1 {
+        let longest = back.flows.iter().map(|f| f.window_s).fold(0.0, f64::max);
+        let bytes = back.flows.iter().map(|f| f.bytes_total).sum();
+        lines.push(iperf2_text::figures(
+            iperf2_text::label(None),
+            (0.0, longest),
+            bytes,
+        ));
+    }
+    lines
 }
 
 /// The whole test's lines: each connection's span and bytes (and their sum), and for UDP

@@ -98,6 +98,8 @@ pub struct Iperf2Ask {
     /// `-N`: TCP_NODELAY.
     pub nodelay: bool,
     pub connect_timeout: Duration,
+    /// `-d` or `-r`: the server connects back and sends a test of its own (TCP).
+    pub back: Option<crate::iperf2_back::Back>,
 }
 
 #[derive(Debug, Error)]
@@ -139,6 +141,9 @@ pub struct Iperf2Outcome {
     /// client counts them among those it sent; its server counts the first among the
     /// test's, linerate's server none).
     pub finals_sent: Vec<u64>,
+    /// `-d`, `-r`: the test the server sent back, as this side received it, or why it
+    /// did not come.
+    pub back: Option<Result<Box<Iperf2Outcome>, String>>,
 }
 
 /// The header every connection or datagram of the test carries.
@@ -172,6 +177,13 @@ pub fn header_of(ask: &Iperf2Ask) -> ClientHeader {
         header.flags |= iperf2::flag::VERSION2;
         header.ext_flags |= ext_flag::FULL_DUPLEX;
     }
+    if let Some(back) = ask.back {
+        header.flags |= iperf2::flag::VERSION1;
+        if back.dual {
+            header.flags |= iperf2::flag::RUN_NOW;
+        }
+        header.port = back.port;
+    }
     header
 }
 
@@ -188,6 +200,19 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
         return Err(format!(
             "--full-duplex with {}: both ends send on each TCP connection already",
             if ask.udp { "-u" } else { "-R" }
+        ));
+    }
+    if let (Some(back), true) = (ask.back, ask.udp || ask.reverse || ask.full_duplex) {
+        return Err(format!(
+            "{} with {}: the server connects back over TCP for a test it sends, beside or after one this side sends",
+            if back.dual { "-d" } else { "-r" },
+            if ask.udp {
+                "-u"
+            } else if ask.reverse {
+                "-R"
+            } else {
+                "--full-duplex"
+            }
         ));
     }
     if ask.reverse && ask.udp && matches!(ask.amount, Amount::Bytes(_)) {
@@ -301,12 +326,18 @@ pub struct Iperf2Test {
     header: ClientHeader,
     streams: Vec<FlowSocket>,
     connected: Vec<(SocketAddr, SocketAddr)>,
+    /// `-d`, `-r`: where the server's connections back arrive, open before the header.
+    listener: Option<crate::iperf2_back::BackListener>,
 }
 
 /// Opens the test's connections to the iperf 2 server at `ask.addr`.
 pub fn open(ask: &Iperf2Ask) -> Result<Iperf2Test, Iperf2ClientError> {
     let config = config_of(ask).map_err(Iperf2ClientError::Usage)?;
     let header = header_of(ask);
+    let listener = ask
+        .back
+        .map(|back| crate::iperf2_back::BackListener::bind(back, ask.addr, ask.parallel))
+        .transpose()?;
     let (streams, connected) = open_streams(ask, &config, &header)?;
     Ok(Iperf2Test {
         ask: ask.clone(),
@@ -314,7 +345,27 @@ pub fn open(ask: &Iperf2Ask) -> Result<Iperf2Test, Iperf2ClientError> {
         header,
         streams,
         connected,
+        listener,
     })
+}
+
+/// A test the server sends on connections this side already holds (the test back),
+/// received as a `-R` test is.
+pub(crate) fn received_on(
+    ask: &Iperf2Ask,
+    streams: Vec<FlowSocket>,
+    connected: Vec<(SocketAddr, SocketAddr)>,
+    cancel: &AtomicBool,
+) -> Result<Iperf2Outcome, Iperf2ClientError> {
+    let test = Iperf2Test {
+        config: config_of(ask).map_err(Iperf2ClientError::Usage)?,
+        header: header_of(ask),
+        ask: ask.clone(),
+        streams,
+        connected,
+        listener: None,
+    };
+    test.run_out(cancel, &mut |_| {})
 }
 
 impl Iperf2Test {
@@ -334,8 +385,42 @@ impl Iperf2Test {
         Some(if self.ask.udp { send } else { receive })
     }
 
-    /// Runs the test to its end: the data plane, then each UDP flow's final exchange.
+    /// Runs the test to its end: the data plane, then each UDP flow's final exchange;
+    /// with `-d` the test back beside it, with `-r` after it.
     pub fn run(
+        mut self,
+        cancel: &AtomicBool,
+        progress: &mut dyn FnMut(TestUpdate),
+    ) -> Result<Iperf2Outcome, Iperf2ClientError> {
+        let ask = self.ask.clone();
+        let Some(listener) = self.listener.take() else {
+            return self.run_out(cancel, progress);
+        };
+        let told = |back: Result<Iperf2Outcome, Iperf2ClientError>| {
+            Some(back.map(Box::new).map_err(|e| e.to_string()))
+        };
+        if ask.back.is_some_and(|b| b.dual) {
+            let until = listener.deadline(&ask);
+            return std::thread::scope(|scope| {
+                let back = scope.spawn(|| listener.receive(&ask, until, cancel));
+                let out = self.run_out(cancel, progress);
+                let back = back.join().unwrap_or(Err(Iperf2ClientError::Interrupted));
+                out.map(|out| Iperf2Outcome {
+                    back: told(back),
+                    ..out
+                })
+            });
+        }
+        let out = self.run_out(cancel, progress)?;
+        let until = listener.deadline(&ask);
+        Ok(Iperf2Outcome {
+            back: told(listener.receive(&ask, until, cancel)),
+            ..out
+        })
+    }
+
+    /// The test out (this one), to its end.
+    fn run_out(
         self,
         cancel: &AtomicBool,
         progress: &mut dyn FnMut(TestUpdate),
@@ -346,6 +431,7 @@ impl Iperf2Test {
             header,
             streams,
             connected,
+            listener: _,
         } = self;
         let started_at = UnixTime::now().seconds();
         // Copies of the sockets, kept past the plane's end: a UDP flow's final datagrams
@@ -416,6 +502,7 @@ impl Iperf2Test {
             server_reports,
             datagrams_sent,
             finals_sent,
+            back: None,
         })
     }
 }

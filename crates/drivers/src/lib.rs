@@ -22,6 +22,7 @@ pub mod bulk_load;
 pub mod client;
 pub mod control;
 pub mod doctor;
+pub mod iperf2_back;
 pub(crate) mod iperf2_bounceback;
 pub mod iperf2_client;
 pub(crate) mod iperf2_kept;

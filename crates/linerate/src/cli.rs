@@ -925,6 +925,7 @@ Examples:
   linerate iperf2 -c server.example -u -b 500pps --trip-times
                                                       the server's one-way delays, in its report
   linerate iperf2 -c server.example -n 1G -i 1        1 GiB (K, M, G: 1024s), a line a second
+  linerate iperf2 -c server.example -d -L 5002        the server connects back to 5002 and sends too
   linerate iperf2 -c server.example --json            linerate's own result document
 
 The lines are iperf 2's plain client lines (its connections, its figures, a UDP flow's
@@ -997,6 +998,15 @@ pub struct Iperf2Args {
     /// Both ends send on each TCP connection at once
     #[arg(long, conflicts_with_all = ["reverse", "udp"])]
     pub full_duplex: bool,
+    /// The server connects back to -L and sends a test too: at once (-d), or after this one (-r)
+    #[arg(short = 'd', long = "dualtest", conflicts_with = "tradeoff")]
+    pub dual: bool,
+    /// As -d, the test back once this one has ended
+    #[arg(short = 'r', long)]
+    pub tradeoff: bool,
+    /// Where the server connects back for -d or -r [default: 5001]
+    #[arg(short = 'L', long = "listenport", value_name = "PORT")]
+    pub listen_port: Option<u16>,
     /// Seconds to wait for each connection
     #[arg(long, default_value = "10", value_parser = |t: &str| seconds_within(t, 0.1, 300.0))]
     pub connect_timeout: f64,

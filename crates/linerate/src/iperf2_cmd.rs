@@ -5,6 +5,7 @@ use crate::failure::CommandResult;
 use crate::Globals;
 use linerate_campaign::iperf2_run::{self, Iperf2Run};
 use linerate_campaign::test;
+use linerate_drivers::iperf2_back::{Back, DEFAULT_LISTEN_PORT};
 use linerate_drivers::iperf2_client::{self, Iperf2Ask, Iperf2Rate};
 use linerate_proto::iperf2::Amount;
 use std::time::Duration;
@@ -31,6 +32,10 @@ pub fn run(args: &Iperf2Args, globals: &Globals) -> CommandResult {
         window: args.window,
         nodelay: args.nodelay,
         connect_timeout: Duration::from_secs_f64(args.connect_timeout),
+        back: (args.dual || args.tradeoff).then(|| Back {
+            dual: args.dual,
+            port: args.listen_port.unwrap_or(DEFAULT_LISTEN_PORT),
+        }),
     };
     let run = Iperf2Run {
         host: &args.client,

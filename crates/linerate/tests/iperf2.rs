@@ -1428,3 +1428,74 @@ fn linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends() {
         "the kernel took {delivered} for linerate's {received}"
     );
 }
+
+/// `linerate iperf2 -c -r` and `-d` against Debian's iperf 2 server (2.1.8) over a veth
+/// pair: the header asks the server to connect back to `-L`, after the test out (`-r`) or
+/// beside it (`-d`). The test out moves what the server read less its 60-byte header; the
+/// test back is received whole, exactly what the server says its connection back wrote
+/// (8 MiB with `-n 8M`), both kept as runs of their own (the document holds the two).
+#[test]
+fn linerate_iperf2_client_asks_a_real_iperf2_server_for_a_test_back() {
+    let test = "linerate_iperf2_client_asks_a_real_iperf2_server_for_a_test_back";
+    if !iperf2_over_veth(test) {
+        return;
+    }
+    let pair = VethPair::new("ip2d");
+    let logs = tempfile::tempdir().unwrap();
+    let (_server, log) = iperf2_server_in(&pair, &logs, "-y C", "back");
+    std::thread::sleep(Duration::from_millis(500));
+    for (flag, amount, value) in [("-r", "-n", "8M"), ("-d", "-t", "2")] {
+        let out = linerate_in(
+            &pair.ns_a,
+            &[
+                "--no-store",
+                "iperf2",
+                "-c",
+                &pair.addr_b,
+                flag,
+                "-L",
+                "5411",
+                amount,
+                value,
+                "--json",
+            ],
+        );
+        assert!(out.status.success(), "{flag}: {}", stderr(&out));
+        let docs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (there, back) = (&docs[0], &docs[1]);
+        let sent = num(there, "/flows/0/sender_bytes_total");
+        let received = num(back, "/flows/0/receiver_bytes_total");
+        let local = there["flows"][0]["client"]["local_addr"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let port = local.rsplit(':').next().unwrap_or("").to_string();
+        std::thread::sleep(Duration::from_millis(500));
+        let lines = csv_lines(&std::fs::read_to_string(&log).unwrap());
+        let bytes_of = |port: &str| -> f64 {
+            lines
+                .iter()
+                .rfind(|fields| fields[2] == port || fields[4] == port)
+                .unwrap_or_else(|| panic!("{flag}: no server line for port {port}: {lines:?}"))[7]
+                .parse()
+                .unwrap()
+        };
+        let (read, wrote) = (bytes_of(&port), bytes_of("5411"));
+        eprintln!(
+            "{flag} {amount} {value}: linerate sent {sent}, iperf 2's server read {read}; it wrote back {wrote}, linerate received {received}"
+        );
+        assert_eq!(read, sent + 60.0, "{flag}: the test out, less the header");
+        assert_eq!(received, wrote, "{flag}: the test back");
+        if amount == "-n" {
+            assert_eq!(received, 8.0 * 1024.0 * 1024.0);
+        }
+    }
+    // Over UDP the server would send to an address a datagram named: refused, one line.
+    let refused = linerate(&["--no-store", "iperf2", "-c", "127.0.0.1", "-u", "-d"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("-d with -u"),
+        "{}",
+        stderr(&refused)
+    );
+}
