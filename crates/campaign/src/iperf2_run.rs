@@ -7,9 +7,7 @@ use crate::sink::{Sinks, StoreSink};
 use crate::storage::{self, Storage};
 use anyhow::{Context, Result};
 use linerate_drivers::client::TestUpdate;
-use linerate_drivers::iperf2_client::{
-    self, Iperf2Ask, Iperf2ClientError, Iperf2Outcome, Iperf2Rate,
-};
+use linerate_drivers::iperf2_client::{Iperf2Ask, Iperf2ClientError, Iperf2Outcome, Iperf2Rate};
 use linerate_report::document::Document;
 use linerate_report::iperf2_text::{self, ServerFigures};
 
@@ -33,7 +31,7 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
             println!("{line}");
         }
     };
-    let test = iperf2_client::open(ask).map_err(|e| match e {
+    let test = linerate_drivers::iperf2_back::open(ask).map_err(|e| match e {
         Iperf2ClientError::Usage(message) => usage(message),
         other => anyhow::Error::new(other),
     })?;
@@ -154,11 +152,17 @@ fn back_lines(ask: &Iperf2Ask, back: &Iperf2Outcome) -> Vec<String> {
         .map(|(i, ends)| iperf2_text::connected(first + i as u32, *ends, false))
         .collect();
     for f in &back.flows {
-        lines.push(iperf2_text::figures(
-            iperf2_text::label(Some(first + f.id)),
-            (0.0, f.window_s),
-            f.bytes_total,
-        ));
+        let (id, span) = (iperf2_text::label(Some(first + f.id)), (0.0, f.window_s));
+        lines.push(match &f.udp {
+            // A UDP test back: this side's own loss and jitter, as the receiver.
+            Some(udp) => iperf2_text::udp_figures(
+                id,
+                span,
+                f.bytes_total,
+                (udp.jitter_ms, udp.lost, udp.received + udp.lost),
+            ),
+            None => iperf2_text::figures(id, span, f.bytes_total),
+        });
     }
     if back.flows.len() > 1 {
         let longest = back.flows.iter().map(|f| f.window_s).fold(0.0, f64::max);

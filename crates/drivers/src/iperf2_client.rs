@@ -98,8 +98,18 @@ pub struct Iperf2Ask {
     /// `-N`: TCP_NODELAY.
     pub nodelay: bool,
     pub connect_timeout: Duration,
-    /// `-d` or `-r`: the server connects back and sends a test of its own (TCP).
-    pub back: Option<crate::iperf2_back::Back>,
+    /// `-d` or `-r`: the server connects back (TCP) or sends back (UDP) a test of its
+    /// own (`iperf2_back` runs it).
+    pub back: Option<Back>,
+}
+
+/// The test back a client asks (`-d` or `-r`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Back {
+    /// `-d`: at once, beside the test out; `-r`: once it has ended.
+    pub dual: bool,
+    /// Where this side listens (`-L`).
+    pub port: u16,
 }
 
 #[derive(Debug, Error)]
@@ -202,18 +212,21 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
             if ask.udp { "-u" } else { "-R" }
         ));
     }
-    if let (Some(back), true) = (ask.back, ask.udp || ask.reverse || ask.full_duplex) {
+    if let (Some(back), true) = (ask.back, ask.reverse || ask.full_duplex) {
         return Err(format!(
-            "{} with {}: the server connects back over TCP for a test it sends, beside or after one this side sends",
+            "{} with {}: the server sends a test back beside or after one this side sends",
             if back.dual { "-d" } else { "-r" },
-            if ask.udp {
-                "-u"
-            } else if ask.reverse {
-                "-R"
-            } else {
-                "--full-duplex"
-            }
+            if ask.reverse { "-R" } else { "--full-duplex" }
         ));
+    }
+    if let (Some(_), true, Amount::Bytes(_)) = (ask.back, ask.udp, ask.amount) {
+        return Err(
+            "-n with -u and -d or -r: a datagram of the test back lost would leave its count unmet; give a time (-t)"
+                .into(),
+        );
+    }
+    if ask.back.is_some() && ask.udp && ask.parallel > 1 {
+        return Err("-P with -u and -d or -r: the test back comes to one port; one flow".into());
     }
     if ask.reverse && ask.udp && matches!(ask.amount, Amount::Bytes(_)) {
         return Err(
@@ -326,18 +339,13 @@ pub struct Iperf2Test {
     header: ClientHeader,
     streams: Vec<FlowSocket>,
     connected: Vec<(SocketAddr, SocketAddr)>,
-    /// `-d`, `-r`: where the server's connections back arrive, open before the header.
-    listener: Option<crate::iperf2_back::BackListener>,
 }
 
-/// Opens the test's connections to the iperf 2 server at `ask.addr`.
+/// Opens the test's connections to the iperf 2 server at `ask.addr` (a test back's
+/// listener, where `ask.back` asks one, is `iperf2_back::open`'s).
 pub fn open(ask: &Iperf2Ask) -> Result<Iperf2Test, Iperf2ClientError> {
     let config = config_of(ask).map_err(Iperf2ClientError::Usage)?;
     let header = header_of(ask);
-    let listener = ask
-        .back
-        .map(|back| crate::iperf2_back::BackListener::bind(back, ask.addr, ask.parallel))
-        .transpose()?;
     let (streams, connected) = open_streams(ask, &config, &header)?;
     Ok(Iperf2Test {
         ask: ask.clone(),
@@ -345,7 +353,6 @@ pub fn open(ask: &Iperf2Ask) -> Result<Iperf2Test, Iperf2ClientError> {
         header,
         streams,
         connected,
-        listener,
     })
 }
 
@@ -363,9 +370,8 @@ pub(crate) fn received_on(
         ask: ask.clone(),
         streams,
         connected,
-        listener: None,
     };
-    test.run_out(cancel, &mut |_| {})
+    test.run(cancel, &mut |_| {})
 }
 
 impl Iperf2Test {
@@ -385,42 +391,8 @@ impl Iperf2Test {
         Some(if self.ask.udp { send } else { receive })
     }
 
-    /// Runs the test to its end: the data plane, then each UDP flow's final exchange;
-    /// with `-d` the test back beside it, with `-r` after it.
+    /// Runs the test to its end: the data plane, then each UDP flow's final exchange.
     pub fn run(
-        mut self,
-        cancel: &AtomicBool,
-        progress: &mut dyn FnMut(TestUpdate),
-    ) -> Result<Iperf2Outcome, Iperf2ClientError> {
-        let ask = self.ask.clone();
-        let Some(listener) = self.listener.take() else {
-            return self.run_out(cancel, progress);
-        };
-        let told = |back: Result<Iperf2Outcome, Iperf2ClientError>| {
-            Some(back.map(Box::new).map_err(|e| e.to_string()))
-        };
-        if ask.back.is_some_and(|b| b.dual) {
-            let until = listener.deadline(&ask);
-            return std::thread::scope(|scope| {
-                let back = scope.spawn(|| listener.receive(&ask, until, cancel));
-                let out = self.run_out(cancel, progress);
-                let back = back.join().unwrap_or(Err(Iperf2ClientError::Interrupted));
-                out.map(|out| Iperf2Outcome {
-                    back: told(back),
-                    ..out
-                })
-            });
-        }
-        let out = self.run_out(cancel, progress)?;
-        let until = listener.deadline(&ask);
-        Ok(Iperf2Outcome {
-            back: told(listener.receive(&ask, until, cancel)),
-            ..out
-        })
-    }
-
-    /// The test out (this one), to its end.
-    fn run_out(
         self,
         cancel: &AtomicBool,
         progress: &mut dyn FnMut(TestUpdate),
@@ -431,7 +403,6 @@ impl Iperf2Test {
             header,
             streams,
             connected,
-            listener: _,
         } = self;
         let started_at = UnixTime::now().seconds();
         // Copies of the sockets, kept past the plane's end: a UDP flow's final datagrams

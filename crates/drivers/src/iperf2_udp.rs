@@ -262,7 +262,7 @@ pub(crate) fn clocks_comparable(
 
 /// The test's flow as this server received it, and as its client sent it (the count its
 /// final datagram carried, of datagrams of the length that arrived).
-fn flows_of(
+pub(crate) fn flows_of(
     test: &UdpTest,
     report: &iperf2::ServerReport,
     (local, from): (SocketAddr, SocketAddr),

@@ -5,8 +5,8 @@ use crate::failure::CommandResult;
 use crate::Globals;
 use linerate_campaign::iperf2_run::{self, Iperf2Run};
 use linerate_campaign::test;
-use linerate_drivers::iperf2_back::{Back, DEFAULT_LISTEN_PORT};
-use linerate_drivers::iperf2_client::{self, Iperf2Ask, Iperf2Rate};
+use linerate_drivers::iperf2_back::DEFAULT_LISTEN_PORT;
+use linerate_drivers::iperf2_client::{self, Back, Iperf2Ask, Iperf2Rate};
 use linerate_proto::iperf2::Amount;
 use std::time::Duration;
 

@@ -1490,12 +1490,90 @@ fn linerate_iperf2_client_asks_a_real_iperf2_server_for_a_test_back() {
             assert_eq!(received, 8.0 * 1024.0 * 1024.0);
         }
     }
-    // Over UDP the server would send to an address a datagram named: refused, one line.
-    let refused = linerate(&["--no-store", "iperf2", "-c", "127.0.0.1", "-u", "-d"]);
+    // -d with -R: refused, one line.
+    let refused = linerate(&["--no-store", "iperf2", "-c", "127.0.0.1", "-R", "-d"]);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert!(
-        stderr(&refused).contains("-d with -u"),
+        stderr(&refused).contains("-d with -R"),
         "{}",
         stderr(&refused)
     );
+}
+
+/// `linerate iperf2 -c -u -d` against Debian's iperf 2 server (2.1.8) over a veth pair:
+/// the server sends its UDP test back to `-L` beside the test out, and this side counts
+/// it as `serve` counts a UDP test: every datagram the server numbered (the count its
+/// final carried) arrived and none was lost, the server's writes being those and its
+/// final; the server printed the report this side answered its final with; the client's
+/// kernel delivered at least as many.
+#[test]
+fn linerate_iperf2_client_counts_a_udp_test_back_from_a_real_iperf2_server() {
+    let test = "linerate_iperf2_client_counts_a_udp_test_back_from_a_real_iperf2_server";
+    if !iperf2_over_veth(test) {
+        return;
+    }
+    let pair = VethPair::new("ip2u");
+    let logs = tempfile::tempdir().unwrap();
+    let (_server, log) = iperf2_server_in(&pair, &logs, "-u -e", "udp-back");
+    std::thread::sleep(Duration::from_millis(500));
+    let delivered = || snmp_counter(&pair.ns_a, "Udp", "InDatagrams");
+    let before = delivered();
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "--no-store",
+            "iperf2",
+            "-c",
+            &pair.addr_b,
+            "-u",
+            "-b",
+            "2000pps",
+            "-d",
+            "-L",
+            "5412",
+            "-t",
+            "2",
+            "--json",
+        ],
+    );
+    let kernel = delivered() - before;
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::thread::sleep(Duration::from_millis(500));
+    let docs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let back = &docs[1];
+    let received = num(back, "/flows/0/udp/received");
+    let numbered = num(back, "/flows/0/udp/sent");
+    let lost = num(back, "/flows/0/udp/lost");
+    let text = std::fs::read_to_string(&log).unwrap();
+    // The server's line for its test back: its writes (the numbered datagrams and its
+    // final), under "Write/Err".
+    let writes: f64 = text
+        .lines()
+        .filter(|l| l.contains("[ *") && l.contains(" sec "))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find(|w| w.contains('/') && !w.contains("sec"))?
+                .split('/')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .next_back()
+        .unwrap_or_else(|| panic!("no test back in the server's log: {text}"));
+    eprintln!(
+        "UDP test back: the server wrote {writes}, numbered {numbered}; linerate received {received}, lost {lost}; the client's kernel delivered {kernel} datagrams in all"
+    );
+    assert!(numbered > 3000.0, "2000 a second for 2 s: {back}");
+    assert_eq!((received, lost), (numbered, 0.0), "{back}");
+    assert_eq!(
+        writes,
+        numbered + 1.0,
+        "the server's writes: its numbered and its final"
+    );
+    assert!(
+        text.contains(&format!("0/{numbered} (0%)")),
+        "the server printed this side's report: {text}"
+    );
+    // Both tests' datagrams, the test out's reports back and the finals, at least.
+    assert!(kernel >= received, "{kernel} delivered");
 }
