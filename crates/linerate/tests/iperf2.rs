@@ -1547,18 +1547,8 @@ fn linerate_iperf2_client_counts_a_udp_test_back_from_a_real_iperf2_server() {
     let text = std::fs::read_to_string(&log).unwrap();
     // The server's line for its test back: its writes (the numbered datagrams and its
     // final), under "Write/Err".
-    let writes: f64 = text
-        .lines()
-        .filter(|l| l.contains("[ *") && l.contains(" sec "))
-        .filter_map(|l| {
-            l.split_whitespace()
-                .find(|w| w.contains('/') && !w.contains("sec"))?
-                .split('/')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .next_back()
+    // (Not its line of this side's report: that one says jitter in ms and lost/total.)
+    let writes = iperf2_writes(&text, |l| l.contains("[ *") && !l.contains(" ms "))
         .unwrap_or_else(|| panic!("no test back in the server's log: {text}"));
     eprintln!(
         "UDP test back: the server wrote {writes}, numbered {numbered}; linerate received {received}, lost {lost}; the client's kernel delivered {kernel} datagrams in all"

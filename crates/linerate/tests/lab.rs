@@ -3386,14 +3386,7 @@ fn iperf2_trip_times_over_tcp_times_each_write_as_iperf2s_server_does() {
     }
     let ours_text = String::from_utf8_lossy(&ours.stdout).to_string();
     // The client's writes: its whole-test line's "Write/Err" column.
-    let writes = ours_text
-        .lines()
-        .rfind(|l| l.contains(" sec "))
-        .and_then(|l| {
-            l.split_whitespace()
-                .find(|w| w.contains('/') && !w.contains("sec"))
-        })
-        .and_then(|w| w.split('/').next()?.parse::<f64>().ok())
+    let writes = iperf2_writes(&ours_text, |_| true)
         .unwrap_or_else(|| panic!("no write count: {ours_text}"));
     let shown = Command::new(binary())
         .args(["--db", db.to_str().unwrap(), "history", "--json"])
@@ -3472,18 +3465,12 @@ fn iperf2_trip_times_over_tcp_times_each_write_as_iperf2s_server_does() {
 /// frame found by the size its burst header says: (its send time, the capture time of
 /// its last byte), both Unix ns.
 fn tcp_frames_captured(pcap: &std::path::Path, port: u16) -> Vec<(u64, u64)> {
-    let data = std::fs::read(pcap).expect("the capture");
-    assert!(data.len() >= 24, "a pcap header");
     let be32 = |b: &[u8]| u32::from_be_bytes(b[..4].try_into().unwrap());
     let mut start: Option<u32> = None;
     // Each stretch of the stream: (offset, bytes, capture time).
     let mut pieces: Vec<(u64, Vec<u8>, u64)> = Vec::new();
-    let mut at = 24;
-    while at + 16 <= data.len() {
-        let le32 = |o: usize| u32::from_le_bytes(data[at + o..at + o + 4].try_into().unwrap());
-        let (seconds, nanos, caught) = (le32(0), le32(4), le32(8) as usize);
-        let packet = &data[at + 16..(at + 16 + caught).min(data.len())];
-        at += 16 + caught;
+    for Captured { at_ns, bytes, .. } in pcap_packets(pcap) {
+        let packet = &bytes[..];
         if packet.len() < 14 + 20 + 20 || packet[12..14] != [0x08, 0x00] || packet[23] != 6 {
             continue;
         }
@@ -3501,9 +3488,8 @@ fn tcp_frames_captured(pcap: &std::path::Path, port: u16) -> Vec<(u64, u64)> {
         let payload = ip + usize::from(packet[ip + 12] >> 4) * 4;
         let Some(first) = start else { continue };
         if total > payload && total <= packet.len() {
-            let time = u64::from(seconds) * 1_000_000_000 + u64::from(nanos);
             let offset = u64::from(seq.wrapping_sub(first));
-            pieces.push((offset, packet[payload..total].to_vec(), time));
+            pieces.push((offset, packet[payload..total].to_vec(), at_ns));
         }
     }
     // The stream, and when each byte first arrived.
@@ -3599,15 +3585,8 @@ fn iperf2_isochronous_over_tcp_is_kept_as_frames_timed_as_the_capture_has_them()
     let text = String::from_utf8_lossy(&client.stdout).to_string();
     assert!(client.status.success(), "{text}{}", stderr(&client));
     // The client's writes: its whole-test line's "Write/Err" column.
-    let writes = text
-        .lines()
-        .rfind(|l| l.contains(" sec "))
-        .and_then(|l| {
-            l.split_whitespace()
-                .find(|w| w.contains('/') && !w.contains("sec"))
-        })
-        .and_then(|w| w.split('/').next()?.parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("no write count: {text}"));
+    let writes =
+        iperf2_writes(&text, |_| true).unwrap_or_else(|| panic!("no write count: {text}")) as u64;
     let listed = Command::new(binary())
         .args(["--db", db.to_str().unwrap(), "history", "--json"])
         .output()
@@ -4796,15 +4775,9 @@ fn a_call_is_scored_from_each_ways_delay_and_loss_as_the_emulator_made_them() {
 /// time in ns, flow, sequence), read from a nanosecond pcap of Ethernet frames; a call's
 /// 172-byte datagrams only (G.711's, not the flows' hellos).
 fn call_datagrams_captured(pcap: &std::path::Path, from: [u8; 4]) -> Vec<(u64, u32, u64)> {
-    let data = std::fs::read(pcap).expect("the capture");
-    assert!(data.len() >= 24, "a pcap header");
     let mut out = Vec::new();
-    let mut at = 24;
-    while at + 16 <= data.len() {
-        let le32 = |o: usize| u32::from_le_bytes(data[at + o..at + o + 4].try_into().unwrap());
-        let (seconds, nanos, caught) = (le32(0), le32(4), le32(8) as usize);
-        let packet = &data[at + 16..(at + 16 + caught).min(data.len())];
-        at += 16 + caught;
+    for Captured { at_ns, bytes, .. } in pcap_packets(pcap) {
+        let packet = &bytes[..];
         // Ethernet, IPv4 with UDP from `from`, a payload of 172 bytes.
         if packet.len() < 42 || packet[12..14] != [0x08, 0x00] || packet[23] != 17 {
             continue;
@@ -4822,7 +4795,7 @@ fn call_datagrams_captured(pcap: &std::path::Path, from: [u8; 4]) -> Vec<(u64, u
             continue;
         }
         out.push((
-            u64::from(seconds) * 1_000_000_000 + u64::from(nanos),
+            at_ns,
             u32::from_be_bytes(p[16..20].try_into().unwrap()),
             u64::from_be_bytes(p[0..8].try_into().unwrap()),
         ));
@@ -5289,21 +5262,10 @@ impl UdpCaptures {
 /// One capture's video datagrams: (capture time in ns, frame number, frame bytes,
 /// remaining bytes, payload bytes), read from a nanosecond pcap of Ethernet frames.
 fn video_datagrams_captured(pcap: &std::path::Path) -> Vec<(u64, u32, u32, u32, usize)> {
-    let data = std::fs::read(pcap).expect("the capture");
-    assert!(data.len() >= 24, "a pcap header");
-    assert_eq!(
-        u32::from_le_bytes(data[0..4].try_into().unwrap()),
-        0xa1b2_3c4d,
-        "a nanosecond pcap"
-    );
     let be32 = |b: &[u8]| u32::from_be_bytes(b[..4].try_into().unwrap());
     let mut out = Vec::new();
-    let mut at = 24;
-    while at + 16 <= data.len() {
-        let le32 = |o: usize| u32::from_le_bytes(data[at + o..at + o + 4].try_into().unwrap());
-        let (seconds, nanos, caught, wire) = (le32(0), le32(4), le32(8) as usize, le32(12));
-        let packet = &data[at + 16..(at + 16 + caught).min(data.len())];
-        at += 16 + caught;
+    for Captured { at_ns, wire, bytes } in pcap_packets(pcap) {
+        let packet = &bytes[..];
         // Ethernet, then IPv4 (its header's own length) or IPv6 (no extension headers:
         // a fragment's would be one), then UDP.
         let ip_header = match packet.get(12..14) {
@@ -5314,13 +5276,13 @@ fn video_datagrams_captured(pcap: &std::path::Path) -> Vec<(u64, u32, u32, u32, 
             _ => continue,
         };
         let payload_at = 14 + ip_header + 8;
-        let payload_len = wire as usize - payload_at;
+        let payload_len = wire - payload_at;
         if payload_len < 56 || packet.len() < payload_at + 40 {
             continue;
         }
         let p = &packet[payload_at..];
         out.push((
-            u64::from(seconds) * 1_000_000_000 + u64::from(nanos),
+            at_ns,
             be32(&p[24..]),
             be32(&p[32..]),
             be32(&p[36..]),

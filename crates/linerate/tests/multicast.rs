@@ -907,15 +907,9 @@ fn a_sender_gathers_each_receivers_count_of_its_stream() {
 /// packet number iperf 2's header carries: negative for a final), from a nanosecond pcap
 /// of Ethernet frames carrying IPv4 and UDP.
 fn group_datagrams(pcap: &std::path::Path, group: [u8; 4]) -> Vec<(u64, i32)> {
-    let data = std::fs::read(pcap).expect("the capture");
-    assert!(data.len() >= 24, "a pcap header in {}", pcap.display());
     let mut out = Vec::new();
-    let mut at = 24;
-    while at + 16 <= data.len() {
-        let le32 = |o: usize| u32::from_le_bytes(data[at + o..at + o + 4].try_into().unwrap());
-        let (seconds, nanos, caught) = (le32(0), le32(4), le32(8) as usize);
-        let packet = &data[at + 16..(at + 16 + caught).min(data.len())];
-        at += 16 + caught;
+    for Captured { at_ns, bytes, .. } in pcap_packets(pcap) {
+        let packet = &bytes[..];
         let ipv4 = packet.len() >= 14 + 20 && packet[12..14] == [0x08, 0x00];
         if !ipv4 || packet[14 + 9] != 17 || packet[14 + 16..14 + 20] != group {
             continue;
@@ -923,10 +917,7 @@ fn group_datagrams(pcap: &std::path::Path, group: [u8; 4]) -> Vec<(u64, i32)> {
         let payload = 14 + usize::from(packet[14] & 0x0f) * 4 + 8;
         if packet.len() >= payload + 4 {
             let number = i32::from_be_bytes(packet[payload..payload + 4].try_into().unwrap());
-            out.push((
-                u64::from(seconds) * 1_000_000_000 + u64::from(nanos),
-                number,
-            ));
+            out.push((at_ns, number));
         }
     }
     out

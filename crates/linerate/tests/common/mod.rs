@@ -1041,3 +1041,51 @@ pub fn metric(addr: &str, series: &str) -> f64 {
         })
         .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
 }
+
+/// One packet of a capture: when it was caught (ns since the epoch), its length on the
+/// wire, and the bytes kept of it (the snap length's).
+pub struct Captured {
+    pub at_ns: u64,
+    pub wire: usize,
+    pub bytes: Vec<u8>,
+}
+
+/// Every packet of a nanosecond pcap (`tcpdump --time-stamp-precision nano -w`), in order.
+pub fn pcap_packets(pcap: &std::path::Path) -> Vec<Captured> {
+    let data = std::fs::read(pcap).expect("the capture");
+    assert!(data.len() >= 24, "a pcap header in {}", pcap.display());
+    assert_eq!(
+        u32::from_le_bytes(data[0..4].try_into().unwrap()),
+        0xa1b2_3c4d,
+        "a nanosecond pcap"
+    );
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= data.len() {
+        let le32 = |o: usize| u32::from_le_bytes(data[at + o..at + o + 4].try_into().unwrap());
+        let (seconds, nanos, caught, wire) = (le32(0), le32(4), le32(8) as usize, le32(12));
+        out.push(Captured {
+            at_ns: u64::from(seconds) * 1_000_000_000 + u64::from(nanos),
+            wire: wire as usize,
+            bytes: data[at + 16..(at + 16 + caught).min(data.len())].to_vec(),
+        });
+        at += 16 + caught;
+    }
+    out
+}
+
+/// The writes an iperf 2 client's whole-test line says it made (its `Write/Err` column),
+/// from its output; `None` where no such line is.
+pub fn iperf2_writes(text: &str, line: impl Fn(&str) -> bool) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.contains(" sec ") && line(l))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find(|w| w.contains('/') && !w.contains("sec"))?
+                .split('/')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .next_back()
+}
