@@ -99,6 +99,22 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
         }
     };
     let outcome = test.run(&cancel, &mut progress)?;
+    finish(run, &outcome, store)
+}
+
+/// The test's ending: its closing lines (or its documents, the test back's after the test
+/// out's), each kept as a run, and whether every flow (and the test back) ran.
+fn finish(
+    run: &Iperf2Run,
+    outcome: &Iperf2Outcome,
+    store: Option<linerate_store::Store>,
+) -> Result<()> {
+    let ask = &run.ask;
+    let say = |line: &str| {
+        if !run.json {
+            println!("{line}");
+        }
+    };
     // A test back that did not come is said at the end (exit 1).
     let back = match &outcome.back {
         Some(Ok(back)) => Some(back.as_ref()),
@@ -112,7 +128,7 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
         };
         println!("{}", text.context("cannot encode the result")?);
     } else {
-        for line in closing_lines(ask, &outcome) {
+        for line in closing_lines(ask, outcome) {
             say(&line);
         }
         if let Some(back) = back {

@@ -197,9 +197,8 @@ pub fn header_of(ask: &Iperf2Ask) -> ClientHeader {
     header
 }
 
-/// The test's configuration as linerate's data plane runs it.
-pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
-    use linerate_model::{Environment, StreamRequest, StreamTransport, TestKind, TestRequest};
+/// Why the combination of modes a test asks is not sent, in one line naming the flags.
+fn refused_modes(ask: &Iperf2Ask) -> Result<(), String> {
     if ask.trip_times && !ask.udp {
         return Err(
             "--trip-times over TCP: linerate does not stamp TCP writes with their send times yet; over UDP (-u) every datagram carries its own"
@@ -234,6 +233,13 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
                 .into(),
         );
     }
+    Ok(())
+}
+
+/// The test's configuration as linerate's data plane runs it.
+pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
+    use linerate_model::{Environment, StreamRequest, StreamTransport, TestKind, TestRequest};
+    refused_modes(ask)?;
     if ask.length > iperf2::MAX_WRITE {
         return Err(format!(
             "-l {}: iperf 2 servers take writes of at most {} bytes",
