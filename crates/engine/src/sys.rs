@@ -39,6 +39,13 @@ pub fn apply_options<S: AsFd>(
 /// Applies the socket buffer sizes (`--window`) and the marks (`--dscp`, `--ecn`), the
 /// options a UDP socket takes too.
 pub fn apply_udp_options<S: AsFd>(socket: &S, config: &TestConfig) -> io::Result<()> {
+    // The kernel's receive time from the socket's first datagram on: one that arrived
+    // before the option was set is stamped when it is read (the kernel stamps an unstamped
+    // datagram at recvmsg), and a receiver that starts late would count its wait as
+    // transit.
+    if SockRef::from(socket).r#type()? == socket2::Type::DGRAM {
+        let _ = set_int_option(socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
+    }
     if let Some(marks) = config.marks {
         set_marks(socket, marks)?;
     }

@@ -584,7 +584,6 @@ impl UdpLoop {
             next_send: None,
             gso_refused: None,
         };
-        let since_ns = self.wall_base_ns + since.as_nanos() as u64;
         for index in 0..self.flows.len() {
             if self.flows[index].done {
                 continue;
@@ -592,9 +591,9 @@ impl UdpLoop {
             match self.flows[index].role {
                 Role::Send if self.flows[index].blocked => {}
                 Role::Send if self.flows[index].frames.is_some() => {
-                    self.send_frames(index, now, since, since_ns, &mut turn)
+                    self.send_frames(index, now, since, &mut turn)
                 }
-                Role::Send => self.send_turn(index, now, since, since_ns, &mut turn),
+                Role::Send => self.send_turn(index, now, since, &mut turn),
                 // Request/response flows run in `crate::rr`, never here.
                 Role::Request | Role::Respond => {}
                 Role::Receive => self.receive_turn(index, since, &mut turn),
@@ -604,14 +603,7 @@ impl UdpLoop {
     }
 
     /// Up to [`CALLS_PER_TURN`] batches from sender `index`, within its pace and budget.
-    fn send_turn(
-        &mut self,
-        index: usize,
-        now: Instant,
-        since: Duration,
-        since_ns: u64,
-        turn: &mut Turn,
-    ) {
+    fn send_turn(&mut self, index: usize, now: Instant, since: Duration, turn: &mut Turn) {
         let size = self.size;
         let flow = &mut self.flows[index];
         for _ in 0..CALLS_PER_TURN {
@@ -648,10 +640,14 @@ impl UdpLoop {
                     continue;
                 }
             }
+            // Stamped as the batch goes, not as the turn began: a turn's first batch can
+            // follow milliseconds of other work (the first turn's set-up), which the
+            // receiver would count as transit.
+            let sent_ns = self.wall_base_ns + self.plan.start.elapsed().as_nanos() as u64;
             for i in 0..allowed {
                 let sequence = flow.sequence + i as u64;
                 self.framing
-                    .write(self.send_batch.datagram(i), sequence, since_ns, flow.id);
+                    .write(self.send_batch.datagram(i), sequence, sent_ns, flow.id);
             }
             // The datagrams of one message: what one refusal refuses.
             let refused = self.send_batch.segments.min(allowed);
@@ -684,14 +680,7 @@ impl UdpLoop {
 
     /// Up to [`CALLS_PER_TURN`] batches of video sender `index`'s frames, as its schedule
     /// lets them go.
-    fn send_frames(
-        &mut self,
-        index: usize,
-        now: Instant,
-        since: Duration,
-        since_ns: u64,
-        turn: &mut Turn,
-    ) {
+    fn send_frames(&mut self, index: usize, now: Instant, since: Duration, turn: &mut Turn) {
         let flow = &mut self.flows[index];
         let elapsed_ns = since.as_nanos() as u64;
         let (planned, lengths) = (&mut self.frame_plan, &mut self.frame_lengths);
@@ -704,10 +693,12 @@ impl UdpLoop {
             }
             lengths.clear();
             let (wire, period_ns) = (frame_wire(self.framing), frames.period_ns());
+            // As a plain sender's: stamped as the batch goes.
+            let sent_ns = self.wall_base_ns + self.plan.start.elapsed().as_nanos() as u64;
             for (i, (len, fields)) in planned.iter().enumerate() {
                 let datagram = &mut self.send_batch.datagram(i)[..*len];
                 self.framing
-                    .write(datagram, flow.sequence + i as u64, since_ns, flow.id);
+                    .write(datagram, flow.sequence + i as u64, sent_ns, flow.id);
                 fields.write_on(wire, datagram, period_ns);
                 lengths.push(*len);
             }
@@ -1020,7 +1011,9 @@ impl UdpFlow {
         let mut send_buffer = 0;
         if spec.role == Role::Receive {
             // The kernel's receive time of every datagram (see `receive_turn`); without
-            // it, arrivals are stamped when read.
+            // it, arrivals are stamped when read. Set where the test's sockets are opened
+            // (`sys::apply_udp_options`), before a datagram can come; again here for one
+            // opened elsewhere.
             let _ = crate::sys::set_int_option(&socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
             if plan.count_marks {
                 crate::sys::receive_marks(&socket)?;

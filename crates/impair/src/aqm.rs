@@ -411,6 +411,9 @@ mod tests {
         fn flow(&self) -> Option<u64> {
             Some(self.flow)
         }
+        fn summary(&self) -> crate::frame::FrameSummary {
+            crate::frame::summarize(&[])
+        }
     }
 
     fn aqm(kind: AqmKind, ecn: bool) -> Aqm {

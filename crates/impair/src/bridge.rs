@@ -15,6 +15,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use crate::frame::Offloaded;
+use crate::frame_log::{Batch, LogSender};
 use crate::link::{Frame, Link, LinkCounters};
 use crate::ring::RxRing;
 use crate::spec::LinkSpec;
@@ -47,6 +48,8 @@ pub enum BridgeError {
     Privilege,
     #[error("interface '{name}': {error}")]
     Io { name: String, error: io::Error },
+    #[error("--frame-log '{path}': {error}")]
+    FrameLog { path: String, error: io::Error },
 }
 
 /// Frames taken from the ring, and sent per sendmmsg call, in one turn.
@@ -289,13 +292,16 @@ impl Bridge {
     /// second, `reverse` to the others; with several forwarding threads a direction, each
     /// thread's link has its share of the direction's memory limit and a seed of its own
     /// (the first thread's is the direction's, so one thread repeats a one-thread run).
-    /// `stop` ends every thread within [`PUBLISH_NS`].
+    /// `stop` ends every thread within [`PUBLISH_NS`]. With `log`, each thread records what
+    /// becomes of every frame (its share of the log's limit) and hands the records over as
+    /// it publishes.
     pub fn start(
         ports: Ports,
         forward: LinkSpec,
         reverse: LinkSpec,
         seed: u64,
         stop: Arc<AtomicBool>,
+        log: Option<LogSender>,
     ) -> Bridge {
         let started = Instant::now();
         let Ports {
@@ -326,6 +332,9 @@ impl Bridge {
                 let link_seed =
                     direction_seed ^ (thread as u64).wrapping_mul(0xd1b5_4a32_d192_ed03);
                 let stop = stop.clone();
+                let log = log
+                    .as_ref()
+                    .map(|log| (direction, log.for_thread(count as usize)));
                 threads.push(std::thread::spawn(move || {
                     let parts = DirectionParts {
                         rx,
@@ -335,6 +344,7 @@ impl Bridge {
                         frame_capacity,
                         status: slot,
                         origin_ns: wait::monotonic_ns() - started.elapsed().as_nanos() as u64,
+                        log,
                     };
                     if offloads {
                         Direction::<Offloaded>::new(parts)?.run(&stop)
@@ -427,6 +437,8 @@ struct Direction<F: Carried> {
     /// CLOCK_MONOTONIC at `started`, nanoseconds: the link's clock counts from it.
     origin_ns: u64,
     waiter: Waiter,
+    /// The direction (0: first interface to second) and the frame log's sender.
+    log: Option<(usize, LogSender)>,
 }
 
 /// What a direction thread starts from, whatever it carries.
@@ -439,19 +451,25 @@ struct DirectionParts {
     status: Arc<Mutex<DirectionStatus>>,
     /// CLOCK_MONOTONIC at the bridge's start, nanoseconds.
     origin_ns: u64,
+    log: Option<(usize, LogSender)>,
 }
 
 impl<F: Carried> Direction<F> {
     fn new(parts: DirectionParts) -> io::Result<Direction<F>> {
+        let mut link = Link::new(parts.spec, parts.seed);
+        if let Some((_, log)) = &parts.log {
+            link.record_frames(log.limit);
+        }
         Ok(Direction {
             rx: parts.rx,
             tx: parts.tx,
-            link: Link::new(parts.spec, parts.seed),
+            link,
             frame_capacity: parts.frame_capacity,
             status: parts.status,
             last_arrival: 0,
             origin_ns: parts.origin_ns,
             waiter: Waiter::new()?,
+            log: parts.log,
         })
     }
 
@@ -484,6 +502,7 @@ impl<F: Carried> Direction<F> {
             if now >= next_publish {
                 extra.ring_drops += self.rx.drops();
                 self.publish(&extra);
+                self.hand_over_records();
                 next_publish = now + PUBLISH_NS;
             }
             if !self.rx.ready() {
@@ -516,7 +535,22 @@ impl<F: Carried> Direction<F> {
         }
         extra.ring_drops += self.rx.drops();
         self.publish(&extra);
+        self.hand_over_records();
         Ok(())
+    }
+
+    /// The frame log's records since the last publish, to its writer (never waiting).
+    fn hand_over_records(&mut self) {
+        let Some((direction, log)) = self.log.as_mut() else {
+            return;
+        };
+        if let Some((records, unrecorded)) = self.link.take_frame_records() {
+            log.send(Batch {
+                direction: *direction,
+                records,
+                unrecorded,
+            });
+        }
     }
 
     /// Takes a batch of frames from the ring into the link: one copy each, into a buffer

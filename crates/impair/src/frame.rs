@@ -64,38 +64,111 @@ pub fn payload_range(frame: &[u8]) -> Range<usize> {
     payload.min(end)..end
 }
 
-/// A key of the transport flow of `frame`: FNV-1a over its IP addresses, protocol and (TCP,
-/// UDP) ports. `None` for frames that are not IP (ARP) and for ICMP (neighbour discovery),
-/// which belong to no flow a receiver counts. Every offset is checked before it is read.
-pub fn flow_key(frame: &[u8]) -> Option<u64> {
+/// Where a frame's IP header puts its addresses and its transport header begins.
+struct IpLayout {
+    addresses: Range<usize>,
+    protocol: u8,
+    transport: usize,
+}
+
+fn ip_layout(frame: &[u8]) -> Option<IpLayout> {
     let mut at = ETHERNET_HEADER;
     let mut ethertype = u16_at(frame, 12)?;
     if ethertype == ETHERTYPE_VLAN {
         ethertype = u16_at(frame, 16)?;
         at += 4;
     }
-    let (addresses, protocol, transport) = match ethertype {
+    let layout = match ethertype {
         ETHERTYPE_IPV4 => {
             let header = usize::from(frame.get(at)? & 0x0f) * 4;
-            (at + 12..at + 20, *frame.get(at + 9)?, at + header.max(20))
+            IpLayout {
+                addresses: at + 12..at + 20,
+                protocol: *frame.get(at + 9)?,
+                transport: at + header.max(20),
+            }
         }
-        ETHERTYPE_IPV6 => (at + 8..at + 40, *frame.get(at + 6)?, at + 40),
+        ETHERTYPE_IPV6 => IpLayout {
+            addresses: at + 8..at + 40,
+            protocol: *frame.get(at + 6)?,
+            transport: at + 40,
+        },
         _ => return None,
     };
-    let ports = match protocol {
-        PROTOCOL_TCP | PROTOCOL_UDP => frame.get(transport..transport + 4)?,
+    frame.get(layout.addresses.clone())?;
+    Some(layout)
+}
+
+/// A key of the transport flow of `frame`: FNV-1a over its IP addresses, protocol and (TCP,
+/// UDP) ports. `None` for frames that are not IP (ARP) and for ICMP (neighbour discovery),
+/// which belong to no flow a receiver counts. Every offset is checked before it is read.
+pub fn flow_key(frame: &[u8]) -> Option<u64> {
+    let layout = ip_layout(frame)?;
+    let ports = match layout.protocol {
+        PROTOCOL_TCP | PROTOCOL_UDP => frame.get(layout.transport..layout.transport + 4)?,
         _ => return None,
     };
     let mut hash = 0xcbf2_9ce4_8422_2325u64;
     for &byte in frame
-        .get(addresses)?
+        .get(layout.addresses)?
         .iter()
-        .chain([protocol].iter())
+        .chain([layout.protocol].iter())
         .chain(ports)
     {
         hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
     }
     Some(hash)
+}
+
+/// Bytes of a frame's payload the frame log keeps: enough for a sequence number or an
+/// RTP header's, so a frame can be matched to the datagram a receiver counted.
+pub const HEAD_BYTES: usize = 8;
+
+/// Who a frame is from and to, and the first bytes of its payload: what the frame log
+/// (`--frame-log`) writes of it. Read from the wire: every offset checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameSummary {
+    /// The IP protocol and addresses; `None` for frames that are not IP.
+    pub ip: Option<(u8, std::net::IpAddr, std::net::IpAddr)>,
+    /// The source and destination ports of TCP and UDP.
+    pub ports: Option<(u16, u16)>,
+    pub head: [u8; HEAD_BYTES],
+    pub head_len: u8,
+}
+
+/// What the frame log writes of `frame`.
+pub fn summarize(frame: &[u8]) -> FrameSummary {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let layout = ip_layout(frame);
+    let ip = layout.as_ref().and_then(|l| {
+        let bytes = frame.get(l.addresses.clone())?;
+        let (source, destination): (IpAddr, IpAddr) = if bytes.len() == 8 {
+            let v4 = |b: &[u8]| Ipv4Addr::new(b[0], b[1], b[2], b[3]).into();
+            (v4(&bytes[..4]), v4(&bytes[4..]))
+        } else {
+            let v6 = |b: &[u8]| {
+                let octets: [u8; 16] = b.try_into().unwrap_or([0; 16]);
+                Ipv6Addr::from(octets).into()
+            };
+            (v6(&bytes[..16]), v6(&bytes[16..]))
+        };
+        Some((l.protocol, source, destination))
+    });
+    let ports = layout.as_ref().and_then(|l| match l.protocol {
+        PROTOCOL_TCP | PROTOCOL_UDP => {
+            Some((u16_at(frame, l.transport)?, u16_at(frame, l.transport + 2)?))
+        }
+        _ => None,
+    });
+    let payload = frame.get(payload_range(frame)).unwrap_or_default();
+    let mut head = [0u8; HEAD_BYTES];
+    let head_len = payload.len().min(HEAD_BYTES);
+    head[..head_len].copy_from_slice(&payload[..head_len]);
+    FrameSummary {
+        ip,
+        ports,
+        head,
+        head_len: head_len as u8,
+    }
 }
 
 /// Sets the DSCP of an IP frame's header to `dscp` and keeps its ECN field (`--remark`):
@@ -252,6 +325,8 @@ pub trait Frame: Clone {
     /// `None` for frames of no flow (neighbour discovery, ARP). Reordering is counted only
     /// between frames of one flow, as the flow's receiver sees it.
     fn flow(&self) -> Option<u64>;
+    /// Who it is from and to and how its payload begins, for the frame log.
+    fn summary(&self) -> FrameSummary;
 }
 
 impl Frame for Vec<u8> {
@@ -273,6 +348,10 @@ impl Frame for Vec<u8> {
 
     fn flow(&self) -> Option<u64> {
         flow_key(self)
+    }
+
+    fn summary(&self) -> FrameSummary {
+        summarize(self)
     }
 }
 
@@ -312,6 +391,10 @@ impl Frame for Offloaded {
     fn flow(&self) -> Option<u64> {
         flow_key(self.0.get(crate::ring::VNET_HEADER..)?)
     }
+
+    fn summary(&self) -> FrameSummary {
+        summarize(self.0.get(crate::ring::VNET_HEADER..).unwrap_or_default())
+    }
 }
 
 #[cfg(test)]
@@ -337,6 +420,31 @@ mod tests {
             .iter()
             .skip(15)
             .all(|&b| b == 0 || b == PROTOCOL_UDP));
+    }
+
+    /// A UDP frame's summary: its protocol, addresses and ports as the wire has them and
+    /// the first eight bytes of its payload; a frame that is not IP has neither.
+    #[test]
+    fn a_udp_frame_is_summarized_by_its_addresses_ports_and_payloads_head() {
+        let mut f = udp_frame(12);
+        f[26..30].copy_from_slice(&[10, 77, 0, 1]);
+        f[30..34].copy_from_slice(&[10, 77, 0, 2]);
+        f[34..36].copy_from_slice(&40_000u16.to_be_bytes());
+        f[36..38].copy_from_slice(&5_201u16.to_be_bytes());
+        f[42..54].copy_from_slice(b"0123456789ab");
+        let summary = summarize(&f);
+        let (protocol, source, destination) = summary.ip.expect("IPv4");
+        assert_eq!(protocol, PROTOCOL_UDP);
+        assert_eq!(source.to_string(), "10.77.0.1");
+        assert_eq!(destination.to_string(), "10.77.0.2");
+        assert_eq!(summary.ports, Some((40_000, 5_201)));
+        assert_eq!(&summary.head[..usize::from(summary.head_len)], b"01234567");
+        let short = summarize(&udp_frame(3));
+        assert_eq!(short.head_len, 3);
+        let mut arp = udp_frame(8);
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        assert_eq!(summarize(&arp).ip, None);
+        assert_eq!(summarize(&arp).ports, None);
     }
 
     /// The sum of an IPv4 header's 16-bit words in ones' complement: 0xffff when its
@@ -495,6 +603,16 @@ mod tests {
         #[test]
         fn any_bytes_have_a_flow_key_or_none(frame in proptest::collection::vec(any::<u8>(), 0..120)) {
             let _ = flow_key(&frame);
+        }
+
+        /// Any bytes: summarized without reading past them, the head no longer than the
+        /// frame's payload, and ports only where there are addresses.
+        #[test]
+        fn any_bytes_are_summarized_within_them(frame in proptest::collection::vec(any::<u8>(), 0..120)) {
+            let summary = summarize(&frame);
+            prop_assert!(usize::from(summary.head_len) <= HEAD_BYTES);
+            prop_assert!(usize::from(summary.head_len) <= payload_range(&frame).len());
+            prop_assert!(summary.ports.is_none() || summary.ip.is_some());
         }
 
         #[test]

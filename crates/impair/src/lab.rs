@@ -137,6 +137,11 @@ impl Lab {
         self.state_dir().join("status.json")
     }
 
+    /// Every frame's fate, where the lab was built with `--frame-log` (crate::frame_log).
+    pub fn frame_log_file(&self) -> PathBuf {
+        self.state_dir().join("frames.tsv")
+    }
+
     pub fn log_file(&self) -> PathBuf {
         self.state_dir().join("impair.log")
     }
@@ -204,6 +209,8 @@ pub struct UpOptions {
     /// Receiver hosts (rx1, rx2, ...) on a snooping bridge beside the server, behind the
     /// emulator as the server is (`--receivers`); 0: the server alone, on the router.
     pub receivers: u8,
+    /// The emulator writes every frame's fate to [`Lab::frame_log_file`].
+    pub frame_log: bool,
     pub exe: PathBuf,
 }
 
@@ -420,7 +427,13 @@ fn start_emulator(
             "--quiet",
             "--status-file",
         ])
-        .arg(&status)
+        .arg(&status);
+    let frames = lab.frame_log_file();
+    let _ = std::fs::remove_file(&frames);
+    if options.frame_log {
+        command.arg("--frame-log").arg(&frames);
+    }
+    command
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
@@ -641,6 +654,12 @@ pub fn up_text(lab: &Lab, path: &PathFacts, receivers: u8) -> String {
                 receiver(1).1
             )
         }
+    };
+    let frames = lab.frame_log_file();
+    let receivers = if frames.exists() {
+        format!("{receivers}\n  each frame's fate: {}", frames.display())
+    } else {
+        receivers
     };
     format!(
         "lab '{}' is up: {}\n  client {CLIENT_V4} ({CLIENT_V6}), server {SERVER_V4} ({SERVER_V6}); \

@@ -12,6 +12,7 @@
 
 mod aqm;
 pub mod frame;
+pub mod frame_log;
 mod link;
 pub mod path;
 pub mod spec;

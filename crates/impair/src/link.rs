@@ -15,6 +15,7 @@
 //! derived from that time rather than kept in a second structure.
 
 use crate::aqm::ManagedQueue;
+use crate::frame_log::{Fate, FrameRecord, Recorder};
 use crate::spec::LinkSpec;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -186,6 +187,8 @@ pub struct Link<F> {
     /// CoDel or FQ-CoDel in place of drop-tail (`--aqm`, with a rate).
     managed: Option<ManagedQueue<F>>,
     counters: LinkCounters,
+    /// Each frame's fate, where the frame log asked for it (`--frame-log`).
+    recorder: Option<Recorder>,
 }
 
 impl<F: Frame> Link<F> {
@@ -206,6 +209,25 @@ impl<F: Frame> Link<F> {
                 .filter(|_| spec.rate_bps.is_some())
                 .map(|aqm| ManagedQueue::new(aqm, spec.queue_bytes, seed)),
             counters: LinkCounters::default(),
+            recorder: None,
+        }
+    }
+
+    /// Keeps a record of what becomes of each of the next `limit` frames (frames an AQM
+    /// drops are counted, not recorded); [`Link::take_frame_records`] takes them.
+    pub fn record_frames(&mut self, limit: u64) {
+        self.recorder = Some(Recorder::new(limit));
+    }
+
+    /// The records kept since the last call and the frames not recorded since then (past
+    /// the limit); `None` where none are kept.
+    pub fn take_frame_records(&mut self) -> Option<(Vec<FrameRecord>, u64)> {
+        self.recorder.as_mut().map(Recorder::take)
+    }
+
+    fn record(&mut self, arrived_ns: u64, frame: &F, fate: Fate) {
+        if let Some(recorder) = self.recorder.as_mut() {
+            recorder.record(arrived_ns, frame, fate);
         }
     }
 
@@ -270,6 +292,7 @@ impl<F: Frame> Link<F> {
         self.counters.arrived += 1;
         if self.lose() {
             self.counters.lost += 1;
+            self.record(now_ns, &frame, Fate::Lost);
             return;
         }
         let remarked = self.spec.remark.is_some_and(|dscp| frame.remark(dscp));
@@ -320,6 +343,7 @@ impl<F: Frame> Link<F> {
             let backlog = (wait_ns as u128 * rate as u128 / 8_000_000_000) as u64;
             if backlog + len > self.spec.queue_bytes {
                 self.counters.queue_drops += 1;
+                self.record(now_ns, &frame, Fate::QueueFull);
                 return false;
             }
             self.counters.sojourns.record(wait_ns);
@@ -365,6 +389,7 @@ impl<F: Frame> Link<F> {
         let len = frame.wire_len() as u64;
         if self.line_bytes + len > self.spec.limit_bytes {
             self.counters.limit_drops += 1;
+            self.record(arrived_ns, &frame, Fate::MemoryFull);
             return false;
         }
         let mut delay = self.spec.delay_ns;
@@ -406,6 +431,11 @@ impl<F: Frame> Link<F> {
         self.counters.passed_wire_frames += queued.frame.wire_frames() as u64;
         self.counters.delay_sum_ns += delay;
         self.counters.delay_max_ns = self.counters.delay_max_ns.max(delay);
+        let left = Fate::Passed {
+            due_ns,
+            left_ns: now_ns,
+        };
+        self.record(queued.arrived_ns, &queued.frame, left);
         queued.frame
     }
 
@@ -516,6 +546,15 @@ mod tests {
         fn flow(&self) -> Option<u64> {
             self.len.is_multiple_of(2).then_some(0)
         }
+        /// The number as the payload's head.
+        fn summary(&self) -> crate::frame::FrameSummary {
+            crate::frame::FrameSummary {
+                ip: None,
+                ports: None,
+                head: self.number.to_be_bytes(),
+                head_len: 8,
+            }
+        }
     }
 
     fn frame(number: u64) -> Numbered {
@@ -615,6 +654,62 @@ mod tests {
         }
         assert_eq!(link.counters().mean_delay_ms(), 5.0);
         assert_eq!(link.line_bytes(), 0);
+    }
+
+    /// With records asked, every frame is accounted for once: the lost by the loss model,
+    /// the queue's drops, and each passed frame with its arrival, the time it was due and
+    /// the time it left, in the order they left; the counters agree with the records.
+    #[test]
+    fn each_frames_fate_is_recorded_with_its_times() {
+        let mut link = Link::new(
+            LinkSpec {
+                delay_ns: 5_000_000,
+                loss: 0.2,
+                rate_bps: Some(12_000_000),
+                queue_bytes: 4_500,
+                ..spec()
+            },
+            3,
+        );
+        link.record_frames(1_000);
+        let out = run(&mut link, 200, 500_000);
+        let (records, unrecorded) = link.take_frame_records().expect("records kept");
+        assert_eq!(unrecorded, 0);
+        let c = link.counters();
+        assert_eq!(records.len() as u64, c.arrived);
+        let count =
+            |wanted: fn(&Fate) -> bool| records.iter().filter(|r| wanted(&r.fate)).count() as u64;
+        assert_eq!(count(|f| *f == Fate::Lost), c.lost);
+        assert_eq!(count(|f| *f == Fate::QueueFull), c.queue_drops);
+        assert!(c.lost > 0 && c.queue_drops > 0, "{c:?}");
+        let passed: Vec<_> = records
+            .iter()
+            .filter_map(|r| match r.fate {
+                Fate::Passed { due_ns, left_ns } => Some((r, due_ns, left_ns)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(passed.len(), out.len());
+        for ((record, due, left), (at, frame)) in passed.iter().zip(&out) {
+            assert_eq!(record.summary.head, frame.number.to_be_bytes());
+            assert_eq!(left, at);
+            assert_eq!(record.arrived_ns, frame.number * 500_000);
+            // The delay and at least the frame's own time on the bottleneck (1 ms).
+            assert!(
+                *due >= record.arrived_ns + 5_000_000 + 1_000_000,
+                "{record:?}"
+            );
+            assert!(left >= due);
+        }
+        // Past its limit a link counts what it does not record.
+        let mut small = Link::new(spec(), 1);
+        small.record_frames(3);
+        run(&mut small, 10, 1_000);
+        let (records, unrecorded) = small.take_frame_records().unwrap();
+        assert_eq!((records.len(), unrecorded), (3, 7));
+        assert!(Link::<Numbered>::new(spec(), 1)
+            .take_frame_records()
+            .is_none());
     }
 
     #[test]

@@ -5,7 +5,9 @@
 #![allow(clippy::disallowed_methods)]
 
 use crate::bridge::{Bridge, BridgeError, DirectionStatus, Ports};
+use crate::frame_log::FrameLog;
 use crate::spec::LinkSpec;
+use linerate_model::clock::UnixTime;
 use linerate_model::PathFacts;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
@@ -26,6 +28,8 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Rewritten every second and at the end with a [`Status`].
     pub status_file: Option<PathBuf>,
+    /// A line for every frame (crate::frame_log), at most its limit a direction.
+    pub frame_log: Option<PathBuf>,
 }
 
 /// The emulator's state as written to the status file: what a lab or a test reads.
@@ -106,12 +110,25 @@ pub fn run(
     let ports = Ports::open(a, b, options.path.offloads, threads)?;
     let names = [format!("{a} -> {b}"), format!("{b} -> {a}")];
     let bridge_stop = Arc::new(AtomicBool::new(false));
+    let frame_log = match &options.frame_log {
+        // The wall clock a moment before the bridge's clock starts: within microseconds.
+        Some(file) => Some(
+            FrameLog::create(file, &options.interfaces, UnixTime::now().nanos()).map_err(
+                |error| BridgeError::FrameLog {
+                    path: file.display().to_string(),
+                    error,
+                },
+            )?,
+        ),
+        None => None,
+    };
     let bridge = Bridge::start(
         ports,
         options.forward,
         options.reverse,
         options.path.seed,
         bridge_stop,
+        frame_log.as_ref().map(FrameLog::sender),
     );
     let status_of = |bridge: &Bridge, running: bool, directions| Status {
         running,
@@ -178,6 +195,12 @@ pub fn run(
     }
     let elapsed = bridge.elapsed().as_secs_f64();
     let final_status = bridge.stop().map_err(io_error)?;
+    if let (Some(log), Some(file)) = (frame_log, &options.frame_log) {
+        log.finish().map_err(|error| BridgeError::FrameLog {
+            path: file.display().to_string(),
+            error,
+        })?;
+    }
     let status = Status {
         running: false,
         elapsed_s: elapsed,

@@ -1909,6 +1909,10 @@ pub struct ImpairArgs {
     /// Write the counters as JSON to this file every second and at the end
     #[arg(long, value_name = "FILE")]
     pub status_file: Option<std::path::PathBuf>,
+    /// Write a line for every frame to this file: when it arrived, was due and left, or
+    /// why it was dropped, its flow and payload's first bytes (1,000,000 a direction)
+    #[arg(long, value_name = "FILE")]
+    pub frame_log: Option<std::path::PathBuf>,
     /// The whole path as JSON (how `linerate lab` starts the emulator)
     #[arg(long, hide = true, conflicts_with_all = ["delay", "jitter", "loss", "loss_burst", "reorder", "duplicate", "corrupt", "rate", "queue", "seed", "offloads", "threads"])]
     pub path_json: Option<String>,
@@ -1967,6 +1971,10 @@ pub struct LabPathArgs {
     /// bridge snooping IGMPv3/MLDv2 (multicast: docs/multicast.md)
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=16))]
     pub receivers: u8,
+    /// Write every frame's arrival, due and departure times (or why it was dropped) to the
+    /// lab's frames.tsv, at most 1,000,000 a direction (docs/impair.md)
+    #[arg(long)]
+    pub frame_log: bool,
 }
 
 #[derive(Debug, Args)]

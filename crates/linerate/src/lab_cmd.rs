@@ -83,6 +83,7 @@ pub fn impair(args: &ImpairArgs) -> CommandResult {
         duration: args.time.map(Duration::from_secs_f64),
         quiet: args.quiet,
         status_file: args.status_file.clone(),
+        frame_log: args.frame_log.clone(),
     };
     let stop = linerate_campaign::cancel::on_signals_and_hangup()?;
     let mut out = std::io::stdout();
@@ -114,6 +115,7 @@ fn up(lab: &Lab, path_args: &LabPathArgs) -> anyhow::Result<PathFacts> {
         mtu: usize::from(path_args.mtu),
         buffers: path_args.buffers,
         receivers: path_args.receivers,
+        frame_log: path_args.frame_log,
         exe: std::env::current_exe().context("finding this program's path")?,
     };
     lab::up(lab, &options).map_err(lab_error)?;
@@ -153,6 +155,9 @@ pub fn run(command: &LabCommand) -> CommandResult {
             } else {
                 println!("lab '{}': {}", lab.name(), path.summary());
                 println!("{}", runner::summary(&status));
+                if lab.frame_log_file().exists() {
+                    println!("each frame's fate: {}", lab.frame_log_file().display());
+                }
             }
             Ok(())
         }
