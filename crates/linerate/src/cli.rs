@@ -1783,7 +1783,7 @@ pub struct AppArgs {
     /// game: the server's state each tick, FPS:MEAN[,STDEV] (1,200 bytes 64 times a second)
     #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = linerate_model::video::GAME_STATE, value_parser = isochronous)]
     pub state: linerate_model::video::VideoSettings,
-    /// video, game: each way's Quality of Outcome requirement, as p99=150ms/400ms,loss=1%/5%
+    /// Each way's Quality of Outcome requirement, as p99=150ms/400ms,loss=1%/5%
     #[arg(long, value_name = "REQUIREMENT", value_parser = linerate_model::qoo::Requirement::parse)]
     pub qoo: Option<linerate_model::qoo::Requirement>,
     /// The call's codec: g711 (with loss concealment), g711-no-plc, g729a

@@ -575,9 +575,11 @@ fn key_frames_arrive_at_their_size_and_keep_the_asked_load() {
 /// requirement (draft-ietf-ippm-qoo-09), all of it on a path that delays a frame by
 /// microseconds and loses none; against a requirement the user gives that loopback cannot
 /// meet (p99 optimal at 1 us, unacceptable at 2 us), nothing, its latency the part that
-/// scored worst; the score is the requirement applied to the way's own figures.
+/// scored worst; the score is the requirement applied to the way's own figures. A call's
+/// two ways likewise, against a voice call's requirement or the one given, on each
+/// datagram's one-way delay.
 #[test]
-fn an_apps_frames_are_scored_against_its_requirement() {
+fn an_apps_ways_are_scored_against_its_requirement() {
     let _cpus = beside_others();
     let run = |extra: &[&str]| {
         let mut args = vec!["app", "--pattern", "video", "-t", "2", "-i", "0", "--json"];
@@ -607,6 +609,32 @@ fn an_apps_frames_are_scored_against_its_requirement() {
     );
     assert_eq!(num(qoo, "/worst_percentile"), 99.0);
     assert_eq!(num(qoo, "/loss"), 100.0, "none lost: {way}");
+    // A call's ways: a voice call's requirement unless one is given, scored on each
+    // datagram's one-way delay.
+    let call = |extra: &[&str]| {
+        let mut args = vec!["app", "--pattern", "voip", "-t", "2", "-i", "0", "--json"];
+        args.extend_from_slice(extra);
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json(&out)
+    };
+    let doc = call(&[]);
+    for way in doc["summary"]["call"]["ways"].as_array().unwrap() {
+        assert_eq!(way["qoo"]["requirement"]["name"], "voice", "{way}");
+        assert_eq!(num(way, "/qoo/score"), 100.0, "{way}");
+    }
+    let strict = call(&["--qoo", "p99=1us/2us,loss=0%/1%"]);
+    assert_eq!(strict["config"]["qoo"]["name"], "given");
+    for way in strict["summary"]["call"]["ways"].as_array().unwrap() {
+        let qoo = &way["qoo"];
+        assert_eq!(qoo["requirement"], strict["config"]["qoo"], "{way}");
+        assert!(num(way, "/one_way_delay_us/p99") >= 2.0, "{way}");
+        assert_eq!(
+            (num(qoo, "/latency"), num(qoo, "/score")),
+            (0.0, 0.0),
+            "{qoo}"
+        );
+    }
 }
 
 /// A call on G.729A, whose codec G.113 scores with voice activity detection, sends only

@@ -5,7 +5,7 @@
 use crate::call::CallSettings;
 use crate::qoo::Requirement;
 use crate::video::{KeyFrames, VideoSettings, GAME_DATAGRAM};
-use crate::{Direction, StreamRequest, StreamTransport, VideoStream};
+use crate::{CallStream, Direction, StreamRequest, StreamTransport, VideoStream};
 
 /// An application's traffic.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,18 +36,16 @@ impl Pattern {
         Pattern::Game { inputs, state }
     }
 
-    /// The stream the pattern is, its frames scored against `qoo` where given (a call is
-    /// scored by the E-model: it takes none).
+    /// The stream the pattern is, its ways scored against `qoo` where given (a video's and
+    /// a game's frames, a call's datagrams; a call is scored by the E-model besides).
     pub fn stream_scored(self, qoo: Option<Requirement>) -> Result<StreamRequest, String> {
         let mut stream = self.stream();
         match (&mut stream.transport, qoo) {
             (_, None) => {}
             (StreamTransport::Video(video), given) => video.qoo = given,
+            (StreamTransport::Call(call), given) => call.qoo = given,
             (_, Some(_)) => {
-                return Err(
-                    "'--qoo' scores a video's or a game's frames; a call is scored by the E-model and a voice call's requirement"
-                        .into(),
-                )
+                return Err("'--qoo' scores an application pattern's ways".into());
             }
         }
         Ok(stream)
@@ -56,7 +54,10 @@ impl Pattern {
     /// The stream the pattern is.
     pub fn stream(self) -> StreamRequest {
         let (direction, transport) = match self {
-            Pattern::Voip(call) => (Direction::Bidir, StreamTransport::Call(call)),
+            Pattern::Voip(call) => (
+                Direction::Bidir,
+                StreamTransport::Call(CallStream::of(call)),
+            ),
             Pattern::Video(frames) => (
                 Direction::Reverse,
                 StreamTransport::Video(VideoStream::of(frames)),
@@ -103,6 +104,20 @@ mod tests {
         assert_eq!(config.rate_bps, Some(614_400));
         assert!((inputs.mean_frame_bytes() - 120.0).abs() < 1e-9);
         assert!((state.mean_frame_bytes() - 1_200.0).abs() < 1e-9);
+        // A call takes a requirement of its own, kept in the config as a video's is.
+        let given = Requirement::parse("p99=100ms/300ms,loss=1%/5%").unwrap();
+        let call = crate::call::CallSettings::checked(
+            crate::call::Codec::parse("g711").unwrap(),
+            crate::call::JitterBuffer::Fixed { ms: 60 },
+        )
+        .unwrap();
+        let scored = Pattern::Voip(call)
+            .stream_scored(Some(given.clone()))
+            .unwrap();
+        let config =
+            TestConfig::resolve(&TestRequest::new(TestKind::Stream(scored)), &here).unwrap();
+        assert_eq!(config.qoo, Some(given));
+        assert_eq!(config.call, Some(call));
         let video = Pattern::Video(inputs).stream();
         assert_eq!(video.direction, Direction::Reverse);
         let config =

@@ -132,9 +132,27 @@ pub enum StreamTransport {
     },
     /// A call (`linerate app --pattern voip`): a frame of the codec each way every 20 ms,
     /// in RTP-sized UDP datagrams, both ways at once.
-    Call(crate::call::CallSettings),
+    Call(CallStream),
     /// Video frames (`--isochronous`, `linerate app --pattern video|game`).
     Video(VideoStream),
+}
+
+/// A call as a stream: its codec and jitter buffer, and the Quality of Outcome requirement
+/// its ways are scored against (`--qoo`; `None`: a voice call's, crate::qoo).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallStream {
+    pub settings: crate::call::CallSettings,
+    pub qoo: Option<crate::qoo::Requirement>,
+}
+
+impl CallStream {
+    /// `settings`' call, scored against a voice call's requirement.
+    pub fn of(settings: crate::call::CallSettings) -> CallStream {
+        CallStream {
+            settings,
+            qoo: None,
+        }
+    }
 }
 
 /// A video-shaped stream: UDP datagrams of `length` bytes (`None`: as `Udp`'s), a frame
@@ -377,16 +395,18 @@ fn resolve_stream(
                 (None, None) => Some(DEFAULT_UDP_RATE),
             };
         }
-        StreamTransport::Call(call) => {
+        StreamTransport::Call(ref call) => {
             if config.tls.is_some() {
                 return Err("'--tls' encrypts TCP connections; a call is UDP".into());
             }
+            let settings = call.settings;
             config.protocol = crate::Protocol::Udp;
             config.direction = Direction::Bidir;
-            config.length = call.codec.datagram_bytes();
-            config.pps = Some(call.pps());
-            config.rate_bps = Some(call.pps() * config.length * 8);
-            config.call = Some(call);
+            config.length = settings.codec.datagram_bytes();
+            config.pps = Some(settings.pps());
+            config.rate_bps = Some(settings.pps() * config.length * 8);
+            config.call = Some(settings);
+            config.qoo = checked_requirement(call.qoo.as_ref())?;
         }
         StreamTransport::Video(ref video) => {
             resolve_video(
@@ -395,15 +415,21 @@ fn resolve_stream(
                 video.length,
                 environment,
             )?;
-            config.qoo = video
-                .qoo
-                .clone()
-                .map(|q| q.checked())
-                .transpose()
-                .map_err(|why| format!("invalid value for '--qoo': {why}"))?;
+            config.qoo = checked_requirement(video.qoo.as_ref())?;
         }
     }
     Ok(())
+}
+
+/// A requirement given with `--qoo`, checked as a server checks it.
+fn checked_requirement(
+    given: Option<&crate::qoo::Requirement>,
+) -> Result<Option<crate::qoo::Requirement>, String> {
+    given
+        .cloned()
+        .map(|q| q.checked())
+        .transpose()
+        .map_err(|why| format!("invalid value for '--qoo': {why}"))
 }
 
 /// A video test: UDP datagrams of `length` bytes (the path's largest by default, never

@@ -16,7 +16,9 @@ use super::source_job::{Asked, Bounds, SourceJob, SourceKind, SourceRun};
 use linerate_model::call::{CallSettings, Codec};
 use linerate_model::marks::Marks;
 use linerate_model::video::VideoSettings;
-use linerate_model::{Direction, StreamRequest, StreamTransport, TestKind, TestRequest};
+use linerate_model::{
+    CallStream, Direction, StreamRequest, StreamTransport, TestKind, TestRequest,
+};
 use linerate_proto::agent::Seconds;
 use linerate_proto::auth::Key;
 use linerate_proto::text::PeerText;
@@ -119,11 +121,11 @@ impl ClientTest {
             } => TestKind::Stream(StreamRequest {
                 direction: Direction::Bidir,
                 rate_bps: None,
-                transport: StreamTransport::Call(call_settings(
+                transport: StreamTransport::Call(CallStream::of(call_settings(
                     *codec,
                     *jitter_buffer_ms,
                     *adaptive,
-                )),
+                ))),
             }),
             ClientTest::Quic { .. } => TestKind::Stream(StreamRequest {
                 direction: Direction::Forward,
@@ -434,11 +436,11 @@ mod tests {
         assert_eq!(stream.direction, Direction::Bidir);
         assert_eq!(
             stream.transport,
-            StreamTransport::Call(CallSettings {
+            StreamTransport::Call(CallStream::of(CallSettings {
                 codec: Codec::G729a,
                 jitter_buffer_ms: 40,
                 adaptive: false,
-            })
+            }))
         );
     }
 
