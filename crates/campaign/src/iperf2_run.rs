@@ -62,6 +62,8 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
     let isochronous = ask.isochronous.is_some();
     say(if receives_udp {
         iperf2_text::UDP_FIGURES_HEADER
+    } else if isochronous && !ask.udp {
+        iperf2_text::TCP_ISOCH_FIGURES_HEADER
     } else if isochronous {
         iperf2_text::ISOCH_FIGURES_HEADER
     } else {
@@ -82,6 +84,8 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
                     let datagrams = flow.received_datagrams + flow.lost_datagrams;
                     let loss = (flow.jitter_ms, flow.lost_datagrams, datagrams);
                     iperf2_text::udp_figures(id, span, bytes, loss)
+                } else if isochronous && !ask.udp {
+                    iperf2_text::tcp_isoch_figures(id, span, bytes, None)
                 } else if isochronous {
                     let written = (flow.sent_datagrams, 0);
                     iperf2_text::isoch_figures(id, span, bytes, written, None)
@@ -214,6 +218,12 @@ fn closing_lines(ask: &Iperf2Ask, outcome: &Iperf2Outcome) -> Vec<String> {
                     span,
                     f.bytes_total,
                     (udp.sent, udp.send_errors),
+                    Some([frames.sent, frames.skipped, frames.slips]),
+                ),
+                (None, false, Some(frames)) => iperf2_text::tcp_isoch_figures(
+                    id,
+                    span,
+                    f.bytes_total,
                     Some([frames.sent, frames.skipped, frames.slips]),
                 ),
                 _ => iperf2_text::figures(id, span, f.bytes_total),

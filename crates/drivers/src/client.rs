@@ -464,6 +464,7 @@ impl<'a> ClientTest<'a> {
         let pin: &[usize] = config.rr.as_ref().map_or(&[], |rr| &rr.cpus);
         let setup = PlaneSetup {
             trip_times: None,
+            tcp_bursts: None,
             peer_lead: Duration::ZERO,
             threads: config.threads as usize,
             drain: self.options.drain,

@@ -18,6 +18,7 @@
 
 use crate::client::{connect, connect_error, TestUpdate};
 use crate::iperf2_kept::plain_flow;
+use linerate_engine::bursts::TcpBursts;
 use linerate_engine::flow::{FlowSocket, FlowSpec, Side};
 use linerate_engine::plane::{DataPlane, PlaneSetup};
 use linerate_engine::sys;
@@ -197,13 +198,35 @@ pub fn header_of(ask: &Iperf2Ask) -> ClientHeader {
     header
 }
 
+/// Whether the test's TCP writes are iperf 2's bursts, each beginning with its send time
+/// and size (`--trip-times`, `--isochronous`), after a header that carries the test's
+/// start.
+fn tcp_bursts(ask: &Iperf2Ask) -> bool {
+    !ask.udp && (ask.trip_times || ask.isochronous.is_some())
+}
+
 /// Why the combination of modes a test asks is not sent, in one line naming the flags.
 fn refused_modes(ask: &Iperf2Ask) -> Result<(), String> {
-    if ask.trip_times && !ask.udp {
-        return Err(
-            "--trip-times over TCP: linerate does not stamp TCP writes with their send times yet; over UDP (-u) every datagram carries its own"
-                .into(),
-        );
+    let timed = if ask.isochronous.is_some() {
+        "--isochronous"
+    } else {
+        "--trip-times"
+    };
+    if tcp_bursts(ask) && (ask.reverse || ask.full_duplex) {
+        return Err(format!(
+            "{timed} over TCP with {}: linerate times the writes it sends, not the server's",
+            if ask.reverse { "-R" } else { "--full-duplex" }
+        ));
+    }
+    if tcp_bursts(ask) && ask.back.is_some() {
+        return Err(format!(
+            "{timed} over TCP with -d or -r: a test back of timed writes has not been checked against iperf 2's server; ask it without"
+        ));
+    }
+    if tcp_bursts(ask) && matches!(ask.amount, Amount::Bytes(_)) {
+        return Err(format!(
+            "{timed} over TCP with -n: each write goes whole with its fields; give a time (-t)"
+        ));
     }
     if ask.full_duplex && (ask.udp || ask.reverse) {
         return Err(format!(
@@ -271,10 +294,15 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
     };
     let length = Some(u64::from(ask.length));
     let transport = match ask.isochronous {
-        Some(frames) => StreamTransport::Video(linerate_model::VideoStream {
+        Some(frames) if ask.udp => StreamTransport::Video(linerate_model::VideoStream {
             length,
             ..linerate_model::VideoStream::of(iperf2_frames(frames, ask)?)
         }),
+        // Over TCP each frame is one write of its size (the data plane's bursts).
+        Some(frames) => {
+            iperf2_frames(frames, ask)?;
+            StreamTransport::plain(false, length, None, ask.nodelay)
+        }
         None => StreamTransport::plain(ask.udp, length, pps, ask.nodelay),
     };
     let request = TestRequest {
@@ -307,20 +335,24 @@ pub fn config_of(ask: &Iperf2Ask) -> Result<TestConfig, String> {
         cpus: sys::cpus(),
         udp_length: None,
     };
-    TestConfig::resolve(&request, &environment)
+    let mut config = TestConfig::resolve(&request, &environment)?;
+    if let (Some(frames), false) = (ask.isochronous, ask.udp) {
+        // Frames over TCP, a write each: the run keeps them as a video's (the sender's
+        // counts; iperf 2's server tells nothing back).
+        config.video = Some(iperf2_frames(frames, ask)?);
+    }
+    Ok(config)
 }
 
-/// `--isochronous` frames as iperf 2 carries them: over UDP, this way, for a time, their
-/// period whole microseconds (its frame fields say the period so: 30 a second is 33,333
-/// us, as iperf 2's own client sends it), the frames' load its rate.
+/// `--isochronous` frames as iperf 2 carries them: this way, for a time, their period
+/// whole microseconds (its frame fields say the period so: 30 a second is 33,333 us, as
+/// iperf 2's own client sends it), the frames' load its rate; over UDP in datagrams, over
+/// TCP a write each.
 fn iperf2_frames(
     frames: linerate_model::video::VideoSettings,
     ask: &Iperf2Ask,
 ) -> Result<linerate_model::video::VideoSettings, String> {
     let refused = |why: &str| Err(format!("--isochronous {why}"));
-    if !ask.udp {
-        return refused("over TCP: linerate sends video frames over UDP (-u)");
-    }
     if ask.reverse || ask.full_duplex {
         return refused(
             "with -R or --full-duplex: linerate sends frames to an iperf 2 server, not back",
@@ -518,8 +550,10 @@ fn open_streams(
                     failed(e.to_string())
                 }
             })?;
+            let start = tcp_bursts(ask).then(|| UnixTime::now().nanos());
+            let opening = iperf2::tcp_opening(header, start);
             stream
-                .write_all(&header.encode())
+                .write_all(&opening)
                 .map_err(|e| failed(format!("sending the test header: {e}")))?;
             connected.push((
                 stream.local_addr().map_err(|e| failed(e.to_string()))?,
@@ -596,8 +630,14 @@ fn start_plane(
         Amount::Bytes(bytes) => Some((this_side, bytes)),
         Amount::Seconds(_) | Amount::Unsaid => None,
     };
+    let frames = ask
+        .isochronous
+        .map(|frames| iperf2_frames(frames, ask))
+        .transpose()
+        .map_err(io::Error::other)?;
     let setup = PlaneSetup {
         trip_times: None,
+        tcp_bursts: tcp_bursts(ask).then_some(TcpBursts { frames }),
         threads: config.threads as usize,
         // A server that sends ends its test on its own clock, which started when its
         // header came: its last bytes are waited for, and its close is never early.

@@ -678,6 +678,7 @@ fn run(
     }
     let setup = PlaneSetup {
         trip_times,
+        tcp_bursts: None,
         // iperf 2's client ends a test it sends by closing: its close is never early, so
         // the tolerance for one covers the whole schedule. A test this side sends ends on
         // this side's schedule or count.

@@ -266,6 +266,7 @@ fn start_plane(
         .collect();
     let setup = PlaneSetup {
         trip_times: None,
+        tcp_bursts: None,
         peer_lead: Duration::ZERO,
         threads: config.threads as usize,
         drain: DRAIN,

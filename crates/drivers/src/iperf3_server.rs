@@ -443,6 +443,7 @@ fn start(
     let config = test.config.as_ref().expect("accepted");
     let setup = PlaneSetup {
         trip_times: None,
+        tcp_bursts: None,
         peer_lead: Duration::ZERO,
         threads: shared.config.threads.unwrap_or(config.threads as usize),
         drain: DRAIN,

@@ -622,6 +622,7 @@ fn start_plane(
     }
     let setup = PlaneSetup {
         trip_times: None,
+        tcp_bursts: None,
         threads: shared
             .config
             .threads

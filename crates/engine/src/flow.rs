@@ -286,6 +286,8 @@ pub struct WorkerPlan {
     pub peer_lead: Duration,
     /// iperf 2 `--trip-times` over TCP (`PlaneSetup::trip_times`).
     pub trip_times: Option<TripTimes>,
+    /// Sending TCP flows write iperf 2's bursts (`PlaneSetup::tcp_bursts`).
+    pub tcp_bursts: Option<crate::bursts::TcpBursts>,
 }
 
 /// Where the receiving TCP flows of a served iperf 2 `--trip-times` test put the latency
@@ -337,6 +339,7 @@ impl WorkerPlan {
             video_back: None,
             mptcp: false,
             trip_times: None,
+            tcp_bursts: None,
         }
     }
 

@@ -12,6 +12,7 @@
 //! - [`pacer`]: the per-flow token bucket behind `--rate`.
 //! - [`sys`]: Linux socket options, TCP_INFO, CPU pinning.
 
+pub mod bursts;
 mod conn;
 pub mod flow;
 mod nap;

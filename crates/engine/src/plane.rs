@@ -54,6 +54,9 @@ pub struct PlaneSetup {
     /// A served iperf 2 `--trip-times` test over TCP: the receiving flows follow the
     /// client's writes and put their latencies here at their end.
     pub trip_times: Option<crate::flow::TripTimes>,
+    /// `linerate iperf2 -c` over TCP with `--trip-times` or `--isochronous`: the sending
+    /// flows write iperf 2's bursts.
+    pub tcp_bursts: Option<crate::bursts::TcpBursts>,
 }
 
 /// The nominal timeline of a test, relative to its start.
@@ -186,6 +189,7 @@ impl DataPlane {
             budget,
             peer_lead,
             trip_times,
+            tcp_bursts,
         } = setup;
         let budgeted = budget.map_or(0, |(role, _)| {
             flows.iter().filter(|f| f.role == role).count()
@@ -235,6 +239,7 @@ impl DataPlane {
                 budget,
                 peer_lead,
                 trip_times: trip_times.clone(),
+                tcp_bursts,
                 observe: config.observe,
                 window: config.window,
                 count_marks: config.marks.is_some(),

@@ -10,6 +10,7 @@
 //! call returns `WouldBlock`. Ready flows wait in a FIFO and each gets [`OPS_PER_FLOW`]
 //! calls per visit, so thousands of flows on one worker are served fairly.
 
+use crate::bursts::BurstSender;
 use crate::conn::Stream;
 use crate::flow::{
     mismatch, outcome_of, send_sample, FlowCount, FlowOutcome, FlowSpec, Sample, WorkerPlan,
@@ -53,6 +54,9 @@ struct Flow {
     /// A receiving TCP flow of a served iperf 2 `--trip-times` test: the client's writes
     /// followed, and where their latencies go at the end.
     trip_times: Option<(linerate_proto::iperf2::BurstTracker, crate::flow::TripTimes)>,
+    /// A sending flow of `linerate iperf2 -c` under `--trip-times` or `--isochronous`:
+    /// its writes are iperf 2's bursts.
+    bursts: Option<BurstSender>,
     outcome: FlowOutcome,
 }
 
@@ -109,8 +113,23 @@ impl Flow {
                     drop(test);
                     (ours, shared)
                 }),
+            bursts: plan
+                .tcp_bursts
+                .filter(|_| spec.role == Role::Send)
+                .map(|bursts| BurstSender::new(&bursts, plan.length, wall_at(plan.start))),
             outcome,
         }
+    }
+
+    /// How long this flow must wait before it may write again: its pace, or (iperf 2's
+    /// frames) the next frame's due time.
+    fn wait(&mut self, now: Instant, start: Instant) -> Option<Duration> {
+        if let Some(wait) = self.pacer.as_mut().and_then(|p| p.delay(now)) {
+            return Some(wait);
+        }
+        let elapsed = now.saturating_duration_since(start).as_nanos() as u64;
+        let next = self.bursts.as_ref()?.not_before(elapsed)?;
+        Some(Duration::from_nanos(next - elapsed))
     }
 
     fn fail(&mut self, at: Duration, what: &str, error: &io::Error) {
@@ -301,6 +320,31 @@ impl Worker {
                     Step::Ended
                 }
             },
+            Role::Send if flow.bursts.is_some() => {
+                let bursts = flow.bursts.as_mut().expect("a burst sender");
+                // Each burst carries the wall clock as its first byte goes.
+                let elapsed = self.plan.start.elapsed().as_nanos() as u64;
+                let write_ns = linerate_model::clock::UnixTime::now().nanos();
+                let bytes = bursts.pending(elapsed, write_ns);
+                if bytes.is_empty() {
+                    return Step::Idle;
+                }
+                let length = bytes.len();
+                match flow.stream.write(bytes) {
+                    Ok(n) => {
+                        bursts.wrote(n);
+                        flow.bytes += n as u64;
+                        Step::Moved {
+                            short: n < length && flow.stream.short_means_drained(),
+                        }
+                    }
+                    Err(e) if is_idle(&e) => Step::Idle,
+                    Err(e) => {
+                        flow.fail(since, "send", &e);
+                        Step::Ended
+                    }
+                }
+            }
             Role::Send => {
                 let left = flow
                     .budget
@@ -396,6 +440,9 @@ impl Worker {
             .into_iter()
             .map(|mut flow| {
                 flow.outcome.bytes_total = flow.bytes;
+                if let Some(bursts) = &flow.bursts {
+                    flow.outcome.frames = bursts.counts();
+                }
                 if let Some((bursts, shared)) = &flow.trip_times {
                     shared
                         .lock()
@@ -412,6 +459,20 @@ impl Worker {
                 flow.outcome
             })
             .collect()
+    }
+}
+
+/// The wall clock (Unix ns) at `start`, which may be ahead: iperf 2's frames are due
+/// from it.
+fn wall_at(start: Instant) -> u64 {
+    let (mono_now, wall_now) = (
+        Instant::now(),
+        linerate_model::clock::UnixTime::now().nanos(),
+    );
+    if start >= mono_now {
+        wall_now + (start - mono_now).as_nanos() as u64
+    } else {
+        wall_now.saturating_sub((mono_now - start).as_nanos() as u64)
     }
 }
 
@@ -532,12 +593,11 @@ fn run_blocking(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
             }
             continue;
         }
-        if let Some(pacer) = worker.flows[0].pacer.as_mut() {
-            if let Some(wait) = pacer.delay(now) {
-                let boundary = worker.next_boundary_at().unwrap_or(now);
-                std::thread::sleep(wait.min(boundary.saturating_duration_since(now)));
-                continue;
-            }
+        let start = worker.plan.start;
+        if let Some(wait) = worker.flows[0].wait(now, start) {
+            let boundary = worker.next_boundary_at().unwrap_or(now);
+            std::thread::sleep(wait.min(boundary.saturating_duration_since(now)));
+            continue;
         }
         let since = worker.since(now);
         worker.step(0, since);
@@ -629,12 +689,11 @@ fn run_event_loop(worker: &mut Worker, stop: &AtomicBool) -> io::Result<()> {
             worker.flows[i].queued = false;
             let mut calls = 0;
             while calls < OPS_PER_FLOW && worker.flows[i].ready && !worker.flows[i].done {
-                if let Some(pacer) = worker.flows[i].pacer.as_mut() {
-                    if let Some(wait) = pacer.delay(now) {
-                        worker.flows[i].parked = true;
-                        timers.push(Reverse((now + wait, i)));
-                        break;
-                    }
+                let start = worker.plan.start;
+                if let Some(wait) = worker.flows[i].wait(now, start) {
+                    worker.flows[i].parked = true;
+                    timers.push(Reverse((now + wait, i)));
+                    break;
                 }
                 calls += 1;
                 match worker.step(i, since) {

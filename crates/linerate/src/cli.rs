@@ -985,12 +985,13 @@ pub struct Iperf2Args {
     /// TCP_NODELAY
     #[arg(short = 'N', long)]
     pub nodelay: bool,
-    /// UDP: every datagram's send time is the server's to read one-way delays from (its
-    /// report carries them where it takes the two clocks as one)
+    /// Every datagram's (UDP) or write's (TCP) send time is the server's to read one-way
+    /// delays from (where it takes the two clocks as one)
     #[arg(long)]
     pub trip_times: bool,
-    /// UDP video frames, as iperf 2's --isochronous[=FPS:MEAN,STDEV] [default: 60:20m,0]
-    #[arg(long, value_name = "FPS:MEAN[,STDEV]", num_args = 0..=1, require_equals = true, default_missing_value = linerate_model::video::DEFAULT_SPEC, value_parser = isochronous, requires = "udp")]
+    /// Video frames, as iperf 2's --isochronous[=FPS:MEAN,STDEV] [default: 60:20m,0]: in
+    /// datagrams (-u), or a TCP write each
+    #[arg(long, value_name = "FPS:MEAN[,STDEV]", num_args = 0..=1, require_equals = true, default_missing_value = linerate_model::video::DEFAULT_SPEC, value_parser = isochronous)]
     pub isochronous: Option<linerate_model::video::VideoSettings>,
     /// The server sends and this side receives (over TCP on the same connections)
     #[arg(short = 'R', long)]

@@ -1185,6 +1185,138 @@ fn linerate_iperf2_isochronous_frames_are_put_together_by_a_real_iperf2_server()
     assert!(total <= sent && sent <= total + 9.0, "{text}");
 }
 
+/// The burst latency iperf 2's server prints for a `--trip-times` TCP test (`-e`): its
+/// mean (ms), and the count and size of the writes it timed, from `... 0.139/0.025/7.779/
+/// 0.291 ms (57195/131072) ...`.
+fn server_burst_latency(log: &str) -> Option<(f64, f64, f64)> {
+    let line = log
+        .lines()
+        .rfind(|l| l.contains(" sec ") && l.contains(" ms ("))?;
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let at = fields.iter().position(|f| *f == "ms")?;
+    let mean = fields
+        .get(at.checked_sub(1)?)?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()?;
+    let (count, size) = fields
+        .get(at + 1)?
+        .trim_matches(|c| c == '(' || c == ')')
+        .split_once('/')?;
+    Some((mean, count.parse().ok()?, size.parse().ok()?))
+}
+
+/// `linerate iperf2 -c` over TCP with `--trip-times` and with `--isochronous`, against
+/// Debian's iperf 2 server (2.1.8) over a veth pair. Each write begins with iperf 2's
+/// burst fields, after a header that says its own length and carries the test's start:
+/// the server times every whole write (its burst latency's count is linerate's 128 KiB
+/// writes, less the one the test's end may cut) and reads linerate's bytes; under
+/// `--isochronous` each frame is one write at its due time, the server read exactly
+/// linerate's bytes and its 80-byte header, and the frames due at 60 a second went (or
+/// were skipped, said so). Timed writes with `-R` or `-n` are refused, exit 2.
+#[test]
+fn linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads_them() {
+    let test = "linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads_them";
+    if !iperf2_over_veth(test) {
+        return;
+    }
+    for refused in [
+        &["--trip-times", "-R"][..],
+        &["--trip-times", "-n", "1M"],
+        &["--isochronous=60:8m", "-n", "1M"],
+    ] {
+        let mut args = vec!["--no-store", "iperf2", "-c", "127.0.0.1"];
+        args.extend_from_slice(refused);
+        let out = linerate(&args);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {}", stderr(&out));
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let pair = VethPair::new("ip2tt");
+    let logs = tempfile::tempdir().unwrap();
+    let (timed_server, timed_log) = iperf2_server_in(&pair, &logs, "-e", "timed");
+    std::thread::sleep(Duration::from_millis(500));
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "--no-store",
+            "iperf2",
+            "-c",
+            &pair.addr_b,
+            "--trip-times",
+            "-t",
+            "2",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ours = num(&json(&out), "/flows/0/sender_bytes_total");
+    std::thread::sleep(Duration::from_millis(500));
+    drop(timed_server);
+    let served = std::fs::read_to_string(&timed_log).unwrap();
+    let (mean_ms, count, size) =
+        server_burst_latency(&served).unwrap_or_else(|| panic!("iperf 2's server said: {served}"));
+    let writes = (ours / size).floor();
+    eprintln!(
+        "--trip-times: linerate wrote {ours} bytes ({writes} writes of {size}); iperf 2's \
+         server timed {count}, {mean_ms} ms mean"
+    );
+    assert_eq!(size, 131_072.0, "{served}");
+    assert!(
+        count == writes || count + 1.0 == writes,
+        "{count} timed of {writes} written: {served}"
+    );
+    assert!(mean_ms > 0.0 && mean_ms < 100.0, "{served}");
+
+    let (frames_server, frames_log) = iperf2_server_in(&pair, &logs, "-y C", "frames");
+    std::thread::sleep(Duration::from_millis(500));
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "--no-store",
+            "iperf2",
+            "-c",
+            &pair.addr_b,
+            "--isochronous=60:8m,2m",
+            "-t",
+            "2",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    let ours = num(&doc, "/flows/0/sender_bytes_total");
+    let way = &doc["summary"]["video"]["ways"][0];
+    std::thread::sleep(Duration::from_millis(500));
+    drop(frames_server);
+    let counted = csv_lines(&std::fs::read_to_string(&frames_log).unwrap());
+    let theirs: f64 = counted
+        .first()
+        .unwrap_or_else(|| panic!("no server line: {counted:?}"))[7]
+        .parse()
+        .unwrap();
+    let (sent, skipped) = (num(way, "/sent"), num(way, "/skipped"));
+    eprintln!(
+        "--isochronous: linerate sent {sent} frames ({skipped} skipped) in {ours} bytes; \
+         iperf 2's server read {theirs}"
+    );
+    assert_eq!(
+        theirs,
+        ours + 80.0,
+        "the header and its start, then the frames"
+    );
+    // Frames due in 2 s at 60 a second: sent, or skipped where the sender came back more
+    // than a period late (beside the other tests' streams on two CPUs).
+    assert!((110.0..=121.0).contains(&(sent + skipped)), "{way}");
+    assert!(sent >= 100.0, "{way}");
+    assert_eq!(
+        way["unseen"], true,
+        "iperf 2's server tells nothing back: {way}"
+    );
+    // 8 Mbit/s of frames for 2 s, within the spread of 120 log-normal draws.
+    assert!((1.6e6..=2.4e6).contains(&ours), "{ours} bytes");
+}
+
 /// `linerate iperf2 -c --full-duplex` against Debian's iperf 2 server (2.1.8) over a veth
 /// pair: both ends send on the one connection at once. This side read exactly what the
 /// server says it wrote, and the server read what this side sent (its header too, and

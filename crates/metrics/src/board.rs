@@ -512,7 +512,7 @@ fn video_figures(
     let c = &way.counts;
     Figures {
         goodput_bps: Some(report.summary.receiver_bps),
-        loss_ratio: (c.sent > 0)
+        loss_ratio: (c.sent > 0 && !way.unseen)
             .then(|| ((way.lost + c.partial + c.late) as f64 / c.sent as f64).min(1.0)),
         rtt: (c.latency_us.count > 0).then(|| Transactions::of(&c.latency_us)),
         duration_s: report.summary.duration_s,

@@ -200,6 +200,7 @@ fn video(sent: u64, lost: u64, partial: u64, late: u64) -> linerate_report::Repo
         },
         received_bps: 0.0,
         qoo: None,
+        unseen: false,
     };
     let settings = VideoSettings::parse("4:4m").unwrap();
     client_report(

@@ -29,6 +29,10 @@ pub mod flag {
     pub const BOUNCEBACK: u32 = 0x0080_0000;
     /// With [`VERSION1`]: the test back runs at once (`-d`), not after this one (`-r`).
     pub const RUN_NOW: u32 = 0x0000_0001;
+    /// The header's length is in the flags' [`LENGTH_MASK`] bits (shifted left once): a
+    /// server reads that many bytes of header, not the base and extended headers' own.
+    pub const LENGTH: u32 = 0x0001_0000;
+    pub const LENGTH_MASK: u32 = 0x0000_01fe;
 }
 
 /// The extended header's test flags (the upper half of its flags word).
@@ -515,8 +519,95 @@ mod burst_field {
     pub const SENT_SECONDS: usize = 20;
     pub const SENT_MICROS: usize = 24;
     pub const SIZE: usize = 48;
+    /// A running count of the bursts, low and high words.
+    pub const SEQUENCE_LOW: usize = 52;
+    pub const SEQUENCE_HIGH: usize = 56;
     /// The bytes read before a write's fields are known.
     pub const HEADER: usize = 56;
+}
+
+/// The fields iperf 2's server reads at the start of each TCP write (its burst) under
+/// `--trip-times` or `--isochronous`: it reads this many, then the burst's size less them
+/// (2.1.8's `TCP_burst_payload`; [`BurstTracker`] needs only the first
+/// `burst_field::HEADER` of them).
+pub const BURST_FIELDS_LEN: usize = 92;
+
+/// What a TCP client sends before its first write: `header` and, under `--trip-times`
+/// or `--isochronous` (`start_ns`: the test's start, Unix), the start extension, with the
+/// length the flags must then say (2.1.8's server reads only the base and extended
+/// headers' own 60 bytes otherwise, and takes the start for payload).
+pub fn tcp_opening(header: &ClientHeader, start_ns: Option<u64>) -> Vec<u8> {
+    let mut opening = header.encode().to_vec();
+    if let Some(start_ns) = start_ns {
+        opening.extend(start_extension(start_ns));
+        let length = opening.len() as u32;
+        let flags = u32::from_be_bytes(opening[0..4].try_into().expect("four bytes"))
+            | flag::LENGTH
+            | ((length << 1) & flag::LENGTH_MASK);
+        opening[0..4].copy_from_slice(&flags.to_be_bytes());
+    }
+    opening
+}
+
+/// What a TCP client's header carries after [`HEADER_LEN`] under `--trip-times` or
+/// `--isochronous`: a reserved word, the test's start (seconds and microseconds of the
+/// wall clock) and two words of a pacing rate, unused here.
+pub fn start_extension(start_ns: u64) -> [u8; TRIP_TIMES_HEADER_EXTRA] {
+    let mut extension = [0u8; TRIP_TIMES_HEADER_EXTRA];
+    let (seconds, micros) = seconds_micros(start_ns);
+    extension[4..8].copy_from_slice(&seconds.to_be_bytes());
+    extension[8..12].copy_from_slice(&micros.to_be_bytes());
+    extension
+}
+
+fn seconds_micros(unix_ns: u64) -> (u32, u32) {
+    (
+        (unix_ns / 1_000_000_000) as u32,
+        (unix_ns % 1_000_000_000 / 1_000) as u32,
+    )
+}
+
+/// The fields that begin each burst a TCP client sends under `--trip-times` (a write)
+/// or `--isochronous` (a frame), sans IO: the test's start, the burst's send time, its
+/// period and number (a frame's), its size with the fields, and a running count.
+#[derive(Debug, Clone)]
+pub struct BurstWriter {
+    start_ns: u64,
+    period_us: u32,
+    written: u64,
+}
+
+impl BurstWriter {
+    /// Bursts of a test that started at `start_ns` (Unix), frames `period_us` apart (0:
+    /// plain writes).
+    pub fn new(start_ns: u64, period_us: u32) -> BurstWriter {
+        BurstWriter {
+            start_ns,
+            period_us,
+            written: 0,
+        }
+    }
+
+    /// The fields of burst `id` (a frame's number from 1; plain writes are numbered in
+    /// turn) of `size` bytes, fields included, written at `write_ns` (Unix).
+    pub fn fields(&mut self, id: Option<u32>, size: u32, write_ns: u64) -> [u8; BURST_FIELDS_LEN] {
+        self.written += 1;
+        let mut fields = [0u8; BURST_FIELDS_LEN];
+        let mut put =
+            |at: usize, value: u32| fields[at..at + 4].copy_from_slice(&value.to_be_bytes());
+        let (start_s, start_us) = seconds_micros(self.start_ns);
+        let (write_s, write_us) = seconds_micros(write_ns);
+        put(burst_field::START_SECONDS, start_s);
+        put(burst_field::START_MICROS, start_us);
+        put(burst_field::SENT_SECONDS, write_s);
+        put(burst_field::SENT_MICROS, write_us);
+        put(burst_field::PERIOD_US, self.period_us);
+        put(burst_field::ID, id.unwrap_or(self.written as u32));
+        put(burst_field::SIZE, size);
+        put(burst_field::SEQUENCE_LOW, self.written as u32);
+        put(burst_field::SEQUENCE_HIGH, (self.written >> 32) as u32);
+        fields
+    }
 }
 
 /// The one-way delay of an iperf 2 client's TCP writes (`--trip-times` over TCP), sans
@@ -1445,6 +1536,63 @@ mod tests {
         write[24..28].copy_from_slice(&((sent_ns % 1_000_000_000 / 1000) as u32).to_be_bytes());
         write[48..52].copy_from_slice(&size.to_be_bytes());
         write
+    }
+
+    /// What a client writes is what a server reads: a header's start extension and
+    /// frames of [`BurstWriter`]'s fields, read by a served connection's tracker, are
+    /// each frame whole, numbered as written, timed from its send time, its size its own.
+    #[test]
+    fn a_burst_writers_frames_are_read_back_as_written() {
+        let start = 1_796_000_000_123_456_000u64;
+        let ms = 1_000_000u64;
+        let extension = start_extension(start);
+        assert_eq!(extension.len(), TRIP_TIMES_HEADER_EXTRA);
+        // The opening says its own length (80) in the flags; without a start, none.
+        let header = ClientHeader::plain(1, Amount::Seconds(2.0));
+        let opening = tcp_opening(&header, Some(start));
+        assert_eq!(opening.len(), HEADER_LEN + TRIP_TIMES_HEADER_EXTRA);
+        let flags = u32::from_be_bytes(opening[0..4].try_into().unwrap());
+        assert_eq!(flags & flag::LENGTH_MASK, 80 << 1);
+        assert!(flags & flag::LENGTH != 0 && flags & flag::EXTEND != 0);
+        assert_eq!(&opening[HEADER_LEN..], &extension);
+        assert_eq!(
+            ClientHeader::decode(&opening).unwrap().map(|h| h.threads),
+            Some(1)
+        );
+        assert_eq!(tcp_opening(&header, None), header.encode().to_vec());
+        assert_eq!(
+            u32::from_be_bytes(extension[4..8].try_into().unwrap()),
+            1_796_000_000
+        );
+        assert_eq!(
+            u32::from_be_bytes(extension[8..12].try_into().unwrap()),
+            123_456
+        );
+        let mut writer = BurstWriter::new(start, 16_667);
+        let mut stream = extension.to_vec();
+        for id in 1..=3u32 {
+            let size = 1_000 * id;
+            let sent = start + u64::from(id - 1) * 16_667_000 + 100_000;
+            let mut frame = vec![0u8; size as usize];
+            frame[..BURST_FIELDS_LEN].copy_from_slice(&writer.fields(Some(id), size, sent));
+            stream.extend(frame);
+        }
+        let test = BurstTracker::isochronous();
+        let mut served = test.for_a_connection();
+        served.feed(&stream, start + 60 * ms);
+        let transit = served.transit().expect("three writes timed");
+        assert_eq!(transit.count, 3);
+        let frames = served.frames().expect("frames").counts();
+        assert_eq!(frames.whole, 3, "{frames:?}");
+        assert!(!served.lost_track());
+        // Plain writes are numbered in turn, each its own running count.
+        let mut plain = BurstWriter::new(start, 0);
+        let first = plain.fields(None, 500, start);
+        let second = plain.fields(None, 500, start + ms);
+        let id = |f: &[u8; BURST_FIELDS_LEN]| u32::from_be_bytes(f[44..48].try_into().unwrap());
+        assert_eq!((id(&first), id(&second)), (1, 2));
+        assert_eq!(u32::from_be_bytes(second[52..56].try_into().unwrap()), 2);
+        assert_eq!(u32::from_be_bytes(second[48..52].try_into().unwrap()), 500);
     }
 
     /// Writes read whole, split at any byte, and several in one read: each write's

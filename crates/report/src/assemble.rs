@@ -576,7 +576,7 @@ fn score_ways(video: &mut VideoSummary, given: Option<&linerate_model::qoo::Requ
         Some(_) => Requirement::game(0.0),
         None => Requirement::interactive_video(0.0),
     });
-    for way in &mut video.ways {
+    for way in video.ways.iter_mut().filter(|w| !w.unseen) {
         let c = &way.counts;
         let sent = c.sent.max(c.whole + c.partial);
         let shown = c.whole.saturating_sub(c.late);
@@ -615,6 +615,7 @@ fn video_summary(
             if sent.peek().is_none() && received.peek().is_none() {
                 return None;
             }
+            let unseen = received.peek().is_none();
             let mut counts = linerate_model::video::FrameCounts::default();
             let mut lateness = linerate_model::latency::LatencyHistogram::new();
             for s in sent {
@@ -660,10 +661,15 @@ fn video_summary(
             let read: u64 = receivers().map(|f| f.window_bytes).sum();
             Some(VideoWay {
                 direction,
-                lost: counts.sent.saturating_sub(counts.whole + counts.partial),
+                lost: if unseen {
+                    0
+                } else {
+                    counts.sent.saturating_sub(counts.whole + counts.partial)
+                },
                 counts,
                 received_bps: read as f64 * 8.0 / window.max(1e-9),
                 qoo: None,
+                unseen,
             })
         })
         .collect();
@@ -834,6 +840,14 @@ mod tests {
             "{}",
             way.received_bps
         );
+        assert!(!way.unseen);
+        // A way no receiver counted (an iperf 2 server's): the sender's counts alone,
+        // nothing said lost, not scored.
+        let mut alone = video_summary(settings, &local, &SideResult::default());
+        score_ways(&mut alone, None);
+        let way = &alone.ways[0];
+        assert!(way.unseen && way.lost == 0 && way.qoo.is_none(), "{way:?}");
+        assert_eq!(way.counts.sent, 120);
         let mut report = crate::fixtures::report(config);
         report.summary.video = Some(video);
         let text = crate::text::render_summary(&report, crate::units::Scale::Adaptive, false);

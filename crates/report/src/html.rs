@@ -1008,6 +1008,7 @@ mod tests {
             },
             received_bps: 0.0,
             qoo: None,
+            unseen: false,
         };
         let mut report =
             crate::fixtures::report(crate::fixtures::config(linerate_model::Direction::Bidir, 1));

@@ -132,6 +132,25 @@ pub fn isoch_figures(
     )
 }
 
+/// The figures' column header of an `--isochronous` sender over TCP: a frame is a write,
+/// and linerate does not count its writes one by one (no `Write/Err` column).
+pub const TCP_ISOCH_FIGURES_HEADER: &str =
+    "[ ID] Interval       Transfer     Bandwidth       isoch:tx/miss/slip";
+
+/// An `--isochronous` sender's figures over TCP: a span's, and its frames sent, missed
+/// and its slips (`None` within the test: `-/-/-`).
+pub fn tcp_isoch_figures(
+    label: String,
+    span: (f64, f64),
+    bytes: u64,
+    frames: Option<[u64; 3]>,
+) -> String {
+    let frames = frames.map_or("-/-/-".to_string(), |[sent, missed, slips]| {
+        format!("{sent:>4}/{missed}/{slips}")
+    });
+    format!("{}  {frames}", figures(label, span, bytes))
+}
+
 /// What a UDP test's server reported, as its report's lines show it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ServerFigures {

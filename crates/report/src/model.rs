@@ -276,6 +276,11 @@ pub struct VideoWay {
     /// shown in time against the run's requirement (`config.qoo`) or the pattern's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qoo: Option<linerate_model::qoo::QooScore>,
+    /// No receiver counted this way's frames (an iperf 2 server tells its client none):
+    /// the sender's counts alone; `lost` is 0 and the way is not scored, as nothing is
+    /// known of what arrived.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unseen: bool,
 }
 
 /// A call-shaped test, each way scored by the E-model (`linerate_model::call`).

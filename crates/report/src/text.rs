@@ -615,7 +615,8 @@ fn video_lines(video: &VideoSummary) -> String {
     let words = |v: &linerate_model::video::VideoSettings| {
         format!(
             "{} frames/s, {} mean, {} sd{}",
-            v.fps,
+            // iperf 2's period is whole microseconds: 60 a second is 59.9988.
+            (v.fps * 1e4).round() / 1e4,
             format_rate(v.mean_bps as f64, Scale::Adaptive),
             format_rate(v.stdev_bps as f64, Scale::Adaptive),
             match v.key_frames {
@@ -642,6 +643,17 @@ fn video_lines(video: &VideoSummary) -> String {
     };
     for way in &video.ways {
         let c = &way.counts;
+        if way.unseen {
+            let _ = writeln!(
+                out,
+                "  {:<15} {} sent, sender skipped {}, {} slips; no receiver counted them (an iperf 2 server tells its client none)",
+                way_name(way.direction),
+                c.sent,
+                c.skipped,
+                c.slips
+            );
+            continue;
+        }
         let latency = if c.latency_us.count == 0 {
             "frame latency not measured".to_string()
         } else {
@@ -658,10 +670,7 @@ fn video_lines(video: &VideoSummary) -> String {
             out,
             "  {:<15} {} sent: {} whole{}, {} in part, {} lost, {} late; {latency}; \
              sender skipped {}, started them {} ms late at p99 (at most {:.3})",
-            match way.direction {
-                linerate_model::Direction::Reverse => "server→client",
-                _ => "client→server",
-            },
+            way_name(way.direction),
             c.sent,
             c.whole,
             match c.largest_whole_bytes {
@@ -999,6 +1008,14 @@ pub fn side_by_side(
         table.add_row(row);
     }
     table
+}
+
+/// A video way's name in the text report.
+fn way_name(direction: linerate_model::Direction) -> &'static str {
+    match direction {
+        linerate_model::Direction::Reverse => "server→client",
+        _ => "client→server",
+    }
 }
 
 #[cfg(test)]
