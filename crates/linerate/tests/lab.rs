@@ -5796,9 +5796,15 @@ fn stamp_irtt_against_irtts_server_agrees_with_irtts_client_and_the_emulator() {
             (ours_ms - theirs_ms).abs() <= 0.1 + 2.0 * noise,
             "{ours_at}: linerate {ours_ms:.3} ms against irtt's {theirs_ms:.3} ms"
         );
+        // The emulator's mean holding time carries its own lateness, which a few frames
+        // released milliseconds late on a busy host raise above the median frame's (seen:
+        // 40.180 ms held on average against a median of 40.055 with one frame 22.7 ms
+        // late); the time it meant to hold them is the floor.
+        let mean_late_ms = way(i, "late_sum_ns") / way(i, "passed") / 1e6;
         assert!(
-            ours_ms >= held_ms - 0.01 && ours_ms <= held_ms + 0.5 + late_ms + 2.0 * ours_ipdv,
-            "{ours_at}: linerate {ours_ms:.3} ms, the emulator held {held_ms:.3} ms"
+            ours_ms >= held_ms - mean_late_ms - 0.01
+                && ours_ms <= held_ms + 0.5 + late_ms + 2.0 * ours_ipdv,
+            "{ours_at}: linerate {ours_ms:.3} ms, the emulator held {held_ms:.3} ms ({mean_late_ms:.3} ms of it late on average)"
         );
     }
     // The emulator's drops out are both sessions': irtt's own are what it sent less what
