@@ -4140,6 +4140,8 @@ mos_for = "10s"
     );
     let before = emulator_status(&name);
     let out = lab_mesh_run(&name, &mesh.db, &mesh.file, 3);
+    // The status file is written every second.
+    std::thread::sleep(Duration::from_millis(1_200));
     let after = emulator_status(&name);
     let dropped = |way: usize| {
         let path = format!("/directions/{way}/counters/lost");
@@ -5658,6 +5660,8 @@ fn irtt_over_the_lab_sees_each_ways_delay_and_loss_as_the_emulator_made_them() {
         "exec", "--name", &name, "client", "--", "timeout", "-s", "KILL", "40", "irtt", "client",
         "-Q", "-o", "-", "-d", "6s", "-i", "10ms", "-l", "172", "server",
     ]);
+    // The status file is written every second.
+    std::thread::sleep(Duration::from_millis(1_200));
     let after = emulator_status(&name);
     let _ = serve.kill();
     let _ = serve.wait();
@@ -5750,6 +5754,9 @@ fn stamp_irtt_against_irtts_server_agrees_with_irtts_client_and_the_emulator() {
         "--json",
     ]);
     let theirs = theirs.wait_with_output().expect("irtt client");
+    // The status file is rewritten once a second: read after one more, it holds every
+    // frame of the sessions (read at once, it once missed the last second's drops).
+    std::thread::sleep(Duration::from_millis(1_200));
     let after = emulator_status(&name);
     let _ = server.kill();
     let _ = server.wait();
