@@ -132,6 +132,16 @@ impl Flow {
         Some(Duration::from_nanos(next - elapsed))
     }
 
+    /// What a failed call means: nothing to do now (the socket would block), or the
+    /// flow's end, recorded.
+    fn failed(&mut self, at: Duration, what: &str, error: &io::Error) -> Step {
+        if is_idle(error) {
+            return Step::Idle;
+        }
+        self.fail(at, what, error);
+        Step::Ended
+    }
+
     fn fail(&mut self, at: Duration, what: &str, error: &io::Error) {
         if self.outcome.error.is_none() {
             self.outcome.error = Some(format!(
@@ -338,11 +348,7 @@ impl Worker {
                             short: n < length && flow.stream.short_means_drained(),
                         }
                     }
-                    Err(e) if is_idle(&e) => Step::Idle,
-                    Err(e) => {
-                        flow.fail(since, "send", &e);
-                        Step::Ended
-                    }
+                    Err(e) => flow.failed(since, "send", &e),
                 }
             }
             Role::Send => {
@@ -374,11 +380,7 @@ impl Worker {
                             short: n < length && flow.stream.short_means_drained(),
                         }
                     }
-                    Err(e) if is_idle(&e) => Step::Idle,
-                    Err(e) => {
-                        flow.fail(since, "send", &e);
-                        Step::Ended
-                    }
+                    Err(e) => flow.failed(since, "send", &e),
                 }
             }
             _ => match flow.stream.read(&mut self.receive_buffer) {
@@ -418,11 +420,7 @@ impl Worker {
                         short: n < self.receive_buffer.len() && flow.stream.short_means_drained(),
                     }
                 }
-                Err(e) if is_idle(&e) => Step::Idle,
-                Err(e) => {
-                    flow.fail(since, "receive", &e);
-                    Step::Ended
-                }
+                Err(e) => flow.failed(since, "receive", &e),
             },
         };
         if !flow.spent && flow.budget.is_some_and(|b| flow.bytes >= b) {

@@ -99,6 +99,37 @@ fn write_status(path: &PathBuf, status: &Status) -> io::Result<()> {
     std::fs::rename(temporary, path)
 }
 
+/// The frame log asked for (`--frame-log`), its header written; the wall clock it gives
+/// is read a moment before the bridge's clock starts (within microseconds).
+fn open_frame_log(options: &RunOptions) -> Result<Option<FrameLog>, BridgeError> {
+    options
+        .frame_log
+        .as_ref()
+        .map(|file| {
+            FrameLog::create(file, &options.interfaces, UnixTime::now().nanos())
+                .map_err(|error| frame_log_error(file, error))
+        })
+        .transpose()
+}
+
+fn frame_log_error(file: &std::path::Path, error: io::Error) -> BridgeError {
+    BridgeError::FrameLog {
+        path: file.display().to_string(),
+        error,
+    }
+}
+
+/// What `linerate impair` prints as it starts: the path, how tests record it, and the
+/// per-second lines' header.
+fn opening(path: &PathFacts) -> String {
+    format!(
+        "{}\nTests across this path record it when run with {}='{}'\n{HEADER}",
+        path.summary(),
+        linerate_model::PATH_ENV,
+        serde_json::to_string(path).unwrap_or_default()
+    )
+}
+
 /// Runs the bridge until the duration passes or `stop` is set; returns the final status.
 pub fn run(
     options: &RunOptions,
@@ -110,18 +141,7 @@ pub fn run(
     let ports = Ports::open(a, b, options.path.offloads, threads)?;
     let names = [format!("{a} -> {b}"), format!("{b} -> {a}")];
     let bridge_stop = Arc::new(AtomicBool::new(false));
-    let frame_log = match &options.frame_log {
-        // The wall clock a moment before the bridge's clock starts: within microseconds.
-        Some(file) => Some(
-            FrameLog::create(file, &options.interfaces, UnixTime::now().nanos()).map_err(
-                |error| BridgeError::FrameLog {
-                    path: file.display().to_string(),
-                    error,
-                },
-            )?,
-        ),
-        None => None,
-    };
+    let frame_log = open_frame_log(options)?;
     let bridge = Bridge::start(
         ports,
         options.forward,
@@ -145,14 +165,7 @@ pub fn run(
         write_status(file, &status_of(&bridge, true, bridge.status())).map_err(io_error)?;
     }
     if !options.quiet {
-        let _ = writeln!(out, "{}", options.path.summary());
-        let _ = writeln!(
-            out,
-            "Tests across this path record it when run with {}='{}'",
-            linerate_model::PATH_ENV,
-            serde_json::to_string(&options.path).unwrap_or_default()
-        );
-        let _ = writeln!(out, "{HEADER}");
+        let _ = writeln!(out, "{}", opening(&options.path));
     }
     let mut before = bridge.status();
     let mut last_second = 0.0;
@@ -196,10 +209,7 @@ pub fn run(
     let elapsed = bridge.elapsed().as_secs_f64();
     let final_status = bridge.stop().map_err(io_error)?;
     if let (Some(log), Some(file)) = (frame_log, &options.frame_log) {
-        log.finish().map_err(|error| BridgeError::FrameLog {
-            path: file.display().to_string(),
-            error,
-        })?;
+        log.finish().map_err(|error| frame_log_error(file, error))?;
     }
     let status = Status {
         running: false,

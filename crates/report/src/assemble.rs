@@ -760,6 +760,31 @@ mod tests {
     use super::*;
     use crate::fixtures::{config, flow};
 
+    /// A way no receiver counted (an iperf 2 server's, which tells its client none): the
+    /// sender's counts alone, none said lost, not scored.
+    #[test]
+    fn a_video_way_no_receiver_counted_is_unseen_not_lost() {
+        use linerate_model::video::{FrameCounts, VideoSettings};
+        let settings = VideoSettings::parse("60:8m,2m").unwrap();
+        let local = SideResult {
+            flows: vec![FlowSide {
+                frames: Some(FrameCounts {
+                    sent: 120,
+                    skipped: 1,
+                    ..Default::default()
+                }),
+                ..flow(0, Role::Send, 1000, 1.0, 0)
+            }],
+            ..Default::default()
+        };
+        // An iperf 2 server's side: no frames counted.
+        let mut video = video_summary(settings, &local, &SideResult::default());
+        score_ways(&mut video, None);
+        let way = &video.ways[0];
+        assert!(way.unseen && way.lost == 0 && way.qoo.is_none(), "{way:?}");
+        assert_eq!((way.counts.sent, way.counts.skipped), (120, 1));
+    }
+
     /// A video test's way joins the sender's frame counts with the receivers' (two flows,
     /// their latencies merged from their buckets), counts as lost the frames neither
     /// whole nor in part, and heads a mesh row with the median frame's latency.
@@ -841,13 +866,6 @@ mod tests {
             way.received_bps
         );
         assert!(!way.unseen);
-        // A way no receiver counted (an iperf 2 server's): the sender's counts alone,
-        // nothing said lost, not scored.
-        let mut alone = video_summary(settings, &local, &SideResult::default());
-        score_ways(&mut alone, None);
-        let way = &alone.ways[0];
-        assert!(way.unseen && way.lost == 0 && way.qoo.is_none(), "{way:?}");
-        assert_eq!(way.counts.sent, 120);
         let mut report = crate::fixtures::report(config);
         report.summary.video = Some(video);
         let text = crate::text::render_summary(&report, crate::units::Scale::Adaptive, false);
