@@ -75,10 +75,10 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
             "with --key-frames 1000:100, a key frame of",
         ),
         (vec!["stream", "-u", "--key-frames", "60"], "--isochronous"),
-        // iperf 2's frames: over UDP, for a time.
+        // iperf 2's frames: this way (over UDP or TCP), for a time.
         (
-            vec!["iperf2", "-c", "127.0.0.1", "--isochronous=30:4m"],
-            "--udp",
+            vec!["iperf2", "-c", "127.0.0.1", "--isochronous=30:4m", "-R"],
+            "-R",
         ),
         (
             vec![

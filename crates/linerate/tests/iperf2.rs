@@ -987,6 +987,9 @@ fn linerate_iperf2_client_is_counted_by_a_real_iperf2_server() {
     if !iperf2_over_veth(test) {
         return;
     }
+    // One iperf 2 test at a time: beside another's streams on two CPUs, the timed ones
+    // lose datagrams and frames.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let pair = VethPair::new("ip2c");
     let logs = tempfile::tempdir().unwrap();
     let server = |udp: bool, tag: &str| {
@@ -1329,6 +1332,9 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
     if !iperf2_over_veth(test) {
         return;
     }
+    // One iperf 2 test at a time: beside another's streams on two CPUs, the timed ones
+    // lose datagrams and frames.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     for other in ["-R", "-u"] {
         let refused = linerate(&[
             "--no-store",
@@ -1416,6 +1422,9 @@ fn linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends() {
     if !iperf2_over_veth(test) {
         return;
     }
+    // One iperf 2 test at a time: beside another's streams on two CPUs, the timed ones
+    // lose datagrams and frames.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let refused = linerate(&[
         "--no-store",
         "iperf2",
@@ -1572,6 +1581,9 @@ fn linerate_iperf2_client_asks_a_real_iperf2_server_for_a_test_back() {
     if !iperf2_over_veth(test) {
         return;
     }
+    // One iperf 2 test at a time: beside another's streams on two CPUs, the timed ones
+    // lose datagrams and frames.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let pair = VethPair::new("ip2d");
     let logs = tempfile::tempdir().unwrap();
     let (_server, log) = iperf2_server_in(&pair, &logs, "-y C", "back");
@@ -1644,6 +1656,9 @@ fn linerate_iperf2_client_counts_a_udp_test_back_from_a_real_iperf2_server() {
     if !iperf2_over_veth(test) {
         return;
     }
+    // One iperf 2 test at a time: beside another's streams on two CPUs, the timed ones
+    // lose datagrams and frames.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let pair = VethPair::new("ip2u");
     let logs = tempfile::tempdir().unwrap();
     let (_server, log) = iperf2_server_in(&pair, &logs, "-u -e", "udp-back");
