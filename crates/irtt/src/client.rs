@@ -146,6 +146,15 @@ impl ForeignWire for IrttWire {
         self.answer_flags(bytes)
             .is_some_and(|flags| flags & flag::CLOSE != 0)
     }
+
+    /// irtt's window, 0 while the server holds it unreliable (a request came out of
+    /// order): `None` then, and where the session did not ask for it.
+    fn received_window(&self, bytes: &[u8]) -> Option<u64> {
+        let at = self.layout.window?;
+        (bytes.len() >= at + 8)
+            .then(|| wire::le_u64(bytes, at))
+            .filter(|w| *w != 0)
+    }
 }
 
 /// Opens a session on `socket` to `addr`: the parameters asked, tried as irtt's client

@@ -149,7 +149,7 @@ pub enum Command {
     /// Send traffic shaped like an application and score it as its users would: a call's
     /// MOS each way
     #[command(
-        after_help = "Examples:\n  linerate app 192.0.2.1 --pattern voip\n  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern video --isochronous 60:8m,2m\n  linerate app 192.0.2.1 --pattern game --state 128:1m,300k"
+        after_help = "Examples:\n  linerate app 192.0.2.1 --pattern voip\n  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern voip --peer irtt          a call to an irtt server (port 2112)\n  linerate app 192.0.2.1 --pattern video --isochronous 60:8m,2m\n  linerate app 192.0.2.1 --pattern game --state 128:1m,300k"
     )]
     App(AppArgs),
     /// Measure request/response round trips and transaction rates (TCP or UDP)
@@ -1794,11 +1794,23 @@ pub struct AppArgs {
     /// played too late, lost), or `adaptive[:MOST]` (follows the jitter) [default: 60ms]
     #[arg(long, value_name = "TIME", default_value = "60ms", value_parser = jitter_buffer)]
     pub jitter_buffer: linerate_model::call::JitterBuffer,
+    /// voip: the far end: linerate's own server, or an irtt server (`irtt server`, `linerate
+    /// serve --irtt`; port 2112 unless -p): each request a frame out, its answer the frame
+    /// back, both ways scored from irtt's timestamps and counts
+    #[arg(long, value_enum, default_value = "linerate")]
+    pub peer: AppPeer,
     /// Seconds to measure, after --omit
     #[arg(short, long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     pub time: f64,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// `linerate app --peer`: what answers the pattern's traffic.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppPeer {
+    Linerate,
+    Irtt,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! `linerate stamp TARGET`: a STAMP Session-Sender (linerate_stamp::sender) against any
 //! reflector, its result printed, kept and shown as every other test's.
 
-use crate::cli::StampArgs;
+use crate::cli::{AppArgs, StampArgs};
 use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use linerate_campaign::stamp_run;
@@ -71,6 +71,7 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
         ssid: linerate_stamp::random_ssid(),
         started_at: UnixTime::now().seconds(),
         wire: None,
+        call: None,
     };
     if let Some(size) = args.size.filter(|_| !args.irtt) {
         options
@@ -86,4 +87,59 @@ pub fn run(args: &StampArgs, globals: &Globals) -> CommandResult {
         key: args.irtt_hmac_key_file.clone(),
     });
     stamp_run::run(&options(args)?, irtt, args.print.json, &globals.storage)
+}
+
+/// `linerate app --pattern voip --peer irtt`: a call to an irtt server, a request each
+/// frame (the codec's datagram, or irtt's fields where they are longer) every 20 ms, each
+/// answer the frame back; both ways scored as a call (linerate_stamp::call, docs/app.md).
+pub fn call(args: &AppArgs, call: linerate_model::CallStream, globals: &Globals) -> CommandResult {
+    if call.settings.codec.voice_activity() {
+        return Err(Failure::Usage(format!(
+            "invalid value '{}' for '--codec': irtt answers a request every interval, and {} sends only while its speaker talks: call linerate's own server",
+            call.settings.codec.name(),
+            call.settings.codec.name()
+        ))
+        .into());
+    }
+    let server = &args.server;
+    let Some(host) = server.host.clone() else {
+        return Err(Failure::Usage("'--peer irtt' needs the irtt server: HOST".into()).into());
+    };
+    let target = match server.port {
+        Some(port) if host.contains(':') && !host.starts_with('[') => format!("[{host}]:{port}"),
+        Some(port) => format!("{host}:{port}"),
+        None => host.clone(),
+    };
+    let addr = linerate_stamp::resolve_reflector_at(&target, linerate_irtt::wire::PORT)
+        .map_err(|why| Failure::Usage(format!("invalid value '{host}' for '<HOST>': {why}")))?;
+    let options = Options {
+        target: host,
+        addr,
+        mode: Mode::Open,
+        key: None,
+        rate_pps: call.settings.pps() as f64,
+        count: None,
+        duration: Some(Duration::from_secs_f64(args.time)),
+        extensions: tlv::Request::default(),
+        dscp: server.dscp,
+        source: server.source(),
+        timeout: Duration::from_secs(2),
+        report_every: Duration::from_secs_f64(args.measure.interval),
+        same_clock: sender::is_local(addr.ip())
+            || std::env::var_os(linerate_model::PATH_ENV).is_some(),
+        ssid: linerate_stamp::random_ssid(),
+        started_at: UnixTime::now().seconds(),
+        wire: None,
+        call: Some(call.clone()),
+    };
+    let irtt = linerate_irtt::client::Ask {
+        length: call.settings.codec.datagram_bytes() as usize,
+        key: None,
+    };
+    stamp_run::run(
+        &options,
+        Some(irtt),
+        args.output.print.json,
+        &globals.storage,
+    )
 }

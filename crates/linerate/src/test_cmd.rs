@@ -3,7 +3,7 @@
 //! standard sinks.
 
 use crate::cli::{
-    AppArgs, AppPattern, MeasureArgs, OutputArgs, RrArgs, ServerArgs, StreamArgs, TlsArgs,
+    AppArgs, AppPattern, AppPeer, MeasureArgs, OutputArgs, RrArgs, ServerArgs, StreamArgs, TlsArgs,
     TransactionArgs,
 };
 use crate::failure::{CommandResult, Failure};
@@ -238,6 +238,19 @@ pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
         AppPattern::Video => Pattern::video(args.isochronous, args.key_frames),
         AppPattern::Game => Pattern::game(args.inputs, args.state),
     };
+    if args.peer == AppPeer::Irtt {
+        let Pattern::Voip(settings) = pattern else {
+            return Err(Failure::Usage(
+                "'--peer irtt' carries a call: it needs '--pattern voip'".into(),
+            )
+            .into());
+        };
+        let call = linerate_model::CallStream {
+            settings,
+            qoo: args.qoo.clone(),
+        };
+        return crate::stamp_cmd::call(args, call, globals);
+    }
     let shown = shown(
         &args.server,
         &args.output,

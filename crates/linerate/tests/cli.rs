@@ -114,6 +114,31 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
             "'1h'",
         ),
         (vec!["app", "h", "--pattern", "chess"], "'chess'"),
+        (
+            vec!["app", "h", "--pattern", "video", "--peer", "irtt"],
+            "'--pattern voip'",
+        ),
+        (
+            vec![
+                "app",
+                "h",
+                "--pattern",
+                "voip",
+                "--peer",
+                "irtt",
+                "--codec",
+                "g729a",
+            ],
+            "'g729a'",
+        ),
+        (
+            vec!["app", "h/x", "--pattern", "voip", "--peer", "irtt"],
+            "'h/x'",
+        ),
+        (
+            vec!["app", "h", "--pattern", "voip", "--peer", "sip"],
+            "'sip'",
+        ),
     ] {
         let out = linerate(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

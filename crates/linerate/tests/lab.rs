@@ -5706,6 +5706,204 @@ fn irtt_over_the_lab_sees_each_ways_delay_and_loss_as_the_emulator_made_them() {
     assert_eq!(num(&stats, "/packets_received"), heard, "{stats}");
 }
 
+/// The frames of one way of a call to an irtt server as the lab's frame log has them, in
+/// the order the emulator took them: the time it held each (ns), or `None` where it
+/// dropped it. The call's requests and answers are G.711's 172-byte datagrams (214 bytes
+/// on the wire) from `from`; irtt's opens and closes are shorter.
+fn irtt_call_frames_logged(log: &str, from: &str) -> Vec<Option<u64>> {
+    let complete = &log[..log.rfind('\n').map_or(0, |end| end + 1)];
+    complete
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            let [_, arrived, _, left, fate, bytes, protocol, source, _, _] = f[..] else {
+                panic!("a frame log line of {} fields: {line:?}", f.len());
+            };
+            if protocol != "udp" || !source.starts_with(&format!("{from}:")) || bytes != "214" {
+                return None;
+            }
+            Some(match fate {
+                "passed" => Some(left.parse::<u64>().unwrap() - arrived.parse::<u64>().unwrap()),
+                "lost" => None,
+                other => panic!("a call's datagram {other} on a path without a rate: {line}"),
+            })
+        })
+        .collect()
+}
+
+/// `linerate app --pattern voip --peer irtt` against Debian's `irtt server` over a lab
+/// path of 20 ms out and 40 ms back, each with 15 ms of jitter and 1 % loss, behind a
+/// 2 ms jitter buffer, held to the emulator's frame log (one clock): the two ways' losses
+/// together are the emulator's drops of the call's datagrams (exact), the way out's no
+/// fewer than its drops that way (only requests after the last answer can move from one
+/// way to the other); each way's late datagrams are those the emulator held more than
+/// 2 ms longer than the way's first (within those held near that bound, and out, the few
+/// received whose answers were lost: their delay is not known); each way's mean one-way
+/// delay is the mean the emulator held them (back within 0.2 ms; out within what irtt's
+/// server adds stamping in user space); and each way's R and MOS are what the reference
+/// E-model makes of the way's inputs.
+#[test]
+fn a_call_to_irtts_server_is_scored_each_way_as_the_emulators_frame_log_makes_it() {
+    let test = "a_call_to_irtts_server_is_scored_each_way_as_the_emulators_frame_log_makes_it";
+    if skip_unless_root(test) || !have("irtt", test) || !have("python3", test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("icall");
+    let _lab = lab_up(
+        &name,
+        &[
+            "--delay",
+            "20ms,40ms",
+            "--jitter",
+            "15ms",
+            "--loss",
+            "1%",
+            "--seed",
+            "22",
+            "--frame-log",
+        ],
+    );
+    let status = lab(&["status", "--name", &name]);
+    let said = String::from_utf8_lossy(&status.stdout).to_string();
+    let log_path = said
+        .lines()
+        .find_map(|l| l.strip_prefix("each frame's fate: ").map(str::to_string))
+        .unwrap_or_else(|| panic!("lab status names no frame log: {said}"));
+    let server = lab_spawn(
+        &name,
+        "server",
+        &["irtt", "server", "--thread", "-b", ":2112"],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let (run, steal) = steal_share_during(|| {
+        lab(&[
+            "exec",
+            "--name",
+            &name,
+            "client",
+            "--",
+            binary(),
+            "--no-store",
+            "app",
+            "10.77.0.2",
+            "--pattern",
+            "voip",
+            "--peer",
+            "irtt",
+            "--jitter-buffer",
+            "2ms",
+            "-t",
+            "20",
+            "-i",
+            "0",
+            "--json",
+        ])
+    });
+    drop(server);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let doc = json(&run);
+    assert_eq!(doc["protocol"], "irtt", "{doc}");
+    std::thread::sleep(Duration::from_millis(300));
+    let log = std::fs::read_to_string(&log_path).expect("the frame log");
+    let sent = num(&doc, "/sent");
+    let mut dropped_in_all = 0.0;
+    let mut lost_in_all = 0.0;
+    let mut late_in_all = 0.0;
+    for (i, from) in [(0usize, "10.77.0.1"), (1, "10.77.0.2")] {
+        let way = doc
+            .pointer(&format!("/call/ways/{i}"))
+            .unwrap_or_else(|| panic!("a call way: {doc}"));
+        let frames = irtt_call_frames_logged(&log, from);
+        let held: Vec<u64> = frames.iter().filter_map(|h| *h).collect();
+        let dropped = frames.iter().filter(|h| h.is_none()).count() as f64;
+        let (lost, late, received) = (num(way, "/lost"), num(way, "/late"), num(way, "/received"));
+        let first = *held.first().expect("the call's datagrams in the log");
+        let bound = first + 2_000_000;
+        let late_ref = held.iter().filter(|&&h| h > bound).count() as f64;
+        let near = held
+            .iter()
+            .filter(|&&h| h.abs_diff(bound) < 250_000)
+            .count() as f64;
+        let held_mean_ms = held.iter().sum::<u64>() as f64 / held.len() as f64 / 1e6;
+        let one_way = num(way, "/one_way_delay_ms");
+        eprintln!(
+            "way {i}: {late} late, {lost} lost of {}; the log: {} datagrams, {dropped} dropped, \
+             {late_ref} held 2 ms past the first ({near} within 0.25 ms of that); one-way \
+             {one_way:.3} ms against {held_mean_ms:.3} held; R {:.2} MOS {:.2}; steal {:.1} %",
+            received + lost,
+            frames.len(),
+            num(way, "/r"),
+            num(way, "/mos"),
+            steal * 100.0
+        );
+        if i == 0 {
+            assert_eq!(frames.len() as f64, sent, "the log's requests");
+            assert!(
+                lost >= dropped,
+                "{lost} lost out, the emulator dropped {dropped}"
+            );
+        }
+        // Out, a request received whose answer was lost back is not judged.
+        let unjudged = if i == 0 {
+            num(&doc, "/call/ways/1/lost")
+        } else {
+            0.0
+        };
+        assert!(
+            (late - late_ref).abs() <= near + unjudged + 2.0,
+            "way {i}: {late} late, the emulator's holding times make {late_ref} ({near} near the bound)"
+        );
+        // Back, linerate stamps each answer's arrival in the kernel: within 0.2 ms of the
+        // emulator's holding time. Out, irtt's server stamps a request's in user space
+        // after a wake-up (seen: 0.2-0.26 ms after the emulator let it go, on a quiet
+        // host): within 0.5 ms and the emulator's own lateness.
+        let late_max_ms = num(
+            &emulator_status(&name),
+            &format!("/directions/{i}/counters/late_max_ns"),
+        ) / 1e6;
+        let over = if i == 0 { 0.5 + late_max_ms } else { 0.2 };
+        if steal <= 0.03 {
+            assert!(
+                one_way > held_mean_ms - 0.2 && one_way < held_mean_ms + over,
+                "way {i}: one-way {one_way:.3} ms, the emulator held {held_mean_ms:.3} ms"
+            );
+        }
+        // The score, from the same inputs, by the reference.
+        let ta = num(way, "/mouth_to_ear_ms");
+        assert!(
+            (ta - (one_way + 2.0 + 20.0)).abs() < 1e-6,
+            "mouth to ear {ta}"
+        );
+        let ppl = (lost + late) * 100.0 / (received + lost);
+        let events = num(way, "/loss_events");
+        let runs = events + late;
+        let burst_r = if runs > 0.0 {
+            (lost + late) / runs * (1.0 - ppl / 100.0)
+        } else {
+            1.0
+        };
+        assert!((num(way, "/burst_ratio") - burst_r).abs() < 1e-9);
+        let (r, mos) = reference_e_model(ta, ppl, burst_r, 0.0, 25.1);
+        assert!(
+            (num(way, "/r") - r).abs() < 0.005 && (num(way, "/mos") - mos).abs() < 0.005,
+            "R {} MOS {}, the reference {r:.3} {mos:.3}",
+            num(way, "/r"),
+            num(way, "/mos")
+        );
+        dropped_in_all += dropped;
+        lost_in_all += lost;
+        late_in_all += late_ref;
+    }
+    assert_eq!(
+        lost_in_all, dropped_in_all,
+        "both ways' losses against the emulator's drops of the call"
+    );
+    assert!(dropped_in_all > 0.0, "1 % each way of 1,000 dropped none");
+    assert!(late_in_all >= 20.0, "{late_in_all} late in both ways");
+}
+
 /// `linerate stamp --irtt` against Debian's `irtt server` over the lab (20 ms out, 40 ms
 /// back, 1 % lost out), and irtt's own client over the same path at the same time: each
 /// way's median one-way delay is irtt's own within 0.1 ms (and the hosts' timing, as

@@ -1053,6 +1053,7 @@ fn stamp(sent: u64, out: u64, back: u64) -> Document {
         error: None,
         interrupted_after_s: None,
         host: None,
+        call: None,
     }))
 }
 

@@ -236,6 +236,10 @@ pub struct StampReport {
     pub interrupted_after_s: Option<f64>,
     #[serde(default)]
     pub host: Option<linerate_model::HostFacts>,
+    /// The requests were a call's frames and the answers the call's way back (`linerate
+    /// app --pattern voip --peer irtt`): each way scored as a call's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<crate::model::CallSummary>,
 }
 
 fn is_stamp(protocol: &Protocol) -> bool {
@@ -512,6 +516,9 @@ impl ResultKind for StampReport {
             }
         }
         let _ = writeln!(out, "clocks: {}", self.clocks_text());
+        if let Some(call) = &self.call {
+            out.push_str(&crate::text::call_lines(call));
+        }
         if let Some(marks) = &self.marks {
             out.push_str(&marks_text(marks));
         }

@@ -713,7 +713,7 @@ fn video_lines(video: &VideoSummary) -> String {
 }
 
 /// A call's two ways: the score each listener's ear gives, and what produced it.
-fn call_lines(call: &CallSummary) -> String {
+pub(crate) fn call_lines(call: &CallSummary) -> String {
     let buffer = if call.adaptive {
         format!(
             "adaptive jitter buffer (at most {} ms)",

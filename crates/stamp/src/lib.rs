@@ -5,11 +5,13 @@
 //! The cores are sans-IO: `wire` (packets, timestamps, TLVs, HMAC), `reflector` (what an
 //! arriving packet gets: an answer of the same size, or a refusal with its reason, under
 //! a bounded session table and rate caps) and `tally` (a sender's probes and answers into
-//! the figures of a [`linerate_report::stamp::StampReport`]). Time comes in as arguments.
+//! the figures of a [`linerate_report::stamp::StampReport`]; `call`, a call carried by
+//! the session's requests and answers, scored each way). Time comes in as arguments.
 //! `sys` is the socket calls that carry the packets' metadata (TOS, TTL, the kernel's
 //! receive time; the multicast receivers read their datagrams with them too); `sender` (one session, `linerate stamp`), `prober` (many sessions on one
 //! thread, an agent's) and `listener` (the reflector) are the loops around them.
 
+pub mod call;
 pub mod listener;
 pub mod prober;
 pub mod reflector;

@@ -46,6 +46,8 @@ pub struct Options {
     /// Another protocol's packets in place of STAMP's (an irtt session's, opened by its
     /// caller); `None`: STAMP.
     pub wire: Option<std::sync::Arc<dyn ForeignWire>>,
+    /// The probes are a call's frames: each way scored as a call's (crate::call).
+    pub call: Option<linerate_model::CallStream>,
 }
 
 /// Another two-way protocol carried by a session (irtt's): its probes written and its
@@ -63,6 +65,11 @@ pub trait ForeignWire: std::fmt::Debug + Send + Sync {
     fn decode(&self, bytes: &[u8]) -> Option<Reflected>;
     /// Whether `bytes` says the answerer ended the session (no more probes are answered).
     fn ends(&self, bytes: &[u8]) -> bool;
+    /// The answerer's window of the requests it received before this one (irtt's: bit i
+    /// for the request i before), where the answer (already decoded) carries one.
+    fn received_window(&self, _bytes: &[u8]) -> Option<u64> {
+        None
+    }
 }
 
 impl Options {
@@ -228,6 +235,7 @@ impl Session {
                 same_clock: options.same_clock,
                 sender_clock: clock,
                 started_at: options.started_at,
+                call: options.call.clone(),
             },
             now_ns,
         );
@@ -432,6 +440,7 @@ impl Session {
                 arrived_unix_ns,
                 arrived_ns,
                 tos: meta.tos,
+                received_window: foreign.received_window(bytes),
             });
             return;
         }
@@ -459,6 +468,7 @@ impl Session {
             arrived_unix_ns,
             arrived_ns,
             tos: meta.tos,
+            received_window: None,
         });
     }
 

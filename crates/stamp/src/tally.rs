@@ -38,6 +38,9 @@ pub struct Settings {
     pub same_clock: bool,
     pub sender_clock: Option<ClockState>,
     pub started_at: f64,
+    /// The requests are a call's frames (`linerate app --pattern voip --peer irtt`):
+    /// each way scored as one (crate::call).
+    pub call: Option<linerate_model::CallStream>,
 }
 
 /// An answer as it arrived.
@@ -51,6 +54,8 @@ pub struct Reply {
     pub arrived_ns: u64,
     /// The answer's TOS as it arrived, where the socket said.
     pub tos: Option<u8>,
+    /// irtt's received window (crate::call::Echo::window), where the answer carried one.
+    pub received_window: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -232,6 +237,7 @@ pub struct Tally {
     marks_reverse: BTreeMap<(u8, u8), u64>,
     current: Current,
     closed: Vec<Closed>,
+    call: Option<crate::call::CallLog>,
 }
 
 /// Widens the (first, last) pair to hold `counts`, by sequence number.
@@ -254,6 +260,7 @@ impl Tally {
         let remembered = ((settings.rate_pps * 8.0) as usize)
             .clamp(1_024, MOST_REMEMBERED)
             .next_power_of_two();
+        let call = settings.call.clone().map(crate::call::CallLog::new);
         Tally {
             settings,
             started_ns,
@@ -291,6 +298,7 @@ impl Tally {
             marks_reverse: BTreeMap::new(),
             current: Current::default(),
             closed: Vec::new(),
+            call,
         }
     }
 
@@ -399,8 +407,17 @@ impl Tally {
         self.current.rtt.push(rtt as i64);
         self.rtt_jitter.record(i128::from(rtt));
 
-        if let Some(transit) = self.record_one_way(reply, left_unix_ns) {
+        let transit = self.record_one_way(reply, left_unix_ns);
+        if let Some(transit) = transit {
             self.record_ipdv(a.sender_seq, transit);
+        }
+        if let Some(call) = self.call.as_mut() {
+            call.answered(crate::call::Echo {
+                seq: a.sender_seq,
+                reflector_seq: a.seq,
+                window: reply.received_window,
+                transit_ns: transit,
+            });
         }
         self.ttl = Some(self.ttl.map_or(a.sender_ttl, |t| t.min(a.sender_ttl)));
 
@@ -752,6 +769,7 @@ impl Tally {
             error: None,
             interrupted_after_s: interrupted.then_some(duration_s),
             host: None,
+            call: self.call.as_ref().map(|call| call.summary(self.sent)),
         }
     }
 }

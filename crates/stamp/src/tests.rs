@@ -673,6 +673,7 @@ fn settings() -> Settings {
         same_clock: true,
         sender_clock: None,
         started_at: 0.0,
+        call: None,
     }
 }
 
@@ -683,6 +684,7 @@ fn reply(bytes: &[u8], arrived_ns: u64) -> Reply {
         arrived_unix_ns: UNIX_2026 + 600_000,
         arrived_ns,
         tos: None,
+        received_window: None,
     }
 }
 
@@ -802,6 +804,7 @@ fn many_sessions_on_one_prober(prober: &crate::prober::Prober) {
         ssid,
         started_at: 0.0,
         wire: None,
+        call: None,
     };
     let runs = [
         // One SSID: only their ports tell these two apart.
@@ -896,6 +899,7 @@ fn the_prober_sends_each_sessions_probes_from_its_own_source() {
         ssid: 21,
         started_at: 0.0,
         wire: None,
+        call: None,
     };
     let from_bound = Some(linerate_model::Source {
         address: Some(bound),
@@ -1014,6 +1018,7 @@ fn ipdv_pairs_consecutive_sequence_numbers_whatever_order_their_answers_come_in(
             arrived_unix_ns: t3 + ms(back),
             arrived_ns: (t3 + ms(back) - UNIX_2026) as u64,
             tos: None,
+            received_window: None,
         });
     }
     let report = tally.finish(1_000_000_000, false);

@@ -150,6 +150,7 @@ pub(crate) fn start_source(
         ssid: linerate_stamp::random_ssid(),
         started_at: UnixTime::now().seconds(),
         wire: None,
+        call: None,
     };
     let outcome = linerate_stamp::prober::shared()
         .and_then(|prober| prober.probe(options, cancel))
@@ -397,6 +398,7 @@ mod tests {
             same_clock: false,
             sender_clock: None,
             started_at: 0.0,
+            call: None,
         };
         let mut report = linerate_stamp::tally::Tally::new(settings, 0).finish(1, false);
         report.warnings = vec!["line\nforged".into(); 100];
