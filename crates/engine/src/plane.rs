@@ -114,6 +114,7 @@ fn udp_delta(a: &UdpCounts, b: &UdpCounts) -> UdpCounts {
         transit_samples: b.transit_samples - a.transit_samples,
         loss_events: b.loss_events - a.loss_events,
         late: b.late - a.late,
+        unplayed_runs: b.unplayed_runs.saturating_sub(a.unplayed_runs),
         playout_judged: b.playout_judged.saturating_sub(a.playout_judged),
         playout_depth_sum_ms: (b.playout_depth_sum_ms - a.playout_depth_sum_ms).max(0.0),
         sender_late_us: b.sender_late_us.saturating_sub(a.sender_late_us),

@@ -332,6 +332,7 @@ impl UdpFlow {
                     transit_samples: c.transit_samples,
                     loss_events: c.loss_events,
                     late: c.late,
+                    unplayed_runs: c.unplayed_runs,
                     playout_judged: c.playout_judged,
                     playout_depth_sum_ms: c.playout_depth_sum_ns / 1e6,
                     ..Default::default()

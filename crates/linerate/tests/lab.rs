@@ -4750,9 +4750,16 @@ fn a_call_is_scored_from_each_ways_delay_and_loss_as_the_emulator_made_them() {
         );
         let ppl = (lost + late) * 100.0 / (received + lost);
         assert!((num(w, "/loss_pct") - ppl).abs() < 1e-9);
+        // The runs not heard: the loss runs, a late datagram beside one or alone joining
+        // or making one.
         let events = num(w, "/loss_events");
-        let burst_r = if lost > 0.0 {
-            lost / events * (1.0 - ppl / 100.0)
+        let runs = w["unplayed_runs"].as_f64().unwrap_or(0.0);
+        assert!(
+            runs >= events.min(1.0) && runs <= events + late,
+            "{runs} runs unheard of {events} loss runs and {late} late"
+        );
+        let burst_r = if runs > 0.0 {
+            (lost + late) / runs * (1.0 - ppl / 100.0)
         } else {
             1.0
         };
@@ -5877,8 +5884,24 @@ fn a_call_to_irtts_server_is_scored_each_way_as_the_emulators_frame_log_makes_it
             "mouth to ear {ta}"
         );
         let ppl = (lost + late) * 100.0 / (received + lost);
-        let events = num(way, "/loss_events");
-        let runs = events + late;
+        // The runs of datagrams not heard, lost or late, against the log's: each frame in
+        // the order the emulator took them (never reordered), unheard where dropped or
+        // held past the bound.
+        let runs = way["unplayed_runs"].as_f64().unwrap_or(0.0);
+        let mut runs_ref = 0.0;
+        let mut unheard_before = false;
+        for frame in &frames {
+            let unheard = frame.is_none_or(|h| h > bound);
+            if unheard && !unheard_before {
+                runs_ref += 1.0;
+            }
+            unheard_before = unheard;
+        }
+        eprintln!("way {i}: {runs} runs unheard, the log's {runs_ref}");
+        assert!(
+            (runs - runs_ref).abs() <= near + unjudged + 2.0,
+            "way {i}: {runs} runs unheard, the log makes {runs_ref} ({near} near the bound)"
+        );
         let burst_r = if runs > 0.0 {
             (lost + late) / runs * (1.0 - ppl / 100.0)
         } else {

@@ -1690,6 +1690,7 @@ fn a_calls_quality_of_outcome_is_each_ways_figure() {
         lost: 10,
         late: 0,
         loss_events: 10,
+        unplayed_runs: 10,
         silent: 0,
         one_way_delay_ms: Some(20.0),
         one_way_delay_us: None,

@@ -352,6 +352,9 @@ pub struct CallWayCounts {
     pub late: u64,
     /// Runs of consecutive losses.
     pub loss_events: u64,
+    /// Runs of consecutive datagrams not heard, lost or late (a run of both counts once);
+    /// 0 where the receiver did not count them.
+    pub unplayed_runs: u64,
     /// How long the jitter buffer held the datagrams, milliseconds: a fixed buffer's
     /// size, an adaptive one's mean depth.
     pub jitter_buffer_ms: f64,
@@ -390,9 +393,14 @@ pub fn score(settings: &CallSettings, counts: &CallWayCounts) -> CallScore {
     } else {
         0.0
     };
-    // A late datagram is a loss run of its own unless it follows a gap (not known here):
-    // counted as one, which makes late loss look as random as it can.
-    let runs = counts.loss_events + counts.late;
+    // G.107's bursts are runs of datagrams not heard, late or lost. Where the receiver
+    // did not count them (an older peer), each late datagram is taken as a run of its own,
+    // which makes late loss look as random as it can.
+    let runs = if counts.unplayed_runs > 0 {
+        counts.unplayed_runs
+    } else {
+        counts.loss_events + counts.late
+    };
     let burst_ratio = if runs > 0 && loss < 1.0 {
         (dropped as f64 / runs as f64) * (1.0 - loss)
     } else {
@@ -589,8 +597,33 @@ mod tests {
             lost,
             late,
             loss_events: events,
+            unplayed_runs: 0,
             jitter_buffer_ms: 40.0,
         }
+    }
+
+    /// Most datagrams late, in long runs: counted as runs, the losses are bursty (the
+    /// ratio over 1) and the call is bad; taken one run per late datagram (a peer that
+    /// does not count runs), the same loss reads as smoother than random and scores
+    /// far better, which is why the runs are counted.
+    #[test]
+    fn late_datagrams_in_runs_are_bursts() {
+        let settings = CallSettings::checked(Codec::G711, JitterBuffer::Fixed { ms: 20 }).unwrap();
+        let uncounted = way(40.0, 990, 10, 870, 5);
+        let counted = CallWayCounts {
+            unplayed_runs: 20,
+            ..uncounted
+        };
+        let (uncounted, counted) = (score(&settings, &uncounted), score(&settings, &counted));
+        assert!((counted.loss_pct - 88.0).abs() < 1e-9);
+        assert!(counted.burst_ratio > 1.0, "{}", counted.burst_ratio);
+        assert!(uncounted.burst_ratio < 0.2, "{}", uncounted.burst_ratio);
+        assert!(
+            counted.mos < 1.5,
+            "MOS {} with 88 % unheard in runs",
+            counted.mos
+        );
+        assert!(uncounted.mos > 3.5, "{}", uncounted.mos);
     }
 
     #[test]

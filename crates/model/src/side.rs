@@ -190,6 +190,10 @@ pub struct UdpCounts {
     /// buffer would have played them (among `received`; a call counts them lost).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub late: u64,
+    /// Calls: runs of consecutive datagrams not heard (lost or late), a run of late and
+    /// lost together once (0 from a peer that does not count them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unplayed_runs: u64,
     /// Calls: the datagrams the jitter buffer judged and the sum of its depth at each,
     /// milliseconds (an adaptive buffer's mean depth is their quotient).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -222,6 +226,7 @@ impl UdpCounts {
         self.transit_samples += other.transit_samples;
         self.loss_events += other.loss_events;
         self.late += other.late;
+        self.unplayed_runs += other.unplayed_runs;
         self.playout_judged += other.playout_judged;
         self.playout_depth_sum_ms += other.playout_depth_sum_ms;
         self.sender_late_us += other.sender_late_us;

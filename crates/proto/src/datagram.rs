@@ -363,6 +363,10 @@ pub struct ArrivalCounts {
     /// played them (a fixed one: their transit exceeded the first datagram's by more than
     /// the buffer). They count among `datagrams`, and a call counts them lost.
     pub late: u64,
+    /// Calls: runs of consecutive sequence numbers the listener did not hear (lost, or
+    /// judged late), a run of late and lost datagrams together once: the E-model's burst
+    /// ratio counts these. A datagram that fills a gap out of order leaves it as it stood.
+    pub unplayed_runs: u64,
     /// Calls: the datagrams the jitter buffer judged and the sum of its depth at each,
     /// nanoseconds (a fixed buffer's size each time; an adaptive one's as it stood): the
     /// mean depth is what the listener waited.
@@ -394,6 +398,8 @@ pub struct SequenceTracker {
     /// A call's jitter buffer: fixed (nanoseconds, set on the first datagram's transit),
     /// or adaptive.
     playout: Option<Playout>,
+    /// Calls: whether the last in-order sequence number went unheard (lost or late).
+    last_unplayed: bool,
     first_transit: Option<i128>,
     /// A video flow's frames, put back together from its distinct datagrams.
     frames: Option<crate::video::FrameTracker>,
@@ -414,6 +420,7 @@ impl SequenceTracker {
             seen: vec![0; (HISTORY / 64) as usize],
             last_transit: None,
             playout: None,
+            last_unplayed: false,
             first_transit: None,
             frames: None,
             delays: None,
@@ -505,9 +512,9 @@ impl SequenceTracker {
     /// Counts a datagram with `transit` late where a jitter buffer is judged: one the
     /// buffer would have played before it arrived (a fixed one set on the first
     /// datagram's transit; an adaptive one where it stood).
-    fn judge_playout(&mut self, transit: i128) {
+    fn judge_playout(&mut self, transit: i128) -> bool {
         let (late, depth_ns) = match self.playout.as_mut() {
-            None => return,
+            None => return false,
             Some(Playout::Fixed(buffer)) => {
                 let first = *self.first_transit.get_or_insert(transit);
                 (transit - first > i128::from(*buffer), *buffer as f64)
@@ -520,6 +527,23 @@ impl SequenceTracker {
         self.counts.late += u64::from(late);
         self.counts.playout_judged += 1;
         self.counts.playout_depth_sum_ns += depth_ns;
+        late
+    }
+
+    /// Calls: counts the runs of unheard sequence numbers as in-order datagram `late`
+    /// arrives after `gap` lost ones.
+    fn count_unplayed_runs(&mut self, gap: u64, late: bool) {
+        if self.playout.is_none() {
+            return;
+        }
+        let mut unheard = self.last_unplayed;
+        for unheard_now in [gap > 0, late] {
+            if unheard_now && !unheard {
+                self.counts.unplayed_runs += 1;
+            }
+            unheard |= unheard_now;
+        }
+        self.last_unplayed = late;
     }
 
     pub fn counts(&self) -> ArrivalCounts {
@@ -583,7 +607,8 @@ impl SequenceTracker {
             self.next = sequence + 1;
             self.counts.datagrams += 1;
             self.counts.bytes += datagram.len() as u64;
-            self.judge_playout(transit);
+            let late = self.judge_playout(transit);
+            self.count_unplayed_runs(gap, late);
             self.time_delay(transit);
             self.judge_frame(datagram, arrival_ns);
             // RFC 3550 6.4.1: J += (|D| - J) / 16, D the change in transit time between
@@ -843,6 +868,37 @@ mod tests {
         assert_eq!(plain.counts().late, 0);
     }
 
+    /// The runs the listener did not hear: a late datagram next to a gap continues its
+    /// run, late ones in a row are one run, and a heard datagram ends a run.
+    #[test]
+    fn late_and_lost_datagrams_in_a_row_are_one_unheard_run() {
+        let ms = 1_000_000u64;
+        let mut t = SequenceTracker::new(FLOW, Framing::Native { tag: TAG }).with_playout(5 * ms);
+        // 0 heard; 1 lost, 2 and 3 late (one run); 4 heard; 5 late, 6 lost, 7 heard
+        // (one run); 8 heard; 9 and 10 late (one run).
+        for (sequence, transit) in [
+            (0u64, 10u64),
+            (2, 30),
+            (3, 30),
+            (4, 10),
+            (5, 30),
+            (7, 10),
+            (8, 10),
+            (9, 30),
+            (10, 30),
+        ] {
+            let sent = sequence * 20 * ms;
+            t.record(&datagram(sequence, sent, 64), sent + transit * ms);
+        }
+        let c = t.counts();
+        assert_eq!((c.late, c.lost, c.loss_events), (5, 2, 2));
+        assert_eq!(c.unplayed_runs, 3);
+        // Without a buffer no runs are counted.
+        let mut plain = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
+        feed(&mut plain, &[0, 2, 4]);
+        assert_eq!(plain.counts().unplayed_runs, 0);
+    }
+
     proptest::proptest! {
         /// Whatever a peer sends (numbers out of order, send times from the future or the
         /// past), late datagrams are among those counted, and only where a buffer is set.
@@ -869,8 +925,12 @@ mod tests {
                     && a.playout_depth_sum_ns >= a.playout_judged as f64 * 20e6 - 1.0
             );
             proptest::prop_assert_eq!(plain.counts().late, 0);
+            // Runs not heard join loss runs and late datagrams: never more than both.
+            let j = judged.counts();
+            proptest::prop_assert!(j.unplayed_runs <= j.loss_events + j.late);
             let mut same = judged.counts();
             same.late = 0;
+            same.unplayed_runs = 0;
             same.playout_judged = 0;
             same.playout_depth_sum_ns = 0.0;
             proptest::prop_assert_eq!(same, plain.counts());

@@ -524,6 +524,7 @@ fn call_summary(
                     lost: c.lost,
                     late: c.late,
                     loss_events: c.loss_events,
+                    unplayed_runs: c.unplayed_runs,
                     jitter_buffer_ms: adapted_ms.unwrap_or(f64::from(call.jitter_buffer_ms)),
                 },
             );
@@ -533,6 +534,7 @@ fn call_summary(
                 lost: c.lost,
                 late: c.late,
                 loss_events: c.loss_events,
+                unplayed_runs: c.unplayed_runs,
                 silent: c.silent,
                 one_way_delay_ms,
                 one_way_delay_us,

@@ -305,6 +305,11 @@ pub struct CallWay {
     /// Arrived after the jitter buffer played their turn (among `received`).
     pub late: u64,
     pub loss_events: u64,
+    /// Runs of consecutive datagrams not heard (lost or late; a run of both once): the
+    /// burst ratio's runs. 0 where the receiver did not count them (an older peer): each
+    /// late datagram then counts as a run of its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unplayed_runs: u64,
     /// A codec with voice activity detection (`g729a`): the frames its sender did not
     /// send while its speaker paused (P.59's talk spurts and pauses); 0 for the others.
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -88,13 +88,11 @@ impl Playout {
 /// One way's datagrams as its receiver would have counted them.
 struct Way {
     direction: Direction,
-    /// Datagrams sent this way.
-    sent: u64,
-    /// Those that arrived, and the runs of consecutive ones that did not.
-    received: u64,
-    loss_events: u64,
-    /// Transits of the datagrams whose delay is known, in their order of arrival.
-    transits: Vec<i64>,
+    /// Every datagram sent this way, in its order of sending (by the request's sequence
+    /// number), and whether it arrived.
+    sequence: Vec<(u32, bool)>,
+    /// The datagrams whose delay is known and their transits, in their order of arrival.
+    transits: Vec<(u32, i64)>,
 }
 
 impl CallLog {
@@ -129,41 +127,30 @@ impl CallLog {
         by_seq.sort_by_key(|e| e.seq);
         by_seq.dedup_by_key(|e| e.seq);
         let received_out = received_out(&by_seq, sent);
-        let out_sent = sent;
-        let out_received = received_out.iter().filter(|r| **r).count() as u64;
-        let out_events = runs_missing(received_out.iter().copied());
         // The way back: the reflector answered each request it received, in order.
         let answered: std::collections::HashSet<u32> = by_seq.iter().map(|e| e.seq).collect();
-        let back_events = runs_missing(
-            received_out
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| **r)
-                .map(|(seq, _)| answered.contains(&(seq as u32))),
-        );
         let mut at_reflector = self.echoes.clone();
         at_reflector.sort_by_key(|e| e.reflector_seq);
+        let transits = |echoes: &[Echo], pick: fn((i64, i64)) -> i64| {
+            echoes
+                .iter()
+                .filter_map(|e| e.transit_ns.map(|t| (e.seq, pick(t))))
+                .collect()
+        };
         let ways = [
             Way {
                 direction: Direction::Forward,
-                sent: out_sent,
-                received: out_received,
-                loss_events: out_events,
-                transits: at_reflector
-                    .iter()
-                    .filter_map(|e| e.transit_ns.map(|t| t.0))
-                    .collect(),
+                sequence: (0u32..).zip(received_out.iter().copied()).collect(),
+                transits: transits(&at_reflector, |t| t.0),
             },
             Way {
                 direction: Direction::Reverse,
-                sent: out_received,
-                received: by_seq.len() as u64,
-                loss_events: back_events,
-                transits: self
-                    .echoes
-                    .iter()
-                    .filter_map(|e| e.transit_ns.map(|t| t.1))
+                sequence: (0u32..)
+                    .zip(received_out.iter())
+                    .filter(|(_, received)| **received)
+                    .map(|(seq, _)| (seq, answered.contains(&seq)))
                     .collect(),
+                transits: transits(&self.echoes, |t| t.1),
             },
         ];
         CallSummary {
@@ -176,13 +163,15 @@ impl CallLog {
 
     fn scored(&self, way: Way) -> CallWay {
         let mut playout = Playout::of(self.settings.buffer());
-        let mut late = 0u64;
+        let mut late = std::collections::HashSet::new();
         let mut delays = LatencyHistogram::new();
         let mut jitter = 0.0f64;
         let mut previous: Option<i64> = None;
         let mut sum = 0i128;
-        for &transit in &way.transits {
-            late += u64::from(playout.late(transit));
+        for &(seq, transit) in &way.transits {
+            if playout.late(transit) {
+                late.insert(seq);
+            }
             // A delay below zero is the clocks', never the network's: counted at zero.
             delays.record(transit.max(0) as u64);
             sum += i128::from(transit);
@@ -195,16 +184,26 @@ impl CallLog {
         let known = way.transits.len();
         let one_way_delay_ms = (known > 0).then(|| sum as f64 / known as f64 / 1e6);
         let one_way_delay_us = (known > 0).then(|| delays.summary(false));
-        let lost = way.sent.saturating_sub(way.received);
+        let sent = way.sequence.len() as u64;
+        let received = way.sequence.iter().filter(|(_, heard)| *heard).count() as u64;
+        let loss_events = runs_missing(way.sequence.iter().map(|(_, heard)| *heard));
+        let unplayed_runs = runs_missing(
+            way.sequence
+                .iter()
+                .map(|(seq, heard)| *heard && !late.contains(seq)),
+        );
+        let late = late.len() as u64;
+        let lost = sent.saturating_sub(received);
         let adapted_ms = playout.adapted_ms();
         let score = linerate_model::call::score(
             &self.settings,
             &CallWayCounts {
                 one_way_delay_ms: one_way_delay_ms.unwrap_or(0.0),
-                received: way.received,
+                received,
                 lost,
                 late,
-                loss_events: way.loss_events,
+                loss_events,
+                unplayed_runs,
                 jitter_buffer_ms: adapted_ms.unwrap_or(f64::from(self.settings.jitter_buffer_ms)),
             },
         );
@@ -215,20 +214,21 @@ impl CallLog {
                 .unwrap_or_else(linerate_model::qoo::Requirement::voice);
             requirement.score(&linerate_model::qoo::Measured {
                 latency_us,
-                loss: if way.sent == 0 {
+                loss: if sent == 0 {
                     1.0
                 } else {
-                    (lost + late) as f64 / way.sent as f64
+                    (lost + late) as f64 / sent as f64
                 },
                 bps: 0.0,
             })
         });
         CallWay {
             direction: way.direction,
-            received: way.received,
+            received,
             lost,
             late,
-            loss_events: way.loss_events,
+            loss_events,
+            unplayed_runs,
             silent: 0,
             one_way_delay_ms,
             one_way_delay_us,
@@ -336,6 +336,8 @@ mod tests {
             assert_eq!((out.received, out.lost, out.loss_events), (8, 2, 1));
             assert_eq!((back.received, back.lost, back.loss_events), (7, 1, 1));
             assert_eq!((out.late, back.late), (0, 1));
+            // Back, 7 lost and 9 late are apart (8 was heard): two runs unheard.
+            assert_eq!((out.unplayed_runs, back.unplayed_runs), (1, 2));
             assert!((out.one_way_delay_ms.unwrap() - 20.0).abs() < 1e-9);
             // The late answer counts among the way's losses for the score.
             assert!((back.score.loss_pct - 2.0 / 8.0 * 100.0).abs() < 1e-9);
@@ -364,6 +366,7 @@ mod tests {
         let call = log.summary(8);
         assert_eq!((call.ways[0].lost, call.ways[0].loss_events), (2, 2));
         assert_eq!((call.ways[1].lost, call.ways[1].loss_events), (4, 1));
+        assert_eq!(call.ways[1].unplayed_runs, 1);
         assert_eq!(call.ways[1].received, 2);
     }
 

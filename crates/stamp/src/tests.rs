@@ -764,6 +764,8 @@ fn the_prober_carries_many_sessions_each_answered_as_its_own() {
     }
 }
 
+// Long: one scenario, start to end: the reflector, many sessions' options, their run on
+// one prober, and each session's figures checked in turn.
 fn many_sessions_on_one_prober(prober: &crate::prober::Prober) {
     use crate::listener;
     use crate::sender::Options;
