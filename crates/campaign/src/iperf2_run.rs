@@ -80,7 +80,8 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
             for flow in interval.flows.iter().flatten() {
                 let bytes = flow.sent_bytes + flow.received_bytes;
                 let id = label(Some(flow.id));
-                say(&if receives_udp {
+                let received_here = receives_udp || (ask.udp && flow.received_datagrams > 0);
+                say(&if received_here {
                     let datagrams = flow.received_datagrams + flow.lost_datagrams;
                     let loss = (flow.jitter_ms, flow.lost_datagrams, datagrams);
                     iperf2_text::udp_figures(id, span, bytes, loss)
@@ -205,7 +206,9 @@ fn closing_lines(ask: &Iperf2Ask, outcome: &Iperf2Outcome) -> Vec<String> {
         .iter()
         .map(|f| {
             let (id, span) = (label(Some(f.id)), (0.0, f.window_s));
-            match (&f.udp, ask.reverse, &f.frames) {
+            // A flow this side received on: -R's, and --full-duplex's second of each.
+            let received = ask.reverse || (ask.full_duplex && f.id >= ask.parallel);
+            match (&f.udp, received, &f.frames) {
                 // This side received: its own loss and jitter.
                 (Some(udp), true, _) => iperf2_text::udp_figures(
                     id,
@@ -235,7 +238,17 @@ fn closing_lines(ask: &Iperf2Ask, outcome: &Iperf2Outcome) -> Vec<String> {
         let bytes = flows.iter().map(|f| f.bytes_total).sum();
         lines.push(iperf2_text::figures(label(None), (0.0, longest), bytes));
     }
-    if ask.udp && !ask.reverse {
+    if ask.udp && ask.full_duplex {
+        // No server reports both ways: each sending flow's datagrams and its final.
+        for (i, sent) in outcome.datagrams_sent.iter().enumerate() {
+            let finals = outcome.finals_sent.get(i).copied().unwrap_or(0);
+            lines.push(format!(
+                "{} Sent {} datagrams",
+                iperf2_text::label(Some(i as u32 + 1)),
+                sent + finals
+            ));
+        }
+    } else if ask.udp && !ask.reverse {
         for (i, flow) in flows.iter().enumerate() {
             let server = outcome
                 .server_reports

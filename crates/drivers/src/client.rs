@@ -472,6 +472,7 @@ impl<'a> ClientTest<'a> {
             udp_template: Vec::new(),
             pin_cpus: pin.to_vec(),
             budget: None,
+            ..PlaneSetup::default()
         };
         match DataPlane::start(start, config, specs, setup) {
             Ok(plane) => {

@@ -187,6 +187,10 @@ pub fn header_of(ask: &Iperf2Ask) -> ClientHeader {
     if ask.full_duplex {
         header.flags |= iperf2::flag::VERSION2;
         header.ext_flags |= ext_flag::FULL_DUPLEX;
+        if ask.udp {
+            // As 2.1.8's own client asks it: each end's final goes once, unanswered.
+            header.ext_flags |= ext_flag::NO_UDP_FIN;
+        }
     }
     if let Some(back) = ask.back {
         header.flags |= iperf2::flag::VERSION1;
@@ -228,11 +232,14 @@ fn refused_modes(ask: &Iperf2Ask) -> Result<(), String> {
             "{timed} over TCP with -n: each write goes whole with its fields; give a time (-t)"
         ));
     }
-    if ask.full_duplex && (ask.udp || ask.reverse) {
-        return Err(format!(
-            "--full-duplex with {}: both ends send on each TCP connection already",
-            if ask.udp { "-u" } else { "-R" }
-        ));
+    if ask.full_duplex && ask.reverse {
+        return Err("--full-duplex with -R: both ends send on each connection already".into());
+    }
+    if ask.full_duplex && ask.udp && matches!(ask.amount, Amount::Bytes(_)) {
+        return Err(
+            "-n with -u --full-duplex: a datagram lost on the way back would leave the count unmet; give a time (-t)"
+                .into(),
+        );
     }
     if let (Some(back), true) = (ask.back, ask.reverse || ask.full_duplex) {
         return Err(format!(
@@ -486,8 +493,11 @@ impl Iperf2Test {
                 context: "the data plane",
                 source,
             })?;
-        let datagrams_sent: Vec<u64> = local
-            .flows
+        // The sending flows' (ids below -P; with --full-duplex the receiving ones follow).
+        let mut sending: Vec<&FlowSide> =
+            local.flows.iter().filter(|f| f.id < ask.parallel).collect();
+        sending.sort_by_key(|f| f.id);
+        let datagrams_sent: Vec<u64> = sending
             .iter()
             .map(|f| f.udp.as_ref().map_or(0, |u| u.sent))
             .collect();
@@ -608,15 +618,19 @@ fn start_plane(
     let count = streams.len() as u32;
     let mut specs = Vec::with_capacity(streams.len() * 2);
     for (i, socket) in streams.into_iter().enumerate() {
-        // Both ways on each connection (--full-duplex): this side's sending flow i and
-        // its receiving flow count + i on two handles of the one socket.
-        if let (true, FlowSocket::Tcp(stream)) = (ask.full_duplex, &socket) {
-            let receiving = stream.try_clone()?;
+        // Both ways on each connection or socket (--full-duplex): this side's sending
+        // flow i and its receiving flow count + i on two handles of the one socket.
+        let receiving = match (ask.full_duplex, &socket) {
+            (true, FlowSocket::Tcp(stream)) => Some(FlowSocket::Tcp(stream.try_clone()?)),
+            (true, FlowSocket::Udp(udp)) => Some(FlowSocket::Udp(udp.try_clone()?)),
+            _ => None,
+        };
+        if let Some(receiving) = receiving {
             specs.push(FlowSpec::new(
                 config,
                 count + i as u32,
                 Side::Client,
-                FlowSocket::Tcp(receiving),
+                receiving,
             ));
         }
         specs.push(FlowSpec::new(config, i as u32, Side::Client, socket));
@@ -638,6 +652,9 @@ fn start_plane(
     let setup = PlaneSetup {
         trip_times: None,
         tcp_bursts: tcp_bursts(ask).then_some(TcpBursts { frames }),
+        // Both ways over UDP: each sending flow ends with its final, as 2.1.8's own
+        // client's does, while its receiving flow reads on.
+        udp_final: ask.udp && ask.full_duplex,
         threads: config.threads as usize,
         // A server that sends ends its test on its own clock, which started when its
         // header came: its last bytes are waited for, and its close is never early.
@@ -673,6 +690,12 @@ fn close(
     template: &[u8],
     datagrams_sent: &[u64],
 ) -> (Vec<Option<ServerReport>>, Vec<u64>) {
+    if ask.udp && ask.full_duplex {
+        // Both ends end as 2.1.8's own do over UDP both ways ("no-udp-fin"): each sending
+        // flow sent its final once as its last datagram went (the data plane's
+        // `udp_final`) and waits for no report.
+        return (Vec::new(), vec![1; datagrams_sent.len()]);
+    }
     if ask.reverse || ask.full_duplex {
         return (Vec::new(), Vec::new());
     }
@@ -692,7 +715,7 @@ fn close(
 /// receiver figures, and only for a test the client sent.
 fn whose_figures(ask: &Iperf2Ask) -> &'static str {
     if ask.full_duplex {
-        return "against an iperf 2 server: it tells its client nothing over TCP, so only this side's figures are here, both ways (what it sent and what it received)";
+        return "against an iperf 2 server: it tells its client nothing of a test both ways, so only this side's figures are here, both ways (what it sent and what it received)";
     }
     match (ask.udp, ask.reverse) {
         (true, false) => "against an iperf 2 server: the receiver's figures are its server reports",

@@ -696,6 +696,7 @@ fn run(
             Amount::Bytes(n) if header.server_sends() => Some((Role::Send, n)),
             _ => None,
         },
+        ..PlaneSetup::default()
     };
     match DataPlane::start(Instant::now(), config, specs, setup) {
         Ok(plane) => served.plane = Some(plane),

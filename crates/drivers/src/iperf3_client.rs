@@ -276,6 +276,7 @@ fn start_plane(
         udp_template: Vec::new(),
         pin_cpus: Vec::new(),
         budget: budget_of(params),
+        ..PlaneSetup::default()
     };
     DataPlane::start(Instant::now(), config, specs, setup)
 }

@@ -452,6 +452,7 @@ fn start(
         pin_cpus: Vec::new(),
         // The client ends the test; a server sending in reverse stops at the count too.
         budget: budget_of(params).filter(|(role, _)| *role == Role::Send && params.reverse),
+        ..PlaneSetup::default()
     };
     match DataPlane::start(Instant::now(), config, specs, setup) {
         Ok(plane) => {

@@ -633,6 +633,7 @@ fn start_plane(
         pin_cpus: Vec::new(),
         budget: None,
         peer_lead: state.ready_at.map_or(Duration::ZERO, |at| at.elapsed()),
+        ..PlaneSetup::default()
     };
     state.served.plane = Some(DataPlane::start(Instant::now(), config, specs, setup)?);
     Ok(())

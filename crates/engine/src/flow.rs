@@ -288,6 +288,9 @@ pub struct WorkerPlan {
     pub trip_times: Option<TripTimes>,
     /// Sending TCP flows write iperf 2's bursts (`PlaneSetup::tcp_bursts`).
     pub tcp_bursts: Option<crate::bursts::TcpBursts>,
+    /// UDP senders with iperf 2's framing end with its final datagram, sent once
+    /// (`PlaneSetup::udp_final`).
+    pub udp_final: bool,
 }
 
 /// Where the receiving TCP flows of a served iperf 2 `--trip-times` test put the latency
@@ -340,6 +343,7 @@ impl WorkerPlan {
             mptcp: false,
             trip_times: None,
             tcp_bursts: None,
+            udp_final: false,
         }
     }
 

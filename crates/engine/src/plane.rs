@@ -57,6 +57,10 @@ pub struct PlaneSetup {
     /// `linerate iperf2 -c` over TCP with `--trip-times` or `--isochronous`: the sending
     /// flows write iperf 2's bursts.
     pub tcp_bursts: Option<crate::bursts::TcpBursts>,
+    /// UDP senders end with iperf 2's final datagram (its count, negated), sent once as
+    /// their last datagram goes, waiting for no report: `linerate iperf2 -c -u
+    /// --full-duplex`, whose server reports nothing and whose receiving flows read on.
+    pub udp_final: bool,
 }
 
 /// The nominal timeline of a test, relative to its start.
@@ -191,6 +195,7 @@ impl DataPlane {
             peer_lead,
             trip_times,
             tcp_bursts,
+            udp_final,
         } = setup;
         let budgeted = budget.map_or(0, |(role, _)| {
             flows.iter().filter(|f| f.role == role).count()
@@ -241,6 +246,7 @@ impl DataPlane {
                 peer_lead,
                 trip_times: trip_times.clone(),
                 tcp_bursts,
+                udp_final,
                 observe: config.observe,
                 window: config.window,
                 count_marks: config.marks.is_some(),

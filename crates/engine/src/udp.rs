@@ -528,9 +528,22 @@ impl UdpLoop {
         })
     }
 
-    /// Senders stop at the end; receivers read on for the grace period.
+    /// Senders stop at the end (with iperf 2's final datagram where the plan asks it);
+    /// receivers read on for the grace period.
     fn end_sending(&mut self, now: Instant) {
+        let final_datagram = (self.plan.udp_final && self.framing == Framing::Iperf2).then(|| {
+            let mut datagram = self.plan.udp_template.clone();
+            datagram.resize(self.size.max(datagram.len()), 0);
+            datagram
+        });
+        let wall_ns = self.wall_base_ns + self.plan.start.elapsed().as_nanos() as u64;
         for flow in self.flows.iter_mut().filter(|f| f.role == Role::Send) {
+            if let (Some(mut datagram), false) = (final_datagram.clone(), flow.done) {
+                Framing::write_iperf2_final(&mut datagram, flow.sequence, wall_ns);
+                // Once, as 2.1.8's own client ends a test both ways; a refusal is the
+                // peer's loss to count, not this side's.
+                let _ = flow.socket.send(&datagram);
+            }
             flow.done = true;
         }
         self.grace_until = Some(now + RECEIVE_GRACE.min(self.plan.drain));

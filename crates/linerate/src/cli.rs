@@ -996,8 +996,8 @@ pub struct Iperf2Args {
     /// The server sends and this side receives (over TCP on the same connections)
     #[arg(short = 'R', long)]
     pub reverse: bool,
-    /// Both ends send on each TCP connection at once
-    #[arg(long, conflicts_with_all = ["reverse", "udp"])]
+    /// Both ends send at once: on each TCP connection, or each UDP socket (-u)
+    #[arg(long, conflicts_with = "reverse")]
     pub full_duplex: bool,
     /// The server connects back to -L and sends a test too: at once (-d), or after this one (-r)
     #[arg(short = 'd', long = "dualtest", conflicts_with = "tradeoff")]

@@ -1324,8 +1324,11 @@ fn linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads
 /// pair: both ends send on the one connection at once. This side read exactly what the
 /// server says it wrote, and the server read what this side sent (its header too, and
 /// within a write of the end's race for a timed test); a counted test moves its count each
-/// way; the interface carried at least both. `--full-duplex` with `-R` or `-u` is refused,
-/// exit 2.
+/// way; the interface carried at least both. Over UDP (`-u --full-duplex`) the server read
+/// every datagram this side sent and its final, to the datagram, and this side received
+/// what the server sent (less only the datagrams counted lost) and what its kernel took;
+/// neither end's log says a read failed. `--full-duplex` with `-R`, or with `-u -n`, is
+/// refused in one line, exit 2.
 #[test]
 fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server() {
     let test = "linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server";
@@ -1335,16 +1338,21 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
     // One iperf 2 test at a time: beside another's streams on two CPUs, the timed ones
     // lose datagrams and frames.
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    for other in ["-R", "-u"] {
-        let refused = linerate(&[
-            "--no-store",
-            "iperf2",
-            "-c",
-            "127.0.0.1",
-            "--full-duplex",
-            other,
-        ]);
+    for others in [&["-R"][..], &["-u", "-n", "1M"]] {
+        let refused = linerate(
+            &[
+                &["--no-store", "iperf2", "-c", "127.0.0.1", "--full-duplex"][..],
+                others,
+            ]
+            .concat(),
+        );
         assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+        assert_eq!(
+            stderr(&refused).trim().lines().count(),
+            1,
+            "{}",
+            stderr(&refused)
+        );
     }
     let pair = VethPair::new("ip2fd");
     let logs = tempfile::tempdir().unwrap();
@@ -1408,6 +1416,86 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
             "{rx_wire} {tx_wire}"
         );
     }
+    // UDP both ways: a server of its own (2.1.8's UDP server serves one test). Each end
+    // sends its final once, unanswered ("no-udp-fin", as 2.1.8's own client asks).
+    let udp_log = logs.path().join("full-duplex-udp.txt");
+    let udp_server = Killed(
+        Command::new("ip")
+            .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
+            .arg(format!(
+                "exec stdbuf -oL iperf -s -u > {}",
+                udp_log.display()
+            ))
+            .spawn()
+            .expect("iperf -s -u"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let delivered_before = pair.udp_counter(&pair.ns_a, "InDatagrams") as f64;
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "--no-store",
+            "iperf2",
+            "-c",
+            &pair.addr_b,
+            "-u",
+            "--full-duplex",
+            "-b",
+            "2000pps",
+            "-t",
+            "2",
+            "--json",
+        ],
+    );
+    let delivered = pair.udp_counter(&pair.ns_a, "InDatagrams") as f64 - delivered_before;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = json(&out);
+    assert_eq!(doc["config"]["direction"], "bidir", "{}", doc["config"]);
+    let sent = num(&doc, "/flows/0/udp/sent_total");
+    let received = num(&doc, "/flows/1/udp/received_total");
+    let lost = num(&doc, "/flows/1/udp/lost");
+    std::thread::sleep(Duration::from_millis(500));
+    let text = std::fs::read_to_string(&udp_log).unwrap();
+    drop(udp_server);
+    let server_sent: f64 = text
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(" Sent ")?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no 'Sent N datagrams' from iperf 2's server: {text}"));
+    // The server's receiver line: "... 0.004 ms 0/1701 (0%)", its total the datagrams
+    // and the final that came.
+    let (server_lost, server_total): (f64, f64) = text
+        .lines()
+        .find_map(|l| {
+            let field = l.split_whitespace().find(|w| {
+                w.split_once('/')
+                    .is_some_and(|(a, b)| a.parse::<u64>().is_ok() && b.parse::<u64>().is_ok())
+            })?;
+            let (a, b) = field.split_once('/')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .unwrap_or_else(|| panic!("no Lost/Total from iperf 2's server: {text}"));
+    eprintln!(
+        "-u --full-duplex: linerate sent {sent}, the server counted {server_lost}/{server_total}; the server sent {server_sent}, linerate received {received}, lost {lost}, its kernel took {delivered}"
+    );
+    assert!(!text.contains("failed"), "the server's log: {text}");
+    assert!((3000.0..=4400.0).contains(&sent), "{sent}");
+    // What the server read is what this side sent and its one final, to the datagram.
+    assert_eq!(server_total, sent + 1.0, "{text}");
+    assert_eq!(server_lost, 0.0, "{text}");
+    // What it sent back, as the -R test counts it: its numbered datagrams, its final and
+    // one more; those not received counted lost (a busy host's veth pair drops a few).
+    let accounted = received + lost + 2.0;
+    assert!(
+        accounted <= server_sent + 1.0 && accounted >= server_sent - 10.0,
+        "the server sent {server_sent}, linerate received {received} and counted {lost} lost"
+    );
+    assert!(
+        delivered >= received && delivered <= received + 2.0,
+        "the kernel took {delivered} for linerate's {received}"
+    );
 }
 
 /// `linerate iperf2 -c -R` against Debian's iperf 2 server (2.1.8) over a veth pair: the

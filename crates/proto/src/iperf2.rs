@@ -39,6 +39,9 @@ pub mod flag {
 pub mod ext_flag {
     /// `--isochronous`.
     pub const ISOCHRONOUS: u16 = 0x0001;
+    /// UDP without the final exchange (`--no-udp-fin`, and 2.1.8's own client over UDP
+    /// both ways): each end sends its final once and neither answers it with a report.
+    pub const NO_UDP_FIN: u16 = 0x0008;
     /// `--trip-times`: every write carries its send time.
     pub const TRIP_TIMES: u16 = 0x0010;
     /// The rate is in packets per second.

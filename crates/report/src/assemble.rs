@@ -111,9 +111,12 @@ fn pacing(
     intervals: &[IntervalReport],
 ) -> Option<Pacing> {
     let target = config.rate_bps? as f64;
+    // A flow whose sender told nothing (an iperf 2 server sending both ways) is no pacing
+    // this run did: it received bytes that no sender here counted.
     let rates: Vec<f64> = flows
         .iter()
         .filter(|f| f.error.is_none())
+        .filter(|f| !(f.sender_bytes_total == 0 && f.receiver_bytes_total > 0))
         .map(|f| f.sender_bps)
         .collect();
     if rates.is_empty() {
