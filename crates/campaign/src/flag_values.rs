@@ -143,6 +143,11 @@ pub fn isochronous(text: &str) -> Result<linerate_model::video::VideoSettings, S
     linerate_model::video::VideoSettings::parse(text)
 }
 
+/// `serve --histograms=WIDTH[,BINS]`: iperf 2's histograms' bins.
+pub fn histogram_bins(text: &str) -> Result<linerate_report::iperf2_text::HistogramBins, String> {
+    linerate_report::iperf2_text::HistogramBins::parse(text)
+}
+
 /// A STAMP key (`--hmac-key`): hexadecimal, at least 16 bytes.
 pub fn stamp_key(text: &str) -> Result<linerate_stamp::wire::Key, String> {
     linerate_stamp::wire::Key::from_text(text.as_bytes())

@@ -447,6 +447,16 @@ impl OperatorLog {
         self.write("log", None, message);
     }
 
+    /// A line this server wrote whole from its own figures (an iperf 2 histogram, bounded
+    /// by the operator's bins): printable already, and not cut at a peer text's bound,
+    /// which would leave it unreadable to the tools that parse it.
+    pub fn own_line(&self, message: &str) {
+        if message.chars().any(char::is_control) {
+            return self.line(message);
+        }
+        self.write_whole("log", message);
+    }
+
     /// A refused or limited client, with the reason.
     pub fn refused(&self, peer: SocketAddr, reason: &str) {
         self.refused_at(Instant::now(), peer, reason);
@@ -489,12 +499,19 @@ impl OperatorLog {
     }
 
     fn write(&self, event: &str, peer: Option<SocketAddr>, message: &str) {
+        self.write_as(event, peer, &printable(message));
+    }
+
+    fn write_whole(&self, event: &str, message: &str) {
+        self.write_as(event, None, message);
+    }
+
+    /// Writes `message`, already printable, as a line of the log's format.
+    fn write_as(&self, event: &str, peer: Option<SocketAddr>, message: &str) {
         if !self.enabled {
             return;
         }
         let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
-        let message = printable(message);
-        let message = message.as_str();
         match self.format {
             LogFormat::Text => match peer {
                 Some(peer) => eprintln!("{now} refused {peer}: {message}"),

@@ -419,6 +419,7 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
     }
     served.end(shared);
     let tracked = trip_times.map(|t| t.lock().unwrap_or_else(|e| e.into_inner()).clone());
+    log_histogram(shared, &label, tracked.as_ref(), count, started_at);
     let (mut config, mut ran, mut theirs) = (config, ran, Vec::new());
     let note = match (tracked.as_ref().and_then(|t| t.frames()), &clocks) {
         (Some(frames), Some(clocks)) => {
@@ -437,6 +438,32 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
     // -r: the test back once this one has ended.
     if header.tradeoff() {
         serve_back(shared, &header, count, peer);
+    }
+}
+
+/// `serve --histograms`: a `--trip-times` test's writes' latencies as iperf 2's server
+/// prints them at its end (`F8(f)-PDF`), its connections' writes together.
+fn log_histogram(
+    shared: &ServerState,
+    label: &str,
+    tracked: Option<&BurstTracker>,
+    connections: usize,
+    started_at: f64,
+) {
+    let (Some(bins), Some(delays)) = (
+        shared.config.iperf2_histograms,
+        tracked
+            .filter(|t| t.frames().is_none())
+            .and_then(BurstTracker::distribution),
+    ) else {
+        return;
+    };
+    let span = (0.0, (UnixTime::now().seconds() - started_at).max(0.0));
+    let id = (connections == 1).then_some(1);
+    if let Some(line) =
+        linerate_report::iperf2_text::histogram_line(id, span, "F8", &delays.histogram, bins)
+    {
+        shared.log_own(&format!("{label}: {line}"));
     }
 }
 

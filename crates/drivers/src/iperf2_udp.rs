@@ -17,6 +17,7 @@ use crate::served::Served;
 use crate::server_state::ServerState;
 use linerate_model::clock::UnixTime;
 use linerate_proto::iperf2::{self, Amount, ClientHeader, UdpTest};
+use linerate_report::iperf2_text::histogram_line;
 use linerate_report::{FlowSide, Role, SideResult, UdpCounts};
 use std::collections::BTreeMap;
 use std::io;
@@ -429,6 +430,17 @@ fn finish(
         report.datagrams,
         report.jitter_ns / 1e6
     ));
+    let delays = report.transit.and_then(|_| entry.test.delays());
+    if let (Some(bins), Some(delays)) = (shared.config.iperf2_histograms, delays.as_ref()) {
+        // iperf 2's server's line for the test's datagrams' one-way delays.
+        let span = (0.0, seconds);
+        if let Some(line) = histogram_line(Some(1), span, "T8", &delays.histogram, bins) {
+            shared.log_own(&format!(
+                "iperf 2 UDP test {} from {from}: {line}",
+                entry.id
+            ));
+        }
+    }
     let header = &entry.test.header;
     let local = socket.local_addr().unwrap_or(from);
     let Ok(mut config) = config_of(shared, header, 1, from, local.port(), true) else {

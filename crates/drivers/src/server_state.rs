@@ -67,6 +67,9 @@ pub struct ServerConfig {
     /// Clients read this host's clock (`--same-clock`: network namespaces of one host, a
     /// lab): one-way delays need no time source then.
     pub same_clock: bool,
+    /// Log each iperf 2 `--trip-times` test's latencies as iperf 2's server prints its
+    /// histograms (`--histograms`), in these bins.
+    pub iperf2_histograms: Option<linerate_report::iperf2_text::HistogramBins>,
 }
 
 pub use linerate_model::{Served, ServedGroup, ServedTest};
@@ -146,6 +149,7 @@ impl ServerConfig {
             iperf2_port: None,
             iperf2_port_chosen: false,
             same_clock: false,
+            iperf2_histograms: None,
         }
     }
 }
@@ -239,6 +243,11 @@ impl ServerState {
 
     pub(crate) fn log(&self, message: &str) {
         self.operator_log.line(message);
+    }
+
+    /// A line of this server's own figures, logged whole (`OperatorLog::own_line`).
+    pub(crate) fn log_own(&self, message: &str) {
+        self.operator_log.own_line(message);
     }
 
     /// One line for a refused or limited client, with the reason (a few a second at most).

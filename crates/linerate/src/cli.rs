@@ -140,7 +140,7 @@ pub fn unread_flag(matches: &clap::ArgMatches) -> Option<String> {
 pub enum Command {
     /// Serve tests from linerate clients (many at once, each isolated)
     #[command(
-        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv\n  linerate serve --cert cert.pem --cert-key key.pem --require-tls\n  linerate serve --http :8080 --https :8443   responsiveness (RPM) for linerate rpm, networkQuality, mach and browsers\n  linerate serve --join 239.1.1.1 --join 232.1.1.1@192.0.2.7%eth1   count multicast streams (linerate's, iperf 2's)\n  linerate serve --key lab.key --iperf2-port 5001   iperf 2 clients too (iperf -c HOST -P 4 -t 10)"
+        after_help = "Examples:\n  linerate serve\n  linerate serve --listen 192.0.2.1 --port 6000 --max-tests 8\n  head -c 32 /dev/urandom | base64 > lab.key; linerate serve --key lab.key\n  linerate serve --key lab.key --max-duration 30 --max-clients-per-ip 8 --deny 10.0.0.0/8 --log-format json\n  linerate serve --rsa-private-key-path private.pem --authorized-users-path users.csv\n  linerate serve --cert cert.pem --cert-key key.pem --require-tls\n  linerate serve --http :8080 --https :8443   responsiveness (RPM) for linerate rpm, networkQuality, mach and browsers\n  linerate serve --join 239.1.1.1 --join 232.1.1.1@192.0.2.7%eth1   count multicast streams (linerate's, iperf 2's)\n  linerate serve --key lab.key --iperf2-port 5001   iperf 2 clients too (iperf -c HOST -P 4 -t 10)\n  linerate serve --histograms   log iperf 2 --trip-times tests' latency histograms as iperf -s --histograms prints them"
     )]
     Serve(Box<ServeArgs>),
     /// Measure TCP throughput to a server, or of this machine over loopback
@@ -1617,6 +1617,11 @@ pub struct ServeArgs {
     /// without a time source
     #[arg(long)]
     pub same_clock: bool,
+    /// Log each iperf 2 --trip-times test's latencies as iperf 2's server prints its
+    /// histograms (`T8(f)-PDF` for UDP datagrams, `F8(f)-PDF` for TCP writes), in bins of
+    /// WIDTH, BINS of them [default: 100us,10000]
+    #[arg(long, value_name = "WIDTH[,BINS]", num_args = 0..=1, require_equals = true, default_missing_value = "100us,10000", value_parser = histogram_bins)]
+    pub histograms: Option<linerate_report::iperf2_text::HistogramBins>,
     /// Answer STAMP test packets (RFC 8762, stateful, with RFC 8972's TLVs) on this UDP
     /// [ADDR:]PORT (862 is STAMP's; below 1024 needs root or CAP_NET_BIND_SERVICE)
     #[arg(long, value_name = "[ADDR:]PORT", value_parser = udp_listen_addr)]

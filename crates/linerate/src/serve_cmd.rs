@@ -48,6 +48,7 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     let joins = (!args.join.is_empty()).then_some(args.join_port);
     config.serve_iperf2(args.iperf2_port, args.no_iperf2, joins);
     config.same_clock = args.same_clock;
+    config.iperf2_histograms = args.histograms;
     if config.key.is_none() {
         eprintln!(
             "linerate: warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)"

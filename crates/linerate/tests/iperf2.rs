@@ -596,7 +596,9 @@ fn kept_latency(run: &Value) -> Option<[f64; 4]> {
 /// A real iperf 2 client's `--trip-times` UDP test: linerate's server report carries the
 /// one-way delays, and the client prints them (its "Latency avg/min/max/stdev") as the
 /// kept run has them, its deviation included (the squared differences crossed the wire
-/// as 2.1.8 reads them); the client is this host, so one clock. Without `--trip-times`,
+/// as 2.1.8 reads them); the client is this host, so one clock. With `serve --histograms`
+/// the server logs iperf 2's histogram lines, UDP's datagrams' and TCP's writes' (as many
+/// delays as the kept run holds, its percentiles in their bins). Without `--trip-times`,
 /// none is given or kept.
 #[test]
 fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
@@ -607,7 +609,8 @@ fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = std::env::temp_dir().join(format!("linerate-iperf2-trip-{}", std::process::id()));
     let db = dir.join("served.db").to_str().unwrap().to_string();
-    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0"]);
+    let server =
+        ServeProcess::start(&["--db", &db, "--iperf2-port", "0", "--histograms=1us,10000"]);
     let port = iperf2_port(&server);
     let out = iperf(&[
         "-c",
@@ -646,6 +649,28 @@ fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
     assert!(0.0 <= least && least <= mean && mean <= most, "{ours:?}");
     let summary = num(&run, "/summary/one_way_delay_ms");
     assert!((summary - mean).abs() < 0.0006, "{summary} against {mean}");
+    // `--histograms`: iperf 2's server's line, its every delay in a 1 us bin: as many as
+    // the kept distribution holds, in bins that hold its median between the 5 % and 95 %
+    // bins and its 99th percentile between the 95 % and 99.7 % ones (within a bin).
+    let delays = &run["flows"][0]["udp"]["one_way_delay_us"];
+    let pdf = histogram_of(&server.log(), "T8").unwrap_or_else(|| panic!("{}", server.log()));
+    eprintln!("{pdf:?}; the kept delays: {delays}");
+    assert_eq!(pdf.width_us, 1);
+    assert_eq!(pdf.count, num(delays, "/count"), "{pdf:?}");
+    assert_eq!(
+        pdf.bins.iter().map(|b| b.1).sum::<f64>() + pdf.above,
+        pdf.count
+    );
+    let bin = |us: f64| us.floor() + 1.0;
+    let (p50, p99) = (bin(num(delays, "/p50")), bin(num(delays, "/p99")));
+    assert!(
+        pdf.at_5 <= p50 + 1.0 && p50 <= pdf.at_95 + 1.0,
+        "{pdf:?} p50 in bin {p50}"
+    );
+    assert!(
+        pdf.at_95 <= p99 + 1.0 && p99 <= pdf.at_99_7 + 1.0,
+        "{pdf:?} p99 in bin {p99}"
+    );
     assert!(
         run["warnings"]
             .to_string()
@@ -669,8 +694,83 @@ fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
         "{}",
         run["summary"]
     );
+    // Over TCP, the writes' latencies: as many in the line as the kept run timed.
+    let out = iperf(&["-c", "127.0.0.1", "-p", &port, "-t", "1", "--trip-times"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        server.wait_log("stored as run 3", Duration::from_secs(10)),
+        "{}",
+        server.log()
+    );
+    let run = kept(&db, 3);
+    let writes: f64 = run["warnings"]
+        .as_array()
+        .and_then(|w| {
+            w.iter()
+                .filter_map(Value::as_str)
+                .find(|w| w.starts_with("--trip-times"))
+        })
+        .and_then(|note| {
+            note.split_once(" writes")?
+                .0
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no writes timed: {}", run["warnings"]));
+    let pdf = histogram_of(&server.log(), "F8").unwrap_or_else(|| panic!("{}", server.log()));
+    eprintln!("TCP: {writes} writes timed; {pdf:?}");
+    assert_eq!(pdf.count, writes, "{pdf:?}");
+    assert_eq!(
+        pdf.bins.iter().map(|b| b.1).sum::<f64>() + pdf.above,
+        pdf.count
+    );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An iperf 2 server's histogram line (`NAME(f)-PDF: bin(w=WIDTHus):cnt(N)=BIN:COUNT,...
+/// (5.00/95.00/99.7%=A/B/C,Outliers=O,obl/obu=L/U)`), read as iperf 2's own log readers
+/// read it.
+#[derive(Debug)]
+struct Histogram {
+    width_us: u32,
+    count: f64,
+    bins: Vec<(f64, f64)>,
+    at_5: f64,
+    at_95: f64,
+    at_99_7: f64,
+    above: f64,
+}
+
+fn histogram_of(log: &str, name: &str) -> Option<Histogram> {
+    let line = log
+        .lines()
+        .find(|l| l.contains(&format!(" {name}(f)-PDF: ")))?;
+    let rest = line.split_once("-PDF: bin(w=")?.1;
+    let (width, rest) = rest.split_once("us):cnt(")?;
+    let (count, rest) = rest.split_once(")=")?;
+    let (bins, rest) = rest.split_once(" (5.00/95.00/99.7%=")?;
+    let (cis, rest) = rest.split_once(",Outliers=")?;
+    let above = rest.split_once("obl/obu=")?.1.split_once('/')?.1;
+    let above = above.trim_end_matches(|c: char| !c.is_ascii_digit());
+    let cis: Vec<f64> = cis.split('/').filter_map(|v| v.parse().ok()).collect();
+    Some(Histogram {
+        width_us: width.parse().ok()?,
+        count: count.parse().ok()?,
+        bins: bins
+            .split(',')
+            .filter_map(|b| {
+                let (bin, n) = b.split_once(':')?;
+                Some((bin.parse().ok()?, n.parse().ok()?))
+            })
+            .collect(),
+        at_5: *cis.first()?,
+        at_95: *cis.get(1)?,
+        at_99_7: *cis.get(2)?,
+        above: above.parse().ok()?,
+    })
 }
 
 /// The "BB cnt=avg/min/max/stdev" figures of an iperf 2 bounceback client's last

@@ -774,6 +774,12 @@ impl BurstTracker {
         (self.count > 0).then(|| self.latencies.summary(false))
     }
 
+    /// The writes' latencies with every bucket (`serve --histograms`); `None` before one
+    /// was counted.
+    pub fn distribution(&self) -> Option<linerate_model::latency::LatencySummary> {
+        (self.count > 0).then(|| self.latencies.summary(true))
+    }
+
     /// Whether the stream stopped making sense as `--trip-times` writes.
     pub fn lost_track(&self) -> bool {
         self.lost_track

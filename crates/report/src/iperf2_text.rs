@@ -231,6 +231,136 @@ fn trimmed_percent(percent: f64) -> String {
     }
 }
 
+/// The bins of the latency histograms an iperf 2 server prints (`linerate serve
+/// --histograms`): their width and how many (2.1.8's default: 100 us, 10,000 of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistogramBins {
+    pub width_us: u32,
+    pub count: u32,
+}
+
+impl HistogramBins {
+    pub const IPERF2: HistogramBins = HistogramBins {
+        width_us: 100,
+        count: 10_000,
+    };
+    /// Bins at most: a test's line names every bin that holds a delay (some 14 bytes
+    /// each), so a client's delays make it at most about 140 KB.
+    pub const MOST: u32 = 10_000;
+
+    /// Reads `WIDTH[,BINS]`: a width as a time (`100us`, `0.5ms`, `1ms`; at least 1 us,
+    /// at most 1 s) and a count of bins (1 to [`HistogramBins::MOST`]). The error is the
+    /// reason alone.
+    pub fn parse(text: &str) -> Result<HistogramBins, String> {
+        let (width, count) = match text.split_once(',') {
+            Some((width, count)) => (width.trim(), Some(count.trim())),
+            None => (text.trim(), None),
+        };
+        let (number, scale) = if let Some(us) = width.strip_suffix("us") {
+            (us, 1.0)
+        } else if let Some(ms) = width.strip_suffix("ms") {
+            (ms, 1e3)
+        } else if let Some(s) = width.strip_suffix('s') {
+            (s, 1e6)
+        } else {
+            return Err("give the bins' width as a time: 100us, 0.5ms".into());
+        };
+        let width_us = number
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .map(|v| (v * scale).round())
+            .filter(|us| (1.0..=1e6).contains(us))
+            .ok_or("the bins' width is 1 us to 1 s")? as u32;
+        let count = match count {
+            None => HistogramBins::IPERF2.count,
+            Some(count) => count
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=HistogramBins::MOST).contains(n))
+                .ok_or(format!("the bins are 1 to {}", HistogramBins::MOST))?,
+        };
+        Ok(HistogramBins { width_us, count })
+    }
+}
+
+/// A latency histogram as iperf 2's server prints one at a test's end (`T8(f)` for a UDP
+/// test's datagrams, `F8(f)` for a TCP test's writes), from the delays kept as a
+/// distribution (`delays`: each bucket's top and its count; a delay within the
+/// distribution's resolution, 0.1 %, of a bin's edge may fall in its neighbour). Each
+/// delay falls in bin floor(delay / width), printed from 1; delays past the last bin are
+/// `obu`. The figures after it are iperf 2's: the bins where the running share first
+/// passes 5 %, 95 % and 99.7 %, and its outliers (bins past the 90 % bin by three times
+/// the distance from the 10 % bin to it). `id`: the connection's, or `None` for a test's
+/// connections together (`[SUM]`). `None` when no delay was counted.
+pub fn histogram_line(
+    id: Option<u32>,
+    span: (f64, f64),
+    name: &str,
+    delays: &[linerate_model::latency::LatencyBucket],
+    bins: HistogramBins,
+) -> Option<String> {
+    let mut counts = std::collections::BTreeMap::<u64, u64>::new();
+    let mut above = 0u64;
+    let mut population = 0u64;
+    for bucket in delays.iter().filter(|b| b.count > 0) {
+        population += bucket.count;
+        let bin = (bucket.le_us.max(0.0) / f64::from(bins.width_us)).floor() as u64;
+        if bin >= u64::from(bins.count) {
+            above += bucket.count;
+        } else {
+            *counts.entry(bin).or_default() += bucket.count;
+        }
+    }
+    if population == 0 {
+        return None;
+    }
+    let share = |running: u64| running as f64 / population as f64;
+    let (mut lower, mut upper, mut three_sigma) = (0u64, 0u64, 0u64);
+    // The outer fence, 0 until the running share reaches 90 % (and again while it
+    // comes out 0, as iperf 2 keeps it).
+    let (mut fence_low, mut fence_high, mut outer_fence) = (0u64, 0u64, 0u64);
+    let mut outliers = 0u64;
+    let mut running = 0u64;
+    let mut listed = Vec::with_capacity(counts.len());
+    for (&bin, &count) in &counts {
+        running += count;
+        let (shown, share) = (bin + 1, share(running));
+        if lower == 0 && share > 0.05 {
+            lower = shown;
+        }
+        if share < 0.1 {
+            fence_low = shown;
+        }
+        if share < 0.9 {
+            fence_high = shown;
+        } else if outer_fence == 0 {
+            outer_fence = fence_high + 3 * fence_high.saturating_sub(fence_low);
+        } else if bin > outer_fence {
+            // iperf 2 compares the bin counted from 0 with the fence counted from 1.
+            outliers += count;
+        }
+        if upper == 0 && share > 0.95 {
+            upper = shown;
+        }
+        if three_sigma == 0 && share > 0.997 {
+            three_sigma = shown;
+        }
+        listed.push(format!("{shown}:{count}"));
+    }
+    let last = u64::from(bins.count);
+    Some(format!(
+        "{} {:.4}-{:.4} sec {name}(f)-PDF: bin(w={}us):cnt({population})={} (5.00/95.00/99.7%={lower}/{}/{},Outliers={outliers},obl/obu=0/{above})",
+        label(id),
+        span.0,
+        span.1,
+        bins.width_us,
+        listed.join(","),
+        if upper == 0 { last } else { upper },
+        if three_sigma == 0 { last } else { three_sigma },
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,5 +457,50 @@ mod tests {
             lines[3]
         );
         assert!(udp_closing(1, 855, None)[1].contains("did not receive ack"));
+    }
+
+    fn delays(values: &[(f64, u64)]) -> Vec<linerate_model::latency::LatencyBucket> {
+        values
+            .iter()
+            .map(|&(le_us, count)| linerate_model::latency::LatencyBucket { le_us, count })
+            .collect()
+    }
+
+    /// Debian's 2.1.8 server printed this line for 174 datagrams of 5 to 58 us; a spread
+    /// whose figures are worked by hand gives its bins, its 5/95/99.7 % bins and its
+    /// outliers (past the 90 % bin by three times its distance from the 10 % one), and
+    /// fewer bins count the delays past them as `obu`.
+    #[test]
+    fn histogram_lines_are_iperf2s() {
+        let quiet = delays(&[(5.0, 40), (20.0, 100), (58.0, 34)]);
+        assert_eq!(
+            histogram_line(Some(1), (0.0, 2.023), "T8", &quiet, HistogramBins::IPERF2).unwrap(),
+            "[  1] 0.0000-2.0230 sec T8(f)-PDF: bin(w=100us):cnt(174)=1:174 (5.00/95.00/99.7%=1/1/1,Outliers=0,obl/obu=0/0)"
+        );
+        let spread = delays(&[(50.0, 10), (250.0, 80), (550.0, 9), (4050.0, 1)]);
+        assert_eq!(
+            histogram_line(Some(2), (0.0, 10.0), "F8", &spread, HistogramBins::IPERF2).unwrap(),
+            "[  2] 0.0000-10.0000 sec F8(f)-PDF: bin(w=100us):cnt(100)=1:10,3:80,6:9,41:1 (5.00/95.00/99.7%=1/6/41,Outliers=10,obl/obu=0/0)"
+        );
+        let few = HistogramBins {
+            width_us: 100,
+            count: 20,
+        };
+        assert_eq!(
+            histogram_line(Some(2), (0.0, 10.0), "F8", &spread, few).unwrap(),
+            "[  2] 0.0000-10.0000 sec F8(f)-PDF: bin(w=100us):cnt(100)=1:10,3:80,6:9 (5.00/95.00/99.7%=1/6/20,Outliers=9,obl/obu=0/1)"
+        );
+        assert_eq!(histogram_line(Some(1), (0.0, 1.0), "T8", &[], few), None);
+    }
+
+    #[test]
+    fn histogram_bins_read_as_a_width_and_a_count() {
+        let read = |t: &str| HistogramBins::parse(t).map(|b| (b.width_us, b.count));
+        assert_eq!(read("100us"), Ok((100, 10_000)));
+        assert_eq!(read("1ms,500"), Ok((1_000, 500)));
+        assert_eq!(read("0.5ms"), Ok((500, 10_000)));
+        for bad in ["100", "0us", "100us,0", "2s", "100us,x", "nanus"] {
+            assert!(read(bad).is_err(), "{bad}");
+        }
     }
 }
