@@ -339,6 +339,8 @@ fn start(shared: &Arc<ServerState>, test: Gathered<Connection>) -> Option<JoinHa
 }
 
 /// Runs one gathered test to its end and keeps its report.
+// Long: one test's life in the order it happens: accepted, the test back beside it (-d),
+// its writes timed, run, logged, kept, the test back after it (-r).
 fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let Gathered {

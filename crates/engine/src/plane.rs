@@ -179,6 +179,8 @@ impl Span {
 impl DataPlane {
     /// Spreads `flows` round-robin over up to `threads` workers and starts them; the test's
     /// clock starts at `start`.
+    // Long: every worker's plan is the setup's and the config's fields, one by one, in
+    // one place, so a field added to either reaches the workers here.
     pub fn start(
         start: Instant,
         config: &TestConfig,
