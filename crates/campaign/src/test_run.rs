@@ -147,6 +147,63 @@ pub fn run(
     failed.map_err(|e| Failure::Partial(format!("{e:#}")).into())
 }
 
+/// A test with another beside it whose call scores join its summary (`linerate app
+/// --pattern conference`: the participants' calls beside their video). The calls run
+/// [`LEAD_S`](linerate_drivers::bulk_load::LEAD_S) longer at each end, the first
+/// omitted, so that their window begins with the video's and ends a second after it;
+/// one run, shown and kept.
+pub fn run_with_calls(
+    request: &TestRequest,
+    calls: &TestRequest,
+    shown: &Shown,
+    storage: &Storage,
+) -> Result<()> {
+    use linerate_drivers::bulk_load::{start_beside, LEAD_S};
+    let (target, config, store, cancel) = prepare(request, shown, storage)?;
+    let calls = TestRequest {
+        time_s: request.omit_s + request.time_s + LEAD_S,
+        omit_s: LEAD_S,
+        interval_s: 0.0,
+        ..calls.clone()
+    };
+    let call_config = resolved(&calls, target, shown.verbose)?;
+    let text =
+        TextSink::new(std::io::stdout(), shown.scale).intervals(&config, shown.per_flow, true);
+    let mut sinks = sink::standard(shown.json, text, store);
+    sinks.event(&Event::Note(&test::banner(shown.host, target, &config)));
+    let beside = start_beside(target, shown.trust.options(&call_config), &cancel)
+        .map_err(|e| anyhow::anyhow!("the calls beside the video did not start: {e}"))?;
+    let outcome = test::run(target, &shown.trust.options(&config), &cancel, &mut sinks);
+    let calls = beside
+        .join()
+        .map_err(|_| anyhow::anyhow!("the calls beside the video stopped"))?;
+    let mut report = outcome?;
+    let calls_failed = match calls {
+        Ok(calls) => {
+            report.summary.call = calls.summary.call;
+            report
+                .warnings
+                .extend(calls.warnings.iter().map(|w| format!("calls: {w}")));
+            None
+        }
+        Err(e) => {
+            let why = format!("the calls beside the video failed: {e}");
+            report.warnings.push(why.clone());
+            Some(why)
+        }
+    };
+    let failed = repeat::check_flows(&report);
+    let interrupted = report.interrupted.is_some();
+    sinks.finish_document(&Document::Test(Box::new(report)))?;
+    if interrupted {
+        return Err(Failure::Status(130).into());
+    }
+    match calls_failed {
+        Some(why) => Err(Failure::Partial(why).into()),
+        None => failed.map_err(|e| Failure::Partial(format!("{e:#}")).into()),
+    }
+}
+
 /// `--find-max`: its trials shown one line each as they end, then the highest rate whose
 /// receiver-side loss stayed within `--max-loss` and what stopped it.
 pub fn search(

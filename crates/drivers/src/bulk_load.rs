@@ -12,9 +12,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Seconds the bulk load starts ahead of the transactions (connections open, windows
-/// grow) and runs on after them, so that it covers their whole window.
-const LEAD_S: f64 = 1.0;
+/// Seconds a test beside another (a bulk load, a conference's calls) starts ahead of it
+/// (connections open, windows grow) and runs on after it, so that it covers its whole
+/// window.
+pub const LEAD_S: f64 = 1.0;
 
 /// Runs the transactions of `options` with their load beside them (when `rr.load` asks
 /// for any): the load's figures go into the report's `rr.load`, its warnings beside the
@@ -101,10 +102,25 @@ fn start(
 ) -> Result<std::thread::JoinHandle<Result<Report, ClientError>>, ClientError> {
     let mut load_options = options.clone();
     load_options.config = load_config(&options.config, flows)?;
+    start_beside(target, load_options, cancel).map_err(|e| match e {
+        ClientError::Load(_) => e,
+        other => ClientError::Load(Box::new(other)),
+    })
+}
+
+/// A test beside another: started on a thread of its own, returned once it runs and has
+/// had [`LEAD_S`] to settle. Its configuration should run [`LEAD_S`] longer at each end
+/// than the test it is beside, omitting the first. Its error, where it ended before it
+/// started, is its own.
+pub fn start_beside(
+    target: Option<SocketAddr>,
+    load_options: ClientOptions,
+    cancel: &Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<Result<Report, ClientError>>, ClientError> {
     let (started, running) = std::sync::mpsc::channel();
     let cancel = cancel.clone();
     let handle = std::thread::Builder::new()
-        .name("linerate-load".into())
+        .name("linerate-beside".into())
         .spawn(move || {
             let mut progress = |event: TestUpdate| {
                 if matches!(event, TestUpdate::Started) {
@@ -114,14 +130,14 @@ fn start(
             run_test(target, &load_options, &cancel, &mut progress)
         })
         .map_err(|source| ClientError::Io {
-            context: "starting the load test",
+            context: "starting the test beside",
             source,
         })?;
     if running.recv().is_err() {
-        // The load test ended before it started: its error says why.
+        // The test ended before it started: its error says why.
         return Err(match handle.join() {
-            Ok(Err(error)) => ClientError::Load(Box::new(error)),
-            _ => ClientError::Load(Box::new(ClientError::Interrupted)),
+            Ok(Err(error)) => error,
+            _ => ClientError::Interrupted,
         });
     }
     std::thread::sleep(Duration::from_secs_f64(LEAD_S));

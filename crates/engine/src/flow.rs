@@ -244,6 +244,9 @@ pub struct WorkerPlan {
     pub boundaries: Vec<Duration>,
     /// Boundaries at which worker 0 reads `/proc/stat`.
     pub cpu_boundaries: Vec<usize>,
+    /// The boundary the measured window starts at (after `--omit`): receivers' delay
+    /// distributions start again there, as their counts are taken from there.
+    pub window_start: usize,
     pub length: usize,
     pub rate_bps: Option<u64>,
     /// How long receivers keep draining after the end for the sender's last bytes.
@@ -321,6 +324,7 @@ impl WorkerPlan {
             start,
             boundaries: vec![Duration::ZERO, end],
             cpu_boundaries: vec![],
+            window_start: 0,
             length,
             rate_bps: None,
             drain,

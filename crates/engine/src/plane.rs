@@ -234,6 +234,7 @@ impl DataPlane {
                 start,
                 boundaries: boundaries.clone(),
                 cpu_boundaries: vec![omit_index, end_index],
+                window_start: omit_index,
                 length: config.length as usize,
                 rate_bps: config.rate_bps.filter(|r| *r > 0),
                 drain,

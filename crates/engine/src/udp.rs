@@ -587,6 +587,12 @@ impl UdpLoop {
             if self.next_boundary == end_index {
                 self.end_sending(now);
             }
+            if self.next_boundary == self.plan.window_start && self.next_boundary > 0 {
+                // The warm-up's delays are not the window's.
+                for tracker in self.flows.iter_mut().filter_map(|f| f.tracker.as_mut()) {
+                    tracker.restart_delays();
+                }
+            }
             self.next_boundary += 1;
         }
     }

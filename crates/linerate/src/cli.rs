@@ -149,7 +149,7 @@ pub enum Command {
     /// Send traffic shaped like an application and score it as its users would: a call's
     /// MOS each way
     #[command(
-        after_help = "Examples:\n  linerate app 192.0.2.1 --pattern voip\n  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern voip --peer irtt          a call to an irtt server (port 2112)\n  linerate app 192.0.2.1 --pattern video --isochronous 60:8m,2m\n  linerate app 192.0.2.1 --pattern game --state 128:1m,300k"
+        after_help = "Examples:\n  linerate app 192.0.2.1 --pattern voip\n  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern voip --peer irtt          a call to an irtt server (port 2112)\n  linerate app 192.0.2.1 --pattern video --isochronous 60:8m,2m\n  linerate app 192.0.2.1 --pattern game --state 128:1m,300k\n  linerate app 192.0.2.1 --pattern conference --participants 5 --isochronous 30:1500k,300k"
     )]
     App(AppArgs),
     /// Measure request/response round trips and transaction rates (TCP or UDP)
@@ -1773,13 +1773,18 @@ pub struct AppArgs {
     pub measure: MeasureArgs,
     /// The application: voip (a codec frame each way every 20 ms, scored by ITU-T G.107's
     /// E-model); video (the far end streams frames here: each frame's latency, frames lost
-    /// and late); game (inputs out and the state back each tick, counted as video's frames)
+    /// and late); game (inputs out and the state back each tick, counted as video's
+    /// frames); conference (voice and video to and from each other participant)
     #[arg(long, value_enum)]
     pub pattern: AppPattern,
     /// video: the frames, as iperf 2's --isochronous: FPS:MEAN[,STDEV] (a 1080p stream's
     /// order by default)
     #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = "30:5m,1m", value_parser = isochronous)]
     pub isochronous: linerate_model::video::VideoSettings,
+    /// conference: the participants, this host one of them (2 to 32): a call and a video
+    /// stream to and from each of the others
+    #[arg(long, default_value_t = 4)]
+    pub participants: u32,
     /// video: a key frame every EVERY frames, SCALE (8) times the others' mean
     #[arg(long, value_name = "EVERY[:SCALE]", value_parser = key_frames)]
     pub key_frames: Option<linerate_model::video::KeyFrames>,
@@ -1823,6 +1828,7 @@ pub enum AppPattern {
     Voip,
     Video,
     Game,
+    Conference,
 }
 
 const IMPAIR_EXAMPLES: &str = "\

@@ -139,6 +139,14 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
             vec!["app", "h", "--pattern", "voip", "--peer", "sip"],
             "'sip'",
         ),
+        (
+            vec!["app", "h", "--pattern", "conference", "--participants", "1"],
+            "'1'",
+        ),
+        (
+            vec!["app", "h", "--pattern", "conference", "--peer", "irtt"],
+            "'--pattern voip'",
+        ),
     ] {
         let out = linerate(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -1518,52 +1518,13 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
     }
     // UDP both ways: a server of its own (2.1.8's UDP server serves one test). Each end
     // sends its final once, unanswered ("no-udp-fin", as 2.1.8's own client asks).
-    let udp_log = logs.path().join("full-duplex-udp.txt");
-    let udp_server = Killed(
-        Command::new("ip")
-            .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
-            .arg(format!(
-                "exec stdbuf -oL iperf -s -u > {}",
-                udp_log.display()
-            ))
-            .spawn()
-            .expect("iperf -s -u"),
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    let delivered_before = pair.udp_counter(&pair.ns_a, "InDatagrams") as f64;
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "--no-store",
-            "iperf2",
-            "-c",
-            &pair.addr_b,
-            "-u",
-            "--full-duplex",
-            "-b",
-            "2000pps",
-            "-t",
-            "2",
-            "--json",
-        ],
-    );
-    let delivered = pair.udp_counter(&pair.ns_a, "InDatagrams") as f64 - delivered_before;
-    assert!(out.status.success(), "{}", stderr(&out));
-    let doc = json(&out);
+    let (doc, text, delivered) =
+        udp_against_iperf2_server(&pair, &logs, "--full-duplex", "full-duplex-udp");
     assert_eq!(doc["config"]["direction"], "bidir", "{}", doc["config"]);
     let sent = num(&doc, "/flows/0/udp/sent_total");
     let received = num(&doc, "/flows/1/udp/received_total");
     let lost = num(&doc, "/flows/1/udp/lost");
-    std::thread::sleep(Duration::from_millis(500));
-    let text = std::fs::read_to_string(&udp_log).unwrap();
-    drop(udp_server);
-    let server_sent: f64 = text
-        .lines()
-        .find_map(|l| {
-            let (_, rest) = l.split_once(" Sent ")?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
-        .unwrap_or_else(|| panic!("no 'Sent N datagrams' from iperf 2's server: {text}"));
+    let server_sent = iperf2_sent(&text);
     // The server's receiver line: "... 0.004 ms 0/1701 (0%)", its total the datagrams
     // and the final that came.
     let (server_lost, server_total): (f64, f64) = text
@@ -1585,8 +1546,58 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
     // What the server read is what this side sent and its one final, to the datagram.
     assert_eq!(server_total, sent + 1.0, "{text}");
     assert_eq!(server_lost, 0.0, "{text}");
-    // What it sent back, as the -R test counts it: its numbered datagrams, its final and
-    // one more; those not received counted lost (a busy host's veth pair drops a few).
+    // What it sent back, as the -R test counts it.
+    assert_received_what_iperf2_sent(server_sent, (received, lost), delivered);
+}
+
+/// A `linerate iperf2 -c -u` test (with `mode`: `-R`, `--full-duplex`) at 2,000 datagrams
+/// a second for 2 s against a fresh `iperf -s -u` in the pair's second namespace (2.1.8's
+/// UDP server serves one test): linerate's document, the server's log, and the datagrams
+/// the client's kernel took meanwhile (`Udp: InDatagrams`).
+fn udp_against_iperf2_server(
+    pair: &VethPair,
+    logs: &tempfile::TempDir,
+    mode: &str,
+    tag: &str,
+) -> (Value, String, f64) {
+    let (udp_server, udp_log) = iperf2_server_in(pair, logs, "-u", tag);
+    std::thread::sleep(Duration::from_millis(500));
+    let delivered_before = pair.udp_counter(&pair.ns_a, "InDatagrams") as f64;
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "--no-store",
+            "iperf2",
+            "-c",
+            &pair.addr_b,
+            "-u",
+            mode,
+            "-b",
+            "2000pps",
+            "-t",
+            "2",
+            "--json",
+        ],
+    );
+    let delivered = pair.udp_counter(&pair.ns_a, "InDatagrams") as f64 - delivered_before;
+    assert!(out.status.success(), "{mode}: {}", stderr(&out));
+    std::thread::sleep(Duration::from_millis(500));
+    let text = std::fs::read_to_string(&udp_log).unwrap();
+    drop(udp_server);
+    (json(&out), text, delivered)
+}
+
+/// What linerate received of a UDP test an iperf 2 server sent: the server's count is
+/// its numbered datagrams, its final and one more (seen: 87 numbered and one final
+/// captured for "Sent 89"); those linerate did not receive it counts lost (a busy host's
+/// veth pair drops a few), never more than the server sent, less only by datagrams lost
+/// after the last one received (no gap follows them). The kernel took every numbered
+/// datagram that arrived and the final, which linerate does not count.
+fn assert_received_what_iperf2_sent(
+    server_sent: f64,
+    (received, lost): (f64, f64),
+    delivered: f64,
+) {
     let accounted = received + lost + 2.0;
     assert!(
         accounted <= server_sent + 1.0 && accounted >= server_sent - 10.0,
@@ -1596,6 +1607,16 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
         delivered >= received && delivered <= received + 2.0,
         "the kernel took {delivered} for linerate's {received}"
     );
+}
+
+/// The datagrams an iperf 2 UDP server's log says it sent (`Sent N datagrams`).
+fn iperf2_sent(text: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(" Sent ")?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no 'Sent N datagrams' from iperf 2's server: {text}"))
 }
 
 /// `linerate iperf2 -c -R` against Debian's iperf 2 server (2.1.8) over a veth pair: the
@@ -1691,50 +1712,10 @@ fn linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends() {
     }
 
     // UDP: a server of its own (2.1.8's UDP server exits after its first test).
-    let udp_log = logs.path().join("reverse-udp.txt");
-    let udp_server = Killed(
-        Command::new("ip")
-            .args(["netns", "exec", &pair.ns_b, "sh", "-c"])
-            .arg(format!(
-                "exec stdbuf -oL iperf -s -u > {}",
-                udp_log.display()
-            ))
-            .spawn()
-            .expect("iperf -s -u"),
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    let delivered_before = pair.udp_counter(&pair.ns_a, "InDatagrams") as f64;
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "--no-store",
-            "iperf2",
-            "-c",
-            &pair.addr_b,
-            "-u",
-            "-R",
-            "-b",
-            "2000pps",
-            "-t",
-            "2",
-            "--json",
-        ],
-    );
-    let delivered = pair.udp_counter(&pair.ns_a, "InDatagrams") as f64 - delivered_before;
-    assert!(out.status.success(), "{}", stderr(&out));
-    let doc = json(&out);
+    let (doc, text, delivered) = udp_against_iperf2_server(&pair, &logs, "-R", "reverse-udp");
     let received = num(&doc, "/flows/0/udp/received_total");
     let lost = num(&doc, "/flows/0/udp/lost");
-    std::thread::sleep(Duration::from_millis(300));
-    let text = std::fs::read_to_string(&udp_log).unwrap();
-    drop(udp_server);
-    let server_sent: f64 = text
-        .lines()
-        .find_map(|l| {
-            let (_, rest) = l.split_once(" Sent ")?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
-        .unwrap_or_else(|| panic!("no 'Sent N datagrams' from iperf 2's server: {text}"));
+    let server_sent = iperf2_sent(&text);
     eprintln!(
         "-u -R: iperf 2's server sent {server_sent} (its final and one more among them), linerate received {received}, lost {lost}, its kernel took {delivered}"
     );
@@ -1743,19 +1724,7 @@ fn linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends() {
     // 87 numbered and one final captured, "Sent 89"). What linerate did not receive of
     // the numbered ones it counts lost: a busy host's veth pair drops some (27 of 4,002
     // once, while a build ran beside the test; none of them reached the kernel below).
-    // Never more than the server sent; less only by datagrams lost after the last one
-    // received (no gap follows them; a few at most, on a busy host).
-    let accounted = received + lost + 2.0;
-    assert!(
-        accounted <= server_sent + 1.0 && accounted >= server_sent - 10.0,
-        "the server sent {server_sent}, linerate received {received} and counted {lost} lost"
-    );
-    // The kernel took every numbered datagram that arrived and the final, no more than
-    // one of which (the final) linerate did not count.
-    assert!(
-        delivered >= received && delivered <= received + 2.0,
-        "the kernel took {delivered} for linerate's {received}"
-    );
+    assert_received_what_iperf2_sent(server_sent, (received, lost), delivered);
 }
 
 /// `linerate iperf2 -c -r` and `-d` against Debian's iperf 2 server (2.1.8) over a veth

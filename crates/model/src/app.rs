@@ -79,6 +79,72 @@ impl Pattern {
     }
 }
 
+/// A conference of `participants`, each sending its voice and its video to every other
+/// (a call of full mesh, as WebRTC's peer-to-peer calls are): seen from one of them, a
+/// call and a video stream out to each of the others and one back from each. Over two
+/// hosts, this host is one participant and the far end holds the others: two tests at
+/// once, the calls beside the video, each with a flow each way per other participant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Conference {
+    pub participants: u32,
+    pub call: CallSettings,
+    pub video: VideoSettings,
+}
+
+impl Conference {
+    /// Participants at most: a conference's streams are flows, two a participant each way.
+    pub const MOST: u32 = 32;
+
+    /// A conference of `participants` (2 to [`Conference::MOST`]); the error names the
+    /// value.
+    pub fn checked(
+        participants: u32,
+        call: CallSettings,
+        video: VideoSettings,
+    ) -> Result<Conference, String> {
+        if !(2..=Self::MOST).contains(&participants) {
+            return Err(format!(
+                "invalid value '{participants}' for '--participants': a conference is 2 to {} participants",
+                Self::MOST
+            ));
+        }
+        Ok(Conference {
+            participants,
+            call,
+            video,
+        })
+    }
+
+    /// The others: each a flow each way of both tests.
+    pub fn others(&self) -> u32 {
+        self.participants - 1
+    }
+
+    /// The video: the frames each way, out to each other participant and back from each.
+    pub fn video_stream(&self) -> StreamRequest {
+        StreamRequest {
+            direction: Direction::Bidir,
+            rate_bps: None,
+            transport: StreamTransport::Video(VideoStream {
+                back: Some(self.video),
+                ..VideoStream::of(self.video)
+            }),
+        }
+    }
+
+    /// The calls beside it, scored against `qoo` where given.
+    pub fn call_stream(&self, qoo: Option<Requirement>) -> StreamRequest {
+        StreamRequest {
+            direction: Direction::Bidir,
+            rate_bps: None,
+            transport: StreamTransport::Call(CallStream {
+                settings: self.call,
+                qoo,
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +190,45 @@ mod tests {
             TestConfig::resolve(&TestRequest::new(TestKind::Stream(video)), &here).unwrap();
         assert_eq!(config.video_of(Direction::Reverse), Some(inputs));
         assert_eq!(config.length, 1472);
+    }
+
+    /// A conference is its video both ways and its calls both ways, a flow each way per
+    /// other participant; it has 2 to 32 participants.
+    #[test]
+    fn a_conference_is_video_and_calls_both_ways_to_each_other_participant() {
+        let video = VideoSettings::parse("30:1500k,300k").unwrap();
+        let call = crate::call::CallSettings::checked(
+            crate::call::Codec::parse("g711").unwrap(),
+            crate::call::JitterBuffer::Fixed { ms: 60 },
+        )
+        .unwrap();
+        let here = Environment {
+            cpus: 2,
+            udp_length: Some(1472),
+        };
+        let conference = Conference::checked(4, call, video).unwrap();
+        assert_eq!(conference.others(), 3);
+        let request = TestRequest {
+            parallel: conference.others(),
+            ..TestRequest::new(TestKind::Stream(conference.video_stream()))
+        };
+        let config = TestConfig::resolve(&request, &here).unwrap();
+        assert_eq!(config.direction, Direction::Bidir);
+        assert_eq!(config.parallel, 3);
+        assert_eq!(config.video_of(Direction::Forward), Some(video));
+        assert_eq!(config.video_of(Direction::Reverse), Some(video));
+        let calls = TestRequest {
+            parallel: conference.others(),
+            ..TestRequest::new(TestKind::Stream(conference.call_stream(None)))
+        };
+        let config = TestConfig::resolve(&calls, &here).unwrap();
+        assert_eq!(
+            (config.direction, config.call),
+            (Direction::Bidir, Some(call))
+        );
+        for refused in [0, 1, 33] {
+            let err = Conference::checked(refused, call, video).unwrap_err();
+            assert!(err.contains(&format!("'{refused}'")), "{err}");
+        }
     }
 }

@@ -134,6 +134,27 @@ impl Requirement {
         }
     }
 
+    /// One way of a call scored against `given` (`--qoo`) or a voice call's requirement:
+    /// its delays, and the datagrams not played in time (`missed`: lost and late) over
+    /// those `sent` (all of them missed where none was sent).
+    pub fn score_call(
+        given: Option<&Requirement>,
+        latency_us: &LatencySummary,
+        sent: u64,
+        missed: u64,
+    ) -> QooScore {
+        let requirement = given.cloned().unwrap_or_else(Requirement::voice);
+        requirement.score(&Measured {
+            latency_us,
+            loss: if sent == 0 {
+                1.0
+            } else {
+                missed as f64 / sent as f64
+            },
+            bps: 0.0,
+        })
+    }
+
     /// A fast online game, each way (its inputs out, its state back): a tick's update
     /// whole within 50 ms at the median and 100 ms at the 99th percentile at best, 150 and
     /// 250 ms at the point where play becomes unacceptable; updates not applied in time at

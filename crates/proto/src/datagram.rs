@@ -461,6 +461,14 @@ impl SequenceTracker {
         (summary.count > 0).then_some(summary)
     }
 
+    /// Forgets the delays kept so far (a test's warm-up, before its measured window).
+    pub fn restart_delays(&mut self) {
+        if let Some(delays) = self.delays.as_mut() {
+            **delays = linerate_model::latency::LatencyHistogram::new();
+            self.delays_before_sent = 0;
+        }
+    }
+
     /// Datagrams whose send time came after their arrival here (clocks apart): not
     /// among [`SequenceTracker::delays`].
     pub fn delays_before_sent(&self) -> u64 {
@@ -736,6 +744,13 @@ mod tests {
         let mut plain = SequenceTracker::new(FLOW, Framing::Native { tag: TAG });
         plain.record(&datagram(0, base, 64), base + ms);
         assert!(plain.delays().is_none());
+        // A warm-up's delays are forgotten where the window starts; the window's kept.
+        t.restart_delays();
+        assert!(t.delays().is_none());
+        t.record(&datagram(200, base, 64), base + 7 * ms);
+        let kept = t.delays().unwrap();
+        assert_eq!(kept.count, 1);
+        assert!((kept.max - 7_000.0).abs() < 10.0, "{kept:?}");
     }
 
     /// The squared differences from the mean, kept as datagrams arrive, are what they

@@ -500,20 +500,8 @@ fn call_summary(
             let c = merge_udp(&counts);
             let one_way_delay_us = delays_of(way());
             let qoo = one_way_delay_us.as_ref().map(|latency_us| {
-                let sent = c.received + c.lost;
-                let missed = c.lost + c.late;
-                let requirement = given
-                    .cloned()
-                    .unwrap_or_else(linerate_model::qoo::Requirement::voice);
-                requirement.score(&linerate_model::qoo::Measured {
-                    latency_us,
-                    loss: if sent == 0 {
-                        1.0
-                    } else {
-                        missed as f64 / sent as f64
-                    },
-                    bps: 0.0,
-                })
+                let (sent, missed) = (c.received + c.lost, c.lost + c.late);
+                linerate_model::qoo::Requirement::score_call(given, latency_us, sent, missed)
             });
             let one_way_delay_ms = c.one_way_delay_ms();
             // An adaptive buffer's mean depth over the datagrams it judged.

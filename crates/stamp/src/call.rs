@@ -208,19 +208,8 @@ impl CallLog {
             },
         );
         let qoo = one_way_delay_us.as_ref().map(|latency_us| {
-            let requirement = self
-                .qoo
-                .clone()
-                .unwrap_or_else(linerate_model::qoo::Requirement::voice);
-            requirement.score(&linerate_model::qoo::Measured {
-                latency_us,
-                loss: if sent == 0 {
-                    1.0
-                } else {
-                    (lost + late) as f64 / sent as f64
-                },
-                bps: 0.0,
-            })
+            let given = self.qoo.as_ref();
+            linerate_model::qoo::Requirement::score_call(given, latency_us, sent, lost + late)
         });
         CallWay {
             direction: way.direction,
