@@ -147,12 +147,26 @@ pub fn run(
     failed.map_err(|e| Failure::Partial(format!("{e:#}")).into())
 }
 
-/// A test with another beside it whose call scores join its summary (`linerate app
-/// --pattern conference`: the participants' calls beside their video). The calls run
+/// An application pattern's plan (`linerate app`, `linerate_model::app::Plan`): its test
+/// alone, or with the test `beside` it (a conference's calls beside its video).
+pub fn run_app(
+    request: &TestRequest,
+    beside: Option<&TestRequest>,
+    shown: &Shown,
+    storage: &Storage,
+) -> Result<()> {
+    match beside {
+        None => run(request, shown, false, storage),
+        Some(beside) => run_beside(request, beside, shown, storage),
+    }
+}
+
+/// A test with another beside it whose call scores join its summary (a conference's
+/// calls beside its video). The test beside runs
 /// [`LEAD_S`](linerate_drivers::bulk_load::LEAD_S) longer at each end, the first
-/// omitted, so that their window begins with the video's and ends a second after it;
-/// one run, shown and kept.
-pub fn run_with_calls(
+/// omitted, so that its window begins with the test's and ends a second after it; one
+/// run, shown and kept.
+fn run_beside(
     request: &TestRequest,
     calls: &TestRequest,
     shown: &Shown,

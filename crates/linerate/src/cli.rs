@@ -1771,39 +1771,40 @@ pub struct AppArgs {
     pub server: ServerArgs,
     #[command(flatten)]
     pub measure: MeasureArgs,
-    /// The application: voip (a codec frame each way every 20 ms, scored by ITU-T G.107's
-    /// E-model); video (the far end streams frames here: each frame's latency, frames lost
-    /// and late); game (inputs out and the state back each tick, counted as video's
-    /// frames); conference (voice and video to and from each other participant)
-    #[arg(long, value_enum)]
-    pub pattern: AppPattern,
-    /// video: the frames, as iperf 2's --isochronous: FPS:MEAN[,STDEV] (a 1080p stream's
-    /// order by default)
-    #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = "30:5m,1m", value_parser = isochronous)]
-    pub isochronous: linerate_model::video::VideoSettings,
+    /// The application (its options below; one it does not read is refused)
+    #[arg(long, value_parser = app_pattern())]
+    pub pattern: &'static linerate_model::app::Pattern,
+    /// video, conference: the frames, as iperf 2's --isochronous: FPS:MEAN[,STDEV]
+    /// [default: 30:5m,1m, a 1080p stream's order]
+    #[arg(long, value_name = "FPS:MEAN[,STDEV]", value_parser = isochronous)]
+    pub isochronous: Option<linerate_model::video::VideoSettings>,
     /// conference: the participants, this host one of them (2 to 32): a call and a video
-    /// stream to and from each of the others
-    #[arg(long, default_value_t = 4)]
-    pub participants: u32,
-    /// video: a key frame every EVERY frames, SCALE (8) times the others' mean
+    /// stream to and from each of the others [default: 4]
+    #[arg(long)]
+    pub participants: Option<u32>,
+    /// video, conference: a key frame every EVERY frames, SCALE (8) times the others' mean
     #[arg(long, value_name = "EVERY[:SCALE]", value_parser = key_frames)]
     pub key_frames: Option<linerate_model::video::KeyFrames>,
-    /// game: the client's inputs, FPS:MEAN[,STDEV] (120 bytes 64 times a second by default)
-    #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = linerate_model::video::GAME_INPUTS, value_parser = isochronous)]
-    pub inputs: linerate_model::video::VideoSettings,
-    /// game: the server's state each tick, FPS:MEAN[,STDEV] (1,200 bytes 64 times a second)
-    #[arg(long, value_name = "FPS:MEAN[,STDEV]", default_value = linerate_model::video::GAME_STATE, value_parser = isochronous)]
-    pub state: linerate_model::video::VideoSettings,
+    /// game: the client's inputs, FPS:MEAN[,STDEV] [default: 64:61440,15360, 120 bytes 64
+    /// times a second]
+    #[arg(long, value_name = "FPS:MEAN[,STDEV]", value_parser = isochronous)]
+    pub inputs: Option<linerate_model::video::VideoSettings>,
+    /// game: the server's state each tick, FPS:MEAN[,STDEV] [default: 64:614400,204800,
+    /// 1,200 bytes 64 times a second]
+    #[arg(long, value_name = "FPS:MEAN[,STDEV]", value_parser = isochronous)]
+    pub state: Option<linerate_model::video::VideoSettings>,
     /// Each way's Quality of Outcome requirement, as p99=150ms/400ms,loss=1%/5%
     #[arg(long, value_name = "REQUIREMENT", value_parser = linerate_model::qoo::Requirement::parse)]
     pub qoo: Option<linerate_model::qoo::Requirement>,
-    /// The call's codec: g711 (with loss concealment), g711-no-plc, g729a
-    #[arg(long, default_value = "g711", value_parser = linerate_model::call::Codec::parse)]
-    pub codec: linerate_model::call::Codec,
-    /// The receivers' jitter buffer: fixed (a datagram later than the first's delay by more is
-    /// played too late, lost), or `adaptive[:MOST]` (follows the jitter) [default: 60ms]
-    #[arg(long, value_name = "TIME", default_value = "60ms", value_parser = jitter_buffer)]
-    pub jitter_buffer: linerate_model::call::JitterBuffer,
+    /// voip, conference: the call's codec: g711 (with loss concealment), g711-no-plc, g729a
+    /// [default: g711]
+    #[arg(long, value_parser = linerate_model::call::Codec::parse)]
+    pub codec: Option<linerate_model::call::Codec>,
+    /// voip, conference: the receivers' jitter buffer: fixed (a datagram later than the
+    /// first's delay by more is played too late, lost), or `adaptive[:MOST]` (follows the
+    /// jitter) [default: 60ms]
+    #[arg(long, value_name = "TIME", value_parser = jitter_buffer)]
+    pub jitter_buffer: Option<linerate_model::call::JitterBuffer>,
     /// voip: the far end: linerate's own server, or an irtt server (`irtt server`, `linerate
     /// serve --irtt`; port 2112 unless -p): each request a frame out, its answer the frame
     /// back, both ways scored from irtt's timestamps and counts
@@ -1823,12 +1824,29 @@ pub enum AppPeer {
     Irtt,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AppPattern {
-    Voip,
-    Video,
-    Game,
-    Conference,
+impl AppArgs {
+    /// The pattern's options as given; the pattern supplies its defaults.
+    pub fn options(&self) -> linerate_model::app::AppOptions {
+        linerate_model::app::AppOptions {
+            frames: self.isochronous,
+            key_frames: self.key_frames,
+            participants: self.participants,
+            inputs: self.inputs,
+            state: self.state,
+            codec: self.codec,
+            jitter_buffer: self.jitter_buffer,
+            qoo: self.qoo.clone(),
+        }
+    }
+}
+
+/// `--pattern`: the table's patterns, each with what it is in help.
+fn app_pattern(
+) -> impl clap::builder::TypedValueParser<Value = &'static linerate_model::app::Pattern> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    use linerate_model::app::{find, PATTERNS};
+    PossibleValuesParser::new(PATTERNS.map(|p| PossibleValue::new(p.name).help(p.about)))
+        .map(|name| find(&name).expect("a pattern the table lists"))
 }
 
 const IMPAIR_EXAMPLES: &str = "\

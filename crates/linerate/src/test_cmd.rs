@@ -3,7 +3,7 @@
 //! standard sinks.
 
 use crate::cli::{
-    AppArgs, AppPattern, AppPeer, MeasureArgs, OutputArgs, RrArgs, ServerArgs, StreamArgs, TlsArgs,
+    AppArgs, AppPeer, MeasureArgs, OutputArgs, RrArgs, ServerArgs, StreamArgs, TlsArgs,
     TransactionArgs,
 };
 use crate::failure::{CommandResult, Failure};
@@ -227,88 +227,44 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
     Ok(())
 }
 
-/// `linerate app --pattern voip|video|game`: an application's traffic (docs/app.md).
+/// `linerate app --pattern NAME`: an application's traffic (docs/app.md): the pattern's
+/// plan from the options given, run by the runner (a test, or two at once).
 pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
-    use linerate_model::app::Pattern;
-    if args.pattern == AppPattern::Conference {
-        return conference(args, globals);
-    }
-    let pattern = match args.pattern {
-        AppPattern::Voip => Pattern::Voip(
-            linerate_model::call::CallSettings::checked(args.codec, args.jitter_buffer)
-                .map_err(Failure::Usage)?,
-        ),
-        AppPattern::Video => Pattern::video(args.isochronous, args.key_frames),
-        AppPattern::Game => Pattern::game(args.inputs, args.state),
-        AppPattern::Conference => unreachable!("a conference is two tests, above"),
-    };
+    let plan = args.pattern.plan(&args.options()).map_err(Failure::Usage)?;
     if args.peer == AppPeer::Irtt {
-        let Pattern::Voip(settings) = pattern else {
-            return Err(Failure::Usage(
-                "'--peer irtt' carries a call: it needs '--pattern voip'".into(),
-            )
+        let Some(call) = plan.only_call() else {
+            return Err(Failure::Usage(format!(
+                "'--peer irtt' carries a call: it needs '--pattern voip', not '{}'",
+                args.pattern.name
+            ))
             .into());
         };
-        let call = linerate_model::CallStream {
-            settings,
-            qoo: args.qoo.clone(),
-        };
-        return crate::stamp_cmd::call(args, call, globals);
+        return crate::stamp_cmd::call(args, call.clone(), globals);
     }
-    let shown = app_shown(args, globals)?;
-    let stream = pattern.stream_scored(args.qoo.clone());
-    let kind = TestKind::Stream(stream.map_err(Failure::Usage)?);
-    let request = request_to(&args.server, &args.measure, args.time, kind);
-    test_run::run(&request, &shown, false, &globals.storage)
-}
-
-/// How an app run reaches its server and shows its result: the user's key, once, no
-/// encryption.
-fn app_shown<'a>(args: &'a AppArgs, globals: &Globals) -> Result<Shown<'a>, Failure> {
-    shown(
+    let shown = shown(
         &args.server,
         &args.output,
         trust(&TlsArgs::default(), globals.key.clone()),
         RepeatPlan::from_flags(None, None),
         false,
         globals.verbose,
-    )
-}
-
-/// `linerate app --pattern conference`: the participants' video, a flow each way per other
-/// participant, with their calls beside it (docs/app.md).
-fn conference(args: &AppArgs, globals: &Globals) -> CommandResult {
-    use linerate_model::app::{Conference, Pattern};
-    if args.peer == AppPeer::Irtt {
-        return Err(Failure::Usage(
-            "'--peer irtt' carries a call: it needs '--pattern voip'".into(),
+    )?;
+    let request = |test: &linerate_model::app::PlannedTest| TestRequest {
+        parallel: test.flows,
+        ..request_to(
+            &args.server,
+            &args.measure,
+            args.time,
+            TestKind::Stream(test.stream.clone()),
         )
-        .into());
-    }
-    let call = linerate_model::call::CallSettings::checked(args.codec, args.jitter_buffer)
-        .map_err(Failure::Usage)?;
-    let Pattern::Video(video) = Pattern::video(args.isochronous, args.key_frames) else {
-        unreachable!("a video pattern")
     };
-    let conference = Conference::checked(args.participants, call, video).map_err(Failure::Usage)?;
-    let shown = app_shown(args, globals)?;
-    let mut stream = conference.video_stream();
-    if let linerate_model::StreamTransport::Video(video) = &mut stream.transport {
-        // A conference's frames are interactive video's, both ways (not a game's).
-        let mean_bps = conference.video.mean_bps as f64;
-        video.qoo = Some(
-            args.qoo
-                .clone()
-                .unwrap_or_else(|| linerate_model::qoo::Requirement::interactive_video(mean_bps)),
-        );
-    }
-    let with_others = |kind| TestRequest {
-        parallel: conference.others(),
-        ..request_to(&args.server, &args.measure, args.time, kind)
-    };
-    let video_request = with_others(TestKind::Stream(stream));
-    let calls = with_others(TestKind::Stream(conference.call_stream(args.qoo.clone())));
-    test_run::run_with_calls(&video_request, &calls, &shown, &globals.storage)
+    let beside = plan.beside.as_ref().map(request);
+    test_run::run_app(
+        &request(&plan.test),
+        beside.as_ref(),
+        &shown,
+        &globals.storage,
+    )
 }
 
 /// `linerate rr` (with its own flags) and `linerate crr` (`rr` is `None`).

@@ -147,6 +147,18 @@ fn bad_flags_and_values_are_one_line_naming_them_with_exit_2() {
             vec!["app", "h", "--pattern", "conference", "--peer", "irtt"],
             "'--pattern voip'",
         ),
+        (
+            vec!["app", "h", "--pattern", "voip", "--isochronous", "30:1m"],
+            "'--isochronous' is not an option of '--pattern voip'",
+        ),
+        (
+            vec!["app", "h", "--pattern", "video", "--jitter-buffer", "40ms"],
+            "'--jitter-buffer' is not an option of '--pattern video'",
+        ),
+        (
+            vec!["app", "h", "--pattern", "game", "--participants", "3"],
+            "'--participants' is not an option of '--pattern game'",
+        ),
     ] {
         let out = linerate(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
