@@ -168,51 +168,32 @@ pub fn run_app(
 /// run, shown and kept.
 fn run_beside(
     request: &TestRequest,
-    calls: &TestRequest,
+    beside: &TestRequest,
     shown: &Shown,
     storage: &Storage,
 ) -> Result<()> {
-    use linerate_drivers::bulk_load::{start_beside, LEAD_S};
+    use linerate_drivers::bulk_load::{beside_request, run_beside};
     let (target, config, store, cancel) = prepare(request, shown, storage)?;
-    let calls = TestRequest {
-        time_s: request.omit_s + request.time_s + LEAD_S,
-        omit_s: LEAD_S,
-        interval_s: 0.0,
-        ..calls.clone()
-    };
-    let call_config = resolved(&calls, target, shown.verbose)?;
+    let beside_config = resolved(&beside_request(request, beside), target, shown.verbose)?;
     let text =
         TextSink::new(std::io::stdout(), shown.scale).intervals(&config, shown.per_flow, true);
     let mut sinks = sink::standard(shown.json, text, store);
     sinks.event(&Event::Note(&test::banner(shown.host, target, &config)));
-    let beside = start_beside(target, shown.trust.options(&call_config), &cancel)
-        .map_err(|e| anyhow::anyhow!("the calls beside the video did not start: {e}"))?;
-    let outcome = test::run(target, &shown.trust.options(&config), &cancel, &mut sinks);
-    let calls = beside
-        .join()
-        .map_err(|_| anyhow::anyhow!("the calls beside the video stopped"))?;
-    let mut report = outcome?;
-    let calls_failed = match calls {
-        Ok(calls) => {
-            report.summary.call = calls.summary.call;
-            report
-                .warnings
-                .extend(calls.warnings.iter().map(|w| format!("calls: {w}")));
-            None
-        }
-        Err(e) => {
-            let why = format!("the calls beside the video failed: {e}");
-            report.warnings.push(why.clone());
-            Some(why)
-        }
-    };
+    let mut progress = |event| sinks.event(&Event::Test(&event));
+    let (report, beside_failed) = run_beside(
+        target,
+        &shown.trust.options(&config),
+        shown.trust.options(&beside_config),
+        &cancel,
+        &mut progress,
+    )?;
     let failed = repeat::check_flows(&report);
     let interrupted = report.interrupted.is_some();
     sinks.finish_document(&Document::Test(Box::new(report)))?;
     if interrupted {
         return Err(Failure::Status(130).into());
     }
-    match calls_failed {
+    match beside_failed {
         Some(why) => Err(Failure::Partial(why).into()),
         None => failed.map_err(|e| Failure::Partial(format!("{e:#}")).into()),
     }

@@ -12,10 +12,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Seconds a test beside another (a bulk load, a conference's calls) starts ahead of it
-/// (connections open, windows grow) and runs on after it, so that it covers its whole
-/// window.
-pub const LEAD_S: f64 = 1.0;
+pub use linerate_model::BESIDE_LEAD_S as LEAD_S;
 
 /// Runs the transactions of `options` with their load beside them (when `rr.load` asks
 /// for any): the load's figures go into the report's `rr.load`, its warnings beside the
@@ -142,4 +139,57 @@ pub fn start_beside(
     }
     std::thread::sleep(Duration::from_secs_f64(LEAD_S));
     Ok(handle)
+}
+
+/// The test to run beside `request`: `beside` stretched [`LEAD_S`] at each end, its first
+/// omitted, so that its window covers the test's; no intervals of its own.
+pub fn beside_request(request: &TestRequest, beside: &TestRequest) -> TestRequest {
+    TestRequest {
+        time_s: request.omit_s + request.time_s + LEAD_S,
+        omit_s: LEAD_S,
+        interval_s: 0.0,
+        ..beside.clone()
+    }
+}
+
+/// Runs the test of `options` with the test of `beside` (made by [`beside_request`])
+/// beside it, as an application of two shapes at once runs (a conference's calls beside
+/// its video): the beside test's call scores join the report's summary and its warnings
+/// the report's. Where the beside test failed, the report keeps its own figures and says
+/// why, and the reason comes back with it.
+pub fn run_beside(
+    target: Option<SocketAddr>,
+    options: &ClientOptions,
+    beside: ClientOptions,
+    cancel: &Arc<AtomicBool>,
+    progress: &mut dyn FnMut(TestUpdate),
+) -> Result<(Report, Option<String>), ClientError> {
+    let what = match beside.config.call {
+        Some(_) => "the calls beside",
+        None => "the test beside",
+    };
+    let handle = start_beside(target, beside, cancel).map_err(|e| ClientError::Beside {
+        what,
+        error: Box::new(e),
+    })?;
+    let outcome = run_test(target, options, cancel, progress);
+    let beside = handle.join().map_err(|_| ClientError::Interrupted)?;
+    let mut report = outcome?;
+    let failed = match beside {
+        Ok(beside) => {
+            if report.summary.call.is_none() {
+                report.summary.call = beside.summary.call;
+            }
+            report
+                .warnings
+                .extend(beside.warnings.iter().map(|w| format!("{what}: {w}")));
+            None
+        }
+        Err(e) => {
+            let why = format!("{what} failed: {e}");
+            report.warnings.push(why.clone());
+            Some(why)
+        }
+    };
+    Ok((report, failed))
 }

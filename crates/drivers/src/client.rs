@@ -54,6 +54,12 @@ pub enum ClientError {
     /// The bulk load beside a request/response test (`--load`).
     #[error("the bulk load beside the transactions failed: {0}")]
     Load(Box<ClientError>),
+    /// The test beside another (a conference's calls beside its video) that did not start.
+    #[error("{what} did not start: {error}")]
+    Beside {
+        what: &'static str,
+        error: Box<ClientError>,
+    },
     /// A configuration no server would run (linerate-model's resolver or proto's bounds).
     #[error("{0}")]
     Config(String),

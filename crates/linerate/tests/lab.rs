@@ -3716,7 +3716,8 @@ fn linerate_on_client(name: &str, db: &std::path::Path, args: &[&str]) -> std::p
 
 /// A mesh over a lab's two hosts, an agent on each (`serve --key`, one key): its file
 /// (the hosts, `tables` of tests and anything after, and a group of the pair a to b, one
-/// way, running `test`) and results database in a directory of its own.
+/// way, running `test`, or each of a comma-separated list) and results database in a
+/// directory of its own.
 struct LabMesh {
     dir: std::path::PathBuf,
     file: std::path::PathBuf,
@@ -3744,13 +3745,15 @@ fn lab_mesh(name: &str, test: &str, tables: &str) -> LabMesh {
         Some((tests, alerts)) => (tests, format!("[alerts]{alerts}")),
         None => (tables, String::new()),
     };
+    let listed: Vec<String> = test.split(',').map(|t| format!("\"{t}\"")).collect();
+    let (mesh_name, listed) = (test.replace(',', "-"), listed.join(", "));
     let text = format!(
-        "name = \"{test}s\"\nkey = \"{key}\"\n\
+        "name = \"{mesh_name}s\"\nkey = \"{key}\"\n\
          [[host]]\nname = \"a\"\naddress = \"10.77.0.1\"\n\
          [[host]]\nname = \"b\"\naddress = \"10.77.0.2\"\n\
          {group}\
          [[group]]\nname = \"one\"\nshape = \"pairs\"\npairs = [[\"a\", \"b\"]]\n\
-         directions = \"one\"\ntests = [\"{test}\"]\n{rest}"
+         directions = \"one\"\ntests = [{listed}]\n{rest}"
     );
     let file = dir.join("mesh.toml");
     std::fs::write(&file, text).unwrap();
@@ -4421,6 +4424,150 @@ for = "7s"
             && alerts[0]
                 .contains("of its frames over 7s (above 10.000%), the way out of a's video to b"),
         "{alerts:#?}"
+    );
+}
+
+/// A conference in a mesh (`run = "conference"`: an application pattern as a mesh kind),
+/// over the lab with 20 ms one way and 40 ms back and 5 % dropped from client to server
+/// only: a's agent holds a conference of three with b's server each cycle, the video
+/// and the calls beside it, a flow each way per other participant, and plays a game
+/// (`run = "game"`, headed by its worse way's tick latency). Each conference row is headed by
+/// the calls' worse way's MOS and keeps the video's frames beside it; each way's call
+/// losses are among the emulator's drops that way (the video's datagrams and the control
+/// connections cross it too), none back; no frame is faster than the emulator held its
+/// way (less its timer's slack); and the lossy way alone opens a `mos_below` alert.
+#[test]
+fn a_mesh_holds_a_conference_between_its_hosts_and_alerts_on_the_way_that_scores_under_the_bound() {
+    let test = "a_mesh_holds_a_conference_between_its_hosts_and_alerts_on_the_way_that_scores_under_the_bound";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("meshconf");
+    let _lab = lab_up(
+        &name,
+        &["--delay", "20ms,40ms", "--loss", "5%,0", "--seed", "12"],
+    );
+    let mesh = lab_mesh(
+        &name,
+        "conf,game",
+        r#"[[test]]
+name = "conf"
+run = "conference"
+participants = 3
+frames = "30:1m,200k"
+duration = "5s"
+interval = "9s"
+[[test]]
+name = "game"
+run = "game"
+duration = "4s"
+interval = "9s"
+[alerts]
+mos_below = 4.15
+mos_for = "5s"
+"#,
+    );
+    let before = emulator_status(&name);
+    let out = lab_mesh_run(&name, &mesh.db, &mesh.file, 2);
+    std::thread::sleep(Duration::from_millis(1_200));
+    let after = emulator_status(&name);
+    let dropped = |way: usize| {
+        let path = format!("/directions/{way}/counters/lost");
+        num(&after, &path) - num(&before, &path)
+    };
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let rows: Vec<&serde_json::Value> = lines.iter().filter(|l| l.get("src").is_some()).collect();
+    assert_eq!(rows.len(), 4, "{rows:#?}");
+    // What the emulator held each way, on average: no frame is faster than that by
+    // more than its timer's slack.
+    let held_ms = |way: usize| {
+        let counter = |c: &str| num(&after, &format!("/directions/{way}/counters/{c}"));
+        counter("delay_sum_ns") / counter("passed") / 1e6
+    };
+    let least_ms = [held_ms(0) - 0.5, held_ms(1) - 0.5];
+    let (games, rows): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| r["test"] == "game");
+    assert_eq!((games.len(), rows.len()), (2, 2), "{games:#?}");
+    for row in &games {
+        // A game's row: its worse way's median tick latency, each way at least its
+        // path's delay.
+        assert_eq!(row["ok"], true, "{row}");
+        let doc = mesh.stored(&name, row);
+        let ways = doc["summary"]["video"]["ways"].as_array().expect("ticks");
+        assert_eq!(ways.len(), 2, "{doc}");
+        let p50_s: Vec<f64> = ways
+            .iter()
+            .map(|w| num(w, "/latency_us/p50") / 1e6)
+            .collect();
+        assert_eq!(
+            row["headline"].as_f64(),
+            Some(p50_s[0].max(p50_s[1])),
+            "{row}"
+        );
+        for (way, least) in ways.iter().zip(least_ms) {
+            assert!(num(way, "/latency_us/min") >= least * 1e3, "{least}: {way}");
+        }
+        eprintln!("game: {}", row["headline_text"]);
+    }
+    let (mut lost, mut scores) = ([0.0f64; 2], [Vec::new(), Vec::new()]);
+    for row in &rows {
+        assert_eq!(row["ok"], true, "{row}");
+        assert_eq!(row["protocol"], "udp", "{row}");
+        let doc = mesh.stored(&name, row);
+        assert_eq!(doc["config"]["parallel"], 2, "{}", doc["config"]);
+        let ways = doc["summary"]["call"]["ways"].as_array().expect("calls");
+        assert_eq!(ways.len(), 2, "{doc}");
+        for (i, way) in ways.iter().enumerate() {
+            // Two calls of 5 s at 50 datagrams a second each way.
+            assert!(num(way, "/received") >= 400.0, "{way}");
+            lost[i] += num(way, "/lost");
+            scores[i].push(num(way, "/mos"));
+        }
+        let worse = scores[0].last().unwrap().min(*scores[1].last().unwrap());
+        assert!(
+            (row["headline"].as_f64().unwrap() - worse).abs() < 1e-9,
+            "{row}"
+        );
+        let text = row["headline_text"].as_str().unwrap();
+        assert!(
+            text.starts_with("MOS ") && text.contains(" out, "),
+            "{text}"
+        );
+        let video = doc["summary"]["video"]["ways"].as_array().expect("frames");
+        assert_eq!(video.len(), 2, "{doc}");
+        for (way, least) in video.iter().zip(least_ms) {
+            assert!(
+                num(way, "/sent") >= 290.0,
+                "two streams of 5 s at 30 a second: {way}"
+            );
+            assert!(num(way, "/latency_us/min") >= least * 1e3, "{least}: {way}");
+        }
+    }
+    eprintln!(
+        "conference: calls lost {lost:?}, the emulator dropped {} and {}; MOS out {:?}, back {:?}",
+        dropped(0),
+        dropped(1),
+        scores[0],
+        scores[1]
+    );
+    assert!(lost[0] > 0.0 && lost[0] <= dropped(0), "{lost:?}");
+    assert_eq!((lost[1], dropped(1)), (0.0, 0.0));
+    assert!(scores[0].iter().all(|&m| m < 4.15), "{scores:?}");
+    assert!(scores[1].iter().all(|&m| m > 4.15), "{scores:?}");
+    let mos_alerts: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["event"] == "alert" && l["resolved"] == false)
+        .filter_map(|l| l["text"].as_str())
+        .filter(|t| t.contains("scores MOS"))
+        .collect();
+    assert_eq!(mos_alerts.len(), 1, "{mos_alerts:#?}");
+    assert!(
+        mos_alerts[0].contains("conf: a -> b scores MOS")
+            && mos_alerts[0].contains("(below 4.15), the way out of a's call to b"),
+        "{mos_alerts:#?}"
     );
 }
 

@@ -182,7 +182,8 @@ pub struct CallSettings {
 }
 
 /// `--jitter-buffer`: a fixed size, or an adaptive buffer and the most it grows to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum JitterBuffer {
     Fixed { ms: u32 },
     Adaptive { most_ms: u32 },

@@ -14,6 +14,11 @@ use crate::{Direction, RrConfig, TestConfig, Workload};
 pub const DEFAULT_TIME_S: f64 = 10.0;
 /// Seconds each `--find-max` trial measures when the user does not say.
 pub const FIND_MAX_TRIAL_S: f64 = 2.0;
+
+/// Seconds a test beside another (an rr's bulk load, a conference's calls) starts ahead
+/// of it (connections open, windows grow) and runs on after it, so that it covers the
+/// other's whole window.
+pub const BESIDE_LEAD_S: f64 = 1.0;
 /// Bytes per TCP write when the user does not say: 128,000 (qperf's `128k`), not
 /// iperf3's 131,072. Writes of exactly 128 KiB are two full segments and a 106-byte one
 /// on a 64 KiB-MTU path (loopback, veth between namespaces), and ran at 0.55-0.65x the

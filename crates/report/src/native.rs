@@ -76,10 +76,15 @@ impl ResultKind for Report {
                 (Some(worse), format!("MOS {}", ways.join(", ")))
             }
             // Video frames: the median frame's latency, with the frames that were not
-            // shown in time beside it.
+            // shown in time beside it; of frames both ways (a game's), the worse way's.
             (MeshHeadline::Transaction { label, .. }, None) => {
-                let way = self.summary.video.as_ref().and_then(|v| v.ways.first());
-                match way.filter(|w| w.counts.latency_us.count > 0) {
+                let way = self.summary.video.as_ref().and_then(|v| {
+                    v.ways
+                        .iter()
+                        .filter(|w| w.counts.latency_us.count > 0)
+                        .max_by(|a, b| a.counts.latency_us.p50.total_cmp(&b.counts.latency_us.p50))
+                });
+                match way {
                     Some(w) => {
                         let c = &w.counts;
                         (

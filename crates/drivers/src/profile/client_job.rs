@@ -13,6 +13,7 @@
 
 use super::rpm_job::SourceError;
 use super::source_job::{Asked, Bounds, SourceJob, SourceKind, SourceRun};
+use linerate_model::app::{AppOptions, Plan, PlannedTest};
 use linerate_model::call::{CallSettings, Codec};
 use linerate_model::marks::Marks;
 use linerate_model::video::VideoSettings;
@@ -61,6 +62,15 @@ enum ClientTest {
     /// Video frames to the destination, as `stream -u --isochronous` sends them (a mesh's
     /// `run = "video"`).
     Video { frames: VideoSettings },
+    /// An application pattern (`linerate app --pattern NAME`, `linerate_model::app`) with
+    /// the options it reads, checked by the pattern (a mesh's `run = "game"`,
+    /// `run = "conference"`): its test, and the test beside it where it has one.
+    App {
+        pattern: PeerText,
+        /// Boxed: every option a pattern may read is the largest of the tests.
+        #[serde(default)]
+        options: Box<AppOptions>,
+    },
 }
 
 /// A call's settings as a request names them.
@@ -86,6 +96,20 @@ impl ClientTest {
             ClientTest::Call { .. } => "call",
             ClientTest::Quic { .. } => "QUIC stream",
             ClientTest::Video { .. } => "video",
+            ClientTest::App { pattern, .. } => {
+                linerate_model::app::find(pattern.as_str()).map_or("application", |p| p.name)
+            }
+        }
+    }
+
+    /// An application's plan, from its pattern and options as [`ClientTest::check`]
+    /// found them; `None` for the other tests.
+    fn plan(&self) -> Option<Plan> {
+        match self {
+            ClientTest::App { pattern, options } => linerate_model::app::find(pattern.as_str())
+                .and_then(|p| p.plan(options))
+                .ok(),
+            _ => None,
         }
     }
 
@@ -108,6 +132,10 @@ impl ClientTest {
                 )),
             },
             ClientTest::Video { frames } => frames.checked().map(|_| ()),
+            ClientTest::App { pattern, options } => {
+                linerate_model::app::find(pattern.as_str())?.plan(options)?;
+                Ok(())
+            }
         }
     }
 
@@ -140,11 +168,22 @@ impl ClientTest {
                 rate_bps: None,
                 transport: StreamTransport::Video(linerate_model::VideoStream::of(*frames)),
             }),
+            ClientTest::App { .. } => {
+                TestKind::Stream(self.plan().expect("checked where read").test.stream)
+            }
         }
+    }
+
+    /// The test beside it, as the command line asks it: an application's second shape.
+    fn beside(&self) -> Option<PlannedTest> {
+        self.plan().and_then(|plan| plan.beside)
     }
 
     /// How it sets the request's flows and encryption (QUIC's TLS 1.3 inside).
     fn shape(&self, request: &mut TestRequest) {
+        if let Some(plan) = self.plan() {
+            request.parallel = plan.test.flows;
+        }
         if let ClientTest::Quic { parallel } = self {
             request.parallel = *parallel;
             request.tls = Some(linerate_model::TlsSettings {
@@ -169,6 +208,15 @@ impl ClientTest {
             ClientTest::Quic { .. } => u64::MAX,
             // Its mean load, as a server's rate limit weighs it.
             ClientTest::Video { frames } => frames.mean_bps,
+            // Its tests' loads together, the larger way of each, times its flows.
+            ClientTest::App { .. } => {
+                let plan = self.plan().expect("checked where read");
+                [Some(&plan.test), plan.beside.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .map(|t| u64::from(t.flows).saturating_mul(stream_most_bps(&t.stream)))
+                    .fold(0, u64::saturating_add)
+            }
         }
     }
 
@@ -182,27 +230,8 @@ impl ClientTest {
                 jitter_buffer_ms,
                 adaptive,
             } => {
-                let Some(call) = report.summary.call.as_ref() else {
-                    return Err("a call report without the call's scores".into());
-                };
                 let settings = call_settings(*codec, *jitter_buffer_ms, *adaptive);
-                let most = 2 * (seconds.ceil() as u64 + 1) * settings.pps();
-                let out_of_bounds = call.codec != *codec
-                    || call.ways.len() != 2
-                    || call
-                        .ways
-                        .iter()
-                        .any(|w| w.received.saturating_add(w.lost) > most || w.late > w.received)
-                    || report.flows.len() > 2;
-                match out_of_bounds {
-                    true => Err(format!(
-                        "a call report out of bounds: {} ways, {} flows (asked a {} call of {seconds} s)",
-                        call.ways.len(),
-                        report.flows.len(),
-                        codec.name(),
-                    )),
-                    false => Ok(()),
-                }
+                call_holds(report, &settings, 1, seconds)
             }
             ClientTest::Quic { parallel } => {
                 let summary = &report.summary;
@@ -223,32 +252,127 @@ impl ClientTest {
                 }
             }
             ClientTest::Video { frames } => {
-                let Some(video) = report.summary.video.as_ref() else {
-                    return Err("a video report without its frames".into());
-                };
-                // Twice the frames its time holds, for a clock that ran fast.
-                let most = (2.0 * frames.fps * (seconds + 1.0)).ceil() as u64;
-                let out_of_bounds = video.settings != *frames
-                    || video.ways.len() > 1
-                    || video.ways.iter().any(|w| {
-                        let c = &w.counts;
-                        c.sent > most
-                            || c.whole.saturating_add(c.partial) > most
-                            || c.late > c.whole
-                            || c.latency_us.count > c.whole
-                    })
-                    || report.flows.len() > 1;
-                match out_of_bounds {
-                    true => Err(format!(
-                        "a video report out of bounds: {} ways, {} flows (asked {} for {seconds} s)",
-                        video.ways.len(),
-                        report.flows.len(),
+                let stream = linerate_model::VideoStream::of(*frames);
+                video_holds(report, &stream, 1, seconds)?;
+                match report.summary.video.as_ref().map(|v| v.settings) {
+                    Some(asked) if asked == *frames => Ok(()),
+                    _ => Err(format!(
+                        "a video report of other frames than the {} asked",
                         frames.spec()
                     )),
-                    false => Ok(()),
                 }
             }
+            // Each of its tests' figures within what that test sends over its flows (a
+            // test beside runs a lead longer at each end).
+            ClientTest::App { .. } => {
+                let plan = self.plan().expect("checked where read");
+                if report.flows.len() > 2 * plan.test.flows as usize {
+                    return Err(format!(
+                        "a {} report of {} flows (asked {} each way)",
+                        self.what(),
+                        report.flows.len(),
+                        plan.test.flows
+                    ));
+                }
+                let lead = 2.0 * crate::bulk_load::LEAD_S;
+                for test in [Some(&plan.test), plan.beside.as_ref()]
+                    .into_iter()
+                    .flatten()
+                {
+                    match &test.stream.transport {
+                        StreamTransport::Call(call) => {
+                            call_holds(report, &call.settings, test.flows, seconds + lead)?
+                        }
+                        StreamTransport::Video(video) => {
+                            video_holds(report, video, test.flows, seconds)?
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
         }
+    }
+}
+
+/// The most a stream of an application sends one way, bits a second: a video's larger
+/// way's mean load, a call's codec rate.
+fn stream_most_bps(stream: &StreamRequest) -> u64 {
+    match &stream.transport {
+        StreamTransport::Video(video) => video
+            .settings
+            .mean_bps
+            .max(video.back.map_or(0, |b| b.mean_bps)),
+        StreamTransport::Call(call) => {
+            call.settings.pps() * call.settings.codec.datagram_bytes() * 8
+        }
+        _ => u64::MAX,
+    }
+}
+
+/// Whether a report's call is what a call of `settings` over `flows` flows each way for
+/// `seconds` can be: its codec, its two ways, no more datagrams each way than it sends
+/// (twice over, for a clock that ran fast), no more late than received, its flows.
+fn call_holds(
+    report: &Report,
+    settings: &CallSettings,
+    flows: u32,
+    seconds: f64,
+) -> Result<(), String> {
+    let Some(call) = report.summary.call.as_ref() else {
+        return Err("a call report without the call's scores".into());
+    };
+    let most = 2 * (seconds.ceil() as u64 + 1) * settings.pps() * u64::from(flows);
+    let out_of_bounds = call.codec != settings.codec
+        || call.ways.len() != 2
+        || call
+            .ways
+            .iter()
+            .any(|w| w.received.saturating_add(w.lost) > most || w.late > w.received)
+        || report.flows.len() > 2 * flows as usize;
+    match out_of_bounds {
+        true => Err(format!(
+            "a call report out of bounds: {} ways, {} flows (asked a {} call of {seconds} s)",
+            call.ways.len(),
+            report.flows.len(),
+            settings.codec.name(),
+        )),
+        false => Ok(()),
+    }
+}
+
+/// Whether a report's video is what `stream` over `flows` flows each way for `seconds`
+/// can send: a way each direction it goes at most, no more frames each way than twice
+/// its time holds (for a clock that ran fast), no more late than whole, its flows.
+fn video_holds(
+    report: &Report,
+    stream: &linerate_model::VideoStream,
+    flows: u32,
+    seconds: f64,
+) -> Result<(), String> {
+    let Some(video) = report.summary.video.as_ref() else {
+        return Err("a video report without its frames".into());
+    };
+    let ways = 1 + usize::from(stream.back.is_some());
+    let fps = stream.settings.fps.max(stream.back.map_or(0.0, |b| b.fps));
+    let most = (2.0 * fps * (seconds + 1.0)).ceil() as u64 * u64::from(flows);
+    let out_of_bounds = video.ways.len() > ways
+        || video.ways.iter().any(|w| {
+            let c = &w.counts;
+            c.sent > most
+                || c.whole.saturating_add(c.partial) > most
+                || c.late > c.whole
+                || c.latency_us.count > c.whole
+        })
+        || report.flows.len() > ways * flows as usize;
+    match out_of_bounds {
+        true => Err(format!(
+            "a video report out of bounds: {} ways, {} flows (asked {} for {seconds} s)",
+            video.ways.len(),
+            report.flows.len(),
+            stream.settings.spec()
+        )),
+        false => Ok(()),
     }
 }
 
@@ -283,6 +407,22 @@ impl Spec {
         request.source = source;
         request.marks = self.marks;
         request
+    }
+
+    /// The test to run beside it, where it has one (an application's second shape), to
+    /// the same server, a lead longer at each end.
+    fn beside_request(&self, request: &TestRequest) -> Option<TestRequest> {
+        let beside = self.test.beside()?;
+        Some(crate::bulk_load::beside_request(
+            request,
+            &TestRequest {
+                parallel: beside.flows,
+                ..TestRequest {
+                    kind: TestKind::Stream(beside.stream),
+                    ..request.clone()
+                }
+            },
+        ))
     }
 }
 
@@ -381,19 +521,43 @@ impl SourceJob for ClientJob {
         super::group::may_dial(addr, requester, key.is_some()).map_err(failed)?;
         let request = self.spec.request(self.source);
         let environment = linerate_engine::sys::environment(None);
-        let config = linerate_model::TestConfig::resolve(&request, &environment).map_err(failed)?;
-        let mut options = crate::client::ClientOptions::new(config);
-        options.key = key;
+        let options_of = |request: &TestRequest| {
+            let config =
+                linerate_model::TestConfig::resolve(request, &environment).map_err(failed)?;
+            let mut options = crate::client::ClientOptions::new(config);
+            options.key = key.clone();
+            Ok::<_, SourceError>(options)
+        };
+        let options = options_of(&request)?;
+        let beside = match self.spec.beside_request(&request) {
+            Some(beside) => Some(options_of(&beside)?),
+            None => None,
+        };
         let (tell, outcome) = mpsc::channel();
         std::thread::Builder::new()
             .name(format!("agent-{what}"))
             .spawn(move || {
-                let result = crate::client::run(addr, &options, &stop, &mut |_| {}).map_err(|e| {
-                    SourceError {
-                        reason: format!("{what} to {server}: {e}"),
-                        unreachable: None,
-                    }
-                });
+                let failed = |e: String| SourceError {
+                    reason: format!("{what} to {server}: {e}"),
+                    unreachable: None,
+                };
+                let result = match beside {
+                    None => crate::client::run(addr, &options, &stop, &mut |_| {})
+                        .map_err(|e| failed(e.to_string())),
+                    // Both shapes or none: a row headed by one of them fails without it.
+                    Some(beside) => crate::bulk_load::run_beside(
+                        Some(addr),
+                        &options,
+                        beside,
+                        &stop,
+                        &mut |_| {},
+                    )
+                    .map_err(|e| failed(e.to_string()))
+                    .and_then(|(report, beside_failed)| match beside_failed {
+                        Some(why) => Err(failed(why)),
+                        None => Ok(report),
+                    }),
+                };
                 let _ = tell.send(result);
             })
             .map_err(|e| failed(format!("cannot start a {what}: {e}")))?;
@@ -568,6 +732,73 @@ mod tests {
         let mut other = report.clone();
         other.summary.video.as_mut().unwrap().settings.fps = 60.0;
         assert!(within_bounds(other, &spec).is_err());
+        let mut none = report;
+        none.summary.video = None;
+        assert!(within_bounds(none, &spec).is_err());
+    }
+
+    /// An application's request is its pattern's name and options, checked by the
+    /// pattern where read; its report is held to what its tests send (a game's frames
+    /// both ways, over loopback here), and its load to the agent's rate limit.
+    #[test]
+    fn an_applications_report_is_held_to_its_patterns_tests() {
+        let asked = |pattern: &str, options: serde_json::Value| {
+            Spec::read(&serde_json::json!({
+                "server": "127.0.0.1:5201", "seconds": 2.0, "test": "app",
+                "pattern": pattern, "options": options,
+            }))
+        };
+        let err = asked("chess", serde_json::json!({})).unwrap_err();
+        assert!(err.contains("'chess'"), "{err}");
+        let err = asked("conference", serde_json::json!({"participants": 100})).unwrap_err();
+        assert!(err.contains("'100'"), "{err}");
+        assert!(asked("game", serde_json::json!({"participants": 3})).is_err());
+        assert!(asked("game", serde_json::json!({"tempo": 3})).is_err());
+        let fast =
+            serde_json::json!({"state": {"fps": 5_000.0, "mean_bps": 1_000_000, "stdev_bps": 0}});
+        assert!(
+            asked("game", fast).is_err(),
+            "a state beyond a frame rate's bound"
+        );
+        // A conference of 5: four flows each way of 5 Mbit/s video and of a G.711 call.
+        let conference = asked("conference", serde_json::json!({"participants": 5})).unwrap();
+        assert_eq!(conference.test.what(), "conference");
+        assert_eq!(conference.test.most_bps(), 4 * 5_000_000 + 4 * 50 * 172 * 8);
+        assert_eq!(conference.request(None).parallel, 4);
+        let beside = conference
+            .beside_request(&conference.request(None))
+            .expect("calls beside");
+        assert_eq!(
+            (beside.parallel, beside.time_s, beside.omit_s),
+            (4, 3.0, 1.0)
+        );
+        let spec = asked("game", serde_json::json!({})).unwrap();
+        assert!(spec.beside_request(&spec.request(None)).is_none());
+        let bounds = Bounds {
+            max_duration_s: 60.0,
+            max_rate_bps: Some(500_000),
+        };
+        let job = ClientJob {
+            spec: spec.clone(),
+            source: None,
+        };
+        assert!(
+            job.check(&bounds).is_err(),
+            "614 kbit/s over a 500 kbit/s limit"
+        );
+        let environment = linerate_engine::sys::environment(None);
+        let config = linerate_model::TestConfig::resolve(&spec.request(None), &environment)
+            .expect("a game resolves");
+        let mut options = crate::client::ClientOptions::new(config);
+        options.drain = Duration::from_millis(300);
+        let report = crate::client::run_local(&options, &AtomicBool::new(false), &mut |_| {})
+            .expect("a game over loopback");
+        let ways = &report.summary.video.as_ref().expect("frames counted").ways;
+        assert_eq!(ways.len(), 2, "{ways:?}");
+        assert!(within_bounds(report.clone(), &spec).is_ok());
+        let mut inflated = report.clone();
+        inflated.summary.video.as_mut().unwrap().ways[1].counts.sent = 10_000;
+        assert!(within_bounds(inflated, &spec).is_err());
         let mut none = report;
         none.summary.video = None;
         assert!(within_bounds(none, &spec).is_err());

@@ -7,6 +7,7 @@
 //! options from the test's table: what it leaves is refused as not one of them) and its
 //! `impl Kind`, and its line in [`KINDS`] and in [`TestKind`].
 
+mod app;
 mod connect;
 mod crr;
 mod multicast;
@@ -19,6 +20,7 @@ mod trace;
 mod video;
 mod voip;
 
+pub use app::App;
 pub use connect::Connect;
 pub use crr::Crr;
 pub use multicast::{
@@ -59,6 +61,8 @@ pub enum TestKind {
     Quic(Quic),
     Video(Video),
     Multicast(Multicast),
+    /// Boxed: a pattern's options and plan are the largest of the kinds.
+    App(Box<App>),
 }
 
 impl TestKind {
@@ -76,6 +80,7 @@ impl TestKind {
             TestKind::Quic(kind) => kind,
             TestKind::Video(kind) => kind,
             TestKind::Multicast(kind) => kind,
+            TestKind::App(kind) => kind.as_ref(),
         }
     }
 
@@ -262,6 +267,8 @@ pub(crate) const KINDS: &[(&str, ReadKind)] = &[
     ("quic", quic::read),
     ("video", video::read),
     ("multicast", multicast::read),
+    ("game", app::read),
+    ("conference", app::read),
 ];
 
 /// The kinds' names as a message lists them: "stream, rr, crr, rpm, stamp or trace".

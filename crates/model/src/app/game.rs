@@ -15,10 +15,12 @@ pub(super) const PATTERN: Pattern = Pattern {
 
 fn plan(options: &AppOptions) -> Result<Plan, String> {
     let or_default = |given: Option<VideoSettings>, default| {
-        given.unwrap_or_else(|| VideoSettings::parse(default).expect("a game's defaults read"))
+        given
+            .unwrap_or_else(|| VideoSettings::parse(default).expect("a game's defaults read"))
+            .checked()
     };
-    let inputs = or_default(options.inputs, GAME_INPUTS);
-    let state = or_default(options.state, GAME_STATE);
+    let inputs = or_default(options.inputs, GAME_INPUTS).map_err(|e| format!("--inputs: {e}"))?;
+    let state = or_default(options.state, GAME_STATE).map_err(|e| format!("--state: {e}"))?;
     Ok(Plan::one(StreamRequest {
         direction: Direction::Bidir,
         rate_bps: None,

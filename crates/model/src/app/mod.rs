@@ -18,10 +18,11 @@ mod voip;
 
 pub use conference::Conference;
 
-use crate::call::{CallSettings, Codec, JitterBuffer};
+use crate::call::{CallSettings, Codec, JitterBuffer, DEFAULT_JITTER_BUFFER_MS};
 use crate::qoo::Requirement;
 use crate::video::{KeyFrames, VideoSettings};
 use crate::{CallStream, StreamRequest, StreamTransport};
+use serde::{Deserialize, Serialize};
 
 /// Every pattern, in the order help lists them.
 pub const PATTERNS: [&Pattern; 4] = [
@@ -57,6 +58,13 @@ pub struct Pattern {
     plan: fn(&AppOptions) -> Result<Plan, String>,
 }
 
+/// A pattern is its name: the table holds one of each.
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Pattern) -> bool {
+        self.name == other.name
+    }
+}
+
 impl Pattern {
     /// The tests the pattern is with `options`, or one line naming the value that is out
     /// of bounds or the option it does not read.
@@ -81,20 +89,30 @@ impl Pattern {
 }
 
 /// The options of an application pattern, each `None` where not given: the pattern's
-/// default applies.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// default applies. A mesh's agent reads them from its request (`Pattern::plan` checks
+/// each); a requirement (`qoo`) is the command line's alone and never crosses.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AppOptions {
     /// The video's frames (`--isochronous`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frames: Option<VideoSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_frames: Option<KeyFrames>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub participants: Option<u32>,
     /// A game's client inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<VideoSettings>,
     /// A game's server state each tick.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<VideoSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub codec: Option<Codec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_buffer: Option<JitterBuffer>,
     /// Each way's Quality of Outcome requirement.
+    #[serde(skip)]
     pub qoo: Option<Requirement>,
 }
 
@@ -171,9 +189,6 @@ impl AppOptions {
 
 /// A video's frames where `--isochronous` gives none: a 1080p stream's order.
 pub const DEFAULT_FRAMES: &str = "30:5m,1m";
-
-/// A call's jitter buffer where `--jitter-buffer` gives none.
-pub const DEFAULT_JITTER_BUFFER_MS: u32 = 60;
 
 /// One test of a plan: its stream and its flows each way.
 #[derive(Debug, Clone, PartialEq)]
