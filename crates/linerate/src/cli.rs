@@ -148,9 +148,7 @@ pub enum Command {
     Stream(StreamArgs),
     /// Send traffic shaped like an application and score it as its users would: a call's
     /// MOS each way
-    #[command(
-        after_help = "Examples:\n  linerate app 192.0.2.1 --pattern voip\n  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern voip --peer irtt          a call to an irtt server (port 2112)\n  linerate app 192.0.2.1 --pattern video --isochronous 60:8m,2m\n  linerate app 192.0.2.1 --pattern game --state 128:1m,300k\n  linerate app 192.0.2.1 --pattern conference --participants 5 --isochronous 30:1500k,300k"
-    )]
+    #[command(after_help = app_help())]
     App(AppArgs),
     /// Measure request/response round trips and transaction rates (TCP or UDP)
     #[command(after_help = RR_EXAMPLES)]
@@ -1771,38 +1769,38 @@ pub struct AppArgs {
     pub server: ServerArgs,
     #[command(flatten)]
     pub measure: MeasureArgs,
-    /// The application (its options below; one it does not read is refused)
+    /// The application (the options each reads are listed at the end; one it does not read
+    /// is refused)
     #[arg(long, value_parser = app_pattern())]
     pub pattern: &'static linerate_model::app::Pattern,
-    /// video, conference: the frames, as iperf 2's --isochronous: FPS:MEAN[,STDEV]
-    /// [default: 30:5m,1m, a 1080p stream's order]
+    /// The video's frames, as iperf 2's --isochronous: FPS:MEAN[,STDEV] [default: 30:5m,1m,
+    /// a 1080p stream's order; a pattern may have its own]
     #[arg(long, value_name = "FPS:MEAN[,STDEV]", value_parser = isochronous)]
     pub isochronous: Option<linerate_model::video::VideoSettings>,
-    /// conference: the participants, this host one of them (2 to 32): a call and a video
-    /// stream to and from each of the others [default: 4]
+    /// The participants, this host one of them (2 to 32): a call and a video stream to and
+    /// from each of the others [default: 4]
     #[arg(long)]
     pub participants: Option<u32>,
-    /// video, conference: a key frame every EVERY frames, SCALE (8) times the others' mean
+    /// A key frame every EVERY frames, SCALE (8) times the others' mean
     #[arg(long, value_name = "EVERY[:SCALE]", value_parser = key_frames)]
     pub key_frames: Option<linerate_model::video::KeyFrames>,
-    /// game: the client's inputs, FPS:MEAN[,STDEV] [default: 64:61440,15360, 120 bytes 64
-    /// times a second]
+    /// The client's inputs, FPS:MEAN[,STDEV] [default: a game's, 64:61440,15360: 120 bytes
+    /// 64 times a second]
     #[arg(long, value_name = "FPS:MEAN[,STDEV]", value_parser = isochronous)]
     pub inputs: Option<linerate_model::video::VideoSettings>,
-    /// game: the server's state each tick, FPS:MEAN[,STDEV] [default: 64:614400,204800,
-    /// 1,200 bytes 64 times a second]
+    /// The server's state each tick, FPS:MEAN[,STDEV] [default: 64:614400,204800, 1,200
+    /// bytes 64 times a second]
     #[arg(long, value_name = "FPS:MEAN[,STDEV]", value_parser = isochronous)]
     pub state: Option<linerate_model::video::VideoSettings>,
     /// Each way's Quality of Outcome requirement, as p99=150ms/400ms,loss=1%/5%
     #[arg(long, value_name = "REQUIREMENT", value_parser = linerate_model::qoo::Requirement::parse)]
     pub qoo: Option<linerate_model::qoo::Requirement>,
-    /// voip, conference: the call's codec: g711 (with loss concealment), g711-no-plc, g729a
-    /// [default: g711]
+    /// The call's codec: g711 (with loss concealment), g711-no-plc, g729a [default: g711]
     #[arg(long, value_parser = linerate_model::call::Codec::parse)]
     pub codec: Option<linerate_model::call::Codec>,
-    /// voip, conference: the receivers' jitter buffer: fixed (a datagram later than the
-    /// first's delay by more is played too late, lost), or `adaptive[:MOST]` (follows the
-    /// jitter) [default: 60ms]
+    /// The call's receivers' jitter buffer: fixed (a datagram later than the first's delay
+    /// by more is played too late, lost), or `adaptive[:MOST]` (follows the jitter)
+    /// [default: 60ms]
     #[arg(long, value_name = "TIME", value_parser = jitter_buffer)]
     pub jitter_buffer: Option<linerate_model::call::JitterBuffer>,
     /// voip: the far end: linerate's own server, or an irtt server (`irtt server`, `linerate
@@ -1838,6 +1836,22 @@ impl AppArgs {
             qoo: self.qoo.clone(),
         }
     }
+}
+
+/// `linerate app`'s closing help, from the patterns' table: the options each reads, and
+/// an example of each.
+fn app_help() -> String {
+    use linerate_model::app::PATTERNS;
+    let mut help = String::from("Patterns and the options each reads:\n");
+    for pattern in PATTERNS {
+        let reads: Vec<&str> = pattern.reads.iter().map(|o| o.flag()).collect();
+        help += &format!("  {:<13}{}\n", pattern.name, reads.join(", "));
+    }
+    help += "\nExamples:\n";
+    for pattern in PATTERNS {
+        help += &format!("  linerate app 192.0.2.1 --pattern {}\n", pattern.example);
+    }
+    help + "  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern voip --peer irtt    a call to an irtt server (port 2112)"
 }
 
 /// `--pattern`: the table's patterns, each with what it is in help.
@@ -2060,4 +2074,28 @@ pub struct LabDownArgs {
     /// Remove every lab on this machine
     #[arg(long)]
     pub all: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// Each pattern's example in help is a command line that reads, and whose options the
+    /// pattern takes.
+    #[test]
+    fn each_app_patterns_example_reads_and_plans() {
+        for pattern in linerate_model::app::PATTERNS {
+            let mut argv = vec!["linerate", "app", "192.0.2.1", "--pattern"];
+            argv.extend(pattern.example.split_whitespace());
+            let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            let Command::App(args) = cli.command else {
+                panic!("{argv:?}: not app")
+            };
+            assert_eq!(args.pattern.name, pattern.name);
+            args.pattern
+                .plan(&args.options())
+                .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        }
+    }
 }

@@ -13,6 +13,7 @@ use crate::{CallStream, Direction, StreamRequest, StreamTransport, VideoStream};
 pub(super) const PATTERN: Pattern = Pattern {
     name: "conference",
     about: "voice and video to and from each other participant",
+    example: "conference --participants 5 --isochronous 30:1500k,300k",
     reads: &[
         AppOption::Participants,
         AppOption::Frames,

@@ -9,6 +9,7 @@ use crate::{Direction, StreamRequest, StreamTransport, VideoStream};
 pub(super) const PATTERN: Pattern = Pattern {
     name: "game",
     about: "inputs out and the state back each tick, counted as video's frames",
+    example: "game --state 128:1m,300k",
     reads: &[AppOption::Inputs, AppOption::State, AppOption::Qoo],
     plan,
 };

@@ -53,6 +53,8 @@ pub struct Pattern {
     pub name: &'static str,
     /// What it sends, one line for help.
     pub about: &'static str,
+    /// `--pattern` and options of an example for help (`game --state 128:1m,300k`).
+    pub example: &'static str,
     /// The options it reads; any other given is refused.
     pub reads: &'static [AppOption],
     plan: fn(&AppOptions) -> Result<Plan, String>,

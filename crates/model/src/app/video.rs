@@ -7,6 +7,7 @@ use crate::{Direction, StreamRequest, StreamTransport, VideoStream};
 pub(super) const PATTERN: Pattern = Pattern {
     name: "video",
     about: "the far end streams frames here: each frame's latency, frames lost and late",
+    example: "video --isochronous 60:8m,2m",
     reads: &[AppOption::Frames, AppOption::KeyFrames, AppOption::Qoo],
     plan,
 };

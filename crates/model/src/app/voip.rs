@@ -7,6 +7,7 @@ use crate::{CallStream, Direction, StreamRequest, StreamTransport};
 pub(super) const PATTERN: Pattern = Pattern {
     name: "voip",
     about: "a codec frame each way every 20 ms, scored by ITU-T G.107's E-model",
+    example: "voip",
     reads: &[AppOption::Codec, AppOption::JitterBuffer, AppOption::Qoo],
     plan,
 };
