@@ -178,8 +178,14 @@ impl AppOptions {
     /// The video's frames: `--isochronous` ([`DEFAULT_FRAMES`] where not given) with its
     /// key frames where asked, checked together (a key frame may not outgrow a frame).
     pub fn frames(&self) -> Result<VideoSettings, String> {
+        self.frames_or(DEFAULT_FRAMES)
+    }
+
+    /// The video's frames as [`AppOptions::frames`], a pattern's own `default` where not
+    /// given.
+    pub fn frames_or(&self, default: &str) -> Result<VideoSettings, String> {
         let frames = self.frames.unwrap_or_else(|| {
-            VideoSettings::parse(DEFAULT_FRAMES).expect("the default frames read")
+            VideoSettings::parse(default).expect("a pattern's default frames read")
         });
         VideoSettings {
             key_frames: self.key_frames,
