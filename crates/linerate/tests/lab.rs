@@ -4238,6 +4238,30 @@ fn a_games_inputs_and_state_take_what_the_emulator_held_them_each_way() {
     );
 }
 
+/// Cloud gaming (`app --pattern cloud-gaming`) over a lab path of 10 ms out and 30 ms
+/// back at 100 Mbit/s: the inputs go out 125 times a second and the picture comes back
+/// 60 frames a second of 20 Mbit/s; each way's frames take what the emulator held them,
+/// a picture's frame its serialisation besides (its mean, 41.7 kB at 100 Mbit/s: 3.3 ms).
+#[test]
+fn cloud_gamings_inputs_and_picture_take_what_the_emulator_held_them_each_way() {
+    frames_each_way_take_what_the_emulator_held_them(
+        "cloud_gamings_inputs_and_picture_take_what_the_emulator_held_them_each_way",
+        "cloud",
+        &["--delay", "10ms,30ms", "--rate", "100M", "--seed", "4"],
+        &[
+            "app",
+            "server",
+            "--pattern",
+            "cloud-gaming",
+            "-t",
+            "4",
+            "-i",
+            "0",
+        ],
+        [(480.0, 0.0), (230.0, 41_667.0 * 8.0 / 100e6 * 1e3)],
+    );
+}
+
 /// An application of frames both ways (`app_args`, run on the lab `lab_args` makes, each
 /// way at least 10 ms): for each way, given as (frames sent at least, the median frame's
 /// serialisation at the path's rate in ms), every frame sent arrived whole, its least

@@ -269,6 +269,7 @@ pub(crate) const KINDS: &[(&str, ReadKind)] = &[
     ("multicast", multicast::read),
     ("game", app::read),
     ("conference", app::read),
+    ("cloud-gaming", app::read),
 ];
 
 /// The kinds' names as a message lists them: "stream, rr, crr, rpm, stamp or trace".

@@ -11,6 +11,7 @@
 //! its plan, its unit tests) and its line in [`PATTERNS`]; a flag of its own, where it
 //! needs one, is a field of [`AppOptions`], a variant of [`AppOption`] and the binary's flag.
 
+mod cloud_gaming;
 mod conference;
 mod game;
 mod video;
@@ -25,11 +26,12 @@ use crate::{CallStream, StreamRequest, StreamTransport};
 use serde::{Deserialize, Serialize};
 
 /// Every pattern, in the order help lists them.
-pub const PATTERNS: [&Pattern; 4] = [
+pub const PATTERNS: [&Pattern; 5] = [
     &voip::PATTERN,
     &video::PATTERN,
     &game::PATTERN,
     &conference::PATTERN,
+    &cloud_gaming::PATTERN,
 ];
 
 /// The pattern named `name` (as `--pattern` takes it); the error names the value and the
@@ -264,7 +266,7 @@ mod tests {
         }
         let err = find("chess").unwrap_err();
         assert!(
-            err.contains("'chess'") && err.contains("voip, video, game, conference"),
+            err.contains("'chess'") && err.contains("voip, video, game, conference, cloud-gaming"),
             "{err}"
         );
     }
@@ -304,7 +306,7 @@ mod tests {
     fn only_a_call_alone_is_a_call_plan() {
         let plan = |name| find(name).unwrap().plan(&AppOptions::default()).unwrap();
         assert!(plan("voip").only_call().is_some());
-        for name in ["video", "game", "conference"] {
+        for name in ["video", "game", "conference", "cloud-gaming"] {
             assert!(plan(name).only_call().is_none(), "{name}");
         }
     }
