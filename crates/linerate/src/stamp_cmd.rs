@@ -5,8 +5,7 @@ use crate::cli::{AppArgs, StampArgs};
 use crate::failure::{CommandResult, Failure};
 use crate::Globals;
 use linerate_campaign::stamp_run;
-use linerate_model::clock::UnixTime;
-use linerate_stamp::sender::{self, Options};
+use linerate_stamp::sender::Options;
 use linerate_stamp::wire::{tlv, Mode};
 use std::time::Duration;
 
@@ -46,9 +45,8 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
         direct_measurement: !args.no_tlvs,
         hmac: mode == Mode::Authenticated && !args.no_tlvs,
     };
+    let session = Options::to(args.target.clone(), addr);
     let mut options = Options {
-        target: args.target.clone(),
-        addr,
         mode,
         key,
         rate_pps,
@@ -63,15 +61,8 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
         source: args.source.source(),
         timeout: Duration::from_secs_f64(args.timeout),
         report_every: Duration::from_secs_f64(args.interval_report),
-        // In a lab (`lab run`, `lab exec` name the path they build), both ends are
-        // network namespaces of this host: one clock.
-        same_clock: args.same_clock
-            || sender::is_local(addr.ip())
-            || std::env::var_os(linerate_model::PATH_ENV).is_some(),
-        ssid: linerate_stamp::random_ssid(),
-        started_at: UnixTime::now().seconds(),
-        wire: None,
-        call: None,
+        same_clock: args.same_clock || in_lab(&session),
+        ..session
     };
     if let Some(size) = args.size.filter(|_| !args.irtt) {
         options
@@ -79,6 +70,12 @@ fn options(args: &StampArgs) -> Result<Options, Failure> {
             .map_err(|why| Failure::Usage(format!("invalid value '{size}' for '--size': {why}")))?;
     }
     Ok(options)
+}
+
+/// Whether a session's two ends share this host's clock: the reflector is this host's,
+/// or both are network namespaces of it (`lab run`, `lab exec` name the path they build).
+fn in_lab(session: &Options) -> bool {
+    session.same_clock || std::env::var_os(linerate_model::PATH_ENV).is_some()
 }
 
 pub fn run(args: &StampArgs, globals: &Globals) -> CommandResult {
@@ -112,25 +109,16 @@ pub fn call(args: &AppArgs, call: linerate_model::CallStream, globals: &Globals)
     };
     let addr = linerate_stamp::resolve_reflector_at(&target, linerate_irtt::wire::PORT)
         .map_err(|why| Failure::Usage(format!("invalid value '{host}' for '<HOST>': {why}")))?;
+    let session = Options::to(host, addr);
     let options = Options {
-        target: host,
-        addr,
-        mode: Mode::Open,
-        key: None,
         rate_pps: call.settings.pps() as f64,
-        count: None,
         duration: Some(Duration::from_secs_f64(args.time)),
-        extensions: tlv::Request::default(),
         dscp: server.dscp,
         source: server.source(),
-        timeout: Duration::from_secs(2),
         report_every: Duration::from_secs_f64(args.measure.interval),
-        same_clock: sender::is_local(addr.ip())
-            || std::env::var_os(linerate_model::PATH_ENV).is_some(),
-        ssid: linerate_stamp::random_ssid(),
-        started_at: UnixTime::now().seconds(),
-        wire: None,
+        same_clock: in_lab(&session),
         call: Some(call.clone()),
+        ..session
     };
     let irtt = linerate_irtt::client::Ask {
         length: call.settings.codec.datagram_bytes() as usize,

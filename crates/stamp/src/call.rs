@@ -123,20 +123,22 @@ impl CallLog {
     /// judges the datagrams whose delay is known (every answered one) in their order of
     /// arrival: at the reflector by its count, here as the answers came.
     pub fn summary(&self, sent: u64) -> CallSummary {
-        let mut by_seq: Vec<Echo> = self.echoes.clone();
+        // The answers in two orders, by reference: the requests', and the reflector's.
+        let mut by_seq: Vec<&Echo> = self.echoes.iter().collect();
         by_seq.sort_by_key(|e| e.seq);
         by_seq.dedup_by_key(|e| e.seq);
         let received_out = received_out(&by_seq, sent);
         // The way back: the reflector answered each request it received, in order.
-        let answered: std::collections::HashSet<u32> = by_seq.iter().map(|e| e.seq).collect();
-        let mut at_reflector = self.echoes.clone();
+        let answered = |seq: u32| by_seq.binary_search_by_key(&seq, |e| e.seq).is_ok();
+        let mut at_reflector: Vec<&Echo> = self.echoes.iter().collect();
         at_reflector.sort_by_key(|e| e.reflector_seq);
-        let transits = |echoes: &[Echo], pick: fn((i64, i64)) -> i64| {
+        let transits = |echoes: &[&Echo], pick: fn((i64, i64)) -> i64| {
             echoes
                 .iter()
                 .filter_map(|e| e.transit_ns.map(|t| (e.seq, pick(t))))
                 .collect()
         };
+        let as_arrived: Vec<&Echo> = self.echoes.iter().collect();
         let ways = [
             Way {
                 direction: Direction::Forward,
@@ -148,9 +150,9 @@ impl CallLog {
                 sequence: (0u32..)
                     .zip(received_out.iter())
                     .filter(|(_, received)| **received)
-                    .map(|(seq, _)| (seq, answered.contains(&seq)))
+                    .map(|(seq, _)| (seq, answered(seq)))
                     .collect(),
-                transits: transits(&self.echoes, |t| t.1),
+                transits: transits(&as_arrived, |t| t.1),
             },
         ];
         CallSummary {
@@ -231,7 +233,7 @@ impl CallLog {
 
 /// Which of the `sent` requests the reflector received, from the answers in order of
 /// their sequence numbers (see [`CallLog::summary`]).
-fn received_out(by_seq: &[Echo], sent: u64) -> Vec<bool> {
+fn received_out(by_seq: &[&Echo], sent: u64) -> Vec<bool> {
     let sent = usize::try_from(sent)
         .unwrap_or(usize::MAX)
         .min(MOST_KEPT * 64);

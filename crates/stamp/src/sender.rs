@@ -73,6 +73,32 @@ pub trait ForeignWire: std::fmt::Debug + Send + Sync {
 }
 
 impl Options {
+    /// An open session to the reflector `target` (resolved to `addr`) as each caller
+    /// starts from: ten probes a second for ten seconds, STAMP's base packet, no marks,
+    /// answers awaited 2 s, a live line a second, one clock where `addr` is this host's,
+    /// a fresh session identifier, starting now.
+    pub fn to(target: String, addr: SocketAddr) -> Options {
+        Options {
+            target,
+            addr,
+            mode: Mode::Open,
+            key: None,
+            rate_pps: 10.0,
+            count: None,
+            duration: Some(Duration::from_secs(10)),
+            extensions: tlv::Request::default(),
+            dscp: None,
+            source: None,
+            timeout: Duration::from_secs(2),
+            report_every: Duration::from_secs(1),
+            same_clock: is_local(addr.ip()),
+            ssid: crate::random_ssid(),
+            started_at: UnixTime::now().seconds(),
+            wire: None,
+            call: None,
+        }
+    }
+
     /// The size of each probe, octets of UDP payload.
     pub fn size(&self) -> usize {
         if let Some(wire) = &self.wire {

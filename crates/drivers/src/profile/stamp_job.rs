@@ -7,12 +7,11 @@
 //! small, paced and bounded here: at most 10,000 a second of at most 9,000 octets, within
 //! `--max-rate`); without a key, only the requester's own address, as a profile's peers.
 
-use linerate_model::clock::UnixTime;
 use linerate_proto::agent::{AgentReply, Dscp, ProbeRate, ProbeSize, Seconds};
 use linerate_proto::text::PeerText;
 use linerate_report::document::Document;
 use linerate_report::stamp::StampReport;
-use linerate_stamp::sender::{self, Options};
+use linerate_stamp::sender::Options;
 use linerate_stamp::wire::{tlv, Mode};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -134,23 +133,14 @@ pub(crate) fn start_source(
         request.padding = usize::from(size).saturating_sub(bare);
     }
     let options = Options {
-        target: job.reflector.clone(),
-        addr,
-        mode: Mode::Open,
-        key: None,
         rate_pps: job.rate_pps,
-        count: None,
         duration: Some(job.window),
         extensions: request,
         dscp: job.dscp,
         source: job.source.clone(),
         timeout: ANSWER_WAIT,
         report_every: Duration::ZERO,
-        same_clock: sender::is_local(addr.ip()),
-        ssid: linerate_stamp::random_ssid(),
-        started_at: UnixTime::now().seconds(),
-        wire: None,
-        call: None,
+        ..Options::to(job.reflector.clone(), addr)
     };
     let outcome = linerate_stamp::prober::shared()
         .and_then(|prober| prober.probe(options, cancel))
