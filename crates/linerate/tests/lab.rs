@@ -4262,6 +4262,61 @@ fn cloud_gamings_inputs_and_picture_take_what_the_emulator_held_them_each_way() 
     );
 }
 
+/// A call's ways over time (`intervals[].ways`, what `report --html` draws as one
+/// picture) over a lab path of 20 ms out and 40 ms back that drops 3 % out: in every
+/// interval each way's mean one-way delay is what the emulator held that way (less its
+/// timer slack, plus at most 2 ms of the hosts' stacks); the way out's datagrams lost over
+/// the intervals are among the emulator's drops that way and the call's own count, and
+/// the way back loses none.
+#[test]
+fn a_calls_ways_over_time_are_what_the_emulator_did_each_way() {
+    let test = "a_calls_ways_over_time_are_what_the_emulator_did_each_way";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("ways");
+    let _guard = LabGuard(name.clone());
+    let doc = lab_run_json(
+        &name,
+        &["--delay", "20ms,40ms", "--loss", "3%,0", "--seed", "9"],
+        &["app", "server", "--pattern", "voip", "-t", "5"],
+    );
+    let status = emulator_status(&name);
+    let counter = |way: usize, c: &str| num(&status, &format!("/directions/{way}/counters/{c}"));
+    let held_ms = |way: usize| counter(way, "delay_sum_ns") / counter(way, "passed") / 1e6;
+    let intervals = doc["intervals"].as_array().expect("intervals");
+    assert_eq!(intervals.len(), 5, "{doc}");
+    let mut lost = [0.0f64; 2];
+    for interval in intervals {
+        let ways = interval["ways"].as_array().expect("each way");
+        assert_eq!(ways.len(), 2, "{interval}");
+        for (i, way) in ways.iter().enumerate() {
+            let delay_ms = num(way, "/one_way_delay_ms");
+            assert!(
+                delay_ms >= held_ms(i) - 0.5 && delay_ms <= held_ms(i) + 2.0,
+                "way {i}: {delay_ms} ms against {} held",
+                held_ms(i)
+            );
+            assert!(num(way, "/received") >= 40.0, "{way}");
+            lost[i] += num(way, "/lost");
+        }
+        eprintln!("{}", interval["ways"]);
+    }
+    let call_lost = num(&doc, "/summary/call/ways/0/lost");
+    eprintln!(
+        "lost over the intervals {lost:?}, the call's count {call_lost}, the emulator dropped {} and {}",
+        counter(0, "lost"),
+        counter(1, "lost")
+    );
+    assert!(lost[0] >= 1.0 && lost[0] <= counter(0, "lost"), "{lost:?}");
+    assert!(
+        lost[0] <= call_lost,
+        "{lost:?} against the call's {call_lost}"
+    );
+    assert_eq!((lost[1], counter(1, "lost")), (0.0, 0.0));
+}
+
 /// An application of frames both ways (`app_args`, run on the lab `lab_args` makes, each
 /// way at least 10 ms): for each way, given as (frames sent at least, the median frame's
 /// serialisation at the path's rate in ms), every frame sent arrived whole, its least

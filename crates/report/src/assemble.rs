@@ -22,7 +22,13 @@ impl Report {
         if config.workload != Workload::Stream {
             return crate::rr::assemble(tool, started_at, config, local, remote);
         }
-        let intervals = merge_intervals(&local.intervals, &remote.intervals);
+        let mut intervals = merge_intervals(&local.intervals, &remote.intervals);
+        add_ways(
+            &mut intervals,
+            config.direction,
+            &local.intervals,
+            &remote.intervals,
+        );
         let flows = merge_flows(&config, &local.flows, &remote.flows);
         let mut summary = summarize(&config, &flows, &local, &remote);
         // Pacing is the senders' to say: none where the sending side told nothing of its
@@ -241,9 +247,48 @@ fn merge_intervals(local: &[SideInterval], remote: &[SideInterval]) -> Vec<Inter
                 retransmits: l.retransmits + r.retransmits,
                 flows,
                 rr: None,
+                ways: Vec::new(),
             }
         })
         .collect()
+}
+
+/// Each UDP interval's ways, from their receivers' own intervals: the way out from the
+/// server's (`remote`), the way back from the client's (`local`); a way whose receiver
+/// told no datagram counts (an iperf3 server keeps no intervals) is left out.
+fn add_ways(
+    intervals: &mut [IntervalReport],
+    direction: Direction,
+    local: &[SideInterval],
+    remote: &[SideInterval],
+) {
+    let ways: &[(Direction, &[SideInterval])] = match direction {
+        Direction::Forward => &[(Direction::Forward, remote)],
+        Direction::Reverse => &[(Direction::Reverse, local)],
+        Direction::Bidir => &[(Direction::Forward, remote), (Direction::Reverse, local)],
+    };
+    for (i, interval) in intervals.iter_mut().enumerate() {
+        if interval.udp.is_none() {
+            continue;
+        }
+        interval.ways = ways
+            .iter()
+            .filter_map(|&(direction, receiver)| {
+                let side = receiver.get(i)?;
+                let udp = side.udp?;
+                Some(WayInterval {
+                    direction,
+                    receiver_bps: side.received_bps,
+                    received: udp.received,
+                    lost: udp.lost,
+                    loss_pct: udp.loss_pct(),
+                    one_way_delay_ms: (udp.transit_samples > 0)
+                        .then(|| udp.transit_sum_ms / udp.transit_samples as f64),
+                    jitter_ms: udp.jitter_ms,
+                })
+            })
+            .collect();
+    }
 }
 
 fn merge_flow_intervals(
@@ -1193,5 +1238,60 @@ mod tests {
         assert_eq!(merged.len(), 1, "only intervals both sides reached");
         assert_eq!(merged[0].receiver_bytes, 9);
         assert_eq!(merged[0].sender_bytes, 10);
+    }
+
+    /// A UDP interval's ways each come from their receiver: the way out from the server's
+    /// counts and clock, the way back from the client's; a way a receiver told nothing of
+    /// (an iperf3 server keeps no intervals) is left out, and a TCP interval has none.
+    #[test]
+    fn each_way_of_an_interval_is_its_receivers() {
+        let side = |received_bps: f64, received: u64, lost: u64, transit_ms: f64| SideInterval {
+            start: 0.0,
+            end: 1.0,
+            received_bps,
+            udp: Some(UdpCounts {
+                received,
+                lost,
+                transit_sum_ms: transit_ms * received as f64,
+                transit_samples: received,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let client = side(600_000.0, 60, 0, 40.0);
+        let server = side(60_000.0, 95, 5, 10.0);
+        let (clients, servers) = (std::slice::from_ref(&client), std::slice::from_ref(&server));
+        let mut intervals = merge_intervals(clients, servers);
+        add_ways(&mut intervals, Direction::Bidir, clients, servers);
+        let ways = &intervals[0].ways;
+        assert_eq!(ways.len(), 2);
+        assert_eq!(
+            (
+                ways[0].direction,
+                ways[0].receiver_bps,
+                ways[0].received,
+                ways[0].lost
+            ),
+            (Direction::Forward, 60_000.0, 95, 5)
+        );
+        assert_eq!(ways[0].loss_pct, 5.0);
+        assert!((ways[0].one_way_delay_ms.unwrap() - 10.0).abs() < 1e-9);
+        assert_eq!(
+            (ways[1].direction, ways[1].received),
+            (Direction::Reverse, 60)
+        );
+        assert!((ways[1].one_way_delay_ms.unwrap() - 40.0).abs() < 1e-9);
+        // Only the server counted the way out, and it kept no intervals.
+        let mut intervals = merge_intervals(clients, &[]);
+        add_ways(&mut intervals, Direction::Forward, clients, &[]);
+        assert!(intervals[0].ways.is_empty());
+        // TCP: no datagram counts, no ways.
+        let tcp = [SideInterval {
+            udp: None,
+            ..server.clone()
+        }];
+        let mut intervals = merge_intervals(&tcp, &tcp);
+        add_ways(&mut intervals, Direction::Bidir, &tcp, &tcp);
+        assert!(intervals[0].ways.is_empty());
     }
 }

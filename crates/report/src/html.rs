@@ -823,6 +823,7 @@ fn test_charts(report: &Report) -> String {
             )));
         }
     }
+    out.push_str(&ways_picture(report));
     if let Some(video) = &report.summary.video {
         out.push_str(&video_chart(video));
     }
@@ -858,6 +859,122 @@ fn repetition_chart(repetition: &crate::model::Repetition) -> String {
     ))
 }
 
+/// How a way is named in a chart: from the client's side.
+fn way_name(direction: linerate_model::Direction) -> &'static str {
+    match direction {
+        linerate_model::Direction::Reverse => "server→client",
+        _ => "client→server",
+    }
+}
+
+/// A UDP run (an application's above all) as one picture, flent's and crusader's: what
+/// each way scored above it (a call's MOS, each way's Quality of Outcome), then each way's
+/// throughput, one-way delay and loss over the same seconds, one chart under the other on
+/// one time axis; empty where the intervals carry no ways.
+fn ways_picture(report: &Report) -> String {
+    let intervals = &report.intervals;
+    let mut directions: Vec<linerate_model::Direction> = Vec::new();
+    for way in intervals.iter().flat_map(|i| &i.ways) {
+        if !directions.contains(&way.direction) {
+            directions.push(way.direction);
+        }
+    }
+    if directions.is_empty() {
+        return String::new();
+    }
+    let series = |read: &dyn Fn(&crate::model::WayInterval) -> Option<f64>| -> Vec<Series> {
+        directions
+            .iter()
+            .map(|&direction| Series {
+                name: way_name(direction).into(),
+                points: intervals
+                    .iter()
+                    .filter_map(|i| {
+                        let way = i.ways.iter().find(|w| w.direction == direction)?;
+                        Some((i.end, read(way)?))
+                    })
+                    .collect(),
+            })
+            .collect()
+    };
+    let max_bps = intervals
+        .iter()
+        .flat_map(|i| &i.ways)
+        .map(|w| w.receiver_bps)
+        .fold(0.0, f64::max);
+    let (divisor, unit) = rate_unit(max_bps);
+    let mut out = String::from("<h3>Each way over time</h3>\n");
+    let scores = way_scores(report);
+    if !scores.is_empty() {
+        out.push_str(&format!(
+            "<p class=\"score\">{}</p>\n",
+            escape(&scores.join("; "))
+        ));
+    }
+    for (title, unit, read) in [
+        (
+            "Throughput each way, as its receiver counted it",
+            unit,
+            &(|w: &crate::model::WayInterval| Some(w.receiver_bps / divisor))
+                as &dyn Fn(&crate::model::WayInterval) -> Option<f64>,
+        ),
+        (
+            "One-way delay each way, the interval's mean",
+            "ms",
+            &|w: &crate::model::WayInterval| w.one_way_delay_ms,
+        ),
+        (
+            "Loss each way",
+            "% of datagrams",
+            &|w: &crate::model::WayInterval| Some(w.loss_pct),
+        ),
+    ] {
+        out.push_str(&figure(line_chart(
+            title,
+            "seconds",
+            unit,
+            XAxis::Linear,
+            &series(read),
+        )));
+    }
+    out
+}
+
+/// What each way scored, in words: a call's MOS and Quality of Outcome, a video's (or a
+/// game's) Quality of Outcome.
+fn way_scores(report: &Report) -> Vec<String> {
+    let mut scores = Vec::new();
+    for way in report.summary.call.iter().flat_map(|c| &c.ways) {
+        let qoo = way
+            .qoo
+            .as_ref()
+            .map(|q| {
+                format!(
+                    ", Quality of Outcome {:.0} % for {}",
+                    q.score, q.requirement.name
+                )
+            })
+            .unwrap_or_default();
+        scores.push(format!(
+            "call {}: MOS {:.2} (R {:.1}){qoo}",
+            way_name(way.direction),
+            way.score.mos,
+            way.score.r
+        ));
+    }
+    for way in report.summary.video.iter().flat_map(|v| &v.ways) {
+        if let Some(q) = &way.qoo {
+            scores.push(format!(
+                "frames {}: Quality of Outcome {:.0} % for {}",
+                way_name(way.direction),
+                q.score,
+                q.requirement.name
+            ));
+        }
+    }
+    scores
+}
+
 /// Each way's frames: how long a frame took from its first write to its last byte, by
 /// percentile; empty where no frame was whole.
 fn video_chart(video: &crate::model::VideoSummary) -> String {
@@ -865,13 +982,7 @@ fn video_chart(video: &crate::model::VideoSummary) -> String {
         .ways
         .iter()
         .filter(|w| w.counts.latency_us.count > 0)
-        .map(|w| {
-            let way = match w.direction {
-                linerate_model::Direction::Reverse => "server→client",
-                _ => "client→server",
-            };
-            percentile_curve(way, &w.counts.latency_us)
-        })
+        .map(|w| percentile_curve(way_name(w.direction), &w.counts.latency_us))
         .collect();
     if curves.is_empty() {
         return String::new();
@@ -1023,6 +1134,57 @@ mod tests {
         let html = test_charts(&report);
         assert!(html.contains("Frame latency by percentile"), "{html}");
         assert!(html.contains("client→server") && html.contains("server→client"));
+    }
+
+    /// A UDP run whose intervals carry its ways is drawn as one picture: what each way
+    /// scored above, then each way's throughput, delay and loss on one time axis.
+    #[test]
+    fn an_application_run_draws_each_way_over_time_under_its_scores() {
+        use crate::model::{CallSummary, WayInterval};
+        use linerate_model::Direction;
+        let mut report = crate::fixtures::report(crate::fixtures::config(Direction::Bidir, 1));
+        let way = |direction, ms| WayInterval {
+            direction,
+            receiver_bps: 87_200.0,
+            received: 50,
+            lost: 1,
+            loss_pct: 2.0,
+            one_way_delay_ms: Some(ms),
+            jitter_ms: 0.1,
+        };
+        report.intervals = (1..=3)
+            .map(|s| crate::model::IntervalReport {
+                start: f64::from(s) - 1.0,
+                end: f64::from(s),
+                ways: vec![way(Direction::Forward, 20.1), way(Direction::Reverse, 40.2)],
+                ..Default::default()
+            })
+            .collect();
+        let call: CallSummary = serde_json::from_value(serde_json::json!({
+            "codec": "g711", "jitter_buffer_ms": 60, "ways": [{
+                "direction": "forward", "received": 150, "lost": 3, "late": 0,
+                "loss_events": 3, "one_way_delay_ms": 20.1, "jitter_ms": 0.1,
+                "mouth_to_ear_ms": 100.1, "loss_pct": 2.0, "burst_ratio": 1.0,
+                "delay_impairment": 0.5, "loss_impairment": 7.2, "r": 85.3, "mos": 4.12,
+            }],
+        }))
+        .unwrap();
+        report.summary.call = Some(call);
+        let html = test_charts(&report);
+        for title in [
+            "Each way over time",
+            "Throughput each way",
+            "One-way delay each way",
+            "Loss each way",
+            "call client→server: MOS 4.12 (R 85.3)",
+        ] {
+            assert!(html.contains(title), "{title}: {html}");
+        }
+        let scores_at = html.find("MOS 4.12").unwrap();
+        assert!(scores_at < html.find("Throughput each way").unwrap());
+        // Without ways (a TCP run), no picture.
+        report.intervals.iter_mut().for_each(|i| i.ways.clear());
+        assert!(!test_charts(&report).contains("Each way over time"));
     }
 
     #[test]

@@ -124,6 +124,26 @@ pub struct IntervalReport {
     /// Request/response tests: the interval's transactions as the requesters timed them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rr: Option<RrInterval>,
+    /// UDP tests: each way's receiver figures in the interval (the way out as the server
+    /// counted it, the way back as the client did): what an application run's picture
+    /// draws, each way on one time axis.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ways: Vec<WayInterval>,
+}
+
+/// One way of a UDP test in one interval, from its receiving end's counters and clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WayInterval {
+    pub direction: Direction,
+    pub receiver_bps: f64,
+    pub received: u64,
+    pub lost: u64,
+    pub loss_pct: f64,
+    /// The mean one-way delay of the datagrams it timed in the interval, ms (the clocks as
+    /// the summary's `one_way_delay_ms` says); none where it timed none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_way_delay_ms: Option<f64>,
+    pub jitter_ms: f64,
 }
 
 /// One interval's datagram figures in the merged report.
