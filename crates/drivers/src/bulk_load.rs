@@ -3,6 +3,7 @@
 //! goodput joins the transactions' report.
 
 use crate::client::{run_test, ClientError, ClientOptions, TestUpdate};
+use linerate_model::measure::bufferbloat_grade;
 use linerate_model::{
     Direction, StreamRequest, StreamTransport, TestConfig, TestKind, TestRequest,
 };
@@ -25,6 +26,10 @@ pub fn run_with_load(
 ) -> Result<Report, ClientError> {
     let config = &options.config;
     let flows = config.rr.as_ref().map_or(0, |r| r.load);
+    let idle_p50_us = match flows {
+        0 => None,
+        _ => idle_round_trip(target, options, cancel)?,
+    };
     let bulk = (flows > 0)
         .then(|| start(target, options, flows, cancel))
         .transpose()?;
@@ -40,17 +45,58 @@ pub fn run_with_load(
     };
     let mut report = outcome?;
     if let (Some(load), Some(rr)) = (&load_report, report.summary.rr.as_mut()) {
+        let loaded_p50_us = (rr.latency_us.count > 0).then_some(rr.latency_us.p50);
+        let added_ms = idle_p50_us
+            .zip(loaded_p50_us)
+            .map(|(idle, loaded)| (loaded - idle) / 1e3);
         rr.load = Some(LoadSummary {
             flows: load.summary.flows,
             receiver_bps: load.summary.receiver_bps,
             sender_bps: load.summary.sender_bps,
             retransmits: load.summary.retransmits,
+            idle_p50_us,
+            added_ms,
+            grade: added_ms.map(|ms| bufferbloat_grade(ms.max(0.0) / 1e3).to_string()),
         });
         report
             .warnings
             .extend(load.warnings.iter().map(|w| format!("load: {w}")));
+        // Each interval's load beside its transactions: the load's window starts with
+        // their first interval (its own warm-up is the lead), interval by interval.
+        let load_intervals = load.intervals.iter().filter(|i| !i.omitted);
+        for (interval, load) in report.intervals.iter_mut().zip(load_intervals) {
+            if let Some(rr) = interval.rr.as_mut() {
+                rr.load_bps = Some(load.receiver_bps);
+            }
+        }
     }
     Ok(report)
+}
+
+/// Seconds the transactions run alone before their load starts: the idle round trip that
+/// what the load adds is reckoned against (`rpm` measures its idle latency first too).
+pub const IDLE_S: f64 = 2.0;
+
+/// The transactions' median round trip over [`IDLE_S`] alone, microseconds (`None`
+/// where none completed).
+fn idle_round_trip(
+    target: Option<SocketAddr>,
+    options: &ClientOptions,
+    cancel: &Arc<AtomicBool>,
+) -> Result<Option<f64>, ClientError> {
+    let mut idle = options.clone();
+    idle.config.time_s = IDLE_S;
+    idle.config.omit_s = 0.0;
+    idle.config.interval_s = 0.0;
+    if let Some(rr) = idle.config.rr.as_mut() {
+        rr.load = 0;
+    }
+    let report = run_test(target, &idle, cancel, &mut |_| {})?;
+    Ok(report
+        .summary
+        .rr
+        .filter(|rr| rr.latency_us.count > 0)
+        .map(|rr| rr.latency_us.p50))
 }
 
 /// The load's own stream test: it starts before the transactions (its warm-up) and ends
@@ -64,7 +110,8 @@ fn load_config(rr_config: &TestConfig, flows: u32) -> Result<TestConfig, ClientE
         threads: None,
         time_s: rr_config.omit_s + rr_config.time_s + 2.0 * LEAD_S,
         omit_s: LEAD_S,
-        interval_s: 0.0,
+        // Its intervals beside the transactions' (each one's load, drawn with them).
+        interval_s: rr_config.interval_s,
         window: rr_config.window,
         congestion: rr_config.congestion.clone(),
         per_flow: false,

@@ -456,6 +456,8 @@ impl DataPlane {
                 p99_us: latency.quantile_us(0.99),
                 max_us: latency.quantile_us(1.0),
                 connect_p99_us: span.connect.as_ref().map(|c| c.quantile_us(0.99)),
+                // The load's, where there is one, is another test's: joined by its driver.
+                load_bps: None,
             });
         }
         if is_udp {

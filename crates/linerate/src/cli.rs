@@ -1355,7 +1355,8 @@ pub struct RrArgs {
     #[arg(short = 'b', long, value_parser = per_second)]
     pub rate: Option<u64>,
     /// Run N bulk TCP flows (client to server) beside the transactions and report their
-    /// goodput too
+    /// goodput too, and what they added to the transactions' round trip alone (2 s of them
+    /// first), graded as `rpm` grades it
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=4096))]
     pub load: u32,
 }

@@ -4317,6 +4317,50 @@ fn a_calls_ways_over_time_are_what_the_emulator_did_each_way() {
     assert_eq!((lost[1], counter(1, "lost")), (0.0, 0.0));
 }
 
+/// Transactions under a load (`rr --load 2`) over a lab path of 10 ms each way at 20
+/// Mbit/s: alone, their median round trip is the path's (what the emulator holds both
+/// ways, within 2 ms); under the load it grows by the queue the bulk flows build in front
+/// of the bottleneck, which the emulator's own mean holding time of the way out (the bulk
+/// frames' nearly all) less its 10 ms says; the grade is that growth's on rpm's scale.
+#[test]
+fn transactions_under_load_are_graded_by_the_queue_the_emulator_held_them_in() {
+    let test = "transactions_under_load_are_graded_by_the_queue_the_emulator_held_them_in";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _turn = turn();
+    let name = lab_name("rrload");
+    let _guard = LabGuard(name.clone());
+    let doc = lab_run_json(
+        &name,
+        &["--delay", "10ms", "--rate", "20M", "--seed", "3"],
+        &["rr", "server", "--load", "2", "-t", "6"],
+    );
+    let status = emulator_status(&name);
+    let counter = |way: usize, c: &str| num(&status, &format!("/directions/{way}/counters/{c}"));
+    let held_out_ms = counter(0, "delay_sum_ns") / counter(0, "passed") / 1e6;
+    let load = &doc["summary"]["load"];
+    let idle_ms = num(load, "/idle_p50_us") / 1e3;
+    let added_ms = num(load, "/added_ms");
+    let queue_ms = held_out_ms - 10.0;
+    eprintln!(
+        "idle p50 {idle_ms:.3} ms, added {added_ms:.3} ms, grade {}; the emulator held the way out {held_out_ms:.3} ms on the mean (a queue of {queue_ms:.3} ms)",
+        load["grade"]
+    );
+    assert!((20.0..22.0).contains(&idle_ms), "{load}");
+    assert!(queue_ms > 5.0, "the load built no queue: {held_out_ms}");
+    assert!(
+        (added_ms - queue_ms).abs() <= 0.4 * queue_ms + 3.0,
+        "{added_ms} ms added against the emulator's {queue_ms} ms of queue"
+    );
+    let grade = linerate_model::measure::bufferbloat_grade(added_ms.max(0.0) / 1e3);
+    assert_eq!(load["grade"], grade, "{load}");
+    // Each interval has the load beside it, drawn with the round trip.
+    for interval in doc["intervals"].as_array().unwrap() {
+        assert!(num(interval, "/rr/load_bps") > 5e6, "{interval}");
+    }
+}
+
 /// An application of frames both ways (`app_args`, run on the lab `lab_args` makes, each
 /// way at least 10 ms): for each way, given as (frames sent at least, the median frame's
 /// serialisation at the path's rate in ms), every frame sent arrived whole, its least

@@ -330,6 +330,21 @@ fn rr_under_load_reports_latency_and_bulk_goodput() {
     assert!(num(&doc, "/summary/transactions") > 10.0);
     assert_eq!(num(&doc, "/summary/load/flows"), 1.0);
     assert!(num(&doc, "/summary/load/receiver_bps") > 1e6);
+    // The transactions alone first: what the load added to their median, graded.
+    assert!(
+        num(&doc, "/summary/load/idle_p50_us") > 0.0,
+        "{}",
+        doc["summary"]
+    );
+    let added_ms = num(&doc, "/summary/load/added_ms");
+    let grade = linerate_model::measure::bufferbloat_grade(added_ms.max(0.0) / 1e3);
+    assert_eq!(doc["summary"]["load"]["grade"], grade, "{}", doc["summary"]);
+    let text = linerate(&["rr", "-t", "1", "--load", "1", "-i", "0"]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("bufferbloat grade"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
 }
 
 #[test]

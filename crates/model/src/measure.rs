@@ -85,3 +85,24 @@ pub enum Headline {
     /// A call's mean opinion score, the worse of its two ways.
     Mos,
 }
+
+/// The bufferbloat grade of the latency a loaded path adds to an idle one, in seconds, on
+/// the scale people share (Waveform's): A+ under 5 ms, A under 30, B under 60, C under
+/// 200, D under 400, F from 400 ms. `rpm` grades a new connection's handshake under load;
+/// `rr --load` its transactions' round trip.
+pub fn bufferbloat_grade(added_s: f64) -> &'static str {
+    let ms = added_s * 1e3;
+    if ms < 5.0 {
+        "A+"
+    } else if ms < 30.0 {
+        "A"
+    } else if ms < 60.0 {
+        "B"
+    } else if ms < 200.0 {
+        "C"
+    } else if ms < 400.0 {
+        "D"
+    } else {
+        "F"
+    }
+}

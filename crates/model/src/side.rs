@@ -149,6 +149,9 @@ pub struct RrInterval {
     /// crr: the 99th percentile of the connects alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_p99_us: Option<f64>,
+    /// `--load`: the bulk flows' receiver goodput over the same interval, bits a second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_bps: Option<f64>,
 }
 
 /// Datagram counts of one side over a span of time (an interval or the window), summed

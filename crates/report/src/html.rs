@@ -810,6 +810,7 @@ fn test_charts(report: &Report) -> String {
                 XAxis::Linear,
                 &series,
             )));
+            out.push_str(&load_picture(report));
             let mut curves = vec![percentile_curve("round trip", &rr.latency_us)];
             if let Some(connect) = &rr.connect_latency_us {
                 curves.push(percentile_curve("connect", connect));
@@ -937,6 +938,63 @@ fn ways_picture(report: &Report) -> String {
             &series(read),
         )));
     }
+    out
+}
+
+/// A request/response run under `--load` as one picture: the grade of what the load added
+/// above it, then the round trip's median and 99th percentile and the load's goodput over
+/// the same seconds; empty without a load.
+fn load_picture(report: &Report) -> String {
+    let Some(load) = report.summary.rr.as_ref().and_then(|rr| rr.load.as_ref()) else {
+        return String::new();
+    };
+    let intervals = &report.intervals;
+    let mut out = String::from("<h3>Under load over time</h3>\n");
+    if let (Some(idle), Some(added), Some(grade)) =
+        (load.idle_p50_us, load.added_ms, load.grade.as_ref())
+    {
+        out.push_str(&format!(
+            "<p class=\"score\">Bufferbloat grade {} (round trip p50 {:+.2} ms under load, {:.3} ms idle)</p>\n",
+            escape(grade),
+            added,
+            idle / 1e3
+        ));
+    }
+    let round_trip = |name: &str, read: fn(&linerate_model::RrInterval) -> f64| Series {
+        name: name.into(),
+        points: intervals
+            .iter()
+            .filter_map(|i| Some((i.end, read(i.rr.as_ref()?) / 1e3)))
+            .collect(),
+    };
+    out.push_str(&figure(line_chart(
+        "Round trip under load",
+        "seconds",
+        "ms",
+        XAxis::Linear,
+        &[
+            round_trip("p50", |r| r.p50_us),
+            round_trip("p99", |r| r.p99_us),
+        ],
+    )));
+    let max = intervals
+        .iter()
+        .filter_map(|i| i.rr.as_ref()?.load_bps)
+        .fold(0.0, f64::max);
+    let (divisor, unit) = rate_unit(max);
+    out.push_str(&figure(line_chart(
+        "Goodput of the load",
+        "seconds",
+        unit,
+        XAxis::Linear,
+        &[Series {
+            name: format!("{} bulk flows", load.flows),
+            points: intervals
+                .iter()
+                .filter_map(|i| Some((i.end, i.rr.as_ref()?.load_bps? / divisor)))
+                .collect(),
+        }],
+    )));
     out
 }
 
@@ -1185,6 +1243,55 @@ mod tests {
         // Without ways (a TCP run), no picture.
         report.intervals.iter_mut().for_each(|i| i.ways.clear());
         assert!(!test_charts(&report).contains("Each way over time"));
+    }
+
+    /// A run under `--load` draws its round trip and its load over time under the grade
+    /// of what the load added; a run without one, none of it.
+    #[test]
+    fn a_run_under_load_draws_its_round_trip_and_load_under_its_grade() {
+        use crate::model::{LoadSummary, RrSummary};
+        let mut config = crate::fixtures::config(linerate_model::Direction::Forward, 1);
+        config.workload = linerate_model::Workload::Rr;
+        let mut report = crate::fixtures::report(config);
+        report.intervals = (1..=3)
+            .map(|s| crate::model::IntervalReport {
+                start: f64::from(s) - 1.0,
+                end: f64::from(s),
+                rr: Some(linerate_model::RrInterval {
+                    transactions: 40,
+                    transactions_per_s: 40.0,
+                    p50_us: 55_000.0,
+                    p99_us: 62_000.0,
+                    max_us: 64_000.0,
+                    connect_p99_us: None,
+                    load_bps: Some(19e6),
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let load = LoadSummary {
+            flows: 2,
+            receiver_bps: 19e6,
+            idle_p50_us: Some(20_400.0),
+            added_ms: Some(34.6),
+            grade: Some("B".into()),
+            ..Default::default()
+        };
+        report.summary.rr = Some(RrSummary {
+            load: Some(load),
+            ..Default::default()
+        });
+        let html = test_charts(&report);
+        for text in [
+            "Under load over time",
+            "Bufferbloat grade B (round trip p50 +34.60 ms under load, 20.400 ms idle)",
+            "Round trip under load",
+            "Goodput of the load",
+        ] {
+            assert!(html.contains(text), "{text}: {html}");
+        }
+        report.summary.rr.as_mut().unwrap().load = None;
+        assert!(!test_charts(&report).contains("Under load over time"));
     }
 
     #[test]

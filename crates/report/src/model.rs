@@ -478,6 +478,15 @@ pub struct LoadSummary {
     pub receiver_bps: f64,
     pub sender_bps: f64,
     pub retransmits: u64,
+    /// The transactions' median round trip alone before the load started, microseconds;
+    /// what the load added to it (the median under load less that), milliseconds; and
+    /// the bufferbloat grade of what it added (`rpm`'s scale).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_p50_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grade: Option<String>,
 }
 
 /// The senders' achieved rate against a pacing target, per flow, over the window.

@@ -410,6 +410,16 @@ fn loop_lines(rr: &RrSummary) -> String {
             crate::units::format_rate(load.receiver_bps, crate::units::Scale::Adaptive),
             load.retransmits
         );
+        if let (Some(idle), Some(added), Some(grade)) =
+            (load.idle_p50_us, load.added_ms, load.grade.as_ref())
+        {
+            let _ = writeln!(
+                out,
+                "Under load: round trip p50 {} against {} idle, {added:+.2} ms: bufferbloat grade {grade}",
+                crate::units::format_micros(rr.latency_us.p50),
+                crate::units::format_micros(idle),
+            );
+        }
     }
     out
 }

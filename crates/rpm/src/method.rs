@@ -133,25 +133,7 @@ pub fn rpm_band(rpm: f64) -> &'static str {
     }
 }
 
-/// The bufferbloat grade of the latency a loaded path adds to an idle one, in seconds, on
-/// the scale people share: A+ under 5 ms, A under 30, B under 60, C under 200, D under
-/// 400, F from 400 ms.
-pub fn bufferbloat_grade(added_s: f64) -> &'static str {
-    let ms = added_s * 1e3;
-    if ms < 5.0 {
-        "A+"
-    } else if ms < 30.0 {
-        "A"
-    } else if ms < 60.0 {
-        "B"
-    } else if ms < 200.0 {
-        "C"
-    } else if ms < 400.0 {
-        "D"
-    } else {
-        "F"
-    }
-}
+pub use linerate_model::measure::bufferbloat_grade;
 
 #[cfg(test)]
 mod tests {
