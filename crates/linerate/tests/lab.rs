@@ -3714,6 +3714,39 @@ fn linerate_on_client(name: &str, db: &std::path::Path, args: &[&str]) -> std::p
     lab(&all)
 }
 
+/// The calls of a mesh's rows, each way's losses summed and MOS kept in the rows' order.
+#[derive(Default)]
+struct CallRows {
+    lost: [f64; 2],
+    scores: [Vec<f64>; 2],
+}
+
+impl CallRows {
+    /// A row of calls (`doc`, its stored run): it ran, over UDP, each way received at least
+    /// `least` datagrams, and it is headed by the worse way's MOS, both said.
+    fn add(&mut self, row: &serde_json::Value, doc: &serde_json::Value, least: f64) {
+        assert_eq!(row["ok"], true, "{row}");
+        assert_eq!(row["protocol"], "udp", "{row}");
+        let ways = doc["summary"]["call"]["ways"].as_array().expect("a call");
+        assert_eq!(ways.len(), 2, "{doc}");
+        for (i, way) in ways.iter().enumerate() {
+            assert!(num(way, "/received") >= least, "{way}");
+            self.lost[i] += num(way, "/lost");
+            self.scores[i].push(num(way, "/mos"));
+        }
+        let worse = num(&ways[0], "/mos").min(num(&ways[1], "/mos"));
+        assert!(
+            (row["headline"].as_f64().unwrap() - worse).abs() < 1e-9,
+            "{row}"
+        );
+        let text = row["headline_text"].as_str().unwrap();
+        assert!(
+            text.starts_with("MOS ") && text.contains(" out, ") && text.ends_with(" back"),
+            "{text}"
+        );
+    }
+}
+
 /// A mesh over a lab's two hosts, an agent on each (`serve --key`, one key): its file
 /// (the hosts, `tables` of tests and anything after, and a group of the pair a to b, one
 /// way, running `test`, or each of a comma-separated list) and results database in a
@@ -4156,37 +4189,16 @@ mos_for = "10s"
         .collect();
     let rows: Vec<&serde_json::Value> = lines.iter().filter(|l| l.get("src").is_some()).collect();
     assert_eq!(rows.len(), 3, "{rows:#?}");
-    let (mut lost, mut scores) = ([0.0f64; 2], [Vec::new(), Vec::new()]);
+    let mut calls = CallRows::default();
     for row in &rows {
-        assert_eq!(row["ok"], true, "{row}");
         assert_eq!(
             (row["src"].as_str(), row["dst"].as_str()),
             (Some("a"), Some("b"))
         );
-        assert_eq!(row["protocol"], "udp", "{row}");
-        let doc = mesh.stored(&name, row);
-        let ways = doc["summary"]["call"]["ways"]
-            .as_array()
-            .expect("a call")
-            .clone();
-        assert_eq!(ways.len(), 2, "{doc}");
-        for (i, way) in ways.iter().enumerate() {
-            assert!(num(way, "/received") >= 400.0, "a 10 s call: {way}");
-            lost[i] += num(way, "/lost");
-            scores[i].push(num(way, "/mos"));
-        }
-        // The row heads the worse way's score and says both.
-        let worse = scores[0].last().unwrap().min(*scores[1].last().unwrap());
-        assert!(
-            (row["headline"].as_f64().unwrap() - worse).abs() < 1e-9,
-            "{row}"
-        );
-        let text = row["headline_text"].as_str().unwrap();
-        assert!(
-            text.starts_with("MOS ") && text.contains(" out, ") && text.ends_with(" back"),
-            "{text}"
-        );
+        // A 10 s call: 500 datagrams each way, a few lost.
+        calls.add(row, &mesh.stored(&name, row), 400.0);
     }
+    let CallRows { lost, scores } = calls;
     eprintln!(
         "calls: lost {lost:?}, the emulator dropped {} and {}; MOS out {:?}, back {:?}",
         dropped(0),
@@ -4650,30 +4662,12 @@ mos_for = "5s"
         }
         eprintln!("game: {}", row["headline_text"]);
     }
-    let (mut lost, mut scores) = ([0.0f64; 2], [Vec::new(), Vec::new()]);
+    let mut calls = CallRows::default();
     for row in &rows {
-        assert_eq!(row["ok"], true, "{row}");
-        assert_eq!(row["protocol"], "udp", "{row}");
         let doc = mesh.stored(&name, row);
         assert_eq!(doc["config"]["parallel"], 2, "{}", doc["config"]);
-        let ways = doc["summary"]["call"]["ways"].as_array().expect("calls");
-        assert_eq!(ways.len(), 2, "{doc}");
-        for (i, way) in ways.iter().enumerate() {
-            // Two calls of 5 s at 50 datagrams a second each way.
-            assert!(num(way, "/received") >= 400.0, "{way}");
-            lost[i] += num(way, "/lost");
-            scores[i].push(num(way, "/mos"));
-        }
-        let worse = scores[0].last().unwrap().min(*scores[1].last().unwrap());
-        assert!(
-            (row["headline"].as_f64().unwrap() - worse).abs() < 1e-9,
-            "{row}"
-        );
-        let text = row["headline_text"].as_str().unwrap();
-        assert!(
-            text.starts_with("MOS ") && text.contains(" out, "),
-            "{text}"
-        );
+        // Two calls of 5 s at 50 datagrams a second each way.
+        calls.add(row, &doc, 400.0);
         let video = doc["summary"]["video"]["ways"].as_array().expect("frames");
         assert_eq!(video.len(), 2, "{doc}");
         for (way, least) in video.iter().zip(least_ms) {
@@ -4684,6 +4678,7 @@ mos_for = "5s"
             assert!(num(way, "/latency_us/min") >= least * 1e3, "{least}: {way}");
         }
     }
+    let CallRows { lost, scores } = calls;
     eprintln!(
         "conference: calls lost {lost:?}, the emulator dropped {} and {}; MOS out {:?}, back {:?}",
         dropped(0),
