@@ -5487,7 +5487,9 @@ fn a_conference_sends_voice_and_video_to_each_other_participant_at_once() {
             "{} datagrams of two calls",
             received + lost
         );
-        assert!(frame_min_ms >= held_at_least_ms, "{frame_min_ms} ms");
+        // The emulator releases a frame's datagrams up to its timer's slack early (a CI run
+        // saw a least of 39.977 ms over the 40 ms way): 0.5 ms, as the game's test allows.
+        assert!(frame_min_ms >= held_at_least_ms - 0.5, "{frame_min_ms} ms");
         if steal <= 0.03 {
             assert!(
                 (one_way - held_ms).abs() < 0.2,
