@@ -3806,6 +3806,55 @@ impl LabMesh {
         assert!(shown.status.success(), "{}", stderr(&shown));
         serde_json::from_slice(&shown.stdout).unwrap()
     }
+
+    /// `cycles` cycles of the mesh on the lab's client, with the emulator's status before
+    /// and after them (its file is written every second: read a second and a half on).
+    fn cycles(&self, name: &str, cycles: u32) -> MeshCycles {
+        let before = emulator_status(name);
+        let out = lab_mesh_run(name, &self.db, &self.file, cycles);
+        std::thread::sleep(Duration::from_millis(1500));
+        MeshCycles {
+            lines: String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect(),
+            before,
+            after: emulator_status(name),
+        }
+    }
+}
+
+/// What a mesh's cycles over the lab printed (its JSON lines) and the emulator's status
+/// before and after them.
+struct MeshCycles {
+    lines: Vec<serde_json::Value>,
+    before: serde_json::Value,
+    after: serde_json::Value,
+}
+
+impl MeshCycles {
+    /// Its rows: the lines of a pair.
+    fn rows(&self) -> Vec<&serde_json::Value> {
+        self.lines
+            .iter()
+            .filter(|l| l.get("src").is_some())
+            .collect()
+    }
+
+    /// How much the emulator's counter `counter` of direction `way` grew over the cycles.
+    fn counted(&self, way: usize, counter: &str) -> f64 {
+        let path = format!("/directions/{way}/counters/{counter}");
+        num(&self.after, &path) - num(&self.before, &path)
+    }
+
+    /// The texts of the alerts that opened.
+    fn alerts(&self) -> Vec<&str> {
+        self.lines
+            .iter()
+            .filter(|l| l["event"] == "alert" && l["resolved"] == false)
+            .filter_map(|l| l["text"].as_str())
+            .collect()
+    }
 }
 
 impl Drop for LabMesh {
@@ -4174,20 +4223,9 @@ mos_below = 4.15
 mos_for = "10s"
 "#,
     );
-    let before = emulator_status(&name);
-    let out = lab_mesh_run(&name, &mesh.db, &mesh.file, 3);
-    // The status file is written every second.
-    std::thread::sleep(Duration::from_millis(1_200));
-    let after = emulator_status(&name);
-    let dropped = |way: usize| {
-        let path = format!("/directions/{way}/counters/lost");
-        num(&after, &path) - num(&before, &path)
-    };
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let rows: Vec<&serde_json::Value> = lines.iter().filter(|l| l.get("src").is_some()).collect();
+    let ran = mesh.cycles(&name, 3);
+    let dropped = |way: usize| ran.counted(way, "lost");
+    let rows = ran.rows();
     assert_eq!(rows.len(), 3, "{rows:#?}");
     let mut calls = CallRows::default();
     for row in &rows {
@@ -4215,12 +4253,8 @@ mos_for = "10s"
     assert_eq!((lost[1], dropped(1)), (0.0, 0.0));
     assert!(scores[0].iter().all(|&m| m < 4.15), "{scores:?}");
     assert!(scores[1].iter().all(|&m| m > 4.15), "{scores:?}");
-    let alerts: Vec<String> = lines
-        .iter()
-        .filter(|l| l["event"] == "alert" && l["resolved"] == false)
-        .map(|l| l["text"].as_str().unwrap().to_string())
-        .collect();
-    assert!(!alerts.is_empty(), "no alert: {lines:#?}");
+    let alerts = ran.alerts();
+    assert!(!alerts.is_empty(), "no alert: {:#?}", ran.lines);
     assert_eq!(alerts.len(), 1, "{alerts:#?}");
     // Calls 12 s apart against a 10 s span: the figure is one call's score (the second's;
     // the first is not yet a span's worth).
@@ -4504,21 +4538,9 @@ loss_above = "10%"
 for = "7s"
 "#,
     );
-    let before = emulator_status(&name);
-    let out = lab_mesh_run(&name, &mesh.db, &mesh.file, 2);
-    std::thread::sleep(Duration::from_millis(1500));
-    let after = emulator_status(&name);
-    let dropped =
-        num(&after, "/directions/0/counters/lost") - num(&before, "/directions/0/counters/lost");
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .collect();
-    let rows: Vec<serde_json::Value> = lines
-        .iter()
-        .filter(|l| l.get("src").is_some())
-        .cloned()
-        .collect();
+    let ran = mesh.cycles(&name, 2);
+    let dropped = ran.counted(0, "lost");
+    let rows = ran.rows();
     assert_eq!(rows.len(), 2, "{rows:#?}");
     let (mut lost_datagrams, mut frames_not_whole, mut frames_sent) = (0.0, 0.0, 0.0);
     for row in &rows {
@@ -4558,11 +4580,7 @@ for = "7s"
     );
     // Far more than a tenth of the frames not shown, over the span: the frames' loss
     // alert opens for the way that drops (and the steady latency opens none).
-    let alerts: Vec<&str> = lines
-        .iter()
-        .filter(|l| l["event"] == "alert" && l["resolved"] == false)
-        .filter_map(|l| l["text"].as_str())
-        .collect();
+    let alerts = ran.alerts();
     eprintln!("alerts: {alerts:?}");
     assert!(
         frames_not_whole / frames_sent > 0.1,
@@ -4618,26 +4636,13 @@ mos_below = 4.15
 mos_for = "5s"
 "#,
     );
-    let before = emulator_status(&name);
-    let out = lab_mesh_run(&name, &mesh.db, &mesh.file, 2);
-    std::thread::sleep(Duration::from_millis(1_200));
-    let after = emulator_status(&name);
-    let dropped = |way: usize| {
-        let path = format!("/directions/{way}/counters/lost");
-        num(&after, &path) - num(&before, &path)
-    };
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let rows: Vec<&serde_json::Value> = lines.iter().filter(|l| l.get("src").is_some()).collect();
+    let ran = mesh.cycles(&name, 2);
+    let dropped = |way: usize| ran.counted(way, "lost");
+    let rows = ran.rows();
     assert_eq!(rows.len(), 4, "{rows:#?}");
     // What the emulator held each way, on average: no frame is faster than that by
     // more than its timer's slack.
-    let held_ms = |way: usize| {
-        let counter = |c: &str| num(&after, &format!("/directions/{way}/counters/{c}"));
-        counter("delay_sum_ns") / counter("passed") / 1e6
-    };
+    let held_ms = |way: usize| ran.counted(way, "delay_sum_ns") / ran.counted(way, "passed") / 1e6;
     let least_ms = [held_ms(0) - 0.5, held_ms(1) - 0.5];
     let (games, rows): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| r["test"] == "game");
     assert_eq!((games.len(), rows.len()), (2, 2), "{games:#?}");
@@ -4690,10 +4695,9 @@ mos_for = "5s"
     assert_eq!((lost[1], dropped(1)), (0.0, 0.0));
     assert!(scores[0].iter().all(|&m| m < 4.15), "{scores:?}");
     assert!(scores[1].iter().all(|&m| m > 4.15), "{scores:?}");
-    let mos_alerts: Vec<&str> = lines
-        .iter()
-        .filter(|l| l["event"] == "alert" && l["resolved"] == false)
-        .filter_map(|l| l["text"].as_str())
+    let mos_alerts: Vec<&str> = ran
+        .alerts()
+        .into_iter()
         .filter(|t| t.contains("scores MOS"))
         .collect();
     assert_eq!(mos_alerts.len(), 1, "{mos_alerts:#?}");
@@ -4729,18 +4733,9 @@ duration = "5s"
 interval = "8s"
 "#,
     );
-    let before = emulator_status(&name);
-    let out = lab_mesh_run(&name, &mesh.db, &mesh.file, 2);
-    // The status file is written every second.
-    std::thread::sleep(Duration::from_millis(1500));
-    let after = emulator_status(&name);
-    let passed_bytes = num(&after, "/directions/0/counters/passed_bytes")
-        - num(&before, "/directions/0/counters/passed_bytes");
-    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|l| l.get("src").is_some())
-        .collect();
+    let ran = mesh.cycles(&name, 2);
+    let passed_bytes = ran.counted(0, "passed_bytes");
+    let rows = ran.rows();
     assert_eq!(rows.len(), 2, "{rows:#?}");
     let mut received = 0.0;
     for row in &rows {

@@ -70,6 +70,10 @@ enum ClientTest {
         /// Boxed: every option a pattern may read is the largest of the tests.
         #[serde(default)]
         options: Box<AppOptions>,
+        /// The pattern's plan of `options`, as [`ClientTest::checked`] made it where the
+        /// request was read: never on the wire.
+        #[serde(skip)]
+        plan: Option<Box<Plan>>,
     },
 }
 
@@ -102,18 +106,40 @@ impl ClientTest {
         }
     }
 
-    /// An application's plan, from its pattern and options as [`ClientTest::check`]
-    /// found them; `None` for the other tests.
-    fn plan(&self) -> Option<Plan> {
+    /// An application's plan, as [`ClientTest::checked`] made it; `None` for the other
+    /// tests.
+    fn plan(&self) -> Option<&Plan> {
         match self {
-            ClientTest::App { pattern, options } => linerate_model::app::find(pattern.as_str())
-                .and_then(|p| p.plan(options))
-                .ok(),
+            ClientTest::App { plan, .. } => plan.as_deref(),
             _ => None,
         }
     }
 
-    /// Its values within their bounds, or why not.
+    /// An application's plan, which [`ClientTest::checked`] made where it was read.
+    fn app_plan(&self) -> &Plan {
+        self.plan()
+            .expect("an application's plan made where it was read")
+    }
+
+    /// Itself with its values within their bounds (an application's plan made), or why
+    /// not.
+    fn checked(mut self) -> Result<ClientTest, String> {
+        if let ClientTest::App {
+            pattern,
+            options,
+            plan,
+        } = &mut self
+        {
+            *plan = Some(Box::new(
+                linerate_model::app::find(pattern.as_str())?.plan(options)?,
+            ));
+            return Ok(self);
+        }
+        self.check()?;
+        Ok(self)
+    }
+
+    /// The values of a test other than an application within their bounds, or why not.
     fn check(&self) -> Result<(), String> {
         match self {
             ClientTest::Call {
@@ -132,10 +158,7 @@ impl ClientTest {
                 )),
             },
             ClientTest::Video { frames } => frames.checked().map(|_| ()),
-            ClientTest::App { pattern, options } => {
-                linerate_model::app::find(pattern.as_str())?.plan(options)?;
-                Ok(())
-            }
+            ClientTest::App { .. } => Ok(()),
         }
     }
 
@@ -168,15 +191,13 @@ impl ClientTest {
                 rate_bps: None,
                 transport: StreamTransport::Video(linerate_model::VideoStream::of(*frames)),
             }),
-            ClientTest::App { .. } => {
-                TestKind::Stream(self.plan().expect("checked where read").test.stream)
-            }
+            ClientTest::App { .. } => TestKind::Stream(self.app_plan().test.stream.clone()),
         }
     }
 
     /// The test beside it, as the command line asks it: an application's second shape.
     fn beside(&self) -> Option<PlannedTest> {
-        self.plan().and_then(|plan| plan.beside)
+        self.plan().and_then(|plan| plan.beside.clone())
     }
 
     /// How it sets the request's flows and encryption (QUIC's TLS 1.3 inside).
@@ -209,14 +230,11 @@ impl ClientTest {
             // Its mean load, as a server's rate limit weighs it.
             ClientTest::Video { frames } => frames.mean_bps,
             // Its tests' loads together, the larger way of each, times its flows.
-            ClientTest::App { .. } => {
-                let plan = self.plan().expect("checked where read");
-                [Some(&plan.test), plan.beside.as_ref()]
-                    .into_iter()
-                    .flatten()
-                    .map(|t| u64::from(t.flows).saturating_mul(stream_most_bps(&t.stream)))
-                    .fold(0, u64::saturating_add)
-            }
+            ClientTest::App { .. } => self
+                .app_plan()
+                .tests()
+                .map(|t| u64::from(t.flows).saturating_mul(stream_most_bps(&t.stream)))
+                .fold(0, u64::saturating_add),
         }
     }
 
@@ -265,7 +283,7 @@ impl ClientTest {
             // Each of its tests' figures within what that test sends over its flows (a
             // test beside runs a lead longer at each end).
             ClientTest::App { .. } => {
-                let plan = self.plan().expect("checked where read");
+                let plan = self.app_plan();
                 if report.flows.len() > 2 * plan.test.flows as usize {
                     return Err(format!(
                         "a {} report of {} flows (asked {} each way)",
@@ -275,10 +293,7 @@ impl ClientTest {
                     ));
                 }
                 let lead = 2.0 * crate::bulk_load::LEAD_S;
-                for test in [Some(&plan.test), plan.beside.as_ref()]
-                    .into_iter()
-                    .flatten()
-                {
+                for test in plan.tests() {
                     match &test.stream.transport {
                         StreamTransport::Call(call) => {
                             call_holds(report, &call.settings, test.flows, seconds + lead)?
@@ -380,8 +395,10 @@ impl Spec {
     fn read(spec: &serde_json::Value) -> Result<Spec, String> {
         let spec = Spec::deserialize(spec)
             .map_err(|e| format!("a client test request that does not read: {e}"))?;
-        spec.test.check()?;
-        Ok(spec)
+        Ok(Spec {
+            test: spec.test.checked()?,
+            ..spec
+        })
     }
 
     /// The request this test is, as the command line asks it.
@@ -569,6 +586,17 @@ impl SourceJob for ClientJob {
 mod tests {
     use super::*;
 
+    /// A run of `request` over loopback against the in-process server, drained briefly.
+    fn run_over_loopback(request: &TestRequest) -> Report {
+        let environment = linerate_engine::sys::environment(None);
+        let config = linerate_model::TestConfig::resolve(request, &environment)
+            .unwrap_or_else(|e| panic!("{e}: {request:?}"));
+        let mut options = crate::client::ClientOptions::new(config);
+        options.drain = Duration::from_millis(300);
+        crate::client::run_local(&options, &AtomicBool::new(false), &mut |_| {})
+            .unwrap_or_else(|e| panic!("a run over loopback: {e}"))
+    }
+
     /// A call's request is bounded where it is read: its length (a time limit), its
     /// jitter buffer (at most a second), its codec by name.
     #[test]
@@ -618,13 +646,7 @@ mod tests {
             "jitter_buffer_ms": 60,
         }))
         .unwrap();
-        let environment = linerate_engine::sys::environment(None);
-        let config = linerate_model::TestConfig::resolve(&spec.request(None), &environment)
-            .expect("a call resolves");
-        let mut options = crate::client::ClientOptions::new(config);
-        options.drain = Duration::from_millis(300);
-        let report = crate::client::run_local(&options, &AtomicBool::new(false), &mut |_| {})
-            .expect("a call over loopback");
+        let report = run_over_loopback(&spec.request(None));
         let call = report.summary.call.clone().expect("a call is scored");
         assert_eq!(call.ways.len(), 2);
         assert!(call.ways.iter().all(|w| w.received > 0), "{call:?}");
@@ -666,13 +688,7 @@ mod tests {
             source: None,
         };
         assert!(job.check(&bounds).unwrap_err().contains("unpaced"));
-        let environment = linerate_engine::sys::environment(None);
-        let config = linerate_model::TestConfig::resolve(&request, &environment)
-            .expect("a QUIC stream resolves");
-        let mut options = crate::client::ClientOptions::new(config);
-        options.drain = Duration::from_millis(300);
-        let report = crate::client::run_local(&options, &AtomicBool::new(false), &mut |_| {})
-            .expect("a QUIC stream over loopback");
+        let report = run_over_loopback(&request);
         assert!(report.summary.receiver_bps > 0.0, "{:?}", report.summary);
         assert!(within_bounds(report.clone(), &spec).is_ok());
         let mut more_streams = report.clone();
@@ -714,13 +730,7 @@ mod tests {
             job.check(&bounds).is_err(),
             "4 Mbit/s over a 1 Mbit/s limit"
         );
-        let environment = linerate_engine::sys::environment(None);
-        let config = linerate_model::TestConfig::resolve(&spec.request(None), &environment)
-            .expect("a video resolves");
-        let mut options = crate::client::ClientOptions::new(config);
-        options.drain = Duration::from_millis(300);
-        let report = crate::client::run_local(&options, &AtomicBool::new(false), &mut |_| {})
-            .expect("video over loopback");
+        let report = run_over_loopback(&spec.request(None));
         let way = &report.summary.video.as_ref().expect("frames counted").ways[0];
         assert!(way.counts.sent >= 50 && way.counts.whole > 0, "{way:?}");
         assert!(within_bounds(report.clone(), &spec).is_ok());
@@ -786,13 +796,7 @@ mod tests {
             job.check(&bounds).is_err(),
             "614 kbit/s over a 500 kbit/s limit"
         );
-        let environment = linerate_engine::sys::environment(None);
-        let config = linerate_model::TestConfig::resolve(&spec.request(None), &environment)
-            .expect("a game resolves");
-        let mut options = crate::client::ClientOptions::new(config);
-        options.drain = Duration::from_millis(300);
-        let report = crate::client::run_local(&options, &AtomicBool::new(false), &mut |_| {})
-            .expect("a game over loopback");
+        let report = run_over_loopback(&spec.request(None));
         let ways = &report.summary.video.as_ref().expect("frames counted").ways;
         assert_eq!(ways.len(), 2, "{ways:?}");
         assert!(within_bounds(report.clone(), &spec).is_ok());

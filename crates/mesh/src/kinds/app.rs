@@ -27,10 +27,7 @@ pub struct App {
 impl App {
     /// Whether it carries a call (scored by the E-model) in either of its tests.
     fn has_call(&self) -> bool {
-        [Some(&self.plan.test), self.plan.beside.as_ref()]
-            .into_iter()
-            .flatten()
-            .any(|t| t.call().is_some())
+        self.plan.tests().any(|t| t.call().is_some())
     }
 }
 

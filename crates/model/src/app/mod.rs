@@ -240,6 +240,11 @@ impl Plan {
         }
     }
 
+    /// Its tests: the test, then the one beside it where there is one.
+    pub fn tests(&self) -> impl Iterator<Item = &PlannedTest> {
+        std::iter::once(&self.test).chain(self.beside.as_ref())
+    }
+
     /// The call the plan is, where it is one call and nothing beside (what an irtt server
     /// can answer).
     pub fn only_call(&self) -> Option<&CallStream> {
