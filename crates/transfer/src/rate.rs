@@ -75,7 +75,10 @@ const DRAIN_PHASE: usize = 1;
 /// The cycle's probing phase, and the longest it lasts: at its gain of 1.25 it adds a
 /// quarter of its length to the bottleneck's queue, so a round trip's probe over a 200 ms
 /// path adds 50 ms, a lab's default queue whole (its overflow is resent bytes); capped,
-/// it adds at most 25 ms on any path, and a path up to 100 ms probes as before.
+/// it adds at most 25 ms on any path, and a path up to 100 ms probes as before. The
+/// draining phase is as long (at 0.75 it takes away what the probe added): a round trip's
+/// drain after a capped probe left the path idle for the difference, 25 ms a cycle over
+/// 200 ms (1.7 % of a copy's time).
 const PROBE_PHASE: usize = 0;
 const MAX_PROBE_NS: u64 = 100_000_000;
 /// Round trips the bottleneck-rate filter remembers.
@@ -365,10 +368,14 @@ impl RateControl {
     }
 
     /// The rate the gains multiply: the model's bottleneck, never below a jump that
-    /// stands (the first samples read low while the jump's pace fills the path), and the
-    /// first guess before any sample.
+    /// stands nor in the round after it, whose losses are still the jump's (the samples
+    /// read low for a round trip more: each spans the ACKs of what went before the jump;
+    /// taken as they read, they cut the window below what the jump has in flight and
+    /// held a cold copy over 200 ms at half its pace a round longer), and the first guess
+    /// before any sample.
     fn base_bps(&self) -> u64 {
-        let floor = if self.jump_stands() { self.jump_bps } else { 0 };
+        let judged_as_the_jumps = self.jump_until_round > 0 && self.round <= self.jump_until_round;
+        let floor = if judged_as_the_jumps { self.jump_bps } else { 0 };
         if self.btl_bw == 0 {
             self.initial_bps.max(floor)
         } else {
@@ -482,7 +489,7 @@ impl RateControl {
             }
             Mode::ProbeBw => {
                 let phase_len = self.min_rtt_ns.clamp(1_000_000, 1_000_000_000);
-                let phase_len = if self.phase == PROBE_PHASE {
+                let phase_len = if self.phase == PROBE_PHASE || self.phase == DRAIN_PHASE {
                     phase_len.min(MAX_PROBE_NS)
                 } else {
                     phase_len
@@ -750,6 +757,46 @@ mod tests {
         assert!(rate.pacing_bps() > 1_000_000_000, "{}", rate.pacing_bps());
     }
 
+    /// The round after a train's jump: its samples still span the ACKs of what went
+    /// before the jump and read low, yet the window holds what the jump has in flight and
+    /// startup climbs from the jump, not from them; a loss that round is still the jump's
+    /// and takes the floor away.
+    #[test]
+    fn the_round_after_a_trains_jump_climbs_from_the_jump_not_from_its_late_samples() {
+        let rtt = 200_000_000;
+        let jumped = || {
+            let mut rate = RateControl::new(adaptive(), PACKET, rtt);
+            rate.on_ack(&ack(1, 20_000_000, rtt, false));
+            assert!(rate.on_train_estimate(1_000_000_000));
+            // The round of the jump ends at the ACK of the first datagram paced at it.
+            rate.on_ack(&ack(rtt, 20_000_000, rtt, true));
+            assert_eq!(rate.pacing_bps(), 1_100_000_000.min(2_885 * 500_000));
+            rate
+        };
+        let mut rate = jumped();
+        rate.on_ack(&ack(rtt + 50_000_000, 60_000_000, rtt, false));
+        assert_eq!(rate.pacing_bps(), 1_100_000_000, "held at the train's ceiling");
+        assert!(
+            rate.cwnd() >= 2 * 500_000_000 / 8 * rtt / 1_000_000_000,
+            "the window of the jump's pace: {}",
+            rate.cwnd()
+        );
+        // Half of that round lost, the queue standing: the jump was wrong.
+        let mut rate = jumped();
+        for _ in 0..100 {
+            rate.on_loss(PACKET);
+        }
+        rate.on_ack(&AckEvent {
+            acked: 100 * PACKET,
+            ..ack(2 * rtt, 60_000_000, rtt + 60_000_000, true)
+        });
+        assert!(
+            rate.pacing_bps() < 500_000_000,
+            "retreated: {}",
+            rate.pacing_bps()
+        );
+    }
+
     #[test]
     fn fixed_rate_ignores_everything() {
         let mut rate = RateControl::new(RateConfig::Fixed { bps: 500_000_000 }, PACKET, 1);
@@ -780,6 +827,40 @@ mod tests {
         }
         let mean = paced / 8.0;
         assert!((mean - 1e9).abs() < 0.05e9, "mean pacing {mean}");
+    }
+
+    /// Over a 200 ms path the probe and the drain that follows it last 100 ms each (the
+    /// probe's cap): the cycle paces at the bottleneck on average over time, neither
+    /// leaving the path idle (a round trip's drain after a capped probe) nor queueing.
+    #[test]
+    fn a_long_paths_cycle_drains_what_its_probe_added_and_no_more() {
+        let rtt = 200_000_000;
+        let mut rate = RateControl::new(adaptive(), PACKET, rtt);
+        let mut now = 0;
+        for _ in 0..30 {
+            now += rtt;
+            rate.on_ack(&ack(now, 1_000_000_000, rtt, true));
+        }
+        assert_eq!(rate.mode(), Mode::ProbeBw);
+        // Every millisecond an ACK, what is in flight the path's own: 25 MB at 1 Gbit/s.
+        let (mut paced_ns, mut span_ns, mut phases) = (0.0, 0.0, Vec::new());
+        for _ in 0..3_000 {
+            now += 1_000_000;
+            let mut event = ack(now, 1_000_000_000, rtt, false);
+            event.in_flight = 25_000_000;
+            rate.on_ack(&event);
+            paced_ns += rate.pacing_bps() as f64 * 1e6;
+            span_ns += 1e6;
+            if phases.last() != Some(&rate.phase) {
+                phases.push(rate.phase);
+            }
+        }
+        let mean = paced_ns / span_ns;
+        assert!(
+            phases.contains(&PROBE_PHASE) && phases.contains(&DRAIN_PHASE),
+            "{phases:?}"
+        );
+        assert!((mean / 1e9 - 1.0).abs() < 0.005, "mean pacing {mean}");
     }
 
     #[test]
