@@ -375,7 +375,11 @@ impl RateControl {
     /// before any sample.
     fn base_bps(&self) -> u64 {
         let judged_as_the_jumps = self.jump_until_round > 0 && self.round <= self.jump_until_round;
-        let floor = if judged_as_the_jumps { self.jump_bps } else { 0 };
+        let floor = if judged_as_the_jumps {
+            self.jump_bps
+        } else {
+            0
+        };
         if self.btl_bw == 0 {
             self.initial_bps.max(floor)
         } else {
@@ -775,7 +779,11 @@ mod tests {
         };
         let mut rate = jumped();
         rate.on_ack(&ack(rtt + 50_000_000, 60_000_000, rtt, false));
-        assert_eq!(rate.pacing_bps(), 1_100_000_000, "held at the train's ceiling");
+        assert_eq!(
+            rate.pacing_bps(),
+            1_100_000_000,
+            "held at the train's ceiling"
+        );
         assert!(
             rate.cwnd() >= 2 * 500_000_000 / 8 * rtt / 1_000_000_000,
             "the window of the jump's pace: {}",
