@@ -234,6 +234,12 @@ pub fn join_silence(text: &str) -> Result<f64, String> {
     seconds_within(text, 0.1, 3600.0)
 }
 
+/// How often `serve --histograms` logs an iperf 2 UDP test's interval histogram: 0.1 s to
+/// 1 h (a test is cut into at most `linerate_proto::iperf2::MOST_INTERVALS`).
+pub fn histogram_interval(text: &str) -> Result<f64, String> {
+    seconds_within(text, 0.1, 3600.0)
+}
+
 /// A time (the one reader of times: `30`, `500ms`, `1m30s`) from `least` to `most` seconds.
 pub fn seconds_within(text: &str, least: f64, most: f64) -> Result<f64, String> {
     match seconds(text)? {
@@ -396,6 +402,10 @@ mod tests {
         assert!(jitter_buffer("elastic").is_err());
         assert!(probe_gap("0.5us").is_err() && probe_gap("1us").is_ok());
         assert!(interval("0").is_ok());
+        assert_eq!(histogram_interval("500ms"), Ok(0.5));
+        assert!(histogram_interval("0")
+            .unwrap_err()
+            .contains("0.1 to 3600 seconds"));
     }
 
     #[test]

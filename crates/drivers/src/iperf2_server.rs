@@ -460,11 +460,16 @@ fn log_histogram(
     ) else {
         return;
     };
-    let span = (0.0, (UnixTime::now().seconds() - started_at).max(0.0));
-    let id = (connections == 1).then_some(1);
-    if let Some(line) =
-        linerate_report::iperf2_text::histogram_line(id, span, "F8", &delays.histogram, bins)
-    {
+    let pdf = linerate_report::iperf2_text::Pdf {
+        id: (connections == 1).then_some(1),
+        span: (0.0, (UnixTime::now().seconds() - started_at).max(0.0)),
+        name: "F8",
+        whole: true,
+        delays: &delays.histogram,
+        // iperf 2 ends a TCP test's line with its slowest write and when it was sent.
+        slowest: tracked.and_then(BurstTracker::slowest),
+    };
+    if let Some(line) = linerate_report::iperf2_text::histogram_line(&pdf, bins) {
         shared.log_own(&format!("{label}: {line}"));
     }
 }

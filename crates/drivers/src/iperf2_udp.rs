@@ -17,7 +17,7 @@ use crate::served::Served;
 use crate::server_state::ServerState;
 use linerate_model::clock::UnixTime;
 use linerate_proto::iperf2::{self, Amount, ClientHeader, UdpTest};
-use linerate_report::iperf2_text::histogram_line;
+use linerate_report::iperf2_text::{histogram_line, Pdf};
 use linerate_report::{FlowSide, Role, SideResult, UdpCounts};
 use std::collections::BTreeMap;
 use std::io;
@@ -104,6 +104,7 @@ fn serve(shared: &Arc<ServerState>, socket: &UdpSocket) {
                     .kernel_unix_ns
                     .and_then(|ns| u64::try_from(ns).ok())
                     .unwrap_or_else(|| UnixTime::now().nanos());
+                log_intervals(shared, entry, from, mono_ns);
                 if let Some(answer) = entry.test.datagram(datagram, mono_ns, wall_ns) {
                     let _ = socket.send_to(&answer, from);
                 }
@@ -231,7 +232,14 @@ fn begin(
         entry.clocks = Some(clocks_comparable(shared.config.same_clock, from.ip()));
     }
     let gives = matches!(entry.clocks, Some(Ok(_)));
-    entry.test = UdpTest::new(header, mono_ns).giving_transit(gives);
+    let interval_ns = shared
+        .config
+        .iperf2_histogram_interval
+        .filter(|_| shared.config.iperf2_histograms.is_some())
+        .map(|every| every.as_nanos() as u64);
+    entry.test = UdpTest::new(header, mono_ns)
+        .giving_transit(gives)
+        .with_intervals(interval_ns);
     entry.refused = false;
     Some(entry)
 }
@@ -403,6 +411,31 @@ fn expire(
     });
 }
 
+/// `serve --histogram-interval`: the histograms of the intervals of `entry`'s test that
+/// ended before a datagram that came at `mono_ns`, as iperf 2's server prints each
+/// interval's (`T8-PDF`, no `(f)`); an interval without a datagram has no line.
+fn log_intervals(shared: &ServerState, entry: &mut Entry, from: SocketAddr, mono_ns: u64) {
+    let Some(bins) = shared.config.iperf2_histograms else {
+        return;
+    };
+    for interval in entry.test.intervals_ended(mono_ns) {
+        let pdf = Pdf {
+            id: Some(1),
+            span: interval.span,
+            name: "T8",
+            whole: false,
+            delays: &interval.delays,
+            slowest: None,
+        };
+        if let Some(line) = histogram_line(&pdf, bins) {
+            shared.log_own(&format!(
+                "iperf 2 UDP test {} from {from}: {line}",
+                entry.id
+            ));
+        }
+    }
+}
+
 /// The test's end: logged, its place given back, its run kept.
 fn finish(
     shared: &Arc<ServerState>,
@@ -433,8 +466,15 @@ fn finish(
     let delays = report.transit.and_then(|_| entry.test.delays());
     if let (Some(bins), Some(delays)) = (shared.config.iperf2_histograms, delays.as_ref()) {
         // iperf 2's server's line for the test's datagrams' one-way delays.
-        let span = (0.0, seconds);
-        if let Some(line) = histogram_line(Some(1), span, "T8", &delays.histogram, bins) {
+        let pdf = Pdf {
+            id: Some(1),
+            span: (0.0, seconds),
+            name: "T8",
+            whole: true,
+            delays: &delays.histogram,
+            slowest: None,
+        };
+        if let Some(line) = histogram_line(&pdf, bins) {
             shared.log_own(&format!(
                 "iperf 2 UDP test {} from {from}: {line}",
                 entry.id

@@ -70,6 +70,9 @@ pub struct ServerConfig {
     /// Log each iperf 2 `--trip-times` test's latencies as iperf 2's server prints its
     /// histograms (`--histograms`), in these bins.
     pub iperf2_histograms: Option<linerate_report::iperf2_text::HistogramBins>,
+    /// With the histograms, each UDP test's of every interval this long too
+    /// (`--histogram-interval`).
+    pub iperf2_histogram_interval: Option<Duration>,
 }
 
 pub use linerate_model::{Served, ServedGroup, ServedTest};
@@ -150,6 +153,7 @@ impl ServerConfig {
             iperf2_port_chosen: false,
             same_clock: false,
             iperf2_histograms: None,
+            iperf2_histogram_interval: None,
         }
     }
 }

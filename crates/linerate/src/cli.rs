@@ -1621,6 +1621,11 @@ pub struct ServeArgs {
     /// WIDTH, BINS of them [default: 100us,10000]
     #[arg(long, value_name = "WIDTH[,BINS]", num_args = 0..=1, require_equals = true, default_missing_value = "100us,10000", value_parser = histogram_bins)]
     pub histograms: Option<linerate_report::iperf2_text::HistogramBins>,
+    /// With --histograms: each iperf 2 UDP --trip-times test's histogram of every
+    /// DURATION too (`T8-PDF`), as `iperf -s -i DURATION --histograms` prints each
+    /// interval's (0.1 s to 1 h)
+    #[arg(long, value_name = "DURATION", value_parser = histogram_interval, requires = "histograms")]
+    pub histogram_interval: Option<f64>,
     /// Answer STAMP test packets (RFC 8762, stateful, with RFC 8972's TLVs) on this UDP
     /// [ADDR:]PORT (862 is STAMP's; below 1024 needs root or CAP_NET_BIND_SERVICE)
     #[arg(long, value_name = "[ADDR:]PORT", value_parser = udp_listen_addr)]

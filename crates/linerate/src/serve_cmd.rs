@@ -49,6 +49,9 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     config.serve_iperf2(args.iperf2_port, args.no_iperf2, joins);
     config.same_clock = args.same_clock;
     config.iperf2_histograms = args.histograms;
+    config.iperf2_histogram_interval = args
+        .histogram_interval
+        .map(std::time::Duration::from_secs_f64);
     if config.key.is_none() {
         eprintln!(
             "linerate: warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)"

@@ -609,9 +609,20 @@ fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = std::env::temp_dir().join(format!("linerate-iperf2-trip-{}", std::process::id()));
     let db = dir.join("served.db").to_str().unwrap().to_string();
-    let server =
-        ServeProcess::start(&["--db", &db, "--iperf2-port", "0", "--histograms=1us,10000"]);
+    let server = ServeProcess::start(&[
+        "--db",
+        &db,
+        "--iperf2-port",
+        "0",
+        "--histograms=1us,10000",
+        "--histogram-interval",
+        "500ms",
+    ]);
     let port = iperf2_port(&server);
+    let began_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     let out = iperf(&[
         "-c",
         "127.0.0.1",
@@ -671,6 +682,26 @@ fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
         pdf.at_95 <= p99 + 1.0 && p99 <= pdf.at_99_7 + 1.0,
         "{pdf:?} p99 in bin {p99}"
     );
+    // `--histogram-interval 500ms`: each half second's line before the test's (`T8-PDF`,
+    // no `(f)`), one after the other from 0; together every delay but those of the
+    // last part of a half second before the final datagram came (1,000 a half second).
+    let intervals = interval_histograms(&server.log(), "T8");
+    let counts: Vec<_> = intervals.iter().map(|(span, h)| (span, h.count)).collect();
+    eprintln!("intervals: {counts:?}");
+    assert!(intervals.len() >= 3, "{}", server.log());
+    for (i, (span, _)) in intervals.iter().enumerate() {
+        assert_eq!(
+            *span,
+            (i as f64 * 0.5, (i + 1) as f64 * 0.5),
+            "{intervals:?}"
+        );
+    }
+    let in_intervals: f64 = intervals.iter().map(|(_, h)| h.count).sum();
+    assert!(
+        in_intervals <= pdf.count && in_intervals >= pdf.count - 1_100.0,
+        "{in_intervals} in the intervals, {} in the test",
+        pdf.count
+    );
     assert!(
         run["warnings"]
             .to_string()
@@ -726,6 +757,23 @@ fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
         pdf.bins.iter().map(|b| b.1).sum::<f64>() + pdf.above,
         pdf.count
     );
+    // The line ends as iperf 2's does, with the slowest write: its latency, in the last
+    // bin listed (within the distribution's 0.1 %), and its send time within the tests'.
+    let (slowest_ms, sent_unix_s) = pdf.slowest.unwrap_or_else(|| panic!("{}", server.log()));
+    let last_bin = pdf.bins.last().map_or(0.0, |b| b.0);
+    let slowest_bin = (slowest_ms * 1e3).floor() + 1.0;
+    assert!(
+        pdf.above > 0.0 || (last_bin - slowest_bin).abs() <= slowest_ms + 2.0,
+        "the slowest write {slowest_ms} ms, the last bin {last_bin}"
+    );
+    let ended_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (began_unix_s..=ended_unix_s).contains(&sent_unix_s),
+        "sent at {sent_unix_s}, the tests ran {began_unix_s} to {ended_unix_s}"
+    );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -742,19 +790,56 @@ struct Histogram {
     at_95: f64,
     at_99_7: f64,
     above: f64,
+    /// A TCP test's slowest write: its latency (ms) and its send time (Unix seconds,
+    /// its microseconds unpadded as iperf 2 prints them).
+    slowest: Option<(f64, f64)>,
 }
 
 fn histogram_of(log: &str, name: &str) -> Option<Histogram> {
     let line = log
         .lines()
         .find(|l| l.contains(&format!(" {name}(f)-PDF: ")))?;
+    histogram_in(line)
+}
+
+/// The interval lines (`NAME-PDF`, no `(f)`) in a log: each one's span and histogram.
+fn interval_histograms(log: &str, name: &str) -> Vec<((f64, f64), Histogram)> {
+    log.lines()
+        .filter(|l| l.contains(&format!(" {name}-PDF: ")))
+        .filter_map(|line| {
+            let span = line.split(" sec ").next()?.rsplit(' ').next()?;
+            let (from, to) = span.split_once('-')?;
+            Some(((from.parse().ok()?, to.parse().ok()?), histogram_in(line)?))
+        })
+        .collect()
+}
+
+fn histogram_in(line: &str) -> Option<Histogram> {
     let rest = line.split_once("-PDF: bin(w=")?.1;
     let (width, rest) = rest.split_once("us):cnt(")?;
     let (count, rest) = rest.split_once(")=")?;
     let (bins, rest) = rest.split_once(" (5.00/95.00/99.7%=")?;
     let (cis, rest) = rest.split_once(",Outliers=")?;
-    let above = rest.split_once("obl/obu=")?.1.split_once('/')?.1;
-    let above = above.trim_end_matches(|c: char| !c.is_ascii_digit());
+    let (above, slowest) = rest
+        .split_once("obl/obu=")?
+        .1
+        .split_once('/')?
+        .1
+        .split_once(')')?;
+    // " (3.772 ms/1796464422.88496)": seconds and microseconds.
+    let slowest = slowest
+        .trim()
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .and_then(|s| {
+            let (ms, sent) = s.split_once(" ms/")?;
+            let (seconds, micros) = sent.split_once('.')?;
+            let micros: f64 = micros.parse().ok()?;
+            Some((
+                ms.parse().ok()?,
+                seconds.parse::<f64>().ok()? + micros / 1e6,
+            ))
+        });
     let cis: Vec<f64> = cis.split('/').filter_map(|v| v.parse().ok()).collect();
     Some(Histogram {
         width_us: width.parse().ok()?,
@@ -770,6 +855,7 @@ fn histogram_of(log: &str, name: &str) -> Option<Histogram> {
         at_95: *cis.get(1)?,
         at_99_7: *cis.get(2)?,
         above: above.parse().ok()?,
+        slowest,
     })
 }
 

@@ -134,9 +134,50 @@ impl LatencyHistogram {
     }
 }
 
+/// The buckets of a distribution `now` less those it held `before` (an interval's, from
+/// two snapshots of one growing distribution); buckets left empty are left out.
+pub fn buckets_since(now: &[LatencyBucket], before: &[LatencyBucket]) -> Vec<LatencyBucket> {
+    let mut earlier = before.iter().peekable();
+    now.iter()
+        .filter_map(|bucket| {
+            // Both in order of their tops, `before`'s a subset of `now`'s.
+            while earlier.next_if(|b| b.le_us < bucket.le_us).is_some() {}
+            let had = earlier
+                .next_if(|b| b.le_us == bucket.le_us)
+                .map_or(0, |b| b.count);
+            let count = bucket.count.saturating_sub(had);
+            (count > 0).then_some(LatencyBucket {
+                le_us: bucket.le_us,
+                count,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An interval's buckets are the later snapshot's less the earlier's, matched by
+    /// their tops; a bucket that did not grow is left out.
+    #[test]
+    fn an_intervals_buckets_are_the_later_less_the_earlier() {
+        let delays = |values: &[(f64, u64)]| -> Vec<LatencyBucket> {
+            values
+                .iter()
+                .map(|&(le_us, count)| LatencyBucket { le_us, count })
+                .collect()
+        };
+        let before = delays(&[(5.0, 3), (20.0, 10)]);
+        let now = delays(&[(2.0, 1), (5.0, 3), (20.0, 12), (58.0, 4)]);
+        let since: Vec<(f64, u64)> = buckets_since(&now, &before)
+            .iter()
+            .map(|b| (b.le_us, b.count))
+            .collect();
+        assert_eq!(since, [(2.0, 1), (20.0, 2), (58.0, 4)]);
+        assert_eq!(buckets_since(&now, &[]).len(), 4);
+        assert!(buckets_since(&before, &before).is_empty());
+    }
 
     fn close(actual: f64, expected: f64) -> bool {
         (actual - expected).abs() <= expected * 0.001 + 1e-9

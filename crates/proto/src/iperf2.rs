@@ -642,6 +642,9 @@ pub struct BurstTracker {
     m2_ns2: f64,
     /// The writes' latencies as a distribution, for their percentiles.
     latencies: linerate_model::latency::LatencyHistogram,
+    /// The slowest write's latency and its send time (Unix ns), as iperf 2's histogram
+    /// line ends.
+    slowest: Option<(f64, i128)>,
 }
 
 impl BurstTracker {
@@ -756,6 +759,9 @@ impl BurstTracker {
         }
         self.latencies.record(latency as u64);
         let latency = latency as f64;
+        if self.slowest.is_none_or(|(most, _)| latency > most) {
+            self.slowest = Some((latency, self.sent_ns));
+        }
         self.count += 1;
         if self.count == 1 {
             (self.min_ns, self.max_ns) = (latency, latency);
@@ -778,6 +784,12 @@ impl BurstTracker {
     /// was counted.
     pub fn distribution(&self) -> Option<linerate_model::latency::LatencySummary> {
         (self.count > 0).then(|| self.latencies.summary(true))
+    }
+
+    /// The slowest write's latency (ns) and its send time (Unix ns); `None` before one
+    /// was counted.
+    pub fn slowest(&self) -> Option<(f64, i128)> {
+        self.slowest
     }
 
     /// Whether the stream stopped making sense as `--trip-times` writes.
@@ -836,6 +848,11 @@ impl BurstTracker {
         self.count += other.count;
         self.min_ns = self.min_ns.min(other.min_ns);
         self.max_ns = self.max_ns.max(other.max_ns);
+        if let Some(theirs) = other.slowest {
+            if self.slowest.is_none_or(|(ours, _)| theirs.0 > ours) {
+                self.slowest = Some(theirs);
+            }
+        }
         self.before_sent += other.before_sent;
         self.lost_track |= other.lost_track;
     }
@@ -968,7 +985,24 @@ pub struct UdpTest {
     replies: u32,
     /// Whether its report carries the one-way delays (asked, and the clocks allow).
     gives_transit: bool,
+    /// `serve --histogram-interval`: each interval's length, the next interval's index,
+    /// and the delays' buckets as the last interval ended.
+    interval_ns: Option<u64>,
+    next_interval: u64,
+    delays_before: Vec<linerate_model::latency::LatencyBucket>,
 }
+
+/// One interval of a test's one-way delays (`serve --histogram-interval`): seconds from
+/// the test's first datagram, and the delays of the datagrams that arrived in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DelayInterval {
+    pub span: (f64, f64),
+    pub delays: Vec<linerate_model::latency::LatencyBucket>,
+}
+
+/// The most intervals a test is cut into: an interval as short as allowed over the
+/// longest test still ends within it.
+pub const MOST_INTERVALS: u64 = 100_000;
 
 impl UdpTest {
     /// A test whose first datagram (carrying `header`) arrived at `mono_ns`.
@@ -987,7 +1021,46 @@ impl UdpTest {
             sent: None,
             replies: 0,
             gives_transit: false,
+            interval_ns: None,
+            next_interval: 1,
+            delays_before: Vec::new(),
         }
+    }
+
+    /// Its one-way delays cut into intervals of `interval_ns` too, where it gives them
+    /// ([`UdpTest::intervals_ended`]).
+    pub fn with_intervals(mut self, interval_ns: Option<u64>) -> UdpTest {
+        self.interval_ns = interval_ns
+            .filter(|_| self.gives_transit)
+            .map(|ns| ns.max(1));
+        self
+    }
+
+    /// The intervals that ended before `mono_ns` and were not yet taken, each with the
+    /// delays of the datagrams that arrived in it (an interval without any has none):
+    /// ask before the datagram of `mono_ns` is accounted. At most [`MOST_INTERVALS`] in a
+    /// test; none once it has ended.
+    pub fn intervals_ended(&mut self, mono_ns: u64) -> Vec<DelayInterval> {
+        let Some(length) = self.interval_ns else {
+            return Vec::new();
+        };
+        let elapsed = mono_ns.saturating_sub(self.first_ns);
+        let mut ended = Vec::new();
+        while self.sent.is_none()
+            && self.next_interval <= MOST_INTERVALS
+            && elapsed >= self.next_interval.saturating_mul(length)
+        {
+            let now = self.tracker.delays().map_or(Vec::new(), |d| d.histogram);
+            let delays = linerate_model::latency::buckets_since(&now, &self.delays_before);
+            self.delays_before = now;
+            let seconds = |i: u64| (i * length) as f64 / 1e9;
+            ended.push(DelayInterval {
+                span: (seconds(self.next_interval - 1), seconds(self.next_interval)),
+                delays,
+            });
+            self.next_interval += 1;
+        }
+        ended
     }
 
     /// Its report carries the one-way delays: the client asked (`--trip-times`) and the
@@ -1490,6 +1563,58 @@ mod tests {
         assert!(tiny.datagram(&short, 1, 1).is_none());
     }
 
+    /// `serve --histogram-interval`: a `--trip-times` test's delays cut at each second
+    /// from its first datagram, each interval holding the datagrams that arrived in it,
+    /// taken once; none past the test's end, none where it gives no delays.
+    #[test]
+    fn a_udp_tests_delays_are_cut_into_intervals() {
+        let mut header = ClientHeader::plain(1, Amount::Seconds(3.0));
+        header.ext_flags = ext_flag::TRIP_TIMES;
+        let second = 1_000_000_000u64;
+        let mut test = UdpTest::new(header.clone(), 0)
+            .giving_transit(true)
+            .with_intervals(Some(second));
+        // Sent at 1,000 ns a sequence number; read 2 ms later (1 to 3), 5 ms (4 to 5).
+        let arrive = |test: &mut UdpTest, n: u64, delay_ns: u64, at: u64| {
+            let ended = test.intervals_ended(at);
+            test.datagram(&udp_datagram(n, &header), at, 1_000 * n + delay_ns);
+            ended
+        };
+        assert!(arrive(&mut test, 1, 2_000_000, 0).is_empty());
+        assert!(arrive(&mut test, 2, 2_000_000, second / 2).is_empty());
+        assert!(arrive(&mut test, 3, 2_000_000, second - 1).is_empty());
+        // 2.5 s in: the first second ended with three, the second with none.
+        let ended = arrive(&mut test, 4, 5_000_000, 5 * second / 2);
+        assert_eq!(ended.len(), 2, "{ended:?}");
+        assert_eq!(ended[0].span, (0.0, 1.0));
+        assert_eq!(ended[0].delays.iter().map(|b| b.count).sum::<u64>(), 3);
+        assert!(ended[0]
+            .delays
+            .iter()
+            .all(|b| (b.le_us - 2_000.0).abs() < 3.0));
+        assert_eq!((ended[1].span, ended[1].delays.len()), ((1.0, 2.0), 0));
+        arrive(&mut test, 5, 5_000_000, 5 * second / 2 + 1);
+        let third = test.intervals_ended(3 * second);
+        assert_eq!(third.len(), 1);
+        assert_eq!(third[0].span, (2.0, 3.0));
+        assert_eq!(third[0].delays.iter().map(|b| b.count).sum::<u64>(), 2);
+        assert!(third[0]
+            .delays
+            .iter()
+            .all(|b| (b.le_us - 5_000.0).abs() < 6.0));
+        // Ended: no more intervals.
+        let mut last = vec![0u8; 200];
+        Framing::write_iperf2_final(&mut last, 6, 0);
+        test.datagram(&last, 3 * second + 1, 0);
+        assert!(test.intervals_ended(9 * second).is_empty());
+        // Without --trip-times' delays, no intervals.
+        let plain = ClientHeader::plain(1, Amount::Seconds(3.0));
+        let mut untimed = UdpTest::new(plain, 0)
+            .giving_transit(true)
+            .with_intervals(Some(second));
+        assert!(untimed.intervals_ended(5 * second).is_empty());
+    }
+
     proptest! {
         /// Any bytes decode to a bounded header, no header, or an error; never a panic.
         #[test]
@@ -1625,10 +1750,18 @@ mod tests {
         assert!((transit.min_ns - 5e6).abs() < 1.0, "{transit:?}");
         assert!((transit.max_ns - 10e6).abs() < 1.0, "{transit:?}");
         assert!((transit.mean_ns - 8e6).abs() < 1.0, "{transit:?}");
-        // Two connections' writes merge as one set.
+        // The slowest, write 2 (10 ms), with its send time.
+        assert_eq!(t.slowest(), Some((10e6, i128::from(base + 20 * ms))));
+        // Two connections' writes merge as one set; the slowest of both stands.
         let mut other = BurstTracker::new();
         other.feed(&trip_write(base, 100), base + 7 * ms);
         t.merge(&other);
+        assert_eq!(t.slowest(), Some((10e6, i128::from(base + 20 * ms))));
+        let mut slower = BurstTracker::new();
+        slower.feed(&trip_write(base + 40 * ms, 100), base + 52 * ms);
+        let mut both = other.clone();
+        both.merge(&slower);
+        assert_eq!(both.slowest(), Some((12e6, i128::from(base + 40 * ms))));
         let merged = t.transit().unwrap();
         assert_eq!(merged.count, 4);
         assert!((merged.mean_ns - 31e6 / 4.0).abs() < 1.0, "{merged:?}");

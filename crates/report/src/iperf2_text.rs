@@ -284,22 +284,44 @@ impl HistogramBins {
     }
 }
 
+/// A latency histogram's line as iperf 2's server prints it: what it is of.
+#[derive(Debug, Clone, Copy)]
+pub struct Pdf<'a> {
+    /// The connection's id, or `None` for a test's connections together (`[SUM]`).
+    pub id: Option<u32>,
+    /// Seconds from the test's start.
+    pub span: (f64, f64),
+    /// `T8` for a UDP test's datagrams, `F8` for a TCP test's writes.
+    pub name: &'static str,
+    /// A test's whole (`T8(f)`, at its end) or one interval's (`T8`, `serve
+    /// --histogram-interval`).
+    pub whole: bool,
+    /// Each bucket's top and its count.
+    pub delays: &'a [linerate_model::latency::LatencyBucket],
+    /// TCP writes: the slowest one's latency (ns) and its send time (Unix ns), which
+    /// iperf 2 prints after the figures.
+    pub slowest: Option<(f64, i128)>,
+}
+
 /// A latency histogram as iperf 2's server prints one at a test's end (`T8(f)` for a UDP
-/// test's datagrams, `F8(f)` for a TCP test's writes), from the delays kept as a
-/// distribution (`delays`: each bucket's top and its count; a delay within the
+/// test's datagrams, `F8(f)` for a TCP test's writes) or an interval's (`T8`), from the
+/// delays kept as a distribution (each bucket's top and its count; a delay within the
 /// distribution's resolution, 0.1 %, of a bin's edge may fall in its neighbour). Each
 /// delay falls in bin floor(delay / width), printed from 1; delays past the last bin are
 /// `obu`. The figures after it are iperf 2's: the bins where the running share first
 /// passes 5 %, 95 % and 99.7 %, and its outliers (bins past the 90 % bin by three times
-/// the distance from the 10 % bin to it). `id`: the connection's, or `None` for a test's
-/// connections together (`[SUM]`). `None` when no delay was counted.
-pub fn histogram_line(
-    id: Option<u32>,
-    span: (f64, f64),
-    name: &str,
-    delays: &[linerate_model::latency::LatencyBucket],
-    bins: HistogramBins,
-) -> Option<String> {
+/// the distance from the 10 % bin to it); then, for TCP writes, the slowest write's
+/// latency and its send time in seconds and microseconds, the microseconds unpadded as
+/// iperf 2 prints them. `None` when no delay was counted.
+pub fn histogram_line(pdf: &Pdf<'_>, bins: HistogramBins) -> Option<String> {
+    let Pdf {
+        id,
+        span,
+        name,
+        whole,
+        delays,
+        slowest,
+    } = *pdf;
     let mut counts = std::collections::BTreeMap::<u64, u64>::new();
     let mut above = 0u64;
     let mut population = 0u64;
@@ -349,11 +371,20 @@ pub fn histogram_line(
         listed.push(format!("{shown}:{count}"));
     }
     let last = u64::from(bins.count);
+    let slowest = slowest.map_or(String::new(), |(latency_ns, sent_ns)| {
+        format!(
+            " ({:.3} ms/{}.{})",
+            latency_ns / 1e6,
+            sent_ns.div_euclid(1_000_000_000),
+            sent_ns.rem_euclid(1_000_000_000) / 1_000
+        )
+    });
     Some(format!(
-        "{} {:.4}-{:.4} sec {name}(f)-PDF: bin(w={}us):cnt({population})={} (5.00/95.00/99.7%={lower}/{}/{},Outliers={outliers},obl/obu=0/{above})",
+        "{} {:.4}-{:.4} sec {name}{}-PDF: bin(w={}us):cnt({population})={} (5.00/95.00/99.7%={lower}/{}/{},Outliers={outliers},obl/obu=0/{above}){slowest}",
         label(id),
         span.0,
         span.1,
+        if whole { "(f)" } else { "" },
         bins.width_us,
         listed.join(","),
         if upper == 0 { last } else { upper },
@@ -472,14 +503,24 @@ mod tests {
     /// fewer bins count the delays past them as `obu`.
     #[test]
     fn histogram_lines_are_iperf2s() {
+        let whole = |id, span, name, delays| Pdf {
+            id,
+            span,
+            name,
+            whole: true,
+            delays,
+            slowest: None,
+        };
         let quiet = delays(&[(5.0, 40), (20.0, 100), (58.0, 34)]);
         assert_eq!(
-            histogram_line(Some(1), (0.0, 2.023), "T8", &quiet, HistogramBins::IPERF2).unwrap(),
+            histogram_line(&whole(Some(1), (0.0, 2.023), "T8", &quiet), HistogramBins::IPERF2)
+                .unwrap(),
             "[  1] 0.0000-2.0230 sec T8(f)-PDF: bin(w=100us):cnt(174)=1:174 (5.00/95.00/99.7%=1/1/1,Outliers=0,obl/obu=0/0)"
         );
         let spread = delays(&[(50.0, 10), (250.0, 80), (550.0, 9), (4050.0, 1)]);
         assert_eq!(
-            histogram_line(Some(2), (0.0, 10.0), "F8", &spread, HistogramBins::IPERF2).unwrap(),
+            histogram_line(&whole(Some(2), (0.0, 10.0), "F8", &spread), HistogramBins::IPERF2)
+                .unwrap(),
             "[  2] 0.0000-10.0000 sec F8(f)-PDF: bin(w=100us):cnt(100)=1:10,3:80,6:9,41:1 (5.00/95.00/99.7%=1/6/41,Outliers=10,obl/obu=0/0)"
         );
         let few = HistogramBins {
@@ -487,10 +528,26 @@ mod tests {
             count: 20,
         };
         assert_eq!(
-            histogram_line(Some(2), (0.0, 10.0), "F8", &spread, few).unwrap(),
+            histogram_line(&whole(Some(2), (0.0, 10.0), "F8", &spread), few).unwrap(),
             "[  2] 0.0000-10.0000 sec F8(f)-PDF: bin(w=100us):cnt(100)=1:10,3:80,6:9 (5.00/95.00/99.7%=1/6/20,Outliers=9,obl/obu=0/1)"
         );
-        assert_eq!(histogram_line(Some(1), (0.0, 1.0), "T8", &[], few), None);
+        assert_eq!(
+            histogram_line(&whole(Some(1), (0.0, 1.0), "T8", &[]), few),
+            None
+        );
+        // Debian's 2.1.8 server's lines for ten and nine writes of a TCP --trip-times test
+        // (an interval's, then a whole test's): the slowest write after the figures, its
+        // microseconds unpadded (088496 printed 88496).
+        let writes = delays(&[(150.0, 2), (190.0, 7), (3772.0, 1)]);
+        let interval = Pdf {
+            whole: false,
+            slowest: Some((3_772_000.0, 1_796_464_422_088_496_000)),
+            ..whole(Some(1), (0.0, 1.0), "F8", &writes)
+        };
+        assert_eq!(
+            histogram_line(&interval, HistogramBins::IPERF2).unwrap(),
+            "[  1] 0.0000-1.0000 sec F8-PDF: bin(w=100us):cnt(10)=2:9,38:1 (5.00/95.00/99.7%=2/38/38,Outliers=0,obl/obu=0/0) (3.772 ms/1796464422.88496)"
+        );
     }
 
     #[test]
