@@ -156,9 +156,12 @@ impl BackListener {
         until: Instant,
         cancel: &AtomicBool,
     ) -> Result<Iperf2Outcome, Iperf2ClientError> {
+        // The server's writes back are its own: with --trip-times they carry their send
+        // times, which this side counts as payload and does not time.
         let back = Iperf2Ask {
             reverse: true,
             back: None,
+            trip_times: false,
             ..ask.clone()
         };
         let BackListener {

@@ -222,10 +222,11 @@ fn refused_modes(ask: &Iperf2Ask) -> Result<(), String> {
             if ask.reverse { "-R" } else { "--full-duplex" }
         ));
     }
-    if tcp_bursts(ask) && ask.back.is_some() {
-        return Err(format!(
-            "{timed} over TCP with -d or -r: a test back of timed writes has not been checked against iperf 2's server; ask it without"
-        ));
+    if !ask.udp && ask.isochronous.is_some() && ask.back.is_some() {
+        return Err(
+            "--isochronous over TCP with -d or -r: a test back of frames has not been checked against iperf 2's server; ask it without"
+                .into(),
+        );
     }
     if tcp_bursts(ask) && matches!(ask.amount, Amount::Bytes(_)) {
         return Err(format!(

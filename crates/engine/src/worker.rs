@@ -344,6 +344,10 @@ impl Worker {
                     Ok(n) => {
                         bursts.wrote(n);
                         flow.bytes += n as u64;
+                        // `-b` paces timed writes as it paces plain ones.
+                        if let Some(pacer) = flow.pacer.as_mut() {
+                            pacer.charge(n);
+                        }
                         Step::Moved {
                             short: n < length && flow.stream.short_means_drained(),
                         }

@@ -1414,6 +1414,7 @@ fn linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads
         &["--trip-times", "-R"][..],
         &["--trip-times", "-n", "1M"],
         &["--isochronous=60:8m", "-n", "1M"],
+        &["--isochronous=60:8m", "-d"],
     ] {
         let mut args = vec!["--no-store", "iperf2", "-c", "127.0.0.1"];
         args.extend_from_slice(refused);
@@ -1504,6 +1505,59 @@ fn linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads
     );
     // 8 Mbit/s of frames for 2 s, within the spread of 120 log-normal draws.
     assert!((1.6e6..=2.4e6).contains(&ours), "{ours} bytes");
+
+    // -d with --trip-times, paced by -b: the server times every write this side sent at
+    // 40 Mbit/s (it ignored -b before) and sends its own test back, which arrives and is
+    // counted.
+    let (dual_server, dual_log) = iperf2_server_in(&pair, &logs, "-e", "dual");
+    std::thread::sleep(Duration::from_millis(500));
+    let out = linerate_in(
+        &pair.ns_a,
+        &[
+            "--no-store",
+            "iperf2",
+            "-c",
+            &pair.addr_b,
+            "-d",
+            "--trip-times",
+            "-b",
+            "40m",
+            "-t",
+            "2",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let docs = json(&out);
+    let (out_doc, back_doc) = (&docs[0], &docs[1]);
+    let ours = num(out_doc, "/flows/0/sender_bytes_total");
+    let back = num(back_doc, "/flows/0/receiver_bytes_total");
+    std::thread::sleep(Duration::from_millis(500));
+    drop(dual_server);
+    let served = std::fs::read_to_string(&dual_log).unwrap();
+    let (_, count, _) =
+        server_burst_latency(&served).unwrap_or_else(|| panic!("iperf 2's server said: {served}"));
+    // Writes of 131,072 bytes (the server's mean size counts the header in the first).
+    let writes = (ours / 131_072.0).floor();
+    eprintln!(
+        "-d --trip-times -b 40m: linerate wrote {ours} bytes ({writes} writes), the server \
+         timed {count}; the test back brought {back} bytes"
+    );
+    assert!(
+        count == writes || count + 1.0 == writes,
+        "{count} timed of {writes} written: {served}"
+    );
+    assert!(
+        (9e6..=11e6).contains(&ours),
+        "{ours} bytes in 2 s at 40 Mbit/s"
+    );
+    assert_eq!(
+        back_doc["config"]["direction"], "reverse",
+        "{}",
+        back_doc["config"]
+    );
+    assert!(back > 1e6, "the test back: {back} bytes");
+    assert!(!served.contains("failed"), "{served}");
 }
 
 /// `linerate iperf2 -c --full-duplex` against Debian's iperf 2 server (2.1.8) over a veth
