@@ -1131,8 +1131,8 @@ fn iperf2_over_veth(test: &str) -> bool {
 }
 
 /// Debian's iperf 2 server (`iperf -s`, with `flags`) in the pair's second namespace,
-/// printing its lines (CSV with `-y C` among the flags) to `TAG.log` in `logs` as it goes;
-/// ended with the test.
+/// given half a second to listen, printing its lines (CSV with `-y C` among the flags) to
+/// `TAG.log` in `logs` as it goes; ended with the test.
 fn iperf2_server_in(
     pair: &VethPair,
     logs: &tempfile::TempDir,
@@ -1148,7 +1148,17 @@ fn iperf2_server_in(
         ))
         .spawn()
         .expect("iperf -s");
+    // Half a second to listen.
+    std::thread::sleep(Duration::from_millis(500));
     (Killed(child), log)
+}
+
+/// `linerate --no-store iperf2 -c` from the pair's first namespace to its second, with
+/// `args` after.
+fn linerate_iperf2_to(pair: &VethPair, args: &[&str]) -> Output {
+    let mut all = vec!["--no-store", "iperf2", "-c", &pair.addr_b];
+    all.extend_from_slice(args);
+    linerate_in(&pair.ns_a, &all)
 }
 
 /// A child process ended when the test ends, passed or not.
@@ -1182,24 +1192,10 @@ fn linerate_iperf2_client_is_counted_by_a_real_iperf2_server() {
         iperf2_server_in(&pair, &logs, if udp { "-u -y C" } else { "-y C" }, tag)
     };
     let (tcp_server, tcp_log) = server(false, "tcp");
-    std::thread::sleep(Duration::from_millis(500));
     let tx = || pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes") as f64;
 
     let before = tx();
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "--no-store",
-            "iperf2",
-            "-c",
-            &pair.addr_b,
-            "-t",
-            "2",
-            "-P",
-            "2",
-            "--json",
-        ],
-    );
+    let out = linerate_iperf2_to(&pair, &["-t", "2", "-P", "2", "--json"]);
     let sent_on_wire = tx() - before;
     assert!(out.status.success(), "{}", stderr(&out));
     let doc = json(&out);
@@ -1332,20 +1328,9 @@ fn linerate_iperf2_isochronous_frames_are_put_together_by_a_real_iperf2_server()
     let pair = VethPair::new("ip2v");
     let logs = tempfile::tempdir().unwrap();
     let (server, log) = iperf2_server_in(&pair, &logs, "-u -e", "isoch");
-    std::thread::sleep(Duration::from_millis(500));
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "--no-store",
-            "iperf2",
-            "-c",
-            &pair.addr_b,
-            "-u",
-            "--trip-times",
-            "--isochronous=60:8m,2m",
-            "-t",
-            "2",
-        ],
+    let out = linerate_iperf2_to(
+        &pair,
+        &["-u", "--trip-times", "--isochronous=60:8m,2m", "-t", "2"],
     );
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{text}{}", stderr(&out));
@@ -1425,20 +1410,7 @@ fn linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads
     let pair = VethPair::new("ip2tt");
     let logs = tempfile::tempdir().unwrap();
     let (timed_server, timed_log) = iperf2_server_in(&pair, &logs, "-e", "timed");
-    std::thread::sleep(Duration::from_millis(500));
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "--no-store",
-            "iperf2",
-            "-c",
-            &pair.addr_b,
-            "--trip-times",
-            "-t",
-            "2",
-            "--json",
-        ],
-    );
+    let out = linerate_iperf2_to(&pair, &["--trip-times", "-t", "2", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let ours = num(&json(&out), "/flows/0/sender_bytes_total");
     std::thread::sleep(Duration::from_millis(500));
@@ -1459,20 +1431,7 @@ fn linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads
     assert!(mean_ms > 0.0 && mean_ms < 100.0, "{served}");
 
     let (frames_server, frames_log) = iperf2_server_in(&pair, &logs, "-y C", "frames");
-    std::thread::sleep(Duration::from_millis(500));
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "--no-store",
-            "iperf2",
-            "-c",
-            &pair.addr_b,
-            "--isochronous=60:8m,2m",
-            "-t",
-            "2",
-            "--json",
-        ],
-    );
+    let out = linerate_iperf2_to(&pair, &["--isochronous=60:8m,2m", "-t", "2", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let doc = json(&out);
     let ours = num(&doc, "/flows/0/sender_bytes_total");
@@ -1510,22 +1469,9 @@ fn linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads
     // 40 Mbit/s (it ignored -b before) and sends its own test back, which arrives and is
     // counted.
     let (dual_server, dual_log) = iperf2_server_in(&pair, &logs, "-e", "dual");
-    std::thread::sleep(Duration::from_millis(500));
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "--no-store",
-            "iperf2",
-            "-c",
-            &pair.addr_b,
-            "-d",
-            "--trip-times",
-            "-b",
-            "40m",
-            "-t",
-            "2",
-            "--json",
-        ],
+    let out = linerate_iperf2_to(
+        &pair,
+        &["-d", "--trip-times", "-b", "40m", "-t", "2", "--json"],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let docs = json(&out);
@@ -1597,25 +1543,12 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
     let pair = VethPair::new("ip2fd");
     let logs = tempfile::tempdir().unwrap();
     let (_server, log) = iperf2_server_in(&pair, &logs, "-y C", "full-duplex");
-    std::thread::sleep(Duration::from_millis(500));
     let rx = || pair.counter(&pair.ns_a, &pair.dev_a, "rx_bytes") as f64;
     let tx = || pair.counter(&pair.ns_a, &pair.dev_a, "tx_bytes") as f64;
     let mut seen = 0;
     for (amount, value) in [("-t", "2"), ("-n", "8M")] {
         let (rx_before, tx_before) = (rx(), tx());
-        let out = linerate_in(
-            &pair.ns_a,
-            &[
-                "--no-store",
-                "iperf2",
-                "-c",
-                &pair.addr_b,
-                "--full-duplex",
-                amount,
-                value,
-                "--json",
-            ],
-        );
+        let out = linerate_iperf2_to(&pair, &["--full-duplex", amount, value, "--json"]);
         let (rx_wire, tx_wire) = (rx() - rx_before, tx() - tx_before);
         assert!(out.status.success(), "{amount} {value}: {}", stderr(&out));
         let doc = json(&out);
@@ -1701,24 +1634,8 @@ fn udp_against_iperf2_server(
     tag: &str,
 ) -> (Value, String, f64) {
     let (udp_server, udp_log) = iperf2_server_in(pair, logs, "-u", tag);
-    std::thread::sleep(Duration::from_millis(500));
     let delivered_before = pair.udp_counter(&pair.ns_a, "InDatagrams") as f64;
-    let out = linerate_in(
-        &pair.ns_a,
-        &[
-            "--no-store",
-            "iperf2",
-            "-c",
-            &pair.addr_b,
-            "-u",
-            mode,
-            "-b",
-            "2000pps",
-            "-t",
-            "2",
-            "--json",
-        ],
-    );
+    let out = linerate_iperf2_to(pair, &["-u", mode, "-b", "2000pps", "-t", "2", "--json"]);
     let delivered = pair.udp_counter(&pair.ns_a, "InDatagrams") as f64 - delivered_before;
     assert!(out.status.success(), "{mode}: {}", stderr(&out));
     std::thread::sleep(Duration::from_millis(500));
@@ -1800,23 +1717,10 @@ fn linerate_iperf2_client_receives_exactly_what_a_real_iperf2_server_sends() {
     let pair = VethPair::new("ip2r");
     let logs = tempfile::tempdir().unwrap();
     let (_server, log) = iperf2_server_in(&pair, &logs, "-y C", "reverse");
-    std::thread::sleep(Duration::from_millis(500));
     let rx = || pair.counter(&pair.ns_a, &pair.dev_a, "rx_bytes") as f64;
     for (amount, value) in [("-t", "2"), ("-n", "8M")] {
         let before = rx();
-        let out = linerate_in(
-            &pair.ns_a,
-            &[
-                "--no-store",
-                "iperf2",
-                "-c",
-                &pair.addr_b,
-                "-R",
-                amount,
-                value,
-                "--json",
-            ],
-        );
+        let out = linerate_iperf2_to(&pair, &["-R", amount, value, "--json"]);
         let received_on_wire = rx() - before;
         assert!(out.status.success(), "{amount} {value}: {}", stderr(&out));
         let doc = json(&out);
@@ -1884,23 +1788,8 @@ fn linerate_iperf2_client_asks_a_real_iperf2_server_for_a_test_back() {
     let pair = VethPair::new("ip2d");
     let logs = tempfile::tempdir().unwrap();
     let (_server, log) = iperf2_server_in(&pair, &logs, "-y C", "back");
-    std::thread::sleep(Duration::from_millis(500));
     for (flag, amount, value) in [("-r", "-n", "8M"), ("-d", "-t", "2")] {
-        let out = linerate_in(
-            &pair.ns_a,
-            &[
-                "--no-store",
-                "iperf2",
-                "-c",
-                &pair.addr_b,
-                flag,
-                "-L",
-                "5411",
-                amount,
-                value,
-                "--json",
-            ],
-        );
+        let out = linerate_iperf2_to(&pair, &[flag, "-L", "5411", amount, value, "--json"]);
         assert!(out.status.success(), "{flag}: {}", stderr(&out));
         let docs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let (there, back) = (&docs[0], &docs[1]);
@@ -1959,25 +1848,12 @@ fn linerate_iperf2_client_counts_a_udp_test_back_from_a_real_iperf2_server() {
     let pair = VethPair::new("ip2u");
     let logs = tempfile::tempdir().unwrap();
     let (_server, log) = iperf2_server_in(&pair, &logs, "-u -e", "udp-back");
-    std::thread::sleep(Duration::from_millis(500));
     let delivered = || snmp_counter(&pair.ns_a, "Udp", "InDatagrams");
     let before = delivered();
-    let out = linerate_in(
-        &pair.ns_a,
+    let out = linerate_iperf2_to(
+        &pair,
         &[
-            "--no-store",
-            "iperf2",
-            "-c",
-            &pair.addr_b,
-            "-u",
-            "-b",
-            "2000pps",
-            "-d",
-            "-L",
-            "5412",
-            "-t",
-            "2",
-            "--json",
+            "-u", "-b", "2000pps", "-d", "-L", "5412", "-t", "2", "--json",
         ],
     );
     let kernel = delivered() - before;
