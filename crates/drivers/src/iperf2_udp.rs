@@ -16,6 +16,7 @@ use crate::iperf2_kept::{check_limits, config_of, keep_report, plain_flow, Finis
 use crate::served::Served;
 use crate::server_state::ServerState;
 use linerate_model::clock::UnixTime;
+use linerate_model::latency::LatencyBucket;
 use linerate_proto::iperf2::{self, Amount, ClientHeader, UdpTest};
 use linerate_report::iperf2_text::{histogram_line, Pdf};
 use linerate_report::{FlowSide, Role, SideResult, UdpCounts};
@@ -411,6 +412,19 @@ fn expire(
     });
 }
 
+/// A UDP test's datagrams' one-way delays over `span` as iperf 2's histogram line has
+/// them (`T8`, its one connection): the test's `whole`, or an interval's.
+fn datagrams_pdf(span: (f64, f64), delays: &[LatencyBucket], whole: bool) -> Pdf<'_> {
+    Pdf {
+        id: Some(1),
+        span,
+        name: "T8",
+        whole,
+        delays,
+        slowest: None,
+    }
+}
+
 /// `serve --histogram-interval`: the histograms of the intervals of `entry`'s test that
 /// ended before a datagram that came at `mono_ns`, as iperf 2's server prints each
 /// interval's (`T8-PDF`, no `(f)`); an interval without a datagram has no line.
@@ -419,15 +433,9 @@ fn log_intervals(shared: &ServerState, entry: &mut Entry, from: SocketAddr, mono
         return;
     };
     for interval in entry.test.intervals_ended(mono_ns) {
-        let pdf = Pdf {
-            id: Some(1),
-            span: interval.span,
-            name: "T8",
-            whole: false,
-            delays: &interval.delays,
-            slowest: None,
-        };
-        if let Some(line) = histogram_line(&pdf, bins) {
+        if let Some(line) =
+            histogram_line(&datagrams_pdf(interval.span, &interval.delays, false), bins)
+        {
             shared.log_own(&format!(
                 "iperf 2 UDP test {} from {from}: {line}",
                 entry.id
@@ -466,15 +474,10 @@ fn finish(
     let delays = report.transit.and_then(|_| entry.test.delays());
     if let (Some(bins), Some(delays)) = (shared.config.iperf2_histograms, delays.as_ref()) {
         // iperf 2's server's line for the test's datagrams' one-way delays.
-        let pdf = Pdf {
-            id: Some(1),
-            span: (0.0, seconds),
-            name: "T8",
-            whole: true,
-            delays: &delays.histogram,
-            slowest: None,
-        };
-        if let Some(line) = histogram_line(&pdf, bins) {
+        if let Some(line) = histogram_line(
+            &datagrams_pdf((0.0, seconds), &delays.histogram, true),
+            bins,
+        ) {
             shared.log_own(&format!(
                 "iperf 2 UDP test {} from {from}: {line}",
                 entry.id

@@ -1584,24 +1584,23 @@ mod tests {
         assert!(arrive(&mut test, 2, 2_000_000, second / 2).is_empty());
         assert!(arrive(&mut test, 3, 2_000_000, second - 1).is_empty());
         // 2.5 s in: the first second ended with three, the second with none.
+        // An interval's span, its delays' count, and each delay within 0.1 % of `us`.
+        let holds = |interval: &DelayInterval, span: (f64, f64), count: u64, us: f64| {
+            interval.span == span
+                && interval.delays.iter().map(|b| b.count).sum::<u64>() == count
+                && interval
+                    .delays
+                    .iter()
+                    .all(|b| (b.le_us - us).abs() <= us / 1000.0 + 1.0)
+        };
         let ended = arrive(&mut test, 4, 5_000_000, 5 * second / 2);
         assert_eq!(ended.len(), 2, "{ended:?}");
-        assert_eq!(ended[0].span, (0.0, 1.0));
-        assert_eq!(ended[0].delays.iter().map(|b| b.count).sum::<u64>(), 3);
-        assert!(ended[0]
-            .delays
-            .iter()
-            .all(|b| (b.le_us - 2_000.0).abs() < 3.0));
-        assert_eq!((ended[1].span, ended[1].delays.len()), ((1.0, 2.0), 0));
+        assert!(holds(&ended[0], (0.0, 1.0), 3, 2_000.0), "{ended:?}");
+        assert!(holds(&ended[1], (1.0, 2.0), 0, 0.0), "{ended:?}");
         arrive(&mut test, 5, 5_000_000, 5 * second / 2 + 1);
         let third = test.intervals_ended(3 * second);
         assert_eq!(third.len(), 1);
-        assert_eq!(third[0].span, (2.0, 3.0));
-        assert_eq!(third[0].delays.iter().map(|b| b.count).sum::<u64>(), 2);
-        assert!(third[0]
-            .delays
-            .iter()
-            .all(|b| (b.le_us - 5_000.0).abs() < 6.0));
+        assert!(holds(&third[0], (2.0, 3.0), 2, 5_000.0), "{third:?}");
         // Ended: no more intervals.
         let mut last = vec![0u8; 200];
         Framing::write_iperf2_final(&mut last, 6, 0);
