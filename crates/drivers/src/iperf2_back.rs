@@ -14,11 +14,12 @@ use crate::client::TestUpdate;
 use crate::iperf2_client::{Back, Iperf2Ask, Iperf2ClientError, Iperf2Outcome, Iperf2Test};
 use linerate_engine::flow::FlowSocket;
 use linerate_model::clock::UnixTime;
-use linerate_proto::iperf2::{self, ClientHeader, UdpTest};
+use linerate_proto::iperf2::{self, BurstTracker, ClientHeader, UdpTest};
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// iperf 2's listening port for a test back where `-L` does not say.
@@ -230,15 +231,38 @@ fn receive_tcp(
     }
     let mut sockets = Vec::with_capacity(streams.len());
     let mut connected = Vec::with_capacity(streams.len());
+    let mut timed = false;
     for (mut stream, peer) in streams {
-        read_header(&mut stream).map_err(|source| Iperf2ClientError::Io {
+        let header = read_header(&mut stream).map_err(|source| Iperf2ClientError::Io {
             context: "reading the test back's header",
             source,
         })?;
+        timed |= header.is_some_and(|h| h.trip_times());
         connected.push((stream.local_addr().unwrap_or(peer), peer));
         sockets.push(FlowSocket::Tcp(stream));
     }
-    crate::iperf2_client::received_on(back, sockets, connected, cancel)
+    // The server's writes carry their send times (it sends with --trip-times, as 2.1.8
+    // does for a --trip-times test's -d or -r): each is timed to its last byte, where the
+    // clocks allow.
+    let clocks = timed.then(|| crate::iperf2_udp::peers_clock_comparable(false, server, "server"));
+    let tracker = clocks
+        .as_ref()
+        .filter(|c| c.is_ok())
+        .map(|_| Arc::new(Mutex::new(BurstTracker::new())));
+    let mut outcome =
+        crate::iperf2_client::received_on(back, (sockets, connected), tracker.clone(), cancel)?;
+    if let Some(clocks) = clocks {
+        let tracked = tracker.map(|t| t.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        outcome
+            .report
+            .warnings
+            .push(crate::iperf2_server::trip_times_note(
+                &clocks,
+                tracked.as_ref(),
+                "the server's",
+            ));
+    }
+    Ok(outcome)
 }
 
 /// A UDP test back: the server's datagrams to the socket, counted from the first (its
@@ -367,10 +391,10 @@ fn kept_udp(
 }
 
 /// The header a connection back may begin with: where the first bytes are iperf 2's base
-/// header, it and (where its flags say so) the extended one are read and set aside; where
-/// they are payload (2.1.8's server connects back sending payload alone), they are left
-/// for the data plane to count.
-fn read_header(stream: &mut TcpStream) -> io::Result<()> {
+/// header, it and (where its flags say so) the extended one are read and set aside, and
+/// returned where they decode; where they are payload (2.1.8's server connects back
+/// sending payload alone), they are left for the data plane to count.
+fn read_header(stream: &mut TcpStream) -> io::Result<Option<ClientHeader>> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(HEADER_WAIT))?;
     let mut base = [0u8; iperf2::BASE_LEN];
@@ -385,11 +409,14 @@ fn read_header(stream: &mut TcpStream) -> io::Result<()> {
         n if n == base.len() => iperf2::header_len(&base).unwrap_or(0),
         _ => 0,
     };
+    let mut decoded = None;
     if whole > 0 {
         let mut header = vec![0u8; whole];
         stream.read_exact(&mut header)?;
+        decoded = ClientHeader::decode(&header).ok().flatten();
     }
-    stream.set_read_timeout(None)
+    stream.set_read_timeout(None)?;
+    Ok(decoded)
 }
 
 fn canonical(ip: IpAddr) -> IpAddr {

@@ -385,6 +385,9 @@ pub struct Iperf2Test {
     header: ClientHeader,
     streams: Vec<FlowSocket>,
     connected: Vec<(SocketAddr, SocketAddr)>,
+    /// A test back whose writes carry their send times (the server's `--trip-times`):
+    /// the receiving flows time each to its last byte.
+    trip_times: Option<linerate_engine::flow::TripTimes>,
 }
 
 /// Opens the test's connections to the iperf 2 server at `ask.addr` (a test back's
@@ -399,15 +402,17 @@ pub fn open(ask: &Iperf2Ask) -> Result<Iperf2Test, Iperf2ClientError> {
         header,
         streams,
         connected,
+        trip_times: None,
     })
 }
 
 /// A test the server sends on connections this side already holds (the test back),
-/// received as a `-R` test is.
+/// received as a `-R` test is; where its writes carry their send times (`trip_times`),
+/// each is timed to its last byte.
 pub(crate) fn received_on(
     ask: &Iperf2Ask,
-    streams: Vec<FlowSocket>,
-    connected: Vec<(SocketAddr, SocketAddr)>,
+    (streams, connected): (Vec<FlowSocket>, Vec<(SocketAddr, SocketAddr)>),
+    trip_times: Option<linerate_engine::flow::TripTimes>,
     cancel: &AtomicBool,
 ) -> Result<Iperf2Outcome, Iperf2ClientError> {
     let test = Iperf2Test {
@@ -416,6 +421,7 @@ pub(crate) fn received_on(
         ask: ask.clone(),
         streams,
         connected,
+        trip_times,
     };
     test.run(cancel, &mut |_| {})
 }
@@ -449,6 +455,7 @@ impl Iperf2Test {
             header,
             streams,
             connected,
+            trip_times,
         } = self;
         let started_at = UnixTime::now().seconds();
         // Copies of the sockets, kept past the plane's end: a UDP flow's final datagrams
@@ -471,12 +478,13 @@ impl Iperf2Test {
             }
         }
         progress(TestUpdate::Started);
-        let mut plane = start_plane(&ask, &config, &template, streams).map_err(|source| {
-            Iperf2ClientError::Io {
-                context: "starting the data plane",
-                source,
-            }
-        })?;
+        let mut plane =
+            start_plane(&ask, &config, &template, streams, trip_times).map_err(|source| {
+                Iperf2ClientError::Io {
+                    context: "starting the data plane",
+                    source,
+                }
+            })?;
         while !plane.is_finished() {
             if cancel.load(Ordering::Relaxed) {
                 return Err(Iperf2ClientError::Interrupted);
@@ -615,6 +623,7 @@ fn start_plane(
     config: &TestConfig,
     template: &[u8],
     streams: Vec<FlowSocket>,
+    trip_times: Option<linerate_engine::flow::TripTimes>,
 ) -> io::Result<DataPlane> {
     let count = streams.len() as u32;
     let mut specs = Vec::with_capacity(streams.len() * 2);
@@ -651,7 +660,7 @@ fn start_plane(
         .transpose()
         .map_err(io::Error::other)?;
     let setup = PlaneSetup {
-        trip_times: None,
+        trip_times,
         tcp_bursts: tcp_bursts(ask).then_some(TcpBursts { frames }),
         // Both ways over UDP: each sending flow ends with its final, as 2.1.8's own
         // client's does, while its receiving flow reads on.

@@ -428,7 +428,7 @@ fn serve(shared: &Arc<ServerState>, test: Gathered<Connection>) {
             theirs = with_frames(&mut config, ran.as_mut().map(|r| &mut r.1), frames, clocks);
             Some(frames_note(clocks))
         }
-        _ => clocks.map(|clocks| trip_times_note(&clocks, tracked.as_ref())),
+        _ => clocks.map(|clocks| trip_times_note(&clocks, tracked.as_ref(), "the client's")),
     };
     keep_run(
         shared,
@@ -554,14 +554,18 @@ fn frames_note(clocks: &Result<String, String>) -> String {
 /// What the kept run says of a `--trip-times` test over TCP: its writes' latency from
 /// each one's send time to the read of its last byte (iperf 2's server's "burst
 /// latency"), how the clocks were judged, or why it was withheld.
-fn trip_times_note(clocks: &Result<String, String>, tracked: Option<&BurstTracker>) -> String {
+pub(crate) fn trip_times_note(
+    clocks: &Result<String, String>,
+    tracked: Option<&BurstTracker>,
+    whose: &str,
+) -> String {
     let how = match clocks {
         Ok(how) => how,
         Err(why) => return format!("--trip-times: the writes' latency withheld: {why}"),
     };
     match tracked {
         Some(t) if t.lost_track() => format!(
-            "--trip-times: the client's writes did not read as iperf 2's --trip-times writes (a length or time out of range), so no latency is given; {how}"
+            "--trip-times: {whose} writes did not read as iperf 2's --trip-times writes (a length or time out of range), so no latency is given; {how}"
         ),
         Some(t) => match (t.transit(), t.percentiles()) {
             (Some(transit), Some(p)) => format!(

@@ -254,15 +254,25 @@ pub(crate) fn clocks_comparable(
     same_clock: bool,
     client: std::net::IpAddr,
 ) -> Result<String, String> {
+    peers_clock_comparable(same_clock, client, "client")
+}
+
+/// [`clocks_comparable`] for a peer that is `who` (the client, or the server whose test
+/// back this side receives).
+pub(crate) fn peers_clock_comparable(
+    same_clock: bool,
+    peer: std::net::IpAddr,
+    who: &str,
+) -> Result<String, String> {
     if same_clock {
         return Ok("both ends read one clock (--same-clock)".into());
     }
-    if linerate_stamp::sender::is_local(client) {
-        return Ok("both ends read one clock (the client is this host)".into());
+    if linerate_stamp::sender::is_local(peer) {
+        return Ok(format!("both ends read one clock (the {who} is this host)"));
     }
     match linerate_hostinfo::clock::read() {
         Some(state) if state.synchronised => Ok(format!(
-            "this host's clock {}; the client's as its --trip-times declares",
+            "this host's clock {}; the {who}'s as its --trip-times declares",
             state.describe()
         )),
         Some(state) => Err(format!("this host's clock is {}", state.describe())),

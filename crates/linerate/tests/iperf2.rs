@@ -1388,7 +1388,11 @@ fn server_burst_latency(log: &str) -> Option<(f64, f64, f64)> {
 /// writes, less the one the test's end may cut) and reads linerate's bytes; under
 /// `--isochronous` each frame is one write at its due time, the server read exactly
 /// linerate's bytes and its 80-byte header, and the frames due at 60 a second went (or
-/// were skipped, said so). Timed writes with `-R` or `-n` are refused, exit 2.
+/// were skipped, said so). With `-d` and `-b 40m`: the writes paced at 40 Mbit/s and
+/// all timed by the server, whose own timed writes back arrive and are timed here, one
+/// by one, where the clocks are one (the server's host), and withheld with the reason
+/// where they are not. Timed writes with `-R` or `-n`, and frames with `-d`, are
+/// refused, exit 2.
 #[test]
 fn linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads_them() {
     let test = "linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads_them";
@@ -1504,6 +1508,70 @@ fn linerate_iperf2_times_its_tcp_writes_and_frames_as_a_real_iperf2_server_reads
     );
     assert!(back > 1e6, "the test back: {back} bytes");
     assert!(!served.contains("failed"), "{served}");
+    // The server's writes back carry their send times too: each timed to its last byte
+    // (as many as the bytes that came hold, after the header's last 20), or withheld
+    // where this host's clock is kept by no time source (the server is another host's
+    // address here), saying why.
+    let note = back_doc["warnings"]
+        .as_array()
+        .and_then(|w| {
+            w.iter()
+                .filter_map(Value::as_str)
+                .find(|w| w.starts_with("--trip-times"))
+        })
+        .unwrap_or_else(|| panic!("no --trip-times note: {}", back_doc["warnings"]))
+        .to_string();
+    eprintln!("the test back: {note}");
+    match back_writes_timed(&note) {
+        Some(timed) => assert_timed_every_write_back(timed, back),
+        None => assert!(note.contains("withheld: this host's clock"), "{note}"),
+    }
+    // The same from the server's own namespace (one clock: the server is this host),
+    // listening for the test back on 5011 (iperf 2's 5001 is the server's there): timed.
+    let (local_server, _) = iperf2_server_in(&pair, &logs, "-e", "dual-local");
+    let out = linerate_in(
+        &pair.ns_b,
+        &[
+            "--no-store",
+            "iperf2",
+            "-c",
+            &pair.addr_b,
+            "-d",
+            "--trip-times",
+            "-b",
+            "40m",
+            "-t",
+            "2",
+            "-L",
+            "5011",
+            "--json",
+        ],
+    );
+    drop(local_server);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let back_doc = &json(&out)[1];
+    let back = num(back_doc, "/flows/0/receiver_bytes_total");
+    let note = back_doc["warnings"].to_string();
+    eprintln!("the test back from the server's host: {note}");
+    assert!(note.contains("the server is this host"), "{note}");
+    let timed = back_writes_timed(&note).unwrap_or_else(|| panic!("{note}"));
+    assert_timed_every_write_back(timed, back);
+}
+
+/// How many of the server's writes back a `--trip-times` note says were timed.
+fn back_writes_timed(note: &str) -> Option<f64> {
+    let (figures, _) = note.split_once(" writes, each from its send time")?;
+    figures.rsplit(' ').next()?.parse().ok()
+}
+
+/// As many writes timed as the test back's bytes hold after the header's last 20 bytes
+/// (writes of 131,072 bytes; the last may still have been under way).
+fn assert_timed_every_write_back(timed: f64, back_bytes: f64) {
+    let bursts = ((back_bytes - 20.0) / 131_072.0).floor();
+    assert!(
+        timed == bursts || timed + 1.0 == bursts,
+        "{timed} timed of {bursts} writes back"
+    );
 }
 
 /// `linerate iperf2 -c --full-duplex` against Debian's iperf 2 server (2.1.8) over a veth
