@@ -157,8 +157,9 @@ impl BackListener {
         until: Instant,
         cancel: &AtomicBool,
     ) -> Result<Iperf2Outcome, Iperf2ClientError> {
-        // The server's writes back are its own: with --trip-times they carry their send
-        // times, which this side counts as payload and does not time.
+        // This side receives: with --trip-times the server's writes back carry their
+        // send times, which `receive_tcp`'s tracker follows; none of this side's writes
+        // are timed.
         let back = Iperf2Ask {
             reverse: true,
             back: None,
