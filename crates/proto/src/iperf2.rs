@@ -1045,14 +1045,21 @@ impl UdpTest {
             return Vec::new();
         };
         let elapsed = mono_ns.saturating_sub(self.first_ns);
-        let mut ended = Vec::new();
+        let mut ended: Vec<DelayInterval> = Vec::new();
         while self.sent.is_none()
             && self.next_interval <= MOST_INTERVALS
             && elapsed >= self.next_interval.saturating_mul(length)
         {
-            let now = self.tracker.delays().map_or(Vec::new(), |d| d.histogram);
-            let delays = linerate_model::latency::buckets_since(&now, &self.delays_before);
-            self.delays_before = now;
+            // The first interval ended holds every datagram since the last taken; any
+            // after it in one call ended without one (the distribution is read once).
+            let delays = if ended.is_empty() {
+                let now = self.tracker.delays().map_or(Vec::new(), |d| d.histogram);
+                let since = linerate_model::latency::buckets_since(&now, &self.delays_before);
+                self.delays_before = now;
+                since
+            } else {
+                Vec::new()
+            };
             let seconds = |i: u64| (i * length) as f64 / 1e9;
             ended.push(DelayInterval {
                 span: (seconds(self.next_interval - 1), seconds(self.next_interval)),
