@@ -5365,9 +5365,22 @@ fn a_calls_late_loss_is_what_the_emulators_holding_of_each_frame_makes_of_its_bu
         let first = *held.first().expect("the call's datagrams in the log");
         let bound = first + 2_000_000;
         let late_ref = held.iter().filter(|&&h| h > bound).count() as f64;
+        // Back, linerate stamps each answer's arrival in the kernel: within 0.2 ms of the
+        // emulator's holding time. Out, irtt's server stamps a request's in user space
+        // after a wake-up (seen: 0.2-0.26 ms after the emulator let it go, on a quiet
+        // host): within 0.5 ms and the emulator's own lateness.
+        let late_max_ms = num(
+            &emulator_status(&name),
+            &format!("/directions/{i}/counters/late_max_ns"),
+        ) / 1e6;
+        let over = if i == 0 { 0.5 + late_max_ms } else { 0.2 };
+        // Out, that stamping error moves the first datagram's delay (the buffer's anchor,
+        // so the bound) and each other's: a datagram held within it of the bound can be
+        // judged either way (a CI run: 311 late against 343, 14 of them within 0.25 ms).
+        let near_ns = if i == 0 { (over * 1e6) as u64 } else { 250_000 };
         let near = held
             .iter()
-            .filter(|&&h| h.abs_diff(bound) < 250_000)
+            .filter(|&&h| h.abs_diff(bound) < near_ns)
             .count() as f64;
         let held_mean_ms = held.iter().sum::<u64>() as f64 / held.len() as f64 / 1e6;
         let late = num(way, "/late");
@@ -6135,8 +6148,9 @@ fn irtt_call_frames_logged(log: &str, from: &str) -> Vec<Option<u64>> {
 /// together are the emulator's drops of the call's datagrams (exact), the way out's no
 /// fewer than its drops that way (only requests after the last answer can move from one
 /// way to the other); each way's late datagrams are those the emulator held more than
-/// 2 ms longer than the way's first (within those held near that bound, and out, the few
-/// received whose answers were lost: their delay is not known); each way's mean one-way
+/// 2 ms longer than the way's first (within those held near that bound: out, within the
+/// server's stamping error of it, and the few received whose answers were lost, whose
+/// delay is not known); each way's mean one-way
 /// delay is the mean the emulator held them (back within 0.2 ms; out within what irtt's
 /// server adds stamping in user space); and each way's R and MOS are what the reference
 /// E-model makes of the way's inputs.
@@ -6200,15 +6214,28 @@ fn a_call_to_irtts_server_is_scored_each_way_as_the_emulators_frame_log_makes_it
         let first = *held.first().expect("the call's datagrams in the log");
         let bound = first + 2_000_000;
         let late_ref = held.iter().filter(|&&h| h > bound).count() as f64;
+        // Back, linerate stamps each answer's arrival in the kernel: within 0.2 ms of the
+        // emulator's holding time. Out, irtt's server stamps a request's in user space
+        // after a wake-up (seen: 0.2-0.26 ms after the emulator let it go, on a quiet
+        // host): within 0.5 ms and the emulator's own lateness.
+        let late_max_ms = num(
+            &emulator_status(&name),
+            &format!("/directions/{i}/counters/late_max_ns"),
+        ) / 1e6;
+        let over = if i == 0 { 0.5 + late_max_ms } else { 0.2 };
+        // Out, that stamping error moves the first datagram's delay (the buffer's anchor,
+        // so the bound) and each other's: a datagram held within it of the bound can be
+        // judged either way (a CI run: 311 late against 343, 14 of them within 0.25 ms).
+        let near_ns = if i == 0 { (over * 1e6) as u64 } else { 250_000 };
         let near = held
             .iter()
-            .filter(|&&h| h.abs_diff(bound) < 250_000)
+            .filter(|&&h| h.abs_diff(bound) < near_ns)
             .count() as f64;
         let held_mean_ms = held.iter().sum::<u64>() as f64 / held.len() as f64 / 1e6;
         let one_way = num(way, "/one_way_delay_ms");
         eprintln!(
             "way {i}: {late} late, {lost} lost of {}; the log: {} datagrams, {dropped} dropped, \
-             {late_ref} held 2 ms past the first ({near} within 0.25 ms of that); one-way \
+             {late_ref} held 2 ms past the first ({near} within {near_ns} ns of that); one-way \
              {one_way:.3} ms against {held_mean_ms:.3} held; R {:.2} MOS {:.2}; steal {:.1} %",
             received + lost,
             frames.len(),
@@ -6233,15 +6260,6 @@ fn a_call_to_irtts_server_is_scored_each_way_as_the_emulators_frame_log_makes_it
             (late - late_ref).abs() <= near + unjudged + 2.0,
             "way {i}: {late} late, the emulator's holding times make {late_ref} ({near} near the bound)"
         );
-        // Back, linerate stamps each answer's arrival in the kernel: within 0.2 ms of the
-        // emulator's holding time. Out, irtt's server stamps a request's in user space
-        // after a wake-up (seen: 0.2-0.26 ms after the emulator let it go, on a quiet
-        // host): within 0.5 ms and the emulator's own lateness.
-        let late_max_ms = num(
-            &emulator_status(&name),
-            &format!("/directions/{i}/counters/late_max_ns"),
-        ) / 1e6;
-        let over = if i == 0 { 0.5 + late_max_ms } else { 0.2 };
         if steal <= 0.03 {
             assert!(
                 one_way > held_mean_ms - 0.2 && one_way < held_mean_ms + over,
