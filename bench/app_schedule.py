@@ -13,6 +13,7 @@ target: frame starts within 1 ms of the plan at p99 beside two busy loops.
     python3 bench/app_schedule.py                  # 3 runs of 5 s each pattern, each way
     python3 bench/app_schedule.py --patterns game --runs 5 --time 10
     sudo python3 bench/app_schedule.py --nice -20      # linerate ahead of the loops
+    python3 bench/app_schedule.py --binaries /tmp/lr-a /tmp/lr-b   # two builds, interleaved
 """
 import argparse, json, os, subprocess, sys, time
 
@@ -37,12 +38,12 @@ def busy_loops(n, seconds):
             for _ in range(n)]
 
 
-def run(pattern, seconds, busy, nice):
+def run(binary, pattern, seconds, busy, nice):
     loops = busy_loops(2, seconds + 3) if busy else []
     before = cpu_times()
     prefix = ["nice", "-n", str(nice)] if nice else []
     out = subprocess.run(
-        prefix + [LINERATE, "--no-store", "app", "--pattern", pattern, "-t", str(seconds),
+        prefix + [binary, "--no-store", "app", "--pattern", pattern, "-t", str(seconds),
                   "-i", "0", "--json"], capture_output=True, text=True, timeout=seconds + 60)
     after = cpu_times()
     for loop in loops:
@@ -68,27 +69,37 @@ def main():
     parser.add_argument("--time", type=float, default=5.0)
     parser.add_argument("--nice", type=int, default=0,
                         help="run linerate under this nice value (-20: ahead of the loops; root)")
+    parser.add_argument("--binaries", nargs="+", metavar="BINARY",
+                        help="builds to compare, each run in turn in every round (default: "
+                             "this checkout's release build)")
     args = parser.parse_args()
-    build()
+    if args.binaries:
+        binaries = args.binaries
+    else:
+        build()
+        binaries = [LINERATE]
+    label = {b: (os.path.basename(b) if len(binaries) > 1 else "") for b in binaries}
     print(machine())
-    print(f"{'pattern':<13} {'host':<6} {'way':<8} {'start late p99':>15} {'most':>9} "
+    print(f"{'build':<10} {'pattern':<13} {'host':<6} {'way':<8} {'start late p99':>15} {'most':>9} "
           f"{'skipped':>8} {'sent':>6} {'steal':>6}")
     worst = {}
     for i in range(args.runs):
         for pattern in args.patterns:
             for busy in (False, True):
-                steal, ways = run(pattern, args.time, busy, args.nice)
-                host = "busy" if busy else "quiet"
-                for direction, p99, most, skipped, sent in ways:
-                    print(f"{pattern:<13} {host:<6} {direction:<8} {p99 / 1e3:>12.3f} ms "
-                          f"{most / 1e3:>6.3f} ms {skipped:>8} {sent:>6} {steal:>5.1f}%")
-                    key = (pattern, host)
-                    worst[key] = max(worst.get(key, 0.0), p99)
+                for binary in binaries:
+                    steal, ways = run(binary, pattern, args.time, busy, args.nice)
+                    host = "busy" if busy else "quiet"
+                    for direction, p99, most, skipped, sent in ways:
+                        print(f"{label[binary]:<10} {pattern:<13} {host:<6} {direction:<8} "
+                              f"{p99 / 1e3:>12.3f} ms {most / 1e3:>6.3f} ms {skipped:>8} "
+                              f"{sent:>6} {steal:>5.1f}%")
+                        key = (label[binary], pattern, host)
+                        worst[key] = max(worst.get(key, 0.0), p99)
                 sys.stdout.flush()
     print("\nthe worst p99 of each pattern's runs:")
-    for (pattern, host), p99 in sorted(worst.items()):
+    for (build_label, pattern, host), p99 in sorted(worst.items()):
         verdict = "within 1 ms" if p99 <= 1000.0 else "OVER 1 ms"
-        print(f"  {pattern:<13} {host:<6} {p99 / 1e3:.3f} ms  {verdict}")
+        print(f"  {build_label:<10} {pattern:<13} {host:<6} {p99 / 1e3:.3f} ms  {verdict}")
 
 
 if __name__ == "__main__":

@@ -302,6 +302,13 @@ pub struct WorkerPlan {
 pub type TripTimes = Arc<std::sync::Mutex<linerate_proto::iperf2::BurstTracker>>;
 
 impl WorkerPlan {
+    /// The worker sends or plays out on a clock of its own (an application pattern's
+    /// frames, a call's datagrams and its jitter buffer), where a late wake-up is a late
+    /// frame.
+    pub fn keeps_a_schedule(&self) -> bool {
+        self.video.is_some() || self.video_back.is_some() || self.playout.is_some()
+    }
+
     /// The frames the flows of `direction` carry (`TestConfig::video_of`).
     pub fn video_of(&self, direction: Direction) -> Option<linerate_model::video::VideoSettings> {
         match direction {

@@ -758,6 +758,9 @@ fn run_worker(
     if let Some(cpu) = plan.cpu {
         crate::sys::pin_to(cpu)?;
     }
+    if plan.keeps_a_schedule() {
+        crate::sys::keep_a_schedule();
+    }
     match WorkerLoop::of(&plan, &specs) {
         WorkerLoop::Transactions => crate::rr::run(plan, specs, samples, stop),
         WorkerLoop::Quic => crate::quic::run(plan, specs, samples, stop),

@@ -61,6 +61,15 @@ struct Flow {
 }
 
 impl Flow {
+    /// A write took `n` bytes: counted, and charged to the pacer (`-b` paces timed
+    /// writes as it paces plain ones).
+    fn sent(&mut self, n: usize) {
+        self.bytes += n as u64;
+        if let Some(pacer) = self.pacer.as_mut() {
+            pacer.charge(n);
+        }
+    }
+
     /// `alone`: the worker's only flow (buffers sized for speed, not for thousands).
     fn new(spec: FlowSpec, plan: &WorkerPlan, alone: bool) -> Flow {
         let (mut stream, tls, note) = Stream::of(spec.socket, !alone);
@@ -343,11 +352,7 @@ impl Worker {
                 match flow.stream.write(bytes) {
                     Ok(n) => {
                         bursts.wrote(n);
-                        flow.bytes += n as u64;
-                        // `-b` paces timed writes as it paces plain ones.
-                        if let Some(pacer) = flow.pacer.as_mut() {
-                            pacer.charge(n);
-                        }
+                        flow.sent(n);
                         Step::Moved {
                             short: n < length && flow.stream.short_means_drained(),
                         }
@@ -367,10 +372,7 @@ impl Worker {
                 };
                 match flow.stream.write(&self.send_buffer[phase..phase + length]) {
                     Ok(n) => {
-                        flow.bytes += n as u64;
-                        if let Some(pacer) = flow.pacer.as_mut() {
-                            pacer.charge(n);
-                        }
+                        flow.sent(n);
                         if n as u64 == left {
                             // The budget is sent (once its sealed records are); the peer's
                             // end of the test closes the flow.

@@ -320,6 +320,12 @@ impl RateControl {
         self.round < self.jump_until_round
     }
 
+    /// This round's losses are taken as a jump's: it stands, or this is the round after,
+    /// whose ACKs are the first of what was paced at it.
+    fn judged_as_the_jumps(&self) -> bool {
+        self.jump_until_round > 0 && self.round <= self.jump_until_round
+    }
+
     /// The rate a resumed search jumped to (half the remembered one), when it did.
     pub fn resumed_bps(&self) -> Option<u64> {
         (self.resumed_bps > 0).then_some(self.resumed_bps)
@@ -374,8 +380,7 @@ impl RateControl {
     /// held a cold copy over 200 ms at half its pace a round longer), and the first guess
     /// before any sample.
     fn base_bps(&self) -> u64 {
-        let judged_as_the_jumps = self.jump_until_round > 0 && self.round <= self.jump_until_round;
-        let floor = if judged_as_the_jumps {
+        let floor = if self.judged_as_the_jumps() {
             self.jump_bps
         } else {
             0
@@ -618,7 +623,8 @@ impl RateControl {
         // path has: a jump above the path's rate into a queue too short to show as delay
         // loses what it sent too fast (a tenth or more), while a lossy path's own 1 % cut
         // the jump to its first round's delivery and cost a 200 ms path a round trip.
-        let jumping = self.round <= self.jump_until_round;
+        // The first round's rate is a guess too (the first guess, or a jump).
+        let jumping = self.round == 0 || self.judged_as_the_jumps();
         let lossy = self.round_lost > 0
             && (!queue_seen_empty || (jumping && loss > JUMP_EMPTY_QUEUE_LOSS))
             && loss > 2.0 * self.random_loss + 0.005;
