@@ -368,30 +368,11 @@ pub const SCHEDULE_SLICE_NS: u64 = 100_000;
 pub fn keep_a_schedule() {
     // SAFETY: PR_SET_TIMERSLACK takes a plain integer and acts on this thread only.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
-    /// `struct sched_attr` as the kernel's first version has it (48 bytes).
-    #[repr(C)]
-    struct SchedAttr {
-        size: u32,
-        policy: u32,
-        flags: u64,
-        nice: i32,
-        priority: u32,
-        runtime: u64,
-        deadline: u64,
-        period: u64,
-    }
     // sched_setattr sets a normal thread's nice with its slice: keep the one it has
     // (`nice -n -20 linerate ...` stays ahead). getpriority may return -1 as a nice: the
     // error is told by errno.
-    // SAFETY: gettid and getpriority take and return plain integers.
-    let nice = unsafe {
-        let thread = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        *libc::__errno_location() = 0;
-        let nice = libc::getpriority(libc::PRIO_PROCESS, thread);
-        if *libc::__errno_location() != 0 {
-            return;
-        }
-        nice
+    let Some(nice) = thread_nice() else {
+        return;
     };
     let attr = SchedAttr {
         size: std::mem::size_of::<SchedAttr>() as u32,
@@ -406,6 +387,33 @@ pub fn keep_a_schedule() {
     // SAFETY: attr is a valid sched_attr of the size it states, read by the kernel only
     // during the call; pid 0 is the calling thread.
     unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+}
+
+/// `struct sched_attr` as the kernel's first version has it (48 bytes).
+#[repr(C)]
+#[derive(Debug, Default)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// The calling thread's nice (Linux keeps one a thread). getpriority may return -1 as a
+/// nice: an error is told by errno.
+fn thread_nice() -> Option<i32> {
+    // SAFETY: gettid and getpriority take and return plain integers; errno is this
+    // thread's.
+    unsafe {
+        let thread = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, thread);
+        (*libc::__errno_location() == 0).then_some(nice)
+    }
 }
 
 /// The CPUs this thread may run on, in order.
@@ -566,6 +574,44 @@ pub fn udp_socket_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_that_keeps_a_schedule_gets_the_shortest_slice_and_keeps_its_nice() {
+        std::thread::spawn(|| {
+            // A nice of its own first (raising it needs no privilege): kept, not reset.
+            // SAFETY: setpriority on this thread, with plain integers.
+            let thread = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+            let nice = thread_nice().expect("this thread's nice") + 3;
+            assert_eq!(
+                unsafe { libc::setpriority(libc::PRIO_PROCESS, thread, nice.min(19)) },
+                0
+            );
+            keep_a_schedule();
+            let mut attr = SchedAttr::default();
+            // SAFETY: attr is a writable sched_attr of the size passed.
+            let read = unsafe {
+                libc::syscall(
+                    libc::SYS_sched_getattr,
+                    0,
+                    &mut attr as *mut SchedAttr,
+                    std::mem::size_of::<SchedAttr>() as libc::c_uint,
+                    0,
+                )
+            };
+            assert_eq!(read, 0, "{}", io::Error::last_os_error());
+            assert_eq!(attr.policy, libc::SCHED_OTHER as u32);
+            assert_eq!(attr.nice, nice.min(19), "the thread's nice");
+            if attr.runtime == 0 {
+                eprintln!(
+                    "SKIPPED the slice: this kernel keeps no slice of its own (Linux < 6.12)"
+                );
+                return;
+            }
+            assert_eq!(attr.runtime, SCHEDULE_SLICE_NS, "{attr:?}");
+        })
+        .join()
+        .expect("the scheduled thread");
+    }
 
     #[test]
     fn cache_sizes_read_as_sysfs_writes_them() {
