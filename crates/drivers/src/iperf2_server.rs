@@ -453,7 +453,7 @@ fn log_histogram(
     started_at: f64,
 ) {
     let (Some(bins), Some(delays)) = (
-        shared.config.iperf2_histograms,
+        shared.config.iperf2.histograms,
         tracked
             .filter(|t| t.frames().is_none())
             .and_then(BurstTracker::distribution),

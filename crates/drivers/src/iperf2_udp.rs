@@ -235,8 +235,8 @@ fn begin(
     let gives = matches!(entry.clocks, Some(Ok(_)));
     let interval_ns = shared
         .config
-        .iperf2_histogram_interval
-        .filter(|_| shared.config.iperf2_histograms.is_some())
+        .iperf2
+        .histogram_interval()
         .map(|every| every.as_nanos() as u64);
     entry.test = UdpTest::new(header, mono_ns)
         .giving_transit(gives)
@@ -439,7 +439,7 @@ fn datagrams_pdf(span: (f64, f64), delays: &[LatencyBucket], whole: bool) -> Pdf
 /// ended before a datagram that came at `mono_ns`, as iperf 2's server prints each
 /// interval's (`T8-PDF`, no `(f)`); an interval without a datagram has no line.
 fn log_intervals(shared: &ServerState, entry: &mut Entry, from: SocketAddr, mono_ns: u64) {
-    let Some(bins) = shared.config.iperf2_histograms else {
+    let Some(bins) = shared.config.iperf2.histograms else {
         return;
     };
     for interval in entry.test.intervals_ended(mono_ns) {
@@ -482,7 +482,7 @@ fn finish(
         report.jitter_ns / 1e6
     ));
     let delays = report.transit.and_then(|_| entry.test.delays());
-    if let (Some(bins), Some(delays)) = (shared.config.iperf2_histograms, delays.as_ref()) {
+    if let (Some(bins), Some(delays)) = (shared.config.iperf2.histograms, delays.as_ref()) {
         // iperf 2's server's line for the test's datagrams' one-way delays.
         if let Some(line) = histogram_line(
             &datagrams_pdf((0.0, seconds), &delays.histogram, true),

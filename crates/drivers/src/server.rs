@@ -119,7 +119,7 @@ impl Server {
             }
         };
         // iperf 2's port is the operator's to choose and must be had where chosen.
-        let iperf2 = match config.iperf2_port {
+        let iperf2 = match config.iperf2.port {
             Some(port) => {
                 let addr = SocketAddr::new(config.listen.ip(), port);
                 match crate::iperf2_server::bind(addr) {
@@ -137,7 +137,7 @@ impl Server {
                         };
                         Some((listener, udp))
                     }
-                    Err(e) if config.iperf2_port_chosen => {
+                    Err(e) if config.iperf2.port_chosen => {
                         return Err(io::Error::new(
                             e.kind(),
                             format!("--iperf2-port {port}: {e}"),

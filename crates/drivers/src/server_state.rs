@@ -58,21 +58,54 @@ pub struct ServerConfig {
     /// Listen with IPPROTO_MPTCP (`--mptcp`): MPTCP clients get MPTCP connections, whose
     /// subflows the path manager adds; plain TCP clients fall back to TCP.
     pub mptcp: bool,
-    /// Serve iperf 2 clients on this port of the listening address (`--iperf2-port`);
-    /// `None`: not at all.
-    pub iperf2_port: Option<u16>,
-    /// The operator named the port: a port this server cannot have is an error, not a
-    /// line in the log.
-    pub iperf2_port_chosen: bool,
+    /// How iperf 2 clients are served (`serve`'s iperf 2 options).
+    pub iperf2: Iperf2Serving,
     /// Clients read this host's clock (`--same-clock`: network namespaces of one host, a
     /// lab): one-way delays need no time source then.
     pub same_clock: bool,
+}
+
+/// How a server serves iperf 2 clients: `serve`'s iperf 2 options, read from the command
+/// line once and carried whole to the tests (an option is a field here and its flag).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Iperf2Serving {
+    /// Serve iperf 2 clients on this port of the listening address (`--iperf2-port`);
+    /// `None`: not at all.
+    pub port: Option<u16>,
+    /// The operator named the port: a port this server cannot have is an error, not a
+    /// line in the log.
+    pub port_chosen: bool,
     /// Log each iperf 2 `--trip-times` test's latencies as iperf 2's server prints its
     /// histograms (`--histograms`), in these bins.
-    pub iperf2_histograms: Option<linerate_report::iperf2_text::HistogramBins>,
+    pub histograms: Option<linerate_report::iperf2_text::HistogramBins>,
     /// With the histograms, each UDP test's of every interval this long too
     /// (`--histogram-interval`).
-    pub iperf2_histogram_interval: Option<Duration>,
+    pub histogram_interval: Option<Duration>,
+}
+
+impl Iperf2Serving {
+    /// iperf 2 on the port the flags ask (`--iperf2-port`, `--no-iperf2`), with the
+    /// server's key (`keyed`) and its multicast receivers' port (`join_port`) in mind;
+    /// no histograms.
+    pub fn on_port(
+        asked: Option<u16>,
+        refused: bool,
+        keyed: bool,
+        join_port: Option<u16>,
+    ) -> Iperf2Serving {
+        let (port, port_chosen) = served_port(asked, refused, keyed, join_port);
+        Iperf2Serving {
+            port,
+            port_chosen,
+            ..Iperf2Serving::default()
+        }
+    }
+
+    /// The interval histograms asked, where histograms are.
+    pub fn histogram_interval(&self) -> Option<Duration> {
+        self.histogram_interval
+            .filter(|_| self.histograms.is_some())
+    }
 }
 
 pub use linerate_model::{Served, ServedGroup, ServedTest};
@@ -122,13 +155,6 @@ impl std::fmt::Debug for ReportKeeper {
 }
 
 impl ServerConfig {
-    /// Serves iperf 2 on the port the flags ask (`--iperf2-port`, `--no-iperf2`), with
-    /// this server's key and its multicast receivers' port (`join_port`) in mind.
-    pub fn serve_iperf2(&mut self, asked: Option<u16>, refused: bool, join_port: Option<u16>) {
-        (self.iperf2_port, self.iperf2_port_chosen) =
-            served_port(asked, refused, self.key.is_some(), join_port);
-    }
-
     pub fn new(listen: SocketAddr) -> ServerConfig {
         ServerConfig {
             listen,
@@ -149,11 +175,8 @@ impl ServerConfig {
             tls_identity: Arc::new(crate::secure::ServerIdentity::default()),
             sendable_files: Arc::default(),
             mptcp: false,
-            iperf2_port: None,
-            iperf2_port_chosen: false,
+            iperf2: Iperf2Serving::default(),
             same_clock: false,
-            iperf2_histograms: None,
-            iperf2_histogram_interval: None,
         }
     }
 }
@@ -394,4 +417,21 @@ fn iperf2s_port_is_served_unless_a_key_or_a_join_holds_it_or_it_is_refused() {
         served_port(None, false, false, Some(6000)),
         (Some(DEFAULT_PORT), false)
     );
+}
+
+#[cfg(test)]
+#[test]
+fn iperf2s_interval_histograms_are_served_only_with_its_histograms() {
+    let every = Some(Duration::from_millis(500));
+    let without = Iperf2Serving {
+        histogram_interval: every,
+        ..Iperf2Serving::on_port(Some(5002), false, true, None)
+    };
+    assert_eq!((without.port, without.port_chosen), (Some(5002), true));
+    assert_eq!(without.histogram_interval(), None);
+    let with = Iperf2Serving {
+        histograms: Some(linerate_report::iperf2_text::HistogramBins::IPERF2),
+        ..without
+    };
+    assert_eq!(with.histogram_interval(), every);
 }

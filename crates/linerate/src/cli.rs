@@ -1511,13 +1511,8 @@ pub struct ServeArgs {
     /// Port for control and data connections
     #[arg(short, long, default_value_t = 5201)]
     pub port: u16,
-    /// Serve iperf 2 clients' TCP tests on this port (default 5001, where free; with
-    /// --key only where this is given: iperf 2 cannot prove a key)
-    #[arg(long, value_name = "PORT", conflicts_with = "no_iperf2")]
-    pub iperf2_port: Option<u16>,
-    /// Do not serve iperf 2 clients
-    #[arg(long)]
-    pub no_iperf2: bool,
+    #[command(flatten)]
+    pub iperf2: Iperf2ServeArgs,
     /// Tests served at once; more are refused as busy
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_tests: u32,
@@ -1616,16 +1611,6 @@ pub struct ServeArgs {
     /// without a time source
     #[arg(long)]
     pub same_clock: bool,
-    /// Log each iperf 2 --trip-times test's latencies as iperf 2's server prints its
-    /// histograms (`T8(f)-PDF` for UDP datagrams, `F8(f)-PDF` for TCP writes), in bins of
-    /// WIDTH, BINS of them [default: 100us,10000]
-    #[arg(long, value_name = "WIDTH[,BINS]", num_args = 0..=1, require_equals = true, default_missing_value = "100us,10000", value_parser = histogram_bins)]
-    pub histograms: Option<linerate_report::iperf2_text::HistogramBins>,
-    /// With --histograms: each iperf 2 UDP --trip-times test's histogram of every
-    /// DURATION too (`T8-PDF`), as `iperf -s -i DURATION --histograms` prints each
-    /// interval's (0.1 s to 1 h)
-    #[arg(long, value_name = "DURATION", value_parser = histogram_interval, requires = "histograms")]
-    pub histogram_interval: Option<f64>,
     /// Answer STAMP test packets (RFC 8762, stateful, with RFC 8972's TLVs) on this UDP
     /// [ADDR:]PORT (862 is STAMP's; below 1024 needs root or CAP_NET_BIND_SERVICE)
     #[arg(long, value_name = "[ADDR:]PORT", value_parser = udp_listen_addr)]
@@ -1666,6 +1651,52 @@ pub struct ServeArgs {
     /// irtt: the key (irtt's --hmac, the file's bytes) every packet must be signed with
     #[arg(long, value_name = "FILE", requires = "irtt", value_parser = irtt_key_file)]
     pub irtt_hmac_key_file: Option<linerate_irtt::wire::HmacKey>,
+}
+
+/// `serve`'s iperf 2 options: one struct, read once into the server's
+/// `Iperf2Serving` (an option is a field there and its flag here).
+#[derive(Args, Debug, Clone)]
+pub struct Iperf2ServeArgs {
+    /// Serve iperf 2 clients' TCP tests on this port (default 5001, where free; with
+    /// --key only where this is given: iperf 2 cannot prove a key)
+    #[arg(long, value_name = "PORT", conflicts_with = "no_iperf2")]
+    pub iperf2_port: Option<u16>,
+    /// Do not serve iperf 2 clients
+    #[arg(long)]
+    pub no_iperf2: bool,
+    /// Log each iperf 2 --trip-times test's latencies as iperf 2's server prints its
+    /// histograms (`T8(f)-PDF` for UDP datagrams, `F8(f)-PDF` for TCP writes), in bins of
+    /// WIDTH, BINS of them [default: 100us,10000]
+    #[arg(long, value_name = "WIDTH[,BINS]", num_args = 0..=1, require_equals = true, default_missing_value = "100us,10000", value_parser = histogram_bins)]
+    pub histograms: Option<linerate_report::iperf2_text::HistogramBins>,
+    /// With --histograms: each iperf 2 UDP --trip-times test's histogram of every
+    /// DURATION too (`T8-PDF`), as `iperf -s -i DURATION --histograms` prints each
+    /// interval's (0.1 s to 1 h)
+    #[arg(long, value_name = "DURATION", value_parser = histogram_interval, requires = "histograms")]
+    pub histogram_interval: Option<f64>,
+}
+
+impl Iperf2ServeArgs {
+    /// How the server serves iperf 2 clients, given its key (`keyed`) and its multicast
+    /// receivers' port (`join_port`).
+    pub fn serving(
+        &self,
+        keyed: bool,
+        join_port: Option<u16>,
+    ) -> linerate_drivers::server_state::Iperf2Serving {
+        linerate_drivers::server_state::Iperf2Serving {
+            histograms: self.histograms,
+            histogram_interval: self
+                .histogram_interval
+                .map(std::time::Duration::from_secs_f64),
+            ..linerate_drivers::server_state::Iperf2Serving::on_port(
+                self.iperf2_port,
+                self.no_iperf2,
+                keyed,
+                join_port,
+            )
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -46,12 +46,8 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     config.iperf3_auth = iperf3_auth(args)?;
     config.files = file_service(args, config.key.clone())?;
     let joins = (!args.join.is_empty()).then_some(args.join_port);
-    config.serve_iperf2(args.iperf2_port, args.no_iperf2, joins);
+    config.iperf2 = args.iperf2.serving(config.key.is_some(), joins);
     config.same_clock = args.same_clock;
-    config.iperf2_histograms = args.histograms;
-    config.iperf2_histogram_interval = args
-        .histogram_interval
-        .map(std::time::Duration::from_secs_f64);
     if config.key.is_none() {
         eprintln!(
             "linerate: warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)"
