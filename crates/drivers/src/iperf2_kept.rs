@@ -113,7 +113,12 @@ pub(crate) fn config_of(
         threads: None,
         time_s,
         omit_s: 0.0,
-        interval_s: 1.0,
+        // The server's intervals, as `iperf -s -i` sets them (`--histogram-interval`).
+        interval_s: shared
+            .config
+            .iperf2
+            .histogram_interval()
+            .map_or(1.0, |every| every.as_secs_f64()),
         window: None,
         congestion: None,
         per_flow: true,

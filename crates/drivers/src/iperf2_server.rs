@@ -474,6 +474,34 @@ fn log_histogram(
     }
 }
 
+/// `serve --histogram-interval`: the latencies of the writes that ended in each interval
+/// the test's plane completed since the last turn, as iperf 2's server prints each
+/// interval's (`F8-PDF`, no `(f)`, its slowest write at the end); an interval without a
+/// write has no line.
+fn log_interval_writes(shared: &ServerState, served: &mut Served, label: &str, connections: u32) {
+    let Some(bins) = shared.config.iperf2.histograms else {
+        return;
+    };
+    for (span, writes) in served
+        .interval_writes
+        .as_mut()
+        .map(std::mem::take)
+        .unwrap_or_default()
+    {
+        let pdf = linerate_report::iperf2_text::Pdf {
+            id: (connections == 1).then_some(1),
+            span,
+            name: "F8",
+            whole: false,
+            delays: &writes.delays,
+            slowest: writes.slowest,
+        };
+        if let Some(line) = linerate_report::iperf2_text::histogram_line(&pdf, bins) {
+            shared.log_own(&format!("{label}: {line}"));
+        }
+    }
+}
+
 /// Whether a test's writes may be timed against the client's clock: with `--trip-times`,
 /// as for its datagrams (the client declares its clock synchronised); without it (frames
 /// alone, `--isochronous`), only where both ends read one clock.
@@ -736,6 +764,17 @@ fn run(
         },
         ..PlaneSetup::default()
     };
+    // `serve --histogram-interval`: the timed writes' latencies of each interval too
+    // (not an --isochronous test's: its writes are frames, and iperf 2 prints none).
+    let timed_writes = setup.trip_times.as_ref().is_some_and(|t| {
+        t.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .frames()
+            .is_none()
+    });
+    if timed_writes && shared.config.iperf2.histogram_interval().is_some() {
+        served.interval_writes = Some(Vec::new());
+    }
     match DataPlane::start(Instant::now(), config, specs, setup) {
         Ok(plane) => served.plane = Some(plane),
         Err(e) => {
@@ -753,7 +792,7 @@ fn run(
                 shared.log(&format!("{label} from {peer}: stopped: {why}"));
                 return None;
             }
-            Step::Running => {}
+            Step::Running => log_interval_writes(shared, served, label, count),
         }
         // A count this side sends too (--full-duplex -n) ends on its own count: the
         // client's close ends this side's reading, not its sending.

@@ -5,6 +5,7 @@
 
 use crate::access::RateShare;
 use crate::server_state::{rate_exceeded, side_figures, ServerState};
+use linerate_engine::flow::WritesInterval;
 use linerate_engine::plane::DataPlane;
 use linerate_report::SideResult;
 use std::net::SocketAddr;
@@ -19,6 +20,12 @@ pub(crate) struct Served {
     counted: bool,
     /// The test's share of its address's rate (`--max-rate-per-ip`).
     pub rate_share: Option<RateShare>,
+    /// A served iperf 2 `--trip-times` test over TCP under `serve --histogram-interval`:
+    /// each interval's timed writes as it completes, with its span (seconds since the
+    /// plane's start), for the test's loop to log; `None`: not kept.
+    pub interval_writes: Option<Vec<((f64, f64), WritesInterval)>>,
+    /// Intervals heard from the plane so far.
+    intervals_heard: usize,
 }
 
 /// What a turn of a served test's loop found.
@@ -69,6 +76,14 @@ impl Served {
         if let Some(plane) = self.plane.as_mut() {
             // Keep the sample channel short; the intervals travel in the final result.
             let intervals = plane.poll_intervals(Duration::ZERO);
+            if let Some(heard) = self.interval_writes.as_mut() {
+                for (k, interval) in (self.intervals_heard..).zip(&intervals) {
+                    if let Some(writes) = plane.writes_in(k) {
+                        heard.push(((interval.start, interval.end), writes));
+                    }
+                }
+            }
+            self.intervals_heard += intervals.len();
             if let Some(why) = rate_exceeded(shared, self.rate_share.as_ref(), &intervals) {
                 shared.refused(peer, &format!("{label}: {why}"));
                 return Step::Stop(why);

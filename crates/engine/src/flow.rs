@@ -198,6 +198,18 @@ pub struct Sample {
     pub rr: Option<Box<RrSample>>,
     /// `--observe`: the host's counters at the window's edges (worker 0 only).
     pub host: Option<Box<HostReading>>,
+    /// A served iperf 2 `--trip-times` test over TCP, receiving workers: the client's
+    /// writes whose last byte was read since the last sample (its interval's).
+    pub writes: Option<WritesInterval>,
+}
+
+pub use linerate_proto::iperf2::WritesInterval;
+
+/// What a worker of one kind adds to its samples.
+#[derive(Debug, Default)]
+pub(crate) struct SampleExtra {
+    pub rr: Option<Box<RrSample>>,
+    pub writes: Option<WritesInterval>,
 }
 
 /// What a worker knows of a flow when it ends.
@@ -396,7 +408,7 @@ pub(crate) fn send_sample(
     index: usize,
     since: Duration,
     flows: Vec<FlowCount>,
-    rr: Option<Box<RrSample>>,
+    extra: SampleExtra,
 ) {
     let at_edge =
         plan.index == 0 && (plan.cpu_boundaries.contains(&index) || index == plan.end_index());
@@ -416,8 +428,9 @@ pub(crate) fn send_sample(
         flows,
         proc_stat,
         udp_kernel,
-        rr,
+        rr: extra.rr,
         host,
+        writes: extra.writes,
     });
 }
 

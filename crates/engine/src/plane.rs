@@ -7,7 +7,9 @@
 //! its worker's actual sample times at the two edges, so a late wake-up shifts the window
 //! a little but never inflates a rate.
 
-use crate::flow::{EndSignal, FlowOutcome, FlowSocket, FlowSpec, RrPlan, Sample, WorkerPlan};
+use crate::flow::{
+    EndSignal, FlowOutcome, FlowSocket, FlowSpec, RrPlan, Sample, WorkerPlan, WritesInterval,
+};
 use linerate_hostinfo::source::Root;
 use linerate_hostinfo::{observe, usage};
 use linerate_model::latency::LatencyHistogram;
@@ -366,6 +368,21 @@ impl DataPlane {
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return done,
             }
         }
+    }
+
+    /// A served iperf 2 `--trip-times` test over TCP: the client's writes that ended in
+    /// interval `k` (between boundaries `k` and `k + 1`), every worker's together; `None`
+    /// where the test times no writes or the interval is not complete.
+    pub fn writes_in(&self, k: usize) -> Option<WritesInterval> {
+        let samples = self.samples.get(k + 1)?;
+        let mut writes: Option<WritesInterval> = None;
+        for sample in samples {
+            let theirs = sample.as_ref()?.writes.as_ref()?;
+            writes
+                .get_or_insert_with(WritesInterval::default)
+                .merge(theirs);
+        }
+        writes
     }
 
     /// Moves boundary `index` to when its samples were taken (the latest of them): a

@@ -17,7 +17,8 @@
 //! timed in each worker thread's CPU time, sampled as the TLS stream samples its records.
 
 use crate::flow::{
-    send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, Sample, WorkerPlan, PATTERN_PERIOD,
+    send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec, Sample, SampleExtra, WorkerPlan,
+    PATTERN_PERIOD,
 };
 use bytes::Bytes;
 use linerate_model::marks::ClassTally;
@@ -747,7 +748,7 @@ async fn measure(go: Go, setup: Setup) -> io::Result<Vec<FlowOutcome>> {
                 },
             })
             .collect();
-        send_sample(&plan, &samples, index, since, flows, None);
+        send_sample(&plan, &samples, index, since, flows, SampleExtra::default());
         if index == end_index {
             ended.store(true, Ordering::Relaxed);
         }

@@ -15,7 +15,7 @@
 use crate::conn::Stream;
 use crate::flow::{
     outcome_of, send_sample, FaultHook, FlowCount, FlowOutcome, FlowSocket, FlowSpec, RrPlan,
-    RrSample, Sample, WorkerPlan,
+    RrSample, Sample, SampleExtra, WorkerPlan,
 };
 use crate::sys;
 use linerate_model::latency::LatencyHistogram;
@@ -408,7 +408,11 @@ impl RrWorker {
                     owed,
                 })
             });
-            send_sample(&self.plan, &self.samples, index, since, counts, rr);
+            let extra = SampleExtra {
+                rr,
+                ..SampleExtra::default()
+            };
+            send_sample(&self.plan, &self.samples, index, since, counts, extra);
             self.next_boundary += 1;
             if index == self.end_index {
                 self.drain_deadline = Some(now + self.plan.drain);

@@ -9,7 +9,7 @@
 //! bounded by the next pacing slot and the next boundary.
 
 use crate::flow::{outcome_of, send_sample, FlowCount, FlowOutcome, FlowSocket, FlowSpec};
-use crate::flow::{Sample, WorkerPlan};
+use crate::flow::{Sample, SampleExtra, WorkerPlan};
 use crate::nap::Napper;
 use crate::pacer::Pacer;
 use crate::video::FrameSender;
@@ -582,7 +582,7 @@ impl UdpLoop {
                 self.next_boundary,
                 since,
                 counts,
-                None,
+                SampleExtra::default(),
             );
             if self.next_boundary == end_index {
                 self.end_sending(now);

@@ -13,8 +13,8 @@
 use crate::bursts::BurstSender;
 use crate::conn::Stream;
 use crate::flow::{
-    mismatch, outcome_of, send_sample, FlowCount, FlowOutcome, FlowSpec, Sample, WorkerPlan,
-    OPS_PER_FLOW, OPS_PER_TURN, PATTERN_PERIOD,
+    mismatch, outcome_of, send_sample, FlowCount, FlowOutcome, FlowSpec, Sample, SampleExtra,
+    WorkerPlan, WritesInterval, OPS_PER_FLOW, OPS_PER_TURN, PATTERN_PERIOD,
 };
 use crate::pacer::Pacer;
 use crate::sys;
@@ -278,7 +278,19 @@ impl Worker {
                     }
                 })
                 .collect();
-            send_sample(&self.plan, &self.samples, index, since, flows, None);
+            // A served iperf 2 test's timed writes: this interval's, all flows' together.
+            let writes = self.plan.trip_times.is_some().then(|| {
+                let mut writes = WritesInterval::default();
+                for (bursts, _) in self.flows.iter_mut().filter_map(|f| f.trip_times.as_mut()) {
+                    writes.merge(&bursts.interval());
+                }
+                writes
+            });
+            let extra = SampleExtra {
+                writes,
+                ..SampleExtra::default()
+            };
+            send_sample(&self.plan, &self.samples, index, since, flows, extra);
             self.next_boundary += 1;
             if index == end_index {
                 self.begin_drain(now, &mut draining);

@@ -598,7 +598,8 @@ fn kept_latency(run: &Value) -> Option<[f64; 4]> {
 /// kept run has them, its deviation included (the squared differences crossed the wire
 /// as 2.1.8 reads them); the client is this host, so one clock. With `serve --histograms`
 /// the server logs iperf 2's histogram lines, UDP's datagrams' and TCP's writes' (as many
-/// delays as the kept run holds, its percentiles in their bins). Without `--trip-times`,
+/// delays as the kept run holds, its percentiles in their bins), and with
+/// `--histogram-interval` each half second's, UDP's and TCP's. Without `--trip-times`,
 /// none is given or kept.
 #[test]
 fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
@@ -726,7 +727,7 @@ fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
         run["summary"]
     );
     // Over TCP, the writes' latencies: as many in the line as the kept run timed.
-    let out = iperf(&["-c", "127.0.0.1", "-p", &port, "-t", "1", "--trip-times"]);
+    let out = iperf(&["-c", "127.0.0.1", "-p", &port, "-t", "2", "--trip-times"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         server.wait_log("stored as run 3", Duration::from_secs(10)),
@@ -773,6 +774,35 @@ fn an_iperf2_trip_times_test_hears_its_one_way_delay_from_the_server() {
     assert!(
         (began_unix_s..=ended_unix_s).contains(&sent_unix_s),
         "sent at {sent_unix_s}, the tests ran {began_unix_s} to {ended_unix_s}"
+    );
+    // `--histogram-interval 500ms` over TCP: each half second's writes (`F8-PDF`, no
+    // `(f)`), one interval after the other from 0, none holding more than the test's
+    // line, each ending with its slowest write, sent within the tests' time and no
+    // slower than the test's slowest.
+    let intervals = interval_histograms(&server.log(), "F8");
+    let counts: Vec<_> = intervals
+        .iter()
+        .map(|(span, h)| (span, h.count, h.slowest))
+        .collect();
+    eprintln!("TCP intervals: {counts:?}");
+    assert!(!intervals.is_empty(), "{}", server.log());
+    for (i, (span, h)) in intervals.iter().enumerate() {
+        assert!(
+            (span.0 - i as f64 * 0.5).abs() < 0.01 && (span.1 - span.0 - 0.5).abs() < 0.01,
+            "{intervals:?}"
+        );
+        assert_eq!(h.bins.iter().map(|b| b.1).sum::<f64>() + h.above, h.count);
+        let (ms, sent) = h.slowest.unwrap_or_else(|| panic!("{h:?}"));
+        assert!(
+            ms <= slowest_ms && (began_unix_s..=ended_unix_s).contains(&sent),
+            "{h:?}"
+        );
+    }
+    let in_intervals: f64 = intervals.iter().map(|(_, h)| h.count).sum();
+    assert!(
+        in_intervals <= pdf.count && in_intervals > 0.0,
+        "{in_intervals} in the intervals, {} in the test",
+        pdf.count
     );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

@@ -154,9 +154,65 @@ pub fn buckets_since(now: &[LatencyBucket], before: &[LatencyBucket]) -> Vec<Lat
         .collect()
 }
 
+/// Two distributions' buckets as one: counts of buckets with the same top added, in order
+/// of their tops (each list in that order, as a summary gives them).
+pub fn buckets_merged(a: &[LatencyBucket], b: &[LatencyBucket]) -> Vec<LatencyBucket> {
+    let mut merged = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    loop {
+        match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x.le_us == y.le_us => {
+                merged.push(LatencyBucket {
+                    le_us: x.le_us,
+                    count: x.count + y.count,
+                });
+                (i, j) = (i + 1, j + 1);
+            }
+            (Some(x), Some(y)) if x.le_us < y.le_us => {
+                merged.push(x.clone());
+                i += 1;
+            }
+            (Some(x), None) => {
+                merged.push(x.clone());
+                i += 1;
+            }
+            (_, Some(y)) => {
+                merged.push(y.clone());
+                j += 1;
+            }
+            (None, None) => return merged,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_distributions_buckets_merge_by_their_tops() {
+        let delays = |values: &[(f64, u64)]| -> Vec<LatencyBucket> {
+            values
+                .iter()
+                .map(|&(le_us, count)| LatencyBucket { le_us, count })
+                .collect()
+        };
+        assert_eq!(
+            buckets_merged(
+                &delays(&[(1.0, 2), (3.0, 1), (9.0, 4)]),
+                &delays(&[(2.0, 5), (3.0, 2), (10.0, 1)])
+            ),
+            delays(&[(1.0, 2), (2.0, 5), (3.0, 3), (9.0, 4), (10.0, 1)])
+        );
+        assert_eq!(
+            buckets_merged(&[], &delays(&[(2.0, 5)])),
+            delays(&[(2.0, 5)])
+        );
+        assert_eq!(
+            buckets_merged(&delays(&[(2.0, 5)]), &[]),
+            delays(&[(2.0, 5)])
+        );
+    }
 
     /// An interval's buckets are the later snapshot's less the earlier's, matched by
     /// their tops; a bucket that did not grow is left out.

@@ -645,6 +645,35 @@ pub struct BurstTracker {
     /// The slowest write's latency and its send time (Unix ns), as iperf 2's histogram
     /// line ends.
     slowest: Option<(f64, i128)>,
+    /// The latencies' buckets when the last interval was taken, and the slowest write
+    /// since (`serve --histogram-interval`).
+    interval_from: Vec<linerate_model::latency::LatencyBucket>,
+    interval_slowest: Option<(f64, i128)>,
+}
+
+/// The writes that ended in an interval of a test (`serve --histogram-interval`): their
+/// latencies' buckets and the slowest of them (its latency, ns, and send time, Unix ns),
+/// as iperf 2's interval histogram line has them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WritesInterval {
+    pub delays: Vec<linerate_model::latency::LatencyBucket>,
+    pub slowest: Option<(f64, i128)>,
+}
+
+impl WritesInterval {
+    /// Another connection's writes of the same interval joined to these.
+    pub fn merge(&mut self, other: &WritesInterval) {
+        self.delays = linerate_model::latency::buckets_merged(&self.delays, &other.delays);
+        self.slowest = slower(self.slowest, other.slowest);
+    }
+}
+
+/// The slower of two writes (latency ns, send time), either absent.
+fn slower(a: Option<(f64, i128)>, b: Option<(f64, i128)>) -> Option<(f64, i128)> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if y.0 > x.0 { y } else { x }),
+        (x, y) => x.or(y),
+    }
 }
 
 impl BurstTracker {
@@ -759,9 +788,8 @@ impl BurstTracker {
         }
         self.latencies.record(latency as u64);
         let latency = latency as f64;
-        if self.slowest.is_none_or(|(most, _)| latency > most) {
-            self.slowest = Some((latency, self.sent_ns));
-        }
+        self.slowest = slower(self.slowest, Some((latency, self.sent_ns)));
+        self.interval_slowest = slower(self.interval_slowest, Some((latency, self.sent_ns)));
         self.count += 1;
         if self.count == 1 {
             (self.min_ns, self.max_ns) = (latency, latency);
@@ -790,6 +818,18 @@ impl BurstTracker {
     /// was counted.
     pub fn slowest(&self) -> Option<(f64, i128)> {
         self.slowest
+    }
+
+    /// The writes that ended since the last call, or since the tracker began: an
+    /// interval's (`serve --histogram-interval`).
+    pub fn interval(&mut self) -> WritesInterval {
+        let now = self.latencies.summary(true).histogram;
+        let delays = linerate_model::latency::buckets_since(&now, &self.interval_from);
+        self.interval_from = now;
+        WritesInterval {
+            delays,
+            slowest: self.interval_slowest.take(),
+        }
     }
 
     /// Whether the stream stopped making sense as `--trip-times` writes.
@@ -848,11 +888,7 @@ impl BurstTracker {
         self.count += other.count;
         self.min_ns = self.min_ns.min(other.min_ns);
         self.max_ns = self.max_ns.max(other.max_ns);
-        if let Some(theirs) = other.slowest {
-            if self.slowest.is_none_or(|(ours, _)| theirs.0 > ours) {
-                self.slowest = Some(theirs);
-            }
-        }
+        self.slowest = slower(self.slowest, other.slowest);
         self.before_sent += other.before_sent;
         self.lost_track |= other.lost_track;
     }
@@ -1795,6 +1831,34 @@ mod tests {
         let mut early = BurstTracker::new();
         early.feed(&trip_write(base + ms, 100), base);
         assert_eq!((early.before_sent, early.transit()), (1, None));
+    }
+
+    /// `serve --histogram-interval`: each interval holds the writes that ended since the
+    /// last, with the slowest of them; two connections' intervals join.
+    #[test]
+    fn an_intervals_writes_are_those_ended_since_the_last_with_their_slowest() {
+        let base = 1_796_000_000_000_000_000u64;
+        let ms = 1_000_000u64;
+        let count = |i: &WritesInterval| i.delays.iter().map(|b| b.count).sum::<u64>();
+        let mut t = BurstTracker::new();
+        t.feed(&trip_write(base, 500), base + 2 * ms);
+        t.feed(&trip_write(base + ms, 500), base + 9 * ms);
+        let first = t.interval();
+        assert_eq!(count(&first), 2, "{first:?}");
+        assert_eq!(first.slowest, Some((8e6, i128::from(base + ms))));
+        assert_eq!(t.interval(), WritesInterval::default(), "nothing since");
+        t.feed(&trip_write(base + 20 * ms, 500), base + 23 * ms);
+        let third = t.interval();
+        assert_eq!(count(&third), 1);
+        assert_eq!(third.slowest, Some((3e6, i128::from(base + 20 * ms))));
+        // The test's own slowest stays the first interval's.
+        assert_eq!(t.slowest(), Some((8e6, i128::from(base + ms))));
+        let mut other = BurstTracker::new();
+        other.feed(&trip_write(base + 20 * ms, 500), base + 24 * ms);
+        let mut joined = third.clone();
+        joined.merge(&other.interval());
+        assert_eq!(count(&joined), 2);
+        assert_eq!(joined.slowest, Some((4e6, i128::from(base + 20 * ms))));
     }
 
     /// An `--isochronous` frame as 2.1.8's client writes it over TCP: a `--trip-times`
