@@ -60,6 +60,19 @@ impl LatencyHistogram {
         self.inner.value_at_quantile(quantile) as f64 / 1e3
     }
 
+    /// Every non-empty bucket, in increasing order: one pass over the histogram, where a
+    /// summary's percentiles take several.
+    pub fn buckets(&self) -> Vec<LatencyBucket> {
+        self.inner
+            .iter_recorded()
+            .map(|v| LatencyBucket {
+                // The bucket's highest equivalent value: what a percentile reports.
+                le_us: self.inner.highest_equivalent(v.value_iterated_to()) as f64 / 1e3,
+                count: v.count_at_value(),
+            })
+            .collect()
+    }
+
     /// The reported figures, with the full histogram (`with_buckets`) or without.
     pub fn summary(&self, with_buckets: bool) -> LatencySummary {
         if self.count() == 0 {
@@ -67,14 +80,7 @@ impl LatencyHistogram {
         }
         let us = |ns: u64| ns as f64 / 1e3;
         let histogram = if with_buckets {
-            self.inner
-                .iter_recorded()
-                .map(|v| LatencyBucket {
-                    // The bucket's highest equivalent value: what a percentile reports.
-                    le_us: us(self.inner.highest_equivalent(v.value_iterated_to())),
-                    count: v.count_at_value(),
-                })
-                .collect()
+            self.buckets()
         } else {
             Vec::new()
         };
