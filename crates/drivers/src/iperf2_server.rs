@@ -474,6 +474,18 @@ fn log_histogram(
     }
 }
 
+/// `serve --histogram-interval`: whether a test's timed writes get a line each interval
+/// (not an `--isochronous` test's: its writes are frames, and iperf 2 prints none).
+fn logs_interval_writes(shared: &ServerState, trip_times: Option<&TripTimes>) -> bool {
+    shared.config.iperf2.histogram_interval().is_some()
+        && trip_times.is_some_and(|t| {
+            t.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .frames()
+                .is_none()
+        })
+}
+
 /// `serve --histogram-interval`: the latencies of the writes that ended in each interval
 /// the test's plane completed since the last turn, as iperf 2's server prints each
 /// interval's (`F8-PDF`, no `(f)`, its slowest write at the end); an interval without a
@@ -764,15 +776,7 @@ fn run(
         },
         ..PlaneSetup::default()
     };
-    // `serve --histogram-interval`: the timed writes' latencies of each interval too
-    // (not an --isochronous test's: its writes are frames, and iperf 2 prints none).
-    let timed_writes = setup.trip_times.as_ref().is_some_and(|t| {
-        t.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .frames()
-            .is_none()
-    });
-    if timed_writes && shared.config.iperf2.histogram_interval().is_some() {
+    if logs_interval_writes(shared, setup.trip_times.as_ref()) {
         served.interval_writes = Some(Vec::new());
     }
     match DataPlane::start(Instant::now(), config, specs, setup) {

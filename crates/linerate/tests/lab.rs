@@ -5365,22 +5365,9 @@ fn a_calls_late_loss_is_what_the_emulators_holding_of_each_frame_makes_of_its_bu
         let first = *held.first().expect("the call's datagrams in the log");
         let bound = first + 2_000_000;
         let late_ref = held.iter().filter(|&&h| h > bound).count() as f64;
-        // Back, linerate stamps each answer's arrival in the kernel: within 0.2 ms of the
-        // emulator's holding time. Out, irtt's server stamps a request's in user space
-        // after a wake-up (seen: 0.2-0.26 ms after the emulator let it go, on a quiet
-        // host): within 0.5 ms and the emulator's own lateness.
-        let late_max_ms = num(
-            &emulator_status(&name),
-            &format!("/directions/{i}/counters/late_max_ns"),
-        ) / 1e6;
-        let over = if i == 0 { 0.5 + late_max_ms } else { 0.2 };
-        // Out, that stamping error moves the first datagram's delay (the buffer's anchor,
-        // so the bound) and each other's: a datagram held within it of the bound can be
-        // judged either way (a CI run: 311 late against 343, 14 of them within 0.25 ms).
-        let near_ns = if i == 0 { (over * 1e6) as u64 } else { 250_000 };
         let near = held
             .iter()
-            .filter(|&&h| h.abs_diff(bound) < near_ns)
+            .filter(|&&h| h.abs_diff(bound) < 250_000)
             .count() as f64;
         let held_mean_ms = held.iter().sum::<u64>() as f64 / held.len() as f64 / 1e6;
         let late = num(way, "/late");

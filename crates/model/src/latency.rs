@@ -195,14 +195,16 @@ pub fn buckets_merged(a: &[LatencyBucket], b: &[LatencyBucket]) -> Vec<LatencyBu
 mod tests {
     use super::*;
 
+    /// Buckets of (top in us, count).
+    fn delays(values: &[(f64, u64)]) -> Vec<LatencyBucket> {
+        values
+            .iter()
+            .map(|&(le_us, count)| LatencyBucket { le_us, count })
+            .collect()
+    }
+
     #[test]
     fn two_distributions_buckets_merge_by_their_tops() {
-        let delays = |values: &[(f64, u64)]| -> Vec<LatencyBucket> {
-            values
-                .iter()
-                .map(|&(le_us, count)| LatencyBucket { le_us, count })
-                .collect()
-        };
         assert_eq!(
             buckets_merged(
                 &delays(&[(1.0, 2), (3.0, 1), (9.0, 4)]),
@@ -224,12 +226,6 @@ mod tests {
     /// their tops; a bucket that did not grow is left out.
     #[test]
     fn an_intervals_buckets_are_the_later_less_the_earlier() {
-        let delays = |values: &[(f64, u64)]| -> Vec<LatencyBucket> {
-            values
-                .iter()
-                .map(|&(le_us, count)| LatencyBucket { le_us, count })
-                .collect()
-        };
         let before = delays(&[(5.0, 3), (20.0, 10)]);
         let now = delays(&[(2.0, 1), (5.0, 3), (20.0, 12), (58.0, 4)]);
         let since: Vec<(f64, u64)> = buckets_since(&now, &before)
