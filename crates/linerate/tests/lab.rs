@@ -4642,9 +4642,15 @@ mos_for = "5s"
     let dropped = |way: usize| ran.counted(way, "lost");
     let rows = ran.rows();
     assert_eq!(rows.len(), 4, "{rows:#?}");
-    // What the emulator held each way, on average: no frame is faster than that by
-    // more than its timer's slack.
-    let held_ms = |way: usize| ran.counted(way, "delay_sum_ns") / ran.counted(way, "passed") / 1e6;
+    // What the path set each way, on average (the emulator's holding time less its own
+    // lateness, which a busy host adds to some frames and not others): no frame is
+    // faster than that by more than its timer's slack. (Beside two busy loops a game's
+    // fastest tick came more than 0.5 ms under the mean holding time with the lateness.)
+    let held_ms = |way: usize| {
+        (ran.counted(way, "delay_sum_ns") - ran.counted(way, "late_sum_ns"))
+            / ran.counted(way, "passed")
+            / 1e6
+    };
     let least_ms = [held_ms(0) - 0.5, held_ms(1) - 0.5];
     let (games, rows): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| r["test"] == "game");
     assert_eq!((games.len(), rows.len()), (2, 2), "{games:#?}");
