@@ -368,6 +368,12 @@ pub const SCHEDULE_SLICE_NS: u64 = 100_000;
 pub fn keep_a_schedule() {
     // SAFETY: PR_SET_TIMERSLACK takes a plain integer and acts on this thread only.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    // A thread the user put under another policy keeps it: a real-time one (`chrt -f 10
+    // linerate ...`) wakes ahead of every normal thread, which no slice does.
+    // SAFETY: sched_getscheduler reads the calling thread's policy.
+    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
+        return;
+    }
     // sched_setattr sets a normal thread's nice with its slice: keep the one it has
     // (`nice -n -20 linerate ...` stays ahead). getpriority may return -1 as a nice: the
     // error is told by errno.
@@ -617,6 +623,22 @@ mod tests {
         })
         .join()
         .expect("the scheduled thread");
+    }
+
+    #[test]
+    fn a_worker_under_a_policy_of_the_users_keeps_it() {
+        std::thread::spawn(|| {
+            // SCHED_BATCH needs no privilege; a real-time policy (chrt) is kept the same way.
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: sched_setscheduler on this thread with a valid sched_param.
+            let set = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+            assert_eq!(set, 0, "{}", io::Error::last_os_error());
+            keep_a_schedule();
+            // SAFETY: sched_getscheduler reads this thread's policy.
+            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_BATCH);
+        })
+        .join()
+        .expect("the batch thread");
     }
 
     #[test]

@@ -702,9 +702,14 @@ impl UdpLoop {
     /// lets them go.
     fn send_frames(&mut self, index: usize, now: Instant, since: Duration, turn: &mut Turn) {
         let flow = &mut self.flows[index];
-        let elapsed_ns = since.as_nanos() as u64;
         let (planned, lengths) = (&mut self.frame_plan, &mut self.frame_lengths);
         for _ in 0..CALLS_PER_TURN {
+            // The schedule reads the clock as it plans, not the turn's start: the turn may
+            // have begun with the samples of a boundary (worker 0's first readings of the
+            // host), and the first plan sets the schedule's origin, which would then lie
+            // before them and make the first frame late by what they cost (1.6 to 5.9 ms
+            // beside two busy loops).
+            let elapsed_ns = self.plan.start.elapsed().as_nanos() as u64;
             let frames = flow.frames.as_mut().expect("a video sender");
             if let Err(next_ns) = frames.plan(elapsed_ns, self.send_batch.capacity(), planned) {
                 let at = self.plan.start + Duration::from_nanos(next_ns);
