@@ -499,6 +499,38 @@ fn real_iperf2_udp_tests_are_counted_to_the_datagram() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A real 2.1.8 client asking a rate above 32 bits (`-b 10g`) is read as it asked: a
+/// server that allows 20 Gbit/s a test serves it and keeps that rate. (The header's upper
+/// word holds the rate's upper bits a byte up; read unshifted, the same client asked
+/// 2.2 Tbit/s and this server refused it.)
+#[test]
+fn a_real_iperf2_client_asking_more_than_32_bits_of_rate_is_read_as_it_asked() {
+    let test = "a_real_iperf2_client_asking_more_than_32_bits_of_rate_is_read_as_it_asked";
+    if !have("iperf", test) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("linerate-iperf2-fast-{}", std::process::id()));
+    let db = dir.join("served.db").to_str().unwrap().to_string();
+    let server = ServeProcess::start(&["--db", &db, "--iperf2-port", "0", "--max-rate", "20g"]);
+    let port = iperf2_port(&server);
+    let out = iperf(&["-c", "127.0.0.1", "-p", &port, "-t", "1", "-b", "10g"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        server.wait_log("stored as run 1", Duration::from_secs(10)),
+        "{}",
+        server.log()
+    );
+    let run = kept(&db, 1);
+    assert_eq!(
+        run["config"]["rate_bps"], 10_000_000_000u64,
+        "{}",
+        run["config"]
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The frames an iperf 2 `--isochronous -e` client says it sent, missed and slipped, over
 /// its whole test (`isoch:tx/miss/slip`: its last line with them).
 fn isochronous_frames(output: &Output) -> Option<[f64; 3]> {

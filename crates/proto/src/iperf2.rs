@@ -124,9 +124,13 @@ pub struct ClientHeader {
     /// The client's release, major, minor and patch, from the extended header.
     pub version: Option<(u16, u16, u16)>,
     /// The rate asked (`-b`), bits (or packets, with [`ext_flag::UNITS_PPS`]) a second;
-    /// 0: unlimited.
+    /// 0: unlimited. At most [`MAX_RATE`] on the wire.
     pub rate: u64,
 }
+
+/// The most rate a header carries: 32 bits and the 24 above them (the upper word's
+/// lowest byte is not the rate's).
+pub const MAX_RATE: u64 = (1 << 56) - 1;
 
 /// Why a header was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -218,7 +222,9 @@ impl ClientHeader {
                 (upper & 0xffff) as u16,
                 (lower >> 16) as u16,
             );
-            let rate = u64::from(word(bytes, 12)) | (u64::from(word(bytes, 13)) << 32);
+            // The rate's upper 32 bits sit a byte up in their word (2.1.8 reads and writes
+            // them so): 10 Gbit/s is 0x540be400 and 0x00000200.
+            let rate = u64::from(word(bytes, 12)) | (u64::from(word(bytes, 13) >> 8) << 32);
             (ext_flags, Some(version), rate)
         } else {
             (0, None, 0)
@@ -244,6 +250,8 @@ impl ClientHeader {
             Amount::Unsaid => 0,
         };
         let version = self.version.unwrap_or((2, 1, 8));
+        // The wire holds 56 bits of rate: more is saturated, not wrapped.
+        let rate = self.rate.min(MAX_RATE);
         let words: [u32; 15] = [
             self.flags | flag::EXTEND,
             self.threads,
@@ -257,8 +265,8 @@ impl ClientHeader {
             (u32::from(version.0) << 16) | u32::from(version.1),
             (u32::from(version.2) << 16) | 3,
             0,
-            self.rate as u32,
-            (self.rate >> 32) as u32,
+            rate as u32,
+            ((rate >> 32) as u32) << 8,
             0,
         ];
         for (i, w) in words.iter().enumerate() {
@@ -1346,6 +1354,22 @@ mod tests {
         assert_eq!(flags_of(trip).unserved(), None);
         let paced = "40010078 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 00000000 00020001 00080003 00000000 00989680 00000000 00000000";
         assert_eq!(flags_of(paced).rate, 10_000_000);
+        // -b 10g: above 32 bits, the upper part a byte up in its word (2.1.8's client's
+        // words; a server reading it unshifted asked 2.2 Tbit/s, and a client writing it
+        // so had 2.1.8's server send at 1.41 Gbit/s, the rate's lower 32 bits).
+        let fast = "40010078 00000001 00003e7f 00000000 00000000 ffffff9c 00000000 00000000 00000000 00020001 00080003 00000000 540be400 00000200 00000000";
+        let fast = flags_of(fast);
+        assert_eq!(fast.rate, 10_000_000_000);
+        assert_eq!(
+            &fast.encode()[48..56],
+            &[0x54, 0x0b, 0xe4, 0x00, 0, 0, 2, 0]
+        );
+        let too_fast = ClientHeader {
+            rate: u64::MAX,
+            ..fast
+        };
+        let back = ClientHeader::decode(&too_fast.encode()).unwrap().unwrap();
+        assert_eq!(back.rate, MAX_RATE);
         let isochronous = "400100a0 00000001 00003aa1 00000000 00000000 ffffff9c 00000000 00000000 00010000 00020001 00080003 00000000 00000000 00000000 00000000";
         assert_eq!(
             flags_of(isochronous).unserved(),
@@ -1695,7 +1719,7 @@ mod tests {
 
         /// What a client encodes, a server decodes as asked.
         #[test]
-        fn headers_round_trip(threads in 1u32..=MAX_THREADS, hundredths in 1u32..1_000_000, rate in any::<u64>(), ext in any::<u16>()) {
+        fn headers_round_trip(threads in 1u32..=MAX_THREADS, hundredths in 1u32..1_000_000, rate in 0..=MAX_RATE, ext in any::<u16>()) {
             let mut header = ClientHeader::plain(threads, Amount::Seconds(f64::from(hundredths) / 100.0));
             header.rate = rate;
             header.ext_flags = ext;
