@@ -18,12 +18,25 @@ pub struct Iperf2Run<'a> {
     pub ask: Iperf2Ask,
     /// `--json`: linerate's document instead of iperf 2's lines.
     pub json: bool,
+    /// `-z`: the test's threads under real-time scheduling (`sys::ask_realtime`).
+    pub realtime: bool,
 }
 
 /// `linerate iperf2 -c`: one test against an iperf 2 server on its wire, printed as iperf
 /// 2's client prints it (or linerate's document) and kept as linerate's document.
 pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
     let ask = &run.ask;
+    // Before any of the test's threads starts, so that all of them inherit it.
+    let realtime_refused = run
+        .realtime
+        .then(linerate_engine::sys::ask_realtime)
+        .and_then(Result::err)
+        .map(|e| {
+            format!("-z: real-time scheduling was refused ({e}; it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of {}): the test ran at normal priority", linerate_engine::sys::REALTIME_PRIORITY)
+        });
+    if let Some(warning) = &realtime_refused {
+        eprintln!("linerate: warning: {warning}");
+    }
     let store = storage.open_for_run()?;
     let cancel = cancel::on_signals()?;
     let say = |line: &str| {
@@ -103,7 +116,8 @@ pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
             }
         }
     };
-    let outcome = test.run(&cancel, &mut progress)?;
+    let mut outcome = test.run(&cancel, &mut progress)?;
+    outcome.report.warnings.extend(realtime_refused);
     finish(run, &outcome, store)
 }
 

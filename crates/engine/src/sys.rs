@@ -395,6 +395,27 @@ pub fn keep_a_schedule() {
     unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
 }
 
+/// The real-time priority [`ask_realtime`] asks: above every normal thread, below the
+/// kernel's interrupt threads (50), which a test that never sleeps must not starve.
+pub const REALTIME_PRIORITY: i32 = 10;
+
+/// Puts the calling thread under round-robin real-time scheduling at
+/// [`REALTIME_PRIORITY`]; the threads it starts afterwards inherit it (iperf 2's `-z`,
+/// `--realtime`). A woken thread then takes a CPU from any normal one at once, where
+/// EEVDF can leave it queued until the next tick (docs/performance.md). Needs root,
+/// CAP_SYS_NICE or an RLIMIT_RTPRIO of at least that priority: the kernel's refusal is
+/// returned, and the thread is left as it was.
+pub fn ask_realtime() -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: REALTIME_PRIORITY,
+    };
+    // SAFETY: sched_setscheduler on the calling thread with a valid sched_param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_RR, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `struct sched_attr` as the kernel's first version has it (48 bytes).
 #[repr(C)]
 #[derive(Debug, Default)]
@@ -639,6 +660,36 @@ mod tests {
         })
         .join()
         .expect("the batch thread");
+    }
+
+    /// Granted (root, or CAP_SYS_NICE): the thread and those it starts are round-robin at
+    /// the priority, and a worker that keeps a schedule keeps it. Refused: the kernel's
+    /// reason comes back and the thread is as it was.
+    #[test]
+    fn realtime_asked_is_inherited_and_kept_or_refused_with_the_reason() {
+        std::thread::spawn(|| {
+            // SAFETY: sched_getscheduler reads the calling thread's policy.
+            let policy = || unsafe { libc::sched_getscheduler(0) };
+            match ask_realtime() {
+                Ok(()) => {
+                    assert_eq!(policy(), libc::SCHED_RR);
+                    let child = std::thread::spawn(move || {
+                        keep_a_schedule();
+                        let mut param = libc::sched_param { sched_priority: 0 };
+                        // SAFETY: sched_getparam writes this thread's sched_param.
+                        assert_eq!(unsafe { libc::sched_getparam(0, &mut param) }, 0);
+                        (policy(), param.sched_priority)
+                    });
+                    assert_eq!(child.join().unwrap(), (libc::SCHED_RR, REALTIME_PRIORITY));
+                }
+                Err(e) => {
+                    assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+                    assert_eq!(policy(), libc::SCHED_OTHER);
+                }
+            }
+        })
+        .join()
+        .expect("the real-time thread");
     }
 
     #[test]

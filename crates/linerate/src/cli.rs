@@ -977,6 +977,10 @@ pub struct Iperf2Args {
     /// Enhanced reports: taken, and the lines stay iperf 2's plain ones
     #[arg(short = 'e', long)]
     pub enhanced: bool,
+    /// Real-time scheduling for the test's threads (round-robin, priority 10; root or
+    /// CAP_SYS_NICE): a timer's wake-up takes a CPU from a busy thread at once
+    #[arg(short = 'z', long)]
+    pub realtime: bool,
     /// Socket buffer size [KM]
     #[arg(short = 'w', long, value_parser = iperf2_size)]
     pub window: Option<u64>,

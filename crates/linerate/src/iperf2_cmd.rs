@@ -41,6 +41,7 @@ pub fn run(args: &Iperf2Args, globals: &Globals) -> CommandResult {
         host: &args.client,
         ask,
         json: args.json,
+        realtime: args.realtime,
     };
     iperf2_run::run(&run, &globals.storage)
 }
