@@ -14,6 +14,7 @@ target: frame starts within 1 ms of the plan at p99 beside two busy loops.
     python3 bench/app_schedule.py --patterns game --runs 5 --time 10
     sudo python3 bench/app_schedule.py --nice -20      # linerate ahead of the loops
     python3 bench/app_schedule.py --binaries /tmp/lr-a /tmp/lr-b   # two builds, interleaved
+    sudo python3 bench/app_schedule.py --realtime both   # plain and -z (real-time), interleaved
 """
 import argparse, json, os, subprocess, sys, time
 
@@ -38,13 +39,14 @@ def busy_loops(n, seconds):
             for _ in range(n)]
 
 
-def run(binary, pattern, seconds, busy, nice):
+def run(binary, pattern, seconds, busy, nice, realtime=False):
     loops = busy_loops(2, seconds + 3) if busy else []
     before = cpu_times()
     prefix = ["nice", "-n", str(nice)] if nice else []
     out = subprocess.run(
         prefix + [binary, "--no-store", "app", "--pattern", pattern, "-t", str(seconds),
-                  "-i", "0", "--json"], capture_output=True, text=True, timeout=seconds + 60)
+                  "-i", "0", "--json"] + (["-z"] if realtime else []),
+        capture_output=True, text=True, timeout=seconds + 60)
     after = cpu_times()
     for loop in loops:
         loop.terminate()
@@ -72,13 +74,18 @@ def main():
     parser.add_argument("--binaries", nargs="+", metavar="BINARY",
                         help="builds to compare, each run in turn in every round (default: "
                              "this checkout's release build)")
+    parser.add_argument("--realtime", choices=["off", "on", "both"], default="off",
+                        help="-z (real-time scheduling; root): off, on, or both interleaved")
     args = parser.parse_args()
     if args.binaries:
-        binaries = args.binaries
+        paths = args.binaries
     else:
         build()
-        binaries = [LINERATE]
-    label = {b: (os.path.basename(b) if len(binaries) > 1 else "") for b in binaries}
+        paths = [LINERATE]
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.realtime]
+    binaries = [(path, realtime) for path in paths for realtime in modes]
+    label = {(path, realtime): (os.path.basename(path) if len(paths) > 1 else "")
+             + (" -z" if realtime and len(modes) > 1 else "") for path, realtime in binaries}
     print(machine())
     print(f"{'build':<10} {'pattern':<13} {'host':<6} {'way':<8} {'start late p99':>15} {'most':>9} "
           f"{'skipped':>8} {'sent':>6} {'steal':>6}")
@@ -87,7 +94,7 @@ def main():
         for pattern in args.patterns:
             for busy in (False, True):
                 for binary in binaries:
-                    steal, ways = run(binary, pattern, args.time, busy, args.nice)
+                    steal, ways = run(binary[0], pattern, args.time, busy, args.nice, binary[1])
                     host = "busy" if busy else "quiet"
                     for direction, p99, most, skipped, sent in ways:
                         print(f"{label[binary]:<10} {pattern:<13} {host:<6} {direction:<8} "

@@ -27,16 +27,7 @@ pub struct Iperf2Run<'a> {
 pub fn run(run: &Iperf2Run, storage: &Storage) -> Result<()> {
     let ask = &run.ask;
     // Before any of the test's threads starts, so that all of them inherit it.
-    let realtime_refused = run
-        .realtime
-        .then(linerate_engine::sys::ask_realtime)
-        .and_then(Result::err)
-        .map(|e| {
-            format!("-z: real-time scheduling was refused ({e}; it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of {}): the test ran at normal priority", linerate_engine::sys::REALTIME_PRIORITY)
-        });
-    if let Some(warning) = &realtime_refused {
-        eprintln!("linerate: warning: {warning}");
-    }
+    let realtime_refused = crate::test_run::take_realtime(run.realtime);
     let store = storage.open_for_run()?;
     let cancel = cancel::on_signals()?;
     let say = |line: &str| {

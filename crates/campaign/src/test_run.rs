@@ -53,6 +53,22 @@ pub struct Shown<'a> {
     pub per_flow: bool,
     /// Under `--verbose`, what the resolution chose and why, on stderr.
     pub verbose: bool,
+    /// `-z`: this side's threads (and the in-process server's) under real-time scheduling.
+    pub realtime: bool,
+}
+
+/// Real-time scheduling for this process's threads from here on, where `asked` (`-z`,
+/// `--realtime`; `linerate_engine::sys::ask_realtime`): called before the test starts
+/// any thread, so that all of them inherit it. A refusal is said on stderr and returned,
+/// for the test's document: the test runs at normal priority.
+pub fn take_realtime(asked: bool) -> Option<String> {
+    let refused = asked.then(linerate_engine::sys::ask_realtime)?.err()?;
+    let warning = format!(
+        "-z: real-time scheduling was refused ({refused}; it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of {}): this side's threads run at normal priority",
+        linerate_engine::sys::REALTIME_PRIORITY
+    );
+    eprintln!("linerate: warning: {warning}");
+    Some(warning)
 }
 
 /// The request resolved on this machine; under `--verbose`, what it chose and why, on
@@ -107,6 +123,7 @@ pub fn run(
     with_baseline: bool,
     storage: &Storage,
 ) -> Result<()> {
+    let realtime_refused = take_realtime(shown.realtime);
     let (target, config, store, cancel) = prepare(request, shown, storage)?;
     let text = TextSink::new(std::io::stdout(), shown.scale).intervals(
         &config,
@@ -131,6 +148,7 @@ pub fn run(
         if let Some(plain) = &plain {
             baseline::compare(&mut report, plain);
         }
+        report.warnings.extend(realtime_refused.clone());
         Ok(report)
     })?;
     let failed = repeat::check_flows(&report);
@@ -173,6 +191,7 @@ fn run_beside(
     storage: &Storage,
 ) -> Result<()> {
     use linerate_drivers::bulk_load::{beside_request, run_beside};
+    let realtime_refused = take_realtime(shown.realtime);
     let (target, config, store, cancel) = prepare(request, shown, storage)?;
     let beside_config = resolved(&beside_request(request, beside), target, shown.verbose)?;
     let text =
@@ -180,13 +199,14 @@ fn run_beside(
     let mut sinks = sink::standard(shown.json, text, store);
     sinks.event(&Event::Note(&test::banner(shown.host, target, &config)));
     let mut progress = |event| sinks.event(&Event::Test(&event));
-    let (report, beside_failed) = run_beside(
+    let (mut report, beside_failed) = run_beside(
         target,
         &shown.trust.options(&config),
         shown.trust.options(&beside_config),
         &cancel,
         &mut progress,
     )?;
+    report.warnings.extend(realtime_refused);
     let failed = repeat::check_flows(&report);
     let interrupted = report.interrupted.is_some();
     sinks.finish_document(&Document::Test(Box::new(report)))?;

@@ -1252,6 +1252,11 @@ pub struct MeasureArgs {
     /// softnet drops, NIC queues, protocol counters); both ends read them by default
     #[arg(long)]
     pub no_observe: bool,
+    /// Real-time scheduling for this side's threads, and the in-process server's
+    /// (round-robin, priority 10; root or CAP_SYS_NICE): a worker woken by its timer takes
+    /// a CPU from a busy thread at once (iperf 2's -z)
+    #[arg(short = 'z', long)]
+    pub realtime: bool,
 }
 
 /// Flags shared by `rr` and `crr`.
@@ -1490,6 +1495,11 @@ pub struct ServeArgs {
     /// Address to listen on (default: every IPv6 and IPv4 address)
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::IpAddr>,
+    /// Real-time scheduling for every thread of the server (round-robin, priority 10; root
+    /// or CAP_SYS_NICE), as iperf 2's -s -z: the tests it sends keep their schedule beside
+    /// busy threads
+    #[arg(short = 'z', long)]
+    pub realtime: bool,
     /// Accept MPTCP connections (IPPROTO_MPTCP): clients' `--mptcp` tests get their
     /// subflows; plain TCP clients are served as before
     #[arg(long)]

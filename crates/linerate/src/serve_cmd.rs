@@ -13,6 +13,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
+    // Before any of the server's threads starts; a refusal is said on stderr.
+    let _ = linerate_campaign::test_run::take_realtime(args.realtime);
     let ip = args.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
     let mut config = ServerConfig::new(SocketAddr::new(ip, args.port));
     config.mptcp = args.mptcp;

@@ -98,7 +98,7 @@ fn shown<'a>(
     trust: Trust,
     plan: Option<RepeatPlan>,
     per_flow: bool,
-    verbose: bool,
+    (verbose, realtime): (bool, bool),
 ) -> Result<Shown<'a>, Failure> {
     Ok(Shown {
         host: server.host.as_deref(),
@@ -110,6 +110,7 @@ fn shown<'a>(
         scale: output.format,
         per_flow,
         verbose,
+        realtime,
     })
 }
 
@@ -156,7 +157,7 @@ pub fn stream(args: &StreamArgs, globals: &Globals) -> CommandResult {
         trust(&args.secure, globals.key.clone()),
         RepeatPlan::from_flags(args.repeat.iterations, args.repeat.confidence),
         args.per_flow,
-        globals.verbose,
+        (globals.verbose, args.measure.realtime),
     )?;
     let request = stream_request(args);
     if args.find_max {
@@ -214,6 +215,8 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
         marks: args.server.marks(),
         duration: std::time::Duration::from_secs_f64(args.time.unwrap_or(DEFAULT_TIME_S)),
     };
+    // Said on stderr where refused; a sender's document is the receivers' counts.
+    let _ = linerate_campaign::test_run::take_realtime(args.measure.realtime);
     let gather = linerate_campaign::multicast_run::Gather {
         hosts: &args.receivers,
         key: globals.key.clone(),
@@ -247,7 +250,7 @@ pub fn app(args: &AppArgs, globals: &Globals) -> CommandResult {
         trust(&TlsArgs::default(), globals.key.clone()),
         RepeatPlan::from_flags(None, None),
         false,
-        globals.verbose,
+        (globals.verbose, args.measure.realtime),
     )?;
     let request = |test: &linerate_model::app::PlannedTest| TestRequest {
         parallel: test.flows,
@@ -282,7 +285,7 @@ pub fn transactions(
         trust(secure, globals.key.clone()),
         RepeatPlan::from_flags(common.repeat.iterations, common.repeat.confidence),
         common.per_flow,
-        globals.verbose,
+        (globals.verbose, common.measure.realtime),
     )?;
     let request = transaction_request(common, rr);
     test_run::run(&request, &shown, false, &globals.storage)

@@ -689,3 +689,53 @@ fn a_g729a_call_sends_only_while_its_speakers_talk() {
         doc["summary"]["pacing"]
     );
 }
+
+/// `app -z` (real-time scheduling for this side's threads and the in-process server's):
+/// as root a game runs and says nothing of it, every tick counted; where the kernel
+/// refuses (root without CAP_SYS_NICE, by `setpriv`) the same game still runs, at normal
+/// priority, and says so on stderr and among its document's warnings. (The policy the
+/// threads then have is `engine::sys`'s unit test.)
+#[test]
+fn an_apps_realtime_scheduling_is_taken_or_its_refusal_said() {
+    let test = "an_apps_realtime_scheduling_is_taken_or_its_refusal_said";
+    if !is_root() {
+        skip(test, "needs root: without it the kernel refuses either way");
+        return;
+    }
+    if !have("setpriv", test) {
+        return;
+    }
+    let _cpus = alone();
+    let args = [
+        "--no-store",
+        "app",
+        "--pattern",
+        "game",
+        "-t",
+        "2",
+        "-i",
+        "0",
+        "-z",
+        "--json",
+    ];
+    let refused = "-z: real-time scheduling was refused";
+    let said = |out: &std::process::Output| {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+        let doc = json(out);
+        for way in doc["summary"]["video"]["ways"].as_array().expect("ticks") {
+            assert!(num(way, "/sent") >= 120.0, "two seconds of ticks: {way}");
+        }
+        let in_doc = doc["warnings"].to_string().contains(refused);
+        assert_eq!(in_doc, stderr(out).contains(refused), "{}", stderr(out));
+        in_doc
+    };
+    assert!(!said(&linerate(&args)));
+    let out = std::process::Command::new("setpriv")
+        .arg("--bounding-set=-sys_nice")
+        .arg(binary())
+        .envs(scratch_env())
+        .args(args)
+        .output()
+        .expect("linerate under setpriv");
+    assert!(said(&out));
+}
