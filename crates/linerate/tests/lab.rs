@@ -4465,7 +4465,10 @@ fn frames_each_way_take_what_the_emulator_held_them(
 /// applied to the path: about halfway. The reference is the emulator's own holding time
 /// that way: the score lies between what the method gives for the held mean and for the
 /// held mean plus 10 ms (a frame's serialisation at the rate, a few milliseconds, and the
-/// emulator's reported lateness); nothing was lost, so the latency is what scored.
+/// emulator's reported lateness); nothing was lost, so the latency is what scored. The
+/// last frame may arrive in part: it leaves the server just before the test's end and
+/// takes 275 ms to come, where a UDP receiver reads on for 250 ms after the end (seen once
+/// in CI: 119 whole, 1 in part, none lost).
 #[test]
 fn a_video_calls_quality_of_outcome_is_what_the_paths_delay_makes_it() {
     let test = "a_video_calls_quality_of_outcome_is_what_the_paths_delay_makes_it";
@@ -4492,7 +4495,13 @@ fn a_video_calls_quality_of_outcome_is_what_the_paths_delay_makes_it() {
         "held {held_ms:.3} ms (lateness at most {late_max_ms:.3}); frame p99 {p99_ms:.3} ms; {qoo}"
     );
     assert_eq!(qoo["requirement"]["name"], "interactive video");
-    assert_eq!(num(way, "/whole"), num(way, "/sent"), "{way}");
+    assert_eq!(num(way, "/lost"), 0.0, "{way}");
+    assert!(num(way, "/partial") <= 1.0, "{way}");
+    assert_eq!(
+        num(way, "/whole") + num(way, "/partial"),
+        num(way, "/sent"),
+        "{way}"
+    );
     assert_eq!((num(qoo, "/loss"), num(qoo, "/throughput")), (100.0, 100.0));
     let got = num(qoo, "/score");
     assert_eq!(got, num(qoo, "/latency"));
