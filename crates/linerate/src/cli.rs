@@ -1846,8 +1846,10 @@ pub struct AppArgs {
     /// Each way's Quality of Outcome requirement, as p99=150ms/400ms,loss=1%/5%
     #[arg(long, value_name = "REQUIREMENT", value_parser = linerate_model::qoo::Requirement::parse)]
     pub qoo: Option<linerate_model::qoo::Requirement>,
-    /// The call's codec: g711 (with loss concealment), g711-no-plc, g729a [default: g711]
-    #[arg(long, value_parser = linerate_model::call::Codec::parse)]
+    /// The call's codec: g711 (with loss concealment), g711-no-plc, g729a, or
+    /// opus:RATE (6k to 510k bit/s; measured, with no MOS: G.113 gives Opus no values)
+    /// [default: g711]
+    #[arg(long, value_name = "CODEC", value_parser = linerate_model::call::Codec::parse)]
     pub codec: Option<linerate_model::call::Codec>,
     /// The call's receivers' jitter buffer: fixed (a datagram later than the first's delay
     /// by more is played too late, lost), or `adaptive[:MOST]` (follows the jitter)
@@ -1902,7 +1904,7 @@ fn app_help() -> String {
     for pattern in PATTERNS {
         help += &format!("  linerate app 192.0.2.1 --pattern {}\n", pattern.example);
     }
-    help + "  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern voip --peer irtt    a call to an irtt server (port 2112)"
+    help + "  linerate app 192.0.2.1 --pattern voip --codec g729a --jitter-buffer 40ms -t 30 --json\n  linerate app 192.0.2.1 --pattern voip --codec opus:32k --qoo p99=150ms/400ms,loss=1%/5%\n  linerate app 192.0.2.1 --pattern voip --peer irtt    a call to an irtt server (port 2112)"
 }
 
 /// `--pattern`: the table's patterns, each with what it is in help.

@@ -739,3 +739,99 @@ fn an_apps_realtime_scheduling_is_taken_or_its_refusal_said() {
         .expect("linerate under setpriv");
     assert!(said(&out));
 }
+
+/// `--codec opus:24k`: a call of Opus at 24 kbit/s is a 60-byte frame (and RTP's 12) each
+/// way every 20 ms. In a namespace of its own, tcpdump on its loopback counts the call's
+/// datagrams by their length on the wire: each way's are what linerate says it sent, every
+/// one 72 bytes of UDP payload, none of G.711's 172. The call is measured as any call
+/// (delay, loss, a Quality of Outcome), and its R and MOS are null: G.113 gives Opus no
+/// values, and none is made up.
+#[test]
+fn an_opus_call_sends_its_bitrates_frames_and_withholds_a_mos() {
+    let test = "an_opus_call_sends_its_bitrates_frames_and_withholds_a_mos";
+    if !is_root() {
+        skip(test, "needs root: a namespace of its own for the capture");
+        return;
+    }
+    if !have("tcpdump", test) {
+        return;
+    }
+    let _cpus = beside_others();
+    let ns = format!("lr-opus-{}", std::process::id());
+    run("ip", &["netns", "add", &ns]);
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &self.0])
+                .status();
+        }
+    }
+    let _gone = Gone(ns.clone());
+    run("ip", &["-n", &ns, "link", "set", "lo", "up"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("lo.pcap");
+    let mut capture = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", &ns, "tcpdump", "-i", "lo", "-n", "-U", "-s", "64",
+        ])
+        // Each packet handed over as it comes: a buffered block is lost at SIGINT (the
+        // test's last 100 ms were, before).
+        .arg("--immediate-mode")
+        .args(["--time-stamp-precision", "nano", "-w"])
+        .arg(&pcap)
+        .arg("udp")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start tcpdump");
+    std::thread::sleep(Duration::from_millis(1_000));
+    let out = linerate_in(
+        &ns,
+        &[
+            "--no-store",
+            "app",
+            "--pattern",
+            "voip",
+            "--codec",
+            "opus:24k",
+            "-t",
+            "3",
+            "-i",
+            "0",
+            "--json",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: SIGINT to the `ip netns exec` this test started, by its PID: it is tcpdump
+    // itself (exec), which flushes its file and ends.
+    unsafe { libc::kill(capture.id() as libc::pid_t, libc::SIGINT) };
+    let _ = capture.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = json(&out);
+    let call = &doc["summary"]["call"];
+    assert_eq!(call["codec"], "opus:24k", "{call}");
+    // UDP payload lengths on the wire, by the port the datagram came from.
+    let mut by_length: std::collections::BTreeMap<usize, u64> = Default::default();
+    for Captured { bytes, .. } in pcap_packets(&pcap) {
+        // Loopback's frames: a zero Ethernet header, IPv4, UDP.
+        if bytes.len() < 42 || bytes[12..14] != [0x08, 0x00] || bytes[23] != 17 {
+            continue;
+        }
+        let udp = 14 + usize::from(bytes[14] & 0x0f) * 4;
+        let length = usize::from(u16::from_be_bytes([bytes[udp + 4], bytes[udp + 5]]));
+        *by_length.entry(length - 8).or_default() += 1;
+    }
+    eprintln!("UDP payload lengths on the wire: {by_length:?}");
+    let mut sent = 0.0;
+    for way in call["ways"].as_array().unwrap() {
+        assert!(way["mos"].is_null() && way["r"].is_null(), "{way}");
+        assert!(num(way, "/one_way_delay_ms") > 0.0, "{way}");
+        assert!(num(way, "/qoo/score") > 0.0, "{way}");
+        let frames = num(way, "/received") + num(way, "/lost");
+        assert!((145.0..=155.0).contains(&frames), "{way}");
+        sent += frames;
+    }
+    assert_eq!(by_length.get(&72).copied().unwrap_or(0) as f64, sent);
+    assert_eq!(by_length.get(&172), None);
+}

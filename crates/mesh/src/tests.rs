@@ -1146,6 +1146,10 @@ fn a_voip_test_calls_every_destinations_server_with_its_codec_and_marks() {
             "codec 'opus' is not one of g711",
         ),
         (
+            voip("\ncodec = \"opus:24k\""),
+            "codec 'opus:24k' has no MOS: ITU-T G.113 gives Opus no Ie or Bpl",
+        ),
+        (
             voip("\njitter_buffer = \"2s\""),
             "jitter_buffer '2s' must be at most 1s",
         ),

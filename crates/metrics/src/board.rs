@@ -529,7 +529,7 @@ pub fn call_figures(report: &linerate_report::Report) -> Option<(Figures, Figure
         let way = call.ways.iter().find(|w| w.direction == direction)?;
         let sent = way.received + way.lost;
         Some(Figures {
-            mos: Some(way.score.mos),
+            mos: way.score.mos,
             loss_ratio: (sent > 0).then(|| way.lost as f64 / sent as f64),
             duration_s: report.summary.duration_s,
             qoo: way.qoo.as_ref().map(|q| q.score),

@@ -1709,9 +1709,9 @@ fn a_calls_quality_of_outcome_is_each_ways_figure() {
             loss_pct: 2.0,
             burst_ratio: 1.0,
             delay_impairment: 0.5,
-            loss_impairment: 10.0,
-            r: 83.0,
-            mos: 4.1,
+            loss_impairment: Some(10.0),
+            r: Some(83.0),
+            mos: Some(4.1),
         },
     };
     let report = client_report(

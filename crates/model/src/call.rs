@@ -20,9 +20,12 @@ pub const MAX_JITTER_BUFFER_MS: u32 = 1_000;
 /// phones and gateways.
 pub const DEFAULT_JITTER_BUFFER_MS: u32 = 60;
 
-/// The voice codecs a call can carry, with G.113's values.
+/// The voice codecs a call can carry, with G.113's values where it gives them.
+///
+/// Written as `--codec` takes it (`g711`, `g729a`, `opus:24k`) in documents and on the
+/// wire, so that the codecs G.113 names stay the plain words they always were.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(try_from = "String", into = "String")]
 pub enum Codec {
     /// G.711 (64 kbit/s PCM) with packet-loss concealment (G.711 Appendix I).
     G711,
@@ -30,37 +33,66 @@ pub enum Codec {
     G711NoPlc,
     /// G.729 Annex A (8 kbit/s) with voice activity detection.
     G729a,
+    /// Opus (RFC 6716) at a constant bitrate, bits per second. G.113 gives Opus no
+    /// equipment impairment or loss robustness, so its calls have no E-model score:
+    /// their delay, loss, late loss and Quality of Outcome are measured as any call's,
+    /// their R and MOS withheld ([`Codec::emodel`]) rather than invented.
+    Opus { bps: u32 },
 }
 
-impl Codec {
-    pub const ALL: [Codec; 3] = [Codec::G711, Codec::G711NoPlc, Codec::G729a];
+/// Opus's bitrates (RFC 6716: from 6 kbit/s to 510 kbit/s; 510 kbit/s fills a 20 ms
+/// frame's most, 1,275 bytes).
+pub const OPUS_BPS: std::ops::RangeInclusive<u32> = 6_000..=510_000;
 
-    pub fn name(self) -> &'static str {
+impl Codec {
+    /// The codecs G.113 gives values for: those with a MOS.
+    pub const SCORED: [Codec; 3] = [Codec::G711, Codec::G711NoPlc, Codec::G729a];
+
+    /// Every `--codec` in words, for help and errors.
+    pub const CHOICES: &'static str = "g711, g711-no-plc, g729a, opus:RATE (6k to 510k)";
+
+    pub fn name(self) -> String {
         match self {
-            Codec::G711 => "g711",
-            Codec::G711NoPlc => "g711-no-plc",
-            Codec::G729a => "g729a",
+            Codec::G711 => "g711".into(),
+            Codec::G711NoPlc => "g711-no-plc".into(),
+            Codec::G729a => "g729a".into(),
+            Codec::Opus { bps } if bps % 1000 == 0 => format!("opus:{}k", bps / 1000),
+            Codec::Opus { bps } => format!("opus:{bps}"),
         }
     }
 
-    /// The codec named `name` (as `--codec` takes it).
+    /// The codec named `name` (as `--codec` takes it): a G.113 codec's name, or `opus:`
+    /// and a bitrate in bit/s (`24000`) or kbit/s (`24k`, `12.4k`). The error says why,
+    /// for the caller to put beside the value.
     pub fn parse(name: &str) -> Result<Codec, String> {
-        Codec::ALL
+        if let Some(rate) = name.strip_prefix("opus:") {
+            let bps = match rate.strip_suffix(['k', 'K']) {
+                Some(kbps) => kbps.parse::<f64>().map(|k| (k * 1000.0).round()),
+                None => rate.parse::<f64>(),
+            }
+            .ok()
+            .filter(|bps| bps.is_finite())
+            .ok_or("the bitrate is bit/s or kbit/s, as opus:24k")?;
+            return (f64::from(*OPUS_BPS.start())..=f64::from(*OPUS_BPS.end()))
+                .contains(&bps)
+                .then_some(Codec::Opus { bps: bps as u32 })
+                .ok_or_else(|| "Opus runs from 6k to 510k bit/s (RFC 6716)".into());
+        }
+        if name == "opus" {
+            return Err("Opus needs its bitrate: opus:RATE, as opus:24k".into());
+        }
+        Codec::SCORED
             .into_iter()
             .find(|c| c.name() == name)
-            .ok_or_else(|| {
-                format!(
-                    "invalid value '{name}' for '--codec': one of {}",
-                    Codec::ALL.map(Codec::name).join(", ")
-                )
-            })
+            .ok_or_else(|| format!("one of {}", Codec::CHOICES))
     }
 
-    /// Payload bytes of one 20 ms frame.
+    /// Payload bytes of one 20 ms frame (Opus's at its constant bitrate, rounded up).
     pub fn payload_bytes(self) -> u64 {
         match self {
             Codec::G711 | Codec::G711NoPlc => 160,
             Codec::G729a => 20,
+            Codec::Opus { bps } => (u64::from(bps) * FRAME_MS).div_ceil(8_000),
         }
     }
 
@@ -69,20 +101,14 @@ impl Codec {
         RTP_HEADER + self.payload_bytes()
     }
 
-    /// Equipment impairment factor Ie (G.113 Table I.1).
-    pub fn ie(self) -> f64 {
+    /// G.113's equipment impairment Ie (Table I.1) and packet-loss robustness Bpl for
+    /// random loss (Table I.3); for a codec it gives none, why the call has no MOS.
+    pub fn emodel(self) -> Result<(f64, f64), &'static str> {
         match self {
-            Codec::G711 | Codec::G711NoPlc => 0.0,
-            Codec::G729a => 11.0,
-        }
-    }
-
-    /// Packet-loss robustness factor Bpl for random loss (G.113 Table I.3).
-    pub fn bpl(self) -> f64 {
-        match self {
-            Codec::G711 => 25.1,
-            Codec::G711NoPlc => 4.3,
-            Codec::G729a => 19.0,
+            Codec::G711 => Ok((0.0, 25.1)),
+            Codec::G711NoPlc => Ok((0.0, 4.3)),
+            Codec::G729a => Ok((11.0, 19.0)),
+            Codec::Opus { .. } => Err(OPUS_UNSCORED),
         }
     }
 
@@ -92,12 +118,37 @@ impl Codec {
         matches!(self, Codec::G729a)
     }
 
-    /// The codec's own delay beyond the frame: G.729's 5 ms look-ahead.
+    /// The codec's own delay beyond the frame: G.729's 5 ms look-ahead; Opus's 6.5 ms
+    /// (libopus at 48 kHz: RFC 6716's 26.5 ms for a 20 ms frame).
     pub fn lookahead_ms(self) -> f64 {
         match self {
             Codec::G711 | Codec::G711NoPlc => 0.0,
             Codec::G729a => 5.0,
+            Codec::Opus { .. } => 6.5,
         }
+    }
+}
+
+/// Why an Opus call has no R or MOS, as the reports say it.
+pub const OPUS_UNSCORED: &str =
+    "no MOS: ITU-T G.113 gives Opus no Ie or Bpl, and linerate does not invent them";
+
+impl std::fmt::Display for Codec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl From<Codec> for String {
+    fn from(codec: Codec) -> String {
+        codec.name()
+    }
+}
+
+impl TryFrom<String> for Codec {
+    type Error = String;
+    fn try_from(name: String) -> Result<Codec, String> {
+        Codec::parse(&name)
     }
 }
 
@@ -372,12 +423,24 @@ pub struct CallScore {
     /// BurstR: the mean length of the loss runs against that of random loss at the same
     /// rate (1 random, above 1 bursty).
     pub burst_ratio: f64,
-    /// The delay impairment Id and the effective equipment impairment Ie,eff.
+    /// The delay impairment Id and the effective equipment impairment Ie,eff (none for a
+    /// codec G.113 gives no values: [`Codec::emodel`]).
     pub delay_impairment: f64,
-    pub loss_impairment: f64,
-    /// The transmission rating factor R (0..100) and the mean opinion score (1..4.5).
-    pub r: f64,
-    pub mos: f64,
+    pub loss_impairment: Option<f64>,
+    /// The transmission rating factor R (0..100) and the mean opinion score (1..4.5);
+    /// none, rather than one of linerate's invention, for a codec G.113 does not score.
+    pub r: Option<f64>,
+    pub mos: Option<f64>,
+}
+
+impl CallScore {
+    /// "MOS 4.24 (R 86.3)", or "no MOS" where the codec has no E-model values.
+    pub fn rating(&self) -> String {
+        match (self.mos, self.r) {
+            (Some(mos), Some(r)) => format!("MOS {mos:.2} (R {r:.1})"),
+            _ => "no MOS".into(),
+        }
+    }
 }
 
 /// Scores one way of a call carried by `settings`' codec that delivered `counts`.
@@ -409,8 +472,11 @@ pub fn score(settings: &CallSettings, counts: &CallWayCounts) -> CallScore {
     };
     let e = EModel::default();
     let delay_impairment = e.delay_impairment(mouth_to_ear_ms);
-    let loss_impairment = effective_ie(codec.ie(), codec.bpl(), loss * 100.0, burst_ratio);
-    let r = e.ro_minus_is() - delay_impairment - loss_impairment;
+    let loss_impairment = codec
+        .emodel()
+        .ok()
+        .map(|(ie, bpl)| effective_ie(ie, bpl, loss * 100.0, burst_ratio));
+    let r = loss_impairment.map(|ie_eff| e.ro_minus_is() - delay_impairment - ie_eff);
     CallScore {
         mouth_to_ear_ms,
         loss_pct: loss * 100.0,
@@ -418,7 +484,7 @@ pub fn score(settings: &CallSettings, counts: &CallWayCounts) -> CallScore {
         delay_impairment,
         loss_impairment,
         r,
-        mos: mos(r),
+        mos: r.map(mos),
     }
 }
 
@@ -620,11 +686,11 @@ mod tests {
         assert!(counted.burst_ratio > 1.0, "{}", counted.burst_ratio);
         assert!(uncounted.burst_ratio < 0.2, "{}", uncounted.burst_ratio);
         assert!(
-            counted.mos < 1.5,
+            counted.mos.unwrap() < 1.5,
             "MOS {} with 88 % unheard in runs",
-            counted.mos
+            counted.mos.unwrap()
         );
-        assert!(uncounted.mos > 3.5, "{}", uncounted.mos);
+        assert!(uncounted.mos.unwrap() > 3.5, "{}", uncounted.mos.unwrap());
     }
 
     #[test]
@@ -674,20 +740,20 @@ mod tests {
         let clean = score(&g711, &way(10.0, 500, 0, 0, 0));
         assert_eq!(clean.mouth_to_ear_ms, 70.0);
         assert_eq!(clean.loss_pct, 0.0);
-        assert!(clean.mos > 4.3, "{clean:?}");
+        assert!(clean.mos.unwrap() > 4.3, "{clean:?}");
         // Random 1 % loss: runs of one, BurstR close to 1.
         let lossy = score(&g711, &way(10.0, 495, 5, 0, 5));
         assert!((lossy.loss_pct - 1.0).abs() < 1e-9);
         assert!((lossy.burst_ratio - 0.99).abs() < 1e-9);
-        assert!(lossy.mos < clean.mos);
+        assert!(lossy.mos.unwrap() < clean.mos.unwrap());
         // Late datagrams count as lost.
         let late = score(&g711, &way(10.0, 500, 0, 5, 0));
         assert!((late.loss_pct - 1.0).abs() < 1e-9, "{late:?}");
-        assert!((late.r - lossy.r).abs() < 0.01);
+        assert!((late.r.unwrap() - lossy.r.unwrap()).abs() < 0.01);
         // The same loss in bursts of five scores worse.
         let bursty = score(&g711, &way(10.0, 495, 5, 0, 1));
         assert!(
-            bursty.burst_ratio > 4.9 && bursty.mos < lossy.mos,
+            bursty.burst_ratio > 4.9 && bursty.mos.unwrap() < lossy.mos.unwrap(),
             "{bursty:?}"
         );
         // G.729A: the codec's own impairment and look-ahead.
@@ -699,13 +765,13 @@ mod tests {
         let extra_delay = g729.delay_impairment - clean.delay_impairment;
         assert!(extra_delay > 0.0);
         assert!(
-            (clean.r - g729.r - 11.0 - extra_delay).abs() < 1e-9,
+            (clean.r.unwrap() - g729.r.unwrap() - 11.0 - extra_delay).abs() < 1e-9,
             "{clean:?} {g729:?}"
         );
         // Nothing arrived: every datagram lost, the rating at its floor.
         let silent = score(&g711, &way(0.0, 0, 50, 0, 1));
         assert_eq!(silent.loss_pct, 100.0);
-        assert!(silent.mos < 1.5, "{silent:?}");
+        assert!(silent.mos.unwrap() < 1.5, "{silent:?}");
     }
 
     #[test]
@@ -716,11 +782,66 @@ mod tests {
                 .contains("'--jitter-buffer'")
         );
         assert_eq!(Codec::parse("g729a"), Ok(Codec::G729a));
-        assert!(Codec::parse("opus")
+        assert!(Codec::parse("g722")
             .unwrap_err()
-            .contains("g711, g711-no-plc, g729a"));
+            .contains("g711, g711-no-plc, g729a, opus:RATE"));
         assert_eq!(Codec::G711.datagram_bytes(), 172);
         assert_eq!(Codec::G729a.datagram_bytes(), 32);
+        // Opus at a bitrate: a 20 ms frame of its bytes, from 6k to 510k (1,275 bytes,
+        // the most a frame holds).
+        assert_eq!(Codec::parse("opus:24k"), Ok(Codec::Opus { bps: 24_000 }));
+        assert_eq!(Codec::parse("opus:12.4K"), Ok(Codec::Opus { bps: 12_400 }));
+        assert_eq!(Codec::parse("opus:6000"), Ok(Codec::Opus { bps: 6_000 }));
+        assert_eq!(Codec::Opus { bps: 24_000 }.datagram_bytes(), 12 + 60);
+        assert_eq!(Codec::Opus { bps: 510_000 }.payload_bytes(), 1_275);
+        assert_eq!(Codec::Opus { bps: 12_345 }.payload_bytes(), 31);
+        for bad in [
+            "opus",
+            "opus:5.9k",
+            "opus:511k",
+            "opus:fast",
+            "opus:NaNk",
+            "opus:-8k",
+        ] {
+            let error = Codec::parse(bad).unwrap_err();
+            assert!(
+                error.contains("opus:") || error.contains("Opus runs"),
+                "{error}"
+            );
+        }
+        // Names read back as they were given, in documents as on the command line.
+        for name in ["g711", "g711-no-plc", "g729a", "opus:24k", "opus:12400"] {
+            let codec = Codec::parse(name).unwrap();
+            assert_eq!(codec.name(), name);
+            let json = serde_json::to_string(&codec).unwrap();
+            assert_eq!(json, format!("\"{name}\""));
+            assert_eq!(serde_json::from_str::<Codec>(&json).unwrap(), codec);
+        }
+        assert!(serde_json::from_str::<Codec>("\"opus:1m\"").is_err());
+    }
+
+    /// An Opus call is measured as any call (its mouth-to-ear delay with Opus's 6.5 ms
+    /// look-ahead, its loss), but G.113 has no values for Opus: no R, no MOS, and the
+    /// reason is the codec's.
+    #[test]
+    fn an_opus_call_has_no_mos_of_linerates_invention() {
+        let opus =
+            CallSettings::checked(Codec::Opus { bps: 32_000 }, JitterBuffer::Fixed { ms: 40 })
+                .unwrap();
+        let scored = score(&opus, &way(10.0, 495, 5, 0, 5));
+        assert_eq!(scored.mouth_to_ear_ms, 76.5);
+        assert!((scored.loss_pct - 1.0).abs() < 1e-9);
+        assert!(scored.delay_impairment > 0.0);
+        assert_eq!(
+            (scored.loss_impairment, scored.r, scored.mos),
+            (None, None, None)
+        );
+        assert!(Codec::Opus { bps: 32_000 }
+            .emodel()
+            .unwrap_err()
+            .contains("G.113"));
+        let json = serde_json::to_value(scored).unwrap();
+        assert!(json["mos"].is_null() && json["r"].is_null(), "{json}");
     }
 
     /// A steady path: nothing late, and the buffer stays one frame deep.

@@ -1014,10 +1014,9 @@ fn way_scores(report: &Report) -> Vec<String> {
             })
             .unwrap_or_default();
         scores.push(format!(
-            "call {}: MOS {:.2} (R {:.1}){qoo}",
+            "call {}: {}{qoo}",
             way_name(way.direction),
-            way.score.mos,
-            way.score.r
+            way.score.rating()
         ));
     }
     for way in report.summary.video.iter().flat_map(|v| &v.ways) {
@@ -1240,6 +1239,21 @@ mod tests {
         }
         let scores_at = html.find("MOS 4.12").unwrap();
         assert!(scores_at < html.find("Throughput each way").unwrap());
+        // An Opus call has no MOS (G.113 gives no values): the page and the text say so
+        // and why, and print no number where one would be invented.
+        let mut opus = report.summary.call.clone().unwrap();
+        opus.codec = linerate_model::call::Codec::Opus { bps: 24_000 };
+        let way = &mut opus.ways[0].score;
+        (way.loss_impairment, way.r, way.mos) = (None, None, None);
+        report.summary.call = Some(opus.clone());
+        assert!(test_charts(&report).contains("call client→server: no MOS"));
+        let text = crate::text::call_lines(&opus);
+        assert!(
+            text.starts_with(
+                "Call:             opus:24k, 60 ms jitter buffer (no MOS: ITU-T G.113"
+            ) && text.contains("client→server   no MOS: mouth to ear 100.1 ms"),
+            "{text}"
+        );
         // Without ways (a TCP run), no picture.
         report.intervals.iter_mut().for_each(|i| i.ways.clear());
         assert!(!test_charts(&report).contains("Each way over time"));

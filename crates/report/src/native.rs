@@ -57,11 +57,12 @@ impl ResultKind for Report {
         let call = self.summary.call.as_ref().filter(|c| !c.ways.is_empty());
         match (which, call) {
             (MeshHeadline::Mos, Some(call)) => {
+                // A codec without a MOS (Opus) heads its row with none.
                 let worse = call
                     .ways
                     .iter()
                     .map(|w| w.score.mos)
-                    .fold(f64::MAX, f64::min);
+                    .try_fold(f64::MAX, |worse, mos| mos.map(|m| worse.min(m)));
                 let ways: Vec<String> = call
                     .ways
                     .iter()
@@ -70,10 +71,13 @@ impl ResultKind for Report {
                             linerate_model::Direction::Reverse => "back",
                             _ => "out",
                         };
-                        format!("{:.2} {way}", w.score.mos)
+                        match w.score.mos {
+                            Some(mos) => format!("{mos:.2} {way}"),
+                            None => format!("none {way}"),
+                        }
                     })
                     .collect();
-                (Some(worse), format!("MOS {}", ways.join(", ")))
+                (worse, format!("MOS {}", ways.join(", ")))
             }
             // Video frames: the median frame's latency, with the frames that were not
             // shown in time beside it; of frames both ways (a game's), the worse way's.

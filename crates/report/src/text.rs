@@ -722,22 +722,22 @@ pub(crate) fn call_lines(call: &CallSummary) -> String {
     } else {
         format!("{} ms jitter buffer", call.jitter_buffer_ms)
     };
-    let mut out = format!(
-        "Call:             {}, {buffer} (E-model, ITU-T G.107 with G.113's values)\n",
-        call.codec.name(),
-    );
+    let scored_by = match call.codec.emodel() {
+        Ok(_) => "E-model, ITU-T G.107 with G.113's values",
+        Err(why) => why,
+    };
+    let mut out = format!("Call:             {}, {buffer} ({scored_by})\n", call.codec);
     for way in &call.ways {
         let s = &way.score;
         let _ = writeln!(
             out,
-            "  {:<15} MOS {:.2} (R {:.1}): mouth to ear {:.1} ms (one-way {}), jitter {:.3} ms; \
+            "  {:<15} {}: mouth to ear {:.1} ms (one-way {}), jitter {:.3} ms; \
              lost {} and late {} of {} ({:.2} %, burst ratio {:.2})",
             match way.direction {
                 linerate_model::Direction::Reverse => "server→client",
                 _ => "client→server",
             },
-            s.mos,
-            s.r,
+            s.rating(),
             s.mouth_to_ear_ms,
             way.one_way_delay_ms
                 .map_or("not measured".to_string(), |d| format!("{d:.3} ms")),

@@ -12,7 +12,7 @@ use super::{Context, JobPlan, JobSite, Kind, TestKind, Transport};
 use crate::model::DEFAULT_TEST_SECONDS;
 use crate::reading::{MeshError, Reader, TestTable};
 use linerate_model::app::{AppOption, AppOptions, Pattern, Plan};
-use linerate_model::call::{Codec, JitterBuffer};
+use linerate_model::call::JitterBuffer;
 use linerate_model::measure::{Headline, Measure};
 use linerate_model::video::{KeyFrames, VideoSettings};
 use toml::Spanned;
@@ -186,7 +186,10 @@ fn read_option(
         AppOption::KeyFrames => {
             options.key_frames = Some(KeyFrames::parse(text.get_ref()).map_err(bad)?)
         }
-        AppOption::Codec => options.codec = Some(Codec::parse(text.get_ref()).map_err(bad)?),
+        AppOption::Codec => {
+            let codec = super::voip::scored_codec(text.get_ref());
+            options.codec = Some(codec.map_err(|why| reader.at(&text, why))?)
+        }
         AppOption::JitterBuffer => {
             options.jitter_buffer = Some(JitterBuffer::parse(text.get_ref(), |time| {
                 let time = Spanned::new(text.span(), time.to_string());

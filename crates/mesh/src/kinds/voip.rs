@@ -53,6 +53,25 @@ impl Kind for Voip {
     }
 }
 
+/// A mesh's call is headed, drawn and alerted by its MOS: its codec is one G.113 gives
+/// values for (an Opus call, which has none, is refused with the reason).
+pub(super) fn scored_codec(name: &str) -> Result<Codec, String> {
+    let scored: Vec<String> = Codec::SCORED.iter().map(|c| c.name()).collect();
+    match Codec::parse(name) {
+        Ok(codec) => match codec.emodel() {
+            Ok(_) => Ok(codec),
+            Err(why) => Err(format!(
+                "codec '{name}' has {why}; a mesh's call is headed and alerted by its MOS: one of {}",
+                scored.join(", ")
+            )),
+        },
+        Err(_) => Err(format!(
+            "codec '{name}' is not one of {}",
+            scored.join(", ")
+        )),
+    }
+}
+
 /// A call's options: its codec (`g711`, `g711-no-plc`, `g729a`) and the receivers'
 /// jitter buffer (`"60ms"`, at most a second); its length is the test's duration.
 pub(super) fn read(
@@ -72,13 +91,7 @@ pub(super) fn read(
         DEFAULT_TEST_SECONDS,
     )?;
     let codec = match table.take::<String>(reader, "codec")? {
-        Some(c) => Codec::parse(c.get_ref()).ok().ok_or_else(|| {
-            let names: Vec<&str> = Codec::ALL.iter().map(|c| c.name()).collect();
-            reader.at(
-                &c,
-                format!("codec '{}' is not one of {}", c.get_ref(), names.join(", ")),
-            )
-        })?,
+        Some(c) => scored_codec(c.get_ref()).map_err(|why| reader.at(&c, why))?,
         None => Codec::G711,
     };
     let buffer = table.take::<String>(reader, "jitter_buffer")?;
