@@ -33,8 +33,11 @@ const BATCH: usize = 64;
 const CALLS_PER_TURN: usize = 4;
 /// The longest a loop turn waits in `poll`, so a stop request is seen promptly.
 const MAX_WAIT: Duration = Duration::from_millis(5);
-/// How long receivers go on after the end for datagrams still in flight; they count in
-/// the totals, not in the window. UDP has no end-of-stream to wait for.
+/// How long receivers go on after the end for datagrams still in flight, and after each
+/// datagram that comes in that time: they count in the totals, not in the window. UDP has
+/// no end-of-stream to wait for, and a path's one-way delay may be longer than any fixed
+/// wait: while the sender's last datagrams are still arriving the receiver reads on, up
+/// to the plan's drain.
 const RECEIVE_GRACE: Duration = Duration::from_millis(250);
 
 /// After this host's queue dropped a datagram (ENOBUFS), how long before sending again.
@@ -416,8 +419,11 @@ struct UdpLoop {
     paced: usize,
     receive_batch: Batch,
     next_boundary: usize,
-    /// After the end, receivers read on until then.
+    /// After the end, receivers read on until then; each datagram that arrives moves it
+    /// to [`RECEIVE_GRACE`] after, never past `grace_most`.
     grace_until: Option<Instant>,
+    /// The end and the plan's drain: the latest any receiver reads to.
+    grace_most: Option<Instant>,
     /// The loop's one flow receives: it sleeps in `recvmmsg` itself (a blocking socket
     /// with a [`MAX_WAIT`] timeout) instead of in `ppoll` and then `recvmmsg`. The poll
     /// call, its wait-queue entry and the second system call per wake-up were a quarter
@@ -523,6 +529,7 @@ impl UdpLoop {
             receive_batch,
             next_boundary: 0,
             grace_until: None,
+            grace_most: None,
             lone_receiver,
             napper,
         })
@@ -547,6 +554,7 @@ impl UdpLoop {
             flow.done = true;
         }
         self.grace_until = Some(now + RECEIVE_GRACE.min(self.plan.drain));
+        self.grace_most = Some(now + self.plan.drain);
     }
 
     /// Sends the samples of every boundary that is due; the last one ends the sending.
@@ -802,6 +810,13 @@ impl UdpLoop {
                         });
                     }
                     turn.busy = true;
+                    if let (Some(until), Some(most), true) =
+                        (self.grace_until, self.grace_most, count > 0)
+                    {
+                        // Still arriving after the end: a longer path's tail.
+                        self.grace_until =
+                            Some(until.max((Instant::now() + RECEIVE_GRACE).min(most)));
+                    }
                     if let Some(napper) = self.napper.as_mut() {
                         napper.read(count);
                     }
