@@ -35,7 +35,14 @@ const RECEIVE_SLACK: Duration = Duration::from_secs(4);
 /// Sends the stream until its time is up or the operator's signal; prints and keeps what
 /// it sent, with what each receiver of `gather` counted of it. A sender whose every send
 /// the kernel refused has measured nothing: that is a failure.
-pub fn send(spec: &SendSpec, gather: &Gather<'_>, json: bool, storage: &Storage) -> Result<()> {
+/// `warnings`: what the run already does otherwise than asked (`-z` refused), for its
+/// document.
+pub fn send(
+    spec: &SendSpec,
+    gather: &Gather<'_>,
+    (json, warnings): (bool, Vec<String>),
+    storage: &Storage,
+) -> Result<()> {
     spec.check().map_err(crate::failure::usage)?;
     if !gather.hosts.is_empty() {
         if spec.groups > 1 {
@@ -74,6 +81,7 @@ pub fn send(spec: &SendSpec, gather: &Gather<'_>, json: bool, storage: &Storage)
     let (datagrams, refused) = (sent.datagrams, sent.send_errors);
     let mut report = MulticastReport::sender(sent, started_at);
     report.receivers = receivers;
+    report.warnings = warnings;
     let document = Document::Multicast(Box::new(report));
     let text = sink::TextSink::new(std::io::stdout(), Scale::Adaptive);
     sink::standard(json, text, store).finish_document(&document)?;

@@ -62,13 +62,19 @@ pub struct Shown<'a> {
 /// any thread, so that all of them inherit it. A refusal is said on stderr and returned,
 /// for the test's document: the test runs at normal priority.
 pub fn take_realtime(asked: bool) -> Option<String> {
-    let refused = asked.then(linerate_engine::sys::ask_realtime)?.err()?;
-    let warning = format!(
-        "-z: real-time scheduling was refused ({refused}; it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of {}): this side's threads run at normal priority",
-        linerate_engine::sys::REALTIME_PRIORITY
-    );
+    let warning = realtime_refusal(asked)?;
     eprintln!("linerate: warning: {warning}");
     Some(warning)
+}
+
+/// As [`take_realtime`], the refusal returned and not said: for a caller with a log of
+/// its own format (`serve --log-format json`).
+pub fn realtime_refusal(asked: bool) -> Option<String> {
+    let refused = asked.then(linerate_engine::sys::ask_realtime)?.err()?;
+    Some(format!(
+        "-z: real-time scheduling was refused ({refused}; it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of {}): this side's threads run at normal priority",
+        linerate_engine::sys::REALTIME_PRIORITY
+    ))
 }
 
 /// The request resolved on this machine; under `--verbose`, what it chose and why, on

@@ -13,8 +13,9 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
-    // Before any of the server's threads starts; a refusal is said on stderr.
-    let _ = linerate_campaign::test_run::take_realtime(args.realtime);
+    // Before any of the server's threads starts; a refusal is a line of the operator's
+    // log, in its format, even under --quiet (the operator asked for it).
+    let realtime_refused = linerate_campaign::test_run::realtime_refusal(args.realtime);
     let ip = args.listen.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
     let mut config = ServerConfig::new(SocketAddr::new(ip, args.port));
     config.mptcp = args.mptcp;
@@ -45,15 +46,18 @@ pub fn serve(args: &ServeArgs, globals: &Globals) -> CommandResult {
     } else {
         LogFormat::Text
     };
+    // Warnings of the server's own set-up, in the log's format, even under --quiet.
+    let set_up = linerate_drivers::access::OperatorLog::new(true, config.log_format);
+    if let Some(warning) = realtime_refused {
+        set_up.line(&format!("warning: {warning}"));
+    }
     config.iperf3_auth = iperf3_auth(args)?;
     config.files = file_service(args, config.key.clone())?;
     let joins = (!args.join.is_empty()).then_some(args.join_port);
     config.iperf2 = args.iperf2.serving(config.key.is_some(), joins);
     config.same_clock = args.same_clock;
     if config.key.is_none() {
-        eprintln!(
-            "linerate: warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)"
-        );
+        set_up.line("warning: no --key: anyone who can reach this server can run tests on it (docs/security.md)");
     }
     // linerate clients keep their own results; iperf3 clients cannot, so their tests are
     // kept here.

@@ -215,8 +215,8 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
         marks: args.server.marks(),
         duration: std::time::Duration::from_secs_f64(args.time.unwrap_or(DEFAULT_TIME_S)),
     };
-    // Said on stderr where refused; a sender's document is the receivers' counts.
-    let _ = linerate_campaign::test_run::take_realtime(args.measure.realtime);
+    // Said on stderr where refused, and among the sender's document's warnings.
+    let warnings = linerate_campaign::test_run::take_realtime(args.measure.realtime);
     let gather = linerate_campaign::multicast_run::Gather {
         hosts: &args.receivers,
         key: globals.key.clone(),
@@ -224,7 +224,7 @@ fn multicast(args: &StreamArgs, group: std::net::IpAddr, globals: &Globals) -> C
     linerate_campaign::multicast_run::send(
         &spec,
         &gather,
-        args.output.print.json,
+        (args.output.print.json, warnings.into_iter().collect()),
         &globals.storage,
     )?;
     Ok(())

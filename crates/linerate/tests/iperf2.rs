@@ -1254,20 +1254,7 @@ fn realtime_scheduling_is_taken_or_its_refusal_said() {
         said
     };
     assert!(!warned(&linerate_in(&pair.ns_a, &args)));
-    let refused = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &pair.ns_a,
-            "setpriv",
-            "--bounding-set=-sys_nice",
-            binary(),
-        ])
-        .envs(scratch_env())
-        .args(args)
-        .output()
-        .expect("linerate under setpriv");
-    assert!(warned(&refused));
+    assert!(warned(&linerate_without_sys_nice(Some(&pair.ns_a), &args)));
 }
 
 /// `linerate --no-store iperf2 -c` from the pair's first namespace to its second, with

@@ -635,6 +635,41 @@ fn a_multicast_senders_marks_are_on_the_wire() {
     assert_eq!(text.matches("tos 0xba").count(), 3, "{text}");
 }
 
+/// `-z` on a multicast sender: where the kernel refuses real-time scheduling (root without
+/// CAP_SYS_NICE, by `setpriv`) the stream is still sent, and the refusal is on stderr and
+/// among the sender's document's warnings; allowed, the document has none.
+#[test]
+fn a_multicast_senders_refused_realtime_scheduling_is_in_its_document() {
+    let test = "a_multicast_senders_refused_realtime_scheduling_is_in_its_document";
+    if skip_unless_root(test) || !have("setpriv", test) {
+        return;
+    }
+    let star = Star::new("mcz", 2);
+    let args = [
+        "stream",
+        "239.1.2.10",
+        "-u",
+        "--bind-dev",
+        &star.devs[0],
+        "-b",
+        "100k",
+        "-t",
+        "0.3",
+        "-z",
+        "--json",
+    ];
+    let refusal = "-z: real-time scheduling was refused";
+    let refused = linerate_without_sys_nice(Some(&star.hosts[0]), &args);
+    assert!(refused.status.success(), "{}", stderr(&refused));
+    let doc = json(&refused);
+    assert!(num(&doc, "/sent/datagrams") > 0.0, "{doc}");
+    assert!(doc["warnings"].to_string().contains(refusal), "{doc}");
+    assert!(stderr(&refused).contains(refusal));
+    let taken = linerate_in(&star.hosts[0], &args);
+    assert!(taken.status.success(), "{}", stderr(&taken));
+    assert!(json(&taken).get("warnings").is_none(), "{}", json(&taken));
+}
+
 /// A mesh's multicast test (`run = "multicast"`, docs/mesh.md): host a's agent sends a
 /// stream to a group and the agents of b, c and d (a star around a) join it and count,
 /// one job a cycle and a row per receiver. The network limits what reaches c of the

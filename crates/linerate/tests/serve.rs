@@ -272,3 +272,62 @@ fn a_port_in_use_is_named_with_what_to_do() {
         assert!(err.contains(&format!("[::]:{port}")), "{err}");
     }
 }
+
+/// `serve -z --log-format json`: where the kernel refuses real-time scheduling (root
+/// without CAP_SYS_NICE, by `setpriv`), the server still starts and says so as a line of
+/// its log, in the log's format, as it says there is no `--key`: every line it writes up to
+/// "listening" is a JSON object. Allowed (root), it says nothing of it.
+#[test]
+fn a_servers_refused_realtime_scheduling_is_a_line_of_its_log_in_its_format() {
+    let test = "a_servers_refused_realtime_scheduling_is_a_line_of_its_log_in_its_format";
+    if !is_root() {
+        skip(test, "needs root: without it the kernel refuses either way");
+        return;
+    }
+    if !have("setpriv", test) {
+        return;
+    }
+    let start = |prefix: &[&str]| {
+        let mut command = std::process::Command::new(prefix.first().copied().unwrap_or(binary()));
+        if !prefix.is_empty() {
+            command.args(&prefix[1..]).arg(binary());
+        }
+        let mut child = command
+            .args(["serve", "--listen", "127.0.0.1", "--port", "0", "-z"])
+            .args(["--log-format", "json"])
+            .envs(scratch_env())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start linerate serve");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let mut lines = Vec::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+            let line = line.expect("a line of the log");
+            let listening = line.contains("listening on");
+            lines.push(line);
+            if listening {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        for line in &lines {
+            let event: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|_| panic!("not a JSON log line: {line}"));
+            assert!(
+                event["time"].is_string() && event["message"].is_string(),
+                "{line}"
+            );
+        }
+        lines.join("\n")
+    };
+    let refused = start(&["setpriv", "--bounding-set=-sys_nice"]);
+    assert!(
+        refused.contains("warning: -z: real-time scheduling was refused")
+            && refused.contains("warning: no --key"),
+        "{refused}"
+    );
+    let taken = start(&[]);
+    assert!(!taken.contains("real-time scheduling"), "{taken}");
+}

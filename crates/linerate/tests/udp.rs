@@ -730,14 +730,7 @@ fn an_apps_realtime_scheduling_is_taken_or_its_refusal_said() {
         in_doc
     };
     assert!(!said(&linerate(&args)));
-    let out = std::process::Command::new("setpriv")
-        .arg("--bounding-set=-sys_nice")
-        .arg(binary())
-        .envs(scratch_env())
-        .args(args)
-        .output()
-        .expect("linerate under setpriv");
-    assert!(said(&out));
+    assert!(said(&linerate_without_sys_nice(None, &args)));
 }
 
 /// `--codec opus:24k`: a call of Opus at 24 kbit/s is a 60-byte frame (and RTP's 12) each

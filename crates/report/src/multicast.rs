@@ -29,6 +29,10 @@ pub struct MulticastReport {
     /// this stream, or why it could not: the sender's run gathers them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub receivers: Vec<ReceiverCount>,
+    /// What the run had to do otherwise than asked (`-z` refused: the sender ran at
+    /// normal priority).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One receiver's count of a sender's stream, as the sender gathered it.
@@ -89,6 +93,7 @@ impl MulticastReport {
             received: None,
             receiver: None,
             receivers: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -102,11 +107,32 @@ impl MulticastReport {
             received: Some(Box::new(stream)),
             receiver: None,
             receivers: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 }
 
 impl MulticastReport {
+    /// The run's counts in words: what was sent, and what each receiver got of it.
+    fn counts_text(&self) -> String {
+        match (&self.sent, &self.received) {
+            (Some(sent), Some(stream)) => sent_text(sent) + &stream_line(stream) + "\n",
+            (Some(sent), None) if self.receiver.is_some() => {
+                sent_text(sent) + "nothing received of it\n"
+            }
+            (Some(sent), _) if !self.receivers.is_empty() => {
+                let mut text = sent_text(sent).replace(SEE_RECEIVERS, "");
+                for receiver in &self.receivers {
+                    text += &(receiver.line(sent.datagrams) + "\n");
+                }
+                text
+            }
+            (Some(sent), _) => sent_text(sent),
+            (None, Some(stream)) => stream_line(stream) + "\n",
+            (None, None) => String::new(),
+        }
+    }
+
     /// A mesh row's figure, where the document carries what the sender sent beside what
     /// this receiver counted: the share of the sender's datagrams (by its own count) the
     /// receiver never got, 0 to 1, with the two counts; `None` without the sender's count.
@@ -255,24 +281,13 @@ impl ResultKind for MulticastReport {
     }
 
     fn render_text(&self, _scale: Scale) -> String {
-        match (&self.sent, &self.received) {
-            (Some(sent), Some(stream)) => sent_text(sent) + &stream_line(stream) + "\n",
-            (Some(sent), None) if self.receiver.is_some() => {
-                sent_text(sent) + "nothing received of it\n"
-            }
-            (Some(sent), _) if !self.receivers.is_empty() => {
-                let mut text = sent_text(sent).replace(SEE_RECEIVERS, "");
-                for receiver in &self.receivers {
-                    text += &(receiver.line(sent.datagrams) + "\n");
-                }
-                text
-            }
-            (Some(sent), _) => sent_text(sent),
-            (None, Some(stream)) => stream_line(stream) + "\n",
-            (None, None) => String::new(),
-        }
+        let warnings: String = self
+            .warnings
+            .iter()
+            .map(|w| format!("warning: {w}\n"))
+            .collect();
+        self.counts_text() + &warnings
     }
-
     /// `export --format csv`: one row, the run's counts.
     fn rows(&self) -> Rows {
         let header = [

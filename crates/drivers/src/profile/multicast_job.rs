@@ -313,6 +313,7 @@ impl SourceJob for ReceiveJob {
                         received: None,
                         receiver: None,
                         receivers: Vec::new(),
+                        warnings: Vec::new(),
                     },
                 };
                 let _ = tell.send(Ok(report));
@@ -557,6 +558,7 @@ mod tests {
             received: None,
             receiver: Some("b".into()),
             receivers: Vec::new(),
+            warnings: Vec::new(),
         }));
         let Document::Multicast(row) = gather(&sender, nothing).unwrap() else {
             panic!("a multicast document")

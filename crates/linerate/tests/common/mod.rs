@@ -225,6 +225,27 @@ pub fn spawn_stream(port: u16, extra: &[&str], stderr: Stdio) -> Child {
         .expect("start linerate stream")
 }
 
+/// Runs linerate with `args` as root without CAP_SYS_NICE (`setpriv
+/// --bounding-set=-sys_nice`), in namespace `ns` if given: the kernel then refuses
+/// real-time scheduling (`-z`) as it would an unprivileged user's.
+pub fn linerate_without_sys_nice(ns: Option<&str>, args: &[&str]) -> Output {
+    let mut command = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "setpriv"]);
+            c
+        }
+        None => Command::new("setpriv"),
+    };
+    command
+        .arg("--bounding-set=-sys_nice")
+        .arg(binary())
+        .envs(scratch_env())
+        .args(args)
+        .output()
+        .expect("linerate under setpriv")
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
