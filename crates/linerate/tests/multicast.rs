@@ -965,6 +965,8 @@ fn capture_group(ns: &str, dev: &str, group: &str, pcap: &std::path::Path) -> Ch
         .args([
             "netns", "exec", ns, "tcpdump", "-i", dev, "-n", "-U", "-s", "64",
         ])
+        // Each packet handed over as it comes: a buffered block is lost at SIGINT.
+        .arg("--immediate-mode")
         .args(["--time-stamp-precision", "nano", "-w"])
         .arg(pcap)
         .args(["udp", "and", "dst", "host", group])
