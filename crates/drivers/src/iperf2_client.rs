@@ -510,7 +510,17 @@ impl Iperf2Test {
             .iter()
             .map(|f| f.udp.as_ref().map_or(0, |u| u.sent))
             .collect();
-        let (server_reports, finals_sent) = close(&ask, held, &template, &datagrams_sent);
+        // Over UDP both ways the data plane sent each flow's final, and counted it.
+        let finals_of_the_plane: Vec<u64> = sending
+            .iter()
+            .map(|f| f.udp.as_ref().map_or(0, |u| u.finals))
+            .collect();
+        let (server_reports, finals_sent) = close(
+            &ask,
+            held,
+            &template,
+            (&datagrams_sent, finals_of_the_plane),
+        );
         let remote = server_side(&local, &connected, &server_reports);
         let flows = local.flows.clone();
         let tool = format!("linerate {}", env!("CARGO_PKG_VERSION"));
@@ -698,13 +708,13 @@ fn close(
     ask: &Iperf2Ask,
     held: Vec<OwnedFd>,
     template: &[u8],
-    datagrams_sent: &[u64],
+    (datagrams_sent, finals_of_the_plane): (&[u64], Vec<u64>),
 ) -> (Vec<Option<ServerReport>>, Vec<u64>) {
     if ask.udp && ask.full_duplex {
         // Both ends end as 2.1.8's own do over UDP both ways ("no-udp-fin"): each sending
         // flow sent its final once as its last datagram went (the data plane's
-        // `udp_final`) and waits for no report.
-        return (Vec::new(), vec![1; datagrams_sent.len()]);
+        // `udp_final`, which counts what the kernel took) and waits for no report.
+        return (Vec::new(), finals_of_the_plane);
     }
     if ask.reverse || ask.full_duplex {
         return (Vec::new(), Vec::new());

@@ -125,6 +125,7 @@ fn udp_delta(a: &UdpCounts, b: &UdpCounts) -> UdpCounts {
         playout_depth_sum_ms: (b.playout_depth_sum_ms - a.playout_depth_sum_ms).max(0.0),
         sender_late_us: b.sender_late_us.saturating_sub(a.sender_late_us),
         silent: b.silent.saturating_sub(a.silent),
+        finals: b.finals.saturating_sub(a.finals),
     }
 }
 

@@ -302,6 +302,8 @@ struct UdpFlow {
     /// spurts, and the frames of its pauses it did not send.
     talk: Option<linerate_model::call::TalkSpurts>,
     silent: u64,
+    /// iperf 2's final datagrams the kernel took (sent once, at the end).
+    finals: u64,
     tracker: Option<SequenceTracker>,
     /// Receiver of a marked test: its datagrams by the TOS byte they arrived with.
     classes: Option<ClassTally>,
@@ -350,6 +352,7 @@ impl UdpFlow {
                     .as_ref()
                     .map_or(0, |p| p.late().as_micros() as u64),
                 silent: self.silent,
+                finals: self.finals,
                 ..Default::default()
             },
         }
@@ -548,8 +551,10 @@ impl UdpLoop {
             if let (Some(mut datagram), false) = (final_datagram.clone(), flow.done) {
                 Framing::write_iperf2_final(&mut datagram, flow.sequence, wall_ns);
                 // Once, as 2.1.8's own client ends a test both ways; a refusal is the
-                // peer's loss to count, not this side's.
-                let _ = flow.socket.send(&datagram);
+                // peer's loss to count, not this side's, and the final is not counted.
+                if flow.socket.send(&datagram).is_ok() {
+                    flow.finals += 1;
+                }
             }
             flow.done = true;
         }
@@ -570,6 +575,10 @@ impl UdpLoop {
             let boundary = (self.plan.start + self.plan.boundaries[self.next_boundary]).min(now);
             for pacer in self.flows.iter_mut().filter_map(|f| f.pacer.as_mut()) {
                 pacer.refill(boundary);
+            }
+            if self.next_boundary == end_index {
+                // Before the last counts, so that they hold the finals it sends.
+                self.end_sending(now);
             }
             let counts = self
                 .flows
@@ -592,9 +601,6 @@ impl UdpLoop {
                 counts,
                 SampleExtra::default(),
             );
-            if self.next_boundary == end_index {
-                self.end_sending(now);
-            }
             if self.next_boundary == self.plan.window_start && self.next_boundary > 0 {
                 // The warm-up's delays are not the window's.
                 for tracker in self.flows.iter_mut().filter_map(|f| f.tracker.as_mut()) {
@@ -1091,6 +1097,7 @@ impl UdpFlow {
                 linerate_model::call::TalkSpurts::new((u64::from(spec.id) << 1) | way)
             }),
             silent: 0,
+            finals: 0,
             tracker: (spec.role == Role::Receive).then(|| {
                 let mut tracker = SequenceTracker::new(spec.id, framing);
                 match plan.playout {

@@ -1788,7 +1788,9 @@ fn linerate_iperf2_client_sends_and_receives_at_once_with_a_real_iperf2_server()
     );
     assert!(!text.contains("failed"), "the server's log: {text}");
     assert!((3000.0..=4400.0).contains(&sent), "{sent}");
-    // What the server read is what this side sent and its one final, to the datagram.
+    // What the server read is what this side sent and its one final, to the datagram;
+    // the final is the one the data plane counted as the kernel took it.
+    assert_eq!(num(&doc, "/flows/0/udp/finals"), 1.0, "{}", doc["flows"][0]);
     assert_eq!(server_total, sent + 1.0, "{text}");
     assert_eq!(server_lost, 0.0, "{text}");
     // What it sent back, as the -R test counts it.

@@ -212,6 +212,10 @@ pub struct UdpCounts {
     /// because its speaker paused (crate::call::TalkSpurts); not among `sent`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub silent: u64,
+    /// iperf 2's framing: the final datagrams (its end marker, numbered negative) the
+    /// kernel took after the test's own; not among `sent`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub finals: u64,
 }
 
 impl UdpCounts {
@@ -234,6 +238,7 @@ impl UdpCounts {
         self.playout_depth_sum_ms += other.playout_depth_sum_ms;
         self.sender_late_us += other.sender_late_us;
         self.silent += other.silent;
+        self.finals += other.finals;
     }
 
     /// The mean one-way delay of the span's in-order datagrams, milliseconds (meaningful

@@ -349,6 +349,7 @@ fn merge_flows(config: &TestConfig, local: &[FlowSide], remote: &[FlowSide]) -> 
                     send_errors: sent.send_errors,
                     qdisc_drops: sent.qdisc_drops,
                     silent: sent.silent,
+                    finals: sent.finals,
                     ..received
                 };
                 UdpFlowReport {
