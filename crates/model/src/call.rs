@@ -820,6 +820,24 @@ mod tests {
         assert!(serde_json::from_str::<Codec>("\"opus:1m\"").is_err());
     }
 
+    proptest::proptest! {
+        /// A codec's name as a peer may send it (a client's call settings, a mesh
+        /// agent's job): any text is a G.113 codec, Opus within its bitrates, or refused,
+        /// never a panic or a rate out of range; and a codec read back is itself.
+        #[test]
+        fn any_codec_name_from_a_peer_is_a_bounded_codec_or_refused(
+            name in "(opus:)?[-+0-9.eEkKnaNinf]{0,24}|.{0,40}",
+        ) {
+            if let Ok(codec) = Codec::parse(&name) {
+                if let Codec::Opus { bps } = codec {
+                    proptest::prop_assert!(OPUS_BPS.contains(&bps), "{name} -> {bps}");
+                }
+                proptest::prop_assert!((15..=1_275).contains(&codec.payload_bytes()));
+                proptest::prop_assert_eq!(Codec::parse(&codec.name()), Ok(codec));
+            }
+        }
+    }
+
     /// An Opus call is measured as any call (its mouth-to-ear delay with Opus's 6.5 ms
     /// look-ahead, its loss), but G.113 has no values for Opus: no R, no MOS, and the
     /// reason is the codec's.
